@@ -1,0 +1,90 @@
+/* SPDX-License-Identifier: MIT */
+/* strata/common.h — export macro, status codes, error messages and logging shared by every strata header. */
+#ifndef STRATA_COMMON_H
+#define STRATA_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(STRATA_BUILDING) && defined(__GNUC__)
+#define STRATA_API __attribute__((visibility("default")))
+#else
+#define STRATA_API
+#endif
+
+/*
+** Status codes. Every public call returns one: 0 (STRATA_OK) on success,
+** a negative value otherwise. The list is the single source of the codes,
+** their names (strata_err_name) and their descriptions (strata_strerror).
+*/
+#define STRATA_ERRNO_MAP(X)                                                        \
+  X(INVALID, -1, "invalid argument")                                               \
+  X(NOMEM, -2, "out of host memory")                                               \
+  X(DEVICE_MEMORY, -3, "out of device memory")                                     \
+  X(NOT_FOUND, -4, "not found")                                                    \
+  X(UNSUPPORTED, -5, "operation not supported by this device")                     \
+  X(BACKEND, -6, "backend or driver failure")                                      \
+  X(IO, -7, "input/output error")                                                  \
+  X(PARSE, -8, "malformed input")                                                  \
+  X(SHAPE, -9, "shapes do not match")                                              \
+  X(DEVICE_MISMATCH, -10, "buffer belongs to another device")                      \
+  X(VERSION, -11, "incompatible version")                                          \
+  X(STATE, -12, "call made in the wrong state")                                    \
+  X(RANGE, -13, "value out of range")                                              \
+  X(INTERNAL, -14, "internal error")
+
+enum strata_status {
+  STRATA_OK = 0,
+#define STRATA__ERR_ENUM(name, value, text) STRATA_ERR_##name = (value),
+  STRATA_ERRNO_MAP(STRATA__ERR_ENUM)
+#undef STRATA__ERR_ENUM
+};
+
+/* Name of a status ("STRATA_ERR_SHAPE"); a static string, "STRATA_ERR_UNKNOWN" for an unknown code. */
+STRATA_API const char *strata_err_name(int status);
+
+/* One-line description of a status; a static string. */
+STRATA_API const char *strata_strerror(int status);
+
+/*
+** The message of the last failed call made by this thread, with detail
+** (which device, which file, which shape). The string belongs to the
+** library and stays valid until this thread's next strata call; it is ""
+** when no call has failed yet.
+*/
+STRATA_API const char *strata_last_error(void);
+
+/* Log levels and subsystems. Logging is off unless STRATA_LOG is set
+** (e.g. STRATA_LOG=debug or STRATA_LOG=info,topology,device) or a handler
+** is installed with strata_log_set_handler. */
+enum strata_log_level {
+  STRATA_LOG_ERROR = 0,
+  STRATA_LOG_WARN = 1,
+  STRATA_LOG_INFO = 2,
+  STRATA_LOG_DEBUG = 3
+};
+
+typedef void (*strata_log_fn)(int level, const char *subsystem, const char *message, void *userdata);
+
+/*
+** Install a log handler (NULL restores the default, which writes to stderr
+** only when STRATA_LOG asks for it) and the most verbose level it receives.
+** The handler may be called from any thread of the library.
+*/
+STRATA_API void strata_log_set_handler(strata_log_fn fn, int max_level, void *userdata);
+
+/*
+** Parse a size such as "256M", "1.5G", "4096", "64k" (powers of 1024).
+** On success stores the byte count in *out and returns STRATA_OK;
+** STRATA_ERR_PARSE for anything else, *out untouched.
+*/
+STRATA_API int strata_parse_size(const char *text, uint64_t *out /* OUT */);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* STRATA_COMMON_H */

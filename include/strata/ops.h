@@ -1,0 +1,165 @@
+/* SPDX-License-Identifier: MIT */
+/* strata/ops.h — the fp32 numerical ops, forward and backward, enqueued on a device queue. */
+#ifndef STRATA_OPS_H
+#define STRATA_OPS_H
+
+#include <strata/device.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+** An operand: a buffer and an offset into it counted in 4-byte elements
+** (float, or int32 for token ids, targets and pooling indices). Every op
+** checks that each operand lies on the queue's device and that the elements
+** it touches lie inside the buffer; matrices are row-major.
+**
+** Ops are asynchronous: they are enqueued on `q` and run in order. An op
+** that a device's backend lacks fails with STRATA_ERR_UNSUPPORTED. Outputs
+** named "accumulate" add to what is there when the flag is 1 and overwrite
+** it when it is 0.
+*/
+typedef struct strata_mem {
+  strata_buffer_t buf;
+  size_t off;
+} strata_mem_t;
+
+static inline strata_mem_t strata_mem(strata_buffer_t buf, size_t off) {
+  strata_mem_t m;
+  m.buf = buf;
+  m.off = off;
+  return m;
+}
+
+enum { STRATA_NO_TRANS = 0, STRATA_TRANS = 1 };
+
+/*
+** C[i] = alpha * op(A[i]) * op(B[i]) + beta * C[i] for i < batch, where
+** op(A) is m x k, op(B) is k x n, C is m x n; A[i] starts stride_a elements
+** after A[i-1] (likewise B, C). lda/ldb/ldc are row strides of the stored
+** matrices. Host: CBLAS; OpenCL: CLBlast; CUDA: cuBLAS.
+*/
+STRATA_API int strata_gemm(strata_queue_t q, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                           float alpha, strata_mem_t a, int64_t lda, int64_t stride_a, strata_mem_t b,
+                           int64_t ldb, int64_t stride_b, float beta, strata_mem_t c, int64_t ldc,
+                           int64_t stride_c, int64_t batch);
+
+/* y[r][c] += bias[c] for a rows x cols matrix y (in place). */
+STRATA_API int strata_bias_add(strata_queue_t q, strata_mem_t y, strata_mem_t bias, int64_t rows, int64_t cols);
+/* dbias[c] (+)= sum over r of dy[r][c]. */
+STRATA_API int strata_bias_grad(strata_queue_t q, strata_mem_t dy, strata_mem_t dbias, int64_t rows, int64_t cols,
+                                int accumulate);
+
+/* GELU (tanh approximation) and ReLU, elementwise over n: y = f(x); dx = dy * f'(x).
+** y may be x (in place); dx may be dy. */
+STRATA_API int strata_gelu_fwd(strata_queue_t q, strata_mem_t x, strata_mem_t y, int64_t n);
+STRATA_API int strata_gelu_bwd(strata_queue_t q, strata_mem_t x, strata_mem_t dy, strata_mem_t dx, int64_t n);
+STRATA_API int strata_relu_fwd(strata_queue_t q, strata_mem_t x, strata_mem_t y, int64_t n);
+STRATA_API int strata_relu_bwd(strata_queue_t q, strata_mem_t x, strata_mem_t dy, strata_mem_t dx, int64_t n);
+
+/* y = a + b over n elements (residual connections); y may be a or b. */
+STRATA_API int strata_add(strata_queue_t q, strata_mem_t a, strata_mem_t b, strata_mem_t y, int64_t n);
+/* x *= alpha over n elements. */
+STRATA_API int strata_scale(strata_queue_t q, strata_mem_t x, float alpha, int64_t n);
+/* x = value over n elements. */
+STRATA_API int strata_fill(strata_queue_t q, strata_mem_t x, float value, int64_t n);
+
+/*
+** Layer normalisation of each row of x (rows x cols):
+** y = (x - mean) * rstd * gamma + beta, storing mean[rows] and rstd[rows]
+** for the backward pass. Backward: dx (overwritten), dgamma and dbeta
+** (accumulate flag).
+*/
+STRATA_API int strata_layernorm_fwd(strata_queue_t q, strata_mem_t x, strata_mem_t gamma, strata_mem_t beta,
+                                    strata_mem_t y, strata_mem_t mean, strata_mem_t rstd, int64_t rows,
+                                    int64_t cols, float eps);
+STRATA_API int strata_layernorm_bwd(strata_queue_t q, strata_mem_t x, strata_mem_t gamma, strata_mem_t mean,
+                                    strata_mem_t rstd, strata_mem_t dy, strata_mem_t dx, strata_mem_t dgamma,
+                                    strata_mem_t dbeta, int64_t rows, int64_t cols, int accumulate);
+
+/*
+** Row softmax of scale * x (rows x cols). With causal = 1 the rows are read
+** as a stack of cols x cols attention matrices (rows a multiple of cols) and
+** entry (i, j) with j > i (row index i taken within its matrix) is masked
+** to probability 0. Backward: dx = scale * y * (dy - sum_j dy * y).
+*/
+STRATA_API int strata_softmax_fwd(strata_queue_t q, strata_mem_t x, strata_mem_t y, int64_t rows, int64_t cols,
+                                  float scale, int causal);
+STRATA_API int strata_softmax_bwd(strata_queue_t q, strata_mem_t y, strata_mem_t dy, strata_mem_t dx, int64_t rows,
+                                  int64_t cols, float scale);
+
+/*
+** Embedding lookup: out[i][:] = table[tokens[i]][:] for n int32 tokens,
+** table vocab x dim. A token outside [0, vocab) yields a row of zeros.
+** Backward: dtable[v][:] (+)= sum of dout[i][:] over the i with tokens[i] = v,
+** summed in token order (deterministic).
+*/
+STRATA_API int strata_embedding_fwd(strata_queue_t q, strata_mem_t tokens, strata_mem_t table, strata_mem_t out,
+                                    int64_t n, int64_t dim, int64_t vocab);
+STRATA_API int strata_embedding_bwd(strata_queue_t q, strata_mem_t tokens, strata_mem_t dout, strata_mem_t dtable,
+                                    int64_t n, int64_t dim, int64_t vocab, int accumulate);
+
+/*
+** Cross-entropy from logits (rows x vocab) against int32 targets:
+** loss[r] = logsumexp(logits[r]) - logits[r][target[r]]; a target outside
+** [0, vocab) (e.g. -1 for padding) gives loss 0 and gradient 0.
+** Backward: dlogits = scale * (softmax(logits) - onehot(target)).
+*/
+STRATA_API int strata_cross_entropy_fwd(strata_queue_t q, strata_mem_t logits, strata_mem_t targets,
+                                        strata_mem_t loss, int64_t rows, int64_t vocab);
+STRATA_API int strata_cross_entropy_bwd(strata_queue_t q, strata_mem_t logits, strata_mem_t targets,
+                                        strata_mem_t dlogits, int64_t rows, int64_t vocab, float scale);
+
+/*
+** One AdamW step (decoupled weight decay) over n parameters, step >= 1:
+** m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+** p -= lr * (m / (1-b1^step) / (sqrt(v / (1-b2^step)) + eps) + wd * p).
+*/
+STRATA_API int strata_adamw(strata_queue_t q, strata_mem_t param, strata_mem_t grad, strata_mem_t m, strata_mem_t v,
+                            int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
+                            int64_t step);
+
+/* out[0] (+)= sum of x[i]^2 over n elements, in a fixed order (the gradient
+** norm is the square root of the total over all parameter tensors). */
+STRATA_API int strata_sumsq(strata_queue_t q, strata_mem_t x, int64_t n, strata_mem_t out, int accumulate);
+
+/* Geometry of a 2-D convolution over NCHW images with a K x C x R x S filter. */
+struct strata_conv2d {
+  int64_t n, c, h, w;           /* input batch, channels, height, width */
+  int64_t k, r, s;              /* output channels, filter height and width */
+  int64_t stride, pad;          /* same in both directions */
+};
+/* Output height and width ((h + 2 pad - r) / stride + 1, likewise w), and the
+** workspace it needs in floats (c r s x p q: one image's im2col matrix). */
+STRATA_API int strata_conv2d_shape(const struct strata_conv2d *g, int64_t *p /* OUT */, int64_t *qw /* OUT */,
+                                   int64_t *workspace /* OUT */);
+/*
+** y (n x k x p x q) = conv(x, w) through im2col + GEMM, one image at a time,
+** using `work` (strata_conv2d_shape floats) as scratch. Backward: dw (accumulate flag)
+** and dx (overwritten; dx.buf may be NULL when the input needs no gradient).
+*/
+STRATA_API int strata_conv2d_fwd(strata_queue_t q, const struct strata_conv2d *g, strata_mem_t x, strata_mem_t w,
+                                 strata_mem_t y, strata_mem_t work);
+STRATA_API int strata_conv2d_bwd(strata_queue_t q, const struct strata_conv2d *g, strata_mem_t x, strata_mem_t w,
+                                 strata_mem_t dy, strata_mem_t dx, strata_mem_t dw, strata_mem_t work,
+                                 int accumulate);
+
+/* Geometry of max pooling over NCHW: windows of size x size, moved by stride. */
+struct strata_pool2d {
+  int64_t n, c, h, w;
+  int64_t size, stride;
+};
+STRATA_API int strata_pool2d_shape(const struct strata_pool2d *g, int64_t *p /* OUT */, int64_t *qw /* OUT */);
+/* y = max over each window; idx (int32) records the flat h*w position of the
+** maximum inside its channel plane. Backward: dx (overwritten) gathers dy
+** at the recorded positions. */
+STRATA_API int strata_maxpool_fwd(strata_queue_t q, const struct strata_pool2d *g, strata_mem_t x, strata_mem_t y,
+                                  strata_mem_t idx);
+STRATA_API int strata_maxpool_bwd(strata_queue_t q, const struct strata_pool2d *g, strata_mem_t dy, strata_mem_t idx,
+                                  strata_mem_t dx);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* STRATA_OPS_H */

@@ -1,0 +1,10 @@
+/* SPDX-License-Identifier: MIT */
+/* strata/strata.h — the whole public API of strata in one include. */
+#ifndef STRATA_STRATA_H
+#define STRATA_STRATA_H
+
+#include <strata/common.h>
+#include <strata/device.h>
+#include <strata/ops.h>
+
+#endif /* STRATA_STRATA_H */

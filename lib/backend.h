@@ -1,0 +1,210 @@
+/* SPDX-License-Identifier: MIT */
+/* backend.h — the table a backend module fills in, and the op records the runtime hands it. Internal. */
+#ifndef STRATA__BACKEND_H
+#define STRATA__BACKEND_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <strata/device.h>
+
+/* Raised whenever the layout of anything in this file changes; a module
+** built against another version is refused when it is loaded. */
+#define STRATA__BACKEND_API_VERSION 1
+
+/* The symbol every module exports: returns its table. */
+#define STRATA__BACKEND_ENTRY "strata_backend_entry"
+
+/* A device-side operand: the backend's buffer handle and an offset in
+** 4-byte elements. */
+struct strata__mem {
+  void *h;
+  size_t off;
+};
+
+/*
+** The ops. Each has one record type below; the runtime has already checked
+** shapes, devices and bounds, so a backend may trust every field.
+** X(id, name) — name is what errors and traces print.
+*/
+#define STRATA__OP_MAP(X)                                                                          \
+  X(GEMM, "gemm")                                                                                  \
+  X(BIAS_ADD, "bias_add")                                                                          \
+  X(BIAS_GRAD, "bias_grad")                                                                        \
+  X(GELU_FWD, "gelu_fwd")                                                                          \
+  X(GELU_BWD, "gelu_bwd")                                                                          \
+  X(RELU_FWD, "relu_fwd")                                                                          \
+  X(RELU_BWD, "relu_bwd")                                                                          \
+  X(ADD, "add")                                                                                    \
+  X(SCALE, "scale")                                                                                \
+  X(FILL, "fill")                                                                                  \
+  X(LAYERNORM_FWD, "layernorm_fwd")                                                                \
+  X(LAYERNORM_BWD, "layernorm_bwd")                                                                \
+  X(SOFTMAX_FWD, "softmax_fwd")                                                                    \
+  X(SOFTMAX_BWD, "softmax_bwd")                                                                    \
+  X(EMBEDDING_FWD, "embedding_fwd")                                                                \
+  X(EMBEDDING_BWD, "embedding_bwd")                                                                \
+  X(XENT_FWD, "cross_entropy_fwd")                                                                 \
+  X(XENT_BWD, "cross_entropy_bwd")                                                                 \
+  X(ADAMW, "adamw")                                                                                \
+  X(SUMSQ, "sumsq")                                                                                \
+  X(IM2COL, "im2col")                                                                              \
+  X(COL2IM, "col2im")                                                                              \
+  X(MAXPOOL_FWD, "maxpool_fwd")                                                                    \
+  X(MAXPOOL_BWD, "maxpool_bwd")
+
+enum strata__op_id {
+#define STRATA__OP_ENUM(id, name) STRATA__OP_##id,
+  STRATA__OP_MAP(STRATA__OP_ENUM)
+#undef STRATA__OP_ENUM
+  STRATA__OP_COUNT
+};
+
+/*
+** One op with its arguments. Field meanings follow include/strata/ops.h;
+** the comments give the record each op id uses.
+*/
+struct strata__op {
+  enum strata__op_id id;
+  union {
+    /* GEMM (row-major) */
+    struct {
+      int trans_a, trans_b;
+      int64_t m, n, k, lda, ldb, ldc, stride_a, stride_b, stride_c, batch;
+      float alpha, beta;
+      struct strata__mem a, b, c;
+    } gemm;
+    /* BIAS_ADD: y += bias; BIAS_GRAD: dbias (+)= colsum(dy), y = dy */
+    struct {
+      struct strata__mem y, bias;
+      int64_t rows, cols;
+      int accumulate;
+    } bias;
+    /* GELU_FWD, RELU_FWD: y = f(x). GELU_BWD, RELU_BWD: dx = dy f'(x).
+    ** ADD: y = x + b. SCALE: x *= alpha. FILL: x = alpha. */
+    struct {
+      struct strata__mem x, y, dy, dx, b;
+      int64_t n;
+      float alpha;
+    } ew;
+    /* LAYERNORM_FWD / LAYERNORM_BWD */
+    struct {
+      struct strata__mem x, gamma, beta, y, mean, rstd, dy, dx, dgamma, dbeta;
+      int64_t rows, cols;
+      float eps;
+      int accumulate;
+    } ln;
+    /* SOFTMAX_FWD: y = softmax(scale x) with optional causal mask.
+    ** SOFTMAX_BWD: dx from y, dy. */
+    struct {
+      struct strata__mem x, y, dy, dx;
+      int64_t rows, cols;
+      float scale;
+      int causal;
+    } softmax;
+    /* EMBEDDING_FWD: out = table[tokens]. EMBEDDING_BWD: dtable (+)= scatter(dout). */
+    struct {
+      struct strata__mem tokens, table, out, dout, dtable;
+      int64_t n, dim, vocab;
+      int accumulate;
+    } emb;
+    /* XENT_FWD: loss per row. XENT_BWD: dlogits = scale (softmax - onehot). */
+    struct {
+      struct strata__mem logits, targets, loss, dlogits;
+      int64_t rows, vocab;
+      float scale;
+    } xent;
+    /* ADAMW */
+    struct {
+      struct strata__mem param, grad, m, v;
+      int64_t n, step;
+      float lr, beta1, beta2, eps, weight_decay;
+    } adamw;
+    /* SUMSQ: out[0] (+)= sum x^2 */
+    struct {
+      struct strata__mem x, out;
+      int64_t n;
+      int accumulate;
+    } sumsq;
+    /* IM2COL: col (c*r*s x p*q) from one image x (c x h x w).
+    ** COL2IM: x (c x h x w, overwritten) = sum of col entries that map to each pixel. */
+    struct {
+      struct strata__mem x, col;
+      int64_t c, h, w, r, s, stride, pad, p, q;
+    } im2col;
+    /* MAXPOOL_FWD: y, idx from x. MAXPOOL_BWD: dx from dy, idx. Over n*c planes. */
+    struct {
+      struct strata__mem x, y, idx, dy, dx;
+      int64_t planes, h, w, size, stride, p, q;
+    } pool;
+  } u;
+};
+
+/* What the runtime offers a module: error reporting and logging. */
+struct strata__services {
+  int api_version;
+  /* Record a failure message for the caller (printf format); returns `status`. */
+  int (*error)(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+  void (*log)(int level, const char *subsystem, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+};
+
+/* What a backend tells of one of its devices. */
+struct strata__device_info {
+  char name[STRATA_NAME_MAX];
+  char vendor[64];
+  int is_cpu;
+  int compute_units;
+  uint64_t total_memory;
+  char pci_bus_id[32];   /* "dddd:bb:dd.f" lower-case, or "" */
+};
+
+/*
+** The backend table. Every slot returns a strata status (0 or negative)
+** unless said otherwise, and reports failures through services->error.
+** Handles (`ctx`, queues, events, buffers) are the module's own.
+** Optional slots say so; the runtime's default is given.
+*/
+struct strata__backend {
+  int api_version;      /* STRATA__BACKEND_API_VERSION */
+  const char *name;     /* "host", "opencl", "cuda" */
+
+  /* Start the backend. Returns the number of devices (>= 0) and *ctx, or a
+  ** negative status; with no devices, writes a one-line reason into `why`. */
+  int (*init)(const struct strata__services *svc, void **ctx, char *why, size_t why_len);
+  void (*fini)(void *ctx);
+  int (*device_info)(void *ctx, int dev, struct strata__device_info *info);
+
+  int (*alloc)(void *ctx, int dev, size_t bytes, void **buf);
+  void (*free)(void *ctx, int dev, void *buf);
+
+  /* Pinned (page-locked) host memory for staged copies. Optional:
+  ** default malloc/free. */
+  int (*host_alloc)(void *ctx, size_t bytes, void **ptr);
+  void (*host_free)(void *ctx, void *ptr);
+
+  int (*queue_new)(void *ctx, int dev, void **queue);
+  void (*queue_free)(void *ctx, void *queue);        /* after the queue is finished */
+  int (*queue_finish)(void *ctx, void *queue);
+
+  /* An event marking the queue's current end; wait makes `queue` wait for an
+  ** event of this backend; sync blocks the caller. */
+  int (*event_record)(void *ctx, void *queue, void **event);
+  int (*event_wait)(void *ctx, void *queue, void *event);
+  int (*event_sync)(void *ctx, void *event);
+  void (*event_free)(void *ctx, void *event);
+
+  /* Asynchronous copies, offsets in bytes. copy moves data between two
+  ** buffers of this backend, possibly on different devices. */
+  int (*write)(void *ctx, void *queue, void *dst, size_t dst_off, const void *src, size_t bytes);
+  int (*read)(void *ctx, void *queue, void *src, size_t src_off, void *dst, size_t bytes);
+  int (*copy)(void *ctx, void *queue, void *dst, size_t dst_off, void *src, size_t src_off, size_t bytes);
+
+  /* Whether device `dev` implements op `id` (1 or 0), and enqueue one. */
+  int (*op_supported)(void *ctx, int dev, enum strata__op_id id);
+  int (*op)(void *ctx, void *queue, const struct strata__op *op);
+};
+
+typedef const struct strata__backend *(*strata__backend_entry_fn)(void);
+
+#endif /* STRATA__BACKEND_H */

@@ -1,0 +1,23 @@
+# SPDX-License-Identifier: MIT
+# lib/ — libstrata: status and logging, device registry, buffers, queues, copies, ops.
+lib_LTLIBRARIES += libstrata.la
+libstrata_la_SOURCES = \
+	%reldir%/status.c \
+	%reldir%/log.c \
+	%reldir%/util.c \
+	%reldir%/util.h \
+	%reldir%/backend.h \
+	%reldir%/registry.c \
+	%reldir%/registry.h \
+	%reldir%/buffer.c \
+	%reldir%/copy.c \
+	%reldir%/ops.c
+libstrata_la_CPPFLAGS = $(AM_CPPFLAGS) $(HWLOC_CFLAGS) $(JANSSON_CFLAGS)
+libstrata_la_LIBADD = $(HWLOC_LIBS) $(JANSSON_LIBS) $(PTHREAD_LIBS)
+libstrata_la_LDFLAGS = -version-info $(STRATA_LT_VERSION) -no-undefined
+
+stratainclude_HEADERS += \
+	include/strata/strata.h \
+	include/strata/common.h \
+	include/strata/device.h \
+	include/strata/ops.h

@@ -1,0 +1,18 @@
+# SPDX-License-Identifier: MIT
+# STRATA_SUMMARY: what configure found, printed last.
+AC_DEFUN([STRATA_SUMMARY], [
+  AS_IF([test "x$strata_opencl_happy" = xyes], [strata_s_ocl="yes"], [strata_s_ocl="no: $strata_opencl_why"])
+  AS_IF([test "x$strata_cuda_happy" = xyes], [strata_s_cuda="yes ($NVCC)"], [strata_s_cuda="no: $strata_cuda_why"])
+  AS_IF([test "x$strata_criterion_happy" = xyes], [strata_s_tests="yes"], [strata_s_tests="no: Criterion not found"])
+  cat <<STRATA_EOF
+
+strata $PACKAGE_VERSION configured
+  prefix            : $prefix
+  backends
+    host (CBLAS)    : yes ($BLAS_LIBS)
+    opencl          : $strata_s_ocl
+    cuda            : $strata_s_cuda
+  topology (hwloc)  : yes
+  tests (Criterion) : $strata_s_tests
+STRATA_EOF
+])
