@@ -14,7 +14,7 @@
 **   I64         64-bit signed integer   GID      global index of this item
 **   SQRT EXP LOG TANH FMAX  float math
 */
-#ifdef __OPENCL_VERSION__
+#if defined(__OPENCL_VERSION__) || defined(__OPENCL_C_VERSION__)
 #define KERNEL __kernel
 #define GLOBAL __global
 #define I64 long
