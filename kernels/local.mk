@@ -1,1 +1,22 @@
 # SPDX-License-Identifier: MIT
+# kernels/ — the shared kernel dialect and the op kernels, and the rule that embeds them as a C string for OpenCL.
+
+# The kernel sources, in the order a backend glues them: the dialect first.
+# The CUDA backend compiles the same files (#include "dialect.h", "ops.k").
+STRATA_KERNEL_SOURCES = \
+	%reldir%/dialect.h \
+	%reldir%/ops.k
+EXTRA_DIST += $(STRATA_KERNEL_SOURCES) %reldir%/embed.awk
+
+if BUILD_OPENCL
+# kernels/opencl-source.c: the kernel sources as an array of C string lines
+# (strata__opencl_source[], strata__opencl_source_count), compiled into the
+# OpenCL module and handed to clCreateProgramWithSource at run time.
+BUILT_SOURCES += %reldir%/opencl-source.c
+CLEANFILES += %reldir%/opencl-source.c
+%reldir%/opencl-source.c: $(STRATA_KERNEL_SOURCES) %reldir%/embed.awk
+	$(AM_V_GEN)$(MKDIR_P) %reldir% && \
+	$(AWK) -v name=strata__opencl_source -f $(srcdir)/%reldir%/embed.awk \
+		$(srcdir)/%reldir%/dialect.h $(srcdir)/%reldir%/ops.k > $@-t && \
+	mv -f $@-t $@
+endif

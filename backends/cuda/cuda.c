@@ -1,0 +1,694 @@
+/* SPDX-License-Identifier: MIT */
+/* cuda.c — the CUDA backend module: devices, memory, streams, events and copies through cudart, GEMM through cuBLAS, the other ops through the kernels of kernels/ops.k. */
+#include "config.h"
+
+#include <ctype.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include "backend.h"
+#include "launch.h"
+
+/* A device buffer: the pointer cudaMalloc gave and the device it lives on
+** (cudaMemcpyPeerAsync needs both ordinals). */
+struct strata__cuda_buf {
+  char *ptr;
+  int dev;
+};
+
+/* A queue: one non-blocking stream with its own cuBLAS handle bound to it,
+** and the scratch of partial sums that sumsq needs. The scratch belongs to
+** the queue rather than to the device because two queues of one device run
+** concurrently and would otherwise overwrite each other's partials. */
+struct strata__cuda_queue {
+  int dev;
+  cudaStream_t stream;
+  cublasHandle_t blas;
+  float *partials;          /* STRATA__CUDA_SUMSQ_PARTS floats on `dev` */
+};
+
+struct strata__cuda_event {
+  int dev;
+  cudaEvent_t ev;
+};
+
+/* The backend's context: the services and, per ordered device pair, whether
+** peer access has been tried (enabled or not possible). */
+struct strata__cuda {
+  const struct strata__services *svc;
+  int count;
+  pthread_mutex_t peer_lock;
+  unsigned char *peer_tried; /* count * count, row = from-device */
+};
+
+/* Record `what` failed with `e`; clears the (non-sticky) last error so that
+** a later launch check does not report it again. */
+static int strata__cuda_fail(const struct strata__cuda *cx, const char *what, cudaError_t e) {
+  (void)cudaGetLastError();
+  int status = e == cudaErrorMemoryAllocation ? STRATA_ERR_DEVICE_MEMORY : STRATA_ERR_BACKEND;
+  return cx->svc->error(status, "cuda: %s: %s", what, cudaGetErrorString(e));
+}
+
+static int strata__cublas_fail(const struct strata__cuda *cx, const char *what, cublasStatus_t s) {
+  int status = s == CUBLAS_STATUS_ALLOC_FAILED ? STRATA_ERR_DEVICE_MEMORY : STRATA_ERR_BACKEND;
+  return cx->svc->error(status, "cuda: %s: %s", what, cublasGetStatusString(s));
+}
+
+/* Make `dev` current for this thread: the runtime API keeps one current
+** device per host thread and the runtime may call from any thread. */
+static int strata__cuda_use(const struct strata__cuda *cx, int dev) {
+  cudaError_t e = cudaSetDevice(dev);
+  return e == cudaSuccess ? STRATA_OK : strata__cuda_fail(cx, "cudaSetDevice", e);
+}
+
+/*
+** Start the backend: count the devices. A machine without the driver or
+** without a device is not an error: 0 devices and a one-line reason. No
+** CUDA context is created here (cudaGetDeviceCount does not create one).
+*/
+static int strata__cuda_init(const struct strata__services *svc, void **ctx, char *why, size_t why_len) {
+  *ctx = NULL;
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    snprintf(why, why_len, "no CUDA device (cudaGetDeviceCount: %s)", cudaGetErrorString(e));
+    return 0;
+  }
+  if (count <= 0) {
+    snprintf(why, why_len, "no CUDA device (cudaGetDeviceCount found none)");
+    return 0;
+  }
+  struct strata__cuda *cx = calloc(1, sizeof *cx);
+  unsigned char *tried = calloc((size_t)count * (size_t)count, 1);
+  if (!cx || !tried) {
+    free(cx);
+    free(tried);
+    return svc->error(STRATA_ERR_NOMEM, "cuda: out of host memory starting the backend");
+  }
+  cx->svc = svc;
+  cx->count = count;
+  cx->peer_tried = tried;
+  pthread_mutex_init(&cx->peer_lock, NULL);
+  *ctx = cx;
+  return count;
+}
+
+/* Stop the backend. Every buffer, queue and event must be freed already;
+** the devices themselves are left as they are (another library of the
+** process may use them). NULL (no devices) does nothing. */
+static void strata__cuda_fini(void *ctx) {
+  struct strata__cuda *cx = ctx;
+  if (!cx)
+    return;
+  pthread_mutex_destroy(&cx->peer_lock);
+  free(cx->peer_tried);
+  free(cx);
+}
+
+/* Name, vendor, SM count, memory and the PCI bus id as "dddd:bb:dd.f"
+** in lower case (the form hwloc and the other backends use). */
+static int strata__cuda_device_info(void *ctx, int dev, struct strata__device_info *info) {
+  struct strata__cuda *cx = ctx;
+  struct cudaDeviceProp prop;
+  cudaError_t e = cudaGetDeviceProperties(&prop, dev);
+  if (e != cudaSuccess)
+    return strata__cuda_fail(cx, "cudaGetDeviceProperties", e);
+  memset(info, 0, sizeof *info);
+  snprintf(info->name, sizeof info->name, "%s", prop.name);
+  snprintf(info->vendor, sizeof info->vendor, "NVIDIA");
+  info->is_cpu = 0;
+  info->compute_units = prop.multiProcessorCount;
+  info->total_memory = (uint64_t)prop.totalGlobalMem;
+  char bus[64] = "";
+  unsigned domain, busno, slot, fn;
+  e = cudaDeviceGetPCIBusId(bus, (int)sizeof bus, dev);
+  if (e == cudaSuccess && sscanf(bus, "%x:%x:%x.%x", &domain, &busno, &slot, &fn) == 4) {
+    snprintf(info->pci_bus_id, sizeof info->pci_bus_id, "%04x:%02x:%02x.%x", domain, busno, slot, fn);
+  } else {
+    (void)cudaGetLastError();
+    snprintf(info->pci_bus_id, sizeof info->pci_bus_id, "%04x:%02x:%02x.0", (unsigned)prop.pciDomainID,
+             (unsigned)prop.pciBusID, (unsigned)prop.pciDeviceID);
+  }
+  for (char *p = info->pci_bus_id; *p; p++)
+    *p = (char)tolower((unsigned char)*p);
+  return STRATA_OK;
+}
+
+/* ------------------------------------------------------------------ memory */
+
+/* A device buffer of `bytes` on `dev`; the caller frees it with
+** strata__cuda_free. Out of memory is STRATA_ERR_DEVICE_MEMORY. */
+static int strata__cuda_alloc(void *ctx, int dev, size_t bytes, void **buf) {
+  struct strata__cuda *cx = ctx;
+  *buf = NULL;
+  int rc = strata__cuda_use(cx, dev);
+  if (rc)
+    return rc;
+  struct strata__cuda_buf *b = malloc(sizeof *b);
+  if (!b)
+    return cx->svc->error(STRATA_ERR_NOMEM, "cuda: out of host memory");
+  void *p = NULL;
+  cudaError_t e = cudaMalloc(&p, bytes);
+  if (e != cudaSuccess) {
+    free(b);
+    char what[96];
+    snprintf(what, sizeof what, "cudaMalloc of %zu bytes on device %d", bytes, dev);
+    return strata__cuda_fail(cx, what, e);
+  }
+  b->ptr = p;
+  b->dev = dev;
+  *buf = b;
+  return STRATA_OK;
+}
+
+/* cudaFree synchronises the device, so no queued work still uses it. */
+static void strata__cuda_free(void *ctx, int dev, void *buf) {
+  struct strata__cuda *cx = ctx;
+  struct strata__cuda_buf *b = buf;
+  if (!b)
+    return;
+  if (cudaSetDevice(b->dev) == cudaSuccess) {
+    cudaError_t e = cudaFree(b->ptr);
+    if (e != cudaSuccess)
+      cx->svc->log(STRATA_LOG_WARN, "cuda", "cudaFree on device %d: %s", dev, cudaGetErrorString(e));
+  }
+  (void)cudaGetLastError();
+  free(b);
+}
+
+/* Page-locked host memory, portable to every device's context, for the
+** runtime's staged cross-backend copies. */
+static int strata__cuda_host_alloc(void *ctx, size_t bytes, void **ptr) {
+  struct strata__cuda *cx = ctx;
+  *ptr = NULL;
+  cudaError_t e = cudaHostAlloc(ptr, bytes, cudaHostAllocPortable);
+  if (e != cudaSuccess) {
+    *ptr = NULL;
+    (void)cudaGetLastError();
+    return cx->svc->error(STRATA_ERR_NOMEM, "cuda: cudaHostAlloc of %zu bytes: %s", bytes, cudaGetErrorString(e));
+  }
+  return STRATA_OK;
+}
+
+static void strata__cuda_host_free(void *ctx, void *ptr) {
+  (void)ctx;
+  if (ptr && cudaFreeHost(ptr) != cudaSuccess)
+    (void)cudaGetLastError();
+}
+
+/* ------------------------------------------------------------------ queues */
+
+/* A non-blocking stream on `dev` (it does not synchronise with the legacy
+** default stream), a cuBLAS handle bound to it and the sumsq scratch. On
+** failure everything taken so far is released. */
+static int strata__cuda_queue_new(void *ctx, int dev, void **queue) {
+  struct strata__cuda *cx = ctx;
+  *queue = NULL;
+  int rc = strata__cuda_use(cx, dev);
+  if (rc)
+    return rc;
+  struct strata__cuda_queue *q = calloc(1, sizeof *q);
+  if (!q)
+    return cx->svc->error(STRATA_ERR_NOMEM, "cuda: out of host memory");
+  q->dev = dev;
+  cudaError_t e = cudaStreamCreateWithFlags(&q->stream, cudaStreamNonBlocking);
+  if (e != cudaSuccess) {
+    free(q);
+    return strata__cuda_fail(cx, "cudaStreamCreateWithFlags", e);
+  }
+  cublasStatus_t s = cublasCreate(&q->blas);
+  if (s != CUBLAS_STATUS_SUCCESS) {
+    rc = strata__cublas_fail(cx, "cublasCreate", s);
+    goto fail_stream;
+  }
+  s = cublasSetStream(q->blas, q->stream);
+  if (s == CUBLAS_STATUS_SUCCESS)
+    /* Plain fp32 GEMM (no TF32 tensor-op downconversion): results stay
+    ** comparable with the host and OpenCL backends. */
+    s = cublasSetMathMode(q->blas, CUBLAS_DEFAULT_MATH);
+  if (s != CUBLAS_STATUS_SUCCESS) {
+    rc = strata__cublas_fail(cx, "cublasSetStream", s);
+    goto fail_blas;
+  }
+  e = cudaMalloc((void **)&q->partials, STRATA__CUDA_SUMSQ_PARTS * sizeof(float));
+  if (e != cudaSuccess) {
+    rc = strata__cuda_fail(cx, "cudaMalloc of the sumsq scratch", e);
+    goto fail_blas;
+  }
+  *queue = q;
+  return STRATA_OK;
+
+fail_blas:
+  cublasDestroy(q->blas);
+fail_stream:
+  cudaStreamDestroy(q->stream);
+  (void)cudaGetLastError();
+  free(q);
+  return rc;
+}
+
+/* The runtime has finished the queue; release its stream, handle, scratch. */
+static void strata__cuda_queue_free(void *ctx, void *queue) {
+  struct strata__cuda_queue *q = queue;
+  (void)ctx;
+  if (!q)
+    return;
+  if (cudaSetDevice(q->dev) == cudaSuccess) {
+    cudaStreamSynchronize(q->stream);
+    cudaFree(q->partials);
+    cublasDestroy(q->blas);
+    cudaStreamDestroy(q->stream);
+  }
+  (void)cudaGetLastError();
+  free(q);
+}
+
+/* Wait for the stream. Errors of kernels and copies that ran asynchronously
+** (an illegal address, a failed launch) are reported here. */
+static int strata__cuda_queue_finish(void *ctx, void *queue) {
+  struct strata__cuda *cx = ctx;
+  struct strata__cuda_queue *q = queue;
+  int rc = strata__cuda_use(cx, q->dev);
+  if (rc)
+    return rc;
+  cudaError_t e = cudaStreamSynchronize(q->stream);
+  if (e != cudaSuccess) {
+    char what[64];
+    snprintf(what, sizeof what, "work on device %d failed", q->dev);
+    return strata__cuda_fail(cx, what, e);
+  }
+  return STRATA_OK;
+}
+
+/* ------------------------------------------------------------------ events */
+
+/* An event at the queue's current end, created without timing (cheaper,
+** and all the runtime needs is ordering). Freed by strata__cuda_event_free. */
+static int strata__cuda_event_record(void *ctx, void *queue, void **event) {
+  struct strata__cuda *cx = ctx;
+  struct strata__cuda_queue *q = queue;
+  *event = NULL;
+  int rc = strata__cuda_use(cx, q->dev);
+  if (rc)
+    return rc;
+  struct strata__cuda_event *ev = malloc(sizeof *ev);
+  if (!ev)
+    return cx->svc->error(STRATA_ERR_NOMEM, "cuda: out of host memory");
+  ev->dev = q->dev;
+  cudaError_t e = cudaEventCreateWithFlags(&ev->ev, cudaEventDisableTiming);
+  if (e != cudaSuccess) {
+    free(ev);
+    return strata__cuda_fail(cx, "cudaEventCreateWithFlags", e);
+  }
+  e = cudaEventRecord(ev->ev, q->stream);
+  if (e != cudaSuccess) {
+    rc = strata__cuda_fail(cx, "cudaEventRecord", e);
+    cudaEventDestroy(ev->ev);
+    free(ev);
+    return rc;
+  }
+  *event = ev;
+  return STRATA_OK;
+}
+
+/* The device makes the queue wait, also for an event of another device. */
+static int strata__cuda_event_wait(void *ctx, void *queue, void *event) {
+  struct strata__cuda *cx = ctx;
+  struct strata__cuda_queue *q = queue;
+  struct strata__cuda_event *ev = event;
+  int rc = strata__cuda_use(cx, q->dev);
+  if (rc)
+    return rc;
+  cudaError_t e = cudaStreamWaitEvent(q->stream, ev->ev, 0);
+  return e == cudaSuccess ? STRATA_OK : strata__cuda_fail(cx, "cudaStreamWaitEvent", e);
+}
+
+static int strata__cuda_event_sync(void *ctx, void *event) {
+  struct strata__cuda *cx = ctx;
+  struct strata__cuda_event *ev = event;
+  int rc = strata__cuda_use(cx, ev->dev);
+  if (rc)
+    return rc;
+  cudaError_t e = cudaEventSynchronize(ev->ev);
+  return e == cudaSuccess ? STRATA_OK : strata__cuda_fail(cx, "cudaEventSynchronize", e);
+}
+
+/* Does not wait: CUDA releases the event once it has completed. */
+static void strata__cuda_event_free(void *ctx, void *event) {
+  struct strata__cuda_event *ev = event;
+  (void)ctx;
+  if (!ev)
+    return;
+  if (cudaSetDevice(ev->dev) == cudaSuccess)
+    cudaEventDestroy(ev->ev);
+  (void)cudaGetLastError();
+  free(ev);
+}
+
+/* ------------------------------------------------------------------ copies */
+
+static int strata__cuda_write(void *ctx, void *queue, void *dst, size_t dst_off, const void *src, size_t bytes) {
+  struct strata__cuda *cx = ctx;
+  struct strata__cuda_queue *q = queue;
+  struct strata__cuda_buf *d = dst;
+  int rc = strata__cuda_use(cx, q->dev);
+  if (rc)
+    return rc;
+  cudaError_t e = cudaMemcpyAsync(d->ptr + dst_off, src, bytes, cudaMemcpyHostToDevice, q->stream);
+  return e == cudaSuccess ? STRATA_OK : strata__cuda_fail(cx, "cudaMemcpyAsync host to device", e);
+}
+
+static int strata__cuda_read(void *ctx, void *queue, void *src, size_t src_off, void *dst, size_t bytes) {
+  struct strata__cuda *cx = ctx;
+  struct strata__cuda_queue *q = queue;
+  struct strata__cuda_buf *s = src;
+  int rc = strata__cuda_use(cx, q->dev);
+  if (rc)
+    return rc;
+  cudaError_t e = cudaMemcpyAsync(dst, s->ptr + src_off, bytes, cudaMemcpyDeviceToHost, q->stream);
+  return e == cudaSuccess ? STRATA_OK : strata__cuda_fail(cx, "cudaMemcpyAsync device to host", e);
+}
+
+/*
+** Enable direct access between devices a and b, both ways, the first time
+** the pair copies (enabling creates contexts, so it is not done at init).
+** Where the hardware cannot (cudaDeviceCanAccessPeer says 0) nothing is
+** done and cudaMemcpyPeerAsync stages through the host by itself; a failure
+** to enable is therefore only logged. Leaves device `cur` current.
+*/
+static void strata__cuda_peer_enable(struct strata__cuda *cx, int a, int b, int cur) {
+  pthread_mutex_lock(&cx->peer_lock);
+  for (int k = 0; k < 2; k++) {
+    int from = k ? b : a, to = k ? a : b;
+    unsigned char *tried = &cx->peer_tried[(size_t)from * (size_t)cx->count + (size_t)to];
+    if (*tried)
+      continue;
+    *tried = 1;
+    int can = 0;
+    if (cudaDeviceCanAccessPeer(&can, from, to) != cudaSuccess || !can)
+      continue;
+    cudaError_t e = cudaSetDevice(from);
+    if (e == cudaSuccess)
+      e = cudaDeviceEnablePeerAccess(to, 0);
+    if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled)
+      cx->svc->log(STRATA_LOG_WARN, "cuda", "peer access %d -> %d: %s (copies are staged)", from, to,
+                   cudaGetErrorString(e));
+    else
+      cx->svc->log(STRATA_LOG_DEBUG, "cuda", "peer access %d -> %d enabled", from, to);
+  }
+  (void)cudaGetLastError();
+  cudaSetDevice(cur);
+  pthread_mutex_unlock(&cx->peer_lock);
+}
+
+/* Buffer to buffer on the queue's stream; between two devices through
+** cudaMemcpyPeerAsync (direct over NVLink/PCIe when peer access is on). */
+static int strata__cuda_copy(void *ctx, void *queue, void *dst, size_t dst_off, void *src, size_t src_off,
+                             size_t bytes) {
+  struct strata__cuda *cx = ctx;
+  struct strata__cuda_queue *q = queue;
+  struct strata__cuda_buf *d = dst, *s = src;
+  int rc = strata__cuda_use(cx, q->dev);
+  if (rc)
+    return rc;
+  cudaError_t e;
+  if (d->dev == s->dev) {
+    e = cudaMemcpyAsync(d->ptr + dst_off, s->ptr + src_off, bytes, cudaMemcpyDeviceToDevice, q->stream);
+  } else {
+    strata__cuda_peer_enable(cx, d->dev, s->dev, q->dev);
+    e = cudaMemcpyPeerAsync(d->ptr + dst_off, d->dev, s->ptr + src_off, s->dev, bytes, q->stream);
+  }
+  return e == cudaSuccess ? STRATA_OK : strata__cuda_fail(cx, "device to device copy", e);
+}
+
+/* -------------------------------------------------------------------- GEMM */
+
+/*
+** Row-major GEMM on column-major cuBLAS. A row-major r x c matrix with row
+** stride ld is, read column-major with leading dimension ld, its transpose
+** (c x r). So the row-major C (m x n, ldc) is, to cuBLAS, C^T (n x m, ldc),
+** and we ask cuBLAS for C^T = alpha op(B)^T op(A)^T + beta C^T:
+**   - first operand op(B)^T (n x k). If trans_b = 0, B is stored k x n
+**     row-major, which cuBLAS reads as B^T (n x k, ldb): op N. If trans_b = 1,
+**     B is stored n x k row-major, read as B^T (k x n, ldb), and op(B)^T =
+**     (B^T)^T: op T. Either way: cuBLAS transa = trans_b, matrix B, ldb.
+**   - second operand op(A)^T (k x m): by the same argument cuBLAS
+**     transb = trans_a, matrix A, lda.
+**   - cuBLAS sizes: m' = n, n' = m, k' = k; strides unchanged.
+** The leading dimensions are the row strides as given: a stored row-major
+** r x c matrix needs ld >= c, exactly cuBLAS's ld >= rows of its view.
+*/
+static int strata__cuda_gemm(struct strata__cuda *cx, struct strata__cuda_queue *q, const struct strata__op *op) {
+  const float *a = (const float *)((struct strata__cuda_buf *)op->u.gemm.a.h)->ptr + op->u.gemm.a.off;
+  const float *b = (const float *)((struct strata__cuda_buf *)op->u.gemm.b.h)->ptr + op->u.gemm.b.off;
+  float *c = (float *)((struct strata__cuda_buf *)op->u.gemm.c.h)->ptr + op->u.gemm.c.off;
+  cublasOperation_t ta = op->u.gemm.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t tb = op->u.gemm.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  int64_t m = op->u.gemm.n, n = op->u.gemm.m, k = op->u.gemm.k;
+  int64_t batch = op->u.gemm.batch;
+  float alpha = op->u.gemm.alpha, beta = op->u.gemm.beta;
+  cublasStatus_t s;
+  if (m == 0 || n == 0 || batch <= 0)
+    return STRATA_OK;
+  /* cuBLAS wants ld >= 1 even for an empty operand (k = 0). */
+  int64_t lda = op->u.gemm.lda > 0 ? op->u.gemm.lda : 1;
+  int64_t ldb = op->u.gemm.ldb > 0 ? op->u.gemm.ldb : 1;
+#if CUBLAS_VER_MAJOR >= 12
+  s = cublasSgemmStridedBatched_64(q->blas, ta, tb, m, n, k, &alpha, b, ldb, op->u.gemm.stride_b, a, lda,
+                                   op->u.gemm.stride_a, &beta, c, op->u.gemm.ldc, op->u.gemm.stride_c, batch);
+#else
+  if (m > INT_MAX || n > INT_MAX || k > INT_MAX || lda > INT_MAX || ldb > INT_MAX || op->u.gemm.ldc > INT_MAX ||
+      batch > INT_MAX)
+    return cx->svc->error(STRATA_ERR_RANGE, "cuda: gemm sizes past 2^31 need cuBLAS 12");
+  s = cublasSgemmStridedBatched(q->blas, ta, tb, (int)m, (int)n, (int)k, &alpha, b, (int)ldb, op->u.gemm.stride_b,
+                                a, (int)lda, op->u.gemm.stride_a, &beta, c, (int)op->u.gemm.ldc,
+                                op->u.gemm.stride_c, (int)batch);
+#endif
+  return s == CUBLAS_STATUS_SUCCESS ? STRATA_OK : strata__cublas_fail(cx, "cublasSgemmStridedBatched", s);
+}
+
+/* --------------------------------------------------------------------- ops */
+
+/* Device pointer of operand `m` as float / int32 (the offset counts elements). */
+#define F(m) ((float *)((struct strata__cuda_buf *)(m).h)->ptr)
+#define I(m) ((int *)((struct strata__cuda_buf *)(m).h)->ptr)
+#define O(m) ((strata__i64)(m).off)
+
+/* Every op of lib/backend.h is implemented on every device. */
+static int strata__cuda_op_supported(void *ctx, int dev, enum strata__op_id id) {
+  (void)ctx;
+  (void)dev;
+  return (int)id >= 0 && (int)id < STRATA__OP_COUNT;
+}
+
+/*
+** Enqueue one op on the queue's stream. Launch failures are reported now;
+** faults during execution at the next queue_finish. Each kernel launch
+** passes the item count its comment in kernels/ops.k names.
+*/
+static int strata__cuda_op(void *ctx, void *queue, const struct strata__op *op) {
+  struct strata__cuda *cx = ctx;
+  struct strata__cuda_queue *q = queue;
+  cudaStream_t st = q->stream;
+  cudaError_t e = cudaSuccess;
+  int rc = strata__cuda_use(cx, q->dev);
+  if (rc)
+    return rc;
+  switch (op->id) {
+  case STRATA__OP_GEMM:
+    return strata__cuda_gemm(cx, q, op);
+  case STRATA__OP_BIAS_ADD: {
+    const __typeof__(op->u.bias) *a = &op->u.bias;
+    e = strata__cuda_bias_add(st, a->rows * a->cols, F(a->y), O(a->y), F(a->bias), O(a->bias), a->rows, a->cols);
+    break;
+  }
+  case STRATA__OP_BIAS_GRAD: {
+    const __typeof__(op->u.bias) *a = &op->u.bias;
+    e = strata__cuda_bias_grad(st, a->cols, F(a->y), O(a->y), F(a->bias), O(a->bias), a->rows, a->cols,
+                               a->accumulate);
+    break;
+  }
+  case STRATA__OP_GELU_FWD: {
+    const __typeof__(op->u.ew) *a = &op->u.ew;
+    e = strata__cuda_gelu_fwd(st, a->n, F(a->x), O(a->x), F(a->y), O(a->y), a->n);
+    break;
+  }
+  case STRATA__OP_GELU_BWD: {
+    const __typeof__(op->u.ew) *a = &op->u.ew;
+    e = strata__cuda_gelu_bwd(st, a->n, F(a->x), O(a->x), F(a->dy), O(a->dy), F(a->dx), O(a->dx), a->n);
+    break;
+  }
+  case STRATA__OP_RELU_FWD: {
+    const __typeof__(op->u.ew) *a = &op->u.ew;
+    e = strata__cuda_relu_fwd(st, a->n, F(a->x), O(a->x), F(a->y), O(a->y), a->n);
+    break;
+  }
+  case STRATA__OP_RELU_BWD: {
+    const __typeof__(op->u.ew) *a = &op->u.ew;
+    e = strata__cuda_relu_bwd(st, a->n, F(a->x), O(a->x), F(a->dy), O(a->dy), F(a->dx), O(a->dx), a->n);
+    break;
+  }
+  case STRATA__OP_ADD: {
+    const __typeof__(op->u.ew) *a = &op->u.ew;
+    e = strata__cuda_add(st, a->n, F(a->x), O(a->x), F(a->b), O(a->b), F(a->y), O(a->y), a->n);
+    break;
+  }
+  case STRATA__OP_SCALE: {
+    const __typeof__(op->u.ew) *a = &op->u.ew;
+    e = strata__cuda_scale(st, a->n, F(a->x), O(a->x), a->alpha, a->n);
+    break;
+  }
+  case STRATA__OP_FILL: {
+    const __typeof__(op->u.ew) *a = &op->u.ew;
+    e = strata__cuda_fill(st, a->n, F(a->x), O(a->x), a->alpha, a->n);
+    break;
+  }
+  case STRATA__OP_LAYERNORM_FWD: {
+    const __typeof__(op->u.ln) *a = &op->u.ln;
+    e = strata__cuda_layernorm_fwd(st, a->rows, F(a->x), O(a->x), F(a->gamma), O(a->gamma), F(a->beta),
+                                   O(a->beta), F(a->y), O(a->y), F(a->mean), O(a->mean), F(a->rstd), O(a->rstd),
+                                   a->rows, a->cols, a->eps);
+    break;
+  }
+  case STRATA__OP_LAYERNORM_BWD: {
+    const __typeof__(op->u.ln) *a = &op->u.ln;
+    /* dgamma/dbeta first: dx may be dy, and the dx kernel overwrites it. */
+    e = strata__cuda_layernorm_bwd_dparams(st, a->cols, F(a->x), O(a->x), F(a->mean), O(a->mean), F(a->rstd),
+                                           O(a->rstd), F(a->dy), O(a->dy), F(a->dgamma), O(a->dgamma),
+                                           F(a->dbeta), O(a->dbeta), a->rows, a->cols, a->accumulate);
+    if (e == cudaSuccess)
+      e = strata__cuda_layernorm_bwd_dx(st, a->rows, F(a->x), O(a->x), F(a->gamma), O(a->gamma), F(a->mean),
+                                        O(a->mean), F(a->rstd), O(a->rstd), F(a->dy), O(a->dy), F(a->dx),
+                                        O(a->dx), a->rows, a->cols);
+    break;
+  }
+  case STRATA__OP_SOFTMAX_FWD: {
+    const __typeof__(op->u.softmax) *a = &op->u.softmax;
+    e = strata__cuda_softmax_fwd(st, a->rows, F(a->x), O(a->x), F(a->y), O(a->y), a->rows, a->cols, a->scale,
+                                 a->causal);
+    break;
+  }
+  case STRATA__OP_SOFTMAX_BWD: {
+    const __typeof__(op->u.softmax) *a = &op->u.softmax;
+    e = strata__cuda_softmax_bwd(st, a->rows, F(a->y), O(a->y), F(a->dy), O(a->dy), F(a->dx), O(a->dx), a->rows,
+                                 a->cols, a->scale);
+    break;
+  }
+  case STRATA__OP_EMBEDDING_FWD: {
+    const __typeof__(op->u.emb) *a = &op->u.emb;
+    e = strata__cuda_embedding_fwd(st, a->n * a->dim, I(a->tokens), O(a->tokens), F(a->table), O(a->table),
+                                   F(a->out), O(a->out), a->n, a->dim, a->vocab);
+    break;
+  }
+  case STRATA__OP_EMBEDDING_BWD: {
+    const __typeof__(op->u.emb) *a = &op->u.emb;
+    e = strata__cuda_embedding_bwd(st, a->dim, I(a->tokens), O(a->tokens), F(a->dout), O(a->dout), F(a->dtable),
+                                   O(a->dtable), a->n, a->dim, a->vocab, a->accumulate);
+    break;
+  }
+  case STRATA__OP_XENT_FWD: {
+    const __typeof__(op->u.xent) *a = &op->u.xent;
+    e = strata__cuda_cross_entropy_fwd(st, a->rows, F(a->logits), O(a->logits), I(a->targets), O(a->targets),
+                                       F(a->loss), O(a->loss), a->rows, a->vocab);
+    break;
+  }
+  case STRATA__OP_XENT_BWD: {
+    const __typeof__(op->u.xent) *a = &op->u.xent;
+    e = strata__cuda_cross_entropy_bwd(st, a->rows, F(a->logits), O(a->logits), I(a->targets), O(a->targets),
+                                       F(a->dlogits), O(a->dlogits), a->rows, a->vocab, a->scale);
+    break;
+  }
+  case STRATA__OP_ADAMW: {
+    const __typeof__(op->u.adamw) *a = &op->u.adamw;
+    e = strata__cuda_adamw(st, a->n, F(a->param), O(a->param), F(a->grad), O(a->grad), F(a->m), O(a->m), F(a->v),
+                           O(a->v), a->n, a->lr, a->beta1, a->beta2, a->eps, a->weight_decay, a->step);
+    break;
+  }
+  case STRATA__OP_SUMSQ: {
+    const __typeof__(op->u.sumsq) *a = &op->u.sumsq;
+    /* Two fixed-order passes through the queue's own scratch: the result
+    ** does not depend on the launch geometry of anything but nparts. */
+    strata__i64 nparts = a->n < STRATA__CUDA_SUMSQ_PARTS ? a->n : STRATA__CUDA_SUMSQ_PARTS;
+    if (nparts > 0)
+      e = strata__cuda_sumsq_partial(st, nparts, F(a->x), O(a->x), a->n, q->partials, 0, nparts);
+    if (e == cudaSuccess)
+      e = strata__cuda_sumsq_final(st, 1, q->partials, 0, nparts, F(a->out), O(a->out), a->accumulate);
+    break;
+  }
+  case STRATA__OP_IM2COL: {
+    const __typeof__(op->u.im2col) *a = &op->u.im2col;
+    e = strata__cuda_im2col(st, a->c * a->r * a->s * a->p * a->q, F(a->x), O(a->x), F(a->col), O(a->col), a->c,
+                            a->h, a->w, a->r, a->s, a->stride, a->pad, a->p, a->q);
+    break;
+  }
+  case STRATA__OP_COL2IM: {
+    const __typeof__(op->u.im2col) *a = &op->u.im2col;
+    e = strata__cuda_col2im(st, a->c * a->h * a->w, F(a->col), O(a->col), F(a->x), O(a->x), a->c, a->h, a->w,
+                            a->r, a->s, a->stride, a->pad, a->p, a->q);
+    break;
+  }
+  case STRATA__OP_MAXPOOL_FWD: {
+    const __typeof__(op->u.pool) *a = &op->u.pool;
+    e = strata__cuda_maxpool_fwd(st, a->planes * a->p * a->q, F(a->x), O(a->x), F(a->y), O(a->y), I(a->idx),
+                                 O(a->idx), a->planes, a->h, a->w, a->size, a->stride, a->p, a->q);
+    break;
+  }
+  case STRATA__OP_MAXPOOL_BWD: {
+    const __typeof__(op->u.pool) *a = &op->u.pool;
+    e = strata__cuda_maxpool_bwd(st, a->planes * a->h * a->w, F(a->dy), O(a->dy), I(a->idx), O(a->idx),
+                                 F(a->dx), O(a->dx), a->planes, a->h, a->w, a->size, a->stride, a->p, a->q);
+    break;
+  }
+  default:
+    return cx->svc->error(STRATA_ERR_UNSUPPORTED, "cuda: op %d is unknown to this module", (int)op->id);
+  }
+  if (e != cudaSuccess) {
+    char what[64];
+    snprintf(what, sizeof what, "launching op %d on device %d", (int)op->id, q->dev);
+    return strata__cuda_fail(cx, what, e);
+  }
+  return STRATA_OK;
+}
+
+#undef F
+#undef I
+#undef O
+
+/* ------------------------------------------------------------------- table */
+
+static const struct strata__backend strata__cuda_backend = {
+    .api_version = STRATA__BACKEND_API_VERSION,
+    .name = "cuda",
+    .init = strata__cuda_init,
+    .fini = strata__cuda_fini,
+    .device_info = strata__cuda_device_info,
+    .alloc = strata__cuda_alloc,
+    .free = strata__cuda_free,
+    .host_alloc = strata__cuda_host_alloc,
+    .host_free = strata__cuda_host_free,
+    .queue_new = strata__cuda_queue_new,
+    .queue_free = strata__cuda_queue_free,
+    .queue_finish = strata__cuda_queue_finish,
+    .event_record = strata__cuda_event_record,
+    .event_wait = strata__cuda_event_wait,
+    .event_sync = strata__cuda_event_sync,
+    .event_free = strata__cuda_event_free,
+    .write = strata__cuda_write,
+    .read = strata__cuda_read,
+    .copy = strata__cuda_copy,
+    .op_supported = strata__cuda_op_supported,
+    .op = strata__cuda_op,
+};
+
+/* The module's one exported symbol. */
+__attribute__((visibility("default"))) const struct strata__backend *strata_backend_entry(void);
+__attribute__((visibility("default"))) const struct strata__backend *strata_backend_entry(void) {
+  return &strata__cuda_backend;
+}

@@ -1,0 +1,403 @@
+/* SPDX-License-Identifier: MIT */
+/* host-ops.c — the host backend's ops in plain C (the reference other backends are tested against) and CBLAS GEMM. */
+#include "config.h"
+
+#include <cblas.h>
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#include "host.h"
+
+#define F(m) ((float *)(m).h + (m).off)
+#define I(m) ((int32_t *)(m).h + (m).off)
+
+static void gemm(const struct strata__op *o) {
+  const float *a = F(o->u.gemm.a), *b = F(o->u.gemm.b);
+  float *c = F(o->u.gemm.c);
+  for (int64_t i = 0; i < o->u.gemm.batch; i++)
+    cblas_sgemm(CblasRowMajor, o->u.gemm.trans_a ? CblasTrans : CblasNoTrans,
+                o->u.gemm.trans_b ? CblasTrans : CblasNoTrans, (int)o->u.gemm.m, (int)o->u.gemm.n, (int)o->u.gemm.k,
+                o->u.gemm.alpha, a + i * o->u.gemm.stride_a, (int)o->u.gemm.lda, b + i * o->u.gemm.stride_b,
+                (int)o->u.gemm.ldb, o->u.gemm.beta, c + i * o->u.gemm.stride_c, (int)o->u.gemm.ldc);
+}
+
+static void bias_add(const struct strata__op *o) {
+  float *y = F(o->u.bias.y);
+  const float *b = F(o->u.bias.bias);
+  int64_t cols = o->u.bias.cols;
+  for (int64_t r = 0; r < o->u.bias.rows; r++)
+    for (int64_t c = 0; c < cols; c++)
+      y[r * cols + c] += b[c];
+}
+
+static void bias_grad(const struct strata__op *o) {
+  const float *dy = F(o->u.bias.y);
+  float *db = F(o->u.bias.bias);
+  int64_t cols = o->u.bias.cols;
+  if (!o->u.bias.accumulate)
+    memset(db, 0, (size_t)cols * sizeof *db);
+  for (int64_t r = 0; r < o->u.bias.rows; r++)
+    for (int64_t c = 0; c < cols; c++)
+      db[c] += dy[r * cols + c];
+}
+
+#define GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
+#define GELU_C 0.044715f
+
+static void gelu_fwd(const struct strata__op *o) {
+  const float *x = F(o->u.ew.x);
+  float *y = F(o->u.ew.y);
+  for (int64_t i = 0; i < o->u.ew.n; i++) {
+    float v = x[i];
+    y[i] = 0.5f * v * (1.0f + tanhf(GELU_K * (v + GELU_C * v * v * v)));
+  }
+}
+
+static void gelu_bwd(const struct strata__op *o) {
+  const float *x = F(o->u.ew.x), *dy = F(o->u.ew.dy);
+  float *dx = F(o->u.ew.dx);
+  for (int64_t i = 0; i < o->u.ew.n; i++) {
+    float v = x[i];
+    float t = tanhf(GELU_K * (v + GELU_C * v * v * v));
+    float dt = (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_C * v * v);
+    dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * dt);
+  }
+}
+
+static void relu_fwd(const struct strata__op *o) {
+  const float *x = F(o->u.ew.x);
+  float *y = F(o->u.ew.y);
+  for (int64_t i = 0; i < o->u.ew.n; i++)
+    y[i] = x[i] > 0 ? x[i] : 0.0f;
+}
+
+static void relu_bwd(const struct strata__op *o) {
+  const float *x = F(o->u.ew.x), *dy = F(o->u.ew.dy);
+  float *dx = F(o->u.ew.dx);
+  for (int64_t i = 0; i < o->u.ew.n; i++)
+    dx[i] = x[i] > 0 ? dy[i] : 0.0f;
+}
+
+static void add(const struct strata__op *o) {
+  const float *a = F(o->u.ew.x), *b = F(o->u.ew.b);
+  float *y = F(o->u.ew.y);
+  for (int64_t i = 0; i < o->u.ew.n; i++)
+    y[i] = a[i] + b[i];
+}
+
+static void scale(const struct strata__op *o) {
+  float *x = F(o->u.ew.x);
+  for (int64_t i = 0; i < o->u.ew.n; i++)
+    x[i] *= o->u.ew.alpha;
+}
+
+static void fill(const struct strata__op *o) {
+  float *x = F(o->u.ew.x);
+  for (int64_t i = 0; i < o->u.ew.n; i++)
+    x[i] = o->u.ew.alpha;
+}
+
+static void layernorm_fwd(const struct strata__op *o) {
+  const float *x = F(o->u.ln.x), *g = F(o->u.ln.gamma), *b = F(o->u.ln.beta);
+  float *y = F(o->u.ln.y), *mean = F(o->u.ln.mean), *rstd = F(o->u.ln.rstd);
+  int64_t cols = o->u.ln.cols;
+  for (int64_t r = 0; r < o->u.ln.rows; r++) {
+    const float *xr = x + r * cols;
+    double s = 0;
+    for (int64_t c = 0; c < cols; c++)
+      s += xr[c];
+    float mu = (float)(s / (double)cols);
+    double v = 0;
+    for (int64_t c = 0; c < cols; c++)
+      v += (double)(xr[c] - mu) * (xr[c] - mu);
+    float rs = 1.0f / sqrtf((float)(v / (double)cols) + o->u.ln.eps);
+    mean[r] = mu;
+    rstd[r] = rs;
+    for (int64_t c = 0; c < cols; c++)
+      y[r * cols + c] = (xr[c] - mu) * rs * g[c] + b[c];
+  }
+}
+
+static void layernorm_bwd(const struct strata__op *o) {
+  const float *x = F(o->u.ln.x), *g = F(o->u.ln.gamma), *mean = F(o->u.ln.mean), *rstd = F(o->u.ln.rstd);
+  const float *dy = F(o->u.ln.dy);
+  float *dx = F(o->u.ln.dx), *dg = F(o->u.ln.dgamma), *db = F(o->u.ln.dbeta);
+  int64_t cols = o->u.ln.cols;
+  if (!o->u.ln.accumulate) {
+    memset(dg, 0, (size_t)cols * sizeof *dg);
+    memset(db, 0, (size_t)cols * sizeof *db);
+  }
+  for (int64_t r = 0; r < o->u.ln.rows; r++) {
+    const float *xr = x + r * cols, *dyr = dy + r * cols;
+    float mu = mean[r], rs = rstd[r];
+    /* dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), dxhat = dy * gamma */
+    double s1 = 0, s2 = 0;
+    for (int64_t c = 0; c < cols; c++) {
+      float xh = (xr[c] - mu) * rs;
+      float dxh = dyr[c] * g[c];
+      s1 += dxh;
+      s2 += (double)dxh * xh;
+      dg[c] += dyr[c] * xh;
+      db[c] += dyr[c];
+    }
+    float m1 = (float)(s1 / (double)cols), m2 = (float)(s2 / (double)cols);
+    for (int64_t c = 0; c < cols; c++) {
+      float xh = (xr[c] - mu) * rs;
+      dx[r * cols + c] = rs * (dyr[c] * g[c] - m1 - xh * m2);
+    }
+  }
+}
+
+static void softmax_fwd(const struct strata__op *o) {
+  const float *x = F(o->u.softmax.x);
+  float *y = F(o->u.softmax.y);
+  int64_t cols = o->u.softmax.cols;
+  float sc = o->u.softmax.scale;
+  for (int64_t r = 0; r < o->u.softmax.rows; r++) {
+    int64_t valid = o->u.softmax.causal ? r % cols + 1 : cols;
+    const float *xr = x + r * cols;
+    float *yr = y + r * cols;
+    float mx = -FLT_MAX;
+    for (int64_t c = 0; c < valid; c++)
+      mx = fmaxf(mx, sc * xr[c]);
+    double s = 0;
+    for (int64_t c = 0; c < valid; c++) {
+      yr[c] = expf(sc * xr[c] - mx);
+      s += yr[c];
+    }
+    float inv = (float)(1.0 / s);
+    for (int64_t c = 0; c < valid; c++)
+      yr[c] *= inv;
+    for (int64_t c = valid; c < cols; c++)
+      yr[c] = 0.0f;
+  }
+}
+
+static void softmax_bwd(const struct strata__op *o) {
+  const float *y = F(o->u.softmax.y), *dy = F(o->u.softmax.dy);
+  float *dx = F(o->u.softmax.dx);
+  int64_t cols = o->u.softmax.cols;
+  for (int64_t r = 0; r < o->u.softmax.rows; r++) {
+    const float *yr = y + r * cols, *dyr = dy + r * cols;
+    double dot = 0;
+    for (int64_t c = 0; c < cols; c++)
+      dot += (double)yr[c] * dyr[c];
+    for (int64_t c = 0; c < cols; c++)
+      dx[r * cols + c] = o->u.softmax.scale * yr[c] * (dyr[c] - (float)dot);
+  }
+}
+
+static void embedding_fwd(const struct strata__op *o) {
+  const int32_t *tok = I(o->u.emb.tokens);
+  const float *table = F(o->u.emb.table);
+  float *out = F(o->u.emb.out);
+  int64_t dim = o->u.emb.dim;
+  for (int64_t i = 0; i < o->u.emb.n; i++) {
+    int32_t t = tok[i];
+    if (t >= 0 && t < o->u.emb.vocab)
+      memcpy(out + i * dim, table + (int64_t)t * dim, (size_t)dim * sizeof *out);
+    else
+      memset(out + i * dim, 0, (size_t)dim * sizeof *out);
+  }
+}
+
+static void embedding_bwd(const struct strata__op *o) {
+  const int32_t *tok = I(o->u.emb.tokens);
+  const float *dout = F(o->u.emb.dout);
+  float *dtable = F(o->u.emb.dtable);
+  int64_t dim = o->u.emb.dim;
+  if (!o->u.emb.accumulate)
+    memset(dtable, 0, (size_t)(o->u.emb.vocab * dim) * sizeof *dtable);
+  for (int64_t i = 0; i < o->u.emb.n; i++) {
+    int32_t t = tok[i];
+    if (t < 0 || t >= o->u.emb.vocab)
+      continue;
+    for (int64_t d = 0; d < dim; d++)
+      dtable[(int64_t)t * dim + d] += dout[i * dim + d];
+  }
+}
+
+/* log(sum(exp(row))) computed around the row maximum. */
+static float logsumexp(const float *row, int64_t n, float *mx_out) {
+  float mx = -FLT_MAX;
+  for (int64_t c = 0; c < n; c++)
+    mx = fmaxf(mx, row[c]);
+  double s = 0;
+  for (int64_t c = 0; c < n; c++)
+    s += expf(row[c] - mx);
+  *mx_out = mx;
+  return mx + (float)log(s);
+}
+
+static void xent_fwd(const struct strata__op *o) {
+  const float *logits = F(o->u.xent.logits);
+  const int32_t *tgt = I(o->u.xent.targets);
+  float *loss = F(o->u.xent.loss);
+  int64_t v = o->u.xent.vocab;
+  for (int64_t r = 0; r < o->u.xent.rows; r++) {
+    int32_t t = tgt[r];
+    if (t < 0 || t >= v) {
+      loss[r] = 0.0f;
+      continue;
+    }
+    float mx;
+    loss[r] = logsumexp(logits + r * v, v, &mx) - logits[r * v + t];
+  }
+}
+
+static void xent_bwd(const struct strata__op *o) {
+  const float *logits = F(o->u.xent.logits);
+  const int32_t *tgt = I(o->u.xent.targets);
+  float *dl = F(o->u.xent.dlogits);
+  int64_t v = o->u.xent.vocab;
+  for (int64_t r = 0; r < o->u.xent.rows; r++) {
+    int32_t t = tgt[r];
+    float *dr = dl + r * v;
+    if (t < 0 || t >= v) {
+      memset(dr, 0, (size_t)v * sizeof *dr);
+      continue;
+    }
+    float mx;
+    float lse = logsumexp(logits + r * v, v, &mx);
+    for (int64_t c = 0; c < v; c++)
+      dr[c] = o->u.xent.scale * (expf(logits[r * v + c] - lse) - (c == t ? 1.0f : 0.0f));
+  }
+}
+
+static void adamw(const struct strata__op *o) {
+  float *p = F(o->u.adamw.param), *m = F(o->u.adamw.m), *v = F(o->u.adamw.v);
+  const float *g = F(o->u.adamw.grad);
+  float b1 = o->u.adamw.beta1, b2 = o->u.adamw.beta2;
+  float c1 = 1.0f - powf(b1, (float)o->u.adamw.step), c2 = 1.0f - powf(b2, (float)o->u.adamw.step);
+  for (int64_t i = 0; i < o->u.adamw.n; i++) {
+    m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+    v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+    float mh = m[i] / c1, vh = v[i] / c2;
+    p[i] -= o->u.adamw.lr * (mh / (sqrtf(vh) + o->u.adamw.eps) + o->u.adamw.weight_decay * p[i]);
+  }
+}
+
+static void sumsq(const struct strata__op *o) {
+  const float *x = F(o->u.sumsq.x);
+  double s = 0;
+  for (int64_t i = 0; i < o->u.sumsq.n; i++)
+    s += (double)x[i] * x[i];
+  float *out = F(o->u.sumsq.out);
+  out[0] = (o->u.sumsq.accumulate ? out[0] : 0.0f) + (float)s;
+}
+
+static void im2col(const struct strata__op *o) {
+  const float *x = F(o->u.im2col.x);
+  float *col = F(o->u.im2col.col);
+  int64_t h = o->u.im2col.h, w = o->u.im2col.w, r = o->u.im2col.r, s = o->u.im2col.s;
+  int64_t p = o->u.im2col.p, q = o->u.im2col.q, st = o->u.im2col.stride, pad = o->u.im2col.pad;
+  for (int64_t c = 0; c < o->u.im2col.c; c++)
+    for (int64_t i = 0; i < r; i++)
+      for (int64_t j = 0; j < s; j++) {
+        float *row = col + ((c * r + i) * s + j) * p * q;
+        for (int64_t y = 0; y < p; y++)
+          for (int64_t xx = 0; xx < q; xx++) {
+            int64_t iy = y * st - pad + i, ix = xx * st - pad + j;
+            row[y * q + xx] = (iy >= 0 && iy < h && ix >= 0 && ix < w) ? x[(c * h + iy) * w + ix] : 0.0f;
+          }
+      }
+}
+
+static void col2im(const struct strata__op *o) {
+  float *x = F(o->u.im2col.x);
+  const float *col = F(o->u.im2col.col);
+  int64_t h = o->u.im2col.h, w = o->u.im2col.w, r = o->u.im2col.r, s = o->u.im2col.s;
+  int64_t p = o->u.im2col.p, q = o->u.im2col.q, st = o->u.im2col.stride, pad = o->u.im2col.pad;
+  memset(x, 0, (size_t)(o->u.im2col.c * h * w) * sizeof *x);
+  for (int64_t c = 0; c < o->u.im2col.c; c++)
+    for (int64_t i = 0; i < r; i++)
+      for (int64_t j = 0; j < s; j++) {
+        const float *row = col + ((c * r + i) * s + j) * p * q;
+        for (int64_t y = 0; y < p; y++)
+          for (int64_t xx = 0; xx < q; xx++) {
+            int64_t iy = y * st - pad + i, ix = xx * st - pad + j;
+            if (iy >= 0 && iy < h && ix >= 0 && ix < w)
+              x[(c * h + iy) * w + ix] += row[y * q + xx];
+          }
+      }
+}
+
+static void maxpool_fwd(const struct strata__op *o) {
+  const float *x = F(o->u.pool.x);
+  float *y = F(o->u.pool.y);
+  int32_t *idx = I(o->u.pool.idx);
+  int64_t h = o->u.pool.h, w = o->u.pool.w, p = o->u.pool.p, q = o->u.pool.q;
+  int64_t size = o->u.pool.size, st = o->u.pool.stride;
+  for (int64_t pl = 0; pl < o->u.pool.planes; pl++)
+    for (int64_t i = 0; i < p; i++)
+      for (int64_t j = 0; j < q; j++) {
+        float best = -FLT_MAX;
+        int32_t at = -1;
+        for (int64_t a = 0; a < size; a++)
+          for (int64_t b = 0; b < size; b++) {
+            int64_t pos = (i * st + a) * w + (j * st + b);
+            float v = x[pl * h * w + pos];
+            if (at < 0 || v > best) {
+              best = v;
+              at = (int32_t)pos;
+            }
+          }
+        y[(pl * p + i) * q + j] = best;
+        idx[(pl * p + i) * q + j] = at;
+      }
+}
+
+static void maxpool_bwd(const struct strata__op *o) {
+  const float *dy = F(o->u.pool.dy);
+  const int32_t *idx = I(o->u.pool.idx);
+  float *dx = F(o->u.pool.dx);
+  int64_t hw = o->u.pool.h * o->u.pool.w, pq = o->u.pool.p * o->u.pool.q;
+  memset(dx, 0, (size_t)(o->u.pool.planes * hw) * sizeof *dx);
+  for (int64_t pl = 0; pl < o->u.pool.planes; pl++)
+    for (int64_t k = 0; k < pq; k++) {
+      int32_t at = idx[pl * pq + k];
+      if (at >= 0 && at < hw)
+        dx[pl * hw + at] += dy[pl * pq + k];
+    }
+}
+
+typedef void (*host_fn)(const struct strata__op *);
+
+static const host_fn host_ops[STRATA__OP_COUNT] = {
+    [STRATA__OP_GEMM] = gemm,
+    [STRATA__OP_BIAS_ADD] = bias_add,
+    [STRATA__OP_BIAS_GRAD] = bias_grad,
+    [STRATA__OP_GELU_FWD] = gelu_fwd,
+    [STRATA__OP_GELU_BWD] = gelu_bwd,
+    [STRATA__OP_RELU_FWD] = relu_fwd,
+    [STRATA__OP_RELU_BWD] = relu_bwd,
+    [STRATA__OP_ADD] = add,
+    [STRATA__OP_SCALE] = scale,
+    [STRATA__OP_FILL] = fill,
+    [STRATA__OP_LAYERNORM_FWD] = layernorm_fwd,
+    [STRATA__OP_LAYERNORM_BWD] = layernorm_bwd,
+    [STRATA__OP_SOFTMAX_FWD] = softmax_fwd,
+    [STRATA__OP_SOFTMAX_BWD] = softmax_bwd,
+    [STRATA__OP_EMBEDDING_FWD] = embedding_fwd,
+    [STRATA__OP_EMBEDDING_BWD] = embedding_bwd,
+    [STRATA__OP_XENT_FWD] = xent_fwd,
+    [STRATA__OP_XENT_BWD] = xent_bwd,
+    [STRATA__OP_ADAMW] = adamw,
+    [STRATA__OP_SUMSQ] = sumsq,
+    [STRATA__OP_IM2COL] = im2col,
+    [STRATA__OP_COL2IM] = col2im,
+    [STRATA__OP_MAXPOOL_FWD] = maxpool_fwd,
+    [STRATA__OP_MAXPOOL_BWD] = maxpool_bwd,
+};
+
+int strata__host_op_supported(enum strata__op_id id) {
+  return (unsigned)id < STRATA__OP_COUNT && host_ops[id] != NULL;
+}
+
+int strata__host_op_run(const struct strata__op *op) {
+  if (!strata__host_op_supported(op->id))
+    return STRATA_ERR_UNSUPPORTED;
+  host_ops[op->id](op);
+  return STRATA_OK;
+}

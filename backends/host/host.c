@@ -1,0 +1,395 @@
+/* SPDX-License-Identifier: MIT */
+/* host.c — the CPU backend: N virtual devices (STRATA_HOST_DEVICES), one worker thread per queue. */
+#include "config.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifdef HAVE_OPENBLAS_SET_NUM_THREADS
+#include <cblas.h>
+#endif
+
+#include "host.h"
+
+static const struct strata__services *svc;
+
+struct host_ctx {
+  int ndev;
+  uint64_t mem_per_device;
+  int units_per_device;
+  char cpu_name[96];
+};
+
+/* Events: set once by the queue that records them; shared by reference count. */
+struct host_event {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  int done;
+  int refs;
+};
+
+enum task_kind { TASK_OP, TASK_COPY, TASK_SIGNAL, TASK_WAIT };
+
+struct task {
+  struct task *next;
+  enum task_kind kind;
+  struct strata__op op;          /* TASK_OP */
+  void *dst;                     /* TASK_COPY */
+  const void *src;
+  size_t bytes;
+  struct host_event *event;      /* TASK_SIGNAL, TASK_WAIT */
+};
+
+struct host_queue {
+  pthread_t thread;
+  pthread_mutex_t lock;
+  pthread_cond_t cond;           /* work arrived, or stop */
+  pthread_cond_t idle;           /* the queue drained */
+  struct task *head, *tail;
+  int busy;                      /* the worker is running a task */
+  int stop;
+  int status;                    /* first error since the last finish */
+  char message[512];
+};
+
+static void event_release(struct host_event *e) {
+  pthread_mutex_lock(&e->lock);
+  int last = --e->refs == 0;
+  pthread_mutex_unlock(&e->lock);
+  if (last) {
+    pthread_mutex_destroy(&e->lock);
+    pthread_cond_destroy(&e->cond);
+    free(e);
+  }
+}
+
+static void event_block(struct host_event *e) {
+  pthread_mutex_lock(&e->lock);
+  while (!e->done)
+    pthread_cond_wait(&e->cond, &e->lock);
+  pthread_mutex_unlock(&e->lock);
+}
+
+static void task_run(struct host_queue *q, struct task *t) {
+  int rc = 0;
+  switch (t->kind) {
+  case TASK_OP:
+    rc = strata__host_op_run(&t->op);
+    break;
+  case TASK_COPY:
+    memmove(t->dst, t->src, t->bytes);
+    break;
+  case TASK_SIGNAL:
+    pthread_mutex_lock(&t->event->lock);
+    t->event->done = 1;
+    pthread_cond_broadcast(&t->event->cond);
+    pthread_mutex_unlock(&t->event->lock);
+    event_release(t->event);
+    break;
+  case TASK_WAIT:
+    event_block(t->event);
+    event_release(t->event);
+    break;
+  }
+  if (rc && !q->status) {
+    q->status = rc;
+    snprintf(q->message, sizeof q->message, "host: op failed with status %d", rc);
+  }
+}
+
+static void *worker(void *arg) {
+  struct host_queue *q = arg;
+  pthread_mutex_lock(&q->lock);
+  for (;;) {
+    while (!q->head && !q->stop)
+      pthread_cond_wait(&q->cond, &q->lock);
+    if (!q->head && q->stop)
+      break;
+    struct task *t = q->head;
+    q->head = t->next;
+    if (!q->head)
+      q->tail = NULL;
+    q->busy = 1;
+    pthread_mutex_unlock(&q->lock);
+    task_run(q, t);
+    free(t);
+    pthread_mutex_lock(&q->lock);
+    q->busy = 0;
+    if (!q->head)
+      pthread_cond_broadcast(&q->idle);
+  }
+  pthread_mutex_unlock(&q->lock);
+  return NULL;
+}
+
+static int enqueue(struct host_queue *q, struct task *t) {
+  t->next = NULL;
+  pthread_mutex_lock(&q->lock);
+  if (q->tail)
+    q->tail->next = t;
+  else
+    q->head = t;
+  q->tail = t;
+  pthread_cond_signal(&q->cond);
+  pthread_mutex_unlock(&q->lock);
+  return STRATA_OK;
+}
+
+static struct task *task_new(enum task_kind kind) {
+  struct task *t = calloc(1, sizeof *t);
+  if (!t)
+    svc->error(STRATA_ERR_NOMEM, "host: out of memory queueing work");
+  else
+    t->kind = kind;
+  return t;
+}
+
+/* STRATA_HOST_DEVICES: how many virtual devices (1..64, default 1). */
+static int read_device_count(int *n) {
+  const char *env = getenv("STRATA_HOST_DEVICES");
+  *n = 1;
+  if (!env || !*env)
+    return STRATA_OK;
+  char *end = NULL;
+  errno = 0;
+  long v = strtol(env, &end, 10);
+  if (errno || end == env || *end || v < 0 || v > 64)
+    return svc->error(STRATA_ERR_PARSE, "STRATA_HOST_DEVICES='%s' is not a device count between 0 and 64", env);
+  *n = (int)v;
+  return STRATA_OK;
+}
+
+static void read_cpu_name(char *buf, size_t len) {
+  snprintf(buf, len, "CPU");
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (!f)
+    return;
+  char line[256];
+  while (fgets(line, sizeof line, f)) {
+    if (strncmp(line, "model name", 10) == 0) {
+      char *colon = strchr(line, ':');
+      if (colon) {
+        colon++;
+        while (*colon == ' ')
+          colon++;
+        colon[strcspn(colon, "\n")] = '\0';
+        snprintf(buf, len, "%s", colon);
+      }
+      break;
+    }
+  }
+  fclose(f);
+}
+
+static int host_init(const struct strata__services *services, void **ctx, char *why, size_t why_len) {
+  svc = services;
+  int n;
+  int rc = read_device_count(&n);
+  if (rc)
+    return rc;
+  if (n == 0) {
+    snprintf(why, why_len, "STRATA_HOST_DEVICES=0");
+    *ctx = NULL;
+    return 0;
+  }
+  struct host_ctx *c = calloc(1, sizeof *c);
+  if (!c)
+    return svc->error(STRATA_ERR_NOMEM, "host: out of memory");
+  c->ndev = n;
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  uint64_t total = (pages > 0 && page > 0) ? (uint64_t)pages * (uint64_t)page : (1ull << 32);
+  c->mem_per_device = total / (uint64_t)n;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  c->units_per_device = cores > n ? (int)(cores / n) : 1;
+  read_cpu_name(c->cpu_name, sizeof c->cpu_name);
+#ifdef HAVE_OPENBLAS_SET_NUM_THREADS
+  /* Several virtual devices each run their own GEMMs: one BLAS thread per
+  ** device keeps them from fighting over the cores. STRATA_HOST_THREADS overrides. */
+  const char *threads = getenv("STRATA_HOST_THREADS");
+  if (threads && *threads) {
+    char *end = NULL;
+    long t = strtol(threads, &end, 10);
+    if (end == threads || *end || t < 1 || t > 1024) {
+      free(c);
+      return svc->error(STRATA_ERR_PARSE, "STRATA_HOST_THREADS='%s' is not a thread count", threads);
+    }
+    openblas_set_num_threads((int)t);
+  } else if (n > 1) {
+    openblas_set_num_threads(1);
+  }
+#endif
+  *ctx = c;
+  return n;
+}
+
+static void host_fini(void *ctx) { free(ctx); }
+
+static int host_device_info(void *ctx, int dev, struct strata__device_info *info) {
+  struct host_ctx *c = ctx;
+  snprintf(info->name, sizeof info->name, "host virtual device %d (%s)", dev, c->cpu_name);
+  snprintf(info->vendor, sizeof info->vendor, "host");
+  info->is_cpu = 1;
+  info->compute_units = c->units_per_device;
+  info->total_memory = c->mem_per_device;
+  info->pci_bus_id[0] = '\0';
+  return STRATA_OK;
+}
+
+static int host_alloc(void *ctx, int dev, size_t bytes, void **buf) {
+  void *p = NULL;
+  if (posix_memalign(&p, 64, bytes) != 0)
+    return svc->error(STRATA_ERR_DEVICE_MEMORY, "host: out of memory allocating %zu bytes on virtual device %d", bytes,
+                      dev);
+  *buf = p;
+  return STRATA_OK;
+}
+
+static void host_free(void *ctx, int dev, void *buf) { free(buf); }
+
+static int host_queue_new(void *ctx, int dev, void **out) {
+  struct host_queue *q = calloc(1, sizeof *q);
+  if (!q)
+    return svc->error(STRATA_ERR_NOMEM, "host: out of memory creating a queue");
+  pthread_mutex_init(&q->lock, NULL);
+  pthread_cond_init(&q->cond, NULL);
+  pthread_cond_init(&q->idle, NULL);
+  int err = pthread_create(&q->thread, NULL, worker, q);
+  if (err) {
+    pthread_mutex_destroy(&q->lock);
+    pthread_cond_destroy(&q->cond);
+    pthread_cond_destroy(&q->idle);
+    free(q);
+    return svc->error(STRATA_ERR_BACKEND, "host: cannot start a queue thread: %s", strerror(err));
+  }
+  *out = q;
+  return STRATA_OK;
+}
+
+static int host_queue_finish(void *ctx, void *queue) {
+  struct host_queue *q = queue;
+  pthread_mutex_lock(&q->lock);
+  while (q->head || q->busy)
+    pthread_cond_wait(&q->idle, &q->lock);
+  int rc = q->status;
+  char msg[sizeof q->message];
+  memcpy(msg, q->message, sizeof msg);
+  q->status = 0;
+  pthread_mutex_unlock(&q->lock);
+  if (rc)
+    return svc->error(rc, "%s", msg);
+  return STRATA_OK;
+}
+
+static void host_queue_free(void *ctx, void *queue) {
+  struct host_queue *q = queue;
+  pthread_mutex_lock(&q->lock);
+  q->stop = 1;
+  pthread_cond_signal(&q->cond);
+  pthread_mutex_unlock(&q->lock);
+  pthread_join(q->thread, NULL);
+  pthread_mutex_destroy(&q->lock);
+  pthread_cond_destroy(&q->cond);
+  pthread_cond_destroy(&q->idle);
+  free(q);
+}
+
+static int host_event_record(void *ctx, void *queue, void **out) {
+  struct host_event *e = calloc(1, sizeof *e);
+  struct task *t = task_new(TASK_SIGNAL);
+  if (!e || !t) {
+    free(e);
+    free(t);
+    return svc->error(STRATA_ERR_NOMEM, "host: out of memory recording an event");
+  }
+  pthread_mutex_init(&e->lock, NULL);
+  pthread_cond_init(&e->cond, NULL);
+  e->refs = 2; /* the caller's handle and the signalling task */
+  t->event = e;
+  enqueue(queue, t);
+  *out = e;
+  return STRATA_OK;
+}
+
+static int host_event_wait(void *ctx, void *queue, void *event) {
+  struct host_event *e = event;
+  struct task *t = task_new(TASK_WAIT);
+  if (!t)
+    return STRATA_ERR_NOMEM;
+  pthread_mutex_lock(&e->lock);
+  e->refs++;
+  pthread_mutex_unlock(&e->lock);
+  t->event = e;
+  return enqueue(queue, t);
+}
+
+static int host_event_sync(void *ctx, void *event) {
+  event_block(event);
+  return STRATA_OK;
+}
+
+static void host_event_free(void *ctx, void *event) { event_release(event); }
+
+static int copy_task(void *queue, void *dst, const void *src, size_t bytes) {
+  struct task *t = task_new(TASK_COPY);
+  if (!t)
+    return STRATA_ERR_NOMEM;
+  t->dst = dst;
+  t->src = src;
+  t->bytes = bytes;
+  return enqueue(queue, t);
+}
+
+static int host_write(void *ctx, void *queue, void *dst, size_t off, const void *src, size_t bytes) {
+  return copy_task(queue, (char *)dst + off, src, bytes);
+}
+
+static int host_read(void *ctx, void *queue, void *src, size_t off, void *dst, size_t bytes) {
+  return copy_task(queue, dst, (const char *)src + off, bytes);
+}
+
+static int host_copy(void *ctx, void *queue, void *dst, size_t doff, void *src, size_t soff, size_t bytes) {
+  return copy_task(queue, (char *)dst + doff, (const char *)src + soff, bytes);
+}
+
+static int host_op_supported(void *ctx, int dev, enum strata__op_id id) { return strata__host_op_supported(id); }
+
+static int host_op(void *ctx, void *queue, const struct strata__op *op) {
+  struct task *t = task_new(TASK_OP);
+  if (!t)
+    return STRATA_ERR_NOMEM;
+  t->op = *op;
+  return enqueue(queue, t);
+}
+
+static const struct strata__backend host_backend = {
+    .api_version = STRATA__BACKEND_API_VERSION,
+    .name = "host",
+    .init = host_init,
+    .fini = host_fini,
+    .device_info = host_device_info,
+    .alloc = host_alloc,
+    .free = host_free,
+    .host_alloc = NULL, /* plain malloc: host memory is already where the CPU reads it */
+    .host_free = NULL,
+    .queue_new = host_queue_new,
+    .queue_free = host_queue_free,
+    .queue_finish = host_queue_finish,
+    .event_record = host_event_record,
+    .event_wait = host_event_wait,
+    .event_sync = host_event_sync,
+    .event_free = host_event_free,
+    .write = host_write,
+    .read = host_read,
+    .copy = host_copy,
+    .op_supported = host_op_supported,
+    .op = host_op,
+};
+
+__attribute__((visibility("default"))) const struct strata__backend *strata_backend_entry(void);
+__attribute__((visibility("default"))) const struct strata__backend *strata_backend_entry(void) {
+  return &host_backend;
+}

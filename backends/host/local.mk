@@ -1,0 +1,10 @@
+# SPDX-License-Identifier: MIT
+# backends/host/ — the CPU backend module (CBLAS GEMM, virtual devices).
+pkglib_LTLIBRARIES += backends/host/strata-host.la
+backends_host_strata_host_la_SOURCES = \
+	%reldir%/host.c \
+	%reldir%/host.h \
+	%reldir%/host-ops.c
+backends_host_strata_host_la_CPPFLAGS = $(AM_CPPFLAGS) $(BLAS_CFLAGS)
+backends_host_strata_host_la_LIBADD = $(BLAS_LIBS) $(PTHREAD_LIBS) -lm
+backends_host_strata_host_la_LDFLAGS = -module -avoid-version -shared -no-undefined

@@ -1,0 +1,114 @@
+/* SPDX-License-Identifier: MIT */
+/* opencl.h — the OpenCL backend's own objects (platforms, devices, buffers, queues, events), shared by its files. Internal. */
+#ifndef STRATA__OPENCL_H
+#define STRATA__OPENCL_H
+
+#include <pthread.h>
+#include <stddef.h>
+
+#include <CL/cl.h>
+
+#include "backend.h"
+
+/*
+** The kernels of kernels/ops.k this backend launches: X(enum id, kernel name).
+** Every queue creates its own cl_kernel for each (cl_kernel arguments are
+** state, so two threads must never share one).
+*/
+#define STRATA__OCL_KERNEL_MAP(X)                       \
+  X(BIAS_ADD, "k_bias_add")                             \
+  X(BIAS_GRAD, "k_bias_grad")                           \
+  X(GELU_FWD, "k_gelu_fwd")                             \
+  X(GELU_BWD, "k_gelu_bwd")                             \
+  X(RELU_FWD, "k_relu_fwd")                             \
+  X(RELU_BWD, "k_relu_bwd")                             \
+  X(ADD, "k_add")                                       \
+  X(SCALE, "k_scale")                                   \
+  X(FILL, "k_fill")                                     \
+  X(LAYERNORM_FWD, "k_layernorm_fwd")                   \
+  X(LAYERNORM_BWD_DX, "k_layernorm_bwd_dx")             \
+  X(LAYERNORM_BWD_DPARAMS, "k_layernorm_bwd_dparams")   \
+  X(SOFTMAX_FWD, "k_softmax_fwd")                       \
+  X(SOFTMAX_BWD, "k_softmax_bwd")                       \
+  X(EMBEDDING_FWD, "k_embedding_fwd")                   \
+  X(EMBEDDING_BWD, "k_embedding_bwd")                   \
+  X(XENT_FWD, "k_cross_entropy_fwd")                    \
+  X(XENT_BWD, "k_cross_entropy_bwd")                    \
+  X(ADAMW, "k_adamw")                                   \
+  X(SUMSQ_PARTIAL, "k_sumsq_partial")                   \
+  X(SUMSQ_FINAL, "k_sumsq_final")                       \
+  X(IM2COL, "k_im2col")                                 \
+  X(COL2IM, "k_col2im")                                 \
+  X(MAXPOOL_FWD, "k_maxpool_fwd")                       \
+  X(MAXPOOL_BWD, "k_maxpool_bwd")
+
+enum strata__ocl_kernel {
+#define STRATA__OCL_K_ENUM(id, name) STRATA__OCL_K_##id,
+  STRATA__OCL_KERNEL_MAP(STRATA__OCL_K_ENUM)
+#undef STRATA__OCL_K_ENUM
+  STRATA__OCL_K_COUNT
+};
+
+/* Number of partial sums of the first sumsq pass (k_sumsq_partial); each
+** queue owns a scratch buffer of this many floats. */
+#define STRATA__OCL_SUMSQ_PARTS 256
+
+/* One OpenCL platform: a context over all its devices (so that they can
+** copy to each other with clEnqueueCopyBuffer) and the kernel program,
+** built on first use under `lock`. */
+struct strata__ocl_platform {
+  cl_platform_id id;
+  cl_context context;
+  pthread_mutex_t lock;
+  cl_program program;       /* NULL until built */
+  int build_status;         /* 0, or the strata status of a failed build (not retried) */
+  char build_error[512];    /* message of that failure */
+  pthread_mutex_t async_lock;  /* guards async_error (the callback runs on driver threads) */
+  char async_error[256];    /* first error the driver reported through the context callback, "" if none */
+  char name[64];
+};
+
+struct strata__ocl_device {
+  cl_device_id id;
+  struct strata__ocl_platform *platform;
+  struct strata__device_info info;
+};
+
+/* The backend context returned by init. */
+struct strata__ocl {
+  const struct strata__services *svc;
+  int nplatforms;
+  struct strata__ocl_platform *platforms;
+  int ndevices;
+  struct strata__ocl_device *devices;
+};
+
+struct strata__ocl_buffer {
+  cl_mem mem;
+  struct strata__ocl_device *dev;
+};
+
+struct strata__ocl_queue {
+  cl_command_queue q;
+  struct strata__ocl_device *dev;
+  cl_kernel kernels[STRATA__OCL_K_COUNT];
+  cl_mem sumsq_parts;       /* STRATA__OCL_SUMSQ_PARTS floats */
+};
+
+struct strata__ocl_event {
+  cl_event ev;
+  cl_context context;
+};
+
+/* Name of an OpenCL error code ("CL_OUT_OF_RESOURCES"); a static string. */
+const char *strata__ocl_err_name(cl_int err);
+
+/* Report an OpenCL failure through services->error: "what: CL_NAME (code)"
+** with a status chosen from the code (out of memory, or backend failure).
+** Returns that status. */
+int strata__ocl_fail(const struct strata__ocl *ocl, cl_int err, const char *what);
+
+/* Enqueue one op on queue `q` (the backend table's `op` slot). */
+int strata__ocl_op(void *ctx, void *queue, const struct strata__op *op);
+
+#endif /* STRATA__OPENCL_H */

@@ -1,0 +1,62 @@
+/* SPDX-License-Identifier: MIT */
+/* registry.h — the runtime's view of loaded backends, their devices and the handles built on them. Internal. */
+#ifndef STRATA__REGISTRY_H
+#define STRATA__REGISTRY_H
+
+#include <pthread.h>
+
+#include "backend.h"
+#include "util.h"
+
+#define STRATA__MAX_BACKENDS 3
+#define STRATA__MAX_DEVICES 256
+
+struct strata__slot {
+  char name[16];
+  const struct strata__backend *be;   /* NULL when not loaded */
+  void *ctx;
+  void *dl;                           /* dlopen handle */
+  int device_count;                   /* devices it contributes (after de-duplication) */
+  char reason[256];
+  char path[512];
+};
+
+struct strata__device {
+  int index;                          /* global index */
+  struct strata__slot *slot;
+  int local;                          /* index inside the backend */
+  struct strata__device_info info;
+  pthread_mutex_t lock;               /* guards the accounting below */
+  uint64_t used, peak, limit;
+};
+
+struct strata_buffer {
+  struct strata__device *dev;
+  void *h;
+  size_t size;
+};
+
+struct strata_queue {
+  struct strata__device *dev;
+  void *h;
+};
+
+struct strata_event {
+  struct strata__device *dev;
+  void *h;
+};
+
+/* Ensure strata_init has run; returns its status. */
+int strata__ready(void);
+
+/* The device with global index `dev`, or NULL after recording an error. */
+struct strata__device *strata__device_get(int dev);
+
+/* A one-line label for messages: "device 2 (opencl: pthread-skylake...)". */
+const char *strata__device_label(const struct strata__device *d, char *buf, size_t len);
+
+/* Reserve / release `bytes` of the device's accounted memory. */
+int strata__device_reserve(struct strata__device *d, uint64_t bytes);
+void strata__device_release(struct strata__device *d, uint64_t bytes);
+
+#endif /* STRATA__REGISTRY_H */

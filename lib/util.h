@@ -1,0 +1,34 @@
+/* SPDX-License-Identifier: MIT */
+/* util.h — internal helpers shared by the runtime: error recording, logging, checked arithmetic. */
+#ifndef STRATA__UTIL_H
+#define STRATA__UTIL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <strata/common.h>
+
+/* Record `fmt` as this thread's last error message and return `status`. */
+int strata__error(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int strata__verror(int status, const char *fmt, va_list ap);
+/* Forget the last error (called at the start of public calls that succeed
+** without touching it is not needed: the message only matters after a failure). */
+void strata__error_clear(void);
+
+/* Log through the installed handler; cheap when logging is off. */
+void strata__log(int level, const char *subsystem, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void strata__vlog(int level, const char *subsystem, const char *fmt, va_list ap);
+
+/* a * b into *out unless it overflows (returns 0 then). */
+static inline int strata__mul_ok(uint64_t a, uint64_t b, uint64_t *out) {
+  if (a != 0 && b > UINT64_MAX / a)
+    return 0;
+  *out = a * b;
+  return 1;
+}
+
+/* Copy at most size-1 bytes of src into dst, always terminated. */
+void strata__strlcpy(char *dst, const char *src, size_t size);
+
+#endif /* STRATA__UTIL_H */

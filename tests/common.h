@@ -1,0 +1,57 @@
+/* SPDX-License-Identifier: MIT */
+/* common.h — helpers shared by the Criterion suites: device lookup, random data, comparisons. */
+#ifndef STRATA_TESTS_COMMON_H
+#define STRATA_TESTS_COMMON_H
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <strata/strata.h>
+
+/* Assert a strata call succeeded, printing the library's message if not. */
+#define OK(call)                                                                                                       \
+  do {                                                                                                                 \
+    int rc_ = (call);                                                                                                  \
+    cr_assert_eq(rc_, STRATA_OK, "%s -> %s: %s", #call, strata_err_name(rc_), strata_last_error());                    \
+  } while (0)
+
+/* First device of backend `name`, or -1. */
+static inline int tc_find_device(const char *name, int nth) {
+  int n = 0;
+  if (strata_device_count(&n) != STRATA_OK)
+    return -1;
+  for (int i = 0; i < n; i++) {
+    struct strata_device_props p;
+    if (strata_device_props(i, &p) == STRATA_OK && strcmp(p.backend, name) == 0 && nth-- == 0)
+      return i;
+  }
+  return -1;
+}
+
+/* Deterministic uniform values in [lo, hi). */
+static inline void tc_fill(float *x, size_t n, uint32_t seed, float lo, float hi) {
+  uint64_t s = seed * 2654435761u + 1;
+  for (size_t i = 0; i < n; i++) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    x[i] = lo + (hi - lo) * (float)((s >> 40) & 0xffffff) / 16777216.0f;
+  }
+}
+
+/* Largest |a - b| / (atol + rtol |b|) over n values; <= 1 means within tolerance. */
+static inline double tc_excess(const float *a, const float *b, size_t n, double atol, double rtol, size_t *where) {
+  double worst = 0;
+  for (size_t i = 0; i < n; i++) {
+    double e = fabs((double)a[i] - b[i]) / (atol + rtol * fabs((double)b[i]));
+    if (!(e <= worst)) {
+      worst = isnan(e) ? INFINITY : e;
+      if (where)
+        *where = i;
+    }
+  }
+  return worst;
+}
+
+#endif /* STRATA_TESTS_COMMON_H */
