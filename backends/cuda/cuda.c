@@ -121,7 +121,7 @@ static int strata__cuda_device_info(void *ctx, int dev, struct strata__device_in
   if (e != cudaSuccess)
     return strata__cuda_fail(cx, "cudaGetDeviceProperties", e);
   memset(info, 0, sizeof *info);
-  snprintf(info->name, sizeof info->name, "%s", prop.name);
+  snprintf(info->name, sizeof info->name, "%.*s", (int)sizeof info->name - 1, prop.name);
   snprintf(info->vendor, sizeof info->vendor, "NVIDIA");
   info->is_cpu = 0;
   info->compute_units = prop.multiProcessorCount;
