@@ -3,10 +3,10 @@
 
 # The kernel sources, in the order a backend glues them: the dialect first.
 # The CUDA backend compiles the same files (#include "dialect.h", "ops.k").
-STRATA_KERNEL_SOURCES = \
+STRATA_KERNEL_FILES = \
 	%reldir%/dialect.h \
 	%reldir%/ops.k
-EXTRA_DIST += $(STRATA_KERNEL_SOURCES) %reldir%/embed.awk
+EXTRA_DIST += $(STRATA_KERNEL_FILES) %reldir%/embed.awk
 
 if BUILD_OPENCL
 # kernels/opencl-source.c: the kernel sources as an array of C string lines
@@ -14,7 +14,7 @@ if BUILD_OPENCL
 # OpenCL module and handed to clCreateProgramWithSource at run time.
 BUILT_SOURCES += %reldir%/opencl-source.c
 CLEANFILES += %reldir%/opencl-source.c
-%reldir%/opencl-source.c: $(STRATA_KERNEL_SOURCES) %reldir%/embed.awk
+%reldir%/opencl-source.c: $(STRATA_KERNEL_FILES) %reldir%/embed.awk
 	$(AM_V_GEN)$(MKDIR_P) %reldir% && \
 	$(AWK) -v name=strata__opencl_source -f $(srcdir)/%reldir%/embed.awk \
 		$(srcdir)/%reldir%/dialect.h $(srcdir)/%reldir%/ops.k > $@-t && \

@@ -49,6 +49,9 @@ enum strata__ocl_kernel {
   STRATA__OCL_K_COUNT
 };
 
+/* The kernel names, indexed by enum strata__ocl_kernel. */
+extern const char *const strata__ocl_kernel_names[STRATA__OCL_K_COUNT];
+
 /* Number of partial sums of the first sumsq pass (k_sumsq_partial); each
 ** queue owns a scratch buffer of this many floats. */
 #define STRATA__OCL_SUMSQ_PARTS 256

@@ -1,0 +1,323 @@
+/* SPDX-License-Identifier: MIT */
+/* ops.c — the OpenCL backend's ops: kernels of kernels/ops.k launched on a queue, GEMM through CLBlast. */
+#include "config.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+#include <CL/cl.h>
+#include <clblast_c.h>
+
+#include "opencl.h"
+
+const char *const strata__ocl_kernel_names[STRATA__OCL_K_COUNT] = {
+#define STRATA__OCL_K_NAME(id, name) [STRATA__OCL_K_##id] = name,
+    STRATA__OCL_KERNEL_MAP(STRATA__OCL_K_NAME)
+#undef STRATA__OCL_K_NAME
+};
+
+/* Work-items are launched in multiples of this; kernels return past their count. */
+#define STRATA__OCL_ROUND 64
+
+/*
+** Set the arguments of kernel `kid` of queue `q` and enqueue it over
+** `items` work-items (nothing is enqueued when items is 0). `fmt` gives one
+** letter per argument of the kernel's parameter list in kernels/ops.k:
+**   'm'  const struct strata__mem *  -> (cl_mem, cl_long element offset)
+**   'c'  cl_mem                      -> (cl_mem, cl_long 0)
+**   'l'  int64_t                     -> cl_long
+**   'f'  double (a promoted float)   -> cl_float
+**   'i'  int                         -> cl_int
+*/
+static int launch(struct strata__ocl *ocl, struct strata__ocl_queue *q, enum strata__ocl_kernel kid, int64_t items,
+                  const char *fmt, ...) {
+  cl_kernel k = q->kernels[kid];
+  cl_uint arg = 0;
+  cl_int err = CL_SUCCESS;
+  va_list ap;
+  va_start(ap, fmt);
+  for (const char *f = fmt; *f && err == CL_SUCCESS; f++) {
+    switch (*f) {
+    case 'm': {
+      const struct strata__mem *m = va_arg(ap, const struct strata__mem *);
+      const struct strata__ocl_buffer *b = m->h;
+      cl_long off = (cl_long)m->off;
+      err = clSetKernelArg(k, arg++, sizeof(cl_mem), &b->mem);
+      if (err == CL_SUCCESS)
+        err = clSetKernelArg(k, arg++, sizeof off, &off);
+      break;
+    }
+    case 'c': {
+      cl_mem mem = va_arg(ap, cl_mem);
+      cl_long off = 0;
+      err = clSetKernelArg(k, arg++, sizeof(cl_mem), &mem);
+      if (err == CL_SUCCESS)
+        err = clSetKernelArg(k, arg++, sizeof off, &off);
+      break;
+    }
+    case 'l': {
+      cl_long v = (cl_long)va_arg(ap, int64_t);
+      err = clSetKernelArg(k, arg++, sizeof v, &v);
+      break;
+    }
+    case 'f': {
+      cl_float v = (cl_float)va_arg(ap, double);
+      err = clSetKernelArg(k, arg++, sizeof v, &v);
+      break;
+    }
+    case 'i': {
+      cl_int v = (cl_int)va_arg(ap, int);
+      err = clSetKernelArg(k, arg++, sizeof v, &v);
+      break;
+    }
+    default:
+      va_end(ap);
+      return ocl->svc->error(STRATA_ERR_INTERNAL, "opencl: bad argument letter '%c' for %s", *f,
+                             strata__ocl_kernel_names[kid]);
+    }
+  }
+  va_end(ap);
+  char what[256];
+  if (err != CL_SUCCESS) {
+    snprintf(what, sizeof what, "clSetKernelArg(%s, argument %u)", strata__ocl_kernel_names[kid], arg - 1);
+    return strata__ocl_fail(ocl, err, what);
+  }
+  if (items <= 0)
+    return STRATA_OK;
+  size_t global = (size_t)((items + STRATA__OCL_ROUND - 1) / STRATA__OCL_ROUND * STRATA__OCL_ROUND);
+  err = clEnqueueNDRangeKernel(q->q, k, 1, NULL, &global, NULL, 0, NULL, NULL);
+  if (err != CL_SUCCESS) {
+    snprintf(what, sizeof what, "clEnqueueNDRangeKernel(%s, %zu items) on %s", strata__ocl_kernel_names[kid], global,
+             q->dev->info.name);
+    return strata__ocl_fail(ocl, err, what);
+  }
+  return STRATA_OK;
+}
+
+/* Name of a CLBlast status; OpenCL codes (>= -1000 and the KHR ones) by their CL name. */
+static const char *clblast_name(CLBlastStatusCode st) {
+  switch (st) {
+  case CLBlastNotImplemented:
+    return "CLBlastNotImplemented";
+  case CLBlastInvalidMatrixA:
+    return "CLBlastInvalidMatrixA";
+  case CLBlastInvalidMatrixB:
+    return "CLBlastInvalidMatrixB";
+  case CLBlastInvalidMatrixC:
+    return "CLBlastInvalidMatrixC";
+  case CLBlastInvalidDimension:
+    return "CLBlastInvalidDimension";
+  case CLBlastInvalidLeadDimA:
+    return "CLBlastInvalidLeadDimA";
+  case CLBlastInvalidLeadDimB:
+    return "CLBlastInvalidLeadDimB";
+  case CLBlastInvalidLeadDimC:
+    return "CLBlastInvalidLeadDimC";
+  case CLBlastInsufficientMemoryA:
+    return "CLBlastInsufficientMemoryA";
+  case CLBlastInsufficientMemoryB:
+    return "CLBlastInsufficientMemoryB";
+  case CLBlastInsufficientMemoryC:
+    return "CLBlastInsufficientMemoryC";
+  case CLBlastInsufficientMemoryTemp:
+    return "CLBlastInsufficientMemoryTemp";
+  case CLBlastInvalidBatchCount:
+    return "CLBlastInvalidBatchCount";
+  case CLBlastInvalidLocalMemUsage:
+    return "CLBlastInvalidLocalMemUsage";
+  case CLBlastDatabaseError:
+    return "CLBlastDatabaseError";
+  case CLBlastUnknownError:
+    return "CLBlastUnknownError";
+  case CLBlastUnexpectedError:
+    return "CLBlastUnexpectedError";
+  default:
+    return strata__ocl_err_name((cl_int)st);
+  }
+}
+
+/*
+** GEMM through CLBlast (row-major, offsets in elements). CLBlast refuses
+** empty dimensions, so m, n or batch 0 do nothing and k = 0 scales C by
+** beta row by row. With beta = 0, C is overwritten first with zeros, so
+** that whatever C held (NaN included) cannot leak into the result.
+*/
+static int op_gemm(struct strata__ocl *ocl, struct strata__ocl_queue *q, const struct strata__op *op) {
+  const __typeof__(op->u.gemm) *g = &op->u.gemm;
+  int rc;
+  if (g->m <= 0 || g->n <= 0 || g->batch <= 0)
+    return STRATA_OK;
+  if (g->k <= 0 || g->beta == 0.0f) {
+    for (int64_t b = 0; b < g->batch; b++) {
+      if (g->ldc == g->n) {
+        struct strata__mem c = {g->c.h, g->c.off + (size_t)(b * g->stride_c)};
+        rc = g->beta == 0.0f ? launch(ocl, q, STRATA__OCL_K_FILL, g->m * g->n, "mfl", &c, 0.0, g->m * g->n)
+                             : launch(ocl, q, STRATA__OCL_K_SCALE, g->m * g->n, "mfl", &c, (double)g->beta, g->m * g->n);
+        if (rc)
+          return rc;
+        continue;
+      }
+      for (int64_t r = 0; r < g->m; r++) {
+        struct strata__mem c = {g->c.h, g->c.off + (size_t)(b * g->stride_c + r * g->ldc)};
+        rc = g->beta == 0.0f ? launch(ocl, q, STRATA__OCL_K_FILL, g->n, "mfl", &c, 0.0, g->n)
+                             : launch(ocl, q, STRATA__OCL_K_SCALE, g->n, "mfl", &c, (double)g->beta, g->n);
+        if (rc)
+          return rc;
+      }
+    }
+    if (g->k <= 0)
+      return STRATA_OK;
+  }
+  const struct strata__ocl_buffer *a = g->a.h, *bb = g->b.h, *c = g->c.h;
+  CLBlastTranspose ta = g->trans_a ? CLBlastTransposeYes : CLBlastTransposeNo;
+  CLBlastTranspose tb = g->trans_b ? CLBlastTransposeYes : CLBlastTransposeNo;
+  cl_command_queue cq = q->q;
+  CLBlastStatusCode st;
+  const char *fn;
+  if (g->batch == 1) {
+    fn = "CLBlastSgemm";
+    st = CLBlastSgemm(CLBlastLayoutRowMajor, ta, tb, (size_t)g->m, (size_t)g->n, (size_t)g->k, g->alpha, a->mem,
+                      g->a.off, (size_t)g->lda, bb->mem, g->b.off, (size_t)g->ldb, g->beta, c->mem, g->c.off,
+                      (size_t)g->ldc, &cq, NULL);
+  } else {
+    fn = "CLBlastSgemmStridedBatched";
+    st = CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor, ta, tb, (size_t)g->m, (size_t)g->n, (size_t)g->k, g->alpha,
+                                    a->mem, g->a.off, (size_t)g->lda, (size_t)g->stride_a, bb->mem, g->b.off,
+                                    (size_t)g->ldb, (size_t)g->stride_b, g->beta, c->mem, g->c.off, (size_t)g->ldc,
+                                    (size_t)g->stride_c, (size_t)g->batch, &cq, NULL);
+  }
+  if (st != CLBlastSuccess) {
+    int status = st == CLBlastInsufficientMemoryTemp || st == (CLBlastStatusCode)CL_MEM_OBJECT_ALLOCATION_FAILURE
+                     ? STRATA_ERR_DEVICE_MEMORY
+                     : STRATA_ERR_BACKEND;
+    return ocl->svc->error(status,
+                           "opencl: %s (m=%lld n=%lld k=%lld batch=%lld) on %s: %s (%d)", fn, (long long)g->m,
+                           (long long)g->n, (long long)g->k, (long long)g->batch, q->dev->info.name, clblast_name(st),
+                           (int)st);
+  }
+  return STRATA_OK;
+}
+
+int strata__ocl_op(void *ctx, void *queue, const struct strata__op *op) {
+  struct strata__ocl *ocl = ctx;
+  struct strata__ocl_queue *q = queue;
+  int rc;
+  switch (op->id) {
+  case STRATA__OP_GEMM:
+    return op_gemm(ocl, q, op);
+  case STRATA__OP_BIAS_ADD: {
+    const __typeof__(op->u.bias) *o = &op->u.bias;
+    return launch(ocl, q, STRATA__OCL_K_BIAS_ADD, o->rows * o->cols, "mmll", &o->y, &o->bias, o->rows, o->cols);
+  }
+  case STRATA__OP_BIAS_GRAD: {
+    const __typeof__(op->u.bias) *o = &op->u.bias;
+    return launch(ocl, q, STRATA__OCL_K_BIAS_GRAD, o->cols, "mmlli", &o->y, &o->bias, o->rows, o->cols,
+                  o->accumulate);
+  }
+  case STRATA__OP_GELU_FWD:
+  case STRATA__OP_RELU_FWD: {
+    const __typeof__(op->u.ew) *o = &op->u.ew;
+    return launch(ocl, q, op->id == STRATA__OP_GELU_FWD ? STRATA__OCL_K_GELU_FWD : STRATA__OCL_K_RELU_FWD, o->n,
+                  "mml", &o->x, &o->y, o->n);
+  }
+  case STRATA__OP_GELU_BWD:
+  case STRATA__OP_RELU_BWD: {
+    const __typeof__(op->u.ew) *o = &op->u.ew;
+    return launch(ocl, q, op->id == STRATA__OP_GELU_BWD ? STRATA__OCL_K_GELU_BWD : STRATA__OCL_K_RELU_BWD, o->n,
+                  "mmml", &o->x, &o->dy, &o->dx, o->n);
+  }
+  case STRATA__OP_ADD: {
+    const __typeof__(op->u.ew) *o = &op->u.ew;
+    return launch(ocl, q, STRATA__OCL_K_ADD, o->n, "mmml", &o->x, &o->b, &o->y, o->n);
+  }
+  case STRATA__OP_SCALE: {
+    const __typeof__(op->u.ew) *o = &op->u.ew;
+    return launch(ocl, q, STRATA__OCL_K_SCALE, o->n, "mfl", &o->x, (double)o->alpha, o->n);
+  }
+  case STRATA__OP_FILL: {
+    const __typeof__(op->u.ew) *o = &op->u.ew;
+    return launch(ocl, q, STRATA__OCL_K_FILL, o->n, "mfl", &o->x, (double)o->alpha, o->n);
+  }
+  case STRATA__OP_LAYERNORM_FWD: {
+    const __typeof__(op->u.ln) *o = &op->u.ln;
+    return launch(ocl, q, STRATA__OCL_K_LAYERNORM_FWD, o->rows, "mmmmmmllf", &o->x, &o->gamma, &o->beta, &o->y,
+                  &o->mean, &o->rstd, o->rows, o->cols, (double)o->eps);
+  }
+  case STRATA__OP_LAYERNORM_BWD: {
+    const __typeof__(op->u.ln) *o = &op->u.ln;
+    /* dgamma/dbeta first: dx may overwrite dy */
+    rc = launch(ocl, q, STRATA__OCL_K_LAYERNORM_BWD_DPARAMS, o->cols, "mmmmmmlli", &o->x, &o->mean, &o->rstd, &o->dy,
+                &o->dgamma, &o->dbeta, o->rows, o->cols, o->accumulate);
+    if (rc)
+      return rc;
+    return launch(ocl, q, STRATA__OCL_K_LAYERNORM_BWD_DX, o->rows, "mmmmmmll", &o->x, &o->gamma, &o->mean, &o->rstd,
+                  &o->dy, &o->dx, o->rows, o->cols);
+  }
+  case STRATA__OP_SOFTMAX_FWD: {
+    const __typeof__(op->u.softmax) *o = &op->u.softmax;
+    return launch(ocl, q, STRATA__OCL_K_SOFTMAX_FWD, o->rows, "mmllfi", &o->x, &o->y, o->rows, o->cols,
+                  (double)o->scale, o->causal);
+  }
+  case STRATA__OP_SOFTMAX_BWD: {
+    const __typeof__(op->u.softmax) *o = &op->u.softmax;
+    return launch(ocl, q, STRATA__OCL_K_SOFTMAX_BWD, o->rows, "mmmllf", &o->y, &o->dy, &o->dx, o->rows, o->cols,
+                  (double)o->scale);
+  }
+  case STRATA__OP_EMBEDDING_FWD: {
+    const __typeof__(op->u.emb) *o = &op->u.emb;
+    return launch(ocl, q, STRATA__OCL_K_EMBEDDING_FWD, o->n * o->dim, "mmmlll", &o->tokens, &o->table, &o->out, o->n,
+                  o->dim, o->vocab);
+  }
+  case STRATA__OP_EMBEDDING_BWD: {
+    const __typeof__(op->u.emb) *o = &op->u.emb;
+    return launch(ocl, q, STRATA__OCL_K_EMBEDDING_BWD, o->dim, "mmmllli", &o->tokens, &o->dout, &o->dtable, o->n,
+                  o->dim, o->vocab, o->accumulate);
+  }
+  case STRATA__OP_XENT_FWD: {
+    const __typeof__(op->u.xent) *o = &op->u.xent;
+    return launch(ocl, q, STRATA__OCL_K_XENT_FWD, o->rows, "mmmll", &o->logits, &o->targets, &o->loss, o->rows,
+                  o->vocab);
+  }
+  case STRATA__OP_XENT_BWD: {
+    const __typeof__(op->u.xent) *o = &op->u.xent;
+    return launch(ocl, q, STRATA__OCL_K_XENT_BWD, o->rows, "mmmllf", &o->logits, &o->targets, &o->dlogits, o->rows,
+                  o->vocab, (double)o->scale);
+  }
+  case STRATA__OP_ADAMW: {
+    const __typeof__(op->u.adamw) *o = &op->u.adamw;
+    return launch(ocl, q, STRATA__OCL_K_ADAMW, o->n, "mmmmlfffffl", &o->param, &o->grad, &o->m, &o->v, o->n,
+                  (double)o->lr, (double)o->beta1, (double)o->beta2, (double)o->eps, (double)o->weight_decay, o->step);
+  }
+  case STRATA__OP_SUMSQ: {
+    const __typeof__(op->u.sumsq) *o = &op->u.sumsq;
+    const int64_t parts = STRATA__OCL_SUMSQ_PARTS;
+    rc = launch(ocl, q, STRATA__OCL_K_SUMSQ_PARTIAL, parts, "mlcl", &o->x, o->n, q->sumsq_parts, parts);
+    if (rc)
+      return rc;
+    return launch(ocl, q, STRATA__OCL_K_SUMSQ_FINAL, 1, "clmi", q->sumsq_parts, parts, &o->out, o->accumulate);
+  }
+  case STRATA__OP_IM2COL: {
+    const __typeof__(op->u.im2col) *o = &op->u.im2col;
+    return launch(ocl, q, STRATA__OCL_K_IM2COL, o->c * o->r * o->s * o->p * o->q, "mmlllllllll", &o->x, &o->col, o->c,
+                  o->h, o->w, o->r, o->s, o->stride, o->pad, o->p, o->q);
+  }
+  case STRATA__OP_COL2IM: {
+    const __typeof__(op->u.im2col) *o = &op->u.im2col;
+    return launch(ocl, q, STRATA__OCL_K_COL2IM, o->c * o->h * o->w, "mmlllllllll", &o->col, &o->x, o->c, o->h, o->w,
+                  o->r, o->s, o->stride, o->pad, o->p, o->q);
+  }
+  case STRATA__OP_MAXPOOL_FWD: {
+    const __typeof__(op->u.pool) *o = &op->u.pool;
+    return launch(ocl, q, STRATA__OCL_K_MAXPOOL_FWD, o->planes * o->p * o->q, "mmmlllllll", &o->x, &o->y, &o->idx,
+                  o->planes, o->h, o->w, o->size, o->stride, o->p, o->q);
+  }
+  case STRATA__OP_MAXPOOL_BWD: {
+    const __typeof__(op->u.pool) *o = &op->u.pool;
+    return launch(ocl, q, STRATA__OCL_K_MAXPOOL_BWD, o->planes * o->h * o->w, "mmmlllllll", &o->dy, &o->idx, &o->dx,
+                  o->planes, o->h, o->w, o->size, o->stride, o->p, o->q);
+  }
+  case STRATA__OP_COUNT:
+    break;
+  }
+  return ocl->svc->error(STRATA_ERR_UNSUPPORTED, "opencl: unknown op id %d", (int)op->id);
+}
