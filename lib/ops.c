@@ -4,6 +4,8 @@
 
 #include <string.h>
 
+#include <strata/ops.h>
+
 #include "registry.h"
 
 static const char *const op_names[STRATA__OP_COUNT] = {
@@ -41,6 +43,7 @@ static int positive(const char *op, const char *name, int64_t v) {
 }
 
 static int product(const char *op, int64_t a, int64_t b, uint64_t *out) {
+  *out = 0;
   if (!strata__mul_ok((uint64_t)a, (uint64_t)b, out) || *out > (UINT64_MAX >> 3))
     return strata__error(STRATA_ERR_RANGE, "%s: %lld x %lld elements overflow", op, (long long)a, (long long)b);
   return STRATA_OK;
@@ -77,7 +80,7 @@ static int matrix_extent(const char *op, const char *arg, int64_t rows, int64_t 
                          (long long)ld, (long long)cols);
   if (stride < 0)
     return strata__error(STRATA_ERR_SHAPE, "%s: batch stride of %s is negative", op, arg);
-  uint64_t one, last;
+  uint64_t one = 0, last = 0;
   TRY(product(op, rows - 1, ld, &one));
   one += (uint64_t)cols;
   TRY(product(op, batch - 1, stride, &last));

@@ -10,7 +10,7 @@
 #include "host.h"
 
 #define F(m) ((float *)(m).h + (m).off)
-#define I(m) ((int32_t *)(m).h + (m).off)
+#define INT(m) ((int32_t *)(m).h + (m).off)
 
 static void gemm(const struct strata__op *o) {
   const float *a = F(o->u.gemm.a), *b = F(o->u.gemm.b);
@@ -189,7 +189,7 @@ static void softmax_bwd(const struct strata__op *o) {
 }
 
 static void embedding_fwd(const struct strata__op *o) {
-  const int32_t *tok = I(o->u.emb.tokens);
+  const int32_t *tok = INT(o->u.emb.tokens);
   const float *table = F(o->u.emb.table);
   float *out = F(o->u.emb.out);
   int64_t dim = o->u.emb.dim;
@@ -203,7 +203,7 @@ static void embedding_fwd(const struct strata__op *o) {
 }
 
 static void embedding_bwd(const struct strata__op *o) {
-  const int32_t *tok = I(o->u.emb.tokens);
+  const int32_t *tok = INT(o->u.emb.tokens);
   const float *dout = F(o->u.emb.dout);
   float *dtable = F(o->u.emb.dtable);
   int64_t dim = o->u.emb.dim;
@@ -232,7 +232,7 @@ static float logsumexp(const float *row, int64_t n, float *mx_out) {
 
 static void xent_fwd(const struct strata__op *o) {
   const float *logits = F(o->u.xent.logits);
-  const int32_t *tgt = I(o->u.xent.targets);
+  const int32_t *tgt = INT(o->u.xent.targets);
   float *loss = F(o->u.xent.loss);
   int64_t v = o->u.xent.vocab;
   for (int64_t r = 0; r < o->u.xent.rows; r++) {
@@ -248,7 +248,7 @@ static void xent_fwd(const struct strata__op *o) {
 
 static void xent_bwd(const struct strata__op *o) {
   const float *logits = F(o->u.xent.logits);
-  const int32_t *tgt = I(o->u.xent.targets);
+  const int32_t *tgt = INT(o->u.xent.targets);
   float *dl = F(o->u.xent.dlogits);
   int64_t v = o->u.xent.vocab;
   for (int64_t r = 0; r < o->u.xent.rows; r++) {
@@ -326,7 +326,7 @@ static void col2im(const struct strata__op *o) {
 static void maxpool_fwd(const struct strata__op *o) {
   const float *x = F(o->u.pool.x);
   float *y = F(o->u.pool.y);
-  int32_t *idx = I(o->u.pool.idx);
+  int32_t *idx = INT(o->u.pool.idx);
   int64_t h = o->u.pool.h, w = o->u.pool.w, p = o->u.pool.p, q = o->u.pool.q;
   int64_t size = o->u.pool.size, st = o->u.pool.stride;
   for (int64_t pl = 0; pl < o->u.pool.planes; pl++)
@@ -350,7 +350,7 @@ static void maxpool_fwd(const struct strata__op *o) {
 
 static void maxpool_bwd(const struct strata__op *o) {
   const float *dy = F(o->u.pool.dy);
-  const int32_t *idx = I(o->u.pool.idx);
+  const int32_t *idx = INT(o->u.pool.idx);
   float *dx = F(o->u.pool.dx);
   int64_t hw = o->u.pool.h * o->u.pool.w, pq = o->u.pool.p * o->u.pool.q;
   memset(dx, 0, (size_t)(o->u.pool.planes * hw) * sizeof *dx);

@@ -1,0 +1,805 @@
+/* SPDX-License-Identifier: MIT */
+/* test-ops.c — every op on every device against the host backend, host results against hand-computed values,
+** every backward op against finite differences, and the ops' bad-input errors. */
+#include <float.h>
+#include <stdio.h>
+
+#include "common.h"
+
+#define MAXB 12
+#define PAD 5     /* operands start PAD elements into their buffer ... */
+#define GUARD 3   /* ... and GUARD elements follow them: both must survive untouched */
+#define SENTINEL 1234.5f
+
+/* The body of a case: enqueue ops on q over operands m[0..nbuf). */
+typedef int (*body_fn)(strata_queue_t q, strata_mem_t *m, const void *params);
+
+struct opcase {
+  const char *name;
+  body_fn body;
+  const void *params;
+  int nbuf;
+  size_t count[MAXB];   /* 4-byte elements per operand */
+  void *init[MAXB];     /* initial contents (NULL: zeros) */
+};
+
+/* Run a case on device `dev`; out[i] receives operand i afterwards (count[i] elements).
+** Returns the body's status; fails the test if the guard elements moved. */
+static int exec(int dev, const struct opcase *c, void **out) {
+  strata_queue_t q;
+  OK(strata_queue_new(dev, &q));
+  strata_buffer_t b[MAXB];
+  strata_mem_t m[MAXB];
+  for (int i = 0; i < c->nbuf; i++) {
+    size_t n = c->count[i] + PAD + GUARD;
+    float *host = malloc(n * 4);
+    for (size_t j = 0; j < n; j++)
+      host[j] = SENTINEL;
+    if (c->init[i])
+      memcpy(host + PAD, c->init[i], c->count[i] * 4);
+    else
+      memset(host + PAD, 0, c->count[i] * 4);
+    OK(strata_buffer_new(dev, n * 4, &b[i]));
+    OK(strata_buffer_upload(q, b[i], 0, host, n * 4));
+    free(host);
+    m[i] = strata_mem(b[i], PAD);
+  }
+  int rc = c->body(q, m, c->params);
+  int rc2 = strata_queue_finish(q);
+  if (!rc)
+    rc = rc2;
+  for (int i = 0; i < c->nbuf; i++) {
+    size_t n = c->count[i] + PAD + GUARD;
+    float *host = malloc(n * 4);
+    OK(strata_buffer_download(q, b[i], 0, host, n * 4));
+    for (size_t j = 0; j < PAD; j++)
+      cr_assert_eq(host[j], SENTINEL, "%s on device %d wrote before operand %d", c->name, dev, i);
+    for (size_t j = 0; j < GUARD; j++)
+      cr_assert_eq(host[PAD + c->count[i] + j], SENTINEL, "%s on device %d wrote past operand %d", c->name, dev, i);
+    if (out)
+      memcpy(out[i], host + PAD, c->count[i] * 4);
+    free(host);
+    strata_buffer_free(b[i]);
+  }
+  strata_queue_free(q);
+  return rc;
+}
+
+static void **alloc_outputs(const struct opcase *c) {
+  void **o = calloc(MAXB, sizeof *o);
+  for (int i = 0; i < c->nbuf; i++)
+    o[i] = calloc(c->count[i], 4);
+  return o;
+}
+
+static void free_outputs(const struct opcase *c, void **o) {
+  for (int i = 0; i < c->nbuf; i++)
+    free(o[i]);
+  free(o);
+}
+
+/* The reference device: the first host device. */
+static int ref_device(void) {
+  int d = tc_find_device("host", 0);
+  cr_assert_geq(d, 0, "no host device: %s", strata_last_error());
+  return d;
+}
+
+/* Run on the host and on every other device; compare operands in `outputs`
+** (bitmask) within |a-b| <= atol + rtol |b|. Returns the host results. */
+static void **compare_devices(const struct opcase *c, unsigned outputs, double atol, double rtol) {
+  int ref = ref_device(), n;
+  void **want = alloc_outputs(c);
+  int rc = exec(ref, c, want);
+  cr_assert_eq(rc, STRATA_OK, "%s on host: %s", c->name, strata_last_error());
+  OK(strata_device_count(&n));
+  for (int d = 0; d < n; d++) {
+    struct strata_device_props p;
+    OK(strata_device_props(d, &p));
+    if (d == ref || strcmp(p.backend, "host") == 0)
+      continue;
+    void **got = alloc_outputs(c);
+    rc = exec(d, c, got);
+    cr_assert_eq(rc, STRATA_OK, "%s on device %d (%s): %s", c->name, d, p.backend, strata_last_error());
+    for (int i = 0; i < c->nbuf; i++) {
+      if (!(outputs & (1u << i)))
+        continue;
+      size_t at = 0;
+      double e = tc_excess(got[i], want[i], c->count[i], atol, rtol, &at);
+      cr_assert_leq(e, 1.0, "%s on device %d (%s): operand %d element %zu is %.7g, host says %.7g", c->name, d,
+                    p.backend, i, at, (double)((float *)got[i])[at], (double)((float *)want[i])[at]);
+    }
+    free_outputs(c, got);
+  }
+  return want;
+}
+
+/*
+** Finite differences: the loss is L = sum_j w[j] * out[j], where operand
+** `wi` holds w and operand `yi` the forward output; the case's backward
+** body writes dL/d(operand xi) into operand gi. Checks every element of
+** operand xi (at most `limit`) by central differences with step h.
+*/
+static void check_fd(const struct opcase *fwd, const struct opcase *bwd, int xi, int gi, int yi, int wi, double h,
+                     double atol, double rtol, size_t limit) {
+  int dev = ref_device();
+  void **g = alloc_outputs(bwd);
+  cr_assert_eq(exec(dev, bwd, g), STRATA_OK, "%s: %s", bwd->name, strata_last_error());
+  struct opcase f = *fwd;
+  float *x = malloc(f.count[xi] * 4);
+  memcpy(x, f.init[xi], f.count[xi] * 4);
+  f.init[xi] = x;
+  const float *w = fwd->init[wi];
+  void **o = alloc_outputs(&f);
+  size_t n = f.count[xi] < limit ? f.count[xi] : limit;
+  for (size_t j = 0; j < n; j++) {
+    double l[2];
+    for (int s = 0; s < 2; s++) {
+      float saved = x[j];
+      x[j] = saved + (s ? -1.0f : 1.0f) * (float)h;
+      cr_assert_eq(exec(dev, &f, o), STRATA_OK, "%s: %s", f.name, strata_last_error());
+      x[j] = saved;
+      double sum = 0;
+      const float *y = o[yi];
+      for (size_t k = 0; k < f.count[yi]; k++)
+        sum += (double)w[k] * y[k];
+      l[s] = sum;
+    }
+    double num = (l[0] - l[1]) / (2 * h);
+    double ana = ((float *)g[gi])[j];
+    cr_assert_leq(fabs(num - ana), atol + rtol * fabs(num), "%s: d/dx[%zu] analytic %.6g, finite differences %.6g",
+                  bwd->name, j, ana, num);
+  }
+  free_outputs(&f, o);
+  free_outputs(bwd, g);
+  free(x);
+}
+
+static float *rnd(size_t n, uint32_t seed, float lo, float hi) {
+  float *x = malloc(n * 4);
+  tc_fill(x, n, seed, lo, hi);
+  return x;
+}
+
+static void setup(void) {
+  setenv("STRATA_HOST_DEVICES", "1", 1);
+}
+
+TestSuite(ops, .init = setup);
+
+/* ---- GEMM ---- */
+
+struct gemm_p {
+  int ta, tb;
+  int64_t m, n, k, lda, ldb, ldc, sa, sb, sc, batch;
+  float alpha, beta;
+};
+
+static int gemm_body(strata_queue_t q, strata_mem_t *m, const void *pp) {
+  const struct gemm_p *p = pp;
+  return strata_gemm(q, p->ta, p->tb, p->m, p->n, p->k, p->alpha, m[0], p->lda, p->sa, m[1], p->ldb, p->sb, p->beta,
+                     m[2], p->ldc, p->sc, p->batch);
+}
+
+/* Reference GEMM in double, straight from the definition. */
+static void gemm_ref(const struct gemm_p *p, const float *a, const float *b, float *c) {
+  for (int64_t t = 0; t < p->batch; t++)
+    for (int64_t i = 0; i < p->m; i++)
+      for (int64_t j = 0; j < p->n; j++) {
+        double s = 0;
+        for (int64_t l = 0; l < p->k; l++) {
+          float av = p->ta ? a[t * p->sa + l * p->lda + i] : a[t * p->sa + i * p->lda + l];
+          float bv = p->tb ? b[t * p->sb + j * p->ldb + l] : b[t * p->sb + l * p->ldb + j];
+          s += (double)av * bv;
+        }
+        float *cv = &c[t * p->sc + i * p->ldc + j];
+        *cv = (float)(p->alpha * s + p->beta * *cv);
+      }
+}
+
+Test(ops, gemm_transposes_and_batches) {
+  for (int ta = 0; ta < 2; ta++)
+    for (int tb = 0; tb < 2; tb++) {
+      struct gemm_p p = {.ta = ta, .tb = tb, .m = 13, .n = 7, .k = 9, .batch = 3, .alpha = 1.5f, .beta = 0.5f};
+      p.lda = (ta ? p.m : p.k) + 2;
+      p.ldb = (tb ? p.k : p.n) + 1;
+      p.ldc = p.n + 3;
+      p.sa = (ta ? p.k : p.m) * p.lda + 4;
+      p.sb = (tb ? p.n : p.k) * p.ldb;
+      p.sc = p.m * p.ldc + 1;
+      size_t na = (size_t)(p.sa * p.batch), nb = (size_t)(p.sb * p.batch), nc = (size_t)(p.sc * p.batch);
+      struct opcase c = {"gemm", gemm_body, &p, 3, {na, nb, nc}, {rnd(na, 1, -1, 1), rnd(nb, 2, -1, 1), rnd(nc, 3, -1, 1)}};
+      /* host against the definition */
+      float *want = malloc(nc * 4);
+      memcpy(want, c.init[2], nc * 4);
+      gemm_ref(&p, c.init[0], c.init[1], want);
+      void **got = compare_devices(&c, 1u << 2, 1e-4, 1e-4);
+      /* only the elements inside the matrices are defined; the gaps keep their values */
+      size_t at = 0;
+      cr_assert_leq(tc_excess(got[2], want, nc, 1e-5, 1e-5, &at), 1.0, "ta=%d tb=%d: C[%zu] = %g, want %g", ta, tb, at,
+                    (double)((float *)got[2])[at], (double)want[at]);
+      free_outputs(&c, got);
+      free(want);
+      for (int i = 0; i < 3; i++)
+        free(c.init[i]);
+    }
+}
+
+Test(ops, gemm_square_sizes) {
+  for (int64_t n = 1; n <= 130; n += 43) {
+    struct gemm_p p = {.m = n, .n = n, .k = n, .lda = n, .ldb = n, .ldc = n, .batch = 1, .alpha = 1, .beta = 0};
+    size_t nn = (size_t)(n * n);
+    struct opcase c = {"gemm", gemm_body, &p, 3, {nn, nn, nn}, {rnd(nn, 4, -1, 1), rnd(nn, 5, -1, 1), NULL}};
+    void **got = compare_devices(&c, 1u << 2, 1e-4, 1e-4);
+    float *want = calloc(nn, 4);
+    gemm_ref(&p, c.init[0], c.init[1], want);
+    cr_assert_leq(tc_excess(got[2], want, nn, 1e-4, 1e-4, NULL), 1.0, "n = %lld", (long long)n);
+    free(want);
+    free_outputs(&c, got);
+    free(c.init[0]);
+    free(c.init[1]);
+  }
+}
+
+/* A linear layer's backward is two GEMMs: dA = dC B^T, dB = A^T dC. */
+static int linear_fwd(strata_queue_t q, strata_mem_t *m, const void *pp) {
+  const int64_t *d = pp; /* m, k, n */
+  return strata_gemm(q, 0, 0, d[0], d[2], d[1], 1, m[0], d[1], 0, m[1], d[2], 0, 0, m[2], d[2], 0, 1);
+}
+
+static int linear_bwd(strata_queue_t q, strata_mem_t *m, const void *pp) {
+  const int64_t *d = pp;
+  int rc = strata_gemm(q, 0, 1, d[0], d[1], d[2], 1, m[3], d[2], 0, m[1], d[2], 0, 0, m[4], d[1], 0, 1);
+  if (!rc)
+    rc = strata_gemm(q, 1, 0, d[1], d[2], d[0], 1, m[0], d[1], 0, m[3], d[2], 0, 0, m[5], d[2], 0, 1);
+  return rc;
+}
+
+Test(ops, gemm_backward_finite_differences) {
+  int64_t d[3] = {4, 5, 3};
+  size_t na = 20, nb = 15, nc = 12;
+  float *a = rnd(na, 7, -1, 1), *b = rnd(nb, 8, -1, 1), *w = rnd(nc, 9, -1, 1);
+  struct opcase f = {"linear_fwd", linear_fwd, d, 4, {na, nb, nc, nc}, {a, b, NULL, w}};
+  struct opcase g = {"linear_bwd", linear_bwd, d, 6, {na, nb, nc, nc, na, nb}, {a, b, NULL, w, NULL, NULL}};
+  check_fd(&f, &g, 0, 4, 2, 3, 1e-2, 1e-3, 1e-2, 100);
+  check_fd(&f, &g, 1, 5, 2, 3, 1e-2, 1e-3, 1e-2, 100);
+  free(a);
+  free(b);
+  free(w);
+}
+
+/* ---- bias ---- */
+
+static int bias_add_body(strata_queue_t q, strata_mem_t *m, const void *pp) {
+  const int64_t *d = pp;
+  return strata_bias_add(q, m[0], m[1], d[0], d[1]);
+}
+
+static int bias_grad_body(strata_queue_t q, strata_mem_t *m, const void *pp) {
+  const int64_t *d = pp;
+  return strata_bias_grad(q, m[0], m[1], d[0], d[1], (int)d[2]);
+}
+
+Test(ops, bias_add_and_grad) {
+  int64_t d[3] = {3, 4, 0};
+  float y[12] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, b[4] = {1, -1, 0.5f, 2};
+  struct opcase c = {"bias_add", bias_add_body, d, 2, {12, 4}, {y, b}};
+  void **got = compare_devices(&c, 1, 0, 0);
+  for (int i = 0; i < 12; i++)
+    cr_assert_eq(((float *)got[0])[i], y[i] + b[i % 4]);
+  free_outputs(&c, got);
+  /* gradient: column sums, overwritten then accumulated */
+  for (d[2] = 0; d[2] < 2; d[2]++) {
+    struct opcase g = {"bias_grad", bias_grad_body, d, 2, {12, 4}, {y, b}};
+    got = compare_devices(&g, 2, 1e-6, 1e-6);
+    for (int j = 0; j < 4; j++)
+      cr_assert_eq(((float *)got[1])[j], (d[2] ? b[j] : 0) + y[j] + y[j + 4] + y[j + 8], "col %d acc %lld", j,
+                   (long long)d[2]);
+    free_outputs(&g, got);
+  }
+}
+
+/* dL/dbias for L = sum w * (y + bias) is sum_r w[r] — bias_grad of w. */
+static int biasfd_fwd(strata_queue_t q, strata_mem_t *m, const void *pp) {
+  const int64_t *d = pp;
+  int rc = strata_fill(q, m[2], 0, d[0] * d[1]);
+  if (!rc)
+    rc = strata_add(q, m[2], m[0], m[2], d[0] * d[1]);
+  if (!rc)
+    rc = strata_bias_add(q, m[2], m[1], d[0], d[1]);
+  return rc;
+}
+
+static int biasfd_bwd(strata_queue_t q, strata_mem_t *m, const void *pp) {
+  const int64_t *d = pp;
+  return strata_bias_grad(q, m[3], m[4], d[0], d[1], 0);
+}
+
+Test(ops, bias_backward_finite_differences) {
+  int64_t d[2] = {5, 3};
+  float *x = rnd(15, 11, -1, 1), *b = rnd(3, 12, -1, 1), *w = rnd(15, 13, -1, 1);
+  struct opcase f = {"bias_fwd", biasfd_fwd, d, 4, {15, 3, 15, 15}, {x, b, NULL, w}};
+  struct opcase g = {"bias_bwd", biasfd_bwd, d, 5, {15, 3, 15, 15, 3}, {x, b, NULL, w, NULL}};
+  check_fd(&f, &g, 1, 4, 2, 3, 1e-2, 1e-3, 1e-2, 100);
+  free(x);
+  free(b);
+  free(w);
+}
+
+/* ---- elementwise ---- */
+
+static int gelu_f(strata_queue_t q, strata_mem_t *m, const void *pp) {
+  return strata_gelu_fwd(q, m[0], m[1], *(const int64_t *)pp);
+}
+static int gelu_b(strata_queue_t q, strata_mem_t *m, const void *pp) {
+  return strata_gelu_bwd(q, m[0], m[2], m[3], *(const int64_t *)pp);
+}
+static int relu_f(strata_queue_t q, strata_mem_t *m, const void *pp) {
+  return strata_relu_fwd(q, m[0], m[1], *(const int64_t *)pp);
+}
+static int relu_b(strata_queue_t q, strata_mem_t *m, const void *pp) {
+  return strata_relu_bwd(q, m[0], m[2], m[3], *(const int64_t *)pp);
+}
+
+Test(ops, gelu_values_devices_and_gradient) {
+  int64_t n = 1001;
+  float *x = rnd((size_t)n, 21, -4, 4), *w = rnd((size_t)n, 22, -1, 1);
+  x[0] = 0;
+  x[1] = 1;
+  x[2] = -1;
+  struct opcase f = {"gelu_fwd", gelu_f, &n, 3, {1001, 1001, 1001}, {x, NULL, w}};
+  void **got = compare_devices(&f, 2, 1e-6, 1e-5);
+  float *y = got[1];
+  /* GELU(0) = 0; tanh-approximation values at +-1 (hand-computed) */
+  cr_assert_eq(y[0], 0.0f);
+  cr_assert_float_eq(y[1], 0.841192f, 1e-5);
+  cr_assert_float_eq(y[2], -0.158808f, 1e-5);
+  free_outputs(&f, got);
+  struct opcase b = {"gelu_bwd", gelu_b, &n, 4, {1001, 1001, 1001, 1001}, {x, NULL, w, NULL}};
+  got = compare_devices(&b, 8, 1e-6, 1e-5);
+  free_outputs(&b, got);
+  check_fd(&f, &b, 0, 3, 1, 2, 1e-2, 1e-3, 1e-2, 60);
+  free(x);
+  free(w);
+}
+
+Test(ops, relu_values_devices_and_gradient) {
+  int64_t n = 777;
+  float *x = rnd((size_t)n, 23, -2, 2), *w = rnd((size_t)n, 24, -1, 1);
+  for (int64_t i = 0; i < n; i++) /* keep clear of the kink for finite differences */
+    if (fabsf(x[i]) < 0.05f)
+      x[i] = 0.5f;
+  struct opcase f = {"relu_fwd", relu_f, &n, 3, {777, 777, 777}, {x, NULL, w}};
+  void **got = compare_devices(&f, 2, 0, 0);
+  for (int64_t i = 0; i < n; i++)
+    cr_assert_eq(((float *)got[1])[i], x[i] > 0 ? x[i] : 0.0f);
+  free_outputs(&f, got);
+  struct opcase b = {"relu_bwd", relu_b, &n, 4, {777, 777, 777, 777}, {x, NULL, w, NULL}};
+  got = compare_devices(&b, 8, 0, 0);
+  free_outputs(&b, got);
+  check_fd(&f, &b, 0, 3, 1, 2, 1e-2, 1e-3, 1e-2, 60);
+  free(x);
+  free(w);
+}
+
+static int add_body(strata_queue_t q, strata_mem_t *m, const void *pp) {
+  int64_t n = *(const int64_t *)pp;
+  int rc = strata_add(q, m[0], m[1], m[2], n);
+  if (!rc)
+    rc = strata_scale(q, m[2], -0.5f, n);
+  if (!rc)
+    rc = strata_fill(q, m[3], 3.25f, n);
+  if (!rc)
+    rc = strata_add(q, m[0], m[3], m[0], n); /* in place */
+  return rc;
+}
+
+Test(ops, add_scale_fill) {
+  int64_t n = 513;
+  float *a = rnd(513, 31, -1, 1), *b = rnd(513, 32, -1, 1);
+  struct opcase c = {"add/scale/fill", add_body, &n, 4, {513, 513, 513, 513}, {a, b, NULL, NULL}};
+  void **got = compare_devices(&c, 0xf, 0, 0);
+  for (int i = 0; i < 513; i++) {
+    cr_assert_eq(((float *)got[2])[i], (a[i] + b[i]) * -0.5f);
+    cr_assert_eq(((float *)got[3])[i], 3.25f);
+    cr_assert_eq(((float *)got[0])[i], a[i] + 3.25f);
+  }
+  free_outputs(&c, got);
+  free(a);
+  free(b);
+}
+
+/* ---- layernorm ---- */
+
+static int ln_f(strata_queue_t q, strata_mem_t *m, const void *pp) {
+  const int64_t *d = pp;
+  return strata_layernorm_fwd(q, m[0], m[1], m[2], m[3], m[4], m[5], d[0], d[1], 1e-5f);
+}
+
+static int ln_b(strata_queue_t q, strata_mem_t *m, const void *pp) {
+  const int64_t *d = pp;
+  int rc = ln_f(q, m, pp);
+  if (!rc)
+    rc = strata_layernorm_bwd(q, m[0], m[1], m[4], m[5], m[6], m[7], m[1 + 7], m[2 + 7], d[0], d[1], 0);
+  return rc;
+}
+
+Test(ops, layernorm_values_devices_and_gradients) {
+  int64_t d[2] = {6, 10};
+  size_t n = 60;
+  float *x = rnd(n, 41, -2, 2), *g = rnd(10, 42, 0.5f, 1.5f), *b = rnd(10, 43, -0.5f, 0.5f), *w = rnd(n, 44, -1, 1);
+  struct opcase f = {"layernorm_fwd", ln_f, d, 7, {n, 10, 10, n, 6, 6, n}, {x, g, b, NULL, NULL, NULL, w}};
+  void **got = compare_devices(&f, 0x38, 1e-5, 1e-4);
+  /* each row of (y - beta) / gamma has mean 0 and variance 1 - eps-ish */
+  for (int r = 0; r < 6; r++) {
+    double s = 0, s2 = 0;
+    for (int c = 0; c < 10; c++) {
+      double z = (((float *)got[3])[r * 10 + c] - b[c]) / g[c];
+      s += z;
+      s2 += z * z;
+    }
+    cr_assert_float_eq(s / 10, 0.0, 1e-5);
+    cr_assert_float_eq(s2 / 10, 1.0, 1e-3);
+  }
+  free_outputs(&f, got);
+  /* operands: x g b y mean rstd dy dx dgamma dbeta */
+  struct opcase bw = {"layernorm_bwd", ln_b, d, 10, {n, 10, 10, n, 6, 6, n, n, 10, 10},
+                      {x, g, b, NULL, NULL, NULL, w, NULL, NULL, NULL}};
+  got = compare_devices(&bw, 0x380, 1e-5, 1e-4);
+  free_outputs(&bw, got);
+  check_fd(&f, &bw, 0, 7, 3, 6, 1e-2, 2e-3, 2e-2, 60);
+  check_fd(&f, &bw, 1, 8, 3, 6, 1e-2, 2e-3, 2e-2, 10);
+  check_fd(&f, &bw, 2, 9, 3, 6, 1e-2, 2e-3, 2e-2, 10);
+  free(x);
+  free(g);
+  free(b);
+  free(w);
+}
+
+/* ---- softmax ---- */
+
+struct sm_p {
+  int64_t rows, cols;
+  float scale;
+  int causal;
+};
+
+static int sm_f(strata_queue_t q, strata_mem_t *m, const void *pp) {
+  const struct sm_p *p = pp;
+  return strata_softmax_fwd(q, m[0], m[1], p->rows, p->cols, p->scale, p->causal);
+}
+
+static int sm_b(strata_queue_t q, strata_mem_t *m, const void *pp) {
+  const struct sm_p *p = pp;
+  int rc = sm_f(q, m, pp);
+  if (!rc)
+    rc = strata_softmax_bwd(q, m[1], m[2], m[3], p->rows, p->cols, p->scale);
+  return rc;
+}
+
+Test(ops, softmax_causal_values_devices_and_gradient) {
+  for (int causal = 0; causal < 2; causal++) {
+    struct sm_p p = {.rows = 12, .cols = 6, .scale = 0.7f, .causal = causal};
+    size_t n = 72;
+    float *x = rnd(n, 51, -3, 3), *w = rnd(n, 52, -1, 1);
+    struct opcase f = {"softmax_fwd", sm_f, &p, 3, {n, n, n}, {x, NULL, w}};
+    void **got = compare_devices(&f, 2, 1e-6, 1e-5);
+    float *y = got[1];
+    for (int r = 0; r < 12; r++) {
+      double s = 0;
+      for (int c = 0; c < 6; c++) {
+        if (causal && c > r % 6)
+          cr_assert_eq(y[r * 6 + c], 0.0f, "masked entry (%d,%d) not zero", r, c);
+        s += y[r * 6 + c];
+      }
+      cr_assert_float_eq(s, 1.0, 1e-5, "row %d sums to %g", r, s);
+    }
+    /* row 0 of a causal stack sees only itself */
+    if (causal)
+      cr_assert_eq(y[0], 1.0f);
+    free_outputs(&f, got);
+    struct opcase b = {"softmax_bwd", sm_b, &p, 4, {n, n, n, n}, {x, NULL, w, NULL}};
+    got = compare_devices(&b, 8, 1e-6, 1e-4);
+    free_outputs(&b, got);
+    check_fd(&f, &b, 0, 3, 1, 2, 1e-2, 1e-3, 1e-2, 72);
+    free(x);
+    free(w);
+  }
+}
+
+/* ---- embedding ---- */
+
+static int emb_f(strata_queue_t q, strata_mem_t *m, const void *pp) {
+  const int64_t *d = pp; /* n dim vocab */
+  return strata_embedding_fwd(q, m[0], m[1], m[2], d[0], d[1], d[2]);
+}
+
+static int emb_b(strata_queue_t q, strata_mem_t *m, const void *pp) {
+  const int64_t *d = pp;
+  return strata_embedding_bwd(q, m[0], m[3], m[4], d[0], d[1], d[2], (int)d[3]);
+}
+
+Test(ops, embedding_values_devices_and_gradient) {
+  int64_t d[4] = {9, 4, 5, 0};
+  int32_t tok[9] = {0, 3, 3, 4, 1, 3, -1, 5, 2}; /* -1 and 5 are out of range */
+  float *table = rnd(20, 61, -1, 1), *w = rnd(36, 62, -1, 1), *dt0 = rnd(20, 63, -1, 1);
+  struct opcase f = {"embedding_fwd", emb_f, d, 4, {9, 20, 36, 36}, {tok, table, NULL, w}};
+  void **got = compare_devices(&f, 4, 0, 0);
+  for (int i = 0; i < 9; i++)
+    for (int k = 0; k < 4; k++)
+      cr_assert_eq(((float *)got[2])[i * 4 + k], tok[i] >= 0 && tok[i] < 5 ? table[tok[i] * 4 + k] : 0.0f);
+  free_outputs(&f, got);
+  for (d[3] = 0; d[3] < 2; d[3]++) {
+    struct opcase b = {"embedding_bwd", emb_b, d, 5, {9, 20, 36, 36, 20}, {tok, table, NULL, w, dt0}};
+    got = compare_devices(&b, 16, 1e-6, 1e-6);
+    float *dt = got[4];
+    for (int v = 0; v < 5; v++)
+      for (int k = 0; k < 4; k++) {
+        float s = d[3] ? dt0[v * 4 + k] : 0.0f;
+        for (int i = 0; i < 9; i++)
+          if (tok[i] == v)
+            s += w[i * 4 + k];
+        cr_assert_float_eq(dt[v * 4 + k], s, 1e-6, "dtable[%d][%d] accumulate=%lld", v, k, (long long)d[3]);
+      }
+    free_outputs(&b, got);
+  }
+  d[3] = 0;
+  struct opcase b = {"embedding_bwd", emb_b, d, 5, {9, 20, 36, 36, 20}, {tok, table, NULL, w, NULL}};
+  check_fd(&f, &b, 1, 4, 2, 3, 1e-2, 1e-3, 1e-2, 20);
+  free(table);
+  free(w);
+  free(dt0);
+}
+
+/* ---- cross-entropy ---- */
+
+static int xe_f(strata_queue_t q, strata_mem_t *m, const void *pp) {
+  const int64_t *d = pp;
+  return strata_cross_entropy_fwd(q, m[0], m[1], m[2], d[0], d[1]);
+}
+
+static int xe_b(strata_queue_t q, strata_mem_t *m, const void *pp) {
+  const int64_t *d = pp;
+  return strata_cross_entropy_bwd(q, m[0], m[1], m[4], d[0], d[1], 1.0f / (float)d[0]);
+}
+
+Test(ops, cross_entropy_values_devices_and_gradient) {
+  int64_t d[2] = {5, 7};
+  int32_t tgt[5] = {0, 6, 3, -1, 2};
+  float *logits = rnd(35, 71, -3, 3), w[5];
+  for (int i = 0; i < 5; i++)
+    w[i] = 1.0f / 5;
+  logits[7 * 2 + 3] = 50; /* a confident right answer, and large logits stay finite */
+  struct opcase f = {"cross_entropy_fwd", xe_f, d, 4, {35, 5, 5, 5}, {logits, tgt, NULL, w}};
+  void **got = compare_devices(&f, 4, 1e-6, 1e-5);
+  float *loss = got[2];
+  for (int r = 0; r < 5; r++) {
+    if (tgt[r] < 0) {
+      cr_assert_eq(loss[r], 0.0f);
+      continue;
+    }
+    double s = 0;
+    for (int c = 0; c < 7; c++)
+      s += exp((double)logits[r * 7 + c]);
+    cr_assert_float_eq(loss[r], log(s) - logits[r * 7 + tgt[r]], 1e-4, "row %d", r);
+  }
+  cr_assert_lt(loss[2], 1e-6);
+  free_outputs(&f, got);
+  struct opcase b = {"cross_entropy_bwd", xe_b, d, 5, {35, 5, 5, 5, 35}, {logits, tgt, NULL, w, NULL}};
+  got = compare_devices(&b, 16, 1e-6, 1e-5);
+  for (int c = 0; c < 7; c++)
+    cr_assert_eq(((float *)got[4])[3 * 7 + c], 0.0f, "ignored row has gradient");
+  free_outputs(&b, got);
+  logits[7 * 2 + 3] = 2;
+  check_fd(&f, &b, 0, 4, 2, 3, 1e-2, 1e-4, 1e-2, 35);
+  free(logits);
+}
+
+/* ---- AdamW and sum of squares ---- */
+
+static int adamw_body(strata_queue_t q, strata_mem_t *m, const void *pp) {
+  int64_t n = *(const int64_t *)pp;
+  int rc = 0;
+  for (int64_t step = 1; step <= 3 && !rc; step++)
+    rc = strata_adamw(q, m[0], m[1], m[2], m[3], n, 0.01f, 0.9f, 0.999f, 1e-8f, 0.1f, step);
+  return rc;
+}
+
+Test(ops, adamw_against_hand_computation) {
+  int64_t n = 301;
+  float *p = rnd(301, 81, -1, 1), *g = rnd(301, 82, -1, 1);
+  struct opcase c = {"adamw", adamw_body, &n, 4, {301, 301, 301, 301}, {p, g, NULL, NULL}};
+  void **got = compare_devices(&c, 0xd, 1e-6, 1e-5);
+  for (int i = 0; i < 301; i++) {
+    double pv = p[i], m = 0, v = 0;
+    for (int t = 1; t <= 3; t++) {
+      m = 0.9 * m + 0.1 * g[i];
+      v = 0.999 * v + 0.001 * (double)g[i] * g[i];
+      double mh = m / (1 - pow(0.9, t)), vh = v / (1 - pow(0.999, t));
+      pv -= 0.01 * (mh / (sqrt(vh) + 1e-8) + 0.1 * pv);
+    }
+    cr_assert_float_eq(((float *)got[0])[i], pv, 1e-5, "param %d", i);
+  }
+  free_outputs(&c, got);
+  free(p);
+  free(g);
+}
+
+static int sumsq_body(strata_queue_t q, strata_mem_t *m, const void *pp) {
+  int64_t n = *(const int64_t *)pp;
+  int rc = strata_sumsq(q, m[0], n, m[1], 0);
+  if (!rc)
+    rc = strata_sumsq(q, m[0], n, m[2], 0);
+  if (!rc)
+    rc = strata_sumsq(q, m[0], 10, m[2], 1);
+  return rc;
+}
+
+Test(ops, sumsq_deterministic_norm) {
+  int64_t n = 100003;
+  float *x = rnd((size_t)n, 91, -1, 1);
+  struct opcase c = {"sumsq", sumsq_body, &n, 3, {(size_t)n, 1, 1}, {x, NULL, NULL}};
+  void **got = compare_devices(&c, 6, 0, 1e-5);
+  double s = 0, s10 = 0;
+  for (int64_t i = 0; i < n; i++)
+    s += (double)x[i] * x[i];
+  for (int i = 0; i < 10; i++)
+    s10 += (double)x[i] * x[i];
+  cr_assert_float_eq(((float *)got[1])[0], s, s * 1e-5);
+  cr_assert_float_eq(((float *)got[2])[0], s + s10, s * 1e-5);
+  free_outputs(&c, got);
+  /* run twice on each device: bit-identical */
+  int nd;
+  OK(strata_device_count(&nd));
+  for (int d = 0; d < nd; d++) {
+    void **a = alloc_outputs(&c), **b = alloc_outputs(&c);
+    OK(exec(d, &c, a));
+    OK(exec(d, &c, b));
+    cr_assert(memcmp(a[1], b[1], 4) == 0, "sumsq not deterministic on device %d", d);
+    free_outputs(&c, a);
+    free_outputs(&c, b);
+  }
+  free(x);
+}
+
+/* ---- conv2d and pooling ---- */
+
+static int conv_f(strata_queue_t q, strata_mem_t *m, const void *pp) {
+  return strata_conv2d_fwd(q, pp, m[0], m[1], m[2], m[3]);
+}
+
+static int conv_b(strata_queue_t q, strata_mem_t *m, const void *pp) {
+  return strata_conv2d_bwd(q, pp, m[0], m[1], m[4], m[5], m[6], m[3], 0);
+}
+
+Test(ops, conv2d_values_devices_and_gradients) {
+  struct strata_conv2d g = {.n = 2, .c = 3, .h = 7, .w = 6, .k = 4, .r = 3, .s = 3, .stride = 2, .pad = 1};
+  int64_t p, qq, ws;
+  OK(strata_conv2d_shape(&g, &p, &qq, &ws));
+  cr_assert_eq(p, 4);
+  cr_assert_eq(qq, 3);
+  size_t nx = 2 * 3 * 7 * 6, nw = 4 * 3 * 3 * 3, ny = (size_t)(2 * 4 * p * qq);
+  float *x = rnd(nx, 101, -1, 1), *w = rnd(nw, 102, -1, 1), *wt = rnd(ny, 103, -1, 1);
+  struct opcase f = {"conv2d_fwd", conv_f, &g, 5, {nx, nw, ny, (size_t)ws, ny}, {x, w, NULL, NULL, wt}};
+  void **got = compare_devices(&f, 4, 1e-5, 1e-4);
+  /* direct convolution by definition */
+  for (int n = 0; n < 2; n++)
+    for (int k = 0; k < 4; k++)
+      for (int i = 0; i < p; i++)
+        for (int j = 0; j < qq; j++) {
+          double s = 0;
+          for (int c = 0; c < 3; c++)
+            for (int a = 0; a < 3; a++)
+              for (int b = 0; b < 3; b++) {
+                int iy = i * 2 - 1 + a, ix = j * 2 - 1 + b;
+                if (iy >= 0 && iy < 7 && ix >= 0 && ix < 6)
+                  s += (double)x[((n * 3 + c) * 7 + iy) * 6 + ix] * w[((k * 3 + c) * 3 + a) * 3 + b];
+              }
+          cr_assert_float_eq(((float *)got[2])[((n * 4 + k) * p + i) * qq + j], s, 1e-5);
+        }
+  free_outputs(&f, got);
+  /* operands: x w y work dy dx dw */
+  struct opcase b = {"conv2d_bwd", conv_b, &g, 7, {nx, nw, ny, (size_t)ws, ny, nx, nw}, {x, w, NULL, NULL, wt, NULL, NULL}};
+  got = compare_devices(&b, 0x60, 1e-5, 1e-4);
+  free_outputs(&b, got);
+  check_fd(&f, &b, 0, 5, 2, 4, 1e-2, 1e-3, 1e-2, 60);
+  check_fd(&f, &b, 1, 6, 2, 4, 1e-2, 1e-3, 1e-2, 40);
+  free(x);
+  free(w);
+  free(wt);
+}
+
+static int pool_f(strata_queue_t q, strata_mem_t *m, const void *pp) {
+  return strata_maxpool_fwd(q, pp, m[0], m[1], m[2]);
+}
+
+static int pool_b(strata_queue_t q, strata_mem_t *m, const void *pp) {
+  int rc = pool_f(q, m, pp);
+  if (!rc)
+    rc = strata_maxpool_bwd(q, pp, m[3], m[2], m[4]);
+  return rc;
+}
+
+Test(ops, maxpool_values_devices_and_gradient) {
+  for (int64_t stride = 1; stride <= 2; stride++) {
+    struct strata_pool2d g = {.n = 2, .c = 2, .h = 6, .w = 5, .size = 2, .stride = stride};
+    int64_t p, qq;
+    OK(strata_pool2d_shape(&g, &p, &qq));
+    size_t nx = 120, ny = (size_t)(4 * p * qq);
+    /* distinct values at least 0.05 apart, shuffled: no ties for finite differences */
+    float *x = malloc(nx * 4), *w = rnd(ny, 111, -1, 1);
+    for (size_t i = 0; i < nx; i++)
+      x[i] = 0.05f * (float)((i * 37) % nx) - 3.0f;
+    struct opcase f = {"maxpool_fwd", pool_f, &g, 4, {nx, ny, ny, ny}, {x, NULL, NULL, w}};
+    void **got = compare_devices(&f, 6, 0, 0);
+    for (int pl = 0; pl < 4; pl++)
+      for (int i = 0; i < p; i++)
+        for (int j = 0; j < qq; j++) {
+          float best = -FLT_MAX;
+          for (int a = 0; a < 2; a++)
+            for (int b = 0; b < 2; b++)
+              best = fmaxf(best, x[pl * 30 + (i * stride + a) * 5 + j * stride + b]);
+          cr_assert_eq(((float *)got[1])[(pl * p + i) * qq + j], best);
+        }
+    free_outputs(&f, got);
+    struct opcase b = {"maxpool_bwd", pool_b, &g, 5, {nx, ny, ny, ny, nx}, {x, NULL, NULL, w, NULL}};
+    got = compare_devices(&b, 16, 1e-6, 1e-6);
+    free_outputs(&b, got);
+    check_fd(&f, &b, 0, 4, 1, 3, 1e-2, 1e-3, 1e-2, 120);
+    free(x);
+    free(w);
+  }
+}
+
+/* ---- bad input ---- */
+
+Test(ops, bad_input_is_an_error_not_a_crash) {
+  setenv("STRATA_HOST_DEVICES", "2", 1);
+  strata_buffer_t a, b, other;
+  strata_queue_t q;
+  OK(strata_buffer_new(0, 64 * 4, &a));
+  OK(strata_buffer_new(0, 64 * 4, &b));
+  OK(strata_buffer_new(1, 64 * 4, &other));
+  OK(strata_queue_new(0, &q));
+  float ones[64];
+  for (int i = 0; i < 64; i++)
+    ones[i] = 1;
+  OK(strata_buffer_upload(q, b, 0, ones, sizeof ones));
+  /* wrong shapes */
+  cr_assert_eq(strata_gemm(q, 0, 0, 8, 8, 0, 1, strata_mem(a, 0), 8, 0, strata_mem(a, 0), 8, 0, 0, strata_mem(b, 0), 8,
+                           0, 1),
+               STRATA_ERR_SHAPE);
+  cr_assert_eq(strata_gemm(q, 0, 0, 8, 8, 8, 1, strata_mem(a, 0), 4, 0, strata_mem(a, 0), 8, 0, 0, strata_mem(b, 0), 8,
+                           0, 1),
+               STRATA_ERR_SHAPE, "lda < k");
+  cr_assert_eq(strata_gemm(q, 0, 0, 8, 9, 8, 1, strata_mem(a, 0), 8, 0, strata_mem(a, 0), 9, 0, 0, strata_mem(b, 0), 9,
+                           0, 1),
+               STRATA_ERR_RANGE, "B larger than its buffer");
+  cr_assert(strstr(strata_last_error(), "operand 'B'"), "message: %s", strata_last_error());
+  cr_assert_eq(strata_softmax_fwd(q, strata_mem(a, 0), strata_mem(b, 0), 10, 4, 1, 1), STRATA_ERR_SHAPE);
+  cr_assert_eq(strata_relu_fwd(q, strata_mem(a, 60), strata_mem(b, 0), 8), STRATA_ERR_RANGE, "offset pushes past end");
+  cr_assert_eq(strata_relu_fwd(q, strata_mem(a, 0), strata_mem(b, 0), -3), STRATA_ERR_SHAPE);
+  cr_assert_eq(strata_relu_fwd(q, strata_mem(NULL, 0), strata_mem(b, 0), 3), STRATA_ERR_INVALID);
+  /* a buffer on another device */
+  cr_assert_eq(strata_add(q, strata_mem(a, 0), strata_mem(other, 0), strata_mem(b, 0), 8), STRATA_ERR_DEVICE_MISMATCH);
+  cr_assert(strstr(strata_last_error(), "operand 'b' is on device 1"), "message: %s", strata_last_error());
+  cr_assert_eq(strata_adamw(q, strata_mem(a, 0), strata_mem(a, 0), strata_mem(a, 0), strata_mem(a, 0), 8, 1, 1.5f,
+                            0.9f, 1e-8f, 0, 1),
+               STRATA_ERR_INVALID);
+  struct strata_conv2d g = {.n = 1, .c = 1, .h = 2, .w = 2, .k = 1, .r = 5, .s = 5, .stride = 1, .pad = 0};
+  cr_assert_eq(strata_conv2d_fwd(q, &g, strata_mem(a, 0), strata_mem(a, 0), strata_mem(b, 0), strata_mem(a, 0)),
+               STRATA_ERR_SHAPE);
+  cr_assert_eq(strata_conv2d_fwd(q, NULL, strata_mem(a, 0), strata_mem(a, 0), strata_mem(b, 0), strata_mem(a, 0)),
+               STRATA_ERR_INVALID);
+  struct strata_pool2d pg = {.n = 1, .c = 1, .h = 2, .w = 2, .size = 3, .stride = 1};
+  cr_assert_eq(strata_maxpool_fwd(q, &pg, strata_mem(a, 0), strata_mem(b, 0), strata_mem(b, 8)), STRATA_ERR_SHAPE);
+  cr_assert_eq(strata_scale(NULL, strata_mem(a, 0), 1, 4), STRATA_ERR_INVALID);
+  /* nothing above touched b */
+  float back[64];
+  OK(strata_buffer_download(q, b, 0, back, sizeof back));
+  cr_assert(memcmp(back, ones, sizeof ones) == 0, "a rejected op wrote to its output");
+  strata_queue_free(q);
+  strata_buffer_free(a);
+  strata_buffer_free(b);
+  strata_buffer_free(other);
+}
