@@ -1,0 +1,326 @@
+/* SPDX-License-Identifier: MIT */
+/* strata-bench — measures strata's device layer against calling the libraries under it directly. */
+#include "config.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifdef STRATA_HAVE_OPENCL
+#define CL_TARGET_OPENCL_VERSION 120
+#include <CL/cl.h>
+#include <clblast_c.h>
+#endif
+
+#include <strata/strata.h>
+
+#define MAX_SIZES 16
+
+struct options {
+  int device;             /* -1: every device */
+  int sizes[MAX_SIZES];
+  int nsizes;
+  int reps;
+  int json;
+};
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "Usage: strata-bench gemm [OPTIONS]\n"
+          "Measure SGEMM (C = A B, N x N, fp32) through strata's device layer beside the\n"
+          "library strata calls underneath, on the same device in the same run:\n"
+          "OpenBLAS (cblas_sgemm) for host devices, CLBlast for OpenCL devices.\n"
+          "\n"
+          "Options:\n"
+          "  -d, --device N     only device N (default: every device; see strata-topo)\n"
+          "  -s, --sizes LIST   comma-separated N values (default 512,1024,2048)\n"
+          "  -r, --reps R       timed repetitions per measurement, median reported (default 5)\n"
+          "      --json         one JSON object per line instead of a table\n"
+          "  -h, --help         this help\n"
+          "\n"
+          "Exit status: 0 on success, 1 if a measurement failed, 2 on bad usage.\n");
+}
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static int parse_sizes(const char *s, struct options *o) {
+  o->nsizes = 0;
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", s);
+  char *save = NULL;
+  for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    char *end;
+    errno = 0;
+    long v = strtol(t, &end, 10);
+    if (errno || *end || v < 1 || v > 32768 || o->nsizes == MAX_SIZES)
+      return -1;
+    o->sizes[o->nsizes++] = (int)v;
+  }
+  return o->nsizes ? 0 : -1;
+}
+
+/* Time `reps` SGEMMs through strata on device `dev`; stores the median seconds. */
+static int time_strata(int dev, int n, int reps, const float *a, const float *b, double *secs) {
+  size_t bytes = (size_t)n * n * 4;
+  strata_buffer_t ba = NULL, bb = NULL, bc = NULL;
+  strata_queue_t q = NULL;
+  double t[64];
+  int rc = strata_queue_new(dev, &q);
+  if (!rc)
+    rc = strata_buffer_new(dev, bytes, &ba);
+  if (!rc)
+    rc = strata_buffer_new(dev, bytes, &bb);
+  if (!rc)
+    rc = strata_buffer_new(dev, bytes, &bc);
+  if (!rc)
+    rc = strata_buffer_upload(q, ba, 0, a, bytes);
+  if (!rc)
+    rc = strata_buffer_upload(q, bb, 0, b, bytes);
+  for (int r = -1; r < reps && !rc; r++) { /* r = -1 warms up (kernel compilation, caches) */
+    double t0 = now();
+    rc = strata_gemm(q, STRATA_NO_TRANS, STRATA_NO_TRANS, n, n, n, 1.0f, strata_mem(ba, 0), n, 0, strata_mem(bb, 0), n,
+                     0, 0.0f, strata_mem(bc, 0), n, 0, 1);
+    if (!rc)
+      rc = strata_queue_finish(q);
+    if (r >= 0)
+      t[r] = now() - t0;
+  }
+  if (!rc)
+    *secs = median(t, reps);
+  strata_buffer_free(ba);
+  strata_buffer_free(bb);
+  strata_buffer_free(bc);
+  strata_queue_free(q);
+  return rc;
+}
+
+static int time_cblas(int n, int reps, const float *a, const float *b, double *secs) {
+  float *c = malloc((size_t)n * n * 4);
+  if (!c)
+    return -1;
+  double t[64];
+  for (int r = -1; r < reps; r++) {
+    double t0 = now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+    if (r >= 0)
+      t[r] = now() - t0;
+  }
+  free(c);
+  *secs = median(t, reps);
+  return 0;
+}
+
+#ifdef STRATA_HAVE_OPENCL
+/* The OpenCL device strata calls `backend_index`: platforms in order, then
+** their devices in order — the order the OpenCL backend enumerates them. */
+static cl_device_id find_cl_device(int backend_index) {
+  cl_uint np = 0;
+  if (clGetPlatformIDs(0, NULL, &np) != CL_SUCCESS || np == 0)
+    return NULL;
+  cl_platform_id plats[16];
+  if (np > 16)
+    np = 16;
+  clGetPlatformIDs(np, plats, NULL);
+  for (cl_uint p = 0; p < np; p++) {
+    cl_uint nd = 0;
+    if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, 0, NULL, &nd) != CL_SUCCESS)
+      continue;
+    cl_device_id devs[64];
+    if (nd > 64)
+      nd = 64;
+    clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, nd, devs, NULL);
+    if (backend_index < (int)nd)
+      return devs[backend_index];
+    backend_index -= (int)nd;
+  }
+  return NULL;
+}
+
+static int time_clblast(int backend_index, int n, int reps, const float *a, const float *b, double *secs) {
+  cl_device_id dev = find_cl_device(backend_index);
+  if (!dev)
+    return -1;
+  cl_int err;
+  cl_context ctx = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
+  if (err != CL_SUCCESS)
+    return -1;
+  cl_command_queue q = clCreateCommandQueue(ctx, dev, 0, &err);
+  size_t bytes = (size_t)n * n * 4;
+  cl_mem ba = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes, (void *)a, &err);
+  cl_mem bb = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes, (void *)b, &err);
+  cl_mem bc = clCreateBuffer(ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
+  double t[64];
+  int rc = 0;
+  for (int r = -1; r < reps && !rc; r++) {
+    double t0 = now();
+    CLBlastStatusCode s = CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeNo, (size_t)n,
+                                       (size_t)n, (size_t)n, 1.0f, ba, 0, (size_t)n, bb, 0, (size_t)n, 0.0f, bc, 0,
+                                       (size_t)n, &q, NULL);
+    if (s != CLBlastSuccess || clFinish(q) != CL_SUCCESS)
+      rc = -1;
+    if (r >= 0)
+      t[r] = now() - t0;
+  }
+  if (!rc)
+    *secs = median(t, reps);
+  clReleaseMemObject(ba);
+  clReleaseMemObject(bb);
+  clReleaseMemObject(bc);
+  clReleaseCommandQueue(q);
+  clReleaseContext(ctx);
+  return rc;
+}
+#endif /* STRATA_HAVE_OPENCL */
+
+static int bench_gemm(const struct options *o) {
+  int ndev = 0;
+  if (strata_device_count(&ndev)) {
+    fprintf(stderr, "strata-bench: %s\n", strata_last_error());
+    return 1;
+  }
+  if (o->device >= ndev) {
+    fprintf(stderr, "strata-bench: no device %d (there are %d)\n", o->device, ndev);
+    return 2;
+  }
+  if (!o->json)
+    printf("%-4s %-8s %-44s %6s %14s %14s %8s  %s\n", "dev", "backend", "name", "N", "strata GF/s", "direct GF/s",
+           "ratio", "direct = ");
+  int failed = 0;
+  for (int d = 0; d < ndev; d++) {
+    if (o->device >= 0 && d != o->device)
+      continue;
+    struct strata_device_props p;
+    strata_device_props(d, &p);
+    const char *direct = strcmp(p.backend, "host") == 0     ? "OpenBLAS cblas_sgemm"
+                         : strcmp(p.backend, "opencl") == 0 ? "CLBlast CLBlastSgemm"
+                                                            : NULL;
+    for (int s = 0; s < o->nsizes; s++) {
+      int n = o->sizes[s];
+      size_t count = (size_t)n * n;
+      float *a = malloc(count * 4), *b = malloc(count * 4);
+      if (!a || !b) {
+        fprintf(stderr, "strata-bench: out of memory for N = %d\n", n);
+        free(a);
+        free(b);
+        return 1;
+      }
+      for (size_t i = 0; i < count; i++) {
+        a[i] = (float)((i * 7) % 13) / 13.0f - 0.5f;
+        b[i] = (float)((i * 5) % 11) / 11.0f - 0.5f;
+      }
+      double ts = 0, td = 0;
+      int rs = time_strata(d, n, o->reps, a, b, &ts);
+      int rd = -1;
+      if (strcmp(p.backend, "host") == 0)
+        rd = time_cblas(n, o->reps, a, b, &td);
+#ifdef STRATA_HAVE_OPENCL
+      else if (strcmp(p.backend, "opencl") == 0)
+        rd = time_clblast(p.backend_index, n, o->reps, a, b, &td);
+#endif
+      free(a);
+      free(b);
+      if (rs) {
+        fprintf(stderr, "strata-bench: device %d, N = %d: %s\n", d, n, strata_last_error());
+        failed = 1;
+        continue;
+      }
+      double flops = 2.0 * n * (double)n * n;
+      double gs = flops / ts / 1e9, gd = rd == 0 ? flops / td / 1e9 : 0;
+      if (o->json)
+        printf("{\"bench\":\"gemm\",\"device\":%d,\"backend\":\"%s\",\"name\":\"%s\",\"n\":%d,\"strata_gflops\":%.3f,"
+               "\"direct\":%s%s%s,\"direct_gflops\":%.3f,\"ratio\":%.4f}\n",
+               d, p.backend, p.name, n, gs, direct ? "\"" : "", direct ? direct : "null", direct ? "\"" : "", gd,
+               rd == 0 ? gs / gd : 0.0);
+      else if (rd == 0)
+        printf("%-4d %-8s %-44.44s %6d %14.2f %14.2f %7.1f%%  %s\n", d, p.backend, p.name, n, gs, gd, 100 * gs / gd,
+               direct);
+      else
+        printf("%-4d %-8s %-44.44s %6d %14.2f %14s %8s  %s\n", d, p.backend, p.name, n, gs, "-", "-",
+               "no direct comparison for this backend");
+      fflush(stdout);
+    }
+  }
+  return failed;
+}
+
+int main(int argc, char **argv) {
+  struct options o = {.device = -1, .reps = 5};
+  parse_sizes("512,1024,2048", &o);
+  if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
+    usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  if (strcmp(argv[1], "gemm") != 0) {
+    fprintf(stderr, "strata-bench: unknown benchmark '%s' (known: gemm)\n", argv[1]);
+    return 2;
+  }
+  static const struct option longopts[] = {{"device", required_argument, NULL, 'd'},
+                                           {"sizes", required_argument, NULL, 's'},
+                                           {"reps", required_argument, NULL, 'r'},
+                                           {"json", no_argument, NULL, 'j'},
+                                           {"help", no_argument, NULL, 'h'},
+                                           {NULL, 0, NULL, 0}};
+  int c;
+  optind = 2;
+  while ((c = getopt_long(argc, argv, "d:s:r:h", longopts, NULL)) != -1) {
+    char *end;
+    switch (c) {
+    case 'd':
+      errno = 0;
+      o.device = (int)strtol(optarg, &end, 10);
+      if (errno || *end || o.device < 0) {
+        fprintf(stderr, "strata-bench: --device wants a device index, not '%s'\n", optarg);
+        return 2;
+      }
+      break;
+    case 's':
+      if (parse_sizes(optarg, &o)) {
+        fprintf(stderr, "strata-bench: --sizes wants a list like 512,1024 (each 1..32768), not '%s'\n", optarg);
+        return 2;
+      }
+      break;
+    case 'r':
+      errno = 0;
+      o.reps = (int)strtol(optarg, &end, 10);
+      if (errno || *end || o.reps < 1 || o.reps > 64) {
+        fprintf(stderr, "strata-bench: --reps wants a number between 1 and 64, not '%s'\n", optarg);
+        return 2;
+      }
+      break;
+    case 'j':
+      o.json = 1;
+      break;
+    case 'h':
+      usage(stdout);
+      return 0;
+    default:
+      usage(stderr);
+      return 2;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "strata-bench: unexpected argument '%s'\n", argv[optind]);
+    return 2;
+  }
+  int rc = bench_gemm(&o);
+  strata_shutdown();
+  return rc;
+}
