@@ -44,7 +44,8 @@ static inline void tc_fill(float *x, size_t n, uint32_t seed, float lo, float hi
 static inline double tc_excess(const float *a, const float *b, size_t n, double atol, double rtol, size_t *where) {
   double worst = 0;
   for (size_t i = 0; i < n; i++) {
-    double e = fabs((double)a[i] - b[i]) / (atol + rtol * fabs((double)b[i]));
+    double diff = fabs((double)a[i] - b[i]);
+    double e = diff == 0 ? 0 : diff / (atol + rtol * fabs((double)b[i]));
     if (!(e <= worst)) {
       worst = isnan(e) ? INFINITY : e;
       if (where)
