@@ -1,0 +1,730 @@
+/* SPDX-License-Identifier: MIT */
+/* test-cuda.c — the CUDA backend against the host backend: every op on the same inputs, copies, events, peers. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+#ifndef STRATA_TEST_BACKEND_PATH
+#define STRATA_TEST_BACKEND_PATH ""
+#endif
+
+/* Elements of sentinel before and after every operand: the op sees its
+** operand at offset PAD (so element offsets are exercised) and the test
+** checks that neither margin changed (nothing written out of bounds). */
+#define PAD 3
+#define SENTINEL (-1234.5f)
+#define ISENTINEL (-777)
+
+static int cuda_dev = -1;     /* first CUDA device */
+static int host_dev = -1;     /* first host device: the reference */
+static char cuda_skip[320];   /* why the CUDA tests cannot run, "" if they can */
+
+/*
+** Load the backends from this build tree (unless the environment already
+** says where) and find the devices. Skipping happens in each test (NEED_CUDA):
+** a reason found here is only recorded.
+*/
+static void setup(void) {
+  if (STRATA_TEST_BACKEND_PATH[0])
+    setenv("STRATA_BACKEND_PATH", STRATA_TEST_BACKEND_PATH, 0);
+  cuda_skip[0] = '\0';
+#if defined(STRATA_TEST_CUDA_SELF_CHECK)
+  /* Checks the suite itself on a machine without a GPU: a second host
+  ** device stands in for the CUDA one (build with
+  ** CPPFLAGS=-DSTRATA_TEST_CUDA_SELF_CHECK, run with STRATA_HOST_DEVICES=3).
+  ** The props test then fails by design: it expects NVIDIA. */
+  OK(strata_init());
+  cuda_dev = tc_find_device("host", 1);
+  host_dev = tc_find_device("host", 0);
+  if (cuda_dev < 0)
+    snprintf(cuda_skip, sizeof cuda_skip, "self-check needs STRATA_HOST_DEVICES >= 2");
+  return;
+#elif !defined(STRATA_TEST_CUDA_BUILT)
+  snprintf(cuda_skip, sizeof cuda_skip, "CUDA backend not built");
+  return;
+#else
+  OK(strata_init());
+  int nb = 0;
+  OK(strata_backend_count(&nb));
+  int found = 0;
+  for (int i = 0; i < nb; i++) {
+    struct strata_backend_info bi;
+    OK(strata_backend_info(i, &bi));
+    if (strcmp(bi.name, "cuda") != 0)
+      continue;
+    found = 1;
+    if (!bi.loaded || bi.device_count == 0)
+      snprintf(cuda_skip, sizeof cuda_skip, "%s", bi.reason[0] ? bi.reason : "no CUDA device (no reason given)");
+  }
+  if (!found)
+    snprintf(cuda_skip, sizeof cuda_skip, "the cuda backend is not known to strata");
+  if (cuda_skip[0])
+    return;
+  cuda_dev = tc_find_device("cuda", 0);
+  host_dev = tc_find_device("host", 0);
+  cr_assert_geq(cuda_dev, 0, "the cuda backend reports devices but none is listed");
+  cr_assert_geq(host_dev, 0, "no host device to compare with");
+#endif
+}
+
+static void teardown(void) {
+  strata_shutdown();
+}
+
+TestSuite(cuda, .init = setup, .fini = teardown, .timeout = 120);
+
+#define NEED_CUDA()                                                                                                    \
+  do {                                                                                                                 \
+    if (cuda_skip[0])                                                                                                  \
+      cr_skip_test("%s", cuda_skip);                                                                                   \
+  } while (0)
+
+/* ----------------------------------------------------------------- harness */
+
+#define MAX_OPERANDS 10
+
+/* What an operand is: float or int32, and whether its contents are
+** compared after the op (outputs, and inputs the op updates in place). */
+enum { T_F32 = 0, T_I32 = 1 };
+enum { NO_CHECK = 0, CHECK = 1 };
+
+struct operand {
+  int type;
+  int check;
+  size_t n;              /* elements */
+  const void *init;      /* n elements, or NULL: 0.5f (float) / 0 (int) */
+};
+
+/* Enqueue the op under test on `q` with the operands at `m`. */
+typedef int (*op_fn)(strata_queue_t q, const strata_mem_t *m, const void *arg);
+
+/* Run `fn` on device `dev` over fresh copies of the operands and return
+** their contents afterwards (one malloc'd array of n elements each, which
+** the caller frees). Checks the sentinel margins. */
+static void run_on(int dev, const struct operand *o, int nops, op_fn fn, const void *arg, void **out) {
+  strata_queue_t q;
+  strata_buffer_t b[MAX_OPERANDS];
+  strata_mem_t m[MAX_OPERANDS];
+  OK(strata_queue_new(dev, &q));
+  for (int i = 0; i < nops; i++) {
+    size_t total = o[i].n + 2 * PAD;
+    uint32_t *h = malloc(total * 4);
+    cr_assert(h);
+    for (size_t j = 0; j < total; j++) {
+      float fs = SENTINEL;
+      int32_t is = ISENTINEL;
+      if (o[i].type == T_F32)
+        memcpy(&h[j], &fs, 4);
+      else
+        memcpy(&h[j], &is, 4);
+    }
+    if (o[i].init) {
+      memcpy(h + PAD, o[i].init, o[i].n * 4);
+    } else {
+      for (size_t j = 0; j < o[i].n; j++) {
+        float f = 0.5f;
+        int32_t z = 0;
+        memcpy(&h[PAD + j], o[i].type == T_F32 ? (void *)&f : (void *)&z, 4);
+      }
+    }
+    OK(strata_buffer_new(dev, total * 4, &b[i]));
+    OK(strata_buffer_upload(q, b[i], 0, h, total * 4));
+    free(h);
+    m[i] = strata_mem(b[i], PAD);
+  }
+  OK(fn(q, m, arg));
+  OK(strata_queue_finish(q));
+  for (int i = 0; i < nops; i++) {
+    size_t total = o[i].n + 2 * PAD;
+    uint32_t *h = malloc(total * 4);
+    cr_assert(h);
+    OK(strata_buffer_download(q, b[i], 0, h, total * 4));
+    for (size_t j = 0; j < total; j++) {
+      if (j >= PAD && j < PAD + o[i].n)
+        continue;
+      uint32_t s;
+      float fs = SENTINEL;
+      int32_t is = ISENTINEL;
+      memcpy(&s, o[i].type == T_F32 ? (void *)&fs : (void *)&is, 4);
+      cr_expect_eq(h[j], s, "device %d, operand %d: margin element %lld was overwritten", dev, i,
+                   (long long)j - PAD);
+    }
+    out[i] = malloc(o[i].n * 4 + 4);
+    cr_assert(out[i]);
+    memcpy(out[i], h + PAD, o[i].n * 4);
+    free(h);
+    strata_buffer_free(b[i]);
+  }
+  strata_queue_free(q);
+}
+
+/* Run the op on the CUDA device and on the host device and compare every
+** CHECK operand: floats within atol + rtol |host|, ints exactly. */
+static void compare(const char *what, const struct operand *o, int nops, op_fn fn, const void *arg, double atol,
+                    double rtol) {
+  void *dc[MAX_OPERANDS], *dh[MAX_OPERANDS];
+  cr_assert_leq(nops, MAX_OPERANDS);
+  run_on(cuda_dev, o, nops, fn, arg, dc);
+  run_on(host_dev, o, nops, fn, arg, dh);
+  for (int i = 0; i < nops; i++) {
+    if (o[i].check) {
+      if (o[i].type == T_F32) {
+        size_t at = 0;
+        double ex = tc_excess(dc[i], dh[i], o[i].n, atol, rtol, &at);
+        cr_expect_leq(ex, 1.0, "%s: operand %d differs at %zu: cuda %.9g, host %.9g (excess %.3g)", what, i, at,
+                      (double)((float *)dc[i])[at], (double)((float *)dh[i])[at], ex);
+      } else {
+        const int32_t *a = dc[i], *h = dh[i];
+        for (size_t j = 0; j < o[i].n; j++)
+          if (a[j] != h[j]) {
+            cr_expect_eq(a[j], h[j], "%s: int operand %d differs at %zu", what, i, j);
+            break;
+          }
+      }
+    }
+    free(dc[i]);
+    free(dh[i]);
+  }
+}
+
+static float *rnd(size_t n, uint32_t seed, float lo, float hi) {
+  float *x = malloc((n ? n : 1) * sizeof *x);
+  cr_assert(x);
+  tc_fill(x, n, seed, lo, hi);
+  return x;
+}
+
+/* -------------------------------------------------------------- the device */
+
+Test(cuda, device_props) {
+  NEED_CUDA();
+  struct strata_device_props p;
+  OK(strata_device_props(cuda_dev, &p));
+  cr_expect_str_eq(p.backend, "cuda");
+  cr_expect_str_eq(p.vendor, "NVIDIA");
+  cr_expect_eq(p.is_cpu, 0);
+  cr_expect_gt(p.compute_units, 0);
+  cr_expect_gt(p.total_memory, (uint64_t)0);
+  cr_expect_gt(strlen(p.name), (size_t)0);
+  unsigned d, b, s, f;
+  char tail;
+  cr_expect_eq(sscanf(p.pci_bus_id, "%4x:%2x:%2x.%1x%c", &d, &b, &s, &f, &tail), 4, "pci bus id '%s'",
+               p.pci_bus_id);
+  cr_expect_eq(strlen(p.pci_bus_id), (size_t)12, "pci bus id '%s' is not dddd:bb:dd.f", p.pci_bus_id);
+  for (const char *c = p.pci_bus_id; *c; c++)
+    cr_expect(!(*c >= 'A' && *c <= 'Z'), "pci bus id '%s' is not lower case", p.pci_bus_id);
+}
+
+/* -------------------------------------------------------------------- GEMM */
+
+struct gemm_arg {
+  int ta, tb;
+  int64_t m, n, k, lda, ldb, ldc, sa, sb, sc, batch;
+  float alpha, beta;
+};
+
+static int run_gemm(strata_queue_t q, const strata_mem_t *m, const void *arg) {
+  const struct gemm_arg *g = arg;
+  return strata_gemm(q, g->ta, g->tb, g->m, g->n, g->k, g->alpha, m[0], g->lda, g->sa, m[1], g->ldb, g->sb, g->beta,
+                     m[2], g->ldc, g->sc, g->batch);
+}
+
+/* One GEMM with padded leading dimensions and batch strides. */
+static void gemm_case(int ta, int tb, int64_t m, int64_t n, int64_t k, int64_t batch, int broadcast_b, float alpha,
+                      float beta) {
+  struct gemm_arg g = {.ta = ta, .tb = tb, .m = m, .n = n, .k = k, .batch = batch, .alpha = alpha, .beta = beta};
+  int64_t ar = ta ? k : m, ac = ta ? m : k; /* stored rows x cols of A */
+  int64_t br = tb ? n : k, bc = tb ? k : n;
+  g.lda = ac + 2;
+  g.ldb = bc + 1;
+  g.ldc = n + 3;
+  g.sa = ar * g.lda + 5;
+  g.sb = broadcast_b ? 0 : br * g.ldb + 7;
+  g.sc = m * g.ldc + 1;
+  size_t na = (size_t)(g.sa * (batch - 1) + ar * g.lda);
+  size_t nb = (size_t)(g.sb * (batch - 1) + br * g.ldb);
+  size_t nc = (size_t)(g.sc * (batch - 1) + m * g.ldc);
+  float *a = rnd(na, 11, -1, 1), *b = rnd(nb, 12, -1, 1), *c = rnd(nc, 13, -1, 1);
+  struct operand o[] = {{T_F32, NO_CHECK, na, a}, {T_F32, NO_CHECK, nb, b}, {T_F32, CHECK, nc, c}};
+  char what[128];
+  snprintf(what, sizeof what, "gemm ta=%d tb=%d %lldx%lldx%lld batch %lld%s", ta, tb, (long long)m, (long long)n,
+           (long long)k, (long long)batch, broadcast_b ? " (B shared)" : "");
+  compare(what, o, 3, run_gemm, &g, 1e-4 * (double)k, 1e-4);
+  free(a);
+  free(b);
+  free(c);
+}
+
+Test(cuda, gemm_transposes_and_batches) {
+  NEED_CUDA();
+  for (int ta = 0; ta < 2; ta++)
+    for (int tb = 0; tb < 2; tb++) {
+      gemm_case(ta, tb, 37, 29, 45, 3, 0, 0.75f, 0.25f);
+      gemm_case(ta, tb, 1, 17, 5, 2, 1, -1.0f, 1.0f);
+    }
+}
+
+Test(cuda, gemm_large_and_beta_zero) {
+  NEED_CUDA();
+  gemm_case(0, 0, 257, 193, 320, 1, 0, 1.0f, 0.0f);
+  gemm_case(1, 1, 64, 128, 96, 4, 0, 0.5f, 0.0f);
+  gemm_case(0, 1, 130, 70, 1, 2, 0, 1.0f, 0.5f);
+}
+
+/* ------------------------------------------------------------ elementwise */
+
+struct ew_arg {
+  int64_t n, rows, cols;
+  float alpha;
+  int which, accumulate;
+};
+
+static int run_ew(strata_queue_t q, const strata_mem_t *m, const void *arg) {
+  const struct ew_arg *a = arg;
+  switch (a->which) {
+  case 0: return strata_gelu_fwd(q, m[0], m[1], a->n);
+  case 1: return strata_gelu_bwd(q, m[0], m[1], m[2], a->n);
+  case 2: return strata_relu_fwd(q, m[0], m[1], a->n);
+  case 3: return strata_relu_bwd(q, m[0], m[1], m[2], a->n);
+  case 4: return strata_add(q, m[0], m[1], m[2], a->n);
+  case 5: return strata_scale(q, m[0], a->alpha, a->n);
+  case 6: return strata_fill(q, m[0], a->alpha, a->n);
+  case 7: return strata_bias_add(q, m[0], m[1], a->rows, a->cols);
+  case 8: return strata_bias_grad(q, m[0], m[1], a->rows, a->cols, a->accumulate);
+  case 9: return strata_gelu_fwd(q, m[0], m[0], a->n);     /* in place */
+  case 10: return strata_add(q, m[0], m[1], m[0], a->n);   /* y = a */
+  default: return STRATA_ERR_INVALID;
+  }
+}
+
+Test(cuda, elementwise) {
+  NEED_CUDA();
+  const int64_t n = 1000 * 257 + 3; /* several blocks and a ragged tail */
+  float *x = rnd((size_t)n, 21, -4, 4), *dy = rnd((size_t)n, 22, -1, 1), *y = rnd((size_t)n, 23, -1, 1);
+  static const char *names[] = {"gelu_fwd", "gelu_bwd", "relu_fwd", "relu_bwd", "add", "scale", "fill"};
+  for (int w = 0; w <= 6; w++) {
+    struct ew_arg a = {.n = n, .alpha = -1.75f, .which = w};
+    struct operand o3[] = {
+        {T_F32, NO_CHECK, (size_t)n, x}, {T_F32, NO_CHECK, (size_t)n, dy}, {T_F32, CHECK, (size_t)n, y}};
+    if (w == 0 || w == 2) {
+      struct operand o[] = {{T_F32, NO_CHECK, (size_t)n, x}, {T_F32, CHECK, (size_t)n, y}};
+      compare(names[w], o, 2, run_ew, &a, 1e-6, 1e-5);
+    } else if (w == 5 || w == 6) {
+      struct operand o[] = {{T_F32, CHECK, (size_t)n, x}};
+      compare(names[w], o, 1, run_ew, &a, 1e-30, 1e-7);
+    } else {
+      compare(names[w], o3, 3, run_ew, &a, 1e-6, 1e-5);
+    }
+  }
+  struct ew_arg in_place = {.n = n, .which = 9};
+  struct operand o1[] = {{T_F32, CHECK, (size_t)n, x}};
+  compare("gelu_fwd in place", o1, 1, run_ew, &in_place, 1e-6, 1e-5);
+  struct ew_arg add_in_place = {.n = n, .which = 10};
+  struct operand o2[] = {{T_F32, CHECK, (size_t)n, x}, {T_F32, NO_CHECK, (size_t)n, dy}};
+  compare("add in place", o2, 2, run_ew, &add_in_place, 1e-30, 1e-7);
+  free(x);
+  free(dy);
+  free(y);
+}
+
+Test(cuda, bias) {
+  NEED_CUDA();
+  const int64_t rows = 333, cols = 129;
+  float *y = rnd((size_t)(rows * cols), 31, -1, 1), *bias = rnd((size_t)cols, 32, -1, 1);
+  struct ew_arg a = {.rows = rows, .cols = cols, .which = 7};
+  struct operand o[] = {{T_F32, CHECK, (size_t)(rows * cols), y}, {T_F32, NO_CHECK, (size_t)cols, bias}};
+  compare("bias_add", o, 2, run_ew, &a, 1e-6, 1e-6);
+  for (int acc = 0; acc < 2; acc++) {
+    struct ew_arg g = {.rows = rows, .cols = cols, .which = 8, .accumulate = acc};
+    struct operand og[] = {{T_F32, NO_CHECK, (size_t)(rows * cols), y}, {T_F32, CHECK, (size_t)cols, bias}};
+    compare(acc ? "bias_grad accumulate" : "bias_grad", og, 2, run_ew, &g, 1e-4, 1e-4);
+  }
+  free(y);
+  free(bias);
+}
+
+/* -------------------------------------------------------------- row ops */
+
+struct row_arg {
+  int64_t rows, cols;
+  float eps, scale;
+  int causal, accumulate;
+};
+
+/* Layer norm forward then backward: operands x, gamma, beta, y, mean,
+** rstd, dy, dx, dgamma, dbeta. */
+static int run_layernorm(strata_queue_t q, const strata_mem_t *m, const void *arg) {
+  const struct row_arg *a = arg;
+  int rc = strata_layernorm_fwd(q, m[0], m[1], m[2], m[3], m[4], m[5], a->rows, a->cols, a->eps);
+  if (rc)
+    return rc;
+  return strata_layernorm_bwd(q, m[0], m[1], m[4], m[5], m[6], m[7], m[8], m[9], a->rows, a->cols, a->accumulate);
+}
+
+Test(cuda, layernorm) {
+  NEED_CUDA();
+  const int64_t rows = 67, cols = 300;
+  size_t rc = (size_t)(rows * cols);
+  float *x = rnd(rc, 41, -3, 5), *gamma = rnd((size_t)cols, 42, 0.5f, 1.5f), *beta = rnd((size_t)cols, 43, -1, 1);
+  float *dy = rnd(rc, 44, -1, 1), *dg = rnd((size_t)cols, 45, -1, 1), *db = rnd((size_t)cols, 46, -1, 1);
+  for (int acc = 0; acc < 2; acc++) {
+    struct row_arg a = {.rows = rows, .cols = cols, .eps = 1e-5f, .accumulate = acc};
+    struct operand o[] = {{T_F32, NO_CHECK, rc, x},          {T_F32, NO_CHECK, (size_t)cols, gamma},
+                          {T_F32, NO_CHECK, (size_t)cols, beta}, {T_F32, CHECK, rc, NULL},
+                          {T_F32, CHECK, (size_t)rows, NULL}, {T_F32, CHECK, (size_t)rows, NULL},
+                          {T_F32, NO_CHECK, rc, dy},          {T_F32, CHECK, rc, NULL},
+                          {T_F32, CHECK, (size_t)cols, dg},   {T_F32, CHECK, (size_t)cols, db}};
+    compare(acc ? "layernorm (accumulate)" : "layernorm", o, 10, run_layernorm, &a, 1e-4, 1e-4);
+  }
+  free(x);
+  free(gamma);
+  free(beta);
+  free(dy);
+  free(dg);
+  free(db);
+}
+
+/* Softmax forward then backward: x, y, dy, dx. */
+static int run_softmax(strata_queue_t q, const strata_mem_t *m, const void *arg) {
+  const struct row_arg *a = arg;
+  int rc = strata_softmax_fwd(q, m[0], m[1], a->rows, a->cols, a->scale, a->causal);
+  if (rc)
+    return rc;
+  return strata_softmax_bwd(q, m[1], m[2], m[3], a->rows, a->cols, a->scale);
+}
+
+Test(cuda, softmax) {
+  NEED_CUDA();
+  const int64_t cols = 48, rows = 5 * cols;
+  size_t rc = (size_t)(rows * cols);
+  float *x = rnd(rc, 51, -6, 6), *dy = rnd(rc, 52, -1, 1);
+  for (int causal = 0; causal < 2; causal++) {
+    struct row_arg a = {.rows = rows, .cols = cols, .scale = 0.37f, .causal = causal};
+    struct operand o[] = {
+        {T_F32, NO_CHECK, rc, x}, {T_F32, CHECK, rc, NULL}, {T_F32, NO_CHECK, rc, dy}, {T_F32, CHECK, rc, NULL}};
+    compare(causal ? "softmax causal" : "softmax", o, 4, run_softmax, &a, 1e-6, 1e-4);
+  }
+  free(x);
+  free(dy);
+}
+
+/* ------------------------------------------------- embedding, cross-entropy */
+
+struct tok_arg {
+  int64_t n, dim, vocab;
+  float scale;
+  int accumulate;
+};
+
+/* Embedding forward then backward: tokens, table, out, dout, dtable. */
+static int run_embedding(strata_queue_t q, const strata_mem_t *m, const void *arg) {
+  const struct tok_arg *a = arg;
+  int rc = strata_embedding_fwd(q, m[0], m[1], m[2], a->n, a->dim, a->vocab);
+  if (rc)
+    return rc;
+  return strata_embedding_bwd(q, m[0], m[3], m[4], a->n, a->dim, a->vocab, a->accumulate);
+}
+
+Test(cuda, embedding) {
+  NEED_CUDA();
+  const int64_t n = 301, dim = 65, vocab = 50;
+  int32_t *tok = malloc((size_t)n * sizeof *tok);
+  cr_assert(tok);
+  for (int64_t i = 0; i < n; i++)
+    tok[i] = (int32_t)((i * 7919) % (vocab + 3)) - 1; /* -1 .. vocab+1: some out of range, many repeats */
+  float *table = rnd((size_t)(vocab * dim), 61, -1, 1), *dout = rnd((size_t)(n * dim), 62, -1, 1);
+  float *dtable = rnd((size_t)(vocab * dim), 63, -1, 1);
+  for (int acc = 0; acc < 2; acc++) {
+    struct tok_arg a = {.n = n, .dim = dim, .vocab = vocab, .accumulate = acc};
+    struct operand o[] = {{T_I32, NO_CHECK, (size_t)n, tok},
+                          {T_F32, NO_CHECK, (size_t)(vocab * dim), table},
+                          {T_F32, CHECK, (size_t)(n * dim), NULL},
+                          {T_F32, NO_CHECK, (size_t)(n * dim), dout},
+                          {T_F32, CHECK, (size_t)(vocab * dim), dtable}};
+    compare(acc ? "embedding (accumulate)" : "embedding", o, 5, run_embedding, &a, 1e-5, 1e-5);
+  }
+  free(tok);
+  free(table);
+  free(dout);
+  free(dtable);
+}
+
+/* Cross-entropy forward and backward: logits, targets, loss, dlogits. */
+static int run_xent(strata_queue_t q, const strata_mem_t *m, const void *arg) {
+  const struct tok_arg *a = arg;
+  int rc = strata_cross_entropy_fwd(q, m[0], m[1], m[2], a->n, a->vocab);
+  if (rc)
+    return rc;
+  return strata_cross_entropy_bwd(q, m[0], m[1], m[3], a->n, a->vocab, a->scale);
+}
+
+Test(cuda, cross_entropy) {
+  NEED_CUDA();
+  const int64_t rows = 97, vocab = 1003;
+  int32_t *tgt = malloc((size_t)rows * sizeof *tgt);
+  cr_assert(tgt);
+  for (int64_t r = 0; r < rows; r++)
+    tgt[r] = r % 10 == 3 ? -1 : (r % 13 == 5 ? (int32_t)vocab : (int32_t)((r * 131) % vocab));
+  float *logits = rnd((size_t)(rows * vocab), 71, -8, 8);
+  struct tok_arg a = {.n = rows, .vocab = vocab, .scale = 1.0f / (float)rows};
+  struct operand o[] = {{T_F32, NO_CHECK, (size_t)(rows * vocab), logits},
+                        {T_I32, NO_CHECK, (size_t)rows, tgt},
+                        {T_F32, CHECK, (size_t)rows, NULL},
+                        {T_F32, CHECK, (size_t)(rows * vocab), NULL}};
+  compare("cross_entropy", o, 4, run_xent, &a, 1e-6, 1e-4);
+  free(tgt);
+  free(logits);
+}
+
+/* ------------------------------------------------------- optimizer, norms */
+
+struct opt_arg {
+  int64_t n, step;
+  int accumulate;
+};
+
+static int run_adamw(strata_queue_t q, const strata_mem_t *m, const void *arg) {
+  const struct opt_arg *a = arg;
+  return strata_adamw(q, m[0], m[1], m[2], m[3], a->n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, a->step);
+}
+
+Test(cuda, adamw) {
+  NEED_CUDA();
+  const int64_t n = 70001;
+  float *p = rnd((size_t)n, 81, -1, 1), *g = rnd((size_t)n, 82, -1, 1), *mm = rnd((size_t)n, 83, -0.1f, 0.1f);
+  float *v = rnd((size_t)n, 84, 0, 0.01f);
+  for (int64_t step = 1; step <= 3; step += 2) {
+    struct opt_arg a = {.n = n, .step = step};
+    struct operand o[] = {{T_F32, CHECK, (size_t)n, p},
+                          {T_F32, NO_CHECK, (size_t)n, g},
+                          {T_F32, CHECK, (size_t)n, mm},
+                          {T_F32, CHECK, (size_t)n, v}};
+    compare(step == 1 ? "adamw step 1" : "adamw step 3", o, 4, run_adamw, &a, 1e-6, 1e-5);
+  }
+  free(p);
+  free(g);
+  free(mm);
+  free(v);
+}
+
+static int run_sumsq(strata_queue_t q, const strata_mem_t *m, const void *arg) {
+  const struct opt_arg *a = arg;
+  return strata_sumsq(q, m[0], a->n, m[1], a->accumulate);
+}
+
+Test(cuda, sumsq) {
+  NEED_CUDA();
+  static const int64_t sizes[] = {1, 7, 4096, 4097, 1000003};
+  float *x = rnd(1000003, 91, -1, 1);
+  float start = 2.5f;
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+    for (int acc = 0; acc < 2; acc++) {
+      struct opt_arg a = {.n = sizes[i], .accumulate = acc};
+      struct operand o[] = {{T_F32, NO_CHECK, (size_t)sizes[i], x}, {T_F32, CHECK, 1, &start}};
+      char what[64];
+      snprintf(what, sizeof what, "sumsq n=%lld%s", (long long)sizes[i], acc ? " accumulate" : "");
+      compare(what, o, 2, run_sumsq, &a, 1e-6, 2e-5);
+    }
+  free(x);
+}
+
+/* ---------------------------------------------------------- conv and pool */
+
+struct conv_arg {
+  struct strata_conv2d g;
+  int accumulate, with_dx;
+};
+
+/* Forward then backward: x, w, y, work, dy, dx, dw. */
+static int run_conv(strata_queue_t q, const strata_mem_t *m, const void *arg) {
+  const struct conv_arg *a = arg;
+  int rc = strata_conv2d_fwd(q, &a->g, m[0], m[1], m[2], m[3]);
+  if (rc)
+    return rc;
+  strata_mem_t dx = a->with_dx ? m[5] : strata_mem(NULL, 0);
+  return strata_conv2d_bwd(q, &a->g, m[0], m[1], m[4], dx, m[6], m[3], a->accumulate);
+}
+
+Test(cuda, conv2d) {
+  NEED_CUDA();
+  struct conv_arg a = {.g = {.n = 2, .c = 3, .h = 9, .w = 11, .k = 4, .r = 3, .s = 3, .stride = 2, .pad = 1}};
+  int64_t p, qw, ws;
+  OK(strata_conv2d_shape(&a.g, &p, &qw, &ws));
+  size_t nx = (size_t)(a.g.n * a.g.c * a.g.h * a.g.w), nw = (size_t)(a.g.k * a.g.c * a.g.r * a.g.s);
+  size_t ny = (size_t)(a.g.n * a.g.k * p * qw);
+  float *x = rnd(nx, 101, -1, 1), *w = rnd(nw, 102, -1, 1), *dy = rnd(ny, 103, -1, 1), *dw = rnd(nw, 104, -1, 1);
+  for (int variant = 0; variant < 2; variant++) {
+    a.accumulate = variant;
+    a.with_dx = !variant;
+    struct operand o[] = {{T_F32, NO_CHECK, nx, x}, {T_F32, NO_CHECK, nw, w},  {T_F32, CHECK, ny, NULL},
+                          {T_F32, NO_CHECK, (size_t)ws, NULL}, {T_F32, NO_CHECK, ny, dy},
+                          {T_F32, variant ? NO_CHECK : CHECK, nx, NULL}, {T_F32, CHECK, nw, dw}};
+    compare(variant ? "conv2d (dw accumulate, no dx)" : "conv2d", o, 7, run_conv, &a, 1e-4, 1e-4);
+  }
+  free(x);
+  free(w);
+  free(dy);
+  free(dw);
+}
+
+/* Max pooling forward then backward: x, y, idx, dy, dx. */
+static int run_pool(strata_queue_t q, const strata_mem_t *m, const void *arg) {
+  const struct strata_pool2d *g = arg;
+  int rc = strata_maxpool_fwd(q, g, m[0], m[1], m[2]);
+  if (rc)
+    return rc;
+  return strata_maxpool_bwd(q, g, m[3], m[2], m[4]);
+}
+
+Test(cuda, maxpool) {
+  NEED_CUDA();
+  static const struct strata_pool2d geoms[] = {
+      {.n = 2, .c = 3, .h = 9, .w = 10, .size = 3, .stride = 2}, /* overlapping windows */
+      {.n = 1, .c = 5, .h = 8, .w = 8, .size = 2, .stride = 2},
+  };
+  for (size_t i = 0; i < sizeof geoms / sizeof geoms[0]; i++) {
+    const struct strata_pool2d *g = &geoms[i];
+    int64_t p, qw;
+    OK(strata_pool2d_shape(g, &p, &qw));
+    size_t nx = (size_t)(g->n * g->c * g->h * g->w), ny = (size_t)(g->n * g->c * p * qw);
+    float *x = rnd(nx, 111 + (uint32_t)i, -1, 1), *dy = rnd(ny, 121 + (uint32_t)i, -1, 1);
+    struct operand o[] = {{T_F32, NO_CHECK, nx, x},
+                          {T_F32, CHECK, ny, NULL},
+                          {T_I32, CHECK, ny, NULL},
+                          {T_F32, NO_CHECK, ny, dy},
+                          {T_F32, CHECK, nx, NULL}};
+    compare("maxpool", o, 5, run_pool, g, 1e-6, 1e-6);
+    free(x);
+    free(dy);
+  }
+}
+
+/* ------------------------------------------------------------ copies, events */
+
+static unsigned char *bytes_pattern(size_t n, unsigned seed) {
+  unsigned char *p = malloc(n ? n : 1);
+  cr_assert(p);
+  for (size_t i = 0; i < n; i++)
+    p[i] = (unsigned char)((i * 131u + seed * 17u + (i >> 8)) & 0xff);
+  return p;
+}
+
+/*
+** Copy `len` bytes from `from` (at byte offset soff) to `to` (at doff) with
+** the queue on the device `qdev` (one of the two), then check the bytes
+** that arrived and that the destination's bytes around them did not change.
+*/
+static void copy_check(int from, int to, int qdev, size_t len, size_t soff, size_t doff) {
+  size_t ssize = soff + len + 5, dsize = doff + len + 9;
+  unsigned char *src = bytes_pattern(ssize, 1), *dst0 = bytes_pattern(dsize, 2), *got = malloc(dsize);
+  cr_assert(got);
+  strata_buffer_t s, d;
+  strata_queue_t qs, qd, q;
+  OK(strata_queue_new(from, &qs));
+  OK(strata_queue_new(to, &qd));
+  OK(strata_buffer_new(from, ssize, &s));
+  OK(strata_buffer_new(to, dsize, &d));
+  OK(strata_buffer_upload(qs, s, 0, src, ssize));
+  OK(strata_buffer_upload(qd, d, 0, dst0, dsize));
+  q = qdev == from ? qs : qd;
+  OK(strata_buffer_copy(q, d, doff, s, soff, len));
+  OK(strata_queue_finish(q));
+  OK(strata_buffer_download(qd, d, 0, got, dsize));
+  cr_expect(memcmp(got, dst0, doff) == 0, "copy %d -> %d: bytes before the destination changed", from, to);
+  cr_expect(memcmp(got + doff, src + soff, len) == 0, "copy %d -> %d of %zu bytes (queue on %d): data differs", from,
+            to, len, qdev);
+  cr_expect(memcmp(got + doff + len, dst0 + doff + len, dsize - doff - len) == 0,
+            "copy %d -> %d: bytes after the destination changed", from, to);
+  strata_buffer_free(s);
+  strata_buffer_free(d);
+  strata_queue_free(qs);
+  strata_queue_free(qd);
+  free(src);
+  free(dst0);
+  free(got);
+}
+
+Test(cuda, cross_backend_copies) {
+  NEED_CUDA();
+  /* Small chunks so that the odd sizes below take several double-buffered rounds. */
+  setenv("STRATA_STAGING_CHUNK", "1000", 1);
+  static const size_t lens[] = {1, 3, 999, 1000, 1001, 4097, 65537};
+  for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+    copy_check(cuda_dev, host_dev, cuda_dev, lens[i], 1, 7);
+    copy_check(cuda_dev, host_dev, host_dev, lens[i], 5, 0);
+    copy_check(host_dev, cuda_dev, cuda_dev, lens[i], 0, 3);
+    copy_check(host_dev, cuda_dev, host_dev, lens[i], 2, 13);
+  }
+  unsetenv("STRATA_STAGING_CHUNK");
+  copy_check(host_dev, cuda_dev, cuda_dev, (5u << 20) + 13, 1, 1); /* default 4M chunks */
+  copy_check(cuda_dev, host_dev, host_dev, (5u << 20) + 13, 3, 2);
+}
+
+Test(cuda, same_device_copy) {
+  NEED_CUDA();
+  copy_check(cuda_dev, cuda_dev, cuda_dev, 12345, 3, 5);
+}
+
+Test(cuda, peer_copy) {
+  NEED_CUDA();
+#ifdef STRATA_TEST_CUDA_SELF_CHECK
+  int second = tc_find_device("host", 2);
+#else
+  int second = tc_find_device("cuda", 1);
+#endif
+  if (second < 0)
+    cr_skip_test("peer copy needs two CUDA devices, this machine has one");
+  static const size_t lens[] = {1, 4093, (3u << 20) + 7};
+  for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+    copy_check(cuda_dev, second, cuda_dev, lens[i], 1, 2);
+    copy_check(cuda_dev, second, second, lens[i], 0, 5);
+    copy_check(second, cuda_dev, cuda_dev, lens[i], 7, 0);
+  }
+}
+
+/* Work on queue A, an event, queue B waits for it on the device: B sees A's result. */
+Test(cuda, events_order_queues) {
+  NEED_CUDA();
+  const int64_t n = 1 << 20;
+  strata_queue_t qa, qb;
+  strata_buffer_t buf;
+  strata_event_t ev;
+  OK(strata_queue_new(cuda_dev, &qa));
+  OK(strata_queue_new(cuda_dev, &qb));
+  OK(strata_buffer_new(cuda_dev, (size_t)n * 4, &buf));
+  OK(strata_fill(qa, strata_mem(buf, 0), 1.0f, n));
+  OK(strata_scale(qa, strata_mem(buf, 0), 3.0f, n));
+  OK(strata_event_record(qa, &ev));
+  OK(strata_event_wait(qb, ev));
+  OK(strata_scale(qb, strata_mem(buf, 0), 2.0f, n));
+  float *h = malloc((size_t)n * 4);
+  cr_assert(h);
+  OK(strata_buffer_read(qb, buf, 0, h, (size_t)n * 4));
+  OK(strata_queue_finish(qb));
+  OK(strata_event_sync(ev));
+  size_t bad = 0;
+  for (int64_t i = 0; i < n; i++)
+    bad += h[i] != 6.0f;
+  cr_expect_eq(bad, (size_t)0, "%zu of %lld values are not 6 (first: %g)", bad, (long long)n, (double)h[0]);
+  strata_event_free(ev);
+  strata_buffer_free(buf);
+  strata_queue_free(qa);
+  strata_queue_free(qb);
+  free(h);
+}
+
+/* The runtime's accounting sees CUDA allocations; memory is returned on free. */
+Test(cuda, memory_accounting) {
+  NEED_CUDA();
+  uint64_t used0, used1, used2;
+  OK(strata_device_memory(cuda_dev, &used0, NULL, NULL));
+  strata_buffer_t b;
+  OK(strata_buffer_new(cuda_dev, 64u << 20, &b));
+  OK(strata_device_memory(cuda_dev, &used1, NULL, NULL));
+  cr_expect_eq(used1 - used0, (uint64_t)64 << 20);
+  strata_buffer_free(b);
+  OK(strata_device_memory(cuda_dev, &used2, NULL, NULL));
+  cr_expect_eq(used2, used0);
+}
