@@ -7,7 +7,7 @@ SH_LOG_COMPILER = $(top_srcdir)/tests/run-test
 TEST_EXTENSIONS = .sh
 AM_TESTS_ENVIRONMENT = top_builddir='$(abs_top_builddir)'; top_srcdir='$(abs_top_srcdir)'; \
 	export top_builddir top_srcdir;
-EXTRA_DIST += tests/run-test tests/common.h
+EXTRA_DIST += tests/run-test tests/common.h tests/lsan.supp
 
 if HAVE_CRITERION
 check_PROGRAMS += tests/test-device tests/test-ops
