@@ -115,7 +115,7 @@ static void slot_open(struct strata__slot *slot) {
       snprintf(first_error, sizeof first_error, "%s", dlerror());
   }
   if (first_error[0])
-    snprintf(slot->reason, sizeof slot->reason, "module failed to load: %s", first_error);
+    snprintf(slot->reason, sizeof slot->reason, "module failed to load: %.200s", first_error);
   else
     snprintf(slot->reason, sizeof slot->reason, "module %s not found (STRATA_BACKEND_PATH, %s)", file,
              STRATA_PKGLIBDIR);
@@ -130,20 +130,18 @@ static int slot_load(struct strata__slot *slot, int *ndev) {
     return STRATA_OK;
   strata__backend_entry_fn entry = (strata__backend_entry_fn)(uintptr_t)dlsym(slot->dl, STRATA__BACKEND_ENTRY);
   const struct strata__backend *be = entry ? entry() : NULL;
-  if (!be) {
-    snprintf(slot->reason, sizeof slot->reason, "%s does not export %s", slot->path, STRATA__BACKEND_ENTRY);
-    dlclose(slot->dl);
-    slot->dl = NULL;
-    return STRATA_OK;
-  }
-  if (be->api_version != STRATA__BACKEND_API_VERSION) {
-    snprintf(slot->reason, sizeof slot->reason, "%s was built for backend API %d, this library speaks %d", slot->path,
-             be->api_version, STRATA__BACKEND_API_VERSION);
-    dlclose(slot->dl);
-    slot->dl = NULL;
-    return STRATA_OK;
-  }
   char why[256] = "";
+  if (!be)
+    snprintf(why, sizeof why, "%.180s does not export %s", slot->path, STRATA__BACKEND_ENTRY);
+  else if (be->api_version != STRATA__BACKEND_API_VERSION)
+    snprintf(why, sizeof why, "%.180s was built for backend API %d, this library speaks %d", slot->path,
+             be->api_version, STRATA__BACKEND_API_VERSION);
+  if (why[0]) { /* a stale or foreign module is refused, not called */
+    strata__strlcpy(slot->reason, why, sizeof slot->reason);
+    dlclose(slot->dl);
+    slot->dl = NULL;
+    return STRATA_OK;
+  }
   int n = be->init(&services, &slot->ctx, why, sizeof why);
   if (n < 0) {
     char msg[768];
