@@ -35,6 +35,6 @@ tests_test_topology_SOURCES = tests/test-topology.c
 tests_test_topology_CPPFLAGS = $(AM_CPPFLAGS) \
 	-DSTRATA_TEST_FIXTURES='"$(abs_top_srcdir)/tests/fixtures/topology"' \
 	-DSTRATA_TEST_TOPOLOGIES_DIR='"$(abs_top_srcdir)/../shared/topologies"'
-tests_test_topology_CFLAGS = $(AM_CFLAGS) $(CRITERION_CFLAGS)
-tests_test_topology_LDADD = libstrata.la $(CRITERION_LIBS) -lm
+tests_test_topology_CFLAGS = $(AM_CFLAGS) $(CRITERION_CFLAGS) $(JANSSON_CFLAGS)
+tests_test_topology_LDADD = libstrata.la $(CRITERION_LIBS) $(JANSSON_LIBS) -lm
 endif

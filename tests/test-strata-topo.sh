@@ -1,0 +1,154 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# test-strata-topo.sh — tool-level tests of strata-topo: exit status 2 and one-line errors on bad input, stable --json, DOT/SVG, every real dump; prints TAP.
+top_builddir=${top_builddir:-.}
+top_srcdir=${top_srcdir:-.}
+TOOL="$top_builddir/tools/strata-topo"
+FIX="$top_srcdir/tests/fixtures/topology"
+DUMPS=${STRATA_TEST_TOPOLOGIES:-$top_srcdir/../shared/topologies}
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/strata-topo-sh.XXXXXX") || exit 99
+trap 'rm -rf "$TMP"' EXIT INT TERM
+# hwloc only unless a test asks for devices: keeps runs quick and independent of backends
+STRATA_BACKENDS=host
+STRATA_HOST_DEVICES=2
+export STRATA_BACKENDS STRATA_HOST_DEVICES
+unset STRATA_TOPOLOGY_XML
+
+n=0
+fails=0
+ok() { n=$((n + 1)); echo "ok $n - $1"; }
+not_ok() { n=$((n + 1)); fails=$((fails + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
+skip() { n=$((n + 1)); echo "ok $n - $1 # SKIP $2"; }
+
+# bad_input NAME FILE WORDS: exit 2, nothing on stdout, exactly one stderr line naming FILE and saying WORDS
+bad_input() {
+  "$TOOL" --input "$2" >"$TMP/out" 2>"$TMP/err"
+  rc=$?
+  lines=$(wc -l <"$TMP/err" | tr -d ' ')
+  if [ "$rc" -eq 2 ] && [ "$lines" -eq 1 ] && [ ! -s "$TMP/out" ] && grep -qF "$2" "$TMP/err" &&
+    grep -qF "$3" "$TMP/err"; then
+    ok "$1: exit 2, one line naming the file"
+  else
+    not_ok "$1: exit 2, one line naming the file" "rc=$rc lines=$lines" "$(cat "$TMP/err")"
+  fi
+}
+
+if [ ! -x "$TOOL" ]; then
+  echo "1..0 # SKIP $TOOL not built"
+  exit 0
+fi
+
+bad_input "missing file" "$FIX/no-such-file.xml" "cannot open"
+bad_input "malformed XML" "$FIX/malformed.xml" "malformed"
+bad_input "truncated XML" "$FIX/truncated.xml" "truncated"
+bad_input "XML without PCI information" "$FIX/no-pci.xml" "no PCI"
+bad_input "distance matrix of the wrong size" "$FIX/wrong-matrix-size.xml" "NVLinkBandwidth"
+printf 'not xml at all\n' >"$TMP/garbage.xml"
+bad_input "not XML" "$TMP/garbage.xml" "not XML"
+head -c 3000 "$FIX/two-socket-4gpu-nvlink.xml" >"$TMP/cut.xml"
+bad_input "XML cut at 3000 bytes" "$TMP/cut.xml" "truncated"
+
+STRATA_TOPOLOGY_XML="$FIX/malformed.xml" "$TOOL" >/dev/null 2>"$TMP/err"
+rc=$?
+if [ "$rc" -eq 2 ] && grep -qF "malformed.xml" "$TMP/err"; then ok "STRATA_TOPOLOGY_XML is read"; else not_ok "STRATA_TOPOLOGY_XML is read" "rc=$rc"; fi
+
+"$TOOL" --no-such-option >/dev/null 2>"$TMP/err"
+rc=$?
+if [ "$rc" -eq 2 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ]; then ok "unknown option: exit 2"; else not_ok "unknown option: exit 2" "rc=$rc"; fi
+
+"$TOOL" --input "$FIX/two-socket-4gpu-nvlink.xml" --socket-gbps abc >/dev/null 2>&1
+rc=$?
+if [ "$rc" -eq 2 ]; then ok "bad --socket-gbps: exit 2"; else not_ok "bad --socket-gbps: exit 2" "rc=$rc"; fi
+
+if "$TOOL" --help | grep -q -- "--measure"; then ok "--help"; else not_ok "--help"; fi
+
+# the report of the fixture
+if "$TOOL" --input "$FIX/two-socket-4gpu-nvlink.xml" >"$TMP/report" 2>"$TMP/err" &&
+  grep -q "^GPU0 *X *NV4 *SYS *SYS" "$TMP/report" && grep -q "^GPU2 *SYS *SYS *X *PIX" "$TMP/report" &&
+  grep -q "island 0: GPU0 GPU1 *(NVLINK, 4 link" "$TMP/report" && grep -q "island 1: GPU2 GPU3 *(PIX" "$TMP/report" &&
+  grep -q "^Legend" "$TMP/report" && grep -q "^Bandwidth" "$TMP/report" && [ ! -s "$TMP/err" ]; then
+  ok "report: connection matrix, legend, bandwidth, islands"
+else
+  not_ok "report: connection matrix, legend, bandwidth, islands" "$(cat "$TMP/err")"
+fi
+
+# stable JSON
+"$TOOL" --input "$FIX/two-socket-4gpu-nvlink.xml" --json >"$TMP/a.json" 2>/dev/null
+rc1=$?
+"$TOOL" --input "$FIX/two-socket-4gpu-nvlink.xml" --json >"$TMP/b.json" 2>/dev/null
+rc2=$?
+if [ "$rc1" -eq 0 ] && [ "$rc2" -eq 0 ] && cmp -s "$TMP/a.json" "$TMP/b.json" &&
+  grep -q '"schema": "strata-topology/1"' "$TMP/a.json"; then
+  ok "--json is stable"
+else
+  not_ok "--json is stable" "rc=$rc1/$rc2"
+fi
+if command -v python3 >/dev/null 2>&1; then
+  if python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert len(d["gpus"])==4 and len(d["links"])==25 and [i["gpus"] for i in d["islands"]]==[[0,1],[2,3]]' "$TMP/a.json" 2>"$TMP/err"; then
+    ok "--json parses and says 4 GPUs, 25 links, islands [0,1] [2,3]"
+  else
+    not_ok "--json parses and says 4 GPUs, 25 links, islands [0,1] [2,3]" "$(cat "$TMP/err")"
+  fi
+else
+  skip "--json content" "no python3"
+fi
+
+if "$TOOL" --input "$FIX/two-socket-4gpu-nvlink.xml" --dot >"$TMP/g.dot" 2>/dev/null && head -1 "$TMP/g.dot" | grep -q "^graph" &&
+  grep -q "gpu0 -- gpu1" "$TMP/g.dot" && tail -1 "$TMP/g.dot" | grep -q "^}"; then
+  ok "--dot"
+else
+  not_ok "--dot"
+fi
+if "$TOOL" --input "$FIX/two-socket-4gpu-nvlink.xml" --svg >"$TMP/g.svg" 2>/dev/null && grep -q "<svg" "$TMP/g.svg" &&
+  tail -1 "$TMP/g.svg" | grep -q "</svg>"; then
+  if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import sys,xml.dom.minidom as m; m.parse(sys.argv[1])' "$TMP/g.svg" 2>/dev/null; then
+    not_ok "--svg" "not well-formed XML"
+  else
+    ok "--svg"
+  fi
+else
+  not_ok "--svg"
+fi
+
+"$TOOL" --input "$FIX/cpu-only.xml" >"$TMP/cpu" 2>&1
+rc=$?
+if [ "$rc" -eq 0 ] && grep -q "GPUs (0)" "$TMP/cpu" && grep -q "^Host:" "$TMP/cpu"; then ok "box without GPU"; else not_ok "box without GPU" "rc=$rc"; fi
+
+# the host and its devices, live (the CPU devices are what this machine has)
+"$TOOL" >"$TMP/live" 2>"$TMP/err"
+rc=$?
+if [ "$rc" -eq 0 ] && grep -q "^Host:" "$TMP/live" && grep -q "^Runtime devices" "$TMP/live"; then
+  ok "live report with runtime devices"
+else
+  not_ok "live report with runtime devices" "rc=$rc" "$(cat "$TMP/err")"
+fi
+"$TOOL" --measure=1M --json >"$TMP/m.json" 2>"$TMP/err"
+rc=$?
+if [ "$rc" -eq 0 ] && grep -q '"measured_gbps"' "$TMP/m.json"; then
+  ok "--measure shows measured figures"
+elif grep -q "no runtime device" "$TMP/err"; then
+  skip "--measure shows measured figures" "no runtime device (backends not built?)"
+else
+  not_ok "--measure shows measured figures" "rc=$rc" "$(cat "$TMP/err")"
+fi
+
+# every real dump: loads, exit 0, stable JSON
+if [ -d "$DUMPS" ]; then
+  for f in "$DUMPS"/*.xml; do
+    name=$(basename "$f")
+    "$TOOL" --input "$f" --json >"$TMP/1.json" 2>"$TMP/err"
+    rc=$?
+    "$TOOL" --input "$f" --json >"$TMP/2.json" 2>>"$TMP/err"
+    if [ "$rc" -eq 0 ] && cmp -s "$TMP/1.json" "$TMP/2.json" && "$TOOL" --input "$f" >/dev/null 2>>"$TMP/err" &&
+      "$TOOL" --input "$f" --dot >/dev/null 2>>"$TMP/err" && [ ! -s "$TMP/err" ]; then
+      ok "$name: report, stable JSON, DOT"
+    else
+      not_ok "$name: report, stable JSON, DOT" "rc=$rc" "$(cat "$TMP/err")"
+    fi
+  done
+else
+  skip "real dumps" "$DUMPS is absent (the dumps live beside the project, not in it)"
+fi
+
+echo "1..$n"
+[ "$fails" -eq 0 ]

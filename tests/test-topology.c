@@ -1,0 +1,703 @@
+/* SPDX-License-Identifier: MIT */
+/* test-topology.c — the topology unit: the project's own fixtures (always), every real dump in ../shared/topologies (when present), bad input, mapping, calibration and JSON. */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <strata/common.h>
+#include <strata/device.h>
+#include <strata/topology.h>
+
+#define OK(call)                                                                                                       \
+  do {                                                                                                                 \
+    int rc_ = (call);                                                                                                  \
+    cr_assert_eq(rc_, STRATA_OK, "%s -> %s: %s", #call, strata_err_name(rc_), strata_last_error());                    \
+  } while (0)
+
+static char path_buf[4096];
+
+static const char *fixture(const char *name) {
+  snprintf(path_buf, sizeof path_buf, "%s/%s", STRATA_TEST_FIXTURES, name);
+  return path_buf;
+}
+
+static const char *dumps_dir(void) {
+  const char *env = getenv("STRATA_TEST_TOPOLOGIES");
+  return env && *env ? env : STRATA_TEST_TOPOLOGIES_DIR;
+}
+
+/* Load a real dump by name, or skip the test saying why. */
+static strata_topology_t load_dump(const char *name) {
+  static char p[4096];
+  struct stat st;
+  if (stat(dumps_dir(), &st) != 0 || !S_ISDIR(st.st_mode))
+    cr_skip_test("%s is absent: the real hwloc dumps live beside the project, not in it", dumps_dir());
+  snprintf(p, sizeof p, "%s/%s", dumps_dir(), name);
+  if (stat(p, &st) != 0)
+    cr_skip_test("%s is absent", p);
+  strata_topology_t t = NULL;
+  int rc = strata_topology_load(p, &t);
+  cr_assert_eq(rc, STRATA_OK, "loading %s: %s", p, strata_last_error());
+  return t;
+}
+
+static struct strata_link link_of(strata_topology_t t, int a, int b) {
+  struct strata_link l;
+  OK(strata_topology_link(t, a, b, &l));
+  return l;
+}
+
+static int gpus(strata_topology_t t) {
+  int n = -1;
+  OK(strata_topology_gpu_count(t, &n));
+  return n;
+}
+
+static struct strata_topology_gpu gpu(strata_topology_t t, int i) {
+  struct strata_topology_gpu g;
+  OK(strata_topology_gpu(t, i, &g));
+  return g;
+}
+
+/* Assert the islands are exactly `expect`, given as "0,1|2,3". */
+static void assert_islands(strata_topology_t t, const char *expect) {
+  char got[1024] = "";
+  int n = 0;
+  OK(strata_topology_island_count(t, &n));
+  for (int i = 0; i < n; i++) {
+    struct strata_topology_island is;
+    OK(strata_topology_island(t, i, &is));
+    size_t len = strlen(got);
+    snprintf(got + len, sizeof got - len, "%s", i ? "|" : "");
+    for (int k = 0; k < is.size; k++) {
+      len = strlen(got);
+      snprintf(got + len, sizeof got - len, "%s%d", k ? "," : "", is.gpus[k]);
+    }
+  }
+  cr_assert_str_eq(got, expect, "islands: got %s, expected %s", got, expect);
+}
+
+/* Every pair (a, b), a != b, has kind `kind` (both directions). */
+static void assert_all_pairs(strata_topology_t t, int kind, int nlinks, double gbps) {
+  int n = gpus(t);
+  for (int a = 0; a < n; a++)
+    for (int b = 0; b < n; b++) {
+      if (a == b)
+        continue;
+      struct strata_link l = link_of(t, a, b);
+      cr_assert_eq(l.kind, kind, "GPU%d-GPU%d is %s, expected %s", a, b, strata_path_kind_name(l.kind),
+                   strata_path_kind_name(kind));
+      if (nlinks >= 0)
+        cr_assert_eq(l.nlinks, nlinks, "GPU%d-GPU%d has %d links, expected %d", a, b, l.nlinks, nlinks);
+      if (gbps > 0)
+        cr_assert_float_eq(l.nominal_gbps, gbps, 0.01, "GPU%d-GPU%d %.2f GB/s, expected %.2f", a, b, l.nominal_gbps,
+                           gbps);
+    }
+}
+
+static void assert_kind(strata_topology_t t, int a, int b, int kind) {
+  struct strata_link l = link_of(t, a, b), r = link_of(t, b, a);
+  cr_assert_eq(l.kind, kind, "GPU%d-GPU%d is %s, expected %s", a, b, strata_path_kind_name(l.kind),
+               strata_path_kind_name(kind));
+  cr_assert_eq(r.kind, kind, "GPU%d-GPU%d is %s, expected %s", b, a, strata_path_kind_name(r.kind),
+               strata_path_kind_name(kind));
+}
+
+/* ------------------------------------------------------------- fixtures */
+
+Test(fixture, two_socket_four_gpus) {
+  strata_topology_t t = NULL;
+  OK(strata_topology_load(fixture("two-socket-4gpu-nvlink.xml"), &t));
+  cr_assert_eq(gpus(t), 4, "the ASPEED VGA and the NIC are not GPUs");
+  static const char *const bus[] = {"0000:03:00.0", "0000:04:00.0", "0000:83:00.0", "0000:84:00.0"};
+  for (int i = 0; i < 4; i++) {
+    struct strata_topology_gpu g = gpu(t, i);
+    cr_assert_eq(g.index, i);
+    cr_assert_str_eq(g.pci_bus_id, bus[i]);
+    cr_assert_str_eq(g.vendor, "NVIDIA");
+    cr_assert_str_eq(g.name, "Tesla V100-SXM2-16GB");
+    cr_assert_eq(g.numa_node, i / 2);
+    cr_assert_eq(g.package, i / 2);
+    cr_assert_str_eq(g.cpuset, i < 2 ? "0-1" : "2-3");
+    cr_assert_eq(g.memory, 16515072ull * 1024);
+    cr_assert_str_eq(g.os_devices, i == 0 ? "cuda0,nvml0" : g.os_devices);
+  }
+  struct strata_link nv = link_of(t, 0, 1), pix = link_of(t, 2, 3), sys = link_of(t, 1, 2), host = link_of(t, 0, -1);
+  cr_assert_eq(nv.kind, STRATA_PATH_NVLINK);
+  cr_assert_eq(nv.nlinks, 4);
+  cr_assert_float_eq(nv.nominal_gbps, 100.0, 1e-9);
+  cr_assert_eq(nv.source, STRATA_LINK_SOURCE_MATRIX);
+  cr_assert_eq(pix.kind, STRATA_PATH_PIX);
+  cr_assert_eq(pix.nlinks, 0);
+  cr_assert_float_eq(pix.nominal_gbps, 15.75, 0.01);
+  cr_assert_eq(sys.kind, STRATA_PATH_SYS);
+  cr_assert_eq(host.kind, STRATA_PATH_PHB);
+  cr_assert_float_eq(host.nominal_gbps, 15.75, 0.01);
+  cr_assert(nv.gbps > pix.gbps && pix.gbps > sys.gbps, "NVLink > same switch > across sockets");
+  cr_assert(nv.latency_us < pix.latency_us && pix.latency_us < sys.latency_us);
+  struct strata_link self = link_of(t, 2, 2);
+  cr_assert_eq(self.kind, STRATA_PATH_SELF);
+  cr_assert_eq(link_of(t, -1, -1).kind, STRATA_PATH_SELF);
+  assert_islands(t, "0,1|2,3");
+  struct strata_topology_island is;
+  OK(strata_topology_island(t, 0, &is));
+  cr_assert_eq(is.kind, STRATA_PATH_NVLINK);
+  cr_assert_eq(is.nlinks, 4);
+  OK(strata_topology_island(t, 1, &is));
+  cr_assert_eq(is.kind, STRATA_PATH_PIX);
+  int island = -1;
+  OK(strata_topology_gpu_island(t, 3, &island));
+  cr_assert_eq(island, 1);
+  struct strata_topology_host h;
+  OK(strata_topology_host(t, &h));
+  cr_assert_eq(h.packages, 2);
+  cr_assert_eq(h.numa_nodes, 2);
+  cr_assert_eq(h.pus, 4);
+  cr_assert_str_eq(h.hostname, "fixture-2s4g");
+  strata_topology_free(t);
+}
+
+Test(fixture, cpu_only_box) {
+  strata_topology_t t = NULL;
+  OK(strata_topology_load(fixture("cpu-only.xml"), &t));
+  cr_assert_eq(gpus(t), 0);
+  int n = -1;
+  OK(strata_topology_island_count(t, &n));
+  cr_assert_eq(n, 0);
+  struct strata_link l;
+  OK(strata_topology_link(t, STRATA_TOPOLOGY_HOST, STRATA_TOPOLOGY_HOST, &l));
+  cr_assert_eq(l.kind, STRATA_PATH_SELF);
+  cr_assert_eq(strata_topology_link(t, 0, 0, &l), STRATA_ERR_RANGE);
+  strata_topology_free(t);
+}
+
+Test(fixture, options_and_environment) {
+  strata_topology_t t = NULL;
+  struct strata_topology_options o = {.socket_gbps = 4.0};
+  OK(strata_topology_load_with(fixture("two-socket-4gpu-nvlink.xml"), &o, &t));
+  cr_assert_float_eq(link_of(t, 0, 2).nominal_gbps, 2.0, 0.01, "SYS = 50%% of the 4 GB/s override");
+  cr_assert_eq(link_of(t, 0, 2).source, STRATA_LINK_SOURCE_DEFAULT);
+  o.socket_gbps = 0;
+  OK(strata_topology_set_options(t, &o));
+  cr_assert_float_eq(link_of(t, 0, 2).nominal_gbps, 15.75 * 0.5, 0.01);
+  OK(strata_topology_options(t, &o));
+  cr_assert_float_eq(o.socket_gbps, 20.8, 1e-9);
+  cr_assert_float_eq(o.net_gbps, 12.5, 1e-9);
+  strata_topology_free(t);
+
+  setenv("STRATA_TOPOLOGY_XML", fixture("two-socket-4gpu-nvlink.xml"), 1);
+  setenv("STRATA_TOPO_SOCKET_GBPS", "6", 1);
+  OK(strata_topology_load(NULL, &t));
+  unsetenv("STRATA_TOPOLOGY_XML");
+  unsetenv("STRATA_TOPO_SOCKET_GBPS");
+  cr_assert_str_eq(strata_topology_source(t), fixture("two-socket-4gpu-nvlink.xml"));
+  cr_assert_eq(gpus(t), 4);
+  cr_assert_float_eq(link_of(t, 1, 3).nominal_gbps, 3.0, 0.01);
+  strata_topology_free(t);
+}
+
+/* ------------------------------------------------------------ bad input */
+
+/* A failed load returns `status`, leaves *out alone and says one line naming the file. */
+static void expect_failure(const char *path, int status, const char *words) {
+  strata_topology_t t = (strata_topology_t)0x1;
+  int rc = strata_topology_load(path, &t);
+  cr_assert_eq(rc, status, "%s: got %s (%s), expected %s", path, strata_err_name(rc), strata_last_error(),
+               strata_err_name(status));
+  cr_assert_eq(t, (strata_topology_t)0x1, "out must be untouched on failure");
+  const char *msg = strata_last_error();
+  cr_assert(strstr(msg, path) == msg, "message names the file first: %s", msg);
+  cr_assert(strchr(msg, '\n') == NULL, "one line: %s", msg);
+  cr_assert(strstr(msg, words) != NULL, "message '%s' should say '%s'", msg, words);
+}
+
+Test(bad_input, missing_file) {
+  expect_failure(fixture("no-such-file.xml"), STRATA_ERR_IO, "cannot open");
+}
+
+Test(bad_input, malformed_xml) {
+  expect_failure(fixture("malformed.xml"), STRATA_ERR_PARSE, "malformed");
+}
+
+Test(bad_input, truncated_xml) {
+  expect_failure(fixture("truncated.xml"), STRATA_ERR_PARSE, "truncated");
+}
+
+Test(bad_input, no_pci_information) {
+  expect_failure(fixture("no-pci.xml"), STRATA_ERR_NOT_FOUND, "no PCI");
+}
+
+Test(bad_input, wrong_matrix_size) {
+  expect_failure(fixture("wrong-matrix-size.xml"), STRATA_ERR_PARSE, "NVLinkBandwidth");
+}
+
+Test(bad_input, not_xml_and_empty) {
+  char tmpl[] = "/tmp/strata-topo-test-XXXXXX";
+  int fd = mkstemp(tmpl);
+  cr_assert(fd >= 0);
+  FILE *f = fdopen(fd, "w");
+  cr_assert_not_null(f);
+  fclose(f);
+  expect_failure(tmpl, STRATA_ERR_PARSE, "empty");
+  f = fopen(tmpl, "w");
+  fputs("hello, not a topology\n", f);
+  fclose(f);
+  expect_failure(tmpl, STRATA_ERR_PARSE, "not XML");
+  f = fopen(tmpl, "w");
+  fputs("<?xml version=\"1.0\"?>\n<root><a/></root>\n", f);
+  fclose(f);
+  expect_failure(tmpl, STRATA_ERR_PARSE, "not an hwloc topology");
+  remove(tmpl);
+}
+
+Test(bad_input, every_truncation_of_the_fixture_fails_cleanly) {
+  /* cut the good fixture at many places: each must be an error, never a crash */
+  FILE *f = fopen(fixture("two-socket-4gpu-nvlink.xml"), "rb");
+  cr_assert_not_null(f);
+  static char buf[1 << 16];
+  size_t len = fread(buf, 1, sizeof buf, f);
+  fclose(f);
+  char tmpl[] = "/tmp/strata-topo-cut-XXXXXX";
+  int fd = mkstemp(tmpl);
+  cr_assert(fd >= 0);
+  FILE *out = fdopen(fd, "w");
+  for (size_t cut = 1; cut + 20 < len; cut += 97) {
+    cr_assert_eq(ftruncate(fileno(out), 0), 0);
+    rewind(out);
+    fwrite(buf, 1, cut, out);
+    fflush(out);
+    strata_topology_t t = NULL;
+    int rc = strata_topology_load(tmpl, &t);
+    cr_assert_neq(rc, STRATA_OK, "cut at %zu loaded", cut);
+    cr_assert_null(t);
+  }
+  fclose(out);
+  remove(tmpl);
+}
+
+Test(bad_input, invalid_arguments) {
+  strata_topology_t t = NULL;
+  cr_assert_eq(strata_topology_load(fixture("two-socket-4gpu-nvlink.xml"), NULL), STRATA_ERR_INVALID);
+  cr_assert_eq(strata_topology_load("", &t), STRATA_ERR_INVALID);
+  strata_topology_free(NULL);
+  OK(strata_topology_load(fixture("two-socket-4gpu-nvlink.xml"), &t));
+  struct strata_link l;
+  cr_assert_eq(strata_topology_link(t, 4, 0, &l), STRATA_ERR_RANGE);
+  cr_assert_eq(strata_topology_link(t, -2, 0, &l), STRATA_ERR_RANGE);
+  cr_assert_eq(strata_topology_link(t, 0, 1, NULL), STRATA_ERR_INVALID);
+  struct strata_topology_gpu g;
+  cr_assert_eq(strata_topology_gpu(t, 9, &g), STRATA_ERR_RANGE);
+  struct strata_topology_island is;
+  cr_assert_eq(strata_topology_island(t, 2, &is), STRATA_ERR_RANGE);
+  cr_assert_eq(strata_topology_measure(t, 0, 0), STRATA_ERR_STATE, "no mapping yet");
+  cr_assert_eq(strata_topology_device_link(t, 0, 1, &l), STRATA_ERR_RANGE);
+  cr_assert_eq(strata_topology_map(t, NULL, 2), STRATA_ERR_INVALID);
+  cr_assert_str_eq(strata_path_kind_name(99), "?");
+  cr_assert_str_eq(strata_path_kind_name(STRATA_PATH_NVLINK), "NVLINK");
+  cr_assert_str_eq(strata_path_kind_label(STRATA_PATH_PIX), "PIX");
+  strata_topology_free(t);
+}
+
+/* ------------------------------------------------- mapping and measuring */
+
+static struct strata_device_props props(const char *backend, const char *pci, int is_cpu) {
+  struct strata_device_props p;
+  memset(&p, 0, sizeof p);
+  snprintf(p.backend, sizeof p.backend, "%s", backend);
+  snprintf(p.name, sizeof p.name, "%s device", backend);
+  snprintf(p.pci_bus_id, sizeof p.pci_bus_id, "%s", pci);
+  p.is_cpu = is_cpu;
+  p.total_memory = 1 << 30;
+  return p;
+}
+
+Test(mapping, devices_by_pci_bus_id) {
+  strata_topology_t t = NULL;
+  OK(strata_topology_load(fixture("two-socket-4gpu-nvlink.xml"), &t));
+  struct strata_device_props p[5] = {
+      props("cuda", "0000:03:00.0", 0), props("opencl", "0000:83:00.0", 0), props("host", "", 1),
+      props("opencl", "0000:aa:00.0", 0), props("opencl", "04:00.0", 0), /* no domain: 0000 */
+  };
+  OK(strata_topology_map(t, p, 5));
+  int n = 0;
+  OK(strata_topology_device_count(t, &n));
+  cr_assert_eq(n, 5);
+  static const int want_gpu[] = {0, 2, -1, -1, 1};
+  for (int i = 0; i < 5; i++) {
+    struct strata_topology_device d;
+    OK(strata_topology_device(t, i, &d));
+    cr_assert_eq(d.gpu, want_gpu[i], "device %d on GPU %d, expected %d", i, d.gpu, want_gpu[i]);
+  }
+  struct strata_link l;
+  OK(strata_topology_device_link(t, 0, 4, &l));
+  cr_assert_eq(l.kind, STRATA_PATH_NVLINK);
+  OK(strata_topology_device_link(t, 0, 1, &l));
+  cr_assert_eq(l.kind, STRATA_PATH_SYS);
+  OK(strata_topology_device_link(t, 2, 0, &l));
+  cr_assert_eq(l.kind, STRATA_PATH_PHB, "host device to GPU goes through the host bridge");
+  OK(strata_topology_device_link(t, 2, 3, &l));
+  cr_assert_eq(l.kind, STRATA_PATH_SELF, "two devices on the host share its memory");
+
+  double nominal = l.nominal_gbps;
+  OK(strata_topology_device_link(t, 0, 1, &l));
+  nominal = l.nominal_gbps;
+  OK(strata_topology_set_measured(t, 0, 1, 3.25));
+  OK(strata_topology_device_link(t, 0, 1, &l));
+  cr_assert_float_eq(l.measured_gbps, 3.25, 1e-9);
+  cr_assert_float_eq(l.gbps, 3.25, 1e-9, "measured figures are used by default");
+  cr_assert_float_eq(l.nominal_gbps, nominal, 1e-9);
+  cr_assert_float_eq(link_of(t, 0, 2).gbps, 3.25, 1e-9, "GPU-level link takes the measured figure");
+  OK(strata_topology_use_measured(t, 0));
+  OK(strata_topology_device_link(t, 0, 1, &l));
+  cr_assert_float_eq(l.gbps, nominal, 1e-9);
+  cr_assert_eq(strata_topology_set_measured(t, 0, 1, -1), STRATA_ERR_RANGE);
+  cr_assert_eq(strata_topology_set_measured(t, 0, 7, 1), STRATA_ERR_RANGE);
+  OK(strata_topology_set_measured(t, STRATA_TOPOLOGY_HOST, 0, 12.0));
+  strata_topology_free(t);
+}
+
+Test(mapping, partitions_share_a_pci_id) {
+  strata_topology_t t = load_dump("hpe-ex255a-mi300a-24part-cpx-xgmi.xml");
+  struct strata_device_props p[3] = {props("opencl", "0000:02:00.0", 0), props("opencl", "0000:02:00.0", 0),
+                                     props("cuda", "0001:02:00.0", 0)};
+  OK(strata_topology_map(t, p, 3));
+  struct strata_topology_device d;
+  OK(strata_topology_device(t, 0, &d));
+  cr_assert_eq(d.gpu, 0);
+  OK(strata_topology_device(t, 1, &d));
+  cr_assert_eq(d.gpu, 1, "the second device on one PCI id takes the second partition");
+  OK(strata_topology_device(t, 2, &d));
+  cr_assert_eq(d.gpu, 6);
+  strata_topology_free(t);
+}
+
+Test(mapping, measure_runtime_devices) {
+  setenv("STRATA_BACKENDS", "host", 0);
+  setenv("STRATA_HOST_DEVICES", "2", 0);
+  strata_topology_t t = NULL;
+  OK(strata_topology_load(fixture("two-socket-4gpu-nvlink.xml"), &t));
+  int rc = strata_topology_map_runtime(t);
+  int n = 0;
+  if (rc == STRATA_OK)
+    OK(strata_topology_device_count(t, &n));
+  if (rc != STRATA_OK || n == 0) {
+    strata_topology_free(t);
+    cr_skip_test("no runtime device to measure (%s)", rc ? strata_last_error() : "zero devices");
+  }
+  OK(strata_topology_measure(t, 1 << 20, 1));
+  for (int d = 0; d < n; d++) {
+    struct strata_link l;
+    OK(strata_topology_device_link(t, STRATA_TOPOLOGY_HOST, d, &l));
+    cr_assert(l.measured_gbps > 0, "host -> device %d measured", d);
+    OK(strata_topology_device_link(t, d, STRATA_TOPOLOGY_HOST, &l));
+    cr_assert(l.measured_gbps > 0, "device %d -> host measured", d);
+    for (int e = 0; e < n; e++)
+      if (e != d) {
+        OK(strata_topology_device_link(t, d, e, &l));
+        cr_assert(l.measured_gbps > 0, "device %d -> %d measured", d, e);
+        cr_assert_float_eq(l.gbps, l.measured_gbps, 1e-12);
+      }
+  }
+  char *json = NULL;
+  OK(strata_topology_to_json(t, &json));
+  cr_assert(strstr(json, "\"measured_gbps\"") != NULL);
+  free(json);
+  strata_topology_free(t);
+  strata_shutdown();
+}
+
+/* ------------------------------------------------------------------ JSON */
+
+Test(json, schema_and_determinism) {
+  strata_topology_t t = NULL, u = NULL;
+  OK(strata_topology_load(fixture("two-socket-4gpu-nvlink.xml"), &t));
+  OK(strata_topology_load(fixture("two-socket-4gpu-nvlink.xml"), &u));
+  char *a = NULL, *b = NULL;
+  OK(strata_topology_to_json(t, &a));
+  OK(strata_topology_to_json(u, &b));
+  cr_assert_str_eq(a, b, "two loads give the same JSON");
+  json_error_t err;
+  json_t *root = json_loads(a, 0, &err);
+  cr_assert_not_null(root, "valid JSON: %s", err.text);
+  cr_assert_str_eq(json_string_value(json_object_get(root, "schema")), "strata-topology/1");
+  cr_assert_eq(json_array_size(json_object_get(root, "gpus")), 4);
+  cr_assert_eq(json_array_size(json_object_get(root, "links")), 25, "every ordered pair over host + 4 GPUs");
+  cr_assert_eq(json_array_size(json_object_get(root, "islands")), 2);
+  json_t *l01 = NULL;
+  size_t i;
+  json_t *l;
+  json_array_foreach(json_object_get(root, "links"), i, l) {
+    if (json_is_integer(json_object_get(l, "from")) && json_integer_value(json_object_get(l, "from")) == 0 &&
+        json_is_integer(json_object_get(l, "to")) && json_integer_value(json_object_get(l, "to")) == 1)
+      l01 = l;
+  }
+  cr_assert_not_null(l01);
+  cr_assert_str_eq(json_string_value(json_object_get(l01, "kind")), "NVLINK");
+  cr_assert_eq(json_integer_value(json_object_get(l01, "nlinks")), 4);
+  json_decref(root);
+  free(a);
+  free(b);
+  strata_topology_free(t);
+  strata_topology_free(u);
+}
+
+/* ----------------------------------------------------------- real dumps */
+
+Test(dumps, every_dump_loads_and_is_deterministic) {
+  DIR *dir = opendir(dumps_dir());
+  if (!dir)
+    cr_skip_test("%s is absent: the real hwloc dumps live beside the project, not in it", dumps_dir());
+  int count = 0;
+  struct dirent *e;
+  while ((e = readdir(dir)) != NULL) {
+    size_t len = strlen(e->d_name);
+    if (len < 5 || strcmp(e->d_name + len - 4, ".xml") != 0)
+      continue;
+    char p[4096];
+    snprintf(p, sizeof p, "%s/%s", dumps_dir(), e->d_name);
+    strata_topology_t t = NULL, u = NULL;
+    int rc = strata_topology_load(p, &t);
+    cr_assert_eq(rc, STRATA_OK, "%s: %s", p, strata_last_error());
+    OK(strata_topology_load(p, &u));
+    char *a = NULL, *b = NULL;
+    OK(strata_topology_to_json(t, &a));
+    OK(strata_topology_to_json(u, &b));
+    cr_assert_str_eq(a, b, "%s: JSON differs between two loads", p);
+    free(a);
+    free(b);
+    /* general laws: one island per GPU, self links, symmetric kinds */
+    int n = gpus(t), sum = 0, ni = 0;
+    OK(strata_topology_island_count(t, &ni));
+    for (int k = 0; k < ni; k++) {
+      struct strata_topology_island is;
+      OK(strata_topology_island(t, k, &is));
+      sum += is.size;
+    }
+    cr_assert_eq(sum, n, "%s: islands cover every GPU once", p);
+    for (int x = 0; x < n; x++)
+      for (int y = 0; y < n; y++) {
+        cr_assert_eq(link_of(t, x, y).kind, link_of(t, y, x).kind, "%s: GPU%d-GPU%d not symmetric", p, x, y);
+        if (x != y)
+          cr_assert(link_of(t, x, y).nominal_gbps > 0, "%s: GPU%d-GPU%d has no bandwidth", p, x, y);
+      }
+    strata_topology_free(t);
+    strata_topology_free(u);
+    count++;
+  }
+  closedir(dir);
+  cr_assert(count >= 1, "no .xml in %s", dumps_dir());
+}
+
+Test(dumps, dgx2_nvswitch) {
+  strata_topology_t t = load_dump("nvidia-dgx2-v100-16gpu-nvswitch.xml");
+  cr_assert_eq(gpus(t), 16, "16 V100, the 12 NVSwitches are not GPUs");
+  for (int i = 0; i < 16; i++) {
+    struct strata_topology_gpu g = gpu(t, i);
+    cr_assert_str_eq(g.vendor, "NVIDIA");
+    cr_assert(strstr(g.name, "V100") != NULL, "%s", g.name);
+    cr_assert_eq(g.numa_node, i < 8 ? 0 : 1, "8 GPUs per socket");
+  }
+  assert_all_pairs(t, STRATA_PATH_NVLINK, 6, 150.0);
+  assert_islands(t, "0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15");
+  struct strata_link host = link_of(t, 0, STRATA_TOPOLOGY_HOST);
+  cr_assert_eq(host.kind, STRATA_PATH_PHB);
+  cr_assert_float_eq(host.nominal_gbps, 15.75, 0.01);
+  strata_topology_free(t);
+}
+
+Test(dumps, minsky_nvlink_pairs_and_cpu) {
+  strata_topology_t t = load_dump("ibm-power8-minsky-p100-4gpu-nvlink.xml");
+  cr_assert_eq(gpus(t), 4, "cuda, opencl and nvml names of one GPU make one entry");
+  cr_assert_str_eq(gpu(t, 0).os_devices, "cuda0,nvml0,opencl0d0");
+  cr_assert_str_eq(gpu(t, 0).pci_bus_id, "0002:01:00.0");
+  struct strata_link nv = link_of(t, 0, 1);
+  cr_assert_eq(nv.kind, STRATA_PATH_NVLINK);
+  cr_assert_eq(nv.nlinks, 2);
+  cr_assert_float_eq(nv.nominal_gbps, 40.0, 0.01);
+  assert_kind(t, 2, 3, STRATA_PATH_NVLINK);
+  assert_kind(t, 0, 2, STRATA_PATH_SYS);
+  assert_kind(t, 1, 3, STRATA_PATH_SYS);
+  struct strata_link host = link_of(t, 0, STRATA_TOPOLOGY_HOST);
+  cr_assert_eq(host.kind, STRATA_PATH_NVLINK, "the one box with NVLink to the CPU");
+  cr_assert_float_eq(host.nominal_gbps, 40.0, 0.01);
+  cr_assert(nv.gbps > link_of(t, 0, 2).gbps);
+  assert_islands(t, "0,1|2,3");
+  strata_topology_free(t);
+}
+
+Test(dumps, dell_h100_nvlink) {
+  strata_topology_t t = load_dump("dell-xe8640-h100-4gpu-nvlink.xml");
+  cr_assert_eq(gpus(t), 4);
+  static const int numa[] = {3, 1, 7, 5}; /* sorted by PCI: 4e, 5f, cb, db */
+  for (int i = 0; i < 4; i++) {
+    cr_assert(strstr(gpu(t, i).name, "H100") != NULL);
+    cr_assert_eq(gpu(t, i).numa_node, numa[i]);
+    cr_assert_float_eq(gpu(t, i).pcie_gbps, 63.02, 0.01);
+  }
+  cr_assert_str_eq(gpu(t, 0).os_devices, "cuda0,nvml0,opencl0d0", "nvml1 comes first in the tree, not here");
+  assert_all_pairs(t, STRATA_PATH_NVLINK, 6, 150.0);
+  assert_islands(t, "0,1,2,3");
+  strata_topology_free(t);
+}
+
+Test(dumps, aws_t4_pcie_two_sockets) {
+  strata_topology_t t = load_dump("aws-g4dn-metal-t4-8gpu-pcie.xml");
+  cr_assert_eq(gpus(t), 8);
+  for (int i = 0; i < 8; i++) {
+    cr_assert_str_eq(gpu(t, i).name, "Tesla T4");
+    cr_assert_eq(gpu(t, i).numa_node, i / 4);
+  }
+  assert_kind(t, 0, 1, STRATA_PATH_PHB);
+  assert_kind(t, 2, 3, STRATA_PATH_PHB);
+  assert_kind(t, 0, 2, STRATA_PATH_NODE);
+  assert_kind(t, 0, 4, STRATA_PATH_SYS);
+  assert_kind(t, 3, 7, STRATA_PATH_SYS);
+  struct strata_link phb = link_of(t, 0, 1), sys = link_of(t, 0, 4);
+  cr_assert(phb.gbps > sys.gbps, "host bridge > across sockets");
+  cr_assert(phb.gbps < 15.75, "through the root complex is below the link");
+  assert_islands(t, "0,1|2,3|4,5|6,7");
+  strata_topology_free(t);
+}
+
+Test(dumps, lassen_pcie_switches) {
+  strata_topology_t t = load_dump("ibm-power9-lassen-v100-4gpu.xml");
+  cr_assert_eq(gpus(t), 4, "nvml devices without subtype still count once");
+  cr_assert_str_eq(gpu(t, 0).pci_bus_id, "0004:04:00.0");
+  cr_assert_str_eq(gpu(t, 2).pci_bus_id, "0035:03:00.0");
+  cr_assert_eq(gpu(t, 2).numa_node, 8, "NUMA os_index skips");
+  assert_kind(t, 0, 1, STRATA_PATH_PIX);
+  assert_kind(t, 2, 3, STRATA_PATH_PIX);
+  assert_kind(t, 1, 2, STRATA_PATH_SYS);
+  cr_assert(link_of(t, 0, 1).gbps > link_of(t, 1, 2).gbps, "same switch > across sockets");
+  assert_islands(t, "0,1|2,3");
+  strata_topology_free(t);
+}
+
+Test(dumps, jureca_pci_only_a100) {
+  strata_topology_t t = load_dump("jureca-dc-a100-4gpu-pci-only.xml");
+  cr_assert_eq(gpus(t), 4, "GPUs found from PCI vendor/class alone; the ASPEED VGA is not one");
+  static const int numa[] = {3, 1, 7, 5}; /* 03, 44, 84, c4 */
+  for (int i = 0; i < 4; i++) {
+    struct strata_topology_gpu g = gpu(t, i);
+    cr_assert_str_eq(g.vendor, "NVIDIA");
+    cr_assert_eq(g.device_id, 0x20b0);
+    cr_assert_eq(g.pci_class, 0x0302);
+    cr_assert_str_eq(g.os_devices, "");
+    cr_assert_eq(g.numa_node, numa[i]);
+  }
+  assert_kind(t, 0, 1, STRATA_PATH_NUMA);
+  assert_kind(t, 2, 3, STRATA_PATH_NUMA);
+  assert_kind(t, 0, 2, STRATA_PATH_SYS);
+  cr_assert(link_of(t, 0, 1).gbps > link_of(t, 0, 2).gbps);
+  assert_islands(t, "0|1|2|3");
+  strata_topology_free(t);
+}
+
+Test(dumps, mi250x_xgmi) {
+  strata_topology_t t = load_dump("hpe-ex235a-mi250x-8gcd-xgmi.xml");
+  cr_assert_eq(gpus(t), 8);
+  /* sorted by PCI (c1 c6 c9 ce d1 d6 d9 de), not by rsmi index */
+  cr_assert_str_eq(gpu(t, 0).os_devices, "rsmi0");
+  cr_assert_str_eq(gpu(t, 4).os_devices, "rsmi4");
+  cr_assert_eq(gpu(t, 4).numa_node, 0);
+  cr_assert_eq(gpu(t, 0).numa_node, 3);
+  for (int i = 0; i < 8; i++)
+    cr_assert_str_eq(gpu(t, i).vendor, "AMD");
+  assert_all_pairs(t, STRATA_PATH_XGMI, 2, 100.0);
+  assert_islands(t, "0,1,2,3,4,5,6,7");
+  strata_topology_free(t);
+}
+
+Test(dumps, mi300a_spx) {
+  strata_topology_t t = load_dump("hpe-ex255a-mi300a-4apu-spx-xgmi.xml");
+  cr_assert_eq(gpus(t), 4);
+  for (int i = 0; i < 4; i++) {
+    cr_assert_eq(gpu(t, i).pci_class, 0x1200, "processing accelerator class");
+    cr_assert_eq(gpu(t, i).numa_node, i);
+    cr_assert_eq(gpu(t, i).package, i);
+  }
+  assert_all_pairs(t, STRATA_PATH_XGMI, -1, 100.0);
+  assert_islands(t, "0,1,2,3");
+  strata_topology_free(t);
+}
+
+Test(dumps, mi300a_cpx_partitions) {
+  strata_topology_t t = load_dump("hpe-ex255a-mi300a-24part-cpx-xgmi.xml");
+  cr_assert_eq(gpus(t), 24, "six GPUs under each PCI device");
+  for (int i = 0; i < 24; i++) {
+    struct strata_topology_gpu g = gpu(t, i);
+    cr_assert_eq(g.partition, i % 6);
+    cr_assert(g.name[0] != '\0', "partitions without a GPUModel borrow their device's");
+  }
+  cr_assert_str_eq(gpu(t, 5).pci_bus_id, gpu(t, 0).pci_bus_id);
+  cr_assert_str_neq(gpu(t, 6).pci_bus_id, gpu(t, 0).pci_bus_id);
+  assert_all_pairs(t, STRATA_PATH_XGMI, -1, 100.0);
+  assert_islands(t, "0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23");
+  strata_topology_free(t);
+}
+
+Test(dumps, mi50_pcie_only_amd) {
+  strata_topology_t t = load_dump("supermicro-epyc-mi50-8gpu-pcie.xml");
+  cr_assert_eq(gpus(t), 8, "rsmi and opencl names of one card make one GPU; the ASPEED VGA is not one");
+  for (int i = 0; i < 8; i++) {
+    cr_assert_str_eq(gpu(t, i).vendor, "AMD");
+    cr_assert_eq(gpu(t, i).numa_node, i / 4);
+  }
+  for (int a = 0; a < 8; a++)
+    for (int b = 0; b < 8; b++)
+      if (a != b)
+        assert_kind(t, a, b, a / 4 == b / 4 ? STRATA_PATH_NODE : STRATA_PATH_SYS);
+  cr_assert(link_of(t, 0, 1).gbps > link_of(t, 0, 4).gbps);
+  assert_islands(t, "0,1,2,3|4,5,6,7");
+  strata_topology_free(t);
+}
+
+Test(dumps, mixed_nvidia_amd_v1) {
+  strata_topology_t t = load_dump("mixed-threadripper-gtx1070-vega-fe.xml");
+  cr_assert_eq(gpus(t), 2, "DRM card/renderD/controlD nodes are not extra GPUs");
+  struct strata_topology_gpu nv = gpu(t, 0), amd = gpu(t, 1);
+  cr_assert_str_eq(nv.vendor, "NVIDIA");
+  cr_assert(strstr(nv.name, "GTX 1070") != NULL, "%s", nv.name);
+  cr_assert_str_eq(nv.os_devices, "cuda0,nvml0");
+  cr_assert_eq(nv.numa_node, 0);
+  cr_assert_str_eq(amd.vendor, "AMD");
+  cr_assert_str_eq(amd.os_devices, "opencl0d0");
+  cr_assert_eq(amd.numa_node, 2);
+  assert_kind(t, 0, 1, STRATA_PATH_NUMA);
+  assert_islands(t, "0|1");
+  strata_topology_free(t);
+}
+
+Test(dumps, broadwell_cpu_only) {
+  strata_topology_t t = load_dump("intel-broadwell-2s-cpu-only.xml");
+  cr_assert_eq(gpus(t), 0);
+  struct strata_topology_host h;
+  OK(strata_topology_host(t, &h));
+  cr_assert_eq(h.packages, 2);
+  cr_assert_eq(h.numa_nodes, 2);
+  assert_islands(t, "");
+  strata_topology_free(t);
+}
+
+Test(dumps, bandwidth_ordering_across_boxes) {
+  /* NVLink > same PCIe switch > host bridge > across sockets, each from a box that has it */
+  strata_topology_t dgx = load_dump("nvidia-dgx2-v100-16gpu-nvswitch.xml");
+  strata_topology_t las = load_dump("ibm-power9-lassen-v100-4gpu.xml");
+  strata_topology_t aws = load_dump("aws-g4dn-metal-t4-8gpu-pcie.xml");
+  double nvl = link_of(dgx, 0, 1).gbps;
+  double pix = link_of(las, 0, 1).gbps;
+  double phb = link_of(aws, 0, 1).gbps;
+  double sys = link_of(aws, 0, 4).gbps;
+  cr_assert(nvl > pix && pix > phb && phb > sys, "%.2f > %.2f > %.2f > %.2f", nvl, pix, phb, sys);
+  cr_assert(link_of(dgx, 0, 1).kind < link_of(las, 0, 1).kind);
+  cr_assert(link_of(las, 0, 1).kind < link_of(aws, 0, 1).kind);
+  cr_assert(link_of(aws, 0, 1).kind < link_of(aws, 0, 4).kind);
+  strata_topology_free(dgx);
+  strata_topology_free(las);
+  strata_topology_free(aws);
+}
