@@ -57,8 +57,12 @@ static int load_into(struct strata_topology *t, const char *path) {
   hwloc_topology_t hw;
   if (hwloc_topology_init(&hw) < 0)
     return strata__error(STRATA_ERR_NOMEM, "topology: hwloc_topology_init failed");
-  /* Keep every PCI device and bridge: the NVSwitch ports of a DGX-2 matrix
-  ** and class-1200 MI300A GPUs must survive, and bridges give the switches. */
+  /* Without an I/O filter hwloc drops PCI and OS devices, and the NVLink/xGMI
+  ** matrices with them. KEEP_IMPORTANT keeps what the shared dumps need
+  ** (checked with hwloc 2.9: DGX-2 NVSwitch ports, MI300A class 1200), but
+  ** KEEP_ALL also keeps every bridge and device whatever a given hwloc
+  ** version deems important, so switch structure is never lost; the cost
+  ** is a few more objects. */
   hwloc_topology_set_io_types_filter(hw, HWLOC_TYPE_FILTER_KEEP_ALL);
   if (path && hwloc_topology_set_xml(hw, path) < 0) {
     hwloc_topology_destroy(hw);
