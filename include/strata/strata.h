@@ -6,5 +6,6 @@
 #include <strata/common.h>
 #include <strata/device.h>
 #include <strata/ops.h>
+#include <strata/topology.h>
 
 #endif /* STRATA_STRATA_H */
