@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* cuda.c — the CUDA backend module: devices, memory, streams, events and copies through cudart, GEMM through cuBLAS, the other ops through the kernels of kernels/ops.k. */
+/* cuda.c — the CUDA backend module: cudart devices, memory, streams, events, copies; cuBLAS GEMM; kernels/ops.k ops. */
 #include "config.h"
 
 #include <ctype.h>
@@ -72,7 +72,8 @@ static int strata__cuda_use(const struct strata__cuda *cx, int dev) {
 ** without a device is not an error: 0 devices and a one-line reason. No
 ** CUDA context is created here (cudaGetDeviceCount does not create one).
 */
-static int strata__cuda_init(const struct strata__services *svc, void **ctx, char *why, size_t why_len) {
+static int strata__cuda_init(const struct strata__services *svc, void **ctx /* OUT */, char *why /* OUT */,
+                             size_t why_len) {
   *ctx = NULL;
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
@@ -114,7 +115,7 @@ static void strata__cuda_fini(void *ctx) {
 
 /* Name, vendor, SM count, memory and the PCI bus id as "dddd:bb:dd.f"
 ** in lower case (the form hwloc and the other backends use). */
-static int strata__cuda_device_info(void *ctx, int dev, struct strata__device_info *info) {
+static int strata__cuda_device_info(void *ctx, int dev, struct strata__device_info *info /* OUT */) {
   struct strata__cuda *cx = ctx;
   struct cudaDeviceProp prop;
   cudaError_t e = cudaGetDeviceProperties(&prop, dev);
@@ -145,7 +146,7 @@ static int strata__cuda_device_info(void *ctx, int dev, struct strata__device_in
 
 /* A device buffer of `bytes` on `dev`; the caller frees it with
 ** strata__cuda_free. Out of memory is STRATA_ERR_DEVICE_MEMORY. */
-static int strata__cuda_alloc(void *ctx, int dev, size_t bytes, void **buf) {
+static int strata__cuda_alloc(void *ctx, int dev, size_t bytes, void **buf /* OUT */) {
   struct strata__cuda *cx = ctx;
   *buf = NULL;
   int rc = strata__cuda_use(cx, dev);
@@ -185,7 +186,7 @@ static void strata__cuda_free(void *ctx, int dev, void *buf) {
 
 /* Page-locked host memory, portable to every device's context, for the
 ** runtime's staged cross-backend copies. */
-static int strata__cuda_host_alloc(void *ctx, size_t bytes, void **ptr) {
+static int strata__cuda_host_alloc(void *ctx, size_t bytes, void **ptr /* OUT */) {
   struct strata__cuda *cx = ctx;
   *ptr = NULL;
   cudaError_t e = cudaHostAlloc(ptr, bytes, cudaHostAllocPortable);
@@ -208,7 +209,7 @@ static void strata__cuda_host_free(void *ctx, void *ptr) {
 /* A non-blocking stream on `dev` (it does not synchronise with the legacy
 ** default stream), a cuBLAS handle bound to it and the sumsq scratch. On
 ** failure everything taken so far is released. */
-static int strata__cuda_queue_new(void *ctx, int dev, void **queue) {
+static int strata__cuda_queue_new(void *ctx, int dev, void **queue /* OUT */) {
   struct strata__cuda *cx = ctx;
   *queue = NULL;
   int rc = strata__cuda_use(cx, dev);
@@ -291,7 +292,7 @@ static int strata__cuda_queue_finish(void *ctx, void *queue) {
 
 /* An event at the queue's current end, created without timing (cheaper,
 ** and all the runtime needs is ordering). Freed by strata__cuda_event_free. */
-static int strata__cuda_event_record(void *ctx, void *queue, void **event) {
+static int strata__cuda_event_record(void *ctx, void *queue, void **event /* OUT */) {
   struct strata__cuda *cx = ctx;
   struct strata__cuda_queue *q = queue;
   *event = NULL;
