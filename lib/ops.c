@@ -104,7 +104,9 @@ STRATA_API int strata_gemm(strata_queue_t q, int trans_a, int trans_b, int64_t m
   TRY(matrix_extent(name, "A", trans_a ? k : m, trans_a ? m : k, lda, stride_a, batch, &ea));
   TRY(matrix_extent(name, "B", trans_b ? n : k, trans_b ? k : n, ldb, stride_b, batch, &eb));
   TRY(matrix_extent(name, "C", m, n, ldc, stride_c, batch, &ec));
-  if (batch > 1 && (uint64_t)stride_c < (uint64_t)((m - 1) * ldc + n))
+  /* Interleaved outputs (the heads of one attention matrix: stride_c = head
+  ** width, ldc = model width) are fine; C matrices sharing an element are not. */
+  if (batch > 1 && stride_c < n && stride_c < (m - 1) * ldc + n)
     return strata__error(STRATA_ERR_SHAPE, "gemm: batch stride of C (%lld) makes the outputs overlap",
                          (long long)stride_c);
   struct strata__op op = {.id = STRATA__OP_GEMM};

@@ -38,7 +38,9 @@ enum { STRATA_NO_TRANS = 0, STRATA_TRANS = 1 };
 ** C[i] = alpha * op(A[i]) * op(B[i]) + beta * C[i] for i < batch, where
 ** op(A) is m x k, op(B) is k x n, C is m x n; A[i] starts stride_a elements
 ** after A[i-1] (likewise B, C). lda/ldb/ldc are row strides of the stored
-** matrices. Host: CBLAS; OpenCL: CLBlast; CUDA: cuBLAS.
+** matrices. The C matrices must not share elements; they may interleave
+** (stride_c = n with ldc = batch * n writes the batch side by side).
+** Host: CBLAS; OpenCL: CLBlast; CUDA: cuBLAS.
 */
 STRATA_API int strata_gemm(strata_queue_t q, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                            float alpha, strata_mem_t a, int64_t lda, int64_t stride_a, strata_mem_t b,
