@@ -20,4 +20,8 @@ stratainclude_HEADERS += \
 	include/strata/strata.h \
 	include/strata/common.h \
 	include/strata/device.h \
-	include/strata/ops.h
+	include/strata/ops.h \
+	include/strata/model.h \
+	include/strata/data.h \
+	include/strata/checkpoint.h \
+	include/strata/train.h

@@ -7,5 +7,9 @@
 #include <strata/device.h>
 #include <strata/ops.h>
 #include <strata/topology.h>
+#include <strata/model.h>
+#include <strata/data.h>
+#include <strata/checkpoint.h>
+#include <strata/train.h>
 
 #endif /* STRATA_STRATA_H */

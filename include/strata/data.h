@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: MIT */
+/* strata/data.h — training data: byte-level text with a train/validation split, and a synthetic image task. */
+#ifndef STRATA_DATA_H
+#define STRATA_DATA_H
+
+#include <strata/common.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct strata_dataset *strata_dataset_t;
+
+enum strata_data_kind { STRATA_DATA_TEXT = 1, STRATA_DATA_IMAGES = 2 };
+enum strata_split { STRATA_SPLIT_TRAIN = 0, STRATA_SPLIT_VAL = 1 };
+
+/*
+** Byte-level text: every byte is a token (vocabulary 256). `path` NULL
+** means the default corpus, built from text the machine ships with
+** (every file of /usr/share/common-licenses, in name order). The last
+** `val_fraction` of the bytes (0 < f < 1, e.g. 0.1) is the validation split.
+** An empty, unreadable or too-short file is an error naming it.
+*/
+STRATA_API int strata_dataset_text(const char *path, double val_fraction, strata_dataset_t *out /* OUT */);
+
+/*
+** A synthetic image task with learnable structure: `count` grayscale
+** images of size x size pixels, each showing one of `classes` (2..8)
+** shapes (bars, boxes, crosses, diagonals ...) at a random place with
+** noise; the label is the shape. Deterministic for a seed; the last 10%
+** are the validation split.
+*/
+STRATA_API int strata_dataset_images(int64_t count, int64_t size, int64_t classes, uint64_t seed,
+                                     strata_dataset_t *out /* OUT */);
+STRATA_API void strata_dataset_free(strata_dataset_t ds);
+
+struct strata_dataset_info {
+  int kind;
+  char source[256];          /* file path, "default corpus (...)" or "synthetic shapes" */
+  uint64_t train_size;       /* tokens (text) or images */
+  uint64_t val_size;
+  int64_t vocab;             /* 256 for text; classes for images */
+  int64_t image, channels;   /* images only */
+  double unigram_entropy;    /* text: entropy of the training bytes' distribution, nats per byte */
+};
+STRATA_API int strata_dataset_info(strata_dataset_t ds, struct strata_dataset_info *info /* OUT */);
+
+/*
+** Draw a batch. Text: `batch` windows of `context` + 1 bytes at positions
+** drawn from *state (a xorshift generator state the caller keeps; the
+** same state gives the same batch), inputs int32 [batch * context] and
+** targets int32 [batch * context] (the next byte). Images: inputs float
+** [batch * channels * image * image], targets int32 [batch]. *state
+** advances; saving it in a checkpoint resumes the data stream exactly.
+*/
+STRATA_API int strata_dataset_sample(strata_dataset_t ds, int split, int64_t batch, int64_t context,
+                                     uint64_t *state /* IN/OUT */, void *inputs /* OUT */,
+                                     int32_t *targets /* OUT */);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* STRATA_DATA_H */

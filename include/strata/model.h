@@ -1,0 +1,83 @@
+/* SPDX-License-Identifier: MIT */
+/* strata/model.h — a model as an ordered list of layers with exact cost profiles, from a preset or a JSON file. */
+#ifndef STRATA_MODEL_H
+#define STRATA_MODEL_H
+
+#include <strata/common.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct strata_model *strata_model_t;
+
+enum strata_model_kind {
+  STRATA_MODEL_GPT = 1,   /* decoder-only transformer over byte tokens */
+  STRATA_MODEL_MLP = 2,   /* multilayer perceptron over flattened images */
+  STRATA_MODEL_CNN = 3    /* small convolutional network over images */
+};
+
+#define STRATA_MODEL_MAX_CONV 8
+
+/*
+** The numbers that define a model. Fields that do not apply to its kind
+** are 0. A JSON model file holds the same fields by the same names, e.g.
+**   {"kind": "gpt", "vocab": 256, "context": 128, "d_model": 128,
+**    "layers": 4, "heads": 4, "d_ff": 512, "tied": false}
+**   {"kind": "mlp", "image": 16, "channels": 1, "classes": 4, "hidden": [256, 128]}
+**   {"kind": "cnn", "image": 16, "channels": 1, "classes": 4, "conv": [8, 16]}
+*/
+struct strata_model_config {
+  int kind;
+  char name[64];            /* the preset's name or the file's */
+  /* gpt */
+  int64_t vocab, context, d_model, layers, heads, d_ff;
+  int tied;                 /* output projection shares the token embedding */
+  /* mlp and cnn: square images of `image` pixels a side */
+  int64_t image, channels, classes;
+  int64_t hidden[STRATA_MODEL_MAX_CONV];  /* mlp hidden widths, 0-terminated */
+  int64_t conv[STRATA_MODEL_MAX_CONV];    /* cnn: output channels of each 3x3 conv + ReLU + 2x2 max-pool, 0-terminated */
+};
+
+/* What one layer costs, per sample (a sequence of `context` tokens, or one image). */
+struct strata_layer_info {
+  char name[48];            /* "wte", "h.3", "ln_f+lm_head", "conv.0", "fc.1" ... */
+  char type[16];            /* "embed", "block", "lm_head", "linear", "conv", "classifier" */
+  uint64_t params;          /* parameters (fp32 each) */
+  double fwd_flops;         /* forward FLOPs per sample (multiply-add = 2) */
+  double bwd_flops;         /* backward FLOPs per sample (input and weight gradients) */
+  uint64_t act_bytes;       /* activation bytes the layer keeps for its backward pass, per sample */
+  uint64_t out_bytes;       /* bytes of its output per sample: what crosses a pipeline cut after it */
+};
+
+/* Names of the presets, NULL-terminated; static. */
+STRATA_API const char *const *strata_model_presets(void);
+
+/*
+** Build a model from a preset name ("gpt-tiny", "gpt-small", "gpt2-small",
+** "gpt2-xl", "mlp", "cnn", ...), from a JSON file, or from a filled config.
+** The caller frees the model with strata_model_free. Bad input (an unknown
+** preset, a malformed file, heads that do not divide d_model) fails with a
+** message naming the file and field; *out is untouched.
+*/
+STRATA_API int strata_model_from_preset(const char *name, strata_model_t *out /* OUT */);
+STRATA_API int strata_model_from_file(const char *path, strata_model_t *out /* OUT */);
+STRATA_API int strata_model_from_config(const struct strata_model_config *config, strata_model_t *out /* OUT */);
+/* A preset name, or else a path to a JSON file. */
+STRATA_API int strata_model_load(const char *preset_or_path, strata_model_t *out /* OUT */);
+STRATA_API void strata_model_free(strata_model_t model);
+
+STRATA_API const struct strata_model_config *strata_model_config(strata_model_t model);
+STRATA_API int strata_model_layer_count(strata_model_t model);
+STRATA_API int strata_model_layer(strata_model_t model, int index, struct strata_layer_info *info /* OUT */);
+/* Totals over all layers. */
+STRATA_API uint64_t strata_model_params(strata_model_t model);
+STRATA_API double strata_model_flops(strata_model_t model); /* forward + backward, per sample */
+
+/* The config as JSON (the model-file format); the caller frees the string with free(). */
+STRATA_API int strata_model_to_json(strata_model_t model, char **json /* OUT */);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* STRATA_MODEL_H */

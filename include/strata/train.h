@@ -1,0 +1,102 @@
+/* SPDX-License-Identifier: MIT */
+/* strata/train.h — training a model on a device: forward, backward, AdamW, schedules, evaluation, checkpoints. */
+#ifndef STRATA_TRAIN_H
+#define STRATA_TRAIN_H
+
+#include <strata/common.h>
+#include <strata/data.h>
+#include <strata/model.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct strata_trainer *strata_trainer_t;
+
+struct strata_train_options {
+  int device;               /* global device index */
+  int64_t batch;            /* samples (sequences or images) per micro-batch */
+  int64_t accum;            /* micro-batches per optimizer step (gradient accumulation), >= 1 */
+  int64_t steps;            /* total optimizer steps (for the schedule) */
+  float lr;                 /* peak learning rate */
+  float min_lr;             /* floor of the cosine decay */
+  int64_t warmup;           /* linear warm-up steps */
+  float weight_decay;       /* AdamW decoupled decay, applied to weight matrices only */
+  float beta1, beta2, eps;
+  float clip;               /* clip the global gradient norm to this; 0 = off */
+  uint64_t seed;            /* parameters and data order */
+};
+
+/* Sensible defaults: device 0, batch 8, accum 1, steps 1000, lr 1e-3 -> 1e-4,
+** warm-up 5% of steps, weight decay 0.1, betas 0.9/0.95, eps 1e-8, clip 1, seed 1. */
+STRATA_API void strata_train_options_default(struct strata_train_options *opts /* OUT */);
+
+/*
+** Create a trainer: allocates parameters, gradients and AdamW moments on
+** the device and initialises the parameters from the seed (GPT-2 style:
+** normal(0, 0.02), residual projections scaled by 1/sqrt(2 layers)). The
+** model and dataset must outlive the trainer. Fails cleanly (nothing left
+** allocated) when the device's memory limit is too small, saying how much
+** the model needs.
+*/
+STRATA_API int strata_trainer_new(strata_model_t model, strata_dataset_t data, const struct strata_train_options *opts,
+                                  strata_trainer_t *out /* OUT */);
+STRATA_API void strata_trainer_free(strata_trainer_t tr);
+
+struct strata_step_stats {
+  int64_t step;             /* optimizer steps done, after this one */
+  float loss;               /* mean training loss over the step's micro-batches */
+  float grad_norm;          /* global gradient norm before clipping */
+  float lr;                 /* learning rate used */
+  uint64_t samples;         /* samples processed in the step */
+  uint64_t tokens;          /* tokens (text) or samples (images) processed */
+  double flops;             /* model FLOPs of the step (forward + backward) */
+};
+
+/* One optimizer step: accum micro-batches forward and backward, clip, AdamW. */
+STRATA_API int strata_trainer_step(strata_trainer_t tr, struct strata_step_stats *stats /* OUT, may be NULL */);
+
+/* Mean loss over `batches` validation micro-batches drawn from a fixed
+** stream (the same batches every call). */
+STRATA_API int strata_trainer_eval(strata_trainer_t tr, int64_t batches, float *loss /* OUT */);
+
+/*
+** Save the parameters (GPT-2 style names, e.g. h.0.attn.c_attn.weight),
+** the AdamW moments (optimizer.m.NAME, optimizer.v.NAME) and the training
+** state (step, seed, data stream, options, model config) as metadata, to a
+** safetensors file, atomically. Load checks that the file matches the
+** model and restores everything, so training continues exactly.
+*/
+STRATA_API int strata_trainer_save(strata_trainer_t tr, const char *path);
+STRATA_API int strata_trainer_load(strata_trainer_t tr, const char *path);
+
+STRATA_API int64_t strata_trainer_steps_done(strata_trainer_t tr);
+
+/*
+** Copy every parameter to host memory in a fixed order (the layers', then
+** each layer's tensors): `count` receives the total number of floats;
+** `params` (may be NULL to ask the size) receives them.
+*/
+STRATA_API int strata_trainer_params(strata_trainer_t tr, float *params /* OUT */, size_t *count /* IN/OUT */);
+
+/*
+** Loss and gradient for one given batch without updating anything: for
+** tests and gradient checks. `inputs`/`targets` as strata_dataset_sample
+** gives them for `batch` samples; `grads` receives the gradient in the
+** order of strata_trainer_params (may be NULL).
+*/
+STRATA_API int strata_trainer_loss_grad(strata_trainer_t tr, const void *inputs, const int32_t *targets, int64_t batch,
+                                        float *loss /* OUT */, float *grads /* OUT */);
+/* Overwrite every parameter from host memory (same order and count). */
+STRATA_API int strata_trainer_set_params(strata_trainer_t tr, const float *params, size_t count);
+
+/*
+** Logits for the last position of each of `batch` token sequences of the
+** model's context length (text models): `logits` receives batch * vocab floats.
+*/
+STRATA_API int strata_trainer_logits(strata_trainer_t tr, const int32_t *tokens, int64_t batch, float *logits /* OUT */);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* STRATA_TRAIN_H */
