@@ -139,15 +139,15 @@ static const char *clblast_name(CLBlastStatusCode st) {
 /*
 ** GEMM through CLBlast (row-major, offsets in elements). CLBlast refuses
 ** empty dimensions, so m, n or batch 0 do nothing and k = 0 scales C by
-** beta row by row. With beta = 0, C is overwritten first with zeros, so
-** that whatever C held (NaN included) cannot leak into the result.
+** beta (fills it with 0 when beta is 0). CLBlast itself ignores C when
+** beta is 0 (checked with NaN in C, direct and indirect kernels).
 */
 static int op_gemm(struct strata__ocl *ocl, struct strata__ocl_queue *q, const struct strata__op *op) {
   const __typeof__(op->u.gemm) *g = &op->u.gemm;
   int rc;
   if (g->m <= 0 || g->n <= 0 || g->batch <= 0)
     return STRATA_OK;
-  if (g->k <= 0 || g->beta == 0.0f) {
+  if (g->k <= 0) {
     for (int64_t b = 0; b < g->batch; b++) {
       if (g->ldc == g->n) {
         struct strata__mem c = {g->c.h, g->c.off + (size_t)(b * g->stride_c)};
@@ -165,8 +165,7 @@ static int op_gemm(struct strata__ocl *ocl, struct strata__ocl_queue *q, const s
           return rc;
       }
     }
-    if (g->k <= 0)
-      return STRATA_OK;
+    return STRATA_OK;
   }
   const struct strata__ocl_buffer *a = g->a.h, *bb = g->b.h, *c = g->c.h;
   CLBlastTranspose ta = g->trans_a ? CLBlastTransposeYes : CLBlastTransposeNo;
