@@ -1,0 +1,431 @@
+/* SPDX-License-Identifier: MIT */
+/* test-data.c — Criterion suite of the training data: text splits, windows, entropy, errors, the shapes task. */
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common.h"
+
+/* A fresh temporary folder per test, removed with its files afterwards. */
+static char tdir[64];
+
+static void make_tdir(void) {
+  strcpy(tdir, "/tmp/strata-test-data-XXXXXX");
+  cr_assert_not_null(mkdtemp(tdir));
+}
+
+static void remove_tdir(void) {
+  DIR *d = opendir(tdir);
+  if (!d)
+    return;
+  struct dirent *de;
+  char p[512];
+  while ((de = readdir(d)) != NULL) {
+    if (de->d_name[0] == '.')
+      continue;
+    snprintf(p, sizeof p, "%s/%s", tdir, de->d_name);
+    if (unlink(p) != 0)
+      rmdir(p);
+  }
+  closedir(d);
+  rmdir(tdir);
+}
+
+/* Write n bytes to tdir/name and return the path (a static buffer per call site is not needed: one file at a time). */
+static const char *write_file(const char *name, const void *bytes, size_t n) {
+  static char path[512];
+  snprintf(path, sizeof path, "%s/%s", tdir, name);
+  FILE *f = fopen(path, "wb");
+  cr_assert_not_null(f, "cannot create %s", path);
+  cr_assert_eq(fwrite(bytes, 1, n, f), n);
+  cr_assert_eq(fclose(f), 0);
+  return path;
+}
+
+/* Status of strata_dataset_text, freeing the dataset when it succeeds. */
+static int text_status(const char *path, double f) {
+  strata_dataset_t ds = NULL;
+  int rc = strata_dataset_text(path, f, &ds);
+  cr_assert((rc == STRATA_OK) == (ds != NULL), "the dataset is returned exactly on success");
+  strata_dataset_free(ds);
+  return rc;
+}
+
+TestSuite(text, .init = make_tdir, .fini = remove_tdir);
+
+/* 100 distinct bytes 0..99: a window's first byte is its start position. */
+static strata_dataset_t counting_text(void) {
+  uint8_t bytes[100];
+  for (int i = 0; i < 100; i++)
+    bytes[i] = (uint8_t)i;
+  strata_dataset_t ds = NULL;
+  OK(strata_dataset_text(write_file("count.bin", bytes, sizeof bytes), 0.1, &ds));
+  return ds;
+}
+
+Test(text, split_sizes_and_info) {
+  strata_dataset_t ds = counting_text();
+  struct strata_dataset_info info;
+  OK(strata_dataset_info(ds, &info));
+  cr_assert_eq(info.kind, STRATA_DATA_TEXT);
+  cr_assert_eq(info.train_size, 90);
+  cr_assert_eq(info.val_size, 10);
+  cr_assert_eq(info.vocab, 256);
+  cr_assert(strstr(info.source, "count.bin"), "source names the file: %s", info.source);
+  /* 90 distinct training bytes, each once: ln 90. */
+  cr_assert_float_eq(info.unigram_entropy, log(90.0), 1e-12);
+  strata_dataset_free(ds);
+}
+
+Test(text, windows_are_substrings_of_their_split) {
+  strata_dataset_t ds = counting_text();
+  enum { B = 64, C = 5 };
+  int32_t in[B * C], tg[B * C];
+  uint64_t state = 42;
+  for (int split = 0; split < 2; split++) {
+    OK(strata_dataset_sample(ds, split, B, C, &state, in, tg));
+    for (int b = 0; b < B; b++) {
+      int32_t s = in[b * C];
+      if (split == STRATA_SPLIT_TRAIN)
+        cr_assert(s >= 0 && s + C <= 89, "training window at %d leaves the split", s);
+      else
+        cr_assert(s >= 90 && s + C <= 99, "validation window at %d leaves the split", s);
+      for (int k = 0; k < C; k++) {
+        cr_assert_eq(in[b * C + k], s + k, "inputs are consecutive bytes");
+        cr_assert_eq(tg[b * C + k], s + k + 1, "targets are the next byte");
+      }
+    }
+  }
+  strata_dataset_free(ds);
+}
+
+Test(text, every_start_is_drawn_about_equally) {
+  strata_dataset_t ds = counting_text();
+  enum { C = 5, DRAWS = 8500 };
+  /* 90 training bytes and context 5: starts 0..84 are valid (85 of them), expected 100 draws each. */
+  int counts[100] = {0};
+  int32_t in[C], tg[C];
+  uint64_t state = 7;
+  for (int i = 0; i < DRAWS; i++) {
+    OK(strata_dataset_sample(ds, STRATA_SPLIT_TRAIN, 1, C, &state, in, tg));
+    counts[in[0]]++;
+  }
+  for (int s = 0; s < 100; s++) {
+    if (s <= 84)
+      cr_assert(counts[s] > 55 && counts[s] < 150, "start %d drawn %d times (expected about 100)", s, counts[s]);
+    else
+      cr_assert_eq(counts[s], 0, "start %d is not a valid window", s);
+  }
+  /* The validation split of 10 bytes has 5 starts for context 5, the shortest has 1 for context 9. */
+  int seen[100] = {0};
+  for (int i = 0; i < 200; i++) {
+    OK(strata_dataset_sample(ds, STRATA_SPLIT_VAL, 1, C, &state, in, tg));
+    seen[in[0]]++;
+  }
+  for (int s = 90; s <= 94; s++)
+    cr_assert(seen[s] > 0, "validation start %d never drawn", s);
+  int32_t in9[9], tg9[9];
+  OK(strata_dataset_sample(ds, STRATA_SPLIT_VAL, 1, 9, &state, in9, tg9));
+  cr_assert_eq(in9[0], 90);
+  cr_assert_eq(tg9[8], 99);
+  strata_dataset_free(ds);
+}
+
+Test(text, entropy_of_hand_made_files) {
+  static const struct {
+    const char *text;
+    double val, expect;
+  } cases[] = {
+      {"aabbxy", 1.0 / 3, 0.69314718055994531},                 /* "aabb": ln 2 */
+      {"aaaaxy", 1.0 / 3, 0.0},                                 /* one symbol */
+      {"abcdxy", 1.0 / 3, 1.3862943611198906},                  /* ln 4 */
+      {"aaabxy", 1.0 / 3, 0.56233514461880829},                 /* -(3/4 ln 3/4 + 1/4 ln 1/4) */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    strata_dataset_t ds = NULL;
+    OK(strata_dataset_text(write_file("h.txt", cases[i].text, strlen(cases[i].text)), cases[i].val, &ds));
+    struct strata_dataset_info info;
+    OK(strata_dataset_info(ds, &info));
+    cr_assert_eq(info.train_size, 4);
+    cr_assert_eq(info.val_size, 2);
+    cr_assert_float_eq(info.unigram_entropy, cases[i].expect, 1e-12, "%s: %.17g", cases[i].text,
+                       info.unigram_entropy);
+    strata_dataset_free(ds);
+  }
+}
+
+Test(text, same_state_same_batch_and_state_advances) {
+  strata_dataset_t ds = counting_text();
+  enum { B = 16, C = 4 };
+  int32_t in1[B * C], tg1[B * C], in2[B * C], tg2[B * C];
+  for (uint64_t seed = 0; seed < 3; seed++) { /* 0 included: it must not stall the generator */
+    uint64_t s1 = seed, s2 = seed;
+    OK(strata_dataset_sample(ds, STRATA_SPLIT_TRAIN, B, C, &s1, in1, tg1));
+    OK(strata_dataset_sample(ds, STRATA_SPLIT_TRAIN, B, C, &s2, in2, tg2));
+    cr_assert_eq(s1, s2);
+    cr_assert_neq(s1, seed, "the state advances");
+    cr_assert_neq(s1, 0, "the state never becomes 0");
+    cr_assert_arr_eq(in1, in2, sizeof in1);
+    cr_assert_arr_eq(tg1, tg2, sizeof tg1);
+    /* The next batch from the advanced state is another one. */
+    OK(strata_dataset_sample(ds, STRATA_SPLIT_TRAIN, B, C, &s1, in2, tg2));
+    cr_assert(memcmp(in1, in2, sizeof in1) != 0, "consecutive batches differ");
+    /* Not all windows of a batch start at the same place. */
+    int distinct = 0;
+    for (int b = 1; b < B; b++)
+      distinct += in1[b * C] != in1[0];
+    cr_assert_gt(distinct, 0);
+  }
+  strata_dataset_free(ds);
+}
+
+Test(text, default_corpus) {
+  struct stat sb;
+  if (stat("/usr/share/common-licenses", &sb) != 0)
+    cr_skip_test("/usr/share/common-licenses is absent on this machine");
+  strata_dataset_t ds = NULL;
+  OK(strata_dataset_text(NULL, 0.1, &ds));
+  struct strata_dataset_info info;
+  OK(strata_dataset_info(ds, &info));
+  cr_assert(strstr(info.source, "common-licenses"), "source: %s", info.source);
+  cr_assert_gt(info.train_size, 100000, "train %llu bytes", (unsigned long long)info.train_size);
+  double total = (double)(info.train_size + info.val_size);
+  cr_assert(fabs(info.val_size - 0.1 * total) <= 1, "validation is 10%%");
+  /* English text: about 4.2 bits, 2.9 nats, per byte. */
+  cr_assert(info.unigram_entropy > 2.5 && info.unigram_entropy < 3.5, "entropy %g nats", info.unigram_entropy);
+  cr_log_info("default corpus: %s, %llu + %llu bytes, unigram entropy %.4f nats", info.source,
+              (unsigned long long)info.train_size, (unsigned long long)info.val_size, info.unigram_entropy);
+  int32_t in[4 * 64], tg[4 * 64];
+  uint64_t state = 1;
+  OK(strata_dataset_sample(ds, STRATA_SPLIT_VAL, 4, 64, &state, in, tg));
+  for (int i = 0; i < 4 * 64; i++)
+    cr_assert(in[i] >= 0 && in[i] < 256 && tg[i] >= 0 && tg[i] < 256);
+  strata_dataset_free(ds);
+}
+
+Test(text, bad_files_are_named) {
+  char missing[128];
+  snprintf(missing, sizeof missing, "%s/no-such-file.txt", tdir);
+  cr_assert_eq(text_status(missing, 0.1), STRATA_ERR_IO);
+  cr_assert(strstr(strata_last_error(), missing), "message: %s", strata_last_error());
+  cr_assert_eq(text_status(tdir, 0.1), STRATA_ERR_IO, "a directory is not a text file");
+  cr_assert(strstr(strata_last_error(), tdir), "message: %s", strata_last_error());
+
+  const char *empty = write_file("empty.txt", "", 0);
+  cr_assert_eq(text_status(empty, 0.1), STRATA_ERR_INVALID);
+  cr_assert(strstr(strata_last_error(), "empty.txt") && strstr(strata_last_error(), "empty"), "message: %s",
+            strata_last_error());
+
+  /* 3 bytes: 10% of them rounds to 0 validation bytes; 14 bytes give 1 (fewer than 2); 15 bytes give 2. */
+  cr_assert_eq(text_status(write_file("short.txt", "abc", 3), 0.1), STRATA_ERR_INVALID);
+  cr_assert(strstr(strata_last_error(), "short.txt"), "message: %s", strata_last_error());
+  cr_assert_eq(text_status(write_file("14.txt", "abcdefghijklmn", 14), 0.1), STRATA_ERR_INVALID);
+  cr_assert_eq(text_status(write_file("15.txt", "abcdefghijklmno", 15), 0.1), STRATA_OK);
+  /* A large validation fraction starves the training split instead. */
+  cr_assert_eq(text_status(write_file("20.txt", "abcdefghijklmnopqrst", 20), 0.95), STRATA_ERR_INVALID);
+
+  const char *good = write_file("good.txt", "hello, world", 12);
+  const double bad_fractions[] = {0.0, 1.0, -0.5, 1.5, NAN, INFINITY};
+  for (size_t i = 0; i < sizeof bad_fractions / sizeof bad_fractions[0]; i++) {
+    cr_assert_eq(text_status(good, bad_fractions[i]), STRATA_ERR_INVALID, "fraction %g", bad_fractions[i]);
+    cr_assert(strstr(strata_last_error(), "good.txt"), "message: %s", strata_last_error());
+  }
+  cr_assert_eq(strata_dataset_text(good, 0.1, NULL), STRATA_ERR_INVALID);
+}
+
+Test(text, bad_sample_arguments_leave_the_state) {
+  /* 20 bytes, validation 2: context 1 fits the validation split, context 2 does not. */
+  strata_dataset_t ds = NULL;
+  OK(strata_dataset_text(write_file("20.txt", "abcdefghijklmnopqrst", 20), 0.1, &ds));
+  int32_t in[64], tg[64];
+  uint64_t state = 99;
+  OK(strata_dataset_sample(ds, STRATA_SPLIT_VAL, 2, 1, &state, in, tg));
+  cr_assert_eq(in[0], 's');
+  cr_assert_eq(tg[0], 't');
+  uint64_t before = state;
+  cr_assert_eq(strata_dataset_sample(ds, STRATA_SPLIT_VAL, 1, 2, &state, in, tg), STRATA_ERR_INVALID);
+  cr_assert(strstr(strata_last_error(), "20.txt") && strstr(strata_last_error(), "validation"), "message: %s",
+            strata_last_error());
+  cr_assert_eq(strata_dataset_sample(ds, STRATA_SPLIT_TRAIN, 1, 18, &state, in, tg), STRATA_ERR_INVALID);
+  OK(strata_dataset_sample(ds, STRATA_SPLIT_TRAIN, 1, 17, &state, in, tg));
+  before = state;
+  cr_assert_eq(strata_dataset_sample(ds, STRATA_SPLIT_TRAIN, 0, 4, &state, in, tg), STRATA_ERR_INVALID);
+  cr_assert_eq(strata_dataset_sample(ds, STRATA_SPLIT_TRAIN, 1, 0, &state, in, tg), STRATA_ERR_INVALID);
+  cr_assert_eq(strata_dataset_sample(ds, 2, 1, 4, &state, in, tg), STRATA_ERR_INVALID);
+  cr_assert_eq(strata_dataset_sample(ds, STRATA_SPLIT_TRAIN, 1, 4, NULL, in, tg), STRATA_ERR_INVALID);
+  cr_assert_eq(strata_dataset_sample(ds, STRATA_SPLIT_TRAIN, 1, 4, &state, NULL, tg), STRATA_ERR_INVALID);
+  cr_assert_eq(strata_dataset_sample(ds, STRATA_SPLIT_TRAIN, 1, 4, &state, in, NULL), STRATA_ERR_INVALID);
+  cr_assert_eq(strata_dataset_sample(NULL, STRATA_SPLIT_TRAIN, 1, 4, &state, in, tg), STRATA_ERR_INVALID);
+  cr_assert_eq(strata_dataset_sample(ds, STRATA_SPLIT_TRAIN, INT64_MAX, INT64_MAX, &state, in, tg),
+               STRATA_ERR_INVALID);
+  cr_assert_eq(state, before, "a refused call does not move the stream");
+  cr_assert_eq(strata_dataset_info(ds, NULL), STRATA_ERR_INVALID);
+  cr_assert_eq(strata_dataset_info(NULL, &(struct strata_dataset_info){0}), STRATA_ERR_INVALID);
+  strata_dataset_free(ds);
+  strata_dataset_free(NULL);
+}
+
+/* ---------------------------------------------------------------- images */
+
+static int image_status(int64_t count, int64_t size, int64_t classes) {
+  strata_dataset_t ds = NULL;
+  int rc = strata_dataset_images(count, size, classes, 1, &ds);
+  cr_assert((rc == STRATA_OK) == (ds != NULL));
+  strata_dataset_free(ds);
+  return rc;
+}
+
+Test(images, bad_arguments) {
+  cr_assert_eq(image_status(9, 16, 4), STRATA_ERR_INVALID);
+  cr_assert_eq(image_status(-1, 16, 4), STRATA_ERR_INVALID);
+  cr_assert_eq(image_status(10, 7, 4), STRATA_ERR_INVALID);
+  cr_assert_eq(image_status(10, 65, 4), STRATA_ERR_INVALID);
+  cr_assert_eq(image_status(10, 16, 1), STRATA_ERR_INVALID);
+  cr_assert_eq(image_status(10, 16, 9), STRATA_ERR_INVALID);
+  cr_assert(strstr(strata_last_error(), "9 classes"), "message: %s", strata_last_error());
+  cr_assert_eq(strata_dataset_images(10, 16, 4, 1, NULL), STRATA_ERR_INVALID);
+  /* The extremes of each range are accepted. */
+  cr_assert_eq(image_status(10, 8, 2), STRATA_OK);
+  cr_assert_eq(image_status(10, 64, 8), STRATA_OK);
+  cr_assert_eq(image_status(16, 8, 8), STRATA_OK);
+}
+
+Test(images, info_and_pixel_scale) {
+  strata_dataset_t ds = NULL;
+  OK(strata_dataset_images(1000, 16, 8, 3, &ds));
+  struct strata_dataset_info info;
+  OK(strata_dataset_info(ds, &info));
+  cr_assert_eq(info.kind, STRATA_DATA_IMAGES);
+  cr_assert_eq(info.train_size, 900);
+  cr_assert_eq(info.val_size, 100);
+  cr_assert_eq(info.vocab, 8);
+  cr_assert_eq(info.image, 16);
+  cr_assert_eq(info.channels, 1);
+  cr_assert(strstr(info.source, "synthetic shapes"), "source: %s", info.source);
+  enum { B = 200, P = 256 };
+  static float x[B * P];
+  int32_t y[B];
+  uint64_t state = 5;
+  OK(strata_dataset_sample(ds, STRATA_SPLIT_TRAIN, B, 0, &state, x, y));
+  double sum = 0, sq = 0;
+  for (int i = 0; i < B * P; i++) {
+    cr_assert(isfinite(x[i]));
+    sum += x[i];
+    sq += (double)x[i] * x[i];
+  }
+  double mean = sum / (B * P), sd = sqrt(sq / (B * P) - mean * mean);
+  cr_assert(fabs(mean) < 0.1 && sd > 0.9 && sd < 1.1, "pixels: mean %g, sd %g", mean, sd);
+  for (int b = 0; b < B; b++)
+    cr_assert(y[b] >= 0 && y[b] < 8);
+  strata_dataset_free(ds);
+}
+
+Test(images, labels_are_balanced) {
+  for (int split = 0; split < 2; split++) {
+    strata_dataset_t ds = NULL;
+    OK(strata_dataset_images(800, 8, 8, 11, &ds));
+    enum { B = 4000 };
+    static float x[B * 64];
+    int32_t y[B];
+    uint64_t state = 17;
+    OK(strata_dataset_sample(ds, split, B, 0, &state, x, y));
+    int counts[8] = {0};
+    for (int b = 0; b < B; b++)
+      counts[y[b]]++;
+    /* 500 expected per class; the split itself is balanced, so only sampling noise (sd about 21) remains. */
+    for (int c = 0; c < 8; c++)
+      cr_assert(counts[c] > 400 && counts[c] < 600, "split %d class %d drawn %d times", split, c, counts[c]);
+    strata_dataset_free(ds);
+  }
+}
+
+Test(images, deterministic_for_a_seed) {
+  strata_dataset_t a = NULL, b = NULL, c = NULL;
+  OK(strata_dataset_images(100, 12, 5, 1234, &a));
+  OK(strata_dataset_images(100, 12, 5, 1234, &b));
+  OK(strata_dataset_images(100, 12, 5, 1235, &c));
+  enum { B = 50, P = 144 };
+  static float xa[B * P], xb[B * P], xc[B * P];
+  int32_t ya[B], yb[B], yc[B];
+  uint64_t sa = 0, sb = 0, sc = 0;
+  OK(strata_dataset_sample(a, STRATA_SPLIT_TRAIN, B, 0, &sa, xa, ya));
+  OK(strata_dataset_sample(b, STRATA_SPLIT_TRAIN, B, 0, &sb, xb, yb));
+  OK(strata_dataset_sample(c, STRATA_SPLIT_TRAIN, B, 0, &sc, xc, yc));
+  cr_assert_eq(sa, sb);
+  cr_assert_arr_eq(xa, xb, sizeof xa, "same seed, same state: same images");
+  cr_assert_arr_eq(ya, yb, sizeof ya);
+  cr_assert(memcmp(xa, xc, sizeof xa) != 0, "another seed gives other images");
+  /* Same state, advanced: another batch. */
+  OK(strata_dataset_sample(a, STRATA_SPLIT_TRAIN, B, 0, &sa, xb, yb));
+  cr_assert(memcmp(xa, xb, sizeof xa) != 0);
+  strata_dataset_free(a);
+  strata_dataset_free(b);
+  strata_dataset_free(c);
+}
+
+/*
+** Nearest class mean on raw pixels: the class means from a training sample,
+** then each validation image takes the class of the closest mean. Accuracy
+** clearly above chance shows learnable structure; the shapes move and vary
+** in size, so a template classifier stays far from perfect.
+*/
+static double nearest_mean_accuracy(int64_t size, int64_t classes, uint64_t seed) {
+  strata_dataset_t ds = NULL;
+  OK(strata_dataset_images(2000, size, classes, seed, &ds));
+  const int64_t P = size * size, B = 3000, V = 600;
+  float *x = malloc((size_t)(B * P) * sizeof *x);
+  int32_t *y = malloc((size_t)B * sizeof *y);
+  double *mean = calloc((size_t)(classes * P), sizeof *mean);
+  int64_t counts[8] = {0};
+  cr_assert(x && y && mean);
+  uint64_t state = seed;
+  OK(strata_dataset_sample(ds, STRATA_SPLIT_TRAIN, B, 0, &state, x, y));
+  for (int64_t b = 0; b < B; b++) {
+    counts[y[b]]++;
+    for (int64_t p = 0; p < P; p++)
+      mean[y[b] * P + p] += x[b * P + p];
+  }
+  for (int64_t c = 0; c < classes; c++)
+    for (int64_t p = 0; p < P; p++)
+      mean[c * P + p] /= (double)(counts[c] ? counts[c] : 1);
+  OK(strata_dataset_sample(ds, STRATA_SPLIT_VAL, V, 0, &state, x, y));
+  int64_t right = 0;
+  for (int64_t b = 0; b < V; b++) {
+    double best = INFINITY;
+    int64_t arg = -1;
+    for (int64_t c = 0; c < classes; c++) {
+      double d = 0;
+      for (int64_t p = 0; p < P; p++) {
+        double e = x[b * P + p] - mean[c * P + p];
+        d += e * e;
+      }
+      if (d < best) {
+        best = d;
+        arg = c;
+      }
+    }
+    right += arg == y[b];
+  }
+  free(x);
+  free(y);
+  free(mean);
+  strata_dataset_free(ds);
+  return (double)right / (double)V;
+}
+
+Test(images, nearest_class_mean_beats_chance) {
+  static const struct {
+    int64_t size, classes;
+  } cases[] = {{8, 8}, {16, 8}, {16, 4}, {32, 8}, {16, 2}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    double acc = nearest_mean_accuracy(cases[i].size, cases[i].classes, 21 + i);
+    double chance = 1.0 / (double)cases[i].classes;
+    cr_log_info("nearest class mean, %lldx%lld, %lld classes: %.3f (chance %.3f)", (long long)cases[i].size,
+                (long long)cases[i].size, (long long)cases[i].classes, acc, chance);
+    /* 600 validation images: chance + 0.15 is at least 7 standard deviations above chance for every case. */
+    cr_assert(acc > chance + 0.15, "%lldx%lld, %lld classes: accuracy %.3f",
+              (long long)cases[i].size, (long long)cases[i].size, (long long)cases[i].classes, acc);
+  }
+}
