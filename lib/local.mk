@@ -11,7 +11,12 @@ libstrata_la_SOURCES = \
 	%reldir%/registry.h \
 	%reldir%/buffer.c \
 	%reldir%/copy.c \
-	%reldir%/ops.c
+	%reldir%/ops.c \
+	%reldir%/model.c \
+	%reldir%/model.h \
+	%reldir%/stage.c \
+	%reldir%/stage.h \
+	%reldir%/train.c
 libstrata_la_CPPFLAGS = $(AM_CPPFLAGS) $(HWLOC_CFLAGS) $(JANSSON_CFLAGS)
 libstrata_la_LIBADD = $(HWLOC_LIBS) $(JANSSON_LIBS) $(PTHREAD_LIBS)
 libstrata_la_LDFLAGS = -version-info $(STRATA_LT_VERSION) -no-undefined

@@ -19,3 +19,11 @@ tests_test_ops_SOURCES = tests/test-ops.c tests/common.h
 tests_test_ops_CFLAGS = $(AM_CFLAGS) $(CRITERION_CFLAGS)
 tests_test_ops_LDADD = libstrata.la $(CRITERION_LIBS) -lm
 endif
+
+if HAVE_CRITERION
+check_PROGRAMS += tests/test-train
+TESTS += tests/test-train
+tests_test_train_SOURCES = tests/test-train.c tests/common.h
+tests_test_train_CFLAGS = $(AM_CFLAGS) $(CRITERION_CFLAGS)
+tests_test_train_LDADD = libstrata.la $(CRITERION_LIBS) -lm
+endif

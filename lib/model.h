@@ -1,0 +1,32 @@
+/* SPDX-License-Identifier: MIT */
+/* model.h — the runtime's view of a model: its config plus, per layer, the kind and geometry the trainer runs. Internal. */
+#ifndef STRATA__MODEL_H
+#define STRATA__MODEL_H
+
+#include <strata/model.h>
+
+enum strata__layer_kind {
+  STRATA__LAYER_EMBED,      /* token + position embedding */
+  STRATA__LAYER_BLOCK,      /* pre-layernorm transformer block */
+  STRATA__LAYER_LM_HEAD,    /* final layernorm, output projection, cross-entropy */
+  STRATA__LAYER_LINEAR,     /* fully connected + ReLU */
+  STRATA__LAYER_CONV,       /* 3x3 convolution (pad 1) + ReLU + 2x2 max-pool */
+  STRATA__LAYER_CLASSIFIER  /* fully connected + cross-entropy */
+};
+
+struct strata__layer {
+  enum strata__layer_kind kind;
+  int index;                /* block number, conv number, ... */
+  int64_t in, out;          /* features in and out per sample (rows are samples or tokens) */
+  int64_t c, h, w, k;       /* conv: input channels and size, output channels */
+  int first;                /* the model's first layer: no input gradient needed */
+  struct strata_layer_info info;
+};
+
+struct strata_model {
+  struct strata_model_config cfg;
+  int nlayers;
+  struct strata__layer *layers;
+};
+
+#endif /* STRATA__MODEL_H */

@@ -1,0 +1,797 @@
+/* SPDX-License-Identifier: MIT */
+/* stage.c — forward, backward and update of a contiguous run of layers on one device, for GPT, MLP and CNN layers. */
+#include "config.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "stage.h"
+#include "util.h"
+
+#define TRY(expr)                                                                                                      \
+  do {                                                                                                                 \
+    int rc_ = (expr);                                                                                                  \
+    if (rc_)                                                                                                           \
+      return rc_;                                                                                                      \
+  } while (0)
+
+#define AT(b, o) strata_mem((b), (size_t)(o))
+
+/* ---- parameters ---- */
+
+static void tensor_def(struct strata__tensor *t, const char *name, int ndim, int64_t d0, int64_t d1, int64_t d2,
+                       int64_t d3, int decay, float std, float cst) {
+  memset(t, 0, sizeof *t);
+  snprintf(t->name, sizeof t->name, "%s", name);
+  t->ndim = ndim;
+  int64_t dims[4] = {d0, d1, d2, d3};
+  t->n = 1;
+  for (int i = 0; i < ndim; i++) {
+    t->shape[i] = dims[i];
+    t->n *= (size_t)dims[i];
+  }
+  t->decay = decay;
+  t->init_std = std;
+  t->init_const = cst;
+}
+
+/* The parameter tensors of layer L, in a fixed order (the order of
+** strata_trainer_params). Returns how many; `t` may be NULL to count. */
+static int layer_tensors(const struct strata_model *m, const struct strata__layer *L, struct strata__tensor *t) {
+  const struct strata_model_config *c = &m->cfg;
+  struct strata__tensor tmp[16];
+  struct strata__tensor *o = t ? t : tmp;
+  char n[64];
+  int k = 0;
+  float std = 0.02f, proj = 0.02f / sqrtf(2.0f * (float)(c->layers > 0 ? c->layers : 1));
+  switch (L->kind) {
+  case STRATA__LAYER_EMBED:
+    tensor_def(&o[k++], "wte.weight", 2, c->vocab, c->d_model, 0, 0, 1, std, 0);
+    tensor_def(&o[k++], "wpe.weight", 2, c->context, c->d_model, 0, 0, 1, std, 0);
+    break;
+  case STRATA__LAYER_BLOCK: {
+    int64_t D = c->d_model, F = c->d_ff;
+    int i = L->index;
+#define P(suffix, ...)                                                                                                 \
+  do {                                                                                                                 \
+    snprintf(n, sizeof n, "h.%d.%s", i, suffix);                                                                       \
+    tensor_def(&o[k++], n, __VA_ARGS__);                                                                               \
+  } while (0)
+    P("ln_1.weight", 1, D, 0, 0, 0, 0, 0, 1);
+    P("ln_1.bias", 1, D, 0, 0, 0, 0, 0, 0);
+    P("attn.c_attn.weight", 2, D, 3 * D, 0, 0, 1, std, 0);
+    P("attn.c_attn.bias", 1, 3 * D, 0, 0, 0, 0, 0, 0);
+    P("attn.c_proj.weight", 2, D, D, 0, 0, 1, proj, 0);
+    P("attn.c_proj.bias", 1, D, 0, 0, 0, 0, 0, 0);
+    P("ln_2.weight", 1, D, 0, 0, 0, 0, 0, 1);
+    P("ln_2.bias", 1, D, 0, 0, 0, 0, 0, 0);
+    P("mlp.c_fc.weight", 2, D, F, 0, 0, 1, std, 0);
+    P("mlp.c_fc.bias", 1, F, 0, 0, 0, 0, 0, 0);
+    P("mlp.c_proj.weight", 2, F, D, 0, 0, 1, proj, 0);
+    P("mlp.c_proj.bias", 1, D, 0, 0, 0, 0, 0, 0);
+#undef P
+    break;
+  }
+  case STRATA__LAYER_LM_HEAD:
+    tensor_def(&o[k++], "ln_f.weight", 1, c->d_model, 0, 0, 0, 0, 0, 1);
+    tensor_def(&o[k++], "ln_f.bias", 1, c->d_model, 0, 0, 0, 0, 0, 0);
+    if (!c->tied)
+      tensor_def(&o[k++], "lm_head.weight", 2, c->vocab, c->d_model, 0, 0, 1, std, 0);
+    break;
+  case STRATA__LAYER_LINEAR:
+    snprintf(n, sizeof n, "fc.%d.weight", L->index);
+    tensor_def(&o[k++], n, 2, L->in, L->out, 0, 0, 1, sqrtf(2.0f / (float)L->in), 0);
+    snprintf(n, sizeof n, "fc.%d.bias", L->index);
+    tensor_def(&o[k++], n, 1, L->out, 0, 0, 0, 0, 0, 0);
+    break;
+  case STRATA__LAYER_CONV:
+    snprintf(n, sizeof n, "conv.%d.weight", L->index);
+    tensor_def(&o[k++], n, 4, L->k, L->c, 3, 3, 1, sqrtf(2.0f / (float)(L->c * 9)), 0);
+    break;
+  case STRATA__LAYER_CLASSIFIER:
+    tensor_def(&o[k++], "classifier.weight", 2, L->in, L->out, 0, 0, 1, sqrtf(1.0f / (float)L->in), 0);
+    tensor_def(&o[k++], "classifier.bias", 1, L->out, 0, 0, 0, 0, 0, 0);
+    break;
+  }
+  return k;
+}
+
+/* splitmix64: seeds each tensor's generator from (seed, name). */
+static uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+static uint64_t name_seed(uint64_t seed, const char *name) {
+  uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+  for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+    h = (h ^ *p) * 0x100000001b3ull;
+  return mix64(h ^ mix64(seed));
+}
+
+/* Fill `x` with the tensor's initial values: normal(0, std) by Box-Muller, or a constant. */
+static void tensor_init(const struct strata__tensor *t, uint64_t seed, float *x) {
+  if (t->init_std == 0) {
+    for (size_t i = 0; i < t->n; i++)
+      x[i] = t->init_const;
+    return;
+  }
+  uint64_t s = name_seed(seed, t->name);
+  for (size_t i = 0; i < t->n; i += 2) {
+    s = mix64(s);
+    double u1 = ((double)(s >> 11) + 0.5) / 9007199254740992.0;
+    s = mix64(s);
+    double u2 = (double)(s >> 11) / 9007199254740992.0;
+    double r = sqrt(-2.0 * log(u1));
+    x[i] = (float)(t->init_std * r * cos(2 * M_PI * u2));
+    if (i + 1 < t->n)
+      x[i + 1] = (float)(t->init_std * r * sin(2 * M_PI * u2));
+  }
+}
+
+/* ---- sizes (floats) per layer ---- */
+
+struct dims {
+  int64_t B, T, D, H, hd, F, V, R;
+};
+
+static struct dims dims_of(const struct strata__stage *st) {
+  const struct strata_model_config *c = &st->model->cfg;
+  struct dims d = {.B = st->mb, .R = st->rows};
+  if (c->kind == STRATA_MODEL_GPT) {
+    d.T = c->context;
+    d.D = c->d_model;
+    d.H = c->heads;
+    d.hd = c->d_model / c->heads;
+    d.F = c->d_ff;
+    d.V = c->vocab;
+  }
+  return d;
+}
+
+/* Floats a layer keeps per slot for its backward pass, and its output. */
+static size_t saved_floats(const struct strata__stage *st, const struct strata__layer *L) {
+  struct dims d = dims_of(st);
+  switch (L->kind) {
+  case STRATA__LAYER_EMBED:
+    return 0;
+  case STRATA__LAYER_BLOCK:
+    return (size_t)(d.R * d.D * 7 + 4 * d.R + d.B * d.H * d.T * d.T + 2 * d.R * d.F);
+  case STRATA__LAYER_LM_HEAD:
+    return (size_t)(d.R * d.D + 3 * d.R + d.R * d.V);
+  case STRATA__LAYER_LINEAR:
+    return (size_t)(d.R * L->out);
+  case STRATA__LAYER_CONV:
+    return (size_t)(d.B * L->k * L->h * L->w * 2 + d.B * L->out / 1);
+  case STRATA__LAYER_CLASSIFIER:
+    return (size_t)(d.R * L->out + d.R);
+  }
+  return 0;
+}
+
+static size_t out_floats(const struct strata__stage *st, const struct strata__layer *L) {
+  struct dims d = dims_of(st);
+  switch (L->kind) {
+  case STRATA__LAYER_EMBED:
+  case STRATA__LAYER_BLOCK:
+    return (size_t)(d.R * d.D);
+  case STRATA__LAYER_LINEAR:
+    return (size_t)(d.R * L->out);
+  case STRATA__LAYER_CONV:
+    return (size_t)(d.B * L->out);
+  case STRATA__LAYER_LM_HEAD:
+  case STRATA__LAYER_CLASSIFIER:
+    return 0;
+  }
+  return 0;
+}
+
+/* Features of a layer's input per row. */
+static size_t in_floats(const struct strata__stage *st, const struct strata__layer *L) {
+  struct dims d = dims_of(st);
+  switch (L->kind) {
+  case STRATA__LAYER_EMBED:
+    return (size_t)d.R; /* int32 tokens */
+  case STRATA__LAYER_BLOCK:
+  case STRATA__LAYER_LM_HEAD:
+    return (size_t)(d.R * d.D);
+  case STRATA__LAYER_LINEAR:
+  case STRATA__LAYER_CLASSIFIER:
+    return (size_t)(d.R * L->in);
+  case STRATA__LAYER_CONV:
+    return (size_t)(d.B * L->in);
+  }
+  return 0;
+}
+
+static size_t scratch_floats(const struct strata__stage *st, const struct strata__layer *L) {
+  struct dims d = dims_of(st);
+  switch (L->kind) {
+  case STRATA__LAYER_EMBED:
+    return (size_t)(d.R * d.D);
+  case STRATA__LAYER_BLOCK:
+    return (size_t)(2 * d.B * d.H * d.T * d.T + 3 * d.R * d.D + d.R * d.F + 4 * d.R * d.D);
+  case STRATA__LAYER_LM_HEAD:
+    return (size_t)(d.R * d.V + 2 * d.R * d.D);
+  case STRATA__LAYER_LINEAR:
+    return (size_t)(d.R * L->out);
+  case STRATA__LAYER_CONV: {
+    struct strata_conv2d g = {.n = 1, .c = L->c, .h = L->h, .w = L->w, .k = L->k, .r = 3, .s = 3, .stride = 1,
+                              .pad = 1};
+    int64_t p, q, ws = 0;
+    strata_conv2d_shape(&g, &p, &q, &ws);
+    return (size_t)(ws + d.B * L->k * L->h * L->w);
+  }
+  case STRATA__LAYER_CLASSIFIER:
+    return (size_t)(d.R * L->out);
+  }
+  return 0;
+}
+
+/* ---- construction ---- */
+
+static const struct strata__layer *layer_at(const struct strata__stage *st, int i) {
+  return &st->model->layers[st->first + i];
+}
+
+static int stage_layers(const struct strata__stage *st) { return st->last - st->first; }
+
+static int has_loss(const struct strata__stage *st) { return st->last == st->model->nlayers; }
+
+static int alloc(int dev, size_t floats, strata_buffer_t *b) {
+  return strata_buffer_new(dev, (floats ? floats : 1) * 4, b);
+}
+
+int strata__stage_new(const struct strata_model *model, int first, int last, int dev, int64_t mb, uint64_t seed,
+                      struct strata__stage **out) {
+  if (!model || first < 0 || last > model->nlayers || first >= last)
+    return strata__error(STRATA_ERR_INVALID, "stage: layers [%d, %d) do not lie in a model of %d layers", first, last,
+                         model ? model->nlayers : 0);
+  if (mb < 1)
+    return strata__error(STRATA_ERR_INVALID, "stage: micro-batch of %lld samples", (long long)mb);
+  if (model->cfg.kind == STRATA_MODEL_GPT && model->cfg.tied && (first > 0 || last < model->nlayers))
+    return strata__error(STRATA_ERR_UNSUPPORTED,
+                         "a model with tied embeddings cannot be cut: the embedding and the output projection must share "
+                         "one stage (use an untied model)");
+  struct strata__stage *st = calloc(1, sizeof *st);
+  if (!st)
+    return strata__error(STRATA_ERR_NOMEM, "out of memory creating a stage");
+  st->model = model;
+  st->first = first;
+  st->last = last;
+  st->dev = dev;
+  st->mb = mb;
+  st->rows = model->cfg.kind == STRATA_MODEL_GPT ? mb * model->cfg.context : mb;
+  int n = stage_layers(st);
+  int rc = STRATA_OK;
+  st->layer_tensor = calloc((size_t)n + 1, sizeof *st->layer_tensor);
+  st->saved_off = calloc((size_t)n, sizeof *st->saved_off);
+  st->out_off = calloc((size_t)n, sizeof *st->out_off);
+  int nt = 0;
+  for (int i = 0; i < n; i++)
+    nt += layer_tensors(model, layer_at(st, i), NULL);
+  st->tensors = calloc((size_t)(nt ? nt : 1), sizeof *st->tensors);
+  if (!st->layer_tensor || !st->saved_off || !st->out_off || !st->tensors) {
+    strata__stage_free(st);
+    return strata__error(STRATA_ERR_NOMEM, "out of memory creating a stage");
+  }
+  /* tensors, and where each layer keeps its activations within a slot */
+  size_t off = 0;
+  st->in_floats = in_floats(st, layer_at(st, 0));
+  size_t slot = st->in_floats;
+  for (int i = 0; i < n; i++) {
+    const struct strata__layer *L = layer_at(st, i);
+    st->layer_tensor[i] = st->ntensors;
+    int k = layer_tensors(model, L, st->tensors + st->ntensors);
+    for (int j = 0; j < k; j++) {
+      st->tensors[st->ntensors + j].off = off;
+      off += st->tensors[st->ntensors + j].n;
+    }
+    st->ntensors += k;
+    st->saved_off[i] = slot;
+    slot += saved_floats(st, L);
+    st->out_off[i] = slot;
+    slot += out_floats(st, L);
+    size_t o = out_floats(st, L), in = in_floats(st, L), s = scratch_floats(st, L);
+    if (o > st->max_out)
+      st->max_out = o;
+    if (in > st->max_out)
+      st->max_out = in;
+    if (s > st->max_scratch)
+      st->max_scratch = s;
+  }
+  st->layer_tensor[n] = st->ntensors;
+  st->targets_off = slot;
+  if (has_loss(st))
+    slot += (size_t)st->rows;
+  st->slot_floats = slot;
+  st->nparams = off;
+
+  rc = strata_queue_new(dev, &st->q);
+  if (!rc)
+    rc = alloc(dev, off, &st->params);
+  if (!rc)
+    rc = alloc(dev, off, &st->grads);
+  if (!rc)
+    rc = alloc(dev, off, &st->m);
+  if (!rc)
+    rc = alloc(dev, off, &st->v);
+  if (!rc)
+    rc = alloc(dev, 4, &st->scalar);
+  if (!rc)
+    rc = alloc(dev, st->max_scratch, &st->scratch);
+  for (int i = 0; i < 2 && !rc; i++)
+    rc = alloc(dev, st->max_out, &st->gbuf[i]);
+  if (!rc && first == 0 && model->cfg.kind == STRATA_MODEL_GPT)
+    rc = alloc(dev, (size_t)st->rows, &st->positions);
+  if (rc) {
+    strata__stage_free(st);
+    return rc;
+  }
+  /* initial values, computed on the host tensor by tensor */
+  float *host = malloc((off ? off : 1) * sizeof *host);
+  if (!host) {
+    strata__stage_free(st);
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory initialising %zu parameters", off);
+  }
+  for (int t = 0; t < st->ntensors; t++)
+    tensor_init(&st->tensors[t], seed, host + st->tensors[t].off);
+  rc = strata_buffer_upload(st->q, st->params, 0, host, off * 4);
+  free(host);
+  if (!rc)
+    rc = strata_fill(st->q, AT(st->m, 0), 0, (int64_t)(off ? off : 1));
+  if (!rc)
+    rc = strata_fill(st->q, AT(st->v, 0), 0, (int64_t)(off ? off : 1));
+  if (!rc)
+    rc = strata_fill(st->q, AT(st->grads, 0), 0, (int64_t)(off ? off : 1));
+  if (!rc && st->positions) {
+    int32_t *pos = malloc((size_t)st->rows * sizeof *pos);
+    if (!pos)
+      rc = strata__error(STRATA_ERR_NOMEM, "out of host memory");
+    for (int64_t r = 0; !rc && r < st->rows; r++)
+      pos[r] = (int32_t)(r % model->cfg.context);
+    if (!rc)
+      rc = strata_buffer_upload(st->q, st->positions, 0, pos, (size_t)st->rows * 4);
+    free(pos);
+  }
+  if (!rc)
+    rc = strata_queue_finish(st->q);
+  if (rc) {
+    strata__stage_free(st);
+    return rc;
+  }
+  *out = st;
+  return STRATA_OK;
+}
+
+void strata__stage_free(struct strata__stage *st) {
+  if (!st)
+    return;
+  if (st->q)
+    strata_queue_finish(st->q);
+  for (int s = 0; s < STRATA__MAX_SLOTS; s++)
+    strata_buffer_free(st->slots[s].buf);
+  strata_buffer_free(st->params);
+  strata_buffer_free(st->grads);
+  strata_buffer_free(st->m);
+  strata_buffer_free(st->v);
+  strata_buffer_free(st->scalar);
+  strata_buffer_free(st->scratch);
+  strata_buffer_free(st->gbuf[0]);
+  strata_buffer_free(st->gbuf[1]);
+  strata_buffer_free(st->positions);
+  strata_queue_free(st->q);
+  free(st->tensors);
+  free(st->layer_tensor);
+  free(st->saved_off);
+  free(st->out_off);
+  free(st);
+}
+
+int strata__stage_acquire(struct strata__stage *st, int s) {
+  if (s < 0 || s >= STRATA__MAX_SLOTS)
+    return strata__error(STRATA_ERR_RANGE, "stage: slot %d out of range", s);
+  if (st->slots[s].buf)
+    return STRATA_OK;
+  return alloc(st->dev, st->slot_floats, &st->slots[s].buf);
+}
+
+void strata__stage_release(struct strata__stage *st, int s) {
+  if (s < 0 || s >= STRATA__MAX_SLOTS || !st->slots[s].buf)
+    return;
+  strata_queue_finish(st->q); /* queued work may still read it */
+  strata_buffer_free(st->slots[s].buf);
+  st->slots[s].buf = NULL;
+}
+
+strata_mem_t strata__stage_input(struct strata__stage *st, int s) { return AT(st->slots[s].buf, 0); }
+strata_mem_t strata__stage_targets(struct strata__stage *st, int s) { return AT(st->slots[s].buf, st->targets_off); }
+strata_mem_t strata__stage_output(struct strata__stage *st, int s) {
+  return AT(st->slots[s].buf, st->out_off[stage_layers(st) - 1]);
+}
+size_t strata__stage_in_floats(const struct strata__stage *st) { return st->in_floats; }
+size_t strata__stage_out_floats(const struct strata__stage *st) {
+  return out_floats(st, layer_at(st, stage_layers(st) - 1));
+}
+strata_mem_t strata__stage_grad_output(struct strata__stage *st) { return AT(st->gbuf[1], 0); }
+strata_mem_t strata__stage_grad_input(struct strata__stage *st) {
+  /* backward reads the output gradient from gbuf[1] and alternates: layer
+  ** i (counted from the end, 0-based) writes gbuf[i % 2] */
+  return AT(st->gbuf[(stage_layers(st) - 1) % 2], 0);
+}
+
+/* ---- the layers ---- */
+
+struct lctx {
+  struct strata__stage *st;
+  const struct strata__layer *L;
+  struct dims d;
+  strata_queue_t q;
+  strata_buffer_t slot;
+  size_t saved;            /* offset of this layer's saved activations in the slot */
+  strata_mem_t in, out;    /* input and output activations */
+  const struct strata__tensor *t;   /* this layer's tensors */
+};
+
+#define PARAM(c, i) AT((c)->st->params, (c)->t[i].off)
+#define GRAD(c, i) AT((c)->st->grads, (c)->t[i].off)
+#define SAVED(c, o) AT((c)->slot, (c)->saved + (size_t)(o))
+#define SCR(c, o) AT((c)->st->scratch, (size_t)(o))
+
+/* y[R, out] = x[R, in] W[in, out] + b */
+static int linear_fwd(strata_queue_t q, int64_t R, int64_t in, int64_t outf, strata_mem_t x, strata_mem_t W,
+                      strata_mem_t b, strata_mem_t y) {
+  TRY(strata_gemm(q, 0, 0, R, outf, in, 1, x, in, 0, W, outf, 0, 0, y, outf, 0, 1));
+  return b.buf ? strata_bias_add(q, y, b, R, outf) : STRATA_OK;
+}
+
+/* dW += x^T dy; db += colsum(dy); dx = dy W^T (dx.buf NULL: skipped) */
+static int linear_bwd(strata_queue_t q, int64_t R, int64_t in, int64_t outf, strata_mem_t x, strata_mem_t W,
+                      strata_mem_t dy, strata_mem_t dW, strata_mem_t db, strata_mem_t dx) {
+  TRY(strata_gemm(q, 1, 0, in, outf, R, 1, x, in, 0, dy, outf, 0, 1, dW, outf, 0, 1));
+  if (db.buf)
+    TRY(strata_bias_grad(q, dy, db, R, outf, 1));
+  if (dx.buf)
+    TRY(strata_gemm(q, 0, 1, R, in, outf, 1, dy, outf, 0, W, outf, 0, 0, dx, in, 0, 1));
+  return STRATA_OK;
+}
+
+static int embed_fwd(struct lctx *c) {
+  struct dims d = c->d;
+  TRY(strata_embedding_fwd(c->q, c->in, PARAM(c, 0), c->out, d.R, d.D, d.V));
+  TRY(strata_embedding_fwd(c->q, AT(c->st->positions, 0), PARAM(c, 1), SCR(c, 0), d.R, d.D, d.T));
+  return strata_add(c->q, c->out, SCR(c, 0), c->out, d.R * d.D);
+}
+
+static int embed_bwd(struct lctx *c, strata_mem_t dout) {
+  struct dims d = c->d;
+  TRY(strata_embedding_bwd(c->q, c->in, dout, GRAD(c, 0), d.R, d.D, d.V, 1));
+  return strata_embedding_bwd(c->q, AT(c->st->positions, 0), dout, GRAD(c, 1), d.R, d.D, d.T, 1);
+}
+
+/* Offsets of a block's saved activations (floats from c->saved). */
+struct block_saved {
+  size_t ln1, mean1, rstd1, qkv, p, att, xmid, ln2, mean2, rstd2, h, g;
+};
+
+static struct block_saved block_layout(const struct dims *d) {
+  struct block_saved s;
+  size_t RD = (size_t)(d->R * d->D), R = (size_t)d->R;
+  s.ln1 = 0;
+  s.mean1 = s.ln1 + RD;
+  s.rstd1 = s.mean1 + R;
+  s.qkv = s.rstd1 + R;
+  s.p = s.qkv + 3 * RD;
+  s.att = s.p + (size_t)(d->B * d->H * d->T * d->T);
+  s.xmid = s.att + RD;
+  s.ln2 = s.xmid + RD;
+  s.mean2 = s.ln2 + RD;
+  s.rstd2 = s.mean2 + R;
+  s.h = s.rstd2 + R;
+  s.g = s.h + (size_t)(d->R * d->F);
+  return s;
+}
+
+enum { LN1_W, LN1_B, ATTN_W, ATTN_B, PROJ_W, PROJ_B, LN2_W, LN2_B, FC_W, FC_B, FCP_W, FCP_B };
+
+static int block_fwd(struct lctx *c) {
+  struct dims d = c->d;
+  struct block_saved s = block_layout(&d);
+  strata_queue_t q = c->q;
+  int64_t D = d.D, T = d.T, H = d.H, hd = d.hd, HTT = H * T * T;
+  float scale = 1.0f / sqrtf((float)hd);
+  strata_mem_t S = SCR(c, 0);
+  TRY(strata_layernorm_fwd(q, c->in, PARAM(c, LN1_W), PARAM(c, LN1_B), SAVED(c, s.ln1), SAVED(c, s.mean1),
+                           SAVED(c, s.rstd1), d.R, D, 1e-5f));
+  TRY(linear_fwd(q, d.R, D, 3 * D, SAVED(c, s.ln1), PARAM(c, ATTN_W), PARAM(c, ATTN_B), SAVED(c, s.qkv)));
+  for (int64_t b = 0; b < d.B; b++) {
+    size_t qkv = s.qkv + (size_t)(b * T * 3 * D);
+    TRY(strata_gemm(q, 0, 1, T, T, hd, 1, SAVED(c, qkv), 3 * D, hd, SAVED(c, qkv + (size_t)D), 3 * D, hd, 0,
+                    AT(S.buf, S.off + (size_t)(b * HTT)), T, T * T, H));
+  }
+  TRY(strata_softmax_fwd(q, S, SAVED(c, s.p), d.B * H * T, T, scale, 1));
+  for (int64_t b = 0; b < d.B; b++) {
+    size_t qkv = s.qkv + (size_t)(b * T * 3 * D);
+    TRY(strata_gemm(q, 0, 0, T, hd, T, 1, SAVED(c, s.p + (size_t)(b * HTT)), T, T * T, SAVED(c, qkv + (size_t)(2 * D)),
+                    3 * D, hd, 0, SAVED(c, s.att + (size_t)(b * T * D)), D, hd, H));
+  }
+  TRY(linear_fwd(q, d.R, D, D, SAVED(c, s.att), PARAM(c, PROJ_W), PARAM(c, PROJ_B), SAVED(c, s.xmid)));
+  TRY(strata_add(q, SAVED(c, s.xmid), c->in, SAVED(c, s.xmid), d.R * D));
+  TRY(strata_layernorm_fwd(q, SAVED(c, s.xmid), PARAM(c, LN2_W), PARAM(c, LN2_B), SAVED(c, s.ln2), SAVED(c, s.mean2),
+                           SAVED(c, s.rstd2), d.R, D, 1e-5f));
+  TRY(linear_fwd(q, d.R, D, d.F, SAVED(c, s.ln2), PARAM(c, FC_W), PARAM(c, FC_B), SAVED(c, s.h)));
+  TRY(strata_gelu_fwd(q, SAVED(c, s.h), SAVED(c, s.g), d.R * d.F));
+  TRY(linear_fwd(q, d.R, d.F, D, SAVED(c, s.g), PARAM(c, FCP_W), PARAM(c, FCP_B), c->out));
+  return strata_add(q, c->out, SAVED(c, s.xmid), c->out, d.R * D);
+}
+
+static int block_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
+  struct dims d = c->d;
+  struct block_saved s = block_layout(&d);
+  strata_queue_t q = c->q;
+  int64_t D = d.D, T = d.T, H = d.H, hd = d.hd, HTT = H * T * T, R = d.R;
+  size_t RD = (size_t)(R * D);
+  float scale = 1.0f / sqrtf((float)hd);
+  /* scratch: dP | dS | dqkv (3RD) | f (RF) | d1 | d2 | d3 */
+  size_t o_dp = 0, o_ds = o_dp + (size_t)(d.B * HTT), o_dqkv = o_ds + (size_t)(d.B * HTT), o_f = o_dqkv + 3 * RD,
+         o_d1 = o_f + (size_t)(R * d.F), o_d2 = o_d1 + RD, o_d3 = o_d2 + RD;
+  /* MLP branch */
+  TRY(linear_bwd(q, R, d.F, D, SAVED(c, s.g), PARAM(c, FCP_W), dout, GRAD(c, FCP_W), GRAD(c, FCP_B), SCR(c, o_f)));
+  TRY(strata_gelu_bwd(q, SAVED(c, s.h), SCR(c, o_f), SCR(c, o_f), R * d.F));
+  TRY(linear_bwd(q, R, D, d.F, SAVED(c, s.ln2), PARAM(c, FC_W), SCR(c, o_f), GRAD(c, FC_W), GRAD(c, FC_B),
+                 SCR(c, o_d1)));
+  TRY(strata_layernorm_bwd(q, SAVED(c, s.xmid), PARAM(c, LN2_W), SAVED(c, s.mean2), SAVED(c, s.rstd2), SCR(c, o_d1),
+                           SCR(c, o_d2), GRAD(c, LN2_W), GRAD(c, LN2_B), R, D, 1));
+  TRY(strata_add(q, dout, SCR(c, o_d2), SCR(c, o_d3), R * D)); /* d3 = d(x_mid) */
+  /* attention branch */
+  TRY(linear_bwd(q, R, D, D, SAVED(c, s.att), PARAM(c, PROJ_W), SCR(c, o_d3), GRAD(c, PROJ_W), GRAD(c, PROJ_B),
+                 SCR(c, o_d1)));
+  for (int64_t b = 0; b < d.B; b++) {
+    size_t qkv = s.qkv + (size_t)(b * T * 3 * D), dq = o_dqkv + (size_t)(b * T * 3 * D);
+    size_t att = o_d1 + (size_t)(b * T * D);
+    /* dP = datt v^T ; dv = P^T datt */
+    TRY(strata_gemm(q, 0, 1, T, T, hd, 1, SCR(c, att), D, hd, SAVED(c, qkv + (size_t)(2 * D)), 3 * D, hd, 0,
+                    SCR(c, o_dp + (size_t)(b * HTT)), T, T * T, H));
+    TRY(strata_gemm(q, 1, 0, T, hd, T, 1, SAVED(c, s.p + (size_t)(b * HTT)), T, T * T, SCR(c, att), D, hd, 0,
+                    SCR(c, dq + (size_t)(2 * D)), 3 * D, hd, H));
+  }
+  TRY(strata_softmax_bwd(q, SAVED(c, s.p), SCR(c, o_dp), SCR(c, o_ds), d.B * H * T, T, scale));
+  for (int64_t b = 0; b < d.B; b++) {
+    size_t qkv = s.qkv + (size_t)(b * T * 3 * D), dq = o_dqkv + (size_t)(b * T * 3 * D);
+    strata_mem_t dS = SCR(c, o_ds + (size_t)(b * HTT));
+    /* dq = dS k ; dk = dS^T q */
+    TRY(strata_gemm(q, 0, 0, T, hd, T, 1, dS, T, T * T, SAVED(c, qkv + (size_t)D), 3 * D, hd, 0, SCR(c, dq), 3 * D,
+                    hd, H));
+    TRY(strata_gemm(q, 1, 0, T, hd, T, 1, dS, T, T * T, SAVED(c, qkv), 3 * D, hd, 0, SCR(c, dq + (size_t)D), 3 * D, hd,
+                    H));
+  }
+  TRY(linear_bwd(q, R, D, 3 * D, SAVED(c, s.ln1), PARAM(c, ATTN_W), SCR(c, o_dqkv), GRAD(c, ATTN_W), GRAD(c, ATTN_B),
+                 SCR(c, o_d1)));
+  TRY(strata_layernorm_bwd(q, c->in, PARAM(c, LN1_W), SAVED(c, s.mean1), SAVED(c, s.rstd1), SCR(c, o_d1),
+                           SCR(c, o_d2), GRAD(c, LN1_W), GRAD(c, LN1_B), R, D, 1));
+  return strata_add(q, SCR(c, o_d3), SCR(c, o_d2), din, R * D);
+}
+
+/* The output projection: the head's own weight, or the embedding's when tied. */
+static int head_weight(struct lctx *c, strata_mem_t *w, strata_mem_t *dw) {
+  if (!c->st->model->cfg.tied) {
+    *w = PARAM(c, 2);
+    *dw = GRAD(c, 2);
+    return STRATA_OK;
+  }
+  const struct strata__tensor *wte = &c->st->tensors[c->st->layer_tensor[0]]; /* stage holds every layer */
+  *w = AT(c->st->params, wte->off);
+  *dw = AT(c->st->grads, wte->off);
+  return STRATA_OK;
+}
+
+static int lm_head_fwd(struct lctx *c, strata_mem_t targets) {
+  struct dims d = c->d;
+  size_t RD = (size_t)(d.R * d.D), R = (size_t)d.R;
+  strata_mem_t W, dW;
+  TRY(head_weight(c, &W, &dW));
+  TRY(strata_layernorm_fwd(c->q, c->in, PARAM(c, 0), PARAM(c, 1), SAVED(c, 0), SAVED(c, RD), SAVED(c, RD + R), d.R,
+                           d.D, 1e-5f));
+  TRY(strata_gemm(c->q, 0, 1, d.R, d.V, d.D, 1, SAVED(c, 0), d.D, 0, W, d.D, 0, 0, SAVED(c, RD + 2 * R), d.V, 0, 1));
+  return strata_cross_entropy_fwd(c->q, SAVED(c, RD + 2 * R), targets, SAVED(c, RD + 2 * R + (size_t)(d.R * d.V)), d.R,
+                                  d.V);
+}
+
+static int lm_head_bwd(struct lctx *c, strata_mem_t targets, strata_mem_t din) {
+  struct dims d = c->d;
+  size_t RD = (size_t)(d.R * d.D), R = (size_t)d.R, RV = (size_t)(d.R * d.V);
+  strata_mem_t W, dW;
+  TRY(head_weight(c, &W, &dW));
+  TRY(strata_cross_entropy_bwd(c->q, SAVED(c, RD + 2 * R), targets, SCR(c, 0), d.R, d.V, c->st->loss_scale));
+  TRY(strata_gemm(c->q, 1, 0, d.V, d.D, d.R, 1, SCR(c, 0), d.V, 0, SAVED(c, 0), d.D, 0, 1, dW, d.D, 0, 1));
+  TRY(strata_gemm(c->q, 0, 0, d.R, d.D, d.V, 1, SCR(c, 0), d.V, 0, W, d.D, 0, 0, SCR(c, RV), d.D, 0, 1));
+  return strata_layernorm_bwd(c->q, c->in, PARAM(c, 0), SAVED(c, RD), SAVED(c, RD + R), SCR(c, RV), din, GRAD(c, 0),
+                              GRAD(c, 1), d.R, d.D, 1);
+}
+
+static int fc_fwd(struct lctx *c) {
+  const struct strata__layer *L = c->L;
+  TRY(linear_fwd(c->q, c->d.R, L->in, L->out, c->in, PARAM(c, 0), PARAM(c, 1), SAVED(c, 0)));
+  return strata_relu_fwd(c->q, SAVED(c, 0), c->out, c->d.R * L->out);
+}
+
+static int fc_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
+  const struct strata__layer *L = c->L;
+  TRY(strata_relu_bwd(c->q, SAVED(c, 0), dout, SCR(c, 0), c->d.R * L->out));
+  return linear_bwd(c->q, c->d.R, L->in, L->out, c->in, PARAM(c, 0), SCR(c, 0), GRAD(c, 0), GRAD(c, 1),
+                    L->first ? AT(NULL, 0) : din);
+}
+
+static struct strata_conv2d conv_geom(const struct lctx *c) {
+  const struct strata__layer *L = c->L;
+  struct strata_conv2d g = {.n = c->d.B, .c = L->c, .h = L->h, .w = L->w, .k = L->k, .r = 3, .s = 3, .stride = 1,
+                            .pad = 1};
+  return g;
+}
+
+static int conv_fwd(struct lctx *c) {
+  const struct strata__layer *L = c->L;
+  struct strata_conv2d g = conv_geom(c);
+  size_t big = (size_t)(c->d.B * L->k * L->h * L->w);
+  struct strata_pool2d pg = {.n = c->d.B, .c = L->k, .h = L->h, .w = L->w, .size = 2, .stride = 2};
+  TRY(strata_conv2d_fwd(c->q, &g, c->in, PARAM(c, 0), SAVED(c, 0), SCR(c, 0)));
+  TRY(strata_relu_fwd(c->q, SAVED(c, 0), SAVED(c, big), (int64_t)big));
+  return strata_maxpool_fwd(c->q, &pg, SAVED(c, big), c->out, SAVED(c, 2 * big));
+}
+
+static int conv_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
+  const struct strata__layer *L = c->L;
+  struct strata_conv2d g = conv_geom(c);
+  int64_t p, qq, ws;
+  TRY(strata_conv2d_shape(&g, &p, &qq, &ws));
+  size_t big = (size_t)(c->d.B * L->k * L->h * L->w);
+  struct strata_pool2d pg = {.n = c->d.B, .c = L->k, .h = L->h, .w = L->w, .size = 2, .stride = 2};
+  strata_mem_t dr = SCR(c, (size_t)ws);
+  TRY(strata_maxpool_bwd(c->q, &pg, dout, SAVED(c, 2 * big), dr));
+  TRY(strata_relu_bwd(c->q, SAVED(c, 0), dr, dr, (int64_t)big));
+  return strata_conv2d_bwd(c->q, &g, c->in, PARAM(c, 0), dr, L->first ? AT(NULL, 0) : din, GRAD(c, 0), SCR(c, 0), 1);
+}
+
+static int classifier_fwd(struct lctx *c, strata_mem_t targets) {
+  const struct strata__layer *L = c->L;
+  TRY(linear_fwd(c->q, c->d.R, L->in, L->out, c->in, PARAM(c, 0), PARAM(c, 1), SAVED(c, 0)));
+  return strata_cross_entropy_fwd(c->q, SAVED(c, 0), targets, SAVED(c, (size_t)(c->d.R * L->out)), c->d.R, L->out);
+}
+
+static int classifier_bwd(struct lctx *c, strata_mem_t targets, strata_mem_t din) {
+  const struct strata__layer *L = c->L;
+  TRY(strata_cross_entropy_bwd(c->q, SAVED(c, 0), targets, SCR(c, 0), c->d.R, L->out, c->st->loss_scale));
+  return linear_bwd(c->q, c->d.R, L->in, L->out, c->in, PARAM(c, 0), SCR(c, 0), GRAD(c, 0), GRAD(c, 1),
+                    L->first ? AT(NULL, 0) : din);
+}
+
+/* The context of stage layer i for slot s. */
+static struct lctx layer_ctx(struct strata__stage *st, int s, int i) {
+  struct lctx c = {.st = st, .L = layer_at(st, i), .d = dims_of(st), .q = st->q, .slot = st->slots[s].buf};
+  c.saved = st->saved_off[i];
+  c.in = i == 0 ? AT(c.slot, 0) : AT(c.slot, st->out_off[i - 1]);
+  c.out = AT(c.slot, st->out_off[i]);
+  c.t = &st->tensors[st->layer_tensor[i]];
+  return c;
+}
+
+static int check_slot(struct strata__stage *st, int s) {
+  if (s < 0 || s >= STRATA__MAX_SLOTS || !st->slots[s].buf)
+    return strata__error(STRATA_ERR_STATE, "stage: slot %d holds no micro-batch", s);
+  return STRATA_OK;
+}
+
+int strata__stage_forward(struct strata__stage *st, int s) {
+  TRY(check_slot(st, s));
+  strata_mem_t targets = strata__stage_targets(st, s);
+  for (int i = 0; i < stage_layers(st); i++) {
+    struct lctx c = layer_ctx(st, s, i);
+    int rc = STRATA_OK;
+    switch (c.L->kind) {
+    case STRATA__LAYER_EMBED: rc = embed_fwd(&c); break;
+    case STRATA__LAYER_BLOCK: rc = block_fwd(&c); break;
+    case STRATA__LAYER_LM_HEAD: rc = lm_head_fwd(&c, targets); break;
+    case STRATA__LAYER_LINEAR: rc = fc_fwd(&c); break;
+    case STRATA__LAYER_CONV: rc = conv_fwd(&c); break;
+    case STRATA__LAYER_CLASSIFIER: rc = classifier_fwd(&c, targets); break;
+    }
+    if (rc)
+      return rc;
+  }
+  return STRATA_OK;
+}
+
+int strata__stage_backward(struct strata__stage *st, int s) {
+  TRY(check_slot(st, s));
+  strata_mem_t targets = strata__stage_targets(st, s);
+  int n = stage_layers(st);
+  for (int i = n - 1; i >= 0; i--) {
+    struct lctx c = layer_ctx(st, s, i);
+    int back = n - 1 - i; /* layers done before this one */
+    strata_mem_t dout = back == 0 ? AT(st->gbuf[1], 0) : AT(st->gbuf[(back - 1) % 2], 0);
+    strata_mem_t din = AT(st->gbuf[back % 2], 0);
+    /* the gradient of the stage's first layer's input is needed only
+    ** when an earlier stage will receive it */
+    int rc = STRATA_OK;
+    switch (c.L->kind) {
+    case STRATA__LAYER_EMBED: rc = embed_bwd(&c, dout); break;
+    case STRATA__LAYER_BLOCK: rc = block_bwd(&c, dout, din); break;
+    case STRATA__LAYER_LM_HEAD: rc = lm_head_bwd(&c, targets, din); break;
+    case STRATA__LAYER_LINEAR: rc = fc_bwd(&c, dout, din); break;
+    case STRATA__LAYER_CONV: rc = conv_bwd(&c, dout, din); break;
+    case STRATA__LAYER_CLASSIFIER: rc = classifier_bwd(&c, targets, din); break;
+    }
+    if (rc)
+      return rc;
+  }
+  return STRATA_OK;
+}
+
+/* Offset and count of the per-row losses of the loss layer in a slot. */
+static int loss_region(struct strata__stage *st, size_t *off, int64_t *rows) {
+  if (!has_loss(st))
+    return strata__error(STRATA_ERR_STATE, "stage: only the last stage has a loss");
+  int i = stage_layers(st) - 1;
+  const struct strata__layer *L = layer_at(st, i);
+  struct dims d = dims_of(st);
+  if (L->kind == STRATA__LAYER_LM_HEAD)
+    *off = st->saved_off[i] + (size_t)(d.R * d.D + 2 * d.R + d.R * d.V);
+  else
+    *off = st->saved_off[i] + (size_t)(d.R * L->out);
+  *rows = d.R;
+  return STRATA_OK;
+}
+
+int strata__stage_loss(struct strata__stage *st, int s, double *sum) {
+  TRY(check_slot(st, s));
+  size_t off = 0;
+  int64_t rows = 0;
+  TRY(loss_region(st, &off, &rows));
+  float *l = malloc((size_t)rows * sizeof *l);
+  if (!l)
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory reading losses");
+  int rc = strata_buffer_download(st->q, st->slots[s].buf, off * 4, l, (size_t)rows * 4);
+  double acc = 0;
+  for (int64_t r = 0; r < rows; r++)
+    acc += l[r];
+  free(l);
+  if (!rc)
+    *sum = acc;
+  return rc;
+}
+
+strata_mem_t strata__stage_logits(struct strata__stage *st, int s) {
+  int i = stage_layers(st) - 1;
+  struct dims d = dims_of(st);
+  return AT(st->slots[s].buf, st->saved_off[i] + (size_t)(d.R * d.D + 2 * d.R));
+}
+
+int strata__stage_zero_grads(struct strata__stage *st) {
+  return strata_fill(st->q, AT(st->grads, 0), 0, (int64_t)(st->nparams ? st->nparams : 1));
+}
+
+int strata__stage_grad_sumsq(struct strata__stage *st, double *sumsq) {
+  TRY(strata_fill(st->q, AT(st->scalar, 0), 0, 1));
+  for (int t = 0; t < st->ntensors; t++)
+    TRY(strata_sumsq(st->q, AT(st->grads, st->tensors[t].off), (int64_t)st->tensors[t].n, AT(st->scalar, 0), 1));
+  float v = 0;
+  TRY(strata_buffer_download(st->q, st->scalar, 0, &v, 4));
+  *sumsq = v;
+  return STRATA_OK;
+}
+
+int strata__stage_update(struct strata__stage *st, float gscale, float lr, float beta1, float beta2, float eps,
+                         float weight_decay, int64_t step) {
+  if (gscale != 1.0f)
+    TRY(strata_scale(st->q, AT(st->grads, 0), gscale, (int64_t)(st->nparams ? st->nparams : 1)));
+  for (int t = 0; t < st->ntensors; t++) {
+    const struct strata__tensor *x = &st->tensors[t];
+    TRY(strata_adamw(st->q, AT(st->params, x->off), AT(st->grads, x->off), AT(st->m, x->off), AT(st->v, x->off),
+                     (int64_t)x->n, lr, beta1, beta2, eps, x->decay ? weight_decay : 0.0f, step));
+  }
+  return STRATA_OK;
+}

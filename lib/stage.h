@@ -1,0 +1,96 @@
+/* SPDX-License-Identifier: MIT */
+/* stage.h — a contiguous run of a model's layers on one device: parameters, optimizer state, per-micro-batch
+** activations, forward, backward and update. A single-device trainer is one stage; a pipeline is several. Internal. */
+#ifndef STRATA__STAGE_H
+#define STRATA__STAGE_H
+
+#include <strata/device.h>
+#include <strata/ops.h>
+
+#include "model.h"
+
+#define STRATA__MAX_SLOTS 64
+
+/* One parameter tensor of the stage; offsets are in floats into the stage's buffers. */
+struct strata__tensor {
+  char name[64];             /* GPT-2 style: h.0.attn.c_attn.weight */
+  int ndim;
+  int64_t shape[4];
+  size_t off, n;
+  int decay;                 /* weight decay applies (matrices, not biases or norms) */
+  float init_std;            /* normal(0, std), or ... */
+  float init_const;          /* ... this constant when init_std is 0 */
+};
+
+struct strata__slot_mem {
+  strata_buffer_t buf;       /* NULL when the slot holds no micro-batch */
+};
+
+struct strata__stage {
+  const struct strata_model *model;
+  int first, last;           /* layers [first, last) */
+  int dev;
+  strata_queue_t q;
+  int64_t mb;                /* samples per micro-batch */
+  int64_t rows;              /* rows per micro-batch: tokens (text) or samples */
+  int ntensors;
+  struct strata__tensor *tensors;
+  int *layer_tensor;         /* first tensor of each stage layer */
+  size_t nparams;
+  strata_buffer_t params, grads, m, v, scalar;
+  strata_buffer_t scratch;   /* temporaries of one layer at a time */
+  strata_buffer_t gbuf[2];   /* gradients flowing backward through the stage (ping-pong) */
+  strata_buffer_t positions; /* int32 position of each token row (embedding stage) */
+  size_t *saved_off;         /* per stage layer: offset (floats) of its saved activations in a slot */
+  size_t *out_off;           /* per stage layer: offset of its output in a slot */
+  size_t in_floats;          /* stage input (tokens, images, or the previous stage's output) */
+  size_t targets_off;        /* targets (int32 rows), last stage only */
+  size_t slot_floats;
+  size_t max_out, max_scratch;
+  struct strata__slot_mem slots[STRATA__MAX_SLOTS];
+  float loss_scale;          /* d(loss)/d(per-row loss): 1 / rows per optimizer step */
+  const struct strata__stage *tied_with;   /* unused: tied weights must share one stage */
+};
+
+/* Build a stage of layers [first, last) of `model` on `dev` for micro-batches
+** of `mb` samples; allocates parameters, gradients and moments and
+** initialises the parameters from `seed` (each tensor from a seed derived
+** from its name, so values do not depend on how the model is cut). */
+int strata__stage_new(const struct strata_model *model, int first, int last, int dev, int64_t mb, uint64_t seed,
+                      struct strata__stage **out);
+void strata__stage_free(struct strata__stage *st);
+
+/* Make sure slot `s` has activation memory (allocated on first use and
+** kept until strata__stage_release). */
+int strata__stage_acquire(struct strata__stage *st, int s);
+void strata__stage_release(struct strata__stage *st, int s);
+
+/* Where the stage's input of slot s goes (tokens or images or the previous
+** stage's output), its targets (last stage), and its output (non-last stage). */
+strata_mem_t strata__stage_input(struct strata__stage *st, int s);
+strata_mem_t strata__stage_targets(struct strata__stage *st, int s);
+strata_mem_t strata__stage_output(struct strata__stage *st, int s);
+size_t strata__stage_in_floats(const struct strata__stage *st);
+size_t strata__stage_out_floats(const struct strata__stage *st);
+/* Gradient w.r.t. the stage's output (filled by the caller for a non-last
+** stage before backward) and w.r.t. its input (after backward, non-first stage). */
+strata_mem_t strata__stage_grad_output(struct strata__stage *st);
+strata_mem_t strata__stage_grad_input(struct strata__stage *st);
+
+/* Enqueue the forward pass of slot s; the backward pass of slot s
+** (accumulating into the gradients). */
+int strata__stage_forward(struct strata__stage *st, int s);
+int strata__stage_backward(struct strata__stage *st, int s);
+/* Sum of the per-row losses of slot s (last stage; waits for the queue). */
+int strata__stage_loss(struct strata__stage *st, int s, double *sum);
+/* Logits of slot s (last stage of a text model): rows x vocab floats. */
+strata_mem_t strata__stage_logits(struct strata__stage *st, int s);
+
+int strata__stage_zero_grads(struct strata__stage *st);
+/* Sum of squares of all gradients (waits for the queue). */
+int strata__stage_grad_sumsq(struct strata__stage *st, double *sumsq);
+/* Scale gradients by `gscale`, then one AdamW step. */
+int strata__stage_update(struct strata__stage *st, float gscale, float lr, float beta1, float beta2, float eps,
+                         float weight_decay, int64_t step);
+
+#endif /* STRATA__STAGE_H */

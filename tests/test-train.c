@@ -1,0 +1,386 @@
+/* SPDX-License-Identifier: MIT */
+/* test-train.c — models and their cost profiles, end-to-end gradients against finite differences, host vs OpenCL,
+** learning below the unigram entropy, exact resume, and bad input. */
+#include <stdio.h>
+#include <unistd.h>
+
+#include "common.h"
+
+static char tmpdir[256];
+
+static void make_tmpdir(void) {
+  snprintf(tmpdir, sizeof tmpdir, "%s/strata-train-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+  cr_assert_not_null(mkdtemp(tmpdir));
+}
+
+static void write_file(const char *path, const char *text) {
+  FILE *f = fopen(path, "wb");
+  cr_assert_not_null(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+/* A text file of `n` bytes with real structure: repeated words. */
+static char *text_corpus(size_t n) {
+  static const char *const words[] = {"the ", "cat ", "sat ", "on ", "a ", "mat. ", "and ", "then ", "ran ", "far. "};
+  char *path = malloc(512);
+  snprintf(path, 512, "%s/corpus.txt", tmpdir);
+  FILE *f = fopen(path, "wb");
+  uint64_t s = 7;
+  size_t w = 0;
+  while (w < n) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    const char *word = words[(s >> 33) % 10];
+    fputs(word, f);
+    w += strlen(word);
+  }
+  fclose(f);
+  return path;
+}
+
+static void setup(void) {
+  setenv("STRATA_BACKENDS", "host,opencl", 0);
+  make_tmpdir();
+}
+
+TestSuite(model, .init = setup);
+TestSuite(train, .init = setup);
+
+/* ---- models ---- */
+
+Test(model, gpt_cost_profile_by_hand) {
+  strata_model_t m;
+  OK(strata_model_from_preset("gpt-tiny", &m));
+  const struct strata_model_config *c = strata_model_config(m);
+  cr_assert_eq(c->d_model, 64);
+  int64_t V = 256, T = 64, D = 64, F = 256, L = 2;
+  /* wte + wpe, per block 4D + 3D^2 + 3D + D^2 + D + DF + F + FD + D, ln_f, lm_head */
+  uint64_t want = (uint64_t)(V * D + T * D + L * (4 * D + 3 * D * D + 3 * D + D * D + D + D * F + F + F * D + D) +
+                             2 * D + V * D);
+  cr_assert_eq(strata_model_params(m), want);
+  cr_assert_eq(strata_model_layer_count(m), 4);
+  struct strata_layer_info li;
+  OK(strata_model_layer(m, 1, &li));
+  cr_assert_str_eq(li.name, "h.0");
+  cr_assert_float_eq(li.fwd_flops, (double)(T * (6 * D * D + 2 * D * D + 4 * D * F) + 4 * T * T * D), 1);
+  cr_assert_float_eq(li.bwd_flops, 2 * li.fwd_flops, 1);
+  cr_assert_eq(li.out_bytes, (uint64_t)(4 * T * D));
+  cr_assert_eq(strata_model_layer(m, 4, &li), STRATA_ERR_RANGE);
+  strata_model_free(m);
+  /* GPT-2 small's shape: 124M parameters with the 50257-token vocabulary, untied head adds V*D */
+  OK(strata_model_from_preset("gpt2-small", &m));
+  double p = (double)strata_model_params(m) - 50257.0 * 768;
+  cr_assert(p > 123e6 && p < 125e6, "gpt2-small (tied count) has %.0f parameters", p);
+  strata_model_free(m);
+  strata_model_free(NULL);
+}
+
+Test(model, json_files_and_bad_input) {
+  char path[512];
+  strata_model_t m = NULL;
+  snprintf(path, sizeof path, "%s/m.json", tmpdir);
+  write_file(path, "{\"kind\": \"gpt\", \"vocab\": 256, \"context\": 16, \"d_model\": 24, \"layers\": 3, \"heads\": 3}");
+  OK(strata_model_from_file(path, &m));
+  cr_assert_eq(strata_model_config(m)->d_ff, 96, "d_ff defaults to 4 d_model");
+  char *json = NULL;
+  OK(strata_model_to_json(m, &json));
+  cr_assert(strstr(json, "\"d_model\":24"), "%s", json);
+  free(json);
+  strata_model_free(m);
+  m = NULL;
+
+  cr_assert_eq(strata_model_load("gpt-enormous", &m), STRATA_ERR_NOT_FOUND);
+  cr_assert(strstr(strata_last_error(), "gpt-tiny"), "the message lists presets: %s", strata_last_error());
+  write_file(path, "{\"kind\": \"gpt\", \"d_model\": 30, \"heads\": 4, \"layers\": 1, \"context\": 8}");
+  cr_assert_eq(strata_model_from_file(path, &m), STRATA_ERR_SHAPE);
+  cr_assert(strstr(strata_last_error(), "does not divide"), "%s", strata_last_error());
+  write_file(path, "{\"kind\": \"gpt\", \"d_model\": 32,");
+  cr_assert_eq(strata_model_from_file(path, &m), STRATA_ERR_PARSE);
+  cr_assert(strstr(strata_last_error(), path), "%s", strata_last_error());
+  write_file(path, "{\"kind\": \"gpt\", \"d_modle\": 32}");
+  cr_assert_eq(strata_model_from_file(path, &m), STRATA_ERR_PARSE);
+  cr_assert(strstr(strata_last_error(), "d_modle"), "%s", strata_last_error());
+  write_file(path, "{\"kind\": \"cnn\", \"image\": 12, \"classes\": 3, \"conv\": [4, 4, 4]}");
+  cr_assert_eq(strata_model_from_file(path, &m), STRATA_ERR_SHAPE, "12 is not divisible by 8");
+  cr_assert_eq(strata_model_from_file("/nonexistent/model.json", &m), STRATA_ERR_IO);
+  cr_assert_null(m);
+}
+
+/* ---- gradient checks ---- */
+
+/* Compare the trainer's gradient with central differences (step h) of its
+** loss on about `per_chunk` parameters spread over the whole vector. */
+static void grad_check(strata_trainer_t tr, const void *in, const int32_t *tg, int64_t batch, size_t per_chunk, double h) {
+  size_t n = 0;
+  OK(strata_trainer_params(tr, NULL, &n));
+  float *p = malloc(n * 4), *g = malloc(n * 4);
+  OK(strata_trainer_params(tr, p, &n));
+  float loss;
+  OK(strata_trainer_loss_grad(tr, in, tg, batch, &loss, g));
+  cr_assert(isfinite(loss));
+  double num2 = 0, err2 = 0;
+  size_t checked = 0;
+  size_t stride = n / per_chunk + 1;
+  for (size_t i = 3; i < n; i += stride) {
+    float saved = p[i];
+    double l[2];
+    for (int s = 0; s < 2; s++) {
+      p[i] = saved + (s ? -1 : 1) * (float)h;
+      OK(strata_trainer_set_params(tr, p, n));
+      float v;
+      OK(strata_trainer_loss_grad(tr, in, tg, batch, &v, NULL));
+      l[s] = v;
+    }
+    p[i] = saved;
+    double num = (l[0] - l[1]) / (2 * h);
+    cr_assert_leq(fabs(num - g[i]), 2e-3 + 0.1 * fabs(num), "param %zu: analytic %.6g, finite differences %.6g", i,
+                  (double)g[i], num);
+    num2 += num * num;
+    err2 += (num - g[i]) * (num - g[i]);
+    checked++;
+  }
+  OK(strata_trainer_set_params(tr, p, n));
+  cr_assert_gt(num2, 0, "all checked gradients are zero");
+  cr_assert_lt(sqrt(err2 / num2), 0.02, "relative gradient error %.4f over %zu parameters", sqrt(err2 / num2), checked);
+  free(p);
+  free(g);
+}
+
+Test(train, gpt_gradient_matches_finite_differences) {
+  char *corpus = text_corpus(4000);
+  strata_dataset_t ds;
+  OK(strata_dataset_text(corpus, 0.2, &ds));
+  struct strata_model_config c = {.kind = STRATA_MODEL_GPT, .vocab = 256, .context = 6, .d_model = 8, .layers = 2,
+                                  .heads = 2, .d_ff = 12};
+  strata_model_t m;
+  OK(strata_model_from_config(&c, &m));
+  struct strata_train_options o;
+  strata_train_options_default(&o);
+  o.batch = 2;
+  o.device = tc_find_device("host", 0);
+  strata_trainer_t tr;
+  OK(strata_trainer_new(m, ds, &o, &tr));
+  int32_t in[12], tg[12];
+  uint64_t st = 3;
+  OK(strata_dataset_sample(ds, STRATA_SPLIT_TRAIN, 2, 6, &st, in, tg));
+  /* larger weights than GPT-2's init make the gradients easy to measure */
+  size_t n = 0;
+  OK(strata_trainer_params(tr, NULL, &n));
+  float *p = malloc(n * 4);
+  OK(strata_trainer_params(tr, p, &n));
+  for (size_t i = 0; i < n; i++)
+    p[i] *= 10;
+  OK(strata_trainer_set_params(tr, p, n));
+  free(p);
+  grad_check(tr, in, tg, 2, 150, 1e-3);
+  strata_trainer_free(tr);
+  strata_model_free(m);
+  strata_dataset_free(ds);
+  free(corpus);
+}
+
+Test(train, cnn_and_mlp_gradients_match_finite_differences) {
+  strata_dataset_t ds;
+  OK(strata_dataset_images(40, 8, 3, 5, &ds));
+  struct strata_model_config cnn = {.kind = STRATA_MODEL_CNN, .image = 8, .channels = 1, .classes = 3, .conv = {3, 4}};
+  struct strata_model_config mlp = {.kind = STRATA_MODEL_MLP, .image = 8, .channels = 1, .classes = 3, .hidden = {7}};
+  const struct strata_model_config *cfgs[2] = {&cnn, &mlp};
+  for (int k = 0; k < 2; k++) {
+    strata_model_t m;
+    OK(strata_model_from_config(cfgs[k], &m));
+    struct strata_train_options o;
+    strata_train_options_default(&o);
+    o.batch = 3;
+    o.device = tc_find_device("host", 0);
+    strata_trainer_t tr;
+    OK(strata_trainer_new(m, ds, &o, &tr));
+    float in[3 * 64];
+    int32_t tg[3];
+    uint64_t st = 11;
+    OK(strata_dataset_sample(ds, STRATA_SPLIT_TRAIN, 3, 0, &st, in, tg));
+    /* a small step: max-pooling and ReLU switch where a large one crosses a tie */
+    grad_check(tr, in, tg, 3, 120, 1e-4);
+    strata_trainer_free(tr);
+    strata_model_free(m);
+  }
+  strata_dataset_free(ds);
+}
+
+/* ---- training ---- */
+
+/* Train `steps` steps of a small GPT on `dev`; returns the last loss and fills losses[]. */
+static void train_gpt(int dev, strata_dataset_t ds, int steps, float *losses, strata_trainer_t *keep) {
+  struct strata_model_config c = {.kind = STRATA_MODEL_GPT, .vocab = 256, .context = 16, .d_model = 32, .layers = 2,
+                                  .heads = 4, .d_ff = 64};
+  static strata_model_t m; /* lives for the test process */
+  if (!m)
+    OK(strata_model_from_config(&c, &m));
+  struct strata_train_options o;
+  strata_train_options_default(&o);
+  o.batch = 4;
+  o.accum = 2;
+  o.steps = steps;
+  o.warmup = 2;
+  o.lr = 3e-3f;
+  o.device = dev;
+  strata_trainer_t tr;
+  OK(strata_trainer_new(m, ds, &o, &tr));
+  for (int s = 0; s < steps; s++) {
+    struct strata_step_stats st;
+    OK(strata_trainer_step(tr, &st));
+    cr_assert_eq(st.step, s + 1);
+    cr_assert_eq(st.tokens, 4 * 2 * 16);
+    losses[s] = st.loss;
+  }
+  if (keep)
+    *keep = tr;
+  else
+    strata_trainer_free(tr);
+}
+
+Test(train, host_and_opencl_give_the_same_losses) {
+  int o = tc_find_device("opencl", 0);
+  if (o < 0)
+    cr_skip_test("no OpenCL device (backend not built or no platform)");
+  char *corpus = text_corpus(6000);
+  strata_dataset_t ds;
+  OK(strata_dataset_text(corpus, 0.2, &ds));
+  float a[6], b[6];
+  train_gpt(tc_find_device("host", 0), ds, 6, a, NULL);
+  train_gpt(o, ds, 6, b, NULL);
+  /* tolerance: fp32 GEMMs summed in different orders (OpenBLAS vs CLBlast) */
+  for (int s = 0; s < 6; s++)
+    cr_assert_float_eq(a[s], b[s], 2e-3 * fabsf(a[s]), "step %d: host %.6f, OpenCL %.6f", s + 1, a[s], b[s]);
+  strata_dataset_free(ds);
+  free(corpus);
+}
+
+Test(train, learns_below_the_unigram_entropy) {
+  char *corpus = text_corpus(40000);
+  strata_dataset_t ds;
+  OK(strata_dataset_text(corpus, 0.1, &ds));
+  struct strata_dataset_info info;
+  OK(strata_dataset_info(ds, &info));
+  cr_assert_gt(info.unigram_entropy, 2.0);
+  float loss[150];
+  strata_trainer_t tr;
+  train_gpt(tc_find_device("host", 0), ds, 150, loss, &tr);
+  float val;
+  OK(strata_trainer_eval(tr, 4, &val));
+  cr_log_info("unigram entropy %.3f nats, loss %.3f -> %.3f, validation %.3f", info.unigram_entropy, loss[0], loss[149],
+              val);
+  cr_assert_lt(val, info.unigram_entropy - 0.5, "validation loss %.3f is not clearly below the unigram entropy %.3f",
+               val, info.unigram_entropy);
+  strata_trainer_free(tr);
+  strata_dataset_free(ds);
+  free(corpus);
+}
+
+Test(train, resume_is_exact) {
+  char *corpus = text_corpus(6000);
+  strata_dataset_t ds;
+  OK(strata_dataset_text(corpus, 0.2, &ds));
+  float l[8];
+  strata_trainer_t straight, first, second;
+  train_gpt(tc_find_device("host", 0), ds, 8, l, &straight);
+  /* 4 steps, save, a fresh trainer loads and runs 4 more (the schedule is for 8) */
+  struct strata_model_config c = {.kind = STRATA_MODEL_GPT, .vocab = 256, .context = 16, .d_model = 32, .layers = 2,
+                                  .heads = 4, .d_ff = 64};
+  strata_model_t m;
+  OK(strata_model_from_config(&c, &m));
+  struct strata_train_options o;
+  strata_train_options_default(&o);
+  o.batch = 4;
+  o.accum = 2;
+  o.steps = 8;
+  o.warmup = 2;
+  o.lr = 3e-3f;
+  o.device = tc_find_device("host", 0);
+  OK(strata_trainer_new(m, ds, &o, &first));
+  for (int s = 0; s < 4; s++)
+    OK(strata_trainer_step(first, NULL));
+  char path[512];
+  snprintf(path, sizeof path, "%s/ckpt.safetensors", tmpdir);
+  OK(strata_trainer_save(first, path));
+  o.seed = 99; /* the checkpoint's seed and data position win */
+  OK(strata_trainer_new(m, ds, &o, &second));
+  OK(strata_trainer_load(second, path));
+  cr_assert_eq(strata_trainer_steps_done(second), 4);
+  for (int s = 0; s < 4; s++)
+    OK(strata_trainer_step(second, NULL));
+  size_t n = 0;
+  OK(strata_trainer_params(straight, NULL, &n));
+  float *a = malloc(n * 4), *b = malloc(n * 4);
+  OK(strata_trainer_params(straight, a, &n));
+  OK(strata_trainer_params(second, b, &n));
+  cr_assert(memcmp(a, b, n * 4) == 0, "parameters after 8 steps differ from 4 + resume + 4");
+
+  /* a truncated checkpoint is refused and leaves the trainer as it was */
+  FILE *f = fopen(path, "rb");
+  fseek(f, 0, SEEK_END);
+  long size = ftell(f);
+  fclose(f);
+  cr_assert_eq(truncate(path, size / 2), 0);
+  cr_assert_neq(strata_trainer_load(second, path), STRATA_OK);
+  cr_assert(strstr(strata_last_error(), path), "%s", strata_last_error());
+  OK(strata_trainer_params(second, a, &n));
+  cr_assert(memcmp(a, b, n * 4) == 0, "a failed load changed the parameters");
+  /* a checkpoint of another model is refused */
+  strata_trainer_free(first);
+  OK(strata_trainer_save(second, path));
+  struct strata_model_config c2 = c;
+  c2.d_ff = 96;
+  strata_model_t m2;
+  OK(strata_model_from_config(&c2, &m2));
+  OK(strata_trainer_new(m2, ds, &o, &first));
+  cr_assert_eq(strata_trainer_load(first, path), STRATA_ERR_SHAPE);
+  cr_assert(strstr(strata_last_error(), "not this one"), "%s", strata_last_error());
+  strata_trainer_free(first);
+  strata_trainer_free(second);
+  strata_trainer_free(straight);
+  strata_model_free(m);
+  strata_model_free(m2);
+  strata_dataset_free(ds);
+  free(a);
+  free(b);
+  free(corpus);
+}
+
+Test(train, a_model_too_big_for_the_device_is_a_clear_error) {
+  setenv("STRATA_DEVICE_MEMORY_LIMIT", "2M", 1);
+  char *corpus = text_corpus(4000);
+  strata_dataset_t ds;
+  OK(strata_dataset_text(corpus, 0.2, &ds));
+  strata_model_t m;
+  OK(strata_model_from_preset("gpt-small", &m));
+  struct strata_train_options o;
+  strata_train_options_default(&o);
+  o.device = tc_find_device("host", 0);
+  strata_trainer_t tr = NULL;
+  cr_assert_eq(strata_trainer_new(m, ds, &o, &tr), STRATA_ERR_DEVICE_MEMORY);
+  cr_assert_null(tr);
+  cr_assert(strstr(strata_last_error(), "does not fit"), "%s", strata_last_error());
+  cr_assert(strstr(strata_last_error(), "MiB for parameters"), "%s", strata_last_error());
+  uint64_t used;
+  OK(strata_device_memory(o.device, &used, NULL, NULL));
+  cr_assert_eq(used, 0, "a failed trainer left %llu bytes allocated", (unsigned long long)used);
+  strata_model_free(m);
+  strata_dataset_free(ds);
+  free(corpus);
+}
+
+Test(train, model_and_data_must_agree) {
+  strata_dataset_t img;
+  OK(strata_dataset_images(20, 8, 3, 1, &img));
+  strata_model_t m;
+  OK(strata_model_from_preset("gpt-micro", &m));
+  struct strata_train_options o;
+  strata_train_options_default(&o);
+  strata_trainer_t tr = NULL;
+  cr_assert_eq(strata_trainer_new(m, img, &o, &tr), STRATA_ERR_INVALID);
+  o.batch = 0;
+  cr_assert_eq(strata_trainer_new(m, img, &o, &tr), STRATA_ERR_INVALID);
+  cr_assert_null(tr);
+  strata_model_free(m);
+  strata_dataset_free(img);
+}
