@@ -17,9 +17,13 @@ enum strata_split { STRATA_SPLIT_TRAIN = 0, STRATA_SPLIT_VAL = 1 };
 /*
 ** Byte-level text: every byte is a token (vocabulary 256). `path` NULL
 ** means the default corpus, built from text the machine ships with
-** (every file of /usr/share/common-licenses, in name order). The last
-** `val_fraction` of the bytes (0 < f < 1, e.g. 0.1) is the validation split.
-** An empty, unreadable or too-short file is an error naming it.
+** (every regular file of /usr/share/common-licenses, in name order;
+** symbolic links are skipped so no licence counts twice), or
+** STRATA_ERR_NOT_FOUND when there is none. The last `val_fraction` of the
+** bytes (0 < f < 1, e.g. 0.1; rounded to the nearest byte) is the
+** validation split. A missing or unreadable file is STRATA_ERR_IO; an empty
+** one, or one leaving fewer than 2 bytes in either split, STRATA_ERR_INVALID;
+** the messages name the file.
 */
 STRATA_API int strata_dataset_text(const char *path, double val_fraction, strata_dataset_t *out /* OUT */);
 
@@ -28,7 +32,9 @@ STRATA_API int strata_dataset_text(const char *path, double val_fraction, strata
 ** images of size x size pixels, each showing one of `classes` (2..8)
 ** shapes (bars, boxes, crosses, diagonals ...) at a random place with
 ** noise; the label is the shape. Deterministic for a seed; the last 10%
-** are the validation split.
+** (count / 10 images) are the validation split, and the labels of each
+** split are balanced. Pixels are standardised to about zero mean and unit
+** variance. count >= 10, size 8..64, classes 2..8, else STRATA_ERR_INVALID.
 */
 STRATA_API int strata_dataset_images(int64_t count, int64_t size, int64_t classes, uint64_t seed,
                                      strata_dataset_t *out /* OUT */);
@@ -41,17 +47,21 @@ struct strata_dataset_info {
   uint64_t val_size;
   int64_t vocab;             /* 256 for text; classes for images */
   int64_t image, channels;   /* images only */
-  double unigram_entropy;    /* text: entropy of the training bytes' distribution, nats per byte */
+  double unigram_entropy;    /* text: entropy of the training bytes' distribution, nats per byte; 0 for images */
 };
 STRATA_API int strata_dataset_info(strata_dataset_t ds, struct strata_dataset_info *info /* OUT */);
 
 /*
 ** Draw a batch. Text: `batch` windows of `context` + 1 bytes at positions
-** drawn from *state (a xorshift generator state the caller keeps; the
-** same state gives the same batch), inputs int32 [batch * context] and
-** targets int32 [batch * context] (the next byte). Images: inputs float
-** [batch * channels * image * image], targets int32 [batch]. *state
-** advances; saving it in a checkpoint resumes the data stream exactly.
+** drawn from *state (a xorshift64* generator state the caller keeps; any
+** value, 0 included, is a valid start; the same state gives the same
+** batch), uniformly among all starts whose window lies inside the split,
+** inputs int32 [batch * context] and targets int32 [batch * context] (the
+** next byte); a split shorter than context + 1 bytes is STRATA_ERR_INVALID.
+** Images: `context` is ignored, each image is drawn uniformly from the
+** split, inputs float [batch * channels * image * image], targets int32
+** [batch]. *state advances; saving it in a checkpoint resumes the data
+** stream exactly. A refused call leaves *state as it was.
 */
 STRATA_API int strata_dataset_sample(strata_dataset_t ds, int split, int64_t batch, int64_t context,
                                      uint64_t *state /* IN/OUT */, void *inputs /* OUT */,
