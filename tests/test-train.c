@@ -276,6 +276,42 @@ Test(train, learns_below_the_unigram_entropy) {
   free(corpus);
 }
 
+/* The issue's check: on the default corpus (the machine's licence texts),
+** a small GPT gets clearly below the unigram entropy in a bounded number of steps. */
+Test(train, default_corpus_below_unigram_entropy) {
+  strata_dataset_t ds;
+  int rc = strata_dataset_text(NULL, 0.1, &ds);
+  if (rc == STRATA_ERR_NOT_FOUND)
+    cr_skip_test("no default corpus on this machine: %s", strata_last_error());
+  OK(rc);
+  struct strata_dataset_info info;
+  OK(strata_dataset_info(ds, &info));
+  struct strata_model_config c = {.kind = STRATA_MODEL_GPT, .vocab = 256, .context = 32, .d_model = 32, .layers = 2,
+                                  .heads = 4, .d_ff = 128};
+  strata_model_t m;
+  OK(strata_model_from_config(&c, &m));
+  struct strata_train_options o;
+  strata_train_options_default(&o);
+  o.batch = 8;
+  o.steps = 300;
+  o.warmup = 10;
+  o.lr = 3e-3f;
+  o.device = tc_find_device("host", 0);
+  strata_trainer_t tr;
+  OK(strata_trainer_new(m, ds, &o, &tr));
+  for (int s = 0; s < o.steps; s++)
+    OK(strata_trainer_step(tr, NULL));
+  float val;
+  OK(strata_trainer_eval(tr, 8, &val));
+  cr_log_info("default corpus: unigram entropy %.3f nats, validation loss %.3f after %lld steps", info.unigram_entropy,
+              val, (long long)o.steps);
+  cr_assert_lt(val, info.unigram_entropy - 0.4, "validation loss %.3f, unigram entropy %.3f", val,
+               info.unigram_entropy);
+  strata_trainer_free(tr);
+  strata_model_free(m);
+  strata_dataset_free(ds);
+}
+
 Test(train, resume_is_exact) {
   char *corpus = text_corpus(6000);
   strata_dataset_t ds;
