@@ -29,4 +29,5 @@ stratainclude_HEADERS += \
 	include/strata/model.h \
 	include/strata/data.h \
 	include/strata/checkpoint.h \
-	include/strata/train.h
+	include/strata/train.h \
+	include/strata/schedule.h

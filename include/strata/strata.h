@@ -11,5 +11,6 @@
 #include <strata/data.h>
 #include <strata/checkpoint.h>
 #include <strata/train.h>
+#include <strata/schedule.h>
 
 #endif /* STRATA_STRATA_H */

@@ -1,0 +1,127 @@
+/* SPDX-License-Identifier: MIT */
+/* strata/schedule.h — pipeline schedules as data: per-device action lists, their generators and their validator. */
+#ifndef STRATA_SCHEDULE_H
+#define STRATA_SCHEDULE_H
+
+#include <strata/common.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+** A schedule says, for every device of a pipeline, the order in which it
+** runs its actions for one optimizer step over `microbatches` micro-batches.
+** The model is cut into `stages` consecutive stages (virtual stages: with
+** interleaving a device holds several, stage s on device stage_device[s]).
+** Pure data: the executor runs it on devices, the simulator on a cost model.
+**
+**   FORWARD s m      forward of micro-batch m through stage s
+**   BACKWARD s m     full backward (input and weight gradients)
+**   BACKWARD_INPUT   input gradient only (zero-bubble) ...
+**   BACKWARD_WEIGHT  ... and the weight gradient, later
+**   SEND_ACT s m     send stage s's output for m to the device of s + 1
+**   RECV_ACT s m     receive stage s's input for m (from the device of s - 1)
+**   SEND_GRAD s m    send the gradient of stage s's input to the device of s - 1
+**   RECV_GRAD s m    receive the gradient of stage s's output (from the device of s + 1)
+**   OPTIMIZER s      the AdamW step of stage s, after all its gradients
+**
+** Sends are buffered (they never wait for the receiver); a receive waits
+** for its send. Stages on one device pass data without send/receive.
+*/
+#define STRATA_ACTION_MAP(X)                                                                                           \
+  X(FORWARD, "F")                                                                                                      \
+  X(BACKWARD, "B")                                                                                                     \
+  X(BACKWARD_INPUT, "BI")                                                                                              \
+  X(BACKWARD_WEIGHT, "W")                                                                                              \
+  X(SEND_ACT, "SA")                                                                                                    \
+  X(RECV_ACT, "RA")                                                                                                    \
+  X(SEND_GRAD, "SG")                                                                                                   \
+  X(RECV_GRAD, "RG")                                                                                                   \
+  X(OPTIMIZER, "OPT")
+
+enum strata_action_kind {
+#define STRATA__ACTION_ENUM(id, label) STRATA_ACTION_##id,
+  STRATA_ACTION_MAP(STRATA__ACTION_ENUM)
+#undef STRATA__ACTION_ENUM
+  STRATA_ACTION_KIND_COUNT
+};
+
+/* Short label of a kind ("F", "SA", ...); "?" when out of range. */
+STRATA_API const char *strata_action_label(int kind);
+
+struct strata_action {
+  int kind;
+  int stage;                 /* virtual stage */
+  int microbatch;            /* -1 for OPTIMIZER */
+};
+
+enum strata_schedule_kind {
+  STRATA_SCHEDULE_GPIPE = 1,        /* all forwards, then all backwards */
+  STRATA_SCHEDULE_1F1B = 2,         /* warm-up forwards, then one forward one backward */
+  STRATA_SCHEDULE_INTERLEAVED = 3,  /* 1F1B over v virtual stages per device (Megatron) */
+  STRATA_SCHEDULE_ZB_H1 = 4         /* zero-bubble H1: backward split into input and weight parts */
+};
+
+typedef struct strata_schedule *strata_schedule_t;
+
+/*
+** Generate a schedule for `devices` pipeline devices (p), `microbatches`
+** micro-batches (m) and, for INTERLEAVED, `virtual_stages` stages per
+** device (v >= 2; ignored otherwise, where stages = p). Stage s lives on
+** device s % p. Constraints: p >= 1, m >= 1; INTERLEAVED needs m a
+** multiple of p. The caller frees the schedule.
+*/
+STRATA_API int strata_schedule_generate(int kind, int devices, int microbatches, int virtual_stages,
+                                        strata_schedule_t *out /* OUT */);
+/* Build a schedule from explicit lists (for tests and hand-written schedules):
+** lists[d] has counts[d] actions; stage_device has `stages` entries. Copies everything. */
+STRATA_API int strata_schedule_from_lists(int devices, int stages, int microbatches, const int *stage_device,
+                                          const struct strata_action *const *lists, const int *counts,
+                                          strata_schedule_t *out /* OUT */);
+STRATA_API void strata_schedule_free(strata_schedule_t s);
+
+/* Parse "gpipe", "1f1b", "interleaved", "zb" (or "zb-h1"); STRATA_ERR_PARSE otherwise. */
+STRATA_API int strata_schedule_kind_parse(const char *name, int *kind /* OUT */);
+STRATA_API const char *strata_schedule_kind_name(int kind);
+
+STRATA_API int strata_schedule_kind(strata_schedule_t s);
+STRATA_API int strata_schedule_devices(strata_schedule_t s);
+STRATA_API int strata_schedule_stages(strata_schedule_t s);
+STRATA_API int strata_schedule_microbatches(strata_schedule_t s);
+STRATA_API int strata_schedule_stage_device(strata_schedule_t s, int stage);
+/* Device d's actions: a pointer valid while `s` lives, and their number. */
+STRATA_API const struct strata_action *strata_schedule_actions(strata_schedule_t s, int device, int *count /* OUT */);
+
+/*
+** Check that the lists are complete and deadlock-free: every stage runs
+** each micro-batch's forward once and its backward once (B, or BI then W),
+** on the stage's device; every boundary between stages on different
+** devices has exactly one matching send and receive per micro-batch and
+** direction, on the right devices, and none where the stages share a
+** device; each stage's OPTIMIZER comes once, after all its backward work;
+** and executing the lists (sends buffered, receives waiting) finishes. On
+** failure returns STRATA_ERR_INVALID and a message naming the device, the
+** position in its list and the action (and, for a deadlock, what each
+** stuck device waits for).
+*/
+STRATA_API int strata_schedule_validate(strata_schedule_t s);
+
+/*
+** The ideal bubble fraction of the schedule with unit costs (forward 1,
+** backward 2 — or input 1 + weight 1 — transfers free): 1 - busy / (p x span),
+** computed by simulating the lists. 1F1B/GPipe give (p-1)/(m+p-1).
+*/
+STRATA_API int strata_schedule_bubble(strata_schedule_t s, double *bubble /* OUT */);
+
+/* Peak number of micro-batches whose activations a stage holds at once
+** (forwarded, backward not finished) when its device runs its list. */
+STRATA_API int strata_schedule_peak_inflight(strata_schedule_t s, int stage, int *peak /* OUT */);
+
+/* Text form: one line per device, e.g. "dev 0: F0.0 SA0.0 F0.1 ..." (caller frees). */
+STRATA_API int strata_schedule_to_text(strata_schedule_t s, char **text /* OUT */);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* STRATA_SCHEDULE_H */
