@@ -1,0 +1,163 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# test-strata-train.sh — tool-level tests of strata-train and strata-generate: one-line errors on bad input with good files left intact, a short run's JSON, save + resume, SIGINT; prints TAP.
+top_builddir=${top_builddir:-.}
+top_srcdir=${top_srcdir:-.}
+TRAIN="$top_builddir/tools/strata-train"
+GEN="$top_builddir/tools/strata-generate"
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/strata-train-sh.XXXXXX") || exit 99
+trap 'rm -rf "$TMP"' EXIT INT TERM
+# one host device: quick, and the same figures on every machine
+STRATA_BACKENDS=host
+STRATA_HOST_DEVICES=1
+export STRATA_BACKENDS STRATA_HOST_DEVICES
+unset STRATA_DEVICE_MEMORY_LIMIT
+
+n=0
+ok() { n=$((n + 1)); echo "ok $n - $1"; }
+not_ok() { n=$((n + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
+check() { name=$1; shift; if "$@"; then ok "$name"; else not_ok "$name" "$(head -c 600 "$TMP/err" 2>/dev/null)"; fi; }
+
+# field FILE EVENT KEY: KEY's value in the last JSON line of EVENT ("step", "summary" ...)
+field() { grep "\"event\":\"$2\"" "$1" | tail -n 1 | sed -n "s/.*\"$3\":\\([^,}]*\\).*/\\1/p"; }
+first_field() { grep "\"event\":\"$2\"" "$1" | head -n 1 | sed -n "s/.*\"$3\":\\([^,}]*\\).*/\\1/p"; }
+
+# fails_clearly NAME STATUS WORDS CMD...: exit STATUS (any non-zero when "*"), nothing on stdout,
+# one stderr line starting with the program's name and holding WORDS
+fails_clearly() {
+  name=$1 want=$2 words=$3
+  shift 3
+  "$@" >"$TMP/out" 2>"$TMP/err"
+  rc=$?
+  lines=$(wc -l <"$TMP/err" | tr -d ' ')
+  if [ "$rc" -ne 0 ] && { [ "$want" = "*" ] || [ "$rc" -eq "$want" ]; } && [ "$lines" -eq 1 ] && [ ! -s "$TMP/out" ] &&
+    grep -q '^strata-\(train\|generate\): ' "$TMP/err" && grep -qF -- "$words" "$TMP/err"; then
+    ok "$name: exit $rc, one line"
+  else
+    not_ok "$name: exit $want, one line with '$words'" "rc=$rc lines=$lines" "$(head -c 600 "$TMP/err")"
+  fi
+}
+
+if [ ! -x "$TRAIN" ] || [ ! -x "$GEN" ]; then
+  echo "1..0 # SKIP strata-train or strata-generate not built"
+  exit 0
+fi
+echo "1..38"
+
+# A small corpus of our own, so that the tests do not depend on what the machine ships.
+for i in 1 2 3 4 5 6 7 8; do cat "$top_srcdir/README.md" "$top_srcdir/man/strata-train.1"; done >"$TMP/text.txt"
+T="$TRAIN --model gpt-micro --data $TMP/text.txt --device 0 --batch 4 --eval-batches 2"
+
+# --- a good checkpoint, which every failure below must leave byte for byte
+$T --steps 6 --save "$TMP/good.st" --quiet >"$TMP/out" 2>"$TMP/err"
+rc=$?
+check "a short run writes a checkpoint" [ "$rc" -eq 0 -a -s "$TMP/good.st" ]
+cp "$TMP/good.st" "$TMP/good.orig"
+S="--save $TMP/good.st"
+
+# --- bad input: one clear line, nothing written over the good checkpoint
+fails_clearly "unknown preset" 1 "gpt-nonesuch" $TRAIN --model gpt-nonesuch $S
+printf '{"kind": "gpt", "vocab": 256, "context": 16,' >"$TMP/malformed.json"
+fails_clearly "malformed model file" 1 "malformed.json" $TRAIN --model "$TMP/malformed.json" $S
+printf '{"kind": "gpt", "vocab": 256, "context": 16, "d_model": 30, "layers": 1, "heads": 4, "d_ff": 64}\n' >"$TMP/heads.json"
+fails_clearly "heads that do not divide d_model" 1 "does not divide" $TRAIN --model "$TMP/heads.json" $S
+printf '{"kind": "gpt", "vocab": 256, "context": 16, "d_model": -4, "layers": 1, "heads": 1, "d_ff": 64}\n' >"$TMP/neg.json"
+fails_clearly "negative d_model" 1 "d_model" $TRAIN --model "$TMP/neg.json" $S
+: >"$TMP/empty.txt"
+fails_clearly "empty data file" 1 "empty" $T --data "$TMP/empty.txt" $S
+fails_clearly "missing data file" 1 "no-such.txt" $T --data "$TMP/no-such.txt" $S
+head -c 1000 "$TMP/good.st" >"$TMP/truncated.st"
+fails_clearly "truncated checkpoint for --resume" 1 "truncated.st" $T --steps 8 --resume "$TMP/truncated.st" $S
+fails_clearly "missing checkpoint for --resume" 1 "no-such.st" $T --steps 8 --resume "$TMP/no-such.st" $S
+fails_clearly "checkpoint of another model" 1 "good.st" $TRAIN --model gpt-tiny --data "$TMP/text.txt" --device 0 \
+  --steps 8 --resume "$TMP/good.st" --save "$TMP/good.st"
+fails_clearly "--steps 12x" 2 "--steps wants a positive integer, not '12x'" $TRAIN --steps 12x $S
+fails_clearly "--steps 0" 2 "--steps wants a positive integer, not '0'" $TRAIN --steps 0 $S
+fails_clearly "--batch -3" 2 "--batch wants a positive integer, not '-3'" $TRAIN --batch -3 $S
+fails_clearly "--lr abc" 2 "--lr wants a positive number, not 'abc'" $TRAIN --lr abc $S
+fails_clearly "--clip -1" 2 "--clip wants a non-negative number" $TRAIN --clip -1 $S
+fails_clearly "--device 7" 2 "--device 7" $T --device 7 $S
+fails_clearly "--save to a directory" 2 "is a directory" $T --save "$TMP"
+fails_clearly "unknown option" 2 "--frobnicate" $TRAIN --frobnicate
+if cmp -s "$TMP/good.st" "$TMP/good.orig" && [ -z "$(find "$TMP" -name 'good.st.tmp*')" ]; then
+  ok "the good checkpoint is byte-identical after every failure, no temporary left"
+else
+  not_ok "the good checkpoint is byte-identical after every failure, no temporary left"
+fi
+
+# --- a short run, --json
+$T --steps 30 --eval-every 10 --json >"$TMP/run.json" 2>"$TMP/err"
+rc=$?
+check "30 steps of gpt-micro: exit 0, nothing on stderr" [ "$rc" -eq 0 -a ! -s "$TMP/err" ]
+if command -v python3 >/dev/null 2>&1; then
+  check "every line is a JSON object with an event" python3 -c '
+import json, sys
+events = [json.loads(l)["event"] for l in open(sys.argv[1])]
+assert events[0] == "start" and events[-1] == "summary", events
+assert events.count("step") == 30 and events.count("eval") == 3, events' "$TMP/run.json"
+elif command -v jq >/dev/null 2>&1; then
+  check "every line is a JSON object with an event" sh -c "jq -e .event '$TMP/run.json' >/dev/null"
+else
+  ok "every line is a JSON object with an event # SKIP neither python3 nor jq"
+fi
+l1=$(first_field "$TMP/run.json" step loss)
+l30=$(field "$TMP/run.json" step loss)
+check "the loss falls: step 1 $l1, step 30 $l30" awk -v a="$l1" -v b="$l30" 'BEGIN { exit !(a > 5 && b < a - 0.3) }'
+v=$(field "$TMP/run.json" summary val_loss)
+check "the summary has a finite validation loss ($v) and an MFU" \
+  awk -v v="$v" -v m="$(field "$TMP/run.json" summary mfu)" 'BEGIN { exit !(v > 0 && v < 6 && m > 0 && m < 2) }'
+
+# --- human output: header, plain progress lines (stderr is no terminal), summary
+$T --steps 4 >"$TMP/out" 2>"$TMP/err"
+rc=$?
+check "text report: model, data, entropy, device, peak, summary" sh -c "[ $rc -eq 0 ] &&
+  grep -q '^model .*gpt-micro' '$TMP/out' && grep -q 'unigram entropy' '$TMP/out' && grep -q '^device ' '$TMP/out' &&
+  grep -q '^peak .*GFLOP/s' '$TMP/out' && grep -q '^summary ' '$TMP/out' && grep -q 'MFU' '$TMP/out'"
+check "plain progress lines on stderr" grep -q '^step 4/4 .*loss .*tok/s .*MFU .*ETA' "$TMP/err"
+
+# --- save + resume continues exactly: 10 + 10 steps give the losses of 20 straight
+$T --steps 20 --eval-every 5 --json >"$TMP/straight.json" 2>"$TMP/err"
+$T --steps 20 --eval-every 5 --stop-at 10 --save "$TMP/half.st" --json >"$TMP/first.json" 2>>"$TMP/err"
+rc1=$?
+$T --steps 20 --eval-every 5 --resume "$TMP/half.st" --save "$TMP/half.st" --json >"$TMP/second.json" 2>>"$TMP/err"
+rc2=$?
+check "--stop-at 10 then --resume: both exit 0" [ "$rc1" -eq 0 -a "$rc2" -eq 0 ]
+check "the resumed run starts at step 10" [ "$(field "$TMP/second.json" start start_step)" = 10 ]
+a=$(field "$TMP/straight.json" step loss)
+b=$(field "$TMP/second.json" step loss)
+check "step 20's loss is the same straight ($a) and resumed ($b)" [ -n "$a" -a "$a" = "$b" ]
+a=$(field "$TMP/straight.json" summary val_loss)
+b=$(field "$TMP/second.json" summary val_loss)
+check "final validation loss the same straight ($a) and resumed ($b)" [ -n "$a" -a "$a" = "$b" ]
+$TRAIN --data "$TMP/text.txt" --device 0 --batch 4 --steps 20 --resume "$TMP/half.st" --json >"$TMP/again.json" 2>"$TMP/err"
+rc=$?
+check "--resume without --model takes the checkpoint's model; nothing left to do" \
+  sh -c "[ $rc -eq 0 ] && grep -q '\"steps_this_run\":0' '$TMP/again.json' && grep -q '\"model\":\"gpt-micro\"' '$TMP/again.json'"
+
+# --- SIGINT: finish the step, save, summary, exit 130
+$T --steps 100000 --eval-every 0 --save "$TMP/int.st" --json >"$TMP/int.json" 2>"$TMP/err" &
+pid=$!
+i=0
+while [ $i -lt 200 ] && ! grep -q '"event":"step"' "$TMP/int.json" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+kill -INT $pid
+wait $pid
+rc=$?
+check "SIGINT: exit 130, interrupted summary, checkpoint at the last step" sh -c "[ $rc -eq 130 ] &&
+  grep -q '\"interrupted\":true' '$TMP/int.json' && [ -s '$TMP/int.st' ] &&
+  [ \"\$(grep -c '\"event\":\"step\"' '$TMP/int.json')\" = \"\$(grep '\"event\":\"save\"' '$TMP/int.json' | sed 's/.*\"step\":\\([0-9]*\\).*/\\1/')\" ]"
+
+# --- strata-generate
+$GEN --checkpoint "$TMP/half.st" --prompt "The " --length 40 --seed 3 >"$TMP/gen1" 2>"$TMP/err"
+rc=$?
+$GEN --checkpoint "$TMP/half.st" --prompt "The " --length 40 --seed 3 >"$TMP/gen2" 2>>"$TMP/err"
+check "generate: the prompt and 40 bytes, the same for the same seed" sh -c "[ $rc -eq 0 ] &&
+  [ \$(wc -c <'$TMP/gen1') -eq 45 ] && head -c 4 '$TMP/gen1' | grep -q '^The ' && cmp -s '$TMP/gen1' '$TMP/gen2'"
+$GEN --checkpoint "$TMP/half.st" --length 20 --temperature 0 >"$TMP/out" 2>"$TMP/err"
+rc=$?
+check "generate: greedy decoding" [ $rc -eq 0 -a "$(wc -c <"$TMP/out")" -eq 21 ]
+fails_clearly "generate: truncated checkpoint" 1 "truncated.st" $GEN --checkpoint "$TMP/truncated.st"
+fails_clearly "generate: missing checkpoint" 1 "no-such.st" $GEN --checkpoint "$TMP/no-such.st"
+fails_clearly "generate: no --checkpoint" 2 "--checkpoint" $GEN --length 5
+fails_clearly "generate: --length 5x" 2 "--length wants a positive integer, not '5x'" $GEN --checkpoint "$TMP/half.st" --length 5x
+$TRAIN --model mlp --device 0 --steps 1 --batch 4 --eval-batches 1 --save "$TMP/mlp.st" --quiet >/dev/null 2>&1
+fails_clearly "generate: an image model" 1 "not a text model" $GEN --checkpoint "$TMP/mlp.st"

@@ -1,0 +1,981 @@
+/* SPDX-License-Identifier: MIT */
+/* strata-train.c — train a model (preset or JSON file) on one device: progress with loss, tokens/s and MFU, evaluation, atomic checkpoints, a summary. */
+#include "config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <strata/strata.h>
+
+#define PROG "strata-train"
+
+/* Exit statuses: 0 success, 1 a failure reported by the library (bad file,
+** device, divergence), 2 bad usage, 130 interrupted by SIGINT. */
+#define EXIT_RUNTIME 1
+#define EXIT_USAGE 2
+#define EXIT_INTERRUPTED 130
+
+#define DEFAULT_PRESET "gpt-tiny"
+#define DEFAULT_STEPS 400
+#define DEFAULT_BATCH 16
+#define DEFAULT_EVAL_BATCHES 8
+#define VAL_FRACTION 0.1
+/* Synthetic image task for mlp/cnn models: images drawn (the last 10% validate). */
+#define IMAGE_COUNT 8192
+/* Largest GEMM of the peak measurement, and the longest one repetition may take
+** before a smaller N is used instead (slow devices). */
+#define PEAK_N 1024
+#define PEAK_MAX_SECONDS 0.25
+#define PEAK_REPS 5
+
+struct options {
+  const char *model;        /* NULL: the checkpoint's model with --resume, else DEFAULT_PRESET */
+  const char *data;         /* NULL: the default corpus */
+  int device;               /* -1: the fastest device */
+  int64_t steps, batch, accum, warmup, seed;  /* warmup -1: the library's default */
+  double lr, clip, weight_decay;              /* < 0: the library's default */
+  const char *save, *resume;
+  int64_t save_every;       /* 0: only at the end */
+  int64_t stop_at;          /* stop after this step (the schedule still spans steps); 0: at the end */
+  int64_t eval_every;       /* -1: a fifth of the steps; 0: only at the end */
+  int64_t eval_batches;
+  int json, quiet;
+};
+
+/* Everything the run reports, kept so that the summary can be printed from any exit path. */
+struct run {
+  strata_model_t model;
+  strata_dataset_t data;
+  strata_trainer_t tr;
+  const struct strata_model_config *cfg;
+  struct strata_dataset_info dinfo;
+  struct strata_device_props dprops;
+  struct strata_train_options topts;
+  int device;
+  double baseline;          /* unigram entropy (text) or ln(classes) (images), nats */
+  double peak_gflops;       /* measured sgemm peak of the device, 0 if unknown */
+  int peak_n;
+  int64_t start_step;       /* steps already done when this run began (resume) */
+  int64_t step;             /* steps done now */
+  int64_t end;              /* the step this run stops after: --steps, or --stop-at */
+  float loss;               /* last training loss */
+  float val_loss;           /* last validation loss (NAN before the first evaluation) */
+  int64_t val_step;
+  double train_s;           /* seconds in steps after the first of this run (the first warms up) */
+  uint64_t train_tokens;    /* tokens processed in those steps */
+  double train_flops;       /* model FLOPs of those steps */
+  double first_s;           /* the first step of the run, kept apart */
+  uint64_t first_tokens;
+  double first_flops;
+  double eval_s, save_s;
+  double t_start;
+  const char *saved;        /* path of the last checkpoint written, NULL if none */
+  int64_t saved_step;
+  int progress_tty;         /* stderr is a terminal: redraw one line */
+  int progress_open;        /* a progress line is drawn and not yet ended */
+};
+
+static volatile sig_atomic_t interrupted;
+
+static void on_sigint(int sig) {
+  (void)sig;
+  interrupted = 1;
+}
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "Usage: strata-train [OPTION]...\n"
+          "Train a model on one device and report loss, validation loss, tokens/s and MFU.\n"
+          "With no options: the %s preset on the default corpus, on the fastest local device.\n"
+          "\n"
+          "  -m, --model PRESET|FILE  a preset (see below) or a JSON model file (default %s;\n"
+          "                           with --resume, the checkpoint's model)\n"
+          "  -d, --data FILE          text to train on, one token per byte (default: the default\n"
+          "                           corpus); mlp and cnn models train on synthetic images\n"
+          "      --device N|best      global device index, or the fastest by a timed sgemm (default)\n"
+          "  -s, --steps N            total optimizer steps, counting resumed ones (default %d)\n"
+          "  -b, --batch N            sequences or images per micro-batch (default %d)\n"
+          "      --accum N            micro-batches per step (default 1)\n"
+          "      --lr X               peak learning rate (default 1e-3, cosine decay to a tenth)\n"
+          "      --warmup N           linear warm-up steps (default 5%% of the steps)\n"
+          "      --seed N             parameter and data seed (default 1)\n"
+          "      --clip X             clip the gradient norm to X, 0 = off (default 1)\n"
+          "      --weight-decay X     AdamW decoupled weight decay (default 0.1)\n"
+          "  -o, --save FILE          write a checkpoint (safetensors, atomically) at the end\n"
+          "      --save-every N       and every N steps (default 0: only at the end)\n"
+          "      --stop-at N          stop after step N (the schedule still spans --steps), save;\n"
+          "                           --resume continues exactly\n"
+          "  -r, --resume FILE        load a checkpoint and continue to --steps in total\n"
+          "  -e, --eval-every N       validation loss every N steps and at the end\n"
+          "                           (default: a fifth of the steps; 0: only at the end)\n"
+          "      --eval-batches N     micro-batches per validation (default %d)\n"
+          "  -j, --json               one JSON object per line on stdout (start, step, eval, save,\n"
+          "                           summary); no progress bar\n"
+          "  -q, --quiet              print only errors and the summary\n"
+          "  -h, --help               show this help\n"
+          "      --version            show the version\n"
+          "\n"
+          "Presets:",
+          DEFAULT_PRESET, DEFAULT_PRESET, DEFAULT_STEPS, DEFAULT_BATCH, DEFAULT_EVAL_BATCHES);
+  for (const char *const *p = strata_model_presets(); p && *p; p++)
+    fprintf(f, " %s", *p);
+  fprintf(f, "\n\n"
+             "Exit status: 0 on success, 1 on a runtime failure (unreadable data or checkpoint,\n"
+             "device error, divergence), 2 on bad usage, 130 when interrupted (after saving).\n");
+}
+
+/* ---------------------------------------------------------------- parsing */
+
+/* A decimal integer >= min, digits only: no sign, no spaces, no suffix. */
+static int parse_int(const char *opt, const char *text, int64_t min, int64_t *out) {
+  const char *what = min > 0 ? "a positive integer" : "a non-negative integer";
+  char *end = NULL;
+  errno = 0;
+  long long v = (text[0] >= '0' && text[0] <= '9') ? strtoll(text, &end, 10) : -1;
+  if (!end || errno || *end || v < min) {
+    fprintf(stderr, PROG ": %s wants %s, not '%s'\n", opt, what, text);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+/* A finite decimal number, > 0 (or >= 0 when zero_ok). */
+static int parse_num(const char *opt, const char *text, int zero_ok, double *out) {
+  const char *what = zero_ok ? "a non-negative number" : "a positive number";
+  char *end = NULL;
+  errno = 0;
+  double v = (text[0] == '.' || (text[0] >= '0' && text[0] <= '9')) ? strtod(text, &end) : -1;
+  if (!end || errno || *end || !isfinite(v) || v < 0 || (v == 0 && !zero_ok)) {
+    fprintf(stderr, PROG ": %s wants %s, not '%s'\n", opt, what, text);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+/* Check that a checkpoint can be written at `path` before spending time on training. */
+static int check_save_path(const char *path) {
+  struct stat st;
+  if (!*path) {
+    fprintf(stderr, PROG ": --save wants a file name\n");
+    return -1;
+  }
+  if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+    fprintf(stderr, PROG ": --save '%s' is a directory; give a file name\n", path);
+    return -1;
+  }
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (!slash)
+    snprintf(dir, sizeof dir, ".");
+  else if (slash == dir)
+    dir[1] = '\0';
+  else
+    *slash = '\0';
+  if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    fprintf(stderr, PROG ": --save '%s': no directory '%s'\n", path, dir);
+    return -1;
+  }
+  if (access(dir, W_OK | X_OK) != 0) {
+    fprintf(stderr, PROG ": --save '%s': directory '%s' is not writable\n", path, dir);
+    return -1;
+  }
+  return 0;
+}
+
+/* ---------------------------------------------------------------- output helpers */
+
+static void json_str(FILE *f, const char *s) {
+  fputc('"', f);
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    if (*p == '"' || *p == '\\')
+      fprintf(f, "\\%c", *p);
+    else if (*p == '\n')
+      fputs("\\n", f);
+    else if (*p < 0x20)
+      fprintf(f, "\\u%04x", *p);
+    else
+      fputc(*p, f);
+  }
+  fputc('"', f);
+}
+
+/* A float in JSON: enough digits to read back the same float; null when not finite. */
+static void json_float(FILE *f, double v) {
+  if (isfinite(v))
+    fprintf(f, "%.9g", v);
+  else
+    fputs("null", f);
+}
+
+/* "12.3k", "4.56M": a rate or a count in three significant figures. */
+static void fmt_si(char *buf, size_t n, double v) {
+  if (v >= 1e9)
+    snprintf(buf, n, "%.3gG", v / 1e9);
+  else if (v >= 1e6)
+    snprintf(buf, n, "%.3gM", v / 1e6);
+  else if (v >= 1e3)
+    snprintf(buf, n, "%.3gk", v / 1e3);
+  else
+    snprintf(buf, n, "%.3g", v);
+}
+
+static void fmt_duration(char *buf, size_t n, double s) {
+  if (!isfinite(s) || s < 0)
+    snprintf(buf, n, "?");
+  else if (s >= 3600)
+    snprintf(buf, n, "%d:%02d:%02d", (int)(s / 3600), (int)fmod(s / 60, 60), (int)fmod(s, 60));
+  else
+    snprintf(buf, n, "%d:%02d", (int)(s / 60), (int)fmod(s, 60));
+}
+
+static int fail(const char *what) {
+  if (what)
+    fprintf(stderr, PROG ": %s: %s\n", what, strata_last_error());
+  else
+    fprintf(stderr, PROG ": %s\n", strata_last_error());
+  return EXIT_RUNTIME;
+}
+
+/* ---------------------------------------------------------------- device speed */
+
+/*
+** Time C = A B (n x n, fp32) through strata_gemm on device `dev`: one
+** warm-up call, then `reps` timed ones; *gflops receives the best (the
+** peak the device reaches, least disturbed by other processes). Allocates
+** three n x n buffers and frees them.
+*/
+static int time_gemm(int dev, int n, int reps, double *gflops /* OUT */, double *secs /* OUT, may be NULL */) {
+  size_t elems = (size_t)n * (size_t)n;
+  strata_buffer_t a = NULL, b = NULL, c = NULL;
+  strata_queue_t q = NULL;
+  double best = 0;
+  int rc = strata_queue_new(dev, &q);
+  if (!rc)
+    rc = strata_buffer_new(dev, elems * 4, &a);
+  if (!rc)
+    rc = strata_buffer_new(dev, elems * 4, &b);
+  if (!rc)
+    rc = strata_buffer_new(dev, elems * 4, &c);
+  if (!rc)
+    rc = strata_fill(q, strata_mem(a, 0), 0.5f, (int64_t)elems);
+  if (!rc)
+    rc = strata_fill(q, strata_mem(b, 0), 0.25f, (int64_t)elems);
+  if (!rc)
+    rc = strata_queue_finish(q);
+  for (int r = -1; r < reps && !rc; r++) { /* r = -1 warms up: kernel compilation, caches, thread start */
+    double t0 = now();
+    rc = strata_gemm(q, STRATA_NO_TRANS, STRATA_NO_TRANS, n, n, n, 1.0f, strata_mem(a, 0), n, 0, strata_mem(b, 0), n,
+                     0, 0.0f, strata_mem(c, 0), n, 0, 1);
+    if (!rc)
+      rc = strata_queue_finish(q);
+    double dt = now() - t0;
+    if (!rc && r >= 0 && dt > 0 && 2.0 * n * n * n / dt > best)
+      best = 2.0 * n * n * n / dt;
+  }
+  strata_buffer_free(a);
+  strata_buffer_free(b);
+  strata_buffer_free(c);
+  strata_queue_free(q);
+  if (!rc) {
+    *gflops = best * 1e-9;
+    if (secs)
+      *secs = best > 0 ? 2.0 * n * n * n / best : 0;
+  }
+  return rc;
+}
+
+/*
+** The device's sgemm peak: N = PEAK_N unless one product of that size would
+** take longer than PEAK_MAX_SECONDS at the rate a 256 product shows, then
+** the largest power of two that fits (never below 256). `rough` is a rate
+** already known (GFLOP/s, 0 if none) to skip the probe.
+*/
+static int measure_peak(int dev, double rough, double *gflops /* OUT */, int *n_used /* OUT */) {
+  int rc = STRATA_OK;
+  if (rough <= 0)
+    rc = time_gemm(dev, 256, 3, &rough, NULL);
+  if (rc)
+    return rc;
+  int n = PEAK_N;
+  while (n > 256 && 2.0 * n * n * n / (rough * 1e9) > PEAK_MAX_SECONDS)
+    n /= 2;
+  /* Fall back to smaller products when the device's memory cap refuses the big ones. */
+  for (; n >= 128; n /= 2) {
+    rc = time_gemm(dev, n, PEAK_REPS, gflops, NULL);
+    if (rc != STRATA_ERR_DEVICE_MEMORY)
+      break;
+  }
+  *n_used = n;
+  return rc;
+}
+
+/*
+** Choose the fastest device: a 512 product (after a 256 probe that also
+** warms up) on every device, the highest GFLOP/s wins. The figures are
+** written into `why` for the report. Devices whose measurement fails are
+** skipped with their reason; none left is an error.
+*/
+static int pick_best_device(int ndev, int *best /* OUT */, double *rate /* OUT */, char *why, size_t why_size) {
+  double top = -1;
+  int top_dev = -1;
+  size_t len = 0;
+  why[0] = '\0';
+  for (int d = 0; d < ndev; d++) {
+    struct strata_device_props p;
+    double g = 0;
+    int rc = strata_device_props(d, &p);
+    if (!rc)
+      rc = time_gemm(d, 256, 1, &g, NULL);
+    if (!rc)
+      rc = time_gemm(d, 512, 2, &g, NULL);
+    if (rc) {
+      len += (size_t)snprintf(why + len, len < why_size ? why_size - len : 0, "%s%d %s: failed (%s)",
+                              len ? "; " : "", d, rc ? "?" : p.backend, strata_last_error());
+      continue;
+    }
+    len += (size_t)snprintf(why + len, len < why_size ? why_size - len : 0, "%s%d %s %.1f GFLOP/s", len ? ", " : "",
+                            d, p.backend, g);
+    if (g > top) {
+      top = g;
+      top_dev = d;
+    }
+  }
+  if (top_dev < 0) {
+    fprintf(stderr, PROG ": no device could run a matrix product: %s\n", why);
+    return -1;
+  }
+  *best = top_dev;
+  *rate = top;
+  return 0;
+}
+
+/* ---------------------------------------------------------------- progress and summary */
+
+static void progress_end(struct run *r) {
+  if (r->progress_open) {
+    fputc('\n', stderr);
+    r->progress_open = 0;
+  }
+}
+
+/* Seconds per step of the steady state (the run's first step excluded once there are others). */
+static double step_seconds(const struct run *r) {
+  int64_t n = r->step - r->start_step;
+  if (n >= 2)
+    return r->train_s / (double)(n - 1);
+  return r->first_s;
+}
+
+static double tokens_per_s(const struct run *r) {
+  if (r->step - r->start_step >= 2 && r->train_s > 0)
+    return (double)r->train_tokens / r->train_s;
+  return r->first_s > 0 ? (double)r->first_tokens / r->first_s : 0;
+}
+
+static double mfu(const struct run *r) {
+  if (r->peak_gflops <= 0)
+    return NAN;
+  double flops = r->step - r->start_step >= 2 ? r->train_flops / r->train_s : r->first_flops / r->first_s;
+  return flops / (r->peak_gflops * 1e9);
+}
+
+/* One progress report: a redrawn line on a terminal, else a plain line. */
+static void progress(struct run *r) {
+  char tok[32], eta[32], val[32], mf[32];
+  double tps = tokens_per_s(r);
+  fmt_si(tok, sizeof tok, tps);
+  fmt_duration(eta, sizeof eta, step_seconds(r) * (double)(r->end - r->step));
+  if (isnan(r->val_loss))
+    snprintf(val, sizeof val, "-");
+  else
+    snprintf(val, sizeof val, "%.4f", r->val_loss);
+  double m = mfu(r);
+  if (isnan(m))
+    snprintf(mf, sizeof mf, "-");
+  else
+    snprintf(mf, sizeof mf, "%.1f%%", 100 * m);
+  int w = (int)snprintf(NULL, 0, "%lld", (long long)r->topts.steps);
+  char line[256];
+  snprintf(line, sizeof line, "step %*lld/%lld  loss %.4f  val %s  %s %s/s  MFU %s  ETA %s", w, (long long)r->step,
+           (long long)r->topts.steps, r->loss, val, tok, r->dinfo.kind == STRATA_DATA_TEXT ? "tok" : "img", mf, eta);
+  if (r->progress_tty) {
+    struct winsize ws;
+    int cols = ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col ? ws.ws_col : 80;
+    char bar[32] = "";
+    int bw = 20;
+    if ((int)strlen(line) + bw + 3 < cols) {
+      int fill = r->topts.steps ? (int)(bw * r->step / r->topts.steps) : bw;
+      bar[0] = '[';
+      for (int i = 0; i < bw; i++)
+        bar[1 + i] = i < fill ? '#' : '.';
+      bar[bw + 1] = ']';
+      bar[bw + 2] = ' ';
+      bar[bw + 3] = '\0';
+    }
+    fprintf(stderr, "\r%s%.*s\033[K", bar, cols - 1 - (int)strlen(bar), line);
+    r->progress_open = 1;
+  } else {
+    fprintf(stderr, "%s\n", line);
+  }
+  fflush(stderr);
+}
+
+static void print_summary(struct run *r, int was_interrupted, const struct options *o) {
+  double wall = now() - r->t_start;
+  double tps = tokens_per_s(r);
+  double m = mfu(r);
+  int64_t done = r->step - r->start_step;
+  if (o->json) {
+    printf("{\"event\":\"summary\",\"steps\":%lld,\"steps_this_run\":%lld,\"total_steps\":%lld,\"loss\":",
+           (long long)r->step, (long long)done, (long long)r->topts.steps);
+    json_float(stdout, done ? r->loss : NAN);
+    printf(",\"val_loss\":");
+    json_float(stdout, r->val_loss);
+    printf(",\"val_step\":%lld,\"baseline\":", (long long)r->val_step);
+    json_float(stdout, r->baseline);
+    printf(",\"tokens_per_s\":");
+    json_float(stdout, tps);
+    printf(",\"mfu\":");
+    json_float(stdout, m);
+    printf(",\"peak_gflops\":");
+    json_float(stdout, r->peak_gflops);
+    printf(",\"wall_s\":%.3f,\"train_s\":%.3f,\"eval_s\":%.3f,\"checkpoint\":", wall, r->train_s + r->first_s,
+           r->eval_s);
+    if (r->saved)
+      json_str(stdout, r->saved);
+    else
+      printf("null");
+    printf(",\"interrupted\":%s}\n", was_interrupted ? "true" : "false");
+    fflush(stdout);
+    return;
+  }
+  char tok[32], wall_s[32];
+  fmt_si(tok, sizeof tok, tps);
+  fmt_duration(wall_s, sizeof wall_s, wall);
+  progress_end(r);
+  if (was_interrupted)
+    printf("interrupted at step %lld of %lld\n", (long long)r->step, (long long)r->topts.steps);
+  else if (r->step < r->topts.steps && done)
+    printf("stopped at step %lld of %lld (--stop-at); --resume continues\n", (long long)r->step,
+           (long long)r->topts.steps);
+  printf("summary   %lld steps (%lld in this run) in %s wall (%.1f s training, %.1f s validation, %.1f s saving)\n",
+         (long long)r->step, (long long)done, wall_s, r->train_s + r->first_s, r->eval_s, r->save_s);
+  const char *base = r->dinfo.kind == STRATA_DATA_TEXT ? "unigram entropy" : "chance";
+  if (done)
+    printf("          train loss %.4f", r->loss);
+  else
+    printf("          train loss -");
+  if (!isnan(r->val_loss))
+    printf(", validation loss %.4f (step %lld) vs %s %.4f nats: %s by %.3f\n", r->val_loss, (long long)r->val_step,
+           base, r->baseline, r->val_loss < r->baseline ? "below" : "ABOVE", fabs(r->baseline - r->val_loss));
+  else
+    printf(", no validation loss; %s %.4f nats\n", base, r->baseline);
+  if (done) {
+    if (isnan(m))
+      printf("          %s %s/s, MFU unknown (no sgemm peak)\n", tok,
+             r->dinfo.kind == STRATA_DATA_TEXT ? "tokens" : "images");
+    else
+      printf("          %s %s/s, %.2f GFLOP/s of model FLOPs, MFU %.1f%% of the %.1f GFLOP/s sgemm peak%s\n",
+             tok, r->dinfo.kind == STRATA_DATA_TEXT ? "tokens" : "images", m * r->peak_gflops, 100 * m, r->peak_gflops, done >= 2 ? " (first step excluded)" : "");
+  }
+  if (r->saved)
+    printf("          checkpoint %s (step %lld)\n", r->saved, (long long)r->saved_step);
+  else if (o->save)
+    printf("          no checkpoint written\n");
+  fflush(stdout);
+}
+
+/* ---------------------------------------------------------------- training */
+
+static int save_checkpoint(struct run *r, const struct options *o) {
+  double t0 = now();
+  if (strata_trainer_save(r->tr, o->save)) {
+    progress_end(r);
+    return fail(NULL);
+  }
+  r->save_s += now() - t0;
+  r->saved = o->save;
+  r->saved_step = r->step;
+  if (o->json) {
+    printf("{\"event\":\"save\",\"step\":%lld,\"path\":", (long long)r->step);
+    json_str(stdout, o->save);
+    printf("}\n");
+    fflush(stdout);
+  }
+  return 0;
+}
+
+static int evaluate(struct run *r, const struct options *o) {
+  double t0 = now();
+  float v;
+  if (strata_trainer_eval(r->tr, o->eval_batches, &v)) {
+    progress_end(r);
+    return fail("validation");
+  }
+  r->eval_s += now() - t0;
+  r->val_loss = v;
+  r->val_step = r->step;
+  if (o->json) {
+    printf("{\"event\":\"eval\",\"step\":%lld,\"val_loss\":", (long long)r->step);
+    json_float(stdout, v);
+    printf(",\"eval_s\":%.4f}\n", now() - t0);
+    fflush(stdout);
+  }
+  return 0;
+}
+
+/* The loop: steps up to opts.steps, evaluations, periodic checkpoints, SIGINT. Returns an exit status. */
+static int train(struct run *r, const struct options *o) {
+  int64_t total = r->topts.steps;
+  int64_t end = r->end = o->stop_at > 0 && o->stop_at < total ? o->stop_at : total;
+  int64_t plain_every = total / 20 > 0 ? total / 20 : 1; /* plain lines: about twenty per run */
+  double last_plain = now();
+  while (r->step < end && !interrupted) {
+    struct strata_step_stats s;
+    double t0 = now();
+    if (strata_trainer_step(r->tr, &s)) {
+      progress_end(r);
+      return fail(NULL);
+    }
+    double dt = now() - t0;
+    r->step = s.step;
+    r->loss = s.loss;
+    if (r->step - r->start_step == 1) {
+      r->first_s = dt;
+      r->first_tokens = s.tokens;
+      r->first_flops = s.flops;
+    } else {
+      r->train_s += dt;
+      r->train_tokens += s.tokens;
+      r->train_flops += s.flops;
+    }
+    if (o->json) {
+      printf("{\"event\":\"step\",\"step\":%lld,\"loss\":", (long long)s.step);
+      json_float(stdout, s.loss);
+      printf(",\"grad_norm\":");
+      json_float(stdout, s.grad_norm);
+      printf(",\"lr\":");
+      json_float(stdout, s.lr);
+      printf(",\"tokens\":%llu,\"step_s\":%.6f,\"tokens_per_s\":", (unsigned long long)s.tokens, dt);
+      json_float(stdout, dt > 0 ? (double)s.tokens / dt : NAN);
+      printf(",\"mfu\":");
+      json_float(stdout, r->peak_gflops > 0 && dt > 0 ? s.flops / dt / (r->peak_gflops * 1e9) : NAN);
+      printf("}\n");
+      fflush(stdout);
+    }
+    if (!isfinite(s.loss)) {
+      /* Nothing is saved from here on: a diverged model must not replace a good checkpoint. */
+      progress_end(r);
+      fprintf(stderr, PROG ": the loss is not finite at step %lld (training diverged; try a lower --lr)%s\n",
+              (long long)s.step, r->saved ? "; the last checkpoint written is kept" : "; no checkpoint written");
+      return EXIT_RUNTIME;
+    }
+    int last = r->step >= end;
+    int evaluated = 0;
+    if (!last && o->eval_every > 0 && r->step % o->eval_every == 0 && !interrupted) {
+      if (evaluate(r, o))
+        return EXIT_RUNTIME;
+      evaluated = 1;
+    }
+    if (!o->json && !o->quiet) {
+      if (r->progress_tty)
+        progress(r);
+      else if (r->step - r->start_step == 1 || r->step % plain_every == 0 || evaluated || last ||
+               now() - last_plain > 30) {
+        progress(r);
+        last_plain = now();
+      }
+    }
+    if (!last && o->save && o->save_every > 0 && r->step % o->save_every == 0 && !interrupted)
+      if (save_checkpoint(r, o))
+        return EXIT_RUNTIME;
+  }
+  progress_end(r);
+  return 0;
+}
+
+/* ---------------------------------------------------------------- setup */
+
+static int load_data(struct run *r, const struct options *o) {
+  if (r->cfg->kind == STRATA_MODEL_GPT) {
+    if (strata_dataset_text(o->data, VAL_FRACTION, &r->data))
+      return fail(NULL);
+  } else {
+    if (o->data) {
+      fprintf(stderr, PROG ": --data is for text models; %s is an image model and trains on synthetic shapes\n",
+              r->cfg->name);
+      return EXIT_USAGE;
+    }
+    if (strata_dataset_images(IMAGE_COUNT, r->cfg->image, r->cfg->classes, (uint64_t)r->topts.seed, &r->data))
+      return fail(NULL);
+  }
+  if (strata_dataset_info(r->data, &r->dinfo))
+    return fail(NULL);
+  r->baseline = r->dinfo.kind == STRATA_DATA_TEXT ? r->dinfo.unigram_entropy : log((double)r->cfg->classes);
+  return 0;
+}
+
+/*
+** The model of a checkpoint, from the model config the trainer stores in
+** its metadata ("model", the model-file JSON). Written to a temporary file
+** so that the library's parser (and its checks) read it like any model file.
+*/
+static int model_from_checkpoint(const char *path, strata_model_t *out /* OUT */) {
+  strata_safetensors_t st = NULL;
+  if (strata_safetensors_read(path, &st))
+    return fail(NULL);
+  const char *json = strata_safetensors_meta(st, "model");
+  if (!json) {
+    fprintf(stderr, PROG ": %s: no model config in the checkpoint's metadata; give --model\n", path);
+    strata_safetensors_free(st);
+    return EXIT_RUNTIME;
+  }
+  char tmp[] = "/tmp/strata-train-model.XXXXXX";
+  int fd = mkstemp(tmp);
+  FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+  int ok = f && fputs(json, f) >= 0;
+  if (f)
+    ok = fclose(f) == 0 && ok;
+  else if (fd >= 0)
+    close(fd);
+  strata_safetensors_free(st);
+  if (!ok) {
+    fprintf(stderr, PROG ": cannot write a temporary file in /tmp: %s\n", strerror(errno));
+    if (fd >= 0)
+      unlink(tmp);
+    return EXIT_RUNTIME;
+  }
+  int rc = strata_model_from_file(tmp, out);
+  unlink(tmp);
+  if (rc) {
+    fprintf(stderr, PROG ": %s: the checkpoint's model config: %s\n", path, strata_last_error());
+    return EXIT_RUNTIME;
+  }
+  return 0;
+}
+
+static void print_header(const struct run *r, const struct options *o, const char *why) {
+  const struct strata_model_config *c = r->cfg;
+  uint64_t params = strata_model_params(r->model);
+  double per_sample = strata_model_flops(r->model);
+  int text = c->kind == STRATA_MODEL_GPT;
+  double per_token = text ? per_sample / (double)c->context : per_sample;
+  double step_tokens = (double)r->topts.batch * (double)r->topts.accum * (text ? (double)c->context : 1.0);
+  if (o->json) {
+    printf("{\"event\":\"start\",\"model\":");
+    json_str(stdout, c->name);
+    printf(",\"kind\":\"%s\",\"params\":%llu,\"flops_per_token\":%.6g,\"data\":", text ? "gpt" : c->kind == STRATA_MODEL_MLP ? "mlp" : "cnn",
+           (unsigned long long)params, per_token);
+    json_str(stdout, r->dinfo.source);
+    printf(",\"train_size\":%llu,\"val_size\":%llu,\"baseline\":", (unsigned long long)r->dinfo.train_size,
+           (unsigned long long)r->dinfo.val_size);
+    json_float(stdout, r->baseline);
+    printf(",\"device\":%d,\"device_name\":", r->device);
+    json_str(stdout, r->dprops.name);
+    printf(",\"backend\":");
+    json_str(stdout, r->dprops.backend);
+    printf(",\"peak_gflops\":");
+    json_float(stdout, r->peak_gflops);
+    printf(",\"peak_n\":%d,\"steps\":%lld,\"start_step\":%lld,\"batch\":%lld,\"accum\":%lld,\"tokens_per_step\":%.0f}\n",
+           r->peak_n, (long long)r->topts.steps, (long long)r->start_step, (long long)r->topts.batch,
+           (long long)r->topts.accum, step_tokens);
+    fflush(stdout);
+    return;
+  }
+  if (o->quiet)
+    return;
+  char pbuf[32], fbuf[32];
+  fmt_si(pbuf, sizeof pbuf, (double)params);
+  fmt_si(fbuf, sizeof fbuf, per_token);
+  if (text)
+    printf("model     %s: gpt, %lld layers, d_model %lld, %lld heads, d_ff %lld, context %lld, vocab %lld%s\n", c->name,
+           (long long)c->layers, (long long)c->d_model, (long long)c->heads, (long long)c->d_ff,
+           (long long)c->context, (long long)c->vocab, c->tied ? ", tied" : "");
+  else
+    printf("model     %s: %s over %lldx%lld images of %lld channel(s), %lld classes\n", c->name,
+           c->kind == STRATA_MODEL_MLP ? "mlp" : "cnn", (long long)c->image, (long long)c->image,
+           (long long)c->channels, (long long)c->classes);
+  printf("          %s parameters, %sFLOP per %s (forward + backward)\n", pbuf, fbuf, text ? "token" : "image");
+  printf("data      %s: %llu train / %llu validation %s\n", r->dinfo.source, (unsigned long long)r->dinfo.train_size,
+         (unsigned long long)r->dinfo.val_size, text ? "bytes" : "images");
+  if (text)
+    printf("          unigram entropy %.4f nats/byte: the loss of a model that ignores context\n", r->baseline);
+  else
+    printf("          chance level ln(%lld) = %.4f nats\n", (long long)c->classes, r->baseline);
+  printf("device    %d: %s (%s backend)", r->device, r->dprops.name, r->dprops.backend);
+  if (why && strcmp(why, "the only device") == 0)
+    printf(", the only device");
+  else if (why)
+    printf(", the fastest by a 512 sgemm: %s", why);
+  printf("\n");
+  if (r->peak_gflops > 0)
+    printf("peak      %.1f GFLOP/s sgemm (N=%d, best of %d, through strata on device %d)\n", r->peak_gflops, r->peak_n,
+           PEAK_REPS, r->device);
+  else
+    printf("peak      unknown (the sgemm measurement failed); MFU not reported\n");
+  char wu[32];
+  snprintf(wu, sizeof wu, "%lld", (long long)r->topts.warmup);
+  printf("train     %lld steps x %lld %s x %lld accum = %.0f %s/step, lr %g -> %g, warm-up %s, seed %llu\n",
+         (long long)r->topts.steps, (long long)r->topts.batch, text ? "sequences" : "images",
+         (long long)r->topts.accum, step_tokens, text ? "tokens" : "images", r->topts.lr, r->topts.min_lr, wu,
+         (unsigned long long)r->topts.seed);
+  if (o->eval_every > 0)
+    printf("          validation every %lld steps and at the end (%lld batches)\n", (long long)o->eval_every,
+           (long long)o->eval_batches);
+  else
+    printf("          validation at the end (%lld batches)\n", (long long)o->eval_batches);
+  if (o->save) {
+    if (o->save_every > 0)
+      printf("          checkpoint %s every %lld steps and at the end\n", o->save, (long long)o->save_every);
+    else
+      printf("          checkpoint %s at the end\n", o->save);
+  }
+  if (o->resume)
+    printf("resume    %s at step %lld\n", o->resume, (long long)r->start_step);
+  fflush(stdout);
+}
+
+enum {
+  OPT_DEVICE = 256, OPT_ACCUM, OPT_LR, OPT_WARMUP, OPT_SEED, OPT_CLIP, OPT_WD, OPT_SAVE_EVERY, OPT_STOP_AT, OPT_EVAL_BATCHES,
+  OPT_VERSION
+};
+
+static int parse_args(int argc, char **argv, struct options *o) {
+  static const struct option longs[] = {
+      {"model", required_argument, NULL, 'm'},      {"data", required_argument, NULL, 'd'},
+      {"device", required_argument, NULL, OPT_DEVICE}, {"steps", required_argument, NULL, 's'},
+      {"batch", required_argument, NULL, 'b'},      {"accum", required_argument, NULL, OPT_ACCUM},
+      {"lr", required_argument, NULL, OPT_LR},      {"warmup", required_argument, NULL, OPT_WARMUP},
+      {"seed", required_argument, NULL, OPT_SEED},  {"clip", required_argument, NULL, OPT_CLIP},
+      {"weight-decay", required_argument, NULL, OPT_WD}, {"save", required_argument, NULL, 'o'},
+      {"save-every", required_argument, NULL, OPT_SAVE_EVERY}, {"stop-at", required_argument, NULL, OPT_STOP_AT}, {"resume", required_argument, NULL, 'r'},
+      {"eval-every", required_argument, NULL, 'e'}, {"eval-batches", required_argument, NULL, OPT_EVAL_BATCHES},
+      {"json", no_argument, NULL, 'j'},             {"quiet", no_argument, NULL, 'q'},
+      {"help", no_argument, NULL, 'h'},             {"version", no_argument, NULL, OPT_VERSION},
+      {NULL, 0, NULL, 0}};
+  memset(o, 0, sizeof *o);
+  o->device = -1;
+  o->steps = DEFAULT_STEPS;
+  o->batch = DEFAULT_BATCH;
+  o->accum = 1;
+  o->warmup = -1;
+  o->seed = 1;
+  o->lr = o->clip = o->weight_decay = -1;
+  o->eval_every = -1;
+  o->eval_batches = DEFAULT_EVAL_BATCHES;
+  opterr = 0;
+  int c;
+  while ((c = getopt_long(argc, argv, ":m:d:s:b:o:r:e:jqh", longs, NULL)) != -1) {
+    int64_t v;
+    switch (c) {
+    case 'm': o->model = optarg; break;
+    case 'd': o->data = optarg; break;
+    case OPT_DEVICE:
+      if (strcmp(optarg, "best") == 0) {
+        o->device = -1;
+        break;
+      }
+      v = -1;
+      errno = 0;
+      if (optarg[0] >= '0' && optarg[0] <= '9') {
+        char *end;
+        long long d = strtoll(optarg, &end, 10);
+        if (!errno && !*end && d <= 1000000)
+          v = d;
+      }
+      if (v < 0) {
+        fprintf(stderr, PROG ": --device wants a device index or 'best', not '%s'\n", optarg);
+        return EXIT_USAGE;
+      }
+      o->device = (int)v;
+      break;
+    case 's': if (parse_int("--steps", optarg, 1, &o->steps)) return EXIT_USAGE; break;
+    case 'b': if (parse_int("--batch", optarg, 1, &o->batch)) return EXIT_USAGE; break;
+    case OPT_ACCUM: if (parse_int("--accum", optarg, 1, &o->accum)) return EXIT_USAGE; break;
+    case OPT_WARMUP: if (parse_int("--warmup", optarg, 0, &o->warmup)) return EXIT_USAGE; break;
+    case OPT_SEED: if (parse_int("--seed", optarg, 0, &o->seed)) return EXIT_USAGE; break;
+    case OPT_LR: if (parse_num("--lr", optarg, 0, &o->lr)) return EXIT_USAGE; break;
+    case OPT_CLIP: if (parse_num("--clip", optarg, 1, &o->clip)) return EXIT_USAGE; break;
+    case OPT_WD: if (parse_num("--weight-decay", optarg, 1, &o->weight_decay)) return EXIT_USAGE; break;
+    case 'o': o->save = optarg; break;
+    case OPT_STOP_AT: if (parse_int("--stop-at", optarg, 1, &o->stop_at)) return EXIT_USAGE; break;
+    case OPT_SAVE_EVERY: if (parse_int("--save-every", optarg, 0, &o->save_every)) return EXIT_USAGE; break;
+    case 'r': o->resume = optarg; break;
+    case 'e': if (parse_int("--eval-every", optarg, 0, &o->eval_every)) return EXIT_USAGE; break;
+    case OPT_EVAL_BATCHES: if (parse_int("--eval-batches", optarg, 1, &o->eval_batches)) return EXIT_USAGE; break;
+    case 'j': o->json = 1; break;
+    case 'q': o->quiet = 1; break;
+    case 'h': usage(stdout); return -1;
+    case OPT_VERSION: printf("strata-train %s\n", PACKAGE_VERSION); return -1;
+    case ':':
+      fprintf(stderr, PROG ": %s wants a value (see --help)\n", argv[optind - 1]);
+      return EXIT_USAGE;
+    default:
+      if (optopt)
+        fprintf(stderr, PROG ": unknown option '-%c' (see --help)\n", optopt);
+      else
+        fprintf(stderr, PROG ": unknown option '%s' (see --help)\n", argv[optind - 1]);
+      return EXIT_USAGE;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, PROG ": unexpected argument '%s' (see --help)\n", argv[optind]);
+    return EXIT_USAGE;
+  }
+  if (o->save && check_save_path(o->save))
+    return EXIT_USAGE;
+  if (o->eval_every < 0)
+    o->eval_every = o->steps / 5;
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  struct options o;
+  int rc = parse_args(argc, argv, &o);
+  if (rc)
+    return rc < 0 ? 0 : rc;
+
+  struct run r;
+  memset(&r, 0, sizeof r);
+  r.t_start = now();
+  r.val_loss = NAN;
+  r.progress_tty = isatty(STDERR_FILENO);
+
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_sigint;
+  sa.sa_flags = SA_RESETHAND; /* a second Ctrl-C stops at once */
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+
+  int ndev = 0;
+  char why[1024];
+  int exit_code = 0;
+  double rough = 0;
+  if (o.model)
+    rc = strata_model_load(o.model, &r.model) ? fail(NULL) : 0;
+  else if (o.resume)
+    rc = model_from_checkpoint(o.resume, &r.model);
+  else
+    rc = strata_model_load(DEFAULT_PRESET, &r.model) ? fail(NULL) : 0;
+  if (rc)
+    goto out;
+  r.cfg = strata_model_config(r.model);
+
+  strata_train_options_default(&r.topts);
+  r.topts.steps = o.steps;
+  r.topts.batch = o.batch;
+  r.topts.accum = o.accum;
+  r.topts.seed = (uint64_t)o.seed;
+  if (o.warmup >= 0)
+    r.topts.warmup = o.warmup;
+  else
+    r.topts.warmup = o.steps / 20;
+  if (o.lr > 0) {
+    /* The decay floor stays the default's fraction of the peak. */
+    double frac = r.topts.lr > 0 ? r.topts.min_lr / r.topts.lr : 0.1;
+    r.topts.lr = (float)o.lr;
+    r.topts.min_lr = (float)(o.lr * frac);
+  }
+  if (o.clip >= 0)
+    r.topts.clip = (float)o.clip;
+  if (o.weight_decay >= 0)
+    r.topts.weight_decay = (float)o.weight_decay;
+
+  if ((rc = load_data(&r, &o)))
+    goto out;
+
+  if (strata_device_count(&ndev)) {
+    rc = fail(NULL);
+    goto out;
+  }
+  if (ndev == 0) {
+    fprintf(stderr, PROG ": no devices (STRATA_BACKENDS=%s; see strata-topo)\n",
+            getenv("STRATA_BACKENDS") ? getenv("STRATA_BACKENDS") : "all");
+    rc = EXIT_RUNTIME;
+    goto out;
+  }
+  if (o.device >= ndev) {
+    fprintf(stderr, PROG ": --device %d: there %s %d device%s (see strata-topo)\n", o.device,
+            ndev == 1 ? "is" : "are", ndev, ndev == 1 ? "" : "s");
+    rc = EXIT_USAGE;
+    goto out;
+  }
+  if (o.device >= 0) {
+    r.device = o.device;
+    why[0] = '\0';
+  } else if (ndev == 1) {
+    r.device = 0;
+    snprintf(why, sizeof why, "the only device");
+  } else if (pick_best_device(ndev, &r.device, &rough, why, sizeof why)) {
+    rc = EXIT_RUNTIME;
+    goto out;
+  }
+  if (strata_device_props(r.device, &r.dprops)) {
+    rc = fail(NULL);
+    goto out;
+  }
+  r.topts.device = r.device;
+
+  /* The peak before the trainer allocates, so that a memory cap does not starve the measurement. */
+  if (measure_peak(r.device, rough, &r.peak_gflops, &r.peak_n))
+    r.peak_gflops = 0;
+
+  if (strata_trainer_new(r.model, r.data, &r.topts, &r.tr)) {
+    rc = fail(NULL);
+    goto out;
+  }
+  if (o.resume) {
+    if (strata_trainer_load(r.tr, o.resume)) {
+      rc = fail(NULL);
+      goto out;
+    }
+    r.start_step = r.step = strata_trainer_steps_done(r.tr);
+  }
+
+  print_header(&r, &o, o.device < 0 ? why : NULL);
+  if (r.step >= r.topts.steps && !o.json && !o.quiet)
+    printf("nothing to train: the checkpoint is at step %lld, --steps is %lld\n", (long long)r.step,
+           (long long)r.topts.steps);
+
+  exit_code = train(&r, &o);
+  if (exit_code)
+    goto out_rc;
+  if (!interrupted && r.step > r.start_step && o.eval_batches > 0 && evaluate(&r, &o)) {
+    exit_code = EXIT_RUNTIME;
+    goto out_rc;
+  }
+  if (o.save && r.step > r.start_step && save_checkpoint(&r, &o)) {
+    exit_code = EXIT_RUNTIME;
+    goto out_rc;
+  }
+  print_summary(&r, interrupted, &o);
+  if (interrupted)
+    exit_code = EXIT_INTERRUPTED;
+out_rc:
+  rc = exit_code;
+out:
+  strata_trainer_free(r.tr);
+  strata_dataset_free(r.data);
+  strata_model_free(r.model);
+  strata_shutdown();
+  return rc;
+}
