@@ -75,6 +75,9 @@ static int strata__cuda_use(const struct strata__cuda *cx, int dev) {
 static int strata__cuda_init(const struct strata__services *svc, void **ctx /* OUT */, char *why /* OUT */,
                              size_t why_len) {
   *ctx = NULL;
+  if (svc->api_version != STRATA__BACKEND_API_VERSION)
+    return svc->error(STRATA_ERR_VERSION, "cuda: module built for backend API %d, runtime speaks %d",
+                      STRATA__BACKEND_API_VERSION, svc->api_version);
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
@@ -230,12 +233,15 @@ static int strata__cuda_queue_new(void *ctx, int dev, void **queue /* OUT */) {
     goto fail_stream;
   }
   s = cublasSetStream(q->blas, q->stream);
-  if (s == CUBLAS_STATUS_SUCCESS)
-    /* Plain fp32 GEMM (no TF32 tensor-op downconversion): results stay
-    ** comparable with the host and OpenCL backends. */
-    s = cublasSetMathMode(q->blas, CUBLAS_DEFAULT_MATH);
   if (s != CUBLAS_STATUS_SUCCESS) {
     rc = strata__cublas_fail(cx, "cublasSetStream", s);
+    goto fail_blas;
+  }
+  /* Plain fp32 GEMM (no TF32 tensor-op downconversion): results stay
+  ** comparable with the host and OpenCL backends. */
+  s = cublasSetMathMode(q->blas, CUBLAS_DEFAULT_MATH);
+  if (s != CUBLAS_STATUS_SUCCESS) {
+    rc = strata__cublas_fail(cx, "cublasSetMathMode", s);
     goto fail_blas;
   }
   e = cudaMalloc((void **)&q->partials, STRATA__CUDA_SUMSQ_PARTS * sizeof(float));
