@@ -1,4 +1,521 @@
 /* SPDX-License-Identifier: MIT */
-/* test-schedule.c — placeholder. */
+/* test-schedule.c — pipeline schedules: every generator validates, hand-checked lists, bubbles, in-flight peaks, broken lists rejected. */
 #include "common.h"
-Test(schedule, placeholder) {}
+
+#include <strata/schedule.h>
+
+#define MAX_P 8
+#define MAX_M 32
+
+static const int plain_kinds[] = {STRATA_SCHEDULE_GPIPE, STRATA_SCHEDULE_1F1B, STRATA_SCHEDULE_ZB_H1};
+
+/* Generate, failing the test with the library's message if it does not work. */
+static strata_schedule_t gen(int kind, int p, int m, int v) {
+  strata_schedule_t s = NULL;
+  int rc = strata_schedule_generate(kind, p, m, v, &s);
+  cr_assert_eq(rc, STRATA_OK, "generate %s p=%d m=%d v=%d: %s", strata_schedule_kind_name(kind), p, m, v,
+               strata_last_error());
+  return s;
+}
+
+static double bubble_of(strata_schedule_t s) {
+  double b = -1;
+  OK(strata_schedule_bubble(s, &b));
+  return b;
+}
+
+static double bubble_gen(int kind, int p, int m, int v) {
+  strata_schedule_t s = gen(kind, p, m, v);
+  double b = bubble_of(s);
+  strata_schedule_free(s);
+  return b;
+}
+
+static int peak_of(strata_schedule_t s, int stage) {
+  int peak = -1;
+  OK(strata_schedule_peak_inflight(s, stage, &peak));
+  return peak;
+}
+
+static void expect_text(strata_schedule_t s, const char *want) {
+  char *text = NULL;
+  OK(strata_schedule_to_text(s, &text));
+  cr_assert_str_eq(text, want);
+  free(text);
+}
+
+/* ---------------------------------------------------------------- every generated schedule */
+
+Test(schedule, every_plain_schedule_validates) {
+  for (size_t k = 0; k < sizeof plain_kinds / sizeof plain_kinds[0]; k++)
+    for (int p = 1; p <= MAX_P; p++)
+      for (int m = 1; m <= MAX_M; m++) {
+        strata_schedule_t s = gen(plain_kinds[k], p, m, 0);
+        int rc = strata_schedule_validate(s);
+        cr_assert_eq(rc, STRATA_OK, "%s p=%d m=%d: %s", strata_schedule_kind_name(plain_kinds[k]), p, m,
+                     strata_last_error());
+        cr_assert_eq(strata_schedule_kind(s), plain_kinds[k]);
+        cr_assert_eq(strata_schedule_devices(s), p);
+        cr_assert_eq(strata_schedule_stages(s), p);
+        cr_assert_eq(strata_schedule_microbatches(s), m);
+        for (int st = 0; st < p; st++)
+          cr_assert_eq(strata_schedule_stage_device(s, st), st);
+        strata_schedule_free(s);
+      }
+}
+
+Test(schedule, every_interleaved_schedule_validates) {
+  for (int v = 2; v <= 3; v++)
+    for (int p = 1; p <= MAX_P; p++)
+      for (int m = p; m <= MAX_M; m += p) {
+        strata_schedule_t s = gen(STRATA_SCHEDULE_INTERLEAVED, p, m, v);
+        int rc = strata_schedule_validate(s);
+        cr_assert_eq(rc, STRATA_OK, "interleaved p=%d m=%d v=%d: %s", p, m, v, strata_last_error());
+        cr_assert_eq(strata_schedule_stages(s), p * v);
+        for (int st = 0; st < p * v; st++)
+          cr_assert_eq(strata_schedule_stage_device(s, st), st % p);
+        strata_schedule_free(s);
+      }
+}
+
+/* ---------------------------------------------------------------- hand-computed lists */
+
+Test(schedule, gpipe_p2_m2) {
+  strata_schedule_t s = gen(STRATA_SCHEDULE_GPIPE, 2, 2, 0);
+  expect_text(s, "dev 0: F0.0 SA0.0 F0.1 SA0.1 RG0.0 B0.0 RG0.1 B0.1 OPT0\n"
+                 "dev 1: RA1.0 F1.0 RA1.1 F1.1 B1.0 SG1.0 B1.1 SG1.1 OPT1\n");
+  strata_schedule_free(s);
+}
+
+Test(schedule, one_f_one_b_p2_m3) {
+  strata_schedule_t s = gen(STRATA_SCHEDULE_1F1B, 2, 3, 0);
+  expect_text(s, "dev 0: F0.0 SA0.0 F0.1 SA0.1 RG0.0 B0.0 F0.2 SA0.2 RG0.1 B0.1 RG0.2 B0.2 OPT0\n"
+                 "dev 1: RA1.0 F1.0 B1.0 SG1.0 RA1.1 F1.1 B1.1 SG1.1 RA1.2 F1.2 B1.2 SG1.2 OPT1\n");
+  int n = 0;
+  const struct strata_action *a = strata_schedule_actions(s, 1, &n);
+  cr_assert_eq(n, 13);
+  cr_assert_eq(a[0].kind, STRATA_ACTION_RECV_ACT);
+  cr_assert_eq(a[12].kind, STRATA_ACTION_OPTIMIZER);
+  cr_assert_eq(a[12].microbatch, -1);
+  cr_assert_null(strata_schedule_actions(s, 2, &n));
+  cr_assert_eq(n, 0);
+  strata_schedule_free(s);
+}
+
+Test(schedule, zb_h1_p2_m2) {
+  strata_schedule_t s = gen(STRATA_SCHEDULE_ZB_H1, 2, 2, 0);
+  expect_text(s, "dev 0: F0.0 SA0.0 F0.1 SA0.1 RG0.0 BI0.0 W0.0 RG0.1 BI0.1 W0.1 OPT0\n"
+                 "dev 1: RA1.0 F1.0 BI1.0 SG1.0 W1.0 RA1.1 F1.1 BI1.1 SG1.1 W1.1 OPT1\n");
+  strata_schedule_free(s);
+}
+
+/* p = 2, v = 2: device 0 holds stages 0 and 2, device 1 stages 1 and 3. Device 0
+** warms up with min(2 + 2, 4) forwards (all of them); device 1 with 2. */
+Test(schedule, interleaved_p2_m2_v2) {
+  strata_schedule_t s = gen(STRATA_SCHEDULE_INTERLEAVED, 2, 2, 2);
+  expect_text(s, "dev 0: F0.0 SA0.0 F0.1 SA0.1 RA2.0 F2.0 SA2.0 RA2.1 F2.1 SA2.1 "
+                 "RG2.0 B2.0 SG2.0 RG2.1 B2.1 SG2.1 RG0.0 B0.0 RG0.1 B0.1 OPT0 OPT2\n"
+                 "dev 1: RA1.0 F1.0 SA1.0 RA1.1 F1.1 SA1.1 RA3.0 F3.0 B3.0 SG3.0 RA3.1 F3.1 B3.1 SG3.1 "
+                 "RG1.0 B1.0 SG1.0 RG1.1 B1.1 SG1.1 OPT1 OPT3\n");
+  strata_schedule_free(s);
+}
+
+/* One device, two virtual stages: the stages pass data without transfers. */
+Test(schedule, interleaved_one_device) {
+  strata_schedule_t s = gen(STRATA_SCHEDULE_INTERLEAVED, 1, 2, 2);
+  expect_text(s, "dev 0: F0.0 F1.0 B1.0 F0.1 B0.0 F1.1 B1.1 B0.1 OPT0 OPT1\n");
+  OK(strata_schedule_validate(s));
+  strata_schedule_free(s);
+}
+
+/* ---------------------------------------------------------------- bubbles */
+
+Test(schedule, bubble_gpipe_and_1f1b_exact) {
+  for (int p = 1; p <= MAX_P; p++)
+    for (int m = 1; m <= MAX_M; m++) {
+      double want = (double)(p - 1) / (m + p - 1);
+      double g = bubble_gen(STRATA_SCHEDULE_GPIPE, p, m, 0), o = bubble_gen(STRATA_SCHEDULE_1F1B, p, m, 0);
+      cr_assert(fabs(g - want) < 1e-12, "gpipe p=%d m=%d: %.15f, want %.15f", p, m, g, want);
+      cr_assert(fabs(o - want) < 1e-12, "1f1b p=%d m=%d: %.15f, want %.15f", p, m, o, want);
+    }
+}
+
+Test(schedule, bubble_zb_h1_below_1f1b) {
+  for (int p = 2; p <= MAX_P; p++)
+    for (int m = p; m <= MAX_M; m++) {
+      double z = bubble_gen(STRATA_SCHEDULE_ZB_H1, p, m, 0), o = bubble_gen(STRATA_SCHEDULE_1F1B, p, m, 0);
+      cr_assert(z < o, "zb-h1 p=%d m=%d: %f, 1f1b %f", p, m, z, o);
+      /* the span is 3m + 2(p - 1) with F = BI = W = 1 */
+      double want = 1.0 - 3.0 * m / (3.0 * m + 2.0 * (p - 1));
+      cr_assert(fabs(z - want) < 1e-12, "zb-h1 p=%d m=%d: %.15f, want %.15f", p, m, z, want);
+    }
+}
+
+Test(schedule, bubble_interleaved_below_1f1b) {
+  for (int p = 2; p <= MAX_P; p++)
+    for (int m = 2 * p; m <= MAX_M; m += p) {
+      double i = bubble_gen(STRATA_SCHEDULE_INTERLEAVED, p, m, 2), o = bubble_gen(STRATA_SCHEDULE_1F1B, p, m, 0);
+      cr_assert(i < o, "interleaved p=%d m=%d: %f, 1f1b %f", p, m, i, o);
+    }
+  /* Megatron's (p - 1) / (v m + p - 1) for p = 4, m = 8, v = 2 */
+  double i = bubble_gen(STRATA_SCHEDULE_INTERLEAVED, 4, 8, 2);
+  cr_assert(fabs(i - 3.0 / 19.0) < 1e-12, "interleaved p=4 m=8 v=2: %.15f", i);
+}
+
+/* ---------------------------------------------------------------- activations in flight */
+
+Test(schedule, peak_inflight) {
+  for (int p = 1; p <= MAX_P; p++)
+    for (int m = 1; m <= MAX_M; m++) {
+      strata_schedule_t g = gen(STRATA_SCHEDULE_GPIPE, p, m, 0);
+      strata_schedule_t o = gen(STRATA_SCHEDULE_1F1B, p, m, 0);
+      strata_schedule_t z = gen(STRATA_SCHEDULE_ZB_H1, p, m, 0);
+      cr_assert_eq(peak_of(g, 0), m, "gpipe p=%d m=%d", p, m);
+      cr_assert_eq(peak_of(o, 0), p < m ? p : m, "1f1b p=%d m=%d", p, m);
+      for (int st = 0; st < p; st++) {
+        int po = peak_of(o, st), pz = peak_of(z, st);
+        cr_assert_leq(po, p - st, "1f1b p=%d m=%d stage %d: %d", p, m, st, po);
+        cr_assert_leq(pz, po, "zb-h1 p=%d m=%d stage %d: %d > 1f1b %d", p, m, st, pz, po);
+      }
+      strata_schedule_free(g);
+      strata_schedule_free(o);
+      strata_schedule_free(z);
+    }
+}
+
+/* ---------------------------------------------------------------- broken lists */
+
+/* A mutable copy of a schedule's lists, room for a few more actions per device. */
+struct lists {
+  int p, stages, m;
+  int stage_device[64];
+  int counts[MAX_P];
+  struct strata_action *list[MAX_P];
+};
+
+static void lists_from(struct lists *l, strata_schedule_t s) {
+  l->p = strata_schedule_devices(s);
+  l->stages = strata_schedule_stages(s);
+  l->m = strata_schedule_microbatches(s);
+  cr_assert(l->p <= MAX_P && l->stages <= 64);
+  for (int st = 0; st < l->stages; st++)
+    l->stage_device[st] = strata_schedule_stage_device(s, st);
+  for (int d = 0; d < l->p; d++) {
+    const struct strata_action *a = strata_schedule_actions(s, d, &l->counts[d]);
+    l->list[d] = calloc((size_t)l->counts[d] + 4, sizeof *a);
+    cr_assert_not_null(l->list[d]);
+    memcpy(l->list[d], a, (size_t)l->counts[d] * sizeof *a);
+  }
+}
+
+static void lists_free(struct lists *l) {
+  for (int d = 0; d < l->p; d++)
+    free(l->list[d]);
+}
+
+/* Position of (kind, stage, mb) in device d's list; fails the test when absent. */
+static int lists_find(struct lists *l, int d, int kind, int stage, int mb) {
+  for (int i = 0; i < l->counts[d]; i++) {
+    const struct strata_action *a = &l->list[d][i];
+    if (a->kind == kind && a->stage == stage && a->microbatch == mb)
+      return i;
+  }
+  cr_assert_fail("%s%d.%d not on dev %d", strata_action_label(kind), stage, mb, d);
+  return -1;
+}
+
+static void lists_remove(struct lists *l, int d, int i) {
+  memmove(&l->list[d][i], &l->list[d][i + 1], (size_t)(l->counts[d] - i - 1) * sizeof l->list[d][0]);
+  l->counts[d]--;
+}
+
+static void lists_insert(struct lists *l, int d, int i, struct strata_action a) {
+  memmove(&l->list[d][i + 1], &l->list[d][i], (size_t)(l->counts[d] - i) * sizeof l->list[d][0]);
+  l->list[d][i] = a;
+  l->counts[d]++;
+}
+
+/* Build from the lists and expect the validator to refuse them with a message holding every `want`. */
+static void expect_rejected(struct lists *l, const char *const *want, int nwant) {
+  strata_schedule_t s = NULL;
+  OK(strata_schedule_from_lists(l->p, l->stages, l->m, l->stage_device, (const struct strata_action *const *)l->list,
+                                l->counts, &s));
+  cr_assert_eq(strata_schedule_kind(s), 0);
+  int rc = strata_schedule_validate(s);
+  const char *msg = strata_last_error();
+  cr_assert_eq(rc, STRATA_ERR_INVALID, "validate -> %s", strata_err_name(rc));
+  for (int j = 0; j < nwant; j++)
+    cr_assert_not_null(strstr(msg, want[j]), "message '%s' lacks '%s'", msg, want[j]);
+  double b;
+  cr_assert_eq(strata_schedule_bubble(s, &b), STRATA_ERR_INVALID);
+  strata_schedule_free(s);
+  lists_free(l);
+}
+
+#define REJECTED(l, ...)                                                                                               \
+  do {                                                                                                                 \
+    const char *const want_[] = {__VA_ARGS__};                                                                         \
+    expect_rejected((l), want_, (int)(sizeof want_ / sizeof want_[0]));                                              \
+  } while (0)
+
+static struct strata_action act(int kind, int stage, int mb) {
+  return (struct strata_action){.kind = kind, .stage = stage, .microbatch = mb};
+}
+
+/* 1F1B over 3 devices and 4 micro-batches, as mutable lists. */
+static void base(struct lists *l) {
+  strata_schedule_t s = gen(STRATA_SCHEDULE_1F1B, 3, 4, 0);
+  lists_from(l, s);
+  strata_schedule_free(s);
+}
+
+Test(schedule, copy_of_valid_lists_validates) {
+  struct lists l;
+  base(&l);
+  strata_schedule_t s = NULL;
+  OK(strata_schedule_from_lists(l.p, l.stages, l.m, l.stage_device, (const struct strata_action *const *)l.list, l.counts,
+                                &s));
+  OK(strata_schedule_validate(s));
+  double b;
+  OK(strata_schedule_bubble(s, &b));
+  cr_assert(fabs(b - 2.0 / 6.0) < 1e-12);
+  strata_schedule_free(s);
+  lists_free(&l);
+}
+
+Test(schedule, rejects_missing_send) {
+  struct lists l;
+  base(&l);
+  lists_remove(&l, 0, lists_find(&l, 0, STRATA_ACTION_SEND_ACT, 0, 1));
+  REJECTED(&l, "SA0.1", "dev 0");
+}
+
+Test(schedule, rejects_missing_receive) {
+  struct lists l;
+  base(&l);
+  lists_remove(&l, 1, lists_find(&l, 1, STRATA_ACTION_RECV_GRAD, 1, 2));
+  REJECTED(&l, "RG1.2", "dev 1");
+}
+
+Test(schedule, rejects_duplicated_forward) {
+  struct lists l;
+  base(&l);
+  int i = lists_find(&l, 1, STRATA_ACTION_FORWARD, 1, 2);
+  lists_insert(&l, 1, i + 1, act(STRATA_ACTION_FORWARD, 1, 2));
+  REJECTED(&l, "duplicate", "F1.2", "dev 1");
+}
+
+Test(schedule, rejects_backward_before_forward) {
+  struct lists l;
+  base(&l);
+  /* the last stage: RA2.0 F2.0 B2.0 SG2.0 ... — swap F2.0 and B2.0 */
+  int f = lists_find(&l, 2, STRATA_ACTION_FORWARD, 2, 0), b = lists_find(&l, 2, STRATA_ACTION_BACKWARD, 2, 0);
+  cr_assert_eq(b, f + 1);
+  l.list[2][f] = act(STRATA_ACTION_BACKWARD, 2, 0);
+  l.list[2][b] = act(STRATA_ACTION_FORWARD, 2, 0);
+  REJECTED(&l, "dev 2", "B2.0", "F2.0");
+}
+
+Test(schedule, rejects_action_on_wrong_device) {
+  struct lists l;
+  base(&l);
+  /* move F1.3 (and its transfers stay) from dev 1 to the end of dev 0 */
+  lists_remove(&l, 1, lists_find(&l, 1, STRATA_ACTION_FORWARD, 1, 3));
+  lists_insert(&l, 0, l.counts[0], act(STRATA_ACTION_FORWARD, 1, 3));
+  REJECTED(&l, "dev 0", "F1.3", "stage 1 is on dev 1");
+}
+
+Test(schedule, rejects_send_between_stages_on_one_device) {
+  struct lists l;
+  strata_schedule_t s = gen(STRATA_SCHEDULE_INTERLEAVED, 1, 2, 2);
+  lists_from(&l, s);
+  strata_schedule_free(s);
+  int i = lists_find(&l, 0, STRATA_ACTION_FORWARD, 0, 0);
+  lists_insert(&l, 0, i + 1, act(STRATA_ACTION_SEND_ACT, 0, 0));
+  REJECTED(&l, "dev 0 #1 SA0.0", "no send needed");
+}
+
+Test(schedule, rejects_missing_optimizer) {
+  struct lists l;
+  base(&l);
+  lists_remove(&l, 2, lists_find(&l, 2, STRATA_ACTION_OPTIMIZER, 2, -1));
+  REJECTED(&l, "missing OPT2", "dev 2");
+}
+
+Test(schedule, rejects_optimizer_before_backward) {
+  struct lists l;
+  base(&l);
+  int o = lists_find(&l, 1, STRATA_ACTION_OPTIMIZER, 1, -1);
+  lists_remove(&l, 1, o);
+  lists_insert(&l, 1, 0, act(STRATA_ACTION_OPTIMIZER, 1, -1));
+  REJECTED(&l, "dev 1 #0 OPT1", "B1.");
+}
+
+Test(schedule, rejects_missing_weight_gradient) {
+  struct lists l;
+  strata_schedule_t s = gen(STRATA_SCHEDULE_ZB_H1, 2, 2, 0);
+  lists_from(&l, s);
+  strata_schedule_free(s);
+  lists_remove(&l, 1, lists_find(&l, 1, STRATA_ACTION_BACKWARD_WEIGHT, 1, 1));
+  REJECTED(&l, "W1.1", "dev 1");
+}
+
+/* dev 0 receives stage 0's output gradient before sending the activation that
+** dev 1 needs to produce it: each waits for the other. */
+Test(schedule, rejects_cycle_as_deadlock) {
+  struct lists l;
+  strata_schedule_t s = gen(STRATA_SCHEDULE_1F1B, 2, 1, 0);
+  lists_from(&l, s);
+  strata_schedule_free(s);
+  /* dev 0: F0.0 SA0.0 RG0.0 B0.0 OPT0 -> RG0.0 F0.0 SA0.0 B0.0 OPT0 */
+  int rg = lists_find(&l, 0, STRATA_ACTION_RECV_GRAD, 0, 0);
+  cr_assert_eq(rg, 2);
+  lists_remove(&l, 0, rg);
+  lists_insert(&l, 0, 0, act(STRATA_ACTION_RECV_GRAD, 0, 0));
+  REJECTED(&l, "deadlock", "dev 0 at #0 RG0.0 waits for SG1.0 on dev 1", "dev 1 at #0 RA1.0 waits for SA0.0 on dev 0");
+}
+
+/* A longer cycle over three devices in a bigger schedule. */
+Test(schedule, rejects_cycle_in_1f1b) {
+  struct lists l;
+  base(&l);
+  /* dev 0 waits for the gradient of micro-batch 0 before its first forward */
+  int rg = lists_find(&l, 0, STRATA_ACTION_RECV_GRAD, 0, 0);
+  lists_remove(&l, 0, rg);
+  lists_insert(&l, 0, 0, act(STRATA_ACTION_RECV_GRAD, 0, 0));
+  REJECTED(&l, "deadlock", "dev 0 at #0 RG0.0 waits for SG1.0 on dev 1", "dev 1", "dev 2");
+}
+
+/* ---------------------------------------------------------------- arguments, names, text */
+
+Test(schedule, bad_arguments) {
+  strata_schedule_t s = (strata_schedule_t)1;
+  cr_assert_eq(strata_schedule_generate(STRATA_SCHEDULE_1F1B, 0, 4, 0, &s), STRATA_ERR_INVALID);
+  cr_assert_null(s);
+  cr_assert_eq(strata_schedule_generate(STRATA_SCHEDULE_GPIPE, 2, 0, 0, &s), STRATA_ERR_INVALID);
+  cr_assert_eq(strata_schedule_generate(STRATA_SCHEDULE_ZB_H1, -1, 2, 0, &s), STRATA_ERR_INVALID);
+  cr_assert_eq(strata_schedule_generate(STRATA_SCHEDULE_INTERLEAVED, 4, 6, 2, &s), STRATA_ERR_INVALID);
+  cr_assert_not_null(strstr(strata_last_error(), "multiple"));
+  cr_assert_eq(strata_schedule_generate(STRATA_SCHEDULE_INTERLEAVED, 4, 8, 1, &s), STRATA_ERR_INVALID);
+  cr_assert_eq(strata_schedule_generate(STRATA_SCHEDULE_INTERLEAVED, 4, 8, 0, &s), STRATA_ERR_INVALID);
+  cr_assert_eq(strata_schedule_generate(99, 4, 8, 0, &s), STRATA_ERR_INVALID);
+  cr_assert_eq(strata_schedule_generate(0, 4, 8, 0, &s), STRATA_ERR_INVALID);
+  cr_assert_eq(strata_schedule_generate(STRATA_SCHEDULE_1F1B, 4, 8, 0, NULL), STRATA_ERR_INVALID);
+  cr_assert_eq(strata_schedule_generate(STRATA_SCHEDULE_1F1B, 1 << 20, 1 << 20, 0, &s), STRATA_ERR_RANGE);
+  cr_assert_null(s);
+
+  cr_assert_eq(strata_schedule_validate(NULL), STRATA_ERR_INVALID);
+  double b;
+  cr_assert_eq(strata_schedule_bubble(NULL, &b), STRATA_ERR_INVALID);
+  int peak;
+  cr_assert_eq(strata_schedule_peak_inflight(NULL, 0, &peak), STRATA_ERR_INVALID);
+  char *text;
+  cr_assert_eq(strata_schedule_to_text(NULL, &text), STRATA_ERR_INVALID);
+  strata_schedule_free(NULL);
+
+  s = gen(STRATA_SCHEDULE_GPIPE, 2, 2, 0);
+  cr_assert_eq(strata_schedule_peak_inflight(s, 2, &peak), STRATA_ERR_RANGE);
+  cr_assert_eq(strata_schedule_peak_inflight(s, -1, &peak), STRATA_ERR_RANGE);
+  cr_assert_eq(strata_schedule_stage_device(s, 2), -1);
+  strata_schedule_free(s);
+}
+
+Test(schedule, from_lists_shape_errors) {
+  const struct strata_action d0[] = {{STRATA_ACTION_FORWARD, 0, 0}, {STRATA_ACTION_SEND_ACT, 0, 0}};
+  const struct strata_action d1[] = {{STRATA_ACTION_RECV_ACT, 1, 0}, {STRATA_ACTION_FORWARD, 1, 0}};
+  const struct strata_action *lists[] = {d0, d1};
+  int counts[] = {2, 2}, stage_device[] = {0, 1};
+  strata_schedule_t s = NULL;
+  OK(strata_schedule_from_lists(2, 2, 1, stage_device, lists, counts, &s));
+  /* the copy does not alias the caller's arrays */
+  int n;
+  cr_assert_neq(strata_schedule_actions(s, 0, &n), d0);
+  cr_assert_eq(n, 2);
+  strata_schedule_free(s);
+
+  int bad_device[] = {0, 2};
+  cr_assert_eq(strata_schedule_from_lists(2, 2, 1, bad_device, lists, counts, &s), STRATA_ERR_INVALID);
+  cr_assert_null(s);
+  cr_assert_not_null(strstr(strata_last_error(), "stage 1 on dev 2"));
+
+  const struct strata_action bad_stage[] = {{STRATA_ACTION_FORWARD, 2, 0}};
+  const struct strata_action *l2[] = {bad_stage, d1};
+  int c2[] = {1, 2};
+  cr_assert_eq(strata_schedule_from_lists(2, 2, 1, stage_device, l2, c2, &s), STRATA_ERR_INVALID);
+  cr_assert_not_null(strstr(strata_last_error(), "stage 2 out of range"));
+
+  const struct strata_action bad_mb[] = {{STRATA_ACTION_FORWARD, 0, 1}};
+  const struct strata_action *l3[] = {bad_mb, d1};
+  cr_assert_eq(strata_schedule_from_lists(2, 2, 1, stage_device, l3, c2, &s), STRATA_ERR_INVALID);
+  cr_assert_not_null(strstr(strata_last_error(), "micro-batch 1 out of range"));
+
+  const struct strata_action bad_opt[] = {{STRATA_ACTION_OPTIMIZER, 0, 0}};
+  const struct strata_action *l4[] = {bad_opt, d1};
+  cr_assert_eq(strata_schedule_from_lists(2, 2, 1, stage_device, l4, c2, &s), STRATA_ERR_INVALID);
+
+  const struct strata_action bad_kind[] = {{STRATA_ACTION_KIND_COUNT, 0, 0}};
+  const struct strata_action *l5[] = {bad_kind, d1};
+  cr_assert_eq(strata_schedule_from_lists(2, 2, 1, stage_device, l5, c2, &s), STRATA_ERR_INVALID);
+
+  cr_assert_eq(strata_schedule_from_lists(0, 2, 1, stage_device, lists, counts, &s), STRATA_ERR_INVALID);
+  cr_assert_eq(strata_schedule_from_lists(2, 2, 0, stage_device, lists, counts, &s), STRATA_ERR_INVALID);
+  cr_assert_eq(strata_schedule_from_lists(2, 2, 1, NULL, lists, counts, &s), STRATA_ERR_INVALID);
+  int negative[] = {-1, 2};
+  cr_assert_eq(strata_schedule_from_lists(2, 2, 1, stage_device, lists, negative, &s), STRATA_ERR_INVALID);
+  cr_assert_null(s);
+}
+
+/* Shape-valid lists that are incomplete: the validator names what is missing. */
+Test(schedule, validator_names_missing_pieces) {
+  const struct strata_action d0[] = {{STRATA_ACTION_FORWARD, 0, 0}, {STRATA_ACTION_SEND_ACT, 0, 0}};
+  const struct strata_action d1[] = {{STRATA_ACTION_RECV_ACT, 1, 0}, {STRATA_ACTION_FORWARD, 1, 0}};
+  const struct strata_action *lists[] = {d0, d1};
+  int counts[] = {2, 2}, stage_device[] = {0, 1};
+  strata_schedule_t s = NULL;
+  OK(strata_schedule_from_lists(2, 2, 1, stage_device, lists, counts, &s));
+  cr_assert_eq(strata_schedule_validate(s), STRATA_ERR_INVALID);
+  cr_assert_not_null(strstr(strata_last_error(), "missing backward of stage 0"), "%s", strata_last_error());
+  strata_schedule_free(s);
+
+  /* a send from the last stage */
+  const struct strata_action e1[] = {{STRATA_ACTION_RECV_ACT, 1, 0}, {STRATA_ACTION_FORWARD, 1, 0},
+                                     {STRATA_ACTION_SEND_ACT, 1, 0}};
+  const struct strata_action *l2[] = {d0, e1};
+  int c2[] = {2, 3};
+  OK(strata_schedule_from_lists(2, 2, 1, stage_device, l2, c2, &s));
+  cr_assert_eq(strata_schedule_validate(s), STRATA_ERR_INVALID);
+  cr_assert_not_null(strstr(strata_last_error(), "dev 1 #2 SA1.0: stage 1 is the last stage"), "%s",
+                     strata_last_error());
+  strata_schedule_free(s);
+}
+
+Test(schedule, kind_names) {
+  int kind = 0;
+  OK(strata_schedule_kind_parse("gpipe", &kind));
+  cr_assert_eq(kind, STRATA_SCHEDULE_GPIPE);
+  OK(strata_schedule_kind_parse("1f1b", &kind));
+  cr_assert_eq(kind, STRATA_SCHEDULE_1F1B);
+  OK(strata_schedule_kind_parse("interleaved", &kind));
+  cr_assert_eq(kind, STRATA_SCHEDULE_INTERLEAVED);
+  OK(strata_schedule_kind_parse("zb", &kind));
+  cr_assert_eq(kind, STRATA_SCHEDULE_ZB_H1);
+  kind = 0;
+  OK(strata_schedule_kind_parse("zb-h1", &kind));
+  cr_assert_eq(kind, STRATA_SCHEDULE_ZB_H1);
+  cr_assert_eq(strata_schedule_kind_parse("pipedream", &kind), STRATA_ERR_PARSE);
+  cr_assert_eq(strata_schedule_kind_parse("", &kind), STRATA_ERR_PARSE);
+  cr_assert_eq(strata_schedule_kind_parse(NULL, &kind), STRATA_ERR_INVALID);
+  cr_assert_eq(kind, STRATA_SCHEDULE_ZB_H1);
+  for (int k = STRATA_SCHEDULE_GPIPE; k <= STRATA_SCHEDULE_ZB_H1; k++) {
+    int back = 0;
+    OK(strata_schedule_kind_parse(strata_schedule_kind_name(k), &back));
+    cr_assert_eq(back, k);
+  }
+  cr_assert_str_eq(strata_schedule_kind_name(STRATA_SCHEDULE_ZB_H1), "zb-h1");
+  cr_assert_str_eq(strata_schedule_kind_name(0), "custom");
+  cr_assert_str_eq(strata_schedule_kind_name(42), "?");
+  cr_assert_str_eq(strata_action_label(STRATA_ACTION_BACKWARD_INPUT), "BI");
+  cr_assert_str_eq(strata_action_label(STRATA_ACTION_OPTIMIZER), "OPT");
+  cr_assert_str_eq(strata_action_label(-1), "?");
+  cr_assert_str_eq(strata_action_label(STRATA_ACTION_KIND_COUNT), "?");
+}
