@@ -197,11 +197,11 @@ static int strata__gen_1f1b(struct strata_schedule *s, int d, int split) {
 ** (k / pv)·p + k mod p; forwards go through the chunks in order, backwards
 ** in reverse order. Device d runs min(2(p - d - 1) + (v - 1)p, mv) warm-up
 ** forwards, then alternates one forward and one backward, then the
-** remaining backwards. Megatron keeps this order even when m = p (where it
-** switches to all forwards first only for its paired send/receive calls);
-** here a receive sits right before its consumer and sends are buffered,
-** which is never stricter than Megatron's paired transfers, and the suite
-** validates every p <= 8, v in {2, 3} and m <= 32 multiple of p.
+** remaining backwards. Megatron runs every forward first when m = p, for
+** the sake of its paired send/receive calls; these lists keep the formula
+** there too, since here a receive sits right before its consumer and sends
+** are buffered. The suite validates every p <= 8, v in {2, 3} and m <= 32
+** multiple of p.
 */
 static int strata__gen_interleaved(struct strata_schedule *s, int d, int v) {
   const int p = s->devices, units = s->microbatches * v;
