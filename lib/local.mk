@@ -16,7 +16,9 @@ libstrata_la_SOURCES = \
 	%reldir%/model.h \
 	%reldir%/stage.c \
 	%reldir%/stage.h \
-	%reldir%/train.c
+	%reldir%/train.c \
+	%reldir%/trainer.h \
+	%reldir%/pipeline.c
 libstrata_la_CPPFLAGS = $(AM_CPPFLAGS) $(HWLOC_CFLAGS) $(JANSSON_CFLAGS)
 libstrata_la_LIBADD = $(HWLOC_LIBS) $(JANSSON_LIBS) $(PTHREAD_LIBS)
 libstrata_la_LDFLAGS = -version-info $(STRATA_LT_VERSION) -no-undefined

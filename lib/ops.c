@@ -504,23 +504,37 @@ STRATA_API int strata_conv2d_bwd(strata_queue_t q, const struct strata_conv2d *g
   int64_t pp, qq;
   if (!g)
     return strata__error(STRATA_ERR_INVALID, "conv2d_bwd: geometry is NULL");
+  if (!dx.buf && !dw.buf)
+    return strata__error(STRATA_ERR_INVALID, "conv2d_bwd: neither dx nor dw is wanted");
   TRY(strata_conv2d_shape(g, &pp, &qq, NULL));
   uint64_t img = (uint64_t)(g->c * g->h * g->w), crs = (uint64_t)(g->c * g->r * g->s);
   uint64_t out = (uint64_t)(g->k * pp * qq);
-  const char *names[] = {"x", "w", "dy", "dw", "work", "dx"};
-  strata_mem_t mems[] = {x, w, dy, dw, work, dx};
-  uint64_t counts[] = {img * (uint64_t)g->n, (uint64_t)g->k * crs, out * (uint64_t)g->n, (uint64_t)g->k * crs, 0,
-                       img * (uint64_t)g->n};
-  TRY(conv_check(q, g, &pp, &qq, "conv2d_bwd", dx.buf ? 6 : 5, names, mems, counts));
+  const char *names[6] = {"x", "w", "dy", "work"};
+  strata_mem_t mems[6] = {x, w, dy, work};
+  uint64_t counts[6] = {img * (uint64_t)g->n, (uint64_t)g->k * crs, out * (uint64_t)g->n, 0};
+  int nm = 4;
+  if (dw.buf) {
+    names[nm] = "dw";
+    mems[nm] = dw;
+    counts[nm++] = (uint64_t)g->k * crs;
+  }
+  if (dx.buf) {
+    names[nm] = "dx";
+    mems[nm] = dx;
+    counts[nm++] = img * (uint64_t)g->n;
+  }
+  TRY(conv_check(q, g, &pp, &qq, "conv2d_bwd", nm, names, mems, counts));
   if (dx.buf)
     TRY(check_queue(q, STRATA__OP_COL2IM));
   for (int64_t i = 0; i < g->n; i++) {
     strata_mem_t dyi = strata_mem(dy.buf, dy.off + (size_t)(i * (int64_t)out));
-    TRY(im2col_op(q, STRATA__OP_IM2COL, g, pp, qq, strata_mem(x.buf, x.off + (size_t)(i * (int64_t)img)), work));
-    /* dw (k x crs) (+)= dy_i (k x pq) * col^T (pq x crs) */
-    float beta = (accumulate || i > 0) ? 1.0f : 0.0f;
-    TRY(strata_gemm(q, STRATA_NO_TRANS, STRATA_TRANS, g->k, (int64_t)crs, pp * qq, 1.0f, dyi, pp * qq, 0, work,
-                    pp * qq, 0, beta, dw, (int64_t)crs, 0, 1));
+    if (dw.buf) {
+      TRY(im2col_op(q, STRATA__OP_IM2COL, g, pp, qq, strata_mem(x.buf, x.off + (size_t)(i * (int64_t)img)), work));
+      /* dw (k x crs) (+)= dy_i (k x pq) * col^T (pq x crs) */
+      float beta = (accumulate || i > 0) ? 1.0f : 0.0f;
+      TRY(strata_gemm(q, STRATA_NO_TRANS, STRATA_TRANS, g->k, (int64_t)crs, pp * qq, 1.0f, dyi, pp * qq, 0, work,
+                      pp * qq, 0, beta, dw, (int64_t)crs, 0, 1));
+    }
     if (dx.buf) {
       /* col (crs x pq) = w^T (crs x k) * dy_i (k x pq), then scatter back by gathering per pixel */
       TRY(strata_gemm(q, STRATA_TRANS, STRATA_NO_TRANS, (int64_t)crs, pp * qq, g->k, 1.0f, w, (int64_t)crs, 0, dyi,

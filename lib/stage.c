@@ -208,6 +208,25 @@ static size_t in_floats(const struct strata__stage *st, const struct strata__lay
   return 0;
 }
 
+/* Floats of output-side gradients a layer keeps between its input and weight backward parts. */
+static size_t dsave_floats(const struct strata__stage *st, const struct strata__layer *L) {
+  struct dims d = dims_of(st);
+  switch (L->kind) {
+  case STRATA__LAYER_EMBED:
+    return (size_t)(d.R * d.D);
+  case STRATA__LAYER_BLOCK:
+    return (size_t)(7 * d.R * d.D + d.R * d.F);
+  case STRATA__LAYER_LM_HEAD:
+    return (size_t)(d.R * d.V + d.R * d.D);
+  case STRATA__LAYER_LINEAR:
+  case STRATA__LAYER_CLASSIFIER:
+    return (size_t)(d.R * L->out);
+  case STRATA__LAYER_CONV:
+    return (size_t)(d.B * L->k * L->h * L->w);
+  }
+  return 0;
+}
+
 static size_t scratch_floats(const struct strata__stage *st, const struct strata__layer *L) {
   struct dims d = dims_of(st);
   switch (L->kind) {
@@ -247,7 +266,7 @@ static int alloc(int dev, size_t floats, strata_buffer_t *b) {
 }
 
 int strata__stage_new(const struct strata_model *model, int first, int last, int dev, int64_t mb, uint64_t seed,
-                      struct strata__stage **out) {
+                      int split_backward, struct strata__stage **out) {
   if (!model || first < 0 || last > model->nlayers || first >= last)
     return strata__error(STRATA_ERR_INVALID, "stage: layers [%d, %d) do not lie in a model of %d layers", first, last,
                          model ? model->nlayers : 0);
@@ -265,17 +284,19 @@ int strata__stage_new(const struct strata_model *model, int first, int last, int
   st->last = last;
   st->dev = dev;
   st->mb = mb;
+  st->split = split_backward != 0;
   st->rows = model->cfg.kind == STRATA_MODEL_GPT ? mb * model->cfg.context : mb;
   int n = stage_layers(st);
   int rc = STRATA_OK;
   st->layer_tensor = calloc((size_t)n + 1, sizeof *st->layer_tensor);
   st->saved_off = calloc((size_t)n, sizeof *st->saved_off);
+  st->dsave_off = calloc((size_t)n, sizeof *st->dsave_off);
   st->out_off = calloc((size_t)n, sizeof *st->out_off);
   int nt = 0;
   for (int i = 0; i < n; i++)
     nt += layer_tensors(model, layer_at(st, i), NULL);
   st->tensors = calloc((size_t)(nt ? nt : 1), sizeof *st->tensors);
-  if (!st->layer_tensor || !st->saved_off || !st->out_off || !st->tensors) {
+  if (!st->layer_tensor || !st->saved_off || !st->dsave_off || !st->out_off || !st->tensors) {
     strata__stage_free(st);
     return strata__error(STRATA_ERR_NOMEM, "out of memory creating a stage");
   }
@@ -308,6 +329,17 @@ int strata__stage_new(const struct strata_model *model, int first, int last, int
   st->targets_off = slot;
   if (has_loss(st))
     slot += (size_t)st->rows;
+  st->gout_off = slot;
+  if (!has_loss(st))
+    slot += out_floats(st, layer_at(st, n - 1));
+  st->gin_off = slot;
+  if (first > 0)
+    slot += st->in_floats;
+  for (int i = 0; i < n; i++) {
+    st->dsave_off[i] = slot;
+    if (split_backward)
+      slot += dsave_floats(st, layer_at(st, i));
+  }
   st->slot_floats = slot;
   st->nparams = off;
 
@@ -321,7 +353,7 @@ int strata__stage_new(const struct strata_model *model, int first, int last, int
   if (!rc)
     rc = alloc(dev, off, &st->v);
   if (!rc)
-    rc = alloc(dev, 4, &st->scalar);
+    rc = alloc(dev, (size_t)st->ntensors + 1, &st->scalar);
   if (!rc)
     rc = alloc(dev, st->max_scratch, &st->scratch);
   for (int i = 0; i < 2 && !rc; i++)
@@ -388,6 +420,7 @@ void strata__stage_free(struct strata__stage *st) {
   free(st->tensors);
   free(st->layer_tensor);
   free(st->saved_off);
+  free(st->dsave_off);
   free(st->out_off);
   free(st);
 }
@@ -417,12 +450,8 @@ size_t strata__stage_in_floats(const struct strata__stage *st) { return st->in_f
 size_t strata__stage_out_floats(const struct strata__stage *st) {
   return out_floats(st, layer_at(st, stage_layers(st) - 1));
 }
-strata_mem_t strata__stage_grad_output(struct strata__stage *st) { return AT(st->gbuf[1], 0); }
-strata_mem_t strata__stage_grad_input(struct strata__stage *st) {
-  /* backward reads the output gradient from gbuf[1] and alternates: layer
-  ** i (counted from the end, 0-based) writes gbuf[i % 2] */
-  return AT(st->gbuf[(stage_layers(st) - 1) % 2], 0);
-}
+strata_mem_t strata__stage_grad_output(struct strata__stage *st, int s) { return AT(st->slots[s].buf, st->gout_off); }
+strata_mem_t strata__stage_grad_input(struct strata__stage *st, int s) { return AT(st->slots[s].buf, st->gin_off); }
 
 /* ---- the layers ---- */
 
@@ -432,7 +461,9 @@ struct lctx {
   struct dims d;
   strata_queue_t q;
   strata_buffer_t slot;
+  int mode;                /* enum bmode, backward only */
   size_t saved;            /* offset of this layer's saved activations in the slot */
+  size_t dsave;            /* offset of the gradients kept between BACKWARD_INPUT and BACKWARD_WEIGHT */
   strata_mem_t in, out;    /* input and output activations */
   const struct strata__tensor *t;   /* this layer's tensors */
 };
@@ -449,15 +480,17 @@ static int linear_fwd(strata_queue_t q, int64_t R, int64_t in, int64_t outf, str
   return b.buf ? strata_bias_add(q, y, b, R, outf) : STRATA_OK;
 }
 
-/* dW += x^T dy; db += colsum(dy); dx = dy W^T (dx.buf NULL: skipped) */
-static int linear_bwd(strata_queue_t q, int64_t R, int64_t in, int64_t outf, strata_mem_t x, strata_mem_t W,
-                      strata_mem_t dy, strata_mem_t dW, strata_mem_t db, strata_mem_t dx) {
+/* Weight part of a linear layer's backward: dW += x^T dy; db += colsum(dy) (db.buf NULL: no bias). */
+static int linear_bwd_w(strata_queue_t q, int64_t R, int64_t in, int64_t outf, strata_mem_t x, strata_mem_t dy,
+                        strata_mem_t dW, strata_mem_t db) {
   TRY(strata_gemm(q, 1, 0, in, outf, R, 1, x, in, 0, dy, outf, 0, 1, dW, outf, 0, 1));
-  if (db.buf)
-    TRY(strata_bias_grad(q, dy, db, R, outf, 1));
-  if (dx.buf)
-    TRY(strata_gemm(q, 0, 1, R, in, outf, 1, dy, outf, 0, W, outf, 0, 0, dx, in, 0, 1));
-  return STRATA_OK;
+  return db.buf ? strata_bias_grad(q, dy, db, R, outf, 1) : STRATA_OK;
+}
+
+/* Input part: dx = dy W^T (dx.buf NULL: nothing to do). */
+static int linear_bwd_x(strata_queue_t q, int64_t R, int64_t in, int64_t outf, strata_mem_t W, strata_mem_t dy,
+                        strata_mem_t dx) {
+  return dx.buf ? strata_gemm(q, 0, 1, R, in, outf, 1, dy, outf, 0, W, outf, 0, 0, dx, in, 0, 1) : STRATA_OK;
 }
 
 static int embed_fwd(struct lctx *c) {
@@ -465,12 +498,6 @@ static int embed_fwd(struct lctx *c) {
   TRY(strata_embedding_fwd(c->q, c->in, PARAM(c, 0), c->out, d.R, d.D, d.V));
   TRY(strata_embedding_fwd(c->q, AT(c->st->positions, 0), PARAM(c, 1), SCR(c, 0), d.R, d.D, d.T));
   return strata_add(c->q, c->out, SCR(c, 0), c->out, d.R * d.D);
-}
-
-static int embed_bwd(struct lctx *c, strata_mem_t dout) {
-  struct dims d = c->d;
-  TRY(strata_embedding_bwd(c->q, c->in, dout, GRAD(c, 0), d.R, d.D, d.V, 1));
-  return strata_embedding_bwd(c->q, AT(c->st->positions, 0), dout, GRAD(c, 1), d.R, d.D, d.T, 1);
 }
 
 /* Offsets of a block's saved activations (floats from c->saved). */
@@ -529,53 +556,6 @@ static int block_fwd(struct lctx *c) {
   return strata_add(q, c->out, SAVED(c, s.xmid), c->out, d.R * D);
 }
 
-static int block_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
-  struct dims d = c->d;
-  struct block_saved s = block_layout(&d);
-  strata_queue_t q = c->q;
-  int64_t D = d.D, T = d.T, H = d.H, hd = d.hd, HTT = H * T * T, R = d.R;
-  size_t RD = (size_t)(R * D);
-  float scale = 1.0f / sqrtf((float)hd);
-  /* scratch: dP | dS | dqkv (3RD) | f (RF) | d1 | d2 | d3 */
-  size_t o_dp = 0, o_ds = o_dp + (size_t)(d.B * HTT), o_dqkv = o_ds + (size_t)(d.B * HTT), o_f = o_dqkv + 3 * RD,
-         o_d1 = o_f + (size_t)(R * d.F), o_d2 = o_d1 + RD, o_d3 = o_d2 + RD;
-  /* MLP branch */
-  TRY(linear_bwd(q, R, d.F, D, SAVED(c, s.g), PARAM(c, FCP_W), dout, GRAD(c, FCP_W), GRAD(c, FCP_B), SCR(c, o_f)));
-  TRY(strata_gelu_bwd(q, SAVED(c, s.h), SCR(c, o_f), SCR(c, o_f), R * d.F));
-  TRY(linear_bwd(q, R, D, d.F, SAVED(c, s.ln2), PARAM(c, FC_W), SCR(c, o_f), GRAD(c, FC_W), GRAD(c, FC_B),
-                 SCR(c, o_d1)));
-  TRY(strata_layernorm_bwd(q, SAVED(c, s.xmid), PARAM(c, LN2_W), SAVED(c, s.mean2), SAVED(c, s.rstd2), SCR(c, o_d1),
-                           SCR(c, o_d2), GRAD(c, LN2_W), GRAD(c, LN2_B), R, D, 1));
-  TRY(strata_add(q, dout, SCR(c, o_d2), SCR(c, o_d3), R * D)); /* d3 = d(x_mid) */
-  /* attention branch */
-  TRY(linear_bwd(q, R, D, D, SAVED(c, s.att), PARAM(c, PROJ_W), SCR(c, o_d3), GRAD(c, PROJ_W), GRAD(c, PROJ_B),
-                 SCR(c, o_d1)));
-  for (int64_t b = 0; b < d.B; b++) {
-    size_t qkv = s.qkv + (size_t)(b * T * 3 * D), dq = o_dqkv + (size_t)(b * T * 3 * D);
-    size_t att = o_d1 + (size_t)(b * T * D);
-    /* dP = datt v^T ; dv = P^T datt */
-    TRY(strata_gemm(q, 0, 1, T, T, hd, 1, SCR(c, att), D, hd, SAVED(c, qkv + (size_t)(2 * D)), 3 * D, hd, 0,
-                    SCR(c, o_dp + (size_t)(b * HTT)), T, T * T, H));
-    TRY(strata_gemm(q, 1, 0, T, hd, T, 1, SAVED(c, s.p + (size_t)(b * HTT)), T, T * T, SCR(c, att), D, hd, 0,
-                    SCR(c, dq + (size_t)(2 * D)), 3 * D, hd, H));
-  }
-  TRY(strata_softmax_bwd(q, SAVED(c, s.p), SCR(c, o_dp), SCR(c, o_ds), d.B * H * T, T, scale));
-  for (int64_t b = 0; b < d.B; b++) {
-    size_t qkv = s.qkv + (size_t)(b * T * 3 * D), dq = o_dqkv + (size_t)(b * T * 3 * D);
-    strata_mem_t dS = SCR(c, o_ds + (size_t)(b * HTT));
-    /* dq = dS k ; dk = dS^T q */
-    TRY(strata_gemm(q, 0, 0, T, hd, T, 1, dS, T, T * T, SAVED(c, qkv + (size_t)D), 3 * D, hd, 0, SCR(c, dq), 3 * D,
-                    hd, H));
-    TRY(strata_gemm(q, 1, 0, T, hd, T, 1, dS, T, T * T, SAVED(c, qkv), 3 * D, hd, 0, SCR(c, dq + (size_t)D), 3 * D, hd,
-                    H));
-  }
-  TRY(linear_bwd(q, R, D, 3 * D, SAVED(c, s.ln1), PARAM(c, ATTN_W), SCR(c, o_dqkv), GRAD(c, ATTN_W), GRAD(c, ATTN_B),
-                 SCR(c, o_d1)));
-  TRY(strata_layernorm_bwd(q, c->in, PARAM(c, LN1_W), SAVED(c, s.mean1), SAVED(c, s.rstd1), SCR(c, o_d1),
-                           SCR(c, o_d2), GRAD(c, LN1_W), GRAD(c, LN1_B), R, D, 1));
-  return strata_add(q, SCR(c, o_d3), SCR(c, o_d2), din, R * D);
-}
-
 /* The output projection: the head's own weight, or the embedding's when tied. */
 static int head_weight(struct lctx *c, strata_mem_t *w, strata_mem_t *dw) {
   if (!c->st->model->cfg.tied) {
@@ -601,29 +581,10 @@ static int lm_head_fwd(struct lctx *c, strata_mem_t targets) {
                                   d.V);
 }
 
-static int lm_head_bwd(struct lctx *c, strata_mem_t targets, strata_mem_t din) {
-  struct dims d = c->d;
-  size_t RD = (size_t)(d.R * d.D), R = (size_t)d.R, RV = (size_t)(d.R * d.V);
-  strata_mem_t W, dW;
-  TRY(head_weight(c, &W, &dW));
-  TRY(strata_cross_entropy_bwd(c->q, SAVED(c, RD + 2 * R), targets, SCR(c, 0), d.R, d.V, c->st->loss_scale));
-  TRY(strata_gemm(c->q, 1, 0, d.V, d.D, d.R, 1, SCR(c, 0), d.V, 0, SAVED(c, 0), d.D, 0, 1, dW, d.D, 0, 1));
-  TRY(strata_gemm(c->q, 0, 0, d.R, d.D, d.V, 1, SCR(c, 0), d.V, 0, W, d.D, 0, 0, SCR(c, RV), d.D, 0, 1));
-  return strata_layernorm_bwd(c->q, c->in, PARAM(c, 0), SAVED(c, RD), SAVED(c, RD + R), SCR(c, RV), din, GRAD(c, 0),
-                              GRAD(c, 1), d.R, d.D, 1);
-}
-
 static int fc_fwd(struct lctx *c) {
   const struct strata__layer *L = c->L;
   TRY(linear_fwd(c->q, c->d.R, L->in, L->out, c->in, PARAM(c, 0), PARAM(c, 1), SAVED(c, 0)));
   return strata_relu_fwd(c->q, SAVED(c, 0), c->out, c->d.R * L->out);
-}
-
-static int fc_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
-  const struct strata__layer *L = c->L;
-  TRY(strata_relu_bwd(c->q, SAVED(c, 0), dout, SCR(c, 0), c->d.R * L->out));
-  return linear_bwd(c->q, c->d.R, L->in, L->out, c->in, PARAM(c, 0), SCR(c, 0), GRAD(c, 0), GRAD(c, 1),
-                    L->first ? AT(NULL, 0) : din);
 }
 
 static struct strata_conv2d conv_geom(const struct lctx *c) {
@@ -643,6 +604,155 @@ static int conv_fwd(struct lctx *c) {
   return strata_maxpool_fwd(c->q, &pg, SAVED(c, big), c->out, SAVED(c, 2 * big));
 }
 
+static int classifier_fwd(struct lctx *c, strata_mem_t targets) {
+  const struct strata__layer *L = c->L;
+  TRY(linear_fwd(c->q, c->d.R, L->in, L->out, c->in, PARAM(c, 0), PARAM(c, 1), SAVED(c, 0)));
+  return strata_cross_entropy_fwd(c->q, SAVED(c, 0), targets, SAVED(c, (size_t)(c->d.R * L->out)), c->d.R, L->out);
+}
+
+/*
+** Backward passes. A layer's backward has an input part (the gradient of
+** its input) and a weight part (the gradients of its parameters). FULL
+** runs both; INPUT runs the input part and keeps, in the slot's
+** `dsave` region, the output-side gradients the weight part needs;
+** WEIGHT runs the weight part later from what INPUT kept (zero-bubble
+** schedules). Where a gradient lives: scratch when FULL, the slot when split.
+*/
+enum bmode { BM_FULL, BM_INPUT, BM_WEIGHT };
+
+#define DSAVE(c, o) AT((c)->slot, (c)->dsave + (size_t)(o))
+/* A working gradient at offset `so` of scratch (FULL) or `ko` of the slot's dsave (split). */
+#define LOC(c, so, ko) ((c)->mode == BM_FULL ? SCR(c, so) : DSAVE(c, ko))
+#define DO_IN(c) ((c)->mode != BM_WEIGHT)
+#define DO_W(c) ((c)->mode != BM_INPUT)
+
+/* The layer's output gradient as its weight part reads it: as given (FULL),
+** copied into the slot first (INPUT), or from the slot (WEIGHT). */
+static int keep_dout(struct lctx *c, strata_mem_t *dout, size_t n) {
+  if (c->mode == BM_FULL)
+    return STRATA_OK;
+  strata_mem_t k = DSAVE(c, 0);
+  if (c->mode == BM_INPUT)
+    TRY(strata_buffer_copy(c->q, k.buf, k.off * 4, dout->buf, dout->off * 4, n * 4));
+  *dout = k;
+  return STRATA_OK;
+}
+
+/* Layernorm backward restricted to the part the mode wants: the input
+** gradient into dx, and/or the gamma/beta gradients. The unwanted output
+** goes to `junk` (scratch with room for rows x cols floats). */
+static int ln_bwd(struct lctx *c, strata_mem_t x, strata_mem_t g, strata_mem_t mean, strata_mem_t rstd, strata_mem_t dy,
+                  strata_mem_t dx, strata_mem_t dg, strata_mem_t db, strata_mem_t junk, int64_t rows, int64_t cols) {
+  if (c->mode == BM_INPUT) {
+    dg = junk;
+    db = AT(junk.buf, junk.off + (size_t)cols);
+  } else if (c->mode == BM_WEIGHT) {
+    dx = junk;
+  }
+  return strata_layernorm_bwd(c->q, x, g, mean, rstd, dy, dx, dg, db, rows, cols, c->mode != BM_INPUT);
+}
+
+static int embed_bwd(struct lctx *c, strata_mem_t dout) {
+  struct dims d = c->d;
+  TRY(keep_dout(c, &dout, (size_t)(d.R * d.D)));
+  if (!DO_W(c))
+    return STRATA_OK;
+  TRY(strata_embedding_bwd(c->q, c->in, dout, GRAD(c, 0), d.R, d.D, d.V, 1));
+  return strata_embedding_bwd(c->q, AT(c->st->positions, 0), dout, GRAD(c, 1), d.R, d.D, d.T, 1);
+}
+
+static int block_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
+  struct dims d = c->d;
+  struct block_saved s = block_layout(&d);
+  strata_queue_t q = c->q;
+  int64_t D = d.D, T = d.T, H = d.H, hd = d.hd, HTT = H * T * T, R = d.R;
+  size_t RD = (size_t)(R * D), RF = (size_t)(R * d.F);
+  float scale = 1.0f / sqrtf((float)hd);
+  /* scratch: dP | dS | dqkv (3RD) | f (RF) | d1 | d2 | d3 | junk (RD) */
+  size_t o_dp = 0, o_ds = o_dp + (size_t)(d.B * HTT), o_dqkv = o_ds + (size_t)(d.B * HTT), o_f = o_dqkv + 3 * RD,
+         o_d1 = o_f + RF, o_d2 = o_d1 + RD, o_d3 = o_d2 + RD, o_junk = o_d3 + RD;
+  /* dsave: dout | dh (RF) | dln2 | dxmid | dqkv (3RD) | dln1 */
+  size_t k_dh = RD, k_dln2 = k_dh + RF, k_dxmid = k_dln2 + RD, k_dqkv = k_dxmid + RD, k_dln1 = k_dqkv + 3 * RD;
+  strata_mem_t dh = LOC(c, o_f, k_dh), dln2 = LOC(c, o_d1, k_dln2), dxmid = LOC(c, o_d3, k_dxmid),
+               dqkv = LOC(c, o_dqkv, k_dqkv), dln1 = LOC(c, o_d1, k_dln1), junk = SCR(c, o_junk);
+  TRY(keep_dout(c, &dout, RD));
+  /* MLP branch */
+  if (DO_IN(c)) {
+    TRY(linear_bwd_x(q, R, d.F, D, PARAM(c, FCP_W), dout, dh));
+    TRY(strata_gelu_bwd(q, SAVED(c, s.h), dh, dh, R * d.F));
+    TRY(linear_bwd_x(q, R, D, d.F, PARAM(c, FC_W), dh, dln2));
+  }
+  if (DO_W(c)) {
+    TRY(linear_bwd_w(q, R, d.F, D, SAVED(c, s.g), dout, GRAD(c, FCP_W), GRAD(c, FCP_B)));
+    TRY(linear_bwd_w(q, R, D, d.F, SAVED(c, s.ln2), dh, GRAD(c, FC_W), GRAD(c, FC_B)));
+  }
+  TRY(ln_bwd(c, SAVED(c, s.xmid), PARAM(c, LN2_W), SAVED(c, s.mean2), SAVED(c, s.rstd2), dln2, SCR(c, o_d2),
+             GRAD(c, LN2_W), GRAD(c, LN2_B), junk, R, D));
+  /* attention branch */
+  if (DO_IN(c)) {
+    TRY(strata_add(q, dout, SCR(c, o_d2), dxmid, R * D));
+    TRY(linear_bwd_x(q, R, D, D, PARAM(c, PROJ_W), dxmid, SCR(c, o_d1)));
+    for (int64_t b = 0; b < d.B; b++) {
+      size_t qkv = s.qkv + (size_t)(b * T * 3 * D), att = o_d1 + (size_t)(b * T * D);
+      strata_mem_t dqb = AT(dqkv.buf, dqkv.off + (size_t)(b * T * 3 * D));
+      /* dP = datt v^T ; dv = P^T datt */
+      TRY(strata_gemm(q, 0, 1, T, T, hd, 1, SCR(c, att), D, hd, SAVED(c, qkv + (size_t)(2 * D)), 3 * D, hd, 0,
+                      SCR(c, o_dp + (size_t)(b * HTT)), T, T * T, H));
+      TRY(strata_gemm(q, 1, 0, T, hd, T, 1, SAVED(c, s.p + (size_t)(b * HTT)), T, T * T, SCR(c, att), D, hd, 0,
+                      AT(dqb.buf, dqb.off + (size_t)(2 * D)), 3 * D, hd, H));
+    }
+    TRY(strata_softmax_bwd(q, SAVED(c, s.p), SCR(c, o_dp), SCR(c, o_ds), d.B * H * T, T, scale));
+    for (int64_t b = 0; b < d.B; b++) {
+      size_t qkv = s.qkv + (size_t)(b * T * 3 * D);
+      strata_mem_t dqb = AT(dqkv.buf, dqkv.off + (size_t)(b * T * 3 * D));
+      strata_mem_t dS = SCR(c, o_ds + (size_t)(b * HTT));
+      /* dq = dS k ; dk = dS^T q */
+      TRY(strata_gemm(q, 0, 0, T, hd, T, 1, dS, T, T * T, SAVED(c, qkv + (size_t)D), 3 * D, hd, 0, dqb, 3 * D, hd, H));
+      TRY(strata_gemm(q, 1, 0, T, hd, T, 1, dS, T, T * T, SAVED(c, qkv), 3 * D, hd, 0,
+                      AT(dqb.buf, dqb.off + (size_t)D), 3 * D, hd, H));
+    }
+    TRY(linear_bwd_x(q, R, D, 3 * D, PARAM(c, ATTN_W), dqkv, dln1));
+  }
+  if (DO_W(c)) {
+    TRY(linear_bwd_w(q, R, D, D, SAVED(c, s.att), dxmid, GRAD(c, PROJ_W), GRAD(c, PROJ_B)));
+    TRY(linear_bwd_w(q, R, D, 3 * D, SAVED(c, s.ln1), dqkv, GRAD(c, ATTN_W), GRAD(c, ATTN_B)));
+  }
+  TRY(ln_bwd(c, c->in, PARAM(c, LN1_W), SAVED(c, s.mean1), SAVED(c, s.rstd1), dln1, SCR(c, o_d2), GRAD(c, LN1_W),
+             GRAD(c, LN1_B), junk, R, D));
+  if (DO_IN(c) && din.buf)
+    TRY(strata_add(q, dxmid, SCR(c, o_d2), din, R * D));
+  return STRATA_OK;
+}
+
+static int lm_head_bwd(struct lctx *c, strata_mem_t targets, strata_mem_t din) {
+  struct dims d = c->d;
+  size_t RD = (size_t)(d.R * d.D), R = (size_t)d.R, RV = (size_t)(d.R * d.V);
+  strata_mem_t W, dW;
+  TRY(head_weight(c, &W, &dW));
+  /* scratch: dlogits | dlnx | junk; dsave: dlogits | dlnx */
+  strata_mem_t dlogits = LOC(c, 0, 0), dlnx = LOC(c, RV, RV), junk = SCR(c, RV + RD);
+  if (DO_IN(c)) {
+    TRY(strata_cross_entropy_bwd(c->q, SAVED(c, RD + 2 * R), targets, dlogits, d.R, d.V, c->st->loss_scale));
+    TRY(strata_gemm(c->q, 0, 0, d.R, d.D, d.V, 1, dlogits, d.V, 0, W, d.D, 0, 0, dlnx, d.D, 0, 1));
+  }
+  if (DO_W(c))
+    TRY(strata_gemm(c->q, 1, 0, d.V, d.D, d.R, 1, dlogits, d.V, 0, SAVED(c, 0), d.D, 0, 1, dW, d.D, 0, 1));
+  if (!din.buf && c->mode == BM_INPUT)
+    return STRATA_OK;
+  return ln_bwd(c, c->in, PARAM(c, 0), SAVED(c, RD), SAVED(c, RD + R), dlnx, din.buf ? din : junk, GRAD(c, 0),
+                GRAD(c, 1), junk, d.R, d.D);
+}
+
+static int fc_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
+  const struct strata__layer *L = c->L;
+  strata_mem_t dz = LOC(c, 0, 0);
+  if (DO_IN(c)) {
+    TRY(strata_relu_bwd(c->q, SAVED(c, 0), dout, dz, c->d.R * L->out));
+    TRY(linear_bwd_x(c->q, c->d.R, L->in, L->out, PARAM(c, 0), dz, L->first ? AT(NULL, 0) : din));
+  }
+  return DO_W(c) ? linear_bwd_w(c->q, c->d.R, L->in, L->out, c->in, dz, GRAD(c, 0), GRAD(c, 1)) : STRATA_OK;
+}
+
 static int conv_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
   const struct strata__layer *L = c->L;
   struct strata_conv2d g = conv_geom(c);
@@ -650,29 +760,33 @@ static int conv_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
   TRY(strata_conv2d_shape(&g, &p, &qq, &ws));
   size_t big = (size_t)(c->d.B * L->k * L->h * L->w);
   struct strata_pool2d pg = {.n = c->d.B, .c = L->k, .h = L->h, .w = L->w, .size = 2, .stride = 2};
-  strata_mem_t dr = SCR(c, (size_t)ws);
-  TRY(strata_maxpool_bwd(c->q, &pg, dout, SAVED(c, 2 * big), dr));
-  TRY(strata_relu_bwd(c->q, SAVED(c, 0), dr, dr, (int64_t)big));
-  return strata_conv2d_bwd(c->q, &g, c->in, PARAM(c, 0), dr, L->first ? AT(NULL, 0) : din, GRAD(c, 0), SCR(c, 0), 1);
-}
-
-static int classifier_fwd(struct lctx *c, strata_mem_t targets) {
-  const struct strata__layer *L = c->L;
-  TRY(linear_fwd(c->q, c->d.R, L->in, L->out, c->in, PARAM(c, 0), PARAM(c, 1), SAVED(c, 0)));
-  return strata_cross_entropy_fwd(c->q, SAVED(c, 0), targets, SAVED(c, (size_t)(c->d.R * L->out)), c->d.R, L->out);
+  strata_mem_t dr = LOC(c, (size_t)ws, 0);
+  if (DO_IN(c)) {
+    TRY(strata_maxpool_bwd(c->q, &pg, dout, SAVED(c, 2 * big), dr));
+    TRY(strata_relu_bwd(c->q, SAVED(c, 0), dr, dr, (int64_t)big));
+  }
+  strata_mem_t dx = (DO_IN(c) && !L->first) ? din : AT(NULL, 0);
+  strata_mem_t dw = DO_W(c) ? GRAD(c, 0) : AT(NULL, 0);
+  if (!dx.buf && !dw.buf)
+    return STRATA_OK;
+  return strata_conv2d_bwd(c->q, &g, c->in, PARAM(c, 0), dr, dx, dw, SCR(c, 0), 1);
 }
 
 static int classifier_bwd(struct lctx *c, strata_mem_t targets, strata_mem_t din) {
   const struct strata__layer *L = c->L;
-  TRY(strata_cross_entropy_bwd(c->q, SAVED(c, 0), targets, SCR(c, 0), c->d.R, L->out, c->st->loss_scale));
-  return linear_bwd(c->q, c->d.R, L->in, L->out, c->in, PARAM(c, 0), SCR(c, 0), GRAD(c, 0), GRAD(c, 1),
-                    L->first ? AT(NULL, 0) : din);
+  strata_mem_t dlogits = LOC(c, 0, 0);
+  if (DO_IN(c)) {
+    TRY(strata_cross_entropy_bwd(c->q, SAVED(c, 0), targets, dlogits, c->d.R, L->out, c->st->loss_scale));
+    TRY(linear_bwd_x(c->q, c->d.R, L->in, L->out, PARAM(c, 0), dlogits, L->first ? AT(NULL, 0) : din));
+  }
+  return DO_W(c) ? linear_bwd_w(c->q, c->d.R, L->in, L->out, c->in, dlogits, GRAD(c, 0), GRAD(c, 1)) : STRATA_OK;
 }
 
 /* The context of stage layer i for slot s. */
 static struct lctx layer_ctx(struct strata__stage *st, int s, int i) {
   struct lctx c = {.st = st, .L = layer_at(st, i), .d = dims_of(st), .q = st->q, .slot = st->slots[s].buf};
   c.saved = st->saved_off[i];
+  c.dsave = st->dsave_off[i];
   c.in = i == 0 ? AT(c.slot, 0) : AT(c.slot, st->out_off[i - 1]);
   c.out = AT(c.slot, st->out_off[i]);
   c.t = &st->tensors[st->layer_tensor[i]];
@@ -705,17 +819,22 @@ int strata__stage_forward(struct strata__stage *st, int s) {
   return STRATA_OK;
 }
 
-int strata__stage_backward(struct strata__stage *st, int s) {
+/* Backward of slot s in `mode`: the last layer reads the output gradient
+** from the slot (non-last stage), the first writes its input gradient into
+** the slot (non-first stage); in between gradients ping-pong in gbuf. */
+static int stage_backward(struct strata__stage *st, int s, int mode) {
   TRY(check_slot(st, s));
+  if (mode != BM_FULL && !st->split)
+    return strata__error(STRATA_ERR_STATE, "stage: split backward on a stage built without it");
   strata_mem_t targets = strata__stage_targets(st, s);
   int n = stage_layers(st);
   for (int i = n - 1; i >= 0; i--) {
     struct lctx c = layer_ctx(st, s, i);
+    c.mode = mode;
     int back = n - 1 - i; /* layers done before this one */
-    strata_mem_t dout = back == 0 ? AT(st->gbuf[1], 0) : AT(st->gbuf[(back - 1) % 2], 0);
-    strata_mem_t din = AT(st->gbuf[back % 2], 0);
-    /* the gradient of the stage's first layer's input is needed only
-    ** when an earlier stage will receive it */
+    strata_mem_t dout = back == 0 ? (has_loss(st) ? AT(NULL, 0) : strata__stage_grad_output(st, s))
+                                  : AT(st->gbuf[(back - 1) % 2], 0);
+    strata_mem_t din = i > 0 ? AT(st->gbuf[back % 2], 0) : st->first > 0 ? strata__stage_grad_input(st, s) : AT(NULL, 0);
     int rc = STRATA_OK;
     switch (c.L->kind) {
     case STRATA__LAYER_EMBED: rc = embed_bwd(&c, dout); break;
@@ -727,9 +846,15 @@ int strata__stage_backward(struct strata__stage *st, int s) {
     }
     if (rc)
       return rc;
+    if (mode == BM_WEIGHT && i == 0)
+      break;
   }
   return STRATA_OK;
 }
+
+int strata__stage_backward(struct strata__stage *st, int s) { return stage_backward(st, s, BM_FULL); }
+int strata__stage_backward_input(struct strata__stage *st, int s) { return stage_backward(st, s, BM_INPUT); }
+int strata__stage_backward_weight(struct strata__stage *st, int s) { return stage_backward(st, s, BM_WEIGHT); }
 
 /* Offset and count of the per-row losses of the loss layer in a slot. */
 static int loss_region(struct strata__stage *st, size_t *off, int64_t *rows) {
@@ -764,6 +889,14 @@ int strata__stage_loss(struct strata__stage *st, int s, double *sum) {
   return rc;
 }
 
+int strata__stage_loss_read(struct strata__stage *st, int s, float *rows) {
+  TRY(check_slot(st, s));
+  size_t off = 0;
+  int64_t n = 0;
+  TRY(loss_region(st, &off, &n));
+  return strata_buffer_read(st->q, st->slots[s].buf, off * 4, rows, (size_t)n * 4);
+}
+
 strata_mem_t strata__stage_logits(struct strata__stage *st, int s) {
   int i = stage_layers(st) - 1;
   struct dims d = dims_of(st);
@@ -775,13 +908,16 @@ int strata__stage_zero_grads(struct strata__stage *st) {
 }
 
 int strata__stage_grad_sumsq(struct strata__stage *st, double *sumsq) {
-  TRY(strata_fill(st->q, AT(st->scalar, 0), 0, 1));
   for (int t = 0; t < st->ntensors; t++)
-    TRY(strata_sumsq(st->q, AT(st->grads, st->tensors[t].off), (int64_t)st->tensors[t].n, AT(st->scalar, 0), 1));
-  float v = 0;
-  TRY(strata_buffer_download(st->q, st->scalar, 0, &v, 4));
-  *sumsq = v;
-  return STRATA_OK;
+    TRY(strata_sumsq(st->q, AT(st->grads, st->tensors[t].off), (int64_t)st->tensors[t].n, AT(st->scalar, (size_t)t), 0));
+  float *v = malloc(((size_t)st->ntensors + 1) * sizeof *v);
+  if (!v)
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory");
+  int rc = strata_buffer_download(st->q, st->scalar, 0, v, (size_t)st->ntensors * 4);
+  for (int t = 0; t < st->ntensors && !rc; t++)
+    sumsq[t] = v[t];
+  free(v);
+  return rc;
 }
 
 int strata__stage_update(struct strata__stage *st, float gscale, float lr, float beta1, float beta2, float eps,

@@ -42,6 +42,9 @@ struct strata__stage {
   strata_buffer_t gbuf[2];   /* gradients flowing backward through the stage (ping-pong) */
   strata_buffer_t positions; /* int32 position of each token row (embedding stage) */
   size_t *saved_off;         /* per stage layer: offset (floats) of its saved activations in a slot */
+  size_t *dsave_off;         /* per stage layer: gradients kept for BACKWARD_WEIGHT (split stages) */
+  size_t gout_off, gin_off;  /* gradient of the stage's output (non-last) and input (non-first) */
+  int split;                 /* built for split backward (zero-bubble) */
   size_t *out_off;           /* per stage layer: offset of its output in a slot */
   size_t in_floats;          /* stage input (tokens, images, or the previous stage's output) */
   size_t targets_off;        /* targets (int32 rows), last stage only */
@@ -57,7 +60,7 @@ struct strata__stage {
 ** initialises the parameters from `seed` (each tensor from a seed derived
 ** from its name, so values do not depend on how the model is cut). */
 int strata__stage_new(const struct strata_model *model, int first, int last, int dev, int64_t mb, uint64_t seed,
-                      struct strata__stage **out);
+                      int split_backward, struct strata__stage **out);
 void strata__stage_free(struct strata__stage *st);
 
 /* Make sure slot `s` has activation memory (allocated on first use and
@@ -72,22 +75,32 @@ strata_mem_t strata__stage_targets(struct strata__stage *st, int s);
 strata_mem_t strata__stage_output(struct strata__stage *st, int s);
 size_t strata__stage_in_floats(const struct strata__stage *st);
 size_t strata__stage_out_floats(const struct strata__stage *st);
-/* Gradient w.r.t. the stage's output (filled by the caller for a non-last
-** stage before backward) and w.r.t. its input (after backward, non-first stage). */
-strata_mem_t strata__stage_grad_output(struct strata__stage *st);
-strata_mem_t strata__stage_grad_input(struct strata__stage *st);
+/* Gradient w.r.t. the stage's output for slot s (filled by the caller for a
+** non-last stage before backward) and w.r.t. its input (written by backward,
+** non-first stage). */
+strata_mem_t strata__stage_grad_output(struct strata__stage *st, int s);
+strata_mem_t strata__stage_grad_input(struct strata__stage *st, int s);
 
 /* Enqueue the forward pass of slot s; the backward pass of slot s
 ** (accumulating into the gradients). */
 int strata__stage_forward(struct strata__stage *st, int s);
 int strata__stage_backward(struct strata__stage *st, int s);
+/* The two halves of a split backward (stage built with split_backward):
+** the input gradient (which a previous stage waits for), and later the
+** weight gradients. */
+int strata__stage_backward_input(struct strata__stage *st, int s);
+int strata__stage_backward_weight(struct strata__stage *st, int s);
 /* Sum of the per-row losses of slot s (last stage; waits for the queue). */
 int strata__stage_loss(struct strata__stage *st, int s, double *sum);
+/* Enqueue reading slot s's per-row losses into `rows` (last stage; valid after the queue finishes). */
+int strata__stage_loss_read(struct strata__stage *st, int s, float *rows);
 /* Logits of slot s (last stage of a text model): rows x vocab floats. */
 strata_mem_t strata__stage_logits(struct strata__stage *st, int s);
 
 int strata__stage_zero_grads(struct strata__stage *st);
-/* Sum of squares of all gradients (waits for the queue). */
+/* Sum of squares of each tensor's gradient, into sumsq[ntensors] (waits for
+** the queue). Summed by the caller in tensor order, so that the global norm
+** does not depend on how the model is cut. */
 int strata__stage_grad_sumsq(struct strata__stage *st, double *sumsq);
 /* Scale gradients by `gscale`, then one AdamW step. */
 int strata__stage_update(struct strata__stage *st, float gscale, float lr, float beta1, float beta2, float eps,

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* train.c — the single-device trainer: micro-batches, gradient accumulation, clipping, AdamW with warm-up and cosine
-** decay, evaluation, and checkpoints with the full training state. */
+/* train.c — the trainer: stages on one or several devices, micro-batches, gradient accumulation, clipping, AdamW with
+** warm-up and cosine decay, evaluation, and checkpoints with the full training state. */
 #include "config.h"
 
 #include <inttypes.h>
@@ -9,12 +9,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <strata/checkpoint.h>
 #include <strata/train.h>
 
 #include "registry.h"
-#include "stage.h"
+#include "trainer.h"
 
 #define TRY(expr)                                                                                                      \
   do {                                                                                                                 \
@@ -25,19 +26,11 @@
 
 #define CHECKPOINT_FORMAT "strata-checkpoint/1"
 
-struct strata_trainer {
-  strata_model_t model;
-  strata_dataset_t data;
-  struct strata_train_options opt;
-  struct strata__stage *st;
-  int64_t step;
-  uint64_t data_state;
-  int images;               /* image model: float inputs */
-  size_t in_elems;          /* input elements per micro-batch */
-  int64_t rows;             /* target rows per micro-batch */
-  void *inputs;             /* host staging of one micro-batch */
-  int32_t *targets;
-};
+double strata__now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 STRATA_API void strata_train_options_default(struct strata_train_options *o) {
   if (!o)
@@ -73,102 +66,345 @@ static int check_options(const struct strata_train_options *o) {
   return STRATA_OK;
 }
 
-STRATA_API int strata_trainer_new(strata_model_t model, strata_dataset_t data, const struct strata_train_options *opts,
-                                  strata_trainer_t *out) {
-  if (!model || !data || !opts || !out)
-    return strata__error(STRATA_ERR_INVALID, "strata_trainer_new: NULL argument");
-  TRY(check_options(opts));
+/* The model and the data must describe the same task. */
+static int check_data(strata_model_t model, strata_dataset_t data, int *images) {
   struct strata_dataset_info di;
   TRY(strata_dataset_info(data, &di));
   const struct strata_model_config *c = &model->cfg;
-  int images = c->kind != STRATA_MODEL_GPT;
-  if (images && di.kind != STRATA_DATA_IMAGES)
+  *images = c->kind != STRATA_MODEL_GPT;
+  if (*images && di.kind != STRATA_DATA_IMAGES)
     return strata__error(STRATA_ERR_INVALID, "model '%s' (%s) needs image data, the dataset holds text", c->name,
                          c->kind == STRATA_MODEL_MLP ? "mlp" : "cnn");
-  if (!images && di.kind != STRATA_DATA_TEXT)
+  if (!*images && di.kind != STRATA_DATA_TEXT)
     return strata__error(STRATA_ERR_INVALID, "model '%s' is a GPT and needs text data", c->name);
-  if (!images && c->vocab < di.vocab)
+  if (!*images && c->vocab < di.vocab)
     return strata__error(STRATA_ERR_SHAPE, "model '%s' has a vocabulary of %lld, the data has %lld tokens", c->name,
                          (long long)c->vocab, (long long)di.vocab);
-  if (images && (c->image != di.image || c->channels != di.channels || c->classes < di.vocab))
+  if (*images && (c->image != di.image || c->channels != di.channels || c->classes < di.vocab))
     return strata__error(STRATA_ERR_SHAPE,
                          "model '%s' expects %lldx%lld images with %lld channels and %lld classes; the data has "
                          "%lldx%lld, %lld channel(s), %lld classes",
                          c->name, (long long)c->image, (long long)c->image, (long long)c->channels,
                          (long long)c->classes, (long long)di.image, (long long)di.image, (long long)di.channels,
                          (long long)di.vocab);
-  struct strata__device *d = strata__device_get(opts->device);
-  if (!d)
-    return STRATA_ERR_NOT_FOUND;
+  return STRATA_OK;
+}
+
+/* When a stage does not fit: say what the whole stage needs, not only the allocation that failed. */
+static int explain_memory(strata_trainer_t tr, int first, int last, int dev) {
+  char msg[768];
+  snprintf(msg, sizeof msg, "%s", strata_last_error());
+  uint64_t p = 0, act = 0;
+  for (int i = first; i < last; i++) {
+    p += tr->model->layers[i].info.params;
+    act += tr->model->layers[i].info.act_bytes + tr->model->layers[i].info.out_bytes;
+  }
+  const char *what = (first == 0 && last == tr->model->nlayers) ? "model" : "stage";
+  return strata__error(STRATA_ERR_DEVICE_MEMORY,
+                       "%s '%s' (layers %d-%d) does not fit on device %d: it needs %.1f MiB for parameters, gradients "
+                       "and AdamW moments plus about %.1f MiB of activations per micro-batch of %lld (%s)",
+                       what, tr->model->cfg.name, first, last - 1, dev, 16.0 * (double)p / 1048576.0,
+                       (double)act * (double)tr->opt.batch / 1048576.0, (long long)tr->opt.batch, msg);
+}
+
+/* Allocate the host-side micro-batch buffers for m micro-batches. */
+static int host_buffers(strata_trainer_t tr) {
+  tr->inputs = calloc((size_t)tr->m, sizeof *tr->inputs);
+  tr->targets = calloc((size_t)tr->m, sizeof *tr->targets);
+  tr->losses = calloc((size_t)tr->m, sizeof *tr->losses);
+  tr->mb_loss = calloc((size_t)tr->m, sizeof *tr->mb_loss);
+  if (!tr->inputs || !tr->targets || !tr->losses || !tr->mb_loss)
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
+  for (int i = 0; i < tr->m; i++) {
+    tr->inputs[i] = malloc(tr->in_elems * 4);
+    tr->targets[i] = malloc((size_t)tr->rows * 4);
+    tr->losses[i] = malloc((size_t)tr->rows * 4);
+    if (!tr->inputs[i] || !tr->targets[i] || !tr->losses[i])
+      return strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
+  }
+  return STRATA_OK;
+}
+
+/* Build the stages from the split (layers per stage) on their ranks' devices. */
+static int build_stages(strata_trainer_t tr, const int *split, int split_backward) {
+  int first = 0;
+  for (int s = 0; s < tr->nstages; s++) {
+    int last = first + split[s];
+    int dev = tr->dev[tr->stage_rank[s]];
+    int rc = strata__stage_new(tr->model, first, last, dev, tr->opt.batch, tr->opt.seed, split_backward, &tr->st[s]);
+    if (rc == STRATA_ERR_DEVICE_MEMORY)
+      rc = explain_memory(tr, first, last, dev);
+    if (rc)
+      return rc;
+    tr->report.split[s] = split[s];
+    tr->report.stage_device[s] = dev;
+    first = last;
+  }
+  tr->ntensors = 0;
+  for (int s = 0; s < tr->nstages; s++)
+    tr->ntensors += (size_t)tr->st[s]->ntensors;
+  tr->sumsq = calloc(tr->ntensors + 1, sizeof *tr->sumsq);
+  return tr->sumsq ? STRATA_OK : strata__error(STRATA_ERR_NOMEM, "out of host memory");
+}
+
+static int check_pipeline(const struct strata_pipeline_options *pp, int nlayers, int *kind, int *nstages) {
+  if (pp->devices < 1 || pp->devices > STRATA_MAX_PIPELINE)
+    return strata__error(STRATA_ERR_INVALID, "pipeline: %d devices (1..%d)", pp->devices, STRATA_MAX_PIPELINE);
+  *kind = pp->schedule ? pp->schedule : STRATA_SCHEDULE_1F1B;
+  int v = *kind == STRATA_SCHEDULE_INTERLEAVED ? (pp->virtual_stages ? pp->virtual_stages : 2) : 1;
+  if (v < 1 || v * pp->devices > STRATA_MAX_STAGES)
+    return strata__error(STRATA_ERR_INVALID, "pipeline: %d virtual stages per device", v);
+  *nstages = v * pp->devices;
+  if (*nstages > nlayers)
+    return strata__error(STRATA_ERR_SHAPE, "pipeline: %d stages but the model has only %d layers", *nstages, nlayers);
+  if (pp->microbatches < 1)
+    return strata__error(STRATA_ERR_INVALID, "pipeline: %d micro-batches", pp->microbatches);
+  int given = 0, sum = 0;
+  for (int s = 0; s < *nstages; s++) {
+    if (pp->split[s] < 0)
+      return strata__error(STRATA_ERR_INVALID, "pipeline: stage %d has %d layers", s, pp->split[s]);
+    given |= pp->split[s] != 0;
+    sum += pp->split[s];
+  }
+  for (int s = *nstages; s < STRATA_MAX_STAGES; s++)
+    if (pp->split[s])
+      return strata__error(STRATA_ERR_INVALID, "pipeline: the split lists more than %d stages", *nstages);
+  if (given) {
+    for (int s = 0; s < *nstages; s++)
+      if (pp->split[s] == 0)
+        return strata__error(STRATA_ERR_INVALID, "pipeline: stage %d of the split has no layers", s);
+    if (sum != nlayers)
+      return strata__error(STRATA_ERR_SHAPE, "pipeline: the split covers %d layers, the model has %d", sum, nlayers);
+  }
+  for (int i = 0; i < pp->devices; i++)
+    for (int j = i + 1; j < pp->devices; j++)
+      if (pp->device[i] == pp->device[j])
+        return strata__error(STRATA_ERR_INVALID, "pipeline: device %d is listed twice", pp->device[i]);
+  return STRATA_OK;
+}
+
+/*
+** The one constructor behind strata_trainer_new and _new_pipeline.
+** `pp` NULL: one stage on opts->device, accum micro-batches per step.
+*/
+static int trainer_create(strata_model_t model, strata_dataset_t data, const struct strata_train_options *opts,
+                          const struct strata_pipeline_options *pp, strata_trainer_t *out) {
+  if (!model || !data || !opts || !out)
+    return strata__error(STRATA_ERR_INVALID, "strata_trainer_new: NULL argument");
+  TRY(check_options(opts));
+  int images;
+  TRY(check_data(model, data, &images));
+  int kind = 0, nstages = 1;
+  if (pp)
+    TRY(check_pipeline(pp, model->nlayers, &kind, &nstages));
+  int ndev = pp ? pp->devices : 1;
+  for (int i = 0; i < ndev; i++)
+    if (!strata__device_get(pp ? pp->device[i] : opts->device))
+      return STRATA_ERR_NOT_FOUND;
+  if (kind == STRATA_SCHEDULE_INTERLEAVED && pp->microbatches % pp->devices)
+    return strata__error(STRATA_ERR_INVALID, "interleaved schedule: micro-batches (%d) must be a multiple of the %d devices",
+                         pp->microbatches, pp->devices);
   struct strata_trainer *tr = calloc(1, sizeof *tr);
   if (!tr)
     return strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
+  tr->t0 = strata__now();
   tr->model = model;
   tr->data = data;
   tr->opt = *opts;
   tr->images = images;
   tr->data_state = opts->seed;
-  tr->rows = images ? opts->batch : opts->batch * c->context;
-  tr->in_elems = images ? (size_t)(opts->batch * c->channels * c->image * c->image) : (size_t)tr->rows;
-  tr->inputs = malloc(tr->in_elems * 4);
-  tr->targets = malloc((size_t)tr->rows * 4);
-  if (!tr->inputs || !tr->targets) {
-    strata_trainer_free(tr);
-    return strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
+  tr->rows = images ? opts->batch : opts->batch * model->cfg.context;
+  tr->in_elems = images ? (size_t)(opts->batch * model->cfg.channels * model->cfg.image * model->cfg.image)
+                        : (size_t)tr->rows;
+  tr->ndev = ndev;
+  tr->nstages = nstages;
+  tr->m = pp ? pp->microbatches : (int)opts->accum;
+  for (int i = 0; i < ndev; i++)
+    tr->dev[i] = pp ? pp->device[i] : opts->device;
+  for (int s = 0; s < nstages; s++)
+    tr->stage_rank[s] = s % ndev;
+  int split[STRATA_MAX_STAGES] = {0};
+  int rc = host_buffers(tr);
+  if (!rc && pp) {
+    rc = strata_schedule_generate(kind, ndev, tr->m, nstages / ndev, &tr->sched);
+    if (!rc)
+      rc = strata_schedule_validate(tr->sched);
+    int given = 0;
+    for (int s = 0; s < nstages; s++)
+      given |= pp->split[s] != 0;
+    if (!rc && given)
+      memcpy(split, pp->split, sizeof split);
+    else if (!rc)
+      rc = strata__pipeline_balance(tr, split);
+    if (!rc && pp->trace && !(tr->trace_path = strdup(pp->trace)))
+      rc = strata__error(STRATA_ERR_NOMEM, "out of host memory");
+  } else {
+    split[0] = model->nlayers;
   }
-  int rc = strata__stage_new(model, 0, model->nlayers, opts->device, opts->batch, opts->seed, &tr->st);
   if (!rc)
-    rc = strata__stage_acquire(tr->st, 0);
+    rc = build_stages(tr, split, kind == STRATA_SCHEDULE_ZB_H1);
   if (rc) {
-    if (rc == STRATA_ERR_DEVICE_MEMORY) {
-      /* say what the whole model needs, not only the allocation that failed */
-      char msg[768];
-      snprintf(msg, sizeof msg, "%s", strata_last_error());
-      uint64_t p = strata_model_params(model), act = 0;
-      for (int i = 0; i < model->nlayers; i++)
-        act += model->layers[i].info.act_bytes + model->layers[i].info.out_bytes;
-      strata__error(rc,
-                    "model '%s' does not fit on device %d: it needs %.1f MiB for parameters, gradients and AdamW "
-                    "moments plus about %.1f MiB of activations per micro-batch of %lld (%s)",
-                    c->name, opts->device, 16.0 * (double)p / 1048576.0, (double)act * (double)opts->batch / 1048576.0,
-                    (long long)opts->batch, msg);
-    }
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", strata_last_error());
     strata_trainer_free(tr);
-    return rc;
+    return strata__error(rc, "%s", msg);
   }
+  tr->report.devices = ndev;
+  tr->report.stages = nstages;
+  tr->report.microbatches = tr->m;
+  tr->report.schedule = kind;
+  if (tr->sched)
+    strata_schedule_bubble(tr->sched, &tr->report.bubble_ideal);
+  for (int i = 0; i < ndev; i++)
+    tr->report.dev[i].device = tr->dev[i];
   *out = tr;
   return STRATA_OK;
+}
+
+STRATA_API int strata_trainer_new(strata_model_t model, strata_dataset_t data, const struct strata_train_options *opts,
+                                  strata_trainer_t *out) {
+  return trainer_create(model, data, opts, NULL, out);
+}
+
+STRATA_API int strata_trainer_new_pipeline(strata_model_t model, strata_dataset_t data,
+                                           const struct strata_train_options *opts,
+                                           const struct strata_pipeline_options *pipeline, strata_trainer_t *out) {
+  if (!pipeline)
+    return strata__error(STRATA_ERR_INVALID, "strata_trainer_new_pipeline: pipeline options are NULL");
+  return trainer_create(model, data, opts, pipeline, out);
 }
 
 STRATA_API void strata_trainer_free(strata_trainer_t tr) {
   if (!tr)
     return;
-  strata__stage_free(tr->st);
+  for (int s = 0; s < tr->nstages; s++)
+    strata__stage_free(tr->st[s]);
+  for (int i = 0; i < tr->m; i++) {
+    if (tr->inputs)
+      free(tr->inputs[i]);
+    if (tr->targets)
+      free(tr->targets[i]);
+    if (tr->losses)
+      free(tr->losses[i]);
+  }
   free(tr->inputs);
   free(tr->targets);
+  free(tr->losses);
+  free(tr->mb_loss);
+  free(tr->sumsq);
+  strata_schedule_free(tr->sched);
+  free(tr->trace_path);
+  free(tr->events);
   free(tr);
 }
 
 STRATA_API int64_t strata_trainer_steps_done(strata_trainer_t tr) { return tr ? tr->step : 0; }
 
-/* Upload one micro-batch (inputs and targets) into slot 0. */
-static int load_batch(strata_trainer_t tr, const void *inputs, const int32_t *targets) {
-  struct strata__stage *st = tr->st;
-  strata_mem_t in = strata__stage_input(st, 0), tg = strata__stage_targets(st, 0);
-  TRY(strata_buffer_write(st->q, in.buf, in.off * 4, inputs, tr->in_elems * 4));
-  TRY(strata_buffer_write(st->q, tg.buf, tg.off * 4, targets, (size_t)tr->rows * 4));
+STRATA_API int strata_trainer_report(strata_trainer_t tr, struct strata_pipeline_report *r) {
+  if (!tr || !r)
+    return strata__error(STRATA_ERR_INVALID, "strata_trainer_report: NULL argument");
+  *r = tr->report;
   return STRATA_OK;
 }
 
-/* Forward (and backward when `grad`) of one micro-batch; adds the summed row losses to *loss. */
-static int micro_batch(strata_trainer_t tr, const void *inputs, const int32_t *targets, int grad, double *loss) {
-  TRY(load_batch(tr, inputs, targets));
-  TRY(strata__stage_forward(tr->st, 0));
-  if (grad)
-    TRY(strata__stage_backward(tr->st, 0));
+/* ---- running the stages one after another (single device, evaluation, gradient checks) ---- */
+
+/* Forward of one micro-batch through every stage, in slot `slot`. */
+static int seq_forward(strata_trainer_t tr, int slot, const void *inputs, const int32_t *targets) {
+  for (int s = 0; s < tr->nstages; s++) {
+    struct strata__stage *st = tr->st[s];
+    TRY(strata__stage_acquire(st, slot));
+    strata_mem_t in = strata__stage_input(st, slot);
+    if (s == 0) {
+      TRY(strata_buffer_write(st->q, in.buf, in.off * 4, inputs, tr->in_elems * 4));
+    } else {
+      struct strata__stage *prev = tr->st[s - 1];
+      strata_mem_t o = strata__stage_output(prev, slot);
+      TRY(strata_queue_finish(prev->q));
+      TRY(strata_buffer_copy(st->q, in.buf, in.off * 4, o.buf, o.off * 4, strata__stage_out_floats(prev) * 4));
+    }
+    if (s == tr->nstages - 1) {
+      strata_mem_t tg = strata__stage_targets(st, slot);
+      TRY(strata_buffer_write(st->q, tg.buf, tg.off * 4, targets, (size_t)tr->rows * 4));
+    }
+    TRY(strata__stage_forward(st, slot));
+  }
+  return STRATA_OK;
+}
+
+static int seq_backward(strata_trainer_t tr, int slot) {
+  for (int s = tr->nstages - 1; s >= 0; s--) {
+    struct strata__stage *st = tr->st[s];
+    if (s < tr->nstages - 1) {
+      struct strata__stage *next = tr->st[s + 1];
+      strata_mem_t gi = strata__stage_grad_input(next, slot), go = strata__stage_grad_output(st, slot);
+      TRY(strata_queue_finish(next->q));
+      TRY(strata_buffer_copy(st->q, go.buf, go.off * 4, gi.buf, gi.off * 4, strata__stage_out_floats(st) * 4));
+    }
+    TRY(strata__stage_backward(st, slot));
+  }
+  return STRATA_OK;
+}
+
+/* Sum of the last stage's per-row losses of `slot` (waits). */
+static int seq_loss(strata_trainer_t tr, int slot, double *sum) {
+  return strata__stage_loss(tr->st[tr->nstages - 1], slot, sum);
+}
+
+static void release_all(strata_trainer_t tr) {
+  for (int s = 0; s < tr->nstages; s++)
+    for (int k = 0; k < STRATA__MAX_SLOTS; k++)
+      strata__stage_release(tr->st[s], k);
+}
+
+static int finish_all(strata_trainer_t tr) {
+  int rc = STRATA_OK;
+  for (int s = 0; s < tr->nstages; s++) {
+    int r = strata_queue_finish(tr->st[s]->q);
+    if (!rc)
+      rc = r;
+  }
+  return rc;
+}
+
+float strata__clip_scale(const strata_trainer_t tr, float *norm) {
   double sum = 0;
-  TRY(strata__stage_loss(tr->st, 0, &sum)); /* waits: the host buffers may be refilled afterwards */
-  *loss += sum;
+  for (size_t t = 0; t < tr->ntensors; t++)
+    sum += tr->sumsq[t];
+  *norm = (float)sqrt(sum);
+  return (tr->opt.clip > 0 && *norm > tr->opt.clip) ? tr->opt.clip / *norm : 1.0f;
+}
+
+int strata__stage_optimize(strata_trainer_t tr, int s, float gscale, float lr) {
+  const struct strata_train_options *o = &tr->opt;
+  TRY(strata__stage_update(tr->st[s], gscale, lr, o->beta1, o->beta2, o->eps, o->weight_decay, tr->step + 1));
+  return strata_queue_finish(tr->st[s]->q);
+}
+
+/* Where stage s's tensors start in the global tensor order. */
+static size_t tensor_base(strata_trainer_t tr, int s) {
+  size_t b = 0;
+  for (int i = 0; i < s; i++)
+    b += (size_t)tr->st[i]->ntensors;
+  return b;
+}
+
+/* The sequential step: m micro-batches forward and backward, then the update. */
+static int seq_step(strata_trainer_t tr, float *norm, float lr) {
+  for (int k = 0; k < tr->m; k++) {
+    TRY(seq_forward(tr, 0, tr->inputs[k], tr->targets[k]));
+    TRY(seq_backward(tr, 0));
+    double sum = 0;
+    TRY(seq_loss(tr, 0, &sum));
+    tr->mb_loss[k] = sum;
+  }
+  for (int s = 0; s < tr->nstages; s++)
+    TRY(strata__stage_grad_sumsq(tr->st[s], tr->sumsq + tensor_base(tr, s)));
+  float gscale = strata__clip_scale(tr, norm);
+  if (!isfinite(*norm))
+    return STRATA_OK; /* the caller reports it */
+  for (int s = 0; s < tr->nstages; s++)
+    TRY(strata__stage_optimize(tr, s, gscale, lr));
   return STRATA_OK;
 }
 
@@ -186,37 +422,60 @@ static float schedule(const struct strata_train_options *o, int64_t s) {
 STRATA_API int strata_trainer_step(strata_trainer_t tr, struct strata_step_stats *stats) {
   if (!tr)
     return strata__error(STRATA_ERR_INVALID, "strata_trainer_step: trainer is NULL");
-  struct strata__stage *st = tr->st;
   const struct strata_train_options *o = &tr->opt;
   int64_t ctx = tr->images ? 0 : tr->model->cfg.context;
-  st->loss_scale = 1.0f / (float)(tr->rows * o->accum);
-  TRY(strata__stage_zero_grads(st));
-  double loss = 0;
-  for (int64_t a = 0; a < o->accum; a++) {
-    TRY(strata_dataset_sample(tr->data, STRATA_SPLIT_TRAIN, o->batch, ctx, &tr->data_state, tr->inputs, tr->targets));
-    TRY(micro_batch(tr, tr->inputs, tr->targets, 1, &loss));
+  for (int s = 0; s < tr->nstages; s++) {
+    tr->st[s]->loss_scale = 1.0f / (float)(tr->rows * tr->m);
+    TRY(strata__stage_zero_grads(tr->st[s]));
   }
-  double sumsq = 0;
-  TRY(strata__stage_grad_sumsq(st, &sumsq));
-  float norm = (float)sqrt(sumsq);
+  /* the step's micro-batches, drawn in order before anything runs */
+  uint64_t state = tr->data_state;
+  for (int k = 0; k < tr->m; k++)
+    TRY(strata_dataset_sample(tr->data, STRATA_SPLIT_TRAIN, o->batch, ctx, &state, tr->inputs[k], tr->targets[k]));
+  float lr = schedule(o, tr->step), norm = 0;
+  double t_start = strata__now();
+  int rc = tr->sched ? strata__pipeline_step(tr, &norm, lr) : seq_step(tr, &norm, lr);
+  if (!rc)
+    rc = finish_all(tr);
+  release_all(tr);
+  if (rc)
+    return rc;
+  double loss = 0;
+  for (int k = 0; k < tr->m; k++) {
+    if (tr->sched) { /* the same sums, in the same order, as strata__stage_loss */
+      tr->mb_loss[k] = 0;
+      for (int64_t r = 0; r < tr->rows; r++)
+        tr->mb_loss[k] += tr->losses[k][r];
+    }
+    loss += tr->mb_loss[k];
+  }
   if (!isfinite(norm))
     return strata__error(STRATA_ERR_RANGE, "step %lld: the gradient norm is not finite (loss %g): training diverged",
-                         (long long)(tr->step + 1), loss / (double)(tr->rows * o->accum));
-  float gscale = (o->clip > 0 && norm > o->clip) ? o->clip / norm : 1.0f;
-  float lr = schedule(o, tr->step);
-  TRY(strata__stage_update(st, gscale, lr, o->beta1, o->beta2, o->eps, o->weight_decay, tr->step + 1));
-  TRY(strata_queue_finish(st->q));
+                         (long long)(tr->step + 1), loss / (double)(tr->rows * tr->m));
+  tr->data_state = state;
   tr->step++;
+  if (!tr->sched) {
+    tr->report.wall_s = strata__now() - t_start;
+    tr->report.dev[0].busy_s = tr->report.wall_s;
+  }
   if (stats) {
     stats->step = tr->step;
-    stats->loss = (float)(loss / (double)(tr->rows * o->accum));
+    stats->loss = (float)(loss / (double)(tr->rows * tr->m));
     stats->grad_norm = norm;
     stats->lr = lr;
-    stats->samples = (uint64_t)(o->batch * o->accum);
-    stats->tokens = (uint64_t)(tr->rows * o->accum);
+    stats->samples = (uint64_t)(o->batch * tr->m);
+    stats->tokens = (uint64_t)(tr->rows * tr->m);
     stats->flops = strata_model_flops(tr->model) * (double)stats->samples;
   }
   return STRATA_OK;
+}
+
+/* Mean loss of one batch run forward through the stages (slot 0). */
+static int forward_loss(strata_trainer_t tr, const void *inputs, const int32_t *targets, double *sum) {
+  int rc = seq_forward(tr, 0, inputs, targets);
+  if (!rc)
+    rc = seq_loss(tr, 0, sum);
+  return rc;
 }
 
 STRATA_API int strata_trainer_eval(strata_trainer_t tr, int64_t batches, float *loss) {
@@ -225,40 +484,72 @@ STRATA_API int strata_trainer_eval(strata_trainer_t tr, int64_t batches, float *
   uint64_t state = 0x5eed5eedull ^ tr->opt.seed; /* the same validation batches every time */
   int64_t ctx = tr->images ? 0 : tr->model->cfg.context;
   double sum = 0;
-  for (int64_t b = 0; b < batches; b++) {
-    TRY(strata_dataset_sample(tr->data, STRATA_SPLIT_VAL, tr->opt.batch, ctx, &state, tr->inputs, tr->targets));
-    TRY(micro_batch(tr, tr->inputs, tr->targets, 0, &sum));
+  int rc = STRATA_OK;
+  for (int64_t b = 0; b < batches && !rc; b++) {
+    rc = strata_dataset_sample(tr->data, STRATA_SPLIT_VAL, tr->opt.batch, ctx, &state, tr->inputs[0], tr->targets[0]);
+    double one = 0;
+    if (!rc)
+      rc = forward_loss(tr, tr->inputs[0], tr->targets[0], &one);
+    sum += one;
   }
-  *loss = (float)(sum / (double)(tr->rows * batches));
+  release_all(tr);
+  if (!rc)
+    *loss = (float)(sum / (double)(tr->rows * batches));
+  return rc;
+}
+
+/* ---- parameters in host memory, in global tensor order ---- */
+
+/* Copy buffer `which` (0 params, 1 grads, 2 m, 3 v) of every stage into host, stage after stage. */
+static int gather(strata_trainer_t tr, int which, float *host) {
+  size_t at = 0;
+  for (int s = 0; s < tr->nstages; s++) {
+    struct strata__stage *st = tr->st[s];
+    strata_buffer_t b = which == 0 ? st->params : which == 1 ? st->grads : which == 2 ? st->m : st->v;
+    TRY(strata_buffer_download(st->q, b, 0, host + at, st->nparams * 4));
+    at += st->nparams;
+  }
   return STRATA_OK;
 }
 
-/* ---- parameters in host memory ---- */
+static int scatter(strata_trainer_t tr, int which, const float *host) {
+  size_t at = 0;
+  for (int s = 0; s < tr->nstages; s++) {
+    struct strata__stage *st = tr->st[s];
+    strata_buffer_t b = which == 0 ? st->params : which == 2 ? st->m : st->v;
+    TRY(strata_buffer_upload(st->q, b, 0, host + at, st->nparams * 4));
+    at += st->nparams;
+  }
+  return STRATA_OK;
+}
 
-static int download_all(strata_trainer_t tr, strata_buffer_t b, float *host) {
-  return strata_buffer_download(tr->st->q, b, 0, host, tr->st->nparams * 4);
+static size_t total_params(strata_trainer_t tr) {
+  size_t n = 0;
+  for (int s = 0; s < tr->nstages; s++)
+    n += tr->st[s]->nparams;
+  return n;
 }
 
 STRATA_API int strata_trainer_params(strata_trainer_t tr, float *params, size_t *count) {
   if (!tr || !count)
     return strata__error(STRATA_ERR_INVALID, "strata_trainer_params: NULL argument");
+  size_t n = total_params(tr);
   if (params) {
-    if (*count < tr->st->nparams)
-      return strata__error(STRATA_ERR_RANGE, "strata_trainer_params: room for %zu floats, the model has %zu", *count,
-                           tr->st->nparams);
-    TRY(download_all(tr, tr->st->params, params));
+    if (*count < n)
+      return strata__error(STRATA_ERR_RANGE, "strata_trainer_params: room for %zu floats, the model has %zu", *count, n);
+    TRY(gather(tr, 0, params));
   }
-  *count = tr->st->nparams;
+  *count = n;
   return STRATA_OK;
 }
 
 STRATA_API int strata_trainer_set_params(strata_trainer_t tr, const float *params, size_t count) {
   if (!tr || !params)
     return strata__error(STRATA_ERR_INVALID, "strata_trainer_set_params: NULL argument");
-  if (count != tr->st->nparams)
+  if (count != total_params(tr))
     return strata__error(STRATA_ERR_SHAPE, "strata_trainer_set_params: %zu floats given, the model has %zu", count,
-                         tr->st->nparams);
-  return strata_buffer_upload(tr->st->q, tr->st->params, 0, params, count * 4);
+                         total_params(tr));
+  return scatter(tr, 0, params);
 }
 
 STRATA_API int strata_trainer_loss_grad(strata_trainer_t tr, const void *inputs, const int32_t *targets, int64_t batch,
@@ -268,14 +559,22 @@ STRATA_API int strata_trainer_loss_grad(strata_trainer_t tr, const void *inputs,
   if (batch != tr->opt.batch)
     return strata__error(STRATA_ERR_SHAPE, "strata_trainer_loss_grad: batch %lld, the trainer was built for %lld",
                          (long long)batch, (long long)tr->opt.batch);
-  tr->st->loss_scale = 1.0f / (float)tr->rows;
-  TRY(strata__stage_zero_grads(tr->st));
+  for (int s = 0; s < tr->nstages; s++) {
+    tr->st[s]->loss_scale = 1.0f / (float)tr->rows;
+    TRY(strata__stage_zero_grads(tr->st[s]));
+  }
   double sum = 0;
-  TRY(micro_batch(tr, inputs, targets, grads != NULL, &sum));
-  *loss = (float)(sum / (double)tr->rows);
-  if (grads)
-    TRY(download_all(tr, tr->st->grads, grads));
-  return STRATA_OK;
+  int rc = seq_forward(tr, 0, inputs, targets);
+  if (!rc && grads)
+    rc = seq_backward(tr, 0);
+  if (!rc)
+    rc = seq_loss(tr, 0, &sum);
+  if (!rc && grads)
+    rc = gather(tr, 1, grads);
+  release_all(tr);
+  if (!rc)
+    *loss = (float)(sum / (double)tr->rows);
+  return rc;
 }
 
 STRATA_API int strata_trainer_logits(strata_trainer_t tr, const int32_t *tokens, int64_t batch, float *logits) {
@@ -288,18 +587,23 @@ STRATA_API int strata_trainer_logits(strata_trainer_t tr, const int32_t *tokens,
     return strata__error(STRATA_ERR_SHAPE, "strata_trainer_logits: batch %lld, at most %lld", (long long)batch,
                          (long long)tr->opt.batch);
   int64_t T = tr->model->cfg.context, V = tr->model->cfg.vocab;
-  int32_t *in = tr->inputs;
+  int32_t *in = tr->inputs[0];
   for (int64_t i = 0; i < tr->rows; i++) {
     in[i] = i < batch * T ? tokens[i] : 0;
-    tr->targets[i] = -1; /* no loss wanted */
+    tr->targets[0][i] = -1; /* no loss wanted */
   }
-  TRY(load_batch(tr, in, tr->targets));
-  TRY(strata__stage_forward(tr->st, 0));
-  strata_mem_t lg = strata__stage_logits(tr->st, 0);
-  for (int64_t b = 0; b < batch; b++)
-    TRY(strata_buffer_read(tr->st->q, lg.buf, (lg.off + (size_t)((b * T + T - 1) * V)) * 4, logits + b * V,
-                           (size_t)V * 4));
-  return strata_queue_finish(tr->st->q);
+  struct strata__stage *last = tr->st[tr->nstages - 1];
+  int rc = seq_forward(tr, 0, in, tr->targets[0]);
+  if (!rc) {
+    strata_mem_t lg = strata__stage_logits(last, 0);
+    for (int64_t b = 0; b < batch && !rc; b++)
+      rc = strata_buffer_read(last->q, lg.buf, (lg.off + (size_t)((b * T + T - 1) * V)) * 4, logits + b * V,
+                              (size_t)V * 4);
+  }
+  if (!rc)
+    rc = strata_queue_finish(last->q);
+  release_all(tr);
+  return rc;
 }
 
 /* ---- checkpoints ---- */
@@ -317,40 +621,54 @@ static int options_json(const struct strata_train_options *o, char **out) {
   return *out ? STRATA_OK : strata__error(STRATA_ERR_NOMEM, "out of memory writing options");
 }
 
+/* Every tensor of every stage, in global order. */
+static const struct strata__tensor *tensor_at(strata_trainer_t tr, size_t t, size_t *host_off) {
+  size_t base = 0, at = 0;
+  for (int s = 0; s < tr->nstages; s++) {
+    if (t < base + (size_t)tr->st[s]->ntensors) {
+      const struct strata__tensor *x = &tr->st[s]->tensors[t - base];
+      *host_off = at + x->off;
+      return x;
+    }
+    base += (size_t)tr->st[s]->ntensors;
+    at += tr->st[s]->nparams;
+  }
+  return NULL;
+}
+
 STRATA_API int strata_trainer_save(strata_trainer_t tr, const char *path) {
   if (!tr || !path)
     return strata__error(STRATA_ERR_INVALID, "strata_trainer_save: NULL argument");
-  struct strata__stage *st = tr->st;
-  size_t n = st->nparams;
-  int nt = st->ntensors;
+  size_t n = total_params(tr), nt = tr->ntensors;
   float *host = malloc((3 * n + 1) * sizeof *host);
-  struct strata_st_tensor *ts = calloc((size_t)(3 * nt), sizeof *ts);
-  char *names = calloc((size_t)(3 * nt), 96);
+  struct strata_st_tensor *ts = calloc(3 * nt + 1, sizeof *ts);
+  char *names = calloc(3 * nt + 1, 96);
   char *model_json = NULL, *opt_json = NULL;
   int rc = (!host || !ts || !names) ? strata__error(STRATA_ERR_NOMEM, "out of host memory saving a checkpoint")
                                     : STRATA_OK;
-  if (!rc)
-    rc = download_all(tr, st->params, host);
-  if (!rc)
-    rc = download_all(tr, st->m, host + n);
-  if (!rc)
-    rc = download_all(tr, st->v, host + 2 * n);
+  for (int k = 0; k < 3 && !rc; k++)
+    rc = gather(tr, k == 0 ? 0 : k + 1, host + (size_t)k * n);
   if (!rc)
     rc = strata_model_to_json(tr->model, &model_json);
   if (!rc)
     rc = options_json(&tr->opt, &opt_json);
   if (!rc) {
     static const char *const prefix[3] = {"", "optimizer.m.", "optimizer.v."};
-    for (int k = 0; k < 3; k++)
-      for (int t = 0; t < nt; t++) {
-        const struct strata__tensor *x = &st->tensors[t];
-        struct strata_st_tensor *o = &ts[k * nt + t];
-        char *nm = names + (size_t)(k * nt + t) * 96;
+    for (int k = 0; k < 3 && !rc; k++)
+      for (size_t t = 0; t < nt && !rc; t++) {
+        size_t off = 0;
+        const struct strata__tensor *x = tensor_at(tr, t, &off);
+        if (!x) {
+          rc = strata__error(STRATA_ERR_INTERNAL, "tensor %zu of %zu not found", t, nt);
+          break;
+        }
+        struct strata_st_tensor *o = &ts[(size_t)k * nt + t];
+        char *nm = names + ((size_t)k * nt + t) * 96;
         snprintf(nm, 96, "%s%s", prefix[k], x->name);
         o->name = nm;
         o->ndim = x->ndim;
         memcpy(o->shape, x->shape, sizeof o->shape);
-        o->data = host + (size_t)k * n + x->off;
+        o->data = host + (size_t)k * n + off;
       }
     char step[32], seed[32], state[32];
     snprintf(step, sizeof step, "%" PRId64, tr->step);
@@ -358,7 +676,8 @@ STRATA_API int strata_trainer_save(strata_trainer_t tr, const char *path) {
     snprintf(state, sizeof state, "%" PRIu64, tr->data_state);
     struct strata_st_meta meta[] = {{"format", CHECKPOINT_FORMAT}, {"model", model_json}, {"options", opt_json},
                                     {"step", step},                {"seed", seed},        {"data_state", state}};
-    rc = strata_safetensors_write(path, ts, (size_t)(3 * nt), meta, sizeof meta / sizeof meta[0]);
+    if (!rc)
+      rc = strata_safetensors_write(path, ts, 3 * nt, meta, sizeof meta / sizeof meta[0]);
   }
   free(model_json);
   free(opt_json);
@@ -386,8 +705,7 @@ STRATA_API int strata_trainer_load(strata_trainer_t tr, const char *path) {
     return strata__error(STRATA_ERR_INVALID, "strata_trainer_load: NULL argument");
   strata_safetensors_t f = NULL;
   TRY(strata_safetensors_read(path, &f));
-  struct strata__stage *st = tr->st;
-  size_t n = st->nparams;
+  size_t n = total_params(tr);
   float *host = NULL;
   char *want = NULL;
   int rc = STRATA_OK;
@@ -395,14 +713,16 @@ STRATA_API int strata_trainer_load(strata_trainer_t tr, const char *path) {
   if (!format || strcmp(format, CHECKPOINT_FORMAT) != 0)
     rc = strata__error(STRATA_ERR_PARSE, "%s: not a strata checkpoint (metadata 'format' is %s%s%s, want %s)", path,
                        format ? "'" : "", format ? format : "missing", format ? "'" : "", CHECKPOINT_FORMAT);
-  /* the model must be the same one */
+  /* the model must be the same one (its name aside) */
   if (!rc)
     rc = strata_model_to_json(tr->model, &want);
   if (!rc) {
     const char *have = strata_safetensors_meta(f, "model");
     json_t *a = have ? json_loads(have, 0, NULL) : NULL, *b = json_loads(want, 0, NULL);
-    if (a && b)
-      json_object_del(a, "name"), json_object_del(b, "name");
+    if (a && b) {
+      json_object_del(a, "name");
+      json_object_del(b, "name");
+    }
     if (!a || !b || !json_equal(a, b))
       rc = strata__error(STRATA_ERR_SHAPE, "%s: the checkpoint holds model %s, not this one (%s)", path,
                          have ? have : "(none)", want);
@@ -420,8 +740,13 @@ STRATA_API int strata_trainer_load(strata_trainer_t tr, const char *path) {
     rc = strata__error(STRATA_ERR_NOMEM, "out of host memory loading a checkpoint");
   static const char *const prefix[3] = {"", "optimizer.m.", "optimizer.v."};
   for (int k = 0; k < 3 && !rc; k++)
-    for (int t = 0; t < st->ntensors && !rc; t++) {
-      const struct strata__tensor *x = &st->tensors[t];
+    for (size_t t = 0; t < tr->ntensors && !rc; t++) {
+      size_t off = 0;
+      const struct strata__tensor *x = tensor_at(tr, t, &off);
+      if (!x) {
+        rc = strata__error(STRATA_ERR_INTERNAL, "tensor %zu of %zu not found", t, tr->ntensors);
+        break;
+      }
       char nm[96];
       snprintf(nm, sizeof nm, "%s%s", prefix[k], x->name);
       int ndim;
@@ -433,15 +758,11 @@ STRATA_API int strata_trainer_load(strata_trainer_t tr, const char *path) {
       else if (!rc && (ndim != x->ndim || memcmp(shape, x->shape, (size_t)ndim * sizeof *shape) != 0))
         rc = strata__error(STRATA_ERR_SHAPE, "%s: tensor '%s' has the wrong shape", path, nm);
       if (!rc)
-        memcpy(host + (size_t)k * n + x->off, data, x->n * 4);
+        memcpy(host + (size_t)k * n + off, data, x->n * 4);
     }
   /* only now, with everything read and checked, overwrite the trainer */
-  if (!rc)
-    rc = strata_buffer_upload(st->q, st->params, 0, host, n * 4);
-  if (!rc)
-    rc = strata_buffer_upload(st->q, st->m, 0, host + n, n * 4);
-  if (!rc)
-    rc = strata_buffer_upload(st->q, st->v, 0, host + 2 * n, n * 4);
+  for (int k = 0; k < 3 && !rc; k++)
+    rc = scatter(tr, k == 0 ? 0 : k + 1, host + (size_t)k * n);
   if (!rc) {
     tr->step = (int64_t)step;
     tr->opt.seed = seed;

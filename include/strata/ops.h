@@ -139,7 +139,7 @@ STRATA_API int strata_conv2d_shape(const struct strata_conv2d *g, int64_t *p /* 
 /*
 ** y (n x k x p x q) = conv(x, w) through im2col + GEMM, one image at a time,
 ** using `work` (strata_conv2d_shape floats) as scratch. Backward: dw (accumulate flag)
-** and dx (overwritten; dx.buf may be NULL when the input needs no gradient).
+** and dx (overwritten); either may have a NULL buffer when that gradient is not wanted.
 */
 STRATA_API int strata_conv2d_fwd(strata_queue_t q, const struct strata_conv2d *g, strata_mem_t x, strata_mem_t w,
                                  strata_mem_t y, strata_mem_t work);

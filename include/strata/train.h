@@ -6,6 +6,7 @@
 #include <strata/common.h>
 #include <strata/data.h>
 #include <strata/model.h>
+#include <strata/schedule.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -95,6 +96,57 @@ STRATA_API int strata_trainer_set_params(strata_trainer_t tr, const float *param
 ** model's context length (text models): `logits` receives batch * vocab floats.
 */
 STRATA_API int strata_trainer_logits(strata_trainer_t tr, const int32_t *tokens, int64_t batch, float *logits /* OUT */);
+
+/* ---- pipeline parallelism ---- */
+
+#define STRATA_MAX_PIPELINE 64      /* pipeline devices */
+#define STRATA_MAX_STAGES 256       /* (virtual) stages */
+
+struct strata_pipeline_options {
+  int devices;                      /* pipeline devices p (>= 1) */
+  int device[STRATA_MAX_PIPELINE];  /* global device index of each pipeline rank */
+  int split[STRATA_MAX_STAGES];     /* layers per stage, in order; all 0: balanced automatically */
+  int schedule;                     /* STRATA_SCHEDULE_* of strata/schedule.h; 0 = 1F1B */
+  int microbatches;                 /* m micro-batches per step (each of opts->batch samples); replaces accum */
+  int virtual_stages;               /* v stages per device for INTERLEAVED (default 2) */
+  const char *trace;                /* Chrome/Perfetto trace JSON written after every step, or NULL */
+};
+
+/*
+** A trainer whose model is cut into consecutive stages over several
+** devices (of any backends) and trained by a pipeline schedule: one worker
+** thread per device runs its action list, activations and gradients move
+** between devices on separate copy threads, and each stage updates its own
+** weights. With the same seed, batch and micro-batches it computes what
+** strata_trainer_new with accum = m computes. The balanced split (split all
+** 0) weighs each layer's FLOPs against each device's measured GEMM speed
+** and keeps each stage inside its device's memory limit.
+*/
+STRATA_API int strata_trainer_new_pipeline(strata_model_t model, strata_dataset_t data,
+                                           const struct strata_train_options *opts,
+                                           const struct strata_pipeline_options *pipeline,
+                                           strata_trainer_t *out /* OUT */);
+
+struct strata_pipeline_device_stats {
+  int device;                       /* global device index */
+  double busy_s;                    /* compute seconds in the last step */
+  uint64_t peak_bytes;              /* the device's peak memory in the last step */
+  int peak_inflight;                /* most micro-batches whose activations one of its stages held at once */
+};
+
+struct strata_pipeline_report {
+  int devices, stages, microbatches, schedule;
+  int split[STRATA_MAX_STAGES];     /* layers per stage */
+  int stage_device[STRATA_MAX_STAGES];
+  double wall_s;                    /* the last step, compute and transfers */
+  double bubble;                    /* measured: 1 - sum(busy) / (devices x wall) */
+  double bubble_ideal;              /* the schedule's, with unit costs */
+  struct strata_pipeline_device_stats dev[STRATA_MAX_PIPELINE];
+};
+
+/* How the model is cut and how the last step went (a single-device trainer
+** reports one stage). */
+STRATA_API int strata_trainer_report(strata_trainer_t tr, struct strata_pipeline_report *report /* OUT */);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,677 @@
+/* SPDX-License-Identifier: MIT */
+/* pipeline.c — runs a pipeline schedule: one worker thread per device executing its action list, one sender thread per
+** device moving activations and gradients, the cross-stage optimizer barrier, automatic stage balancing, and traces. */
+#include "config.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "registry.h"
+#include "trainer.h"
+
+#define TRY(expr)                                                                                                      \
+  do {                                                                                                                 \
+    int rc_ = (expr);                                                                                                  \
+    if (rc_)                                                                                                           \
+      return rc_;                                                                                                      \
+  } while (0)
+
+/* A message waiting on its receiver's device: a stage input or an output gradient. */
+struct msg {
+  strata_buffer_t buf;
+  int posted;
+};
+
+struct job {
+  struct job *next;
+  int kind;                  /* STRATA_ACTION_SEND_ACT or _SEND_GRAD */
+  int stage, mb;             /* the sending stage */
+  strata_mem_t src;
+  size_t bytes;
+  int dst_dev;
+  struct msg *dst;
+};
+
+struct sender {
+  pthread_t thread;
+  int started;
+  struct job *head, *tail;
+  int stop;
+  strata_queue_t q;          /* copy queue on the rank's device */
+};
+
+struct exec {
+  strata_trainer_t tr;
+  int m, S;
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  int failed;
+  int fail_status;
+  char fail_msg[1024];
+  struct msg *act, *grad;    /* [S x m]: input of stage s / gradient of stage s's output, micro-batch mb */
+  int *holds;                /* [S x m]: what still keeps slot (s, mb) */
+  int *inflight, *peak;      /* per stage */
+  int *pending;              /* [S x m]: slot ready to be freed by its rank's worker */
+  int opt_arrived;
+  int opt_ready;
+  float gscale, norm, lr;
+  double busy[STRATA_MAX_PIPELINE];
+  struct sender snd[STRATA_MAX_PIPELINE];
+};
+
+struct worker_arg {
+  struct exec *ex;
+  int rank;
+};
+
+static int rank_of(const struct exec *ex, int s) { return ex->tr->stage_rank[s]; }
+
+/* Record the first failure; every waiting thread wakes up and stops. */
+static void fail(struct exec *ex, int status, const char *what) {
+  pthread_mutex_lock(&ex->lock);
+  if (!ex->failed) {
+    ex->failed = 1;
+    ex->fail_status = status;
+    snprintf(ex->fail_msg, sizeof ex->fail_msg, "%s: %s", what, strata_last_error());
+  }
+  pthread_cond_broadcast(&ex->cond);
+  for (int r = 0; r < ex->tr->ndev; r++)
+    ex->snd[r].stop = 1;
+  pthread_mutex_unlock(&ex->lock);
+}
+
+/* Drop one hold on slot (s, mb); the last one marks it for release. Caller holds the lock. */
+static void drop_locked(struct exec *ex, int s, int mb) {
+  int k = s * ex->m + mb;
+  if (--ex->holds[k] == 0) {
+    ex->pending[k] = 1;
+    ex->inflight[s]--;
+  }
+}
+
+static void drop(struct exec *ex, int s, int mb) {
+  pthread_mutex_lock(&ex->lock);
+  drop_locked(ex, s, mb);
+  pthread_mutex_unlock(&ex->lock);
+}
+
+/* Free the slots of this rank's stages that nothing holds any more. */
+static void release_pending(struct exec *ex, int rank) {
+  for (int s = 0; s < ex->S; s++) {
+    if (rank_of(ex, s) != rank)
+      continue;
+    for (int mb = 0; mb < ex->m; mb++) {
+      int k = s * ex->m + mb;
+      pthread_mutex_lock(&ex->lock);
+      int go = ex->pending[k];
+      ex->pending[k] = 0;
+      pthread_mutex_unlock(&ex->lock);
+      if (go)
+        strata__stage_release(ex->tr->st[s], mb);
+    }
+  }
+}
+
+static void trace(struct exec *ex, const char *cat, int kind, int s, int mb, double t0, double t1, int tid) {
+  if (!ex->tr->trace_path)
+    return;
+  char name[24];
+  if (kind == STRATA_ACTION_OPTIMIZER)
+    snprintf(name, sizeof name, "OPT%d", s);
+  else if (kind < 0)
+    snprintf(name, sizeof name, "%s", cat);
+  else
+    snprintf(name, sizeof name, "%s%d.%d", strata_action_label(kind), s, mb);
+  pthread_mutex_lock(&ex->lock);
+  strata__trace_add(ex->tr, name, cat, t0, t1, tid);
+  pthread_mutex_unlock(&ex->lock);
+}
+
+/* ---- sender threads ---- */
+
+static void *sender_main(void *arg) {
+  struct worker_arg *wa = arg;
+  struct exec *ex = wa->ex;
+  struct sender *sd = &ex->snd[wa->rank];
+  for (;;) {
+    pthread_mutex_lock(&ex->lock);
+    while (!sd->head && !sd->stop)
+      pthread_cond_wait(&ex->cond, &ex->lock);
+    struct job *j = sd->head;
+    if (!j || ex->failed) {
+      pthread_mutex_unlock(&ex->lock);
+      break;
+    }
+    sd->head = j->next;
+    if (!sd->head)
+      sd->tail = NULL;
+    pthread_mutex_unlock(&ex->lock);
+    double t0 = strata__now();
+    strata_buffer_t b = NULL;
+    int rc = strata_buffer_new(j->dst_dev, j->bytes, &b);
+    if (!rc)
+      rc = strata_buffer_copy(sd->q, b, 0, j->src.buf, j->src.off * 4, j->bytes);
+    if (!rc)
+      rc = strata_queue_finish(sd->q);
+    if (rc) {
+      strata_buffer_free(b);
+      char what[160];
+      snprintf(what, sizeof what, "device %d, %s%d.%d (copy to device %d)", ex->tr->dev[wa->rank],
+               strata_action_label(j->kind), j->stage, j->mb, j->dst_dev);
+      fail(ex, rc, what);
+      free(j);
+      break;
+    }
+    trace(ex, "send", j->kind, j->stage, j->mb, t0, strata__now(), 2 * wa->rank + 1);
+    pthread_mutex_lock(&ex->lock);
+    j->dst->buf = b;
+    j->dst->posted = 1;
+    drop_locked(ex, j->stage, j->mb);
+    pthread_cond_broadcast(&ex->cond);
+    pthread_mutex_unlock(&ex->lock);
+    free(j);
+  }
+  return NULL;
+}
+
+static void send_job(struct exec *ex, int rank, struct job *j) {
+  struct sender *sd = &ex->snd[rank];
+  pthread_mutex_lock(&ex->lock);
+  j->next = NULL;
+  if (sd->tail)
+    sd->tail->next = j;
+  else
+    sd->head = j;
+  sd->tail = j;
+  pthread_cond_broadcast(&ex->cond);
+  pthread_mutex_unlock(&ex->lock);
+}
+
+/* Wait for a message; returns 0 when it is there, -1 when the run failed. */
+static int wait_msg(struct exec *ex, struct msg *mg) {
+  pthread_mutex_lock(&ex->lock);
+  while (!mg->posted && !ex->failed)
+    pthread_cond_wait(&ex->cond, &ex->lock);
+  int ok = mg->posted && !ex->failed;
+  pthread_mutex_unlock(&ex->lock);
+  return ok ? 0 : -1;
+}
+
+/* Take a posted message's buffer into dst (on q), then free the message. */
+static int consume(struct exec *ex, struct msg *mg, strata_queue_t q, strata_mem_t dst, size_t bytes) {
+  int rc = strata_buffer_copy(q, dst.buf, dst.off * 4, mg->buf, 0, bytes);
+  if (!rc)
+    rc = strata_queue_finish(q);
+  pthread_mutex_lock(&ex->lock);
+  strata_buffer_t b = mg->buf;
+  mg->buf = NULL;
+  pthread_mutex_unlock(&ex->lock);
+  strata_buffer_free(b);
+  return rc;
+}
+
+/* ---- actions ---- */
+
+static int do_forward(struct exec *ex, int rank, int s, int mb) {
+  strata_trainer_t tr = ex->tr;
+  struct strata__stage *st = tr->st[s];
+  TRY(strata__stage_acquire(st, mb));
+  pthread_mutex_lock(&ex->lock);
+  int k = s * ex->m + mb;
+  ex->holds[k] = 1 + (s > 0) + (s < ex->S - 1 && rank_of(ex, s + 1) != rank);
+  if (++ex->inflight[s] > ex->peak[s])
+    ex->peak[s] = ex->inflight[s];
+  pthread_mutex_unlock(&ex->lock);
+  strata_mem_t in = strata__stage_input(st, mb);
+  size_t in_bytes = strata__stage_in_floats(st) * 4;
+  if (s == 0) {
+    TRY(strata_buffer_write(st->q, in.buf, in.off * 4, tr->inputs[mb], tr->in_elems * 4));
+  } else if (rank_of(ex, s - 1) == rank) {
+    strata_mem_t o = strata__stage_output(tr->st[s - 1], mb);
+    TRY(strata_buffer_copy(st->q, in.buf, in.off * 4, o.buf, o.off * 4, in_bytes));
+  } else {
+    struct msg *mg = &ex->act[k];
+    if (!mg->posted)
+      return strata__error(STRATA_ERR_STATE, "no activation received for stage %d, micro-batch %d", s, mb);
+    TRY(consume(ex, mg, st->q, in, in_bytes));
+  }
+  if (s == ex->S - 1) {
+    strata_mem_t tg = strata__stage_targets(st, mb);
+    TRY(strata_buffer_write(st->q, tg.buf, tg.off * 4, tr->targets[mb], (size_t)tr->rows * 4));
+  }
+  TRY(strata__stage_forward(st, mb));
+  if (s == ex->S - 1)
+    TRY(strata__stage_loss_read(st, mb, tr->losses[mb]));
+  return strata_queue_finish(st->q);
+}
+
+static int do_backward(struct exec *ex, int rank, int kind, int s, int mb) {
+  strata_trainer_t tr = ex->tr;
+  struct strata__stage *st = tr->st[s];
+  if (kind != STRATA_ACTION_BACKWARD_WEIGHT && s < ex->S - 1) {
+    strata_mem_t go = strata__stage_grad_output(st, mb);
+    size_t bytes = strata__stage_out_floats(st) * 4;
+    if (rank_of(ex, s + 1) == rank) {
+      strata_mem_t gi = strata__stage_grad_input(tr->st[s + 1], mb);
+      TRY(strata_buffer_copy(st->q, go.buf, go.off * 4, gi.buf, gi.off * 4, bytes));
+      TRY(strata_queue_finish(st->q));
+      drop(ex, s + 1, mb);
+    } else {
+      struct msg *mg = &ex->grad[s * ex->m + mb];
+      if (!mg->posted)
+        return strata__error(STRATA_ERR_STATE, "no gradient received for stage %d, micro-batch %d", s, mb);
+      TRY(consume(ex, mg, st->q, go, bytes));
+    }
+  }
+  if (kind == STRATA_ACTION_BACKWARD)
+    TRY(strata__stage_backward(st, mb));
+  else if (kind == STRATA_ACTION_BACKWARD_INPUT)
+    TRY(strata__stage_backward_input(st, mb));
+  else
+    TRY(strata__stage_backward_weight(st, mb));
+  TRY(strata_queue_finish(st->q));
+  if (kind != STRATA_ACTION_BACKWARD_INPUT)
+    drop(ex, s, mb);
+  return STRATA_OK;
+}
+
+/* Where stage s's tensors start in the global order. */
+static size_t tensor_base(strata_trainer_t tr, int s) {
+  size_t b = 0;
+  for (int i = 0; i < s; i++)
+    b += (size_t)tr->st[i]->ntensors;
+  return b;
+}
+
+/*
+** OPTIMIZER: each stage adds its gradients' sums of squares; the global
+** norm (hence the clip factor) needs every stage's, so a device's last
+** OPTIMIZER waits for all stages, then updates all of that device's stages.
+*/
+static int do_optimizer(struct exec *ex, int rank, int s, int last_on_rank) {
+  strata_trainer_t tr = ex->tr;
+  TRY(strata__stage_grad_sumsq(tr->st[s], tr->sumsq + tensor_base(tr, s)));
+  pthread_mutex_lock(&ex->lock);
+  if (++ex->opt_arrived == ex->S) {
+    ex->gscale = strata__clip_scale(tr, &ex->norm);
+    ex->opt_ready = 1;
+    pthread_cond_broadcast(&ex->cond);
+  }
+  if (!last_on_rank) {
+    pthread_mutex_unlock(&ex->lock);
+    return STRATA_OK;
+  }
+  while (!ex->opt_ready && !ex->failed)
+    pthread_cond_wait(&ex->cond, &ex->lock);
+  int ok = ex->opt_ready && !ex->failed;
+  float gscale = ex->gscale, norm = ex->norm;
+  pthread_mutex_unlock(&ex->lock);
+  if (!ok || !isfinite(norm))
+    return STRATA_OK; /* a failure elsewhere, or a diverged step the caller reports */
+  for (int t = 0; t < ex->S; t++)
+    if (rank_of(ex, t) == rank)
+      TRY(strata__stage_optimize(tr, t, gscale, ex->lr));
+  return STRATA_OK;
+}
+
+static void *worker_main(void *arg) {
+  struct worker_arg *wa = arg;
+  struct exec *ex = wa->ex;
+  int rank = wa->rank, n = 0;
+  const struct strata_action *list = strata_schedule_actions(ex->tr->sched, rank, &n);
+  int last_opt = -1;
+  for (int i = 0; i < n; i++)
+    if (list[i].kind == STRATA_ACTION_OPTIMIZER)
+      last_opt = i;
+  for (int i = 0; i < n; i++) {
+    pthread_mutex_lock(&ex->lock);
+    int failed = ex->failed;
+    pthread_mutex_unlock(&ex->lock);
+    if (failed)
+      break;
+    const struct strata_action *a = &list[i];
+    int s = a->stage, mb = a->microbatch, rc = STRATA_OK;
+    double t0 = strata__now();
+    const char *cat = "compute";
+    switch (a->kind) {
+    case STRATA_ACTION_FORWARD:
+      rc = do_forward(ex, rank, s, mb);
+      break;
+    case STRATA_ACTION_BACKWARD:
+    case STRATA_ACTION_BACKWARD_INPUT:
+    case STRATA_ACTION_BACKWARD_WEIGHT:
+      rc = do_backward(ex, rank, a->kind, s, mb);
+      break;
+    case STRATA_ACTION_SEND_ACT:
+    case STRATA_ACTION_SEND_GRAD: {
+      struct job *j = calloc(1, sizeof *j);
+      if (!j) {
+        rc = strata__error(STRATA_ERR_NOMEM, "out of host memory");
+        break;
+      }
+      int act = a->kind == STRATA_ACTION_SEND_ACT;
+      struct strata__stage *st = ex->tr->st[s];
+      j->kind = a->kind;
+      j->stage = s;
+      j->mb = mb;
+      j->src = act ? strata__stage_output(st, mb) : strata__stage_grad_input(st, mb);
+      j->bytes = (act ? strata__stage_out_floats(st) : strata__stage_in_floats(st)) * 4;
+      int peer = act ? s + 1 : s - 1;
+      j->dst_dev = ex->tr->dev[rank_of(ex, peer)];
+      j->dst = act ? &ex->act[peer * ex->m + mb] : &ex->grad[peer * ex->m + mb];
+      send_job(ex, rank, j);
+      cat = NULL;
+      break;
+    }
+    case STRATA_ACTION_RECV_ACT:
+    case STRATA_ACTION_RECV_GRAD:
+      if (wait_msg(ex, a->kind == STRATA_ACTION_RECV_ACT ? &ex->act[s * ex->m + mb] : &ex->grad[s * ex->m + mb]))
+        goto out; /* the run failed elsewhere */
+      cat = "recv";
+      break;
+    case STRATA_ACTION_OPTIMIZER:
+      rc = do_optimizer(ex, rank, s, i == last_opt);
+      cat = "optimizer";
+      break;
+    default:
+      rc = strata__error(STRATA_ERR_INTERNAL, "unknown action kind %d", a->kind);
+    }
+    double t1 = strata__now();
+    if (rc) {
+      char what[200], label[160];
+      snprintf(what, sizeof what, "%s, action #%d %s%d.%d",
+               strata__device_label(strata__device_get(ex->tr->dev[rank]), label, sizeof label), i,
+               strata_action_label(a->kind), s, mb);
+      fail(ex, rc, what);
+      break;
+    }
+    if (cat && strcmp(cat, "recv") != 0)
+      ex->busy[rank] += t1 - t0;
+    if (cat)
+      trace(ex, cat, a->kind, s, mb, t0, t1, 2 * rank);
+    release_pending(ex, rank);
+  }
+out:
+  return NULL;
+}
+
+int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
+  struct exec ex;
+  memset(&ex, 0, sizeof ex);
+  ex.tr = tr;
+  ex.m = tr->m;
+  ex.S = tr->nstages;
+  ex.lr = lr;
+  ex.norm = 0;
+  size_t cells = (size_t)ex.S * (size_t)ex.m;
+  ex.act = calloc(cells, sizeof *ex.act);
+  ex.grad = calloc(cells, sizeof *ex.grad);
+  ex.holds = calloc(cells, sizeof *ex.holds);
+  ex.pending = calloc(cells, sizeof *ex.pending);
+  ex.inflight = calloc((size_t)ex.S, sizeof *ex.inflight);
+  ex.peak = calloc((size_t)ex.S, sizeof *ex.peak);
+  int rc = (!ex.act || !ex.grad || !ex.holds || !ex.pending || !ex.inflight || !ex.peak)
+               ? strata__error(STRATA_ERR_NOMEM, "out of host memory running a pipeline step")
+               : STRATA_OK;
+  pthread_mutex_init(&ex.lock, NULL);
+  pthread_cond_init(&ex.cond, NULL);
+  for (int r = 0; r < tr->ndev && !rc; r++) {
+    rc = strata_queue_new(tr->dev[r], &ex.snd[r].q);
+    if (!rc)
+      rc = strata_device_reset_peak(tr->dev[r]);
+  }
+  struct worker_arg args[STRATA_MAX_PIPELINE];
+  pthread_t workers[STRATA_MAX_PIPELINE];
+  int started = 0;
+  double t_start = strata__now();
+  for (int r = 0; r < tr->ndev && !rc; r++) {
+    args[r].ex = &ex;
+    args[r].rank = r;
+    if (pthread_create(&ex.snd[r].thread, NULL, sender_main, &args[r]) != 0) {
+      rc = strata__error(STRATA_ERR_BACKEND, "cannot start a pipeline thread");
+      break;
+    }
+    ex.snd[r].started = 1;
+  }
+  for (int r = 0; r < tr->ndev && !rc; r++) {
+    if (pthread_create(&workers[r], NULL, worker_main, &args[r]) != 0) {
+      rc = strata__error(STRATA_ERR_BACKEND, "cannot start a pipeline thread");
+      fail(&ex, rc, "pipeline");
+      break;
+    }
+    started++;
+  }
+  for (int r = 0; r < started; r++)
+    pthread_join(workers[r], NULL);
+  /* the senders have nothing left once every worker is through its list */
+  pthread_mutex_lock(&ex.lock);
+  for (int r = 0; r < tr->ndev; r++)
+    ex.snd[r].stop = 1;
+  pthread_cond_broadcast(&ex.cond);
+  pthread_mutex_unlock(&ex.lock);
+  for (int r = 0; r < tr->ndev; r++)
+    if (ex.snd[r].started)
+      pthread_join(ex.snd[r].thread, NULL);
+  double t_end = strata__now();
+  for (int r = 0; r < tr->ndev; r++) {
+    while (ex.snd[r].head) { /* jobs never run after a failure */
+      struct job *j = ex.snd[r].head;
+      ex.snd[r].head = j->next;
+      free(j);
+    }
+    strata_queue_free(ex.snd[r].q);
+  }
+  for (size_t k = 0; k < cells && ex.act; k++) {
+    strata_buffer_free(ex.act[k].buf);
+    strata_buffer_free(ex.grad[k].buf);
+  }
+  if (!rc && ex.failed)
+    rc = strata__error(ex.fail_status, "%s", ex.fail_msg);
+  if (!rc) {
+    *grad_norm = ex.norm;
+    struct strata_pipeline_report *rep = &tr->report;
+    rep->wall_s = t_end - t_start;
+    double busy = 0;
+    for (int r = 0; r < tr->ndev; r++) {
+      rep->dev[r].busy_s = ex.busy[r];
+      busy += ex.busy[r];
+      strata_device_memory(tr->dev[r], NULL, &rep->dev[r].peak_bytes, NULL);
+      rep->dev[r].peak_inflight = 0;
+    }
+    for (int s = 0; s < ex.S; s++) {
+      struct strata_pipeline_device_stats *d = &rep->dev[rank_of(&ex, s)];
+      if (ex.peak[s] > d->peak_inflight)
+        d->peak_inflight = ex.peak[s];
+    }
+    rep->bubble = rep->wall_s > 0 ? 1.0 - busy / ((double)tr->ndev * rep->wall_s) : 0;
+    if (tr->trace_path) {
+      /* idle time: the gaps between a device's compute and receive events in this step */
+      size_t n0 = tr->nevents;
+      for (int r = 0; r < tr->ndev; r++) {
+        double last = t_start;
+        for (size_t e = 0; e < n0; e++) {
+          struct strata__trace_event *ev = &tr->events[e];
+          if (ev->tid != 2 * r || ev->step != tr->step)
+            continue;
+          double start = tr->t0 + ev->ts * 1e-6;
+          if (start > last + 1e-6)
+            strata__trace_add(tr, "idle", "idle", last, start, 2 * r);
+          last = tr->t0 + (ev->ts + ev->dur) * 1e-6;
+        }
+        if (t_end > last + 1e-6)
+          strata__trace_add(tr, "idle", "idle", last, t_end, 2 * r);
+      }
+    }
+  }
+  pthread_mutex_destroy(&ex.lock);
+  pthread_cond_destroy(&ex.cond);
+  free(ex.act);
+  free(ex.grad);
+  free(ex.holds);
+  free(ex.pending);
+  free(ex.inflight);
+  free(ex.peak);
+  if (!rc && tr->trace_path)
+    rc = strata__trace_write(tr);
+  return rc;
+}
+
+/* ---- traces ---- */
+
+void strata__trace_add(strata_trainer_t tr, const char *name, const char *cat, double t_start, double t_end, int tid) {
+  if (tr->nevents == tr->cap_events) {
+    size_t cap = tr->cap_events ? 2 * tr->cap_events : 1024;
+    if (cap > (1u << 22))
+      return; /* a bounded trace: the first four million events */
+    struct strata__trace_event *e = realloc(tr->events, cap * sizeof *e);
+    if (!e)
+      return;
+    tr->events = e;
+    tr->cap_events = cap;
+  }
+  struct strata__trace_event *e = &tr->events[tr->nevents++];
+  snprintf(e->name, sizeof e->name, "%s", name);
+  e->cat = cat;
+  e->ts = (t_start - tr->t0) * 1e6;
+  e->dur = (t_end - t_start) * 1e6;
+  e->tid = tid;
+  e->step = tr->step;
+}
+
+int strata__trace_write(strata_trainer_t tr) {
+  char tmp[4096];
+  snprintf(tmp, sizeof tmp, "%s.tmp-%ld", tr->trace_path, (long)getpid());
+  FILE *f = fopen(tmp, "w");
+  if (!f)
+    return strata__error(STRATA_ERR_IO, "%s: cannot write the trace", tr->trace_path);
+  fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
+  for (int r = 0; r < tr->ndev; r++) {
+    struct strata_device_props p;
+    strata_device_props(tr->dev[r], &p);
+    fprintf(f,
+            "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, \"args\": {\"name\": \"device %d "
+            "(%s) compute\"}},\n",
+            2 * r, tr->dev[r], p.backend);
+    fprintf(f,
+            "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, \"args\": {\"name\": \"device %d "
+            "(%s) transfers\"}},\n",
+            2 * r + 1, tr->dev[r], p.backend);
+  }
+  for (size_t i = 0; i < tr->nevents; i++) {
+    const struct strata__trace_event *e = &tr->events[i];
+    fprintf(f,
+            "{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, "
+            "\"args\": {\"step\": %lld}}%s\n",
+            e->name, e->cat, e->tid, e->ts, e->dur, (long long)e->step + 1, i + 1 < tr->nevents ? "," : "");
+  }
+  fprintf(f, "]}\n");
+  int bad = ferror(f);
+  if (fclose(f) != 0 || bad || rename(tmp, tr->trace_path) != 0) {
+    unlink(tmp);
+    return strata__error(STRATA_ERR_IO, "%s: cannot write the trace", tr->trace_path);
+  }
+  return STRATA_OK;
+}
+
+/* ---- balancing the split ---- */
+
+/* GFLOP/s of a 256^3 GEMM on device `dev` through strata: the speed the split weighs layers against. */
+static int device_speed(int dev, double *gflops) {
+  const int64_t n = 256;
+  size_t bytes = (size_t)(n * n * 4);
+  strata_buffer_t a = NULL, c = NULL;
+  strata_queue_t q = NULL;
+  int rc = strata_queue_new(dev, &q);
+  if (!rc)
+    rc = strata_buffer_new(dev, bytes, &a);
+  if (!rc)
+    rc = strata_buffer_new(dev, bytes, &c);
+  if (!rc)
+    rc = strata_fill(q, strata_mem(a, 0), 0.5f, n * n);
+  double best = 0;
+  for (int r = 0; r < 4 && !rc; r++) { /* the first call may compile kernels */
+    double t0 = strata__now();
+    rc = strata_gemm(q, 0, 0, n, n, n, 1, strata_mem(a, 0), n, 0, strata_mem(a, 0), n, 0, 0, strata_mem(c, 0), n, 0, 1);
+    if (!rc)
+      rc = strata_queue_finish(q);
+    double g = 2.0 * (double)(n * n * n) / (strata__now() - t0) / 1e9;
+    if (r > 0 && g > best)
+      best = g;
+  }
+  strata_buffer_free(a);
+  strata_buffer_free(c);
+  strata_queue_free(q);
+  if (!rc)
+    *gflops = best > 0 ? best : 1;
+  return rc;
+}
+
+/*
+** Contiguous split minimising the slowest stage's time (its layers' FLOPs
+** over its device's speed) subject to each stage's memory (parameters,
+** gradients and moments, plus activations for the micro-batches the
+** schedule keeps in flight on it) fitting its device's limit. Dynamic
+** programming over (stages, layers).
+*/
+int strata__pipeline_balance(strata_trainer_t tr, int *split) {
+  int S = tr->nstages, L = tr->model->nlayers;
+  double speed[STRATA_MAX_PIPELINE];
+  uint64_t limit[STRATA_MAX_PIPELINE];
+  for (int r = 0; r < tr->ndev; r++) {
+    TRY(device_speed(tr->dev[r], &speed[r]));
+    TRY(strata_device_memory(tr->dev[r], NULL, NULL, &limit[r]));
+  }
+  double *best = malloc(sizeof(double) * (size_t)(S + 1) * (size_t)(L + 1));
+  int *from = malloc(sizeof(int) * (size_t)(S + 1) * (size_t)(L + 1));
+  if (!best || !from) {
+    free(best);
+    free(from);
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory balancing stages");
+  }
+#define AT2(a, s, l) (a)[(size_t)(s) * (size_t)(L + 1) + (size_t)(l)]
+  for (int s = 0; s <= S; s++)
+    for (int l = 0; l <= L; l++)
+      AT2(best, s, l) = INFINITY;
+  AT2(best, 0, 0) = 0;
+  for (int s = 1; s <= S; s++) {
+    int r = tr->stage_rank[s - 1], inflight = 1;
+    strata_schedule_peak_inflight(tr->sched, s - 1, &inflight);
+    for (int l = s; l <= L - (S - s); l++)
+      for (int a = s - 1; a < l; a++) {
+        if (!isfinite(AT2(best, s - 1, a)))
+          continue;
+        double flops = 0, mem = 0;
+        for (int i = a; i < l; i++) {
+          const struct strata_layer_info *li = &tr->model->layers[i].info;
+          flops += li->fwd_flops + li->bwd_flops;
+          mem += 16.0 * (double)li->params + (double)(li->act_bytes + li->out_bytes) * (double)tr->opt.batch * inflight;
+        }
+        if (mem > (double)limit[r])
+          continue;
+        double t = flops / speed[r], worst = t > AT2(best, s - 1, a) ? t : AT2(best, s - 1, a);
+        if (worst < AT2(best, s, l)) {
+          AT2(best, s, l) = worst;
+          AT2(from, s, l) = a;
+        }
+      }
+  }
+  int ok = isfinite(AT2(best, S, L));
+  for (int s = S, l = L; ok && s > 0; s--) {
+    int a = AT2(from, s, l);
+    split[s - 1] = l - a;
+    l = a;
+  }
+#undef AT2
+  free(best);
+  free(from);
+  if (!ok)
+    return strata__error(STRATA_ERR_DEVICE_MEMORY,
+                         "model '%s' cannot be split over these %d devices: no cut into %d stages fits their memory "
+                         "limits (give more devices or a smaller batch)",
+                         tr->model->cfg.name, tr->ndev, S);
+  return STRATA_OK;
+}
