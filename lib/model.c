@@ -322,9 +322,11 @@ static int config_from_json(json_t *root, const char *src, struct strata_model_c
   return STRATA_OK;
 }
 
-/* Parse model JSON text (e.g. from checkpoint metadata). */
-int strata__model_from_json_text(const char *text, const char *src, strata_model_t *out);
-int strata__model_from_json_text(const char *text, const char *src, strata_model_t *out) {
+STRATA_API int strata_model_from_json(const char *text, const char *src, strata_model_t *out) {
+  if (!text || !out)
+    return strata__error(STRATA_ERR_INVALID, "strata_model_from_json: NULL argument");
+  if (!src)
+    src = "model JSON";
   json_error_t err;
   json_t *root = json_loads(text, 0, &err);
   if (!root)

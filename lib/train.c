@@ -189,11 +189,12 @@ static int check_pipeline(const struct strata_pipeline_options *pp, int nlayers,
 */
 static int trainer_create(strata_model_t model, strata_dataset_t data, const struct strata_train_options *opts,
                           const struct strata_pipeline_options *pp, strata_trainer_t *out) {
-  if (!model || !data || !opts || !out)
+  if (!model || !opts || !out)
     return strata__error(STRATA_ERR_INVALID, "strata_trainer_new: NULL argument");
   TRY(check_options(opts));
-  int images;
-  TRY(check_data(model, data, &images));
+  int images = model->cfg.kind != STRATA_MODEL_GPT;
+  if (data)
+    TRY(check_data(model, data, &images));
   int kind = 0, nstages = 1;
   if (pp)
     TRY(check_pipeline(pp, model->nlayers, &kind, &nstages));
@@ -422,6 +423,8 @@ static float schedule(const struct strata_train_options *o, int64_t s) {
 STRATA_API int strata_trainer_step(strata_trainer_t tr, struct strata_step_stats *stats) {
   if (!tr)
     return strata__error(STRATA_ERR_INVALID, "strata_trainer_step: trainer is NULL");
+  if (!tr->data)
+    return strata__error(STRATA_ERR_STATE, "strata_trainer_step: the trainer was made without data");
   const struct strata_train_options *o = &tr->opt;
   int64_t ctx = tr->images ? 0 : tr->model->cfg.context;
   for (int s = 0; s < tr->nstages; s++) {
@@ -481,6 +484,8 @@ static int forward_loss(strata_trainer_t tr, const void *inputs, const int32_t *
 STRATA_API int strata_trainer_eval(strata_trainer_t tr, int64_t batches, float *loss) {
   if (!tr || !loss || batches < 1)
     return strata__error(STRATA_ERR_INVALID, "strata_trainer_eval: need a trainer, an output and batches >= 1");
+  if (!tr->data)
+    return strata__error(STRATA_ERR_STATE, "strata_trainer_eval: the trainer was made without data");
   uint64_t state = 0x5eed5eedull ^ tr->opt.seed; /* the same validation batches every time */
   int64_t ctx = tr->images ? 0 : tr->model->cfg.context;
   double sum = 0;

@@ -17,7 +17,19 @@
 
 static const struct strata__services *svc;
 
+/* Fault injection for tests (STRATA_HOST_FAULT=device=D,op=N | alloc=N | copy=N):
+** the N-th such call on virtual device D fails as a broken device would. */
+struct fault {
+  int device;              /* -1: off */
+  char what[8];            /* "op", "alloc", "copy" */
+  long at;
+  long count;              /* calls seen so far, guarded by fault_lock */
+};
+
+static pthread_mutex_t fault_lock = PTHREAD_MUTEX_INITIALIZER;
+
 struct host_ctx {
+  struct fault fault;
   int ndev;
   uint64_t mem_per_device;
   int units_per_device;
@@ -45,6 +57,8 @@ struct task {
 };
 
 struct host_queue {
+  struct host_ctx *ctx;
+  int dev;
   pthread_t thread;
   pthread_mutex_t lock;
   pthread_cond_t cond;           /* work arrived, or stop */
@@ -163,6 +177,35 @@ static int read_device_count(int *n) {
   return STRATA_OK;
 }
 
+static int read_fault(struct fault *f) {
+  f->device = -1;
+  const char *env = getenv("STRATA_HOST_FAULT");
+  if (!env || !*env)
+    return STRATA_OK;
+  char what[8] = "";
+  int dev = -1, used = 0;
+  long at = 0;
+  if (sscanf(env, "device=%d,%7[a-z]=%ld%n", &dev, what, &at, &used) != 3 || env[used] || dev < 0 || at < 1 ||
+      (strcmp(what, "op") && strcmp(what, "alloc") && strcmp(what, "copy")))
+    return svc->error(STRATA_ERR_PARSE, "STRATA_HOST_FAULT='%s': expected device=D,op=N (or alloc=N, copy=N)", env);
+  f->device = dev;
+  snprintf(f->what, sizeof f->what, "%s", what);
+  f->at = at;
+  return STRATA_OK;
+}
+
+/* Count a call of kind `what` on device `dev`; fail it if it is the injected one. */
+static int fault_check(struct host_ctx *c, int dev, const char *what) {
+  if (c->fault.device != dev || strcmp(c->fault.what, what) != 0)
+    return STRATA_OK;
+  pthread_mutex_lock(&fault_lock);
+  long n = ++c->fault.count;
+  pthread_mutex_unlock(&fault_lock);
+  if (n == c->fault.at)
+    return svc->error(STRATA_ERR_BACKEND, "host: virtual device %d failed (injected fault: %s #%ld)", dev, what, n);
+  return STRATA_OK;
+}
+
 static void read_cpu_name(char *buf, size_t len) {
   snprintf(buf, len, "CPU");
   FILE *f = fopen("/proc/cpuinfo", "r");
@@ -200,6 +243,11 @@ static int host_init(const struct strata__services *services, void **ctx, char *
   if (!c)
     return svc->error(STRATA_ERR_NOMEM, "host: out of memory");
   c->ndev = n;
+  rc = read_fault(&c->fault);
+  if (rc) {
+    free(c);
+    return rc;
+  }
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   uint64_t total = (pages > 0 && page > 0) ? (uint64_t)pages * (uint64_t)page : (1ull << 32);
   c->mem_per_device = total / (uint64_t)n;
@@ -240,6 +288,9 @@ static int host_device_info(void *ctx, int dev, struct strata__device_info *info
 }
 
 static int host_alloc(void *ctx, int dev, size_t bytes, void **buf) {
+  int rc = fault_check(ctx, dev, "alloc");
+  if (rc)
+    return rc;
   void *p = NULL;
   if (posix_memalign(&p, 64, bytes) != 0)
     return svc->error(STRATA_ERR_DEVICE_MEMORY, "host: out of memory allocating %zu bytes on virtual device %d", bytes,
@@ -257,6 +308,8 @@ static int host_queue_new(void *ctx, int dev, void **out) {
   pthread_mutex_init(&q->lock, NULL);
   pthread_cond_init(&q->cond, NULL);
   pthread_cond_init(&q->idle, NULL);
+  q->ctx = ctx;
+  q->dev = dev;
   int err = pthread_create(&q->thread, NULL, worker, q);
   if (err) {
     pthread_mutex_destroy(&q->lock);
@@ -334,6 +387,10 @@ static int host_event_sync(void *ctx, void *event) {
 static void host_event_free(void *ctx, void *event) { event_release(event); }
 
 static int copy_task(void *queue, void *dst, const void *src, size_t bytes) {
+  struct host_queue *q = queue;
+  int rc = fault_check(q->ctx, q->dev, "copy");
+  if (rc)
+    return rc;
   struct task *t = task_new(TASK_COPY);
   if (!t)
     return STRATA_ERR_NOMEM;
@@ -358,6 +415,10 @@ static int host_copy(void *ctx, void *queue, void *dst, size_t doff, void *src, 
 static int host_op_supported(void *ctx, int dev, enum strata__op_id id) { return strata__host_op_supported(id); }
 
 static int host_op(void *ctx, void *queue, const struct strata__op *op) {
+  struct host_queue *q = queue;
+  int rc = fault_check(ctx, q->dev, "op");
+  if (rc)
+    return rc;
   struct task *t = task_new(TASK_OP);
   if (!t)
     return STRATA_ERR_NOMEM;

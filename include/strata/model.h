@@ -63,6 +63,9 @@ STRATA_API const char *const *strata_model_presets(void);
 STRATA_API int strata_model_from_preset(const char *name, strata_model_t *out /* OUT */);
 STRATA_API int strata_model_from_file(const char *path, strata_model_t *out /* OUT */);
 STRATA_API int strata_model_from_config(const struct strata_model_config *config, strata_model_t *out /* OUT */);
+/* Parse model JSON text (the model-file format, e.g. a checkpoint's "model"
+** metadata); `source` names it in error messages (may be NULL). */
+STRATA_API int strata_model_from_json(const char *json, const char *source, strata_model_t *out /* OUT */);
 /* A preset name, or else a path to a JSON file. */
 STRATA_API int strata_model_load(const char *preset_or_path, strata_model_t *out /* OUT */);
 STRATA_API void strata_model_free(strata_model_t model);

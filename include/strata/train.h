@@ -36,7 +36,9 @@ STRATA_API void strata_train_options_default(struct strata_train_options *opts /
 ** Create a trainer: allocates parameters, gradients and AdamW moments on
 ** the device and initialises the parameters from the seed (GPT-2 style:
 ** normal(0, 0.02), residual projections scaled by 1/sqrt(2 layers)). The
-** model and dataset must outlive the trainer. Fails cleanly (nothing left
+** model and dataset must outlive the trainer. `data` may be NULL for a
+** trainer that only loads checkpoints and computes logits or losses of
+** given batches (strata_trainer_step and _eval then fail). Fails cleanly (nothing left
 ** allocated) when the device's memory limit is too small, saying how much
 ** the model needs.
 */
