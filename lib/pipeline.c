@@ -622,7 +622,23 @@ int strata__pipeline_balance(strata_trainer_t tr, int *split) {
   double speed[STRATA_MAX_PIPELINE];
   uint64_t limit[STRATA_MAX_PIPELINE];
   for (int r = 0; r < tr->ndev; r++) {
-    TRY(device_speed(tr->dev[r], &speed[r]));
+    /* devices of one kind (backend and name: host virtual devices, identical
+    ** GPUs) get one measurement, so that timing noise cannot cut a model
+    ** differently from run to run */
+    struct strata_device_props pr, pq;
+    TRY(strata_device_props(tr->dev[r], &pr));
+    int same = -1;
+    for (int q = 0; q < r && same < 0; q++) {
+      TRY(strata_device_props(tr->dev[q], &pq));
+      /* host virtual devices are slices of one CPU; other devices match by name */
+      if (strcmp(pr.backend, pq.backend) == 0 &&
+          (strcmp(pr.backend, "host") == 0 || strcmp(pr.name, pq.name) == 0))
+        same = q;
+    }
+    if (same >= 0)
+      speed[r] = speed[same];
+    else
+      TRY(device_speed(tr->dev[r], &speed[r]));
     TRY(strata_device_memory(tr->dev[r], NULL, NULL, &limit[r]));
   }
   double *best = malloc(sizeof(double) * (size_t)(S + 1) * (size_t)(L + 1));

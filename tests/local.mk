@@ -27,3 +27,11 @@ tests_test_train_SOURCES = tests/test-train.c tests/common.h
 tests_test_train_CFLAGS = $(AM_CFLAGS) $(CRITERION_CFLAGS)
 tests_test_train_LDADD = libstrata.la $(CRITERION_LIBS) -lm
 endif
+
+if HAVE_CRITERION
+check_PROGRAMS += tests/test-pipeline
+TESTS += tests/test-pipeline
+tests_test_pipeline_SOURCES = tests/test-pipeline.c tests/common.h
+tests_test_pipeline_CFLAGS = $(AM_CFLAGS) $(CRITERION_CFLAGS) $(JANSSON_CFLAGS)
+tests_test_pipeline_LDADD = libstrata.la $(CRITERION_LIBS) $(JANSSON_LIBS) -lm
+endif

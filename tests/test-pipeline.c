@@ -1,0 +1,412 @@
+/* SPDX-License-Identifier: MIT */
+/* test-pipeline.c — pipeline training: equal to one device for every schedule on host, PoCL and mixed devices, memory
+** held by GPipe and 1F1B, a model that fits only when split, device failures mid-step, traces, and bad input. */
+#include <jansson.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common.h"
+
+static char corpus[512];
+static strata_dataset_t ds;
+
+static void setup(void) {
+  setenv("STRATA_HOST_DEVICES", "4", 0);
+  setenv("STRATA_BACKENDS", "host,opencl", 0);
+  char dir[256];
+  snprintf(dir, sizeof dir, "%s/strata-pp-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+  cr_assert_not_null(mkdtemp(dir));
+  snprintf(corpus, sizeof corpus, "%s/corpus.txt", dir);
+  FILE *f = fopen(corpus, "w");
+  for (int i = 0; i < 300; i++)
+    fputs("a pipeline cuts the model into stages; each stage lives on a device. ", f);
+  fclose(f);
+  OK(strata_dataset_text(corpus, 0.2, &ds));
+}
+
+static void teardown(void) { strata_dataset_free(ds); }
+
+TestSuite(pipeline, .init = setup, .fini = teardown, .timeout = 120);
+
+/* A small GPT of 8 layers (embedding, 6 blocks, head). */
+static strata_model_t small_gpt(int64_t d_model, int64_t context) {
+  struct strata_model_config c = {.kind = STRATA_MODEL_GPT, .vocab = 256, .context = context, .d_model = d_model,
+                                  .layers = 6, .heads = 2, .d_ff = 2 * d_model};
+  strata_model_t m;
+  OK(strata_model_from_config(&c, &m));
+  return m;
+}
+
+static struct strata_train_options options(int dev, int accum) {
+  struct strata_train_options o;
+  strata_train_options_default(&o);
+  o.batch = 2;
+  o.accum = accum;
+  o.steps = 10;
+  o.warmup = 1;
+  o.lr = 1e-2f;
+  o.device = dev;
+  return o;
+}
+
+struct run {
+  float loss[4];
+  float norm[4];
+  float *params;
+  size_t n;
+};
+
+/* Train `steps` steps and keep the losses, norms and final parameters. */
+static void run_steps(strata_trainer_t tr, int steps, struct run *r) {
+  for (int s = 0; s < steps; s++) {
+    struct strata_step_stats st;
+    OK(strata_trainer_step(tr, &st));
+    r->loss[s] = st.loss;
+    r->norm[s] = st.grad_norm;
+  }
+  OK(strata_trainer_params(tr, NULL, &r->n));
+  r->params = malloc(r->n * 4);
+  OK(strata_trainer_params(tr, r->params, &r->n));
+}
+
+static void single(strata_model_t m, int dev, int mbs, int steps, struct run *r) {
+  struct strata_train_options o = options(dev, mbs);
+  strata_trainer_t tr;
+  OK(strata_trainer_new(m, ds, &o, &tr));
+  run_steps(tr, steps, r);
+  strata_trainer_free(tr);
+}
+
+static void piped(strata_model_t m, const int *devs, int p, int kind, int mbs, int steps, struct run *r,
+                  struct strata_pipeline_report *rep) {
+  struct strata_train_options o = options(devs[0], 1);
+  struct strata_pipeline_options pp;
+  memset(&pp, 0, sizeof pp);
+  pp.devices = p;
+  for (int i = 0; i < p; i++)
+    pp.device[i] = devs[i];
+  pp.schedule = kind;
+  pp.microbatches = mbs;
+  strata_trainer_t tr;
+  OK(strata_trainer_new_pipeline(m, ds, &o, &pp, &tr));
+  run_steps(tr, steps, r);
+  if (rep)
+    OK(strata_trainer_report(tr, rep));
+  strata_trainer_free(tr);
+}
+
+static const int kinds[] = {STRATA_SCHEDULE_GPIPE, STRATA_SCHEDULE_1F1B, STRATA_SCHEDULE_INTERLEAVED,
+                            STRATA_SCHEDULE_ZB_H1};
+
+/* Host virtual devices: the same arithmetic, so every schedule must match one device bit for bit. */
+Test(pipeline, host_devices_match_one_device_bit_for_bit) {
+  strata_model_t m = small_gpt(16, 8);
+  int h[4];
+  for (int i = 0; i < 4; i++)
+    h[i] = tc_find_device("host", i);
+  cr_assert_geq(h[3], 0, "needs 4 host virtual devices");
+  struct run ref4, ref6;
+  single(m, h[0], 4, 3, &ref4);
+  single(m, h[0], 6, 3, &ref6);
+  for (int p = 2; p <= 4; p++)
+    for (int k = 0; k < 4; k++) {
+      int mbs = p == 3 ? 6 : 4;
+      struct run *ref = p == 3 ? &ref6 : &ref4, got;
+      piped(m, h, p, kinds[k], mbs, 3, &got, NULL);
+      for (int s = 0; s < 3; s++) {
+        cr_assert_eq(got.loss[s], ref->loss[s], "pp=%d %s step %d: loss %.9g, one device %.9g", p,
+                     strata_schedule_kind_name(kinds[k]), s + 1, got.loss[s], ref->loss[s]);
+        cr_assert_eq(got.norm[s], ref->norm[s], "pp=%d %s step %d: gradient norm differs", p,
+                     strata_schedule_kind_name(kinds[k]), s + 1);
+      }
+      cr_assert_eq(got.n, ref->n);
+      cr_assert(memcmp(got.params, ref->params, got.n * 4) == 0, "pp=%d %s: final parameters differ", p,
+                strata_schedule_kind_name(kinds[k]));
+      free(got.params);
+    }
+  free(ref4.params);
+  free(ref6.params);
+  strata_model_free(m);
+}
+
+/* Two PoCL devices: the same CLBlast and kernels, so again bit for bit. */
+Test(pipeline, pocl_devices_match_one_device) {
+  int o0 = tc_find_device("opencl", 0), o1 = tc_find_device("opencl", 1);
+  if (o0 < 0 || o1 < 0)
+    cr_skip_test("needs two OpenCL devices (POCL_DEVICES=\"pthread pthread\")");
+  strata_model_t m = small_gpt(16, 8);
+  struct run ref, got;
+  single(m, o0, 4, 2, &ref);
+  int devs[2] = {o0, o1};
+  for (int k = 0; k < 4; k++) {
+    piped(m, devs, 2, kinds[k], 4, 2, &got, NULL);
+    for (int s = 0; s < 2; s++)
+      cr_assert_eq(got.loss[s], ref.loss[s], "PoCL pp=2 %s step %d: loss %.9g, one device %.9g",
+                   strata_schedule_kind_name(kinds[k]), s + 1, got.loss[s], ref.loss[s]);
+    cr_assert(memcmp(got.params, ref.params, got.n * 4) == 0, "PoCL pp=2 %s: final parameters differ",
+              strata_schedule_kind_name(kinds[k]));
+    free(got.params);
+  }
+  free(ref.params);
+  strata_model_free(m);
+}
+
+/* An OpenCL device next to a host device: activations cross backends through
+** staged copies; the arithmetic differs (CLBlast vs OpenBLAS), so a tolerance:
+** 1e-3 relative on the loss, 2e-4 absolute on the parameters after 2 steps. */
+Test(pipeline, mixed_opencl_and_host_pipeline) {
+  int o0 = tc_find_device("opencl", 0), h0 = tc_find_device("host", 0);
+  if (o0 < 0)
+    cr_skip_test("no OpenCL device");
+  strata_model_t m = small_gpt(16, 8);
+  struct run ref, got;
+  single(m, h0, 4, 2, &ref);
+  int devs[2] = {o0, h0};
+  for (int k = 1; k < 4; k += 2) {
+    piped(m, devs, 2, kinds[k], 4, 2, &got, NULL);
+    for (int s = 0; s < 2; s++)
+      cr_assert_float_eq(got.loss[s], ref.loss[s], 1e-3 * fabsf(ref.loss[s]), "mixed %s step %d: %.7g vs %.7g",
+                         strata_schedule_kind_name(kinds[k]), s + 1, got.loss[s], ref.loss[s]);
+    size_t at = 0;
+    cr_assert_leq(tc_excess(got.params, ref.params, got.n, 2e-4, 0, &at), 1.0, "mixed %s: parameter %zu %.7g vs %.7g",
+                  strata_schedule_kind_name(kinds[k]), at, (double)got.params[at], (double)ref.params[at]);
+    free(got.params);
+  }
+  free(ref.params);
+  strata_model_free(m);
+}
+
+/* GPipe keeps every micro-batch's activations on the first stage; 1F1B at most p.
+** Counted by the executor and seen in the runtime's memory accounting. */
+Test(pipeline, gpipe_holds_m_micro_batches_1f1b_holds_p) {
+  strata_model_t m = small_gpt(32, 16);
+  int h[2] = {tc_find_device("host", 0), tc_find_device("host", 1)};
+  struct run r;
+  struct strata_pipeline_report gp, fb;
+  piped(m, h, 2, STRATA_SCHEDULE_GPIPE, 8, 1, &r, &gp);
+  free(r.params);
+  piped(m, h, 2, STRATA_SCHEDULE_1F1B, 8, 1, &r, &fb);
+  free(r.params);
+  cr_assert_eq(gp.dev[0].peak_inflight, 8, "GPipe held %d micro-batches on stage 0", gp.dev[0].peak_inflight);
+  cr_assert_leq(fb.dev[0].peak_inflight, 2, "1F1B held %d micro-batches on stage 0", fb.dev[0].peak_inflight);
+  cr_assert_eq(gp.split[0], fb.split[0], "both runs must cut the model alike for the memory comparison");
+  /* the accounting: GPipe's peak on device 0 exceeds 1F1B's by at least 6 micro-batches of stage-0 activations */
+  double act = 0;
+  for (int i = 0; i < gp.split[0]; i++) {
+    struct strata_layer_info li;
+    OK(strata_model_layer(m, i, &li));
+    act += (double)(li.act_bytes + li.out_bytes) * 2 /* batch */;
+  }
+  double extra = (double)gp.dev[0].peak_bytes - (double)fb.dev[0].peak_bytes;
+  cr_assert_geq(extra, 6 * act * 0.9, "GPipe used %.0f bytes more than 1F1B; 6 micro-batches of activations are %.0f",
+                extra, 6 * act);
+  strata_model_free(m);
+}
+
+/* Too big for one device under the cap; trains when split over four. */
+Test(pipeline, model_fits_only_when_split) {
+  setenv("STRATA_DEVICE_MEMORY_LIMIT", "3M", 1);
+  strata_model_t m = small_gpt(64, 16);
+  cr_assert_gt(strata_model_params(m) * 16, 3u << 20, "the model must not fit on one capped device");
+  int h0 = tc_find_device("host", 0);
+  struct strata_train_options o = options(h0, 4);
+  strata_trainer_t tr = NULL;
+  cr_assert_eq(strata_trainer_new(m, ds, &o, &tr), STRATA_ERR_DEVICE_MEMORY);
+  cr_assert(strstr(strata_last_error(), "does not fit on device") && strstr(strata_last_error(), "MiB"), "%s",
+            strata_last_error());
+  uint64_t used;
+  OK(strata_device_memory(h0, &used, NULL, NULL));
+  cr_assert_eq(used, 0, "the failed trainer left memory allocated");
+  int h[4];
+  for (int i = 0; i < 4; i++)
+    h[i] = tc_find_device("host", i);
+  struct run r;
+  struct strata_pipeline_report rep;
+  piped(m, h, 4, STRATA_SCHEDULE_1F1B, 4, 2, &r, &rep);
+  cr_assert(isfinite(r.loss[1]));
+  for (int d = 0; d < 4; d++)
+    cr_assert_leq(rep.dev[d].peak_bytes, 3u << 20, "device %d peaked at %llu bytes", d,
+                  (unsigned long long)rep.dev[d].peak_bytes);
+  free(r.params);
+  strata_model_free(m);
+}
+
+/* A device failing in the middle of a step stops the run with an error naming
+** the device and the action; nothing hangs; the last checkpoint is intact. */
+Test(pipeline, device_failure_mid_step) {
+  strata_model_t m = small_gpt(16, 8);
+  int h[2] = {tc_find_device("host", 0), tc_find_device("host", 1)};
+  struct strata_train_options o = options(h[0], 1);
+  struct strata_pipeline_options pp;
+  memset(&pp, 0, sizeof pp);
+  pp.devices = 2;
+  pp.device[0] = h[0];
+  pp.device[1] = h[1];
+  pp.microbatches = 4;
+  char ckpt[600];
+  snprintf(ckpt, sizeof ckpt, "%s.ckpt", corpus);
+  static const char *const faults[] = {"op=900", "alloc=40", "copy=40"};
+  for (int f = 0; f < 3; f++) {
+    char env[64];
+    struct strata_device_props p1;
+    OK(strata_device_props(h[1], &p1));
+    snprintf(env, sizeof env, "device=%d,%s", p1.backend_index, faults[f]);
+    setenv("STRATA_HOST_FAULT", env, 1);
+    strata_shutdown(); /* the host backend reads the setting when it starts */
+    strata_trainer_t tr;
+    OK(strata_trainer_new_pipeline(m, ds, &o, &pp, &tr));
+    OK(strata_trainer_step(tr, NULL));
+    OK(strata_trainer_save(tr, ckpt));
+    FILE *fp = fopen(ckpt, "rb");
+    fseek(fp, 0, SEEK_END);
+    long size = ftell(fp);
+    rewind(fp);
+    char *before = malloc((size_t)size);
+    cr_assert_eq(fread(before, 1, (size_t)size, fp), (size_t)size);
+    fclose(fp);
+    int rc = STRATA_OK;
+    for (int s = 0; s < 20 && rc == STRATA_OK; s++)
+      rc = strata_trainer_step(tr, NULL);
+    cr_assert_neq(rc, STRATA_OK, "fault %s never fired", faults[f]);
+    char dev[32];
+    snprintf(dev, sizeof dev, "device %d", h[1]);
+    cr_assert(strstr(strata_last_error(), dev) && strstr(strata_last_error(), "injected fault"), "%s",
+              strata_last_error());
+    cr_assert(strstr(strata_last_error(), "action") || strstr(strata_last_error(), "copy"), "%s", strata_last_error());
+    strata_trainer_free(tr);
+    fp = fopen(ckpt, "rb");
+    char *after = malloc((size_t)size + 1);
+    size_t got = fread(after, 1, (size_t)size + 1, fp);
+    fclose(fp);
+    cr_assert(got == (size_t)size && memcmp(before, after, (size_t)size) == 0, "the checkpoint changed");
+    free(before);
+    free(after);
+  }
+  unsetenv("STRATA_HOST_FAULT");
+  strata_model_free(m);
+}
+
+/* The trace holds every device's compute, transfers, waits and idle time. */
+Test(pipeline, trace_is_chrome_json) {
+  strata_model_t m = small_gpt(16, 8);
+  int h[2] = {tc_find_device("host", 0), tc_find_device("host", 1)};
+  struct strata_train_options o = options(h[0], 1);
+  struct strata_pipeline_options pp;
+  memset(&pp, 0, sizeof pp);
+  pp.devices = 2;
+  pp.device[0] = h[0];
+  pp.device[1] = h[1];
+  pp.microbatches = 4;
+  char path[600];
+  snprintf(path, sizeof path, "%s.trace.json", corpus);
+  pp.trace = path;
+  strata_trainer_t tr;
+  OK(strata_trainer_new_pipeline(m, ds, &o, &pp, &tr));
+  OK(strata_trainer_step(tr, NULL));
+  OK(strata_trainer_step(tr, NULL));
+  struct strata_pipeline_report rep;
+  OK(strata_trainer_report(tr, &rep));
+  cr_assert_float_eq(rep.bubble_ideal, 1.0 / 5, 1e-9, "1F1B p=2 m=4: (p-1)/(m+p-1)");
+  cr_assert(rep.bubble > 0 && rep.bubble < 1, "measured bubble %g", rep.bubble);
+  strata_trainer_free(tr);
+  json_error_t err;
+  json_t *root = json_load_file(path, 0, &err);
+  cr_assert_not_null(root, "trace does not parse: %s", err.text);
+  json_t *ev = json_object_get(root, "traceEvents");
+  cr_assert(json_is_array(ev));
+  int seen[4] = {0}, forwards = 0, tids[4] = {0};
+  const char *cats[4] = {"compute", "send", "recv", "idle"};
+  size_t i;
+  json_t *e;
+  json_array_foreach(ev, i, e) {
+    const char *cat = json_string_value(json_object_get(e, "cat"));
+    const char *name = json_string_value(json_object_get(e, "name"));
+    int tid = (int)json_integer_value(json_object_get(e, "tid"));
+    if (!cat)
+      continue;
+    for (int c = 0; c < 4; c++)
+      seen[c] += strcmp(cat, cats[c]) == 0;
+    if (tid >= 0 && tid < 4)
+      tids[tid]++;
+    if (name && name[0] == 'F')
+      forwards++;
+  }
+  for (int c = 0; c < 4; c++)
+    cr_assert_gt(seen[c], 0, "no '%s' events in the trace", cats[c]);
+  cr_assert_eq(forwards, 2 * 2 * 4, "2 steps x 2 stages x 4 micro-batches of forwards, got %d", forwards);
+  for (int t = 0; t < 4; t++)
+    cr_assert_gt(tids[t], 0, "no events on track %d", t);
+  json_decref(root);
+  strata_model_free(m);
+}
+
+Test(pipeline, balanced_split_and_bad_input) {
+  strata_model_t m = small_gpt(16, 8);
+  int h[4];
+  for (int i = 0; i < 4; i++)
+    h[i] = tc_find_device("host", i);
+  struct strata_train_options o = options(h[0], 1);
+  struct strata_pipeline_options pp;
+  memset(&pp, 0, sizeof pp);
+  pp.devices = 3;
+  memcpy(pp.device, h, 3 * sizeof *h);
+  pp.microbatches = 3;
+  strata_trainer_t tr = NULL;
+  OK(strata_trainer_new_pipeline(m, ds, &o, &pp, &tr));
+  struct strata_pipeline_report rep;
+  OK(strata_trainer_report(tr, &rep));
+  cr_assert_eq(rep.stages, 3);
+  cr_assert_eq(rep.split[0] + rep.split[1] + rep.split[2], 8);
+  /* identical devices: no other cut into 3 has a smaller largest stage (FLOPs) */
+  double flops[8], best = INFINITY, chosen = 0;
+  for (int i = 0; i < 8; i++) {
+    struct strata_layer_info li;
+    OK(strata_model_layer(m, i, &li));
+    flops[i] = li.fwd_flops + li.bwd_flops;
+  }
+  for (int a = 1; a < 7; a++)
+    for (int b = a + 1; b < 8; b++) {
+      double st[3] = {0, 0, 0};
+      for (int i = 0; i < 8; i++)
+        st[i < a ? 0 : i < b ? 1 : 2] += flops[i];
+      double worst = fmax(st[0], fmax(st[1], st[2]));
+      best = fmin(best, worst);
+      if (a == rep.split[0] && b == rep.split[0] + rep.split[1])
+        chosen = worst;
+    }
+  cr_assert_float_eq(chosen, best, 1e-6 * best, "split %d %d %d has a largest stage of %g FLOPs, the best cut %g",
+                     rep.split[0], rep.split[1], rep.split[2], chosen, best);
+  strata_trainer_free(tr);
+  tr = NULL;
+  pp.split[0] = 3;
+  pp.split[1] = 3;
+  pp.split[2] = 3;
+  cr_assert_eq(strata_trainer_new_pipeline(m, ds, &o, &pp, &tr), STRATA_ERR_SHAPE);
+  cr_assert(strstr(strata_last_error(), "covers 9 layers"), "%s", strata_last_error());
+  pp.split[2] = 0;
+  cr_assert_eq(strata_trainer_new_pipeline(m, ds, &o, &pp, &tr), STRATA_ERR_INVALID);
+  memset(pp.split, 0, sizeof pp.split);
+  pp.device[1] = pp.device[0];
+  cr_assert_eq(strata_trainer_new_pipeline(m, ds, &o, &pp, &tr), STRATA_ERR_INVALID);
+  cr_assert(strstr(strata_last_error(), "twice"), "%s", strata_last_error());
+  pp.device[1] = h[1];
+  pp.schedule = STRATA_SCHEDULE_INTERLEAVED;
+  pp.microbatches = 4;
+  cr_assert_eq(strata_trainer_new_pipeline(m, ds, &o, &pp, &tr), STRATA_ERR_INVALID, "m must be a multiple of p");
+  pp.devices = 9;
+  cr_assert_neq(strata_trainer_new_pipeline(m, ds, &o, &pp, &tr), STRATA_OK, "more stages than layers");
+  cr_assert_null(tr);
+  /* tied embeddings cannot be cut */
+  struct strata_model_config c = *strata_model_config(m);
+  c.tied = 1;
+  strata_model_t tied;
+  OK(strata_model_from_config(&c, &tied));
+  memset(&pp, 0, sizeof pp);
+  pp.devices = 2;
+  memcpy(pp.device, h, 2 * sizeof *h);
+  pp.microbatches = 2;
+  cr_assert_eq(strata_trainer_new_pipeline(tied, ds, &o, &pp, &tr), STRATA_ERR_UNSUPPORTED);
+  strata_model_free(tied);
+  strata_model_free(m);
+}
