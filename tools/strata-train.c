@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* strata-train.c — train a model (preset or JSON file) on one device: progress with loss, tokens/s and MFU, evaluation, atomic checkpoints, a summary. */
+/* strata-train.c — train a model (preset or JSON file) on one device or a pipeline of several: progress with loss, tokens/s, MFU and bubble, evaluation, atomic checkpoints, a summary. */
 #include "config.h"
 
 #include <errno.h>
@@ -49,6 +49,18 @@ struct options {
   int64_t eval_every;       /* -1: a fifth of the steps; 0: only at the end */
   int64_t eval_batches;
   int json, quiet;
+  int device_given, accum_given;
+  /* pipeline: --pp and the options that only mean something with it */
+  int pp;                   /* pipeline devices; 0: --pp not given (one device, no pipeline) */
+  int ndevices;             /* entries of devices[] given by --devices; 0: the first pp devices */
+  int devices[STRATA_MAX_PIPELINE];
+  int nsplit;               /* entries of split[] given by --split; 0: balanced by the library */
+  int split[STRATA_MAX_STAGES];
+  int schedule;             /* STRATA_SCHEDULE_*; 0: not given (1F1B) */
+  int64_t microbatches;     /* 0: not given */
+  int64_t virtual_stages;   /* 0: not given (2 with interleaved) */
+  const char *trace;        /* Chrome trace JSON, or NULL */
+  const char *pipe_only;    /* the first pipeline option given, for "needs --pp" */
 };
 
 /* Everything the run reports, kept so that the summary can be printed from any exit path. */
@@ -83,6 +95,18 @@ struct run {
   int64_t saved_step;
   int progress_tty;         /* stderr is a terminal: redraw one line */
   int progress_open;        /* a progress line is drawn and not yet ended */
+  /* pipeline (pp > 0); r->device, r->dprops are those of its first device */
+  int pp;                   /* pipeline devices; 0: one device, no pipeline */
+  int dev[STRATA_MAX_PIPELINE];
+  struct strata_device_props props[STRATA_MAX_PIPELINE];
+  double dev_peak[STRATA_MAX_PIPELINE];   /* each device's measured sgemm peak, GFLOP/s; r->peak_gflops is their sum */
+  struct strata_pipeline_report rep;       /* the stages, then the last step's figures */
+  double step_bubble;                      /* measured bubble of the last step */
+  /* step figures summed over the run's steps, and the first step's apart (the summary leaves it out) */
+  double wall_all, wall_first;
+  double busy_all[STRATA_MAX_PIPELINE], busy_first[STRATA_MAX_PIPELINE];
+  uint64_t peak_bytes[STRATA_MAX_PIPELINE];
+  int peak_inflight[STRATA_MAX_PIPELINE];
 };
 
 static volatile sig_atomic_t interrupted;
@@ -101,7 +125,8 @@ static double now(void) {
 static void usage(FILE *f) {
   fprintf(f,
           "Usage: strata-train [OPTION]...\n"
-          "Train a model on one device and report loss, validation loss, tokens/s and MFU.\n"
+          "Train a model on one device, or on a pipeline of several, and report loss, validation\n"
+          "loss, tokens/s, MFU and (pipelines) the bubble.\n"
           "With no options: the %s preset on the default corpus, on the fastest local device.\n"
           "\n"
           "  -m, --model PRESET|FILE  a preset (see below) or a JSON model file (default %s;\n"
@@ -125,6 +150,18 @@ static void usage(FILE *f) {
           "  -e, --eval-every N       validation loss every N steps and at the end\n"
           "                           (default: a fifth of the steps; 0: only at the end)\n"
           "      --eval-batches N     micro-batches per validation (default %d)\n"
+          "\n"
+          "Pipeline parallelism (the model cut into stages over several devices):\n"
+          "      --pp N               pipeline over N devices (without it: one device, no pipeline)\n"
+          "      --devices LIST       their global indices, e.g. 0,1,2,3 (default: the first N)\n"
+          "      --split LIST         layers per stage, e.g. 3,3,2,2 (N stages, N x V interleaved;\n"
+          "                           default: balanced by the library)\n"
+          "      --schedule NAME      gpipe, 1f1b, interleaved or zb (default 1f1b)\n"
+          "      --microbatches M     micro-batches per step, the same as --accum (default: --accum,\n"
+          "                           else 2N)\n"
+          "      --virtual-stages V   stages per device with --schedule interleaved (default 2)\n"
+          "      --trace FILE         write a Chrome/Perfetto trace (JSON) of the steps\n"
+          "\n"
           "  -j, --json               one JSON object per line on stdout (start, step, eval, save,\n"
           "                           summary); no progress bar\n"
           "  -q, --quiet              print only errors and the summary\n"
@@ -170,15 +207,43 @@ static int parse_num(const char *opt, const char *text, int zero_ok, double *out
   return 0;
 }
 
-/* Check that a checkpoint can be written at `path` before spending time on training. */
-static int check_save_path(const char *path) {
+/*
+** A comma-separated list of decimal integers >= min (digits only, no
+** empty entries), at most `max` of them, for option `opt`; *n receives
+** how many.
+*/
+static int parse_list(const char *opt, const char *text, int64_t min, int max, int *out, int *n /* OUT */) {
+  const char *what = min > 0 ? "positive integers" : "device indices";
+  const char *p = text;
+  *n = 0;
+  for (;;) {
+    char *end = NULL;
+    errno = 0;
+    long long v = (*p >= '0' && *p <= '9') ? strtoll(p, &end, 10) : -1;
+    if (!end || errno || v < min || v > 1000000 || (*end != ',' && *end != '\0')) {
+      fprintf(stderr, PROG ": %s wants comma-separated %s, not '%s'\n", opt, what, text);
+      return -1;
+    }
+    if (*n == max) {
+      fprintf(stderr, PROG ": %s lists more than %d entries\n", opt, max);
+      return -1;
+    }
+    out[(*n)++] = (int)v;
+    if (*end == '\0')
+      return 0;
+    p = end + 1;
+  }
+}
+
+/* Check that `opt`'s output file can be written at `path` before spending time on training. */
+static int check_out_path(const char *opt, const char *path) {
   struct stat st;
   if (!*path) {
-    fprintf(stderr, PROG ": --save wants a file name\n");
+    fprintf(stderr, PROG ": %s wants a file name\n", opt);
     return -1;
   }
   if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-    fprintf(stderr, PROG ": --save '%s' is a directory; give a file name\n", path);
+    fprintf(stderr, PROG ": %s '%s' is a directory; give a file name\n", opt, path);
     return -1;
   }
   char dir[4096];
@@ -191,11 +256,11 @@ static int check_save_path(const char *path) {
   else
     *slash = '\0';
   if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-    fprintf(stderr, PROG ": --save '%s': no directory '%s'\n", path, dir);
+    fprintf(stderr, PROG ": %s '%s': no directory '%s'\n", opt, path, dir);
     return -1;
   }
   if (access(dir, W_OK | X_OK) != 0) {
-    fprintf(stderr, PROG ": --save '%s': directory '%s' is not writable\n", path, dir);
+    fprintf(stderr, PROG ": %s '%s': directory '%s' is not writable\n", opt, path, dir);
     return -1;
   }
   return 0;
@@ -414,9 +479,12 @@ static void progress(struct run *r) {
   else
     snprintf(mf, sizeof mf, "%.1f%%", 100 * m);
   int w = (int)snprintf(NULL, 0, "%lld", (long long)r->topts.steps);
-  char line[256];
-  snprintf(line, sizeof line, "step %*lld/%lld  loss %.4f  val %s  %s %s/s  MFU %s  ETA %s", w, (long long)r->step,
-           (long long)r->topts.steps, r->loss, val, tok, r->dinfo.kind == STRATA_DATA_TEXT ? "tok" : "img", mf, eta);
+  char line[256], bub[32] = "";
+  if (r->pp)
+    snprintf(bub, sizeof bub, "  bubble %.1f%%", 100 * r->step_bubble);
+  snprintf(line, sizeof line, "step %*lld/%lld  loss %.4f  val %s  %s %s/s  MFU %s%s  ETA %s", w, (long long)r->step,
+           (long long)r->topts.steps, r->loss, val, tok, r->dinfo.kind == STRATA_DATA_TEXT ? "tok" : "img", mf, bub,
+           eta);
   if (r->progress_tty) {
     struct winsize ws;
     int cols = ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col ? ws.ws_col : 80;
@@ -437,6 +505,23 @@ static void progress(struct run *r) {
     fprintf(stderr, "%s\n", line);
   }
   fflush(stderr);
+}
+
+/*
+** The run's pipeline figures over its steps, the first left out once there
+** are others: wall seconds of the steps (*wall), each device's compute
+** seconds (busy[]), and the measured bubble 1 - sum(busy) / (p x wall)
+** (returned; NAN before any step).
+*/
+static double pipeline_figures(const struct run *r, double *wall /* OUT */, double *busy /* OUT */) {
+  int skip = r->step - r->start_step >= 2;
+  double total = 0;
+  *wall = r->wall_all - (skip ? r->wall_first : 0);
+  for (int i = 0; i < r->pp; i++) {
+    busy[i] = r->busy_all[i] - (skip ? r->busy_first[i] : 0);
+    total += busy[i];
+  }
+  return *wall > 0 ? 1.0 - total / ((double)r->pp * *wall) : NAN;
 }
 
 static void print_summary(struct run *r, int was_interrupted, const struct options *o) {
@@ -466,6 +551,24 @@ static void print_summary(struct run *r, int was_interrupted, const struct optio
       json_str(stdout, r->saved);
     else
       printf("null");
+    if (r->pp) {
+      double pwall, busy[STRATA_MAX_PIPELINE];
+      double bubble = pipeline_figures(r, &pwall, busy);
+      printf(",\"pp\":%d,\"schedule\":", r->pp);
+      json_str(stdout, strata_schedule_kind_name(r->rep.schedule));
+      printf(",\"bubble\":");
+      json_float(stdout, bubble);
+      printf(",\"bubble_ideal\":");
+      json_float(stdout, r->rep.bubble_ideal);
+      printf(",\"pipeline_wall_s\":%.6f,\"devices\":[", pwall);
+      for (int i = 0; i < r->pp; i++) {
+        printf("%s{\"device\":%d,\"busy\":", i ? "," : "", r->dev[i]);
+        json_float(stdout, pwall > 0 ? busy[i] / pwall : NAN);
+        printf(",\"busy_s\":%.6f,\"peak_bytes\":%llu,\"peak_inflight\":%d}", busy[i],
+               (unsigned long long)r->peak_bytes[i], r->peak_inflight[i]);
+      }
+      printf("]");
+    }
     printf(",\"interrupted\":%s}\n", was_interrupted ? "true" : "false");
     fflush(stdout);
     return;
@@ -503,6 +606,18 @@ static void print_summary(struct run *r, int was_interrupted, const struct optio
       printf("          (peak measured %.1f GFLOP/s before training, %.1f after: the higher is used)\n",
              r->peak_before, r->peak_gflops);
   }
+  if (r->pp && done) {
+    double pwall, busy[STRATA_MAX_PIPELINE];
+    double bubble = pipeline_figures(r, &pwall, busy);
+    printf("pipeline  bubble %.1f%% measured vs %.1f%% theoretical (%s, %d device%s, %d micro-batches)%s\n",
+           100 * bubble, 100 * r->rep.bubble_ideal, strata_schedule_kind_name(r->rep.schedule), r->pp,
+           r->pp == 1 ? "" : "s", r->rep.microbatches, done >= 2 ? ", first step excluded" : "");
+    for (int i = 0; i < r->pp; i++)
+      printf("          device %d: busy %.1f%% of the wall time, peak memory %.1f MiB, at most %d micro-batch%s in "
+             "flight\n",
+             r->dev[i], pwall > 0 ? 100 * busy[i] / pwall : 0.0, (double)r->peak_bytes[i] / (1024.0 * 1024.0),
+             r->peak_inflight[i], r->peak_inflight[i] == 1 ? "" : "es");
+  }
   if (r->saved)
     printf("          checkpoint %s (step %lld)\n", r->saved, (long long)r->saved_step);
   else if (o->save)
@@ -511,6 +626,32 @@ static void print_summary(struct run *r, int was_interrupted, const struct optio
 }
 
 /* ---------------------------------------------------------------- training */
+
+/*
+** After a pipeline step: the trainer's report of it, summed into the run's
+** figures (the run's first step also kept apart, for the summary leaves it
+** out like tokens/s), peaks kept.
+*/
+static int pipeline_step(struct run *r) {
+  if (strata_trainer_report(r->tr, &r->rep))
+    return -1;
+  int first = r->step - r->start_step == 1;
+  r->step_bubble = r->rep.bubble;
+  r->wall_all += r->rep.wall_s;
+  if (first)
+    r->wall_first = r->rep.wall_s;
+  for (int i = 0; i < r->pp; i++) {
+    const struct strata_pipeline_device_stats *d = &r->rep.dev[i];
+    r->busy_all[i] += d->busy_s;
+    if (first)
+      r->busy_first[i] = d->busy_s;
+    if (d->peak_bytes > r->peak_bytes[i])
+      r->peak_bytes[i] = d->peak_bytes;
+    if (d->peak_inflight > r->peak_inflight[i])
+      r->peak_inflight[i] = d->peak_inflight;
+  }
+  return 0;
+}
 
 static int save_checkpoint(struct run *r, const struct options *o) {
   double t0 = now();
@@ -565,6 +706,10 @@ static int train(struct run *r, const struct options *o) {
     double dt = now() - t0;
     r->step = s.step;
     r->loss = s.loss;
+    if (r->pp && pipeline_step(r)) {
+      progress_end(r);
+      return fail(NULL);
+    }
     if (r->step - r->start_step == 1) {
       r->first_s = dt;
       r->first_tokens = s.tokens;
@@ -585,6 +730,10 @@ static int train(struct run *r, const struct options *o) {
       json_float(stdout, dt > 0 ? (double)s.tokens / dt : NAN);
       printf(",\"mfu\":");
       json_float(stdout, r->peak_gflops > 0 && dt > 0 ? s.flops / dt / (r->peak_gflops * 1e9) : NAN);
+      if (r->pp) {
+        printf(",\"bubble\":");
+        json_float(stdout, r->step_bubble);
+      }
       printf("}\n");
       fflush(stdout);
     }
@@ -640,11 +789,7 @@ static int load_data(struct run *r, const struct options *o) {
   return 0;
 }
 
-/*
-** The model of a checkpoint, from the model config the trainer stores in
-** its metadata ("model", the model-file JSON). Written to a temporary file
-** so that the library's parser (and its checks) read it like any model file.
-*/
+/* The model of a checkpoint, from the model config the trainer stores in its metadata ("model", the model-file JSON). */
 static int model_from_checkpoint(const char *path, strata_model_t *out /* OUT */) {
   strata_safetensors_t st = NULL;
   if (strata_safetensors_read(path, &st))
@@ -655,28 +800,114 @@ static int model_from_checkpoint(const char *path, strata_model_t *out /* OUT */
     strata_safetensors_free(st);
     return EXIT_RUNTIME;
   }
-  char tmp[] = "/tmp/strata-train-model.XXXXXX";
-  int fd = mkstemp(tmp);
-  FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-  int ok = f && fputs(json, f) >= 0;
-  if (f)
-    ok = fclose(f) == 0 && ok;
-  else if (fd >= 0)
-    close(fd);
+  int rc = strata_model_from_json(json, path, out);
   strata_safetensors_free(st);
-  if (!ok) {
-    fprintf(stderr, PROG ": cannot write a temporary file in /tmp: %s\n", strerror(errno));
-    if (fd >= 0)
-      unlink(tmp);
-    return EXIT_RUNTIME;
-  }
-  int rc = strata_model_from_file(tmp, out);
-  unlink(tmp);
   if (rc) {
     fprintf(stderr, PROG ": %s: the checkpoint's model config: %s\n", path, strata_last_error());
     return EXIT_RUNTIME;
   }
   return 0;
+}
+
+/*
+** The pipeline's devices: those of --devices, or the first --pp; each must
+** exist (else bad usage). Fills r->pp, r->dev and r->props; r->device and
+** r->dprops become the first's.
+*/
+static int pipeline_devices(struct run *r, const struct options *o, int ndev) {
+  r->pp = o->pp;
+  if (!o->ndevices && o->pp > ndev) {
+    fprintf(stderr, PROG ": --pp %d: there %s only %d device%s (see strata-topo; STRATA_HOST_DEVICES=N makes N host devices)\n",
+            o->pp, ndev == 1 ? "is" : "are", ndev, ndev == 1 ? "" : "s");
+    return EXIT_USAGE;
+  }
+  for (int i = 0; i < o->pp; i++) {
+    r->dev[i] = o->ndevices ? o->devices[i] : i;
+    if (r->dev[i] >= ndev) {
+      fprintf(stderr, PROG ": --devices: no device %d; there %s %d (see strata-topo)\n", r->dev[i],
+              ndev == 1 ? "is" : "are", ndev);
+      return EXIT_USAGE;
+    }
+    if (strata_device_props(r->dev[i], &r->props[i]))
+      return fail(NULL);
+  }
+  r->device = r->dev[0];
+  r->dprops = r->props[0];
+  return 0;
+}
+
+/*
+** Each pipeline device's sgemm peak, before the trainer allocates; the
+** peak of MFU (r->peak_gflops) is their sum, 0 (unknown) when one fails.
+** All use the N of the first, so that the figures compare.
+*/
+static void measure_pipeline_peaks(struct run *r) {
+  double sum = 0;
+  for (int i = 0; i < r->pp; i++) {
+    int n = 0;
+    int rc = i == 0 ? measure_peak(r->dev[i], 0, &r->dev_peak[i], &n)
+                    : time_gemm(r->dev[i], r->peak_n, PEAK_REPS, &r->dev_peak[i], NULL);
+    if (i == 0)
+      r->peak_n = n;
+    if (rc) {
+      r->peak_gflops = 0;
+      return;
+    }
+    sum += r->dev_peak[i];
+  }
+  r->peak_gflops = sum;
+}
+
+/*
+** strata_trainer_new_pipeline with the command line's options. A pipeline
+** the library refuses for its shape (a split that does not cover the
+** model's layers, more stages than layers) is bad usage, EXIT_USAGE.
+*/
+static int new_pipeline_trainer(struct run *r, const struct options *o) {
+  struct strata_pipeline_options pp;
+  memset(&pp, 0, sizeof pp);
+  pp.devices = r->pp;
+  for (int i = 0; i < r->pp; i++)
+    pp.device[i] = r->dev[i];
+  for (int s = 0; s < o->nsplit; s++)
+    pp.split[s] = o->split[s];
+  pp.schedule = o->schedule;
+  pp.microbatches = (int)o->microbatches;
+  pp.virtual_stages = o->schedule == STRATA_SCHEDULE_INTERLEAVED ? (int)o->virtual_stages : 0;
+  pp.trace = o->trace;
+  int rc = strata_trainer_new_pipeline(r->model, r->data, &r->topts, &pp, &r->tr);
+  if (rc == STRATA_ERR_SHAPE || rc == STRATA_ERR_INVALID) {
+    fprintf(stderr, PROG ": %s\n", strata_last_error());
+    return EXIT_USAGE;
+  }
+  if (rc || strata_trainer_report(r->tr, &r->rep))
+    return fail(NULL);
+  return 0;
+}
+
+/* "layers 0-2 (wte+wpe .. h.1)" for stage s of the report. */
+static void stage_layers(const struct run *r, int s, char *buf, size_t n) {
+  int first = 0;
+  for (int i = 0; i < s; i++)
+    first += r->rep.split[i];
+  int last = first + r->rep.split[s] - 1;
+  struct strata_layer_info a, b;
+  if (strata_model_layer(r->model, first, &a) || strata_model_layer(r->model, last, &b)) {
+    snprintf(buf, n, "layers %d-%d", first, last);
+    return;
+  }
+  if (first == last)
+    snprintf(buf, n, "layer %d (%s)", first, a.name);
+  else
+    snprintf(buf, n, "layers %d-%d (%s .. %s)", first, last, a.name, b.name);
+}
+
+/* The backend of global device `dev` among the pipeline's. */
+static const char *pipeline_backend(const struct run *r, int dev) {
+  for (int i = 0; i < r->pp; i++)
+    if (r->dev[i] == dev)
+      return r->props[i].backend;
+  return "?";
 }
 
 static void print_header(const struct run *r, const struct options *o, const char *why) {
@@ -701,9 +932,31 @@ static void print_header(const struct run *r, const struct options *o, const cha
     json_str(stdout, r->dprops.backend);
     printf(",\"peak_gflops\":");
     json_float(stdout, r->peak_gflops);
-    printf(",\"peak_n\":%d,\"steps\":%lld,\"start_step\":%lld,\"batch\":%lld,\"accum\":%lld,\"tokens_per_step\":%.0f}\n",
+    printf(",\"peak_n\":%d,\"steps\":%lld,\"start_step\":%lld,\"batch\":%lld,\"accum\":%lld,\"tokens_per_step\":%.0f",
            r->peak_n, (long long)r->topts.steps, (long long)r->start_step, (long long)r->topts.batch,
            (long long)r->topts.accum, step_tokens);
+    if (r->pp) {
+      printf(",\"pp\":%d,\"schedule\":", r->pp);
+      json_str(stdout, strata_schedule_kind_name(r->rep.schedule));
+      printf(",\"microbatches\":%d,\"bubble_ideal\":", r->rep.microbatches);
+      json_float(stdout, r->rep.bubble_ideal);
+      printf(",\"devices\":[");
+      for (int i = 0; i < r->pp; i++) {
+        printf("%s{\"device\":%d,\"device_name\":", i ? "," : "", r->dev[i]);
+        json_str(stdout, r->props[i].name);
+        printf(",\"backend\":");
+        json_str(stdout, r->props[i].backend);
+        printf(",\"peak_gflops\":");
+        json_float(stdout, r->peak_gflops > 0 ? r->dev_peak[i] : NAN);
+        printf("}");
+      }
+      printf("],\"stages\":[");
+      for (int st = 0, first = 0; st < r->rep.stages; first += r->rep.split[st], st++)
+        printf("%s{\"stage\":%d,\"first_layer\":%d,\"layers\":%d,\"device\":%d}", st ? "," : "", st, first,
+               r->rep.split[st], r->rep.stage_device[st]);
+      printf("]");
+    }
+    printf("}\n");
     fflush(stdout);
     return;
   }
@@ -727,23 +980,54 @@ static void print_header(const struct run *r, const struct options *o, const cha
     printf("          unigram entropy %.4f nats/byte: the loss of a model that ignores context\n", r->baseline);
   else
     printf("          chance level ln(%lld) = %.4f nats\n", (long long)c->classes, r->baseline);
-  printf("device    %d: %s (%s backend)", r->device, r->dprops.name, r->dprops.backend);
-  if (why && strcmp(why, "the only device") == 0)
-    printf(", the only device");
-  else if (why)
-    printf(", the fastest by a 512 sgemm: %s", why);
-  printf("\n");
-  if (r->peak_gflops > 0)
-    printf("peak      %.1f GFLOP/s sgemm (N=%d, best of %d, through strata on device %d)\n", r->peak_gflops, r->peak_n,
-           PEAK_REPS, r->device);
-  else
-    printf("peak      unknown (the sgemm measurement failed); MFU not reported\n");
+  if (r->pp) {
+    for (int i = 0; i < r->pp; i++) {
+      printf("%s%d: %s (%s backend)", i ? "          " : "devices   ", r->dev[i], r->props[i].name,
+             r->props[i].backend);
+      if (r->peak_gflops > 0)
+        printf(", sgemm peak %.1f GFLOP/s", r->dev_peak[i]);
+      printf("\n");
+    }
+    if (!o->ndevices)
+      printf("          (the first %d device%s; --devices chooses others)\n", r->pp, r->pp == 1 ? "" : "s");
+    if (r->peak_gflops > 0)
+      printf("peak      %.1f GFLOP/s: the sum of the devices' sgemm peaks (N=%d, best of %d, through strata)\n",
+             r->peak_gflops, r->peak_n, PEAK_REPS);
+    else
+      printf("peak      unknown (an sgemm measurement failed); MFU not reported\n");
+  } else {
+    printf("device    %d: %s (%s backend)", r->device, r->dprops.name, r->dprops.backend);
+    if (why && strcmp(why, "the only device") == 0)
+      printf(", the only device");
+    else if (why)
+      printf(", the fastest by a 512 sgemm: %s", why);
+    printf("\n");
+    if (r->peak_gflops > 0)
+      printf("peak      %.1f GFLOP/s sgemm (N=%d, best of %d, through strata on device %d)\n", r->peak_gflops,
+             r->peak_n, PEAK_REPS, r->device);
+    else
+      printf("peak      unknown (the sgemm measurement failed); MFU not reported\n");
+  }
   char wu[32];
   snprintf(wu, sizeof wu, "%lld", (long long)r->topts.warmup);
-  printf("train     %lld steps x %lld %s x %lld accum = %.0f %s/step, lr %g -> %g, warm-up %s, seed %llu\n",
+  printf("train     %lld steps x %lld %s x %lld %s = %.0f %s/step, lr %g -> %g, warm-up %s, seed %llu\n",
          (long long)r->topts.steps, (long long)r->topts.batch, text ? "sequences" : "images",
-         (long long)r->topts.accum, step_tokens, text ? "tokens" : "images", r->topts.lr, r->topts.min_lr, wu,
-         (unsigned long long)r->topts.seed);
+         (long long)r->topts.accum, r->pp ? "micro-batches" : "accum", step_tokens, text ? "tokens" : "images",
+         r->topts.lr, r->topts.min_lr, wu, (unsigned long long)r->topts.seed);
+  if (r->pp) {
+    const char *sched = strata_schedule_kind_name(r->rep.schedule);
+    printf("pipeline  %d device%s, %d stage%s (%s), %s schedule over %d micro-batches: theoretical bubble %.1f%%\n",
+           r->pp, r->pp == 1 ? "" : "s", r->rep.stages, r->rep.stages == 1 ? "" : "s",
+           o->nsplit ? "--split" : "balanced by the library", sched, r->rep.microbatches, 100 * r->rep.bubble_ideal);
+    for (int st = 0; st < r->rep.stages; st++) {
+      char layers[160];
+      stage_layers(r, st, layers, sizeof layers);
+      printf("          stage %d: %s on device %d (%s)\n", st, layers, r->rep.stage_device[st],
+             pipeline_backend(r, r->rep.stage_device[st]));
+    }
+    if (o->trace)
+      printf("          trace %s (Chrome trace JSON, rewritten after every step)\n", o->trace);
+  }
   if (o->eval_every > 0)
     printf("          validation every %lld steps and at the end (%lld batches)\n", (long long)o->eval_every,
            (long long)o->eval_batches);
@@ -762,8 +1046,84 @@ static void print_header(const struct run *r, const struct options *o, const cha
 
 enum {
   OPT_DEVICE = 256, OPT_ACCUM, OPT_LR, OPT_WARMUP, OPT_SEED, OPT_CLIP, OPT_WD, OPT_SAVE_EVERY, OPT_STOP_AT, OPT_EVAL_BATCHES,
-  OPT_VERSION
+  OPT_VERSION, OPT_PP, OPT_DEVICES, OPT_SPLIT, OPT_SCHEDULE, OPT_MICROBATCHES, OPT_VIRTUAL_STAGES, OPT_TRACE
 };
+
+/*
+** The pipeline options' checks that need no device: every pipeline option
+** wants --pp; --devices has N distinct entries; --split one per stage;
+** --accum and --microbatches agree; interleaving's constraints. Fills in
+** the defaults (schedule, micro-batches, virtual stages). Returns 0 or
+** EXIT_USAGE after one line on stderr.
+*/
+static int check_pipeline_args(struct options *o) {
+  if (!o->pp) {
+    if (o->pipe_only) {
+      fprintf(stderr, PROG ": %s is a pipeline option; give --pp N too (see --help)\n", o->pipe_only);
+      return EXIT_USAGE;
+    }
+    return 0;
+  }
+  if (o->device_given) {
+    fprintf(stderr, PROG ": --device chooses one device; with --pp, --devices LIST chooses them\n");
+    return EXIT_USAGE;
+  }
+  if (o->ndevices && o->ndevices != o->pp) {
+    fprintf(stderr, PROG ": --devices lists %d device%s, --pp is %d\n", o->ndevices, o->ndevices == 1 ? "" : "s",
+            o->pp);
+    return EXIT_USAGE;
+  }
+  for (int i = 0; i < o->ndevices; i++)
+    for (int j = i + 1; j < o->ndevices; j++)
+      if (o->devices[i] == o->devices[j]) {
+        fprintf(stderr, PROG ": --devices lists device %d twice\n", o->devices[i]);
+        return EXIT_USAGE;
+      }
+  if (!o->schedule)
+    o->schedule = STRATA_SCHEDULE_1F1B;
+  int interleaved = o->schedule == STRATA_SCHEDULE_INTERLEAVED;
+  if (o->virtual_stages && !interleaved) {
+    fprintf(stderr, PROG ": --virtual-stages is for --schedule interleaved\n");
+    return EXIT_USAGE;
+  }
+  if (!o->virtual_stages)
+    o->virtual_stages = interleaved ? 2 : 1;
+  int64_t stages = (int64_t)o->pp * o->virtual_stages;
+  if (stages > STRATA_MAX_STAGES) {
+    fprintf(stderr, PROG ": --pp %d x --virtual-stages %lld = %lld stages; at most %d\n", o->pp,
+            (long long)o->virtual_stages, (long long)stages, STRATA_MAX_STAGES);
+    return EXIT_USAGE;
+  }
+  if (o->nsplit && o->nsplit != stages) {
+    if (interleaved)
+      fprintf(stderr, PROG ": --split lists %d stage%s; --pp %d x --virtual-stages %lld makes %lld\n", o->nsplit,
+              o->nsplit == 1 ? "" : "s", o->pp, (long long)o->virtual_stages, (long long)stages);
+    else
+      fprintf(stderr, PROG ": --split lists %d stage%s; --pp %d makes %lld\n", o->nsplit, o->nsplit == 1 ? "" : "s",
+              o->pp, (long long)stages);
+    return EXIT_USAGE;
+  }
+  if (o->microbatches && o->accum_given && o->microbatches != o->accum) {
+    fprintf(stderr, PROG ": --accum %lld and --microbatches %lld differ; with --pp they are the same (give one)\n",
+            (long long)o->accum, (long long)o->microbatches);
+    return EXIT_USAGE;
+  }
+  if (!o->microbatches)
+    o->microbatches = o->accum_given ? o->accum : 2 * (int64_t)o->pp;
+  if (o->microbatches > 1048576) {
+    fprintf(stderr, PROG ": %lld micro-batches; at most 1048576\n", (long long)o->microbatches);
+    return EXIT_USAGE;
+  }
+  o->accum = o->microbatches;
+  if (interleaved && o->microbatches % o->pp) {
+    fprintf(stderr, PROG ": --schedule interleaved wants the micro-batches (%lld) a multiple of --pp (%d)\n",
+            (long long)o->microbatches, o->pp);
+    return EXIT_USAGE;
+  }
+  if (o->trace && check_out_path("--trace", o->trace))
+    return EXIT_USAGE;
+  return 0;
+}
 
 static int parse_args(int argc, char **argv, struct options *o) {
   static const struct option longs[] = {
@@ -777,6 +1137,11 @@ static int parse_args(int argc, char **argv, struct options *o) {
       {"eval-every", required_argument, NULL, 'e'}, {"eval-batches", required_argument, NULL, OPT_EVAL_BATCHES},
       {"json", no_argument, NULL, 'j'},             {"quiet", no_argument, NULL, 'q'},
       {"help", no_argument, NULL, 'h'},             {"version", no_argument, NULL, OPT_VERSION},
+      {"pp", required_argument, NULL, OPT_PP},      {"devices", required_argument, NULL, OPT_DEVICES},
+      {"split", required_argument, NULL, OPT_SPLIT}, {"schedule", required_argument, NULL, OPT_SCHEDULE},
+      {"microbatches", required_argument, NULL, OPT_MICROBATCHES},
+      {"virtual-stages", required_argument, NULL, OPT_VIRTUAL_STAGES},
+      {"trace", required_argument, NULL, OPT_TRACE},
       {NULL, 0, NULL, 0}};
   memset(o, 0, sizeof *o);
   o->device = -1;
@@ -789,7 +1154,7 @@ static int parse_args(int argc, char **argv, struct options *o) {
   o->eval_every = -1;
   o->eval_batches = DEFAULT_EVAL_BATCHES;
   opterr = 0;
-  int c;
+  int c, rc;
   while ((c = getopt_long(argc, argv, ":m:d:s:b:o:r:e:jqh", longs, NULL)) != -1) {
     int64_t v;
     switch (c) {
@@ -813,10 +1178,59 @@ static int parse_args(int argc, char **argv, struct options *o) {
         return EXIT_USAGE;
       }
       o->device = (int)v;
+      o->device_given = 1;
       break;
     case 's': if (parse_int("--steps", optarg, 1, &o->steps)) return EXIT_USAGE; break;
     case 'b': if (parse_int("--batch", optarg, 1, &o->batch)) return EXIT_USAGE; break;
-    case OPT_ACCUM: if (parse_int("--accum", optarg, 1, &o->accum)) return EXIT_USAGE; break;
+    case OPT_ACCUM:
+      if (parse_int("--accum", optarg, 1, &o->accum))
+        return EXIT_USAGE;
+      o->accum_given = 1;
+      break;
+    case OPT_PP:
+      if (parse_int("--pp", optarg, 1, &v))
+        return EXIT_USAGE;
+      if (v > STRATA_MAX_PIPELINE) {
+        fprintf(stderr, PROG ": --pp %lld: at most %d pipeline devices\n", (long long)v, STRATA_MAX_PIPELINE);
+        return EXIT_USAGE;
+      }
+      o->pp = (int)v;
+      break;
+    case OPT_DEVICES:
+      if (parse_list("--devices", optarg, 0, STRATA_MAX_PIPELINE, o->devices, &o->ndevices))
+        return EXIT_USAGE;
+      o->pipe_only = o->pipe_only ? o->pipe_only : "--devices";
+      break;
+    case OPT_SPLIT:
+      if (parse_list("--split", optarg, 1, STRATA_MAX_STAGES, o->split, &o->nsplit))
+        return EXIT_USAGE;
+      o->pipe_only = o->pipe_only ? o->pipe_only : "--split";
+      break;
+    case OPT_SCHEDULE:
+      if (strata_schedule_kind_parse(optarg, &o->schedule)) {
+        fprintf(stderr, PROG ": --schedule wants gpipe, 1f1b, interleaved or zb, not '%s'\n", optarg);
+        return EXIT_USAGE;
+      }
+      o->pipe_only = o->pipe_only ? o->pipe_only : "--schedule";
+      break;
+    case OPT_MICROBATCHES:
+      if (parse_int("--microbatches", optarg, 1, &o->microbatches))
+        return EXIT_USAGE;
+      o->pipe_only = o->pipe_only ? o->pipe_only : "--microbatches";
+      break;
+    case OPT_VIRTUAL_STAGES:
+      if (parse_int("--virtual-stages", optarg, 1, &o->virtual_stages))
+        return EXIT_USAGE;
+      if (o->virtual_stages < 2) {
+        fprintf(stderr, PROG ": --virtual-stages wants 2 or more, not '%s'\n", optarg);
+        return EXIT_USAGE;
+      }
+      o->pipe_only = o->pipe_only ? o->pipe_only : "--virtual-stages";
+      break;
+    case OPT_TRACE:
+      o->trace = optarg;
+      o->pipe_only = o->pipe_only ? o->pipe_only : "--trace";
+      break;
     case OPT_WARMUP: if (parse_int("--warmup", optarg, 0, &o->warmup)) return EXIT_USAGE; break;
     case OPT_SEED: if (parse_int("--seed", optarg, 0, &o->seed)) return EXIT_USAGE; break;
     case OPT_LR: if (parse_num("--lr", optarg, 0, &o->lr)) return EXIT_USAGE; break;
@@ -847,8 +1261,10 @@ static int parse_args(int argc, char **argv, struct options *o) {
     fprintf(stderr, PROG ": unexpected argument '%s' (see --help)\n", argv[optind]);
     return EXIT_USAGE;
   }
-  if (o->save && check_save_path(o->save))
+  if (o->save && check_out_path("--save", o->save))
     return EXIT_USAGE;
+  if ((rc = check_pipeline_args(o)))
+    return rc;
   if (o->eval_every < 0)
     o->eval_every = o->steps / 5;
   return 0;
@@ -920,35 +1336,44 @@ int main(int argc, char **argv) {
     rc = EXIT_RUNTIME;
     goto out;
   }
-  if (o.device >= ndev) {
-    fprintf(stderr, PROG ": --device %d: there %s %d device%s (see strata-topo)\n", o.device,
-            ndev == 1 ? "is" : "are", ndev, ndev == 1 ? "" : "s");
-    rc = EXIT_USAGE;
-    goto out;
-  }
-  if (o.device >= 0) {
-    r.device = o.device;
-    why[0] = '\0';
-  } else if (ndev == 1) {
-    r.device = 0;
-    snprintf(why, sizeof why, "the only device");
-  } else if (pick_best_device(ndev, &r.device, &rough, why, sizeof why)) {
-    rc = EXIT_RUNTIME;
-    goto out;
-  }
-  if (strata_device_props(r.device, &r.dprops)) {
-    rc = fail(NULL);
-    goto out;
-  }
-  r.topts.device = r.device;
+  if (o.pp) {
+    if ((rc = pipeline_devices(&r, &o, ndev)))
+      goto out;
+    measure_pipeline_peaks(&r);
+    r.topts.device = r.device;
+    if ((rc = new_pipeline_trainer(&r, &o)))
+      goto out;
+  } else {
+    if (o.device >= ndev) {
+      fprintf(stderr, PROG ": --device %d: there %s %d device%s (see strata-topo)\n", o.device,
+              ndev == 1 ? "is" : "are", ndev, ndev == 1 ? "" : "s");
+      rc = EXIT_USAGE;
+      goto out;
+    }
+    if (o.device >= 0) {
+      r.device = o.device;
+      why[0] = '\0';
+    } else if (ndev == 1) {
+      r.device = 0;
+      snprintf(why, sizeof why, "the only device");
+    } else if (pick_best_device(ndev, &r.device, &rough, why, sizeof why)) {
+      rc = EXIT_RUNTIME;
+      goto out;
+    }
+    if (strata_device_props(r.device, &r.dprops)) {
+      rc = fail(NULL);
+      goto out;
+    }
+    r.topts.device = r.device;
 
-  /* The peak before the trainer allocates, so that a memory cap does not starve the measurement. */
-  if (measure_peak(r.device, rough, &r.peak_gflops, &r.peak_n))
-    r.peak_gflops = 0;
+    /* The peak before the trainer allocates, so that a memory cap does not starve the measurement. */
+    if (measure_peak(r.device, rough, &r.peak_gflops, &r.peak_n))
+      r.peak_gflops = 0;
 
-  if (strata_trainer_new(r.model, r.data, &r.topts, &r.tr)) {
-    rc = fail(NULL);
-    goto out;
+    if (strata_trainer_new(r.model, r.data, &r.topts, &r.tr)) {
+      rc = fail(NULL);
+      goto out;
+    }
   }
   if (o.resume) {
     if (strata_trainer_load(r.tr, o.resume)) {
@@ -958,7 +1383,7 @@ int main(int argc, char **argv) {
     r.start_step = r.step = strata_trainer_steps_done(r.tr);
   }
 
-  print_header(&r, &o, o.device < 0 ? why : NULL);
+  print_header(&r, &o, o.pp ? NULL : o.device < 0 ? why : NULL);
   if (r.step >= r.topts.steps && !o.json && !o.quiet)
     printf("nothing to train: the checkpoint is at step %lld, --steps is %lld\n", (long long)r.step,
            (long long)r.topts.steps);
@@ -970,9 +1395,15 @@ int main(int argc, char **argv) {
   ** moment during the first measurement would otherwise inflate MFU (even past 100%). */
   r.peak_before = r.peak_gflops;
   if (!interrupted && r.step > r.start_step && r.peak_gflops > 0) {
-    double again = 0;
-    if (time_gemm(r.device, r.peak_n, PEAK_REPS, &again, NULL) == STRATA_OK && again > r.peak_gflops)
-      r.peak_gflops = again;
+    double again = 0, sum = 0;
+    for (int i = 0; i < (r.pp ? r.pp : 1); i++) {
+      double *peak = r.pp ? &r.dev_peak[i] : &r.peak_gflops;
+      if (time_gemm(r.pp ? r.dev[i] : r.device, r.peak_n, PEAK_REPS, &again, NULL) == STRATA_OK && again > *peak)
+        *peak = again;
+      sum += *peak;
+    }
+    if (r.pp)
+      r.peak_gflops = sum;
   }
   if (!interrupted && r.step > r.start_step && o.eval_batches > 0 && evaluate(&r, &o)) {
     exit_code = EXIT_RUNTIME;
