@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <strata/strata.h>
 
@@ -129,11 +128,7 @@ static int sample(const float *logits, int64_t vocab, double temperature, int64_
   return (int)best;
 }
 
-/*
-** The model of a checkpoint, from the model config the trainer stores in
-** its metadata ("model", the model-file JSON), through a temporary file so
-** that the library's model-file parser and checks apply.
-*/
+/* The model of a checkpoint, from the model config the trainer stores in its metadata ("model", the model-file JSON). */
 static int model_from_checkpoint(const char *path, strata_model_t *out /* OUT */) {
   strata_safetensors_t st = NULL;
   if (strata_safetensors_read(path, &st)) {
@@ -147,52 +142,10 @@ static int model_from_checkpoint(const char *path, strata_model_t *out /* OUT */
     strata_safetensors_free(st);
     return EXIT_RUNTIME;
   }
-  char tmp[] = "/tmp/strata-generate-model.XXXXXX";
-  int fd = mkstemp(tmp);
-  FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-  int ok = f && fputs(json, f) >= 0;
-  if (f)
-    ok = fclose(f) == 0 && ok;
-  else if (fd >= 0)
-    close(fd);
+  int rc = strata_model_from_json(json, path, out);
   strata_safetensors_free(st);
-  if (!ok) {
-    fprintf(stderr, PROG ": cannot write a temporary file in /tmp: %s\n", strerror(errno));
-    if (fd >= 0)
-      unlink(tmp);
-    return EXIT_RUNTIME;
-  }
-  int rc = strata_model_from_file(tmp, out);
-  unlink(tmp);
   if (rc) {
     fprintf(stderr, PROG ": %s: the checkpoint's model config: %s\n", path, strata_last_error());
-    return EXIT_RUNTIME;
-  }
-  return 0;
-}
-
-/*
-** strata_trainer_new wants a dataset even when only logits are asked for:
-** a scratch one of a few spaces, from a temporary file removed at once.
-*/
-static int scratch_dataset(strata_dataset_t *out /* OUT */) {
-  char tmp[] = "/tmp/strata-generate-data.XXXXXX";
-  char spaces[64];
-  memset(spaces, PAD_BYTE, sizeof spaces);
-  int fd = mkstemp(tmp);
-  if (fd < 0 || write(fd, spaces, sizeof spaces) != (ssize_t)sizeof spaces) {
-    fprintf(stderr, PROG ": cannot write a temporary file in /tmp: %s\n", strerror(errno));
-    if (fd >= 0) {
-      close(fd);
-      unlink(tmp);
-    }
-    return EXIT_RUNTIME;
-  }
-  close(fd);
-  int rc = strata_dataset_text(tmp, 0.5, out);
-  unlink(tmp);
-  if (rc) {
-    fprintf(stderr, PROG ": %s\n", strata_last_error());
     return EXIT_RUNTIME;
   }
   return 0;
@@ -254,7 +207,6 @@ int main(int argc, char **argv) {
     return rc < 0 ? 0 : rc;
 
   strata_model_t model = NULL;
-  strata_dataset_t data = NULL;
   strata_trainer_t tr = NULL;
   int32_t *window = NULL;
   unsigned char *text = NULL;
@@ -289,15 +241,14 @@ int main(int argc, char **argv) {
     goto out;
   }
 
-  if ((rc = scratch_dataset(&data)))
-    goto out;
+  /* No dataset: the trainer only loads the checkpoint and computes logits. */
   struct strata_train_options topts;
   strata_train_options_default(&topts);
   topts.device = (int)o.device;
   topts.batch = 1;
   topts.accum = 1;
   topts.steps = 1;
-  if (strata_trainer_new(model, data, &topts, &tr) || strata_trainer_load(tr, o.checkpoint)) {
+  if (strata_trainer_new(model, NULL, &topts, &tr) || strata_trainer_load(tr, o.checkpoint)) {
     fprintf(stderr, PROG ": %s\n", strata_last_error());
     rc = EXIT_RUNTIME;
     goto out;
@@ -345,7 +296,6 @@ out:
   free(logits);
   free(work);
   strata_trainer_free(tr);
-  strata_dataset_free(data);
   strata_model_free(model);
   strata_shutdown();
   return rc;
