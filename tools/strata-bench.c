@@ -77,55 +77,78 @@ static int parse_sizes(const char *s, struct options *o) {
   return o->nsizes ? 0 : -1;
 }
 
-/* Time `reps` SGEMMs through strata on device `dev`; stores the median seconds. */
-static int time_strata(int dev, int n, int reps, const float *a, const float *b, double *secs) {
+/*
+** One way of running an N x N SGEMM, set up once and then timed call by
+** call. The strata and direct runners of a device are timed alternately,
+** call for call, so that load from elsewhere on a shared machine falls on
+** both alike.
+*/
+struct runner {
+  int (*run)(struct runner *r);   /* one GEMM, waited for; 0 on success */
+  void (*done)(struct runner *r);
+  int n;
+  strata_queue_t q;               /* strata */
+  strata_buffer_t ba, bb, bc;
+  const float *a, *b;             /* cblas */
+  float *c;
+#ifdef STRATA_HAVE_OPENCL
+  cl_context ctx;                 /* CLBlast */
+  cl_command_queue cq;
+  cl_mem ma, mb, mc;
+#endif
+};
+
+static int strata_run(struct runner *r) {
+  int n = r->n;
+  int rc = strata_gemm(r->q, STRATA_NO_TRANS, STRATA_NO_TRANS, n, n, n, 1.0f, strata_mem(r->ba, 0), n, 0,
+                       strata_mem(r->bb, 0), n, 0, 0.0f, strata_mem(r->bc, 0), n, 0, 1);
+  return rc ? rc : strata_queue_finish(r->q);
+}
+
+static void strata_done(struct runner *r) {
+  strata_buffer_free(r->ba);
+  strata_buffer_free(r->bb);
+  strata_buffer_free(r->bc);
+  strata_queue_free(r->q);
+}
+
+static int strata_setup(struct runner *r, int dev, int n, const float *a, const float *b) {
   size_t bytes = (size_t)n * n * 4;
-  strata_buffer_t ba = NULL, bb = NULL, bc = NULL;
-  strata_queue_t q = NULL;
-  double t[64];
-  int rc = strata_queue_new(dev, &q);
+  memset(r, 0, sizeof *r);
+  r->n = n;
+  r->run = strata_run;
+  r->done = strata_done;
+  int rc = strata_queue_new(dev, &r->q);
   if (!rc)
-    rc = strata_buffer_new(dev, bytes, &ba);
+    rc = strata_buffer_new(dev, bytes, &r->ba);
   if (!rc)
-    rc = strata_buffer_new(dev, bytes, &bb);
+    rc = strata_buffer_new(dev, bytes, &r->bb);
   if (!rc)
-    rc = strata_buffer_new(dev, bytes, &bc);
+    rc = strata_buffer_new(dev, bytes, &r->bc);
   if (!rc)
-    rc = strata_buffer_upload(q, ba, 0, a, bytes);
+    rc = strata_buffer_upload(r->q, r->ba, 0, a, bytes);
   if (!rc)
-    rc = strata_buffer_upload(q, bb, 0, b, bytes);
-  for (int r = -1; r < reps && !rc; r++) { /* r = -1 warms up (kernel compilation, caches) */
-    double t0 = now();
-    rc = strata_gemm(q, STRATA_NO_TRANS, STRATA_NO_TRANS, n, n, n, 1.0f, strata_mem(ba, 0), n, 0, strata_mem(bb, 0), n,
-                     0, 0.0f, strata_mem(bc, 0), n, 0, 1);
-    if (!rc)
-      rc = strata_queue_finish(q);
-    if (r >= 0)
-      t[r] = now() - t0;
-  }
-  if (!rc)
-    *secs = median(t, reps);
-  strata_buffer_free(ba);
-  strata_buffer_free(bb);
-  strata_buffer_free(bc);
-  strata_queue_free(q);
+    rc = strata_buffer_upload(r->q, r->bb, 0, b, bytes);
   return rc;
 }
 
-static int time_cblas(int n, int reps, const float *a, const float *b, double *secs) {
-  float *c = malloc((size_t)n * n * 4);
-  if (!c)
-    return -1;
-  double t[64];
-  for (int r = -1; r < reps; r++) {
-    double t0 = now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-    if (r >= 0)
-      t[r] = now() - t0;
-  }
-  free(c);
-  *secs = median(t, reps);
+static int cblas_run(struct runner *r) {
+  int n = r->n;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, r->a, n, r->b, n, 0.0f, r->c, n);
   return 0;
+}
+
+static void cblas_done(struct runner *r) { free(r->c); }
+
+static int cblas_setup(struct runner *r, int n, const float *a, const float *b) {
+  memset(r, 0, sizeof *r);
+  r->n = n;
+  r->run = cblas_run;
+  r->done = cblas_done;
+  r->a = a;
+  r->b = b;
+  r->c = malloc((size_t)n * n * 4);
+  return r->c ? 0 : -1;
 }
 
 #ifdef STRATA_HAVE_OPENCL
@@ -154,41 +177,69 @@ static cl_device_id find_cl_device(int backend_index) {
   return NULL;
 }
 
-static int time_clblast(int backend_index, int n, int reps, const float *a, const float *b, double *secs) {
+static int clblast_run(struct runner *r) {
+  size_t n = (size_t)r->n;
+  CLBlastStatusCode s = CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeNo, n, n, n, 1.0f,
+                                     r->ma, 0, n, r->mb, 0, n, 0.0f, r->mc, 0, n, &r->cq, NULL);
+  return (s != CLBlastSuccess || clFinish(r->cq) != CL_SUCCESS) ? -1 : 0;
+}
+
+static void clblast_done(struct runner *r) {
+  if (r->ma)
+    clReleaseMemObject(r->ma);
+  if (r->mb)
+    clReleaseMemObject(r->mb);
+  if (r->mc)
+    clReleaseMemObject(r->mc);
+  if (r->cq)
+    clReleaseCommandQueue(r->cq);
+  if (r->ctx)
+    clReleaseContext(r->ctx);
+}
+
+static int clblast_setup(struct runner *r, int backend_index, int n, const float *a, const float *b) {
+  memset(r, 0, sizeof *r);
+  r->n = n;
+  r->run = clblast_run;
+  r->done = clblast_done;
   cl_device_id dev = find_cl_device(backend_index);
   if (!dev)
     return -1;
   cl_int err;
-  cl_context ctx = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
+  r->ctx = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
   if (err != CL_SUCCESS)
     return -1;
-  cl_command_queue q = clCreateCommandQueue(ctx, dev, 0, &err);
+  r->cq = clCreateCommandQueue(r->ctx, dev, 0, &err);
   size_t bytes = (size_t)n * n * 4;
-  cl_mem ba = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes, (void *)a, &err);
-  cl_mem bb = clCreateBuffer(ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes, (void *)b, &err);
-  cl_mem bc = clCreateBuffer(ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
-  double t[64];
-  int rc = 0;
-  for (int r = -1; r < reps && !rc; r++) {
-    double t0 = now();
-    CLBlastStatusCode s = CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeNo, (size_t)n,
-                                       (size_t)n, (size_t)n, 1.0f, ba, 0, (size_t)n, bb, 0, (size_t)n, 0.0f, bc, 0,
-                                       (size_t)n, &q, NULL);
-    if (s != CLBlastSuccess || clFinish(q) != CL_SUCCESS)
-      rc = -1;
-    if (r >= 0)
-      t[r] = now() - t0;
-  }
-  if (!rc)
-    *secs = median(t, reps);
-  clReleaseMemObject(ba);
-  clReleaseMemObject(bb);
-  clReleaseMemObject(bc);
-  clReleaseCommandQueue(q);
-  clReleaseContext(ctx);
-  return rc;
+  r->ma = clCreateBuffer(r->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes, (void *)a, &err);
+  r->mb = clCreateBuffer(r->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes, (void *)b, &err);
+  r->mc = clCreateBuffer(r->ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
+  return (r->cq && r->ma && r->mb && r->mc) ? 0 : -1;
 }
 #endif /* STRATA_HAVE_OPENCL */
+
+/* Alternate the two runners `reps` times after one warm-up call each (kernel
+** compilation, caches); median seconds of each. `direct` may be NULL. */
+static int time_pair(struct runner *strata, struct runner *direct, int reps, double *ts, double *td) {
+  double a[64], b[64];
+  for (int r = -1; r < reps; r++) {
+    double t0 = now();
+    int rc = strata->run(strata);
+    double t1 = now();
+    if (rc)
+      return rc;
+    if (direct && direct->run(direct))
+      direct = NULL; /* report strata alone */
+    double t2 = now();
+    if (r >= 0) {
+      a[r] = t1 - t0;
+      b[r] = t2 - t1;
+    }
+  }
+  *ts = median(a, reps);
+  *td = direct ? median(b, reps) : 0;
+  return direct ? 0 : 1;
+}
 
 static int bench_gemm(const struct options *o) {
   int ndev = 0;
@@ -227,14 +278,23 @@ static int bench_gemm(const struct options *o) {
         b[i] = (float)((i * 5) % 11) / 11.0f - 0.5f;
       }
       double ts = 0, td = 0;
-      int rs = time_strata(d, n, o->reps, a, b, &ts);
-      int rd = -1;
+      struct runner rs_, rd_;
+      int rs = strata_setup(&rs_, d, n, a, b), have_direct = -1;
       if (strcmp(p.backend, "host") == 0)
-        rd = time_cblas(n, o->reps, a, b, &td);
+        have_direct = cblas_setup(&rd_, n, a, b);
 #ifdef STRATA_HAVE_OPENCL
       else if (strcmp(p.backend, "opencl") == 0)
-        rd = time_clblast(p.backend_index, n, o->reps, a, b, &td);
+        have_direct = clblast_setup(&rd_, p.backend_index, n, a, b);
 #endif
+      int rd = -1;
+      if (!rs) {
+        int pr = time_pair(&rs_, have_direct == 0 ? &rd_ : NULL, o->reps, &ts, &td);
+        rs = pr < 0 || pr > 1 ? pr : 0;
+        rd = pr == 0 ? 0 : -1;
+      }
+      rs_.done(&rs_);
+      if (have_direct >= 0)
+        rd_.done(&rd_);
       free(a);
       free(b);
       if (rs) {
