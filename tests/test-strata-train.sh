@@ -1,13 +1,13 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# test-strata-train.sh — tool-level tests of strata-train and strata-generate: one-line errors on bad input with good files left intact, a short run's JSON, save + resume, SIGINT; prints TAP.
+# test-strata-train.sh — tool-level tests of strata-train and strata-generate: one-line errors on bad input with good files left intact, a short run's JSON, save + resume, SIGINT, pipelines on host virtual devices (same losses as one device, splits, traces, bad lists); prints TAP.
 top_builddir=${top_builddir:-.}
 top_srcdir=${top_srcdir:-.}
 TRAIN="$top_builddir/tools/strata-train"
 GEN="$top_builddir/tools/strata-generate"
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/strata-train-sh.XXXXXX") || exit 99
 trap 'rm -rf "$TMP"' EXIT INT TERM
-# one host device: quick, and the same figures on every machine
+# one host device: quick, and the same figures on every machine (four virtual ones for the pipeline tests at the end)
 STRATA_BACKENDS=host
 STRATA_HOST_DEVICES=1
 export STRATA_BACKENDS STRATA_HOST_DEVICES
@@ -42,7 +42,7 @@ if [ ! -x "$TRAIN" ] || [ ! -x "$GEN" ]; then
   echo "1..0 # SKIP strata-train or strata-generate not built"
   exit 0
 fi
-echo "1..38"
+echo "1..56"
 
 # A small corpus of our own, so that the tests do not depend on what the machine ships.
 for i in 1 2 3 4 5 6 7 8; do cat "$top_srcdir/README.md" "$top_srcdir/man/strata-train.1"; done >"$TMP/text.txt"
@@ -161,3 +161,76 @@ fails_clearly "generate: no --checkpoint" 2 "--checkpoint" $GEN --length 5
 fails_clearly "generate: --length 5x" 2 "--length wants a positive integer, not '5x'" $GEN --checkpoint "$TMP/half.st" --length 5x
 $TRAIN --model mlp --device 0 --steps 1 --batch 4 --eval-batches 1 --save "$TMP/mlp.st" --quiet >/dev/null 2>&1
 fails_clearly "generate: an image model" 1 "not a text model" $GEN --checkpoint "$TMP/mlp.st"
+
+# --- pipelines over host virtual devices: the losses of one device, stages, bubbles, traces, bad lists
+STRATA_HOST_DEVICES=4
+export STRATA_HOST_DEVICES
+P="$TRAIN --model gpt-micro --data $TMP/text.txt --batch 4 --eval-batches 1 --steps 4 --eval-every 0"
+losses() { grep '"event":"step"' "$1" | sed -n 's/.*"loss":\([^,}]*\).*/\1/p' | tr '\n' ' '; }
+$P --device 0 --accum 4 --json >"$TMP/one.json" 2>"$TMP/err"
+rc=$?
+check "one device, --accum 4: exit 0" [ "$rc" -eq 0 ]
+one=$(losses "$TMP/one.json")
+for sched in 1f1b zb; do
+  $P --pp 2 --schedule $sched --microbatches 4 --json >"$TMP/pp-$sched.json" 2>"$TMP/err"
+  rc=$?
+  pp=$(losses "$TMP/pp-$sched.json")
+  check "--pp 2 --schedule $sched --microbatches 4: exit 0, losses ($pp) string-equal to one device's ($one)" \
+    [ "$rc" -eq 0 -a -n "$one" -a "$pp" = "$one" ]
+done
+if command -v python3 >/dev/null 2>&1; then
+  check "--pp 2 JSON: stages in start, a bubble per step, measured and ideal bubbles and two devices in the summary" python3 -c '
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1])]
+start, summ = ev[0], ev[-1]
+assert start["pp"] == 2 and start["schedule"] == "1f1b" and start["microbatches"] == 4, start
+assert [s["device"] for s in start["stages"]] == [0, 1] and sum(s["layers"] for s in start["stages"]) == 3, start
+assert all(0 <= e["bubble"] < 1 for e in ev if e["event"] == "step"), ev
+assert 0 <= summ["bubble"] < 1 and abs(summ["bubble_ideal"] - 0.2) < 1e-9, summ
+assert [d["device"] for d in summ["devices"]] == [0, 1], summ
+for d in summ["devices"]:
+    assert 0 < d["busy"] <= 1 and d["peak_bytes"] > 0 and d["peak_inflight"] >= 1, d' "$TMP/pp-1f1b.json"
+else
+  ok "--pp 2 JSON summary # SKIP no python3"
+fi
+
+# an explicit split on chosen devices, text report, a trace
+$P --pp 2 --devices 2,0 --split 1,2 --accum 4 --trace "$TMP/trace.json" >"$TMP/out" 2>"$TMP/err"
+rc=$?
+check "--pp 2 --devices 2,0 --split 1,2: exit 0, the stages as asked" sh -c "[ $rc -eq 0 ] &&
+  grep -q '^ *stage 0: layer 0 (wte+wpe) on device 2 (host)' '$TMP/out' &&
+  grep -q '^ *stage 1: layers 1-2 (h.0 .. ln_f+lm_head) on device 0 (host)' '$TMP/out' &&
+  grep -q '^pipeline .*1f1b schedule over 4 micro-batches: theoretical bubble 20.0%' '$TMP/out'"
+check "the summary: measured vs theoretical bubble, per-device busy fraction and peak memory" sh -c "
+  grep -q '^pipeline  bubble [0-9.]*% measured vs 20.0% theoretical' '$TMP/out' &&
+  grep -q '^ *device 2: busy [0-9.]*% of the wall time, peak memory [0-9.]* MiB' '$TMP/out' &&
+  grep -q '^ *device 0: busy [0-9.]*% of the wall time, peak memory [0-9.]* MiB' '$TMP/out'"
+check "progress lines carry the bubble" grep -q '^step 4/4 .*MFU .*bubble [0-9.]*%' "$TMP/err"
+sp=$(grep '^summary' -A1 "$TMP/out" | sed -n 's/.*train loss \([0-9.]*\).*/\1/p')
+last=$(awk -v l="${one% }" 'BEGIN { n = split(l, a, " "); printf "%.4f", a[n] }')
+check "the explicit split's last loss ($sp) is one device's ($last)" [ -n "$sp" -a "$sp" = "$last" ]
+if command -v python3 >/dev/null 2>&1; then
+  check "--trace: JSON with compute on tids 0 and 2, send, recv and idle events" python3 -c '
+import json, sys
+ev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e["ph"] == "X"]
+tids = {e["tid"] for e in ev if e["cat"] == "compute"}
+cats = {e["cat"] for e in ev}
+assert tids == {0, 2}, tids
+assert {"compute", "send", "recv", "idle"} <= cats, cats
+assert any(e["name"] == "F1.3" for e in ev) and all(e["dur"] >= 0 for e in ev)
+assert {e["tid"] for e in ev if e["cat"] == "send"} <= {1, 3}' "$TMP/trace.json"
+else
+  ok "--trace: JSON # SKIP no python3"
+fi
+
+fails_clearly "--split 3,3,x" 2 "--split wants comma-separated positive integers, not '3,3,x'" $P --pp 2 --split 3,3,x
+fails_clearly "--split with the wrong number of stages" 2 "--split lists 3 stages" $P --pp 2 --split 1,1,1
+fails_clearly "--split whose sum is not the layer count" 2 "the split covers 4 layers, the model has 3" \
+  $P --pp 2 --split 1,3 --json
+fails_clearly "--devices of the wrong length" 2 "--devices lists 3 devices, --pp is 2" $P --pp 2 --devices 0,1,2
+fails_clearly "--devices with a device twice" 2 "--devices lists device 1 twice" $P --pp 2 --devices 1,1
+fails_clearly "--devices 0,9" 2 "no device 9" $P --pp 2 --devices 0,9
+fails_clearly "--schedule foo" 2 "--schedule wants gpipe, 1f1b, interleaved or zb, not 'foo'" $P --pp 2 --schedule foo
+fails_clearly "--split without --pp" 2 "give --pp N too" $P --split 1,2
+fails_clearly "--accum and --microbatches that differ" 2 "--accum 2 and --microbatches 4 differ" \
+  $P --pp 2 --accum 2 --microbatches 4
