@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-# tools/train.mk — strata-train (the main job) and strata-generate, their man pages, tool tests and benchmark script.
+# tools/train.mk — strata-train (the main job) and strata-generate, their man pages, tool tests and benchmark scripts.
 bin_PROGRAMS += tools/strata-train tools/strata-generate
 tools_strata_train_SOURCES = %reldir%/strata-train.c
 tools_strata_train_LDADD = libstrata.la -lm
@@ -7,4 +7,4 @@ tools_strata_generate_SOURCES = %reldir%/strata-generate.c
 tools_strata_generate_LDADD = libstrata.la -lm
 dist_man_MANS += man/strata-train.1 man/strata-generate.1
 TESTS += tests/test-strata-train.sh
-EXTRA_DIST += tests/test-strata-train.sh bench/train-mfu.sh
+EXTRA_DIST += tests/test-strata-train.sh bench/train-mfu.sh bench/pipeline-1f1b.sh
