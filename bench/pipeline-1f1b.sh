@@ -3,6 +3,9 @@
 # pipeline-1f1b.sh — how busy a 1F1B pipeline keeps two host virtual devices training a GPT (d_model 256, 8 layers, context 128) with strata-train, against the schedule's ideal m/(m+p-1). A benchmark, not a test.
 # Usage: bench/pipeline-1f1b.sh [BUILD_DIR] [extra strata-train options...]    (BUILD_DIR default: ./build or .)
 # Target: each device busy at least 90% of the ideal fraction 8/9 of the wall time.
+# Busy time is the wall time of a device's compute: host virtual devices share the cores, so while
+# both compute each runs slower and the fractions can pass the ideal; a device far below it still
+# means the schedule leaves it waiting (transfers, unequal stages).
 set -u
 build=${1:-}
 [ $# -gt 0 ] && shift
