@@ -440,7 +440,10 @@ STRATA_API int strata_trainer_step(strata_trainer_t tr, struct strata_step_stats
   int rc = tr->sched ? strata__pipeline_step(tr, &norm, lr) : seq_step(tr, &norm, lr);
   if (!rc)
     rc = finish_all(tr);
-  release_all(tr);
+  /* a pipeline's slots follow its schedule; the single-device path keeps its
+  ** one slot from step to step rather than fault fresh pages in every time */
+  if (tr->sched || rc)
+    release_all(tr);
   if (rc)
     return rc;
   double loss = 0;

@@ -45,12 +45,21 @@ static void bias_grad(const struct strata__op *o) {
 #define GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
 #define GELU_C 0.044715f
 
+/* tanh through one expf: (e^2u - 1) / (e^2u + 1), with u clamped where
+** tanh is 1 to float precision. About three times faster than tanhf, which
+** goes through expm1f, and exact to a few ulps of 1 + tanh — what GELU uses. */
+static inline float tanh_fast(float u) {
+  u = fminf(fmaxf(u, -9.0f), 9.0f);
+  float e = expf(2.0f * u);
+  return (e - 1.0f) / (e + 1.0f);
+}
+
 static void gelu_fwd(const struct strata__op *o) {
   const float *x = F(o->u.ew.x);
   float *y = F(o->u.ew.y);
   for (int64_t i = 0; i < o->u.ew.n; i++) {
     float v = x[i];
-    y[i] = 0.5f * v * (1.0f + tanhf(GELU_K * (v + GELU_C * v * v * v)));
+    y[i] = 0.5f * v * (1.0f + tanh_fast(GELU_K * (v + GELU_C * v * v * v)));
   }
 }
 
@@ -59,7 +68,7 @@ static void gelu_bwd(const struct strata__op *o) {
   float *dx = F(o->u.ew.dx);
   for (int64_t i = 0; i < o->u.ew.n; i++) {
     float v = x[i];
-    float t = tanhf(GELU_K * (v + GELU_C * v * v * v));
+    float t = tanh_fast(GELU_K * (v + GELU_C * v * v * v));
     float dt = (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_C * v * v);
     dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * dt);
   }
