@@ -13,7 +13,7 @@ AC_DEFUN([STRATA_CHECK_BLAS], [
     CFLAGS="$CFLAGS $BLAS_CFLAGS"; LIBS="$BLAS_LIBS $LIBS"
     AC_CHECK_HEADER([cblas.h], [], [strata_blas_happy=no])
     AC_CHECK_FUNC([cblas_sgemm], [], [strata_blas_happy=no])
-    AC_CHECK_FUNCS([openblas_set_num_threads])
+    AC_CHECK_FUNCS([openblas_set_num_threads openblas_get_corename])
     CFLAGS=$strata_save_CFLAGS; LIBS=$strata_save_LIBS])
   AS_IF([test "x$strata_blas_happy" != xyes],
     [AC_MSG_ERROR([no CBLAS with cblas_sgemm found (Debian: apt-get install libopenblas-dev)])])

@@ -3,6 +3,9 @@
 #include "config.h"
 
 #include <cblas.h>
+#ifdef HAVE_OPENBLAS_GET_CORENAME
+char *openblas_get_corename(void);
+#endif
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -251,9 +254,15 @@ static int bench_gemm(const struct options *o) {
     fprintf(stderr, "strata-bench: no device %d (there are %d)\n", o->device, ndev);
     return 2;
   }
-  if (!o->json)
+  if (!o->json) {
+#ifdef HAVE_OPENBLAS_GET_CORENAME
+    /* OpenBLAS picks its kernels from the CPU model; a virtual CPU that hides
+    ** it gets the generic ones (OPENBLAS_CORETYPE overrides) */
+    printf("host BLAS: OpenBLAS, %s kernels\n", openblas_get_corename());
+#endif
     printf("%-4s %-8s %-44s %6s %14s %14s %8s  %s\n", "dev", "backend", "name", "N", "strata GF/s", "direct GF/s",
            "ratio", "direct = ");
+  }
   int failed = 0;
   for (int d = 0; d < ndev; d++) {
     if (o->device >= 0 && d != o->device)
