@@ -125,6 +125,12 @@ static void slot_open(struct strata__slot *slot) {
 ** error (the slot records why); a broken module or bad settings are. */
 static int slot_load(struct strata__slot *slot, int *ndev) {
   *ndev = 0;
+  /* The host backend's OpenMP threads share the cores with OpenBLAS's:
+  ** spinning while they wait would steal them (a third less throughput on
+  ** two cores). libgomp reads this once, when the module loads it; a value
+  ** the user set is kept. */
+  if (strcmp(slot->name, "host") == 0)
+    setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
   slot_open(slot);
   if (!slot->dl)
     return STRATA_OK;

@@ -10,6 +10,16 @@
 #include "host.h"
 
 #define F(m) ((float *)(m).h + (m).off)
+
+/*
+** Threads for the elementwise and row-wise ops (set by host.c: the cores a
+** virtual device owns). Every element or row is computed by the same code
+** whichever thread runs it, and reductions keep their serial order, so the
+** results do not depend on the thread count.
+*/
+int strata__host_threads = 1;
+#define PAR_MIN 16384 /* below this many elements threads cost more than they save */
+#define PAR(n) _Pragma("omp parallel for schedule(static) num_threads(strata__host_threads) if (par_n >= PAR_MIN)")
 #define INT(m) ((int32_t *)(m).h + (m).off)
 
 static void gemm(const struct strata__op *o) {
@@ -26,6 +36,8 @@ static void bias_add(const struct strata__op *o) {
   float *y = F(o->u.bias.y);
   const float *b = F(o->u.bias.bias);
   int64_t cols = o->u.bias.cols;
+  int64_t par_n = o->u.bias.rows * cols;
+  PAR(par_n)
   for (int64_t r = 0; r < o->u.bias.rows; r++)
     for (int64_t c = 0; c < cols; c++)
       y[r * cols + c] += b[c];
@@ -49,7 +61,7 @@ static void bias_grad(const struct strata__op *o) {
 ** tanh is 1 to float precision. About three times faster than tanhf, which
 ** goes through expm1f, and exact to a few ulps of 1 + tanh — what GELU uses. */
 static inline float tanh_fast(float u) {
-  u = fminf(fmaxf(u, -9.0f), 9.0f);
+  u = u < -9.0f ? -9.0f : u > 9.0f ? 9.0f : u;
   float e = expf(2.0f * u);
   return (e - 1.0f) / (e + 1.0f);
 }
@@ -57,6 +69,8 @@ static inline float tanh_fast(float u) {
 static void gelu_fwd(const struct strata__op *o) {
   const float *x = F(o->u.ew.x);
   float *y = F(o->u.ew.y);
+  int64_t par_n = o->u.ew.n;
+  PAR(par_n)
   for (int64_t i = 0; i < o->u.ew.n; i++) {
     float v = x[i];
     y[i] = 0.5f * v * (1.0f + tanh_fast(GELU_K * (v + GELU_C * v * v * v)));
@@ -66,6 +80,8 @@ static void gelu_fwd(const struct strata__op *o) {
 static void gelu_bwd(const struct strata__op *o) {
   const float *x = F(o->u.ew.x), *dy = F(o->u.ew.dy);
   float *dx = F(o->u.ew.dx);
+  int64_t par_n = o->u.ew.n;
+  PAR(par_n)
   for (int64_t i = 0; i < o->u.ew.n; i++) {
     float v = x[i];
     float t = tanh_fast(GELU_K * (v + GELU_C * v * v * v));
@@ -77,6 +93,8 @@ static void gelu_bwd(const struct strata__op *o) {
 static void relu_fwd(const struct strata__op *o) {
   const float *x = F(o->u.ew.x);
   float *y = F(o->u.ew.y);
+  int64_t par_n = o->u.ew.n;
+  PAR(par_n)
   for (int64_t i = 0; i < o->u.ew.n; i++)
     y[i] = x[i] > 0 ? x[i] : 0.0f;
 }
@@ -84,6 +102,8 @@ static void relu_fwd(const struct strata__op *o) {
 static void relu_bwd(const struct strata__op *o) {
   const float *x = F(o->u.ew.x), *dy = F(o->u.ew.dy);
   float *dx = F(o->u.ew.dx);
+  int64_t par_n = o->u.ew.n;
+  PAR(par_n)
   for (int64_t i = 0; i < o->u.ew.n; i++)
     dx[i] = x[i] > 0 ? dy[i] : 0.0f;
 }
@@ -91,18 +111,24 @@ static void relu_bwd(const struct strata__op *o) {
 static void add(const struct strata__op *o) {
   const float *a = F(o->u.ew.x), *b = F(o->u.ew.b);
   float *y = F(o->u.ew.y);
+  int64_t par_n = o->u.ew.n;
+  PAR(par_n)
   for (int64_t i = 0; i < o->u.ew.n; i++)
     y[i] = a[i] + b[i];
 }
 
 static void scale(const struct strata__op *o) {
   float *x = F(o->u.ew.x);
+  int64_t par_n = o->u.ew.n;
+  PAR(par_n)
   for (int64_t i = 0; i < o->u.ew.n; i++)
     x[i] *= o->u.ew.alpha;
 }
 
 static void fill(const struct strata__op *o) {
   float *x = F(o->u.ew.x);
+  int64_t par_n = o->u.ew.n;
+  PAR(par_n)
   for (int64_t i = 0; i < o->u.ew.n; i++)
     x[i] = o->u.ew.alpha;
 }
@@ -111,6 +137,8 @@ static void layernorm_fwd(const struct strata__op *o) {
   const float *x = F(o->u.ln.x), *g = F(o->u.ln.gamma), *b = F(o->u.ln.beta);
   float *y = F(o->u.ln.y), *mean = F(o->u.ln.mean), *rstd = F(o->u.ln.rstd);
   int64_t cols = o->u.ln.cols;
+  int64_t par_n = o->u.ln.rows * cols;
+  PAR(par_n)
   for (int64_t r = 0; r < o->u.ln.rows; r++) {
     const float *xr = x + r * cols;
     double s = 0;
@@ -132,12 +160,22 @@ static void layernorm_bwd(const struct strata__op *o) {
   const float *x = F(o->u.ln.x), *g = F(o->u.ln.gamma), *mean = F(o->u.ln.mean), *rstd = F(o->u.ln.rstd);
   const float *dy = F(o->u.ln.dy);
   float *dx = F(o->u.ln.dx), *dg = F(o->u.ln.dgamma), *db = F(o->u.ln.dbeta);
-  int64_t cols = o->u.ln.cols;
-  if (!o->u.ln.accumulate) {
-    memset(dg, 0, (size_t)cols * sizeof *dg);
-    memset(db, 0, (size_t)cols * sizeof *db);
+  int64_t cols = o->u.ln.cols, rows = o->u.ln.rows;
+  /* gamma and beta first: dx may be dy */
+  int64_t par_n = rows * cols;
+  PAR(par_n)
+  for (int64_t c = 0; c < cols; c++) {
+    float sg = o->u.ln.accumulate ? dg[c] : 0.0f, sb = o->u.ln.accumulate ? db[c] : 0.0f;
+    for (int64_t r = 0; r < rows; r++) {
+      float d = dy[r * cols + c];
+      sg += d * ((x[r * cols + c] - mean[r]) * rstd[r]);
+      sb += d;
+    }
+    dg[c] = sg;
+    db[c] = sb;
   }
-  for (int64_t r = 0; r < o->u.ln.rows; r++) {
+  PAR(par_n)
+  for (int64_t r = 0; r < rows; r++) {
     const float *xr = x + r * cols, *dyr = dy + r * cols;
     float mu = mean[r], rs = rstd[r];
     /* dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), dxhat = dy * gamma */
@@ -147,8 +185,6 @@ static void layernorm_bwd(const struct strata__op *o) {
       float dxh = dyr[c] * g[c];
       s1 += dxh;
       s2 += (double)dxh * xh;
-      dg[c] += dyr[c] * xh;
-      db[c] += dyr[c];
     }
     float m1 = (float)(s1 / (double)cols), m2 = (float)(s2 / (double)cols);
     for (int64_t c = 0; c < cols; c++) {
@@ -163,6 +199,8 @@ static void softmax_fwd(const struct strata__op *o) {
   float *y = F(o->u.softmax.y);
   int64_t cols = o->u.softmax.cols;
   float sc = o->u.softmax.scale;
+  int64_t par_n = o->u.softmax.rows * cols;
+  PAR(par_n)
   for (int64_t r = 0; r < o->u.softmax.rows; r++) {
     int64_t valid = o->u.softmax.causal ? r % cols + 1 : cols;
     const float *xr = x + r * cols;
@@ -187,6 +225,8 @@ static void softmax_bwd(const struct strata__op *o) {
   const float *y = F(o->u.softmax.y), *dy = F(o->u.softmax.dy);
   float *dx = F(o->u.softmax.dx);
   int64_t cols = o->u.softmax.cols;
+  int64_t par_n = o->u.softmax.rows * cols;
+  PAR(par_n)
   for (int64_t r = 0; r < o->u.softmax.rows; r++) {
     const float *yr = y + r * cols, *dyr = dy + r * cols;
     double dot = 0;
@@ -202,6 +242,8 @@ static void embedding_fwd(const struct strata__op *o) {
   const float *table = F(o->u.emb.table);
   float *out = F(o->u.emb.out);
   int64_t dim = o->u.emb.dim;
+  int64_t par_n = o->u.emb.n * dim;
+  PAR(par_n)
   for (int64_t i = 0; i < o->u.emb.n; i++) {
     int32_t t = tok[i];
     if (t >= 0 && t < o->u.emb.vocab)
@@ -244,6 +286,8 @@ static void xent_fwd(const struct strata__op *o) {
   const int32_t *tgt = INT(o->u.xent.targets);
   float *loss = F(o->u.xent.loss);
   int64_t v = o->u.xent.vocab;
+  int64_t par_n = o->u.xent.rows * v;
+  PAR(par_n)
   for (int64_t r = 0; r < o->u.xent.rows; r++) {
     int32_t t = tgt[r];
     if (t < 0 || t >= v) {
@@ -260,6 +304,8 @@ static void xent_bwd(const struct strata__op *o) {
   const int32_t *tgt = INT(o->u.xent.targets);
   float *dl = F(o->u.xent.dlogits);
   int64_t v = o->u.xent.vocab;
+  int64_t par_n = o->u.xent.rows * v;
+  PAR(par_n)
   for (int64_t r = 0; r < o->u.xent.rows; r++) {
     int32_t t = tgt[r];
     float *dr = dl + r * v;
@@ -279,6 +325,8 @@ static void adamw(const struct strata__op *o) {
   const float *g = F(o->u.adamw.grad);
   float b1 = o->u.adamw.beta1, b2 = o->u.adamw.beta2;
   float c1 = 1.0f - powf(b1, (float)o->u.adamw.step), c2 = 1.0f - powf(b2, (float)o->u.adamw.step);
+  int64_t par_n = o->u.adamw.n;
+  PAR(par_n)
   for (int64_t i = 0; i < o->u.adamw.n; i++) {
     m[i] = b1 * m[i] + (1.0f - b1) * g[i];
     v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];

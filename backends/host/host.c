@@ -253,6 +253,7 @@ static int host_init(const struct strata__services *services, void **ctx, char *
   c->mem_per_device = total / (uint64_t)n;
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   c->units_per_device = cores > n ? (int)(cores / n) : 1;
+  strata__host_threads = c->units_per_device;
   read_cpu_name(c->cpu_name, sizeof c->cpu_name);
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
   /* Several virtual devices each run their own GEMMs: one BLAS thread per

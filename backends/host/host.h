@@ -8,6 +8,9 @@
 /* Run one op record synchronously on the calling thread. */
 int strata__host_op_run(const struct strata__op *op);
 
+/* Threads each op of a virtual device may use (host-ops.c). */
+extern int strata__host_threads;
+
 /* Which ops the host backend implements (all of them). */
 int strata__host_op_supported(enum strata__op_id id);
 

@@ -6,5 +6,6 @@ backends_host_strata_host_la_SOURCES = \
 	%reldir%/host.h \
 	%reldir%/host-ops.c
 backends_host_strata_host_la_CPPFLAGS = $(AM_CPPFLAGS) $(BLAS_CFLAGS)
+backends_host_strata_host_la_CFLAGS = $(AM_CFLAGS) $(OPENMP_CFLAGS)
 backends_host_strata_host_la_LIBADD = $(BLAS_LIBS) $(PTHREAD_LIBS) -lm
-backends_host_strata_host_la_LDFLAGS = -module -avoid-version -shared -no-undefined
+backends_host_strata_host_la_LDFLAGS = -module -avoid-version -shared -no-undefined $(OPENMP_CFLAGS)
