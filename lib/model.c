@@ -62,13 +62,6 @@ static int check_range(const char *src, const char *field, int64_t v, int64_t lo
   return STRATA_OK;
 }
 
-#define TRY(expr)                                                                                                      \
-  do {                                                                                                                 \
-    int rc_ = (expr);                                                                                                  \
-    if (rc_)                                                                                                           \
-      return rc_;                                                                                                      \
-  } while (0)
-
 static int validate(const struct strata_model_config *c, const char *src) {
   switch (c->kind) {
   case STRATA_MODEL_GPT:

@@ -65,13 +65,6 @@ static int submit(strata_queue_t q, struct strata__op *op) {
   return q->dev->slot->be->op(q->dev->slot->ctx, q->h, op);
 }
 
-#define TRY(expr)                                                                                                      \
-  do {                                                                                                                 \
-    int rc_ = (expr);                                                                                                  \
-    if (rc_)                                                                                                           \
-      return rc_;                                                                                                      \
-  } while (0)
-
 /* Elements spanned by `batch` rows x cols matrices with row stride ld and batch stride. */
 static int matrix_extent(const char *op, const char *arg, int64_t rows, int64_t cols, int64_t ld, int64_t stride,
                          int64_t batch, uint64_t *out) {

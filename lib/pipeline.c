@@ -13,13 +13,6 @@
 #include "registry.h"
 #include "trainer.h"
 
-#define TRY(expr)                                                                                                      \
-  do {                                                                                                                 \
-    int rc_ = (expr);                                                                                                  \
-    if (rc_)                                                                                                           \
-      return rc_;                                                                                                      \
-  } while (0)
-
 /* A message waiting on its receiver's device: a stage input or an output gradient. */
 struct msg {
   strata_buffer_t buf;

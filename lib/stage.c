@@ -10,13 +10,6 @@
 #include "stage.h"
 #include "util.h"
 
-#define TRY(expr)                                                                                                      \
-  do {                                                                                                                 \
-    int rc_ = (expr);                                                                                                  \
-    if (rc_)                                                                                                           \
-      return rc_;                                                                                                      \
-  } while (0)
-
 #define AT(b, o) strata_mem((b), (size_t)(o))
 
 /* ---- parameters ---- */

@@ -17,13 +17,6 @@
 #include "registry.h"
 #include "trainer.h"
 
-#define TRY(expr)                                                                                                      \
-  do {                                                                                                                 \
-    int rc_ = (expr);                                                                                                  \
-    if (rc_)                                                                                                           \
-      return rc_;                                                                                                      \
-  } while (0)
-
 #define CHECKPOINT_FORMAT "strata-checkpoint/1"
 
 double strata__now(void) {

@@ -20,6 +20,14 @@ void strata__error_clear(void);
 void strata__log(int level, const char *subsystem, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void strata__vlog(int level, const char *subsystem, const char *fmt, va_list ap);
 
+/* Return the status of `expr` from the calling function unless it is STRATA_OK. */
+#define TRY(expr)                                                                                                      \
+  do {                                                                                                                 \
+    int rc_ = (expr);                                                                                                  \
+    if (rc_)                                                                                                           \
+      return rc_;                                                                                                      \
+  } while (0)
+
 /* a * b into *out unless it overflows (returns 0 then). */
 static inline int strata__mul_ok(uint64_t a, uint64_t b, uint64_t *out) {
   if (a != 0 && b > UINT64_MAX / a)
