@@ -105,7 +105,9 @@ static void slot_open(struct strata__slot *slot) {
     snprintf(path, sizeof path, "%s/%s", dir, file);
     if (access(path, F_OK) != 0)
       continue;
-    void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    /* NODELETE: a module and the libraries it brought (libgomp, CUDA) stay
+    ** mapped after shutdown; their static state outlives no handle of ours */
+    void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     if (dl) {
       slot->dl = dl;
       strata__strlcpy(slot->path, path, sizeof slot->path);
