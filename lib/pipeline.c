@@ -272,14 +272,6 @@ static int do_backward(struct exec *ex, int rank, int kind, int s, int mb) {
   return STRATA_OK;
 }
 
-/* Where stage s's tensors start in the global order. */
-static size_t tensor_base(strata_trainer_t tr, int s) {
-  size_t b = 0;
-  for (int i = 0; i < s; i++)
-    b += (size_t)tr->st[i]->ntensors;
-  return b;
-}
-
 /*
 ** OPTIMIZER: each stage adds its gradients' sums of squares; the global
 ** norm (hence the clip factor) needs every stage's, so a device's last
@@ -287,7 +279,7 @@ static size_t tensor_base(strata_trainer_t tr, int s) {
 */
 static int do_optimizer(struct exec *ex, int rank, int s, int last_on_rank) {
   strata_trainer_t tr = ex->tr;
-  TRY(strata__stage_grad_sumsq(tr->st[s], tr->sumsq + tensor_base(tr, s)));
+  TRY(strata__stage_sumsq(tr, s));
   pthread_mutex_lock(&ex->lock);
   if (++ex->opt_arrived == ex->S) {
     ex->gscale = strata__clip_scale(tr, &ex->norm);

@@ -52,7 +52,6 @@ struct strata__stage {
   size_t max_out, max_scratch;
   struct strata__slot_mem slots[STRATA__MAX_SLOTS];
   float loss_scale;          /* d(loss)/d(per-row loss): 1 / rows per optimizer step */
-  const struct strata__stage *tied_with;   /* unused: tied weights must share one stage */
 };
 
 /* Build a stage of layers [first, last) of `model` on `dev` for micro-batches

@@ -375,12 +375,11 @@ int strata__stage_optimize(strata_trainer_t tr, int s, float gscale, float lr) {
   return strata_queue_finish(tr->st[s]->q);
 }
 
-/* Where stage s's tensors start in the global tensor order. */
-static size_t tensor_base(strata_trainer_t tr, int s) {
-  size_t b = 0;
+int strata__stage_sumsq(strata_trainer_t tr, int s) {
+  size_t base = 0; /* where stage s's tensors start in the global order */
   for (int i = 0; i < s; i++)
-    b += (size_t)tr->st[i]->ntensors;
-  return b;
+    base += (size_t)tr->st[i]->ntensors;
+  return strata__stage_grad_sumsq(tr->st[s], tr->sumsq + base);
 }
 
 /* The sequential step: m micro-batches forward and backward, then the update. */
@@ -393,7 +392,7 @@ static int seq_step(strata_trainer_t tr, float *norm, float lr) {
     tr->mb_loss[k] = sum;
   }
   for (int s = 0; s < tr->nstages; s++)
-    TRY(strata__stage_grad_sumsq(tr->st[s], tr->sumsq + tensor_base(tr, s)));
+    TRY(strata__stage_sumsq(tr, s));
   float gscale = strata__clip_scale(tr, norm);
   if (!isfinite(*norm))
     return STRATA_OK; /* the caller reports it */

@@ -56,6 +56,9 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr);
 ** speed within memory limits; `split` receives layers per stage. */
 int strata__pipeline_balance(strata_trainer_t tr, int *split);
 
+/* Stage s's per-tensor gradient sums of squares into tr->sumsq at its place in the global tensor order. */
+int strata__stage_sumsq(strata_trainer_t tr, int s);
+
 /* Clip factor from the per-tensor sums of squares (summed in tensor order). */
 float strata__clip_scale(const strata_trainer_t tr, float *norm);
 
