@@ -46,9 +46,10 @@ struct exec {
   int fail_status;
   char fail_msg[1024];
   struct msg *act, *grad;    /* [S x m]: input of stage s / gradient of stage s's output, micro-batch mb */
-  int *holds;                /* [S x m]: what still keeps slot (s, mb) */
-  int *inflight, *peak;      /* per stage */
-  int *pending;              /* [S x m]: slot ready to be freed by its rank's worker */
+  int *hold_act;             /* [S x m]: what still keeps slot (s, mb)'s activations ... */
+  int *hold_grad;            /* ... and its boundary gradients */
+  int *inflight, *peak;      /* per stage: micro-batches whose activations are held */
+  int *pending;              /* [S x m]: bit 1 activations, bit 2 gradients ready to be freed by the rank's worker */
   int opt_arrived;
   int opt_ready;
   float gscale, norm, lr;
@@ -77,18 +78,23 @@ static void fail(struct exec *ex, int status, const char *what) {
   pthread_mutex_unlock(&ex->lock);
 }
 
-/* Drop one hold on slot (s, mb); the last one marks it for release. Caller holds the lock. */
-static void drop_locked(struct exec *ex, int s, int mb) {
+enum { ACT = 1, GRAD = 2 };
+
+/* Drop one hold on the activations (ACT) or gradients (GRAD) of slot
+** (s, mb); the last one marks that half for release. Caller holds the lock. */
+static void drop_locked(struct exec *ex, int s, int mb, int what) {
   int k = s * ex->m + mb;
-  if (--ex->holds[k] == 0) {
-    ex->pending[k] = 1;
-    ex->inflight[s]--;
+  int *h = what == ACT ? &ex->hold_act[k] : &ex->hold_grad[k];
+  if (--*h == 0) {
+    ex->pending[k] |= what;
+    if (what == ACT)
+      ex->inflight[s]--;
   }
 }
 
-static void drop(struct exec *ex, int s, int mb) {
+static void drop(struct exec *ex, int s, int mb, int what) {
   pthread_mutex_lock(&ex->lock);
-  drop_locked(ex, s, mb);
+  drop_locked(ex, s, mb, what);
   pthread_mutex_unlock(&ex->lock);
 }
 
@@ -103,8 +109,10 @@ static void release_pending(struct exec *ex, int rank) {
       int go = ex->pending[k];
       ex->pending[k] = 0;
       pthread_mutex_unlock(&ex->lock);
-      if (go)
-        strata__stage_release(ex->tr->st[s], mb);
+      if (go & ACT)
+        strata__stage_release_activations(ex->tr->st[s], mb);
+      if (go & GRAD)
+        strata__stage_release_gradients(ex->tr->st[s], mb);
     }
   }
 }
@@ -163,7 +171,7 @@ static void *sender_main(void *arg) {
     pthread_mutex_lock(&ex->lock);
     j->dst->buf = b;
     j->dst->posted = 1;
-    drop_locked(ex, j->stage, j->mb);
+    drop_locked(ex, j->stage, j->mb, j->kind == STRATA_ACTION_SEND_ACT ? ACT : GRAD);
     pthread_cond_broadcast(&ex->cond);
     pthread_mutex_unlock(&ex->lock);
     free(j);
@@ -215,7 +223,10 @@ static int do_forward(struct exec *ex, int rank, int s, int mb) {
   TRY(strata__stage_acquire(st, mb));
   pthread_mutex_lock(&ex->lock);
   int k = s * ex->m + mb;
-  ex->holds[k] = 1 + (s > 0) + (s < ex->S - 1 && rank_of(ex, s + 1) != rank);
+  /* activations: the backward pass, and the send to the next device;
+  ** gradients: the backward pass, and the previous stage taking the input gradient */
+  ex->hold_act[k] = 1 + (s < ex->S - 1 && rank_of(ex, s + 1) != rank);
+  ex->hold_grad[k] = 1 + (s > 0);
   if (++ex->inflight[s] > ex->peak[s])
     ex->peak[s] = ex->inflight[s];
   pthread_mutex_unlock(&ex->lock);
@@ -252,7 +263,7 @@ static int do_backward(struct exec *ex, int rank, int kind, int s, int mb) {
       strata_mem_t gi = strata__stage_grad_input(tr->st[s + 1], mb);
       TRY(strata_buffer_copy(st->q, go.buf, go.off * 4, gi.buf, gi.off * 4, bytes));
       TRY(strata_queue_finish(st->q));
-      drop(ex, s + 1, mb);
+      drop(ex, s + 1, mb, GRAD);
     } else {
       struct msg *mg = &ex->grad[s * ex->m + mb];
       if (!mg->posted)
@@ -267,8 +278,10 @@ static int do_backward(struct exec *ex, int rank, int kind, int s, int mb) {
   else
     TRY(strata__stage_backward_weight(st, mb));
   TRY(strata_queue_finish(st->q));
+  if (kind != STRATA_ACTION_BACKWARD_WEIGHT)
+    drop(ex, s, mb, GRAD); /* its output gradient is used, its input gradient written */
   if (kind != STRATA_ACTION_BACKWARD_INPUT)
-    drop(ex, s, mb);
+    drop(ex, s, mb, ACT);
   return STRATA_OK;
 }
 
@@ -395,11 +408,12 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
   size_t cells = (size_t)ex.S * (size_t)ex.m;
   ex.act = calloc(cells, sizeof *ex.act);
   ex.grad = calloc(cells, sizeof *ex.grad);
-  ex.holds = calloc(cells, sizeof *ex.holds);
+  ex.hold_act = calloc(cells, sizeof *ex.hold_act);
+  ex.hold_grad = calloc(cells, sizeof *ex.hold_grad);
   ex.pending = calloc(cells, sizeof *ex.pending);
   ex.inflight = calloc((size_t)ex.S, sizeof *ex.inflight);
   ex.peak = calloc((size_t)ex.S, sizeof *ex.peak);
-  int rc = (!ex.act || !ex.grad || !ex.holds || !ex.pending || !ex.inflight || !ex.peak)
+  int rc = (!ex.act || !ex.grad || !ex.hold_act || !ex.hold_grad || !ex.pending || !ex.inflight || !ex.peak)
                ? strata__error(STRATA_ERR_NOMEM, "out of host memory running a pipeline step")
                : STRATA_OK;
   pthread_mutex_init(&ex.lock, NULL);
@@ -496,7 +510,8 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
   pthread_cond_destroy(&ex.cond);
   free(ex.act);
   free(ex.grad);
-  free(ex.holds);
+  free(ex.hold_act);
+  free(ex.hold_grad);
   free(ex.pending);
   free(ex.inflight);
   free(ex.peak);

@@ -322,12 +322,12 @@ int strata__stage_new(const struct strata_model *model, int first, int last, int
   st->targets_off = slot;
   if (has_loss(st))
     slot += (size_t)st->rows;
-  st->gout_off = slot;
-  if (!has_loss(st))
-    slot += out_floats(st, layer_at(st, n - 1));
-  st->gin_off = slot;
-  if (first > 0)
-    slot += st->in_floats;
+  /* the boundary gradients live in a buffer of their own, so that a
+  ** micro-batch's activations can go as soon as its backward is done while
+  ** its input gradient still waits to be sent */
+  st->gout_off = 0;
+  st->gin_off = has_loss(st) ? 0 : out_floats(st, layer_at(st, n - 1));
+  st->grad_floats = st->gin_off + (first > 0 ? st->in_floats : 0);
   for (int i = 0; i < n; i++) {
     st->dsave_off[i] = slot;
     if (split_backward)
@@ -399,7 +399,10 @@ void strata__stage_free(struct strata__stage *st) {
   if (st->q)
     strata_queue_finish(st->q);
   for (int s = 0; s < STRATA__MAX_SLOTS; s++)
+  {
     strata_buffer_free(st->slots[s].buf);
+    strata_buffer_free(st->slots[s].grad);
+  }
   strata_buffer_free(st->params);
   strata_buffer_free(st->grads);
   strata_buffer_free(st->m);
@@ -421,17 +424,38 @@ void strata__stage_free(struct strata__stage *st) {
 int strata__stage_acquire(struct strata__stage *st, int s) {
   if (s < 0 || s >= STRATA__MAX_SLOTS)
     return strata__error(STRATA_ERR_RANGE, "stage: slot %d out of range", s);
-  if (st->slots[s].buf)
-    return STRATA_OK;
-  return alloc(st->dev, st->slot_floats, &st->slots[s].buf);
+  if (!st->slots[s].buf)
+    TRY(alloc(st->dev, st->slot_floats, &st->slots[s].buf));
+  if (!st->slots[s].grad && st->grad_floats) {
+    int rc = alloc(st->dev, st->grad_floats, &st->slots[s].grad);
+    if (rc) {
+      strata_buffer_free(st->slots[s].buf);
+      st->slots[s].buf = NULL;
+      return rc;
+    }
+  }
+  return STRATA_OK;
 }
 
-void strata__stage_release(struct strata__stage *st, int s) {
+void strata__stage_release_activations(struct strata__stage *st, int s) {
   if (s < 0 || s >= STRATA__MAX_SLOTS || !st->slots[s].buf)
     return;
   strata_queue_finish(st->q); /* queued work may still read it */
   strata_buffer_free(st->slots[s].buf);
   st->slots[s].buf = NULL;
+}
+
+void strata__stage_release_gradients(struct strata__stage *st, int s) {
+  if (s < 0 || s >= STRATA__MAX_SLOTS || !st->slots[s].grad)
+    return;
+  strata_queue_finish(st->q);
+  strata_buffer_free(st->slots[s].grad);
+  st->slots[s].grad = NULL;
+}
+
+void strata__stage_release(struct strata__stage *st, int s) {
+  strata__stage_release_activations(st, s);
+  strata__stage_release_gradients(st, s);
 }
 
 strata_mem_t strata__stage_input(struct strata__stage *st, int s) { return AT(st->slots[s].buf, 0); }
@@ -443,8 +467,8 @@ size_t strata__stage_in_floats(const struct strata__stage *st) { return st->in_f
 size_t strata__stage_out_floats(const struct strata__stage *st) {
   return out_floats(st, layer_at(st, stage_layers(st) - 1));
 }
-strata_mem_t strata__stage_grad_output(struct strata__stage *st, int s) { return AT(st->slots[s].buf, st->gout_off); }
-strata_mem_t strata__stage_grad_input(struct strata__stage *st, int s) { return AT(st->slots[s].buf, st->gin_off); }
+strata_mem_t strata__stage_grad_output(struct strata__stage *st, int s) { return AT(st->slots[s].grad, st->gout_off); }
+strata_mem_t strata__stage_grad_input(struct strata__stage *st, int s) { return AT(st->slots[s].grad, st->gin_off); }
 
 /* ---- the layers ---- */
 

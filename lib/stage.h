@@ -23,7 +23,8 @@ struct strata__tensor {
 };
 
 struct strata__slot_mem {
-  strata_buffer_t buf;       /* NULL when the slot holds no micro-batch */
+  strata_buffer_t buf;       /* activations; NULL when the slot holds no micro-batch */
+  strata_buffer_t grad;      /* gradients at the stage's boundaries (NULL if none) */
 };
 
 struct strata__stage {
@@ -43,7 +44,8 @@ struct strata__stage {
   strata_buffer_t positions; /* int32 position of each token row (embedding stage) */
   size_t *saved_off;         /* per stage layer: offset (floats) of its saved activations in a slot */
   size_t *dsave_off;         /* per stage layer: gradients kept for BACKWARD_WEIGHT (split stages) */
-  size_t gout_off, gin_off;  /* gradient of the stage's output (non-last) and input (non-first) */
+  size_t gout_off, gin_off;  /* in a slot's grad buffer: gradient of the stage's output (non-last) and input (non-first) */
+  size_t grad_floats;
   int split;                 /* built for split backward (zero-bubble) */
   size_t *out_off;           /* per stage layer: offset of its output in a slot */
   size_t in_floats;          /* stage input (tokens, images, or the previous stage's output) */
@@ -62,9 +64,13 @@ int strata__stage_new(const struct strata_model *model, int first, int last, int
                       int split_backward, struct strata__stage **out);
 void strata__stage_free(struct strata__stage *st);
 
-/* Make sure slot `s` has activation memory (allocated on first use and
-** kept until strata__stage_release). */
+/* Make sure slot `s` has activation and boundary-gradient memory (allocated
+** on first use and kept until released). The two halves can be released
+** apart: the activations once the backward pass is done, the gradients once
+** the input gradient has gone to the previous stage. */
 int strata__stage_acquire(struct strata__stage *st, int s);
+void strata__stage_release_activations(struct strata__stage *st, int s);
+void strata__stage_release_gradients(struct strata__stage *st, int s);
 void strata__stage_release(struct strata__stage *st, int s);
 
 /* Where the stage's input of slot s goes (tokens or images or the previous
