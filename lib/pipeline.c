@@ -27,6 +27,7 @@ struct job {
   size_t bytes;
   int dst_dev;
   struct msg *dst;
+  struct strata__pool *pool;  /* receive buffers of the destination, reused from step to step */
 };
 
 struct sender {
@@ -153,7 +154,11 @@ static void *sender_main(void *arg) {
     pthread_mutex_unlock(&ex->lock);
     double t0 = strata__now();
     strata_buffer_t b = NULL;
-    int rc = strata_buffer_new(j->dst_dev, j->bytes, &b);
+    pthread_mutex_lock(&ex->lock);
+    if (j->pool->n > 0)
+      b = j->pool->free[--j->pool->n];
+    pthread_mutex_unlock(&ex->lock);
+    int rc = b ? STRATA_OK : strata_buffer_new(j->dst_dev, j->bytes, &b);
     if (!rc)
       rc = strata_buffer_copy(sd->q, b, 0, j->src.buf, j->src.off * 4, j->bytes);
     if (!rc)
@@ -202,14 +207,20 @@ static int wait_msg(struct exec *ex, struct msg *mg) {
   return ok ? 0 : -1;
 }
 
-/* Take a posted message's buffer into dst (on q), then free the message. */
-static int consume(struct exec *ex, struct msg *mg, strata_queue_t q, strata_mem_t dst, size_t bytes) {
+/* Take a posted message's buffer into dst (on q); the buffer goes back to
+** its pool for the next message across the same boundary. */
+static int consume(struct exec *ex, struct msg *mg, struct strata__pool *pool, strata_queue_t q, strata_mem_t dst,
+                   size_t bytes) {
   int rc = strata_buffer_copy(q, dst.buf, dst.off * 4, mg->buf, 0, bytes);
   if (!rc)
     rc = strata_queue_finish(q);
   pthread_mutex_lock(&ex->lock);
   strata_buffer_t b = mg->buf;
   mg->buf = NULL;
+  if (!rc && pool->n < STRATA__POOL_MAX) {
+    pool->free[pool->n++] = b;
+    b = NULL;
+  }
   pthread_mutex_unlock(&ex->lock);
   strata_buffer_free(b);
   return rc;
@@ -241,7 +252,7 @@ static int do_forward(struct exec *ex, int rank, int s, int mb) {
     struct msg *mg = &ex->act[k];
     if (!mg->posted)
       return strata__error(STRATA_ERR_STATE, "no activation received for stage %d, micro-batch %d", s, mb);
-    TRY(consume(ex, mg, st->q, in, in_bytes));
+    TRY(consume(ex, mg, &tr->pools[2 * s], st->q, in, in_bytes));
   }
   if (s == ex->S - 1) {
     strata_mem_t tg = strata__stage_targets(st, mb);
@@ -268,7 +279,7 @@ static int do_backward(struct exec *ex, int rank, int kind, int s, int mb) {
       struct msg *mg = &ex->grad[s * ex->m + mb];
       if (!mg->posted)
         return strata__error(STRATA_ERR_STATE, "no gradient received for stage %d, micro-batch %d", s, mb);
-      TRY(consume(ex, mg, st->q, go, bytes));
+      TRY(consume(ex, mg, &tr->pools[2 * s + 1], st->q, go, bytes));
     }
   }
   if (kind == STRATA_ACTION_BACKWARD)
@@ -361,6 +372,7 @@ static void *worker_main(void *arg) {
       int peer = act ? s + 1 : s - 1;
       j->dst_dev = ex->tr->dev[rank_of(ex, peer)];
       j->dst = act ? &ex->act[peer * ex->m + mb] : &ex->grad[peer * ex->m + mb];
+      j->pool = &ex->tr->pools[2 * peer + !act];
       send_job(ex, rank, j);
       cat = NULL;
       break;

@@ -273,6 +273,9 @@ STRATA_API void strata_trainer_free(strata_trainer_t tr) {
     return;
   for (int s = 0; s < tr->nstages; s++)
     strata__stage_free(tr->st[s]);
+  for (int p = 0; p < 2 * STRATA_MAX_STAGES; p++)
+    while (tr->pools[p].n > 0)
+      strata_buffer_free(tr->pools[p].free[--tr->pools[p].n]);
   for (int i = 0; i < tr->m; i++) {
     if (tr->inputs)
       free(tr->inputs[i]);

@@ -16,6 +16,14 @@ struct strata__trace_event {
   int64_t step;
 };
 
+/* Receive buffers of one stage boundary and direction, kept between
+** messages and steps: as many as were ever in flight at once there. */
+#define STRATA__POOL_MAX 64
+struct strata__pool {
+  strata_buffer_t free[STRATA__POOL_MAX];
+  int n;
+};
+
 struct strata_trainer {
   strata_model_t model;
   strata_dataset_t data;
@@ -38,6 +46,7 @@ struct strata_trainer {
   double *mb_loss;                   /* [m] summed losses of each micro-batch */
   size_t ntensors;                   /* over all stages */
   double *sumsq;                     /* [ntensors] */
+  struct strata__pool pools[2 * STRATA_MAX_STAGES]; /* [2 s]: stage s's inputs, [2 s + 1]: its output gradients */
   struct strata_pipeline_report report;
   double t0;                         /* trainer creation, for trace timestamps */
   char *trace_path;
