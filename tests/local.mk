@@ -35,3 +35,33 @@ tests_test_pipeline_SOURCES = tests/test-pipeline.c tests/common.h
 tests_test_pipeline_CFLAGS = $(AM_CFLAGS) $(CRITERION_CFLAGS) $(JANSSON_CFLAGS)
 tests_test_pipeline_LDADD = libstrata.la $(CRITERION_LIBS) $(JANSSON_LIBS) -lm
 endif
+
+# Fake backend modules for the registry tests: a "cuda" and an "opencl" whose
+# devices share a PCI id, a stale module and one without the entry symbol.
+EXTRA_DIST += tests/fake/backend.c
+if HAVE_CRITERION
+fake_module_flags = -module -avoid-version -shared -rpath /nowhere -no-undefined
+check_LTLIBRARIES = tests/fake/cuda/strata-cuda.la tests/fake/opencl/strata-opencl.la \
+	tests/fake/stale/strata-host.la tests/fake/noentry/strata-host.la
+tests_fake_cuda_strata_cuda_la_SOURCES = tests/fake/backend.c
+tests_fake_cuda_strata_cuda_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME='"cuda"' \
+	-DFAKE_PCI='"0000:3b:00.0", "0000:86:00.0"'
+tests_fake_cuda_strata_cuda_la_LDFLAGS = $(fake_module_flags)
+tests_fake_opencl_strata_opencl_la_SOURCES = tests/fake/backend.c
+tests_fake_opencl_strata_opencl_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME='"opencl"' \
+	-DFAKE_PCI='"0000:86:00.0", "0000:af:00.0", ""'
+tests_fake_opencl_strata_opencl_la_LDFLAGS = $(fake_module_flags)
+tests_fake_stale_strata_host_la_SOURCES = tests/fake/backend.c
+tests_fake_stale_strata_host_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME='"host"' -DFAKE_PCI='""' -DFAKE_API_VERSION=999
+tests_fake_stale_strata_host_la_LDFLAGS = $(fake_module_flags)
+tests_fake_noentry_strata_host_la_SOURCES = tests/fake/backend.c
+tests_fake_noentry_strata_host_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME='"host"' -DFAKE_PCI='""' -DFAKE_NO_ENTRY
+tests_fake_noentry_strata_host_la_LDFLAGS = $(fake_module_flags)
+
+check_PROGRAMS += tests/test-registry
+TESTS += tests/test-registry
+tests_test_registry_SOURCES = tests/test-registry.c tests/common.h
+tests_test_registry_CFLAGS = $(AM_CFLAGS) $(CRITERION_CFLAGS)
+tests_test_registry_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_DIR='"$(abs_top_builddir)/tests/fake"'
+tests_test_registry_LDADD = libstrata.la $(CRITERION_LIBS)
+endif
