@@ -356,7 +356,9 @@ Test(ops, gelu_values_devices_and_gradient) {
   cr_assert_float_eq(y[2], -0.158808f, 1e-5);
   free_outputs(&f, got);
   struct opcase b = {"gelu_bwd", gelu_b, &n, 4, {1001, 1001, 1001, 1001}, {x, NULL, w, NULL}};
-  got = compare_devices(&b, 8, 1e-6, 1e-5);
+  /* near |x| = 4 the derivative amplifies tanh's last-ulp differences about
+  ** tenfold (devices' tanh is good to ~2 ulp): 4e-6 absolute */
+  got = compare_devices(&b, 8, 4e-6, 1e-5);
   free_outputs(&b, got);
   check_fd(&f, &b, 0, 3, 1, 2, 1e-2, 1e-3, 1e-2, 60);
   free(x);
