@@ -348,12 +348,6 @@ static int seq_loss(strata_trainer_t tr, int slot, double *sum) {
   return strata__stage_loss(tr->st[tr->nstages - 1], slot, sum);
 }
 
-static void release_all(strata_trainer_t tr) {
-  for (int s = 0; s < tr->nstages; s++)
-    for (int k = 0; k < STRATA__MAX_SLOTS; k++)
-      strata__stage_release(tr->st[s], k);
-}
-
 static int finish_all(strata_trainer_t tr) {
   int rc = STRATA_OK;
   for (int s = 0; s < tr->nstages; s++) {
@@ -362,6 +356,20 @@ static int finish_all(strata_trainer_t tr) {
       rc = r;
   }
   return rc;
+}
+
+/*
+** Free every stage's slots. Every queue is waited for first, not only the
+** slot's own stage's: stage s + 1's queue may still hold the copy out of
+** stage s's output (or s - 1's out of s's input gradient) when a call
+** failed half-way, and stage_release waits for its own stage only. Errors
+** from this wait are the caller's already, or none.
+*/
+static void release_all(strata_trainer_t tr) {
+  (void)finish_all(tr);
+  for (int s = 0; s < tr->nstages; s++)
+    for (int k = 0; k < STRATA__MAX_SLOTS; k++)
+      strata__stage_release(tr->st[s], k);
 }
 
 float strata__clip_scale(const strata_trainer_t tr, float *norm) {

@@ -288,6 +288,55 @@ Test(pipeline, device_failure_mid_step) {
   strata_model_free(m);
 }
 
+/* Evaluation of a pipeline trainer runs its stages one after another, the
+** next stage's queue copying out of the previous stage's slot. A copy failing
+** on the second device at any point (the N-th, for every N up to past the
+** last) fails the call with the injected fault's message, frees no slot that
+** a queued copy still reads (the sanitizer build checks), and leaves nothing
+** allocated on either device once the trainer is freed. */
+Test(pipeline, eval_failure_frees_slots_after_every_queue) {
+  strata_model_t m = small_gpt(16, 8);
+  int h[2] = {tc_find_device("host", 0), tc_find_device("host", 1)};
+  struct strata_device_props p1;
+  OK(strata_device_props(h[1], &p1));
+  struct strata_train_options o = options(h[0], 1);
+  struct strata_pipeline_options pp;
+  memset(&pp, 0, sizeof pp);
+  pp.devices = 2;
+  pp.device[0] = h[0];
+  pp.device[1] = h[1];
+  pp.split[0] = 4;
+  pp.split[1] = 4;
+  pp.microbatches = 2;
+  int failed = 0, clean = 0;
+  for (int n = 1; n <= 60 && !clean; n++) {
+    char env[64];
+    snprintf(env, sizeof env, "device=%d,copy=%d", p1.backend_index, n);
+    setenv("STRATA_HOST_FAULT", env, 1);
+    strata_shutdown(); /* the host backend reads the setting when it starts */
+    strata_trainer_t tr = NULL;
+    int rc = strata_trainer_new_pipeline(m, ds, &o, &pp, &tr);
+    float loss = 0;
+    for (int b = 0; b < 3 && !rc; b++)
+      rc = strata_trainer_eval(tr, 2, &loss);
+    if (rc) {
+      failed++;
+      cr_assert(strstr(strata_last_error(), "injected fault"), "copy #%d: %s", n, strata_last_error());
+    } else {
+      clean = 1; /* past the last copy: nothing failed */
+    }
+    strata_trainer_free(tr);
+    for (int d = 0; d < 2; d++) {
+      uint64_t used = 1;
+      OK(strata_device_memory(h[d], &used, NULL, NULL));
+      cr_assert_eq(used, 0, "copy #%d: device %d still holds %llu bytes", n, h[d], (unsigned long long)used);
+    }
+  }
+  cr_assert(failed > 0 && clean, "the faults fired %d times and the run never got past them", failed);
+  unsetenv("STRATA_HOST_FAULT");
+  strata_model_free(m);
+}
+
 /* The trace holds every device's compute, transfers, waits and idle time. */
 Test(pipeline, trace_is_chrome_json) {
   strata_model_t m = small_gpt(16, 8);
