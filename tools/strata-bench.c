@@ -109,10 +109,11 @@ static int strata_run(struct runner *r) {
 }
 
 static void strata_done(struct runner *r) {
+  /* The queue first: freeing it waits for uploads still queued when a setup step failed. */
+  strata_queue_free(r->q);
   strata_buffer_free(r->ba);
   strata_buffer_free(r->bb);
   strata_buffer_free(r->bc);
-  strata_queue_free(r->q);
 }
 
 static int strata_setup(struct runner *r, int dev, int n, const float *a, const float *b) {

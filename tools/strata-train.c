@@ -356,10 +356,11 @@ static int time_gemm(int dev, int n, int reps, double *gflops /* OUT */, double 
     if (!rc && r >= 0 && dt > 0 && 2.0 * n * n * n / dt > best)
       best = 2.0 * n * n * n / dt;
   }
+  /* The queue first: freeing it waits for work still queued on the buffers (a failed enqueue leaves some). */
+  strata_queue_free(q);
   strata_buffer_free(a);
   strata_buffer_free(b);
   strata_buffer_free(c);
-  strata_queue_free(q);
   if (!rc) {
     *gflops = best * 1e-9;
     if (secs)
