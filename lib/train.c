@@ -3,13 +3,16 @@
 ** warm-up and cosine decay, evaluation, and checkpoints with the full training state. */
 #include "config.h"
 
+#include <errno.h>
 #include <inttypes.h>
+#include <libgen.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <strata/checkpoint.h>
 #include <strata/train.h>
@@ -173,6 +176,24 @@ static int check_pipeline(const struct strata_pipeline_options *pp, int nlayers,
     for (int j = i + 1; j < pp->devices; j++)
       if (pp->device[i] == pp->device[j])
         return strata__error(STRATA_ERR_INVALID, "pipeline: device %d is listed twice", pp->device[i]);
+  /* The trace is written at the end of every step, after the update: a path
+  ** that cannot be written would fail each step once its work is done. */
+  if (pp->trace) {
+    if (!pp->trace[0])
+      return strata__error(STRATA_ERR_INVALID, "pipeline: the trace path is empty");
+    char *copy = strdup(pp->trace);
+    if (!copy)
+      return strata__error(STRATA_ERR_NOMEM, "out of host memory");
+    const char *dir = dirname(copy);
+    int ok = access(dir, W_OK | X_OK) == 0;
+    int err = errno;
+    int rc = ok ? STRATA_OK
+                : strata__error(STRATA_ERR_IO, "pipeline: cannot write the trace %s: directory %s: %s", pp->trace, dir,
+                                strerror(err));
+    free(copy);
+    if (rc)
+      return rc;
+  }
   return STRATA_OK;
 }
 

@@ -458,5 +458,12 @@ Test(pipeline, balanced_split_and_bad_input) {
   pp.microbatches = 2;
   cr_assert_eq(strata_trainer_new_pipeline(tied, ds, &o, &pp, &tr), STRATA_ERR_UNSUPPORTED);
   strata_model_free(tied);
+  /* a trace that cannot be written is refused up front, not after each step's update */
+  pp.trace = "";
+  cr_assert_eq(strata_trainer_new_pipeline(m, ds, &o, &pp, &tr), STRATA_ERR_INVALID);
+  pp.trace = "/nonexistent-strata-dir/trace.json";
+  cr_assert_eq(strata_trainer_new_pipeline(m, ds, &o, &pp, &tr), STRATA_ERR_IO);
+  cr_assert(strstr(strata_last_error(), "/nonexistent-strata-dir"), "%s", strata_last_error());
+  cr_assert_null(tr);
   strata_model_free(m);
 }
