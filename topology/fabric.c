@@ -128,17 +128,18 @@ int strata__topo_read_fabric(struct strata_topology *t, hwloc_topology_t hw) {
       continue;
     if (nr > 4)
       nr = 4;
+    int rc = STRATA_OK;
     for (unsigned k = 0; k < nr; k++) {
-      int rc = STRATA_OK;
-      if (d[k]->kind & HWLOC_DISTANCES_KIND_MEANS_BANDWIDTH) {
+      /* after a failure the remaining matrices are only released */
+      if (rc == STRATA_OK && (d[k]->kind & HWLOC_DISTANCES_KIND_MEANS_BANDWIDTH)) {
         rc = fold_matrix(t, d[k]);
         if (rc == STRATA_OK && t->fabric_kind < 0)
           t->fabric_kind = matrices[m].kind;
       }
       hwloc_distances_release(hw, d[k]);
-      if (rc)
-        return rc;
     }
+    if (rc)
+      return rc;
     strata__log(STRATA_LOG_DEBUG, "topology", "%s: %u matrix(es) named %s", t->source, nr, matrices[m].name);
   }
   return STRATA_OK;
