@@ -527,8 +527,6 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
   free(ex.pending);
   free(ex.inflight);
   free(ex.peak);
-  if (!rc && tr->trace_path)
-    rc = strata__trace_write(tr);
   return rc;
 }
 

@@ -3,6 +3,7 @@
 ** warm-up and cosine decay, evaluation, and checkpoints with the full training state. */
 #include "config.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <libgen.h>
@@ -497,6 +498,10 @@ STRATA_API int strata_trainer_step(strata_trainer_t tr, struct strata_step_stats
     stats->tokens = (uint64_t)(tr->rows * tr->m);
     stats->flops = strata_model_flops(tr->model) * (double)stats->samples;
   }
+  /* the step is done and counted: a trace that cannot be written is
+  ** reported, and a retry does not apply the update twice */
+  if (tr->sched && tr->trace_path)
+    return strata__trace_write(tr);
   return STRATA_OK;
 }
 
@@ -725,9 +730,12 @@ static int meta_u64(strata_safetensors_t f, const char *path, const char *key, u
   char *end = NULL;
   if (!s || !*s)
     return strata__error(STRATA_ERR_PARSE, "%s: checkpoint metadata has no '%s'", path, key);
+  errno = 0;
   unsigned long long x = strtoull(s, &end, 10);
-  if (*end || s[0] == '-')
+  if (*end || s[0] == '-' || !isdigit((unsigned char)s[0]) || errno == ERANGE)
     return strata__error(STRATA_ERR_PARSE, "%s: checkpoint metadata '%s' = '%s' is not a number", path, key, s);
+  if (strcmp(key, "step") == 0 && x > (unsigned long long)INT64_MAX)
+    return strata__error(STRATA_ERR_PARSE, "%s: checkpoint metadata 'step' = '%s' is out of range", path, s);
   *v = (uint64_t)x;
   return STRATA_OK;
 }
