@@ -82,31 +82,28 @@ static int staging_chunk(size_t *chunk) {
 }
 
 /* Pinned host memory from the backend that has it (the destination's first), else malloc. */
-struct staging {
-  const struct strata__backend *be;
-  void *ctx;
-  void *p;
-};
-
-static int staging_alloc(struct strata__device *a, struct strata__device *b, size_t bytes, struct staging *s) {
+static int staging_alloc(struct strata__device *a, struct strata__device *b, size_t bytes, struct strata__staging *s) {
   struct strata__device *order[2] = {a, b};
   s->be = NULL;
   s->p = NULL;
+  s->bytes = 0;
   for (int i = 0; i < 2; i++) {
     const struct strata__backend *be = order[i]->slot->be;
     if (be->host_alloc && be->host_alloc(order[i]->slot->ctx, bytes, &s->p) == STRATA_OK) {
       s->be = be;
       s->ctx = order[i]->slot->ctx;
+      s->bytes = bytes;
       return STRATA_OK;
     }
   }
   s->p = malloc(bytes);
   if (!s->p)
     return strata__error(STRATA_ERR_NOMEM, "out of host memory for a %zu-byte staging buffer", bytes);
+  s->bytes = bytes;
   return STRATA_OK;
 }
 
-static void staging_free(struct staging *s) {
+static void staging_free(struct strata__staging *s) {
   if (!s->p)
     return;
   if (s->be)
@@ -114,38 +111,61 @@ static void staging_free(struct staging *s) {
   else
     free(s->p);
   s->p = NULL;
+  s->bytes = 0;
+}
+
+void strata__staging_release(struct strata__device *d) {
+  if (d->stage_q) {
+    d->slot->be->queue_finish(d->slot->ctx, d->stage_q);
+    d->slot->be->queue_free(d->slot->ctx, d->stage_q);
+    d->stage_q = NULL;
+  }
+  staging_free(&d->stage_buf[0]);
+  staging_free(&d->stage_buf[1]);
+}
+
+/* The device's staging queue, made on first use. Caller holds d->stage_lock. */
+static int staging_queue(struct strata__device *d, void **q) {
+  if (!d->stage_q)
+    TRY(d->slot->be->queue_new(d->slot->ctx, d->local, &d->stage_q));
+  *q = d->stage_q;
+  return STRATA_OK;
 }
 
 /*
 ** Copy across backends: chunk i is read from the source into staging
 ** buffer i % 2 while chunk i - 1 is written from the other one. A staging
 ** buffer is reused only after the write that last read it has finished.
+** The two devices' staging queues and the destination's chunks are kept
+** between copies; their locks are taken in device order.
 */
 static int copy_staged(strata_queue_t q, strata_buffer_t dst, size_t doff, strata_buffer_t src, size_t soff,
                        size_t bytes) {
   size_t chunk;
-  int rc = staging_chunk(&chunk);
-  if (rc)
-    return rc;
+  TRY(staging_chunk(&chunk));
   if (chunk > bytes)
     chunk = bytes;
-  rc = strata_queue_finish(q);
-  if (rc)
-    return rc;
+  TRY(strata_queue_finish(q));
   struct strata__device *sd = src->dev, *dd = dst->dev;
+  struct strata__device *first = sd->index < dd->index ? sd : dd, *second = first == sd ? dd : sd;
+  pthread_mutex_lock(&first->stage_lock);
+  pthread_mutex_lock(&second->stage_lock);
   const struct strata__backend *sbe = sd->slot->be, *dbe = dd->slot->be;
   void *sctx = sd->slot->ctx, *dctx = dd->slot->ctx;
   void *sq = NULL, *dq = NULL, *wev[2] = {NULL, NULL};
-  struct staging stage[2] = {{0}, {0}};
-  rc = sbe->queue_new(sctx, sd->local, &sq);
+  struct strata__staging *stage = dd->stage_buf;
+  int rc = staging_queue(sd, &sq);
   if (!rc)
-    rc = dbe->queue_new(dctx, dd->local, &dq);
+    rc = staging_queue(dd, &dq);
   for (int i = 0; i < 2 && !rc; i++)
-    rc = staging_alloc(dd, sd, chunk, &stage[i]);
+    if (stage[i].bytes < chunk) {
+      staging_free(&stage[i]);
+      rc = staging_alloc(dd, sd, chunk, &stage[i]);
+    }
   size_t done = 0;
   for (unsigned i = 0; !rc && done < bytes; i++) {
     size_t len = bytes - done < chunk ? bytes - done : chunk;
-    struct staging *s = &stage[i % 2];
+    struct strata__staging *s = &stage[i % 2];
     if (wev[i % 2]) { /* the write two chunks back still reads this buffer */
       rc = dbe->event_sync(dctx, wev[i % 2]);
       dbe->event_free(dctx, wev[i % 2]);
@@ -162,22 +182,22 @@ static int copy_staged(strata_queue_t q, strata_buffer_t dst, size_t doff, strat
       rc = dbe->event_record(dctx, dq, &wev[i % 2]);
     done += len;
   }
+  /* both queues drain before the chunks can serve another copy */
   if (dq) {
     int rc2 = dbe->queue_finish(dctx, dq);
+    if (!rc)
+      rc = rc2;
+  }
+  if (sq) {
+    int rc2 = sbe->queue_finish(sctx, sq);
     if (!rc)
       rc = rc2;
   }
   for (int i = 0; i < 2; i++)
     if (wev[i])
       dbe->event_free(dctx, wev[i]);
-  if (sq) {
-    sbe->queue_finish(sctx, sq);
-    sbe->queue_free(sctx, sq);
-  }
-  if (dq)
-    dbe->queue_free(dctx, dq);
-  staging_free(&stage[0]);
-  staging_free(&stage[1]);
+  pthread_mutex_unlock(&second->stage_lock);
+  pthread_mutex_unlock(&first->stage_lock);
   return rc;
 }
 

@@ -172,6 +172,8 @@ static int slot_load(struct strata__slot *slot, int *ndev) {
 
 static void registry_teardown(void) {
   for (int i = 0; i < device_count; i++) {
+    strata__staging_release(devices[i]);
+    pthread_mutex_destroy(&devices[i]->stage_lock);
     pthread_mutex_destroy(&devices[i]->lock);
     free(devices[i]);
     devices[i] = NULL;
@@ -242,6 +244,7 @@ static int registry_build(void) {
       if (cap && (cap < d->limit || d->limit == 0))
         d->limit = cap;
       pthread_mutex_init(&d->lock, NULL);
+      pthread_mutex_init(&d->stage_lock, NULL);
       devices[device_count++] = d;
       slot->device_count++;
     }

@@ -21,6 +21,14 @@ struct strata__slot {
   char path[512];
 };
 
+/* Pinned (or plain) host memory for staged copies, and who allocated it. */
+struct strata__staging {
+  const struct strata__backend *be;   /* NULL: malloc */
+  void *ctx;
+  void *p;
+  size_t bytes;
+};
+
 struct strata__device {
   int index;                          /* global index */
   struct strata__slot *slot;
@@ -28,7 +36,15 @@ struct strata__device {
   struct strata__device_info info;
   pthread_mutex_t lock;               /* guards the accounting below */
   uint64_t used, peak, limit;
+  /* Staged copies through this device (copy.c), made on first use and kept:
+  ** creating queues and pinning memory can stall a GPU, so not per copy. */
+  pthread_mutex_t stage_lock;         /* one staged copy at a time uses them */
+  void *stage_q;                      /* the backend's queue for them */
+  struct strata__staging stage_buf[2];/* chunks for copies into this device */
 };
+
+/* Free a device's staging queue and chunks (registry teardown). */
+void strata__staging_release(struct strata__device *d);
 
 struct strata_buffer {
   struct strata__device *dev;
