@@ -66,18 +66,18 @@ static double median(double *v, int n) {
 
 static int parse_sizes(const char *s, struct options *o) {
   o->nsizes = 0;
-  char buf[256];
-  snprintf(buf, sizeof buf, "%s", s);
-  char *save = NULL;
-  for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+  for (const char *p = s;;) {
     char *end;
     errno = 0;
-    long v = strtol(t, &end, 10);
-    if (errno || *end || v < 1 || v > 32768 || o->nsizes == MAX_SIZES)
+    long v = strtol(p, &end, 10);
+    /* every item a number: no empty ones ("1,,2"), nothing after them */
+    if (end == p || errno || v < 1 || v > 32768 || o->nsizes == MAX_SIZES || (*end && *end != ','))
       return -1;
     o->sizes[o->nsizes++] = (int)v;
+    if (!*end)
+      return 0;
+    p = end + 1;
   }
-  return o->nsizes ? 0 : -1;
 }
 
 /*
