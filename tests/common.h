@@ -4,10 +4,12 @@
 #define STRATA_TESTS_COMMON_H
 
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <strata/strata.h>
 
@@ -53,6 +55,24 @@ static inline double tc_excess(const float *a, const float *b, size_t n, double 
     }
   }
   return worst;
+}
+
+/* Remove a test's scratch directory and the files (or empty folders) in it. */
+static inline void tc_remove_dir(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d)
+    return;
+  struct dirent *de;
+  char p[1024];
+  while ((de = readdir(d)) != NULL) {
+    if (de->d_name[0] == '.')
+      continue;
+    snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+    if (unlink(p) != 0)
+      rmdir(p);
+  }
+  closedir(d);
+  rmdir(dir);
 }
 
 #endif /* STRATA_TESTS_COMMON_H */

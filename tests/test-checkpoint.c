@@ -18,22 +18,7 @@ static void make_tdir(void) {
   snprintf(path, sizeof path, "%s/ckpt.safetensors", tdir);
 }
 
-static void remove_tdir(void) {
-  DIR *d = opendir(tdir);
-  if (!d)
-    return;
-  struct dirent *de;
-  char p[600];
-  while ((de = readdir(d)) != NULL) {
-    if (de->d_name[0] == '.')
-      continue;
-    snprintf(p, sizeof p, "%s/%s", tdir, de->d_name);
-    if (unlink(p) != 0)
-      rmdir(p);
-  }
-  closedir(d);
-  rmdir(tdir);
-}
+static void remove_tdir(void) { tc_remove_dir(tdir); }
 
 TestSuite(checkpoint, .init = make_tdir, .fini = remove_tdir);
 

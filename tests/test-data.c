@@ -16,22 +16,7 @@ static void make_tdir(void) {
   cr_assert_not_null(mkdtemp(tdir));
 }
 
-static void remove_tdir(void) {
-  DIR *d = opendir(tdir);
-  if (!d)
-    return;
-  struct dirent *de;
-  char p[512];
-  while ((de = readdir(d)) != NULL) {
-    if (de->d_name[0] == '.')
-      continue;
-    snprintf(p, sizeof p, "%s/%s", tdir, de->d_name);
-    if (unlink(p) != 0)
-      rmdir(p);
-  }
-  closedir(d);
-  rmdir(tdir);
-}
+static void remove_tdir(void) { tc_remove_dir(tdir); }
 
 /* Write n bytes to tdir/name and return the path (a static buffer per call site is not needed: one file at a time). */
 static const char *write_file(const char *name, const void *bytes, size_t n) {

@@ -11,6 +11,8 @@
 
 #include <strata/strata.h>
 
+#include "cli.h"
+
 #define PROG "strata-generate"
 
 /* Exit statuses: 0 success, 1 a runtime failure (unreadable checkpoint, device), 2 bad usage. */
@@ -178,21 +180,13 @@ static int parse_args(int argc, char **argv, struct options *o) {
     case OPT_DEVICE: if (parse_int("--device", optarg, 0, &o->device)) return EXIT_USAGE; break;
     case 'h': usage(stdout); return -1;
     case OPT_VERSION: printf("strata-generate %s\n", PACKAGE_VERSION); return -1;
-    case ':':
-      fprintf(stderr, PROG ": %s wants a value (see --help)\n", argv[optind - 1]);
-      return EXIT_USAGE;
     default:
-      if (optopt)
-        fprintf(stderr, PROG ": unknown option '-%c' (see --help)\n", optopt);
-      else
-        fprintf(stderr, PROG ": unknown option '%s' (see --help)\n", argv[optind - 1]);
+      cli_refuse(PROG, c == ':' ? ':' : '?', argc, argv);
       return EXIT_USAGE;
     }
   }
-  if (optind < argc) {
-    fprintf(stderr, PROG ": unexpected argument '%s' (see --help)\n", argv[optind]);
+  if (cli_refuse(PROG, 0, argc, argv))
     return EXIT_USAGE;
-  }
   if (!o->checkpoint) {
     fprintf(stderr, PROG ": --checkpoint FILE is required (see --help)\n");
     return EXIT_USAGE;

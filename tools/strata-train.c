@@ -16,6 +16,8 @@
 
 #include <strata/strata.h>
 
+#include "cli.h"
+
 #define PROG "strata-train"
 
 /* Exit statuses: 0 success, 1 a failure reported by the library (bad file,
@@ -1247,21 +1249,13 @@ static int parse_args(int argc, char **argv, struct options *o) {
     case 'q': o->quiet = 1; break;
     case 'h': usage(stdout); return -1;
     case OPT_VERSION: printf("strata-train %s\n", PACKAGE_VERSION); return -1;
-    case ':':
-      fprintf(stderr, PROG ": %s wants a value (see --help)\n", argv[optind - 1]);
-      return EXIT_USAGE;
     default:
-      if (optopt)
-        fprintf(stderr, PROG ": unknown option '-%c' (see --help)\n", optopt);
-      else
-        fprintf(stderr, PROG ": unknown option '%s' (see --help)\n", argv[optind - 1]);
+      cli_refuse(PROG, c == ':' ? ':' : '?', argc, argv);
       return EXIT_USAGE;
     }
   }
-  if (optind < argc) {
-    fprintf(stderr, PROG ": unexpected argument '%s' (see --help)\n", argv[optind]);
+  if (cli_refuse(PROG, 0, argc, argv))
     return EXIT_USAGE;
-  }
   if (o->save && check_out_path("--save", o->save))
     return EXIT_USAGE;
   if ((rc = check_pipeline_args(o)))
