@@ -53,31 +53,6 @@ static void usage(FILE *f) {
         f);
 }
 
-static int parse_int(const char *opt, const char *text, int64_t min, int64_t *out) {
-  const char *what = min > 0 ? "a positive integer" : "a non-negative integer";
-  char *end = NULL;
-  errno = 0;
-  long long v = (text[0] >= '0' && text[0] <= '9') ? strtoll(text, &end, 10) : -1;
-  if (!end || errno || *end || v < min) {
-    fprintf(stderr, PROG ": %s wants %s, not '%s'\n", opt, what, text);
-    return -1;
-  }
-  *out = v;
-  return 0;
-}
-
-static int parse_num(const char *opt, const char *text, double *out) {
-  char *end = NULL;
-  errno = 0;
-  double v = (text[0] == '.' || (text[0] >= '0' && text[0] <= '9')) ? strtod(text, &end) : -1;
-  if (!end || errno || *end || !isfinite(v) || v < 0) {
-    fprintf(stderr, PROG ": %s wants a non-negative number, not '%s'\n", opt, text);
-    return -1;
-  }
-  *out = v;
-  return 0;
-}
-
 /* splitmix64: a small, well-mixed generator; the same seed gives the same text. */
 static uint64_t next_u64(uint64_t *s) {
   uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
@@ -173,11 +148,11 @@ static int parse_args(int argc, char **argv, struct options *o) {
     switch (c) {
     case 'c': o->checkpoint = optarg; break;
     case 'p': o->prompt = optarg; break;
-    case 'n': if (parse_int("--length", optarg, 1, &o->length)) return EXIT_USAGE; break;
-    case 't': if (parse_num("--temperature", optarg, &o->temperature)) return EXIT_USAGE; break;
-    case 'k': if (parse_int("--top-k", optarg, 0, &o->top_k)) return EXIT_USAGE; break;
-    case 's': if (parse_int("--seed", optarg, 0, &o->seed)) return EXIT_USAGE; break;
-    case OPT_DEVICE: if (parse_int("--device", optarg, 0, &o->device)) return EXIT_USAGE; break;
+    case 'n': if (cli_parse_int(PROG, "--length", optarg, 1, &o->length)) return EXIT_USAGE; break;
+    case 't': if (cli_parse_num(PROG, "--temperature", optarg, 1, &o->temperature)) return EXIT_USAGE; break;
+    case 'k': if (cli_parse_int(PROG, "--top-k", optarg, 0, &o->top_k)) return EXIT_USAGE; break;
+    case 's': if (cli_parse_int(PROG, "--seed", optarg, 0, &o->seed)) return EXIT_USAGE; break;
+    case OPT_DEVICE: if (cli_parse_int(PROG, "--device", optarg, 0, &o->device)) return EXIT_USAGE; break;
     case 'h': usage(stdout); return -1;
     case OPT_VERSION: printf("strata-generate %s\n", PACKAGE_VERSION); return -1;
     default:

@@ -181,34 +181,6 @@ static void usage(FILE *f) {
 
 /* ---------------------------------------------------------------- parsing */
 
-/* A decimal integer >= min, digits only: no sign, no spaces, no suffix. */
-static int parse_int(const char *opt, const char *text, int64_t min, int64_t *out) {
-  const char *what = min > 0 ? "a positive integer" : "a non-negative integer";
-  char *end = NULL;
-  errno = 0;
-  long long v = (text[0] >= '0' && text[0] <= '9') ? strtoll(text, &end, 10) : -1;
-  if (!end || errno || *end || v < min) {
-    fprintf(stderr, PROG ": %s wants %s, not '%s'\n", opt, what, text);
-    return -1;
-  }
-  *out = v;
-  return 0;
-}
-
-/* A finite decimal number, > 0 (or >= 0 when zero_ok). */
-static int parse_num(const char *opt, const char *text, int zero_ok, double *out) {
-  const char *what = zero_ok ? "a non-negative number" : "a positive number";
-  char *end = NULL;
-  errno = 0;
-  double v = (text[0] == '.' || (text[0] >= '0' && text[0] <= '9')) ? strtod(text, &end) : -1;
-  if (!end || errno || *end || !isfinite(v) || v < 0 || (v == 0 && !zero_ok)) {
-    fprintf(stderr, PROG ": %s wants %s, not '%s'\n", opt, what, text);
-    return -1;
-  }
-  *out = v;
-  return 0;
-}
-
 /*
 ** A comma-separated list of decimal integers >= min (digits only, no
 ** empty entries), at most `max` of them, for option `opt`; *n receives
@@ -1183,15 +1155,15 @@ static int parse_args(int argc, char **argv, struct options *o) {
       o->device = (int)v;
       o->device_given = 1;
       break;
-    case 's': if (parse_int("--steps", optarg, 1, &o->steps)) return EXIT_USAGE; break;
-    case 'b': if (parse_int("--batch", optarg, 1, &o->batch)) return EXIT_USAGE; break;
+    case 's': if (cli_parse_int(PROG, "--steps", optarg, 1, &o->steps)) return EXIT_USAGE; break;
+    case 'b': if (cli_parse_int(PROG, "--batch", optarg, 1, &o->batch)) return EXIT_USAGE; break;
     case OPT_ACCUM:
-      if (parse_int("--accum", optarg, 1, &o->accum))
+      if (cli_parse_int(PROG, "--accum", optarg, 1, &o->accum))
         return EXIT_USAGE;
       o->accum_given = 1;
       break;
     case OPT_PP:
-      if (parse_int("--pp", optarg, 1, &v))
+      if (cli_parse_int(PROG, "--pp", optarg, 1, &v))
         return EXIT_USAGE;
       if (v > STRATA_MAX_PIPELINE) {
         fprintf(stderr, PROG ": --pp %lld: at most %d pipeline devices\n", (long long)v, STRATA_MAX_PIPELINE);
@@ -1217,12 +1189,12 @@ static int parse_args(int argc, char **argv, struct options *o) {
       o->pipe_only = o->pipe_only ? o->pipe_only : "--schedule";
       break;
     case OPT_MICROBATCHES:
-      if (parse_int("--microbatches", optarg, 1, &o->microbatches))
+      if (cli_parse_int(PROG, "--microbatches", optarg, 1, &o->microbatches))
         return EXIT_USAGE;
       o->pipe_only = o->pipe_only ? o->pipe_only : "--microbatches";
       break;
     case OPT_VIRTUAL_STAGES:
-      if (parse_int("--virtual-stages", optarg, 1, &o->virtual_stages))
+      if (cli_parse_int(PROG, "--virtual-stages", optarg, 1, &o->virtual_stages))
         return EXIT_USAGE;
       if (o->virtual_stages < 2) {
         fprintf(stderr, PROG ": --virtual-stages wants 2 or more, not '%s'\n", optarg);
@@ -1234,17 +1206,17 @@ static int parse_args(int argc, char **argv, struct options *o) {
       o->trace = optarg;
       o->pipe_only = o->pipe_only ? o->pipe_only : "--trace";
       break;
-    case OPT_WARMUP: if (parse_int("--warmup", optarg, 0, &o->warmup)) return EXIT_USAGE; break;
-    case OPT_SEED: if (parse_int("--seed", optarg, 0, &o->seed)) return EXIT_USAGE; break;
-    case OPT_LR: if (parse_num("--lr", optarg, 0, &o->lr)) return EXIT_USAGE; break;
-    case OPT_CLIP: if (parse_num("--clip", optarg, 1, &o->clip)) return EXIT_USAGE; break;
-    case OPT_WD: if (parse_num("--weight-decay", optarg, 1, &o->weight_decay)) return EXIT_USAGE; break;
+    case OPT_WARMUP: if (cli_parse_int(PROG, "--warmup", optarg, 0, &o->warmup)) return EXIT_USAGE; break;
+    case OPT_SEED: if (cli_parse_int(PROG, "--seed", optarg, 0, &o->seed)) return EXIT_USAGE; break;
+    case OPT_LR: if (cli_parse_num(PROG, "--lr", optarg, 0, &o->lr)) return EXIT_USAGE; break;
+    case OPT_CLIP: if (cli_parse_num(PROG, "--clip", optarg, 1, &o->clip)) return EXIT_USAGE; break;
+    case OPT_WD: if (cli_parse_num(PROG, "--weight-decay", optarg, 1, &o->weight_decay)) return EXIT_USAGE; break;
     case 'o': o->save = optarg; break;
-    case OPT_STOP_AT: if (parse_int("--stop-at", optarg, 1, &o->stop_at)) return EXIT_USAGE; break;
-    case OPT_SAVE_EVERY: if (parse_int("--save-every", optarg, 0, &o->save_every)) return EXIT_USAGE; break;
+    case OPT_STOP_AT: if (cli_parse_int(PROG, "--stop-at", optarg, 1, &o->stop_at)) return EXIT_USAGE; break;
+    case OPT_SAVE_EVERY: if (cli_parse_int(PROG, "--save-every", optarg, 0, &o->save_every)) return EXIT_USAGE; break;
     case 'r': o->resume = optarg; break;
-    case 'e': if (parse_int("--eval-every", optarg, 0, &o->eval_every)) return EXIT_USAGE; break;
-    case OPT_EVAL_BATCHES: if (parse_int("--eval-batches", optarg, 1, &o->eval_batches)) return EXIT_USAGE; break;
+    case 'e': if (cli_parse_int(PROG, "--eval-every", optarg, 0, &o->eval_every)) return EXIT_USAGE; break;
+    case OPT_EVAL_BATCHES: if (cli_parse_int(PROG, "--eval-batches", optarg, 1, &o->eval_batches)) return EXIT_USAGE; break;
     case 'j': o->json = 1; break;
     case 'q': o->quiet = 1; break;
     case 'h': usage(stdout); return -1;
