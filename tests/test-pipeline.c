@@ -78,9 +78,8 @@ static void single(strata_model_t m, int dev, int mbs, int steps, struct run *r)
   strata_trainer_free(tr);
 }
 
-static void piped(strata_model_t m, const int *devs, int p, int kind, int mbs, int steps, struct run *r,
-                  struct strata_pipeline_report *rep) {
-  struct strata_train_options o = options(devs[0], 1);
+/* Pipeline options: devices devs[0..p), schedule `kind` (0: the default), m micro-batches. */
+static struct strata_pipeline_options pipeline_options(const int *devs, int p, int kind, int mbs) {
   struct strata_pipeline_options pp;
   memset(&pp, 0, sizeof pp);
   pp.devices = p;
@@ -88,6 +87,13 @@ static void piped(strata_model_t m, const int *devs, int p, int kind, int mbs, i
     pp.device[i] = devs[i];
   pp.schedule = kind;
   pp.microbatches = mbs;
+  return pp;
+}
+
+static void piped(strata_model_t m, const int *devs, int p, int kind, int mbs, int steps, struct run *r,
+                  struct strata_pipeline_report *rep) {
+  struct strata_train_options o = options(devs[0], 1);
+  struct strata_pipeline_options pp = pipeline_options(devs, p, kind, mbs);
   strata_trainer_t tr;
   OK(strata_trainer_new_pipeline(m, ds, &o, &pp, &tr));
   run_steps(tr, steps, r);
@@ -239,12 +245,7 @@ Test(pipeline, device_failure_mid_step) {
   strata_model_t m = small_gpt(16, 8);
   int h[2] = {tc_find_device("host", 0), tc_find_device("host", 1)};
   struct strata_train_options o = options(h[0], 1);
-  struct strata_pipeline_options pp;
-  memset(&pp, 0, sizeof pp);
-  pp.devices = 2;
-  pp.device[0] = h[0];
-  pp.device[1] = h[1];
-  pp.microbatches = 4;
+  struct strata_pipeline_options pp = pipeline_options(h, 2, 0, 4);
   char ckpt[600];
   snprintf(ckpt, sizeof ckpt, "%s.ckpt", corpus);
   static const char *const faults[] = {"op=900", "alloc=40", "copy=40"};
@@ -300,14 +301,9 @@ Test(pipeline, eval_failure_frees_slots_after_every_queue) {
   struct strata_device_props p1;
   OK(strata_device_props(h[1], &p1));
   struct strata_train_options o = options(h[0], 1);
-  struct strata_pipeline_options pp;
-  memset(&pp, 0, sizeof pp);
-  pp.devices = 2;
-  pp.device[0] = h[0];
-  pp.device[1] = h[1];
+  struct strata_pipeline_options pp = pipeline_options(h, 2, 0, 2);
   pp.split[0] = 4;
   pp.split[1] = 4;
-  pp.microbatches = 2;
   int failed = 0, clean = 0;
   for (int n = 1; n <= 60 && !clean; n++) {
     char env[64];
@@ -342,12 +338,7 @@ Test(pipeline, trace_is_chrome_json) {
   strata_model_t m = small_gpt(16, 8);
   int h[2] = {tc_find_device("host", 0), tc_find_device("host", 1)};
   struct strata_train_options o = options(h[0], 1);
-  struct strata_pipeline_options pp;
-  memset(&pp, 0, sizeof pp);
-  pp.devices = 2;
-  pp.device[0] = h[0];
-  pp.device[1] = h[1];
-  pp.microbatches = 4;
+  struct strata_pipeline_options pp = pipeline_options(h, 2, 0, 4);
   char path[600];
   snprintf(path, sizeof path, "%s.trace.json", corpus);
   pp.trace = path;
@@ -397,11 +388,7 @@ Test(pipeline, balanced_split_and_bad_input) {
   for (int i = 0; i < 4; i++)
     h[i] = tc_find_device("host", i);
   struct strata_train_options o = options(h[0], 1);
-  struct strata_pipeline_options pp;
-  memset(&pp, 0, sizeof pp);
-  pp.devices = 3;
-  memcpy(pp.device, h, 3 * sizeof *h);
-  pp.microbatches = 3;
+  struct strata_pipeline_options pp = pipeline_options(h, 3, 0, 3);
   strata_trainer_t tr = NULL;
   OK(strata_trainer_new_pipeline(m, ds, &o, &pp, &tr));
   struct strata_pipeline_report rep;
@@ -452,10 +439,7 @@ Test(pipeline, balanced_split_and_bad_input) {
   c.tied = 1;
   strata_model_t tied;
   OK(strata_model_from_config(&c, &tied));
-  memset(&pp, 0, sizeof pp);
-  pp.devices = 2;
-  memcpy(pp.device, h, 2 * sizeof *h);
-  pp.microbatches = 2;
+  pp = pipeline_options(h, 2, 0, 2);
   cr_assert_eq(strata_trainer_new_pipeline(tied, ds, &o, &pp, &tr), STRATA_ERR_UNSUPPORTED);
   strata_model_free(tied);
   /* a trace that cannot be written is refused up front, not after each step's update */
