@@ -36,6 +36,15 @@ tests_test_pipeline_CFLAGS = $(AM_CFLAGS) $(CRITERION_CFLAGS) $(JANSSON_CFLAGS)
 tests_test_pipeline_LDADD = libstrata.la $(CRITERION_LIBS) $(JANSSON_LIBS) -lm
 endif
 
+if HAVE_CRITERION
+check_PROGRAMS += tests/test-comm
+TESTS += tests/test-comm
+tests_test_comm_SOURCES = tests/test-comm.c tests/common.h
+tests_test_comm_CPPFLAGS = $(AM_CPPFLAGS) -DSTRATA_TEST_TOPOLOGIES_DIR='"$(abs_top_srcdir)/../shared/topologies"'
+tests_test_comm_CFLAGS = $(AM_CFLAGS) $(CRITERION_CFLAGS)
+tests_test_comm_LDADD = libstrata.la $(CRITERION_LIBS) -lm
+endif
+
 # Fake backend modules for the registry tests: a "cuda" and an "opencl" whose
 # devices share a PCI id, a stale module and one without the entry symbol.
 EXTRA_DIST += tests/fake/backend.c

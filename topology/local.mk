@@ -8,7 +8,8 @@ libstrata_la_SOURCES += \
 	%reldir%/links.c \
 	%reldir%/topology.c \
 	%reldir%/json.c \
-	%reldir%/measure.c
+	%reldir%/measure.c \
+	%reldir%/ring.c
 
 stratainclude_HEADERS += include/strata/topology.h
 

@@ -547,6 +547,14 @@ static int strata__cuda_op(void *ctx, void *queue, const struct strata__op *op) 
     e = strata__cuda_add(st, a->n, F(a->x), O(a->x), F(a->b), O(a->b), F(a->y), O(a->y), a->n);
     break;
   }
+  case STRATA__OP_REDUCE: {
+    const __typeof__(op->u.reduce) *a = &op->u.reduce;
+    if (a->dtype == 1)
+      e = strata__cuda_reduce_i32(st, a->n, I(a->a), O(a->a), I(a->b), O(a->b), I(a->y), O(a->y), a->n, a->op);
+    else
+      e = strata__cuda_reduce_f32(st, a->n, F(a->a), O(a->a), F(a->b), O(a->b), F(a->y), O(a->y), a->n, a->op);
+    break;
+  }
   case STRATA__OP_SCALE: {
     const __typeof__(op->u.ew) *a = &op->u.ew;
     e = strata__cuda_scale(st, a->n, F(a->x), O(a->x), a->alpha, a->n);

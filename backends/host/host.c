@@ -42,6 +42,8 @@ struct host_event {
   pthread_cond_t cond;
   int done;
   int refs;
+  int status;                    /* gates: the status they were opened with */
+  char message[512];
 };
 
 enum task_kind { TASK_OP, TASK_COPY, TASK_SIGNAL, TASK_WAIT };
@@ -106,6 +108,13 @@ static void task_run(struct host_queue *q, struct task *t) {
     break;
   case TASK_WAIT:
     event_block(t->event);
+    if (t->event->status && !rc) {
+      rc = t->event->status;
+      if (!q->status) {
+        q->status = rc;
+        snprintf(q->message, sizeof q->message, "%s", t->event->message);
+      }
+    }
     event_release(t->event);
     break;
   }
@@ -387,6 +396,28 @@ static int host_event_sync(void *ctx, void *event) {
 
 static void host_event_free(void *ctx, void *event) { event_release(event); }
 
+/* Gates: events that the communicator opens from its own threads. */
+static int host_gate_new(void *ctx, int dev, void **out) {
+  struct host_event *e = calloc(1, sizeof *e);
+  if (!e)
+    return svc->error(STRATA_ERR_NOMEM, "host: out of memory creating a gate");
+  pthread_mutex_init(&e->lock, NULL);
+  pthread_cond_init(&e->cond, NULL);
+  e->refs = 1;
+  *out = e;
+  return STRATA_OK;
+}
+
+static void host_gate_open(void *ctx, void *gate, int status, const char *message) {
+  struct host_event *e = gate;
+  pthread_mutex_lock(&e->lock);
+  e->status = status;
+  snprintf(e->message, sizeof e->message, "%s", message ? message : "");
+  e->done = 1;
+  pthread_cond_broadcast(&e->cond);
+  pthread_mutex_unlock(&e->lock);
+}
+
 static int copy_task(void *queue, void *dst, const void *src, size_t bytes) {
   struct host_queue *q = queue;
   int rc = fault_check(q->ctx, q->dev, "copy");
@@ -449,6 +480,12 @@ static const struct strata__backend host_backend = {
     .copy = host_copy,
     .op_supported = host_op_supported,
     .op = host_op,
+    .gate_new = host_gate_new,
+    .gate_wait = host_event_wait,
+    .gate_open = host_gate_open,
+    .gate_free = host_event_free,
+    .comm_new = NULL, /* collectives through the runtime's ring */
+    .peer_operands = 1, /* every virtual device is the same memory */
 };
 
 __attribute__((visibility("default"))) const struct strata__backend *strata_backend_entry(void);
