@@ -21,6 +21,8 @@ char *openblas_get_corename(void);
 
 #include <strata/strata.h>
 
+#include "bench-comm.h"
+
 #define MAX_SIZES 16
 
 struct options {
@@ -34,6 +36,7 @@ struct options {
 static void usage(FILE *f) {
   fprintf(f,
           "Usage: strata-bench gemm [OPTIONS]\n"
+          "       strata-bench allreduce|allgather|reducescatter|broadcast [OPTIONS] (see its --help)\n"
           "Measure SGEMM (C = A B, N x N, fp32) through strata's device layer beside the\n"
           "library strata calls underneath, on the same device in the same run:\n"
           "OpenBLAS (cblas_sgemm) for host devices, CLBlast for OpenCL devices.\n"
@@ -338,8 +341,11 @@ int main(int argc, char **argv) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
+  if (strata_bench_is_comm(argv[1]))
+    return strata_bench_comm_main(argc, argv);
   if (strcmp(argv[1], "gemm") != 0) {
-    fprintf(stderr, "strata-bench: unknown benchmark '%s' (known: gemm)\n", argv[1]);
+    fprintf(stderr, "strata-bench: unknown benchmark '%s' (known: gemm, allreduce, allgather, reducescatter, "
+                    "broadcast)\n", argv[1]);
     return 2;
   }
   static const struct option longopts[] = {{"device", required_argument, NULL, 'd'},

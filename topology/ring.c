@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <strata/comm.h>
+#include <strata/topology.h>
 
 #include "internal.h"
 #include "util.h"

@@ -163,24 +163,6 @@ STRATA_API const char *strata_dtype_name(int dtype);
 STRATA_API const char *strata_redop_name(int op);
 STRATA_API const char *strata_comm_algorithm_name(int algorithm);
 
-/*
-** The ring strata would use over `count` GPUs of a topology (`gpus` lists
-** topology GPU indices; NULL means all GPUs, and then count is ignored and
-** taken from the topology): `order` (count entries, caller's) receives the
-** GPUs in ring order starting with the first listed. The order maximises
-** the narrowest hop (by the links' planning bandwidth), then has the fewest
-** hops of the slowest path kinds (so a ring crosses each PCIe switch or
-** socket boundary as seldom as possible), then the largest total bandwidth.
-** *bottleneck_gbps (may be NULL) receives the narrowest hop's bandwidth.
-** Exhaustive up to 10 GPUs, a greedy start plus 2-opt improvement above.
-*/
-STRATA_API int strata_topology_ring(strata_topology_t topo, const int *gpus, int count, int *order /* OUT */,
-                                    double *bottleneck_gbps /* OUT */);
-
-/* The same over runtime devices mapped into the topology (strata_topology_map). */
-STRATA_API int strata_topology_device_ring(strata_topology_t topo, const int *devices, int count,
-                                           int *order /* OUT */, double *bottleneck_gbps /* OUT */);
-
 #ifdef __cplusplus
 }
 #endif

@@ -17,6 +17,8 @@
 #define COMM_DEFAULT_CHUNK (1u << 20)
 #define COMM_DEFAULT_DIRECT_MAX (32u << 10)
 #define COMM_DEFAULT_TIMEOUT 300.0
+#define RING_CHUNKS 8                 /* chunks per ring segment, at most (above the configured size) */
+#define RING_CHUNK_MAX (16u << 20)    /* ... unless that makes them larger than this */
 
 enum coll_kind { COLL_ALLREDUCE, COLL_ALLGATHER, COLL_REDUCESCATTER, COLL_BROADCAST, COLL_BARRIER };
 static const char *const kind_names[] = {"allreduce", "allgather", "reducescatter", "broadcast", "barrier"};
@@ -34,6 +36,7 @@ struct member_args {
 struct coll {
   int kind, dtype, op, root, algo;
   size_t count;
+  size_t ce;                    /* ring chunk, elements */
   int n;
   struct member_args *m;        /* by rank */
   long *progress;               /* by ring position: units done (1: input ready) */
@@ -284,7 +287,7 @@ static int run_ring(struct lane *l, struct coll *co) {
   int n = co->n, p = l->pos, prevp = mod(p - 1, n), nextp = mod(p + 1, n);
   struct member_args *me = &co->m[l->rank], *pv = &co->m[c->ring[prevp]];
   struct lane *pl = &c->lanes[c->ring[prevp]];
-  size_t ce = c->chunk_bytes / 4 ? c->chunk_bytes / 4 : 1;
+  size_t ce = co->ce;
   size_t maxseg = co->kind == COLL_ALLREDUCE ? (co->count + (size_t)n - 1) / (size_t)n : co->count;
   long nch = maxseg ? (long)((maxseg + ce - 1) / ce) : 1;
   struct piece tmp = at(l->scratch, 0);
@@ -912,7 +915,14 @@ static int post(struct strata_comm *c, int kind, const strata_queue_t *queues, c
                                                                            : STRATA_COMM_RING;
   if (kind == COLL_BARRIER || n == 1)
     algo = STRATA_COMM_DIRECT;
+  /* Chunks: at least the configured size, and few enough per segment (at
+  ** most RING_CHUNKS, up to 16 MiB each) that handing a chunk from lane to
+  ** lane costs little next to moving it. */
   size_t ce = c->chunk_bytes / 4 ? c->chunk_bytes / 4 : 1, scratch = 0;
+  size_t seg = kind == COLL_ALLREDUCE ? (count + (size_t)n - 1) / (size_t)n : count;
+  size_t few = (seg + RING_CHUNKS - 1) / RING_CHUNKS;
+  if (few > ce)
+    ce = few < RING_CHUNK_MAX / 4 ? few : (RING_CHUNK_MAX / 4 > ce ? RING_CHUNK_MAX / 4 : ce);
   if (algo == STRATA_COMM_DIRECT && reduces)
     scratch = (size_t)total;
   else if (algo == STRATA_COMM_RING && kind == COLL_ALLREDUCE)
@@ -948,6 +958,7 @@ static int post(struct strata_comm *c, int kind, const strata_queue_t *queues, c
   co->root = root;
   co->algo = algo;
   co->count = count;
+  co->ce = ce;
   co->n = n;
   co->left = n;
   int rc = STRATA_OK;
