@@ -235,6 +235,9 @@ struct strata__backend {
   void (*comm_free)(void *ctx, void *comm);
   int (*comm_coll)(void *ctx, void *comm, int kind, void *const *queues, const struct strata__mem *send,
                    const struct strata__mem *recv, size_t count, int dtype, int op, int root);
+  /* Whether comm_new can work here: 0 with the library and version in
+  ** `why`, or a status with the reason. Optional. */
+  int (*comm_probe)(void *ctx, char *why, size_t len);
 
   /* 1 when an op on one device of this backend may read buffers of its
   ** other devices (one address space: the host's virtual devices), so a

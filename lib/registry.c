@@ -315,6 +315,12 @@ STRATA_API int strata_backend_info(int index, struct strata_backend_info *info) 
   info->device_count = s->device_count;
   strata__strlcpy(info->reason, s->reason, sizeof info->reason);
   strata__strlcpy(info->path, s->path, sizeof info->path);
+  if (!s->be)
+    info->collectives[0] = '\0';
+  else if (s->be->comm_probe)
+    s->be->comm_probe(s->ctx, info->collectives, sizeof info->collectives);
+  else
+    strata__strlcpy(info->collectives, "strata's ring", sizeof info->collectives);
   return STRATA_OK;
 }
 

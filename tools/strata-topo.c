@@ -144,6 +144,15 @@ static void print_devices(strata_topology_t t) {
     printf("  %-5d %-8s %-36.36s %-20.20s %-9s %-13s %s\n", i, d.backend, d.name, d.vendor, mem,
            d.pci_bus_id[0] ? d.pci_bus_id : "-", where);
   }
+  /* how each loaded backend's devices run collectives among themselves */
+  int nb = 0;
+  strata_backend_count(&nb);
+  for (int b = 0; b < nb; b++) {
+    struct strata_backend_info bi;
+    if (strata_backend_info(b, &bi) == STRATA_OK && bi.loaded && bi.device_count > 0)
+      printf("  collectives among %s devices: %s\n", bi.name, bi.collectives);
+  }
+  printf("  collectives across backends: strata's ring, staged through host memory\n");
 }
 
 static void print_matrices(strata_topology_t t, int n, int use_nominal) {

@@ -769,14 +769,8 @@ STRATA_API int strata_comm_info(strata_comm_t c, struct strata_comm_info *info) 
 STRATA_API int strata_comm_finish(strata_comm_t c) {
   if (!c)
     return strata__error(STRATA_ERR_INVALID, "strata_comm_finish: communicator is NULL");
-  if (c->nccl) {
-    int rc = STRATA_OK;
-    for (int r = 0; r < c->n; r++) {
-      int rc2 = strata_queue_finish(c->lanes[r].q);
-      rc = rc ? rc : rc2;
-    }
-    return rc;
-  }
+  if (c->nccl) /* NCCL runs on the members' own queues, which report its errors */
+    return STRATA_OK;
   pthread_mutex_lock(&c->lock);
   wait_idle_locked(c);
   int rc = c->status;
