@@ -19,7 +19,8 @@ libstrata_la_SOURCES = \
 	%reldir%/train.c \
 	%reldir%/trainer.h \
 	%reldir%/pipeline.c \
-	%reldir%/comm/comm.c
+	%reldir%/comm/comm.c \
+	%reldir%/parallel/layout.c
 libstrata_la_CPPFLAGS = $(AM_CPPFLAGS) $(HWLOC_CFLAGS) $(JANSSON_CFLAGS)
 libstrata_la_LIBADD = $(HWLOC_LIBS) $(JANSSON_LIBS) $(PTHREAD_LIBS)
 libstrata_la_LDFLAGS = -version-info $(STRATA_LT_VERSION) -no-undefined
@@ -34,4 +35,5 @@ stratainclude_HEADERS += \
 	include/strata/checkpoint.h \
 	include/strata/train.h \
 	include/strata/schedule.h \
-	include/strata/comm.h
+	include/strata/comm.h \
+	include/strata/layout.h

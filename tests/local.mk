@@ -45,6 +45,14 @@ tests_test_comm_CFLAGS = $(AM_CFLAGS) $(CRITERION_CFLAGS)
 tests_test_comm_LDADD = libstrata.la $(CRITERION_LIBS) -lm
 endif
 
+if HAVE_CRITERION
+check_PROGRAMS += tests/test-layout
+TESTS += tests/test-layout
+tests_test_layout_SOURCES = tests/test-layout.c tests/common.h
+tests_test_layout_CFLAGS = $(AM_CFLAGS) $(CRITERION_CFLAGS)
+tests_test_layout_LDADD = libstrata.la $(CRITERION_LIBS) -lm
+endif
+
 # Fake backend modules for the registry tests: a "cuda" and an "opencl" whose
 # devices share a PCI id, a stale module and one without the entry symbol.
 EXTRA_DIST += tests/fake/backend.c
