@@ -228,12 +228,13 @@ struct strata__backend {
   ** devices. Optional: NULL, or comm_new failing, means the runtime's ring.
   ** comm_new returns STRATA_ERR_UNSUPPORTED with a reason when the library
   ** is missing. coll enqueues one collective on every member's queue
-  ** (`queues`, `send`, `recv` indexed by member): kind 0 all-reduce, 1
-  ** all-gather, 2 reduce-scatter, 3 broadcast (from `root`); dtype and op
-  ** as in strata/comm.h, counts as there. */
+  ** (`queues`, `send`, `recv` indexed by member), or with member >= 0 only
+  ** that member's part (its own thread calls it): kind 0 all-reduce, 1
+  ** all-gather, 2 reduce-scatter, 3 broadcast (from `root`), 4 barrier;
+  ** dtype and op as in strata/comm.h, counts as there. */
   int (*comm_new)(void *ctx, int n, const int *devs, void **comm);
   void (*comm_free)(void *ctx, void *comm);
-  int (*comm_coll)(void *ctx, void *comm, int kind, void *const *queues, const struct strata__mem *send,
+  int (*comm_coll)(void *ctx, void *comm, int kind, int member, void *const *queues, const struct strata__mem *send,
                    const struct strata__mem *recv, size_t count, int dtype, int op, int root);
   /* Whether comm_new can work here: 0 with the library and version in
   ** `why`, or a status with the reason. Optional. */

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* test-comm.c — collectives: every collective, size and group of 1 to 8 host devices, PoCL and mixed groups, against
 ** a host computation; bit-identical repeats; enqueue order; bad calls; injected faults; ring order on real dumps. */
+#include <pthread.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -606,4 +607,127 @@ Test(comm, ring_subset_and_bad_input) {
   int out_of_range[2] = {0, 99};
   cr_assert_neq(strata_topology_ring(t, out_of_range, 2, order, NULL), STRATA_OK);
   strata_topology_free(t);
+}
+
+/* ----------------------------------------------------------------- per-rank calls */
+
+struct rank_arg {
+  strata_comm_t c;
+  int rank, dev, rounds;
+  size_t count;
+  int rc;
+  float got;
+};
+
+/* One member's thread: fill, all-reduce, all-gather its rank, read back. */
+static void *rank_main(void *p) {
+  struct rank_arg *a = p;
+  strata_queue_t q;
+  strata_buffer_t b, g;
+  a->rc = strata_queue_new(a->dev, &q);
+  if (!a->rc)
+    a->rc = strata_buffer_new(a->dev, 4 * a->count, &b);
+  if (!a->rc)
+    a->rc = strata_buffer_new(a->dev, 4 * 8, &g);
+  for (int k = 0; k < a->rounds && !a->rc; k++) {
+    a->rc = strata_fill(q, strata_mem(b, 0), (float)(a->rank + k), (int64_t)a->count);
+    if (!a->rc)
+      a->rc = strata_allreduce_rank(a->c, a->rank, q, strata_mem(b, 0), strata_mem(b, 0), a->count, STRATA_FLOAT32,
+                                    STRATA_SUM);
+    if (!a->rc)
+      a->rc = strata_fill(q, strata_mem(g, a->rank), (float)(10 * a->rank), 1);
+    if (!a->rc)
+      a->rc = strata_allgather_rank(a->c, a->rank, q, strata_mem(g, a->rank), strata_mem(g, 0), 1, STRATA_FLOAT32);
+    if (!a->rc)
+      a->rc = strata_queue_finish(q);
+  }
+  float v[8] = {0};
+  if (!a->rc)
+    a->rc = strata_buffer_download(q, b, 4 * (a->count - 1), &a->got, 4);
+  if (!a->rc)
+    a->rc = strata_buffer_download(q, g, 0, v, sizeof v);
+  for (int r = 0; r < 4 && !a->rc; r++)
+    if (v[r] != 10.0f * r)
+      a->rc = -100 - r;
+  strata_buffer_free(g);
+  strata_buffer_free(b);
+  strata_queue_free(q);
+  return NULL;
+}
+
+/* Four threads, one per member, each calling for its own rank: the k-th calls meet. */
+Test(comm, per_rank_calls_from_threads) {
+  int devs[8];
+  host_group(4, devs);
+  for (int alg = STRATA_COMM_RING; alg <= STRATA_COMM_DIRECT; alg++) {
+    struct strata_comm_options o = {.algorithm = alg, .chunk_bytes = 4096};
+    strata_comm_t c;
+    OK(strata_comm_new(devs, 4, &o, &c));
+    pthread_t th[4];
+    struct rank_arg a[4];
+    for (int r = 0; r < 4; r++) {
+      a[r] = (struct rank_arg){.c = c, .rank = r, .dev = devs[r], .rounds = 5, .count = 30001};
+      cr_assert_eq(pthread_create(&th[r], NULL, rank_main, &a[r]), 0);
+    }
+    for (int r = 0; r < 4; r++) {
+      pthread_join(th[r], NULL);
+      cr_assert_eq(a[r].rc, STRATA_OK, "rank %d: %d", r, a[r].rc);
+      cr_assert_eq(a[r].got, (float)(0 + 1 + 2 + 3 + 4 * 4), "rank %d: %g", r, a[r].got); /* last round k = 4 */
+    }
+    OK(strata_comm_finish(c));
+    strata_comm_free(c);
+  }
+}
+
+/* Calls that disagree fail on every member; a member that never calls is aborted, or times out. */
+Test(comm, per_rank_mismatch_abort_and_timeout) {
+  int devs[8];
+  host_group(3, devs);
+  struct strata_comm_options o = {.timeout_s = 1.0};
+  strata_comm_t c;
+  OK(strata_comm_new(devs, 3, &o, &c));
+  strata_queue_t q[3];
+  strata_buffer_t b[3];
+  for (int r = 0; r < 3; r++) {
+    OK(strata_queue_new(devs[r], &q[r]));
+    OK(strata_buffer_new(devs[r], 4 * 100, &b[r]));
+  }
+  /* rank 2 asks for 99 elements where the others ask for 100 */
+  for (int r = 0; r < 3; r++)
+    OK(strata_allreduce_rank(c, r, q[r], strata_mem(b[r], 0), strata_mem(b[r], 0), r == 2 ? 99 : 100, STRATA_FLOAT32,
+                             STRATA_SUM));
+  for (int r = 0; r < 3; r++)
+    cr_assert_neq(strata_queue_finish(q[r]), STRATA_OK, "rank %d ran a mismatched collective", r);
+  cr_assert_eq(strata_comm_finish(c), STRATA_ERR_INVALID);
+  cr_assert(strstr(strata_last_error(), "same calls in the same order"), "%s", strata_last_error());
+
+  /* ranks 0 and 1 call, rank 2 does not: an abort releases them at once */
+  double t0 = now_s();
+  for (int r = 0; r < 2; r++)
+    OK(strata_allreduce_rank(c, r, q[r], strata_mem(b[r], 0), strata_mem(b[r], 0), 100, STRATA_FLOAT32, STRATA_SUM));
+  strata_comm_abort(c, STRATA_ERR_BACKEND, "worker 2 failed");
+  for (int r = 0; r < 2; r++) {
+    cr_assert_neq(strata_queue_finish(q[r]), STRATA_OK);
+    cr_assert(strstr(strata_last_error(), "worker 2 failed"), "%s", strata_last_error());
+  }
+  cr_assert_lt(now_s() - t0, 0.9, "the abort did not wait for the timeout");
+  cr_assert_eq(strata_allreduce_rank(c, 2, q[2], strata_mem(b[2], 0), strata_mem(b[2], 0), 100, STRATA_FLOAT32,
+                                     STRATA_SUM),
+               STRATA_ERR_STATE, "rank 2's late call of the aborted collective");
+  strata_comm_finish(c);
+
+  /* rank 1 never calls: the others time out, naming it */
+  t0 = now_s();
+  OK(strata_allreduce_rank(c, 0, q[0], strata_mem(b[0], 0), strata_mem(b[0], 0), 100, STRATA_FLOAT32, STRATA_SUM));
+  OK(strata_allreduce_rank(c, 2, q[2], strata_mem(b[2], 0), strata_mem(b[2], 0), 100, STRATA_FLOAT32, STRATA_SUM));
+  cr_assert_eq(strata_queue_finish(q[0]), STRATA_ERR_TIMEOUT, "%s", strata_last_error());
+  cr_assert(strstr(strata_last_error(), "only 2 of the members"), "%s", strata_last_error());
+  cr_assert_lt(now_s() - t0, 5.0);
+  strata_comm_abort(c, 0, NULL);
+  strata_comm_finish(c);
+  for (int r = 0; r < 3; r++) {
+    strata_buffer_free(b[r]);
+    strata_queue_free(q[r]);
+  }
+  strata_comm_free(c);
 }

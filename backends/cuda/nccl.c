@@ -168,7 +168,8 @@ int strata__nccl_comm_new(void *ctx, int n, const int *devs, void **out) {
 /* One collective on every member's stream, as one NCCL group. Kinds as in
 ** lib/comm/comm.c: 0 all-reduce, 1 all-gather, 2 reduce-scatter,
 ** 3 broadcast, 4 barrier (an all-reduce of one int). */
-int strata__nccl_comm_coll(void *ctx, void *comm, int kind, void *const *queues, const struct strata__mem *send,
+int strata__nccl_comm_coll(void *ctx, void *comm, int kind, int member, void *const *queues,
+                           const struct strata__mem *send,
                            const struct strata__mem *recv, size_t count, int dtype, int op, int root) {
   struct nccl_group *g = comm;
   (void)ctx;
@@ -176,8 +177,11 @@ int strata__nccl_comm_coll(void *ctx, void *comm, int kind, void *const *queues,
   int no = op == 2 ? NCCL_MAX : op == 1 ? NCCL_AVG : NCCL_SUM;
   int cur = 0;
   cudaGetDevice(&cur);
-  int r = nccl.group_start();
+  /* the whole group as one NCCL group, or one member's call from its own thread */
+  int r = member < 0 ? nccl.group_start() : 0;
   for (int i = 0; i < g->n && r == 0; i++) {
+    if (member >= 0 && i != member)
+      continue;
     cudaStream_t st = strata__cuda_queue_stream(queues[i]);
     char *rp = kind == 4 ? NULL : (char *)strata__cuda_buf_ptr(recv[i].h) + recv[i].off * 4;
     const char *sp = kind == 4 || !send[i].h ? NULL : (const char *)strata__cuda_buf_ptr(send[i].h) + send[i].off * 4;
@@ -199,7 +203,7 @@ int strata__nccl_comm_coll(void *ctx, void *comm, int kind, void *const *queues,
       break;
     }
   }
-  int r2 = nccl.group_end();
+  int r2 = member < 0 ? nccl.group_end() : 0;
   cudaSetDevice(cur);
   if (r != 0)
     return nccl_fail("enqueueing a collective", r);

@@ -18,7 +18,7 @@ int strata__cuda_queue_dev(void *queue);
 ** STRATA_ERR_UNSUPPORTED, naming why, when libnccl cannot be loaded. */
 int strata__nccl_comm_new(void *ctx, int n, const int *devs, void **comm);
 void strata__nccl_comm_free(void *ctx, void *comm);
-int strata__nccl_comm_coll(void *ctx, void *comm, int kind, void *const *queues, const struct strata__mem *send,
+int strata__nccl_comm_coll(void *ctx, void *comm, int kind, int member, void *const *queues, const struct strata__mem *send,
                            const struct strata__mem *recv, size_t count, int dtype, int op, int root);
 /* Whether NCCL can be used here: 0 and its version in `why`, or a status and the reason. */
 int strata__nccl_probe(void *ctx, char *why, size_t len);

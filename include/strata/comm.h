@@ -158,6 +158,34 @@ STRATA_API int strata_comm_finish(strata_comm_t comm);
 STRATA_API int strata_allreduce_sync(strata_comm_t comm, const strata_queue_t *queues, const strata_mem_t *send,
                                      const strata_mem_t *recv, size_t count, int dtype, int op);
 
+/*
+** The same collectives called by one member at a time — from each
+** device's own thread, or (with MPI) from each process: the k-th call of
+** every rank together form the k-th collective of the communicator, and
+** their kinds, counts, types, reductions and roots must agree (a mismatch
+** fails that collective on every member). Calls of different ranks may run
+** concurrently; one rank's calls must not. Each returns once its member's
+** part is enqueued; the collective starts when every member has called.
+** A member that never calls makes the others fail after the timeout.
+*/
+STRATA_API int strata_allreduce_rank(strata_comm_t comm, int rank, strata_queue_t queue, strata_mem_t send,
+                                     strata_mem_t recv, size_t count, int dtype, int op);
+STRATA_API int strata_allgather_rank(strata_comm_t comm, int rank, strata_queue_t queue, strata_mem_t send,
+                                     strata_mem_t recv, size_t count, int dtype);
+STRATA_API int strata_reducescatter_rank(strata_comm_t comm, int rank, strata_queue_t queue, strata_mem_t send,
+                                         strata_mem_t recv, size_t count, int dtype, int op);
+STRATA_API int strata_broadcast_rank(strata_comm_t comm, int rank, strata_queue_t queue, strata_mem_t send,
+                                     strata_mem_t recv, size_t count, int dtype, int root);
+
+/*
+** Fail every collective that some member has not called yet, with `status`
+** and `message` (NULL: "by the caller"): the members that did call return
+** the error at once instead of waiting for the timeout, and a later call of
+** such a collective by a missing member fails too (STRATA_ERR_STATE). For an
+** executor whose worker failed before reaching its collective.
+*/
+STRATA_API void strata_comm_abort(strata_comm_t comm, int status, const char *message);
+
 /* Names for messages and benchmarks: "allreduce", "sum", "float32", "ring"; "?" out of range. */
 STRATA_API const char *strata_dtype_name(int dtype);
 STRATA_API const char *strata_redop_name(int op);

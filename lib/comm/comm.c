@@ -11,6 +11,7 @@
 
 #include <strata/comm.h>
 
+#include "comm.h"
 #include "registry.h"
 
 #define COMM_MAX_MEMBERS 64
@@ -20,7 +21,13 @@
 #define RING_CHUNKS 8                 /* chunks per ring segment, at most (above the configured size) */
 #define RING_CHUNK_MAX (16u << 20)    /* ... unless that makes them larger than this */
 
-enum coll_kind { COLL_ALLREDUCE, COLL_ALLGATHER, COLL_REDUCESCATTER, COLL_BROADCAST, COLL_BARRIER };
+enum coll_kind {
+  COLL_ALLREDUCE = STRATA__COLL_ALLREDUCE,
+  COLL_ALLGATHER = STRATA__COLL_ALLGATHER,
+  COLL_REDUCESCATTER = STRATA__COLL_REDUCESCATTER,
+  COLL_BROADCAST = STRATA__COLL_BROADCAST,
+  COLL_BARRIER = STRATA__COLL_BARRIER
+};
 static const char *const kind_names[] = {"allreduce", "allgather", "reducescatter", "broadcast", "barrier"};
 
 /* One member's operands of one collective. Offsets in elements. */
@@ -29,14 +36,28 @@ struct member_args {
   size_t soff, roff;
   void *in_ev;                  /* recorded on the member's queue: its input is ready */
   void *gate;                   /* the member's queue waits for it; NULL when the call blocks */
+  void *done;                   /* or a completion the caller waits for later (struct completion) */
+};
+
+/* A gate handed to the caller instead of gating the member's queue: opened
+** by the lane, waited for by the caller, freed by whichever lets go last. */
+struct completion {
+  const struct strata__slot *slot;
+  void *gate;
+  int refs;
 };
 
 /* One collective call, shared by the lanes of every member. Its progress
 ** counters are guarded by the communicator's lock. */
 struct coll {
+  uint64_t seq;                 /* the members' calls with this number form it */
+  struct coll *next_open;       /* in the communicator's list until every member posted */
+  int posted;                   /* members whose call arrived */
   int kind, dtype, op, root, algo;
   size_t count;
   size_t ce;                    /* ring chunk, elements */
+  size_t scratch;               /* elements of scratch each lane needs */
+  int aborted;                  /* failed before every member called it: only `posted` lanes take part */
   int n;
   struct member_args *m;        /* by rank */
   long *progress;               /* by ring position: units done (1: input ready) */
@@ -78,6 +99,9 @@ struct strata_comm {
   void *nccl;                   /* the backend's communicator, NULL without */
   pthread_mutex_t lock;
   pthread_cond_t changed;       /* progress, failure, a collective released */
+  struct coll *open;            /* collectives some member has not called yet */
+  uint64_t *next_seq;           /* by rank: the number of its next call */
+  uint64_t aborted_below;       /* calls numbered below this belong to aborted collectives */
   int pending;                  /* collectives not yet released by every lane */
   int stop;
   int status;                   /* first failure since the last strata_comm_finish */
@@ -442,6 +466,18 @@ static int run_direct(struct lane *l, struct coll *co) {
 
 /* ------------------------------------------------------------ lanes */
 
+/* Drop one of the two holds on a completion (the lane's, the waiter's); the last frees it. */
+static void completion_drop(struct strata_comm *c, struct completion *k) {
+  pthread_mutex_lock(&c->lock);
+  int last = --k->refs == 0;
+  pthread_mutex_unlock(&c->lock);
+  if (last) {
+    k->slot->be->gate_free(k->slot->ctx, k->gate);
+    free(k);
+  }
+}
+
+
 /* Drop the lane's hold on a collective; the last one frees it. Lock held. */
 static void coll_release_locked(struct strata_comm *c, struct coll *co) {
   if (--co->left > 0)
@@ -469,6 +505,23 @@ static void lane_run(struct lane *l, struct coll *co) {
     s->be->event_free(s->ctx, me->in_ev);
     me->in_ev = NULL;
   }
+  /* every member's call must be there (per-rank calls arrive one by one) */
+  pthread_mutex_lock(&c->lock);
+  struct timespec pdl;
+  deadline_after(c->timeout_s, &pdl);
+  while (co->posted < co->n && !co->status)
+    if (pthread_cond_timedwait(&c->changed, &c->lock, &pdl) == ETIMEDOUT && co->posted < co->n && !co->status)
+      fail_locked(c, co, STRATA_ERR_TIMEOUT, "%s over %d devices: only %d of the members called it within %g s",
+                  kind_names[co->kind], co->n, co->posted, c->timeout_s);
+  if (co->status && !rc)
+    rc = co->status;
+  pthread_mutex_unlock(&c->lock);
+  /* the lane's scratch, grown here: no other lane reads it before this lane's first unit */
+  if (!rc && co->scratch && (!l->scratch || strata_buffer_size(l->scratch) < co->scratch * 4)) {
+    strata_buffer_free(l->scratch);
+    l->scratch = NULL;
+    rc = strata_buffer_new(l->dev->index, co->scratch * 4, &l->scratch);
+  }
   if (rc)
     fail_lane(l, co, rc);
   else
@@ -485,8 +538,10 @@ static void lane_run(struct lane *l, struct coll *co) {
   pthread_cond_broadcast(&c->changed);
   struct timespec dl;
   deadline_after(c->timeout_s, &dl);
-  while (co->stopped < co->n) {
-    if (pthread_cond_timedwait(&c->changed, &c->lock, &dl) == ETIMEDOUT && co->stopped < co->n) {
+  /* after a failure, the members that never called touch nothing */
+  while (co->stopped < (co->status || co->aborted ? co->posted : co->n)) {
+    if (pthread_cond_timedwait(&c->changed, &c->lock, &dl) == ETIMEDOUT &&
+        co->stopped < (co->status || co->aborted ? co->posted : co->n)) {
       fail_locked(c, co, STRATA_ERR_TIMEOUT, "%s over %d devices: a member did not finish within %g s",
                   kind_names[co->kind], co->n, c->timeout_s);
       break;
@@ -500,6 +555,12 @@ static void lane_run(struct lane *l, struct coll *co) {
     s->be->gate_open(s->ctx, me->gate, status, msg);
     s->be->gate_free(s->ctx, me->gate);
     me->gate = NULL;
+  }
+  if (me->done) {
+    struct completion *k = me->done;
+    k->slot->be->gate_open(k->slot->ctx, k->gate, status, msg);
+    completion_drop(c, k);
+    me->done = NULL;
   }
   pthread_mutex_lock(&c->lock);
   coll_release_locked(c, co);
@@ -604,6 +665,8 @@ static int resolve_options(const struct strata_comm_options *o, struct strata_co
 STRATA_API void strata_comm_free(strata_comm_t c) {
   if (!c)
     return;
+  if (c->open) /* calls some member never made: nothing would complete them */
+    strata_comm_abort(c, STRATA_ERR_STATE, "the communicator was freed");
   pthread_mutex_lock(&c->lock);
   wait_idle_locked(c);
   c->stop = 1;
@@ -625,6 +688,7 @@ STRATA_API void strata_comm_free(strata_comm_t c) {
   free(c->lanes);
   free(c->devices);
   free(c->ring);
+  free(c->next_seq);
   free(c);
 }
 
@@ -703,8 +767,9 @@ STRATA_API int strata_comm_new(const int *devices, int count, const struct strat
   c->devices = malloc(sizeof *c->devices * (size_t)count);
   c->ring = malloc(sizeof *c->ring * (size_t)count);
   c->lanes = calloc((size_t)count, sizeof *c->lanes);
+  c->next_seq = calloc((size_t)count, sizeof *c->next_seq);
   int rc = STRATA_OK;
-  if (!c->devices || !c->ring || !c->lanes) {
+  if (!c->devices || !c->ring || !c->lanes || !c->next_seq) {
     free(c->devices);
     free(c->ring);
     free(c->lanes);
@@ -784,11 +849,11 @@ STRATA_API int strata_comm_finish(strata_comm_t c) {
 
 /* ------------------------------------------------------------ calls */
 
-/* Check that m holds `count` elements on the member's device. */
-static int check_mem(struct strata_comm *c, const char *what, int kind, int r, const char *arg, strata_mem_t m,
+/* Check that m holds `count` elements on rank r's device. */
+static int check_mem(struct strata_comm *c, const char *what, int r, const char *arg, strata_mem_t m,
                      uint64_t count) {
   if (!m.buf)
-    return strata__error(STRATA_ERR_INVALID, "%s: %s[%d] has no buffer", kind_names[kind], arg, r);
+    return strata__error(STRATA_ERR_INVALID, "%s: %s[%d] has no buffer", what, arg, r);
   if (m.buf->dev->index != c->devices[r]) {
     char lb[200];
     return strata__error(STRATA_ERR_DEVICE_MISMATCH, "%s: %s[%d] is on %s, but rank %d is device %d", what, arg, r,
@@ -801,240 +866,413 @@ static int check_mem(struct strata_comm *c, const char *what, int kind, int r, c
   return STRATA_OK;
 }
 
-/* Make every lane's scratch hold `elems` elements (waiting for running
-** collectives before replacing a smaller one). */
-static int ensure_scratch(struct strata_comm *c, size_t elems) {
-  if (!elems)
-    return STRATA_OK;
-  int grow = 0;
-  for (int r = 0; r < c->n; r++)
-    grow |= !c->lanes[r].scratch || strata_buffer_size(c->lanes[r].scratch) < elems * 4;
-  if (!grow)
-    return STRATA_OK;
-  pthread_mutex_lock(&c->lock);
-  wait_idle_locked(c);
-  pthread_mutex_unlock(&c->lock);
-  for (int r = 0; r < c->n; r++) {
-    struct lane *l = &c->lanes[r];
-    if (l->scratch && strata_buffer_size(l->scratch) >= elems * 4)
-      continue;
-    strata_buffer_free(l->scratch);
-    l->scratch = NULL;
-    TRY(strata_buffer_new(c->devices[r], elems * 4, &l->scratch));
-  }
+/* What one collective is, as every member's call must say it. */
+struct coll_shape {
+  int kind, dtype, op, root;
+  size_t count;
+};
+
+/* The checks of the shape that need no member. */
+static int check_shape(struct strata_comm *c, const struct coll_shape *sh) {
+  const char *what = kind_names[sh->kind];
+  if (!c)
+    return strata__error(STRATA_ERR_INVALID, "%s: communicator is NULL", what);
+  if (sh->dtype != STRATA_FLOAT32 && sh->dtype != STRATA_INT32)
+    return strata__error(STRATA_ERR_INVALID, "%s: unknown element type %d", what, sh->dtype);
+  int reduces = sh->kind == COLL_ALLREDUCE || sh->kind == COLL_REDUCESCATTER;
+  if (reduces && sh->op != STRATA_SUM && sh->op != STRATA_AVG && sh->op != STRATA_MAX)
+    return strata__error(STRATA_ERR_INVALID, "%s: unknown reduction %d", what, sh->op);
+  if (reduces && sh->op == STRATA_AVG && sh->dtype != STRATA_FLOAT32)
+    return strata__error(STRATA_ERR_UNSUPPORTED, "%s: avg is for float32 only", what);
+  if (sh->kind == COLL_BROADCAST && (sh->root < 0 || sh->root >= c->n))
+    return strata__error(STRATA_ERR_RANGE, "broadcast: root %d is not a rank of this group of %d", sh->root, c->n);
+  uint64_t total = 0;
+  if (!strata__mul_ok(sh->count, (uint64_t)c->n, &total) || total > (UINT64_MAX >> 3))
+    return strata__error(STRATA_ERR_RANGE, "%s: %zu elements x %d members overflow", what, sh->count, c->n);
   return STRATA_OK;
 }
 
-/*
-** Check one collective's arguments, choose its algorithm and hand it to
-** every lane (or to the backend's own library). Nothing is enqueued
-** anywhere unless every check passed.
-*/
-static int post(struct strata_comm *c, int kind, const strata_queue_t *queues, const strata_mem_t *send,
-                const strata_mem_t *recv, size_t count, int dtype, int op, int root) {
-  const char *what = kind_names[kind];
-  if (!c)
-    return strata__error(STRATA_ERR_INVALID, "%s: communicator is NULL", what);
-  if (!queues)
-    return strata__error(STRATA_ERR_INVALID, "%s: queues is NULL", what);
-  if (kind != COLL_BARRIER && (!send || !recv))
-    return strata__error(STRATA_ERR_INVALID, "%s: send or recv is NULL", what);
-  if (dtype != STRATA_FLOAT32 && dtype != STRATA_INT32)
-    return strata__error(STRATA_ERR_INVALID, "%s: unknown element type %d", what, dtype);
-  int reduces = kind == COLL_ALLREDUCE || kind == COLL_REDUCESCATTER;
-  if (reduces && op != STRATA_SUM && op != STRATA_AVG && op != STRATA_MAX)
-    return strata__error(STRATA_ERR_INVALID, "%s: unknown reduction %d", what, op);
-  if (reduces && op == STRATA_AVG && dtype != STRATA_FLOAT32)
-    return strata__error(STRATA_ERR_UNSUPPORTED, "%s: avg is for float32 only", what);
-  if (kind == COLL_BROADCAST && (root < 0 || root >= c->n))
-    return strata__error(STRATA_ERR_RANGE, "broadcast: root %d is not a rank of this group of %d", root, c->n);
-  int n = c->n;
-  uint64_t total = 0;
-  if (!strata__mul_ok(count, (uint64_t)n, &total) || total > (UINT64_MAX >> 3))
-    return strata__error(STRATA_ERR_RANGE, "%s: %zu elements x %d members overflow", what, count, n);
-  uint64_t scount = kind == COLL_REDUCESCATTER ? total : count, rcount = kind == COLL_ALLGATHER ? total : count;
-  for (int r = 0; r < n; r++) {
-    if (!queues[r])
-      return strata__error(STRATA_ERR_INVALID, "%s: queues[%d] is NULL", what, r);
-    if (queues[r]->dev->index != c->devices[r]) {
-      char lq[200];
-      return strata__error(STRATA_ERR_DEVICE_MISMATCH, "%s: queues[%d] is on %s, but rank %d is device %d", what, r,
-                           strata__device_label(queues[r]->dev, lq, sizeof lq), r, c->devices[r]);
-    }
-    if (kind == COLL_BARRIER)
-      continue;
-    TRY(check_mem(c, what, kind, r, "recv", recv[r], rcount));
-    if (kind == COLL_BROADCAST && r != root)
-      continue;
-    TRY(check_mem(c, what, kind, r, "send", send[r], scount));
-    if (send[r].buf != recv[r].buf)
-      continue;
-    /* the same buffer: in place, or not overlapping at all */
-    uint64_t so = send[r].off, ro = recv[r].off;
-    int in_place = kind == COLL_ALLGATHER       ? so == ro + (uint64_t)r * count
-                   : kind == COLL_REDUCESCATTER ? ro == so + (uint64_t)r * count
-                                                : so == ro;
-    if (!in_place && so < ro + rcount && ro < so + scount)
-      return strata__error(STRATA_ERR_INVALID,
-                           "%s: send[%d] and recv[%d] overlap without being the in-place layout", what, r, r);
+/* The checks of member r's queue and buffers. */
+static int check_member(struct strata_comm *c, const struct coll_shape *sh, int r, strata_queue_t q, strata_mem_t send,
+                        strata_mem_t recv) {
+  const char *what = kind_names[sh->kind];
+  if (r < 0 || r >= c->n)
+    return strata__error(STRATA_ERR_RANGE, "%s: rank %d of a group of %d", what, r, c->n);
+  if (!q)
+    return strata__error(STRATA_ERR_INVALID, "%s: queues[%d] is NULL", what, r);
+  if (q->dev->index != c->devices[r]) {
+    char lq[200];
+    return strata__error(STRATA_ERR_DEVICE_MISMATCH, "%s: queues[%d] is on %s, but rank %d is device %d", what, r,
+                         strata__device_label(q->dev, lq, sizeof lq), r, c->devices[r]);
   }
-  if (kind != COLL_BARRIER && count == 0)
+  if (sh->kind == COLL_BARRIER)
     return STRATA_OK;
+  uint64_t total = (uint64_t)sh->count * (uint64_t)c->n;
+  uint64_t scount = sh->kind == COLL_REDUCESCATTER ? total : sh->count;
+  uint64_t rcount = sh->kind == COLL_ALLGATHER ? total : sh->count;
+  TRY(check_mem(c, what, r, "recv", recv, rcount));
+  if (sh->kind == COLL_BROADCAST && r != sh->root)
+    return STRATA_OK;
+  TRY(check_mem(c, what, r, "send", send, scount));
+  if (send.buf != recv.buf)
+    return STRATA_OK;
+  /* the same buffer: in place, or not overlapping at all */
+  uint64_t so = send.off, ro = recv.off;
+  int in_place = sh->kind == COLL_ALLGATHER       ? so == ro + (uint64_t)r * sh->count
+                 : sh->kind == COLL_REDUCESCATTER ? ro == so + (uint64_t)r * sh->count
+                                                  : so == ro;
+  if (!in_place && so < ro + rcount && ro < so + scount)
+    return strata__error(STRATA_ERR_INVALID, "%s: send[%d] and recv[%d] overlap without being the in-place layout",
+                         what, r, r);
+  return STRATA_OK;
+}
 
-  if (c->nccl) {
-    void **qh = malloc(sizeof *qh * (size_t)n);
-    struct strata__mem *sm = calloc((size_t)n, sizeof *sm), *rm = calloc((size_t)n, sizeof *rm);
-    int rc = !qh || !sm || !rm ? strata__error(STRATA_ERR_NOMEM, "%s: out of host memory", what) : STRATA_OK;
-    for (int r = 0; r < n && !rc; r++) {
-      qh[r] = queues[r]->h;
-      if (kind != COLL_BARRIER) {
-        rm[r].h = recv[r].buf->h;
-        rm[r].off = recv[r].off;
-        if (send[r].buf) {
-          sm[r].h = send[r].buf->h;
-          sm[r].off = send[r].off;
-        }
-      }
-    }
-    if (!rc)
-      rc = c->nccl_slot->be->comm_coll(c->nccl_slot->ctx, c->nccl, kind, qh, sm, rm, count, dtype, op, root);
-    free(qh);
-    free(sm);
-    free(rm);
-    return rc;
-  }
-
-  int algo = c->algorithm == STRATA_COMM_RING || c->algorithm == STRATA_COMM_DIRECT ? c->algorithm
-             : count * 4 <= c->direct_max || n == 1 || kind == COLL_BARRIER ? STRATA_COMM_DIRECT
-                                                                           : STRATA_COMM_RING;
-  if (kind == COLL_BARRIER || n == 1)
-    algo = STRATA_COMM_DIRECT;
+/* The algorithm, ring chunk and scratch (elements per lane) of a collective. */
+static void plan_coll(struct strata_comm *c, const struct coll_shape *sh, int *algo, size_t *ce, size_t *scratch) {
+  int n = c->n;
+  size_t count = sh->count;
+  int reduces = sh->kind == COLL_ALLREDUCE || sh->kind == COLL_REDUCESCATTER;
+  *algo = c->algorithm == STRATA_COMM_RING || c->algorithm == STRATA_COMM_DIRECT ? c->algorithm
+          : count * 4 <= c->direct_max                                          ? STRATA_COMM_DIRECT
+                                                                                 : STRATA_COMM_RING;
+  if (sh->kind == COLL_BARRIER || n == 1)
+    *algo = STRATA_COMM_DIRECT;
   /* Chunks: at least the configured size, and few enough per segment (at
   ** most RING_CHUNKS, up to 16 MiB each) that handing a chunk from lane to
   ** lane costs little next to moving it. */
-  size_t ce = c->chunk_bytes / 4 ? c->chunk_bytes / 4 : 1, scratch = 0;
-  size_t seg = kind == COLL_ALLREDUCE ? (count + (size_t)n - 1) / (size_t)n : count;
+  size_t e = c->chunk_bytes / 4 ? c->chunk_bytes / 4 : 1;
+  size_t seg = sh->kind == COLL_ALLREDUCE ? (count + (size_t)n - 1) / (size_t)n : count;
   size_t few = (seg + RING_CHUNKS - 1) / RING_CHUNKS;
-  if (few > ce)
-    ce = few < RING_CHUNK_MAX / 4 ? few : (RING_CHUNK_MAX / 4 > ce ? RING_CHUNK_MAX / 4 : ce);
-  if (algo == STRATA_COMM_DIRECT && reduces)
-    scratch = (size_t)total;
-  else if (algo == STRATA_COMM_RING && kind == COLL_ALLREDUCE)
-    scratch = ce < count ? ce : count;
-  else if (algo == STRATA_COMM_RING && kind == COLL_REDUCESCATTER)
-    scratch = ce + 2 * count;
-  TRY(ensure_scratch(c, scratch));
+  if (few > e)
+    e = few < RING_CHUNK_MAX / 4 ? few : (RING_CHUNK_MAX / 4 > e ? RING_CHUNK_MAX / 4 : e);
+  *ce = e;
+  *scratch = 0;
+  if (*algo == STRATA_COMM_DIRECT && reduces)
+    *scratch = count * (size_t)n;
+  else if (*algo == STRATA_COMM_RING && sh->kind == COLL_ALLREDUCE)
+    *scratch = e < count ? e : count;
+  else if (*algo == STRATA_COMM_RING && sh->kind == COLL_REDUCESCATTER)
+    *scratch = e + 2 * count;
+}
 
+/* The collective of sequence number `seq` (lock held), created on first use. */
+static struct coll *coll_at_locked(struct strata_comm *c, uint64_t seq) {
+  for (struct coll *co = c->open; co; co = co->next_open)
+    if (co->seq == seq)
+      return co;
   struct coll *co = calloc(1, sizeof *co);
   if (co) {
-    co->m = calloc((size_t)n, sizeof *co->m);
-    co->progress = calloc((size_t)n, sizeof *co->progress);
+    co->m = calloc((size_t)c->n, sizeof *co->m);
+    co->progress = calloc((size_t)c->n, sizeof *co->progress);
   }
-  /* one job per lane, each freed by its lane */
-  struct job **jobs = calloc((size_t)n, sizeof *jobs);
-  int short_of_memory = !co || !co->m || !co->progress || !jobs;
-  for (int r = 0; r < n && !short_of_memory; r++)
-    short_of_memory = !(jobs[r] = calloc(1, sizeof **jobs));
-  if (short_of_memory) {
+  if (!co || !co->m || !co->progress) {
     if (co) {
       free(co->m);
       free(co->progress);
     }
     free(co);
-    for (int r = 0; r < n && jobs; r++)
-      free(jobs[r]);
-    free(jobs);
-    return strata__error(STRATA_ERR_NOMEM, "%s: out of host memory", what);
+    return NULL;
   }
-  co->kind = kind;
-  co->dtype = dtype;
-  co->op = op;
-  co->root = root;
-  co->algo = algo;
-  co->count = count;
-  co->ce = ce;
-  co->n = n;
-  co->left = n;
-  int rc = STRATA_OK;
-  for (int r = 0; r < n && !rc; r++) {
-    struct member_args *m = &co->m[r];
-    if (kind != COLL_BARRIER) {
-      m->rbuf = recv[r].buf;
-      m->roff = recv[r].off;
-      m->sbuf = send[r].buf;
-      m->soff = send[r].off;
-    }
-    const struct strata__slot *s = queues[r]->dev->slot;
-    rc = s->be->event_record(s->ctx, queues[r]->h, &m->in_ev);
-    if (!rc && c->async) {
-      rc = s->be->gate_new(s->ctx, queues[r]->dev->local, &m->gate);
-      if (!rc && (rc = s->be->gate_wait(s->ctx, queues[r]->h, m->gate))) {
-        s->be->gate_free(s->ctx, m->gate);
-        m->gate = NULL;
-      }
-    }
-  }
-  if (rc) { /* undo: free the events, open the gates already waited for */
-    char msg[700];
-    strata__strlcpy(msg, strata_last_error(), sizeof msg);
-    for (int r = 0; r < n; r++) {
-      const struct strata__slot *s = queues[r]->dev->slot;
-      if (co->m[r].in_ev)
-        s->be->event_free(s->ctx, co->m[r].in_ev);
-      if (co->m[r].gate) {
-        s->be->gate_open(s->ctx, co->m[r].gate, rc, msg);
-        s->be->gate_free(s->ctx, co->m[r].gate);
-      }
-    }
-    free(co->m);
-    free(co->progress);
-    free(co);
-    for (int r = 0; r < n; r++)
-      free(jobs[r]);
-    free(jobs);
-    return strata__error(rc, "%s", msg);
-  }
-  pthread_mutex_lock(&c->lock);
+  co->seq = seq;
+  co->n = c->n;
+  co->left = c->n;
+  co->next_open = c->open;
+  c->open = co;
   c->pending++;
-  for (int r = 0; r < n; r++) {
-    struct lane *l = &c->lanes[r];
-    jobs[r]->coll = co;
-    if (l->tail)
-      l->tail->next = jobs[r];
-    else
-      l->head = jobs[r];
-    l->tail = jobs[r];
-    pthread_cond_signal(&l->wake);
+  return co;
+}
+
+static void unlink_open_locked(struct strata_comm *c, struct coll *co) {
+  for (struct coll **p = &c->open; *p; p = &(*p)->next_open)
+    if (*p == co) {
+      *p = co->next_open;
+      return;
+    }
+}
+
+/*
+** Hand member r's part of its next collective to its lane: mark the
+** member's queue (input ready), make it wait for the result (a gate) unless
+** `done` asks for the completion instead, and match the call with the other
+** members' calls of the same sequence number. The shape and member were
+** checked. Any failure here happens before anything is enqueued.
+*/
+static int post_member(struct strata_comm *c, const struct coll_shape *sh, int r, strata_queue_t q, strata_mem_t send,
+                       strata_mem_t recv, void **done) {
+  const struct strata__slot *s = q->dev->slot;
+  struct job *j = calloc(1, sizeof *j);
+  struct completion *k = done ? calloc(1, sizeof *k) : NULL;
+  if (!j || (done && !k)) {
+    free(j);
+    free(k);
+    return strata__error(STRATA_ERR_NOMEM, "%s: out of host memory", kind_names[sh->kind]);
   }
+  if (k) {
+    k->slot = s;
+    k->refs = 2; /* the lane's and the waiter's */
+    *done = k;
+  }
+  void *ev = NULL, *gate = NULL;
+  int rc = s->be->event_record(s->ctx, q->h, &ev);
+  int gated = c->async;
+  if (!rc && gated) {
+    rc = s->be->gate_new(s->ctx, q->dev->local, &gate);
+    if (!rc && !done && (rc = s->be->gate_wait(s->ctx, q->h, gate))) {
+      s->be->gate_free(s->ctx, gate);
+      gate = NULL;
+    }
+  }
+  if (rc) {
+    if (ev)
+      s->be->event_free(s->ctx, ev);
+    free(j);
+    free(k);
+    if (done)
+      *done = NULL;
+    return rc;
+  }
+  int algo;
+  size_t ce, scratch;
+  plan_coll(c, sh, &algo, &ce, &scratch);
+  pthread_mutex_lock(&c->lock);
+  if (c->next_seq[r] < c->aborted_below) { /* its other members were told it failed */
+    uint64_t seq = c->next_seq[r]++;
+    pthread_mutex_unlock(&c->lock);
+    s->be->event_free(s->ctx, ev);
+    if (gate) {
+      s->be->gate_open(s->ctx, gate, STRATA_ERR_STATE, "aborted collective");
+      s->be->gate_free(s->ctx, gate);
+    }
+    free(j);
+    free(k);
+    if (done)
+      *done = NULL;
+    return strata__error(STRATA_ERR_STATE, "%s: collective #%llu of this communicator was aborted",
+                         kind_names[sh->kind], (unsigned long long)seq);
+  }
+  struct coll *co = coll_at_locked(c, c->next_seq[r]);
+  if (!co) {
+    pthread_mutex_unlock(&c->lock);
+    if (gate) {
+      s->be->gate_open(s->ctx, gate, STRATA_ERR_NOMEM, "out of host memory");
+      s->be->gate_free(s->ctx, gate);
+    }
+    s->be->event_free(s->ctx, ev);
+    free(j);
+    free(k);
+    if (done)
+      *done = NULL;
+    return strata__error(STRATA_ERR_NOMEM, "%s: out of host memory", kind_names[sh->kind]);
+  }
+  c->next_seq[r]++;
+  if (co->posted == 0) {
+    co->kind = sh->kind;
+    co->dtype = sh->dtype;
+    co->op = sh->op;
+    co->root = sh->root;
+    co->count = sh->count;
+    co->algo = algo;
+    co->ce = ce;
+    co->scratch = scratch;
+  } else if (co->kind != sh->kind || co->dtype != sh->dtype || co->count != sh->count ||
+             ((sh->kind == COLL_ALLREDUCE || sh->kind == COLL_REDUCESCATTER) && co->op != sh->op) ||
+             (sh->kind == COLL_BROADCAST && co->root != sh->root)) {
+    fail_locked(c, co, STRATA_ERR_INVALID,
+                "collective #%llu: rank %d called %s of %zu %s but another rank %s of %zu %s (every rank must make "
+                "the same calls in the same order)",
+                (unsigned long long)co->seq, r, kind_names[sh->kind], sh->count, strata_dtype_name(sh->dtype),
+                kind_names[co->kind], co->count, strata_dtype_name(co->dtype));
+  }
+  struct member_args *m = &co->m[r];
+  if (done) {
+    m->done = *done;
+    ((struct completion *)m->done)->gate = gate;
+  }
+  if (sh->kind != COLL_BARRIER) {
+    m->rbuf = recv.buf;
+    m->roff = recv.off;
+    m->sbuf = send.buf;
+    m->soff = send.off;
+  }
+  m->in_ev = ev;
+  m->gate = done ? NULL : gate;
+  if (++co->posted == c->n) {
+    unlink_open_locked(c, co);
+    pthread_cond_broadcast(&c->changed);
+  }
+  struct lane *l = &c->lanes[r];
+  j->coll = co;
+  if (l->tail)
+    l->tail->next = j;
+  else
+    l->head = j;
+  l->tail = j;
+  pthread_cond_signal(&l->wake);
   pthread_mutex_unlock(&c->lock);
-  free(jobs);
+  return STRATA_OK;
+}
+
+/* The backend library's collective: every member at once, or one (member >= 0). */
+static int post_backend(struct strata_comm *c, const struct coll_shape *sh, int member, const strata_queue_t *queues,
+                        const strata_mem_t *send, const strata_mem_t *recv) {
+  int n = c->n;
+  void **qh = calloc((size_t)n, sizeof *qh);
+  struct strata__mem *sm = calloc((size_t)n, sizeof *sm), *rm = calloc((size_t)n, sizeof *rm);
+  int rc = !qh || !sm || !rm ? strata__error(STRATA_ERR_NOMEM, "%s: out of host memory", kind_names[sh->kind])
+                             : STRATA_OK;
+  for (int r = 0; r < n && !rc; r++) {
+    if (member >= 0 && r != member)
+      continue;
+    int k = member >= 0 ? 0 : r;
+    qh[r] = queues[k]->h;
+    if (sh->kind != COLL_BARRIER) {
+      rm[r].h = recv[k].buf->h;
+      rm[r].off = recv[k].off;
+      if (send[k].buf) {
+        sm[r].h = send[k].buf->h;
+        sm[r].off = send[k].off;
+      }
+    }
+  }
+  if (!rc)
+    rc = c->nccl_slot->be->comm_coll(c->nccl_slot->ctx, c->nccl, sh->kind, member, qh, sm, rm, sh->count, sh->dtype,
+                                     sh->op, sh->root);
+  free(qh);
+  free(sm);
+  free(rm);
+  return rc;
+}
+
+/*
+** One collective for the whole group: every member checked before any is
+** posted; then each member's part handed to its lane.
+*/
+static int post_group(struct strata_comm *c, int kind, const strata_queue_t *queues, const strata_mem_t *send,
+                      const strata_mem_t *recv, size_t count, int dtype, int op, int root) {
+  struct coll_shape sh = {kind, dtype, op, root, count};
+  TRY(check_shape(c, &sh));
+  const char *what = kind_names[kind];
+  if (!queues)
+    return strata__error(STRATA_ERR_INVALID, "%s: queues is NULL", what);
+  if (kind != COLL_BARRIER && (!send || !recv))
+    return strata__error(STRATA_ERR_INVALID, "%s: send or recv is NULL", what);
+  strata_mem_t none = {NULL, 0};
+  for (int r = 0; r < c->n; r++)
+    TRY(check_member(c, &sh, r, queues[r], send ? send[r] : none, recv ? recv[r] : none));
+  if (kind != COLL_BARRIER && count == 0)
+    return STRATA_OK;
+  if (c->nccl)
+    return post_backend(c, &sh, -1, queues, send, recv);
+  for (int r = 0; r < c->n; r++) {
+    int rc = post_member(c, &sh, r, queues[r], send ? send[r] : none, recv ? recv[r] : none, NULL);
+    if (rc) {
+      /* the members posted so far would wait for the others: fail them */
+      char msg[700];
+      strata__strlcpy(msg, strata_last_error(), sizeof msg);
+      strata_comm_abort(c, rc, msg);
+      return strata__error(rc, "%s", msg);
+    }
+  }
   if (c->async)
     return STRATA_OK;
   return strata_comm_finish(c);
 }
 
+/* One member's call; `done` (internal callers) takes the completion instead of gating the queue. */
+int strata__comm_post_rank(strata_comm_t c, int kind, int rank, strata_queue_t queue, strata_mem_t send,
+                           strata_mem_t recv, size_t count, int dtype, int op, int root, void **done) {
+  struct coll_shape sh = {kind, dtype, op, root, count};
+  if (done)
+    *done = NULL;
+  TRY(check_shape(c, &sh));
+  TRY(check_member(c, &sh, rank, queue, send, recv));
+  if (kind != COLL_BARRIER && count == 0)
+    return STRATA_OK;
+  if (c->nccl)
+    return post_backend(c, &sh, rank, &queue, &send, &recv);
+  if (done && !c->async)
+    return strata__error(STRATA_ERR_UNSUPPORTED, "%s: a completion needs gates on every member's backend",
+                         kind_names[kind]);
+  TRY(post_member(c, &sh, rank, queue, send, recv, done));
+  if (c->async || c->next_seq[rank] < 1)
+    return STRATA_OK;
+  /* without gates the call waits for its collective, which needs every rank */
+  return strata_comm_finish(c);
+}
+
+/* Make `queue` (on the member's device) wait for a completion from
+** strata__comm_post_rank, and let the completion go. */
+int strata__comm_wait(strata_comm_t c, strata_queue_t queue, void *done) {
+  struct completion *k = done;
+  if (!k)
+    return STRATA_OK;
+  int rc = queue ? k->slot->be->gate_wait(k->slot->ctx, queue->h, k->gate) : STRATA_OK;
+  completion_drop(c, k);
+  return rc;
+}
+
+STRATA_API void strata_comm_abort(strata_comm_t c, int status, const char *message) {
+  if (!c)
+    return;
+  pthread_mutex_lock(&c->lock);
+  while (c->open) {
+    struct coll *co = c->open;
+    c->open = co->next_open;
+    fail_locked(c, co, status ? status : STRATA_ERR_STATE, "collective #%llu aborted: %s",
+                (unsigned long long)co->seq, message ? message : "by the caller");
+    co->aborted = 1;
+    if (co->seq + 1 > c->aborted_below)
+      c->aborted_below = co->seq + 1;
+    co->left -= co->n - co->posted; /* the members that never called hold nothing */
+    co->left++;
+    coll_release_locked(c, co);
+  }
+  pthread_cond_broadcast(&c->changed);
+  pthread_mutex_unlock(&c->lock);
+}
+
 STRATA_API int strata_allreduce(strata_comm_t c, const strata_queue_t *queues, const strata_mem_t *send,
                                 const strata_mem_t *recv, size_t count, int dtype, int op) {
-  return post(c, COLL_ALLREDUCE, queues, send, recv, count, dtype, op, 0);
+  return post_group(c, COLL_ALLREDUCE, queues, send, recv, count, dtype, op, 0);
 }
 
 STRATA_API int strata_allgather(strata_comm_t c, const strata_queue_t *queues, const strata_mem_t *send,
                                 const strata_mem_t *recv, size_t count, int dtype) {
-  return post(c, COLL_ALLGATHER, queues, send, recv, count, dtype, STRATA_SUM, 0);
+  return post_group(c, COLL_ALLGATHER, queues, send, recv, count, dtype, STRATA_SUM, 0);
 }
 
 STRATA_API int strata_reducescatter(strata_comm_t c, const strata_queue_t *queues, const strata_mem_t *send,
                                     const strata_mem_t *recv, size_t count, int dtype, int op) {
-  return post(c, COLL_REDUCESCATTER, queues, send, recv, count, dtype, op, 0);
+  return post_group(c, COLL_REDUCESCATTER, queues, send, recv, count, dtype, op, 0);
 }
 
 STRATA_API int strata_broadcast(strata_comm_t c, const strata_queue_t *queues, const strata_mem_t *send,
                                 const strata_mem_t *recv, size_t count, int dtype, int root) {
-  return post(c, COLL_BROADCAST, queues, send, recv, count, dtype, STRATA_SUM, root);
+  return post_group(c, COLL_BROADCAST, queues, send, recv, count, dtype, STRATA_SUM, root);
 }
 
 STRATA_API int strata_comm_barrier(strata_comm_t c, const strata_queue_t *queues) {
-  return post(c, COLL_BARRIER, queues, NULL, NULL, 0, STRATA_FLOAT32, STRATA_SUM, 0);
+  return post_group(c, COLL_BARRIER, queues, NULL, NULL, 0, STRATA_FLOAT32, STRATA_SUM, 0);
+}
+
+STRATA_API int strata_allreduce_rank(strata_comm_t c, int rank, strata_queue_t queue, strata_mem_t send,
+                                     strata_mem_t recv, size_t count, int dtype, int op) {
+  return strata__comm_post_rank(c, COLL_ALLREDUCE, rank, queue, send, recv, count, dtype, op, 0, NULL);
+}
+
+STRATA_API int strata_allgather_rank(strata_comm_t c, int rank, strata_queue_t queue, strata_mem_t send,
+                                     strata_mem_t recv, size_t count, int dtype) {
+  return strata__comm_post_rank(c, COLL_ALLGATHER, rank, queue, send, recv, count, dtype, STRATA_SUM, 0, NULL);
+}
+
+STRATA_API int strata_reducescatter_rank(strata_comm_t c, int rank, strata_queue_t queue, strata_mem_t send,
+                                         strata_mem_t recv, size_t count, int dtype, int op) {
+  return strata__comm_post_rank(c, COLL_REDUCESCATTER, rank, queue, send, recv, count, dtype, op, 0, NULL);
+}
+
+STRATA_API int strata_broadcast_rank(strata_comm_t c, int rank, strata_queue_t queue, strata_mem_t send,
+                                     strata_mem_t recv, size_t count, int dtype, int root) {
+  return strata__comm_post_rank(c, COLL_BROADCAST, rank, queue, send, recv, count, dtype, STRATA_SUM, root, NULL);
 }
 
 STRATA_API int strata_allreduce_sync(strata_comm_t c, const strata_queue_t *queues, const strata_mem_t *send,
