@@ -5,6 +5,8 @@ libstrata_la_SOURCES = \
 	%reldir%/status.c \
 	%reldir%/log.c \
 	%reldir%/util.c \
+	%reldir%/parse.c \
+	%reldir%/parse.h \
 	%reldir%/util.h \
 	%reldir%/backend.h \
 	%reldir%/registry.c \

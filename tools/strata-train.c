@@ -30,6 +30,11 @@
 #define DEFAULT_STEPS 600
 #define DEFAULT_BATCH 16
 #define DEFAULT_EVAL_BATCHES 8
+/* Bounds of the counts (the library's own limits, and for validation the
+** most that a run's final evaluation should take). */
+#define MAX_BATCH 1048576
+#define MAX_MICROBATCHES 1048576
+#define MAX_EVAL_BATCHES 100000
 #define VAL_FRACTION 0.1
 /* Synthetic image task for mlp/cnn models: images drawn (the last 10% validate). */
 #define IMAGE_COUNT 8192
@@ -191,11 +196,13 @@ static int parse_list(const char *opt, const char *text, int64_t min, int max, i
   const char *p = text;
   *n = 0;
   for (;;) {
-    char *end = NULL;
-    errno = 0;
-    long long v = (*p >= '0' && *p <= '9') ? strtoll(p, &end, 10) : -1;
-    if (!end || errno || v < min || v > 1000000 || (*end != ',' && *end != '\0')) {
-      fprintf(stderr, PROG ": %s wants comma-separated %s, not '%s'\n", opt, what, text);
+    const char *comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    char item[32];
+    int64_t v = 0;
+    if (len >= sizeof item || (memcpy(item, p, len), item[len] = '\0', strata__parse_int(item, min, 1000000, &v))) {
+      fprintf(stderr, PROG ": %s wants comma-separated %s, not '%s' (item '%.*s': %s)\n", opt, what, text,
+              (int)(len < 40 ? len : 40), p, len >= sizeof item ? "too long" : strata__parse_why());
       return -1;
     }
     if (*n == max) {
@@ -203,9 +210,9 @@ static int parse_list(const char *opt, const char *text, int64_t min, int max, i
       return -1;
     }
     out[(*n)++] = (int)v;
-    if (*end == '\0')
+    if (!comma)
       return 0;
-    p = end + 1;
+    p = comma + 1;
   }
 }
 
@@ -1085,10 +1092,6 @@ static int check_pipeline_args(struct options *o) {
   }
   if (!o->microbatches)
     o->microbatches = o->accum_given ? o->accum : 2 * (int64_t)o->pp;
-  if (o->microbatches > 1048576) {
-    fprintf(stderr, PROG ": %lld micro-batches; at most 1048576\n", (long long)o->microbatches);
-    return EXIT_USAGE;
-  }
   o->accum = o->microbatches;
   if (interleaved && o->microbatches % o->pp) {
     fprintf(stderr, PROG ": --schedule interleaved wants the micro-batches (%lld) a multiple of --pp (%d)\n",
@@ -1140,35 +1143,23 @@ static int parse_args(int argc, char **argv, struct options *o) {
         o->device = -1;
         break;
       }
-      v = -1;
-      errno = 0;
-      if (optarg[0] >= '0' && optarg[0] <= '9') {
-        char *end;
-        long long d = strtoll(optarg, &end, 10);
-        if (!errno && !*end && d <= 1000000)
-          v = d;
-      }
-      if (v < 0) {
-        fprintf(stderr, PROG ": --device wants a device index or 'best', not '%s'\n", optarg);
+      if (strata__parse_int(optarg, 0, 1000000, &v)) {
+        fprintf(stderr, PROG ": --device wants a device index or 'best', not '%s' (%s)\n", optarg, strata__parse_why());
         return EXIT_USAGE;
       }
       o->device = (int)v;
       o->device_given = 1;
       break;
     case 's': if (cli_parse_int(PROG, "--steps", optarg, 1, &o->steps)) return EXIT_USAGE; break;
-    case 'b': if (cli_parse_int(PROG, "--batch", optarg, 1, &o->batch)) return EXIT_USAGE; break;
+    case 'b': if (cli_parse_range(PROG, "--batch", optarg, 1, MAX_BATCH, &o->batch)) return EXIT_USAGE; break;
     case OPT_ACCUM:
-      if (cli_parse_int(PROG, "--accum", optarg, 1, &o->accum))
+      if (cli_parse_range(PROG, "--accum", optarg, 1, MAX_MICROBATCHES, &o->accum))
         return EXIT_USAGE;
       o->accum_given = 1;
       break;
     case OPT_PP:
-      if (cli_parse_int(PROG, "--pp", optarg, 1, &v))
+      if (cli_parse_range(PROG, "--pp", optarg, 1, STRATA_MAX_PIPELINE, &v))
         return EXIT_USAGE;
-      if (v > STRATA_MAX_PIPELINE) {
-        fprintf(stderr, PROG ": --pp %lld: at most %d pipeline devices\n", (long long)v, STRATA_MAX_PIPELINE);
-        return EXIT_USAGE;
-      }
       o->pp = (int)v;
       break;
     case OPT_DEVICES:
@@ -1189,17 +1180,13 @@ static int parse_args(int argc, char **argv, struct options *o) {
       o->pipe_only = o->pipe_only ? o->pipe_only : "--schedule";
       break;
     case OPT_MICROBATCHES:
-      if (cli_parse_int(PROG, "--microbatches", optarg, 1, &o->microbatches))
+      if (cli_parse_range(PROG, "--microbatches", optarg, 1, MAX_MICROBATCHES, &o->microbatches))
         return EXIT_USAGE;
       o->pipe_only = o->pipe_only ? o->pipe_only : "--microbatches";
       break;
     case OPT_VIRTUAL_STAGES:
-      if (cli_parse_int(PROG, "--virtual-stages", optarg, 1, &o->virtual_stages))
+      if (cli_parse_range(PROG, "--virtual-stages", optarg, 2, STRATA_MAX_STAGES, &o->virtual_stages))
         return EXIT_USAGE;
-      if (o->virtual_stages < 2) {
-        fprintf(stderr, PROG ": --virtual-stages wants 2 or more, not '%s'\n", optarg);
-        return EXIT_USAGE;
-      }
       o->pipe_only = o->pipe_only ? o->pipe_only : "--virtual-stages";
       break;
     case OPT_TRACE:
@@ -1207,7 +1194,7 @@ static int parse_args(int argc, char **argv, struct options *o) {
       o->pipe_only = o->pipe_only ? o->pipe_only : "--trace";
       break;
     case OPT_WARMUP: if (cli_parse_int(PROG, "--warmup", optarg, 0, &o->warmup)) return EXIT_USAGE; break;
-    case OPT_SEED: if (cli_parse_int(PROG, "--seed", optarg, 0, &o->seed)) return EXIT_USAGE; break;
+    case OPT_SEED: if (cli_parse_range(PROG, "--seed", optarg, 0, INT64_MAX, &o->seed)) return EXIT_USAGE; break;
     case OPT_LR: if (cli_parse_num(PROG, "--lr", optarg, 0, &o->lr)) return EXIT_USAGE; break;
     case OPT_CLIP: if (cli_parse_num(PROG, "--clip", optarg, 1, &o->clip)) return EXIT_USAGE; break;
     case OPT_WD: if (cli_parse_num(PROG, "--weight-decay", optarg, 1, &o->weight_decay)) return EXIT_USAGE; break;
@@ -1216,7 +1203,7 @@ static int parse_args(int argc, char **argv, struct options *o) {
     case OPT_SAVE_EVERY: if (cli_parse_int(PROG, "--save-every", optarg, 0, &o->save_every)) return EXIT_USAGE; break;
     case 'r': o->resume = optarg; break;
     case 'e': if (cli_parse_int(PROG, "--eval-every", optarg, 0, &o->eval_every)) return EXIT_USAGE; break;
-    case OPT_EVAL_BATCHES: if (cli_parse_int(PROG, "--eval-batches", optarg, 1, &o->eval_batches)) return EXIT_USAGE; break;
+    case OPT_EVAL_BATCHES: if (cli_parse_range(PROG, "--eval-batches", optarg, 1, MAX_EVAL_BATCHES, &o->eval_batches)) return EXIT_USAGE; break;
     case 'j': o->json = 1; break;
     case 'q': o->quiet = 1; break;
     case 'h': usage(stdout); return -1;
