@@ -7,6 +7,8 @@ libstrata_la_SOURCES = \
 	%reldir%/util.c \
 	%reldir%/parse.c \
 	%reldir%/parse.h \
+	%reldir%/file.c \
+	%reldir%/file.h \
 	%reldir%/util.h \
 	%reldir%/backend.h \
 	%reldir%/registry.c \

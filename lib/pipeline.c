@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "file.h"
 #include "registry.h"
 #include "trainer.h"
 
@@ -45,7 +46,7 @@ struct exec {
   pthread_cond_t cond;
   int failed;
   int fail_status;
-  char fail_msg[1024];
+  char fail_msg[4096];
   struct msg *act, *grad;    /* [S x m]: input of stage s / gradient of stage s's output, micro-batch mb */
   int *hold_act;             /* [S x m]: what still keeps slot (s, mb)'s activations ... */
   int *hold_grad;            /* ... and its boundary gradients */
@@ -552,12 +553,16 @@ void strata__trace_add(strata_trainer_t tr, const char *name, const char *cat, d
   e->step = tr->step;
 }
 
+/* The trace, through the atomic writer: a reader never sees half a file, and
+** a planted file or link at a temporary name is never written through. */
 int strata__trace_write(strata_trainer_t tr) {
-  char tmp[4096];
-  snprintf(tmp, sizeof tmp, "%s.tmp-%ld", tr->trace_path, (long)getpid());
-  FILE *f = fopen(tmp, "w");
-  if (!f)
-    return strata__error(STRATA_ERR_IO, "%s: cannot write the trace", tr->trace_path);
+  struct strata__out o;
+  TRY(strata__out_open(&o, tr->trace_path));
+  FILE *f = strata__out_stream(&o);
+  if (!f) {
+    strata__out_abort(&o);
+    return strata__error_prefix(STRATA_ERR_NOMEM, "cannot write the trace: ");
+  }
   fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
   for (int r = 0; r < tr->ndev; r++) {
     struct strata_device_props p;
@@ -579,12 +584,7 @@ int strata__trace_write(strata_trainer_t tr) {
             e->name, e->cat, e->tid, e->ts, e->dur, (long long)e->step + 1, i + 1 < tr->nevents ? "," : "");
   }
   fprintf(f, "]}\n");
-  int bad = ferror(f);
-  if (fclose(f) != 0 || bad || rename(tmp, tr->trace_path) != 0) {
-    unlink(tmp);
-    return strata__error(STRATA_ERR_IO, "%s: cannot write the trace", tr->trace_path);
-  }
-  return STRATA_OK;
+  return strata__out_commit(&o);
 }
 
 /* ---- balancing the split ---- */

@@ -18,6 +18,8 @@
 #include <strata/checkpoint.h>
 #include <strata/train.h>
 
+#include "file.h"
+#include "parse.h"
 #include "registry.h"
 #include "trainer.h"
 
@@ -89,19 +91,21 @@ static int check_data(strata_model_t model, strata_dataset_t data, int *images) 
 
 /* When a stage does not fit: say what the whole stage needs, not only the allocation that failed. */
 static int explain_memory(strata_trainer_t tr, int first, int last, int dev) {
-  char msg[768];
-  snprintf(msg, sizeof msg, "%s", strata_last_error());
+  char *msg = strdup(strata_last_error()); /* whole: a long message keeps its reason */
   uint64_t p = 0, act = 0;
   for (int i = first; i < last; i++) {
     p += tr->model->layers[i].info.params;
     act += tr->model->layers[i].info.act_bytes + tr->model->layers[i].info.out_bytes;
   }
   const char *what = (first == 0 && last == tr->model->nlayers) ? "model" : "stage";
-  return strata__error(STRATA_ERR_DEVICE_MEMORY,
+  int rc = strata__error(STRATA_ERR_DEVICE_MEMORY,
                        "%s '%s' (layers %d-%d) does not fit on device %d: it needs %.1f MiB for parameters, gradients "
                        "and AdamW moments plus about %.1f MiB of activations per micro-batch of %lld (%s)",
                        what, tr->model->cfg.name, first, last - 1, dev, 16.0 * (double)p / 1048576.0,
-                       (double)act * (double)tr->opt.batch / 1048576.0, (long long)tr->opt.batch, msg);
+                       (double)act * (double)tr->opt.batch / 1048576.0, (long long)tr->opt.batch,
+                       msg ? msg : "out of host memory");
+  free(msg);
+  return rc;
 }
 
 /* Allocate the host-side micro-batch buffers for m micro-batches. */
@@ -182,18 +186,9 @@ static int check_pipeline(const struct strata_pipeline_options *pp, int nlayers,
   if (pp->trace) {
     if (!pp->trace[0])
       return strata__error(STRATA_ERR_INVALID, "pipeline: the trace path is empty");
-    char *copy = strdup(pp->trace);
-    if (!copy)
-      return strata__error(STRATA_ERR_NOMEM, "out of host memory");
-    const char *dir = dirname(copy);
-    int ok = access(dir, W_OK | X_OK) == 0;
-    int err = errno;
-    int rc = ok ? STRATA_OK
-                : strata__error(STRATA_ERR_IO, "pipeline: cannot write the trace %s: directory %s: %s", pp->trace, dir,
-                                strerror(err));
-    free(copy);
+    int rc = strata__out_check(pp->trace);
     if (rc)
-      return rc;
+      return strata__error_prefix(STRATA_ERR_IO, "pipeline: cannot write the trace: ");
   }
   return STRATA_OK;
 }
@@ -260,10 +255,12 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
   if (!rc)
     rc = build_stages(tr, split, kind == STRATA_SCHEDULE_ZB_H1);
   if (rc) {
-    char msg[1024];
-    snprintf(msg, sizeof msg, "%s", strata_last_error());
+    char *msg = strdup(strata_last_error()); /* freeing may touch the message */
     strata_trainer_free(tr);
-    return strata__error(rc, "%s", msg);
+    if (msg)
+      strata__error(rc, "%s", msg);
+    free(msg);
+    return rc;
   }
   tr->report.devices = ndev;
   tr->report.stages = nstages;
@@ -724,19 +721,15 @@ STRATA_API int strata_trainer_save(strata_trainer_t tr, const char *path) {
   return rc;
 }
 
-/* Parse an unsigned decimal metadata field. */
+/* Parse an unsigned decimal metadata field ('step' at most INT64_MAX). */
 static int meta_u64(strata_safetensors_t f, const char *path, const char *key, uint64_t *v) {
   const char *s = strata_safetensors_meta(f, key);
-  char *end = NULL;
   if (!s || !*s)
     return strata__error(STRATA_ERR_PARSE, "%s: checkpoint metadata has no '%s'", path, key);
-  errno = 0;
-  unsigned long long x = strtoull(s, &end, 10);
-  if (*end || s[0] == '-' || !isdigit((unsigned char)s[0]) || errno == ERANGE)
-    return strata__error(STRATA_ERR_PARSE, "%s: checkpoint metadata '%s' = '%s' is not a number", path, key, s);
-  if (strcmp(key, "step") == 0 && x > (unsigned long long)INT64_MAX)
-    return strata__error(STRATA_ERR_PARSE, "%s: checkpoint metadata 'step' = '%s' is out of range", path, s);
-  *v = (uint64_t)x;
+  int rc = strata__parse_uint(s, strcmp(key, "step") == 0 ? (uint64_t)INT64_MAX : UINT64_MAX, v);
+  if (rc)
+    return strata__error(STRATA_ERR_PARSE, "%s: checkpoint metadata '%s' = '%s' is not a number: %s", path, key, s,
+                         strata__parse_why());
   return STRATA_OK;
 }
 
