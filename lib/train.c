@@ -316,6 +316,13 @@ STRATA_API void strata_trainer_free(strata_trainer_t tr) {
 
 STRATA_API int64_t strata_trainer_steps_done(strata_trainer_t tr) { return tr ? tr->step : 0; }
 
+STRATA_API void strata_trainer_set_stop(strata_trainer_t tr, int (*stop)(void *), void *arg) {
+  if (!tr)
+    return;
+  tr->stop = stop;
+  tr->stop_arg = arg;
+}
+
 STRATA_API int strata_trainer_report(strata_trainer_t tr, struct strata_pipeline_report *r) {
   if (!tr || !r)
     return strata__error(STRATA_ERR_INVALID, "strata_trainer_report: NULL argument");
@@ -520,6 +527,11 @@ STRATA_API int strata_trainer_eval(strata_trainer_t tr, int64_t batches, float *
   double sum = 0;
   int rc = STRATA_OK;
   for (int64_t b = 0; b < batches && !rc; b++) {
+    if (tr->stop && tr->stop(tr->stop_arg)) {
+      rc = strata__error(STRATA_ERR_INTERRUPTED, "validation interrupted after %lld of %lld batches", (long long)b,
+                         (long long)batches);
+      break;
+    }
     rc = strata_dataset_sample(tr->data, STRATA_SPLIT_VAL, tr->opt.batch, ctx, &state, tr->inputs[0], tr->targets[0]);
     double one = 0;
     if (!rc)

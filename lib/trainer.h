@@ -52,6 +52,8 @@ struct strata_trainer {
   char *trace_path;
   struct strata__trace_event *events;
   size_t nevents, cap_events;
+  int (*stop)(void *);               /* strata_trainer_set_stop: polled between evaluation batches */
+  void *stop_arg;
 };
 
 double strata__now(void);

@@ -3,10 +3,14 @@
 #ifndef STRATA_TOOLS_CLI_H
 #define STRATA_TOOLS_CLI_H
 
+#include <fcntl.h>
 #include <float.h>
 #include <getopt.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "parse.h"
 
@@ -88,6 +92,49 @@ static inline int cli_parse_real(const char *prog, const char *opt, const char *
 static inline int cli_parse_num(const char *prog, const char *opt, const char *text, int zero_ok, double *out) {
   return cli_parse_real(prog, opt, text, 0, FLT_MAX, STRATA__PARSE_FP32 | (zero_ok ? 0 : STRATA__PARSE_ABOVE_MIN),
                         zero_ok ? "a non-negative number" : "a positive number", out);
+}
+
+/*
+** Whether paths `a` and `b` name the same file: by device and inode when
+** both exist (so a hard link, a symbolic link or "./x" against "x" are
+** caught), else by their directories' device and inode and the same last
+** component (an output not yet written). 0 when either is NULL.
+*/
+static inline int cli_same_file(const char *a, const char *b) {
+  if (!a || !b)
+    return 0;
+  struct stat sa, sb;
+  int ea = stat(a, &sa), eb = stat(b, &sb);
+  if (ea == 0 && eb == 0)
+    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  if (ea == 0 || eb == 0)
+    return 0;
+  const char *ba = strrchr(a, '/'), *bb = strrchr(b, '/');
+  ba = ba ? ba + 1 : a;
+  bb = bb ? bb + 1 : b;
+  if (strcmp(ba, bb) != 0)
+    return 0;
+  char da[4096], db[4096];
+  snprintf(da, sizeof da, "%.*s", ba == a ? 1 : (int)(ba - a), ba == a ? "." : a);
+  snprintf(db, sizeof db, "%.*s", bb == b ? 1 : (int)(bb - b), bb == b ? "." : b);
+  return stat(da, &sa) == 0 && stat(db, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+/*
+** The first bytes (up to n) of the regular file at `path` into buf,
+** opened without blocking: how many were read, or -1 when there is no
+** regular file to read there (missing, a FIFO, unreadable).
+*/
+static inline ssize_t cli_read_head(const char *path, void *buf, size_t n) {
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0)
+    return -1;
+  struct stat st;
+  ssize_t got = -1;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
+    got = read(fd, buf, n);
+  close(fd);
+  return got;
 }
 
 #endif /* STRATA_TOOLS_CLI_H */

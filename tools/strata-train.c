@@ -123,6 +123,12 @@ static void on_sigint(int sig) {
   interrupted = 1;
 }
 
+/* strata_trainer_set_stop's poll: a Ctrl-C stops an evaluation between batches. */
+static int stop_requested(void *arg) {
+  (void)arg;
+  return interrupted != 0;
+}
+
 static double now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -245,6 +251,85 @@ static int check_out_path(const char *opt, const char *path) {
     return -1;
   }
   return 0;
+}
+
+/*
+** Outputs are never an input of the same run, nor an existing file of
+** another kind: --save must not name the --data or --model file, --trace
+** none of --data, --model, --resume and --save (compared by device and
+** inode, so links and other spellings are caught); an existing --save must
+** be a safetensors file and an existing --trace a strata trace. Then both
+** outputs must be creatable now, temporary name included (one is made and
+** removed), rather than fail after hours of training. Returns 0 or
+** EXIT_USAGE after one line.
+*/
+static int check_outputs(const struct options *o) {
+  const char *in_name[] = {"--data", "--model", "--resume", "--save"};
+  const char *in_path[] = {o->data, o->model, o->resume, o->save};
+  for (int i = 0; i < 2 && o->save; i++)
+    if (cli_same_file(o->save, in_path[i])) {
+      fprintf(stderr, PROG ": --save '%s' is the %s file; the checkpoint would replace it (choose another name)\n",
+              o->save, in_name[i]);
+      return EXIT_USAGE;
+    }
+  for (int i = 0; i < 4 && o->trace; i++)
+    if (cli_same_file(o->trace, in_path[i])) {
+      fprintf(stderr, PROG ": --trace '%s' is the %s file; the trace would replace it (choose another name)\n",
+              o->trace, in_name[i]);
+      return EXIT_USAGE;
+    }
+  unsigned char head[32];
+  ssize_t n;
+  /* safetensors: an 8-byte little-endian header length (far below 2^32), then the JSON header's '{' */
+  if (o->save && (n = cli_read_head(o->save, head, 9)) >= 0 &&
+      !(n == 9 && head[8] == '{' && !head[4] && !head[5] && !head[6] && !head[7])) {
+    fprintf(stderr, PROG ": --save '%s' exists and is not a checkpoint (safetensors); it is not replaced (remove it or "
+                    "choose another name)\n", o->save);
+    return EXIT_USAGE;
+  }
+  static const char trace_magic[] = "{\"displayTimeUnit\"";
+  if (o->trace && (n = cli_read_head(o->trace, head, sizeof trace_magic - 1)) >= 0 &&
+      !(n == (ssize_t)sizeof trace_magic - 1 && memcmp(head, trace_magic, sizeof trace_magic - 1) == 0)) {
+    fprintf(stderr, PROG ": --trace '%s' exists and is not a strata trace; it is not replaced (remove it or choose "
+                    "another name)\n", o->trace);
+    return EXIT_USAGE;
+  }
+  const char *out_name[] = {"--save", "--trace"};
+  const char *out_path[] = {o->save, o->trace};
+  for (int i = 0; i < 2; i++)
+    if (out_path[i] && strata_safetensors_check_path(out_path[i])) {
+      fprintf(stderr, PROG ": %s: %s\n", out_name[i], strata_last_error());
+      return EXIT_USAGE;
+    }
+  return 0;
+}
+
+/*
+** Before step 1: draw one validation batch and one training batch of the
+** run's shape, so that a split too short for the context fails now, not at
+** the first evaluation after the training. Returns 0 or EXIT_RUNTIME.
+*/
+static int check_data_splits(const struct run *r) {
+  int text = r->cfg->kind == STRATA_MODEL_GPT;
+  int64_t ctx = text ? r->cfg->context : 0;
+  size_t cells = (size_t)r->topts.batch * (size_t)(text ? ctx : r->cfg->channels * r->cfg->image * r->cfg->image);
+  size_t rows = (size_t)r->topts.batch * (size_t)(text ? ctx : 1);
+  void *in = malloc(cells * 4 + 4);
+  int32_t *tg = malloc(rows * 4 + 4);
+  int rc = in && tg ? 0 : -1;
+  if (rc)
+    fprintf(stderr, PROG ": out of host memory checking the data\n");
+  for (int split = 0; split < 2 && !rc; split++) {
+    uint64_t state = 1;
+    if (strata_dataset_sample(r->data, split ? STRATA_SPLIT_VAL : STRATA_SPLIT_TRAIN, r->topts.batch, ctx, &state, in,
+                              tg)) {
+      fprintf(stderr, PROG ": %s (checked before step 1)\n", strata_last_error());
+      rc = -1;
+    }
+  }
+  free(in);
+  free(tg);
+  return rc ? EXIT_RUNTIME : 0;
 }
 
 /* ---------------------------------------------------------------- output helpers */
@@ -653,10 +738,17 @@ static int save_checkpoint(struct run *r, const struct options *o) {
   return 0;
 }
 
+/* One validation: 0 done, EVAL_INTERRUPTED stopped by a Ctrl-C (no loss), else EXIT_RUNTIME after a message. */
+#define EVAL_INTERRUPTED (-1)
 static int evaluate(struct run *r, const struct options *o) {
   double t0 = now();
   float v;
-  if (strata_trainer_eval(r->tr, o->eval_batches, &v)) {
+  int rc = strata_trainer_eval(r->tr, o->eval_batches, &v);
+  if (rc == STRATA_ERR_INTERRUPTED) {
+    r->eval_s += now() - t0;
+    return EVAL_INTERRUPTED;
+  }
+  if (rc) {
     progress_end(r);
     return fail("validation");
   }
@@ -729,9 +821,14 @@ static int train(struct run *r, const struct options *o) {
     int last = r->step >= end;
     int evaluated = 0;
     if (!last && o->eval_every > 0 && r->step % o->eval_every == 0 && !interrupted) {
-      if (evaluate(r, o))
+      int erc = evaluate(r, o);
+      if (erc == EXIT_RUNTIME) {
+        /* the steps are done and good: keep them before failing */
+        if (o->save && r->saved_step != r->step && r->step > r->start_step)
+          save_checkpoint(r, o);
         return EXIT_RUNTIME;
-      evaluated = 1;
+      }
+      evaluated = erc == 0;
     }
     if (!o->json && !o->quiet) {
       if (r->progress_tty)
@@ -1219,6 +1316,8 @@ static int parse_args(int argc, char **argv, struct options *o) {
     return EXIT_USAGE;
   if ((rc = check_pipeline_args(o)))
     return rc;
+  if ((rc = check_outputs(o)))
+    return rc;
   if (o->eval_every < 0)
     o->eval_every = o->steps / 5;
   return 0;
@@ -1336,6 +1435,9 @@ int main(int argc, char **argv) {
     }
     r.start_step = r.step = strata_trainer_steps_done(r.tr);
   }
+  strata_trainer_set_stop(r.tr, stop_requested, NULL);
+  if ((rc = check_data_splits(&r)))
+    goto out;
 
   print_header(&r, &o, o.pp ? NULL : o.device < 0 ? why : NULL);
   if (r.step >= r.topts.steps && !o.json && !o.quiet)
@@ -1345,6 +1447,11 @@ int main(int argc, char **argv) {
   exit_code = train(&r, &o);
   if (exit_code)
     goto out_rc;
+  /* The checkpoint first: a final evaluation that fails or is interrupted must not cost the training. */
+  if (o.save && r.step > r.start_step && r.saved_step != r.step && save_checkpoint(&r, &o)) {
+    exit_code = EXIT_RUNTIME;
+    goto out_rc;
+  }
   /* Measured again after training, and the higher figure kept: on a shared machine a busy
   ** moment during the first measurement would otherwise inflate MFU (even past 100%). */
   r.peak_before = r.peak_gflops;
@@ -1359,11 +1466,7 @@ int main(int argc, char **argv) {
     if (r.pp)
       r.peak_gflops = sum;
   }
-  if (!interrupted && r.step > r.start_step && o.eval_batches > 0 && evaluate(&r, &o)) {
-    exit_code = EXIT_RUNTIME;
-    goto out_rc;
-  }
-  if (o.save && r.step > r.start_step && save_checkpoint(&r, &o)) {
+  if (!interrupted && r.step > r.start_step && o.eval_batches > 0 && evaluate(&r, &o) == EXIT_RUNTIME) {
     exit_code = EXIT_RUNTIME;
     goto out_rc;
   }
