@@ -108,6 +108,79 @@ static int explain_memory(strata_trainer_t tr, int first, int last, int dev) {
   return rc;
 }
 
+/* Micro-batches stage s keeps in flight at most: the schedule's peak, one without a schedule. */
+static int stage_inflight(strata_trainer_t tr, int s) {
+  int k = 1;
+  if (tr->sched && (strata_schedule_peak_inflight(tr->sched, s, &k) || k < 1))
+    k = 1;
+  return k;
+}
+
+uint64_t strata__stage_need(strata_trainer_t tr, int s, const struct strata__stage_bytes *b,
+                            const struct strata__stage_bytes *prev, uint64_t *act, uint64_t *bufs) {
+  int k = stage_inflight(tr, s);
+  uint64_t a = (uint64_t)k * b->slot;
+  /* boundary gradients may outlive the activations until the previous stage took them */
+  uint64_t g = (uint64_t)(k + (s > 0 && tr->sched ? 1 : 0)) * b->grad, recv = 0;
+  if (tr->sched && s > 0 && prev && tr->stage_rank[s - 1] != tr->stage_rank[s])
+    recv += (uint64_t)stage_inflight(tr, s - 1) * b->in; /* activations sent here, not yet consumed */
+  if (tr->sched && s < tr->nstages - 1 && tr->stage_rank[s + 1] != tr->stage_rank[s])
+    recv += (uint64_t)k * b->out; /* gradients sent back here */
+  if (act)
+    *act += a;
+  if (bufs)
+    *bufs += b->fixed - b->params + g + recv;
+  return b->fixed + a + g + recv;
+}
+
+/*
+** The memory plan, before anything is allocated: per device, every stage's
+** parameters, gradients, moments and buffers, the activations and boundary
+** gradients of the micro-batches the schedule keeps in flight on it (one
+** without a schedule), and the buffers that receive its neighbours'
+** activations and gradients, against what the device has free now. The
+** message says what is needed and what there is ("needs X, has Y").
+*/
+static int check_memory(strata_trainer_t tr, const int *split) {
+  uint64_t need[STRATA_MAX_PIPELINE] = {0}, params[STRATA_MAX_PIPELINE] = {0}, act[STRATA_MAX_PIPELINE] = {0},
+           bufs[STRATA_MAX_PIPELINE] = {0};
+  int lo[STRATA_MAX_PIPELINE], hi[STRATA_MAX_PIPELINE], nst[STRATA_MAX_PIPELINE] = {0};
+  struct strata__stage_bytes b, prev;
+  int split_backward = tr->report.schedule == STRATA_SCHEDULE_ZB_H1;
+  for (int s = 0, first = 0; s < tr->nstages; first += split[s], s++) {
+    TRY(strata__stage_plan(tr->model, first, first + split[s], tr->opt.batch, split_backward, &b));
+    int r = tr->stage_rank[s];
+    need[r] += strata__stage_need(tr, s, &b, s ? &prev : NULL, &act[r], &bufs[r]);
+    params[r] += b.params;
+    if (!nst[r]++)
+      lo[r] = first;
+    hi[r] = first + split[s] - 1;
+    prev = b;
+  }
+  for (int r = 0; r < tr->ndev; r++) {
+    struct strata_device_props p;
+    TRY(strata_device_props(tr->dev[r], &p));
+    if (need[r] <= p.free_memory)
+      continue;
+    const double MiB = 1048576.0;
+    char what[160];
+    if (tr->nstages == 1)
+      snprintf(what, sizeof what, "model '%s' (layers %d-%d)", tr->model->cfg.name, lo[r], hi[r]);
+    else
+      snprintf(what, sizeof what, "%s of model '%s' on this device (layers %d-%d)", nst[r] == 1 ? "the stage" : "the stages",
+               tr->model->cfg.name, lo[r], hi[r]);
+    return strata__error(STRATA_ERR_DEVICE_MEMORY,
+                         "%s%s does not fit on device %d: a step needs %.1f MiB (%.1f MiB for parameters, gradients and "
+                         "AdamW moments, %.1f MiB of activations for micro-batches of %lld, %.1f MiB of other buffers), "
+                         "the device has %.1f MiB free (limit %.1f MiB, %.1f MiB in use)",
+                         tr->unfit_split ? "no cut of the model fits these devices' memory; with the fastest cut, " : "",
+                         what, tr->dev[r], (double)need[r] / MiB, (double)params[r] / MiB, (double)act[r] / MiB,
+                         (long long)tr->opt.batch, (double)bufs[r] / MiB, (double)p.free_memory / MiB,
+                         (double)p.memory_limit / MiB, (double)p.used_memory / MiB);
+  }
+  return STRATA_OK;
+}
+
 /* Allocate the host-side micro-batch buffers for m micro-batches. */
 static int host_buffers(strata_trainer_t tr) {
   tr->inputs = calloc((size_t)tr->m, sizeof *tr->inputs);
@@ -230,6 +303,7 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
   tr->ndev = ndev;
   tr->nstages = nstages;
   tr->m = pp ? pp->microbatches : (int)opts->accum;
+  tr->report.schedule = kind; /* the balancer and the memory plan read it */
   for (int i = 0; i < ndev; i++)
     tr->dev[i] = pp ? pp->device[i] : opts->device;
   for (int s = 0; s < nstages; s++)
@@ -252,6 +326,8 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
   } else {
     split[0] = model->nlayers;
   }
+  if (!rc)
+    rc = check_memory(tr, split);
   if (!rc)
     rc = build_stages(tr, split, kind == STRATA_SCHEDULE_ZB_H1);
   if (rc) {
