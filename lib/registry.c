@@ -158,11 +158,9 @@ static int slot_load(struct strata__slot *slot, int *ndev) {
   }
   int n = be->init(&services, &slot->ctx, why, sizeof why);
   if (n < 0) {
-    char msg[768];
-    snprintf(msg, sizeof msg, "%s backend: %s", slot->name, strata_last_error());
     dlclose(slot->dl);
     slot->dl = NULL;
-    return strata__error(n, "%s", msg);
+    return strata__error_prefix(n, "%s backend: ", slot->name);
   }
   slot->be = be;
   if (n == 0)
