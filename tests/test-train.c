@@ -491,6 +491,41 @@ Test(train, memory_plan_refuses_at_creation_a_cap_one_byte_short) {
   free(corpus);
 }
 
+static int stop_after_calls(void *arg) {
+  int *left = arg;
+  return (*left)-- <= 0;
+}
+
+/* Class 4 (work lost at the end): a Ctrl-C must stop even a long evaluation promptly; the stop hook is polled
+** before every batch and the trainer is unchanged afterwards. */
+Test(train, work_lost_an_evaluation_stops_between_batches_on_request) {
+  char *corpus = text_corpus(20000);
+  strata_dataset_t ds;
+  OK(strata_dataset_text(corpus, 0.2, &ds));
+  strata_model_t m;
+  OK(strata_model_from_preset("gpt-micro", &m));
+  struct strata_train_options o;
+  strata_train_options_default(&o);
+  o.batch = 2;
+  o.device = tc_find_device("host", 0);
+  strata_trainer_t tr;
+  OK(strata_trainer_new(m, ds, &o, &tr));
+  float before = 0, after = 0, loss = -1;
+  OK(strata_trainer_eval(tr, 3, &before));
+  int left = 2;
+  strata_trainer_set_stop(tr, stop_after_calls, &left);
+  cr_assert_eq(strata_trainer_eval(tr, 1000000, &loss), STRATA_ERR_INTERRUPTED);
+  cr_assert_eq(loss, -1, "an interrupted evaluation must not report a loss");
+  cr_assert(strstr(strata_last_error(), "after 2 of 1000000 batches"), "%s", strata_last_error());
+  strata_trainer_set_stop(tr, NULL, NULL);
+  OK(strata_trainer_eval(tr, 3, &after));
+  cr_assert_eq(before, after, "the interrupted evaluation changed the trainer");
+  strata_trainer_free(tr);
+  strata_model_free(m);
+  strata_dataset_free(ds);
+  free(corpus);
+}
+
 Test(train, model_and_data_must_agree) {
   strata_dataset_t img;
   OK(strata_dataset_images(20, 8, 3, 1, &img));

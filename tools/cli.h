@@ -12,6 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <strata/common.h>
+
 #include "parse.h"
 
 /*
@@ -37,6 +39,13 @@ static inline int cli_refuse(const char *prog, int c, int argc, char **argv) {
     return 1;
   }
   return 0;
+}
+
+/* The exit status for a failed strata_device_count: a setting of the
+** environment that is not valid (STRATA_DEVICE_MEMORY_LIMIT=16777216T,
+** STRATA_BACKENDS=gpu) is bad usage, 2; anything else is a runtime failure, 1. */
+static inline int cli_device_status(int rc) {
+  return rc == STRATA_ERR_PARSE || rc == STRATA_ERR_RANGE || rc == STRATA_ERR_INVALID ? 2 : 1;
 }
 
 /* The largest value cli_parse_int takes when no bound is given: counts

@@ -254,9 +254,10 @@ static int time_pair(struct runner *strata, struct runner *direct, int reps, dou
 
 static int bench_gemm(const struct options *o) {
   int ndev = 0;
-  if (strata_device_count(&ndev)) {
+  int drc = strata_device_count(&ndev);
+  if (drc) {
     fprintf(stderr, "strata-bench: %s\n", strata_last_error());
-    return 1;
+    return cli_device_status(drc);
   }
   if (o->device >= ndev) {
     fprintf(stderr, "strata-bench: no device %d (there are %d)\n", o->device, ndev);

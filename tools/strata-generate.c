@@ -209,9 +209,10 @@ int main(int argc, char **argv) {
     goto out;
   }
   int ndev = 0;
-  if (strata_device_count(&ndev)) {
+  int drc = strata_device_count(&ndev);
+  if (drc) {
     fprintf(stderr, PROG ": %s\n", strata_last_error());
-    rc = EXIT_RUNTIME;
+    rc = cli_device_status(drc);
     goto out;
   }
   if (o.device >= ndev) {

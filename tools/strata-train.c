@@ -1379,8 +1379,10 @@ int main(int argc, char **argv) {
   if ((rc = load_data(&r, &o)))
     goto out;
 
-  if (strata_device_count(&ndev)) {
-    rc = fail(NULL);
+  int drc = strata_device_count(&ndev);
+  if (drc) {
+    fail(NULL);
+    rc = cli_device_status(drc);
     goto out;
   }
   if (ndev == 0) {
