@@ -342,9 +342,13 @@ static int bench_gemm(const struct options *o) {
 int main(int argc, char **argv) {
   struct options o = {.device = -1, .reps = 5};
   parse_sizes("512,1024,2048", &o);
-  if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
-    usage(argc < 2 ? stderr : stdout);
-    return argc < 2 ? 2 : 0;
+  if (argc < 2) { /* bad usage is one line, like every other refusal */
+    fprintf(stderr, "strata-bench: which benchmark? (known: gemm; see --help)\n");
+    return 2;
+  }
+  if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
+    usage(stdout);
+    return 0;
   }
   if (strcmp(argv[1], "gemm") != 0) {
     fprintf(stderr, "strata-bench: unknown benchmark '%s' (known: gemm)\n", argv[1]);
