@@ -5,6 +5,10 @@ libstrata_la_SOURCES = \
 	%reldir%/status.c \
 	%reldir%/log.c \
 	%reldir%/util.c \
+	%reldir%/parse.c \
+	%reldir%/parse.h \
+	%reldir%/file.c \
+	%reldir%/file.h \
 	%reldir%/util.h \
 	%reldir%/backend.h \
 	%reldir%/registry.c \

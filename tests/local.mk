@@ -82,3 +82,19 @@ tests_test_registry_CFLAGS = $(AM_CFLAGS) $(CRITERION_CFLAGS)
 tests_test_registry_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_DIR='"$(abs_top_builddir)/tests/fake"'
 tests_test_registry_LDADD = libstrata.la $(CRITERION_LIBS)
 endif
+
+# The hardening classes: numbers (the one parser, compiled in, and the
+# environment the library reads through it) and files (inputs that are not
+# regular files, the atomic writer, long paths and escaped messages).
+if HAVE_CRITERION
+check_PROGRAMS += tests/test-numbers tests/test-files
+TESTS += tests/test-numbers tests/test-files
+tests_test_numbers_SOURCES = tests/test-numbers.c tests/common.h lib/parse.c lib/parse.h
+tests_test_numbers_CPPFLAGS = $(AM_CPPFLAGS) -DSTRATA_TEST_FIXTURES='"$(abs_top_srcdir)/tests/fixtures/topology"'
+tests_test_numbers_CFLAGS = $(AM_CFLAGS) $(CRITERION_CFLAGS)
+tests_test_numbers_LDADD = libstrata.la $(CRITERION_LIBS) -lm
+tests_test_files_SOURCES = tests/test-files.c tests/common.h
+tests_test_files_CPPFLAGS = $(AM_CPPFLAGS) -DSTRATA_TEST_FIXTURES='"$(abs_top_srcdir)/tests/fixtures/topology"'
+tests_test_files_CFLAGS = $(AM_CFLAGS) $(CRITERION_CFLAGS)
+tests_test_files_LDADD = libstrata.la $(CRITERION_LIBS) -lm
+endif

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 # tools/ — strata-bench (strata-topo is built from topology/local.mk).
 bin_PROGRAMS += tools/strata-bench
-tools_strata_bench_SOURCES = %reldir%/strata-bench.c %reldir%/bench-comm.c %reldir%/bench-comm.h %reldir%/cli.h
+tools_strata_bench_SOURCES = %reldir%/strata-bench.c %reldir%/bench-comm.c %reldir%/bench-comm.h %reldir%/cli.h lib/parse.c lib/parse.h
 tools_strata_bench_CPPFLAGS = $(AM_CPPFLAGS) $(BLAS_CFLAGS)
 tools_strata_bench_LDADD = libstrata.la $(BLAS_LIBS) -lm
 if BUILD_OPENCL

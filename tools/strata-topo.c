@@ -13,6 +13,8 @@
 #include <strata/device.h>
 #include <strata/topology.h>
 
+#include "parse.h"
+
 enum { FORMAT_TEXT, FORMAT_JSON, FORMAT_DOT, FORMAT_SVG };
 
 /* Exit statuses: 0 success, 1 a runtime failure (calibration), 2 bad usage or bad input. */
@@ -57,11 +59,9 @@ static void usage(FILE *f) {
 }
 
 static int parse_gbps(const char *opt, const char *text, double *out) {
-  char *end = NULL;
-  errno = 0;
-  double v = strtod(text, &end);
-  if (errno || end == text || *end || !(v > 0) || !isfinite(v)) {
-    fprintf(stderr, "strata-topo: %s: '%s' is not a positive number of GB/s\n", opt, text);
+  double v = 0;
+  if (strata__parse_real(text, 0, 1e9, STRATA__PARSE_ABOVE_MIN, &v)) {
+    fprintf(stderr, "strata-topo: %s: '%s' is not a positive number of GB/s (%s)\n", opt, text, strata__parse_why());
     return -1;
   }
   *out = v;
@@ -491,9 +491,11 @@ int main(int argc, char **argv) {
     case 'm':
       o.measure = 1;
       if (optarg) {
-        uint64_t bytes;
-        if (strata_parse_size(optarg, &bytes) != STRATA_OK || bytes == 0 || bytes > ((uint64_t)1 << 34)) {
-          fprintf(stderr, "strata-topo: --measure: '%s' is not a size between 1 and 16G\n", optarg);
+        uint64_t bytes = 0;
+        int prc = strata__parse_size(optarg, &bytes);
+        if (prc || bytes == 0 || bytes > ((uint64_t)1 << 34)) {
+          fprintf(stderr, "strata-topo: --measure: '%s' is not a size between 1 and 16G (%s)\n", optarg,
+                  prc ? strata__parse_why() : bytes ? "too large" : "zero");
           return EXIT_INPUT;
         }
         o.measure_bytes = (size_t)bytes;

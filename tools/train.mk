@@ -1,9 +1,9 @@
 # SPDX-License-Identifier: MIT
 # tools/train.mk — strata-train (the main job) and strata-generate, their man pages, tool tests and benchmark scripts.
 bin_PROGRAMS += tools/strata-train tools/strata-generate
-tools_strata_train_SOURCES = %reldir%/strata-train.c %reldir%/cli.h
+tools_strata_train_SOURCES = %reldir%/strata-train.c %reldir%/cli.h lib/parse.c lib/parse.h
 tools_strata_train_LDADD = libstrata.la -lm
-tools_strata_generate_SOURCES = %reldir%/strata-generate.c %reldir%/cli.h
+tools_strata_generate_SOURCES = %reldir%/strata-generate.c %reldir%/cli.h lib/parse.c lib/parse.h
 tools_strata_generate_LDADD = libstrata.la -lm
 dist_man_MANS += man/strata-train.1 man/strata-generate.1
 TESTS += tests/test-strata-train.sh

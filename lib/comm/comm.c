@@ -12,6 +12,7 @@
 #include <strata/comm.h>
 
 #include "comm.h"
+#include "parse.h"
 #include "registry.h"
 
 #define COMM_MAX_MEMBERS 64
@@ -602,7 +603,7 @@ static int env_size(const char *name, size_t *out, int zero_ok) {
   if (!v || !*v)
     return STRATA_OK;
   uint64_t x = 0;
-  if (strata_parse_size(v, &x) != STRATA_OK || (!zero_ok && x == 0) || x > (1ull << 31))
+  if (strata__parse_size(v, &x) != STRATA_OK || (!zero_ok && x == 0) || x > (1ull << 31))
     return strata__error(STRATA_ERR_PARSE, "%s='%s' is not a size between %s and 2G", name, v,
                          zero_ok ? "0" : "1 byte");
   *out = (size_t)x;
@@ -631,11 +632,10 @@ static int resolve_options(const struct strata_comm_options *o, struct strata_co
   TRY(env_size("STRATA_COMM_DIRECT_MAX", &c->direct_max, 1));
   const char *t = getenv("STRATA_COMM_TIMEOUT");
   if (t && *t) {
-    char *end = NULL;
-    errno = 0;
-    double v = strtod(t, &end);
-    if (errno || end == t || *end || !isfinite(v) || v <= 0 || v > 1e6)
-      return strata__error(STRATA_ERR_PARSE, "STRATA_COMM_TIMEOUT='%s' is not a number of seconds in (0, 1e6]", t);
+    double v;
+    if (strata__parse_real(t, 0, 1e6, STRATA__PARSE_ABOVE_MIN, &v) != STRATA_OK)
+      return strata__error(STRATA_ERR_PARSE, "STRATA_COMM_TIMEOUT='%s' is not a number of seconds in (0, 1e6]: %s", t,
+                           strata__parse_why());
     c->timeout_s = v;
   }
   if (!o)
