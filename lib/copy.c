@@ -89,7 +89,7 @@ static int staging_alloc(struct strata__device *a, struct strata__device *b, siz
   s->bytes = 0;
   for (int i = 0; i < 2; i++) {
     const struct strata__backend *be = order[i]->slot->be;
-    if (be->host_alloc && be->host_alloc(order[i]->slot->ctx, bytes, &s->p) == STRATA_OK) {
+    if (be->host_alloc && be->host_alloc(order[i]->slot->ctx, order[i]->local, bytes, &s->p) == STRATA_OK) {
       s->be = be;
       s->ctx = order[i]->slot->ctx;
       s->bytes = bytes;
