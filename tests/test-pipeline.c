@@ -183,6 +183,52 @@ Test(pipeline, mixed_opencl_and_host_pipeline) {
   strata_model_free(m);
 }
 
+/* A GPU next to host devices (tests/gpu/run loads the cuda backend; elsewhere
+** this skips, saying why): the same tolerances as OpenCL next to the host,
+** against one host device; and, with two GPUs, two CUDA stages equal to one
+** GPU bit for bit. */
+Test(pipeline, cuda_and_host_pipeline) {
+  char why[320];
+  TC_NEED_CUDA(tc_cuda_why(why, sizeof why));
+  int c0 = tc_find_device("cuda", 0), c1 = tc_find_device("cuda", 1);
+  int h[3] = {tc_find_device("host", 0), tc_find_device("host", 1), tc_find_device("host", 2)};
+  cr_assert(c0 >= 0 && h[2] >= 0, "needs a CUDA device and 3 host devices");
+  strata_model_t m = small_gpt(16, 8);
+  struct run ref, ref6, got;
+  single(m, h[0], 4, 2, &ref);
+  single(m, h[0], 6, 2, &ref6);
+  int devs[3] = {h[1], c0, h[2]};
+  for (int k = 1; k < 4; k += 2) {
+    piped(m, devs, 3, kinds[k], 6, 2, &got, NULL);
+    for (int s = 0; s < 2; s++)
+      cr_assert_float_eq(got.loss[s], ref6.loss[s], 1e-3 * fabsf(ref6.loss[s]),
+                         "host+cuda+host %s step %d: %.7g vs %.7g", strata_schedule_kind_name(kinds[k]), s + 1,
+                         got.loss[s], ref6.loss[s]);
+    free(got.params);
+  }
+  free(ref6.params);
+  int pair[2] = {c0, h[1]};
+  piped(m, pair, 2, STRATA_SCHEDULE_1F1B, 4, 2, &got, NULL);
+  for (int s = 0; s < 2; s++)
+    cr_assert_float_eq(got.loss[s], ref.loss[s], 1e-3 * fabsf(ref.loss[s]), "cuda+host step %d: %.7g vs %.7g", s + 1,
+                       got.loss[s], ref.loss[s]);
+  size_t at = 0;
+  cr_assert_leq(tc_excess(got.params, ref.params, got.n, 2e-4, 0, &at), 1.0, "cuda+host: parameter %zu %.7g vs %.7g",
+                at, (double)got.params[at], (double)ref.params[at]);
+  free(got.params);
+  if (c1 >= 0) {
+    struct run one;
+    single(m, c0, 4, 2, &one);
+    int gpus[2] = {c0, c1};
+    piped(m, gpus, 2, STRATA_SCHEDULE_1F1B, 4, 2, &got, NULL);
+    cr_assert(memcmp(got.params, one.params, got.n * 4) == 0, "two CUDA stages differ from one GPU");
+    free(got.params);
+    free(one.params);
+  }
+  free(ref.params);
+  strata_model_free(m);
+}
+
 /* GPipe keeps every micro-batch's activations on the first stage; 1F1B at most p.
 ** Counted by the executor and seen in the runtime's memory accounting. */
 Test(pipeline, gpipe_holds_m_micro_batches_1f1b_holds_p) {
