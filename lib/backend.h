@@ -11,7 +11,7 @@
 
 /* Raised whenever the layout of anything in this file changes; a module
 ** built against another version is refused when it is loaded. */
-#define STRATA__BACKEND_API_VERSION 2
+#define STRATA__BACKEND_API_VERSION 3
 
 /* The symbol every module exports: returns its table. */
 #define STRATA__BACKEND_ENTRY "strata_backend_entry"
@@ -187,9 +187,10 @@ struct strata__backend {
   int (*alloc)(void *ctx, int dev, size_t bytes, void **buf);
   void (*free)(void *ctx, int dev, void *buf);
 
-  /* Pinned (page-locked) host memory for staged copies. Optional:
-  ** default malloc/free. */
-  int (*host_alloc)(void *ctx, size_t bytes, void **ptr);
+  /* Pinned (page-locked) host memory for staged copies into or out of
+  ** device `dev` (a GPU backend pins it through that device's context).
+  ** Optional: default malloc/free. */
+  int (*host_alloc)(void *ctx, int dev, size_t bytes, void **ptr);
   void (*host_free)(void *ctx, void *ptr);
 
   int (*queue_new)(void *ctx, int dev, void **queue);

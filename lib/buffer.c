@@ -1,10 +1,103 @@
 /* SPDX-License-Identifier: MIT */
-/* buffer.c — buffers with memory accounting, queues and events over the backends' own handles. */
+/* buffer.c — buffers with memory accounting and a caching allocator per device, queues and events over the backends' own handles. */
 #include "config.h"
 
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "registry.h"
+
+/*
+** The caching allocator. A freed buffer's block stays with its device
+** (d->cache, oldest first, at most STRATA__CACHE_MAX) and serves the next
+** buffer of exactly its size: training allocates the same sizes every step,
+** so after the first step no allocation or free reaches the backend (on
+** CUDA, cudaFree waits for the whole device). Accounting is unchanged: a
+** buffer's bytes are "used" while it lives, a cached block's are not, and
+** d->used + d->cached stays under d->limit, blocks being given back to the
+** backend to make room. The contract of strata_buffer_free (no queued work
+** uses the buffer any more) makes a block safe to hand out again at once.
+*/
+
+/* Take out of d's cache the most recently freed block of `bytes`, or NULL.
+** Caller holds d->lock. */
+static void *cache_take_locked(struct strata__device *d, size_t bytes) {
+  for (int i = d->ncache - 1; i >= 0; i--) {
+    if (d->cache[i].bytes != bytes)
+      continue;
+    void *h = d->cache[i].h;
+    memmove(&d->cache[i], &d->cache[i + 1], (size_t)(d->ncache - 1 - i) * sizeof d->cache[0]);
+    d->ncache--;
+    d->cached -= bytes;
+    d->reuses++;
+    return h;
+  }
+  return NULL;
+}
+
+/* Move the oldest cached blocks into out[] until `need` more bytes fit
+** beside d->used + d->cached under the limit (all of them when need is
+** UINT64_MAX); returns how many. Caller holds d->lock and frees them
+** outside it. */
+static int cache_evict_locked(struct strata__device *d, uint64_t need, struct strata__cached *out) {
+  int n = 0;
+  while (d->ncache > n && (need == UINT64_MAX || d->used + d->cached > d->limit ||
+                           need > d->limit - d->used - d->cached)) {
+    out[n] = d->cache[n];
+    d->cached -= out[n].bytes;
+    n++;
+  }
+  memmove(&d->cache[0], &d->cache[n], (size_t)(d->ncache - n) * sizeof d->cache[0]);
+  d->ncache -= n;
+  d->backend_frees += (uint64_t)n;
+  return n;
+}
+
+static void cache_free_blocks(struct strata__device *d, const struct strata__cached *blocks, int n) {
+  for (int i = 0; i < n; i++)
+    d->slot->be->free(d->slot->ctx, d->local, blocks[i].h);
+}
+
+/* Give back cached blocks so that `need` bytes fit (UINT64_MAX: all). */
+static void cache_evict(struct strata__device *d, uint64_t need) {
+  struct strata__cached out[STRATA__CACHE_MAX];
+  pthread_mutex_lock(&d->lock);
+  int n = cache_evict_locked(d, need, out);
+  pthread_mutex_unlock(&d->lock);
+  cache_free_blocks(d, out, n);
+}
+
+void strata__cache_release(struct strata__device *d) { cache_evict(d, UINT64_MAX); }
+
+/* A block of `bytes` for a new buffer: from the cache, else from the
+** backend after making room under the limit; a backend out of memory is
+** retried once with the cache emptied. The bytes are reserved already. */
+static int block_get(struct strata__device *d, size_t bytes, void **h /* OUT */) {
+  pthread_mutex_lock(&d->lock);
+  *h = cache_take_locked(d, bytes);
+  pthread_mutex_unlock(&d->lock);
+  if (*h)
+    return STRATA_OK;
+  /* d->used already counts `bytes`: room is needed for the cache only */
+  cache_evict(d, 0);
+  int rc = d->slot->be->alloc(d->slot->ctx, d->local, bytes, h);
+  if (rc == STRATA_ERR_DEVICE_MEMORY) {
+    pthread_mutex_lock(&d->lock);
+    int any = d->ncache > 0;
+    pthread_mutex_unlock(&d->lock);
+    if (any) {
+      cache_evict(d, UINT64_MAX);
+      rc = d->slot->be->alloc(d->slot->ctx, d->local, bytes, h);
+    }
+  }
+  if (rc)
+    return rc;
+  pthread_mutex_lock(&d->lock);
+  d->backend_allocs++;
+  pthread_mutex_unlock(&d->lock);
+  return STRATA_OK;
+}
 
 STRATA_API int strata_buffer_new(int dev, size_t bytes, strata_buffer_t *out) {
   if (!out)
@@ -23,7 +116,7 @@ STRATA_API int strata_buffer_new(int dev, size_t bytes, strata_buffer_t *out) {
     strata__device_release(d, bytes);
     return strata__error(STRATA_ERR_NOMEM, "out of host memory allocating a buffer handle");
   }
-  rc = d->slot->be->alloc(d->slot->ctx, d->local, bytes, &b->h);
+  rc = block_get(d, bytes, &b->h);
   if (rc) {
     free(b);
     strata__device_release(d, bytes);
@@ -38,9 +131,49 @@ STRATA_API int strata_buffer_new(int dev, size_t bytes, strata_buffer_t *out) {
 STRATA_API void strata_buffer_free(strata_buffer_t b) {
   if (!b)
     return;
-  b->dev->slot->be->free(b->dev->slot->ctx, b->dev->local, b->h);
-  strata__device_release(b->dev, b->size);
+  struct strata__device *d = b->dev;
+  struct strata__cached oldest = {NULL, 0};
+  pthread_mutex_lock(&d->lock);
+  if (d->ncache == STRATA__CACHE_MAX) {
+    oldest = d->cache[0];
+    memmove(&d->cache[0], &d->cache[1], (size_t)(d->ncache - 1) * sizeof d->cache[0]);
+    d->ncache--;
+    d->cached -= oldest.bytes;
+    d->backend_frees++;
+  }
+  d->cache[d->ncache].h = b->h;
+  d->cache[d->ncache].bytes = b->size;
+  d->ncache++;
+  d->cached += b->size;
+  d->used = d->used >= b->size ? d->used - b->size : 0;
+  pthread_mutex_unlock(&d->lock);
+  if (oldest.h)
+    d->slot->be->free(d->slot->ctx, d->local, oldest.h);
   free(b);
+}
+
+STRATA_API int strata_device_alloc_stats(int dev, struct strata_device_alloc_stats *stats) {
+  if (!stats)
+    return strata__error(STRATA_ERR_INVALID, "strata_device_alloc_stats: stats is NULL");
+  struct strata__device *d = strata__device_get(dev);
+  if (!d)
+    return STRATA_ERR_NOT_FOUND;
+  pthread_mutex_lock(&d->lock);
+  stats->backend_allocs = d->backend_allocs;
+  stats->backend_frees = d->backend_frees;
+  stats->reuses = d->reuses;
+  stats->cached_bytes = d->cached;
+  stats->backend_queues = d->backend_queues;
+  pthread_mutex_unlock(&d->lock);
+  return STRATA_OK;
+}
+
+STRATA_API int strata_device_trim(int dev) {
+  struct strata__device *d = strata__device_get(dev);
+  if (!d)
+    return STRATA_ERR_NOT_FOUND;
+  strata__cache_release(d);
+  return STRATA_OK;
 }
 
 STRATA_API size_t strata_buffer_size(strata_buffer_t b) { return b ? b->size : 0; }
@@ -62,6 +195,9 @@ STRATA_API int strata_queue_new(int dev, strata_queue_t *out) {
     free(q);
     return rc;
   }
+  pthread_mutex_lock(&d->lock);
+  d->backend_queues++;
+  pthread_mutex_unlock(&d->lock);
   q->dev = d;
   *out = q;
   return STRATA_OK;

@@ -92,12 +92,17 @@ static int staging_alloc(struct strata__device *a, struct strata__device *b, siz
   s->bytes = 0;
   for (int i = 0; i < 2; i++) {
     const struct strata__backend *be = order[i]->slot->be;
-    if (be->host_alloc && be->host_alloc(order[i]->slot->ctx, bytes, &s->p) == STRATA_OK) {
+    if (!be->host_alloc)
+      continue;
+    if (be->host_alloc(order[i]->slot->ctx, order[i]->local, bytes, &s->p) == STRATA_OK) {
       s->be = be;
       s->ctx = order[i]->slot->ctx;
       s->bytes = bytes;
       return STRATA_OK;
     }
+    char label[256];
+    strata__log(STRATA_LOG_WARN, "device", "%s: no pinned host memory (%s): copies go through pageable memory",
+                strata__device_label(order[i], label, sizeof label), strata_last_error());
   }
   s->p = malloc(bytes);
   if (!s->p)
@@ -116,6 +121,16 @@ static void staging_free(struct strata__staging *s) {
   s->p = NULL;
   s->bytes = 0;
 }
+
+int strata__host_memory_new(int dev, size_t bytes, struct strata__staging *mem) {
+  memset(mem, 0, sizeof *mem);
+  struct strata__device *d = strata__device_get(dev);
+  if (!d)
+    return STRATA_ERR_NOT_FOUND;
+  return staging_alloc(d, d, bytes ? bytes : 1, mem);
+}
+
+void strata__host_memory_free(struct strata__staging *mem) { staging_free(mem); }
 
 void strata__staging_release(struct strata__device *d) {
   if (d->stage_q) {

@@ -431,8 +431,12 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
                : STRATA_OK;
   pthread_mutex_init(&ex.lock, NULL);
   pthread_cond_init(&ex.cond, NULL);
+  /* the copy queues live as long as the trainer: a queue is a stream, a
+  ** cuBLAS handle and a scratch allocation on CUDA, too dear per step */
   for (int r = 0; r < tr->ndev && !rc; r++) {
-    rc = strata_queue_new(tr->dev[r], &ex.snd[r].q);
+    if (!tr->send_q[r])
+      rc = strata_queue_new(tr->dev[r], &tr->send_q[r]);
+    ex.snd[r].q = tr->send_q[r];
     if (!rc)
       rc = strata_device_reset_peak(tr->dev[r]);
   }
@@ -475,7 +479,8 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
       ex.snd[r].head = j->next;
       free(j);
     }
-    strata_queue_free(ex.snd[r].q);
+    if (ex.snd[r].q) /* a failed copy may have left work in it */
+      strata_queue_finish(ex.snd[r].q);
   }
   for (size_t k = 0; k < cells && ex.act; k++) {
     strata_buffer_free(ex.act[k].buf);

@@ -171,6 +171,7 @@ static int slot_load(struct strata__slot *slot, int *ndev) {
 
 static void registry_teardown(void) {
   for (int i = 0; i < device_count; i++) {
+    strata__cache_release(devices[i]);
     strata__staging_release(devices[i]);
     pthread_mutex_destroy(&devices[i]->stage_lock);
     pthread_mutex_destroy(&devices[i]->lock);

@@ -29,13 +29,24 @@ struct strata__staging {
   size_t bytes;
 };
 
+/* Freed blocks a device keeps for reuse (buffer.c), oldest first. */
+#define STRATA__CACHE_MAX 64
+struct strata__cached {
+  void *h;                            /* the backend's buffer */
+  size_t bytes;
+};
+
 struct strata__device {
   int index;                          /* global index */
   struct strata__slot *slot;
   int local;                          /* index inside the backend */
   struct strata__device_info info;
-  pthread_mutex_t lock;               /* guards the accounting below */
+  pthread_mutex_t lock;               /* guards the accounting and the cache below */
   uint64_t used, peak, limit;
+  struct strata__cached cache[STRATA__CACHE_MAX];
+  int ncache;
+  uint64_t cached;                    /* bytes in cache[] */
+  uint64_t backend_allocs, backend_frees, reuses, backend_queues;
   /* Staged copies through this device (copy.c), made on first use and kept:
   ** creating queues and pinning memory can stall a GPU, so not per copy. */
   pthread_mutex_t stage_lock;         /* one staged copy at a time uses them */
@@ -45,6 +56,15 @@ struct strata__device {
 
 /* Free a device's staging queue and chunks (registry teardown). */
 void strata__staging_release(struct strata__device *d);
+
+/* Give every cached block of the device back to its backend (buffer.c). */
+void strata__cache_release(struct strata__device *d);
+
+/* Host memory that feeds device `dev` or receives from it: pinned by the
+** device's backend where it can, else malloc (copy.c). Freed with
+** strata__host_memory_free; a zeroed struct frees nothing. */
+int strata__host_memory_new(int dev, size_t bytes, struct strata__staging *mem /* OUT */);
+void strata__host_memory_free(struct strata__staging *mem);
 
 struct strata_buffer {
   struct strata__device *dev;

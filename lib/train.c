@@ -181,20 +181,27 @@ static int check_memory(strata_trainer_t tr, const int *split) {
   return STRATA_OK;
 }
 
-/* Allocate the host-side micro-batch buffers for m micro-batches. */
+/* Allocate the host-side micro-batch buffers for m micro-batches: inputs
+** feed the first stage's device, targets the last's, losses come back from
+** it; each is pinned by that device's backend where it can be (CUDA), so
+** that the copies run asynchronously instead of through pageable memory. */
 static int host_buffers(strata_trainer_t tr) {
   tr->inputs = calloc((size_t)tr->m, sizeof *tr->inputs);
   tr->targets = calloc((size_t)tr->m, sizeof *tr->targets);
   tr->losses = calloc((size_t)tr->m, sizeof *tr->losses);
   tr->mb_loss = calloc((size_t)tr->m, sizeof *tr->mb_loss);
-  if (!tr->inputs || !tr->targets || !tr->losses || !tr->mb_loss)
+  tr->host_mem = calloc(3 * (size_t)tr->m, sizeof *tr->host_mem);
+  if (!tr->inputs || !tr->targets || !tr->losses || !tr->mb_loss || !tr->host_mem)
     return strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
+  int first = tr->dev[tr->stage_rank[0]], last = tr->dev[tr->stage_rank[tr->nstages - 1]];
   for (int i = 0; i < tr->m; i++) {
-    tr->inputs[i] = malloc(tr->in_elems * 4);
-    tr->targets[i] = malloc((size_t)tr->rows * 4);
-    tr->losses[i] = malloc((size_t)tr->rows * 4);
-    if (!tr->inputs[i] || !tr->targets[i] || !tr->losses[i])
-      return strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
+    struct strata__staging *h = &tr->host_mem[3 * (size_t)i];
+    TRY(strata__host_memory_new(first, tr->in_elems * 4, &h[0]));
+    TRY(strata__host_memory_new(last, (size_t)tr->rows * 4, &h[1]));
+    TRY(strata__host_memory_new(last, (size_t)tr->rows * 4, &h[2]));
+    tr->inputs[i] = h[0].p;
+    tr->targets[i] = h[1].p;
+    tr->losses[i] = h[2].p;
   }
   return STRATA_OK;
 }
@@ -371,14 +378,11 @@ STRATA_API void strata_trainer_free(strata_trainer_t tr) {
   for (int p = 0; p < 2 * STRATA_MAX_STAGES; p++)
     while (tr->pools[p].n > 0)
       strata_buffer_free(tr->pools[p].free[--tr->pools[p].n]);
-  for (int i = 0; i < tr->m; i++) {
-    if (tr->inputs)
-      free(tr->inputs[i]);
-    if (tr->targets)
-      free(tr->targets[i]);
-    if (tr->losses)
-      free(tr->losses[i]);
-  }
+  for (int r = 0; r < tr->ndev; r++)
+    strata_queue_free(tr->send_q[r]);
+  for (size_t i = 0; tr->host_mem && i < 3 * (size_t)tr->m; i++)
+    strata__host_memory_free(&tr->host_mem[i]);
+  free(tr->host_mem);
   free(tr->inputs);
   free(tr->targets);
   free(tr->losses);

@@ -8,6 +8,8 @@
 
 #include "stage.h"
 
+struct strata__staging;                  /* registry.h */
+
 struct strata__trace_event {
   char name[24];
   const char *cat;          /* "compute", "send", "recv", "idle", "optimizer" */
@@ -43,6 +45,8 @@ struct strata_trainer {
   void **inputs;                     /* [m] host micro-batches */
   int32_t **targets;                 /* [m] */
   float **losses;                    /* [m] per-row losses read back (pipeline) */
+  struct strata__staging *host_mem;  /* [3 m]: the memory of inputs, targets, losses (pinned where it can be) */
+  strata_queue_t send_q[STRATA_MAX_PIPELINE]; /* each rank's copy queue, made at the first pipeline step */
   double *mb_loss;                   /* [m] summed losses of each micro-batch */
   size_t ntensors;                   /* over all stages */
   double *sumsq;                     /* [ntensors] */

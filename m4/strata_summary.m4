@@ -3,6 +3,7 @@
 AC_DEFUN([STRATA_SUMMARY], [
   AS_IF([test "x$strata_opencl_happy" = xyes], [strata_s_ocl="yes"], [strata_s_ocl="no: $strata_opencl_why"])
   AS_IF([test "x$strata_cuda_happy" = xyes], [strata_s_cuda="yes ($NVCC)"], [strata_s_cuda="no: $strata_cuda_why"])
+  AS_IF([test "x$strata_nccl_happy" = xyes], [strata_s_nccl="found (${NCCL_LIBS}); the CUDA backend loads libnccl.so.2 at run time"], [strata_s_nccl="not found ($strata_nccl_why); the CUDA backend still loads libnccl.so.2 at run time where it exists"])
   AS_IF([test "x$strata_criterion_happy" = xyes], [strata_s_tests="yes"], [strata_s_tests="no: Criterion not found"])
   cat <<STRATA_EOF
 
@@ -12,6 +13,7 @@ strata $PACKAGE_VERSION configured
     host (CBLAS)    : yes ($BLAS_LIBS)
     opencl          : $strata_s_ocl
     cuda            : $strata_s_cuda
+      NCCL          : $strata_s_nccl
   topology (hwloc)  : yes
   tests (Criterion) : $strata_s_tests
 STRATA_EOF

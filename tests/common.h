@@ -34,6 +34,44 @@ static inline int tc_find_device(const char *name, int nth) {
   return -1;
 }
 
+/* Whether this run must use a CUDA device: tests/gpu/run sets
+** STRATA_TEST_REQUIRE_CUDA=1, and a test that needs one then fails, saying
+** why, where elsewhere it skips. */
+static inline int tc_cuda_required(void) {
+  const char *e = getenv("STRATA_TEST_REQUIRE_CUDA");
+  return e && strcmp(e, "1") == 0;
+}
+
+/* Why the cuda backend offers no device (its reason), or "" when it does. */
+static inline const char *tc_cuda_why(char *buf, size_t len) {
+  int nb = 0;
+  snprintf(buf, len, "the cuda backend is not known to strata");
+  if (strata_backend_count(&nb) != STRATA_OK) {
+    snprintf(buf, len, "strata_backend_count: %s", strata_last_error());
+    return buf;
+  }
+  for (int i = 0; i < nb; i++) {
+    struct strata_backend_info bi;
+    if (strata_backend_info(i, &bi) != STRATA_OK || strcmp(bi.name, "cuda") != 0)
+      continue;
+    if (bi.loaded && bi.device_count > 0)
+      buf[0] = '\0';
+    else
+      snprintf(buf, len, "the cuda backend has no device: %s", bi.reason[0] ? bi.reason : "(no reason given)");
+  }
+  return buf;
+}
+
+/* Skip the test when `why` is not empty, or fail it under STRATA_TEST_REQUIRE_CUDA=1. */
+#define TC_NEED_CUDA(why)                                                                                              \
+  do {                                                                                                                 \
+    if ((why)[0]) {                                                                                                    \
+      if (tc_cuda_required())                                                                                          \
+        cr_assert_fail("STRATA_TEST_REQUIRE_CUDA=1 but %s", (why));                                                    \
+      cr_skip_test("%s", (why));                                                                                       \
+    }                                                                                                                  \
+  } while (0)
+
 /* Deterministic uniform values in [lo, hi). */
 static inline void tc_fill(float *x, size_t n, uint32_t seed, float lo, float hi) {
   uint64_t s = seed * 2654435761u + 1;

@@ -55,11 +55,12 @@ endif
 
 # Fake backend modules for the registry tests: a "cuda" and an "opencl" whose
 # devices share a PCI id, a stale module and one without the entry symbol.
-EXTRA_DIST += tests/fake/backend.c
+EXTRA_DIST += tests/fake/backend.c tests/fake/gone.c
 if HAVE_CRITERION
 fake_module_flags = -module -avoid-version -shared -rpath /nowhere -no-undefined
 check_LTLIBRARIES = tests/fake/cuda/strata-cuda.la tests/fake/opencl/strata-opencl.la \
-	tests/fake/stale/strata-host.la tests/fake/noentry/strata-host.la
+	tests/fake/stale/strata-host.la tests/fake/noentry/strata-host.la \
+	tests/fake/gone/libstrata-test-gone.la tests/fake/unloadable/strata-cuda.la
 tests_fake_cuda_strata_cuda_la_SOURCES = tests/fake/backend.c
 tests_fake_cuda_strata_cuda_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME='"cuda"' \
 	-DFAKE_PCI='"0000:3b:00.0", "0000:86:00.0"'
@@ -74,6 +75,21 @@ tests_fake_stale_strata_host_la_LDFLAGS = $(fake_module_flags)
 tests_fake_noentry_strata_host_la_SOURCES = tests/fake/backend.c
 tests_fake_noentry_strata_host_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME='"host"' -DFAKE_PCI='""' -DFAKE_NO_ENTRY
 tests_fake_noentry_strata_host_la_LDFLAGS = $(fake_module_flags)
+
+# A "cuda" module that needs a library installed nowhere the loader looks:
+# tests/gpu/run must fail on it, naming the library.
+tests_fake_gone_libstrata_test_gone_la_SOURCES = tests/fake/gone.c
+tests_fake_gone_libstrata_test_gone_la_LDFLAGS = -avoid-version -shared -rpath /nonexistent-strata-test-dir -no-undefined
+tests_fake_unloadable_strata_cuda_la_SOURCES = tests/fake/backend.c
+tests_fake_unloadable_strata_cuda_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME='"cuda"' -DFAKE_PCI='""' -DFAKE_NEEDS_GONE
+# Passed to the linker past libtool, which would add the build directory of
+# a library it knows to the RUNPATH; named before the object, so not --as-needed.
+tests_fake_unloadable_strata_cuda_la_LDFLAGS = $(fake_module_flags) \
+	-Wl,--no-as-needed,-Ltests/fake/gone/.libs,-lstrata-test-gone
+tests_fake_unloadable_strata_cuda_la_DEPENDENCIES = tests/fake/gone/libstrata-test-gone.la
+
+EXTRA_DIST += tests/test-gpu-run.sh
+TESTS += tests/test-gpu-run.sh
 
 check_PROGRAMS += tests/test-registry
 TESTS += tests/test-registry

@@ -51,20 +51,7 @@ static void setup(void) {
   return;
 #else
   OK(strata_init());
-  int nb = 0;
-  OK(strata_backend_count(&nb));
-  int found = 0;
-  for (int i = 0; i < nb; i++) {
-    struct strata_backend_info bi;
-    OK(strata_backend_info(i, &bi));
-    if (strcmp(bi.name, "cuda") != 0)
-      continue;
-    found = 1;
-    if (!bi.loaded || bi.device_count == 0)
-      snprintf(cuda_skip, sizeof cuda_skip, "%s", bi.reason[0] ? bi.reason : "no CUDA device (no reason given)");
-  }
-  if (!found)
-    snprintf(cuda_skip, sizeof cuda_skip, "the cuda backend is not known to strata");
+  tc_cuda_why(cuda_skip, sizeof cuda_skip);
   if (cuda_skip[0])
     return;
   cuda_dev = tc_find_device("cuda", 0);
@@ -80,11 +67,20 @@ static void teardown(void) {
 
 TestSuite(cuda, .init = setup, .fini = teardown, .timeout = 120);
 
-#define NEED_CUDA()                                                                                                    \
-  do {                                                                                                                 \
-    if (cuda_skip[0])                                                                                                  \
-      cr_skip_test("%s", cuda_skip);                                                                                   \
-  } while (0)
+/* Skip, saying why, when the CUDA tests cannot run; under tests/gpu/run
+** (STRATA_TEST_REQUIRE_CUDA=1) fail instead: a GPU run never passes by skipping. */
+#define NEED_CUDA() TC_NEED_CUDA(cuda_skip)
+
+/* tests/gpu/run runs this one first: the module loaded (it logs the driver's
+** and the libraries' versions at STRATA_LOG=info,cuda) and has a device. */
+Test(cuda, backend_loaded_with_a_device) {
+  NEED_CUDA();
+  struct strata_device_props p;
+  OK(strata_device_props(cuda_dev, &p));
+  cr_log_info("CUDA device %d: %s, %d SMs, %.1f GiB, PCI %s", cuda_dev, p.name, p.compute_units,
+              p.total_memory / 1073741824.0, p.pci_bus_id);
+  cr_assert_gt(p.total_memory, 0, "the CUDA device reports no memory");
+}
 
 /* ----------------------------------------------------------------- harness */
 

@@ -148,6 +148,74 @@ Test(device, memory_cap_turns_overbudget_into_error) {
   strata_buffer_free(NULL);
 }
 
+static struct strata_device_alloc_stats alloc_stats(int dev) {
+  struct strata_device_alloc_stats st;
+  OK(strata_device_alloc_stats(dev, &st));
+  return st;
+}
+
+/* Freed blocks serve the next buffer of their size without the backend;
+** they are not "used" memory, and at the cap they are given back first. */
+Test(device, caching_allocator_reuses_blocks_and_yields_them_at_the_cap) {
+  host_devices("1");
+  setenv("STRATA_BACKENDS", "host", 1);
+  setenv("STRATA_DEVICE_MEMORY_LIMIT", "1M", 1);
+  strata_buffer_t a, b, c, d, e;
+  uint64_t used;
+  OK(strata_buffer_new(0, 300 << 10, &a));
+  strata_buffer_free(a);
+  struct strata_device_alloc_stats st = alloc_stats(0);
+  OK(strata_device_memory(0, &used, NULL, NULL));
+  cr_assert(st.backend_allocs == 1 && st.backend_frees == 0 && st.cached_bytes == 300 << 10 && used == 0,
+            "allocs %llu frees %llu cached %llu used %llu", (unsigned long long)st.backend_allocs,
+            (unsigned long long)st.backend_frees, (unsigned long long)st.cached_bytes, (unsigned long long)used);
+  /* the same size comes from the cache, and holds what is written to it */
+  OK(strata_buffer_new(0, 300 << 10, &b));
+  st = alloc_stats(0);
+  cr_assert(st.backend_allocs == 1 && st.reuses == 1 && st.cached_bytes == 0);
+  strata_queue_t q;
+  OK(strata_queue_new(0, &q));
+  float in[64], out[64];
+  tc_fill(in, 64, 7, -1, 1);
+  OK(strata_buffer_upload(q, b, 1000, in, sizeof in));
+  OK(strata_buffer_download(q, b, 1000, out, sizeof out));
+  cr_assert(memcmp(in, out, sizeof in) == 0);
+  strata_buffer_free(b);
+  /* 800K in use beside 300K cached would pass the cap: the cached block goes back first */
+  OK(strata_buffer_new(0, 800 << 10, &c));
+  st = alloc_stats(0);
+  cr_assert(st.backend_allocs == 2 && st.backend_frees == 1 && st.cached_bytes == 0, "frees %llu cached %llu",
+            (unsigned long long)st.backend_frees, (unsigned long long)st.cached_bytes);
+  strata_buffer_free(c);
+  OK(strata_buffer_new(0, 100 << 10, &d)); /* 100K + 800K cached fit */
+  st = alloc_stats(0);
+  cr_assert(st.backend_allocs == 3 && st.backend_frees == 1 && st.cached_bytes == 800 << 10);
+  OK(strata_buffer_new(0, 500 << 10, &e)); /* 600K + 800K do not */
+  st = alloc_stats(0);
+  cr_assert(st.backend_allocs == 4 && st.backend_frees == 2 && st.cached_bytes == 0);
+  OK(strata_device_memory(0, &used, NULL, NULL));
+  cr_assert_eq(used, 600 << 10, "used %llu: accounting counts live buffers only", (unsigned long long)used);
+  /* the cap still refuses what cannot fit even with an empty cache */
+  strata_buffer_t f = NULL;
+  cr_assert_eq(strata_buffer_new(0, 500 << 10, &f), STRATA_ERR_DEVICE_MEMORY);
+  strata_buffer_free(d);
+  strata_buffer_free(e);
+  OK(strata_device_trim(0));
+  st = alloc_stats(0);
+  cr_assert(st.backend_frees == 4 && st.cached_bytes == 0, "trim: frees %llu cached %llu",
+            (unsigned long long)st.backend_frees, (unsigned long long)st.cached_bytes);
+  /* the cache holds a bounded number of blocks: the oldest go back */
+  strata_buffer_t many[70];
+  for (int i = 0; i < 70; i++)
+    OK(strata_buffer_new(0, (size_t)(i + 1) * 64, &many[i]));
+  for (int i = 0; i < 70; i++)
+    strata_buffer_free(many[i]);
+  st = alloc_stats(0);
+  cr_assert_eq(st.backend_frees, 4 + 70 - 64, "frees %llu", (unsigned long long)st.backend_frees);
+  strata_queue_free(q);
+  cr_assert_eq(alloc_stats(0).backend_queues, 1);
+}
+
 Test(device, buffer_bad_input) {
   setenv("STRATA_BACKENDS", "host", 1);
   strata_buffer_t b = (strata_buffer_t)0x1;

@@ -1,20 +1,23 @@
 /* SPDX-License-Identifier: MIT */
 /* cuda.c — the CUDA backend module: cudart devices, memory, streams, events, copies; cuBLAS GEMM; kernels/ops.k ops. */
+#define _GNU_SOURCE 1 /* dladdr */
 #include "config.h"
 
 #include <ctype.h>
+#include <dlfcn.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cublas_v2.h>
+#include <cuda.h>
 #include <cuda_runtime_api.h>
-
 #include "backend.h"
+#include "collectives.h"
 #include "launch.h"
-#include "nccl.h"
 
 /* A device buffer: the pointer cudaMalloc gave and the device it lives on
 ** (cudaMemcpyPeerAsync needs both ordinals). */
@@ -37,6 +40,7 @@ struct strata__cuda_queue {
 struct strata__cuda_event {
   int dev;
   cudaEvent_t ev;
+  struct strata__cuda_event *next; /* in the device's pool while free */
 };
 
 /* The backend's context: the services and, per ordered device pair, whether
@@ -46,7 +50,22 @@ struct strata__cuda {
   int count;
   pthread_mutex_t peer_lock;
   unsigned char *peer_tried; /* count * count, row = from-device */
+  /* The driver's current-context calls, reached through cudart (the module
+  ** does not link libcuda): entry points save the caller's context and put
+  ** it back, even when it was none. */
+  CUresult (*ctx_get)(CUcontext *);
+  CUresult (*ctx_set)(CUcontext);
+  /* Events already created and free for another record, per device: one
+  ** cudaEventCreate per event ever live at once, not one per record. */
+  pthread_mutex_t event_lock;
+  struct strata__cuda_event **event_pool; /* count lists */
 };
+
+/* The file of the shared library holding `sym` (a function), "?" if unknown. */
+static const char *strata__cuda_lib_path(void *sym) {
+  Dl_info di;
+  return dladdr(sym, &di) && di.dli_fname ? di.dli_fname : "?";
+}
 
 /* Record `what` failed with `e`; clears the (non-sticky) last error so that
 ** a later launch check does not report it again. */
@@ -61,11 +80,76 @@ static int strata__cublas_fail(const struct strata__cuda *cx, const char *what, 
   return cx->svc->error(status, "cuda: %s: %s", what, cublasGetStatusString(s));
 }
 
-/* Make `dev` current for this thread: the runtime API keeps one current
-** device per host thread and the runtime may call from any thread. */
-static int strata__cuda_use(const struct strata__cuda *cx, int dev) {
+/*
+** Make `dev` current for this thread (the runtime API keeps one current
+** device per host thread and the runtime may call from any thread) after
+** saving the caller's context in *saved; every entry point that enters
+** leaves with strata__cuda_leave, so the application's current device is
+** what it was. On failure nothing is changed and there is nothing to leave.
+*/
+static int strata__cuda_enter(const struct strata__cuda *cx, int dev, CUcontext *saved /* OUT */) {
+  *saved = NULL;
+  if (cx->ctx_get(saved) != CUDA_SUCCESS)
+    *saved = NULL;
   cudaError_t e = cudaSetDevice(dev);
-  return e == cudaSuccess ? STRATA_OK : strata__cuda_fail(cx, "cudaSetDevice", e);
+  if (e != cudaSuccess) {
+    cx->ctx_set(*saved);
+    return strata__cuda_fail(cx, "cudaSetDevice", e);
+  }
+  return STRATA_OK;
+}
+
+/* Put back the context strata__cuda_enter saved (NULL: none current). */
+static void strata__cuda_leave(const struct strata__cuda *cx, CUcontext saved) { (void)cx->ctx_set(saved); }
+
+/* Run `call` (a status expression) with `dev` current, then restore the caller's context. */
+#define STRATA__CUDA_ON(cx, dev, call)                                                                                \
+  do {                                                                                                                 \
+    CUcontext saved_;                                                                                                  \
+    int rc_ = strata__cuda_enter((cx), (dev), &saved_);                                                                \
+    if (rc_)                                                                                                           \
+      return rc_;                                                                                                      \
+    rc_ = (call);                                                                                                      \
+    strata__cuda_leave((cx), saved_);                                                                                  \
+    return rc_;                                                                                                        \
+  } while (0)
+
+/* The driver function `name` through cudart, or NULL. */
+static void *strata__cuda_driver_fn(const char *name) {
+  void *fn = NULL;
+  enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  if (cudaGetDriverEntryPointByVersion(name, &fn, 4000, cudaEnableDefault, &found) != cudaSuccess ||
+      found != cudaDriverEntryPointSuccess) {
+    (void)cudaGetLastError();
+    return NULL;
+  }
+  return fn;
+}
+
+/* Log, at level info, the driver's CUDA version and the libraries this module
+** resolved: cudart, cuBLAS and (when linked) NCCL, each with its version and
+** the file it was loaded from. tests/gpu/run prints these before any test. */
+static void strata__cuda_log_versions(const struct strata__services *svc) {
+  int drv = 0, rt = 0, blas = 0;
+  if (cudaDriverGetVersion(&drv) != cudaSuccess)
+    drv = 0;
+  if (cudaRuntimeGetVersion(&rt) != cudaSuccess)
+    rt = 0;
+  if (cublasGetVersion(NULL, &blas) != CUBLAS_STATUS_SUCCESS)
+    blas = 0;
+  (void)cudaGetLastError();
+  char driver[48];
+  if (drv > 0)
+    snprintf(driver, sizeof driver, "supports CUDA %d.%d", drv / 1000, drv % 1000 / 10);
+  else
+    snprintf(driver, sizeof driver, "none found (no libcuda)");
+  svc->log(STRATA_LOG_INFO, "cuda", "driver %s; cudart %d.%d (%s); cuBLAS %d.%d.%d (%s)", driver, rt / 1000,
+           rt % 1000 / 10, strata__cuda_lib_path((void *)(uintptr_t)cudaGetDeviceCount), blas / 10000,
+           blas % 10000 / 100, blas % 100, strata__cuda_lib_path((void *)(uintptr_t)cublasGetVersion));
+  /* NCCL is loaded at run time: nccl.c says which one, or why none */
+  char nccl[256];
+  strata__nccl_probe(NULL, nccl, sizeof nccl);
+  svc->log(STRATA_LOG_INFO, "cuda", "%s", nccl);
 }
 
 /*
@@ -81,6 +165,7 @@ static int strata__cuda_init(const struct strata__services *svc, void **ctx /* O
                       STRATA__BACKEND_API_VERSION, svc->api_version);
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
+  strata__cuda_log_versions(svc);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
     snprintf(why, why_len, "no CUDA device (cudaGetDeviceCount: %s)", cudaGetErrorString(e));
@@ -90,18 +175,30 @@ static int strata__cuda_init(const struct strata__services *svc, void **ctx /* O
     snprintf(why, why_len, "no CUDA device (cudaGetDeviceCount found none)");
     return 0;
   }
+  CUresult (*ctx_get)(CUcontext *) = (CUresult(*)(CUcontext *))strata__cuda_driver_fn("cuCtxGetCurrent");
+  CUresult (*ctx_set)(CUcontext) = (CUresult(*)(CUcontext))strata__cuda_driver_fn("cuCtxSetCurrent");
+  if (!ctx_get || !ctx_set) {
+    snprintf(why, why_len, "the CUDA driver offers no cuCtxGetCurrent/cuCtxSetCurrent through cudart");
+    return 0;
+  }
   struct strata__cuda *cx = calloc(1, sizeof *cx);
   unsigned char *tried = calloc((size_t)count * (size_t)count, 1);
-  if (!cx || !tried) {
+  struct strata__cuda_event **pool = calloc((size_t)count, sizeof *pool);
+  if (!cx || !tried || !pool) {
     free(cx);
     free(tried);
+    free(pool);
     return svc->error(STRATA_ERR_NOMEM, "cuda: out of host memory starting the backend");
   }
   cx->svc = svc;
   strata__nccl_svc = svc;
   cx->count = count;
   cx->peer_tried = tried;
+  cx->ctx_get = ctx_get;
+  cx->ctx_set = ctx_set;
+  cx->event_pool = pool;
   pthread_mutex_init(&cx->peer_lock, NULL);
+  pthread_mutex_init(&cx->event_lock, NULL);
   *ctx = cx;
   return count;
 }
@@ -113,7 +210,22 @@ static void strata__cuda_fini(void *ctx) {
   struct strata__cuda *cx = ctx;
   if (!cx)
     return;
+  for (int d = 0; d < cx->count; d++) {
+    while (cx->event_pool[d]) {
+      struct strata__cuda_event *ev = cx->event_pool[d];
+      cx->event_pool[d] = ev->next;
+      CUcontext saved;
+      if (strata__cuda_enter(cx, ev->dev, &saved) == STRATA_OK) {
+        cudaEventDestroy(ev->ev);
+        strata__cuda_leave(cx, saved);
+      }
+      free(ev);
+    }
+  }
+  (void)cudaGetLastError();
+  pthread_mutex_destroy(&cx->event_lock);
   pthread_mutex_destroy(&cx->peer_lock);
+  free(cx->event_pool);
   free(cx->peer_tried);
   free(cx);
 }
@@ -151,12 +263,7 @@ static int strata__cuda_device_info(void *ctx, int dev, struct strata__device_in
 
 /* A device buffer of `bytes` on `dev`; the caller frees it with
 ** strata__cuda_free. Out of memory is STRATA_ERR_DEVICE_MEMORY. */
-static int strata__cuda_alloc(void *ctx, int dev, size_t bytes, void **buf /* OUT */) {
-  struct strata__cuda *cx = ctx;
-  *buf = NULL;
-  int rc = strata__cuda_use(cx, dev);
-  if (rc)
-    return rc;
+static int strata__cuda_alloc_on(struct strata__cuda *cx, int dev, size_t bytes, void **buf /* OUT */) {
   struct strata__cuda_buf *b = malloc(sizeof *b);
   if (!b)
     return cx->svc->error(STRATA_ERR_NOMEM, "cuda: out of host memory");
@@ -174,33 +281,45 @@ static int strata__cuda_alloc(void *ctx, int dev, size_t bytes, void **buf /* OU
   return STRATA_OK;
 }
 
+static int strata__cuda_alloc(void *ctx, int dev, size_t bytes, void **buf /* OUT */) {
+  *buf = NULL;
+  STRATA__CUDA_ON(ctx, dev, strata__cuda_alloc_on(ctx, dev, bytes, buf));
+}
+
 /* cudaFree synchronises the device, so no queued work still uses it. */
 static void strata__cuda_free(void *ctx, int dev, void *buf) {
   struct strata__cuda *cx = ctx;
   struct strata__cuda_buf *b = buf;
   if (!b)
     return;
-  if (cudaSetDevice(b->dev) == cudaSuccess) {
+  CUcontext saved;
+  if (strata__cuda_enter(cx, b->dev, &saved) == STRATA_OK) {
     cudaError_t e = cudaFree(b->ptr);
     if (e != cudaSuccess)
       cx->svc->log(STRATA_LOG_WARN, "cuda", "cudaFree on device %d: %s", dev, cudaGetErrorString(e));
+    strata__cuda_leave(cx, saved);
   }
   (void)cudaGetLastError();
   free(b);
 }
 
 /* Page-locked host memory, portable to every device's context, for the
-** runtime's staged cross-backend copies. */
-static int strata__cuda_host_alloc(void *ctx, size_t bytes, void **ptr /* OUT */) {
-  struct strata__cuda *cx = ctx;
-  *ptr = NULL;
+** runtime's staged copies into or out of `dev`: allocated with `dev` current,
+** so that it is that device's context (not device 0's) that pins it. */
+static int strata__cuda_host_alloc_on(struct strata__cuda *cx, int dev, size_t bytes, void **ptr /* OUT */) {
   cudaError_t e = cudaHostAlloc(ptr, bytes, cudaHostAllocPortable);
   if (e != cudaSuccess) {
     *ptr = NULL;
     (void)cudaGetLastError();
-    return cx->svc->error(STRATA_ERR_NOMEM, "cuda: cudaHostAlloc of %zu bytes: %s", bytes, cudaGetErrorString(e));
+    return cx->svc->error(STRATA_ERR_NOMEM, "cuda: cudaHostAlloc of %zu bytes for device %d: %s", bytes, dev,
+                          cudaGetErrorString(e));
   }
   return STRATA_OK;
+}
+
+static int strata__cuda_host_alloc(void *ctx, int dev, size_t bytes, void **ptr /* OUT */) {
+  *ptr = NULL;
+  STRATA__CUDA_ON(ctx, dev, strata__cuda_host_alloc_on(ctx, dev, bytes, ptr));
 }
 
 static void strata__cuda_host_free(void *ctx, void *ptr) {
@@ -214,12 +333,8 @@ static void strata__cuda_host_free(void *ctx, void *ptr) {
 /* A non-blocking stream on `dev` (it does not synchronise with the legacy
 ** default stream), a cuBLAS handle bound to it and the sumsq scratch. On
 ** failure everything taken so far is released. */
-static int strata__cuda_queue_new(void *ctx, int dev, void **queue /* OUT */) {
-  struct strata__cuda *cx = ctx;
-  *queue = NULL;
-  int rc = strata__cuda_use(cx, dev);
-  if (rc)
-    return rc;
+static int strata__cuda_queue_new_on(struct strata__cuda *cx, int dev, void **queue /* OUT */) {
+  int rc;
   struct strata__cuda_queue *q = calloc(1, sizeof *q);
   if (!q)
     return cx->svc->error(STRATA_ERR_NOMEM, "cuda: out of host memory");
@@ -263,17 +378,23 @@ fail_stream:
   return rc;
 }
 
+static int strata__cuda_queue_new(void *ctx, int dev, void **queue /* OUT */) {
+  *queue = NULL;
+  STRATA__CUDA_ON(ctx, dev, strata__cuda_queue_new_on(ctx, dev, queue));
+}
+
 /* The runtime has finished the queue; release its stream, handle, scratch. */
 static void strata__cuda_queue_free(void *ctx, void *queue) {
   struct strata__cuda_queue *q = queue;
-  (void)ctx;
   if (!q)
     return;
-  if (cudaSetDevice(q->dev) == cudaSuccess) {
+  CUcontext saved;
+  if (strata__cuda_enter(ctx, q->dev, &saved) == STRATA_OK) {
     cudaStreamSynchronize(q->stream);
     cudaFree(q->partials);
     cublasDestroy(q->blas);
     cudaStreamDestroy(q->stream);
+    strata__cuda_leave(ctx, saved);
   }
   (void)cudaGetLastError();
   free(q);
@@ -281,12 +402,7 @@ static void strata__cuda_queue_free(void *ctx, void *queue) {
 
 /* Wait for the stream. Errors of kernels and copies that ran asynchronously
 ** (an illegal address, a failed launch) are reported here. */
-static int strata__cuda_queue_finish(void *ctx, void *queue) {
-  struct strata__cuda *cx = ctx;
-  struct strata__cuda_queue *q = queue;
-  int rc = strata__cuda_use(cx, q->dev);
-  if (rc)
-    return rc;
+static int strata__cuda_queue_finish_on(struct strata__cuda *cx, struct strata__cuda_queue *q) {
   cudaError_t e = cudaStreamSynchronize(q->stream);
   if (e != cudaSuccess) {
     char what[64];
@@ -296,29 +412,38 @@ static int strata__cuda_queue_finish(void *ctx, void *queue) {
   return STRATA_OK;
 }
 
+static int strata__cuda_queue_finish(void *ctx, void *queue) {
+  struct strata__cuda_queue *q = queue;
+  STRATA__CUDA_ON(ctx, q->dev, strata__cuda_queue_finish_on(ctx, q));
+}
+
 /* ------------------------------------------------------------------ events */
 
-/* An event at the queue's current end, created without timing (cheaper,
-** and all the runtime needs is ordering). Freed by strata__cuda_event_free. */
-static int strata__cuda_event_record(void *ctx, void *queue, void **event /* OUT */) {
-  struct strata__cuda *cx = ctx;
-  struct strata__cuda_queue *q = queue;
-  *event = NULL;
-  int rc = strata__cuda_use(cx, q->dev);
-  if (rc)
-    return rc;
-  struct strata__cuda_event *ev = malloc(sizeof *ev);
-  if (!ev)
-    return cx->svc->error(STRATA_ERR_NOMEM, "cuda: out of host memory");
-  ev->dev = q->dev;
-  cudaError_t e = cudaEventCreateWithFlags(&ev->ev, cudaEventDisableTiming);
-  if (e != cudaSuccess) {
-    free(ev);
-    return strata__cuda_fail(cx, "cudaEventCreateWithFlags", e);
+/* An event at the queue's current end: one from the device's pool, or a new
+** one created without timing (cheaper, and all the runtime needs is
+** ordering). Freed by strata__cuda_event_free, which returns it to the pool. */
+static int strata__cuda_event_record_on(struct strata__cuda *cx, struct strata__cuda_queue *q, void **event /* OUT */) {
+  pthread_mutex_lock(&cx->event_lock);
+  struct strata__cuda_event *ev = cx->event_pool[q->dev];
+  if (ev)
+    cx->event_pool[q->dev] = ev->next;
+  pthread_mutex_unlock(&cx->event_lock);
+  cudaError_t e;
+  if (!ev) {
+    ev = malloc(sizeof *ev);
+    if (!ev)
+      return cx->svc->error(STRATA_ERR_NOMEM, "cuda: out of host memory");
+    ev->dev = q->dev;
+    e = cudaEventCreateWithFlags(&ev->ev, cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+      free(ev);
+      return strata__cuda_fail(cx, "cudaEventCreateWithFlags", e);
+    }
   }
+  ev->next = NULL;
   e = cudaEventRecord(ev->ev, q->stream);
   if (e != cudaSuccess) {
-    rc = strata__cuda_fail(cx, "cudaEventRecord", e);
+    int rc = strata__cuda_fail(cx, "cudaEventRecord", e);
     cudaEventDestroy(ev->ev);
     free(ev);
     return rc;
@@ -327,62 +452,70 @@ static int strata__cuda_event_record(void *ctx, void *queue, void **event /* OUT
   return STRATA_OK;
 }
 
-/* The device makes the queue wait, also for an event of another device. */
-static int strata__cuda_event_wait(void *ctx, void *queue, void *event) {
-  struct strata__cuda *cx = ctx;
+static int strata__cuda_event_record(void *ctx, void *queue, void **event /* OUT */) {
   struct strata__cuda_queue *q = queue;
-  struct strata__cuda_event *ev = event;
-  int rc = strata__cuda_use(cx, q->dev);
-  if (rc)
-    return rc;
+  *event = NULL;
+  STRATA__CUDA_ON(ctx, q->dev, strata__cuda_event_record_on(ctx, q, event));
+}
+
+/* The device makes the queue wait, also for an event of another device. */
+static int strata__cuda_event_wait_on(struct strata__cuda *cx, struct strata__cuda_queue *q,
+                                      struct strata__cuda_event *ev) {
   cudaError_t e = cudaStreamWaitEvent(q->stream, ev->ev, 0);
   return e == cudaSuccess ? STRATA_OK : strata__cuda_fail(cx, "cudaStreamWaitEvent", e);
 }
 
-static int strata__cuda_event_sync(void *ctx, void *event) {
-  struct strata__cuda *cx = ctx;
-  struct strata__cuda_event *ev = event;
-  int rc = strata__cuda_use(cx, ev->dev);
-  if (rc)
-    return rc;
+static int strata__cuda_event_wait(void *ctx, void *queue, void *event) {
+  struct strata__cuda_queue *q = queue;
+  STRATA__CUDA_ON(ctx, q->dev, strata__cuda_event_wait_on(ctx, q, event));
+}
+
+static int strata__cuda_event_sync_on(struct strata__cuda *cx, struct strata__cuda_event *ev) {
   cudaError_t e = cudaEventSynchronize(ev->ev);
   return e == cudaSuccess ? STRATA_OK : strata__cuda_fail(cx, "cudaEventSynchronize", e);
 }
 
-/* Does not wait: CUDA releases the event once it has completed. */
-static void strata__cuda_event_free(void *ctx, void *event) {
+static int strata__cuda_event_sync(void *ctx, void *event) {
   struct strata__cuda_event *ev = event;
-  (void)ctx;
+  STRATA__CUDA_ON(ctx, ev->dev, strata__cuda_event_sync_on(ctx, ev));
+}
+
+/* Does not wait: the event goes back to its device's pool. Recording it
+** again later is safe: a stream that waits on it has already captured the
+** work it waits for (cudaStreamWaitEvent), and the runtime waits on an
+** event only before freeing it. */
+static void strata__cuda_event_free(void *ctx, void *event) {
+  struct strata__cuda *cx = ctx;
+  struct strata__cuda_event *ev = event;
   if (!ev)
     return;
-  if (cudaSetDevice(ev->dev) == cudaSuccess)
-    cudaEventDestroy(ev->ev);
-  (void)cudaGetLastError();
-  free(ev);
+  pthread_mutex_lock(&cx->event_lock);
+  ev->next = cx->event_pool[ev->dev];
+  cx->event_pool[ev->dev] = ev;
+  pthread_mutex_unlock(&cx->event_lock);
 }
 
 /* ------------------------------------------------------------------ copies */
 
+static int strata__cuda_memcpy_on(struct strata__cuda *cx, struct strata__cuda_queue *q, void *dst, const void *src,
+                                  size_t bytes, enum cudaMemcpyKind kind) {
+  cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, q->stream);
+  return e == cudaSuccess ? STRATA_OK
+                          : strata__cuda_fail(cx, kind == cudaMemcpyHostToDevice ? "cudaMemcpyAsync host to device"
+                                                                                 : "cudaMemcpyAsync device to host",
+                                              e);
+}
+
 static int strata__cuda_write(void *ctx, void *queue, void *dst, size_t dst_off, const void *src, size_t bytes) {
-  struct strata__cuda *cx = ctx;
   struct strata__cuda_queue *q = queue;
   struct strata__cuda_buf *d = dst;
-  int rc = strata__cuda_use(cx, q->dev);
-  if (rc)
-    return rc;
-  cudaError_t e = cudaMemcpyAsync(d->ptr + dst_off, src, bytes, cudaMemcpyHostToDevice, q->stream);
-  return e == cudaSuccess ? STRATA_OK : strata__cuda_fail(cx, "cudaMemcpyAsync host to device", e);
+  STRATA__CUDA_ON(ctx, q->dev, strata__cuda_memcpy_on(ctx, q, d->ptr + dst_off, src, bytes, cudaMemcpyHostToDevice));
 }
 
 static int strata__cuda_read(void *ctx, void *queue, void *src, size_t src_off, void *dst, size_t bytes) {
-  struct strata__cuda *cx = ctx;
   struct strata__cuda_queue *q = queue;
   struct strata__cuda_buf *s = src;
-  int rc = strata__cuda_use(cx, q->dev);
-  if (rc)
-    return rc;
-  cudaError_t e = cudaMemcpyAsync(dst, s->ptr + src_off, bytes, cudaMemcpyDeviceToHost, q->stream);
-  return e == cudaSuccess ? STRATA_OK : strata__cuda_fail(cx, "cudaMemcpyAsync device to host", e);
+  STRATA__CUDA_ON(ctx, q->dev, strata__cuda_memcpy_on(ctx, q, dst, s->ptr + src_off, bytes, cudaMemcpyDeviceToHost));
 }
 
 /*
@@ -419,14 +552,8 @@ static void strata__cuda_peer_enable(struct strata__cuda *cx, int a, int b, int 
 
 /* Buffer to buffer on the queue's stream; between two devices through
 ** cudaMemcpyPeerAsync (direct over NVLink/PCIe when peer access is on). */
-static int strata__cuda_copy(void *ctx, void *queue, void *dst, size_t dst_off, void *src, size_t src_off,
-                             size_t bytes) {
-  struct strata__cuda *cx = ctx;
-  struct strata__cuda_queue *q = queue;
-  struct strata__cuda_buf *d = dst, *s = src;
-  int rc = strata__cuda_use(cx, q->dev);
-  if (rc)
-    return rc;
+static int strata__cuda_copy_on(struct strata__cuda *cx, struct strata__cuda_queue *q, struct strata__cuda_buf *d,
+                                size_t dst_off, struct strata__cuda_buf *s, size_t src_off, size_t bytes) {
   cudaError_t e;
   if (d->dev == s->dev) {
     e = cudaMemcpyAsync(d->ptr + dst_off, s->ptr + src_off, bytes, cudaMemcpyDeviceToDevice, q->stream);
@@ -435,6 +562,12 @@ static int strata__cuda_copy(void *ctx, void *queue, void *dst, size_t dst_off, 
     e = cudaMemcpyPeerAsync(d->ptr + dst_off, d->dev, s->ptr + src_off, s->dev, bytes, q->stream);
   }
   return e == cudaSuccess ? STRATA_OK : strata__cuda_fail(cx, "device to device copy", e);
+}
+
+static int strata__cuda_copy(void *ctx, void *queue, void *dst, size_t dst_off, void *src, size_t src_off,
+                             size_t bytes) {
+  struct strata__cuda_queue *q = queue;
+  STRATA__CUDA_ON(ctx, q->dev, strata__cuda_copy_on(ctx, q, dst, dst_off, src, src_off, bytes));
 }
 
 /* -------------------------------------------------------------------- GEMM */
@@ -502,14 +635,9 @@ static int strata__cuda_op_supported(void *ctx, int dev, enum strata__op_id id) 
 ** faults during execution at the next queue_finish. Each kernel launch
 ** passes the item count its comment in kernels/ops.k names.
 */
-static int strata__cuda_op(void *ctx, void *queue, const struct strata__op *op) {
-  struct strata__cuda *cx = ctx;
-  struct strata__cuda_queue *q = queue;
+static int strata__cuda_op_on(struct strata__cuda *cx, struct strata__cuda_queue *q, const struct strata__op *op) {
   cudaStream_t st = q->stream;
   cudaError_t e = cudaSuccess;
-  int rc = strata__cuda_use(cx, q->dev);
-  if (rc)
-    return rc;
   switch (op->id) {
   case STRATA__OP_GEMM:
     return strata__cuda_gemm(cx, q, op);
@@ -672,6 +800,11 @@ static int strata__cuda_op(void *ctx, void *queue, const struct strata__op *op) 
     return strata__cuda_fail(cx, what, e);
   }
   return STRATA_OK;
+}
+
+static int strata__cuda_op(void *ctx, void *queue, const struct strata__op *op) {
+  struct strata__cuda_queue *q = queue;
+  STRATA__CUDA_ON(ctx, q->dev, strata__cuda_op_on(ctx, q, op));
 }
 
 #undef F

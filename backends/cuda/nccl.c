@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nccl.h"
+#include "collectives.h"
 
 const struct strata__services *strata__nccl_svc;
 

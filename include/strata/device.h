@@ -72,9 +72,32 @@ STRATA_API int strata_device_memory(int dev, uint64_t *used /* OUT */, uint64_t 
 STRATA_API int strata_device_reset_peak(int dev);
 
 /*
+** What the device's caching allocator did since strata_init: buffers are
+** taken from the backend (backend_allocs) only when no freed block of the
+** same size is cached; strata_buffer_free returns a block to the cache
+** (backend_frees counts blocks handed back to the backend: evicted, trimmed
+** or on a limit hit). Cached blocks are not "used" memory; used + cached
+** stays under the device's limit. backend_queues counts queues created.
+*/
+struct strata_device_alloc_stats {
+  uint64_t backend_allocs;      /* blocks allocated by the backend */
+  uint64_t backend_frees;       /* blocks given back to the backend */
+  uint64_t reuses;              /* buffers served from the cache */
+  uint64_t cached_bytes;        /* bytes held in the cache now */
+  uint64_t backend_queues;      /* queues created on the device */
+};
+STRATA_API int strata_device_alloc_stats(int dev, struct strata_device_alloc_stats *stats /* OUT */);
+
+/* Give every cached block of device `dev` back to its backend. */
+STRATA_API int strata_device_trim(int dev);
+
+/*
 ** Allocate `bytes` (> 0) on device `dev`. Fails with STRATA_ERR_DEVICE_MEMORY,
-** allocating nothing, when the device's limit would be exceeded. The caller
-** frees the buffer with strata_buffer_free once no queued work uses it.
+** allocating nothing, when the device's limit would be exceeded (after the
+** device's cached blocks were given back to make room). The caller frees the
+** buffer with strata_buffer_free once no queued work uses it; its memory
+** then stays cached for the next buffer of the same size (no device-wide
+** synchronisation, as cudaFree would).
 */
 STRATA_API int strata_buffer_new(int dev, size_t bytes, strata_buffer_t *buf /* OUT */);
 STRATA_API void strata_buffer_free(strata_buffer_t buf);

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* backend.c — a fake backend module for registry tests: devices with chosen PCI ids, memory in malloc, copies done at
-** once. Built as several modules (FAKE_NAME, FAKE_PCI, FAKE_API_VERSION, FAKE_NO_ENTRY) to play CUDA, OpenCL, a stale
-** module and a broken one. */
+** once. Built as several modules (FAKE_NAME, FAKE_PCI, FAKE_API_VERSION, FAKE_NO_ENTRY, FAKE_NEEDS_GONE) to play CUDA,
+** OpenCL, a stale module, a broken one and one whose libraries cannot load. */
 #include "config.h"
 
 #include <stdio.h>
@@ -18,11 +18,20 @@
 static const char *const pci[] = {FAKE_PCI};
 #define NDEV ((int)(sizeof pci / sizeof pci[0]))
 
+#ifdef FAKE_NEEDS_GONE
+/* tests/fake/gone.c: called, so that the module really needs the library. */
+int strata_test_gone(void);
+#endif
+
 static int fake_init(const struct strata__services *svc, void **ctx, char *why, size_t why_len) {
   (void)svc;
   (void)why;
   (void)why_len;
   *ctx = NULL;
+#ifdef FAKE_NEEDS_GONE
+  if (!strata_test_gone())
+    return 0;
+#endif
   return NDEV;
 }
 

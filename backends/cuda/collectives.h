@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* nccl.h — the CUDA module's collectives through NCCL, loaded at run time (nccl.c), and what they need of cuda.c. */
+/* collectives.h — the CUDA module's collectives through NCCL, loaded at run time (nccl.c, which loads libnccl with dlopen), and what they need of cuda.c. */
 #ifndef STRATA__CUDA_NCCL_H
 #define STRATA__CUDA_NCCL_H
 
