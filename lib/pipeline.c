@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "file.h"
+#include "comm/comm.h"
 #include "registry.h"
 #include "trainer.h"
 
@@ -54,6 +55,9 @@ struct exec {
   int *pending;              /* [S x m]: bit 1 activations, bit 2 gradients ready to be freed by the rank's worker */
   int opt_arrived;
   int opt_ready;
+  int chain;                 /* stages per replica */
+  void **done;               /* [S]: the completion of each stage's gradient all-reduce, until its OPTIMIZER */
+  double *done_post;         /* [S]: when it was posted */
   float gscale, norm, lr;
   double busy[STRATA_MAX_PIPELINE];
   struct sender snd[STRATA_MAX_PIPELINE];
@@ -78,6 +82,12 @@ static void fail(struct exec *ex, int status, const char *what) {
   for (int r = 0; r < ex->tr->ndev; r++)
     ex->snd[r].stop = 1;
   pthread_mutex_unlock(&ex->lock);
+  /* replicas waiting in a collective for this one must not wait for the timeout */
+  strata_trainer_t tr = ex->tr;
+  for (int s = 0; tr->comm && s < tr->nstages; s++)
+    strata_comm_abort(tr->comm[s], status, what);
+  if (tr->comm)
+    tr->comm_stale = 1;
 }
 
 enum { ACT = 1, GRAD = 2 };
@@ -237,15 +247,17 @@ static int do_forward(struct exec *ex, int rank, int s, int mb) {
   int k = s * ex->m + mb;
   /* activations: the backward pass, and the send to the next device;
   ** gradients: the backward pass, and the previous stage taking the input gradient */
-  ex->hold_act[k] = 1 + (s < ex->S - 1 && rank_of(ex, s + 1) != rank);
-  ex->hold_grad[k] = 1 + (s > 0);
+  const int first = strata__stage_first(tr, s), last = strata__stage_last(tr, s);
+  const int mbi = (s / ex->chain) * ex->m + mb; /* the replica's micro-batch among the step's */
+  ex->hold_act[k] = 1 + (!last && rank_of(ex, s + 1) != rank);
+  ex->hold_grad[k] = 1 + !first;
   if (++ex->inflight[s] > ex->peak[s])
     ex->peak[s] = ex->inflight[s];
   pthread_mutex_unlock(&ex->lock);
   strata_mem_t in = strata__stage_input(st, mb);
   size_t in_bytes = strata__stage_in_floats(st) * 4;
-  if (s == 0) {
-    TRY(strata_buffer_write(st->q, in.buf, in.off * 4, tr->inputs[mb], tr->in_elems * 4));
+  if (first) {
+    TRY(strata_buffer_write(st->q, in.buf, in.off * 4, tr->inputs[mbi], tr->in_elems * 4));
   } else if (rank_of(ex, s - 1) == rank) {
     strata_mem_t o = strata__stage_output(tr->st[s - 1], mb);
     TRY(strata_buffer_copy(st->q, in.buf, in.off * 4, o.buf, o.off * 4, in_bytes));
@@ -255,20 +267,20 @@ static int do_forward(struct exec *ex, int rank, int s, int mb) {
       return strata__error(STRATA_ERR_STATE, "no activation received for stage %d, micro-batch %d", s, mb);
     TRY(consume(ex, mg, &tr->pools[2 * s], st->q, in, in_bytes));
   }
-  if (s == ex->S - 1) {
+  if (last) {
     strata_mem_t tg = strata__stage_targets(st, mb);
-    TRY(strata_buffer_write(st->q, tg.buf, tg.off * 4, tr->targets[mb], (size_t)tr->rows * 4));
+    TRY(strata_buffer_write(st->q, tg.buf, tg.off * 4, tr->targets[mbi], (size_t)tr->rows * 4));
   }
   TRY(strata__stage_forward(st, mb));
-  if (s == ex->S - 1)
-    TRY(strata__stage_loss_read(st, mb, tr->losses[mb]));
+  if (last)
+    TRY(strata__stage_loss_read(st, mb, tr->losses[mbi]));
   return strata_queue_finish(st->q);
 }
 
 static int do_backward(struct exec *ex, int rank, int kind, int s, int mb) {
   strata_trainer_t tr = ex->tr;
   struct strata__stage *st = tr->st[s];
-  if (kind != STRATA_ACTION_BACKWARD_WEIGHT && s < ex->S - 1) {
+  if (kind != STRATA_ACTION_BACKWARD_WEIGHT && !strata__stage_last(tr, s)) {
     strata_mem_t go = strata__stage_grad_output(st, mb);
     size_t bytes = strata__stage_out_floats(st) * 4;
     if (rank_of(ex, s + 1) == rank) {
@@ -304,7 +316,34 @@ static int do_backward(struct exec *ex, int rank, int kind, int s, int mb) {
 */
 static int do_optimizer(struct exec *ex, int rank, int s, int last_on_rank) {
   strata_trainer_t tr = ex->tr;
-  TRY(strata__stage_sumsq(tr, s));
+  if (ex->done[s]) { /* the stage's gradients must have been joined with the other replicas' */
+    strata_comm_t c = tr->comm[s % ex->chain];
+    int rc = strata__comm_wait(c, tr->st[s]->q, ex->done[s]);
+    if (!rc)
+      rc = strata_queue_finish(tr->st[s]->q);
+    double t0 = 0, t1 = 0;
+    void *d = ex->done[s];
+    ex->done[s] = NULL;
+    strata__comm_release(c, d, &t0, &t1);
+    if (rc)
+      return rc;
+    if (tr->trace_path) {
+      char name[24], group[48];
+      size_t at = 0;
+      group[0] = '\0';
+      for (int r = 0; r < tr->replicas && at < sizeof group; r++)
+        at += (size_t)snprintf(group + at, sizeof group - at, "%s%d", r ? "," : "",
+                               tr->dev[rank_of(ex, r * ex->chain + s % ex->chain)]);
+      snprintf(name, sizeof name, "GR%d", s);
+      pthread_mutex_lock(&ex->lock);
+      strata__trace_add_comm(tr, name, "allreduce", (uint64_t)tr->st[s]->nparams * 4, group,
+                             t0 > ex->done_post[s] ? t0 : ex->done_post[s], t1, 2 * rank + 1);
+      pthread_mutex_unlock(&ex->lock);
+    }
+  }
+  /* the global norm from one replica's stages: after the all-reduce every replica has the same gradients */
+  if (s < ex->chain)
+    TRY(strata__stage_sumsq(tr, s));
   pthread_mutex_lock(&ex->lock);
   if (++ex->opt_arrived == ex->S) {
     ex->gscale = strata__clip_scale(tr, &ex->norm);
@@ -326,6 +365,24 @@ static int do_optimizer(struct exec *ex, int rank, int s, int last_on_rank) {
     if (rank_of(ex, t) == rank)
       TRY(strata__stage_optimize(tr, t, gscale, ex->lr));
   return STRATA_OK;
+}
+
+/*
+** GRAD_REDUCE: hand the stage's gradients to its communicator (this
+** replica's member) and go on; the device's queue keeps computing while the
+** communicator's threads move the data, and the stage's OPTIMIZER waits for
+** it. Without gates on this backend the call itself waits.
+*/
+static int do_grad_reduce(struct exec *ex, int s) {
+  strata_trainer_t tr = ex->tr;
+  struct strata__stage *st = tr->st[s];
+  strata_comm_t c = tr->comm[s % ex->chain];
+  struct strata_comm_info info;
+  TRY(strata_comm_info(c, &info));
+  strata_mem_t g = strata_mem(st->grads, 0);
+  ex->done_post[s] = strata__now();
+  return strata__comm_post_rank(c, STRATA__COLL_ALLREDUCE, s / ex->chain, st->q, g, g, st->nparams, STRATA_FLOAT32,
+                                STRATA_SUM, 0, info.asynchronous ? &ex->done[s] : NULL);
 }
 
 static void *worker_main(void *arg) {
@@ -388,6 +445,10 @@ static void *worker_main(void *arg) {
       rc = do_optimizer(ex, rank, s, i == last_opt);
       cat = "optimizer";
       break;
+    case STRATA_ACTION_GRAD_REDUCE:
+      rc = do_grad_reduce(ex, s);
+      cat = NULL; /* traced with its duration at the optimizer */
+      break;
     default:
       rc = strata__error(STRATA_ERR_INTERNAL, "unknown action kind %d", a->kind);
     }
@@ -415,7 +476,8 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
   memset(&ex, 0, sizeof ex);
   ex.tr = tr;
   ex.m = tr->m;
-  ex.S = tr->nstages;
+  ex.S = strata__stages_all(tr);
+  ex.chain = tr->nstages;
   ex.lr = lr;
   ex.norm = 0;
   size_t cells = (size_t)ex.S * (size_t)ex.m;
@@ -426,7 +488,10 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
   ex.pending = calloc(cells, sizeof *ex.pending);
   ex.inflight = calloc((size_t)ex.S, sizeof *ex.inflight);
   ex.peak = calloc((size_t)ex.S, sizeof *ex.peak);
-  int rc = (!ex.act || !ex.grad || !ex.hold_act || !ex.hold_grad || !ex.pending || !ex.inflight || !ex.peak)
+  ex.done = calloc((size_t)ex.S, sizeof *ex.done);
+  ex.done_post = calloc((size_t)ex.S, sizeof *ex.done_post);
+  int rc = (!ex.act || !ex.grad || !ex.hold_act || !ex.hold_grad || !ex.pending || !ex.inflight || !ex.peak ||
+            !ex.done || !ex.done_post)
                ? strata__error(STRATA_ERR_NOMEM, "out of host memory running a pipeline step")
                : STRATA_OK;
   pthread_mutex_init(&ex.lock, NULL);
@@ -486,6 +551,11 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
     strata_buffer_free(ex.act[k].buf);
     strata_buffer_free(ex.grad[k].buf);
   }
+  for (int s = 0; ex.done && s < ex.S; s++)
+    if (ex.done[s]) { /* a failed step: the stage never reached its optimizer */
+      strata_queue_finish(tr->st[s]->q);
+      strata__comm_release(tr->comm[s % ex.chain], ex.done[s], NULL, NULL);
+    }
   if (!rc && ex.failed)
     rc = strata__error(ex.fail_status, "%s", ex.fail_msg);
   if (!rc) {
@@ -533,6 +603,8 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
   free(ex.pending);
   free(ex.inflight);
   free(ex.peak);
+  free(ex.done);
+  free(ex.done_post);
   return rc;
 }
 
@@ -556,6 +628,21 @@ void strata__trace_add(strata_trainer_t tr, const char *name, const char *cat, d
   e->dur = (t_end - t_start) * 1e6;
   e->tid = tid;
   e->step = tr->step;
+  e->bytes = 0;
+  e->op = NULL;
+  e->group[0] = '\0';
+}
+
+void strata__trace_add_comm(strata_trainer_t tr, const char *name, const char *op, uint64_t bytes, const char *group,
+                            double t_start, double t_end, int tid) {
+  size_t n = tr->nevents;
+  strata__trace_add(tr, name, "comm", t_start, t_end, tid);
+  if (tr->nevents == n + 1) {
+    struct strata__trace_event *e = &tr->events[n];
+    e->bytes = bytes;
+    e->op = op;
+    snprintf(e->group, sizeof e->group, "%s", group);
+  }
 }
 
 /* The trace, through the atomic writer: a reader never sees half a file, and
@@ -585,8 +672,12 @@ int strata__trace_write(strata_trainer_t tr) {
     const struct strata__trace_event *e = &tr->events[i];
     fprintf(f,
             "{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, "
-            "\"args\": {\"step\": %lld}}%s\n",
-            e->name, e->cat, e->tid, e->ts, e->dur, (long long)e->step + 1, i + 1 < tr->nevents ? "," : "");
+            "\"args\": {\"step\": %lld",
+            e->name, e->cat, e->tid, e->ts, e->dur, (long long)e->step + 1);
+    if (e->op)
+      fprintf(f, ", \"collective\": \"%s\", \"bytes\": %llu, \"group\": [%s]", e->op,
+              (unsigned long long)e->bytes, e->group);
+    fprintf(f, "}}%s\n", i + 1 < tr->nevents ? "," : "");
   }
   fprintf(f, "]}\n");
   return strata__out_commit(&o);

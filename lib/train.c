@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <strata/checkpoint.h>
+#include <strata/layout.h>
 #include <strata/train.h>
 
 #include "file.h"
@@ -121,10 +122,11 @@ uint64_t strata__stage_need(strata_trainer_t tr, int s, const struct strata__sta
   int k = stage_inflight(tr, s);
   uint64_t a = (uint64_t)k * b->slot;
   /* boundary gradients may outlive the activations until the previous stage took them */
-  uint64_t g = (uint64_t)(k + (s > 0 && tr->sched ? 1 : 0)) * b->grad, recv = 0;
-  if (tr->sched && s > 0 && prev && tr->stage_rank[s - 1] != tr->stage_rank[s])
+  int first = strata__stage_first(tr, s), last = strata__stage_last(tr, s);
+  uint64_t g = (uint64_t)(k + (!first && tr->sched ? 1 : 0)) * b->grad, recv = 0;
+  if (tr->sched && !first && prev && tr->stage_rank[s - 1] != tr->stage_rank[s])
     recv += (uint64_t)stage_inflight(tr, s - 1) * b->in; /* activations sent here, not yet consumed */
-  if (tr->sched && s < tr->nstages - 1 && tr->stage_rank[s + 1] != tr->stage_rank[s])
+  if (tr->sched && !last && tr->stage_rank[s + 1] != tr->stage_rank[s])
     recv += (uint64_t)k * b->out; /* gradients sent back here */
   if (act)
     *act += a;
@@ -147,15 +149,19 @@ static int check_memory(strata_trainer_t tr, const int *split) {
   int lo[STRATA_MAX_PIPELINE], hi[STRATA_MAX_PIPELINE], nst[STRATA_MAX_PIPELINE] = {0};
   struct strata__stage_bytes b, prev;
   int split_backward = tr->report.schedule == STRATA_SCHEDULE_ZB_H1;
-  for (int s = 0, first = 0; s < tr->nstages; first += split[s], s++) {
-    TRY(strata__stage_plan(tr->model, first, first + split[s], tr->opt.batch, split_backward, &b));
+  for (int s = 0, first = 0; s < strata__stages_all(tr); s++) {
+    const int n = split[s % tr->nstages];
+    if (strata__stage_first(tr, s))
+      first = 0;
+    TRY(strata__stage_plan(tr->model, first, first + n, tr->opt.batch, split_backward, &b));
     int r = tr->stage_rank[s];
-    need[r] += strata__stage_need(tr, s, &b, s ? &prev : NULL, &act[r], &bufs[r]);
+    need[r] += strata__stage_need(tr, s, &b, strata__stage_first(tr, s) ? NULL : &prev, &act[r], &bufs[r]);
     params[r] += b.params;
     if (!nst[r]++)
       lo[r] = first;
-    hi[r] = first + split[s] - 1;
+    hi[r] = first + n - 1;
     prev = b;
+    first += n;
   }
   for (int r = 0; r < tr->ndev; r++) {
     struct strata_device_props p;
@@ -186,15 +192,17 @@ static int check_memory(strata_trainer_t tr, const int *split) {
 ** it; each is pinned by that device's backend where it can be (CUDA), so
 ** that the copies run asynchronously instead of through pageable memory. */
 static int host_buffers(strata_trainer_t tr) {
-  tr->inputs = calloc((size_t)tr->m, sizeof *tr->inputs);
-  tr->targets = calloc((size_t)tr->m, sizeof *tr->targets);
-  tr->losses = calloc((size_t)tr->m, sizeof *tr->losses);
-  tr->mb_loss = calloc((size_t)tr->m, sizeof *tr->mb_loss);
-  tr->host_mem = calloc(3 * (size_t)tr->m, sizeof *tr->host_mem);
+  tr->inputs = calloc((size_t)tr->mtot, sizeof *tr->inputs);
+  tr->targets = calloc((size_t)tr->mtot, sizeof *tr->targets);
+  tr->losses = calloc((size_t)tr->mtot, sizeof *tr->losses);
+  tr->mb_loss = calloc((size_t)tr->mtot, sizeof *tr->mb_loss);
+  tr->host_mem = calloc(3 * (size_t)tr->mtot, sizeof *tr->host_mem);
   if (!tr->inputs || !tr->targets || !tr->losses || !tr->mb_loss || !tr->host_mem)
     return strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
-  int first = tr->dev[tr->stage_rank[0]], last = tr->dev[tr->stage_rank[tr->nstages - 1]];
-  for (int i = 0; i < tr->m; i++) {
+  for (int i = 0; i < tr->mtot; i++) {
+    /* replica i / m's first and last stages' devices */
+    int rep = i / tr->m;
+    int first = tr->dev[tr->stage_rank[rep * tr->nstages]], last = tr->dev[tr->stage_rank[(rep + 1) * tr->nstages - 1]];
     struct strata__staging *h = &tr->host_mem[3 * (size_t)i];
     TRY(strata__host_memory_new(first, tr->in_elems * 4, &h[0]));
     TRY(strata__host_memory_new(last, (size_t)tr->rows * 4, &h[1]));
@@ -209,15 +217,18 @@ static int host_buffers(strata_trainer_t tr) {
 /* Build the stages from the split (layers per stage) on their ranks' devices. */
 static int build_stages(strata_trainer_t tr, const int *split, int split_backward) {
   int first = 0;
-  for (int s = 0; s < tr->nstages; s++) {
-    int last = first + split[s];
+  for (int s = 0; s < strata__stages_all(tr); s++) {
+    if (strata__stage_first(tr, s))
+      first = 0;
+    int last = first + split[s % tr->nstages];
     int dev = tr->dev[tr->stage_rank[s]];
+    /* every replica initialises its stages from the same seed: the copies start equal */
     int rc = strata__stage_new(tr->model, first, last, dev, tr->opt.batch, tr->opt.seed, split_backward, &tr->st[s]);
     if (rc == STRATA_ERR_DEVICE_MEMORY)
       rc = explain_memory(tr, first, last, dev);
     if (rc)
       return rc;
-    tr->report.split[s] = split[s];
+    tr->report.split[s] = split[s % tr->nstages];
     tr->report.stage_device[s] = dev;
     first = last;
   }
@@ -274,27 +285,63 @@ static int check_pipeline(const struct strata_pipeline_options *pp, int nlayers,
 }
 
 /*
-** The one constructor behind strata_trainer_new and _new_pipeline.
-** `pp` NULL: one stage on opts->device, accum micro-batches per step.
+** How a trainer is cut, from whichever entry point: dp replicas of a
+** pipeline of `pp` ranks over `devices` (replica-major), `nstages` stages
+** per replica, the schedule (0: stages one after another, single device),
+** micro-batches per replica, an explicit split or a balanced one.
+*/
+struct plan {
+  int replicas, pp, kind, m, nstages;
+  int devices[STRATA_MAX_PIPELINE];
+  int split[STRATA_MAX_STAGES];
+  int given;                         /* split given (else balanced) */
+  const char *trace;
+};
+
+/* The communicators of the replicas: one per stage, over its copies. */
+static int make_comms(strata_trainer_t tr) {
+  if (tr->replicas < 2)
+    return STRATA_OK;
+  if (!tr->comm && !(tr->comm = calloc((size_t)tr->nstages, sizeof *tr->comm)))
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
+  for (int s = 0; s < tr->nstages; s++) {
+    int devs[STRATA_MAX_PIPELINE];
+    for (int r = 0; r < tr->replicas; r++)
+      devs[r] = tr->dev[tr->stage_rank[r * tr->nstages + s]];
+    strata_comm_free(tr->comm[s]);
+    tr->comm[s] = NULL;
+    TRY(strata_comm_new(devs, tr->replicas, NULL, &tr->comm[s]));
+  }
+  tr->comm_stale = 0;
+  return STRATA_OK;
+}
+
+int strata__trainer_comms_renew(strata_trainer_t tr) { return make_comms(tr); }
+
+/*
+** The one constructor behind strata_trainer_new, _new_pipeline and
+** _new_layout: a single device is 1 x 1 (no schedule), a pipeline 1 x p,
+** data parallelism d x p with every replica's stages trained on its own
+** micro-batches and their gradients all-reduced before the update.
 */
 static int trainer_create(strata_model_t model, strata_dataset_t data, const struct strata_train_options *opts,
-                          const struct strata_pipeline_options *pp, strata_trainer_t *out) {
+                          const struct plan *pl, strata_trainer_t *out) {
   if (!model || !opts || !out)
     return strata__error(STRATA_ERR_INVALID, "strata_trainer_new: NULL argument");
   TRY(check_options(opts));
   int images = model->cfg.kind != STRATA_MODEL_GPT;
   if (data)
     TRY(check_data(model, data, &images));
-  int kind = 0, nstages = 1;
-  if (pp)
-    TRY(check_pipeline(pp, model->nlayers, &kind, &nstages));
-  int ndev = pp ? pp->devices : 1;
+  const int ndev = pl->replicas * pl->pp, kind = pl->kind, nstages = pl->nstages;
+  if (ndev > STRATA_MAX_PIPELINE || nstages * pl->replicas > STRATA_MAX_STAGES)
+    return strata__error(STRATA_ERR_INVALID, "%d devices and %d stages in all: this version handles %d and %d",
+                         ndev, nstages * pl->replicas, STRATA_MAX_PIPELINE, STRATA_MAX_STAGES);
   for (int i = 0; i < ndev; i++)
-    if (!strata__device_get(pp ? pp->device[i] : opts->device))
+    if (!strata__device_get(pl->devices[i]))
       return STRATA_ERR_NOT_FOUND;
-  if (kind == STRATA_SCHEDULE_INTERLEAVED && pp->microbatches % pp->devices)
+  if (kind == STRATA_SCHEDULE_INTERLEAVED && pl->m % pl->pp)
     return strata__error(STRATA_ERR_INVALID, "interleaved schedule: micro-batches (%d) must be a multiple of the %d devices",
-                         pp->microbatches, pp->devices);
+                         pl->m, pl->pp);
   struct strata_trainer *tr = calloc(1, sizeof *tr);
   if (!tr)
     return strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
@@ -307,28 +354,33 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
   tr->rows = images ? opts->batch : opts->batch * model->cfg.context;
   tr->in_elems = images ? (size_t)(opts->batch * model->cfg.channels * model->cfg.image * model->cfg.image)
                         : (size_t)tr->rows;
+  tr->replicas = pl->replicas;
+  tr->pp = pl->pp;
   tr->ndev = ndev;
   tr->nstages = nstages;
-  tr->m = pp ? pp->microbatches : (int)opts->accum;
+  tr->m = pl->m;
+  tr->mtot = pl->m * pl->replicas;
   tr->report.schedule = kind; /* the balancer and the memory plan read it */
   for (int i = 0; i < ndev; i++)
-    tr->dev[i] = pp ? pp->device[i] : opts->device;
-  for (int s = 0; s < nstages; s++)
-    tr->stage_rank[s] = s % ndev;
+    tr->dev[i] = pl->devices[i];
+  for (int r = 0; r < pl->replicas; r++)
+    for (int s = 0; s < nstages; s++)
+      tr->stage_rank[r * nstages + s] = r * pl->pp + s % pl->pp;
   int split[STRATA_MAX_STAGES] = {0};
   int rc = host_buffers(tr);
-  if (!rc && pp) {
-    rc = strata_schedule_generate(kind, ndev, tr->m, nstages / ndev, &tr->sched);
+  if (!rc && kind) {
+    rc = strata_schedule_generate_replicated(kind, pl->pp, tr->m, nstages / pl->pp, pl->replicas, 0, &tr->sched);
     if (!rc)
       rc = strata_schedule_validate(tr->sched);
-    int given = 0;
-    for (int s = 0; s < nstages; s++)
-      given |= pp->split[s] != 0;
-    if (!rc && given)
-      memcpy(split, pp->split, sizeof split);
-    else if (!rc)
+    if (!rc && pl->given) {
+      memcpy(split, pl->split, sizeof split);
+    } else if (!rc) {
+      /* balance one replica over its ranks: the others are its copies */
+      tr->ndev = pl->pp;
       rc = strata__pipeline_balance(tr, split);
-    if (!rc && pp->trace && !(tr->trace_path = strdup(pp->trace)))
+      tr->ndev = ndev;
+    }
+    if (!rc && pl->trace && !(tr->trace_path = strdup(pl->trace)))
       rc = strata__error(STRATA_ERR_NOMEM, "out of host memory");
   } else {
     split[0] = model->nlayers;
@@ -337,6 +389,8 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
     rc = check_memory(tr, split);
   if (!rc)
     rc = build_stages(tr, split, kind == STRATA_SCHEDULE_ZB_H1);
+  if (!rc)
+    rc = make_comms(tr);
   if (rc) {
     char *msg = strdup(strata_last_error()); /* freeing may touch the message */
     strata_trainer_free(tr);
@@ -346,7 +400,7 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
     return rc;
   }
   tr->report.devices = ndev;
-  tr->report.stages = nstages;
+  tr->report.stages = strata__stages_all(tr);
   tr->report.microbatches = tr->m;
   tr->report.schedule = kind;
   if (tr->sched)
@@ -359,28 +413,86 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
 
 STRATA_API int strata_trainer_new(strata_model_t model, strata_dataset_t data, const struct strata_train_options *opts,
                                   strata_trainer_t *out) {
-  return trainer_create(model, data, opts, NULL, out);
+  if (!opts)
+    return strata__error(STRATA_ERR_INVALID, "strata_trainer_new: NULL argument");
+  struct plan pl = {.replicas = 1, .pp = 1, .kind = 0, .m = (int)opts->accum, .nstages = 1};
+  pl.devices[0] = opts->device;
+  return trainer_create(model, data, opts, &pl, out);
 }
 
 STRATA_API int strata_trainer_new_pipeline(strata_model_t model, strata_dataset_t data,
                                            const struct strata_train_options *opts,
                                            const struct strata_pipeline_options *pipeline, strata_trainer_t *out) {
-  if (!pipeline)
-    return strata__error(STRATA_ERR_INVALID, "strata_trainer_new_pipeline: pipeline options are NULL");
-  return trainer_create(model, data, opts, pipeline, out);
+  if (!pipeline || !model)
+    return strata__error(STRATA_ERR_INVALID, "strata_trainer_new_pipeline: NULL argument");
+  struct plan pl = {.replicas = 1, .pp = pipeline->devices, .m = pipeline->microbatches, .trace = pipeline->trace};
+  TRY(check_pipeline(pipeline, model->nlayers, &pl.kind, &pl.nstages));
+  memcpy(pl.devices, pipeline->device, sizeof pl.devices);
+  for (int s = 0; s < pl.nstages; s++)
+    pl.given |= pipeline->split[s] != 0;
+  memcpy(pl.split, pipeline->split, sizeof pl.split);
+  return trainer_create(model, data, opts, &pl, out);
+}
+
+STRATA_API int strata_trainer_new_layout(strata_model_t model, strata_dataset_t data,
+                                         const struct strata_train_options *opts, strata_layout_t layout,
+                                         const char *trace, strata_trainer_t *out) {
+  if (!model || !layout || !out)
+    return strata__error(STRATA_ERR_INVALID, "strata_trainer_new_layout: NULL argument");
+  *out = NULL;
+  int ndevices = 0;
+  TRY(strata_device_count(&ndevices));
+  TRY(strata_layout_check(layout, model, ndevices));
+  const int dp = strata_layout_dp(layout), pp = strata_layout_pp(layout);
+  for (int r = 0; r < pp; r++)
+    if (strata_layout_tp(layout, r) != 1)
+      return strata__error(STRATA_ERR_UNSUPPORTED,
+                           "layout: tensor parallelism (tp %d on rank %d) is not in this version yet; dp and pp are",
+                           strata_layout_tp(layout, r), r);
+  if (strata_layout_zero(layout))
+    return strata__error(STRATA_ERR_UNSUPPORTED, "layout: ZeRO-1 is not in this version yet");
+  if (dp * pp > STRATA_MAX_PIPELINE)
+    return strata__error(STRATA_ERR_INVALID, "layout: %d devices, this version handles %d", dp * pp,
+                         STRATA_MAX_PIPELINE);
+  struct plan pl = {.replicas = dp, .pp = pp, .m = strata_layout_microbatches(layout),
+                    .nstages = strata_layout_stages(layout), .trace = trace};
+  /* one device and one replica: the stages one after another, no schedule */
+  pl.kind = dp == 1 && pp == 1 ? 0 : strata_layout_schedule(layout);
+  if (pl.nstages > STRATA_MAX_STAGES)
+    return strata__error(STRATA_ERR_INVALID, "layout: %d stages, this version handles %d", pl.nstages,
+                         STRATA_MAX_STAGES);
+  memcpy(pl.devices, strata_layout_devices(layout), sizeof(int) * (size_t)(dp * pp));
+  const int *split = strata_layout_split(layout);
+  if (split) {
+    pl.given = 1;
+    memcpy(pl.split, split, sizeof(int) * (size_t)pl.nstages);
+  }
+  if (trace) {
+    if (!trace[0])
+      return strata__error(STRATA_ERR_INVALID, "layout: the trace path is empty");
+    if (strata__out_check(trace))
+      return strata__error_prefix(STRATA_ERR_IO, "cannot write the trace: ");
+  }
+  struct strata_train_options o = *opts;
+  if (!pl.kind)
+    o.accum = pl.m; /* the single device runs its micro-batches one after another */
+  return trainer_create(model, data, &o, &pl, out);
 }
 
 STRATA_API void strata_trainer_free(strata_trainer_t tr) {
   if (!tr)
     return;
-  for (int s = 0; s < tr->nstages; s++)
+  for (int s = 0; tr->comm && s < tr->nstages; s++)
+    strata_comm_free(tr->comm[s]);
+  free(tr->comm);
+  for (int s = 0; s < strata__stages_all(tr); s++)
     strata__stage_free(tr->st[s]);
   for (int p = 0; p < 2 * STRATA_MAX_STAGES; p++)
     while (tr->pools[p].n > 0)
       strata_buffer_free(tr->pools[p].free[--tr->pools[p].n]);
   for (int r = 0; r < tr->ndev; r++)
     strata_queue_free(tr->send_q[r]);
-  for (size_t i = 0; tr->host_mem && i < 3 * (size_t)tr->m; i++)
+  for (size_t i = 0; tr->host_mem && i < 3 * (size_t)tr->mtot; i++)
     strata__host_memory_free(&tr->host_mem[i]);
   free(tr->host_mem);
   free(tr->inputs);
@@ -456,7 +568,7 @@ static int seq_loss(strata_trainer_t tr, int slot, double *sum) {
 
 static int finish_all(strata_trainer_t tr) {
   int rc = STRATA_OK;
-  for (int s = 0; s < tr->nstages; s++) {
+  for (int s = 0; s < strata__stages_all(tr); s++) {
     int r = strata_queue_finish(tr->st[s]->q);
     if (!rc)
       rc = r;
@@ -473,7 +585,7 @@ static int finish_all(strata_trainer_t tr) {
 */
 static void release_all(strata_trainer_t tr) {
   (void)finish_all(tr);
-  for (int s = 0; s < tr->nstages; s++)
+  for (int s = 0; s < strata__stages_all(tr); s++)
     for (int k = 0; k < STRATA__MAX_SLOTS; k++)
       strata__stage_release(tr->st[s], k);
 }
@@ -536,13 +648,17 @@ STRATA_API int strata_trainer_step(strata_trainer_t tr, struct strata_step_stats
     return strata__error(STRATA_ERR_STATE, "strata_trainer_step: the trainer was made without data");
   const struct strata_train_options *o = &tr->opt;
   int64_t ctx = tr->images ? 0 : tr->model->cfg.context;
-  for (int s = 0; s < tr->nstages; s++) {
-    tr->st[s]->loss_scale = 1.0f / (float)(tr->rows * tr->m);
+  /* d(mean loss of the step)/d(per-row loss): every replica's rows count, so
+  ** that the replicas' gradients, summed, are one device's over them all */
+  for (int s = 0; s < strata__stages_all(tr); s++) {
+    tr->st[s]->loss_scale = 1.0f / (float)(tr->rows * tr->mtot);
     TRY(strata__stage_zero_grads(tr->st[s]));
   }
-  /* the step's micro-batches, drawn in order before anything runs */
+  if (tr->comm_stale)
+    TRY(strata__trainer_comms_renew(tr));
+  /* the step's micro-batches, drawn in order before anything runs: replica r takes the r-th m of them */
   uint64_t state = tr->data_state;
-  for (int k = 0; k < tr->m; k++)
+  for (int k = 0; k < tr->mtot; k++)
     TRY(strata_dataset_sample(tr->data, STRATA_SPLIT_TRAIN, o->batch, ctx, &state, tr->inputs[k], tr->targets[k]));
   float lr = schedule(o, tr->step), norm = 0;
   double t_start = strata__now();
@@ -556,7 +672,7 @@ STRATA_API int strata_trainer_step(strata_trainer_t tr, struct strata_step_stats
   if (rc)
     return rc;
   double loss = 0;
-  for (int k = 0; k < tr->m; k++) {
+  for (int k = 0; k < tr->mtot; k++) {
     if (tr->sched) { /* the same sums, in the same order, as strata__stage_loss */
       tr->mb_loss[k] = 0;
       for (int64_t r = 0; r < tr->rows; r++)
@@ -566,7 +682,7 @@ STRATA_API int strata_trainer_step(strata_trainer_t tr, struct strata_step_stats
   }
   if (!isfinite(norm))
     return strata__error(STRATA_ERR_RANGE, "step %lld: the gradient norm is not finite (loss %g): training diverged",
-                         (long long)(tr->step + 1), loss / (double)(tr->rows * tr->m));
+                         (long long)(tr->step + 1), loss / (double)(tr->rows * tr->mtot));
   tr->data_state = state;
   tr->step++;
   if (!tr->sched) {
@@ -575,11 +691,11 @@ STRATA_API int strata_trainer_step(strata_trainer_t tr, struct strata_step_stats
   }
   if (stats) {
     stats->step = tr->step;
-    stats->loss = (float)(loss / (double)(tr->rows * tr->m));
+    stats->loss = (float)(loss / (double)(tr->rows * tr->mtot));
     stats->grad_norm = norm;
     stats->lr = lr;
-    stats->samples = (uint64_t)(o->batch * tr->m);
-    stats->tokens = (uint64_t)(tr->rows * tr->m);
+    stats->samples = (uint64_t)(o->batch * tr->mtot);
+    stats->tokens = (uint64_t)(tr->rows * tr->mtot);
     stats->flops = strata_model_flops(tr->model) * (double)stats->samples;
   }
   /* the step is done and counted: a trace that cannot be written is
@@ -638,13 +754,16 @@ static int gather(strata_trainer_t tr, int which, float *host) {
   return STRATA_OK;
 }
 
+/* Every replica's copy of the stages receives the same values. */
 static int scatter(strata_trainer_t tr, int which, const float *host) {
-  size_t at = 0;
-  for (int s = 0; s < tr->nstages; s++) {
-    struct strata__stage *st = tr->st[s];
-    strata_buffer_t b = which == 0 ? st->params : which == 2 ? st->m : st->v;
-    TRY(strata_buffer_upload(st->q, b, 0, host + at, st->nparams * 4));
-    at += st->nparams;
+  for (int r = 0; r < tr->replicas; r++) {
+    size_t at = 0;
+    for (int s = 0; s < tr->nstages; s++) {
+      struct strata__stage *st = tr->st[r * tr->nstages + s];
+      strata_buffer_t b = which == 0 ? st->params : which == 2 ? st->m : st->v;
+      TRY(strata_buffer_upload(st->q, b, 0, host + at, st->nparams * 4));
+      at += st->nparams;
+    }
   }
   return STRATA_OK;
 }

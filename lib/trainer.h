@@ -3,6 +3,7 @@
 #ifndef STRATA__TRAINER_H
 #define STRATA__TRAINER_H
 
+#include <strata/comm.h>
 #include <strata/schedule.h>
 #include <strata/train.h>
 
@@ -12,10 +13,13 @@ struct strata__staging;                  /* registry.h */
 
 struct strata__trace_event {
   char name[24];
-  const char *cat;          /* "compute", "send", "recv", "idle", "optimizer" */
+  const char *cat;          /* "compute", "send", "recv", "idle", "optimizer", "comm" */
   double ts, dur;           /* microseconds since the trainer started */
   int tid;                  /* 2 x rank: compute, 2 x rank + 1: transfers */
   int64_t step;
+  uint64_t bytes;           /* comm: bytes each member contributes */
+  const char *op;           /* comm: the collective ("allreduce") */
+  char group[48];           /* comm: the members' devices, e.g. "0,2" */
 };
 
 /* Receive buffers of one stage boundary and direction, kept between
@@ -30,24 +34,29 @@ struct strata_trainer {
   strata_model_t model;
   strata_dataset_t data;
   struct strata_train_options opt;
-  int nstages;
+  int nstages;                       /* stages of one replica (the model, cut) */
+  int replicas;                      /* data-parallel copies; replica r's stage s is st[r x nstages + s] */
+  int pp;                            /* pipeline ranks of one replica: ndev = replicas x pp */
+  int mtot;                          /* micro-batches per step over every replica (replicas x m) */
   struct strata__stage *st[STRATA_MAX_STAGES];
-  int ndev;                          /* pipeline ranks */
+  strata_comm_t *comm;               /* [nstages], replicas > 1: the copies of stage s, one member per replica */
+  int comm_stale;                    /* a failed step left the communicators' calls out of step */
+  int ndev;                          /* ranks: replica r's pipeline rank p is r x pp + p */
   int dev[STRATA_MAX_PIPELINE];      /* global device of each rank */
   int stage_rank[STRATA_MAX_STAGES];
   strata_schedule_t sched;           /* NULL: stages run one after another */
-  int m;                             /* micro-batches per step */
+  int m;                             /* micro-batches per step of each replica */
   int64_t step;
   uint64_t data_state;
   int images;
   size_t in_elems;                   /* input elements per micro-batch */
   int64_t rows;                      /* target rows per micro-batch */
-  void **inputs;                     /* [m] host micro-batches */
-  int32_t **targets;                 /* [m] */
-  float **losses;                    /* [m] per-row losses read back (pipeline) */
-  struct strata__staging *host_mem;  /* [3 m]: the memory of inputs, targets, losses (pinned where it can be) */
+  void **inputs;                     /* [mtot] host micro-batches; replica r's micro-batch k is r x m + k */
+  int32_t **targets;                 /* [mtot] */
+  float **losses;                    /* [mtot] per-row losses read back (pipeline) */
+  struct strata__staging *host_mem;  /* [3 mtot]: the memory of inputs, targets, losses (pinned where it can be) */
   strata_queue_t send_q[STRATA_MAX_PIPELINE]; /* each rank's copy queue, made at the first pipeline step */
-  double *mb_loss;                   /* [m] summed losses of each micro-batch */
+  double *mb_loss;                   /* [mtot] summed losses of each micro-batch */
   size_t ntensors;                   /* over all stages */
   double *sumsq;                     /* [ntensors] */
   struct strata__pool pools[2 * STRATA_MAX_STAGES]; /* [2 s]: stage s's inputs, [2 s + 1]: its output gradients */
@@ -92,8 +101,19 @@ float strata__clip_scale(const strata_trainer_t tr, float *norm);
 /* Apply the optimizer to stage s with gradient scale `gscale`. */
 int strata__stage_optimize(strata_trainer_t tr, int s, float gscale, float lr);
 
+/* Make the replicas' communicators anew (after a failed step left them out of step). */
+int strata__trainer_comms_renew(strata_trainer_t tr);
+
 /* Write the trace file (all events so far), atomically. */
 int strata__trace_write(strata_trainer_t tr);
 void strata__trace_add(strata_trainer_t tr, const char *name, const char *cat, double t_start, double t_end, int tid);
+/* A collective's event: as strata__trace_add, with its bytes, kind and group. */
+void strata__trace_add_comm(strata_trainer_t tr, const char *name, const char *op, uint64_t bytes, const char *group,
+                            double t_start, double t_end, int tid);
+
+/* Stages in all (every replica's) and whether stage s has a neighbour before / after it in its replica. */
+static inline int strata__stages_all(const struct strata_trainer *tr) { return tr->nstages * tr->replicas; }
+static inline int strata__stage_first(const struct strata_trainer *tr, int s) { return s % tr->nstages == 0; }
+static inline int strata__stage_last(const struct strata_trainer *tr, int s) { return (s + 1) % tr->nstages == 0; }
 
 #endif /* STRATA__TRAINER_H */

@@ -48,6 +48,9 @@ static inline int strata__mul_ok(uint64_t a, uint64_t b, uint64_t *out) {
   return 1;
 }
 
+/* Seconds on the monotonic clock (the trainer's traces and the communicator share it). */
+double strata__now(void);
+
 /* Copy at most size-1 bytes of src into dst, always terminated. */
 void strata__strlcpy(char *dst, const char *src, size_t size);
 

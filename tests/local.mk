@@ -53,6 +53,14 @@ tests_test_layout_CFLAGS = $(AM_CFLAGS) $(CRITERION_CFLAGS)
 tests_test_layout_LDADD = libstrata.la $(CRITERION_LIBS) -lm
 endif
 
+if HAVE_CRITERION
+check_PROGRAMS += tests/test-parallel
+TESTS += tests/test-parallel
+tests_test_parallel_SOURCES = tests/test-parallel.c tests/common.h
+tests_test_parallel_CFLAGS = $(AM_CFLAGS) $(CRITERION_CFLAGS) $(JANSSON_CFLAGS)
+tests_test_parallel_LDADD = libstrata.la $(CRITERION_LIBS) $(JANSSON_LIBS) -lm
+endif
+
 # Fake backend modules for the registry tests: a "cuda" and an "opencl" whose
 # devices share a PCI id, a stale module and one without the entry symbol.
 EXTRA_DIST += tests/fake/backend.c tests/fake/gone.c

@@ -5,6 +5,7 @@
 
 #include <strata/common.h>
 #include <strata/data.h>
+#include <strata/layout.h>
 #include <strata/model.h>
 #include <strata/schedule.h>
 
@@ -154,6 +155,23 @@ struct strata_pipeline_report {
   double bubble_ideal;              /* the schedule's, with unit costs */
   struct strata_pipeline_device_stats dev[STRATA_MAX_PIPELINE];
 };
+
+/*
+** The trainer of a layout (strata/layout.h), checked against the model and
+** the devices first: dp replicas of a pipeline (pp ranks, the layout's
+** schedule and micro-batches per replica), each replica training on its own
+** dp-th of the step's micro-batches (replica r the r-th run of
+** microbatches, in the order one device with accum = dp x microbatches
+** draws them), every stage's gradients all-reduced across the replicas right
+** after its backward work (overlapping what the device runs next), then the
+** same clipping and AdamW step on every replica, whose copies stay equal. A
+** 1 x 1 x 1 layout is strata_trainer_new's single device, 1 x p x 1 its
+** pipeline. `trace` (may be NULL) as strata_pipeline_options.trace. Tensor
+** parallelism and ZeRO-1 are refused (STRATA_ERR_UNSUPPORTED) in this version.
+*/
+STRATA_API int strata_trainer_new_layout(strata_model_t model, strata_dataset_t data,
+                                         const struct strata_train_options *opts, strata_layout_t layout,
+                                         const char *trace, strata_trainer_t *out /* OUT */);
 
 /* How the model is cut and how the last step went (a single-device trainer
 ** reports one stage). */

@@ -46,6 +46,7 @@ struct completion {
   const struct strata__slot *slot;
   void *gate;
   int refs;
+  double t_start, t_end;        /* when the lane found its input ready, and opened the gate (strata__now) */
 };
 
 /* One collective call, shared by the lanes of every member. Its progress
@@ -527,6 +528,8 @@ static void lane_run(struct lane *l, struct coll *co) {
     fail_lane(l, co, rc);
   else
     set_units(l, co, 1);
+  if (me->done)
+    ((struct completion *)me->done)->t_start = strata__now();
   if (!rc) {
     rc = co->algo == STRATA_COMM_DIRECT ? run_direct(l, co) : run_ring(l, co);
     if (rc)
@@ -559,6 +562,9 @@ static void lane_run(struct lane *l, struct coll *co) {
   }
   if (me->done) {
     struct completion *k = me->done;
+    k->t_end = strata__now();
+    if (!k->t_start)
+      k->t_start = k->t_end;
     k->slot->be->gate_open(k->slot->ctx, k->gate, status, msg);
     completion_drop(c, k);
     me->done = NULL;
@@ -1200,15 +1206,29 @@ int strata__comm_post_rank(strata_comm_t c, int kind, int rank, strata_queue_t q
   return strata_comm_finish(c);
 }
 
-/* Make `queue` (on the member's device) wait for a completion from
-** strata__comm_post_rank, and let the completion go. */
+/* Make `queue` (on the member's device) wait for a completion from strata__comm_post_rank. */
 int strata__comm_wait(strata_comm_t c, strata_queue_t queue, void *done) {
   struct completion *k = done;
-  if (!k)
+  (void)c;
+  if (!k || !queue)
     return STRATA_OK;
-  int rc = queue ? k->slot->be->gate_wait(k->slot->ctx, queue->h, k->gate) : STRATA_OK;
+  return k->slot->be->gate_wait(k->slot->ctx, queue->h, k->gate);
+}
+
+/* Let a completion go; with the queue that waited for it finished, *t_start
+** and *t_end (may be NULL) say when its member moved data. */
+void strata__comm_release(strata_comm_t c, void *done, double *t_start, double *t_end) {
+  struct completion *k = done;
+  if (!k)
+    return;
+  pthread_mutex_lock(&c->lock);
+  double a = k->t_start, b = k->t_end;
+  pthread_mutex_unlock(&c->lock);
+  if (t_start)
+    *t_start = a;
+  if (t_end)
+    *t_end = b;
   completion_drop(c, k);
-  return rc;
 }
 
 STRATA_API void strata_comm_abort(strata_comm_t c, int status, const char *message) {

@@ -17,13 +17,18 @@ enum strata__coll_kind {
 /*
 ** One member's call (the strata_*_rank functions). With `done` non-NULL the
 ** member's queue is not made to wait: *done receives a completion that the
-** caller hands to strata__comm_wait later (exactly once), so that the queue
+** caller hands to strata__comm_wait and then strata__comm_release, so that the queue
 ** computes on while the collective moves data (gradient buckets).
 */
 int strata__comm_post_rank(strata_comm_t comm, int kind, int rank, strata_queue_t queue, strata_mem_t send,
                            strata_mem_t recv, size_t count, int dtype, int op, int root, void **done);
 
-/* Make `queue` wait for the completion `done`, and release it. NULL does nothing. */
+/* Make `queue` (on the member's device) wait for the completion `done`. NULL does nothing. */
 int strata__comm_wait(strata_comm_t comm, strata_queue_t queue, void *done);
+
+/* Release a completion (exactly once, waited for or not). Once the queue that
+** waited for it has finished, *t_start and *t_end (strata__now seconds; may be
+** NULL) tell when its member's data moved. */
+void strata__comm_release(strata_comm_t comm, void *done, double *t_start, double *t_end);
 
 #endif /* STRATA__COMM_H */

@@ -1,0 +1,367 @@
+/* SPDX-License-Identifier: MIT */
+/* test-parallel.c — training from a layout: 1x1x1 and 1xpx1 equal today's trainers bit for bit, data parallelism
+** (dp 2, dp 2 x pp 2) equals one device over the same global batch on host, PoCL and mixed devices, the trace shows
+** the gradient collectives, a fault on one replica stops every worker, and what this version cannot run is refused. */
+#include <jansson.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common.h"
+
+#define STEPS 20
+
+static char dir[256], corpus[512];
+static strata_dataset_t ds;
+
+static void setup(void) {
+  setenv("STRATA_HOST_DEVICES", "4", 0);
+  setenv("STRATA_BACKENDS", "host,opencl", 0);
+  snprintf(dir, sizeof dir, "%s/strata-dp-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+  cr_assert_not_null(mkdtemp(dir));
+  snprintf(corpus, sizeof corpus, "%s/corpus.txt", dir);
+  FILE *f = fopen(corpus, "w");
+  for (int i = 0; i < 300; i++)
+    fprintf(f, "replica %d of a model learns from its own share of the batch; the shares add up. ", i % 7);
+  fclose(f);
+  OK(strata_dataset_text(corpus, 0.2, &ds));
+}
+
+static void teardown(void) {
+  strata_dataset_free(ds);
+  tc_remove_dir(dir);
+}
+
+TestSuite(parallel, .init = setup, .fini = teardown, .timeout = 240);
+
+/* A small GPT: embedding, 4 blocks, head = 6 layers. */
+static strata_model_t small_gpt(void) {
+  struct strata_model_config c = {.kind = STRATA_MODEL_GPT, .vocab = 256, .context = 8, .d_model = 16,
+                                  .layers = 4, .heads = 2, .d_ff = 32};
+  strata_model_t m;
+  OK(strata_model_from_config(&c, &m));
+  return m;
+}
+
+static struct strata_train_options options(int accum) {
+  struct strata_train_options o;
+  strata_train_options_default(&o);
+  o.batch = 2;
+  o.accum = accum;
+  o.steps = STEPS;
+  o.warmup = 2;
+  o.lr = 1e-2f;
+  o.device = tc_find_device("host", 0);
+  return o;
+}
+
+struct run {
+  float loss[STEPS], norm[STEPS];
+  float *params;
+  size_t n;
+};
+
+static void run_steps(strata_trainer_t tr, int steps, struct run *r) {
+  for (int s = 0; s < steps; s++) {
+    struct strata_step_stats st;
+    OK(strata_trainer_step(tr, &st));
+    r->loss[s] = st.loss;
+    r->norm[s] = st.grad_norm;
+  }
+  OK(strata_trainer_params(tr, NULL, &r->n));
+  r->params = malloc(r->n * 4);
+  OK(strata_trainer_params(tr, r->params, &r->n));
+}
+
+/* One device, `accum` micro-batches per step: the reference. */
+static void single(strata_model_t m, int dev, int accum, struct run *r) {
+  struct strata_train_options o = options(accum);
+  o.device = dev;
+  strata_trainer_t tr;
+  OK(strata_trainer_new(m, ds, &o, &tr));
+  run_steps(tr, STEPS, r);
+  strata_trainer_free(tr);
+}
+
+/* A layout from its JSON form. */
+static strata_layout_t layout(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static strata_layout_t layout(const char *fmt, ...) {
+  char text[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof text, fmt, ap);
+  va_end(ap);
+  strata_layout_t l;
+  OK(strata_layout_from_json(text, "test layout", &l));
+  return l;
+}
+
+static void laid_out(strata_model_t m, strata_layout_t l, const char *trace, struct run *r) {
+  struct strata_train_options o = options(1);
+  strata_trainer_t tr;
+  OK(strata_trainer_new_layout(m, ds, &o, l, trace, &tr));
+  run_steps(tr, STEPS, r);
+  strata_trainer_free(tr);
+}
+
+/*
+** Compare with the reference. Data parallelism sums each replica's
+** accumulated gradient with the others' ((g1 + g2) + (g3 + g4) instead of
+** ((g1 + g2) + g3) + g4, and one device accumulates inside its GEMMs):
+** float32 rounding of a few ulp per element, which 20 AdamW steps at lr 1e-2
+** carry to parameters up to about 1e-5 apart (measured: 5.8e-6 to 9.3e-6 on
+** host and PoCL devices). The bounds leave a factor of 5 or more: losses
+** within 1e-5 relative, gradient norms within 1e-4, parameters within 5e-5.
+** Where the arithmetic is the same (exact = 1) every bit must agree.
+*/
+static void compare(const char *what, const struct run *got, const struct run *ref, int exact) {
+  for (int s = 0; s < STEPS; s++) {
+    if (exact) {
+      cr_assert_eq(got->loss[s], ref->loss[s], "%s step %d: loss %.9g, one device %.9g", what, s + 1, got->loss[s],
+                   ref->loss[s]);
+      cr_assert_eq(got->norm[s], ref->norm[s], "%s step %d: gradient norm differs", what, s + 1);
+    } else {
+      cr_assert(fabs(got->loss[s] - ref->loss[s]) <= 1e-5 * fabs(ref->loss[s]),
+                "%s step %d: loss %.9g, one device %.9g", what, s + 1, got->loss[s], ref->loss[s]);
+      cr_assert(fabs(got->norm[s] - ref->norm[s]) <= 1e-4 * fabs(ref->norm[s]),
+                "%s step %d: gradient norm %.9g, one device %.9g", what, s + 1, got->norm[s], ref->norm[s]);
+    }
+  }
+  cr_assert_eq(got->n, ref->n);
+  if (exact) {
+    cr_assert(memcmp(got->params, ref->params, got->n * 4) == 0, "%s: final parameters differ", what);
+  } else {
+    size_t at = 0;
+    double worst = 0;
+    for (size_t i = 0; i < got->n; i++)
+      if (fabs(got->params[i] - ref->params[i]) > worst) {
+        worst = fabs(got->params[i] - ref->params[i]);
+        at = i;
+      }
+    cr_assert(worst <= 5e-5, "%s: parameter %zu is %.9g, one device %.9g", what, at, got->params[at], ref->params[at]);
+    if (getenv("STRATA_TEST_VERBOSE"))
+      fprintf(stderr, "%s: largest parameter difference %.3g\n", what, worst);
+  }
+}
+
+/* The layouts 1x1x1 and 1x2x1 are today's trainers: the same bits. */
+Test(parallel, single_device_and_pipeline_layouts_are_the_old_trainers) {
+  strata_model_t m = small_gpt();
+  int h0 = tc_find_device("host", 0), h1 = tc_find_device("host", 1);
+  struct run ref, got;
+  single(m, h0, 4, &ref);
+  strata_layout_t l = layout("{\"devices\": [%d], \"microbatches\": 4}", h0);
+  laid_out(m, l, NULL, &got);
+  compare("1x1x1", &got, &ref, 1);
+  strata_layout_free(l);
+  free(got.params);
+  l = layout("{\"pp\": 2, \"devices\": [%d, %d], \"microbatches\": 4, \"schedule\": \"1f1b\"}", h0, h1);
+  laid_out(m, l, NULL, &got);
+  compare("1x2x1", &got, &ref, 1);
+  strata_layout_free(l);
+  free(got.params);
+  free(ref.params);
+  strata_model_free(m);
+}
+
+/* dp = 2 on host devices, one micro-batch each against one device's two: the device accumulates the second
+** gradient inside its GEMMs (beta = 1), the replicas add two finished ones, so the last bits differ. */
+Test(parallel, dp2_host_one_microbatch_each) {
+  strata_model_t m = small_gpt();
+  int h0 = tc_find_device("host", 0), h1 = tc_find_device("host", 1);
+  struct run ref, got;
+  single(m, h0, 2, &ref);
+  strata_layout_t l = layout("{\"dp\": 2, \"devices\": [%d, %d], \"microbatches\": 1}", h0, h1);
+  laid_out(m, l, NULL, &got);
+  compare("dp 2, m 1", &got, &ref, 0);
+  strata_layout_free(l);
+  free(got.params);
+  free(ref.params);
+  strata_model_free(m);
+}
+
+/* dp = 2 with 3 micro-batches each, and dp = 2 x pp = 2 (1F1B and ZB-H1), against one device with 6 and 4. */
+Test(parallel, dp2_and_dp2_pp2_host_match_one_device) {
+  strata_model_t m = small_gpt();
+  int h[4];
+  for (int i = 0; i < 4; i++)
+    h[i] = tc_find_device("host", i);
+  cr_assert_geq(h[3], 0, "needs 4 host virtual devices");
+  struct run ref6, ref4, got;
+  single(m, h[0], 6, &ref6);
+  single(m, h[0], 4, &ref4);
+  strata_layout_t l = layout("{\"dp\": 2, \"devices\": [%d, %d], \"microbatches\": 3}", h[0], h[1]);
+  laid_out(m, l, NULL, &got);
+  compare("dp 2, m 3", &got, &ref6, 0);
+  strata_layout_free(l);
+  free(got.params);
+  const char *scheds[] = {"1f1b", "zb", "gpipe"};
+  for (int k = 0; k < 3; k++) {
+    l = layout("{\"dp\": 2, \"pp\": 2, \"devices\": [%d, %d, %d, %d], \"microbatches\": 2, \"schedule\": \"%s\"}",
+               h[0], h[1], h[2], h[3], scheds[k]);
+    laid_out(m, l, NULL, &got);
+    char what[64];
+    snprintf(what, sizeof what, "dp 2 x pp 2 %s", scheds[k]);
+    compare(what, &got, &ref4, 0);
+    strata_layout_free(l);
+    free(got.params);
+  }
+  /* interleaved: 2 ranks x 2 virtual stages per replica, 2 replicas */
+  l = layout("{\"dp\": 2, \"pp\": 2, \"devices\": [%d, %d, %d, %d], \"microbatches\": 2, \"schedule\": \"interleaved\"}",
+             h[0], h[1], h[2], h[3]);
+  laid_out(m, l, NULL, &got);
+  compare("dp 2 x pp 2 interleaved", &got, &ref4, 0);
+  strata_layout_free(l);
+  free(got.params);
+  free(ref6.params);
+  free(ref4.params);
+  strata_model_free(m);
+}
+
+/* Two PoCL devices as replicas, and a PoCL and a host device as replicas. */
+Test(parallel, dp2_pocl_and_mixed) {
+  int p0 = tc_find_device("opencl", 0), p1 = tc_find_device("opencl", 1), h0 = tc_find_device("host", 0);
+  if (p0 < 0 || p1 < 0)
+    cr_skip_test("two OpenCL devices are needed (POCL_DEVICES=\"pthread pthread\")");
+  strata_model_t m = small_gpt();
+  struct run ref, got;
+  /* PoCL against a PoCL device: the same kernels */
+  single(m, p0, 2, &ref);
+  strata_layout_t l = layout("{\"dp\": 2, \"devices\": [%d, %d], \"microbatches\": 1}", p0, p1);
+  laid_out(m, l, NULL, &got);
+  compare("dp 2 on PoCL", &got, &ref, 0);
+  strata_layout_free(l);
+  free(got.params);
+  free(ref.params);
+  /* PoCL and host as the two replicas, against the host: CLBlast and OpenBLAS differ in the last bits of every
+  ** GEMM, so this compares within the tolerance of test-pipeline's mixed pipeline (1e-3 loss, 2e-4 parameters) */
+  single(m, h0, 2, &ref);
+  l = layout("{\"dp\": 2, \"devices\": [%d, %d], \"microbatches\": 1}", p0, h0);
+  laid_out(m, l, NULL, &got);
+  for (int s = 0; s < STEPS; s++)
+    cr_assert(fabs(got.loss[s] - ref.loss[s]) <= 1e-3 * fabs(ref.loss[s]), "mixed dp step %d: %.7g vs %.7g", s + 1,
+              got.loss[s], ref.loss[s]);
+  for (size_t i = 0; i < got.n; i++)
+    cr_assert(fabs(got.params[i] - ref.params[i]) <= 2e-4, "mixed dp parameter %zu: %.7g vs %.7g", i, got.params[i],
+              ref.params[i]);
+  strata_layout_free(l);
+  free(got.params);
+  free(ref.params);
+  strata_model_free(m);
+}
+
+/* The trace has a comm event for every stage on every device, with its collective, bytes and group. */
+Test(parallel, trace_shows_gradient_allreduce_on_every_device) {
+  strata_model_t m = small_gpt();
+  int h[4];
+  for (int i = 0; i < 4; i++)
+    h[i] = tc_find_device("host", i);
+  char trace[600];
+  snprintf(trace, sizeof trace, "%s/trace.json", dir);
+  strata_layout_t l = layout("{\"dp\": 2, \"pp\": 2, \"devices\": [%d, %d, %d, %d], \"microbatches\": 2}", h[0], h[1],
+                             h[2], h[3]);
+  struct strata_train_options o = options(1);
+  strata_trainer_t tr;
+  OK(strata_trainer_new_layout(m, ds, &o, l, trace, &tr));
+  struct strata_step_stats st;
+  OK(strata_trainer_step(tr, &st));
+  struct strata_pipeline_report rep;
+  OK(strata_trainer_report(tr, &rep));
+  cr_assert_eq(rep.devices, 4);
+  cr_assert_eq(rep.stages, 4);
+  strata_trainer_free(tr);
+  json_error_t err;
+  json_t *root = json_load_file(trace, 0, &err);
+  cr_assert_not_null(root, "%s: %s", trace, err.text);
+  json_t *evs = json_object_get(root, "traceEvents");
+  int comm[8] = {0};
+  size_t i;
+  json_t *e;
+  json_array_foreach(evs, i, e) {
+    const char *cat = json_string_value(json_object_get(e, "cat"));
+    if (!cat || strcmp(cat, "comm"))
+      continue;
+    int tid = (int)json_integer_value(json_object_get(e, "tid"));
+    json_t *args = json_object_get(e, "args");
+    cr_assert_str_eq(json_string_value(json_object_get(args, "collective")), "allreduce");
+    cr_assert_gt(json_integer_value(json_object_get(args, "bytes")), 0);
+    json_t *g = json_object_get(args, "group");
+    cr_assert_eq(json_array_size(g), 2, "a stage's copies: one per replica");
+    cr_assert_geq(json_real_value(json_object_get(e, "dur")) + json_integer_value(json_object_get(e, "dur")), 0);
+    cr_assert(tid % 2 == 1 && tid / 2 < 4, "comm events go on the transfer tracks: tid %d", tid);
+    comm[tid / 2]++;
+  }
+  for (int r = 0; r < 4; r++)
+    cr_assert_eq(comm[r], 1, "device rank %d: %d gradient all-reduces in the step, want 1", r, comm[r]);
+  json_decref(root);
+  strata_layout_free(l);
+  strata_model_free(m);
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* A fault on one replica's device stops every worker with an error naming it; the trainer trains again after. */
+Test(parallel, fault_on_one_replica_stops_all) {
+  strata_model_t m = small_gpt();
+  int h[4];
+  for (int i = 0; i < 4; i++)
+    h[i] = tc_find_device("host", i);
+  const char *specs[] = {"device=1,op=400", "device=3,copy=8", "device=2,op=700"};
+  for (int k = 0; k < 3; k++) {
+    strata_shutdown();
+    setenv("STRATA_HOST_FAULT", specs[k], 1);
+    for (int i = 0; i < 4; i++)
+      h[i] = tc_find_device("host", i);
+    strata_layout_t l = layout("{\"dp\": 2, \"pp\": 2, \"devices\": [%d, %d, %d, %d], \"microbatches\": 2}", h[0],
+                               h[1], h[2], h[3]);
+    struct strata_train_options o = options(1);
+    strata_trainer_t tr;
+    OK(strata_trainer_new_layout(m, ds, &o, l, NULL, &tr));
+    double t0 = now_s();
+    int rc = STRATA_OK;
+    for (int s = 0; s < 3 && rc == STRATA_OK; s++)
+      rc = strata_trainer_step(tr, NULL);
+    cr_assert_neq(rc, STRATA_OK, "%s: no step failed", specs[k]);
+    cr_assert(strstr(strata_last_error(), "injected fault"), "%s: %s", specs[k], strata_last_error());
+    cr_assert_lt(now_s() - t0, 30.0, "%s: failing took %.1f s", specs[k], now_s() - t0);
+    /* the fault fires once: the next step trains, over communicators made anew */
+    struct strata_step_stats st;
+    OK(strata_trainer_step(tr, &st));
+    cr_assert(isfinite(st.loss));
+    strata_trainer_free(tr);
+    strata_layout_free(l);
+    unsetenv("STRATA_HOST_FAULT");
+  }
+  strata_shutdown();
+  strata_model_free(m);
+}
+
+/* What this version cannot run, and layouts that do not fit the model or the machine, are refused before anything is allocated. */
+Test(parallel, refused_layouts) {
+  strata_model_t m = small_gpt();
+  struct strata_train_options o = options(1);
+  strata_trainer_t tr = NULL;
+  strata_layout_t l = layout("{\"tp\": 2, \"devices\": [0, 1]}");
+  cr_assert_eq(strata_trainer_new_layout(m, ds, &o, l, NULL, &tr), STRATA_ERR_UNSUPPORTED);
+  cr_assert(strstr(strata_last_error(), "tensor parallelism"), "%s", strata_last_error());
+  cr_assert_null(tr);
+  strata_layout_free(l);
+  l = layout("{\"dp\": 2, \"zero\": 1, \"devices\": [0, 1]}");
+  cr_assert_eq(strata_trainer_new_layout(m, ds, &o, l, NULL, &tr), STRATA_ERR_UNSUPPORTED);
+  strata_layout_free(l);
+  l = layout("{\"tp\": 4, \"devices\": [0, 1, 2, 3]}");
+  cr_assert_eq(strata_trainer_new_layout(m, ds, &o, l, NULL, &tr), STRATA_ERR_INVALID, "tp 4 and 2 heads");
+  cr_assert(strstr(strata_last_error(), "2 heads"), "%s", strata_last_error());
+  strata_layout_free(l);
+  l = layout("{\"dp\": 2, \"devices\": [0, 4000]}");
+  cr_assert_eq(strata_trainer_new_layout(m, ds, &o, l, NULL, &tr), STRATA_ERR_NOT_FOUND);
+  strata_layout_free(l);
+  l = layout("{\"pp\": 3, \"split\": [3, 3, 3], \"devices\": [0, 1, 2]}");
+  cr_assert_eq(strata_trainer_new_layout(m, ds, &o, l, NULL, &tr), STRATA_ERR_INVALID, "9 layers split, 6 in the model");
+  strata_layout_free(l);
+  strata_model_free(m);
+}
