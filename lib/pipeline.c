@@ -195,6 +195,36 @@ static void *sender_main(void *arg) {
   return NULL;
 }
 
+/*
+** Fill every boundary's receive pool up front with as many buffers as can be
+** in flight there: activations waiting at stage s are bounded by the
+** micro-batches stage s - 1 keeps in flight, gradients waiting at s by the
+** micro-batches s itself keeps (the memory plan counts the same). Steps then
+** allocate nothing for messages, however the threads happen to be timed.
+*/
+int strata__pipeline_prefill(strata_trainer_t tr) {
+  for (int s = 0; tr->sched && s < strata__stages_all(tr); s++) {
+    for (int dir = 0; dir < 2; dir++) {
+      int peer = dir == 0 ? s - 1 : s + 1;
+      if (dir == 0 ? strata__stage_first(tr, s) : strata__stage_last(tr, s))
+        continue;
+      if (tr->stage_rank[peer] == tr->stage_rank[s])
+        continue;
+      int k = 1;
+      if (strata_schedule_peak_inflight(tr->sched, dir == 0 ? peer : s, &k) || k < 1)
+        k = 1;
+      struct strata__pool *pool = &tr->pools[2 * s + dir];
+      size_t bytes = (dir == 0 ? strata__stage_in_floats(tr->st[s]) : strata__stage_out_floats(tr->st[s])) * 4;
+      while (pool->n < k && pool->n < STRATA__POOL_MAX) {
+        strata_buffer_t b;
+        TRY(strata_buffer_new(tr->dev[tr->stage_rank[s]], bytes, &b));
+        pool->free[pool->n++] = b;
+      }
+    }
+  }
+  return STRATA_OK;
+}
+
 static void send_job(struct exec *ex, int rank, struct job *j) {
   struct sender *sd = &ex->snd[rank];
   pthread_mutex_lock(&ex->lock);

@@ -390,6 +390,8 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
   if (!rc)
     rc = build_stages(tr, split, kind == STRATA_SCHEDULE_ZB_H1);
   if (!rc)
+    rc = strata__pipeline_prefill(tr);
+  if (!rc)
     rc = make_comms(tr);
   if (rc) {
     char *msg = strdup(strata_last_error()); /* freeing may touch the message */

@@ -87,6 +87,9 @@ uint64_t strata__stage_need(strata_trainer_t tr, int s, const struct strata__sta
 ** micro-batches are in tr->inputs/targets; per-row losses land in tr->losses. */
 int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr);
 
+/* Fill the receive pools with what can be in flight at each boundary (after the stages are built). */
+int strata__pipeline_prefill(strata_trainer_t tr);
+
 /* Split the model's layers into tr->nstages stages over the ranks
 ** (stage s on rank stage_rank[s]), balancing FLOPs against measured device
 ** speed within memory limits; `split` receives layers per stage. */

@@ -269,9 +269,14 @@ static void steps_allocate_nothing(const int *devs, const char *what) {
                      (unsigned long long)(now - calls));
       calls = now;
     }
+    /* Across devices, when a boundary gradient is released (its copy to the
+    ** previous device done) against when the next micro-batch's buffers are
+    ** taken depends on the threads' timing, so a later step may peak one such
+    ** buffer (1 KiB here) above the first; anything more would be growth. */
     for (int d = 0; d < p; d++)
-      cr_assert_leq(peak[1][d], peak[0][d], "%s, %d device(s): device %d peaked at %llu bytes, %llu in the first step",
-                    what, p, devs[d], (unsigned long long)peak[1][d], (unsigned long long)peak[0][d]);
+      cr_assert_leq(peak[1][d], peak[0][d] + (p > 1 ? 2048 : 0),
+                    "%s, %d device(s): device %d peaked at %llu bytes, %llu in the first step", what, p, devs[d],
+                    (unsigned long long)peak[1][d], (unsigned long long)peak[0][d]);
     strata_trainer_free(tr);
   }
   strata_model_free(m);
