@@ -77,9 +77,11 @@ static int call(int kind, strata_comm_t c, strata_queue_t *q, strata_mem_t *s, s
 ** `rtol` (relative to the sum of magnitudes) for random ones. With `out`
 ** non-NULL, rank 0's result is copied there (for bit-for-bit repeats).
 */
+static size_t test_chunk = 4096; /* ring chunk of check_collective; 0: the communicator's default */
+
 static void check_collective(const int *devs, int n, int algorithm, int kind, int op, size_t count, int in_place,
                              int integers, float *out) {
-  struct strata_comm_options o = {.algorithm = algorithm, .chunk_bytes = 4096, .timeout_s = 60};
+  struct strata_comm_options o = {.algorithm = algorithm, .chunk_bytes = test_chunk, .timeout_s = 60};
   strata_comm_t c;
   OK(strata_comm_new(devs, n, &o, &c));
   size_t sl = send_elems(kind, count, n), rl = recv_elems(kind, count, n);
@@ -210,6 +212,30 @@ Test(comm, random_floats_reproducible) {
   }
   free(first);
   free(again);
+}
+
+/*
+** Large chunks take the host's streaming paths (non-temporal stores for
+** sums and copies of a MiB and more): the same additions in the same order,
+** so the same bits as small chunks through the plain loops.
+*/
+Test(comm, host_streaming_paths_give_the_same_bits) {
+  int devs[8];
+  host_group(8, devs);
+  size_t count = (4u << 20) + 5;
+  float *small = malloc(4 * count), *large = malloc(4 * count);
+  for (int n = 2; n <= 3; n++) {
+    test_chunk = 4096;
+    check_collective(devs, n, STRATA_COMM_RING, K_ALLREDUCE, STRATA_SUM, count, 0, 0, small);
+    test_chunk = 0;
+    check_collective(devs, n, STRATA_COMM_RING, K_ALLREDUCE, STRATA_SUM, count, 0, 0, large);
+    cr_assert_eq(memcmp(small, large, 4 * count), 0, "%d members: streamed sums differ from the plain ones", n);
+    check_collective(devs, n, STRATA_COMM_RING, K_ALLREDUCE, STRATA_SUM, count, 1, 1, NULL);
+    check_collective(devs, n, STRATA_COMM_RING, K_ALLGATHER, STRATA_SUM, count / n, 0, 1, NULL);
+  }
+  test_chunk = 4096;
+  free(small);
+  free(large);
 }
 
 /* Two PoCL devices, and PoCL and host devices mixed in one ring. */

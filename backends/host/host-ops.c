@@ -9,6 +9,10 @@
 
 #include "host.h"
 
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
+
 #define F(m) ((float *)(m).h + (m).off)
 
 /*
@@ -21,6 +25,7 @@ int strata__host_threads = 1;
 #define PAR_MIN 16384 /* below this many elements threads cost more than they save */
 #define PAR(n) _Pragma("omp parallel for schedule(static) num_threads(strata__host_threads) if (par_n >= PAR_MIN)")
 #define INT(m) ((int32_t *)(m).h + (m).off)
+#define STREAM_MIN (1 << 18) /* elements: below this the result is better left in the cache */
 
 static void gemm(const struct strata__op *o) {
   const float *a = F(o->u.gemm.a), *b = F(o->u.gemm.b);
@@ -138,6 +143,25 @@ static void reduce(const struct strata__op *o) {
   }
   const float *a = F(o->u.reduce.a), *b = F(o->u.reduce.b);
   float *y = F(o->u.reduce.y);
+#if defined(__SSE__)
+  /* Large sums are memory-bound: stream the result past the caches, which
+  ** saves reading y's lines before writing them (a third of the traffic);
+  ** in place those lines were just read, and plain stores are better.
+  ** Same additions, same order, same bits as the loop below. */
+  if (o->u.reduce.op != 2 && n >= STREAM_MIN && ((uintptr_t)y & 3) == 0 && y != a && y != b) {
+    int64_t head = (int64_t)(((16 - ((uintptr_t)y & 15)) & 15) / 4); /* up to y's first 16-byte boundary */
+    int64_t body = head + ((n - head) & ~(int64_t)3);
+    for (int64_t i = 0; i < head; i++)
+      y[i] = a[i] + b[i];
+    PAR(par_n)
+    for (int64_t i = head; i < body; i += 4)
+      _mm_stream_ps(y + i, _mm_add_ps(_mm_loadu_ps(a + i), _mm_loadu_ps(b + i)));
+    _mm_sfence();
+    for (int64_t i = body; i < n; i++)
+      y[i] = a[i] + b[i];
+    return;
+  }
+#endif
   if (o->u.reduce.op == 2) {
     PAR(par_n)
     for (int64_t i = 0; i < n; i++)

@@ -16,6 +16,10 @@
 #include "host.h"
 #include "parse.h"
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 static const struct strata__services *svc;
 
 /* Fault injection for tests (STRATA_HOST_FAULT=device=D,op=N | alloc=N | copy=N):
@@ -91,6 +95,37 @@ static void event_block(struct host_event *e) {
   pthread_mutex_unlock(&e->lock);
 }
 
+/*
+** Copy between distinct buffers. Large copies stream past the caches
+** (non-temporal stores): a copy between devices' memory is not read again
+** soon by this core, and skipping the read of the destination's lines saves
+** a third of the traffic. Overlapping or small copies use memmove.
+*/
+#define STREAM_COPY_MIN (1u << 20)
+static void host_copy_bytes(void *dst, const void *src, size_t bytes) {
+#if defined(__SSE2__)
+  const char *s = src;
+  char *d = dst;
+  if (bytes >= STREAM_COPY_MIN && (d + bytes <= s || s + bytes <= d)) {
+    size_t lead = (16 - ((uintptr_t)d & 15)) & 15;
+    memcpy(d, s, lead);
+    size_t body = (bytes - lead) & ~(size_t)63;
+    for (size_t i = lead; i < lead + body; i += 64) {
+      __m128i x0 = _mm_loadu_si128((const __m128i *)(s + i)), x1 = _mm_loadu_si128((const __m128i *)(s + i + 16));
+      __m128i x2 = _mm_loadu_si128((const __m128i *)(s + i + 32)), x3 = _mm_loadu_si128((const __m128i *)(s + i + 48));
+      _mm_stream_si128((__m128i *)(d + i), x0);
+      _mm_stream_si128((__m128i *)(d + i + 16), x1);
+      _mm_stream_si128((__m128i *)(d + i + 32), x2);
+      _mm_stream_si128((__m128i *)(d + i + 48), x3);
+    }
+    _mm_sfence();
+    memcpy(d + lead + body, s + lead + body, bytes - lead - body);
+    return;
+  }
+#endif
+  memmove(dst, src, bytes);
+}
+
 static void task_run(struct host_queue *q, struct task *t) {
   int rc = 0;
   switch (t->kind) {
@@ -98,7 +133,7 @@ static void task_run(struct host_queue *q, struct task *t) {
     rc = strata__host_op_run(&t->op);
     break;
   case TASK_COPY:
-    memmove(t->dst, t->src, t->bytes);
+    host_copy_bytes(t->dst, t->src, t->bytes);
     break;
   case TASK_SIGNAL:
     pthread_mutex_lock(&t->event->lock);
