@@ -18,7 +18,8 @@ libstrata_la_SOURCES = \
 	%reldir%/stage.h \
 	%reldir%/train.c \
 	%reldir%/trainer.h \
-	%reldir%/pipeline.c
+	%reldir%/pipeline.c \
+	%reldir%/hf.c
 libstrata_la_CPPFLAGS = $(AM_CPPFLAGS) $(HWLOC_CFLAGS) $(JANSSON_CFLAGS)
 libstrata_la_LIBADD = $(HWLOC_LIBS) $(JANSSON_LIBS) $(PTHREAD_LIBS)
 libstrata_la_LDFLAGS = -version-info $(STRATA_LT_VERSION) -no-undefined
@@ -32,4 +33,5 @@ stratainclude_HEADERS += \
 	include/strata/data.h \
 	include/strata/checkpoint.h \
 	include/strata/train.h \
-	include/strata/schedule.h
+	include/strata/schedule.h \
+	include/strata/hf.h

@@ -12,5 +12,6 @@
 #include <strata/checkpoint.h>
 #include <strata/train.h>
 #include <strata/schedule.h>
+#include <strata/hf.h>
 
 #endif /* STRATA_STRATA_H */
