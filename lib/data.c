@@ -321,6 +321,8 @@ STRATA_API int strata_dataset_text(const char *path, double val_fraction, strata
 #define STRATA__LLMC_HEADER_BYTES 1024
 /* How much of a file AUTO looks at for a NUL byte. */
 #define STRATA__DETECT_BYTES 65536
+/* The largest vocabulary a token file is checked against (strata's models allow as much). */
+#define STRATA__MAX_VOCAB 1048576
 
 static int32_t strata__le32(const uint8_t *p) {
   return (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
@@ -404,9 +406,9 @@ STRATA_API int strata_dataset_tokens(const char *path, int format, int64_t vocab
     return strata__error(STRATA_ERR_INVALID, "strata_dataset_tokens: path is NULL");
   if (format < STRATA_TOKENS_AUTO || format > STRATA_TOKENS_LLMC)
     return strata__error(STRATA_ERR_INVALID, "strata_dataset_tokens: unknown format %d", format);
-  if (vocab < 2 || vocab > 65536)
-    return strata__error(STRATA_ERR_INVALID, "%s: vocabulary %lld outside 2..65536 (uint16 token ids)", path,
-                         (long long)vocab);
+  if (vocab < 2 || vocab > STRATA__MAX_VOCAB)
+    return strata__error(STRATA_ERR_INVALID, "%s: vocabulary %lld outside 2..%d", path, (long long)vocab,
+                         STRATA__MAX_VOCAB);
   if (!(val_fraction > 0 && val_fraction < 1))
     return strata__error(STRATA_ERR_INVALID, "%s: validation fraction %g is outside (0, 1)", path, val_fraction);
   struct strata_dataset *ds = calloc(1, sizeof *ds);

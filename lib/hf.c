@@ -197,7 +197,7 @@ STRATA_API int strata_trainer_load_hf(strata_trainer_t tr, const char *dir) {
   const struct strata_model_config *have = &tr->model->cfg;
   if (have->kind != STRATA_MODEL_GPT || have->vocab != want.vocab || have->context != want.context ||
       have->d_model != want.d_model || have->layers != want.layers || have->heads != want.heads ||
-      have->d_ff != want.d_ff || have->tied != want.tied)
+      have->d_ff != want.d_ff || (have->tied && !want.tied))
     return strata__error(STRATA_ERR_SHAPE, "%s: config.json describes another model than the trainer's '%s'", dir,
                          have->name);
   char path[4096];
@@ -238,6 +238,15 @@ STRATA_API int strata_trainer_load_hf(strata_trainer_t tr, const char *dir) {
         name = x->name;
         rc = strata_safetensors_get(f, name, &ndim, shape, &data);
       }
+      /* an untied trainer of a tied checkpoint: the head starts as a copy of the embedding */
+      if (rc == STRATA_ERR_NOT_FOUND && want.tied && strcmp(x->name, "lm_head.weight") == 0) {
+        name = STRATA__HF_PREFIX "wte.weight";
+        rc = strata_safetensors_get(f, name, &ndim, shape, &data);
+        if (rc == STRATA_ERR_NOT_FOUND) {
+          name = "wte.weight";
+          rc = strata_safetensors_get(f, name, &ndim, shape, &data);
+        }
+      }
       if (rc == STRATA_ERR_NOT_FOUND) {
         rc = strata__error(STRATA_ERR_PARSE, "%s: tensor '%s' is missing", path, full);
         break;
@@ -264,7 +273,7 @@ STRATA_API int strata_trainer_load_hf(strata_trainer_t tr, const char *dir) {
     const char *name = strata_safetensors_name(f, i);
     if (used[i] || hf_mask_buffer(name))
       continue;
-    if (want.tied && strcmp(name, "lm_head.weight") == 0) {
+    if (want.tied && have->tied && strcmp(name, "lm_head.weight") == 0) {
       const float *head, *wte;
       int64_t hs[STRATA_ST_MAX_DIMS], ws[STRATA_ST_MAX_DIMS];
       int hn, wn;

@@ -342,3 +342,45 @@ Test(hf, weights_that_do_not_fit_are_refused_naming_the_tensor) {
   strata_trainer_free(tr);
   strata_model_free(m);
 }
+
+Test(hf, a_tied_checkpoint_loads_untied_with_the_head_a_copy_of_the_embedding) {
+  char dir[1024];
+  fixture_dir("tied-50257", dir, sizeof dir);
+  struct ref r;
+  ref_load("tied-50257", &r);
+  strata_model_t tied;
+  OK(strata_hf_model(dir, &tied));
+  struct strata_model_config c = *strata_model_config(tied);
+  c.tied = 0;
+  strata_model_t m;
+  OK(strata_model_from_config(&c, &m));
+  struct strata_train_options o;
+  strata_train_options_default(&o);
+  o.device = tc_find_device("host", 0);
+  o.batch = r.batch;
+  strata_trainer_t tr;
+  OK(strata_trainer_new(m, NULL, &o, &tr));
+  OK(strata_trainer_load_hf(tr, dir));
+  int64_t T = c.context, B = r.batch;
+  int32_t *in = malloc((size_t)(B * T) * sizeof *in), *tg = malloc((size_t)(B * T) * sizeof *tg);
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t t = 0; t < T; t++) {
+      in[b * T + t] = (int32_t)r.tokens[b * (T + 1) + t];
+      tg[b * T + t] = (int32_t)r.tokens[b * (T + 1) + t + 1];
+    }
+  float loss;
+  OK(strata_trainer_loss_grad(tr, in, tg, B, &loss, NULL));
+  cr_assert(fabs((double)loss - r.loss) <= 1e-5 * r.loss, "untied: loss %.9g, transformers %.9g", loss, r.loss);
+  /* but an untied checkpoint does not load into a tied model */
+  strata_trainer_t tt;
+  OK(strata_trainer_new(tied, NULL, &o, &tt));
+  fixture_dir("small", dir, sizeof dir);
+  cr_assert_eq(strata_trainer_load_hf(tt, dir), STRATA_ERR_SHAPE);
+  strata_trainer_free(tt);
+  free(in);
+  free(tg);
+  strata_trainer_free(tr);
+  strata_model_free(m);
+  strata_model_free(tied);
+  strata_safetensors_free(r.st);
+}

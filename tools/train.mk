@@ -8,3 +8,6 @@ tools_strata_generate_LDADD = libstrata.la -lm
 dist_man_MANS += man/strata-train.1 man/strata-generate.1
 TESTS += tests/test-strata-train.sh
 EXTRA_DIST += tests/test-strata-train.sh bench/train-mfu.sh bench/pipeline-1f1b.sh
+# The tests' own writer of nanoGPT and llm.c token files.
+check_PROGRAMS += tests/write-tokens
+tests_write_tokens_SOURCES = tests/write-tokens.c

@@ -38,7 +38,7 @@ enum strata_token_format {
 
 /*
 ** Token ids from a file prepared by nanoGPT or llm.c, for a model with a
-** vocabulary of `vocab` (2..65536) ids; the last `val_fraction` of the
+** vocabulary of `vocab` (2..1048576) ids; the last `val_fraction` of the
 ** tokens is the validation split, as for text. The file is checked whole
 ** before it is used: an odd byte count for uint16 tokens, an llm.c header
 ** that is cut short, has another magic or version, or a token count that

@@ -39,7 +39,9 @@ STRATA_API int strata_hf_model(const char *dir, strata_model_t *out /* OUT */);
 /*
 ** Overwrite a trainer's parameters with those of `dir`/model.safetensors.
 ** The trainer's model must be the one strata_hf_model(dir) gives (else
-** STRATA_ERR_SHAPE). Every tensor is checked by name and shape before
+** STRATA_ERR_SHAPE), or its untied form for a tied checkpoint: then
+** lm_head.weight starts as a copy of wte.weight (a model that can be cut
+** into pipeline stages, which a tied one cannot). Every tensor is checked by name and shape before
 ** anything is written; a tensor of the file that has no place in the model
 ** (other than the attention-mask buffers attn.bias / attn.masked_bias that
 ** older transformers saved) is refused naming it. The optimizer state and
