@@ -98,7 +98,8 @@ fails_clearly "--data-format for an image model" 2 "--data-format is for text mo
 "$WRITE" llmc "$TMP/ft.bin" 100 <"$TMP/text.txt"
 FT="$TRAIN --data $TMP/ft.bin --batch 2 --steps 5 --eval-every 0 --eval-batches 2 --json"
 $FT --init-from "$HF/small" --device 0 --accum 4 >"$TMP/one.json" 2>"$TMP/err"
-check "--init-from: the header names the Hugging Face weights" grep -q '"model":"small"' "$TMP/one.json"
+check "--init-from: the start event names the model and its weights" \
+  grep -q '"model":"small".*"init_from":"[^"]*hf-gpt2/small"' "$TMP/one.json"
 $FT --init-from "$HF/small" --pp 2 --microbatches 4 >"$TMP/pp.json" 2>"$TMP/err"
 same_losses "--init-from small: --pp 2 gives one device's losses" "$TMP/one.json" "$TMP/pp.json"
 printf '{"kind": "gpt", "vocab": 384, "context": 32, "d_model": 64, "layers": 2, "heads": 4, "d_ff": 256}\n' >"$TMP/fresh.json"

@@ -928,6 +928,10 @@ static void print_header(const struct run *r, const struct options *o, const cha
     printf(",\"kind\":\"%s\",\"params\":%llu,\"flops_per_token\":%.6g,\"data\":", text ? "gpt" : c->kind == STRATA_MODEL_MLP ? "mlp" : "cnn",
            (unsigned long long)params, per_token);
     json_str(stdout, r->dinfo.source);
+    if (o->init_from) {
+      printf(",\"init_from\":");
+      json_str(stdout, o->init_from);
+    }
     printf(",\"train_size\":%llu,\"val_size\":%llu,\"baseline\":", (unsigned long long)r->dinfo.train_size,
            (unsigned long long)r->dinfo.val_size);
     json_float(stdout, r->baseline);
