@@ -384,3 +384,72 @@ Test(hf, a_tied_checkpoint_loads_untied_with_the_head_a_copy_of_the_embedding) {
   strata_model_free(tied);
   strata_safetensors_free(r.st);
 }
+
+/* Steps of fine-tuning `model` (its weights from `dir`) on `ds`, on one device (pp 0) or a pipeline of two. */
+static void fine_tune(strata_model_t model, const char *dir, strata_dataset_t ds, int pp, int steps,
+                      float *losses /* OUT */) {
+  struct strata_train_options o;
+  strata_train_options_default(&o);
+  o.device = tc_find_device("host", 0);
+  o.batch = 2;
+  o.accum = 4;
+  o.steps = steps;
+  o.warmup = 1;
+  o.lr = 1e-2f;
+  o.min_lr = 1e-3f;
+  strata_trainer_t tr;
+  if (pp) {
+    struct strata_pipeline_options p = {.devices = 2, .device = {tc_find_device("host", 0), tc_find_device("host", 1)},
+                                        .microbatches = 4};
+    OK(strata_trainer_new_pipeline(model, ds, &o, &p, &tr));
+  } else {
+    OK(strata_trainer_new(model, ds, &o, &tr));
+  }
+  OK(strata_trainer_load_hf(tr, dir));
+  for (int s = 0; s < steps; s++) {
+    struct strata_step_stats st;
+    OK(strata_trainer_step(tr, &st));
+    losses[s] = st.loss;
+  }
+  strata_trainer_free(tr);
+}
+
+Test(hf, fine_tuning_the_fixture_on_a_pipeline_gives_one_devices_losses) {
+  if (tc_find_device("host", 1) < 0)
+    cr_skip_test("needs two host devices (STRATA_HOST_DEVICES=2)");
+  char dir[1024], tmp[] = "/tmp/strata-hf-XXXXXX", path[1100];
+  fixture_dir("small", dir, sizeof dir);
+  cr_assert(mkdtemp(tmp));
+  /* an llm.c token file of ids 0..383 with some structure: a walk that mostly steps by one */
+  enum { N = 6000 };
+  static uint8_t bytes[1024 + 2 * N];
+  uint32_t head[3] = {20240520u, 1u, N};
+  memcpy(bytes, head, sizeof head);
+  uint32_t t = 0, s = 12345;
+  for (int i = 0; i < N; i++) {
+    s = s * 1103515245u + 12345u;
+    t = (s >> 16) % 8 == 0 ? (s >> 8) % 384 : (t + 1) % 384;
+    bytes[1024 + 2 * i] = (uint8_t)(t & 0xff);
+    bytes[1024 + 2 * i + 1] = (uint8_t)(t >> 8);
+  }
+  snprintf(path, sizeof path, "%s/train.bin", tmp);
+  FILE *f = fopen(path, "wb");
+  cr_assert(f && fwrite(bytes, 1, sizeof bytes, f) == sizeof bytes && fclose(f) == 0);
+  strata_model_t m;
+  OK(strata_hf_model(dir, &m));
+  strata_dataset_t ds;
+  OK(strata_dataset_tokens(path, STRATA_TOKENS_AUTO, 384, 0.1, &ds));
+  enum { STEPS = 16 };
+  float one[STEPS], two[STEPS];
+  fine_tune(m, dir, ds, 0, STEPS, one);
+  fine_tune(m, dir, ds, 1, STEPS, two);
+  for (int i = 0; i < STEPS; i++)
+    cr_assert(one[i] == two[i], "step %d: one device %.9g, --pp 2 %.9g", i + 1, one[i], two[i]);
+  cr_assert(one[STEPS - 1] < one[0] - 0.3f, "fine-tuning learns: %.4f -> %.4f", one[0], one[STEPS - 1]);
+  cr_log_info("fine-tuning, one device = a pipeline of two: step 1 %.6f, step %d %.6f", one[0], STEPS,
+              one[STEPS - 1]);
+  strata_dataset_free(ds);
+  strata_model_free(m);
+  unlink(path);
+  tc_remove_dir(tmp);
+}
