@@ -397,25 +397,13 @@ static int strata__tokens_unwrap(struct strata_dataset *ds, const char *path, in
   return STRATA_OK;
 }
 
-STRATA_API int strata_dataset_tokens(const char *path, int format, int64_t vocab, double val_fraction,
-                                     strata_dataset_t *out) {
-  if (!out)
-    return strata__error(STRATA_ERR_INVALID, "strata_dataset_tokens: out is NULL");
-  *out = NULL;
-  if (!path)
-    return strata__error(STRATA_ERR_INVALID, "strata_dataset_tokens: path is NULL");
-  if (format < STRATA_TOKENS_AUTO || format > STRATA_TOKENS_LLMC)
-    return strata__error(STRATA_ERR_INVALID, "strata_dataset_tokens: unknown format %d", format);
-  if (vocab < 2 || vocab > STRATA__MAX_VOCAB)
-    return strata__error(STRATA_ERR_INVALID, "%s: vocabulary %lld outside 2..%d", path, (long long)vocab,
-                         STRATA__MAX_VOCAB);
-  if (!(val_fraction > 0 && val_fraction < 1))
-    return strata__error(STRATA_ERR_INVALID, "%s: validation fraction %g is outside (0, 1)", path, val_fraction);
-  struct strata_dataset *ds = calloc(1, sizeof *ds);
-  if (!ds)
-    return strata__error(STRATA_ERR_NOMEM, "out of host memory allocating a dataset");
-  ds->kind = STRATA_DATA_TEXT;
-  ds->vocab = vocab;
+/*
+** Read token file `path` of `format` into ds->text (bytes, or with ds->wide
+** uint16), ds->text_len counting tokens, every id checked below ds->vocab.
+** *used receives the format read (AUTO resolved). On failure ds holds what
+** was read, for the caller to free.
+*/
+static int strata__tokens_read(struct strata_dataset *ds, const char *path, int format, int *used) {
   size_t cap = 0;
   int rc = strata__append_file(path, &ds->text, &ds->text_len, &cap);
   if (!rc && ds->text_len == 0)
@@ -428,24 +416,32 @@ STRATA_API int strata_dataset_tokens(const char *path, int format, int64_t vocab
     rc = strata__error(STRATA_ERR_INVALID, "%s: the file holds no tokens", path);
   for (size_t i = 0; i < ds->text_len && !rc; i++) {
     uint32_t t = strata__token(ds, i);
-    if (t >= (uint64_t)vocab)
+    if (t >= (uint64_t)ds->vocab)
       rc = strata__error(STRATA_ERR_RANGE, "%s: token %u at position %zu is not below the model's vocabulary of %lld",
-                         path, (unsigned)t, i, (long long)vocab);
+                         path, (unsigned)t, i, (long long)ds->vocab);
   }
-  size_t val_len = 0;
-  if (!rc) {
-    val_len = (size_t)floor(val_fraction * (double)ds->text_len + 0.5);
-    if (val_len < STRATA__MIN_SPLIT_BYTES || ds->text_len - val_len < STRATA__MIN_SPLIT_BYTES)
-      rc = strata__error(STRATA_ERR_INVALID,
-                         "%s: too short: %zu tokens with validation fraction %g give %zu training and %zu validation "
-                         "tokens; each split needs at least %d",
-                         path, ds->text_len, val_fraction, ds->text_len - val_len, val_len, STRATA__MIN_SPLIT_BYTES);
-  }
-  if (!rc) {
-    ds->train_len = ds->text_len - val_len;
-    snprintf(ds->source, sizeof ds->source, "%.200s (%s)", path, strata__format_name(format));
-    rc = strata__token_entropy(ds, ds->train_len, &ds->entropy);
-  }
+  *used = format;
+  return rc;
+}
+
+/* The arguments every token-file constructor checks. */
+static int strata__tokens_args(const char *path, int format, int64_t vocab, strata_dataset_t *out) {
+  if (!out)
+    return strata__error(STRATA_ERR_INVALID, "strata_dataset_tokens: out is NULL");
+  *out = NULL;
+  if (!path)
+    return strata__error(STRATA_ERR_INVALID, "strata_dataset_tokens: path is NULL");
+  if (format < STRATA_TOKENS_AUTO || format > STRATA_TOKENS_LLMC)
+    return strata__error(STRATA_ERR_INVALID, "strata_dataset_tokens: unknown format %d", format);
+  if (vocab < 2 || vocab > STRATA__MAX_VOCAB)
+    return strata__error(STRATA_ERR_INVALID, "%s: vocabulary %lld outside 2..%d", path, (long long)vocab,
+                         STRATA__MAX_VOCAB);
+  return STRATA_OK;
+}
+
+/* Finish a token dataset whose splits are set: entropy of the training tokens, memory trimmed. */
+static int strata__tokens_finish(struct strata_dataset *ds, strata_dataset_t *out) {
+  int rc = strata__token_entropy(ds, ds->train_len, &ds->entropy);
   if (rc) {
     strata_dataset_free(ds);
     return rc;
@@ -455,6 +451,104 @@ STRATA_API int strata_dataset_tokens(const char *path, int format, int64_t vocab
     ds->text = shrunk;
   *out = ds;
   return STRATA_OK;
+}
+
+STRATA_API int strata_dataset_tokens(const char *path, int format, int64_t vocab, double val_fraction,
+                                     strata_dataset_t *out) {
+  TRY(strata__tokens_args(path, format, vocab, out));
+  if (!(val_fraction > 0 && val_fraction < 1))
+    return strata__error(STRATA_ERR_INVALID, "%s: validation fraction %g is outside (0, 1)", path, val_fraction);
+  struct strata_dataset *ds = calloc(1, sizeof *ds);
+  if (!ds)
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory allocating a dataset");
+  ds->kind = STRATA_DATA_TEXT;
+  ds->vocab = vocab;
+  int used = format;
+  int rc = strata__tokens_read(ds, path, format, &used);
+  size_t val_len = 0;
+  if (!rc) {
+    val_len = (size_t)floor(val_fraction * (double)ds->text_len + 0.5);
+    if (val_len < STRATA__MIN_SPLIT_BYTES || ds->text_len - val_len < STRATA__MIN_SPLIT_BYTES)
+      rc = strata__error(STRATA_ERR_INVALID,
+                         "%s: too short: %zu tokens with validation fraction %g give %zu training and %zu validation "
+                         "tokens; each split needs at least %d",
+                         path, ds->text_len, val_fraction, ds->text_len - val_len, val_len, STRATA__MIN_SPLIT_BYTES);
+  }
+  if (rc) {
+    strata_dataset_free(ds);
+    return rc;
+  }
+  ds->train_len = ds->text_len - val_len;
+  snprintf(ds->source, sizeof ds->source, "%.200s (%s)", path, strata__format_name(used));
+  return strata__tokens_finish(ds, out);
+}
+
+/* Make a byte dataset's tokens uint16 (in place, growing the buffer). */
+static int strata__widen(struct strata_dataset *ds) {
+  if (ds->wide)
+    return STRATA_OK;
+  uint8_t *w = realloc(ds->text, 2 * ds->text_len + 1);
+  if (!w)
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory reading tokens");
+  for (size_t i = ds->text_len; i-- > 0;) {
+    uint16_t v = w[i];
+    memcpy(w + 2 * i, &v, sizeof v);
+  }
+  ds->text = w;
+  ds->wide = 1;
+  return STRATA_OK;
+}
+
+STRATA_API int strata_dataset_tokens_split(const char *train_path, const char *val_path, int format, int64_t vocab,
+                                           strata_dataset_t *out) {
+  TRY(strata__tokens_args(train_path, format, vocab, out));
+  if (!val_path)
+    return strata__error(STRATA_ERR_INVALID, "strata_dataset_tokens_split: val_path is NULL");
+  struct strata_dataset *ds = calloc(1, sizeof *ds), *val = calloc(1, sizeof *val);
+  if (!ds || !val) {
+    free(ds);
+    free(val);
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory allocating a dataset");
+  }
+  ds->kind = val->kind = STRATA_DATA_TEXT;
+  ds->vocab = val->vocab = vocab;
+  int f1 = format, f2 = format;
+  int rc = strata__tokens_read(ds, train_path, format, &f1);
+  if (!rc)
+    rc = strata__tokens_read(val, val_path, format, &f2);
+  const char *which = ds->text_len < STRATA__MIN_SPLIT_BYTES ? train_path : val_path;
+  if (!rc && (ds->text_len < STRATA__MIN_SPLIT_BYTES || val->text_len < STRATA__MIN_SPLIT_BYTES))
+    rc = strata__error(STRATA_ERR_INVALID, "%s: too short: a split needs at least %d tokens", which,
+                       STRATA__MIN_SPLIT_BYTES);
+  /* one buffer, the training tokens then the validation ones, both as wide as the wider */
+  if (!rc && (ds->wide || val->wide)) {
+    rc = strata__widen(ds);
+    if (!rc)
+      rc = strata__widen(val);
+  }
+  size_t width = ds->wide ? 2 : 1;
+  if (!rc) {
+    uint8_t *all = realloc(ds->text, (ds->text_len + val->text_len) * width);
+    if (!all)
+      rc = strata__error(STRATA_ERR_NOMEM, "out of host memory reading %s", val_path);
+    else {
+      ds->text = all;
+      memcpy(all + ds->text_len * width, val->text, val->text_len * width);
+      ds->train_len = ds->text_len;
+      ds->text_len += val->text_len;
+    }
+  }
+  strata_dataset_free(val);
+  if (rc) {
+    strata_dataset_free(ds);
+    return rc;
+  }
+  if (f1 == f2)
+    snprintf(ds->source, sizeof ds->source, "%.100s + %.100s (%s)", train_path, val_path, strata__format_name(f1));
+  else
+    snprintf(ds->source, sizeof ds->source, "%.100s (%s) + %.100s (%s)", train_path, strata__format_name(f1),
+             val_path, strata__format_name(f2));
+  return strata__tokens_finish(ds, out);
 }
 
 /* ---------------------------------------------------------------- images */

@@ -569,3 +569,56 @@ Test(tokens, bad_files_are_one_clear_error) {
   cr_assert_eq(tokens_status(write_file("x.bin", "\1\0\2\0", 4), STRATA_TOKENS_U16, 2000000, msg, sizeof msg),
                STRATA_ERR_INVALID);
 }
+
+Test(tokens, splits_in_two_files_as_nanogpt_prepares_them) {
+  enum { NT = 3000, NV = 400, CTX = 8, B = 16 };
+  static uint16_t tr[NT], va[NV];
+  for (int i = 0; i < NT; i++)
+    tr[i] = (uint16_t)(i % 1000); /* training ids below 1000 */
+  for (int i = 0; i < NV; i++)
+    va[i] = (uint16_t)(1000 + i % 300); /* validation ids from 1000 */
+  size_t lt, lv;
+  uint8_t *bt = token_bytes(tr, NT, 0, &lt), *bv = token_bytes(va, NV, 1, &lv);
+  char tpath[512], vbuf[512]; /* write_file's path is one static buffer */
+  snprintf(tpath, sizeof tpath, "%s", write_file("train.bin", bt, lt));
+  snprintf(vbuf, sizeof vbuf, "%s", write_file("val.bin", bv, lv));
+  const char *vpath = vbuf;
+  strata_dataset_t ds;
+  OK(strata_dataset_tokens_split(tpath, vpath, STRATA_TOKENS_AUTO, 1300, &ds));
+  struct strata_dataset_info info;
+  OK(strata_dataset_info(ds, &info));
+  cr_assert_eq(info.train_size, NT);
+  cr_assert_eq(info.val_size, NV);
+  cr_assert(strstr(info.source, "train.bin (nanoGPT uint16 tokens) + ") && strstr(info.source, "val.bin (llm.c tokens)"),
+            "%s", info.source);
+  int32_t in[B * CTX], tg[B * CTX];
+  uint64_t state = 3;
+  OK(strata_dataset_sample(ds, STRATA_SPLIT_TRAIN, B, CTX, &state, in, tg));
+  for (int i = 0; i < B * CTX; i++)
+    cr_assert(in[i] < 1000 && tg[i] < 1000 && (tg[i] == (in[i] + 1) % 1000), "training window %d: %d -> %d", i, in[i],
+              tg[i]);
+  OK(strata_dataset_sample(ds, STRATA_SPLIT_VAL, B, CTX, &state, in, tg));
+  for (int i = 0; i < B * CTX; i++)
+    cr_assert(in[i] >= 1000 && tg[i] >= 1000, "validation window %d: %d -> %d", i, in[i], tg[i]);
+  strata_dataset_free(ds);
+  /* a text training file and a token validation file: the bytes become ids too */
+  snprintf(tpath, sizeof tpath, "%s", write_file("train.txt", "some training text, in bytes", 28));
+  OK(strata_dataset_tokens_split(tpath, vpath, STRATA_TOKENS_AUTO, 1300, &ds));
+  OK(strata_dataset_sample(ds, STRATA_SPLIT_TRAIN, 2, 4, &state, in, tg));
+  cr_assert(in[0] >= ' ' && in[0] < 128, "byte %d", in[0]);
+  OK(strata_dataset_sample(ds, STRATA_SPLIT_VAL, 2, 4, &state, in, tg));
+  cr_assert(in[0] >= 1000);
+  strata_dataset_free(ds);
+  /* each file is checked on its own, and named */
+  cr_assert_eq(strata_dataset_tokens_split(tpath, vpath, STRATA_TOKENS_AUTO, 1200, &ds), STRATA_ERR_RANGE);
+  cr_assert(strstr(strata_last_error(), "val.bin: token 1200 at position 200"), "%s", strata_last_error());
+  cr_assert_null(ds);
+  vpath = write_file("odd.bin", bv, lv - 1);
+  cr_assert_eq(strata_dataset_tokens_split(tpath, vpath, STRATA_TOKENS_AUTO, 1300, &ds), STRATA_ERR_PARSE);
+  cr_assert(strstr(strata_last_error(), "odd.bin"), "%s", strata_last_error());
+  vpath = write_file("one.bin", "\1\0", 2);
+  cr_assert_eq(strata_dataset_tokens_split(tpath, vpath, STRATA_TOKENS_AUTO, 1300, &ds), STRATA_ERR_INVALID);
+  cr_assert(strstr(strata_last_error(), "one.bin: too short"), "%s", strata_last_error());
+  free(bt);
+  free(bv);
+}

@@ -76,6 +76,15 @@ same_losses "--data-format llmc reads the same" "$TMP/text.json" "$TMP/named.jso
 $TRAIN --model gpt-micro --device 0 --batch 4 --steps 2 --eval-batches 1 --data "$TMP/train.bin" >"$TMP/out" 2>"$TMP/err"
 check "the header counts tokens, the entropy per token" grep -q 'unigram entropy .* nats/token' "$TMP/out"
 
+# --- nanoGPT's two files: --val-data validates on its own file
+head -c 4001 "$TMP/train.bin" >"$TMP/odd.bin"
+head -c 20000 "$TMP/train.bin" >"$TMP/val.bin"
+$T --data "$TMP/train.bin" --val-data "$TMP/val.bin" >"$TMP/split.json" 2>"$TMP/err"
+check "--val-data: train.bin trains, val.bin's 10000 tokens validate" \
+  grep -q '"data":"[^"]*train.bin + [^"]*val.bin (nanoGPT uint16 tokens)".*"val_size":10000' "$TMP/split.json"
+fails_clearly "--val-data without --data" 2 "--val-data goes with --data FILE" $TRAIN --val-data "$TMP/val.bin"
+fails_clearly "--val-data with a bad file" 2 "odd.bin: 4001 bytes" $T --data "$TMP/train.bin" --val-data "$TMP/odd.bin"
+
 # --- bad token files: one line, exit 2
 head -c 1000 "$TMP/llmc.bin" >"$TMP/short.bin"
 fails_clearly "llm.c header cut short" 2 "shorter than the 1024-byte llm.c header" $T --data "$TMP/short.bin" --data-format llmc
@@ -83,7 +92,6 @@ head -c 5000 "$TMP/llmc.bin" >"$TMP/cut.bin"
 fails_clearly "llm.c tokens cut short" 2 "the file holds 3976 bytes after it (truncated?)" $T --data "$TMP/cut.bin"
 { printf 'XXXX'; tail -c +5 "$TMP/llmc.bin"; } >"$TMP/magic.bin"
 fails_clearly "wrong magic" 2 "wrong magic 1482184792" $T --data "$TMP/magic.bin" --data-format llmc
-head -c 4001 "$TMP/train.bin" >"$TMP/odd.bin"
 fails_clearly "odd byte count" 2 "4001 bytes, an odd count" $T --data "$TMP/odd.bin"
 "$WRITE" raw "$TMP/big.bin" 200 <"$TMP/text.txt"
 fails_clearly "id at or above the vocabulary" 2 "token 315 at position 2 is not below the model's vocabulary of 256" \

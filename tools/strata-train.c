@@ -43,6 +43,7 @@ struct options {
   const char *model;        /* NULL: the checkpoint's model with --resume, else DEFAULT_PRESET */
   const char *data;         /* NULL: the default corpus */
   int data_format;          /* STRATA_TOKENS_*; -1: not given (auto) */
+  const char *val_data;     /* the validation split's own file (nanoGPT's val.bin), or NULL: the last 10% of --data */
   const char *init_from;    /* a Hugging Face GPT-2 directory, or NULL */
   int untie;                /* --untie: an untied copy of a tied --init-from model */
   int device;               /* -1: the fastest device */
@@ -141,6 +142,8 @@ static void usage(FILE *f) {
           "                           train on synthetic images\n"
           "      --data-format F      auto (default: llm.c by its magic, raw uint16 if the file holds\n"
           "                           a NUL byte, else text), text, nanogpt (raw uint16) or llmc\n"
+          "      --val-data FILE      validate on FILE (e.g. nanoGPT's val.bin) instead of the last\n"
+          "                           10%% of --data\n"
           "      --init-from DIR      start from a Hugging Face GPT-2 (config.json + model.safetensors)\n"
           "      --untie              with --init-from a tied model: train an untied copy (the head\n"
           "                           starts as the embedding), which --pp can cut\n"
@@ -766,7 +769,13 @@ static int fail_input(int code) {
 
 static int load_data(struct run *r, const struct options *o) {
   if (r->cfg->kind == STRATA_MODEL_GPT) {
-    if (!o->data || o->data_format == STRATA_TOKENS_BYTES) {
+    if (o->val_data) {
+      int rc = strata_dataset_tokens_split(o->data, o->val_data,
+                                           o->data_format < 0 ? STRATA_TOKENS_AUTO : o->data_format, r->cfg->vocab,
+                                           &r->data);
+      if (rc)
+        return fail_input(rc);
+    } else if (!o->data || o->data_format == STRATA_TOKENS_BYTES) {
       if (strata_dataset_text(o->data, VAL_FRACTION, &r->data))
         return fail(NULL);
     } else {
@@ -776,8 +785,9 @@ static int load_data(struct run *r, const struct options *o) {
         return fail_input(rc);
     }
   } else {
-    if (o->data_format >= 0) {
-      fprintf(stderr, PROG ": --data-format is for text models; %s is an image model\n", r->cfg->name);
+    if (o->data_format >= 0 || o->val_data) {
+      fprintf(stderr, PROG ": %s is for text models; %s is an image model\n",
+              o->val_data ? "--val-data" : "--data-format", r->cfg->name);
       return EXIT_USAGE;
     }
     if (o->data) {
@@ -1061,7 +1071,7 @@ static void print_header(const struct run *r, const struct options *o, const cha
 enum {
   OPT_DEVICE = 256, OPT_ACCUM, OPT_LR, OPT_WARMUP, OPT_SEED, OPT_CLIP, OPT_WD, OPT_SAVE_EVERY, OPT_STOP_AT, OPT_EVAL_BATCHES,
   OPT_VERSION, OPT_PP, OPT_DEVICES, OPT_SPLIT, OPT_SCHEDULE, OPT_MICROBATCHES, OPT_VIRTUAL_STAGES, OPT_TRACE,
-  OPT_DATA_FORMAT, OPT_INIT_FROM, OPT_UNTIE
+  OPT_DATA_FORMAT, OPT_INIT_FROM, OPT_UNTIE, OPT_VAL_DATA
 };
 
 /*
@@ -1160,6 +1170,7 @@ static int parse_args(int argc, char **argv, struct options *o) {
       {"data-format", required_argument, NULL, OPT_DATA_FORMAT},
       {"init-from", required_argument, NULL, OPT_INIT_FROM},
       {"untie", no_argument, NULL, OPT_UNTIE},
+      {"val-data", required_argument, NULL, OPT_VAL_DATA},
       {NULL, 0, NULL, 0}};
   memset(o, 0, sizeof *o);
   o->device = -1;
@@ -1195,6 +1206,7 @@ static int parse_args(int argc, char **argv, struct options *o) {
       break;
     case OPT_INIT_FROM: o->init_from = optarg; break;
     case OPT_UNTIE: o->untie = 1; break;
+    case OPT_VAL_DATA: o->val_data = optarg; break;
     case OPT_DEVICE:
       if (strcmp(optarg, "best") == 0) {
         o->device = -1;
@@ -1288,8 +1300,8 @@ static int parse_args(int argc, char **argv, struct options *o) {
   }
   if (cli_refuse(PROG, 0, argc, argv))
     return EXIT_USAGE;
-  if (o->data_format >= 0 && !o->data) {
-    fprintf(stderr, PROG ": --data-format says how to read --data FILE; give --data too\n");
+  if ((o->data_format >= 0 || o->val_data) && !o->data) {
+    fprintf(stderr, PROG ": %s goes with --data FILE; give --data too\n", o->val_data ? "--val-data" : "--data-format");
     return EXIT_USAGE;
   }
   if (o->init_from && (o->model || o->resume)) {

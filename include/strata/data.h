@@ -52,6 +52,15 @@ enum strata_token_format {
 STRATA_API int strata_dataset_tokens(const char *path, int format, int64_t vocab, double val_fraction,
                                      strata_dataset_t *out /* OUT */);
 
+/*
+** The same, with the splits in two files, as nanoGPT prepares them
+** (train.bin, val.bin): every token of `train_path` trains, every token of
+** `val_path` validates; each file is detected (AUTO) and checked on its
+** own. Each must hold at least 2 tokens.
+*/
+STRATA_API int strata_dataset_tokens_split(const char *train_path, const char *val_path, int format, int64_t vocab,
+                                           strata_dataset_t *out /* OUT */);
+
 /* The format a token file would be read as with STRATA_TOKENS_AUTO (looks at its first 64 KiB). */
 STRATA_API int strata_token_format_detect(const char *path, int *format /* OUT */);
 
