@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: MIT
 # lib/io.mk — training data (text, token files, synthetic shapes), safetensors checkpoints and Hugging Face GPT-2
 # checkpoints, with their Criterion suites and fixtures.
-libstrata_la_SOURCES += lib/data.c lib/checkpoint.c
+libstrata_la_SOURCES += lib/data.c lib/checkpoint.c lib/hf.c
+stratainclude_HEADERS += include/strata/hf.h
 
 if HAVE_CRITERION
 check_PROGRAMS += tests/test-data tests/test-checkpoint

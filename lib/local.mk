@@ -18,8 +18,7 @@ libstrata_la_SOURCES = \
 	%reldir%/stage.h \
 	%reldir%/train.c \
 	%reldir%/trainer.h \
-	%reldir%/pipeline.c \
-	%reldir%/hf.c
+	%reldir%/pipeline.c
 libstrata_la_CPPFLAGS = $(AM_CPPFLAGS) $(HWLOC_CFLAGS) $(JANSSON_CFLAGS)
 libstrata_la_LIBADD = $(HWLOC_LIBS) $(JANSSON_LIBS) $(PTHREAD_LIBS)
 libstrata_la_LDFLAGS = -version-info $(STRATA_LT_VERSION) -no-undefined
@@ -33,5 +32,4 @@ stratainclude_HEADERS += \
 	include/strata/data.h \
 	include/strata/checkpoint.h \
 	include/strata/train.h \
-	include/strata/schedule.h \
-	include/strata/hf.h
+	include/strata/schedule.h

@@ -10,8 +10,8 @@
 #include <strata/model.h>
 #include <strata/data.h>
 #include <strata/checkpoint.h>
+#include <strata/hf.h>
 #include <strata/train.h>
 #include <strata/schedule.h>
-#include <strata/hf.h>
 
 #endif /* STRATA_STRATA_H */
