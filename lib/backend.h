@@ -11,7 +11,7 @@
 
 /* Raised whenever the layout of anything in this file changes; a module
 ** built against another version is refused when it is loaded. */
-#define STRATA__BACKEND_API_VERSION 1
+#define STRATA__BACKEND_API_VERSION 2
 
 /* The symbol every module exports: returns its table. */
 #define STRATA__BACKEND_ENTRY "strata_backend_entry"
@@ -52,7 +52,8 @@ struct strata__mem {
   X(IM2COL, "im2col")                                                                              \
   X(COL2IM, "col2im")                                                                              \
   X(MAXPOOL_FWD, "maxpool_fwd")                                                                    \
-  X(MAXPOOL_BWD, "maxpool_bwd")
+  X(MAXPOOL_BWD, "maxpool_bwd")                                                                    \
+  X(REDUCE, "reduce")
 
 enum strata__op_id {
 #define STRATA__OP_ENUM(id, name) STRATA__OP_##id,
@@ -133,6 +134,14 @@ struct strata__op {
       struct strata__mem x, col;
       int64_t c, h, w, r, s, stride, pad, p, q;
     } im2col;
+    /* REDUCE (collectives): y = a (op) b over n elements of dtype
+    ** (enum strata_dtype: float32 or int32), op SUM or MAX (enum
+    ** strata_redop; MAX as fmax for floats); y may be a or b. */
+    struct {
+      struct strata__mem a, b, y;
+      int64_t n;
+      int dtype, op;
+    } reduce;
     /* MAXPOOL_FWD: y, idx from x. MAXPOOL_BWD: dx from dy, idx. Over n*c planes. */
     struct {
       struct strata__mem x, y, idx, dy, dx;
@@ -203,6 +212,38 @@ struct strata__backend {
   /* Whether device `dev` implements op `id` (1 or 0), and enqueue one. */
   int (*op_supported)(void *ctx, int dev, enum strata__op_id id);
   int (*op)(void *ctx, void *queue, const struct strata__op *op);
+
+  /* Gates: events completed from the host, which let a queue wait for work
+  ** done outside it (the communicator's threads). gate_wait makes `queue`
+  ** (at most one per gate) run what follows only after gate_open; opened
+  ** with a negative status, the gate makes that queue's next queue_finish
+  ** fail with the status and message. gate_free after gate_open. Optional:
+  ** without them a collective returns only once it is complete. */
+  int (*gate_new)(void *ctx, int dev, void **gate);
+  int (*gate_wait)(void *ctx, void *queue, void *gate);
+  void (*gate_open)(void *ctx, void *gate, int status, const char *message);
+  void (*gate_free)(void *ctx, void *gate);
+
+  /* Collectives of the backend's own library (NCCL) over a group of its
+  ** devices. Optional: NULL, or comm_new failing, means the runtime's ring.
+  ** comm_new returns STRATA_ERR_UNSUPPORTED with a reason when the library
+  ** is missing. coll enqueues one collective on every member's queue
+  ** (`queues`, `send`, `recv` indexed by member), or with member >= 0 only
+  ** that member's part (its own thread calls it): kind 0 all-reduce, 1
+  ** all-gather, 2 reduce-scatter, 3 broadcast (from `root`), 4 barrier;
+  ** dtype and op as in strata/comm.h, counts as there. */
+  int (*comm_new)(void *ctx, int n, const int *devs, void **comm);
+  void (*comm_free)(void *ctx, void *comm);
+  int (*comm_coll)(void *ctx, void *comm, int kind, int member, void *const *queues, const struct strata__mem *send,
+                   const struct strata__mem *recv, size_t count, int dtype, int op, int root);
+  /* Whether comm_new can work here: 0 with the library and version in
+  ** `why`, or a status with the reason. Optional. */
+  int (*comm_probe)(void *ctx, char *why, size_t len);
+
+  /* 1 when an op on one device of this backend may read buffers of its
+  ** other devices (one address space: the host's virtual devices), so a
+  ** collective reduces from a peer's buffer without copying it first. */
+  int peer_operands;
 };
 
 typedef const struct strata__backend *(*strata__backend_entry_fn)(void);

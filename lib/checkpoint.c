@@ -14,6 +14,7 @@
 
 #include <strata/checkpoint.h>
 
+#include "file.h"
 #include "util.h"
 
 /*
@@ -192,82 +193,38 @@ STRATA_API int strata_safetensors_write(const char *path, const struct strata_st
   if (rc)
     return rc;
 
-  size_t plen = strlen(path);
-  char *tmp = malloc(plen + sizeof ".tmp-XXXXXX");
-  char *dircopy = strdup(path);
-  if (!tmp || !dircopy) {
+  struct strata__out o;
+  rc = strata__out_open(&o, path);
+  if (rc) {
     free(header);
-    free(tmp);
-    free(dircopy);
-    return strata__error(STRATA_ERR_NOMEM, "%s: out of host memory", path);
-  }
-  memcpy(tmp, path, plen);
-  memcpy(tmp + plen, ".tmp-XXXXXX", sizeof ".tmp-XXXXXX");
-  int fd = mkstemp(tmp);
-  if (fd < 0) {
-    rc = strata__error(STRATA_ERR_IO, "%s: cannot create the temporary file %s: %s", path, tmp, strerror(errno));
-    free(header);
-    free(tmp);
-    free(dircopy);
     return rc;
   }
-  /* mkstemp makes the file 0600; a checkpoint replacing a file keeps its mode, a new one gets 0644. */
-  struct stat old;
-  mode_t mode = stat(path, &old) == 0 ? (old.st_mode & 07777) : 0644;
-  (void)fchmod(fd, mode);
-
   uint8_t lenbytes[8];
   for (int i = 0; i < 8; i++)
     lenbytes[i] = (uint8_t)((uint64_t)hlen >> (8 * i));
-  int err = strata__write_all(fd, lenbytes, 8);
+  int err = strata__write_all(o.fd, lenbytes, 8);
   if (!err)
-    err = strata__write_all(fd, header, hlen);
+    err = strata__write_all(o.fd, header, hlen);
   for (size_t i = 0; !err && i < count; i++) {
     uint64_t numel = 1;
     for (int d = 0; d < tensors[i].ndim; d++)
       numel *= (uint64_t)tensors[i].shape[d];
     if (numel)
-      err = strata__write_all(fd, tensors[i].data, (size_t)numel * sizeof(float));
+      err = strata__write_all(o.fd, tensors[i].data, (size_t)numel * sizeof(float));
   }
   free(header);
   if (err) {
-    rc = strata__error(STRATA_ERR_IO, "%s: writing %s failed: %s", path, tmp, strerror(err));
-    goto fail_open;
+    rc = strata__error(STRATA_ERR_IO, "%s: writing %s failed: %s", path, o.tmp, strerror(err));
+    strata__out_abort(&o);
+    return rc;
   }
-  if (fsync(fd) != 0) {
-    rc = strata__error(STRATA_ERR_IO, "%s: fsync of %s failed: %s", path, tmp, strerror(errno));
-    goto fail_open;
-  }
-  if (close(fd) != 0) {
-    fd = -1;
-    rc = strata__error(STRATA_ERR_IO, "%s: closing %s failed: %s", path, tmp, strerror(errno));
-    goto fail_closed;
-  }
-  fd = -1;
-  if (rename(tmp, path) != 0) {
-    rc = strata__error(STRATA_ERR_IO, "%s: renaming %s over it failed: %s", path, tmp, strerror(errno));
-    goto fail_closed;
-  }
-  /* The rename is durable only once the directory is synced. Some file systems refuse fsync on a directory (EINVAL). */
-  const char *dir = dirname(dircopy);
-  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    if (fsync(dfd) != 0 && errno != EINVAL && errno != EROFS)
-      rc = strata__error(STRATA_ERR_IO, "%s: written, but syncing the directory %s failed: %s", path, dir,
-                         strerror(errno));
-    close(dfd);
-  }
-  free(tmp);
-  free(dircopy);
-  return rc;
+  return strata__out_commit(&o);
+}
 
-fail_open:
-  close(fd);
-fail_closed:
-  unlink(tmp);
-  free(tmp);
-  free(dircopy);
-  return rc;
+STRATA_API int strata_safetensors_check_path(const char *path) {
+  if (!path || !path[0])
+    return strata__error(STRATA_ERR_INVALID, "strata_safetensors_check_path: no path");
+  return strata__out_check(path);
 }
 
 /* ---------------------------------------------------------------- reading */
@@ -528,14 +485,12 @@ STRATA_API int strata_safetensors_read(const char *path, strata_safetensors_t *o
   *out = NULL;
   if (!path)
     return strata__error(STRATA_ERR_INVALID, "strata_safetensors_read: path is NULL");
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return strata__error(errno == ENOENT ? STRATA_ERR_NOT_FOUND : STRATA_ERR_IO, "%s: cannot open: %s", path,
-                         strerror(errno));
+  int fd = -1;
+  TRY(strata__open_input(path, STRATA_ERR_NOT_FOUND, &fd));
   struct stat sb;
-  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+  if (fstat(fd, &sb) != 0) {
     close(fd);
-    return strata__error(STRATA_ERR_IO, "%s: not a regular file", path);
+    return strata__error(STRATA_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
   }
   uint64_t size = (uint64_t)sb.st_size;
   if (size < 8) {

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "parse.h"
 #include "registry.h"
 
 #define DEFAULT_CHUNK (4u << 20)
@@ -75,8 +76,10 @@ static int staging_chunk(size_t *chunk) {
   if (!env || !*env)
     return STRATA_OK;
   uint64_t v = 0;
-  if (strata_parse_size(env, &v) != STRATA_OK || v == 0 || v > (1ull << 31))
-    return strata__error(STRATA_ERR_PARSE, "STRATA_STAGING_CHUNK='%s' is not a size between 1 byte and 2G", env);
+  int prc = strata__parse_size(env, &v);
+  if (prc || v == 0 || v > (1ull << 31))
+    return strata__error(prc ? prc : STRATA_ERR_RANGE, "STRATA_STAGING_CHUNK='%s' is not a size between 1 byte and 2G%s%s",
+                         env, prc ? ": " : "", prc ? strata__parse_why() : "");
   *chunk = (size_t)v;
   return STRATA_OK;
 }

@@ -12,6 +12,7 @@
 
 #include <strata/data.h>
 
+#include "file.h"
 #include "util.h"
 
 /* Where the default text corpus comes from (Debian and its derivatives ship it). */
@@ -107,18 +108,13 @@ static double strata__rand_normal(uint64_t *state) {
 /*
 ** Append the whole content of `path` to *buf (length *len, capacity *cap),
 ** growing it with realloc. Returns STRATA_OK, STRATA_ERR_IO naming the path
-** (missing, unreadable, not a regular file) or STRATA_ERR_NOMEM. On failure
+** (missing, unreadable, not a regular file: a FIFO is refused without
+** blocking) or STRATA_ERR_NOMEM. On failure
 ** *buf stays valid (possibly moved) and owned by the caller.
 */
 static int strata__append_file(const char *path, uint8_t **buf, size_t *len, size_t *cap) {
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return strata__error(STRATA_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-  struct stat sb;
-  if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    fclose(f);
-    return strata__error(STRATA_ERR_IO, "%s: not a regular file", path);
-  }
+  FILE *f = NULL;
+  TRY(strata__fopen_input(path, STRATA_ERR_IO, &f));
   for (;;) {
     if (*cap - *len < 65536) {
       size_t grow = *cap < 65536 ? 65536 : *cap;

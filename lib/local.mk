@@ -5,6 +5,10 @@ libstrata_la_SOURCES = \
 	%reldir%/status.c \
 	%reldir%/log.c \
 	%reldir%/util.c \
+	%reldir%/parse.c \
+	%reldir%/parse.h \
+	%reldir%/file.c \
+	%reldir%/file.h \
 	%reldir%/util.h \
 	%reldir%/backend.h \
 	%reldir%/registry.c \
@@ -18,7 +22,9 @@ libstrata_la_SOURCES = \
 	%reldir%/stage.h \
 	%reldir%/train.c \
 	%reldir%/trainer.h \
-	%reldir%/pipeline.c
+	%reldir%/pipeline.c \
+	%reldir%/comm/comm.c \
+	%reldir%/parallel/layout.c
 libstrata_la_CPPFLAGS = $(AM_CPPFLAGS) $(HWLOC_CFLAGS) $(JANSSON_CFLAGS)
 libstrata_la_LIBADD = $(HWLOC_LIBS) $(JANSSON_LIBS) $(PTHREAD_LIBS)
 libstrata_la_LDFLAGS = -version-info $(STRATA_LT_VERSION) -no-undefined
@@ -32,4 +38,6 @@ stratainclude_HEADERS += \
 	include/strata/data.h \
 	include/strata/checkpoint.h \
 	include/strata/train.h \
-	include/strata/schedule.h
+	include/strata/schedule.h \
+	include/strata/comm.h \
+	include/strata/layout.h

@@ -7,8 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "model.h"
+#include "file.h"
 #include "util.h"
 
 struct preset {
@@ -280,7 +282,8 @@ static int config_from_json(json_t *root, const char *src, struct strata_model_c
   json_t *name = json_object_get(root, "name");
   if (name && !json_is_string(name))
     return strata__error(STRATA_ERR_PARSE, "%s: \"name\" must be a string", src);
-  snprintf(c->name, sizeof c->name, "%s", name ? json_string_value(name) : src);
+  /* the name is printed by the tools: control characters from the file are escaped here, once */
+  strata__escape(c->name, sizeof c->name, name ? json_string_value(name) : src);
   TRY(json_int(root, src, "vocab", &c->vocab));
   TRY(json_int(root, src, "context", &c->context));
   TRY(json_int(root, src, "d_model", &c->d_model));
@@ -335,12 +338,11 @@ STRATA_API int strata_model_from_json(const char *text, const char *src, strata_
 STRATA_API int strata_model_from_file(const char *path, strata_model_t *out) {
   if (!path || !out)
     return strata__error(STRATA_ERR_INVALID, "strata_model_from_file: NULL argument");
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return strata__error(STRATA_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-  fclose(f);
+  FILE *f = NULL;
+  TRY(strata__fopen_input(path, STRATA_ERR_IO, &f));
   json_error_t err;
-  json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
+  json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &err);
+  fclose(f);
   if (!root)
     return strata__error(STRATA_ERR_PARSE, "%s: line %d: %s", path, err.line, err.text);
   struct strata_model_config c;
@@ -358,10 +360,9 @@ STRATA_API int strata_model_load(const char *preset_or_path, strata_model_t *out
     if (strcmp(presets[i].name, preset_or_path) == 0)
       return strata_model_from_preset(preset_or_path, out);
   if (!strchr(preset_or_path, '/') && !strstr(preset_or_path, ".json")) {
-    FILE *f = fopen(preset_or_path, "rb");
-    if (!f)
+    struct stat sb; /* stat, not open: a FIFO of that name must not block here */
+    if (stat(preset_or_path, &sb) != 0)
       return strata_model_from_preset(preset_or_path, out); /* names the presets */
-    fclose(f);
   }
   return strata_model_from_file(preset_or_path, out);
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "file.h"
 #include "registry.h"
 #include "trainer.h"
 
@@ -45,7 +46,7 @@ struct exec {
   pthread_cond_t cond;
   int failed;
   int fail_status;
-  char fail_msg[1024];
+  char fail_msg[4096];
   struct msg *act, *grad;    /* [S x m]: input of stage s / gradient of stage s's output, micro-batch mb */
   int *hold_act;             /* [S x m]: what still keeps slot (s, mb)'s activations ... */
   int *hold_grad;            /* ... and its boundary gradients */
@@ -552,12 +553,16 @@ void strata__trace_add(strata_trainer_t tr, const char *name, const char *cat, d
   e->step = tr->step;
 }
 
+/* The trace, through the atomic writer: a reader never sees half a file, and
+** a planted file or link at a temporary name is never written through. */
 int strata__trace_write(strata_trainer_t tr) {
-  char tmp[4096];
-  snprintf(tmp, sizeof tmp, "%s.tmp-%ld", tr->trace_path, (long)getpid());
-  FILE *f = fopen(tmp, "w");
-  if (!f)
-    return strata__error(STRATA_ERR_IO, "%s: cannot write the trace", tr->trace_path);
+  struct strata__out o;
+  TRY(strata__out_open(&o, tr->trace_path));
+  FILE *f = strata__out_stream(&o);
+  if (!f) {
+    strata__out_abort(&o);
+    return strata__error_prefix(STRATA_ERR_NOMEM, "cannot write the trace: ");
+  }
   fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
   for (int r = 0; r < tr->ndev; r++) {
     struct strata_device_props p;
@@ -579,12 +584,7 @@ int strata__trace_write(strata_trainer_t tr) {
             e->name, e->cat, e->tid, e->ts, e->dur, (long long)e->step + 1, i + 1 < tr->nevents ? "," : "");
   }
   fprintf(f, "]}\n");
-  int bad = ferror(f);
-  if (fclose(f) != 0 || bad || rename(tmp, tr->trace_path) != 0) {
-    unlink(tmp);
-    return strata__error(STRATA_ERR_IO, "%s: cannot write the trace", tr->trace_path);
-  }
-  return STRATA_OK;
+  return strata__out_commit(&o);
 }
 
 /* ---- balancing the split ---- */
@@ -649,41 +649,72 @@ int strata__pipeline_balance(strata_trainer_t tr, int *split) {
       speed[r] = speed[same];
     else
       TRY(device_speed(tr->dev[r], &speed[r]));
-    TRY(strata_device_memory(tr->dev[r], NULL, NULL, &limit[r]));
+    TRY(strata_device_props(tr->dev[r], &pr));
+    limit[r] = pr.free_memory;
   }
+  /* each candidate stage [a, l) planned once: what it allocates, as trainer creation will check it */
+  size_t cells = (size_t)(L + 1) * (size_t)(L + 1);
+  struct strata__stage_bytes *plan = calloc(cells, sizeof *plan);
+  char *planned = calloc(cells, 1);
+  if (!plan || !planned) {
+    free(plan);
+    free(planned);
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory balancing stages");
+  }
+  int split_backward = tr->report.schedule == STRATA_SCHEDULE_ZB_H1;
+  int plan_rc = STRATA_OK; /* the first stage that cannot exist (a cut tied model), reported if nothing fits */
+  char *plan_msg = NULL;
+  for (int a = 0; a < L; a++)
+    for (int l = a + 1; l <= L; l++) {
+      size_t c = (size_t)a * (size_t)(L + 1) + (size_t)l;
+      int rc = strata__stage_plan(tr->model, a, l, tr->opt.batch, split_backward, &plan[c]);
+      planned[c] = rc == STRATA_OK;
+      if (rc && !plan_rc) {
+        plan_rc = rc;
+        plan_msg = strdup(strata_last_error());
+      }
+    }
   double *best = malloc(sizeof(double) * (size_t)(S + 1) * (size_t)(L + 1));
+  tr->unfit_split = 0;
   int *from = malloc(sizeof(int) * (size_t)(S + 1) * (size_t)(L + 1));
   if (!best || !from) {
     free(best);
     free(from);
+    free(plan);
+    free(planned);
+    free(plan_msg);
     return strata__error(STRATA_ERR_NOMEM, "out of host memory balancing stages");
   }
 #define AT2(a, s, l) (a)[(size_t)(s) * (size_t)(L + 1) + (size_t)(l)]
-  for (int s = 0; s <= S; s++)
-    for (int l = 0; l <= L; l++)
-      AT2(best, s, l) = INFINITY;
-  AT2(best, 0, 0) = 0;
-  for (int s = 1; s <= S; s++) {
-    int r = tr->stage_rank[s - 1], inflight = 1;
-    strata_schedule_peak_inflight(tr->sched, s - 1, &inflight);
-    for (int l = s; l <= L - (S - s); l++)
-      for (int a = s - 1; a < l; a++) {
-        if (!isfinite(AT2(best, s - 1, a)))
-          continue;
-        double flops = 0, mem = 0;
-        for (int i = a; i < l; i++) {
-          const struct strata_layer_info *li = &tr->model->layers[i].info;
-          flops += li->fwd_flops + li->bwd_flops;
-          mem += 16.0 * (double)li->params + (double)(li->act_bytes + li->out_bytes) * (double)tr->opt.batch * inflight;
+  /* pass 0 within the devices' memory; pass 1, when no cut fits, the fastest
+  ** cut regardless, which the memory plan then refuses saying what it needs */
+  AT2(best, S, L) = INFINITY;
+  for (int pass = 0; pass < 2 && !isfinite(AT2(best, S, L)); pass++) {
+    for (int s = 0; s <= S; s++)
+      for (int l = 0; l <= L; l++)
+        AT2(best, s, l) = INFINITY;
+    AT2(best, 0, 0) = 0;
+    for (int s = 1; s <= S; s++) {
+      int r = tr->stage_rank[s - 1];
+      for (int l = s; l <= L - (S - s); l++)
+        for (int a = s - 1; a < l; a++) {
+          if (!isfinite(AT2(best, s - 1, a)))
+            continue;
+          double flops = 0;
+          for (int i = a; i < l; i++)
+            flops += tr->model->layers[i].info.fwd_flops + tr->model->layers[i].info.bwd_flops;
+          size_t c = (size_t)a * (size_t)(L + 1) + (size_t)l;
+          if (!planned[c] ||
+              (pass == 0 && strata__stage_need(tr, s - 1, &plan[c], s > 1 ? &plan[c] : NULL, NULL, NULL) > limit[r]))
+            continue;
+          double t = flops / speed[r], worst = t > AT2(best, s - 1, a) ? t : AT2(best, s - 1, a);
+          if (worst < AT2(best, s, l)) {
+            AT2(best, s, l) = worst;
+            AT2(from, s, l) = a;
+          }
         }
-        if (mem > (double)limit[r])
-          continue;
-        double t = flops / speed[r], worst = t > AT2(best, s - 1, a) ? t : AT2(best, s - 1, a);
-        if (worst < AT2(best, s, l)) {
-          AT2(best, s, l) = worst;
-          AT2(from, s, l) = a;
-        }
-      }
+    }
+    tr->unfit_split = pass == 1;
   }
   int ok = isfinite(AT2(best, S, L));
   for (int s = S, l = L; ok && s > 0; s--) {
@@ -694,6 +725,14 @@ int strata__pipeline_balance(strata_trainer_t tr, int *split) {
 #undef AT2
   free(best);
   free(from);
+  free(plan);
+  free(planned);
+  if (!ok && plan_rc) {
+    strata__error(plan_rc, "%s", plan_msg ? plan_msg : "a stage cannot be built");
+    free(plan_msg);
+    return plan_rc;
+  }
+  free(plan_msg);
   if (!ok)
     return strata__error(STRATA_ERR_DEVICE_MEMORY,
                          "model '%s' cannot be split over these %d devices: no cut into %d stages fits their memory "

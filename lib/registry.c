@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "parse.h"
 #include "registry.h"
 
 /* Backends in the order their devices are numbered: a GPU seen by both CUDA
@@ -204,11 +205,9 @@ static int slot_load(struct strata__slot *slot, int *ndev) {
   }
   int n = be->init(&services, &slot->ctx, why, sizeof why);
   if (n < 0) {
-    char msg[768];
-    snprintf(msg, sizeof msg, "%s backend: %s", slot->name, strata_last_error());
     dlclose(slot->dl);
     slot->dl = NULL;
-    return strata__error(n, "%s", msg);
+    return strata__error_prefix(n, "%s backend: ", slot->name);
   }
   slot->be = be;
   if (n == 0)
@@ -253,8 +252,10 @@ static int registry_build(void) {
   uint64_t cap = 0;
   const char *cap_env = getenv("STRATA_DEVICE_MEMORY_LIMIT");
   if (cap_env && *cap_env) {
-    if (strata_parse_size(cap_env, &cap) != STRATA_OK || cap == 0)
-      return strata__error(STRATA_ERR_PARSE, "STRATA_DEVICE_MEMORY_LIMIT='%s' is not a size (e.g. 256M, 2G)", cap_env);
+    int prc = strata__parse_size(cap_env, &cap);
+    if (prc || cap == 0)
+      return strata__error(prc ? prc : STRATA_ERR_RANGE, "STRATA_DEVICE_MEMORY_LIMIT='%s' is not a size (e.g. 256M, 2G): %s",
+                           cap_env, prc ? strata__parse_why() : "zero");
   }
   for (int b = 0; b < STRATA__MAX_BACKENDS; b++) {
     struct strata__slot *slot = &slots[b];
@@ -362,6 +363,12 @@ STRATA_API int strata_backend_info(int index, struct strata_backend_info *info) 
   info->device_count = s->device_count;
   strata__strlcpy(info->reason, s->reason, sizeof info->reason);
   strata__strlcpy(info->path, s->path, sizeof info->path);
+  if (!s->be)
+    info->collectives[0] = '\0';
+  else if (s->be->comm_probe)
+    s->be->comm_probe(s->ctx, info->collectives, sizeof info->collectives);
+  else
+    strata__strlcpy(info->collectives, "strata's ring", sizeof info->collectives);
   return STRATA_OK;
 }
 

@@ -21,6 +21,7 @@
 struct strata_schedule {
   int kind;                      /* STRATA_SCHEDULE_*, or 0 when built from lists */
   int devices, stages, microbatches;
+  int replicas;                  /* chains of stages / replicas stages each */
   int *stage_device;             /* [stages] */
   int *counts;                   /* [devices] */
   int *caps;                     /* [devices], allocated room of each list */
@@ -39,9 +40,24 @@ STRATA_API const char *strata_action_label(int kind) {
   return strata__action_labels[kind];
 }
 
+/* Kinds that have no micro-batch (-1): the optimizer and the gradient collectives. */
+static int strata__per_stage(int kind) {
+  return kind == STRATA_ACTION_OPTIMIZER || kind == STRATA_ACTION_GRAD_REDUCE || kind == STRATA_ACTION_GRAD_SCATTER ||
+         kind == STRATA_ACTION_PARAM_GATHER;
+}
+
+static int strata__collective(int kind) {
+  return kind == STRATA_ACTION_GRAD_REDUCE || kind == STRATA_ACTION_GRAD_SCATTER || kind == STRATA_ACTION_PARAM_GATHER;
+}
+
+/* Stages per replica, and whether stage st has a neighbour before / after it in its chain. */
+static int strata__chain(const struct strata_schedule *s) { return s->stages / s->replicas; }
+static int strata__has_prev(const struct strata_schedule *s, int st) { return st % strata__chain(s) != 0; }
+static int strata__has_next(const struct strata_schedule *s, int st) { return (st + 1) % strata__chain(s) != 0; }
+
 /* Write "F2.5" (or "OPT2") for `a` into buf. */
 static const char *strata__action_str(const struct strata_action *a, char buf[STRATA__ACTION_STR]) {
-  if (a->kind == STRATA_ACTION_OPTIMIZER)
+  if (strata__per_stage(a->kind))
     snprintf(buf, STRATA__ACTION_STR, "%s%d", strata_action_label(a->kind), a->stage);
   else
     snprintf(buf, STRATA__ACTION_STR, "%s%d.%d", strata_action_label(a->kind), a->stage, a->microbatch);
@@ -59,6 +75,7 @@ static struct strata_schedule *strata__schedule_alloc(int kind, int devices, int
   s->devices = devices;
   s->stages = stages;
   s->microbatches = microbatches;
+  s->replicas = 1;
   s->stage_device = calloc((size_t)stages, sizeof *s->stage_device);
   s->counts = calloc((size_t)devices, sizeof *s->counts);
   s->caps = calloc((size_t)devices, sizeof *s->caps);
@@ -108,8 +125,8 @@ static int strata__push(struct strata_schedule *s, int d, int kind, int stage, i
 */
 static int strata__emit(struct strata_schedule *s, int kind, int stage, int microbatch) {
   const int d = s->stage_device[stage];
-  const int remote_prev = stage > 0 && s->stage_device[stage - 1] != d;
-  const int remote_next = stage < s->stages - 1 && s->stage_device[stage + 1] != d;
+  const int remote_prev = strata__has_prev(s, stage) && s->stage_device[stage - 1] != d;
+  const int remote_next = strata__has_next(s, stage) && s->stage_device[stage + 1] != d;
   int rc = STRATA_OK;
   switch (kind) {
   case STRATA_ACTION_FORWARD:
@@ -281,6 +298,88 @@ STRATA_API int strata_schedule_generate(int kind, int devices, int microbatches,
 }
 
 /*
+** Replicate a pipeline schedule over `replicas` data-parallel copies: the
+** lists of replica r are those of the base with every stage moved by
+** r x (base stages), on devices moved by r x (base devices), and each
+** stage's gradient collective placed right after its last backward work
+** on its device (a GR there lets that stage's reduction overlap whatever
+** the device runs next), PARAM_GATHER right after its OPTIMIZER.
+*/
+STRATA_API int strata_schedule_generate_replicated(int kind, int devices, int microbatches, int virtual_stages,
+                                                   int replicas, int zero, strata_schedule_t *out) {
+  if (!out)
+    return strata__error(STRATA_ERR_INVALID, "strata_schedule_generate_replicated: NULL out");
+  *out = NULL;
+  if (replicas < 1 || replicas > (1 << 16))
+    return strata__error(STRATA_ERR_INVALID, "strata_schedule_generate_replicated: %d replicas", replicas);
+  if (zero && replicas < 2)
+    return strata__error(STRATA_ERR_INVALID, "strata_schedule_generate_replicated: ZeRO-1 needs at least 2 replicas");
+  strata_schedule_t base;
+  TRY(strata_schedule_generate(kind, devices, microbatches, virtual_stages, &base));
+  if (replicas == 1) {
+    *out = base;
+    return STRATA_OK;
+  }
+  uint64_t actions = 0;
+  for (int d = 0; d < base->devices; d++)
+    actions += (uint64_t)base->counts[d] + 2u * (uint64_t)base->stages;
+  if (actions * (uint64_t)replicas > STRATA__SCHEDULE_MAX_ACTIONS || (uint64_t)devices * (uint64_t)replicas > INT32_MAX) {
+    strata_schedule_free(base);
+    return strata__error(STRATA_ERR_RANGE, "strata_schedule_generate_replicated: %d replicas of %d devices is too large",
+                         replicas, devices);
+  }
+  struct strata_schedule *s =
+      strata__schedule_alloc(kind, devices * replicas, base->stages * replicas, microbatches);
+  if (!s) {
+    strata_schedule_free(base);
+    return strata__error(STRATA_ERR_NOMEM, "strata_schedule_generate_replicated: out of memory");
+  }
+  s->replicas = replicas;
+  const int S = base->stages;
+  for (int r = 0; r < replicas; r++)
+    for (int st = 0; st < S; st++)
+      s->stage_device[r * S + st] = r * devices + base->stage_device[st];
+  int rc = STRATA_OK;
+  for (int d = 0; d < devices && !rc; d++) {
+    const struct strata_action *l = base->lists[d];
+    const int n = base->counts[d];
+    for (int r = 0; r < replicas && !rc; r++) {
+      const int dd = r * devices + d;
+      for (int i = 0; i < n && !rc; i++) {
+        const struct strata_action *a = &l[i];
+        const int st = r * S + a->stage;
+        rc = strata__push(s, dd, a->kind, st, a->microbatch);
+        if (!rc && a->kind == STRATA_ACTION_OPTIMIZER && zero)
+          rc = strata__push(s, dd, STRATA_ACTION_PARAM_GATHER, st, -1);
+        if (rc || (a->kind != STRATA_ACTION_BACKWARD && a->kind != STRATA_ACTION_BACKWARD_WEIGHT))
+          continue;
+        /* the stage's last backward work on this device: nothing of its kind follows */
+        int last = 1;
+        for (int j = i + 1; j < n && last; j++)
+          last = !(l[j].stage == a->stage &&
+                   (l[j].kind == STRATA_ACTION_BACKWARD || l[j].kind == STRATA_ACTION_BACKWARD_WEIGHT));
+        if (last) {
+          /* after the send of its input gradient, if that comes right after it */
+          if (i + 1 < n && l[i + 1].kind == STRATA_ACTION_SEND_GRAD && l[i + 1].stage == a->stage) {
+            rc = strata__push(s, dd, l[i + 1].kind, st, l[i + 1].microbatch);
+            i++;
+          }
+          if (!rc)
+            rc = strata__push(s, dd, zero ? STRATA_ACTION_GRAD_SCATTER : STRATA_ACTION_GRAD_REDUCE, st, -1);
+        }
+      }
+    }
+  }
+  strata_schedule_free(base);
+  if (rc) {
+    strata_schedule_free(s);
+    return rc;
+  }
+  *out = s;
+  return STRATA_OK;
+}
+
+/*
 ** Copy explicit lists into a new schedule (kind 0). Checks the shape only:
 ** at least one device, stage and micro-batch; stage_device entries name a
 ** device; every action has a known kind, a stage in range and a
@@ -290,9 +389,19 @@ STRATA_API int strata_schedule_generate(int kind, int devices, int microbatches,
 STRATA_API int strata_schedule_from_lists(int devices, int stages, int microbatches, const int *stage_device,
                                           const struct strata_action *const *lists, const int *counts,
                                           strata_schedule_t *out) {
+  return strata_schedule_from_replica_lists(1, devices, stages, microbatches, stage_device, lists, counts, out);
+}
+
+STRATA_API int strata_schedule_from_replica_lists(int replicas, int devices, int stages, int microbatches,
+                                                  const int *stage_device, const struct strata_action *const *lists,
+                                                  const int *counts, strata_schedule_t *out) {
   if (!out)
     return strata__error(STRATA_ERR_INVALID, "strata_schedule_from_lists: NULL out");
   *out = NULL;
+  if (replicas < 1 || stages % (replicas > 0 ? replicas : 1))
+    return strata__error(STRATA_ERR_INVALID,
+                         "strata_schedule_from_lists: %d stages do not make %d replicas of equal pipelines", stages,
+                         replicas);
   if (devices < 1 || stages < 1 || microbatches < 1)
     return strata__error(STRATA_ERR_INVALID,
                          "strata_schedule_from_lists: %d devices, %d stages, %d micro-batches (each needs at least 1)",
@@ -318,12 +427,12 @@ STRATA_API int strata_schedule_from_lists(int devices, int stages, int microbatc
       if (a->stage < 0 || a->stage >= stages)
         return strata__error(STRATA_ERR_INVALID, "strata_schedule_from_lists: dev %d #%d %s: stage %d out of range (%d stages)",
                              d, i, strata_action_label(a->kind), a->stage, stages);
-      if (a->kind == STRATA_ACTION_OPTIMIZER ? a->microbatch != -1
-                                              : (a->microbatch < 0 || a->microbatch >= microbatches))
+      if (strata__per_stage(a->kind) ? a->microbatch != -1 : (a->microbatch < 0 || a->microbatch >= microbatches))
         return strata__error(STRATA_ERR_INVALID,
                              "strata_schedule_from_lists: dev %d #%d %s%d: micro-batch %d out of range (%s)", d, i,
                              strata_action_label(a->kind), a->stage, a->microbatch,
-                             a->kind == STRATA_ACTION_OPTIMIZER ? "OPTIMIZER takes -1" : "0 .. micro-batches - 1");
+                             strata__per_stage(a->kind) ? "OPTIMIZER and the gradient collectives take -1"
+                                                        : "0 .. micro-batches - 1");
     }
   }
   uint64_t cells = 0;
@@ -335,6 +444,7 @@ STRATA_API int strata_schedule_from_lists(int devices, int stages, int microbatc
   struct strata_schedule *s = strata__schedule_alloc(0, devices, stages, microbatches);
   if (!s)
     return strata__error(STRATA_ERR_NOMEM, "strata_schedule_from_lists: out of memory");
+  s->replicas = replicas;
   memcpy(s->stage_device, stage_device, (size_t)stages * sizeof *stage_device);
   for (int d = 0; d < devices; d++) {
     if (counts[d] == 0)
@@ -389,6 +499,7 @@ STRATA_API const char *strata_schedule_kind_name(int kind) {
 /* The accessors return 0 (-1 for a stage's device) for a NULL schedule or an out-of-range index. */
 STRATA_API int strata_schedule_kind(strata_schedule_t s) { return s ? s->kind : 0; }
 STRATA_API int strata_schedule_devices(strata_schedule_t s) { return s ? s->devices : 0; }
+STRATA_API int strata_schedule_replicas(strata_schedule_t s) { return s ? s->replicas : 0; }
 STRATA_API int strata_schedule_stages(strata_schedule_t s) { return s ? s->stages : 0; }
 STRATA_API int strata_schedule_microbatches(strata_schedule_t s) { return s ? s->microbatches : 0; }
 
@@ -419,6 +530,7 @@ struct strata__index {
   const struct strata_schedule *s;
   int *count, *dev, *pos;
   double *finish; /* simulation: completion time, < 0 while not done */
+  double *arrive; /* collectives: when this replica's device reached it, < 0 before */
   int *bw_done;   /* [stages]: B and W actions done */
   double *bw_last;
   int *next;      /* [devices]: next position of each device */
@@ -435,6 +547,7 @@ static void strata__index_free(struct strata__index *x) {
   free(x->dev);
   free(x->pos);
   free(x->finish);
+  free(x->arrive);
   free(x->bw_done);
   free(x->bw_last);
   free(x->next);
@@ -449,16 +562,17 @@ static int strata__index_init(struct strata__index *x, const struct strata_sched
   x->dev = malloc(n * sizeof *x->dev);
   x->pos = malloc(n * sizeof *x->pos);
   x->finish = malloc(n * sizeof *x->finish);
+  x->arrive = malloc(n * sizeof *x->arrive);
   x->bw_done = calloc((size_t)s->stages, sizeof *x->bw_done);
   x->bw_last = calloc((size_t)s->stages, sizeof *x->bw_last);
   x->next = calloc((size_t)s->devices, sizeof *x->next);
   x->clock = calloc((size_t)s->devices, sizeof *x->clock);
-  if (!x->count || !x->dev || !x->pos || !x->finish || !x->bw_done || !x->bw_last || !x->next || !x->clock) {
+  if (!x->count || !x->dev || !x->pos || !x->finish || !x->arrive || !x->bw_done || !x->bw_last || !x->next || !x->clock) {
     strata__index_free(x);
     return strata__error(STRATA_ERR_NOMEM, "schedule: out of memory for the validator's tables (%zu entries)", n);
   }
   for (size_t i = 0; i < n; i++)
-    x->finish[i] = -1;
+    x->finish[i] = x->arrive[i] = -1;
   for (int d = 0; d < s->devices; d++)
     for (int i = 0; i < s->counts[d]; i++) {
       const struct strata_action *a = &s->lists[d][i];
@@ -488,7 +602,7 @@ static int strata__deps(const struct strata__index *x, const struct strata_actio
 #define STRATA__DEP(k, sg) (deps[n++] = (struct strata_action){.kind = (k), .stage = (sg), .microbatch = mb})
   switch (a->kind) {
   case STRATA_ACTION_FORWARD:
-    if (st > 0) {
+    if (strata__has_prev(s, st)) {
       if (s->stage_device[st - 1] == s->stage_device[st])
         STRATA__DEP(STRATA_ACTION_FORWARD, st - 1);
       else
@@ -500,7 +614,7 @@ static int strata__deps(const struct strata__index *x, const struct strata_actio
   case STRATA_ACTION_BACKWARD:
   case STRATA_ACTION_BACKWARD_INPUT:
     STRATA__DEP(STRATA_ACTION_FORWARD, st);
-    if (st < s->stages - 1) {
+    if (strata__has_next(s, st)) {
       if (s->stage_device[st + 1] == s->stage_device[st])
         STRATA__DEP(strata__backward_kind(x, st + 1, mb), st + 1);
       else
@@ -510,6 +624,9 @@ static int strata__deps(const struct strata__index *x, const struct strata_actio
   case STRATA_ACTION_SEND_GRAD: STRATA__DEP(strata__backward_kind(x, st, mb), st); break;
   case STRATA_ACTION_RECV_GRAD: STRATA__DEP(STRATA_ACTION_SEND_GRAD, st + 1); break;
   case STRATA_ACTION_BACKWARD_WEIGHT: STRATA__DEP(STRATA_ACTION_BACKWARD_INPUT, st); break;
+  case STRATA_ACTION_PARAM_GATHER:
+    deps[n++] = (struct strata_action){.kind = STRATA_ACTION_OPTIMIZER, .stage = st, .microbatch = -1};
+    break;
   default: break;
   }
 #undef STRATA__DEP
@@ -553,10 +670,15 @@ static int strata__check_lists(const struct strata__index *x) {
       case STRATA_ACTION_SEND_GRAD: other = st - 1; break;
       default: break;
       }
-      if (other == -1 && (a->kind == STRATA_ACTION_RECV_ACT || a->kind == STRATA_ACTION_SEND_GRAD))
-        return strata__error(STRATA_ERR_INVALID, "dev %d #%d %s: stage 0 has no stage before it", d, i, b1);
-      if (other == S)
-        return strata__error(STRATA_ERR_INVALID, "dev %d #%d %s: stage %d is the last stage", d, i, b1, st);
+      if ((a->kind == STRATA_ACTION_RECV_ACT || a->kind == STRATA_ACTION_SEND_GRAD) && !strata__has_prev(s, st))
+        return strata__error(STRATA_ERR_INVALID, "dev %d #%d %s: stage %d has no stage before it in its replica", d, i,
+                             b1, st);
+      if ((a->kind == STRATA_ACTION_SEND_ACT || a->kind == STRATA_ACTION_RECV_GRAD) && !strata__has_next(s, st))
+        return strata__error(STRATA_ERR_INVALID, "dev %d #%d %s: stage %d is the last stage of its replica", d, i, b1,
+                             st);
+      if (strata__collective(a->kind) && s->replicas == 1)
+        return strata__error(STRATA_ERR_INVALID, "dev %d #%d %s: a gradient collective in a schedule of one replica", d,
+                             i, b1);
       if (other >= 0 && s->stage_device[other] == d)
         return strata__error(STRATA_ERR_INVALID, "dev %d #%d %s: stage %d is on dev %d but stage %d too — no %s needed", d,
                              i, b1, st, d, other,
@@ -571,7 +693,7 @@ static int strata__check_lists(const struct strata__index *x) {
   /* completeness */
   for (int st = 0; st < S; st++) {
     const int home = s->stage_device[st];
-    const int cut_next = st < S - 1 && s->stage_device[st + 1] != home;
+    const int cut_next = strata__has_next(s, st) && s->stage_device[st + 1] != home;
     for (int mb = 0; mb < M; mb++) {
       const int nf = x->count[strata__key(s, STRATA_ACTION_FORWARD, st, mb)];
       const int nb = x->count[strata__key(s, STRATA_ACTION_BACKWARD, st, mb)];
@@ -608,6 +730,26 @@ static int strata__check_lists(const struct strata__index *x) {
     }
     if (!x->count[strata__key(s, STRATA_ACTION_OPTIMIZER, st, 0)])
       return strata__error(STRATA_ERR_INVALID, "missing OPT%d on dev %d", st, home);
+    if (s->replicas > 1) {
+      /* one gradient collective, the same on every replica of the stage */
+      const int base = st % strata__chain(s);
+      const int gr = x->count[strata__key(s, STRATA_ACTION_GRAD_REDUCE, st, 0)];
+      const int gs = x->count[strata__key(s, STRATA_ACTION_GRAD_SCATTER, st, 0)];
+      const int pg = x->count[strata__key(s, STRATA_ACTION_PARAM_GATHER, st, 0)];
+      const int b0gr = x->count[strata__key(s, STRATA_ACTION_GRAD_REDUCE, base, 0)];
+      if (!gr && !gs)
+        return strata__error(STRATA_ERR_INVALID, "missing GR%d (or GRS%d) on dev %d: replica %d of stage %d does not "
+                             "join the others' gradients", st, st, home, st / strata__chain(s), base);
+      if (gr && gs)
+        return strata__error(STRATA_ERR_INVALID, "stage %d has both GR and GRS on dev %d", st, home);
+      if ((gr != 0) != (b0gr != 0))
+        return strata__error(STRATA_ERR_INVALID, "stage %d on dev %d reduces its gradients with %s, replica 0 with %s",
+                             st, home, gr ? "GR" : "GRS", b0gr ? "GR" : "GRS");
+      if (gs && !pg)
+        return strata__error(STRATA_ERR_INVALID, "missing PAG%d on dev %d after GRS%d", st, home, st);
+      if (gr && pg)
+        return strata__error(STRATA_ERR_INVALID, "PAG%d on dev %d without GRS%d", st, home, st);
+    }
   }
 
   /* order within a device: what an action needs from its own device comes first */
@@ -622,7 +764,17 @@ static int strata__check_lists(const struct strata__index *x) {
           return strata__error(STRATA_ERR_INVALID, "dev %d #%d %s: comes before %s (#%d on the same device) that it needs",
                                d, i, strata__action_str(a, b1), strata__action_str(&deps[j], b2), x->pos[k]);
       }
-      if (a->kind != STRATA_ACTION_OPTIMIZER)
+      if (a->kind == STRATA_ACTION_OPTIMIZER)
+        for (int kind = STRATA_ACTION_GRAD_REDUCE; kind <= STRATA_ACTION_GRAD_SCATTER; kind++) {
+          size_t k = strata__key(s, kind, a->stage, 0);
+          if (x->count[k] && x->pos[k] > i) {
+            struct strata_action w = {.kind = kind, .stage = a->stage, .microbatch = -1};
+            return strata__error(STRATA_ERR_INVALID, "dev %d #%d %s: comes before %s (#%d) that joins its gradients",
+                                 d, i, strata__action_str(a, b1), strata__action_str(&w, b2), x->pos[k]);
+          }
+        }
+      if (a->kind != STRATA_ACTION_OPTIMIZER && a->kind != STRATA_ACTION_GRAD_REDUCE &&
+          a->kind != STRATA_ACTION_GRAD_SCATTER)
         continue;
       for (int mb = 0; mb < M; mb++)
         for (int kind = STRATA_ACTION_BACKWARD; kind <= STRATA_ACTION_BACKWARD_WEIGHT; kind++) {
@@ -667,11 +819,30 @@ static int strata__run(struct strata__index *x, const double *cost, double *busy
       while (x->next[d] < s->counts[d]) {
         const struct strata_action *a = &s->lists[d][x->next[d]];
         double ready = x->clock[d];
-        if (a->kind == STRATA_ACTION_OPTIMIZER) {
+        const size_t self = strata__key(s, a->kind, a->stage, a->microbatch);
+        if (strata__collective(a->kind) && x->finish[self] >= 0) {
+          /* completed when the last replica arrived */
+          if (x->finish[self] > x->clock[d])
+            x->clock[d] = x->finish[self];
+          x->next[d]++;
+          progress = 1;
+          continue;
+        }
+        if (a->kind == STRATA_ACTION_OPTIMIZER || a->kind == STRATA_ACTION_GRAD_REDUCE ||
+            a->kind == STRATA_ACTION_GRAD_SCATTER) {
           if (x->bw_done[a->stage] < s->microbatches)
             break;
           if (x->bw_last[a->stage] > ready)
             ready = x->bw_last[a->stage];
+          if (a->kind == STRATA_ACTION_OPTIMIZER && s->replicas > 1) {
+            double f = x->finish[strata__key(s, STRATA_ACTION_GRAD_REDUCE, a->stage, 0)];
+            if (f < 0)
+              f = x->finish[strata__key(s, STRATA_ACTION_GRAD_SCATTER, a->stage, 0)];
+            if (f < 0)
+              break;
+            if (f > ready)
+              ready = f;
+          }
         } else {
           struct strata_action deps[2];
           int n = strata__deps(x, a, deps), waiting = 0;
@@ -684,6 +855,26 @@ static int strata__run(struct strata__index *x, const double *cost, double *busy
           }
           if (waiting)
             break;
+        }
+        if (strata__collective(a->kind)) {
+          /* arrive, and complete once every replica's device has */
+          if (x->arrive[self] < 0)
+            x->arrive[self] = ready;
+          const int chain = strata__chain(s), base = a->stage % chain;
+          double last = 0;
+          int all = 1;
+          for (int r = 0; r < s->replicas && all; r++) {
+            double t = x->arrive[strata__key(s, a->kind, r * chain + base, 0)];
+            all = t >= 0;
+            last = t > last ? t : last;
+          }
+          if (!all)
+            break;
+          double c = cost ? cost[a->kind] : 0;
+          for (int r = 0; r < s->replicas; r++)
+            x->finish[strata__key(s, a->kind, r * chain + base, 0)] = last + c;
+          work += c * s->replicas;
+          continue; /* this device takes it on its next turn */
         }
         double c = cost ? cost[a->kind] : 0;
         x->clock[d] = ready + c;
@@ -708,15 +899,31 @@ static int strata__run(struct strata__index *x, const double *cost, double *busy
       continue;
     const struct strata_action *a = &s->lists[d][x->next[d]];
     struct strata_action w = {0}, deps[2];
-    if (a->kind == STRATA_ACTION_OPTIMIZER) {
-      strata__optimizer_waits(x, a->stage, &w);
+    int replica_wait = 0;
+    if (strata__collective(a->kind) && x->arrive[strata__key(s, a->kind, a->stage, 0)] >= 0) {
+      /* here already: waits for a replica that is not */
+      const int chain = strata__chain(s), base = a->stage % chain;
+      for (int r = 0; r < s->replicas && !replica_wait; r++)
+        if (x->arrive[strata__key(s, a->kind, r * chain + base, 0)] < 0) {
+          w = (struct strata_action){.kind = a->kind, .stage = r * chain + base, .microbatch = -1};
+          replica_wait = 1;
+        }
+    } else if (a->kind == STRATA_ACTION_OPTIMIZER || a->kind == STRATA_ACTION_GRAD_REDUCE ||
+               a->kind == STRATA_ACTION_GRAD_SCATTER) {
+      if (!strata__optimizer_waits(x, a->stage, &w) && a->kind == STRATA_ACTION_OPTIMIZER) {
+        int k = x->count[strata__key(s, STRATA_ACTION_GRAD_REDUCE, a->stage, 0)] ? STRATA_ACTION_GRAD_REDUCE
+                                                                                 : STRATA_ACTION_GRAD_SCATTER;
+        w = (struct strata_action){.kind = k, .stage = a->stage, .microbatch = -1};
+      }
     } else {
       int n = strata__deps(x, a, deps);
       for (int j = n - 1; j >= 0; j--)
         if (x->finish[strata__key(s, deps[j].kind, deps[j].stage, deps[j].microbatch)] < 0)
           w = deps[j];
     }
-    int wd = x->dev[strata__key(s, w.kind, w.stage, w.microbatch)];
+    int wd = x->count[strata__key(s, w.kind, w.stage, w.microbatch)] ? x->dev[strata__key(s, w.kind, w.stage, w.microbatch)]
+                                                                      : s->stage_device[w.stage];
+    (void)replica_wait;
     strata__append(msg, sizeof msg, &len, "%sdev %d at #%d %s waits for %s on dev %d", len ? "; " : "deadlock: ", d,
                    x->next[d], strata__action_str(a, b1), strata__action_str(&w, b2), wd);
   }

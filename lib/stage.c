@@ -258,8 +258,14 @@ static int alloc(int dev, size_t floats, strata_buffer_t *b) {
   return strata_buffer_new(dev, (floats ? floats : 1) * 4, b);
 }
 
-int strata__stage_new(const struct strata_model *model, int first, int last, int dev, int64_t mb, uint64_t seed,
-                      int split_backward, struct strata__stage **out) {
+/*
+** A stage of layers [first, last) laid out, nothing allocated on a device:
+** its tensors, where each layer keeps its activations in a slot, the sizes
+** of every buffer. The caller frees it with strata__stage_free.
+*/
+static int stage_layout(const struct strata_model *model, int first, int last, int dev, int64_t mb,
+                        int split_backward, struct strata__stage **out) {
+  *out = NULL;
   if (!model || first < 0 || last > model->nlayers || first >= last)
     return strata__error(STRATA_ERR_INVALID, "stage: layers [%d, %d) do not lie in a model of %d layers", first, last,
                          model ? model->nlayers : 0);
@@ -280,7 +286,6 @@ int strata__stage_new(const struct strata_model *model, int first, int last, int
   st->split = split_backward != 0;
   st->rows = model->cfg.kind == STRATA_MODEL_GPT ? mb * model->cfg.context : mb;
   int n = stage_layers(st);
-  int rc = STRATA_OK;
   st->layer_tensor = calloc((size_t)n + 1, sizeof *st->layer_tensor);
   st->saved_off = calloc((size_t)n, sizeof *st->saved_off);
   st->dsave_off = calloc((size_t)n, sizeof *st->dsave_off);
@@ -335,7 +340,37 @@ int strata__stage_new(const struct strata_model *model, int first, int last, int
   }
   st->slot_floats = slot;
   st->nparams = off;
+  *out = st;
+  return STRATA_OK;
+}
 
+/* Bytes of one allocation of `floats` floats, as alloc() asks the device for. */
+static uint64_t alloc_bytes(size_t floats) { return (uint64_t)(floats ? floats : 1) * 4; }
+
+int strata__stage_plan(const struct strata_model *model, int first, int last, int64_t mb, int split_backward,
+                       struct strata__stage_bytes *b) {
+  struct strata__stage *st = NULL;
+  TRY(stage_layout(model, first, last, -1, mb, split_backward, &st));
+  memset(b, 0, sizeof *b);
+  b->params = 4 * alloc_bytes(st->nparams);
+  b->fixed = b->params + alloc_bytes((size_t)st->ntensors + 1) + alloc_bytes(st->max_scratch) +
+             2 * alloc_bytes(st->max_out);
+  if (first == 0 && model->cfg.kind == STRATA_MODEL_GPT)
+    b->fixed += alloc_bytes((size_t)st->rows);
+  b->slot = alloc_bytes(st->slot_floats);
+  b->grad = st->grad_floats ? alloc_bytes(st->grad_floats) : 0;
+  b->in = (uint64_t)st->in_floats * 4;
+  b->out = (uint64_t)strata__stage_out_floats(st) * 4;
+  strata__stage_free(st);
+  return STRATA_OK;
+}
+
+int strata__stage_new(const struct strata_model *model, int first, int last, int dev, int64_t mb, uint64_t seed,
+                      int split_backward, struct strata__stage **out) {
+  struct strata__stage *st = NULL;
+  TRY(stage_layout(model, first, last, dev, mb, split_backward, &st));
+  size_t off = st->nparams;
+  int rc;
   rc = strata_queue_new(dev, &st->q);
   if (!rc)
     rc = alloc(dev, off, &st->params);

@@ -64,6 +64,20 @@ int strata__stage_new(const struct strata_model *model, int first, int last, int
                       int split_backward, struct strata__stage **out);
 void strata__stage_free(struct strata__stage *st);
 
+/* What a stage allocates on its device, in bytes, as strata__stage_new and
+** strata__stage_acquire will ask for it. */
+struct strata__stage_bytes {
+  uint64_t params;           /* parameters, gradients and the two AdamW moments */
+  uint64_t fixed;            /* all that the stage allocates at creation (params included) */
+  uint64_t slot;             /* one micro-batch's activations */
+  uint64_t grad;             /* one micro-batch's boundary gradients (0: none) */
+  uint64_t in, out;          /* one micro-batch's stage input and output (what a neighbour sends) */
+};
+
+/* Plan a stage of layers [first, last) for micro-batches of `mb` samples without allocating anything. */
+int strata__stage_plan(const struct strata_model *model, int first, int last, int64_t mb, int split_backward,
+                       struct strata__stage_bytes *bytes /* OUT */);
+
 /* Make sure slot `s` has activation and boundary-gradient memory (allocated
 ** on first use and kept until released). The two halves can be released
 ** apart: the activations once the backward pass is done, the gradients once

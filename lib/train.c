@@ -18,6 +18,8 @@
 #include <strata/checkpoint.h>
 #include <strata/train.h>
 
+#include "file.h"
+#include "parse.h"
 #include "registry.h"
 #include "trainer.h"
 
@@ -89,19 +91,94 @@ static int check_data(strata_model_t model, strata_dataset_t data, int *images) 
 
 /* When a stage does not fit: say what the whole stage needs, not only the allocation that failed. */
 static int explain_memory(strata_trainer_t tr, int first, int last, int dev) {
-  char msg[768];
-  snprintf(msg, sizeof msg, "%s", strata_last_error());
+  char *msg = strdup(strata_last_error()); /* whole: a long message keeps its reason */
   uint64_t p = 0, act = 0;
   for (int i = first; i < last; i++) {
     p += tr->model->layers[i].info.params;
     act += tr->model->layers[i].info.act_bytes + tr->model->layers[i].info.out_bytes;
   }
   const char *what = (first == 0 && last == tr->model->nlayers) ? "model" : "stage";
-  return strata__error(STRATA_ERR_DEVICE_MEMORY,
+  int rc = strata__error(STRATA_ERR_DEVICE_MEMORY,
                        "%s '%s' (layers %d-%d) does not fit on device %d: it needs %.1f MiB for parameters, gradients "
                        "and AdamW moments plus about %.1f MiB of activations per micro-batch of %lld (%s)",
                        what, tr->model->cfg.name, first, last - 1, dev, 16.0 * (double)p / 1048576.0,
-                       (double)act * (double)tr->opt.batch / 1048576.0, (long long)tr->opt.batch, msg);
+                       (double)act * (double)tr->opt.batch / 1048576.0, (long long)tr->opt.batch,
+                       msg ? msg : "out of host memory");
+  free(msg);
+  return rc;
+}
+
+/* Micro-batches stage s keeps in flight at most: the schedule's peak, one without a schedule. */
+static int stage_inflight(strata_trainer_t tr, int s) {
+  int k = 1;
+  if (tr->sched && (strata_schedule_peak_inflight(tr->sched, s, &k) || k < 1))
+    k = 1;
+  return k;
+}
+
+uint64_t strata__stage_need(strata_trainer_t tr, int s, const struct strata__stage_bytes *b,
+                            const struct strata__stage_bytes *prev, uint64_t *act, uint64_t *bufs) {
+  int k = stage_inflight(tr, s);
+  uint64_t a = (uint64_t)k * b->slot;
+  /* boundary gradients may outlive the activations until the previous stage took them */
+  uint64_t g = (uint64_t)(k + (s > 0 && tr->sched ? 1 : 0)) * b->grad, recv = 0;
+  if (tr->sched && s > 0 && prev && tr->stage_rank[s - 1] != tr->stage_rank[s])
+    recv += (uint64_t)stage_inflight(tr, s - 1) * b->in; /* activations sent here, not yet consumed */
+  if (tr->sched && s < tr->nstages - 1 && tr->stage_rank[s + 1] != tr->stage_rank[s])
+    recv += (uint64_t)k * b->out; /* gradients sent back here */
+  if (act)
+    *act += a;
+  if (bufs)
+    *bufs += b->fixed - b->params + g + recv;
+  return b->fixed + a + g + recv;
+}
+
+/*
+** The memory plan, before anything is allocated: per device, every stage's
+** parameters, gradients, moments and buffers, the activations and boundary
+** gradients of the micro-batches the schedule keeps in flight on it (one
+** without a schedule), and the buffers that receive its neighbours'
+** activations and gradients, against what the device has free now. The
+** message says what is needed and what there is ("needs X, has Y").
+*/
+static int check_memory(strata_trainer_t tr, const int *split) {
+  uint64_t need[STRATA_MAX_PIPELINE] = {0}, params[STRATA_MAX_PIPELINE] = {0}, act[STRATA_MAX_PIPELINE] = {0},
+           bufs[STRATA_MAX_PIPELINE] = {0};
+  int lo[STRATA_MAX_PIPELINE], hi[STRATA_MAX_PIPELINE], nst[STRATA_MAX_PIPELINE] = {0};
+  struct strata__stage_bytes b, prev;
+  int split_backward = tr->report.schedule == STRATA_SCHEDULE_ZB_H1;
+  for (int s = 0, first = 0; s < tr->nstages; first += split[s], s++) {
+    TRY(strata__stage_plan(tr->model, first, first + split[s], tr->opt.batch, split_backward, &b));
+    int r = tr->stage_rank[s];
+    need[r] += strata__stage_need(tr, s, &b, s ? &prev : NULL, &act[r], &bufs[r]);
+    params[r] += b.params;
+    if (!nst[r]++)
+      lo[r] = first;
+    hi[r] = first + split[s] - 1;
+    prev = b;
+  }
+  for (int r = 0; r < tr->ndev; r++) {
+    struct strata_device_props p;
+    TRY(strata_device_props(tr->dev[r], &p));
+    if (need[r] <= p.free_memory)
+      continue;
+    const double MiB = 1048576.0;
+    char what[160];
+    if (tr->nstages == 1)
+      snprintf(what, sizeof what, "model '%s' (layers %d-%d)", tr->model->cfg.name, lo[r], hi[r]);
+    else
+      snprintf(what, sizeof what, "%s of model '%s' on this device (layers %d-%d)", nst[r] == 1 ? "the stage" : "the stages",
+               tr->model->cfg.name, lo[r], hi[r]);
+    return strata__error(STRATA_ERR_DEVICE_MEMORY,
+                         "%s%s does not fit on device %d: a step needs %.1f MiB (%.1f MiB for parameters, gradients and "
+                         "AdamW moments, %.1f MiB of activations for micro-batches of %lld, %.1f MiB of other buffers), "
+                         "the device has %.1f MiB free (limit %.1f MiB, %.1f MiB in use)",
+                         tr->unfit_split ? "no cut of the model fits these devices' memory; with the fastest cut, " : "",
+                         what, tr->dev[r], (double)need[r] / MiB, (double)params[r] / MiB, (double)act[r] / MiB,
+                         (long long)tr->opt.batch, (double)bufs[r] / MiB, (double)p.free_memory / MiB,
+                         (double)p.memory_limit / MiB, (double)p.used_memory / MiB);
+  }
+  return STRATA_OK;
 }
 
 /* Allocate the host-side micro-batch buffers for m micro-batches. */
@@ -182,18 +259,9 @@ static int check_pipeline(const struct strata_pipeline_options *pp, int nlayers,
   if (pp->trace) {
     if (!pp->trace[0])
       return strata__error(STRATA_ERR_INVALID, "pipeline: the trace path is empty");
-    char *copy = strdup(pp->trace);
-    if (!copy)
-      return strata__error(STRATA_ERR_NOMEM, "out of host memory");
-    const char *dir = dirname(copy);
-    int ok = access(dir, W_OK | X_OK) == 0;
-    int err = errno;
-    int rc = ok ? STRATA_OK
-                : strata__error(STRATA_ERR_IO, "pipeline: cannot write the trace %s: directory %s: %s", pp->trace, dir,
-                                strerror(err));
-    free(copy);
+    int rc = strata__out_check(pp->trace);
     if (rc)
-      return rc;
+      return strata__error_prefix(STRATA_ERR_IO, "pipeline: cannot write the trace: ");
   }
   return STRATA_OK;
 }
@@ -235,6 +303,7 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
   tr->ndev = ndev;
   tr->nstages = nstages;
   tr->m = pp ? pp->microbatches : (int)opts->accum;
+  tr->report.schedule = kind; /* the balancer and the memory plan read it */
   for (int i = 0; i < ndev; i++)
     tr->dev[i] = pp ? pp->device[i] : opts->device;
   for (int s = 0; s < nstages; s++)
@@ -258,12 +327,16 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
     split[0] = model->nlayers;
   }
   if (!rc)
+    rc = check_memory(tr, split);
+  if (!rc)
     rc = build_stages(tr, split, kind == STRATA_SCHEDULE_ZB_H1);
   if (rc) {
-    char msg[1024];
-    snprintf(msg, sizeof msg, "%s", strata_last_error());
+    char *msg = strdup(strata_last_error()); /* freeing may touch the message */
     strata_trainer_free(tr);
-    return strata__error(rc, "%s", msg);
+    if (msg)
+      strata__error(rc, "%s", msg);
+    free(msg);
+    return rc;
   }
   tr->report.devices = ndev;
   tr->report.stages = nstages;
@@ -318,6 +391,13 @@ STRATA_API void strata_trainer_free(strata_trainer_t tr) {
 }
 
 STRATA_API int64_t strata_trainer_steps_done(strata_trainer_t tr) { return tr ? tr->step : 0; }
+
+STRATA_API void strata_trainer_set_stop(strata_trainer_t tr, int (*stop)(void *), void *arg) {
+  if (!tr)
+    return;
+  tr->stop = stop;
+  tr->stop_arg = arg;
+}
 
 STRATA_API int strata_trainer_report(strata_trainer_t tr, struct strata_pipeline_report *r) {
   if (!tr || !r)
@@ -523,6 +603,11 @@ STRATA_API int strata_trainer_eval(strata_trainer_t tr, int64_t batches, float *
   double sum = 0;
   int rc = STRATA_OK;
   for (int64_t b = 0; b < batches && !rc; b++) {
+    if (tr->stop && tr->stop(tr->stop_arg)) {
+      rc = strata__error(STRATA_ERR_INTERRUPTED, "validation interrupted after %lld of %lld batches", (long long)b,
+                         (long long)batches);
+      break;
+    }
     rc = strata_dataset_sample(tr->data, STRATA_SPLIT_VAL, tr->opt.batch, ctx, &state, tr->inputs[0], tr->targets[0]);
     double one = 0;
     if (!rc)
@@ -739,19 +824,15 @@ STRATA_API int strata_trainer_save(strata_trainer_t tr, const char *path) {
   return rc;
 }
 
-/* Parse an unsigned decimal metadata field. */
+/* Parse an unsigned decimal metadata field ('step' at most INT64_MAX). */
 static int meta_u64(strata_safetensors_t f, const char *path, const char *key, uint64_t *v) {
   const char *s = strata_safetensors_meta(f, key);
-  char *end = NULL;
   if (!s || !*s)
     return strata__error(STRATA_ERR_PARSE, "%s: checkpoint metadata has no '%s'", path, key);
-  errno = 0;
-  unsigned long long x = strtoull(s, &end, 10);
-  if (*end || s[0] == '-' || !isdigit((unsigned char)s[0]) || errno == ERANGE)
-    return strata__error(STRATA_ERR_PARSE, "%s: checkpoint metadata '%s' = '%s' is not a number", path, key, s);
-  if (strcmp(key, "step") == 0 && x > (unsigned long long)INT64_MAX)
-    return strata__error(STRATA_ERR_PARSE, "%s: checkpoint metadata 'step' = '%s' is out of range", path, s);
-  *v = (uint64_t)x;
+  int rc = strata__parse_uint(s, strcmp(key, "step") == 0 ? (uint64_t)INT64_MAX : UINT64_MAX, v);
+  if (rc)
+    return strata__error(STRATA_ERR_PARSE, "%s: checkpoint metadata '%s' = '%s' is not a number: %s", path, key, s,
+                         strata__parse_why());
   return STRATA_OK;
 }
 

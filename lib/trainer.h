@@ -52,9 +52,23 @@ struct strata_trainer {
   char *trace_path;
   struct strata__trace_event *events;
   size_t nevents, cap_events;
+  int (*stop)(void *);               /* strata_trainer_set_stop: polled between evaluation batches */
+  void *stop_arg;
+  int unfit_split;                   /* the balancer found no cut within memory: the split is the fastest one */
 };
 
 double strata__now(void);
+
+/*
+** Bytes stage s (planned as `b`; `prev` the previous stage's plan, NULL for
+** the first) needs on its device during a step: its fixed buffers, the
+** activations and boundary gradients of the micro-batches in flight, the
+** receive buffers of its neighbours' messages. Adds the activations to *act
+** and the buffers other than parameters to *bufs (either may be NULL).
+** The memory plan of trainer creation and the balancer both use it.
+*/
+uint64_t strata__stage_need(strata_trainer_t tr, int s, const struct strata__stage_bytes *b,
+                            const struct strata__stage_bytes *prev, uint64_t *act, uint64_t *bufs);
 
 /* One optimizer step over the pipeline schedule (pipeline.c). The
 ** micro-batches are in tr->inputs/targets; per-row losses land in tr->losses. */

@@ -15,6 +15,18 @@ int strata__verror(int status, const char *fmt, va_list ap);
 /* Forget the last error (called at the start of public calls that succeed
 ** without touching it is not needed: the message only matters after a failure). */
 void strata__error_clear(void);
+/* Put "fmt..." before this thread's last error message and return `status`
+** (the message is copied first, so it may be an argument of nothing here). */
+int strata__error_prefix(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/*
+** Copy `src` into dst (capacity cap > 0, always terminated) with control
+** characters escaped so that text from a file can never drive a terminal:
+** C0 and DEL as \xHH (\n, \t), C1 (U+0080..U+009F) as \u00HH, bytes that
+** are not UTF-8 as \xHH; valid UTF-8 passes. Cut at a whole character when
+** it does not fit. Returns the length written. Every last-error message
+** goes through it.
+*/
+size_t strata__escape(char *dst, size_t cap, const char *src);
 
 /* Log through the installed handler; cheap when logging is off. */
 void strata__log(int level, const char *subsystem, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -36,6 +36,23 @@ tests_test_pipeline_CFLAGS = $(AM_CFLAGS) $(CRITERION_CFLAGS) $(JANSSON_CFLAGS)
 tests_test_pipeline_LDADD = libstrata.la $(CRITERION_LIBS) $(JANSSON_LIBS) -lm
 endif
 
+if HAVE_CRITERION
+check_PROGRAMS += tests/test-comm
+TESTS += tests/test-comm
+tests_test_comm_SOURCES = tests/test-comm.c tests/common.h
+tests_test_comm_CPPFLAGS = $(AM_CPPFLAGS) -DSTRATA_TEST_TOPOLOGIES_DIR='"$(abs_top_srcdir)/../shared/topologies"'
+tests_test_comm_CFLAGS = $(AM_CFLAGS) $(CRITERION_CFLAGS)
+tests_test_comm_LDADD = libstrata.la $(CRITERION_LIBS) -lm
+endif
+
+if HAVE_CRITERION
+check_PROGRAMS += tests/test-layout
+TESTS += tests/test-layout
+tests_test_layout_SOURCES = tests/test-layout.c tests/common.h
+tests_test_layout_CFLAGS = $(AM_CFLAGS) $(CRITERION_CFLAGS)
+tests_test_layout_LDADD = libstrata.la $(CRITERION_LIBS) -lm
+endif
+
 # Fake backend modules for the registry tests: a "cuda" and an "opencl" whose
 # devices share a PCI id, a stale module and one without the entry symbol.
 EXTRA_DIST += tests/fake/backend.c
@@ -64,4 +81,20 @@ tests_test_registry_SOURCES = tests/test-registry.c tests/common.h
 tests_test_registry_CFLAGS = $(AM_CFLAGS) $(CRITERION_CFLAGS)
 tests_test_registry_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_DIR='"$(abs_top_builddir)/tests/fake"'
 tests_test_registry_LDADD = libstrata.la $(CRITERION_LIBS)
+endif
+
+# The hardening classes: numbers (the one parser, compiled in, and the
+# environment the library reads through it) and files (inputs that are not
+# regular files, the atomic writer, long paths and escaped messages).
+if HAVE_CRITERION
+check_PROGRAMS += tests/test-numbers tests/test-files
+TESTS += tests/test-numbers tests/test-files
+tests_test_numbers_SOURCES = tests/test-numbers.c tests/common.h lib/parse.c lib/parse.h
+tests_test_numbers_CPPFLAGS = $(AM_CPPFLAGS) -DSTRATA_TEST_FIXTURES='"$(abs_top_srcdir)/tests/fixtures/topology"'
+tests_test_numbers_CFLAGS = $(AM_CFLAGS) $(CRITERION_CFLAGS)
+tests_test_numbers_LDADD = libstrata.la $(CRITERION_LIBS) -lm
+tests_test_files_SOURCES = tests/test-files.c tests/common.h
+tests_test_files_CPPFLAGS = $(AM_CPPFLAGS) -DSTRATA_TEST_FIXTURES='"$(abs_top_srcdir)/tests/fixtures/topology"'
+tests_test_files_CFLAGS = $(AM_CFLAGS) $(CRITERION_CFLAGS)
+tests_test_files_LDADD = libstrata.la $(CRITERION_LIBS) -lm
 endif

@@ -4,6 +4,7 @@
 #include <jansson.h>
 #include <stdio.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -237,6 +238,71 @@ Test(pipeline, model_fits_only_when_split) {
                   (unsigned long long)rep.dev[d].peak_bytes);
   free(r.params);
   strata_model_free(m);
+}
+
+/*
+** A 2-stage 1F1B pipeline (split 4,4, 4 micro-batches) on host devices 0 and
+** 1 under STRATA_DEVICE_MEMORY_LIMIT=cap ("" for none), in a child process
+** (the cap is read once per process): create, two steps, one evaluation.
+** Returns 0 all done, 1 refused at creation saying what a step needs, 2
+** failed later, else another failure; peak[2] receives each device's peak.
+*/
+static int capped_pipeline(const char *cap, uint64_t peak[2]) {
+  int fds[2];
+  cr_assert_eq(pipe(fds), 0);
+  pid_t pid = fork();
+  cr_assert_geq(pid, 0);
+  if (pid == 0) {
+    if (*cap)
+      setenv("STRATA_DEVICE_MEMORY_LIMIT", cap, 1);
+    else
+      unsetenv("STRATA_DEVICE_MEMORY_LIMIT");
+    struct strata_model_config c = {.kind = STRATA_MODEL_GPT, .vocab = 256, .context = 16, .d_model = 32,
+                                    .layers = 6, .heads = 2, .d_ff = 64};
+    strata_model_t m = NULL;
+    strata_trainer_t tr = NULL;
+    int h[2] = {tc_find_device("host", 0), tc_find_device("host", 1)};
+    struct strata_train_options o = options(h[0], 1);
+    struct strata_pipeline_options pp = pipeline_options(h, 2, STRATA_SCHEDULE_1F1B, 4);
+    pp.split[0] = pp.split[1] = 4;
+    int status = 3;
+    float loss;
+    if (strata_model_from_config(&c, &m))
+      status = 3;
+    else if (strata_trainer_new_pipeline(m, ds, &o, &pp, &tr))
+      status = strstr(strata_last_error(), "a step needs") ? 1 : 4;
+    else
+      status = strata_trainer_step(tr, NULL) || strata_trainer_step(tr, NULL) || strata_trainer_eval(tr, 2, &loss) ? 2 : 0;
+    uint64_t pk[2] = {0, 0};
+    for (int i = 0; i < 2; i++)
+      strata_device_memory(h[i], NULL, &pk[i], NULL);
+    if (write(fds[1], pk, sizeof pk) != (ssize_t)sizeof pk)
+      status = 5;
+    _exit(status);
+  }
+  close(fds[1]);
+  cr_assert_eq(read(fds[0], peak, 2 * sizeof *peak), (ssize_t)(2 * sizeof *peak));
+  close(fds[0]);
+  int ws = 0;
+  cr_assert_eq(waitpid(pid, &ws, 0), pid);
+  cr_assert(WIFEXITED(ws));
+  return WEXITSTATUS(ws);
+}
+
+/* Class 7 (memory planning): a 2-stage pipeline under a cap one byte below what its busier device peaks at is refused
+** when the trainer is created, with "needs X, has Y" naming the device, not at step 1 with a bare allocation error. */
+Test(pipeline, memory_plan_refuses_at_creation_a_cap_one_byte_short) {
+  uint64_t peak[2];
+  cr_assert_eq(capped_pipeline("", peak), 0, "the uncapped pipeline must train");
+  uint64_t top = peak[0] > peak[1] ? peak[0] : peak[1];
+  char cap[32];
+  snprintf(cap, sizeof cap, "%llu", (unsigned long long)top - 1);
+  uint64_t again[2];
+  int rc = capped_pipeline(cap, again);
+  cr_assert_eq(rc, 1, "under a cap of %s bytes (peaks %llu and %llu) the pipeline must be refused at creation, got %d",
+               cap, (unsigned long long)peak[0], (unsigned long long)peak[1], rc);
+  cr_assert_eq(again[0] + again[1], 0, "the refused pipeline allocated %llu + %llu bytes",
+               (unsigned long long)again[0], (unsigned long long)again[1]);
 }
 
 /* A device failing in the middle of a step stops the run with an error naming

@@ -519,3 +519,129 @@ Test(schedule, kind_names) {
   cr_assert_str_eq(strata_action_label(-1), "?");
   cr_assert_str_eq(strata_action_label(STRATA_ACTION_KIND_COUNT), "?");
 }
+
+/* ---------------------------------------------------------------- data-parallel replicas */
+
+/* Every replicated schedule validates; its unit-cost bubble is its pipeline's (collectives cost nothing there). */
+Test(schedule, every_replicated_schedule_validates) {
+  const int kinds[] = {STRATA_SCHEDULE_GPIPE, STRATA_SCHEDULE_1F1B, STRATA_SCHEDULE_ZB_H1, STRATA_SCHEDULE_INTERLEAVED};
+  for (int k = 0; k < 4; k++)
+    for (int p = 1; p <= 4; p++)
+      for (int m = p; m <= 8; m += p)
+        for (int dp = 1; dp <= 3; dp++)
+          for (int zero = 0; zero <= (dp > 1); zero++) {
+            int v = kinds[k] == STRATA_SCHEDULE_INTERLEAVED ? 2 : 0;
+            strata_schedule_t s = NULL;
+            OK(strata_schedule_generate_replicated(kinds[k], p, m, v, dp, zero, &s));
+            int rc = strata_schedule_validate(s);
+            cr_assert_eq(rc, STRATA_OK, "%s p=%d m=%d dp=%d zero=%d: %s", strata_schedule_kind_name(kinds[k]), p, m, dp,
+                         zero, strata_last_error());
+            cr_assert_eq(strata_schedule_replicas(s), dp);
+            cr_assert_eq(strata_schedule_devices(s), p * dp);
+            int stages = strata_schedule_stages(s);
+            /* one gradient collective per stage, on its device, after its last backward work */
+            for (int st = 0; st < stages && dp > 1; st++) {
+              int d = strata_schedule_stage_device(s, st), n = 0, at = -1, last_bw = -1, opt = -1, pag = -1;
+              const struct strata_action *a = strata_schedule_actions(s, d, &n);
+              for (int i = 0; i < n; i++) {
+                if (a[i].stage != st)
+                  continue;
+                if (a[i].kind == (zero ? STRATA_ACTION_GRAD_SCATTER : STRATA_ACTION_GRAD_REDUCE))
+                  at = i;
+                if (a[i].kind == STRATA_ACTION_BACKWARD || a[i].kind == STRATA_ACTION_BACKWARD_WEIGHT)
+                  last_bw = i;
+                if (a[i].kind == STRATA_ACTION_OPTIMIZER)
+                  opt = i;
+                if (a[i].kind == STRATA_ACTION_PARAM_GATHER)
+                  pag = i;
+              }
+              cr_assert(at > last_bw && at < opt, "stage %d: collective at %d, last backward %d, optimizer %d", st, at,
+                        last_bw, opt);
+              cr_assert(zero ? pag == opt + 1 : pag == -1, "stage %d: PAG at %d, OPT at %d", st, pag, opt);
+            }
+            strata_schedule_t b = gen(kinds[k], p, m, v);
+            cr_assert(fabs(bubble_of(s) - bubble_of(b)) < 1e-12, "%s p=%d m=%d dp=%d", strata_schedule_kind_name(kinds[k]),
+                      p, m, dp);
+            strata_schedule_free(b);
+            strata_schedule_free(s);
+          }
+}
+
+/* Replicated lists as mutable lists (dp = 2 of 1F1B over 2 devices, 4 micro-batches). */
+static void replicated(struct lists *l, int kind, int zero) {
+  strata_schedule_t s = NULL;
+  OK(strata_schedule_generate_replicated(kind, 2, 4, kind == STRATA_SCHEDULE_INTERLEAVED ? 2 : 0, 2, zero, &s));
+  lists_from(l, s);
+  strata_schedule_free(s);
+}
+
+static void expect_rejected_replicas(struct lists *l, const char *want) {
+  strata_schedule_t s = NULL;
+  OK(strata_schedule_from_replica_lists(2, l->p, l->stages, l->m, l->stage_device,
+                                        (const struct strata_action *const *)l->list, l->counts, &s));
+  int rc = strata_schedule_validate(s);
+  cr_assert_eq(rc, STRATA_ERR_INVALID, "validate -> %s", strata_err_name(rc));
+  cr_assert_not_null(strstr(strata_last_error(), want), "message '%s' lacks '%s'", strata_last_error(), want);
+  strata_schedule_free(s);
+  lists_free(l);
+}
+
+Test(schedule, replicated_copy_validates_and_missing_collective_is_rejected) {
+  struct lists l;
+  replicated(&l, STRATA_SCHEDULE_1F1B, 0);
+  strata_schedule_t s = NULL;
+  OK(strata_schedule_from_replica_lists(2, l.p, l.stages, l.m, l.stage_device,
+                                        (const struct strata_action *const *)l.list, l.counts, &s));
+  OK(strata_schedule_validate(s));
+  strata_schedule_free(s);
+  /* replica 1's stage 1 (global stage 3, on dev 3) never joins its gradients */
+  lists_remove(&l, 3, lists_find(&l, 3, STRATA_ACTION_GRAD_REDUCE, 3, -1));
+  expect_rejected_replicas(&l, "missing GR3");
+}
+
+Test(schedule, replicated_rejects_collective_before_backward_and_optimizer_before_collective) {
+  struct lists l;
+  replicated(&l, STRATA_SCHEDULE_1F1B, 0);
+  int at = lists_find(&l, 2, STRATA_ACTION_GRAD_REDUCE, 2, -1);
+  lists_remove(&l, 2, at);
+  lists_insert(&l, 2, 0, act(STRATA_ACTION_GRAD_REDUCE, 2, -1));
+  expect_rejected_replicas(&l, "GR2");
+  replicated(&l, STRATA_SCHEDULE_1F1B, 0);
+  int opt = lists_find(&l, 1, STRATA_ACTION_OPTIMIZER, 1, -1);
+  at = lists_find(&l, 1, STRATA_ACTION_GRAD_REDUCE, 1, -1);
+  l.list[1][opt] = act(STRATA_ACTION_GRAD_REDUCE, 1, -1);
+  l.list[1][at] = act(STRATA_ACTION_OPTIMIZER, 1, -1);
+  expect_rejected_replicas(&l, "that joins its gradients");
+}
+
+Test(schedule, replicated_rejects_mixed_zero_and_missing_gather) {
+  struct lists l;
+  replicated(&l, STRATA_SCHEDULE_1F1B, 1);
+  lists_remove(&l, 2, lists_find(&l, 2, STRATA_ACTION_PARAM_GATHER, 2, -1));
+  expect_rejected_replicas(&l, "missing PAG2");
+  replicated(&l, STRATA_SCHEDULE_1F1B, 0);
+  int at = lists_find(&l, 3, STRATA_ACTION_GRAD_REDUCE, 3, -1);
+  l.list[3][at] = act(STRATA_ACTION_GRAD_SCATTER, 3, -1);
+  lists_insert(&l, 3, lists_find(&l, 3, STRATA_ACTION_OPTIMIZER, 3, -1) + 1, act(STRATA_ACTION_PARAM_GATHER, 3, -1));
+  expect_rejected_replicas(&l, "replica 0 with GR");
+}
+
+/* Interleaving puts two stages on a device: replicas that reduce them in opposite orders deadlock. */
+Test(schedule, replicated_rejects_collectives_in_opposite_orders) {
+  struct lists l;
+  replicated(&l, STRATA_SCHEDULE_INTERLEAVED, 0);
+  /* replica 0's device 0 holds stages 0 and 2 and, backward running last chunk first, reduces 2 then 0 */
+  int g2 = lists_find(&l, 0, STRATA_ACTION_GRAD_REDUCE, 2, -1), g0 = lists_find(&l, 0, STRATA_ACTION_GRAD_REDUCE, 0, -1);
+  cr_assert(g2 < g0, "replica 0 reduces stage 2 before stage 0 (%d, %d)", g2, g0);
+  /* replica 1's device 2 holds their copies, stages 4 and 6: make it reduce 4 first, then 6 */
+  lists_remove(&l, 2, lists_find(&l, 2, STRATA_ACTION_GRAD_REDUCE, 6, -1));
+  lists_insert(&l, 2, lists_find(&l, 2, STRATA_ACTION_GRAD_REDUCE, 4, -1) + 1, act(STRATA_ACTION_GRAD_REDUCE, 6, -1));
+  expect_rejected_replicas(&l, "deadlock");
+}
+
+Test(schedule, collective_in_one_replica_schedule_is_rejected) {
+  struct lists l;
+  base(&l);
+  lists_insert(&l, 0, lists_find(&l, 0, STRATA_ACTION_OPTIMIZER, 0, -1), act(STRATA_ACTION_GRAD_REDUCE, 0, -1));
+  REJECTED(&l, "schedule of one replica");
+}

@@ -31,7 +31,7 @@ fails_clearly() {
   rc=$?
   lines=$(wc -l <"$TMP/err" | tr -d ' ')
   if [ "$rc" -ne 0 ] && { [ "$want" = "*" ] || [ "$rc" -eq "$want" ]; } && [ "$lines" -eq 1 ] && [ ! -s "$TMP/out" ] &&
-    grep -q '^strata-\(train\|generate\): ' "$TMP/err" && grep -qF -- "$words" "$TMP/err"; then
+    grep -q '^strata-\(train\|generate\|bench\): ' "$TMP/err" && grep -qF -- "$words" "$TMP/err"; then
     ok "$name: exit $rc, one line"
   else
     not_ok "$name: exit $want, one line with '$words'" "rc=$rc lines=$lines" "$(head -c 600 "$TMP/err")"
@@ -42,7 +42,7 @@ if [ ! -x "$TRAIN" ] || [ ! -x "$GEN" ]; then
   echo "1..0 # SKIP strata-train or strata-generate not built"
   exit 0
 fi
-echo "1..56"
+echo "1..91"
 
 # A small corpus of our own, so that the tests do not depend on what the machine ships.
 for i in 1 2 3 4 5 6 7 8; do cat "$top_srcdir/README.md" "$top_srcdir/man/strata-train.1"; done >"$TMP/text.txt"
@@ -234,3 +234,97 @@ fails_clearly "--schedule foo" 2 "--schedule wants gpipe, 1f1b, interleaved or z
 fails_clearly "--split without --pp" 2 "give --pp N too" $P --split 1,2
 fails_clearly "--accum and --microbatches that differ" 2 "--accum 2 and --microbatches 4 differ" \
   $P --pp 2 --accum 2 --microbatches 4
+
+# --- hardening (issue 12): each class named in the test, good files left byte for byte
+BENCH="$top_builddir/tools/strata-bench"
+cp "$TMP/text.txt" "$TMP/text.orig"
+printf '{"kind": "gpt", "vocab": 256, "context": 16, "d_model": 16, "layers": 1, "heads": 2, "d_ff": 32}\n' >"$TMP/m.json"
+cp "$TMP/m.json" "$TMP/m.orig"
+intact() { cmp -s "$TMP/good.st" "$TMP/good.orig" && cmp -s "$TMP/text.txt" "$TMP/text.orig" && cmp -s "$TMP/m.json" "$TMP/m.orig"; }
+
+# class 2: a FIFO as any input is refused at once (timeout: a hang fails the test, exit 124)
+mkfifo "$TMP/fifo"
+fails_clearly "class 2 hang: --data FIFO" 1 "FIFO" timeout 20 $T --steps 2 --data "$TMP/fifo" $S
+fails_clearly "class 2 hang: --model FIFO" 1 "FIFO" timeout 20 $TRAIN --model "$TMP/fifo" --data "$TMP/text.txt" $S
+fails_clearly "class 2 hang: --resume FIFO" 1 "FIFO" timeout 20 $T --steps 8 --resume "$TMP/fifo" $S
+fails_clearly "class 2 hang: --resume FIFO without --model" 1 "FIFO" timeout 20 $TRAIN --data "$TMP/text.txt" \
+  --resume "$TMP/fifo" $S
+fails_clearly "class 2 hang: strata-generate --checkpoint FIFO" 1 "FIFO" timeout 20 $GEN --checkpoint "$TMP/fifo"
+
+# class 3: an output is never an input of the run (device + inode), nor an existing file of another kind
+ln "$TMP/text.txt" "$TMP/hard.txt"
+ln -s "$TMP/m.json" "$TMP/soft.json"
+fails_clearly "class 3 overwrite: --save naming the corpus" 2 "is the --data file" $T --steps 2 --save "$TMP/text.txt"
+fails_clearly "class 3 overwrite: --save naming a hard link to the corpus" 2 "is the --data file" \
+  $T --steps 2 --save "$TMP/hard.txt"
+fails_clearly "class 3 overwrite: --save naming the model file (through a link)" 2 "is the --model file" \
+  $TRAIN --model "$TMP/m.json" --data "$TMP/text.txt" --device 0 --steps 2 --save "$TMP/soft.json"
+fails_clearly "class 3 overwrite: --trace naming the checkpoint" 2 "is the --save file" \
+  $P --pp 2 --save "$TMP/good.st" --trace "$TMP/good.st"
+fails_clearly "class 3 overwrite: --trace naming the resumed checkpoint" 2 "is the --resume file" \
+  $P --pp 2 --resume "$TMP/good.st" --trace "$TMP/good.st"
+fails_clearly "class 3 overwrite: --trace naming an existing file that is no trace" 2 "not a strata trace" \
+  $P --pp 2 --trace "$TMP/text.orig"
+fails_clearly "class 3 overwrite: --save naming an existing file that is no checkpoint" 2 "not a checkpoint" \
+  $T --steps 2 --save "$TMP/m.orig"
+check "class 3 overwrite: corpus, model file and checkpoint byte-identical, no temporary left" sh -c "
+  cmp -s '$TMP/good.st' '$TMP/good.orig' && cmp -s '$TMP/text.txt' '$TMP/text.orig' && cmp -s '$TMP/m.json' '$TMP/m.orig' &&
+  [ -z \"\$(find '$TMP' -name '*.tmp-*')\" ]"
+
+# class 4: what the run needs is checked before step 1; the checkpoint comes before the final evaluation
+head -c 1800 "$TMP/text.txt" >"$TMP/short.txt"
+printf '{"kind": "gpt", "vocab": 256, "context": 200, "d_model": 16, "layers": 1, "heads": 2, "d_ff": 32}\n' >"$TMP/ctx.json"
+fails_clearly "class 4 work lost: a validation split shorter than the context, before step 1" 1 "checked before step 1" \
+  $TRAIN --model "$TMP/ctx.json" --data "$TMP/short.txt" --device 0 --batch 2 --steps 50 --json --save "$TMP/short.st"
+check "class 4 work lost: nothing trained, nothing written" [ ! -e "$TMP/short.st" ]
+fails_clearly "class 4 work lost: --eval-batches unbounded" 2 "--eval-batches wants a positive integer" $T --eval-batches 100001
+fails_clearly "class 4 work lost: --save into a missing directory" 2 "--save" $T --save "$TMP/no-such-dir/x.st"
+$T --steps 2 --eval-every 0 --eval-batches 100000 --save "$TMP/ev.st" --json >"$TMP/ev.json" 2>"$TMP/err" &
+pid=$!
+i=0
+while [ $i -lt 300 ] && ! grep -q '"event":"save"' "$TMP/ev.json" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+sleep 0.5
+t0=$(date +%s)
+kill -INT $pid
+wait $pid
+rc=$?
+dt=$(($(date +%s) - t0))
+check "class 4 work lost: saved before the final evaluation; one Ctrl-C stops it within seconds (exit $rc, ${dt}s)" \
+  sh -c "[ $rc -eq 130 ] && [ $dt -le 10 ] && [ -s '$TMP/ev.st' ] && grep -q '\"interrupted\":true' '$TMP/ev.json' &&
+  grep -q '\"event\":\"save\",\"step\":2' '$TMP/ev.json'"
+
+# class 5: one parser for every number, bad usage exit 2 with one line
+fails_clearly "class 5 numbers: --virtual-stages overflow" 2 "--virtual-stages wants an integer from 2 to 256" \
+  $P --pp 2 --schedule interleaved --virtual-stages 9223372036854775807
+fails_clearly "class 5 numbers: --lr 1e-50 is not silently 0" 2 "too small for fp32" $T --lr 1e-50
+fails_clearly "class 5 numbers: --lr 1e39 is not infinity" 2 "too large for fp32" $T --lr 1e39
+fails_clearly "class 5 numbers: hexadecimal --steps" 2 "hexadecimal" $T --steps 0x10
+fails_clearly "class 5 numbers: --seed overflow" 2 "--seed" $T --seed 99999999999999999999
+fails_clearly "class 5 numbers: --lr nan" 2 "--lr" $T --lr nan
+fails_clearly "class 5 numbers: --device overflow" 2 "--device" $T --device 4294967296
+fails_clearly "class 5 numbers: --devices item overflow" 2 "--devices" $P --pp 2 --devices 0,4294967297
+fails_clearly "class 5 numbers: generate --length bounded" 2 "--length" $GEN --checkpoint "$TMP/good.st" --length 1000001
+fails_clearly "class 5 numbers: generate --top-k 0x10" 2 "hexadecimal" $GEN --checkpoint "$TMP/good.st" --top-k 0x10
+fails_clearly "class 5 numbers: generate --temperature inf" 2 "--temperature" $GEN --checkpoint "$TMP/good.st" --temperature inf
+fails_clearly "class 5 numbers: STRATA_DEVICE_MEMORY_LIMIT overflow" 2 "overflows" \
+  env STRATA_DEVICE_MEMORY_LIMIT=16777216T $T --steps 2
+fails_clearly "class 5 numbers: STRATA_HOST_FAULT overflow" 2 "STRATA_HOST_FAULT" \
+  env STRATA_HOST_FAULT=device=0,op=99999999999999999999 $T --steps 2
+if [ -x "$BENCH" ]; then
+  fails_clearly "class 5 numbers: strata-bench --device 4294967296 is not device 0" 2 "--device" $BENCH gemm --device 4294967296
+  fails_clearly "class 5 numbers: strata-bench bad option, one line" 2 "--frobnicate" $BENCH gemm --frobnicate
+else
+  ok "class 5 numbers: strata-bench # SKIP not built"
+  ok "class 5 numbers: strata-bench bad option # SKIP not built"
+fi
+
+# class 6: a long path keeps its reason; control characters from a file never reach the terminal
+long="$TMP/no-such-dir"
+while [ ${#long} -lt 1500 ]; do long="$long/a-rather-long-directory-name-to-make-a-path-of-some-length"; done
+fails_clearly "class 6 messages: a 1500-byte path keeps its reason" 1 "No such file or directory" $T --data "$long/x.txt"
+printf '{"kind": "gpt", "name": "evil\\u001b]0;pwned\\u0007\\u001b[31m", "vocab": 256, "context": 16, "d_model": 16, "layers": 1, "heads": 2, "d_ff": 32}\n' >"$TMP/evil.json"
+$TRAIN --model "$TMP/evil.json" --data "$TMP/text.txt" --device 0 --batch 2 --steps 1 --eval-batches 1 >"$TMP/out" 2>"$TMP/err"
+rc=$?
+esc=$(printf '\033')
+check "class 6 messages: a model name with escapes is printed escaped (exit $rc)" sh -c "[ $rc -eq 0 ] &&
+  grep -q 'evil.x1b]0;pwned' '$TMP/out' && ! grep -q '$esc' '$TMP/out' '$TMP/err'"

@@ -2,6 +2,7 @@
 /* test-train.c — models and their cost profiles, end-to-end gradients against finite differences, host vs OpenCL,
 ** learning below the unigram entropy, exact resume, and bad input. */
 #include <stdio.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -400,6 +401,126 @@ Test(train, a_model_too_big_for_the_device_is_a_clear_error) {
   uint64_t used;
   OK(strata_device_memory(o.device, &used, NULL, NULL));
   cr_assert_eq(used, 0, "a failed trainer left %llu bytes allocated", (unsigned long long)used);
+  strata_model_free(m);
+  strata_dataset_free(ds);
+  free(corpus);
+}
+
+/*
+** One trainer's life on host device 0 under STRATA_DEVICE_MEMORY_LIMIT=cap
+** ("" for none), in a child process (the cap is read once per process):
+** create, one step, one evaluation. Returns the child's exit status: 0 all
+** done, 1 refused at creation, 2 failed at the step or evaluation. *peak
+** receives the device's peak bytes (may be NULL).
+*/
+static int capped_life(const char *corpus, const char *cap, uint64_t *peak) {
+  int fds[2];
+  cr_assert_eq(pipe(fds), 0);
+  pid_t pid = fork();
+  cr_assert_geq(pid, 0);
+  if (pid == 0) {
+    if (*cap)
+      setenv("STRATA_DEVICE_MEMORY_LIMIT", cap, 1);
+    else
+      unsetenv("STRATA_DEVICE_MEMORY_LIMIT");
+    strata_dataset_t ds = NULL;
+    strata_model_t m = NULL;
+    strata_trainer_t tr = NULL;
+    struct strata_train_options o;
+    strata_train_options_default(&o);
+    o.batch = 4;
+    o.device = tc_find_device("host", 0);
+    int status = 3;
+    float loss;
+    if (strata_dataset_text(corpus, 0.2, &ds) || strata_model_from_preset("gpt-micro", &m))
+      status = 3;
+    else if (strata_trainer_new(m, ds, &o, &tr))
+      status = strata_last_error()[0] && strstr(strata_last_error(), "a step needs") ? 1 : 4;
+    else
+      status = strata_trainer_step(tr, NULL) || strata_trainer_eval(tr, 2, &loss) ? 2 : 0;
+    uint64_t pk = 0;
+    strata_device_memory(o.device, NULL, &pk, NULL);
+    if (write(fds[1], &pk, sizeof pk) != (ssize_t)sizeof pk)
+      status = 5;
+    _exit(status);
+  }
+  close(fds[1]);
+  uint64_t pk = 0;
+  cr_assert_eq(read(fds[0], &pk, sizeof pk), (ssize_t)sizeof pk);
+  close(fds[0]);
+  int ws = 0;
+  cr_assert_eq(waitpid(pid, &ws, 0), pid);
+  cr_assert(WIFEXITED(ws));
+  if (peak)
+    *peak = pk;
+  return WEXITSTATUS(ws);
+}
+
+/* Class 7 (memory planning): a cap one byte below what a step needs is refused when the trainer is created, with
+** "needs X, has Y"; at exactly the need, creation, a step and an evaluation all fit. */
+Test(train, memory_plan_refuses_at_creation_a_cap_one_byte_short) {
+  char *corpus = text_corpus(20000);
+  uint64_t peak = 0;
+  cr_assert_eq(capped_life(corpus, "", &peak), 0, "the uncapped run must train");
+  cr_assert_gt(peak, 0);
+  char cap[32];
+  snprintf(cap, sizeof cap, "%llu", (unsigned long long)peak);
+  cr_assert_eq(capped_life(corpus, cap, NULL), 0, "a cap of exactly the peak (%s bytes) must be enough", cap);
+  snprintf(cap, sizeof cap, "%llu", (unsigned long long)peak - 1);
+  setenv("STRATA_DEVICE_MEMORY_LIMIT", cap, 1);
+  strata_dataset_t ds;
+  OK(strata_dataset_text(corpus, 0.2, &ds));
+  strata_model_t m;
+  OK(strata_model_from_preset("gpt-micro", &m));
+  struct strata_train_options o;
+  strata_train_options_default(&o);
+  o.batch = 4;
+  o.device = tc_find_device("host", 0);
+  strata_trainer_t tr = NULL;
+  cr_assert_eq(strata_trainer_new(m, ds, &o, &tr), STRATA_ERR_DEVICE_MEMORY,
+               "a cap one byte below the step's peak must be refused at creation, not at step 1");
+  const char *e = strata_last_error();
+  cr_assert(strstr(e, "does not fit on device") && strstr(e, "a step needs") && strstr(e, "MiB free") &&
+                strstr(e, "MiB for parameters") && strstr(e, "activations"),
+            "%s", e);
+  uint64_t used = 1;
+  OK(strata_device_memory(o.device, &used, NULL, NULL));
+  cr_assert_eq(used, 0, "the refused trainer left %llu bytes allocated", (unsigned long long)used);
+  strata_model_free(m);
+  strata_dataset_free(ds);
+  free(corpus);
+}
+
+static int stop_after_calls(void *arg) {
+  int *left = arg;
+  return (*left)-- <= 0;
+}
+
+/* Class 4 (work lost at the end): a Ctrl-C must stop even a long evaluation promptly; the stop hook is polled
+** before every batch and the trainer is unchanged afterwards. */
+Test(train, work_lost_an_evaluation_stops_between_batches_on_request) {
+  char *corpus = text_corpus(20000);
+  strata_dataset_t ds;
+  OK(strata_dataset_text(corpus, 0.2, &ds));
+  strata_model_t m;
+  OK(strata_model_from_preset("gpt-micro", &m));
+  struct strata_train_options o;
+  strata_train_options_default(&o);
+  o.batch = 2;
+  o.device = tc_find_device("host", 0);
+  strata_trainer_t tr;
+  OK(strata_trainer_new(m, ds, &o, &tr));
+  float before = 0, after = 0, loss = -1;
+  OK(strata_trainer_eval(tr, 3, &before));
+  int left = 2;
+  strata_trainer_set_stop(tr, stop_after_calls, &left);
+  cr_assert_eq(strata_trainer_eval(tr, 1000000, &loss), STRATA_ERR_INTERRUPTED);
+  cr_assert_eq(loss, -1, "an interrupted evaluation must not report a loss");
+  cr_assert(strstr(strata_last_error(), "after 2 of 1000000 batches"), "%s", strata_last_error());
+  strata_trainer_set_stop(tr, NULL, NULL);
+  OK(strata_trainer_eval(tr, 3, &after));
+  cr_assert_eq(before, after, "the interrupted evaluation changed the trainer");
+  strata_trainer_free(tr);
   strata_model_free(m);
   strata_dataset_free(ds);
   free(corpus);

@@ -1,14 +1,20 @@
 /* SPDX-License-Identifier: MIT */
-/* cli.h — the strata tools' command-line parsing helpers: numbers and getopt refusals, said the same way. */
+/* cli.h — the strata tools' command-line parsing helpers: numbers (through lib/parse.c), getopt refusals, files said the same way. */
 #ifndef STRATA_TOOLS_CLI_H
 #define STRATA_TOOLS_CLI_H
 
-#include <errno.h>
+#include <fcntl.h>
+#include <float.h>
 #include <getopt.h>
-#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <strata/common.h>
+
+#include "parse.h"
 
 /*
 ** After getopt_long (with a ':' at the start of its option string) returned
@@ -35,33 +41,109 @@ static inline int cli_refuse(const char *prog, int c, int argc, char **argv) {
   return 0;
 }
 
-/* Option `opt`'s value as a decimal integer >= min, digits only: no sign,
-** no spaces, no suffix. Prints one line and returns -1 otherwise. */
-static inline int cli_parse_int(const char *prog, const char *opt, const char *text, int64_t min, int64_t *out) {
-  const char *what = min > 0 ? "a positive integer" : "a non-negative integer";
-  char *end = NULL;
-  errno = 0;
-  long long v = (text[0] >= '0' && text[0] <= '9') ? strtoll(text, &end, 10) : -1;
-  if (!end || errno || *end || v < min) {
-    fprintf(stderr, "%s: %s wants %s, not '%s'\n", prog, opt, what, text);
-    return -1;
-  }
-  *out = v;
-  return 0;
+/* The exit status for a failed strata_device_count: a setting of the
+** environment that is not valid (STRATA_DEVICE_MEMORY_LIMIT=16777216T,
+** STRATA_BACKENDS=gpu) is bad usage, 2; anything else is a runtime failure, 1. */
+static inline int cli_device_status(int rc) {
+  return rc == STRATA_ERR_PARSE || rc == STRATA_ERR_RANGE || rc == STRATA_ERR_INVALID ? 2 : 1;
 }
 
-/* Option `opt`'s value as a finite decimal number, > 0 (or >= 0 when zero_ok). */
-static inline int cli_parse_num(const char *prog, const char *opt, const char *text, int zero_ok, double *out) {
-  const char *what = zero_ok ? "a non-negative number" : "a positive number";
-  char *end = NULL;
-  errno = 0;
-  double v = (text[0] == '.' || (text[0] >= '0' && text[0] <= '9')) ? strtod(text, &end) : -1;
-  if (!end || errno || *end || !isfinite(v) || v < 0 || (v == 0 && !zero_ok)) {
-    fprintf(stderr, "%s: %s wants %s, not '%s'\n", prog, opt, what, text);
-    return -1;
+/* The largest value cli_parse_int takes when no bound is given: counts
+** (steps, batches, seeds) past a billion are typing mistakes, not runs. */
+#define CLI_INT_MAX INT64_C(1000000000)
+
+/*
+** Option `opt`'s value as a decimal integer in [min, max], digits only: no
+** sign, hexadecimal, spaces or suffix (lib/parse.c, the one parser of every
+** number strata reads). Prints one line naming the option, the value and
+** why, and returns -1 otherwise.
+*/
+static inline int cli_parse_range(const char *prog, const char *opt, const char *text, int64_t min, int64_t max,
+                                  int64_t *out) {
+  int64_t v = 0;
+  if (strata__parse_int(text, min, max, &v) == 0) {
+    *out = v;
+    return 0;
   }
-  *out = v;
-  return 0;
+  if (min == 1)
+    fprintf(stderr, "%s: %s wants a positive integer, not '%s' (%s)\n", prog, opt, text, strata__parse_why());
+  else if (min == 0)
+    fprintf(stderr, "%s: %s wants a non-negative integer, not '%s' (%s)\n", prog, opt, text, strata__parse_why());
+  else
+    fprintf(stderr, "%s: %s wants an integer from %lld to %lld, not '%s' (%s)\n", prog, opt, (long long)min,
+            (long long)max, text, strata__parse_why());
+  return -1;
+}
+
+/* cli_parse_range up to CLI_INT_MAX. */
+static inline int cli_parse_int(const char *prog, const char *opt, const char *text, int64_t min, int64_t *out) {
+  return cli_parse_range(prog, opt, text, min, CLI_INT_MAX, out);
+}
+
+/*
+** Option `opt`'s value as a finite decimal number in [lo, hi] (above lo
+** with STRATA__PARSE_ABOVE_MIN in flags; STRATA__PARSE_FP32 for values
+** the library keeps as floats, so that 1e-50 is refused, not made 0).
+** Prints one line and returns -1 otherwise.
+*/
+static inline int cli_parse_real(const char *prog, const char *opt, const char *text, double lo, double hi,
+                                 unsigned flags, const char *what, double *out) {
+  double v = 0;
+  if (strata__parse_real(text, lo, hi, flags, &v) == 0) {
+    *out = v;
+    return 0;
+  }
+  fprintf(stderr, "%s: %s wants %s, not '%s' (%s)\n", prog, opt, what, text, strata__parse_why());
+  return -1;
+}
+
+/* A number the library keeps as a float: finite in fp32, > 0 (or >= 0 when zero_ok). */
+static inline int cli_parse_num(const char *prog, const char *opt, const char *text, int zero_ok, double *out) {
+  return cli_parse_real(prog, opt, text, 0, FLT_MAX, STRATA__PARSE_FP32 | (zero_ok ? 0 : STRATA__PARSE_ABOVE_MIN),
+                        zero_ok ? "a non-negative number" : "a positive number", out);
+}
+
+/*
+** Whether paths `a` and `b` name the same file: by device and inode when
+** both exist (so a hard link, a symbolic link or "./x" against "x" are
+** caught), else by their directories' device and inode and the same last
+** component (an output not yet written). 0 when either is NULL.
+*/
+static inline int cli_same_file(const char *a, const char *b) {
+  if (!a || !b)
+    return 0;
+  struct stat sa, sb;
+  int ea = stat(a, &sa), eb = stat(b, &sb);
+  if (ea == 0 && eb == 0)
+    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  if (ea == 0 || eb == 0)
+    return 0;
+  const char *ba = strrchr(a, '/'), *bb = strrchr(b, '/');
+  ba = ba ? ba + 1 : a;
+  bb = bb ? bb + 1 : b;
+  if (strcmp(ba, bb) != 0)
+    return 0;
+  char da[4096], db[4096];
+  snprintf(da, sizeof da, "%.*s", ba == a ? 1 : (int)(ba - a), ba == a ? "." : a);
+  snprintf(db, sizeof db, "%.*s", bb == b ? 1 : (int)(bb - b), bb == b ? "." : b);
+  return stat(da, &sa) == 0 && stat(db, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+/*
+** The first bytes (up to n) of the regular file at `path` into buf,
+** opened without blocking: how many were read, or -1 when there is no
+** regular file to read there (missing, a FIFO, unreadable).
+*/
+static inline ssize_t cli_read_head(const char *path, void *buf, size_t n) {
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0)
+    return -1;
+  struct stat st;
+  ssize_t got = -1;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
+    got = read(fd, buf, n);
+  close(fd);
+  return got;
 }
 
 #endif /* STRATA_TOOLS_CLI_H */

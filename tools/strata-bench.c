@@ -21,6 +21,9 @@ char *openblas_get_corename(void);
 
 #include <strata/strata.h>
 
+#include "cli.h"
+#include "bench-comm.h"
+
 #define MAX_SIZES 16
 
 struct options {
@@ -34,6 +37,7 @@ struct options {
 static void usage(FILE *f) {
   fprintf(f,
           "Usage: strata-bench gemm [OPTIONS]\n"
+          "       strata-bench allreduce|allgather|reducescatter|broadcast [OPTIONS] (see its --help)\n"
           "Measure SGEMM (C = A B, N x N, fp32) through strata's device layer beside the\n"
           "library strata calls underneath, on the same device in the same run:\n"
           "OpenBLAS (cblas_sgemm) for host devices, CLBlast for OpenCL devices.\n"
@@ -67,16 +71,21 @@ static double median(double *v, int n) {
 static int parse_sizes(const char *s, struct options *o) {
   o->nsizes = 0;
   for (const char *p = s;;) {
-    char *end;
-    errno = 0;
-    long v = strtol(p, &end, 10);
     /* every item a number: no empty ones ("1,,2"), nothing after them */
-    if (end == p || errno || v < 1 || v > 32768 || o->nsizes == MAX_SIZES || (*end && *end != ','))
+    const char *comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    char item[16];
+    int64_t v = 0;
+    if (len >= sizeof item || o->nsizes == MAX_SIZES)
+      return -1;
+    memcpy(item, p, len);
+    item[len] = '\0';
+    if (strata__parse_int(item, 1, 32768, &v))
       return -1;
     o->sizes[o->nsizes++] = (int)v;
-    if (!*end)
+    if (!comma)
       return 0;
-    p = end + 1;
+    p = comma + 1;
   }
 }
 
@@ -247,9 +256,10 @@ static int time_pair(struct runner *strata, struct runner *direct, int reps, dou
 
 static int bench_gemm(const struct options *o) {
   int ndev = 0;
-  if (strata_device_count(&ndev)) {
+  int drc = strata_device_count(&ndev);
+  if (drc) {
     fprintf(stderr, "strata-bench: %s\n", strata_last_error());
-    return 1;
+    return cli_device_status(drc);
   }
   if (o->device >= ndev) {
     fprintf(stderr, "strata-bench: no device %d (there are %d)\n", o->device, ndev);
@@ -334,12 +344,19 @@ static int bench_gemm(const struct options *o) {
 int main(int argc, char **argv) {
   struct options o = {.device = -1, .reps = 5};
   parse_sizes("512,1024,2048", &o);
-  if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
-    usage(argc < 2 ? stderr : stdout);
-    return argc < 2 ? 2 : 0;
+  if (argc < 2) { /* bad usage is one line, like every other refusal */
+    fprintf(stderr, "strata-bench: which benchmark? (known: gemm; see --help)\n");
+    return 2;
   }
+  if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
+    usage(stdout);
+    return 0;
+  }
+  if (strata_bench_is_comm(argv[1]))
+    return strata_bench_comm_main(argc, argv);
   if (strcmp(argv[1], "gemm") != 0) {
-    fprintf(stderr, "strata-bench: unknown benchmark '%s' (known: gemm)\n", argv[1]);
+    fprintf(stderr, "strata-bench: unknown benchmark '%s' (known: gemm, allreduce, allgather, reducescatter, "
+                    "broadcast)\n", argv[1]);
     return 2;
   }
   static const struct option longopts[] = {{"device", required_argument, NULL, 'd'},
@@ -350,16 +367,14 @@ int main(int argc, char **argv) {
                                            {NULL, 0, NULL, 0}};
   int c;
   optind = 2;
-  while ((c = getopt_long(argc, argv, "d:s:r:h", longopts, NULL)) != -1) {
-    char *end;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, ":d:s:r:h", longopts, NULL)) != -1) {
+    int64_t v = 0;
     switch (c) {
     case 'd':
-      errno = 0;
-      o.device = (int)strtol(optarg, &end, 10);
-      if (errno || *end || o.device < 0) {
-        fprintf(stderr, "strata-bench: --device wants a device index, not '%s'\n", optarg);
+      if (cli_parse_range("strata-bench", "--device", optarg, 0, 1000000, &v))
         return 2;
-      }
+      o.device = (int)v;
       break;
     case 's':
       if (parse_sizes(optarg, &o)) {
@@ -368,12 +383,9 @@ int main(int argc, char **argv) {
       }
       break;
     case 'r':
-      errno = 0;
-      o.reps = (int)strtol(optarg, &end, 10);
-      if (errno || *end || o.reps < 1 || o.reps > 64) {
-        fprintf(stderr, "strata-bench: --reps wants a number between 1 and 64, not '%s'\n", optarg);
+      if (cli_parse_range("strata-bench", "--reps", optarg, 1, 64, &v))
         return 2;
-      }
+      o.reps = (int)v;
       break;
     case 'j':
       o.json = 1;
@@ -382,14 +394,12 @@ int main(int argc, char **argv) {
       usage(stdout);
       return 0;
     default:
-      usage(stderr);
+      cli_refuse("strata-bench", c == ':' ? ':' : '?', argc, argv);
       return 2;
     }
   }
-  if (optind < argc) {
-    fprintf(stderr, "strata-bench: unexpected argument '%s'\n", argv[optind]);
+  if (cli_refuse("strata-bench", 0, argc, argv))
     return 2;
-  }
   int rc = bench_gemm(&o);
   strata_shutdown();
   return rc;

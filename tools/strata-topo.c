@@ -13,6 +13,8 @@
 #include <strata/device.h>
 #include <strata/topology.h>
 
+#include "parse.h"
+
 enum { FORMAT_TEXT, FORMAT_JSON, FORMAT_DOT, FORMAT_SVG };
 
 /* Exit statuses: 0 success, 1 a runtime failure (calibration), 2 bad usage or bad input. */
@@ -26,6 +28,7 @@ struct opts {
   int measure;
   size_t measure_bytes;
   int use_nominal;
+  int rings;
   struct strata_topology_options topo;
 };
 
@@ -43,6 +46,8 @@ static void usage(FILE *f) {
         "      --devices         map the runtime devices even when reading a dump\n"
         "      --no-devices      do not load the backends (hwloc only)\n"
         "      --nominal         print nominal figures even where measured ones exist\n"
+        "      --rings           print only the rings collectives would use (all GPUs, each island);\n"
+        "                        with --json as JSON (schema strata-rings/1)\n"
         "      --socket-gbps X   nominal inter-socket bandwidth (default 20.8, STRATA_TOPO_SOCKET_GBPS)\n"
         "      --numa-gbps X     nominal bandwidth between NUMA nodes of a socket (default 40)\n"
         "      --net-gbps X      nominal network bandwidth (default 12.5, STRATA_TOPO_NET_GBPS)\n"
@@ -54,11 +59,9 @@ static void usage(FILE *f) {
 }
 
 static int parse_gbps(const char *opt, const char *text, double *out) {
-  char *end = NULL;
-  errno = 0;
-  double v = strtod(text, &end);
-  if (errno || end == text || *end || !(v > 0) || !isfinite(v)) {
-    fprintf(stderr, "strata-topo: %s: '%s' is not a positive number of GB/s\n", opt, text);
+  double v = 0;
+  if (strata__parse_real(text, 0, 1e9, STRATA__PARSE_ABOVE_MIN, &v)) {
+    fprintf(stderr, "strata-topo: %s: '%s' is not a positive number of GB/s (%s)\n", opt, text, strata__parse_why());
     return -1;
   }
   *out = v;
@@ -141,6 +144,15 @@ static void print_devices(strata_topology_t t) {
     printf("  %-5d %-8s %-36.36s %-20.20s %-9s %-13s %s\n", i, d.backend, d.name, d.vendor, mem,
            d.pci_bus_id[0] ? d.pci_bus_id : "-", where);
   }
+  /* how each loaded backend's devices run collectives among themselves */
+  int nb = 0;
+  strata_backend_count(&nb);
+  for (int b = 0; b < nb; b++) {
+    struct strata_backend_info bi;
+    if (strata_backend_info(b, &bi) == STRATA_OK && bi.loaded && bi.device_count > 0)
+      printf("  collectives among %s devices: %s\n", bi.name, bi.collectives);
+  }
+  printf("  collectives across backends: strata's ring, staged through host memory\n");
 }
 
 static void print_matrices(strata_topology_t t, int n, int use_nominal) {
@@ -218,6 +230,77 @@ static void print_islands(strata_topology_t t) {
     else
       printf("  (%s, %.2f GB/s)\n", strata_path_kind_name(is.kind), is.gbps);
   }
+}
+
+/* ------------------------------------------------------------- rings */
+
+/* One ring: over all GPUs (island < 0) or one island's. Fills order and
+** returns its size (0 when there is nothing to order). */
+static int ring_of(strata_topology_t t, int island, int ngpus, int *order, double *bn) {
+  if (island < 0) {
+    if (ngpus < 1 || strata_topology_ring(t, NULL, 0, order, bn) != STRATA_OK)
+      return 0;
+    return ngpus;
+  }
+  struct strata_topology_island is;
+  if (strata_topology_island(t, island, &is) != STRATA_OK ||
+      strata_topology_ring(t, is.gpus, is.size, order, bn) != STRATA_OK)
+    return 0;
+  return is.size;
+}
+
+/* The rings collectives would use: over every GPU and inside each island. */
+static void print_rings(strata_topology_t t, int ngpus, int json) {
+  int nis = 0;
+  strata_topology_island_count(t, &nis);
+  int *order = malloc(sizeof *order * (size_t)(ngpus > 0 ? ngpus : 1));
+  if (!order)
+    return;
+  if (json)
+    printf("{\"schema\":\"strata-rings/1\",\"rings\":[");
+  else
+    printf("\nRings (collectives' order: widest bottleneck, then fewest slow hops):\n");
+  if (!json && ngpus == 0)
+    printf("  none: no GPU\n");
+  for (int i = -1; i < (ngpus ? nis : -1); i++) {
+    double bn = 0;
+    int n = ring_of(t, i, ngpus, order, &bn);
+    if (n == 0)
+      continue;
+    if (json) {
+      printf("%s{\"scope\":\"%s\",\"island\":%d,\"order\":[", i < 0 ? "" : ",", i < 0 ? "all" : "island", i);
+      for (int k = 0; k < n; k++)
+        printf("%s%d", k ? "," : "", order[k]);
+      printf("],\"bottleneck_gbps\":%.3f,\"hops\":[", bn);
+    } else {
+      if (i < 0)
+        printf("  all GPUs: ");
+      else
+        printf("  island %d: ", i);
+      for (int k = 0; k < n; k++)
+        printf("GPU%d%s", order[k], k + 1 < n ? " -> " : n > 1 ? " -> back" : "");
+      if (n > 1)
+        printf("  (bottleneck %.2f GB/s:", bn);
+    }
+    for (int k = 0; k < n && n > 1; k++) {
+      struct strata_link l;
+      int a = order[k], b = order[(k + 1) % n];
+      if (strata_topology_link(t, a, b, &l) != STRATA_OK)
+        continue;
+      if (json)
+        printf("%s{\"from\":%d,\"to\":%d,\"kind\":\"%s\",\"gbps\":%.3f}", k ? "," : "", a, b,
+               strata_path_kind_name(l.kind), l.gbps);
+      else
+        printf(" %s", strata_path_kind_label(l.kind));
+    }
+    if (json)
+      printf("]}");
+    else
+      printf(n > 1 ? ")\n" : "  (alone)\n");
+  }
+  if (json)
+    printf("]}\n");
+  free(order);
 }
 
 static void print_measured(strata_topology_t t) {
@@ -387,7 +470,7 @@ static void print_svg(strata_topology_t t, int n) {
 
 int main(int argc, char **argv) {
   struct opts o = {.devices = -1};
-  enum { OPT_DOT = 256, OPT_SVG, OPT_DEVICES, OPT_NO_DEVICES, OPT_NOMINAL, OPT_SOCKET, OPT_NUMA, OPT_NET, OPT_VERSION };
+  enum { OPT_DOT = 256, OPT_SVG, OPT_DEVICES, OPT_NO_DEVICES, OPT_NOMINAL, OPT_SOCKET, OPT_NUMA, OPT_NET, OPT_VERSION, OPT_RINGS };
   static const struct option longopts[] = {
       {"input", required_argument, NULL, 'i'},  {"json", no_argument, NULL, 'j'},
       {"dot", no_argument, NULL, OPT_DOT},      {"svg", no_argument, NULL, OPT_SVG},
@@ -395,7 +478,8 @@ int main(int argc, char **argv) {
       {"no-devices", no_argument, NULL, OPT_NO_DEVICES}, {"nominal", no_argument, NULL, OPT_NOMINAL},
       {"socket-gbps", required_argument, NULL, OPT_SOCKET}, {"numa-gbps", required_argument, NULL, OPT_NUMA},
       {"net-gbps", required_argument, NULL, OPT_NET}, {"help", no_argument, NULL, 'h'},
-      {"version", no_argument, NULL, OPT_VERSION}, {NULL, 0, NULL, 0}};
+      {"version", no_argument, NULL, OPT_VERSION}, {"rings", no_argument, NULL, OPT_RINGS},
+      {NULL, 0, NULL, 0}};
   int c;
   opterr = 0;
   while ((c = getopt_long(argc, argv, "i:jmh", longopts, NULL)) != -1) {
@@ -407,9 +491,11 @@ int main(int argc, char **argv) {
     case 'm':
       o.measure = 1;
       if (optarg) {
-        uint64_t bytes;
-        if (strata_parse_size(optarg, &bytes) != STRATA_OK || bytes == 0 || bytes > ((uint64_t)1 << 34)) {
-          fprintf(stderr, "strata-topo: --measure: '%s' is not a size between 1 and 16G\n", optarg);
+        uint64_t bytes = 0;
+        int prc = strata__parse_size(optarg, &bytes);
+        if (prc || bytes == 0 || bytes > ((uint64_t)1 << 34)) {
+          fprintf(stderr, "strata-topo: --measure: '%s' is not a size between 1 and 16G (%s)\n", optarg,
+                  prc ? strata__parse_why() : bytes ? "too large" : "zero");
           return EXIT_INPUT;
         }
         o.measure_bytes = (size_t)bytes;
@@ -418,6 +504,7 @@ int main(int argc, char **argv) {
     case OPT_DEVICES: o.devices = 1; break;
     case OPT_NO_DEVICES: o.devices = 0; break;
     case OPT_NOMINAL: o.use_nominal = 1; break;
+    case OPT_RINGS: o.rings = 1; break;
     case OPT_SOCKET:
       if (parse_gbps("--socket-gbps", optarg, &o.topo.socket_gbps))
         return EXIT_INPUT;
@@ -479,7 +566,15 @@ int main(int argc, char **argv) {
 
   int ngpus = 0;
   strata_topology_gpu_count(t, &ngpus);
-  switch (o.format) {
+  if (o.rings && o.format != FORMAT_JSON && o.format != 0) {
+    fprintf(stderr, "strata-topo: --rings prints text or JSON, not DOT or SVG\n");
+    strata_topology_free(t);
+    return EXIT_INPUT;
+  }
+  switch (o.rings ? -1 : o.format) {
+  case -1:
+    print_rings(t, ngpus, o.format == FORMAT_JSON);
+    break;
   case FORMAT_JSON: {
     char *json = NULL;
     if (strata_topology_to_json(t, &json) != STRATA_OK) {
@@ -500,6 +595,7 @@ int main(int argc, char **argv) {
       print_devices(t);
     print_matrices(t, ngpus, o.use_nominal);
     print_islands(t);
+    print_rings(t, ngpus, 0);
     if (o.measure)
       print_measured(t);
     break;

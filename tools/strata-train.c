@@ -30,6 +30,11 @@
 #define DEFAULT_STEPS 600
 #define DEFAULT_BATCH 16
 #define DEFAULT_EVAL_BATCHES 8
+/* Bounds of the counts (the library's own limits, and for validation the
+** most that a run's final evaluation should take). */
+#define MAX_BATCH 1048576
+#define MAX_MICROBATCHES 1048576
+#define MAX_EVAL_BATCHES 100000
 #define VAL_FRACTION 0.1
 /* Synthetic image task for mlp/cnn models: images drawn (the last 10% validate). */
 #define IMAGE_COUNT 8192
@@ -122,6 +127,12 @@ static void on_sigint(int sig) {
   interrupted = 1;
 }
 
+/* strata_trainer_set_stop's poll: a Ctrl-C stops an evaluation between batches. */
+static int stop_requested(void *arg) {
+  (void)arg;
+  return interrupted != 0;
+}
+
 static double now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -204,11 +215,13 @@ static int parse_list(const char *opt, const char *text, int64_t min, int max, i
   const char *p = text;
   *n = 0;
   for (;;) {
-    char *end = NULL;
-    errno = 0;
-    long long v = (*p >= '0' && *p <= '9') ? strtoll(p, &end, 10) : -1;
-    if (!end || errno || v < min || v > 1000000 || (*end != ',' && *end != '\0')) {
-      fprintf(stderr, PROG ": %s wants comma-separated %s, not '%s'\n", opt, what, text);
+    const char *comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    char item[32];
+    int64_t v = 0;
+    if (len >= sizeof item || (memcpy(item, p, len), item[len] = '\0', strata__parse_int(item, min, 1000000, &v))) {
+      fprintf(stderr, PROG ": %s wants comma-separated %s, not '%s' (item '%.*s': %s)\n", opt, what, text,
+              (int)(len < 40 ? len : 40), p, len >= sizeof item ? "too long" : strata__parse_why());
       return -1;
     }
     if (*n == max) {
@@ -216,9 +229,9 @@ static int parse_list(const char *opt, const char *text, int64_t min, int max, i
       return -1;
     }
     out[(*n)++] = (int)v;
-    if (*end == '\0')
+    if (!comma)
       return 0;
-    p = end + 1;
+    p = comma + 1;
   }
 }
 
@@ -251,6 +264,85 @@ static int check_out_path(const char *opt, const char *path) {
     return -1;
   }
   return 0;
+}
+
+/*
+** Outputs are never an input of the same run, nor an existing file of
+** another kind: --save must not name the --data or --model file, --trace
+** none of --data, --model, --resume and --save (compared by device and
+** inode, so links and other spellings are caught); an existing --save must
+** be a safetensors file and an existing --trace a strata trace. Then both
+** outputs must be creatable now, temporary name included (one is made and
+** removed), rather than fail after hours of training. Returns 0 or
+** EXIT_USAGE after one line.
+*/
+static int check_outputs(const struct options *o) {
+  const char *in_name[] = {"--data", "--model", "--resume", "--save"};
+  const char *in_path[] = {o->data, o->model, o->resume, o->save};
+  for (int i = 0; i < 2 && o->save; i++)
+    if (cli_same_file(o->save, in_path[i])) {
+      fprintf(stderr, PROG ": --save '%s' is the %s file; the checkpoint would replace it (choose another name)\n",
+              o->save, in_name[i]);
+      return EXIT_USAGE;
+    }
+  for (int i = 0; i < 4 && o->trace; i++)
+    if (cli_same_file(o->trace, in_path[i])) {
+      fprintf(stderr, PROG ": --trace '%s' is the %s file; the trace would replace it (choose another name)\n",
+              o->trace, in_name[i]);
+      return EXIT_USAGE;
+    }
+  unsigned char head[32];
+  ssize_t n;
+  /* safetensors: an 8-byte little-endian header length (far below 2^32), then the JSON header's '{' */
+  if (o->save && (n = cli_read_head(o->save, head, 9)) >= 0 &&
+      !(n == 9 && head[8] == '{' && !head[4] && !head[5] && !head[6] && !head[7])) {
+    fprintf(stderr, PROG ": --save '%s' exists and is not a checkpoint (safetensors); it is not replaced (remove it or "
+                    "choose another name)\n", o->save);
+    return EXIT_USAGE;
+  }
+  static const char trace_magic[] = "{\"displayTimeUnit\"";
+  if (o->trace && (n = cli_read_head(o->trace, head, sizeof trace_magic - 1)) >= 0 &&
+      !(n == (ssize_t)sizeof trace_magic - 1 && memcmp(head, trace_magic, sizeof trace_magic - 1) == 0)) {
+    fprintf(stderr, PROG ": --trace '%s' exists and is not a strata trace; it is not replaced (remove it or choose "
+                    "another name)\n", o->trace);
+    return EXIT_USAGE;
+  }
+  const char *out_name[] = {"--save", "--trace"};
+  const char *out_path[] = {o->save, o->trace};
+  for (int i = 0; i < 2; i++)
+    if (out_path[i] && strata_safetensors_check_path(out_path[i])) {
+      fprintf(stderr, PROG ": %s: %s\n", out_name[i], strata_last_error());
+      return EXIT_USAGE;
+    }
+  return 0;
+}
+
+/*
+** Before step 1: draw one validation batch and one training batch of the
+** run's shape, so that a split too short for the context fails now, not at
+** the first evaluation after the training. Returns 0 or EXIT_RUNTIME.
+*/
+static int check_data_splits(const struct run *r) {
+  int text = r->cfg->kind == STRATA_MODEL_GPT;
+  int64_t ctx = text ? r->cfg->context : 0;
+  size_t cells = (size_t)r->topts.batch * (size_t)(text ? ctx : r->cfg->channels * r->cfg->image * r->cfg->image);
+  size_t rows = (size_t)r->topts.batch * (size_t)(text ? ctx : 1);
+  void *in = malloc(cells * 4 + 4);
+  int32_t *tg = malloc(rows * 4 + 4);
+  int rc = in && tg ? 0 : -1;
+  if (rc)
+    fprintf(stderr, PROG ": out of host memory checking the data\n");
+  for (int split = 0; split < 2 && !rc; split++) {
+    uint64_t state = 1;
+    if (strata_dataset_sample(r->data, split ? STRATA_SPLIT_VAL : STRATA_SPLIT_TRAIN, r->topts.batch, ctx, &state, in,
+                              tg)) {
+      fprintf(stderr, PROG ": %s (checked before step 1)\n", strata_last_error());
+      rc = -1;
+    }
+  }
+  free(in);
+  free(tg);
+  return rc ? EXIT_RUNTIME : 0;
 }
 
 /* ---------------------------------------------------------------- output helpers */
@@ -659,10 +751,17 @@ static int save_checkpoint(struct run *r, const struct options *o) {
   return 0;
 }
 
+/* One validation: 0 done, EVAL_INTERRUPTED stopped by a Ctrl-C (no loss), else EXIT_RUNTIME after a message. */
+#define EVAL_INTERRUPTED (-1)
 static int evaluate(struct run *r, const struct options *o) {
   double t0 = now();
   float v;
-  if (strata_trainer_eval(r->tr, o->eval_batches, &v)) {
+  int rc = strata_trainer_eval(r->tr, o->eval_batches, &v);
+  if (rc == STRATA_ERR_INTERRUPTED) {
+    r->eval_s += now() - t0;
+    return EVAL_INTERRUPTED;
+  }
+  if (rc) {
     progress_end(r);
     return fail("validation");
   }
@@ -735,9 +834,14 @@ static int train(struct run *r, const struct options *o) {
     int last = r->step >= end;
     int evaluated = 0;
     if (!last && o->eval_every > 0 && r->step % o->eval_every == 0 && !interrupted) {
-      if (evaluate(r, o))
+      int erc = evaluate(r, o);
+      if (erc == EXIT_RUNTIME) {
+        /* the steps are done and good: keep them before failing */
+        if (o->save && r->saved_step != r->step && r->step > r->start_step)
+          save_checkpoint(r, o);
         return EXIT_RUNTIME;
-      evaluated = 1;
+      }
+      evaluated = erc == 0;
     }
     if (!o->json && !o->quiet) {
       if (r->progress_tty)
@@ -1135,10 +1239,6 @@ static int check_pipeline_args(struct options *o) {
   }
   if (!o->microbatches)
     o->microbatches = o->accum_given ? o->accum : 2 * (int64_t)o->pp;
-  if (o->microbatches > 1048576) {
-    fprintf(stderr, PROG ": %lld micro-batches; at most 1048576\n", (long long)o->microbatches);
-    return EXIT_USAGE;
-  }
   o->accum = o->microbatches;
   if (interleaved && o->microbatches % o->pp) {
     fprintf(stderr, PROG ": --schedule interleaved wants the micro-batches (%lld) a multiple of --pp (%d)\n",
@@ -1212,35 +1312,23 @@ static int parse_args(int argc, char **argv, struct options *o) {
         o->device = -1;
         break;
       }
-      v = -1;
-      errno = 0;
-      if (optarg[0] >= '0' && optarg[0] <= '9') {
-        char *end;
-        long long d = strtoll(optarg, &end, 10);
-        if (!errno && !*end && d <= 1000000)
-          v = d;
-      }
-      if (v < 0) {
-        fprintf(stderr, PROG ": --device wants a device index or 'best', not '%s'\n", optarg);
+      if (strata__parse_int(optarg, 0, 1000000, &v)) {
+        fprintf(stderr, PROG ": --device wants a device index or 'best', not '%s' (%s)\n", optarg, strata__parse_why());
         return EXIT_USAGE;
       }
       o->device = (int)v;
       o->device_given = 1;
       break;
     case 's': if (cli_parse_int(PROG, "--steps", optarg, 1, &o->steps)) return EXIT_USAGE; break;
-    case 'b': if (cli_parse_int(PROG, "--batch", optarg, 1, &o->batch)) return EXIT_USAGE; break;
+    case 'b': if (cli_parse_range(PROG, "--batch", optarg, 1, MAX_BATCH, &o->batch)) return EXIT_USAGE; break;
     case OPT_ACCUM:
-      if (cli_parse_int(PROG, "--accum", optarg, 1, &o->accum))
+      if (cli_parse_range(PROG, "--accum", optarg, 1, MAX_MICROBATCHES, &o->accum))
         return EXIT_USAGE;
       o->accum_given = 1;
       break;
     case OPT_PP:
-      if (cli_parse_int(PROG, "--pp", optarg, 1, &v))
+      if (cli_parse_range(PROG, "--pp", optarg, 1, STRATA_MAX_PIPELINE, &v))
         return EXIT_USAGE;
-      if (v > STRATA_MAX_PIPELINE) {
-        fprintf(stderr, PROG ": --pp %lld: at most %d pipeline devices\n", (long long)v, STRATA_MAX_PIPELINE);
-        return EXIT_USAGE;
-      }
       o->pp = (int)v;
       break;
     case OPT_DEVICES:
@@ -1261,17 +1349,13 @@ static int parse_args(int argc, char **argv, struct options *o) {
       o->pipe_only = o->pipe_only ? o->pipe_only : "--schedule";
       break;
     case OPT_MICROBATCHES:
-      if (cli_parse_int(PROG, "--microbatches", optarg, 1, &o->microbatches))
+      if (cli_parse_range(PROG, "--microbatches", optarg, 1, MAX_MICROBATCHES, &o->microbatches))
         return EXIT_USAGE;
       o->pipe_only = o->pipe_only ? o->pipe_only : "--microbatches";
       break;
     case OPT_VIRTUAL_STAGES:
-      if (cli_parse_int(PROG, "--virtual-stages", optarg, 1, &o->virtual_stages))
+      if (cli_parse_range(PROG, "--virtual-stages", optarg, 2, STRATA_MAX_STAGES, &o->virtual_stages))
         return EXIT_USAGE;
-      if (o->virtual_stages < 2) {
-        fprintf(stderr, PROG ": --virtual-stages wants 2 or more, not '%s'\n", optarg);
-        return EXIT_USAGE;
-      }
       o->pipe_only = o->pipe_only ? o->pipe_only : "--virtual-stages";
       break;
     case OPT_TRACE:
@@ -1279,7 +1363,7 @@ static int parse_args(int argc, char **argv, struct options *o) {
       o->pipe_only = o->pipe_only ? o->pipe_only : "--trace";
       break;
     case OPT_WARMUP: if (cli_parse_int(PROG, "--warmup", optarg, 0, &o->warmup)) return EXIT_USAGE; break;
-    case OPT_SEED: if (cli_parse_int(PROG, "--seed", optarg, 0, &o->seed)) return EXIT_USAGE; break;
+    case OPT_SEED: if (cli_parse_range(PROG, "--seed", optarg, 0, INT64_MAX, &o->seed)) return EXIT_USAGE; break;
     case OPT_LR: if (cli_parse_num(PROG, "--lr", optarg, 0, &o->lr)) return EXIT_USAGE; break;
     case OPT_CLIP: if (cli_parse_num(PROG, "--clip", optarg, 1, &o->clip)) return EXIT_USAGE; break;
     case OPT_WD: if (cli_parse_num(PROG, "--weight-decay", optarg, 1, &o->weight_decay)) return EXIT_USAGE; break;
@@ -1288,7 +1372,7 @@ static int parse_args(int argc, char **argv, struct options *o) {
     case OPT_SAVE_EVERY: if (cli_parse_int(PROG, "--save-every", optarg, 0, &o->save_every)) return EXIT_USAGE; break;
     case 'r': o->resume = optarg; break;
     case 'e': if (cli_parse_int(PROG, "--eval-every", optarg, 0, &o->eval_every)) return EXIT_USAGE; break;
-    case OPT_EVAL_BATCHES: if (cli_parse_int(PROG, "--eval-batches", optarg, 1, &o->eval_batches)) return EXIT_USAGE; break;
+    case OPT_EVAL_BATCHES: if (cli_parse_range(PROG, "--eval-batches", optarg, 1, MAX_EVAL_BATCHES, &o->eval_batches)) return EXIT_USAGE; break;
     case 'j': o->json = 1; break;
     case 'q': o->quiet = 1; break;
     case 'h': usage(stdout); return -1;
@@ -1316,6 +1400,8 @@ static int parse_args(int argc, char **argv, struct options *o) {
   if (o->save && check_out_path("--save", o->save))
     return EXIT_USAGE;
   if ((rc = check_pipeline_args(o)))
+    return rc;
+  if ((rc = check_outputs(o)))
     return rc;
   if (o->eval_every < 0)
     o->eval_every = o->steps / 5;
@@ -1393,8 +1479,10 @@ int main(int argc, char **argv) {
   if ((rc = load_data(&r, &o)))
     goto out;
 
-  if (strata_device_count(&ndev)) {
-    rc = fail(NULL);
+  int drc = strata_device_count(&ndev);
+  if (drc) {
+    fail(NULL);
+    rc = cli_device_status(drc);
     goto out;
   }
   if (ndev == 0) {
@@ -1453,6 +1541,9 @@ int main(int argc, char **argv) {
     rc = fail_input(rc);
     goto out;
   }
+  strata_trainer_set_stop(r.tr, stop_requested, NULL);
+  if ((rc = check_data_splits(&r)))
+    goto out;
 
   print_header(&r, &o, o.pp ? NULL : o.device < 0 ? why : NULL);
   if (r.step >= r.topts.steps && !o.json && !o.quiet)
@@ -1462,6 +1553,11 @@ int main(int argc, char **argv) {
   exit_code = train(&r, &o);
   if (exit_code)
     goto out_rc;
+  /* The checkpoint first: a final evaluation that fails or is interrupted must not cost the training. */
+  if (o.save && r.step > r.start_step && r.saved_step != r.step && save_checkpoint(&r, &o)) {
+    exit_code = EXIT_RUNTIME;
+    goto out_rc;
+  }
   /* Measured again after training, and the higher figure kept: on a shared machine a busy
   ** moment during the first measurement would otherwise inflate MFU (even past 100%). */
   r.peak_before = r.peak_gflops;
@@ -1476,11 +1572,7 @@ int main(int argc, char **argv) {
     if (r.pp)
       r.peak_gflops = sum;
   }
-  if (!interrupted && r.step > r.start_step && o.eval_batches > 0 && evaluate(&r, &o)) {
-    exit_code = EXIT_RUNTIME;
-    goto out_rc;
-  }
-  if (o.save && r.step > r.start_step && save_checkpoint(&r, &o)) {
+  if (!interrupted && r.step > r.start_step && o.eval_batches > 0 && evaluate(&r, &o) == EXIT_RUNTIME) {
     exit_code = EXIT_RUNTIME;
     goto out_rc;
   }

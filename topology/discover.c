@@ -177,7 +177,7 @@ static int add_device(struct strata_topology *t, hwloc_topology_t hw, hwloc_obj_
         first_family = f;
       const char *model = hwloc_obj_get_info_by_name(o, "GPUModel");
       if (!g->pub.name[0] && model && model[0])
-        strata__strlcpy(g->pub.name, model, sizeof g->pub.name);
+        strata__escape(g->pub.name, sizeof g->pub.name, model); /* from the file: escaped */
       uint64_t mem = info_kib(o, "CUDAGlobalMemorySize");
       if (!mem)
         mem = info_kib(o, "RSMIVRAMSize");
@@ -207,7 +207,7 @@ static int add_device(struct strata_topology *t, hwloc_topology_t hw, hwloc_obj_
       if (!g->pub.name[0]) {
         const char *pn = hwloc_obj_get_info_by_name(pci, "PCIDevice");
         if (pn && pn[0])
-          strata__strlcpy(g->pub.name, pn, sizeof g->pub.name);
+          strata__escape(g->pub.name, sizeof g->pub.name, pn);
       }
     } else {
       g->sort_key = (1ull << 63) | ((uint64_t)(*order)++ << 16) | (uint64_t)k;
@@ -244,10 +244,10 @@ static void describe_host(struct strata_topology *t, hwloc_topology_t hw) {
   hwloc_obj_t pkg = hwloc_get_obj_by_type(hw, HWLOC_OBJ_PACKAGE, 0);
   const char *model = pkg ? hwloc_obj_get_info_by_name(pkg, "CPUModel") : NULL;
   if (model)
-    strata__strlcpy(h->cpu_model, model, sizeof h->cpu_model);
+    strata__escape(h->cpu_model, sizeof h->cpu_model, model);
   const char *host = hwloc_obj_get_info_by_name(hwloc_get_root_obj(hw), "HostName");
   if (host)
-    strata__strlcpy(h->hostname, host, sizeof h->hostname);
+    strata__escape(h->hostname, sizeof h->hostname, host);
 }
 
 /*

@@ -117,8 +117,9 @@ int strata__topo_compute_paths(struct strata_topology *t, hwloc_topology_t hw);
 void strata__topo_compute_figures(struct strata_topology *t);
 int strata__topo_compute_islands(struct strata_topology *t);
 
-/* Resolve option defaults from the environment and the constants. */
-void strata__topo_resolve_options(struct strata_topology_options *o);
+/* Resolve option defaults from the environment and the constants; a figure
+** that is not finite and positive (given or from the environment) is an error. */
+int strata__topo_resolve_options(struct strata_topology_options *o);
 
 /* Latency of a path kind under the topology's options. */
 double strata__topo_latency(const struct strata_topology *t, int kind);

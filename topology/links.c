@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "parse.h"
 #include "util.h"
 
 static const double kind_latency_us[STRATA_PATH_KIND_COUNT] = STRATA__LATENCY_US_INIT;
@@ -19,28 +20,33 @@ double strata__topo_latency(const struct strata_topology *t, int kind) {
   return kind_latency_us[kind];
 }
 
-static double env_double(const char *name) {
-  const char *v = getenv(name);
-  if (!v || !*v)
-    return 0;
-  char *end = NULL;
-  double d = strtod(v, &end);
-  if (end == v || *end || !(d > 0)) {
-    strata__log(STRATA_LOG_WARN, "topology", "ignoring %s=\"%s\": not a positive number", name, v);
-    return 0;
+/*
+** One figure: the caller's when given (> 0), else STRATA_TOPO_*=value from
+** the environment (a finite positive decimal, through the one number
+** parser: nan, inf, hex or junk are an error, not replaced in silence),
+** else the default.
+*/
+static int resolve_one(double *v, const char *env_name, double fallback) {
+  if (*v != 0 && !(isfinite(*v) && *v > 0))
+    return strata__error(STRATA_ERR_RANGE, "topology option %s: %g is not a finite positive figure", env_name, *v);
+  if (*v > 0)
+    return STRATA_OK;
+  const char *env = getenv(env_name);
+  if (env && *env) {
+    int rc = strata__parse_real(env, 0, 1e9, STRATA__PARSE_ABOVE_MIN, v);
+    if (rc)
+      return strata__error(rc, "%s='%s' is not a positive number: %s", env_name, env, strata__parse_why());
+    return STRATA_OK;
   }
-  return d;
+  *v = fallback;
+  return STRATA_OK;
 }
 
-void strata__topo_resolve_options(struct strata_topology_options *o) {
-  if (!(o->socket_gbps > 0) && !((o->socket_gbps = env_double("STRATA_TOPO_SOCKET_GBPS")) > 0))
-    o->socket_gbps = STRATA__SOCKET_DEFAULT_GBPS;
-  if (!(o->numa_gbps > 0) && !((o->numa_gbps = env_double("STRATA_TOPO_NUMA_GBPS")) > 0))
-    o->numa_gbps = STRATA__NUMA_DEFAULT_GBPS;
-  if (!(o->net_gbps > 0) && !((o->net_gbps = env_double("STRATA_TOPO_NET_GBPS")) > 0))
-    o->net_gbps = STRATA__NET_DEFAULT_GBPS;
-  if (!(o->net_latency_us > 0) && !((o->net_latency_us = env_double("STRATA_TOPO_NET_LATENCY_US")) > 0))
-    o->net_latency_us = STRATA__NET_DEFAULT_LATENCY_US;
+int strata__topo_resolve_options(struct strata_topology_options *o) {
+  TRY(resolve_one(&o->socket_gbps, "STRATA_TOPO_SOCKET_GBPS", STRATA__SOCKET_DEFAULT_GBPS));
+  TRY(resolve_one(&o->numa_gbps, "STRATA_TOPO_NUMA_GBPS", STRATA__NUMA_DEFAULT_GBPS));
+  TRY(resolve_one(&o->net_gbps, "STRATA_TOPO_NET_GBPS", STRATA__NET_DEFAULT_GBPS));
+  return resolve_one(&o->net_latency_us, "STRATA_TOPO_NET_LATENCY_US", STRATA__NET_DEFAULT_LATENCY_US);
 }
 
 /* The I/O object that stands for a GPU in the tree. */

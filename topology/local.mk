@@ -8,12 +8,13 @@ libstrata_la_SOURCES += \
 	%reldir%/links.c \
 	%reldir%/topology.c \
 	%reldir%/json.c \
-	%reldir%/measure.c
+	%reldir%/measure.c \
+	%reldir%/ring.c
 
 stratainclude_HEADERS += include/strata/topology.h
 
 bin_PROGRAMS += tools/strata-topo
-tools_strata_topo_SOURCES = tools/strata-topo.c
+tools_strata_topo_SOURCES = tools/strata-topo.c lib/parse.c lib/parse.h
 tools_strata_topo_CFLAGS = $(AM_CFLAGS)
 tools_strata_topo_LDADD = libstrata.la $(HWLOC_LIBS) $(JANSSON_LIBS) -lm
 

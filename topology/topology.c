@@ -119,8 +119,10 @@ STRATA_API int strata_topology_load_with(const char *xml, const struct strata_to
   t->source = strdup(path ? path : "live");
   if (opts)
     t->opts = *opts;
-  strata__topo_resolve_options(&t->opts);
-  int rc = t->source ? load_into(t, path) : strata__error(STRATA_ERR_NOMEM, "topology: out of memory");
+  int rc = t->source ? strata__topo_resolve_options(&t->opts)
+                     : strata__error(STRATA_ERR_NOMEM, "topology: out of memory");
+  if (rc == STRATA_OK)
+    rc = load_into(t, path);
   if (rc != STRATA_OK) {
     strata_topology_free(t);
     return rc;
@@ -178,8 +180,9 @@ STRATA_API int strata_topology_set_options(strata_topology_t t, const struct str
     return strata__error(STRATA_ERR_INVALID, "strata_topology_set_options: NULL argument");
   if (opts->socket_gbps < 0 || opts->numa_gbps < 0 || opts->net_gbps < 0 || opts->net_latency_us < 0)
     return strata__error(STRATA_ERR_RANGE, "strata_topology_set_options: negative figure");
-  t->opts = *opts;
-  strata__topo_resolve_options(&t->opts);
+  struct strata_topology_options o = *opts;
+  TRY(strata__topo_resolve_options(&o));
+  t->opts = o;
   strata__topo_compute_figures(t);
   apply_measured(t);
   return strata__topo_compute_islands(t);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "file.h"
 #include "internal.h"
 #include "util.h"
 
@@ -297,9 +298,10 @@ static int xc_run(struct xc *x) {
 ** always begins with the path.
 */
 int strata__topo_xml_check(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return strata__error(STRATA_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  FILE *f = NULL;
+  int orc = strata__fopen_input(path, STRATA_ERR_IO, &f); /* never blocks on a FIFO */
+  if (orc)
+    return orc;
   char *buf = NULL;
   size_t len = 0, cap = 0;
   int rc = STRATA_OK;

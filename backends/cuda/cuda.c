@@ -14,6 +14,7 @@
 
 #include "backend.h"
 #include "launch.h"
+#include "nccl.h"
 
 /* A device buffer: the pointer cudaMalloc gave and the device it lives on
 ** (cudaMemcpyPeerAsync needs both ordinals). */
@@ -97,6 +98,7 @@ static int strata__cuda_init(const struct strata__services *svc, void **ctx /* O
     return svc->error(STRATA_ERR_NOMEM, "cuda: out of host memory starting the backend");
   }
   cx->svc = svc;
+  strata__nccl_svc = svc;
   cx->count = count;
   cx->peer_tried = tried;
   pthread_mutex_init(&cx->peer_lock, NULL);
@@ -547,6 +549,14 @@ static int strata__cuda_op(void *ctx, void *queue, const struct strata__op *op) 
     e = strata__cuda_add(st, a->n, F(a->x), O(a->x), F(a->b), O(a->b), F(a->y), O(a->y), a->n);
     break;
   }
+  case STRATA__OP_REDUCE: {
+    const __typeof__(op->u.reduce) *a = &op->u.reduce;
+    if (a->dtype == 1)
+      e = strata__cuda_reduce_i32(st, a->n, I(a->a), O(a->a), I(a->b), O(a->b), I(a->y), O(a->y), a->n, a->op);
+    else
+      e = strata__cuda_reduce_f32(st, a->n, F(a->a), O(a->a), F(a->b), O(a->b), F(a->y), O(a->y), a->n, a->op);
+    break;
+  }
   case STRATA__OP_SCALE: {
     const __typeof__(op->u.ew) *a = &op->u.ew;
     e = strata__cuda_scale(st, a->n, F(a->x), O(a->x), a->alpha, a->n);
@@ -670,6 +680,11 @@ static int strata__cuda_op(void *ctx, void *queue, const struct strata__op *op) 
 
 /* ------------------------------------------------------------------- table */
 
+/* For nccl.c: the raw handles under a buffer and a queue. */
+void *strata__cuda_buf_ptr(void *buf) { return ((struct strata__cuda_buf *)buf)->ptr; }
+cudaStream_t strata__cuda_queue_stream(void *queue) { return ((struct strata__cuda_queue *)queue)->stream; }
+int strata__cuda_queue_dev(void *queue) { return ((struct strata__cuda_queue *)queue)->dev; }
+
 static const struct strata__backend strata__cuda_backend = {
     .api_version = STRATA__BACKEND_API_VERSION,
     .name = "cuda",
@@ -692,6 +707,11 @@ static const struct strata__backend strata__cuda_backend = {
     .copy = strata__cuda_copy,
     .op_supported = strata__cuda_op_supported,
     .op = strata__cuda_op,
+    .gate_new = NULL, /* no host-completed events: a mixed collective waits in the call */
+    .comm_new = strata__nccl_comm_new,
+    .comm_free = strata__nccl_comm_free,
+    .comm_coll = strata__nccl_comm_coll,
+    .comm_probe = strata__nccl_probe,
 };
 
 /* The module's one exported symbol. */

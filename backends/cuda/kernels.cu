@@ -73,6 +73,20 @@ extern "C" cudaError_t strata__cuda_add(cudaStream_t stream, strata__i64 items, 
   STRATA__CUDA_LAUNCH(k_add, a, a_off, b, b_off, y, y_off, n);
 }
 
+extern "C" cudaError_t strata__cuda_reduce_f32(cudaStream_t stream, strata__i64 items, const float *a,
+                                               strata__i64 a_off, const float *b, strata__i64 b_off, float *y,
+                                               strata__i64 y_off, strata__i64 n, int op)
+{
+  STRATA__CUDA_LAUNCH(k_reduce_f32, a, a_off, b, b_off, y, y_off, n, op);
+}
+
+extern "C" cudaError_t strata__cuda_reduce_i32(cudaStream_t stream, strata__i64 items, const int *a,
+                                               strata__i64 a_off, const int *b, strata__i64 b_off, int *y,
+                                               strata__i64 y_off, strata__i64 n, int op)
+{
+  STRATA__CUDA_LAUNCH(k_reduce_i32, a, a_off, b, b_off, y, y_off, n, op);
+}
+
 extern "C" cudaError_t strata__cuda_scale(cudaStream_t stream, strata__i64 items, float *x, strata__i64 x_off,
                                           float alpha, strata__i64 n)
 {

@@ -43,6 +43,11 @@ cudaError_t strata__cuda_relu_bwd(cudaStream_t stream, strata__i64 items, const 
                                   const float *dy, strata__i64 dy_off, float *dx, strata__i64 dx_off, strata__i64 n);
 cudaError_t strata__cuda_add(cudaStream_t stream, strata__i64 items, const float *a, strata__i64 a_off,
                              const float *b, strata__i64 b_off, float *y, strata__i64 y_off, strata__i64 n);
+cudaError_t strata__cuda_reduce_f32(cudaStream_t stream, strata__i64 items, const float *a, strata__i64 a_off,
+                                    const float *b, strata__i64 b_off, float *y, strata__i64 y_off, strata__i64 n,
+                                    int op);
+cudaError_t strata__cuda_reduce_i32(cudaStream_t stream, strata__i64 items, const int *a, strata__i64 a_off,
+                                    const int *b, strata__i64 b_off, int *y, strata__i64 y_off, strata__i64 n, int op);
 cudaError_t strata__cuda_scale(cudaStream_t stream, strata__i64 items, float *x, strata__i64 x_off, float alpha,
                                strata__i64 n);
 cudaError_t strata__cuda_fill(cudaStream_t stream, strata__i64 items, float *x, strata__i64 x_off, float value,

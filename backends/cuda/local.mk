@@ -6,10 +6,10 @@ CLEANFILES += %reldir%/kernels.lo %reldir%/.libs/kernels.o
 
 if BUILD_CUDA
 pkglib_LTLIBRARIES += %reldir%/strata-cuda.la
-%canon_reldir%_strata_cuda_la_SOURCES = %reldir%/cuda.c %reldir%/launch.h
+%canon_reldir%_strata_cuda_la_SOURCES = %reldir%/cuda.c %reldir%/launch.h %reldir%/nccl.c %reldir%/nccl.h
 %canon_reldir%_strata_cuda_la_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CFLAGS)
 %canon_reldir%_strata_cuda_la_LDFLAGS = -module -avoid-version -shared -no-undefined -Wl,-z,defs
-%canon_reldir%_strata_cuda_la_LIBADD = %reldir%/kernels.lo $(CUDA_LIBS) $(PTHREAD_LIBS)
+%canon_reldir%_strata_cuda_la_LIBADD = %reldir%/kernels.lo $(CUDA_LIBS) $(PTHREAD_LIBS) -ldl
 %canon_reldir%_strata_cuda_la_DEPENDENCIES = %reldir%/kernels.lo
 
 # GPU code for Ampere (sm_80) and Hopper (sm_90: H100, H200), plus compute_90

@@ -117,6 +117,38 @@ static void add(const struct strata__op *o) {
     y[i] = a[i] + b[i];
 }
 
+/* y = a (op) b, float32 or int32, SUM or MAX (collectives' reduction step). */
+static void reduce(const struct strata__op *o) {
+  int64_t n = o->u.reduce.n, par_n = n;
+  if (o->u.reduce.dtype == 1) {
+    const int32_t *a = (const int32_t *)o->u.reduce.a.h + o->u.reduce.a.off;
+    const int32_t *b = (const int32_t *)o->u.reduce.b.h + o->u.reduce.b.off;
+    int32_t *y = (int32_t *)o->u.reduce.y.h + o->u.reduce.y.off;
+    if (o->u.reduce.op == 2) {
+      PAR(par_n)
+      for (int64_t i = 0; i < n; i++)
+        y[i] = a[i] > b[i] ? a[i] : b[i];
+    } else {
+      /* wrap-around sums, as NCCL and the GPU kernels do */
+      PAR(par_n)
+      for (int64_t i = 0; i < n; i++)
+        y[i] = (int32_t)((uint32_t)a[i] + (uint32_t)b[i]);
+    }
+    return;
+  }
+  const float *a = F(o->u.reduce.a), *b = F(o->u.reduce.b);
+  float *y = F(o->u.reduce.y);
+  if (o->u.reduce.op == 2) {
+    PAR(par_n)
+    for (int64_t i = 0; i < n; i++)
+      y[i] = fmaxf(a[i], b[i]);
+  } else {
+    PAR(par_n)
+    for (int64_t i = 0; i < n; i++)
+      y[i] = a[i] + b[i];
+  }
+}
+
 static void scale(const struct strata__op *o) {
   float *x = F(o->u.ew.x);
   int64_t par_n = o->u.ew.n;
@@ -446,6 +478,7 @@ static const host_fn host_ops[STRATA__OP_COUNT] = {
     [STRATA__OP_COL2IM] = col2im,
     [STRATA__OP_MAXPOOL_FWD] = maxpool_fwd,
     [STRATA__OP_MAXPOOL_BWD] = maxpool_bwd,
+    [STRATA__OP_REDUCE] = reduce,
 };
 
 int strata__host_op_supported(enum strata__op_id id) {

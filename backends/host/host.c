@@ -14,6 +14,7 @@
 #endif
 
 #include "host.h"
+#include "parse.h"
 
 static const struct strata__services *svc;
 
@@ -42,6 +43,8 @@ struct host_event {
   pthread_cond_t cond;
   int done;
   int refs;
+  int status;                    /* gates: the status they were opened with */
+  char message[512];
 };
 
 enum task_kind { TASK_OP, TASK_COPY, TASK_SIGNAL, TASK_WAIT };
@@ -106,6 +109,13 @@ static void task_run(struct host_queue *q, struct task *t) {
     break;
   case TASK_WAIT:
     event_block(t->event);
+    if (t->event->status && !rc) {
+      rc = t->event->status;
+      if (!q->status) {
+        q->status = rc;
+        snprintf(q->message, sizeof q->message, "%s", t->event->message);
+      }
+    }
     event_release(t->event);
     break;
   }
@@ -162,35 +172,53 @@ static struct task *task_new(enum task_kind kind) {
   return t;
 }
 
-/* STRATA_HOST_DEVICES: how many virtual devices (1..64, default 1). */
+/* STRATA_HOST_DEVICES: how many virtual devices (0..64, default 1). */
 static int read_device_count(int *n) {
   const char *env = getenv("STRATA_HOST_DEVICES");
   *n = 1;
   if (!env || !*env)
     return STRATA_OK;
-  char *end = NULL;
-  errno = 0;
-  long v = strtol(env, &end, 10);
-  if (errno || end == env || *end || v < 0 || v > 64)
-    return svc->error(STRATA_ERR_PARSE, "STRATA_HOST_DEVICES='%s' is not a device count between 0 and 64", env);
+  int64_t v = 0;
+  int rc = strata__parse_int(env, 0, 64, &v);
+  if (rc)
+    return svc->error(rc, "STRATA_HOST_DEVICES='%s' is not a device count between 0 and 64: %s", env,
+                      strata__parse_why());
   *n = (int)v;
   return STRATA_OK;
 }
 
+/*
+** STRATA_HOST_FAULT=device=D,KIND=N with KIND op, alloc or copy: the N-th
+** call of that kind on virtual device D fails. D in [0, 63], N in [1, 2^62].
+*/
 static int read_fault(struct fault *f) {
   f->device = -1;
   const char *env = getenv("STRATA_HOST_FAULT");
   if (!env || !*env)
     return STRATA_OK;
-  char what[8] = "";
-  int dev = -1, used = 0;
-  long at = 0;
-  if (sscanf(env, "device=%d,%7[a-z]=%ld%n", &dev, what, &at, &used) != 3 || env[used] || dev < 0 || at < 1 ||
-      (strcmp(what, "op") && strcmp(what, "alloc") && strcmp(what, "copy")))
-    return svc->error(STRATA_ERR_PARSE, "STRATA_HOST_FAULT='%s': expected device=D,op=N (or alloc=N, copy=N)", env);
-  f->device = dev;
+  static const char form[] = "expected device=D,op=N (or alloc=N, copy=N)";
+  char buf[96];
+  if (strlen(env) >= sizeof buf || strncmp(env, "device=", 7) != 0)
+    return svc->error(STRATA_ERR_PARSE, "STRATA_HOST_FAULT='%.120s': %s", env, form);
+  snprintf(buf, sizeof buf, "%s", env + 7);
+  char *comma = strchr(buf, ',');
+  char *eq = comma ? strchr(comma + 1, '=') : NULL;
+  if (!comma || !eq)
+    return svc->error(STRATA_ERR_PARSE, "STRATA_HOST_FAULT='%s': %s", env, form);
+  *comma = *eq = '\0';
+  const char *what = comma + 1;
+  if (strcmp(what, "op") && strcmp(what, "alloc") && strcmp(what, "copy"))
+    return svc->error(STRATA_ERR_PARSE, "STRATA_HOST_FAULT='%s': unknown kind '%s'; %s", env, what, form);
+  int64_t dev = 0, at = 0;
+  int rc = strata__parse_int(buf, 0, 63, &dev);
+  if (rc)
+    return svc->error(rc, "STRATA_HOST_FAULT='%s': device '%s': %s", env, buf, strata__parse_why());
+  rc = strata__parse_int(eq + 1, 1, INT64_C(1) << 62, &at);
+  if (rc)
+    return svc->error(rc, "STRATA_HOST_FAULT='%s': %s count '%s': %s", env, what, eq + 1, strata__parse_why());
+  f->device = (int)dev;
   snprintf(f->what, sizeof f->what, "%s", what);
-  f->at = at;
+  f->at = (long)at;
   return STRATA_OK;
 }
 
@@ -260,11 +288,12 @@ static int host_init(const struct strata__services *services, void **ctx, char *
   ** device keeps them from fighting over the cores. STRATA_HOST_THREADS overrides. */
   const char *threads = getenv("STRATA_HOST_THREADS");
   if (threads && *threads) {
-    char *end = NULL;
-    long t = strtol(threads, &end, 10);
-    if (end == threads || *end || t < 1 || t > 1024) {
+    int64_t t = 0;
+    int prc = strata__parse_int(threads, 1, 1024, &t);
+    if (prc) {
       free(c);
-      return svc->error(STRATA_ERR_PARSE, "STRATA_HOST_THREADS='%s' is not a thread count", threads);
+      return svc->error(prc, "STRATA_HOST_THREADS='%s' is not a thread count between 1 and 1024: %s", threads,
+                        strata__parse_why());
     }
     openblas_set_num_threads((int)t);
   } else if (n > 1) {
@@ -387,6 +416,28 @@ static int host_event_sync(void *ctx, void *event) {
 
 static void host_event_free(void *ctx, void *event) { event_release(event); }
 
+/* Gates: events that the communicator opens from its own threads. */
+static int host_gate_new(void *ctx, int dev, void **out) {
+  struct host_event *e = calloc(1, sizeof *e);
+  if (!e)
+    return svc->error(STRATA_ERR_NOMEM, "host: out of memory creating a gate");
+  pthread_mutex_init(&e->lock, NULL);
+  pthread_cond_init(&e->cond, NULL);
+  e->refs = 1;
+  *out = e;
+  return STRATA_OK;
+}
+
+static void host_gate_open(void *ctx, void *gate, int status, const char *message) {
+  struct host_event *e = gate;
+  pthread_mutex_lock(&e->lock);
+  e->status = status;
+  snprintf(e->message, sizeof e->message, "%s", message ? message : "");
+  e->done = 1;
+  pthread_cond_broadcast(&e->cond);
+  pthread_mutex_unlock(&e->lock);
+}
+
 static int copy_task(void *queue, void *dst, const void *src, size_t bytes) {
   struct host_queue *q = queue;
   int rc = fault_check(q->ctx, q->dev, "copy");
@@ -449,6 +500,12 @@ static const struct strata__backend host_backend = {
     .copy = host_copy,
     .op_supported = host_op_supported,
     .op = host_op,
+    .gate_new = host_gate_new,
+    .gate_wait = host_event_wait,
+    .gate_open = host_gate_open,
+    .gate_free = host_event_free,
+    .comm_new = NULL, /* collectives through the runtime's ring */
+    .peer_operands = 1, /* every virtual device is the same memory */
 };
 
 __attribute__((visibility("default"))) const struct strata__backend *strata_backend_entry(void);

@@ -4,7 +4,9 @@ pkglib_LTLIBRARIES += backends/host/strata-host.la
 backends_host_strata_host_la_SOURCES = \
 	%reldir%/host.c \
 	%reldir%/host.h \
-	%reldir%/host-ops.c
+	%reldir%/host-ops.c \
+	lib/parse.c \
+	lib/parse.h
 backends_host_strata_host_la_CPPFLAGS = $(AM_CPPFLAGS) $(BLAS_CFLAGS)
 backends_host_strata_host_la_CFLAGS = $(AM_CFLAGS) $(OPENMP_CFLAGS)
 backends_host_strata_host_la_LIBADD = $(BLAS_LIBS) $(PTHREAD_LIBS) -lm

@@ -427,6 +427,7 @@ static void ocl_queue_free(void *ctx, void *queue) {
     clReleaseMemObject(q->sumsq_parts);
   if (q->q)
     clReleaseCommandQueue(q->q);
+  pthread_mutex_destroy(&q->gate_lock);
   free(q);
 }
 
@@ -442,6 +443,7 @@ static int ocl_queue_new(void *ctx, int dev, void **queue) {
   struct strata__ocl_queue *q = calloc(1, sizeof *q);
   if (!q)
     return ocl->svc->error(STRATA_ERR_NOMEM, "opencl: out of host memory allocating a queue");
+  pthread_mutex_init(&q->gate_lock, NULL);
   q->dev = d;
   cl_int err;
   char what[256];
@@ -484,6 +486,15 @@ static int ocl_queue_finish(void *ctx, void *queue) {
     snprintf(what, sizeof what, "clFinish on %s (an earlier command failed)", q->dev->info.name);
     return strata__ocl_fail(ocl, err, what);
   }
+  pthread_mutex_lock(&q->gate_lock);
+  int gate_status = q->gate_status;
+  char gate_msg[sizeof q->gate_error];
+  memcpy(gate_msg, q->gate_error, sizeof gate_msg);
+  q->gate_status = 0;
+  q->gate_error[0] = '\0';
+  pthread_mutex_unlock(&q->gate_lock);
+  if (gate_status)
+    return ocl->svc->error(gate_status, "%s", gate_msg);
   struct strata__ocl_platform *pl = q->dev->platform;
   char msg[sizeof pl->async_error] = "";
   pthread_mutex_lock(&pl->async_lock);
@@ -545,6 +556,67 @@ static void ocl_event_free(void *ctx, void *event) {
     return;
   clReleaseEvent(e->ev);
   free(e);
+}
+
+/* ------------------------------------------------------------------ gates */
+
+/* A gate is a user event of the device's context; it remembers the one
+** queue that waits for it so that a failure can be reported there. */
+struct ocl_gate {
+  cl_event ev;
+  struct strata__ocl_queue *waiter;
+};
+
+static int ocl_gate_new(void *ctx, int dev, void **out) {
+  struct strata__ocl *ocl = ctx;
+  struct ocl_gate *g = calloc(1, sizeof *g);
+  if (!g)
+    return ocl->svc->error(STRATA_ERR_NOMEM, "opencl: out of host memory allocating a gate");
+  cl_int err;
+  g->ev = clCreateUserEvent(ocl->devices[dev].platform->context, &err);
+  if (err != CL_SUCCESS) {
+    free(g);
+    return strata__ocl_fail(ocl, err, "clCreateUserEvent (gate)");
+  }
+  *out = g;
+  return STRATA_OK;
+}
+
+static int ocl_gate_wait(void *ctx, void *queue, void *gate) {
+  struct strata__ocl_queue *q = queue;
+  struct ocl_gate *g = gate;
+  g->waiter = q;
+  cl_int err = clEnqueueBarrierWithWaitList(q->q, 1, &g->ev, NULL);
+  if (err != CL_SUCCESS) {
+    g->waiter = NULL;
+    return strata__ocl_fail(ctx, err, "clEnqueueBarrierWithWaitList (gate)");
+  }
+  return STRATA_OK;
+}
+
+/* A failed gate still completes its event (so that the queue drains) and
+** leaves the failure on the waiting queue for its next finish. */
+static void ocl_gate_open(void *ctx, void *gate, int status, const char *message) {
+  struct ocl_gate *g = gate;
+  (void)ctx;
+  if (status && g->waiter) {
+    pthread_mutex_lock(&g->waiter->gate_lock);
+    if (!g->waiter->gate_status) {
+      g->waiter->gate_status = status;
+      snprintf(g->waiter->gate_error, sizeof g->waiter->gate_error, "%s", message ? message : "");
+    }
+    pthread_mutex_unlock(&g->waiter->gate_lock);
+  }
+  clSetUserEventStatus(g->ev, CL_COMPLETE);
+}
+
+static void ocl_gate_free(void *ctx, void *gate) {
+  struct ocl_gate *g = gate;
+  (void)ctx;
+  if (!g)
+    return;
+  clReleaseEvent(g->ev);
+  free(g);
 }
 
 /* ----------------------------------------------------------------- copies */
@@ -651,6 +723,11 @@ static const struct strata__backend strata__opencl_backend = {
     .copy = ocl_copy,
     .op_supported = ocl_op_supported,
     .op = strata__ocl_op,
+    .gate_new = ocl_gate_new,
+    .gate_wait = ocl_gate_wait,
+    .gate_open = ocl_gate_open,
+    .gate_free = ocl_gate_free,
+    .comm_new = NULL, /* collectives through the runtime's ring */
 };
 
 /* The module's one exported symbol. */

@@ -40,7 +40,9 @@
   X(IM2COL, "k_im2col")                                 \
   X(COL2IM, "k_col2im")                                 \
   X(MAXPOOL_FWD, "k_maxpool_fwd")                       \
-  X(MAXPOOL_BWD, "k_maxpool_bwd")
+  X(MAXPOOL_BWD, "k_maxpool_bwd")                       \
+  X(REDUCE_F32, "k_reduce_f32")                         \
+  X(REDUCE_I32, "k_reduce_i32")
 
 enum strata__ocl_kernel {
 #define STRATA__OCL_K_ENUM(id, name) STRATA__OCL_K_##id,
@@ -96,6 +98,9 @@ struct strata__ocl_queue {
   struct strata__ocl_device *dev;
   cl_kernel kernels[STRATA__OCL_K_COUNT];
   cl_mem sumsq_parts;       /* STRATA__OCL_SUMSQ_PARTS floats */
+  pthread_mutex_t gate_lock;/* guards gate_status and gate_error (set by the communicator's threads) */
+  int gate_status;          /* the first failed gate this queue waited for, 0 if none */
+  char gate_error[512];
 };
 
 struct strata__ocl_event {

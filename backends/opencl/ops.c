@@ -229,6 +229,11 @@ int strata__ocl_op(void *ctx, void *queue, const struct strata__op *op) {
     const __typeof__(op->u.ew) *o = &op->u.ew;
     return launch(ocl, q, STRATA__OCL_K_ADD, o->n, "mmml", &o->x, &o->b, &o->y, o->n);
   }
+  case STRATA__OP_REDUCE: {
+    const __typeof__(op->u.reduce) *o = &op->u.reduce;
+    return launch(ocl, q, o->dtype == 1 ? STRATA__OCL_K_REDUCE_I32 : STRATA__OCL_K_REDUCE_F32, o->n, "mmmli", &o->a,
+                  &o->b, &o->y, o->n, o->op);
+  }
   case STRATA__OP_SCALE: {
     const __typeof__(op->u.ew) *o = &op->u.ew;
     return launch(ocl, q, STRATA__OCL_K_SCALE, o->n, "mfl", &o->x, (double)o->alpha, o->n);

@@ -26,9 +26,11 @@ struct strata_st_meta {
 };
 
 /*
-** Write a safetensors file atomically: into PATH.tmp-XXXXXX beside it,
-** fsync, rename over PATH, fsync the directory. On any failure PATH is
-** untouched and the temporary file removed. Tensor names must be unique,
+** Write a safetensors file atomically: into a new temporary file beside it
+** (NAME.tmp-HASH-PID-RANDOM, created with O_EXCL | O_NOFOLLOW), fsync,
+** rename over PATH, fsync the directory. On any failure PATH is untouched
+** and the temporary file removed; temporary files that earlier writers of
+** PATH left behind (a process killed while saving) are removed first. Tensor names must be unique,
 ** non-empty and not start with "__"; 0..4 dimensions, none negative;
 ** metadata keys unique (else STRATA_ERR_INVALID, nothing written).
 ** Only a failed directory sync, after the rename, reports STRATA_ERR_IO
@@ -36,6 +38,14 @@ struct strata_st_meta {
 */
 STRATA_API int strata_safetensors_write(const char *path, const struct strata_st_tensor *tensors, size_t count,
                                         const struct strata_st_meta *meta, size_t meta_count);
+
+/*
+** Check, before long work, that strata_safetensors_write(PATH) will be able
+** to write: the directory exists and takes a new file (a temporary file is
+** created and removed), PATH is not a directory. STRATA_ERR_IO with the
+** reason otherwise.
+*/
+STRATA_API int strata_safetensors_check_path(const char *path);
 
 typedef struct strata_safetensors *strata_safetensors_t;
 

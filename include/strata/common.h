@@ -35,7 +35,9 @@ extern "C" {
   X(VERSION, -11, "incompatible version")                                          \
   X(STATE, -12, "call made in the wrong state")                                    \
   X(RANGE, -13, "value out of range")                                              \
-  X(INTERNAL, -14, "internal error")
+  X(INTERNAL, -14, "internal error")                                               \
+  X(INTERRUPTED, -15, "interrupted at the caller's request")                       \
+  X(TIMEOUT, -16, "timed out")
 
 enum strata_status {
   STRATA_OK = 0,

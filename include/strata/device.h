@@ -36,6 +36,8 @@ struct strata_backend_info {
   int device_count;             /* devices it contributes to the global list */
   char reason[256];             /* why it has no devices, "" otherwise */
   char path[512];               /* module file it was loaded from, "" if none */
+  char collectives[256];        /* how collectives among its devices run: its library and
+                                   version ("NCCL 2.21.5"), or "strata's ring" and why */
 };
 
 /* Number of backends strata knows of (loaded or not). */

@@ -25,9 +25,20 @@ extern "C" {
 **   SEND_GRAD s m    send the gradient of stage s's input to the device of s - 1
 **   RECV_GRAD s m    receive the gradient of stage s's output (from the device of s + 1)
 **   OPTIMIZER s      the AdamW step of stage s, after all its gradients
+**   GRAD_REDUCE s    data parallelism: all-reduce stage s's gradients with the
+**                    same stage of every other replica, after its backward work
+**   GRAD_SCATTER s   ZeRO-1: reduce-scatter them instead (each replica keeps its shard)
+**   PARAM_GATHER s   ZeRO-1: all-gather the updated parameter shards, after OPTIMIZER s
 **
 ** Sends are buffered (they never wait for the receiver); a receive waits
 ** for its send. Stages on one device pass data without send/receive.
+**
+** Data-parallel replicas: a schedule may hold `replicas` copies of one
+** pipeline, each a chain of stages/replicas stages (replica r's stage j is
+** stage r x (stages/replicas) + j) on its own devices; sends and receives
+** stay inside a chain, and the collectives (GRAD_REDUCE, GRAD_SCATTER,
+** PARAM_GATHER, micro-batch -1) join the same stage of every replica: each
+** completes when every replica's device has reached it.
 */
 #define STRATA_ACTION_MAP(X)                                                                                           \
   X(FORWARD, "F")                                                                                                      \
@@ -38,7 +49,10 @@ extern "C" {
   X(RECV_ACT, "RA")                                                                                                    \
   X(SEND_GRAD, "SG")                                                                                                   \
   X(RECV_GRAD, "RG")                                                                                                   \
-  X(OPTIMIZER, "OPT")
+  X(OPTIMIZER, "OPT")                                                                                                   \
+  X(GRAD_REDUCE, "GR")                                                                                                 \
+  X(GRAD_SCATTER, "GRS")                                                                                               \
+  X(PARAM_GATHER, "PAG")
 
 enum strata_action_kind {
 #define STRATA__ACTION_ENUM(id, label) STRATA_ACTION_##id,
@@ -74,6 +88,20 @@ typedef struct strata_schedule *strata_schedule_t;
 */
 STRATA_API int strata_schedule_generate(int kind, int devices, int microbatches, int virtual_stages,
                                         strata_schedule_t *out /* OUT */);
+/*
+** The same schedule for `replicas` data-parallel copies of the pipeline:
+** devices x replicas devices (replica r's pipeline rank d is device
+** r x devices + d), each replica's list that of its rank with its own
+** stages, and after each stage's last backward work a GRAD_REDUCE (with
+** `zero`: GRAD_SCATTER, and PARAM_GATHER after OPTIMIZER). One replica is
+** strata_schedule_generate's schedule.
+*/
+STRATA_API int strata_schedule_generate_replicated(int kind, int devices, int microbatches, int virtual_stages,
+                                                   int replicas, int zero, strata_schedule_t *out /* OUT */);
+/* As strata_schedule_from_lists, for `replicas` chains of stages/replicas stages each. */
+STRATA_API int strata_schedule_from_replica_lists(int replicas, int devices, int stages, int microbatches,
+                                                  const int *stage_device, const struct strata_action *const *lists,
+                                                  const int *counts, strata_schedule_t *out /* OUT */);
 /* Build a schedule from explicit lists (for tests and hand-written schedules):
 ** lists[d] has counts[d] actions; stage_device has `stages` entries. Copies everything. */
 STRATA_API int strata_schedule_from_lists(int devices, int stages, int microbatches, const int *stage_device,
@@ -90,6 +118,8 @@ STRATA_API int strata_schedule_devices(strata_schedule_t s);
 STRATA_API int strata_schedule_stages(strata_schedule_t s);
 STRATA_API int strata_schedule_microbatches(strata_schedule_t s);
 STRATA_API int strata_schedule_stage_device(strata_schedule_t s, int stage);
+/* Data-parallel replicas (1 for a plain pipeline). */
+STRATA_API int strata_schedule_replicas(strata_schedule_t s);
 /* Device d's actions: a pointer valid while `s` lives, and their number. */
 STRATA_API const struct strata_action *strata_schedule_actions(strata_schedule_t s, int device, int *count /* OUT */);
 
@@ -100,7 +130,11 @@ STRATA_API const struct strata_action *strata_schedule_actions(strata_schedule_t
 ** devices has exactly one matching send and receive per micro-batch and
 ** direction, on the right devices, and none where the stages share a
 ** device; each stage's OPTIMIZER comes once, after all its backward work;
-** and executing the lists (sends buffered, receives waiting) finishes. On
+** with replicas, every stage of every replica has the same gradient
+** collective (GRAD_REDUCE, or GRAD_SCATTER then PARAM_GATHER) once, after
+** its backward work and before (PARAM_GATHER: after) its OPTIMIZER, and a
+** schedule without replicas has none; and executing the lists (sends
+** buffered, receives waiting, collectives waiting for every replica) finishes. On
 ** failure returns STRATA_ERR_INVALID and a message naming the device, the
 ** position in its list and the action (and, for a deadlock, what each
 ** stuck device waits for).

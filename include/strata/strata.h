@@ -13,5 +13,7 @@
 #include <strata/hf.h>
 #include <strata/train.h>
 #include <strata/schedule.h>
+#include <strata/comm.h>
+#include <strata/layout.h>
 
 #endif /* STRATA_STRATA_H */

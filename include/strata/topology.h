@@ -233,6 +233,24 @@ STRATA_API int strata_topology_use_measured(strata_topology_t topo, int on);
 STRATA_API int strata_topology_measure(strata_topology_t topo, size_t bytes, int reps);
 
 /*
+** The ring strata would use over `count` GPUs of a topology (`gpus` lists
+** topology GPU indices; NULL means all GPUs, and then count is ignored and
+** taken from the topology): `order` (count entries, caller's) receives the
+** GPUs in ring order starting with the first listed. The order maximises
+** the narrowest hop (by the links' planning bandwidth), then has the fewest
+** hops of the slowest path kinds (so a ring crosses each PCIe switch or
+** socket boundary as seldom as possible), then the largest total bandwidth.
+** *bottleneck_gbps (may be NULL) receives the narrowest hop's bandwidth.
+** Exhaustive up to 10 GPUs, a greedy start plus 2-opt improvement above.
+*/
+STRATA_API int strata_topology_ring(strata_topology_t topo, const int *gpus, int count, int *order /* OUT */,
+                                    double *bottleneck_gbps /* OUT */);
+
+/* The same over runtime devices mapped into the topology (strata_topology_map). */
+STRATA_API int strata_topology_device_ring(strata_topology_t topo, const int *devices, int count,
+                                           int *order /* OUT */, double *bottleneck_gbps /* OUT */);
+
+/*
 ** The whole topology as JSON (schema "strata-topology/1", described in
 ** strata-topo(1)): host, gpus, links for every ordered pair (host
 ** included), islands, devices and measured figures. Output is

@@ -64,6 +64,15 @@ STRATA_API int strata_trainer_step(strata_trainer_t tr, struct strata_step_stats
 STRATA_API int strata_trainer_eval(strata_trainer_t tr, int64_t batches, float *loss /* OUT */);
 
 /*
+** Let the caller stop long calls promptly (a Ctrl-C): `stop` (NULL: never)
+** is called with `arg` before every validation batch of strata_trainer_eval
+** and, when it returns non-zero, the evaluation returns
+** STRATA_ERR_INTERRUPTED without a loss; the trainer is unchanged. It must
+** be cheap and may be called from the caller's thread only.
+*/
+STRATA_API void strata_trainer_set_stop(strata_trainer_t tr, int (*stop)(void *arg), void *arg);
+
+/*
 ** Save the parameters (GPT-2 style names, e.g. h.0.attn.c_attn.weight),
 ** the AdamW moments (optimizer.m.NAME, optimizer.v.NAME) and the training
 ** state (step, seed, data stream, options, model config) as metadata, to a

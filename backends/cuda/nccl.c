@@ -1,0 +1,213 @@
+/* SPDX-License-Identifier: MIT */
+/* nccl.c — collectives among the CUDA module's devices through NCCL, which is loaded with dlopen so that the module
+** still loads (and the runtime's ring takes over) on a machine without libnccl. */
+#include "config.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nccl.h"
+
+const struct strata__services *strata__nccl_svc;
+
+/*
+** The part of NCCL's C API used here, declared from its nccl.h (stable since
+** NCCL 2.0; ncclAvg since 2.10): opaque communicators, result codes (0 is
+** success), and the enum values of the types and reductions.
+*/
+typedef struct nccl_comm *nccl_comm_t;
+enum { NCCL_INT32 = 2, NCCL_FLOAT32 = 7 };
+enum { NCCL_SUM = 0, NCCL_MAX = 2, NCCL_AVG = 4 };
+
+struct nccl_api {
+  void *dl;
+  int version;
+  int (*comm_init_all)(nccl_comm_t *comms, int ndev, const int *devlist);
+  int (*comm_destroy)(nccl_comm_t comm);
+  int (*group_start)(void);
+  int (*group_end)(void);
+  int (*all_reduce)(const void *send, void *recv, size_t count, int dtype, int op, nccl_comm_t comm,
+                    cudaStream_t stream);
+  int (*all_gather)(const void *send, void *recv, size_t count, int dtype, nccl_comm_t comm, cudaStream_t stream);
+  int (*reduce_scatter)(const void *send, void *recv, size_t count, int dtype, int op, nccl_comm_t comm,
+                        cudaStream_t stream);
+  int (*broadcast)(const void *send, void *recv, size_t count, int dtype, int root, nccl_comm_t comm,
+                   cudaStream_t stream);
+  const char *(*error_string)(int result);
+  int (*get_version)(int *version);
+};
+
+static pthread_once_t nccl_once = PTHREAD_ONCE_INIT;
+static struct nccl_api nccl;
+static char nccl_why[256];
+
+/* Load libnccl once: STRATA_NCCL_LIBRARY names it, else libnccl.so.2. */
+static void nccl_load(void) {
+  const char *name = getenv("STRATA_NCCL_LIBRARY");
+  if (!name || !*name)
+    name = "libnccl.so.2";
+  void *dl = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+  if (!dl) {
+    snprintf(nccl_why, sizeof nccl_why, "NCCL not loaded (%s): collectives of CUDA devices use strata's ring",
+             dlerror());
+    return;
+  }
+#define NCCL_SYM(field, sym)                                                                                           \
+  do {                                                                                                                 \
+    *(void **)&nccl.field = dlsym(dl, sym);                                                                            \
+    if (!nccl.field) {                                                                                                 \
+      snprintf(nccl_why, sizeof nccl_why, "%s lacks %s: collectives of CUDA devices use strata's ring", name, sym);  \
+      dlclose(dl);                                                                                                     \
+      memset(&nccl, 0, sizeof nccl);                                                                                   \
+      return;                                                                                                          \
+    }                                                                                                                  \
+  } while (0)
+  NCCL_SYM(comm_init_all, "ncclCommInitAll");
+  NCCL_SYM(comm_destroy, "ncclCommDestroy");
+  NCCL_SYM(group_start, "ncclGroupStart");
+  NCCL_SYM(group_end, "ncclGroupEnd");
+  NCCL_SYM(all_reduce, "ncclAllReduce");
+  NCCL_SYM(all_gather, "ncclAllGather");
+  NCCL_SYM(reduce_scatter, "ncclReduceScatter");
+  NCCL_SYM(broadcast, "ncclBroadcast");
+  NCCL_SYM(error_string, "ncclGetErrorString");
+  NCCL_SYM(get_version, "ncclGetVersion");
+#undef NCCL_SYM
+  nccl.dl = dl;
+  if (nccl.get_version(&nccl.version) != 0)
+    nccl.version = 0;
+  snprintf(nccl_why, sizeof nccl_why, "NCCL %d.%d.%d", nccl.version / 10000, nccl.version / 100 % 100,
+           nccl.version % 100);
+}
+
+int strata__nccl_probe(void *ctx, char *why, size_t len) {
+  (void)ctx;
+  pthread_once(&nccl_once, nccl_load);
+  snprintf(why, len, "%s", nccl_why);
+  return nccl.dl ? STRATA_OK : STRATA_ERR_UNSUPPORTED;
+}
+
+struct nccl_group {
+  int n;
+  int *devs;
+  nccl_comm_t *comms;
+  int **scratch;              /* one int per member, for barriers */
+};
+
+static int nccl_fail(const char *what, int result) {
+  return strata__nccl_svc->error(STRATA_ERR_BACKEND, "cuda: %s: %s (NCCL error %d)", what,
+                                 nccl.error_string ? nccl.error_string(result) : "?", result);
+}
+
+void strata__nccl_comm_free(void *ctx, void *comm) {
+  struct nccl_group *g = comm;
+  (void)ctx;
+  if (!g)
+    return;
+  int cur = 0;
+  cudaGetDevice(&cur);
+  for (int i = 0; i < g->n; i++) {
+    if (g->comms && g->comms[i])
+      nccl.comm_destroy(g->comms[i]);
+    if (g->scratch && g->scratch[i] && cudaSetDevice(g->devs[i]) == cudaSuccess)
+      cudaFree(g->scratch[i]);
+  }
+  cudaSetDevice(cur);
+  (void)cudaGetLastError();
+  free(g->devs);
+  free(g->comms);
+  free(g->scratch);
+  free(g);
+}
+
+int strata__nccl_comm_new(void *ctx, int n, const int *devs, void **out) {
+  *out = NULL;
+  pthread_once(&nccl_once, nccl_load);
+  if (!nccl.dl)
+    return strata__nccl_svc->error(STRATA_ERR_UNSUPPORTED, "cuda: %s", nccl_why);
+  struct nccl_group *g = calloc(1, sizeof *g);
+  if (g) {
+    g->n = n;
+    g->devs = malloc(sizeof *g->devs * (size_t)n);
+    g->comms = calloc((size_t)n, sizeof *g->comms);
+    g->scratch = calloc((size_t)n, sizeof *g->scratch);
+  }
+  if (!g || !g->devs || !g->comms || !g->scratch) {
+    strata__nccl_comm_free(ctx, g);
+    return strata__nccl_svc->error(STRATA_ERR_NOMEM, "cuda: out of host memory for an NCCL communicator");
+  }
+  memcpy(g->devs, devs, sizeof *devs * (size_t)n);
+  int cur = 0;
+  cudaGetDevice(&cur);
+  int rc = STRATA_OK;
+  for (int i = 0; i < n && !rc; i++) {
+    cudaError_t e = cudaSetDevice(devs[i]);
+    if (e == cudaSuccess)
+      e = cudaMalloc((void **)&g->scratch[i], sizeof(int));
+    if (e != cudaSuccess)
+      rc = strata__nccl_svc->error(STRATA_ERR_DEVICE_MEMORY, "cuda: NCCL barrier scratch on device %d: %s", devs[i],
+                                   cudaGetErrorString(e));
+  }
+  if (!rc) {
+    int r = nccl.comm_init_all(g->comms, n, devs);
+    if (r != 0)
+      rc = nccl_fail("ncclCommInitAll", r);
+  }
+  cudaSetDevice(cur);
+  if (rc) {
+    strata__nccl_comm_free(ctx, g);
+    return rc;
+  }
+  *out = g;
+  return STRATA_OK;
+}
+
+/* One collective on every member's stream, as one NCCL group. Kinds as in
+** lib/comm/comm.c: 0 all-reduce, 1 all-gather, 2 reduce-scatter,
+** 3 broadcast, 4 barrier (an all-reduce of one int). */
+int strata__nccl_comm_coll(void *ctx, void *comm, int kind, int member, void *const *queues,
+                           const struct strata__mem *send,
+                           const struct strata__mem *recv, size_t count, int dtype, int op, int root) {
+  struct nccl_group *g = comm;
+  (void)ctx;
+  int nd = dtype == 1 ? NCCL_INT32 : NCCL_FLOAT32;
+  int no = op == 2 ? NCCL_MAX : op == 1 ? NCCL_AVG : NCCL_SUM;
+  int cur = 0;
+  cudaGetDevice(&cur);
+  /* the whole group as one NCCL group, or one member's call from its own thread */
+  int r = member < 0 ? nccl.group_start() : 0;
+  for (int i = 0; i < g->n && r == 0; i++) {
+    if (member >= 0 && i != member)
+      continue;
+    cudaStream_t st = strata__cuda_queue_stream(queues[i]);
+    char *rp = kind == 4 ? NULL : (char *)strata__cuda_buf_ptr(recv[i].h) + recv[i].off * 4;
+    const char *sp = kind == 4 || !send[i].h ? NULL : (const char *)strata__cuda_buf_ptr(send[i].h) + send[i].off * 4;
+    switch (kind) {
+    case 0:
+      r = nccl.all_reduce(sp, rp, count, nd, no, g->comms[i], st);
+      break;
+    case 1:
+      r = nccl.all_gather(sp, rp, count, nd, g->comms[i], st);
+      break;
+    case 2:
+      r = nccl.reduce_scatter(sp, rp, count, nd, no, g->comms[i], st);
+      break;
+    case 3:
+      r = nccl.broadcast(i == root ? sp : rp, rp, count, nd, root, g->comms[i], st);
+      break;
+    default:
+      r = nccl.all_reduce(g->scratch[i], g->scratch[i], 1, NCCL_INT32, NCCL_SUM, g->comms[i], st);
+      break;
+    }
+  }
+  int r2 = member < 0 ? nccl.group_end() : 0;
+  cudaSetDevice(cur);
+  if (r != 0)
+    return nccl_fail("enqueueing a collective", r);
+  if (r2 != 0)
+    return nccl_fail("ncclGroupEnd", r2);
+  return STRATA_OK;
+}

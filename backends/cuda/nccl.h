@@ -1,0 +1,29 @@
+/* SPDX-License-Identifier: MIT */
+/* nccl.h — the CUDA module's collectives through NCCL, loaded at run time (nccl.c), and what they need of cuda.c. */
+#ifndef STRATA__CUDA_NCCL_H
+#define STRATA__CUDA_NCCL_H
+
+#include <stddef.h>
+
+#include <cuda_runtime_api.h>
+
+#include "backend.h"
+
+/* From cuda.c: a buffer's device pointer, a queue's stream and device. */
+void *strata__cuda_buf_ptr(void *buf);
+cudaStream_t strata__cuda_queue_stream(void *queue);
+int strata__cuda_queue_dev(void *queue);
+
+/* The backend table's comm slots (see lib/backend.h). comm_new fails with
+** STRATA_ERR_UNSUPPORTED, naming why, when libnccl cannot be loaded. */
+int strata__nccl_comm_new(void *ctx, int n, const int *devs, void **comm);
+void strata__nccl_comm_free(void *ctx, void *comm);
+int strata__nccl_comm_coll(void *ctx, void *comm, int kind, int member, void *const *queues, const struct strata__mem *send,
+                           const struct strata__mem *recv, size_t count, int dtype, int op, int root);
+/* Whether NCCL can be used here: 0 and its version in `why`, or a status and the reason. */
+int strata__nccl_probe(void *ctx, char *why, size_t len);
+
+/* Services for messages (set by cuda.c's init). */
+extern const struct strata__services *strata__nccl_svc;
+
+#endif /* STRATA__CUDA_NCCL_H */

@@ -1,0 +1,104 @@
+/* SPDX-License-Identifier: MIT */
+/* strata/layout.h — how one training job is cut: dp x pp x tp, which device holds each piece, the split, the schedule. */
+#ifndef STRATA_LAYOUT_H
+#define STRATA_LAYOUT_H
+
+#include <strata/common.h>
+#include <strata/model.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+** A layout is plain data: dp data-parallel replicas of a pipeline of pp
+** ranks, pipeline rank r tensor-parallel over tp[r] devices (the degree may
+** differ per rank), the layers of each (virtual) stage, the schedule, the
+** micro-batches each replica runs per step, the virtual stages per rank
+** (interleaving: stage s on rank s % pp) and the optimizer sharding
+** (ZeRO stage 1 across replicas). A single device is 1 x 1 x 1; a pipeline
+** of p devices is 1 x p x 1.
+**
+** Devices are listed by (replica, pipeline rank, tp rank), replica-major:
+** replica d's rank r's tp rank t is devices[offset(d, r) + t] where every
+** replica holds sum(tp) devices. The global batch of a step is
+** dp x microbatches x the trainer's batch.
+**
+** The JSON form (schema "strata-layout/1", the file strata-plan writes and
+** strata-train --layout reads):
+**   {"schema": "strata-layout/1", "dp": 2, "pp": 2, "tp": [2, 1],
+**    "devices": [0, 1, 2, 3, 4, 5], "split": [5, 3], "schedule": "1f1b",
+**    "microbatches": 8, "virtual_stages": 1, "zero": 0}
+** "tp" may be one number for every rank; "devices" may be omitted (0, 1,
+** ... in order) and so may "split" (balanced by the trainer).
+*/
+typedef struct strata_layout *strata_layout_t;
+
+/* Explicit values for strata_layout_new; zero means the default. Arrays are copied. */
+struct strata_layout_desc {
+  int dp;                       /* replicas; default 1 */
+  int pp;                       /* pipeline ranks; default 1 */
+  int tp_all;                   /* tp degree of every rank when `tp` is NULL; default 1 */
+  const int *tp;                /* pp entries: tp degree per pipeline rank, or NULL */
+  const int *devices;           /* dp x sum(tp) global devices, or NULL for 0, 1, ... */
+  int ndevices;                 /* entries of `devices` (checked against dp x sum(tp)) */
+  const int *split;             /* layers per virtual stage (pp x virtual_stages entries), or NULL */
+  int nsplit;
+  int schedule;                 /* STRATA_SCHEDULE_* (strata/schedule.h); default 1F1B */
+  int microbatches;             /* per replica per step; default 1 */
+  int virtual_stages;           /* per rank, INTERLEAVED only (>= 2; default 2 there, 1 otherwise) */
+  int zero;                     /* 1: ZeRO-1 optimizer sharding across replicas (dp >= 2) */
+};
+
+/*
+** Build and check a layout on its own: positive degrees, a device count
+** that is dp x sum(tp), no device twice, a schedule that fits (interleaving
+** needs microbatches a multiple of pp), a split with pp x virtual_stages
+** positive entries. Fails with one line naming the field, nothing allocated.
+*/
+STRATA_API int strata_layout_new(const struct strata_layout_desc *desc, strata_layout_t *out /* OUT */);
+/* Parse the JSON form (`source` names it in messages, may be NULL), or read it from a file. */
+STRATA_API int strata_layout_from_json(const char *json, const char *source, strata_layout_t *out /* OUT */);
+STRATA_API int strata_layout_load(const char *path, strata_layout_t *out /* OUT */);
+STRATA_API void strata_layout_free(strata_layout_t layout);
+
+/* The JSON form, deterministic (the caller frees *json with free()). */
+STRATA_API int strata_layout_to_json(strata_layout_t layout, char **json /* OUT */);
+
+/*
+** Check the layout against a model and the devices there are (`devices`
+** global devices; < 0 skips that check): every listed device exists; the
+** split covers the model's layers exactly, at most one stage per layer
+** when balanced; each rank's tp degree divides what it splits — a GPT's
+** heads and d_ff, an MLP's hidden widths, a CNN's convolution channels
+** (a vocabulary that tp does not divide is replicated instead, not an error).
+** Returns STRATA_OK or a one-line error naming the rank and the field.
+*/
+STRATA_API int strata_layout_check(strata_layout_t layout, strata_model_t model, int devices);
+
+/* The numbers (read-only views; arrays belong to the layout). */
+STRATA_API int strata_layout_dp(strata_layout_t layout);
+STRATA_API int strata_layout_pp(strata_layout_t layout);
+/* Tensor-parallel degree of pipeline rank `rank` (0 .. pp-1), or -1 out of range. */
+STRATA_API int strata_layout_tp(strata_layout_t layout, int rank);
+/* Virtual stages in all: pp x virtual_stages. */
+STRATA_API int strata_layout_stages(strata_layout_t layout);
+STRATA_API int strata_layout_virtual_stages(strata_layout_t layout);
+STRATA_API int strata_layout_schedule(strata_layout_t layout);
+STRATA_API int strata_layout_microbatches(strata_layout_t layout);
+STRATA_API int strata_layout_zero(strata_layout_t layout);
+/* Devices in all (dp x sum(tp)) and the list itself. */
+STRATA_API int strata_layout_device_count(strata_layout_t layout);
+STRATA_API const int *strata_layout_devices(strata_layout_t layout);
+/* The device of (replica, pipeline rank, tp rank); STRATA_ERR_RANGE outside. */
+STRATA_API int strata_layout_device(strata_layout_t layout, int replica, int rank, int tp_rank, int *device /* OUT */);
+/* Layers per virtual stage (strata_layout_stages entries), or NULL when the trainer balances them. */
+STRATA_API const int *strata_layout_split(strata_layout_t layout);
+
+/* One line, e.g. "dp 2 x pp 2 x tp 2,1 over 6 devices, 1f1b, 8 micro-batches per replica" (caller frees). */
+STRATA_API int strata_layout_describe(strata_layout_t layout, char **text /* OUT */);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* STRATA_LAYOUT_H */
