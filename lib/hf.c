@@ -3,7 +3,6 @@
 #include "config.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -15,6 +14,7 @@
 #include <strata/checkpoint.h>
 #include <strata/hf.h>
 
+#include "file.h"
 #include "trainer.h"
 #include "util.h"
 
@@ -151,8 +151,11 @@ static int hf_read_config(const char *dir, struct strata_model_config *c) {
   if (stat(path, &sb) != 0)
     return strata__error(STRATA_ERR_NOT_FOUND, "%s: no config.json (a Hugging Face model directory holds config.json "
                          "and model.safetensors)", dir);
+  FILE *f = NULL;
+  TRY(strata__fopen_input(path, STRATA_ERR_NOT_FOUND, &f));
   json_error_t err;
-  json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
+  json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &err);
+  fclose(f);
   if (!root)
     return strata__error(STRATA_ERR_PARSE, "%s: line %d: %s", path, err.line, err.text);
   /* the model is named after its directory */
@@ -299,41 +302,17 @@ STRATA_API int strata_trainer_load_hf(strata_trainer_t tr, const char *dir) {
 
 /* ---------------------------------------------------------------- checkpoint -> Hugging Face directory */
 
-/* Write `text` to `path` atomically: a temporary file beside it, fsync, rename. */
+/* Write `text` to `path` through the one atomic writer (file.h). */
 static int hf_write_text(const char *path, const char *text) {
-  size_t plen = strlen(path);
-  char *tmp = malloc(plen + sizeof ".tmp-XXXXXX");
-  if (!tmp)
-    return strata__error(STRATA_ERR_NOMEM, "%s: out of host memory", path);
-  memcpy(tmp, path, plen);
-  memcpy(tmp + plen, ".tmp-XXXXXX", sizeof ".tmp-XXXXXX");
-  int fd = mkstemp(tmp);
-  if (fd < 0) {
-    int rc = strata__error(STRATA_ERR_IO, "%s: cannot create %s: %s", path, tmp, strerror(errno));
-    free(tmp);
-    return rc;
+  struct strata__out o;
+  TRY(strata__out_open(&o, path));
+  FILE *f = strata__out_stream(&o);
+  if (!f) {
+    strata__out_abort(&o);
+    return strata__error_prefix(STRATA_ERR_NOMEM, "cannot write %s: ", path);
   }
-  (void)fchmod(fd, 0644);
-  size_t n = strlen(text), done = 0;
-  int err = 0;
-  while (done < n && !err) {
-    ssize_t w = write(fd, text + done, n - done);
-    if (w < 0 && errno != EINTR)
-      err = errno;
-    else if (w > 0)
-      done += (size_t)w;
-  }
-  if (!err && fsync(fd) != 0)
-    err = errno;
-  if (close(fd) != 0 && !err)
-    err = errno;
-  if (!err && rename(tmp, path) != 0)
-    err = errno;
-  int rc = err ? strata__error(STRATA_ERR_IO, "%s: writing failed: %s", path, strerror(err)) : STRATA_OK;
-  if (err)
-    unlink(tmp);
-  free(tmp);
-  return rc;
+  fputs(text, f);
+  return strata__out_commit(&o);
 }
 
 /* config.json for a strata GPT config, with GPT-2's values for what strata fixes (activation, epsilon, scaling). */

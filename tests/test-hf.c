@@ -125,6 +125,17 @@ Test(hf, the_model_follows_config_json) {
   cr_assert_eq(strata_model_config(m)->vocab, 50257);
   cr_assert_eq(strata_model_config(m)->tied, 1);
   strata_model_free(m);
+  /* a config.json that is a FIFO is refused at once, without blocking on it */
+  char tmp[] = "/tmp/strata-hf-XXXXXX", fifo[64];
+  cr_assert(mkdtemp(tmp));
+  snprintf(fifo, sizeof fifo, "%s/config.json", tmp);
+  cr_assert(mkfifo(fifo, 0600) == 0);
+  m = NULL;
+  cr_assert_eq(strata_hf_model(tmp, &m), STRATA_ERR_IO, "%s", strata_last_error());
+  cr_assert(strstr(strata_last_error(), "FIFO"), "%s", strata_last_error());
+  cr_assert_null(m);
+  unlink(fifo);
+  tc_remove_dir(tmp);
 }
 
 /* Every tensor of `a` is in `b` under the same name, shape and bytes, and the counts agree. */
