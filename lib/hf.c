@@ -216,14 +216,21 @@ STRATA_API int strata_trainer_load_hf(strata_trainer_t tr, const char *dir) {
     return strata__error(STRATA_ERR_NOT_FOUND, "%s: no model.safetensors", dir);
   }
   strata_safetensors_t f = NULL;
-  TRY(strata_safetensors_read(path, &f));
+  int rc = strata_safetensors_read(path, &f);
+  if (rc == STRATA_ERR_UNSUPPORTED) {
+    char msg[768];
+    snprintf(msg, sizeof msg, "%s", strata_last_error());
+    return strata__error(rc, "%s (in transformers, model.float().save_pretrained(DIR) writes fp32)", msg);
+  }
+  if (rc)
+    return rc;
   size_t total = 0;
   for (int s = 0; s < tr->nstages; s++)
     total += tr->st[s]->nparams;
   size_t nfile = strata_safetensors_count(f);
   float *host = malloc((total ? total : 1) * sizeof *host);
   unsigned char *used = calloc(nfile ? nfile : 1, 1);
-  int rc = (!host || !used) ? strata__error(STRATA_ERR_NOMEM, "out of host memory loading %s", path) : STRATA_OK;
+  rc = (!host || !used) ? strata__error(STRATA_ERR_NOMEM, "out of host memory loading %s", path) : STRATA_OK;
   size_t at = 0;
   for (int s = 0; s < tr->nstages && !rc; s++) {
     const struct strata__stage *st = tr->st[s];

@@ -345,8 +345,33 @@ Test(hf, weights_that_do_not_fit_are_refused_naming_the_tensor) {
   OK(strata_trainer_load_hf(tr, tmp));
   free(w);
   tc_remove_dir(tmp);
-  /* a missing directory, and a directory without weights */
+  /* half-precision weights are refused, saying how to get fp32 ones */
+  edited_copy("small", "{}", tmp);
+  snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+  unlink(path);
+  static const char half[] = "{\"transformer.wte.weight\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,4]}}";
+  FILE *hf = fopen(path, "wb");
+  uint64_t hlen = sizeof half - 1;
+  cr_assert(hf && fwrite(&hlen, 8, 1, hf) == 1 && fwrite(half, 1, hlen, hf) == hlen && fwrite("\0\0\0\0", 1, 4, hf) == 4);
+  cr_assert(fclose(hf) == 0);
+  rc = strata_trainer_load_hf(tr, tmp);
+  cr_assert_eq(rc, STRATA_ERR_UNSUPPORTED, "%s", strata_last_error());
+  cr_assert(strstr(strata_last_error(), "dtype F16") && strstr(strata_last_error(), "model.float()"), "%s",
+            strata_last_error());
+  tc_remove_dir(tmp);
+  /* a missing directory; a directory without weights, or with them only as a pickle */
   cr_assert_eq(strata_trainer_load_hf(tr, "/nonexistent/gpt2"), STRATA_ERR_NOT_FOUND);
+  edited_copy("small", "{}", tmp);
+  snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+  unlink(path);
+  cr_assert_eq(strata_trainer_load_hf(tr, tmp), STRATA_ERR_NOT_FOUND);
+  cr_assert(strstr(strata_last_error(), "no model.safetensors"), "%s", strata_last_error());
+  snprintf(path, sizeof path, "%s/pytorch_model.bin", tmp);
+  FILE *pk = fopen(path, "wb");
+  cr_assert(pk && fclose(pk) == 0);
+  cr_assert_eq(strata_trainer_load_hf(tr, tmp), STRATA_ERR_UNSUPPORTED);
+  cr_assert(strstr(strata_last_error(), "pytorch_model.bin"), "%s", strata_last_error());
+  tc_remove_dir(tmp);
   cr_assert_eq(strata_hf_model("/nonexistent/gpt2", &m), STRATA_ERR_NOT_FOUND);
   free(ts);
   strata_safetensors_free(f);
