@@ -9,7 +9,7 @@
 #include "common.h"
 
 static void setup(void) {
-  setenv("STRATA_BACKENDS", "host,opencl", 0);
+  setenv("STRATA_BACKENDS", "host,opencl,cuda", 0);
   setenv("STRATA_HOST_DEVICES", "2", 1);
 }
 
@@ -103,6 +103,14 @@ Test(hf, both_fixtures_match_transformers_on_opencl, .timeout = 600) {
     cr_skip_test("no OpenCL device (backend not built or no platform)");
   reproduce("small", o);
   reproduce("tied-50257", o);
+}
+
+Test(hf, both_fixtures_match_transformers_on_cuda) {
+  int c = tc_find_device("cuda", 0);
+  if (c < 0)
+    cr_skip_test("no CUDA device (backend not built, or no GPU or driver)");
+  reproduce("small", c);
+  reproduce("tied-50257", c);
 }
 
 Test(hf, the_model_follows_config_json) {
