@@ -24,9 +24,12 @@
 struct strata_dataset {
   int kind;
   char source[256];
-  /* text: the whole corpus; bytes [0, train_len) train, [train_len, text_len) validation */
+  /* text: the whole corpus; tokens [0, train_len) train, [train_len, text_len) validation; a token is a byte of
+  ** `text`, or with `wide` the little-endian uint16 at byte 2 i */
   uint8_t *text;
   size_t text_len, train_len;
+  int wide;
+  int64_t vocab;            /* 256, or the vocabulary a token file was checked against */
   double entropy;
   /* images: count images of size*size floats each; [0, train_count) train, the rest validation */
   float *pixels;
@@ -230,6 +233,32 @@ static double strata__unigram_entropy(const uint8_t *x, size_t n) {
   return h;
 }
 
+/* Token i of a text dataset. */
+static inline uint32_t strata__token(const struct strata_dataset *ds, size_t i) {
+  if (!ds->wide)
+    return ds->text[i];
+  uint16_t v;
+  memcpy(&v, ds->text + 2 * i, sizeof v);
+  return v;
+}
+
+/* Entropy of the token distribution of the first n tokens, in nats; `vocab` bounds the ids. */
+static int strata__token_entropy(const struct strata_dataset *ds, size_t n, double *h) {
+  uint64_t *counts = calloc((size_t)ds->vocab, sizeof *counts);
+  if (!counts)
+    return strata__error(STRATA_ERR_NOMEM, "%s: out of host memory counting tokens", ds->source);
+  for (size_t i = 0; i < n; i++)
+    counts[strata__token(ds, i)]++;
+  *h = 0;
+  for (int64_t t = 0; t < ds->vocab; t++)
+    if (counts[t]) {
+      double p = (double)counts[t] / (double)n;
+      *h -= p * log(p);
+    }
+  free(counts);
+  return STRATA_OK;
+}
+
 STRATA_API int strata_dataset_text(const char *path, double val_fraction, strata_dataset_t *out) {
   if (!out)
     return strata__error(STRATA_ERR_INVALID, "strata_dataset_text: out is NULL");
@@ -241,6 +270,7 @@ STRATA_API int strata_dataset_text(const char *path, double val_fraction, strata
   if (!ds)
     return strata__error(STRATA_ERR_NOMEM, "out of host memory allocating a dataset");
   ds->kind = STRATA_DATA_TEXT;
+  ds->vocab = 256;
   int rc;
   if (path) {
     size_t cap = 0;
@@ -278,6 +308,243 @@ STRATA_API int strata_dataset_text(const char *path, double val_fraction, strata
     ds->text = shrunk;
   *out = ds;
   return STRATA_OK;
+}
+
+/* ---------------------------------------------------------------- token files */
+
+/* llm.c's token files (dev/data/data_common.py): 256 int32 of header, then the tokens. */
+#define STRATA__LLMC_MAGIC 20240520
+#define STRATA__LLMC_HEADER_BYTES 1024
+/* How much of a file AUTO looks at for a NUL byte. */
+#define STRATA__DETECT_BYTES 65536
+/* The largest vocabulary a token file is checked against (strata's models allow as much). */
+#define STRATA__MAX_VOCAB 1048576
+
+static int32_t strata__le32(const uint8_t *p) {
+  return (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+}
+
+/* The AUTO decision on the first `n` bytes of a file. */
+static int strata__detect(const uint8_t *p, size_t n) {
+  if (n >= 4 && strata__le32(p) == STRATA__LLMC_MAGIC)
+    return STRATA_TOKENS_LLMC;
+  return memchr(p, 0, n < STRATA__DETECT_BYTES ? n : STRATA__DETECT_BYTES) ? STRATA_TOKENS_U16 : STRATA_TOKENS_BYTES;
+}
+
+STRATA_API int strata_token_format_detect(const char *path, int *format) {
+  if (!path || !format)
+    return strata__error(STRATA_ERR_INVALID, "strata_token_format_detect: NULL argument");
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return strata__error(STRATA_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  uint8_t *buf = malloc(STRATA__DETECT_BYTES);
+  if (!buf) {
+    fclose(f);
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory");
+  }
+  size_t n = fread(buf, 1, STRATA__DETECT_BYTES, f);
+  int bad = ferror(f);
+  fclose(f);
+  if (!bad)
+    *format = strata__detect(buf, n);
+  free(buf);
+  return bad ? strata__error(STRATA_ERR_IO, "%s: read error", path) : STRATA_OK;
+}
+
+static const char *strata__format_name(int format) {
+  return format == STRATA_TOKENS_U16 ? "nanoGPT uint16 tokens" : format == STRATA_TOKENS_LLMC ? "llm.c tokens" : "bytes";
+}
+
+/*
+** Check the raw bytes of a token file of `format` (U16 or LLMC) and leave
+** only the uint16 tokens at the start of ds->text, ds->text_len counting
+** tokens. Messages name the file.
+*/
+static int strata__tokens_unwrap(struct strata_dataset *ds, const char *path, int format) {
+  size_t bytes = ds->text_len;
+  if (format == STRATA_TOKENS_LLMC) {
+    if (bytes < STRATA__LLMC_HEADER_BYTES)
+      return strata__error(STRATA_ERR_PARSE, "%s: %zu bytes, shorter than the %d-byte llm.c header (truncated?)", path,
+                           bytes, STRATA__LLMC_HEADER_BYTES);
+    int32_t magic = strata__le32(ds->text), version = strata__le32(ds->text + 4), count = strata__le32(ds->text + 8);
+    if (magic != STRATA__LLMC_MAGIC)
+      return strata__error(STRATA_ERR_PARSE, "%s: wrong magic %d; an llm.c token file starts with %d", path,
+                           (int)magic, STRATA__LLMC_MAGIC);
+    if (version == 2)
+      return strata__error(STRATA_ERR_UNSUPPORTED, "%s: llm.c version 2 (uint32 tokens, LLaMA 3); strata reads "
+                           "version 1 (uint16 tokens, GPT-2)", path);
+    if (version != 1)
+      return strata__error(STRATA_ERR_PARSE, "%s: llm.c header version %d; strata reads version 1", path,
+                           (int)version);
+    size_t have = bytes - STRATA__LLMC_HEADER_BYTES;
+    if (count < 0 || (uint64_t)count * 2 != have)
+      return strata__error(STRATA_ERR_PARSE,
+                           "%s: the llm.c header says %d tokens (%llu bytes), the file holds %zu bytes after it%s",
+                           path, (int)count, (unsigned long long)((uint64_t)(count < 0 ? 0 : count) * 2), have,
+                           (uint64_t)(count < 0 ? 0 : count) * 2 > have ? " (truncated?)" : "");
+    memmove(ds->text, ds->text + STRATA__LLMC_HEADER_BYTES, have);
+    bytes = have;
+  } else if (bytes % 2) {
+    return strata__error(STRATA_ERR_PARSE, "%s: %zu bytes, an odd count; uint16 tokens take 2 bytes each "
+                         "(truncated, or not a token file?)", path, bytes);
+  }
+  ds->wide = 1;
+  ds->text_len = bytes / 2;
+  return STRATA_OK;
+}
+
+/*
+** Read token file `path` of `format` into ds->text (bytes, or with ds->wide
+** uint16), ds->text_len counting tokens, every id checked below ds->vocab.
+** *used receives the format read (AUTO resolved). On failure ds holds what
+** was read, for the caller to free.
+*/
+static int strata__tokens_read(struct strata_dataset *ds, const char *path, int format, int *used) {
+  size_t cap = 0;
+  int rc = strata__append_file(path, &ds->text, &ds->text_len, &cap);
+  if (!rc && ds->text_len == 0)
+    rc = strata__error(STRATA_ERR_INVALID, "%s: the file is empty", path);
+  if (!rc && format == STRATA_TOKENS_AUTO)
+    format = strata__detect(ds->text, ds->text_len);
+  if (!rc && format != STRATA_TOKENS_BYTES)
+    rc = strata__tokens_unwrap(ds, path, format);
+  if (!rc && ds->text_len == 0)
+    rc = strata__error(STRATA_ERR_INVALID, "%s: the file holds no tokens", path);
+  for (size_t i = 0; i < ds->text_len && !rc; i++) {
+    uint32_t t = strata__token(ds, i);
+    if (t >= (uint64_t)ds->vocab)
+      rc = strata__error(STRATA_ERR_RANGE, "%s: token %u at position %zu is not below the model's vocabulary of %lld",
+                         path, (unsigned)t, i, (long long)ds->vocab);
+  }
+  *used = format;
+  return rc;
+}
+
+/* The arguments every token-file constructor checks. */
+static int strata__tokens_args(const char *path, int format, int64_t vocab, strata_dataset_t *out) {
+  if (!out)
+    return strata__error(STRATA_ERR_INVALID, "strata_dataset_tokens: out is NULL");
+  *out = NULL;
+  if (!path)
+    return strata__error(STRATA_ERR_INVALID, "strata_dataset_tokens: path is NULL");
+  if (format < STRATA_TOKENS_AUTO || format > STRATA_TOKENS_LLMC)
+    return strata__error(STRATA_ERR_INVALID, "strata_dataset_tokens: unknown format %d", format);
+  if (vocab < 2 || vocab > STRATA__MAX_VOCAB)
+    return strata__error(STRATA_ERR_INVALID, "%s: vocabulary %lld outside 2..%d", path, (long long)vocab,
+                         STRATA__MAX_VOCAB);
+  return STRATA_OK;
+}
+
+/* Finish a token dataset whose splits are set: entropy of the training tokens, memory trimmed. */
+static int strata__tokens_finish(struct strata_dataset *ds, strata_dataset_t *out) {
+  int rc = strata__token_entropy(ds, ds->train_len, &ds->entropy);
+  if (rc) {
+    strata_dataset_free(ds);
+    return rc;
+  }
+  uint8_t *shrunk = realloc(ds->text, ds->text_len * (ds->wide ? 2 : 1));
+  if (shrunk)
+    ds->text = shrunk;
+  *out = ds;
+  return STRATA_OK;
+}
+
+STRATA_API int strata_dataset_tokens(const char *path, int format, int64_t vocab, double val_fraction,
+                                     strata_dataset_t *out) {
+  TRY(strata__tokens_args(path, format, vocab, out));
+  if (!(val_fraction > 0 && val_fraction < 1))
+    return strata__error(STRATA_ERR_INVALID, "%s: validation fraction %g is outside (0, 1)", path, val_fraction);
+  struct strata_dataset *ds = calloc(1, sizeof *ds);
+  if (!ds)
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory allocating a dataset");
+  ds->kind = STRATA_DATA_TEXT;
+  ds->vocab = vocab;
+  int used = format;
+  int rc = strata__tokens_read(ds, path, format, &used);
+  size_t val_len = 0;
+  if (!rc) {
+    val_len = (size_t)floor(val_fraction * (double)ds->text_len + 0.5);
+    if (val_len < STRATA__MIN_SPLIT_BYTES || ds->text_len - val_len < STRATA__MIN_SPLIT_BYTES)
+      rc = strata__error(STRATA_ERR_INVALID,
+                         "%s: too short: %zu tokens with validation fraction %g give %zu training and %zu validation "
+                         "tokens; each split needs at least %d",
+                         path, ds->text_len, val_fraction, ds->text_len - val_len, val_len, STRATA__MIN_SPLIT_BYTES);
+  }
+  if (rc) {
+    strata_dataset_free(ds);
+    return rc;
+  }
+  ds->train_len = ds->text_len - val_len;
+  snprintf(ds->source, sizeof ds->source, "%.200s (%s)", path, strata__format_name(used));
+  return strata__tokens_finish(ds, out);
+}
+
+/* Make a byte dataset's tokens uint16 (in place, growing the buffer). */
+static int strata__widen(struct strata_dataset *ds) {
+  if (ds->wide)
+    return STRATA_OK;
+  uint8_t *w = realloc(ds->text, 2 * ds->text_len + 1);
+  if (!w)
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory reading tokens");
+  for (size_t i = ds->text_len; i-- > 0;) {
+    uint16_t v = w[i];
+    memcpy(w + 2 * i, &v, sizeof v);
+  }
+  ds->text = w;
+  ds->wide = 1;
+  return STRATA_OK;
+}
+
+STRATA_API int strata_dataset_tokens_split(const char *train_path, const char *val_path, int format, int64_t vocab,
+                                           strata_dataset_t *out) {
+  TRY(strata__tokens_args(train_path, format, vocab, out));
+  if (!val_path)
+    return strata__error(STRATA_ERR_INVALID, "strata_dataset_tokens_split: val_path is NULL");
+  struct strata_dataset *ds = calloc(1, sizeof *ds), *val = calloc(1, sizeof *val);
+  if (!ds || !val) {
+    free(ds);
+    free(val);
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory allocating a dataset");
+  }
+  ds->kind = val->kind = STRATA_DATA_TEXT;
+  ds->vocab = val->vocab = vocab;
+  int f1 = format, f2 = format;
+  int rc = strata__tokens_read(ds, train_path, format, &f1);
+  if (!rc)
+    rc = strata__tokens_read(val, val_path, format, &f2);
+  const char *which = ds->text_len < STRATA__MIN_SPLIT_BYTES ? train_path : val_path;
+  if (!rc && (ds->text_len < STRATA__MIN_SPLIT_BYTES || val->text_len < STRATA__MIN_SPLIT_BYTES))
+    rc = strata__error(STRATA_ERR_INVALID, "%s: too short: a split needs at least %d tokens", which,
+                       STRATA__MIN_SPLIT_BYTES);
+  /* one buffer, the training tokens then the validation ones, both as wide as the wider */
+  if (!rc && (ds->wide || val->wide)) {
+    rc = strata__widen(ds);
+    if (!rc)
+      rc = strata__widen(val);
+  }
+  size_t width = ds->wide ? 2 : 1;
+  if (!rc) {
+    uint8_t *all = realloc(ds->text, (ds->text_len + val->text_len) * width);
+    if (!all)
+      rc = strata__error(STRATA_ERR_NOMEM, "out of host memory reading %s", val_path);
+    else {
+      ds->text = all;
+      memcpy(all + ds->text_len * width, val->text, val->text_len * width);
+      ds->train_len = ds->text_len;
+      ds->text_len += val->text_len;
+    }
+  }
+  strata_dataset_free(val);
+  if (rc) {
+    strata_dataset_free(ds);
+    return rc;
+  }
+  if (f1 == f2)
+    snprintf(ds->source, sizeof ds->source, "%.100s + %.100s (%s)", train_path, val_path, strata__format_name(f1));
+  else
+    snprintf(ds->source, sizeof ds->source, "%.100s (%s) + %.100s (%s)", train_path, strata__format_name(f1),
+             val_path, strata__format_name(f2));
+  return strata__tokens_finish(ds, out);
 }
 
 /* ---------------------------------------------------------------- images */
@@ -492,7 +759,7 @@ STRATA_API int strata_dataset_info(strata_dataset_t ds, struct strata_dataset_in
   if (ds->kind == STRATA_DATA_TEXT) {
     info->train_size = ds->train_len;
     info->val_size = ds->text_len - ds->train_len;
-    info->vocab = 256;
+    info->vocab = ds->vocab;
     info->unigram_entropy = ds->entropy;
   } else {
     info->train_size = (uint64_t)ds->train_count;
@@ -522,14 +789,15 @@ STRATA_API int strata_dataset_sample(strata_dataset_t ds, int split, int64_t bat
     return strata__error(STRATA_ERR_INVALID, "strata_dataset_sample: batch %lld < 1", (long long)batch);
   const char *sname = split == STRATA_SPLIT_TRAIN ? "training" : "validation";
   if (ds->kind == STRATA_DATA_TEXT) {
-    const uint8_t *base = ds->text + (split == STRATA_SPLIT_TRAIN ? 0 : ds->train_len);
+    size_t base = split == STRATA_SPLIT_TRAIN ? 0 : ds->train_len;
     uint64_t len = split == STRATA_SPLIT_TRAIN ? ds->train_len : ds->text_len - ds->train_len;
     if (context < 1)
       return strata__error(STRATA_ERR_INVALID, "strata_dataset_sample: context %lld < 1", (long long)context);
     if ((uint64_t)context >= len)
       return strata__error(STRATA_ERR_INVALID,
-                           "%s: the %s split holds %llu bytes, fewer than context %lld + 1; use a shorter context",
-                           ds->source, sname, (unsigned long long)len, (long long)context);
+                           "%s: the %s split holds %llu %s, fewer than context %lld + 1; use a shorter context",
+                           ds->source, sname, (unsigned long long)len, ds->wide ? "tokens" : "bytes",
+                           (long long)context);
     uint64_t cells;
     if (!strata__mul_ok((uint64_t)batch, (uint64_t)context, &cells) || cells > SIZE_MAX / sizeof(int32_t))
       return strata__error(STRATA_ERR_INVALID, "strata_dataset_sample: batch %lld x context %lld is too large",
@@ -537,11 +805,18 @@ STRATA_API int strata_dataset_sample(strata_dataset_t ds, int split, int64_t bat
     int32_t *in = inputs;
     uint64_t starts = len - (uint64_t)context;
     for (int64_t b = 0; b < batch; b++) {
-      const uint8_t *w = base + strata__uniform_below(state, starts);
+      size_t w = base + (size_t)strata__uniform_below(state, starts);
       int32_t *ib = in + b * context, *tb = targets + b * context;
-      for (int64_t k = 0; k < context; k++) {
-        ib[k] = w[k];
-        tb[k] = w[k + 1];
+      if (!ds->wide) {
+        for (int64_t k = 0; k < context; k++) {
+          ib[k] = ds->text[w + (size_t)k];
+          tb[k] = ds->text[w + (size_t)k + 1];
+        }
+      } else {
+        for (int64_t k = 0; k < context; k++) {
+          ib[k] = (int32_t)strata__token(ds, w + (size_t)k);
+          tb[k] = (int32_t)strata__token(ds, w + (size_t)k + 1);
+        }
       }
     }
     return STRATA_OK;

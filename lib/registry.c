@@ -86,19 +86,67 @@ static int check_backend_list(void) {
 }
 
 /*
-** Find and open module `strata-NAME.so`: each directory of
-** STRATA_BACKEND_PATH, then the package library directory. Fills
-** slot->path and slot->dl, or slot->reason.
+** The top of the build tree this program runs from, or "" when it is not
+** run from one. A program of a build tree lives in a folder of it (tools/,
+** tests/, ...) or, behind a libtool wrapper script, in that folder's .libs/;
+** the top beside it holds config.status and libstrata.la, which an install
+** prefix never has. So an installed program never takes this path and loads
+** only installed modules. Linux's /proc/self/exe names the executable; where
+** it is missing the answer is "".
+*/
+static void build_tree_top(char *top, size_t size) {
+  top[0] = '\0';
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0 || (size_t)n >= sizeof exe - 1)
+    return;
+  exe[n] = '\0';
+  char *slash = strrchr(exe, '/');
+  if (!slash || slash == exe)
+    return;
+  *slash = '\0'; /* the executable's folder */
+  slash = strrchr(exe, '/');
+  if (slash && strcmp(slash, "/.libs") == 0)
+    *slash = '\0';
+  slash = strrchr(exe, '/');
+  if (!slash || slash == exe)
+    return;
+  *slash = '\0'; /* its parent: the top of a build tree? */
+  char probe[4096 + 32];
+  snprintf(probe, sizeof probe, "%s/config.status", exe);
+  if (access(probe, F_OK) != 0)
+    return;
+  snprintf(probe, sizeof probe, "%s/libstrata.la", exe);
+  if (access(probe, F_OK) != 0)
+    return;
+  strata__strlcpy(top, exe, size);
+}
+
+/*
+** Find and open module `strata-NAME.so`. With STRATA_BACKEND_PATH set: each
+** of its directories, then the package library directory. Without it, a
+** program run from a build tree (build_tree_top) looks in that tree's
+** backends/NAME/.libs only, as hwloc and GStreamer do for uninstalled
+** runs, so that it never mixes with an older installed module; any other
+** program looks in the package library directory. Fills slot->path and
+** slot->dl, or slot->reason.
 */
 static void slot_open(struct strata__slot *slot) {
   char file[64];
   snprintf(file, sizeof file, "strata-%s.so", slot->name);
-  char dirs[4096] = "";
+  char dirs[4096] = "", where[512];
   const char *env = getenv("STRATA_BACKEND_PATH");
-  if (env && *env)
+  char top[2048];
+  if (env && *env) {
     snprintf(dirs, sizeof dirs, "%s:%s", env, STRATA_PKGLIBDIR);
-  else
+    snprintf(where, sizeof where, "STRATA_BACKEND_PATH, %s", STRATA_PKGLIBDIR);
+  } else if (build_tree_top(top, sizeof top), top[0]) {
+    snprintf(dirs, sizeof dirs, "%s/backends/%s/.libs", top, slot->name);
+    snprintf(where, sizeof where, "the build tree's %.400s", dirs);
+  } else {
     strata__strlcpy(dirs, STRATA_PKGLIBDIR, sizeof dirs);
+    snprintf(where, sizeof where, "STRATA_BACKEND_PATH, %s", STRATA_PKGLIBDIR);
+  }
   char *save = NULL;
   char first_error[256] = "";
   for (char *dir = strtok_r(dirs, ":", &save); dir; dir = strtok_r(NULL, ":", &save)) {
@@ -120,8 +168,7 @@ static void slot_open(struct strata__slot *slot) {
   if (first_error[0])
     snprintf(slot->reason, sizeof slot->reason, "module failed to load: %.200s", first_error);
   else
-    snprintf(slot->reason, sizeof slot->reason, "module %s not found (STRATA_BACKEND_PATH, %s)", file,
-             STRATA_PKGLIBDIR);
+    snprintf(slot->reason, sizeof slot->reason, "module %s not found (%.160s)", file, where);
 }
 
 /* Load one backend and start it. A missing module or driver is not an

@@ -825,6 +825,13 @@ STRATA_API int strata_trainer_loss_grad(strata_trainer_t tr, const void *inputs,
 }
 
 STRATA_API int strata_trainer_logits(strata_trainer_t tr, const int32_t *tokens, int64_t batch, float *logits) {
+  if (!tr)
+    return strata__error(STRATA_ERR_INVALID, "strata_trainer_logits: NULL argument");
+  return strata_trainer_logits_at(tr, tokens, batch, tr->images ? 0 : tr->model->cfg.context - 1, 1, logits);
+}
+
+STRATA_API int strata_trainer_logits_at(strata_trainer_t tr, const int32_t *tokens, int64_t batch, int64_t first,
+                                        int64_t count, float *logits) {
   if (!tr || !tokens || !logits)
     return strata__error(STRATA_ERR_INVALID, "strata_trainer_logits: NULL argument");
   if (tr->images)
@@ -834,9 +841,17 @@ STRATA_API int strata_trainer_logits(strata_trainer_t tr, const int32_t *tokens,
     return strata__error(STRATA_ERR_SHAPE, "strata_trainer_logits: batch %lld, at most %lld", (long long)batch,
                          (long long)tr->opt.batch);
   int64_t T = tr->model->cfg.context, V = tr->model->cfg.vocab;
+  if (first < 0 || count < 1 || first > T - count)
+    return strata__error(STRATA_ERR_RANGE, "strata_trainer_logits: positions [%lld, %lld) outside the context of %lld",
+                         (long long)first, (long long)(first + count), (long long)T);
   int32_t *in = tr->inputs[0];
   for (int64_t i = 0; i < tr->rows; i++) {
     in[i] = i < batch * T ? tokens[i] : 0;
+    if (in[i] < 0 || in[i] >= V) {
+      release_all(tr);
+      return strata__error(STRATA_ERR_RANGE, "strata_trainer_logits: token %lld at position %lld is outside the "
+                           "vocabulary (%lld)", (long long)in[i], (long long)i, (long long)V);
+    }
     tr->targets[0][i] = -1; /* no loss wanted */
   }
   struct strata__stage *last = tr->st[tr->nstages - 1];
@@ -844,8 +859,8 @@ STRATA_API int strata_trainer_logits(strata_trainer_t tr, const int32_t *tokens,
   if (!rc) {
     strata_mem_t lg = strata__stage_logits(last, 0);
     for (int64_t b = 0; b < batch && !rc; b++)
-      rc = strata_buffer_read(last->q, lg.buf, (lg.off + (size_t)((b * T + T - 1) * V)) * 4, logits + b * V,
-                              (size_t)V * 4);
+      rc = strata_buffer_read(last->q, lg.buf, (lg.off + (size_t)((b * T + first) * V)) * 4, logits + b * count * V,
+                              (size_t)(count * V) * 4);
   }
   if (!rc)
     rc = strata_queue_finish(last->q);

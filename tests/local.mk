@@ -6,7 +6,7 @@ LOG_COMPILER = $(top_srcdir)/tests/run-test
 SH_LOG_COMPILER = $(top_srcdir)/tests/run-test
 TEST_EXTENSIONS = .sh
 AM_TESTS_ENVIRONMENT = top_builddir='$(abs_top_builddir)'; top_srcdir='$(abs_top_srcdir)'; \
-	export top_builddir top_srcdir;
+	strata_pkglibdir='$(pkglibdir)'; export top_builddir top_srcdir strata_pkglibdir;
 EXTRA_DIST += tests/run-test tests/common.h tests/lsan.supp
 
 if HAVE_CRITERION

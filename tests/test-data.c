@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* test-data.c — Criterion suite of the training data: text splits, windows, entropy, errors, the shapes task. */
+/* test-data.c — Criterion suite of the training data: text splits, windows, entropy, errors, nanoGPT and llm.c token
+** files, the shapes task. */
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
@@ -413,4 +414,211 @@ Test(images, nearest_class_mean_beats_chance) {
     cr_assert(acc > chance + 0.15, "%lldx%lld, %lld classes: accuracy %.3f",
               (long long)cases[i].size, (long long)cases[i].size, (long long)cases[i].classes, acc);
   }
+}
+
+/* ---------------------------------------------------------------- token files */
+
+TestSuite(tokens, .init = make_tdir, .fini = remove_tdir);
+
+/* n tokens as a nanoGPT file (raw little-endian uint16), or with llm.c's header; the bytes in a malloc'd buffer. */
+static uint8_t *token_bytes(const uint16_t *tok, size_t n, int llmc, size_t *len) {
+  size_t head = llmc ? 1024 : 0;
+  uint8_t *b = calloc(head + 2 * n + 1, 1);
+  cr_assert_not_null(b);
+  if (llmc) {
+    uint32_t f[3] = {20240520u, 1u, (uint32_t)n};
+    for (int k = 0; k < 3; k++)
+      for (int i = 0; i < 4; i++)
+        b[4 * k + i] = (uint8_t)(f[k] >> (8 * i));
+  }
+  for (size_t i = 0; i < n; i++) {
+    b[head + 2 * i] = (uint8_t)(tok[i] & 0xff);
+    b[head + 2 * i + 1] = (uint8_t)(tok[i] >> 8);
+  }
+  *len = head + 2 * n;
+  return b;
+}
+
+/* Status of strata_dataset_tokens; the message is kept in `msg`. */
+static int tokens_status(const char *path, int format, int64_t vocab, char *msg, size_t size) {
+  strata_dataset_t ds = NULL;
+  int rc = strata_dataset_tokens(path, format, vocab, 0.1, &ds);
+  cr_assert((rc == STRATA_OK) == (ds != NULL), "the dataset is returned exactly on success");
+  snprintf(msg, size, "%s", rc ? strata_last_error() : "");
+  strata_dataset_free(ds);
+  return rc;
+}
+
+Test(tokens, both_formats_give_the_same_windows_of_the_written_ids) {
+  enum { N = 5000, CTX = 16, B = 8 };
+  static uint16_t tok[N];
+  for (size_t i = 0; i < N; i++)
+    tok[i] = (uint16_t)((i * 7919u + 13u) % 50257u); /* ids across GPT-2's whole vocabulary */
+  for (int llmc = 0; llmc < 2; llmc++) {
+    size_t len;
+    uint8_t *bytes = token_bytes(tok, N, llmc, &len);
+    const char *path = write_file(llmc ? "t.llmc.bin" : "t.raw.bin", bytes, len);
+    for (int format = 0; format < 2; format++) { /* detected, then named */
+      strata_dataset_t ds;
+      OK(strata_dataset_tokens(path, format ? (llmc ? STRATA_TOKENS_LLMC : STRATA_TOKENS_U16) : STRATA_TOKENS_AUTO,
+                               50257, 0.1, &ds));
+      struct strata_dataset_info info;
+      OK(strata_dataset_info(ds, &info));
+      cr_assert_eq(info.kind, STRATA_DATA_TEXT);
+      cr_assert_eq(info.vocab, 50257);
+      cr_assert_eq(info.train_size, N - 500);
+      cr_assert_eq(info.val_size, 500);
+      cr_assert(strstr(info.source, llmc ? "llm.c tokens" : "nanoGPT uint16 tokens"), "%s", info.source);
+      cr_assert(info.unigram_entropy > 8, "entropy %g", info.unigram_entropy);
+      int32_t in[B * CTX], tg[B * CTX];
+      uint64_t state = 7;
+      OK(strata_dataset_sample(ds, STRATA_SPLIT_TRAIN, B, CTX, &state, in, tg));
+      for (int b = 0; b < B; b++) {
+        /* find the window among the written ids: its first id fixes the start (the sequence has period 50257) */
+        size_t start = N;
+        for (size_t i = 0; i + CTX < N - 500 + 1 && start == N; i++)
+          if (tok[i] == in[b * CTX] && tok[i + 1] == in[b * CTX + 1])
+            start = i;
+        cr_assert_neq(start, N, "window %d is not in the training split", b);
+        for (int k = 0; k < CTX; k++) {
+          cr_assert_eq(in[b * CTX + k], tok[start + k]);
+          cr_assert_eq(tg[b * CTX + k], tok[start + k + 1]);
+        }
+      }
+      /* validation windows come from the last 500 ids */
+      OK(strata_dataset_sample(ds, STRATA_SPLIT_VAL, B, CTX, &state, in, tg));
+      for (int b = 0; b < B; b++) {
+        int found = 0;
+        for (size_t i = N - 500; i + CTX < N && !found; i++)
+          found = tok[i] == in[b * CTX] && tok[i + CTX] == tg[b * CTX + CTX - 1];
+        cr_assert(found, "validation window %d is not in the validation split", b);
+      }
+      strata_dataset_free(ds);
+    }
+    free(bytes);
+  }
+}
+
+Test(tokens, detection_by_content) {
+  int f = -1;
+  uint16_t tok[4] = {1, 2, 300, 4};
+  size_t len;
+  uint8_t *b = token_bytes(tok, 4, 1, &len);
+  OK(strata_token_format_detect(write_file("a.bin", b, len), &f));
+  cr_assert_eq(f, STRATA_TOKENS_LLMC);
+  free(b);
+  b = token_bytes(tok, 4, 0, &len);
+  OK(strata_token_format_detect(write_file("b.bin", b, len), &f));
+  cr_assert_eq(f, STRATA_TOKENS_U16);
+  free(b);
+  OK(strata_token_format_detect(write_file("c.txt", "plain text, no NUL\n", 19), &f));
+  cr_assert_eq(f, STRATA_TOKENS_BYTES);
+  /* text read through strata_dataset_tokens is bytes, as strata_dataset_text reads it */
+  strata_dataset_t ds;
+  OK(strata_dataset_tokens(write_file("d.txt", "abcdefghijklmnopqrstuvwxyz", 26), STRATA_TOKENS_AUTO, 300, 0.2, &ds));
+  struct strata_dataset_info info;
+  OK(strata_dataset_info(ds, &info));
+  cr_assert_eq(info.train_size + info.val_size, 26);
+  cr_assert_eq(info.vocab, 300);
+  strata_dataset_free(ds);
+}
+
+Test(tokens, bad_files_are_one_clear_error) {
+  char msg[512];
+  uint16_t tok[64];
+  for (int i = 0; i < 64; i++)
+    tok[i] = (uint16_t)(i * 5);
+  size_t len;
+  uint8_t *raw = token_bytes(tok, 64, 0, &len);
+  /* an odd byte count */
+  cr_assert_eq(tokens_status(write_file("odd.bin", raw, 127), STRATA_TOKENS_U16, 512, msg, sizeof msg), STRATA_ERR_PARSE);
+  cr_assert(strstr(msg, "odd.bin") && strstr(msg, "127 bytes, an odd count"), "%s", msg);
+  cr_assert_eq(tokens_status(write_file("odd2.bin", raw, 127), STRATA_TOKENS_AUTO, 512, msg, sizeof msg), STRATA_ERR_PARSE);
+  /* an id at or above the vocabulary, named by position */
+  cr_assert_eq(tokens_status(write_file("range.bin", raw, len), STRATA_TOKENS_U16, 300, msg, sizeof msg), STRATA_ERR_RANGE);
+  cr_assert(strstr(msg, "token 300 at position 60"), "%s", msg);
+  free(raw);
+  uint8_t *l = token_bytes(tok, 64, 1, &len);
+  /* truncated inside the header, and inside the tokens */
+  cr_assert_eq(tokens_status(write_file("short.bin", l, 1000), STRATA_TOKENS_LLMC, 512, msg, sizeof msg), STRATA_ERR_PARSE);
+  cr_assert(strstr(msg, "shorter than the 1024-byte llm.c header"), "%s", msg);
+  cr_assert_eq(tokens_status(write_file("cut.bin", l, len - 20), STRATA_TOKENS_AUTO, 512, msg, sizeof msg), STRATA_ERR_PARSE);
+  cr_assert(strstr(msg, "says 64 tokens (128 bytes), the file holds 108 bytes after it (truncated?)"), "%s", msg);
+  /* a wrong magic, a wrong version, uint32 tokens */
+  l[0] ^= 1;
+  cr_assert_eq(tokens_status(write_file("magic.bin", l, len), STRATA_TOKENS_LLMC, 512, msg, sizeof msg), STRATA_ERR_PARSE);
+  cr_assert(strstr(msg, "wrong magic 20240521"), "%s", msg);
+  l[0] ^= 1;
+  l[4] = 7;
+  cr_assert_eq(tokens_status(write_file("version.bin", l, len), STRATA_TOKENS_AUTO, 512, msg, sizeof msg), STRATA_ERR_PARSE);
+  cr_assert(strstr(msg, "version 7"), "%s", msg);
+  l[4] = 2;
+  cr_assert_eq(tokens_status(write_file("v2.bin", l, len), STRATA_TOKENS_AUTO, 512, msg, sizeof msg),
+               STRATA_ERR_UNSUPPORTED);
+  l[4] = 1;
+  cr_assert_eq(tokens_status(write_file("ok.bin", l, len), STRATA_TOKENS_AUTO, 512, msg, sizeof msg), STRATA_OK);
+  /* a header with no tokens, an empty file, a missing one, too few tokens to split */
+  cr_assert_eq(tokens_status(write_file("none.bin", l, 1024), STRATA_TOKENS_LLMC, 512, msg, sizeof msg), STRATA_ERR_PARSE);
+  free(l);
+  cr_assert_eq(tokens_status(write_file("empty.bin", "", 0), STRATA_TOKENS_U16, 512, msg, sizeof msg), STRATA_ERR_INVALID);
+  cr_assert_eq(tokens_status("/nonexistent/t.bin", STRATA_TOKENS_U16, 512, msg, sizeof msg), STRATA_ERR_IO);
+  cr_assert_eq(tokens_status(write_file("two.bin", "\1\0\2\0", 4), STRATA_TOKENS_U16, 512, msg, sizeof msg),
+               STRATA_ERR_INVALID);
+  /* bad arguments */
+  cr_assert_eq(tokens_status(write_file("x.bin", "\1\0\2\0", 4), 9, 512, msg, sizeof msg), STRATA_ERR_INVALID);
+  cr_assert_eq(tokens_status(write_file("x.bin", "\1\0\2\0", 4), STRATA_TOKENS_U16, 2000000, msg, sizeof msg),
+               STRATA_ERR_INVALID);
+}
+
+Test(tokens, splits_in_two_files_as_nanogpt_prepares_them) {
+  enum { NT = 3000, NV = 400, CTX = 8, B = 16 };
+  static uint16_t tr[NT], va[NV];
+  for (int i = 0; i < NT; i++)
+    tr[i] = (uint16_t)(i % 1000); /* training ids below 1000 */
+  for (int i = 0; i < NV; i++)
+    va[i] = (uint16_t)(1000 + i % 300); /* validation ids from 1000 */
+  size_t lt, lv;
+  uint8_t *bt = token_bytes(tr, NT, 0, &lt), *bv = token_bytes(va, NV, 1, &lv);
+  char tpath[512], vbuf[512]; /* write_file's path is one static buffer */
+  snprintf(tpath, sizeof tpath, "%s", write_file("train.bin", bt, lt));
+  snprintf(vbuf, sizeof vbuf, "%s", write_file("val.bin", bv, lv));
+  const char *vpath = vbuf;
+  strata_dataset_t ds;
+  OK(strata_dataset_tokens_split(tpath, vpath, STRATA_TOKENS_AUTO, 1300, &ds));
+  struct strata_dataset_info info;
+  OK(strata_dataset_info(ds, &info));
+  cr_assert_eq(info.train_size, NT);
+  cr_assert_eq(info.val_size, NV);
+  cr_assert(strstr(info.source, "train.bin (nanoGPT uint16 tokens) + ") && strstr(info.source, "val.bin (llm.c tokens)"),
+            "%s", info.source);
+  int32_t in[B * CTX], tg[B * CTX];
+  uint64_t state = 3;
+  OK(strata_dataset_sample(ds, STRATA_SPLIT_TRAIN, B, CTX, &state, in, tg));
+  for (int i = 0; i < B * CTX; i++)
+    cr_assert(in[i] < 1000 && tg[i] < 1000 && (tg[i] == (in[i] + 1) % 1000), "training window %d: %d -> %d", i, in[i],
+              tg[i]);
+  OK(strata_dataset_sample(ds, STRATA_SPLIT_VAL, B, CTX, &state, in, tg));
+  for (int i = 0; i < B * CTX; i++)
+    cr_assert(in[i] >= 1000 && tg[i] >= 1000, "validation window %d: %d -> %d", i, in[i], tg[i]);
+  strata_dataset_free(ds);
+  /* a text training file and a token validation file: the bytes become ids too */
+  snprintf(tpath, sizeof tpath, "%s", write_file("train.txt", "some training text, in bytes", 28));
+  OK(strata_dataset_tokens_split(tpath, vpath, STRATA_TOKENS_AUTO, 1300, &ds));
+  OK(strata_dataset_sample(ds, STRATA_SPLIT_TRAIN, 2, 4, &state, in, tg));
+  cr_assert(in[0] >= ' ' && in[0] < 128, "byte %d", in[0]);
+  OK(strata_dataset_sample(ds, STRATA_SPLIT_VAL, 2, 4, &state, in, tg));
+  cr_assert(in[0] >= 1000);
+  strata_dataset_free(ds);
+  /* each file is checked on its own, and named */
+  cr_assert_eq(strata_dataset_tokens_split(tpath, vpath, STRATA_TOKENS_AUTO, 1200, &ds), STRATA_ERR_RANGE);
+  cr_assert(strstr(strata_last_error(), "val.bin: token 1200 at position 200"), "%s", strata_last_error());
+  cr_assert_null(ds);
+  vpath = write_file("odd.bin", bv, lv - 1);
+  cr_assert_eq(strata_dataset_tokens_split(tpath, vpath, STRATA_TOKENS_AUTO, 1300, &ds), STRATA_ERR_PARSE);
+  cr_assert(strstr(strata_last_error(), "odd.bin"), "%s", strata_last_error());
+  vpath = write_file("one.bin", "\1\0", 2);
+  cr_assert_eq(strata_dataset_tokens_split(tpath, vpath, STRATA_TOKENS_AUTO, 1300, &ds), STRATA_ERR_INVALID);
+  cr_assert(strstr(strata_last_error(), "one.bin: too short"), "%s", strata_last_error());
+  free(bt);
+  free(bv);
 }

@@ -132,6 +132,35 @@ else
   not_ok "--measure shows measured figures" "rc=$rc" "$(cat "$TMP/err")"
 fi
 
+# run from the build tree, the tool finds this tree's backend modules with no STRATA_BACKEND_PATH;
+# the same binary outside a build tree (as installed) does not look into the build tree
+env -u STRATA_BACKEND_PATH STRATA_BACKENDS=host "$TOOL" >"$TMP/bt.txt" 2>"$TMP/err"
+rc=$?
+if [ ! -e "$top_builddir/backends/host/.libs/strata-host.so" ]; then
+  skip "build tree: host device listed without STRATA_BACKEND_PATH" "the host backend is not built"
+elif [ "$rc" -eq 0 ] && grep -q '^  0  *host  *host virtual device 0' "$TMP/bt.txt"; then
+  ok "build tree: host device listed without STRATA_BACKEND_PATH"
+else
+  not_ok "build tree: host device listed without STRATA_BACKEND_PATH" "rc=$rc" "$(cat "$TMP/bt.txt" "$TMP/err")"
+fi
+REAL="$top_builddir/tools/.libs/strata-topo"
+[ -x "$REAL" ] || REAL="$top_builddir/tools/strata-topo"
+mkdir -p "$TMP/prefix/bin"
+if cp "$REAL" "$TMP/prefix/bin/strata-topo" 2>/dev/null; then
+  env -u STRATA_BACKEND_PATH STRATA_BACKENDS=host LD_LIBRARY_PATH="$top_builddir/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+    "$TMP/prefix/bin/strata-topo" --json >"$TMP/inst.json" 2>"$TMP/err"
+  rc=$?
+  if [ -e "${strata_pkglibdir:-/nonexistent}/strata-host.so" ]; then
+    skip "outside a build tree: the build tree's modules are not loaded" "a host module is installed in $strata_pkglibdir"
+  elif [ "$rc" -eq 0 ] && ! grep -q '"backend": *"host"' "$TMP/inst.json"; then
+    ok "outside a build tree: the build tree's modules are not loaded"
+  else
+    not_ok "outside a build tree: the build tree's modules are not loaded" "rc=$rc" "$(head -c 600 "$TMP/inst.json")" "$(cat "$TMP/err")"
+  fi
+else
+  skip "outside a build tree: the build tree's modules are not loaded" "cannot copy $REAL"
+fi
+
 # every real dump: loads, exit 0, stable JSON
 if [ -d "$DUMPS" ]; then
   for f in "$DUMPS"/*.xml; do

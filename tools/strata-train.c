@@ -47,6 +47,10 @@
 struct options {
   const char *model;        /* NULL: the checkpoint's model with --resume, else DEFAULT_PRESET */
   const char *data;         /* NULL: the default corpus */
+  int data_format;          /* STRATA_TOKENS_*; -1: not given (auto) */
+  const char *val_data;     /* the validation split's own file (nanoGPT's val.bin), or NULL: the last 10% of --data */
+  const char *init_from;    /* a Hugging Face GPT-2 directory, or NULL */
+  int untie;                /* --untie: an untied copy of a tied --init-from model */
   int device;               /* -1: the fastest device */
   int64_t steps, batch, accum, warmup, seed;  /* warmup -1: the library's default */
   double lr, clip, weight_decay;              /* < 0: the library's default */
@@ -145,7 +149,15 @@ static void usage(FILE *f) {
           "  -m, --model PRESET|FILE  a preset (see below) or a JSON model file (default %s;\n"
           "                           with --resume, the checkpoint's model)\n"
           "  -d, --data FILE          text to train on, one token per byte (default: the default\n"
-          "                           corpus); mlp and cnn models train on synthetic images\n"
+          "                           corpus), or a nanoGPT/llm.c token file; mlp and cnn models\n"
+          "                           train on synthetic images\n"
+          "      --data-format F      auto (default: llm.c by its magic, raw uint16 if the file holds\n"
+          "                           a NUL byte, else text), text, nanogpt (raw uint16) or llmc\n"
+          "      --val-data FILE      validate on FILE (e.g. nanoGPT's val.bin) instead of the last\n"
+          "                           10%% of --data\n"
+          "      --init-from DIR      start from a Hugging Face GPT-2 (config.json + model.safetensors)\n"
+          "      --untie              with --init-from a tied model: train an untied copy (the head\n"
+          "                           starts as the embedding), which --pp can cut\n"
           "      --device N|best      global device index, or the fastest by a timed sgemm (default)\n"
           "  -s, --steps N            total optimizer steps, counting resumed ones (default %d)\n"
           "  -b, --batch N            sequences or images per micro-batch (default %d)\n"
@@ -187,7 +199,8 @@ static void usage(FILE *f) {
     fprintf(f, " %s", *p);
   fprintf(f, "\n\n"
              "Exit status: 0 on success, 1 on a runtime failure (unreadable data or checkpoint,\n"
-             "device error, divergence), 2 on bad usage, 130 when interrupted (after saving).\n");
+             "device error, divergence), 2 on bad usage or malformed input (a token file or a Hugging\n"
+             "Face config strata cannot use), 130 when interrupted (after saving).\n");
 }
 
 /* ---------------------------------------------------------------- parsing */
@@ -849,11 +862,38 @@ static int train(struct run *r, const struct options *o) {
 
 /* ---------------------------------------------------------------- setup */
 
+/* Exit status of a failed call on input the user gave: 2 when the input itself is malformed or unusable, else 1. */
+static int fail_input(int code) {
+  fprintf(stderr, PROG ": %s\n", strata_last_error());
+  return code == STRATA_ERR_PARSE || code == STRATA_ERR_RANGE || code == STRATA_ERR_UNSUPPORTED ||
+                 code == STRATA_ERR_SHAPE
+             ? EXIT_USAGE
+             : EXIT_RUNTIME;
+}
+
 static int load_data(struct run *r, const struct options *o) {
   if (r->cfg->kind == STRATA_MODEL_GPT) {
-    if (strata_dataset_text(o->data, VAL_FRACTION, &r->data))
-      return fail(NULL);
+    if (o->val_data) {
+      int rc = strata_dataset_tokens_split(o->data, o->val_data,
+                                           o->data_format < 0 ? STRATA_TOKENS_AUTO : o->data_format, r->cfg->vocab,
+                                           &r->data);
+      if (rc)
+        return fail_input(rc);
+    } else if (!o->data || o->data_format == STRATA_TOKENS_BYTES) {
+      if (strata_dataset_text(o->data, VAL_FRACTION, &r->data))
+        return fail(NULL);
+    } else {
+      int rc = strata_dataset_tokens(o->data, o->data_format < 0 ? STRATA_TOKENS_AUTO : o->data_format,
+                                     r->cfg->vocab, VAL_FRACTION, &r->data);
+      if (rc)
+        return fail_input(rc);
+    }
   } else {
+    if (o->data_format >= 0 || o->val_data) {
+      fprintf(stderr, PROG ": %s is for text models; %s is an image model\n",
+              o->val_data ? "--val-data" : "--data-format", r->cfg->name);
+      return EXIT_USAGE;
+    }
     if (o->data) {
       fprintf(stderr, PROG ": --data is for text models; %s is an image model and trains on synthetic shapes\n",
               r->cfg->name);
@@ -1002,6 +1042,10 @@ static void print_header(const struct run *r, const struct options *o, const cha
     printf(",\"kind\":\"%s\",\"params\":%llu,\"flops_per_token\":%.6g,\"data\":", text ? "gpt" : c->kind == STRATA_MODEL_MLP ? "mlp" : "cnn",
            (unsigned long long)params, per_token);
     json_str(stdout, r->dinfo.source);
+    if (o->init_from) {
+      printf(",\"init_from\":");
+      json_str(stdout, o->init_from);
+    }
     printf(",\"train_size\":%llu,\"val_size\":%llu,\"baseline\":", (unsigned long long)r->dinfo.train_size,
            (unsigned long long)r->dinfo.val_size);
     json_float(stdout, r->baseline);
@@ -1053,10 +1097,15 @@ static void print_header(const struct run *r, const struct options *o, const cha
            c->kind == STRATA_MODEL_MLP ? "mlp" : "cnn", (long long)c->image, (long long)c->image,
            (long long)c->channels, (long long)c->classes);
   printf("          %s parameters, %sFLOP per %s (forward + backward)\n", pbuf, fbuf, text ? "token" : "image");
+  if (o->init_from)
+    printf("weights   %s (Hugging Face GPT-2%s; its dropout is not applied: strata trains without)\n", o->init_from,
+           o->untie ? ", untied here" : "");
+  int wide = text && strstr(r->dinfo.source, "tokens)") != NULL;
   printf("data      %s: %llu train / %llu validation %s\n", r->dinfo.source, (unsigned long long)r->dinfo.train_size,
-         (unsigned long long)r->dinfo.val_size, text ? "bytes" : "images");
+         (unsigned long long)r->dinfo.val_size, !text ? "images" : wide ? "tokens" : "bytes");
   if (text)
-    printf("          unigram entropy %.4f nats/byte: the loss of a model that ignores context\n", r->baseline);
+    printf("          unigram entropy %.4f nats/%s: the loss of a model that ignores context\n", r->baseline,
+           wide ? "token" : "byte");
   else
     printf("          chance level ln(%lld) = %.4f nats\n", (long long)c->classes, r->baseline);
   if (r->pp) {
@@ -1125,7 +1174,8 @@ static void print_header(const struct run *r, const struct options *o, const cha
 
 enum {
   OPT_DEVICE = 256, OPT_ACCUM, OPT_LR, OPT_WARMUP, OPT_SEED, OPT_CLIP, OPT_WD, OPT_SAVE_EVERY, OPT_STOP_AT, OPT_EVAL_BATCHES,
-  OPT_VERSION, OPT_PP, OPT_DEVICES, OPT_SPLIT, OPT_SCHEDULE, OPT_MICROBATCHES, OPT_VIRTUAL_STAGES, OPT_TRACE
+  OPT_VERSION, OPT_PP, OPT_DEVICES, OPT_SPLIT, OPT_SCHEDULE, OPT_MICROBATCHES, OPT_VIRTUAL_STAGES, OPT_TRACE,
+  OPT_DATA_FORMAT, OPT_INIT_FROM, OPT_UNTIE, OPT_VAL_DATA
 };
 
 /*
@@ -1217,6 +1267,10 @@ static int parse_args(int argc, char **argv, struct options *o) {
       {"microbatches", required_argument, NULL, OPT_MICROBATCHES},
       {"virtual-stages", required_argument, NULL, OPT_VIRTUAL_STAGES},
       {"trace", required_argument, NULL, OPT_TRACE},
+      {"data-format", required_argument, NULL, OPT_DATA_FORMAT},
+      {"init-from", required_argument, NULL, OPT_INIT_FROM},
+      {"untie", no_argument, NULL, OPT_UNTIE},
+      {"val-data", required_argument, NULL, OPT_VAL_DATA},
       {NULL, 0, NULL, 0}};
   memset(o, 0, sizeof *o);
   o->device = -1;
@@ -1228,6 +1282,7 @@ static int parse_args(int argc, char **argv, struct options *o) {
   o->lr = o->clip = o->weight_decay = -1;
   o->eval_every = -1;
   o->eval_batches = DEFAULT_EVAL_BATCHES;
+  o->data_format = -1;
   opterr = 0;
   int c, rc;
   while ((c = getopt_long(argc, argv, ":m:d:s:b:o:r:e:jqh", longs, NULL)) != -1) {
@@ -1235,6 +1290,23 @@ static int parse_args(int argc, char **argv, struct options *o) {
     switch (c) {
     case 'm': o->model = optarg; break;
     case 'd': o->data = optarg; break;
+    case OPT_DATA_FORMAT:
+      if (strcmp(optarg, "auto") == 0)
+        o->data_format = STRATA_TOKENS_AUTO;
+      else if (strcmp(optarg, "text") == 0)
+        o->data_format = STRATA_TOKENS_BYTES;
+      else if (strcmp(optarg, "nanogpt") == 0)
+        o->data_format = STRATA_TOKENS_U16;
+      else if (strcmp(optarg, "llmc") == 0)
+        o->data_format = STRATA_TOKENS_LLMC;
+      else {
+        fprintf(stderr, PROG ": --data-format wants auto, text, nanogpt or llmc, not '%s'\n", optarg);
+        return EXIT_USAGE;
+      }
+      break;
+    case OPT_INIT_FROM: o->init_from = optarg; break;
+    case OPT_UNTIE: o->untie = 1; break;
+    case OPT_VAL_DATA: o->val_data = optarg; break;
     case OPT_DEVICE:
       if (strcmp(optarg, "best") == 0) {
         o->device = -1;
@@ -1312,6 +1384,19 @@ static int parse_args(int argc, char **argv, struct options *o) {
   }
   if (cli_refuse(PROG, 0, argc, argv))
     return EXIT_USAGE;
+  if ((o->data_format >= 0 || o->val_data) && !o->data) {
+    fprintf(stderr, PROG ": %s goes with --data FILE; give --data too\n", o->val_data ? "--val-data" : "--data-format");
+    return EXIT_USAGE;
+  }
+  if (o->init_from && (o->model || o->resume)) {
+    fprintf(stderr, PROG ": --init-from takes the model from its config.json; it does not go with %s\n",
+            o->model ? "--model" : "--resume (which continues a strata checkpoint)");
+    return EXIT_USAGE;
+  }
+  if (o->untie && !o->init_from) {
+    fprintf(stderr, PROG ": --untie is for --init-from a tied model\n");
+    return EXIT_USAGE;
+  }
   if (o->save && check_out_path("--save", o->save))
     return EXIT_USAGE;
   if ((rc = check_pipeline_args(o)))
@@ -1346,7 +1431,22 @@ int main(int argc, char **argv) {
   char why[1024];
   int exit_code = 0;
   double rough = 0;
-  if (o.model)
+  if (o.init_from) {
+    if ((rc = strata_hf_model(o.init_from, &r.model)) != 0) {
+      rc = fail_input(rc);
+    } else if (o.untie) {
+      struct strata_model_config untied = *strata_model_config(r.model);
+      strata_model_free(r.model);
+      r.model = NULL;
+      if (!untied.tied) {
+        fprintf(stderr, PROG ": --untie: %s is not tied\n", o.init_from);
+        rc = EXIT_USAGE;
+      } else {
+        untied.tied = 0;
+        rc = strata_model_from_config(&untied, &r.model) ? fail(NULL) : 0;
+      }
+    }
+  } else if (o.model)
     rc = strata_model_load(o.model, &r.model) ? fail(NULL) : 0;
   else if (o.resume)
     rc = model_from_checkpoint(o.resume, &r.model);
@@ -1436,6 +1536,10 @@ int main(int argc, char **argv) {
       goto out;
     }
     r.start_step = r.step = strata_trainer_steps_done(r.tr);
+  }
+  if (o.init_from && (rc = strata_trainer_load_hf(r.tr, o.init_from)) != 0) {
+    rc = fail_input(rc);
+    goto out;
   }
   strata_trainer_set_stop(r.tr, stop_requested, NULL);
   if ((rc = check_data_splits(&r)))

@@ -27,6 +27,43 @@ enum strata_split { STRATA_SPLIT_TRAIN = 0, STRATA_SPLIT_VAL = 1 };
 */
 STRATA_API int strata_dataset_text(const char *path, double val_fraction, strata_dataset_t *out /* OUT */);
 
+/* Formats of a token file for strata_dataset_tokens. */
+enum strata_token_format {
+  STRATA_TOKENS_AUTO = 0,   /* llm.c when the file starts with its magic, raw uint16 when it holds a NUL byte, else bytes */
+  STRATA_TOKENS_BYTES = 1,  /* every byte a token, as strata_dataset_text */
+  STRATA_TOKENS_U16 = 2,    /* nanoGPT's train.bin / val.bin: little-endian uint16 token ids, nothing else */
+  STRATA_TOKENS_LLMC = 3    /* llm.c: a header of 256 little-endian int32 (magic 20240520, version 1, token count), then
+                               the uint16 tokens */
+};
+
+/*
+** Token ids from a file prepared by nanoGPT or llm.c, for a model with a
+** vocabulary of `vocab` (2..1048576) ids; the last `val_fraction` of the
+** tokens is the validation split, as for text. The file is checked whole
+** before it is used: an odd byte count for uint16 tokens, an llm.c header
+** that is cut short, has another magic or version, or a token count that
+** disagrees with the file's size are STRATA_ERR_PARSE (version 2, uint32
+** tokens, is STRATA_ERR_UNSUPPORTED); a token id at or above `vocab` is
+** STRATA_ERR_RANGE naming its position (0-based, among the tokens); the
+** messages name the file. BYTES (and AUTO on a file that is neither) is
+** strata_dataset_text, whose tokens must lie below `vocab` as well. The
+** dataset's info gives vocab = `vocab` and its source says the format.
+*/
+STRATA_API int strata_dataset_tokens(const char *path, int format, int64_t vocab, double val_fraction,
+                                     strata_dataset_t *out /* OUT */);
+
+/*
+** The same, with the splits in two files, as nanoGPT prepares them
+** (train.bin, val.bin): every token of `train_path` trains, every token of
+** `val_path` validates; each file is detected (AUTO) and checked on its
+** own. Each must hold at least 2 tokens.
+*/
+STRATA_API int strata_dataset_tokens_split(const char *train_path, const char *val_path, int format, int64_t vocab,
+                                           strata_dataset_t *out /* OUT */);
+
+/* The format a token file would be read as with STRATA_TOKENS_AUTO (looks at its first 64 KiB). */
+STRATA_API int strata_token_format_detect(const char *path, int *format /* OUT */);
+
 /*
 ** A synthetic image task with learnable structure: `count` grayscale
 ** images of size x size pixels, each showing one of `classes` (2..8)

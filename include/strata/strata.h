@@ -10,6 +10,7 @@
 #include <strata/model.h>
 #include <strata/data.h>
 #include <strata/checkpoint.h>
+#include <strata/hf.h>
 #include <strata/train.h>
 #include <strata/schedule.h>
 #include <strata/comm.h>

@@ -108,6 +108,16 @@ STRATA_API int strata_trainer_set_params(strata_trainer_t tr, const float *param
 ** model's context length (text models): `logits` receives batch * vocab floats.
 */
 STRATA_API int strata_trainer_logits(strata_trainer_t tr, const int32_t *tokens, int64_t batch, float *logits /* OUT */);
+/*
+** Logits at positions [first, first + count) of each of `batch` token
+** sequences of the model's context length: `logits` receives batch x count
+** x vocab floats, sequence by sequence. The attention is causal, so the
+** logits at position p depend on tokens 0..p only: a prompt shorter than
+** the context, padded after its end, gives at its last position the logits
+** a model run on the prompt alone gives.
+*/
+STRATA_API int strata_trainer_logits_at(strata_trainer_t tr, const int32_t *tokens, int64_t batch, int64_t first,
+                                        int64_t count, float *logits /* OUT */);
 
 /* ---- pipeline parallelism ---- */
 

@@ -1,0 +1,74 @@
+/* SPDX-License-Identifier: MIT */
+/* strata-export.c — write a strata-train checkpoint in another tool's layout: today Hugging Face GPT-2 (config.json + model.safetensors). */
+#include "config.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <strata/strata.h>
+
+#include "cli.h"
+
+#define PROG "strata-export"
+
+/* Exit statuses: 0 success, 1 a runtime failure (unreadable checkpoint, unwritable directory), 2 bad usage or a
+** checkpoint that has no such form. */
+#define EXIT_RUNTIME 1
+#define EXIT_USAGE 2
+
+enum { OPT_VERSION = 256 };
+
+static void usage(FILE *f) {
+  fputs("Usage: strata-export --hf DIR CHECKPOINT\n"
+        "Write the parameters of a strata-train checkpoint in another tool's layout.\n"
+        "\n"
+        "      --hf DIR             Hugging Face GPT-2: DIR/config.json and DIR/model.safetensors, as\n"
+        "                           GPT2LMHeadModel.from_pretrained(DIR) reads them (DIR is created if\n"
+        "                           missing; other files in it are left alone)\n"
+        "  -h, --help               show this help\n"
+        "      --version            show the version\n"
+        "\n"
+        "The weights are the checkpoint's floats, bit for bit; the optimizer state is not written.\n"
+        "strata-train --init-from DIR reads such a directory back.\n"
+        "Exit status: 0 on success, 1 on a runtime failure (missing or unreadable checkpoint,\n"
+        "unwritable directory), 2 on bad usage or a checkpoint without a GPT-2 form.\n",
+        f);
+}
+
+int main(int argc, char **argv) {
+  static const struct option longs[] = {{"hf", required_argument, NULL, 'H'},
+                                        {"help", no_argument, NULL, 'h'},
+                                        {"version", no_argument, NULL, OPT_VERSION},
+                                        {NULL, 0, NULL, 0}};
+  const char *hf = NULL;
+  opterr = 0;
+  int c;
+  while ((c = getopt_long(argc, argv, ":h", longs, NULL)) != -1) {
+    switch (c) {
+    case 'H': hf = optarg; break;
+    case 'h': usage(stdout); return 0;
+    case OPT_VERSION: printf("strata-export %s\n", PACKAGE_VERSION); return 0;
+    default:
+      cli_refuse(PROG, c == ':' ? ':' : '?', argc, argv);
+      return EXIT_USAGE;
+    }
+  }
+  if (!hf || !hf[0]) {
+    fprintf(stderr, PROG ": say which layout: --hf DIR (see --help)\n");
+    return EXIT_USAGE;
+  }
+  if (optind >= argc) {
+    fprintf(stderr, PROG ": which checkpoint? (strata-export --hf DIR CHECKPOINT)\n");
+    return EXIT_USAGE;
+  }
+  const char *checkpoint = argv[optind++];
+  if (cli_refuse(PROG, 0, argc, argv))
+    return EXIT_USAGE;
+  int rc = strata_hf_export(checkpoint, hf);
+  if (rc) {
+    fprintf(stderr, PROG ": %s\n", strata_last_error());
+    return rc == STRATA_ERR_PARSE || rc == STRATA_ERR_UNSUPPORTED ? EXIT_USAGE : EXIT_RUNTIME;
+  }
+  return 0;
+}
