@@ -72,6 +72,10 @@ struct options {
   int64_t virtual_stages;   /* 0: not given (2 with interleaved) */
   const char *trace;        /* Chrome trace JSON, or NULL */
   const char *pipe_only;    /* the first pipeline option given, for "needs --pp" */
+  int dp;                   /* data-parallel replicas; 0: --dp not given */
+  const char *layout_path;  /* --layout FILE */
+  strata_layout_t layout;   /* the layout to train (--layout, or built for --dp); NULL otherwise */
+  const char *cut_given;    /* the first of --pp, --dp, --devices, ... given, for "--layout says it" */
 };
 
 /* Everything the run reports, kept so that the summary can be printed from any exit path. */
@@ -186,6 +190,14 @@ static void usage(FILE *f) {
           "                           else 2N)\n"
           "      --virtual-stages V   stages per device with --schedule interleaved (default 2)\n"
           "      --trace FILE         write a Chrome/Perfetto trace (JSON) of the steps\n"
+          "\n"
+          "Data parallelism (replicas of the model, each on its share of the step's micro-batches):\n"
+          "      --dp D               D replicas of the pipeline (of one device without --pp), over\n"
+          "                           D x N devices (--devices lists them replica by replica);\n"
+          "                           --microbatches counts each replica's; gradients are all-reduced\n"
+          "      --layout FILE        the whole cut from a layout file (schema strata-layout/1, as\n"
+          "                           strata-plan writes it) instead of --dp, --pp, --devices, --split,\n"
+          "                           --schedule, --microbatches and --virtual-stages\n"
           "\n"
           "  -j, --json               one JSON object per line on stdout (start, step, eval, save,\n"
           "                           summary); no progress bar\n"
@@ -934,13 +946,20 @@ static int model_from_checkpoint(const char *path, strata_model_t *out /* OUT */
 ** r->dprops become the first's.
 */
 static int pipeline_devices(struct run *r, const struct options *o, int ndev) {
-  r->pp = o->pp;
-  if (!o->ndevices && o->pp > ndev) {
-    fprintf(stderr, PROG ": --pp %d: there %s only %d device%s (see strata-topo; STRATA_HOST_DEVICES=N makes N host devices)\n",
-            o->pp, ndev == 1 ? "is" : "are", ndev, ndev == 1 ? "" : "s");
+  /* every device of the run: a replica's pipeline ranks, replica after replica */
+  const int want = o->layout ? o->ndevices : (o->dp ? o->dp : 1) * o->pp;
+  r->pp = want;
+  if (!o->ndevices && want > ndev) {
+    char what[64];
+    if (o->dp)
+      snprintf(what, sizeof what, "--dp %d x --pp %d = %d devices", o->dp, o->pp, want);
+    else
+      snprintf(what, sizeof what, "--pp %d", o->pp);
+    fprintf(stderr, PROG ": %s: there %s only %d device%s (see strata-topo; STRATA_HOST_DEVICES=N makes N host devices)\n",
+            what, ndev == 1 ? "is" : "are", ndev, ndev == 1 ? "" : "s");
     return EXIT_USAGE;
   }
-  for (int i = 0; i < o->pp; i++) {
+  for (int i = 0; i < want; i++) {
     r->dev[i] = o->ndevices ? o->devices[i] : i;
     if (r->dev[i] >= ndev) {
       fprintf(stderr, PROG ": --devices: no device %d; there %s %d (see strata-topo)\n", r->dev[i],
@@ -982,7 +1001,33 @@ static void measure_pipeline_peaks(struct run *r) {
 ** the library refuses for its shape (a split that does not cover the
 ** model's layers, more stages than layers) is bad usage, EXIT_USAGE.
 */
+static int new_layout_trainer(struct run *r, const struct options *o) {
+  strata_layout_t l = o->layout, built = NULL;
+  if (!l) { /* --dp: the layout of the command line */
+    struct strata_layout_desc d = {.dp = o->dp, .pp = o->pp, .devices = r->dev, .ndevices = r->pp,
+                                   .split = o->nsplit ? o->split : NULL, .nsplit = o->nsplit,
+                                   .schedule = o->schedule, .microbatches = (int)o->microbatches,
+                                   .virtual_stages = o->schedule == STRATA_SCHEDULE_INTERLEAVED ? (int)o->virtual_stages : 0};
+    if (strata_layout_new(&d, &built)) {
+      fprintf(stderr, PROG ": %s\n", strata_last_error());
+      return EXIT_USAGE;
+    }
+    l = built;
+  }
+  int rc = strata_trainer_new_layout(r->model, r->data, &r->topts, l, o->trace, &r->tr);
+  strata_layout_free(built);
+  if (rc == STRATA_ERR_SHAPE || rc == STRATA_ERR_INVALID || rc == STRATA_ERR_UNSUPPORTED || rc == STRATA_ERR_NOT_FOUND) {
+    fprintf(stderr, PROG ": %s\n", strata_last_error());
+    return EXIT_USAGE;
+  }
+  if (rc || strata_trainer_report(r->tr, &r->rep))
+    return fail(NULL);
+  return 0;
+}
+
 static int new_pipeline_trainer(struct run *r, const struct options *o) {
+  if (o->dp || o->layout)
+    return new_layout_trainer(r, o);
   struct strata_pipeline_options pp;
   memset(&pp, 0, sizeof pp);
   pp.devices = r->pp;
@@ -1035,7 +1080,9 @@ static void print_header(const struct run *r, const struct options *o, const cha
   double per_sample = strata_model_flops(r->model);
   int text = c->kind == STRATA_MODEL_GPT;
   double per_token = text ? per_sample / (double)c->context : per_sample;
-  double step_tokens = (double)r->topts.batch * (double)r->topts.accum * (text ? (double)c->context : 1.0);
+  /* every replica runs accum micro-batches */
+  double step_tokens = (double)r->topts.batch * (double)r->topts.accum * (text ? (double)c->context : 1.0) *
+                       (o->dp ? (double)o->dp : 1.0);
   if (o->json) {
     printf("{\"event\":\"start\",\"model\":");
     json_str(stdout, c->name);
@@ -1059,7 +1106,7 @@ static void print_header(const struct run *r, const struct options *o, const cha
            r->peak_n, (long long)r->topts.steps, (long long)r->start_step, (long long)r->topts.batch,
            (long long)r->topts.accum, step_tokens);
     if (r->pp) {
-      printf(",\"pp\":%d,\"schedule\":", r->pp);
+      printf(",\"pp\":%d,\"dp\":%d,\"schedule\":", r->pp, o->dp ? o->dp : 1);
       json_str(stdout, strata_schedule_kind_name(r->rep.schedule));
       printf(",\"microbatches\":%d,\"bubble_ideal\":", r->rep.microbatches);
       json_float(stdout, r->rep.bubble_ideal);
@@ -1144,9 +1191,13 @@ static void print_header(const struct run *r, const struct options *o, const cha
          r->topts.lr, r->topts.min_lr, wu, (unsigned long long)r->topts.seed);
   if (r->pp) {
     const char *sched = strata_schedule_kind_name(r->rep.schedule);
+    if (o->dp)
+      printf("replicas  %d (data parallel: each on %d of the step's micro-batches, gradients all-reduced)\n", o->dp,
+             r->rep.microbatches);
     printf("pipeline  %d device%s, %d stage%s (%s), %s schedule over %d micro-batches: theoretical bubble %.1f%%\n",
            r->pp, r->pp == 1 ? "" : "s", r->rep.stages, r->rep.stages == 1 ? "" : "s",
-           o->nsplit ? "--split" : "balanced by the library", sched, r->rep.microbatches, 100 * r->rep.bubble_ideal);
+           o->nsplit || (o->layout && strata_layout_split(o->layout)) ? "given" : "balanced by the library", sched,
+           r->rep.microbatches, 100 * r->rep.bubble_ideal);
     for (int st = 0; st < r->rep.stages; st++) {
       char layers[160];
       stage_layers(r, st, layers, sizeof layers);
@@ -1175,7 +1226,7 @@ static void print_header(const struct run *r, const struct options *o, const cha
 enum {
   OPT_DEVICE = 256, OPT_ACCUM, OPT_LR, OPT_WARMUP, OPT_SEED, OPT_CLIP, OPT_WD, OPT_SAVE_EVERY, OPT_STOP_AT, OPT_EVAL_BATCHES,
   OPT_VERSION, OPT_PP, OPT_DEVICES, OPT_SPLIT, OPT_SCHEDULE, OPT_MICROBATCHES, OPT_VIRTUAL_STAGES, OPT_TRACE,
-  OPT_DATA_FORMAT, OPT_INIT_FROM, OPT_UNTIE, OPT_VAL_DATA
+  OPT_DATA_FORMAT, OPT_INIT_FROM, OPT_UNTIE, OPT_VAL_DATA, OPT_DP, OPT_LAYOUT
 };
 
 /*
@@ -1186,6 +1237,44 @@ enum {
 ** EXIT_USAGE after one line on stderr.
 */
 static int check_pipeline_args(struct options *o) {
+  if (o->layout_path) {
+    if (o->cut_given) {
+      fprintf(stderr, PROG ": --layout gives the whole cut; drop %s\n", o->cut_given);
+      return EXIT_USAGE;
+    }
+    if (strata_layout_load(o->layout_path, &o->layout)) {
+      fprintf(stderr, PROG ": --layout: %s\n", strata_last_error());
+      return EXIT_USAGE;
+    }
+    /* the tool's own view of the cut, for its reports and checks */
+    o->dp = strata_layout_dp(o->layout);
+    o->pp = strata_layout_pp(o->layout);
+    o->ndevices = strata_layout_device_count(o->layout);
+    if (o->ndevices > STRATA_MAX_PIPELINE) {
+      fprintf(stderr, PROG ": --layout: %d devices; this version trains on at most %d\n", o->ndevices,
+              STRATA_MAX_PIPELINE);
+      return EXIT_USAGE;
+    }
+    memcpy(o->devices, strata_layout_devices(o->layout), sizeof(int) * (size_t)o->ndevices);
+    o->schedule = strata_layout_schedule(o->layout);
+    o->microbatches = strata_layout_microbatches(o->layout);
+    o->virtual_stages = strata_layout_virtual_stages(o->layout);
+    if (o->device_given) {
+      fprintf(stderr, PROG ": --device chooses one device; the layout names its devices\n");
+      return EXIT_USAGE;
+    }
+    if (o->microbatches && o->accum_given && o->microbatches != o->accum) {
+      fprintf(stderr, PROG ": --accum %lld and the layout's %lld micro-batches differ (give neither)\n",
+              (long long)o->accum, (long long)o->microbatches);
+      return EXIT_USAGE;
+    }
+    o->accum = o->microbatches;
+    if (o->trace && check_out_path("--trace", o->trace))
+      return EXIT_USAGE;
+    return 0;
+  }
+  if (o->dp && !o->pp)
+    o->pp = 1; /* replicas of one device each */
   if (!o->pp) {
     if (o->pipe_only) {
       fprintf(stderr, PROG ": %s is a pipeline option; give --pp N too (see --help)\n", o->pipe_only);
@@ -1197,9 +1286,18 @@ static int check_pipeline_args(struct options *o) {
     fprintf(stderr, PROG ": --device chooses one device; with --pp, --devices LIST chooses them\n");
     return EXIT_USAGE;
   }
-  if (o->ndevices && o->ndevices != o->pp) {
-    fprintf(stderr, PROG ": --devices lists %d device%s, --pp is %d\n", o->ndevices, o->ndevices == 1 ? "" : "s",
-            o->pp);
+  const int want = (o->dp ? o->dp : 1) * o->pp;
+  if (want > STRATA_MAX_PIPELINE) {
+    fprintf(stderr, PROG ": --dp %d x --pp %d = %d devices; at most %d\n", o->dp, o->pp, want, STRATA_MAX_PIPELINE);
+    return EXIT_USAGE;
+  }
+  if (o->ndevices && o->ndevices != want) {
+    if (o->dp)
+      fprintf(stderr, PROG ": --devices lists %d device%s, --dp %d x --pp %d needs %d\n", o->ndevices,
+              o->ndevices == 1 ? "" : "s", o->dp, o->pp, want);
+    else
+      fprintf(stderr, PROG ": --devices lists %d device%s, --pp is %d\n", o->ndevices, o->ndevices == 1 ? "" : "s",
+              o->pp);
     return EXIT_USAGE;
   }
   for (int i = 0; i < o->ndevices; i++)
@@ -1267,6 +1365,7 @@ static int parse_args(int argc, char **argv, struct options *o) {
       {"microbatches", required_argument, NULL, OPT_MICROBATCHES},
       {"virtual-stages", required_argument, NULL, OPT_VIRTUAL_STAGES},
       {"trace", required_argument, NULL, OPT_TRACE},
+      {"dp", required_argument, NULL, OPT_DP},      {"layout", required_argument, NULL, OPT_LAYOUT},
       {"data-format", required_argument, NULL, OPT_DATA_FORMAT},
       {"init-from", required_argument, NULL, OPT_INIT_FROM},
       {"untie", no_argument, NULL, OPT_UNTIE},
@@ -1330,16 +1429,28 @@ static int parse_args(int argc, char **argv, struct options *o) {
       if (cli_parse_range(PROG, "--pp", optarg, 1, STRATA_MAX_PIPELINE, &v))
         return EXIT_USAGE;
       o->pp = (int)v;
+      o->cut_given = o->cut_given ? o->cut_given : "--pp";
+      break;
+    case OPT_DP:
+      if (cli_parse_range(PROG, "--dp", optarg, 1, STRATA_MAX_PIPELINE, &v))
+        return EXIT_USAGE;
+      o->dp = (int)v;
+      o->cut_given = o->cut_given ? o->cut_given : "--dp";
+      break;
+    case OPT_LAYOUT:
+      o->layout_path = optarg;
       break;
     case OPT_DEVICES:
       if (parse_list("--devices", optarg, 0, STRATA_MAX_PIPELINE, o->devices, &o->ndevices))
         return EXIT_USAGE;
       o->pipe_only = o->pipe_only ? o->pipe_only : "--devices";
+      o->cut_given = o->cut_given ? o->cut_given : "--devices";
       break;
     case OPT_SPLIT:
       if (parse_list("--split", optarg, 1, STRATA_MAX_STAGES, o->split, &o->nsplit))
         return EXIT_USAGE;
       o->pipe_only = o->pipe_only ? o->pipe_only : "--split";
+      o->cut_given = o->cut_given ? o->cut_given : "--split";
       break;
     case OPT_SCHEDULE:
       if (strata_schedule_kind_parse(optarg, &o->schedule)) {
@@ -1347,16 +1458,19 @@ static int parse_args(int argc, char **argv, struct options *o) {
         return EXIT_USAGE;
       }
       o->pipe_only = o->pipe_only ? o->pipe_only : "--schedule";
+      o->cut_given = o->cut_given ? o->cut_given : "--schedule";
       break;
     case OPT_MICROBATCHES:
       if (cli_parse_range(PROG, "--microbatches", optarg, 1, MAX_MICROBATCHES, &o->microbatches))
         return EXIT_USAGE;
       o->pipe_only = o->pipe_only ? o->pipe_only : "--microbatches";
+      o->cut_given = o->cut_given ? o->cut_given : "--microbatches";
       break;
     case OPT_VIRTUAL_STAGES:
       if (cli_parse_range(PROG, "--virtual-stages", optarg, 2, STRATA_MAX_STAGES, &o->virtual_stages))
         return EXIT_USAGE;
       o->pipe_only = o->pipe_only ? o->pipe_only : "--virtual-stages";
+      o->cut_given = o->cut_given ? o->cut_given : "--virtual-stages";
       break;
     case OPT_TRACE:
       o->trace = optarg;
@@ -1583,6 +1697,7 @@ out_rc:
   rc = exit_code;
 out:
   strata_trainer_free(r.tr);
+  strata_layout_free(o.layout);
   strata_dataset_free(r.data);
   strata_model_free(r.model);
   strata_shutdown();

@@ -1,0 +1,75 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# test-strata-train-dp.sh — strata-train with data parallelism: --dp and --layout on host virtual devices give one
+# device's losses over the same global batch, and every bad cut is one line and exit 2; prints TAP.
+top_builddir=${top_builddir:-.}
+top_srcdir=${top_srcdir:-.}
+TRAIN="$top_builddir/tools/strata-train"
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/strata-train-dp.XXXXXX") || exit 99
+trap 'rm -rf "$TMP"' EXIT INT TERM
+STRATA_BACKENDS=host
+STRATA_HOST_DEVICES=4
+export STRATA_BACKENDS STRATA_HOST_DEVICES
+unset STRATA_DEVICE_MEMORY_LIMIT
+
+n=0
+ok() { n=$((n + 1)); echo "ok $n - $1"; }
+not_ok() { n=$((n + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
+check() { name=$1; shift; if "$@"; then ok "$name"; else not_ok "$name" "$(head -c 600 "$TMP/err" 2>/dev/null)"; fi; }
+field() { grep "\"event\":\"$2\"" "$1" | tail -n 1 | sed -n "s/.*\"$3\":\\([^,}]*\\).*/\\1/p"; }
+fails_clearly() {
+  name=$1 words=$2
+  shift 2
+  "$@" >"$TMP/out" 2>"$TMP/err"
+  rc=$?
+  lines=$(wc -l <"$TMP/err" | tr -d ' ')
+  if [ "$rc" -eq 2 ] && [ "$lines" -eq 1 ] && [ ! -s "$TMP/out" ] && grep -q '^strata-train: ' "$TMP/err" &&
+    grep -qF -- "$words" "$TMP/err"; then
+    ok "$name: exit 2, one line"
+  else
+    not_ok "$name: exit 2, one line with '$words'" "rc=$rc lines=$lines" "$(head -c 600 "$TMP/err")"
+  fi
+}
+
+if [ ! -x "$TRAIN" ]; then
+  echo "1..0 # SKIP strata-train not built"
+  exit 0
+fi
+echo "1..12"
+
+for i in 1 2 3 4 5 6 7 8; do cat "$top_srcdir/README.md"; done >"$TMP/text.txt"
+T="$TRAIN --model gpt-micro --data $TMP/text.txt --batch 2 --steps 6 --eval-batches 1 --eval-every 0 --json"
+
+$T --device 0 --accum 4 >"$TMP/one.json" 2>"$TMP/err"
+rc1=$?
+$T --dp 2 --microbatches 2 >"$TMP/dp.json" 2>"$TMP/err"
+rc2=$?
+$T --dp 2 --pp 2 --microbatches 2 >"$TMP/dppp.json" 2>"$TMP/err"
+rc3=$?
+check "one device, --dp 2 and --dp 2 --pp 2 run" [ "$rc1" -eq 0 -a "$rc2" -eq 0 -a "$rc3" -eq 0 ]
+l1=$(field "$TMP/one.json" step loss)
+l2=$(field "$TMP/dp.json" step loss)
+l3=$(field "$TMP/dppp.json" step loss)
+# the replicas' gradients are summed in another order than one device's accumulation: a few ulp per step
+close() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && d <= 1e-4 * a) }'; }
+check "--dp 2: step 6 loss $l2 is one device's with --accum 4 ($l1)" close "$l2" "$l1"
+check "--dp 2 --pp 2: step 6 loss $l3 is one device's ($l1)" close "$l3" "$l1"
+check "the start event says dp 2 over 4 devices" sh -c "grep '\"event\":\"start\"' '$TMP/dppp.json' | grep -q '\"pp\":4,\"dp\":2'"
+t1=$(field "$TMP/one.json" start tokens_per_step)
+t2=$(field "$TMP/dp.json" start tokens_per_step)
+check "tokens per step count every replica ($t2 = $t1)" [ "$t1" = "$t2" ]
+
+printf '{"schema": "strata-layout/1", "dp": 2, "pp": 2, "devices": [3, 2, 1, 0], "microbatches": 2}\n' >"$TMP/layout.json"
+$T --layout "$TMP/layout.json" >"$TMP/lay.json" 2>"$TMP/err"
+rc=$?
+l4=$(field "$TMP/lay.json" step loss)
+check "--layout FILE trains dp 2 x pp 2 on devices 3,2,1,0: loss $l4 (exit $rc)" sh -c "[ $rc -eq 0 ] && awk -v a='$l4' -v b='$l1' 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-4 * b) }'"
+
+fails_clearly "--dp 3 --pp 2 on 4 devices" "there are only 4 devices" $T --dp 3 --pp 2
+fails_clearly "--devices of the wrong count" "--dp 2 x --pp 1 needs 2" $T --dp 2 --devices 0,1,2
+fails_clearly "--layout and --pp" "drop --pp" $T --layout "$TMP/layout.json" --pp 2
+printf '{"tp": 2, "devices": [0, 1]}\n' >"$TMP/tp.json"
+fails_clearly "a tensor-parallel layout is refused in this version" "tensor parallelism" $T --layout "$TMP/tp.json"
+printf '{"dp": 2, "devices": [0, 0]}\n' >"$TMP/twice.json"
+fails_clearly "a layout naming a device twice" "listed twice" $T --layout "$TMP/twice.json"
+fails_clearly "a missing layout file" "no-such.json" $T --layout "$TMP/no-such.json"
