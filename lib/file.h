@@ -26,9 +26,10 @@ int strata__fopen_input(const char *path, int missing, FILE **f /* OUT */);
 ** directory with O_CREAT | O_EXCL | O_NOFOLLOW (a planted file or symbolic
 ** link is never written through), named
 **     BASE.tmp-HASH-PID-RANDOM
-** where BASE is the target's name cut to 120 bytes and HASH a hash of the
-** whole name, so the temporary name always fits NAME_MAX when the target's
-** does; before that it removes the temporary files of earlier writers of
+** where BASE is the target's name cut to 120 bytes, HASH the 32-bit FNV-1a
+** hash of the whole name in 8 hex digits, PID the writer's process id and
+** RANDOM 8 characters of [a-z0-9], so the temporary name always fits
+** NAME_MAX when the target's does; before that it removes the temporary files of earlier writers of
 ** the same target whose process is gone (a run killed while saving).
 ** strata__out_commit flushes, fsyncs, renames over the target and syncs the
 ** directory: the target is either the old file or the whole new one.

@@ -6,7 +6,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <libgen.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
