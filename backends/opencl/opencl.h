@@ -77,9 +77,14 @@ struct strata__ocl_device {
   struct strata__device_info info;
 };
 
+/* The largest work-group the cooperative kernels take (STRATA_K_WG_MAX of
+** kernels/ops.k: the size of their local arrays). */
+#define STRATA__OCL_WG_MAX 256
+
 /* The backend context returned by init. */
 struct strata__ocl {
   const struct strata__services *svc;
+  size_t wg_request;        /* STRATA_KERNEL_WORKGROUP, 0 when unset */
   int nplatforms;
   struct strata__ocl_platform *platforms;
   int ndevices;
@@ -96,6 +101,7 @@ struct strata__ocl_queue {
   struct strata__ocl_device *dev;
   cl_kernel kernels[STRATA__OCL_K_COUNT];
   cl_mem sumsq_parts;       /* STRATA__OCL_SUMSQ_PARTS floats */
+  size_t wg;                /* work-group size of the cooperative kernels: a power of two <= STRATA__OCL_WG_MAX */
 };
 
 struct strata__ocl_event {
