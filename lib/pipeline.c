@@ -432,12 +432,24 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
   pthread_cond_init(&ex.cond, NULL);
   /* the copy queues live as long as the trainer: a queue is a stream, a
   ** cuBLAS handle and a scratch allocation on CUDA, too dear per step */
+  int first = !tr->send_q[0];
   for (int r = 0; r < tr->ndev && !rc; r++) {
     if (!tr->send_q[r])
       rc = strata_queue_new(tr->dev[r], &tr->send_q[r]);
     ex.snd[r].q = tr->send_q[r];
     if (!rc)
       rc = strata_device_reset_peak(tr->dev[r]);
+  }
+  /* A step has at most m messages in flight across each boundary and
+  ** direction; how many at once depends on timing. Cache blocks for all of
+  ** them on the receiving devices once, so that no later step reaches the
+  ** backend for one (the pools keep those that were in flight together). */
+  for (int s = 0; first && !rc && s + 1 < ex.S; s++) {
+    if (rank_of(&ex, s) == rank_of(&ex, s + 1))
+      continue;
+    rc = strata__cache_fill(tr->dev[rank_of(&ex, s + 1)], strata__stage_out_floats(tr->st[s]) * 4, ex.m);
+    if (!rc)
+      rc = strata__cache_fill(tr->dev[rank_of(&ex, s)], strata__stage_in_floats(tr->st[s + 1]) * 4, ex.m);
   }
   struct worker_arg args[STRATA_MAX_PIPELINE];
   pthread_t workers[STRATA_MAX_PIPELINE];
