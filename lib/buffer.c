@@ -99,6 +99,44 @@ static int block_get(struct strata__device *d, size_t bytes, void **h /* OUT */)
   return STRATA_OK;
 }
 
+int strata__cache_fill(int dev, size_t bytes, int count) {
+  struct strata__device *d = strata__device_get(dev);
+  if (!d)
+    return STRATA_ERR_NOT_FOUND;
+  for (;;) {
+    pthread_mutex_lock(&d->lock);
+    int have = 0;
+    for (int i = 0; i < d->ncache; i++)
+      have += d->cache[i].bytes == bytes;
+    int room = d->ncache < STRATA__CACHE_MAX && bytes <= d->limit && d->used + d->cached <= d->limit - bytes;
+    pthread_mutex_unlock(&d->lock);
+    if (have >= count || !room)
+      return STRATA_OK;
+    void *h = NULL;
+    int rc = d->slot->be->alloc(d->slot->ctx, d->local, bytes, &h);
+    if (rc == STRATA_ERR_DEVICE_MEMORY)
+      return STRATA_OK; /* a reservation, not a need */
+    if (rc)
+      return rc;
+    pthread_mutex_lock(&d->lock);
+    d->backend_allocs++;
+    int kept = d->ncache < STRATA__CACHE_MAX;
+    if (kept) {
+      d->cache[d->ncache].h = h;
+      d->cache[d->ncache].bytes = bytes;
+      d->ncache++;
+      d->cached += bytes;
+    } else {
+      d->backend_frees++;
+    }
+    pthread_mutex_unlock(&d->lock);
+    if (!kept) {
+      d->slot->be->free(d->slot->ctx, d->local, h);
+      return STRATA_OK;
+    }
+  }
+}
+
 STRATA_API int strata_buffer_new(int dev, size_t bytes, strata_buffer_t *out) {
   if (!out)
     return strata__error(STRATA_ERR_INVALID, "strata_buffer_new: out is NULL");

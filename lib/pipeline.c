@@ -528,6 +528,7 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
   pthread_cond_init(&ex.cond, NULL);
   /* the copy queues live as long as the trainer: a queue is a stream, a
   ** cuBLAS handle and a scratch allocation on CUDA, too dear per step */
+  /* the receive pools were filled at creation (strata__pipeline_prefill) */
   for (int r = 0; r < tr->ndev && !rc; r++) {
     if (!tr->send_q[r])
       rc = strata_queue_new(tr->dev[r], &tr->send_q[r]);

@@ -30,7 +30,7 @@ struct strata__staging {
 };
 
 /* Freed blocks a device keeps for reuse (buffer.c), oldest first. */
-#define STRATA__CACHE_MAX 64
+#define STRATA__CACHE_MAX 256
 struct strata__cached {
   void *h;                            /* the backend's buffer */
   size_t bytes;
@@ -59,6 +59,12 @@ void strata__staging_release(struct strata__device *d);
 
 /* Give every cached block of the device back to its backend (buffer.c). */
 void strata__cache_release(struct strata__device *d);
+
+/* Make device `dev`'s cache hold `count` blocks of `bytes` (allocating the
+** missing ones from the backend) for buffers that will come and go later,
+** as far as the cache's room and the memory limit allow: what does not fit
+** is simply not reserved. Returns a status only for backend failures. */
+int strata__cache_fill(int dev, size_t bytes, int count);
 
 /* Host memory that feeds device `dev` or receives from it: pinned by the
 ** device's backend where it can, else malloc (copy.c). Freed with

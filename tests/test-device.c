@@ -205,13 +205,13 @@ Test(device, caching_allocator_reuses_blocks_and_yields_them_at_the_cap) {
   cr_assert(st.backend_frees == 4 && st.cached_bytes == 0, "trim: frees %llu cached %llu",
             (unsigned long long)st.backend_frees, (unsigned long long)st.cached_bytes);
   /* the cache holds a bounded number of blocks: the oldest go back */
-  strata_buffer_t many[70];
-  for (int i = 0; i < 70; i++)
-    OK(strata_buffer_new(0, (size_t)(i + 1) * 64, &many[i]));
-  for (int i = 0; i < 70; i++)
+  strata_buffer_t many[300];
+  for (int i = 0; i < 300; i++)
+    OK(strata_buffer_new(0, (size_t)(i + 1) * 8, &many[i]));
+  for (int i = 0; i < 300; i++)
     strata_buffer_free(many[i]);
   st = alloc_stats(0);
-  cr_assert_eq(st.backend_frees, 4 + 70 - 64, "frees %llu", (unsigned long long)st.backend_frees);
+  cr_assert_eq(st.backend_frees, 4 + 300 - 256, "frees %llu", (unsigned long long)st.backend_frees);
   strata_queue_free(q);
   cr_assert_eq(alloc_stats(0).backend_queues, 1);
 }

@@ -755,6 +755,96 @@ Test(ops, maxpool_values_devices_and_gradient) {
 
 /* ---- bad input ---- */
 
+/* Run case `c` twice on device `dev` and fail unless both runs agree bit for bit. */
+static void same_twice(int dev, const struct opcase *c, unsigned outputs, int wg) {
+  void **a = alloc_outputs(c), **b = alloc_outputs(c);
+  cr_assert_eq(exec(dev, c, a), STRATA_OK, "%s: %s", c->name, strata_last_error());
+  cr_assert_eq(exec(dev, c, b), STRATA_OK, "%s: %s", c->name, strata_last_error());
+  for (int i = 0; i < c->nbuf; i++)
+    if (outputs & (1u << i))
+      cr_assert(memcmp(a[i], b[i], c->count[i] * 4) == 0, "%s, work-groups of %d: operand %d differs between runs",
+                c->name, wg, i);
+  free_outputs(c, a);
+  free_outputs(c, b);
+}
+
+/*
+** The row and column reductions cooperate in work-groups (kernels/ops.k):
+** on PoCL with work-groups of 1, 32, 64 and 256 items, rows and columns
+** longer than a work-group and not a multiple of it, they agree with the
+** host reference and repeat bit for bit.
+*/
+Test(ops, reductions_in_work_groups_of_1_32_64_256) {
+  static const int sizes[] = {1, 32, 64, 256};
+  int64_t rc_ln[2] = {37, 300}, rc_xe[2] = {37, 300}, rc_bias[3] = {300, 37, 0};
+  struct sm_p smp[2] = {{.rows = 40, .cols = 300, .scale = 0.3f, .causal = 0},
+                        {.rows = 300, .cols = 300, .scale = 0.3f, .causal = 1}};
+  size_t n = 37 * 300;
+  float *x = rnd(9 * n, 91, -3, 3), *g = rnd(300, 92, 0.5f, 1.5f), *be = rnd(300, 93, -0.5f, 0.5f);
+  float *w = rnd(9 * n, 94, -1, 1);
+  int32_t tgt[37];
+  for (int r = 0; r < 37; r++)
+    tgt[r] = r % 11 == 5 ? -1 : (r * 97) % 300; /* a few rows without a target */
+  for (int k = 0; k < 4; k++) {
+    char v[8];
+    snprintf(v, sizeof v, "%d", sizes[k]);
+    setenv("STRATA_KERNEL_WORKGROUP", v, 1);
+    strata_shutdown(); /* the backends read it when they start */
+    int o0 = tc_find_device("opencl", 0);
+    if (o0 < 0)
+      cr_skip_test("no OpenCL device (PoCL)");
+    struct opcase lf = {"layernorm_fwd", ln_f, rc_ln, 7, {n, 300, 300, n, 37, 37, n}, {x, g, be, NULL, NULL, NULL, w}};
+    free_outputs(&lf, compare_devices(&lf, 0x38, 1e-5, 1e-4));
+    same_twice(o0, &lf, 0x38, sizes[k]);
+    struct opcase lb = {"layernorm_bwd", ln_b, rc_ln, 10, {n, 300, 300, n, 37, 37, n, n, 300, 300},
+                        {x, g, be, NULL, NULL, NULL, w, NULL, NULL, NULL}};
+    free_outputs(&lb, compare_devices(&lb, 0x380, 1e-5, 1e-4));
+    same_twice(o0, &lb, 0x380, sizes[k]);
+    for (int c = 0; c < 2; c++) {
+      size_t m = (size_t)(smp[c].rows * smp[c].cols);
+      struct opcase sf = {"softmax_fwd", sm_f, &smp[c], 3, {m, m, m}, {x, NULL, w}};
+      free_outputs(&sf, compare_devices(&sf, 2, 1e-6, 1e-5));
+      same_twice(o0, &sf, 2, sizes[k]);
+      struct opcase sb = {"softmax_bwd", sm_b, &smp[c], 4, {m, m, m, m}, {x, NULL, w, NULL}};
+      free_outputs(&sb, compare_devices(&sb, 8, 1e-6, 1e-4));
+      same_twice(o0, &sb, 8, sizes[k]);
+    }
+    struct opcase xf = {"cross_entropy_fwd", xe_f, rc_xe, 4, {n, 37, 37, 37}, {x, tgt, NULL, w}};
+    free_outputs(&xf, compare_devices(&xf, 4, 1e-5, 1e-5));
+    same_twice(o0, &xf, 4, sizes[k]);
+    struct opcase xb = {"cross_entropy_bwd", xe_b, rc_xe, 5, {n, 37, 37, 37, n}, {x, tgt, NULL, w, NULL}};
+    void **got = compare_devices(&xb, 16, 1e-6, 1e-5);
+    for (int c = 0; c < 300; c++)
+      cr_assert_eq(((float *)got[4])[5 * 300 + c], 0.0f, "a row without a target has a gradient");
+    free_outputs(&xb, got);
+    same_twice(o0, &xb, 16, sizes[k]);
+    for (rc_bias[2] = 0; rc_bias[2] < 2; rc_bias[2]++) {
+      struct opcase bg = {"bias_grad", bias_grad_body, rc_bias, 2, {n, 37}, {x, g}};
+      free_outputs(&bg, compare_devices(&bg, 2, 1e-5, 1e-5));
+      same_twice(o0, &bg, 2, sizes[k]);
+    }
+  }
+  unsetenv("STRATA_KERNEL_WORKGROUP");
+  free(x);
+  free(g);
+  free(be);
+  free(w);
+}
+
+/* A work-group size that is not a power of two up to 256 is refused when the backends start. */
+Test(ops, bad_work_group_size_is_an_error) {
+  setenv("STRATA_BACKENDS", "opencl", 1);
+  static const char *const bad[] = {"0", "3", "512", "32x", "-64"};
+  for (int i = 0; i < 5; i++) {
+    setenv("STRATA_KERNEL_WORKGROUP", bad[i], 1);
+    strata_shutdown();
+    int n;
+    cr_assert_eq(strata_device_count(&n), STRATA_ERR_PARSE, "STRATA_KERNEL_WORKGROUP=%s accepted", bad[i]);
+    cr_assert(strstr(strata_last_error(), "STRATA_KERNEL_WORKGROUP"), "%s", strata_last_error());
+  }
+  unsetenv("STRATA_KERNEL_WORKGROUP");
+}
+
 Test(ops, bad_input_is_an_error_not_a_crash) {
   setenv("STRATA_HOST_DEVICES", "2", 1);
   strata_buffer_t a, b, other;

@@ -48,6 +48,7 @@ struct strata__cuda_event {
 struct strata__cuda {
   const struct strata__services *svc;
   int count;
+  int wg;                    /* block size of the cooperative kernels (STRATA_KERNEL_WORKGROUP, default 256) */
   pthread_mutex_t peer_lock;
   unsigned char *peer_tried; /* count * count, row = from-device */
   /* The driver's current-context calls, reached through cudart (the module
@@ -118,7 +119,7 @@ static void strata__cuda_leave(const struct strata__cuda *cx, CUcontext saved) {
 static void *strata__cuda_driver_fn(const char *name) {
   void *fn = NULL;
   enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-  if (cudaGetDriverEntryPointByVersion(name, &fn, 4000, cudaEnableDefault, &found) != cudaSuccess ||
+  if (cudaGetDriverEntryPointByVersion(name, &fn, CUDART_VERSION, cudaEnableDefault, &found) != cudaSuccess ||
       found != cudaDriverEntryPointSuccess) {
     (void)cudaGetLastError();
     return NULL;
@@ -163,6 +164,16 @@ static int strata__cuda_init(const struct strata__services *svc, void **ctx /* O
   if (svc->api_version != STRATA__BACKEND_API_VERSION)
     return svc->error(STRATA_ERR_VERSION, "cuda: module built for backend API %d, runtime speaks %d",
                       STRATA__BACKEND_API_VERSION, svc->api_version);
+  int wg = STRATA__CUDA_WG_MAX;
+  const char *env = getenv("STRATA_KERNEL_WORKGROUP");
+  if (env && *env) {
+    char *end = NULL;
+    unsigned long v = strtoul(env, &end, 10);
+    if (!end || *end || v == 0 || v > STRATA__CUDA_WG_MAX || (v & (v - 1)))
+      return svc->error(STRATA_ERR_PARSE, "STRATA_KERNEL_WORKGROUP='%s' is not a power of two from 1 to %d", env,
+                        STRATA__CUDA_WG_MAX);
+    wg = (int)v;
+  }
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   strata__cuda_log_versions(svc);
@@ -193,6 +204,7 @@ static int strata__cuda_init(const struct strata__services *svc, void **ctx /* O
   cx->svc = svc;
   strata__nccl_svc = svc;
   cx->count = count;
+  cx->wg = wg;
   cx->peer_tried = tried;
   cx->ctx_get = ctx_get;
   cx->ctx_set = ctx_set;
@@ -648,7 +660,7 @@ static int strata__cuda_op_on(struct strata__cuda *cx, struct strata__cuda_queue
   }
   case STRATA__OP_BIAS_GRAD: {
     const __typeof__(op->u.bias) *a = &op->u.bias;
-    e = strata__cuda_bias_grad(st, a->cols, F(a->y), O(a->y), F(a->bias), O(a->bias), a->rows, a->cols,
+    e = strata__cuda_bias_grad(st, a->cols, cx->wg, F(a->y), O(a->y), F(a->bias), O(a->bias), a->rows, a->cols,
                                a->accumulate);
     break;
   }
@@ -697,7 +709,7 @@ static int strata__cuda_op_on(struct strata__cuda *cx, struct strata__cuda_queue
   }
   case STRATA__OP_LAYERNORM_FWD: {
     const __typeof__(op->u.ln) *a = &op->u.ln;
-    e = strata__cuda_layernorm_fwd(st, a->rows, F(a->x), O(a->x), F(a->gamma), O(a->gamma), F(a->beta),
+    e = strata__cuda_layernorm_fwd(st, a->rows, cx->wg, F(a->x), O(a->x), F(a->gamma), O(a->gamma), F(a->beta),
                                    O(a->beta), F(a->y), O(a->y), F(a->mean), O(a->mean), F(a->rstd), O(a->rstd),
                                    a->rows, a->cols, a->eps);
     break;
@@ -705,24 +717,24 @@ static int strata__cuda_op_on(struct strata__cuda *cx, struct strata__cuda_queue
   case STRATA__OP_LAYERNORM_BWD: {
     const __typeof__(op->u.ln) *a = &op->u.ln;
     /* dgamma/dbeta first: dx may be dy, and the dx kernel overwrites it. */
-    e = strata__cuda_layernorm_bwd_dparams(st, a->cols, F(a->x), O(a->x), F(a->mean), O(a->mean), F(a->rstd),
+    e = strata__cuda_layernorm_bwd_dparams(st, a->cols, cx->wg, F(a->x), O(a->x), F(a->mean), O(a->mean), F(a->rstd),
                                            O(a->rstd), F(a->dy), O(a->dy), F(a->dgamma), O(a->dgamma),
                                            F(a->dbeta), O(a->dbeta), a->rows, a->cols, a->accumulate);
     if (e == cudaSuccess)
-      e = strata__cuda_layernorm_bwd_dx(st, a->rows, F(a->x), O(a->x), F(a->gamma), O(a->gamma), F(a->mean),
+      e = strata__cuda_layernorm_bwd_dx(st, a->rows, cx->wg, F(a->x), O(a->x), F(a->gamma), O(a->gamma), F(a->mean),
                                         O(a->mean), F(a->rstd), O(a->rstd), F(a->dy), O(a->dy), F(a->dx),
                                         O(a->dx), a->rows, a->cols);
     break;
   }
   case STRATA__OP_SOFTMAX_FWD: {
     const __typeof__(op->u.softmax) *a = &op->u.softmax;
-    e = strata__cuda_softmax_fwd(st, a->rows, F(a->x), O(a->x), F(a->y), O(a->y), a->rows, a->cols, a->scale,
+    e = strata__cuda_softmax_fwd(st, a->rows, cx->wg, F(a->x), O(a->x), F(a->y), O(a->y), a->rows, a->cols, a->scale,
                                  a->causal);
     break;
   }
   case STRATA__OP_SOFTMAX_BWD: {
     const __typeof__(op->u.softmax) *a = &op->u.softmax;
-    e = strata__cuda_softmax_bwd(st, a->rows, F(a->y), O(a->y), F(a->dy), O(a->dy), F(a->dx), O(a->dx), a->rows,
+    e = strata__cuda_softmax_bwd(st, a->rows, cx->wg, F(a->y), O(a->y), F(a->dy), O(a->dy), F(a->dx), O(a->dx), a->rows,
                                  a->cols, a->scale);
     break;
   }
@@ -734,19 +746,23 @@ static int strata__cuda_op_on(struct strata__cuda *cx, struct strata__cuda_queue
   }
   case STRATA__OP_EMBEDDING_BWD: {
     const __typeof__(op->u.emb) *a = &op->u.emb;
-    e = strata__cuda_embedding_bwd(st, a->dim, I(a->tokens), O(a->tokens), F(a->dout), O(a->dout), F(a->dtable),
-                                   O(a->dtable), a->n, a->dim, a->vocab, a->accumulate);
+    /* the table is zeroed with the device's memset, not by dim threads */
+    if (!a->accumulate && a->vocab * a->dim > 0)
+      e = cudaMemsetAsync(F(a->dtable) + O(a->dtable), 0, (size_t)(a->vocab * a->dim) * sizeof(float), st);
+    if (e == cudaSuccess)
+      e = strata__cuda_embedding_bwd(st, a->dim, I(a->tokens), O(a->tokens), F(a->dout), O(a->dout), F(a->dtable),
+                                     O(a->dtable), a->n, a->dim, a->vocab);
     break;
   }
   case STRATA__OP_XENT_FWD: {
     const __typeof__(op->u.xent) *a = &op->u.xent;
-    e = strata__cuda_cross_entropy_fwd(st, a->rows, F(a->logits), O(a->logits), I(a->targets), O(a->targets),
+    e = strata__cuda_cross_entropy_fwd(st, a->rows, cx->wg, F(a->logits), O(a->logits), I(a->targets), O(a->targets),
                                        F(a->loss), O(a->loss), a->rows, a->vocab);
     break;
   }
   case STRATA__OP_XENT_BWD: {
     const __typeof__(op->u.xent) *a = &op->u.xent;
-    e = strata__cuda_cross_entropy_bwd(st, a->rows, F(a->logits), O(a->logits), I(a->targets), O(a->targets),
+    e = strata__cuda_cross_entropy_bwd(st, a->rows, cx->wg, F(a->logits), O(a->logits), I(a->targets), O(a->targets),
                                        F(a->dlogits), O(a->dlogits), a->rows, a->vocab, a->scale);
     break;
   }

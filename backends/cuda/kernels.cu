@@ -25,6 +25,18 @@
     return cudaGetLastError();                                                                       \
   } while (0)
 
+/* Launch a cooperative kernel ("Work-groups: ..." in kernels/ops.k) as
+** `groups` blocks of `wg` threads (a power of two <= STRATA__CUDA_WG_MAX). */
+#define STRATA__CUDA_LAUNCH_GROUPS(kernel, ...)                                                      \
+  do {                                                                                               \
+    if (groups <= 0)                                                                                 \
+      return cudaSuccess;                                                                            \
+    if (groups > 0x7fffffffLL || wg < 1 || wg > STRATA__CUDA_WG_MAX)                                 \
+      return cudaErrorInvalidConfiguration;                                                          \
+    kernel<<<(unsigned)groups, (unsigned)wg, 0, stream>>>(__VA_ARGS__);                              \
+    return cudaGetLastError();                                                                       \
+  } while (0)
+
 
 extern "C" cudaError_t strata__cuda_bias_add(cudaStream_t stream, strata__i64 items, float *y, strata__i64 y_off,
                                              const float *bias, strata__i64 bias_off, strata__i64 rows,
@@ -33,11 +45,11 @@ extern "C" cudaError_t strata__cuda_bias_add(cudaStream_t stream, strata__i64 it
   STRATA__CUDA_LAUNCH(k_bias_add, y, y_off, bias, bias_off, rows, cols);
 }
 
-extern "C" cudaError_t strata__cuda_bias_grad(cudaStream_t stream, strata__i64 items, const float *dy,
+extern "C" cudaError_t strata__cuda_bias_grad(cudaStream_t stream, strata__i64 groups, int wg, const float *dy,
                                               strata__i64 dy_off, float *dbias, strata__i64 dbias_off,
                                               strata__i64 rows, strata__i64 cols, int accumulate)
 {
-  STRATA__CUDA_LAUNCH(k_bias_grad, dy, dy_off, dbias, dbias_off, rows, cols, accumulate);
+  STRATA__CUDA_LAUNCH_GROUPS(k_bias_grad, dy, dy_off, dbias, dbias_off, rows, cols, accumulate);
 }
 
 extern "C" cudaError_t strata__cuda_gelu_fwd(cudaStream_t stream, strata__i64 items, const float *x,
@@ -99,51 +111,51 @@ extern "C" cudaError_t strata__cuda_fill(cudaStream_t stream, strata__i64 items,
   STRATA__CUDA_LAUNCH(k_fill, x, x_off, value, n);
 }
 
-extern "C" cudaError_t strata__cuda_layernorm_fwd(cudaStream_t stream, strata__i64 items, const float *x,
+extern "C" cudaError_t strata__cuda_layernorm_fwd(cudaStream_t stream, strata__i64 groups, int wg, const float *x,
                                                   strata__i64 x_off, const float *gamma, strata__i64 gamma_off,
                                                   const float *beta, strata__i64 beta_off, float *y,
                                                   strata__i64 y_off, float *mean, strata__i64 mean_off, float *rstd,
                                                   strata__i64 rstd_off, strata__i64 rows, strata__i64 cols,
                                                   float eps)
 {
-  STRATA__CUDA_LAUNCH(k_layernorm_fwd, x, x_off, gamma, gamma_off, beta, beta_off, y, y_off, mean, mean_off, rstd,
+  STRATA__CUDA_LAUNCH_GROUPS(k_layernorm_fwd, x, x_off, gamma, gamma_off, beta, beta_off, y, y_off, mean, mean_off, rstd,
                       rstd_off, rows, cols, eps);
 }
 
-extern "C" cudaError_t strata__cuda_layernorm_bwd_dx(cudaStream_t stream, strata__i64 items, const float *x,
+extern "C" cudaError_t strata__cuda_layernorm_bwd_dx(cudaStream_t stream, strata__i64 groups, int wg, const float *x,
                                                      strata__i64 x_off, const float *gamma, strata__i64 gamma_off,
                                                      const float *mean, strata__i64 mean_off, const float *rstd,
                                                      strata__i64 rstd_off, const float *dy, strata__i64 dy_off,
                                                      float *dx, strata__i64 dx_off, strata__i64 rows,
                                                      strata__i64 cols)
 {
-  STRATA__CUDA_LAUNCH(k_layernorm_bwd_dx, x, x_off, gamma, gamma_off, mean, mean_off, rstd, rstd_off, dy, dy_off, dx,
+  STRATA__CUDA_LAUNCH_GROUPS(k_layernorm_bwd_dx, x, x_off, gamma, gamma_off, mean, mean_off, rstd, rstd_off, dy, dy_off, dx,
                       dx_off, rows, cols);
 }
 
-extern "C" cudaError_t strata__cuda_layernorm_bwd_dparams(cudaStream_t stream, strata__i64 items, const float *x,
+extern "C" cudaError_t strata__cuda_layernorm_bwd_dparams(cudaStream_t stream, strata__i64 groups, int wg, const float *x,
                                                           strata__i64 x_off, const float *mean, strata__i64 mean_off,
                                                           const float *rstd, strata__i64 rstd_off, const float *dy,
                                                           strata__i64 dy_off, float *dgamma, strata__i64 dgamma_off,
                                                           float *dbeta, strata__i64 dbeta_off, strata__i64 rows,
                                                           strata__i64 cols, int accumulate)
 {
-  STRATA__CUDA_LAUNCH(k_layernorm_bwd_dparams, x, x_off, mean, mean_off, rstd, rstd_off, dy, dy_off, dgamma,
+  STRATA__CUDA_LAUNCH_GROUPS(k_layernorm_bwd_dparams, x, x_off, mean, mean_off, rstd, rstd_off, dy, dy_off, dgamma,
                       dgamma_off, dbeta, dbeta_off, rows, cols, accumulate);
 }
 
-extern "C" cudaError_t strata__cuda_softmax_fwd(cudaStream_t stream, strata__i64 items, const float *x,
+extern "C" cudaError_t strata__cuda_softmax_fwd(cudaStream_t stream, strata__i64 groups, int wg, const float *x,
                                                 strata__i64 x_off, float *y, strata__i64 y_off, strata__i64 rows,
                                                 strata__i64 cols, float scale, int causal)
 {
-  STRATA__CUDA_LAUNCH(k_softmax_fwd, x, x_off, y, y_off, rows, cols, scale, causal);
+  STRATA__CUDA_LAUNCH_GROUPS(k_softmax_fwd, x, x_off, y, y_off, rows, cols, scale, causal);
 }
 
-extern "C" cudaError_t strata__cuda_softmax_bwd(cudaStream_t stream, strata__i64 items, const float *y,
+extern "C" cudaError_t strata__cuda_softmax_bwd(cudaStream_t stream, strata__i64 groups, int wg, const float *y,
                                                 strata__i64 y_off, const float *dy, strata__i64 dy_off, float *dx,
                                                 strata__i64 dx_off, strata__i64 rows, strata__i64 cols, float scale)
 {
-  STRATA__CUDA_LAUNCH(k_softmax_bwd, y, y_off, dy, dy_off, dx, dx_off, rows, cols, scale);
+  STRATA__CUDA_LAUNCH_GROUPS(k_softmax_bwd, y, y_off, dy, dy_off, dx, dx_off, rows, cols, scale);
 }
 
 extern "C" cudaError_t strata__cuda_embedding_fwd(cudaStream_t stream, strata__i64 items, const int *tokens,
@@ -157,27 +169,26 @@ extern "C" cudaError_t strata__cuda_embedding_fwd(cudaStream_t stream, strata__i
 extern "C" cudaError_t strata__cuda_embedding_bwd(cudaStream_t stream, strata__i64 items, const int *tokens,
                                                   strata__i64 tokens_off, const float *dout, strata__i64 dout_off,
                                                   float *dtable, strata__i64 dtable_off, strata__i64 n,
-                                                  strata__i64 dim, strata__i64 vocab, int accumulate)
+                                                  strata__i64 dim, strata__i64 vocab)
 {
-  STRATA__CUDA_LAUNCH(k_embedding_bwd, tokens, tokens_off, dout, dout_off, dtable, dtable_off, n, dim, vocab,
-                      accumulate);
+  STRATA__CUDA_LAUNCH(k_embedding_bwd, tokens, tokens_off, dout, dout_off, dtable, dtable_off, n, dim, vocab);
 }
 
-extern "C" cudaError_t strata__cuda_cross_entropy_fwd(cudaStream_t stream, strata__i64 items, const float *logits,
+extern "C" cudaError_t strata__cuda_cross_entropy_fwd(cudaStream_t stream, strata__i64 groups, int wg, const float *logits,
                                                       strata__i64 logits_off, const int *targets,
                                                       strata__i64 targets_off, float *loss, strata__i64 loss_off,
                                                       strata__i64 rows, strata__i64 vocab)
 {
-  STRATA__CUDA_LAUNCH(k_cross_entropy_fwd, logits, logits_off, targets, targets_off, loss, loss_off, rows, vocab);
+  STRATA__CUDA_LAUNCH_GROUPS(k_cross_entropy_fwd, logits, logits_off, targets, targets_off, loss, loss_off, rows, vocab);
 }
 
-extern "C" cudaError_t strata__cuda_cross_entropy_bwd(cudaStream_t stream, strata__i64 items, const float *logits,
+extern "C" cudaError_t strata__cuda_cross_entropy_bwd(cudaStream_t stream, strata__i64 groups, int wg, const float *logits,
                                                       strata__i64 logits_off, const int *targets,
                                                       strata__i64 targets_off, float *dlogits,
                                                       strata__i64 dlogits_off, strata__i64 rows, strata__i64 vocab,
                                                       float scale)
 {
-  STRATA__CUDA_LAUNCH(k_cross_entropy_bwd, logits, logits_off, targets, targets_off, dlogits, dlogits_off, rows,
+  STRATA__CUDA_LAUNCH_GROUPS(k_cross_entropy_bwd, logits, logits_off, targets, targets_off, dlogits, dlogits_off, rows,
                       vocab, scale);
 }
 

@@ -20,8 +20,14 @@ extern "C" {
 **
 ** The parameters after the stream are exactly those of the kernel, in its
 ** order; `items` comes first because some kernels take no explicit count.
+** The cooperative kernels ("Work-groups: ..." in ops.k: row and column
+** reductions) take `groups` and `wg` instead: one block of `wg` threads (a
+** power of two <= STRATA__CUDA_WG_MAX) per row or column.
 */
 #define STRATA__CUDA_BLOCK 256
+
+/* STRATA_K_WG_MAX of kernels/ops.k: the size of the reductions' shared arrays. */
+#define STRATA__CUDA_WG_MAX 256
 
 /* Partial sums of k_sumsq_partial: the most a queue's scratch holds. */
 #define STRATA__CUDA_SUMSQ_PARTS 4096
@@ -30,7 +36,7 @@ typedef long long strata__i64;
 
 cudaError_t strata__cuda_bias_add(cudaStream_t stream, strata__i64 items, float *y, strata__i64 y_off,
                                   const float *bias, strata__i64 bias_off, strata__i64 rows, strata__i64 cols);
-cudaError_t strata__cuda_bias_grad(cudaStream_t stream, strata__i64 items, const float *dy, strata__i64 dy_off,
+cudaError_t strata__cuda_bias_grad(cudaStream_t stream, strata__i64 groups, int wg, const float *dy, strata__i64 dy_off,
                                    float *dbias, strata__i64 dbias_off, strata__i64 rows, strata__i64 cols,
                                    int accumulate);
 cudaError_t strata__cuda_gelu_fwd(cudaStream_t stream, strata__i64 items, const float *x, strata__i64 x_off,
@@ -52,26 +58,26 @@ cudaError_t strata__cuda_scale(cudaStream_t stream, strata__i64 items, float *x,
                                strata__i64 n);
 cudaError_t strata__cuda_fill(cudaStream_t stream, strata__i64 items, float *x, strata__i64 x_off, float value,
                               strata__i64 n);
-cudaError_t strata__cuda_layernorm_fwd(cudaStream_t stream, strata__i64 items, const float *x, strata__i64 x_off,
+cudaError_t strata__cuda_layernorm_fwd(cudaStream_t stream, strata__i64 groups, int wg, const float *x, strata__i64 x_off,
                                        const float *gamma, strata__i64 gamma_off, const float *beta,
                                        strata__i64 beta_off, float *y, strata__i64 y_off, float *mean,
                                        strata__i64 mean_off, float *rstd, strata__i64 rstd_off, strata__i64 rows,
                                        strata__i64 cols, float eps);
-cudaError_t strata__cuda_layernorm_bwd_dx(cudaStream_t stream, strata__i64 items, const float *x, strata__i64 x_off,
+cudaError_t strata__cuda_layernorm_bwd_dx(cudaStream_t stream, strata__i64 groups, int wg, const float *x, strata__i64 x_off,
                                           const float *gamma, strata__i64 gamma_off, const float *mean,
                                           strata__i64 mean_off, const float *rstd, strata__i64 rstd_off,
                                           const float *dy, strata__i64 dy_off, float *dx, strata__i64 dx_off,
                                           strata__i64 rows, strata__i64 cols);
-cudaError_t strata__cuda_layernorm_bwd_dparams(cudaStream_t stream, strata__i64 items, const float *x,
+cudaError_t strata__cuda_layernorm_bwd_dparams(cudaStream_t stream, strata__i64 groups, int wg, const float *x,
                                                strata__i64 x_off, const float *mean, strata__i64 mean_off,
                                                const float *rstd, strata__i64 rstd_off, const float *dy,
                                                strata__i64 dy_off, float *dgamma, strata__i64 dgamma_off,
                                                float *dbeta, strata__i64 dbeta_off, strata__i64 rows,
                                                strata__i64 cols, int accumulate);
-cudaError_t strata__cuda_softmax_fwd(cudaStream_t stream, strata__i64 items, const float *x, strata__i64 x_off,
+cudaError_t strata__cuda_softmax_fwd(cudaStream_t stream, strata__i64 groups, int wg, const float *x, strata__i64 x_off,
                                      float *y, strata__i64 y_off, strata__i64 rows, strata__i64 cols, float scale,
                                      int causal);
-cudaError_t strata__cuda_softmax_bwd(cudaStream_t stream, strata__i64 items, const float *y, strata__i64 y_off,
+cudaError_t strata__cuda_softmax_bwd(cudaStream_t stream, strata__i64 groups, int wg, const float *y, strata__i64 y_off,
                                      const float *dy, strata__i64 dy_off, float *dx, strata__i64 dx_off,
                                      strata__i64 rows, strata__i64 cols, float scale);
 cudaError_t strata__cuda_embedding_fwd(cudaStream_t stream, strata__i64 items, const int *tokens,
@@ -79,12 +85,11 @@ cudaError_t strata__cuda_embedding_fwd(cudaStream_t stream, strata__i64 items, c
                                        strata__i64 out_off, strata__i64 n, strata__i64 dim, strata__i64 vocab);
 cudaError_t strata__cuda_embedding_bwd(cudaStream_t stream, strata__i64 items, const int *tokens,
                                        strata__i64 tokens_off, const float *dout, strata__i64 dout_off, float *dtable,
-                                       strata__i64 dtable_off, strata__i64 n, strata__i64 dim, strata__i64 vocab,
-                                       int accumulate);
-cudaError_t strata__cuda_cross_entropy_fwd(cudaStream_t stream, strata__i64 items, const float *logits,
+                                       strata__i64 dtable_off, strata__i64 n, strata__i64 dim, strata__i64 vocab);
+cudaError_t strata__cuda_cross_entropy_fwd(cudaStream_t stream, strata__i64 groups, int wg, const float *logits,
                                            strata__i64 logits_off, const int *targets, strata__i64 targets_off,
                                            float *loss, strata__i64 loss_off, strata__i64 rows, strata__i64 vocab);
-cudaError_t strata__cuda_cross_entropy_bwd(cudaStream_t stream, strata__i64 items, const float *logits,
+cudaError_t strata__cuda_cross_entropy_bwd(cudaStream_t stream, strata__i64 groups, int wg, const float *logits,
                                            strata__i64 logits_off, const int *targets, strata__i64 targets_off,
                                            float *dlogits, strata__i64 dlogits_off, strata__i64 rows,
                                            strata__i64 vocab, float scale);

@@ -252,10 +252,21 @@ static int platform_open(struct strata__ocl *ocl, struct strata__ocl_platform *p
 */
 static int ocl_init(const struct strata__services *svc, void **ctx, char *why, size_t why_len) {
   *ctx = NULL;
+  size_t wg = 0;
+  const char *env = getenv("STRATA_KERNEL_WORKGROUP");
+  if (env && *env) {
+    char *end = NULL;
+    unsigned long v = strtoul(env, &end, 10);
+    if (!end || *end || v == 0 || v > STRATA__OCL_WG_MAX || (v & (v - 1)))
+      return svc->error(STRATA_ERR_PARSE, "STRATA_KERNEL_WORKGROUP='%s' is not a power of two from 1 to %d", env,
+                        STRATA__OCL_WG_MAX);
+    wg = (size_t)v;
+  }
   struct strata__ocl *ocl = calloc(1, sizeof *ocl);
   if (!ocl)
     return svc->error(STRATA_ERR_NOMEM, "opencl: out of host memory starting the backend");
   ocl->svc = svc;
+  ocl->wg_request = wg;
   cl_uint np = 0;
   cl_int err = clGetPlatformIDs(0, NULL, &np);
   if (err != CL_SUCCESS || np == 0) {
@@ -460,6 +471,38 @@ static int ocl_queue_new(void *ctx, int dev, void **queue) {
       snprintf(what, sizeof what, "clCreateKernel(%s) on %s", strata__ocl_kernel_names[i], d->info.name);
       goto fail;
     }
+  }
+  /* The cooperative kernels' work-group: STRATA_KERNEL_WORKGROUP, which
+  ** every one of them must accept, or else the largest power of two up to
+  ** STRATA__OCL_WG_MAX that they all accept. */
+  static const enum strata__ocl_kernel coop[] = {
+      STRATA__OCL_K_BIAS_GRAD,   STRATA__OCL_K_LAYERNORM_FWD, STRATA__OCL_K_LAYERNORM_BWD_DX,
+      STRATA__OCL_K_LAYERNORM_BWD_DPARAMS, STRATA__OCL_K_SOFTMAX_FWD, STRATA__OCL_K_SOFTMAX_BWD,
+      STRATA__OCL_K_XENT_FWD,    STRATA__OCL_K_XENT_BWD};
+  size_t most = STRATA__OCL_WG_MAX;
+  for (size_t i = 0; i < sizeof coop / sizeof coop[0]; i++) {
+    size_t kmax = 0;
+    err = clGetKernelWorkGroupInfo(q->kernels[coop[i]], d->id, CL_KERNEL_WORK_GROUP_SIZE, sizeof kmax, &kmax, NULL);
+    if (err != CL_SUCCESS) {
+      snprintf(what, sizeof what, "clGetKernelWorkGroupInfo(%s) on %s", strata__ocl_kernel_names[coop[i]],
+               d->info.name);
+      goto fail;
+    }
+    if (kmax < most)
+      most = kmax;
+  }
+  if (ocl->wg_request) {
+    if (ocl->wg_request > most) {
+      int rc2 = ocl->svc->error(STRATA_ERR_UNSUPPORTED,
+                                "opencl: STRATA_KERNEL_WORKGROUP=%zu but the reduction kernels on %s take at most %zu",
+                                ocl->wg_request, d->info.name, most);
+      ocl_queue_free(ctx, q);
+      return rc2;
+    }
+    q->wg = ocl->wg_request;
+  } else {
+    for (q->wg = 1; q->wg * 2 <= most; q->wg *= 2)
+      ;
   }
   q->sumsq_parts =
       clCreateBuffer(d->platform->context, CL_MEM_READ_WRITE, STRATA__OCL_SUMSQ_PARTS * sizeof(float), NULL, &err);

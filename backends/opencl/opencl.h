@@ -79,9 +79,14 @@ struct strata__ocl_device {
   struct strata__device_info info;
 };
 
+/* The largest work-group the cooperative kernels take (STRATA_K_WG_MAX of
+** kernels/ops.k: the size of their local arrays). */
+#define STRATA__OCL_WG_MAX 256
+
 /* The backend context returned by init. */
 struct strata__ocl {
   const struct strata__services *svc;
+  size_t wg_request;        /* STRATA_KERNEL_WORKGROUP, 0 when unset */
   int nplatforms;
   struct strata__ocl_platform *platforms;
   int ndevices;
@@ -101,6 +106,7 @@ struct strata__ocl_queue {
   pthread_mutex_t gate_lock;/* guards gate_status and gate_error (set by the communicator's threads) */
   int gate_status;          /* the first failed gate this queue waited for, 0 if none */
   char gate_error[512];
+  size_t wg;                /* work-group size of the cooperative kernels: a power of two <= STRATA__OCL_WG_MAX */
 };
 
 struct strata__ocl_event {

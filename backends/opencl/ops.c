@@ -20,8 +20,7 @@ const char *const strata__ocl_kernel_names[STRATA__OCL_K_COUNT] = {
 #define STRATA__OCL_ROUND 64
 
 /*
-** Set the arguments of kernel `kid` of queue `q` and enqueue it over
-** `items` work-items (nothing is enqueued when items is 0). `fmt` gives one
+** Set the arguments of kernel `kid` of queue `q` from `ap`. `fmt` gives one
 ** letter per argument of the kernel's parameter list in kernels/ops.k:
 **   'm'  const struct strata__mem *  -> (cl_mem, cl_long element offset)
 **   'c'  cl_mem                      -> (cl_mem, cl_long 0)
@@ -29,13 +28,11 @@ const char *const strata__ocl_kernel_names[STRATA__OCL_K_COUNT] = {
 **   'f'  double (a promoted float)   -> cl_float
 **   'i'  int                         -> cl_int
 */
-static int launch(struct strata__ocl *ocl, struct strata__ocl_queue *q, enum strata__ocl_kernel kid, int64_t items,
-                  const char *fmt, ...) {
+static int set_args(struct strata__ocl *ocl, struct strata__ocl_queue *q, enum strata__ocl_kernel kid, const char *fmt,
+                    va_list ap) {
   cl_kernel k = q->kernels[kid];
   cl_uint arg = 0;
   cl_int err = CL_SUCCESS;
-  va_list ap;
-  va_start(ap, fmt);
   for (const char *f = fmt; *f && err == CL_SUCCESS; f++) {
     switch (*f) {
     case 'm': {
@@ -71,24 +68,69 @@ static int launch(struct strata__ocl *ocl, struct strata__ocl_queue *q, enum str
       break;
     }
     default:
-      va_end(ap);
       return ocl->svc->error(STRATA_ERR_INTERNAL, "opencl: bad argument letter '%c' for %s", *f,
                              strata__ocl_kernel_names[kid]);
     }
   }
-  va_end(ap);
-  char what[256];
   if (err != CL_SUCCESS) {
+    char what[256];
     snprintf(what, sizeof what, "clSetKernelArg(%s, argument %u)", strata__ocl_kernel_names[kid], arg - 1);
     return strata__ocl_fail(ocl, err, what);
   }
-  if (items <= 0)
-    return STRATA_OK;
-  size_t global = (size_t)((items + STRATA__OCL_ROUND - 1) / STRATA__OCL_ROUND * STRATA__OCL_ROUND);
-  err = clEnqueueNDRangeKernel(q->q, k, 1, NULL, &global, NULL, 0, NULL, NULL);
+  return STRATA_OK;
+}
+
+/* Enqueue kernel `kid` over `global` work-items in work-groups of `local`
+** (0: the implementation's choice). */
+static int enqueue(struct strata__ocl *ocl, struct strata__ocl_queue *q, enum strata__ocl_kernel kid, size_t global,
+                   size_t local) {
+  cl_int err = clEnqueueNDRangeKernel(q->q, q->kernels[kid], 1, NULL, &global, local ? &local : NULL, 0, NULL, NULL);
   if (err != CL_SUCCESS) {
-    snprintf(what, sizeof what, "clEnqueueNDRangeKernel(%s, %zu items) on %s", strata__ocl_kernel_names[kid], global,
-             q->dev->info.name);
+    char what[256];
+    snprintf(what, sizeof what, "clEnqueueNDRangeKernel(%s, %zu items, work-groups of %zu) on %s",
+             strata__ocl_kernel_names[kid], global, local, q->dev->info.name);
+    return strata__ocl_fail(ocl, err, what);
+  }
+  return STRATA_OK;
+}
+
+/* Set the arguments (see set_args) and enqueue kernel `kid` over `items`
+** work-items, rounded up (nothing is enqueued when items is 0). */
+static int launch(struct strata__ocl *ocl, struct strata__ocl_queue *q, enum strata__ocl_kernel kid, int64_t items,
+                  const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int rc = set_args(ocl, q, kid, fmt, ap);
+  va_end(ap);
+  if (rc || items <= 0)
+    return rc;
+  return enqueue(ocl, q, kid, (size_t)((items + STRATA__OCL_ROUND - 1) / STRATA__OCL_ROUND * STRATA__OCL_ROUND), 0);
+}
+
+/* The same for a kernel that cooperates in work-groups ("Work-groups: ..."
+** in kernels/ops.k): `groups` work-groups of the queue's size q->wg. */
+static int launch_groups(struct strata__ocl *ocl, struct strata__ocl_queue *q, enum strata__ocl_kernel kid,
+                         int64_t groups, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int rc = set_args(ocl, q, kid, fmt, ap);
+  va_end(ap);
+  if (rc || groups <= 0)
+    return rc;
+  return enqueue(ocl, q, kid, (size_t)groups * q->wg, q->wg);
+}
+
+/* Zero `floats` elements of `m` with the device's fill (clEnqueueFillBuffer). */
+static int zero(struct strata__ocl *ocl, struct strata__ocl_queue *q, const struct strata__mem *m, int64_t floats) {
+  if (floats <= 0)
+    return STRATA_OK;
+  const struct strata__ocl_buffer *b = m->h;
+  cl_float z = 0.0f;
+  cl_int err = clEnqueueFillBuffer(q->q, b->mem, &z, sizeof z, m->off * sizeof z, (size_t)floats * sizeof z, 0, NULL,
+                                   NULL);
+  if (err != CL_SUCCESS) {
+    char what[256];
+    snprintf(what, sizeof what, "clEnqueueFillBuffer of %lld floats on %s", (long long)floats, q->dev->info.name);
     return strata__ocl_fail(ocl, err, what);
   }
   return STRATA_OK;
@@ -210,7 +252,7 @@ int strata__ocl_op(void *ctx, void *queue, const struct strata__op *op) {
   }
   case STRATA__OP_BIAS_GRAD: {
     const __typeof__(op->u.bias) *o = &op->u.bias;
-    return launch(ocl, q, STRATA__OCL_K_BIAS_GRAD, o->cols, "mmlli", &o->y, &o->bias, o->rows, o->cols,
+    return launch_groups(ocl, q, STRATA__OCL_K_BIAS_GRAD, o->cols, "mmlli", &o->y, &o->bias, o->rows, o->cols,
                   o->accumulate);
   }
   case STRATA__OP_GELU_FWD:
@@ -244,27 +286,27 @@ int strata__ocl_op(void *ctx, void *queue, const struct strata__op *op) {
   }
   case STRATA__OP_LAYERNORM_FWD: {
     const __typeof__(op->u.ln) *o = &op->u.ln;
-    return launch(ocl, q, STRATA__OCL_K_LAYERNORM_FWD, o->rows, "mmmmmmllf", &o->x, &o->gamma, &o->beta, &o->y,
+    return launch_groups(ocl, q, STRATA__OCL_K_LAYERNORM_FWD, o->rows, "mmmmmmllf", &o->x, &o->gamma, &o->beta, &o->y,
                   &o->mean, &o->rstd, o->rows, o->cols, (double)o->eps);
   }
   case STRATA__OP_LAYERNORM_BWD: {
     const __typeof__(op->u.ln) *o = &op->u.ln;
     /* dgamma/dbeta first: dx may overwrite dy */
-    rc = launch(ocl, q, STRATA__OCL_K_LAYERNORM_BWD_DPARAMS, o->cols, "mmmmmmlli", &o->x, &o->mean, &o->rstd, &o->dy,
-                &o->dgamma, &o->dbeta, o->rows, o->cols, o->accumulate);
+    rc = launch_groups(ocl, q, STRATA__OCL_K_LAYERNORM_BWD_DPARAMS, o->cols, "mmmmmmlli", &o->x, &o->mean, &o->rstd,
+                       &o->dy, &o->dgamma, &o->dbeta, o->rows, o->cols, o->accumulate);
     if (rc)
       return rc;
-    return launch(ocl, q, STRATA__OCL_K_LAYERNORM_BWD_DX, o->rows, "mmmmmmll", &o->x, &o->gamma, &o->mean, &o->rstd,
-                  &o->dy, &o->dx, o->rows, o->cols);
+    return launch_groups(ocl, q, STRATA__OCL_K_LAYERNORM_BWD_DX, o->rows, "mmmmmmll", &o->x, &o->gamma, &o->mean,
+                         &o->rstd, &o->dy, &o->dx, o->rows, o->cols);
   }
   case STRATA__OP_SOFTMAX_FWD: {
     const __typeof__(op->u.softmax) *o = &op->u.softmax;
-    return launch(ocl, q, STRATA__OCL_K_SOFTMAX_FWD, o->rows, "mmllfi", &o->x, &o->y, o->rows, o->cols,
+    return launch_groups(ocl, q, STRATA__OCL_K_SOFTMAX_FWD, o->rows, "mmllfi", &o->x, &o->y, o->rows, o->cols,
                   (double)o->scale, o->causal);
   }
   case STRATA__OP_SOFTMAX_BWD: {
     const __typeof__(op->u.softmax) *o = &op->u.softmax;
-    return launch(ocl, q, STRATA__OCL_K_SOFTMAX_BWD, o->rows, "mmmllf", &o->y, &o->dy, &o->dx, o->rows, o->cols,
+    return launch_groups(ocl, q, STRATA__OCL_K_SOFTMAX_BWD, o->rows, "mmmllf", &o->y, &o->dy, &o->dx, o->rows, o->cols,
                   (double)o->scale);
   }
   case STRATA__OP_EMBEDDING_FWD: {
@@ -274,17 +316,19 @@ int strata__ocl_op(void *ctx, void *queue, const struct strata__op *op) {
   }
   case STRATA__OP_EMBEDDING_BWD: {
     const __typeof__(op->u.emb) *o = &op->u.emb;
-    return launch(ocl, q, STRATA__OCL_K_EMBEDDING_BWD, o->dim, "mmmllli", &o->tokens, &o->dout, &o->dtable, o->n,
-                  o->dim, o->vocab, o->accumulate);
+    if (!o->accumulate && (rc = zero(ocl, q, &o->dtable, o->vocab * o->dim)) != STRATA_OK)
+      return rc;
+    return launch(ocl, q, STRATA__OCL_K_EMBEDDING_BWD, o->dim, "mmmlll", &o->tokens, &o->dout, &o->dtable, o->n, o->dim,
+                  o->vocab);
   }
   case STRATA__OP_XENT_FWD: {
     const __typeof__(op->u.xent) *o = &op->u.xent;
-    return launch(ocl, q, STRATA__OCL_K_XENT_FWD, o->rows, "mmmll", &o->logits, &o->targets, &o->loss, o->rows,
+    return launch_groups(ocl, q, STRATA__OCL_K_XENT_FWD, o->rows, "mmmll", &o->logits, &o->targets, &o->loss, o->rows,
                   o->vocab);
   }
   case STRATA__OP_XENT_BWD: {
     const __typeof__(op->u.xent) *o = &op->u.xent;
-    return launch(ocl, q, STRATA__OCL_K_XENT_BWD, o->rows, "mmmllf", &o->logits, &o->targets, &o->dlogits, o->rows,
+    return launch_groups(ocl, q, STRATA__OCL_K_XENT_BWD, o->rows, "mmmllf", &o->logits, &o->targets, &o->dlogits, o->rows,
                   o->vocab, (double)o->scale);
   }
   case STRATA__OP_ADAMW: {

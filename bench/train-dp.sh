@@ -1,0 +1,65 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# train-dp.sh — data parallelism on 2 host virtual devices (one thread each) against 1 device with one thread, on the
+# GPT of bench/train-mfu.sh: tokens/s of each, runs alternated, medians, and the share of each device's time in the
+# gradient all-reduce from the trace. A benchmark, not a test.
+# Usage: bench/train-dp.sh [BUILD_DIR]        Target: dp = 2 at least 1.8x one device.
+set -u
+build=${1:-}
+if [ -z "$build" ]; then
+  if [ -x build/tools/strata-train ]; then build=build; else build=.; fi
+fi
+TRAIN="$build/tools/strata-train"
+if [ ! -x "$TRAIN" ]; then
+  echo "train-dp: no $TRAIN; build first (make), or pass the build directory" >&2
+  exit 2
+fi
+: "${STRATA_BACKEND_PATH:=$build/backends/host/.libs}"
+STRATA_BACKENDS=host
+export STRATA_BACKEND_PATH STRATA_BACKENDS
+STEPS=${STEPS:-4}
+BATCH=${BATCH:-2}
+RUNS=${RUNS:-3}
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/strata-train-dp.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT INT TERM
+cat >"$tmp/gpt-512x8.json" <<'JSON'
+{"kind": "gpt", "name": "gpt-512x8-ctx256", "vocab": 256, "context": 256, "d_model": 512,
+ "layers": 8, "heads": 8, "d_ff": 2048, "tied": false}
+JSON
+get() { grep "\"event\":\"$2\"" "$1" | tail -n 1 | sed -n "s/.*\"$3\":\\([^,}]*\\).*/\\1/p"; }
+T="$TRAIN --model $tmp/gpt-512x8.json --steps $STEPS --batch $BATCH --eval-every 0 --eval-batches 1 --json"
+echo "train-dp: GPT 512 x 8 layers, context 256; $STEPS steps of 2 x $BATCH sequences, $RUNS runs alternated," \
+  "load $(cut -d' ' -f1-3 /proc/loadavg)"
+: >"$tmp/one"
+: >"$tmp/dp"
+for i in $(seq "$RUNS"); do
+  STRATA_HOST_DEVICES=1 STRATA_HOST_THREADS=1 $T --device 0 --accum 2 >"$tmp/one.json" || exit 1
+  get "$tmp/one.json" summary tokens_per_s >>"$tmp/one"
+  STRATA_HOST_DEVICES=2 STRATA_HOST_THREADS=1 $T --dp 2 --microbatches 1 --trace "$tmp/trace.json" >"$tmp/dp.json" || exit 1
+  get "$tmp/dp.json" summary tokens_per_s >>"$tmp/dp"
+done
+med() { sort -g "$1" | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+one=$(med "$tmp/one")
+dp=$(med "$tmp/dp")
+# each device's share of the last run's wall time in the gradient all-reduce (comm events of the transfer tracks)
+share=$(python3 - "$tmp/trace.json" <<'PY' 2>/dev/null || echo "(no python3 to read the trace)"
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+x = [e for e in ev if e.get("ph") == "X"]
+span = (max(e["ts"] + e["dur"] for e in x) - min(e["ts"] for e in x)) or 1
+out = []
+for tid in sorted({e["tid"] for e in x if e.get("cat") == "comm"}):
+    c = sum(e["dur"] for e in x if e["tid"] == tid and e.get("cat") == "comm")
+    out.append("device rank %d %.1f%%" % (tid // 2, 100 * c / span))
+print(", ".join(out))
+PY
+)
+awk -v one="$one" -v dp="$dp" -v share="$share" 'BEGIN {
+  printf "one device       %.0f tokens/s (median)\n", one
+  printf "dp = 2           %.0f tokens/s (median): %.2fx one device (target: at least 1.8x)\n", dp, dp / one
+  printf "all-reduce       share of the wall time in the gradient all-reduce: %s\n", share
+  exit !(dp >= 1.8 * one)
+}'
+rc=$?
+[ $rc -eq 0 ] && echo "train-dp: target met" || echo "train-dp: target NOT met"
+exit $rc
