@@ -96,10 +96,20 @@ struct strata_topology {
   int use_measured;
 };
 
-/* topology/xmlcheck.c: check that `path` is a complete, well-formed hwloc
-** XML file whose distance matrices have consistent sizes. Returns
-** STRATA_OK or an error recorded with a message naming the file. */
-int strata__topo_xml_check(const char *path);
+/*
+** topology/xmlcheck.c: read `path` and check that it is a complete,
+** well-formed hwloc XML file that hwloc 2.9 loads safely (the sets hwloc
+** dereferences present, a version it reads, distance matrices of
+** consistent sizes). On success *xml is a canonical UTF-8 rendering for
+** hwloc_topology_set_xmlbuffer (*xml_len bytes, NUL-terminated, the
+** caller frees it); a UTF-8 byte-order mark and UTF-16 files are
+** accepted, comments dropped. Otherwise an error recorded with a message
+** naming the file, and *xml is NULL. The _buffer form checks `size`
+** bytes of `data` and names them `name` in messages.
+*/
+int strata__topo_xml_read(const char *path, char **xml /* OUT */, size_t *xml_len /* OUT */);
+int strata__topo_xml_check_buffer(const char *name, const char *data, size_t size, char **xml /* OUT */,
+                                  size_t *xml_len /* OUT */);
 
 /* topology/discover.c: fill host info and the GPU list from a loaded hwloc
 ** topology (sorted, deterministic). The hwloc topology must outlive the

@@ -3,6 +3,7 @@
 #include "config.h"
 
 #include <ctype.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,11 +53,16 @@ static int has_pci(hwloc_topology_t hw) {
 */
 static int load_into(struct strata_topology *t, const char *path) {
   int rc;
-  if (path && (rc = strata__topo_xml_check(path)) != STRATA_OK)
+  char *xml = NULL;
+  size_t xml_len = 0;
+  /* hwloc gets the checked text itself, never the file: what was checked is what loads */
+  if (path && (rc = strata__topo_xml_read(path, &xml, &xml_len)) != STRATA_OK)
     return rc;
   hwloc_topology_t hw;
-  if (hwloc_topology_init(&hw) < 0)
+  if (hwloc_topology_init(&hw) < 0) {
+    free(xml);
     return strata__error(STRATA_ERR_NOMEM, "topology: hwloc_topology_init failed");
+  }
   /* Without an I/O filter hwloc drops PCI and OS devices, and the NVLink/xGMI
   ** matrices with them. KEEP_IMPORTANT keeps what the shared dumps need
   ** (checked with hwloc 2.9: DGX-2 NVSwitch ports, MI300A class 1200), but
@@ -64,11 +70,14 @@ static int load_into(struct strata_topology *t, const char *path) {
   ** version deems important, so switch structure is never lost; the cost
   ** is a few more objects. */
   hwloc_topology_set_io_types_filter(hw, HWLOC_TYPE_FILTER_KEEP_ALL);
-  if (path && hwloc_topology_set_xml(hw, path) < 0) {
+  if (path && (xml_len > (size_t)INT_MAX || hwloc_topology_set_xmlbuffer(hw, xml, (int)xml_len) < 0)) {
     hwloc_topology_destroy(hw);
+    free(xml);
     return strata__error(STRATA_ERR_PARSE, "%s: hwloc cannot read this XML topology", path);
   }
-  if (hwloc_topology_load(hw) < 0) {
+  int loaded = hwloc_topology_load(hw);
+  free(xml);
+  if (loaded < 0) {
     hwloc_topology_destroy(hw);
     if (path)
       return strata__error(STRATA_ERR_PARSE,
