@@ -94,7 +94,15 @@ struct strata_topology {
   struct strata_topology_device *devs;
   double *measured;
   int use_measured;
+
+  /* What the topology could not take at face value, one line each (strata_topology_warning). */
+  char **warnings;
+  int nwarnings;
+  int warn_nomem;                 /* a warning could not be stored */
 };
+
+/* topology/topology.c: keep a warning line (and log it at WARN). */
+void strata__topo_warn(struct strata_topology *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /*
 ** topology/xmlcheck.c: read `path` and check that it is a complete,
@@ -123,6 +131,8 @@ int strata__topo_read_fabric(struct strata_topology *t, hwloc_topology_t hw);
 /* topology/links.c: compute the PCI/NUMA/socket path of every pair (needs the
 ** hwloc objects), then the bandwidths and the islands. */
 int strata__topo_compute_paths(struct strata_topology *t, hwloc_topology_t hw);
+/* The PCIe speed (GB/s) of the link above I/O object `o`, 0 when unknown or not its own. */
+double strata__topo_up_speed(hwloc_obj_t o);
 /* Recompute nominal figures from the stored kinds and options (no hwloc needed). */
 void strata__topo_compute_figures(struct strata_topology *t);
 int strata__topo_compute_islands(struct strata_topology *t);

@@ -4,6 +4,7 @@
 
 #include <ctype.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -157,8 +158,47 @@ STRATA_API void strata_topology_free(strata_topology_t t) {
   free(t->gpus);
   free(t->devs);
   free(t->measured);
+  for (int i = 0; i < t->nwarnings; i++)
+    free(t->warnings[i]);
+  free(t->warnings);
   free(t->source);
   free(t);
+}
+
+void strata__topo_warn(struct strata_topology *t, const char *fmt, ...) {
+  char line[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  strata__log(STRATA_LOG_WARN, "topology", "%s: %s", t->source ? t->source : "live", line);
+  char **w = realloc(t->warnings, (size_t)(t->nwarnings + 1) * sizeof *w);
+  char *copy = strdup(line);
+  if (w)
+    t->warnings = w;
+  if (!w || !copy) {
+    free(copy);
+    t->warn_nomem = 1;
+    return;
+  }
+  t->warnings[t->nwarnings++] = copy;
+}
+
+STRATA_API int strata_topology_warning_count(strata_topology_t t, int *count) {
+  if (!t || !count)
+    return strata__error(STRATA_ERR_INVALID, "strata_topology_warning_count: NULL argument");
+  *count = t->nwarnings;
+  return STRATA_OK;
+}
+
+STRATA_API int strata_topology_warning(strata_topology_t t, int index, const char **text) {
+  if (!t || !text)
+    return strata__error(STRATA_ERR_INVALID, "strata_topology_warning: NULL argument");
+  if (index < 0 || index >= t->nwarnings)
+    return strata__error(STRATA_ERR_RANGE, "strata_topology_warning: warning %d out of range (%d warnings)", index,
+                         t->nwarnings);
+  *text = t->warnings[index];
+  return STRATA_OK;
 }
 
 STRATA_API const char *strata_topology_source(strata_topology_t t) {
