@@ -327,20 +327,27 @@ static void find_gpu_memory(struct strata_topology *t, hwloc_topology_t hw, char
       unowned++;
   if (candidates == 0 || candidates != unowned || unowned != t->ngpus)
     return;
-  /* hwloc 1.x (AC922): CPU-less nodes are the GPUs' memory, in the same order */
-  int g = 0, first = -1, last = -1;
-  for (int i = 0; i < nnodes && g < t->ngpus; i++) {
-    hwloc_obj_t n = hwloc_get_obj_by_type(hw, HWLOC_OBJ_NUMANODE, (unsigned)i);
-    if (is_gpu_mem[i] || (n->cpuset && !hwloc_bitmap_iszero(n->cpuset)) || n->subtype)
-      continue;
-    is_gpu_mem[i] = 1;
+  /* hwloc 1.x (AC922): CPU-less nodes are the GPUs' memory, in the same order (by OS index) */
+  int first = -1, last = -1;
+  for (int g = 0; g < t->ngpus; g++) {
+    int pick = -1;
+    for (int i = 0; i < nnodes; i++) {
+      hwloc_obj_t n = hwloc_get_obj_by_type(hw, HWLOC_OBJ_NUMANODE, (unsigned)i);
+      if (is_gpu_mem[i] || (n->cpuset && !hwloc_bitmap_iszero(n->cpuset)) || n->subtype)
+        continue;
+      if (pick < 0 || n->os_index < hwloc_get_obj_by_type(hw, HWLOC_OBJ_NUMANODE, (unsigned)pick)->os_index)
+        pick = i;
+    }
+    if (pick < 0)
+      break;
+    hwloc_obj_t n = hwloc_get_obj_by_type(hw, HWLOC_OBJ_NUMANODE, (unsigned)pick);
+    is_gpu_mem[pick] = 1;
     t->gpus[g].pub.memory_numa_node = (int)n->os_index;
     if (!t->gpus[g].pub.memory)
       t->gpus[g].pub.memory = n->attr->numanode.local_memory;
     if (first < 0)
       first = (int)n->os_index;
     last = (int)n->os_index;
-    g++;
   }
   strata__topo_warn(t,
                     "NUMA nodes P#%d..P#%d have no CPUs and do not say whose they are (an hwloc 1.x export): "
