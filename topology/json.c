@@ -46,10 +46,10 @@ static json_t *build(const struct strata_topology *t) {
   json_object_set_new(host, "cpu_model", json_string(h->cpu_model));
   json_object_set_new(host, "packages", json_integer(h->packages));
   json_object_set_new(host, "numa_nodes", json_integer(h->numa_nodes));
-  json_object_set_new(host, "gpu_numa_nodes", json_integer(h->gpu_numa_nodes));
   json_object_set_new(host, "cores", json_integer(h->cores));
   json_object_set_new(host, "pus", json_integer(h->pus));
   json_object_set_new(host, "memory_bytes", json_integer((json_int_t)h->memory));
+  json_object_set_new(host, "gpu_numa_nodes", json_integer(h->gpu_numa_nodes));
   json_object_set_new(root, "host", host);
 
   json_t *opts = json_object();
@@ -82,10 +82,10 @@ static json_t *build(const struct strata_topology *t) {
     json_object_set_new(o, "memory_bytes", json_integer((json_int_t)g->memory));
     json_object_set_new(o, "pcie_gbps", num(g->pcie_gbps));
     json_object_set_new(o, "numa_node", json_integer(g->numa_node));
-    json_object_set_new(o, "memory_numa_node", json_integer(g->memory_numa_node));
     json_object_set_new(o, "package", json_integer(g->package));
     json_object_set_new(o, "cpuset", json_string(g->cpuset));
     json_object_set_new(o, "island", json_integer(t->gpu_island[i]));
+    json_object_set_new(o, "memory_numa_node", json_integer(g->memory_numa_node));
     json_array_append_new(gpus, o);
   }
   json_object_set_new(root, "gpus", gpus);
