@@ -4,6 +4,7 @@ AC_DEFUN([STRATA_SUMMARY], [
   AS_IF([test "x$strata_opencl_happy" = xyes], [strata_s_ocl="yes"], [strata_s_ocl="no: $strata_opencl_why"])
   AS_IF([test "x$strata_cuda_happy" = xyes], [strata_s_cuda="yes ($NVCC)"], [strata_s_cuda="no: $strata_cuda_why"])
   AS_IF([test "x$strata_criterion_happy" = xyes], [strata_s_tests="yes"], [strata_s_tests="no: Criterion not found"])
+  AS_IF([test "x$strata_fuzz_happy" = xyes], [strata_s_fuzz="yes (tests/fuzz, run with tests/fuzz/run-all)"], [strata_s_fuzz="no (--enable-fuzzing CC=clang)"])
   cat <<STRATA_EOF
 
 strata $PACKAGE_VERSION configured
@@ -14,5 +15,6 @@ strata $PACKAGE_VERSION configured
     cuda            : $strata_s_cuda
   topology (hwloc)  : yes
   tests (Criterion) : $strata_s_tests
+  fuzzers           : $strata_s_fuzz
 STRATA_EOF
 ])

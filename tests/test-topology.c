@@ -431,6 +431,13 @@ Test(hwloc_safety, objects_without_the_sets_hwloc_dereferences_are_refused) {
   remove(path);
 }
 
+/* An element hwloc does not know inside an object: hwloc 2.9 rejects it and leaks the object (found by
+** fuzz-topology-xml; the sanitizer build sees the leak). Refused before hwloc sees it. */
+Test(hwloc_safety, unknown_element_is_refused_before_hwloc_leaks) {
+  expect_failure(fixture("hwloc-leak-unknown-element.xml"), STRATA_ERR_PARSE,
+                 "line 11: <boject> inside <object> is not part of hwloc XML");
+}
+
 /* hwloc 2.x cannot read XML format 3.0: the message says why. */
 Test(hwloc_safety, newer_xml_version_is_named) {
   expect_failure(fixture("xml-version-3.0.xml"), STRATA_ERR_PARSE,

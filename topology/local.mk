@@ -35,7 +35,8 @@ EXTRA_DIST += \
 	tests/fixtures/topology/class-d-duplicate-pci.xml \
 	tests/fixtures/topology/class-e-missed-gpu.xml \
 	tests/fixtures/topology/hwloc-crash-core-without-complete-cpuset.xml \
-	tests/fixtures/topology/xml-version-3.0.xml
+	tests/fixtures/topology/xml-version-3.0.xml \
+	tests/fixtures/topology/hwloc-leak-unknown-element.xml
 
 if HAVE_CRITERION
 check_PROGRAMS += tests/test-topology

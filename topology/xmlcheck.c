@@ -161,8 +161,7 @@ static long xc_tokens(const char *text, size_t n) {
 
 /* Elements whose text body hwloc reads; text anywhere else is dropped. */
 static int xc_has_content(const char *name) {
-  return strcmp(name, "indexes") == 0 || strcmp(name, "u64values") == 0 || strcmp(name, "values") == 0 ||
-         strcmp(name, "userdata") == 0;
+  return strcmp(name, "indexes") == 0 || strcmp(name, "u64values") == 0 || strcmp(name, "userdata") == 0;
 }
 
 /* Text between tags: kept for the elements that have a body, counted for matrices. */
@@ -177,7 +176,7 @@ static void xc_text(struct xc *x, const char *text, size_t n) {
     return;
   if (strcmp(cur, "indexes") == 0)
     x->m.nindexes += xc_tokens(text, n);
-  else if (strcmp(cur, "u64values") == 0 || strcmp(cur, "values") == 0)
+  else if (strcmp(cur, "u64values") == 0)
     x->m.nvalues += xc_tokens(text, n);
 }
 
@@ -202,6 +201,33 @@ static int xc_matrix_end(struct xc *x) {
                          "(expected %ld and %ld)",
                          x->path, m->line, m->name, m->nbobjs, m->nindexes, m->nvalues, m->nbobjs, want);
   return STRATA_OK;
+}
+
+/*
+** Which element may hold which: what hwloc 2.9 writes and reads. hwloc
+** refuses an element it does not know under an object, and leaks the
+** object it was building (found by fuzzing): so any other is refused here.
+*/
+static const struct {
+  const char *parent, *children;
+} xc_children[] = {
+    {"topology", " object distances2 distances2hetero support memattr cpukind "},
+    {"object", " object page_type info distances userdata "},
+    {"distances", " latency "},
+    {"distances2", " indexes u64values "},
+    {"distances2hetero", " indexes u64values "},
+    {"memattr", " memattr_value "},
+    {"cpukind", " info "},
+};
+
+/* Is <child> allowed inside <parent>? */
+static int xc_child_ok(const char *parent, const char *child) {
+  char key[40];
+  snprintf(key, sizeof key, " %s ", child);
+  for (size_t i = 0; i < sizeof xc_children / sizeof *xc_children; i++)
+    if (strcmp(xc_children[i].parent, parent) == 0)
+      return strstr(xc_children[i].children, key) != NULL;
+  return 0; /* info, page_type, latency, indexes, u64values, userdata, support, memattr_value: no children */
 }
 
 /* The decoded value of attribute `name` of the current tag, or NULL. */
@@ -513,8 +539,10 @@ static int xc_tag(struct xc *x) {
     x->seen_root = 1;
     if ((rc = xc_check_root(x, line)) != STRATA_OK)
       return rc;
-  } else if (strcmp(name, "topology") == 0) {
-    return xc_fail(x, line, "malformed XML: <topology> inside <topology>");
+  } else if (!xc_child_ok(x->stack[x->depth - 1].name, name)) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "<%s> inside <%s> is not part of hwloc XML", name, x->stack[x->depth - 1].name);
+    return xc_fail(x, line, msg);
   }
   if (strcmp(name, "object") == 0 && (rc = xc_check_object(x, line)) != STRATA_OK)
     return rc;
