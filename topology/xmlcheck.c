@@ -87,6 +87,7 @@ struct xc_attr {
 struct xc_elem {
   char name[32];
   int line;
+  int numa_or_root;              /* an <object> that may hold <page_type> */
 };
 
 /* The distance matrix being read, when inside <distances2> or <distances2hetero>. */
@@ -111,6 +112,7 @@ struct xc {
   int seen_root;
   int root_closed;
   int version_major;             /* 1 for a file without version (hwloc 1.x), else its major */
+  int skip;                      /* depth of a <userdata> being dropped, 0 otherwise */
   struct xc_matrix m;
   struct xc_buf out;             /* the canonical rendering handed to hwloc */
   struct xc_buf vals;            /* decoded attribute values of the current tag */
@@ -169,7 +171,7 @@ static void xc_text(struct xc *x, const char *text, size_t n) {
   if (x->depth < 1)
     return;
   const char *cur = x->stack[x->depth - 1].name;
-  if (!xc_has_content(cur))
+  if (!xc_has_content(cur) || x->skip)
     return;
   xb_put(&x->out, text, n);
   if (!x->m.active || x->m.v1)
@@ -219,6 +221,39 @@ static const struct {
     {"memattr", " memattr_value "},
     {"cpukind", " info "},
 };
+
+/*
+** The attributes each element may carry, where hwloc 2.9 fails on any
+** other: a failure inside an object's info, page_type or v1 distances
+** leaks that object. NULL: hwloc ignores what it does not know.
+*/
+static const struct {
+  const char *element, *attrs;
+} xc_attrs[] = {
+    {"info", " name value "},
+    {"page_type", " size count "},
+    {"distances", " nbobjs relative_depth latency_base "},
+    {"latency", " value "},
+    {"indexes", " length "},
+    {"u64values", " length "},
+    {"userdata", " name length encoding "},
+    {"memattr", " name flags "},
+    {"memattr_value", " target_obj_gp_index target_obj_type value initiator_cpuset initiator_obj_gp_index "
+                      "initiator_obj_type "},
+    {"cpukind", " cpuset forced_efficiency "},
+};
+
+/* Is attribute `attr` (n bytes) allowed on <element>? */
+static int xc_attr_ok(const char *element, const char *attr, size_t n) {
+  char key[72];
+  if (n > 64)
+    return 0;
+  snprintf(key, sizeof key, " %.*s ", (int)n, attr);
+  for (size_t i = 0; i < sizeof xc_attrs / sizeof *xc_attrs; i++)
+    if (strcmp(xc_attrs[i].element, element) == 0)
+      return strstr(xc_attrs[i].attrs, key) != NULL;
+  return 1;
+}
 
 /* Is <child> allowed inside <parent>? */
 static int xc_child_ok(const char *parent, const char *child) {
@@ -521,6 +556,11 @@ static int xc_tag(struct xc *x) {
                x->stack[x->depth - 1].name, x->stack[x->depth - 1].line);
       return xc_fail(x, line, msg);
     }
+    if (x->skip && x->depth == x->skip) {
+      x->skip = 0;
+      x->depth--;
+      return STRATA_OK;
+    }
     x->depth--;
     xb_puts(&x->out, "</");
     xb_puts(&x->out, name);
@@ -544,8 +584,26 @@ static int xc_tag(struct xc *x) {
     snprintf(msg, sizeof msg, "<%s> inside <%s> is not part of hwloc XML", name, x->stack[x->depth - 1].name);
     return xc_fail(x, line, msg);
   }
-  if (strcmp(name, "object") == 0 && (rc = xc_check_object(x, line)) != STRATA_OK)
-    return rc;
+  int numa_or_root = 0;
+  for (int i = 0; i < x->nattrs; i++)
+    if (!xc_attr_ok(name, x->attrs[i].name, x->attrs[i].nlen)) {
+      char msg[160];
+      snprintf(msg, sizeof msg, "<%s> with an attribute hwloc does not read (%.*s)", name,
+               (int)(x->attrs[i].nlen < 40 ? x->attrs[i].nlen : 40), x->attrs[i].name);
+      return xc_fail(x, line, msg);
+    }
+  if ((strcmp(name, "indexes") == 0 || strcmp(name, "u64values") == 0) && !xc_attr(x, "length"))
+    return xc_fail(x, line, "a distance list without its length attribute");
+  if (strcmp(name, "object") == 0) {
+    if ((rc = xc_check_object(x, line)) != STRATA_OK)
+      return rc;
+    /* what a page_type below may belong to: a NUMA node, or the root object */
+    const char *type = x->vals.p + x->attrs[0].voff;
+    hwloc_obj_type_t t;
+    numa_or_root = x->depth == 1 || (hwloc_type_sscanf(type, &t, NULL, 0) == 0 && t == HWLOC_OBJ_NUMANODE);
+  }
+  if (strcmp(name, "page_type") == 0 && !x->stack[x->depth - 1].numa_or_root)
+    return xc_fail(x, line, "<page_type> outside a NUMA node or the root object");
   if (is_matrix) {
     memset(&x->m, 0, sizeof x->m);
     x->m.active = 1;
@@ -564,6 +622,20 @@ static int xc_tag(struct xc *x) {
       snprintf(x->m.name, sizeof x->m.name, "%.*s", (int)sizeof x->m.name - 1, mname);
   }
 
+  if (strcmp(name, "userdata") == 0) {
+    /* an application's own data, which hwloc only keeps for a callback strata does not set: dropped, so
+    ** that its content (whose length hwloc checks, failing inside the object) never reaches hwloc */
+    if (empty)
+      return STRATA_OK;
+    if (x->depth >= XC_MAX_DEPTH)
+      return xc_fail(x, line, "malformed XML: elements nested too deeply");
+    strcpy(x->stack[x->depth].name, name);
+    x->stack[x->depth].line = line;
+    x->stack[x->depth].numa_or_root = 0;
+    x->depth++;
+    x->skip = x->depth;
+    return STRATA_OK;
+  }
   xb_putc(&x->out, '<');
   xb_puts(&x->out, name);
   for (int i = 0; i < x->nattrs; i++) {
@@ -585,6 +657,7 @@ static int xc_tag(struct xc *x) {
     return xc_fail(x, line, "malformed XML: elements nested too deeply");
   strcpy(x->stack[x->depth].name, name);
   x->stack[x->depth].line = line;
+  x->stack[x->depth].numa_or_root = numa_or_root;
   x->depth++;
   return STRATA_OK;
 }
