@@ -120,6 +120,11 @@ struct xc {
   int nattrs;
 };
 
+/* A character of an element or attribute name (strchr alone would also match the NUL byte). */
+static int xc_namechar(char c) {
+  return c != '\0' && (isalnum((unsigned char)c) || strchr("_-.:", c) != NULL);
+}
+
 static int xc_fail(struct xc *x, int line, const char *what) {
   return strata__error(STRATA_ERR_PARSE, "%s: line %d: %s", x->path, line, what);
 }
@@ -456,7 +461,7 @@ static int xc_tag(struct xc *x) {
     x->pos++;
   }
   size_t start = x->pos;
-  while (x->pos < x->len && (isalnum((unsigned char)x->buf[x->pos]) || strchr("_-.:", x->buf[x->pos])))
+  while (x->pos < x->len && xc_namechar(x->buf[x->pos]))
     x->pos++;
   if (x->pos >= x->len)
     return xc_truncated(x);
@@ -496,7 +501,7 @@ static int xc_tag(struct xc *x) {
     if (!space)
       return xc_fail(x, x->line, "malformed XML: attributes must be separated by white space");
     size_t astart = x->pos;
-    while (x->pos < x->len && (isalnum((unsigned char)x->buf[x->pos]) || strchr("_-.:", x->buf[x->pos])))
+    while (x->pos < x->len && xc_namechar(x->buf[x->pos]))
       x->pos++;
     size_t alen = x->pos - astart;
     if (x->pos >= x->len)
