@@ -457,6 +457,19 @@ Test(hwloc_safety, nul_bytes_inside_a_tag_are_refused) {
   remove(path);
 }
 
+/* Text quoted from the file in a refusal is escaped: one line, no control character (found by
+** fuzz-topology-xml: a version attribute holding a newline). */
+Test(hwloc_safety, quoted_file_text_keeps_the_message_one_line) {
+  char path[] = "/tmp/strata-topo-quote-XXXXXX";
+  int fd = mkstemp(path);
+  cr_assert(fd >= 0);
+  close(fd);
+  static const char bad[] = "<?xml version=\"1.0\"?>\n<topology version=\"2.0\n\x1b[31m\">\n</topology>\n";
+  write_file(path, bad, sizeof bad - 1);
+  expect_failure(path, STRATA_ERR_PARSE, "version=\"2.0\\x0a\\x1b[31m\"");
+  remove(path);
+}
+
 /* hwloc 2.x cannot read XML format 3.0: the message says why. */
 Test(hwloc_safety, newer_xml_version_is_named) {
   expect_failure(fixture("xml-version-3.0.xml"), STRATA_ERR_PARSE,

@@ -120,6 +120,21 @@ struct xc {
   int nattrs;
 };
 
+/* Copy `src` into dst[n] for a message: control characters as \xNN, so that a message stays one line
+** and no escape sequence from a file reaches a terminal; cut at `max` bytes of input. */
+static const char *xc_quote(char *dst, size_t n, const char *src, size_t max) {
+  size_t o = 0;
+  for (size_t i = 0; src[i] && i < max && o + 5 < n; i++) {
+    unsigned char c = (unsigned char)src[i];
+    if (c < 0x20 || c == 0x7f)
+      o += (size_t)snprintf(dst + o, n - o, "\\x%02x", c);
+    else
+      dst[o++] = (char)c;
+  }
+  dst[o] = '\0';
+  return dst;
+}
+
 /* A character of an element or attribute name (strchr alone would also match the NUL byte). */
 static int xc_namechar(char c) {
   return c != '\0' && (isalnum((unsigned char)c) || strchr("_-.:", c) != NULL);
@@ -396,8 +411,10 @@ static int xc_check_root(struct xc *x, int line) {
   unsigned major = 0, minor = 0;
   int used = 0;
   if (sscanf(v, "%3u.%3u%n", &major, &minor, &used) != 2 || v[used] != '\0' || !isdigit((unsigned char)v[0])) {
-    char msg[160];
-    snprintf(msg, sizeof msg, "<topology version=\"%.32s\">: not an hwloc XML version (expected e.g. 2.0)", v);
+    char msg[256];
+    char q[160];
+    snprintf(msg, sizeof msg, "<topology version=\"%s\">: not an hwloc XML version (expected e.g. 2.0)",
+             xc_quote(q, sizeof q, v, 32));
     return xc_fail(x, line, msg);
   }
   if (major > 2) {
@@ -432,8 +449,8 @@ static int xc_check_object(struct xc *x, int line) {
            strcasecmp(type, "Module") == 0)
     needs_sets = 1; /* hwloc 1.x names that 2.x still imports */
   else {
-    char msg[128];
-    snprintf(msg, sizeof msg, "unknown object type \"%.40s\"", type);
+    char msg[256], q[192];
+    snprintf(msg, sizeof msg, "unknown object type \"%s\"", xc_quote(q, sizeof q, type, 40));
     return xc_fail(x, line, msg);
   }
   if (!needs_sets)
@@ -441,8 +458,9 @@ static int xc_check_object(struct xc *x, int line) {
   static const char *const sets[] = {"cpuset", "complete_cpuset", "nodeset", "complete_nodeset"};
   for (size_t i = 0; i < sizeof sets / sizeof *sets; i++)
     if (!xc_attr(x, sets[i])) {
-      char msg[160];
-      snprintf(msg, sizeof msg, "%.40s object without %s (hwloc cannot load it safely)", type, sets[i]);
+      char msg[320], q[192];
+      snprintf(msg, sizeof msg, "%s object without %s (hwloc cannot load it safely)", xc_quote(q, sizeof q, type, 40),
+               sets[i]);
       return xc_fail(x, line, msg);
     }
   return STRATA_OK;
@@ -624,7 +642,7 @@ static int xc_tag(struct xc *x) {
       x->m.nbobjs = (end != nb && *end == '\0' && errno == 0 && isdigit((unsigned char)nb[0])) ? n : -1;
     }
     if (mname)
-      snprintf(x->m.name, sizeof x->m.name, "%.*s", (int)sizeof x->m.name - 1, mname);
+      xc_quote(x->m.name, sizeof x->m.name, mname, sizeof x->m.name);
   }
 
   if (strcmp(name, "userdata") == 0) {
