@@ -71,6 +71,25 @@ static int load_into(struct strata_topology *t, const char *path) {
   ** version deems important, so switch structure is never lost; the cost
   ** is a few more objects. */
   hwloc_topology_set_io_types_filter(hw, HWLOC_TYPE_FILTER_KEEP_ALL);
+  if (!path) {
+    /*
+    ** Live discovery loads only the hwloc plugins strata reads. The OpenCL and GL plugins start every
+    ** OpenCL platform (PoCL, with its threads and LLVM) and talk to the X server inside
+    ** hwloc_topology_load, and leak what they allocate there; strata's own backends find the OpenCL
+    ** devices. On Linux the libpciaccess plugin ("pci") duplicates what hwloc's Linux backend reads
+    ** from sysfs, and leaks libpciaccess's tables, allocated from a plugin that is unloaded before
+    ** exit (so a leak checker cannot even name them). GPUs come from PCI and the cuda/nvml/rsmi/
+    ** levelzero plugins, which stay.
+    */
+    static const char *const skip[] = {"opencl", "gl",
+#ifdef __linux__
+                                       "pci",
+#endif
+    };
+    for (size_t i = 0; i < sizeof skip / sizeof *skip; i++)
+      if (hwloc_topology_set_components(hw, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, skip[i]) < 0)
+        strata__log(STRATA_LOG_INFO, "topology", "live: hwloc would not leave out its %s plugin", skip[i]);
+  }
   if (path && (xml_len > (size_t)INT_MAX || hwloc_topology_set_xmlbuffer(hw, xml, (int)xml_len) < 0)) {
     hwloc_topology_destroy(hw);
     free(xml);
