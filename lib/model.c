@@ -299,8 +299,8 @@ static int config_from_json(json_t *root, const char *src, struct strata_model_c
   TRY(json_int(root, src, "classes", &c->classes));
   TRY(json_list(root, src, "hidden", c->hidden));
   TRY(json_list(root, src, "conv", c->conv));
-  if (c->kind == STRATA_MODEL_GPT && !c->d_ff)
-    c->d_ff = 4 * c->d_model;
+  if (c->kind == STRATA_MODEL_GPT && !c->d_ff) /* d_model out of range is refused by validate(), first */
+    c->d_ff = c->d_model > 0 && c->d_model <= MAX_DIM ? 4 * c->d_model : 0;
   if (c->kind == STRATA_MODEL_GPT && !c->vocab)
     c->vocab = 256;
   if (c->kind != STRATA_MODEL_GPT && !c->channels)

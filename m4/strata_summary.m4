@@ -5,6 +5,7 @@ AC_DEFUN([STRATA_SUMMARY], [
   AS_IF([test "x$strata_cuda_happy" = xyes], [strata_s_cuda="yes ($NVCC)"], [strata_s_cuda="no: $strata_cuda_why"])
   AS_IF([test "x$strata_nccl_happy" = xyes], [strata_s_nccl="found (${NCCL_LIBS}); the CUDA backend loads libnccl.so.2 at run time"], [strata_s_nccl="not found ($strata_nccl_why); the CUDA backend still loads libnccl.so.2 at run time where it exists"])
   AS_IF([test "x$strata_criterion_happy" = xyes], [strata_s_tests="yes"], [strata_s_tests="no: Criterion not found"])
+  AS_IF([test "x$strata_fuzz_happy" = xyes], [strata_s_fuzz="yes (tests/fuzz, run with tests/fuzz/run-all)"], [strata_s_fuzz="no (--enable-fuzzing CC=clang)"])
   cat <<STRATA_EOF
 
 strata $PACKAGE_VERSION configured
@@ -16,5 +17,6 @@ strata $PACKAGE_VERSION configured
       NCCL          : $strata_s_nccl
   topology (hwloc)  : yes
   tests (Criterion) : $strata_s_tests
+  fuzzers           : $strata_s_fuzz
 STRATA_EOF
 ])

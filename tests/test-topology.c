@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* test-topology.c — the topology unit: the project's own fixtures (always), every real dump in ../shared/topologies (when present), bad input, mapping, calibration and JSON. */
+#define _GNU_SOURCE /* memmem */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <jansson.h>
@@ -201,8 +202,6 @@ Test(fixture, options_and_environment) {
   strata_topology_free(t);
 }
 
-/* ------------------------------------------------------------ bad input */
-
 /* A failed load returns `status`, leaves *out alone and says one line naming the file. */
 static void expect_failure(const char *path, int status, const char *words) {
   strata_topology_t t = (strata_topology_t)0x1;
@@ -215,6 +214,368 @@ static void expect_failure(const char *path, int status, const char *words) {
   cr_assert(strchr(msg, '\n') == NULL, "one line: %s", msg);
   cr_assert(strstr(msg, words) != NULL, "message '%s' should say '%s'", msg, words);
 }
+
+/* ------------------------------------- classes of real machines (issue 12) */
+
+/* How many of the topology's warnings contain `words`. */
+static int warnings_with(strata_topology_t t, const char *words) {
+  int n = 0, hits = 0;
+  OK(strata_topology_warning_count(t, &n));
+  for (int i = 0; i < n; i++) {
+    const char *w = NULL;
+    OK(strata_topology_warning(t, i, &w));
+    cr_assert(w && strchr(w, '\n') == NULL, "a warning is one line");
+    if (strstr(w, words))
+      hits++;
+  }
+  return hits;
+}
+
+static int warning_count(strata_topology_t t) {
+  int n = -1;
+  OK(strata_topology_warning_count(t, &n));
+  return n;
+}
+
+
+/* (a) onboard BMC VGA (ATI ES1000 1002:515e, Matrox G200eW 102b:0532) beside three V100s: three GPUs. */
+Test(classes, a_bmc_vga_is_not_a_gpu) {
+  strata_topology_t t = NULL;
+  OK(strata_topology_load(fixture("class-a-bmc-vga.xml"), &t));
+  cr_assert_eq(gpus(t), 3, "3 V100s; the ES1000 and the G200eW are not GPUs (got %d)", gpus(t));
+  static const char *const bus[] = {"0000:01:00.0", "0000:02:00.0", "0000:03:00.0"};
+  for (int i = 0; i < 3; i++) {
+    cr_assert_str_eq(gpu(t, i).pci_bus_id, bus[i]);
+    cr_assert_eq(gpu(t, i).vendor_id, 0x10de);
+  }
+  assert_islands(t, "0,1,2");
+  cr_assert_eq(warning_count(t), 0, "BMC graphics are no news");
+  strata_topology_free(t);
+}
+
+/* (a) a GPU-less server whose only display device is an ES1000: no GPU, no island. */
+Test(classes, a_gpu_less_server_with_bmc_vga) {
+  strata_topology_t t = NULL;
+  OK(strata_topology_load(fixture("class-a-bmc-vga-no-gpu.xml"), &t));
+  cr_assert_eq(gpus(t), 0);
+  int n = -1;
+  OK(strata_topology_island_count(t, &n));
+  cr_assert_eq(n, 0);
+  strata_topology_free(t);
+}
+
+/* (b) NUMA nodes P#1, P#2 of subtype GPUMemory with a PCIBusID: the GPUs' memory, not host RAM. */
+Test(classes, b_gpu_memory_numa_nodes_belong_to_the_gpu) {
+  strata_topology_t t = NULL;
+  OK(strata_topology_load(fixture("class-b-gpu-memory-numa.xml"), &t));
+  struct strata_topology_host h;
+  OK(strata_topology_host(t, &h));
+  cr_assert_eq(h.numa_nodes, 1, "one host NUMA node, got %d", h.numa_nodes);
+  cr_assert_eq(h.gpu_numa_nodes, 2);
+  cr_assert_eq(h.memory, 68719476736ull, "64 GiB of host RAM, got %llu", (unsigned long long)h.memory);
+  cr_assert_eq(gpus(t), 2);
+  cr_assert_str_eq(gpu(t, 0).pci_bus_id, "0004:01:00.0");
+  cr_assert_eq(gpu(t, 0).memory_numa_node, 1);
+  cr_assert_eq(gpu(t, 1).memory_numa_node, 2);
+  cr_assert_eq(gpu(t, 0).numa_node, 0, "placed near the host node, not its own memory");
+  cr_assert_eq(warning_count(t), 0, "the dump says whose memory it is");
+  strata_topology_free(t);
+}
+
+/* (b) the same box as an hwloc 1.x export: CPU-less nodes P#252, P#253 without subtype or bus id. */
+Test(classes, b_gpu_memory_numa_nodes_from_an_hwloc1_export) {
+  strata_topology_t t = NULL;
+  OK(strata_topology_load(fixture("class-b-gpu-memory-numa-v1.xml"), &t));
+  struct strata_topology_host h;
+  OK(strata_topology_host(t, &h));
+  cr_assert_eq(h.numa_nodes, 1, "one host NUMA node, got %d", h.numa_nodes);
+  cr_assert_eq(h.gpu_numa_nodes, 2);
+  cr_assert_eq(h.memory, 68719476736ull, "64 GiB of host RAM, got %llu", (unsigned long long)h.memory);
+  cr_assert_eq(gpus(t), 2);
+  cr_assert_eq(gpu(t, 0).memory_numa_node, 252);
+  cr_assert_eq(gpu(t, 1).memory_numa_node, 253);
+  cr_assert_eq(warnings_with(t, "P#252..P#253"), 1, "the guess is said");
+  strata_topology_free(t);
+}
+
+/* (c) GPU1's own link recorded at 1 GB/s under a 15.75 GB/s switch: one figure, planned at 15.75, warned. */
+Test(classes, c_pcie_link_in_power_saving_state) {
+  strata_topology_t t = NULL;
+  OK(strata_topology_load(fixture("class-c-pcie-power-saving.xml"), &t));
+  cr_assert_eq(gpus(t), 2);
+  cr_assert_float_eq(gpu(t, 0).pcie_gbps, 15.75, 0.01);
+  cr_assert_float_eq(gpu(t, 1).pcie_gbps, 15.75, 0.01, "planned at the switch's Gen3 x16, got %.2f",
+                     gpu(t, 1).pcie_gbps);
+  /* the GPU's own figure and every path through its link agree */
+  cr_assert_float_eq(link_of(t, 1, STRATA_TOPOLOGY_HOST).nominal_gbps, gpu(t, 1).pcie_gbps, 0.01);
+  cr_assert_float_eq(link_of(t, STRATA_TOPOLOGY_HOST, 1).nominal_gbps, gpu(t, 1).pcie_gbps, 0.01);
+  assert_kind(t, 0, 1, STRATA_PATH_PIX);
+  cr_assert_float_eq(link_of(t, 0, 1).nominal_gbps, 15.75, 0.01);
+  cr_assert_eq(warning_count(t), 1);
+  cr_assert_eq(warnings_with(t, "GPU1 (0000:04:00.0)"), 1);
+  cr_assert_eq(warnings_with(t, "power-saving"), 1);
+  strata_topology_free(t);
+}
+
+/* (c) a real narrow switch uplink is no power-saving state (IBM AC922, Lassen: x4 uplinks). */
+Test(classes, c_narrow_switch_uplink_is_real) {
+  strata_topology_t t = load_dump("ibm-power9-lassen-v100-4gpu.xml");
+  cr_assert_eq(warnings_with(t, "power-saving"), 0);
+  cr_assert_float_eq(gpu(t, 0).pcie_gbps, 15.75, 0.01);
+  strata_topology_free(t);
+}
+
+/* (d) 0000:03:00.0 as two PCI objects, cuda1 listed twice: two GPUs, one per bus id. */
+Test(classes, d_duplicate_pci_and_os_devices_give_one_gpu_per_bus_id) {
+  strata_topology_t t = NULL;
+  OK(strata_topology_load(fixture("class-d-duplicate-pci.xml"), &t));
+  cr_assert_eq(gpus(t), 2, "got %d", gpus(t));
+  cr_assert_str_eq(gpu(t, 0).pci_bus_id, "0000:03:00.0");
+  cr_assert_str_eq(gpu(t, 0).os_devices, "cuda0,nvml0");
+  cr_assert_str_eq(gpu(t, 1).pci_bus_id, "0000:04:00.0");
+  cr_assert_str_eq(gpu(t, 1).os_devices, "cuda1,nvml1");
+  cr_assert_eq(gpu(t, 1).partition, 0);
+  cr_assert_eq(warnings_with(t, "0000:03:00.0 appears 2 times"), 1);
+  strata_topology_free(t);
+}
+
+/* (e) class 0302 with vendor 0000 and GPU memory in NUMA node P#1: not counted, but said. */
+Test(classes, e_gpu_like_device_with_zeroed_vendor_warns) {
+  strata_topology_t t = NULL;
+  OK(strata_topology_load(fixture("class-e-missed-gpu.xml"), &t));
+  cr_assert_eq(gpus(t), 0);
+  cr_assert_eq(warnings_with(t, "0004:01:00.0, class 0302 [0000:0000], looks like a GPU"), 1);
+  cr_assert_eq(warnings_with(t, "NUMA node P#1 holds its memory"), 1);
+  struct strata_topology_host h;
+  OK(strata_topology_host(t, &h));
+  cr_assert_eq(h.numa_nodes, 1);
+  cr_assert_eq(h.memory, 68719476736ull);
+  char *json = NULL;
+  OK(strata_topology_to_json(t, &json));
+  cr_assert(strstr(json, "looks like a GPU") != NULL, "warnings are in the JSON too");
+  free(json);
+  strata_topology_free(t);
+}
+
+/* Every real dump: no warning where nothing is odd, and GPU memory never counted as a host node. */
+Test(classes, real_dumps_give_no_false_warnings) {
+  static const char *const names[] = {
+      "nvidia-dgx2-v100-16gpu-nvswitch.xml", "ibm-power8-minsky-p100-4gpu-nvlink.xml",
+      "dell-xe8640-h100-4gpu-nvlink.xml",    "aws-g4dn-metal-t4-8gpu-pcie.xml",
+      "jureca-dc-a100-4gpu-pci-only.xml",    "hpe-ex235a-mi250x-8gcd-xgmi.xml",
+      "supermicro-epyc-mi50-8gpu-pcie.xml",  "intel-broadwell-2s-cpu-only.xml"};
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+    strata_topology_t t = load_dump(names[i]);
+    cr_assert_eq(warning_count(t), 0, "%s: %d warnings", names[i], warning_count(t));
+    strata_topology_free(t);
+  }
+}
+
+/* ------------------------------------ what reaches hwloc (issue 12, item 1) */
+
+static size_t read_fixture(const char *name, char *buf, size_t cap) {
+  FILE *f = fopen(fixture(name), "rb");
+  cr_assert_not_null(f, "%s", fixture(name));
+  size_t len = fread(buf, 1, cap, f);
+  fclose(f);
+  cr_assert(len > 0 && len < cap);
+  return len;
+}
+
+static void write_file(const char *path, const void *data, size_t len) {
+  FILE *f = fopen(path, "wb");
+  cr_assert_not_null(f);
+  cr_assert_eq(fwrite(data, 1, len, f), len);
+  cr_assert_eq(fclose(f), 0);
+}
+
+/* A v2 Core without complete_cpuset makes hwloc 2.9 segfault: refused before hwloc sees it. */
+Test(hwloc_safety, core_without_complete_cpuset_is_refused) {
+  expect_failure(fixture("hwloc-crash-core-without-complete-cpuset.xml"), STRATA_ERR_PARSE,
+                 "Core object without complete_cpuset");
+}
+
+/* Every normal and memory object lacking any of its four sets: an error naming it, never a signal. */
+Test(hwloc_safety, objects_without_the_sets_hwloc_dereferences_are_refused) {
+  static char buf[1 << 16], out[1 << 16];
+  size_t len = read_fixture("two-socket-4gpu-nvlink.xml", buf, sizeof buf);
+  buf[len] = '\0';
+  static const char *const types[] = {"Machine", "Package", "NUMANode", "Core", "PU"};
+  static const char *const sets[] = {"cpuset", "complete_cpuset", "nodeset", "complete_nodeset"};
+  char path[] = "/tmp/strata-topo-sets-XXXXXX";
+  int fd = mkstemp(path);
+  cr_assert(fd >= 0);
+  close(fd);
+  for (size_t ti = 0; ti < 5; ti++)
+    for (size_t si = 0; si < 4; si++)
+      for (int nth = 0; nth < 2; nth++) { /* the first and the second object of that type */
+        char tag[64], attr[64];
+        snprintf(tag, sizeof tag, "type=\"%s\"", types[ti]);
+        snprintf(attr, sizeof attr, " %s=\"", sets[si]);
+        char *obj = strstr(buf, tag);
+        for (int k = 0; k < nth && obj; k++)
+          obj = strstr(obj + 1, tag);
+        if (!obj)
+          continue;
+        char *eol = strchr(obj, '>');
+        char *a = strstr(obj, attr);
+        cr_assert(a && a < eol, "%s has %s", types[ti], sets[si]);
+        char *aend = strchr(a + strlen(attr), '"') + 1;
+        size_t head = (size_t)(a - buf);
+        memcpy(out, buf, head);
+        memcpy(out + head, aend, len - (size_t)(aend - buf));
+        write_file(path, out, len - (size_t)(aend - a));
+        char words[96];
+        snprintf(words, sizeof words, "%s object without %s", types[ti], sets[si]);
+        expect_failure(path, STRATA_ERR_PARSE, words);
+      }
+  remove(path);
+}
+
+/* An element hwloc does not know inside an object: hwloc 2.9 rejects it and leaks the object (found by
+** fuzz-topology-xml; the sanitizer build sees the leak). Refused before hwloc sees it. */
+Test(hwloc_safety, unknown_element_is_refused_before_hwloc_leaks) {
+  expect_failure(fixture("hwloc-leak-unknown-element.xml"), STRATA_ERR_PARSE,
+                 "line 11: <boject> inside <object> is not part of hwloc XML");
+}
+
+/* NUL bytes inside an attribute name (found by fuzz-topology-xml: they passed as name characters, hwloc
+** then cut the name there, refused the file and leaked the object). */
+Test(hwloc_safety, nul_bytes_inside_a_tag_are_refused) {
+  static char buf[1 << 16];
+  size_t len = read_fixture("no-pci.xml", buf, sizeof buf);
+  char *at = memmem(buf, len, "os_index=\"2\"", 12);
+  cr_assert_not_null(at);
+  memmove(at + 4 + 8, at + 4, len - (size_t)(at + 4 - buf));
+  memset(at + 4, 0, 8);
+  char path[] = "/tmp/strata-topo-nul-XXXXXX";
+  int fd = mkstemp(path);
+  cr_assert(fd >= 0);
+  close(fd);
+  write_file(path, buf, len + 8);
+  expect_failure(path, STRATA_ERR_PARSE, "expected name=\"value\"");
+  remove(path);
+}
+
+/* Text quoted from the file in a refusal is escaped: one line, no control character (found by
+** fuzz-topology-xml: a version attribute holding a newline). */
+Test(hwloc_safety, quoted_file_text_keeps_the_message_one_line) {
+  char path[] = "/tmp/strata-topo-quote-XXXXXX";
+  int fd = mkstemp(path);
+  cr_assert(fd >= 0);
+  close(fd);
+  static const char bad[] = "<?xml version=\"1.0\"?>\n<topology version=\"2.0\n\tx\">\n</topology>\n";
+  write_file(path, bad, sizeof bad - 1);
+  expect_failure(path, STRATA_ERR_PARSE, "version=\"2.0\\x0a\\x09x\"");
+  remove(path);
+}
+
+/* hwloc 2.x cannot read XML format 3.0: the message says why. */
+Test(hwloc_safety, newer_xml_version_is_named) {
+  expect_failure(fixture("xml-version-3.0.xml"), STRATA_ERR_PARSE,
+                 "XML version 3.0: written by a newer hwloc than this one (");
+}
+
+/* What the topology of `path` says, as a string to compare loads. */
+static void summary(const char *path, char *out, size_t n) {
+  strata_topology_t t = NULL;
+  OK(strata_topology_load(path, &t));
+  int len = snprintf(out, n, "%d:", gpus(t));
+  for (int i = 0; i < gpus(t) && len > 0 && (size_t)len < n; i++)
+    len += snprintf(out + len, n - (size_t)len, "%s/%s/%d;", gpu(t, i).pci_bus_id, gpu(t, i).name,
+                    (int)link_of(t, i, (i + 1) % gpus(t)).kind);
+  strata_topology_free(t);
+}
+
+/* A UTF-8 byte-order mark, UTF-16 LE and BE with or without one: the same topology. */
+Test(encodings, utf8_bom_and_utf16_files_load_the_same) {
+  static char buf[1 << 16], u16[1 << 17];
+  size_t len = read_fixture("two-socket-4gpu-nvlink.xml", buf, sizeof buf);
+  char want[1024], got[1024];
+  summary(fixture("two-socket-4gpu-nvlink.xml"), want, sizeof want);
+  char path[] = "/tmp/strata-topo-enc-XXXXXX";
+  int fd = mkstemp(path);
+  cr_assert(fd >= 0);
+  close(fd);
+  /* UTF-8 with a BOM */
+  memcpy(u16, "\xef\xbb\xbf", 3);
+  memcpy(u16 + 3, buf, len);
+  write_file(path, u16, len + 3);
+  summary(path, got, sizeof got);
+  cr_assert_str_eq(got, want, "UTF-8 BOM");
+  /* the fixture is ASCII: UTF-16 is each byte beside a zero */
+  for (int be = 0; be < 2; be++)
+    for (int bom = 0; bom < 2; bom++) {
+      size_t o = 0;
+      if (bom) {
+        u16[o++] = be ? '\xfe' : '\xff';
+        u16[o++] = be ? '\xff' : '\xfe';
+      }
+      for (size_t i = 0; i < len; i++) {
+        cr_assert((unsigned char)buf[i] < 0x80);
+        u16[o++] = be ? '\0' : buf[i];
+        u16[o++] = be ? buf[i] : '\0';
+      }
+      write_file(path, u16, o);
+      summary(path, got, sizeof got);
+      cr_assert_str_eq(got, want, "UTF-16 %s %s", be ? "BE" : "LE", bom ? "with BOM" : "without BOM");
+      if (bom && !be) {
+        write_file(path, u16, o - 1);
+        expect_failure(path, STRATA_ERR_PARSE, "UTF-16");
+      }
+    }
+  remove(path);
+}
+
+/* XML that hwloc's libxml2 reader takes but its minimal reader does not (comments, single quotes,
+** '>' and entities in values): strata hands hwloc one canonical text, so both read it alike. */
+Test(encodings, comments_quotes_and_entities) {
+  static char buf[1 << 16], out[1 << 17];
+  size_t len = read_fixture("two-socket-4gpu-nvlink.xml", buf, sizeof buf);
+  buf[len] = '\0';
+  char want[1024], got[1024];
+  summary(fixture("two-socket-4gpu-nvlink.xml"), want, sizeof want);
+  size_t o = 0;
+  for (size_t i = 0; i < len; i++) {
+    if (buf[i] == '"')
+      out[o++] = '\'';
+    else
+      out[o++] = buf[i];
+    if (buf[i] == '\n' && i > 300 && i < 400) {
+      static const char c[] = "  <!-- a comment inside the topology -->\n";
+      memcpy(out + o, c, sizeof c - 1);
+      o += sizeof c - 1;
+    }
+  }
+  char path[] = "/tmp/strata-topo-quotes-XXXXXX";
+  int fd = mkstemp(path);
+  cr_assert(fd >= 0);
+  close(fd);
+  write_file(path, out, o);
+  summary(path, got, sizeof got);
+  cr_assert_str_eq(got, want);
+  /* a GPU model with markup characters and a character reference survives as text */
+  char *m = strstr(buf, "value=\"Tesla V100-SXM2-16GB\"");
+  cr_assert_not_null(m);
+  o = (size_t)(m - buf);
+  memcpy(out, buf, o);
+  static const char v[] = "value=\"Tesla &lt;V100&gt; &amp; &#x41;&apos;s\"";
+  memcpy(out + o, v, sizeof v - 1);
+  size_t rest = strlen("value=\"Tesla V100-SXM2-16GB\"");
+  memcpy(out + o + sizeof v - 1, m + rest, len - o - rest);
+  write_file(path, out, len - rest + sizeof v - 1);
+  strata_topology_t t = NULL;
+  OK(strata_topology_load(path, &t));
+  cr_assert_str_eq(gpu(t, 0).name, "Tesla <V100> & A's");
+  strata_topology_free(t);
+  /* an entity hwloc does not know, and an internal DTD subset, are refused */
+  static const char bad[] = "<?xml version=\"1.0\"?>\n<!DOCTYPE topology [<!ENTITY a \"b\">]>\n<topology/>\n";
+  write_file(path, bad, sizeof bad - 1);
+  expect_failure(path, STRATA_ERR_PARSE, "internal subset");
+  remove(path);
+}
+
+/* ------------------------------------------------------------ bad input */
 
 Test(bad_input, missing_file) {
   expect_failure(fixture("no-such-file.xml"), STRATA_ERR_IO, "cannot open");

@@ -107,6 +107,23 @@ Test(model, json_files_and_bad_input) {
   cr_assert_null(m);
 }
 
+/* Found by fuzz-model-json: a d_model near INT64_MAX made the default d_ff (4 d_model) overflow
+** (UBSan) before the range check; now the range check speaks. */
+Test(model, json_sizes_that_would_overflow_are_refused) {
+  static const char *const bad[] = {
+      "{\"kind\": \"gpt\", \"context\": 16, \"d_model\": 4442222222222222243}",
+      "{\"kind\": \"gpt\", \"context\": 16, \"d_model\": 9223372036854775807}",
+      "{\"kind\": \"gpt\", \"context\": 16, \"d_model\": -9223372036854775807}",
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    strata_model_t m = NULL;
+    cr_assert_eq(strata_model_from_json(bad[i], "fuzz", &m), STRATA_ERR_INVALID, "%s: %s", bad[i],
+                 strata_last_error());
+    cr_assert(strstr(strata_last_error(), "d_model"), "%s", strata_last_error());
+    cr_assert_null(m);
+  }
+}
+
 /* ---- gradient checks ---- */
 
 /* Compare the trainer's gradient with central differences (step h) of its

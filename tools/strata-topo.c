@@ -96,6 +96,19 @@ static void print_host(strata_topology_t t) {
   printf("Host: %s%s%s; %d package(s), %d NUMA node(s), %d core(s), %d PU(s), %s RAM\n",
          h.hostname[0] ? h.hostname : "(unnamed)", h.cpu_model[0] ? " - " : "", h.cpu_model, h.packages,
          h.numa_nodes, h.cores, h.pus, mem);
+  if (h.gpu_numa_nodes)
+    printf("      and %d NUMA node(s) of GPU memory (counted with the GPUs)\n", h.gpu_numa_nodes);
+}
+
+/* What the topology could not take at face value: on stderr, so that --json and --dot stay clean. */
+static void print_warnings(strata_topology_t t) {
+  int n = 0;
+  strata_topology_warning_count(t, &n);
+  for (int i = 0; i < n; i++) {
+    const char *w = NULL;
+    if (strata_topology_warning(t, i, &w) == STRATA_OK)
+      fprintf(stderr, "strata-topo: warning: %s\n", w);
+  }
 }
 
 static void print_gpus(strata_topology_t t, int ngpus) {
@@ -566,6 +579,7 @@ int main(int argc, char **argv) {
 
   int ngpus = 0;
   strata_topology_gpu_count(t, &ngpus);
+  print_warnings(t);
   if (o.rings && o.format != FORMAT_JSON && o.format != 0) {
     fprintf(stderr, "strata-topo: --rings prints text or JSON, not DOT or SVG\n");
     strata_topology_free(t);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "internal.h"
 #include "util.h"
@@ -53,15 +54,46 @@ static int osdev_family(hwloc_obj_t o) {
   return FAM_NONE;
 }
 
+/*
+** Onboard server graphics: the VGA chips of baseboard management
+** controllers and server boards, which carry a display class (and for the
+** ATI ones a GPU vendor) but are no compute devices. By PCI vendor and
+** device id (0xffff: every device of that vendor), from the PCI ID
+** database (pci.ids).
+*/
+static const struct {
+  unsigned vendor, device;
+} bmc_vga_ids[] = {
+    {0x1002, 0x4752}, /* ATI Rage XL (older Dell/HP/Supermicro servers) */
+    {0x1002, 0x5159}, /* ATI RV100 QY Radeon 7000/VE (HP ProLiant, IBM x-series) */
+    {0x1002, 0x515e}, /* ATI ES1000 (RN50, Dell PowerEdge, IBM/HP servers) */
+    {0x102b, 0xffff}, /* Matrox: G200e, G200eW, G200eH, G200eR ... (server boards, iDRAC/iLO) */
+    {0x1a03, 0xffff}, /* ASPEED AST1x00/AST2x00 BMC graphics */
+    {0x19e5, 0x1711}, /* Huawei Hi1710 iBMC graphics */
+    {0x18ca, 0x0020}, /* XGI Z7/Z9 (older Supermicro/Tyan boards) */
+    {0x103c, 0x3306}, /* HP iLO3/iLO4 integrated graphics */
+};
+
+static int bmc_vga(unsigned vendor, unsigned device) {
+  for (size_t i = 0; i < sizeof bmc_vga_ids / sizeof *bmc_vga_ids; i++)
+    if (bmc_vga_ids[i].vendor == vendor && (bmc_vga_ids[i].device == 0xffff || bmc_vga_ids[i].device == device))
+      return 1;
+  return 0;
+}
+
+/* Display (03xx) or processing-accelerator (1200, MI300A) class. */
+static int gpu_class(unsigned c) {
+  return c == 0x0300 || c == 0x0302 || c == 0x0380 || c == 0x1200;
+}
+
 /* A PCI device that is a GPU by vendor and class: NVIDIA, AMD or Intel,
 ** class VGA (0300), 3D (0302), display (0380) or processing accelerator
-** (1200, MI300A). */
+** (1200, MI300A), and not an onboard BMC VGA chip. */
 static int pci_is_gpu(hwloc_obj_t o) {
   unsigned v = o->attr->pcidev.vendor_id;
-  unsigned c = o->attr->pcidev.class_id;
   if (v != 0x10de && v != 0x1002 && v != 0x8086)
     return 0;
-  return c == 0x0300 || c == 0x0302 || c == 0x0380 || c == 0x1200;
+  return gpu_class(o->attr->pcidev.class_id) && !bmc_vga(v, o->attr->pcidev.device_id);
 }
 
 static const char *vendor_name(unsigned vendor_id, int family) {
@@ -146,7 +178,13 @@ static int add_device(struct strata_topology *t, hwloc_topology_t hw, hwloc_obj_
   int nparts = 0;
   for (int i = 0; i < nosdevs; i++) {
     int f = osdev_family(osdevs[i]);
-    if (f != FAM_NONE && nfam[f] < 64)
+    if (f == FAM_NONE || nfam[f] >= 64)
+      continue;
+    /* one OS device listed twice (a duplicated object in the dump) is still one */
+    int dup = 0;
+    for (int k = 0; k < nfam[f] && !dup; k++)
+      dup = strcmp(fam[f][k]->name, osdevs[i]->name) == 0;
+    if (!dup)
       fam[f][nfam[f]++] = osdevs[i];
   }
   for (int f = 0; f < FAM_COUNT; f++) {
@@ -159,6 +197,8 @@ static int add_device(struct strata_topology *t, hwloc_topology_t hw, hwloc_obj_
       return STRATA_OK;
     nparts = 1;
   }
+  if (pci && bmc_vga(pci->attr->pcidev.vendor_id, pci->attr->pcidev.device_id))
+    return STRATA_OK; /* even with an OS device that looks like a GPU's */
   for (int k = 0; k < nparts; k++) {
     int rc = grow(t, cap);
     if (rc)
@@ -229,17 +269,109 @@ static int gpu_cmp(const void *a, const void *b) {
   return x->sort_key < y->sort_key ? -1 : x->sort_key > y->sort_key;
 }
 
-static void describe_host(struct strata_topology *t, hwloc_topology_t hw) {
+/* The PCI address of a device as one number (domain, bus, device, function). */
+static uint64_t pci_addr(hwloc_obj_t o) {
+  const struct hwloc_pcidev_attr_s *pa = &o->attr->pcidev;
+  return ((uint64_t)pa->domain << 24) | ((uint64_t)pa->bus << 16) | ((uint64_t)pa->dev << 8) | pa->func;
+}
+
+/* Parse "dddd:bb:dd.f" or "bb:dd.f" into pci_addr()'s form; 0 with *ok = 0 when it is neither. */
+static uint64_t busid_addr(const char *s, int *ok) {
+  unsigned d = 0, b = 0, dev = 0, f = 0;
+  char tail;
+  *ok = s && (sscanf(s, "%x:%x:%x.%x%c", &d, &b, &dev, &f, &tail) == 4 ||
+              (d = 0, sscanf(s, "%x:%x.%x%c", &b, &dev, &f, &tail) == 3));
+  return *ok ? ((uint64_t)d << 24) | ((uint64_t)(b & 0xff) << 16) | ((uint64_t)(dev & 0x1f) << 8) | (f & 7) : 0;
+}
+
+/*
+** NUMA nodes that hold GPU memory rather than host RAM (IBM POWER9 with
+** NVLink-attached GPUs): those hwloc marks with subtype "GPUMemory" or a
+** "PCIBusID" info naming the GPU, and, in hwloc 1.x exports that mark
+** nothing, CPU-less nodes without subtype when there are exactly as many
+** of them as GPUs (then the k-th by OS index is taken as the k-th GPU's,
+** which is a guess and said so). Sets is_gpu_mem[i] for the i-th NUMA
+** node and each owning GPU's memory_numa_node (and memory, when unknown).
+*/
+static void find_gpu_memory(struct strata_topology *t, hwloc_topology_t hw, char *is_gpu_mem, int nnodes) {
+  int candidates = 0, unowned = 0;
+  for (int i = 0; i < t->ngpus; i++)
+    t->gpus[i].pub.memory_numa_node = -1;
+  for (int i = 0; i < nnodes; i++) {
+    hwloc_obj_t n = hwloc_get_obj_by_type(hw, HWLOC_OBJ_NUMANODE, (unsigned)i);
+    const char *busid = hwloc_obj_get_info_by_name(n, "PCIBusID");
+    int marked = n->subtype && strcasecmp(n->subtype, "GPUMemory") == 0;
+    int ok = 0;
+    uint64_t addr = busid_addr(busid, &ok);
+    if (!marked && !ok) {
+      if ((!n->cpuset || hwloc_bitmap_iszero(n->cpuset)) && !n->subtype)
+        candidates++;
+      continue;
+    }
+    is_gpu_mem[i] = 1;
+    struct strata__gpu *owner = NULL;
+    for (int g = 0; g < t->ngpus && ok; g++)
+      if (t->gpus[g].pcidev && pci_addr(t->gpus[g].pcidev) == addr && t->gpus[g].pub.partition == 0)
+        owner = &t->gpus[g];
+    if (owner) {
+      owner->pub.memory_numa_node = (int)n->os_index;
+      if (!owner->pub.memory)
+        owner->pub.memory = n->attr->numanode.local_memory;
+    } else {
+      strata__topo_warn(t, "NUMA node P#%u holds GPU memory (%s%s) of no GPU found here: not counted as host RAM",
+                        n->os_index, busid ? "PCI bus id " : "subtype GPUMemory", busid ? busid : "");
+    }
+  }
+  for (int g = 0; g < t->ngpus; g++)
+    if (t->gpus[g].pub.memory_numa_node < 0)
+      unowned++;
+  if (candidates == 0 || candidates != unowned || unowned != t->ngpus)
+    return;
+  /* hwloc 1.x (AC922): CPU-less nodes are the GPUs' memory, in the same order (by OS index) */
+  int first = -1, last = -1;
+  for (int g = 0; g < t->ngpus; g++) {
+    int pick = -1;
+    for (int i = 0; i < nnodes; i++) {
+      hwloc_obj_t n = hwloc_get_obj_by_type(hw, HWLOC_OBJ_NUMANODE, (unsigned)i);
+      if (is_gpu_mem[i] || (n->cpuset && !hwloc_bitmap_iszero(n->cpuset)) || n->subtype)
+        continue;
+      if (pick < 0 || n->os_index < hwloc_get_obj_by_type(hw, HWLOC_OBJ_NUMANODE, (unsigned)pick)->os_index)
+        pick = i;
+    }
+    if (pick < 0)
+      break;
+    hwloc_obj_t n = hwloc_get_obj_by_type(hw, HWLOC_OBJ_NUMANODE, (unsigned)pick);
+    is_gpu_mem[pick] = 1;
+    t->gpus[g].pub.memory_numa_node = (int)n->os_index;
+    if (!t->gpus[g].pub.memory)
+      t->gpus[g].pub.memory = n->attr->numanode.local_memory;
+    if (first < 0)
+      first = (int)n->os_index;
+    last = (int)n->os_index;
+  }
+  strata__topo_warn(t,
+                    "NUMA nodes P#%d..P#%d have no CPUs and do not say whose they are (an hwloc 1.x export): "
+                    "taken as the memory of GPUs 0..%d in order, not as host RAM",
+                    first, last, t->ngpus - 1);
+}
+
+static void describe_host(struct strata_topology *t, hwloc_topology_t hw, const char *is_gpu_mem) {
   struct strata_topology_host *h = &t->host;
   memset(h, 0, sizeof *h);
   h->packages = hwloc_get_nbobjs_by_type(hw, HWLOC_OBJ_PACKAGE);
-  h->numa_nodes = hwloc_get_nbobjs_by_type(hw, HWLOC_OBJ_NUMANODE);
+  int nnodes = hwloc_get_nbobjs_by_type(hw, HWLOC_OBJ_NUMANODE);
   h->cores = hwloc_get_nbobjs_by_type(hw, HWLOC_OBJ_CORE);
   h->pus = hwloc_get_nbobjs_by_type(hw, HWLOC_OBJ_PU);
-  for (int i = 0; i < h->numa_nodes; i++) {
+  for (int i = 0; i < nnodes; i++) {
     hwloc_obj_t n = hwloc_get_obj_by_type(hw, HWLOC_OBJ_NUMANODE, (unsigned)i);
-    if (n)
-      h->memory += n->attr->numanode.local_memory;
+    if (!n)
+      continue;
+    if (is_gpu_mem && is_gpu_mem[i]) {
+      h->gpu_numa_nodes++;
+      continue;
+    }
+    h->numa_nodes++;
+    h->memory += n->attr->numanode.local_memory;
   }
   hwloc_obj_t pkg = hwloc_get_obj_by_type(hw, HWLOC_OBJ_PACKAGE, 0);
   const char *model = pkg ? hwloc_obj_get_info_by_name(pkg, "CPUModel") : NULL;
@@ -251,21 +383,132 @@ static void describe_host(struct strata_topology *t, hwloc_topology_t hw) {
 }
 
 /*
-** Walk every PCI device, then the GPU OS devices that hang elsewhere, and
-** build t->gpus sorted by PCI bus id (partitions in order, devices without
-** a PCI identity last, in tree order).
+** PCIe links in a power-saving state. An idle GPU retrains its own link
+** to a lower speed (NVIDIA and AMD drivers drop to Gen1, some to x1), and
+** hwloc records the speed of the moment: a Gen3 x16 GPU may show 4 or
+** 1 GB/s. Switch links above it are not retrained that way, and a narrow
+** one there is real (IBM AC922: x4 switch uplinks). The policy: a GPU's
+** own link recorded at less than half of the fastest of (the switch links
+** above it, the own links of the same GPU model elsewhere in the box) is
+** taken as power-saving and planned at that figure, capped by the
+** narrowest switch link above it. The figure is changed once, in the
+** hwloc object, so the GPU's own link and every path through it agree;
+** each change is a warning. strata-topo --measure gives the real figures.
+*/
+static void power_saving_links(struct strata_topology *t) {
+  for (int g = 0; g < t->ngpus; g++) {
+    struct strata__gpu *gp = &t->gpus[g];
+    if (!gp->pcidev || gp->pub.partition > 0)
+      continue;
+    double own = gp->pcidev->attr->pcidev.linkspeed;
+    if (!(own > 0))
+      continue;
+    double above = 0, narrowest = 0, model = 0;
+    for (hwloc_obj_t o = gp->pcidev->parent; o && hwloc_obj_type_is_io(o->type); o = o->parent) {
+      double s = strata__topo_up_speed(o);
+      if (s > above)
+        above = s;
+      if (s > 0 && (narrowest == 0 || s < narrowest))
+        narrowest = s;
+    }
+    for (int o = 0; o < t->ngpus; o++) {
+      const struct strata__gpu *og = &t->gpus[o];
+      if (og->pcidev && og->pcidev != gp->pcidev && og->pub.vendor_id == gp->pub.vendor_id &&
+          og->pub.device_id == gp->pub.device_id && og->pcidev->attr->pcidev.linkspeed > model)
+        model = og->pcidev->attr->pcidev.linkspeed;
+    }
+    double against = above > model ? above : model;
+    if (!(own < against / 2))
+      continue;
+    double repl = narrowest > 0 && narrowest < against ? narrowest : against;
+    if (repl < own)
+      repl = own;
+    strata__topo_warn(t,
+                      "GPU%d (%s): its own PCIe link is recorded at %.2f GB/s, under half of the %.2f GB/s %s: "
+                      "taken as a power-saving state (an idle GPU retrains its link) and planned at %.2f GB/s; "
+                      "strata-topo --measure measures it",
+                      g, gp->pub.pci_bus_id, own, against,
+                      model > above ? "of the same GPU model elsewhere in the box" : "of the switch links above it",
+                      repl);
+    gp->pcidev->attr->pcidev.linkspeed = (float)repl;
+    for (int k = g; k < t->ngpus; k++)
+      if (t->gpus[k].pcidev == gp->pcidev)
+        t->gpus[k].pub.pcie_gbps = repl;
+  }
+}
+
+/*
+** Devices that look like GPUs but are not counted: a display or
+** accelerator class with a vendor strata does not know (a zeroed vendor
+** id, as some dumps have), which deserve a warning when they have GPU
+** memory attached or no vendor at all. Onboard BMC graphics stay silent.
+*/
+static void warn_missed(struct strata_topology *t, hwloc_topology_t hw) {
+  for (hwloc_obj_t pci = hwloc_get_next_pcidev(hw, NULL); pci; pci = hwloc_get_next_pcidev(hw, pci)) {
+    const struct hwloc_pcidev_attr_s *pa = &pci->attr->pcidev;
+    if (!gpu_class(pa->class_id) || bmc_vga(pa->vendor_id, pa->device_id))
+      continue;
+    int counted = 0;
+    for (int g = 0; g < t->ngpus && !counted; g++)
+      counted = t->gpus[g].pcidev && pci_addr(t->gpus[g].pcidev) == pci_addr(pci);
+    if (counted)
+      continue;
+    int numa = -1;
+    for (hwloc_obj_t n = hwloc_get_next_obj_by_type(hw, HWLOC_OBJ_NUMANODE, NULL); n && numa < 0;
+         n = hwloc_get_next_obj_by_type(hw, HWLOC_OBJ_NUMANODE, n)) {
+      int ok = 0;
+      uint64_t addr = busid_addr(hwloc_obj_get_info_by_name(n, "PCIBusID"), &ok);
+      if (ok && addr == pci_addr(pci))
+        numa = (int)n->os_index;
+    }
+    if (numa < 0 && pa->vendor_id != 0)
+      continue;
+    char mem[64] = "";
+    if (numa >= 0)
+      snprintf(mem, sizeof mem, ", though NUMA node P#%d holds its memory", numa);
+    strata__topo_warn(t,
+                      "PCI device %04x:%02x:%02x.%x, class %04x [%04x:%04x], looks like a GPU but is not counted: "
+                      "unknown vendor%s",
+                      (unsigned)pa->domain, (unsigned)pa->bus, (unsigned)pa->dev, (unsigned)pa->func,
+                      (unsigned)pa->class_id, (unsigned)pa->vendor_id, (unsigned)pa->device_id, mem);
+  }
+}
+
+/*
+** Walk every PCI device (a bus id listed several times counts once, with
+** the OS devices of all its copies), then the GPU OS devices that hang
+** elsewhere, and build t->gpus sorted by PCI bus id (partitions in order,
+** devices without a PCI identity last, in tree order). Then the passes
+** that read the GPU list: power-saving links, GPU memory in NUMA nodes,
+** the host, devices that look like GPUs but are not counted.
 */
 int strata__topo_discover(struct strata_topology *t, hwloc_topology_t hw) {
   int cap = 0, order = 0, rc;
-  describe_host(t, hw);
   for (hwloc_obj_t pci = hwloc_get_next_pcidev(hw, NULL); pci; pci = hwloc_get_next_pcidev(hw, pci)) {
+    int copies = 0, earlier = 0;
+    for (hwloc_obj_t p = hwloc_get_next_pcidev(hw, NULL); p; p = hwloc_get_next_pcidev(hw, p))
+      if (pci_addr(p) == pci_addr(pci)) {
+        copies++;
+        if (p == pci)
+          earlier = copies > 1;
+      }
+    if (earlier)
+      continue;
     hwloc_obj_t osdevs[64];
     int n = 0;
-    for (hwloc_obj_t c = pci->io_first_child; c && n < 64; c = c->next_sibling)
-      if (c->type == HWLOC_OBJ_OS_DEVICE)
-        osdevs[n++] = c;
+    for (hwloc_obj_t p = pci; p; p = hwloc_get_next_pcidev(hw, p)) {
+      if (pci_addr(p) != pci_addr(pci))
+        continue;
+      for (hwloc_obj_t c = p->io_first_child; c && n < 64; c = c->next_sibling)
+        if (c->type == HWLOC_OBJ_OS_DEVICE)
+          osdevs[n++] = c;
+    }
+    int before = t->ngpus;
     if ((rc = add_device(t, hw, pci, osdevs, n, &cap, &order)) != STRATA_OK)
       return rc;
+    if (copies > 1 && t->ngpus > before)
+      strata__topo_warn(t, "PCI device %s appears %d times in the topology: taken as one device",
+                        t->gpus[before].pub.pci_bus_id, copies);
   }
   /* GPU OS devices whose parent is not a PCI device, grouped by parent */
   for (hwloc_obj_t o = hwloc_get_next_osdev(hw, NULL); o; o = hwloc_get_next_osdev(hw, o)) {
@@ -289,5 +532,14 @@ int strata__topo_discover(struct strata_topology *t, hwloc_topology_t hw) {
     qsort(t->gpus, (size_t)t->ngpus, sizeof *t->gpus, gpu_cmp);
   for (int i = 0; i < t->ngpus; i++)
     t->gpus[i].pub.index = i;
-  return STRATA_OK;
+  power_saving_links(t);
+  int nnodes = hwloc_get_nbobjs_by_type(hw, HWLOC_OBJ_NUMANODE);
+  char *is_gpu_mem = calloc((size_t)(nnodes > 0 ? nnodes : 1), 1);
+  if (!is_gpu_mem)
+    return strata__error(STRATA_ERR_NOMEM, "topology: out of memory");
+  find_gpu_memory(t, hw, is_gpu_mem, nnodes);
+  describe_host(t, hw, is_gpu_mem);
+  free(is_gpu_mem);
+  warn_missed(t, hw);
+  return t->warn_nomem ? strata__error(STRATA_ERR_NOMEM, "topology: out of memory") : STRATA_OK;
 }

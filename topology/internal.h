@@ -94,12 +94,30 @@ struct strata_topology {
   struct strata_topology_device *devs;
   double *measured;
   int use_measured;
+
+  /* What the topology could not take at face value, one line each (strata_topology_warning). */
+  char **warnings;
+  int nwarnings;
+  int warn_nomem;                 /* a warning could not be stored */
 };
 
-/* topology/xmlcheck.c: check that `path` is a complete, well-formed hwloc
-** XML file whose distance matrices have consistent sizes. Returns
-** STRATA_OK or an error recorded with a message naming the file. */
-int strata__topo_xml_check(const char *path);
+/* topology/topology.c: keep a warning line (and log it at WARN). */
+void strata__topo_warn(struct strata_topology *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/*
+** topology/xmlcheck.c: read `path` and check that it is a complete,
+** well-formed hwloc XML file that hwloc 2.9 loads safely (the sets hwloc
+** dereferences present, a version it reads, distance matrices of
+** consistent sizes). On success *xml is a canonical UTF-8 rendering for
+** hwloc_topology_set_xmlbuffer (*xml_len bytes, NUL-terminated, the
+** caller frees it); a UTF-8 byte-order mark and UTF-16 files are
+** accepted, comments dropped. Otherwise an error recorded with a message
+** naming the file, and *xml is NULL. The _buffer form checks `size`
+** bytes of `data` and names them `name` in messages.
+*/
+int strata__topo_xml_read(const char *path, char **xml /* OUT */, size_t *xml_len /* OUT */);
+int strata__topo_xml_check_buffer(const char *name, const char *data, size_t size, char **xml /* OUT */,
+                                  size_t *xml_len /* OUT */);
 
 /* topology/discover.c: fill host info and the GPU list from a loaded hwloc
 ** topology (sorted, deterministic). The hwloc topology must outlive the
@@ -113,6 +131,8 @@ int strata__topo_read_fabric(struct strata_topology *t, hwloc_topology_t hw);
 /* topology/links.c: compute the PCI/NUMA/socket path of every pair (needs the
 ** hwloc objects), then the bandwidths and the islands. */
 int strata__topo_compute_paths(struct strata_topology *t, hwloc_topology_t hw);
+/* The PCIe speed (GB/s) of the link above I/O object `o`, 0 when unknown or not its own. */
+double strata__topo_up_speed(hwloc_obj_t o);
 /* Recompute nominal figures from the stored kinds and options (no hwloc needed). */
 void strata__topo_compute_figures(struct strata_topology *t);
 int strata__topo_compute_islands(struct strata_topology *t);

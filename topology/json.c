@@ -49,6 +49,7 @@ static json_t *build(const struct strata_topology *t) {
   json_object_set_new(host, "cores", json_integer(h->cores));
   json_object_set_new(host, "pus", json_integer(h->pus));
   json_object_set_new(host, "memory_bytes", json_integer((json_int_t)h->memory));
+  json_object_set_new(host, "gpu_numa_nodes", json_integer(h->gpu_numa_nodes));
   json_object_set_new(root, "host", host);
 
   json_t *opts = json_object();
@@ -84,6 +85,7 @@ static json_t *build(const struct strata_topology *t) {
     json_object_set_new(o, "package", json_integer(g->package));
     json_object_set_new(o, "cpuset", json_string(g->cpuset));
     json_object_set_new(o, "island", json_integer(t->gpu_island[i]));
+    json_object_set_new(o, "memory_numa_node", json_integer(g->memory_numa_node));
     json_array_append_new(gpus, o);
   }
   json_object_set_new(root, "gpus", gpus);
@@ -148,6 +150,11 @@ static json_t *build(const struct strata_topology *t) {
     }
   json_object_set_new(root, "devices", devs);
   json_object_set_new(root, "measured", measured);
+
+  json_t *warnings = json_array();
+  for (int i = 0; i < t->nwarnings; i++)
+    json_array_append_new(warnings, json_string(t->warnings[i]));
+  json_object_set_new(root, "warnings", warnings);
   return root;
 }
 

@@ -70,7 +70,7 @@ static double narrower(double a, double b) {
 ** a switch downstream port (odd depth) the link below it, which the device
 ** under it reports already. So only devices and upstream ports count.
 */
-static double up_speed(hwloc_obj_t o) {
+double strata__topo_up_speed(hwloc_obj_t o) {
   if (o->type == HWLOC_OBJ_PCI_DEVICE)
     return o->attr->pcidev.linkspeed;
   if (o->type == HWLOC_OBJ_BRIDGE && o->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_PCI &&
@@ -92,7 +92,7 @@ static double climb(hwloc_obj_t o, hwloc_obj_t stop, int *bridges) {
   double narrow = 0;
   *bridges = 0;
   for (hwloc_obj_t p = o; p && p != stop && hwloc_obj_type_is_io(p->type); p = p->parent) {
-    narrow = narrower(narrow, up_speed(p));
+    narrow = narrower(narrow, strata__topo_up_speed(p));
     if (p != o && p->type == HWLOC_OBJ_BRIDGE)
       (*bridges)++;
   }
@@ -119,7 +119,7 @@ static int pci_path(const struct strata__gpu *a, const struct strata__gpu *b, do
   if (!oa || !ob)
     return STRATA_PATH_SYS;
   if (oa == ob) {
-    *narrow = up_speed(oa);
+    *narrow = strata__topo_up_speed(oa);
     return STRATA_PATH_PIX;
   }
   hwloc_obj_t lca = common_ancestor(oa, ob);

@@ -27,7 +27,17 @@ EXTRA_DIST += \
 	tests/fixtures/topology/malformed.xml \
 	tests/fixtures/topology/truncated.xml \
 	tests/fixtures/topology/no-pci.xml \
-	tests/fixtures/topology/wrong-matrix-size.xml
+	tests/fixtures/topology/wrong-matrix-size.xml \
+	tests/fixtures/topology/class-a-bmc-vga.xml \
+	tests/fixtures/topology/class-a-bmc-vga-no-gpu.xml \
+	tests/fixtures/topology/class-b-gpu-memory-numa.xml \
+	tests/fixtures/topology/class-b-gpu-memory-numa-v1.xml \
+	tests/fixtures/topology/class-c-pcie-power-saving.xml \
+	tests/fixtures/topology/class-d-duplicate-pci.xml \
+	tests/fixtures/topology/class-e-missed-gpu.xml \
+	tests/fixtures/topology/hwloc-crash-core-without-complete-cpuset.xml \
+	tests/fixtures/topology/xml-version-3.0.xml \
+	tests/fixtures/topology/hwloc-leak-unknown-element.xml
 
 if HAVE_CRITERION
 check_PROGRAMS += tests/test-topology

@@ -3,6 +3,8 @@
 #include "config.h"
 
 #include <ctype.h>
+#include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,11 +54,16 @@ static int has_pci(hwloc_topology_t hw) {
 */
 static int load_into(struct strata_topology *t, const char *path) {
   int rc;
-  if (path && (rc = strata__topo_xml_check(path)) != STRATA_OK)
+  char *xml = NULL;
+  size_t xml_len = 0;
+  /* hwloc gets the checked text itself, never the file: what was checked is what loads */
+  if (path && (rc = strata__topo_xml_read(path, &xml, &xml_len)) != STRATA_OK)
     return rc;
   hwloc_topology_t hw;
-  if (hwloc_topology_init(&hw) < 0)
+  if (hwloc_topology_init(&hw) < 0) {
+    free(xml);
     return strata__error(STRATA_ERR_NOMEM, "topology: hwloc_topology_init failed");
+  }
   /* Without an I/O filter hwloc drops PCI and OS devices, and the NVLink/xGMI
   ** matrices with them. KEEP_IMPORTANT keeps what the shared dumps need
   ** (checked with hwloc 2.9: DGX-2 NVSwitch ports, MI300A class 1200), but
@@ -64,11 +71,33 @@ static int load_into(struct strata_topology *t, const char *path) {
   ** version deems important, so switch structure is never lost; the cost
   ** is a few more objects. */
   hwloc_topology_set_io_types_filter(hw, HWLOC_TYPE_FILTER_KEEP_ALL);
-  if (path && hwloc_topology_set_xml(hw, path) < 0) {
+  if (!path) {
+    /*
+    ** Live discovery loads only the hwloc plugins strata reads. The OpenCL and GL plugins start every
+    ** OpenCL platform (PoCL, with its threads and LLVM) and talk to the X server inside
+    ** hwloc_topology_load, and leak what they allocate there; strata's own backends find the OpenCL
+    ** devices. On Linux the libpciaccess plugin ("pci") duplicates what hwloc's Linux backend reads
+    ** from sysfs, and leaks libpciaccess's tables, allocated from a plugin that is unloaded before
+    ** exit (so a leak checker cannot even name them). GPUs come from PCI and the cuda/nvml/rsmi/
+    ** levelzero plugins, which stay.
+    */
+    static const char *const skip[] = {"opencl", "gl",
+#ifdef __linux__
+                                       "pci",
+#endif
+    };
+    for (size_t i = 0; i < sizeof skip / sizeof *skip; i++)
+      if (hwloc_topology_set_components(hw, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, skip[i]) < 0)
+        strata__log(STRATA_LOG_INFO, "topology", "live: hwloc would not leave out its %s plugin", skip[i]);
+  }
+  if (path && (xml_len > (size_t)INT_MAX || hwloc_topology_set_xmlbuffer(hw, xml, (int)xml_len) < 0)) {
     hwloc_topology_destroy(hw);
+    free(xml);
     return strata__error(STRATA_ERR_PARSE, "%s: hwloc cannot read this XML topology", path);
   }
-  if (hwloc_topology_load(hw) < 0) {
+  int loaded = hwloc_topology_load(hw);
+  free(xml);
+  if (loaded < 0) {
     hwloc_topology_destroy(hw);
     if (path)
       return strata__error(STRATA_ERR_PARSE,
@@ -150,8 +179,47 @@ STRATA_API void strata_topology_free(strata_topology_t t) {
   free(t->gpus);
   free(t->devs);
   free(t->measured);
+  for (int i = 0; i < t->nwarnings; i++)
+    free(t->warnings[i]);
+  free(t->warnings);
   free(t->source);
   free(t);
+}
+
+void strata__topo_warn(struct strata_topology *t, const char *fmt, ...) {
+  char line[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  strata__log(STRATA_LOG_WARN, "topology", "%s: %s", t->source ? t->source : "live", line);
+  char **w = realloc(t->warnings, (size_t)(t->nwarnings + 1) * sizeof *w);
+  char *copy = strdup(line);
+  if (w)
+    t->warnings = w;
+  if (!w || !copy) {
+    free(copy);
+    t->warn_nomem = 1;
+    return;
+  }
+  t->warnings[t->nwarnings++] = copy;
+}
+
+STRATA_API int strata_topology_warning_count(strata_topology_t t, int *count) {
+  if (!t || !count)
+    return strata__error(STRATA_ERR_INVALID, "strata_topology_warning_count: NULL argument");
+  *count = t->nwarnings;
+  return STRATA_OK;
+}
+
+STRATA_API int strata_topology_warning(strata_topology_t t, int index, const char **text) {
+  if (!t || !text)
+    return strata__error(STRATA_ERR_INVALID, "strata_topology_warning: NULL argument");
+  if (index < 0 || index >= t->nwarnings)
+    return strata__error(STRATA_ERR_RANGE, "strata_topology_warning: warning %d out of range (%d warnings)", index,
+                         t->nwarnings);
+  *text = t->warnings[index];
+  return STRATA_OK;
 }
 
 STRATA_API const char *strata_topology_source(strata_topology_t t) {

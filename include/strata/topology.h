@@ -92,15 +92,18 @@ struct strata_topology_gpu {
   int numa_node;                /* OS index of the nearest NUMA node, -1 when unknown */
   int package;                  /* OS index of its package (socket), -1 when unknown */
   char cpuset[256];             /* CPUs near it, as a list ("0-13,112-125"), "" when unknown */
+  int memory_numa_node;         /* OS index of the CPU-less NUMA node that exposes its memory
+                                   (POWER9 + NVLink), -1 when none */
 };
 
 /* The host as a whole. */
 struct strata_topology_host {
   int packages;                 /* sockets */
-  int numa_nodes;
+  int numa_nodes;               /* host NUMA nodes; GPU memory exposed as NUMA nodes is not one */
+  int gpu_numa_nodes;           /* NUMA nodes that hold GPU memory (subtype GPUMemory, ...) */
   int cores;
   int pus;                      /* hardware threads */
-  uint64_t memory;              /* bytes of RAM over all NUMA nodes */
+  uint64_t memory;              /* bytes of host RAM over those NUMA nodes */
   char cpu_model[128];          /* "" when unknown */
   char hostname[64];            /* "" when unknown */
 };
@@ -136,6 +139,17 @@ STRATA_API int strata_topology_load_with(const char *xml, const struct strata_to
                                          strata_topology_t *out /* OUT */);
 /* Free a topology; NULL does nothing. */
 STRATA_API void strata_topology_free(strata_topology_t topo);
+
+/*
+** Warnings: what the topology could not take at face value and how it was
+** read instead, one line each in discovery order, e.g. a PCIe link
+** recorded in a power-saving state, a device listed twice, GPU memory
+** guessed from CPU-less NUMA nodes, a device that looks like a GPU but is
+** not counted. *text lives as long as the topology. STRATA_ERR_RANGE for
+** an index out of range.
+*/
+STRATA_API int strata_topology_warning_count(strata_topology_t topo, int *count /* OUT */);
+STRATA_API int strata_topology_warning(strata_topology_t topo, int index, const char **text /* OUT */);
 
 /* Where it came from: the XML path, or "live". The string lives as long as the topology. */
 STRATA_API const char *strata_topology_source(strata_topology_t topo);
