@@ -24,6 +24,7 @@ libstrata_la_SOURCES = \
 	%reldir%/trainer.h \
 	%reldir%/pipeline.c \
 	%reldir%/comm/comm.c \
+	%reldir%/comm/comm.h \
 	%reldir%/parallel/layout.c
 libstrata_la_CPPFLAGS = $(AM_CPPFLAGS) $(HWLOC_CFLAGS) $(JANSSON_CFLAGS)
 libstrata_la_LIBADD = $(HWLOC_LIBS) $(JANSSON_LIBS) $(PTHREAD_LIBS)
