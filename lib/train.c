@@ -297,6 +297,45 @@ struct plan {
   const char *trace;
 };
 
+/*
+** Leave in each device's block cache what the schedule may hold at once:
+** every stage's activations for the micro-batches in flight and the boundary
+** gradients that may outlive them (the memory plan's counts). Which of them
+** are live together depends on the threads' timing; warmed up front, no
+** step asks the backend for one, however it is timed.
+*/
+static int warm_cache(strata_trainer_t tr) {
+  if (!tr->sched)
+    return STRATA_OK;
+  size_t cap = 0, n = 0;
+  strata_buffer_t *held = NULL;
+  int rc = STRATA_OK;
+  for (int s = 0; s < strata__stages_all(tr) && !rc; s++) {
+    struct strata__stage *st = tr->st[s];
+    int k = stage_inflight(tr, s), kg = k + !strata__stage_first(tr, s);
+    for (int i = 0; i < k + (st->grad_floats ? kg : 0) && !rc; i++) {
+      if (n == cap) {
+        size_t nc = cap ? 2 * cap : 64;
+        strata_buffer_t *g = realloc(held, nc * sizeof *g);
+        if (!g) {
+          rc = strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
+          break;
+        }
+        held = g;
+        cap = nc;
+      }
+      size_t floats = i < k ? st->slot_floats : st->grad_floats;
+      rc = strata_buffer_new(st->dev, floats * 4, &held[n]);
+      if (!rc)
+        n++;
+    }
+  }
+  for (size_t i = 0; i < n; i++)
+    strata_buffer_free(held[i]);
+  free(held);
+  return rc;
+}
+
 /* The communicators of the replicas: one per stage, over its copies. */
 static int make_comms(strata_trainer_t tr) {
   if (tr->replicas < 2)
@@ -390,6 +429,8 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
     rc = build_stages(tr, split, kind == STRATA_SCHEDULE_ZB_H1);
   if (!rc)
     rc = strata__pipeline_prefill(tr);
+  if (!rc)
+    rc = warm_cache(tr);
   if (!rc)
     rc = make_comms(tr);
   if (rc) {
