@@ -470,6 +470,40 @@ Test(hwloc_safety, quoted_file_text_keeps_the_message_one_line) {
   remove(path);
 }
 
+/* A set hwloc cannot parse makes hwloc_bitmap_sscanf assert (abort) in hwloc 2.9 (found by
+** fuzz-topology-xml: nodeset=",x00000001"); refused first. What hwloc writes still loads (the dumps). */
+Test(hwloc_safety, malformed_sets_are_refused_before_hwloc_asserts) {
+  static char buf[1 << 16], out[1 << 16];
+  size_t len = read_fixture("no-pci.xml", buf, sizeof buf);
+  buf[len] = '\0';
+  static const char *const bad[] = {",x00000001", "x1", "0x", "0x123456789", "0x1,,0xg", "", "0xf...f0x1", ",0x1"};
+  char path[] = "/tmp/strata-topo-set-XXXXXX";
+  int fd = mkstemp(path);
+  cr_assert(fd >= 0);
+  close(fd);
+  const char *key = "nodeset=\"0x00000001\"";
+  char *at = strstr(buf, key);
+  cr_assert_not_null(at);
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    size_t head = (size_t)(at - buf);
+    int n = snprintf(out, sizeof out, "%.*snodeset=\"%s\"%s", (int)head, buf, bad[i], at + strlen(key));
+    write_file(path, out, (size_t)n);
+    expect_failure(path, STRATA_ERR_PARSE, "is not a set as hwloc writes it");
+  }
+  static const char *const good[] = {"0x00000001", "0x1", "0x0,,0x00000001", "0xf...f,0x00000001"};
+  for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+    size_t head = (size_t)(at - buf);
+    int n = snprintf(out, sizeof out, "%.*snodeset=\"%s\"%s", (int)head, buf, good[i], at + strlen(key));
+    write_file(path, out, (size_t)n);
+    strata_topology_t t = NULL;
+    int rc = strata_topology_load(path, &t);
+    cr_assert(rc == STRATA_OK || !strstr(strata_last_error(), "is not a set"), "%s refused: %s", good[i],
+              strata_last_error());
+    strata_topology_free(t);
+  }
+  remove(path);
+}
+
 /* hwloc 2.x cannot read XML format 3.0: the message says why. */
 Test(hwloc_safety, newer_xml_version_is_named) {
   expect_failure(fixture("xml-version-3.0.xml"), STRATA_ERR_PARSE,

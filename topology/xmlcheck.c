@@ -403,6 +403,44 @@ static const char *xc_hwloc_version(void) {
   return v;
 }
 
+/*
+** A CPU or NUMA set as hwloc writes it: "0xf...f" (an infinite set) or
+** hex words of at most 32 bits, most significant first, comma-separated,
+** the first one given ("0x0000ffff,0xffffffff,,,0x0"), optionally after
+** "0xf...f,". hwloc_bitmap_sscanf asserts on other text (found by
+** fuzz-topology-xml: ",x00000001" aborts the process).
+*/
+static int xc_bitmap_ok(const char *v) {
+  if (strncmp(v, "0xf...f", 7) == 0) {
+    v += 7;
+    if (!*v)
+      return 1;
+    if (*v++ != ',')
+      return 0;
+  }
+  for (int first = 1;; first = 0) {
+    if (*v == ',' || !*v) {
+      if (first)
+        return 0; /* the first word is never empty */
+    } else {
+      if (v[0] != '0' || v[1] != 'x')
+        return 0;
+      v += 2;
+      int digits = 0;
+      while (isxdigit((unsigned char)*v) && digits < 9) {
+        v++;
+        digits++;
+      }
+      if (digits < 1 || digits > 8)
+        return 0;
+    }
+    if (!*v)
+      return 1;
+    if (*v++ != ',')
+      return 0;
+  }
+}
+
 /* <topology version="M.m">: hwloc 2.x reads 1.x files (no version) and 2.x ones, refuses 3.x. */
 static int xc_check_root(struct xc *x, int line) {
   const char *v = xc_attr(x, "version");
@@ -616,6 +654,17 @@ static int xc_tag(struct xc *x) {
                (int)(x->attrs[i].nlen < 40 ? x->attrs[i].nlen : 40), x->attrs[i].name);
       return xc_fail(x, line, msg);
     }
+  static const char *const bitmaps[] = {"cpuset", "complete_cpuset", "allowed_cpuset", "nodeset",
+                                        "complete_nodeset", "allowed_nodeset", "initiator_cpuset"};
+  for (size_t i = 0; i < sizeof bitmaps / sizeof *bitmaps; i++) {
+    const char *v = xc_attr(x, bitmaps[i]);
+    if (v && !xc_bitmap_ok(v)) {
+      char msg[256], q[160];
+      snprintf(msg, sizeof msg, "%s=\"%s\" is not a set as hwloc writes it (e.g. 0x0000000f)", bitmaps[i],
+               xc_quote(q, sizeof q, v, 40));
+      return xc_fail(x, line, msg);
+    }
+  }
   if ((strcmp(name, "indexes") == 0 || strcmp(name, "u64values") == 0) && !xc_attr(x, "length"))
     return xc_fail(x, line, "a distance list without its length attribute");
   if (strcmp(name, "object") == 0) {
