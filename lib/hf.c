@@ -225,8 +225,9 @@ STRATA_API int strata_trainer_load_hf(strata_trainer_t tr, const char *dir) {
   if (rc)
     return rc;
   size_t total = 0;
-  for (int s = 0; s < tr->nstages; s++)
-    total += tr->st[s]->nparams;
+  for (int s = 0; s < tr->nstages; s++) /* whole tensors, however the trainer is cut */
+    for (int t = 0; t < tr->st[s]->ntensors; t++)
+      total += tr->st[s]->tensors[t].full_n;
   size_t nfile = strata_safetensors_count(f);
   float *host = malloc((total ? total : 1) * sizeof *host);
   unsigned char *used = calloc(nfile ? nfile : 1, 1);
@@ -261,22 +262,22 @@ STRATA_API int strata_trainer_load_hf(strata_trainer_t tr, const char *dir) {
         rc = strata__error(STRATA_ERR_PARSE, "%s: tensor '%s' is missing", path, full);
         break;
       }
-      if (!rc && (ndim != x->ndim || memcmp(shape, x->shape, (size_t)ndim * sizeof *shape) != 0)) {
+      if (!rc && (ndim != x->ndim || memcmp(shape, x->full, (size_t)ndim * sizeof *shape) != 0)) {
         char a[64] = "", b[64] = "";
         for (int d = 0; d < x->ndim; d++)
-          snprintf(a + strlen(a), sizeof a - strlen(a), "%s%lld", d ? ", " : "", (long long)x->shape[d]);
+          snprintf(a + strlen(a), sizeof a - strlen(a), "%s%lld", d ? ", " : "", (long long)x->full[d]);
         for (int d = 0; d < ndim && d < STRATA_ST_MAX_DIMS; d++)
           snprintf(b + strlen(b), sizeof b - strlen(b), "%s%lld", d ? ", " : "", (long long)shape[d]);
         rc = strata__error(STRATA_ERR_SHAPE, "%s: tensor '%s' is [%s], the model wants [%s]", path, name, b, a);
       }
       if (rc)
         break;
-      memcpy(host + at + x->off, data, x->n * sizeof *host);
+      memcpy(host + at, data, x->full_n * sizeof *host);
+      at += x->full_n;
       for (size_t i = 0; i < nfile; i++)
         if (strcmp(strata_safetensors_name(f, i), name) == 0)
           used[i] = 1;
     }
-    at += st->nparams;
   }
   /* every tensor of the file has its place, or is a mask buffer, or a tied head's copy of wte */
   for (size_t i = 0; i < nfile && !rc; i++) {

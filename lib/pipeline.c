@@ -82,11 +82,13 @@ static void fail(struct exec *ex, int status, const char *what) {
   for (int r = 0; r < ex->tr->ndev; r++)
     ex->snd[r].stop = 1;
   pthread_mutex_unlock(&ex->lock);
-  /* replicas waiting in a collective for this one must not wait for the timeout */
+  /* replicas and slices waiting in a collective for this one must not wait for the timeout */
   strata_trainer_t tr = ex->tr;
-  for (int s = 0; tr->comm && s < tr->nstages; s++)
+  for (int s = 0; tr->comm && s < tr->tp * tr->nstages; s++)
     strata_comm_abort(tr->comm[s], status, what);
-  if (tr->comm)
+  for (int s = 0; tr->tp_comm && s < tr->replicas * tr->nstages; s++)
+    strata_comm_abort(tr->tp_comm[s], status, what);
+  if (tr->comm || tr->tp_comm)
     tr->comm_stale = 1;
 }
 
@@ -278,7 +280,7 @@ static int do_forward(struct exec *ex, int rank, int s, int mb) {
   /* activations: the backward pass, and the send to the next device;
   ** gradients: the backward pass, and the previous stage taking the input gradient */
   const int first = strata__stage_first(tr, s), last = strata__stage_last(tr, s);
-  const int mbi = (s / ex->chain) * ex->m + mb; /* the replica's micro-batch among the step's */
+  const int mbi = strata__stage_replica(tr, s) * ex->m + mb; /* the replica's micro-batch among the step's */
   ex->hold_act[k] = 1 + (!last && rank_of(ex, s + 1) != rank);
   ex->hold_grad[k] = 1 + !first;
   if (++ex->inflight[s] > ex->peak[s])
@@ -302,7 +304,7 @@ static int do_forward(struct exec *ex, int rank, int s, int mb) {
     TRY(strata_buffer_write(st->q, tg.buf, tg.off * 4, tr->targets[mbi], (size_t)tr->rows * 4));
   }
   TRY(strata__stage_forward(st, mb));
-  if (last)
+  if (last && strata__stage_slice(tr, s) == 0) /* every slice computes the same losses */
     TRY(strata__stage_loss_read(st, mb, tr->losses[mbi]));
   return strata_queue_finish(st->q);
 }
@@ -347,7 +349,7 @@ static int do_backward(struct exec *ex, int rank, int kind, int s, int mb) {
 static int do_optimizer(struct exec *ex, int rank, int s, int last_on_rank) {
   strata_trainer_t tr = ex->tr;
   if (ex->done[s]) { /* the stage's gradients must have been joined with the other replicas' */
-    strata_comm_t c = tr->comm[s % ex->chain];
+    strata_comm_t c = tr->comm[strata__stage_slice(tr, s) * ex->chain + s % ex->chain];
     int rc = strata__comm_wait(c, tr->st[s]->q, ex->done[s]);
     if (!rc)
       rc = strata_queue_finish(tr->st[s]->q);
@@ -363,7 +365,8 @@ static int do_optimizer(struct exec *ex, int rank, int s, int last_on_rank) {
       group[0] = '\0';
       for (int r = 0; r < tr->replicas && at < sizeof group; r++)
         at += (size_t)snprintf(group + at, sizeof group - at, "%s%d", r ? "," : "",
-                               tr->dev[rank_of(ex, r * ex->chain + s % ex->chain)]);
+                               tr->dev[rank_of(ex, (r * tr->tp + strata__stage_slice(tr, s)) * ex->chain +
+                                                       s % ex->chain)]);
       snprintf(name, sizeof name, "GR%d", s);
       pthread_mutex_lock(&ex->lock);
       strata__trace_add_comm(tr, name, "allreduce", (uint64_t)tr->st[s]->nparams * 4, group,
@@ -371,8 +374,9 @@ static int do_optimizer(struct exec *ex, int rank, int s, int last_on_rank) {
       pthread_mutex_unlock(&ex->lock);
     }
   }
-  /* the global norm from one replica's stages: after the all-reduce every replica has the same gradients */
-  if (s < ex->chain)
+  /* the global norm from one replica's stages (its slices'): after the
+  ** all-reduce every replica has the same gradients */
+  if (strata__stage_replica(tr, s) == 0)
     TRY(strata__stage_sumsq(tr, s));
   pthread_mutex_lock(&ex->lock);
   if (++ex->opt_arrived == ex->S) {
@@ -406,13 +410,13 @@ static int do_optimizer(struct exec *ex, int rank, int s, int last_on_rank) {
 static int do_grad_reduce(struct exec *ex, int s) {
   strata_trainer_t tr = ex->tr;
   struct strata__stage *st = tr->st[s];
-  strata_comm_t c = tr->comm[s % ex->chain];
+  strata_comm_t c = tr->comm[strata__stage_slice(tr, s) * ex->chain + s % ex->chain];
   struct strata_comm_info info;
   TRY(strata_comm_info(c, &info));
   strata_mem_t g = strata_mem(st->grads, 0);
   ex->done_post[s] = strata__now();
-  return strata__comm_post_rank(c, STRATA__COLL_ALLREDUCE, s / ex->chain, st->q, g, g, st->nparams, STRATA_FLOAT32,
-                                STRATA_SUM, 0, info.asynchronous ? &ex->done[s] : NULL);
+  return strata__comm_post_rank(c, STRATA__COLL_ALLREDUCE, strata__stage_replica(tr, s), st->q, g, g, st->nparams,
+                                STRATA_FLOAT32, STRATA_SUM, 0, info.asynchronous ? &ex->done[s] : NULL);
 }
 
 static void *worker_main(void *arg) {
@@ -479,6 +483,20 @@ static void *worker_main(void *arg) {
       rc = do_grad_reduce(ex, s);
       cat = NULL; /* traced with its duration at the optimizer */
       break;
+    case STRATA_ACTION_TP_JOIN_FORWARD:
+    case STRATA_ACTION_TP_JOIN_BACKWARD: {
+      struct strata__trace_event ev;
+      rc = strata__tp_settle(ex->tr, s, &ev);
+      if (!rc && ev.bytes && ex->tr->trace_path) {
+        char name[24];
+        snprintf(name, sizeof name, "%s%d.%d", strata_action_label(a->kind), s, mb);
+        pthread_mutex_lock(&ex->lock);
+        strata__trace_add_comm(ex->tr, name, "allreduce", ev.bytes, ev.group, ev.ts, ev.ts + ev.dur, 2 * rank + 1);
+        pthread_mutex_unlock(&ex->lock);
+      }
+      cat = NULL; /* traced as its collectives */
+      break;
+    }
     default:
       rc = strata__error(STRATA_ERR_INTERNAL, "unknown action kind %d", a->kind);
     }
@@ -585,8 +603,10 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
   for (int s = 0; ex.done && s < ex.S; s++)
     if (ex.done[s]) { /* a failed step: the stage never reached its optimizer */
       strata_queue_finish(tr->st[s]->q);
-      strata__comm_release(tr->comm[s % ex.chain], ex.done[s], NULL, NULL);
+      strata__comm_release(tr->comm[strata__stage_slice(tr, s) * ex.chain + s % ex.chain], ex.done[s], NULL, NULL);
     }
+  for (int s = 0; tr->tp_member && s < ex.S; s++) /* joins a failed step left unsettled */
+    strata__tp_drop(tr, s);
   if (!rc && ex.failed)
     rc = strata__error(ex.fail_status, "%s", ex.fail_msg);
   if (!rc) {
@@ -637,6 +657,102 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
   free(ex.done);
   free(ex.done_post);
   return rc;
+}
+
+/* ---- tensor-parallel joins ---- */
+
+/*
+** A sharded stage's join: an all-reduce over the slices, posted on the
+** stage's queue. The queue waits for it (its next op reads the sum) and the
+** action's TP_JOIN accounts for it. A communicator that cannot enqueue
+** (CUDA outside NCCL) waits in the call.
+*/
+int strata__tp_join(void *member, strata_queue_t q, strata_mem_t x, size_t count) {
+  struct strata__tp_member *m = member;
+  if (!m->async) {
+    double t0 = strata__now();
+    TRY(strata_allreduce_rank(m->comm, m->rank, q, x, x, count, STRATA_FLOAT32, STRATA_SUM));
+    m->t_sync += strata__now() - t0;
+    m->sync_bytes += (uint64_t)count * 4;
+    return STRATA_OK;
+  }
+  if (m->n == m->cap) {
+    int cap = m->cap ? 2 * m->cap : 16;
+    void **p = realloc(m->pending, (size_t)cap * sizeof *p);
+    if (p)
+      m->pending = p;
+    uint64_t *b = p ? realloc(m->bytes, (size_t)cap * sizeof *b) : NULL;
+    if (b)
+      m->bytes = b;
+    double *t = b ? realloc(m->posted, (size_t)cap * sizeof *t) : NULL;
+    if (!t)
+      return strata__error(STRATA_ERR_NOMEM, "out of host memory for a tensor-parallel join");
+    m->posted = t;
+    m->cap = cap;
+  }
+  void *done = NULL;
+  double t0 = strata__now();
+  TRY(strata__comm_post_rank(m->comm, STRATA__COLL_ALLREDUCE, m->rank, q, x, x, count, STRATA_FLOAT32, STRATA_SUM, 0,
+                             &done));
+  m->pending[m->n] = done;
+  m->bytes[m->n] = (uint64_t)count * 4;
+  m->posted[m->n++] = t0;
+  return strata__comm_wait(m->comm, q, done);
+}
+
+int strata__tp_settle(strata_trainer_t tr, int s, struct strata__trace_event *ev) {
+  if (!tr->tp_member)
+    return STRATA_OK;
+  struct strata__tp_member *m = &tr->tp_member[s];
+  int rc = strata_queue_finish(tr->st[s]->q);
+  double first = 0, end = 0;
+  uint64_t bytes = m->sync_bytes;
+  for (int i = 0; i < m->n; i++) {
+    double t0 = 0, t1 = 0;
+    strata__comm_release(m->comm, m->pending[i], &t0, &t1);
+    if (t0 < m->posted[i])
+      t0 = m->posted[i];
+    if (i == 0 || t0 < first)
+      first = t0;
+    end = t1 > end ? t1 : end;
+    bytes += m->bytes[i];
+  }
+  int joins = m->n;
+  m->n = 0;
+  if (ev)
+    ev->bytes = 0;
+  if (!rc && ev && (joins || m->sync_bytes)) {
+    char *group = ev->group;
+    size_t at = 0, cap = sizeof ev->group;
+    group[0] = '\0';
+    const int c0 = strata__stage_replica(tr, s) * tr->tp;
+    for (int t = 0; t < tr->tp && at < cap; t++)
+      at += (size_t)snprintf(group + at, cap - at, "%s%d", t ? "," : "",
+                             tr->dev[tr->stage_rank[(c0 + t) * tr->nstages + s % tr->nstages]]);
+    if (!joins) { /* the calls waited: their time, ending now */
+      end = strata__now();
+      first = end - m->t_sync;
+    }
+    ev->ts = first;
+    ev->dur = end > first ? end - first : 0;
+    ev->bytes = bytes;
+  }
+  m->t_sync = 0;
+  m->sync_bytes = 0;
+  return rc;
+}
+
+void strata__tp_drop(strata_trainer_t tr, int s) {
+  if (!tr->tp_member)
+    return;
+  struct strata__tp_member *m = &tr->tp_member[s];
+  if (m->n && tr->st[s])
+    strata_queue_finish(tr->st[s]->q);
+  for (int i = 0; i < m->n; i++)
+    strata__comm_release(m->comm, m->pending[i], NULL, NULL);
+  m->n = 0;
+  m->t_sync = 0;
+  m->sync_bytes = 0;
 }
 
 /* ---- traces ---- */
@@ -794,7 +910,7 @@ int strata__pipeline_balance(strata_trainer_t tr, int *split) {
   for (int a = 0; a < L; a++)
     for (int l = a + 1; l <= L; l++) {
       size_t c = (size_t)a * (size_t)(L + 1) + (size_t)l;
-      int rc = strata__stage_plan(tr->model, a, l, tr->opt.batch, split_backward, &plan[c]);
+      int rc = strata__stage_plan(tr->model, a, l, tr->opt.batch, split_backward, NULL, &plan[c]);
       planned[c] = rc == STRATA_OK;
       if (rc && !plan_rc) {
         plan_rc = rc;

@@ -21,7 +21,8 @@
 struct strata_schedule {
   int kind;                      /* STRATA_SCHEDULE_*, or 0 when built from lists */
   int devices, stages, microbatches;
-  int replicas;                  /* chains of stages / replicas stages each */
+  int replicas;                  /* chains of stages / replicas stages each (data-parallel copies x tp) */
+  int tp;                        /* tensor-parallel slices: chain c is slice c % tp of replica c / tp */
   int *stage_device;             /* [stages] */
   int *counts;                   /* [devices] */
   int *caps;                     /* [devices], allocated room of each list */
@@ -46,14 +47,35 @@ static int strata__per_stage(int kind) {
          kind == STRATA_ACTION_PARAM_GATHER;
 }
 
-static int strata__collective(int kind) {
+/* The gradient collectives (one per stage, over the replicas) and the tensor-parallel joins (per micro-batch, over
+** the slices): actions that complete when every member of their group has reached them. */
+static int strata__grad_collective(int kind) {
   return kind == STRATA_ACTION_GRAD_REDUCE || kind == STRATA_ACTION_GRAD_SCATTER || kind == STRATA_ACTION_PARAM_GATHER;
 }
+static int strata__tp_join(int kind) {
+  return kind == STRATA_ACTION_TP_JOIN_FORWARD || kind == STRATA_ACTION_TP_JOIN_BACKWARD;
+}
+static int strata__collective(int kind) { return strata__grad_collective(kind) || strata__tp_join(kind); }
+
+/* Data-parallel copies (chains / tp). */
+static int strata__dp(const struct strata_schedule *s) { return s->replicas / s->tp; }
 
 /* Stages per replica, and whether stage st has a neighbour before / after it in its chain. */
 static int strata__chain(const struct strata_schedule *s) { return s->stages / s->replicas; }
 static int strata__has_prev(const struct strata_schedule *s, int st) { return st % strata__chain(s) != 0; }
 static int strata__has_next(const struct strata_schedule *s, int st) { return (st + 1) % strata__chain(s) != 0; }
+
+/* The group of collective `kind` at `stage`: its size, and the stage of its i-th member — the same stage of the
+** same slice of every replica (gradient collectives), or of every slice of the same replica (tp joins). */
+static int strata__group_size(const struct strata_schedule *s, int kind) {
+  return strata__tp_join(kind) ? s->tp : strata__dp(s);
+}
+static int strata__member(const struct strata_schedule *s, int kind, int stage, int i) {
+  const int chain = strata__chain(s), c = stage / chain, base = stage % chain;
+  if (strata__tp_join(kind))
+    return ((c / s->tp) * s->tp + i) * chain + base;
+  return (i * s->tp + c % s->tp) * chain + base;
+}
 
 /* Write "F2.5" (or "OPT2") for `a` into buf. */
 static const char *strata__action_str(const struct strata_action *a, char buf[STRATA__ACTION_STR]) {
@@ -76,6 +98,7 @@ static struct strata_schedule *strata__schedule_alloc(int kind, int devices, int
   s->stages = stages;
   s->microbatches = microbatches;
   s->replicas = 1;
+  s->tp = 1;
   s->stage_device = calloc((size_t)stages, sizeof *s->stage_device);
   s->counts = calloc((size_t)devices, sizeof *s->counts);
   s->caps = calloc((size_t)devices, sizeof *s->caps);
@@ -298,60 +321,68 @@ STRATA_API int strata_schedule_generate(int kind, int devices, int microbatches,
 }
 
 /*
-** Replicate a pipeline schedule over `replicas` data-parallel copies: the
-** lists of replica r are those of the base with every stage moved by
-** r x (base stages), on devices moved by r x (base devices), and each
+** Replicate a pipeline schedule over `replicas` data-parallel copies of
+** `tp` chains each: the lists of chain c are those of the base with every
+** stage moved by c x (base stages), on devices moved by c x (base devices),
+** each forward and backward followed by its TP_JOIN (tp > 1), and each
 ** stage's gradient collective placed right after its last backward work
 ** on its device (a GR there lets that stage's reduction overlap whatever
 ** the device runs next), PARAM_GATHER right after its OPTIMIZER.
 */
-STRATA_API int strata_schedule_generate_replicated(int kind, int devices, int microbatches, int virtual_stages,
-                                                   int replicas, int zero, strata_schedule_t *out) {
+STRATA_API int strata_schedule_generate_hybrid(int kind, int devices, int microbatches, int virtual_stages,
+                                               int replicas, int tp, int zero, strata_schedule_t *out) {
   if (!out)
-    return strata__error(STRATA_ERR_INVALID, "strata_schedule_generate_replicated: NULL out");
+    return strata__error(STRATA_ERR_INVALID, "strata_schedule_generate_hybrid: NULL out");
   *out = NULL;
   if (replicas < 1 || replicas > (1 << 16))
-    return strata__error(STRATA_ERR_INVALID, "strata_schedule_generate_replicated: %d replicas", replicas);
+    return strata__error(STRATA_ERR_INVALID, "strata_schedule_generate_hybrid: %d replicas", replicas);
+  if (tp < 1 || tp > (1 << 16))
+    return strata__error(STRATA_ERR_INVALID, "strata_schedule_generate_hybrid: %d tensor-parallel slices", tp);
   if (zero && replicas < 2)
-    return strata__error(STRATA_ERR_INVALID, "strata_schedule_generate_replicated: ZeRO-1 needs at least 2 replicas");
+    return strata__error(STRATA_ERR_INVALID, "strata_schedule_generate_hybrid: ZeRO-1 needs at least 2 replicas");
   strata_schedule_t base;
   TRY(strata_schedule_generate(kind, devices, microbatches, virtual_stages, &base));
-  if (replicas == 1) {
+  const int chains = replicas * tp;
+  if (chains == 1) {
     *out = base;
     return STRATA_OK;
   }
   uint64_t actions = 0;
   for (int d = 0; d < base->devices; d++)
-    actions += (uint64_t)base->counts[d] + 2u * (uint64_t)base->stages;
-  if (actions * (uint64_t)replicas > STRATA__SCHEDULE_MAX_ACTIONS || (uint64_t)devices * (uint64_t)replicas > INT32_MAX) {
+    actions += 2u * (uint64_t)base->counts[d] + 2u * (uint64_t)base->stages;
+  if (actions * (uint64_t)chains > STRATA__SCHEDULE_MAX_ACTIONS || (uint64_t)devices * (uint64_t)chains > INT32_MAX) {
     strata_schedule_free(base);
-    return strata__error(STRATA_ERR_RANGE, "strata_schedule_generate_replicated: %d replicas of %d devices is too large",
-                         replicas, devices);
+    return strata__error(STRATA_ERR_RANGE, "strata_schedule_generate_hybrid: %d x %d chains of %d devices is too large",
+                         replicas, tp, devices);
   }
-  struct strata_schedule *s =
-      strata__schedule_alloc(kind, devices * replicas, base->stages * replicas, microbatches);
+  struct strata_schedule *s = strata__schedule_alloc(kind, devices * chains, base->stages * chains, microbatches);
   if (!s) {
     strata_schedule_free(base);
-    return strata__error(STRATA_ERR_NOMEM, "strata_schedule_generate_replicated: out of memory");
+    return strata__error(STRATA_ERR_NOMEM, "strata_schedule_generate_hybrid: out of memory");
   }
-  s->replicas = replicas;
+  s->replicas = chains;
+  s->tp = tp;
   const int S = base->stages;
-  for (int r = 0; r < replicas; r++)
+  for (int c = 0; c < chains; c++)
     for (int st = 0; st < S; st++)
-      s->stage_device[r * S + st] = r * devices + base->stage_device[st];
+      s->stage_device[c * S + st] = c * devices + base->stage_device[st];
   int rc = STRATA_OK;
   for (int d = 0; d < devices && !rc; d++) {
     const struct strata_action *l = base->lists[d];
     const int n = base->counts[d];
-    for (int r = 0; r < replicas && !rc; r++) {
-      const int dd = r * devices + d;
+    for (int c = 0; c < chains && !rc; c++) {
+      const int dd = c * devices + d;
       for (int i = 0; i < n && !rc; i++) {
         const struct strata_action *a = &l[i];
-        const int st = r * S + a->stage;
+        const int st = c * S + a->stage;
         rc = strata__push(s, dd, a->kind, st, a->microbatch);
+        if (!rc && tp > 1 && a->kind == STRATA_ACTION_FORWARD)
+          rc = strata__push(s, dd, STRATA_ACTION_TP_JOIN_FORWARD, st, a->microbatch);
+        if (!rc && tp > 1 && (a->kind == STRATA_ACTION_BACKWARD || a->kind == STRATA_ACTION_BACKWARD_INPUT))
+          rc = strata__push(s, dd, STRATA_ACTION_TP_JOIN_BACKWARD, st, a->microbatch);
         if (!rc && a->kind == STRATA_ACTION_OPTIMIZER && zero)
           rc = strata__push(s, dd, STRATA_ACTION_PARAM_GATHER, st, -1);
-        if (rc || (a->kind != STRATA_ACTION_BACKWARD && a->kind != STRATA_ACTION_BACKWARD_WEIGHT))
+        if (rc || replicas < 2 || (a->kind != STRATA_ACTION_BACKWARD && a->kind != STRATA_ACTION_BACKWARD_WEIGHT))
           continue;
         /* the stage's last backward work on this device: nothing of its kind follows */
         int last = 1;
@@ -379,6 +410,11 @@ STRATA_API int strata_schedule_generate_replicated(int kind, int devices, int mi
   return STRATA_OK;
 }
 
+STRATA_API int strata_schedule_generate_replicated(int kind, int devices, int microbatches, int virtual_stages,
+                                                   int replicas, int zero, strata_schedule_t *out) {
+  return strata_schedule_generate_hybrid(kind, devices, microbatches, virtual_stages, replicas, 1, zero, out);
+}
+
 /*
 ** Copy explicit lists into a new schedule (kind 0). Checks the shape only:
 ** at least one device, stage and micro-batch; stage_device entries name a
@@ -395,13 +431,21 @@ STRATA_API int strata_schedule_from_lists(int devices, int stages, int microbatc
 STRATA_API int strata_schedule_from_replica_lists(int replicas, int devices, int stages, int microbatches,
                                                   const int *stage_device, const struct strata_action *const *lists,
                                                   const int *counts, strata_schedule_t *out) {
+  return strata_schedule_from_hybrid_lists(replicas, 1, devices, stages, microbatches, stage_device, lists, counts,
+                                           out);
+}
+
+STRATA_API int strata_schedule_from_hybrid_lists(int replicas, int tp, int devices, int stages, int microbatches,
+                                                 const int *stage_device, const struct strata_action *const *lists,
+                                                 const int *counts, strata_schedule_t *out) {
   if (!out)
     return strata__error(STRATA_ERR_INVALID, "strata_schedule_from_lists: NULL out");
   *out = NULL;
-  if (replicas < 1 || stages % (replicas > 0 ? replicas : 1))
+  if (replicas < 1 || tp < 1 || replicas > (1 << 16) || tp > (1 << 16) || stages % (replicas * tp))
     return strata__error(STRATA_ERR_INVALID,
-                         "strata_schedule_from_lists: %d stages do not make %d replicas of equal pipelines", stages,
-                         replicas);
+                         "strata_schedule_from_lists: %d stages do not make %d x %d chains of equal pipelines", stages,
+                         replicas, tp);
+  replicas *= tp; /* chains */
   if (devices < 1 || stages < 1 || microbatches < 1)
     return strata__error(STRATA_ERR_INVALID,
                          "strata_schedule_from_lists: %d devices, %d stages, %d micro-batches (each needs at least 1)",
@@ -445,6 +489,7 @@ STRATA_API int strata_schedule_from_replica_lists(int replicas, int devices, int
   if (!s)
     return strata__error(STRATA_ERR_NOMEM, "strata_schedule_from_lists: out of memory");
   s->replicas = replicas;
+  s->tp = tp;
   memcpy(s->stage_device, stage_device, (size_t)stages * sizeof *stage_device);
   for (int d = 0; d < devices; d++) {
     if (counts[d] == 0)
@@ -499,7 +544,8 @@ STRATA_API const char *strata_schedule_kind_name(int kind) {
 /* The accessors return 0 (-1 for a stage's device) for a NULL schedule or an out-of-range index. */
 STRATA_API int strata_schedule_kind(strata_schedule_t s) { return s ? s->kind : 0; }
 STRATA_API int strata_schedule_devices(strata_schedule_t s) { return s ? s->devices : 0; }
-STRATA_API int strata_schedule_replicas(strata_schedule_t s) { return s ? s->replicas : 0; }
+STRATA_API int strata_schedule_replicas(strata_schedule_t s) { return s ? strata__dp(s) : 0; }
+STRATA_API int strata_schedule_tp(strata_schedule_t s) { return s ? s->tp : 0; }
 STRATA_API int strata_schedule_stages(strata_schedule_t s) { return s ? s->stages : 0; }
 STRATA_API int strata_schedule_microbatches(strata_schedule_t s) { return s ? s->microbatches : 0; }
 
@@ -627,6 +673,8 @@ static int strata__deps(const struct strata__index *x, const struct strata_actio
   case STRATA_ACTION_PARAM_GATHER:
     deps[n++] = (struct strata_action){.kind = STRATA_ACTION_OPTIMIZER, .stage = st, .microbatch = -1};
     break;
+  case STRATA_ACTION_TP_JOIN_FORWARD: STRATA__DEP(STRATA_ACTION_FORWARD, st); break;
+  case STRATA_ACTION_TP_JOIN_BACKWARD: STRATA__DEP(strata__backward_kind(x, st, mb), st); break;
   default: break;
   }
 #undef STRATA__DEP
@@ -676,9 +724,23 @@ static int strata__check_lists(const struct strata__index *x) {
       if ((a->kind == STRATA_ACTION_SEND_ACT || a->kind == STRATA_ACTION_RECV_GRAD) && !strata__has_next(s, st))
         return strata__error(STRATA_ERR_INVALID, "dev %d #%d %s: stage %d is the last stage of its replica", d, i, b1,
                              st);
-      if (strata__collective(a->kind) && s->replicas == 1)
+      if (strata__grad_collective(a->kind) && strata__dp(s) == 1)
         return strata__error(STRATA_ERR_INVALID, "dev %d #%d %s: a gradient collective in a schedule of one replica", d,
                              i, b1);
+      if (strata__tp_join(a->kind) && s->tp == 1)
+        return strata__error(STRATA_ERR_INVALID, "dev %d #%d %s: a tensor-parallel join in a schedule without slices",
+                             d, i, b1);
+      if (strata__tp_join(a->kind)) {
+        /* right after the work it joins: the executor runs the joins inside it */
+        int want = a->kind == STRATA_ACTION_TP_JOIN_FORWARD ? STRATA_ACTION_FORWARD : -1;
+        const struct strata_action *p = i > 0 ? &s->lists[d][i - 1] : NULL;
+        int ok = p && p->stage == st && p->microbatch == a->microbatch &&
+                 (want >= 0 ? p->kind == want
+                            : (p->kind == STRATA_ACTION_BACKWARD || p->kind == STRATA_ACTION_BACKWARD_INPUT));
+        if (!ok)
+          return strata__error(STRATA_ERR_INVALID, "dev %d #%d %s: not right after the %s%d.%d whose joins it is", d, i,
+                               b1, want >= 0 ? "F" : "B (or BI) ", st, a->microbatch);
+      }
       if (other >= 0 && s->stage_device[other] == d)
         return strata__error(STRATA_ERR_INVALID, "dev %d #%d %s: stage %d is on dev %d but stage %d too — no %s needed", d,
                              i, b1, st, d, other,
@@ -711,6 +773,13 @@ static int strata__check_lists(const struct strata__index *x) {
         return strata__error(STRATA_ERR_INVALID, "missing W%d.%d after BI%d.%d on dev %d", st, mb, st, mb, home);
       if (!nb && !nbi)
         return strata__error(STRATA_ERR_INVALID, "W%d.%d on dev %d has no BI%d.%d", st, mb, home, st, mb);
+      if (s->tp > 1)
+        for (int k = STRATA_ACTION_TP_JOIN_FORWARD; k <= STRATA_ACTION_TP_JOIN_BACKWARD; k++)
+          if (!x->count[strata__key(s, k, st, mb)])
+            return strata__error(STRATA_ERR_INVALID, "missing %s%d.%d on dev %d: slice %d of stage %d does not join the "
+                                 "other slices' %s", strata_action_label(k), st, mb, home,
+                                 st / strata__chain(s) % s->tp, st % strata__chain(s),
+                                 k == STRATA_ACTION_TP_JOIN_FORWARD ? "forward" : "backward");
       if (!cut_next)
         continue;
       const int next = s->stage_device[st + 1];
@@ -730,16 +799,16 @@ static int strata__check_lists(const struct strata__index *x) {
     }
     if (!x->count[strata__key(s, STRATA_ACTION_OPTIMIZER, st, 0)])
       return strata__error(STRATA_ERR_INVALID, "missing OPT%d on dev %d", st, home);
-    if (s->replicas > 1) {
+    if (strata__dp(s) > 1) {
       /* one gradient collective, the same on every replica of the stage */
-      const int base = st % strata__chain(s);
+      const int base = strata__member(s, STRATA_ACTION_GRAD_REDUCE, st, 0);
       const int gr = x->count[strata__key(s, STRATA_ACTION_GRAD_REDUCE, st, 0)];
       const int gs = x->count[strata__key(s, STRATA_ACTION_GRAD_SCATTER, st, 0)];
       const int pg = x->count[strata__key(s, STRATA_ACTION_PARAM_GATHER, st, 0)];
       const int b0gr = x->count[strata__key(s, STRATA_ACTION_GRAD_REDUCE, base, 0)];
       if (!gr && !gs)
         return strata__error(STRATA_ERR_INVALID, "missing GR%d (or GRS%d) on dev %d: replica %d of stage %d does not "
-                             "join the others' gradients", st, st, home, st / strata__chain(s), base);
+                             "join the others' gradients", st, st, home, st / strata__chain(s) / s->tp, base);
       if (gr && gs)
         return strata__error(STRATA_ERR_INVALID, "stage %d has both GR and GRS on dev %d", st, home);
       if ((gr != 0) != (b0gr != 0))
@@ -834,7 +903,7 @@ static int strata__run(struct strata__index *x, const double *cost, double *busy
             break;
           if (x->bw_last[a->stage] > ready)
             ready = x->bw_last[a->stage];
-          if (a->kind == STRATA_ACTION_OPTIMIZER && s->replicas > 1) {
+          if (a->kind == STRATA_ACTION_OPTIMIZER && strata__dp(s) > 1) {
             double f = x->finish[strata__key(s, STRATA_ACTION_GRAD_REDUCE, a->stage, 0)];
             if (f < 0)
               f = x->finish[strata__key(s, STRATA_ACTION_GRAD_SCATTER, a->stage, 0)];
@@ -857,23 +926,23 @@ static int strata__run(struct strata__index *x, const double *cost, double *busy
             break;
         }
         if (strata__collective(a->kind)) {
-          /* arrive, and complete once every replica's device has */
+          /* arrive, and complete once every member's device has */
           if (x->arrive[self] < 0)
             x->arrive[self] = ready;
-          const int chain = strata__chain(s), base = a->stage % chain;
+          const int g = strata__group_size(s, a->kind);
           double last = 0;
           int all = 1;
-          for (int r = 0; r < s->replicas && all; r++) {
-            double t = x->arrive[strata__key(s, a->kind, r * chain + base, 0)];
+          for (int r = 0; r < g && all; r++) {
+            double t = x->arrive[strata__key(s, a->kind, strata__member(s, a->kind, a->stage, r), a->microbatch)];
             all = t >= 0;
             last = t > last ? t : last;
           }
           if (!all)
             break;
           double c = cost ? cost[a->kind] : 0;
-          for (int r = 0; r < s->replicas; r++)
-            x->finish[strata__key(s, a->kind, r * chain + base, 0)] = last + c;
-          work += c * s->replicas;
+          for (int r = 0; r < g; r++)
+            x->finish[strata__key(s, a->kind, strata__member(s, a->kind, a->stage, r), a->microbatch)] = last + c;
+          work += c * g;
           continue; /* this device takes it on its next turn */
         }
         double c = cost ? cost[a->kind] : 0;
@@ -900,14 +969,16 @@ static int strata__run(struct strata__index *x, const double *cost, double *busy
     const struct strata_action *a = &s->lists[d][x->next[d]];
     struct strata_action w = {0}, deps[2];
     int replica_wait = 0;
-    if (strata__collective(a->kind) && x->arrive[strata__key(s, a->kind, a->stage, 0)] >= 0) {
-      /* here already: waits for a replica that is not */
-      const int chain = strata__chain(s), base = a->stage % chain;
-      for (int r = 0; r < s->replicas && !replica_wait; r++)
-        if (x->arrive[strata__key(s, a->kind, r * chain + base, 0)] < 0) {
-          w = (struct strata_action){.kind = a->kind, .stage = r * chain + base, .microbatch = -1};
+    if (strata__collective(a->kind) && x->arrive[strata__key(s, a->kind, a->stage, a->microbatch)] >= 0) {
+      /* here already: waits for a member that is not */
+      const int g = strata__group_size(s, a->kind);
+      for (int r = 0; r < g && !replica_wait; r++) {
+        int m = strata__member(s, a->kind, a->stage, r);
+        if (x->arrive[strata__key(s, a->kind, m, a->microbatch)] < 0) {
+          w = (struct strata_action){.kind = a->kind, .stage = m, .microbatch = a->microbatch};
           replica_wait = 1;
         }
+      }
     } else if (a->kind == STRATA_ACTION_OPTIMIZER || a->kind == STRATA_ACTION_GRAD_REDUCE ||
                a->kind == STRATA_ACTION_GRAD_SCATTER) {
       if (!strata__optimizer_waits(x, a->stage, &w) && a->kind == STRATA_ACTION_OPTIMIZER) {

@@ -28,11 +28,61 @@ static void tensor_def(struct strata__tensor *t, const char *name, int ndim, int
   t->decay = decay;
   t->init_std = std;
   t->init_const = cst;
+  memcpy(t->full, t->shape, sizeof t->full);
+  t->full_n = t->n;
+  t->split = STRATA__SPLIT_NONE;
+  t->groups = 1;
+  t->part = 0;
+  t->parts = 1;
+}
+
+/* Make `t`, defined whole, the slice sh->rank of sh->size along `split`
+** (its first dimension, or its last in `groups` equal groups). */
+static void tensor_shard(struct strata__tensor *t, int split, int groups, const struct strata__shard *sh) {
+  if (!sh || sh->size <= 1)
+    return;
+  t->split = split;
+  t->groups = groups;
+  t->part = sh->rank;
+  t->parts = sh->size;
+  t->shape[split == STRATA__SPLIT_ROWS ? 0 : t->ndim - 1] /= sh->size;
+  t->n = t->full_n / (size_t)sh->size;
+}
+
+void strata__tensor_cut(const struct strata__tensor *t, float *full, float *local, int gather) {
+  if (t->split == STRATA__SPLIT_NONE) {
+    if (gather)
+      memcpy(full, local, t->n * sizeof *full);
+    else
+      memcpy(local, full, t->n * sizeof *full);
+    return;
+  }
+  if (t->split == STRATA__SPLIT_ROWS) { /* a block of whole rows */
+    float *f = full + (size_t)t->part * t->n;
+    if (gather)
+      memcpy(f, local, t->n * sizeof *full);
+    else
+      memcpy(local, f, t->n * sizeof *full);
+    return;
+  }
+  /* columns: each row is `groups` groups of gw, the slice takes lw of each */
+  size_t cols = (size_t)t->full[t->ndim - 1], rows = t->full_n / cols;
+  size_t gw = cols / (size_t)t->groups, lw = gw / (size_t)t->parts;
+  for (size_t r = 0; r < rows; r++)
+    for (int g = 0; g < t->groups; g++) {
+      float *f = full + r * cols + (size_t)g * gw + (size_t)t->part * lw;
+      float *l = local + r * lw * (size_t)t->groups + (size_t)g * lw;
+      if (gather)
+        memcpy(f, l, lw * sizeof *full);
+      else
+        memcpy(l, f, lw * sizeof *full);
+    }
 }
 
 /* The parameter tensors of layer L, in a fixed order (the order of
 ** strata_trainer_params). Returns how many; `t` may be NULL to count. */
-static int layer_tensors(const struct strata_model *m, const struct strata__layer *L, struct strata__tensor *t) {
+static int layer_tensors(const struct strata_model *m, const struct strata__layer *L, const struct strata__shard *sh,
+                         struct strata__tensor *t) {
   const struct strata_model_config *c = &m->cfg;
   struct strata__tensor tmp[16];
   struct strata__tensor *o = t ? t : tmp;
@@ -54,15 +104,23 @@ static int layer_tensors(const struct strata_model *m, const struct strata__laye
   } while (0)
     P("ln_1.weight", 1, D, 0, 0, 0, 0, 0, 1);
     P("ln_1.bias", 1, D, 0, 0, 0, 0, 0, 0);
+    /* sharded: the Q, K and V columns of a head group, c_proj's matching
+    ** rows; c_fc's columns, the MLP c_proj's rows; row-split biases whole */
     P("attn.c_attn.weight", 2, D, 3 * D, 0, 0, 1, std, 0);
+    tensor_shard(&o[k - 1], STRATA__SPLIT_COLS, 3, sh);
     P("attn.c_attn.bias", 1, 3 * D, 0, 0, 0, 0, 0, 0);
+    tensor_shard(&o[k - 1], STRATA__SPLIT_COLS, 3, sh);
     P("attn.c_proj.weight", 2, D, D, 0, 0, 1, proj, 0);
+    tensor_shard(&o[k - 1], STRATA__SPLIT_ROWS, 1, sh);
     P("attn.c_proj.bias", 1, D, 0, 0, 0, 0, 0, 0);
     P("ln_2.weight", 1, D, 0, 0, 0, 0, 0, 1);
     P("ln_2.bias", 1, D, 0, 0, 0, 0, 0, 0);
     P("mlp.c_fc.weight", 2, D, F, 0, 0, 1, std, 0);
+    tensor_shard(&o[k - 1], STRATA__SPLIT_COLS, 1, sh);
     P("mlp.c_fc.bias", 1, F, 0, 0, 0, 0, 0, 0);
+    tensor_shard(&o[k - 1], STRATA__SPLIT_COLS, 1, sh);
     P("mlp.c_proj.weight", 2, F, D, 0, 0, 1, proj, 0);
+    tensor_shard(&o[k - 1], STRATA__SPLIT_ROWS, 1, sh);
     P("mlp.c_proj.bias", 1, D, 0, 0, 0, 0, 0, 0);
 #undef P
     break;
@@ -106,44 +164,74 @@ static uint64_t name_seed(uint64_t seed, const char *name) {
   return mix64(h ^ mix64(seed));
 }
 
-/* Fill `x` with the tensor's initial values: normal(0, std) by Box-Muller, or a constant. */
+/* Fill `x` with the whole tensor's initial values (t->full_n floats):
+** normal(0, std) by Box-Muller, or a constant. A slice is cut from them,
+** so a sharded run starts from the same values as a whole one. */
 static void tensor_init(const struct strata__tensor *t, uint64_t seed, float *x) {
   if (t->init_std == 0) {
-    for (size_t i = 0; i < t->n; i++)
+    for (size_t i = 0; i < t->full_n; i++)
       x[i] = t->init_const;
     return;
   }
   uint64_t s = name_seed(seed, t->name);
-  for (size_t i = 0; i < t->n; i += 2) {
+  for (size_t i = 0; i < t->full_n; i += 2) {
     s = mix64(s);
     double u1 = ((double)(s >> 11) + 0.5) / 9007199254740992.0;
     s = mix64(s);
     double u2 = (double)(s >> 11) / 9007199254740992.0;
     double r = sqrt(-2.0 * log(u1));
     x[i] = (float)(t->init_std * r * cos(2 * M_PI * u2));
-    if (i + 1 < t->n)
+    if (i + 1 < t->full_n)
       x[i + 1] = (float)(t->init_std * r * sin(2 * M_PI * u2));
   }
 }
 
 /* ---- sizes (floats) per layer ---- */
 
+/* A block's sizes as this stage runs it: H heads of hd (A = H hd wide) and
+** F hidden units are the stage's slice; D, the residual width, is whole. */
 struct dims {
-  int64_t B, T, D, H, hd, F, V, R;
+  int64_t B, T, D, H, hd, A, F, V, R;
 };
 
 static struct dims dims_of(const struct strata__stage *st) {
   const struct strata_model_config *c = &st->model->cfg;
   struct dims d = {.B = st->mb, .R = st->rows};
   if (c->kind == STRATA_MODEL_GPT) {
+    int64_t parts = st->tp.size > 1 ? st->tp.size : 1;
     d.T = c->context;
     d.D = c->d_model;
-    d.H = c->heads;
+    d.H = c->heads / parts;
     d.hd = c->d_model / c->heads;
-    d.F = c->d_ff;
+    d.A = d.H * d.hd;
+    d.F = c->d_ff / parts;
     d.V = c->vocab;
   }
   return d;
+}
+
+/* Offsets of a block's saved activations (floats from the layer's start in a slot). */
+struct block_saved {
+  size_t ln1, mean1, rstd1, qkv, p, att, xmid, ln2, mean2, rstd2, h, g, end;
+};
+
+static struct block_saved block_layout(const struct dims *d) {
+  struct block_saved s;
+  size_t RD = (size_t)(d->R * d->D), RA = (size_t)(d->R * d->A), R = (size_t)d->R;
+  s.ln1 = 0;
+  s.mean1 = s.ln1 + RD;
+  s.rstd1 = s.mean1 + R;
+  s.qkv = s.rstd1 + R;
+  s.p = s.qkv + 3 * RA;
+  s.att = s.p + (size_t)(d->B * d->H * d->T * d->T);
+  s.xmid = s.att + RA;
+  s.ln2 = s.xmid + RD;
+  s.mean2 = s.ln2 + RD;
+  s.rstd2 = s.mean2 + R;
+  s.h = s.rstd2 + R;
+  s.g = s.h + (size_t)(d->R * d->F);
+  s.end = s.g + (size_t)(d->R * d->F);
+  return s;
 }
 
 /* Floats a layer keeps per slot for its backward pass, and its output. */
@@ -153,7 +241,7 @@ static size_t saved_floats(const struct strata__stage *st, const struct strata__
   case STRATA__LAYER_EMBED:
     return 0;
   case STRATA__LAYER_BLOCK:
-    return (size_t)(d.R * d.D * 7 + 4 * d.R + d.B * d.H * d.T * d.T + 2 * d.R * d.F);
+    return block_layout(&d).end;
   case STRATA__LAYER_LM_HEAD:
     return (size_t)(d.R * d.D + 3 * d.R + d.R * d.V);
   case STRATA__LAYER_LINEAR:
@@ -208,7 +296,7 @@ static size_t dsave_floats(const struct strata__stage *st, const struct strata__
   case STRATA__LAYER_EMBED:
     return (size_t)(d.R * d.D);
   case STRATA__LAYER_BLOCK:
-    return (size_t)(7 * d.R * d.D + d.R * d.F);
+    return (size_t)(4 * d.R * d.D + 3 * d.R * d.A + d.R * d.F);
   case STRATA__LAYER_LM_HEAD:
     return (size_t)(d.R * d.V + d.R * d.D);
   case STRATA__LAYER_LINEAR:
@@ -226,7 +314,7 @@ static size_t scratch_floats(const struct strata__stage *st, const struct strata
   case STRATA__LAYER_EMBED:
     return (size_t)(d.R * d.D);
   case STRATA__LAYER_BLOCK:
-    return (size_t)(2 * d.B * d.H * d.T * d.T + 3 * d.R * d.D + d.R * d.F + 4 * d.R * d.D);
+    return (size_t)(2 * d.B * d.H * d.T * d.T + 3 * d.R * d.A + d.R * d.F + 4 * d.R * d.D);
   case STRATA__LAYER_LM_HEAD:
     return (size_t)(d.R * d.V + 2 * d.R * d.D);
   case STRATA__LAYER_LINEAR:
@@ -264,13 +352,24 @@ static int alloc(int dev, size_t floats, strata_buffer_t *b) {
 ** of every buffer. The caller frees it with strata__stage_free.
 */
 static int stage_layout(const struct strata_model *model, int first, int last, int dev, int64_t mb,
-                        int split_backward, struct strata__stage **out) {
+                        int split_backward, const struct strata__shard *tp, struct strata__stage **out) {
   *out = NULL;
   if (!model || first < 0 || last > model->nlayers || first >= last)
     return strata__error(STRATA_ERR_INVALID, "stage: layers [%d, %d) do not lie in a model of %d layers", first, last,
                          model ? model->nlayers : 0);
   if (mb < 1)
     return strata__error(STRATA_ERR_INVALID, "stage: micro-batch of %lld samples", (long long)mb);
+  if (tp && tp->size > 1) {
+    const struct strata_model_config *c = &model->cfg;
+    if (tp->rank < 0 || tp->rank >= tp->size)
+      return strata__error(STRATA_ERR_INVALID, "stage: tensor-parallel rank %d of %d", tp->rank, tp->size);
+    if (c->kind != STRATA_MODEL_GPT)
+      return strata__error(STRATA_ERR_UNSUPPORTED, "tensor parallelism: '%s' is not a GPT; this version splits GPT "
+                           "blocks only", c->name);
+    if (c->heads % tp->size || c->d_ff % tp->size)
+      return strata__error(STRATA_ERR_SHAPE, "tensor parallelism: tp %d does not divide both the %lld heads and d_ff "
+                           "%lld of '%s'", tp->size, (long long)c->heads, (long long)c->d_ff, c->name);
+  }
   if (model->cfg.kind == STRATA_MODEL_GPT && model->cfg.tied && (first > 0 || last < model->nlayers))
     return strata__error(STRATA_ERR_UNSUPPORTED,
                          "a model with tied embeddings cannot be cut: the embedding and the output projection must share "
@@ -284,6 +383,7 @@ static int stage_layout(const struct strata_model *model, int first, int last, i
   st->dev = dev;
   st->mb = mb;
   st->split = split_backward != 0;
+  st->tp = tp && tp->size > 1 ? *tp : (struct strata__shard){0, 1};
   st->rows = model->cfg.kind == STRATA_MODEL_GPT ? mb * model->cfg.context : mb;
   int n = stage_layers(st);
   st->layer_tensor = calloc((size_t)n + 1, sizeof *st->layer_tensor);
@@ -292,7 +392,7 @@ static int stage_layout(const struct strata_model *model, int first, int last, i
   st->out_off = calloc((size_t)n, sizeof *st->out_off);
   int nt = 0;
   for (int i = 0; i < n; i++)
-    nt += layer_tensors(model, layer_at(st, i), NULL);
+    nt += layer_tensors(model, layer_at(st, i), &st->tp, NULL);
   st->tensors = calloc((size_t)(nt ? nt : 1), sizeof *st->tensors);
   if (!st->layer_tensor || !st->saved_off || !st->dsave_off || !st->out_off || !st->tensors) {
     strata__stage_free(st);
@@ -305,7 +405,7 @@ static int stage_layout(const struct strata_model *model, int first, int last, i
   for (int i = 0; i < n; i++) {
     const struct strata__layer *L = layer_at(st, i);
     st->layer_tensor[i] = st->ntensors;
-    int k = layer_tensors(model, L, st->tensors + st->ntensors);
+    int k = layer_tensors(model, L, &st->tp, st->tensors + st->ntensors);
     for (int j = 0; j < k; j++) {
       st->tensors[st->ntensors + j].off = off;
       off += st->tensors[st->ntensors + j].n;
@@ -348,9 +448,9 @@ static int stage_layout(const struct strata_model *model, int first, int last, i
 static uint64_t alloc_bytes(size_t floats) { return (uint64_t)(floats ? floats : 1) * 4; }
 
 int strata__stage_plan(const struct strata_model *model, int first, int last, int64_t mb, int split_backward,
-                       struct strata__stage_bytes *b) {
+                       const struct strata__shard *tp, struct strata__stage_bytes *b) {
   struct strata__stage *st = NULL;
-  TRY(stage_layout(model, first, last, -1, mb, split_backward, &st));
+  TRY(stage_layout(model, first, last, -1, mb, split_backward, tp, &st));
   memset(b, 0, sizeof *b);
   b->params = 4 * alloc_bytes(st->nparams);
   b->fixed = b->params + alloc_bytes((size_t)st->ntensors + 1) + alloc_bytes(st->max_scratch) +
@@ -366,9 +466,9 @@ int strata__stage_plan(const struct strata_model *model, int first, int last, in
 }
 
 int strata__stage_new(const struct strata_model *model, int first, int last, int dev, int64_t mb, uint64_t seed,
-                      int split_backward, struct strata__stage **out) {
+                      int split_backward, const struct strata__shard *tp, struct strata__stage **out) {
   struct strata__stage *st = NULL;
-  TRY(stage_layout(model, first, last, dev, mb, split_backward, &st));
+  TRY(stage_layout(model, first, last, dev, mb, split_backward, tp, &st));
   size_t off = st->nparams;
   int rc;
   rc = strata_queue_new(dev, &st->q);
@@ -398,8 +498,26 @@ int strata__stage_new(const struct strata_model *model, int first, int last, int
     strata__stage_free(st);
     return strata__error(STRATA_ERR_NOMEM, "out of host memory initialising %zu parameters", off);
   }
+  size_t most = 0; /* the largest split tensor, made whole on the host and cut */
   for (int t = 0; t < st->ntensors; t++)
-    tensor_init(&st->tensors[t], seed, host + st->tensors[t].off);
+    if (st->tensors[t].split && st->tensors[t].full_n > most)
+      most = st->tensors[t].full_n;
+  float *whole = most ? malloc(most * sizeof *whole) : NULL;
+  if (most && !whole) {
+    free(host);
+    strata__stage_free(st);
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory initialising %zu parameters", most);
+  }
+  for (int t = 0; t < st->ntensors; t++) {
+    const struct strata__tensor *x = &st->tensors[t];
+    if (!x->split) {
+      tensor_init(x, seed, host + x->off);
+      continue;
+    }
+    tensor_init(x, seed, whole);
+    strata__tensor_cut(x, whole, host + x->off, 0);
+  }
+  free(whole);
   rc = strata_buffer_upload(st->q, st->params, 0, host, off * 4);
   free(host);
   if (!rc)
@@ -552,59 +670,61 @@ static int embed_fwd(struct lctx *c) {
   return strata_add(c->q, c->out, SCR(c, 0), c->out, d.R * d.D);
 }
 
-/* Offsets of a block's saved activations (floats from c->saved). */
-struct block_saved {
-  size_t ln1, mean1, rstd1, qkv, p, att, xmid, ln2, mean2, rstd2, h, g;
-};
-
-static struct block_saved block_layout(const struct dims *d) {
-  struct block_saved s;
-  size_t RD = (size_t)(d->R * d->D), R = (size_t)d->R;
-  s.ln1 = 0;
-  s.mean1 = s.ln1 + RD;
-  s.rstd1 = s.mean1 + R;
-  s.qkv = s.rstd1 + R;
-  s.p = s.qkv + 3 * RD;
-  s.att = s.p + (size_t)(d->B * d->H * d->T * d->T);
-  s.xmid = s.att + RD;
-  s.ln2 = s.xmid + RD;
-  s.mean2 = s.ln2 + RD;
-  s.rstd2 = s.mean2 + R;
-  s.h = s.rstd2 + R;
-  s.g = s.h + (size_t)(d->R * d->F);
-  return s;
-}
-
 enum { LN1_W, LN1_B, ATTN_W, ATTN_B, PROJ_W, PROJ_B, LN2_W, LN2_B, FC_W, FC_B, FCP_W, FCP_B };
 
+/* Sharded stages: sum the partial results at x (n floats) over the slices; each ends with the whole sum. */
+static int join(struct lctx *c, strata_mem_t x, size_t n) {
+  struct strata__stage *st = c->st;
+  if (st->tp.size <= 1)
+    return STRATA_OK;
+  if (!st->join)
+    return strata__error(STRATA_ERR_STATE, "stage: a tensor-parallel stage has no communicator to join its slices");
+  return st->join(st->join_arg, c->q, x, n);
+}
+
+/* y = x W + b for a row-split W: the slices' partial products joined, then the (whole) bias once. */
+static int linear_fwd_rows(struct lctx *c, int64_t R, int64_t in, int64_t outf, strata_mem_t x, strata_mem_t W,
+                           strata_mem_t b, strata_mem_t y) {
+  TRY(strata_gemm(c->q, 0, 0, R, outf, in, 1, x, in, 0, W, outf, 0, 0, y, outf, 0, 1));
+  TRY(join(c, y, (size_t)(R * outf)));
+  return strata_bias_add(c->q, y, b, R, outf);
+}
+
+/*
+** A pre-layernorm block. Sharded, this stage holds H of the heads (A = H hd
+** columns of each of Q, K, V in c_attn, the matching A rows of c_proj) and F
+** of the hidden units (c_fc's columns, the MLP c_proj's rows); the two
+** row-split products are joined over the slices, and the layernorms and
+** residuals run whole on every slice.
+*/
 static int block_fwd(struct lctx *c) {
   struct dims d = c->d;
   struct block_saved s = block_layout(&d);
   strata_queue_t q = c->q;
-  int64_t D = d.D, T = d.T, H = d.H, hd = d.hd, HTT = H * T * T;
+  int64_t D = d.D, A = d.A, T = d.T, H = d.H, hd = d.hd, HTT = H * T * T;
   float scale = 1.0f / sqrtf((float)hd);
   strata_mem_t S = SCR(c, 0);
   TRY(strata_layernorm_fwd(q, c->in, PARAM(c, LN1_W), PARAM(c, LN1_B), SAVED(c, s.ln1), SAVED(c, s.mean1),
                            SAVED(c, s.rstd1), d.R, D, 1e-5f));
-  TRY(linear_fwd(q, d.R, D, 3 * D, SAVED(c, s.ln1), PARAM(c, ATTN_W), PARAM(c, ATTN_B), SAVED(c, s.qkv)));
+  TRY(linear_fwd(q, d.R, D, 3 * A, SAVED(c, s.ln1), PARAM(c, ATTN_W), PARAM(c, ATTN_B), SAVED(c, s.qkv)));
   for (int64_t b = 0; b < d.B; b++) {
-    size_t qkv = s.qkv + (size_t)(b * T * 3 * D);
-    TRY(strata_gemm(q, 0, 1, T, T, hd, 1, SAVED(c, qkv), 3 * D, hd, SAVED(c, qkv + (size_t)D), 3 * D, hd, 0,
+    size_t qkv = s.qkv + (size_t)(b * T * 3 * A);
+    TRY(strata_gemm(q, 0, 1, T, T, hd, 1, SAVED(c, qkv), 3 * A, hd, SAVED(c, qkv + (size_t)A), 3 * A, hd, 0,
                     AT(S.buf, S.off + (size_t)(b * HTT)), T, T * T, H));
   }
   TRY(strata_softmax_fwd(q, S, SAVED(c, s.p), d.B * H * T, T, scale, 1));
   for (int64_t b = 0; b < d.B; b++) {
-    size_t qkv = s.qkv + (size_t)(b * T * 3 * D);
-    TRY(strata_gemm(q, 0, 0, T, hd, T, 1, SAVED(c, s.p + (size_t)(b * HTT)), T, T * T, SAVED(c, qkv + (size_t)(2 * D)),
-                    3 * D, hd, 0, SAVED(c, s.att + (size_t)(b * T * D)), D, hd, H));
+    size_t qkv = s.qkv + (size_t)(b * T * 3 * A);
+    TRY(strata_gemm(q, 0, 0, T, hd, T, 1, SAVED(c, s.p + (size_t)(b * HTT)), T, T * T, SAVED(c, qkv + (size_t)(2 * A)),
+                    3 * A, hd, 0, SAVED(c, s.att + (size_t)(b * T * A)), A, hd, H));
   }
-  TRY(linear_fwd(q, d.R, D, D, SAVED(c, s.att), PARAM(c, PROJ_W), PARAM(c, PROJ_B), SAVED(c, s.xmid)));
+  TRY(linear_fwd_rows(c, d.R, A, D, SAVED(c, s.att), PARAM(c, PROJ_W), PARAM(c, PROJ_B), SAVED(c, s.xmid)));
   TRY(strata_add(q, SAVED(c, s.xmid), c->in, SAVED(c, s.xmid), d.R * D));
   TRY(strata_layernorm_fwd(q, SAVED(c, s.xmid), PARAM(c, LN2_W), PARAM(c, LN2_B), SAVED(c, s.ln2), SAVED(c, s.mean2),
                            SAVED(c, s.rstd2), d.R, D, 1e-5f));
   TRY(linear_fwd(q, d.R, D, d.F, SAVED(c, s.ln2), PARAM(c, FC_W), PARAM(c, FC_B), SAVED(c, s.h)));
   TRY(strata_gelu_fwd(q, SAVED(c, s.h), SAVED(c, s.g), d.R * d.F));
-  TRY(linear_fwd(q, d.R, d.F, D, SAVED(c, s.g), PARAM(c, FCP_W), PARAM(c, FCP_B), c->out));
+  TRY(linear_fwd_rows(c, d.R, d.F, D, SAVED(c, s.g), PARAM(c, FCP_W), PARAM(c, FCP_B), c->out));
   return strata_add(q, c->out, SAVED(c, s.xmid), c->out, d.R * D);
 }
 
@@ -713,18 +833,20 @@ static int embed_bwd(struct lctx *c, strata_mem_t dout) {
   return strata_embedding_bwd(c->q, AT(c->st->positions, 0), dout, GRAD(c, 1), d.R, d.D, d.T, 1);
 }
 
+/* Backward of a block, sharded as its forward: the input gradients of the
+** two column-split matrices (c_fc, c_attn) are the partial sums joined. */
 static int block_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
   struct dims d = c->d;
   struct block_saved s = block_layout(&d);
   strata_queue_t q = c->q;
-  int64_t D = d.D, T = d.T, H = d.H, hd = d.hd, HTT = H * T * T, R = d.R;
-  size_t RD = (size_t)(R * D), RF = (size_t)(R * d.F);
+  int64_t D = d.D, A = d.A, T = d.T, H = d.H, hd = d.hd, HTT = H * T * T, R = d.R;
+  size_t RD = (size_t)(R * D), RA = (size_t)(R * A), RF = (size_t)(R * d.F);
   float scale = 1.0f / sqrtf((float)hd);
-  /* scratch: dP | dS | dqkv (3RD) | f (RF) | d1 | d2 | d3 | junk (RD) */
-  size_t o_dp = 0, o_ds = o_dp + (size_t)(d.B * HTT), o_dqkv = o_ds + (size_t)(d.B * HTT), o_f = o_dqkv + 3 * RD,
+  /* scratch: dP | dS | dqkv (3RA) | f (RF) | d1 | d2 | d3 | junk (RD) */
+  size_t o_dp = 0, o_ds = o_dp + (size_t)(d.B * HTT), o_dqkv = o_ds + (size_t)(d.B * HTT), o_f = o_dqkv + 3 * RA,
          o_d1 = o_f + RF, o_d2 = o_d1 + RD, o_d3 = o_d2 + RD, o_junk = o_d3 + RD;
-  /* dsave: dout | dh (RF) | dln2 | dxmid | dqkv (3RD) | dln1 */
-  size_t k_dh = RD, k_dln2 = k_dh + RF, k_dxmid = k_dln2 + RD, k_dqkv = k_dxmid + RD, k_dln1 = k_dqkv + 3 * RD;
+  /* dsave: dout | dh (RF) | dln2 | dxmid | dqkv (3RA) | dln1 */
+  size_t k_dh = RD, k_dln2 = k_dh + RF, k_dxmid = k_dln2 + RD, k_dqkv = k_dxmid + RD, k_dln1 = k_dqkv + 3 * RA;
   strata_mem_t dh = LOC(c, o_f, k_dh), dln2 = LOC(c, o_d1, k_dln2), dxmid = LOC(c, o_d3, k_dxmid),
                dqkv = LOC(c, o_dqkv, k_dqkv), dln1 = LOC(c, o_d1, k_dln1), junk = SCR(c, o_junk);
   TRY(keep_dout(c, &dout, RD));
@@ -733,6 +855,7 @@ static int block_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
     TRY(linear_bwd_x(q, R, d.F, D, PARAM(c, FCP_W), dout, dh));
     TRY(strata_gelu_bwd(q, SAVED(c, s.h), dh, dh, R * d.F));
     TRY(linear_bwd_x(q, R, D, d.F, PARAM(c, FC_W), dh, dln2));
+    TRY(join(c, dln2, RD));
   }
   if (DO_W(c)) {
     TRY(linear_bwd_w(q, R, d.F, D, SAVED(c, s.g), dout, GRAD(c, FCP_W), GRAD(c, FCP_B)));
@@ -743,31 +866,32 @@ static int block_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
   /* attention branch */
   if (DO_IN(c)) {
     TRY(strata_add(q, dout, SCR(c, o_d2), dxmid, R * D));
-    TRY(linear_bwd_x(q, R, D, D, PARAM(c, PROJ_W), dxmid, SCR(c, o_d1)));
+    TRY(linear_bwd_x(q, R, A, D, PARAM(c, PROJ_W), dxmid, SCR(c, o_d1)));
     for (int64_t b = 0; b < d.B; b++) {
-      size_t qkv = s.qkv + (size_t)(b * T * 3 * D), att = o_d1 + (size_t)(b * T * D);
-      strata_mem_t dqb = AT(dqkv.buf, dqkv.off + (size_t)(b * T * 3 * D));
+      size_t qkv = s.qkv + (size_t)(b * T * 3 * A), att = o_d1 + (size_t)(b * T * A);
+      strata_mem_t dqb = AT(dqkv.buf, dqkv.off + (size_t)(b * T * 3 * A));
       /* dP = datt v^T ; dv = P^T datt */
-      TRY(strata_gemm(q, 0, 1, T, T, hd, 1, SCR(c, att), D, hd, SAVED(c, qkv + (size_t)(2 * D)), 3 * D, hd, 0,
+      TRY(strata_gemm(q, 0, 1, T, T, hd, 1, SCR(c, att), A, hd, SAVED(c, qkv + (size_t)(2 * A)), 3 * A, hd, 0,
                       SCR(c, o_dp + (size_t)(b * HTT)), T, T * T, H));
-      TRY(strata_gemm(q, 1, 0, T, hd, T, 1, SAVED(c, s.p + (size_t)(b * HTT)), T, T * T, SCR(c, att), D, hd, 0,
-                      AT(dqb.buf, dqb.off + (size_t)(2 * D)), 3 * D, hd, H));
+      TRY(strata_gemm(q, 1, 0, T, hd, T, 1, SAVED(c, s.p + (size_t)(b * HTT)), T, T * T, SCR(c, att), A, hd, 0,
+                      AT(dqb.buf, dqb.off + (size_t)(2 * A)), 3 * A, hd, H));
     }
     TRY(strata_softmax_bwd(q, SAVED(c, s.p), SCR(c, o_dp), SCR(c, o_ds), d.B * H * T, T, scale));
     for (int64_t b = 0; b < d.B; b++) {
-      size_t qkv = s.qkv + (size_t)(b * T * 3 * D);
-      strata_mem_t dqb = AT(dqkv.buf, dqkv.off + (size_t)(b * T * 3 * D));
+      size_t qkv = s.qkv + (size_t)(b * T * 3 * A);
+      strata_mem_t dqb = AT(dqkv.buf, dqkv.off + (size_t)(b * T * 3 * A));
       strata_mem_t dS = SCR(c, o_ds + (size_t)(b * HTT));
       /* dq = dS k ; dk = dS^T q */
-      TRY(strata_gemm(q, 0, 0, T, hd, T, 1, dS, T, T * T, SAVED(c, qkv + (size_t)D), 3 * D, hd, 0, dqb, 3 * D, hd, H));
-      TRY(strata_gemm(q, 1, 0, T, hd, T, 1, dS, T, T * T, SAVED(c, qkv), 3 * D, hd, 0,
-                      AT(dqb.buf, dqb.off + (size_t)D), 3 * D, hd, H));
+      TRY(strata_gemm(q, 0, 0, T, hd, T, 1, dS, T, T * T, SAVED(c, qkv + (size_t)A), 3 * A, hd, 0, dqb, 3 * A, hd, H));
+      TRY(strata_gemm(q, 1, 0, T, hd, T, 1, dS, T, T * T, SAVED(c, qkv), 3 * A, hd, 0,
+                      AT(dqb.buf, dqb.off + (size_t)A), 3 * A, hd, H));
     }
-    TRY(linear_bwd_x(q, R, D, 3 * D, PARAM(c, ATTN_W), dqkv, dln1));
+    TRY(linear_bwd_x(q, R, D, 3 * A, PARAM(c, ATTN_W), dqkv, dln1));
+    TRY(join(c, dln1, RD));
   }
   if (DO_W(c)) {
-    TRY(linear_bwd_w(q, R, D, D, SAVED(c, s.att), dxmid, GRAD(c, PROJ_W), GRAD(c, PROJ_B)));
-    TRY(linear_bwd_w(q, R, D, 3 * D, SAVED(c, s.ln1), dqkv, GRAD(c, ATTN_W), GRAD(c, ATTN_B)));
+    TRY(linear_bwd_w(q, R, A, D, SAVED(c, s.att), dxmid, GRAD(c, PROJ_W), GRAD(c, PROJ_B)));
+    TRY(linear_bwd_w(q, R, D, 3 * A, SAVED(c, s.ln1), dqkv, GRAD(c, ATTN_W), GRAD(c, ATTN_B)));
   }
   TRY(ln_bwd(c, c->in, PARAM(c, LN1_W), SAVED(c, s.mean1), SAVED(c, s.rstd1), dln1, SCR(c, o_d2), GRAD(c, LN1_W),
              GRAD(c, LN1_B), junk, R, D));

@@ -11,12 +11,28 @@
 
 #define STRATA__MAX_SLOTS 64
 
+/*
+** Tensor parallelism: a stage may hold slice `rank` of `size` of its layers
+** (Megatron's split: attention by heads, the MLP's first matrix by columns
+** and the second by rows; layernorms, embeddings and the head whole). The
+** same layer code runs whole and sharded blocks, with narrower matrices.
+*/
+struct strata__shard {
+  int rank, size;            /* 0 of 1: the whole layers */
+};
+
+enum strata__split { STRATA__SPLIT_NONE, STRATA__SPLIT_ROWS, STRATA__SPLIT_COLS };
+
 /* One parameter tensor of the stage; offsets are in floats into the stage's buffers. */
 struct strata__tensor {
   char name[64];             /* GPT-2 style: h.0.attn.c_attn.weight */
   int ndim;
-  int64_t shape[4];
-  size_t off, n;
+  int64_t shape[4];          /* this stage's slice */
+  int64_t full[4];           /* the whole tensor (what checkpoints hold) */
+  size_t off, n, full_n;
+  int split;                 /* enum strata__split: slice `part` of `parts` along the first dimension, or the last */
+  int groups;                /* SPLIT_COLS: the last dimension is `groups` equal groups (Q, K, V), each cut */
+  int part, parts;
   int decay;                 /* weight decay applies (matrices, not biases or norms) */
   float init_std;            /* normal(0, std), or ... */
   float init_const;          /* ... this constant when init_std is 0 */
@@ -54,14 +70,19 @@ struct strata__stage {
   size_t max_out, max_scratch;
   struct strata__slot_mem slots[STRATA__MAX_SLOTS];
   float loss_scale;          /* d(loss)/d(per-row loss): 1 / rows per optimizer step */
+  struct strata__shard tp;   /* which slice of the layers this stage holds */
+  /* Sharded stages: joins the partial sums of `count` floats at x with the
+  ** other slices' (an all-reduce enqueued on q), set by the executor. */
+  int (*join)(void *arg, strata_queue_t q, strata_mem_t x, size_t count);
+  void *join_arg;
 };
 
 /* Build a stage of layers [first, last) of `model` on `dev` for micro-batches
-** of `mb` samples; allocates parameters, gradients and moments and
+** of `mb` samples, slice tp (NULL: whole); allocates parameters, gradients and moments and
 ** initialises the parameters from `seed` (each tensor from a seed derived
 ** from its name, so values do not depend on how the model is cut). */
 int strata__stage_new(const struct strata_model *model, int first, int last, int dev, int64_t mb, uint64_t seed,
-                      int split_backward, struct strata__stage **out);
+                      int split_backward, const struct strata__shard *tp, struct strata__stage **out);
 void strata__stage_free(struct strata__stage *st);
 
 /* What a stage allocates on its device, in bytes, as strata__stage_new and
@@ -76,7 +97,12 @@ struct strata__stage_bytes {
 
 /* Plan a stage of layers [first, last) for micro-batches of `mb` samples without allocating anything. */
 int strata__stage_plan(const struct strata_model *model, int first, int last, int64_t mb, int split_backward,
-                       struct strata__stage_bytes *bytes /* OUT */);
+                       const struct strata__shard *tp, struct strata__stage_bytes *bytes /* OUT */);
+
+/* Copy between a tensor's slice (`local`, t->n floats) and the whole tensor
+** (`full`, t->full_n floats): gather 1 writes the slice into the whole, 0
+** cuts the slice out of it. A tensor that is not split is copied whole. */
+void strata__tensor_cut(const struct strata__tensor *t, float *full, float *local, int gather);
 
 /* Make sure slot `s` has activation and boundary-gradient memory (allocated
 ** on first use and kept until released). The two halves can be released

@@ -8,6 +8,7 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,7 +153,8 @@ static int check_memory(strata_trainer_t tr, const int *split) {
     const int n = split[s % tr->nstages];
     if (strata__stage_first(tr, s))
       first = 0;
-    TRY(strata__stage_plan(tr->model, first, first + n, tr->opt.batch, split_backward, &b));
+    struct strata__shard sh = {strata__stage_slice(tr, s), tr->tp};
+    TRY(strata__stage_plan(tr->model, first, first + n, tr->opt.batch, split_backward, &sh, &b));
     int r = tr->stage_rank[s];
     need[r] += strata__stage_need(tr, s, &b, strata__stage_first(tr, s) ? NULL : &prev, &act[r], &bufs[r]);
     params[r] += b.params;
@@ -199,9 +201,9 @@ static int host_buffers(strata_trainer_t tr) {
   if (!tr->inputs || !tr->targets || !tr->losses || !tr->mb_loss || !tr->host_mem)
     return strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
   for (int i = 0; i < tr->mtot; i++) {
-    /* replica i / m's first and last stages' devices */
-    int rep = i / tr->m;
-    int first = tr->dev[tr->stage_rank[rep * tr->nstages]], last = tr->dev[tr->stage_rank[(rep + 1) * tr->nstages - 1]];
+    /* replica i / m's first and last stages' devices (of its slice 0) */
+    int c = i / tr->m * tr->tp;
+    int first = tr->dev[tr->stage_rank[c * tr->nstages]], last = tr->dev[tr->stage_rank[(c + 1) * tr->nstages - 1]];
     struct strata__staging *h = &tr->host_mem[3 * (size_t)i];
     TRY(strata__host_memory_new(first, tr->in_elems * 4, &h[0]));
     TRY(strata__host_memory_new(last, (size_t)tr->rows * 4, &h[1]));
@@ -221,12 +223,19 @@ static int build_stages(strata_trainer_t tr, const int *split, int split_backwar
       first = 0;
     int last = first + split[s % tr->nstages];
     int dev = tr->dev[tr->stage_rank[s]];
-    /* every replica initialises its stages from the same seed: the copies start equal */
-    int rc = strata__stage_new(tr->model, first, last, dev, tr->opt.batch, tr->opt.seed, split_backward, &tr->st[s]);
+    /* every replica initialises its stages from the same seed: the copies
+    ** start equal, and each slice is cut from the same whole tensors */
+    struct strata__shard sh = {strata__stage_slice(tr, s), tr->tp};
+    int rc = strata__stage_new(tr->model, first, last, dev, tr->opt.batch, tr->opt.seed, split_backward, &sh,
+                               &tr->st[s]);
     if (rc == STRATA_ERR_DEVICE_MEMORY)
       rc = explain_memory(tr, first, last, dev);
     if (rc)
       return rc;
+    if (tr->tp > 1) {
+      tr->st[s]->join = strata__tp_join;
+      tr->st[s]->join_arg = &tr->tp_member[s];
+    }
     tr->report.split[s] = split[s % tr->nstages];
     tr->report.stage_device[s] = dev;
     first = last;
@@ -234,8 +243,14 @@ static int build_stages(strata_trainer_t tr, const int *split, int split_backwar
   tr->ntensors = 0;
   for (int s = 0; s < tr->nstages; s++)
     tr->ntensors += (size_t)tr->st[s]->ntensors;
-  tr->sumsq = calloc(tr->ntensors + 1, sizeof *tr->sumsq);
-  return tr->sumsq ? STRATA_OK : strata__error(STRATA_ERR_NOMEM, "out of host memory");
+  tr->sumsq = calloc((size_t)tr->tp * tr->ntensors + 1, sizeof *tr->sumsq);
+  tr->tensor_split = calloc(tr->ntensors + 1, sizeof *tr->tensor_split);
+  if (!tr->sumsq || !tr->tensor_split)
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory");
+  for (int s = 0, t = 0; s < tr->nstages; s++)
+    for (int j = 0; j < tr->st[s]->ntensors; j++)
+      tr->tensor_split[t++] = tr->st[s]->tensors[j].split != STRATA__SPLIT_NONE;
+  return STRATA_OK;
 }
 
 static int check_pipeline(const struct strata_pipeline_options *pp, int nlayers, int *kind, int *nstages) {
@@ -290,7 +305,7 @@ static int check_pipeline(const struct strata_pipeline_options *pp, int nlayers,
 ** micro-batches per replica, an explicit split or a balanced one.
 */
 struct plan {
-  int replicas, pp, kind, m, nstages;
+  int replicas, pp, tp, kind, m, nstages;    /* devices: chain c = replica x tp + slice, rank p at c x pp + p */
   int devices[STRATA_MAX_PIPELINE];
   int split[STRATA_MAX_STAGES];
   int given;                         /* split given (else balanced) */
@@ -336,19 +351,55 @@ static int warm_cache(strata_trainer_t tr) {
   return rc;
 }
 
-/* The communicators of the replicas: one per stage, over its copies. */
+/*
+** The communicators: for data parallelism one per (slice, stage) over the
+** replicas' copies; for tensor parallelism one per (replica, stage) over
+** its slices, each slice's stage a member that posts its joins there.
+*/
 static int make_comms(strata_trainer_t tr) {
-  if (tr->replicas < 2)
-    return STRATA_OK;
-  if (!tr->comm && !(tr->comm = calloc((size_t)tr->nstages, sizeof *tr->comm)))
-    return strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
-  for (int s = 0; s < tr->nstages; s++) {
-    int devs[STRATA_MAX_PIPELINE];
-    for (int r = 0; r < tr->replicas; r++)
-      devs[r] = tr->dev[tr->stage_rank[r * tr->nstages + s]];
-    strata_comm_free(tr->comm[s]);
-    tr->comm[s] = NULL;
-    TRY(strata_comm_new(devs, tr->replicas, NULL, &tr->comm[s]));
+  const int S = tr->nstages;
+  if (tr->replicas > 1) {
+    if (!tr->comm && !(tr->comm = calloc((size_t)(tr->tp * S), sizeof *tr->comm)))
+      return strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
+    int *devs = calloc((size_t)tr->replicas, sizeof *devs);
+    if (!devs)
+      return strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
+    int rc = STRATA_OK;
+    for (int k = 0; k < tr->tp * S && !rc; k++) {
+      for (int r = 0; r < tr->replicas; r++)
+        devs[r] = tr->dev[tr->stage_rank[(r * tr->tp + k / S) * S + k % S]];
+      strata_comm_free(tr->comm[k]);
+      tr->comm[k] = NULL;
+      rc = strata_comm_new(devs, tr->replicas, NULL, &tr->comm[k]);
+    }
+    free(devs);
+    TRY(rc);
+  }
+  if (tr->tp > 1) {
+    if (!tr->tp_comm && !(tr->tp_comm = calloc((size_t)(tr->replicas * S), sizeof *tr->tp_comm)))
+      return strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
+    int *devs = calloc((size_t)tr->tp, sizeof *devs);
+    if (!devs)
+      return strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
+    int rc = STRATA_OK;
+    for (int k = 0; k < tr->replicas * S && !rc; k++) {
+      for (int t = 0; t < tr->tp; t++)
+        devs[t] = tr->dev[tr->stage_rank[(k / S * tr->tp + t) * S + k % S]];
+      strata_comm_free(tr->tp_comm[k]);
+      tr->tp_comm[k] = NULL;
+      rc = strata_comm_new(devs, tr->tp, NULL, &tr->tp_comm[k]);
+      struct strata_comm_info info;
+      if (!rc)
+        rc = strata_comm_info(tr->tp_comm[k], &info);
+      for (int t = 0; t < tr->tp && !rc; t++) {
+        struct strata__tp_member *m = &tr->tp_member[(k / S * tr->tp + t) * S + k % S];
+        m->comm = tr->tp_comm[k];
+        m->rank = t;
+        m->async = info.asynchronous;
+      }
+    }
+    free(devs);
+    TRY(rc);
   }
   tr->comm_stale = 0;
   return STRATA_OK;
@@ -370,10 +421,10 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
   int images = model->cfg.kind != STRATA_MODEL_GPT;
   if (data)
     TRY(check_data(model, data, &images));
-  const int ndev = pl->replicas * pl->pp, kind = pl->kind, nstages = pl->nstages;
-  if (ndev > STRATA_MAX_PIPELINE || nstages * pl->replicas > STRATA_MAX_STAGES)
+  const int chains = pl->replicas * pl->tp, ndev = chains * pl->pp, kind = pl->kind, nstages = pl->nstages;
+  if (ndev > STRATA_MAX_PIPELINE || nstages * chains > STRATA_MAX_STAGES)
     return strata__error(STRATA_ERR_INVALID, "%d devices and %d stages in all: this version handles %d and %d",
-                         ndev, nstages * pl->replicas, STRATA_MAX_PIPELINE, STRATA_MAX_STAGES);
+                         ndev, nstages * chains, STRATA_MAX_PIPELINE, STRATA_MAX_STAGES);
   for (int i = 0; i < ndev; i++)
     if (!strata__device_get(pl->devices[i]))
       return STRATA_ERR_NOT_FOUND;
@@ -393,6 +444,8 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
   tr->in_elems = images ? (size_t)(opts->batch * model->cfg.channels * model->cfg.image * model->cfg.image)
                         : (size_t)tr->rows;
   tr->replicas = pl->replicas;
+  tr->tp = pl->tp;
+  tr->chains = chains;
   tr->pp = pl->pp;
   tr->ndev = ndev;
   tr->nstages = nstages;
@@ -401,13 +454,15 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
   tr->report.schedule = kind; /* the balancer and the memory plan read it */
   for (int i = 0; i < ndev; i++)
     tr->dev[i] = pl->devices[i];
-  for (int r = 0; r < pl->replicas; r++)
+  for (int c = 0; c < chains; c++)
     for (int s = 0; s < nstages; s++)
-      tr->stage_rank[r * nstages + s] = r * pl->pp + s % pl->pp;
+      tr->stage_rank[c * nstages + s] = c * pl->pp + s % pl->pp;
   int split[STRATA_MAX_STAGES] = {0};
   int rc = host_buffers(tr);
+  if (!rc && tr->tp > 1 && !(tr->tp_member = calloc((size_t)(nstages * chains), sizeof *tr->tp_member)))
+    rc = strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
   if (!rc && kind) {
-    rc = strata_schedule_generate_replicated(kind, pl->pp, tr->m, nstages / pl->pp, pl->replicas, 0, &tr->sched);
+    rc = strata_schedule_generate_hybrid(kind, pl->pp, tr->m, nstages / pl->pp, pl->replicas, pl->tp, 0, &tr->sched);
     if (!rc)
       rc = strata_schedule_validate(tr->sched);
     if (!rc && pl->given) {
@@ -449,6 +504,14 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
     strata_schedule_bubble(tr->sched, &tr->report.bubble_ideal);
   for (int i = 0; i < ndev; i++)
     tr->report.dev[i].device = tr->dev[i];
+  for (int s = 0; s < strata__stages_all(tr); s++) {
+    struct strata_pipeline_device_stats *d = &tr->report.dev[tr->stage_rank[s]];
+    const struct strata__stage *st = tr->st[s];
+    d->param_bytes += (uint64_t)st->nparams * 4;
+    d->grad_bytes += (uint64_t)st->nparams * 4;
+    d->optimizer_bytes += 2 * (uint64_t)st->nparams * 4;
+    d->activation_bytes += (uint64_t)stage_inflight(tr, s) * st->slot_floats * 4;
+  }
   *out = tr;
   return STRATA_OK;
 }
@@ -457,7 +520,7 @@ STRATA_API int strata_trainer_new(strata_model_t model, strata_dataset_t data, c
                                   strata_trainer_t *out) {
   if (!opts)
     return strata__error(STRATA_ERR_INVALID, "strata_trainer_new: NULL argument");
-  struct plan pl = {.replicas = 1, .pp = 1, .kind = 0, .m = (int)opts->accum, .nstages = 1};
+  struct plan pl = {.replicas = 1, .pp = 1, .tp = 1, .kind = 0, .m = (int)opts->accum, .nstages = 1};
   pl.devices[0] = opts->device;
   return trainer_create(model, data, opts, &pl, out);
 }
@@ -467,7 +530,8 @@ STRATA_API int strata_trainer_new_pipeline(strata_model_t model, strata_dataset_
                                            const struct strata_pipeline_options *pipeline, strata_trainer_t *out) {
   if (!pipeline || !model)
     return strata__error(STRATA_ERR_INVALID, "strata_trainer_new_pipeline: NULL argument");
-  struct plan pl = {.replicas = 1, .pp = pipeline->devices, .m = pipeline->microbatches, .trace = pipeline->trace};
+  struct plan pl = {.replicas = 1, .pp = pipeline->devices, .tp = 1, .m = pipeline->microbatches,
+                    .trace = pipeline->trace};
   TRY(check_pipeline(pipeline, model->nlayers, &pl.kind, &pl.nstages));
   memcpy(pl.devices, pipeline->device, sizeof pl.devices);
   for (int s = 0; s < pl.nstages; s++)
@@ -485,25 +549,32 @@ STRATA_API int strata_trainer_new_layout(strata_model_t model, strata_dataset_t 
   int ndevices = 0;
   TRY(strata_device_count(&ndevices));
   TRY(strata_layout_check(layout, model, ndevices));
-  const int dp = strata_layout_dp(layout), pp = strata_layout_pp(layout);
-  for (int r = 0; r < pp; r++)
-    if (strata_layout_tp(layout, r) != 1)
+  const int dp = strata_layout_dp(layout), pp = strata_layout_pp(layout), tp = strata_layout_tp(layout, 0);
+  for (int r = 1; r < pp; r++)
+    if (strata_layout_tp(layout, r) != tp)
       return strata__error(STRATA_ERR_UNSUPPORTED,
-                           "layout: tensor parallelism (tp %d on rank %d) is not in this version yet; dp and pp are",
-                           strata_layout_tp(layout, r), r);
+                           "layout: a tp degree per pipeline rank (%d on rank 0, %d on rank %d) is not in this version "
+                           "yet; one degree for every rank is", tp, strata_layout_tp(layout, r), r);
+  if (tp > 1 && model->cfg.kind != STRATA_MODEL_GPT)
+    return strata__error(STRATA_ERR_UNSUPPORTED, "layout: tensor parallelism (tp %d) splits GPT blocks in this version; "
+                         "'%s' is not a GPT", tp, model->cfg.name);
   if (strata_layout_zero(layout))
     return strata__error(STRATA_ERR_UNSUPPORTED, "layout: ZeRO-1 is not in this version yet");
-  if (dp * pp > STRATA_MAX_PIPELINE)
-    return strata__error(STRATA_ERR_INVALID, "layout: %d devices, this version handles %d", dp * pp,
+  if (dp * pp * tp > STRATA_MAX_PIPELINE)
+    return strata__error(STRATA_ERR_INVALID, "layout: %d devices, this version handles %d", dp * pp * tp,
                          STRATA_MAX_PIPELINE);
-  struct plan pl = {.replicas = dp, .pp = pp, .m = strata_layout_microbatches(layout),
+  struct plan pl = {.replicas = dp, .pp = pp, .tp = tp, .m = strata_layout_microbatches(layout),
                     .nstages = strata_layout_stages(layout), .trace = trace};
   /* one device and one replica: the stages one after another, no schedule */
-  pl.kind = dp == 1 && pp == 1 ? 0 : strata_layout_schedule(layout);
+  pl.kind = dp == 1 && pp == 1 && tp == 1 ? 0 : strata_layout_schedule(layout);
   if (pl.nstages > STRATA_MAX_STAGES)
     return strata__error(STRATA_ERR_INVALID, "layout: %d stages, this version handles %d", pl.nstages,
                          STRATA_MAX_STAGES);
-  memcpy(pl.devices, strata_layout_devices(layout), sizeof(int) * (size_t)(dp * pp));
+  /* the layout lists (replica, rank, slice); the trainer's ranks go chain by chain */
+  for (int r = 0; r < dp; r++)
+    for (int t = 0; t < tp; t++)
+      for (int p = 0; p < pp; p++)
+        TRY(strata_layout_device(layout, r, p, t, &pl.devices[(r * tp + t) * pp + p]));
   const int *split = strata_layout_split(layout);
   if (split) {
     pl.given = 1;
@@ -524,11 +595,24 @@ STRATA_API int strata_trainer_new_layout(strata_model_t model, strata_dataset_t 
 STRATA_API void strata_trainer_free(strata_trainer_t tr) {
   if (!tr)
     return;
-  for (int s = 0; tr->comm && s < tr->nstages; s++)
+  for (int s = 0; s < strata__stages_all(tr); s++)
+    if (tr->tp_member && tr->st[s])
+      strata__tp_drop(tr, s);
+  for (int s = 0; tr->comm && s < tr->tp * tr->nstages; s++)
     strata_comm_free(tr->comm[s]);
   free(tr->comm);
   for (int s = 0; s < strata__stages_all(tr); s++)
     strata__stage_free(tr->st[s]);
+  for (int s = 0; tr->tp_comm && s < tr->replicas * tr->nstages; s++)
+    strata_comm_free(tr->tp_comm[s]);
+  free(tr->tp_comm);
+  for (int s = 0; tr->tp_member && s < strata__stages_all(tr); s++) {
+    free(tr->tp_member[s].pending);
+    free(tr->tp_member[s].bytes);
+    free(tr->tp_member[s].posted);
+  }
+  free(tr->tp_member);
+  free(tr->tensor_split);
   for (int p = 0; p < 2 * STRATA_MAX_STAGES; p++)
     while (tr->pools[p].n > 0)
       strata_buffer_free(tr->pools[p].free[--tr->pools[p].n]);
@@ -566,16 +650,16 @@ STRATA_API int strata_trainer_report(strata_trainer_t tr, struct strata_pipeline
 
 /* ---- running the stages one after another (single device, evaluation, gradient checks) ---- */
 
-/* Forward of one micro-batch through every stage, in slot `slot`. */
-static int seq_forward(strata_trainer_t tr, int slot, const void *inputs, const int32_t *targets) {
+/* Forward of one micro-batch through every stage of chain `c`, in slot `slot`. */
+static int seq_forward(strata_trainer_t tr, int c, int slot, const void *inputs, const int32_t *targets) {
   for (int s = 0; s < tr->nstages; s++) {
-    struct strata__stage *st = tr->st[s];
+    struct strata__stage *st = tr->st[c * tr->nstages + s];
     TRY(strata__stage_acquire(st, slot));
     strata_mem_t in = strata__stage_input(st, slot);
     if (s == 0) {
       TRY(strata_buffer_write(st->q, in.buf, in.off * 4, inputs, tr->in_elems * 4));
     } else {
-      struct strata__stage *prev = tr->st[s - 1];
+      struct strata__stage *prev = tr->st[c * tr->nstages + s - 1];
       strata_mem_t o = strata__stage_output(prev, slot);
       TRY(strata_queue_finish(prev->q));
       TRY(strata_buffer_copy(st->q, in.buf, in.off * 4, o.buf, o.off * 4, strata__stage_out_floats(prev) * 4));
@@ -589,11 +673,11 @@ static int seq_forward(strata_trainer_t tr, int slot, const void *inputs, const 
   return STRATA_OK;
 }
 
-static int seq_backward(strata_trainer_t tr, int slot) {
+static int seq_backward(strata_trainer_t tr, int c, int slot) {
   for (int s = tr->nstages - 1; s >= 0; s--) {
-    struct strata__stage *st = tr->st[s];
+    struct strata__stage *st = tr->st[c * tr->nstages + s];
     if (s < tr->nstages - 1) {
-      struct strata__stage *next = tr->st[s + 1];
+      struct strata__stage *next = tr->st[c * tr->nstages + s + 1];
       strata_mem_t gi = strata__stage_grad_input(next, slot), go = strata__stage_grad_output(st, slot);
       TRY(strata_queue_finish(next->q));
       TRY(strata_buffer_copy(st->q, go.buf, go.off * 4, gi.buf, gi.off * 4, strata__stage_out_floats(st) * 4));
@@ -606,6 +690,71 @@ static int seq_backward(strata_trainer_t tr, int slot) {
 /* Sum of the last stage's per-row losses of `slot` (waits). */
 static int seq_loss(strata_trainer_t tr, int slot, double *sum) {
   return strata__stage_loss(tr->st[tr->nstages - 1], slot, sum);
+}
+
+/* One micro-batch forward (and backward) on one tensor-parallel slice's chain, in a thread of its own. */
+struct seq_job {
+  strata_trainer_t tr;
+  int chain, slot, backward;
+  const void *inputs;
+  const int32_t *targets;
+  int rc;
+  char msg[1024];
+};
+
+static void *seq_main(void *arg) {
+  struct seq_job *j = arg;
+  strata_trainer_t tr = j->tr;
+  j->rc = seq_forward(tr, j->chain, j->slot, j->inputs, j->targets);
+  if (!j->rc && j->backward)
+    j->rc = seq_backward(tr, j->chain, j->slot);
+  for (int s = 0; s < tr->nstages && !j->rc; s++)
+    j->rc = strata__tp_settle(tr, j->chain * tr->nstages + s, NULL);
+  if (j->rc) {
+    snprintf(j->msg, sizeof j->msg, "%s", strata_last_error());
+    for (int s = 0; s < tr->nstages; s++) /* the other slices wait in their joins for this one */
+      strata_comm_abort(tr->tp_comm[s], j->rc, j->msg);
+    tr->comm_stale = 1;
+  }
+  return NULL;
+}
+
+/* One micro-batch through replica 0: its chain, or with tensor parallelism its slices' chains together. */
+static int seq_run(strata_trainer_t tr, int slot, const void *inputs, const int32_t *targets, int backward) {
+  if (tr->tp == 1) {
+    TRY(seq_forward(tr, 0, slot, inputs, targets));
+    return backward ? seq_backward(tr, 0, slot) : STRATA_OK;
+  }
+  if (tr->comm_stale)
+    TRY(strata__trainer_comms_renew(tr));
+  struct seq_job *jobs = calloc((size_t)tr->tp, sizeof *jobs);
+  pthread_t *th = calloc((size_t)tr->tp, sizeof *th);
+  if (!jobs || !th) {
+    free(jobs);
+    free(th);
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory");
+  }
+  int started = 0, rc = STRATA_OK;
+  for (int t = 0; t < tr->tp; t++) {
+    jobs[t] = (struct seq_job){.tr = tr, .chain = t, .slot = slot, .backward = backward, .inputs = inputs,
+                               .targets = targets};
+    if (pthread_create(&th[t], NULL, seq_main, &jobs[t]) != 0) {
+      rc = strata__error(STRATA_ERR_BACKEND, "cannot start a thread for tensor-parallel slice %d", t);
+      for (int s = 0; s < tr->nstages; s++)
+        strata_comm_abort(tr->tp_comm[s], rc, "a slice's thread did not start");
+      tr->comm_stale = 1;
+      break;
+    }
+    started++;
+  }
+  for (int t = 0; t < started; t++)
+    pthread_join(th[t], NULL);
+  for (int t = 0; t < started && !rc; t++)
+    if (jobs[t].rc)
+      rc = strata__error(jobs[t].rc, "tensor-parallel slice %d: %s", t, jobs[t].msg);
+  free(jobs);
+  free(th);
+  return rc;
 }
 
 static int finish_all(strata_trainer_t tr) {
@@ -634,8 +783,13 @@ static void release_all(strata_trainer_t tr) {
 
 float strata__clip_scale(const strata_trainer_t tr, float *norm) {
   double sum = 0;
-  for (size_t t = 0; t < tr->ntensors; t++)
-    sum += tr->sumsq[t];
+  for (size_t t = 0; t < tr->ntensors; t++) {
+    /* a cut tensor's sum is its slices', in slice order; a whole one is the same on every slice */
+    double x = tr->sumsq[t];
+    for (int k = 1; tr->tensor_split[t] && k < tr->tp; k++)
+      x += tr->sumsq[(size_t)k * tr->ntensors + t];
+    sum += x;
+  }
   *norm = (float)sqrt(sum);
   return (tr->opt.clip > 0 && *norm > tr->opt.clip) ? tr->opt.clip / *norm : 1.0f;
 }
@@ -647,8 +801,8 @@ int strata__stage_optimize(strata_trainer_t tr, int s, float gscale, float lr) {
 }
 
 int strata__stage_sumsq(strata_trainer_t tr, int s) {
-  size_t base = 0; /* where stage s's tensors start in the global order */
-  for (int i = 0; i < s; i++)
+  size_t base = (size_t)strata__stage_slice(tr, s) * tr->ntensors; /* where stage s's tensors start */
+  for (int i = 0; i < s % tr->nstages; i++)
     base += (size_t)tr->st[i]->ntensors;
   return strata__stage_grad_sumsq(tr->st[s], tr->sumsq + base);
 }
@@ -656,8 +810,7 @@ int strata__stage_sumsq(strata_trainer_t tr, int s) {
 /* The sequential step: m micro-batches forward and backward, then the update. */
 static int seq_step(strata_trainer_t tr, float *norm, float lr) {
   for (int k = 0; k < tr->m; k++) {
-    TRY(seq_forward(tr, 0, tr->inputs[k], tr->targets[k]));
-    TRY(seq_backward(tr, 0));
+    TRY(seq_run(tr, 0, tr->inputs[k], tr->targets[k], 1));
     double sum = 0;
     TRY(seq_loss(tr, 0, &sum));
     tr->mb_loss[k] = sum;
@@ -749,7 +902,7 @@ STRATA_API int strata_trainer_step(strata_trainer_t tr, struct strata_step_stats
 
 /* Mean loss of one batch run forward through the stages (slot 0). */
 static int forward_loss(strata_trainer_t tr, const void *inputs, const int32_t *targets, double *sum) {
-  int rc = seq_forward(tr, 0, inputs, targets);
+  int rc = seq_run(tr, 0, inputs, targets, 0);
   if (!rc)
     rc = seq_loss(tr, 0, sum);
   return rc;
@@ -784,36 +937,90 @@ STRATA_API int strata_trainer_eval(strata_trainer_t tr, int64_t batches, float *
 
 /* ---- parameters in host memory, in global tensor order ---- */
 
-/* Copy buffer `which` (0 params, 1 grads, 2 m, 3 v) of every stage into host, stage after stage. */
-static int gather(strata_trainer_t tr, int which, float *host) {
-  size_t at = 0;
-  for (int s = 0; s < tr->nstages; s++) {
-    struct strata__stage *st = tr->st[s];
-    strata_buffer_t b = which == 0 ? st->params : which == 1 ? st->grads : which == 2 ? st->m : st->v;
-    TRY(strata_buffer_download(st->q, b, 0, host + at, st->nparams * 4));
-    at += st->nparams;
-  }
-  return STRATA_OK;
+/*
+** Host copies of the parameters (and gradients, moments) hold whole tensors
+** in global tensor order, however the trainer is cut: replica 0's stages
+** one after another, each tensor assembled from its slices.
+*/
+static strata_buffer_t buffer_of(struct strata__stage *st, int which) {
+  return which == 0 ? st->params : which == 1 ? st->grads : which == 2 ? st->m : st->v;
 }
 
-/* Every replica's copy of the stages receives the same values. */
-static int scatter(strata_trainer_t tr, int which, const float *host) {
-  for (int r = 0; r < tr->replicas; r++) {
-    size_t at = 0;
-    for (int s = 0; s < tr->nstages; s++) {
-      struct strata__stage *st = tr->st[r * tr->nstages + s];
-      strata_buffer_t b = which == 0 ? st->params : which == 2 ? st->m : st->v;
-      TRY(strata_buffer_upload(st->q, b, 0, host + at, st->nparams * 4));
+/* Whole floats of stage s (of any chain): its tensors unsliced. */
+static size_t stage_full(const struct strata__stage *st) {
+  size_t n = 0;
+  for (int t = 0; t < st->ntensors; t++)
+    n += st->tensors[t].full_n;
+  return n;
+}
+
+/* Copy buffer `which` (0 params, 1 grads, 2 m, 3 v) of replica 0 into host. */
+static int gather(strata_trainer_t tr, int which, float *host) {
+  size_t at = 0, most = 0;
+  for (int s = 0; s < tr->nstages; s++)
+    most = tr->st[s]->nparams > most ? tr->st[s]->nparams : most;
+  float *local = tr->tp > 1 ? malloc((most ? most : 1) * sizeof *local) : NULL;
+  if (tr->tp > 1 && !local)
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory");
+  int rc = STRATA_OK;
+  for (int s = 0; s < tr->nstages && !rc; s++) {
+    if (tr->tp == 1) {
+      struct strata__stage *st = tr->st[s];
+      rc = strata_buffer_download(st->q, buffer_of(st, which), 0, host + at, st->nparams * 4);
       at += st->nparams;
+      continue;
+    }
+    for (int k = 0; k < tr->tp && !rc; k++) {
+      struct strata__stage *st = tr->st[k * tr->nstages + s];
+      rc = strata_buffer_download(st->q, buffer_of(st, which), 0, local, st->nparams * 4);
+      size_t o = at;
+      for (int t = 0; t < st->ntensors && !rc; t++) {
+        const struct strata__tensor *x = &st->tensors[t];
+        if (k == 0 || x->split) /* a whole tensor from slice 0: the others hold the same values */
+          strata__tensor_cut(x, host + o, local + x->off, 1);
+        o += x->full_n;
+      }
+    }
+    at += stage_full(tr->st[s]);
+  }
+  free(local);
+  return rc;
+}
+
+/* Every replica's copy of the stages, every slice, receives the same values. */
+static int scatter(strata_trainer_t tr, int which, const float *host) {
+  size_t most = 0;
+  for (int s = 0; s < strata__stages_all(tr); s++)
+    most = tr->st[s]->nparams > most ? tr->st[s]->nparams : most;
+  float *local = tr->tp > 1 ? malloc((most ? most : 1) * sizeof *local) : NULL;
+  if (tr->tp > 1 && !local)
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory");
+  int rc = STRATA_OK;
+  for (int c = 0; c < tr->chains && !rc; c++) {
+    size_t at = 0;
+    for (int s = 0; s < tr->nstages && !rc; s++) {
+      struct strata__stage *st = tr->st[c * tr->nstages + s];
+      if (tr->tp == 1) {
+        rc = strata_buffer_upload(st->q, buffer_of(st, which), 0, host + at, st->nparams * 4);
+        at += st->nparams;
+        continue;
+      }
+      for (int t = 0; t < st->ntensors; t++) {
+        const struct strata__tensor *x = &st->tensors[t];
+        strata__tensor_cut(x, (float *)host + at, local + x->off, 0);
+        at += x->full_n;
+      }
+      rc = strata_buffer_upload(st->q, buffer_of(st, which), 0, local, st->nparams * 4);
     }
   }
-  return STRATA_OK;
+  free(local);
+  return rc;
 }
 
 static size_t total_params(strata_trainer_t tr) {
   size_t n = 0;
   for (int s = 0; s < tr->nstages; s++)
-    n += tr->st[s]->nparams;
+    n += stage_full(tr->st[s]);
   return n;
 }
 
@@ -846,14 +1053,12 @@ STRATA_API int strata_trainer_loss_grad(strata_trainer_t tr, const void *inputs,
   if (batch != tr->opt.batch)
     return strata__error(STRATA_ERR_SHAPE, "strata_trainer_loss_grad: batch %lld, the trainer was built for %lld",
                          (long long)batch, (long long)tr->opt.batch);
-  for (int s = 0; s < tr->nstages; s++) {
+  for (int s = 0; s < strata__stages_all(tr); s++) {
     tr->st[s]->loss_scale = 1.0f / (float)tr->rows;
     TRY(strata__stage_zero_grads(tr->st[s]));
   }
   double sum = 0;
-  int rc = seq_forward(tr, 0, inputs, targets);
-  if (!rc && grads)
-    rc = seq_backward(tr, 0);
+  int rc = seq_run(tr, 0, inputs, targets, grads != NULL);
   if (!rc)
     rc = seq_loss(tr, 0, &sum);
   if (!rc && grads)
@@ -895,7 +1100,7 @@ STRATA_API int strata_trainer_logits_at(strata_trainer_t tr, const int32_t *toke
     tr->targets[0][i] = -1; /* no loss wanted */
   }
   struct strata__stage *last = tr->st[tr->nstages - 1];
-  int rc = seq_forward(tr, 0, in, tr->targets[0]);
+  int rc = seq_run(tr, 0, in, tr->targets[0], 0);
   if (!rc) {
     strata_mem_t lg = strata__stage_logits(last, 0);
     for (int64_t b = 0; b < batch && !rc; b++)
@@ -929,11 +1134,13 @@ static const struct strata__tensor *tensor_at(strata_trainer_t tr, size_t t, siz
   for (int s = 0; s < tr->nstages; s++) {
     if (t < base + (size_t)tr->st[s]->ntensors) {
       const struct strata__tensor *x = &tr->st[s]->tensors[t - base];
-      *host_off = at + x->off;
+      for (size_t j = base; j < t; j++)
+        at += tr->st[s]->tensors[j - base].full_n;
+      *host_off = at;
       return x;
     }
     base += (size_t)tr->st[s]->ntensors;
-    at += tr->st[s]->nparams;
+    at += stage_full(tr->st[s]);
   }
   return NULL;
 }
@@ -969,7 +1176,7 @@ STRATA_API int strata_trainer_save(strata_trainer_t tr, const char *path) {
         snprintf(nm, 96, "%s%s", prefix[k], x->name);
         o->name = nm;
         o->ndim = x->ndim;
-        memcpy(o->shape, x->shape, sizeof o->shape);
+        memcpy(o->shape, x->full, sizeof o->shape);
         o->data = host + (size_t)k * n + off;
       }
     char step[32], seed[32], state[32];
@@ -1056,10 +1263,10 @@ STRATA_API int strata_trainer_load(strata_trainer_t tr, const char *path) {
       rc = strata_safetensors_get(f, nm, &ndim, shape, &data);
       if (rc == STRATA_ERR_NOT_FOUND)
         rc = strata__error(STRATA_ERR_PARSE, "%s: tensor '%s' is missing", path, nm);
-      else if (!rc && (ndim != x->ndim || memcmp(shape, x->shape, (size_t)ndim * sizeof *shape) != 0))
+      else if (!rc && (ndim != x->ndim || memcmp(shape, x->full, (size_t)ndim * sizeof *shape) != 0))
         rc = strata__error(STRATA_ERR_SHAPE, "%s: tensor '%s' has the wrong shape", path, nm);
       if (!rc)
-        memcpy(host + (size_t)k * n + off, data, x->n * 4);
+        memcpy(host + (size_t)k * n + off, data, x->full_n * 4);
     }
   /* only now, with everything read and checked, overwrite the trainer */
   for (int k = 0; k < 3 && !rc; k++)

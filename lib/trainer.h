@@ -11,6 +11,20 @@
 
 struct strata__staging;                  /* registry.h */
 
+/* A sharded stage's joins (its all-reduces with the other slices) posted during an action, until the action's
+** TP_JOIN accounts for them. */
+struct strata__tp_member {
+  strata_comm_t comm;
+  int rank;                          /* the slice */
+  int async;                         /* the communicator enqueues (else each call waits) */
+  void **pending;
+  uint64_t *bytes;
+  double *posted;
+  int n, cap;
+  double t_sync;                     /* joins that waited in the call: their time in all */
+  uint64_t sync_bytes;
+};
+
 struct strata__trace_event {
   char name[24];
   const char *cat;          /* "compute", "send", "recv", "idle", "optimizer", "comm" */
@@ -34,14 +48,22 @@ struct strata_trainer {
   strata_model_t model;
   strata_dataset_t data;
   struct strata_train_options opt;
-  int nstages;                       /* stages of one replica (the model, cut) */
-  int replicas;                      /* data-parallel copies; replica r's stage s is st[r x nstages + s] */
-  int pp;                            /* pipeline ranks of one replica: ndev = replicas x pp */
+  int nstages;                       /* stages of one chain (the model, cut) */
+  int replicas;                      /* data-parallel copies */
+  int tp;                            /* tensor-parallel slices of every stage */
+  int chains;                        /* replicas x tp chains of stages: chain c = replica c / tp, slice c % tp;
+                                     ** chain c's stage s is st[c x nstages + s] */
+  int pp;                            /* pipeline ranks of one chain: ndev = chains x pp */
   int mtot;                          /* micro-batches per step over every replica (replicas x m) */
   struct strata__stage *st[STRATA_MAX_STAGES];
-  strata_comm_t *comm;               /* [nstages], replicas > 1: the copies of stage s, one member per replica */
+  strata_comm_t *comm;               /* [tp x nstages], replicas > 1: comm[t x nstages + s] joins slice t of
+                                     ** stage s of every replica, one member per replica */
+  strata_comm_t *tp_comm;            /* [replicas x nstages], tp > 1: tp_comm[r x nstages + s] joins the slices
+                                     ** of replica r's stage s, member t = slice t */
+  struct strata__tp_member *tp_member; /* [stages all], tp > 1: each stage's join state */
+  int *tensor_split;                 /* [ntensors]: the tensor is cut over the slices (its norm sums theirs) */
   int comm_stale;                    /* a failed step left the communicators' calls out of step */
-  int ndev;                          /* ranks: replica r's pipeline rank p is r x pp + p */
+  int ndev;                          /* ranks: chain c's pipeline rank p is c x pp + p */
   int dev[STRATA_MAX_PIPELINE];      /* global device of each rank */
   int stage_rank[STRATA_MAX_STAGES];
   strata_schedule_t sched;           /* NULL: stages run one after another */
@@ -57,8 +79,8 @@ struct strata_trainer {
   struct strata__staging *host_mem;  /* [3 mtot]: the memory of inputs, targets, losses (pinned where it can be) */
   strata_queue_t send_q[STRATA_MAX_PIPELINE]; /* each rank's copy queue, made at the first pipeline step */
   double *mb_loss;                   /* [mtot] summed losses of each micro-batch */
-  size_t ntensors;                   /* over all stages */
-  double *sumsq;                     /* [ntensors] */
+  size_t ntensors;                   /* over one chain's stages */
+  double *sumsq;                     /* [tp x ntensors]: slice t's sums of squares at t x ntensors */
   struct strata__pool pools[2 * STRATA_MAX_STAGES]; /* [2 s]: stage s's inputs, [2 s + 1]: its output gradients */
   struct strata_pipeline_report report;
   double t0;                         /* trainer creation, for trace timestamps */
@@ -114,8 +136,20 @@ void strata__trace_add(strata_trainer_t tr, const char *name, const char *cat, d
 void strata__trace_add_comm(strata_trainer_t tr, const char *name, const char *op, uint64_t bytes, const char *group,
                             double t_start, double t_end, int tid);
 
-/* Stages in all (every replica's) and whether stage s has a neighbour before / after it in its replica. */
-static inline int strata__stages_all(const struct strata_trainer *tr) { return tr->nstages * tr->replicas; }
+/* Stages in all (every chain's) and whether stage s has a neighbour before / after it in its chain. */
+static inline int strata__stages_all(const struct strata_trainer *tr) { return tr->nstages * tr->chains; }
+/* Chain of stage s, its replica and slice. */
+static inline int strata__stage_chain(const struct strata_trainer *tr, int s) { return s / tr->nstages; }
+static inline int strata__stage_replica(const struct strata_trainer *tr, int s) { return s / tr->nstages / tr->tp; }
+static inline int strata__stage_slice(const struct strata_trainer *tr, int s) { return s / tr->nstages % tr->tp; }
+
+/* A sharded stage's join (stage.h's join hook): post an all-reduce over the slices. */
+int strata__tp_join(void *member, strata_queue_t q, strata_mem_t x, size_t count);
+/* Account for stage s's joins posted so far: wait for them; with `ev`, say when they moved data (ts, dur in
+** strata__now seconds), their bytes (0: none) and group. */
+int strata__tp_settle(strata_trainer_t tr, int s, struct strata__trace_event *ev);
+/* Drop stage s's pending joins after a failure (waits for the stage's queue). */
+void strata__tp_drop(strata_trainer_t tr, int s);
 static inline int strata__stage_first(const struct strata_trainer *tr, int s) { return s % tr->nstages == 0; }
 static inline int strata__stage_last(const struct strata_trainer *tr, int s) { return (s + 1) % tr->nstages == 0; }
 

@@ -35,7 +35,7 @@ if [ ! -x "$TRAIN" ]; then
   echo "1..0 # SKIP strata-train not built"
   exit 0
 fi
-echo "1..12"
+echo "1..17"
 
 for i in 1 2 3 4 5 6 7 8; do cat "$top_srcdir/README.md"; done >"$TMP/text.txt"
 T="$TRAIN --model gpt-micro --data $TMP/text.txt --batch 2 --steps 6 --eval-batches 1 --eval-every 0 --json"
@@ -68,8 +68,20 @@ check "--layout FILE trains dp 2 x pp 2 on devices 3,2,1,0: loss $l4 (exit $rc)"
 fails_clearly "--dp 3 --pp 2 on 4 devices" "there are only 4 devices" $T --dp 3 --pp 2
 fails_clearly "--devices of the wrong count" "--dp 2 x --pp 1 needs 2" $T --dp 2 --devices 0,1,2
 fails_clearly "--layout and --pp" "drop --pp" $T --layout "$TMP/layout.json" --pp 2
-printf '{"tp": 2, "devices": [0, 1]}\n' >"$TMP/tp.json"
-fails_clearly "a tensor-parallel layout is refused in this version" "tensor parallelism" $T --layout "$TMP/tp.json"
+# tensor parallelism: --tp 2 and --tp 2 --pp 2 (and the same from a layout file) train to one device's losses
+$T --tp 2 --microbatches 4 >"$TMP/tp.json" 2>"$TMP/err"
+rc=$?
+l5=$(field "$TMP/tp.json" step loss)
+check "--tp 2: step 6 loss $l5 is one device's ($l1) (exit $rc)" sh -c "[ $rc -eq 0 ] && awk -v a='$l5' -v b='$l1' 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-4 * b) }'"
+check "the start event says tp 2" sh -c "grep '\"event\":\"start\"' '$TMP/tp.json' | grep -q '\"tp\":2'"
+printf '{"pp": 2, "tp": 2, "devices": [0, 1, 2, 3], "microbatches": 4}\n' >"$TMP/tp.layout"
+$T --layout "$TMP/tp.layout" >"$TMP/tppp.json" 2>"$TMP/err"
+rc=$?
+l6=$(field "$TMP/tppp.json" step loss)
+check "--layout tp 2 x pp 2: loss $l6 is one device's ($l1) (exit $rc)" sh -c "[ $rc -eq 0 ] && awk -v a='$l6' -v b='$l1' 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-4 * b) }'"
+fails_clearly "--tp 3 does not divide gpt-micro's heads" "tp 3" $T --tp 3 --devices 0,1,2
+fails_clearly "a tp degree per rank is refused in this version" "tp degree per pipeline rank" $T --pp 2 --tp 2,1
+fails_clearly "--tp with one degree too many" "--tp lists 3 degrees" $T --pp 2 --tp 2,1,1
 printf '{"dp": 2, "devices": [0, 0]}\n' >"$TMP/twice.json"
 fails_clearly "a layout naming a device twice" "listed twice" $T --layout "$TMP/twice.json"
 fails_clearly "a missing layout file" "no-such.json" $T --layout "$TMP/no-such.json"

@@ -73,6 +73,8 @@ struct options {
   const char *trace;        /* Chrome trace JSON, or NULL */
   const char *pipe_only;    /* the first pipeline option given, for "needs --pp" */
   int dp;                   /* data-parallel replicas; 0: --dp not given */
+  int tp[STRATA_MAX_PIPELINE]; /* --tp: tensor-parallel degree, one for every rank or one per rank */
+  int ntp;                  /* entries of tp; 0: --tp not given */
   const char *layout_path;  /* --layout FILE */
   strata_layout_t layout;   /* the layout to train (--layout, or built for --dp); NULL otherwise */
   const char *cut_given;    /* the first of --pp, --dp, --devices, ... given, for "--layout says it" */
@@ -195,6 +197,10 @@ static void usage(FILE *f) {
           "      --dp D               D replicas of the pipeline (of one device without --pp), over\n"
           "                           D x N devices (--devices lists them replica by replica);\n"
           "                           --microbatches counts each replica's; gradients are all-reduced\n"
+          "      --tp T[,T...]        tensor parallelism: every stage split over T devices (GPT: heads\n"
+          "                           and MLP units; T divides both), one degree for every rank (a\n"
+          "                           degree per rank is refused in this version); --devices lists each\n"
+          "                           replica's ranks' slices in turn (dp x pp x T devices)\n"
           "      --layout FILE        the whole cut from a layout file (schema strata-layout/1, as\n"
           "                           strata-plan writes it) instead of --dp, --pp, --devices, --split,\n"
           "                           --schedule, --microbatches and --virtual-stages\n"
@@ -940,6 +946,27 @@ static int model_from_checkpoint(const char *path, strata_model_t *out /* OUT */
   return 0;
 }
 
+/* "--dp 2 x --pp 2 x --tp 2" (the parts given), for messages. */
+static const char *cut_text(const struct options *o, char *buf, size_t cap) {
+  size_t at = (size_t)snprintf(buf, cap, "--dp %d x --pp %d", o->dp ? o->dp : 1, o->pp);
+  if (o->ntp && at < cap) {
+    at += (size_t)snprintf(buf + at, cap - at, " x --tp ");
+    for (int i = 0; i < o->ntp && at < cap; i++)
+      at += (size_t)snprintf(buf + at, cap - at, "%s%d", i ? "," : "", o->tp[i]);
+  }
+  return buf;
+}
+
+/* Devices of one replica: the sum over its pipeline ranks of their tp degrees. */
+static int replica_devices(const struct options *o) {
+  if (o->ntp <= 1)
+    return o->pp * (o->ntp ? o->tp[0] : 1);
+  int n = 0;
+  for (int i = 0; i < o->ntp; i++)
+    n += o->tp[i];
+  return n;
+}
+
 /*
 ** The pipeline's devices: those of --devices, or the first --pp; each must
 ** exist (else bad usage). Fills r->pp, r->dev and r->props; r->device and
@@ -947,12 +974,12 @@ static int model_from_checkpoint(const char *path, strata_model_t *out /* OUT */
 */
 static int pipeline_devices(struct run *r, const struct options *o, int ndev) {
   /* every device of the run: a replica's pipeline ranks, replica after replica */
-  const int want = o->layout ? o->ndevices : (o->dp ? o->dp : 1) * o->pp;
+  const int want = o->layout ? o->ndevices : (o->dp ? o->dp : 1) * replica_devices(o);
   r->pp = want;
   if (!o->ndevices && want > ndev) {
-    char what[64];
-    if (o->dp)
-      snprintf(what, sizeof what, "--dp %d x --pp %d = %d devices", o->dp, o->pp, want);
+    char what[200], cut[160];
+    if (o->dp || o->ntp)
+      snprintf(what, sizeof what, "%s = %d devices", cut_text(o, cut, sizeof cut), want);
     else
       snprintf(what, sizeof what, "--pp %d", o->pp);
     fprintf(stderr, PROG ": %s: there %s only %d device%s (see strata-topo; STRATA_HOST_DEVICES=N makes N host devices)\n",
@@ -1005,6 +1032,7 @@ static int new_layout_trainer(struct run *r, const struct options *o) {
   strata_layout_t l = o->layout, built = NULL;
   if (!l) { /* --dp: the layout of the command line */
     struct strata_layout_desc d = {.dp = o->dp, .pp = o->pp, .devices = r->dev, .ndevices = r->pp,
+                                   .tp_all = o->ntp == 1 ? o->tp[0] : 0, .tp = o->ntp > 1 ? o->tp : NULL,
                                    .split = o->nsplit ? o->split : NULL, .nsplit = o->nsplit,
                                    .schedule = o->schedule, .microbatches = (int)o->microbatches,
                                    .virtual_stages = o->schedule == STRATA_SCHEDULE_INTERLEAVED ? (int)o->virtual_stages : 0};
@@ -1026,7 +1054,7 @@ static int new_layout_trainer(struct run *r, const struct options *o) {
 }
 
 static int new_pipeline_trainer(struct run *r, const struct options *o) {
-  if (o->dp || o->layout)
+  if (o->dp || o->ntp || o->layout)
     return new_layout_trainer(r, o);
   struct strata_pipeline_options pp;
   memset(&pp, 0, sizeof pp);
@@ -1106,7 +1134,8 @@ static void print_header(const struct run *r, const struct options *o, const cha
            r->peak_n, (long long)r->topts.steps, (long long)r->start_step, (long long)r->topts.batch,
            (long long)r->topts.accum, step_tokens);
     if (r->pp) {
-      printf(",\"pp\":%d,\"dp\":%d,\"schedule\":", r->pp, o->dp ? o->dp : 1);
+      printf(",\"pp\":%d,\"dp\":%d,\"tp\":%d,\"schedule\":", r->pp, o->dp ? o->dp : 1,
+             o->layout ? strata_layout_tp(o->layout, 0) : o->ntp ? o->tp[0] : 1);
       json_str(stdout, strata_schedule_kind_name(r->rep.schedule));
       printf(",\"microbatches\":%d,\"bubble_ideal\":", r->rep.microbatches);
       json_float(stdout, r->rep.bubble_ideal);
@@ -1194,6 +1223,10 @@ static void print_header(const struct run *r, const struct options *o, const cha
     if (o->dp)
       printf("replicas  %d (data parallel: each on %d of the step's micro-batches, gradients all-reduced)\n", o->dp,
              r->rep.microbatches);
+    int tpd = o->layout ? strata_layout_tp(o->layout, 0) : o->ntp ? o->tp[0] : 1;
+    if (tpd > 1)
+      printf("tensor    %d slices per stage (each holds 1/%d of the heads and MLP units; joined by all-reduces)\n", tpd,
+             tpd);
     printf("pipeline  %d device%s, %d stage%s (%s), %s schedule over %d micro-batches: theoretical bubble %.1f%%\n",
            r->pp, r->pp == 1 ? "" : "s", r->rep.stages, r->rep.stages == 1 ? "" : "s",
            o->nsplit || (o->layout && strata_layout_split(o->layout)) ? "given" : "balanced by the library", sched,
@@ -1226,7 +1259,7 @@ static void print_header(const struct run *r, const struct options *o, const cha
 enum {
   OPT_DEVICE = 256, OPT_ACCUM, OPT_LR, OPT_WARMUP, OPT_SEED, OPT_CLIP, OPT_WD, OPT_SAVE_EVERY, OPT_STOP_AT, OPT_EVAL_BATCHES,
   OPT_VERSION, OPT_PP, OPT_DEVICES, OPT_SPLIT, OPT_SCHEDULE, OPT_MICROBATCHES, OPT_VIRTUAL_STAGES, OPT_TRACE,
-  OPT_DATA_FORMAT, OPT_INIT_FROM, OPT_UNTIE, OPT_VAL_DATA, OPT_DP, OPT_LAYOUT
+  OPT_DATA_FORMAT, OPT_INIT_FROM, OPT_UNTIE, OPT_VAL_DATA, OPT_DP, OPT_LAYOUT, OPT_TP
 };
 
 /*
@@ -1273,8 +1306,12 @@ static int check_pipeline_args(struct options *o) {
       return EXIT_USAGE;
     return 0;
   }
-  if (o->dp && !o->pp)
-    o->pp = 1; /* replicas of one device each */
+  if ((o->dp || o->ntp) && !o->pp)
+    o->pp = 1; /* replicas, or slices, of one stage */
+  if (o->ntp > 1 && o->ntp != o->pp) {
+    fprintf(stderr, PROG ": --tp lists %d degrees, one per pipeline rank: --pp is %d\n", o->ntp, o->pp);
+    return EXIT_USAGE;
+  }
   if (!o->pp) {
     if (o->pipe_only) {
       fprintf(stderr, PROG ": %s is a pipeline option; give --pp N too (see --help)\n", o->pipe_only);
@@ -1286,15 +1323,16 @@ static int check_pipeline_args(struct options *o) {
     fprintf(stderr, PROG ": --device chooses one device; with --pp, --devices LIST chooses them\n");
     return EXIT_USAGE;
   }
-  const int want = (o->dp ? o->dp : 1) * o->pp;
+  const int want = (o->dp ? o->dp : 1) * replica_devices(o);
+  char cut[160];
   if (want > STRATA_MAX_PIPELINE) {
-    fprintf(stderr, PROG ": --dp %d x --pp %d = %d devices; at most %d\n", o->dp, o->pp, want, STRATA_MAX_PIPELINE);
+    fprintf(stderr, PROG ": %s = %d devices; at most %d\n", cut_text(o, cut, sizeof cut), want, STRATA_MAX_PIPELINE);
     return EXIT_USAGE;
   }
   if (o->ndevices && o->ndevices != want) {
-    if (o->dp)
-      fprintf(stderr, PROG ": --devices lists %d device%s, --dp %d x --pp %d needs %d\n", o->ndevices,
-              o->ndevices == 1 ? "" : "s", o->dp, o->pp, want);
+    if (o->dp || o->ntp)
+      fprintf(stderr, PROG ": --devices lists %d device%s, %s needs %d\n", o->ndevices, o->ndevices == 1 ? "" : "s",
+              cut_text(o, cut, sizeof cut), want);
     else
       fprintf(stderr, PROG ": --devices lists %d device%s, --pp is %d\n", o->ndevices, o->ndevices == 1 ? "" : "s",
               o->pp);
@@ -1366,6 +1404,7 @@ static int parse_args(int argc, char **argv, struct options *o) {
       {"virtual-stages", required_argument, NULL, OPT_VIRTUAL_STAGES},
       {"trace", required_argument, NULL, OPT_TRACE},
       {"dp", required_argument, NULL, OPT_DP},      {"layout", required_argument, NULL, OPT_LAYOUT},
+      {"tp", required_argument, NULL, OPT_TP},
       {"data-format", required_argument, NULL, OPT_DATA_FORMAT},
       {"init-from", required_argument, NULL, OPT_INIT_FROM},
       {"untie", no_argument, NULL, OPT_UNTIE},
@@ -1439,6 +1478,11 @@ static int parse_args(int argc, char **argv, struct options *o) {
       break;
     case OPT_LAYOUT:
       o->layout_path = optarg;
+      break;
+    case OPT_TP:
+      if (parse_list("--tp", optarg, 1, STRATA_MAX_PIPELINE, o->tp, &o->ntp))
+        return EXIT_USAGE;
+      o->cut_given = o->cut_given ? o->cut_given : "--tp";
       break;
     case OPT_DEVICES:
       if (parse_list("--devices", optarg, 0, STRATA_MAX_PIPELINE, o->devices, &o->ndevices))

@@ -29,6 +29,10 @@ extern "C" {
 **                    same stage of every other replica, after its backward work
 **   GRAD_SCATTER s   ZeRO-1: reduce-scatter them instead (each replica keeps its shard)
 **   PARAM_GATHER s   ZeRO-1: all-gather the updated parameter shards, after OPTIMIZER s
+**   TP_JOIN_FORWARD s m   tensor parallelism: the joins (all-reduces over the
+**                    stage's tp slices) of F s m, right after it; completes
+**                    when every slice's device has reached it
+**   TP_JOIN_BACKWARD s m  the same for the backward of s m (B or BI)
 **
 ** Sends are buffered (they never wait for the receiver); a receive waits
 ** for its send. Stages on one device pass data without send/receive.
@@ -39,6 +43,12 @@ extern "C" {
 ** stay inside a chain, and the collectives (GRAD_REDUCE, GRAD_SCATTER,
 ** PARAM_GATHER, micro-batch -1) join the same stage of every replica: each
 ** completes when every replica's device has reached it.
+**
+** Tensor parallelism: with `tp` slices, each replica is tp chains (chain
+** c = replica x tp + slice, stages c x chain .. on devices c x pp ..), one
+** per slice, whose stages run the same lists on their own devices; the
+** TP_JOIN actions join the slices of one replica's stage, the gradient
+** collectives the same slice of every replica.
 */
 #define STRATA_ACTION_MAP(X)                                                                                           \
   X(FORWARD, "F")                                                                                                      \
@@ -52,7 +62,9 @@ extern "C" {
   X(OPTIMIZER, "OPT")                                                                                                   \
   X(GRAD_REDUCE, "GR")                                                                                                 \
   X(GRAD_SCATTER, "GRS")                                                                                               \
-  X(PARAM_GATHER, "PAG")
+  X(PARAM_GATHER, "PAG")                                                                                               \
+  X(TP_JOIN_FORWARD, "TJF")                                                                                            \
+  X(TP_JOIN_BACKWARD, "TJB")
 
 enum strata_action_kind {
 #define STRATA__ACTION_ENUM(id, label) STRATA_ACTION_##id,
@@ -98,10 +110,25 @@ STRATA_API int strata_schedule_generate(int kind, int devices, int microbatches,
 */
 STRATA_API int strata_schedule_generate_replicated(int kind, int devices, int microbatches, int virtual_stages,
                                                    int replicas, int zero, strata_schedule_t *out /* OUT */);
+/*
+** dp x pp x tp: `replicas` copies, each of `tp` chains (one per slice) of the
+** pipeline of `devices` ranks: chain c = replica x tp + slice runs on
+** devices c x devices .. c x devices + devices - 1, each list that of its
+** pipeline rank with TP_JOIN_FORWARD / _BACKWARD right after every forward
+** and backward (tp > 1) and the gradient collectives as in
+** strata_schedule_generate_replicated (replicas > 1). tp 1 is that schedule.
+*/
+STRATA_API int strata_schedule_generate_hybrid(int kind, int devices, int microbatches, int virtual_stages,
+                                               int replicas, int tp, int zero, strata_schedule_t *out /* OUT */);
 /* As strata_schedule_from_lists, for `replicas` chains of stages/replicas stages each. */
 STRATA_API int strata_schedule_from_replica_lists(int replicas, int devices, int stages, int microbatches,
                                                   const int *stage_device, const struct strata_action *const *lists,
                                                   const int *counts, strata_schedule_t *out /* OUT */);
+/* As strata_schedule_from_lists, for replicas x tp chains (chain c = replica x tp + slice) of
+** stages / (replicas x tp) stages each. */
+STRATA_API int strata_schedule_from_hybrid_lists(int replicas, int tp, int devices, int stages, int microbatches,
+                                                 const int *stage_device, const struct strata_action *const *lists,
+                                                 const int *counts, strata_schedule_t *out /* OUT */);
 /* Build a schedule from explicit lists (for tests and hand-written schedules):
 ** lists[d] has counts[d] actions; stage_device has `stages` entries. Copies everything. */
 STRATA_API int strata_schedule_from_lists(int devices, int stages, int microbatches, const int *stage_device,
@@ -118,8 +145,9 @@ STRATA_API int strata_schedule_devices(strata_schedule_t s);
 STRATA_API int strata_schedule_stages(strata_schedule_t s);
 STRATA_API int strata_schedule_microbatches(strata_schedule_t s);
 STRATA_API int strata_schedule_stage_device(strata_schedule_t s, int stage);
-/* Data-parallel replicas (1 for a plain pipeline). */
+/* Data-parallel replicas (1 for a plain pipeline) and tensor-parallel slices (1 without tp). */
 STRATA_API int strata_schedule_replicas(strata_schedule_t s);
+STRATA_API int strata_schedule_tp(strata_schedule_t s);
 /* Device d's actions: a pointer valid while `s` lives, and their number. */
 STRATA_API const struct strata_action *strata_schedule_actions(strata_schedule_t s, int device, int *count /* OUT */);
 
@@ -133,7 +161,9 @@ STRATA_API const struct strata_action *strata_schedule_actions(strata_schedule_t
 ** with replicas, every stage of every replica has the same gradient
 ** collective (GRAD_REDUCE, or GRAD_SCATTER then PARAM_GATHER) once, after
 ** its backward work and before (PARAM_GATHER: after) its OPTIMIZER, and a
-** schedule without replicas has none; and executing the lists (sends
+** schedule without replicas has none; with tp slices, every forward and
+** backward (B or BI) has its TP_JOIN right after it on its device, and a
+** schedule without slices has none; and executing the lists (sends
 ** buffered, receives waiting, collectives waiting for every replica) finishes. On
 ** failure returns STRATA_ERR_INVALID and a message naming the device, the
 ** position in its list and the action (and, for a deadlock, what each

@@ -154,6 +154,11 @@ struct strata_pipeline_device_stats {
   double busy_s;                    /* compute seconds in the last step */
   uint64_t peak_bytes;              /* the device's peak memory in the last step */
   int peak_inflight;                /* most micro-batches whose activations one of its stages held at once */
+  /* what its stages hold, from the runtime's accounting at creation (a tensor-parallel slice holds its part) */
+  uint64_t param_bytes;             /* parameters */
+  uint64_t grad_bytes;              /* their gradients */
+  uint64_t optimizer_bytes;         /* the two AdamW moments */
+  uint64_t activation_bytes;        /* one micro-batch's activations, times the schedule's peak in flight */
 };
 
 struct strata_pipeline_report {
@@ -176,8 +181,18 @@ struct strata_pipeline_report {
 ** after its backward work (overlapping what the device runs next), then the
 ** same clipping and AdamW step on every replica, whose copies stay equal. A
 ** 1 x 1 x 1 layout is strata_trainer_new's single device, 1 x p x 1 its
-** pipeline. `trace` (may be NULL) as strata_pipeline_options.trace. Tensor
-** parallelism and ZeRO-1 are refused (STRATA_ERR_UNSUPPORTED) in this version.
+** pipeline. `trace` (may be NULL) as strata_pipeline_options.trace.
+**
+** Tensor parallelism (tp > 1, GPT models): every stage is tp slices on tp
+** devices (Megatron's split: each slice holds a group of heads — their Q, K
+** and V columns of c_attn, the matching rows of c_proj — and a tp-th of the
+** MLP's hidden units; layernorms, embeddings and the head whole on every
+** slice); the two row-split products of every block are all-reduced over
+** the slices in the forward, the two column-split input gradients in the
+** backward, each slice allocating, computing and updating only its part.
+** Parameters, checkpoints and strata_trainer_params hold whole tensors
+** whatever the layout. A tp degree that differs between pipeline ranks and
+** ZeRO-1 are refused (STRATA_ERR_UNSUPPORTED) in this version.
 */
 STRATA_API int strata_trainer_new_layout(strata_model_t model, strata_dataset_t data,
                                          const struct strata_train_options *opts, strata_layout_t layout,
