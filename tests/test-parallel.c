@@ -491,3 +491,151 @@ Test(parallel, tp2_memory_is_half_of_each_split_tensor) {
   strata_layout_free(l);
   strata_model_free(m);
 }
+
+/* The trace of tp 2 x pp 2 has the joins of every forward and backward on every device, with the slices' group. */
+Test(parallel, trace_shows_tensor_parallel_joins_on_every_device) {
+  strata_model_t m = gpt4();
+  int h[4];
+  for (int i = 0; i < 4; i++)
+    h[i] = tc_find_device("host", i);
+  char trace[600];
+  snprintf(trace, sizeof trace, "%s/tp-trace.json", dir);
+  strata_layout_t l = layout("{\"pp\": 2, \"tp\": 2, \"devices\": [%d, %d, %d, %d], \"split\": [2, 2], "
+                             "\"microbatches\": 2}", h[0], h[1], h[2], h[3]);
+  struct strata_train_options o = options(1);
+  strata_trainer_t tr;
+  OK(strata_trainer_new_layout(m, ds, &o, l, trace, &tr));
+  OK(strata_trainer_step(tr, NULL));
+  strata_trainer_free(tr);
+  json_error_t err;
+  json_t *root = json_load_file(trace, 0, &err);
+  cr_assert_not_null(root, "%s: %s", trace, err.text);
+  int fwd[4] = {0}, bwd[4] = {0};
+  size_t i;
+  json_t *e;
+  json_array_foreach(json_object_get(root, "traceEvents"), i, e) {
+    const char *cat = json_string_value(json_object_get(e, "cat")), *name = json_string_value(json_object_get(e, "name"));
+    if (!cat || strcmp(cat, "comm") || !name)
+      continue;
+    int tid = (int)json_integer_value(json_object_get(e, "tid"));
+    cr_assert(tid % 2 == 1 && tid / 2 < 4, "comm events go on the transfer tracks: tid %d", tid);
+    json_t *args = json_object_get(e, "args");
+    cr_assert_str_eq(json_string_value(json_object_get(args, "collective")), "allreduce");
+    /* two joins of rows x d_model floats each: 2 x (2 x 8) x 16 x 4 bytes per block, one block per stage */
+    cr_assert_eq(json_integer_value(json_object_get(args, "bytes")), 2 * 16 * 16 * 4, "%s", name);
+    cr_assert_eq(json_array_size(json_object_get(args, "group")), 2, "%s: the two slices", name);
+    if (!strncmp(name, "TJF", 3))
+      fwd[tid / 2]++;
+    else if (!strncmp(name, "TJB", 3))
+      bwd[tid / 2]++;
+  }
+  for (int r = 0; r < 4; r++)
+    cr_assert(fwd[r] == 2 && bwd[r] == 2, "device rank %d: %d forward and %d backward joins, want 2 and 2", r, fwd[r],
+              bwd[r]);
+  json_decref(root);
+  strata_layout_free(l);
+  strata_model_free(m);
+}
+
+/* A fault on one slice's device stops both slices (no hang in the join) with an error naming it; the next step trains. */
+Test(parallel, fault_on_one_slice_stops_all) {
+  strata_model_t m = gpt4();
+  const char *specs[] = {"device=1,op=300", "device=2,op=40"};
+  for (int k = 0; k < 2; k++) {
+    strata_shutdown();
+    setenv("STRATA_HOST_FAULT", specs[k], 1);
+    int h[4];
+    for (int i = 0; i < 4; i++)
+      h[i] = tc_find_device("host", i);
+    strata_layout_t l = layout("{\"pp\": 2, \"tp\": 2, \"devices\": [%d, %d, %d, %d], \"microbatches\": 2}", h[0],
+                               h[1], h[2], h[3]);
+    struct strata_train_options o = options(1);
+    strata_trainer_t tr;
+    OK(strata_trainer_new_layout(m, ds, &o, l, NULL, &tr));
+    double t0 = now_s();
+    int rc = STRATA_OK;
+    for (int s = 0; s < 4 && rc == STRATA_OK; s++)
+      rc = strata_trainer_step(tr, NULL);
+    cr_assert_neq(rc, STRATA_OK, "%s: no step failed", specs[k]);
+    cr_assert(strstr(strata_last_error(), "injected fault"), "%s: %s", specs[k], strata_last_error());
+    cr_assert(strstr(strata_last_error(), "action #"), "%s names the action: %s", specs[k], strata_last_error());
+    cr_assert_lt(now_s() - t0, 30.0, "%s: failing took %.1f s", specs[k], now_s() - t0);
+    struct strata_step_stats st;
+    OK(strata_trainer_step(tr, &st));
+    cr_assert(isfinite(st.loss));
+    strata_trainer_free(tr);
+    strata_layout_free(l);
+    unsetenv("STRATA_HOST_FAULT");
+  }
+  strata_shutdown();
+  strata_model_free(m);
+}
+
+/* Train a layout `steps` steps and save; or load and take one step: its loss. */
+static float layout_step_after(strata_model_t m, const char *json, const char *ckpt, int save_after) {
+  strata_layout_t l;
+  OK(strata_layout_from_json(json, "checkpoint test", &l));
+  struct strata_train_options o = options(1);
+  strata_trainer_t tr;
+  OK(strata_trainer_new_layout(m, ds, &o, l, NULL, &tr));
+  struct strata_step_stats st = {0};
+  if (save_after) {
+    for (int s = 0; s < save_after; s++)
+      OK(strata_trainer_step(tr, &st));
+    OK(strata_trainer_save(tr, ckpt));
+  } else {
+    OK(strata_trainer_load(tr, ckpt));
+  }
+  OK(strata_trainer_step(tr, &st));
+  strata_trainer_free(tr);
+  strata_layout_free(l);
+  return st.loss;
+}
+
+/* A checkpoint of tp 2 x pp 2 holds whole tensors: it resumes at tp 1 x pp 4, dp 2 and 1 x 1 x 1 with the next
+** step's loss of the uninterrupted run (float32 rounding of one forward: 1e-5 relative); one of another model's
+** shapes is refused and leaves the trainer as it was. */
+Test(parallel, tp_checkpoint_resumes_under_other_layouts) {
+  strata_model_t m = gpt4();
+  int h[4];
+  for (int i = 0; i < 4; i++)
+    h[i] = tc_find_device("host", i);
+  char ckpt[600], json[400];
+  snprintf(ckpt, sizeof ckpt, "%s/tp.safetensors", dir);
+  snprintf(json, sizeof json, "{\"pp\": 2, \"tp\": 2, \"devices\": [%d, %d, %d, %d], \"microbatches\": 4}", h[0], h[1],
+           h[2], h[3]);
+  float uninterrupted = layout_step_after(m, json, ckpt, 6);
+  const char *others[3] = {"{\"pp\": 4, \"devices\": [%d, %d, %d, %d], \"microbatches\": 4}",
+                           "{\"dp\": 2, \"devices\": [%d, %d], \"microbatches\": 2}",
+                           "{\"devices\": [%d], \"microbatches\": 4}"};
+  for (int k = 0; k < 3; k++) {
+    snprintf(json, sizeof json, others[k], h[0], h[1], h[2], h[3]);
+    float got = layout_step_after(m, json, ckpt, 0);
+    cr_assert(fabs(got - uninterrupted) <= 1e-5 * fabs(uninterrupted), "%s: next loss %.9g, uninterrupted %.9g", json,
+              got, uninterrupted);
+  }
+  /* another model's checkpoint: refused, nothing changed */
+  strata_model_t other = small_gpt();
+  char bad[600];
+  snprintf(bad, sizeof bad, "%s/other.safetensors", dir);
+  struct strata_train_options o = options(1);
+  strata_trainer_t tr;
+  OK(strata_trainer_new(other, ds, &o, &tr));
+  OK(strata_trainer_save(tr, bad));
+  strata_trainer_free(tr);
+  strata_layout_t l = layout("{\"tp\": 2, \"devices\": [%d, %d], \"microbatches\": 1}", h[0], h[1]);
+  OK(strata_trainer_new_layout(m, ds, &o, l, NULL, &tr));
+  size_t n = 0;
+  OK(strata_trainer_params(tr, NULL, &n));
+  float *before = malloc(n * 4), *after = malloc(n * 4);
+  OK(strata_trainer_params(tr, before, &n));
+  cr_assert_neq(strata_trainer_load(tr, bad), STRATA_OK);
+  OK(strata_trainer_params(tr, after, &n));
+  cr_assert(memcmp(before, after, n * 4) == 0, "a refused checkpoint changed the parameters");
+  free(before);
+  free(after);
+  strata_trainer_free(tr);
+  strata_layout_free(l);
+  strata_model_free(other);
+  strata_model_free(m);
+}

@@ -645,3 +645,108 @@ Test(schedule, collective_in_one_replica_schedule_is_rejected) {
   lists_insert(&l, 0, lists_find(&l, 0, STRATA_ACTION_OPTIMIZER, 0, -1), act(STRATA_ACTION_GRAD_REDUCE, 0, -1));
   REJECTED(&l, "schedule of one replica");
 }
+
+/* ---------------------------------------------------------------- tensor-parallel slices */
+
+/* Every dp x pp x tp schedule validates; each forward and backward has its join right after it on every slice;
+** the unit-cost bubble is the pipeline's (joins cost nothing there). */
+Test(schedule, every_hybrid_schedule_validates) {
+  const int kinds[] = {STRATA_SCHEDULE_GPIPE, STRATA_SCHEDULE_1F1B, STRATA_SCHEDULE_ZB_H1, STRATA_SCHEDULE_INTERLEAVED};
+  for (int k = 0; k < 4; k++)
+    for (int p = 1; p <= 3; p++)
+      for (int m = p; m <= 6; m += p)
+        for (int dp = 1; dp <= 2; dp++)
+          for (int tp = 1; tp <= 4; tp *= 2) {
+            int v = kinds[k] == STRATA_SCHEDULE_INTERLEAVED ? 2 : 0;
+            strata_schedule_t s = NULL;
+            OK(strata_schedule_generate_hybrid(kinds[k], p, m, v, dp, tp, 0, &s));
+            int rc = strata_schedule_validate(s);
+            cr_assert_eq(rc, STRATA_OK, "%s p=%d m=%d dp=%d tp=%d: %s", strata_schedule_kind_name(kinds[k]), p, m, dp,
+                         tp, strata_last_error());
+            cr_assert_eq(strata_schedule_replicas(s), dp);
+            cr_assert_eq(strata_schedule_tp(s), tp);
+            cr_assert_eq(strata_schedule_devices(s), p * dp * tp);
+            int joins = 0, work = 0;
+            for (int d = 0; d < strata_schedule_devices(s); d++) {
+              int n = 0;
+              const struct strata_action *a = strata_schedule_actions(s, d, &n);
+              for (int i = 0; i < n; i++) {
+                int kd = a[i].kind;
+                if (kd == STRATA_ACTION_FORWARD || kd == STRATA_ACTION_BACKWARD || kd == STRATA_ACTION_BACKWARD_INPUT) {
+                  work++;
+                  if (tp > 1) {
+                    cr_assert_lt(i + 1, n);
+                    cr_assert_eq(a[i + 1].kind, kd == STRATA_ACTION_FORWARD ? STRATA_ACTION_TP_JOIN_FORWARD
+                                                                           : STRATA_ACTION_TP_JOIN_BACKWARD);
+                    cr_assert(a[i + 1].stage == a[i].stage && a[i + 1].microbatch == a[i].microbatch);
+                  }
+                }
+                joins += kd == STRATA_ACTION_TP_JOIN_FORWARD || kd == STRATA_ACTION_TP_JOIN_BACKWARD;
+              }
+            }
+            cr_assert_eq(joins, tp > 1 ? work : 0, "%d joins for %d forwards and backwards", joins, work);
+            strata_schedule_t b = gen(kinds[k], p, m, v);
+            cr_assert(fabs(bubble_of(s) - bubble_of(b)) < 1e-12, "%s p=%d m=%d dp=%d tp=%d",
+                      strata_schedule_kind_name(kinds[k]), p, m, dp, tp);
+            strata_schedule_free(b);
+            strata_schedule_free(s);
+          }
+}
+
+/* dp 1 x pp 2 x tp 2 of 1F1B over 4 micro-batches as mutable lists: chains 0 (devices 0, 1) and 1 (devices 2, 3). */
+static void sliced(struct lists *l) {
+  strata_schedule_t s = NULL;
+  OK(strata_schedule_generate_hybrid(STRATA_SCHEDULE_1F1B, 2, 4, 0, 1, 2, 0, &s));
+  lists_from(l, s);
+  strata_schedule_free(s);
+}
+
+static void expect_rejected_slices(struct lists *l, const char *want) {
+  strata_schedule_t s = NULL;
+  OK(strata_schedule_from_hybrid_lists(1, 2, l->p, l->stages, l->m, l->stage_device,
+                                       (const struct strata_action *const *)l->list, l->counts, &s));
+  int rc = strata_schedule_validate(s);
+  cr_assert_eq(rc, STRATA_ERR_INVALID, "validate -> %s", strata_err_name(rc));
+  cr_assert_not_null(strstr(strata_last_error(), want), "message '%s' lacks '%s'", strata_last_error(), want);
+  strata_schedule_free(s);
+  lists_free(l);
+}
+
+Test(schedule, sliced_copy_validates_and_a_join_missing_on_one_slice_is_rejected) {
+  struct lists l;
+  sliced(&l);
+  strata_schedule_t s = NULL;
+  OK(strata_schedule_from_hybrid_lists(1, 2, l.p, l.stages, l.m, l.stage_device,
+                                       (const struct strata_action *const *)l.list, l.counts, &s));
+  OK(strata_schedule_validate(s));
+  strata_schedule_free(s);
+  /* slice 1's stage 1 (global stage 3, on dev 3) skips the join of micro-batch 2's forward */
+  lists_remove(&l, 3, lists_find(&l, 3, STRATA_ACTION_TP_JOIN_FORWARD, 3, 2));
+  expect_rejected_slices(&l, "missing TJF3.2");
+  /* a join away from its forward */
+  sliced(&l);
+  int at = lists_find(&l, 1, STRATA_ACTION_TP_JOIN_BACKWARD, 1, 0);
+  lists_remove(&l, 1, at);
+  lists_insert(&l, 1, l.counts[1] - 1, act(STRATA_ACTION_TP_JOIN_BACKWARD, 1, 0));
+  expect_rejected_slices(&l, "not right after");
+  /* the two slices join their micro-batches in different orders: deadlock */
+  sliced(&l);
+  int f0 = lists_find(&l, 2, STRATA_ACTION_FORWARD, 2, 0), f1 = lists_find(&l, 2, STRATA_ACTION_FORWARD, 2, 1);
+  for (int j = 0; j < 3; j++) { /* F, its TJF and its SA */
+    l.list[2][f0 + j].microbatch = 1;
+    l.list[2][f1 + j].microbatch = 0;
+  }
+  expect_rejected_slices(&l, "deadlock");
+}
+
+/* A join in a schedule without slices is refused. */
+Test(schedule, join_without_slices_is_rejected) {
+  struct lists l;
+  strata_schedule_t s = NULL;
+  OK(strata_schedule_generate(STRATA_SCHEDULE_1F1B, 2, 2, 0, &s));
+  lists_from(&l, s);
+  strata_schedule_free(s);
+  lists_insert(&l, 0, lists_find(&l, 0, STRATA_ACTION_FORWARD, 0, 0) + 1, act(STRATA_ACTION_TP_JOIN_FORWARD, 0, 0));
+  const char *want[] = {"tensor-parallel join in a schedule without slices"};
+  expect_rejected(&l, want, 1);
+}
