@@ -419,6 +419,21 @@ static int do_grad_reduce(struct exec *ex, int s) {
                                 STRATA_FLOAT32, STRATA_SUM, 0, info.asynchronous ? &ex->done[s] : NULL);
 }
 
+/* A TP_JOIN's collectives, each a comm event on the device's transfer track. */
+struct join_trace {
+  struct exec *ex;
+  int kind, s, mb, tid;
+};
+
+static void join_traced(void *arg, uint64_t bytes, const char *group, double t0, double t1) {
+  struct join_trace *j = arg;
+  char name[24];
+  snprintf(name, sizeof name, "%s%d.%d", strata_action_label(j->kind), j->s, j->mb);
+  pthread_mutex_lock(&j->ex->lock);
+  strata__trace_add_comm(j->ex->tr, name, "allreduce", bytes, group, t0, t1, j->tid);
+  pthread_mutex_unlock(&j->ex->lock);
+}
+
 static void *worker_main(void *arg) {
   struct worker_arg *wa = arg;
   struct exec *ex = wa->ex;
@@ -485,15 +500,8 @@ static void *worker_main(void *arg) {
       break;
     case STRATA_ACTION_TP_JOIN_FORWARD:
     case STRATA_ACTION_TP_JOIN_BACKWARD: {
-      struct strata__trace_event ev;
-      rc = strata__tp_settle(ex->tr, s, &ev);
-      if (!rc && ev.bytes && ex->tr->trace_path) {
-        char name[24];
-        snprintf(name, sizeof name, "%s%d.%d", strata_action_label(a->kind), s, mb);
-        pthread_mutex_lock(&ex->lock);
-        strata__trace_add_comm(ex->tr, name, "allreduce", ev.bytes, ev.group, ev.ts, ev.ts + ev.dur, 2 * rank + 1);
-        pthread_mutex_unlock(&ex->lock);
-      }
+      struct join_trace jt = {.ex = ex, .kind = a->kind, .s = s, .mb = mb, .tid = 2 * rank + 1};
+      rc = strata__tp_settle(ex->tr, s, ex->tr->trace_path ? join_traced : NULL, &jt);
       cat = NULL; /* traced as its collectives */
       break;
     }
@@ -669,13 +677,6 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
 */
 int strata__tp_join(void *member, strata_queue_t q, strata_mem_t x, size_t count) {
   struct strata__tp_member *m = member;
-  if (!m->async) {
-    double t0 = strata__now();
-    TRY(strata_allreduce_rank(m->comm, m->rank, q, x, x, count, STRATA_FLOAT32, STRATA_SUM));
-    m->t_sync += strata__now() - t0;
-    m->sync_bytes += (uint64_t)count * 4;
-    return STRATA_OK;
-  }
   if (m->n == m->cap) {
     int cap = m->cap ? 2 * m->cap : 16;
     void **p = realloc(m->pending, (size_t)cap * sizeof *p);
@@ -685,60 +686,56 @@ int strata__tp_join(void *member, strata_queue_t q, strata_mem_t x, size_t count
     if (b)
       m->bytes = b;
     double *t = b ? realloc(m->posted, (size_t)cap * sizeof *t) : NULL;
-    if (!t)
+    if (t)
+      m->posted = t;
+    double *e = t ? realloc(m->ended, (size_t)cap * sizeof *e) : NULL;
+    if (!e)
       return strata__error(STRATA_ERR_NOMEM, "out of host memory for a tensor-parallel join");
-    m->posted = t;
+    m->ended = e;
     m->cap = cap;
   }
-  void *done = NULL;
-  double t0 = strata__now();
+  const int k = m->n;
+  m->bytes[k] = (uint64_t)count * 4;
+  m->posted[k] = strata__now();
+  m->pending[k] = NULL;
+  if (!m->async) {
+    TRY(strata_allreduce_rank(m->comm, m->rank, q, x, x, count, STRATA_FLOAT32, STRATA_SUM));
+    m->ended[k] = strata__now();
+    m->n++;
+    return STRATA_OK;
+  }
   TRY(strata__comm_post_rank(m->comm, STRATA__COLL_ALLREDUCE, m->rank, q, x, x, count, STRATA_FLOAT32, STRATA_SUM, 0,
-                             &done));
-  m->pending[m->n] = done;
-  m->bytes[m->n] = (uint64_t)count * 4;
-  m->posted[m->n++] = t0;
-  return strata__comm_wait(m->comm, q, done);
+                             &m->pending[k]));
+  m->n++;
+  return strata__comm_wait(m->comm, q, m->pending[k]);
 }
 
-int strata__tp_settle(strata_trainer_t tr, int s, struct strata__trace_event *ev) {
+int strata__tp_settle(strata_trainer_t tr, int s, strata__join_trace_fn fn, void *arg) {
   if (!tr->tp_member)
     return STRATA_OK;
   struct strata__tp_member *m = &tr->tp_member[s];
   int rc = strata_queue_finish(tr->st[s]->q);
-  double first = 0, end = 0;
-  uint64_t bytes = m->sync_bytes;
-  for (int i = 0; i < m->n; i++) {
-    double t0 = 0, t1 = 0;
-    strata__comm_release(m->comm, m->pending[i], &t0, &t1);
-    if (t0 < m->posted[i])
-      t0 = m->posted[i];
-    if (i == 0 || t0 < first)
-      first = t0;
-    end = t1 > end ? t1 : end;
-    bytes += m->bytes[i];
-  }
-  int joins = m->n;
-  m->n = 0;
-  if (ev)
-    ev->bytes = 0;
-  if (!rc && ev && (joins || m->sync_bytes)) {
-    char *group = ev->group;
-    size_t at = 0, cap = sizeof ev->group;
-    group[0] = '\0';
+  char group[48];
+  group[0] = '\0';
+  if (fn) {
+    size_t at = 0;
     const int c0 = strata__stage_replica(tr, s) * tr->tp;
-    for (int t = 0; t < tr->tp && at < cap; t++)
-      at += (size_t)snprintf(group + at, cap - at, "%s%d", t ? "," : "",
+    for (int t = 0; t < tr->tp && at < sizeof group; t++)
+      at += (size_t)snprintf(group + at, sizeof group - at, "%s%d", t ? "," : "",
                              tr->dev[tr->stage_rank[(c0 + t) * tr->nstages + s % tr->nstages]]);
-    if (!joins) { /* the calls waited: their time, ending now */
-      end = strata__now();
-      first = end - m->t_sync;
-    }
-    ev->ts = first;
-    ev->dur = end > first ? end - first : 0;
-    ev->bytes = bytes;
   }
-  m->t_sync = 0;
-  m->sync_bytes = 0;
+  for (int i = 0; i < m->n; i++) {
+    double t0 = m->posted[i], t1 = m->ended[i];
+    if (m->pending[i]) {
+      double a = 0, b = 0;
+      strata__comm_release(m->comm, m->pending[i], &a, &b);
+      t0 = a > t0 ? a : t0; /* when its data moved */
+      t1 = b;
+    }
+    if (fn && !rc)
+      fn(arg, m->bytes[i], group, t0, t1 > t0 ? t1 : t0);
+  }
+  m->n = 0;
   return rc;
 }
 
@@ -749,10 +746,9 @@ void strata__tp_drop(strata_trainer_t tr, int s) {
   if (m->n && tr->st[s])
     strata_queue_finish(tr->st[s]->q);
   for (int i = 0; i < m->n; i++)
-    strata__comm_release(m->comm, m->pending[i], NULL, NULL);
+    if (m->pending[i])
+      strata__comm_release(m->comm, m->pending[i], NULL, NULL);
   m->n = 0;
-  m->t_sync = 0;
-  m->sync_bytes = 0;
 }
 
 /* ---- traces ---- */

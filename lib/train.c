@@ -610,6 +610,7 @@ STRATA_API void strata_trainer_free(strata_trainer_t tr) {
     free(tr->tp_member[s].pending);
     free(tr->tp_member[s].bytes);
     free(tr->tp_member[s].posted);
+    free(tr->tp_member[s].ended);
   }
   free(tr->tp_member);
   free(tr->tensor_split);
@@ -709,7 +710,7 @@ static void *seq_main(void *arg) {
   if (!j->rc && j->backward)
     j->rc = seq_backward(tr, j->chain, j->slot);
   for (int s = 0; s < tr->nstages && !j->rc; s++)
-    j->rc = strata__tp_settle(tr, j->chain * tr->nstages + s, NULL);
+    j->rc = strata__tp_settle(tr, j->chain * tr->nstages + s, NULL, NULL);
   if (j->rc) {
     snprintf(j->msg, sizeof j->msg, "%s", strata_last_error());
     for (int s = 0; s < tr->nstages; s++) /* the other slices wait in their joins for this one */

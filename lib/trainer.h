@@ -17,12 +17,10 @@ struct strata__tp_member {
   strata_comm_t comm;
   int rank;                          /* the slice */
   int async;                         /* the communicator enqueues (else each call waits) */
-  void **pending;
+  void **pending;                    /* [n]: each join's completion (NULL: the call waited) */
   uint64_t *bytes;
-  double *posted;
+  double *posted, *ended;            /* when each was called, and (waited in the call) done */
   int n, cap;
-  double t_sync;                     /* joins that waited in the call: their time in all */
-  uint64_t sync_bytes;
 };
 
 struct strata__trace_event {
@@ -145,9 +143,10 @@ static inline int strata__stage_slice(const struct strata_trainer *tr, int s) { 
 
 /* A sharded stage's join (stage.h's join hook): post an all-reduce over the slices. */
 int strata__tp_join(void *member, strata_queue_t q, strata_mem_t x, size_t count);
-/* Account for stage s's joins posted so far: wait for them; with `ev`, say when they moved data (ts, dur in
-** strata__now seconds), their bytes (0: none) and group. */
-int strata__tp_settle(strata_trainer_t tr, int s, struct strata__trace_event *ev);
+/* Account for stage s's joins posted so far: wait for them, and with `fn` tell it each join's bytes, group and
+** when its data moved (strata__now seconds). */
+typedef void (*strata__join_trace_fn)(void *arg, uint64_t bytes, const char *group, double t_start, double t_end);
+int strata__tp_settle(strata_trainer_t tr, int s, strata__join_trace_fn fn, void *arg);
 /* Drop stage s's pending joins after a failure (waits for the stage's queue). */
 void strata__tp_drop(strata_trainer_t tr, int s);
 static inline int strata__stage_first(const struct strata_trainer *tr, int s) { return s % tr->nstages == 0; }

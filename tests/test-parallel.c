@@ -521,8 +521,8 @@ Test(parallel, trace_shows_tensor_parallel_joins_on_every_device) {
     cr_assert(tid % 2 == 1 && tid / 2 < 4, "comm events go on the transfer tracks: tid %d", tid);
     json_t *args = json_object_get(e, "args");
     cr_assert_str_eq(json_string_value(json_object_get(args, "collective")), "allreduce");
-    /* two joins of rows x d_model floats each: 2 x (2 x 8) x 16 x 4 bytes per block, one block per stage */
-    cr_assert_eq(json_integer_value(json_object_get(args, "bytes")), 2 * 16 * 16 * 4, "%s", name);
+    /* each join is rows x d_model floats: (2 x 8) x 16 x 4 bytes; two per block, one block per stage */
+    cr_assert_eq(json_integer_value(json_object_get(args, "bytes")), 16 * 16 * 4, "%s: %lld bytes", name, (long long)json_integer_value(json_object_get(args, "bytes")));
     cr_assert_eq(json_array_size(json_object_get(args, "group")), 2, "%s: the two slices", name);
     if (!strncmp(name, "TJF", 3))
       fwd[tid / 2]++;
@@ -530,8 +530,8 @@ Test(parallel, trace_shows_tensor_parallel_joins_on_every_device) {
       bwd[tid / 2]++;
   }
   for (int r = 0; r < 4; r++)
-    cr_assert(fwd[r] == 2 && bwd[r] == 2, "device rank %d: %d forward and %d backward joins, want 2 and 2", r, fwd[r],
-              bwd[r]);
+    cr_assert(fwd[r] == 4 && bwd[r] == 4, "device rank %d: %d forward and %d backward joins, want 4 and 4 (2 "
+              "micro-batches x 2)", r, fwd[r], bwd[r]);
   json_decref(root);
   strata_layout_free(l);
   strata_model_free(m);

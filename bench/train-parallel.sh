@@ -1,9 +1,10 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# train-dp.sh — data parallelism on 2 host virtual devices (one thread each) against 1 device with one thread, on the
-# GPT of bench/train-mfu.sh: tokens/s of each, runs alternated, medians, and the share of each device's time in the
-# gradient all-reduce from the trace. A benchmark, not a test.
-# Usage: bench/train-dp.sh [BUILD_DIR]        Target: dp = 2 at least 1.8x one device.
+# train-parallel.sh — data and tensor parallelism on 2 host virtual devices (one thread each) against 1 device with
+# one thread, on the GPT of bench/train-mfu.sh: tokens/s of each, runs alternated, medians, and the share of each
+# device's time in its collectives (gradient all-reduces, tensor-parallel joins) from the trace. A benchmark, not a
+# test.
+# Usage: bench/train-parallel.sh [BUILD_DIR]      Targets: dp = 2 at least 1.8x, tp = 2 at least 1.6x one device.
 set -u
 build=${1:-}
 if [ -z "$build" ]; then
@@ -11,7 +12,7 @@ if [ -z "$build" ]; then
 fi
 TRAIN="$build/tools/strata-train"
 if [ ! -x "$TRAIN" ]; then
-  echo "train-dp: no $TRAIN; build first (make), or pass the build directory" >&2
+  echo "train-parallel: no $TRAIN; build first (make), or pass the build directory" >&2
   exit 2
 fi
 : "${STRATA_BACKEND_PATH:=$build/backends/host/.libs}"
@@ -20,7 +21,7 @@ export STRATA_BACKEND_PATH STRATA_BACKENDS
 STEPS=${STEPS:-4}
 BATCH=${BATCH:-2}
 RUNS=${RUNS:-3}
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/strata-train-dp.XXXXXX") || exit 1
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/strata-train-parallel.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT INT TERM
 cat >"$tmp/gpt-512x8.json" <<'JSON'
 {"kind": "gpt", "name": "gpt-512x8-ctx256", "vocab": 256, "context": 256, "d_model": 512,
@@ -28,21 +29,26 @@ cat >"$tmp/gpt-512x8.json" <<'JSON'
 JSON
 get() { grep "\"event\":\"$2\"" "$1" | tail -n 1 | sed -n "s/.*\"$3\":\\([^,}]*\\).*/\\1/p"; }
 T="$TRAIN --model $tmp/gpt-512x8.json --steps $STEPS --batch $BATCH --eval-every 0 --eval-batches 1 --json"
-echo "train-dp: GPT 512 x 8 layers, context 256; $STEPS steps of 2 x $BATCH sequences, $RUNS runs alternated," \
+echo "train-parallel: GPT 512 x 8 layers, context 256; $STEPS steps of 2 x $BATCH sequences, $RUNS runs alternated," \
   "load $(cut -d' ' -f1-3 /proc/loadavg)"
 : >"$tmp/one"
 : >"$tmp/dp"
+: >"$tmp/tp"
 for i in $(seq "$RUNS"); do
   STRATA_HOST_DEVICES=1 STRATA_HOST_THREADS=1 $T --device 0 --accum 2 >"$tmp/one.json" || exit 1
   get "$tmp/one.json" summary tokens_per_s >>"$tmp/one"
-  STRATA_HOST_DEVICES=2 STRATA_HOST_THREADS=1 $T --dp 2 --microbatches 1 --trace "$tmp/trace.json" >"$tmp/dp.json" || exit 1
+  STRATA_HOST_DEVICES=2 STRATA_HOST_THREADS=1 $T --dp 2 --microbatches 1 --trace "$tmp/dp-trace.json" >"$tmp/dp.json" || exit 1
   get "$tmp/dp.json" summary tokens_per_s >>"$tmp/dp"
+  STRATA_HOST_DEVICES=2 STRATA_HOST_THREADS=1 $T --tp 2 --microbatches 2 --trace "$tmp/tp-trace.json" >"$tmp/tp.json" || exit 1
+  get "$tmp/tp.json" summary tokens_per_s >>"$tmp/tp"
 done
 med() { sort -g "$1" | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 one=$(med "$tmp/one")
 dp=$(med "$tmp/dp")
-# each device's share of the last run's wall time in the gradient all-reduce (comm events of the transfer tracks)
-share=$(python3 - "$tmp/trace.json" <<'PY' 2>/dev/null || echo "(no python3 to read the trace)"
+tp=$(med "$tmp/tp")
+# each device's share of the last run's wall time in its collectives (comm events of the transfer tracks)
+share() {
+  python3 - "$1" <<'PY' 2>/dev/null || echo "(no python3 to read the trace)"
 import json, sys
 ev = json.load(open(sys.argv[1]))["traceEvents"]
 x = [e for e in ev if e.get("ph") == "X"]
@@ -53,13 +59,17 @@ for tid in sorted({e["tid"] for e in x if e.get("cat") == "comm"}):
     out.append("device rank %d %.1f%%" % (tid // 2, 100 * c / span))
 print(", ".join(out))
 PY
-)
-awk -v one="$one" -v dp="$dp" -v share="$share" 'BEGIN {
+}
+dps=$(share "$tmp/dp-trace.json")
+tps=$(share "$tmp/tp-trace.json")
+awk -v one="$one" -v dp="$dp" -v tp="$tp" -v dps="$dps" -v tps="$tps" 'BEGIN {
   printf "one device       %.0f tokens/s (median)\n", one
   printf "dp = 2           %.0f tokens/s (median): %.2fx one device (target: at least 1.8x)\n", dp, dp / one
-  printf "all-reduce       share of the wall time in the gradient all-reduce: %s\n", share
-  exit !(dp >= 1.8 * one)
+  printf "                 share of the wall time in the gradient all-reduce: %s\n", dps
+  printf "tp = 2           %.0f tokens/s (median): %.2fx one device (target: at least 1.6x)\n", tp, tp / one
+  printf "                 share of the wall time in the joins (TJF, TJB): %s\n", tps
+  exit !(dp >= 1.8 * one && tp >= 1.6 * one)
 }'
 rc=$?
-[ $rc -eq 0 ] && echo "train-dp: target met" || echo "train-dp: target NOT met"
+[ $rc -eq 0 ] && echo "train-parallel: targets met" || echo "train-parallel: a target NOT met"
 exit $rc
