@@ -53,6 +53,7 @@ struct exec {
   int *hold_grad;            /* ... and its boundary gradients */
   int *inflight, *peak;      /* per stage: micro-batches whose activations are held */
   int *pending;              /* [S x m]: bit 1 activations, bit 2 gradients ready to be freed by the rank's worker */
+  int *slot;                 /* [S x m]: the stage's slot holding micro-batch mb (taken at its forward), -1 before */
   int opt_arrived;
   int opt_ready;
   int chain;                 /* stages per replica */
@@ -124,9 +125,9 @@ static void release_pending(struct exec *ex, int rank) {
       ex->pending[k] = 0;
       pthread_mutex_unlock(&ex->lock);
       if (go & ACT)
-        strata__stage_release_activations(ex->tr->st[s], mb);
+        strata__stage_release_activations(ex->tr->st[s], ex->slot[k]);
       if (go & GRAD)
-        strata__stage_release_gradients(ex->tr->st[s], mb);
+        strata__stage_release_gradients(ex->tr->st[s], ex->slot[k]);
     }
   }
 }
@@ -271,12 +272,17 @@ static int consume(struct exec *ex, struct msg *mg, struct strata__pool *pool, s
 
 /* ---- actions ---- */
 
+/* The slot of stage s holding micro-batch mb. */
+static int slot_of(const struct exec *ex, int s, int mb) { return ex->slot[s * ex->m + mb]; }
+
 static int do_forward(struct exec *ex, int rank, int s, int mb) {
   strata_trainer_t tr = ex->tr;
   struct strata__stage *st = tr->st[s];
-  TRY(strata__stage_acquire(st, mb));
+  int k = s * ex->m + mb, sl = 0;
+  TRY(strata__stage_slot_take(st, &sl));
+  ex->slot[k] = sl;
+  TRY(strata__stage_acquire(st, sl));
   pthread_mutex_lock(&ex->lock);
-  int k = s * ex->m + mb;
   /* activations: the backward pass, and the send to the next device;
   ** gradients: the backward pass, and the previous stage taking the input gradient */
   const int first = strata__stage_first(tr, s), last = strata__stage_last(tr, s);
@@ -286,12 +292,12 @@ static int do_forward(struct exec *ex, int rank, int s, int mb) {
   if (++ex->inflight[s] > ex->peak[s])
     ex->peak[s] = ex->inflight[s];
   pthread_mutex_unlock(&ex->lock);
-  strata_mem_t in = strata__stage_input(st, mb);
+  strata_mem_t in = strata__stage_input(st, sl);
   size_t in_bytes = strata__stage_in_floats(st) * 4;
   if (first) {
     TRY(strata_buffer_write(st->q, in.buf, in.off * 4, tr->inputs[mbi], tr->in_elems * 4));
   } else if (rank_of(ex, s - 1) == rank) {
-    strata_mem_t o = strata__stage_output(tr->st[s - 1], mb);
+    strata_mem_t o = strata__stage_output(tr->st[s - 1], slot_of(ex, s - 1, mb));
     TRY(strata_buffer_copy(st->q, in.buf, in.off * 4, o.buf, o.off * 4, in_bytes));
   } else {
     struct msg *mg = &ex->act[k];
@@ -300,12 +306,12 @@ static int do_forward(struct exec *ex, int rank, int s, int mb) {
     TRY(consume(ex, mg, &tr->pools[2 * s], st->q, in, in_bytes));
   }
   if (last) {
-    strata_mem_t tg = strata__stage_targets(st, mb);
+    strata_mem_t tg = strata__stage_targets(st, sl);
     TRY(strata_buffer_write(st->q, tg.buf, tg.off * 4, tr->targets[mbi], (size_t)tr->rows * 4));
   }
-  TRY(strata__stage_forward(st, mb));
+  TRY(strata__stage_forward(st, sl));
   if (last && strata__stage_slice(tr, s) == 0) /* every slice computes the same losses */
-    TRY(strata__stage_loss_read(st, mb, tr->losses[mbi]));
+    TRY(strata__stage_loss_read(st, sl, tr->losses[mbi]));
   return strata_queue_finish(st->q);
 }
 
@@ -313,10 +319,10 @@ static int do_backward(struct exec *ex, int rank, int kind, int s, int mb) {
   strata_trainer_t tr = ex->tr;
   struct strata__stage *st = tr->st[s];
   if (kind != STRATA_ACTION_BACKWARD_WEIGHT && !strata__stage_last(tr, s)) {
-    strata_mem_t go = strata__stage_grad_output(st, mb);
+    strata_mem_t go = strata__stage_grad_output(st, slot_of(ex, s, mb));
     size_t bytes = strata__stage_out_floats(st) * 4;
     if (rank_of(ex, s + 1) == rank) {
-      strata_mem_t gi = strata__stage_grad_input(tr->st[s + 1], mb);
+      strata_mem_t gi = strata__stage_grad_input(tr->st[s + 1], slot_of(ex, s + 1, mb));
       TRY(strata_buffer_copy(st->q, go.buf, go.off * 4, gi.buf, gi.off * 4, bytes));
       TRY(strata_queue_finish(st->q));
       drop(ex, s + 1, mb, GRAD);
@@ -327,12 +333,13 @@ static int do_backward(struct exec *ex, int rank, int kind, int s, int mb) {
       TRY(consume(ex, mg, &tr->pools[2 * s + 1], st->q, go, bytes));
     }
   }
+  const int sl = slot_of(ex, s, mb);
   if (kind == STRATA_ACTION_BACKWARD)
-    TRY(strata__stage_backward(st, mb));
+    TRY(strata__stage_backward(st, sl));
   else if (kind == STRATA_ACTION_BACKWARD_INPUT)
-    TRY(strata__stage_backward_input(st, mb));
+    TRY(strata__stage_backward_input(st, sl));
   else
-    TRY(strata__stage_backward_weight(st, mb));
+    TRY(strata__stage_backward_weight(st, sl));
   TRY(strata_queue_finish(st->q));
   if (kind != STRATA_ACTION_BACKWARD_WEIGHT)
     drop(ex, s, mb, GRAD); /* its output gradient is used, its input gradient written */
@@ -474,7 +481,7 @@ static void *worker_main(void *arg) {
       j->kind = a->kind;
       j->stage = s;
       j->mb = mb;
-      j->src = act ? strata__stage_output(st, mb) : strata__stage_grad_input(st, mb);
+      j->src = act ? strata__stage_output(st, slot_of(ex, s, mb)) : strata__stage_grad_input(st, slot_of(ex, s, mb));
       j->bytes = (act ? strata__stage_out_floats(st) : strata__stage_in_floats(st)) * 4;
       int peer = act ? s + 1 : s - 1;
       j->dst_dev = ex->tr->dev[rank_of(ex, peer)];
@@ -542,11 +549,14 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
   ex.hold_act = calloc(cells, sizeof *ex.hold_act);
   ex.hold_grad = calloc(cells, sizeof *ex.hold_grad);
   ex.pending = calloc(cells, sizeof *ex.pending);
+  ex.slot = malloc(cells * sizeof *ex.slot);
+  for (size_t k = 0; ex.slot && k < cells; k++)
+    ex.slot[k] = -1;
   ex.inflight = calloc((size_t)ex.S, sizeof *ex.inflight);
   ex.peak = calloc((size_t)ex.S, sizeof *ex.peak);
   ex.done = calloc((size_t)ex.S, sizeof *ex.done);
   ex.done_post = calloc((size_t)ex.S, sizeof *ex.done_post);
-  int rc = (!ex.act || !ex.grad || !ex.hold_act || !ex.hold_grad || !ex.pending || !ex.inflight || !ex.peak ||
+  int rc = (!ex.act || !ex.grad || !ex.hold_act || !ex.hold_grad || !ex.pending || !ex.slot || !ex.inflight || !ex.peak ||
             !ex.done || !ex.done_post)
                ? strata__error(STRATA_ERR_NOMEM, "out of host memory running a pipeline step")
                : STRATA_OK;
@@ -660,6 +670,7 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
   free(ex.hold_act);
   free(ex.hold_grad);
   free(ex.pending);
+  free(ex.slot);
   free(ex.inflight);
   free(ex.peak);
   free(ex.done);

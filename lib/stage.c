@@ -551,11 +551,11 @@ void strata__stage_free(struct strata__stage *st) {
     return;
   if (st->q)
     strata_queue_finish(st->q);
-  for (int s = 0; s < STRATA__MAX_SLOTS; s++)
-  {
+  for (int s = 0; s < st->nslots; s++) {
     strata_buffer_free(st->slots[s].buf);
     strata_buffer_free(st->slots[s].grad);
   }
+  free(st->slots);
   strata_buffer_free(st->params);
   strata_buffer_free(st->grads);
   strata_buffer_free(st->m);
@@ -574,9 +574,42 @@ void strata__stage_free(struct strata__stage *st) {
   free(st);
 }
 
+/* Make room for slot s in the table. */
+static int slots_grow(struct strata__stage *st, int s) {
+  if (s < st->nslots)
+    return STRATA_OK;
+  int n = st->nslots ? st->nslots : 4;
+  while (n <= s)
+    n *= 2;
+  struct strata__slot_mem *t = realloc(st->slots, (size_t)n * sizeof *t);
+  if (!t)
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory for %d micro-batch slots", n);
+  memset(t + st->nslots, 0, (size_t)(n - st->nslots) * sizeof *t);
+  st->slots = t;
+  st->nslots = n;
+  return STRATA_OK;
+}
+
+int strata__stage_slot_take(struct strata__stage *st, int *slot) {
+  int s = 0;
+  while (s < st->nslots && (st->slots[s].taken || st->slots[s].buf || st->slots[s].grad))
+    s++;
+  TRY(slots_grow(st, s));
+  st->slots[s].taken = 1;
+  *slot = s;
+  return STRATA_OK;
+}
+
+/* A taken slot whose halves are both released is free again. */
+static void slot_settle(struct strata__stage *st, int s) {
+  if (!st->slots[s].buf && !st->slots[s].grad)
+    st->slots[s].taken = 0;
+}
+
 int strata__stage_acquire(struct strata__stage *st, int s) {
-  if (s < 0 || s >= STRATA__MAX_SLOTS)
+  if (s < 0)
     return strata__error(STRATA_ERR_RANGE, "stage: slot %d out of range", s);
+  TRY(slots_grow(st, s));
   if (!st->slots[s].buf)
     TRY(alloc(st->dev, st->slot_floats, &st->slots[s].buf));
   if (!st->slots[s].grad && st->grad_floats) {
@@ -584,6 +617,7 @@ int strata__stage_acquire(struct strata__stage *st, int s) {
     if (rc) {
       strata_buffer_free(st->slots[s].buf);
       st->slots[s].buf = NULL;
+      slot_settle(st, s);
       return rc;
     }
   }
@@ -591,19 +625,21 @@ int strata__stage_acquire(struct strata__stage *st, int s) {
 }
 
 void strata__stage_release_activations(struct strata__stage *st, int s) {
-  if (s < 0 || s >= STRATA__MAX_SLOTS || !st->slots[s].buf)
+  if (s < 0 || s >= st->nslots || !st->slots[s].buf)
     return;
   strata_queue_finish(st->q); /* queued work may still read it */
   strata_buffer_free(st->slots[s].buf);
   st->slots[s].buf = NULL;
+  slot_settle(st, s);
 }
 
 void strata__stage_release_gradients(struct strata__stage *st, int s) {
-  if (s < 0 || s >= STRATA__MAX_SLOTS || !st->slots[s].grad)
+  if (s < 0 || s >= st->nslots || !st->slots[s].grad)
     return;
   strata_queue_finish(st->q);
   strata_buffer_free(st->slots[s].grad);
   st->slots[s].grad = NULL;
+  slot_settle(st, s);
 }
 
 void strata__stage_release(struct strata__stage *st, int s) {
@@ -970,7 +1006,7 @@ static struct lctx layer_ctx(struct strata__stage *st, int s, int i) {
 }
 
 static int check_slot(struct strata__stage *st, int s) {
-  if (s < 0 || s >= STRATA__MAX_SLOTS || !st->slots[s].buf)
+  if (s < 0 || s >= st->nslots || !st->slots[s].buf)
     return strata__error(STRATA_ERR_STATE, "stage: slot %d holds no micro-batch", s);
   return STRATA_OK;
 }

@@ -9,8 +9,6 @@
 
 #include "model.h"
 
-#define STRATA__MAX_SLOTS 64
-
 /*
 ** Tensor parallelism: a stage may hold slice `rank` of `size` of its layers
 ** (Megatron's split: attention by heads, the MLP's first matrix by columns
@@ -38,9 +36,13 @@ struct strata__tensor {
   float init_const;          /* ... this constant when init_std is 0 */
 };
 
+/* A micro-batch's memory on the stage. Slots are recycled: the executor
+** takes a free one for each forward and it frees itself once both halves
+** are released, so a step holds as many as it has micro-batches in flight. */
 struct strata__slot_mem {
   strata_buffer_t buf;       /* activations; NULL when the slot holds no micro-batch */
   strata_buffer_t grad;      /* gradients at the stage's boundaries (NULL if none) */
+  int taken;                 /* handed out by strata__stage_slot_take, not yet released */
 };
 
 struct strata__stage {
@@ -68,7 +70,8 @@ struct strata__stage {
   size_t targets_off;        /* targets (int32 rows), last stage only */
   size_t slot_floats;
   size_t max_out, max_scratch;
-  struct strata__slot_mem slots[STRATA__MAX_SLOTS];
+  struct strata__slot_mem *slots; /* [nslots], grown as needed */
+  int nslots;
   float loss_scale;          /* d(loss)/d(per-row loss): 1 / rows per optimizer step */
   struct strata__shard tp;   /* which slice of the layers this stage holds */
   /* Sharded stages: joins the partial sums of `count` floats at x with the
@@ -109,6 +112,9 @@ void strata__tensor_cut(const struct strata__tensor *t, float *full, float *loca
 ** apart: the activations once the backward pass is done, the gradients once
 ** the input gradient has gone to the previous stage. */
 int strata__stage_acquire(struct strata__stage *st, int s);
+/* A slot that holds nothing (the table grows when every one is in use), marked taken until both halves are
+** released; the caller acquires it. */
+int strata__stage_slot_take(struct strata__stage *st, int *slot /* OUT */);
 void strata__stage_release_activations(struct strata__stage *st, int s);
 void strata__stage_release_gradients(struct strata__stage *st, int s);
 void strata__stage_release(struct strata__stage *st, int s);

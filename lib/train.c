@@ -778,8 +778,10 @@ static int finish_all(strata_trainer_t tr) {
 static void release_all(strata_trainer_t tr) {
   (void)finish_all(tr);
   for (int s = 0; s < strata__stages_all(tr); s++)
-    for (int k = 0; k < STRATA__MAX_SLOTS; k++)
+    for (int k = 0; k < tr->st[s]->nslots; k++) {
       strata__stage_release(tr->st[s], k);
+      tr->st[s]->slots[k].taken = 0;
+    }
 }
 
 float strata__clip_scale(const strata_trainer_t tr, float *norm) {

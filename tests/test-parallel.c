@@ -639,3 +639,34 @@ Test(parallel, tp_checkpoint_resumes_under_other_layouts) {
   strata_model_free(other);
   strata_model_free(m);
 }
+
+/* 256 micro-batches through a pipeline of 2: the slots are recycled, so each device's peak memory is that of 8
+** micro-batches (the 1F1B schedule keeps at most 2 in flight either way), not of 256. */
+Test(parallel, pp2_with_256_microbatches_holds_only_what_is_in_flight) {
+  strata_model_t m = small_gpt();
+  int h0 = tc_find_device("host", 0), h1 = tc_find_device("host", 1);
+  struct strata_pipeline_report rep[2];
+  const int mbs[2] = {8, 256};
+  for (int k = 0; k < 2; k++) {
+    strata_layout_t l = layout("{\"pp\": 2, \"devices\": [%d, %d], \"microbatches\": %d}", h0, h1, mbs[k]);
+    struct strata_train_options o = options(1);
+    o.batch = 1;
+    strata_trainer_t tr;
+    OK(strata_trainer_new_layout(m, ds, &o, l, NULL, &tr));
+    struct strata_step_stats st;
+    OK(strata_trainer_step(tr, &st));
+    OK(strata_trainer_step(tr, &st));
+    cr_assert(isfinite(st.loss));
+    OK(strata_trainer_report(tr, &rep[k]));
+    strata_trainer_free(tr);
+    strata_layout_free(l);
+  }
+  for (int r = 0; r < 2; r++) {
+    cr_assert_eq(rep[1].dev[r].peak_inflight, 2 - r, "device %d: %d micro-batches in flight", r,
+                 rep[1].dev[r].peak_inflight);
+    cr_assert_eq(rep[1].dev[r].peak_bytes, rep[0].dev[r].peak_bytes, "device %d: peak %llu bytes with 256, %llu with 8",
+                 r, (unsigned long long)rep[1].dev[r].peak_bytes, (unsigned long long)rep[0].dev[r].peak_bytes);
+    cr_assert_eq(rep[1].dev[r].activation_bytes, rep[0].dev[r].activation_bytes);
+  }
+  strata_model_free(m);
+}
