@@ -170,20 +170,26 @@ static int check_memory(strata_trainer_t tr, const int *split) {
     if (need[r] <= p.free_memory)
       continue;
     const double MiB = 1048576.0;
-    char what[160];
+    char what[200], hint[160] = "";
+    const struct strata__layer *L = &tr->model->layers[lo[r]];
     if (tr->nstages == 1)
       snprintf(what, sizeof what, "model '%s' (layers %d-%d)", tr->model->cfg.name, lo[r], hi[r]);
+    else if (lo[r] == hi[r])
+      snprintf(what, sizeof what, "layer %d of model '%s' (%s) alone", lo[r], tr->model->cfg.name, L->info.name);
     else
       snprintf(what, sizeof what, "%s of model '%s' on this device (layers %d-%d)", nst[r] == 1 ? "the stage" : "the stages",
                tr->model->cfg.name, lo[r], hi[r]);
+    if (tr->unfit_split && lo[r] == hi[r] && L->kind == STRATA__LAYER_BLOCK)
+      snprintf(hint, sizeof hint, "; no pipeline split can help: tensor parallelism (tp %d or more) splits the layer "
+               "itself", 2 * tr->tp);
     return strata__error(STRATA_ERR_DEVICE_MEMORY,
                          "%s%s does not fit on device %d: a step needs %.1f MiB (%.1f MiB for parameters, gradients and "
                          "AdamW moments, %.1f MiB of activations for micro-batches of %lld, %.1f MiB of other buffers), "
-                         "the device has %.1f MiB free (limit %.1f MiB, %.1f MiB in use)",
+                         "the device has %.1f MiB free (limit %.1f MiB, %.1f MiB in use)%s",
                          tr->unfit_split ? "no cut of the model fits these devices' memory; with the fastest cut, " : "",
                          what, tr->dev[r], (double)need[r] / MiB, (double)params[r] / MiB, (double)act[r] / MiB,
                          (long long)tr->opt.batch, (double)bufs[r] / MiB, (double)p.free_memory / MiB,
-                         (double)p.memory_limit / MiB, (double)p.used_memory / MiB);
+                         (double)p.memory_limit / MiB, (double)p.used_memory / MiB, hint);
   }
   return STRATA_OK;
 }

@@ -670,3 +670,38 @@ Test(parallel, pp2_with_256_microbatches_holds_only_what_is_in_flight) {
   }
   strata_model_free(m);
 }
+
+/* One block too large for a device: no pipeline split fits it (the message names the layer and says what would),
+** tp 2 x pp 2 over the same devices trains. */
+Test(parallel, a_layer_too_large_for_a_device_trains_with_tp2) {
+  struct strata_model_config c = {.kind = STRATA_MODEL_GPT, .vocab = 256, .context = 8, .d_model = 64,
+                                  .layers = 2, .heads = 4, .d_ff = 256};
+  strata_model_t m;
+  OK(strata_model_from_config(&c, &m));
+  /* a block: 16 bytes (parameter, gradient, two moments) x 49,984 parameters = 0.76 MiB; half of one 0.38 MiB */
+  strata_shutdown();
+  setenv("STRATA_DEVICE_MEMORY_LIMIT", "900K", 1);
+  int h[4];
+  for (int i = 0; i < 4; i++)
+    h[i] = tc_find_device("host", i);
+  struct strata_train_options o = options(1);
+  o.batch = 1;
+  strata_trainer_t tr = NULL;
+  strata_layout_t l = layout("{\"pp\": 4, \"devices\": [%d, %d, %d, %d], \"microbatches\": 4}", h[0], h[1], h[2], h[3]);
+  cr_assert_eq(strata_trainer_new_layout(m, ds, &o, l, NULL, &tr), STRATA_ERR_DEVICE_MEMORY, "%s",
+               strata_last_error());
+  cr_assert(strstr(strata_last_error(), "(h.0) alone"), "names the layer: %s", strata_last_error());
+  cr_assert(strstr(strata_last_error(), "tensor parallelism (tp 2"), "says what fits: %s", strata_last_error());
+  cr_assert_null(tr);
+  strata_layout_free(l);
+  l = layout("{\"pp\": 2, \"tp\": 2, \"devices\": [%d, %d, %d, %d], \"microbatches\": 4}", h[0], h[1], h[2], h[3]);
+  OK(strata_trainer_new_layout(m, ds, &o, l, NULL, &tr));
+  struct strata_step_stats st;
+  OK(strata_trainer_step(tr, &st));
+  cr_assert(isfinite(st.loss));
+  strata_trainer_free(tr);
+  strata_layout_free(l);
+  strata_shutdown();
+  unsetenv("STRATA_DEVICE_MEMORY_LIMIT");
+  strata_model_free(m);
+}
