@@ -374,16 +374,18 @@ static int do_optimizer(struct exec *ex, int rank, int s, int last_on_rank) {
         at += (size_t)snprintf(group + at, sizeof group - at, "%s%d", r ? "," : "",
                                tr->dev[rank_of(ex, (r * tr->tp + strata__stage_slice(tr, s)) * ex->chain +
                                                        s % ex->chain)]);
-      snprintf(name, sizeof name, "GR%d", s);
+      snprintf(name, sizeof name, "%s%d", tr->zero ? "GRS" : "GR", s);
       pthread_mutex_lock(&ex->lock);
-      strata__trace_add_comm(tr, name, "allreduce", (uint64_t)tr->st[s]->nparams * 4, group,
+      strata__trace_add_comm(tr, name, tr->zero ? "reducescatter" : "allreduce",
+                             (uint64_t)tr->st[s]->chunk * (uint64_t)(tr->zero ? tr->replicas : 1) * 4, group,
                              t0 > ex->done_post[s] ? t0 : ex->done_post[s], t1, 2 * rank + 1);
       pthread_mutex_unlock(&ex->lock);
     }
   }
   /* the global norm from one replica's stages (its slices'): after the
-  ** all-reduce every replica has the same gradients */
-  if (strata__stage_replica(tr, s) == 0)
+  ** all-reduce every replica has the same gradients; after ZeRO's
+  ** reduce-scatter each has its shard of them */
+  if (tr->zero || strata__stage_replica(tr, s) == 0)
     TRY(strata__stage_sumsq(tr, s));
   pthread_mutex_lock(&ex->lock);
   if (++ex->opt_arrived == ex->S) {
@@ -439,6 +441,49 @@ static void join_traced(void *arg, uint64_t bytes, const char *group, double t0,
   pthread_mutex_lock(&j->ex->lock);
   strata__trace_add_comm(j->ex->tr, name, "allreduce", bytes, group, t0, t1, j->tid);
   pthread_mutex_unlock(&j->ex->lock);
+}
+
+/*
+** ZeRO-1. GRAD_SCATTER: reduce-scatter the stage's gradients over the
+** replicas (replica r keeps the sum of shard r), overlapping as GR does.
+** PARAM_GATHER, after the device's updates: all-gather the updated shards,
+** enqueued before the next step's work on the stage's queue.
+*/
+static int do_grad_scatter(struct exec *ex, int s) {
+  strata_trainer_t tr = ex->tr;
+  struct strata__stage *st = tr->st[s];
+  strata_comm_t c = tr->comm[strata__stage_slice(tr, s) * ex->chain + s % ex->chain];
+  struct strata_comm_info info;
+  TRY(strata_comm_info(c, &info));
+  const int r = strata__stage_replica(tr, s);
+  strata_mem_t g = strata_mem(st->grads, 0), mine = strata_mem(st->grads, (size_t)r * st->chunk);
+  ex->done_post[s] = strata__now();
+  return strata__comm_post_rank(c, STRATA__COLL_REDUCESCATTER, r, st->q, g, mine, st->chunk, STRATA_FLOAT32,
+                                STRATA_SUM, 0, info.asynchronous ? &ex->done[s] : NULL);
+}
+
+static int do_param_gather(struct exec *ex, int rank, int s) {
+  strata_trainer_t tr = ex->tr;
+  struct strata__stage *st = tr->st[s];
+  strata_comm_t c = tr->comm[strata__stage_slice(tr, s) * ex->chain + s % ex->chain];
+  const int r = strata__stage_replica(tr, s);
+  double t0 = strata__now();
+  TRY(strata_allgather_rank(c, r, st->q, strata_mem(st->params, (size_t)r * st->chunk), strata_mem(st->params, 0),
+                            st->chunk, STRATA_FLOAT32));
+  TRY(strata_queue_finish(st->q));
+  if (tr->trace_path) {
+    char name[24], group[48];
+    size_t at = 0;
+    group[0] = '\0';
+    for (int q = 0; q < tr->replicas && at < sizeof group; q++)
+      at += (size_t)snprintf(group + at, sizeof group - at, "%s%d", q ? "," : "",
+                             tr->dev[rank_of(ex, (q * tr->tp + strata__stage_slice(tr, s)) * ex->chain + s % ex->chain)]);
+    snprintf(name, sizeof name, "PAG%d", s);
+    pthread_mutex_lock(&ex->lock);
+    strata__trace_add_comm(tr, name, "allgather", (uint64_t)st->chunk * 4, group, t0, strata__now(), 2 * rank + 1);
+    pthread_mutex_unlock(&ex->lock);
+  }
+  return STRATA_OK;
 }
 
 static void *worker_main(void *arg) {
@@ -504,6 +549,14 @@ static void *worker_main(void *arg) {
     case STRATA_ACTION_GRAD_REDUCE:
       rc = do_grad_reduce(ex, s);
       cat = NULL; /* traced with its duration at the optimizer */
+      break;
+    case STRATA_ACTION_GRAD_SCATTER:
+      rc = do_grad_scatter(ex, s);
+      cat = NULL; /* traced with its duration at the optimizer */
+      break;
+    case STRATA_ACTION_PARAM_GATHER:
+      rc = do_param_gather(ex, rank, s);
+      cat = NULL;
       break;
     case STRATA_ACTION_TP_JOIN_FORWARD:
     case STRATA_ACTION_TP_JOIN_BACKWARD: {

@@ -327,7 +327,8 @@ STRATA_API int strata_schedule_generate(int kind, int devices, int microbatches,
 ** each forward and backward followed by its TP_JOIN (tp > 1), and each
 ** stage's gradient collective placed right after its last backward work
 ** on its device (a GR there lets that stage's reduction overlap whatever
-** the device runs next), PARAM_GATHER right after its OPTIMIZER.
+** the device runs next), the PARAM_GATHERs after the device's last
+** OPTIMIZER (where the executor updates all the device's stages).
 */
 STRATA_API int strata_schedule_generate_hybrid(int kind, int devices, int microbatches, int virtual_stages,
                                                int replicas, int tp, int zero, strata_schedule_t *out) {
@@ -370,6 +371,10 @@ STRATA_API int strata_schedule_generate_hybrid(int kind, int devices, int microb
   for (int d = 0; d < devices && !rc; d++) {
     const struct strata_action *l = base->lists[d];
     const int n = base->counts[d];
+    int last_opt = -1;
+    for (int i = 0; i < n; i++)
+      if (l[i].kind == STRATA_ACTION_OPTIMIZER)
+        last_opt = i;
     for (int c = 0; c < chains && !rc; c++) {
       const int dd = c * devices + d;
       for (int i = 0; i < n && !rc; i++) {
@@ -380,8 +385,12 @@ STRATA_API int strata_schedule_generate_hybrid(int kind, int devices, int microb
           rc = strata__push(s, dd, STRATA_ACTION_TP_JOIN_FORWARD, st, a->microbatch);
         if (!rc && tp > 1 && (a->kind == STRATA_ACTION_BACKWARD || a->kind == STRATA_ACTION_BACKWARD_INPUT))
           rc = strata__push(s, dd, STRATA_ACTION_TP_JOIN_BACKWARD, st, a->microbatch);
-        if (!rc && a->kind == STRATA_ACTION_OPTIMIZER && zero)
-          rc = strata__push(s, dd, STRATA_ACTION_PARAM_GATHER, st, -1);
+        if (!rc && a->kind == STRATA_ACTION_OPTIMIZER && zero && i == last_opt)
+          /* after the device's last OPTIMIZER, which updates all its stages: every stage's gather, in the order
+          ** of their OPTIMIZERs */
+          for (int j = 0; j < n && !rc; j++)
+            if (l[j].kind == STRATA_ACTION_OPTIMIZER)
+              rc = strata__push(s, dd, STRATA_ACTION_PARAM_GATHER, c * S + l[j].stage, -1);
         if (rc || replicas < 2 || (a->kind != STRATA_ACTION_BACKWARD && a->kind != STRATA_ACTION_BACKWARD_WEIGHT))
           continue;
         /* the stage's last backward work on this device: nothing of its kind follows */

@@ -352,7 +352,8 @@ static int alloc(int dev, size_t floats, strata_buffer_t *b) {
 ** of every buffer. The caller frees it with strata__stage_free.
 */
 static int stage_layout(const struct strata_model *model, int first, int last, int dev, int64_t mb,
-                        int split_backward, const struct strata__shard *tp, struct strata__stage **out) {
+                        int split_backward, const struct strata__cut *cut, struct strata__stage **out) {
+  const struct strata__shard *tp = cut ? &cut->tp : NULL;
   *out = NULL;
   if (!model || first < 0 || last > model->nlayers || first >= last)
     return strata__error(STRATA_ERR_INVALID, "stage: layers [%d, %d) do not lie in a model of %d layers", first, last,
@@ -384,6 +385,11 @@ static int stage_layout(const struct strata_model *model, int first, int last, i
   st->mb = mb;
   st->split = split_backward != 0;
   st->tp = tp && tp->size > 1 ? *tp : (struct strata__shard){0, 1};
+  st->zero = cut && cut->zero.size > 1 ? cut->zero : (struct strata__shard){0, 1};
+  if (st->zero.rank < 0 || st->zero.rank >= st->zero.size) {
+    strata__stage_free(st);
+    return strata__error(STRATA_ERR_INVALID, "stage: optimizer shard %d of %d", st->zero.rank, st->zero.size);
+  }
   st->rows = model->cfg.kind == STRATA_MODEL_GPT ? mb * model->cfg.context : mb;
   int n = stage_layers(st);
   st->layer_tensor = calloc((size_t)n + 1, sizeof *st->layer_tensor);
@@ -440,6 +446,7 @@ static int stage_layout(const struct strata_model *model, int first, int last, i
   }
   st->slot_floats = slot;
   st->nparams = off;
+  st->chunk = (off + (size_t)st->zero.size - 1) / (size_t)st->zero.size;
   *out = st;
   return STRATA_OK;
 }
@@ -448,11 +455,11 @@ static int stage_layout(const struct strata_model *model, int first, int last, i
 static uint64_t alloc_bytes(size_t floats) { return (uint64_t)(floats ? floats : 1) * 4; }
 
 int strata__stage_plan(const struct strata_model *model, int first, int last, int64_t mb, int split_backward,
-                       const struct strata__shard *tp, struct strata__stage_bytes *b) {
+                       const struct strata__cut *cut, struct strata__stage_bytes *b) {
   struct strata__stage *st = NULL;
-  TRY(stage_layout(model, first, last, -1, mb, split_backward, tp, &st));
+  TRY(stage_layout(model, first, last, -1, mb, split_backward, cut, &st));
   memset(b, 0, sizeof *b);
-  b->params = 4 * alloc_bytes(st->nparams);
+  b->params = 2 * alloc_bytes(st->chunk * (size_t)st->zero.size) + 2 * alloc_bytes(st->chunk);
   b->fixed = b->params + alloc_bytes((size_t)st->ntensors + 1) + alloc_bytes(st->max_scratch) +
              2 * alloc_bytes(st->max_out);
   if (first == 0 && model->cfg.kind == STRATA_MODEL_GPT)
@@ -466,20 +473,20 @@ int strata__stage_plan(const struct strata_model *model, int first, int last, in
 }
 
 int strata__stage_new(const struct strata_model *model, int first, int last, int dev, int64_t mb, uint64_t seed,
-                      int split_backward, const struct strata__shard *tp, struct strata__stage **out) {
+                      int split_backward, const struct strata__cut *cut, struct strata__stage **out) {
   struct strata__stage *st = NULL;
-  TRY(stage_layout(model, first, last, dev, mb, split_backward, tp, &st));
-  size_t off = st->nparams;
+  TRY(stage_layout(model, first, last, dev, mb, split_backward, cut, &st));
+  size_t off = st->nparams, padded = st->chunk * (size_t)st->zero.size;
   int rc;
   rc = strata_queue_new(dev, &st->q);
   if (!rc)
-    rc = alloc(dev, off, &st->params);
+    rc = alloc(dev, padded, &st->params);
   if (!rc)
-    rc = alloc(dev, off, &st->grads);
+    rc = alloc(dev, padded, &st->grads);
   if (!rc)
-    rc = alloc(dev, off, &st->m);
+    rc = alloc(dev, st->chunk, &st->m);
   if (!rc)
-    rc = alloc(dev, off, &st->v);
+    rc = alloc(dev, st->chunk, &st->v);
   if (!rc)
     rc = alloc(dev, (size_t)st->ntensors + 1, &st->scalar);
   if (!rc)
@@ -520,12 +527,14 @@ int strata__stage_new(const struct strata_model *model, int first, int last, int
   free(whole);
   rc = strata_buffer_upload(st->q, st->params, 0, host, off * 4);
   free(host);
+  if (!rc && padded > off) /* the padding of the last shard: reduced and gathered, never read */
+    rc = strata_fill(st->q, AT(st->params, off), 0, (int64_t)(padded - off));
   if (!rc)
-    rc = strata_fill(st->q, AT(st->m, 0), 0, (int64_t)(off ? off : 1));
+    rc = strata_fill(st->q, AT(st->m, 0), 0, (int64_t)(st->chunk ? st->chunk : 1));
   if (!rc)
-    rc = strata_fill(st->q, AT(st->v, 0), 0, (int64_t)(off ? off : 1));
+    rc = strata_fill(st->q, AT(st->v, 0), 0, (int64_t)(st->chunk ? st->chunk : 1));
   if (!rc)
-    rc = strata_fill(st->q, AT(st->grads, 0), 0, (int64_t)(off ? off : 1));
+    rc = strata_fill(st->q, AT(st->grads, 0), 0, (int64_t)(padded ? padded : 1));
   if (!rc && st->positions) {
     int32_t *pos = malloc((size_t)st->rows * sizeof *pos);
     if (!pos)
@@ -1116,12 +1125,30 @@ strata_mem_t strata__stage_logits(struct strata__stage *st, int s) {
 }
 
 int strata__stage_zero_grads(struct strata__stage *st) {
-  return strata_fill(st->q, AT(st->grads, 0), 0, (int64_t)(st->nparams ? st->nparams : 1));
+  size_t padded = st->chunk * (size_t)st->zero.size;
+  return strata_fill(st->q, AT(st->grads, 0), 0, (int64_t)(padded ? padded : 1));
+}
+
+/* The part of tensor t inside the stage's optimizer shard: [*lo, *hi) in floats of the flat vector (empty: lo = hi). */
+static void shard_part(const struct strata__stage *st, int t, size_t *lo, size_t *hi) {
+  const struct strata__tensor *x = &st->tensors[t];
+  size_t a = (size_t)st->zero.rank * st->chunk, b = a + st->chunk;
+  *lo = x->off > a ? x->off : a;
+  *hi = x->off + x->n < b ? x->off + x->n : b;
+  if (*hi < *lo)
+    *hi = *lo;
 }
 
 int strata__stage_grad_sumsq(struct strata__stage *st, double *sumsq) {
-  for (int t = 0; t < st->ntensors; t++)
-    TRY(strata_sumsq(st->q, AT(st->grads, st->tensors[t].off), (int64_t)st->tensors[t].n, AT(st->scalar, (size_t)t), 0));
+  for (int t = 0; t < st->ntensors; t++) {
+    size_t lo, hi;
+    shard_part(st, t, &lo, &hi);
+    if (hi == lo) { /* nothing of it here: a zero sum */
+      TRY(strata_fill(st->q, AT(st->scalar, (size_t)t), 0, 1));
+      continue;
+    }
+    TRY(strata_sumsq(st->q, AT(st->grads, lo), (int64_t)(hi - lo), AT(st->scalar, (size_t)t), 0));
+  }
   float *v = malloc(((size_t)st->ntensors + 1) * sizeof *v);
   if (!v)
     return strata__error(STRATA_ERR_NOMEM, "out of host memory");
@@ -1134,12 +1161,17 @@ int strata__stage_grad_sumsq(struct strata__stage *st, double *sumsq) {
 
 int strata__stage_update(struct strata__stage *st, float gscale, float lr, float beta1, float beta2, float eps,
                          float weight_decay, int64_t step) {
+  const size_t base = (size_t)st->zero.rank * st->chunk; /* where the shard (and m, v) starts */
   if (gscale != 1.0f)
-    TRY(strata_scale(st->q, AT(st->grads, 0), gscale, (int64_t)(st->nparams ? st->nparams : 1)));
+    TRY(strata_scale(st->q, AT(st->grads, base), gscale, (int64_t)(st->chunk ? st->chunk : 1)));
   for (int t = 0; t < st->ntensors; t++) {
     const struct strata__tensor *x = &st->tensors[t];
-    TRY(strata_adamw(st->q, AT(st->params, x->off), AT(st->grads, x->off), AT(st->m, x->off), AT(st->v, x->off),
-                     (int64_t)x->n, lr, beta1, beta2, eps, x->decay ? weight_decay : 0.0f, step));
+    size_t lo, hi;
+    shard_part(st, t, &lo, &hi);
+    if (hi == lo)
+      continue;
+    TRY(strata_adamw(st->q, AT(st->params, lo), AT(st->grads, lo), AT(st->m, lo - base), AT(st->v, lo - base),
+                     (int64_t)(hi - lo), lr, beta1, beta2, eps, x->decay ? weight_decay : 0.0f, step));
   }
   return STRATA_OK;
 }

@@ -19,6 +19,15 @@ struct strata__shard {
   int rank, size;            /* 0 of 1: the whole layers */
 };
 
+/*
+** How a stage is cut: its tensor-parallel slice, and (ZeRO-1) which of
+** `zero.size` equal shards of its flat parameter vector this replica's
+** optimizer updates — its AdamW moments hold only that shard.
+*/
+struct strata__cut {
+  struct strata__shard tp, zero;
+};
+
 enum strata__split { STRATA__SPLIT_NONE, STRATA__SPLIT_ROWS, STRATA__SPLIT_COLS };
 
 /* One parameter tensor of the stage; offsets are in floats into the stage's buffers. */
@@ -74,6 +83,8 @@ struct strata__stage {
   int nslots;
   float loss_scale;          /* d(loss)/d(per-row loss): 1 / rows per optimizer step */
   struct strata__shard tp;   /* which slice of the layers this stage holds */
+  struct strata__shard zero; /* ZeRO-1: the shard of the parameters its optimizer updates (0 of 1: all) */
+  size_t chunk;              /* floats per shard (nparams without ZeRO); params and grads hold zero.size x chunk */
   /* Sharded stages: joins the partial sums of `count` floats at x with the
   ** other slices' (an all-reduce enqueued on q), set by the executor. */
   int (*join)(void *arg, strata_queue_t q, strata_mem_t x, size_t count);
@@ -81,11 +92,11 @@ struct strata__stage {
 };
 
 /* Build a stage of layers [first, last) of `model` on `dev` for micro-batches
-** of `mb` samples, slice tp (NULL: whole); allocates parameters, gradients and moments and
+** of `mb` samples, cut as `cut` says (NULL: whole, no ZeRO); allocates parameters, gradients and moments and
 ** initialises the parameters from `seed` (each tensor from a seed derived
 ** from its name, so values do not depend on how the model is cut). */
 int strata__stage_new(const struct strata_model *model, int first, int last, int dev, int64_t mb, uint64_t seed,
-                      int split_backward, const struct strata__shard *tp, struct strata__stage **out);
+                      int split_backward, const struct strata__cut *cut, struct strata__stage **out);
 void strata__stage_free(struct strata__stage *st);
 
 /* What a stage allocates on its device, in bytes, as strata__stage_new and
@@ -100,7 +111,7 @@ struct strata__stage_bytes {
 
 /* Plan a stage of layers [first, last) for micro-batches of `mb` samples without allocating anything. */
 int strata__stage_plan(const struct strata_model *model, int first, int last, int64_t mb, int split_backward,
-                       const struct strata__shard *tp, struct strata__stage_bytes *bytes /* OUT */);
+                       const struct strata__cut *cut, struct strata__stage_bytes *bytes /* OUT */);
 
 /* Copy between a tensor's slice (`local`, t->n floats) and the whole tensor
 ** (`full`, t->full_n floats): gather 1 writes the slice into the whole, 0
@@ -149,11 +160,11 @@ int strata__stage_loss_read(struct strata__stage *st, int s, float *rows);
 strata_mem_t strata__stage_logits(struct strata__stage *st, int s);
 
 int strata__stage_zero_grads(struct strata__stage *st);
-/* Sum of squares of each tensor's gradient, into sumsq[ntensors] (waits for
-** the queue). Summed by the caller in tensor order, so that the global norm
+/* Sum of squares of each tensor's gradient (with ZeRO, of its part in the
+** stage's shard), into sumsq[ntensors] (waits for the queue). Summed by the caller in tensor order, so that the global norm
 ** does not depend on how the model is cut. */
 int strata__stage_grad_sumsq(struct strata__stage *st, double *sumsq);
-/* Scale gradients by `gscale`, then one AdamW step. */
+/* Scale gradients by `gscale`, then one AdamW step (with ZeRO, of the stage's shard only). */
 int strata__stage_update(struct strata__stage *st, float gscale, float lr, float beta1, float beta2, float eps,
                          float weight_decay, int64_t step);
 

@@ -153,8 +153,9 @@ static int check_memory(strata_trainer_t tr, const int *split) {
     const int n = split[s % tr->nstages];
     if (strata__stage_first(tr, s))
       first = 0;
-    struct strata__shard sh = {strata__stage_slice(tr, s), tr->tp};
-    TRY(strata__stage_plan(tr->model, first, first + n, tr->opt.batch, split_backward, &sh, &b));
+    struct strata__cut cut = {{strata__stage_slice(tr, s), tr->tp},
+                              {strata__stage_replica(tr, s), tr->zero ? tr->replicas : 1}};
+    TRY(strata__stage_plan(tr->model, first, first + n, tr->opt.batch, split_backward, &cut, &b));
     int r = tr->stage_rank[s];
     need[r] += strata__stage_need(tr, s, &b, strata__stage_first(tr, s) ? NULL : &prev, &act[r], &bufs[r]);
     params[r] += b.params;
@@ -231,8 +232,9 @@ static int build_stages(strata_trainer_t tr, const int *split, int split_backwar
     int dev = tr->dev[tr->stage_rank[s]];
     /* every replica initialises its stages from the same seed: the copies
     ** start equal, and each slice is cut from the same whole tensors */
-    struct strata__shard sh = {strata__stage_slice(tr, s), tr->tp};
-    int rc = strata__stage_new(tr->model, first, last, dev, tr->opt.batch, tr->opt.seed, split_backward, &sh,
+    struct strata__cut cut = {{strata__stage_slice(tr, s), tr->tp},
+                              {strata__stage_replica(tr, s), tr->zero ? tr->replicas : 1}};
+    int rc = strata__stage_new(tr->model, first, last, dev, tr->opt.batch, tr->opt.seed, split_backward, &cut,
                                &tr->st[s]);
     if (rc == STRATA_ERR_DEVICE_MEMORY)
       rc = explain_memory(tr, first, last, dev);
@@ -249,7 +251,7 @@ static int build_stages(strata_trainer_t tr, const int *split, int split_backwar
   tr->ntensors = 0;
   for (int s = 0; s < tr->nstages; s++)
     tr->ntensors += (size_t)tr->st[s]->ntensors;
-  tr->sumsq = calloc((size_t)tr->tp * tr->ntensors + 1, sizeof *tr->sumsq);
+  tr->sumsq = calloc((size_t)(tr->zero ? tr->chains : tr->tp) * tr->ntensors + 1, sizeof *tr->sumsq);
   tr->tensor_split = calloc(tr->ntensors + 1, sizeof *tr->tensor_split);
   if (!tr->sumsq || !tr->tensor_split)
     return strata__error(STRATA_ERR_NOMEM, "out of host memory");
@@ -312,6 +314,7 @@ static int check_pipeline(const struct strata_pipeline_options *pp, int nlayers,
 */
 struct plan {
   int replicas, pp, tp, kind, m, nstages;    /* devices: chain c = replica x tp + slice, rank p at c x pp + p */
+  int zero;                                  /* ZeRO-1 over the replicas */
   int devices[STRATA_MAX_PIPELINE];
   int split[STRATA_MAX_STAGES];
   int given;                         /* split given (else balanced) */
@@ -451,6 +454,7 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
                         : (size_t)tr->rows;
   tr->replicas = pl->replicas;
   tr->tp = pl->tp;
+  tr->zero = pl->zero;
   tr->chains = chains;
   tr->pp = pl->pp;
   tr->ndev = ndev;
@@ -468,7 +472,8 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
   if (!rc && tr->tp > 1 && !(tr->tp_member = calloc((size_t)(nstages * chains), sizeof *tr->tp_member)))
     rc = strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
   if (!rc && kind) {
-    rc = strata_schedule_generate_hybrid(kind, pl->pp, tr->m, nstages / pl->pp, pl->replicas, pl->tp, 0, &tr->sched);
+    rc = strata_schedule_generate_hybrid(kind, pl->pp, tr->m, nstages / pl->pp, pl->replicas, pl->tp, pl->zero,
+                                         &tr->sched);
     if (!rc)
       rc = strata_schedule_validate(tr->sched);
     if (!rc && pl->given) {
@@ -515,7 +520,7 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
     const struct strata__stage *st = tr->st[s];
     d->param_bytes += (uint64_t)st->nparams * 4;
     d->grad_bytes += (uint64_t)st->nparams * 4;
-    d->optimizer_bytes += 2 * (uint64_t)st->nparams * 4;
+    d->optimizer_bytes += 2 * (uint64_t)st->chunk * 4;
     d->activation_bytes += (uint64_t)stage_inflight(tr, s) * st->slot_floats * 4;
   }
   *out = tr;
@@ -564,12 +569,11 @@ STRATA_API int strata_trainer_new_layout(strata_model_t model, strata_dataset_t 
   if (tp > 1 && model->cfg.kind != STRATA_MODEL_GPT)
     return strata__error(STRATA_ERR_UNSUPPORTED, "layout: tensor parallelism (tp %d) splits GPT blocks in this version; "
                          "'%s' is not a GPT", tp, model->cfg.name);
-  if (strata_layout_zero(layout))
-    return strata__error(STRATA_ERR_UNSUPPORTED, "layout: ZeRO-1 is not in this version yet");
   if (dp * pp * tp > STRATA_MAX_PIPELINE)
     return strata__error(STRATA_ERR_INVALID, "layout: %d devices, this version handles %d", dp * pp * tp,
                          STRATA_MAX_PIPELINE);
-  struct plan pl = {.replicas = dp, .pp = pp, .tp = tp, .m = strata_layout_microbatches(layout),
+  struct plan pl = {.replicas = dp, .pp = pp, .tp = tp, .zero = strata_layout_zero(layout) != 0,
+                    .m = strata_layout_microbatches(layout),
                     .nstages = strata_layout_stages(layout), .trace = trace};
   /* one device and one replica: the stages one after another, no schedule */
   pl.kind = dp == 1 && pp == 1 && tp == 1 ? 0 : strata_layout_schedule(layout);
@@ -793,10 +797,12 @@ static void release_all(strata_trainer_t tr) {
 float strata__clip_scale(const strata_trainer_t tr, float *norm) {
   double sum = 0;
   for (size_t t = 0; t < tr->ntensors; t++) {
-    /* a cut tensor's sum is its slices', in slice order; a whole one is the same on every slice */
-    double x = tr->sumsq[t];
-    for (int k = 1; tr->tensor_split[t] && k < tr->tp; k++)
-      x += tr->sumsq[(size_t)k * tr->ntensors + t];
+    /* a cut tensor's sum is its slices', in slice order; a whole one is the same on every slice; with ZeRO each
+    ** replica has the sums of its shard's part, added in replica order */
+    double x = 0;
+    for (int r = 0; r < (tr->zero ? tr->replicas : 1); r++)
+      for (int k = 0; k < (tr->tensor_split[t] ? tr->tp : 1); k++)
+        x += tr->sumsq[(size_t)(r * tr->tp + k) * tr->ntensors + t];
     sum += x;
   }
   *norm = (float)sqrt(sum);
@@ -810,7 +816,8 @@ int strata__stage_optimize(strata_trainer_t tr, int s, float gscale, float lr) {
 }
 
 int strata__stage_sumsq(strata_trainer_t tr, int s) {
-  size_t base = (size_t)strata__stage_slice(tr, s) * tr->ntensors; /* where stage s's tensors start */
+  /* where stage s's tensors start: its chain's row (replica 0's chains without ZeRO) */
+  size_t base = (size_t)(tr->zero ? strata__stage_chain(tr, s) : strata__stage_slice(tr, s)) * tr->ntensors;
   for (int i = 0; i < s % tr->nstages; i++)
     base += (size_t)tr->st[i]->ntensors;
   return strata__stage_grad_sumsq(tr->st[s], tr->sumsq + base);
@@ -963,25 +970,36 @@ static size_t stage_full(const struct strata__stage *st) {
   return n;
 }
 
+/* Stage j of slice k's flat buffer `which` into local (nparams floats): replica 0's copy, or with ZeRO the moments
+** from every replica's shard. */
+static int download_flat(strata_trainer_t tr, int k, int j, int which, float *local) {
+  struct strata__stage *st = tr->st[k * tr->nstages + j];
+  if (!tr->zero || which < 2)
+    return strata_buffer_download(st->q, buffer_of(st, which), 0, local, st->nparams * 4);
+  for (int r = 0; r < tr->replicas; r++) {
+    struct strata__stage *x = tr->st[(r * tr->tp + k) * tr->nstages + j];
+    size_t at = (size_t)r * x->chunk, n = at < x->nparams ? x->nparams - at : 0;
+    if (n > x->chunk)
+      n = x->chunk;
+    if (n)
+      TRY(strata_buffer_download(x->q, buffer_of(x, which), 0, local + at, n * 4));
+  }
+  return STRATA_OK;
+}
+
 /* Copy buffer `which` (0 params, 1 grads, 2 m, 3 v) of replica 0 into host. */
 static int gather(strata_trainer_t tr, int which, float *host) {
   size_t at = 0, most = 0;
   for (int s = 0; s < tr->nstages; s++)
     most = tr->st[s]->nparams > most ? tr->st[s]->nparams : most;
-  float *local = tr->tp > 1 ? malloc((most ? most : 1) * sizeof *local) : NULL;
-  if (tr->tp > 1 && !local)
+  float *local = malloc((most ? most : 1) * sizeof *local);
+  if (!local)
     return strata__error(STRATA_ERR_NOMEM, "out of host memory");
   int rc = STRATA_OK;
   for (int s = 0; s < tr->nstages && !rc; s++) {
-    if (tr->tp == 1) {
-      struct strata__stage *st = tr->st[s];
-      rc = strata_buffer_download(st->q, buffer_of(st, which), 0, host + at, st->nparams * 4);
-      at += st->nparams;
-      continue;
-    }
     for (int k = 0; k < tr->tp && !rc; k++) {
       struct strata__stage *st = tr->st[k * tr->nstages + s];
-      rc = strata_buffer_download(st->q, buffer_of(st, which), 0, local, st->nparams * 4);
+      rc = download_flat(tr, k, s, which, local);
       size_t o = at;
       for (int t = 0; t < st->ntensors && !rc; t++) {
         const struct strata__tensor *x = &st->tensors[t];
@@ -996,30 +1014,33 @@ static int gather(strata_trainer_t tr, int which, float *host) {
   return rc;
 }
 
-/* Every replica's copy of the stages, every slice, receives the same values. */
+/* Every replica's copy of the stages, every slice, receives the same values (with ZeRO, each its shard of the
+** moments). */
 static int scatter(strata_trainer_t tr, int which, const float *host) {
   size_t most = 0;
   for (int s = 0; s < strata__stages_all(tr); s++)
     most = tr->st[s]->nparams > most ? tr->st[s]->nparams : most;
-  float *local = tr->tp > 1 ? malloc((most ? most : 1) * sizeof *local) : NULL;
-  if (tr->tp > 1 && !local)
+  float *local = malloc((most ? most : 1) * sizeof *local);
+  if (!local)
     return strata__error(STRATA_ERR_NOMEM, "out of host memory");
   int rc = STRATA_OK;
   for (int c = 0; c < tr->chains && !rc; c++) {
     size_t at = 0;
     for (int s = 0; s < tr->nstages && !rc; s++) {
       struct strata__stage *st = tr->st[c * tr->nstages + s];
-      if (tr->tp == 1) {
-        rc = strata_buffer_upload(st->q, buffer_of(st, which), 0, host + at, st->nparams * 4);
-        at += st->nparams;
-        continue;
-      }
       for (int t = 0; t < st->ntensors; t++) {
         const struct strata__tensor *x = &st->tensors[t];
         strata__tensor_cut(x, (float *)host + at, local + x->off, 0);
         at += x->full_n;
       }
-      rc = strata_buffer_upload(st->q, buffer_of(st, which), 0, local, st->nparams * 4);
+      if (tr->zero && which >= 2) {
+        size_t lo = (size_t)st->zero.rank * st->chunk, n = lo < st->nparams ? st->nparams - lo : 0;
+        if (n > st->chunk)
+          n = st->chunk;
+        rc = n ? strata_buffer_upload(st->q, buffer_of(st, which), 0, local + lo, n * 4) : STRATA_OK;
+      } else {
+        rc = strata_buffer_upload(st->q, buffer_of(st, which), 0, local, st->nparams * 4);
+      }
     }
   }
   free(local);

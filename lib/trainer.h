@@ -49,6 +49,7 @@ struct strata_trainer {
   int nstages;                       /* stages of one chain (the model, cut) */
   int replicas;                      /* data-parallel copies */
   int tp;                            /* tensor-parallel slices of every stage */
+  int zero;                          /* ZeRO-1: replica r's optimizer updates shard r of each stage */
   int chains;                        /* replicas x tp chains of stages: chain c = replica c / tp, slice c % tp;
                                      ** chain c's stage s is st[c x nstages + s] */
   int pp;                            /* pipeline ranks of one chain: ndev = chains x pp */

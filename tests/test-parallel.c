@@ -350,9 +350,6 @@ Test(parallel, refused_layouts) {
   cr_assert(strstr(strata_last_error(), "tp degree per pipeline rank"), "%s", strata_last_error());
   cr_assert_null(tr);
   strata_layout_free(l);
-  l = layout("{\"dp\": 2, \"zero\": 1, \"devices\": [0, 1]}");
-  cr_assert_eq(strata_trainer_new_layout(m, ds, &o, l, NULL, &tr), STRATA_ERR_UNSUPPORTED);
-  strata_layout_free(l);
   l = layout("{\"tp\": 4, \"devices\": [0, 1, 2, 3]}");
   cr_assert_eq(strata_trainer_new_layout(m, ds, &o, l, NULL, &tr), STRATA_ERR_INVALID, "tp 4 and 2 heads");
   cr_assert(strstr(strata_last_error(), "2 heads"), "%s", strata_last_error());
@@ -703,5 +700,66 @@ Test(parallel, a_layer_too_large_for_a_device_trains_with_tp2) {
   strata_layout_free(l);
   strata_shutdown();
   unsetenv("STRATA_DEVICE_MEMORY_LIMIT");
+  strata_model_free(m);
+}
+
+/* ---- ZeRO-1 ---- */
+
+/* dp 2 with ZeRO-1 (gradients reduce-scattered, each replica's AdamW over its shard, parameters all-gathered)
+** against one device, alone and with pp 2 (1F1B, interleaved) and tp 2: the same tolerance as dp. */
+Test(parallel, zero1_matches_one_device) {
+  strata_model_t m = gpt4();
+  int h[8];
+  for (int i = 0; i < 8; i++)
+    h[i] = tc_find_device("host", i);
+  struct run ref2, ref4;
+  single(m, h[0], 2, &ref2);
+  single(m, h[0], 4, &ref4);
+  tp_case(m, h, "{\"dp\": 2, \"zero\": 1, \"devices\": [%d, %d], \"microbatches\": 1}", 2, &ref2, "dp 2 zero");
+  tp_case(m, h, "{\"dp\": 2, \"pp\": 2, \"zero\": 1, \"devices\": [%d, %d, %d, %d], \"microbatches\": 2}", 4,
+          &ref4, "dp 2 x pp 2 zero");
+  tp_case(m, h,
+          "{\"dp\": 2, \"pp\": 2, \"zero\": 1, \"devices\": [%d, %d, %d, %d], \"microbatches\": 2, "
+          "\"schedule\": \"interleaved\"}", 4, &ref4, "dp 2 x pp 2 interleaved zero");
+  tp_case(m, h, "{\"dp\": 2, \"tp\": 2, \"zero\": 1, \"devices\": [%d, %d, %d, %d], \"microbatches\": 1}", 2,
+          &ref2, "dp 2 x tp 2 zero");
+  free(ref2.params);
+  free(ref4.params);
+  strata_model_free(m);
+}
+
+/* ZeRO-1 over 2 replicas: each holds half the AdamW moments (rounded up to whole floats), all the parameters;
+** a checkpoint of it resumes on one device with the next loss of the uninterrupted run. */
+Test(parallel, zero1_halves_the_optimizer_state_and_checkpoints_whole) {
+  strata_model_t m = gpt4();
+  int h0 = tc_find_device("host", 0), h1 = tc_find_device("host", 1);
+  struct strata_pipeline_report plain, zero;
+  struct strata_train_options o = options(1);
+  strata_trainer_t tr;
+  strata_layout_t l = layout("{\"dp\": 2, \"devices\": [%d, %d], \"microbatches\": 1}", h0, h1);
+  OK(strata_trainer_new_layout(m, ds, &o, l, NULL, &tr));
+  OK(strata_trainer_report(tr, &plain));
+  strata_trainer_free(tr);
+  strata_layout_free(l);
+  char json[300], ckpt[600];
+  snprintf(json, sizeof json, "{\"dp\": 2, \"zero\": 1, \"devices\": [%d, %d], \"microbatches\": 2}", h0, h1);
+  OK(strata_layout_from_json(json, "zero", &l));
+  OK(strata_trainer_new_layout(m, ds, &o, l, NULL, &tr));
+  OK(strata_trainer_report(tr, &zero));
+  strata_trainer_free(tr);
+  strata_layout_free(l);
+  const uint64_t n = strata_model_params(m);
+  for (int r = 0; r < 2; r++) {
+    cr_assert_eq(plain.dev[r].optimizer_bytes, 8 * n);
+    cr_assert_eq(zero.dev[r].optimizer_bytes, 8 * ((n + 1) / 2), "replica %d: %llu bytes of moments", r,
+                 (unsigned long long)zero.dev[r].optimizer_bytes);
+    cr_assert_eq(zero.dev[r].param_bytes, 4 * n);
+  }
+  snprintf(ckpt, sizeof ckpt, "%s/zero.safetensors", dir);
+  float uninterrupted = layout_step_after(m, json, ckpt, 5);
+  snprintf(json, sizeof json, "{\"devices\": [%d], \"microbatches\": 4}", h0);
+  float got = layout_step_after(m, json, ckpt, 0);
+  cr_assert(fabs(got - uninterrupted) <= 1e-5 * fabs(uninterrupted), "one device: next loss %.9g, uninterrupted %.9g",
+            got, uninterrupted);
   strata_model_free(m);
 }

@@ -35,7 +35,7 @@ if [ ! -x "$TRAIN" ]; then
   echo "1..0 # SKIP strata-train not built"
   exit 0
 fi
-echo "1..17"
+echo "1..19"
 
 for i in 1 2 3 4 5 6 7 8; do cat "$top_srcdir/README.md"; done >"$TMP/text.txt"
 T="$TRAIN --model gpt-micro --data $TMP/text.txt --batch 2 --steps 6 --eval-batches 1 --eval-every 0 --json"
@@ -82,6 +82,11 @@ check "--layout tp 2 x pp 2: loss $l6 is one device's ($l1) (exit $rc)" sh -c "[
 fails_clearly "--tp 3 does not divide gpt-micro's heads" "tp 3" $T --tp 3 --devices 0,1,2
 fails_clearly "a tp degree per rank is refused in this version" "tp degree per pipeline rank" $T --pp 2 --tp 2,1
 fails_clearly "--tp with one degree too many" "--tp lists 3 degrees" $T --pp 2 --tp 2,1,1
+$T --dp 2 --zero --microbatches 2 >"$TMP/zero.json" 2>"$TMP/err"
+rc=$?
+l7=$(field "$TMP/zero.json" step loss)
+check "--dp 2 --zero: loss $l7 is one device's ($l1) (exit $rc)" sh -c "[ $rc -eq 0 ] && awk -v a='$l7' -v b='$l1' 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-4 * b) }'"
+fails_clearly "--zero without replicas" "give --dp 2 or more" $T --zero
 printf '{"dp": 2, "devices": [0, 0]}\n' >"$TMP/twice.json"
 fails_clearly "a layout naming a device twice" "listed twice" $T --layout "$TMP/twice.json"
 fails_clearly "a missing layout file" "no-such.json" $T --layout "$TMP/no-such.json"

@@ -75,6 +75,7 @@ struct options {
   int dp;                   /* data-parallel replicas; 0: --dp not given */
   int tp[STRATA_MAX_PIPELINE]; /* --tp: tensor-parallel degree, one for every rank or one per rank */
   int ntp;                  /* entries of tp; 0: --tp not given */
+  int zero;                 /* --zero: ZeRO-1 over the --dp replicas */
   const char *layout_path;  /* --layout FILE */
   strata_layout_t layout;   /* the layout to train (--layout, or built for --dp); NULL otherwise */
   const char *cut_given;    /* the first of --pp, --dp, --devices, ... given, for "--layout says it" */
@@ -201,6 +202,9 @@ static void usage(FILE *f) {
           "                           and MLP units; T divides both), one degree for every rank (a\n"
           "                           degree per rank is refused in this version); --devices lists each\n"
           "                           replica's ranks' slices in turn (dp x pp x T devices)\n"
+          "      --zero               ZeRO-1 with --dp: gradients reduce-scattered, each replica's AdamW\n"
+          "                           over its 1/D of the parameters (the moments shrink by D), the\n"
+          "                           updated parameters all-gathered\n"
           "      --layout FILE        the whole cut from a layout file (schema strata-layout/1, as\n"
           "                           strata-plan writes it) instead of --dp, --pp, --devices, --split,\n"
           "                           --schedule, --microbatches and --virtual-stages\n"
@@ -1033,6 +1037,7 @@ static int new_layout_trainer(struct run *r, const struct options *o) {
   if (!l) { /* --dp: the layout of the command line */
     struct strata_layout_desc d = {.dp = o->dp, .pp = o->pp, .devices = r->dev, .ndevices = r->pp,
                                    .tp_all = o->ntp == 1 ? o->tp[0] : 0, .tp = o->ntp > 1 ? o->tp : NULL,
+                                   .zero = o->zero,
                                    .split = o->nsplit ? o->split : NULL, .nsplit = o->nsplit,
                                    .schedule = o->schedule, .microbatches = (int)o->microbatches,
                                    .virtual_stages = o->schedule == STRATA_SCHEDULE_INTERLEAVED ? (int)o->virtual_stages : 0};
@@ -1259,7 +1264,7 @@ static void print_header(const struct run *r, const struct options *o, const cha
 enum {
   OPT_DEVICE = 256, OPT_ACCUM, OPT_LR, OPT_WARMUP, OPT_SEED, OPT_CLIP, OPT_WD, OPT_SAVE_EVERY, OPT_STOP_AT, OPT_EVAL_BATCHES,
   OPT_VERSION, OPT_PP, OPT_DEVICES, OPT_SPLIT, OPT_SCHEDULE, OPT_MICROBATCHES, OPT_VIRTUAL_STAGES, OPT_TRACE,
-  OPT_DATA_FORMAT, OPT_INIT_FROM, OPT_UNTIE, OPT_VAL_DATA, OPT_DP, OPT_LAYOUT, OPT_TP
+  OPT_DATA_FORMAT, OPT_INIT_FROM, OPT_UNTIE, OPT_VAL_DATA, OPT_DP, OPT_LAYOUT, OPT_TP, OPT_ZERO
 };
 
 /*
@@ -1305,6 +1310,10 @@ static int check_pipeline_args(struct options *o) {
     if (o->trace && check_out_path("--trace", o->trace))
       return EXIT_USAGE;
     return 0;
+  }
+  if (o->zero && o->dp < 2) {
+    fprintf(stderr, PROG ": --zero shards the optimizer over replicas: give --dp 2 or more\n");
+    return EXIT_USAGE;
   }
   if ((o->dp || o->ntp) && !o->pp)
     o->pp = 1; /* replicas, or slices, of one stage */
@@ -1404,7 +1413,7 @@ static int parse_args(int argc, char **argv, struct options *o) {
       {"virtual-stages", required_argument, NULL, OPT_VIRTUAL_STAGES},
       {"trace", required_argument, NULL, OPT_TRACE},
       {"dp", required_argument, NULL, OPT_DP},      {"layout", required_argument, NULL, OPT_LAYOUT},
-      {"tp", required_argument, NULL, OPT_TP},
+      {"tp", required_argument, NULL, OPT_TP},      {"zero", no_argument, NULL, OPT_ZERO},
       {"data-format", required_argument, NULL, OPT_DATA_FORMAT},
       {"init-from", required_argument, NULL, OPT_INIT_FROM},
       {"untie", no_argument, NULL, OPT_UNTIE},
@@ -1478,6 +1487,10 @@ static int parse_args(int argc, char **argv, struct options *o) {
       break;
     case OPT_LAYOUT:
       o->layout_path = optarg;
+      break;
+    case OPT_ZERO:
+      o->zero = 1;
+      o->cut_given = o->cut_given ? o->cut_given : "--zero";
       break;
     case OPT_TP:
       if (parse_list("--tp", optarg, 1, STRATA_MAX_PIPELINE, o->tp, &o->ntp))

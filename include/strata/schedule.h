@@ -29,6 +29,7 @@ extern "C" {
 **                    same stage of every other replica, after its backward work
 **   GRAD_SCATTER s   ZeRO-1: reduce-scatter them instead (each replica keeps its shard)
 **   PARAM_GATHER s   ZeRO-1: all-gather the updated parameter shards, after OPTIMIZER s
+**                    (generated after the device's last OPTIMIZER)
 **   TP_JOIN_FORWARD s m   tensor parallelism: the joins (all-reduces over the
 **                    stage's tp slices) of F s m, right after it; completes
 **                    when every slice's device has reached it
@@ -105,7 +106,7 @@ STRATA_API int strata_schedule_generate(int kind, int devices, int microbatches,
 ** devices x replicas devices (replica r's pipeline rank d is device
 ** r x devices + d), each replica's list that of its rank with its own
 ** stages, and after each stage's last backward work a GRAD_REDUCE (with
-** `zero`: GRAD_SCATTER, and PARAM_GATHER after OPTIMIZER). One replica is
+** `zero`: GRAD_SCATTER, and PARAM_GATHER after the device's last OPTIMIZER). One replica is
 ** strata_schedule_generate's schedule.
 */
 STRATA_API int strata_schedule_generate_replicated(int kind, int devices, int microbatches, int virtual_stages,

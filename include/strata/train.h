@@ -191,8 +191,13 @@ struct strata_pipeline_report {
 ** the slices in the forward, the two column-split input gradients in the
 ** backward, each slice allocating, computing and updating only its part.
 ** Parameters, checkpoints and strata_trainer_params hold whole tensors
-** whatever the layout. A tp degree that differs between pipeline ranks and
-** ZeRO-1 are refused (STRATA_ERR_UNSUPPORTED) in this version.
+** whatever the layout. A tp degree that differs between pipeline ranks is
+** refused (STRATA_ERR_UNSUPPORTED) in this version.
+**
+** ZeRO-1 (the layout's zero, dp >= 2): each stage's gradients are
+** reduce-scattered over the replicas, replica r's AdamW updates shard r of
+** the stage's flat parameters (its moments hold only that shard), and the
+** updated shards are all-gathered after the device's last update.
 */
 STRATA_API int strata_trainer_new_layout(strata_model_t model, strata_dataset_t data,
                                          const struct strata_train_options *opts, strata_layout_t layout,
