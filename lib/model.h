@@ -14,12 +14,18 @@ enum strata__layer_kind {
   STRATA__LAYER_CLASSIFIER  /* fully connected + cross-entropy */
 };
 
+/* Tensor-parallel MLP and CNN layers come in pairs: the first cut by its
+** outputs (columns of a linear layer, output channels of a convolution), the
+** second by its inputs, whose partial results are joined. */
+enum strata__tp_role { STRATA__TP_WHOLE, STRATA__TP_OUTPUTS, STRATA__TP_INPUTS };
+
 struct strata__layer {
   enum strata__layer_kind kind;
   int index;                /* block number, conv number, ... */
   int64_t in, out;          /* features in and out per sample (rows are samples or tokens) */
   int64_t c, h, w, k;       /* conv: input channels and size, output channels */
   int first;                /* the model's first layer: no input gradient needed */
+  int tp_role;              /* in a tensor-parallel stage (enum strata__tp_role): how this layer is cut */
   struct strata_layer_info info;
 };
 

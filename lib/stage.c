@@ -36,16 +36,17 @@ static void tensor_def(struct strata__tensor *t, const char *name, int ndim, int
   t->parts = 1;
 }
 
-/* Make `t`, defined whole, the slice sh->rank of sh->size along `split`
-** (its first dimension, or its last in `groups` equal groups). */
-static void tensor_shard(struct strata__tensor *t, int split, int groups, const struct strata__shard *sh) {
+/* Make `t`, defined whole, the slice sh->rank of sh->size of dimension
+** `dim` (-1: its last), cut in `groups` equal groups. */
+static void tensor_shard(struct strata__tensor *t, int dim, int groups, const struct strata__shard *sh) {
   if (!sh || sh->size <= 1)
     return;
-  t->split = split;
+  t->dim = dim < 0 ? t->ndim - 1 : dim;
+  t->split = t->dim == 0 ? STRATA__SPLIT_ROWS : STRATA__SPLIT_COLS;
   t->groups = groups;
   t->part = sh->rank;
   t->parts = sh->size;
-  t->shape[split == STRATA__SPLIT_ROWS ? 0 : t->ndim - 1] /= sh->size;
+  t->shape[t->dim] /= sh->size;
   t->n = t->full_n / (size_t)sh->size;
 }
 
@@ -57,17 +58,11 @@ void strata__tensor_cut(const struct strata__tensor *t, float *full, float *loca
       memcpy(local, full, t->n * sizeof *full);
     return;
   }
-  if (t->split == STRATA__SPLIT_ROWS) { /* a block of whole rows */
-    float *f = full + (size_t)t->part * t->n;
-    if (gather)
-      memcpy(f, local, t->n * sizeof *full);
-    else
-      memcpy(local, f, t->n * sizeof *full);
-    return;
-  }
-  /* columns: each row is `groups` groups of gw, the slice takes lw of each */
-  size_t cols = (size_t)t->full[t->ndim - 1], rows = t->full_n / cols;
-  size_t gw = cols / (size_t)t->groups, lw = gw / (size_t)t->parts;
+  /* the dimensions before `dim` make rows; from `dim` on, each row is `groups` groups of gw, the slice lw of each */
+  size_t cols = 1;
+  for (int d = t->dim; d < t->ndim; d++)
+    cols *= (size_t)t->full[d];
+  size_t rows = t->full_n / cols, gw = cols / (size_t)t->groups, lw = gw / (size_t)t->parts;
   for (size_t r = 0; r < rows; r++)
     for (int g = 0; g < t->groups; g++) {
       float *f = full + r * cols + (size_t)g * gw + (size_t)t->part * lw;
@@ -81,8 +76,8 @@ void strata__tensor_cut(const struct strata__tensor *t, float *full, float *loca
 
 /* The parameter tensors of layer L, in a fixed order (the order of
 ** strata_trainer_params). Returns how many; `t` may be NULL to count. */
-static int layer_tensors(const struct strata_model *m, const struct strata__layer *L, const struct strata__shard *sh,
-                         struct strata__tensor *t) {
+static int layer_tensors(const struct strata_model *m, const struct strata__layer *L, int role,
+                         const struct strata__shard *sh, struct strata__tensor *t) {
   const struct strata_model_config *c = &m->cfg;
   struct strata__tensor tmp[16];
   struct strata__tensor *o = t ? t : tmp;
@@ -107,20 +102,20 @@ static int layer_tensors(const struct strata_model *m, const struct strata__laye
     /* sharded: the Q, K and V columns of a head group, c_proj's matching
     ** rows; c_fc's columns, the MLP c_proj's rows; row-split biases whole */
     P("attn.c_attn.weight", 2, D, 3 * D, 0, 0, 1, std, 0);
-    tensor_shard(&o[k - 1], STRATA__SPLIT_COLS, 3, sh);
+    tensor_shard(&o[k - 1], -1, 3, sh);
     P("attn.c_attn.bias", 1, 3 * D, 0, 0, 0, 0, 0, 0);
-    tensor_shard(&o[k - 1], STRATA__SPLIT_COLS, 3, sh);
+    tensor_shard(&o[k - 1], -1, 3, sh);
     P("attn.c_proj.weight", 2, D, D, 0, 0, 1, proj, 0);
-    tensor_shard(&o[k - 1], STRATA__SPLIT_ROWS, 1, sh);
+    tensor_shard(&o[k - 1], 0, 1, sh);
     P("attn.c_proj.bias", 1, D, 0, 0, 0, 0, 0, 0);
     P("ln_2.weight", 1, D, 0, 0, 0, 0, 0, 1);
     P("ln_2.bias", 1, D, 0, 0, 0, 0, 0, 0);
     P("mlp.c_fc.weight", 2, D, F, 0, 0, 1, std, 0);
-    tensor_shard(&o[k - 1], STRATA__SPLIT_COLS, 1, sh);
+    tensor_shard(&o[k - 1], -1, 1, sh);
     P("mlp.c_fc.bias", 1, F, 0, 0, 0, 0, 0, 0);
-    tensor_shard(&o[k - 1], STRATA__SPLIT_COLS, 1, sh);
+    tensor_shard(&o[k - 1], -1, 1, sh);
     P("mlp.c_proj.weight", 2, F, D, 0, 0, 1, proj, 0);
-    tensor_shard(&o[k - 1], STRATA__SPLIT_ROWS, 1, sh);
+    tensor_shard(&o[k - 1], 0, 1, sh);
     P("mlp.c_proj.bias", 1, D, 0, 0, 0, 0, 0, 0);
 #undef P
     break;
@@ -132,14 +127,22 @@ static int layer_tensors(const struct strata_model *m, const struct strata__laye
       tensor_def(&o[k++], "lm_head.weight", 2, c->vocab, c->d_model, 0, 0, 1, std, 0);
     break;
   case STRATA__LAYER_LINEAR:
+    /* cut by outputs: the weight's columns and the bias; by inputs: the weight's rows, the bias whole */
     snprintf(n, sizeof n, "fc.%d.weight", L->index);
     tensor_def(&o[k++], n, 2, L->in, L->out, 0, 0, 1, sqrtf(2.0f / (float)L->in), 0);
+    if (role)
+      tensor_shard(&o[k - 1], role == STRATA__TP_OUTPUTS ? -1 : 0, 1, sh);
     snprintf(n, sizeof n, "fc.%d.bias", L->index);
     tensor_def(&o[k++], n, 1, L->out, 0, 0, 0, 0, 0, 0);
+    if (role == STRATA__TP_OUTPUTS)
+      tensor_shard(&o[k - 1], -1, 1, sh);
     break;
   case STRATA__LAYER_CONV:
+    /* [out channels, in channels, 3, 3]: cut by outputs along the first dimension, by inputs along the second */
     snprintf(n, sizeof n, "conv.%d.weight", L->index);
     tensor_def(&o[k++], n, 4, L->k, L->c, 3, 3, 1, sqrtf(2.0f / (float)(L->c * 9)), 0);
+    if (role)
+      tensor_shard(&o[k - 1], role == STRATA__TP_OUTPUTS ? 0 : 1, 1, sh);
     break;
   case STRATA__LAYER_CLASSIFIER:
     tensor_def(&o[k++], "classifier.weight", 2, L->in, L->out, 0, 0, 1, sqrtf(1.0f / (float)L->in), 0);
@@ -334,8 +337,35 @@ static size_t scratch_floats(const struct strata__stage *st, const struct strata
 
 /* ---- construction ---- */
 
-static const struct strata__layer *layer_at(const struct strata__stage *st, int i) {
-  return &st->model->layers[st->first + i];
+static const struct strata__layer *layer_at(const struct strata__stage *st, int i) { return &st->layers[i]; }
+
+/*
+** The stage's own copies of its layers: a tensor-parallel stage pairs each
+** even-numbered linear layer (convolution) with the next when both are
+** here, the first cut by its outputs and the second by its inputs, and
+** gives them their slice's sizes. Other layers stay whole.
+*/
+static void stage_roles(struct strata__stage *st) {
+  const int n = st->last - st->first, T = st->tp.size;
+  for (int i = 0; i < n; i++)
+    st->layers[i] = st->model->layers[st->first + i];
+  if (T <= 1)
+    return;
+  for (int i = 0; i + 1 < n; i++) {
+    struct strata__layer *a = &st->layers[i], *b = &st->layers[i + 1];
+    if ((a->kind != STRATA__LAYER_LINEAR && a->kind != STRATA__LAYER_CONV) || b->kind != a->kind || a->index % 2 ||
+        b->index != a->index + 1)
+      continue;
+    a->tp_role = STRATA__TP_OUTPUTS;
+    b->tp_role = STRATA__TP_INPUTS;
+    a->out /= T;
+    b->in /= T;
+    if (a->kind == STRATA__LAYER_CONV) {
+      a->k /= T;
+      b->c /= T;
+    }
+    i++;
+  }
 }
 
 static int stage_layers(const struct strata__stage *st) { return st->last - st->first; }
@@ -364,10 +394,7 @@ static int stage_layout(const struct strata_model *model, int first, int last, i
     const struct strata_model_config *c = &model->cfg;
     if (tp->rank < 0 || tp->rank >= tp->size)
       return strata__error(STRATA_ERR_INVALID, "stage: tensor-parallel rank %d of %d", tp->rank, tp->size);
-    if (c->kind != STRATA_MODEL_GPT)
-      return strata__error(STRATA_ERR_UNSUPPORTED, "tensor parallelism: '%s' is not a GPT; this version splits GPT "
-                           "blocks only", c->name);
-    if (c->heads % tp->size || c->d_ff % tp->size)
+    if (c->kind == STRATA_MODEL_GPT && (c->heads % tp->size || c->d_ff % tp->size))
       return strata__error(STRATA_ERR_SHAPE, "tensor parallelism: tp %d does not divide both the %lld heads and d_ff "
                            "%lld of '%s'", tp->size, (long long)c->heads, (long long)c->d_ff, c->name);
   }
@@ -392,13 +419,19 @@ static int stage_layout(const struct strata_model *model, int first, int last, i
   }
   st->rows = model->cfg.kind == STRATA_MODEL_GPT ? mb * model->cfg.context : mb;
   int n = stage_layers(st);
+  st->layers = calloc((size_t)n, sizeof *st->layers);
+  if (!st->layers) {
+    free(st);
+    return strata__error(STRATA_ERR_NOMEM, "out of memory creating a stage");
+  }
+  stage_roles(st);
   st->layer_tensor = calloc((size_t)n + 1, sizeof *st->layer_tensor);
   st->saved_off = calloc((size_t)n, sizeof *st->saved_off);
   st->dsave_off = calloc((size_t)n, sizeof *st->dsave_off);
   st->out_off = calloc((size_t)n, sizeof *st->out_off);
   int nt = 0;
   for (int i = 0; i < n; i++)
-    nt += layer_tensors(model, layer_at(st, i), &st->tp, NULL);
+    nt += layer_tensors(model, &model->layers[first + i], layer_at(st, i)->tp_role, &st->tp, NULL);
   st->tensors = calloc((size_t)(nt ? nt : 1), sizeof *st->tensors);
   if (!st->layer_tensor || !st->saved_off || !st->dsave_off || !st->out_off || !st->tensors) {
     strata__stage_free(st);
@@ -411,7 +444,7 @@ static int stage_layout(const struct strata_model *model, int first, int last, i
   for (int i = 0; i < n; i++) {
     const struct strata__layer *L = layer_at(st, i);
     st->layer_tensor[i] = st->ntensors;
-    int k = layer_tensors(model, L, &st->tp, st->tensors + st->ntensors);
+    int k = layer_tensors(model, &model->layers[first + i], L->tp_role, &st->tp, st->tensors + st->ntensors);
     for (int j = 0; j < k; j++) {
       st->tensors[st->ntensors + j].off = off;
       off += st->tensors[st->ntensors + j].n;
@@ -580,6 +613,7 @@ void strata__stage_free(struct strata__stage *st) {
   free(st->saved_off);
   free(st->dsave_off);
   free(st->out_off);
+  free(st->layers);
   free(st);
 }
 
@@ -798,9 +832,13 @@ static int lm_head_fwd(struct lctx *c, strata_mem_t targets) {
                                   d.V);
 }
 
+/* A linear layer + ReLU; cut by its inputs (tp), the slices' partial products are joined before the bias. */
 static int fc_fwd(struct lctx *c) {
   const struct strata__layer *L = c->L;
-  TRY(linear_fwd(c->q, c->d.R, L->in, L->out, c->in, PARAM(c, 0), PARAM(c, 1), SAVED(c, 0)));
+  if (L->tp_role == STRATA__TP_INPUTS)
+    TRY(linear_fwd_rows(c, c->d.R, L->in, L->out, c->in, PARAM(c, 0), PARAM(c, 1), SAVED(c, 0)));
+  else
+    TRY(linear_fwd(c->q, c->d.R, L->in, L->out, c->in, PARAM(c, 0), PARAM(c, 1), SAVED(c, 0)));
   return strata_relu_fwd(c->q, SAVED(c, 0), c->out, c->d.R * L->out);
 }
 
@@ -817,6 +855,8 @@ static int conv_fwd(struct lctx *c) {
   size_t big = (size_t)(c->d.B * L->k * L->h * L->w);
   struct strata_pool2d pg = {.n = c->d.B, .c = L->k, .h = L->h, .w = L->w, .size = 2, .stride = 2};
   TRY(strata_conv2d_fwd(c->q, &g, c->in, PARAM(c, 0), SAVED(c, 0), SCR(c, 0)));
+  if (L->tp_role == STRATA__TP_INPUTS) /* each slice convolved its input channels: the sum is the convolution */
+    TRY(join(c, SAVED(c, 0), big));
   TRY(strata_relu_fwd(c->q, SAVED(c, 0), SAVED(c, big), (int64_t)big));
   return strata_maxpool_fwd(c->q, &pg, SAVED(c, big), c->out, SAVED(c, 2 * big));
 }
@@ -970,6 +1010,8 @@ static int fc_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
   if (DO_IN(c)) {
     TRY(strata_relu_bwd(c->q, SAVED(c, 0), dout, dz, c->d.R * L->out));
     TRY(linear_bwd_x(c->q, c->d.R, L->in, L->out, PARAM(c, 0), dz, L->first ? AT(NULL, 0) : din));
+    if (L->tp_role == STRATA__TP_OUTPUTS && !L->first && din.buf) /* each slice's outputs' share of it */
+      TRY(join(c, din, (size_t)(c->d.R * L->in)));
   }
   return DO_W(c) ? linear_bwd_w(c->q, c->d.R, L->in, L->out, c->in, dz, GRAD(c, 0), GRAD(c, 1)) : STRATA_OK;
 }
@@ -990,7 +1032,10 @@ static int conv_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
   strata_mem_t dw = DO_W(c) ? GRAD(c, 0) : AT(NULL, 0);
   if (!dx.buf && !dw.buf)
     return STRATA_OK;
-  return strata_conv2d_bwd(c->q, &g, c->in, PARAM(c, 0), dr, dx, dw, SCR(c, 0), 1);
+  TRY(strata_conv2d_bwd(c->q, &g, c->in, PARAM(c, 0), dr, dx, dw, SCR(c, 0), 1));
+  if (L->tp_role == STRATA__TP_OUTPUTS && dx.buf) /* each slice's output channels' share of it */
+    TRY(join(c, dx, (size_t)(c->d.B * L->in)));
+  return STRATA_OK;
 }
 
 static int classifier_bwd(struct lctx *c, strata_mem_t targets, strata_mem_t din) {

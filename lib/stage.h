@@ -37,8 +37,9 @@ struct strata__tensor {
   int64_t shape[4];          /* this stage's slice */
   int64_t full[4];           /* the whole tensor (what checkpoints hold) */
   size_t off, n, full_n;
-  int split;                 /* enum strata__split: slice `part` of `parts` along the first dimension, or the last */
-  int groups;                /* SPLIT_COLS: the last dimension is `groups` equal groups (Q, K, V), each cut */
+  int split;                 /* enum strata__split: slice `part` of `parts` of dimension `dim` (ROWS: 0) */
+  int dim;
+  int groups;                /* dimension `dim` is `groups` equal groups (Q, K, V), each cut */
   int part, parts;
   int decay;                 /* weight decay applies (matrices, not biases or norms) */
   float init_std;            /* normal(0, std), or ... */
@@ -57,6 +58,7 @@ struct strata__slot_mem {
 struct strata__stage {
   const struct strata_model *model;
   int first, last;           /* layers [first, last) */
+  struct strata__layer *layers; /* [last - first]: the model's, with this stage's sizes and tp roles */
   int dev;
   strata_queue_t q;
   int64_t mb;                /* samples per micro-batch */

@@ -566,9 +566,6 @@ STRATA_API int strata_trainer_new_layout(strata_model_t model, strata_dataset_t 
       return strata__error(STRATA_ERR_UNSUPPORTED,
                            "layout: a tp degree per pipeline rank (%d on rank 0, %d on rank %d) is not in this version "
                            "yet; one degree for every rank is", tp, strata_layout_tp(layout, r), r);
-  if (tp > 1 && model->cfg.kind != STRATA_MODEL_GPT)
-    return strata__error(STRATA_ERR_UNSUPPORTED, "layout: tensor parallelism (tp %d) splits GPT blocks in this version; "
-                         "'%s' is not a GPT", tp, model->cfg.name);
   if (dp * pp * tp > STRATA_MAX_PIPELINE)
     return strata__error(STRATA_ERR_INVALID, "layout: %d devices, this version handles %d", dp * pp * tp,
                          STRATA_MAX_PIPELINE);

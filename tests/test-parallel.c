@@ -763,3 +763,48 @@ Test(parallel, zero1_halves_the_optimizer_state_and_checkpoints_whole) {
             got, uninterrupted);
   strata_model_free(m);
 }
+
+/* ---- tensor-parallel MLP and CNN layers ---- */
+
+/* Pairs of layers, the first cut by its outputs (an fc's columns, a convolution's output channels) and the second by
+** its inputs, joined: tp 2 and tp 2 x pp 2 against one device, on the synthetic image task. */
+Test(parallel, tp2_cnn_and_mlp_match_one_device) {
+  strata_dataset_t text = ds;
+  OK(strata_dataset_images(200, 8, 3, 5, &ds));
+  struct strata_model_config cnn = {.kind = STRATA_MODEL_CNN, .image = 8, .channels = 1, .classes = 3,
+                                    .conv = {4, 8}};
+  struct strata_model_config mlp = {.kind = STRATA_MODEL_MLP, .image = 8, .channels = 1, .classes = 3,
+                                    .hidden = {8, 6, 4}};
+  const struct strata_model_config *cfgs[2] = {&cnn, &mlp};
+  int h[8];
+  for (int i = 0; i < 8; i++)
+    h[i] = tc_find_device("host", i);
+  for (int k = 0; k < 2; k++) {
+    strata_model_t m;
+    OK(strata_model_from_config(cfgs[k], &m));
+    struct run ref;
+    single(m, h[0], 2, &ref);
+    tp_case(m, h, "{\"tp\": 2, \"devices\": [%d, %d], \"microbatches\": 2}", 2, &ref, k ? "mlp tp 2" : "cnn tp 2");
+    if (k == 1) /* fc.0 and fc.1 a pair on the first stage, fc.2 and the classifier whole on the second */
+      tp_case(m, h, "{\"pp\": 2, \"tp\": 2, \"devices\": [%d, %d, %d, %d], \"split\": [2, 2], \"microbatches\": 2}",
+              2, &ref, "mlp tp 2 x pp 2");
+    /* each slice holds half of every paired layer's weights */
+    strata_layout_t l = layout("{\"tp\": 2, \"devices\": [%d, %d], \"microbatches\": 1}", h[0], h[1]);
+    struct strata_train_options o = options(1);
+    strata_trainer_t tr;
+    OK(strata_trainer_new_layout(m, ds, &o, l, NULL, &tr));
+    struct strata_pipeline_report rep;
+    OK(strata_trainer_report(tr, &rep));
+    /* cnn: conv.0 [4,1,3,3] and conv.1 [8,4,3,3] halved, classifier [8*2*2, 3] + 3 whole;
+    ** mlp: fc.0 [64,8]+8 and fc.1 [8,6] halved (fc.1's bias 6 whole), fc.2 [6,4]+4 and classifier [4,3]+3 whole */
+    uint64_t want = k ? (64 * 8 + 8 + 8 * 6) / 2 + 6 + 6 * 4 + 4 + 4 * 3 + 3 : (4 * 9 + 8 * 4 * 9) / 2 + 32 * 3 + 3;
+    cr_assert_eq(rep.dev[0].param_bytes, 4 * want, "%s: %llu parameter bytes per slice, want %llu", k ? "mlp" : "cnn",
+                 (unsigned long long)rep.dev[0].param_bytes, (unsigned long long)(4 * want));
+    strata_trainer_free(tr);
+    strata_layout_free(l);
+    free(ref.params);
+    strata_model_free(m);
+  }
+  strata_dataset_free(ds);
+  ds = text;
+}

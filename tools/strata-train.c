@@ -199,7 +199,7 @@ static void usage(FILE *f) {
           "                           D x N devices (--devices lists them replica by replica);\n"
           "                           --microbatches counts each replica's; gradients are all-reduced\n"
           "      --tp T[,T...]        tensor parallelism: every stage split over T devices (GPT: heads\n"
-          "                           and MLP units; T divides both), one degree for every rank (a\n"
+          "                           and MLP units; MLP, CNN: pairs of layers), one degree for every rank (a\n"
           "                           degree per rank is refused in this version); --devices lists each\n"
           "                           replica's ranks' slices in turn (dp x pp x T devices)\n"
           "      --zero               ZeRO-1 with --dp: gradients reduce-scattered, each replica's AdamW\n"

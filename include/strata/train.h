@@ -190,6 +190,9 @@ struct strata_pipeline_report {
 ** slice); the two row-split products of every block are all-reduced over
 ** the slices in the forward, the two column-split input gradients in the
 ** backward, each slice allocating, computing and updating only its part.
+** MLP and CNN layers are cut in pairs inside a stage: an even-numbered
+** linear layer (convolution) by its outputs, the next by its inputs, whose
+** partial results are all-reduced before its bias and ReLU.
 ** Parameters, checkpoints and strata_trainer_params hold whole tensors
 ** whatever the layout. A tp degree that differs between pipeline ranks is
 ** refused (STRATA_ERR_UNSUPPORTED) in this version.
