@@ -60,8 +60,8 @@ struct exec {
   void **done;               /* [S]: the completion of each stage's gradient all-reduce, until its OPTIMIZER */
   double *done_post;         /* [S]: when it was posted */
   float gscale, norm, lr;
-  double busy[STRATA_MAX_PIPELINE];
-  struct sender snd[STRATA_MAX_PIPELINE];
+  double *busy;              /* [ndev] */
+  struct sender *snd;        /* [ndev] */
 };
 
 struct worker_arg {
@@ -205,6 +205,19 @@ static void *sender_main(void *arg) {
 ** micro-batches s itself keeps (the memory plan counts the same). Steps then
 ** allocate nothing for messages, however the threads happen to be timed.
 */
+int strata__pool_put(struct strata__pool *pool, strata_buffer_t b) {
+  if (pool->n == pool->cap) {
+    int cap = pool->cap ? 2 * pool->cap : 8;
+    strata_buffer_t *f = realloc(pool->free, (size_t)cap * sizeof *f);
+    if (!f)
+      return -1;
+    pool->free = f;
+    pool->cap = cap;
+  }
+  pool->free[pool->n++] = b;
+  return 0;
+}
+
 int strata__pipeline_prefill(strata_trainer_t tr) {
   for (int s = 0; tr->sched && s < strata__stages_all(tr); s++) {
     for (int dir = 0; dir < 2; dir++) {
@@ -218,10 +231,13 @@ int strata__pipeline_prefill(strata_trainer_t tr) {
         k = 1;
       struct strata__pool *pool = &tr->pools[2 * s + dir];
       size_t bytes = (dir == 0 ? strata__stage_in_floats(tr->st[s]) : strata__stage_out_floats(tr->st[s])) * 4;
-      while (pool->n < k && pool->n < STRATA__POOL_MAX) {
+      while (pool->n < k) {
         strata_buffer_t b;
         TRY(strata_buffer_new(tr->dev[tr->stage_rank[s]], bytes, &b));
-        pool->free[pool->n++] = b;
+        if (strata__pool_put(pool, b)) {
+          strata_buffer_free(b);
+          return strata__error(STRATA_ERR_NOMEM, "out of host memory for a receive pool");
+        }
       }
     }
   }
@@ -261,10 +277,8 @@ static int consume(struct exec *ex, struct msg *mg, struct strata__pool *pool, s
   pthread_mutex_lock(&ex->lock);
   strata_buffer_t b = mg->buf;
   mg->buf = NULL;
-  if (!rc && pool->n < STRATA__POOL_MAX) {
-    pool->free[pool->n++] = b;
+  if (!rc && strata__pool_put(pool, b) == 0)
     b = NULL;
-  }
   pthread_mutex_unlock(&ex->lock);
   strata_buffer_free(b);
   return rc;
@@ -609,8 +623,12 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
   ex.peak = calloc((size_t)ex.S, sizeof *ex.peak);
   ex.done = calloc((size_t)ex.S, sizeof *ex.done);
   ex.done_post = calloc((size_t)ex.S, sizeof *ex.done_post);
+  ex.busy = calloc((size_t)tr->ndev, sizeof *ex.busy);
+  ex.snd = calloc((size_t)tr->ndev, sizeof *ex.snd);
+  struct worker_arg *args = calloc((size_t)tr->ndev, sizeof *args);
+  pthread_t *workers = calloc((size_t)tr->ndev, sizeof *workers);
   int rc = (!ex.act || !ex.grad || !ex.hold_act || !ex.hold_grad || !ex.pending || !ex.slot || !ex.inflight || !ex.peak ||
-            !ex.done || !ex.done_post)
+            !ex.done || !ex.done_post || !ex.busy || !ex.snd || !args || !workers)
                ? strata__error(STRATA_ERR_NOMEM, "out of host memory running a pipeline step")
                : STRATA_OK;
   pthread_mutex_init(&ex.lock, NULL);
@@ -625,8 +643,6 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
     if (!rc)
       rc = strata_device_reset_peak(tr->dev[r]);
   }
-  struct worker_arg args[STRATA_MAX_PIPELINE];
-  pthread_t workers[STRATA_MAX_PIPELINE];
   int started = 0;
   double t_start = strata__now();
   for (int r = 0; r < tr->ndev && !rc; r++) {
@@ -650,15 +666,15 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
     pthread_join(workers[r], NULL);
   /* the senders have nothing left once every worker is through its list */
   pthread_mutex_lock(&ex.lock);
-  for (int r = 0; r < tr->ndev; r++)
+  for (int r = 0; ex.snd && r < tr->ndev; r++)
     ex.snd[r].stop = 1;
   pthread_cond_broadcast(&ex.cond);
   pthread_mutex_unlock(&ex.lock);
-  for (int r = 0; r < tr->ndev; r++)
+  for (int r = 0; ex.snd && r < tr->ndev; r++)
     if (ex.snd[r].started)
       pthread_join(ex.snd[r].thread, NULL);
   double t_end = strata__now();
-  for (int r = 0; r < tr->ndev; r++) {
+  for (int r = 0; ex.snd && r < tr->ndev; r++) {
     while (ex.snd[r].head) { /* jobs never run after a failure */
       struct job *j = ex.snd[r].head;
       ex.snd[r].head = j->next;
@@ -686,13 +702,13 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
     rep->wall_s = t_end - t_start;
     double busy = 0;
     for (int r = 0; r < tr->ndev; r++) {
-      rep->dev[r].busy_s = ex.busy[r];
+      tr->rep_dev[r].busy_s = ex.busy[r];
       busy += ex.busy[r];
-      strata_device_memory(tr->dev[r], NULL, &rep->dev[r].peak_bytes, NULL);
-      rep->dev[r].peak_inflight = 0;
+      strata_device_memory(tr->dev[r], NULL, &tr->rep_dev[r].peak_bytes, NULL);
+      tr->rep_dev[r].peak_inflight = 0;
     }
     for (int s = 0; s < ex.S; s++) {
-      struct strata_pipeline_device_stats *d = &rep->dev[rank_of(&ex, s)];
+      struct strata_pipeline_device_stats *d = &tr->rep_dev[rank_of(&ex, s)];
       if (ex.peak[s] > d->peak_inflight)
         d->peak_inflight = ex.peak[s];
     }
@@ -728,6 +744,10 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
   free(ex.peak);
   free(ex.done);
   free(ex.done_post);
+  free(ex.busy);
+  free(ex.snd);
+  free(args);
+  free(workers);
   return rc;
 }
 
@@ -930,10 +950,8 @@ static int device_speed(int dev, double *gflops) {
 ** schedule keeps in flight on it) fitting its device's limit. Dynamic
 ** programming over (stages, layers).
 */
-int strata__pipeline_balance(strata_trainer_t tr, int *split) {
-  int S = tr->nstages, L = tr->model->nlayers;
-  double speed[STRATA_MAX_PIPELINE];
-  uint64_t limit[STRATA_MAX_PIPELINE];
+/* Each rank's device speed (one measurement per kind of device) and free memory. */
+static int measure_devices(strata_trainer_t tr, double *speed, uint64_t *limit) {
   for (int r = 0; r < tr->ndev; r++) {
     /* devices of one kind (backend and name: host virtual devices, identical
     ** GPUs) get one measurement, so that timing noise cannot cut a model
@@ -955,6 +973,20 @@ int strata__pipeline_balance(strata_trainer_t tr, int *split) {
     TRY(strata_device_props(tr->dev[r], &pr));
     limit[r] = pr.free_memory;
   }
+  return STRATA_OK;
+}
+
+int strata__pipeline_balance(strata_trainer_t tr, int *split) {
+  int S = tr->nstages, L = tr->model->nlayers;
+  double *speed = calloc((size_t)tr->ndev, sizeof *speed);
+  uint64_t *limit = calloc((size_t)tr->ndev, sizeof *limit);
+  int mrc = speed && limit ? measure_devices(tr, speed, limit)
+                           : strata__error(STRATA_ERR_NOMEM, "out of host memory balancing stages");
+  if (mrc) {
+    free(speed);
+    free(limit);
+    return mrc;
+  }
   /* each candidate stage [a, l) planned once: what it allocates, as trainer creation will check it */
   size_t cells = (size_t)(L + 1) * (size_t)(L + 1);
   struct strata__stage_bytes *plan = calloc(cells, sizeof *plan);
@@ -962,6 +994,8 @@ int strata__pipeline_balance(strata_trainer_t tr, int *split) {
   if (!plan || !planned) {
     free(plan);
     free(planned);
+    free(speed);
+    free(limit);
     return strata__error(STRATA_ERR_NOMEM, "out of host memory balancing stages");
   }
   int split_backward = tr->report.schedule == STRATA_SCHEDULE_ZB_H1;
@@ -970,7 +1004,9 @@ int strata__pipeline_balance(strata_trainer_t tr, int *split) {
   for (int a = 0; a < L; a++)
     for (int l = a + 1; l <= L; l++) {
       size_t c = (size_t)a * (size_t)(L + 1) + (size_t)l;
-      int rc = strata__stage_plan(tr->model, a, l, tr->opt.batch, split_backward, NULL, &plan[c]);
+      /* as slice 0 of replica 0 holds it: tensor parallelism and ZeRO shrink what one device needs */
+      struct strata__cut cut = {{0, tr->tp}, {0, tr->zero ? tr->replicas : 1}};
+      int rc = strata__stage_plan(tr->model, a, l, tr->opt.batch, split_backward, &cut, &plan[c]);
       planned[c] = rc == STRATA_OK;
       if (rc && !plan_rc) {
         plan_rc = rc;
@@ -986,6 +1022,8 @@ int strata__pipeline_balance(strata_trainer_t tr, int *split) {
     free(plan);
     free(planned);
     free(plan_msg);
+    free(speed);
+    free(limit);
     return strata__error(STRATA_ERR_NOMEM, "out of host memory balancing stages");
   }
 #define AT2(a, s, l) (a)[(size_t)(s) * (size_t)(L + 1) + (size_t)(l)]
@@ -1028,6 +1066,8 @@ int strata__pipeline_balance(strata_trainer_t tr, int *split) {
 #undef AT2
   free(best);
   free(from);
+  free(speed);
+  free(limit);
   free(plan);
   free(planned);
   if (!ok && plan_rc) {

@@ -143,10 +143,26 @@ uint64_t strata__stage_need(strata_trainer_t tr, int s, const struct strata__sta
 ** activations and gradients, against what the device has free now. The
 ** message says what is needed and what there is ("needs X, has Y").
 */
+static int check_memory_of(strata_trainer_t tr, const int *split, uint64_t *need, uint64_t *params, uint64_t *act,
+                           uint64_t *bufs, int *lo, int *hi, int *nst);
 static int check_memory(strata_trainer_t tr, const int *split) {
-  uint64_t need[STRATA_MAX_PIPELINE] = {0}, params[STRATA_MAX_PIPELINE] = {0}, act[STRATA_MAX_PIPELINE] = {0},
-           bufs[STRATA_MAX_PIPELINE] = {0};
-  int lo[STRATA_MAX_PIPELINE], hi[STRATA_MAX_PIPELINE], nst[STRATA_MAX_PIPELINE] = {0};
+  const size_t R = (size_t)tr->ndev;
+  uint64_t *u = calloc(4 * R, sizeof *u);
+  int *ints = calloc(3 * R, sizeof *ints);
+  if (!u || !ints) {
+    free(u);
+    free(ints);
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory planning memory");
+  }
+  int rc = check_memory_of(tr, split, u, u + R, u + 2 * R, u + 3 * R, ints, ints + R, ints + 2 * R);
+  free(u);
+  free(ints);
+  return rc;
+}
+
+/* check_memory with its per-rank tables: need, params, act, bufs, lo, hi, nst (zeroed, ndev entries each). */
+static int check_memory_of(strata_trainer_t tr, const int *split, uint64_t *need, uint64_t *params, uint64_t *act,
+                           uint64_t *bufs, int *lo, int *hi, int *nst) {
   struct strata__stage_bytes b, prev;
   int split_backward = tr->report.schedule == STRATA_SCHEDULE_ZB_H1;
   for (int s = 0, first = 0; s < strata__stages_all(tr); s++) {
@@ -244,8 +260,8 @@ static int build_stages(strata_trainer_t tr, const int *split, int split_backwar
       tr->st[s]->join = strata__tp_join;
       tr->st[s]->join_arg = &tr->tp_member[s];
     }
-    tr->report.split[s] = split[s % tr->nstages];
-    tr->report.stage_device[s] = dev;
+    tr->rep_split[s] = split[s % tr->nstages];
+    tr->rep_stage_device[s] = dev;
     first = last;
   }
   tr->ntensors = 0;
@@ -262,27 +278,28 @@ static int build_stages(strata_trainer_t tr, const int *split, int split_backwar
 }
 
 static int check_pipeline(const struct strata_pipeline_options *pp, int nlayers, int *kind, int *nstages) {
-  if (pp->devices < 1 || pp->devices > STRATA_MAX_PIPELINE)
-    return strata__error(STRATA_ERR_INVALID, "pipeline: %d devices (1..%d)", pp->devices, STRATA_MAX_PIPELINE);
+  if (pp->devices < 1 || pp->devices > STRATA__MAX_RANKS)
+    return strata__error(STRATA_ERR_INVALID, "pipeline: %d devices (1..%d)", pp->devices, STRATA__MAX_RANKS);
+  if (!pp->device)
+    return strata__error(STRATA_ERR_INVALID, "pipeline: no device list");
   *kind = pp->schedule ? pp->schedule : STRATA_SCHEDULE_1F1B;
   int v = *kind == STRATA_SCHEDULE_INTERLEAVED ? (pp->virtual_stages ? pp->virtual_stages : 2) : 1;
-  if (v < 1 || v * pp->devices > STRATA_MAX_STAGES)
-    return strata__error(STRATA_ERR_INVALID, "pipeline: %d virtual stages per device", v);
+  if (v < 1 || (int64_t)v * pp->devices > nlayers)
+    return strata__error(v < 1 ? STRATA_ERR_INVALID : STRATA_ERR_SHAPE,
+                         "pipeline: %d virtual stages per device on %d devices, the model has %d layers", v,
+                         pp->devices, nlayers);
   *nstages = v * pp->devices;
   if (*nstages > nlayers)
     return strata__error(STRATA_ERR_SHAPE, "pipeline: %d stages but the model has only %d layers", *nstages, nlayers);
   if (pp->microbatches < 1)
     return strata__error(STRATA_ERR_INVALID, "pipeline: %d micro-batches", pp->microbatches);
   int given = 0, sum = 0;
-  for (int s = 0; s < *nstages; s++) {
+  for (int s = 0; pp->split && s < *nstages; s++) {
     if (pp->split[s] < 0)
       return strata__error(STRATA_ERR_INVALID, "pipeline: stage %d has %d layers", s, pp->split[s]);
     given |= pp->split[s] != 0;
     sum += pp->split[s];
   }
-  for (int s = *nstages; s < STRATA_MAX_STAGES; s++)
-    if (pp->split[s])
-      return strata__error(STRATA_ERR_INVALID, "pipeline: the split lists more than %d stages", *nstages);
   if (given) {
     for (int s = 0; s < *nstages; s++)
       if (pp->split[s] == 0)
@@ -315,8 +332,8 @@ static int check_pipeline(const struct strata_pipeline_options *pp, int nlayers,
 struct plan {
   int replicas, pp, tp, kind, m, nstages;    /* devices: chain c = replica x tp + slice, rank p at c x pp + p */
   int zero;                                  /* ZeRO-1 over the replicas */
-  int devices[STRATA_MAX_PIPELINE];
-  int split[STRATA_MAX_STAGES];
+  const int *devices;                        /* [replicas x tp x pp] */
+  const int *split;                          /* [nstages], when given */
   int given;                         /* split given (else balanced) */
   const char *trace;
 };
@@ -430,10 +447,11 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
   int images = model->cfg.kind != STRATA_MODEL_GPT;
   if (data)
     TRY(check_data(model, data, &images));
+  if ((int64_t)pl->replicas * pl->tp * pl->pp > STRATA__MAX_RANKS ||
+      (int64_t)pl->replicas * pl->tp * pl->nstages > STRATA__MAX_STAGES_ALL)
+    return strata__error(STRATA_ERR_RANGE, "%d x %d x %d devices and %d stages per chain: too large to index",
+                         pl->replicas, pl->pp, pl->tp, pl->nstages);
   const int chains = pl->replicas * pl->tp, ndev = chains * pl->pp, kind = pl->kind, nstages = pl->nstages;
-  if (ndev > STRATA_MAX_PIPELINE || nstages * chains > STRATA_MAX_STAGES)
-    return strata__error(STRATA_ERR_INVALID, "%d devices and %d stages in all: this version handles %d and %d",
-                         ndev, nstages * chains, STRATA_MAX_PIPELINE, STRATA_MAX_STAGES);
   for (int i = 0; i < ndev; i++)
     if (!strata__device_get(pl->devices[i]))
       return STRATA_ERR_NOT_FOUND;
@@ -462,12 +480,30 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
   tr->m = pl->m;
   tr->mtot = pl->m * pl->replicas;
   tr->report.schedule = kind; /* the balancer and the memory plan read it */
+  const size_t S_all = (size_t)nstages * (size_t)chains;
+  tr->st = calloc(S_all, sizeof *tr->st);
+  tr->stage_rank = calloc(S_all, sizeof *tr->stage_rank);
+  tr->pools = calloc(2 * S_all, sizeof *tr->pools);
+  tr->rep_split = calloc(S_all, sizeof *tr->rep_split);
+  tr->rep_stage_device = calloc(S_all, sizeof *tr->rep_stage_device);
+  tr->dev = calloc((size_t)ndev, sizeof *tr->dev);
+  tr->send_q = calloc((size_t)ndev, sizeof *tr->send_q);
+  tr->rep_dev = calloc((size_t)ndev, sizeof *tr->rep_dev);
+  int *split = calloc((size_t)nstages, sizeof *split);
+  if (!tr->st || !tr->stage_rank || !tr->pools || !tr->rep_split || !tr->rep_stage_device || !tr->dev ||
+      !tr->send_q || !tr->rep_dev || !split) {
+    free(split);
+    strata_trainer_free(tr);
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
+  }
+  tr->report.split = tr->rep_split;
+  tr->report.stage_device = tr->rep_stage_device;
+  tr->report.dev = tr->rep_dev;
   for (int i = 0; i < ndev; i++)
     tr->dev[i] = pl->devices[i];
   for (int c = 0; c < chains; c++)
     for (int s = 0; s < nstages; s++)
       tr->stage_rank[c * nstages + s] = c * pl->pp + s % pl->pp;
-  int split[STRATA_MAX_STAGES] = {0};
   int rc = host_buffers(tr);
   if (!rc && tr->tp > 1 && !(tr->tp_member = calloc((size_t)(nstages * chains), sizeof *tr->tp_member)))
     rc = strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
@@ -477,7 +513,7 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
     if (!rc)
       rc = strata_schedule_validate(tr->sched);
     if (!rc && pl->given) {
-      memcpy(split, pl->split, sizeof split);
+      memcpy(split, pl->split, sizeof *split * (size_t)nstages);
     } else if (!rc) {
       /* balance one replica over its ranks: the others are its copies */
       tr->ndev = pl->pp;
@@ -499,6 +535,7 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
     rc = warm_cache(tr);
   if (!rc)
     rc = make_comms(tr);
+  free(split);
   if (rc) {
     char *msg = strdup(strata_last_error()); /* freeing may touch the message */
     strata_trainer_free(tr);
@@ -514,9 +551,9 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
   if (tr->sched)
     strata_schedule_bubble(tr->sched, &tr->report.bubble_ideal);
   for (int i = 0; i < ndev; i++)
-    tr->report.dev[i].device = tr->dev[i];
+    tr->rep_dev[i].device = tr->dev[i];
   for (int s = 0; s < strata__stages_all(tr); s++) {
-    struct strata_pipeline_device_stats *d = &tr->report.dev[tr->stage_rank[s]];
+    struct strata_pipeline_device_stats *d = &tr->rep_dev[tr->stage_rank[s]];
     const struct strata__stage *st = tr->st[s];
     d->param_bytes += (uint64_t)st->nparams * 4;
     d->grad_bytes += (uint64_t)st->nparams * 4;
@@ -531,8 +568,8 @@ STRATA_API int strata_trainer_new(strata_model_t model, strata_dataset_t data, c
                                   strata_trainer_t *out) {
   if (!opts)
     return strata__error(STRATA_ERR_INVALID, "strata_trainer_new: NULL argument");
-  struct plan pl = {.replicas = 1, .pp = 1, .tp = 1, .kind = 0, .m = (int)opts->accum, .nstages = 1};
-  pl.devices[0] = opts->device;
+  struct plan pl = {.replicas = 1, .pp = 1, .tp = 1, .kind = 0, .m = (int)opts->accum, .nstages = 1,
+                    .devices = &opts->device};
   return trainer_create(model, data, opts, &pl, out);
 }
 
@@ -544,10 +581,10 @@ STRATA_API int strata_trainer_new_pipeline(strata_model_t model, strata_dataset_
   struct plan pl = {.replicas = 1, .pp = pipeline->devices, .tp = 1, .m = pipeline->microbatches,
                     .trace = pipeline->trace};
   TRY(check_pipeline(pipeline, model->nlayers, &pl.kind, &pl.nstages));
-  memcpy(pl.devices, pipeline->device, sizeof pl.devices);
-  for (int s = 0; s < pl.nstages; s++)
+  pl.devices = pipeline->device;
+  for (int s = 0; pipeline->split && s < pl.nstages; s++)
     pl.given |= pipeline->split[s] != 0;
-  memcpy(pl.split, pipeline->split, sizeof pl.split);
+  pl.split = pipeline->split;
   return trainer_create(model, data, opts, &pl, out);
 }
 
@@ -566,50 +603,48 @@ STRATA_API int strata_trainer_new_layout(strata_model_t model, strata_dataset_t 
       return strata__error(STRATA_ERR_UNSUPPORTED,
                            "layout: a tp degree per pipeline rank (%d on rank 0, %d on rank %d) is not in this version "
                            "yet; one degree for every rank is", tp, strata_layout_tp(layout, r), r);
-  if (dp * pp * tp > STRATA_MAX_PIPELINE)
-    return strata__error(STRATA_ERR_INVALID, "layout: %d devices, this version handles %d", dp * pp * tp,
-                         STRATA_MAX_PIPELINE);
   struct plan pl = {.replicas = dp, .pp = pp, .tp = tp, .zero = strata_layout_zero(layout) != 0,
                     .m = strata_layout_microbatches(layout),
                     .nstages = strata_layout_stages(layout), .trace = trace};
   /* one device and one replica: the stages one after another, no schedule */
   pl.kind = dp == 1 && pp == 1 && tp == 1 ? 0 : strata_layout_schedule(layout);
-  if (pl.nstages > STRATA_MAX_STAGES)
-    return strata__error(STRATA_ERR_INVALID, "layout: %d stages, this version handles %d", pl.nstages,
-                         STRATA_MAX_STAGES);
-  /* the layout lists (replica, rank, slice); the trainer's ranks go chain by chain */
-  for (int r = 0; r < dp; r++)
-    for (int t = 0; t < tp; t++)
-      for (int p = 0; p < pp; p++)
-        TRY(strata_layout_device(layout, r, p, t, &pl.devices[(r * tp + t) * pp + p]));
-  const int *split = strata_layout_split(layout);
-  if (split) {
-    pl.given = 1;
-    memcpy(pl.split, split, sizeof(int) * (size_t)pl.nstages);
-  }
   if (trace) {
     if (!trace[0])
       return strata__error(STRATA_ERR_INVALID, "layout: the trace path is empty");
     if (strata__out_check(trace))
       return strata__error_prefix(STRATA_ERR_IO, "cannot write the trace: ");
   }
+  /* the layout lists (replica, rank, slice); the trainer's ranks go chain by chain */
+  int *devices = calloc((size_t)(dp * pp * tp), sizeof *devices);
+  if (!devices)
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory");
+  for (int r = 0; r < dp; r++)
+    for (int t = 0; t < tp; t++)
+      for (int p = 0; p < pp; p++)
+        (void)strata_layout_device(layout, r, p, t, &devices[(r * tp + t) * pp + p]); /* in range: checked */
+  pl.devices = devices;
+  pl.split = strata_layout_split(layout);
+  pl.given = pl.split != NULL;
   struct strata_train_options o = *opts;
   if (!pl.kind)
     o.accum = pl.m; /* the single device runs its micro-batches one after another */
-  return trainer_create(model, data, &o, &pl, out);
+  int rc = trainer_create(model, data, &o, &pl, out);
+  free(devices);
+  return rc;
 }
 
 STRATA_API void strata_trainer_free(strata_trainer_t tr) {
   if (!tr)
     return;
-  for (int s = 0; s < strata__stages_all(tr); s++)
+  for (int s = 0; tr->st && s < strata__stages_all(tr); s++)
     if (tr->tp_member && tr->st[s])
       strata__tp_drop(tr, s);
   for (int s = 0; tr->comm && s < tr->tp * tr->nstages; s++)
     strata_comm_free(tr->comm[s]);
   free(tr->comm);
-  for (int s = 0; s < strata__stages_all(tr); s++)
+  for (int s = 0; tr->st && s < strata__stages_all(tr); s++)
     strata__stage_free(tr->st[s]);
+  free(tr->st);
   for (int s = 0; tr->tp_comm && s < tr->replicas * tr->nstages; s++)
     strata_comm_free(tr->tp_comm[s]);
   free(tr->tp_comm);
@@ -621,11 +656,20 @@ STRATA_API void strata_trainer_free(strata_trainer_t tr) {
   }
   free(tr->tp_member);
   free(tr->tensor_split);
-  for (int p = 0; p < 2 * STRATA_MAX_STAGES; p++)
+  for (int p = 0; tr->pools && p < 2 * strata__stages_all(tr); p++) {
     while (tr->pools[p].n > 0)
       strata_buffer_free(tr->pools[p].free[--tr->pools[p].n]);
-  for (int r = 0; r < tr->ndev; r++)
+    free(tr->pools[p].free);
+  }
+  free(tr->pools);
+  for (int r = 0; tr->send_q && r < tr->ndev; r++)
     strata_queue_free(tr->send_q[r]);
+  free(tr->send_q);
+  free(tr->dev);
+  free(tr->stage_rank);
+  free(tr->rep_split);
+  free(tr->rep_stage_device);
+  free(tr->rep_dev);
   for (size_t i = 0; tr->host_mem && i < 3 * (size_t)tr->mtot; i++)
     strata__host_memory_free(&tr->host_mem[i]);
   free(tr->host_mem);
@@ -895,7 +939,7 @@ STRATA_API int strata_trainer_step(strata_trainer_t tr, struct strata_step_stats
   tr->step++;
   if (!tr->sched) {
     tr->report.wall_s = strata__now() - t_start;
-    tr->report.dev[0].busy_s = tr->report.wall_s;
+    tr->rep_dev[0].busy_s = tr->report.wall_s;
   }
   if (stats) {
     stats->step = tr->step;

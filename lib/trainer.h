@@ -11,6 +11,10 @@
 
 struct strata__staging;                  /* registry.h */
 
+/* Sizes past which indices would overflow (not limits of the design: a 1,000-device layout is far inside). */
+#define STRATA__MAX_RANKS (1 << 20)
+#define STRATA__MAX_STAGES_ALL (1 << 24)
+
 /* A sharded stage's joins (its all-reduces with the other slices) posted during an action, until the action's
 ** TP_JOIN accounts for them. */
 struct strata__tp_member {
@@ -36,11 +40,13 @@ struct strata__trace_event {
 
 /* Receive buffers of one stage boundary and direction, kept between
 ** messages and steps: as many as were ever in flight at once there. */
-#define STRATA__POOL_MAX 64
 struct strata__pool {
-  strata_buffer_t free[STRATA__POOL_MAX];
-  int n;
+  strata_buffer_t *free;
+  int n, cap;
 };
+
+/* Keep b in the pool (growing it); 0, or -1 when there is no room to grow (the caller frees b). */
+int strata__pool_put(struct strata__pool *pool, strata_buffer_t b);
 
 struct strata_trainer {
   strata_model_t model;
@@ -54,7 +60,7 @@ struct strata_trainer {
                                      ** chain c's stage s is st[c x nstages + s] */
   int pp;                            /* pipeline ranks of one chain: ndev = chains x pp */
   int mtot;                          /* micro-batches per step over every replica (replicas x m) */
-  struct strata__stage *st[STRATA_MAX_STAGES];
+  struct strata__stage **st;         /* [stages all] */
   strata_comm_t *comm;               /* [tp x nstages], replicas > 1: comm[t x nstages + s] joins slice t of
                                      ** stage s of every replica, one member per replica */
   strata_comm_t *tp_comm;            /* [replicas x nstages], tp > 1: tp_comm[r x nstages + s] joins the slices
@@ -63,8 +69,8 @@ struct strata_trainer {
   int *tensor_split;                 /* [ntensors]: the tensor is cut over the slices (its norm sums theirs) */
   int comm_stale;                    /* a failed step left the communicators' calls out of step */
   int ndev;                          /* ranks: chain c's pipeline rank p is c x pp + p */
-  int dev[STRATA_MAX_PIPELINE];      /* global device of each rank */
-  int stage_rank[STRATA_MAX_STAGES];
+  int *dev;                          /* [ndev]: global device of each rank */
+  int *stage_rank;                   /* [stages all] */
   strata_schedule_t sched;           /* NULL: stages run one after another */
   int m;                             /* micro-batches per step of each replica */
   int64_t step;
@@ -76,12 +82,14 @@ struct strata_trainer {
   int32_t **targets;                 /* [mtot] */
   float **losses;                    /* [mtot] per-row losses read back (pipeline) */
   struct strata__staging *host_mem;  /* [3 mtot]: the memory of inputs, targets, losses (pinned where it can be) */
-  strata_queue_t send_q[STRATA_MAX_PIPELINE]; /* each rank's copy queue, made at the first pipeline step */
+  strata_queue_t *send_q;            /* [ndev]: each rank's copy queue, made at the first pipeline step */
   double *mb_loss;                   /* [mtot] summed losses of each micro-batch */
   size_t ntensors;                   /* over one chain's stages */
   double *sumsq;                     /* [tp x ntensors]: slice t's sums of squares at t x ntensors */
-  struct strata__pool pools[2 * STRATA_MAX_STAGES]; /* [2 s]: stage s's inputs, [2 s + 1]: its output gradients */
-  struct strata_pipeline_report report;
+  struct strata__pool *pools;        /* [2 x stages all]: [2 s] stage s's inputs, [2 s + 1] its output gradients */
+  struct strata_pipeline_report report; /* its arrays are these: */
+  int *rep_split, *rep_stage_device;  /* [stages all] */
+  struct strata_pipeline_device_stats *rep_dev; /* [ndev] */
   double t0;                         /* trainer creation, for trace timestamps */
   char *trace_path;
   struct strata__trace_event *events;

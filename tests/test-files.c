@@ -113,9 +113,9 @@ Test(files, trace_is_never_written_through_a_planted_link) {
   o.device = tc_find_device("host", 0);
   struct strata_pipeline_options pp;
   memset(&pp, 0, sizeof pp);
+  const int devs[2] = {tc_find_device("host", 0), tc_find_device("host", 1)};
   pp.devices = 2;
-  pp.device[0] = tc_find_device("host", 0);
-  pp.device[1] = tc_find_device("host", 1);
+  pp.device = devs;
   pp.microbatches = 2;
   pp.trace = trace;
   strata_trainer_t tr;

@@ -443,8 +443,8 @@ static void fine_tune(strata_model_t model, const char *dir, strata_dataset_t ds
   o.min_lr = 1e-3f;
   strata_trainer_t tr;
   if (pp) {
-    struct strata_pipeline_options p = {.devices = 2, .device = {tc_find_device("host", 0), tc_find_device("host", 1)},
-                                        .microbatches = 4};
+    const int devs[2] = {tc_find_device("host", 0), tc_find_device("host", 1)};
+    struct strata_pipeline_options p = {.devices = 2, .device = devs, .microbatches = 4};
     OK(strata_trainer_new_pipeline(model, ds, &o, &p, &tr));
   } else {
     OK(strata_trainer_new(model, ds, &o, &tr));

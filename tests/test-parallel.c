@@ -654,7 +654,7 @@ Test(parallel, pp2_with_256_microbatches_holds_only_what_is_in_flight) {
     OK(strata_trainer_step(tr, &st));
     OK(strata_trainer_step(tr, &st));
     cr_assert(isfinite(st.loss));
-    OK(strata_trainer_report(tr, &rep[k]));
+    tc_report_keep(tr, &rep[k]);
     strata_trainer_free(tr);
     strata_layout_free(l);
   }
@@ -665,6 +665,8 @@ Test(parallel, pp2_with_256_microbatches_holds_only_what_is_in_flight) {
                  r, (unsigned long long)rep[1].dev[r].peak_bytes, (unsigned long long)rep[0].dev[r].peak_bytes);
     cr_assert_eq(rep[1].dev[r].activation_bytes, rep[0].dev[r].activation_bytes);
   }
+  tc_report_free(&rep[0]);
+  tc_report_free(&rep[1]);
   strata_model_free(m);
 }
 
@@ -738,14 +740,14 @@ Test(parallel, zero1_halves_the_optimizer_state_and_checkpoints_whole) {
   strata_trainer_t tr;
   strata_layout_t l = layout("{\"dp\": 2, \"devices\": [%d, %d], \"microbatches\": 1}", h0, h1);
   OK(strata_trainer_new_layout(m, ds, &o, l, NULL, &tr));
-  OK(strata_trainer_report(tr, &plain));
+  tc_report_keep(tr, &plain);
   strata_trainer_free(tr);
   strata_layout_free(l);
   char json[300], ckpt[600];
   snprintf(json, sizeof json, "{\"dp\": 2, \"zero\": 1, \"devices\": [%d, %d], \"microbatches\": 2}", h0, h1);
   OK(strata_layout_from_json(json, "zero", &l));
   OK(strata_trainer_new_layout(m, ds, &o, l, NULL, &tr));
-  OK(strata_trainer_report(tr, &zero));
+  tc_report_keep(tr, &zero);
   strata_trainer_free(tr);
   strata_layout_free(l);
   const uint64_t n = strata_model_params(m);
@@ -755,6 +757,8 @@ Test(parallel, zero1_halves_the_optimizer_state_and_checkpoints_whole) {
                  (unsigned long long)zero.dev[r].optimizer_bytes);
     cr_assert_eq(zero.dev[r].param_bytes, 4 * n);
   }
+  tc_report_free(&plain);
+  tc_report_free(&zero);
   snprintf(ckpt, sizeof ckpt, "%s/zero.safetensors", dir);
   float uninterrupted = layout_step_after(m, json, ckpt, 5);
   snprintf(json, sizeof json, "{\"devices\": [%d], \"microbatches\": 4}", h0);

@@ -84,8 +84,7 @@ static struct strata_pipeline_options pipeline_options(const int *devs, int p, i
   struct strata_pipeline_options pp;
   memset(&pp, 0, sizeof pp);
   pp.devices = p;
-  for (int i = 0; i < p; i++)
-    pp.device[i] = devs[i];
+  pp.device = devs;
   pp.schedule = kind;
   pp.microbatches = mbs;
   return pp;
@@ -99,7 +98,7 @@ static void piped(strata_model_t m, const int *devs, int p, int kind, int mbs, i
   OK(strata_trainer_new_pipeline(m, ds, &o, &pp, &tr));
   run_steps(tr, steps, r);
   if (rep)
-    OK(strata_trainer_report(tr, rep));
+    tc_report_keep(tr, rep);
   strata_trainer_free(tr);
 }
 
@@ -317,6 +316,8 @@ Test(pipeline, gpipe_holds_m_micro_batches_1f1b_holds_p) {
   double extra = (double)gp.dev[0].peak_bytes - (double)fb.dev[0].peak_bytes;
   cr_assert_geq(extra, 6 * act * 0.9, "GPipe used %.0f bytes more than 1F1B; 6 micro-batches of activations are %.0f",
                 extra, 6 * act);
+  tc_report_free(&gp);
+  tc_report_free(&fb);
   strata_model_free(m);
 }
 
@@ -345,6 +346,7 @@ Test(pipeline, model_fits_only_when_split) {
     cr_assert_leq(rep.dev[d].peak_bytes, 3u << 20, "device %d peaked at %llu bytes", d,
                   (unsigned long long)rep.dev[d].peak_bytes);
   free(r.params);
+  tc_report_free(&rep);
   strata_model_free(m);
 }
 
@@ -372,7 +374,8 @@ static int capped_pipeline(const char *cap, uint64_t peak[2]) {
     int h[2] = {tc_find_device("host", 0), tc_find_device("host", 1)};
     struct strata_train_options o = options(h[0], 1);
     struct strata_pipeline_options pp = pipeline_options(h, 2, STRATA_SCHEDULE_1F1B, 4);
-    pp.split[0] = pp.split[1] = 4;
+    const int split[2] = {4, 4};
+    pp.split = split;
     int status = 3;
     float loss;
     if (strata_model_from_config(&c, &m))
@@ -479,8 +482,8 @@ Test(pipeline, eval_failure_frees_slots_after_every_queue) {
   OK(strata_device_props(h[1], &p1));
   struct strata_train_options o = options(h[0], 1);
   struct strata_pipeline_options pp = pipeline_options(h, 2, 0, 2);
-  pp.split[0] = 4;
-  pp.split[1] = 4;
+  const int split[2] = {4, 4};
+  pp.split = split;
   int failed = 0, clean = 0;
   for (int n = 1; n <= 60 && !clean; n++) {
     char env[64];
@@ -593,22 +596,24 @@ Test(pipeline, balanced_split_and_bad_input) {
                      rep.split[0], rep.split[1], rep.split[2], chosen, best);
   strata_trainer_free(tr);
   tr = NULL;
-  pp.split[0] = 3;
-  pp.split[1] = 3;
-  pp.split[2] = 3;
+  int split[3] = {3, 3, 3};
+  pp.split = split;
   cr_assert_eq(strata_trainer_new_pipeline(m, ds, &o, &pp, &tr), STRATA_ERR_SHAPE);
   cr_assert(strstr(strata_last_error(), "covers 9 layers"), "%s", strata_last_error());
-  pp.split[2] = 0;
+  split[2] = 0;
   cr_assert_eq(strata_trainer_new_pipeline(m, ds, &o, &pp, &tr), STRATA_ERR_INVALID);
-  memset(pp.split, 0, sizeof pp.split);
-  pp.device[1] = pp.device[0];
+  pp.split = NULL;
+  int twice[3] = {h[0], h[0], h[2]};
+  pp.device = twice;
   cr_assert_eq(strata_trainer_new_pipeline(m, ds, &o, &pp, &tr), STRATA_ERR_INVALID);
   cr_assert(strstr(strata_last_error(), "twice"), "%s", strata_last_error());
-  pp.device[1] = h[1];
+  pp.device = h;
   pp.schedule = STRATA_SCHEDULE_INTERLEAVED;
   pp.microbatches = 4;
   cr_assert_eq(strata_trainer_new_pipeline(m, ds, &o, &pp, &tr), STRATA_ERR_INVALID, "m must be a multiple of p");
+  const int nine[9] = {h[0], h[1], h[2], h[3], -1, -1, -1, -1, -1};
   pp.devices = 9;
+  pp.device = nine;
   cr_assert_neq(strata_trainer_new_pipeline(m, ds, &o, &pp, &tr), STRATA_OK, "more stages than layers");
   cr_assert_null(tr);
   /* tied embeddings cannot be cut */

@@ -294,7 +294,7 @@ check "class 4 work lost: saved before the final evaluation; one Ctrl-C stops it
   grep -q '\"event\":\"save\",\"step\":2' '$TMP/ev.json'"
 
 # class 5: one parser for every number, bad usage exit 2 with one line
-fails_clearly "class 5 numbers: --virtual-stages overflow" 2 "--virtual-stages wants an integer from 2 to 256" \
+fails_clearly "class 5 numbers: --virtual-stages overflow" 2 "--virtual-stages wants an integer from 2 to 1024" \
   $P --pp 2 --schedule interleaved --virtual-stages 9223372036854775807
 fails_clearly "class 5 numbers: --lr 1e-50 is not silently 0" 2 "too small for fp32" $T --lr 1e-50
 fails_clearly "class 5 numbers: --lr 1e39 is not infinity" 2 "too large for fp32" $T --lr 1e39

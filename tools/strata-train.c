@@ -19,6 +19,10 @@
 #include "cli.h"
 
 #define PROG "strata-train"
+/* What this tool's command line lists at most (the library allocates by count; the registry of one process holds
+** 256 devices) */
+#define MAX_DEVICES 256
+#define MAX_STAGES 1024
 
 /* Exit statuses: 0 success, 1 a failure reported by the library (bad file,
 ** device, divergence), 2 bad usage, 130 interrupted by SIGINT. */
@@ -64,16 +68,16 @@ struct options {
   /* pipeline: --pp and the options that only mean something with it */
   int pp;                   /* pipeline devices; 0: --pp not given (one device, no pipeline) */
   int ndevices;             /* entries of devices[] given by --devices; 0: the first pp devices */
-  int devices[STRATA_MAX_PIPELINE];
+  int devices[MAX_DEVICES];
   int nsplit;               /* entries of split[] given by --split; 0: balanced by the library */
-  int split[STRATA_MAX_STAGES];
+  int split[MAX_STAGES];
   int schedule;             /* STRATA_SCHEDULE_*; 0: not given (1F1B) */
   int64_t microbatches;     /* 0: not given */
   int64_t virtual_stages;   /* 0: not given (2 with interleaved) */
   const char *trace;        /* Chrome trace JSON, or NULL */
   const char *pipe_only;    /* the first pipeline option given, for "needs --pp" */
   int dp;                   /* data-parallel replicas; 0: --dp not given */
-  int tp[STRATA_MAX_PIPELINE]; /* --tp: tensor-parallel degree, one for every rank or one per rank */
+  int tp[MAX_DEVICES]; /* --tp: tensor-parallel degree, one for every rank or one per rank */
   int ntp;                  /* entries of tp; 0: --tp not given */
   int zero;                 /* --zero: ZeRO-1 over the --dp replicas */
   const char *layout_path;  /* --layout FILE */
@@ -115,16 +119,16 @@ struct run {
   int progress_open;        /* a progress line is drawn and not yet ended */
   /* pipeline (pp > 0); r->device, r->dprops are those of its first device */
   int pp;                   /* pipeline devices; 0: one device, no pipeline */
-  int dev[STRATA_MAX_PIPELINE];
-  struct strata_device_props props[STRATA_MAX_PIPELINE];
-  double dev_peak[STRATA_MAX_PIPELINE];   /* each device's measured sgemm peak, GFLOP/s; r->peak_gflops is their sum */
+  int dev[MAX_DEVICES];
+  struct strata_device_props props[MAX_DEVICES];
+  double dev_peak[MAX_DEVICES];   /* each device's measured sgemm peak, GFLOP/s; r->peak_gflops is their sum */
   struct strata_pipeline_report rep;       /* the stages, then the last step's figures */
   double step_bubble;                      /* measured bubble of the last step */
   /* step figures summed over the run's steps, and the first step's apart (the summary leaves it out) */
   double wall_all, wall_first;
-  double busy_all[STRATA_MAX_PIPELINE], busy_first[STRATA_MAX_PIPELINE];
-  uint64_t peak_bytes[STRATA_MAX_PIPELINE];
-  int peak_inflight[STRATA_MAX_PIPELINE];
+  double busy_all[MAX_DEVICES], busy_first[MAX_DEVICES];
+  uint64_t peak_bytes[MAX_DEVICES];
+  int peak_inflight[MAX_DEVICES];
 };
 
 static volatile sig_atomic_t interrupted;
@@ -654,7 +658,7 @@ static void print_summary(struct run *r, int was_interrupted, const struct optio
     else
       printf("null");
     if (r->pp) {
-      double pwall, busy[STRATA_MAX_PIPELINE];
+      double pwall, busy[MAX_DEVICES];
       double bubble = pipeline_figures(r, &pwall, busy);
       printf(",\"pp\":%d,\"schedule\":", r->pp);
       json_str(stdout, strata_schedule_kind_name(r->rep.schedule));
@@ -709,7 +713,7 @@ static void print_summary(struct run *r, int was_interrupted, const struct optio
              r->peak_before, r->peak_gflops);
   }
   if (r->pp && done) {
-    double pwall, busy[STRATA_MAX_PIPELINE];
+    double pwall, busy[MAX_DEVICES];
     double bubble = pipeline_figures(r, &pwall, busy);
     printf("pipeline  bubble %.1f%% measured vs %.1f%% theoretical (%s, %d device%s, %d micro-batches)%s\n",
            100 * bubble, 100 * r->rep.bubble_ideal, strata_schedule_kind_name(r->rep.schedule), r->pp,
@@ -1064,10 +1068,8 @@ static int new_pipeline_trainer(struct run *r, const struct options *o) {
   struct strata_pipeline_options pp;
   memset(&pp, 0, sizeof pp);
   pp.devices = r->pp;
-  for (int i = 0; i < r->pp; i++)
-    pp.device[i] = r->dev[i];
-  for (int s = 0; s < o->nsplit; s++)
-    pp.split[s] = o->split[s];
+  pp.device = r->dev;
+  pp.split = o->nsplit ? o->split : NULL;
   pp.schedule = o->schedule;
   pp.microbatches = (int)o->microbatches;
   pp.virtual_stages = o->schedule == STRATA_SCHEDULE_INTERLEAVED ? (int)o->virtual_stages : 0;
@@ -1288,9 +1290,9 @@ static int check_pipeline_args(struct options *o) {
     o->dp = strata_layout_dp(o->layout);
     o->pp = strata_layout_pp(o->layout);
     o->ndevices = strata_layout_device_count(o->layout);
-    if (o->ndevices > STRATA_MAX_PIPELINE) {
+    if (o->ndevices > MAX_DEVICES) {
       fprintf(stderr, PROG ": --layout: %d devices; this version trains on at most %d\n", o->ndevices,
-              STRATA_MAX_PIPELINE);
+              MAX_DEVICES);
       return EXIT_USAGE;
     }
     memcpy(o->devices, strata_layout_devices(o->layout), sizeof(int) * (size_t)o->ndevices);
@@ -1334,8 +1336,8 @@ static int check_pipeline_args(struct options *o) {
   }
   const int want = (o->dp ? o->dp : 1) * replica_devices(o);
   char cut[160];
-  if (want > STRATA_MAX_PIPELINE) {
-    fprintf(stderr, PROG ": %s = %d devices; at most %d\n", cut_text(o, cut, sizeof cut), want, STRATA_MAX_PIPELINE);
+  if (want > MAX_DEVICES) {
+    fprintf(stderr, PROG ": %s = %d devices; at most %d\n", cut_text(o, cut, sizeof cut), want, MAX_DEVICES);
     return EXIT_USAGE;
   }
   if (o->ndevices && o->ndevices != want) {
@@ -1363,9 +1365,9 @@ static int check_pipeline_args(struct options *o) {
   if (!o->virtual_stages)
     o->virtual_stages = interleaved ? 2 : 1;
   int64_t stages = (int64_t)o->pp * o->virtual_stages;
-  if (stages > STRATA_MAX_STAGES) {
+  if (stages > MAX_STAGES) {
     fprintf(stderr, PROG ": --pp %d x --virtual-stages %lld = %lld stages; at most %d\n", o->pp,
-            (long long)o->virtual_stages, (long long)stages, STRATA_MAX_STAGES);
+            (long long)o->virtual_stages, (long long)stages, MAX_STAGES);
     return EXIT_USAGE;
   }
   if (o->nsplit && o->nsplit != stages) {
@@ -1474,13 +1476,13 @@ static int parse_args(int argc, char **argv, struct options *o) {
       o->accum_given = 1;
       break;
     case OPT_PP:
-      if (cli_parse_range(PROG, "--pp", optarg, 1, STRATA_MAX_PIPELINE, &v))
+      if (cli_parse_range(PROG, "--pp", optarg, 1, MAX_DEVICES, &v))
         return EXIT_USAGE;
       o->pp = (int)v;
       o->cut_given = o->cut_given ? o->cut_given : "--pp";
       break;
     case OPT_DP:
-      if (cli_parse_range(PROG, "--dp", optarg, 1, STRATA_MAX_PIPELINE, &v))
+      if (cli_parse_range(PROG, "--dp", optarg, 1, MAX_DEVICES, &v))
         return EXIT_USAGE;
       o->dp = (int)v;
       o->cut_given = o->cut_given ? o->cut_given : "--dp";
@@ -1493,18 +1495,18 @@ static int parse_args(int argc, char **argv, struct options *o) {
       o->cut_given = o->cut_given ? o->cut_given : "--zero";
       break;
     case OPT_TP:
-      if (parse_list("--tp", optarg, 1, STRATA_MAX_PIPELINE, o->tp, &o->ntp))
+      if (parse_list("--tp", optarg, 1, MAX_DEVICES, o->tp, &o->ntp))
         return EXIT_USAGE;
       o->cut_given = o->cut_given ? o->cut_given : "--tp";
       break;
     case OPT_DEVICES:
-      if (parse_list("--devices", optarg, 0, STRATA_MAX_PIPELINE, o->devices, &o->ndevices))
+      if (parse_list("--devices", optarg, 0, MAX_DEVICES, o->devices, &o->ndevices))
         return EXIT_USAGE;
       o->pipe_only = o->pipe_only ? o->pipe_only : "--devices";
       o->cut_given = o->cut_given ? o->cut_given : "--devices";
       break;
     case OPT_SPLIT:
-      if (parse_list("--split", optarg, 1, STRATA_MAX_STAGES, o->split, &o->nsplit))
+      if (parse_list("--split", optarg, 1, MAX_STAGES, o->split, &o->nsplit))
         return EXIT_USAGE;
       o->pipe_only = o->pipe_only ? o->pipe_only : "--split";
       o->cut_given = o->cut_given ? o->cut_given : "--split";
@@ -1524,7 +1526,7 @@ static int parse_args(int argc, char **argv, struct options *o) {
       o->cut_given = o->cut_given ? o->cut_given : "--microbatches";
       break;
     case OPT_VIRTUAL_STAGES:
-      if (cli_parse_range(PROG, "--virtual-stages", optarg, 2, STRATA_MAX_STAGES, &o->virtual_stages))
+      if (cli_parse_range(PROG, "--virtual-stages", optarg, 2, MAX_STAGES, &o->virtual_stages))
         return EXIT_USAGE;
       o->pipe_only = o->pipe_only ? o->pipe_only : "--virtual-stages";
       o->cut_given = o->cut_given ? o->cut_given : "--virtual-stages";

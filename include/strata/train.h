@@ -121,13 +121,12 @@ STRATA_API int strata_trainer_logits_at(strata_trainer_t tr, const int32_t *toke
 
 /* ---- pipeline parallelism ---- */
 
-#define STRATA_MAX_PIPELINE 64      /* pipeline devices */
-#define STRATA_MAX_STAGES 256       /* (virtual) stages */
-
+/* The arrays are the caller's, read during strata_trainer_new_pipeline only. */
 struct strata_pipeline_options {
   int devices;                      /* pipeline devices p (>= 1) */
-  int device[STRATA_MAX_PIPELINE];  /* global device index of each pipeline rank */
-  int split[STRATA_MAX_STAGES];     /* layers per stage, in order; all 0: balanced automatically */
+  const int *device;                /* [devices]: global device index of each pipeline rank */
+  const int *split;                 /* [devices x virtual stages]: layers per stage, in order; NULL (or all 0):
+                                    ** balanced automatically */
   int schedule;                     /* STRATA_SCHEDULE_* of strata/schedule.h; 0 = 1F1B */
   int microbatches;                 /* m micro-batches per step (each of opts->batch samples); replaces accum */
   int virtual_stages;               /* v stages per device for INTERLEAVED (default 2) */
@@ -161,14 +160,15 @@ struct strata_pipeline_device_stats {
   uint64_t activation_bytes;        /* one micro-batch's activations, times the schedule's peak in flight */
 };
 
+/* The arrays belong to the trainer: valid while it lives, updated by each step. */
 struct strata_pipeline_report {
   int devices, stages, microbatches, schedule;
-  int split[STRATA_MAX_STAGES];     /* layers per stage */
-  int stage_device[STRATA_MAX_STAGES];
+  const int *split;                 /* [stages]: layers per stage */
+  const int *stage_device;          /* [stages] */
   double wall_s;                    /* the last step, compute and transfers */
   double bubble;                    /* measured: 1 - sum(busy) / (devices x wall) */
   double bubble_ideal;              /* the schedule's, with unit costs */
-  struct strata_pipeline_device_stats dev[STRATA_MAX_PIPELINE];
+  const struct strata_pipeline_device_stats *dev; /* [devices] */
 };
 
 /*
