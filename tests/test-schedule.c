@@ -754,3 +754,17 @@ Test(schedule, join_without_slices_is_rejected) {
   const char *want[] = {"tensor-parallel join in a schedule without slices"};
   expect_rejected(&l, want, 1);
 }
+
+/* A layout of 1,280 devices (dp 40 x pp 8 x tp 4, 16 micro-batches): generated, validated, and the bubble is the
+** pipeline's — nothing in the schedule is sized for fewer. */
+Test(schedule, a_thousand_device_hybrid_validates) {
+  strata_schedule_t s = NULL;
+  OK(strata_schedule_generate_hybrid(STRATA_SCHEDULE_1F1B, 8, 16, 0, 40, 4, 1, &s));
+  cr_assert_eq(strata_schedule_devices(s), 1280);
+  cr_assert_eq(strata_schedule_stages(s), 8 * 160);
+  OK(strata_schedule_validate(s));
+  double b = 0;
+  OK(strata_schedule_bubble(s, &b));
+  cr_assert_float_eq(b, 7.0 / 23.0, 1e-9, "1F1B p=8 m=16: (p-1)/(m+p-1), got %g", b);
+  strata_schedule_free(s);
+}
