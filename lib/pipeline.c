@@ -57,8 +57,9 @@ struct exec {
   int opt_arrived;
   int opt_ready;
   int chain;                 /* stages per replica */
-  void **done;               /* [S]: the completion of each stage's gradient all-reduce, until its OPTIMIZER */
+  void **done;               /* [S]: the completion of each stage's gradient reduce-scatter (ZeRO), until its OPTIMIZER */
   double *done_post;         /* [S]: when it was posted */
+  struct buckets *bk;        /* [S]: data parallelism: each stage's gradient buckets */
   float gscale, norm, lr;
   double *busy;              /* [ndev] */
   struct sender *snd;        /* [ndev] */
@@ -67,6 +68,22 @@ struct exec {
 struct worker_arg {
   struct exec *ex;
   int rank;
+};
+
+/*
+** Data parallelism's gradient buckets: runs of whole layers of at least
+** tr->bucket_bytes, last layers first. During a stage's last backward of the
+** step each bucket's all-reduce is posted as soon as its layers' gradients
+** are enqueued, so that it overlaps the backward of the layers before it;
+** GRAD_REDUCE posts what is left, and OPTIMIZER waits for them all.
+*/
+struct buckets {
+  struct exec *ex;
+  int s;
+  int n, posted;             /* buckets, and how many are posted */
+  int *first;                /* [n]: bucket k holds stage layers [first[k], k ? first[k - 1] : layers) */
+  void **done;               /* [n] */
+  double *when;              /* [n]: when posted */
 };
 
 static int rank_of(const struct exec *ex, int s) { return ex->tr->stage_rank[s]; }
@@ -329,9 +346,15 @@ static int do_forward(struct exec *ex, int rank, int s, int mb) {
   return strata_queue_finish(st->q);
 }
 
-static int do_backward(struct exec *ex, int rank, int kind, int s, int mb) {
+static int bucket_ready(void *arg, int layer);
+
+static int do_backward(struct exec *ex, int rank, int kind, int s, int mb, int last) {
   strata_trainer_t tr = ex->tr;
   struct strata__stage *st = tr->st[s];
+  if (last && ex->bk) { /* the stage's last gradients of the step: each bucket goes as soon as it is done */
+    st->grads_done = bucket_ready;
+    st->grads_done_arg = &ex->bk[s];
+  }
   if (kind != STRATA_ACTION_BACKWARD_WEIGHT && !strata__stage_last(tr, s)) {
     strata_mem_t go = strata__stage_grad_output(st, slot_of(ex, s, mb));
     size_t bytes = strata__stage_out_floats(st) * 4;
@@ -348,12 +371,16 @@ static int do_backward(struct exec *ex, int rank, int kind, int s, int mb) {
     }
   }
   const int sl = slot_of(ex, s, mb);
+  int rc;
   if (kind == STRATA_ACTION_BACKWARD)
-    TRY(strata__stage_backward(st, sl));
+    rc = strata__stage_backward(st, sl);
   else if (kind == STRATA_ACTION_BACKWARD_INPUT)
-    TRY(strata__stage_backward_input(st, sl));
+    rc = strata__stage_backward_input(st, sl);
   else
-    TRY(strata__stage_backward_weight(st, sl));
+    rc = strata__stage_backward_weight(st, sl);
+  st->grads_done = NULL;
+  st->grads_done_arg = NULL;
+  TRY(rc);
   TRY(strata_queue_finish(st->q));
   if (kind != STRATA_ACTION_BACKWARD_WEIGHT)
     drop(ex, s, mb, GRAD); /* its output gradient is used, its input gradient written */
@@ -369,6 +396,37 @@ static int do_backward(struct exec *ex, int rank, int kind, int s, int mb) {
 */
 static int do_optimizer(struct exec *ex, int rank, int s, int last_on_rank) {
   strata_trainer_t tr = ex->tr;
+  struct buckets *bk = ex->bk ? &ex->bk[s] : NULL;
+  for (int k = 0; bk && k < bk->posted; k++) { /* the stage's gradients joined with the other replicas' */
+    if (!bk->done[k])
+      continue;
+    strata_comm_t c = tr->comm[strata__stage_slice(tr, s) * ex->chain + s % ex->chain];
+    int rc = strata__comm_wait(c, tr->st[s]->q, bk->done[k]);
+    if (!rc)
+      rc = strata_queue_finish(tr->st[s]->q);
+    double t0 = 0, t1 = 0;
+    void *d = bk->done[k];
+    bk->done[k] = NULL;
+    strata__comm_release(c, d, &t0, &t1);
+    if (rc)
+      return rc;
+    if (tr->trace_path) {
+      char name[24], group[48];
+      size_t at = 0, lo, hi;
+      group[0] = '\0';
+      for (int r = 0; r < tr->replicas && at < sizeof group; r++)
+        at += (size_t)snprintf(group + at, sizeof group - at, "%s%d", r ? "," : "",
+                               tr->dev[rank_of(ex, (r * tr->tp + strata__stage_slice(tr, s)) * ex->chain +
+                                                       s % ex->chain)]);
+      strata__stage_layer_range(tr->st[s], bk->first[k], k ? bk->first[k - 1] : strata__stage_layer_count(tr->st[s]),
+                                &lo, &hi);
+      snprintf(name, sizeof name, "GR%d.%d", s, k);
+      pthread_mutex_lock(&ex->lock);
+      strata__trace_add_comm(tr, name, "allreduce", (uint64_t)(hi - lo) * 4, group, t0 > bk->when[k] ? t0 : bk->when[k],
+                             t1, 2 * rank + 1);
+      pthread_mutex_unlock(&ex->lock);
+    }
+  }
   if (ex->done[s]) { /* the stage's gradients must have been joined with the other replicas' */
     strata_comm_t c = tr->comm[strata__stage_slice(tr, s) * ex->chain + s % ex->chain];
     int rc = strata__comm_wait(c, tr->st[s]->q, ex->done[s]);
@@ -430,16 +488,72 @@ static int do_optimizer(struct exec *ex, int rank, int s, int last_on_rank) {
 ** communicator's threads move the data, and the stage's OPTIMIZER waits for
 ** it. Without gates on this backend the call itself waits.
 */
-static int do_grad_reduce(struct exec *ex, int s) {
-  strata_trainer_t tr = ex->tr;
+static int bucket_post(struct buckets *b, int k) {
+  strata_trainer_t tr = b->ex->tr;
+  const int s = b->s;
   struct strata__stage *st = tr->st[s];
-  strata_comm_t c = tr->comm[strata__stage_slice(tr, s) * ex->chain + s % ex->chain];
+  strata_comm_t c = tr->comm[strata__stage_slice(tr, s) * b->ex->chain + s % b->ex->chain];
   struct strata_comm_info info;
   TRY(strata_comm_info(c, &info));
-  strata_mem_t g = strata_mem(st->grads, 0);
-  ex->done_post[s] = strata__now();
-  return strata__comm_post_rank(c, STRATA__COLL_ALLREDUCE, strata__stage_replica(tr, s), st->q, g, g, st->nparams,
-                                STRATA_FLOAT32, STRATA_SUM, 0, info.asynchronous ? &ex->done[s] : NULL);
+  size_t lo, hi;
+  strata__stage_layer_range(st, b->first[k], k ? b->first[k - 1] : strata__stage_layer_count(st), &lo, &hi);
+  b->posted = k + 1;
+  b->when[k] = strata__now();
+  strata_mem_t g = strata_mem(st->grads, lo);
+  /* every replica posts the same buckets in the same order, so the k-th calls meet */
+  return strata__comm_post_rank(c, STRATA__COLL_ALLREDUCE, strata__stage_replica(tr, s), st->q, g, g, hi - lo,
+                                STRATA_FLOAT32, STRATA_SUM, 0, info.asynchronous ? &b->done[k] : NULL);
+}
+
+/* The stage's backward finished stage layer `layer`'s gradients: post the bucket it completes. */
+static int bucket_ready(void *arg, int layer) {
+  struct buckets *b = arg;
+  while (b->posted < b->n && layer <= b->first[b->posted])
+    TRY(bucket_post(b, b->posted));
+  return STRATA_OK;
+}
+
+static int do_grad_reduce(struct exec *ex, int s) {
+  struct buckets *b = &ex->bk[s];
+  while (b->posted < b->n)
+    TRY(bucket_post(b, b->posted));
+  return STRATA_OK;
+}
+
+/* Stage s's buckets: runs of whole layers from the last, each closed once it holds tr->bucket_bytes. */
+static int buckets_init(struct exec *ex, int s, struct buckets *b) {
+  struct strata__stage *st = ex->tr->st[s];
+  const int L = strata__stage_layer_count(st);
+  b->ex = ex;
+  b->s = s;
+  b->first = calloc((size_t)L, sizeof *b->first);
+  b->done = calloc((size_t)L, sizeof *b->done);
+  b->when = calloc((size_t)L, sizeof *b->when);
+  if (!b->first || !b->done || !b->when)
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory for gradient buckets");
+  uint64_t acc = 0;
+  for (int i = L - 1; i >= 0; i--) {
+    size_t lo, hi;
+    strata__stage_layer_range(st, i, i + 1, &lo, &hi);
+    acc += (uint64_t)(hi - lo) * 4;
+    if (acc >= ex->tr->bucket_bytes || i == 0) {
+      b->first[b->n++] = i;
+      acc = 0;
+    }
+  }
+  return STRATA_OK;
+}
+
+static void buckets_free(struct exec *ex, struct buckets *b) {
+  for (int k = 0; k < b->posted && b->done; k++)
+    if (b->done[k]) { /* a failed step: never waited for */
+      strata_queue_finish(ex->tr->st[b->s]->q);
+      strata__comm_release(ex->tr->comm[strata__stage_slice(ex->tr, b->s) * ex->chain + b->s % ex->chain], b->done[k],
+                           NULL, NULL);
+    }
+  free(b->first);
+  free(b->done);
+  free(b->when);
 }
 
 /* A TP_JOIN's collectives, each a comm event on the device's transfer track. */
@@ -509,6 +623,15 @@ static void *worker_main(void *arg) {
   for (int i = 0; i < n; i++)
     if (list[i].kind == STRATA_ACTION_OPTIMIZER)
       last_opt = i;
+  /* each stage's last backward work (B or W) in this list: where its gradient buckets go */
+  int *last_bw = calloc((size_t)ex->S, sizeof *last_bw);
+  if (!last_bw) {
+    fail(ex, strata__error(STRATA_ERR_NOMEM, "out of host memory"), "pipeline");
+    return NULL;
+  }
+  for (int i = 0; i < n; i++)
+    if (list[i].kind == STRATA_ACTION_BACKWARD || list[i].kind == STRATA_ACTION_BACKWARD_WEIGHT)
+      last_bw[list[i].stage] = i + 1;
   for (int i = 0; i < n; i++) {
     pthread_mutex_lock(&ex->lock);
     int failed = ex->failed;
@@ -526,7 +649,7 @@ static void *worker_main(void *arg) {
     case STRATA_ACTION_BACKWARD:
     case STRATA_ACTION_BACKWARD_INPUT:
     case STRATA_ACTION_BACKWARD_WEIGHT:
-      rc = do_backward(ex, rank, a->kind, s, mb);
+      rc = do_backward(ex, rank, a->kind, s, mb, last_bw[s] == i + 1);
       break;
     case STRATA_ACTION_SEND_ACT:
     case STRATA_ACTION_SEND_GRAD: {
@@ -598,6 +721,7 @@ static void *worker_main(void *arg) {
     release_pending(ex, rank);
   }
 out:
+  free(last_bw);
   return NULL;
 }
 
@@ -625,10 +749,22 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
   ex.done_post = calloc((size_t)ex.S, sizeof *ex.done_post);
   ex.busy = calloc((size_t)tr->ndev, sizeof *ex.busy);
   ex.snd = calloc((size_t)tr->ndev, sizeof *ex.snd);
+  if (tr->replicas > 1 && !tr->zero) {
+    ex.bk = calloc((size_t)ex.S, sizeof *ex.bk);
+    for (int s = 0; ex.bk && s < ex.S; s++)
+      if (buckets_init(&ex, s, &ex.bk[s])) {
+        for (int t = 0; t <= s; t++)
+          buckets_free(&ex, &ex.bk[t]);
+        free(ex.bk);
+        ex.bk = NULL;
+        break;
+      }
+  }
   struct worker_arg *args = calloc((size_t)tr->ndev, sizeof *args);
   pthread_t *workers = calloc((size_t)tr->ndev, sizeof *workers);
   int rc = (!ex.act || !ex.grad || !ex.hold_act || !ex.hold_grad || !ex.pending || !ex.slot || !ex.inflight || !ex.peak ||
-            !ex.done || !ex.done_post || !ex.busy || !ex.snd || !args || !workers)
+            !ex.done || !ex.done_post || !ex.busy || !ex.snd || !args || !workers ||
+            (tr->replicas > 1 && !tr->zero && !ex.bk))
                ? strata__error(STRATA_ERR_NOMEM, "out of host memory running a pipeline step")
                : STRATA_OK;
   pthread_mutex_init(&ex.lock, NULL);
@@ -744,6 +880,9 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
   free(ex.peak);
   free(ex.done);
   free(ex.done_post);
+  for (int s = 0; ex.bk && s < ex.S; s++)
+    buckets_free(&ex, &ex.bk[s]);
+  free(ex.bk);
   free(ex.busy);
   free(ex.snd);
   free(args);

@@ -1112,11 +1112,23 @@ static int stage_backward(struct strata__stage *st, int s, int mode) {
     }
     if (rc)
       return rc;
+    if (mode != BM_INPUT && st->grads_done)
+      TRY(st->grads_done(st->grads_done_arg, i));
     if (mode == BM_WEIGHT && i == 0)
       break;
   }
   return STRATA_OK;
 }
+
+void strata__stage_layer_range(const struct strata__stage *st, int a, int b, size_t *lo, size_t *hi) {
+  int t0 = st->layer_tensor[a], t1 = st->layer_tensor[b];
+  *lo = t0 < st->ntensors ? st->tensors[t0].off : st->nparams;
+  *hi = t1 < st->ntensors ? st->tensors[t1].off : st->nparams;
+  if (t1 == t0)
+    *hi = *lo;
+}
+
+int strata__stage_layer_count(const struct strata__stage *st) { return stage_layers(st); }
 
 int strata__stage_backward(struct strata__stage *st, int s) { return stage_backward(st, s, BM_FULL); }
 int strata__stage_backward_input(struct strata__stage *st, int s) { return stage_backward(st, s, BM_INPUT); }

@@ -91,7 +91,16 @@ struct strata__stage {
   ** other slices' (an all-reduce enqueued on q), set by the executor. */
   int (*join)(void *arg, strata_queue_t q, strata_mem_t x, size_t count);
   void *join_arg;
+  /* Called by a backward (full or weight part) after stage layer `layer`'s
+  ** gradients are enqueued, last layer first; NULL: none (gradient buckets). */
+  int (*grads_done)(void *arg, int layer);
+  void *grads_done_arg;
 };
+
+/* Floats [*lo, *hi) of the flat parameter (gradient) vector holding stage layers [a, b). */
+void strata__stage_layer_range(const struct strata__stage *st, int a, int b, size_t *lo, size_t *hi);
+/* Stage layers of the stage (last - first). */
+int strata__stage_layer_count(const struct strata__stage *st);
 
 /* Build a stage of layers [first, last) of `model` on `dev` for micro-batches
 ** of `mb` samples, cut as `cut` says (NULL: whole, no ZeRO); allocates parameters, gradients and moments and

@@ -474,6 +474,18 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
   tr->tp = pl->tp;
   tr->zero = pl->zero;
   tr->chains = chains;
+  tr->bucket_bytes = 4u << 20;
+  const char *bucket = getenv("STRATA_GRAD_BUCKET");
+  if (bucket && *bucket) {
+    uint64_t v = 0;
+    int prc = strata__parse_size(bucket, &v);
+    if (prc || v == 0) {
+      strata_trainer_free(tr);
+      return strata__error(prc ? prc : STRATA_ERR_RANGE, "STRATA_GRAD_BUCKET='%s' is not a size (e.g. 4M, 512K): %s",
+                           bucket, prc ? strata__parse_why() : "zero");
+    }
+    tr->bucket_bytes = v;
+  }
   tr->pp = pl->pp;
   tr->ndev = ndev;
   tr->nstages = nstages;

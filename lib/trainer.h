@@ -56,6 +56,7 @@ struct strata_trainer {
   int replicas;                      /* data-parallel copies */
   int tp;                            /* tensor-parallel slices of every stage */
   int zero;                          /* ZeRO-1: replica r's optimizer updates shard r of each stage */
+  uint64_t bucket_bytes;             /* data parallelism: gradients all-reduced in runs of layers of this size */
   int chains;                        /* replicas x tp chains of stages: chain c = replica c / tp, slice c % tp;
                                      ** chain c's stage s is st[c x nstages + s] */
   int pp;                            /* pipeline ranks of one chain: ndev = chains x pp */

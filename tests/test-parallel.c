@@ -174,6 +174,12 @@ Test(parallel, dp2_host_one_microbatch_each) {
   strata_layout_t l = layout("{\"dp\": 2, \"devices\": [%d, %d], \"microbatches\": 1}", h0, h1);
   laid_out(m, l, NULL, &got);
   compare("dp 2, m 1", &got, &ref, 0);
+  free(got.params);
+  /* the gradients in buckets of one layer each, all-reduced while the backward goes on */
+  setenv("STRATA_GRAD_BUCKET", "1K", 1);
+  laid_out(m, l, NULL, &got);
+  unsetenv("STRATA_GRAD_BUCKET");
+  compare("dp 2, m 1, one-layer buckets", &got, &ref, 0);
   strata_layout_free(l);
   free(got.params);
   free(ref.params);
@@ -262,11 +268,14 @@ Test(parallel, trace_shows_gradient_allreduce_on_every_device) {
                              h[2], h[3]);
   struct strata_train_options o = options(1);
   strata_trainer_t tr;
+  /* buckets of one layer each (the smallest bucket holds at least a layer) */
+  setenv("STRATA_GRAD_BUCKET", "1K", 1);
   OK(strata_trainer_new_layout(m, ds, &o, l, trace, &tr));
+  unsetenv("STRATA_GRAD_BUCKET");
   struct strata_step_stats st;
   OK(strata_trainer_step(tr, &st));
   struct strata_pipeline_report rep;
-  OK(strata_trainer_report(tr, &rep));
+  tc_report_keep(tr, &rep);
   cr_assert_eq(rep.devices, 4);
   cr_assert_eq(rep.stages, 4);
   strata_trainer_free(tr);
@@ -275,6 +284,7 @@ Test(parallel, trace_shows_gradient_allreduce_on_every_device) {
   cr_assert_not_null(root, "%s: %s", trace, err.text);
   json_t *evs = json_object_get(root, "traceEvents");
   int comm[8] = {0};
+  uint64_t bytes[8] = {0};
   size_t i;
   json_t *e;
   json_array_foreach(evs, i, e) {
@@ -290,9 +300,16 @@ Test(parallel, trace_shows_gradient_allreduce_on_every_device) {
     cr_assert_geq(json_real_value(json_object_get(e, "dur")) + json_integer_value(json_object_get(e, "dur")), 0);
     cr_assert(tid % 2 == 1 && tid / 2 < 4, "comm events go on the transfer tracks: tid %d", tid);
     comm[tid / 2]++;
+    bytes[tid / 2] += (uint64_t)json_integer_value(json_object_get(args, "bytes"));
   }
-  for (int r = 0; r < 4; r++)
-    cr_assert_eq(comm[r], 1, "device rank %d: %d gradient all-reduces in the step, want 1", r, comm[r]);
+  /* one bucket per layer: stage r (on device rank r) has rep.split[r] layers */
+  for (int r = 0; r < 4; r++) {
+    cr_assert_eq(comm[r], rep.split[r], "device rank %d: %d gradient all-reduces (buckets) in the step, want %d", r,
+                 comm[r], rep.split[r]);
+    cr_assert_eq(bytes[r], rep.dev[r].param_bytes, "device rank %d: the buckets cover %llu of %llu bytes", r,
+                 (unsigned long long)bytes[r], (unsigned long long)rep.dev[r].param_bytes);
+  }
+  tc_report_free(&rep);
   json_decref(root);
   strata_layout_free(l);
   strata_model_free(m);
