@@ -1096,3 +1096,42 @@ Test(dumps, bandwidth_ordering_across_boxes) {
   strata_topology_free(las);
   strata_topology_free(aws);
 }
+
+/* ------------------------------------------------- tensor-parallel groups */
+
+/* Runtime devices 0..n-1 on the listed PCI ids (and host devices for ""), mapped onto t. */
+static void map_pci(strata_topology_t t, const char *const *pci, int n) {
+  struct strata_device_props p[16];
+  for (int i = 0; i < n; i++)
+    p[i] = props(pci[i][0] ? "cuda" : "host", pci[i], !pci[i][0]);
+  OK(strata_topology_map(t, p, n));
+}
+
+/* Minsky (SOURCES.md: two NVLink pairs, GPUs 0-1 and 2-3): given in the order 0, 2, 1, 3, tp 2 groups are the
+** pairs; the AWS T4 box (pairs under one PCIe switch): tp 2 groups share a switch, the leftover host devices last. */
+Test(islands, tp_groups_follow_the_islands) {
+  strata_topology_t t = load_dump("ibm-power8-minsky-p100-4gpu-nvlink.xml");
+  const char *minsky[4] = {"0002:01:00.0", "0003:01:00.0", "000a:01:00.0", "000b:01:00.0"};
+  map_pci(t, minsky, 4);
+  const int given[4] = {0, 2, 1, 3};
+  int order[8];
+  OK(strata_topology_tp_order(t, given, 4, 2, order));
+  cr_assert(order[0] == 0 && order[1] == 1 && order[2] == 2 && order[3] == 3, "groups %d,%d | %d,%d", order[0],
+            order[1], order[2], order[3]);
+  /* tp 4 spans both islands: nothing fills a group inside one, the order given stays */
+  OK(strata_topology_tp_order(t, given, 4, 4, order));
+  cr_assert(order[0] == 0 && order[1] == 2 && order[2] == 1 && order[3] == 3);
+  cr_assert_eq(strata_topology_tp_order(t, given, 4, 3, order), STRATA_ERR_INVALID, "4 devices in groups of 3");
+  strata_topology_free(t);
+
+  t = load_dump("aws-g4dn-metal-t4-8gpu-pcie.xml");
+  const char *aws[6] = {"0000:18:00.0", "", "0000:35:00.0", "0000:19:00.0", "", "0000:36:00.0"};
+  map_pci(t, aws, 6);
+  const int all[6] = {0, 1, 2, 3, 4, 5};
+  OK(strata_topology_tp_order(t, all, 6, 2, order));
+  /* devices 0 and 3 are GPUs 0 and 1 (one switch), 2 and 5 GPUs 2 and 3 (another), 1 and 4 on the host */
+  const int want[6] = {0, 3, 2, 5, 1, 4};
+  for (int i = 0; i < 6; i++)
+    cr_assert_eq(order[i], want[i], "entry %d: device %d, want %d", i, order[i], want[i]);
+  strata_topology_free(t);
+}

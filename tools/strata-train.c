@@ -1004,6 +1004,26 @@ static int pipeline_devices(struct run *r, const struct options *o, int ndev) {
     if (strata_device_props(r->dev[i], &r->props[i]))
       return fail(NULL);
   }
+  /* devices chosen here with --tp: each tensor-parallel group inside one island of the topology (the fastest
+  ** links), the pipeline and the replicas across them */
+  if (!o->ndevices && !o->layout && o->ntp == 1 && o->tp[0] > 1) {
+    strata_topology_t topo = NULL;
+    int order[MAX_DEVICES];
+    int rc = strata_topology_load(NULL, &topo);
+    if (!rc)
+      rc = strata_topology_map_runtime(topo);
+    if (!rc)
+      rc = strata_topology_tp_order(topo, r->dev, want, o->tp[0], order);
+    strata_topology_free(topo);
+    if (rc) {
+      if (!o->json && !o->quiet)
+        printf("placement tp groups in device order: the topology is unknown (%s)\n", strata_last_error());
+    } else {
+      for (int i = 0; i < want; i++)
+        if ((r->dev[i] = order[i]) >= 0 && strata_device_props(r->dev[i], &r->props[i]))
+          return fail(NULL);
+    }
+  }
   r->device = r->dev[0];
   r->dprops = r->props[0];
   return 0;

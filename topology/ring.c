@@ -245,3 +245,55 @@ STRATA_API int strata_topology_device_ring(strata_topology_t topo, const int *de
     return strata__error(STRATA_ERR_INVALID, "strata_topology_device_ring: bad arguments (%d devices)", count);
   return ring_over(topo, devices, count, 1, order, bottleneck_gbps);
 }
+
+/* ---------------------------------------------------------------- tensor-parallel groups */
+
+/* The island of mapped runtime device d, or nislands (one more "island": the host) when it is not on a GPU. */
+static int island_of_device(const struct strata_topology *t, int d) {
+  int g = t->devs[d].gpu;
+  return g >= 0 && g < t->ngpus ? t->gpu_island[g] : t->nislands;
+}
+
+STRATA_API int strata_topology_tp_order(strata_topology_t topo, const int *devices, int count, int tp, int *order) {
+  if (!topo || !devices || !order || count <= 0 || tp <= 0 || count % tp)
+    return strata__error(STRATA_ERR_INVALID, "strata_topology_tp_order: %d devices in groups of %d", count, tp);
+  for (int i = 0; i < count; i++)
+    if (devices[i] < 0 || devices[i] >= topo->ndev)
+      return strata__error(STRATA_ERR_RANGE, "strata_topology_tp_order: device %d is not mapped (%d devices)",
+                           devices[i], topo->ndev);
+  const int K = topo->nislands + 1;
+  int *rank = malloc(sizeof(int) * (size_t)K), *used = calloc((size_t)count, sizeof *used);
+  if (!rank || !used) {
+    free(rank);
+    free(used);
+    return strata__error(STRATA_ERR_NOMEM, "out of memory ordering tensor-parallel groups");
+  }
+  /* islands by their bandwidth inside, fastest first (ties: by index); the host last */
+  for (int k = 0; k < K; k++)
+    rank[k] = k;
+  for (int a = 1; a < K - 1; a++)
+    for (int b = a; b > 0 && topo->islands[rank[b]].gbps > topo->islands[rank[b - 1]].gbps; b--) {
+      int x = rank[b];
+      rank[b] = rank[b - 1];
+      rank[b - 1] = x;
+    }
+  int at = 0;
+  for (int r = 0; r < K; r++) {
+    int k = rank[r], have = 0;
+    for (int i = 0; i < count; i++)
+      have += !used[i] && island_of_device(topo, devices[i]) == k;
+    /* whole groups from this island, the devices in the order given */
+    for (int take = have / tp * tp, i = 0; take > 0 && i < count; i++)
+      if (!used[i] && island_of_device(topo, devices[i]) == k) {
+        used[i] = 1;
+        order[at++] = devices[i];
+        take--;
+      }
+  }
+  for (int i = 0; i < count; i++) /* what fills no group inside one island */
+    if (!used[i])
+      order[at++] = devices[i];
+  free(rank);
+  free(used);
+  return STRATA_OK;
+}

@@ -247,6 +247,19 @@ STRATA_API int strata_topology_use_measured(strata_topology_t topo, int on);
 STRATA_API int strata_topology_measure(strata_topology_t topo, size_t bytes, int reps);
 
 /*
+** Tensor-parallel groups: order `count` mapped runtime devices so that each
+** run of `tp` consecutive entries of `order` (count entries, caller's) lies
+** inside one island wherever the islands allow — the fastest islands first,
+** the devices of an island in the order given, devices off the GPUs (host
+** virtual devices, PoCL) as one island of their own — and what fills no
+** group inside one island comes last, in the order given. count must be a
+** multiple of tp. strata-train orders its devices so when --tp is given
+** without --devices: tp groups on the fastest links, the pipeline across them.
+*/
+STRATA_API int strata_topology_tp_order(strata_topology_t topo, const int *devices, int count, int tp,
+                                        int *order /* OUT */);
+
+/*
 ** The ring strata would use over `count` GPUs of a topology (`gpus` lists
 ** topology GPU indices; NULL means all GPUs, and then count is ignored and
 ** taken from the topology): `order` (count entries, caller's) receives the
