@@ -130,3 +130,11 @@ tests_mpi_check_SOURCES = tests/mpi-check.c
 tests_mpi_check_LDADD = libstrata.la $(PTHREAD_LIBS) -lm
 TESTS += tests/test-mpi.sh
 EXTRA_DIST += tests/test-mpi.sh
+
+if HAVE_CRITERION
+check_PROGRAMS += tests/test-cluster
+TESTS += tests/test-cluster
+tests_test_cluster_SOURCES = tests/test-cluster.c tests/common.h
+tests_test_cluster_CFLAGS = $(AM_CFLAGS) $(CRITERION_CFLAGS) $(JANSSON_CFLAGS)
+tests_test_cluster_LDADD = libstrata.la $(CRITERION_LIBS) $(JANSSON_LIBS) -lm
+endif

@@ -55,6 +55,9 @@ static void usage(FILE *f) {
         "  -h, --help            show this help\n"
         "      --version         show the version\n"
         "\n"
+        "Under mpirun (strata built with MPI) rank 0 first prints every rank's devices, numbered globally,\n"
+        "and the links between ranks; with --json one strata-cluster/1 document instead.\n"
+        "\n"
         "Exit status: 0 on success, 1 when calibration fails, 2 on bad usage or unreadable input.\n",
         f);
 }
