@@ -439,13 +439,13 @@ static int cmd_collectives(void) {
 ** all-reduce of a group over every rank's first device; the others must fail naming it. */
 static int cmd_fault(const char *mode) {
   int devs[256];
-  int n = collectives(1, devs);
+  int n = collectives(strcmp(mode, "fault") != 0, devs);
   struct group g;
   group_new(&g, devs, n);
   size_t count = 1u << 20;
   group_buffers(&g, count * 4, count * 4);
   for (int it = 0; it < 6; it++) {
-    if (it == 2 && ci.rank == ci.size - 1) {
+    if (it == 2 && ci.rank == ci.size - 1 && strcmp(mode, "fault") != 0) {
       fprintf(stderr, "mpi-check: rank %d: %s now (pid %ld)\n", ci.rank, mode, (long)getpid());
       if (strcmp(mode, "kill") == 0)
         raise(SIGKILL);
@@ -465,10 +465,14 @@ static int cmd_fault(const char *mode) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: mpi-check view|p2p|collectives|kill|stall\n");
+    fprintf(stderr, "usage: mpi-check view|p2p|collectives|kill|stall|fault\n");
     return 2;
   }
   const char *cmd = argv[1];
+  /* fault: the last rank's first host virtual device fails its third op (the launcher says which rank is last) */
+  const char *wr = getenv("OMPI_COMM_WORLD_RANK"), *ws = getenv("OMPI_COMM_WORLD_SIZE");
+  if (strcmp(cmd, "fault") == 0 && wr && ws && atoi(wr) == atoi(ws) - 1)
+    setenv("STRATA_HOST_FAULT", "device=0,op=3", 1);
   int rc = strata_cluster_init(&argc, &argv, NULL, &cl);
   if (rc) {
     fprintf(stderr, "mpi-check: %s\n", strata_last_error());
@@ -482,7 +486,7 @@ int main(int argc, char **argv) {
     bad = cmd_p2p();
   else if (strcmp(cmd, "collectives") == 0)
     bad = cmd_collectives();
-  else if (strcmp(cmd, "kill") == 0 || strcmp(cmd, "stall") == 0)
+  else if (strcmp(cmd, "kill") == 0 || strcmp(cmd, "stall") == 0 || strcmp(cmd, "fault") == 0)
     bad = cmd_fault(cmd);
   else {
     fprintf(stderr, "mpi-check: unknown command '%s'\n", cmd);

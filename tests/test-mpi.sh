@@ -1,6 +1,6 @@
 #!/bin/sh
 # test-mpi.sh — the cluster layer (strata/cluster.h) under mpirun -np 2 and -np 4: the global view, point-to-point,
-# hierarchical collectives against the host, bit-identical repeats, and a killed or silent rank named within the timeout.
+# hierarchical collectives against the host, bit-identical repeats, and a killed, silent or faulty rank named within the timeout.
 # Prints TAP. Without MPI configured only the one-process cluster is checked; the rest is skipped, saying why.
 b=${top_builddir:-.}
 prog="$b/tests/mpi-check"
@@ -121,5 +121,14 @@ has "silent rank 1: rank 0 names it after STRATA_COMM_TIMEOUT" "$out/stall.log" 
 sleep 1
 if left_running; then notok "stall: no rank left running"; ps -eo pid,stat,args | grep mpi-check | sed 's/^/# /'
 else ok "stall: no rank left running"; fi
+
+timed env STRATA_COMM_TIMEOUT=20 $run60 2 "$prog" fault >"$out/fault.log" 2>&1
+if [ "$rc" -ne 0 ] && [ "$elapsed" -lt 30 ]; then ok "device fault on rank 1: the job fails (status $rc) in $elapsed s"
+else notok "device fault on rank 1: the job fails in bounded time (status $rc, $elapsed s)"; sed 's/^/# /' "$out/fault.log"; fi
+has "device fault on rank 1: its message names the rank, the device and the collective" "$out/fault.log" \
+  '^strata: rank 1 .*: allreduce of .* on 2 ranks: rank 1 failed: .*host virtual device 0.*injected fault'
+sleep 1
+if left_running; then notok "fault: no rank left running"; ps -eo pid,stat,args | grep mpi-check | sed 's/^/# /'
+else ok "fault: no rank left running"; fi
 
 echo "1..$n"

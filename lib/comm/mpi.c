@@ -275,13 +275,21 @@ static int wait_requests(struct strata_cluster *c, MPI_Request *reqs, const int 
       continue;
     }
     if (now - last_check >= LIVENESS_PERIOD_S) {
+      /* The peers waited for first, then any other rank of this machine: a job
+      ** with a dead rank is over, and the message should name the dead one. */
       last_check = now;
-      for (int i = 0; i < n; i++) {
+      int gone = -1;
+      for (int i = 0; i < n && gone < 0; i++) {
         int p = peers ? peers[i] : -1;
         if (reqs[i] != MPI_REQUEST_NULL && p >= 0 && peer_gone(c, p))
-          return breakdown(c, STRATA_ERR_TIMEOUT, "%s: rank %d (pid %ld on %s) has exited; rank %d stops", what, p,
-                           (long)c->ranks[p].pid, node_name_of(c, p), c->rank);
+          gone = p;
       }
+      for (int r = 0; r < c->size && gone < 0 && c->ranks; r++)
+        if (peer_gone(c, r))
+          gone = r;
+      if (gone >= 0)
+        return breakdown(c, STRATA_ERR_TIMEOUT, "%s: rank %d (pid %ld on %s) has exited; rank %d stops", what, gone,
+                         (long)c->ranks[gone].pid, node_name_of(c, gone), c->rank);
     }
     if (now - last_progress >= c->timeout_s) {
       int p = -1;
@@ -1012,6 +1020,21 @@ STRATA_API int strata_cluster_to_json(strata_cluster_t c, char **json) {
 
 /* ------------------------------------------------------ point-to-point */
 
+/*
+** A transfer between ranks that failed part-way leaves its peer waiting for
+** the rest: the cluster is broken (if the failure was local, this says so),
+** and the program should strata_cluster_abort. Returns rc.
+*/
+#ifdef STRATA_HAVE_MPI
+static int transfer_failed(struct strata_cluster *c, int rc, const char *what) {
+  if (c->broken)
+    return rc;
+  char why[700];
+  strata__strlcpy(why, strata_last_error(), sizeof why);
+  return breakdown(c, rc, "%s: rank %d failed: %s", what, c->rank, why);
+}
+#endif
+
 /* Arguments of a send or receive, checked; *bytes_off the byte offset of mem. */
 static int check_p2p(struct strata_cluster *c, const char *fn, int peer, int tag, strata_queue_t q, strata_mem_t mem,
                      size_t bytes, size_t *byte_off) {
@@ -1033,6 +1056,7 @@ static int check_p2p(struct strata_cluster *c, const char *fn, int peer, int tag
   return check_broken(c);
 }
 
+#ifdef STRATA_HAVE_MPI
 static int staging_chunk(size_t *chunk) {
   const char *v = getenv("STRATA_STAGING_CHUNK");
   uint64_t b = CLUSTER_DEFAULT_CHUNK;
@@ -1041,6 +1065,7 @@ static int staging_chunk(size_t *chunk) {
   *chunk = (size_t)b;
   return 0;
 }
+#endif
 
 STRATA_API int strata_cluster_send(strata_cluster_t c, int peer, int tag, strata_queue_t q, strata_mem_t mem,
                                    size_t bytes) {
@@ -1053,7 +1078,12 @@ STRATA_API int strata_cluster_send(strata_cluster_t c, int peer, int tag, strata
     chunk = bytes ? bytes : 1;
   char what[160];
   snprintf(what, sizeof what, "send of %zu bytes to rank %d (tag %d)", bytes, peer, tag);
-  uint64_t header[2] = {bytes, chunk};
+  /* On the heap: after a failure MPI may still read it (the cluster is broken then, and it stays). */
+  uint64_t *header = malloc(2 * sizeof *header);
+  if (!header)
+    return strata__error(STRATA_ERR_NOMEM, "%s: out of host memory", what);
+  header[0] = bytes;
+  header[1] = chunk;
   MPI_Request hr = MPI_REQUEST_NULL, r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
   int peers[2] = {peer, peer};
   TRY(isend(c, c->p2p, header, 2, MPI_UINT64_T, peer, tag, &hr, what));
@@ -1079,11 +1109,12 @@ STRATA_API int strata_cluster_send(strata_cluster_t c, int peer, int tag, strata
     rc = wait_requests(c, r, peers, 2, NULL, what);
   if (!rc)
     rc = wait_requests(c, &hr, &peer, 1, NULL, what);
-  if (!rc || !c->broken) {
-    strata__host_memory_free(&st[0]);
-    strata__host_memory_free(&st[1]);
-  }
-  return rc;
+  if (rc)
+    return transfer_failed(c, rc, what);   /* the staging stays: MPI may still use it */
+  strata__host_memory_free(&st[0]);
+  strata__host_memory_free(&st[1]);
+  free(header);
+  return 0;
 #else
   return strata__error(STRATA_ERR_INTERNAL, "strata_cluster_send: no other rank without MPI");
 #endif
@@ -1096,14 +1127,19 @@ STRATA_API int strata_cluster_recv(strata_cluster_t c, int peer, int tag, strata
 #ifdef STRATA_HAVE_MPI
   char what[160];
   snprintf(what, sizeof what, "receive of %zu bytes from rank %d (tag %d)", bytes, peer, tag);
-  uint64_t header[2] = {0, 0};
+  /* On the heap: after a failure MPI may still write it (the cluster is broken then, and it stays). */
+  uint64_t *header = calloc(2, sizeof *header);
+  if (!header)
+    return strata__error(STRATA_ERR_NOMEM, "%s: out of host memory", what);
   MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
   TRY(irecv(c, c->p2p, header, 2, MPI_UINT64_T, peer, tag, &r[0], what));
   TRY(wait_requests(c, &r[0], &peer, 1, NULL, what));
-  if (header[0] != bytes)
+  uint64_t hbytes = header[0], hchunk = header[1];
+  free(header);
+  if (hbytes != bytes)
     return breakdown(c, STRATA_ERR_SHAPE, "%s: rank %d sends %llu bytes with that tag; rank %d expects %zu", what, peer,
-                     (unsigned long long)header[0], c->rank, bytes);
-  size_t chunk = (size_t)header[1];
+                     (unsigned long long)hbytes, c->rank, bytes);
+  size_t chunk = (size_t)hchunk;
   if (!bytes)
     return 0;
   if (chunk == 0 || chunk > (1u << 30))
@@ -1138,16 +1174,11 @@ STRATA_API int strata_cluster_recv(strata_cluster_t c, int peer, int tag, strata
       rc = irecv(c, c->p2p, st[b].p, (int)n2, MPI_BYTE, peer, tag, &r[b], what);
     }
   }
-  if (rc && !c->broken) {
-    /* A local failure (the upload): let the peer's chunks land before the staging goes. */
-    int peers[2] = {peer, peer};
-    wait_requests(c, r, peers, 2, NULL, what);
-  }
-  if (!c->broken) {
-    strata__host_memory_free(&st[0]);
-    strata__host_memory_free(&st[1]);
-  }
-  return rc;
+  if (rc)
+    return transfer_failed(c, rc, what);   /* the staging stays: MPI may still write into it */
+  strata__host_memory_free(&st[0]);
+  strata__host_memory_free(&st[1]);
+  return 0;
 #else
   return strata__error(STRATA_ERR_INTERNAL, "strata_cluster_recv: no other rank without MPI");
 #endif
@@ -1289,6 +1320,7 @@ static int check_coll(struct strata_cluster_comm *cc, const char *fn, const stra
   return check_broken(cc->c);
 }
 
+#ifdef STRATA_HAVE_MPI
 /* y = op(y, x) over n elements; the order of the ranks' contributions is the caller's. */
 static void reduce_into(void *y, const void *x, size_t n, int dtype, int op) {
   if (dtype == STRATA_FLOAT32) {
@@ -1311,6 +1343,7 @@ static void reduce_into(void *y, const void *x, size_t n, int dtype, int op) {
         a[i] = (int32_t)((uint32_t)a[i] + (uint32_t)b[i]);
   }
 }
+#endif
 
 #ifdef STRATA_HAVE_MPI
 /*
@@ -1391,6 +1424,16 @@ static int reduce_to_host(struct strata_cluster_comm *cc, const strata_queue_t *
   return 0;
 }
 
+/* A collective over several ranks that failed on this rank leaves the others
+** waiting: the cluster is broken (see transfer_failed). Returns rc. */
+static int coll_failed(struct strata_cluster_comm *cc, int rc, const char *what) {
+#ifdef STRATA_HAVE_MPI
+  if (rc && cc->nranks > 1)
+    return transfer_failed(cc->c, rc, what);
+#endif
+  return rc;
+}
+
 STRATA_API int strata_cluster_allreduce(strata_cluster_comm_t cc, const strata_queue_t *queues,
                                         const strata_mem_t *send, const strata_mem_t *recv, size_t count, int dtype,
                                         int op) {
@@ -1414,6 +1457,7 @@ STRATA_API int strata_cluster_allreduce(strata_cluster_comm_t cc, const strata_q
     if (!rc)
       rc = strata_comm_finish(cc->local);
   }
+  rc = coll_failed(cc, rc, what);
   if (!rc || !cc->c->broken)
     strata__host_memory_free(&h);
   return rc;
@@ -1446,6 +1490,7 @@ STRATA_API int strata_cluster_reducescatter(strata_cluster_comm_t cc, const stra
   for (int i = 0; !rc && i < cc->nlocal; i++)
     rc = strata_buffer_upload(queues[i], recv[i].buf, recv[i].off * 4, (char *)h.p + (size_t)cc->local_members[i] *
                                                                                         count * 4, count * 4);
+  rc = coll_failed(cc, rc, what);
   if (!rc || !cc->c->broken) {
     for (int i = 0; tmp && i < cc->nlocal; i++)
       strata_buffer_free(tmp[i]);
@@ -1508,6 +1553,7 @@ STRATA_API int strata_cluster_allgather(strata_cluster_comm_t cc, const strata_q
 #endif
   for (int i = 0; !rc && i < cc->nlocal; i++)
     rc = strata_buffer_upload(queues[i], recv[i].buf, recv[i].off * 4, base, block * (size_t)cc->n);
+  rc = coll_failed(cc, rc, what);
   if (!rc || !cc->c->broken)
     strata__host_memory_free(&h);
   return rc;
@@ -1566,6 +1612,7 @@ STRATA_API int strata_cluster_broadcast(strata_cluster_comm_t cc, const strata_q
 #endif
   for (int i = 0; !rc && i < cc->nlocal; i++)
     rc = strata_buffer_upload(queues[i], recv[i].buf, recv[i].off * 4, h.p, count * 4);
+  rc = coll_failed(cc, rc, what);
   if (!rc || !c->broken)
     strata__host_memory_free(&h);
   return rc;
