@@ -78,7 +78,9 @@ STRATA_API int strata_cluster_available(void);
 ** links between ranks. strata's traffic runs on duplicates of
 ** MPI_COMM_WORLD, so it never matches the application's own messages.
 ** On success *out is a new cluster the caller frees; on failure *out is
-** untouched and the message says which rank and why.
+** untouched and the message says which rank and why. After a failure in a
+** job of several ranks MPI stays initialised (finalising would wait for the
+** other ranks): exit, or strata_cluster_abort(NULL, code, NULL).
 */
 STRATA_API int strata_cluster_init(int *argc, char ***argv, const struct strata_cluster_options *opts,
                                    strata_cluster_t *out /* OUT */);
@@ -94,8 +96,9 @@ STRATA_API void strata_cluster_free(strata_cluster_t c);
 /*
 ** End the whole job after a failure: print "strata: rank R (NODE): MESSAGE"
 ** on stderr (MESSAGE NULL: the cluster's failure, else the last error) and
-** abort every rank with exit status `code` (1 when 0). Without MPI it
-** exits this process. Does not return.
+** abort every rank with exit status `code` (1 when 0) through MPI_Abort
+** whenever MPI is initialised (`c` may be NULL after a failed
+** strata_cluster_init). Without MPI it exits this process. Does not return.
 */
 STRATA_API void strata_cluster_abort(strata_cluster_t c, int code, const char *message)
     __attribute__((noreturn));

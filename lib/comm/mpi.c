@@ -753,8 +753,10 @@ STRATA_API int strata_cluster_init(int *argc, char ***argv, const struct strata_
     char msg[1024];
     strata__strlcpy(msg, strata_last_error(), sizeof msg);
 #ifdef STRATA_HAVE_MPI
-    /* A failure before every rank joined cannot be finalised cleanly: MPI_Finalize waits for the others. */
-    if (c->init_here && !c->broken)
+    /* Alone, MPI is finalised again. With other ranks it is not: MPI_Finalize would wait for
+    ** ranks that may still be joining; the program exits (or calls strata_cluster_abort(NULL, ...))
+    ** and the launcher ends the job. */
+    if (c->init_here && !c->broken && c->size == 1)
       MPI_Finalize();
 #endif
     int r = c->rank;
@@ -799,7 +801,10 @@ STRATA_API void strata_cluster_abort(strata_cluster_t c, int code, const char *m
   fprintf(stderr, "strata: rank %d (%s): %s\n", c ? c->rank : 0, c ? node_name_of(c, c->rank) : "?", msg);
   fflush(stderr);
 #ifdef STRATA_HAVE_MPI
-  if (c && c->mpi)
+  int inited = 0, finalized = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&finalized);
+  if (inited && !finalized)   /* also when strata_cluster_init failed (c NULL) after starting MPI */
     MPI_Abort(MPI_COMM_WORLD, code);
 #endif
   _exit(code);
