@@ -96,6 +96,14 @@ for np in 2 4; do
   else notok "np $np: all-reduce bit-identical on every rank and between runs ($count results: $hashes)"; fi
 done
 
+# The benchmark between ranks runs and prints its rows (its figures are not judged here).
+topo_bench="$b/tools/strata-bench"
+check "strata-bench mpi under mpirun -np 2" "$out/bench.log" $run 2 "$topo_bench" mpi --sizes 64K,1M --reps 2
+if [ "$(grep -cE '^ +(65536|1048576) +[0-9.]+ +[0-9.]+ +([0-9.]+ +)?[0-9.]+%$' "$out/bench.log")" -eq 4 ]; then
+  ok "strata-bench mpi: a p2p row and an allreduce row per size"
+else notok "strata-bench mpi: a p2p row and an allreduce row per size"; sed 's/^/# /' "$out/bench.log"; fi
+grep -h -A20 '^# p2p' "$out/bench.log" | sed 's/^/# /'
+
 # Failure: rank 3 of 4 is killed mid-collective; rank 1 of 2 stops answering. The others exit non-zero
 # within the timeout, naming the rank; nothing is left running.
 timed() {
