@@ -1062,12 +1062,26 @@ static int check_p2p(struct strata_cluster *c, const char *fn, int peer, int tag
 }
 
 #ifdef STRATA_HAVE_MPI
-static int staging_chunk(size_t *chunk) {
+/*
+** The pieces a message of `bytes` moves in: STRATA_STAGING_CHUNK (default
+** 4M), but at least 4 pieces of 64K or more, so that copying one piece
+** between the device and host memory overlaps MPI moving the previous one
+** also for messages of a few chunks. Both sides compute it (the sender
+** announces it, and a rank whose STRATA_STAGING_CHUNK differs is refused).
+*/
+static int p2p_chunk(size_t bytes, size_t *chunk) {
   const char *v = getenv("STRATA_STAGING_CHUNK");
   uint64_t b = CLUSTER_DEFAULT_CHUNK;
   if (v && *v && (strata__parse_size(v, &b) || b == 0 || b > (1u << 30)))
     return strata__error(STRATA_ERR_PARSE, "STRATA_STAGING_CHUNK='%s' is not a size between 1 byte and 1G", v);
-  *chunk = (size_t)b;
+  size_t c = bytes / 4;
+  if (c < (64u << 10))
+    c = 64u << 10;
+  if (c > (size_t)b)
+    c = (size_t)b;
+  if (c > bytes)
+    c = bytes ? bytes : 1;
+  *chunk = c;
   return 0;
 }
 #endif
@@ -1078,9 +1092,7 @@ STRATA_API int strata_cluster_send(strata_cluster_t c, int peer, int tag, strata
   TRY(check_p2p(c, "strata_cluster_send", peer, tag, q, mem, bytes, &boff));
 #ifdef STRATA_HAVE_MPI
   size_t chunk = 0;
-  TRY(staging_chunk(&chunk));
-  if (chunk > bytes)
-    chunk = bytes ? bytes : 1;
+  TRY(p2p_chunk(bytes, &chunk));
   char what[160];
   snprintf(what, sizeof what, "send of %zu bytes to rank %d (tag %d)", bytes, peer, tag);
   /* On the heap: after a failure MPI may still read it (the cluster is broken then, and it stays). */
@@ -1132,34 +1144,47 @@ STRATA_API int strata_cluster_recv(strata_cluster_t c, int peer, int tag, strata
 #ifdef STRATA_HAVE_MPI
   char what[160];
   snprintf(what, sizeof what, "receive of %zu bytes from rank %d (tag %d)", bytes, peer, tag);
+  size_t chunk = 0;
+  TRY(p2p_chunk(bytes, &chunk));
   /* On the heap: after a failure MPI may still write it (the cluster is broken then, and it stays). */
   uint64_t *header = calloc(2, sizeof *header);
   if (!header)
     return strata__error(STRATA_ERR_NOMEM, "%s: out of host memory", what);
-  MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-  TRY(irecv(c, c->p2p, header, 2, MPI_UINT64_T, peer, tag, &r[0], what));
-  TRY(wait_requests(c, &r[0], &peer, 1, NULL, what));
-  uint64_t hbytes = header[0], hchunk = header[1];
-  free(header);
-  if (hbytes != bytes)
-    return breakdown(c, STRATA_ERR_SHAPE, "%s: rank %d sends %llu bytes with that tag; rank %d expects %zu", what, peer,
-                     (unsigned long long)hbytes, c->rank, bytes);
-  size_t chunk = (size_t)hchunk;
-  if (!bytes)
-    return 0;
-  if (chunk == 0 || chunk > (1u << 30))
-    return breakdown(c, STRATA_ERR_INTERNAL, "%s: rank %d announces chunks of %zu bytes", what, peer, chunk);
   struct strata__staging st[2];
   memset(st, 0, sizeof st);
   int dev = strata_queue_device(q);
-  int rc = strata__host_memory_new(dev, chunk, &st[0]);
-  if (!rc)
-    rc = strata__host_memory_new(dev, chunk, &st[1]);
-  size_t nchunks = (bytes + chunk - 1) / chunk;
+  int rc = 0;
+  if (bytes) {
+    rc = strata__host_memory_new(dev, chunk, &st[0]);
+    if (!rc)
+      rc = strata__host_memory_new(dev, chunk, &st[1]);
+    if (rc) {
+      strata__host_memory_free(&st[0]);
+      free(header);
+      return rc;
+    }
+  }
+  /* The header and the first two pieces are received at once (one tag: they match in order), so
+  ** that no piece waits for the header's round through this thread. */
+  MPI_Request hr = MPI_REQUEST_NULL, r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  size_t nchunks = bytes ? (bytes + chunk - 1) / chunk : 0;
+  rc = irecv(c, c->p2p, header, 2, MPI_UINT64_T, peer, tag, &hr, what);
   for (size_t i = 0; !rc && i < 2 && i < nchunks; i++) {
     size_t off = i * chunk, n = bytes - off < chunk ? bytes - off : chunk;
     rc = irecv(c, c->p2p, st[i].p, (int)n, MPI_BYTE, peer, tag, &r[i], what);
   }
+  if (!rc)
+    rc = wait_requests(c, &hr, &peer, 1, NULL, what);
+  if (!rc && header[0] != bytes)
+    rc = breakdown(c, STRATA_ERR_SHAPE, "%s: rank %d sends %llu bytes with that tag; rank %d expects %zu", what, peer,
+                   (unsigned long long)header[0], c->rank, bytes);
+  if (!rc && header[1] != chunk)
+    rc = breakdown(c, STRATA_ERR_SHAPE,
+                   "%s: rank %d moves it in pieces of %llu bytes, rank %d in %zu (STRATA_STAGING_CHUNK differs)", what,
+                   peer, (unsigned long long)header[1], c->rank, chunk);
+  if (rc)
+    return transfer_failed(c, rc, what);   /* header and staging stay: MPI may still write into them */
+  free(header);
   for (size_t i = 0; !rc && i < nchunks; i++) {
     int b = (int)(i & 1);
     size_t off = i * chunk, n = bytes - off < chunk ? bytes - off : chunk;
@@ -1405,18 +1430,20 @@ static int ring_allreduce(struct strata_cluster_comm *cc, void *h, size_t count,
 /*
 ** The shared body of all-reduce and reduce-scatter: op over the group of
 ** `count` elements of each local member's `src` into host memory `h`
-** (every rank with members gets the same bits). `dst` (one per local
-** member, count elements) receives the local reduction first.
+** (every rank with members gets the same bits). With several local
+** members `dst` (one per member, count elements) receives the local
+** reduction first; with one it is not touched.
 */
 static int reduce_to_host(struct strata_cluster_comm *cc, const strata_queue_t *queues, const strata_mem_t *src,
                           const strata_mem_t *dst, size_t count, int dtype, int op, void *h, const char *what) {
   int lop = op == STRATA_AVG ? STRATA_SUM : op;
-  if (cc->nlocal > 1)
+  if (cc->nlocal > 1) {
     TRY(strata_allreduce_sync(cc->local, queues, src, dst, count, dtype, lop));
-  else if (src[0].buf != dst[0].buf || src[0].off != dst[0].off) {
-    TRY(strata_buffer_copy(queues[0], dst[0].buf, dst[0].off * 4, src[0].buf, src[0].off * 4, count * 4));
+    TRY(strata_buffer_download(queues[0], dst[0].buf, dst[0].off * 4, h, count * 4));
+  } else {
+    /* alone in its rank: the member's own data is the rank's part (dst is written by the caller) */
+    TRY(strata_buffer_download(queues[0], src[0].buf, src[0].off * 4, h, count * 4));
   }
-  TRY(strata_buffer_download(queues[0], dst[0].buf, dst[0].off * 4, h, count * 4));
 #ifdef STRATA_HAVE_MPI
   if (cc->nranks > 1)
     TRY(ring_allreduce(cc, h, count, dtype, lop, what));
