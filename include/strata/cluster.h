@@ -87,7 +87,8 @@ STRATA_API int strata_cluster_init(int *argc, char ***argv, const struct strata_
 
 /*
 ** Free the cluster (collective: every rank calls it, after its traffic is
-** done). MPI is finalised only if strata_cluster_init initialised it, and
+** done, and before strata_shutdown: it keeps up to 256 MiB of host staging
+** memory, pinned by the devices' backends, between transfers). MPI is finalised only if strata_cluster_init initialised it, and
 ** not when the cluster is broken (MPI_Finalize waits for every rank: the
 ** program should strata_cluster_abort instead). NULL does nothing.
 */

@@ -39,6 +39,9 @@
 #define NOMINAL_SHM_LATENCY_US 0.5
 /* A peer process on the same node is looked for this often while waiting on it. */
 #define LIVENESS_PERIOD_S 0.05
+/* Staging buffers kept between transfers (pinned memory is slow to get: cudaHostAlloc). */
+#define STAGING_POOL 16
+#define STAGING_KEEP_BYTES ((size_t)256 << 20)
 
 /* What each rank tells the others about itself. Sent as bytes: every rank
 ** runs the same build of strata (the layout of this struct is part of it). */
@@ -76,6 +79,11 @@ struct strata_cluster {
   int broken_status;
   char broken_msg[1024];
   int comm_ids;                 /* groups made so far: each gets its own tag */
+  pthread_mutex_t pool_lock;    /* guards pool */
+  struct pooled {
+    int dev;
+    struct strata__staging mem; /* mem.p NULL: an empty slot */
+  } pool[STAGING_POOL];         /* host staging memory not in use, kept for the next transfer */
 #ifdef STRATA_HAVE_MPI
   MPI_Comm p2p, coll, ctl;      /* duplicates of MPI_COMM_WORLD */
 #endif
@@ -559,9 +567,63 @@ STRATA_API int strata_cluster_available(void) {
 #endif
 }
 
+/* Host memory of at least `bytes` for transfers of device `dev`: a kept buffer of that
+** device and size, else a new one (pinned by the device's backend where it can). */
+static int staging_take(struct strata_cluster *c, int dev, size_t bytes, struct strata__staging *out) {
+  pthread_mutex_lock(&c->pool_lock);
+  for (int i = 0; i < STAGING_POOL; i++)
+    if (c->pool[i].mem.p && c->pool[i].dev == dev && c->pool[i].mem.bytes == bytes) {
+      *out = c->pool[i].mem;
+      memset(&c->pool[i].mem, 0, sizeof c->pool[i].mem);
+      pthread_mutex_unlock(&c->pool_lock);
+      return 0;
+    }
+  pthread_mutex_unlock(&c->pool_lock);
+  return strata__host_memory_new(dev, bytes, out);
+}
+
+/* Keep `mem` for the next transfer while the pool holds at most STAGING_KEEP_BYTES in
+** STAGING_POOL buffers (the oldest kept go first), else free it. */
+static void staging_give(struct strata_cluster *c, int dev, struct strata__staging *mem) {
+  if (!mem->p)
+    return;
+  if (mem->bytes > STAGING_KEEP_BYTES) {
+    strata__host_memory_free(mem);
+    return;
+  }
+  struct strata__staging evict[STAGING_POOL];
+  int nevict = 0;
+  pthread_mutex_lock(&c->pool_lock);
+  size_t kept = 0;
+  int used = 0;
+  for (int i = 0; i < STAGING_POOL; i++)
+    if (c->pool[i].mem.p) {
+      c->pool[used++] = c->pool[i];   /* compact, oldest first */
+      kept += c->pool[i].mem.bytes;
+    }
+  for (int i = used; i < STAGING_POOL; i++)
+    memset(&c->pool[i].mem, 0, sizeof c->pool[i].mem);
+  while (used > 0 && (used == STAGING_POOL || kept + mem->bytes > STAGING_KEEP_BYTES)) {
+    evict[nevict++] = c->pool[0].mem;
+    kept -= c->pool[0].mem.bytes;
+    memmove(&c->pool[0], &c->pool[1], sizeof c->pool[0] * (size_t)(STAGING_POOL - 1));
+    memset(&c->pool[STAGING_POOL - 1].mem, 0, sizeof c->pool[0].mem);
+    used--;
+  }
+  c->pool[used].dev = dev;
+  c->pool[used].mem = *mem;
+  memset(mem, 0, sizeof *mem);
+  pthread_mutex_unlock(&c->pool_lock);
+  for (int i = 0; i < nevict; i++)
+    strata__host_memory_free(&evict[i]);
+}
+
 static void cluster_release(struct strata_cluster *c) {
   if (!c)
     return;
+  for (int i = 0; i < STAGING_POOL; i++)
+    strata__host_memory_free(&c->pool[i].mem);
+  pthread_mutex_destroy(&c->pool_lock);
   if (c->links)
     for (int r = 0; r < c->size; r++)
       free(c->links[r]);
@@ -633,6 +695,7 @@ STRATA_API int strata_cluster_init(int *argc, char ***argv, const struct strata_
   if (!c)
     return strata__error(STRATA_ERR_NOMEM, "strata_cluster_init: out of host memory");
   pthread_mutex_init(&c->lock, NULL);
+  pthread_mutex_init(&c->pool_lock, NULL);
   c->size = 1;
   c->thread_level = -1;
   c->timeout_s = o.timeout_s;
@@ -1109,9 +1172,9 @@ STRATA_API int strata_cluster_send(strata_cluster_t c, int peer, int tag, strata
   int dev = strata_queue_device(q);
   int rc = 0;
   if (bytes) {
-    rc = strata__host_memory_new(dev, chunk, &st[0]);
+    rc = staging_take(c, dev, chunk, &st[0]);
     if (!rc)
-      rc = strata__host_memory_new(dev, chunk, &st[1]);
+      rc = staging_take(c, dev, chunk, &st[1]);
   }
   for (size_t off = 0, i = 0; !rc && off < bytes; off += chunk, i++) {
     int b = (int)(i & 1);
@@ -1128,8 +1191,8 @@ STRATA_API int strata_cluster_send(strata_cluster_t c, int peer, int tag, strata
     rc = wait_requests(c, &hr, &peer, 1, NULL, what);
   if (rc)
     return transfer_failed(c, rc, what);   /* the staging stays: MPI may still use it */
-  strata__host_memory_free(&st[0]);
-  strata__host_memory_free(&st[1]);
+  staging_give(c, dev, &st[0]);
+  staging_give(c, dev, &st[1]);
   free(header);
   return 0;
 #else
@@ -1155,11 +1218,11 @@ STRATA_API int strata_cluster_recv(strata_cluster_t c, int peer, int tag, strata
   int dev = strata_queue_device(q);
   int rc = 0;
   if (bytes) {
-    rc = strata__host_memory_new(dev, chunk, &st[0]);
+    rc = staging_take(c, dev, chunk, &st[0]);
     if (!rc)
-      rc = strata__host_memory_new(dev, chunk, &st[1]);
+      rc = staging_take(c, dev, chunk, &st[1]);
     if (rc) {
-      strata__host_memory_free(&st[0]);
+      staging_give(c, dev, &st[0]);
       free(header);
       return rc;
     }
@@ -1206,8 +1269,8 @@ STRATA_API int strata_cluster_recv(strata_cluster_t c, int peer, int tag, strata
   }
   if (rc)
     return transfer_failed(c, rc, what);   /* the staging stays: MPI may still write into it */
-  strata__host_memory_free(&st[0]);
-  strata__host_memory_free(&st[1]);
+  staging_give(c, dev, &st[0]);
+  staging_give(c, dev, &st[1]);
   return 0;
 #else
   return strata__error(STRATA_ERR_INTERNAL, "strata_cluster_recv: no other rank without MPI");
@@ -1479,7 +1542,7 @@ STRATA_API int strata_cluster_allreduce(strata_cluster_comm_t cc, const strata_q
            cc->n, cc->nranks);
   struct strata__staging h;
   memset(&h, 0, sizeof h);
-  TRY(strata__host_memory_new(cc->local_devices[0], count * 4, &h));
+  TRY(staging_take(cc->c, cc->local_devices[0], count * 4, &h));
   int rc = reduce_to_host(cc, queues, send, recv, count, dtype, op, h.p, what);
   if (!rc)
     rc = strata_buffer_upload(queues[0], recv[0].buf, recv[0].off * 4, h.p, count * 4);
@@ -1491,7 +1554,7 @@ STRATA_API int strata_cluster_allreduce(strata_cluster_comm_t cc, const strata_q
   }
   rc = coll_failed(cc, rc, what);
   if (!rc || !cc->c->broken)
-    strata__host_memory_free(&h);
+    staging_give(cc->c, cc->local_devices[0], &h);
   return rc;
 }
 
@@ -1516,7 +1579,7 @@ STRATA_API int strata_cluster_reducescatter(strata_cluster_comm_t cc, const stra
       tm[i] = strata_mem(tmp[i], 0);
   }
   if (!rc)
-    rc = strata__host_memory_new(cc->local_devices[0], total * 4, &h);
+    rc = staging_take(cc->c, cc->local_devices[0], total * 4, &h);
   if (!rc)
     rc = reduce_to_host(cc, queues, send, tm, total, dtype, op, h.p, what);
   for (int i = 0; !rc && i < cc->nlocal; i++)
@@ -1526,7 +1589,7 @@ STRATA_API int strata_cluster_reducescatter(strata_cluster_comm_t cc, const stra
   if (!rc || !cc->c->broken) {
     for (int i = 0; tmp && i < cc->nlocal; i++)
       strata_buffer_free(tmp[i]);
-    strata__host_memory_free(&h);
+    staging_give(cc->c, cc->local_devices[0], &h);
   }
   free(tmp);
   free(tm);
@@ -1544,7 +1607,7 @@ STRATA_API int strata_cluster_allgather(strata_cluster_comm_t cc, const strata_q
   size_t block = count * 4;
   struct strata__staging h;
   memset(&h, 0, sizeof h);
-  TRY(strata__host_memory_new(cc->local_devices[0], block * (size_t)cc->n, &h));
+  TRY(staging_take(cc->c, cc->local_devices[0], block * (size_t)cc->n, &h));
   char *base = h.p;
   int rc = 0;
   for (int i = 0; !rc && i < cc->nlocal; i++)
@@ -1587,7 +1650,7 @@ STRATA_API int strata_cluster_allgather(strata_cluster_comm_t cc, const strata_q
     rc = strata_buffer_upload(queues[i], recv[i].buf, recv[i].off * 4, base, block * (size_t)cc->n);
   rc = coll_failed(cc, rc, what);
   if (!rc || !cc->c->broken)
-    strata__host_memory_free(&h);
+    staging_give(cc->c, cc->local_devices[0], &h);
   return rc;
 }
 
@@ -1609,7 +1672,7 @@ STRATA_API int strata_cluster_broadcast(strata_cluster_comm_t cc, const strata_q
       li = i;
   struct strata__staging h;
   memset(&h, 0, sizeof h);
-  TRY(strata__host_memory_new(cc->local_devices[0], count * 4, &h));
+  TRY(staging_take(cc->c, cc->local_devices[0], count * 4, &h));
   int rc = 0;
   if (li >= 0)
     rc = strata_buffer_download(queues[li], send[li].buf, send[li].off * 4, h.p, count * 4);
@@ -1646,6 +1709,6 @@ STRATA_API int strata_cluster_broadcast(strata_cluster_comm_t cc, const strata_q
     rc = strata_buffer_upload(queues[i], recv[i].buf, recv[i].off * 4, h.p, count * 4);
   rc = coll_failed(cc, rc, what);
   if (!rc || !c->broken)
-    strata__host_memory_free(&h);
+    staging_give(cc->c, cc->local_devices[0], &h);
   return rc;
 }
