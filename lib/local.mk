@@ -25,9 +25,11 @@ libstrata_la_SOURCES = \
 	%reldir%/pipeline.c \
 	%reldir%/comm/comm.c \
 	%reldir%/comm/comm.h \
+	%reldir%/comm/mpi.c \
 	%reldir%/parallel/layout.c
-libstrata_la_CPPFLAGS = $(AM_CPPFLAGS) $(HWLOC_CFLAGS) $(JANSSON_CFLAGS)
-libstrata_la_LIBADD = $(HWLOC_LIBS) $(JANSSON_LIBS) $(PTHREAD_LIBS)
+libstrata_la_CPPFLAGS = $(AM_CPPFLAGS) $(HWLOC_CFLAGS) $(JANSSON_CFLAGS) $(MPI_CFLAGS)
+# MPI_LIBS is empty unless configure enabled MPI (STRATA_HAVE_MPI in config.h).
+libstrata_la_LIBADD = $(HWLOC_LIBS) $(JANSSON_LIBS) $(PTHREAD_LIBS) $(MPI_LIBS)
 libstrata_la_LDFLAGS = -version-info $(STRATA_LT_VERSION) -no-undefined
 
 stratainclude_HEADERS += \
@@ -41,4 +43,5 @@ stratainclude_HEADERS += \
 	include/strata/train.h \
 	include/strata/schedule.h \
 	include/strata/comm.h \
+	include/strata/cluster.h \
 	include/strata/layout.h

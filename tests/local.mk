@@ -5,7 +5,7 @@ SH_LOG_DRIVER = $(LOG_DRIVER)
 LOG_COMPILER = $(top_srcdir)/tests/run-test
 SH_LOG_COMPILER = $(top_srcdir)/tests/run-test
 TEST_EXTENSIONS = .sh
-AM_TESTS_ENVIRONMENT = top_builddir='$(abs_top_builddir)'; top_srcdir='$(abs_top_srcdir)'; \
+AM_TESTS_ENVIRONMENT = top_builddir='$(abs_top_builddir)'; top_srcdir='$(abs_top_srcdir)'; MPIRUN='$(MPIRUN)'; export MPIRUN; \
 	strata_pkglibdir='$(pkglibdir)'; export top_builddir top_srcdir strata_pkglibdir;
 EXTRA_DIST += tests/run-test tests/common.h tests/lsan.supp
 
@@ -121,4 +121,20 @@ tests_test_files_SOURCES = tests/test-files.c tests/common.h
 tests_test_files_CPPFLAGS = $(AM_CPPFLAGS) -DSTRATA_TEST_FIXTURES='"$(abs_top_srcdir)/tests/fixtures/topology"'
 tests_test_files_CFLAGS = $(AM_CFLAGS) $(CRITERION_CFLAGS)
 tests_test_files_LDADD = libstrata.la $(CRITERION_LIBS) -lm
+endif
+
+# The cluster layer (strata/cluster.h): one rank's checks in tests/mpi-check, run by
+# tests/test-mpi.sh under mpirun -np 2 and -np 4 when configure enabled MPI (alone otherwise).
+check_PROGRAMS += tests/mpi-check
+tests_mpi_check_SOURCES = tests/mpi-check.c
+tests_mpi_check_LDADD = libstrata.la $(PTHREAD_LIBS) -lm
+TESTS += tests/test-mpi.sh
+EXTRA_DIST += tests/test-mpi.sh
+
+if HAVE_CRITERION
+check_PROGRAMS += tests/test-cluster
+TESTS += tests/test-cluster
+tests_test_cluster_SOURCES = tests/test-cluster.c tests/common.h
+tests_test_cluster_CFLAGS = $(AM_CFLAGS) $(CRITERION_CFLAGS) $(JANSSON_CFLAGS)
+tests_test_cluster_LDADD = libstrata.la $(CRITERION_LIBS) $(JANSSON_LIBS) -lm
 endif

@@ -23,6 +23,7 @@ char *openblas_get_corename(void);
 
 #include "cli.h"
 #include "bench-comm.h"
+#include "bench-mpi.h"
 
 #define MAX_SIZES 16
 
@@ -38,6 +39,7 @@ static void usage(FILE *f) {
   fprintf(f,
           "Usage: strata-bench gemm [OPTIONS]\n"
           "       strata-bench allreduce|allgather|reducescatter|broadcast [OPTIONS] (see its --help)\n"
+          "       mpirun -np N strata-bench mpi [OPTIONS] (between ranks; see its --help)\n"
           "Measure SGEMM (C = A B, N x N, fp32) through strata's device layer beside the\n"
           "library strata calls underneath, on the same device in the same run:\n"
           "OpenBLAS (cblas_sgemm) for host devices, CLBlast for OpenCL devices.\n"
@@ -354,9 +356,11 @@ int main(int argc, char **argv) {
   }
   if (strata_bench_is_comm(argv[1]))
     return strata_bench_comm_main(argc, argv);
+  if (strcmp(argv[1], "mpi") == 0)
+    return strata_bench_mpi_main(argc, argv);
   if (strcmp(argv[1], "gemm") != 0) {
     fprintf(stderr, "strata-bench: unknown benchmark '%s' (known: gemm, allreduce, allgather, reducescatter, "
-                    "broadcast)\n", argv[1]);
+                    "broadcast, mpi)\n", argv[1]);
     return 2;
   }
   static const struct option longopts[] = {{"device", required_argument, NULL, 'd'},

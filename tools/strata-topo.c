@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <strata/cluster.h>
 #include <strata/common.h>
 #include <strata/device.h>
 #include <strata/topology.h>
@@ -53,6 +54,9 @@ static void usage(FILE *f) {
         "      --net-gbps X      nominal network bandwidth (default 12.5, STRATA_TOPO_NET_GBPS)\n"
         "  -h, --help            show this help\n"
         "      --version         show the version\n"
+        "\n"
+        "Under mpirun (strata built with MPI) rank 0 first prints every rank's devices, numbered globally,\n"
+        "and the links between ranks; with --json one strata-cluster/1 document instead.\n"
         "\n"
         "Exit status: 0 on success, 1 when calibration fails, 2 on bad usage or unreadable input.\n",
         f);
@@ -479,6 +483,69 @@ static void print_svg(strata_topology_t t, int n) {
   free(y);
 }
 
+/* ------------------------------------------------------------ cluster */
+
+static const char *cluster_source(int s) {
+  return s == STRATA_CLUSTER_MEASURED ? "measured" : s == STRATA_CLUSTER_GIVEN ? "given" : "nominal";
+}
+
+/* Under mpirun: every rank's devices in one view, printed by rank 0. */
+static void print_cluster(strata_cluster_t cl) {
+  struct strata_cluster_info ci;
+  strata_cluster_info(cl, &ci);
+  static const char *const levels[] = {"MPI_THREAD_SINGLE", "MPI_THREAD_FUNNELED", "MPI_THREAD_SERIALIZED",
+                                       "MPI_THREAD_MULTIPLE"};
+  printf("Cluster: %d ranks on %d nodes, %d devices (%s, %s)\n", ci.size, ci.node_count, ci.device_count,
+         ci.mpi_library[0] ? ci.mpi_library : "MPI", ci.thread_level >= 0 && ci.thread_level <= 3
+                                                       ? levels[ci.thread_level] : "thread level ?");
+  printf("Between ranks: shared memory %.2f GB/s (%s), %.2f us; network %.2f GB/s (%s), %.2f us\n", ci.shm_gbps,
+         cluster_source(ci.shm_source), ci.shm_latency_us, ci.network_gbps, cluster_source(ci.network_source),
+         ci.network_latency_us);
+  printf("\nRanks:\n  %-5s %-5s %-24s %-8s %-9s %-6s %-5s %s\n", "rank", "node", "node name", "pid", "devices",
+         "cores", "GPUs", "memory");
+  for (int r = 0; r < ci.size; r++) {
+    struct strata_cluster_rank ri;
+    char devs[32], mem[32];
+    strata_cluster_rank_info(cl, r, &ri);
+    if (ri.device_count)
+      snprintf(devs, sizeof devs, "%d-%d", ri.first_device, ri.first_device + ri.device_count - 1);
+    else
+      snprintf(devs, sizeof devs, "none");
+    fmt_bytes(mem, sizeof mem, ri.host.memory);
+    printf("  %-5d %-5d %-24.24s %-8ld %-9s %-6d %-5d %s\n", r, ri.node, ri.node_name, ri.pid, devs, ri.host.cores,
+           ri.gpu_count, mem);
+  }
+  printf("\nGlobal devices (numbered rank-major):\n  %-5s %-5s %-5s %-16s %-8s %-36s %-9s %s\n", "index", "rank",
+         "local", "node", "backend", "name", "memory", "placed on");
+  for (int d = 0; d < ci.device_count; d++) {
+    struct strata_cluster_device cd;
+    struct strata_cluster_node nd;
+    char mem[32], where[32];
+    strata_cluster_device(cl, d, &cd);
+    strata_cluster_node_info(cl, cd.node, &nd);
+    fmt_bytes(mem, sizeof mem, cd.info.memory);
+    if (cd.info.gpu >= 0)
+      snprintf(where, sizeof where, "GPU%d (NUMA %d)", cd.info.gpu, cd.info.numa_node);
+    else
+      snprintf(where, sizeof where, "host");
+    printf("  %-5d %-5d %-5d %-16.16s %-8s %-36.36s %-9s %s\n", d, cd.rank, cd.local, nd.name, cd.info.backend,
+           cd.info.name, mem, where);
+  }
+  printf("\nLinks between ranks (the first device of each; devices of one rank as in its topology):\n");
+  for (int a = 0; a < ci.size; a++)
+    for (int b = 0; b < ci.size; b++) {
+      struct strata_cluster_rank ra, rb;
+      struct strata_cluster_link l;
+      strata_cluster_rank_info(cl, a, &ra);
+      strata_cluster_rank_info(cl, b, &rb);
+      if (a == b || !ra.device_count || !rb.device_count ||
+          strata_cluster_link(cl, ra.first_device, rb.first_device, &l) != STRATA_OK)
+        continue;
+      printf("  rank %-3d -> rank %-3d %-8s %8.2f GB/s %8.2f us  (%s)\n", a, b,
+             l.scope == STRATA_CLUSTER_NETWORK ? "network" : "shm", l.gbps, l.latency_us, cluster_source(l.source));
+    }
+}
+
 /* --------------------------------------------------------------- main */
 
 int main(int argc, char **argv) {
@@ -549,6 +616,38 @@ int main(int argc, char **argv) {
     return EXIT_INPUT;
   }
 
+  /* Under mpirun (or srun): join the other ranks; rank 0 prints the whole cluster, then its own box. */
+  strata_cluster_t cl = NULL;
+  if (strata_cluster_available() && o.devices != 0 && (o.format == FORMAT_TEXT || o.format == FORMAT_JSON)) {
+    struct strata_cluster_options co = {.topology_xml = o.input, .network_gbps = o.topo.net_gbps};
+    if (strata_cluster_init(&argc, &argv, &co, &cl) != STRATA_OK) {
+      fprintf(stderr, "strata-topo: %s\n", strata_last_error());
+      return EXIT_RUNTIME;
+    }
+    struct strata_cluster_info ci;
+    strata_cluster_info(cl, &ci);
+    if (ci.rank != 0 || (o.format == FORMAT_JSON && !o.rings)) {
+      int st = 0;
+      if (ci.rank == 0) {
+        char *json = NULL;
+        if (strata_cluster_to_json(cl, &json) == STRATA_OK)
+          printf("%s\n", json);
+        else
+          st = EXIT_RUNTIME;
+        free(json);
+      }
+      strata_cluster_free(cl);
+      strata_shutdown();
+      if (fflush(stdout) != 0 || ferror(stdout))
+        return EXIT_RUNTIME;
+      return st;
+    }
+    if (!o.rings) {
+      print_cluster(cl);
+      printf("\nRank 0's box:\n\n");
+    }
+  }
+
   strata_topology_t t = NULL;
   int rc = strata_topology_load_with(o.input, &o.topo, &t);
   if (rc != STRATA_OK) {
@@ -614,9 +713,10 @@ int main(int argc, char **argv) {
       print_measured(t);
     break;
   }
-  if (map)
-    strata_shutdown();
   strata_topology_free(t);
+  strata_cluster_free(cl);
+  if (map || cl)
+    strata_shutdown();
   if (fflush(stdout) != 0 || ferror(stdout)) {
     fprintf(stderr, "strata-topo: error writing the output: %s\n", strerror(errno));
     return EXIT_RUNTIME;

@@ -14,6 +14,7 @@
 #include <strata/train.h>
 #include <strata/schedule.h>
 #include <strata/comm.h>
+#include <strata/cluster.h>
 #include <strata/layout.h>
 
 #endif /* STRATA_STRATA_H */

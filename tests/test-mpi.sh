@@ -1,0 +1,142 @@
+#!/bin/sh
+# test-mpi.sh — the cluster layer (strata/cluster.h) under mpirun -np 2 and -np 4: the global view, point-to-point,
+# hierarchical collectives against the host, bit-identical repeats, and a killed, silent or faulty rank named within the timeout.
+# Prints TAP. Without MPI configured only the one-process cluster is checked; the rest is skipped, saying why.
+b=${top_builddir:-.}
+prog="$b/tests/mpi-check"
+topo="$b/tools/strata-topo"
+n=0
+ok() { n=$((n + 1)); echo "ok $n - $*"; }
+notok() { n=$((n + 1)); echo "not ok $n - $*"; }
+skip() { n=$((n + 1)); echo "ok $n # SKIP $*"; }
+out=$(mktemp -d "${TMPDIR:-/tmp}/strata-mpi.XXXXXX") || exit 1
+trap 'rm -rf "$out"' EXIT
+
+# Every rank: two host virtual devices and one PoCL device.
+STRATA_BACKENDS=host,opencl STRATA_HOST_DEVICES=2 POCL_DEVICES=pthread MPI_CHECK_DEVICES_PER_RANK=3
+export STRATA_BACKENDS STRATA_HOST_DEVICES POCL_DEVICES MPI_CHECK_DEVICES_PER_RANK
+unset STRATA_CLUSTER_RANKS_PER_NODE STRATA_NETWORK_GBPS STRATA_COMM_TIMEOUT STRATA_MPI
+
+# check NAME LOG CMD...: run CMD, tap NAME by its exit status, keep its output in LOG.
+check() {
+  name=$1 log=$2; shift 2
+  if "$@" >"$log" 2>&1; then ok "$name"; else notok "$name"; sed 's/^/# /' "$log" | tail -40; fi
+}
+# has NAME LOG PATTERN: the log holds the extended regular expression.
+has() {
+  if grep -Eq "$3" "$2"; then ok "$1"; else notok "$1 (no /$3/)"; sed 's/^/# /' "$2" | tail -30; fi
+}
+
+# Alone: a cluster of one process, whether or not MPI was built in.
+check "one process: cluster of one rank" "$out/alone.log" env STRATA_MPI=0 "$prog" view
+has "one process: 1 rank, 1 node, 3 devices" "$out/alone.log" '^view: 1 ranks, 1 nodes, 3 devices'
+
+if ! grep -q '^#define STRATA_HAVE_MPI 1' "$b/config.h" 2>/dev/null; then
+  skip "mpirun tests: strata was configured without MPI (./configure --with-mpi)"
+  echo "1..$n"
+  exit 0
+fi
+mpirun=${MPIRUN:-mpirun}
+if ! command -v "$mpirun" >/dev/null 2>&1; then
+  skip "mpirun tests: '$mpirun' is not on PATH (install openmpi-bin)"
+  echo "1..$n"
+  exit 0
+fi
+# As root OpenMPI refuses to start without --allow-run-as-root; more ranks than cores need --oversubscribe.
+# The job never outlives `timeout`: a hang is a failure, not a stuck `make check`.
+# Used as `env VAR=... $run N PROGRAM ARGS` (a command, not a function, so that env can run it).
+run="timeout -k 5 ${MPI_TEST_TIMEOUT:-240} $mpirun --allow-run-as-root --oversubscribe --mca btl self,vader,tcp -np"
+run60="timeout -k 5 60 $mpirun --allow-run-as-root --oversubscribe --mca btl self,vader,tcp -np"
+
+# The view: global numbering, node names, links.
+check "np 2: view" "$out/v2.log" $run 2 "$prog" view
+has "np 2: 2 ranks, 1 node, 6 devices, shared memory measured" "$out/v2.log" \
+  '^view: 2 ranks, 1 nodes, 6 devices; .* shared memory [0-9.]+ GB/s \(measured\)'
+check "np 4, 2 ranks per node: view" "$out/v4.log" env STRATA_CLUSTER_RANKS_PER_NODE=2 $run 4 "$prog" view
+has "np 4: 4 ranks, 2 nodes, 12 devices, network measured" "$out/v4.log" \
+  '^view: 4 ranks, 2 nodes, 12 devices; network [0-9.]+ GB/s \(measured\)'
+check "np 4: network bandwidth given" "$out/v4g.log" env STRATA_CLUSTER_RANKS_PER_NODE=2 STRATA_NETWORK_GBPS=3.5 \
+  $run 4 "$prog" view
+has "np 4: STRATA_NETWORK_GBPS is the network's figure" "$out/v4g.log" 'network 3.50 GB/s \(given\)'
+
+# strata-topo under mpirun: rank 0 prints the whole cluster.
+check "strata-topo under mpirun -np 2" "$out/topo2.log" env STRATA_CLUSTER_RANKS_PER_NODE=1 $run 2 "$topo"
+has "strata-topo: the cluster's ranks and nodes" "$out/topo2.log" '^Cluster: 2 ranks on 2 nodes, 6 devices'
+if [ "$(grep -c '^Cluster:' "$out/topo2.log")" -eq 1 ]; then ok "strata-topo: only rank 0 prints"; else
+  notok "strata-topo: only rank 0 prints"; fi
+has "strata-topo: global device 5 on rank 1" "$out/topo2.log" '^  5 +1 +2 '
+has "strata-topo: the network between the nodes" "$out/topo2.log" '^  rank 0 +-> rank 1 +network'
+if $run 4 "$topo" --json >"$out/topo4.json" 2>"$out/topo4.err"; then ok "strata-topo --json under mpirun -np 4"
+else notok "strata-topo --json under mpirun -np 4"; sed 's/^/# /' "$out/topo4.err" | tail -20; fi
+if [ "$(grep -c '"schema":"strata-cluster/1"' "$out/topo4.json")" -eq 1 ] &&
+   grep -q '"size":4' "$out/topo4.json" && grep -q '"device":11,"rank":3,"local":2' "$out/topo4.json"; then
+  ok "strata-topo --json: one strata-cluster/1 document, 4 ranks, device 11 on rank 3"
+else notok "strata-topo --json: one strata-cluster/1 document"; head -c 3000 "$out/topo4.json" | sed 's/^/# /'; fi
+if command -v python3 >/dev/null 2>&1; then
+  if python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert len(d["devices"]) == 12; assert len(d["links"]) == 132' "$out/topo4.json" 2>"$out/py.log"
+  then ok "strata-topo --json parses: 12 devices, 132 links"; else notok "strata-topo --json parses"; sed 's/^/# /' "$out/py.log"; fi
+fi
+
+# Point-to-point of host-virtual and PoCL buffers, every rank to the next, in chunks.
+for np in 2 4; do
+  check "np $np: p2p of host and PoCL device buffers" "$out/p$np.log" env STRATA_STAGING_CHUNK=1M $run $np "$prog" p2p
+  has "np $np: p2p: the PoCL device's buffer arrived" "$out/p$np.log" '^p2p: device 0 \(opencl\) .*: ok'
+  has "np $np: p2p: the host devices' buffers arrived" "$out/p$np.log" '^p2p: device 2 \(host\) .*: ok'
+done
+grep -h 'through strata' "$out/p2.log" | sed 's/^/# /'
+
+# Hierarchical collectives: equal to the host's reference, and the same bits on every rank and in every run.
+for np in 2 4; do
+  check "np $np: hierarchical collectives equal the host's reference" "$out/c$np.log" $run $np "$prog" collectives
+  check "np $np: collectives again" "$out/c$np-again.log" $run $np "$prog" collectives
+  hashes=$(cat "$out/c$np.log" "$out/c$np-again.log" | sed -n 's/^hash rank [0-9]*: //p' | sort -u)
+  count=$(cat "$out/c$np.log" "$out/c$np-again.log" | grep -c '^hash rank')
+  if [ "$count" -eq $((2 * np)) ] && [ "$(echo "$hashes" | wc -l)" -eq 1 ]; then
+    ok "np $np: all-reduce bit-identical on every rank and between runs ($hashes)"
+  else notok "np $np: all-reduce bit-identical on every rank and between runs ($count results: $hashes)"; fi
+done
+
+# The benchmark between ranks runs and prints its rows (its figures are not judged here).
+topo_bench="$b/tools/strata-bench"
+check "strata-bench mpi under mpirun -np 2" "$out/bench.log" $run 2 "$topo_bench" mpi --sizes 64K,1M --reps 2
+if [ "$(grep -cE '^ +(65536|1048576) +[0-9.]+ +[0-9.]+ +([0-9.]+ +)?[0-9.]+%$' "$out/bench.log")" -eq 4 ]; then
+  ok "strata-bench mpi: a p2p row and an allreduce row per size"
+else notok "strata-bench mpi: a p2p row and an allreduce row per size"; sed 's/^/# /' "$out/bench.log"; fi
+grep -h -A20 '^# p2p' "$out/bench.log" | sed 's/^/# /'
+
+# Failure: rank 3 of 4 is killed mid-collective; rank 1 of 2 stops answering. The others exit non-zero
+# within the timeout, naming the rank; nothing is left running.
+timed() {
+  t0=$(date +%s); "$@"; rc=$?; t1=$(date +%s); elapsed=$((t1 - t0)); return $rc
+}
+left_running() {
+  ps -eo stat=,args= 2>/dev/null | grep -v '^Z' | grep -F "$b/tests/" | grep mpi-check | grep -v grep | grep -q .
+}
+timed env STRATA_COMM_TIMEOUT=20 $run60 4 "$prog" kill >"$out/kill.log" 2>&1
+if [ "$rc" -ne 0 ] && [ "$elapsed" -lt 30 ]; then ok "kill -9 of rank 3: the job fails (status $rc) in $elapsed s"
+else notok "kill -9 of rank 3: the job fails in bounded time (status $rc, $elapsed s)"; sed 's/^/# /' "$out/kill.log"; fi
+has "kill -9 of rank 3: the others' message names it" "$out/kill.log" \
+  '^strata: rank [0-2] .*: allreduce .* rank 3 \(pid [0-9]+ on [^)]*\) has exited'
+sleep 1
+if left_running; then notok "kill: no rank left running"; ps -eo pid,stat,args | grep mpi-check | sed 's/^/# /'
+else ok "kill: no rank left running"; fi
+
+timed env STRATA_COMM_TIMEOUT=3 $run60 2 "$prog" stall >"$out/stall.log" 2>&1
+if [ "$rc" -ne 0 ] && [ "$elapsed" -lt 20 ]; then ok "silent rank 1: the job fails (status $rc) in $elapsed s"
+else notok "silent rank 1: the job fails in bounded time (status $rc, $elapsed s)"; sed 's/^/# /' "$out/stall.log"; fi
+has "silent rank 1: rank 0 names it after STRATA_COMM_TIMEOUT" "$out/stall.log" \
+  '^strata: rank 0 .*: allreduce .*: rank 1 \([^)]*\) made no progress for 3 s'
+sleep 1
+if left_running; then notok "stall: no rank left running"; ps -eo pid,stat,args | grep mpi-check | sed 's/^/# /'
+else ok "stall: no rank left running"; fi
+
+timed env STRATA_COMM_TIMEOUT=20 $run60 2 "$prog" fault >"$out/fault.log" 2>&1
+if [ "$rc" -ne 0 ] && [ "$elapsed" -lt 30 ]; then ok "device fault on rank 1: the job fails (status $rc) in $elapsed s"
+else notok "device fault on rank 1: the job fails in bounded time (status $rc, $elapsed s)"; sed 's/^/# /' "$out/fault.log"; fi
+has "device fault on rank 1: its message names the rank, the device and the collective" "$out/fault.log" \
+  '^strata: rank 1 .*: allreduce of .* on 2 ranks: rank 1 failed: .*host virtual device 0.*injected fault'
+sleep 1
+if left_running; then notok "fault: no rank left running"; ps -eo pid,stat,args | grep mpi-check | sed 's/^/# /'
+else ok "fault: no rank left running"; fi
+
+echo "1..$n"
