@@ -898,7 +898,7 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
 ** action's TP_JOIN accounts for it. A communicator that cannot enqueue
 ** (CUDA outside NCCL) waits in the call.
 */
-int strata__tp_join(void *member, strata_queue_t q, strata_mem_t x, size_t count) {
+int strata__tp_join(void *member, strata_queue_t q, strata_mem_t x, size_t count, int op) {
   struct strata__tp_member *m = member;
   if (m->n == m->cap) {
     int cap = m->cap ? 2 * m->cap : 16;
@@ -922,12 +922,12 @@ int strata__tp_join(void *member, strata_queue_t q, strata_mem_t x, size_t count
   m->posted[k] = strata__now();
   m->pending[k] = NULL;
   if (!m->async) {
-    TRY(strata_allreduce_rank(m->comm, m->rank, q, x, x, count, STRATA_FLOAT32, STRATA_SUM));
+    TRY(strata_allreduce_rank(m->comm, m->rank, q, x, x, count, STRATA_FLOAT32, op));
     m->ended[k] = strata__now();
     m->n++;
     return STRATA_OK;
   }
-  TRY(strata__comm_post_rank(m->comm, STRATA__COLL_ALLREDUCE, m->rank, q, x, x, count, STRATA_FLOAT32, STRATA_SUM, 0,
+  TRY(strata__comm_post_rank(m->comm, STRATA__COLL_ALLREDUCE, m->rank, q, x, x, count, STRATA_FLOAT32, op, 0,
                              &m->pending[k]));
   m->n++;
   return strata__comm_wait(m->comm, q, m->pending[k]);

@@ -752,13 +752,16 @@ static int embed_fwd(struct lctx *c) {
 enum { LN1_W, LN1_B, ATTN_W, ATTN_B, PROJ_W, PROJ_B, LN2_W, LN2_B, FC_W, FC_B, FCP_W, FCP_B };
 
 /* Sharded stages: sum the partial results at x (n floats) over the slices; each ends with the whole sum. */
-static int join(struct lctx *c, strata_mem_t x, size_t n) {
+static int join_op(struct lctx *c, strata_mem_t x, size_t n, int op) {
   struct strata__stage *st = c->st;
   if (st->tp.size <= 1)
     return STRATA_OK;
   if (!st->join)
     return strata__error(STRATA_ERR_STATE, "stage: a tensor-parallel stage has no communicator to join its slices");
-  return st->join(st->join_arg, c->q, x, n);
+  return st->join(st->join_arg, c->q, x, n, op);
+}
+
+static int join(struct lctx *c, strata_mem_t x, size_t n) { return join_op(c, x, n, STRATA_SUM);
 }
 
 /* y = x W + b for a row-split W: the slices' partial products joined, then the (whole) bias once. */

@@ -5,6 +5,7 @@
 #define STRATA__STAGE_H
 
 #include <strata/device.h>
+#include <strata/comm.h>
 #include <strata/ops.h>
 
 #include "model.h"
@@ -87,9 +88,9 @@ struct strata__stage {
   struct strata__shard tp;   /* which slice of the layers this stage holds */
   struct strata__shard zero; /* ZeRO-1: the shard of the parameters its optimizer updates (0 of 1: all) */
   size_t chunk;              /* floats per shard (nparams without ZeRO); params and grads hold zero.size x chunk */
-  /* Sharded stages: joins the partial sums of `count` floats at x with the
-  ** other slices' (an all-reduce enqueued on q), set by the executor. */
-  int (*join)(void *arg, strata_queue_t q, strata_mem_t x, size_t count);
+  /* Sharded stages: joins `count` floats at x with the other slices' (an
+  ** all-reduce with `op`, STRATA_SUM or STRATA_MAX, enqueued on q), set by the executor. */
+  int (*join)(void *arg, strata_queue_t q, strata_mem_t x, size_t count, int op);
   void *join_arg;
   /* Called by a backward (full or weight part) after stage layer `layer`'s
   ** gradients are enqueued, last layer first; NULL: none (gradient buckets). */

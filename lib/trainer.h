@@ -152,7 +152,7 @@ static inline int strata__stage_replica(const struct strata_trainer *tr, int s) 
 static inline int strata__stage_slice(const struct strata_trainer *tr, int s) { return s / tr->nstages % tr->tp; }
 
 /* A sharded stage's join (stage.h's join hook): post an all-reduce over the slices. */
-int strata__tp_join(void *member, strata_queue_t q, strata_mem_t x, size_t count);
+int strata__tp_join(void *member, strata_queue_t q, strata_mem_t x, size_t count, int op);
 /* Account for stage s's joins posted so far: wait for them, and with `fn` tell it each join's bytes, group and
 ** when its data moved (strata__now seconds). */
 typedef void (*strata__join_trace_fn)(void *arg, uint64_t bytes, const char *group, double t_start, double t_end);
