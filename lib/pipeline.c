@@ -389,6 +389,45 @@ static int do_backward(struct exec *ex, int rank, int kind, int s, int mb, int l
   return STRATA_OK;
 }
 
+/* The communicator joining stage s with the same slice of the same stage of every other replica. */
+static strata_comm_t replica_comm(const struct exec *ex, int s) {
+  return ex->tr->comm[strata__stage_slice(ex->tr, s) * ex->chain + s % ex->chain];
+}
+
+/* Its members' devices, "0,2", for the trace. */
+static void replica_group(const struct exec *ex, int s, char *group, size_t cap) {
+  strata_trainer_t tr = ex->tr;
+  size_t at = 0;
+  group[0] = '\0';
+  for (int r = 0; r < tr->replicas && at < cap; r++)
+    at += (size_t)snprintf(group + at, cap - at, "%s%d", r ? "," : "",
+                           tr->dev[rank_of(ex, (r * tr->tp + strata__stage_slice(tr, s)) * ex->chain + s % ex->chain)]);
+}
+
+/* Wait for a gradient collective of stage s posted at `posted` (*done; NULL afterwards), and trace it. */
+static int settle_replicas(struct exec *ex, int rank, int s, void **done, double posted, const char *name,
+                           const char *op, uint64_t bytes) {
+  strata_trainer_t tr = ex->tr;
+  if (!*done)
+    return STRATA_OK;
+  strata_comm_t c = replica_comm(ex, s);
+  int rc = strata__comm_wait(c, tr->st[s]->q, *done);
+  if (!rc)
+    rc = strata_queue_finish(tr->st[s]->q);
+  double t0 = 0, t1 = 0;
+  void *d = *done;
+  *done = NULL;
+  strata__comm_release(c, d, &t0, &t1);
+  if (rc || !tr->trace_path)
+    return rc;
+  char group[48];
+  replica_group(ex, s, group, sizeof group);
+  pthread_mutex_lock(&ex->lock);
+  strata__trace_add_comm(tr, name, op, bytes, group, t0 > posted ? t0 : posted, t1, 2 * rank + 1);
+  pthread_mutex_unlock(&ex->lock);
+  return STRATA_OK;
+}
+
 /*
 ** OPTIMIZER: each stage adds its gradients' sums of squares; the global
 ** norm (hence the clip factor) needs every stage's, so a device's last
@@ -396,63 +435,21 @@ static int do_backward(struct exec *ex, int rank, int kind, int s, int mb, int l
 */
 static int do_optimizer(struct exec *ex, int rank, int s, int last_on_rank) {
   strata_trainer_t tr = ex->tr;
+  /* the stage's gradients must have been joined with the other replicas' */
   struct buckets *bk = ex->bk ? &ex->bk[s] : NULL;
-  for (int k = 0; bk && k < bk->posted; k++) { /* the stage's gradients joined with the other replicas' */
-    if (!bk->done[k])
-      continue;
-    strata_comm_t c = tr->comm[strata__stage_slice(tr, s) * ex->chain + s % ex->chain];
-    int rc = strata__comm_wait(c, tr->st[s]->q, bk->done[k]);
-    if (!rc)
-      rc = strata_queue_finish(tr->st[s]->q);
-    double t0 = 0, t1 = 0;
-    void *d = bk->done[k];
-    bk->done[k] = NULL;
-    strata__comm_release(c, d, &t0, &t1);
-    if (rc)
-      return rc;
-    if (tr->trace_path) {
-      char name[24], group[48];
-      size_t at = 0, lo, hi;
-      group[0] = '\0';
-      for (int r = 0; r < tr->replicas && at < sizeof group; r++)
-        at += (size_t)snprintf(group + at, sizeof group - at, "%s%d", r ? "," : "",
-                               tr->dev[rank_of(ex, (r * tr->tp + strata__stage_slice(tr, s)) * ex->chain +
-                                                       s % ex->chain)]);
-      strata__stage_layer_range(tr->st[s], bk->first[k], k ? bk->first[k - 1] : strata__stage_layer_count(tr->st[s]),
-                                &lo, &hi);
-      snprintf(name, sizeof name, "GR%d.%d", s, k);
-      pthread_mutex_lock(&ex->lock);
-      strata__trace_add_comm(tr, name, "allreduce", (uint64_t)(hi - lo) * 4, group, t0 > bk->when[k] ? t0 : bk->when[k],
-                             t1, 2 * rank + 1);
-      pthread_mutex_unlock(&ex->lock);
-    }
+  for (int k = 0; bk && k < bk->posted; k++) {
+    size_t lo, hi;
+    strata__stage_layer_range(tr->st[s], bk->first[k], k ? bk->first[k - 1] : strata__stage_layer_count(tr->st[s]),
+                              &lo, &hi);
+    char name[24];
+    snprintf(name, sizeof name, "GR%d.%d", s, k);
+    TRY(settle_replicas(ex, rank, s, &bk->done[k], bk->when[k], name, "allreduce", (uint64_t)(hi - lo) * 4));
   }
-  if (ex->done[s]) { /* the stage's gradients must have been joined with the other replicas' */
-    strata_comm_t c = tr->comm[strata__stage_slice(tr, s) * ex->chain + s % ex->chain];
-    int rc = strata__comm_wait(c, tr->st[s]->q, ex->done[s]);
-    if (!rc)
-      rc = strata_queue_finish(tr->st[s]->q);
-    double t0 = 0, t1 = 0;
-    void *d = ex->done[s];
-    ex->done[s] = NULL;
-    strata__comm_release(c, d, &t0, &t1);
-    if (rc)
-      return rc;
-    if (tr->trace_path) {
-      char name[24], group[48];
-      size_t at = 0;
-      group[0] = '\0';
-      for (int r = 0; r < tr->replicas && at < sizeof group; r++)
-        at += (size_t)snprintf(group + at, sizeof group - at, "%s%d", r ? "," : "",
-                               tr->dev[rank_of(ex, (r * tr->tp + strata__stage_slice(tr, s)) * ex->chain +
-                                                       s % ex->chain)]);
-      snprintf(name, sizeof name, "%s%d", tr->zero ? "GRS" : "GR", s);
-      pthread_mutex_lock(&ex->lock);
-      strata__trace_add_comm(tr, name, tr->zero ? "reducescatter" : "allreduce",
-                             (uint64_t)tr->st[s]->chunk * (uint64_t)(tr->zero ? tr->replicas : 1) * 4, group,
-                             t0 > ex->done_post[s] ? t0 : ex->done_post[s], t1, 2 * rank + 1);
-      pthread_mutex_unlock(&ex->lock);
-    }
+  if (ex->done[s]) { /* ZeRO-1's reduce-scatter */
+    char name[24];
+    snprintf(name, sizeof name, "GRS%d", s);
+    TRY(settle_replicas(ex, rank, s, &ex->done[s], ex->done_post[s], name, "reducescatter",
+                        (uint64_t)tr->st[s]->chunk * (uint64_t)tr->replicas * 4));
   }
   /* the global norm from one replica's stages (its slices'): after the
   ** all-reduce every replica has the same gradients; after ZeRO's
@@ -492,7 +489,7 @@ static int bucket_post(struct buckets *b, int k) {
   strata_trainer_t tr = b->ex->tr;
   const int s = b->s;
   struct strata__stage *st = tr->st[s];
-  strata_comm_t c = tr->comm[strata__stage_slice(tr, s) * b->ex->chain + s % b->ex->chain];
+  strata_comm_t c = replica_comm(b->ex, s);
   struct strata_comm_info info;
   TRY(strata_comm_info(c, &info));
   size_t lo, hi;
@@ -548,7 +545,7 @@ static void buckets_free(struct exec *ex, struct buckets *b) {
   for (int k = 0; k < b->posted && b->done; k++)
     if (b->done[k]) { /* a failed step: never waited for */
       strata_queue_finish(ex->tr->st[b->s]->q);
-      strata__comm_release(ex->tr->comm[strata__stage_slice(ex->tr, b->s) * ex->chain + b->s % ex->chain], b->done[k],
+      strata__comm_release(replica_comm(ex, b->s), b->done[k],
                            NULL, NULL);
     }
   free(b->first);
@@ -580,7 +577,7 @@ static void join_traced(void *arg, uint64_t bytes, const char *group, double t0,
 static int do_grad_scatter(struct exec *ex, int s) {
   strata_trainer_t tr = ex->tr;
   struct strata__stage *st = tr->st[s];
-  strata_comm_t c = tr->comm[strata__stage_slice(tr, s) * ex->chain + s % ex->chain];
+  strata_comm_t c = replica_comm(ex, s);
   struct strata_comm_info info;
   TRY(strata_comm_info(c, &info));
   const int r = strata__stage_replica(tr, s);
@@ -593,7 +590,7 @@ static int do_grad_scatter(struct exec *ex, int s) {
 static int do_param_gather(struct exec *ex, int rank, int s) {
   strata_trainer_t tr = ex->tr;
   struct strata__stage *st = tr->st[s];
-  strata_comm_t c = tr->comm[strata__stage_slice(tr, s) * ex->chain + s % ex->chain];
+  strata_comm_t c = replica_comm(ex, s);
   const int r = strata__stage_replica(tr, s);
   double t0 = strata__now();
   TRY(strata_allgather_rank(c, r, st->q, strata_mem(st->params, (size_t)r * st->chunk), strata_mem(st->params, 0),
@@ -601,11 +598,7 @@ static int do_param_gather(struct exec *ex, int rank, int s) {
   TRY(strata_queue_finish(st->q));
   if (tr->trace_path) {
     char name[24], group[48];
-    size_t at = 0;
-    group[0] = '\0';
-    for (int q = 0; q < tr->replicas && at < sizeof group; q++)
-      at += (size_t)snprintf(group + at, sizeof group - at, "%s%d", q ? "," : "",
-                             tr->dev[rank_of(ex, (q * tr->tp + strata__stage_slice(tr, s)) * ex->chain + s % ex->chain)]);
+    replica_group(ex, s, group, sizeof group);
     snprintf(name, sizeof name, "PAG%d", s);
     pthread_mutex_lock(&ex->lock);
     strata__trace_add_comm(tr, name, "allgather", (uint64_t)st->chunk * 4, group, t0, strata__now(), 2 * rank + 1);
@@ -826,7 +819,7 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
   for (int s = 0; ex.done && s < ex.S; s++)
     if (ex.done[s]) { /* a failed step: the stage never reached its optimizer */
       strata_queue_finish(tr->st[s]->q);
-      strata__comm_release(tr->comm[strata__stage_slice(tr, s) * ex.chain + s % ex.chain], ex.done[s], NULL, NULL);
+      strata__comm_release(replica_comm(&ex, s), ex.done[s], NULL, NULL);
     }
   for (int s = 0; tr->tp_member && s < ex.S; s++) /* joins a failed step left unsettled */
     strata__tp_drop(tr, s);

@@ -579,16 +579,19 @@ static void replicated(struct lists *l, int kind, int zero) {
   strata_schedule_free(s);
 }
 
-static void expect_rejected_replicas(struct lists *l, const char *want) {
+/* Build dp x tp chains from the lists and expect the validator to refuse them with `want` in the message. */
+static void expect_rejected_hybrid(struct lists *l, int dp, int tp, const char *want) {
   strata_schedule_t s = NULL;
-  OK(strata_schedule_from_replica_lists(2, l->p, l->stages, l->m, l->stage_device,
-                                        (const struct strata_action *const *)l->list, l->counts, &s));
+  OK(strata_schedule_from_hybrid_lists(dp, tp, l->p, l->stages, l->m, l->stage_device,
+                                       (const struct strata_action *const *)l->list, l->counts, &s));
   int rc = strata_schedule_validate(s);
   cr_assert_eq(rc, STRATA_ERR_INVALID, "validate -> %s", strata_err_name(rc));
   cr_assert_not_null(strstr(strata_last_error(), want), "message '%s' lacks '%s'", strata_last_error(), want);
   strata_schedule_free(s);
   lists_free(l);
 }
+
+static void expect_rejected_replicas(struct lists *l, const char *want) { expect_rejected_hybrid(l, 2, 1, want); }
 
 Test(schedule, replicated_copy_validates_and_missing_collective_is_rejected) {
   struct lists l;
@@ -705,16 +708,6 @@ static void sliced(struct lists *l) {
   strata_schedule_free(s);
 }
 
-static void expect_rejected_slices(struct lists *l, const char *want) {
-  strata_schedule_t s = NULL;
-  OK(strata_schedule_from_hybrid_lists(1, 2, l->p, l->stages, l->m, l->stage_device,
-                                       (const struct strata_action *const *)l->list, l->counts, &s));
-  int rc = strata_schedule_validate(s);
-  cr_assert_eq(rc, STRATA_ERR_INVALID, "validate -> %s", strata_err_name(rc));
-  cr_assert_not_null(strstr(strata_last_error(), want), "message '%s' lacks '%s'", strata_last_error(), want);
-  strata_schedule_free(s);
-  lists_free(l);
-}
 
 Test(schedule, sliced_copy_validates_and_a_join_missing_on_one_slice_is_rejected) {
   struct lists l;
@@ -726,13 +719,13 @@ Test(schedule, sliced_copy_validates_and_a_join_missing_on_one_slice_is_rejected
   strata_schedule_free(s);
   /* slice 1's stage 1 (global stage 3, on dev 3) skips the join of micro-batch 2's forward */
   lists_remove(&l, 3, lists_find(&l, 3, STRATA_ACTION_TP_JOIN_FORWARD, 3, 2));
-  expect_rejected_slices(&l, "missing TJF3.2");
+  expect_rejected_hybrid(&l, 1, 2, "missing TJF3.2");
   /* a join away from its forward */
   sliced(&l);
   int at = lists_find(&l, 1, STRATA_ACTION_TP_JOIN_BACKWARD, 1, 0);
   lists_remove(&l, 1, at);
   lists_insert(&l, 1, l.counts[1] - 1, act(STRATA_ACTION_TP_JOIN_BACKWARD, 1, 0));
-  expect_rejected_slices(&l, "not right after");
+  expect_rejected_hybrid(&l, 1, 2, "not right after");
   /* the two slices join their micro-batches in different orders: deadlock */
   sliced(&l);
   int f0 = lists_find(&l, 2, STRATA_ACTION_FORWARD, 2, 0), f1 = lists_find(&l, 2, STRATA_ACTION_FORWARD, 2, 1);
@@ -740,7 +733,7 @@ Test(schedule, sliced_copy_validates_and_a_join_missing_on_one_slice_is_rejected
     l.list[2][f0 + j].microbatch = 1;
     l.list[2][f1 + j].microbatch = 0;
   }
-  expect_rejected_slices(&l, "deadlock");
+  expect_rejected_hybrid(&l, 1, 2, "deadlock");
 }
 
 /* A join in a schedule without slices is refused. */
