@@ -2,7 +2,6 @@
 /* host-ops.c — the host backend's ops in plain C (the reference other backends are tested against) and CBLAS GEMM. */
 #include "config.h"
 
-#include <cblas.h>
 #include <float.h>
 #include <math.h>
 #include <string.h>
@@ -31,10 +30,9 @@ static void gemm(const struct strata__op *o) {
   const float *a = F(o->u.gemm.a), *b = F(o->u.gemm.b);
   float *c = F(o->u.gemm.c);
   for (int64_t i = 0; i < o->u.gemm.batch; i++)
-    cblas_sgemm(CblasRowMajor, o->u.gemm.trans_a ? CblasTrans : CblasNoTrans,
-                o->u.gemm.trans_b ? CblasTrans : CblasNoTrans, (int)o->u.gemm.m, (int)o->u.gemm.n, (int)o->u.gemm.k,
-                o->u.gemm.alpha, a + i * o->u.gemm.stride_a, (int)o->u.gemm.lda, b + i * o->u.gemm.stride_b,
-                (int)o->u.gemm.ldb, o->u.gemm.beta, c + i * o->u.gemm.stride_c, (int)o->u.gemm.ldc);
+    strata__host_sgemm(o->u.gemm.trans_a, o->u.gemm.trans_b, o->u.gemm.m, o->u.gemm.n, o->u.gemm.k, o->u.gemm.alpha,
+                       a + i * o->u.gemm.stride_a, o->u.gemm.lda, b + i * o->u.gemm.stride_b, o->u.gemm.ldb,
+                       o->u.gemm.beta, c + i * o->u.gemm.stride_c, o->u.gemm.ldc);
 }
 
 static void bias_add(const struct strata__op *o) {

@@ -5,6 +5,7 @@ backends_host_strata_host_la_SOURCES = \
 	%reldir%/host.c \
 	%reldir%/host.h \
 	%reldir%/host-ops.c \
+	%reldir%/blas.c \
 	lib/parse.c \
 	lib/parse.h
 backends_host_strata_host_la_CPPFLAGS = $(AM_CPPFLAGS) $(BLAS_CFLAGS)
