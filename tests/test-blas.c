@@ -91,6 +91,12 @@ static void check_gemm(int dev) {
   strata_queue_free(q);
 }
 
+Test(blas, library_gemm_matches_reference) {
+  int dev = tc_find_device("host", 0);
+  cr_assert_geq(dev, 0, "%s", strata_last_error());
+  check_gemm(dev);
+}
+
 Test(blas, unset_core_type_is_chosen_from_the_flags) {
 #ifndef STRATA_BLAS_OPENBLAS
   cr_skip_test("the host backend is built with %s, not OpenBLAS", STRATA_BLAS_NAME);

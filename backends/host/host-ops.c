@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "host.h"
+#include "vecmath.h"
 
 #if defined(__SSE__)
 #include <xmmintrin.h>
@@ -25,6 +26,19 @@ int strata__host_threads = 1;
 #define PAR(n) _Pragma("omp parallel for schedule(static) num_threads(strata__host_threads) if (par_n >= PAR_MIN)")
 #define INT(m) ((int32_t *)(m).h + (m).off)
 #define STREAM_MIN (1 << 18) /* elements: below this the result is better left in the cache */
+#define SPAN 4096             /* elements per piece of an elementwise op: each piece one vector loop */
+#define COLS_SPAN 256         /* columns per piece of a column reduction (bias and layernorm gradients) */
+
+/* Run span(lo, len, ctx) over [0, n) in pieces of SPAN, the pieces spread over the op's threads. */
+#define FOR_SPANS(n, body)                                                                                          \
+  do {                                                                                                             \
+    int64_t n_ = (n), par_n = n_, pieces_ = (n_ + SPAN - 1) / SPAN;                                                \
+    PAR(par_n)                                                                                                     \
+    for (int64_t s_ = 0; s_ < pieces_; s_++) {                                                                     \
+      int64_t lo = s_ * SPAN, len = n_ - lo < SPAN ? n_ - lo : SPAN;                                               \
+      body;                                                                                                        \
+    }                                                                                                              \
+  } while (0)
 
 static void gemm(const struct strata__op *o) {
   const float *a = F(o->u.gemm.a), *b = F(o->u.gemm.b);
@@ -35,62 +49,84 @@ static void gemm(const struct strata__op *o) {
                        o->u.gemm.beta, c + i * o->u.gemm.stride_c, o->u.gemm.ldc);
 }
 
+static HOST_SIMD void bias_rows(float *y, const float *b, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; r++) {
+    float *yr = y + r * cols;
+#pragma omp simd
+    for (int64_t c = 0; c < cols; c++)
+      yr[c] += b[c];
+  }
+}
+
 static void bias_add(const struct strata__op *o) {
   float *y = F(o->u.bias.y);
   const float *b = F(o->u.bias.bias);
-  int64_t cols = o->u.bias.cols;
-  int64_t par_n = o->u.bias.rows * cols;
+  int64_t cols = o->u.bias.cols, rows = o->u.bias.rows;
+  int64_t par_n = rows * cols, per = cols >= SPAN ? 1 : SPAN / cols, pieces = (rows + per - 1) / per;
   PAR(par_n)
-  for (int64_t r = 0; r < o->u.bias.rows; r++)
-    for (int64_t c = 0; c < cols; c++)
-      y[r * cols + c] += b[c];
+  for (int64_t i = 0; i < pieces; i++) {
+    int64_t r0 = i * per, nr = rows - r0 < per ? rows - r0 : per;
+    bias_rows(y + r0 * cols, b, nr, cols);
+  }
+}
+
+/* Column sums over all rows, for columns [c0, c1): each column summed in row order, as a serial loop would. */
+static HOST_SIMD void col_sums(const float *dy, float *db, int64_t rows, int64_t cols, int64_t c0, int64_t c1,
+                               int accumulate) {
+  if (!accumulate)
+    for (int64_t c = c0; c < c1; c++)
+      db[c] = 0.0f;
+  for (int64_t r = 0; r < rows; r++) {
+    const float *dr = dy + r * cols;
+#pragma omp simd
+    for (int64_t c = c0; c < c1; c++)
+      db[c] += dr[c];
+  }
 }
 
 static void bias_grad(const struct strata__op *o) {
   const float *dy = F(o->u.bias.y);
   float *db = F(o->u.bias.bias);
-  int64_t cols = o->u.bias.cols;
-  if (!o->u.bias.accumulate)
-    memset(db, 0, (size_t)cols * sizeof *db);
-  for (int64_t r = 0; r < o->u.bias.rows; r++)
-    for (int64_t c = 0; c < cols; c++)
-      db[c] += dy[r * cols + c];
+  int64_t cols = o->u.bias.cols, rows = o->u.bias.rows;
+  int64_t par_n = rows * cols, pieces = (cols + COLS_SPAN - 1) / COLS_SPAN;
+  PAR(par_n)
+  for (int64_t i = 0; i < pieces; i++) {
+    int64_t c0 = i * COLS_SPAN, c1 = c0 + COLS_SPAN < cols ? c0 + COLS_SPAN : cols;
+    col_sums(dy, db, rows, cols, c0, c1, o->u.bias.accumulate);
+  }
 }
 
 #define GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
 #define GELU_C 0.044715f
 
-/* tanh through one expf: (e^2u - 1) / (e^2u + 1), with u clamped where
-** tanh is 1 to float precision. About three times faster than tanhf, which
-** goes through expm1f, and exact to a few ulps of 1 + tanh — what GELU uses. */
-static inline float tanh_fast(float u) {
-  u = u < -9.0f ? -9.0f : u > 9.0f ? 9.0f : u;
-  float e = expf(2.0f * u);
-  return (e - 1.0f) / (e + 1.0f);
+static HOST_SIMD void gelu_fwd_span(const float *x, float *y, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; i++) {
+    float v = x[i];
+    y[i] = 0.5f * v * (1.0f + vm_tanh(GELU_K * (v + GELU_C * v * v * v)));
+  }
+}
+
+static HOST_SIMD void gelu_bwd_span(const float *x, const float *dy, float *dx, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; i++) {
+    float v = x[i];
+    float t = vm_tanh(GELU_K * (v + GELU_C * v * v * v));
+    float dt = (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_C * v * v);
+    dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * dt);
+  }
 }
 
 static void gelu_fwd(const struct strata__op *o) {
   const float *x = F(o->u.ew.x);
   float *y = F(o->u.ew.y);
-  int64_t par_n = o->u.ew.n;
-  PAR(par_n)
-  for (int64_t i = 0; i < o->u.ew.n; i++) {
-    float v = x[i];
-    y[i] = 0.5f * v * (1.0f + tanh_fast(GELU_K * (v + GELU_C * v * v * v)));
-  }
+  FOR_SPANS(o->u.ew.n, gelu_fwd_span(x + lo, y + lo, len));
 }
 
 static void gelu_bwd(const struct strata__op *o) {
   const float *x = F(o->u.ew.x), *dy = F(o->u.ew.dy);
   float *dx = F(o->u.ew.dx);
-  int64_t par_n = o->u.ew.n;
-  PAR(par_n)
-  for (int64_t i = 0; i < o->u.ew.n; i++) {
-    float v = x[i];
-    float t = tanh_fast(GELU_K * (v + GELU_C * v * v * v));
-    float dt = (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_C * v * v);
-    dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * dt);
-  }
+  FOR_SPANS(o->u.ew.n, gelu_bwd_span(x + lo, dy + lo, dx + lo, len));
 }
 
 static void relu_fwd(const struct strata__op *o) {
@@ -187,26 +223,73 @@ static void fill(const struct strata__op *o) {
     x[i] = o->u.ew.alpha;
 }
 
+/* One row: mean, 1/std, y = (x - mean) / std * gamma + beta. Sums in double. */
+static HOST_SIMD void layernorm_row(const float *xr, const float *g, const float *b, float *yr, int64_t cols,
+                                    float eps, float *mean, float *rstd) {
+  double s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t c = 0; c < cols; c++)
+    s += xr[c];
+  float mu = (float)(s / (double)cols);
+  double v = 0;
+#pragma omp simd reduction(+ : v)
+  for (int64_t c = 0; c < cols; c++) {
+    float d = xr[c] - mu;
+    v += (double)(d * d);
+  }
+  float rs = 1.0f / sqrtf((float)(v / (double)cols) + eps);
+  *mean = mu;
+  *rstd = rs;
+#pragma omp simd
+  for (int64_t c = 0; c < cols; c++)
+    yr[c] = (xr[c] - mu) * rs * g[c] + b[c];
+}
+
 static void layernorm_fwd(const struct strata__op *o) {
   const float *x = F(o->u.ln.x), *g = F(o->u.ln.gamma), *b = F(o->u.ln.beta);
   float *y = F(o->u.ln.y), *mean = F(o->u.ln.mean), *rstd = F(o->u.ln.rstd);
   int64_t cols = o->u.ln.cols;
   int64_t par_n = o->u.ln.rows * cols;
   PAR(par_n)
-  for (int64_t r = 0; r < o->u.ln.rows; r++) {
-    const float *xr = x + r * cols;
-    double s = 0;
-    for (int64_t c = 0; c < cols; c++)
-      s += xr[c];
-    float mu = (float)(s / (double)cols);
-    double v = 0;
-    for (int64_t c = 0; c < cols; c++)
-      v += (double)(xr[c] - mu) * (xr[c] - mu);
-    float rs = 1.0f / sqrtf((float)(v / (double)cols) + o->u.ln.eps);
-    mean[r] = mu;
-    rstd[r] = rs;
-    for (int64_t c = 0; c < cols; c++)
-      y[r * cols + c] = (xr[c] - mu) * rs * g[c] + b[c];
+  for (int64_t r = 0; r < o->u.ln.rows; r++)
+    layernorm_row(x + r * cols, g, b, y + r * cols, cols, o->u.ln.eps, mean + r, rstd + r);
+}
+
+/* dgamma and dbeta for columns [c0, c1), each summed over the rows in order. */
+static HOST_SIMD void layernorm_param_grads(const float *x, const float *dy, const float *mean, const float *rstd,
+                                            float *dg, float *db, int64_t rows, int64_t cols, int64_t c0, int64_t c1,
+                                            int accumulate) {
+  if (!accumulate)
+    for (int64_t c = c0; c < c1; c++)
+      dg[c] = db[c] = 0.0f;
+  for (int64_t r = 0; r < rows; r++) {
+    const float *xr = x + r * cols, *dr = dy + r * cols;
+    float mu = mean[r], rs = rstd[r];
+#pragma omp simd
+    for (int64_t c = c0; c < c1; c++) {
+      float d = dr[c];
+      dg[c] += d * ((xr[c] - mu) * rs);
+      db[c] += d;
+    }
+  }
+}
+
+/* dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), dxhat = dy * gamma; dx may be dy. */
+static HOST_SIMD void layernorm_dx_row(const float *xr, const float *dyr, const float *g, float *dxr, int64_t cols,
+                                       float mu, float rs) {
+  double s1 = 0, s2 = 0;
+#pragma omp simd reduction(+ : s1, s2)
+  for (int64_t c = 0; c < cols; c++) {
+    float xh = (xr[c] - mu) * rs;
+    float dxh = dyr[c] * g[c];
+    s1 += dxh;
+    s2 += (double)dxh * xh;
+  }
+  float m1 = (float)(s1 / (double)cols), m2 = (float)(s2 / (double)cols);
+#pragma omp simd
+  for (int64_t c = 0; c < cols; c++) {
+    float xh = (xr[c] - mu) * rs;
+    dxr[c] = rs * (dyr[c] * g[c] - m1 - xh * m2);
   }
 }
 
@@ -216,63 +299,61 @@ static void layernorm_bwd(const struct strata__op *o) {
   float *dx = F(o->u.ln.dx), *dg = F(o->u.ln.dgamma), *db = F(o->u.ln.dbeta);
   int64_t cols = o->u.ln.cols, rows = o->u.ln.rows;
   /* gamma and beta first: dx may be dy */
-  int64_t par_n = rows * cols;
+  int64_t par_n = rows * cols, pieces = (cols + COLS_SPAN - 1) / COLS_SPAN;
   PAR(par_n)
-  for (int64_t c = 0; c < cols; c++) {
-    float sg = o->u.ln.accumulate ? dg[c] : 0.0f, sb = o->u.ln.accumulate ? db[c] : 0.0f;
-    for (int64_t r = 0; r < rows; r++) {
-      float d = dy[r * cols + c];
-      sg += d * ((x[r * cols + c] - mean[r]) * rstd[r]);
-      sb += d;
-    }
-    dg[c] = sg;
-    db[c] = sb;
+  for (int64_t i = 0; i < pieces; i++) {
+    int64_t c0 = i * COLS_SPAN, c1 = c0 + COLS_SPAN < cols ? c0 + COLS_SPAN : cols;
+    layernorm_param_grads(x, dy, mean, rstd, dg, db, rows, cols, c0, c1, o->u.ln.accumulate);
   }
   PAR(par_n)
-  for (int64_t r = 0; r < rows; r++) {
-    const float *xr = x + r * cols, *dyr = dy + r * cols;
-    float mu = mean[r], rs = rstd[r];
-    /* dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), dxhat = dy * gamma */
-    double s1 = 0, s2 = 0;
-    for (int64_t c = 0; c < cols; c++) {
-      float xh = (xr[c] - mu) * rs;
-      float dxh = dyr[c] * g[c];
-      s1 += dxh;
-      s2 += (double)dxh * xh;
-    }
-    float m1 = (float)(s1 / (double)cols), m2 = (float)(s2 / (double)cols);
-    for (int64_t c = 0; c < cols; c++) {
-      float xh = (xr[c] - mu) * rs;
-      dx[r * cols + c] = rs * (dyr[c] * g[c] - m1 - xh * m2);
-    }
+  for (int64_t r = 0; r < rows; r++)
+    layernorm_dx_row(x + r * cols, dy + r * cols, g, dx + r * cols, cols, mean[r], rstd[r]);
+}
+
+/* One row of softmax(scale * x) over its first `valid` entries, zeros after them. */
+static HOST_SIMD void softmax_row(const float *xr, float *yr, int64_t valid, int64_t cols, float sc) {
+  float mx = -FLT_MAX;
+#pragma omp simd reduction(max : mx)
+  for (int64_t c = 0; c < valid; c++) {
+    float v = sc * xr[c];
+    mx = v > mx ? v : mx;
   }
+  double s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t c = 0; c < valid; c++) {
+    float e = vm_exp(sc * xr[c] - mx);
+    yr[c] = e;
+    s += e;
+  }
+  float inv = (float)(1.0 / s);
+#pragma omp simd
+  for (int64_t c = 0; c < valid; c++)
+    yr[c] *= inv;
+  for (int64_t c = valid; c < cols; c++)
+    yr[c] = 0.0f;
 }
 
 static void softmax_fwd(const struct strata__op *o) {
   const float *x = F(o->u.softmax.x);
   float *y = F(o->u.softmax.y);
   int64_t cols = o->u.softmax.cols;
-  float sc = o->u.softmax.scale;
   int64_t par_n = o->u.softmax.rows * cols;
   PAR(par_n)
   for (int64_t r = 0; r < o->u.softmax.rows; r++) {
     int64_t valid = o->u.softmax.causal ? r % cols + 1 : cols;
-    const float *xr = x + r * cols;
-    float *yr = y + r * cols;
-    float mx = -FLT_MAX;
-    for (int64_t c = 0; c < valid; c++)
-      mx = fmaxf(mx, sc * xr[c]);
-    double s = 0;
-    for (int64_t c = 0; c < valid; c++) {
-      yr[c] = expf(sc * xr[c] - mx);
-      s += yr[c];
-    }
-    float inv = (float)(1.0 / s);
-    for (int64_t c = 0; c < valid; c++)
-      yr[c] *= inv;
-    for (int64_t c = valid; c < cols; c++)
-      yr[c] = 0.0f;
+    softmax_row(x + r * cols, y + r * cols, valid, cols, o->u.softmax.scale);
   }
+}
+
+static HOST_SIMD void softmax_bwd_row(const float *yr, const float *dyr, float *dxr, int64_t cols, float sc) {
+  double dot = 0;
+#pragma omp simd reduction(+ : dot)
+  for (int64_t c = 0; c < cols; c++)
+    dot += (double)yr[c] * dyr[c];
+  float d = (float)dot;
+#pragma omp simd
+  for (int64_t c = 0; c < cols; c++)
+    dxr[c] = sc * yr[c] * (dyr[c] - d);
 }
 
 static void softmax_bwd(const struct strata__op *o) {
@@ -281,14 +362,8 @@ static void softmax_bwd(const struct strata__op *o) {
   int64_t cols = o->u.softmax.cols;
   int64_t par_n = o->u.softmax.rows * cols;
   PAR(par_n)
-  for (int64_t r = 0; r < o->u.softmax.rows; r++) {
-    const float *yr = y + r * cols, *dyr = dy + r * cols;
-    double dot = 0;
-    for (int64_t c = 0; c < cols; c++)
-      dot += (double)yr[c] * dyr[c];
-    for (int64_t c = 0; c < cols; c++)
-      dx[r * cols + c] = o->u.softmax.scale * yr[c] * (dyr[c] - (float)dot);
-  }
+  for (int64_t r = 0; r < o->u.softmax.rows; r++)
+    softmax_bwd_row(y + r * cols, dy + r * cols, dx + r * cols, cols, o->u.softmax.scale);
 }
 
 static void embedding_fwd(const struct strata__op *o) {
@@ -324,14 +399,15 @@ static void embedding_bwd(const struct strata__op *o) {
 }
 
 /* log(sum(exp(row))) computed around the row maximum. */
-static float logsumexp(const float *row, int64_t n, float *mx_out) {
+static HOST_SIMD float logsumexp(const float *row, int64_t n) {
   float mx = -FLT_MAX;
+#pragma omp simd reduction(max : mx)
   for (int64_t c = 0; c < n; c++)
-    mx = fmaxf(mx, row[c]);
+    mx = row[c] > mx ? row[c] : mx;
   double s = 0;
+#pragma omp simd reduction(+ : s)
   for (int64_t c = 0; c < n; c++)
-    s += expf(row[c] - mx);
-  *mx_out = mx;
+    s += vm_exp(row[c] - mx);
   return mx + (float)log(s);
 }
 
@@ -344,13 +420,14 @@ static void xent_fwd(const struct strata__op *o) {
   PAR(par_n)
   for (int64_t r = 0; r < o->u.xent.rows; r++) {
     int32_t t = tgt[r];
-    if (t < 0 || t >= v) {
-      loss[r] = 0.0f;
-      continue;
-    }
-    float mx;
-    loss[r] = logsumexp(logits + r * v, v, &mx) - logits[r * v + t];
+    loss[r] = t < 0 || t >= v ? 0.0f : logsumexp(logits + r * v, v) - logits[r * v + t];
   }
+}
+
+static HOST_SIMD void xent_bwd_row(const float *lr, float *dr, int64_t v, float lse, float scale) {
+#pragma omp simd
+  for (int64_t c = 0; c < v; c++)
+    dr[c] = scale * vm_exp(lr[c] - lse);
 }
 
 static void xent_bwd(const struct strata__op *o) {
@@ -367,10 +444,23 @@ static void xent_bwd(const struct strata__op *o) {
       memset(dr, 0, (size_t)v * sizeof *dr);
       continue;
     }
-    float mx;
-    float lse = logsumexp(logits + r * v, v, &mx);
-    for (int64_t c = 0; c < v; c++)
-      dr[c] = o->u.xent.scale * (expf(logits[r * v + c] - lse) - (c == t ? 1.0f : 0.0f));
+    const float *lr = logits + r * v;
+    float lse = logsumexp(lr, v);
+    xent_bwd_row(lr, dr, v, lse, o->u.xent.scale);
+    dr[t] = o->u.xent.scale * (vm_exp(lr[t] - lse) - 1.0f);
+  }
+}
+
+static HOST_SIMD void adamw_span(float *p, float *m, float *v, const float *g, int64_t n, float b1, float b2, float c1,
+                                 float c2, float lr, float eps, float wd) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; i++) {
+    float mi = b1 * m[i] + (1.0f - b1) * g[i];
+    float vi = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+    m[i] = mi;
+    v[i] = vi;
+    float mh = mi / c1, vh = vi / c2;
+    p[i] -= lr * (mh / (sqrtf(vh) + eps) + wd * p[i]);
   }
 }
 
@@ -379,14 +469,8 @@ static void adamw(const struct strata__op *o) {
   const float *g = F(o->u.adamw.grad);
   float b1 = o->u.adamw.beta1, b2 = o->u.adamw.beta2;
   float c1 = 1.0f - powf(b1, (float)o->u.adamw.step), c2 = 1.0f - powf(b2, (float)o->u.adamw.step);
-  int64_t par_n = o->u.adamw.n;
-  PAR(par_n)
-  for (int64_t i = 0; i < o->u.adamw.n; i++) {
-    m[i] = b1 * m[i] + (1.0f - b1) * g[i];
-    v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
-    float mh = m[i] / c1, vh = v[i] / c2;
-    p[i] -= o->u.adamw.lr * (mh / (sqrtf(vh) + o->u.adamw.eps) + o->u.adamw.weight_decay * p[i]);
-  }
+  FOR_SPANS(o->u.adamw.n, adamw_span(p + lo, m + lo, v + lo, g + lo, len, b1, b2, c1, c2, o->u.adamw.lr,
+                                     o->u.adamw.eps, o->u.adamw.weight_decay));
 }
 
 static void sumsq(const struct strata__op *o) {
