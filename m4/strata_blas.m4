@@ -27,10 +27,11 @@ AC_DEFUN([STRATA_CHECK_BLAS], [
                        [strata_blas_libs=-lopenblas])])],
       [blis], [AS_IF([test "x$BLAS_LIBS" = x], [
                  strata_blas_libs=-lblis
-                 # Debian: the OpenMP build's headers and library sit in a directory of their own
+                 # Debian: each threading build's headers sit in a directory of their own (-isystem: their
+                 # unused inline functions are no warnings of ours)
                  for strata_d in blis-openmp blis-pthread blis-serial; do
                    AS_IF([test -n "$strata_blas_multiarch" && test -f "/usr/include/$strata_blas_multiarch/$strata_d/cblas.h"],
-                     [strata_blas_cflags="-I/usr/include/$strata_blas_multiarch/$strata_d"; break])
+                     [strata_blas_cflags="-isystem /usr/include/$strata_blas_multiarch/$strata_d"; break])
                  done])],
       [dnnl], [AS_IF([test "x$BLAS_LIBS" = x], [strata_blas_libs=-ldnnl])],
       [generic], [AS_IF([test "x$BLAS_LIBS" = x],

@@ -4,7 +4,11 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "host.h"
 #include "vecmath.h"
@@ -473,6 +477,175 @@ static void adamw(const struct strata__op *o) {
                                      o->u.adamw.eps, o->u.adamw.weight_decay));
 }
 
+/* ---- fused attention ---- */
+
+/* s[j] = scale * q . k_j for j < n, with k stored transposed (kt[d * ldt + j]). */
+static HOST_SIMD void attn_scores(const float *q, const float *kt, int64_t ldt, int64_t n, int64_t hd, float scale,
+                                  float *s) {
+  for (int64_t j = 0; j < n; j++)
+    s[j] = 0.0f;
+  for (int64_t d = 0; d < hd; d++) {
+    float qd = q[d] * scale;
+    const float *kd = kt + d * ldt;
+#pragma omp simd
+    for (int64_t j = 0; j < n; j++)
+      s[j] += qd * kd[j];
+  }
+}
+
+/* s[j] = exp(s[j] - max) for j < n; returns log(sum) + max, the row's log-sum-exp, and the sum through *sum. */
+static HOST_SIMD float attn_exp_row(float *s, int64_t n, double *sum) {
+  float mx = -FLT_MAX;
+#pragma omp simd reduction(max : mx)
+  for (int64_t j = 0; j < n; j++)
+    mx = s[j] > mx ? s[j] : mx;
+  double t = 0;
+#pragma omp simd reduction(+ : t)
+  for (int64_t j = 0; j < n; j++) {
+    float e = vm_exp(s[j] - mx);
+    s[j] = e;
+    t += e;
+  }
+  *sum = t;
+  return mx + (float)log(t);
+}
+
+/* o[d] = alpha * sum_j w[j] * rows[j * ld + d] for d < hd, summed in j order. */
+static HOST_SIMD void attn_combine(const float *w, const float *rows, int64_t ld, int64_t n, int64_t hd, float alpha,
+                                   float *o) {
+  for (int64_t d = 0; d < hd; d++)
+    o[d] = 0.0f;
+  for (int64_t j = 0; j < n; j++) {
+    float wj = w[j];
+    const float *r = rows + j * ld;
+#pragma omp simd
+    for (int64_t d = 0; d < hd; d++)
+      o[d] += wj * r[d];
+  }
+#pragma omp simd
+  for (int64_t d = 0; d < hd; d++)
+    o[d] *= alpha;
+}
+
+/* rows[j * ld + d] += w[j] * alpha * x[d] for j < n (the rank-1 updates of dK and dV). */
+static HOST_SIMD void attn_scatter(const float *w, const float *x, float alpha, int64_t n, int64_t hd, float *rows,
+                                   int64_t ld) {
+  for (int64_t j = 0; j < n; j++) {
+    float wj = w[j] * alpha;
+    float *r = rows + j * ld;
+#pragma omp simd
+    for (int64_t d = 0; d < hd; d++)
+      r[d] += wj * x[d];
+  }
+}
+
+/* p[j] = exp(p[j] - lse) (the probabilities, from the scaled scores); ds[j] = p[j] (dp[j] - rowsum), dp given in ds. */
+static HOST_SIMD void attn_probs_grad(float *p, float *ds, int64_t n, float lse, float rowsum) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; j++) {
+    float pj = vm_exp(p[j] - lse);
+    p[j] = pj;
+    ds[j] = pj * (ds[j] - rowsum);
+  }
+}
+
+static void attn_transpose(const float *rows, int64_t ld, int64_t n, int64_t hd, float *t) {
+  for (int64_t j = 0; j < n; j++)
+    for (int64_t d = 0; d < hd; d++)
+      t[d * n + j] = rows[j * ld + d];
+}
+
+static int attn_threads(const struct strata__op *o) {
+  int64_t pairs = o->u.attn.batch * o->u.attn.heads;
+  int64_t work = o->u.attn.seq * o->u.attn.seq * o->u.attn.head_dim * pairs;
+  int t = work >= PAR_MIN * 16 ? strata__host_threads : 1;
+  return t > pairs ? (int)pairs : t;
+}
+
+#ifdef _OPENMP
+#define THREAD_ID() omp_get_thread_num()
+#else
+#define THREAD_ID() 0
+#endif
+
+/* One (sequence, head) per task: K transposed once, then each query's scores, probabilities and output in turn. */
+static int attention_fwd(const struct strata__op *o) {
+  const float *qkv = F(o->u.attn.qkv);
+  float *out = F(o->u.attn.out), *lse = F(o->u.attn.lse);
+  int64_t B = o->u.attn.batch, T = o->u.attn.seq, H = o->u.attn.heads, hd = o->u.attn.head_dim;
+  int64_t D = H * hd, ld = 3 * D;
+  float scale = o->u.attn.scale;
+  int causal = o->u.attn.causal, nt = attn_threads(o);
+  size_t per = (size_t)(hd * T + T);
+  float *scratch = malloc((size_t)nt * per * sizeof *scratch);
+  if (!scratch)
+    return STRATA_ERR_NOMEM;
+  _Pragma("omp parallel for schedule(static) num_threads(nt)")
+  for (int64_t bh = 0; bh < B * H; bh++) {
+    int64_t b = bh / H, h = bh % H;
+    float *kt = scratch + (size_t)THREAD_ID() * per, *s = kt + hd * T;
+    const float *base = qkv + b * T * ld + h * hd;
+    attn_transpose(base + D, ld, T, hd, kt);
+    for (int64_t i = 0; i < T; i++) {
+      int64_t n = causal ? i + 1 : T;
+      double sum;
+      attn_scores(base + i * ld, kt, T, n, hd, scale, s);
+      lse[bh * T + i] = attn_exp_row(s, n, &sum);
+      attn_combine(s, base + 2 * D, ld, n, hd, (float)(1.0 / sum), out + (b * T + i) * D + h * hd);
+    }
+  }
+  free(scratch);
+  return STRATA_OK;
+}
+
+/*
+** Backward of one (sequence, head): the probabilities recomputed from lse,
+** dS = P (dP - rowsum(dO o O)) with dP = dO V^T, then dQ = scale dS K,
+** dK += scale dS^T Q, dV += P^T dO, query by query (so dK and dV are summed
+** in query order whatever the threads).
+*/
+static int attention_bwd(const struct strata__op *o) {
+  const float *qkv = F(o->u.attn.qkv), *out = F(o->u.attn.out), *dout = F(o->u.attn.dout), *lse = F(o->u.attn.lse);
+  float *dqkv = F(o->u.attn.dqkv);
+  int64_t B = o->u.attn.batch, T = o->u.attn.seq, H = o->u.attn.heads, hd = o->u.attn.head_dim;
+  int64_t D = H * hd, ld = 3 * D;
+  float scale = o->u.attn.scale;
+  int causal = o->u.attn.causal, nt = attn_threads(o);
+  size_t per = (size_t)(2 * hd * T + 2 * T);
+  float *scratch = malloc((size_t)nt * per * sizeof *scratch);
+  if (!scratch)
+    return STRATA_ERR_NOMEM;
+  _Pragma("omp parallel for schedule(static) num_threads(nt)")
+  for (int64_t bh = 0; bh < B * H; bh++) {
+    int64_t b = bh / H, h = bh % H;
+    float *kt = scratch + (size_t)THREAD_ID() * per, *vt = kt + hd * T, *p = vt + hd * T, *ds = p + T;
+    const float *base = qkv + b * T * ld + h * hd;
+    float *dbase = dqkv + b * T * ld + h * hd;
+    attn_transpose(base + D, ld, T, hd, kt);
+    attn_transpose(base + 2 * D, ld, T, hd, vt);
+    for (int64_t j = 0; j < T; j++) {
+      memset(dbase + j * ld + D, 0, (size_t)hd * sizeof(float));
+      memset(dbase + j * ld + 2 * D, 0, (size_t)hd * sizeof(float));
+    }
+    for (int64_t i = 0; i < T; i++) {
+      int64_t n = causal ? i + 1 : T;
+      const float *qi = base + i * ld, *oi = out + (b * T + i) * D + h * hd, *doi = dout + (b * T + i) * D + h * hd;
+      float l = lse[bh * T + i];
+      double rs = 0;
+      for (int64_t d = 0; d < hd; d++)
+        rs += (double)doi[d] * oi[d];
+      attn_scores(qi, kt, T, n, hd, scale, p);
+      attn_scores(doi, vt, T, n, hd, 1.0f, ds);
+      attn_probs_grad(p, ds, n, l, (float)rs);
+      attn_combine(ds, base + D, ld, n, hd, scale, dbase + i * ld);
+      attn_scatter(ds, qi, scale, n, hd, dbase + D, ld);
+      attn_scatter(p, doi, 1.0f, n, hd, dbase + 2 * D, ld);
+    }
+  }
+  free(scratch);
+  return STRATA_OK;
+}
+
 static void sumsq(const struct strata__op *o) {
   const float *x = F(o->u.sumsq.x);
   double s = 0;
@@ -588,10 +761,16 @@ static const host_fn host_ops[STRATA__OP_COUNT] = {
 };
 
 int strata__host_op_supported(enum strata__op_id id) {
-  return (unsigned)id < STRATA__OP_COUNT && host_ops[id] != NULL;
+  return ((unsigned)id < STRATA__OP_COUNT && host_ops[id] != NULL) || id == STRATA__OP_ATTENTION_FWD ||
+         id == STRATA__OP_ATTENTION_BWD;
 }
 
 int strata__host_op_run(const struct strata__op *op) {
+  /* the ops that allocate scratch, and so can fail */
+  if (op->id == STRATA__OP_ATTENTION_FWD)
+    return attention_fwd(op);
+  if (op->id == STRATA__OP_ATTENTION_BWD)
+    return attention_bwd(op);
   if (!strata__host_op_supported(op->id))
     return STRATA_ERR_UNSUPPORTED;
   host_ops[op->id](op);
