@@ -327,6 +327,7 @@ static int host_init(const struct strata__services *services, void **ctx, char *
                         strata__parse_why());
     }
     strata__host_blas_threads((int)t);
+    strata__host_threads = (int)t; /* one thread count for GEMMs and the OpenMP ops alike */
   } else if (n > 1) {
     strata__host_blas_threads(1);
   }
