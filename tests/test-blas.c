@@ -14,6 +14,8 @@ static void clean_env(void) {
   unsetenv("OPENBLAS_CORETYPE");
   unsetenv("STRATA_HOST_CPU_HIDE");
   unsetenv("STRATA_HOST_DEVICES");
+  unsetenv("STRATA_HOST_THREADS");
+  unsetenv("STRATA_HOST_GEMM_SPLIT");
   setenv("STRATA_BACKENDS", "host", 1);
 }
 
@@ -58,38 +60,48 @@ Test(blas, hidden_features_are_gone) {
   cr_assert_str_eq(names, "avx2 fma");
 }
 
-/* C = A B through the device layer on host device `dev`, against a double-precision loop. */
-static void check_gemm(int dev) {
-  enum { M = 70, N = 45, K = 129 };
-  float a[M * K], b[K * N], c[M * N];
-  for (int i = 0; i < M * K; i++)
+/* C = op(A) op(B) (batch products, strided) through the device layer on host device `dev`, against a double loop. */
+static void check_gemm_shape(int dev, int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t batch) {
+  size_t na = (size_t)(M * K), nb = (size_t)(K * N), nc = (size_t)(M * N);
+  float *a = malloc(na * batch * 4), *b = malloc(nb * batch * 4), *c = malloc(nc * batch * 4);
+  for (size_t i = 0; i < na * batch; i++)
     a[i] = (float)((i * 7) % 23) / 23.0f - 0.5f;
-  for (int i = 0; i < K * N; i++)
+  for (size_t i = 0; i < nb * batch; i++)
     b[i] = (float)((i * 11) % 19) / 19.0f - 0.5f;
   strata_queue_t q;
   strata_buffer_t ba, bb, bc;
   OK(strata_queue_new(dev, &q));
-  OK(strata_buffer_new(dev, sizeof a, &ba));
-  OK(strata_buffer_new(dev, sizeof b, &bb));
-  OK(strata_buffer_new(dev, sizeof c, &bc));
-  OK(strata_buffer_upload(q, ba, 0, a, sizeof a));
-  OK(strata_buffer_upload(q, bb, 0, b, sizeof b));
-  OK(strata_gemm(q, STRATA_NO_TRANS, STRATA_NO_TRANS, M, N, K, 1.0f, strata_mem(ba, 0), K, 0, strata_mem(bb, 0), N, 0,
-                 0.0f, strata_mem(bc, 0), N, 0, 1));
-  OK(strata_buffer_download(q, bc, 0, c, sizeof c));
+  OK(strata_buffer_new(dev, na * batch * 4, &ba));
+  OK(strata_buffer_new(dev, nb * batch * 4, &bb));
+  OK(strata_buffer_new(dev, nc * batch * 4, &bc));
+  OK(strata_buffer_upload(q, ba, 0, a, na * batch * 4));
+  OK(strata_buffer_upload(q, bb, 0, b, nb * batch * 4));
+  int64_t lda = ta ? M : K, ldb = tb ? K : N;
+  OK(strata_gemm(q, ta, tb, M, N, K, 1.0f, strata_mem(ba, 0), lda, (int64_t)na, strata_mem(bb, 0), ldb, (int64_t)nb,
+                 0.0f, strata_mem(bc, 0), N, (int64_t)nc, batch));
+  OK(strata_buffer_download(q, bc, 0, c, nc * batch * 4));
   OK(strata_queue_finish(q));
-  for (int i = 0; i < M; i++)
-    for (int j = 0; j < N; j++) {
-      double want = 0;
-      for (int p = 0; p < K; p++)
-        want += (double)a[i * K + p] * b[p * N + j];
-      cr_assert(fabs(c[i * N + j] - want) < 1e-4, "C[%d][%d] = %g, expected %g", i, j, c[i * N + j], want);
-    }
+  for (int64_t t = 0; t < batch; t++)
+    for (int64_t i = 0; i < M; i++)
+      for (int64_t j = 0; j < N; j++) {
+        double want = 0;
+        for (int64_t p = 0; p < K; p++)
+          want += (double)a[t * na + (ta ? p * lda + i : i * lda + p)] * b[t * nb + (tb ? j * ldb + p : p * ldb + j)];
+        float got = c[t * nc + i * N + j];
+        cr_assert(fabs(got - want) < 1e-4 * (1 + fabs(want)), "%s%s %lldx%lldx%lld batch %lld: C[%lld][%lld][%lld] = %g, expected %g",
+                  ta ? "T" : "N", tb ? "T" : "N", (long long)M, (long long)N, (long long)K, (long long)batch,
+                  (long long)t, (long long)i, (long long)j, got, want);
+      }
   strata_buffer_free(ba);
   strata_buffer_free(bb);
   strata_buffer_free(bc);
   strata_queue_free(q);
+  free(a);
+  free(b);
+  free(c);
 }
+
+static void check_gemm(int dev) { check_gemm_shape(dev, 0, 0, 70, 45, 129, 1); }
 
 Test(blas, library_gemm_matches_reference) {
   int dev = tc_find_device("host", 0);
@@ -152,4 +164,19 @@ Test(blas, core_type_the_cpu_cannot_run_is_refused) {
   cr_assert(strstr(strata_last_error(), "OPENBLAS_CORETYPE=SkylakeX needs avx512f"), "%s", strata_last_error());
   cr_assert_str_eq(getenv("OPENBLAS_CORETYPE"), "SkylakeX"); /* refused, never overridden */
 #endif
+}
+
+Test(blas, gemm_threaded_by_strata_matches_reference) {
+  /* STRATA_HOST_GEMM_SPLIT=1: panels of C (rows when M >= N, else columns) or whole batches per thread */
+  setenv("STRATA_HOST_GEMM_SPLIT", "1", 1);
+  setenv("STRATA_HOST_THREADS", "3", 1);
+  int dev = tc_find_device("host", 0);
+  cr_assert_geq(dev, 0, "%s", strata_last_error());
+  for (int ta = 0; ta < 2; ta++)
+    for (int tb = 0; tb < 2; tb++) {
+      check_gemm_shape(dev, ta, tb, 131, 67, 150, 1);  /* rows */
+      check_gemm_shape(dev, ta, tb, 50, 147, 150, 1);  /* columns */
+      check_gemm_shape(dev, ta, tb, 60, 37, 300, 2);   /* panels of each of fewer batches than threads */
+      check_gemm_shape(dev, ta, tb, 40, 37, 300, 4);   /* whole batches */
+    }
 }

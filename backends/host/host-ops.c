@@ -44,13 +44,56 @@ int strata__host_threads = 1;
     }                                                                                                              \
   } while (0)
 
+/*
+** With strata__host_gemm_split, the BLAS runs single-threaded and a GEMM's
+** threads are the op's OpenMP team, like every other op's: batches spread
+** over the threads, or one product cut into row (or column) panels of C,
+** one BLAS call each. One pool of threads that sleep when idle, instead of
+** OpenBLAS's own pool yielding against the OpenMP team on the same cores.
+*/
+int strata__host_gemm_split = 0;
+#define GEMM_SPLIT_MIN 2.0e6 /* flops below which one call on one thread is quicker */
+
+static void gemm_one(const struct strata__op *o, int64_t i) {
+  strata__host_sgemm(o->u.gemm.trans_a, o->u.gemm.trans_b, o->u.gemm.m, o->u.gemm.n, o->u.gemm.k, o->u.gemm.alpha,
+                     F(o->u.gemm.a) + i * o->u.gemm.stride_a, o->u.gemm.lda, F(o->u.gemm.b) + i * o->u.gemm.stride_b,
+                     o->u.gemm.ldb, o->u.gemm.beta, F(o->u.gemm.c) + i * o->u.gemm.stride_c, o->u.gemm.ldc);
+}
+
 static void gemm(const struct strata__op *o) {
-  const float *a = F(o->u.gemm.a), *b = F(o->u.gemm.b);
-  float *c = F(o->u.gemm.c);
-  for (int64_t i = 0; i < o->u.gemm.batch; i++)
-    strata__host_sgemm(o->u.gemm.trans_a, o->u.gemm.trans_b, o->u.gemm.m, o->u.gemm.n, o->u.gemm.k, o->u.gemm.alpha,
-                       a + i * o->u.gemm.stride_a, o->u.gemm.lda, b + i * o->u.gemm.stride_b, o->u.gemm.ldb,
-                       o->u.gemm.beta, c + i * o->u.gemm.stride_c, o->u.gemm.ldc);
+  int64_t m = o->u.gemm.m, n = o->u.gemm.n, k = o->u.gemm.k, batch = o->u.gemm.batch;
+  int nt = strata__host_threads;
+  double flops = 2.0 * (double)m * (double)n * (double)k * (double)batch;
+  if (!strata__host_gemm_split || nt < 2 || flops < GEMM_SPLIT_MIN) {
+    for (int64_t i = 0; i < batch; i++)
+      gemm_one(o, i);
+    return;
+  }
+  if (batch >= nt) {
+    _Pragma("omp parallel for schedule(static) num_threads(nt)")
+    for (int64_t i = 0; i < batch; i++)
+      gemm_one(o, i);
+    return;
+  }
+  int ta = o->u.gemm.trans_a, tb = o->u.gemm.trans_b;
+  int64_t lda = o->u.gemm.lda, ldb = o->u.gemm.ldb, ldc = o->u.gemm.ldc;
+  int rows = m >= n; /* cut the longer side of C, in panels of whole 16-element vectors */
+  int64_t len = rows ? m : n, step = ((len + nt - 1) / nt + 15) / 16 * 16;
+  int pieces = (int)((len + step - 1) / step);
+  for (int64_t i = 0; i < batch; i++) {
+    const float *a = F(o->u.gemm.a) + i * o->u.gemm.stride_a, *b = F(o->u.gemm.b) + i * o->u.gemm.stride_b;
+    float *c = F(o->u.gemm.c) + i * o->u.gemm.stride_c;
+    _Pragma("omp parallel for schedule(static) num_threads(pieces)")
+    for (int t = 0; t < pieces; t++) {
+      int64_t lo = t * step, cnt = len - lo < step ? len - lo : step;
+      if (rows)
+        strata__host_sgemm(ta, tb, cnt, n, k, o->u.gemm.alpha, a + (ta ? lo : lo * lda), lda, b, ldb, o->u.gemm.beta,
+                           c + lo * ldc, ldc);
+      else
+        strata__host_sgemm(ta, tb, m, cnt, k, o->u.gemm.alpha, a, lda, b + (tb ? lo * ldb : lo), ldb, o->u.gemm.beta,
+                           c + lo, ldc);
+    }
+  }
 }
 
 static HOST_SIMD void bias_rows(float *y, const float *b, int64_t rows, int64_t cols) {

@@ -318,6 +318,7 @@ static int host_init(const struct strata__services *services, void **ctx, char *
   /* Several virtual devices each run their own GEMMs: one BLAS thread per
   ** device keeps them from fighting over the cores. STRATA_HOST_THREADS overrides. */
   const char *threads = getenv("STRATA_HOST_THREADS");
+  int blas_threads = 0; /* 0: the library's default (OPENBLAS_NUM_THREADS, or every core) */
   if (threads && *threads) {
     int64_t t = 0;
     int prc = strata__parse_int(threads, 1, 1024, &t);
@@ -326,11 +327,17 @@ static int host_init(const struct strata__services *services, void **ctx, char *
       return svc->error(prc, "STRATA_HOST_THREADS='%s' is not a thread count between 1 and 1024: %s", threads,
                         strata__parse_why());
     }
-    strata__host_blas_threads((int)t);
+    blas_threads = (int)t;
     strata__host_threads = (int)t; /* one thread count for GEMMs and the OpenMP ops alike */
   } else if (n > 1) {
-    strata__host_blas_threads(1);
+    blas_threads = 1;
   }
+  const char *split = getenv("STRATA_HOST_GEMM_SPLIT");
+  strata__host_gemm_split = split && strcmp(split, "1") == 0;
+  if (strata__host_gemm_split)
+    strata__host_blas_threads(1);
+  else if (blas_threads)
+    strata__host_blas_threads(blas_threads);
   /* The kernels the library chose (or was told to use) must compute right
   ** on this CPU before any result of theirs is trusted. */
   char blas[256], why_blas[256];

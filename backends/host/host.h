@@ -11,6 +11,9 @@ int strata__host_op_run(const struct strata__op *op);
 /* Threads each op of a virtual device may use (host-ops.c). */
 extern int strata__host_threads;
 
+/* GEMMs threaded by the op's OpenMP team over a single-threaded BLAS (host-ops.c), rather than by the BLAS. */
+extern int strata__host_gemm_split;
+
 /* Which ops the host backend implements (all of them). */
 int strata__host_op_supported(enum strata__op_id id);
 
