@@ -53,7 +53,9 @@ struct strata__mem {
   X(COL2IM, "col2im")                                                                              \
   X(MAXPOOL_FWD, "maxpool_fwd")                                                                    \
   X(MAXPOOL_BWD, "maxpool_bwd")                                                                    \
-  X(REDUCE, "reduce")
+  X(REDUCE, "reduce")                                                                              \
+  X(ATTENTION_FWD, "attention_fwd")                                                                \
+  X(ATTENTION_BWD, "attention_bwd")
 
 enum strata__op_id {
 #define STRATA__OP_ENUM(id, name) STRATA__OP_##id,
@@ -142,6 +144,14 @@ struct strata__op {
       int64_t n;
       int dtype, op;
     } reduce;
+    /* ATTENTION_FWD: out, lse from qkv. ATTENTION_BWD: dqkv (overwritten) from qkv, out, dout, lse.
+    ** Host only (other backends report the op unsupported). */
+    struct {
+      struct strata__mem qkv, out, lse, dout, dqkv;
+      int64_t batch, seq, heads, head_dim;
+      float scale;
+      int causal;
+    } attn;
     /* MAXPOOL_FWD: y, idx from x. MAXPOOL_BWD: dx from dy, idx. Over n*c planes. */
     struct {
       struct strata__mem x, y, idx, dy, dx;

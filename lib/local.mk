@@ -12,6 +12,8 @@ libstrata_la_SOURCES = \
 	%reldir%/util.h \
 	%reldir%/backend.h \
 	%reldir%/registry.c \
+	%reldir%/cpu.c \
+	%reldir%/cpu.h \
 	%reldir%/registry.h \
 	%reldir%/buffer.c \
 	%reldir%/copy.c \

@@ -296,6 +296,71 @@ STRATA_API int strata_softmax_bwd(strata_queue_t q, strata_mem_t y, strata_mem_t
   return submit(q, &op);
 }
 
+/* Shapes and operands shared by the attention ops; fills every field of op->u.attn but the gradients'. */
+static int attention_common(strata_queue_t q, enum strata__op_id id, strata_mem_t qkv, strata_mem_t out,
+                            strata_mem_t lse, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim, float scale,
+                            int causal, struct strata__op *op, uint64_t *qkv_count) {
+  const char *name = op_names[id];
+  TRY(check_queue(q, id));
+  TRY(positive(name, "batch", batch));
+  TRY(positive(name, "seq", seq));
+  TRY(positive(name, "heads", heads));
+  TRY(positive(name, "head_dim", head_dim));
+  if (!(scale == scale) || scale == 0.0f)
+    return strata__error(STRATA_ERR_INVALID, "%s: scale must be a nonzero number", name);
+  uint64_t rows, d, d3, outn, lsen;
+  TRY(product(name, batch, seq, &rows));
+  TRY(product(name, heads, head_dim, &d));
+  TRY(product(name, (int64_t)d, 3, &d3));
+  TRY(product(name, (int64_t)rows, (int64_t)d3, qkv_count));
+  TRY(product(name, (int64_t)rows, (int64_t)d, &outn));
+  TRY(product(name, (int64_t)rows, heads, &lsen));
+  op->id = id;
+  TRY(operand(q, name, "qkv", qkv, *qkv_count, &op->u.attn.qkv));
+  TRY(operand(q, name, "out", out, outn, &op->u.attn.out));
+  TRY(operand(q, name, "lse", lse, lsen, &op->u.attn.lse));
+  op->u.attn.batch = batch;
+  op->u.attn.seq = seq;
+  op->u.attn.heads = heads;
+  op->u.attn.head_dim = head_dim;
+  op->u.attn.scale = scale;
+  op->u.attn.causal = causal != 0;
+  return STRATA_OK;
+}
+
+STRATA_API int strata_attention_fwd(strata_queue_t q, strata_mem_t qkv, strata_mem_t out, strata_mem_t lse,
+                                    int64_t batch, int64_t seq, int64_t heads, int64_t head_dim, float scale,
+                                    int causal) {
+  struct strata__op op = {.id = STRATA__OP_ATTENTION_FWD};
+  uint64_t n;
+  TRY(attention_common(q, STRATA__OP_ATTENTION_FWD, qkv, out, lse, batch, seq, heads, head_dim, scale, causal, &op,
+                       &n));
+  return submit(q, &op);
+}
+
+STRATA_API int strata_attention_bwd(strata_queue_t q, strata_mem_t qkv, strata_mem_t out, strata_mem_t dout,
+                                    strata_mem_t lse, strata_mem_t dqkv, int64_t batch, int64_t seq, int64_t heads,
+                                    int64_t head_dim, float scale, int causal) {
+  struct strata__op op = {.id = STRATA__OP_ATTENTION_BWD};
+  uint64_t n;
+  TRY(attention_common(q, STRATA__OP_ATTENTION_BWD, qkv, out, lse, batch, seq, heads, head_dim, scale, causal, &op,
+                       &n));
+  TRY(operand(q, "attention_bwd", "dout", dout, (uint64_t)batch * (uint64_t)seq * (uint64_t)(heads * head_dim),
+              &op.u.attn.dout));
+  TRY(operand(q, "attention_bwd", "dqkv", dqkv, n, &op.u.attn.dqkv));
+  if (op.u.attn.dqkv.h == op.u.attn.qkv.h && op.u.attn.dqkv.off == op.u.attn.qkv.off)
+    return strata__error(STRATA_ERR_INVALID, "attention_bwd: dqkv cannot be qkv");
+  return submit(q, &op);
+}
+
+STRATA_API int strata_attention_supported(strata_queue_t q) {
+  if (!q)
+    return 0;
+  const struct strata__slot *s = q->dev->slot;
+  return s->be->op_supported && s->be->op_supported(s->ctx, q->dev->local, STRATA__OP_ATTENTION_FWD) &&
+         s->be->op_supported(s->ctx, q->dev->local, STRATA__OP_ATTENTION_BWD);
+}
+
 static int embedding_common(strata_queue_t q, enum strata__op_id id, strata_mem_t tokens, strata_mem_t table,
                             strata_mem_t rows, int64_t n, int64_t dim, int64_t vocab, int accumulate) {
   const char *name = op_names[id];

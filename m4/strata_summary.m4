@@ -12,7 +12,7 @@ AC_DEFUN([STRATA_SUMMARY], [
 strata $PACKAGE_VERSION configured
   prefix            : $prefix
   backends
-    host (CBLAS)    : yes ($BLAS_LIBS)
+    host (GEMM)     : $strata_blas_name ($BLAS_LIBS)
     opencl          : $strata_s_ocl
     cuda            : $strata_s_cuda
       NCCL          : $strata_s_nccl

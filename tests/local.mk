@@ -21,6 +21,14 @@ tests_test_ops_LDADD = libstrata.la $(CRITERION_LIBS) -lm
 endif
 
 if HAVE_CRITERION
+check_PROGRAMS += tests/test-blas
+TESTS += tests/test-blas
+tests_test_blas_SOURCES = tests/test-blas.c tests/common.h lib/cpu.c lib/cpu.h
+tests_test_blas_CFLAGS = $(AM_CFLAGS) $(CRITERION_CFLAGS)
+tests_test_blas_LDADD = libstrata.la $(CRITERION_LIBS) -lm
+endif
+
+if HAVE_CRITERION
 check_PROGRAMS += tests/test-train
 TESTS += tests/test-train
 tests_test_train_SOURCES = tests/test-train.c tests/common.h

@@ -509,6 +509,157 @@ Test(ops, softmax_causal_values_devices_and_gradient) {
   }
 }
 
+/* ---- fused attention ---- */
+
+struct at_p {
+  int64_t B, T, H, hd;
+  float scale;
+  int causal;
+};
+/* operands: 0 qkv, 1 out, 2 lse, 3 w (= dout), 4 dqkv, then the composition's 5 S, 6 P, 7 dP, 8 dS */
+
+static int at_fused_f(strata_queue_t q, strata_mem_t *m, const void *pp) {
+  const struct at_p *p = pp;
+  return strata_attention_fwd(q, m[0], m[1], m[2], p->B, p->T, p->H, p->hd, p->scale, p->causal);
+}
+
+static int at_fused_b(strata_queue_t q, strata_mem_t *m, const void *pp) {
+  const struct at_p *p = pp;
+  int rc = at_fused_f(q, m, pp);
+  return rc ? rc : strata_attention_bwd(q, m[0], m[1], m[3], m[2], m[4], p->B, p->T, p->H, p->hd, p->scale, p->causal);
+}
+
+#define AT_OFF(m, k) strata_mem((m).buf, (m).off + (size_t)(k))
+
+/* The GPT block's attention as it is composed of the unfused ops (lib/stage.c). */
+static int at_ref_f(strata_queue_t q, strata_mem_t *m, const void *pp) {
+  const struct at_p *p = pp;
+  int64_t T = p->T, H = p->H, hd = p->hd, D = H * hd, HTT = H * T * T;
+  int rc = 0;
+  for (int64_t b = 0; b < p->B && !rc; b++)
+    rc = strata_gemm(q, 0, 1, T, T, hd, 1, AT_OFF(m[0], b * T * 3 * D), 3 * D, hd, AT_OFF(m[0], b * T * 3 * D + D),
+                     3 * D, hd, 0, AT_OFF(m[5], b * HTT), T, T * T, H);
+  if (!rc)
+    rc = strata_softmax_fwd(q, m[5], m[6], p->B * H * T, T, p->scale, p->causal);
+  for (int64_t b = 0; b < p->B && !rc; b++)
+    rc = strata_gemm(q, 0, 0, T, hd, T, 1, AT_OFF(m[6], b * HTT), T, T * T, AT_OFF(m[0], b * T * 3 * D + 2 * D), 3 * D,
+                     hd, 0, AT_OFF(m[1], b * T * D), D, hd, H);
+  return rc;
+}
+
+static int at_ref_b(strata_queue_t q, strata_mem_t *m, const void *pp) {
+  const struct at_p *p = pp;
+  int64_t T = p->T, H = p->H, hd = p->hd, D = H * hd, HTT = H * T * T;
+  int rc = at_ref_f(q, m, pp);
+  for (int64_t b = 0; b < p->B && !rc; b++) {
+    rc = strata_gemm(q, 0, 1, T, T, hd, 1, AT_OFF(m[3], b * T * D), D, hd, AT_OFF(m[0], b * T * 3 * D + 2 * D), 3 * D,
+                     hd, 0, AT_OFF(m[7], b * HTT), T, T * T, H);
+    if (!rc)
+      rc = strata_gemm(q, 1, 0, T, hd, T, 1, AT_OFF(m[6], b * HTT), T, T * T, AT_OFF(m[3], b * T * D), D, hd, 0,
+                       AT_OFF(m[4], b * T * 3 * D + 2 * D), 3 * D, hd, H);
+  }
+  if (!rc)
+    rc = strata_softmax_bwd(q, m[6], m[7], m[8], p->B * H * T, T, p->scale);
+  for (int64_t b = 0; b < p->B && !rc; b++) {
+    rc = strata_gemm(q, 0, 0, T, hd, T, 1, AT_OFF(m[8], b * HTT), T, T * T, AT_OFF(m[0], b * T * 3 * D + D), 3 * D, hd,
+                     0, AT_OFF(m[4], b * T * 3 * D), 3 * D, hd, H);
+    if (!rc)
+      rc = strata_gemm(q, 1, 0, T, hd, T, 1, AT_OFF(m[8], b * HTT), T, T * T, AT_OFF(m[0], b * T * 3 * D), 3 * D, hd, 0,
+                       AT_OFF(m[4], b * T * 3 * D + D), 3 * D, hd, H);
+  }
+  return rc;
+}
+
+/* Fused against composed, on the host, for every output; lse against a double-precision loop. */
+static void attention_case(const struct at_p *p, uint32_t seed, size_t fd_limit) {
+  int dev = ref_device();
+  size_t rows = (size_t)(p->B * p->T), D = (size_t)(p->H * p->hd), tt = (size_t)(p->B * p->H * p->T * p->T);
+  float *qkv = rnd(rows * 3 * D, seed, -1.5f, 1.5f), *w = rnd(rows * D, seed + 1, -1, 1);
+  struct opcase c = {"attention", at_fused_b, p, 9,
+                     {rows * 3 * D, rows * D, (size_t)(p->B * p->H * p->T), rows * D, rows * 3 * D, tt, tt, tt, tt},
+                     {qkv, NULL, NULL, w, NULL, NULL, NULL, NULL, NULL}};
+  struct opcase r = c;
+  r.name = "attention (composed)";
+  r.body = at_ref_b;
+  void **got = alloc_outputs(&c), **want = alloc_outputs(&r);
+  OK(exec(dev, &c, got));
+  OK(exec(dev, &r, want));
+  for (int i = 1; i <= 4; i += 3) { /* out, dqkv */
+    size_t at = 0;
+    double e = tc_excess(got[i], want[i], c.count[i], 1e-5, 1e-4, &at);
+    cr_assert_leq(e, 1.0, "attention (B %lld T %lld H %lld hd %lld causal %d) operand %d element %zu: fused %.7g, composed %.7g",
+                  (long long)p->B, (long long)p->T, (long long)p->H, (long long)p->hd, p->causal, i, at,
+                  (double)((float *)got[i])[at], (double)((float *)want[i])[at]);
+  }
+  const float *lse = got[2];
+  for (int64_t b = 0; b < p->B; b++)
+    for (int64_t h = 0; h < p->H; h++)
+      for (int64_t i = 0; i < p->T; i++) {
+        double mx = -1e300, s = 0, sc[64];
+        int64_t n = p->causal ? i + 1 : p->T;
+        for (int64_t j = 0; j < n; j++) {
+          double dot = 0;
+          for (int64_t d = 0; d < p->hd; d++)
+            dot += (double)qkv[(b * p->T + i) * 3 * D + h * p->hd + d] * qkv[(b * p->T + j) * 3 * D + D + h * p->hd + d];
+          sc[j] = p->scale * dot;
+          mx = sc[j] > mx ? sc[j] : mx;
+        }
+        for (int64_t j = 0; j < n; j++)
+          s += exp(sc[j] - mx);
+        double want_lse = mx + log(s);
+        cr_assert_float_eq(lse[(b * p->H + h) * p->T + i], want_lse, 1e-5 * (1 + fabs(want_lse)), "lse (%lld,%lld,%lld)",
+                           (long long)b, (long long)h, (long long)i);
+      }
+  free_outputs(&c, got);
+  free_outputs(&r, want);
+  /* finite differences of L = sum w . out over every element of qkv */
+  struct opcase f = c;
+  f.body = at_fused_f;
+  check_fd(&f, &c, 0, 4, 1, 3, 1e-2, 1e-3, 1e-2, fd_limit);
+  free(qkv);
+  free(w);
+}
+
+Test(ops, attention_fused_against_composed_and_finite_differences) {
+  for (int causal = 0; causal < 2; causal++) {
+    struct at_p small = {.B = 2, .T = 7, .H = 3, .hd = 5, .scale = 0.4472136f, .causal = causal};
+    attention_case(&small, 61 + (uint32_t)causal, 5 * 45); /* q, k and v of five queries */
+  }
+  /* one query (T = 1), and head_dim a multiple of the vector width with more keys */
+  struct at_p one = {.B = 1, .T = 1, .H = 2, .hd = 4, .scale = 0.5f, .causal = 1};
+  attention_case(&one, 71, SIZE_MAX);
+  struct at_p wide = {.B = 1, .T = 33, .H = 2, .hd = 16, .scale = 0.25f, .causal = 1};
+  attention_case(&wide, 72, 200); /* q, k and v of the first rows */
+}
+
+Test(ops, attention_elsewhere_is_unsupported_and_bad_shapes_refused) {
+  int n;
+  OK(strata_device_count(&n));
+  for (int d = 0; d < n; d++) {
+    struct strata_device_props p;
+    OK(strata_device_props(d, &p));
+    strata_queue_t q;
+    strata_buffer_t b;
+    OK(strata_queue_new(d, &q));
+    OK(strata_buffer_new(d, 4096, &b));
+    strata_mem_t m = strata_mem(b, 0), m2 = strata_mem(b, 512);
+    int host = strcmp(p.backend, "host") == 0;
+    cr_assert_eq(strata_attention_supported(q), host, "device %d (%s)", d, p.backend);
+    int rc = strata_attention_fwd(q, m, m2, strata_mem(b, 800), 1, 4, 2, 4, 0.5f, 1);
+    cr_assert_eq(rc, host ? STRATA_OK : STRATA_ERR_UNSUPPORTED, "device %d (%s): %s", d, p.backend,
+                 strata_err_name(rc));
+    if (host) {
+      cr_assert_eq(strata_attention_fwd(q, m, m2, m2, 1, 4, 2, 0, 0.5f, 1), STRATA_ERR_SHAPE);
+      cr_assert_eq(strata_attention_bwd(q, m, m2, m2, m2, m, 1, 4, 2, 4, 0.5f, 1), STRATA_ERR_INVALID);
+      cr_assert_eq(strata_attention_fwd(q, m, m2, m2, 1, 1000, 2, 4, 0.5f, 1), STRATA_ERR_RANGE);
+    }
+    OK(strata_queue_finish(q));
+    strata_buffer_free(b);
+    strata_queue_free(q);
+  }
+  cr_assert_eq(strata_attention_supported(NULL), 0);
+}
+
 /* ---- embedding ---- */
 
 static int emb_f(strata_queue_t q, strata_mem_t *m, const void *pp) {

@@ -2,11 +2,12 @@
 /* strata-bench — measures strata's device layer against calling the libraries under it directly. */
 #include "config.h"
 
-#include <cblas.h>
-#ifdef HAVE_OPENBLAS_GET_CORENAME
-char *openblas_get_corename(void);
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* dl_iterate_phdr, dladdr */
 #endif
+#include <dlfcn.h>
 #include <errno.h>
+#include <link.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +34,7 @@ struct options {
   int nsizes;
   int reps;
   int json;
+  const char *user_coretype;  /* OPENBLAS_CORETYPE as the program started */
 };
 
 static void usage(FILE *f) {
@@ -42,7 +44,10 @@ static void usage(FILE *f) {
           "       mpirun -np N strata-bench mpi [OPTIONS] (between ranks; see its --help)\n"
           "Measure SGEMM (C = A B, N x N, fp32) through strata's device layer beside the\n"
           "library strata calls underneath, on the same device in the same run:\n"
-          "OpenBLAS (cblas_sgemm) for host devices, CLBlast for OpenCL devices.\n"
+          "the host backend's GEMM library (OpenBLAS, BLIS, oneDNN: the very copy the\n"
+          "backend loaded, called as cblas_sgemm or dnnl_sgemm) for host devices,\n"
+          "CLBlast for OpenCL devices. The first line names the host library, its\n"
+          "kernels and who chose them.\n"
           "\n"
           "Options:\n"
           "  -d, --device N     only device N (default: every device; see strata-topo)\n"
@@ -147,9 +152,86 @@ static int strata_setup(struct runner *r, int dev, int n, const float *a, const 
   return rc;
 }
 
+/*
+** The host backend's GEMM, called directly: the library the backend's module
+** brought in (found among the loaded objects by its entry symbol, so it is
+** the same copy with the same kernels, not a second one linked here).
+*/
+typedef void (*cblas_sgemm_fn)(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
+                               const float *b, int ldb, float beta, float *c, int ldc);
+typedef int (*dnnl_sgemm_fn)(char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                             int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+static struct {
+  cblas_sgemm_fn cblas;
+  dnnl_sgemm_fn dnnl;
+  char file[512];
+  void *handle;
+} host_blas;
+
+static int find_blas_cb(struct dl_phdr_info *info, size_t size, void *data) {
+  (void)size;
+  if (!info->dlpi_name || !info->dlpi_name[0])
+    return 0;
+  void *h = dlopen(info->dlpi_name, RTLD_NOW | RTLD_NOLOAD);
+  if (!h)
+    return 0;
+  void *sym = dlsym(h, (const char *)data);
+  Dl_info where;
+  if (sym && dladdr(sym, &where) && where.dli_fname && strcmp(where.dli_fname, info->dlpi_name) == 0) {
+    host_blas.handle = h;
+    snprintf(host_blas.file, sizeof host_blas.file, "%s", info->dlpi_name);
+    if (strcmp(data, "dnnl_sgemm") == 0)
+      host_blas.dnnl = (dnnl_sgemm_fn)(uintptr_t)sym;
+    else
+      host_blas.cblas = (cblas_sgemm_fn)(uintptr_t)sym;
+    return 1;
+  }
+  dlclose(h);
+  return 0;
+}
+
+/* After the registry loaded the host module: find its GEMM library; 0 if it is loaded. */
+static int find_host_blas(void) {
+  if (host_blas.handle)
+    return 0;
+#ifdef STRATA_BLAS_DNNL
+  dl_iterate_phdr(find_blas_cb, (void *)"dnnl_sgemm");
+#else
+  dl_iterate_phdr(find_blas_cb, (void *)"cblas_sgemm");
+#endif
+  return host_blas.handle ? 0 : -1;
+}
+
+/* One line: which library, which kernels, who chose them (`user_coretype`: OPENBLAS_CORETYPE before strata ran). */
+static void print_host_blas(const char *user_coretype) {
+  if (find_host_blas()) {
+    printf("host GEMM: library not found among the loaded objects\n");
+    return;
+  }
+  printf("host GEMM: %s", host_blas.file);
+  char *(*corename)(void) = (char *(*)(void))(uintptr_t)dlsym(host_blas.handle, "openblas_get_corename");
+  char *(*config)(void) = (char *(*)(void))(uintptr_t)dlsym(host_blas.handle, "openblas_get_config");
+  if (corename) {
+    const char *now = getenv("OPENBLAS_CORETYPE");
+    printf(" (%s), %s kernels", config ? config() : "OpenBLAS", corename());
+    if (user_coretype && *user_coretype)
+      printf(", OPENBLAS_CORETYPE=%s set by the user", user_coretype);
+    else if (now && *now)
+      printf(", OPENBLAS_CORETYPE=%s chosen by strata from the CPU's feature flags", now);
+    else
+      printf(", chosen by OpenBLAS from the CPU model");
+  } else if (host_blas.dnnl) {
+    printf(" (oneDNN dnnl_sgemm, kernels generated for this CPU at run time)");
+  }
+  printf("\n");
+}
+
 static int cblas_run(struct runner *r) {
   int n = r->n;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, r->a, n, r->b, n, 0.0f, r->c, n);
+  if (host_blas.dnnl)
+    return host_blas.dnnl('N', 'N', n, n, n, 1.0f, r->a, n, r->b, n, 0.0f, r->c, n) == 0 ? 0 : -1;
+  /* CBLAS's enum values: CblasRowMajor 101, CblasNoTrans 111 */
+  host_blas.cblas(101, 111, 111, n, n, n, 1.0f, r->a, n, r->b, n, 0.0f, r->c, n);
   return 0;
 }
 
@@ -157,6 +239,8 @@ static void cblas_done(struct runner *r) { free(r->c); }
 
 static int cblas_setup(struct runner *r, int n, const float *a, const float *b) {
   memset(r, 0, sizeof *r);
+  if (find_host_blas())
+    return -1;
   r->n = n;
   r->run = cblas_run;
   r->done = cblas_done;
@@ -267,12 +351,9 @@ static int bench_gemm(const struct options *o) {
     fprintf(stderr, "strata-bench: no device %d (there are %d)\n", o->device, ndev);
     return 2;
   }
+  find_host_blas();
   if (!o->json) {
-#ifdef HAVE_OPENBLAS_GET_CORENAME
-    /* OpenBLAS picks its kernels from the CPU model; a virtual CPU that hides
-    ** it gets the generic ones (OPENBLAS_CORETYPE overrides) */
-    printf("host BLAS: OpenBLAS, %s kernels\n", openblas_get_corename());
-#endif
+    print_host_blas(o->user_coretype);
     printf("%-4s %-8s %-44s %6s %14s %14s %8s  %s\n", "dev", "backend", "name", "N", "strata GF/s", "direct GF/s",
            "ratio", "direct = ");
   }
@@ -282,7 +363,7 @@ static int bench_gemm(const struct options *o) {
       continue;
     struct strata_device_props p;
     strata_device_props(d, &p);
-    const char *direct = strcmp(p.backend, "host") == 0     ? "OpenBLAS cblas_sgemm"
+    const char *direct = strcmp(p.backend, "host") == 0     ? (host_blas.dnnl ? "oneDNN dnnl_sgemm" : "host cblas_sgemm")
                          : strcmp(p.backend, "opencl") == 0 ? "CLBlast CLBlastSgemm"
                                                             : NULL;
     for (int s = 0; s < o->nsizes; s++) {
@@ -344,7 +425,7 @@ static int bench_gemm(const struct options *o) {
 }
 
 int main(int argc, char **argv) {
-  struct options o = {.device = -1, .reps = 5};
+  struct options o = {.device = -1, .reps = 5, .user_coretype = getenv("OPENBLAS_CORETYPE")};
   parse_sizes("512,1024,2048", &o);
   if (argc < 2) { /* bad usage is one line, like every other refusal */
     fprintf(stderr, "strata-bench: which benchmark? (known: gemm; see --help)\n");

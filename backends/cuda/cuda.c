@@ -635,11 +635,11 @@ static int strata__cuda_gemm(struct strata__cuda *cx, struct strata__cuda_queue 
 #define I(m) ((int *)((struct strata__cuda_buf *)(m).h)->ptr)
 #define O(m) ((strata__i64)(m).off)
 
-/* Every op of lib/backend.h is implemented on every device. */
+/* Every op of lib/backend.h is implemented on every device, but the fused attention (host only so far). */
 static int strata__cuda_op_supported(void *ctx, int dev, enum strata__op_id id) {
   (void)ctx;
   (void)dev;
-  return (int)id >= 0 && (int)id < STRATA__OP_COUNT;
+  return (int)id >= 0 && (int)id < STRATA__OP_COUNT && id != STRATA__OP_ATTENTION_FWD && id != STRATA__OP_ATTENTION_BWD;
 }
 
 /*

@@ -2,12 +2,16 @@
 /* host-ops.c — the host backend's ops in plain C (the reference other backends are tested against) and CBLAS GEMM. */
 #include "config.h"
 
-#include <cblas.h>
 #include <float.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "host.h"
+#include "vecmath.h"
 
 #if defined(__SSE__)
 #include <xmmintrin.h>
@@ -26,73 +30,150 @@ int strata__host_threads = 1;
 #define PAR(n) _Pragma("omp parallel for schedule(static) num_threads(strata__host_threads) if (par_n >= PAR_MIN)")
 #define INT(m) ((int32_t *)(m).h + (m).off)
 #define STREAM_MIN (1 << 18) /* elements: below this the result is better left in the cache */
+#define SPAN 4096             /* elements per piece of an elementwise op: each piece one vector loop */
+#define COLS_SPAN 256         /* columns per piece of a column reduction (bias and layernorm gradients) */
+
+/* Run span(lo, len, ctx) over [0, n) in pieces of SPAN, the pieces spread over the op's threads. */
+#define FOR_SPANS(n, body)                                                                                          \
+  do {                                                                                                             \
+    int64_t n_ = (n), par_n = n_, pieces_ = (n_ + SPAN - 1) / SPAN;                                                \
+    PAR(par_n)                                                                                                     \
+    for (int64_t s_ = 0; s_ < pieces_; s_++) {                                                                     \
+      int64_t lo = s_ * SPAN, len = n_ - lo < SPAN ? n_ - lo : SPAN;                                               \
+      body;                                                                                                        \
+    }                                                                                                              \
+  } while (0)
+
+/*
+** With strata__host_gemm_split, the BLAS runs single-threaded and a GEMM's
+** threads are the op's OpenMP team, like every other op's: batches spread
+** over the threads, or one product cut into row (or column) panels of C,
+** one BLAS call each. One pool of threads that sleep when idle, instead of
+** OpenBLAS's own pool yielding against the OpenMP team on the same cores.
+*/
+int strata__host_gemm_split = 0;
+#define GEMM_SPLIT_MIN 2.0e6 /* flops below which one call on one thread is quicker */
+
+static void gemm_one(const struct strata__op *o, int64_t i) {
+  strata__host_sgemm(o->u.gemm.trans_a, o->u.gemm.trans_b, o->u.gemm.m, o->u.gemm.n, o->u.gemm.k, o->u.gemm.alpha,
+                     F(o->u.gemm.a) + i * o->u.gemm.stride_a, o->u.gemm.lda, F(o->u.gemm.b) + i * o->u.gemm.stride_b,
+                     o->u.gemm.ldb, o->u.gemm.beta, F(o->u.gemm.c) + i * o->u.gemm.stride_c, o->u.gemm.ldc);
+}
 
 static void gemm(const struct strata__op *o) {
-  const float *a = F(o->u.gemm.a), *b = F(o->u.gemm.b);
-  float *c = F(o->u.gemm.c);
-  for (int64_t i = 0; i < o->u.gemm.batch; i++)
-    cblas_sgemm(CblasRowMajor, o->u.gemm.trans_a ? CblasTrans : CblasNoTrans,
-                o->u.gemm.trans_b ? CblasTrans : CblasNoTrans, (int)o->u.gemm.m, (int)o->u.gemm.n, (int)o->u.gemm.k,
-                o->u.gemm.alpha, a + i * o->u.gemm.stride_a, (int)o->u.gemm.lda, b + i * o->u.gemm.stride_b,
-                (int)o->u.gemm.ldb, o->u.gemm.beta, c + i * o->u.gemm.stride_c, (int)o->u.gemm.ldc);
+  int64_t m = o->u.gemm.m, n = o->u.gemm.n, k = o->u.gemm.k, batch = o->u.gemm.batch;
+  int nt = strata__host_threads;
+  double flops = 2.0 * (double)m * (double)n * (double)k * (double)batch;
+  if (!strata__host_gemm_split || nt < 2 || flops < GEMM_SPLIT_MIN) {
+    for (int64_t i = 0; i < batch; i++)
+      gemm_one(o, i);
+    return;
+  }
+  if (batch >= nt) {
+    _Pragma("omp parallel for schedule(static) num_threads(nt)")
+    for (int64_t i = 0; i < batch; i++)
+      gemm_one(o, i);
+    return;
+  }
+  int ta = o->u.gemm.trans_a, tb = o->u.gemm.trans_b;
+  int64_t lda = o->u.gemm.lda, ldb = o->u.gemm.ldb, ldc = o->u.gemm.ldc;
+  int rows = m >= n; /* cut the longer side of C, in panels of whole 16-element vectors */
+  int64_t len = rows ? m : n, step = ((len + nt - 1) / nt + 15) / 16 * 16;
+  int pieces = (int)((len + step - 1) / step);
+  for (int64_t i = 0; i < batch; i++) {
+    const float *a = F(o->u.gemm.a) + i * o->u.gemm.stride_a, *b = F(o->u.gemm.b) + i * o->u.gemm.stride_b;
+    float *c = F(o->u.gemm.c) + i * o->u.gemm.stride_c;
+    _Pragma("omp parallel for schedule(static) num_threads(pieces)")
+    for (int t = 0; t < pieces; t++) {
+      int64_t lo = t * step, cnt = len - lo < step ? len - lo : step;
+      if (rows)
+        strata__host_sgemm(ta, tb, cnt, n, k, o->u.gemm.alpha, a + (ta ? lo : lo * lda), lda, b, ldb, o->u.gemm.beta,
+                           c + lo * ldc, ldc);
+      else
+        strata__host_sgemm(ta, tb, m, cnt, k, o->u.gemm.alpha, a, lda, b + (tb ? lo * ldb : lo), ldb, o->u.gemm.beta,
+                           c + lo, ldc);
+    }
+  }
+}
+
+static HOST_SIMD void bias_rows(float *y, const float *b, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; r++) {
+    float *yr = y + r * cols;
+#pragma omp simd
+    for (int64_t c = 0; c < cols; c++)
+      yr[c] += b[c];
+  }
 }
 
 static void bias_add(const struct strata__op *o) {
   float *y = F(o->u.bias.y);
   const float *b = F(o->u.bias.bias);
-  int64_t cols = o->u.bias.cols;
-  int64_t par_n = o->u.bias.rows * cols;
+  int64_t cols = o->u.bias.cols, rows = o->u.bias.rows;
+  int64_t par_n = rows * cols, per = cols >= SPAN ? 1 : SPAN / cols, pieces = (rows + per - 1) / per;
   PAR(par_n)
-  for (int64_t r = 0; r < o->u.bias.rows; r++)
-    for (int64_t c = 0; c < cols; c++)
-      y[r * cols + c] += b[c];
+  for (int64_t i = 0; i < pieces; i++) {
+    int64_t r0 = i * per, nr = rows - r0 < per ? rows - r0 : per;
+    bias_rows(y + r0 * cols, b, nr, cols);
+  }
+}
+
+/* Column sums over all rows, for columns [c0, c1): each column summed in row order, as a serial loop would. */
+static HOST_SIMD void col_sums(const float *dy, float *db, int64_t rows, int64_t cols, int64_t c0, int64_t c1,
+                               int accumulate) {
+  if (!accumulate)
+    for (int64_t c = c0; c < c1; c++)
+      db[c] = 0.0f;
+  for (int64_t r = 0; r < rows; r++) {
+    const float *dr = dy + r * cols;
+#pragma omp simd
+    for (int64_t c = c0; c < c1; c++)
+      db[c] += dr[c];
+  }
 }
 
 static void bias_grad(const struct strata__op *o) {
   const float *dy = F(o->u.bias.y);
   float *db = F(o->u.bias.bias);
-  int64_t cols = o->u.bias.cols;
-  if (!o->u.bias.accumulate)
-    memset(db, 0, (size_t)cols * sizeof *db);
-  for (int64_t r = 0; r < o->u.bias.rows; r++)
-    for (int64_t c = 0; c < cols; c++)
-      db[c] += dy[r * cols + c];
+  int64_t cols = o->u.bias.cols, rows = o->u.bias.rows;
+  int64_t par_n = rows * cols, pieces = (cols + COLS_SPAN - 1) / COLS_SPAN;
+  PAR(par_n)
+  for (int64_t i = 0; i < pieces; i++) {
+    int64_t c0 = i * COLS_SPAN, c1 = c0 + COLS_SPAN < cols ? c0 + COLS_SPAN : cols;
+    col_sums(dy, db, rows, cols, c0, c1, o->u.bias.accumulate);
+  }
 }
 
 #define GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
 #define GELU_C 0.044715f
 
-/* tanh through one expf: (e^2u - 1) / (e^2u + 1), with u clamped where
-** tanh is 1 to float precision. About three times faster than tanhf, which
-** goes through expm1f, and exact to a few ulps of 1 + tanh — what GELU uses. */
-static inline float tanh_fast(float u) {
-  u = u < -9.0f ? -9.0f : u > 9.0f ? 9.0f : u;
-  float e = expf(2.0f * u);
-  return (e - 1.0f) / (e + 1.0f);
+static HOST_SIMD void gelu_fwd_span(const float *x, float *y, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; i++) {
+    float v = x[i];
+    y[i] = 0.5f * v * (1.0f + vm_tanh(GELU_K * (v + GELU_C * v * v * v)));
+  }
+}
+
+static HOST_SIMD void gelu_bwd_span(const float *x, const float *dy, float *dx, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; i++) {
+    float v = x[i];
+    float t = vm_tanh(GELU_K * (v + GELU_C * v * v * v));
+    float dt = (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_C * v * v);
+    dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * dt);
+  }
 }
 
 static void gelu_fwd(const struct strata__op *o) {
   const float *x = F(o->u.ew.x);
   float *y = F(o->u.ew.y);
-  int64_t par_n = o->u.ew.n;
-  PAR(par_n)
-  for (int64_t i = 0; i < o->u.ew.n; i++) {
-    float v = x[i];
-    y[i] = 0.5f * v * (1.0f + tanh_fast(GELU_K * (v + GELU_C * v * v * v)));
-  }
+  FOR_SPANS(o->u.ew.n, gelu_fwd_span(x + lo, y + lo, len));
 }
 
 static void gelu_bwd(const struct strata__op *o) {
   const float *x = F(o->u.ew.x), *dy = F(o->u.ew.dy);
   float *dx = F(o->u.ew.dx);
-  int64_t par_n = o->u.ew.n;
-  PAR(par_n)
-  for (int64_t i = 0; i < o->u.ew.n; i++) {
-    float v = x[i];
-    float t = tanh_fast(GELU_K * (v + GELU_C * v * v * v));
-    float dt = (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_C * v * v);
-    dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * dt);
-  }
+  FOR_SPANS(o->u.ew.n, gelu_bwd_span(x + lo, dy + lo, dx + lo, len));
 }
 
 static void relu_fwd(const struct strata__op *o) {
@@ -189,26 +270,73 @@ static void fill(const struct strata__op *o) {
     x[i] = o->u.ew.alpha;
 }
 
+/* One row: mean, 1/std, y = (x - mean) / std * gamma + beta. Sums in double. */
+static HOST_SIMD void layernorm_row(const float *xr, const float *g, const float *b, float *yr, int64_t cols,
+                                    float eps, float *mean, float *rstd) {
+  double s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t c = 0; c < cols; c++)
+    s += xr[c];
+  float mu = (float)(s / (double)cols);
+  double v = 0;
+#pragma omp simd reduction(+ : v)
+  for (int64_t c = 0; c < cols; c++) {
+    float d = xr[c] - mu;
+    v += (double)(d * d);
+  }
+  float rs = 1.0f / sqrtf((float)(v / (double)cols) + eps);
+  *mean = mu;
+  *rstd = rs;
+#pragma omp simd
+  for (int64_t c = 0; c < cols; c++)
+    yr[c] = (xr[c] - mu) * rs * g[c] + b[c];
+}
+
 static void layernorm_fwd(const struct strata__op *o) {
   const float *x = F(o->u.ln.x), *g = F(o->u.ln.gamma), *b = F(o->u.ln.beta);
   float *y = F(o->u.ln.y), *mean = F(o->u.ln.mean), *rstd = F(o->u.ln.rstd);
   int64_t cols = o->u.ln.cols;
   int64_t par_n = o->u.ln.rows * cols;
   PAR(par_n)
-  for (int64_t r = 0; r < o->u.ln.rows; r++) {
-    const float *xr = x + r * cols;
-    double s = 0;
-    for (int64_t c = 0; c < cols; c++)
-      s += xr[c];
-    float mu = (float)(s / (double)cols);
-    double v = 0;
-    for (int64_t c = 0; c < cols; c++)
-      v += (double)(xr[c] - mu) * (xr[c] - mu);
-    float rs = 1.0f / sqrtf((float)(v / (double)cols) + o->u.ln.eps);
-    mean[r] = mu;
-    rstd[r] = rs;
-    for (int64_t c = 0; c < cols; c++)
-      y[r * cols + c] = (xr[c] - mu) * rs * g[c] + b[c];
+  for (int64_t r = 0; r < o->u.ln.rows; r++)
+    layernorm_row(x + r * cols, g, b, y + r * cols, cols, o->u.ln.eps, mean + r, rstd + r);
+}
+
+/* dgamma and dbeta for columns [c0, c1), each summed over the rows in order. */
+static HOST_SIMD void layernorm_param_grads(const float *x, const float *dy, const float *mean, const float *rstd,
+                                            float *dg, float *db, int64_t rows, int64_t cols, int64_t c0, int64_t c1,
+                                            int accumulate) {
+  if (!accumulate)
+    for (int64_t c = c0; c < c1; c++)
+      dg[c] = db[c] = 0.0f;
+  for (int64_t r = 0; r < rows; r++) {
+    const float *xr = x + r * cols, *dr = dy + r * cols;
+    float mu = mean[r], rs = rstd[r];
+#pragma omp simd
+    for (int64_t c = c0; c < c1; c++) {
+      float d = dr[c];
+      dg[c] += d * ((xr[c] - mu) * rs);
+      db[c] += d;
+    }
+  }
+}
+
+/* dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), dxhat = dy * gamma; dx may be dy. */
+static HOST_SIMD void layernorm_dx_row(const float *xr, const float *dyr, const float *g, float *dxr, int64_t cols,
+                                       float mu, float rs) {
+  double s1 = 0, s2 = 0;
+#pragma omp simd reduction(+ : s1, s2)
+  for (int64_t c = 0; c < cols; c++) {
+    float xh = (xr[c] - mu) * rs;
+    float dxh = dyr[c] * g[c];
+    s1 += dxh;
+    s2 += (double)dxh * xh;
+  }
+  float m1 = (float)(s1 / (double)cols), m2 = (float)(s2 / (double)cols);
+#pragma omp simd
+  for (int64_t c = 0; c < cols; c++) {
+    float xh = (xr[c] - mu) * rs;
+    dxr[c] = rs * (dyr[c] * g[c] - m1 - xh * m2);
   }
 }
 
@@ -218,63 +346,61 @@ static void layernorm_bwd(const struct strata__op *o) {
   float *dx = F(o->u.ln.dx), *dg = F(o->u.ln.dgamma), *db = F(o->u.ln.dbeta);
   int64_t cols = o->u.ln.cols, rows = o->u.ln.rows;
   /* gamma and beta first: dx may be dy */
-  int64_t par_n = rows * cols;
+  int64_t par_n = rows * cols, pieces = (cols + COLS_SPAN - 1) / COLS_SPAN;
   PAR(par_n)
-  for (int64_t c = 0; c < cols; c++) {
-    float sg = o->u.ln.accumulate ? dg[c] : 0.0f, sb = o->u.ln.accumulate ? db[c] : 0.0f;
-    for (int64_t r = 0; r < rows; r++) {
-      float d = dy[r * cols + c];
-      sg += d * ((x[r * cols + c] - mean[r]) * rstd[r]);
-      sb += d;
-    }
-    dg[c] = sg;
-    db[c] = sb;
+  for (int64_t i = 0; i < pieces; i++) {
+    int64_t c0 = i * COLS_SPAN, c1 = c0 + COLS_SPAN < cols ? c0 + COLS_SPAN : cols;
+    layernorm_param_grads(x, dy, mean, rstd, dg, db, rows, cols, c0, c1, o->u.ln.accumulate);
   }
   PAR(par_n)
-  for (int64_t r = 0; r < rows; r++) {
-    const float *xr = x + r * cols, *dyr = dy + r * cols;
-    float mu = mean[r], rs = rstd[r];
-    /* dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), dxhat = dy * gamma */
-    double s1 = 0, s2 = 0;
-    for (int64_t c = 0; c < cols; c++) {
-      float xh = (xr[c] - mu) * rs;
-      float dxh = dyr[c] * g[c];
-      s1 += dxh;
-      s2 += (double)dxh * xh;
-    }
-    float m1 = (float)(s1 / (double)cols), m2 = (float)(s2 / (double)cols);
-    for (int64_t c = 0; c < cols; c++) {
-      float xh = (xr[c] - mu) * rs;
-      dx[r * cols + c] = rs * (dyr[c] * g[c] - m1 - xh * m2);
-    }
+  for (int64_t r = 0; r < rows; r++)
+    layernorm_dx_row(x + r * cols, dy + r * cols, g, dx + r * cols, cols, mean[r], rstd[r]);
+}
+
+/* One row of softmax(scale * x) over its first `valid` entries, zeros after them. */
+static HOST_SIMD void softmax_row(const float *xr, float *yr, int64_t valid, int64_t cols, float sc) {
+  float mx = -FLT_MAX;
+#pragma omp simd reduction(max : mx)
+  for (int64_t c = 0; c < valid; c++) {
+    float v = sc * xr[c];
+    mx = v > mx ? v : mx;
   }
+  double s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t c = 0; c < valid; c++) {
+    float e = vm_exp(sc * xr[c] - mx);
+    yr[c] = e;
+    s += e;
+  }
+  float inv = (float)(1.0 / s);
+#pragma omp simd
+  for (int64_t c = 0; c < valid; c++)
+    yr[c] *= inv;
+  for (int64_t c = valid; c < cols; c++)
+    yr[c] = 0.0f;
 }
 
 static void softmax_fwd(const struct strata__op *o) {
   const float *x = F(o->u.softmax.x);
   float *y = F(o->u.softmax.y);
   int64_t cols = o->u.softmax.cols;
-  float sc = o->u.softmax.scale;
   int64_t par_n = o->u.softmax.rows * cols;
   PAR(par_n)
   for (int64_t r = 0; r < o->u.softmax.rows; r++) {
     int64_t valid = o->u.softmax.causal ? r % cols + 1 : cols;
-    const float *xr = x + r * cols;
-    float *yr = y + r * cols;
-    float mx = -FLT_MAX;
-    for (int64_t c = 0; c < valid; c++)
-      mx = fmaxf(mx, sc * xr[c]);
-    double s = 0;
-    for (int64_t c = 0; c < valid; c++) {
-      yr[c] = expf(sc * xr[c] - mx);
-      s += yr[c];
-    }
-    float inv = (float)(1.0 / s);
-    for (int64_t c = 0; c < valid; c++)
-      yr[c] *= inv;
-    for (int64_t c = valid; c < cols; c++)
-      yr[c] = 0.0f;
+    softmax_row(x + r * cols, y + r * cols, valid, cols, o->u.softmax.scale);
   }
+}
+
+static HOST_SIMD void softmax_bwd_row(const float *yr, const float *dyr, float *dxr, int64_t cols, float sc) {
+  double dot = 0;
+#pragma omp simd reduction(+ : dot)
+  for (int64_t c = 0; c < cols; c++)
+    dot += (double)yr[c] * dyr[c];
+  float d = (float)dot;
+#pragma omp simd
+  for (int64_t c = 0; c < cols; c++)
+    dxr[c] = sc * yr[c] * (dyr[c] - d);
 }
 
 static void softmax_bwd(const struct strata__op *o) {
@@ -283,14 +409,8 @@ static void softmax_bwd(const struct strata__op *o) {
   int64_t cols = o->u.softmax.cols;
   int64_t par_n = o->u.softmax.rows * cols;
   PAR(par_n)
-  for (int64_t r = 0; r < o->u.softmax.rows; r++) {
-    const float *yr = y + r * cols, *dyr = dy + r * cols;
-    double dot = 0;
-    for (int64_t c = 0; c < cols; c++)
-      dot += (double)yr[c] * dyr[c];
-    for (int64_t c = 0; c < cols; c++)
-      dx[r * cols + c] = o->u.softmax.scale * yr[c] * (dyr[c] - (float)dot);
-  }
+  for (int64_t r = 0; r < o->u.softmax.rows; r++)
+    softmax_bwd_row(y + r * cols, dy + r * cols, dx + r * cols, cols, o->u.softmax.scale);
 }
 
 static void embedding_fwd(const struct strata__op *o) {
@@ -326,14 +446,15 @@ static void embedding_bwd(const struct strata__op *o) {
 }
 
 /* log(sum(exp(row))) computed around the row maximum. */
-static float logsumexp(const float *row, int64_t n, float *mx_out) {
+static HOST_SIMD float logsumexp(const float *row, int64_t n) {
   float mx = -FLT_MAX;
+#pragma omp simd reduction(max : mx)
   for (int64_t c = 0; c < n; c++)
-    mx = fmaxf(mx, row[c]);
+    mx = row[c] > mx ? row[c] : mx;
   double s = 0;
+#pragma omp simd reduction(+ : s)
   for (int64_t c = 0; c < n; c++)
-    s += expf(row[c] - mx);
-  *mx_out = mx;
+    s += vm_exp(row[c] - mx);
   return mx + (float)log(s);
 }
 
@@ -346,13 +467,14 @@ static void xent_fwd(const struct strata__op *o) {
   PAR(par_n)
   for (int64_t r = 0; r < o->u.xent.rows; r++) {
     int32_t t = tgt[r];
-    if (t < 0 || t >= v) {
-      loss[r] = 0.0f;
-      continue;
-    }
-    float mx;
-    loss[r] = logsumexp(logits + r * v, v, &mx) - logits[r * v + t];
+    loss[r] = t < 0 || t >= v ? 0.0f : logsumexp(logits + r * v, v) - logits[r * v + t];
   }
+}
+
+static HOST_SIMD void xent_bwd_row(const float *lr, float *dr, int64_t v, float lse, float scale) {
+#pragma omp simd
+  for (int64_t c = 0; c < v; c++)
+    dr[c] = scale * vm_exp(lr[c] - lse);
 }
 
 static void xent_bwd(const struct strata__op *o) {
@@ -369,10 +491,23 @@ static void xent_bwd(const struct strata__op *o) {
       memset(dr, 0, (size_t)v * sizeof *dr);
       continue;
     }
-    float mx;
-    float lse = logsumexp(logits + r * v, v, &mx);
-    for (int64_t c = 0; c < v; c++)
-      dr[c] = o->u.xent.scale * (expf(logits[r * v + c] - lse) - (c == t ? 1.0f : 0.0f));
+    const float *lr = logits + r * v;
+    float lse = logsumexp(lr, v);
+    xent_bwd_row(lr, dr, v, lse, o->u.xent.scale);
+    dr[t] = o->u.xent.scale * (vm_exp(lr[t] - lse) - 1.0f);
+  }
+}
+
+static HOST_SIMD void adamw_span(float *p, float *m, float *v, const float *g, int64_t n, float b1, float b2, float c1,
+                                 float c2, float lr, float eps, float wd) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; i++) {
+    float mi = b1 * m[i] + (1.0f - b1) * g[i];
+    float vi = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+    m[i] = mi;
+    v[i] = vi;
+    float mh = mi / c1, vh = vi / c2;
+    p[i] -= lr * (mh / (sqrtf(vh) + eps) + wd * p[i]);
   }
 }
 
@@ -381,14 +516,259 @@ static void adamw(const struct strata__op *o) {
   const float *g = F(o->u.adamw.grad);
   float b1 = o->u.adamw.beta1, b2 = o->u.adamw.beta2;
   float c1 = 1.0f - powf(b1, (float)o->u.adamw.step), c2 = 1.0f - powf(b2, (float)o->u.adamw.step);
-  int64_t par_n = o->u.adamw.n;
-  PAR(par_n)
-  for (int64_t i = 0; i < o->u.adamw.n; i++) {
-    m[i] = b1 * m[i] + (1.0f - b1) * g[i];
-    v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
-    float mh = m[i] / c1, vh = v[i] / c2;
-    p[i] -= o->u.adamw.lr * (mh / (sqrtf(vh) + o->u.adamw.eps) + o->u.adamw.weight_decay * p[i]);
+  FOR_SPANS(o->u.adamw.n, adamw_span(p + lo, m + lo, v + lo, g + lo, len, b1, b2, c1, c2, o->u.adamw.lr,
+                                     o->u.adamw.eps, o->u.adamw.weight_decay));
+}
+
+/* ---- fused attention ---- */
+
+/*
+** Blocked over queries and keys: QB queries at a time against keys in
+** vectors of VL, accumulators held in registers, so each key and value row
+** is read once per QB queries (not once per query). Keys and values are
+** first copied per head into padded, contiguous (and for the scores,
+** transposed) scratch; a query's scores for keys it may see live in a
+** QB x T block only for the time of its block — never a T x T matrix.
+*/
+#define QB 8
+#define VL 16
+#define ROUND_VL(n) (((n) + VL - 1) / VL * VL)
+
+/* s[r][j] = sum_d a[r][d] bt[d][j], r < QB, j < np (a multiple of VL). */
+static HOST_SIMD void blk_scores(const float *a, int64_t lda, const float *bt, int64_t ldbt, int64_t hd, int64_t np,
+                                 float *s, int64_t lds) {
+  for (int64_t j0 = 0; j0 < np; j0 += VL) {
+    float acc[QB][VL] = {{0}};
+    for (int64_t d = 0; d < hd; d++) {
+      const float *b = bt + d * ldbt + j0;
+      _Pragma("GCC unroll 8") for (int r = 0; r < QB; r++) {
+        float ar = a[r * lda + d];
+#pragma omp simd
+        for (int v = 0; v < VL; v++)
+          acc[r][v] += ar * b[v];
+      }
+    }
+    _Pragma("GCC unroll 8") for (int r = 0; r < QB; r++)
+      for (int v = 0; v < VL; v++)
+        s[r * lds + j0 + v] = acc[r][v];
   }
+}
+
+/* o[r][d] = sum_{j < n} w[r][j] rows[j][d], r < QB, d < dp (a multiple of VL). */
+static HOST_SIMD void blk_combine(const float *w, int64_t ldw, const float *rows, int64_t ldr, int64_t n, int64_t dp,
+                                  float *o, int64_t ldo) {
+  for (int64_t d0 = 0; d0 < dp; d0 += VL) {
+    float acc[QB][VL] = {{0}};
+    for (int64_t j = 0; j < n; j++) {
+      const float *x = rows + j * ldr + d0;
+      _Pragma("GCC unroll 8") for (int r = 0; r < QB; r++) {
+        float wr = w[r * ldw + j];
+#pragma omp simd
+        for (int v = 0; v < VL; v++)
+          acc[r][v] += wr * x[v];
+      }
+    }
+    _Pragma("GCC unroll 8") for (int r = 0; r < QB; r++)
+      for (int v = 0; v < VL; v++)
+        o[r * ldo + d0 + v] = acc[r][v];
+  }
+}
+
+/* acc[j][d] += sum_r w[r][j] x[r][d], j < n, d < dp (a multiple of VL): the block's share of dK or dV. */
+static HOST_SIMD void blk_scatter(const float *w, int64_t ldw, const float *x, int64_t ldx, int64_t n, int64_t dp,
+                                  float *acc, int64_t lda) {
+  for (int64_t j = 0; j < n; j++) {
+    float wj[QB];
+    for (int r = 0; r < QB; r++)
+      wj[r] = w[r * ldw + j];
+    for (int64_t d0 = 0; d0 < dp; d0 += VL) {
+      float t[VL];
+#pragma omp simd
+      for (int v = 0; v < VL; v++)
+        t[v] = acc[j * lda + d0 + v];
+      _Pragma("GCC unroll 8") for (int r = 0; r < QB; r++) {
+#pragma omp simd
+        for (int v = 0; v < VL; v++)
+          t[v] += wj[r] * x[r * ldx + d0 + v];
+      }
+#pragma omp simd
+      for (int v = 0; v < VL; v++)
+        acc[j * lda + d0 + v] = t[v];
+    }
+  }
+}
+
+/* s[j] = exp(s[j] - max) for j < n, 0 for n <= j < np; returns the row's log-sum-exp, its sum through *sum. */
+static HOST_SIMD float attn_exp_row(float *s, int64_t n, int64_t np, double *sum) {
+  float mx = -FLT_MAX;
+#pragma omp simd reduction(max : mx)
+  for (int64_t j = 0; j < n; j++)
+    mx = s[j] > mx ? s[j] : mx;
+  double t = 0;
+#pragma omp simd reduction(+ : t)
+  for (int64_t j = 0; j < n; j++) {
+    float e = vm_exp(s[j] - mx);
+    s[j] = e;
+    t += e;
+  }
+  for (int64_t j = n; j < np; j++)
+    s[j] = 0.0f;
+  *sum = t;
+  return mx + (float)log(t);
+}
+
+/* p[j] = exp(p[j] - lse), ds[j] = p[j] (ds[j] - rowsum) for j < n (dp given in ds); both 0 for n <= j < np. */
+static HOST_SIMD void attn_probs_grad(float *p, float *ds, int64_t n, int64_t np, float lse, float rowsum) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; j++) {
+    float pj = vm_exp(p[j] - lse);
+    p[j] = pj;
+    ds[j] = pj * (ds[j] - rowsum);
+  }
+  for (int64_t j = n; j < np; j++)
+    p[j] = ds[j] = 0.0f;
+}
+
+/* t[d][j] = rows[j][d] (d < hd, j < n), zeros for n <= j < ldt: keys or values transposed, padded. */
+static void attn_transpose(const float *rows, int64_t ld, int64_t n, int64_t hd, float *t, int64_t ldt) {
+  for (int64_t d = 0; d < hd; d++) {
+    for (int64_t j = 0; j < n; j++)
+      t[d * ldt + j] = rows[j * ld + d];
+    for (int64_t j = n; j < ldt; j++)
+      t[d * ldt + j] = 0.0f;
+  }
+}
+
+/* c[r][d] = scale * rows[r][d] for r < n, d < hd, zeros up to nrows x dp: a padded, contiguous copy. */
+static void attn_pad(const float *rows, int64_t ld, int64_t n, int64_t nrows, int64_t hd, int64_t dp, float scale,
+                     float *c) {
+  for (int64_t r = 0; r < nrows; r++)
+    for (int64_t d = 0; d < dp; d++)
+      c[r * dp + d] = r < n && d < hd ? scale * rows[r * ld + d] : 0.0f;
+}
+
+static int attn_threads(const struct strata__op *o) {
+  int64_t pairs = o->u.attn.batch * o->u.attn.heads;
+  int64_t work = o->u.attn.seq * o->u.attn.seq * o->u.attn.head_dim * pairs;
+  int t = work >= PAR_MIN * 16 ? strata__host_threads : 1;
+  return t > pairs ? (int)pairs : t;
+}
+
+#ifdef _OPENMP
+#define THREAD_ID() omp_get_thread_num()
+#else
+#define THREAD_ID() 0
+#endif
+
+/* One (sequence, head) per task; query blocks in order within it. */
+static int attention_fwd(const struct strata__op *o) {
+  const float *qkv = F(o->u.attn.qkv);
+  float *out = F(o->u.attn.out), *lse = F(o->u.attn.lse);
+  int64_t B = o->u.attn.batch, T = o->u.attn.seq, H = o->u.attn.heads, hd = o->u.attn.head_dim;
+  int64_t D = H * hd, ld = 3 * D, Tp = ROUND_VL(T), dp = ROUND_VL(hd);
+  float scale = o->u.attn.scale;
+  int causal = o->u.attn.causal, nt = attn_threads(o);
+  size_t per = (size_t)(hd * Tp + T * dp + QB * Tp + 2 * QB * dp);
+  float *scratch = malloc((size_t)nt * per * sizeof *scratch);
+  if (!scratch)
+    return STRATA_ERR_NOMEM;
+  _Pragma("omp parallel for schedule(static) num_threads(nt)")
+  for (int64_t bh = 0; bh < B * H; bh++) {
+    int64_t b = bh / H, h = bh % H;
+    float *kt = scratch + (size_t)THREAD_ID() * per, *vp = kt + hd * Tp, *s = vp + T * dp, *qb = s + QB * Tp,
+          *ob = qb + QB * dp;
+    const float *base = qkv + b * T * ld + h * hd;
+    attn_transpose(base + D, ld, T, hd, kt, Tp);
+    attn_pad(base + 2 * D, ld, T, T, hd, dp, 1.0f, vp);
+    for (int64_t i0 = 0; i0 < T; i0 += QB) {
+      int64_t nq = T - i0 < QB ? T - i0 : QB, nmax = causal ? i0 + nq : T, np = ROUND_VL(nmax);
+      double inv[QB];
+      attn_pad(base + i0 * ld, ld, nq, QB, hd, dp, scale, qb);
+      blk_scores(qb, dp, kt, Tp, hd, np, s, Tp);
+      for (int64_t r = 0; r < QB; r++) {
+        if (r >= nq) {
+          memset(s + r * Tp, 0, (size_t)np * sizeof *s);
+          continue;
+        }
+        double sum;
+        lse[bh * T + i0 + r] = attn_exp_row(s + r * Tp, causal ? i0 + r + 1 : T, np, &sum);
+        inv[r] = 1.0 / sum;
+      }
+      blk_combine(s, Tp, vp, dp, nmax, dp, ob, dp);
+      for (int64_t r = 0; r < nq; r++) {
+        float *orow = out + (b * T + i0 + r) * D + h * hd, f = (float)inv[r];
+        for (int64_t d = 0; d < hd; d++)
+          orow[d] = ob[r * dp + d] * f;
+      }
+    }
+  }
+  free(scratch);
+  return STRATA_OK;
+}
+
+/*
+** Backward of one (sequence, head), query block by query block: the
+** probabilities recomputed from lse, dS = P (dP - rowsum(dO o O)) with
+** dP = dO V^T, dQ = scale dS K, and dK += scale dS^T Q, dV += P^T dO summed
+** in padded scratch in block order (so the same bits whatever the threads).
+*/
+static int attention_bwd(const struct strata__op *o) {
+  const float *qkv = F(o->u.attn.qkv), *out = F(o->u.attn.out), *dout = F(o->u.attn.dout), *lse = F(o->u.attn.lse);
+  float *dqkv = F(o->u.attn.dqkv);
+  int64_t B = o->u.attn.batch, T = o->u.attn.seq, H = o->u.attn.heads, hd = o->u.attn.head_dim;
+  int64_t D = H * hd, ld = 3 * D, Tp = ROUND_VL(T), dp = ROUND_VL(hd);
+  float scale = o->u.attn.scale;
+  int causal = o->u.attn.causal, nt = attn_threads(o);
+  size_t per = (size_t)(2 * hd * Tp + 3 * T * dp + 2 * QB * Tp + 3 * QB * dp);
+  float *scratch = malloc((size_t)nt * per * sizeof *scratch);
+  if (!scratch)
+    return STRATA_ERR_NOMEM;
+  _Pragma("omp parallel for schedule(static) num_threads(nt)")
+  for (int64_t bh = 0; bh < B * H; bh++) {
+    int64_t b = bh / H, h = bh % H;
+    float *kt = scratch + (size_t)THREAD_ID() * per, *vt = kt + hd * Tp, *kp = vt + hd * Tp, *dk = kp + T * dp,
+          *dv = dk + T * dp, *p = dv + T * dp, *ds = p + QB * Tp, *qb = ds + QB * Tp, *dob = qb + QB * dp,
+          *dqb = dob + QB * dp;
+    const float *base = qkv + b * T * ld + h * hd;
+    float *dbase = dqkv + b * T * ld + h * hd;
+    attn_transpose(base + D, ld, T, hd, kt, Tp);
+    attn_transpose(base + 2 * D, ld, T, hd, vt, Tp);
+    attn_pad(base + D, ld, T, T, hd, dp, 1.0f, kp);
+    memset(dk, 0, (size_t)(2 * T * dp) * sizeof *dk);
+    for (int64_t i0 = 0; i0 < T; i0 += QB) {
+      int64_t nq = T - i0 < QB ? T - i0 : QB, nmax = causal ? i0 + nq : T, np = ROUND_VL(nmax);
+      attn_pad(base + i0 * ld, ld, nq, QB, hd, dp, scale, qb);
+      attn_pad(dout + (b * T + i0) * D + h * hd, D, nq, QB, hd, dp, 1.0f, dob);
+      blk_scores(qb, dp, kt, Tp, hd, np, p, Tp);
+      blk_scores(dob, dp, vt, Tp, hd, np, ds, Tp);
+      for (int64_t r = 0; r < QB; r++) {
+        if (r >= nq) {
+          memset(p + r * Tp, 0, (size_t)np * sizeof *p);
+          memset(ds + r * Tp, 0, (size_t)np * sizeof *ds);
+          continue;
+        }
+        const float *orow = out + (b * T + i0 + r) * D + h * hd;
+        double rs = 0;
+        for (int64_t d = 0; d < hd; d++)
+          rs += (double)dob[r * dp + d] * orow[d];
+        attn_probs_grad(p + r * Tp, ds + r * Tp, causal ? i0 + r + 1 : T, np, lse[bh * T + i0 + r], (float)rs);
+      }
+      blk_combine(ds, Tp, kp, dp, nmax, dp, dqb, dp);
+      for (int64_t r = 0; r < nq; r++)
+        for (int64_t d = 0; d < hd; d++)
+          dbase[(i0 + r) * ld + d] = scale * dqb[r * dp + d];
+      /* qb holds scale q: dK = scale dS^T q */
+      blk_scatter(ds, Tp, qb, dp, nmax, dp, dk, dp);
+      blk_scatter(p, Tp, dob, dp, nmax, dp, dv, dp);
+    }
+    for (int64_t j = 0; j < T; j++)
+      for (int64_t d = 0; d < hd; d++) {
+        dbase[j * ld + D + d] = dk[j * dp + d];
+        dbase[j * ld + 2 * D + d] = dv[j * dp + d];
+      }
+  }
+  free(scratch);
+  return STRATA_OK;
 }
 
 static void sumsq(const struct strata__op *o) {
@@ -506,10 +886,16 @@ static const host_fn host_ops[STRATA__OP_COUNT] = {
 };
 
 int strata__host_op_supported(enum strata__op_id id) {
-  return (unsigned)id < STRATA__OP_COUNT && host_ops[id] != NULL;
+  return ((unsigned)id < STRATA__OP_COUNT && host_ops[id] != NULL) || id == STRATA__OP_ATTENTION_FWD ||
+         id == STRATA__OP_ATTENTION_BWD;
 }
 
 int strata__host_op_run(const struct strata__op *op) {
+  /* the ops that allocate scratch, and so can fail */
+  if (op->id == STRATA__OP_ATTENTION_FWD)
+    return attention_fwd(op);
+  if (op->id == STRATA__OP_ATTENTION_BWD)
+    return attention_bwd(op);
   if (!strata__host_op_supported(op->id))
     return STRATA_ERR_UNSUPPORTED;
   host_ops[op->id](op);

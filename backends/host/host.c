@@ -9,10 +9,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#ifdef HAVE_OPENBLAS_SET_NUM_THREADS
-#include <cblas.h>
-#endif
-
 #include "host.h"
 #include "parse.h"
 
@@ -162,6 +158,7 @@ static void task_run(struct host_queue *q, struct task *t) {
 
 static void *worker(void *arg) {
   struct host_queue *q = arg;
+  strata__host_blas_worker_start();
   pthread_mutex_lock(&q->lock);
   for (;;) {
     while (!q->head && !q->stop)
@@ -318,10 +315,10 @@ static int host_init(const struct strata__services *services, void **ctx, char *
   c->units_per_device = cores > n ? (int)(cores / n) : 1;
   strata__host_threads = c->units_per_device;
   read_cpu_name(c->cpu_name, sizeof c->cpu_name);
-#ifdef HAVE_OPENBLAS_SET_NUM_THREADS
   /* Several virtual devices each run their own GEMMs: one BLAS thread per
   ** device keeps them from fighting over the cores. STRATA_HOST_THREADS overrides. */
   const char *threads = getenv("STRATA_HOST_THREADS");
+  int blas_threads = 0; /* 0: the library's default (OPENBLAS_NUM_THREADS, or every core) */
   if (threads && *threads) {
     int64_t t = 0;
     int prc = strata__parse_int(threads, 1, 1024, &t);
@@ -330,11 +327,28 @@ static int host_init(const struct strata__services *services, void **ctx, char *
       return svc->error(prc, "STRATA_HOST_THREADS='%s' is not a thread count between 1 and 1024: %s", threads,
                         strata__parse_why());
     }
-    openblas_set_num_threads((int)t);
+    blas_threads = (int)t;
+    strata__host_threads = (int)t; /* one thread count for GEMMs and the OpenMP ops alike */
   } else if (n > 1) {
-    openblas_set_num_threads(1);
+    blas_threads = 1;
   }
-#endif
+  const char *split = getenv("STRATA_HOST_GEMM_SPLIT");
+  strata__host_gemm_split = split && strcmp(split, "1") == 0;
+  if (strata__host_gemm_split)
+    strata__host_blas_threads(1);
+  else if (blas_threads)
+    strata__host_blas_threads(blas_threads);
+  /* The kernels the library chose (or was told to use) must compute right
+  ** on this CPU before any result of theirs is trusted. */
+  char blas[256], why_blas[256];
+  strata__host_blas_describe(blas, sizeof blas);
+  if (strata__host_blas_check(why_blas, sizeof why_blas) != 0) {
+    free(c);
+    return svc->error(STRATA_ERR_BACKEND, "host: %s: %s", blas, why_blas);
+  }
+  if (!strata__host_blas_coretype_honoured(why_blas, sizeof why_blas))
+    svc->log(STRATA_LOG_WARN, "host", "%s", why_blas);
+  svc->log(STRATA_LOG_INFO, "host", "GEMM: %s", blas);
   *ctx = c;
   return n;
 }

@@ -11,7 +11,25 @@ int strata__host_op_run(const struct strata__op *op);
 /* Threads each op of a virtual device may use (host-ops.c). */
 extern int strata__host_threads;
 
+/* GEMMs threaded by the op's OpenMP team over a single-threaded BLAS (host-ops.c), rather than by the BLAS. */
+extern int strata__host_gemm_split;
+
 /* Which ops the host backend implements (all of them). */
 int strata__host_op_supported(enum strata__op_id id);
+
+/* blas.c: the GEMM library configure chose (OpenBLAS, BLIS, oneDNN or a generic CBLAS). */
+/* C = alpha op(A) op(B) + beta C, row-major. */
+void strata__host_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                        int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+/* Threads each GEMM may use (the library's own pool, or OpenMP for oneDNN). */
+void strata__host_blas_threads(int n);
+/* Called once on each queue's worker thread before its first op. */
+void strata__host_blas_worker_start(void);
+/* "OpenBLAS (...), SkylakeX kernels (OPENBLAS_CORETYPE=SkylakeX)": which library and kernels run; returns buf. */
+const char *strata__host_blas_describe(char *buf, size_t len);
+/* A small GEMM of every transpose against a double-precision loop: 0, or -1 with the first wrong element in why. */
+int strata__host_blas_check(char *why, size_t why_len);
+/* 1 unless OPENBLAS_CORETYPE is set and OpenBLAS runs other kernels (then 0, and why says which). */
+int strata__host_blas_coretype_honoured(char *why, size_t why_len);
 
 #endif /* STRATA__HOST_H */

@@ -735,11 +735,11 @@ static int ocl_copy(void *ctx, void *queue, void *dst, size_t dst_off, void *src
 
 /* --------------------------------------------------------------------- ops */
 
-/* Every op has a kernel (or CLBlast for GEMM) on every device. */
+/* Every op has a kernel (or CLBlast for GEMM) on every device, but the fused attention (host only so far). */
 static int ocl_op_supported(void *ctx, int dev, enum strata__op_id id) {
   (void)ctx;
   (void)dev;
-  return id >= 0 && id < STRATA__OP_COUNT;
+  return id >= 0 && id < STRATA__OP_COUNT && id != STRATA__OP_ATTENTION_FWD && id != STRATA__OP_ATTENTION_BWD;
 }
 
 /* ------------------------------------------------------------------ table */

@@ -364,6 +364,8 @@ int strata__ocl_op(void *ctx, void *queue, const struct strata__op *op) {
     return launch(ocl, q, STRATA__OCL_K_MAXPOOL_BWD, o->planes * o->h * o->w, "mmmlllllll", &o->dy, &o->idx, &o->dx,
                   o->planes, o->h, o->w, o->size, o->stride, o->p, o->q);
   }
+  case STRATA__OP_ATTENTION_FWD: /* host only: ocl_op_supported says so before a record is made */
+  case STRATA__OP_ATTENTION_BWD:
   case STRATA__OP_COUNT:
     break;
   }

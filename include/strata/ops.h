@@ -92,6 +92,31 @@ STRATA_API int strata_softmax_bwd(strata_queue_t q, strata_mem_t y, strata_mem_t
                                   int64_t cols, float scale);
 
 /*
+** Fused self-attention of a GPT block, per sequence and head, without the
+** T x T score or probability matrices (each query's scores are formed,
+** used and dropped). qkv is batch x seq x 3D, D = heads x head_dim, each row
+** [q | k | v] with head h at columns h*head_dim of each third (the layout of
+** the block's fused QKV projection); out is batch x seq x D (head h at
+** columns h*head_dim): out = softmax(scale q k^T, causal mask if causal) v.
+** lse (batch x heads x seq) receives each query's log-sum-exp of its scaled
+** scores — all the backward needs to recompute the probabilities.
+** Backward: dqkv (batch x seq x 3D, overwritten) from qkv, out, dout and lse.
+** The same result as two batched GEMMs around strata_softmax_fwd/_bwd, to
+** float rounding. Deterministic (each head's sums in a fixed order).
+** Host devices only so far: elsewhere STRATA_ERR_UNSUPPORTED, and the
+** caller composes the unfused ops.
+*/
+STRATA_API int strata_attention_fwd(strata_queue_t q, strata_mem_t qkv, strata_mem_t out, strata_mem_t lse,
+                                    int64_t batch, int64_t seq, int64_t heads, int64_t head_dim, float scale,
+                                    int causal);
+STRATA_API int strata_attention_bwd(strata_queue_t q, strata_mem_t qkv, strata_mem_t out, strata_mem_t dout,
+                                    strata_mem_t lse, strata_mem_t dqkv, int64_t batch, int64_t seq, int64_t heads,
+                                    int64_t head_dim, float scale, int causal);
+
+/* Whether q's device runs strata_attention_fwd/_bwd (1) or the caller must compose them (0). */
+STRATA_API int strata_attention_supported(strata_queue_t q);
+
+/*
 ** Embedding lookup: out[i][:] = table[tokens[i]][:] for n int32 tokens,
 ** table vocab x dim. A token outside [0, vocab) yields a row of zeros.
 ** Backward: dtable[v][:] (+)= sum of dout[i][:] over the i with tokens[i] = v,

@@ -1,0 +1,89 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# run.sh — strata-train against a plain PyTorch loop (bench/peers/gpt.py) on the same GPT, tokens per step and
+# threads, runs alternated, medians and their ratio. A benchmark, not a test; PyTorch lives in a throw-away venv.
+# Usage: bench/peers/run.sh [--install] [--reps N] [--models LIST] [--threads LIST] [BUILD_DIR]
+#   --install       create the venv ($PEERS_VENV, default ${TMPDIR:-/tmp}/strata-peers-venv) and pip-install torch
+#                   (the CPU wheel index first, then PyPI); without it an existing venv is used
+#   --reps N        alternated runs of each side (default 3; the median is reported)
+#   --models LIST   gpt-tiny,gpt-512x8 (default both)
+#   --threads LIST  1,2 (default)
+# Target (issue 11): strata at least 1.0x PyTorch on every line.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+install=0 reps=3 models=gpt-tiny,gpt-512x8 threads=1,2 build=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --install) install=1 ;;
+    --reps) reps=$2; shift ;;
+    --models) models=$2; shift ;;
+    --threads) threads=$2; shift ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    -*) echo "peers: unknown option $1" >&2; exit 2 ;;
+    *) build=$1 ;;
+  esac
+  shift
+done
+if [ -z "$build" ]; then
+  if [ -x build/tools/strata-train ]; then build=build; else build=.; fi
+fi
+TRAIN="$build/tools/strata-train"
+[ -x "$TRAIN" ] || { echo "peers: no $TRAIN; build first, or pass the build directory" >&2; exit 2; }
+venv=${PEERS_VENV:-${TMPDIR:-/tmp}/strata-peers-venv}
+py="$venv/bin/python"
+if [ $install -eq 1 ] && ! "$py" -c 'import torch' 2>/dev/null; then
+  python3 -m venv "$venv" || exit 1
+  echo "peers: installing PyTorch into $venv (a large download)"
+  "$venv/bin/pip" install -q torch --index-url https://download.pytorch.org/whl/cpu 2>/dev/null ||
+    "$venv/bin/pip" install -q torch || { echo "peers: pip could not install torch" >&2; exit 1; }
+fi
+"$py" -c 'import torch' 2>/dev/null || { echo "peers: no PyTorch in $venv (run with --install)" >&2; exit 2; }
+
+: "${STRATA_BACKEND_PATH:=$build/backends/host/.libs}"
+STRATA_BACKENDS=host
+export STRATA_BACKEND_PATH STRATA_BACKENDS
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/strata-peers.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT INT TERM
+cat >"$tmp/gpt-512x8.json" <<'JSON'
+{"kind": "gpt", "name": "gpt-512x8-ctx256", "vocab": 256, "context": 256, "d_model": 512,
+ "layers": 8, "heads": 8, "d_ff": 2048, "tied": false}
+JSON
+
+# strata's host backend sleeps idle OpenMP threads (OMP_WAIT_POLICY=PASSIVE); PyTorch's spin by default, which on
+# a shared machine costs it up to 5x: both sides get PASSIVE unless PEERS_TORCH_WAIT_POLICY says otherwise
+torch_wait=${PEERS_TORCH_WAIT_POLICY:-PASSIVE}
+tps() { sed -n 's/.*"tokens_per_s": *\([0-9.e+]*\).*/\1/p' | tail -n 1; }
+median() { tr ' ' '\n' | grep . | sort -g | awk '{v[NR] = $1} END {print NR ? (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) : 0}'; }
+load() { cut -d' ' -f1 /proc/loadavg; }
+
+echo "peers: strata ($TRAIN) vs PyTorch $("$py" -c 'import torch; print(torch.__version__)' 2>/dev/null)," \
+  "$reps alternated runs each, medians, first step excluded; $(nproc) cores; PyTorch OMP_WAIT_POLICY=$torch_wait"
+printf '%-10s %7s %12s %12s %7s  %s\n' model threads strata pytorch ratio "runs (strata | pytorch), load before each pair"
+status=0
+for model in $(echo "$models" | tr ',' ' '); do
+  case $model in
+    gpt-tiny) batch=16 steps=40 spec=gpt-tiny ;;
+    gpt-512x8) batch=4 steps=5 spec="$tmp/gpt-512x8.json" ;;
+    *) echo "peers: unknown model $model" >&2; exit 2 ;;
+  esac
+  for t in $(echo "$threads" | tr ',' ' '); do
+    s_runs= p_runs= loads=
+    i=0
+    while [ $i -lt "$reps" ]; do
+      loads="$loads $(load)"
+      s=$(STRATA_HOST_THREADS=$t "$TRAIN" --model "$spec" --device 0 --batch $batch --steps $steps --eval-every 0 \
+            --eval-batches 1 --json 2>/dev/null | grep '"event":"summary"' | tps)
+      p=$(OMP_NUM_THREADS=$t OMP_WAIT_POLICY=$torch_wait "$py" "$here/gpt.py" --model $model --batch $batch --steps $steps --threads $t 2>/dev/null | tps)
+      s_runs="$s_runs ${s:-0}" p_runs="$p_runs ${p:-0}"
+      i=$((i + 1))
+    done
+    sm=$(echo "$s_runs" | median) pm=$(echo "$p_runs" | median)
+    ratio=$(awk -v s="$sm" -v p="$pm" 'BEGIN { printf "%.2f", (p > 0 ? s / p : 0) }')
+    printf '%-10s %7s %12.0f %12.0f %6sx  %s |%s; load%s\n' $model $t "$sm" "$pm" "$ratio" \
+      "$(printf '%s' "$s_runs" | awk '{for (i = 1; i <= NF; i++) printf " %.0f", $i}')" \
+      "$(printf '%s' "$p_runs" | awk '{for (i = 1; i <= NF; i++) printf " %.0f", $i}')" "$loads"
+    awk -v r="$ratio" 'BEGIN { exit (r >= 1.0 ? 0 : 1) }' || status=1
+  done
+done
+[ $status -eq 0 ] && echo "peers: target met (strata >= 1.0x everywhere)" || echo "peers: target NOT met"
+exit $status
