@@ -42,3 +42,4 @@ stratainclude_HEADERS += \
 	include/strata/schedule.h \
 	include/strata/comm.h \
 	include/strata/layout.h
+include lib/plan/local.mk

@@ -15,5 +15,6 @@
 #include <strata/schedule.h>
 #include <strata/comm.h>
 #include <strata/layout.h>
+#include <strata/plan.h>
 
 #endif /* STRATA_STRATA_H */

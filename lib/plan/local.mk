@@ -1,0 +1,18 @@
+# SPDX-License-Identifier: MIT
+# lib/plan/ — the cost model of devices and links, the simulator and the planner (strata/plan.h), and strata-plan.
+libstrata_la_SOURCES += \
+	lib/plan/plan.h \
+	lib/plan/devices.c \
+	lib/plan/cluster.c \
+	lib/plan/sim.c
+
+stratainclude_HEADERS += include/strata/plan.h
+
+if HAVE_CRITERION
+check_PROGRAMS += tests/test-plan
+TESTS += tests/test-plan
+tests_test_plan_SOURCES = tests/test-plan.c tests/common.h
+tests_test_plan_CPPFLAGS = $(AM_CPPFLAGS) -DSTRATA_TEST_TOPOLOGIES_DIR='"$(abs_top_srcdir)/../shared/topologies"'
+tests_test_plan_CFLAGS = $(AM_CFLAGS) $(CRITERION_CFLAGS)
+tests_test_plan_LDADD = libstrata.la $(CRITERION_LIBS) -lm
+endif
