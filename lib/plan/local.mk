@@ -4,7 +4,8 @@ libstrata_la_SOURCES += \
 	lib/plan/plan.h \
 	lib/plan/devices.c \
 	lib/plan/cluster.c \
-	lib/plan/sim.c
+	lib/plan/sim.c \
+	lib/plan/search.c
 
 stratainclude_HEADERS += include/strata/plan.h
 
@@ -16,3 +17,8 @@ tests_test_plan_CPPFLAGS = $(AM_CPPFLAGS) -DSTRATA_TEST_TOPOLOGIES_DIR='"$(abs_t
 tests_test_plan_CFLAGS = $(AM_CFLAGS) $(CRITERION_CFLAGS)
 tests_test_plan_LDADD = libstrata.la $(CRITERION_LIBS) -lm
 endif
+
+bin_PROGRAMS += tools/strata-plan
+tools_strata_plan_SOURCES = tools/strata-plan.c tools/cli.h lib/parse.c lib/parse.h
+tools_strata_plan_CPPFLAGS = $(AM_CPPFLAGS) $(JANSSON_CFLAGS)
+tools_strata_plan_LDADD = libstrata.la $(JANSSON_LIBS) -lm

@@ -899,7 +899,8 @@ STRATA_API int strata_simulate(strata_cluster_t c, strata_model_t model, strata_
     int zero = strata_layout_zero(l) && dp > 1;
     sc->opt = ADAM_BYTES_PER_PARAM * params / t / (zero ? dp : 1) / (w.mem_gbps * 1e9) + 8 * w.launch_us * 1e-6;
     sc->grad_bytes = 4.0 * params / t;
-    sc->act_bytes = (act / t) * (double)rows;
+    /* what a micro-batch in flight holds: the activations its backward reads, and the stage's output */
+    sc->act_bytes = (act / t) * (double)rows + sc->out_bytes;
     sc->static_bytes = static_bytes(params, t, dp, strata_layout_zero(l));
     (void)rank;
   }
