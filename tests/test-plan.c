@@ -248,3 +248,167 @@ Test(plan, trace_has_every_compute_action) {
   strata_cluster_free(c);
   strata_model_free(m);
 }
+
+/* ---- the planner against exhaustive search ---- */
+
+/* Plan, and search every device order and every split; the planner's best must be the exhaustive best. */
+static void planner_equals_exhaustive(strata_cluster_t c, strata_model_t m, int64_t batch, const char *what) {
+  struct strata_plan_options o = {.batch = batch, .top = 3};
+  strata_plan_t fast, all;
+  OK(strata_plan_search(c, m, &o, &fast));
+  o.exhaustive = 1;
+  OK(strata_plan_search(c, m, &o, &all));
+  struct strata_plan_candidate a, b;
+  OK(strata_plan_candidate(fast, 0, &a));
+  OK(strata_plan_candidate(all, 0, &b));
+  int sa = 0, sb = 0;
+  OK(strata_plan_stats(fast, &sa, NULL));
+  OK(strata_plan_stats(all, &sb, NULL));
+  char *ja = NULL, *jb = NULL;
+  OK(strata_layout_to_json(a.layout, &ja));
+  OK(strata_layout_to_json(b.layout, &jb));
+  cr_assert_float_eq(a.step_s, b.step_s, b.step_s * 1e-9,
+                     "%s: planner %g s (%d simulated) %s, exhaustive %g s (%d simulated) %s", what, a.step_s, sa, ja,
+                     b.step_s, sb, jb);
+  cr_assert_lt(sa, sb, "%s: the planner simulated %d layouts, the exhaustive search %d", what, sa, sb);
+  free(ja);
+  free(jb);
+  strata_plan_free(fast);
+  strata_plan_free(all);
+}
+
+Test(plan, planner_equals_exhaustive_on_four_like_devices) {
+  strata_model_t m = small_gpt(6); /* 8 layers */
+  double f[4] = {1e12, 1e12, 1e12, 1e12};
+  uint64_t mem[4] = {64 * GIB, 64 * GIB, 64 * GIB, 64 * GIB};
+  strata_cluster_t c = node(4, f, mem, NULL, 5, 5, NULL, 0);
+  planner_equals_exhaustive(c, m, 8, "4 like devices");
+  strata_cluster_free(c);
+  strata_model_free(m);
+}
+
+Test(plan, planner_equals_exhaustive_on_two_fast_and_two_slow) {
+  strata_model_t m = small_gpt(6);
+  double f[4] = {2e12, 1e12, 2e12, 1e12};
+  uint64_t mem[4] = {64 * GIB, 64 * GIB, 64 * GIB, 64 * GIB};
+  int island[4] = {0, 0, 1, 1};
+  strata_cluster_t c = node(4, f, mem, island, 50, 2, NULL, 0);
+  planner_equals_exhaustive(c, m, 8, "2 fast + 2 slow in 2 islands");
+  strata_cluster_free(c);
+  strata_model_free(m);
+}
+
+Test(plan, planner_equals_exhaustive_when_memory_binds) {
+  strata_model_t m = small_gpt(6);
+  /* the fast device holds little: the split must respect it */
+  double f[3] = {3e12, 1e12, 1e12};
+  uint64_t mem[3] = {6ull << 20, 64 * GIB, 64 * GIB};
+  strata_cluster_t c = node(3, f, mem, NULL, 5, 5, NULL, 0);
+  planner_equals_exhaustive(c, m, 8, "a fast device with little memory");
+  strata_cluster_free(c);
+  strata_model_free(m);
+}
+
+Test(plan, planner_equals_exhaustive_on_eight_devices_in_two_islands) {
+  strata_model_t m = small_gpt(6);
+  double f[8];
+  uint64_t mem[8];
+  int island[8];
+  for (int i = 0; i < 8; i++)
+    f[i] = 1e12, mem[i] = 64 * GIB, island[i] = i / 4;
+  strata_cluster_t c = node(8, f, mem, island, 100, 3, NULL, 0);
+  planner_equals_exhaustive(c, m, 16, "8 devices in 2 islands");
+  strata_cluster_free(c);
+  strata_model_free(m);
+}
+
+/* ---- heterogeneous devices ---- */
+
+/* The blocks of the best layout's rank on `fast_device` and of the other rank (over all their virtual stages). */
+static void blocks_per_rank(strata_plan_t p, int *fast_blocks, int *slow_blocks, int fast_device) {
+  struct strata_plan_candidate k;
+  OK(strata_plan_candidate(p, 0, &k));
+  cr_assert_eq(strata_layout_pp(k.layout), 2, "the best layout is a pipeline of the two devices");
+  const int *split = strata_layout_split(k.layout);
+  const int S = strata_layout_stages(k.layout);
+  int d0;
+  OK(strata_layout_device(k.layout, 0, 0, 0, &d0));
+  int blocks[2] = {0, 0};
+  for (int j = 0; j < S; j++)
+    /* the first stage also holds the embedding, the last the head: count blocks only */
+    blocks[j % 2] += split[j] - (j == 0) - (j == S - 1);
+  *fast_blocks = blocks[d0 == fast_device ? 0 : 1];
+  *slow_blocks = blocks[d0 == fast_device ? 1 : 0];
+}
+
+/* Two devices of 2:1 speed: about 2:1 blocks, and a step faster than the even split's. */
+Test(plan, two_to_one_speed_gives_two_to_one_layers) {
+  strata_model_t m = small_gpt(12);
+  double f[2] = {2e12, 1e12};
+  uint64_t mem[2] = {64 * GIB, 64 * GIB};
+  strata_cluster_t c = node(2, f, mem, NULL, 50, 50, NULL, 0);
+  struct strata_plan_options o = {.batch = 32, .top = 3};
+  strata_plan_t p;
+  OK(strata_plan_search(c, m, &o, &p));
+  int fb, sb;
+  blocks_per_rank(p, &fb, &sb, 0);
+  cr_assert(fb + sb == 12 && fb >= 7 && fb <= 9, "fast %d blocks, slow %d (2:1 is 8:4)", fb, sb);
+  /* the even split of the same layout predicts slower */
+  struct strata_plan_candidate k;
+  OK(strata_plan_candidate(p, 0, &k));
+  const int S = strata_layout_stages(k.layout);
+  int even[8] = {0};
+  cr_assert_leq(S, 8);
+  for (int j = 0; j < S; j++)
+    even[j] = 14 / S + (j < 14 % S);
+  struct strata_layout_desc d = {.pp = 2, .devices = strata_layout_devices(k.layout), .ndevices = 2, .split = even,
+                                 .nsplit = S, .schedule = strata_layout_schedule(k.layout),
+                                 .microbatches = strata_layout_microbatches(k.layout),
+                                 .virtual_stages = strata_layout_virtual_stages(k.layout)};
+  strata_layout_t l;
+  OK(strata_layout_new(&d, &l));
+  struct strata_sim_options so = {.batch = 32};
+  struct strata_sim_result r;
+  OK(strata_simulate(c, m, l, &so, &r));
+  cr_assert_lt(k.step_s, r.step_s * 0.9, "planned %g s, even split %g s", k.step_s, r.step_s);
+  strata_sim_result_destroy(&r);
+  strata_layout_free(l);
+  strata_plan_free(p);
+  strata_cluster_free(c);
+  strata_model_free(m);
+}
+
+/* The fast device cannot hold its 2:1 share: it gets fewer blocks, and what it gets fits. */
+Test(plan, a_device_too_small_for_its_share_gets_fewer_layers) {
+  strata_model_t m = small_gpt(12);
+  /* a block's parameters, gradients and moments are 16 bytes a parameter: room for about 5 of them */
+  struct strata_layer_info blk;
+  OK(strata_model_layer(m, 1, &blk));
+  uint64_t small = (uint64_t)(16.0 * blk.params * 5.5 / STRATA_PLAN_MEMORY_USABLE);
+  double f[2] = {2e12, 1e12};
+  uint64_t mem[2] = {small, 64 * GIB};
+  strata_cluster_t c = node(2, f, mem, NULL, 50, 50, NULL, 0);
+  struct strata_plan_options o = {.batch = 4, .top = 3};
+  strata_plan_t p;
+  OK(strata_plan_search(c, m, &o, &p));
+  int fb, sb;
+  blocks_per_rank(p, &fb, &sb, 0);
+  cr_assert(fb < 8 && fb >= 1, "fast but small: %d blocks (its speed alone would give 8)", fb);
+  struct strata_plan_candidate k;
+  OK(strata_plan_candidate(p, 0, &k));
+  /* what the simulator says each device holds at its peak fits it */
+  struct strata_sim_options so = {.batch = 4};
+  struct strata_sim_result r;
+  OK(strata_simulate(c, m, k.layout, &so, &r));
+  cr_assert(r.fits);
+  for (int q = 0; q < 2; q++) {
+    int d;
+    OK(strata_layout_device(k.layout, 0, q, 0, &d));
+    cr_assert_leq((double)r.memory[q], (double)mem[d] * STRATA_PLAN_MEMORY_USABLE, "rank %d holds %llu of %llu", q,
+                  (unsigned long long)r.memory[q], (unsigned long long)mem[d]);
+  }
+  strata_sim_result_destroy(&r);
+  strata_plan_free(p);
+  strata_cluster_free(c);
+  strata_model_free(m);
+}

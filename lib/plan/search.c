@@ -16,11 +16,14 @@
 #define MAX_M_CHOICES 8
 /* Groups at most for which every count of them is tried (above: all of them only). */
 #define ALL_COUNTS_UP_TO 16
-/* Boundary moves the refinement pass may simulate per candidate, and the stages it refines at most. */
-#define REFINE_BUDGET 200
+/* Layer moves the refinement pass may simulate per candidate, and the stages it refines at most. */
+#define REFINE_BUDGET 400
 #define REFINE_MAX_STAGES 16
-/* Candidates the refinement pass improves. */
-#define REFINE_TOP 3
+/* Candidates the search keeps before the refinement, and those it refines. */
+#define POOL 24
+#define REFINE_TOP 8
+/* Pipelines of at most this many ranks over devices that differ get every rank order. */
+#define PERMUTE_UP_TO 4
 
 /* A tensor-parallel group: devices of one island of one node. */
 struct group {
@@ -631,6 +634,56 @@ static void exhaust(struct exh *x, int depth) {
     }
 }
 
+/*
+** Every order of the pp ranks of a replica (replica r's groups stay its
+** own), skipping orders whose sequence of (speed, memory, island, node)
+** was tried already: two such orders are the same layout up to renaming
+** devices that are alike.
+*/
+static void permute_ranks(struct search *s, int dp, int pp, const struct group **use, const struct group **alt) {
+  int perm[PERMUTE_UP_TO], c[PERMUTE_UP_TO] = {0};
+  for (int i = 0; i < pp; i++)
+    perm[i] = i;
+  int *seen = NULL, nseen = 0;
+  /* Heap's algorithm: every permutation once */
+  for (int i = 0;;) {
+    for (int r = 0; r < dp; r++)
+      for (int k = 0; k < pp; k++)
+        alt[r * pp + k] = use[r * pp + perm[k]];
+    int sig[3 * PERMUTE_UP_TO];
+    canonical(s, alt, pp, sig);
+    int dup = 0;
+    for (int q = 0; q < nseen && !dup; q++)
+      dup = memcmp(&seen[q * 3 * PERMUTE_UP_TO], sig, sizeof *sig * 3 * (size_t)pp) == 0;
+    if (!dup) {
+      int *ns = realloc(seen, sizeof *ns * 3 * PERMUTE_UP_TO * (size_t)(nseen + 1));
+      if (!ns) {
+        s->rc = strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
+        break;
+      }
+      seen = ns;
+      memset(&seen[nseen * 3 * PERMUTE_UP_TO], 0, sizeof *sig * 3 * PERMUTE_UP_TO);
+      memcpy(&seen[nseen * 3 * PERMUTE_UP_TO], sig, sizeof *sig * 3 * (size_t)pp);
+      nseen++;
+      try_assignment(s, dp, pp, alt);
+      if (s->rc || (s->fits_only && s->found))
+        break;
+    }
+    while (i < pp && c[i] >= i) {
+      c[i] = 0;
+      i++;
+    }
+    if (i >= pp)
+      break;
+    int j = i % 2 ? c[i] : 0, t = perm[j];
+    perm[j] = perm[i];
+    perm[i] = t;
+    c[i]++;
+    i = 0;
+  }
+  free(seen);
+}
+
 /* Position order of groups: node, then island order, then first device. */
 static int by_position(const void *a, const void *b) {
   const struct group *x = *(const struct group *const *)a, *y = *(const struct group *const *)b;
@@ -693,7 +746,10 @@ static void try_counts(struct search *s) {
       int mixed = 0;
       for (int i = 1; i < n; i++)
         mixed |= use[i]->memory != use[0]->memory || use[i]->flops != use[0]->flops;
-      if (mixed && pp > 1 && !s->rc) {
+      if (mixed && pp > 1 && pp <= PERMUTE_UP_TO && !s->rc) {
+        /* a short pipeline over devices that differ: every order of its ranks, the same in each replica */
+        permute_ranks(s, dp, pp, use, alt);
+      } else if (mixed && pp > 1 && !s->rc) {
         memcpy(alt, use, sizeof *alt * (size_t)n);
         for (int r = 0; r < dp; r++)
           for (int i = 1; i < pp; i++)
@@ -728,9 +784,28 @@ out:
 /* ---- refinement: boundary moves on the best candidates, simulated ---- */
 
 static void refine(struct search *s) {
-  int budget = REFINE_BUDGET;
-  for (int ci = 0; ci < REFINE_TOP && ci < s->plan->n && !s->rc; ci++) {
-    strata_layout_t base = s->plan->c[ci].layout;
+  /* the candidates to refine, copied first: evaluate() reorders the pool */
+  int nref = s->plan->n < REFINE_TOP ? s->plan->n : REFINE_TOP;
+  strata_layout_t *bases = calloc((size_t)nref + 1, sizeof *bases);
+  double *steps = calloc((size_t)nref + 1, sizeof *steps);
+  if (!bases || !steps) {
+    free(bases);
+    free(steps);
+    s->rc = strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
+    return;
+  }
+  for (int i = 0; i < nref; i++) {
+    char *js = NULL;
+    if (strata_layout_to_json(s->plan->c[i].layout, &js) == STRATA_OK)
+      strata_layout_from_json(js, NULL, &bases[i]);
+    free(js);
+    steps[i] = s->plan->c[i].res.step_s;
+  }
+  for (int ci = 0; ci < nref && !s->rc; ci++) {
+    int budget = REFINE_BUDGET;
+    strata_layout_t base = bases[ci];
+    if (!base)
+      continue;
     const int S = strata_layout_stages(base);
     if (S < 2 || S > REFINE_MAX_STAGES)
       continue;
@@ -738,7 +813,7 @@ static void refine(struct search *s) {
     if (!split)
       break;
     memcpy(split, strata_layout_split(base), sizeof *split * (size_t)S);
-    double cur = s->plan->c[ci].res.step_s;
+    double cur = steps[ci];
     /* copy what a layout with another split needs */
     const int dp = strata_layout_dp(base), pp = strata_layout_pp(base), n = strata_layout_device_count(base);
     int *devs = malloc(sizeof *devs * (size_t)n), *tps = malloc(sizeof *tps * (size_t)pp);
@@ -760,11 +835,10 @@ static void refine(struct search *s) {
       improved = 0;
       int bj = -1, bdir = 0;
       double bt = cur;
-      for (int j = 0; j + 1 < S && budget > 0; j++)
-        for (int dir = -1; dir <= 1; dir += 2) {
-          /* move one layer across boundary j: dir -1 from stage j to j + 1, +1 back */
-          int from = dir < 0 ? j : j + 1, to = dir < 0 ? j + 1 : j;
-          if (split[from] <= 1)
+      for (int from = 0; from < S && budget > 0; from++)
+        for (int to = 0; to < S && budget > 0; to++) {
+          /* one layer from stage `from` to stage `to`: the boundaries between them shift by one */
+          if (from == to || split[from] <= 1)
             continue;
           split[from]--, split[to]++;
           d.split = split;
@@ -777,8 +851,8 @@ static void refine(struct search *s) {
             if (strata_simulate((strata_cluster_t)s->c, s->model, l, &so, &res) == STRATA_OK) {
               if (res.fits && res.step_s < bt * (1 - 1e-12)) {
                 bt = res.step_s;
-                bj = j;
-                bdir = dir;
+                bj = from;
+                bdir = to;
               }
               strata_sim_result_destroy(&res);
             }
@@ -787,8 +861,7 @@ static void refine(struct search *s) {
           split[from]++, split[to]--;
         }
       if (bj >= 0) {
-        int from = bdir < 0 ? bj : bj + 1, to = bdir < 0 ? bj + 1 : bj;
-        split[from]--, split[to]++;
+        split[bj]--, split[bdir]++;
         cur = bt;
         improved = 1;
         d.split = split;
@@ -801,6 +874,10 @@ static void refine(struct search *s) {
     free(devs);
     free(tps);
   }
+  for (int i = 0; i < nref; i++)
+    strata_layout_free(bases[i]);
+  free(bases);
+  free(steps);
 }
 
 /* ---- reasons and the explanation ---- */
@@ -1037,7 +1114,8 @@ STRATA_API int strata_plan_search(strata_cluster_t c, strata_model_t model, cons
   struct strata_plan *p = calloc(1, sizeof *p);
   if (!p)
     return strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
-  p->top = o->top > 0 ? o->top : DEFAULT_TOP;
+  const int want = o->top > 0 ? o->top : DEFAULT_TOP;
+  p->top = want > POOL ? want : POOL; /* a wider pool for the refinement, cut to `want` after it */
   p->c = calloc((size_t)p->top, sizeof *p->c);
   if (!p->c) {
     free(p);
@@ -1046,6 +1124,12 @@ STRATA_API int strata_plan_search(strata_cluster_t c, strata_model_t model, cons
   struct search s = {.c = c, .model = model, .o = o, .plan = p};
   int rc = run_search(&s);
   search_free(&s);
+  while (p->n > want) {
+    p->n--;
+    strata_layout_free(p->c[p->n].layout);
+    strata_sim_result_destroy(&p->c[p->n].res);
+  }
+  p->top = want;
   if (!rc && p->n == 0) {
     int need = 0;
     const int have = strata_cluster_device_count(c);
