@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* test-plan.c — the cost model, the simulator against hand-computed figures and the schedules' own bubble, and the
 ** planner against exhaustive search and the topology rules of real machines. */
+#include <sys/stat.h>
+
 #include <strata/plan.h>
 
 #include "common.h"
@@ -408,6 +410,226 @@ Test(plan, a_device_too_small_for_its_share_gets_fewer_layers) {
                   (unsigned long long)r.memory[q], (unsigned long long)mem[d]);
   }
   strata_sim_result_destroy(&r);
+  strata_plan_free(p);
+  strata_cluster_free(c);
+  strata_model_free(m);
+}
+
+/* ---- topology rules on the real dumps (../shared/topologies, SOURCES.md) ---- */
+
+static strata_topology_t load_dump(const char *name) {
+  static char p[4096];
+  const char *dir = getenv("STRATA_TEST_TOPOLOGIES");
+  dir = dir && *dir ? dir : STRATA_TEST_TOPOLOGIES_DIR;
+  struct stat st;
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  if (stat(p, &st) != 0)
+    cr_skip_test("%s is absent: the real hwloc dumps live beside the project, not in it", p);
+  strata_topology_t t = NULL;
+  OK(strata_topology_load(p, &t));
+  return t;
+}
+
+/*
+** Plan `model` on the dump with tp fixed to `tp` and check every tp group
+** of the best layout against the topology's own link model: each pair of
+** members joined by a link of a kind in [best, worst] (and, with
+** same_numa, on one NUMA node). Returns the number of groups.
+*/
+static int tp_groups_follow(const char *dump, const char *model, int tp, int best, int worst, int same_numa) {
+  strata_topology_t t = load_dump(dump);
+  strata_cluster_t c;
+  OK(strata_cluster_from_topology(t, NULL, &c));
+  strata_model_t m;
+  OK(strata_model_from_preset(model, &m));
+  struct strata_plan_options o = {.batch = 16, .fixed_tp = tp};
+  strata_plan_t p;
+  OK(strata_plan_search(c, m, &o, &p));
+  struct strata_plan_candidate k;
+  OK(strata_plan_candidate(p, 0, &k));
+  strata_layout_t l = k.layout;
+  int groups = 0;
+  for (int r = 0; r < strata_layout_dp(l); r++)
+    for (int s = 0; s < strata_layout_pp(l); s++) {
+      cr_assert_eq(strata_layout_tp(l, s), tp);
+      for (int a = 0; a < tp; a++)
+        for (int b = 0; b < tp; b++) {
+          int da, db;
+          OK(strata_layout_device(l, r, s, a, &da));
+          OK(strata_layout_device(l, r, s, b, &db));
+          if (a == b)
+            continue;
+          struct strata_cluster_device ca, cb;
+          OK(strata_cluster_device(c, da, &ca));
+          OK(strata_cluster_device(c, db, &cb));
+          struct strata_link lk;
+          OK(strata_topology_link(t, ca.id, cb.id, &lk));
+          cr_assert(lk.kind >= best && lk.kind <= worst, "%s: GPUs %d and %d of one tp group are joined by %s", dump,
+                    ca.id, cb.id, strata_path_kind_name(lk.kind));
+          if (same_numa) {
+            struct strata_topology_gpu ga, gb;
+            OK(strata_topology_gpu(t, ca.id, &ga));
+            OK(strata_topology_gpu(t, cb.id, &gb));
+            cr_assert_eq(ga.numa_node, gb.numa_node, "%s: GPUs %d and %d of one tp group are on NUMA %d and %d", dump,
+                         ca.id, cb.id, ga.numa_node, gb.numa_node);
+          }
+        }
+      groups++;
+    }
+  strata_plan_free(p);
+  strata_model_free(m);
+  strata_cluster_free(c);
+  strata_topology_free(t);
+  return groups;
+}
+
+/* DGX-2: NVSwitch joins every GPU to every other, so a tp 8 group may be any 8 of the 16. */
+Test(plan, dgx2_tp8_groups_are_any_eight_gpus_on_nvswitch) {
+  int g = tp_groups_follow("nvidia-dgx2-v100-16gpu-nvswitch.xml", "gpt2-medium", 8, STRATA_PATH_NVLINK,
+                           STRATA_PATH_NVLINK, 0);
+  cr_assert_geq(g, 1);
+}
+
+/* Minsky: tp 2 groups are the NVLink pairs. */
+Test(plan, minsky_tp2_groups_are_the_nvlink_pairs) {
+  tp_groups_follow("ibm-power8-minsky-p100-4gpu-nvlink.xml", "gpt2-medium", 2, STRATA_PATH_NVLINK, STRATA_PATH_NVLINK,
+                   0);
+}
+
+/* AWS g4dn.metal: a tp 2 group sits under one PCIe switch or host bridge, never across NUMA nodes or sockets. */
+Test(plan, t4_tp2_groups_sit_under_one_pcie_bridge) {
+  tp_groups_follow("aws-g4dn-metal-t4-8gpu-pcie.xml", "gpt2-medium", 2, STRATA_PATH_PIX, STRATA_PATH_PHB, 1);
+}
+
+/* MI250X: tp groups follow the xGMI links. */
+Test(plan, mi250x_tp_groups_follow_xgmi) {
+  tp_groups_follow("hpe-ex235a-mi250x-8gcd-xgmi.xml", "gpt2-medium", 2, STRATA_PATH_XGMI, STRATA_PATH_XGMI, 0);
+  tp_groups_follow("hpe-ex235a-mi250x-8gcd-xgmi.xml", "gpt2-medium", 8, STRATA_PATH_XGMI, STRATA_PATH_XGMI, 0);
+}
+
+/* A CPU-only machine: nothing to place on. */
+Test(plan, cpu_only_dump_has_nothing_to_place_on) {
+  strata_topology_t t = load_dump("intel-broadwell-2s-cpu-only.xml");
+  strata_cluster_t c = NULL;
+  cr_assert_eq(strata_cluster_from_topology(t, NULL, &c), STRATA_ERR_NOT_FOUND);
+  cr_assert_null(c);
+  cr_assert_not_null(strstr(strata_last_error(), "nothing to place on"), "%s", strata_last_error());
+  strata_topology_free(t);
+}
+
+/* The table knows every GPU of the dumps by name or PCI id (the JURECA dump names none). */
+Test(plan, every_dump_gpu_is_in_the_table) {
+  const char *dumps[] = {"nvidia-dgx2-v100-16gpu-nvswitch.xml", "ibm-power8-minsky-p100-4gpu-nvlink.xml",
+                         "dell-xe8640-h100-4gpu-nvlink.xml", "aws-g4dn-metal-t4-8gpu-pcie.xml",
+                         "ibm-power9-lassen-v100-4gpu.xml", "jureca-dc-a100-4gpu-pci-only.xml",
+                         "hpe-ex235a-mi250x-8gcd-xgmi.xml", "hpe-ex255a-mi300a-4apu-spx-xgmi.xml",
+                         "hpe-ex255a-mi300a-24part-cpx-xgmi.xml", "supermicro-epyc-mi50-8gpu-pcie.xml",
+                         "mixed-threadripper-gtx1070-vega-fe.xml"};
+  const char *want[] = {"V100-SXM3-32GB", "P100-SXM2-16GB", "H100-SXM5-80GB", "T4", "V100-SXM2-16GB", "A100-SXM4-40GB",
+                        "MI250X-GCD", "MI300A", "MI300A", "MI50-32GB", "GTX-1070"};
+  for (size_t i = 0; i < sizeof dumps / sizeof *dumps; i++) {
+    strata_topology_t t = load_dump(dumps[i]);
+    strata_cluster_t c;
+    OK(strata_cluster_from_topology(t, NULL, &c));
+    cr_assert_eq(strata_cluster_warning_count(c), 0, "%s: %s", dumps[i], strata_cluster_warning(c, 0));
+    struct strata_cluster_device d;
+    OK(strata_cluster_device(c, 0, &d));
+    cr_assert_str_eq(d.cost.model, want[i], "%s: GPU 0 (%s) costed as %s", dumps[i], d.name, d.cost.model);
+    strata_cluster_free(c);
+    strata_topology_free(t);
+  }
+}
+
+/* ---- what does not fit ---- */
+
+/* gpt-7b on four of the AWS box's 16 GB T4s is refused with the number of T4s that would fit; that many
+** T4s do fit and one fewer do not. */
+Test(plan, gpt7b_on_four_t4s_is_refused_with_the_number_that_fits) {
+  strata_topology_t t = load_dump("aws-g4dn-metal-t4-8gpu-pcie.xml");
+  int four[4] = {0, 1, 2, 3};
+  struct strata_cluster_options co = {.devices = four, .ndevices = 4};
+  strata_cluster_t c;
+  OK(strata_cluster_from_topology(t, &co, &c));
+  strata_model_t m;
+  OK(strata_model_from_preset("gpt-7b", &m));
+  struct strata_plan_options o = {.batch = 8};
+  strata_plan_t p = NULL;
+  cr_assert_eq(strata_plan_search(c, m, &o, &p), STRATA_ERR_DEVICE_MEMORY);
+  cr_assert_null(p);
+  char msg[512];
+  snprintf(msg, sizeof msg, "%s", strata_last_error());
+  int need = 0;
+  OK(strata_plan_min_devices(c, m, &o, 4096, &need));
+  char words[64];
+  snprintf(words, sizeof words, "needs at least %d", need);
+  cr_assert_not_null(strstr(msg, words), "\"%s\" should say \"%s\"", msg, words);
+  /* by hand: parameters, gradients and two moments are 16 bytes a parameter, spread over the devices */
+  struct strata_cluster_device d0;
+  OK(strata_cluster_device(c, 0, &d0));
+  cr_assert_str_eq(d0.cost.model, "T4");
+  double lower = 16.0 * (double)strata_model_params(m) / ((double)d0.cost.memory * STRATA_PLAN_MEMORY_USABLE);
+  cr_assert_geq(need, (int)ceil(lower), "%d T4s, fewer than the %g the parameters alone need", need, lower);
+  /* reference: `need` T4s in one node, in pairs under a bridge as on the AWS box, fit; need - 1 do not */
+  struct strata_cluster_device t4; /* as the dump has it: the table's speed, the dump's memory */
+  OK(strata_cluster_device(c, 0, &t4));
+  for (int n = need - 1; n <= need; n++) {
+    double *f = malloc(sizeof *f * (size_t)n);
+    uint64_t *mem = malloc(sizeof *mem * (size_t)n);
+    int *pairs = malloc(sizeof *pairs * (size_t)n);
+    for (int i = 0; i < n; i++)
+      f[i] = t4.cost.flops, mem[i] = t4.cost.memory, pairs[i] = i / 2;
+    strata_cluster_t u = node(n, f, mem, pairs, 12.6, 7.9, NULL, 0);
+    free(pairs);
+    strata_plan_t q = NULL;
+    int rc = strata_plan_search(u, m, &o, &q);
+    cr_assert_eq(rc, n == need ? STRATA_OK : STRATA_ERR_DEVICE_MEMORY, "%d T4s: %s", n, strata_last_error());
+    strata_plan_free(q);
+    strata_cluster_free(u);
+    free(f);
+    free(mem);
+  }
+  strata_model_free(m);
+  strata_cluster_free(c);
+  strata_topology_free(t);
+}
+
+/* ---- scale ---- */
+
+/* GPT-3 175B on 128 nodes of 8 A100 80GB (NVSwitch, 8 x 200 Gb/s): a layout that fits, tp inside a node, and a
+** predicted speed below the devices' sustained peak. (How long planning takes is bench/plan.sh's business.) */
+Test(plan, gpt3_175b_on_1024_a100s_keeps_tp_inside_a_node) {
+  struct strata_model_config cfg = {.kind = STRATA_MODEL_GPT, .vocab = 51200, .context = 2048, .d_model = 12288,
+                                    .layers = 96, .heads = 96, .d_ff = 49152, .tied = 1};
+  strata_model_t m;
+  OK(strata_model_from_config(&cfg, &m));
+  struct strata_cluster_options co = {.nodes = 128, .network_gbps = 200, .nics = 8};
+  strata_cluster_t c;
+  OK(strata_cluster_synthetic("8xA100-80GB:nvswitch", &co, &c));
+  cr_assert_eq(strata_cluster_device_count(c), 1024);
+  struct strata_plan_options o = {.batch = 1536};
+  strata_plan_t p;
+  OK(strata_plan_search(c, m, &o, &p));
+  struct strata_plan_candidate k;
+  OK(strata_plan_candidate(p, 0, &k));
+  strata_layout_t l = k.layout;
+  OK(strata_layout_check(l, m, 1024));
+  for (int r = 0; r < strata_layout_dp(l); r++)
+    for (int s = 0; s < strata_layout_pp(l); s++) {
+      int d0;
+      OK(strata_layout_device(l, r, s, 0, &d0));
+      for (int q = 1; q < strata_layout_tp(l, s); q++) {
+        int dq;
+        OK(strata_layout_device(l, r, s, q, &dq));
+        cr_assert_eq(d0 / 8, dq / 8, "replica %d rank %d: tp spans nodes %d and %d", r, s, d0 / 8, dq / 8);
+      }
+    }
+  struct strata_gpu_model a100;
+  OK(strata_gpu_model_find("A100-80GB", 0, 0, &a100));
+  cr_assert_lt(k.flops_per_device, a100.fp32_tflops * 1e12 * STRATA_PLAN_SUSTAINED);
+  cr_assert_gt(k.flops_per_device, 0);
+  /* the step is at least the model's FLOPs over every device at its sustained speed */
+  double floor_s = strata_model_flops(m) * 1536 / (1024 * a100.fp32_tflops * 1e12 * STRATA_PLAN_SUSTAINED);
+  cr_assert_geq(k.step_s, floor_s * (strata_layout_device_count(l) == 1024 ? 1.0 : 0.0));
   strata_plan_free(p);
   strata_cluster_free(c);
   strata_model_free(m);

@@ -1027,26 +1027,39 @@ static int check_options(strata_cluster_t c, strata_model_t m, const struct stra
 ** a search that stops at the first layout within memory. */
 static int fits_with(strata_cluster_t c, strata_model_t model, const struct strata_plan_options *o, int n, int *fits) {
   struct strata_cluster *t = NULL;
-  int k = c->k, nodes = 1;
-  if (c->nodes > 1 || n > c->k)
-    nodes = (n + c->k - 1) / c->k;
-  else
-    k = n;
-  /* a node of k devices, all like device 0, linked as device 0 is to device 1 */
+  /* one node of n devices; for a cluster of several nodes, whole nodes (n a multiple of k) */
+  int k = n, nodes = 1;
+  if (c->nodes > 1) {
+    k = c->k;
+    nodes = n / c->k;
+  }
+  /* a node of k devices, all like device 0, in copies of the node's islands; between copies,
+  ** the node's slowest link */
   struct strata_device_cost *cost = malloc(sizeof *cost * (size_t)k);
   double *g = malloc(sizeof *g * (size_t)k * (size_t)k), *lat = malloc(sizeof *lat * (size_t)k * (size_t)k);
   int *isl = malloc(sizeof *isl * (size_t)k);
   int rc = STRATA_OK;
   if (!cost || !g || !lat || !isl)
     rc = strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
+  double slow = INFINITY, slow_lat = 0;
+  for (int a = 0; a < c->k; a++)
+    for (int b = 0; b < c->k; b++)
+      if (a != b) {
+        size_t ab = (size_t)a * (size_t)c->k + (size_t)b;
+        slow = c->gbps[ab] < slow ? c->gbps[ab] : slow;
+        slow_lat = c->lat[ab] > slow_lat ? c->lat[ab] : slow_lat;
+      }
+  if (isinf(slow))
+    slow = 10, slow_lat = 5; /* a node of one device: a PCIe-class link */
   for (int i = 0; i < k && !rc; i++) {
     cost[i] = c->cost[0];
-    isl[i] = i < c->k ? c->island[i] : i;
+    isl[i] = c->island[i % c->k] + (i / c->k) * c->k;
     for (int j = 0; j < k; j++) {
       size_t ij = (size_t)i * (size_t)k + (size_t)j;
-      int a = i < c->k ? i : 0, b = j < c->k ? j : (c->k > 1 ? 1 : 0);
-      g[ij] = c->k > 1 ? c->gbps[(size_t)a * (size_t)c->k + (size_t)(a == b ? (a + 1) % c->k : b)] : 10;
-      lat[ij] = c->k > 1 ? c->lat[(size_t)a * (size_t)c->k + (size_t)(a == b ? (a + 1) % c->k : b)] : 5;
+      int a = i % c->k, b = j % c->k;
+      int same = i / c->k == j / c->k && a != b;
+      g[ij] = same ? c->gbps[(size_t)a * (size_t)c->k + (size_t)b] : slow;
+      lat[ij] = same ? c->lat[(size_t)a * (size_t)c->k + (size_t)b] : slow_lat;
     }
   }
   struct strata_node_desc nd = {.devices = k, .cost = cost, .gbps = g, .latency_us = lat, .island = isl};
@@ -1081,8 +1094,10 @@ STRATA_API int strata_plan_min_devices(strata_cluster_t c, strata_model_t model,
   TRY(check_options(c, model, o));
   if (!devices || limit < 1)
     return strata__error(STRATA_ERR_INVALID, "strata_plan_min_devices: bad argument");
-  /* double until it fits, then bisect (more devices never fit less: each holds a smaller share) */
-  int lo = 0, hi = 1, fits = 0;
+  /* double until it fits, then bisect (more devices never fit less: each holds a smaller share);
+  ** counted in whole nodes when the cluster has several */
+  const int unit = c->nodes > 1 ? c->k : 1;
+  int lo = 0, hi = unit, fits = 0;
   while (!fits) {
     if (hi > limit)
       return strata__error(STRATA_ERR_RANGE, "%s does not fit on %d devices like %s", strata_model_config(model)->name,
@@ -1093,8 +1108,8 @@ STRATA_API int strata_plan_min_devices(strata_cluster_t c, strata_model_t model,
       hi *= 2;
     }
   }
-  while (hi - lo > 1) {
-    int mid = lo + (hi - lo) / 2;
+  while (hi - lo > unit) {
+    int mid = lo + (hi - lo) / 2 / unit * unit;
     TRY(fits_with(c, model, o, mid, &fits));
     if (fits)
       hi = mid;
