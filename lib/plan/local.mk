@@ -22,3 +22,7 @@ bin_PROGRAMS += tools/strata-plan
 tools_strata_plan_SOURCES = tools/strata-plan.c tools/cli.h lib/parse.c lib/parse.h
 tools_strata_plan_CPPFLAGS = $(AM_CPPFLAGS) $(JANSSON_CFLAGS)
 tools_strata_plan_LDADD = libstrata.la $(JANSSON_LIBS) -lm
+
+dist_man_MANS += man/strata-plan.1
+EXTRA_DIST += tests/test-strata-plan.sh bench/plan.sh bench/gpt3-175b.json
+TESTS += tests/test-strata-plan.sh
