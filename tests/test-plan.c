@@ -319,7 +319,7 @@ Test(plan, planner_equals_exhaustive_on_eight_devices_in_two_islands) {
   for (int i = 0; i < 8; i++)
     f[i] = 1e12, mem[i] = 64 * GIB, island[i] = i / 4;
   strata_cluster_t c = node(8, f, mem, island, 100, 3, NULL, 0);
-  planner_equals_exhaustive(c, m, 16, "8 devices in 2 islands");
+  planner_equals_exhaustive(c, m, 8, "8 devices in 2 islands");
   strata_cluster_free(c);
   strata_model_free(m);
 }

@@ -19,6 +19,7 @@
 /* Layer moves the refinement pass may simulate per candidate, and the stages it refines at most. */
 #define REFINE_BUDGET 400
 #define REFINE_MAX_STAGES 16
+#define REFINE_MAX_DEVICES 64
 /* Candidates the search keeps before the refinement, and those it refines. */
 #define POOL 24
 #define REFINE_TOP 8
@@ -61,7 +62,42 @@ struct search {
   int fits_only;                    /* min_devices: stop at the first layout that fits, no simulation */
   int found;
   int rc;
+  struct inflight_entry *inflight;  /* micro-batches in flight per stage, by schedule shape */
 };
+
+/* Peak micro-batches in flight on each stage of one schedule shape: the
+** same for every dp, tp and device order, so computed once. */
+struct inflight_entry {
+  int kind, pp, m, v;
+  int *peak;                        /* [pp x v] */
+  struct inflight_entry *next;
+};
+
+static int inflight_of(struct search *s, int kind, int pp, int m, int v, int *out) {
+  const int S = pp * v;
+  for (struct inflight_entry *e = s->inflight; e; e = e->next)
+    if (e->kind == kind && e->pp == pp && e->m == m && e->v == v) {
+      memcpy(out, e->peak, sizeof *out * (size_t)S);
+      return STRATA_OK;
+    }
+  strata_schedule_t sch;
+  TRY(strata_schedule_generate(kind, pp, m, v, &sch));
+  struct inflight_entry *e = calloc(1, sizeof *e);
+  int *peak = malloc(sizeof *peak * (size_t)S);
+  if (!e || !peak) {
+    free(e);
+    free(peak);
+    strata_schedule_free(sch);
+    return strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
+  }
+  for (int j = 0; j < S; j++)
+    strata_schedule_peak_inflight(sch, j, &peak[j]);
+  strata_schedule_free(sch);
+  *e = (struct inflight_entry){.kind = kind, .pp = pp, .m = m, .v = v, .peak = peak, .next = s->inflight};
+  s->inflight = e;
+  memcpy(out, peak, sizeof *out * (size_t)S);
+  return STRATA_OK;
+}
 
 STRATA_API void strata_plan_free(strata_plan_t p) {
   if (!p)
@@ -332,6 +368,31 @@ out:
   return rc;
 }
 
+/*
+** A quick necessary condition before the split is searched: some rank holds
+** at least the average of what all ranks hold together (parameters and
+** their state, and every layer's activations times the fewest micro-batches
+** any stage keeps in flight), so when that exceeds the largest device no
+** split can fit.
+*/
+static int average_fits(const struct search *s, strata_layout_t l, int64_t rows, const int *inflight) {
+  const int pp = strata_layout_pp(l), S = strata_layout_stages(l), dp = strata_layout_dp(l);
+  const int zero = strata_layout_zero(l) && dp > 1;
+  int fewest = inflight[0], t = strata_layout_tp(l, 0);
+  for (int j = 1; j < S; j++)
+    fewest = inflight[j] < fewest ? inflight[j] : fewest;
+  double params = 0, act = 0;
+  for (int i = 0; i < s->L; i++)
+    params += s->params[i], act += s->act[i];
+  for (int r = 1; r < pp; r++)
+    t = strata_layout_tp(l, r) > t ? strata_layout_tp(l, r) : t;
+  double total = params / t * (8 + 8.0 / (zero ? dp : 1)) + act / t * (double)rows * fewest;
+  uint64_t cap = 0;
+  for (int i = 0; i < s->c->k; i++)
+    cap = s->c->cost[i].memory > cap ? s->c->cost[i].memory : cap;
+  return total / pp <= (double)cap * STRATA_PLAN_MEMORY_USABLE;
+}
+
 /* Whether every rank fits its memory under `split` (the planner's prune; the simulator decides in the end). */
 static int split_fits(const struct search *s, strata_layout_t l, int64_t rows, const int *inflight, const int *split) {
   for (int r = 0; r < strata_layout_pp(l); r++) {
@@ -483,10 +544,8 @@ static void try_assignment(struct search *s, int dp, int pp, const struct group 
         const int S = pp * v;
         const int64_t rows = share / m;
         strata_layout_t l = build(s, dp, pp, gl, kind, m, v, zero, NULL);
-        strata_schedule_t sch = NULL;
         int *inflight = malloc(sizeof *inflight * (size_t)S), *split = malloc(sizeof *split * (size_t)S);
-        if (!l || !inflight || !split ||
-            strata_schedule_generate(kind, pp, m, v, &sch) != STRATA_OK) {
+        if (!l || !inflight || !split || inflight_of(s, kind, pp, m, v, inflight) != STRATA_OK) {
           strata_layout_free(l);
           free(inflight);
           free(split);
@@ -494,11 +553,9 @@ static void try_assignment(struct search *s, int dp, int pp, const struct group 
             s->rc = strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
           continue;
         }
-        for (int j = 0; j < S; j++)
-          strata_schedule_peak_inflight(sch, j, &inflight[j]);
-        strata_schedule_free(sch);
         if (!s->o->exhaustive) {
-          if (best_split(s, l, rows, inflight, split) != 0 || !split_fits(s, l, rows, inflight, split)) {
+          if (!average_fits(s, l, rows, inflight) || best_split(s, l, rows, inflight, split) != 0 ||
+              !split_fits(s, l, rows, inflight, split)) {
             s->plan->pruned++;
           } else if (s->fits_only) {
             s->found = 1;
@@ -684,6 +741,27 @@ static void permute_ranks(struct search *s, int dp, int pp, const struct group *
   free(seen);
 }
 
+/* The path kind from group a to group b (their first devices). */
+static int hop_kind(const struct search *s, const struct group *a, const struct group *b) {
+  double g, l;
+  int k;
+  strata__cluster_link(s->c, a->devs[0], b->devs[0], &g, &l, &k);
+  return k;
+}
+
+/* Whether two assignments have the same kinds of hop everywhere: along each pipeline and around each ring of replicas. */
+static int same_hops(const struct search *s, int dp, int pp, const struct group **x, const struct group **y) {
+  for (int r = 0; r < dp; r++)
+    for (int k = 0; k < pp; k++) {
+      const int i = r * pp + k, next = ((r + 1) % dp) * pp + k;
+      if (k + 1 < pp && hop_kind(s, x[i], x[i + 1]) != hop_kind(s, y[i], y[i + 1]))
+        return 0;
+      if (hop_kind(s, x[i], x[next]) != hop_kind(s, y[i], y[next]))
+        return 0;
+    }
+  return 1;
+}
+
 /* Position order of groups: node, then island order, then first device. */
 static int by_position(const void *a, const void *b) {
   const struct group *x = *(const struct group *const *)a, *y = *(const struct group *const *)b;
@@ -737,15 +815,17 @@ static void try_counts(struct search *s) {
         break;
       }
       try_assignment(s, dp, pp, use);
+      int mixed = 0;
+      for (int i = 1; i < n; i++)
+        mixed |= use[i]->memory != use[0]->memory || use[i]->flops != use[0]->flops;
       if (dp > 1 && pp > 1 && !s->rc) {
         for (int r = 0; r < dp; r++)
           for (int k = 0; k < pp; k++)
             alt[r * pp + k] = use[k * dp + r];
-        try_assignment(s, dp, pp, alt);
+        /* symmetry: on like devices, an order whose pipeline and ring hops are of the same kinds is the same layout */
+        if (mixed || !same_hops(s, dp, pp, use, alt))
+          try_assignment(s, dp, pp, alt);
       }
-      int mixed = 0;
-      for (int i = 1; i < n; i++)
-        mixed |= use[i]->memory != use[0]->memory || use[i]->flops != use[0]->flops;
       if (mixed && pp > 1 && pp <= PERMUTE_UP_TO && !s->rc) {
         /* a short pipeline over devices that differ: every order of its ranks, the same in each replica */
         permute_ranks(s, dp, pp, use, alt);
@@ -807,7 +887,8 @@ static void refine(struct search *s) {
     if (!base)
       continue;
     const int S = strata_layout_stages(base);
-    if (S < 2 || S > REFINE_MAX_STAGES)
+    /* large jobs keep the balanced split: their simulations cost the most, and gain the least */
+    if (S < 2 || S > REFINE_MAX_STAGES || strata_layout_device_count(base) > REFINE_MAX_DEVICES)
       continue;
     int *split = malloc(sizeof *split * (size_t)S);
     if (!split)
@@ -1007,6 +1088,12 @@ static int run_search(struct search *s) {
 
 static void search_free(struct search *s) {
   groups_free(s);
+  while (s->inflight) {
+    struct inflight_entry *e = s->inflight;
+    s->inflight = e->next;
+    free(e->peak);
+    free(e);
+  }
   free(s->params);
   free(s->act);
   free(s->out);

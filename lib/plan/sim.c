@@ -25,16 +25,16 @@
 
 /* ---- the cost of pieces ---- */
 
-/* The tp group of (replica, rank): its devices and their count. */
+/* The tp group of (replica, rank): its devices (replica-major, rank, tp rank in the layout's list) and their count. */
 static int group_of(strata_layout_t l, int replica, int rank, const int **devs) {
-  int d0 = 0;
-  strata_layout_device(l, replica, rank, 0, &d0);
-  const int *all = strata_layout_devices(l);
-  for (int i = 0; i < strata_layout_device_count(l); i++)
-    if (all[i] == d0) {
-      *devs = all + i;
-      break;
-    }
+  const int pp = strata_layout_pp(l);
+  int per = 0, off = 0;
+  for (int r = 0; r < pp; r++) {
+    if (r == rank)
+      off = per;
+    per += strata_layout_tp(l, r);
+  }
+  *devs = strata_layout_devices(l) + (size_t)replica * (size_t)per + (size_t)off;
   return strata_layout_tp(l, rank);
 }
 
