@@ -170,7 +170,8 @@ struct strata_sim_options {
 struct strata_sim_result {
   double step_s;                /* one optimizer step, seconds */
   double bubble;                /* 1 - compute / (devices x step) */
-  double comm_share;            /* transfer and collective time not hidden behind compute, over the step */
+  double comm_share;            /* communication's share of the devices' working time: transfers, collectives
+                                   and tp joins over those plus compute (overlapped or not) */
   double samples_per_s;
   double tokens_per_s;          /* samples x context for a GPT, else samples */
   double flops_per_device;      /* model FLOP/s achieved per device (every device of the layout) */
