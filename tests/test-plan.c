@@ -634,3 +634,36 @@ Test(plan, gpt3_175b_on_1024_a100s_keeps_tp_inside_a_node) {
   strata_cluster_free(c);
   strata_model_free(m);
 }
+
+/* ---- calibration ---- */
+
+/* This machine's devices measured, written and read back as a cluster of as many devices with positive figures;
+** a file that is not a calibration is refused naming it. */
+Test(plan, calibration_round_trips_into_a_cluster) {
+  int n = 0;
+  OK(strata_device_count(&n));
+  if (n < 1)
+    cr_skip_test("no device to calibrate");
+  int first = 0;
+  char *json = NULL;
+  OK(strata_calibrate(&first, 1, &json));
+  strata_cluster_t c;
+  OK(strata_cluster_from_calibration(json, "cal.json", NULL, &c));
+  cr_assert_eq(strata_cluster_device_count(c), 1);
+  struct strata_cluster_device d;
+  OK(strata_cluster_device(c, 0, &d));
+  struct strata_device_props p;
+  OK(strata_device_props(0, &p));
+  cr_assert_str_eq(d.name, p.name);
+  cr_assert_eq(d.id, 0);
+  cr_assert(d.cost.flops > 0 && d.cost.mem_gbps > 0 && d.cost.memory > 0, "%g FLOP/s, %g GB/s, %llu bytes",
+            d.cost.flops, d.cost.mem_gbps, (unsigned long long)d.cost.memory);
+  strata_cluster_free(c);
+  free(json);
+  c = NULL;
+  cr_assert_eq(strata_cluster_from_calibration("{\"schema\": \"strata-layout/1\"}", "x.json", NULL, &c),
+               STRATA_ERR_PARSE);
+  cr_assert_null(c);
+  cr_assert_not_null(strstr(strata_last_error(), "x.json"));
+  cr_assert_eq(strata_cluster_from_calibration("{", "y.json", NULL, &c), STRATA_ERR_PARSE);
+}

@@ -31,7 +31,7 @@ if [ ! -x "$PLAN" ]; then
   echo "1..0 # SKIP strata-plan not built"
   exit 0
 fi
-echo "1..14"
+echo "1..16"
 
 # a plan on a synthetic node; its layout file is the strata-layout/1 that --simulate reads back
 $PLAN --model gpt-small --batch 16 --node 4xA100-80GB:nvswitch --out "$TMP/layout.json" >"$TMP/out" 2>"$TMP/err"
@@ -70,3 +70,19 @@ fails_clearly "a synthetic node that is not one" "COUNTxMODEL:FABRIC" $PLAN --mo
 fails_clearly "an unknown GPU model" "not in the table" $PLAN --model gpt-tiny --batch 8 --node 2xB9000:pcie
 $PLAN --help >"$TMP/out" 2>"$TMP/err"
 check "--help" [ $? -eq 0 ] && grep -q '^Usage: strata-plan' "$TMP/out"
+
+# calibrate two host devices, plan on them, and train the plan
+BENCH="$top_builddir/tools/strata-bench"
+TRAIN="$top_builddir/tools/strata-train"
+STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 $BENCH calibrate --out "$TMP/cal.json" >/dev/null 2>"$TMP/err" &&
+  $PLAN --calibration "$TMP/cal.json" --model gpt-micro --batch 4 --tp 1 --no-zero --out "$TMP/host.json" \
+    >"$TMP/out" 2>"$TMP/err"
+rc=$?
+check "strata-bench calibrate, then a plan on the calibrated devices" [ "$rc" -eq 0 ]
+mb=$(sed -n 's/.*"microbatches":\([0-9]*\).*/\1/p' "$TMP/host.json")
+dp=$(sed -n 's/.*"dp":\([0-9]*\).*/\1/p' "$TMP/host.json")
+rows=$((4 / (mb * dp)))
+for i in 1 2 3 4; do cat "$top_srcdir/README.md"; done >"$TMP/text.txt"
+STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 $TRAIN --model gpt-micro --layout "$TMP/host.json" --data "$TMP/text.txt" \
+  --batch "$rows" --steps 1 --eval-batches 1 --eval-every 0 >"$TMP/out" 2>"$TMP/err"
+check "strata-train --layout runs the plan ($(cat "$TMP/host.json"))" [ $? -eq 0 ]

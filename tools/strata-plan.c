@@ -28,6 +28,8 @@ static void usage(FILE *f) {
           "Where (default: --topology live):\n"
           "  --topology FILE.xml|live   an hwloc XML dump, or this machine\n"
           "  --node COUNTxMODEL:FABRIC  a synthetic node, e.g. 8xA100-80GB:nvswitch, 4xMI250X:xgmi, 8xT4:pcie\n"
+          "  --calibration FILE         this machine's runtime devices as strata-bench calibrate measured them\n"
+          "                             (layout devices are then runtime indices, as strata-train counts them)\n"
           "  --nodes N                  N copies of the node joined by a network (default 1)\n"
           "  --network-gbps B           Gb/s of each network interface (default 100)\n"
           "  --nics K                   network interfaces per node (default 1)\n"
@@ -49,7 +51,7 @@ static void usage(FILE *f) {
 }
 
 struct args {
-  const char *model, *topology, *node, *devices, *trace, *out, *simulate;
+  const char *model, *topology, *node, *devices, *trace, *out, *simulate, *calibration;
   int64_t batch, top, nodes, nics, tp;
   double net_gbps, net_lat;
   int json, no_zero, list_gpus;
@@ -180,7 +182,28 @@ static int build_cluster(const struct args *a, strata_cluster_t *c) {
     return 2;
   o.devices = devs;
   o.ndevices = n;
-  if (a->node) {
+  if (a->calibration) {
+    free(devs);
+    if (a->devices) {
+      fprintf(stderr, "%s: --devices chooses GPUs of a topology; calibrate only the devices you want instead\n", PROG);
+      return 2;
+    }
+    char *text = NULL;
+    FILE *f = fopen(a->calibration, "r");
+    long len = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) >= 0 && len < (16l << 20) && fseek(f, 0, SEEK_SET) == 0 &&
+        (text = calloc(1, (size_t)len + 1)) != NULL && fread(text, 1, (size_t)len, f) == (size_t)len) {
+      rc = strata_cluster_from_calibration(text, a->calibration, &o, c);
+    } else {
+      fprintf(stderr, "%s: cannot read %s\n", PROG, a->calibration);
+      rc = -1;
+    }
+    if (f)
+      fclose(f);
+    free(text);
+    if (rc == -1)
+      return 2;
+  } else if (a->node) {
     if (devs) {
       fprintf(stderr, "%s: --devices chooses GPUs of a topology, not of a synthetic --node\n", PROG);
       free(devs);
@@ -196,7 +219,8 @@ static int build_cluster(const struct args *a, strata_cluster_t *c) {
       strata_topology_free(t);
     }
   }
-  free(devs);
+  if (!a->calibration)
+    free(devs);
   if (rc) {
     fprintf(stderr, "%s: %s\n", PROG, strata_last_error());
     return rc == STRATA_ERR_NOMEM ? 1 : 2;
@@ -360,6 +384,7 @@ int main(int argc, char **argv) {
       {"json", no_argument, NULL, 'j'},             {"trace", required_argument, NULL, 'r'},
       {"out", required_argument, NULL, 'o'},        {"simulate", required_argument, NULL, 's'},
       {"list-gpus", no_argument, NULL, 'L'},        {"help", no_argument, NULL, 'h'},
+      {"calibration", required_argument, NULL, 'C'},
       {NULL, 0, NULL, 0}};
   int c;
   opterr = 0;
@@ -405,6 +430,7 @@ int main(int argc, char **argv) {
     case 'o': a.out = optarg; break;
     case 's': a.simulate = optarg; break;
     case 'L': a.list_gpus = 1; break;
+    case 'C': a.calibration = optarg; break;
     case 'h': usage(stdout); return 0;
     default:
       cli_refuse(PROG, c, argc, argv);
@@ -421,8 +447,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "%s: --model and --batch are required (see --help)\n", PROG);
     return 2;
   }
-  if (a.node && a.topology) {
-    fprintf(stderr, "%s: --node and --topology both say what to plan on; give one\n", PROG);
+  if (!!a.node + !!a.topology + !!a.calibration > 1) {
+    fprintf(stderr, "%s: --node, --topology and --calibration each say what to plan on; give one\n", PROG);
     return 2;
   }
   if (a.trace && a.out && cli_same_file(a.trace, a.out)) {

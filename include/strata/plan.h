@@ -133,6 +133,19 @@ STRATA_API int strata_cluster_synthetic(const char *spec, const struct strata_cl
                                         strata_cluster_t *out /* OUT */);
 STRATA_API void strata_cluster_free(strata_cluster_t c);
 
+/*
+** Calibration of this machine's runtime devices (`devices` lists runtime
+** indices; NULL: all of them, n ignored): per device the best GFLOP/s of
+** fp32 GEMMs of 256, 512 and 1024 (the largest size's is what it plans with),
+** the bandwidth of a 32 MiB fill, the launch overhead of a one-element op,
+** its memory; per pair a timed 16 MiB copy. *json ("strata-calibration/1",
+** the file strata-bench calibrate writes) is the caller's to free().
+*/
+STRATA_API int strata_calibrate(const int *devices, int n, char **json /* OUT */);
+/* A one-node cluster of calibrated devices; layout devices are their runtime indices. */
+STRATA_API int strata_cluster_from_calibration(const char *json, const char *source,
+                                               const struct strata_cluster_options *opts, strata_cluster_t *out /* OUT */);
+
 /* One device of a cluster (global index node x per_node + local). */
 struct strata_cluster_device {
   int node;

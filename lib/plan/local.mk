@@ -5,7 +5,8 @@ libstrata_la_SOURCES += \
 	lib/plan/devices.c \
 	lib/plan/cluster.c \
 	lib/plan/sim.c \
-	lib/plan/search.c
+	lib/plan/search.c \
+	lib/plan/calibrate.c
 
 stratainclude_HEADERS += include/strata/plan.h
 
