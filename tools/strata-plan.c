@@ -365,6 +365,14 @@ static int plan(const struct args *a, strata_cluster_t c, strata_model_t m) {
       free(js);
       strata_layout_free(e);
     }
+    int tp = 0;
+    for (int r = 0; r < strata_layout_pp(best.layout); r++)
+      tp = strata_layout_tp(best.layout, r) > tp ? strata_layout_tp(best.layout, r) : tp;
+    if (tp > 1 || strata_layout_zero(best.layout))
+      printf("note: strata-train does not run %s yet; --tp 1 --no-zero plans for what it runs today\n",
+             tp > 1 && strata_layout_zero(best.layout) ? "tensor parallelism or ZeRO-1"
+             : tp > 1                                 ? "tensor parallelism"
+                                                      : "ZeRO-1");
     printf("planned in %.3f s: %d layouts simulated, %d pruned by memory\n", took, sim, pruned);
   }
   free(explain);
