@@ -314,9 +314,7 @@ static int best_split(const struct search *s, strata_layout_t l, const int64_t r
   if (!cap)
     goto out;
   for (int r = 0; r < pp; r++) {
-    const int *all = strata_layout_devices(l);
-    int d0 = 0;
-    strata_layout_device(l, 0, r, 0, &d0);
+    /* a rank holds what its smallest member holds */
     uint64_t m = UINT64_MAX;
     for (int q = 0; q < strata_layout_tp(l, r); q++) {
       int dv;
@@ -324,7 +322,6 @@ static int best_split(const struct search *s, strata_layout_t l, const int64_t r
       uint64_t mm = s->c->cost[dv % s->c->k].memory;
       m = mm < m ? mm : m;
     }
-    (void)all;
     cap[r] = m;
   }
   const size_t W = (size_t)L + 1;
@@ -527,7 +524,7 @@ static int m_choices(int64_t share, int pp, int max_m, int *out) {
 */
 static void try_assignment(struct search *s, int dp, int pp, const struct group *const *gl) {
   const int64_t share = s->o->batch / dp;
-  int ms[MAX_M_CHOICES + 4096];
+  int ms[MAX_M_CHOICES];
   int nm = m_choices(share, pp, s->o->max_microbatches > 0 ? s->o->max_microbatches : DEFAULT_MAX_MICROBATCHES, ms);
   static const int kinds[] = {STRATA_SCHEDULE_1F1B, STRATA_SCHEDULE_GPIPE, STRATA_SCHEDULE_ZB_H1,
                               STRATA_SCHEDULE_INTERLEAVED};
@@ -611,8 +608,14 @@ static void try_assignment(struct search *s, int dp, int pp, const struct group 
 
 /* ---- pass 2: dp x pp over the groups ---- */
 
-/* Canonical form of a group order, for the exhaustive search: the sequence of
-** (cost class, island, node) with islands and nodes renamed by first use. */
+/*
+** Canonical form of a group order, for the exhaustive search and the rank
+** permutations: the sequence of (cost class, island, node) with islands and
+** nodes renamed by first use. Two orders of one form are counted once;
+** that is exact when links depend only on whether two devices share an
+** island or a node (every synthetic node, and the tests' clusters), and
+** an approximation on a dump whose islands differ among themselves.
+*/
 static void canonical(const struct search *s, const struct group *const *gl, int n, int *sig) {
   int *isl = malloc(sizeof *isl * (size_t)n * 2), *nod = isl ? isl + n : NULL, ni = 0, nn = 0;
   for (int i = 0; i < n && isl; i++) {

@@ -902,7 +902,6 @@ STRATA_API int strata_simulate(strata_cluster_t c, strata_model_t model, strata_
     /* what a micro-batch in flight holds: the activations its backward reads, and the stage's output */
     sc->act_bytes = (act / t) * (double)rows + sc->out_bytes;
     sc->static_bytes = static_bytes(params, t, dp, strata_layout_zero(l));
-    (void)rank;
   }
   if (!rc) {
     for (int g = 0; g < e.S; g++) {
@@ -920,18 +919,15 @@ STRATA_API int strata_simulate(strata_cluster_t c, strata_model_t model, strata_
     out->tokens_per_s = out->samples_per_s * (cfg->kind == STRATA_MODEL_GPT ? (double)cfg->context : 1.0);
     out->flops_per_device = out->samples_per_s * strata_model_flops(model) / strata_layout_device_count(l);
     for (int d = 0; d < e.P; d++) {
-      int dev = 0;
-      strata_layout_device(l, d / pp, d % pp, 0, &dev);
-      uint64_t cap = 0;
+      /* schedule device d is (replica d / pp, rank d % pp): its group holds what its smallest member holds */
       const int *gd;
       int t = group_of(l, d / pp, d % pp, &gd);
-      cap = group_cost(c, gd, t).memory;
+      uint64_t cap = group_cost(c, gd, t).memory;
       out->memory[d] = (uint64_t)e.mem_peak[d];
       if (out->memory[d] > out->peak_bytes)
         out->peak_bytes = out->memory[d];
       if ((double)out->memory[d] > (double)cap * STRATA_PLAN_MEMORY_USABLE)
         out->fits = 0;
-      (void)dev;
     }
     if (o->trace)
       rc = write_trace(&e, l, o->trace);
