@@ -278,6 +278,9 @@ STRATA_API int strata_cluster_synthetic(const char *spec, const struct strata_cl
   if (!out || !spec)
     return strata__error(STRATA_ERR_INVALID, "strata_cluster_synthetic: NULL argument");
   *out = NULL;
+  if (o && o->devices)
+    return strata__error(STRATA_ERR_INVALID, "node \"%s\": a device list chooses GPUs of a topology, not of a "
+                                             "synthetic node", spec);
   char model[64], fabric[32];
   int count = 0, used = 0;
   if (sscanf(spec, "%d%*[xX]%63[^:]:%31s%n", &count, model, fabric, &used) != 3 || spec[used] != '\0')
