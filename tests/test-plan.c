@@ -667,3 +667,40 @@ Test(plan, calibration_round_trips_into_a_cluster) {
   cr_assert_not_null(strstr(strata_last_error(), "x.json"));
   cr_assert_eq(strata_cluster_from_calibration("{", "y.json", NULL, &c), STRATA_ERR_PARSE);
 }
+
+/* ---- a tp degree per rank ---- */
+
+/* An NVLink-like pair and a lone device: layouts with tp 2 on one rank and 1 on the other are searched (every
+** device used), and the planner's choice still equals the exhaustive search's. */
+Test(plan, per_rank_tp_is_searched_and_equals_exhaustive) {
+  strata_model_t m = small_gpt(6);
+  double f[3] = {1e12, 1e12, 1e12};
+  uint64_t mem[3] = {64 * GIB, 64 * GIB, 64 * GIB};
+  int island[3] = {0, 0, 1};
+  strata_cluster_t c = node(3, f, mem, island, 200, 5, NULL, 0);
+  planner_equals_exhaustive(c, m, 2, "a pair and a lone device");
+  /* a layout with unlike tp per rank is simulated and ranked */
+  struct strata_plan_options o = {.batch = 2, .top = 50};
+  strata_plan_t p;
+  OK(strata_plan_search(c, m, &o, &p));
+  int mixed = 0;
+  for (int i = 0; i < strata_plan_count(p); i++) {
+    struct strata_plan_candidate k;
+    OK(strata_plan_candidate(p, i, &k));
+    if (strata_layout_pp(k.layout) == 2 && strata_layout_tp(k.layout, 0) != strata_layout_tp(k.layout, 1)) {
+      mixed = 1;
+      OK(strata_layout_check(k.layout, m, 3));
+      cr_assert_eq(strata_layout_device_count(k.layout), 3);
+    }
+  }
+  cr_assert(mixed, "no candidate among %d has a tp degree per rank", strata_plan_count(p));
+  struct strata_plan_candidate best;
+  OK(strata_plan_candidate(p, 0, &best));
+  char *d = NULL;
+  OK(strata_layout_describe(best.layout, &d));
+  cr_log_info("best: %s, %g s", d, best.step_s);
+  free(d);
+  strata_plan_free(p);
+  strata_cluster_free(c);
+  strata_model_free(m);
+}

@@ -60,6 +60,7 @@ struct search {
   struct group *groups;
   int ngroups;
   int fits_only;                    /* min_devices: stop at the first layout that fits, no simulation */
+  int mixed_tp;                     /* the groups differ in tp degree */
   int found;
   int rc;
   struct inflight_entry *inflight;  /* micro-batches in flight per stage, by schedule shape */
@@ -203,16 +204,18 @@ static int island_order(const struct strata_cluster *c, int *order, int *nisland
 /*
 ** Groups of t devices: each island of each node cut into consecutive runs
 ** of t of its devices, the fastest islands first; what is left of an
-** island smaller than t stays out (a tp group never spans two islands).
+** island smaller than t stays out (a tp group never spans two islands) —
+** or with `mixed`, forms groups of the largest degree below t that the
+** model divides, so that every device is used and ranks differ in tp.
 */
-static int make_groups(struct search *s, int t) {
+static int make_groups(struct search *s, int t, int mixed) {
   const struct strata_cluster *c = s->c;
   groups_free(s);
   int *order = malloc(sizeof *order * (size_t)c->k), nisl = 0;
   if (!order)
     return strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
   int rc = island_order(c, order, &nisl);
-  size_t cap = (size_t)c->nodes * (size_t)c->k / (size_t)t + 1;
+  size_t cap = (size_t)c->nodes * (size_t)c->k + 1;
   s->groups = rc ? NULL : calloc(cap, sizeof *s->groups);
   if (!rc && !s->groups)
     rc = strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
@@ -225,26 +228,36 @@ static int make_groups(struct search *s, int t) {
       for (int i = 0; i < c->k; i++)
         if (c->island[i] == order[j])
           members[nm++] = i;
-      for (int g0 = 0; g0 + t <= nm && !rc; g0 += t) {
+      for (int g0 = 0, size = t; g0 < nm && !rc; g0 += size) {
+        size = t;
+        if (g0 + t > nm) {
+          if (!mixed)
+            break;
+          /* the rest of the island: the largest power of two that fits and that the model divides */
+          for (size = 1; 2 * size <= nm - g0; size *= 2)
+            ;
+          while (size > 1 && !tp_divides(s->model, size))
+            size /= 2;
+        }
         struct group *g = &s->groups[s->ngroups];
-        g->devs = malloc(sizeof *g->devs * (size_t)t);
+        g->devs = malloc(sizeof *g->devs * (size_t)size);
         if (!g->devs) {
           rc = strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
           break;
         }
         s->ngroups++;
-        g->t = t;
+        g->t = size;
         g->node = node;
         g->island = order[j];
         double fmin = INFINITY;
         uint64_t mmin = UINT64_MAX;
-        for (int q = 0; q < t; q++) {
+        for (int q = 0; q < size; q++) {
           int local = members[g0 + q];
           g->devs[q] = node * c->k + local;
           fmin = c->cost[local].flops < fmin ? c->cost[local].flops : fmin;
           mmin = c->cost[local].memory < mmin ? c->cost[local].memory : mmin;
         }
-        g->flops = fmin * t;
+        g->flops = fmin * size;
         g->memory = mmin;
       }
     }
@@ -479,18 +492,27 @@ static int evaluate(struct search *s, strata_layout_t l) {
 /* The layout of these choices, or NULL (out of memory, or refused by strata_layout_new). */
 static strata_layout_t build(struct search *s, int dp, int pp, const struct group *const *gl, int schedule, int m, int v,
                              int zero, const int *split) {
-  int t = gl[0]->t, n = dp * pp * t;
-  int *devs = malloc(sizeof *devs * (size_t)n);
-  if (!devs)
-    return NULL;
+  /* each rank's tp degree is its group's (replica 0's; the others' groups match it or the layout refuses them) */
+  int n = 0;
   for (int g = 0; g < dp * pp; g++)
-    memcpy(devs + (size_t)g * (size_t)t, gl[g]->devs, sizeof *devs * (size_t)t);
-  struct strata_layout_desc d = {.dp = dp, .pp = pp, .tp_all = t, .devices = devs, .ndevices = n, .split = split,
+    n += gl[g]->t;
+  int *devs = malloc(sizeof *devs * (size_t)n), *tp = malloc(sizeof *tp * (size_t)pp);
+  if (!devs || !tp) {
+    free(devs);
+    free(tp);
+    return NULL;
+  }
+  for (int g = 0, at = 0; g < dp * pp; at += gl[g]->t, g++)
+    memcpy(devs + at, gl[g]->devs, sizeof *devs * (size_t)gl[g]->t);
+  for (int r = 0; r < pp; r++)
+    tp[r] = gl[r]->t;
+  struct strata_layout_desc d = {.dp = dp, .pp = pp, .tp = tp, .devices = devs, .ndevices = n, .split = split,
                                  .nsplit = split ? pp * v : 0, .schedule = schedule, .microbatches = m,
                                  .virtual_stages = v, .zero = zero};
   strata_layout_t l = NULL;
   strata_layout_new(&d, &l);
   free(devs);
+  free(tp);
   return l;
 }
 
@@ -637,7 +659,7 @@ static void canonical(const struct search *s, const struct group *const *gl, int
         cls = q;
         break;
       }
-    sig[3 * i] = cls;
+    sig[3 * i] = cls * 65536 + gl[i]->t;
     sig[3 * i + 1] = a;
     sig[3 * i + 2] = b;
   }
@@ -773,6 +795,8 @@ static int by_position(const void *a, const void *b) {
 
 static void try_counts(struct search *s) {
   const int G = s->ngroups;
+  if (G < 1)
+    return;
   const struct group **gl = malloc(sizeof *gl * (size_t)G), **use = malloc(sizeof *use * (size_t)G);
   int *used = calloc((size_t)G, sizeof *used);
   if (!gl || !use || !used) {
@@ -794,6 +818,8 @@ static void try_counts(struct search *s) {
     for (int dp = 1; dp <= n && !s->rc; dp++) {
       if (n % dp || s->o->batch % dp)
         continue;
+      if (s->mixed_tp && dp > 1)
+        continue; /* ranks of unlike tp: one pipeline (replicas would need the same tp at every rank) */
       const int pp = n / dp;
       if (pp > s->L)
         continue;
@@ -975,9 +1001,16 @@ static void explain_candidates(struct search *s) {
     struct cand *c = &p->c[i];
     strata_layout_t l = c->layout;
     char what[160];
-    snprintf(what, sizeof what, "dp %d x pp %d x tp %d, %s, m %d%s", strata_layout_dp(l), strata_layout_pp(l),
-             strata_layout_tp(l, 0), strata_schedule_kind_name(strata_layout_schedule(l)),
-             strata_layout_microbatches(l), strata_layout_zero(l) ? ", ZeRO-1" : "");
+    char tps[64];
+    size_t tl = 0;
+    int same = 1;
+    for (int r = 1; r < strata_layout_pp(l); r++)
+      same &= strata_layout_tp(l, r) == strata_layout_tp(l, 0);
+    for (int r = 0; r < (same ? 1 : strata_layout_pp(l)) && tl + 12 < sizeof tps; r++)
+      tl += (size_t)snprintf(tps + tl, sizeof tps - tl, "%s%d", r ? "," : "", strata_layout_tp(l, r));
+    snprintf(what, sizeof what, "dp %d x pp %d x tp %s, %s, m %d%s", strata_layout_dp(l), strata_layout_pp(l), tps,
+             strata_schedule_kind_name(strata_layout_schedule(l)), strata_layout_microbatches(l),
+             strata_layout_zero(l) ? ", ZeRO-1" : "");
     if (i == 0) {
       snprintf(c->reason, sizeof c->reason, "%s: fastest predicted step (bubble %.1f%%, communication %.1f%%)", what,
                100 * c->res.bubble, 100 * c->res.comm_share);
@@ -1075,15 +1108,26 @@ static int run_search(struct search *s) {
   int tps[32];
   int nt = tp_degrees(s, tps);
   for (int i = 0; i < nt && !s->rc; i++) {
-    int rc = make_groups(s, tps[i]);
-    if (rc)
-      return rc;
-    if (s->ngroups == 0)
-      continue;
-    try_counts(s);
+    /* pass 1: groups of tps[i]; then, where islands leave devices out, every device in groups of
+    ** tps[i] and less (a tp degree per rank) */
+    for (int mixed = 0; mixed <= (tps[i] > 1 && !s->o->fixed_tp) && !s->rc; mixed++) {
+      int rc = make_groups(s, tps[i], mixed);
+      if (rc)
+        return rc;
+      int used = 0, uniform = 1;
+      for (int g = 0; g < s->ngroups; g++)
+        used += s->groups[g].t, uniform &= s->groups[g].t == tps[i];
+      if (s->ngroups == 0 || (mixed && (uniform || used < s->c->nodes * s->c->k)))
+        continue; /* mixed adds nothing where every island divides into groups of tps[i] */
+      s->mixed_tp = mixed;
+      try_counts(s);
+      if (s->fits_only && s->found)
+        break;
+    }
     if (s->fits_only && s->found)
       break;
   }
+  s->mixed_tp = 0;
   if (!s->rc && !s->fits_only && !s->o->exhaustive)
     refine(s);
   return s->rc;
