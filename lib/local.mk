@@ -47,3 +47,4 @@ stratainclude_HEADERS += \
 	include/strata/comm.h \
 	include/strata/cluster.h \
 	include/strata/layout.h
+include lib/plan/local.mk

@@ -42,6 +42,7 @@ static void usage(FILE *f) {
           "Usage: strata-bench gemm [OPTIONS]\n"
           "       strata-bench allreduce|allgather|reducescatter|broadcast [OPTIONS] (see its --help)\n"
           "       mpirun -np N strata-bench mpi [OPTIONS] (between ranks; see its --help)\n"
+          "       strata-bench calibrate [--devices LIST] [--out FILE] (costs for strata-plan --calibration)\n"
           "Measure SGEMM (C = A B, N x N, fp32) through strata's device layer beside the\n"
           "library strata calls underneath, on the same device in the same run:\n"
           "the host backend's GEMM library (OpenBLAS, BLIS, oneDNN: the very copy the\n"
@@ -424,6 +425,86 @@ static int bench_gemm(const struct options *o) {
   return failed;
 }
 
+/*
+** strata-bench calibrate [--devices LIST] [--out FILE]: measure this
+** machine's devices and links for the planner and write the JSON cache
+** (default $XDG_CACHE_HOME/strata/calibration.json, else
+** ~/.cache/strata/calibration.json), which strata-plan --calibration reads.
+*/
+static int calibrate_main(int argc, char **argv) {
+  static const struct option longopts[] = {{"devices", required_argument, NULL, 'd'},
+                                           {"out", required_argument, NULL, 'o'},
+                                           {"help", no_argument, NULL, 'h'},
+                                           {NULL, 0, NULL, 0}};
+  const char *out = NULL, *list = NULL;
+  int c;
+  optind = 2;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, ":d:o:h", longopts, NULL)) != -1) {
+    switch (c) {
+    case 'd': list = optarg; break;
+    case 'o': out = optarg; break;
+    case 'h':
+      printf("Usage: strata-bench calibrate [--devices LIST] [--out FILE]\n"
+             "Measure each device's fp32 GEMM speed (N = 256, 512, 1024), memory bandwidth and launch overhead,\n"
+             "and a copy between every pair, for strata-plan --calibration. Writes FILE (default\n"
+             "$XDG_CACHE_HOME/strata/calibration.json or ~/.cache/strata/calibration.json).\n");
+      return 0;
+    default:
+      cli_refuse("strata-bench", c == ':' ? ':' : '?', argc, argv);
+      return 2;
+    }
+  }
+  if (cli_refuse("strata-bench", 0, argc, argv))
+    return 2;
+  int devs[256], n = 0;
+  if (list) {
+    char *copy = strdup(list), *save = NULL;
+    for (char *t = copy ? strtok_r(copy, ",", &save) : NULL; t; t = strtok_r(NULL, ",", &save)) {
+      int64_t v;
+      if (n == 256 || cli_parse_range("strata-bench", "--devices", t, 0, 65535, &v)) {
+        free(copy);
+        return 2;
+      }
+      devs[n++] = (int)v;
+    }
+    free(copy);
+  }
+  char path[4096];
+  if (!out) {
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (xdg && *xdg)
+      snprintf(path, sizeof path, "%s/strata", xdg);
+    else
+      snprintf(path, sizeof path, "%s/.cache/strata", home ? home : ".");
+    char parent[4096];
+    snprintf(parent, sizeof parent, "%.*s", (int)(strrchr(path, '/') - path), path);
+    mkdir(parent, 0755);
+    mkdir(path, 0755);
+    strncat(path, "/calibration.json", sizeof path - strlen(path) - 1);
+    out = path;
+  }
+  char *json = NULL;
+  int rc = strata_calibrate(list ? devs : NULL, n, &json);
+  if (rc) {
+    fprintf(stderr, "strata-bench: %s\n", strata_last_error());
+    strata_shutdown();
+    return rc == STRATA_ERR_RANGE ? 2 : 1;
+  }
+  FILE *f = fopen(out, "w");
+  if (!f || fprintf(f, "%s\n", json) < 0 || fclose(f) != 0) {
+    fprintf(stderr, "strata-bench: cannot write %s\n", out);
+    free(json);
+    strata_shutdown();
+    return 1;
+  }
+  printf("%s\n", json);
+  fprintf(stderr, "strata-bench: calibration written to %s\n", out);
+  free(json);
+  strata_shutdown();
+  return 0;
+}
+
 int main(int argc, char **argv) {
   struct options o = {.device = -1, .reps = 5, .user_coretype = getenv("OPENBLAS_CORETYPE")};
   parse_sizes("512,1024,2048", &o);
@@ -439,9 +520,11 @@ int main(int argc, char **argv) {
     return strata_bench_comm_main(argc, argv);
   if (strcmp(argv[1], "mpi") == 0)
     return strata_bench_mpi_main(argc, argv);
+  if (strcmp(argv[1], "calibrate") == 0)
+    return calibrate_main(argc, argv);
   if (strcmp(argv[1], "gemm") != 0) {
     fprintf(stderr, "strata-bench: unknown benchmark '%s' (known: gemm, allreduce, allgather, reducescatter, "
-                    "broadcast, mpi)\n", argv[1]);
+                    "broadcast, mpi, calibrate)\n", argv[1]);
     return 2;
   }
   static const struct option longopts[] = {{"device", required_argument, NULL, 'd'},

@@ -16,5 +16,6 @@
 #include <strata/comm.h>
 #include <strata/cluster.h>
 #include <strata/layout.h>
+#include <strata/plan.h>
 
 #endif /* STRATA_STRATA_H */

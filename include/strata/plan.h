@@ -1,0 +1,280 @@
+/* SPDX-License-Identifier: MIT */
+/* strata/plan.h — the cost model of devices and links, the simulator that runs a layout's action lists on it, and the planner that searches layouts with it. */
+#ifndef STRATA_PLAN_H
+#define STRATA_PLAN_H
+
+#include <strata/common.h>
+#include <strata/layout.h>
+#include <strata/model.h>
+#include <strata/schedule.h>
+#include <strata/topology.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- devices: nominal figures of GPU models ---- */
+
+/*
+** One row of the table of GPU models (lib/plan/devices.c), each with its
+** published peak and where that figure comes from. strata computes in
+** fp32, so fp32_tflops is the figure the cost model uses; tf32_tflops
+** (dense, 0 where the part has no such mode) is informative. Strings are
+** static.
+*/
+struct strata_gpu_model {
+  const char *name;             /* "A100-SXM4-80GB" */
+  const char *vendor;           /* "NVIDIA", "AMD" */
+  double fp32_tflops;           /* peak fp32 (vector or matrix, the larger one a GEMM reaches) */
+  double tf32_tflops;           /* peak dense tf32 / xf32 matrix, 0 when none */
+  double mem_gbps;              /* peak memory bandwidth, GB/s */
+  uint64_t memory;              /* bytes */
+  double launch_us;             /* per-kernel launch overhead, microseconds */
+  const char *source;           /* the datasheet the figures come from */
+};
+
+/* Rows in the table, and row i (STRATA_ERR_RANGE outside). */
+STRATA_API int strata_gpu_model_count(void);
+STRATA_API int strata_gpu_model_get(int index, struct strata_gpu_model *out /* OUT */);
+/*
+** The row for a GPU: by name (case-insensitive; a topology's "Tesla
+** V100-SXM3-32GB-H", a short "A100-80GB" or "MI250X"), else by PCI vendor
+** and device id (0: not known). STRATA_ERR_NOT_FOUND when nothing matches.
+*/
+STRATA_API int strata_gpu_model_find(const char *name, unsigned vendor_id, unsigned device_id,
+                                     struct strata_gpu_model *out /* OUT */);
+
+/*
+** What one device costs to the simulator: sustained GEMM FLOP/s (the
+** nominal peak times the sustained fraction, or a measured figure), memory
+** bandwidth and capacity, launch overhead. `model` and `source` are static
+** strings or owned by the cluster that returned them.
+*/
+struct strata_device_cost {
+  double flops;                 /* sustained GEMM FLOP/s */
+  double mem_gbps;              /* memory bandwidth, GB/s */
+  uint64_t memory;              /* capacity, bytes */
+  double launch_us;             /* per-op overhead, microseconds */
+  const char *model;            /* "T4", "A100-SXM4-80GB", "host", ... */
+  const char *source;           /* where the figures come from */
+};
+
+/* The fraction of a datasheet's peak that a large fp32 GEMM sustains,
+** applied to nominal figures (measured figures are taken as they are). */
+#define STRATA_PLAN_SUSTAINED 0.7
+
+/* The share of a device's memory a plan may fill: the rest is left to the
+** allocator's slack, the driver's context and workspace buffers. */
+#define STRATA_PLAN_MEMORY_USABLE 0.9
+
+/* A table row as a cost (peak x STRATA_PLAN_SUSTAINED). */
+STRATA_API int strata_device_cost_from_model(const struct strata_gpu_model *m, struct strata_device_cost *out /* OUT */);
+
+/* ---- clusters: devices and the links between them ---- */
+
+/*
+** A cluster is what the simulator and the planner place on: `nodes`
+** copies of one node (its devices, the links between them, their islands
+** and the PCIe uplinks they share), joined by a network. Read-only once
+** built; the caller frees it.
+*/
+typedef struct strata_cluster *strata_cluster_t;
+
+/* How nodes are joined, and which devices of a node to use; zeros are defaults. */
+struct strata_cluster_options {
+  int nodes;                    /* copies of the node (default 1; 0 is the default, negative an error) */
+  double network_gbps;          /* Gb/s of one network interface (bits; default 100) */
+  int nics;                     /* interfaces per node, each carrying its own flows (default 1) */
+  double network_latency_us;    /* one-way latency (default 5) */
+  const int *devices;           /* the node's devices to use (topology GPU indices), or NULL for all */
+  int ndevices;
+};
+
+/*
+** A node described by hand (tests, and machines without a dump): `devices`
+** devices with their costs, and for each ordered pair (row-major, n x n)
+** the bandwidth in GB/s and latency in us and the path kind
+** (enum strata_path_kind); `island` gives each device's island (devices of
+** one island may form a tensor-parallel group; NULL: each its own),
+** `uplink` the PCIe uplink a device's traffic to devices of other islands
+** shares (NULL: none shared). Arrays are copied.
+*/
+struct strata_node_desc {
+  int devices;
+  const struct strata_device_cost *cost;
+  const double *gbps;
+  const double *latency_us;
+  const int *kind;              /* may be NULL: NVLINK when gbps > 50, else PHB */
+  const int *island;
+  const int *uplink;
+  double uplink_gbps;           /* bandwidth of each shared uplink (0: no contention modelled) */
+  const char *name;             /* "8xA100-80GB:nvswitch"; copied */
+};
+
+STRATA_API int strata_cluster_new(const struct strata_node_desc *node, const struct strata_cluster_options *opts,
+                                  strata_cluster_t *out /* OUT */);
+/*
+** From a topology: its GPUs (costed from the table by name or PCI id, one
+** line of why for a GPU the table does not know, which then gets a
+** labelled guess), links from its link model, islands as the topology
+** found them, uplinks from the PCIe paths. A topology with no GPU is
+** STRATA_ERR_NOT_FOUND ("nothing to place on").
+*/
+STRATA_API int strata_cluster_from_topology(strata_topology_t topo, const struct strata_cluster_options *opts,
+                                            strata_cluster_t *out /* OUT */);
+/*
+** A synthetic node "COUNTxMODEL:FABRIC": MODEL a table row ("A100-80GB",
+** "MI250X", "T4"), FABRIC one of nvswitch (every pair NVLink at the
+** model's generation), nvlink (pairs), xgmi (every pair one xGMI link),
+** pcie (pairs under one PCIe switch, half the switches on each socket).
+** STRATA_ERR_PARSE naming the part that is wrong.
+*/
+STRATA_API int strata_cluster_synthetic(const char *spec, const struct strata_cluster_options *opts,
+                                        strata_cluster_t *out /* OUT */);
+STRATA_API void strata_cluster_free(strata_cluster_t c);
+
+/*
+** Calibration of this machine's runtime devices (`devices` lists runtime
+** indices; NULL: all of them, n ignored): per device the best GFLOP/s of
+** fp32 GEMMs of 256, 512 and 1024 (the largest size's is what it plans with),
+** the bandwidth of a 32 MiB fill, the launch overhead of a one-element op,
+** its memory; per pair a timed 16 MiB copy. *json ("strata-calibration/1",
+** the file strata-bench calibrate writes) is the caller's to free().
+*/
+STRATA_API int strata_calibrate(const int *devices, int n, char **json /* OUT */);
+/* A one-node cluster of calibrated devices; layout devices are their runtime indices. */
+STRATA_API int strata_cluster_from_calibration(const char *json, const char *source,
+                                               const struct strata_cluster_options *opts, strata_cluster_t *out /* OUT */);
+
+/* One device of a cluster (global index node x per_node + local). */
+struct strata_cluster_device {
+  int node;
+  int local;                    /* index inside the node */
+  int id;                       /* the node's own index for it: topology GPU index or descriptor index */
+  int island;                   /* island inside the node */
+  const char *name;             /* owned by the cluster */
+  struct strata_device_cost cost;
+};
+STRATA_API int strata_cluster_device_count(strata_cluster_t c);
+STRATA_API int strata_cluster_nodes(strata_cluster_t c);
+STRATA_API int strata_cluster_device(strata_cluster_t c, int device, struct strata_cluster_device *out /* OUT */);
+/* The link between two devices (GB/s, us, kind NET across nodes). */
+STRATA_API int strata_cluster_link(strata_cluster_t c, int from, int to, struct strata_link *out /* OUT */);
+/* What the cluster is, in words ("4 x Tesla T4 (aws-g4dn...xml)"); lives as long as the cluster. */
+STRATA_API const char *strata_cluster_describe(strata_cluster_t c);
+/* Warnings from building it (a GPU the table did not know ...); count, then each. */
+STRATA_API int strata_cluster_warning_count(strata_cluster_t c);
+STRATA_API const char *strata_cluster_warning(strata_cluster_t c, int index);
+
+/* ---- the simulator ---- */
+
+struct strata_sim_options {
+  int64_t batch;                /* global batch of a step, in samples; dp x microbatches must divide it */
+  const char *trace;            /* write a Chrome/Perfetto trace here (the executor's format), or NULL */
+  int symmetric;                /* 1: replicas on identical devices; simulate two and cost the collectives
+                                   over all dp (exact when the replicas' devices are alike) */
+};
+
+/*
+** What a simulated step gives. Arrays have `devices` entries, one per
+** pipeline device of the schedule (replica-major, rank); a tp group counts
+** as its first device. The caller releases them with strata_sim_result_destroy.
+*/
+struct strata_sim_result {
+  double step_s;                /* one optimizer step, seconds */
+  double bubble;                /* 1 - compute / (devices x step) */
+  double comm_share;            /* communication's share of the devices' working time: transfers, collectives
+                                   and tp joins over those plus compute (overlapped or not) */
+  double samples_per_s;
+  double tokens_per_s;          /* samples x context for a GPT, else samples */
+  double flops_per_device;      /* model FLOP/s achieved per device (every device of the layout) */
+  uint64_t peak_bytes;          /* largest per-device memory */
+  int devices;                  /* schedule devices (dp x pp) */
+  double *busy;                 /* [devices] compute time / step */
+  uint64_t *memory;             /* [devices] peak bytes */
+  int fits;                     /* every device's peak within its capacity */
+};
+STRATA_API void strata_sim_result_destroy(struct strata_sim_result *r);
+
+/*
+** Simulate one step of `layout` for `model` on `cluster` (layout devices
+** are cluster device indices): the same per-device action lists the
+** executor runs (strata_schedule_generate_replicated), compute costed from
+** the model's per-layer profile on each device (divided by the rank's tp
+** degree, plus its all-reduces on the tp group's links), transfers on the
+** links with the sender's copy engine and shared uplinks contended,
+** gradient collectives as rings hop by hop. Action kinds it does not know
+** are zero-cost synchronisation. A layout that does not fit still gives
+** its figures, with fits = 0.
+*/
+STRATA_API int strata_simulate(strata_cluster_t cluster, strata_model_t model, strata_layout_t layout,
+                               const struct strata_sim_options *opts, struct strata_sim_result *out /* OUT */);
+/*
+** Simulate a bare schedule with one cost per action kind (`cost` has
+** STRATA_ACTION_KIND_COUNT entries, NULL: unit costs F 1, B 2, BI 1, W 1,
+** the rest 0; transfers take their kind's cost and need no link). With
+** unit costs the bubble is strata_schedule_bubble's.
+*/
+STRATA_API int strata_simulate_schedule(strata_schedule_t s, const double *cost, struct strata_sim_result *out /* OUT */);
+
+/* ---- the planner ---- */
+
+struct strata_plan_options {
+  int64_t batch;                /* global batch in samples (required) */
+  int top;                      /* candidates to keep (default 5) */
+  int exhaustive;               /* 1: every device order and every split (small cases; the reference) */
+  int max_microbatches;         /* per replica (default 256) */
+  int no_zero;                  /* 1: never ZeRO-1 */
+  int fixed_tp;                 /* only this tp degree (0: search) */
+};
+
+typedef struct strata_plan *strata_plan_t;
+
+/* A ranked layout. Pointers live as long as the plan. */
+struct strata_plan_candidate {
+  strata_layout_t layout;
+  double step_s;
+  double samples_per_s;
+  double flops_per_device;
+  double bubble;
+  uint64_t peak_bytes;
+  const char *reason;           /* one line: why it is ranked where it is */
+};
+
+/*
+** Search layouts (dp x pp x tp, device assignment, split, micro-batches,
+** schedule, ZeRO-1) for `model` and a global batch on `cluster`, in
+** numbered passes: 1 tensor-parallel groups inside islands, fastest first;
+** 2 dp x pp over the groups, replicas across nodes or inside them;
+** 3 micro-batches and schedules; 4 the split, balanced by each rank's
+** speed and bounded by its memory, pruned when it cannot fit; 5 simulate
+** and rank. Nothing that fits: STRATA_ERR_DEVICE_MEMORY, with the smallest
+** number of this cluster's devices that would fit in the message (and
+** from strata_plan_min_devices).
+*/
+STRATA_API int strata_plan_search(strata_cluster_t cluster, strata_model_t model, const struct strata_plan_options *opts,
+                                  strata_plan_t *out /* OUT */);
+STRATA_API void strata_plan_free(strata_plan_t p);
+STRATA_API int strata_plan_count(strata_plan_t p);
+STRATA_API int strata_plan_candidate(strata_plan_t p, int index, struct strata_plan_candidate *out /* OUT */);
+/* Layouts simulated, and those pruned by memory before simulating. */
+STRATA_API int strata_plan_stats(strata_plan_t p, int *simulated /* OUT */, int *pruned /* OUT */);
+/* The choice in words: why these devices form a tp group, why this split (caller frees). */
+STRATA_API int strata_plan_explain(strata_plan_t p, char **text /* OUT */);
+
+/*
+** The smallest number of devices like the cluster's first one (nodes of
+** the same kind when the cluster has several nodes, counted in devices)
+** that would fit `model` at this batch; STRATA_ERR_RANGE past `limit`.
+*/
+STRATA_API int strata_plan_min_devices(strata_cluster_t cluster, strata_model_t model,
+                                       const struct strata_plan_options *opts, int limit, int *devices /* OUT */);
+
+/* The memory one device of rank `rank` needs under `layout` (bytes), as the planner prunes by it. */
+STRATA_API int strata_plan_memory(strata_model_t model, strata_layout_t layout, int64_t batch, int rank,
+                                  uint64_t *bytes /* OUT */);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* STRATA_PLAN_H */

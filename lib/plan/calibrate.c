@@ -1,0 +1,247 @@
+/* SPDX-License-Identifier: MIT */
+/* calibrate.c — measured device and link costs of this machine (GEMM speed by size, memory bandwidth, launch overhead, copies), as a small JSON cache the planner reads. */
+#include "config.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <strata/device.h>
+#include <strata/ops.h>
+
+#include "plan/plan.h"
+#include "util.h"
+
+/* GEMM sizes measured, and repetitions of each (the best counts: a shared machine only ever slows a run down). */
+static const int gemm_sizes[] = {256, 512, 1024};
+#define NSIZES 3
+#define REPS 3
+/* Bytes written to measure memory bandwidth, and tiny ops timed for the launch overhead. */
+#define FILL_BYTES (32u << 20)
+#define LAUNCHES 200
+/* Bytes of each device-to-device copy the link measurement times. */
+#define COPY_BYTES (16u << 20)
+
+/* One device's figures: the best GEMM GFLOP/s of each size, fill bandwidth, launch overhead. */
+static int measure(int dev, double gflops[NSIZES], double *mem_gbps, double *launch_us) {
+  strata_queue_t q = NULL;
+  strata_buffer_t a = NULL, c = NULL, f = NULL;
+  const int64_t nmax = gemm_sizes[NSIZES - 1];
+  int rc = strata_queue_new(dev, &q);
+  if (!rc)
+    rc = strata_buffer_new(dev, (size_t)(nmax * nmax * 4), &a);
+  if (!rc)
+    rc = strata_buffer_new(dev, (size_t)(nmax * nmax * 4), &c);
+  if (!rc)
+    rc = strata_buffer_new(dev, FILL_BYTES, &f);
+  if (!rc)
+    rc = strata_fill(q, strata_mem(a, 0), 0.5f, nmax * nmax);
+  for (int s = 0; s < NSIZES && !rc; s++) {
+    const int64_t n = gemm_sizes[s];
+    double best = 0;
+    for (int r = 0; r <= REPS && !rc; r++) { /* the first run may compile kernels: not counted */
+      double t0 = strata__now();
+      rc = strata_gemm(q, 0, 0, n, n, n, 1, strata_mem(a, 0), n, 0, strata_mem(a, 0), n, 0, 0, strata_mem(c, 0), n, 0, 1);
+      if (!rc)
+        rc = strata_queue_finish(q);
+      double g = 2.0 * (double)n * (double)n * (double)n / (strata__now() - t0) / 1e9;
+      if (r > 0 && g > best)
+        best = g;
+    }
+    gflops[s] = best;
+  }
+  double bw = 0;
+  for (int r = 0; r <= REPS && !rc; r++) {
+    double t0 = strata__now();
+    rc = strata_fill(q, strata_mem(f, 0), 1.0f, FILL_BYTES / 4);
+    if (!rc)
+      rc = strata_queue_finish(q);
+    double g = FILL_BYTES / (strata__now() - t0) / 1e9;
+    if (r > 0 && g > bw)
+      bw = g;
+  }
+  *mem_gbps = bw;
+  if (!rc) {
+    double t0 = strata__now();
+    for (int i = 0; i < LAUNCHES && !rc; i++)
+      rc = strata_fill(q, strata_mem(f, 0), 2.0f, 1);
+    if (!rc)
+      rc = strata_queue_finish(q);
+    *launch_us = (strata__now() - t0) / LAUNCHES * 1e6;
+  }
+  strata_buffer_free(a);
+  strata_buffer_free(c);
+  strata_buffer_free(f);
+  strata_queue_free(q);
+  return rc;
+}
+
+STRATA_API int strata_calibrate(const int *devices, int n, char **json) {
+  if (!json)
+    return strata__error(STRATA_ERR_INVALID, "strata_calibrate: json is NULL");
+  *json = NULL;
+  int count = 0;
+  TRY(strata_device_count(&count));
+  if (!devices)
+    n = count;
+  if (n < 1)
+    return strata__error(STRATA_ERR_NOT_FOUND, "calibration: no device to measure");
+  for (int i = 0; devices && i < n; i++)
+    if (devices[i] < 0 || devices[i] >= count)
+      return strata__error(STRATA_ERR_RANGE, "calibration: device %d does not exist (%d devices)", devices[i], count);
+  strata_topology_t topo = NULL;
+  int rc = strata_topology_load(NULL, &topo);
+  if (!rc)
+    rc = strata_topology_map_runtime(topo);
+  /* copies between every pair of devices, as the links' planning figures */
+  if (!rc && n > 1)
+    rc = strata_topology_measure(topo, COPY_BYTES, REPS);
+  json_t *root = json_object(), *devs = json_array(), *gbps = json_array(), *lat = json_array();
+  if (!root || !devs || !gbps || !lat)
+    rc = rc ? rc : strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
+  for (int i = 0; i < n && !rc; i++) {
+    const int d = devices ? devices[i] : i;
+    struct strata_device_props p;
+    double g[NSIZES] = {0}, bw = 0, launch = 0;
+    rc = strata_device_props(d, &p);
+    if (!rc)
+      rc = measure(d, g, &bw, &launch);
+    if (rc)
+      break;
+    json_t *sizes = json_array();
+    for (int s = 0; s < NSIZES; s++)
+      json_array_append_new(sizes, json_pack("[i, f]", gemm_sizes[s], g[s]));
+    /* the planning figure: the largest size, nearest the GEMMs of a training step (the smaller ones
+    ** fit in cache and may run faster than a layer's) */
+    const double best = g[NSIZES - 1];
+    json_array_append_new(devs, json_pack("{s:i, s:s, s:s, s:f, s:o, s:f, s:f, s:I}", "device", d, "name", p.name,
+                                          "backend", p.backend, "gflops", best, "gemm", sizes, "mem_gbps", bw,
+                                          "launch_us", launch, "memory", (json_int_t)p.memory_limit));
+    json_t *row = json_array(), *lrow = json_array();
+    for (int j = 0; j < n; j++) {
+      struct strata_link l = {0};
+      const int e = devices ? devices[j] : j;
+      if (i != j && strata_topology_device_link(topo, d, e, &l) != STRATA_OK)
+        l.gbps = 0;
+      json_array_append_new(row, json_real(i == j ? 0 : l.gbps));
+      json_array_append_new(lrow, json_real(i == j ? 0 : l.latency_us));
+    }
+    json_array_append_new(gbps, row);
+    json_array_append_new(lat, lrow);
+  }
+  if (!rc) {
+    struct strata_topology_host h;
+    strata_topology_host(topo, &h);
+    json_object_set_new(root, "schema", json_string("strata-calibration/1"));
+    json_object_set_new(root, "host", json_string(h.hostname));
+    json_object_set_new(root, "devices", devs);
+    json_object_set_new(root, "gbps", gbps);
+    json_object_set_new(root, "latency_us", lat);
+    devs = gbps = lat = NULL;
+    *json = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
+    if (!*json)
+      rc = strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
+  }
+  json_decref(devs);
+  json_decref(gbps);
+  json_decref(lat);
+  json_decref(root);
+  strata_topology_free(topo);
+  return rc;
+}
+
+/* A positive finite number field of `o`, or an error naming it. */
+static int number(json_t *o, const char *field, const char *src, int i, double *out) {
+  json_t *v = json_object_get(o, field);
+  if (!json_is_number(v) || !(json_number_value(v) >= 0) || !isfinite(json_number_value(v)))
+    return strata__error(STRATA_ERR_PARSE, "%s: device %d: \"%s\" must be a non-negative number", src, i, field);
+  *out = json_number_value(v);
+  return STRATA_OK;
+}
+
+STRATA_API int strata_cluster_from_calibration(const char *json, const char *source,
+                                               const struct strata_cluster_options *o, strata_cluster_t *out) {
+  if (!out || !json)
+    return strata__error(STRATA_ERR_INVALID, "strata_cluster_from_calibration: NULL argument");
+  *out = NULL;
+  const char *src = source ? source : "calibration";
+  json_error_t err;
+  json_t *root = json_loads(json, 0, &err);
+  if (!root)
+    return strata__error(STRATA_ERR_PARSE, "%s: line %d: %s", src, err.line, err.text);
+  int rc = STRATA_OK;
+  json_t *schema = json_object_get(root, "schema"), *devs = json_object_get(root, "devices");
+  json_t *gbps = json_object_get(root, "gbps"), *lat = json_object_get(root, "latency_us");
+  if (!json_is_string(schema) || strcmp(json_string_value(schema), "strata-calibration/1") != 0)
+    rc = strata__error(STRATA_ERR_PARSE, "%s: not a strata-calibration/1 file", src);
+  const size_t n = json_array_size(devs);
+  if (!rc && (n < 1 || n > 65536 || json_array_size(gbps) != n || json_array_size(lat) != n))
+    rc = strata__error(STRATA_ERR_PARSE, "%s: \"devices\", \"gbps\" and \"latency_us\" must list the same devices",
+                       src);
+  struct strata_device_cost *cost = rc ? NULL : calloc(n, sizeof *cost);
+  double *g = rc ? NULL : calloc(n * n, sizeof *g), *l = rc ? NULL : calloc(n * n, sizeof *l);
+  int *ids = rc ? NULL : calloc(n, sizeof *ids);
+  if (!rc && (!cost || !g || !l || !ids))
+    rc = strata__error(STRATA_ERR_NOMEM, "out of host memory");
+  for (size_t i = 0; i < n && !rc; i++) {
+    json_t *d = json_array_get(devs, i);
+    double gf = 0, bw = 0, launch = 0, mem = 0, id = 0;
+    rc = number(d, "gflops", src, (int)i, &gf);
+    if (!rc)
+      rc = number(d, "mem_gbps", src, (int)i, &bw);
+    if (!rc)
+      rc = number(d, "launch_us", src, (int)i, &launch);
+    if (!rc)
+      rc = number(d, "memory", src, (int)i, &mem);
+    if (!rc)
+      rc = number(d, "device", src, (int)i, &id);
+    if (rc)
+      break;
+    cost[i] = (struct strata_device_cost){.flops = gf * 1e9, .mem_gbps = bw, .memory = (uint64_t)mem,
+                                          .launch_us = launch, .model = "calibrated", .source = "measured"};
+    ids[i] = (int)id;
+    json_t *row = json_array_get(gbps, i), *lrow = json_array_get(lat, i);
+    if (json_array_size(row) != n || json_array_size(lrow) != n) {
+      rc = strata__error(STRATA_ERR_PARSE, "%s: row %zu of \"gbps\" or \"latency_us\" has not %zu entries", src, i, n);
+      break;
+    }
+    for (size_t j = 0; j < n; j++) {
+      g[i * n + j] = json_number_value(json_array_get(row, j));
+      l[i * n + j] = json_number_value(json_array_get(lrow, j));
+      if (i != j && !(g[i * n + j] > 0))
+        rc = strata__error(STRATA_ERR_PARSE, "%s: link %zu -> %zu has no measured bandwidth", src, i, j);
+    }
+  }
+  strata_cluster_t c = NULL;
+  if (!rc) {
+    struct strata_node_desc nd = {.devices = (int)n, .cost = cost, .gbps = g, .latency_us = l, .name = src};
+    rc = strata_cluster_new(&nd, o, &c);
+  }
+  for (size_t i = 0; !rc && i < n; i++) {
+    /* the runtime's own names and indices, so that a layout names runtime devices */
+    json_t *nm = json_object_get(json_array_get(devs, i), "name");
+    char *name = strdup(json_is_string(nm) ? json_string_value(nm) : "device");
+    if (!name) {
+      rc = strata__error(STRATA_ERR_NOMEM, "out of host memory");
+      break;
+    }
+    free(c->names[i]);
+    c->names[i] = name;
+    c->id[i] = ids[i];
+    c->cost[i].model = "calibrated";
+    c->cost[i].source = "measured by strata-bench calibrate";
+  }
+  free(cost);
+  free(g);
+  free(l);
+  free(ids);
+  json_decref(root);
+  if (rc) {
+    strata_cluster_free(c);
+    return rc;
+  }
+  *out = c;
+  return STRATA_OK;
+}

@@ -1,0 +1,49 @@
+/* SPDX-License-Identifier: MIT */
+/* plan/plan.h — internals shared by the cost model, the simulator and the planner. */
+#ifndef STRATA__PLAN_PLAN_H
+#define STRATA__PLAN_PLAN_H
+
+#include <stdarg.h>
+
+#include <strata/plan.h>
+
+/*
+** A cluster: `nodes` copies of one node of `k` devices. Device g is local
+** device g % k of node g / k. Matrices are k x k, row-major.
+*/
+struct strata_cluster {
+  int nodes, k;
+  char **names;                    /* [k] */
+  struct strata_device_cost *cost; /* [k] */
+  int *id;                         /* [k] the node's own index (topology GPU) */
+  double *gbps, *lat;              /* [k x k] GB/s, us */
+  int *kind;                       /* [k x k] enum strata_path_kind */
+  int *island;                     /* [k] */
+  int *uplink;                     /* [k] shared PCIe uplink id, -1 for none */
+  double *uplink_gbps;             /* [k] */
+  double net_gbps;                 /* GB/s per interface */
+  int nics;                        /* interfaces per node */
+  double net_lat;                  /* us */
+  int uniform;                     /* every device alike */
+  char *desc;
+  char **warnings;
+  int nwarnings;
+};
+
+/* The link between cluster devices a and b (NET across nodes). */
+void strata__cluster_link(const struct strata_cluster *c, int a, int b, double *gbps, double *lat_us, int *kind);
+
+/*
+** The simulator's costing of one layout, exposed to the planner so that it
+** can prune by memory and balance a split with the same numbers.
+** layer_time: seconds of forward (fwd) and backward (bwd) of layer l for
+** `rows` samples on the tp group of rank r of replica 0, tp joins included.
+*/
+double strata__plan_layer_time(const struct strata_cluster *c, strata_model_t model, strata_layout_t layout, int rank,
+                               int layer, int64_t rows, int backward);
+/* Memory a device of rank `rank` needs with `split` (layers per virtual stage)
+** given the micro-batches in flight on each of its stages (inflight[stage]). */
+uint64_t strata__plan_rank_memory(strata_model_t model, strata_layout_t layout, const int *split, const int *inflight,
+                                  int64_t rows, int rank);
+
+#endif /* STRATA__PLAN_PLAN_H */

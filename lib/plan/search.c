@@ -1,0 +1,1331 @@
+/* SPDX-License-Identifier: MIT */
+/* search.c — the planner: layouts searched in numbered passes, pruned by memory, ranked by the simulator, explained. */
+#include "config.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan/plan.h"
+#include "util.h"
+
+#define DEFAULT_TOP 5
+#define DEFAULT_MAX_MICROBATCHES 256
+/* Micro-batch counts tried per (dp, pp) when the batch has more divisors than that. */
+#define MAX_M_CHOICES 8
+/* Groups at most for which every count of them is tried (above: all of them only). */
+#define ALL_COUNTS_UP_TO 16
+/* Layer moves the refinement pass may simulate per candidate, and the stages it refines at most. */
+#define REFINE_BUDGET 400
+#define REFINE_MAX_STAGES 16
+#define REFINE_MAX_DEVICES 64
+/* Candidates the search keeps before the refinement, and those it refines. */
+#define POOL 24
+#define REFINE_TOP 8
+/* Pipelines of at most this many ranks over devices that differ get every rank order. */
+#define PERMUTE_UP_TO 4
+
+/* A tensor-parallel group: devices of one island of one node. */
+struct group {
+  int *devs;
+  int t, node, island;
+  double flops;                     /* slowest member's, x t */
+  uint64_t memory;                  /* smallest member's */
+};
+
+struct cand {
+  strata_layout_t layout;
+  struct strata_sim_result res;
+  char reason[300];
+  int used;                         /* devices */
+};
+
+struct strata_plan {
+  struct cand *c;
+  int n, cap;
+  int top;
+  int simulated, pruned;
+  char *explain;
+};
+
+/* Everything one search needs, shared by its passes. */
+struct search {
+  const struct strata_cluster *c;
+  strata_model_t model;
+  const struct strata_plan_options *o;
+  struct strata_plan *plan;
+  int L;
+  double *params, *act, *out;       /* [L] per layer */
+  struct group *groups;
+  int ngroups;
+  int fits_only;                    /* min_devices: stop at the first layout that fits, no simulation */
+  int mixed_tp;                     /* the groups differ in tp degree */
+  int found;
+  int rc;
+  struct inflight_entry *inflight;  /* micro-batches in flight per stage, by schedule shape */
+};
+
+/* Peak micro-batches in flight on each stage of one schedule shape: the
+** same for every dp, tp and device order, so computed once. */
+struct inflight_entry {
+  int kind, pp, m, v;
+  int *peak;                        /* [pp x v] */
+  struct inflight_entry *next;
+};
+
+static int inflight_of(struct search *s, int kind, int pp, int m, int v, int *out) {
+  const int S = pp * v;
+  for (struct inflight_entry *e = s->inflight; e; e = e->next)
+    if (e->kind == kind && e->pp == pp && e->m == m && e->v == v) {
+      memcpy(out, e->peak, sizeof *out * (size_t)S);
+      return STRATA_OK;
+    }
+  strata_schedule_t sch;
+  TRY(strata_schedule_generate(kind, pp, m, v, &sch));
+  struct inflight_entry *e = calloc(1, sizeof *e);
+  int *peak = malloc(sizeof *peak * (size_t)S);
+  if (!e || !peak) {
+    free(e);
+    free(peak);
+    strata_schedule_free(sch);
+    return strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
+  }
+  for (int j = 0; j < S; j++)
+    strata_schedule_peak_inflight(sch, j, &peak[j]);
+  strata_schedule_free(sch);
+  *e = (struct inflight_entry){.kind = kind, .pp = pp, .m = m, .v = v, .peak = peak, .next = s->inflight};
+  s->inflight = e;
+  memcpy(out, peak, sizeof *out * (size_t)S);
+  return STRATA_OK;
+}
+
+STRATA_API void strata_plan_free(strata_plan_t p) {
+  if (!p)
+    return;
+  for (int i = 0; i < p->n; i++) {
+    strata_layout_free(p->c[i].layout);
+    strata_sim_result_destroy(&p->c[i].res);
+  }
+  free(p->c);
+  free(p->explain);
+  free(p);
+}
+
+STRATA_API int strata_plan_count(strata_plan_t p) { return p ? p->n : 0; }
+
+STRATA_API int strata_plan_candidate(strata_plan_t p, int i, struct strata_plan_candidate *out) {
+  if (!p || !out)
+    return strata__error(STRATA_ERR_INVALID, "strata_plan_candidate: NULL argument");
+  if (i < 0 || i >= p->n)
+    return strata__error(STRATA_ERR_RANGE, "candidate %d out of range (%d)", i, p->n);
+  const struct cand *c = &p->c[i];
+  *out = (struct strata_plan_candidate){.layout = c->layout,
+                                        .step_s = c->res.step_s,
+                                        .samples_per_s = c->res.samples_per_s,
+                                        .flops_per_device = c->res.flops_per_device,
+                                        .bubble = c->res.bubble,
+                                        .peak_bytes = c->res.peak_bytes,
+                                        .reason = c->reason};
+  return STRATA_OK;
+}
+
+STRATA_API int strata_plan_stats(strata_plan_t p, int *simulated, int *pruned) {
+  if (!p)
+    return strata__error(STRATA_ERR_INVALID, "strata_plan_stats: NULL plan");
+  if (simulated)
+    *simulated = p->simulated;
+  if (pruned)
+    *pruned = p->pruned;
+  return STRATA_OK;
+}
+
+/* ---- pass 1: tensor-parallel groups ---- */
+
+/* Whether the model can be cut t ways (heads, d_ff, hidden widths, channels), by the layout's own check. */
+static int tp_divides(strata_model_t model, int t) {
+  struct strata_layout_desc d = {.tp_all = t};
+  strata_layout_t l;
+  if (strata_layout_new(&d, &l) != STRATA_OK)
+    return 0;
+  int ok = strata_layout_check(l, model, -1) == STRATA_OK;
+  strata_layout_free(l);
+  return ok;
+}
+
+static void groups_free(struct search *s) {
+  for (int i = 0; i < s->ngroups; i++)
+    free(s->groups[i].devs);
+  free(s->groups);
+  s->groups = NULL;
+  s->ngroups = 0;
+}
+
+/* The islands of one node, fastest first (narrowest inner link), as lists of local devices. */
+static int island_order(const struct strata_cluster *c, int *order, int *nislands) {
+  int n = 0;
+  for (int i = 0; i < c->k; i++) {
+    int seen = 0;
+    for (int j = 0; j < n && !seen; j++)
+      seen = order[j] == c->island[i];
+    if (!seen)
+      order[n++] = c->island[i];
+  }
+  /* an island's speed: its narrowest link between two members (a single device: none, last) */
+  double *bw = calloc((size_t)n, sizeof *bw);
+  if (!bw)
+    return strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
+  for (int j = 0; j < n; j++) {
+    double w = INFINITY;
+    int members = 0;
+    for (int a = 0; a < c->k; a++)
+      for (int b = 0; b < c->k; b++)
+        if (a != b && c->island[a] == order[j] && c->island[b] == order[j]) {
+          double g = c->gbps[(size_t)a * (size_t)c->k + (size_t)b];
+          w = g < w ? g : w;
+          members = 1;
+        }
+    bw[j] = members ? w : 0;
+  }
+  for (int i = 1; i < n; i++) /* stable insertion sort, widest first */
+    for (int j = i; j > 0 && bw[j] > bw[j - 1]; j--) {
+      double tb = bw[j];
+      bw[j] = bw[j - 1];
+      bw[j - 1] = tb;
+      int ti = order[j];
+      order[j] = order[j - 1];
+      order[j - 1] = ti;
+    }
+  free(bw);
+  *nislands = n;
+  return STRATA_OK;
+}
+
+/*
+** Groups of t devices: each island of each node cut into consecutive runs
+** of t of its devices, the fastest islands first; what is left of an
+** island smaller than t stays out (a tp group never spans two islands) —
+** or with `mixed`, forms groups of the largest degree below t that the
+** model divides, so that every device is used and ranks differ in tp.
+*/
+static int make_groups(struct search *s, int t, int mixed) {
+  const struct strata_cluster *c = s->c;
+  groups_free(s);
+  int *order = malloc(sizeof *order * (size_t)c->k), nisl = 0;
+  if (!order)
+    return strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
+  int rc = island_order(c, order, &nisl);
+  size_t cap = (size_t)c->nodes * (size_t)c->k + 1;
+  s->groups = rc ? NULL : calloc(cap, sizeof *s->groups);
+  if (!rc && !s->groups)
+    rc = strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
+  int *members = rc ? NULL : malloc(sizeof *members * (size_t)c->k);
+  if (!rc && !members)
+    rc = strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
+  for (int node = 0; node < c->nodes && !rc; node++)
+    for (int j = 0; j < nisl && !rc; j++) {
+      int nm = 0;
+      for (int i = 0; i < c->k; i++)
+        if (c->island[i] == order[j])
+          members[nm++] = i;
+      for (int g0 = 0, size = t; g0 < nm && !rc; g0 += size) {
+        size = t;
+        if (g0 + t > nm) {
+          if (!mixed)
+            break;
+          /* the rest of the island: the largest power of two that fits and that the model divides */
+          for (size = 1; 2 * size <= nm - g0; size *= 2)
+            ;
+          while (size > 1 && !tp_divides(s->model, size))
+            size /= 2;
+        }
+        struct group *g = &s->groups[s->ngroups];
+        g->devs = malloc(sizeof *g->devs * (size_t)size);
+        if (!g->devs) {
+          rc = strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
+          break;
+        }
+        s->ngroups++;
+        g->t = size;
+        g->node = node;
+        g->island = order[j];
+        double fmin = INFINITY;
+        uint64_t mmin = UINT64_MAX;
+        for (int q = 0; q < size; q++) {
+          int local = members[g0 + q];
+          g->devs[q] = node * c->k + local;
+          fmin = c->cost[local].flops < fmin ? c->cost[local].flops : fmin;
+          mmin = c->cost[local].memory < mmin ? c->cost[local].memory : mmin;
+        }
+        g->flops = fmin * size;
+        g->memory = mmin;
+      }
+    }
+  free(order);
+  free(members);
+  return rc;
+}
+
+/* ---- pass 4: the split ---- */
+
+/* Per-layer profile sums, for memory by range. */
+static int profile(struct search *s) {
+  s->L = strata_model_layer_count(s->model);
+  s->params = calloc((size_t)s->L + 1, sizeof *s->params);
+  s->act = calloc((size_t)s->L + 1, sizeof *s->act);
+  s->out = calloc((size_t)s->L + 1, sizeof *s->out);
+  if (!s->params || !s->act || !s->out)
+    return strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
+  for (int l = 0; l < s->L; l++) {
+    struct strata_layer_info li;
+    strata_model_layer(s->model, l, &li);
+    s->params[l] = (double)li.params;
+    s->act[l] = (double)li.act_bytes;
+    s->out[l] = (double)li.out_bytes;
+  }
+  return STRATA_OK;
+}
+
+/* Memory of layers [a, b) as one stage of a tp-t rank with `inflight` micro-batches of `rows` in flight. */
+static double range_memory(const struct search *s, const double *pp_, const double *pa, int a, int b, int t, int dp,
+                           int zero, int64_t rows, int inflight) {
+  double params = pp_[b] - pp_[a], act = pa[b] - pa[a];
+  double p = params / t;
+  return p * 8 + p * 8 / (zero && dp > 1 ? dp : 1) + (act / t + s->out[b - 1]) * (double)rows * inflight;
+}
+
+/*
+** The split of L layers into S stages (stage j on rank j % pp) that
+** minimises the slowest stage, each stage's layers timed on its rank and
+** within its rank's memory (a rank of v stages: 1/v of it each), by
+** dynamic programming over (stage, first layer). 0 and split[] filled, or
+** -1 when no split fits.
+*/
+static int best_split(const struct search *s, strata_layout_t l, const int64_t rows, const int *inflight, int *split) {
+  const int pp = strata_layout_pp(l), S = strata_layout_stages(l), v = strata_layout_virtual_stages(l), L = s->L;
+  const int dp = strata_layout_dp(l), zero = strata_layout_zero(l);
+  if (L < S)
+    return -1;
+  /* prefix sums of time per rank (forward + backward) and of the profile */
+  double *tp_ = calloc((size_t)pp * (size_t)(L + 1), sizeof *tp_);
+  double *pp_ = calloc((size_t)L + 1, sizeof *pp_), *pa = calloc((size_t)L + 1, sizeof *pa);
+  double *best = malloc(sizeof *best * (size_t)(S + 1) * (size_t)(L + 1));
+  int *from = malloc(sizeof *from * (size_t)(S + 1) * (size_t)(L + 1));
+  int rc = -1;
+  if (!tp_ || !pp_ || !pa || !best || !from)
+    goto out;
+  for (int r = 0; r < pp; r++)
+    for (int li = 0; li < L; li++)
+      tp_[(size_t)r * (size_t)(L + 1) + (size_t)li + 1] =
+          tp_[(size_t)r * (size_t)(L + 1) + (size_t)li] + strata__plan_layer_time(s->c, s->model, l, r, li, rows, 0) +
+          strata__plan_layer_time(s->c, s->model, l, r, li, rows, 1);
+  for (int li = 0; li < L; li++) {
+    pp_[li + 1] = pp_[li] + s->params[li];
+    pa[li + 1] = pa[li] + s->act[li];
+  }
+  uint64_t *cap = malloc(sizeof *cap * (size_t)pp);
+  if (!cap)
+    goto out;
+  for (int r = 0; r < pp; r++) {
+    /* a rank holds what its smallest member holds */
+    uint64_t m = UINT64_MAX;
+    for (int q = 0; q < strata_layout_tp(l, r); q++) {
+      int dv;
+      strata_layout_device(l, 0, r, q, &dv);
+      uint64_t mm = s->c->cost[dv % s->c->k].memory;
+      m = mm < m ? mm : m;
+    }
+    cap[r] = m;
+  }
+  const size_t W = (size_t)L + 1;
+  for (size_t i = 0; i < (size_t)(S + 1) * W; i++)
+    best[i] = INFINITY;
+  best[0] = 0;
+  for (int j = 1; j <= S; j++) {
+    const int r = (j - 1) % pp, t = strata_layout_tp(l, r);
+    const double limit = (double)cap[r] * STRATA_PLAN_MEMORY_USABLE / v;
+    const double *pt = &tp_[(size_t)r * W];
+    for (int b = j; b <= L - (S - j); b++)
+      for (int a = j - 1; a < b; a++) {
+        double prev = best[(size_t)(j - 1) * W + (size_t)a];
+        if (isinf(prev))
+          continue;
+        if (range_memory(s, pp_, pa, a, b, t, dp, zero, rows, inflight[j - 1]) > limit)
+          continue;
+        double cost = pt[b] - pt[a], m = prev > cost ? prev : cost;
+        if (m < best[(size_t)j * W + (size_t)b]) {
+          best[(size_t)j * W + (size_t)b] = m;
+          from[(size_t)j * W + (size_t)b] = a;
+        }
+      }
+  }
+  if (!isinf(best[(size_t)S * W + (size_t)L])) {
+    int b = L;
+    for (int j = S; j >= 1; j--) {
+      int a = from[(size_t)j * W + (size_t)b];
+      split[j - 1] = b - a;
+      b = a;
+    }
+    rc = 0;
+  }
+  free(cap);
+out:
+  free(tp_);
+  free(pp_);
+  free(pa);
+  free(best);
+  free(from);
+  return rc;
+}
+
+/*
+** A quick necessary condition before the split is searched: some rank holds
+** at least the average of what all ranks hold together (parameters and
+** their state, and every layer's activations times the fewest micro-batches
+** any stage keeps in flight), so when that exceeds the largest device no
+** split can fit.
+*/
+static int average_fits(const struct search *s, strata_layout_t l, int64_t rows, const int *inflight) {
+  const int pp = strata_layout_pp(l), S = strata_layout_stages(l), dp = strata_layout_dp(l);
+  const int zero = strata_layout_zero(l) && dp > 1;
+  int fewest = inflight[0], t = strata_layout_tp(l, 0);
+  for (int j = 1; j < S; j++)
+    fewest = inflight[j] < fewest ? inflight[j] : fewest;
+  double params = 0, act = 0;
+  for (int i = 0; i < s->L; i++)
+    params += s->params[i], act += s->act[i];
+  for (int r = 1; r < pp; r++)
+    t = strata_layout_tp(l, r) > t ? strata_layout_tp(l, r) : t;
+  double total = params / t * (8 + 8.0 / (zero ? dp : 1)) + act / t * (double)rows * fewest;
+  uint64_t cap = 0;
+  for (int i = 0; i < s->c->k; i++)
+    cap = s->c->cost[i].memory > cap ? s->c->cost[i].memory : cap;
+  return total / pp <= (double)cap * STRATA_PLAN_MEMORY_USABLE;
+}
+
+/* Whether every rank fits its memory under `split` (the planner's prune; the simulator decides in the end). */
+static int split_fits(const struct search *s, strata_layout_t l, int64_t rows, const int *inflight, const int *split) {
+  for (int r = 0; r < strata_layout_pp(l); r++) {
+    uint64_t need = strata__plan_rank_memory(s->model, l, split, inflight, rows, r);
+    for (int q = 0; q < strata_layout_tp(l, r); q++) {
+      int dv;
+      strata_layout_device(l, 0, r, q, &dv);
+      if ((double)need > (double)s->c->cost[dv % s->c->k].memory * STRATA_PLAN_MEMORY_USABLE)
+        return 0;
+    }
+  }
+  return 1;
+}
+
+/* ---- pass 5: simulate and rank ---- */
+
+static int cand_cmp(const struct cand *a, const struct cand *b) {
+  if (a->res.step_s != b->res.step_s)
+    return a->res.step_s < b->res.step_s ? -1 : 1;
+  /* equal time: fewer devices, then less memory */
+  if (a->used != b->used)
+    return a->used < b->used ? -1 : 1;
+  return a->res.peak_bytes < b->res.peak_bytes ? -1 : a->res.peak_bytes > b->res.peak_bytes;
+}
+
+/* Keep the candidate if it is among the `top` best; takes ownership of layout and result. */
+static void keep(struct search *s, strata_layout_t l, struct strata_sim_result *res) {
+  struct strata_plan *p = s->plan;
+  struct cand c = {.layout = l, .res = *res, .used = strata_layout_device_count(l)};
+  /* a layout already kept (the refinement may find one twice) is not kept again */
+  char *js = NULL;
+  strata_layout_to_json(l, &js);
+  for (int i = 0; js && i < p->n; i++) {
+    char *other = NULL;
+    strata_layout_to_json(p->c[i].layout, &other);
+    int same = other && strcmp(other, js) == 0;
+    free(other);
+    if (same) {
+      free(js);
+      strata_layout_free(l);
+      strata_sim_result_destroy(res);
+      return;
+    }
+  }
+  free(js);
+  if (p->n == p->top && cand_cmp(&c, &p->c[p->n - 1]) >= 0) {
+    strata_layout_free(l);
+    strata_sim_result_destroy(res);
+    return;
+  }
+  if (p->n == p->top) {
+    p->n--;
+    strata_layout_free(p->c[p->n].layout);
+    strata_sim_result_destroy(&p->c[p->n].res);
+  }
+  int i = p->n++;
+  while (i > 0 && cand_cmp(&c, &p->c[i - 1]) < 0) {
+    p->c[i] = p->c[i - 1];
+    i--;
+  }
+  p->c[i] = c;
+}
+
+/* Simulate a built layout and keep it; 1 when it fits. */
+static int evaluate(struct search *s, strata_layout_t l) {
+  struct strata_sim_options so = {.batch = s->o->batch, .symmetric = s->c->uniform};
+  struct strata_sim_result res;
+  int rc = strata_simulate((strata_cluster_t)s->c, s->model, l, &so, &res);
+  s->plan->simulated++;
+  if (rc) {
+    strata_layout_free(l);
+    if (rc == STRATA_ERR_NOMEM)
+      s->rc = rc;
+    return 0;
+  }
+  if (!res.fits) {
+    s->plan->pruned++;
+    strata_layout_free(l);
+    strata_sim_result_destroy(&res);
+    return 0;
+  }
+  s->found = 1;
+  keep(s, l, &res);
+  return 1;
+}
+
+/* The layout of these choices, or NULL (out of memory, or refused by strata_layout_new). */
+static strata_layout_t build(struct search *s, int dp, int pp, const struct group *const *gl, int schedule, int m, int v,
+                             int zero, const int *split) {
+  /* each rank's tp degree is its group's (replica 0's; the others' groups match it or the layout refuses them) */
+  int n = 0;
+  for (int g = 0; g < dp * pp; g++)
+    n += gl[g]->t;
+  int *devs = malloc(sizeof *devs * (size_t)n), *tp = malloc(sizeof *tp * (size_t)pp);
+  if (!devs || !tp) {
+    free(devs);
+    free(tp);
+    return NULL;
+  }
+  for (int g = 0, at = 0; g < dp * pp; at += gl[g]->t, g++)
+    memcpy(devs + at, gl[g]->devs, sizeof *devs * (size_t)gl[g]->t);
+  for (int r = 0; r < pp; r++)
+    tp[r] = gl[r]->t;
+  struct strata_layout_desc d = {.dp = dp, .pp = pp, .tp = tp, .devices = devs, .ndevices = n, .split = split,
+                                 .nsplit = split ? pp * v : 0, .schedule = schedule, .microbatches = m,
+                                 .virtual_stages = v, .zero = zero};
+  strata_layout_t l = NULL;
+  strata_layout_new(&d, &l);
+  free(devs);
+  free(tp);
+  return l;
+}
+
+/* Micro-batch counts for a replica's share of the batch: every divisor when few, else a spread from pp up. */
+static int m_choices(int64_t share, int pp, int max_m, int *out) {
+  int all[4096], n = 0;
+  for (int64_t d = 1; d <= share && d <= max_m && n < 4096; d++)
+    if (share % d == 0)
+      all[n++] = (int)d;
+  if (n <= MAX_M_CHOICES) {
+    memcpy(out, all, sizeof *out * (size_t)n);
+    return n;
+  }
+  /* the largest divisor below pp, then roughly doubling from pp */
+  int k = 0, last = 0;
+  for (int i = 0; i < n; i++)
+    if (all[i] < pp)
+      last = all[i];
+  if (last)
+    out[k++] = last;
+  for (int i = 0; i < n && k < MAX_M_CHOICES; i++)
+    if (all[i] >= pp && (k == 0 || all[i] >= 2 * out[k - 1] || i == n - 1))
+      out[k++] = all[i];
+  return k;
+}
+
+/*
+** Pass 3 and 4 for one assignment of groups to (replica, rank): every
+** micro-batch count, schedule and ZeRO choice, the split balanced (or with
+** `exhaustive` every split), pruned by memory, then simulated.
+*/
+static void try_assignment(struct search *s, int dp, int pp, const struct group *const *gl) {
+  const int64_t share = s->o->batch / dp;
+  int ms[MAX_M_CHOICES];
+  int nm = m_choices(share, pp, s->o->max_microbatches > 0 ? s->o->max_microbatches : DEFAULT_MAX_MICROBATCHES, ms);
+  static const int kinds[] = {STRATA_SCHEDULE_1F1B, STRATA_SCHEDULE_GPIPE, STRATA_SCHEDULE_ZB_H1,
+                              STRATA_SCHEDULE_INTERLEAVED};
+  for (int mi = 0; mi < nm && !s->rc; mi++)
+    for (int ki = 0; ki < 4 && !s->rc; ki++)
+      for (int zero = 0; zero <= (dp > 1 && !s->o->no_zero) && !s->rc; zero++) {
+        const int kind = kinds[ki], m = ms[mi], v = kind == STRATA_SCHEDULE_INTERLEAVED ? 2 : 1;
+        if (pp == 1 && kind != STRATA_SCHEDULE_1F1B)
+          continue; /* one stage: every schedule is the same list */
+        if (kind == STRATA_SCHEDULE_INTERLEAVED && (m % pp || s->L < pp * v))
+          continue;
+        if (s->L < pp)
+          continue;
+        const int S = pp * v;
+        const int64_t rows = share / m;
+        strata_layout_t l = build(s, dp, pp, gl, kind, m, v, zero, NULL);
+        int *inflight = malloc(sizeof *inflight * (size_t)S), *split = malloc(sizeof *split * (size_t)S);
+        if (!l || !inflight || !split || inflight_of(s, kind, pp, m, v, inflight) != STRATA_OK) {
+          strata_layout_free(l);
+          free(inflight);
+          free(split);
+          if (!l || !inflight || !split)
+            s->rc = strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
+          continue;
+        }
+        if (!s->o->exhaustive) {
+          if (!average_fits(s, l, rows, inflight) || best_split(s, l, rows, inflight, split) != 0 ||
+              !split_fits(s, l, rows, inflight, split)) {
+            s->plan->pruned++;
+          } else if (s->fits_only) {
+            s->found = 1;
+          } else {
+            strata_layout_t full = build(s, dp, pp, gl, kind, m, v, zero, split);
+            if (full)
+              evaluate(s, full);
+            else
+              s->rc = strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
+          }
+        } else {
+          /* every composition of L layers into S stages */
+          for (int j = 0; j < S; j++)
+            split[j] = 1;
+          split[S - 1] = s->L - (S - 1);
+          for (;;) {
+            if (!split_fits(s, l, rows, inflight, split)) {
+              s->plan->pruned++;
+            } else {
+              strata_layout_t full = build(s, dp, pp, gl, kind, m, v, zero, split);
+              if (full)
+                evaluate(s, full);
+            }
+            /* next composition: move one layer from the last stage leftwards, odometer style */
+            int j = S - 2;
+            while (j >= 0) {
+              int rest = 0;
+              for (int q = j + 1; q < S; q++)
+                rest += split[q] - 1;
+              if (rest > 0) {
+                split[j]++;
+                int used = 0;
+                for (int q = 0; q <= j; q++)
+                  used += split[q];
+                for (int q = j + 1; q < S - 1; q++)
+                  split[q] = 1, used++;
+                split[S - 1] = s->L - used;
+                break;
+              }
+              j--;
+            }
+            if (j < 0 || S == 1)
+              break;
+          }
+        }
+        strata_layout_free(l);
+        free(inflight);
+        free(split);
+        if (s->fits_only && s->found)
+          return;
+      }
+}
+
+/* ---- pass 2: dp x pp over the groups ---- */
+
+/*
+** Canonical form of a group order, for the exhaustive search and the rank
+** permutations: the sequence of (cost class, island, node) with islands and
+** nodes renamed by first use. Two orders of one form are counted once;
+** that is exact when links depend only on whether two devices share an
+** island or a node (every synthetic node, and the tests' clusters), and
+** an approximation on a dump whose islands differ among themselves.
+*/
+static void canonical(const struct search *s, const struct group *const *gl, int n, int *sig) {
+  int *isl = malloc(sizeof *isl * (size_t)n * 2), *nod = isl ? isl + n : NULL, ni = 0, nn = 0;
+  for (int i = 0; i < n && isl; i++) {
+    int a = -1, b = -1;
+    for (int j = 0; j < ni; j++)
+      if (isl[j] == gl[i]->island + gl[i]->node * s->c->k)
+        a = j;
+    if (a < 0)
+      isl[a = ni++] = gl[i]->island + gl[i]->node * s->c->k;
+    for (int j = 0; j < nn; j++)
+      if (nod[j] == gl[i]->node)
+        b = j;
+    if (b < 0)
+      nod[b = nn++] = gl[i]->node;
+    int cls = 0;
+    for (int q = 0; q < s->c->k; q++)
+      if (s->c->cost[q].flops == s->c->cost[gl[i]->devs[0] % s->c->k].flops &&
+          s->c->cost[q].memory == s->c->cost[gl[i]->devs[0] % s->c->k].memory) {
+        cls = q;
+        break;
+      }
+    sig[3 * i] = cls * 65536 + gl[i]->t;
+    sig[3 * i + 1] = a;
+    sig[3 * i + 2] = b;
+  }
+  free(isl);
+}
+
+struct exh {
+  struct search *s;
+  int n, dp, pp;
+  const struct group **gl;
+  int *used;
+  int **seen;
+  int nseen, capseen;
+};
+
+/* Every ordered choice of n groups (distinct up to renaming), each tried as dp x pp. */
+static void exhaust(struct exh *x, int depth) {
+  struct search *s = x->s;
+  if (s->rc)
+    return;
+  if (depth == x->n) {
+    int *sig = malloc(sizeof *sig * 3 * (size_t)x->n);
+    if (!sig) {
+      s->rc = strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
+      return;
+    }
+    canonical(s, x->gl, x->n, sig);
+    for (int i = 0; i < x->nseen; i++)
+      if (memcmp(x->seen[i], sig, sizeof *sig * 3 * (size_t)x->n) == 0) {
+        free(sig);
+        return;
+      }
+    if (x->nseen == x->capseen) {
+      int cap = x->capseen ? 2 * x->capseen : 64;
+      int **ns = realloc(x->seen, sizeof *ns * (size_t)cap);
+      if (!ns) {
+        free(sig);
+        s->rc = strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
+        return;
+      }
+      x->seen = ns;
+      x->capseen = cap;
+    }
+    x->seen[x->nseen++] = sig;
+    try_assignment(s, x->dp, x->pp, x->gl);
+    return;
+  }
+  for (int g = 0; g < s->ngroups; g++)
+    if (!x->used[g]) {
+      x->used[g] = 1;
+      x->gl[depth] = &s->groups[g];
+      exhaust(x, depth + 1);
+      x->used[g] = 0;
+    }
+}
+
+/*
+** Every order of the pp ranks of a replica (replica r's groups stay its
+** own), skipping orders whose sequence of (speed, memory, island, node)
+** was tried already: two such orders are the same layout up to renaming
+** devices that are alike.
+*/
+static void permute_ranks(struct search *s, int dp, int pp, const struct group **use, const struct group **alt) {
+  int perm[PERMUTE_UP_TO], c[PERMUTE_UP_TO] = {0};
+  for (int i = 0; i < pp; i++)
+    perm[i] = i;
+  int *seen = NULL, nseen = 0;
+  /* Heap's algorithm: every permutation once */
+  for (int i = 0;;) {
+    for (int r = 0; r < dp; r++)
+      for (int k = 0; k < pp; k++)
+        alt[r * pp + k] = use[r * pp + perm[k]];
+    int sig[3 * PERMUTE_UP_TO];
+    canonical(s, alt, pp, sig);
+    int dup = 0;
+    for (int q = 0; q < nseen && !dup; q++)
+      dup = memcmp(&seen[q * 3 * PERMUTE_UP_TO], sig, sizeof *sig * 3 * (size_t)pp) == 0;
+    if (!dup) {
+      int *ns = realloc(seen, sizeof *ns * 3 * PERMUTE_UP_TO * (size_t)(nseen + 1));
+      if (!ns) {
+        s->rc = strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
+        break;
+      }
+      seen = ns;
+      memset(&seen[nseen * 3 * PERMUTE_UP_TO], 0, sizeof *sig * 3 * PERMUTE_UP_TO);
+      memcpy(&seen[nseen * 3 * PERMUTE_UP_TO], sig, sizeof *sig * 3 * (size_t)pp);
+      nseen++;
+      try_assignment(s, dp, pp, alt);
+      if (s->rc || (s->fits_only && s->found))
+        break;
+    }
+    while (i < pp && c[i] >= i) {
+      c[i] = 0;
+      i++;
+    }
+    if (i >= pp)
+      break;
+    int j = i % 2 ? c[i] : 0, t = perm[j];
+    perm[j] = perm[i];
+    perm[i] = t;
+    c[i]++;
+    i = 0;
+  }
+  free(seen);
+}
+
+/* The path kind from group a to group b (their first devices). */
+static int hop_kind(const struct search *s, const struct group *a, const struct group *b) {
+  double g, l;
+  int k;
+  strata__cluster_link(s->c, a->devs[0], b->devs[0], &g, &l, &k);
+  return k;
+}
+
+/* Whether two assignments have the same kinds of hop everywhere: along each pipeline and around each ring of replicas. */
+static int same_hops(const struct search *s, int dp, int pp, const struct group **x, const struct group **y) {
+  for (int r = 0; r < dp; r++)
+    for (int k = 0; k < pp; k++) {
+      const int i = r * pp + k, next = ((r + 1) % dp) * pp + k;
+      if (k + 1 < pp && hop_kind(s, x[i], x[i + 1]) != hop_kind(s, y[i], y[i + 1]))
+        return 0;
+      if (hop_kind(s, x[i], x[next]) != hop_kind(s, y[i], y[next]))
+        return 0;
+    }
+  return 1;
+}
+
+/* Position order of groups: node, then island order, then first device. */
+static int by_position(const void *a, const void *b) {
+  const struct group *x = *(const struct group *const *)a, *y = *(const struct group *const *)b;
+  return x->devs[0] - y->devs[0];
+}
+
+static void try_counts(struct search *s) {
+  const int G = s->ngroups;
+  if (G < 1)
+    return;
+  const struct group **gl = malloc(sizeof *gl * (size_t)G), **use = malloc(sizeof *use * (size_t)G);
+  int *used = calloc((size_t)G, sizeof *used);
+  if (!gl || !use || !used) {
+    s->rc = strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
+    goto out;
+  }
+  /* the fastest groups first (stable: position order among equals) */
+  for (int i = 0; i < G; i++)
+    gl[i] = &s->groups[i];
+  for (int i = 1; i < G; i++)
+    for (int j = i; j > 0 && gl[j]->flops > gl[j - 1]->flops; j--) {
+      const struct group *t = gl[j];
+      gl[j] = gl[j - 1];
+      gl[j - 1] = t;
+    }
+  for (int n = G; n >= 1 && !s->rc; n--) {
+    if (G > ALL_COUNTS_UP_TO && n != G)
+      break;
+    for (int dp = 1; dp <= n && !s->rc; dp++) {
+      if (n % dp || s->o->batch % dp)
+        continue;
+      if (s->mixed_tp && dp > 1)
+        continue; /* ranks of unlike tp: one pipeline (replicas would need the same tp at every rank) */
+      const int pp = n / dp;
+      if (pp > s->L)
+        continue;
+      if (s->o->exhaustive) {
+        struct exh x = {.s = s, .n = n, .dp = dp, .pp = pp, .gl = use, .used = used};
+        exhaust(&x, 0);
+        for (int i = 0; i < x.nseen; i++)
+          free(x.seen[i]);
+        free(x.seen);
+        continue;
+      }
+      /* the n fastest, in position order: (a) each replica a run of consecutive
+      ** groups (pipelines inside nodes, replicas across), (b) replicas
+      ** interleaved (replicas inside nodes, pipelines across), (c) as (a)
+      ** with each pipeline's ranks by memory, largest first (1F1B's first
+      ** ranks hold the most micro-batches) */
+      memcpy(use, gl, sizeof *use * (size_t)n);
+      qsort(use, (size_t)n, sizeof *use, by_position);
+      const struct group **alt = malloc(sizeof *alt * (size_t)n);
+      if (!alt) {
+        s->rc = strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
+        break;
+      }
+      try_assignment(s, dp, pp, use);
+      int mixed = 0;
+      for (int i = 1; i < n; i++)
+        mixed |= use[i]->memory != use[0]->memory || use[i]->flops != use[0]->flops;
+      if (dp > 1 && pp > 1 && !s->rc) {
+        for (int r = 0; r < dp; r++)
+          for (int k = 0; k < pp; k++)
+            alt[r * pp + k] = use[k * dp + r];
+        /* symmetry: on like devices, an order whose pipeline and ring hops are of the same kinds is the same layout */
+        if (mixed || !same_hops(s, dp, pp, use, alt))
+          try_assignment(s, dp, pp, alt);
+      }
+      if (mixed && pp > 1 && pp <= PERMUTE_UP_TO && !s->rc) {
+        /* a short pipeline over devices that differ: every order of its ranks, the same in each replica */
+        permute_ranks(s, dp, pp, use, alt);
+      } else if (mixed && pp > 1 && !s->rc) {
+        memcpy(alt, use, sizeof *alt * (size_t)n);
+        for (int r = 0; r < dp; r++)
+          for (int i = 1; i < pp; i++)
+            for (int j = r * pp + i; j > r * pp && alt[j]->memory > alt[j - 1]->memory; j--) {
+              const struct group *t = alt[j];
+              alt[j] = alt[j - 1];
+              alt[j - 1] = t;
+            }
+        try_assignment(s, dp, pp, alt);
+        /* and by speed, fastest first */
+        memcpy(alt, use, sizeof *alt * (size_t)n);
+        for (int r = 0; r < dp; r++)
+          for (int i = 1; i < pp; i++)
+            for (int j = r * pp + i; j > r * pp && alt[j]->flops > alt[j - 1]->flops; j--) {
+              const struct group *t = alt[j];
+              alt[j] = alt[j - 1];
+              alt[j - 1] = t;
+            }
+        try_assignment(s, dp, pp, alt);
+      }
+      free(alt);
+      if (s->fits_only && s->found)
+        goto out;
+    }
+  }
+out:
+  free(gl);
+  free(use);
+  free(used);
+}
+
+/* ---- refinement: boundary moves on the best candidates, simulated ---- */
+
+static void refine(struct search *s) {
+  /* the candidates to refine, copied first: evaluate() reorders the pool */
+  int nref = s->plan->n < REFINE_TOP ? s->plan->n : REFINE_TOP;
+  strata_layout_t *bases = calloc((size_t)nref + 1, sizeof *bases);
+  double *steps = calloc((size_t)nref + 1, sizeof *steps);
+  if (!bases || !steps) {
+    free(bases);
+    free(steps);
+    s->rc = strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
+    return;
+  }
+  for (int i = 0; i < nref; i++) {
+    char *js = NULL;
+    if (strata_layout_to_json(s->plan->c[i].layout, &js) == STRATA_OK)
+      strata_layout_from_json(js, NULL, &bases[i]);
+    free(js);
+    steps[i] = s->plan->c[i].res.step_s;
+  }
+  for (int ci = 0; ci < nref && !s->rc; ci++) {
+    int budget = REFINE_BUDGET;
+    strata_layout_t base = bases[ci];
+    if (!base)
+      continue;
+    const int S = strata_layout_stages(base);
+    /* large jobs keep the balanced split: their simulations cost the most, and gain the least */
+    if (S < 2 || S > REFINE_MAX_STAGES || strata_layout_device_count(base) > REFINE_MAX_DEVICES)
+      continue;
+    int *split = malloc(sizeof *split * (size_t)S);
+    if (!split)
+      break;
+    memcpy(split, strata_layout_split(base), sizeof *split * (size_t)S);
+    double cur = steps[ci];
+    /* copy what a layout with another split needs */
+    const int dp = strata_layout_dp(base), pp = strata_layout_pp(base), n = strata_layout_device_count(base);
+    int *devs = malloc(sizeof *devs * (size_t)n), *tps = malloc(sizeof *tps * (size_t)pp);
+    if (!devs || !tps) {
+      free(split);
+      free(devs);
+      free(tps);
+      break;
+    }
+    memcpy(devs, strata_layout_devices(base), sizeof *devs * (size_t)n);
+    for (int r = 0; r < pp; r++)
+      tps[r] = strata_layout_tp(base, r);
+    struct strata_layout_desc d = {.dp = dp, .pp = pp, .tp = tps, .devices = devs, .ndevices = n, .nsplit = S,
+                                   .schedule = strata_layout_schedule(base),
+                                   .microbatches = strata_layout_microbatches(base),
+                                   .virtual_stages = strata_layout_virtual_stages(base), .zero = strata_layout_zero(base)};
+    int improved = 1;
+    while (improved && budget > 0 && !s->rc) {
+      improved = 0;
+      int bj = -1, bdir = 0;
+      double bt = cur;
+      for (int from = 0; from < S && budget > 0; from++)
+        for (int to = 0; to < S && budget > 0; to++) {
+          /* one layer from stage `from` to stage `to`: the boundaries between them shift by one */
+          if (from == to || split[from] <= 1)
+            continue;
+          split[from]--, split[to]++;
+          d.split = split;
+          strata_layout_t l = NULL;
+          if (strata_layout_new(&d, &l) == STRATA_OK) {
+            struct strata_sim_options so = {.batch = s->o->batch, .symmetric = s->c->uniform};
+            struct strata_sim_result res;
+            budget--;
+            s->plan->simulated++;
+            if (strata_simulate((strata_cluster_t)s->c, s->model, l, &so, &res) == STRATA_OK) {
+              if (res.fits && res.step_s < bt * (1 - 1e-12)) {
+                bt = res.step_s;
+                bj = from;
+                bdir = to;
+              }
+              strata_sim_result_destroy(&res);
+            }
+            strata_layout_free(l);
+          }
+          split[from]++, split[to]--;
+        }
+      if (bj >= 0) {
+        split[bj]--, split[bdir]++;
+        cur = bt;
+        improved = 1;
+        d.split = split;
+        strata_layout_t l = NULL;
+        if (strata_layout_new(&d, &l) == STRATA_OK)
+          evaluate(s, l);
+      }
+    }
+    free(split);
+    free(devs);
+    free(tps);
+  }
+  for (int i = 0; i < nref; i++)
+    strata_layout_free(bases[i]);
+  free(bases);
+  free(steps);
+}
+
+/* ---- reasons and the explanation ---- */
+
+static void explain_candidates(struct search *s) {
+  struct strata_plan *p = s->plan;
+  if (p->n == 0)
+    return;
+  const struct cand *b = &p->c[0];
+  for (int i = 0; i < p->n; i++) {
+    struct cand *c = &p->c[i];
+    strata_layout_t l = c->layout;
+    char what[160];
+    char tps[64];
+    size_t tl = 0;
+    int same = 1;
+    for (int r = 1; r < strata_layout_pp(l); r++)
+      same &= strata_layout_tp(l, r) == strata_layout_tp(l, 0);
+    for (int r = 0; r < (same ? 1 : strata_layout_pp(l)) && tl + 12 < sizeof tps; r++)
+      tl += (size_t)snprintf(tps + tl, sizeof tps - tl, "%s%d", r ? "," : "", strata_layout_tp(l, r));
+    snprintf(what, sizeof what, "dp %d x pp %d x tp %s, %s, m %d%s", strata_layout_dp(l), strata_layout_pp(l), tps,
+             strata_schedule_kind_name(strata_layout_schedule(l)), strata_layout_microbatches(l),
+             strata_layout_zero(l) ? ", ZeRO-1" : "");
+    if (i == 0) {
+      snprintf(c->reason, sizeof c->reason, "%s: fastest predicted step (bubble %.1f%%, communication %.1f%%)", what,
+               100 * c->res.bubble, 100 * c->res.comm_share);
+      continue;
+    }
+    double slower = 100 * (c->res.step_s / b->res.step_s - 1);
+    const char *why;
+    if (c->used < b->used)
+      why = "uses fewer devices";
+    else if (c->res.bubble > b->res.bubble + 0.02)
+      why = "a larger pipeline bubble";
+    else if (c->res.comm_share > b->res.comm_share + 0.02)
+      why = "more time in communication";
+    else if (strata_layout_tp(l, 0) != strata_layout_tp(b->layout, 0))
+      why = "tensor-parallel joins cost more than they save";
+    else
+      why = "a less even split of the work";
+    snprintf(c->reason, sizeof c->reason, "%s: %.1f%% slower than #1: %s (bubble %.1f%%, communication %.1f%%)", what,
+             slower, why, 100 * c->res.bubble, 100 * c->res.comm_share);
+  }
+  /* the explanation of #1 */
+  strata_layout_t l = b->layout;
+  size_t cap = 4096 + (size_t)strata_layout_device_count(l) * 16;
+  char *t = malloc(cap);
+  if (!t)
+    return;
+  size_t len = 0;
+#define ADD(...) len += (size_t)snprintf(t + len, len < cap ? cap - len : 0, __VA_ARGS__)
+  const int tp = strata_layout_tp(l, 0), pp = strata_layout_pp(l), S = strata_layout_stages(l);
+  int d0 = 0, d1 = 0;
+  strata_layout_device(l, 0, 0, 0, &d0);
+  if (tp > 1) {
+    strata_layout_device(l, 0, 0, 1, &d1);
+    double g, lt;
+    int k;
+    strata__cluster_link(s->c, d0, d1, &g, &lt, &k);
+    ADD("tp %d: each group's devices share one island (%s links, %.0f GB/s), the fastest there is for the joins "
+        "every layer makes\n",
+        tp, strata_path_kind_name(k), g);
+  } else {
+    ADD("tp 1: no group's joins would pay for themselves on these links\n");
+  }
+  if (pp > 1) {
+    ADD("pp %d: split", pp);
+    const int *sp = strata_layout_split(l);
+    for (int j = 0; j < S; j++)
+      ADD("%s%d", j ? "," : " ", sp[j]);
+    ADD(" layers, balanced by each rank's speed and bounded by its memory:");
+    for (int r = 0; r < pp && r < 16; r++) {
+      int dv;
+      strata_layout_device(l, 0, r, 0, &dv);
+      ADD(" rank %d %s %.1f TFLOPS %.0f GB", r, s->c->names[dv % s->c->k], s->c->cost[dv % s->c->k].flops / 1e12,
+          (double)s->c->cost[dv % s->c->k].memory / 1e9);
+      ADD(r + 1 < pp && r < 15 ? ";" : "\n");
+    }
+    if (pp > 16)
+      ADD(" ...\n");
+  }
+  if (strata_layout_dp(l) > 1)
+    ADD("dp %d: replicas all-reduce their gradients%s\n", strata_layout_dp(l),
+        strata_layout_zero(l) ? " as a reduce-scatter and an all-gather (ZeRO-1: optimizer state sharded)" : "");
+  ADD("predicted: %.4g s a step, %.4g samples/s, %.3g TFLOP/s per device, bubble %.1f%%, peak %.2f GB\n",
+      b->res.step_s, b->res.samples_per_s, b->res.flops_per_device / 1e12, 100 * b->res.bubble,
+      (double)b->res.peak_bytes / 1e9);
+#undef ADD
+  p->explain = t;
+}
+
+STRATA_API int strata_plan_explain(strata_plan_t p, char **text) {
+  if (!p || !text)
+    return strata__error(STRATA_ERR_INVALID, "strata_plan_explain: NULL argument");
+  *text = strdup(p->explain ? p->explain : "");
+  return *text ? STRATA_OK : strata__error(STRATA_ERR_NOMEM, "out of host memory");
+}
+
+/* ---- the search ---- */
+
+static int tp_degrees(const struct search *s, int *out) {
+  int max_island = 1, n = 0;
+  for (int i = 0; i < s->c->k; i++) {
+    int size = 0;
+    for (int j = 0; j < s->c->k; j++)
+      size += s->c->island[j] == s->c->island[i];
+    max_island = size > max_island ? size : max_island;
+  }
+  for (int t = 1; t <= max_island; t *= 2)
+    if ((!s->o->fixed_tp || s->o->fixed_tp == t) && tp_divides(s->model, t))
+      out[n++] = t;
+  return n;
+}
+
+/* Run passes 1-5; fills s->plan. */
+static int run_search(struct search *s) {
+  TRY(profile(s));
+  int tps[32];
+  int nt = tp_degrees(s, tps);
+  for (int i = 0; i < nt && !s->rc; i++) {
+    /* pass 1: groups of tps[i]; then, where islands leave devices out, every device in groups of
+    ** tps[i] and less (a tp degree per rank) */
+    for (int mixed = 0; mixed <= (tps[i] > 1 && !s->o->fixed_tp) && !s->rc; mixed++) {
+      int rc = make_groups(s, tps[i], mixed);
+      if (rc)
+        return rc;
+      int used = 0, uniform = 1;
+      for (int g = 0; g < s->ngroups; g++)
+        used += s->groups[g].t, uniform &= s->groups[g].t == tps[i];
+      if (s->ngroups == 0 || (mixed && (uniform || used < s->c->nodes * s->c->k)))
+        continue; /* mixed adds nothing where every island divides into groups of tps[i] */
+      s->mixed_tp = mixed;
+      try_counts(s);
+      if (s->fits_only && s->found)
+        break;
+    }
+    if (s->fits_only && s->found)
+      break;
+  }
+  s->mixed_tp = 0;
+  if (!s->rc && !s->fits_only && !s->o->exhaustive)
+    refine(s);
+  return s->rc;
+}
+
+static void search_free(struct search *s) {
+  groups_free(s);
+  while (s->inflight) {
+    struct inflight_entry *e = s->inflight;
+    s->inflight = e->next;
+    free(e->peak);
+    free(e);
+  }
+  free(s->params);
+  free(s->act);
+  free(s->out);
+}
+
+static int check_options(strata_cluster_t c, strata_model_t m, const struct strata_plan_options *o) {
+  if (!c || !m || !o)
+    return strata__error(STRATA_ERR_INVALID, "planner: NULL argument");
+  if (o->batch < 1)
+    return strata__error(STRATA_ERR_INVALID, "planner: batch %lld must be positive", (long long)o->batch);
+  if (o->top < 0 || o->max_microbatches < 0 || o->fixed_tp < 0)
+    return strata__error(STRATA_ERR_INVALID, "planner: negative option");
+  return STRATA_OK;
+}
+
+/* Whether `n` devices like the cluster's first would fit the model: a
+** cluster of n of them (the node's links kept where there are enough) and
+** a search that stops at the first layout within memory. */
+static int fits_with(strata_cluster_t c, strata_model_t model, const struct strata_plan_options *o, int n, int *fits) {
+  struct strata_cluster *t = NULL;
+  /* one node of n devices; for a cluster of several nodes, whole nodes (n a multiple of k) */
+  int k = n, nodes = 1;
+  if (c->nodes > 1) {
+    k = c->k;
+    nodes = n / c->k;
+  }
+  /* a node of k devices, all like device 0, in copies of the node's islands; between copies,
+  ** the node's slowest link */
+  struct strata_device_cost *cost = malloc(sizeof *cost * (size_t)k);
+  double *g = malloc(sizeof *g * (size_t)k * (size_t)k), *lat = malloc(sizeof *lat * (size_t)k * (size_t)k);
+  int *isl = malloc(sizeof *isl * (size_t)k);
+  int rc = STRATA_OK;
+  if (!cost || !g || !lat || !isl)
+    rc = strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
+  double slow = INFINITY, slow_lat = 0;
+  for (int a = 0; a < c->k; a++)
+    for (int b = 0; b < c->k; b++)
+      if (a != b) {
+        size_t ab = (size_t)a * (size_t)c->k + (size_t)b;
+        slow = c->gbps[ab] < slow ? c->gbps[ab] : slow;
+        slow_lat = c->lat[ab] > slow_lat ? c->lat[ab] : slow_lat;
+      }
+  if (isinf(slow))
+    slow = 10, slow_lat = 5; /* a node of one device: a PCIe-class link */
+  for (int i = 0; i < k && !rc; i++) {
+    cost[i] = c->cost[0];
+    isl[i] = c->island[i % c->k] + (i / c->k) * c->k;
+    for (int j = 0; j < k; j++) {
+      size_t ij = (size_t)i * (size_t)k + (size_t)j;
+      int a = i % c->k, b = j % c->k;
+      int same = i / c->k == j / c->k && a != b;
+      g[ij] = same ? c->gbps[(size_t)a * (size_t)c->k + (size_t)b] : slow;
+      lat[ij] = same ? c->lat[(size_t)a * (size_t)c->k + (size_t)b] : slow_lat;
+    }
+  }
+  struct strata_node_desc nd = {.devices = k, .cost = cost, .gbps = g, .latency_us = lat, .island = isl};
+  struct strata_cluster_options co = {.nodes = nodes, .network_gbps = c->net_gbps * 8, .nics = c->nics,
+                                      .network_latency_us = c->net_lat};
+  if (!rc)
+    rc = strata_cluster_new(&nd, &co, &t);
+  free(cost);
+  free(g);
+  free(lat);
+  free(isl);
+  if (rc)
+    return rc;
+  struct strata_plan *p = calloc(1, sizeof *p);
+  if (!p) {
+    strata_cluster_free(t);
+    return strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
+  }
+  p->top = 1;
+  p->c = calloc(1, sizeof *p->c);
+  struct search s = {.c = t, .model = model, .o = o, .plan = p, .fits_only = 1};
+  rc = p->c ? run_search(&s) : strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
+  *fits = s.found;
+  search_free(&s);
+  strata_plan_free(p);
+  strata_cluster_free(t);
+  return rc;
+}
+
+STRATA_API int strata_plan_min_devices(strata_cluster_t c, strata_model_t model, const struct strata_plan_options *o,
+                                       int limit, int *devices) {
+  TRY(check_options(c, model, o));
+  if (!devices || limit < 1)
+    return strata__error(STRATA_ERR_INVALID, "strata_plan_min_devices: bad argument");
+  /* double until it fits, then bisect (more devices never fit less: each holds a smaller share);
+  ** counted in whole nodes when the cluster has several */
+  const int unit = c->nodes > 1 ? c->k : 1;
+  int lo = 0, hi = unit, fits = 0;
+  while (!fits) {
+    if (hi > limit)
+      return strata__error(STRATA_ERR_RANGE, "%s does not fit on %d devices like %s", strata_model_config(model)->name,
+                           limit, c->names[0]);
+    TRY(fits_with(c, model, o, hi, &fits));
+    if (!fits) {
+      lo = hi;
+      hi *= 2;
+    }
+  }
+  while (hi - lo > unit) {
+    int mid = lo + (hi - lo) / 2 / unit * unit;
+    TRY(fits_with(c, model, o, mid, &fits));
+    if (fits)
+      hi = mid;
+    else
+      lo = mid;
+  }
+  *devices = hi;
+  return STRATA_OK;
+}
+
+STRATA_API int strata_plan_search(strata_cluster_t c, strata_model_t model, const struct strata_plan_options *o,
+                                  strata_plan_t *out) {
+  if (!out)
+    return strata__error(STRATA_ERR_INVALID, "strata_plan_search: out is NULL");
+  *out = NULL;
+  TRY(check_options(c, model, o));
+  struct strata_plan *p = calloc(1, sizeof *p);
+  if (!p)
+    return strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
+  const int want = o->top > 0 ? o->top : DEFAULT_TOP;
+  p->top = want > POOL ? want : POOL; /* a wider pool for the refinement, cut to `want` after it */
+  p->c = calloc((size_t)p->top, sizeof *p->c);
+  if (!p->c) {
+    free(p);
+    return strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
+  }
+  struct search s = {.c = c, .model = model, .o = o, .plan = p};
+  int rc = run_search(&s);
+  search_free(&s);
+  while (p->n > want) {
+    p->n--;
+    strata_layout_free(p->c[p->n].layout);
+    strata_sim_result_destroy(&p->c[p->n].res);
+  }
+  p->top = want;
+  if (!rc && p->n == 0) {
+    int need = 0;
+    const int have = strata_cluster_device_count(c);
+    if (strata_plan_min_devices(c, model, o, 1 << 16, &need) == STRATA_OK && need > have)
+      rc = strata__error(STRATA_ERR_DEVICE_MEMORY,
+                         "%s at batch %lld does not fit on %d x %s: it needs at least %d of them",
+                         strata_model_config(model)->name, (long long)o->batch, have, c->names[0], need);
+    else
+      rc = strata__error(STRATA_ERR_DEVICE_MEMORY,
+                         "%s at batch %lld: no layout on %d x %s fits (the batch may not divide into micro-batches)",
+                         strata_model_config(model)->name, (long long)o->batch, have, c->names[0]);
+  }
+  if (rc) {
+    strata_plan_free(p);
+    return rc;
+  }
+  explain_candidates(&s);
+  *out = p;
+  return STRATA_OK;
+}
+
+STRATA_API int strata_plan_memory(strata_model_t model, strata_layout_t layout, int64_t batch, int rank,
+                                  uint64_t *bytes) {
+  if (!model || !layout || !bytes)
+    return strata__error(STRATA_ERR_INVALID, "strata_plan_memory: NULL argument");
+  const int dp = strata_layout_dp(layout), m = strata_layout_microbatches(layout), S = strata_layout_stages(layout);
+  if (rank < 0 || rank >= strata_layout_pp(layout))
+    return strata__error(STRATA_ERR_RANGE, "rank %d out of range", rank);
+  if (batch < 1 || batch % ((int64_t)dp * m))
+    return strata__error(STRATA_ERR_INVALID, "batch %lld is not a multiple of dp %d x %d micro-batches",
+                         (long long)batch, dp, m);
+  if (!strata_layout_split(layout))
+    return strata__error(STRATA_ERR_INVALID, "strata_plan_memory: the layout has no split");
+  TRY(strata_layout_check(layout, model, -1));
+  strata_schedule_t sch;
+  TRY(strata_schedule_generate(strata_layout_schedule(layout), strata_layout_pp(layout), m,
+                               strata_layout_virtual_stages(layout), &sch));
+  int *inflight = malloc(sizeof *inflight * (size_t)S);
+  if (!inflight) {
+    strata_schedule_free(sch);
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory");
+  }
+  for (int j = 0; j < S; j++)
+    strata_schedule_peak_inflight(sch, j, &inflight[j]);
+  *bytes = strata__plan_rank_memory(model, layout, strata_layout_split(layout), inflight, batch / ((int64_t)dp * m),
+                                    rank);
+  free(inflight);
+  strata_schedule_free(sch);
+  return STRATA_OK;
+}

@@ -1,0 +1,944 @@
+/* SPDX-License-Identifier: MIT */
+/* sim.c — the simulator: a discrete-event run of a schedule's per-device action lists on the cost model of devices and links. */
+#include "config.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "file.h"
+#include "plan/plan.h"
+#include "util.h"
+
+/* Kernels a layer launches, forward and backward (a GPT block: 2 layernorms,
+** 4 GEMMs, attention's softmax and batched products, GELU, residuals). */
+#define BLOCK_LAUNCHES_FWD 16
+#define BLOCK_LAUNCHES_BWD 30
+#define OTHER_LAUNCHES_FWD 4
+#define OTHER_LAUNCHES_BWD 8
+/* AdamW reads parameter, gradient and both moments and writes three: 28 bytes a parameter. */
+#define ADAM_BYTES_PER_PARAM 28.0
+/* Bytes a layer's forward moves through memory for each byte it keeps for
+** its backward (it writes what it keeps and reads its inputs again). */
+#define ACT_TRAFFIC 2.0
+
+/* ---- the cost of pieces ---- */
+
+/* The tp group of (replica, rank): its devices (replica-major, rank, tp rank in the layout's list) and their count. */
+static int group_of(strata_layout_t l, int replica, int rank, const int **devs) {
+  const int pp = strata_layout_pp(l);
+  int per = 0, off = 0;
+  for (int r = 0; r < pp; r++) {
+    if (r == rank)
+      off = per;
+    per += strata_layout_tp(l, r);
+  }
+  *devs = strata_layout_devices(l) + (size_t)replica * (size_t)per + (size_t)off;
+  return strata_layout_tp(l, rank);
+}
+
+/* The ring over `n` devices in their order: narrowest hop (GB/s) and slowest latency (us). */
+static void ring_figures(const struct strata_cluster *c, const int *devs, int n, int stride, double *gbps,
+                         double *lat) {
+  double bw = INFINITY, lt = 0;
+  for (int i = 0; i < n; i++) {
+    int a = devs[(size_t)i * (size_t)stride], b = devs[(size_t)((i + 1) % n) * (size_t)stride];
+    if (a == b)
+      continue;
+    double g, l;
+    int k;
+    strata__cluster_link(c, a, b, &g, &l, &k);
+    if (k == STRATA_PATH_NET) {
+      /* every tp rank's ring leaves the node through the same interfaces */
+      g = c->net_gbps;
+    }
+    bw = g < bw ? g : bw;
+    lt = l > lt ? l : lt;
+  }
+  *gbps = isinf(bw) ? 1e9 : bw;
+  *lat = lt;
+}
+
+/* Seconds of a ring all-reduce of `bytes` over n members: 2(n-1) steps of bytes/n each. */
+static double allreduce_s(double bytes, int n, double gbps, double lat_us) {
+  if (n <= 1)
+    return 0;
+  return 2.0 * (n - 1) * (bytes / n / (gbps * 1e9) + lat_us * 1e-6);
+}
+
+/* The slowest member of a group, as a synchronous group runs at its pace. */
+static struct strata_device_cost group_cost(const struct strata_cluster *c, const int *devs, int t) {
+  struct strata_device_cost w = c->cost[devs[0] % c->k];
+  for (int i = 1; i < t; i++) {
+    const struct strata_device_cost *d = &c->cost[devs[i] % c->k];
+    if (d->flops < w.flops)
+      w.flops = d->flops;
+    if (d->mem_gbps < w.mem_gbps)
+      w.mem_gbps = d->mem_gbps;
+    if (d->memory < w.memory)
+      w.memory = d->memory;
+    if (d->launch_us > w.launch_us)
+      w.launch_us = d->launch_us;
+  }
+  return w;
+}
+
+/*
+** One layer's forward or backward on a tp group of t devices for `rows`
+** samples: the larger of its GEMM time (FLOPs / t at the slowest member's
+** sustained speed) and its memory traffic, plus launches, plus for a GPT
+** block the tp joins: two all-reduces of rows x context x d_model floats
+** in the forward (after attention and after the MLP) and two in the
+** backward. *comm receives the joins' part.
+*/
+static double layer_time_group(const struct strata_cluster *c, strata_model_t model, const int *devs, int t, int layer,
+                               int64_t rows, int backward, double *comm) {
+  struct strata_layer_info li;
+  strata_model_layer(model, layer, &li);
+  struct strata_device_cost w = group_cost(c, devs, t);
+  double flops = (backward ? li.bwd_flops : li.fwd_flops) * (double)rows / t;
+  double bytes = (double)li.act_bytes * (double)rows / t * ACT_TRAFFIC * (backward ? 1.5 : 1.0);
+  int block = strcmp(li.type, "block") == 0;
+  double launches = block ? (backward ? BLOCK_LAUNCHES_BWD : BLOCK_LAUNCHES_FWD)
+                          : (backward ? OTHER_LAUNCHES_BWD : OTHER_LAUNCHES_FWD);
+  double tc = flops / w.flops, tm = bytes / (w.mem_gbps * 1e9);
+  double time = (tc > tm ? tc : tm) + launches * w.launch_us * 1e-6;
+  double join = 0;
+  if (t > 1 && block) {
+    const struct strata_model_config *cfg = strata_model_config(model);
+    double gb, lat;
+    ring_figures(c, devs, t, 1, &gb, &lat);
+    double msg = (double)rows * (double)cfg->context * (double)cfg->d_model * 4.0;
+    join = 2 * allreduce_s(msg, t, gb, lat);
+  }
+  /* TODO: vocabulary-split embedding and cross-entropy joins, once tp runs in the executor */
+  if (comm)
+    *comm = join;
+  return time + join;
+}
+
+double strata__plan_layer_time(const struct strata_cluster *c, strata_model_t model, strata_layout_t layout, int rank,
+                               int layer, int64_t rows, int backward) {
+  const int *devs = NULL;
+  int t = group_of(layout, 0, rank, &devs);
+  return layer_time_group(c, model, devs, t, layer, rows, backward, NULL);
+}
+
+/* Bytes of parameters, gradients and AdamW moments a device of a tp-t rank holds for `params`. */
+static double static_bytes(double params, int t, int dp, int zero) {
+  double p = params / t;
+  return p * 4 /* weights */ + p * 4 /* gradients */ + p * 8 / (zero && dp > 1 ? dp : 1) /* moments */;
+}
+
+/* The first layer of virtual stage j under `split`. */
+static int stage_first(const int *split, int j) {
+  int a = 0;
+  for (int i = 0; i < j; i++)
+    a += split[i];
+  return a;
+}
+
+uint64_t strata__plan_rank_memory(strata_model_t model, strata_layout_t layout, const int *split, const int *inflight,
+                                  int64_t rows, int rank) {
+  const int pp = strata_layout_pp(layout), S = strata_layout_stages(layout), t = strata_layout_tp(layout, rank);
+  double total = 0;
+  for (int j = rank; j < S; j += pp) {
+    int a = stage_first(split, j);
+    double params = 0, act = 0;
+    for (int l = a; l < a + split[j]; l++) {
+      struct strata_layer_info li;
+      strata_model_layer(model, l, &li);
+      params += (double)li.params;
+      act += (double)li.act_bytes;
+    }
+    struct strata_layer_info last;
+    strata_model_layer(model, a + split[j] - 1, &last);
+    total += static_bytes(params, t, strata_layout_dp(layout), strata_layout_zero(layout));
+    /* activations kept per micro-batch in flight, and its output buffer */
+    total += (act / t + (double)last.out_bytes) * (double)rows * inflight[j];
+  }
+  return (uint64_t)total;
+}
+
+/* Layers per stage balanced by FLOPs, for a layout that leaves the split to the trainer. */
+static int balanced_split(strata_model_t model, int S, int *split) {
+  const int L = strata_model_layer_count(model);
+  if (L < S)
+    return strata__error(STRATA_ERR_INVALID, "the model has %d layers, fewer than the layout's %d stages", L, S);
+  double total = strata_model_flops(model), acc = 0;
+  int l = 0;
+  for (int j = 0; j < S; j++) {
+    int n = 0;
+    double goal = total * (j + 1) / S;
+    while (l < L && (n == 0 || (L - l > S - j - 1 && acc < goal))) {
+      struct strata_layer_info li;
+      strata_model_layer(model, l, &li);
+      double f = li.fwd_flops + li.bwd_flops;
+      /* take the layer when that brings the running sum nearer the goal */
+      if (n > 0 && acc + f - goal > goal - acc)
+        break;
+      acc += f;
+      l++;
+      n++;
+    }
+    split[j] = n;
+  }
+  split[S - 1] += L - l;
+  return STRATA_OK;
+}
+
+/* ---- the engine ---- */
+
+/* What every (replica) stage costs: seconds per action, bytes per transfer. */
+struct stage_cost {
+  double f, b, bi, w, opt;          /* compute, tp joins included */
+  double f_comm, b_comm, bi_comm;   /* the joins' part */
+  double act_bytes;                 /* kept per micro-batch per device */
+  double out_bytes, in_bytes;       /* per micro-batch: output forward, input gradient back */
+  double grad_bytes;                /* gradients per device, for the collectives */
+  double static_bytes;
+  const int *devs;                  /* the tp group */
+  int tp;
+};
+
+struct event {
+  const char *cat;
+  char name[24];
+  int tid;
+  double ts, dur;
+  const char *op;
+  double bytes;
+};
+
+struct heap_item {
+  double t;
+  int dev;
+};
+
+struct engine {
+  strata_schedule_t s;
+  int P, S, M, R, chain, K;
+  const double *unit;               /* unit costs by kind, or NULL */
+  const struct strata_cluster *c;
+  struct stage_cost *sc;            /* [S], NULL with unit costs */
+  int dp;                           /* replicas the collectives span (layout dp, >= R) */
+  double *finish, *arrive;          /* [K x S x (M + 1)] */
+  double *clock, *sender_free, *comm_free, *compute, *comm, *mem_now, *mem_peak;
+  int *next, *parked, *bw_done;
+  double *bw_last;
+  int *coll_count;                  /* [3 x chain] */
+  double *coll_max, *coll_fin;
+  double *res_free;                 /* [nodes x k] uplinks, then [nodes x nics] out, then in */
+  struct heap_item *heap;
+  int nheap, cap_heap;
+  struct event *ev;
+  size_t nev, cap_ev;
+  int tracing, failed;
+};
+
+static size_t key(const struct engine *e, int kind, int stage, int mb) {
+  return ((size_t)kind * (size_t)e->S + (size_t)stage) * (size_t)(e->M + 1) + (size_t)(mb + 1);
+}
+
+static int has_prev(const struct engine *e, int st) { return st % e->chain != 0; }
+static int has_next(const struct engine *e, int st) { return (st + 1) % e->chain != 0; }
+static int coll_index(int kind) {
+  return kind == STRATA_ACTION_GRAD_REDUCE ? 0 : kind == STRATA_ACTION_GRAD_SCATTER ? 1
+         : kind == STRATA_ACTION_PARAM_GATHER ? 2 : -1;
+}
+
+static void heap_push(struct engine *e, double t, int dev) {
+  if (e->nheap == e->cap_heap) {
+    int cap = e->cap_heap ? 2 * e->cap_heap : 64;
+    struct heap_item *h = realloc(e->heap, sizeof *h * (size_t)cap);
+    if (!h) {
+      e->failed = 1;
+      return;
+    }
+    e->heap = h;
+    e->cap_heap = cap;
+  }
+  int i = e->nheap++;
+  while (i > 0) {
+    int p = (i - 1) / 2;
+    if (e->heap[p].t < t || (e->heap[p].t == t && e->heap[p].dev < dev))
+      break;
+    e->heap[i] = e->heap[p];
+    i = p;
+  }
+  e->heap[i] = (struct heap_item){t, dev};
+}
+
+static struct heap_item heap_pop(struct engine *e) {
+  struct heap_item top = e->heap[0], last = e->heap[--e->nheap];
+  int i = 0;
+  for (;;) {
+    int l = 2 * i + 1, r = l + 1, m = i;
+    struct heap_item *best = &last;
+    if (l < e->nheap && (e->heap[l].t < best->t || (e->heap[l].t == best->t && e->heap[l].dev < best->dev)))
+      m = l, best = &e->heap[l];
+    if (r < e->nheap && (e->heap[r].t < best->t || (e->heap[r].t == best->t && e->heap[r].dev < best->dev)))
+      m = r, best = &e->heap[r];
+    if (m == i)
+      break;
+    e->heap[i] = e->heap[m];
+    i = m;
+  }
+  if (e->nheap)
+    e->heap[i] = last;
+  return top;
+}
+
+static void trace(struct engine *e, const char *cat, const struct strata_action *a, const char *op, int tid, double t0,
+                  double t1, double bytes) {
+  if (!e->tracing || t1 <= t0)
+    return;
+  if (e->nev == e->cap_ev) {
+    size_t cap = e->cap_ev ? 2 * e->cap_ev : 1024;
+    struct event *n = realloc(e->ev, sizeof *n * cap);
+    if (!n) {
+      e->failed = 1;
+      return;
+    }
+    e->ev = n;
+    e->cap_ev = cap;
+  }
+  struct event *v = &e->ev[e->nev++];
+  v->cat = cat;
+  if (!a)
+    snprintf(v->name, sizeof v->name, "%s", cat);
+  else if (a->microbatch < 0)
+    snprintf(v->name, sizeof v->name, "%s%d", strata_action_label(a->kind), a->stage);
+  else
+    snprintf(v->name, sizeof v->name, "%s%d.%d", strata_action_label(a->kind), a->stage, a->microbatch);
+  v->tid = tid;
+  v->ts = t0 * 1e6;
+  v->dur = (t1 - t0) * 1e6;
+  v->op = op;
+  v->bytes = bytes;
+}
+
+/* When device d's next action can start: 1 and *t, or 0 while it waits for something not yet known. */
+static int ready(const struct engine *e, int d, double *t) {
+  int n;
+  const struct strata_action *a = &strata_schedule_actions(e->s, d, &n)[e->next[d]];
+  const int st = a->stage, mb = a->microbatch;
+  double r = e->clock[d], f = 0;
+#define NEED(x)                                                                                                        \
+  do {                                                                                                                 \
+    f = (x);                                                                                                           \
+    if (f < 0)                                                                                                         \
+      return 0;                                                                                                        \
+    if (f > r)                                                                                                         \
+      r = f;                                                                                                           \
+  } while (0)
+  switch (a->kind) {
+  case STRATA_ACTION_FORWARD:
+    if (has_prev(e, st))
+      NEED(strata_schedule_stage_device(e->s, st - 1) == d ? e->finish[key(e, STRATA_ACTION_FORWARD, st - 1, mb)]
+                                                           : e->finish[key(e, STRATA_ACTION_RECV_ACT, st, mb)]);
+    break;
+  case STRATA_ACTION_SEND_ACT: NEED(e->finish[key(e, STRATA_ACTION_FORWARD, st, mb)]); break;
+  case STRATA_ACTION_RECV_ACT: NEED(e->arrive[key(e, STRATA_ACTION_SEND_ACT, st - 1, mb)]); break;
+  case STRATA_ACTION_BACKWARD:
+  case STRATA_ACTION_BACKWARD_INPUT:
+    NEED(e->finish[key(e, STRATA_ACTION_FORWARD, st, mb)]);
+    if (has_next(e, st)) {
+      if (strata_schedule_stage_device(e->s, st + 1) == d) {
+        double b = e->finish[key(e, STRATA_ACTION_BACKWARD, st + 1, mb)];
+        if (b < 0)
+          b = e->finish[key(e, STRATA_ACTION_BACKWARD_INPUT, st + 1, mb)];
+        NEED(b);
+      } else {
+        NEED(e->finish[key(e, STRATA_ACTION_RECV_GRAD, st, mb)]);
+      }
+    }
+    break;
+  case STRATA_ACTION_SEND_GRAD: {
+    double b = e->finish[key(e, STRATA_ACTION_BACKWARD, st, mb)];
+    if (b < 0)
+      b = e->finish[key(e, STRATA_ACTION_BACKWARD_INPUT, st, mb)];
+    NEED(b);
+    break;
+  }
+  case STRATA_ACTION_RECV_GRAD: NEED(e->arrive[key(e, STRATA_ACTION_SEND_GRAD, st + 1, mb)]); break;
+  case STRATA_ACTION_BACKWARD_WEIGHT: NEED(e->finish[key(e, STRATA_ACTION_BACKWARD_INPUT, st, mb)]); break;
+  case STRATA_ACTION_OPTIMIZER:
+    if (e->bw_done[st] < e->M)
+      return 0;
+    NEED(e->bw_last[st]);
+    if (e->R > 1) {
+      double g = e->coll_fin[0 * e->chain + st % e->chain];
+      if (g < 0)
+        g = e->coll_fin[1 * e->chain + st % e->chain];
+      NEED(g);
+    }
+    break;
+  case STRATA_ACTION_GRAD_REDUCE:
+  case STRATA_ACTION_GRAD_SCATTER:
+    if (e->bw_done[st] < e->M)
+      return 0;
+    NEED(e->bw_last[st]);
+    break;
+  case STRATA_ACTION_PARAM_GATHER: NEED(e->finish[key(e, STRATA_ACTION_OPTIMIZER, st, -1)]); break;
+  default:
+    /* TODO: TP_JOIN_FORWARD / TP_JOIN_BACKWARD once the executor has them; until
+    ** then an unknown kind is a synchronisation point that costs nothing */
+    break;
+  }
+#undef NEED
+  *t = r;
+  return 1;
+}
+
+/* Push device d if its next action can start, else park it until what it waits for is known. */
+static void schedule_device(struct engine *e, int d) {
+  int n;
+  strata_schedule_actions(e->s, d, &n);
+  if (e->next[d] >= n) {
+    e->parked[d] = 0;
+    return;
+  }
+  double t;
+  if (ready(e, d, &t)) {
+    e->parked[d] = 0;
+    heap_push(e, t, d);
+  } else {
+    e->parked[d] = 1;
+  }
+}
+
+static void wake(struct engine *e, int d) {
+  if (e->parked[d])
+    schedule_device(e, d);
+}
+
+/* Earliest-free lane of `n` lanes starting at base. */
+static double *lane(double *base, int n) {
+  double *best = base;
+  for (int i = 1; i < n; i++)
+    if (base[i] < *best)
+      best = &base[i];
+  return best;
+}
+
+/*
+** A transfer of `bytes` from schedule device `from` (its cluster device a)
+** to b at time t: it waits for the sender's copy engine, for a shared PCIe
+** uplink on either side when it leaves that island, and for a network
+** interface on each side when it leaves the node; all of them are held
+** until it arrives. Returns the arrival time and the seconds it took.
+*/
+static double transfer(struct engine *e, int from, int a, int b, double bytes, double t, double *dur) {
+  const struct strata_cluster *c = e->c;
+  double gbps, lat;
+  int kind;
+  strata__cluster_link(c, a, b, &gbps, &lat, &kind);
+  double *held[6];
+  int nheld = 0;
+  held[nheld++] = &e->sender_free[from];
+  const int la = a % c->k, lb = b % c->k;
+  const size_t nk = (size_t)c->nodes * (size_t)c->k;
+  int leaves = kind == STRATA_PATH_NET || c->island[la] != c->island[lb];
+  if (leaves && c->uplink[la] >= 0) {
+    held[nheld++] = &e->res_free[(size_t)(a / c->k) * (size_t)c->k + (size_t)c->uplink[la]];
+    if (c->uplink_gbps[la] > 0 && c->uplink_gbps[la] < gbps)
+      gbps = c->uplink_gbps[la];
+  }
+  if (leaves && c->uplink[lb] >= 0 && !(a / c->k == b / c->k && c->uplink[la] == c->uplink[lb])) {
+    held[nheld++] = &e->res_free[(size_t)(b / c->k) * (size_t)c->k + (size_t)c->uplink[lb]];
+    if (c->uplink_gbps[lb] > 0 && c->uplink_gbps[lb] < gbps)
+      gbps = c->uplink_gbps[lb];
+  }
+  if (kind == STRATA_PATH_NET) {
+    held[nheld++] = lane(&e->res_free[nk + (size_t)(a / c->k) * (size_t)c->nics], c->nics);
+    held[nheld++] = lane(&e->res_free[nk + (size_t)c->nodes * (size_t)c->nics + (size_t)(b / c->k) * (size_t)c->nics],
+                         c->nics);
+  }
+  double start = t;
+  for (int i = 0; i < nheld; i++)
+    if (*held[i] > start)
+      start = *held[i];
+  *dur = lat * 1e-6 + bytes / (gbps * 1e9);
+  double end = start + *dur;
+  for (int i = 0; i < nheld; i++)
+    *held[i] = end;
+  return end;
+}
+
+/*
+** The collective `kind` of stage st: a ring per tp rank over the stage's
+** replicas, paced by its narrowest hop. A hop that leaves the node shares
+** the node's interfaces with the rings of the other tp ranks. In symmetric
+** mode two replicas stand for dp: their hop is every hop's kind.
+** Seconds, and the bytes each member contributes.
+*/
+static double collective_s(const struct engine *e, int kind, int st, double *bytes) {
+  if (e->unit) {
+    *bytes = 0;
+    return e->unit[kind];
+  }
+  const int j = st % e->chain;
+  const struct stage_cost *c = &e->sc[st];
+  double gbps = INFINITY, lat = 0;
+  for (int r = 0; r < e->R; r++) {
+    int a = e->sc[r * e->chain + j].devs[0], b = e->sc[((r + 1) % e->R) * e->chain + j].devs[0];
+    if (a == b)
+      continue;
+    double g, lt;
+    int k;
+    strata__cluster_link(e->c, a, b, &g, &lt, &k);
+    if (k == STRATA_PATH_NET) {
+      double share = e->c->net_gbps * e->c->nics / c->tp;
+      g = share < e->c->net_gbps ? share : e->c->net_gbps;
+    }
+    gbps = g < gbps ? g : gbps;
+    lat = lt > lat ? lt : lat;
+  }
+  if (isinf(gbps))
+    gbps = 1e9;
+  *bytes = c->grad_bytes;
+  double ar = allreduce_s(c->grad_bytes, e->dp, gbps, lat);
+  return kind == STRATA_ACTION_GRAD_REDUCE ? ar : ar / 2; /* reduce-scatter or all-gather: half the ring */
+}
+
+static double action_cost(const struct engine *e, const struct strata_action *a, double *comm) {
+  *comm = 0;
+  if (e->unit)
+    return a->kind >= 0 && a->kind < STRATA_ACTION_KIND_COUNT ? e->unit[a->kind] : 0;
+  const struct stage_cost *c = &e->sc[a->stage];
+  switch (a->kind) {
+  case STRATA_ACTION_FORWARD: *comm = c->f_comm; return c->f;
+  case STRATA_ACTION_BACKWARD: *comm = c->b_comm; return c->b;
+  case STRATA_ACTION_BACKWARD_INPUT: *comm = c->bi_comm; return c->bi;
+  case STRATA_ACTION_BACKWARD_WEIGHT: return c->w;
+  case STRATA_ACTION_OPTIMIZER: return c->opt;
+  default: return 0;
+  }
+}
+
+/* Run the engine to the end; STRATA_ERR_INVALID when the lists cannot finish. */
+static int engine_run(struct engine *e) {
+  for (int d = 0; d < e->P; d++)
+    schedule_device(e, d);
+  while (e->nheap > 0 && !e->failed) {
+    struct heap_item it = heap_pop(e);
+    const int d = it.dev;
+    int n;
+    const struct strata_action *a = &strata_schedule_actions(e->s, d, &n)[e->next[d]];
+    const double t = it.t;
+    const int st = a->stage, mb = a->microbatch;
+    const size_t self = key(e, a->kind, st, mb);
+    switch (a->kind) {
+    case STRATA_ACTION_FORWARD:
+    case STRATA_ACTION_BACKWARD:
+    case STRATA_ACTION_BACKWARD_INPUT:
+    case STRATA_ACTION_BACKWARD_WEIGHT:
+    case STRATA_ACTION_OPTIMIZER: {
+      double comm, dur = action_cost(e, a, &comm);
+      e->clock[d] = t + dur;
+      e->finish[self] = e->clock[d];
+      e->compute[d] += dur - comm;
+      e->comm[d] += comm;
+      trace(e, a->kind == STRATA_ACTION_OPTIMIZER ? "optimizer" : "compute", a, NULL, 2 * d, t, e->clock[d], 0);
+      if (!e->unit) {
+        if (a->kind == STRATA_ACTION_FORWARD) {
+          e->mem_now[d] += e->sc[st].act_bytes;
+          if (e->mem_now[d] > e->mem_peak[d])
+            e->mem_peak[d] = e->mem_now[d];
+        } else if (a->kind == STRATA_ACTION_BACKWARD || a->kind == STRATA_ACTION_BACKWARD_WEIGHT) {
+          e->mem_now[d] -= e->sc[st].act_bytes;
+        }
+      }
+      if (a->kind == STRATA_ACTION_BACKWARD || a->kind == STRATA_ACTION_BACKWARD_WEIGHT) {
+        e->bw_done[st]++;
+        if (e->clock[d] > e->bw_last[st])
+          e->bw_last[st] = e->clock[d];
+      }
+      break;
+    }
+    case STRATA_ACTION_SEND_ACT:
+    case STRATA_ACTION_SEND_GRAD: {
+      /* buffered: the device goes on; its copy engine carries the data */
+      e->finish[self] = t;
+      int act = a->kind == STRATA_ACTION_SEND_ACT, peer = act ? st + 1 : st - 1;
+      int to = strata_schedule_stage_device(e->s, peer);
+      double dur = 0, end;
+      if (e->unit) {
+        dur = e->unit[a->kind];
+        end = t + dur;
+      } else {
+        const struct stage_cost *c = &e->sc[st], *p = &e->sc[peer];
+        int tmin = c->tp < p->tp ? c->tp : p->tp;
+        double bytes = (act ? c->out_bytes : c->in_bytes) / tmin; /* each tp rank sends its slice */
+        end = transfer(e, d, c->devs[0], p->devs[0], bytes, t, &dur);
+        trace(e, "send", a, NULL, 2 * d + 1, end - dur, end, bytes);
+      }
+      e->comm[d] += dur;
+      e->arrive[self] = end;
+      wake(e, to);
+      break;
+    }
+    case STRATA_ACTION_RECV_ACT:
+    case STRATA_ACTION_RECV_GRAD:
+      e->finish[self] = t;
+      trace(e, "recv", a, NULL, 2 * d, e->clock[d], t, 0);
+      e->clock[d] = t;
+      break;
+    case STRATA_ACTION_GRAD_REDUCE:
+    case STRATA_ACTION_GRAD_SCATTER:
+    case STRATA_ACTION_PARAM_GATHER: {
+      /* arrive; the collective runs on the communication stream once every replica has */
+      const int ci = coll_index(a->kind) * e->chain + st % e->chain;
+      e->finish[self] = -1;
+      if (t > e->coll_max[ci])
+        e->coll_max[ci] = t;
+      if (++e->coll_count[ci] == e->R) {
+        double start = e->coll_max[ci];
+        for (int r = 0; r < e->R; r++) {
+          int dv = strata_schedule_stage_device(e->s, r * e->chain + st % e->chain);
+          if (e->comm_free[dv] > start)
+            start = e->comm_free[dv];
+        }
+        double bytes, dur = collective_s(e, a->kind, st, &bytes), end = start + dur;
+        e->coll_fin[ci] = end;
+        for (int r = 0; r < e->R; r++) {
+          int sg = r * e->chain + st % e->chain, dv = strata_schedule_stage_device(e->s, sg);
+          struct strata_action ra = {a->kind, sg, -1};
+          e->comm_free[dv] = end;
+          e->comm[dv] += dur;
+          e->finish[key(e, a->kind, sg, -1)] = end;
+          trace(e, "comm", &ra, a->kind == STRATA_ACTION_GRAD_REDUCE ? "allreduce"
+                                : a->kind == STRATA_ACTION_GRAD_SCATTER ? "reducescatter" : "allgather",
+                2 * dv + 1, start, end, bytes);
+        }
+        for (int r = 0; r < e->R; r++)
+          wake(e, strata_schedule_stage_device(e->s, r * e->chain + st % e->chain));
+      }
+      e->clock[d] = t;
+      break;
+    }
+    default: e->clock[d] = t; break; /* unknown kinds: a free synchronisation point (see ready) */
+    }
+    e->next[d]++;
+    schedule_device(e, d);
+    /* a device waiting on this one's stage for a same-device dependency never parks;
+    ** the neighbours waiting for a transfer were woken above */
+  }
+  if (e->failed)
+    return strata__error(STRATA_ERR_NOMEM, "simulator: out of host memory");
+  for (int d = 0; d < e->P; d++) {
+    int n;
+    const struct strata_action *l = strata_schedule_actions(e->s, d, &n);
+    if (e->next[d] < n)
+      return strata__error(STRATA_ERR_INVALID, "simulator: dev %d cannot run #%d %s%d.%d: the lists do not finish", d,
+                           e->next[d], strata_action_label(l[e->next[d]].kind), l[e->next[d]].stage,
+                           l[e->next[d]].microbatch);
+  }
+  return STRATA_OK;
+}
+
+static void engine_free(struct engine *e) {
+  free(e->finish);
+  free(e->arrive);
+  free(e->clock);
+  free(e->sender_free);
+  free(e->comm_free);
+  free(e->compute);
+  free(e->comm);
+  free(e->mem_now);
+  free(e->mem_peak);
+  free(e->next);
+  free(e->parked);
+  free(e->bw_done);
+  free(e->bw_last);
+  free(e->coll_count);
+  free(e->coll_max);
+  free(e->coll_fin);
+  free(e->res_free);
+  free(e->heap);
+  free(e->ev);
+}
+
+static int engine_init(struct engine *e, strata_schedule_t s, const struct strata_cluster *c) {
+  e->s = s;
+  e->P = strata_schedule_devices(s);
+  e->S = strata_schedule_stages(s);
+  e->M = strata_schedule_microbatches(s);
+  e->R = strata_schedule_replicas(s);
+  e->chain = e->S / e->R;
+  e->c = c;
+  size_t keys = (size_t)STRATA_ACTION_KIND_COUNT * (size_t)e->S * (size_t)(e->M + 1), P = (size_t)e->P;
+  size_t res = c ? (size_t)c->nodes * ((size_t)c->k + 2 * (size_t)c->nics) : 1;
+  e->finish = malloc(keys * sizeof *e->finish);
+  e->arrive = malloc(keys * sizeof *e->arrive);
+  e->clock = calloc(P, sizeof *e->clock);
+  e->sender_free = calloc(P, sizeof *e->sender_free);
+  e->comm_free = calloc(P, sizeof *e->comm_free);
+  e->compute = calloc(P, sizeof *e->compute);
+  e->comm = calloc(P, sizeof *e->comm);
+  e->mem_now = calloc(P, sizeof *e->mem_now);
+  e->mem_peak = calloc(P, sizeof *e->mem_peak);
+  e->next = calloc(P, sizeof *e->next);
+  e->parked = calloc(P, sizeof *e->parked);
+  e->bw_done = calloc((size_t)e->S, sizeof *e->bw_done);
+  e->bw_last = calloc((size_t)e->S, sizeof *e->bw_last);
+  e->coll_count = calloc(3 * (size_t)e->chain, sizeof *e->coll_count);
+  e->coll_max = calloc(3 * (size_t)e->chain, sizeof *e->coll_max);
+  e->coll_fin = malloc(3 * (size_t)e->chain * sizeof *e->coll_fin);
+  e->res_free = calloc(res, sizeof *e->res_free);
+  if (!e->finish || !e->arrive || !e->clock || !e->sender_free || !e->comm_free || !e->compute || !e->comm ||
+      !e->mem_now || !e->mem_peak || !e->next || !e->parked || !e->bw_done || !e->bw_last || !e->coll_count ||
+      !e->coll_max || !e->coll_fin || !e->res_free) {
+    engine_free(e);
+    return strata__error(STRATA_ERR_NOMEM, "simulator: out of host memory for %d devices and %d stages", e->P, e->S);
+  }
+  for (size_t i = 0; i < keys; i++)
+    e->finish[i] = e->arrive[i] = -1;
+  for (size_t i = 0; i < 3 * (size_t)e->chain; i++)
+    e->coll_fin[i] = -1;
+  return STRATA_OK;
+}
+
+/* Fill the figures every simulation gives from a finished engine. */
+static int engine_result(const struct engine *e, struct strata_sim_result *out) {
+  memset(out, 0, sizeof *out);
+  out->devices = e->P;
+  out->busy = calloc((size_t)e->P, sizeof *out->busy);
+  out->memory = calloc((size_t)e->P, sizeof *out->memory);
+  if (!out->busy || !out->memory) {
+    strata_sim_result_destroy(out);
+    return strata__error(STRATA_ERR_NOMEM, "simulator: out of host memory");
+  }
+  double end = 0, work = 0, comm = 0;
+  for (int d = 0; d < e->P; d++) {
+    if (e->clock[d] > end)
+      end = e->clock[d];
+    if (e->comm_free[d] > end)
+      end = e->comm_free[d];
+    if (e->sender_free[d] > end)
+      end = e->sender_free[d];
+  }
+  for (int d = 0; d < e->P; d++) {
+    work += e->compute[d];
+    comm += e->comm[d];
+    out->busy[d] = end > 0 ? e->compute[d] / end : 0;
+  }
+  out->step_s = end;
+  out->bubble = end > 0 ? 1.0 - work / ((double)e->P * end) : 0.0;
+  out->comm_share = work + comm > 0 ? comm / (work + comm) : 0.0;
+  out->fits = 1;
+  return STRATA_OK;
+}
+
+STRATA_API void strata_sim_result_destroy(struct strata_sim_result *r) {
+  if (!r)
+    return;
+  free(r->busy);
+  free(r->memory);
+  r->busy = NULL;
+  r->memory = NULL;
+}
+
+STRATA_API int strata_simulate_schedule(strata_schedule_t s, const double *cost, struct strata_sim_result *out) {
+  if (!s || !out)
+    return strata__error(STRATA_ERR_INVALID, "strata_simulate_schedule: NULL argument");
+  TRY(strata_schedule_validate(s));
+  double unit[STRATA_ACTION_KIND_COUNT] = {0};
+  unit[STRATA_ACTION_FORWARD] = 1;
+  unit[STRATA_ACTION_BACKWARD] = 2;
+  unit[STRATA_ACTION_BACKWARD_INPUT] = 1;
+  unit[STRATA_ACTION_BACKWARD_WEIGHT] = 1;
+  struct engine e;
+  memset(&e, 0, sizeof e);
+  TRY(engine_init(&e, s, NULL));
+  e.unit = cost ? cost : unit;
+  e.dp = e.R;
+  int rc = engine_run(&e);
+  if (!rc)
+    rc = engine_result(&e, out);
+  engine_free(&e);
+  return rc;
+}
+
+/* The trace in the executor's format (lib/pipeline.c strata__trace_write): a compute
+** and a transfers thread per device, complete events in microseconds, idle gaps. */
+static int write_trace(const struct engine *e, strata_layout_t l, const char *path) {
+  struct strata__out o;
+  TRY(strata__out_open(&o, path));
+  FILE *f = strata__out_stream(&o);
+  if (!f) {
+    strata__out_abort(&o);
+    return strata__error_prefix(STRATA_ERR_NOMEM, "cannot write the trace: ");
+  }
+  fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
+  const int pp = strata_layout_pp(l);
+  for (int r = 0; r < e->P; r++) {
+    int dev = 0;
+    strata_layout_device(l, r / pp, r % pp, 0, &dev);
+    const char *name = e->c->names[dev % e->c->k];
+    fprintf(f,
+            "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, \"args\": {\"name\": \"device %d "
+            "(%s) compute\"}},\n",
+            2 * r, dev, name);
+    fprintf(f,
+            "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, \"args\": {\"name\": \"device %d "
+            "(%s) transfers\"}},\n",
+            2 * r + 1, dev, name);
+  }
+  double end = 0;
+  for (int d = 0; d < e->P; d++)
+    end = e->clock[d] > end ? e->clock[d] : end;
+  int first = 1;
+  for (size_t i = 0; i < e->nev; i++) {
+    const struct event *v = &e->ev[i];
+    fprintf(f, "%s{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.3f, "
+               "\"dur\": %.3f, \"args\": {\"step\": 1",
+            first ? "" : ",\n", v->name, v->cat, v->tid, v->ts, v->dur);
+    if (v->op)
+      fprintf(f, ", \"collective\": \"%s\", \"bytes\": %.0f, \"group\": []", v->op, v->bytes);
+    fprintf(f, ", \"predicted\": true}}");
+    first = 0;
+  }
+  /* idle: the gaps between a device's compute and receive events */
+  for (int d = 0; d < e->P; d++) {
+    double last = 0;
+    for (size_t i = 0; i < e->nev; i++) {
+      const struct event *v = &e->ev[i];
+      if (v->tid != 2 * d)
+        continue;
+      if (v->ts > last + 1e-3)
+        fprintf(f, "%s{\"name\": \"idle\", \"cat\": \"idle\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.3f, "
+                   "\"dur\": %.3f, \"args\": {\"step\": 1, \"predicted\": true}}",
+                first ? "" : ",\n", 2 * d, last, v->ts - last);
+      first = 0;
+      last = v->ts + v->dur;
+    }
+    if (end * 1e6 > last + 1e-3)
+      fprintf(f, "%s{\"name\": \"idle\", \"cat\": \"idle\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.3f, "
+                 "\"dur\": %.3f, \"args\": {\"step\": 1, \"predicted\": true}}",
+              first ? "" : ",\n", 2 * d, last, end * 1e6 - last);
+    first = 0;
+  }
+  fprintf(f, "\n]}\n");
+  return strata__out_commit(&o);
+}
+
+STRATA_API int strata_simulate(strata_cluster_t c, strata_model_t model, strata_layout_t l,
+                               const struct strata_sim_options *o, struct strata_sim_result *out) {
+  if (!c || !model || !l || !o || !out)
+    return strata__error(STRATA_ERR_INVALID, "strata_simulate: NULL argument");
+  memset(out, 0, sizeof *out);
+  const int dp = strata_layout_dp(l), pp = strata_layout_pp(l), S = strata_layout_stages(l);
+  const int m = strata_layout_microbatches(l), v = strata_layout_virtual_stages(l);
+  const int ndev = strata_cluster_device_count(c);
+  TRY(strata_layout_check(l, model, ndev));
+  if (o->batch < 1 || o->batch % ((int64_t)dp * m))
+    return strata__error(STRATA_ERR_INVALID, "batch %lld is not a multiple of dp %d x %d micro-batches",
+                         (long long)o->batch, dp, m);
+  const int64_t rows = o->batch / ((int64_t)dp * m);
+  int *split = malloc(sizeof *split * (size_t)S);
+  if (!split)
+    return strata__error(STRATA_ERR_NOMEM, "simulator: out of host memory");
+  int rc = STRATA_OK;
+  if (strata_layout_split(l))
+    memcpy(split, strata_layout_split(l), sizeof *split * (size_t)S);
+  else
+    rc = balanced_split(model, S, split);
+  /* symmetric: two replicas stand for all, the collectives still span dp */
+  const int R = o->symmetric && dp > 2 ? 2 : dp;
+  strata_schedule_t s = NULL;
+  if (!rc)
+    rc = strata_schedule_generate_replicated(strata_layout_schedule(l), pp, m, v, R, strata_layout_zero(l), &s);
+  struct engine e;
+  memset(&e, 0, sizeof e);
+  int inited = 0;
+  if (!rc && (rc = engine_init(&e, s, c)) == STRATA_OK)
+    inited = 1;
+  if (!rc) {
+    e.dp = dp;
+    e.tracing = o->trace != NULL;
+    e.sc = calloc((size_t)e.S, sizeof *e.sc);
+    if (!e.sc)
+      rc = strata__error(STRATA_ERR_NOMEM, "simulator: out of host memory");
+  }
+  for (int g = 0; !rc && g < e.S; g++) {
+    /* global stage g: replica g / S, virtual stage j on rank j % pp */
+    const int rep = g / S, j = g % S, rank = j % pp;
+    struct stage_cost *sc = &e.sc[g];
+    sc->tp = group_of(l, rep, rank, &sc->devs);
+    const int t = sc->tp, a = stage_first(split, j);
+    double params = 0, act = 0;
+    for (int li = a; li < a + split[j]; li++) {
+      struct strata_layer_info info;
+      strata_model_layer(model, li, &info);
+      double cf, cb;
+      double f = layer_time_group(c, model, sc->devs, t, li, rows, 0, &cf);
+      double b = layer_time_group(c, model, sc->devs, t, li, rows, 1, &cb);
+      sc->f += f;
+      sc->f_comm += cf;
+      sc->b += b;
+      sc->b_comm += cb;
+      /* split backward: the input gradient carries the joins, the weight gradient none;
+      ** their GEMMs are alike in size, so each gets half of the rest */
+      sc->bi += (b - cb) / 2 + cb;
+      sc->bi_comm += cb;
+      sc->w += (b - cb) / 2;
+      params += (double)info.params;
+      act += (double)info.act_bytes;
+      if (li == a + split[j] - 1)
+        sc->out_bytes = (double)info.out_bytes * (double)rows;
+    }
+    if (a > 0) {
+      struct strata_layer_info prev;
+      strata_model_layer(model, a - 1, &prev);
+      sc->in_bytes = (double)prev.out_bytes * (double)rows; /* the gradient of this stage's input */
+    }
+    struct strata_device_cost w = group_cost(c, sc->devs, t);
+    int zero = strata_layout_zero(l) && dp > 1;
+    sc->opt = ADAM_BYTES_PER_PARAM * params / t / (zero ? dp : 1) / (w.mem_gbps * 1e9) + 8 * w.launch_us * 1e-6;
+    sc->grad_bytes = 4.0 * params / t;
+    /* what a micro-batch in flight holds: the activations its backward reads, and the stage's output */
+    sc->act_bytes = (act / t) * (double)rows + sc->out_bytes;
+    sc->static_bytes = static_bytes(params, t, dp, strata_layout_zero(l));
+  }
+  if (!rc) {
+    for (int g = 0; g < e.S; g++) {
+      int d = strata_schedule_stage_device(s, g);
+      e.mem_now[d] += e.sc[g].static_bytes;
+      e.mem_peak[d] = e.mem_now[d];
+    }
+    rc = engine_run(&e);
+  }
+  if (!rc)
+    rc = engine_result(&e, out);
+  if (!rc) {
+    const struct strata_model_config *cfg = strata_model_config(model);
+    out->samples_per_s = out->step_s > 0 ? (double)o->batch / out->step_s : 0;
+    out->tokens_per_s = out->samples_per_s * (cfg->kind == STRATA_MODEL_GPT ? (double)cfg->context : 1.0);
+    out->flops_per_device = out->samples_per_s * strata_model_flops(model) / strata_layout_device_count(l);
+    for (int d = 0; d < e.P; d++) {
+      /* schedule device d is (replica d / pp, rank d % pp): its group holds what its smallest member holds */
+      const int *gd;
+      int t = group_of(l, d / pp, d % pp, &gd);
+      uint64_t cap = group_cost(c, gd, t).memory;
+      out->memory[d] = (uint64_t)e.mem_peak[d];
+      if (out->memory[d] > out->peak_bytes)
+        out->peak_bytes = out->memory[d];
+      if ((double)out->memory[d] > (double)cap * STRATA_PLAN_MEMORY_USABLE)
+        out->fits = 0;
+    }
+    if (o->trace)
+      rc = write_trace(&e, l, o->trace);
+    if (rc)
+      strata_sim_result_destroy(out);
+  }
+  if (inited) {
+    free(e.sc);
+    engine_free(&e);
+  }
+  strata_schedule_free(s);
+  free(split);
+  return rc;
+}

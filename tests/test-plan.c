@@ -1,0 +1,706 @@
+/* SPDX-License-Identifier: MIT */
+/* test-plan.c — the cost model, the simulator against hand-computed figures and the schedules' own bubble, and the
+** planner against exhaustive search and the topology rules of real machines. */
+#include <sys/stat.h>
+
+#include <strata/plan.h>
+
+#include "common.h"
+
+TestSuite(plan, .timeout = 120);
+
+/* ---- the simulator ---- */
+
+/* With unit costs the simulated bubble is the schedule's own, for every schedule, depth, micro-batch count and replica count. */
+Test(plan, unit_cost_bubble_is_the_schedules) {
+  const int kinds[] = {STRATA_SCHEDULE_GPIPE, STRATA_SCHEDULE_1F1B, STRATA_SCHEDULE_INTERLEAVED, STRATA_SCHEDULE_ZB_H1};
+  int checked = 0;
+  for (int k = 0; k < 4; k++)
+    for (int p = 1; p <= 4; p++)
+      for (int m = 1; m <= 8; m++)
+        for (int r = 1; r <= 2; r++) {
+          if (kinds[k] == STRATA_SCHEDULE_INTERLEAVED && (m % p || p < 2))
+            continue;
+          strata_schedule_t s;
+          OK(strata_schedule_generate_replicated(kinds[k], p, m, 2, r, 0, &s));
+          double want;
+          OK(strata_schedule_bubble(s, &want));
+          struct strata_sim_result res;
+          OK(strata_simulate_schedule(s, NULL, &res));
+          cr_assert_float_eq(res.bubble, want, 1e-12, "%s p %d m %d replicas %d: simulated %g, schedule %g",
+                             strata_schedule_kind_name(kinds[k]), p, m, r, res.bubble, want);
+          cr_assert_eq(res.devices, p * r);
+          strata_sim_result_destroy(&res);
+          strata_schedule_free(s);
+          checked++;
+        }
+  cr_assert_gt(checked, 100);
+}
+
+/* 1F1B with unit costs: span (m + p - 1) x 3, the closed form (p - 1) / (m + p - 1). */
+Test(plan, unit_cost_1f1b_span_is_the_closed_form) {
+  for (int p = 1; p <= 6; p++)
+    for (int m = 1; m <= 12; m++) {
+      strata_schedule_t s;
+      OK(strata_schedule_generate(STRATA_SCHEDULE_1F1B, p, m, 1, &s));
+      struct strata_sim_result res;
+      OK(strata_simulate_schedule(s, NULL, &res));
+      cr_assert_float_eq(res.step_s, 3.0 * (m + p - 1), 1e-9, "p %d m %d: span %g", p, m, res.step_s);
+      cr_assert_float_eq(res.bubble, (double)(p - 1) / (m + p - 1), 1e-12);
+      strata_sim_result_destroy(&res);
+      strata_schedule_free(s);
+    }
+}
+
+/* ---- helpers ---- */
+
+/* A GPT of `blocks` blocks (blocks + 2 layers) small enough for exhaustive search. */
+static strata_model_t small_gpt(int blocks) {
+  struct strata_model_config c = {.kind = STRATA_MODEL_GPT, .vocab = 256, .context = 64, .d_model = 128,
+                                  .layers = blocks, .heads = 4, .d_ff = 512};
+  strata_model_t m;
+  OK(strata_model_from_config(&c, &m));
+  return m;
+}
+
+/*
+** A node of n devices: device i does flops[i] FLOP/s with memory[i]
+** bytes, no launch overhead and memory so fast it never binds; every pair
+** linked at `gbps` (inside an island) or `slow_gbps` (across), no latency.
+*/
+static strata_cluster_t node(int n, const double *flops, const uint64_t *memory, const int *island, double gbps,
+                             double slow_gbps, const int *uplink, double uplink_gbps) {
+  struct strata_device_cost *cost = calloc((size_t)n, sizeof *cost);
+  double *g = calloc((size_t)n * n, sizeof *g), *lat = calloc((size_t)n * n, sizeof *lat);
+  for (int i = 0; i < n; i++) {
+    cost[i] = (struct strata_device_cost){.flops = flops[i], .mem_gbps = 1e9, .memory = memory[i], .launch_us = 0};
+    for (int j = 0; j < n; j++)
+      g[i * n + j] = !island || island[i] == island[j] ? gbps : slow_gbps;
+  }
+  struct strata_node_desc d = {.devices = n, .cost = cost, .gbps = g, .latency_us = lat, .island = island,
+                               .uplink = uplink, .uplink_gbps = uplink_gbps};
+  strata_cluster_t c;
+  OK(strata_cluster_new(&d, NULL, &c));
+  free(cost);
+  free(g);
+  free(lat);
+  return c;
+}
+
+static strata_layout_t layout(int dp, int pp, int tp, const int *devs, const int *split, int schedule, int m, int zero) {
+  int n = dp * pp * tp;
+  int *d = malloc(sizeof *d * (size_t)n);
+  for (int i = 0; i < n; i++)
+    d[i] = devs ? devs[i] : i;
+  struct strata_layout_desc desc = {.dp = dp, .pp = pp, .tp_all = tp, .devices = d, .ndevices = n, .split = split,
+                                    .nsplit = split ? pp : 0, .schedule = schedule, .microbatches = m, .zero = zero};
+  strata_layout_t l;
+  OK(strata_layout_new(&desc, &l));
+  free(d);
+  return l;
+}
+
+#define GIB (1024ull * 1024ull * 1024ull)
+
+/* ---- the simulator against figures computed by hand ---- */
+
+/* One device: the step is every layer's forward and backward FLOPs at the device's speed (memory never binds,
+** no launches), for the whole batch, plus an optimizer step that costs nothing at this memory bandwidth. */
+Test(plan, one_device_step_is_the_flops_over_the_speed) {
+  strata_model_t m = small_gpt(4);
+  double f[1] = {1e12};
+  uint64_t mem[1] = {64 * GIB};
+  strata_cluster_t c = node(1, f, mem, NULL, 100, 100, NULL, 0);
+  strata_layout_t l = layout(1, 1, 1, NULL, NULL, STRATA_SCHEDULE_1F1B, 4, 0);
+  struct strata_sim_options o = {.batch = 16};
+  struct strata_sim_result r;
+  OK(strata_simulate(c, m, l, &o, &r));
+  double flops = 0;
+  for (int i = 0; i < strata_model_layer_count(m); i++) {
+    struct strata_layer_info li;
+    OK(strata_model_layer(m, i, &li));
+    flops += li.fwd_flops + li.bwd_flops;
+  }
+  double want = flops * 16 / 1e12;
+  cr_assert_float_eq(r.step_s, want, want * 1e-6, "step %g s, by hand %g s", r.step_s, want);
+  cr_assert_float_eq(r.bubble, 0, 1e-6);
+  cr_assert(r.fits);
+  strata_sim_result_destroy(&r);
+  strata_layout_free(l);
+  strata_cluster_free(c);
+  strata_model_free(m);
+}
+
+/* Two stages, GPipe, one micro-batch: forward 0, the activation over the link, forward 1, backward 1, the
+** gradient back, backward 0 — a chain, so the step is their sum. */
+Test(plan, two_stage_step_is_the_chain_by_hand) {
+  strata_model_t m = small_gpt(4); /* 6 layers */
+  double f[2] = {1e12, 1e12};
+  uint64_t mem[2] = {64 * GIB, 64 * GIB};
+  strata_cluster_t c = node(2, f, mem, NULL, 1.0 /* GB/s */, 1.0, NULL, 0);
+  int split[2] = {3, 3};
+  strata_layout_t l = layout(1, 2, 1, NULL, split, STRATA_SCHEDULE_GPIPE, 1, 0);
+  const int64_t batch = 2;
+  struct strata_sim_options o = {.batch = batch};
+  struct strata_sim_result r;
+  OK(strata_simulate(c, m, l, &o, &r));
+  double f0 = 0, b0 = 0, f1 = 0, b1 = 0, out2 = 0;
+  for (int i = 0; i < 6; i++) {
+    struct strata_layer_info li;
+    OK(strata_model_layer(m, i, &li));
+    *(i < 3 ? &f0 : &f1) += li.fwd_flops * batch / 1e12;
+    *(i < 3 ? &b0 : &b1) += li.bwd_flops * batch / 1e12;
+    if (i == 2)
+      out2 = (double)li.out_bytes * batch;
+  }
+  double want = f0 + out2 / 1e9 + f1 + b1 + out2 / 1e9 + b0;
+  cr_assert_float_eq(r.step_s, want, want * 1e-6, "step %g s, by hand %g s", r.step_s, want);
+  strata_sim_result_destroy(&r);
+  strata_layout_free(l);
+  strata_cluster_free(c);
+  strata_model_free(m);
+}
+
+/* Two replicas of two stages whose activations leave one island through one shared uplink: the second
+** transfer waits for the first, and the step grows by exactly one transfer over what it is without sharing. */
+Test(plan, transfers_through_one_uplink_are_contended) {
+  strata_model_t m = small_gpt(4);
+  double f[4] = {1e12, 1e12, 1e12, 1e12};
+  uint64_t mem[4] = {64 * GIB, 64 * GIB, 64 * GIB, 64 * GIB};
+  int island[4] = {0, 0, 1, 1}, uplink[4] = {0, 0, 1, 1};
+  strata_cluster_t shared = node(4, f, mem, island, 10, 1.0, uplink, 1.0);
+  strata_cluster_t free_ = node(4, f, mem, island, 10, 1.0, NULL, 0);
+  /* replica 0: 0 -> 2, replica 1: 1 -> 3 */
+  int devs[4] = {0, 2, 1, 3}, split[2] = {3, 3};
+  strata_layout_t l = layout(2, 2, 1, devs, split, STRATA_SCHEDULE_GPIPE, 1, 0);
+  struct strata_sim_options o = {.batch = 4};
+  struct strata_sim_result a, b;
+  OK(strata_simulate(shared, m, l, &o, &a));
+  OK(strata_simulate(free_, m, l, &o, &b));
+  struct strata_layer_info li;
+  OK(strata_model_layer(m, 2, &li));
+  double xfer = (double)li.out_bytes * 2 /* rows */ / 1e9;
+  cr_assert_float_eq(a.step_s - b.step_s, xfer, xfer * 1e-6, "shared %g s, unshared %g s, one transfer %g s",
+                     a.step_s, b.step_s, xfer);
+  strata_sim_result_destroy(&a);
+  strata_sim_result_destroy(&b);
+  strata_layout_free(l);
+  strata_cluster_free(shared);
+  strata_cluster_free(free_);
+  strata_model_free(m);
+}
+
+/* Symmetric mode (two replicas stand for dp) gives the full simulation's figures on identical devices. */
+Test(plan, symmetric_replicas_equal_the_full_run) {
+  strata_model_t m = small_gpt(4);
+  double f[8];
+  uint64_t mem[8];
+  for (int i = 0; i < 8; i++)
+    f[i] = 2e12, mem[i] = 64 * GIB;
+  strata_cluster_t c = node(8, f, mem, NULL, 20, 20, NULL, 0);
+  int split[2] = {3, 3};
+  for (int zero = 0; zero <= 1; zero++) {
+    strata_layout_t l = layout(4, 2, 1, NULL, split, STRATA_SCHEDULE_1F1B, 4, zero);
+    struct strata_sim_options full = {.batch = 64}, sym = {.batch = 64, .symmetric = 1};
+    struct strata_sim_result a, b;
+    OK(strata_simulate(c, m, l, &full, &a));
+    OK(strata_simulate(c, m, l, &sym, &b));
+    cr_assert_float_eq(a.step_s, b.step_s, a.step_s * 1e-9, "zero %d: full %g s, symmetric %g s", zero, a.step_s,
+                       b.step_s);
+    cr_assert_eq(a.peak_bytes, b.peak_bytes);
+    strata_sim_result_destroy(&a);
+    strata_sim_result_destroy(&b);
+    strata_layout_free(l);
+  }
+  strata_cluster_free(c);
+  strata_model_free(m);
+}
+
+/* The predicted trace has the executor's shape: a compute and a transfers thread per device, one event per F and B. */
+Test(plan, trace_has_every_compute_action) {
+  strata_model_t m = small_gpt(4);
+  double f[2] = {1e12, 1e12};
+  uint64_t mem[2] = {64 * GIB, 64 * GIB};
+  strata_cluster_t c = node(2, f, mem, NULL, 1, 1, NULL, 0);
+  int split[2] = {3, 3};
+  strata_layout_t l = layout(1, 2, 1, NULL, split, STRATA_SCHEDULE_1F1B, 4, 0);
+  char path[] = "/tmp/strata-plan-trace-XXXXXX";
+  int fd = mkstemp(path);
+  cr_assert_geq(fd, 0);
+  close(fd);
+  struct strata_sim_options o = {.batch = 8, .trace = path};
+  struct strata_sim_result r;
+  OK(strata_simulate(c, m, l, &o, &r));
+  FILE *fp = fopen(path, "r");
+  cr_assert_not_null(fp);
+  char line[4096];
+  int compute = 0, names = 0, sends = 0;
+  while (fgets(line, sizeof line, fp)) {
+    compute += strstr(line, "\"cat\": \"compute\"") != NULL;
+    names += strstr(line, "\"thread_name\"") != NULL;
+    sends += strstr(line, "\"cat\": \"send\"") != NULL;
+  }
+  fclose(fp);
+  unlink(path);
+  cr_assert_eq(compute, 2 * 4 * 2, "one event per F and B of 4 micro-batches on 2 stages: %d", compute);
+  cr_assert_eq(names, 4);
+  cr_assert_eq(sends, 2 * 4);
+  strata_sim_result_destroy(&r);
+  strata_layout_free(l);
+  strata_cluster_free(c);
+  strata_model_free(m);
+}
+
+/* ---- the planner against exhaustive search ---- */
+
+/* Plan, and search every device order and every split; the planner's best must be the exhaustive best. */
+static void planner_equals_exhaustive(strata_cluster_t c, strata_model_t m, int64_t batch, const char *what) {
+  struct strata_plan_options o = {.batch = batch, .top = 3};
+  strata_plan_t fast, all;
+  OK(strata_plan_search(c, m, &o, &fast));
+  o.exhaustive = 1;
+  OK(strata_plan_search(c, m, &o, &all));
+  struct strata_plan_candidate a, b;
+  OK(strata_plan_candidate(fast, 0, &a));
+  OK(strata_plan_candidate(all, 0, &b));
+  int sa = 0, sb = 0;
+  OK(strata_plan_stats(fast, &sa, NULL));
+  OK(strata_plan_stats(all, &sb, NULL));
+  char *ja = NULL, *jb = NULL;
+  OK(strata_layout_to_json(a.layout, &ja));
+  OK(strata_layout_to_json(b.layout, &jb));
+  cr_assert_float_eq(a.step_s, b.step_s, b.step_s * 1e-9,
+                     "%s: planner %g s (%d simulated) %s, exhaustive %g s (%d simulated) %s", what, a.step_s, sa, ja,
+                     b.step_s, sb, jb);
+  cr_assert_lt(sa, sb, "%s: the planner simulated %d layouts, the exhaustive search %d", what, sa, sb);
+  free(ja);
+  free(jb);
+  strata_plan_free(fast);
+  strata_plan_free(all);
+}
+
+Test(plan, planner_equals_exhaustive_on_four_like_devices) {
+  strata_model_t m = small_gpt(6); /* 8 layers */
+  double f[4] = {1e12, 1e12, 1e12, 1e12};
+  uint64_t mem[4] = {64 * GIB, 64 * GIB, 64 * GIB, 64 * GIB};
+  strata_cluster_t c = node(4, f, mem, NULL, 5, 5, NULL, 0);
+  planner_equals_exhaustive(c, m, 8, "4 like devices");
+  strata_cluster_free(c);
+  strata_model_free(m);
+}
+
+Test(plan, planner_equals_exhaustive_on_two_fast_and_two_slow) {
+  strata_model_t m = small_gpt(6);
+  double f[4] = {2e12, 1e12, 2e12, 1e12};
+  uint64_t mem[4] = {64 * GIB, 64 * GIB, 64 * GIB, 64 * GIB};
+  int island[4] = {0, 0, 1, 1};
+  strata_cluster_t c = node(4, f, mem, island, 50, 2, NULL, 0);
+  planner_equals_exhaustive(c, m, 8, "2 fast + 2 slow in 2 islands");
+  strata_cluster_free(c);
+  strata_model_free(m);
+}
+
+Test(plan, planner_equals_exhaustive_when_memory_binds) {
+  strata_model_t m = small_gpt(6);
+  /* the fast device holds little: the split must respect it */
+  double f[3] = {3e12, 1e12, 1e12};
+  uint64_t mem[3] = {6ull << 20, 64 * GIB, 64 * GIB};
+  strata_cluster_t c = node(3, f, mem, NULL, 5, 5, NULL, 0);
+  planner_equals_exhaustive(c, m, 8, "a fast device with little memory");
+  strata_cluster_free(c);
+  strata_model_free(m);
+}
+
+Test(plan, planner_equals_exhaustive_on_eight_devices_in_two_islands) {
+  strata_model_t m = small_gpt(6);
+  double f[8];
+  uint64_t mem[8];
+  int island[8];
+  for (int i = 0; i < 8; i++)
+    f[i] = 1e12, mem[i] = 64 * GIB, island[i] = i / 4;
+  strata_cluster_t c = node(8, f, mem, island, 100, 3, NULL, 0);
+  planner_equals_exhaustive(c, m, 8, "8 devices in 2 islands");
+  strata_cluster_free(c);
+  strata_model_free(m);
+}
+
+/* ---- heterogeneous devices ---- */
+
+/* The blocks of the best layout's rank on `fast_device` and of the other rank (over all their virtual stages). */
+static void blocks_per_rank(strata_plan_t p, int *fast_blocks, int *slow_blocks, int fast_device) {
+  struct strata_plan_candidate k;
+  OK(strata_plan_candidate(p, 0, &k));
+  cr_assert_eq(strata_layout_pp(k.layout), 2, "the best layout is a pipeline of the two devices");
+  const int *split = strata_layout_split(k.layout);
+  const int S = strata_layout_stages(k.layout);
+  int d0;
+  OK(strata_layout_device(k.layout, 0, 0, 0, &d0));
+  int blocks[2] = {0, 0};
+  for (int j = 0; j < S; j++)
+    /* the first stage also holds the embedding, the last the head: count blocks only */
+    blocks[j % 2] += split[j] - (j == 0) - (j == S - 1);
+  *fast_blocks = blocks[d0 == fast_device ? 0 : 1];
+  *slow_blocks = blocks[d0 == fast_device ? 1 : 0];
+}
+
+/* Two devices of 2:1 speed: about 2:1 blocks, and a step faster than the even split's. */
+Test(plan, two_to_one_speed_gives_two_to_one_layers) {
+  strata_model_t m = small_gpt(12);
+  double f[2] = {2e12, 1e12};
+  uint64_t mem[2] = {64 * GIB, 64 * GIB};
+  strata_cluster_t c = node(2, f, mem, NULL, 50, 50, NULL, 0);
+  struct strata_plan_options o = {.batch = 32, .top = 3};
+  strata_plan_t p;
+  OK(strata_plan_search(c, m, &o, &p));
+  int fb, sb;
+  blocks_per_rank(p, &fb, &sb, 0);
+  cr_assert(fb + sb == 12 && fb >= 7 && fb <= 9, "fast %d blocks, slow %d (2:1 is 8:4)", fb, sb);
+  /* the even split of the same layout predicts slower */
+  struct strata_plan_candidate k;
+  OK(strata_plan_candidate(p, 0, &k));
+  const int S = strata_layout_stages(k.layout);
+  int even[8] = {0};
+  cr_assert_leq(S, 8);
+  for (int j = 0; j < S; j++)
+    even[j] = 14 / S + (j < 14 % S);
+  struct strata_layout_desc d = {.pp = 2, .devices = strata_layout_devices(k.layout), .ndevices = 2, .split = even,
+                                 .nsplit = S, .schedule = strata_layout_schedule(k.layout),
+                                 .microbatches = strata_layout_microbatches(k.layout),
+                                 .virtual_stages = strata_layout_virtual_stages(k.layout)};
+  strata_layout_t l;
+  OK(strata_layout_new(&d, &l));
+  struct strata_sim_options so = {.batch = 32};
+  struct strata_sim_result r;
+  OK(strata_simulate(c, m, l, &so, &r));
+  cr_assert_lt(k.step_s, r.step_s * 0.9, "planned %g s, even split %g s", k.step_s, r.step_s);
+  strata_sim_result_destroy(&r);
+  strata_layout_free(l);
+  strata_plan_free(p);
+  strata_cluster_free(c);
+  strata_model_free(m);
+}
+
+/* The fast device cannot hold its 2:1 share: it gets fewer blocks, and what it gets fits. */
+Test(plan, a_device_too_small_for_its_share_gets_fewer_layers) {
+  strata_model_t m = small_gpt(12);
+  /* a block's parameters, gradients and moments are 16 bytes a parameter: room for about 5 of them */
+  struct strata_layer_info blk;
+  OK(strata_model_layer(m, 1, &blk));
+  uint64_t small = (uint64_t)(16.0 * blk.params * 5.5 / STRATA_PLAN_MEMORY_USABLE);
+  double f[2] = {2e12, 1e12};
+  uint64_t mem[2] = {small, 64 * GIB};
+  strata_cluster_t c = node(2, f, mem, NULL, 50, 50, NULL, 0);
+  struct strata_plan_options o = {.batch = 4, .top = 3};
+  strata_plan_t p;
+  OK(strata_plan_search(c, m, &o, &p));
+  int fb, sb;
+  blocks_per_rank(p, &fb, &sb, 0);
+  cr_assert(fb < 8 && fb >= 1, "fast but small: %d blocks (its speed alone would give 8)", fb);
+  struct strata_plan_candidate k;
+  OK(strata_plan_candidate(p, 0, &k));
+  /* what the simulator says each device holds at its peak fits it */
+  struct strata_sim_options so = {.batch = 4};
+  struct strata_sim_result r;
+  OK(strata_simulate(c, m, k.layout, &so, &r));
+  cr_assert(r.fits);
+  for (int q = 0; q < 2; q++) {
+    int d;
+    OK(strata_layout_device(k.layout, 0, q, 0, &d));
+    cr_assert_leq((double)r.memory[q], (double)mem[d] * STRATA_PLAN_MEMORY_USABLE, "rank %d holds %llu of %llu", q,
+                  (unsigned long long)r.memory[q], (unsigned long long)mem[d]);
+  }
+  strata_sim_result_destroy(&r);
+  strata_plan_free(p);
+  strata_cluster_free(c);
+  strata_model_free(m);
+}
+
+/* ---- topology rules on the real dumps (../shared/topologies, SOURCES.md) ---- */
+
+static strata_topology_t load_dump(const char *name) {
+  static char p[4096];
+  const char *dir = getenv("STRATA_TEST_TOPOLOGIES");
+  dir = dir && *dir ? dir : STRATA_TEST_TOPOLOGIES_DIR;
+  struct stat st;
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  if (stat(p, &st) != 0)
+    cr_skip_test("%s is absent: the real hwloc dumps live beside the project, not in it", p);
+  strata_topology_t t = NULL;
+  OK(strata_topology_load(p, &t));
+  return t;
+}
+
+/*
+** Plan `model` on the dump with tp fixed to `tp` and check every tp group
+** of the best layout against the topology's own link model: each pair of
+** members joined by a link of a kind in [best, worst] (and, with
+** same_numa, on one NUMA node). Returns the number of groups.
+*/
+static int tp_groups_follow(const char *dump, const char *model, int tp, int best, int worst, int same_numa) {
+  strata_topology_t t = load_dump(dump);
+  strata_cluster_t c;
+  OK(strata_cluster_from_topology(t, NULL, &c));
+  strata_model_t m;
+  OK(strata_model_from_preset(model, &m));
+  struct strata_plan_options o = {.batch = 16, .fixed_tp = tp};
+  strata_plan_t p;
+  OK(strata_plan_search(c, m, &o, &p));
+  struct strata_plan_candidate k;
+  OK(strata_plan_candidate(p, 0, &k));
+  strata_layout_t l = k.layout;
+  int groups = 0;
+  for (int r = 0; r < strata_layout_dp(l); r++)
+    for (int s = 0; s < strata_layout_pp(l); s++) {
+      cr_assert_eq(strata_layout_tp(l, s), tp);
+      for (int a = 0; a < tp; a++)
+        for (int b = 0; b < tp; b++) {
+          int da, db;
+          OK(strata_layout_device(l, r, s, a, &da));
+          OK(strata_layout_device(l, r, s, b, &db));
+          if (a == b)
+            continue;
+          struct strata_cluster_device ca, cb;
+          OK(strata_cluster_device(c, da, &ca));
+          OK(strata_cluster_device(c, db, &cb));
+          struct strata_link lk;
+          OK(strata_topology_link(t, ca.id, cb.id, &lk));
+          cr_assert(lk.kind >= best && lk.kind <= worst, "%s: GPUs %d and %d of one tp group are joined by %s", dump,
+                    ca.id, cb.id, strata_path_kind_name(lk.kind));
+          if (same_numa) {
+            struct strata_topology_gpu ga, gb;
+            OK(strata_topology_gpu(t, ca.id, &ga));
+            OK(strata_topology_gpu(t, cb.id, &gb));
+            cr_assert_eq(ga.numa_node, gb.numa_node, "%s: GPUs %d and %d of one tp group are on NUMA %d and %d", dump,
+                         ca.id, cb.id, ga.numa_node, gb.numa_node);
+          }
+        }
+      groups++;
+    }
+  strata_plan_free(p);
+  strata_model_free(m);
+  strata_cluster_free(c);
+  strata_topology_free(t);
+  return groups;
+}
+
+/* DGX-2: NVSwitch joins every GPU to every other, so a tp 8 group may be any 8 of the 16. */
+Test(plan, dgx2_tp8_groups_are_any_eight_gpus_on_nvswitch) {
+  int g = tp_groups_follow("nvidia-dgx2-v100-16gpu-nvswitch.xml", "gpt2-medium", 8, STRATA_PATH_NVLINK,
+                           STRATA_PATH_NVLINK, 0);
+  cr_assert_geq(g, 1);
+}
+
+/* Minsky: tp 2 groups are the NVLink pairs. */
+Test(plan, minsky_tp2_groups_are_the_nvlink_pairs) {
+  tp_groups_follow("ibm-power8-minsky-p100-4gpu-nvlink.xml", "gpt2-medium", 2, STRATA_PATH_NVLINK, STRATA_PATH_NVLINK,
+                   0);
+}
+
+/* AWS g4dn.metal: a tp 2 group sits under one PCIe switch or host bridge, never across NUMA nodes or sockets. */
+Test(plan, t4_tp2_groups_sit_under_one_pcie_bridge) {
+  tp_groups_follow("aws-g4dn-metal-t4-8gpu-pcie.xml", "gpt2-medium", 2, STRATA_PATH_PIX, STRATA_PATH_PHB, 1);
+}
+
+/* MI250X: tp groups follow the xGMI links. */
+Test(plan, mi250x_tp_groups_follow_xgmi) {
+  tp_groups_follow("hpe-ex235a-mi250x-8gcd-xgmi.xml", "gpt2-medium", 2, STRATA_PATH_XGMI, STRATA_PATH_XGMI, 0);
+  tp_groups_follow("hpe-ex235a-mi250x-8gcd-xgmi.xml", "gpt2-medium", 8, STRATA_PATH_XGMI, STRATA_PATH_XGMI, 0);
+}
+
+/* A CPU-only machine: nothing to place on. */
+Test(plan, cpu_only_dump_has_nothing_to_place_on) {
+  strata_topology_t t = load_dump("intel-broadwell-2s-cpu-only.xml");
+  strata_cluster_t c = NULL;
+  cr_assert_eq(strata_cluster_from_topology(t, NULL, &c), STRATA_ERR_NOT_FOUND);
+  cr_assert_null(c);
+  cr_assert_not_null(strstr(strata_last_error(), "nothing to place on"), "%s", strata_last_error());
+  strata_topology_free(t);
+}
+
+/* The table knows every GPU of the dumps by name or PCI id (the JURECA dump names none). */
+Test(plan, every_dump_gpu_is_in_the_table) {
+  const char *dumps[] = {"nvidia-dgx2-v100-16gpu-nvswitch.xml", "ibm-power8-minsky-p100-4gpu-nvlink.xml",
+                         "dell-xe8640-h100-4gpu-nvlink.xml", "aws-g4dn-metal-t4-8gpu-pcie.xml",
+                         "ibm-power9-lassen-v100-4gpu.xml", "jureca-dc-a100-4gpu-pci-only.xml",
+                         "hpe-ex235a-mi250x-8gcd-xgmi.xml", "hpe-ex255a-mi300a-4apu-spx-xgmi.xml",
+                         "hpe-ex255a-mi300a-24part-cpx-xgmi.xml", "supermicro-epyc-mi50-8gpu-pcie.xml",
+                         "mixed-threadripper-gtx1070-vega-fe.xml"};
+  const char *want[] = {"V100-SXM3-32GB", "P100-SXM2-16GB", "H100-SXM5-80GB", "T4", "V100-SXM2-16GB", "A100-SXM4-40GB",
+                        "MI250X-GCD", "MI300A", "MI300A", "MI50-32GB", "GTX-1070"};
+  for (size_t i = 0; i < sizeof dumps / sizeof *dumps; i++) {
+    strata_topology_t t = load_dump(dumps[i]);
+    strata_cluster_t c;
+    OK(strata_cluster_from_topology(t, NULL, &c));
+    cr_assert_eq(strata_cluster_warning_count(c), 0, "%s: %s", dumps[i], strata_cluster_warning(c, 0));
+    struct strata_cluster_device d;
+    OK(strata_cluster_device(c, 0, &d));
+    cr_assert_str_eq(d.cost.model, want[i], "%s: GPU 0 (%s) costed as %s", dumps[i], d.name, d.cost.model);
+    strata_cluster_free(c);
+    strata_topology_free(t);
+  }
+}
+
+/* ---- what does not fit ---- */
+
+/* gpt-7b on four of the AWS box's 16 GB T4s is refused with the number of T4s that would fit; that many
+** T4s do fit and one fewer do not. */
+Test(plan, gpt7b_on_four_t4s_is_refused_with_the_number_that_fits) {
+  strata_topology_t t = load_dump("aws-g4dn-metal-t4-8gpu-pcie.xml");
+  int four[4] = {0, 1, 2, 3};
+  struct strata_cluster_options co = {.devices = four, .ndevices = 4};
+  strata_cluster_t c;
+  OK(strata_cluster_from_topology(t, &co, &c));
+  strata_model_t m;
+  OK(strata_model_from_preset("gpt-7b", &m));
+  struct strata_plan_options o = {.batch = 8};
+  strata_plan_t p = NULL;
+  cr_assert_eq(strata_plan_search(c, m, &o, &p), STRATA_ERR_DEVICE_MEMORY);
+  cr_assert_null(p);
+  char msg[512];
+  snprintf(msg, sizeof msg, "%s", strata_last_error());
+  int need = 0;
+  OK(strata_plan_min_devices(c, m, &o, 4096, &need));
+  char words[64];
+  snprintf(words, sizeof words, "needs at least %d", need);
+  cr_assert_not_null(strstr(msg, words), "\"%s\" should say \"%s\"", msg, words);
+  /* by hand: parameters, gradients and two moments are 16 bytes a parameter, spread over the devices */
+  struct strata_cluster_device d0;
+  OK(strata_cluster_device(c, 0, &d0));
+  cr_assert_str_eq(d0.cost.model, "T4");
+  double lower = 16.0 * (double)strata_model_params(m) / ((double)d0.cost.memory * STRATA_PLAN_MEMORY_USABLE);
+  cr_assert_geq(need, (int)ceil(lower), "%d T4s, fewer than the %g the parameters alone need", need, lower);
+  /* reference: `need` T4s in one node, in pairs under a bridge as on the AWS box, fit; need - 1 do not */
+  struct strata_cluster_device t4; /* as the dump has it: the table's speed, the dump's memory */
+  OK(strata_cluster_device(c, 0, &t4));
+  for (int n = need - 1; n <= need; n++) {
+    double *f = malloc(sizeof *f * (size_t)n);
+    uint64_t *mem = malloc(sizeof *mem * (size_t)n);
+    int *pairs = malloc(sizeof *pairs * (size_t)n);
+    for (int i = 0; i < n; i++)
+      f[i] = t4.cost.flops, mem[i] = t4.cost.memory, pairs[i] = i / 2;
+    strata_cluster_t u = node(n, f, mem, pairs, 12.6, 7.9, NULL, 0);
+    free(pairs);
+    strata_plan_t q = NULL;
+    int rc = strata_plan_search(u, m, &o, &q);
+    cr_assert_eq(rc, n == need ? STRATA_OK : STRATA_ERR_DEVICE_MEMORY, "%d T4s: %s", n, strata_last_error());
+    strata_plan_free(q);
+    strata_cluster_free(u);
+    free(f);
+    free(mem);
+  }
+  strata_model_free(m);
+  strata_cluster_free(c);
+  strata_topology_free(t);
+}
+
+/* ---- scale ---- */
+
+/* GPT-3 175B on 128 nodes of 8 A100 80GB (NVSwitch, 8 x 200 Gb/s): a layout that fits, tp inside a node, and a
+** predicted speed below the devices' sustained peak. (How long planning takes is bench/plan.sh's business.) */
+Test(plan, gpt3_175b_on_1024_a100s_keeps_tp_inside_a_node) {
+  struct strata_model_config cfg = {.kind = STRATA_MODEL_GPT, .vocab = 51200, .context = 2048, .d_model = 12288,
+                                    .layers = 96, .heads = 96, .d_ff = 49152, .tied = 1};
+  strata_model_t m;
+  OK(strata_model_from_config(&cfg, &m));
+  struct strata_cluster_options co = {.nodes = 128, .network_gbps = 200, .nics = 8};
+  strata_cluster_t c;
+  OK(strata_cluster_synthetic("8xA100-80GB:nvswitch", &co, &c));
+  cr_assert_eq(strata_cluster_device_count(c), 1024);
+  struct strata_plan_options o = {.batch = 1536};
+  strata_plan_t p;
+  OK(strata_plan_search(c, m, &o, &p));
+  struct strata_plan_candidate k;
+  OK(strata_plan_candidate(p, 0, &k));
+  strata_layout_t l = k.layout;
+  OK(strata_layout_check(l, m, 1024));
+  for (int r = 0; r < strata_layout_dp(l); r++)
+    for (int s = 0; s < strata_layout_pp(l); s++) {
+      int d0;
+      OK(strata_layout_device(l, r, s, 0, &d0));
+      for (int q = 1; q < strata_layout_tp(l, s); q++) {
+        int dq;
+        OK(strata_layout_device(l, r, s, q, &dq));
+        cr_assert_eq(d0 / 8, dq / 8, "replica %d rank %d: tp spans nodes %d and %d", r, s, d0 / 8, dq / 8);
+      }
+    }
+  struct strata_gpu_model a100;
+  OK(strata_gpu_model_find("A100-80GB", 0, 0, &a100));
+  cr_assert_lt(k.flops_per_device, a100.fp32_tflops * 1e12 * STRATA_PLAN_SUSTAINED);
+  cr_assert_gt(k.flops_per_device, 0);
+  /* the step is at least the model's FLOPs over every device at its sustained speed */
+  double floor_s = strata_model_flops(m) * 1536 / (1024 * a100.fp32_tflops * 1e12 * STRATA_PLAN_SUSTAINED);
+  cr_assert_geq(k.step_s, floor_s * (strata_layout_device_count(l) == 1024 ? 1.0 : 0.0));
+  strata_plan_free(p);
+  strata_cluster_free(c);
+  strata_model_free(m);
+}
+
+/* ---- calibration ---- */
+
+/* This machine's devices measured, written and read back as a cluster of as many devices with positive figures;
+** a file that is not a calibration is refused naming it. */
+Test(plan, calibration_round_trips_into_a_cluster) {
+  int n = 0;
+  OK(strata_device_count(&n));
+  if (n < 1)
+    cr_skip_test("no device to calibrate");
+  int first = 0;
+  char *json = NULL;
+  OK(strata_calibrate(&first, 1, &json));
+  strata_cluster_t c;
+  OK(strata_cluster_from_calibration(json, "cal.json", NULL, &c));
+  cr_assert_eq(strata_cluster_device_count(c), 1);
+  struct strata_cluster_device d;
+  OK(strata_cluster_device(c, 0, &d));
+  struct strata_device_props p;
+  OK(strata_device_props(0, &p));
+  cr_assert_str_eq(d.name, p.name);
+  cr_assert_eq(d.id, 0);
+  cr_assert(d.cost.flops > 0 && d.cost.mem_gbps > 0 && d.cost.memory > 0, "%g FLOP/s, %g GB/s, %llu bytes",
+            d.cost.flops, d.cost.mem_gbps, (unsigned long long)d.cost.memory);
+  strata_cluster_free(c);
+  free(json);
+  c = NULL;
+  cr_assert_eq(strata_cluster_from_calibration("{\"schema\": \"strata-layout/1\"}", "x.json", NULL, &c),
+               STRATA_ERR_PARSE);
+  cr_assert_null(c);
+  cr_assert_not_null(strstr(strata_last_error(), "x.json"));
+  cr_assert_eq(strata_cluster_from_calibration("{", "y.json", NULL, &c), STRATA_ERR_PARSE);
+}
+
+/* ---- a tp degree per rank ---- */
+
+/* An NVLink-like pair and a lone device: layouts with tp 2 on one rank and 1 on the other are searched (every
+** device used), and the planner's choice still equals the exhaustive search's. */
+Test(plan, per_rank_tp_is_searched_and_equals_exhaustive) {
+  strata_model_t m = small_gpt(6);
+  double f[3] = {1e12, 1e12, 1e12};
+  uint64_t mem[3] = {64 * GIB, 64 * GIB, 64 * GIB};
+  int island[3] = {0, 0, 1};
+  strata_cluster_t c = node(3, f, mem, island, 200, 5, NULL, 0);
+  planner_equals_exhaustive(c, m, 2, "a pair and a lone device");
+  /* a layout with unlike tp per rank is simulated and ranked */
+  struct strata_plan_options o = {.batch = 2, .top = 50};
+  strata_plan_t p;
+  OK(strata_plan_search(c, m, &o, &p));
+  int mixed = 0;
+  for (int i = 0; i < strata_plan_count(p); i++) {
+    struct strata_plan_candidate k;
+    OK(strata_plan_candidate(p, i, &k));
+    if (strata_layout_pp(k.layout) == 2 && strata_layout_tp(k.layout, 0) != strata_layout_tp(k.layout, 1)) {
+      mixed = 1;
+      OK(strata_layout_check(k.layout, m, 3));
+      cr_assert_eq(strata_layout_device_count(k.layout), 3);
+    }
+  }
+  cr_assert(mixed, "no candidate among %d has a tp degree per rank", strata_plan_count(p));
+  struct strata_plan_candidate best;
+  OK(strata_plan_candidate(p, 0, &best));
+  char *d = NULL;
+  OK(strata_layout_describe(best.layout, &d));
+  cr_log_info("best: %s, %g s", d, best.step_s);
+  free(d);
+  strata_plan_free(p);
+  strata_cluster_free(c);
+  strata_model_free(m);
+}

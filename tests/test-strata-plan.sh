@@ -1,0 +1,88 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# test-strata-plan.sh — strata-plan: a plan and its layout file, --simulate of that file, --json, a trace, what does
+# not fit, and every bad input one line and exit 2; prints TAP.
+top_builddir=${top_builddir:-.}
+top_srcdir=${top_srcdir:-.}
+PLAN="$top_builddir/tools/strata-plan"
+DUMPS="$top_srcdir/../shared/topologies"
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/strata-plan.XXXXXX") || exit 99
+trap 'rm -rf "$TMP"' EXIT INT TERM
+
+n=0
+ok() { n=$((n + 1)); echo "ok $n - $1"; }
+not_ok() { n=$((n + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
+check() { name=$1; shift; if "$@"; then ok "$name"; else not_ok "$name" "$(head -c 600 "$TMP/err" 2>/dev/null)"; fi; }
+fails_clearly() {
+  name=$1 words=$2
+  shift 2
+  "$@" >"$TMP/out" 2>"$TMP/err"
+  rc=$?
+  lines=$(wc -l <"$TMP/err" | tr -d ' ')
+  if [ "$rc" -eq 2 ] && [ "$lines" -eq 1 ] && [ ! -s "$TMP/out" ] && grep -q '^strata-plan: ' "$TMP/err" &&
+    grep -qF -- "$words" "$TMP/err"; then
+    ok "$name: exit 2, one line"
+  else
+    not_ok "$name: exit 2, one line with '$words'" "rc=$rc lines=$lines" "$(head -c 600 "$TMP/err")"
+  fi
+}
+
+if [ ! -x "$PLAN" ]; then
+  echo "1..0 # SKIP strata-plan not built"
+  exit 0
+fi
+echo "1..16"
+
+# a plan on a synthetic node; its layout file is the strata-layout/1 that --simulate reads back
+$PLAN --model gpt-small --batch 16 --node 4xA100-80GB:nvswitch --out "$TMP/layout.json" >"$TMP/out" 2>"$TMP/err"
+rc=$?
+check "a plan on 4 A100s" [ "$rc" -eq 0 ]
+check "the layout file is strata-layout/1" grep -q '"schema":"strata-layout/1"' "$TMP/layout.json"
+step=$(sed -n 's/^1 *\([0-9.e+-]*\) .*/\1/p' "$TMP/out")
+$PLAN --simulate "$TMP/layout.json" --model gpt-small --batch 16 --node 4xA100-80GB:nvswitch --json \
+  --trace "$TMP/trace.json" >"$TMP/sim.json" 2>"$TMP/err"
+rc=$?
+check "--simulate predicts the planned layout" [ "$rc" -eq 0 ]
+sim=$(sed -n 's/.*"step_s": *\([0-9.e+-]*\).*/\1/p' "$TMP/sim.json")
+check "--simulate gives the planner's step time ($step s, $sim s)" awk -v a="$step" -v b="$sim" \
+  'BEGIN { exit !(a > 0 && (a - b) / a < 1e-3 && (b - a) / a < 1e-3) }'
+check "the trace is Chrome JSON with compute events" grep -q '"cat": "compute"' "$TMP/trace.json"
+$PLAN --model gpt-small --batch 16 --node 8xT4:pcie --nodes 2 --network-gbps 100 --json --top 3 >"$TMP/plan.json" 2>"$TMP/err"
+check "--json ranks three candidates on two nodes" [ "$(grep -c '"rank":' "$TMP/plan.json")" -eq 3 ]
+
+# what does not fit: a count that would, exit 1
+if [ -f "$DUMPS/aws-g4dn-metal-t4-8gpu-pcie.xml" ]; then
+  $PLAN --model gpt-7b --batch 8 --topology "$DUMPS/aws-g4dn-metal-t4-8gpu-pcie.xml" --devices 0,1,2,3 \
+    >"$TMP/out" 2>"$TMP/err"
+  rc=$?
+  check "gpt-7b on four T4s: refused with the T4s that would fit" \
+    [ "$rc" -eq 1 -a "$(wc -l <"$TMP/err")" -eq 1 ] && grep -q 'needs at least [0-9]* of them' "$TMP/err"
+else
+  ok "# SKIP the real dumps are absent"
+fi
+
+fails_clearly "unknown model" "unknown model" $PLAN --model no-such-model --batch 8 --node 2xT4:pcie
+fails_clearly "topology that does not load" "cannot open" $PLAN --model gpt-tiny --batch 8 --topology "$TMP/none.xml"
+fails_clearly "nodes 0" "--nodes" $PLAN --model gpt-tiny --batch 8 --node 2xT4:pcie --nodes 0
+fails_clearly "batch not divisible by the layout's dp x micro-batches" "not a multiple" \
+  $PLAN --simulate "$TMP/layout.json" --model gpt-small --batch 15 --node 4xA100-80GB:nvswitch
+fails_clearly "a synthetic node that is not one" "COUNTxMODEL:FABRIC" $PLAN --model gpt-tiny --batch 8 --node A100
+fails_clearly "an unknown GPU model" "not in the table" $PLAN --model gpt-tiny --batch 8 --node 2xB9000:pcie
+$PLAN --help >"$TMP/out" 2>"$TMP/err"
+check "--help" [ $? -eq 0 ] && grep -q '^Usage: strata-plan' "$TMP/out"
+
+# calibrate two host devices, plan on them, and train the plan
+BENCH="$top_builddir/tools/strata-bench"
+TRAIN="$top_builddir/tools/strata-train"
+STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 $BENCH calibrate --out "$TMP/cal.json" >/dev/null 2>"$TMP/err" &&
+  $PLAN --calibration "$TMP/cal.json" --model gpt-micro --batch 4 --tp 1 --no-zero --out "$TMP/host.json" \
+    >"$TMP/out" 2>"$TMP/err"
+rc=$?
+check "strata-bench calibrate, then a plan on the calibrated devices" [ "$rc" -eq 0 ]
+mb=$(sed -n 's/.*"microbatches":\([0-9]*\).*/\1/p' "$TMP/host.json")
+dp=$(sed -n 's/.*"dp":\([0-9]*\).*/\1/p' "$TMP/host.json")
+rows=$((4 / (mb * dp)))
+for i in 1 2 3 4; do cat "$top_srcdir/README.md"; done >"$TMP/text.txt"
+STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 $TRAIN --model gpt-micro --layout "$TMP/host.json" --data "$TMP/text.txt" \
+  --batch "$rows" --steps 1 --eval-batches 1 --eval-every 0 >"$TMP/out" 2>"$TMP/err"
+check "strata-train --layout runs the plan ($(cat "$TMP/host.json"))" [ $? -eq 0 ]
