@@ -68,7 +68,7 @@ static strata_model_t small_gpt(int blocks) {
 ** bytes, no launch overhead and memory so fast it never binds; every pair
 ** linked at `gbps` (inside an island) or `slow_gbps` (across), no latency.
 */
-static strata_cluster_t node(int n, const double *flops, const uint64_t *memory, const int *island, double gbps,
+static strata_machine_t node(int n, const double *flops, const uint64_t *memory, const int *island, double gbps,
                              double slow_gbps, const int *uplink, double uplink_gbps) {
   struct strata_device_cost *cost = calloc((size_t)n, sizeof *cost);
   double *g = calloc((size_t)n * n, sizeof *g), *lat = calloc((size_t)n * n, sizeof *lat);
@@ -79,8 +79,8 @@ static strata_cluster_t node(int n, const double *flops, const uint64_t *memory,
   }
   struct strata_node_desc d = {.devices = n, .cost = cost, .gbps = g, .latency_us = lat, .island = island,
                                .uplink = uplink, .uplink_gbps = uplink_gbps};
-  strata_cluster_t c;
-  OK(strata_cluster_new(&d, NULL, &c));
+  strata_machine_t c;
+  OK(strata_machine_new(&d, NULL, &c));
   free(cost);
   free(g);
   free(lat);
@@ -110,7 +110,7 @@ Test(plan, one_device_step_is_the_flops_over_the_speed) {
   strata_model_t m = small_gpt(4);
   double f[1] = {1e12};
   uint64_t mem[1] = {64 * GIB};
-  strata_cluster_t c = node(1, f, mem, NULL, 100, 100, NULL, 0);
+  strata_machine_t c = node(1, f, mem, NULL, 100, 100, NULL, 0);
   strata_layout_t l = layout(1, 1, 1, NULL, NULL, STRATA_SCHEDULE_1F1B, 4, 0);
   struct strata_sim_options o = {.batch = 16};
   struct strata_sim_result r;
@@ -127,7 +127,7 @@ Test(plan, one_device_step_is_the_flops_over_the_speed) {
   cr_assert(r.fits);
   strata_sim_result_destroy(&r);
   strata_layout_free(l);
-  strata_cluster_free(c);
+  strata_machine_free(c);
   strata_model_free(m);
 }
 
@@ -137,7 +137,7 @@ Test(plan, two_stage_step_is_the_chain_by_hand) {
   strata_model_t m = small_gpt(4); /* 6 layers */
   double f[2] = {1e12, 1e12};
   uint64_t mem[2] = {64 * GIB, 64 * GIB};
-  strata_cluster_t c = node(2, f, mem, NULL, 1.0 /* GB/s */, 1.0, NULL, 0);
+  strata_machine_t c = node(2, f, mem, NULL, 1.0 /* GB/s */, 1.0, NULL, 0);
   int split[2] = {3, 3};
   strata_layout_t l = layout(1, 2, 1, NULL, split, STRATA_SCHEDULE_GPIPE, 1, 0);
   const int64_t batch = 2;
@@ -157,7 +157,7 @@ Test(plan, two_stage_step_is_the_chain_by_hand) {
   cr_assert_float_eq(r.step_s, want, want * 1e-6, "step %g s, by hand %g s", r.step_s, want);
   strata_sim_result_destroy(&r);
   strata_layout_free(l);
-  strata_cluster_free(c);
+  strata_machine_free(c);
   strata_model_free(m);
 }
 
@@ -168,8 +168,8 @@ Test(plan, transfers_through_one_uplink_are_contended) {
   double f[4] = {1e12, 1e12, 1e12, 1e12};
   uint64_t mem[4] = {64 * GIB, 64 * GIB, 64 * GIB, 64 * GIB};
   int island[4] = {0, 0, 1, 1}, uplink[4] = {0, 0, 1, 1};
-  strata_cluster_t shared = node(4, f, mem, island, 10, 1.0, uplink, 1.0);
-  strata_cluster_t free_ = node(4, f, mem, island, 10, 1.0, NULL, 0);
+  strata_machine_t shared = node(4, f, mem, island, 10, 1.0, uplink, 1.0);
+  strata_machine_t free_ = node(4, f, mem, island, 10, 1.0, NULL, 0);
   /* replica 0: 0 -> 2, replica 1: 1 -> 3 */
   int devs[4] = {0, 2, 1, 3}, split[2] = {3, 3};
   strata_layout_t l = layout(2, 2, 1, devs, split, STRATA_SCHEDULE_GPIPE, 1, 0);
@@ -185,8 +185,8 @@ Test(plan, transfers_through_one_uplink_are_contended) {
   strata_sim_result_destroy(&a);
   strata_sim_result_destroy(&b);
   strata_layout_free(l);
-  strata_cluster_free(shared);
-  strata_cluster_free(free_);
+  strata_machine_free(shared);
+  strata_machine_free(free_);
   strata_model_free(m);
 }
 
@@ -197,7 +197,7 @@ Test(plan, symmetric_replicas_equal_the_full_run) {
   uint64_t mem[8];
   for (int i = 0; i < 8; i++)
     f[i] = 2e12, mem[i] = 64 * GIB;
-  strata_cluster_t c = node(8, f, mem, NULL, 20, 20, NULL, 0);
+  strata_machine_t c = node(8, f, mem, NULL, 20, 20, NULL, 0);
   int split[2] = {3, 3};
   for (int zero = 0; zero <= 1; zero++) {
     strata_layout_t l = layout(4, 2, 1, NULL, split, STRATA_SCHEDULE_1F1B, 4, zero);
@@ -212,7 +212,7 @@ Test(plan, symmetric_replicas_equal_the_full_run) {
     strata_sim_result_destroy(&b);
     strata_layout_free(l);
   }
-  strata_cluster_free(c);
+  strata_machine_free(c);
   strata_model_free(m);
 }
 
@@ -221,7 +221,7 @@ Test(plan, trace_has_every_compute_action) {
   strata_model_t m = small_gpt(4);
   double f[2] = {1e12, 1e12};
   uint64_t mem[2] = {64 * GIB, 64 * GIB};
-  strata_cluster_t c = node(2, f, mem, NULL, 1, 1, NULL, 0);
+  strata_machine_t c = node(2, f, mem, NULL, 1, 1, NULL, 0);
   int split[2] = {3, 3};
   strata_layout_t l = layout(1, 2, 1, NULL, split, STRATA_SCHEDULE_1F1B, 4, 0);
   char path[] = "/tmp/strata-plan-trace-XXXXXX";
@@ -247,14 +247,14 @@ Test(plan, trace_has_every_compute_action) {
   cr_assert_eq(sends, 2 * 4);
   strata_sim_result_destroy(&r);
   strata_layout_free(l);
-  strata_cluster_free(c);
+  strata_machine_free(c);
   strata_model_free(m);
 }
 
 /* ---- the planner against exhaustive search ---- */
 
 /* Plan, and search every device order and every split; the planner's best must be the exhaustive best. */
-static void planner_equals_exhaustive(strata_cluster_t c, strata_model_t m, int64_t batch, const char *what) {
+static void planner_equals_exhaustive(strata_machine_t c, strata_model_t m, int64_t batch, const char *what) {
   struct strata_plan_options o = {.batch = batch, .top = 3};
   strata_plan_t fast, all;
   OK(strata_plan_search(c, m, &o, &fast));
@@ -283,9 +283,9 @@ Test(plan, planner_equals_exhaustive_on_four_like_devices) {
   strata_model_t m = small_gpt(6); /* 8 layers */
   double f[4] = {1e12, 1e12, 1e12, 1e12};
   uint64_t mem[4] = {64 * GIB, 64 * GIB, 64 * GIB, 64 * GIB};
-  strata_cluster_t c = node(4, f, mem, NULL, 5, 5, NULL, 0);
+  strata_machine_t c = node(4, f, mem, NULL, 5, 5, NULL, 0);
   planner_equals_exhaustive(c, m, 8, "4 like devices");
-  strata_cluster_free(c);
+  strata_machine_free(c);
   strata_model_free(m);
 }
 
@@ -294,9 +294,9 @@ Test(plan, planner_equals_exhaustive_on_two_fast_and_two_slow) {
   double f[4] = {2e12, 1e12, 2e12, 1e12};
   uint64_t mem[4] = {64 * GIB, 64 * GIB, 64 * GIB, 64 * GIB};
   int island[4] = {0, 0, 1, 1};
-  strata_cluster_t c = node(4, f, mem, island, 50, 2, NULL, 0);
+  strata_machine_t c = node(4, f, mem, island, 50, 2, NULL, 0);
   planner_equals_exhaustive(c, m, 8, "2 fast + 2 slow in 2 islands");
-  strata_cluster_free(c);
+  strata_machine_free(c);
   strata_model_free(m);
 }
 
@@ -305,9 +305,9 @@ Test(plan, planner_equals_exhaustive_when_memory_binds) {
   /* the fast device holds little: the split must respect it */
   double f[3] = {3e12, 1e12, 1e12};
   uint64_t mem[3] = {6ull << 20, 64 * GIB, 64 * GIB};
-  strata_cluster_t c = node(3, f, mem, NULL, 5, 5, NULL, 0);
+  strata_machine_t c = node(3, f, mem, NULL, 5, 5, NULL, 0);
   planner_equals_exhaustive(c, m, 8, "a fast device with little memory");
-  strata_cluster_free(c);
+  strata_machine_free(c);
   strata_model_free(m);
 }
 
@@ -318,9 +318,9 @@ Test(plan, planner_equals_exhaustive_on_eight_devices_in_two_islands) {
   int island[8];
   for (int i = 0; i < 8; i++)
     f[i] = 1e12, mem[i] = 64 * GIB, island[i] = i / 4;
-  strata_cluster_t c = node(8, f, mem, island, 100, 3, NULL, 0);
+  strata_machine_t c = node(8, f, mem, island, 100, 3, NULL, 0);
   planner_equals_exhaustive(c, m, 8, "8 devices in 2 islands");
-  strata_cluster_free(c);
+  strata_machine_free(c);
   strata_model_free(m);
 }
 
@@ -348,7 +348,7 @@ Test(plan, two_to_one_speed_gives_two_to_one_layers) {
   strata_model_t m = small_gpt(12);
   double f[2] = {2e12, 1e12};
   uint64_t mem[2] = {64 * GIB, 64 * GIB};
-  strata_cluster_t c = node(2, f, mem, NULL, 50, 50, NULL, 0);
+  strata_machine_t c = node(2, f, mem, NULL, 50, 50, NULL, 0);
   struct strata_plan_options o = {.batch = 32, .top = 3};
   strata_plan_t p;
   OK(strata_plan_search(c, m, &o, &p));
@@ -376,7 +376,7 @@ Test(plan, two_to_one_speed_gives_two_to_one_layers) {
   strata_sim_result_destroy(&r);
   strata_layout_free(l);
   strata_plan_free(p);
-  strata_cluster_free(c);
+  strata_machine_free(c);
   strata_model_free(m);
 }
 
@@ -389,7 +389,7 @@ Test(plan, a_device_too_small_for_its_share_gets_fewer_layers) {
   uint64_t small = (uint64_t)(16.0 * blk.params * 5.5 / STRATA_PLAN_MEMORY_USABLE);
   double f[2] = {2e12, 1e12};
   uint64_t mem[2] = {small, 64 * GIB};
-  strata_cluster_t c = node(2, f, mem, NULL, 50, 50, NULL, 0);
+  strata_machine_t c = node(2, f, mem, NULL, 50, 50, NULL, 0);
   struct strata_plan_options o = {.batch = 4, .top = 3};
   strata_plan_t p;
   OK(strata_plan_search(c, m, &o, &p));
@@ -411,7 +411,7 @@ Test(plan, a_device_too_small_for_its_share_gets_fewer_layers) {
   }
   strata_sim_result_destroy(&r);
   strata_plan_free(p);
-  strata_cluster_free(c);
+  strata_machine_free(c);
   strata_model_free(m);
 }
 
@@ -438,8 +438,8 @@ static strata_topology_t load_dump(const char *name) {
 */
 static int tp_groups_follow(const char *dump, const char *model, int tp, int best, int worst, int same_numa) {
   strata_topology_t t = load_dump(dump);
-  strata_cluster_t c;
-  OK(strata_cluster_from_topology(t, NULL, &c));
+  strata_machine_t c;
+  OK(strata_machine_from_topology(t, NULL, &c));
   strata_model_t m;
   OK(strata_model_from_preset(model, &m));
   struct strata_plan_options o = {.batch = 16, .fixed_tp = tp};
@@ -459,9 +459,9 @@ static int tp_groups_follow(const char *dump, const char *model, int tp, int bes
           OK(strata_layout_device(l, r, s, b, &db));
           if (a == b)
             continue;
-          struct strata_cluster_device ca, cb;
-          OK(strata_cluster_device(c, da, &ca));
-          OK(strata_cluster_device(c, db, &cb));
+          struct strata_machine_device ca, cb;
+          OK(strata_machine_device(c, da, &ca));
+          OK(strata_machine_device(c, db, &cb));
           struct strata_link lk;
           OK(strata_topology_link(t, ca.id, cb.id, &lk));
           cr_assert(lk.kind >= best && lk.kind <= worst, "%s: GPUs %d and %d of one tp group are joined by %s", dump,
@@ -478,7 +478,7 @@ static int tp_groups_follow(const char *dump, const char *model, int tp, int bes
     }
   strata_plan_free(p);
   strata_model_free(m);
-  strata_cluster_free(c);
+  strata_machine_free(c);
   strata_topology_free(t);
   return groups;
 }
@@ -510,8 +510,8 @@ Test(plan, mi250x_tp_groups_follow_xgmi) {
 /* A CPU-only machine: nothing to place on. */
 Test(plan, cpu_only_dump_has_nothing_to_place_on) {
   strata_topology_t t = load_dump("intel-broadwell-2s-cpu-only.xml");
-  strata_cluster_t c = NULL;
-  cr_assert_eq(strata_cluster_from_topology(t, NULL, &c), STRATA_ERR_NOT_FOUND);
+  strata_machine_t c = NULL;
+  cr_assert_eq(strata_machine_from_topology(t, NULL, &c), STRATA_ERR_NOT_FOUND);
   cr_assert_null(c);
   cr_assert_not_null(strstr(strata_last_error(), "nothing to place on"), "%s", strata_last_error());
   strata_topology_free(t);
@@ -529,13 +529,13 @@ Test(plan, every_dump_gpu_is_in_the_table) {
                         "MI250X-GCD", "MI300A", "MI300A", "MI50-32GB", "GTX-1070"};
   for (size_t i = 0; i < sizeof dumps / sizeof *dumps; i++) {
     strata_topology_t t = load_dump(dumps[i]);
-    strata_cluster_t c;
-    OK(strata_cluster_from_topology(t, NULL, &c));
-    cr_assert_eq(strata_cluster_warning_count(c), 0, "%s: %s", dumps[i], strata_cluster_warning(c, 0));
-    struct strata_cluster_device d;
-    OK(strata_cluster_device(c, 0, &d));
+    strata_machine_t c;
+    OK(strata_machine_from_topology(t, NULL, &c));
+    cr_assert_eq(strata_machine_warning_count(c), 0, "%s: %s", dumps[i], strata_machine_warning(c, 0));
+    struct strata_machine_device d;
+    OK(strata_machine_device(c, 0, &d));
     cr_assert_str_eq(d.cost.model, want[i], "%s: GPU 0 (%s) costed as %s", dumps[i], d.name, d.cost.model);
-    strata_cluster_free(c);
+    strata_machine_free(c);
     strata_topology_free(t);
   }
 }
@@ -547,9 +547,9 @@ Test(plan, every_dump_gpu_is_in_the_table) {
 Test(plan, gpt7b_on_four_t4s_is_refused_with_the_number_that_fits) {
   strata_topology_t t = load_dump("aws-g4dn-metal-t4-8gpu-pcie.xml");
   int four[4] = {0, 1, 2, 3};
-  struct strata_cluster_options co = {.devices = four, .ndevices = 4};
-  strata_cluster_t c;
-  OK(strata_cluster_from_topology(t, &co, &c));
+  struct strata_machine_options co = {.devices = four, .ndevices = 4};
+  strata_machine_t c;
+  OK(strata_machine_from_topology(t, &co, &c));
   strata_model_t m;
   OK(strata_model_from_preset("gpt-7b", &m));
   struct strata_plan_options o = {.batch = 8};
@@ -564,32 +564,32 @@ Test(plan, gpt7b_on_four_t4s_is_refused_with_the_number_that_fits) {
   snprintf(words, sizeof words, "needs at least %d", need);
   cr_assert_not_null(strstr(msg, words), "\"%s\" should say \"%s\"", msg, words);
   /* by hand: parameters, gradients and two moments are 16 bytes a parameter, spread over the devices */
-  struct strata_cluster_device d0;
-  OK(strata_cluster_device(c, 0, &d0));
+  struct strata_machine_device d0;
+  OK(strata_machine_device(c, 0, &d0));
   cr_assert_str_eq(d0.cost.model, "T4");
   double lower = 16.0 * (double)strata_model_params(m) / ((double)d0.cost.memory * STRATA_PLAN_MEMORY_USABLE);
   cr_assert_geq(need, (int)ceil(lower), "%d T4s, fewer than the %g the parameters alone need", need, lower);
   /* reference: `need` T4s in one node, in pairs under a bridge as on the AWS box, fit; need - 1 do not */
-  struct strata_cluster_device t4; /* as the dump has it: the table's speed, the dump's memory */
-  OK(strata_cluster_device(c, 0, &t4));
+  struct strata_machine_device t4; /* as the dump has it: the table's speed, the dump's memory */
+  OK(strata_machine_device(c, 0, &t4));
   for (int n = need - 1; n <= need; n++) {
     double *f = malloc(sizeof *f * (size_t)n);
     uint64_t *mem = malloc(sizeof *mem * (size_t)n);
     int *pairs = malloc(sizeof *pairs * (size_t)n);
     for (int i = 0; i < n; i++)
       f[i] = t4.cost.flops, mem[i] = t4.cost.memory, pairs[i] = i / 2;
-    strata_cluster_t u = node(n, f, mem, pairs, 12.6, 7.9, NULL, 0);
+    strata_machine_t u = node(n, f, mem, pairs, 12.6, 7.9, NULL, 0);
     free(pairs);
     strata_plan_t q = NULL;
     int rc = strata_plan_search(u, m, &o, &q);
     cr_assert_eq(rc, n == need ? STRATA_OK : STRATA_ERR_DEVICE_MEMORY, "%d T4s: %s", n, strata_last_error());
     strata_plan_free(q);
-    strata_cluster_free(u);
+    strata_machine_free(u);
     free(f);
     free(mem);
   }
   strata_model_free(m);
-  strata_cluster_free(c);
+  strata_machine_free(c);
   strata_topology_free(t);
 }
 
@@ -602,10 +602,10 @@ Test(plan, gpt3_175b_on_1024_a100s_keeps_tp_inside_a_node) {
                                     .layers = 96, .heads = 96, .d_ff = 49152, .tied = 1};
   strata_model_t m;
   OK(strata_model_from_config(&cfg, &m));
-  struct strata_cluster_options co = {.nodes = 128, .network_gbps = 200, .nics = 8};
-  strata_cluster_t c;
-  OK(strata_cluster_synthetic("8xA100-80GB:nvswitch", &co, &c));
-  cr_assert_eq(strata_cluster_device_count(c), 1024);
+  struct strata_machine_options co = {.nodes = 128, .network_gbps = 200, .nics = 8};
+  strata_machine_t c;
+  OK(strata_machine_synthetic("8xA100-80GB:nvswitch", &co, &c));
+  cr_assert_eq(strata_machine_device_count(c), 1024);
   struct strata_plan_options o = {.batch = 1536};
   strata_plan_t p;
   OK(strata_plan_search(c, m, &o, &p));
@@ -631,7 +631,7 @@ Test(plan, gpt3_175b_on_1024_a100s_keeps_tp_inside_a_node) {
   double floor_s = strata_model_flops(m) * 1536 / (1024 * a100.fp32_tflops * 1e12 * STRATA_PLAN_SUSTAINED);
   cr_assert_geq(k.step_s, floor_s * (strata_layout_device_count(l) == 1024 ? 1.0 : 0.0));
   strata_plan_free(p);
-  strata_cluster_free(c);
+  strata_machine_free(c);
   strata_model_free(m);
 }
 
@@ -647,25 +647,25 @@ Test(plan, calibration_round_trips_into_a_cluster) {
   int first = 0;
   char *json = NULL;
   OK(strata_calibrate(&first, 1, &json));
-  strata_cluster_t c;
-  OK(strata_cluster_from_calibration(json, "cal.json", NULL, &c));
-  cr_assert_eq(strata_cluster_device_count(c), 1);
-  struct strata_cluster_device d;
-  OK(strata_cluster_device(c, 0, &d));
+  strata_machine_t c;
+  OK(strata_machine_from_calibration(json, "cal.json", NULL, &c));
+  cr_assert_eq(strata_machine_device_count(c), 1);
+  struct strata_machine_device d;
+  OK(strata_machine_device(c, 0, &d));
   struct strata_device_props p;
   OK(strata_device_props(0, &p));
   cr_assert_str_eq(d.name, p.name);
   cr_assert_eq(d.id, 0);
   cr_assert(d.cost.flops > 0 && d.cost.mem_gbps > 0 && d.cost.memory > 0, "%g FLOP/s, %g GB/s, %llu bytes",
             d.cost.flops, d.cost.mem_gbps, (unsigned long long)d.cost.memory);
-  strata_cluster_free(c);
+  strata_machine_free(c);
   free(json);
   c = NULL;
-  cr_assert_eq(strata_cluster_from_calibration("{\"schema\": \"strata-layout/1\"}", "x.json", NULL, &c),
+  cr_assert_eq(strata_machine_from_calibration("{\"schema\": \"strata-layout/1\"}", "x.json", NULL, &c),
                STRATA_ERR_PARSE);
   cr_assert_null(c);
   cr_assert_not_null(strstr(strata_last_error(), "x.json"));
-  cr_assert_eq(strata_cluster_from_calibration("{", "y.json", NULL, &c), STRATA_ERR_PARSE);
+  cr_assert_eq(strata_machine_from_calibration("{", "y.json", NULL, &c), STRATA_ERR_PARSE);
 }
 
 /* ---- a tp degree per rank ---- */
@@ -677,7 +677,7 @@ Test(plan, per_rank_tp_is_searched_and_equals_exhaustive) {
   double f[3] = {1e12, 1e12, 1e12};
   uint64_t mem[3] = {64 * GIB, 64 * GIB, 64 * GIB};
   int island[3] = {0, 0, 1};
-  strata_cluster_t c = node(3, f, mem, island, 200, 5, NULL, 0);
+  strata_machine_t c = node(3, f, mem, island, 200, 5, NULL, 0);
   planner_equals_exhaustive(c, m, 2, "a pair and a lone device");
   /* a layout with unlike tp per rank is simulated and ranked */
   struct strata_plan_options o = {.batch = 2, .top = 50};
@@ -701,6 +701,6 @@ Test(plan, per_rank_tp_is_searched_and_equals_exhaustive) {
   cr_log_info("best: %s, %g s", d, best.step_s);
   free(d);
   strata_plan_free(p);
-  strata_cluster_free(c);
+  strata_machine_free(c);
   strata_model_free(m);
 }

@@ -102,14 +102,14 @@ static void list_gpus(void) {
 }
 
 /* Layout devices are the node's own indices on one node (topology GPUs), cluster indices past one. */
-static int to_external(strata_cluster_t c, int dev) {
-  struct strata_cluster_device d;
-  strata_cluster_device(c, dev, &d);
-  return strata_cluster_nodes(c) == 1 ? d.id : dev;
+static int to_external(strata_machine_t c, int dev) {
+  struct strata_machine_device d;
+  strata_machine_device(c, dev, &d);
+  return strata_machine_nodes(c) == 1 ? d.id : dev;
 }
 
 /* The layout with its devices renumbered by `map` (to_external, or back). */
-static int renumber(strata_layout_t l, strata_cluster_t c, int back, strata_layout_t *out) {
+static int renumber(strata_layout_t l, strata_machine_t c, int back, strata_layout_t *out) {
   char *js = NULL;
   int rc = strata_layout_to_json(l, &js);
   if (rc)
@@ -122,7 +122,7 @@ static int renumber(strata_layout_t l, strata_cluster_t c, int back, strata_layo
   json_t *devs = json_object_get(o, "devices");
   size_t i;
   json_t *v;
-  const int n = strata_cluster_device_count(c);
+  const int n = strata_machine_device_count(c);
   json_array_foreach(devs, i, v) {
     int d = (int)json_integer_value(v), m = -1;
     if (!back) {
@@ -133,7 +133,7 @@ static int renumber(strata_layout_t l, strata_cluster_t c, int back, strata_layo
           m = k;
       if (m < 0) {
         json_decref(o);
-        fprintf(stderr, "%s: the layout names device %d, which is not in %s\n", PROG, d, strata_cluster_describe(c));
+        fprintf(stderr, "%s: the layout names device %d, which is not in %s\n", PROG, d, strata_machine_describe(c));
         return STRATA_ERR_RANGE;
       }
     }
@@ -148,7 +148,7 @@ static int renumber(strata_layout_t l, strata_cluster_t c, int back, strata_layo
   return rc;
 }
 
-static int write_layout(strata_layout_t l, strata_cluster_t c, const char *path) {
+static int write_layout(strata_layout_t l, strata_machine_t c, const char *path) {
   strata_layout_t e;
   int rc = renumber(l, c, 0, &e);
   if (rc)
@@ -174,8 +174,8 @@ static double now_s(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static int build_cluster(const struct args *a, strata_cluster_t *c) {
-  struct strata_cluster_options o = {.nodes = (int)a->nodes, .network_gbps = a->net_gbps, .nics = (int)a->nics,
+static int build_cluster(const struct args *a, strata_machine_t *c) {
+  struct strata_machine_options o = {.nodes = (int)a->nodes, .network_gbps = a->net_gbps, .nics = (int)a->nics,
                                      .network_latency_us = a->net_lat};
   int *devs = NULL, n = 0, rc;
   if (a->devices && parse_list(a->devices, &devs, &n))
@@ -193,7 +193,7 @@ static int build_cluster(const struct args *a, strata_cluster_t *c) {
     long len = -1;
     if (f && fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) >= 0 && len < (16l << 20) && fseek(f, 0, SEEK_SET) == 0 &&
         (text = calloc(1, (size_t)len + 1)) != NULL && fread(text, 1, (size_t)len, f) == (size_t)len) {
-      rc = strata_cluster_from_calibration(text, a->calibration, &o, c);
+      rc = strata_machine_from_calibration(text, a->calibration, &o, c);
     } else {
       fprintf(stderr, "%s: cannot read %s\n", PROG, a->calibration);
       rc = -1;
@@ -209,13 +209,13 @@ static int build_cluster(const struct args *a, strata_cluster_t *c) {
       free(devs);
       return 2;
     }
-    rc = strata_cluster_synthetic(a->node, &o, c);
+    rc = strata_machine_synthetic(a->node, &o, c);
   } else {
     strata_topology_t t;
     const char *xml = a->topology && strcmp(a->topology, "live") != 0 ? a->topology : NULL;
     rc = strata_topology_load(xml, &t); /* NULL: STRATA_TOPOLOGY_XML when set, else this machine */
     if (rc == STRATA_OK) {
-      rc = strata_cluster_from_topology(t, &o, c);
+      rc = strata_machine_from_topology(t, &o, c);
       strata_topology_free(t);
     }
   }
@@ -237,7 +237,7 @@ static void print_result_text(const struct strata_sim_result *r) {
     printf("  device %d: busy %.1f%%, peak %.2f GB\n", d, 100 * r->busy[d], (double)r->memory[d] / 1e9);
 }
 
-static int simulate(const struct args *a, strata_cluster_t c, strata_model_t m) {
+static int simulate(const struct args *a, strata_machine_t c, strata_model_t m) {
   strata_layout_t file, l;
   if (strata_layout_load(a->simulate, &file)) {
     fprintf(stderr, "%s: %s\n", PROG, strata_last_error());
@@ -277,7 +277,7 @@ static int simulate(const struct args *a, strata_cluster_t c, strata_model_t m) 
   } else {
     char *d = NULL;
     strata_layout_describe(l, &d);
-    printf("%s on %s\n", d ? d : "layout", strata_cluster_describe(c));
+    printf("%s on %s\n", d ? d : "layout", strata_machine_describe(c));
     free(d);
     print_result_text(&r);
   }
@@ -286,7 +286,7 @@ static int simulate(const struct args *a, strata_cluster_t c, strata_model_t m) 
   return 0;
 }
 
-static int plan(const struct args *a, strata_cluster_t c, strata_model_t m) {
+static int plan(const struct args *a, strata_machine_t c, strata_model_t m) {
   struct strata_plan_options po = {.batch = a->batch, .top = (int)a->top, .no_zero = a->no_zero, .fixed_tp = (int)a->tp};
   strata_plan_t p;
   double t0 = now_s();
@@ -318,7 +318,7 @@ static int plan(const struct args *a, strata_cluster_t c, strata_model_t m) {
   strata_plan_explain(p, &explain);
   if (a->json) {
     json_t *o = json_pack("{s:s, s:s, s:s, s:I, s:f, s:i, s:i}", "schema", "strata-plan/1", "model",
-                          strata_model_config(m)->name, "cluster", strata_cluster_describe(c), "batch",
+                          strata_model_config(m)->name, "cluster", strata_machine_describe(c), "batch",
                           (json_int_t)a->batch, "plan_s", took, "simulated", sim, "pruned", pruned);
     json_t *arr = json_array();
     for (int i = 0; i < strata_plan_count(p); i++) {
@@ -345,9 +345,9 @@ static int plan(const struct args *a, strata_cluster_t c, strata_model_t m) {
     free(s);
     json_decref(o);
   } else {
-    printf("%s, batch %lld, on %s\n", strata_model_config(m)->name, (long long)a->batch, strata_cluster_describe(c));
-    for (int i = 0; i < strata_cluster_warning_count(c); i++)
-      printf("note: %s\n", strata_cluster_warning(c, i));
+    printf("%s, batch %lld, on %s\n", strata_model_config(m)->name, (long long)a->batch, strata_machine_describe(c));
+    for (int i = 0; i < strata_machine_warning_count(c); i++)
+      printf("note: %s\n", strata_machine_warning(c, i));
     printf("%-3s %10s %12s %11s %7s %8s  %s\n", "#", "step s", "samples/s", "TFLOP/s/dev", "bubble", "peak GB",
            "layout and why");
     for (int i = 0; i < strata_plan_count(p); i++) {
@@ -365,14 +365,12 @@ static int plan(const struct args *a, strata_cluster_t c, strata_model_t m) {
       free(js);
       strata_layout_free(e);
     }
-    int tp = 0;
-    for (int r = 0; r < strata_layout_pp(best.layout); r++)
-      tp = strata_layout_tp(best.layout, r) > tp ? strata_layout_tp(best.layout, r) : tp;
-    if (tp > 1 || strata_layout_zero(best.layout))
-      printf("note: strata-train does not run %s yet; --tp 1 --no-zero plans for what it runs today\n",
-             tp > 1 && strata_layout_zero(best.layout) ? "tensor parallelism or ZeRO-1"
-             : tp > 1                                 ? "tensor parallelism"
-                                                      : "ZeRO-1");
+    /* strata-train runs one tp degree for every pipeline rank */
+    int mixed = 0;
+    for (int r = 1; r < strata_layout_pp(best.layout); r++)
+      mixed |= strata_layout_tp(best.layout, r) != strata_layout_tp(best.layout, 0);
+    if (mixed)
+      printf("note: strata-train does not run a tp degree per pipeline rank yet; --tp T plans one degree for all\n");
     printf("planned in %.3f s: %d layouts simulated, %d pruned by memory\n", took, sim, pruned);
   }
   free(explain);
@@ -468,14 +466,14 @@ int main(int argc, char **argv) {
     fprintf(stderr, "%s: %s\n", PROG, strata_last_error());
     return 2;
   }
-  strata_cluster_t cl;
+  strata_machine_t cl;
   int rc = build_cluster(&a, &cl);
   if (rc) {
     strata_model_free(m);
     return rc;
   }
   rc = a.simulate ? simulate(&a, cl, m) : plan(&a, cl, m);
-  strata_cluster_free(cl);
+  strata_machine_free(cl);
   strata_model_free(m);
   return rc;
 }

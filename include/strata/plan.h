@@ -78,10 +78,10 @@ STRATA_API int strata_device_cost_from_model(const struct strata_gpu_model *m, s
 ** and the PCIe uplinks they share), joined by a network. Read-only once
 ** built; the caller frees it.
 */
-typedef struct strata_cluster *strata_cluster_t;
+typedef struct strata_machine *strata_machine_t;
 
 /* How nodes are joined, and which devices of a node to use; zeros are defaults. */
-struct strata_cluster_options {
+struct strata_machine_options {
   int nodes;                    /* copies of the node (default 1; 0 is the default, negative an error) */
   double network_gbps;          /* Gb/s of one network interface (bits; default 100) */
   int nics;                     /* interfaces per node, each carrying its own flows (default 1) */
@@ -111,8 +111,8 @@ struct strata_node_desc {
   const char *name;             /* "8xA100-80GB:nvswitch"; copied */
 };
 
-STRATA_API int strata_cluster_new(const struct strata_node_desc *node, const struct strata_cluster_options *opts,
-                                  strata_cluster_t *out /* OUT */);
+STRATA_API int strata_machine_new(const struct strata_node_desc *node, const struct strata_machine_options *opts,
+                                  strata_machine_t *out /* OUT */);
 /*
 ** From a topology: its GPUs (costed from the table by name or PCI id, one
 ** line of why for a GPU the table does not know, which then gets a
@@ -120,8 +120,8 @@ STRATA_API int strata_cluster_new(const struct strata_node_desc *node, const str
 ** found them, uplinks from the PCIe paths. A topology with no GPU is
 ** STRATA_ERR_NOT_FOUND ("nothing to place on").
 */
-STRATA_API int strata_cluster_from_topology(strata_topology_t topo, const struct strata_cluster_options *opts,
-                                            strata_cluster_t *out /* OUT */);
+STRATA_API int strata_machine_from_topology(strata_topology_t topo, const struct strata_machine_options *opts,
+                                            strata_machine_t *out /* OUT */);
 /*
 ** A synthetic node "COUNTxMODEL:FABRIC": MODEL a table row ("A100-80GB",
 ** "MI250X", "T4"), FABRIC one of nvswitch (every pair NVLink at the
@@ -129,9 +129,9 @@ STRATA_API int strata_cluster_from_topology(strata_topology_t topo, const struct
 ** pcie (pairs under one PCIe switch, half the switches on each socket).
 ** STRATA_ERR_PARSE naming the part that is wrong.
 */
-STRATA_API int strata_cluster_synthetic(const char *spec, const struct strata_cluster_options *opts,
-                                        strata_cluster_t *out /* OUT */);
-STRATA_API void strata_cluster_free(strata_cluster_t c);
+STRATA_API int strata_machine_synthetic(const char *spec, const struct strata_machine_options *opts,
+                                        strata_machine_t *out /* OUT */);
+STRATA_API void strata_machine_free(strata_machine_t c);
 
 /*
 ** Calibration of this machine's runtime devices (`devices` lists runtime
@@ -143,11 +143,11 @@ STRATA_API void strata_cluster_free(strata_cluster_t c);
 */
 STRATA_API int strata_calibrate(const int *devices, int n, char **json /* OUT */);
 /* A one-node cluster of calibrated devices; layout devices are their runtime indices. */
-STRATA_API int strata_cluster_from_calibration(const char *json, const char *source,
-                                               const struct strata_cluster_options *opts, strata_cluster_t *out /* OUT */);
+STRATA_API int strata_machine_from_calibration(const char *json, const char *source,
+                                               const struct strata_machine_options *opts, strata_machine_t *out /* OUT */);
 
 /* One device of a cluster (global index node x per_node + local). */
-struct strata_cluster_device {
+struct strata_machine_device {
   int node;
   int local;                    /* index inside the node */
   int id;                       /* the node's own index for it: topology GPU index or descriptor index */
@@ -155,16 +155,16 @@ struct strata_cluster_device {
   const char *name;             /* owned by the cluster */
   struct strata_device_cost cost;
 };
-STRATA_API int strata_cluster_device_count(strata_cluster_t c);
-STRATA_API int strata_cluster_nodes(strata_cluster_t c);
-STRATA_API int strata_cluster_device(strata_cluster_t c, int device, struct strata_cluster_device *out /* OUT */);
+STRATA_API int strata_machine_device_count(strata_machine_t c);
+STRATA_API int strata_machine_nodes(strata_machine_t c);
+STRATA_API int strata_machine_device(strata_machine_t c, int device, struct strata_machine_device *out /* OUT */);
 /* The link between two devices (GB/s, us, kind NET across nodes). */
-STRATA_API int strata_cluster_link(strata_cluster_t c, int from, int to, struct strata_link *out /* OUT */);
+STRATA_API int strata_machine_link(strata_machine_t c, int from, int to, struct strata_link *out /* OUT */);
 /* What the cluster is, in words ("4 x Tesla T4 (aws-g4dn...xml)"); lives as long as the cluster. */
-STRATA_API const char *strata_cluster_describe(strata_cluster_t c);
+STRATA_API const char *strata_machine_describe(strata_machine_t c);
 /* Warnings from building it (a GPU the table did not know ...); count, then each. */
-STRATA_API int strata_cluster_warning_count(strata_cluster_t c);
-STRATA_API const char *strata_cluster_warning(strata_cluster_t c, int index);
+STRATA_API int strata_machine_warning_count(strata_machine_t c);
+STRATA_API const char *strata_machine_warning(strata_machine_t c, int index);
 
 /* ---- the simulator ---- */
 
@@ -207,7 +207,7 @@ STRATA_API void strata_sim_result_destroy(struct strata_sim_result *r);
 ** are zero-cost synchronisation. A layout that does not fit still gives
 ** its figures, with fits = 0.
 */
-STRATA_API int strata_simulate(strata_cluster_t cluster, strata_model_t model, strata_layout_t layout,
+STRATA_API int strata_simulate(strata_machine_t cluster, strata_model_t model, strata_layout_t layout,
                                const struct strata_sim_options *opts, struct strata_sim_result *out /* OUT */);
 /*
 ** Simulate a bare schedule with one cost per action kind (`cost` has
@@ -252,7 +252,7 @@ struct strata_plan_candidate {
 ** number of this cluster's devices that would fit in the message (and
 ** from strata_plan_min_devices).
 */
-STRATA_API int strata_plan_search(strata_cluster_t cluster, strata_model_t model, const struct strata_plan_options *opts,
+STRATA_API int strata_plan_search(strata_machine_t cluster, strata_model_t model, const struct strata_plan_options *opts,
                                   strata_plan_t *out /* OUT */);
 STRATA_API void strata_plan_free(strata_plan_t p);
 STRATA_API int strata_plan_count(strata_plan_t p);
@@ -267,7 +267,7 @@ STRATA_API int strata_plan_explain(strata_plan_t p, char **text /* OUT */);
 ** the same kind when the cluster has several nodes, counted in devices)
 ** that would fit `model` at this batch; STRATA_ERR_RANGE past `limit`.
 */
-STRATA_API int strata_plan_min_devices(strata_cluster_t cluster, strata_model_t model,
+STRATA_API int strata_plan_min_devices(strata_machine_t cluster, strata_model_t model,
                                        const struct strata_plan_options *opts, int limit, int *devices /* OUT */);
 
 /* The memory one device of rank `rank` needs under `layout` (bytes), as the planner prunes by it. */

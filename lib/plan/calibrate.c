@@ -161,10 +161,10 @@ static int number(json_t *o, const char *field, const char *src, int i, double *
   return STRATA_OK;
 }
 
-STRATA_API int strata_cluster_from_calibration(const char *json, const char *source,
-                                               const struct strata_cluster_options *o, strata_cluster_t *out) {
+STRATA_API int strata_machine_from_calibration(const char *json, const char *source,
+                                               const struct strata_machine_options *o, strata_machine_t *out) {
   if (!out || !json)
-    return strata__error(STRATA_ERR_INVALID, "strata_cluster_from_calibration: NULL argument");
+    return strata__error(STRATA_ERR_INVALID, "strata_machine_from_calibration: NULL argument");
   *out = NULL;
   const char *src = source ? source : "calibration";
   json_error_t err;
@@ -214,10 +214,10 @@ STRATA_API int strata_cluster_from_calibration(const char *json, const char *sou
         rc = strata__error(STRATA_ERR_PARSE, "%s: link %zu -> %zu has no measured bandwidth", src, i, j);
     }
   }
-  strata_cluster_t c = NULL;
+  strata_machine_t c = NULL;
   if (!rc) {
     struct strata_node_desc nd = {.devices = (int)n, .cost = cost, .gbps = g, .latency_us = l, .name = src};
-    rc = strata_cluster_new(&nd, o, &c);
+    rc = strata_machine_new(&nd, o, &c);
   }
   for (size_t i = 0; !rc && i < n; i++) {
     /* the runtime's own names and indices, so that a layout names runtime devices */
@@ -239,7 +239,7 @@ STRATA_API int strata_cluster_from_calibration(const char *json, const char *sou
   free(ids);
   json_decref(root);
   if (rc) {
-    strata_cluster_free(c);
+    strata_machine_free(c);
     return rc;
   }
   *out = c;

@@ -18,7 +18,7 @@
 #define UNKNOWN_MEM_GBPS 500.0
 #define UNKNOWN_MEMORY (16ull << 30)
 
-STRATA_API void strata_cluster_free(strata_cluster_t c) {
+STRATA_API void strata_machine_free(strata_machine_t c) {
   if (!c)
     return;
   for (int i = 0; i < c->k; i++)
@@ -40,8 +40,8 @@ STRATA_API void strata_cluster_free(strata_cluster_t c) {
 }
 
 /* Record a warning (dropped silently when memory is short: it is advice). */
-static void warn(struct strata_cluster *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void warn(struct strata_cluster *c, const char *fmt, ...) {
+static void warn(struct strata_machine *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void warn(struct strata_machine *c, const char *fmt, ...) {
   char buf[512];
   va_list ap;
   va_start(ap, fmt);
@@ -56,8 +56,8 @@ static void warn(struct strata_cluster *c, const char *fmt, ...) {
 }
 
 /* A cluster of `k` devices per node with every array allocated (zeroed). */
-static int cluster_alloc(int k, struct strata_cluster **out) {
-  struct strata_cluster *c = calloc(1, sizeof *c);
+static int cluster_alloc(int k, struct strata_machine **out) {
+  struct strata_machine *c = calloc(1, sizeof *c);
   if (!c)
     return strata__error(STRATA_ERR_NOMEM, "out of host memory for a cluster");
   size_t n = (size_t)k, nn = n * n;
@@ -73,7 +73,7 @@ static int cluster_alloc(int k, struct strata_cluster **out) {
   c->uplink_gbps = calloc(n, sizeof *c->uplink_gbps);
   if (!c->names || !c->cost || !c->id || !c->gbps || !c->lat || !c->kind || !c->island || !c->uplink ||
       !c->uplink_gbps) {
-    strata_cluster_free(c);
+    strata_machine_free(c);
     return strata__error(STRATA_ERR_NOMEM, "out of host memory for a cluster of %d devices", k);
   }
   *out = c;
@@ -81,7 +81,7 @@ static int cluster_alloc(int k, struct strata_cluster **out) {
 }
 
 /* The network and node count from the options; the description last. */
-static int cluster_finish(struct strata_cluster *c, const struct strata_cluster_options *o, const char *what) {
+static int cluster_finish(struct strata_machine *c, const struct strata_machine_options *o, const char *what) {
   int nodes = o && o->nodes ? o->nodes : 1;
   if (nodes < 1 || nodes > (1 << 20))
     return strata__error(STRATA_ERR_INVALID, "cluster: %d nodes, must be between 1 and %d", o ? o->nodes : 0, 1 << 20);
@@ -114,17 +114,17 @@ static int cluster_finish(struct strata_cluster *c, const struct strata_cluster_
   return STRATA_OK;
 }
 
-STRATA_API int strata_cluster_new(const struct strata_node_desc *d, const struct strata_cluster_options *o,
-                                  strata_cluster_t *out) {
+STRATA_API int strata_machine_new(const struct strata_node_desc *d, const struct strata_machine_options *o,
+                                  strata_machine_t *out) {
   if (!out)
-    return strata__error(STRATA_ERR_INVALID, "strata_cluster_new: out is NULL");
+    return strata__error(STRATA_ERR_INVALID, "strata_machine_new: out is NULL");
   *out = NULL;
   if (!d || d->devices < 1 || !d->cost || !d->gbps || !d->latency_us)
-    return strata__error(STRATA_ERR_INVALID, "strata_cluster_new: a node needs devices, their costs, bandwidths and "
+    return strata__error(STRATA_ERR_INVALID, "strata_machine_new: a node needs devices, their costs, bandwidths and "
                                              "latencies");
   if (d->devices > 65536)
     return strata__error(STRATA_ERR_INVALID, "cluster: %d devices in one node, at most 65536", d->devices);
-  struct strata_cluster *c;
+  struct strata_machine *c;
   TRY(cluster_alloc(d->devices, &c));
   const int k = d->devices;
   int rc = STRATA_OK;
@@ -155,17 +155,17 @@ STRATA_API int strata_cluster_new(const struct strata_node_desc *d, const struct
   if (!rc)
     rc = cluster_finish(c, o, d->name && *d->name ? d->name : "a custom node");
   if (rc) {
-    strata_cluster_free(c);
+    strata_machine_free(c);
     return rc;
   }
   *out = c;
   return STRATA_OK;
 }
 
-STRATA_API int strata_cluster_from_topology(strata_topology_t topo, const struct strata_cluster_options *o,
-                                            strata_cluster_t *out) {
+STRATA_API int strata_machine_from_topology(strata_topology_t topo, const struct strata_machine_options *o,
+                                            strata_machine_t *out) {
   if (!out || !topo)
-    return strata__error(STRATA_ERR_INVALID, "strata_cluster_from_topology: NULL argument");
+    return strata__error(STRATA_ERR_INVALID, "strata_machine_from_topology: NULL argument");
   *out = NULL;
   int ngpu = 0;
   TRY(strata_topology_gpu_count(topo, &ngpu));
@@ -182,7 +182,7 @@ STRATA_API int strata_cluster_from_topology(strata_topology_t topo, const struct
       if (o->devices[j] == o->devices[i])
         return strata__error(STRATA_ERR_INVALID, "cluster: GPU %d listed twice", o->devices[i]);
   }
-  struct strata_cluster *c;
+  struct strata_machine *c;
   TRY(cluster_alloc(k, &c));
   int rc = STRATA_OK;
   struct strata_topology_gpu *g = calloc((size_t)ngpu, sizeof *g);
@@ -254,7 +254,7 @@ STRATA_API int strata_cluster_from_topology(strata_topology_t topo, const struct
   }
   free(g);
   if (rc) {
-    strata_cluster_free(c);
+    strata_machine_free(c);
     return rc;
   }
   *out = c;
@@ -273,10 +273,10 @@ static double nvswitch_gbps(const char *model) {
   return 6 * 25.0;
 }
 
-STRATA_API int strata_cluster_synthetic(const char *spec, const struct strata_cluster_options *o,
-                                        strata_cluster_t *out) {
+STRATA_API int strata_machine_synthetic(const char *spec, const struct strata_machine_options *o,
+                                        strata_machine_t *out) {
   if (!out || !spec)
-    return strata__error(STRATA_ERR_INVALID, "strata_cluster_synthetic: NULL argument");
+    return strata__error(STRATA_ERR_INVALID, "strata_machine_synthetic: NULL argument");
   *out = NULL;
   if (o && o->devices)
     return strata__error(STRATA_ERR_INVALID, "node \"%s\": a device list chooses GPUs of a topology, not of a "
@@ -303,7 +303,7 @@ STRATA_API int strata_cluster_synthetic(const char *spec, const struct strata_cl
   else
     return strata__error(STRATA_ERR_PARSE, "node \"%s\": fabric \"%s\" is not nvswitch, nvlink, xgmi or pcie", spec,
                          fabric);
-  struct strata_cluster *c;
+  struct strata_machine *c;
   TRY(cluster_alloc(count, &c));
   int rc = STRATA_OK;
   const int k = count, half = (k + 1) / 2;
@@ -357,24 +357,24 @@ STRATA_API int strata_cluster_synthetic(const char *spec, const struct strata_cl
   if (!rc)
     rc = cluster_finish(c, o, spec);
   if (rc) {
-    strata_cluster_free(c);
+    strata_machine_free(c);
     return rc;
   }
   *out = c;
   return STRATA_OK;
 }
 
-STRATA_API int strata_cluster_device_count(strata_cluster_t c) { return c ? c->nodes * c->k : 0; }
-STRATA_API int strata_cluster_nodes(strata_cluster_t c) { return c ? c->nodes : 0; }
-STRATA_API const char *strata_cluster_describe(strata_cluster_t c) { return c && c->desc ? c->desc : ""; }
-STRATA_API int strata_cluster_warning_count(strata_cluster_t c) { return c ? c->nwarnings : 0; }
-STRATA_API const char *strata_cluster_warning(strata_cluster_t c, int i) {
+STRATA_API int strata_machine_device_count(strata_machine_t c) { return c ? c->nodes * c->k : 0; }
+STRATA_API int strata_machine_nodes(strata_machine_t c) { return c ? c->nodes : 0; }
+STRATA_API const char *strata_machine_describe(strata_machine_t c) { return c && c->desc ? c->desc : ""; }
+STRATA_API int strata_machine_warning_count(strata_machine_t c) { return c ? c->nwarnings : 0; }
+STRATA_API const char *strata_machine_warning(strata_machine_t c, int i) {
   return c && i >= 0 && i < c->nwarnings ? c->warnings[i] : NULL;
 }
 
-STRATA_API int strata_cluster_device(strata_cluster_t c, int dev, struct strata_cluster_device *out) {
+STRATA_API int strata_machine_device(strata_machine_t c, int dev, struct strata_machine_device *out) {
   if (!c || !out)
-    return strata__error(STRATA_ERR_INVALID, "strata_cluster_device: NULL argument");
+    return strata__error(STRATA_ERR_INVALID, "strata_machine_device: NULL argument");
   if (dev < 0 || dev >= c->nodes * c->k)
     return strata__error(STRATA_ERR_RANGE, "device %d is not in the cluster (%d devices)", dev, c->nodes * c->k);
   int l = dev % c->k;
@@ -387,7 +387,7 @@ STRATA_API int strata_cluster_device(strata_cluster_t c, int dev, struct strata_
   return STRATA_OK;
 }
 
-void strata__cluster_link(const struct strata_cluster *c, int a, int b, double *gbps, double *lat_us, int *kind) {
+void strata__cluster_link(const struct strata_machine *c, int a, int b, double *gbps, double *lat_us, int *kind) {
   if (a / c->k != b / c->k) {
     *gbps = c->net_gbps;
     *lat_us = c->net_lat;
@@ -400,9 +400,9 @@ void strata__cluster_link(const struct strata_cluster *c, int a, int b, double *
   *kind = c->kind[ij];
 }
 
-STRATA_API int strata_cluster_link(strata_cluster_t c, int from, int to, struct strata_link *out) {
+STRATA_API int strata_machine_link(strata_machine_t c, int from, int to, struct strata_link *out) {
   if (!c || !out)
-    return strata__error(STRATA_ERR_INVALID, "strata_cluster_link: NULL argument");
+    return strata__error(STRATA_ERR_INVALID, "strata_machine_link: NULL argument");
   int n = c->nodes * c->k;
   if (from < 0 || from >= n || to < 0 || to >= n)
     return strata__error(STRATA_ERR_RANGE, "link %d -> %d is not in the cluster (%d devices)", from, to, n);

@@ -11,7 +11,7 @@
 ** A cluster: `nodes` copies of one node of `k` devices. Device g is local
 ** device g % k of node g / k. Matrices are k x k, row-major.
 */
-struct strata_cluster {
+struct strata_machine {
   int nodes, k;
   char **names;                    /* [k] */
   struct strata_device_cost *cost; /* [k] */
@@ -31,7 +31,7 @@ struct strata_cluster {
 };
 
 /* The link between cluster devices a and b (NET across nodes). */
-void strata__cluster_link(const struct strata_cluster *c, int a, int b, double *gbps, double *lat_us, int *kind);
+void strata__cluster_link(const struct strata_machine *c, int a, int b, double *gbps, double *lat_us, int *kind);
 
 /*
 ** The simulator's costing of one layout, exposed to the planner so that it
@@ -39,7 +39,7 @@ void strata__cluster_link(const struct strata_cluster *c, int a, int b, double *
 ** layer_time: seconds of forward (fwd) and backward (bwd) of layer l for
 ** `rows` samples on the tp group of rank r of replica 0, tp joins included.
 */
-double strata__plan_layer_time(const struct strata_cluster *c, strata_model_t model, strata_layout_t layout, int rank,
+double strata__plan_layer_time(const struct strata_machine *c, strata_model_t model, strata_layout_t layout, int rank,
                                int layer, int64_t rows, int backward);
 /* Memory a device of rank `rank` needs with `split` (layers per virtual stage)
 ** given the micro-batches in flight on each of its stages (inflight[stage]). */

@@ -51,7 +51,7 @@ struct strata_plan {
 
 /* Everything one search needs, shared by its passes. */
 struct search {
-  const struct strata_cluster *c;
+  const struct strata_machine *c;
   strata_model_t model;
   const struct strata_plan_options *o;
   struct strata_plan *plan;
@@ -162,7 +162,7 @@ static void groups_free(struct search *s) {
 }
 
 /* The islands of one node, fastest first (narrowest inner link), as lists of local devices. */
-static int island_order(const struct strata_cluster *c, int *order, int *nislands) {
+static int island_order(const struct strata_machine *c, int *order, int *nislands) {
   int n = 0;
   for (int i = 0; i < c->k; i++) {
     int seen = 0;
@@ -209,7 +209,7 @@ static int island_order(const struct strata_cluster *c, int *order, int *nisland
 ** model divides, so that every device is used and ranks differ in tp.
 */
 static int make_groups(struct search *s, int t, int mixed) {
-  const struct strata_cluster *c = s->c;
+  const struct strata_machine *c = s->c;
   groups_free(s);
   int *order = malloc(sizeof *order * (size_t)c->k), nisl = 0;
   if (!order)
@@ -470,7 +470,7 @@ static void keep(struct search *s, strata_layout_t l, struct strata_sim_result *
 static int evaluate(struct search *s, strata_layout_t l) {
   struct strata_sim_options so = {.batch = s->o->batch, .symmetric = s->c->uniform};
   struct strata_sim_result res;
-  int rc = strata_simulate((strata_cluster_t)s->c, s->model, l, &so, &res);
+  int rc = strata_simulate((strata_machine_t)s->c, s->model, l, &so, &res);
   s->plan->simulated++;
   if (rc) {
     strata_layout_free(l);
@@ -958,7 +958,7 @@ static void refine(struct search *s) {
             struct strata_sim_result res;
             budget--;
             s->plan->simulated++;
-            if (strata_simulate((strata_cluster_t)s->c, s->model, l, &so, &res) == STRATA_OK) {
+            if (strata_simulate((strata_machine_t)s->c, s->model, l, &so, &res) == STRATA_OK) {
               if (res.fits && res.step_s < bt * (1 - 1e-12)) {
                 bt = res.step_s;
                 bj = from;
@@ -1146,7 +1146,7 @@ static void search_free(struct search *s) {
   free(s->out);
 }
 
-static int check_options(strata_cluster_t c, strata_model_t m, const struct strata_plan_options *o) {
+static int check_options(strata_machine_t c, strata_model_t m, const struct strata_plan_options *o) {
   if (!c || !m || !o)
     return strata__error(STRATA_ERR_INVALID, "planner: NULL argument");
   if (o->batch < 1)
@@ -1159,8 +1159,8 @@ static int check_options(strata_cluster_t c, strata_model_t m, const struct stra
 /* Whether `n` devices like the cluster's first would fit the model: a
 ** cluster of n of them (the node's links kept where there are enough) and
 ** a search that stops at the first layout within memory. */
-static int fits_with(strata_cluster_t c, strata_model_t model, const struct strata_plan_options *o, int n, int *fits) {
-  struct strata_cluster *t = NULL;
+static int fits_with(strata_machine_t c, strata_model_t model, const struct strata_plan_options *o, int n, int *fits) {
+  struct strata_machine *t = NULL;
   /* one node of n devices; for a cluster of several nodes, whole nodes (n a multiple of k) */
   int k = n, nodes = 1;
   if (c->nodes > 1) {
@@ -1197,10 +1197,10 @@ static int fits_with(strata_cluster_t c, strata_model_t model, const struct stra
     }
   }
   struct strata_node_desc nd = {.devices = k, .cost = cost, .gbps = g, .latency_us = lat, .island = isl};
-  struct strata_cluster_options co = {.nodes = nodes, .network_gbps = c->net_gbps * 8, .nics = c->nics,
+  struct strata_machine_options co = {.nodes = nodes, .network_gbps = c->net_gbps * 8, .nics = c->nics,
                                       .network_latency_us = c->net_lat};
   if (!rc)
-    rc = strata_cluster_new(&nd, &co, &t);
+    rc = strata_machine_new(&nd, &co, &t);
   free(cost);
   free(g);
   free(lat);
@@ -1209,7 +1209,7 @@ static int fits_with(strata_cluster_t c, strata_model_t model, const struct stra
     return rc;
   struct strata_plan *p = calloc(1, sizeof *p);
   if (!p) {
-    strata_cluster_free(t);
+    strata_machine_free(t);
     return strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
   }
   p->top = 1;
@@ -1219,11 +1219,11 @@ static int fits_with(strata_cluster_t c, strata_model_t model, const struct stra
   *fits = s.found;
   search_free(&s);
   strata_plan_free(p);
-  strata_cluster_free(t);
+  strata_machine_free(t);
   return rc;
 }
 
-STRATA_API int strata_plan_min_devices(strata_cluster_t c, strata_model_t model, const struct strata_plan_options *o,
+STRATA_API int strata_plan_min_devices(strata_machine_t c, strata_model_t model, const struct strata_plan_options *o,
                                        int limit, int *devices) {
   TRY(check_options(c, model, o));
   if (!devices || limit < 1)
@@ -1254,7 +1254,7 @@ STRATA_API int strata_plan_min_devices(strata_cluster_t c, strata_model_t model,
   return STRATA_OK;
 }
 
-STRATA_API int strata_plan_search(strata_cluster_t c, strata_model_t model, const struct strata_plan_options *o,
+STRATA_API int strata_plan_search(strata_machine_t c, strata_model_t model, const struct strata_plan_options *o,
                                   strata_plan_t *out) {
   if (!out)
     return strata__error(STRATA_ERR_INVALID, "strata_plan_search: out is NULL");
@@ -1281,7 +1281,7 @@ STRATA_API int strata_plan_search(strata_cluster_t c, strata_model_t model, cons
   p->top = want;
   if (!rc && p->n == 0) {
     int need = 0;
-    const int have = strata_cluster_device_count(c);
+    const int have = strata_machine_device_count(c);
     if (strata_plan_min_devices(c, model, o, 1 << 16, &need) == STRATA_OK && need > have)
       rc = strata__error(STRATA_ERR_DEVICE_MEMORY,
                          "%s at batch %lld does not fit on %d x %s: it needs at least %d of them",

@@ -39,7 +39,7 @@ static int group_of(strata_layout_t l, int replica, int rank, const int **devs) 
 }
 
 /* The ring over `n` devices in their order: narrowest hop (GB/s) and slowest latency (us). */
-static void ring_figures(const struct strata_cluster *c, const int *devs, int n, int stride, double *gbps,
+static void ring_figures(const struct strata_machine *c, const int *devs, int n, int stride, double *gbps,
                          double *lat) {
   double bw = INFINITY, lt = 0;
   for (int i = 0; i < n; i++) {
@@ -68,7 +68,7 @@ static double allreduce_s(double bytes, int n, double gbps, double lat_us) {
 }
 
 /* The slowest member of a group, as a synchronous group runs at its pace. */
-static struct strata_device_cost group_cost(const struct strata_cluster *c, const int *devs, int t) {
+static struct strata_device_cost group_cost(const struct strata_machine *c, const int *devs, int t) {
   struct strata_device_cost w = c->cost[devs[0] % c->k];
   for (int i = 1; i < t; i++) {
     const struct strata_device_cost *d = &c->cost[devs[i] % c->k];
@@ -92,7 +92,7 @@ static struct strata_device_cost group_cost(const struct strata_cluster *c, cons
 ** in the forward (after attention and after the MLP) and two in the
 ** backward. *comm receives the joins' part.
 */
-static double layer_time_group(const struct strata_cluster *c, strata_model_t model, const int *devs, int t, int layer,
+static double layer_time_group(const struct strata_machine *c, strata_model_t model, const int *devs, int t, int layer,
                                int64_t rows, int backward, double *comm) {
   struct strata_layer_info li;
   strata_model_layer(model, layer, &li);
@@ -118,7 +118,7 @@ static double layer_time_group(const struct strata_cluster *c, strata_model_t mo
   return time + join;
 }
 
-double strata__plan_layer_time(const struct strata_cluster *c, strata_model_t model, strata_layout_t layout, int rank,
+double strata__plan_layer_time(const struct strata_machine *c, strata_model_t model, strata_layout_t layout, int rank,
                                int layer, int64_t rows, int backward) {
   const int *devs = NULL;
   int t = group_of(layout, 0, rank, &devs);
@@ -220,7 +220,7 @@ struct engine {
   strata_schedule_t s;
   int P, S, M, R, chain, K;
   const double *unit;               /* unit costs by kind, or NULL */
-  const struct strata_cluster *c;
+  const struct strata_machine *c;
   struct stage_cost *sc;            /* [S], NULL with unit costs */
   int dp;                           /* replicas the collectives span (layout dp, >= R) */
   double *finish, *arrive;          /* [K x S x (M + 1)] */
@@ -431,7 +431,7 @@ static double *lane(double *base, int n) {
 ** until it arrives. Returns the arrival time and the seconds it took.
 */
 static double transfer(struct engine *e, int from, int a, int b, double bytes, double t, double *dur) {
-  const struct strata_cluster *c = e->c;
+  const struct strata_machine *c = e->c;
   double gbps, lat;
   int kind;
   strata__cluster_link(c, a, b, &gbps, &lat, &kind);
@@ -661,7 +661,7 @@ static void engine_free(struct engine *e) {
   free(e->ev);
 }
 
-static int engine_init(struct engine *e, strata_schedule_t s, const struct strata_cluster *c) {
+static int engine_init(struct engine *e, strata_schedule_t s, const struct strata_machine *c) {
   e->s = s;
   e->P = strata_schedule_devices(s);
   e->S = strata_schedule_stages(s);
@@ -825,14 +825,14 @@ static int write_trace(const struct engine *e, strata_layout_t l, const char *pa
   return strata__out_commit(&o);
 }
 
-STRATA_API int strata_simulate(strata_cluster_t c, strata_model_t model, strata_layout_t l,
+STRATA_API int strata_simulate(strata_machine_t c, strata_model_t model, strata_layout_t l,
                                const struct strata_sim_options *o, struct strata_sim_result *out) {
   if (!c || !model || !l || !o || !out)
     return strata__error(STRATA_ERR_INVALID, "strata_simulate: NULL argument");
   memset(out, 0, sizeof *out);
   const int dp = strata_layout_dp(l), pp = strata_layout_pp(l), S = strata_layout_stages(l);
   const int m = strata_layout_microbatches(l), v = strata_layout_virtual_stages(l);
-  const int ndev = strata_cluster_device_count(c);
+  const int ndev = strata_machine_device_count(c);
   TRY(strata_layout_check(l, model, ndev));
   if (o->batch < 1 || o->batch % ((int64_t)dp * m))
     return strata__error(STRATA_ERR_INVALID, "batch %lld is not a multiple of dp %d x %d micro-batches",
