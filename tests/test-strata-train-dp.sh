@@ -35,7 +35,7 @@ if [ ! -x "$TRAIN" ]; then
   echo "1..0 # SKIP strata-train not built"
   exit 0
 fi
-echo "1..19"
+echo "1..22"
 
 for i in 1 2 3 4 5 6 7 8; do cat "$top_srcdir/README.md"; done >"$TMP/text.txt"
 T="$TRAIN --model gpt-micro --data $TMP/text.txt --batch 2 --steps 6 --eval-batches 1 --eval-every 0 --json"
@@ -87,6 +87,13 @@ rc=$?
 l7=$(field "$TMP/zero.json" step loss)
 check "--dp 2 --zero: loss $l7 is one device's ($l1) (exit $rc)" sh -c "[ $rc -eq 0 ] && awk -v a='$l7' -v b='$l1' 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-4 * b) }'"
 fails_clearly "--zero without replicas" "give --dp 2 or more" $T --zero
+# --plan auto: the planner's cut of the 4 host devices for the step's 2 x 4 samples trains one device's losses
+$T --plan auto --accum 4 >"$TMP/plan.json" 2>"$TMP/err"
+rc=$?
+l8=$(field "$TMP/plan.json" step loss)
+check "--plan auto: loss $l8 is one device's ($l1) (exit $rc)" sh -c "[ $rc -eq 0 ] && awk -v a='$l8' -v b='$l1' 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-4 * b) }'"
+fails_clearly "--plan with something else than auto" "only 'auto'" $T --plan best
+fails_clearly "--plan auto with --dp" "drop --dp" $T --plan auto --dp 2
 printf '{"dp": 2, "devices": [0, 0]}\n' >"$TMP/twice.json"
 fails_clearly "a layout naming a device twice" "listed twice" $T --layout "$TMP/twice.json"
 fails_clearly "a missing layout file" "no-such.json" $T --layout "$TMP/no-such.json"

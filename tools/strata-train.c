@@ -81,6 +81,7 @@ struct options {
   int ntp;                  /* entries of tp; 0: --tp not given */
   int zero;                 /* --zero: ZeRO-1 over the --dp replicas */
   const char *layout_path;  /* --layout FILE */
+  int plan_auto;            /* --plan auto: the cut strata-plan's planner chooses for this machine */
   strata_layout_t layout;   /* the layout to train (--layout, or built for --dp); NULL otherwise */
   const char *cut_given;    /* the first of --pp, --dp, --devices, ... given, for "--layout says it" */
 };
@@ -209,6 +210,8 @@ static void usage(FILE *f) {
           "      --zero               ZeRO-1 with --dp: gradients reduce-scattered, each replica's AdamW\n"
           "                           over its 1/D of the parameters (the moments shrink by D), the\n"
           "                           updated parameters all-gathered\n"
+          "      --plan auto          the whole cut chosen by the planner (strata-plan) for this machine's\n"
+          "                           devices, calibrated first, for a global batch of --batch x --accum\n"
           "      --layout FILE        the whole cut from a layout file (schema strata-layout/1, as\n"
           "                           strata-plan writes it) instead of --dp, --pp, --devices, --split,\n"
           "                           --schedule, --microbatches and --virtual-stages\n"
@@ -1029,6 +1032,69 @@ static int pipeline_devices(struct run *r, const struct options *o, int ndev) {
   return 0;
 }
 
+static int adopt_layout(struct options *o, const char *from);
+
+/*
+** --plan auto: calibrate this machine's devices, search layouts for the
+** model and the global batch (--batch x --accum samples) on them, and train
+** the best as --layout would; each micro-batch is then the global batch over
+** the layout's replicas and micro-batches.
+*/
+static int plan_auto(struct run *r, struct options *o) {
+  const int64_t global = r->topts.batch * r->topts.accum;
+  if (!o->json && !o->quiet) {
+    printf("plan      calibrating the devices and searching layouts for %lld samples per step ...\n",
+           (long long)global);
+    fflush(stdout);
+  }
+  char *json = NULL;
+  strata_machine_t mach = NULL;
+  strata_plan_t plan = NULL;
+  int rc = strata_calibrate(NULL, 0, &json);
+  if (!rc)
+    rc = strata_machine_from_calibration(json, "this machine", NULL, &mach);
+  struct strata_plan_options po = {.batch = global, .top = 1};
+  if (!rc)
+    rc = strata_plan_search(mach, r->model, &po, &plan);
+  struct strata_plan_candidate best;
+  if (!rc)
+    rc = strata_plan_candidate(plan, 0, &best);
+  char *text = NULL;
+  if (!rc)
+    rc = strata_layout_to_json(best.layout, &text);
+  if (!rc)
+    rc = strata_layout_from_json(text, "the plan", &o->layout);
+  if (rc) {
+    fprintf(stderr, PROG ": --plan auto: %s\n", strata_last_error());
+    free(json);
+    free(text);
+    strata_plan_free(plan);
+    strata_machine_free(mach);
+    return rc == STRATA_ERR_DEVICE_MEMORY ? EXIT_RUNTIME : EXIT_USAGE;
+  }
+  const int64_t share = (int64_t)strata_layout_dp(o->layout) * strata_layout_microbatches(o->layout);
+  if (!o->json && !o->quiet) {
+    char *what = NULL;
+    strata_layout_describe(o->layout, &what);
+    printf("plan      %s: predicted %.3f s per step (%s)\n", what ? what : text, best.step_s, best.reason);
+    free(what);
+  }
+  free(json);
+  free(text);
+  strata_plan_free(plan);
+  strata_machine_free(mach);
+  if (share < 1 || global % share) {
+    fprintf(stderr, PROG ": --plan auto: the plan's %lld micro-batches do not divide the %lld samples of a step\n",
+            (long long)share, (long long)global);
+    return EXIT_RUNTIME;
+  }
+  r->topts.batch = global / share;
+  o->accum_given = 0; /* --accum counted the step's samples; the layout's micro-batches take its place */
+  int urc = adopt_layout(o, "--plan auto");
+  r->topts.accum = o->accum;
+  return urc;
+}
+
 /*
 ** Each pipeline device's sgemm peak, before the trainer allocates; the
 ** peak of MFU (r->peak_gflops) is their sum, 0 (unknown) when one fails.
@@ -1286,7 +1352,7 @@ static void print_header(const struct run *r, const struct options *o, const cha
 enum {
   OPT_DEVICE = 256, OPT_ACCUM, OPT_LR, OPT_WARMUP, OPT_SEED, OPT_CLIP, OPT_WD, OPT_SAVE_EVERY, OPT_STOP_AT, OPT_EVAL_BATCHES,
   OPT_VERSION, OPT_PP, OPT_DEVICES, OPT_SPLIT, OPT_SCHEDULE, OPT_MICROBATCHES, OPT_VIRTUAL_STAGES, OPT_TRACE,
-  OPT_DATA_FORMAT, OPT_INIT_FROM, OPT_UNTIE, OPT_VAL_DATA, OPT_DP, OPT_LAYOUT, OPT_TP, OPT_ZERO
+  OPT_DATA_FORMAT, OPT_INIT_FROM, OPT_UNTIE, OPT_VAL_DATA, OPT_DP, OPT_LAYOUT, OPT_TP, OPT_ZERO, OPT_PLAN
 };
 
 /*
@@ -1296,7 +1362,17 @@ enum {
 ** the defaults (schedule, micro-batches, virtual stages). Returns 0 or
 ** EXIT_USAGE after one line on stderr.
 */
+static int check_cut_args(struct options *o);
+
 static int check_pipeline_args(struct options *o) {
+  if (o->plan_auto) {
+    if (o->layout_path || o->cut_given || o->device_given) {
+      fprintf(stderr, PROG ": --plan auto chooses the whole cut; drop %s\n",
+              o->layout_path ? "--layout" : o->cut_given ? o->cut_given : "--device");
+      return EXIT_USAGE;
+    }
+    return 0;
+  }
   if (o->layout_path) {
     if (o->cut_given) {
       fprintf(stderr, PROG ": --layout gives the whole cut; drop %s\n", o->cut_given);
@@ -1306,13 +1382,19 @@ static int check_pipeline_args(struct options *o) {
       fprintf(stderr, PROG ": --layout: %s\n", strata_last_error());
       return EXIT_USAGE;
     }
-    /* the tool's own view of the cut, for its reports and checks */
+    return adopt_layout(o, "--layout");
+  }
+  return check_cut_args(o);
+}
+
+/* The tool's own view of the cut of o->layout (from --layout or --plan auto), for its reports and checks. */
+static int adopt_layout(struct options *o, const char *from) {
+  {
     o->dp = strata_layout_dp(o->layout);
     o->pp = strata_layout_pp(o->layout);
     o->ndevices = strata_layout_device_count(o->layout);
     if (o->ndevices > MAX_DEVICES) {
-      fprintf(stderr, PROG ": --layout: %d devices; this version trains on at most %d\n", o->ndevices,
-              MAX_DEVICES);
+      fprintf(stderr, PROG ": %s: %d devices; this tool trains on at most %d\n", from, o->ndevices, MAX_DEVICES);
       return EXIT_USAGE;
     }
     memcpy(o->devices, strata_layout_devices(o->layout), sizeof(int) * (size_t)o->ndevices);
@@ -1333,6 +1415,10 @@ static int check_pipeline_args(struct options *o) {
       return EXIT_USAGE;
     return 0;
   }
+}
+
+/* The cut of the command line (--pp, --dp, --tp, --devices ...) when no layout gives it. */
+static int check_cut_args(struct options *o) {
   if (o->zero && o->dp < 2) {
     fprintf(stderr, PROG ": --zero shards the optimizer over replicas: give --dp 2 or more\n");
     return EXIT_USAGE;
@@ -1435,7 +1521,7 @@ static int parse_args(int argc, char **argv, struct options *o) {
       {"virtual-stages", required_argument, NULL, OPT_VIRTUAL_STAGES},
       {"trace", required_argument, NULL, OPT_TRACE},
       {"dp", required_argument, NULL, OPT_DP},      {"layout", required_argument, NULL, OPT_LAYOUT},
-      {"tp", required_argument, NULL, OPT_TP},      {"zero", no_argument, NULL, OPT_ZERO},
+      {"tp", required_argument, NULL, OPT_TP},      {"plan", required_argument, NULL, OPT_PLAN},      {"zero", no_argument, NULL, OPT_ZERO},
       {"data-format", required_argument, NULL, OPT_DATA_FORMAT},
       {"init-from", required_argument, NULL, OPT_INIT_FROM},
       {"untie", no_argument, NULL, OPT_UNTIE},
@@ -1509,6 +1595,14 @@ static int parse_args(int argc, char **argv, struct options *o) {
       break;
     case OPT_LAYOUT:
       o->layout_path = optarg;
+      break;
+    case OPT_PLAN:
+      if (strcmp(optarg, "auto") != 0) {
+        fprintf(stderr, PROG ": --plan '%s': only 'auto' (strata-plan --out FILE, then --layout FILE, runs another)\n",
+                optarg);
+        return EXIT_USAGE;
+      }
+      o->plan_auto = 1;
       break;
     case OPT_ZERO:
       o->zero = 1;
@@ -1684,6 +1778,8 @@ int main(int argc, char **argv) {
     rc = EXIT_RUNTIME;
     goto out;
   }
+  if (o.plan_auto && (rc = plan_auto(&r, &o)))
+    goto out;
   if (o.pp) {
     if ((rc = pipeline_devices(&r, &o, ndev)))
       goto out;
