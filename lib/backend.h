@@ -11,7 +11,7 @@
 
 /* Raised whenever the layout of anything in this file changes; a module
 ** built against another version is refused when it is loaded. */
-#define STRATA__BACKEND_API_VERSION 3
+#define STRATA__BACKEND_API_VERSION 4
 
 /* The symbol every module exports: returns its table. */
 #define STRATA__BACKEND_ENTRY "strata_backend_entry"
@@ -55,7 +55,12 @@ struct strata__mem {
   X(MAXPOOL_BWD, "maxpool_bwd")                                                                    \
   X(REDUCE, "reduce")                                                                              \
   X(ATTENTION_FWD, "attention_fwd")                                                                \
-  X(ATTENTION_BWD, "attention_bwd")
+  X(ATTENTION_BWD, "attention_bwd")                                                                  \
+  X(XENT_VP_MAX, "xent_vp_max")                                                                    \
+  X(XENT_VP_SUMS, "xent_vp_sums")                                                                  \
+  X(XENT_VP_LOSS, "xent_vp_loss")                                                                  \
+  X(XENT_VP_BWD, "xent_vp_bwd")                                                                    \
+  X(TOKENS_SHIFT, "tokens_shift")
 
 enum strata__op_id {
 #define STRATA__OP_ENUM(id, name) STRATA__OP_##id,
@@ -157,6 +162,21 @@ struct strata__op {
       struct strata__mem x, y, idx, dy, dx;
       int64_t planes, h, w, size, stride, p, q;
     } pool;
+    /* Vocabulary-parallel cross-entropy over one slice [off, off + vl) of
+    ** a vocab-wide vocabulary (logits rows x vl). XENT_VP_MAX: rowmax.
+    ** XENT_VP_SUMS: sumexp, tlogit from logits, targets, rowmax.
+    ** XENT_VP_LOSS: loss from rowmax, sumexp, tlogit, targets (no logits).
+    ** XENT_VP_BWD: dlogits from logits, targets, rowmax, sumexp, scale. */
+    struct {
+      struct strata__mem logits, targets, rowmax, sumexp, tlogit, loss, dlogits;
+      int64_t rows, vl, off, vocab;
+      float scale;
+    } xvp;
+    /* TOKENS_SHIFT: out[i] = tokens[i] - off inside [off, off + count), else -1. */
+    struct {
+      struct strata__mem tokens, out;
+      int64_t n, off, count;
+    } shift;
   } u;
 };
 

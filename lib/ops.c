@@ -428,6 +428,114 @@ STRATA_API int strata_cross_entropy_bwd(strata_queue_t q, strata_mem_t logits, s
   return submit(q, &op);
 }
 
+/* The vocabulary slice [off, off + vl) must lie inside [0, vocab). */
+static int vocab_slice(const char *op, int64_t off, int64_t vl, int64_t vocab) {
+  if (off < 0 || off > vocab - vl)
+    return strata__error(STRATA_ERR_SHAPE,
+                         "%s: the slice [off, off + vl) = [%lld, %lld) must lie inside the vocabulary [0, %lld)", op,
+                         (long long)off, (long long)off + (long long)vl, (long long)vocab);
+  return STRATA_OK;
+}
+
+STRATA_API int strata_xent_vp_max(strata_queue_t q, strata_mem_t logits, strata_mem_t rowmax, int64_t rows,
+                                  int64_t vl) {
+  const char *name = "xent_vp_max";
+  TRY(check_queue(q, STRATA__OP_XENT_VP_MAX));
+  TRY(positive(name, "rows", rows));
+  TRY(positive(name, "vl", vl));
+  uint64_t total;
+  TRY(product(name, rows, vl, &total));
+  struct strata__op op = {.id = STRATA__OP_XENT_VP_MAX};
+  TRY(operand(q, name, "logits", logits, total, &op.u.xvp.logits));
+  TRY(operand(q, name, "rowmax", rowmax, (uint64_t)rows, &op.u.xvp.rowmax));
+  op.u.xvp.rows = rows;
+  op.u.xvp.vl = vl;
+  return submit(q, &op);
+}
+
+STRATA_API int strata_xent_vp_sums(strata_queue_t q, strata_mem_t logits, strata_mem_t targets, strata_mem_t rowmax,
+                                   strata_mem_t sumexp, strata_mem_t tlogit, int64_t rows, int64_t vl, int64_t off,
+                                   int64_t vocab) {
+  const char *name = "xent_vp_sums";
+  TRY(check_queue(q, STRATA__OP_XENT_VP_SUMS));
+  TRY(positive(name, "rows", rows));
+  TRY(positive(name, "vl", vl));
+  TRY(positive(name, "vocab", vocab));
+  TRY(vocab_slice(name, off, vl, vocab));
+  uint64_t total;
+  TRY(product(name, rows, vl, &total));
+  struct strata__op op = {.id = STRATA__OP_XENT_VP_SUMS};
+  TRY(operand(q, name, "logits", logits, total, &op.u.xvp.logits));
+  TRY(operand(q, name, "targets", targets, (uint64_t)rows, &op.u.xvp.targets));
+  TRY(operand(q, name, "rowmax", rowmax, (uint64_t)rows, &op.u.xvp.rowmax));
+  TRY(operand(q, name, "sumexp", sumexp, (uint64_t)rows, &op.u.xvp.sumexp));
+  TRY(operand(q, name, "tlogit", tlogit, (uint64_t)rows, &op.u.xvp.tlogit));
+  op.u.xvp.rows = rows;
+  op.u.xvp.vl = vl;
+  op.u.xvp.off = off;
+  op.u.xvp.vocab = vocab;
+  return submit(q, &op);
+}
+
+STRATA_API int strata_xent_vp_loss(strata_queue_t q, strata_mem_t rowmax, strata_mem_t sumexp, strata_mem_t tlogit,
+                                   strata_mem_t targets, strata_mem_t loss, int64_t rows, int64_t vocab) {
+  const char *name = "xent_vp_loss";
+  TRY(check_queue(q, STRATA__OP_XENT_VP_LOSS));
+  TRY(positive(name, "rows", rows));
+  TRY(positive(name, "vocab", vocab));
+  struct strata__op op = {.id = STRATA__OP_XENT_VP_LOSS};
+  TRY(operand(q, name, "rowmax", rowmax, (uint64_t)rows, &op.u.xvp.rowmax));
+  TRY(operand(q, name, "sumexp", sumexp, (uint64_t)rows, &op.u.xvp.sumexp));
+  TRY(operand(q, name, "tlogit", tlogit, (uint64_t)rows, &op.u.xvp.tlogit));
+  TRY(operand(q, name, "targets", targets, (uint64_t)rows, &op.u.xvp.targets));
+  TRY(operand(q, name, "loss", loss, (uint64_t)rows, &op.u.xvp.loss));
+  op.u.xvp.rows = rows;
+  op.u.xvp.vocab = vocab;
+  return submit(q, &op);
+}
+
+STRATA_API int strata_xent_vp_bwd(strata_queue_t q, strata_mem_t logits, strata_mem_t targets, strata_mem_t rowmax,
+                                  strata_mem_t sumexp, strata_mem_t dlogits, int64_t rows, int64_t vl, int64_t off,
+                                  int64_t vocab, float scale) {
+  const char *name = "xent_vp_bwd";
+  TRY(check_queue(q, STRATA__OP_XENT_VP_BWD));
+  TRY(positive(name, "rows", rows));
+  TRY(positive(name, "vl", vl));
+  TRY(positive(name, "vocab", vocab));
+  TRY(vocab_slice(name, off, vl, vocab));
+  uint64_t total;
+  TRY(product(name, rows, vl, &total));
+  struct strata__op op = {.id = STRATA__OP_XENT_VP_BWD};
+  TRY(operand(q, name, "logits", logits, total, &op.u.xvp.logits));
+  TRY(operand(q, name, "targets", targets, (uint64_t)rows, &op.u.xvp.targets));
+  TRY(operand(q, name, "rowmax", rowmax, (uint64_t)rows, &op.u.xvp.rowmax));
+  TRY(operand(q, name, "sumexp", sumexp, (uint64_t)rows, &op.u.xvp.sumexp));
+  TRY(operand(q, name, "dlogits", dlogits, total, &op.u.xvp.dlogits));
+  op.u.xvp.rows = rows;
+  op.u.xvp.vl = vl;
+  op.u.xvp.off = off;
+  op.u.xvp.vocab = vocab;
+  op.u.xvp.scale = scale;
+  return submit(q, &op);
+}
+
+STRATA_API int strata_tokens_shift(strata_queue_t q, strata_mem_t tokens, strata_mem_t out, int64_t n, int64_t off,
+                                   int64_t count) {
+  const char *name = "tokens_shift";
+  TRY(check_queue(q, STRATA__OP_TOKENS_SHIFT));
+  TRY(positive(name, "n", n));
+  TRY(positive(name, "count", count));
+  if (off < 0)
+    return strata__error(STRATA_ERR_SHAPE, "tokens_shift: off = %lld, must not be negative", (long long)off);
+  struct strata__op op = {.id = STRATA__OP_TOKENS_SHIFT};
+  TRY(operand(q, name, "tokens", tokens, (uint64_t)n, &op.u.shift.tokens));
+  TRY(operand(q, name, "out", out, (uint64_t)n, &op.u.shift.out));
+  op.u.shift.n = n;
+  op.u.shift.off = off;
+  op.u.shift.count = count;
+  return submit(q, &op);
+}
+
 STRATA_API int strata_adamw(strata_queue_t q, strata_mem_t param, strata_mem_t grad, strata_mem_t m, strata_mem_t v,
                             int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
                             int64_t step) {

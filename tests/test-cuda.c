@@ -487,6 +487,57 @@ Test(cuda, cross_entropy) {
   free(logits);
 }
 
+/* --------------------------------------- vocabulary-parallel cross-entropy */
+
+struct vp_arg {
+  int64_t rows, vl, off, vocab, n, count;
+  float scale;
+};
+
+/* One slice's ops in a row: logits, targets, rowmax, sumexp, tlogit, loss,
+** dlogits, tokens, shifted tokens. */
+static int run_xent_vp(strata_queue_t q, const strata_mem_t *m, const void *arg) {
+  const struct vp_arg *a = arg;
+  int rc = strata_xent_vp_max(q, m[0], m[2], a->rows, a->vl);
+  if (!rc)
+    rc = strata_xent_vp_sums(q, m[0], m[1], m[2], m[3], m[4], a->rows, a->vl, a->off, a->vocab);
+  if (!rc)
+    rc = strata_xent_vp_loss(q, m[2], m[3], m[4], m[1], m[5], a->rows, a->vocab);
+  if (!rc)
+    rc = strata_xent_vp_bwd(q, m[0], m[1], m[2], m[3], m[6], a->rows, a->vl, a->off, a->vocab, a->scale);
+  if (!rc)
+    rc = strata_tokens_shift(q, m[7], m[8], a->n, a->off, a->count);
+  return rc;
+}
+
+Test(cuda, vocab_parallel_cross_entropy) {
+  NEED_CUDA();
+  const int64_t rows = 97, vocab = 1003, off = 300, vl = 401, n = 301;
+  int32_t *tgt = malloc((size_t)rows * sizeof *tgt), *tok = malloc((size_t)n * sizeof *tok);
+  cr_assert(tgt && tok);
+  /* global ids: inside the slice, outside it, -1 and vocab */
+  for (int64_t r = 0; r < rows; r++)
+    tgt[r] = r % 10 == 3 ? -1 : (r % 13 == 5 ? (int32_t)vocab : (int32_t)((r * 131) % vocab));
+  for (int64_t i = 0; i < n; i++)
+    tok[i] = (int32_t)((i * 7919) % (vocab + 3)) - 1;
+  float *logits = rnd((size_t)(rows * vl), 72, -8, 8);
+  struct vp_arg a = {.rows = rows, .vl = vl, .off = off, .vocab = vocab, .n = n, .count = vl,
+                     .scale = 1.0f / (float)rows};
+  struct operand o[] = {{T_F32, NO_CHECK, (size_t)(rows * vl), logits},
+                        {T_I32, NO_CHECK, (size_t)rows, tgt},
+                        {T_F32, CHECK, (size_t)rows, NULL},
+                        {T_F32, CHECK, (size_t)rows, NULL},
+                        {T_F32, CHECK, (size_t)rows, NULL},
+                        {T_F32, CHECK, (size_t)rows, NULL},
+                        {T_F32, CHECK, (size_t)(rows * vl), NULL},
+                        {T_I32, NO_CHECK, (size_t)n, tok},
+                        {T_I32, CHECK, (size_t)n, NULL}};
+  compare("xent_vp_max/sums/loss/bwd, tokens_shift", o, 9, run_xent_vp, &a, 1e-6, 1e-4);
+  free(tgt);
+  free(tok);
+  free(logits);
+}
+
 /* ------------------------------------------------------- optimizer, norms */
 
 struct opt_arg {

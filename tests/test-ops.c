@@ -748,6 +748,340 @@ Test(ops, cross_entropy_values_devices_and_gradient) {
   free(logits);
 }
 
+/* ---- vocabulary-parallel cross-entropy ---- */
+
+/* A device buffer of n 4-byte elements, the operand PAD elements into it. */
+struct dbuf {
+  strata_buffer_t b;
+  strata_mem_t m;
+};
+
+static struct dbuf dput(int dev, strata_queue_t q, const void *data, size_t n) {
+  struct dbuf d;
+  float *host = calloc(n + PAD + GUARD, 4);
+  cr_assert(host);
+  if (data)
+    memcpy(host + PAD, data, n * 4);
+  OK(strata_buffer_new(dev, (n + PAD + GUARD) * 4, &d.b));
+  OK(strata_buffer_upload(q, d.b, 0, host, (n + PAD + GUARD) * 4));
+  free(host);
+  d.m = strata_mem(d.b, PAD);
+  return d;
+}
+
+/* Read n elements of d into out (after the queue's work) and free d. */
+static void dget(strata_queue_t q, struct dbuf d, void *out, size_t n) {
+  OK(strata_buffer_download(q, d.b, PAD * 4, out, n * 4));
+  strata_buffer_free(d.b);
+}
+
+struct vp_case {
+  int64_t rows, vocab;
+  const float *logits;   /* rows x vocab */
+  const int32_t *tgt;    /* rows */
+  float scale;
+};
+
+/*
+** The vocabulary-parallel loss and gradient on device `dev` with the
+** vocabulary cut at cuts[0] = 0 < cuts[1] < ... < cuts[nslices] = vocab: each
+** slice's logits uploaded on their own, the all-reduces done here in slice
+** order (fmaxf, then float sums), as the caller of the ops would. loss
+** (rows) and dl (rows x vocab, the slices' dlogits side by side) are written.
+*/
+static void vp_run(int dev, const struct vp_case *c, const int64_t *cuts, int nslices, float *loss, float *dl) {
+  int64_t R = c->rows, V = c->vocab;
+  strata_queue_t q;
+  OK(strata_queue_new(dev, &q));
+  float *gmax = malloc((size_t)R * 4), *se = calloc((size_t)R, 4), *tl = calloc((size_t)R, 4);
+  float *part = malloc((size_t)R * 4), *part2 = malloc((size_t)R * 4), *sl = malloc((size_t)(R * V) * 4);
+  struct dbuf *lg = calloc((size_t)nslices, sizeof *lg);
+  cr_assert(gmax && se && tl && part && part2 && sl && lg);
+  for (int64_t r = 0; r < R; r++)
+    gmax[r] = -FLT_MAX;
+  struct dbuf tg = dput(dev, q, c->tgt, (size_t)R);
+  for (int s = 0; s < nslices; s++) {
+    int64_t off = cuts[s], vl = cuts[s + 1] - cuts[s];
+    for (int64_t r = 0; r < R; r++)
+      memcpy(sl + r * vl, c->logits + r * V + off, (size_t)vl * 4);
+    lg[s] = dput(dev, q, sl, (size_t)(R * vl));
+    struct dbuf mx = dput(dev, q, NULL, (size_t)R);
+    OK(strata_xent_vp_max(q, lg[s].m, mx.m, R, vl));
+    dget(q, mx, part, (size_t)R);
+    for (int64_t r = 0; r < R; r++)
+      gmax[r] = fmaxf(gmax[r], part[r]);
+  }
+  struct dbuf gm = dput(dev, q, gmax, (size_t)R);
+  for (int s = 0; s < nslices; s++) {
+    int64_t off = cuts[s], vl = cuts[s + 1] - cuts[s];
+    struct dbuf e = dput(dev, q, NULL, (size_t)R), t = dput(dev, q, NULL, (size_t)R);
+    OK(strata_xent_vp_sums(q, lg[s].m, tg.m, gm.m, e.m, t.m, R, vl, off, V));
+    dget(q, e, part, (size_t)R);
+    dget(q, t, part2, (size_t)R);
+    for (int64_t r = 0; r < R; r++) {
+      se[r] += part[r];
+      tl[r] += part2[r];
+    }
+  }
+  struct dbuf sd = dput(dev, q, se, (size_t)R), td = dput(dev, q, tl, (size_t)R), ld = dput(dev, q, NULL, (size_t)R);
+  OK(strata_xent_vp_loss(q, gm.m, sd.m, td.m, tg.m, ld.m, R, V));
+  dget(q, ld, loss, (size_t)R);
+  strata_buffer_free(td.b);
+  for (int s = 0; s < nslices; s++) {
+    int64_t off = cuts[s], vl = cuts[s + 1] - cuts[s];
+    struct dbuf d = dput(dev, q, NULL, (size_t)(R * vl));
+    OK(strata_xent_vp_bwd(q, lg[s].m, tg.m, gm.m, sd.m, d.m, R, vl, off, V, c->scale));
+    dget(q, d, sl, (size_t)(R * vl));
+    for (int64_t r = 0; r < R; r++)
+      memcpy(dl + r * V + off, sl + r * vl, (size_t)vl * 4);
+    /* in place (dlogits = logits): the same bits */
+    OK(strata_xent_vp_bwd(q, lg[s].m, tg.m, gm.m, sd.m, lg[s].m, R, vl, off, V, c->scale));
+    dget(q, lg[s], sl, (size_t)(R * vl));
+    for (int64_t r = 0; r < R; r++)
+      cr_assert(memcmp(sl + r * vl, dl + r * V + off, (size_t)vl * 4) == 0,
+                "xent_vp_bwd in place differs on device %d, slice %d, row %lld", dev, s, (long long)r);
+  }
+  strata_buffer_free(sd.b);
+  strata_buffer_free(gm.b);
+  strata_buffer_free(tg.b);
+  OK(strata_queue_finish(q));
+  strata_queue_free(q);
+  free(lg);
+  free(gmax);
+  free(se);
+  free(tl);
+  free(part);
+  free(part2);
+  free(sl);
+}
+
+/* The whole-vocabulary cross_entropy_fwd and _bwd of the same case on device `dev`. */
+static void vp_whole(int dev, const struct vp_case *c, float *loss, float *dl) {
+  int64_t R = c->rows, V = c->vocab;
+  strata_queue_t q;
+  OK(strata_queue_new(dev, &q));
+  struct dbuf lg = dput(dev, q, c->logits, (size_t)(R * V)), tg = dput(dev, q, c->tgt, (size_t)R);
+  struct dbuf l = dput(dev, q, NULL, (size_t)R), d = dput(dev, q, NULL, (size_t)(R * V));
+  OK(strata_cross_entropy_fwd(q, lg.m, tg.m, l.m, R, V));
+  OK(strata_cross_entropy_bwd(q, lg.m, tg.m, d.m, R, V, c->scale));
+  dget(q, l, loss, (size_t)R);
+  dget(q, d, dl, (size_t)(R * V));
+  strata_buffer_free(lg.b);
+  strata_buffer_free(tg.b);
+  strata_queue_free(q);
+}
+
+/*
+** Split a rows x vocab logits matrix (vocab > 157) into 1, 2 and 3 column
+** slices (uneven, not multiples of a work-group), run the
+** vocabulary-parallel ops per slice on device `d` with the reductions done
+** here, and compare with cross_entropy_fwd/bwd of the whole matrix on the
+** same device. Tolerance 1e-6 relative (plus 1e-6 absolute for losses near
+** 0, 1e-7 for gradients near 0): slicing changes only the order in which
+** the exponentials are summed (per slice, then across the slices), and on
+** the host rounds each slice's double sum to float: a few float ulps of
+** sumexp (well under 1e-6 relative), which reach the loss through log
+** (absolute) and the gradient through 1 / sumexp (relative). One slice on a
+** device is the whole op's own reduction: bit for bit. Every run repeats
+** bit for bit.
+*/
+static void vp_check(int d, const struct vp_case *c) {
+  const int64_t R = c->rows, V = c->vocab;
+  const int64_t cut1[] = {0, V}, cut2[] = {0, 128, V}, cut3[] = {0, 100, 157, V};
+  const int64_t *cuts[] = {cut1, cut2, cut3};
+  float *wl = malloc((size_t)R * 4), *wd = malloc((size_t)(R * V) * 4);
+  float *vl = malloc((size_t)R * 4), *vd = malloc((size_t)(R * V) * 4);
+  float *vl2 = malloc((size_t)R * 4), *vd2 = malloc((size_t)(R * V) * 4);
+  cr_assert(wl && wd && vl && vd && vl2 && vd2 && V > 157);
+  struct strata_device_props p;
+  OK(strata_device_props(d, &p));
+  int host = strcmp(p.backend, "host") == 0;
+  vp_whole(d, c, wl, wd);
+  for (int k = 1; k <= 3; k++) {
+    vp_run(d, c, cuts[k - 1], k, vl, vd);
+    size_t at = 0;
+    double e = tc_excess(vl, wl, (size_t)R, 1e-6, 1e-6, &at);
+    cr_assert_leq(e, 1.0, "%d slices on device %d (%s): loss[%zu] = %.9g, cross_entropy_fwd %.9g", k, d, p.backend, at,
+                  (double)vl[at], (double)wl[at]);
+    e = tc_excess(vd, wd, (size_t)(R * V), 1e-7, 1e-6, &at);
+    cr_assert_leq(e, 1.0, "%d slices on device %d (%s): dlogits[%zu] = %.9g, cross_entropy_bwd %.9g", k, d, p.backend,
+                  at, (double)vd[at], (double)wd[at]);
+    for (int64_t r = 0; r < R; r++) {
+      if (c->tgt[r] >= 0 && c->tgt[r] < V)
+        continue;
+      cr_assert_eq(vl[r], 0.0f, "row %lld without a target has a loss", (long long)r);
+      for (int64_t j = 0; j < V; j++)
+        cr_assert_eq(vd[r * V + j], 0.0f, "row %lld without a target has a gradient", (long long)r);
+    }
+    if (k == 1 && !host) {
+      cr_assert(memcmp(vl, wl, (size_t)R * 4) == 0, "one slice on device %d (%s): loss not bit for bit", d, p.backend);
+      cr_assert(memcmp(vd, wd, (size_t)(R * V) * 4) == 0, "one slice on device %d (%s): dlogits not bit for bit", d,
+                p.backend);
+    }
+    vp_run(d, c, cuts[k - 1], k, vl2, vd2);
+    cr_assert(memcmp(vl, vl2, (size_t)R * 4) == 0 && memcmp(vd, vd2, (size_t)(R * V) * 4) == 0,
+              "%d slices on device %d (%s): two runs differ", k, d, p.backend);
+  }
+  free(wl);
+  free(wd);
+  free(vl);
+  free(vd);
+  free(vl2);
+  free(vd2);
+}
+
+/* Every device; rows with targets -1, vocab and beyond, targets on the
+** slices' first and last columns; the host's losses also against the
+** definition in double. */
+Test(ops, vocab_parallel_cross_entropy_matches_the_whole) {
+  const int64_t R = 29, V = 301;
+  float *logits = rnd((size_t)(R * V), 121, -8, 8);
+  int32_t tgt[29];
+  for (int64_t r = 0; r < R; r++)
+    tgt[r] = r % 7 == 3 ? -1 : r % 9 == 4 ? (int32_t)V : r % 11 == 6 ? (int32_t)(V + 1000) : (int32_t)((r * 97) % V);
+  tgt[0] = 0;              /* first column of the first slice */
+  tgt[1] = (int32_t)V - 1; /* last column of the last slice */
+  tgt[2] = 128;            /* first column of the second slice of two */
+  tgt[5] = 127;            /* last column of the first slice of two */
+  logits[2 * V + 128] = 40; /* a confident right answer at a slice edge */
+  struct vp_case c = {.rows = R, .vocab = V, .logits = logits, .tgt = tgt, .scale = 0.5f};
+  int n;
+  OK(strata_device_count(&n));
+  for (int d = 0; d < n; d++)
+    vp_check(d, &c);
+  static const int64_t cut3[] = {0, 100, 157, 301};
+  float *vl = malloc((size_t)R * 4), *vd = malloc((size_t)(R * V) * 4);
+  vp_run(ref_device(), &c, cut3, 3, vl, vd);
+  for (int64_t r = 0; r < R; r++) {
+    if (tgt[r] < 0 || tgt[r] >= V)
+      continue;
+    double s = 0;
+    for (int64_t j = 0; j < V; j++)
+      s += exp((double)logits[r * V + j]);
+    cr_assert_float_eq(vl[r], log(s) - logits[r * V + tgt[r]], 1e-5, "row %lld", (long long)r);
+  }
+  cr_assert_lt(vl[2], 1e-6, "the confident row");
+  free(logits);
+  free(vl);
+  free(vd);
+}
+
+static int shift_body(strata_queue_t q, strata_mem_t *m, const void *pp) {
+  const int64_t *d = pp; /* n off count */
+  int rc = strata_tokens_shift(q, m[0], m[1], d[0], d[1], d[2]);
+  if (!rc)
+    rc = strata_tokens_shift(q, m[2], m[2], d[0], d[1], d[2]); /* in place */
+  return rc;
+}
+
+/* tokens_shift against a hand-computed case on every device, then the
+** shifted tokens through embedding_fwd on a slice of the table: the slices'
+** lookups add up to the whole table's. */
+Test(ops, tokens_shift_by_hand_and_through_the_embedding) {
+  int64_t d[3] = {10, 10, 5};
+  int32_t tok[10] = {0, 5, 9, 10, 14, 15, -1, 100, 12, 2147483647};
+  const int32_t want[10] = {-1, -1, -1, 0, 4, -1, -1, -1, 2, -1};
+  struct opcase c = {"tokens_shift", shift_body, d, 3, {10, 10, 10}, {tok, NULL, tok}};
+  int n;
+  OK(strata_device_count(&n));
+  for (int dev = 0; dev < n; dev++) {
+    void **got = alloc_outputs(&c);
+    cr_assert_eq(exec(dev, &c, got), STRATA_OK, "tokens_shift on device %d: %s", dev, strata_last_error());
+    for (int i = 0; i < 10; i++) {
+      cr_assert_eq(((int32_t *)got[1])[i], want[i], "device %d: tokens_shift(%d) = %d, want %d", dev, tok[i],
+                   ((int32_t *)got[1])[i], want[i]);
+      cr_assert_eq(((int32_t *)got[2])[i], want[i], "device %d, in place: tokens_shift(%d) = %d, want %d", dev,
+                   tok[i], ((int32_t *)got[2])[i], want[i]);
+    }
+    free_outputs(&c, got);
+  }
+  /* a vocabulary of 7 in slices [0, 3) and [3, 7): table rows by slice */
+  const int64_t V = 7, D = 3, N = 9;
+  int32_t ids[9] = {0, 6, 3, 2, -1, 7, 4, 3, 1};
+  float *table = rnd((size_t)(V * D), 131, -1, 1), sum[27] = {0}, out[27];
+  int dev = ref_device();
+  strata_queue_t q;
+  OK(strata_queue_new(dev, &q));
+  struct dbuf tk = dput(dev, q, ids, (size_t)N);
+  static const int64_t cut[] = {0, 3, 7};
+  for (int s = 0; s < 2; s++) {
+    int64_t off = cut[s], cnt = cut[s + 1] - cut[s];
+    struct dbuf sh = dput(dev, q, NULL, (size_t)N), tb = dput(dev, q, table + off * D, (size_t)(cnt * D));
+    struct dbuf o = dput(dev, q, NULL, (size_t)(N * D));
+    OK(strata_tokens_shift(q, tk.m, sh.m, N, off, cnt));
+    OK(strata_embedding_fwd(q, sh.m, tb.m, o.m, N, D, cnt));
+    dget(q, o, out, (size_t)(N * D));
+    strata_buffer_free(sh.b);
+    strata_buffer_free(tb.b);
+    for (int i = 0; i < 27; i++)
+      sum[i] += out[i];
+  }
+  strata_buffer_free(tk.b);
+  strata_queue_free(q);
+  for (int64_t i = 0; i < N; i++)
+    for (int64_t k = 0; k < D; k++)
+      cr_assert_eq(sum[i * D + k], ids[i] >= 0 && ids[i] < V ? table[ids[i] * D + k] : 0.0f, "token %lld", (long long)i);
+  free(table);
+}
+
+/* Bad arguments: the status and message style of the other ops, and nothing written. */
+Test(ops, vocab_parallel_bad_input_is_an_error) {
+  strata_buffer_t a, b;
+  strata_queue_t q;
+  OK(strata_buffer_new(0, 64 * 4, &a));
+  OK(strata_buffer_new(0, 64 * 4, &b));
+  OK(strata_queue_new(0, &q));
+  float ones[64];
+  for (int i = 0; i < 64; i++)
+    ones[i] = 1;
+  OK(strata_buffer_upload(q, b, 0, ones, sizeof ones));
+  strata_mem_t ma = strata_mem(a, 0), mb = strata_mem(b, 0), none = strata_mem(NULL, 0);
+#define EXPECT(call, status, text)                                                                                     \
+  do {                                                                                                                 \
+    cr_assert_eq((call), (status), "%s", #call);                                                                       \
+    cr_assert(strstr(strata_last_error(), (text)), "%s: message '%s' lacks '%s'", #call, strata_last_error(), (text)); \
+  } while (0)
+  EXPECT(strata_xent_vp_max(NULL, ma, mb, 4, 4), STRATA_ERR_INVALID, "xent_vp_max: queue is NULL");
+  EXPECT(strata_xent_vp_max(q, none, mb, 4, 4), STRATA_ERR_INVALID, "xent_vp_max: operand 'logits' has no buffer");
+  EXPECT(strata_xent_vp_max(q, ma, mb, 0, 4), STRATA_ERR_SHAPE, "xent_vp_max: rows = 0, must be positive");
+  EXPECT(strata_xent_vp_max(q, ma, mb, 4, -2), STRATA_ERR_SHAPE, "xent_vp_max: vl = -2, must be positive");
+  EXPECT(strata_xent_vp_max(q, ma, mb, 8, 9), STRATA_ERR_RANGE, "xent_vp_max: operand 'logits' needs 72 elements");
+  EXPECT(strata_xent_vp_sums(q, ma, ma, ma, mb, mb, 4, 4, -1, 8), STRATA_ERR_SHAPE,
+         "xent_vp_sums: the slice [off, off + vl) = [-1, 3) must lie inside the vocabulary [0, 8)");
+  EXPECT(strata_xent_vp_sums(q, ma, ma, ma, mb, mb, 4, 4, 5, 8), STRATA_ERR_SHAPE,
+         "xent_vp_sums: the slice [off, off + vl) = [5, 9) must lie inside the vocabulary [0, 8)");
+  EXPECT(strata_xent_vp_sums(q, ma, ma, ma, mb, none, 4, 4, 4, 8), STRATA_ERR_INVALID,
+         "xent_vp_sums: operand 'tlogit' has no buffer");
+  EXPECT(strata_xent_vp_sums(NULL, ma, ma, ma, mb, mb, 4, 4, 4, 8), STRATA_ERR_INVALID, "xent_vp_sums: queue is NULL");
+  EXPECT(strata_xent_vp_sums(q, ma, ma, ma, mb, mb, 0, 4, 0, 8), STRATA_ERR_SHAPE, "xent_vp_sums: rows = 0");
+  EXPECT(strata_xent_vp_sums(q, ma, ma, ma, mb, mb, 4, 4, 0, 0), STRATA_ERR_SHAPE, "xent_vp_sums: vocab = 0");
+  EXPECT(strata_xent_vp_loss(q, ma, ma, ma, ma, none, 4, 8), STRATA_ERR_INVALID,
+         "xent_vp_loss: operand 'loss' has no buffer");
+  EXPECT(strata_xent_vp_loss(q, ma, ma, ma, ma, mb, -1, 8), STRATA_ERR_SHAPE, "xent_vp_loss: rows = -1");
+  EXPECT(strata_xent_vp_loss(NULL, ma, ma, ma, ma, mb, 4, 8), STRATA_ERR_INVALID, "xent_vp_loss: queue is NULL");
+  EXPECT(strata_xent_vp_loss(q, ma, ma, ma, ma, strata_mem(b, 62), 4, 8), STRATA_ERR_RANGE,
+         "xent_vp_loss: operand 'loss' needs 4 elements from offset 62");
+  EXPECT(strata_xent_vp_bwd(q, ma, ma, ma, ma, mb, 4, 4, 6, 8, 1), STRATA_ERR_SHAPE,
+         "xent_vp_bwd: the slice [off, off + vl) = [6, 10) must lie inside the vocabulary [0, 8)");
+  EXPECT(strata_xent_vp_bwd(q, ma, ma, ma, ma, mb, 4, 4, -4, 8, 1), STRATA_ERR_SHAPE, "must lie inside the vocabulary");
+  EXPECT(strata_xent_vp_bwd(q, ma, ma, ma, ma, mb, 0, 4, 0, 8, 1), STRATA_ERR_SHAPE, "xent_vp_bwd: rows = 0");
+  EXPECT(strata_xent_vp_bwd(q, ma, ma, none, ma, mb, 4, 4, 0, 8, 1), STRATA_ERR_INVALID,
+         "xent_vp_bwd: operand 'rowmax' has no buffer");
+  EXPECT(strata_xent_vp_bwd(NULL, ma, ma, ma, ma, mb, 4, 4, 0, 8, 1), STRATA_ERR_INVALID, "xent_vp_bwd: queue is NULL");
+  EXPECT(strata_tokens_shift(q, ma, mb, 4, -1, 4), STRATA_ERR_SHAPE, "tokens_shift: off = -1, must not be negative");
+  EXPECT(strata_tokens_shift(q, ma, mb, 4, 0, 0), STRATA_ERR_SHAPE, "tokens_shift: count = 0, must be positive");
+  EXPECT(strata_tokens_shift(q, ma, mb, 0, 0, 4), STRATA_ERR_SHAPE, "tokens_shift: n = 0, must be positive");
+  EXPECT(strata_tokens_shift(q, none, mb, 4, 0, 4), STRATA_ERR_INVALID, "tokens_shift: operand 'tokens' has no buffer");
+  EXPECT(strata_tokens_shift(NULL, ma, mb, 4, 0, 4), STRATA_ERR_INVALID, "tokens_shift: queue is NULL");
+#undef EXPECT
+  float back[64];
+  OK(strata_buffer_download(q, b, 0, back, sizeof back));
+  cr_assert(memcmp(back, ones, sizeof ones) == 0, "a rejected op wrote to its output");
+  strata_queue_free(q);
+  strata_buffer_free(a);
+  strata_buffer_free(b);
+}
+
 /* ---- AdamW and sum of squares ---- */
 
 static int adamw_body(strata_queue_t q, strata_mem_t *m, const void *pp) {
@@ -923,7 +1257,8 @@ static void same_twice(int dev, const struct opcase *c, unsigned outputs, int wg
 ** The row and column reductions cooperate in work-groups (kernels/ops.k):
 ** on PoCL with work-groups of 1, 32, 64 and 256 items, rows and columns
 ** longer than a work-group and not a multiple of it, they agree with the
-** host reference and repeat bit for bit.
+** host reference and repeat bit for bit; the vocabulary-parallel
+** cross-entropy matches the whole one (vp_check).
 */
 Test(ops, reductions_in_work_groups_of_1_32_64_256) {
   static const int sizes[] = {1, 32, 64, 256};
@@ -969,6 +1304,8 @@ Test(ops, reductions_in_work_groups_of_1_32_64_256) {
       cr_assert_eq(((float *)got[4])[5 * 300 + c], 0.0f, "a row without a target has a gradient");
     free_outputs(&xb, got);
     same_twice(o0, &xb, 16, sizes[k]);
+    struct vp_case vc = {.rows = 37, .vocab = 300, .logits = x, .tgt = tgt, .scale = 1.0f / 37};
+    vp_check(o0, &vc);
     for (rc_bias[2] = 0; rc_bias[2] < 2; rc_bias[2]++) {
       struct opcase bg = {"bias_grad", bias_grad_body, rc_bias, 2, {n, 37}, {x, g}};
       free_outputs(&bg, compare_devices(&bg, 2, 1e-5, 1e-5));

@@ -807,6 +807,38 @@ static int strata__cuda_op_on(struct strata__cuda *cx, struct strata__cuda_queue
                                  F(a->dx), O(a->dx), a->planes, a->h, a->w, a->size, a->stride, a->p, a->q);
     break;
   }
+  case STRATA__OP_XENT_VP_MAX: {
+    const __typeof__(op->u.xvp) *a = &op->u.xvp;
+    e = strata__cuda_xent_vp_max(st, a->rows, cx->wg, F(a->logits), O(a->logits), F(a->rowmax), O(a->rowmax), a->rows,
+                                 a->vl);
+    break;
+  }
+  case STRATA__OP_XENT_VP_SUMS: {
+    const __typeof__(op->u.xvp) *a = &op->u.xvp;
+    e = strata__cuda_xent_vp_sums(st, a->rows, cx->wg, F(a->logits), O(a->logits), I(a->targets), O(a->targets),
+                                  F(a->rowmax), O(a->rowmax), F(a->sumexp), O(a->sumexp), F(a->tlogit), O(a->tlogit),
+                                  a->rows, a->vl, a->off);
+    break;
+  }
+  case STRATA__OP_XENT_VP_LOSS: {
+    const __typeof__(op->u.xvp) *a = &op->u.xvp;
+    e = strata__cuda_xent_vp_loss(st, a->rows, F(a->rowmax), O(a->rowmax), F(a->sumexp), O(a->sumexp), F(a->tlogit),
+                                  O(a->tlogit), I(a->targets), O(a->targets), F(a->loss), O(a->loss), a->rows,
+                                  a->vocab);
+    break;
+  }
+  case STRATA__OP_XENT_VP_BWD: {
+    const __typeof__(op->u.xvp) *a = &op->u.xvp;
+    e = strata__cuda_xent_vp_bwd(st, a->rows * a->vl, F(a->logits), O(a->logits), I(a->targets), O(a->targets),
+                                 F(a->rowmax), O(a->rowmax), F(a->sumexp), O(a->sumexp), F(a->dlogits), O(a->dlogits),
+                                 a->rows, a->vl, a->off, a->vocab, a->scale);
+    break;
+  }
+  case STRATA__OP_TOKENS_SHIFT: {
+    const __typeof__(op->u.shift) *a = &op->u.shift;
+    e = strata__cuda_tokens_shift(st, a->n, I(a->tokens), O(a->tokens), I(a->out), O(a->out), a->n, a->off, a->count);
+    break;
+  }
   default:
     return cx->svc->error(STRATA_ERR_UNSUPPORTED, "cuda: op %d is unknown to this module", (int)op->id);
   }

@@ -246,3 +246,48 @@ extern "C" cudaError_t strata__cuda_maxpool_bwd(cudaStream_t stream, strata__i64
 {
   STRATA__CUDA_LAUNCH(k_maxpool_bwd, dy, dy_off, idx, idx_off, dx, dx_off, planes, h, w, size, stride, p, q);
 }
+
+extern "C" cudaError_t strata__cuda_xent_vp_max(cudaStream_t stream, strata__i64 groups, int wg, const float *logits,
+                                                strata__i64 logits_off, float *rowmax, strata__i64 rowmax_off,
+                                                strata__i64 rows, strata__i64 vl)
+{
+  STRATA__CUDA_LAUNCH_GROUPS(k_xent_vp_max, logits, logits_off, rowmax, rowmax_off, rows, vl);
+}
+
+extern "C" cudaError_t strata__cuda_xent_vp_sums(cudaStream_t stream, strata__i64 groups, int wg, const float *logits,
+                                                 strata__i64 logits_off, const int *targets, strata__i64 targets_off,
+                                                 const float *rowmax, strata__i64 rowmax_off, float *sumexp,
+                                                 strata__i64 sumexp_off, float *tlogit, strata__i64 tlogit_off,
+                                                 strata__i64 rows, strata__i64 vl, strata__i64 off)
+{
+  STRATA__CUDA_LAUNCH_GROUPS(k_xent_vp_sums, logits, logits_off, targets, targets_off, rowmax, rowmax_off, sumexp,
+                             sumexp_off, tlogit, tlogit_off, rows, vl, off);
+}
+
+extern "C" cudaError_t strata__cuda_xent_vp_loss(cudaStream_t stream, strata__i64 items, const float *rowmax,
+                                                 strata__i64 rowmax_off, const float *sumexp, strata__i64 sumexp_off,
+                                                 const float *tlogit, strata__i64 tlogit_off, const int *targets,
+                                                 strata__i64 targets_off, float *loss, strata__i64 loss_off,
+                                                 strata__i64 rows, strata__i64 vocab)
+{
+  STRATA__CUDA_LAUNCH(k_xent_vp_loss, rowmax, rowmax_off, sumexp, sumexp_off, tlogit, tlogit_off, targets, targets_off,
+                      loss, loss_off, rows, vocab);
+}
+
+extern "C" cudaError_t strata__cuda_xent_vp_bwd(cudaStream_t stream, strata__i64 items, const float *logits,
+                                                strata__i64 logits_off, const int *targets, strata__i64 targets_off,
+                                                const float *rowmax, strata__i64 rowmax_off, const float *sumexp,
+                                                strata__i64 sumexp_off, float *dlogits, strata__i64 dlogits_off,
+                                                strata__i64 rows, strata__i64 vl, strata__i64 off, strata__i64 vocab,
+                                                float scale)
+{
+  STRATA__CUDA_LAUNCH(k_xent_vp_bwd, logits, logits_off, targets, targets_off, rowmax, rowmax_off, sumexp, sumexp_off,
+                      dlogits, dlogits_off, rows, vl, off, vocab, scale);
+}
+
+extern "C" cudaError_t strata__cuda_tokens_shift(cudaStream_t stream, strata__i64 items, const int *tokens,
+                                                 strata__i64 tokens_off, int *out, strata__i64 out_off, strata__i64 n,
+                                                 strata__i64 off, strata__i64 count)
+{
+  STRATA__CUDA_LAUNCH(k_tokens_shift, tokens, tokens_off, out, out_off, n, off, count);
+}

@@ -118,6 +118,28 @@ cudaError_t strata__cuda_maxpool_bwd(cudaStream_t stream, strata__i64 items, con
                                      const int *idx, strata__i64 idx_off, float *dx, strata__i64 dx_off,
                                      strata__i64 planes, strata__i64 h, strata__i64 w, strata__i64 size,
                                      strata__i64 stride, strata__i64 p, strata__i64 q);
+cudaError_t strata__cuda_xent_vp_max(cudaStream_t stream, strata__i64 groups, int wg, const float *logits,
+                                     strata__i64 logits_off, float *rowmax, strata__i64 rowmax_off, strata__i64 rows,
+                                     strata__i64 vl);
+cudaError_t strata__cuda_xent_vp_sums(cudaStream_t stream, strata__i64 groups, int wg, const float *logits,
+                                      strata__i64 logits_off, const int *targets, strata__i64 targets_off,
+                                      const float *rowmax, strata__i64 rowmax_off, float *sumexp,
+                                      strata__i64 sumexp_off, float *tlogit, strata__i64 tlogit_off, strata__i64 rows,
+                                      strata__i64 vl, strata__i64 off);
+cudaError_t strata__cuda_xent_vp_loss(cudaStream_t stream, strata__i64 items, const float *rowmax,
+                                      strata__i64 rowmax_off, const float *sumexp, strata__i64 sumexp_off,
+                                      const float *tlogit, strata__i64 tlogit_off, const int *targets,
+                                      strata__i64 targets_off, float *loss, strata__i64 loss_off, strata__i64 rows,
+                                      strata__i64 vocab);
+cudaError_t strata__cuda_xent_vp_bwd(cudaStream_t stream, strata__i64 items, const float *logits,
+                                     strata__i64 logits_off, const int *targets, strata__i64 targets_off,
+                                     const float *rowmax, strata__i64 rowmax_off, const float *sumexp,
+                                     strata__i64 sumexp_off, float *dlogits, strata__i64 dlogits_off,
+                                     strata__i64 rows, strata__i64 vl, strata__i64 off, strata__i64 vocab,
+                                     float scale);
+cudaError_t strata__cuda_tokens_shift(cudaStream_t stream, strata__i64 items, const int *tokens,
+                                      strata__i64 tokens_off, int *out, strata__i64 out_off, strata__i64 n,
+                                      strata__i64 off, strata__i64 count);
 
 #ifdef __cplusplus
 }

@@ -511,6 +511,109 @@ static HOST_SIMD void adamw_span(float *p, float *m, float *v, const float *g, i
   }
 }
 
+/*
+** Vocabulary-parallel cross-entropy over one slice: the host reference's
+** formulas (logsumexp, xent_fwd, xent_bwd above), split where the slices
+** reduce. Maxima in eight lanes (a maximum does not depend on the order);
+** sums of exponentials in double and in column order, as logsumexp.
+*/
+static float row_max(const float *row, int64_t n) {
+  float m[8];
+  for (int k = 0; k < 8; k++)
+    m[k] = -FLT_MAX;
+  int64_t c = 0;
+  for (; c + 8 <= n; c += 8)
+    for (int k = 0; k < 8; k++)
+      m[k] = fmaxf(m[k], row[c + k]);
+  for (; c < n; c++)
+    m[0] = fmaxf(m[0], row[c]);
+  for (int k = 1; k < 8; k++)
+    m[0] = fmaxf(m[0], m[k]);
+  return m[0];
+}
+
+static void xent_vp_max(const struct strata__op *o) {
+  const float *logits = F(o->u.xvp.logits);
+  float *rowmax = F(o->u.xvp.rowmax);
+  int64_t vl = o->u.xvp.vl;
+  int64_t par_n = o->u.xvp.rows * vl;
+  PAR(par_n)
+  for (int64_t r = 0; r < o->u.xvp.rows; r++)
+    rowmax[r] = row_max(logits + r * vl, vl);
+}
+
+static void xent_vp_sums(const struct strata__op *o) {
+  const float *logits = F(o->u.xvp.logits), *rowmax = F(o->u.xvp.rowmax);
+  const int32_t *tgt = INT(o->u.xvp.targets);
+  float *sumexp = F(o->u.xvp.sumexp), *tlogit = F(o->u.xvp.tlogit);
+  int64_t vl = o->u.xvp.vl, off = o->u.xvp.off;
+  int64_t par_n = o->u.xvp.rows * vl;
+  PAR(par_n)
+  for (int64_t r = 0; r < o->u.xvp.rows; r++) {
+    const float *row = logits + r * vl;
+    float mx = rowmax[r];
+    double s = 0;
+    for (int64_t c = 0; c < vl; c++)
+      s += expf(row[c] - mx);
+    sumexp[r] = (float)s;
+    int64_t t = tgt[r];
+    tlogit[r] = t >= off && t < off + vl ? row[t - off] : 0.0f;
+  }
+}
+
+static void xent_vp_loss(const struct strata__op *o) {
+  const float *rowmax = F(o->u.xvp.rowmax), *sumexp = F(o->u.xvp.sumexp), *tlogit = F(o->u.xvp.tlogit);
+  const int32_t *tgt = INT(o->u.xvp.targets);
+  float *loss = F(o->u.xvp.loss);
+  int64_t par_n = o->u.xvp.rows;
+  PAR(par_n)
+  for (int64_t r = 0; r < o->u.xvp.rows; r++) {
+    int32_t t = tgt[r];
+    loss[r] = t < 0 || t >= o->u.xvp.vocab ? 0.0f : rowmax[r] + (float)log((double)sumexp[r]) - tlogit[r];
+  }
+}
+
+static void xent_vp_bwd(const struct strata__op *o) {
+  const float *logits = F(o->u.xvp.logits), *rowmax = F(o->u.xvp.rowmax), *sumexp = F(o->u.xvp.sumexp);
+  const int32_t *tgt = INT(o->u.xvp.targets);
+  float *dl = F(o->u.xvp.dlogits);
+  int64_t vl = o->u.xvp.vl, off = o->u.xvp.off;
+  float sc = o->u.xvp.scale;
+  int64_t par_n = o->u.xvp.rows * vl;
+  PAR(par_n)
+  for (int64_t r = 0; r < o->u.xvp.rows; r++) {
+    int64_t t = tgt[r];
+    const float *row = logits + r * vl;
+    float *dr = dl + r * vl;
+    if (t < 0 || t >= o->u.xvp.vocab) {
+      memset(dr, 0, (size_t)vl * sizeof *dr);
+      continue;
+    }
+    float lse = rowmax[r] + (float)log((double)sumexp[r]);
+    /* the one-hot column apart, so that the loop carries no comparison; its
+    ** probability first, since dlogits may be logits */
+    int own = t >= off && t < off + vl;
+    float pt = own ? expf(row[t - off] - lse) : 0.0f;
+    for (int64_t c = 0; c < vl; c++)
+      dr[c] = sc * expf(row[c] - lse);
+    if (own)
+      dr[t - off] = sc * (pt - 1.0f);
+  }
+}
+
+/* out[i] = tokens[i] - off inside [off, off + count), else -1; out may be tokens. */
+static void tokens_shift(const struct strata__op *o) {
+  const int32_t *tok = INT(o->u.shift.tokens);
+  int32_t *out = INT(o->u.shift.out);
+  int64_t off = o->u.shift.off, end = o->u.shift.off + o->u.shift.count;
+  int64_t par_n = o->u.shift.n;
+  PAR(par_n)
+  for (int64_t i = 0; i < o->u.shift.n; i++) {
+    int64_t t = tok[i];
+    out[i] = t >= off && t < end ? (int32_t)(t - off) : -1;
+  }
+}
+
 static void adamw(const struct strata__op *o) {
   float *p = F(o->u.adamw.param), *m = F(o->u.adamw.m), *v = F(o->u.adamw.v);
   const float *g = F(o->u.adamw.grad);
@@ -883,6 +986,11 @@ static const host_fn host_ops[STRATA__OP_COUNT] = {
     [STRATA__OP_MAXPOOL_FWD] = maxpool_fwd,
     [STRATA__OP_MAXPOOL_BWD] = maxpool_bwd,
     [STRATA__OP_REDUCE] = reduce,
+    [STRATA__OP_XENT_VP_MAX] = xent_vp_max,
+    [STRATA__OP_XENT_VP_SUMS] = xent_vp_sums,
+    [STRATA__OP_XENT_VP_LOSS] = xent_vp_loss,
+    [STRATA__OP_XENT_VP_BWD] = xent_vp_bwd,
+    [STRATA__OP_TOKENS_SHIFT] = tokens_shift,
 };
 
 int strata__host_op_supported(enum strata__op_id id) {

@@ -478,7 +478,8 @@ static int ocl_queue_new(void *ctx, int dev, void **queue) {
   static const enum strata__ocl_kernel coop[] = {
       STRATA__OCL_K_BIAS_GRAD,   STRATA__OCL_K_LAYERNORM_FWD, STRATA__OCL_K_LAYERNORM_BWD_DX,
       STRATA__OCL_K_LAYERNORM_BWD_DPARAMS, STRATA__OCL_K_SOFTMAX_FWD, STRATA__OCL_K_SOFTMAX_BWD,
-      STRATA__OCL_K_XENT_FWD,    STRATA__OCL_K_XENT_BWD};
+      STRATA__OCL_K_XENT_FWD,    STRATA__OCL_K_XENT_BWD,      STRATA__OCL_K_XENT_VP_MAX,
+      STRATA__OCL_K_XENT_VP_SUMS};
   size_t most = STRATA__OCL_WG_MAX;
   for (size_t i = 0; i < sizeof coop / sizeof coop[0]; i++) {
     size_t kmax = 0;

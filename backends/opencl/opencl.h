@@ -42,7 +42,12 @@
   X(MAXPOOL_FWD, "k_maxpool_fwd")                       \
   X(MAXPOOL_BWD, "k_maxpool_bwd")                       \
   X(REDUCE_F32, "k_reduce_f32")                         \
-  X(REDUCE_I32, "k_reduce_i32")
+  X(REDUCE_I32, "k_reduce_i32")                         \
+  X(XENT_VP_MAX, "k_xent_vp_max")                       \
+  X(XENT_VP_SUMS, "k_xent_vp_sums")                     \
+  X(XENT_VP_LOSS, "k_xent_vp_loss")                     \
+  X(XENT_VP_BWD, "k_xent_vp_bwd")                       \
+  X(TOKENS_SHIFT, "k_tokens_shift")
 
 enum strata__ocl_kernel {
 #define STRATA__OCL_K_ENUM(id, name) STRATA__OCL_K_##id,

@@ -364,6 +364,29 @@ int strata__ocl_op(void *ctx, void *queue, const struct strata__op *op) {
     return launch(ocl, q, STRATA__OCL_K_MAXPOOL_BWD, o->planes * o->h * o->w, "mmmlllllll", &o->dy, &o->idx, &o->dx,
                   o->planes, o->h, o->w, o->size, o->stride, o->p, o->q);
   }
+  case STRATA__OP_XENT_VP_MAX: {
+    const __typeof__(op->u.xvp) *o = &op->u.xvp;
+    return launch_groups(ocl, q, STRATA__OCL_K_XENT_VP_MAX, o->rows, "mmll", &o->logits, &o->rowmax, o->rows, o->vl);
+  }
+  case STRATA__OP_XENT_VP_SUMS: {
+    const __typeof__(op->u.xvp) *o = &op->u.xvp;
+    return launch_groups(ocl, q, STRATA__OCL_K_XENT_VP_SUMS, o->rows, "mmmmmlll", &o->logits, &o->targets, &o->rowmax,
+                         &o->sumexp, &o->tlogit, o->rows, o->vl, o->off);
+  }
+  case STRATA__OP_XENT_VP_LOSS: {
+    const __typeof__(op->u.xvp) *o = &op->u.xvp;
+    return launch(ocl, q, STRATA__OCL_K_XENT_VP_LOSS, o->rows, "mmmmmll", &o->rowmax, &o->sumexp, &o->tlogit,
+                  &o->targets, &o->loss, o->rows, o->vocab);
+  }
+  case STRATA__OP_XENT_VP_BWD: {
+    const __typeof__(op->u.xvp) *o = &op->u.xvp;
+    return launch(ocl, q, STRATA__OCL_K_XENT_VP_BWD, o->rows * o->vl, "mmmmmllllf", &o->logits, &o->targets,
+                  &o->rowmax, &o->sumexp, &o->dlogits, o->rows, o->vl, o->off, o->vocab, (double)o->scale);
+  }
+  case STRATA__OP_TOKENS_SHIFT: {
+    const __typeof__(op->u.shift) *o = &op->u.shift;
+    return launch(ocl, q, STRATA__OCL_K_TOKENS_SHIFT, o->n, "mmlll", &o->tokens, &o->out, o->n, o->off, o->count);
+  }
   case STRATA__OP_ATTENTION_FWD: /* host only: ocl_op_supported says so before a record is made */
   case STRATA__OP_ATTENTION_BWD:
   case STRATA__OP_COUNT:

@@ -139,6 +139,56 @@ STRATA_API int strata_cross_entropy_bwd(strata_queue_t q, strata_mem_t logits, s
                                         strata_mem_t dlogits, int64_t rows, int64_t vocab, float scale);
 
 /*
+** Vocabulary-parallel cross-entropy (Megatron-LM's vocab_parallel_cross_entropy):
+** each tensor-parallel slice holds the logits of vocabulary columns
+** [off, off + vl) of a vocab-wide vocabulary, as a rows x vl matrix, and the
+** loss needs only three numbers per row reduced across the slices, never
+** the whole logits. targets (int32, rows) hold GLOBAL token ids; a target
+** outside [0, vocab) gives loss 0 and gradient 0, as in
+** strata_cross_entropy_fwd. The caller reduces between the steps:
+**
+**   strata_xent_vp_max    rowmax[r] = max_j logits[r][j]
+**     -> all-reduce MAX of rowmax over the slices
+**   strata_xent_vp_sums   sumexp[r] = sum_j exp(logits[r][j] - rowmax[r]) with
+**                         the global rowmax; tlogit[r] = logits[r][t - off] when
+**                         off <= t < off + vl (t = targets[r]), else 0
+**     -> all-reduce SUM of sumexp and of tlogit (exactly one slice holds t)
+**   strata_xent_vp_loss   loss[r] = log(sumexp[r]) + rowmax[r] - tlogit[r], or 0
+**                         when t lies outside [0, vocab)
+**   strata_xent_vp_bwd    dlogits[r][j] = scale * (exp(logits[r][j] - rowmax[r])
+**                         / sumexp[r] - (j == t - off)), a row of zeros when t
+**                         lies outside [0, vocab); dlogits is overwritten (no
+**                         accumulate flag, as strata_cross_entropy_bwd) and may
+**                         be logits. No reduction is needed after it.
+**
+** Each backend computes these with the formulas and summation order of its
+** strata_cross_entropy_fwd/bwd (host: double sums; devices: the same
+** work-group reductions), so results repeat bit for bit, and on a device
+** one slice (off = 0, vl = vocab) reproduces the whole-vocabulary ops' bits.
+** Slices need off >= 0 and off + vl <= vocab (STRATA_ERR_SHAPE otherwise).
+*/
+STRATA_API int strata_xent_vp_max(strata_queue_t q, strata_mem_t logits, strata_mem_t rowmax, int64_t rows,
+                                  int64_t vl);
+STRATA_API int strata_xent_vp_sums(strata_queue_t q, strata_mem_t logits, strata_mem_t targets, strata_mem_t rowmax,
+                                   strata_mem_t sumexp, strata_mem_t tlogit, int64_t rows, int64_t vl, int64_t off,
+                                   int64_t vocab);
+STRATA_API int strata_xent_vp_loss(strata_queue_t q, strata_mem_t rowmax, strata_mem_t sumexp, strata_mem_t tlogit,
+                                   strata_mem_t targets, strata_mem_t loss, int64_t rows, int64_t vocab);
+STRATA_API int strata_xent_vp_bwd(strata_queue_t q, strata_mem_t logits, strata_mem_t targets, strata_mem_t rowmax,
+                                  strata_mem_t sumexp, strata_mem_t dlogits, int64_t rows, int64_t vl, int64_t off,
+                                  int64_t vocab, float scale);
+
+/*
+** A vocabulary slice's view of int32 token ids, for the embedding of a
+** vocabulary-parallel table that holds rows [off, off + count):
+** out[i] = tokens[i] - off when off <= tokens[i] < off + count, else -1
+** (which strata_embedding_fwd turns into a row of zeros and
+** strata_embedding_bwd skips). off >= 0, count >= 1; out may be tokens.
+*/
+STRATA_API int strata_tokens_shift(strata_queue_t q, strata_mem_t tokens, strata_mem_t out, int64_t n, int64_t off,
+                                   int64_t count);
+
+/*
 ** One AdamW step (decoupled weight decay) over n parameters, step >= 1:
 ** m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
 ** p -= lr * (m / (1-b1^step) / (sqrt(v / (1-b2^step)) + eps) + wd * p).
