@@ -86,7 +86,10 @@ static int layer_tensors(const struct strata_model *m, const struct strata__laye
   float std = 0.02f, proj = 0.02f / sqrtf(2.0f * (float)(c->layers > 0 ? c->layers : 1));
   switch (L->kind) {
   case STRATA__LAYER_EMBED:
+    /* vocabulary-parallel (tp dividing the vocabulary): each slice holds V / tp rows */
     tensor_def(&o[k++], "wte.weight", 2, c->vocab, c->d_model, 0, 0, 1, std, 0);
+    if (sh && sh->size > 1 && c->vocab % sh->size == 0)
+      tensor_shard(&o[k - 1], 0, 1, sh);
     tensor_def(&o[k++], "wpe.weight", 2, c->context, c->d_model, 0, 0, 1, std, 0);
     break;
   case STRATA__LAYER_BLOCK: {
@@ -123,8 +126,11 @@ static int layer_tensors(const struct strata_model *m, const struct strata__laye
   case STRATA__LAYER_LM_HEAD:
     tensor_def(&o[k++], "ln_f.weight", 1, c->d_model, 0, 0, 0, 0, 0, 1);
     tensor_def(&o[k++], "ln_f.bias", 1, c->d_model, 0, 0, 0, 0, 0, 0);
-    if (!c->tied)
+    if (!c->tied) {
       tensor_def(&o[k++], "lm_head.weight", 2, c->vocab, c->d_model, 0, 0, 1, std, 0);
+      if (sh && sh->size > 1 && c->vocab % sh->size == 0)
+        tensor_shard(&o[k - 1], 0, 1, sh);
+    }
     break;
   case STRATA__LAYER_LINEAR:
     /* cut by outputs: the weight's columns and the bias; by inputs: the weight's rows, the bias whole */
@@ -195,6 +201,8 @@ static void tensor_init(const struct strata__tensor *t, uint64_t seed, float *x)
 ** F hidden units are the stage's slice; D, the residual width, is whole. */
 struct dims {
   int64_t B, T, D, H, hd, A, F, V, R;
+  int64_t Vall, voff;       /* vocabulary-parallel: the whole vocabulary, and where this slice's V start */
+  int vp;                   /* the embedding and head are cut by vocabulary */
 };
 
 static struct dims dims_of(const struct strata__stage *st) {
@@ -208,7 +216,10 @@ static struct dims dims_of(const struct strata__stage *st) {
     d.hd = c->d_model / c->heads;
     d.A = d.H * d.hd;
     d.F = c->d_ff / parts;
-    d.V = c->vocab;
+    d.Vall = c->vocab;
+    d.vp = parts > 1 && c->vocab % parts == 0;
+    d.V = d.vp ? c->vocab / parts : c->vocab;
+    d.voff = d.vp ? d.V * st->tp.rank : 0;
   }
   return d;
 }
@@ -245,8 +256,8 @@ static size_t saved_floats(const struct strata__stage *st, const struct strata__
     return 0;
   case STRATA__LAYER_BLOCK:
     return block_layout(&d).end;
-  case STRATA__LAYER_LM_HEAD:
-    return (size_t)(d.R * d.D + 3 * d.R + d.R * d.V);
+  case STRATA__LAYER_LM_HEAD: /* ln | mean | rstd | logits | losses (| row max | sum of exps | target logit) */
+    return (size_t)(d.R * d.D + 3 * d.R + d.R * d.V + (d.vp ? 3 * d.R : 0));
   case STRATA__LAYER_LINEAR:
     return (size_t)(d.R * L->out);
   case STRATA__LAYER_CONV:
@@ -314,8 +325,8 @@ static size_t dsave_floats(const struct strata__stage *st, const struct strata__
 static size_t scratch_floats(const struct strata__stage *st, const struct strata__layer *L) {
   struct dims d = dims_of(st);
   switch (L->kind) {
-  case STRATA__LAYER_EMBED:
-    return (size_t)(d.R * d.D);
+  case STRATA__LAYER_EMBED: /* the positions' rows | (vocabulary-parallel) the tokens of this slice */
+    return (size_t)(d.R * d.D + (d.vp ? d.R : 0));
   case STRATA__LAYER_BLOCK:
     return (size_t)(2 * d.B * d.H * d.T * d.T + 3 * d.R * d.A + d.R * d.F + 4 * d.R * d.D);
   case STRATA__LAYER_LM_HEAD:
@@ -742,9 +753,26 @@ static int linear_bwd_x(strata_queue_t q, int64_t R, int64_t in, int64_t outf, s
   return dx.buf ? strata_gemm(q, 0, 1, R, in, outf, 1, dy, outf, 0, W, outf, 0, 0, dx, in, 0, 1) : STRATA_OK;
 }
 
+static int join(struct lctx *c, strata_mem_t x, size_t n);
+
+/* Vocabulary-parallel: this slice's token ids (t - voff where t is one of its V, else -1: a zero row, no gradient). */
+static strata_mem_t slice_tokens(struct lctx *c, int *rc) {
+  strata_mem_t tok = SCR(c, (size_t)(c->d.R * c->d.D));
+  *rc = strata_tokens_shift(c->q, c->in, tok, c->d.R, c->d.voff, c->d.V);
+  return tok;
+}
+
 static int embed_fwd(struct lctx *c) {
   struct dims d = c->d;
-  TRY(strata_embedding_fwd(c->q, c->in, PARAM(c, 0), c->out, d.R, d.D, d.V));
+  if (d.vp) { /* each slice looks up its rows of the vocabulary, the others' are zero: the sum is the lookup */
+    int rc = STRATA_OK;
+    strata_mem_t tok = slice_tokens(c, &rc);
+    TRY(rc);
+    TRY(strata_embedding_fwd(c->q, tok, PARAM(c, 0), c->out, d.R, d.D, d.V));
+    TRY(join(c, c->out, (size_t)(d.R * d.D)));
+  } else {
+    TRY(strata_embedding_fwd(c->q, c->in, PARAM(c, 0), c->out, d.R, d.D, d.V));
+  }
   TRY(strata_embedding_fwd(c->q, AT(c->st->positions, 0), PARAM(c, 1), SCR(c, 0), d.R, d.D, d.T));
   return strata_add(c->q, c->out, SCR(c, 0), c->out, d.R * d.D);
 }
@@ -831,8 +859,18 @@ static int lm_head_fwd(struct lctx *c, strata_mem_t targets) {
   TRY(strata_layernorm_fwd(c->q, c->in, PARAM(c, 0), PARAM(c, 1), SAVED(c, 0), SAVED(c, RD), SAVED(c, RD + R), d.R,
                            d.D, 1e-5f));
   TRY(strata_gemm(c->q, 0, 1, d.R, d.V, d.D, 1, SAVED(c, 0), d.D, 0, W, d.D, 0, 0, SAVED(c, RD + 2 * R), d.V, 0, 1));
-  return strata_cross_entropy_fwd(c->q, SAVED(c, RD + 2 * R), targets, SAVED(c, RD + 2 * R + (size_t)(d.R * d.V)), d.R,
-                                  d.V);
+  const size_t logits = RD + 2 * R, loss = logits + (size_t)(d.R * d.V);
+  if (!d.vp)
+    return strata_cross_entropy_fwd(c->q, SAVED(c, logits), targets, SAVED(c, loss), d.R, d.V);
+  /* vocabulary-parallel cross-entropy: the rows' max, their sums of exponentials and the target logits are
+  ** joined over the slices; the logits themselves never are */
+  const size_t mx = loss + R, se = mx + R, tl = se + R;
+  TRY(strata_xent_vp_max(c->q, SAVED(c, logits), SAVED(c, mx), d.R, d.V));
+  TRY(join_op(c, SAVED(c, mx), R, STRATA_MAX));
+  TRY(strata_xent_vp_sums(c->q, SAVED(c, logits), targets, SAVED(c, mx), SAVED(c, se), SAVED(c, tl), d.R, d.V, d.voff,
+                          d.Vall));
+  TRY(join(c, SAVED(c, se), 2 * R));
+  return strata_xent_vp_loss(c->q, SAVED(c, mx), SAVED(c, se), SAVED(c, tl), targets, SAVED(c, loss), d.R, d.Vall);
 }
 
 /* A linear layer + ReLU; cut by its inputs (tp), the slices' partial products are joined before the bias. */
@@ -917,7 +955,13 @@ static int embed_bwd(struct lctx *c, strata_mem_t dout) {
   TRY(keep_dout(c, &dout, (size_t)(d.R * d.D)));
   if (!DO_W(c))
     return STRATA_OK;
-  TRY(strata_embedding_bwd(c->q, c->in, dout, GRAD(c, 0), d.R, d.D, d.V, 1));
+  strata_mem_t tok = c->in;
+  if (d.vp) {
+    int rc = STRATA_OK;
+    tok = slice_tokens(c, &rc);
+    TRY(rc);
+  }
+  TRY(strata_embedding_bwd(c->q, tok, dout, GRAD(c, 0), d.R, d.D, d.V, 1));
   return strata_embedding_bwd(c->q, AT(c->st->positions, 0), dout, GRAD(c, 1), d.R, d.D, d.T, 1);
 }
 
@@ -996,8 +1040,16 @@ static int lm_head_bwd(struct lctx *c, strata_mem_t targets, strata_mem_t din) {
   /* scratch: dlogits | dlnx | junk; dsave: dlogits | dlnx */
   strata_mem_t dlogits = LOC(c, 0, 0), dlnx = LOC(c, RV, RV), junk = SCR(c, RV + RD);
   if (DO_IN(c)) {
-    TRY(strata_cross_entropy_bwd(c->q, SAVED(c, RD + 2 * R), targets, dlogits, d.R, d.V, c->st->loss_scale));
+    if (d.vp) {
+      const size_t logits = RD + 2 * R, mx = logits + RV + R, se = mx + R;
+      TRY(strata_xent_vp_bwd(c->q, SAVED(c, logits), targets, SAVED(c, mx), SAVED(c, se), dlogits, d.R, d.V, d.voff,
+                             d.Vall, c->st->loss_scale));
+    } else {
+      TRY(strata_cross_entropy_bwd(c->q, SAVED(c, RD + 2 * R), targets, dlogits, d.R, d.V, c->st->loss_scale));
+    }
     TRY(strata_gemm(c->q, 0, 0, d.R, d.D, d.V, 1, dlogits, d.V, 0, W, d.D, 0, 0, dlnx, d.D, 0, 1));
+    if (d.vp) /* each slice's vocabulary's part of the input gradient */
+      TRY(join(c, dlnx, RD));
   }
   if (DO_W(c))
     TRY(strata_gemm(c->q, 1, 0, d.V, d.D, d.R, 1, dlogits, d.V, 0, SAVED(c, 0), d.D, 0, 1, dW, d.D, 0, 1));
@@ -1176,6 +1228,13 @@ int strata__stage_loss_read(struct strata__stage *st, int s, float *rows) {
   int64_t n = 0;
   TRY(loss_region(st, &off, &n));
   return strata_buffer_read(st->q, st->slots[s].buf, off * 4, rows, (size_t)n * 4);
+}
+
+int strata__stage_vocab(const struct strata__stage *st, int64_t *first, int64_t *count) {
+  struct dims d = dims_of(st);
+  *first = d.voff;
+  *count = d.V;
+  return d.vp;
 }
 
 strata_mem_t strata__stage_logits(struct strata__stage *st, int s) {

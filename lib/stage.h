@@ -168,7 +168,10 @@ int strata__stage_backward_weight(struct strata__stage *st, int s);
 int strata__stage_loss(struct strata__stage *st, int s, double *sum);
 /* Enqueue reading slot s's per-row losses into `rows` (last stage; valid after the queue finishes). */
 int strata__stage_loss_read(struct strata__stage *st, int s, float *rows);
-/* Logits of slot s (last stage of a text model): rows x vocab floats. */
+/* The vocabulary columns [*first, *first + *count) whose logits the stage holds; 1 when that is a slice of the
+** vocabulary (tensor parallelism dividing it), 0 when all of it. */
+int strata__stage_vocab(const struct strata__stage *st, int64_t *first, int64_t *count);
+/* Logits of slot s (last stage of a text model): rows x (its part of the) vocab floats. */
 strata_mem_t strata__stage_logits(struct strata__stage *st, int s);
 
 int strata__stage_zero_grads(struct strata__stage *st);

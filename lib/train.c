@@ -1182,16 +1182,21 @@ STRATA_API int strata_trainer_logits_at(strata_trainer_t tr, const int32_t *toke
     }
     tr->targets[0][i] = -1; /* no loss wanted */
   }
-  struct strata__stage *last = tr->st[tr->nstages - 1];
   int rc = seq_run(tr, 0, in, tr->targets[0], 0);
-  if (!rc) {
+  /* each slice's columns of the vocabulary (all of it without a vocabulary-parallel head) */
+  for (int k = 0; k < tr->tp && !rc; k++) {
+    struct strata__stage *last = tr->st[k * tr->nstages + tr->nstages - 1];
+    int64_t c0 = 0, vl = V;
+    if (!strata__stage_vocab(last, &c0, &vl) && k > 0)
+      break;
     strata_mem_t lg = strata__stage_logits(last, 0);
     for (int64_t b = 0; b < batch && !rc; b++)
-      rc = strata_buffer_read(last->q, lg.buf, (lg.off + (size_t)((b * T + first) * V)) * 4, logits + b * count * V,
-                              (size_t)(count * V) * 4);
+      for (int64_t p = 0; p < count && !rc; p++)
+        rc = strata_buffer_read(last->q, lg.buf, (lg.off + (size_t)((b * T + first + p) * vl)) * 4,
+                                logits + (b * count + p) * V + c0, (size_t)vl * 4);
+    if (!rc)
+      rc = strata_queue_finish(last->q);
   }
-  if (!rc)
-    rc = strata_queue_finish(last->q);
   release_all(tr);
   return rc;
 }

@@ -542,6 +542,16 @@ static void xent_vp_max(const struct strata__op *o) {
     rowmax[r] = row_max(logits + r * vl, vl);
 }
 
+/* sum(exp(row - mx)) in double, as logsumexp sums it (the same exponential, so that the slices' sums add up to
+** what the whole row's would be to rounding) */
+static HOST_SIMD double sum_exp(const float *row, int64_t n, float mx) {
+  double s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t c = 0; c < n; c++)
+    s += vm_exp(row[c] - mx);
+  return s;
+}
+
 static void xent_vp_sums(const struct strata__op *o) {
   const float *logits = F(o->u.xvp.logits), *rowmax = F(o->u.xvp.rowmax);
   const int32_t *tgt = INT(o->u.xvp.targets);
@@ -551,11 +561,7 @@ static void xent_vp_sums(const struct strata__op *o) {
   PAR(par_n)
   for (int64_t r = 0; r < o->u.xvp.rows; r++) {
     const float *row = logits + r * vl;
-    float mx = rowmax[r];
-    double s = 0;
-    for (int64_t c = 0; c < vl; c++)
-      s += expf(row[c] - mx);
-    sumexp[r] = (float)s;
+    sumexp[r] = (float)sum_exp(row, vl, rowmax[r]);
     int64_t t = tgt[r];
     tlogit[r] = t >= off && t < off + vl ? row[t - off] : 0.0f;
   }
@@ -593,9 +599,8 @@ static void xent_vp_bwd(const struct strata__op *o) {
     /* the one-hot column apart, so that the loop carries no comparison; its
     ** probability first, since dlogits may be logits */
     int own = t >= off && t < off + vl;
-    float pt = own ? expf(row[t - off] - lse) : 0.0f;
-    for (int64_t c = 0; c < vl; c++)
-      dr[c] = sc * expf(row[c] - lse);
+    float pt = own ? vm_exp(row[t - off] - lse) : 0.0f;
+    xent_bwd_row(row, dr, vl, lse, sc);
     if (own)
       dr[t - off] = sc * (pt - 1.0f);
   }

@@ -186,8 +186,10 @@ struct strata_pipeline_report {
 ** Tensor parallelism (tp > 1, GPT models): every stage is tp slices on tp
 ** devices (Megatron's split: each slice holds a group of heads — their Q, K
 ** and V columns of c_attn, the matching rows of c_proj — and a tp-th of the
-** MLP's hidden units; layernorms, embeddings and the head whole on every
-** slice); the two row-split products of every block are all-reduced over
+** MLP's hidden units; when tp divides the vocabulary, a tp-th of the token
+** embedding's and the head's rows, whose cross-entropy joins only each row's
+** max, sum of exponentials and target logit; layernorms and the position
+** embedding whole on every slice); the two row-split products of every block are all-reduced over
 ** the slices in the forward, the two column-split input gradients in the
 ** backward, each slice allocating, computing and updating only its part.
 ** MLP and CNN layers are cut in pairs inside a stage: an even-numbered
