@@ -883,7 +883,8 @@ Test(ops, tokens_shift_by_hand_and_through_the_embedding) {
   strata_queue_free(q);
   for (int64_t i = 0; i < N; i++)
     for (int64_t k = 0; k < D; k++)
-      cr_assert_eq(sum[i * D + k], ids[i] >= 0 && ids[i] < V ? table[ids[i] * D + k] : 0.0f, "token %lld", (long long)i);
+      cr_assert_eq(sum[i * D + k], ids[i] >= 0 && ids[i] < V ? table[ids[i] * D + k] : 0.0f, "token %lld",
+                   (long long)i);
   free(table);
 }
 
