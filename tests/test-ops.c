@@ -756,12 +756,17 @@ struct dbuf {
   strata_mem_t m;
 };
 
+/* The SENTINEL margins around it are checked when it is read back (dget). */
 static struct dbuf dput(int dev, strata_queue_t q, const void *data, size_t n) {
   struct dbuf d;
-  float *host = calloc(n + PAD + GUARD, 4);
+  float *host = malloc((n + PAD + GUARD) * 4);
   cr_assert(host);
+  for (size_t j = 0; j < n + PAD + GUARD; j++)
+    host[j] = SENTINEL;
   if (data)
     memcpy(host + PAD, data, n * 4);
+  else
+    memset(host + PAD, 0, n * 4);
   OK(strata_buffer_new(dev, (n + PAD + GUARD) * 4, &d.b));
   OK(strata_buffer_upload(q, d.b, 0, host, (n + PAD + GUARD) * 4));
   free(host);
@@ -769,9 +774,19 @@ static struct dbuf dput(int dev, strata_queue_t q, const void *data, size_t n) {
   return d;
 }
 
-/* Read n elements of d into out (after the queue's work) and free d. */
+/* Read n elements of d into out (NULL: only check) after the queue's work,
+** fail if anything wrote into its margins, and free d. */
 static void dget(strata_queue_t q, struct dbuf d, void *out, size_t n) {
-  OK(strata_buffer_download(q, d.b, PAD * 4, out, n * 4));
+  float *host = malloc((n + PAD + GUARD) * 4);
+  cr_assert(host);
+  OK(strata_buffer_download(q, d.b, 0, host, (n + PAD + GUARD) * 4));
+  for (size_t j = 0; j < PAD; j++)
+    cr_assert_eq(host[j], SENTINEL, "an op wrote before its operand");
+  for (size_t j = 0; j < GUARD; j++)
+    cr_assert_eq(host[PAD + n + j], SENTINEL, "an op wrote past its operand");
+  if (out)
+    memcpy(out, host + PAD, n * 4);
+  free(host);
   strata_buffer_free(d.b);
 }
 
@@ -826,7 +841,7 @@ static void vp_run(int dev, const struct vp_case *c, const int64_t *cuts, int ns
   struct dbuf sd = dput(dev, q, se, (size_t)R), td = dput(dev, q, tl, (size_t)R), ld = dput(dev, q, NULL, (size_t)R);
   OK(strata_xent_vp_loss(q, gm.m, sd.m, td.m, tg.m, ld.m, R, V));
   dget(q, ld, loss, (size_t)R);
-  strata_buffer_free(td.b);
+  dget(q, td, NULL, (size_t)R);
   for (int s = 0; s < nslices; s++) {
     int64_t off = cuts[s], vl = cuts[s + 1] - cuts[s];
     struct dbuf d = dput(dev, q, NULL, (size_t)(R * vl));
@@ -841,10 +856,9 @@ static void vp_run(int dev, const struct vp_case *c, const int64_t *cuts, int ns
       cr_assert(memcmp(sl + r * vl, dl + r * V + off, (size_t)vl * 4) == 0,
                 "xent_vp_bwd in place differs on device %d, slice %d, row %lld", dev, s, (long long)r);
   }
-  strata_buffer_free(sd.b);
-  strata_buffer_free(gm.b);
-  strata_buffer_free(tg.b);
-  OK(strata_queue_finish(q));
+  dget(q, sd, NULL, (size_t)R);
+  dget(q, gm, NULL, (size_t)R);
+  dget(q, tg, NULL, (size_t)R);
   strata_queue_free(q);
   free(lg);
   free(gmax);
@@ -866,8 +880,8 @@ static void vp_whole(int dev, const struct vp_case *c, float *loss, float *dl) {
   OK(strata_cross_entropy_bwd(q, lg.m, tg.m, d.m, R, V, c->scale));
   dget(q, l, loss, (size_t)R);
   dget(q, d, dl, (size_t)(R * V));
-  strata_buffer_free(lg.b);
-  strata_buffer_free(tg.b);
+  dget(q, lg, NULL, (size_t)(R * V));
+  dget(q, tg, NULL, (size_t)R);
   strata_queue_free(q);
 }
 
@@ -1011,16 +1025,17 @@ Test(ops, tokens_shift_by_hand_and_through_the_embedding) {
     OK(strata_tokens_shift(q, tk.m, sh.m, N, off, cnt));
     OK(strata_embedding_fwd(q, sh.m, tb.m, o.m, N, D, cnt));
     dget(q, o, out, (size_t)(N * D));
-    strata_buffer_free(sh.b);
-    strata_buffer_free(tb.b);
+    dget(q, sh, NULL, (size_t)N);
+    dget(q, tb, NULL, (size_t)(cnt * D));
     for (int i = 0; i < 27; i++)
       sum[i] += out[i];
   }
-  strata_buffer_free(tk.b);
+  dget(q, tk, NULL, (size_t)N);
   strata_queue_free(q);
   for (int64_t i = 0; i < N; i++)
     for (int64_t k = 0; k < D; k++)
-      cr_assert_eq(sum[i * D + k], ids[i] >= 0 && ids[i] < V ? table[ids[i] * D + k] : 0.0f, "token %lld", (long long)i);
+      cr_assert_eq(sum[i * D + k], ids[i] >= 0 && ids[i] < V ? table[ids[i] * D + k] : 0.0f, "token %lld",
+                   (long long)i);
   free(table);
 }
 
