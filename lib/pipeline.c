@@ -101,13 +101,7 @@ static void fail(struct exec *ex, int status, const char *what) {
     ex->snd[r].stop = 1;
   pthread_mutex_unlock(&ex->lock);
   /* replicas and slices waiting in a collective for this one must not wait for the timeout */
-  strata_trainer_t tr = ex->tr;
-  for (int s = 0; tr->comm && s < tr->tp * tr->nstages; s++)
-    strata_comm_abort(tr->comm[s], status, what);
-  for (int s = 0; tr->tp_comm && s < tr->replicas * tr->nstages; s++)
-    strata_comm_abort(tr->tp_comm[s], status, what);
-  if (tr->comm || tr->tp_comm)
-    tr->comm_stale = 1;
+  strata__trainer_abort(ex->tr, status, what);
 }
 
 enum { ACT = 1, GRAD = 2 };
@@ -498,8 +492,14 @@ static int bucket_post(struct buckets *b, int k) {
   b->when[k] = strata__now();
   strata_mem_t g = strata_mem(st->grads, lo);
   /* every replica posts the same buckets in the same order, so the k-th calls meet */
-  return strata__comm_post_rank(c, STRATA__COLL_ALLREDUCE, strata__stage_replica(tr, s), st->q, g, g, hi - lo,
-                                STRATA_FLOAT32, STRATA_SUM, 0, info.asynchronous ? &b->done[k] : NULL);
+  TRY(strata__trainer_post_begin(tr));
+  if (!info.asynchronous)
+    strata__trainer_post_end(tr); /* the call waits: the timeout bounds a replica that never comes */
+  int rc = strata__comm_post_rank(c, STRATA__COLL_ALLREDUCE, strata__stage_replica(tr, s), st->q, g, g, hi - lo,
+                                  STRATA_FLOAT32, STRATA_SUM, 0, info.asynchronous ? &b->done[k] : NULL);
+  if (info.asynchronous)
+    strata__trainer_post_end(tr);
+  return rc;
 }
 
 /* The stage's backward finished stage layer `layer`'s gradients: post the bucket it completes. */
@@ -583,8 +583,14 @@ static int do_grad_scatter(struct exec *ex, int s) {
   const int r = strata__stage_replica(tr, s);
   strata_mem_t g = strata_mem(st->grads, 0), mine = strata_mem(st->grads, (size_t)r * st->chunk);
   ex->done_post[s] = strata__now();
-  return strata__comm_post_rank(c, STRATA__COLL_REDUCESCATTER, r, st->q, g, mine, st->chunk, STRATA_FLOAT32,
-                                STRATA_SUM, 0, info.asynchronous ? &ex->done[s] : NULL);
+  TRY(strata__trainer_post_begin(tr));
+  if (!info.asynchronous)
+    strata__trainer_post_end(tr);
+  int rc = strata__comm_post_rank(c, STRATA__COLL_REDUCESCATTER, r, st->q, g, mine, st->chunk, STRATA_FLOAT32,
+                                  STRATA_SUM, 0, info.asynchronous ? &ex->done[s] : NULL);
+  if (info.asynchronous)
+    strata__trainer_post_end(tr);
+  return rc;
 }
 
 static int do_param_gather(struct exec *ex, int rank, int s) {
@@ -593,8 +599,11 @@ static int do_param_gather(struct exec *ex, int rank, int s) {
   strata_comm_t c = replica_comm(ex, s);
   const int r = strata__stage_replica(tr, s);
   double t0 = strata__now();
-  TRY(strata_allgather_rank(c, r, st->q, strata_mem(st->params, (size_t)r * st->chunk), strata_mem(st->params, 0),
-                            st->chunk, STRATA_FLOAT32));
+  TRY(strata__trainer_post_begin(tr));
+  int rc = strata_allgather_rank(c, r, st->q, strata_mem(st->params, (size_t)r * st->chunk), strata_mem(st->params, 0),
+                                 st->chunk, STRATA_FLOAT32);
+  strata__trainer_post_end(tr);
+  TRY(rc);
   TRY(strata_queue_finish(st->q));
   if (tr->trace_path) {
     char name[24], group[48];
@@ -914,14 +923,18 @@ int strata__tp_join(void *member, strata_queue_t q, strata_mem_t x, size_t count
   m->bytes[k] = (uint64_t)count * 4;
   m->posted[k] = strata__now();
   m->pending[k] = NULL;
+  TRY(strata__trainer_post_begin(m->tr));
   if (!m->async) {
+    strata__trainer_post_end(m->tr); /* the call waits: the timeout bounds a peer that never comes */
     TRY(strata_allreduce_rank(m->comm, m->rank, q, x, x, count, STRATA_FLOAT32, op));
     m->ended[k] = strata__now();
     m->n++;
     return STRATA_OK;
   }
-  TRY(strata__comm_post_rank(m->comm, STRATA__COLL_ALLREDUCE, m->rank, q, x, x, count, STRATA_FLOAT32, op, 0,
-                             &m->pending[k]));
+  int rc = strata__comm_post_rank(m->comm, STRATA__COLL_ALLREDUCE, m->rank, q, x, x, count, STRATA_FLOAT32, op, 0,
+                                  &m->pending[k]);
+  strata__trainer_post_end(m->tr);
+  TRY(rc);
   m->n++;
   return strata__comm_wait(m->comm, q, m->pending[k]);
 }

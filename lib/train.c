@@ -419,6 +419,7 @@ static int make_comms(strata_trainer_t tr) {
         rc = strata_comm_info(tr->tp_comm[k], &info);
       for (int t = 0; t < tr->tp && !rc; t++) {
         struct strata__tp_member *m = &tr->tp_member[(k / S * tr->tp + t) * S + k % S];
+        m->tr = tr;
         m->comm = tr->tp_comm[k];
         m->rank = t;
         m->async = info.asynchronous;
@@ -431,7 +432,35 @@ static int make_comms(strata_trainer_t tr) {
   return STRATA_OK;
 }
 
-int strata__trainer_comms_renew(strata_trainer_t tr) { return make_comms(tr); }
+int strata__trainer_comms_renew(strata_trainer_t tr) {
+  TRY(make_comms(tr));
+  pthread_mutex_lock(&tr->abort_lock);
+  tr->aborted = 0;
+  pthread_mutex_unlock(&tr->abort_lock);
+  return STRATA_OK;
+}
+
+void strata__trainer_abort(strata_trainer_t tr, int status, const char *what) {
+  pthread_mutex_lock(&tr->abort_lock);
+  tr->aborted = 1;
+  for (int s = 0; tr->comm && s < tr->tp * tr->nstages; s++)
+    strata_comm_abort(tr->comm[s], status, what);
+  for (int s = 0; tr->tp_comm && s < tr->replicas * tr->nstages; s++)
+    strata_comm_abort(tr->tp_comm[s], status, what);
+  if (tr->comm || tr->tp_comm)
+    tr->comm_stale = 1;
+  pthread_mutex_unlock(&tr->abort_lock);
+}
+
+int strata__trainer_post_begin(strata_trainer_t tr) {
+  pthread_mutex_lock(&tr->abort_lock);
+  if (!tr->aborted)
+    return STRATA_OK;
+  pthread_mutex_unlock(&tr->abort_lock);
+  return strata__error(STRATA_ERR_STATE, "the step failed elsewhere: its collectives were aborted");
+}
+
+void strata__trainer_post_end(strata_trainer_t tr) { pthread_mutex_unlock(&tr->abort_lock); }
 
 /*
 ** The one constructor behind strata_trainer_new, _new_pipeline and
@@ -462,6 +491,7 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
   if (!tr)
     return strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
   tr->t0 = strata__now();
+  pthread_mutex_init(&tr->abort_lock, NULL);
   tr->model = model;
   tr->data = data;
   tr->opt = *opts;
@@ -668,6 +698,7 @@ STRATA_API void strata_trainer_free(strata_trainer_t tr) {
   }
   free(tr->tp_member);
   free(tr->tensor_split);
+  pthread_mutex_destroy(&tr->abort_lock);
   for (int p = 0; tr->pools && p < 2 * strata__stages_all(tr); p++) {
     while (tr->pools[p].n > 0)
       strata_buffer_free(tr->pools[p].free[--tr->pools[p].n]);
@@ -776,9 +807,7 @@ static void *seq_main(void *arg) {
     j->rc = strata__tp_settle(tr, j->chain * tr->nstages + s, NULL, NULL);
   if (j->rc) {
     snprintf(j->msg, sizeof j->msg, "%s", strata_last_error());
-    for (int s = 0; s < tr->nstages; s++) /* the other slices wait in their joins for this one */
-      strata_comm_abort(tr->tp_comm[s], j->rc, j->msg);
-    tr->comm_stale = 1;
+    strata__trainer_abort(tr, j->rc, j->msg); /* the other slices wait in their joins for this one */
   }
   return NULL;
 }
@@ -804,9 +833,7 @@ static int seq_run(strata_trainer_t tr, int slot, const void *inputs, const int3
                                .targets = targets};
     if (pthread_create(&th[t], NULL, seq_main, &jobs[t]) != 0) {
       rc = strata__error(STRATA_ERR_BACKEND, "cannot start a thread for tensor-parallel slice %d", t);
-      for (int s = 0; s < tr->nstages; s++)
-        strata_comm_abort(tr->tp_comm[s], rc, "a slice's thread did not start");
-      tr->comm_stale = 1;
+      strata__trainer_abort(tr, rc, "a slice's thread did not start");
       break;
     }
     started++;

@@ -3,6 +3,8 @@
 #ifndef STRATA__TRAINER_H
 #define STRATA__TRAINER_H
 
+#include <pthread.h>
+
 #include <strata/comm.h>
 #include <strata/schedule.h>
 #include <strata/train.h>
@@ -18,6 +20,7 @@ struct strata__staging;                  /* registry.h */
 /* A sharded stage's joins (its all-reduces with the other slices) posted during an action, until the action's
 ** TP_JOIN accounts for them. */
 struct strata__tp_member {
+  struct strata_trainer *tr;
   strata_comm_t comm;
   int rank;                          /* the slice */
   int async;                         /* the communicator enqueues (else each call waits) */
@@ -69,6 +72,8 @@ struct strata_trainer {
   struct strata__tp_member *tp_member; /* [stages all], tp > 1: each stage's join state */
   int *tensor_split;                 /* [ntensors]: the tensor is cut over the slices (its norm sums theirs) */
   int comm_stale;                    /* a failed step left the communicators' calls out of step */
+  pthread_mutex_t abort_lock;        /* orders every collective's posting against a failure's abort: */
+  int aborted;                       /* the step failed: no member may start a collective its peers left */
   int ndev;                          /* ranks: chain c's pipeline rank p is c x pp + p */
   int *dev;                          /* [ndev]: global device of each rank */
   int *stage_rank;                   /* [stages all] */
@@ -136,6 +141,18 @@ int strata__stage_optimize(strata_trainer_t tr, int s, float gscale, float lr);
 
 /* Make the replicas' communicators anew (after a failed step left them out of step). */
 int strata__trainer_comms_renew(strata_trainer_t tr);
+
+/*
+** A failure: abort every communicator's open collectives (the members
+** waiting in them for this one return its error) and refuse new ones until
+** the communicators are made anew, so that no member waits the timeout for
+** a peer that stopped before calling.
+*/
+void strata__trainer_abort(strata_trainer_t tr, int status, const char *what);
+/* Before posting a collective: STRATA_ERR_STATE when the step has failed (else the lock is held until
+** strata__trainer_post_end). */
+int strata__trainer_post_begin(strata_trainer_t tr);
+void strata__trainer_post_end(strata_trainer_t tr);
 
 /* Write the trace file (all events so far), atomically. */
 int strata__trace_write(strata_trainer_t tr);

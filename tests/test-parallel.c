@@ -685,9 +685,14 @@ Test(parallel, pp2_with_256_microbatches_holds_only_what_is_in_flight) {
   for (int r = 0; r < 2; r++) {
     cr_assert_eq(rep[1].dev[r].peak_inflight, 2 - r, "device %d: %d micro-batches in flight", r,
                  rep[1].dev[r].peak_inflight);
-    cr_assert_eq(rep[1].dev[r].peak_bytes, rep[0].dev[r].peak_bytes, "device %d: peak %llu bytes with 256, %llu with 8",
-                 r, (unsigned long long)rep[1].dev[r].peak_bytes, (unsigned long long)rep[0].dev[r].peak_bytes);
     cr_assert_eq(rep[1].dev[r].activation_bytes, rep[0].dev[r].activation_bytes);
+    /* the peak of live buffers: the same as with 8 but for a receive buffer or two, whose lifetimes overlap as the
+    ** threads happen to run (measured: equal, or 512 bytes apart under load) — not 256 micro-batches' worth */
+    const uint64_t slot = rep[0].dev[r].activation_bytes / (uint64_t)rep[0].dev[r].peak_inflight;
+    cr_assert_leq(rep[1].dev[r].peak_bytes, rep[0].dev[r].peak_bytes + 2 * slot,
+                  "device %d: peak %llu bytes with 256, %llu with 8 (a micro-batch's activations: %llu)", r,
+                  (unsigned long long)rep[1].dev[r].peak_bytes, (unsigned long long)rep[0].dev[r].peak_bytes,
+                  (unsigned long long)slot);
   }
   tc_report_free(&rep[0]);
   tc_report_free(&rep[1]);
