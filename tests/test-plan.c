@@ -7,7 +7,7 @@
 
 #include "common.h"
 
-TestSuite(plan, .timeout = 120);
+TestSuite(plan, .timeout = 600); /* the exhaustive searches run about 10 times slower in the sanitizer build */
 
 /* ---- the simulator ---- */
 
@@ -290,7 +290,7 @@ Test(plan, planner_equals_exhaustive_on_four_like_devices) {
 }
 
 /* 6 layers: every split of them is searched (the sanitizer build runs this about 10 times slower) */
-Test(plan, planner_equals_exhaustive_on_two_fast_and_two_slow, .timeout = 600) {
+Test(plan, planner_equals_exhaustive_on_two_fast_and_two_slow) {
   strata_model_t m = small_gpt(4);
   double f[4] = {2e12, 1e12, 2e12, 1e12};
   uint64_t mem[4] = {64 * GIB, 64 * GIB, 64 * GIB, 64 * GIB};
@@ -313,7 +313,7 @@ Test(plan, planner_equals_exhaustive_when_memory_binds) {
 }
 
 /* 6 layers: every split of them is searched (the sanitizer build runs this about 10 times slower) */
-Test(plan, planner_equals_exhaustive_on_eight_devices_in_two_islands, .timeout = 600) {
+Test(plan, planner_equals_exhaustive_on_eight_devices_in_two_islands) {
   strata_model_t m = small_gpt(4);
   double f[8];
   uint64_t mem[8];
