@@ -23,7 +23,10 @@ struct strata_schedule {
   int devices, stages, microbatches;
   int replicas;                  /* chains of stages / replicas stages each (data-parallel copies x tp) */
   int tp;                        /* tensor-parallel slices: chain c is slice c % tp of replica c / tp */
-  int *stage_device;             /* [stages] */
+  int *stage_tp;                 /* [stages / replicas], or NULL (every stage tp): the slices of each stage of a
+                                 ** chain; stage st of a chain whose slice is at least its degree is held by no
+                                 ** device (the slice c % stage_tp of the same replica stands for it) */
+  int *stage_device;             /* [stages]: a stage held by no device names its stand-in's */
   int *counts;                   /* [devices] */
   int *caps;                     /* [devices], allocated room of each list */
   struct strata_action **lists;  /* [devices], lists[d] holds counts[d] actions */
@@ -65,10 +68,27 @@ static int strata__chain(const struct strata_schedule *s) { return s->stages / s
 static int strata__has_prev(const struct strata_schedule *s, int st) { return st % strata__chain(s) != 0; }
 static int strata__has_next(const struct strata_schedule *s, int st) { return (st + 1) % strata__chain(s) != 0; }
 
+/*
+** Tensor-parallel degree per stage. Chain c's stage at position j (st = c x chain + j) is slice c % tp of its
+** replica; when the stage's own degree is smaller, no device holds it, and the slice (c % tp) % degree of the same
+** replica — its owner — stands for it: it receives from that one and sends to it. A send fans out to every stage of
+** the neighbouring position that it stands for.
+*/
+static int strata__tp_at(const struct strata_schedule *s, int st) {
+  return s->stage_tp ? s->stage_tp[st % strata__chain(s)] : s->tp;
+}
+static int strata__held(const struct strata_schedule *s, int st) {
+  return st / strata__chain(s) % s->tp < strata__tp_at(s, st);
+}
+static int strata__owner(const struct strata_schedule *s, int st) {
+  const int chain = strata__chain(s), c = st / chain;
+  return ((c / s->tp) * s->tp + (c % s->tp) % strata__tp_at(s, st)) * chain + st % chain;
+}
+
 /* The group of collective `kind` at `stage`: its size, and the stage of its i-th member — the same stage of the
 ** same slice of every replica (gradient collectives), or of every slice of the same replica (tp joins). */
-static int strata__group_size(const struct strata_schedule *s, int kind) {
-  return strata__tp_join(kind) ? s->tp : strata__dp(s);
+static int strata__group_size(const struct strata_schedule *s, int kind, int stage) {
+  return strata__tp_join(kind) ? strata__tp_at(s, stage) : strata__dp(s);
 }
 static int strata__member(const struct strata_schedule *s, int kind, int stage, int i) {
   const int chain = strata__chain(s), c = stage / chain, base = stage % chain;
@@ -120,6 +140,7 @@ STRATA_API void strata_schedule_free(strata_schedule_t s) {
   free(s->caps);
   free(s->counts);
   free(s->stage_device);
+  free(s->stage_tp);
   free(s);
 }
 
@@ -335,15 +356,42 @@ STRATA_API int strata_schedule_generate_hybrid(int kind, int devices, int microb
   if (!out)
     return strata__error(STRATA_ERR_INVALID, "strata_schedule_generate_hybrid: NULL out");
   *out = NULL;
+  if (devices < 1 || devices > (1 << 20))
+    return strata__error(STRATA_ERR_INVALID, "strata_schedule_generate: %d devices (need 1 .. %d)", devices, 1 << 20);
+  int *each = malloc((size_t)devices * sizeof *each);
+  if (!each)
+    return strata__error(STRATA_ERR_NOMEM, "strata_schedule_generate_hybrid: out of memory");
+  for (int d = 0; d < devices; d++)
+    each[d] = tp;
+  int rc = strata_schedule_generate_hybrid_ranks(kind, devices, microbatches, virtual_stages, replicas, each, zero, out);
+  free(each);
+  return rc;
+}
+
+STRATA_API int strata_schedule_generate_hybrid_ranks(int kind, int devices, int microbatches, int virtual_stages,
+                                                     int replicas, const int *tp, int zero, strata_schedule_t *out) {
+  if (!out || !tp)
+    return strata__error(STRATA_ERR_INVALID, "strata_schedule_generate_hybrid: NULL %s", out ? "tp" : "out");
+  *out = NULL;
   if (replicas < 1 || replicas > (1 << 16))
     return strata__error(STRATA_ERR_INVALID, "strata_schedule_generate_hybrid: %d replicas", replicas);
-  if (tp < 1 || tp > (1 << 16))
-    return strata__error(STRATA_ERR_INVALID, "strata_schedule_generate_hybrid: %d tensor-parallel slices", tp);
+  if (devices < 1 || devices > (1 << 20))
+    return strata__error(STRATA_ERR_INVALID, "strata_schedule_generate: %d devices (need 1 .. %d)", devices, 1 << 20);
+  int T = 1, uniform = 1;
+  int64_t per_replica = 0;
+  for (int d = 0; d < devices; d++) {
+    if (tp[d] < 1 || tp[d] > (1 << 16))
+      return strata__error(STRATA_ERR_INVALID, "strata_schedule_generate_hybrid: %d tensor-parallel slices on pipeline "
+                           "rank %d", tp[d], d);
+    T = tp[d] > T ? tp[d] : T;
+    uniform &= tp[d] == tp[0];
+    per_replica += tp[d];
+  }
   if (zero && replicas < 2)
     return strata__error(STRATA_ERR_INVALID, "strata_schedule_generate_hybrid: ZeRO-1 needs at least 2 replicas");
   strata_schedule_t base;
   TRY(strata_schedule_generate(kind, devices, microbatches, virtual_stages, &base));
-  const int chains = replicas * tp;
+  const int chains = replicas * T;
   if (chains == 1) {
     *out = base;
     return STRATA_OK;
@@ -351,22 +399,34 @@ STRATA_API int strata_schedule_generate_hybrid(int kind, int devices, int microb
   uint64_t actions = 0;
   for (int d = 0; d < base->devices; d++)
     actions += 2u * (uint64_t)base->counts[d] + 2u * (uint64_t)base->stages;
-  if (actions * (uint64_t)chains > STRATA__SCHEDULE_MAX_ACTIONS || (uint64_t)devices * (uint64_t)chains > INT32_MAX) {
+  if (actions * (uint64_t)chains > STRATA__SCHEDULE_MAX_ACTIONS || per_replica * replicas > INT32_MAX) {
     strata_schedule_free(base);
     return strata__error(STRATA_ERR_RANGE, "strata_schedule_generate_hybrid: %d x %d chains of %d devices is too large",
-                         replicas, tp, devices);
+                         replicas, T, devices);
   }
-  struct strata_schedule *s = strata__schedule_alloc(kind, devices * chains, base->stages * chains, microbatches);
-  if (!s) {
+  const int ndev = (int)(per_replica * replicas), S = base->stages;
+  struct strata_schedule *s = strata__schedule_alloc(kind, ndev, S * chains, microbatches);
+  /* each (chain, pipeline rank)'s device, -1 where the rank has fewer slices: replica-major, then slice, then rank */
+  int *dev_of = malloc((size_t)chains * (size_t)devices * sizeof *dev_of);
+  if (s && !uniform)
+    s->stage_tp = malloc((size_t)S * sizeof *s->stage_tp);
+  if (!s || !dev_of || (!uniform && !s->stage_tp)) {
+    free(dev_of);
+    strata_schedule_free(s);
     strata_schedule_free(base);
     return strata__error(STRATA_ERR_NOMEM, "strata_schedule_generate_hybrid: out of memory");
   }
   s->replicas = chains;
-  s->tp = tp;
-  const int S = base->stages;
+  s->tp = T;
+  for (int j = 0; s->stage_tp && j < S; j++)
+    s->stage_tp[j] = tp[base->stage_device[j]];
+  for (int r = 0, next = 0; r < replicas; r++)
+    for (int t = 0; t < T; t++)
+      for (int d = 0; d < devices; d++)
+        dev_of[(r * T + t) * devices + d] = t < tp[d] ? next++ : -1;
   for (int c = 0; c < chains; c++)
     for (int st = 0; st < S; st++)
-      s->stage_device[c * S + st] = c * devices + base->stage_device[st];
+      s->stage_device[c * S + st] = dev_of[(strata__owner(s, c * S + st) / S) * devices + base->stage_device[st]];
   int rc = STRATA_OK;
   for (int d = 0; d < devices && !rc; d++) {
     const struct strata_action *l = base->lists[d];
@@ -376,14 +436,21 @@ STRATA_API int strata_schedule_generate_hybrid(int kind, int devices, int microb
       if (l[i].kind == STRATA_ACTION_OPTIMIZER)
         last_opt = i;
     for (int c = 0; c < chains && !rc; c++) {
-      const int dd = c * devices + d;
+      const int dd = dev_of[c * devices + d];
+      if (dd < 0)
+        continue; /* this rank has fewer slices */
       for (int i = 0; i < n && !rc; i++) {
         const struct strata_action *a = &l[i];
         const int st = c * S + a->stage;
-        rc = strata__push(s, dd, a->kind, st, a->microbatch);
-        if (!rc && tp > 1 && a->kind == STRATA_ACTION_FORWARD)
+        /* a send only to a stage this slice holds: the neighbour's slices that this one stands for receive it too */
+        int keep = !((a->kind == STRATA_ACTION_SEND_ACT && !strata__held(s, st + 1)) ||
+                     (a->kind == STRATA_ACTION_SEND_GRAD && !strata__held(s, st - 1)));
+        if (keep)
+          rc = strata__push(s, dd, a->kind, st, a->microbatch);
+        const int joins = tp[d] > 1;
+        if (!rc && joins && a->kind == STRATA_ACTION_FORWARD)
           rc = strata__push(s, dd, STRATA_ACTION_TP_JOIN_FORWARD, st, a->microbatch);
-        if (!rc && tp > 1 && (a->kind == STRATA_ACTION_BACKWARD || a->kind == STRATA_ACTION_BACKWARD_INPUT))
+        if (!rc && joins && (a->kind == STRATA_ACTION_BACKWARD || a->kind == STRATA_ACTION_BACKWARD_INPUT))
           rc = strata__push(s, dd, STRATA_ACTION_TP_JOIN_BACKWARD, st, a->microbatch);
         if (!rc && a->kind == STRATA_ACTION_OPTIMIZER && zero && i == last_opt)
           /* after the device's last OPTIMIZER, which updates all its stages: every stage's gather, in the order
@@ -401,7 +468,8 @@ STRATA_API int strata_schedule_generate_hybrid(int kind, int devices, int microb
         if (last) {
           /* after the send of its input gradient, if that comes right after it */
           if (i + 1 < n && l[i + 1].kind == STRATA_ACTION_SEND_GRAD && l[i + 1].stage == a->stage) {
-            rc = strata__push(s, dd, l[i + 1].kind, st, l[i + 1].microbatch);
+            if (strata__held(s, st - 1))
+              rc = strata__push(s, dd, l[i + 1].kind, st, l[i + 1].microbatch);
             i++;
           }
           if (!rc)
@@ -410,6 +478,7 @@ STRATA_API int strata_schedule_generate_hybrid(int kind, int devices, int microb
       }
     }
   }
+  free(dev_of);
   strata_schedule_free(base);
   if (rc) {
     strata_schedule_free(s);
@@ -564,6 +633,45 @@ STRATA_API int strata_schedule_stage_device(strata_schedule_t s, int stage) {
   return s->stage_device[stage];
 }
 
+STRATA_API int strata_schedule_stage_tp(strata_schedule_t s, int stage) {
+  if (!s || stage < 0 || stage >= s->stages)
+    return 0;
+  return strata__tp_at(s, stage);
+}
+
+STRATA_API int strata_schedule_stage_held(strata_schedule_t s, int stage) {
+  if (!s || stage < 0 || stage >= s->stages)
+    return 0;
+  return strata__held(s, stage);
+}
+
+STRATA_API int strata_schedule_stage_owner(strata_schedule_t s, int stage) {
+  if (!s || stage < 0 || stage >= s->stages)
+    return -1;
+  return strata__owner(s, stage);
+}
+
+STRATA_API int strata_schedule_with_lists(strata_schedule_t like, const struct strata_action *const *lists,
+                                          const int *counts, strata_schedule_t *out) {
+  if (!like || !out)
+    return strata__error(STRATA_ERR_INVALID, "strata_schedule_with_lists: NULL argument");
+  *out = NULL;
+  strata_schedule_t s;
+  TRY(strata_schedule_from_hybrid_lists(like->replicas / like->tp, like->tp, like->devices, like->stages,
+                                        like->microbatches, like->stage_device, lists, counts, &s));
+  s->kind = like->kind;
+  const int chain = strata__chain(like);
+  if (like->stage_tp) {
+    if (!(s->stage_tp = malloc((size_t)chain * sizeof *s->stage_tp))) {
+      strata_schedule_free(s);
+      return strata__error(STRATA_ERR_NOMEM, "strata_schedule_with_lists: out of memory");
+    }
+    memcpy(s->stage_tp, like->stage_tp, (size_t)chain * sizeof *s->stage_tp);
+  }
+  *out = s;
+  return STRATA_OK;
+}
+
 STRATA_API const struct strata_action *strata_schedule_actions(strata_schedule_t s, int device, int *count) {
   if (!s || device < 0 || device >= s->devices) {
     if (count)
@@ -658,26 +766,28 @@ static int strata__deps(const struct strata__index *x, const struct strata_actio
   switch (a->kind) {
   case STRATA_ACTION_FORWARD:
     if (strata__has_prev(s, st)) {
-      if (s->stage_device[st - 1] == s->stage_device[st])
-        STRATA__DEP(STRATA_ACTION_FORWARD, st - 1);
+      const int prev = strata__owner(s, st - 1);
+      if (s->stage_device[prev] == s->stage_device[st])
+        STRATA__DEP(STRATA_ACTION_FORWARD, prev);
       else
         STRATA__DEP(STRATA_ACTION_RECV_ACT, st);
     }
     break;
   case STRATA_ACTION_SEND_ACT: STRATA__DEP(STRATA_ACTION_FORWARD, st); break;
-  case STRATA_ACTION_RECV_ACT: STRATA__DEP(STRATA_ACTION_SEND_ACT, st - 1); break;
+  case STRATA_ACTION_RECV_ACT: STRATA__DEP(STRATA_ACTION_SEND_ACT, strata__owner(s, st - 1)); break;
   case STRATA_ACTION_BACKWARD:
   case STRATA_ACTION_BACKWARD_INPUT:
     STRATA__DEP(STRATA_ACTION_FORWARD, st);
     if (strata__has_next(s, st)) {
-      if (s->stage_device[st + 1] == s->stage_device[st])
-        STRATA__DEP(strata__backward_kind(x, st + 1, mb), st + 1);
+      const int next = strata__owner(s, st + 1);
+      if (s->stage_device[next] == s->stage_device[st])
+        STRATA__DEP(strata__backward_kind(x, next, mb), next);
       else
         STRATA__DEP(STRATA_ACTION_RECV_GRAD, st);
     }
     break;
   case STRATA_ACTION_SEND_GRAD: STRATA__DEP(strata__backward_kind(x, st, mb), st); break;
-  case STRATA_ACTION_RECV_GRAD: STRATA__DEP(STRATA_ACTION_SEND_GRAD, st + 1); break;
+  case STRATA_ACTION_RECV_GRAD: STRATA__DEP(STRATA_ACTION_SEND_GRAD, strata__owner(s, st + 1)); break;
   case STRATA_ACTION_BACKWARD_WEIGHT: STRATA__DEP(STRATA_ACTION_BACKWARD_INPUT, st); break;
   case STRATA_ACTION_PARAM_GATHER:
     deps[n++] = (struct strata_action){.kind = STRATA_ACTION_OPTIMIZER, .stage = st, .microbatch = -1};
@@ -717,6 +827,9 @@ static int strata__check_lists(const struct strata__index *x) {
       const struct strata_action *a = &s->lists[d][i];
       const int st = a->stage, home = s->stage_device[st];
       strata__action_str(a, b1);
+      if (!strata__held(s, st))
+        return strata__error(STRATA_ERR_INVALID, "dev %d #%d %s: no device holds stage %d (slice %d of a stage cut in "
+                             "%d)", d, i, b1, st, st / strata__chain(s) % s->tp, strata__tp_at(s, st));
       if (home != d)
         return strata__error(STRATA_ERR_INVALID, "dev %d #%d %s: stage %d is on dev %d, not here", d, i, b1, st, home);
       int other = -1;
@@ -727,6 +840,12 @@ static int strata__check_lists(const struct strata__index *x) {
       case STRATA_ACTION_SEND_GRAD: other = st - 1; break;
       default: break;
       }
+      if ((a->kind == STRATA_ACTION_SEND_ACT || a->kind == STRATA_ACTION_SEND_GRAD) && other >= 0 &&
+          other / strata__chain(s) == st / strata__chain(s) && !strata__held(s, other))
+        return strata__error(STRATA_ERR_INVALID, "dev %d #%d %s: no device holds stage %d of this slice: another slice "
+                             "sends there", d, i, b1, other);
+      if (other >= 0 && other / strata__chain(s) == st / strata__chain(s))
+        other = strata__owner(s, other);
       if ((a->kind == STRATA_ACTION_RECV_ACT || a->kind == STRATA_ACTION_SEND_GRAD) && !strata__has_prev(s, st))
         return strata__error(STRATA_ERR_INVALID, "dev %d #%d %s: stage %d has no stage before it in its replica", d, i,
                              b1, st);
@@ -736,9 +855,9 @@ static int strata__check_lists(const struct strata__index *x) {
       if (strata__grad_collective(a->kind) && strata__dp(s) == 1)
         return strata__error(STRATA_ERR_INVALID, "dev %d #%d %s: a gradient collective in a schedule of one replica", d,
                              i, b1);
-      if (strata__tp_join(a->kind) && s->tp == 1)
-        return strata__error(STRATA_ERR_INVALID, "dev %d #%d %s: a tensor-parallel join in a schedule without slices",
-                             d, i, b1);
+      if (strata__tp_join(a->kind) && strata__tp_at(s, st) == 1)
+        return strata__error(STRATA_ERR_INVALID, "dev %d #%d %s: a tensor-parallel join %s", d, i, b1,
+                             s->tp == 1 ? "in a schedule without slices" : "of a stage that is not cut");
       if (strata__tp_join(a->kind)) {
         /* right after the work it joins: the executor runs the joins inside it */
         int want = a->kind == STRATA_ACTION_TP_JOIN_FORWARD ? STRATA_ACTION_FORWARD : -1;
@@ -765,6 +884,15 @@ static int strata__check_lists(const struct strata__index *x) {
   for (int st = 0; st < S; st++) {
     const int home = s->stage_device[st];
     const int cut_next = strata__has_next(s, st) && s->stage_device[st + 1] != home;
+    if (!strata__held(s, st)) {
+      /* stood for by another slice: the next stage of this slice, if held, receives from that one */
+      for (int mb = 0; cut_next && strata__held(s, st + 1) && mb < M; mb++)
+        if (!x->count[strata__key(s, STRATA_ACTION_RECV_ACT, st + 1, mb)])
+          return strata__error(STRATA_ERR_INVALID, "missing RA%d.%d on dev %d (its input comes from stage %d on dev %d)",
+                               st + 1, mb, s->stage_device[st + 1], st, home);
+      continue;
+    }
+    const int next_held = strata__has_next(s, st) && strata__held(s, st + 1);
     for (int mb = 0; mb < M; mb++) {
       const int nf = x->count[strata__key(s, STRATA_ACTION_FORWARD, st, mb)];
       const int nb = x->count[strata__key(s, STRATA_ACTION_BACKWARD, st, mb)];
@@ -782,7 +910,7 @@ static int strata__check_lists(const struct strata__index *x) {
         return strata__error(STRATA_ERR_INVALID, "missing W%d.%d after BI%d.%d on dev %d", st, mb, st, mb, home);
       if (!nb && !nbi)
         return strata__error(STRATA_ERR_INVALID, "W%d.%d on dev %d has no BI%d.%d", st, mb, home, st, mb);
-      if (s->tp > 1)
+      if (strata__tp_at(s, st) > 1)
         for (int k = STRATA_ACTION_TP_JOIN_FORWARD; k <= STRATA_ACTION_TP_JOIN_BACKWARD; k++)
           if (!x->count[strata__key(s, k, st, mb)])
             return strata__error(STRATA_ERR_INVALID, "missing %s%d.%d on dev %d: slice %d of stage %d does not join the "
@@ -795,12 +923,12 @@ static int strata__check_lists(const struct strata__index *x) {
       const struct {
         int kind, stage, dev;
       } need[4] = {
+        {STRATA_ACTION_RECV_GRAD, st, home},
         {STRATA_ACTION_SEND_ACT, st, home},
         {STRATA_ACTION_RECV_ACT, st + 1, next},
         {STRATA_ACTION_SEND_GRAD, st + 1, next},
-        {STRATA_ACTION_RECV_GRAD, st, home},
       };
-      for (int j = 0; j < 4; j++)
+      for (int j = 0; j < (next_held ? 4 : 1); j++)
         if (!x->count[strata__key(s, need[j].kind, need[j].stage, mb)])
           return strata__error(STRATA_ERR_INVALID, "missing %s%d.%d on dev %d (stage %d is on dev %d, stage %d on dev %d)",
                                strata_action_label(need[j].kind), need[j].stage, mb, need[j].dev, st, home, st + 1,
@@ -938,7 +1066,7 @@ static int strata__run(struct strata__index *x, const double *cost, double *busy
           /* arrive, and complete once every member's device has */
           if (x->arrive[self] < 0)
             x->arrive[self] = ready;
-          const int g = strata__group_size(s, a->kind);
+          const int g = strata__group_size(s, a->kind, a->stage);
           double last = 0;
           int all = 1;
           for (int r = 0; r < g && all; r++) {
@@ -980,7 +1108,7 @@ static int strata__run(struct strata__index *x, const double *cost, double *busy
     int replica_wait = 0;
     if (strata__collective(a->kind) && x->arrive[strata__key(s, a->kind, a->stage, a->microbatch)] >= 0) {
       /* here already: waits for a member that is not */
-      const int g = strata__group_size(s, a->kind);
+      const int g = strata__group_size(s, a->kind, a->stage);
       for (int r = 0; r < g && !replica_wait; r++) {
         int m = strata__member(s, a->kind, a->stage, r);
         if (x->arrive[strata__key(s, a->kind, m, a->microbatch)] < 0) {

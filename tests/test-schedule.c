@@ -761,3 +761,91 @@ Test(schedule, a_thousand_device_hybrid_validates) {
   cr_assert_float_eq(b, 7.0 / 23.0, 1e-9, "1F1B p=8 m=16: (p-1)/(m+p-1), got %g", b);
   strata_schedule_free(s);
 }
+
+/* A tp degree per pipeline rank: every kind, 2 and 3 ranks, several degree lists, dp 1 and 2 (with and without ZeRO)
+** — each validates, holds dp x sum(tp) devices, has the pipeline's bubble, and a stage of a narrower rank is held by
+** no device and stood for by slice t % degree. */
+Test(schedule, a_tp_degree_per_rank_validates) {
+  const int kinds[] = {STRATA_SCHEDULE_GPIPE, STRATA_SCHEDULE_1F1B, STRATA_SCHEDULE_ZB_H1, STRATA_SCHEDULE_INTERLEAVED};
+  const int degrees[][3] = {{2, 1, 0}, {1, 2, 0}, {4, 2, 0}, {2, 1, 2}, {1, 2, 4}, {3, 1, 2}};
+  for (int k = 0; k < 4; k++)
+    for (int g = 0; g < 6; g++)
+      for (int dp = 1; dp <= 2; dp++)
+        for (int zero = 0; zero <= (dp > 1); zero++) {
+          const int *tp = degrees[g], p = tp[2] ? 3 : 2, m = 2 * p;
+          const int v = kinds[k] == STRATA_SCHEDULE_INTERLEAVED ? 2 : 0, sum = tp[0] + tp[1] + (p == 3 ? tp[2] : 0);
+          int top = 0;
+          for (int d = 0; d < p; d++)
+            top = tp[d] > top ? tp[d] : top;
+          strata_schedule_t s = NULL;
+          OK(strata_schedule_generate_hybrid_ranks(kinds[k], p, m, v, dp, tp, zero, &s));
+          int rc = strata_schedule_validate(s);
+          cr_assert_eq(rc, STRATA_OK, "%s tp %d,%d,%d dp %d zero %d: %s", strata_schedule_kind_name(kinds[k]), tp[0],
+                       tp[1], tp[2], dp, zero, strata_last_error());
+          cr_assert_eq(strata_schedule_devices(s), dp * sum);
+          cr_assert_eq(strata_schedule_tp(s), top);
+          cr_assert_eq(strata_schedule_replicas(s), dp);
+          const int chain = strata_schedule_stages(s) / (dp * top);
+          for (int st = 0; st < strata_schedule_stages(s); st++) {
+            int c = st / chain, j = st % chain, deg = tp[j % p];
+            cr_assert_eq(strata_schedule_stage_tp(s, st), deg);
+            cr_assert_eq(strata_schedule_stage_held(s, st), c % top < deg);
+            cr_assert_eq(strata_schedule_stage_owner(s, st), (c / top * top + c % top % deg) * chain + j);
+            int n = 0, d = strata_schedule_stage_device(s, st), forwards = 0;
+            const struct strata_action *a = strata_schedule_actions(s, d, &n);
+            for (int i = 0; i < n; i++)
+              forwards += a[i].stage == st && a[i].kind == STRATA_ACTION_FORWARD;
+            cr_assert_eq(forwards, c % top < deg ? m : 0, "stage %d: %d forwards on dev %d", st, forwards, d);
+          }
+          strata_schedule_t b = gen(kinds[k], p, m, v);
+          cr_assert(fabs(bubble_of(s) - bubble_of(b)) < 1e-12, "%s tp %d,%d,%d dp %d", strata_schedule_kind_name(kinds[k]),
+                    tp[0], tp[1], tp[2], dp);
+          strata_schedule_free(b);
+          strata_schedule_free(s);
+        }
+}
+
+/* pp 2 with tp 2,1 over 2 micro-batches of 1F1B, by hand: devices 0 (slice 0 of rank 0), 1 (rank 1), 2 (slice 1 of
+** rank 0). Rank 1's one stage takes slice 0's activations only and sends its input gradient to both slices; slice 1
+** sends nothing forward. */
+Test(schedule, tp_2_1_lists_by_hand) {
+  strata_schedule_t s = NULL;
+  OK(strata_schedule_generate_hybrid_ranks(STRATA_SCHEDULE_1F1B, 2, 2, 0, 1, (const int[]){2, 1}, 0, &s));
+  char *text = NULL;
+  OK(strata_schedule_to_text(s, &text));
+  cr_assert_str_eq(text, "dev 0: F0.0 TJF0.0 SA0.0 F0.1 TJF0.1 SA0.1 RG0.0 B0.0 TJB0.0 RG0.1 B0.1 TJB0.1 OPT0\n"
+                         "dev 1: RA1.0 F1.0 B1.0 SG1.0 RA1.1 F1.1 B1.1 SG1.1 OPT1\n"
+                         "dev 2: F2.0 TJF2.0 F2.1 TJF2.1 RG2.0 B2.0 TJB2.0 RG2.1 B2.1 TJB2.1 OPT2\n");
+  free(text);
+  cr_assert_eq(strata_schedule_stage_device(s, 3), 1, "stage 3 (slice 1 of rank 1) stands for stage 1");
+  struct lists l;
+  lists_from(&l, s);
+  strata_schedule_t t = NULL;
+  OK(strata_schedule_with_lists(s, (const struct strata_action *const *)l.list, l.counts, &t));
+  OK(strata_schedule_validate(t));
+  strata_schedule_free(t);
+  /* slice 1 never receives the gradient of micro-batch 1 */
+  lists_remove(&l, 2, lists_find(&l, 2, STRATA_ACTION_RECV_GRAD, 2, 1));
+  OK(strata_schedule_with_lists(s, (const struct strata_action *const *)l.list, l.counts, &t));
+  cr_assert_eq(strata_schedule_validate(t), STRATA_ERR_INVALID);
+  cr_assert_not_null(strstr(strata_last_error(), "missing RG2.1"), "%s", strata_last_error());
+  strata_schedule_free(t);
+  lists_free(&l);
+  /* slice 1 sends its activations to a stage no device holds */
+  lists_from(&l, s);
+  lists_insert(&l, 2, lists_find(&l, 2, STRATA_ACTION_FORWARD, 2, 0) + 2, act(STRATA_ACTION_SEND_ACT, 2, 0));
+  OK(strata_schedule_with_lists(s, (const struct strata_action *const *)l.list, l.counts, &t));
+  cr_assert_eq(strata_schedule_validate(t), STRATA_ERR_INVALID);
+  cr_assert_not_null(strstr(strata_last_error(), "no device holds stage 3"), "%s", strata_last_error());
+  strata_schedule_free(t);
+  lists_free(&l);
+  /* a join on the stage that is not cut */
+  lists_from(&l, s);
+  lists_insert(&l, 1, lists_find(&l, 1, STRATA_ACTION_FORWARD, 1, 0) + 1, act(STRATA_ACTION_TP_JOIN_FORWARD, 1, 0));
+  OK(strata_schedule_with_lists(s, (const struct strata_action *const *)l.list, l.counts, &t));
+  cr_assert_eq(strata_schedule_validate(t), STRATA_ERR_INVALID);
+  cr_assert_not_null(strstr(strata_last_error(), "not cut"), "%s", strata_last_error());
+  strata_schedule_free(t);
+  lists_free(&l);
+  strata_schedule_free(s);
+}

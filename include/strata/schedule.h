@@ -121,6 +121,22 @@ STRATA_API int strata_schedule_generate_replicated(int kind, int devices, int mi
 */
 STRATA_API int strata_schedule_generate_hybrid(int kind, int devices, int microbatches, int virtual_stages,
                                                int replicas, int tp, int zero, strata_schedule_t *out /* OUT */);
+/*
+** As strata_schedule_generate_hybrid with a tp degree per pipeline rank:
+** tp[d] slices on rank d (devices entries). Each replica holds sum(tp)
+** devices, numbered replica by replica, then slice by slice, then rank by
+** rank (slice t's ranks those with more than t slices). Chain c = replica x
+** max(tp) + slice still names every stage, but a stage whose slice is at
+** least its rank's degree is held by no device: the slice slice % degree of
+** the same replica stands for it (strata_schedule_stage_owner). A send goes
+** to every stage of the neighbouring rank that it stands for: the input of
+** a rank with more slices than the one before comes from that rank's slice
+** t % degree, and only the slices of a wider rank that the next one holds
+** send to it. Uniform tp is strata_schedule_generate_hybrid's schedule.
+*/
+STRATA_API int strata_schedule_generate_hybrid_ranks(int kind, int devices, int microbatches, int virtual_stages,
+                                                     int replicas, const int *tp, int zero,
+                                                     strata_schedule_t *out /* OUT */);
 /* As strata_schedule_from_lists, for `replicas` chains of stages/replicas stages each. */
 STRATA_API int strata_schedule_from_replica_lists(int replicas, int devices, int stages, int microbatches,
                                                   const int *stage_device, const struct strata_action *const *lists,
@@ -149,6 +165,15 @@ STRATA_API int strata_schedule_stage_device(strata_schedule_t s, int stage);
 /* Data-parallel replicas (1 for a plain pipeline) and tensor-parallel slices (1 without tp). */
 STRATA_API int strata_schedule_replicas(strata_schedule_t s);
 STRATA_API int strata_schedule_tp(strata_schedule_t s);
+/* A stage's tensor-parallel degree (its pipeline rank's), whether a device holds it (0: another slice stands for
+** it, see strata_schedule_generate_hybrid_ranks) and the stage that does (itself when held); 0 / -1 out of range. */
+STRATA_API int strata_schedule_stage_tp(strata_schedule_t s, int stage);
+STRATA_API int strata_schedule_stage_held(strata_schedule_t s, int stage);
+STRATA_API int strata_schedule_stage_owner(strata_schedule_t s, int stage);
+/* A schedule of the shape of `like` (devices, stages, replicas, slices, placement) with other lists: for tests and
+** hand-edited schedules. Checks the shape as strata_schedule_from_lists does. */
+STRATA_API int strata_schedule_with_lists(strata_schedule_t like, const struct strata_action *const *lists,
+                                          const int *counts, strata_schedule_t *out /* OUT */);
 /* Device d's actions: a pointer valid while `s` lives, and their number. */
 STRATA_API const struct strata_action *strata_schedule_actions(strata_schedule_t s, int device, int *count /* OUT */);
 
