@@ -57,6 +57,7 @@ struct exec {
   int opt_arrived;
   int opt_ready;
   int chain;                 /* stages per replica */
+  int held;                  /* stages some device holds (each has an OPTIMIZER) */
   void **done;               /* [S]: the completion of each stage's gradient reduce-scatter (ZeRO), until its OPTIMIZER */
   double *done_post;         /* [S]: when it was posted */
   struct buckets *bk;        /* [S]: data parallelism: each stage's gradient buckets */
@@ -87,6 +88,21 @@ struct buckets {
 };
 
 static int rank_of(const struct exec *ex, int s) { return ex->tr->stage_rank[s]; }
+
+int strata__stage_consumers(const struct strata_trainer *tr, int s, int dir, int *out) {
+  const int S = tr->nstages, j = s % S + (dir == 0 ? 1 : -1);
+  if (j < 0 || j >= S || !strata__stage_held(tr, s - s % S + j))
+    return 0; /* an edge of the chain, or the neighbour of this slice is stood for by another */
+  const int c0 = s / S / tr->tp * tr->tp, me = s / S % tr->tp, deg = tr->tps[j], mine = tr->tps[s % S];
+  int n = 0;
+  for (int u = 0; u < deg; u++)
+    if (u % mine == me) {
+      if (out)
+        out[n] = (c0 + u) * S + j;
+      n++;
+    }
+  return n;
+}
 
 /* Record the first failure; every waiting thread wakes up and stops. */
 static void fail(struct exec *ex, int status, const char *what) {
@@ -127,7 +143,7 @@ static void drop(struct exec *ex, int s, int mb, int what) {
 /* Free the slots of this rank's stages that nothing holds any more. */
 static void release_pending(struct exec *ex, int rank) {
   for (int s = 0; s < ex->S; s++) {
-    if (rank_of(ex, s) != rank)
+    if (rank_of(ex, s) != rank || !strata__stage_held(ex->tr, s))
       continue;
     for (int mb = 0; mb < ex->m; mb++) {
       int k = s * ex->m + mb;
@@ -231,10 +247,10 @@ int strata__pool_put(struct strata__pool *pool, strata_buffer_t b) {
 
 int strata__pipeline_prefill(strata_trainer_t tr) {
   for (int s = 0; tr->sched && s < strata__stages_all(tr); s++) {
-    for (int dir = 0; dir < 2; dir++) {
-      int peer = dir == 0 ? s - 1 : s + 1;
+    for (int dir = 0; dir < 2 && strata__stage_held(tr, s); dir++) {
       if (dir == 0 ? strata__stage_first(tr, s) : strata__stage_last(tr, s))
         continue;
+      const int peer = strata__stage_owner(tr, dir == 0 ? s - 1 : s + 1);
       if (tr->stage_rank[peer] == tr->stage_rank[s])
         continue;
       int k = 1;
@@ -312,8 +328,8 @@ static int do_forward(struct exec *ex, int rank, int s, int mb) {
   ** gradients: the backward pass, and the previous stage taking the input gradient */
   const int first = strata__stage_first(tr, s), last = strata__stage_last(tr, s);
   const int mbi = strata__stage_replica(tr, s) * ex->m + mb; /* the replica's micro-batch among the step's */
-  ex->hold_act[k] = 1 + (!last && rank_of(ex, s + 1) != rank);
-  ex->hold_grad[k] = 1 + !first;
+  ex->hold_act[k] = 1 + (!last && rank_of(ex, s + 1) != rank ? strata__stage_consumers(tr, s, 0, NULL) : 0);
+  ex->hold_grad[k] = 1 + (first ? 0 : rank_of(ex, s - 1) == rank ? 1 : strata__stage_consumers(tr, s, 1, NULL));
   if (++ex->inflight[s] > ex->peak[s])
     ex->peak[s] = ex->inflight[s];
   pthread_mutex_unlock(&ex->lock);
@@ -322,7 +338,8 @@ static int do_forward(struct exec *ex, int rank, int s, int mb) {
   if (first) {
     TRY(strata_buffer_write(st->q, in.buf, in.off * 4, tr->inputs[mbi], tr->in_elems * 4));
   } else if (rank_of(ex, s - 1) == rank) {
-    strata_mem_t o = strata__stage_output(tr->st[s - 1], slot_of(ex, s - 1, mb));
+    const int prev = strata__stage_owner(tr, s - 1);
+    strata_mem_t o = strata__stage_output(tr->st[prev], slot_of(ex, prev, mb));
     TRY(strata_buffer_copy(st->q, in.buf, in.off * 4, o.buf, o.off * 4, in_bytes));
   } else {
     struct msg *mg = &ex->act[k];
@@ -353,10 +370,11 @@ static int do_backward(struct exec *ex, int rank, int kind, int s, int mb, int l
     strata_mem_t go = strata__stage_grad_output(st, slot_of(ex, s, mb));
     size_t bytes = strata__stage_out_floats(st) * 4;
     if (rank_of(ex, s + 1) == rank) {
-      strata_mem_t gi = strata__stage_grad_input(tr->st[s + 1], slot_of(ex, s + 1, mb));
+      const int next = strata__stage_owner(tr, s + 1);
+      strata_mem_t gi = strata__stage_grad_input(tr->st[next], slot_of(ex, next, mb));
       TRY(strata_buffer_copy(st->q, go.buf, go.off * 4, gi.buf, gi.off * 4, bytes));
       TRY(strata_queue_finish(st->q));
-      drop(ex, s + 1, mb, GRAD);
+      drop(ex, next, mb, GRAD);
     } else {
       struct msg *mg = &ex->grad[s * ex->m + mb];
       if (!mg->posted)
@@ -451,7 +469,7 @@ static int do_optimizer(struct exec *ex, int rank, int s, int last_on_rank) {
   if (tr->zero || strata__stage_replica(tr, s) == 0)
     TRY(strata__stage_sumsq(tr, s));
   pthread_mutex_lock(&ex->lock);
-  if (++ex->opt_arrived == ex->S) {
+  if (++ex->opt_arrived == ex->held) {
     ex->gscale = strata__clip_scale(tr, &ex->norm);
     ex->opt_ready = 1;
     pthread_cond_broadcast(&ex->cond);
@@ -468,7 +486,7 @@ static int do_optimizer(struct exec *ex, int rank, int s, int last_on_rank) {
   if (!ok || !isfinite(norm))
     return STRATA_OK; /* a failure elsewhere, or a diverged step the caller reports */
   for (int t = 0; t < ex->S; t++)
-    if (rank_of(ex, t) == rank)
+    if (rank_of(ex, t) == rank && strata__stage_held(tr, t))
       TRY(strata__stage_optimize(tr, t, gscale, ex->lr));
   return STRATA_OK;
 }
@@ -627,7 +645,10 @@ static void *worker_main(void *arg) {
       last_opt = i;
   /* each stage's last backward work (B or W) in this list: where its gradient buckets go */
   int *last_bw = calloc((size_t)ex->S, sizeof *last_bw);
-  if (!last_bw) {
+  int *peers = calloc((size_t)ex->tr->tp, sizeof *peers);
+  if (!last_bw || !peers) {
+    free(last_bw);
+    free(peers);
     fail(ex, strata__error(STRATA_ERR_NOMEM, "out of host memory"), "pipeline");
     return NULL;
   }
@@ -655,23 +676,27 @@ static void *worker_main(void *arg) {
       break;
     case STRATA_ACTION_SEND_ACT:
     case STRATA_ACTION_SEND_GRAD: {
-      struct job *j = calloc(1, sizeof *j);
-      if (!j) {
-        rc = strata__error(STRATA_ERR_NOMEM, "out of host memory");
-        break;
-      }
-      int act = a->kind == STRATA_ACTION_SEND_ACT;
+      /* one copy to each stage that takes it: the next (previous) stage of this slice, and those it stands for */
+      const int act = a->kind == STRATA_ACTION_SEND_ACT;
+      const int np = strata__stage_consumers(ex->tr, s, act ? 0 : 1, peers);
       struct strata__stage *st = ex->tr->st[s];
-      j->kind = a->kind;
-      j->stage = s;
-      j->mb = mb;
-      j->src = act ? strata__stage_output(st, slot_of(ex, s, mb)) : strata__stage_grad_input(st, slot_of(ex, s, mb));
-      j->bytes = (act ? strata__stage_out_floats(st) : strata__stage_in_floats(st)) * 4;
-      int peer = act ? s + 1 : s - 1;
-      j->dst_dev = ex->tr->dev[rank_of(ex, peer)];
-      j->dst = act ? &ex->act[peer * ex->m + mb] : &ex->grad[peer * ex->m + mb];
-      j->pool = &ex->tr->pools[2 * peer + !act];
-      send_job(ex, rank, j);
+      for (int q = 0; q < np && !rc; q++) {
+        struct job *j = calloc(1, sizeof *j);
+        if (!j) {
+          rc = strata__error(STRATA_ERR_NOMEM, "out of host memory");
+          break;
+        }
+        const int peer = peers[q];
+        j->kind = a->kind;
+        j->stage = s;
+        j->mb = mb;
+        j->src = act ? strata__stage_output(st, slot_of(ex, s, mb)) : strata__stage_grad_input(st, slot_of(ex, s, mb));
+        j->bytes = (act ? strata__stage_out_floats(st) : strata__stage_in_floats(st)) * 4;
+        j->dst_dev = ex->tr->dev[rank_of(ex, peer)];
+        j->dst = act ? &ex->act[peer * ex->m + mb] : &ex->grad[peer * ex->m + mb];
+        j->pool = &ex->tr->pools[2 * peer + !act];
+        send_job(ex, rank, j);
+      }
       cat = NULL;
       break;
     }
@@ -724,6 +749,7 @@ static void *worker_main(void *arg) {
   }
 out:
   free(last_bw);
+  free(peers);
   return NULL;
 }
 
@@ -734,6 +760,8 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
   ex.m = tr->m;
   ex.S = strata__stages_all(tr);
   ex.chain = tr->nstages;
+  for (int s = 0; s < ex.S; s++)
+    ex.held += strata__stage_held(tr, s);
   ex.lr = lr;
   ex.norm = 0;
   size_t cells = (size_t)ex.S * (size_t)ex.m;
@@ -754,7 +782,7 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
   if (tr->replicas > 1 && !tr->zero) {
     ex.bk = calloc((size_t)ex.S, sizeof *ex.bk);
     for (int s = 0; ex.bk && s < ex.S; s++)
-      if (buckets_init(&ex, s, &ex.bk[s])) {
+      if (strata__stage_held(tr, s) && buckets_init(&ex, s, &ex.bk[s])) {
         for (int t = 0; t <= s; t++)
           buckets_free(&ex, &ex.bk[t]);
         free(ex.bk);
@@ -949,7 +977,7 @@ int strata__tp_settle(strata_trainer_t tr, int s, strata__join_trace_fn fn, void
   if (fn) {
     size_t at = 0;
     const int c0 = strata__stage_replica(tr, s) * tr->tp;
-    for (int t = 0; t < tr->tp && at < sizeof group; t++)
+    for (int t = 0; t < strata__stage_tp(tr, s) && at < sizeof group; t++)
       at += (size_t)snprintf(group + at, sizeof group - at, "%s%d", t ? "," : "",
                              tr->dev[tr->stage_rank[(c0 + t) * tr->nstages + s % tr->nstages]]);
   }
@@ -1132,11 +1160,23 @@ int strata__pipeline_balance(strata_trainer_t tr, int *split) {
     free(limit);
     return mrc;
   }
-  /* each candidate stage [a, l) planned once: what it allocates, as trainer creation will check it */
+  /* each candidate stage [a, l) planned once per tensor-parallel degree of the ranks: what it allocates, as
+  ** trainer creation will check it */
   size_t cells = (size_t)(L + 1) * (size_t)(L + 1);
-  struct strata__stage_bytes *plan = calloc(cells, sizeof *plan);
-  char *planned = calloc(cells, 1);
-  if (!plan || !planned) {
+  int ndeg = 0, *deg = calloc((size_t)S, sizeof *deg), *deg_of = calloc((size_t)S, sizeof *deg_of);
+  for (int s = 0; deg && deg_of && s < S; s++) {
+    int k = 0;
+    while (k < ndeg && deg[k] != tr->tps[s])
+      k++;
+    if (k == ndeg)
+      deg[ndeg++] = tr->tps[s];
+    deg_of[s] = k;
+  }
+  struct strata__stage_bytes *plan = calloc(cells * (size_t)(ndeg ? ndeg : 1), sizeof *plan);
+  char *planned = calloc(cells * (size_t)(ndeg ? ndeg : 1), 1);
+  if (!plan || !planned || !deg || !deg_of) {
+    free(deg);
+    free(deg_of);
     free(plan);
     free(planned);
     free(speed);
@@ -1146,11 +1186,12 @@ int strata__pipeline_balance(strata_trainer_t tr, int *split) {
   int split_backward = tr->report.schedule == STRATA_SCHEDULE_ZB_H1;
   int plan_rc = STRATA_OK; /* the first stage that cannot exist (a cut tied model), reported if nothing fits */
   char *plan_msg = NULL;
+  for (int k = 0; k < ndeg; k++)
   for (int a = 0; a < L; a++)
     for (int l = a + 1; l <= L; l++) {
-      size_t c = (size_t)a * (size_t)(L + 1) + (size_t)l;
+      size_t c = cells * (size_t)k + (size_t)a * (size_t)(L + 1) + (size_t)l;
       /* as slice 0 of replica 0 holds it: tensor parallelism and ZeRO shrink what one device needs */
-      struct strata__cut cut = {{0, tr->tp}, {0, tr->zero ? tr->replicas : 1}};
+      struct strata__cut cut = {{0, deg[k]}, {0, tr->zero ? tr->replicas : 1}};
       int rc = strata__stage_plan(tr->model, a, l, tr->opt.batch, split_backward, &cut, &plan[c]);
       planned[c] = rc == STRATA_OK;
       if (rc && !plan_rc) {
@@ -1169,6 +1210,8 @@ int strata__pipeline_balance(strata_trainer_t tr, int *split) {
     free(plan_msg);
     free(speed);
     free(limit);
+    free(deg);
+    free(deg_of);
     return strata__error(STRATA_ERR_NOMEM, "out of host memory balancing stages");
   }
 #define AT2(a, s, l) (a)[(size_t)(s) * (size_t)(L + 1) + (size_t)(l)]
@@ -1189,11 +1232,12 @@ int strata__pipeline_balance(strata_trainer_t tr, int *split) {
           double flops = 0;
           for (int i = a; i < l; i++)
             flops += tr->model->layers[i].info.fwd_flops + tr->model->layers[i].info.bwd_flops;
-          size_t c = (size_t)a * (size_t)(L + 1) + (size_t)l;
+          size_t c = cells * (size_t)deg_of[s - 1] + (size_t)a * (size_t)(L + 1) + (size_t)l;
           if (!planned[c] ||
               (pass == 0 && strata__stage_need(tr, s - 1, &plan[c], s > 1 ? &plan[c] : NULL, NULL, NULL) > limit[r]))
             continue;
-          double t = flops / speed[r], worst = t > AT2(best, s - 1, a) ? t : AT2(best, s - 1, a);
+          /* a stage cut in tp slices computes a tp-th of its work on each (the joins aside) */
+          double t = flops / (speed[r] * tr->tps[s - 1]), worst = t > AT2(best, s - 1, a) ? t : AT2(best, s - 1, a);
           if (worst < AT2(best, s, l)) {
             AT2(best, s, l) = worst;
             AT2(from, s, l) = a;
@@ -1215,6 +1259,8 @@ int strata__pipeline_balance(strata_trainer_t tr, int *split) {
   free(limit);
   free(plan);
   free(planned);
+  free(deg);
+  free(deg_of);
   if (!ok && plan_rc) {
     strata__error(plan_rc, "%s", plan_msg ? plan_msg : "a stage cannot be built");
     free(plan_msg);

@@ -125,7 +125,7 @@ uint64_t strata__stage_need(strata_trainer_t tr, int s, const struct strata__sta
   int first = strata__stage_first(tr, s), last = strata__stage_last(tr, s);
   uint64_t g = (uint64_t)(k + (!first && tr->sched ? 1 : 0)) * b->grad, recv = 0;
   if (tr->sched && !first && prev && tr->stage_rank[s - 1] != tr->stage_rank[s])
-    recv += (uint64_t)stage_inflight(tr, s - 1) * b->in; /* activations sent here, not yet consumed */
+    recv += (uint64_t)stage_inflight(tr, strata__stage_owner(tr, s - 1)) * b->in; /* sent here, not yet consumed */
   if (tr->sched && !last && tr->stage_rank[s + 1] != tr->stage_rank[s])
     recv += (uint64_t)k * b->out; /* gradients sent back here */
   if (act)
@@ -169,7 +169,11 @@ static int check_memory_of(strata_trainer_t tr, const int *split, uint64_t *need
     const int n = split[s % tr->nstages];
     if (strata__stage_first(tr, s))
       first = 0;
-    struct strata__cut cut = {{strata__stage_slice(tr, s), tr->tp},
+    if (!strata__stage_held(tr, s)) {
+      first += n;
+      continue;
+    }
+    struct strata__cut cut = {{strata__stage_slice(tr, s), strata__stage_tp(tr, s)},
                               {strata__stage_replica(tr, s), tr->zero ? tr->replicas : 1}};
     TRY(strata__stage_plan(tr->model, first, first + n, tr->opt.batch, split_backward, &cut, &b));
     int r = tr->stage_rank[s];
@@ -198,7 +202,7 @@ static int check_memory_of(strata_trainer_t tr, const int *split, uint64_t *need
                tr->model->cfg.name, lo[r], hi[r]);
     if (tr->unfit_split && lo[r] == hi[r] && L->kind == STRATA__LAYER_BLOCK)
       snprintf(hint, sizeof hint, "; no pipeline split can help: tensor parallelism (tp %d or more) splits the layer "
-               "itself", 2 * tr->tp);
+               "itself", 2 * strata__stage_tp(tr, lo[r]));
     return strata__error(STRATA_ERR_DEVICE_MEMORY,
                          "%s%s does not fit on device %d: a step needs %.1f MiB (%.1f MiB for parameters, gradients and "
                          "AdamW moments, %.1f MiB of activations for micro-batches of %lld, %.1f MiB of other buffers), "
@@ -246,9 +250,15 @@ static int build_stages(strata_trainer_t tr, const int *split, int split_backwar
       first = 0;
     int last = first + split[s % tr->nstages];
     int dev = tr->dev[tr->stage_rank[s]];
+    tr->rep_split[s] = split[s % tr->nstages];
+    tr->rep_stage_device[s] = dev;
+    if (!strata__stage_held(tr, s)) { /* another slice stands for it */
+      first = last;
+      continue;
+    }
     /* every replica initialises its stages from the same seed: the copies
     ** start equal, and each slice is cut from the same whole tensors */
-    struct strata__cut cut = {{strata__stage_slice(tr, s), tr->tp},
+    struct strata__cut cut = {{strata__stage_slice(tr, s), strata__stage_tp(tr, s)},
                               {strata__stage_replica(tr, s), tr->zero ? tr->replicas : 1}};
     int rc = strata__stage_new(tr->model, first, last, dev, tr->opt.batch, tr->opt.seed, split_backward, &cut,
                                &tr->st[s]);
@@ -256,12 +266,10 @@ static int build_stages(strata_trainer_t tr, const int *split, int split_backwar
       rc = explain_memory(tr, first, last, dev);
     if (rc)
       return rc;
-    if (tr->tp > 1) {
+    if (strata__stage_tp(tr, s) > 1) {
       tr->st[s]->join = strata__tp_join;
       tr->st[s]->join_arg = &tr->tp_member[s];
     }
-    tr->rep_split[s] = split[s % tr->nstages];
-    tr->rep_stage_device[s] = dev;
     first = last;
   }
   tr->ntensors = 0;
@@ -330,9 +338,11 @@ static int check_pipeline(const struct strata_pipeline_options *pp, int nlayers,
 ** micro-batches per replica, an explicit split or a balanced one.
 */
 struct plan {
-  int replicas, pp, tp, kind, m, nstages;    /* devices: chain c = replica x tp + slice, rank p at c x pp + p */
+  int replicas, pp, tp, kind, m, nstages;    /* chain c = replica x tp + slice */
+  const int *tps;                            /* [pp]: the tp degree of each pipeline rank, or NULL: tp for all */
   int zero;                                  /* ZeRO-1 over the replicas */
-  const int *devices;                        /* [replicas x tp x pp] */
+  const int *devices;                        /* [replicas x sum(tps)]: replica by replica, slice by slice, rank by
+                                             ** rank (slice t's ranks those with more than t slices) */
   const int *split;                          /* [nstages], when given */
   int given;                         /* split given (else balanced) */
   const char *trace;
@@ -353,6 +363,8 @@ static int warm_cache(strata_trainer_t tr) {
   int rc = STRATA_OK;
   for (int s = 0; s < strata__stages_all(tr) && !rc; s++) {
     struct strata__stage *st = tr->st[s];
+    if (!st)
+      continue;
     int k = stage_inflight(tr, s), kg = k + !strata__stage_first(tr, s);
     for (int i = 0; i < k + (st->grad_floats ? kg : 0) && !rc; i++) {
       if (n == cap) {
@@ -392,10 +404,12 @@ static int make_comms(strata_trainer_t tr) {
       return strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
     int rc = STRATA_OK;
     for (int k = 0; k < tr->tp * S && !rc; k++) {
-      for (int r = 0; r < tr->replicas; r++)
-        devs[r] = tr->dev[tr->stage_rank[(r * tr->tp + k / S) * S + k % S]];
       strata_comm_free(tr->comm[k]);
       tr->comm[k] = NULL;
+      if (k / S >= tr->tps[k % S])
+        continue; /* a slice that stage does not have */
+      for (int r = 0; r < tr->replicas; r++)
+        devs[r] = tr->dev[tr->stage_rank[(r * tr->tp + k / S) * S + k % S]];
       rc = strata_comm_new(devs, tr->replicas, NULL, &tr->comm[k]);
     }
     free(devs);
@@ -409,15 +423,18 @@ static int make_comms(strata_trainer_t tr) {
       return strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
     int rc = STRATA_OK;
     for (int k = 0; k < tr->replicas * S && !rc; k++) {
-      for (int t = 0; t < tr->tp; t++)
-        devs[t] = tr->dev[tr->stage_rank[(k / S * tr->tp + t) * S + k % S]];
+      const int deg = tr->tps[k % S];
       strata_comm_free(tr->tp_comm[k]);
       tr->tp_comm[k] = NULL;
-      rc = strata_comm_new(devs, tr->tp, NULL, &tr->tp_comm[k]);
+      if (deg == 1)
+        continue; /* a stage that is not cut joins nothing */
+      for (int t = 0; t < deg; t++)
+        devs[t] = tr->dev[tr->stage_rank[(k / S * tr->tp + t) * S + k % S]];
+      rc = strata_comm_new(devs, deg, NULL, &tr->tp_comm[k]);
       struct strata_comm_info info;
       if (!rc)
         rc = strata_comm_info(tr->tp_comm[k], &info);
-      for (int t = 0; t < tr->tp && !rc; t++) {
+      for (int t = 0; t < deg && !rc; t++) {
         struct strata__tp_member *m = &tr->tp_member[(k / S * tr->tp + t) * S + k % S];
         m->tr = tr;
         m->comm = tr->tp_comm[k];
@@ -480,7 +497,10 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
       (int64_t)pl->replicas * pl->tp * pl->nstages > STRATA__MAX_STAGES_ALL)
     return strata__error(STRATA_ERR_RANGE, "%d x %d x %d devices and %d stages per chain: too large to index",
                          pl->replicas, pl->pp, pl->tp, pl->nstages);
-  const int chains = pl->replicas * pl->tp, ndev = chains * pl->pp, kind = pl->kind, nstages = pl->nstages;
+  int per_replica = 0;
+  for (int p = 0; p < pl->pp; p++)
+    per_replica += pl->tps ? pl->tps[p] : pl->tp;
+  const int chains = pl->replicas * pl->tp, ndev = pl->replicas * per_replica, kind = pl->kind, nstages = pl->nstages;
   for (int i = 0; i < ndev; i++)
     if (!strata__device_get(pl->devices[i]))
       return STRATA_ERR_NOT_FOUND;
@@ -529,10 +549,11 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
   tr->rep_split = calloc(S_all, sizeof *tr->rep_split);
   tr->rep_stage_device = calloc(S_all, sizeof *tr->rep_stage_device);
   tr->dev = calloc((size_t)ndev, sizeof *tr->dev);
+  tr->tps = calloc((size_t)nstages, sizeof *tr->tps);
   tr->send_q = calloc((size_t)ndev, sizeof *tr->send_q);
   tr->rep_dev = calloc((size_t)ndev, sizeof *tr->rep_dev);
   int *split = calloc((size_t)nstages, sizeof *split);
-  if (!tr->st || !tr->stage_rank || !tr->pools || !tr->rep_split || !tr->rep_stage_device || !tr->dev ||
+  if (!tr->st || !tr->stage_rank || !tr->pools || !tr->rep_split || !tr->rep_stage_device || !tr->dev || !tr->tps ||
       !tr->send_q || !tr->rep_dev || !split) {
     free(split);
     strata_trainer_free(tr);
@@ -543,20 +564,31 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
   tr->report.dev = tr->rep_dev;
   for (int i = 0; i < ndev; i++)
     tr->dev[i] = pl->devices[i];
-  for (int c = 0; c < chains; c++)
-    for (int s = 0; s < nstages; s++)
-      tr->stage_rank[c * nstages + s] = c * pl->pp + s % pl->pp;
-  int rc = host_buffers(tr);
+  for (int s = 0; s < nstages; s++)
+    tr->tps[s] = pl->tps ? pl->tps[s % pl->pp] : pl->tp;
+  int rc = STRATA_OK;
+  if (kind) {
+    /* the ranks are the schedule's devices: each stage's rank is its device there (a stage no device holds, the
+    ** rank of the slice that stands for it) */
+    if (pl->tps)
+      rc = strata_schedule_generate_hybrid_ranks(kind, pl->pp, tr->m, nstages / pl->pp, pl->replicas, pl->tps,
+                                                 pl->zero, &tr->sched);
+    else
+      rc = strata_schedule_generate_hybrid(kind, pl->pp, tr->m, nstages / pl->pp, pl->replicas, pl->tp, pl->zero,
+                                           &tr->sched);
+    if (!rc)
+      rc = strata_schedule_validate(tr->sched);
+    for (int s = 0; !rc && s < (int)S_all; s++)
+      tr->stage_rank[s] = strata_schedule_stage_device(tr->sched, s);
+  }
+  if (!rc)
+    rc = host_buffers(tr);
   if (!rc && tr->tp > 1 && !(tr->tp_member = calloc((size_t)(nstages * chains), sizeof *tr->tp_member)))
     rc = strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
   if (!rc && kind) {
-    rc = strata_schedule_generate_hybrid(kind, pl->pp, tr->m, nstages / pl->pp, pl->replicas, pl->tp, pl->zero,
-                                         &tr->sched);
-    if (!rc)
-      rc = strata_schedule_validate(tr->sched);
-    if (!rc && pl->given) {
+    if (pl->given) {
       memcpy(split, pl->split, sizeof *split * (size_t)nstages);
-    } else if (!rc) {
+    } else {
       /* balance one replica over its ranks: the others are its copies */
       tr->ndev = pl->pp;
       rc = strata__pipeline_balance(tr, split);
@@ -597,6 +629,8 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
   for (int s = 0; s < strata__stages_all(tr); s++) {
     struct strata_pipeline_device_stats *d = &tr->rep_dev[tr->stage_rank[s]];
     const struct strata__stage *st = tr->st[s];
+    if (!st)
+      continue;
     d->param_bytes += (uint64_t)st->nparams * 4;
     d->grad_bytes += (uint64_t)st->nparams * 4;
     d->optimizer_bytes += 2 * (uint64_t)st->chunk * 4;
@@ -639,31 +673,44 @@ STRATA_API int strata_trainer_new_layout(strata_model_t model, strata_dataset_t 
   int ndevices = 0;
   TRY(strata_device_count(&ndevices));
   TRY(strata_layout_check(layout, model, ndevices));
-  const int dp = strata_layout_dp(layout), pp = strata_layout_pp(layout), tp = strata_layout_tp(layout, 0);
-  for (int r = 1; r < pp; r++)
-    if (strata_layout_tp(layout, r) != tp)
-      return strata__error(STRATA_ERR_UNSUPPORTED,
-                           "layout: a tp degree per pipeline rank (%d on rank 0, %d on rank %d) is not in this version "
-                           "yet; one degree for every rank is", tp, strata_layout_tp(layout, r), r);
-  struct plan pl = {.replicas = dp, .pp = pp, .tp = tp, .zero = strata_layout_zero(layout) != 0,
+  const int dp = strata_layout_dp(layout), pp = strata_layout_pp(layout);
+  int *tps = calloc((size_t)pp, sizeof *tps);
+  if (!tps)
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory");
+  int tp = 1, uniform = 1, per_replica = 0;
+  for (int r = 0; r < pp; r++) {
+    tps[r] = strata_layout_tp(layout, r);
+    tp = tps[r] > tp ? tps[r] : tp;
+    uniform &= tps[r] == tps[0];
+    per_replica += tps[r];
+  }
+  struct plan pl = {.replicas = dp, .pp = pp, .tp = tp, .tps = uniform ? NULL : tps,
+                    .zero = strata_layout_zero(layout) != 0,
                     .m = strata_layout_microbatches(layout),
                     .nstages = strata_layout_stages(layout), .trace = trace};
   /* one device and one replica: the stages one after another, no schedule */
   pl.kind = dp == 1 && pp == 1 && tp == 1 ? 0 : strata_layout_schedule(layout);
   if (trace) {
-    if (!trace[0])
+    if (!trace[0]) {
+      free(tps);
       return strata__error(STRATA_ERR_INVALID, "layout: the trace path is empty");
-    if (strata__out_check(trace))
+    }
+    if (strata__out_check(trace)) {
+      free(tps);
       return strata__error_prefix(STRATA_ERR_IO, "cannot write the trace: ");
+    }
   }
-  /* the layout lists (replica, rank, slice); the trainer's ranks go chain by chain */
-  int *devices = calloc((size_t)(dp * pp * tp), sizeof *devices);
-  if (!devices)
+  /* the layout lists (replica, rank, slice); the trainer's ranks go replica by replica, slice by slice */
+  int *devices = calloc((size_t)dp * (size_t)per_replica, sizeof *devices);
+  if (!devices) {
+    free(tps);
     return strata__error(STRATA_ERR_NOMEM, "out of host memory");
-  for (int r = 0; r < dp; r++)
+  }
+  for (int r = 0, i = 0; r < dp; r++)
     for (int t = 0; t < tp; t++)
       for (int p = 0; p < pp; p++)
-        (void)strata_layout_device(layout, r, p, t, &devices[(r * tp + t) * pp + p]); /* in range: checked */
+        if (t < tps[p])
+          (void)strata_layout_device(layout, r, p, t, &devices[i++]); /* in range: checked */
   pl.devices = devices;
   pl.split = strata_layout_split(layout);
   pl.given = pl.split != NULL;
@@ -672,6 +719,7 @@ STRATA_API int strata_trainer_new_layout(strata_model_t model, strata_dataset_t 
     o.accum = pl.m; /* the single device runs its micro-batches one after another */
   int rc = trainer_create(model, data, &o, &pl, out);
   free(devices);
+  free(tps);
   return rc;
 }
 
@@ -698,6 +746,7 @@ STRATA_API void strata_trainer_free(strata_trainer_t tr) {
   }
   free(tr->tp_member);
   free(tr->tensor_split);
+  free(tr->tps);
   pthread_mutex_destroy(&tr->abort_lock);
   for (int p = 0; tr->pools && p < 2 * strata__stages_all(tr); p++) {
     while (tr->pools[p].n > 0)
@@ -745,41 +794,36 @@ STRATA_API int strata_trainer_report(strata_trainer_t tr, struct strata_pipeline
 
 /* ---- running the stages one after another (single device, evaluation, gradient checks) ---- */
 
-/* Forward of one micro-batch through every stage of chain `c`, in slot `slot`. */
-static int seq_forward(strata_trainer_t tr, int c, int slot, const void *inputs, const int32_t *targets) {
-  for (int s = 0; s < tr->nstages; s++) {
-    struct strata__stage *st = tr->st[c * tr->nstages + s];
-    TRY(strata__stage_acquire(st, slot));
-    strata_mem_t in = strata__stage_input(st, slot);
-    if (s == 0) {
-      TRY(strata_buffer_write(st->q, in.buf, in.off * 4, inputs, tr->in_elems * 4));
-    } else {
-      struct strata__stage *prev = tr->st[c * tr->nstages + s - 1];
-      strata_mem_t o = strata__stage_output(prev, slot);
-      TRY(strata_queue_finish(prev->q));
-      TRY(strata_buffer_copy(st->q, in.buf, in.off * 4, o.buf, o.off * 4, strata__stage_out_floats(prev) * 4));
-    }
-    if (s == tr->nstages - 1) {
-      strata_mem_t tg = strata__stage_targets(st, slot);
-      TRY(strata_buffer_write(st->q, tg.buf, tg.off * 4, targets, (size_t)tr->rows * 4));
-    }
-    TRY(strata__stage_forward(st, slot));
+/* Forward of one micro-batch through stage s (of any chain), in slot `slot`: its input from `inputs` or from the
+** stage before it (the one that stands for it). */
+static int seq_forward(strata_trainer_t tr, int s, int slot, const void *inputs, const int32_t *targets) {
+  struct strata__stage *st = tr->st[s];
+  TRY(strata__stage_acquire(st, slot));
+  strata_mem_t in = strata__stage_input(st, slot);
+  if (strata__stage_first(tr, s)) {
+    TRY(strata_buffer_write(st->q, in.buf, in.off * 4, inputs, tr->in_elems * 4));
+  } else {
+    struct strata__stage *prev = tr->st[strata__stage_owner(tr, s - 1)];
+    strata_mem_t o = strata__stage_output(prev, slot);
+    TRY(strata_queue_finish(prev->q));
+    TRY(strata_buffer_copy(st->q, in.buf, in.off * 4, o.buf, o.off * 4, strata__stage_out_floats(prev) * 4));
   }
-  return STRATA_OK;
+  if (strata__stage_last(tr, s)) {
+    strata_mem_t tg = strata__stage_targets(st, slot);
+    TRY(strata_buffer_write(st->q, tg.buf, tg.off * 4, targets, (size_t)tr->rows * 4));
+  }
+  return strata__stage_forward(st, slot);
 }
 
-static int seq_backward(strata_trainer_t tr, int c, int slot) {
-  for (int s = tr->nstages - 1; s >= 0; s--) {
-    struct strata__stage *st = tr->st[c * tr->nstages + s];
-    if (s < tr->nstages - 1) {
-      struct strata__stage *next = tr->st[c * tr->nstages + s + 1];
-      strata_mem_t gi = strata__stage_grad_input(next, slot), go = strata__stage_grad_output(st, slot);
-      TRY(strata_queue_finish(next->q));
-      TRY(strata_buffer_copy(st->q, go.buf, go.off * 4, gi.buf, gi.off * 4, strata__stage_out_floats(st) * 4));
-    }
-    TRY(strata__stage_backward(st, slot));
+static int seq_backward(strata_trainer_t tr, int s, int slot) {
+  struct strata__stage *st = tr->st[s];
+  if (!strata__stage_last(tr, s)) {
+    struct strata__stage *next = tr->st[strata__stage_owner(tr, s + 1)];
+    strata_mem_t gi = strata__stage_grad_input(next, slot), go = strata__stage_grad_output(st, slot);
+    TRY(strata_queue_finish(next->q));
+    TRY(strata_buffer_copy(st->q, go.buf, go.off * 4, gi.buf, gi.off * 4, strata__stage_out_floats(st) * 4));
   }
-  return STRATA_OK;
+  return strata__stage_backward(st, slot);
 }
 
 /* Sum of the last stage's per-row losses of `slot` (waits). */
@@ -787,10 +831,10 @@ static int seq_loss(strata_trainer_t tr, int slot, double *sum) {
   return strata__stage_loss(tr->st[tr->nstages - 1], slot, sum);
 }
 
-/* One micro-batch forward (and backward) on one tensor-parallel slice's chain, in a thread of its own. */
+/* One tensor-parallel slice's stage, forward or backward, in a thread of its own: the slices meet in its joins. */
 struct seq_job {
   strata_trainer_t tr;
-  int chain, slot, backward;
+  int s, slot, backward;
   const void *inputs;
   const int32_t *targets;
   int rc;
@@ -800,11 +844,9 @@ struct seq_job {
 static void *seq_main(void *arg) {
   struct seq_job *j = arg;
   strata_trainer_t tr = j->tr;
-  j->rc = seq_forward(tr, j->chain, j->slot, j->inputs, j->targets);
-  if (!j->rc && j->backward)
-    j->rc = seq_backward(tr, j->chain, j->slot);
-  for (int s = 0; s < tr->nstages && !j->rc; s++)
-    j->rc = strata__tp_settle(tr, j->chain * tr->nstages + s, NULL, NULL);
+  j->rc = j->backward ? seq_backward(tr, j->s, j->slot) : seq_forward(tr, j->s, j->slot, j->inputs, j->targets);
+  if (!j->rc)
+    j->rc = strata__tp_settle(tr, j->s, NULL, NULL);
   if (j->rc) {
     snprintf(j->msg, sizeof j->msg, "%s", strata_last_error());
     strata__trainer_abort(tr, j->rc, j->msg); /* the other slices wait in their joins for this one */
@@ -812,25 +854,22 @@ static void *seq_main(void *arg) {
   return NULL;
 }
 
-/* One micro-batch through replica 0: its chain, or with tensor parallelism its slices' chains together. */
-static int seq_run(strata_trainer_t tr, int slot, const void *inputs, const int32_t *targets, int backward) {
-  if (tr->tp == 1) {
-    TRY(seq_forward(tr, 0, slot, inputs, targets));
-    return backward ? seq_backward(tr, 0, slot) : STRATA_OK;
-  }
-  if (tr->comm_stale)
-    TRY(strata__trainer_comms_renew(tr));
-  struct seq_job *jobs = calloc((size_t)tr->tp, sizeof *jobs);
-  pthread_t *th = calloc((size_t)tr->tp, sizeof *th);
+/* Stage `pos` of replica 0, forward or backward: the stage itself, or its slices together, one thread each. */
+static int seq_stage(strata_trainer_t tr, int pos, int slot, const void *inputs, const int32_t *targets, int backward) {
+  const int deg = tr->tps[pos];
+  if (deg == 1)
+    return backward ? seq_backward(tr, pos, slot) : seq_forward(tr, pos, slot, inputs, targets);
+  struct seq_job *jobs = calloc((size_t)deg, sizeof *jobs);
+  pthread_t *th = calloc((size_t)deg, sizeof *th);
   if (!jobs || !th) {
     free(jobs);
     free(th);
     return strata__error(STRATA_ERR_NOMEM, "out of host memory");
   }
   int started = 0, rc = STRATA_OK;
-  for (int t = 0; t < tr->tp; t++) {
-    jobs[t] = (struct seq_job){.tr = tr, .chain = t, .slot = slot, .backward = backward, .inputs = inputs,
-                               .targets = targets};
+  for (int t = 0; t < deg; t++) {
+    jobs[t] = (struct seq_job){.tr = tr, .s = t * tr->nstages + pos, .slot = slot, .backward = backward,
+                               .inputs = inputs, .targets = targets};
     if (pthread_create(&th[t], NULL, seq_main, &jobs[t]) != 0) {
       rc = strata__error(STRATA_ERR_BACKEND, "cannot start a thread for tensor-parallel slice %d", t);
       strata__trainer_abort(tr, rc, "a slice's thread did not start");
@@ -848,10 +887,21 @@ static int seq_run(strata_trainer_t tr, int slot, const void *inputs, const int3
   return rc;
 }
 
+/* One micro-batch through replica 0, stage after stage (a cut stage's slices together), and back. */
+static int seq_run(strata_trainer_t tr, int slot, const void *inputs, const int32_t *targets, int backward) {
+  if (tr->tp > 1 && tr->comm_stale)
+    TRY(strata__trainer_comms_renew(tr));
+  for (int pos = 0; pos < tr->nstages; pos++)
+    TRY(seq_stage(tr, pos, slot, inputs, targets, 0));
+  for (int pos = tr->nstages - 1; backward && pos >= 0; pos--)
+    TRY(seq_stage(tr, pos, slot, inputs, targets, 1));
+  return STRATA_OK;
+}
+
 static int finish_all(strata_trainer_t tr) {
   int rc = STRATA_OK;
   for (int s = 0; s < strata__stages_all(tr); s++) {
-    int r = strata_queue_finish(tr->st[s]->q);
+    int r = tr->st[s] ? strata_queue_finish(tr->st[s]->q) : STRATA_OK;
     if (!rc)
       rc = r;
   }
@@ -868,7 +918,7 @@ static int finish_all(strata_trainer_t tr) {
 static void release_all(strata_trainer_t tr) {
   (void)finish_all(tr);
   for (int s = 0; s < strata__stages_all(tr); s++)
-    for (int k = 0; k < tr->st[s]->nslots; k++) {
+    for (int k = 0; tr->st[s] && k < tr->st[s]->nslots; k++) {
       strata__stage_release(tr->st[s], k);
       tr->st[s]->slots[k].taken = 0;
     }
@@ -942,6 +992,8 @@ STRATA_API int strata_trainer_step(strata_trainer_t tr, struct strata_step_stats
   /* d(mean loss of the step)/d(per-row loss): every replica's rows count, so
   ** that the replicas' gradients, summed, are one device's over them all */
   for (int s = 0; s < strata__stages_all(tr); s++) {
+    if (!tr->st[s])
+      continue;
     tr->st[s]->loss_scale = 1.0f / (float)(tr->rows * tr->mtot);
     TRY(strata__stage_zero_grads(tr->st[s]));
   }
@@ -1077,7 +1129,7 @@ static int gather(strata_trainer_t tr, int which, float *host) {
     return strata__error(STRATA_ERR_NOMEM, "out of host memory");
   int rc = STRATA_OK;
   for (int s = 0; s < tr->nstages && !rc; s++) {
-    for (int k = 0; k < tr->tp && !rc; k++) {
+    for (int k = 0; k < tr->tps[s] && !rc; k++) {
       struct strata__stage *st = tr->st[k * tr->nstages + s];
       rc = download_flat(tr, k, s, which, local);
       size_t o = at;
@@ -1099,7 +1151,7 @@ static int gather(strata_trainer_t tr, int which, float *host) {
 static int scatter(strata_trainer_t tr, int which, const float *host) {
   size_t most = 0;
   for (int s = 0; s < strata__stages_all(tr); s++)
-    most = tr->st[s]->nparams > most ? tr->st[s]->nparams : most;
+    most = tr->st[s] && tr->st[s]->nparams > most ? tr->st[s]->nparams : most;
   float *local = malloc((most ? most : 1) * sizeof *local);
   if (!local)
     return strata__error(STRATA_ERR_NOMEM, "out of host memory");
@@ -1108,6 +1160,10 @@ static int scatter(strata_trainer_t tr, int which, const float *host) {
     size_t at = 0;
     for (int s = 0; s < tr->nstages && !rc; s++) {
       struct strata__stage *st = tr->st[c * tr->nstages + s];
+      if (!st) { /* held by another slice: its whole tensors come after */
+        at += stage_full(tr->st[s]);
+        continue;
+      }
       for (int t = 0; t < st->ntensors; t++) {
         const struct strata__tensor *x = &st->tensors[t];
         strata__tensor_cut(x, (float *)host + at, local + x->off, 0);
@@ -1164,6 +1220,8 @@ STRATA_API int strata_trainer_loss_grad(strata_trainer_t tr, const void *inputs,
     return strata__error(STRATA_ERR_SHAPE, "strata_trainer_loss_grad: batch %lld, the trainer was built for %lld",
                          (long long)batch, (long long)tr->opt.batch);
   for (int s = 0; s < strata__stages_all(tr); s++) {
+    if (!tr->st[s])
+      continue;
     tr->st[s]->loss_scale = 1.0f / (float)tr->rows;
     TRY(strata__stage_zero_grads(tr->st[s]));
   }
@@ -1211,7 +1269,7 @@ STRATA_API int strata_trainer_logits_at(strata_trainer_t tr, const int32_t *toke
   }
   int rc = seq_run(tr, 0, in, tr->targets[0], 0);
   /* each slice's columns of the vocabulary (all of it without a vocabulary-parallel head) */
-  for (int k = 0; k < tr->tp && !rc; k++) {
+  for (int k = 0; k < tr->tps[tr->nstages - 1] && !rc; k++) {
     struct strata__stage *last = tr->st[k * tr->nstages + tr->nstages - 1];
     int64_t c0 = 0, vl = V;
     if (!strata__stage_vocab(last, &c0, &vl) && k > 0)

@@ -57,7 +57,10 @@ struct strata_trainer {
   struct strata_train_options opt;
   int nstages;                       /* stages of one chain (the model, cut) */
   int replicas;                      /* data-parallel copies */
-  int tp;                            /* tensor-parallel slices of every stage */
+  int tp;                            /* tensor-parallel slices of the widest stage (chains per replica) */
+  int *tps;                          /* [nstages]: the slices of each stage of a chain (its pipeline rank's degree);
+                                     ** stage s of a chain whose slice is tps[s] or more is held by no device: st[] is
+                                     ** NULL there, and slice (slice % tps) of the same replica stands for it */
   int zero;                          /* ZeRO-1: replica r's optimizer updates shard r of each stage */
   uint64_t bucket_bytes;             /* data parallelism: gradients all-reduced in runs of layers of this size */
   int chains;                        /* replicas x tp chains of stages: chain c = replica c / tp, slice c % tp;
@@ -167,6 +170,21 @@ static inline int strata__stages_all(const struct strata_trainer *tr) { return t
 static inline int strata__stage_chain(const struct strata_trainer *tr, int s) { return s / tr->nstages; }
 static inline int strata__stage_replica(const struct strata_trainer *tr, int s) { return s / tr->nstages / tr->tp; }
 static inline int strata__stage_slice(const struct strata_trainer *tr, int s) { return s / tr->nstages % tr->tp; }
+/* Stage s's tensor-parallel degree, whether a device holds it, and the stage that stands for it (itself when held). */
+static inline int strata__stage_tp(const struct strata_trainer *tr, int s) { return tr->tps[s % tr->nstages]; }
+static inline int strata__stage_held(const struct strata_trainer *tr, int s) {
+  return strata__stage_slice(tr, s) < strata__stage_tp(tr, s);
+}
+static inline int strata__stage_owner(const struct strata_trainer *tr, int s) {
+  const int c = s / tr->nstages;
+  return ((c / tr->tp) * tr->tp + (c % tr->tp) % strata__stage_tp(tr, s)) * tr->nstages + s % tr->nstages;
+}
+/*
+** The stages that receive what stage s sends, towards the next stage (dir 0: its output) or the previous one (dir 1:
+** its input gradient): its own chain's neighbour, when held, and every neighbour of the same replica that s stands
+** for. At most tr->tp; returns how many, in out (NULL: only count).
+*/
+int strata__stage_consumers(const struct strata_trainer *tr, int s, int dir, int *out);
 
 /* A sharded stage's join (stage.h's join hook): post an all-reduce over the slices. */
 int strata__tp_join(void *member, strata_queue_t q, strata_mem_t x, size_t count, int op);

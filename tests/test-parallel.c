@@ -377,11 +377,12 @@ Test(parallel, refused_layouts) {
   strata_model_t m = small_gpt();
   struct strata_train_options o = options(1);
   strata_trainer_t tr = NULL;
-  strata_layout_t l = layout("{\"pp\": 2, \"tp\": [2, 1], \"devices\": [0, 1, 2]}");
-  cr_assert_eq(strata_trainer_new_layout(m, ds, &o, l, NULL, &tr), STRATA_ERR_UNSUPPORTED);
-  cr_assert(strstr(strata_last_error(), "tp degree per pipeline rank"), "%s", strata_last_error());
+  strata_layout_t l = NULL;
+  cr_assert_eq(strata_layout_from_json("{\"pp\": 2, \"tp\": [2, 1, 1], \"devices\": [0, 1, 2, 3]}", "three", &l),
+               STRATA_ERR_INVALID, "a tp list of 3 for 2 pipeline ranks");
+  cr_assert(strstr(strata_last_error(), "tp"), "%s", strata_last_error());
+  cr_assert_null(l);
   cr_assert_null(tr);
-  strata_layout_free(l);
   l = layout("{\"tp\": 4, \"devices\": [0, 1, 2, 3]}");
   cr_assert_eq(strata_trainer_new_layout(m, ds, &o, l, NULL, &tr), STRATA_ERR_INVALID, "tp 4 and 2 heads");
   cr_assert(strstr(strata_last_error(), "2 heads"), "%s", strata_last_error());
@@ -448,6 +449,17 @@ Test(parallel, tp_and_hybrids_on_host_match_one_device) {
   tp_case(m, h,
           "{\"dp\": 2, \"pp\": 2, \"tp\": 2, \"devices\": [%d, %d, %d, %d, %d, %d, %d, %d], \"microbatches\": 2}", 4,
           &ref4, "dp 2 x pp 2 x tp 2");
+  /* a tp degree per pipeline rank: the narrower rank takes slice 0's activations, its gradients go to every slice */
+  tp_case(m, h, "{\"pp\": 2, \"tp\": [2, 1], \"devices\": [%d, %d, %d], \"microbatches\": 4}", 4, &ref4,
+          "pp 2 with tp 2,1 (1f1b)");
+  tp_case(m, h, "{\"pp\": 2, \"tp\": [1, 2], \"devices\": [%d, %d, %d], \"microbatches\": 4, \"schedule\": \"zb\"}",
+          4, &ref4, "pp 2 with tp 1,2 (zb-h1)");
+  tp_case(m, h, "{\"pp\": 2, \"tp\": [2, 1], \"devices\": [%d, %d, %d], \"microbatches\": 4, "
+          "\"schedule\": \"interleaved\", \"virtual_stages\": 2}", 4, &ref4, "pp 2 with tp 2,1 (interleaved)");
+  tp_case(m, h, "{\"dp\": 2, \"pp\": 2, \"tp\": [2, 1], \"devices\": [%d, %d, %d, %d, %d, %d], \"microbatches\": 2}",
+          4, &ref4, "dp 2 x pp 2 with tp 2,1");
+  tp_case(m, h, "{\"dp\": 2, \"pp\": 2, \"tp\": [1, 2], \"zero\": 1, \"devices\": [%d, %d, %d, %d, %d, %d], "
+          "\"microbatches\": 2}", 4, &ref4, "dp 2 x pp 2 with tp 1,2 and ZeRO-1");
   free(ref2.params);
   free(ref4.params);
   strata_model_free(m);
