@@ -251,7 +251,7 @@ static int build_stages(strata_trainer_t tr, const int *split, int split_backwar
     int last = first + split[s % tr->nstages];
     int dev = tr->dev[tr->stage_rank[s]];
     tr->rep_split[s] = split[s % tr->nstages];
-    tr->rep_stage_device[s] = dev;
+    tr->rep_stage_device[s] = strata__stage_held(tr, s) ? dev : -1;
     if (!strata__stage_held(tr, s)) { /* another slice stands for it */
       first = last;
       continue;

@@ -35,7 +35,7 @@ if [ ! -x "$TRAIN" ]; then
   echo "1..0 # SKIP strata-train not built"
   exit 0
 fi
-echo "1..22"
+echo "1..23"
 
 for i in 1 2 3 4 5 6 7 8; do cat "$top_srcdir/README.md"; done >"$TMP/text.txt"
 T="$TRAIN --model gpt-micro --data $TMP/text.txt --batch 2 --steps 6 --eval-batches 1 --eval-every 0 --json"
@@ -80,7 +80,13 @@ rc=$?
 l6=$(field "$TMP/tppp.json" step loss)
 check "--layout tp 2 x pp 2: loss $l6 is one device's ($l1) (exit $rc)" sh -c "[ $rc -eq 0 ] && awk -v a='$l6' -v b='$l1' 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-4 * b) }'"
 fails_clearly "--tp 3 does not divide gpt-micro's heads" "tp 3" $T --tp 3 --devices 0,1,2
-fails_clearly "a tp degree per rank is refused in this version" "tp degree per pipeline rank" $T --pp 2 --tp 2,1
+# a tp degree per pipeline rank: rank 0 over 2 devices, rank 1 whole on a third
+$T --pp 2 --tp 2,1 --microbatches 4 >"$TMP/tp21.json" 2>"$TMP/err"
+rc=$?
+l7=$(field "$TMP/tp21.json" step loss)
+check "--pp 2 --tp 2,1: loss $l7 is one device's ($l1) (exit $rc)" sh -c "[ $rc -eq 0 ] && awk -v a='$l7' -v b='$l1' 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-4 * b) }'"
+stages=$(grep -o '"stages":\[[^]]*' "$TMP/tp21.json" | tail -n 1 | grep -o '"device":[0-9-]*' | tr '\n' ' ')
+check "--pp 2 --tp 2,1 lists the 3 stages devices hold: $stages" [ "$stages" = '"device":0 "device":2 "device":1 ' ]
 fails_clearly "--tp with one degree too many" "--tp lists 3 degrees" $T --pp 2 --tp 2,1,1
 $T --dp 2 --zero --microbatches 2 >"$TMP/zero.json" 2>"$TMP/err"
 rc=$?

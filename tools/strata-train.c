@@ -204,9 +204,10 @@ static void usage(FILE *f) {
           "                           D x N devices (--devices lists them replica by replica);\n"
           "                           --microbatches counts each replica's; gradients are all-reduced\n"
           "      --tp T[,T...]        tensor parallelism: every stage split over T devices (GPT: heads\n"
-          "                           and MLP units; MLP, CNN: pairs of layers), one degree for every rank (a\n"
-          "                           degree per rank is refused in this version); --devices lists each\n"
-          "                           replica's ranks' slices in turn (dp x pp x T devices)\n"
+          "                           and MLP units; MLP, CNN: pairs of layers), one degree for every rank,\n"
+          "                           or one per pipeline rank (--pp 2 --tp 2,1: rank 0 over 2 devices, rank\n"
+          "                           1 whole on a third); --devices lists each replica's ranks' slices in\n"
+          "                           turn (dp x sum(T) devices)\n"
           "      --zero               ZeRO-1 with --dp: gradients reduce-scattered, each replica's AdamW\n"
           "                           over its 1/D of the parameters (the moments shrink by D), the\n"
           "                           updated parameters all-gathered\n"
@@ -1175,6 +1176,7 @@ static void stage_layers(const struct run *r, int s, char *buf, size_t n) {
   int first = 0;
   for (int i = 0; i < s; i++)
     first += r->rep.split[i];
+  first %= strata_model_layer_count(r->model); /* the stages of every replica and slice, each a whole model */
   int last = first + r->rep.split[s] - 1;
   struct strata_layer_info a, b;
   if (strata_model_layer(r->model, first, &a) || strata_model_layer(r->model, last, &b)) {
@@ -1243,9 +1245,10 @@ static void print_header(const struct run *r, const struct options *o, const cha
         printf("}");
       }
       printf("],\"stages\":[");
-      for (int st = 0, first = 0; st < r->rep.stages; first += r->rep.split[st], st++)
-        printf("%s{\"stage\":%d,\"first_layer\":%d,\"layers\":%d,\"device\":%d}", st ? "," : "", st, first,
-               r->rep.split[st], r->rep.stage_device[st]);
+      for (int st = 0, first = 0, n = 0; st < r->rep.stages; first += r->rep.split[st], st++)
+        if (r->rep.stage_device[st] >= 0) /* a stage of a narrower rank's missing slice is held by no device */
+          printf("%s{\"stage\":%d,\"first_layer\":%d,\"layers\":%d,\"device\":%d}", n++ ? "," : "", st,
+                 first % strata_model_layer_count(r->model), r->rep.split[st], r->rep.stage_device[st]);
       printf("]");
     }
     printf("}\n");
@@ -1316,16 +1319,27 @@ static void print_header(const struct run *r, const struct options *o, const cha
     if (o->dp)
       printf("replicas  %d (data parallel: each on %d of the step's micro-batches, gradients all-reduced)\n", o->dp,
              r->rep.microbatches);
-    int tpd = o->layout ? strata_layout_tp(o->layout, 0) : o->ntp ? o->tp[0] : 1;
-    if (tpd > 1)
+    int tpd = o->layout ? strata_layout_tp(o->layout, 0) : o->ntp ? o->tp[0] : 1, per_rank = 0;
+    for (int k = 1; k < (o->layout ? strata_layout_pp(o->layout) : o->ntp); k++)
+      per_rank |= (o->layout ? strata_layout_tp(o->layout, k) : o->tp[k]) != tpd;
+    if (per_rank) {
+      printf("tensor    slices per pipeline rank");
+      for (int k = 0; k < (o->layout ? strata_layout_pp(o->layout) : o->ntp); k++)
+        printf("%s%d", k ? "," : " ", o->layout ? strata_layout_tp(o->layout, k) : o->tp[k]);
+      printf(" (a rank's slices each hold 1/T of its heads and MLP units; a narrower rank takes slice 0's "
+             "activations\n          and sends its gradients to every slice)\n");
+    } else if (tpd > 1) {
       printf("tensor    %d slices per stage (each holds 1/%d of the heads and MLP units; joined by all-reduces)\n", tpd,
              tpd);
+    }
     printf("pipeline  %d device%s, %d stage%s (%s), %s schedule over %d micro-batches: theoretical bubble %.1f%%\n",
            r->pp, r->pp == 1 ? "" : "s", r->rep.stages, r->rep.stages == 1 ? "" : "s",
            o->nsplit || (o->layout && strata_layout_split(o->layout)) ? "given" : "balanced by the library", sched,
            r->rep.microbatches, 100 * r->rep.bubble_ideal);
     for (int st = 0; st < r->rep.stages; st++) {
       char layers[160];
+      if (r->rep.stage_device[st] < 0)
+        continue; /* the missing slice of a narrower rank: no device holds it */
       stage_layers(r, st, layers, sizeof layers);
       printf("          stage %d: %s on device %d (%s)\n", st, layers, r->rep.stage_device[st],
              pipeline_backend(r, r->rep.stage_device[st]));

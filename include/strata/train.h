@@ -164,7 +164,8 @@ struct strata_pipeline_device_stats {
 struct strata_pipeline_report {
   int devices, stages, microbatches, schedule;
   const int *split;                 /* [stages]: layers per stage */
-  const int *stage_device;          /* [stages] */
+  const int *stage_device;          /* [stages]: -1 for a stage no device holds (a missing slice of a rank with
+                                    ** fewer tp slices than the widest: slice t % its degree stands for it) */
   double wall_s;                    /* the last step, compute and transfers */
   double bubble;                    /* measured: 1 - sum(busy) / (devices x wall) */
   double bubble_ideal;              /* the schedule's, with unit costs */
