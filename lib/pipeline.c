@@ -492,6 +492,24 @@ static int do_optimizer(struct exec *ex, int rank, int s, int last_on_rank) {
 }
 
 /*
+** Post one of the step's collectives (float32), ordered against a failure's
+** abort by the trainer's lock. A communicator that enqueues returns the
+** completion in *done (NULL: the member's queue waits for it); one that
+** cannot enqueue waits in the call, made after the lock is let go, so that
+** the timeout bounds a member that never comes.
+*/
+static int post_collective(strata_trainer_t tr, strata_comm_t c, int async, int kind, int rank, strata_queue_t q,
+                           strata_mem_t send, strata_mem_t recv, size_t count, int op, void **done) {
+  TRY(strata__trainer_post_begin(tr));
+  if (!async)
+    strata__trainer_post_end(tr);
+  int rc = strata__comm_post_rank(c, kind, rank, q, send, recv, count, STRATA_FLOAT32, op, 0, async ? done : NULL);
+  if (async)
+    strata__trainer_post_end(tr);
+  return rc;
+}
+
+/*
 ** GRAD_REDUCE: hand the stage's gradients to its communicator (this
 ** replica's member) and go on; the device's queue keeps computing while the
 ** communicator's threads move the data, and the stage's OPTIMIZER waits for
@@ -510,14 +528,8 @@ static int bucket_post(struct buckets *b, int k) {
   b->when[k] = strata__now();
   strata_mem_t g = strata_mem(st->grads, lo);
   /* every replica posts the same buckets in the same order, so the k-th calls meet */
-  TRY(strata__trainer_post_begin(tr));
-  if (!info.asynchronous)
-    strata__trainer_post_end(tr); /* the call waits: the timeout bounds a replica that never comes */
-  int rc = strata__comm_post_rank(c, STRATA__COLL_ALLREDUCE, strata__stage_replica(tr, s), st->q, g, g, hi - lo,
-                                  STRATA_FLOAT32, STRATA_SUM, 0, info.asynchronous ? &b->done[k] : NULL);
-  if (info.asynchronous)
-    strata__trainer_post_end(tr);
-  return rc;
+  return post_collective(tr, c, info.asynchronous, STRATA__COLL_ALLREDUCE, strata__stage_replica(tr, s), st->q, g, g,
+                         hi - lo, STRATA_SUM, &b->done[k]);
 }
 
 /* The stage's backward finished stage layer `layer`'s gradients: post the bucket it completes. */
@@ -601,14 +613,8 @@ static int do_grad_scatter(struct exec *ex, int s) {
   const int r = strata__stage_replica(tr, s);
   strata_mem_t g = strata_mem(st->grads, 0), mine = strata_mem(st->grads, (size_t)r * st->chunk);
   ex->done_post[s] = strata__now();
-  TRY(strata__trainer_post_begin(tr));
-  if (!info.asynchronous)
-    strata__trainer_post_end(tr);
-  int rc = strata__comm_post_rank(c, STRATA__COLL_REDUCESCATTER, r, st->q, g, mine, st->chunk, STRATA_FLOAT32,
-                                  STRATA_SUM, 0, info.asynchronous ? &ex->done[s] : NULL);
-  if (info.asynchronous)
-    strata__trainer_post_end(tr);
-  return rc;
+  return post_collective(tr, c, info.asynchronous, STRATA__COLL_REDUCESCATTER, r, st->q, g, mine, st->chunk,
+                         STRATA_SUM, &ex->done[s]);
 }
 
 static int do_param_gather(struct exec *ex, int rank, int s) {
@@ -616,12 +622,13 @@ static int do_param_gather(struct exec *ex, int rank, int s) {
   struct strata__stage *st = tr->st[s];
   strata_comm_t c = replica_comm(ex, s);
   const int r = strata__stage_replica(tr, s);
+  struct strata_comm_info info;
+  TRY(strata_comm_info(c, &info));
   double t0 = strata__now();
-  TRY(strata__trainer_post_begin(tr));
-  int rc = strata_allgather_rank(c, r, st->q, strata_mem(st->params, (size_t)r * st->chunk), strata_mem(st->params, 0),
-                                 st->chunk, STRATA_FLOAT32);
-  strata__trainer_post_end(tr);
-  TRY(rc);
+  /* no completion kept: the stage's queue waits for it, before the next step's work */
+  TRY(post_collective(tr, c, info.asynchronous, STRATA__COLL_ALLGATHER, r, st->q,
+                      strata_mem(st->params, (size_t)r * st->chunk), strata_mem(st->params, 0), st->chunk, STRATA_SUM,
+                      NULL));
   TRY(strata_queue_finish(st->q));
   if (tr->trace_path) {
     char name[24], group[48];
@@ -951,19 +958,12 @@ int strata__tp_join(void *member, strata_queue_t q, strata_mem_t x, size_t count
   m->bytes[k] = (uint64_t)count * 4;
   m->posted[k] = strata__now();
   m->pending[k] = NULL;
-  TRY(strata__trainer_post_begin(m->tr));
-  if (!m->async) {
-    strata__trainer_post_end(m->tr); /* the call waits: the timeout bounds a peer that never comes */
-    TRY(strata_allreduce_rank(m->comm, m->rank, q, x, x, count, STRATA_FLOAT32, op));
+  TRY(post_collective(m->tr, m->comm, m->async, STRATA__COLL_ALLREDUCE, m->rank, q, x, x, count, op, &m->pending[k]));
+  m->n++;
+  if (!m->async) { /* done in the call */
     m->ended[k] = strata__now();
-    m->n++;
     return STRATA_OK;
   }
-  int rc = strata__comm_post_rank(m->comm, STRATA__COLL_ALLREDUCE, m->rank, q, x, x, count, STRATA_FLOAT32, op, 0,
-                                  &m->pending[k]);
-  strata__trainer_post_end(m->tr);
-  TRY(rc);
-  m->n++;
   return strata__comm_wait(m->comm, q, m->pending[k]);
 }
 
