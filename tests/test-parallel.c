@@ -272,6 +272,47 @@ Test(parallel, dp2_pocl_and_mixed) {
   strata_model_free(m);
 }
 
+/* One comm event of a trace, as the tests read it. */
+struct comm_event {
+  int rank;                  /* the device rank whose transfer track holds it */
+  char name[32], collective[24];
+  long long bytes;
+  size_t group;              /* members */
+};
+
+/* The comm events of the trace file at `path` (each checked to lie on the transfer track of one of `ranks`
+** devices, with a duration); *n of them, the caller frees. */
+static struct comm_event *trace_comms(const char *path, int ranks, size_t *n) {
+  json_error_t err;
+  json_t *root = json_load_file(path, 0, &err);
+  cr_assert_not_null(root, "%s: %s", path, err.text);
+  json_t *evs = json_object_get(root, "traceEvents");
+  struct comm_event *out = calloc(json_array_size(evs) + 1, sizeof *out);
+  cr_assert_not_null(out);
+  *n = 0;
+  size_t i;
+  json_t *e;
+  json_array_foreach(evs, i, e) {
+    const char *cat = json_string_value(json_object_get(e, "cat")), *name = json_string_value(json_object_get(e, "name"));
+    if (!cat || strcmp(cat, "comm") || !name)
+      continue;
+    int tid = (int)json_integer_value(json_object_get(e, "tid"));
+    cr_assert(tid % 2 == 1 && tid / 2 < ranks, "comm events go on the transfer tracks: tid %d", tid);
+    cr_assert(json_is_number(json_object_get(e, "dur")) && json_number_value(json_object_get(e, "dur")) >= 0,
+              "%s has no duration", name);
+    json_t *args = json_object_get(e, "args");
+    struct comm_event *c = &out[(*n)++];
+    c->rank = tid / 2;
+    snprintf(c->name, sizeof c->name, "%s", name);
+    const char *coll = json_string_value(json_object_get(args, "collective"));
+    snprintf(c->collective, sizeof c->collective, "%s", coll ? coll : "");
+    c->bytes = json_integer_value(json_object_get(args, "bytes"));
+    c->group = json_array_size(json_object_get(args, "group"));
+  }
+  json_decref(root);
+  return out;
+}
+
 /* The trace has a comm event for every stage on every device, with its collective, bytes and group. */
 Test(parallel, trace_shows_gradient_allreduce_on_every_device) {
   strata_model_t m = small_gpt();
@@ -295,29 +336,18 @@ Test(parallel, trace_shows_gradient_allreduce_on_every_device) {
   cr_assert_eq(rep.devices, 4);
   cr_assert_eq(rep.stages, 4);
   strata_trainer_free(tr);
-  json_error_t err;
-  json_t *root = json_load_file(trace, 0, &err);
-  cr_assert_not_null(root, "%s: %s", trace, err.text);
-  json_t *evs = json_object_get(root, "traceEvents");
   int comm[8] = {0};
   uint64_t bytes[8] = {0};
-  size_t i;
-  json_t *e;
-  json_array_foreach(evs, i, e) {
-    const char *cat = json_string_value(json_object_get(e, "cat"));
-    if (!cat || strcmp(cat, "comm"))
-      continue;
-    int tid = (int)json_integer_value(json_object_get(e, "tid"));
-    json_t *args = json_object_get(e, "args");
-    cr_assert_str_eq(json_string_value(json_object_get(args, "collective")), "allreduce");
-    cr_assert_gt(json_integer_value(json_object_get(args, "bytes")), 0);
-    json_t *g = json_object_get(args, "group");
-    cr_assert_eq(json_array_size(g), 2, "a stage's copies: one per replica");
-    cr_assert_geq(json_real_value(json_object_get(e, "dur")) + json_integer_value(json_object_get(e, "dur")), 0);
-    cr_assert(tid % 2 == 1 && tid / 2 < 4, "comm events go on the transfer tracks: tid %d", tid);
-    comm[tid / 2]++;
-    bytes[tid / 2] += (uint64_t)json_integer_value(json_object_get(args, "bytes"));
+  size_t n = 0;
+  struct comm_event *ev = trace_comms(trace, 4, &n);
+  for (size_t i = 0; i < n; i++) {
+    cr_assert_str_eq(ev[i].collective, "allreduce");
+    cr_assert_gt(ev[i].bytes, 0);
+    cr_assert_eq(ev[i].group, 2, "a stage's copies: one per replica");
+    comm[ev[i].rank]++;
+    bytes[ev[i].rank] += (uint64_t)ev[i].bytes;
   }
+  free(ev);
   /* one bucket per layer: stage r (on device rank r) has rep.split[r] layers */
   for (int r = 0; r < 4; r++) {
     cr_assert_eq(comm[r], rep.split[r], "device rank %d: %d gradient all-reduces (buckets) in the step, want %d", r,
@@ -326,7 +356,6 @@ Test(parallel, trace_shows_gradient_allreduce_on_every_device) {
                  (unsigned long long)bytes[r], (unsigned long long)rep.dev[r].param_bytes);
   }
   tc_report_free(&rep);
-  json_decref(root);
   strata_layout_free(l);
   strata_model_free(m);
 }
@@ -557,31 +586,23 @@ Test(parallel, trace_shows_tensor_parallel_joins_on_every_device) {
   OK(strata_trainer_new_layout(m, ds, &o, l, trace, &tr));
   OK(strata_trainer_step(tr, NULL));
   strata_trainer_free(tr);
-  json_error_t err;
-  json_t *root = json_load_file(trace, 0, &err);
-  cr_assert_not_null(root, "%s: %s", trace, err.text);
   int fwd[4] = {0}, bwd[4] = {0};
   long long fwd_bytes[4] = {0}, bwd_bytes[4] = {0};
-  size_t i;
-  json_t *e;
-  json_array_foreach(json_object_get(root, "traceEvents"), i, e) {
-    const char *cat = json_string_value(json_object_get(e, "cat")), *name = json_string_value(json_object_get(e, "name"));
-    if (!cat || strcmp(cat, "comm") || !name)
-      continue;
-    int tid = (int)json_integer_value(json_object_get(e, "tid"));
-    cr_assert(tid % 2 == 1 && tid / 2 < 4, "comm events go on the transfer tracks: tid %d", tid);
-    json_t *args = json_object_get(e, "args");
-    cr_assert_str_eq(json_string_value(json_object_get(args, "collective")), "allreduce");
-    cr_assert_eq(json_array_size(json_object_get(args, "group")), 2, "%s: the two slices", name);
-    long long b = json_integer_value(json_object_get(args, "bytes"));
-    if (!strncmp(name, "TJF", 3)) {
-      fwd[tid / 2]++;
-      fwd_bytes[tid / 2] += b;
-    } else if (!strncmp(name, "TJB", 3)) {
-      bwd[tid / 2]++;
-      bwd_bytes[tid / 2] += b;
+  size_t n = 0;
+  struct comm_event *ev = trace_comms(trace, 4, &n);
+  for (size_t i = 0; i < n; i++) {
+    cr_assert_str_eq(ev[i].collective, "allreduce");
+    cr_assert_eq(ev[i].group, 2, "%s: the two slices", ev[i].name);
+    const int r = ev[i].rank;
+    if (!strncmp(ev[i].name, "TJF", 3)) {
+      fwd[r]++;
+      fwd_bytes[r] += ev[i].bytes;
+    } else if (!strncmp(ev[i].name, "TJB", 3)) {
+      bwd[r]++;
+      bwd_bytes[r] += ev[i].bytes;
     }
   }
+  free(ev);
   /* per micro-batch (2 of them), rows R = 2 x 8 and RD = R x 16 floats: the first stage joins the embedding's
   ** vocabulary slices (RD) and two per block forward (RD each), two per block backward; the last stage two per
   ** block forward and the head's row max (R) and sums (2 R), two per block and the head's input gradient (RD)
@@ -598,7 +619,27 @@ Test(parallel, trace_shows_tensor_parallel_joins_on_every_device) {
               "device rank %d: %lld and %lld bytes joined, want %lld and %lld", r, fwd_bytes[r], bwd_bytes[r],
               2 * want_fb[st], 2 * want_bb[st]);
   }
-  json_decref(root);
+  strata_layout_free(l);
+  /* tp 2,1: the cut first rank's two slices (device ranks 0 and 2) join as above, the whole second rank (1) never */
+  l = layout("{\"pp\": 2, \"tp\": [2, 1], \"devices\": [%d, %d, %d], \"split\": [2, 2], \"microbatches\": 2}", h[0],
+             h[1], h[2]);
+  OK(strata_trainer_new_layout(m, ds, &o, l, trace, &tr));
+  OK(strata_trainer_step(tr, NULL));
+  strata_trainer_free(tr);
+  int joins[3] = {0};
+  long long joined[3] = {0};
+  ev = trace_comms(trace, 3, &n);
+  for (size_t i = 0; i < n; i++) {
+    cr_assert_eq(ev[i].group, 2, "%s: the first rank's two slices", ev[i].name);
+    joins[ev[i].rank]++;
+    joined[ev[i].rank] += ev[i].bytes;
+  }
+  free(ev);
+  for (int r = 0; r < 3; r++) {
+    int cut = r != 1;
+    cr_assert(joins[r] == (cut ? 2 * (want_f[0] + want_b[0]) : 0) && joined[r] == (cut ? 2 * (want_fb[0] + want_bb[0]) : 0),
+              "tp 2,1 device rank %d: %d joins of %lld bytes", r, joins[r], joined[r]);
+  }
   strata_layout_free(l);
   strata_model_free(m);
 }
