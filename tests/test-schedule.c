@@ -805,6 +805,16 @@ Test(schedule, a_tp_degree_per_rank_validates) {
         }
 }
 
+/* The lists in a schedule shaped like `like`: refused with `want` in the message; frees the lists. */
+static void expect_rejected_like(strata_schedule_t like, struct lists *l, const char *want) {
+  strata_schedule_t t = NULL;
+  OK(strata_schedule_with_lists(like, (const struct strata_action *const *)l->list, l->counts, &t));
+  cr_assert_eq(strata_schedule_validate(t), STRATA_ERR_INVALID);
+  cr_assert_not_null(strstr(strata_last_error(), want), "'%s' lacks '%s'", strata_last_error(), want);
+  strata_schedule_free(t);
+  lists_free(l);
+}
+
 /* pp 2 with tp 2,1 over 2 micro-batches of 1F1B, by hand: devices 0 (slice 0 of rank 0), 1 (rank 1), 2 (slice 1 of
 ** rank 0). Rank 1's one stage takes slice 0's activations only and sends its input gradient to both slices; slice 1
 ** sends nothing forward. */
@@ -826,26 +836,14 @@ Test(schedule, tp_2_1_lists_by_hand) {
   strata_schedule_free(t);
   /* slice 1 never receives the gradient of micro-batch 1 */
   lists_remove(&l, 2, lists_find(&l, 2, STRATA_ACTION_RECV_GRAD, 2, 1));
-  OK(strata_schedule_with_lists(s, (const struct strata_action *const *)l.list, l.counts, &t));
-  cr_assert_eq(strata_schedule_validate(t), STRATA_ERR_INVALID);
-  cr_assert_not_null(strstr(strata_last_error(), "missing RG2.1"), "%s", strata_last_error());
-  strata_schedule_free(t);
-  lists_free(&l);
+  expect_rejected_like(s, &l, "missing RG2.1");
   /* slice 1 sends its activations to a stage no device holds */
   lists_from(&l, s);
   lists_insert(&l, 2, lists_find(&l, 2, STRATA_ACTION_FORWARD, 2, 0) + 2, act(STRATA_ACTION_SEND_ACT, 2, 0));
-  OK(strata_schedule_with_lists(s, (const struct strata_action *const *)l.list, l.counts, &t));
-  cr_assert_eq(strata_schedule_validate(t), STRATA_ERR_INVALID);
-  cr_assert_not_null(strstr(strata_last_error(), "no device holds stage 3"), "%s", strata_last_error());
-  strata_schedule_free(t);
-  lists_free(&l);
+  expect_rejected_like(s, &l, "no device holds stage 3");
   /* a join on the stage that is not cut */
   lists_from(&l, s);
   lists_insert(&l, 1, lists_find(&l, 1, STRATA_ACTION_FORWARD, 1, 0) + 1, act(STRATA_ACTION_TP_JOIN_FORWARD, 1, 0));
-  OK(strata_schedule_with_lists(s, (const struct strata_action *const *)l.list, l.counts, &t));
-  cr_assert_eq(strata_schedule_validate(t), STRATA_ERR_INVALID);
-  cr_assert_not_null(strstr(strata_last_error(), "not cut"), "%s", strata_last_error());
-  strata_schedule_free(t);
-  lists_free(&l);
+  expect_rejected_like(s, &l, "not cut");
   strata_schedule_free(s);
 }
