@@ -1134,9 +1134,12 @@ static int measure_devices(strata_trainer_t tr, double *speed, uint64_t *limit) 
     int same = -1;
     for (int q = 0; q < r && same < 0; q++) {
       TRY(strata_device_props(tr->dev[q], &pq));
-      /* host virtual devices are slices of one CPU; other devices match by name */
+      /* host virtual devices are slices of one CPU (unless one is slowed: STRATA_HOST_SLOW names it so); other
+      ** devices match by name */
+      const char *sr = strstr(pr.name, ", slowed "), *sq = strstr(pq.name, ", slowed ");
       if (strcmp(pr.backend, pq.backend) == 0 &&
-          (strcmp(pr.backend, "host") == 0 || strcmp(pr.name, pq.name) == 0))
+          (strcmp(pr.backend, "host") == 0 ? (!sr && !sq) || (sr && sq && strcmp(sr, sq) == 0)
+                                           : strcmp(pr.name, pq.name) == 0))
         same = q;
     }
     if (same >= 0)

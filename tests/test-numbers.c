@@ -127,11 +127,18 @@ Test(numbers, environment_values_that_overflow_or_are_not_decimal_are_refused) {
   env_refused("STRATA_HOST_DEVICES", "0x2");
   env_refused("STRATA_HOST_DEVICES", "18446744073709551618");
   env_refused("STRATA_HOST_THREADS", "2x");
+  env_refused("STRATA_HOST_SLOW", "1");
+  env_refused("STRATA_HOST_SLOW", "1:1");
+  env_refused("STRATA_HOST_SLOW", "64:2");
+  env_refused("STRATA_HOST_SLOW", "1:2,");
+  env_refused("STRATA_HOST_SLOW", "1:nan");
+  env_refused("STRATA_HOST_SLOW", "1:1000");
   /* and good values still work */
   setenv("STRATA_BACKENDS", "host", 1);
   setenv("STRATA_HOST_DEVICES", "2", 1);
   setenv("STRATA_DEVICE_MEMORY_LIMIT", "1.5M", 1);
   setenv("STRATA_HOST_FAULT", "device=1,op=1000000", 1);
+  setenv("STRATA_HOST_SLOW", "1:1.5", 1);
   OK(strata_init());
   int n = 0;
   OK(strata_device_count(&n));
@@ -139,6 +146,24 @@ Test(numbers, environment_values_that_overflow_or_are_not_decimal_are_refused) {
   struct strata_device_props p;
   OK(strata_device_props(0, &p));
   cr_assert_eq(p.memory_limit, 3ull << 19);
+  cr_assert_null(strstr(p.name, "slowed"), "%s", p.name);
+  OK(strata_device_props(1, &p));
+  cr_assert_not_null(strstr(p.name, ", slowed 1.5x"), "a slowed device says so: %s", p.name);
+  /* it computes what the others do, only later */
+  float x[4] = {1, -2, 3, -4}, y[4] = {0};
+  strata_queue_t q;
+  strata_buffer_t b;
+  OK(strata_queue_new(1, &q));
+  OK(strata_buffer_new(1, sizeof x, &b));
+  OK(strata_buffer_write(q, b, 0, x, sizeof x));
+  OK(strata_scale(q, strata_mem(b, 0), 0.5f, 4));
+  OK(strata_buffer_read(q, b, 0, y, sizeof y));
+  OK(strata_queue_finish(q));
+  for (int i = 0; i < 4; i++)
+    cr_assert_eq(y[i], 0.5f * x[i]);
+  strata_buffer_free(b);
+  strata_queue_free(q);
+  unsetenv("STRATA_HOST_SLOW");
   strata_shutdown();
 }
 

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "host.h"
@@ -31,6 +32,7 @@ static pthread_mutex_t fault_lock = PTHREAD_MUTEX_INITIALIZER;
 
 struct host_ctx {
   struct fault fault;
+  double slow[64];         /* STRATA_HOST_SLOW: each device's slowdown factor (1: none) */
   int ndev;
   uint64_t mem_per_device;
   int units_per_device;
@@ -122,12 +124,32 @@ static void host_copy_bytes(void *dst, const void *src, size_t bytes) {
   memmove(dst, src, bytes);
 }
 
+static double wall_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* A slowed device (STRATA_HOST_SLOW) rests f - 1 times as long as each op took, using no core meanwhile. */
+static void rest_after(double f, double t0) {
+  double rest = (f - 1) * (wall_now() - t0);
+  if (rest <= 0)
+    return;
+  struct timespec ts = {.tv_sec = (time_t)rest, .tv_nsec = (long)((rest - (double)(time_t)rest) * 1e9)};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+    ;
+}
+
 static void task_run(struct host_queue *q, struct task *t) {
   int rc = 0;
   switch (t->kind) {
-  case TASK_OP:
+  case TASK_OP: {
+    const double f = q->ctx->slow[q->dev], t0 = f > 1 ? wall_now() : 0;
     rc = strata__host_op_run(&t->op);
+    if (f > 1)
+      rest_after(f, t0);
     break;
+  }
   case TASK_COPY:
     host_copy_bytes(t->dst, t->src, t->bytes);
     break;
@@ -266,6 +288,36 @@ static int fault_check(struct host_ctx *c, int dev, const char *what) {
   return STRATA_OK;
 }
 
+/*
+** STRATA_HOST_SLOW=D:F[,D:F...]: virtual device D computes F times slower
+** (1 < F <= 100): after each op it rests F - 1 times as long as the op
+** took, without using a core. Heterogeneous devices on one CPU, for the
+** balancer and the planner.
+*/
+static int read_slow(struct host_ctx *c) {
+  for (int d = 0; d < 64; d++)
+    c->slow[d] = 1;
+  const char *env = getenv("STRATA_HOST_SLOW");
+  if (!env || !*env)
+    return STRATA_OK;
+  static const char form[] = "expected D:F[,D:F...], a device 0..63 and a factor above 1, at most 100";
+  const char *p = env;
+  while (*p) {
+    char *end = NULL;
+    errno = 0;
+    long d = strtol(p, &end, 10);
+    if (end == p || *end != ':' || errno || d < 0 || d > 63)
+      return svc->error(STRATA_ERR_PARSE, "STRATA_HOST_SLOW='%.120s': %s", env, form);
+    p = end + 1;
+    double f = strtod(p, &end);
+    if (end == p || (*end && *end != ',') || (*end == ',' && !end[1]) || !(f > 1 && f <= 100))
+      return svc->error(STRATA_ERR_PARSE, "STRATA_HOST_SLOW='%.120s': %s", env, form);
+    c->slow[d] = f;
+    p = *end ? end + 1 : end;
+  }
+  return STRATA_OK;
+}
+
 static void read_cpu_name(char *buf, size_t len) {
   snprintf(buf, len, "CPU");
   FILE *f = fopen("/proc/cpuinfo", "r");
@@ -304,6 +356,8 @@ static int host_init(const struct strata__services *services, void **ctx, char *
     return svc->error(STRATA_ERR_NOMEM, "host: out of memory");
   c->ndev = n;
   rc = read_fault(&c->fault);
+  if (!rc)
+    rc = read_slow(c);
   if (rc) {
     free(c);
     return rc;
@@ -357,7 +411,12 @@ static void host_fini(void *ctx) { free(ctx); }
 
 static int host_device_info(void *ctx, int dev, struct strata__device_info *info) {
   struct host_ctx *c = ctx;
-  snprintf(info->name, sizeof info->name, "host virtual device %d (%s)", dev, c->cpu_name);
+  /* a slowed device says so at the end, where a long CPU name cannot cut it off */
+  char slow[32] = "";
+  if (c->slow[dev] > 1)
+    snprintf(slow, sizeof slow, ", slowed %.3gx", c->slow[dev]);
+  int room = (int)(sizeof info->name - strlen(slow)) - 40;
+  snprintf(info->name, sizeof info->name, "host virtual device %d (%.*s)%s", dev, room > 0 ? room : 0, c->cpu_name, slow);
   snprintf(info->vendor, sizeof info->vendor, "host");
   info->is_cpu = 1;
   info->compute_units = c->units_per_device;
