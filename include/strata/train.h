@@ -27,6 +27,11 @@ struct strata_train_options {
   float beta1, beta2, eps;
   float clip;               /* clip the global gradient norm to this; 0 = off */
   uint64_t seed;            /* parameters and data order */
+  struct strata_cluster *cluster; /* NULL: the devices are this process's. Else the job of strata/cluster.h:
+                                  ** devices are numbered globally over its ranks, every rank creates the
+                                  ** trainer with the same layout and options, builds only the stages on its
+                                  ** own devices, and every call below is then collective (see
+                                  ** strata_trainer_new_layout); the cluster must outlive the trainer */
 };
 
 /* Sensible defaults: device 0, batch 8, accum 1, steps 1000, lr 1e-3 -> 1e-4,
