@@ -1927,7 +1927,7 @@ out_rc:
 out:
   /* a failed rank ends the whole job: the others may be waiting for it (its message is printed above) */
   if (rc && ranks > 1)
-    strata_cluster_abort(r.cluster, rc, NULL);
+    strata_cluster_abort(r.cluster, rc, *strata_last_error() ? NULL : "stopped (the reason is printed above)");
   strata_trainer_free(r.tr);
   strata_layout_free(o.layout);
   strata_dataset_free(r.data);
