@@ -212,6 +212,19 @@ if [ "$(wc -l <"$out/l.b")" -eq 3 ] && [ "$(head -n 1 "$out/l.a")" = "$(head -n 
 else notok "2-rank checkpoint resumed on one device"; paste "$out/l.a" "$out/l.b" | sed 's/^/# /'
   tail -n 5 "$out/r1.json.err" | sed 's/^/# /'; fi
 
+# Failure: a device fault on rank 1 (its own environment, through mpirun's MPMD form) ends the job, naming the rank,
+# the device and the action.
+t0=$(date +%s)
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=1 STRATA_COMM_TIMEOUT=20 $run60 1 $T --steps 200 --dp 2 : \
+  -np 1 env STRATA_HOST_FAULT=device=0,op=3000 $T --steps 200 --dp 2 >"$out/fault-train.json" 2>"$out/fault-train.log"
+rc=$?
+elapsed=$(($(date +%s) - t0))
+if [ "$rc" -ne 0 ] && [ "$elapsed" -lt 30 ]; then ok "strata-train: a device fault on rank 1: the job fails (status $rc) in $elapsed s"
+else notok "strata-train: a device fault on rank 1 fails in bounded time (status $rc, $elapsed s)"
+  tail -n 20 "$out/fault-train.log" | sed 's/^/# /'; fi
+has "strata-train: the fault's message names rank 1, the device and the action" "$out/fault-train.log" \
+  '^strata: rank 1 .*host virtual device 0.*action #[0-9]+ [A-Z]+[0-9]+\.[0-9]+: .*injected fault'
+
 # Failure: rank 1 killed mid-training (resumed from that checkpoint, saving to a copy of it); rank 0 stops, naming it.
 cp "$out/ck2.st" "$out/kill.st"
 ranks_of_train() { ps -eo pid=,args= 2>/dev/null | grep -E "tools/(\.libs/)?(lt-)?strata-train " | grep -v grep; }
