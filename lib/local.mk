@@ -28,7 +28,10 @@ libstrata_la_SOURCES = \
 	%reldir%/comm/comm.c \
 	%reldir%/comm/comm.h \
 	%reldir%/comm/mpi.c \
-	%reldir%/parallel/layout.c
+	%reldir%/comm/mpi.h \
+	%reldir%/parallel/layout.c \
+	%reldir%/parallel/ranks.c \
+	%reldir%/parallel/ranks.h
 libstrata_la_CPPFLAGS = $(AM_CPPFLAGS) $(HWLOC_CFLAGS) $(JANSSON_CFLAGS) $(MPI_CFLAGS)
 # MPI_LIBS is empty unless configure enabled MPI (STRATA_HAVE_MPI in config.h).
 libstrata_la_LIBADD = $(HWLOC_LIBS) $(JANSSON_LIBS) $(PTHREAD_LIBS) $(MPI_LIBS)

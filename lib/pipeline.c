@@ -12,6 +12,7 @@
 
 #include "file.h"
 #include "comm/comm.h"
+#include "parallel/ranks.h"
 #include "registry.h"
 #include "trainer.h"
 
@@ -57,7 +58,7 @@ struct exec {
   int opt_arrived;
   int opt_ready;
   int chain;                 /* stages per replica */
-  int held;                  /* stages some device holds (each has an OPTIMIZER) */
+  int held;                  /* stages this process's devices hold (each has an OPTIMIZER) */
   void **done;               /* [S]: the completion of each stage's gradient reduce-scatter (ZeRO), until its OPTIMIZER */
   double *done_post;         /* [S]: when it was posted */
   struct buckets *bk;        /* [S]: data parallelism: each stage's gradient buckets */
@@ -143,7 +144,7 @@ static void drop(struct exec *ex, int s, int mb, int what) {
 /* Free the slots of this rank's stages that nothing holds any more. */
 static void release_pending(struct exec *ex, int rank) {
   for (int s = 0; s < ex->S; s++) {
-    if (rank_of(ex, s) != rank || !strata__stage_held(ex->tr, s))
+    if (rank_of(ex, s) != rank || !ex->tr->st[s])
       continue;
     for (int mb = 0; mb < ex->m; mb++) {
       int k = s * ex->m + mb;
@@ -247,7 +248,7 @@ int strata__pool_put(struct strata__pool *pool, strata_buffer_t b) {
 
 int strata__pipeline_prefill(strata_trainer_t tr) {
   for (int s = 0; tr->sched && s < strata__stages_all(tr); s++) {
-    for (int dir = 0; dir < 2 && strata__stage_held(tr, s); dir++) {
+    for (int dir = 0; dir < 2 && tr->st[s]; dir++) { /* (the stages this rank holds) */
       if (dir == 0 ? strata__stage_first(tr, s) : strata__stage_last(tr, s))
         continue;
       const int peer = strata__stage_owner(tr, dir == 0 ? s - 1 : s + 1);
@@ -403,6 +404,8 @@ static int do_backward(struct exec *ex, int rank, int kind, int s, int mb, int l
 
 /* The communicator joining stage s with the same slice of the same stage of every other replica. */
 static strata_comm_t replica_comm(const struct exec *ex, int s) {
+  if (!ex->tr->comm)
+    return NULL; /* the replicas are on several ranks (parallel/ranks.h) */
   return ex->tr->comm[strata__stage_slice(ex->tr, s) * ex->chain + s % ex->chain];
 }
 
@@ -466,10 +469,15 @@ static int do_optimizer(struct exec *ex, int rank, int s, int last_on_rank) {
   /* the global norm from one replica's stages (its slices'): after the
   ** all-reduce every replica has the same gradients; after ZeRO's
   ** reduce-scatter each has its shard of them */
-  if (tr->zero || strata__stage_replica(tr, s) == 0)
+  if (tr->zero || strata__stage_replica(tr, s) == tr->home)
     TRY(strata__stage_sumsq(tr, s));
   pthread_mutex_lock(&ex->lock);
-  if (++ex->opt_arrived == ex->held) {
+  const int all_here = ++ex->opt_arrived == ex->held;
+  pthread_mutex_unlock(&ex->lock);
+  if (all_here) /* the sums of the stages other ranks hold (with ZeRO), outside the lock: a dead rank fails it */
+    TRY(strata__ranks_sumsq(tr));
+  pthread_mutex_lock(&ex->lock);
+  if (all_here) {
     ex->gscale = strata__clip_scale(tr, &ex->norm);
     ex->opt_ready = 1;
     pthread_cond_broadcast(&ex->cond);
@@ -486,7 +494,7 @@ static int do_optimizer(struct exec *ex, int rank, int s, int last_on_rank) {
   if (!ok || !isfinite(norm))
     return STRATA_OK; /* a failure elsewhere, or a diverged step the caller reports */
   for (int t = 0; t < ex->S; t++)
-    if (rank_of(ex, t) == rank && strata__stage_held(tr, t))
+    if (rank_of(ex, t) == rank && tr->st[t])
       TRY(strata__stage_optimize(tr, t, gscale, ex->lr));
   return STRATA_OK;
 }
@@ -521,12 +529,15 @@ static int bucket_post(struct buckets *b, int k) {
   struct strata__stage *st = tr->st[s];
   strata_comm_t c = replica_comm(b->ex, s);
   struct strata_comm_info info;
-  TRY(strata_comm_info(c, &info));
   size_t lo, hi;
   strata__stage_layer_range(st, b->first[k], k ? b->first[k - 1] : strata__stage_layer_count(st), &lo, &hi);
   b->posted = k + 1;
   b->when[k] = strata__now();
   strata_mem_t g = strata_mem(st->grads, lo);
+  int x = strata__ranks_collective(tr, STRATA__COLL_ALLREDUCE, s, st->q, g, g, hi - lo);
+  if (x != 1)
+    return x; /* the replicas are on several ranks: done there, through the cluster */
+  TRY(strata_comm_info(c, &info));
   /* every replica posts the same buckets in the same order, so the k-th calls meet */
   return post_collective(tr, c, info.asynchronous, STRATA__COLL_ALLREDUCE, strata__stage_replica(tr, s), st->q, g, g,
                          hi - lo, STRATA_SUM, &b->done[k]);
@@ -550,9 +561,11 @@ static int do_grad_reduce(struct exec *ex, int s) {
 /* Stage s's buckets: runs of whole layers from the last, each closed once it holds tr->bucket_bytes. */
 static int buckets_init(struct exec *ex, int s, struct buckets *b) {
   struct strata__stage *st = ex->tr->st[s];
-  const int L = strata__stage_layer_count(st);
   b->ex = ex;
   b->s = s;
+  if (!st)
+    return STRATA_OK; /* another rank's */
+  const int L = strata__stage_layer_count(st);
   b->first = calloc((size_t)L, sizeof *b->first);
   b->done = calloc((size_t)L, sizeof *b->done);
   b->when = calloc((size_t)L, sizeof *b->when);
@@ -609,9 +622,12 @@ static int do_grad_scatter(struct exec *ex, int s) {
   struct strata__stage *st = tr->st[s];
   strata_comm_t c = replica_comm(ex, s);
   struct strata_comm_info info;
-  TRY(strata_comm_info(c, &info));
   const int r = strata__stage_replica(tr, s);
   strata_mem_t g = strata_mem(st->grads, 0), mine = strata_mem(st->grads, (size_t)r * st->chunk);
+  int x = strata__ranks_collective(tr, STRATA__COLL_REDUCESCATTER, s, st->q, g, mine, st->chunk);
+  if (x != 1)
+    return x;
+  TRY(strata_comm_info(c, &info));
   ex->done_post[s] = strata__now();
   return post_collective(tr, c, info.asynchronous, STRATA__COLL_REDUCESCATTER, r, st->q, g, mine, st->chunk,
                          STRATA_SUM, &ex->done[s]);
@@ -622,9 +638,13 @@ static int do_param_gather(struct exec *ex, int rank, int s) {
   struct strata__stage *st = tr->st[s];
   strata_comm_t c = replica_comm(ex, s);
   const int r = strata__stage_replica(tr, s);
+  double t0 = strata__now();
+  int x = strata__ranks_collective(tr, STRATA__COLL_ALLGATHER, s, st->q, strata_mem(st->params, (size_t)r * st->chunk),
+                                   strata_mem(st->params, 0), st->chunk);
+  if (x != 1)
+    return x ? x : strata_queue_finish(st->q);
   struct strata_comm_info info;
   TRY(strata_comm_info(c, &info));
-  double t0 = strata__now();
   /* no completion kept: the stage's queue waits for it, before the next step's work */
   TRY(post_collective(tr, c, info.asynchronous, STRATA__COLL_ALLGATHER, r, st->q,
                       strata_mem(st->params, (size_t)r * st->chunk), strata_mem(st->params, 0), st->chunk, STRATA_SUM,
@@ -768,7 +788,7 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
   ex.S = strata__stages_all(tr);
   ex.chain = tr->nstages;
   for (int s = 0; s < ex.S; s++)
-    ex.held += strata__stage_held(tr, s);
+    ex.held += tr->st[s] != NULL; /* held by a device of this process */
   ex.lr = lr;
   ex.norm = 0;
   size_t cells = (size_t)ex.S * (size_t)ex.m;
@@ -789,7 +809,7 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
   if (tr->replicas > 1 && !tr->zero) {
     ex.bk = calloc((size_t)ex.S, sizeof *ex.bk);
     for (int s = 0; ex.bk && s < ex.S; s++)
-      if (strata__stage_held(tr, s) && buckets_init(&ex, s, &ex.bk[s])) {
+      if (buckets_init(&ex, s, &ex.bk[s])) {
         for (int t = 0; t <= s; t++)
           buckets_free(&ex, &ex.bk[t]);
         free(ex.bk);
@@ -810,6 +830,8 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
   ** cuBLAS handle and a scratch allocation on CUDA, too dear per step */
   /* the receive pools were filled at creation (strata__pipeline_prefill) */
   for (int r = 0; r < tr->ndev && !rc; r++) {
+    if (!strata__rank_mine(tr, r))
+      continue; /* another rank runs it */
     if (!tr->send_q[r])
       rc = strata_queue_new(tr->dev[r], &tr->send_q[r]);
     ex.snd[r].q = tr->send_q[r];
@@ -821,6 +843,8 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
   for (int r = 0; r < tr->ndev && !rc; r++) {
     args[r].ex = &ex;
     args[r].rank = r;
+    if (!strata__rank_mine(tr, r))
+      continue;
     if (pthread_create(&ex.snd[r].thread, NULL, sender_main, &args[r]) != 0) {
       rc = strata__error(STRATA_ERR_BACKEND, "cannot start a pipeline thread");
       break;
@@ -828,15 +852,18 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
     ex.snd[r].started = 1;
   }
   for (int r = 0; r < tr->ndev && !rc; r++) {
+    if (!strata__rank_mine(tr, r))
+      continue;
     if (pthread_create(&workers[r], NULL, worker_main, &args[r]) != 0) {
       rc = strata__error(STRATA_ERR_BACKEND, "cannot start a pipeline thread");
       fail(&ex, rc, "pipeline");
       break;
     }
-    started++;
+    started = r + 1;
   }
   for (int r = 0; r < started; r++)
-    pthread_join(workers[r], NULL);
+    if (strata__rank_mine(tr, r))
+      pthread_join(workers[r], NULL);
   /* the senders have nothing left once every worker is through its list */
   pthread_mutex_lock(&ex.lock);
   for (int r = 0; ex.snd && r < tr->ndev; r++)
@@ -877,7 +904,8 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
     for (int r = 0; r < tr->ndev; r++) {
       tr->rep_dev[r].busy_s = ex.busy[r];
       busy += ex.busy[r];
-      strata_device_memory(tr->dev[r], NULL, &tr->rep_dev[r].peak_bytes, NULL);
+      if (strata__rank_mine(tr, r)) /* (another rank's device: its figures are there) */
+        strata_device_memory(tr->dev[r], NULL, &tr->rep_dev[r].peak_bytes, NULL);
       tr->rep_dev[r].peak_inflight = 0;
     }
     for (int s = 0; s < ex.S; s++) {

@@ -20,6 +20,7 @@
 #include <strata/train.h>
 
 #include "file.h"
+#include "parallel/ranks.h"
 #include "parse.h"
 #include "registry.h"
 #include "trainer.h"
@@ -187,6 +188,8 @@ static int check_memory_of(strata_trainer_t tr, const int *split, uint64_t *need
   }
   for (int r = 0; r < tr->ndev; r++) {
     struct strata_device_props p;
+    if (!strata__rank_mine(tr, r))
+      continue; /* its rank checks it */
     TRY(strata_device_props(tr->dev[r], &p));
     if (need[r] <= p.free_memory)
       continue;
@@ -208,7 +211,7 @@ static int check_memory_of(strata_trainer_t tr, const int *split, uint64_t *need
                          "AdamW moments, %.1f MiB of activations for micro-batches of %lld, %.1f MiB of other buffers), "
                          "the device has %.1f MiB free (limit %.1f MiB, %.1f MiB in use)%s",
                          tr->unfit_split ? "no cut of the model fits these devices' memory; with the fastest cut, " : "",
-                         what, tr->dev[r], (double)need[r] / MiB, (double)params[r] / MiB, (double)act[r] / MiB,
+                         what, strata__rank_device(tr, r), (double)need[r] / MiB, (double)params[r] / MiB, (double)act[r] / MiB,
                          (long long)tr->opt.batch, (double)bufs[r] / MiB, (double)p.free_memory / MiB,
                          (double)p.memory_limit / MiB, (double)p.used_memory / MiB, hint);
   }
@@ -228,8 +231,8 @@ static int host_buffers(strata_trainer_t tr) {
   if (!tr->inputs || !tr->targets || !tr->losses || !tr->mb_loss || !tr->host_mem)
     return strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
   for (int i = 0; i < tr->mtot; i++) {
-    /* replica i / m's first and last stages' devices (of its slice 0) */
-    int c = i / tr->m * tr->tp;
+    /* replica i / m's first and last stages' devices (of its slice 0); another rank's replica's: the home one's */
+    int c = (strata__stage_mine(tr, i / tr->m * tr->tp * tr->nstages) ? i / tr->m : tr->home) * tr->tp;
     int first = tr->dev[tr->stage_rank[c * tr->nstages]], last = tr->dev[tr->stage_rank[(c + 1) * tr->nstages - 1]];
     struct strata__staging *h = &tr->host_mem[3 * (size_t)i];
     TRY(strata__host_memory_new(first, tr->in_elems * 4, &h[0]));
@@ -251,8 +254,8 @@ static int build_stages(strata_trainer_t tr, const int *split, int split_backwar
     int last = first + split[s % tr->nstages];
     int dev = tr->dev[tr->stage_rank[s]];
     tr->rep_split[s] = split[s % tr->nstages];
-    tr->rep_stage_device[s] = strata__stage_held(tr, s) ? dev : -1;
-    if (!strata__stage_held(tr, s)) { /* another slice stands for it */
+    tr->rep_stage_device[s] = strata__stage_held(tr, s) ? strata__rank_device(tr, tr->stage_rank[s]) : -1;
+    if (!strata__stage_held(tr, s) || !strata__stage_mine(tr, s)) { /* another slice stands for it, or another rank's */
       first = last;
       continue;
     }
@@ -274,14 +277,14 @@ static int build_stages(strata_trainer_t tr, const int *split, int split_backwar
   }
   tr->ntensors = 0;
   for (int s = 0; s < tr->nstages; s++)
-    tr->ntensors += (size_t)tr->st[s]->ntensors;
+    tr->ntensors += (size_t)strata__home_stage(tr, 0, s)->ntensors;
   tr->sumsq = calloc((size_t)(tr->zero ? tr->chains : tr->tp) * tr->ntensors + 1, sizeof *tr->sumsq);
   tr->tensor_split = calloc(tr->ntensors + 1, sizeof *tr->tensor_split);
   if (!tr->sumsq || !tr->tensor_split)
     return strata__error(STRATA_ERR_NOMEM, "out of host memory");
   for (int s = 0, t = 0; s < tr->nstages; s++)
-    for (int j = 0; j < tr->st[s]->ntensors; j++)
-      tr->tensor_split[t++] = tr->st[s]->tensors[j].split != STRATA__SPLIT_NONE;
+    for (int j = 0; j < strata__home_stage(tr, 0, s)->ntensors; j++)
+      tr->tensor_split[t++] = strata__home_stage(tr, 0, s)->tensors[j].split != STRATA__SPLIT_NONE;
   return STRATA_OK;
 }
 
@@ -364,7 +367,7 @@ static int warm_cache(strata_trainer_t tr) {
   for (int s = 0; s < strata__stages_all(tr) && !rc; s++) {
     struct strata__stage *st = tr->st[s];
     if (!st)
-      continue;
+      continue; /* another rank's, or a slice another stands for */
     int k = stage_inflight(tr, s), kg = k + !strata__stage_first(tr, s);
     for (int i = 0; i < k + (st->grad_floats ? kg : 0) && !rc; i++) {
       if (n == cap) {
@@ -396,7 +399,9 @@ static int warm_cache(strata_trainer_t tr) {
 */
 static int make_comms(strata_trainer_t tr) {
   const int S = tr->nstages;
-  if (tr->replicas > 1) {
+  if (tr->replicas > 1 && tr->ranks) {
+    TRY(strata__ranks_comms(tr)); /* the replicas live on several ranks */
+  } else if (tr->replicas > 1) {
     if (!tr->comm && !(tr->comm = calloc((size_t)(tr->tp * S), sizeof *tr->comm)))
       return strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
     int *devs = calloc((size_t)tr->replicas, sizeof *devs);
@@ -501,7 +506,7 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
   for (int p = 0; p < pl->pp; p++)
     per_replica += pl->tps ? pl->tps[p] : pl->tp;
   const int chains = pl->replicas * pl->tp, ndev = pl->replicas * per_replica, kind = pl->kind, nstages = pl->nstages;
-  for (int i = 0; i < ndev; i++)
+  for (int i = 0; i < ndev && !opts->cluster; i++) /* a cluster's devices are checked against it */
     if (!strata__device_get(pl->devices[i]))
       return STRATA_ERR_NOT_FOUND;
   if (kind == STRATA_SCHEDULE_INTERLEAVED && pl->m % pl->pp)
@@ -582,6 +587,8 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
       tr->stage_rank[s] = strata_schedule_stage_device(tr->sched, s);
   }
   if (!rc)
+    rc = strata__ranks_new(tr, opts->cluster, pl->trace != NULL);
+  if (!rc)
     rc = host_buffers(tr);
   if (!rc && tr->tp > 1 && !(tr->tp_member = calloc((size_t)(nstages * chains), sizeof *tr->tp_member)))
     rc = strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
@@ -589,10 +596,14 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
     if (pl->given) {
       memcpy(split, pl->split, sizeof *split * (size_t)nstages);
     } else {
-      /* balance one replica over its ranks: the others are its copies */
+      /* balance one replica over its ranks: the others are its copies (its own process balances it, the others
+      ** take that split) */
       tr->ndev = pl->pp;
-      rc = strata__pipeline_balance(tr, split);
+      if (strata__rank_mine(tr, 0))
+        rc = strata__pipeline_balance(tr, split);
       tr->ndev = ndev;
+      if (!rc)
+        rc = strata__ranks_split(tr, split, nstages);
     }
     if (!rc && pl->trace && !(tr->trace_path = strdup(pl->trace)))
       rc = strata__error(STRATA_ERR_NOMEM, "out of host memory");
@@ -625,12 +636,12 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
   if (tr->sched)
     strata_schedule_bubble(tr->sched, &tr->report.bubble_ideal);
   for (int i = 0; i < ndev; i++)
-    tr->rep_dev[i].device = tr->dev[i];
+    tr->rep_dev[i].device = strata__rank_device(tr, i);
   for (int s = 0; s < strata__stages_all(tr); s++) {
     struct strata_pipeline_device_stats *d = &tr->rep_dev[tr->stage_rank[s]];
     const struct strata__stage *st = tr->st[s];
     if (!st)
-      continue;
+      continue; /* another rank's, or a slice another stands for */
     d->param_bytes += (uint64_t)st->nparams * 4;
     d->grad_bytes += (uint64_t)st->nparams * 4;
     d->optimizer_bytes += 2 * (uint64_t)st->chunk * 4;
@@ -671,7 +682,13 @@ STRATA_API int strata_trainer_new_layout(strata_model_t model, strata_dataset_t 
     return strata__error(STRATA_ERR_INVALID, "strata_trainer_new_layout: NULL argument");
   *out = NULL;
   int ndevices = 0;
-  TRY(strata_device_count(&ndevices));
+  if (opts && opts->cluster) { /* the layout names the cluster's devices */
+    struct strata_cluster_info ci;
+    TRY(strata_cluster_info(opts->cluster, &ci));
+    ndevices = ci.device_count;
+  } else {
+    TRY(strata_device_count(&ndevices));
+  }
   TRY(strata_layout_check(layout, model, ndevices));
   const int dp = strata_layout_dp(layout), pp = strata_layout_pp(layout);
   int *tps = calloc((size_t)pp, sizeof *tps);
@@ -747,6 +764,7 @@ STRATA_API void strata_trainer_free(strata_trainer_t tr) {
   free(tr->tp_member);
   free(tr->tensor_split);
   free(tr->tps);
+  strata__ranks_free(tr);
   pthread_mutex_destroy(&tr->abort_lock);
   for (int p = 0; tr->pools && p < 2 * strata__stages_all(tr); p++) {
     while (tr->pools[p].n > 0)
@@ -828,7 +846,7 @@ static int seq_backward(strata_trainer_t tr, int s, int slot) {
 
 /* Sum of the last stage's per-row losses of `slot` (waits). */
 static int seq_loss(strata_trainer_t tr, int slot, double *sum) {
-  return strata__stage_loss(tr->st[tr->nstages - 1], slot, sum);
+  return strata__stage_loss(strata__home_stage(tr, 0, tr->nstages - 1), slot, sum);
 }
 
 /* One tensor-parallel slice's stage, forward or backward, in a thread of its own: the slices meet in its joins. */
@@ -854,11 +872,11 @@ static void *seq_main(void *arg) {
   return NULL;
 }
 
-/* Stage `pos` of replica 0, forward or backward: the stage itself, or its slices together, one thread each. */
+/* Stage `pos` of the home replica, forward or backward: the stage itself, or its slices together, one thread each. */
 static int seq_stage(strata_trainer_t tr, int pos, int slot, const void *inputs, const int32_t *targets, int backward) {
-  const int deg = tr->tps[pos];
+  const int deg = tr->tps[pos], s0 = tr->home * tr->tp * tr->nstages + pos;
   if (deg == 1)
-    return backward ? seq_backward(tr, pos, slot) : seq_forward(tr, pos, slot, inputs, targets);
+    return backward ? seq_backward(tr, s0, slot) : seq_forward(tr, s0, slot, inputs, targets);
   struct seq_job *jobs = calloc((size_t)deg, sizeof *jobs);
   pthread_t *th = calloc((size_t)deg, sizeof *th);
   if (!jobs || !th) {
@@ -868,7 +886,7 @@ static int seq_stage(strata_trainer_t tr, int pos, int slot, const void *inputs,
   }
   int started = 0, rc = STRATA_OK;
   for (int t = 0; t < deg; t++) {
-    jobs[t] = (struct seq_job){.tr = tr, .s = t * tr->nstages + pos, .slot = slot, .backward = backward,
+    jobs[t] = (struct seq_job){.tr = tr, .s = s0 + t * tr->nstages, .slot = slot, .backward = backward,
                                .inputs = inputs, .targets = targets};
     if (pthread_create(&th[t], NULL, seq_main, &jobs[t]) != 0) {
       rc = strata__error(STRATA_ERR_BACKEND, "cannot start a thread for tensor-parallel slice %d", t);
@@ -887,7 +905,8 @@ static int seq_stage(strata_trainer_t tr, int pos, int slot, const void *inputs,
   return rc;
 }
 
-/* One micro-batch through replica 0, stage after stage (a cut stage's slices together), and back. */
+/* One micro-batch through the home replica (this process's first), stage after stage (a cut stage's slices
+** together), and back. */
 static int seq_run(strata_trainer_t tr, int slot, const void *inputs, const int32_t *targets, int backward) {
   if (tr->tp > 1 && tr->comm_stale)
     TRY(strata__trainer_comms_renew(tr));
@@ -901,7 +920,7 @@ static int seq_run(strata_trainer_t tr, int slot, const void *inputs, const int3
 static int finish_all(strata_trainer_t tr) {
   int rc = STRATA_OK;
   for (int s = 0; s < strata__stages_all(tr); s++) {
-    int r = tr->st[s] ? strata_queue_finish(tr->st[s]->q) : STRATA_OK;
+    int r = tr->st[s] ? strata_queue_finish(tr->st[s]->q) : STRATA_OK; /* (another rank's, or stood for) */
     if (!rc)
       rc = r;
   }
@@ -949,7 +968,7 @@ int strata__stage_sumsq(strata_trainer_t tr, int s) {
   /* where stage s's tensors start: its chain's row (replica 0's chains without ZeRO) */
   size_t base = (size_t)(tr->zero ? strata__stage_chain(tr, s) : strata__stage_slice(tr, s)) * tr->ntensors;
   for (int i = 0; i < s % tr->nstages; i++)
-    base += (size_t)tr->st[i]->ntensors;
+    base += (size_t)strata__home_stage(tr, 0, i)->ntensors;
   return strata__stage_grad_sumsq(tr->st[s], tr->sumsq + base);
 }
 
@@ -993,7 +1012,7 @@ STRATA_API int strata_trainer_step(strata_trainer_t tr, struct strata_step_stats
   ** that the replicas' gradients, summed, are one device's over them all */
   for (int s = 0; s < strata__stages_all(tr); s++) {
     if (!tr->st[s])
-      continue;
+      continue; /* another rank's, or a slice another stands for */
     tr->st[s]->loss_scale = 1.0f / (float)(tr->rows * tr->mtot);
     TRY(strata__stage_zero_grads(tr->st[s]));
   }
@@ -1015,14 +1034,14 @@ STRATA_API int strata_trainer_step(strata_trainer_t tr, struct strata_step_stats
   if (rc)
     return rc;
   double loss = 0;
-  for (int k = 0; k < tr->mtot; k++) {
-    if (tr->sched) { /* the same sums, in the same order, as strata__stage_loss */
-      tr->mb_loss[k] = 0;
-      for (int64_t r = 0; r < tr->rows; r++)
-        tr->mb_loss[k] += tr->losses[k][r];
-    }
-    loss += tr->mb_loss[k];
+  for (int k = 0; k < tr->mtot && tr->sched; k++) { /* the same sums, in the same order, as strata__stage_loss */
+    tr->mb_loss[k] = 0;
+    for (int64_t r = 0; r < tr->rows; r++)
+      tr->mb_loss[k] += tr->losses[k][r];
   }
+  TRY(strata__ranks_losses(tr)); /* other ranks' replicas' micro-batches */
+  for (int k = 0; k < tr->mtot; k++)
+    loss += tr->mb_loss[k];
   if (!isfinite(norm))
     return strata__error(STRATA_ERR_RANGE, "step %lld: the gradient norm is not finite (loss %g): training diverged",
                          (long long)(tr->step + 1), loss / (double)(tr->rows * tr->mtot));
@@ -1105,32 +1124,34 @@ static size_t stage_full(const struct strata__stage *st) {
 /* Stage j of slice k's flat buffer `which` into local (nparams floats): replica 0's copy, or with ZeRO the moments
 ** from every replica's shard. */
 static int download_flat(strata_trainer_t tr, int k, int j, int which, float *local) {
-  struct strata__stage *st = tr->st[k * tr->nstages + j];
+  struct strata__stage *st = strata__home_stage(tr, k, j);
   if (!tr->zero || which < 2)
     return strata_buffer_download(st->q, buffer_of(st, which), 0, local, st->nparams * 4);
   for (int r = 0; r < tr->replicas; r++) {
     struct strata__stage *x = tr->st[(r * tr->tp + k) * tr->nstages + j];
+    if (!x)
+      continue; /* another rank's shard: below */
     size_t at = (size_t)r * x->chunk, n = at < x->nparams ? x->nparams - at : 0;
     if (n > x->chunk)
       n = x->chunk;
     if (n)
       TRY(strata_buffer_download(x->q, buffer_of(x, which), 0, local + at, n * 4));
   }
-  return STRATA_OK;
+  return strata__ranks_shards(tr, k, j, local);
 }
 
-/* Copy buffer `which` (0 params, 1 grads, 2 m, 3 v) of replica 0 into host. */
+/* Copy buffer `which` (0 params, 1 grads, 2 m, 3 v) of the home replica into host. */
 static int gather(strata_trainer_t tr, int which, float *host) {
   size_t at = 0, most = 0;
   for (int s = 0; s < tr->nstages; s++)
-    most = tr->st[s]->nparams > most ? tr->st[s]->nparams : most;
+    most = strata__home_stage(tr, 0, s)->nparams > most ? strata__home_stage(tr, 0, s)->nparams : most;
   float *local = malloc((most ? most : 1) * sizeof *local);
   if (!local)
     return strata__error(STRATA_ERR_NOMEM, "out of host memory");
   int rc = STRATA_OK;
   for (int s = 0; s < tr->nstages && !rc; s++) {
     for (int k = 0; k < tr->tps[s] && !rc; k++) {
-      struct strata__stage *st = tr->st[k * tr->nstages + s];
+      struct strata__stage *st = strata__home_stage(tr, k, s);
       rc = download_flat(tr, k, s, which, local);
       size_t o = at;
       for (int t = 0; t < st->ntensors && !rc; t++) {
@@ -1140,7 +1161,7 @@ static int gather(strata_trainer_t tr, int which, float *host) {
         o += x->full_n;
       }
     }
-    at += stage_full(tr->st[s]);
+    at += stage_full(strata__home_stage(tr, 0, s));
   }
   free(local);
   return rc;
@@ -1157,11 +1178,13 @@ static int scatter(strata_trainer_t tr, int which, const float *host) {
     return strata__error(STRATA_ERR_NOMEM, "out of host memory");
   int rc = STRATA_OK;
   for (int c = 0; c < tr->chains && !rc; c++) {
+    if (!strata__stage_mine(tr, c * tr->nstages))
+      continue; /* another rank's replica */
     size_t at = 0;
     for (int s = 0; s < tr->nstages && !rc; s++) {
       struct strata__stage *st = tr->st[c * tr->nstages + s];
-      if (!st) { /* held by another slice: its whole tensors come after */
-        at += stage_full(tr->st[s]);
+      if (!st) { /* another rank's, or held by another slice: its whole tensors come after */
+        at += stage_full(strata__home_stage(tr, 0, s));
         continue;
       }
       for (int t = 0; t < st->ntensors; t++) {
@@ -1186,7 +1209,7 @@ static int scatter(strata_trainer_t tr, int which, const float *host) {
 static size_t total_params(strata_trainer_t tr) {
   size_t n = 0;
   for (int s = 0; s < tr->nstages; s++)
-    n += stage_full(tr->st[s]);
+    n += stage_full(strata__home_stage(tr, 0, s));
   return n;
 }
 
@@ -1221,7 +1244,7 @@ STRATA_API int strata_trainer_loss_grad(strata_trainer_t tr, const void *inputs,
                          (long long)batch, (long long)tr->opt.batch);
   for (int s = 0; s < strata__stages_all(tr); s++) {
     if (!tr->st[s])
-      continue;
+      continue; /* another rank's, or a slice another stands for */
     tr->st[s]->loss_scale = 1.0f / (float)tr->rows;
     TRY(strata__stage_zero_grads(tr->st[s]));
   }
@@ -1270,7 +1293,7 @@ STRATA_API int strata_trainer_logits_at(strata_trainer_t tr, const int32_t *toke
   int rc = seq_run(tr, 0, in, tr->targets[0], 0);
   /* each slice's columns of the vocabulary (all of it without a vocabulary-parallel head) */
   for (int k = 0; k < tr->tps[tr->nstages - 1] && !rc; k++) {
-    struct strata__stage *last = tr->st[k * tr->nstages + tr->nstages - 1];
+    struct strata__stage *last = strata__home_stage(tr, k, tr->nstages - 1);
     int64_t c0 = 0, vl = V;
     if (!strata__stage_vocab(last, &c0, &vl) && k > 0)
       break;
@@ -1305,15 +1328,16 @@ static int options_json(const struct strata_train_options *o, char **out) {
 static const struct strata__tensor *tensor_at(strata_trainer_t tr, size_t t, size_t *host_off) {
   size_t base = 0, at = 0;
   for (int s = 0; s < tr->nstages; s++) {
-    if (t < base + (size_t)tr->st[s]->ntensors) {
-      const struct strata__tensor *x = &tr->st[s]->tensors[t - base];
+    const struct strata__stage *st = strata__home_stage(tr, 0, s);
+    if (t < base + (size_t)st->ntensors) {
+      const struct strata__tensor *x = &st->tensors[t - base];
       for (size_t j = base; j < t; j++)
-        at += tr->st[s]->tensors[j - base].full_n;
+        at += st->tensors[j - base].full_n;
       *host_off = at;
       return x;
     }
-    base += (size_t)tr->st[s]->ntensors;
-    at += stage_full(tr->st[s]);
+    base += (size_t)st->ntensors;
+    at += stage_full(st);
   }
   return NULL;
 }
@@ -1358,8 +1382,9 @@ STRATA_API int strata_trainer_save(strata_trainer_t tr, const char *path) {
     snprintf(state, sizeof state, "%" PRIu64, tr->data_state);
     struct strata_st_meta meta[] = {{"format", CHECKPOINT_FORMAT}, {"model", model_json}, {"options", opt_json},
                                     {"step", step},                {"seed", seed},        {"data_state", state}};
-    if (!rc)
+    if (!rc && strata__ranks_writer(tr)) /* one file for the whole job, from rank 0's gathered tensors */
       rc = strata_safetensors_write(path, ts, 3 * nt, meta, sizeof meta / sizeof meta[0]);
+    rc = strata__ranks_status(tr, rc); /* every rank learns whether it was written */
   }
   free(model_json);
   free(opt_json);

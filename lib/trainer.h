@@ -12,6 +12,7 @@
 #include "stage.h"
 
 struct strata__staging;                  /* registry.h */
+struct strata__ranks;                    /* parallel/ranks.h */
 
 /* Sizes past which indices would overflow (not limits of the design: a 1,000-device layout is far inside). */
 #define STRATA__MAX_RANKS (1 << 20)
@@ -106,6 +107,9 @@ struct strata_trainer {
   int (*stop)(void *);               /* strata_trainer_set_stop: polled between evaluation batches */
   void *stop_arg;
   int unfit_split;                   /* the balancer found no cut within memory: the split is the fastest one */
+  struct strata__ranks *ranks;       /* the devices of several processes (parallel/ranks.h); NULL in one process */
+  int home;                          /* the first replica whose stages are this process's (0 in one process):
+                                     ** whole-model questions (tensors, parameters, evaluation) are asked of it */
 };
 
 double strata__now(void);
@@ -194,6 +198,10 @@ typedef void (*strata__join_trace_fn)(void *arg, uint64_t bytes, const char *gro
 int strata__tp_settle(strata_trainer_t tr, int s, strata__join_trace_fn fn, void *arg);
 /* Drop stage s's pending joins after a failure (waits for the stage's queue). */
 void strata__tp_drop(strata_trainer_t tr, int s);
+/* Stage s (0 .. nstages-1) of slice k of the home replica. NULL never: the home replica is this process's. */
+static inline struct strata__stage *strata__home_stage(const struct strata_trainer *tr, int k, int s) {
+  return tr->st[(tr->home * tr->tp + k) * tr->nstages + s];
+}
 static inline int strata__stage_first(const struct strata_trainer *tr, int s) { return s % tr->nstages == 0; }
 static inline int strata__stage_last(const struct strata_trainer *tr, int s) { return (s + 1) % tr->nstages == 0; }
 

@@ -1,6 +1,8 @@
 #!/bin/sh
 # test-mpi.sh — the cluster layer (strata/cluster.h) under mpirun -np 2 and -np 4: the global view, point-to-point,
-# hierarchical collectives against the host, bit-identical repeats, and a killed, silent or faulty rank named within the timeout.
+# hierarchical collectives against the host, bit-identical repeats, and a killed, silent or faulty rank named within the timeout;
+# strata-train --dp 2 over 2 ranks (host and PoCL devices) against the one-process run, its checkpoint resumed by one
+# process, and a rank killed mid-training.
 # Prints TAP. Without MPI configured only the one-process cluster is checked; the rest is skipped, saying why.
 b=${top_builddir:-.}
 prog="$b/tests/mpi-check"
@@ -138,5 +140,119 @@ has "device fault on rank 1: its message names the rank, the device and the coll
 sleep 1
 if left_running; then notok "fault: no rank left running"; ps -eo pid,stat,args | grep mpi-check | sed 's/^/# /'
 else ok "fault: no rank left running"; fi
+
+# Training across ranks (strata-train under mpirun): --dp 2 with one replica per rank is the one-process --dp 2 run,
+# number for number; the checkpoint the two ranks write is the one process's and resumes on one device; a rank
+# killed mid-training stops the other, named, and leaves the last checkpoint as it was.
+train="$b/tools/strata-train"
+for i in 1 2 3 4 5 6 7 8; do cat "${top_srcdir:-.}/README.md"; done >"$out/text.txt"
+T1="$train --model gpt-micro --data $out/text.txt --batch 2 --eval-batches 1 --eval-every 0 --json"
+T="$T1 --microbatches 2"
+# figures FILE: a --json run's step losses and gradient norms and its evaluation, one line each
+figures() {
+  grep -o '"event":"\(step\|eval\)","step":[0-9]*,"\(loss\|val_loss\)":[^,]*\(,"grad_norm":[^,]*\)\?' "$1"
+}
+# same NAME LINES REF RUN: both runs printed LINES figures, the same ones to the last digit
+same() {
+  figures "$3" >"$out/fig.a"; figures "$4" >"$out/fig.b"
+  if [ "$(wc -l <"$out/fig.a")" -eq "$2" ] && cmp -s "$out/fig.a" "$out/fig.b"; then
+    ok "$1: bit-identical ($(tail -n 2 "$out/fig.b" | head -n 1 | sed 's/.*"step":\([0-9]*\),"loss":\([^,]*\).*/loss \2 at step \1/'))"
+  else
+    notok "$1"; paste "$out/fig.a" "$out/fig.b" | sed 's/^/# /' | head -8; tail -n 8 "$4.err" 2>/dev/null | sed 's/^/# /'
+  fi
+}
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 $T --steps 6 --dp 2 >"$out/dp1.json" 2>"$out/dp1.json.err"
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=1 $run 2 $T --steps 6 --dp 2 >"$out/dp2.json" 2>"$out/dp2.json.err"
+same "dp 2 over 2 ranks (a host device each) = one process's dp 2" 7 "$out/dp1.json" "$out/dp2.json"
+if [ "$(grep -c '"event":"summary"' "$out/dp2.json")" -eq 1 ]; then ok "dp 2 over 2 ranks: only rank 0 prints"
+else notok "dp 2 over 2 ranks: only rank 0 prints"; fi
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 $T --steps 6 --dp 2 --zero >"$out/z1.json" 2>"$out/z1.json.err"
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=1 $run 2 $T --steps 6 --dp 2 --zero >"$out/z2.json" 2>"$out/z2.json.err"
+same "dp 2 --zero over 2 ranks = one process's" 7 "$out/z1.json" "$out/z2.json"
+# Two replicas per rank: each rank's two members meet in one hierarchical call; four gradients are summed in
+# another order than one process's ring, so the norms may differ in the last bits: within 1e-5.
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=4 $T --steps 6 --dp 4 >"$out/dp4a.json" 2>"$out/dp4a.json.err"
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 $run 2 $T --steps 6 --dp 4 >"$out/dp4b.json" 2>"$out/dp4b.json.err"
+numbers() { figures "$1" | sed 's/"event":"[a-z]*",//; s/"[a-z_]*"://g; s/,/ /g'; }
+numbers "$out/dp4a.json" >"$out/n.a"; numbers "$out/dp4b.json" >"$out/n.b"
+if [ "$(wc -l <"$out/n.a")" -eq 7 ] && [ "$(wc -l <"$out/n.b")" -eq 7 ] &&
+   paste "$out/n.a" "$out/n.b" | awk '{ h = NF / 2; for (i = 1; i <= h; i++) { d = $i - $(i + h); if (d < 0) d = -d;
+                                        if (d > 1e-5 * ($i < 0 ? -$i : $i)) bad = 1 } } END { exit bad }'; then
+  ok "dp 4 over 2 ranks (two replicas each) = one process's dp 4 within 1e-5"
+else notok "dp 4 over 2 ranks (two replicas each) = one process's dp 4 within 1e-5"; paste "$out/n.a" "$out/n.b" | sed 's/^/# /'
+  tail -n 5 "$out/dp4b.json.err" | sed 's/^/# /'; fi
+# PoCL: one device per rank against two in one process (the reference first: it fills the kernel cache)
+env STRATA_BACKENDS=opencl POCL_DEVICES="pthread pthread" $T --steps 2 --dp 2 >"$out/cl1.json" 2>"$out/cl1.json.err"
+env STRATA_BACKENDS=opencl POCL_DEVICES=pthread $run 2 $T --steps 2 --dp 2 >"$out/cl2.json" 2>"$out/cl2.json.err"
+same "dp 2 over 2 ranks (a PoCL device each) = one process's" 3 "$out/cl1.json" "$out/cl2.json"
+
+# Checkpoints: written at step 3 by rank 0 from the two ranks' ZeRO shards, the same bytes as one process's, and
+# resumed by one process on one device with the uninterrupted run's next losses.
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=1 $run 2 $T --steps 6 --dp 2 --zero --stop-at 3 --save "$out/ck2.st" \
+  >"$out/ck2.json" 2>"$out/ck2.json.err"
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 $T --steps 6 --dp 2 --zero --stop-at 3 --save "$out/ck1.st" \
+  >"$out/ck1.json" 2>"$out/ck1.json.err"
+if [ -s "$out/ck2.st" ] && cmp -s "$out/ck1.st" "$out/ck2.st"; then
+  ok "checkpoint of 2 ranks: one file, byte for byte one process's ($(wc -c <"$out/ck2.st") bytes)"
+else notok "checkpoint of 2 ranks: one file, byte for byte one process's"; tail -n 5 "$out/ck2.json.err" | sed 's/^/# /'; fi
+grep -v '"step":[123],' "$out/z1.json" >"$out/z1t.json"   # the uninterrupted run's steps 4-6
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 $T --steps 6 --dp 2 --resume "$out/ck2.st" \
+  >"$out/r2.json" 2>"$out/r2.json.err"
+same "2-rank checkpoint resumed by one process (dp 2): steps 4-6 as without a stop" 4 "$out/z1t.json" "$out/r2.json"
+# On one device the gradients of the 4 micro-batches add up in another order (inside the products): step 4's loss
+# (the checkpoint's parameters) is the same to the bit, the later ones within 1e-5.
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=1 $T1 --steps 6 --device 0 --accum 4 --resume "$out/ck2.st" \
+  >"$out/r1.json" 2>"$out/r1.json.err"
+losses() { figures "$1" | sed -n 's/.*"step":\([0-9]*\),"loss":\([^,]*\).*/\1 \2/p'; }
+losses "$out/z1t.json" >"$out/l.a"; losses "$out/r1.json" >"$out/l.b"
+if [ "$(wc -l <"$out/l.b")" -eq 3 ] && [ "$(head -n 1 "$out/l.a")" = "$(head -n 1 "$out/l.b")" ] &&
+   paste "$out/l.a" "$out/l.b" | awk '{ d = $2 - $4; if (d < 0) d = -d; if ($1 != $3 || d > 1e-5 * $2) bad = 1 }
+                                     END { exit bad }'; then
+  ok "2-rank checkpoint resumed on one device: step 4 loss $(head -n 1 "$out/l.b" | cut -d' ' -f2) to the bit, steps 5-6 within 1e-5"
+else notok "2-rank checkpoint resumed on one device"; paste "$out/l.a" "$out/l.b" | sed 's/^/# /'
+  tail -n 5 "$out/r1.json.err" | sed 's/^/# /'; fi
+
+# Failure: a device fault on rank 1 (its own environment, through mpirun's MPMD form) ends the job, naming the rank,
+# the device and the action.
+t0=$(date +%s)
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=1 STRATA_COMM_TIMEOUT=20 $run60 1 $T --steps 200 --dp 2 : \
+  -np 1 env STRATA_HOST_FAULT=device=0,op=3000 $T --steps 200 --dp 2 >"$out/fault-train.json" 2>"$out/fault-train.log"
+rc=$?
+elapsed=$(($(date +%s) - t0))
+if [ "$rc" -ne 0 ] && [ "$elapsed" -lt 30 ]; then ok "strata-train: a device fault on rank 1: the job fails (status $rc) in $elapsed s"
+else notok "strata-train: a device fault on rank 1 fails in bounded time (status $rc, $elapsed s)"
+  tail -n 20 "$out/fault-train.log" | sed 's/^/# /'; fi
+has "strata-train: the fault's message names rank 1, the device and the action" "$out/fault-train.log" \
+  '^strata: rank 1 .*host virtual device 0.*action #[0-9]+ [A-Z]+[0-9]+\.[0-9]+: .*injected fault'
+
+# Failure: rank 1 killed mid-training (resumed from that checkpoint, saving to a copy of it); rank 0 stops, naming it.
+cp "$out/ck2.st" "$out/kill.st"
+ranks_of_train() { ps -eo pid=,args= 2>/dev/null | grep -E "tools/(\.libs/)?(lt-)?strata-train " | grep -v grep; }
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=1 STRATA_COMM_TIMEOUT=20 $run60 2 $T --steps 1000000 --dp 2 \
+  --resume "$out/kill.st" --save "$out/kill.st" >"$out/kill-train.json" 2>"$out/kill-train.log" &
+job=$!
+victim=
+for i in $(seq 1 100); do
+  for p in $(ranks_of_train | awk '{print $1}'); do
+    if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1; then victim=$p; fi
+  done
+  [ -n "$victim" ] && grep -q '"event":"step"' "$out/kill-train.json" 2>/dev/null && break
+  sleep 0.2
+done
+t0=$(date +%s)
+[ -n "$victim" ] && kill -9 "$victim"
+wait $job; rc=$?
+elapsed=$(($(date +%s) - t0))
+if [ -n "$victim" ] && [ "$rc" -ne 0 ] && [ "$elapsed" -lt 30 ]; then
+  ok "strata-train: kill -9 of rank 1 mid-training: the job fails (status $rc) in $elapsed s"
+else notok "strata-train: kill -9 of rank 1 mid-training fails in bounded time (pid '$victim', status $rc, $elapsed s)"
+  tail -n 20 "$out/kill-train.log" | sed 's/^/# /'; fi
+has "strata-train: rank 0 names the dead rank" "$out/kill-train.log" \
+  '^strata-train: .*: rank 1 \(pid [0-9]+ on [^)]*\) has exited; rank 0 stops'
+if cmp -s "$out/ck2.st" "$out/kill.st"; then ok "strata-train: the last checkpoint is intact"
+else notok "strata-train: the last checkpoint is intact"; fi
+sleep 1
+if ranks_of_train | grep -qF "$out/"; then notok "strata-train kill: no rank left running"; ranks_of_train | sed 's/^/# /'
+else ok "strata-train kill: no rank left running"; fi
 
 echo "1..$n"

@@ -124,6 +124,8 @@ struct run {
   struct strata_device_props props[MAX_DEVICES];
   double dev_peak[MAX_DEVICES];   /* each device's measured sgemm peak, GFLOP/s; r->peak_gflops is their sum */
   struct strata_pipeline_report rep;       /* the stages, then the last step's figures */
+  strata_cluster_t cluster;                /* under mpirun (several ranks): the job; NULL in one process */
+  int rank;                                /* this process's rank in it (0 in one process) */
   double step_bubble;                      /* measured bubble of the last step */
   /* step figures summed over the run's steps, and the first step's apart (the summary leaves it out) */
   double wall_all, wall_first;
@@ -984,6 +986,30 @@ static int replica_devices(const struct options *o) {
 ** exist (else bad usage). Fills r->pp, r->dev and r->props; r->device and
 ** r->dprops become the first's.
 */
+/*
+** The properties of global device `dev`: this process's own, or under
+** mpirun another rank's as the cluster view describes it (name, backend,
+** memory; its free memory and speed are that rank's to know).
+*/
+static int device_props(const struct run *r, int dev, struct strata_device_props *p) {
+  struct strata_cluster_info ci;
+  if (!r->cluster || strata_cluster_info(r->cluster, &ci) || ci.size == 1)
+    return strata_device_props(dev, p);
+  struct strata_cluster_device d;
+  int rc = strata_cluster_device(r->cluster, dev, &d);
+  if (rc)
+    return rc;
+  if (d.rank == ci.rank)
+    return strata_device_props(d.local, p);
+  memset(p, 0, sizeof *p);
+  snprintf(p->name, sizeof p->name, "%s", d.info.name);
+  snprintf(p->backend, sizeof p->backend, "%s", d.info.backend);
+  snprintf(p->vendor, sizeof p->vendor, "%s", d.info.vendor);
+  p->is_cpu = d.info.is_cpu;
+  p->total_memory = p->memory_limit = p->free_memory = d.info.memory;
+  return STRATA_OK;
+}
+
 static int pipeline_devices(struct run *r, const struct options *o, int ndev) {
   /* every device of the run: a replica's pipeline ranks, replica after replica */
   const int want = o->layout ? o->ndevices : (o->dp ? o->dp : 1) * replica_devices(o);
@@ -1005,7 +1031,7 @@ static int pipeline_devices(struct run *r, const struct options *o, int ndev) {
               ndev == 1 ? "is" : "are", ndev);
       return EXIT_USAGE;
     }
-    if (strata_device_props(r->dev[i], &r->props[i]))
+    if (device_props(r, r->dev[i], &r->props[i]))
       return fail(NULL);
   }
   /* devices chosen here with --tp: each tensor-parallel group inside one island of the topology (the fastest
@@ -1728,6 +1754,23 @@ int main(int argc, char **argv) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, NULL);
 
+  /* Under mpirun (or srun) every rank runs this program: join the job; rank 0 prints, the others stay quiet. */
+  int ranks = 1;
+  if (strata_cluster_available()) {
+    struct strata_cluster_info ci;
+    if (strata_cluster_init(&argc, &argv, NULL, &r.cluster) || strata_cluster_info(r.cluster, &ci))
+      strata_cluster_abort(r.cluster, EXIT_RUNTIME, NULL);
+    ranks = ci.size;
+    r.rank = ci.rank;
+    if (ranks > 1)
+      r.topts.cluster = r.cluster;
+    if (r.rank > 0) {
+      o.quiet = 1;
+      if (!freopen("/dev/null", "w", stdout))
+        o.json = 0;
+    }
+  }
+
   int ndev = 0;
   char why[1024];
   int exit_code = 0;
@@ -1758,6 +1801,7 @@ int main(int argc, char **argv) {
   r.cfg = strata_model_config(r.model);
 
   strata_train_options_default(&r.topts);
+  r.topts.cluster = ranks > 1 ? r.cluster : NULL;
   r.topts.steps = o.steps;
   r.topts.batch = o.batch;
   r.topts.accum = o.accum;
@@ -1781,6 +1825,9 @@ int main(int argc, char **argv) {
     goto out;
 
   int drc = strata_device_count(&ndev);
+  struct strata_cluster_info ci;
+  if (!drc && ranks > 1 && !(drc = strata_cluster_info(r.cluster, &ci)))
+    ndev = ci.device_count; /* the layout names the cluster's devices, every rank's */
   if (drc) {
     fail(NULL);
     rc = cli_device_status(drc);
@@ -1792,12 +1839,19 @@ int main(int argc, char **argv) {
     rc = EXIT_RUNTIME;
     goto out;
   }
+  if (ranks > 1 && (o.plan_auto || !o.pp || !(o.dp > 1 || o.layout))) {
+    fprintf(stderr, PROG ": under mpirun with %d ranks give --dp (one replica per rank or more) or --layout; "
+            "%s\n", ranks, o.plan_auto ? "--plan auto plans one process" : "one device per job is one process's");
+    rc = EXIT_USAGE;
+    goto out;
+  }
   if (o.plan_auto && (rc = plan_auto(&r, &o)))
     goto out;
   if (o.pp) {
     if ((rc = pipeline_devices(&r, &o, ndev)))
       goto out;
-    measure_pipeline_peaks(&r);
+    if (ranks == 1) /* MFU over one process's devices (another rank's speed is not known here) */
+      measure_pipeline_peaks(&r);
     r.topts.device = r.device;
     if ((rc = new_pipeline_trainer(&r, &o)))
       goto out;
@@ -1885,10 +1939,14 @@ int main(int argc, char **argv) {
 out_rc:
   rc = exit_code;
 out:
+  /* a failed rank ends the whole job: the others may be waiting for it (its message is printed above) */
+  if (rc && ranks > 1)
+    strata_cluster_abort(r.cluster, rc, *strata_last_error() ? NULL : "stopped (the reason is printed above)");
   strata_trainer_free(r.tr);
   strata_layout_free(o.layout);
   strata_dataset_free(r.data);
   strata_model_free(r.model);
+  strata_cluster_free(r.cluster);
   strata_shutdown();
   return rc;
 }

@@ -27,6 +27,11 @@ struct strata_train_options {
   float beta1, beta2, eps;
   float clip;               /* clip the global gradient norm to this; 0 = off */
   uint64_t seed;            /* parameters and data order */
+  struct strata_cluster *cluster; /* NULL: the devices are this process's. Else the job of strata/cluster.h:
+                                  ** devices are numbered globally over its ranks, every rank creates the
+                                  ** trainer with the same layout and options, builds only the stages on its
+                                  ** own devices, and every call below is then collective (see
+                                  ** strata_trainer_new_layout); the cluster must outlive the trainer */
 };
 
 /* Sensible defaults: device 0, batch 8, accum 1, steps 1000, lr 1e-3 -> 1e-4,
@@ -204,6 +209,24 @@ struct strata_pipeline_report {
 ** reduce-scattered over the replicas, replica r's AdamW updates shard r of
 ** the stage's flat parameters (its moments hold only that shard), and the
 ** updated shards are all-gathered after the device's last update.
+**
+** Several processes (opts->cluster, a job of strata/cluster.h of more than
+** one rank): the layout's devices are the cluster's global ones, and every
+** rank calls this with the same model, data, options and layout. Each rank
+** builds and runs only the stages on its own devices; in this version a
+** replica lies on one rank (its pipeline and tensor-parallel groups inside
+** it; else STRATA_ERR_UNSUPPORTED), every rank holds one at least, tp is 1
+** and there is no trace. The replicas' gradient collectives go through the
+** cluster's hierarchical ones (strata_cluster_allreduce, _reducescatter,
+** _allgather), blocking the device's worker while they run. Then
+** strata_trainer_step, _save, _load and _free are collective (every rank
+** calls them, in the same order): every rank's step reports the same loss
+** and gradient norm, which are the one-process run's; _save writes one
+** file from rank 0 (whole tensors; ZeRO's moments gathered) and returns its
+** status on every rank; _load reads the file on every rank. _eval,
+** _params and _logits answer from this rank's first replica, with no
+** traffic. A failure between ranks fails the call, naming the rank; the
+** cluster is then broken (see strata_cluster_abort).
 */
 STRATA_API int strata_trainer_new_layout(strata_model_t model, strata_dataset_t data,
                                          const struct strata_train_options *opts, strata_layout_t layout,

@@ -22,6 +22,7 @@
 #include "parse.h"
 #include "registry.h"
 #include "util.h"
+#include "comm/mpi.h"
 
 #ifdef STRATA_HAVE_MPI
 #include <mpi.h>
@@ -1711,4 +1712,19 @@ STRATA_API int strata_cluster_broadcast(strata_cluster_comm_t cc, const strata_q
   if (!rc || !c->broken)
     staging_give(cc->c, cc->local_devices[0], &h);
   return rc;
+}
+
+/* ------------------------------------------------------------ host exchanges for the trainer */
+
+int strata__cluster_allgather(strata_cluster_t c, const void *mine, size_t bytes, void *all) {
+  if (!c || (bytes && (!mine || !all)))
+    return strata__error(STRATA_ERR_INVALID, "strata__cluster_allgather: NULL argument");
+  TRY(check_broken(c));
+#ifdef STRATA_HAVE_MPI
+  if (c->mpi && c->size > 1)
+    return allgather_bytes(c, mine, bytes, all, "the trainer's exchange between ranks");
+#endif
+  if (bytes)
+    memcpy(all, mine, bytes);
+  return STRATA_OK;
 }

@@ -1,0 +1,359 @@
+/* SPDX-License-Identifier: MIT */
+/* ranks.c — one trainer over several processes: this rank's pieces of the layout, the data-parallel collectives that
+** cross ranks (strata/cluster.h's hierarchical ones), and the small exchanges that give every rank the same step. */
+#include "config.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm/comm.h"
+#include "comm/mpi.h"
+#include "parallel/ranks.h"
+#include "registry.h"
+#include "util.h"
+
+/* How often a member waiting for this rank's other members looks whether the step failed. */
+#define MEET_POLL_NS 50000000L
+
+/*
+** One data-parallel group's meeting on this rank: the cluster's collectives
+** take every local member's buffers in one call, while each member is a
+** device's worker thread reaching its GRAD_REDUCE (or bucket, GRAD_SCATTER,
+** PARAM_GATHER) in its own time. Members arrive, the last one calls for all,
+** the others wait for that round to end and share its status.
+*/
+struct strata__meet {
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  int ready;                         /* lock and cond initialised */
+  int n;                             /* this rank's members */
+  int *replica;                      /* [n]: their replicas (group ranks), ascending */
+  strata_queue_t *q;                 /* [n] the round's arguments */
+  strata_mem_t *send, *recv;
+  int arrived;
+  unsigned long round;
+  int rc;                            /* the last round's status and message */
+  char msg[1024];
+};
+
+static int owner_of_chain(const struct strata_trainer *tr, int c) {
+  return tr->ranks->owner[tr->stage_rank[c * tr->nstages]];
+}
+
+int strata__ranks_new(strata_trainer_t tr, strata_cluster_t c, int traced) {
+  tr->home = 0;
+  if (!c)
+    return STRATA_OK;
+  struct strata_cluster_info ci;
+  TRY(strata_cluster_info(c, &ci));
+  if (ci.size == 1) { /* one process: global devices are local ones */
+    for (int r = 0; r < tr->ndev; r++)
+      if (!strata__device_get(tr->dev[r]))
+        return strata__error(STRATA_ERR_NOT_FOUND, "layout: no device %d", tr->dev[r]);
+    return STRATA_OK;
+  }
+  if (traced)
+    return strata__error(STRATA_ERR_UNSUPPORTED, "a trace of a job over %d ranks is not in this version", ci.size);
+  struct strata__ranks *R = calloc(1, sizeof *R);
+  if (!R)
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
+  tr->ranks = R; /* freed with the trainer, whatever fails below */
+  R->cluster = c;
+  R->rank = ci.rank;
+  R->size = ci.size;
+  R->global = calloc((size_t)tr->ndev, sizeof *R->global);
+  R->owner = calloc((size_t)tr->ndev, sizeof *R->owner);
+  int *local = calloc((size_t)tr->ndev, sizeof *local);
+  if (!R->global || !R->owner || !local) {
+    free(local);
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
+  }
+  for (int r = 0; r < tr->ndev; r++) {
+    struct strata_cluster_device d;
+    if (strata_cluster_device(c, tr->dev[r], &d)) {
+      free(local);
+      return strata__error(STRATA_ERR_NOT_FOUND, "layout: device %d is not one of the cluster's %d devices",
+                           tr->dev[r], ci.device_count);
+    }
+    R->global[r] = tr->dev[r];
+    R->owner[r] = d.rank;
+    local[r] = d.local;
+  }
+  if (tr->tp > 1) {
+    free(local);
+    return strata__error(STRATA_ERR_UNSUPPORTED,
+                         "layout: tensor parallelism in a job over %d ranks is not in this version (data parallelism "
+                         "across ranks, pipelines inside each rank, is)", ci.size);
+  }
+  /* a replica's pipeline on one rank: its sends and receives stay inside a process */
+  tr->home = -1;
+  for (int c0 = 0; c0 < tr->chains; c0++) {
+    const int first = R->owner[c0 * tr->pp];
+    for (int p = 1; p < tr->pp; p++)
+      if (R->owner[c0 * tr->pp + p] != first) {
+        int a = R->global[c0 * tr->pp], b = R->global[c0 * tr->pp + p];
+        free(local);
+        return strata__error(STRATA_ERR_UNSUPPORTED,
+                             "layout: replica %d's pipeline spans ranks %d (device %d) and %d (device %d); a pipeline "
+                             "across ranks is not in this version: give each replica devices of one rank",
+                             c0 / tr->tp, first, a, R->owner[c0 * tr->pp + p], b);
+      }
+    if (first == R->rank && tr->home < 0)
+      tr->home = c0 / tr->tp;
+  }
+  if (tr->home < 0) {
+    free(local);
+    return strata__error(STRATA_ERR_UNSUPPORTED, "layout: rank %d holds none of its devices; every rank must hold a "
+                         "replica", R->rank);
+  }
+  for (int r = 0; r < tr->ndev; r++)
+    tr->dev[r] = R->owner[r] == R->rank ? local[r] : -1;
+  free(local);
+  for (int s = 0; s < strata__stages_all(tr); s++)
+    R->local_stages += strata__stage_mine(tr, s);
+  return STRATA_OK;
+}
+
+static void meet_free(struct strata__meet *m) {
+  if (m->ready) {
+    pthread_mutex_destroy(&m->lock);
+    pthread_cond_destroy(&m->cond);
+  }
+  free(m->replica);
+  free(m->q);
+  free(m->send);
+  free(m->recv);
+  memset(m, 0, sizeof *m);
+}
+
+void strata__ranks_free(strata_trainer_t tr) {
+  struct strata__ranks *R = tr->ranks;
+  if (!R)
+    return;
+  const int groups = tr->tp * tr->nstages;
+  for (int k = 0; R->comm && k < groups; k++)
+    strata_cluster_comm_free(R->comm[k]);
+  for (int k = 0; R->meet && k < groups; k++)
+    meet_free(&R->meet[k]);
+  free(R->comm);
+  free(R->meet);
+  free(R->global);
+  free(R->owner);
+  free(R);
+  tr->ranks = NULL;
+}
+
+int strata__ranks_comms(strata_trainer_t tr) {
+  struct strata__ranks *R = tr->ranks;
+  const int S = tr->nstages, groups = tr->tp * S;
+  if (!R->comm && !(R->comm = calloc((size_t)groups, sizeof *R->comm)))
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
+  if (!R->meet && !(R->meet = calloc((size_t)groups, sizeof *R->meet)))
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
+  int *devs = calloc((size_t)tr->replicas, sizeof *devs);
+  if (!devs)
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
+  int rc = STRATA_OK;
+  /* in the same order on every rank: making a group is collective over the world */
+  for (int k = 0; k < groups && !rc; k++) {
+    for (int r = 0; r < tr->replicas; r++)
+      devs[r] = R->global[tr->stage_rank[(r * tr->tp + k / S) * S + k % S]];
+    strata_cluster_comm_free(R->comm[k]);
+    R->comm[k] = NULL;
+    meet_free(&R->meet[k]);
+    rc = strata_cluster_comm_new(R->cluster, devs, tr->replicas, NULL, &R->comm[k]);
+    struct strata__meet *m = &R->meet[k];
+    if (!rc)
+      rc = strata_cluster_comm_local(R->comm[k], &m->n, NULL);
+    if (!rc) {
+      size_t n = (size_t)(m->n ? m->n : 1);
+      m->replica = calloc(n, sizeof *m->replica);
+      m->q = calloc(n, sizeof *m->q);
+      m->send = calloc(n, sizeof *m->send);
+      m->recv = calloc(n, sizeof *m->recv);
+      if (!m->replica || !m->q || !m->send || !m->recv)
+        rc = strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
+    }
+    if (!rc)
+      rc = strata_cluster_comm_local(R->comm[k], &m->n, m->replica);
+    if (!rc) {
+      pthread_mutex_init(&m->lock, NULL);
+      pthread_cond_init(&m->cond, NULL);
+      m->ready = 1;
+    }
+  }
+  free(devs);
+  return rc;
+}
+
+/* The cluster's call for one round, with every local member's buffers. */
+static int meet_call(struct strata__ranks *R, int k, int kind, size_t count) {
+  struct strata__meet *m = &R->meet[k];
+  switch (kind) {
+  case STRATA__COLL_ALLREDUCE:
+    return strata_cluster_allreduce(R->comm[k], m->q, m->send, m->recv, count, STRATA_FLOAT32, STRATA_SUM);
+  case STRATA__COLL_REDUCESCATTER:
+    return strata_cluster_reducescatter(R->comm[k], m->q, m->send, m->recv, count, STRATA_FLOAT32, STRATA_SUM);
+  case STRATA__COLL_ALLGATHER:
+    return strata_cluster_allgather(R->comm[k], m->q, m->send, m->recv, count, STRATA_FLOAT32);
+  default:
+    return strata__error(STRATA_ERR_INTERNAL, "collective %d across ranks", kind);
+  }
+}
+
+/* The step failed elsewhere on this rank: STRATA_ERR_STATE, else 0 (the trainer's abort flag, not held). */
+static int step_failed(strata_trainer_t tr) {
+  TRY(strata__trainer_post_begin(tr));
+  strata__trainer_post_end(tr);
+  return STRATA_OK;
+}
+
+int strata__ranks_collective(strata_trainer_t tr, int kind, int s, strata_queue_t q, strata_mem_t send,
+                             strata_mem_t recv, size_t count) {
+  struct strata__ranks *R = tr->ranks;
+  if (!R || tr->replicas < 2)
+    return 1;
+  const int k = strata__stage_slice(tr, s) * tr->nstages + s % tr->nstages, replica = strata__stage_replica(tr, s);
+  struct strata__meet *m = &R->meet[k];
+  int i = 0;
+  while (i < m->n && m->replica[i] != replica)
+    i++;
+  if (i == m->n)
+    return strata__error(STRATA_ERR_INTERNAL, "stage %d of replica %d is not a member of its group here", s, replica);
+  TRY(step_failed(tr));
+  pthread_mutex_lock(&m->lock);
+  m->q[i] = q;
+  m->send[i] = send;
+  m->recv[i] = recv;
+  const unsigned long round = m->round;
+  if (++m->arrived < m->n) {
+    while (m->round == round) {
+      struct timespec until;
+      clock_gettime(CLOCK_REALTIME, &until);
+      until.tv_nsec += MEET_POLL_NS;
+      if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+      }
+      pthread_cond_timedwait(&m->cond, &m->lock, &until);
+      if (m->round == round && step_failed(tr)) {
+        m->arrived--;
+        pthread_mutex_unlock(&m->lock);
+        return STRATA_ERR_STATE;
+      }
+    }
+    int rc = m->rc;
+    char msg[sizeof m->msg];
+    memcpy(msg, m->msg, sizeof msg);
+    pthread_mutex_unlock(&m->lock);
+    return rc ? strata__error(rc, "%s", msg) : STRATA_OK;
+  }
+  pthread_mutex_unlock(&m->lock);
+  /* the last member: the others wait in the loop above, so the arrays hold still */
+  int rc = meet_call(R, k, kind, count);
+  pthread_mutex_lock(&m->lock);
+  m->rc = rc;
+  strata__strlcpy(m->msg, rc ? strata_last_error() : "", sizeof m->msg);
+  m->arrived = 0;
+  m->round++;
+  pthread_cond_broadcast(&m->cond);
+  pthread_mutex_unlock(&m->lock);
+  return rc;
+}
+
+/*
+** Every rank's `n` items of `size` bytes at `mine` into a table of size x
+** n; item i of the result comes from rank pick(i). One allocation, freed here.
+*/
+static int exchange(strata_trainer_t tr, void *mine, size_t n, size_t size, int (*pick)(strata_trainer_t, size_t)) {
+  struct strata__ranks *R = tr->ranks;
+  char *all = malloc((size_t)R->size * n * size + 1);
+  if (!all)
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory exchanging between ranks");
+  int rc = strata__cluster_allgather(R->cluster, mine, n * size, all);
+  for (size_t i = 0; i < n && !rc; i++) {
+    int from = pick(tr, i);
+    if (from != R->rank)
+      memcpy((char *)mine + i * size, all + ((size_t)from * n + i) * size, size);
+  }
+  free(all);
+  return rc;
+}
+
+static int split_owner(strata_trainer_t tr, size_t i) {
+  (void)i;
+  return tr->ranks->owner[0];
+}
+
+int strata__ranks_split(strata_trainer_t tr, int *split, int nstages) {
+  if (!tr->ranks)
+    return STRATA_OK;
+  return exchange(tr, split, (size_t)nstages, sizeof *split, split_owner);
+}
+
+/* Micro-batch i is replica i / m's: its last stage's rank read its losses. */
+static int loss_owner(strata_trainer_t tr, size_t i) {
+  int c = (int)i / tr->m * tr->tp;
+  return tr->ranks->owner[tr->stage_rank[(c + 1) * tr->nstages - 1]];
+}
+
+int strata__ranks_losses(strata_trainer_t tr) {
+  if (!tr->ranks)
+    return STRATA_OK;
+  return exchange(tr, tr->mb_loss, (size_t)tr->mtot, sizeof *tr->mb_loss, loss_owner);
+}
+
+static int sumsq_owner(strata_trainer_t tr, size_t i) { return owner_of_chain(tr, (int)(i / tr->ntensors)); }
+
+int strata__ranks_sumsq(strata_trainer_t tr) {
+  /* without ZeRO each rank's replica has the same reduced gradients: the sums agree already */
+  if (!tr->ranks || !tr->zero)
+    return STRATA_OK;
+  return exchange(tr, tr->sumsq, (size_t)tr->chains * tr->ntensors, sizeof *tr->sumsq, sumsq_owner);
+}
+
+int strata__ranks_shards(strata_trainer_t tr, int k, int j, float *local) {
+  struct strata__ranks *R = tr->ranks;
+  if (!R || !tr->zero)
+    return STRATA_OK;
+  const struct strata__stage *st = strata__home_stage(tr, k, j);
+  const size_t n = st->nparams;
+  float *all = malloc((size_t)R->size * n * sizeof *all + 1);
+  if (!all)
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory gathering optimizer shards");
+  int rc = strata__cluster_allgather(R->cluster, local, n * sizeof *local, all);
+  for (int r = 0; r < tr->replicas && !rc; r++) {
+    int from = owner_of_chain(tr, r * tr->tp + k);
+    size_t at = (size_t)r * st->chunk, len = at < n ? n - at : 0;
+    if (len > st->chunk)
+      len = st->chunk;
+    if (from != R->rank && len)
+      memcpy(local + at, all + (size_t)from * n + at, len * sizeof *local);
+  }
+  free(all);
+  return rc;
+}
+
+int strata__ranks_status(strata_trainer_t tr, int rc) {
+  struct strata__ranks *R = tr->ranks;
+  if (!R)
+    return rc;
+  struct {
+    int32_t rc;
+    char msg[1020];
+  } mine, *all = calloc((size_t)R->size, sizeof *all);
+  if (!all)
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory exchanging between ranks");
+  memset(&mine, 0, sizeof mine);
+  mine.rc = rc;
+  strata__strlcpy(mine.msg, rc ? strata_last_error() : "", sizeof mine.msg);
+  int xrc = strata__cluster_allgather(R->cluster, &mine, sizeof mine, all);
+  int out = xrc ? xrc : all[0].rc;
+  if (!xrc && out && R->rank != 0)
+    strata__error(out, "rank 0: %s", all[0].msg);
+  free(all);
+  return out;
+}

@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: MIT */
+/* parallel/ranks.h — a trainer whose devices belong to several processes (MPI ranks): which pieces are this rank's,
+** the data-parallel groups that cross ranks, and the exchanges that give every rank the same step. Internal. */
+#ifndef STRATA__PARALLEL_RANKS_H
+#define STRATA__PARALLEL_RANKS_H
+
+#include <strata/cluster.h>
+
+#include "trainer.h"
+
+/*
+** The cluster side of one trainer. In one process (no cluster, or a
+** cluster of one rank) there is none: tr->ranks is NULL, every device is
+** this process's, and each hook below returns at once, so the one-process
+** trainer runs the same code. With several ranks the layout names global
+** devices (the cluster's numbering, rank-major); this rank builds only the
+** stages on its own devices, runs only their action lists, and tr->dev
+** holds its local index of each of its pipeline ranks' devices (-1 for
+** another rank's). In this version a replica (all its stages and slices)
+** lives on one rank: the replicas, and so the data-parallel collectives,
+** cross ranks; pipeline and tensor-parallel traffic stays inside one.
+*/
+struct strata__meet;
+
+struct strata__ranks {
+  strata_cluster_t cluster;
+  int rank, size;
+  int *global;                       /* [ndev]: each pipeline rank's global device */
+  int *owner;                        /* [ndev]: the rank that holds it */
+  int local_stages;                  /* stages of every chain that are this rank's */
+  strata_cluster_comm_t *comm;       /* [tp x nstages], replicas > 1: as tr->comm, over the ranks */
+  struct strata__meet *meet;         /* [tp x nstages]: this rank's members of each meeting there */
+};
+
+/*
+** Take tr->dev (global devices of the cluster `c`) as the layout gave it:
+** with several ranks make tr->ranks, check that every replica lies on one
+** rank, turn tr->dev into local indices and choose tr->home (this rank's
+** first replica). NULL `c`, or a cluster of one rank: nothing to do.
+** `traced`: the trainer was asked for a trace (one job's over several
+** ranks is not in this version).
+*/
+int strata__ranks_new(strata_trainer_t tr, strata_cluster_t c, int traced);
+void strata__ranks_free(strata_trainer_t tr);
+
+/* Pipeline rank r's device is this process's. */
+static inline int strata__rank_mine(const struct strata_trainer *tr, int r) {
+  return !tr->ranks || tr->ranks->owner[r] == tr->ranks->rank;
+}
+static inline int strata__stage_mine(const struct strata_trainer *tr, int s) {
+  return strata__rank_mine(tr, tr->stage_rank[s]);
+}
+/* The global device of pipeline rank r (for reports, traces, messages). */
+static inline int strata__rank_device(const struct strata_trainer *tr, int r) {
+  return tr->ranks ? tr->ranks->global[r] : tr->dev[r];
+}
+/* Stages this rank runs. */
+static inline int strata__stages_mine(const struct strata_trainer *tr) {
+  return tr->ranks ? tr->ranks->local_stages : strata__stages_all(tr);
+}
+
+/* The data-parallel groups across ranks (collective over the world: every rank makes every group). */
+int strata__ranks_comms(strata_trainer_t tr);
+
+/*
+** Stage s's data-parallel collective (STRATA__COLL_ALLREDUCE,
+** _REDUCESCATTER, _ALLGATHER of `count` floats, strata/cluster.h's
+** conventions) through its group across ranks: this rank's members meet,
+** the last to arrive makes the call for them all and each returns once
+** the result is in its buffer. 1 when the group stays in this process
+** (the caller posts on tr->comm as before), else 0 or a status.
+*/
+int strata__ranks_collective(strata_trainer_t tr, int kind, int s, strata_queue_t q, strata_mem_t send,
+                             strata_mem_t recv, size_t count);
+
+/* The split: the rank of replica 0's first device balanced it (or it was given); every rank takes that one. */
+int strata__ranks_split(strata_trainer_t tr, int *split, int nstages);
+/* Each micro-batch's loss sum (tr->mb_loss) from the rank whose replica ran it. */
+int strata__ranks_losses(strata_trainer_t tr);
+/* With ZeRO, every chain's row of tr->sumsq from the rank that holds the chain. */
+int strata__ranks_sumsq(strata_trainer_t tr);
+/* With ZeRO, stage j of slice k's moment shards (flat, nparams floats in `local`) from their replicas' ranks. */
+int strata__ranks_shards(strata_trainer_t tr, int k, int j, float *local);
+/* Rank 0's status `rc` (and its message) on every rank; 0 in one process returns rc. */
+int strata__ranks_status(strata_trainer_t tr, int rc);
+/* This trainer writes files (checkpoints, traces): rank 0, or one process. */
+static inline int strata__ranks_writer(const struct strata_trainer *tr) { return !tr->ranks || tr->ranks->rank == 0; }
+
+#endif /* STRATA__PARALLEL_RANKS_H */
