@@ -539,6 +539,66 @@ Test(parallel, tp2_pocl_and_mixed) {
   strata_model_free(m);
 }
 
+/* The layout `fmt` over the devices d[0..7] against `ref`, within the mixed-device bounds. */
+static void mixed_case(strata_model_t m, const int *d, const char *fmt, const struct run *ref, const char *what) {
+  strata_layout_t l = layout(fmt, d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]);
+  struct run got;
+  laid_out(m, l, NULL, &got);
+  compare_mixed(what, &got, ref);
+  strata_layout_free(l);
+  free(got.params);
+}
+
+/* Every hybrid over a group of the two PoCL devices and host devices, against one host device (and the ZeRO and CNN
+** cases on the PoCL pair alone against one PoCL device). */
+Test(parallel, hybrids_on_pocl_and_host_match_one_device) {
+  int p0 = tc_find_device("opencl", 0), p1 = tc_find_device("opencl", 1);
+  if (p0 < 0 || p1 < 0)
+    cr_skip_test("two OpenCL devices are needed (POCL_DEVICES=\"pthread pthread\")");
+  int d[8] = {p0, p1};
+  for (int i = 0; i < 6; i++)
+    d[2 + i] = tc_find_device("host", i);
+  strata_model_t m = gpt4();
+  struct run ref2, ref4, pref2;
+  single(m, d[2], 2, &ref2);
+  single(m, d[2], 4, &ref4);
+  single(m, p0, 2, &pref2);
+  mixed_case(m, (int[8]){p0, d[2], p1, d[3]}, "{\"tp\": 4, \"devices\": [%d, %d, %d, %d], \"microbatches\": 2}", &ref2,
+             "tp 4 over 2 PoCL + 2 host");
+  mixed_case(m, d, "{\"pp\": 2, \"tp\": 2, \"devices\": [%d, %d, %d, %d], \"microbatches\": 4}", &ref4,
+             "tp 2 x pp 2, PoCL rank and host rank");
+  mixed_case(m, (int[8]){p0, d[2], p1, d[3]}, "{\"dp\": 2, \"pp\": 2, \"devices\": [%d, %d, %d, %d], \"microbatches\": 2}",
+             &ref4, "dp 2 x pp 2 over PoCL and host");
+  mixed_case(m, (int[8]){p0, d[2], p1, d[3]}, "{\"dp\": 2, \"tp\": 2, \"devices\": [%d, %d, %d, %d], \"microbatches\": 1}",
+             &ref2, "dp 2 x tp 2, each slice pair PoCL + host");
+  mixed_case(m, d, "{\"dp\": 2, \"pp\": 2, \"tp\": 2, \"devices\": [%d, %d, %d, %d, %d, %d, %d, %d], \"microbatches\": 2}",
+             &ref4, "dp 2 x pp 2 x tp 2 over 2 PoCL + 6 host");
+  mixed_case(m, (int[8]){p0, d[2]}, "{\"dp\": 2, \"zero\": 1, \"devices\": [%d, %d], \"microbatches\": 1}", &ref2,
+             "dp 2 ZeRO-1 over PoCL + host");
+  mixed_case(m, d, "{\"dp\": 2, \"zero\": 1, \"devices\": [%d, %d], \"microbatches\": 1}", &pref2,
+             "dp 2 ZeRO-1 on two PoCL devices");
+  free(ref2.params);
+  free(ref4.params);
+  free(pref2.params);
+  strata_model_free(m);
+  /* the CNN cut in two, on the PoCL pair and over PoCL + host */
+  strata_dataset_t text = ds;
+  OK(strata_dataset_images(200, 8, 3, 5, &ds));
+  struct strata_model_config cnn = {.kind = STRATA_MODEL_CNN, .image = 8, .channels = 1, .classes = 3,
+                                    .conv = {4, 8}};
+  OK(strata_model_from_config(&cnn, &m));
+  single(m, p0, 2, &pref2);
+  mixed_case(m, d, "{\"tp\": 2, \"devices\": [%d, %d], \"microbatches\": 2}", &pref2, "cnn tp 2 on two PoCL devices");
+  single(m, d[2], 2, &ref2);
+  mixed_case(m, (int[8]){p0, d[2]}, "{\"tp\": 2, \"devices\": [%d, %d], \"microbatches\": 2}", &ref2,
+             "cnn tp 2 over PoCL + host");
+  free(ref2.params);
+  free(pref2.params);
+  strata_model_free(m);
+  strata_dataset_free(ds);
+  ds = text;
+}
+
 /* Each slice holds half of every split matrix and bias (and their gradients and moments) — the vocabulary's rows of
 ** the token embedding and the head included — plus the whole layernorms, row-split biases and position embedding:
 ** counted by hand from the model's sizes. */
