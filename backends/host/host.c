@@ -170,21 +170,22 @@ static void task_run(struct host_queue *q, struct task *t) {
 
 /*
 ** Find the CPU clocks of the threads the calling worker runs its work on:
-** its own, and those of the OpenMP team its parallel regions use. libgomp
+** its own, and with `with_team` those of the OpenMP team its parallel
+** regions use (this starts the team's threads). libgomp
 ** keeps one pool of helpers per thread that starts regions and reuses them
 ** in order, so a region of the ops' team size run here meets the helpers
 ** of every later one. OpenBLAS's own pool (one device, threads left to the
 ** library) is shared by the process and is not listed: its caller computes
 ** a share of each GEMM and waits for the rest, so the worker's clock spans it.
 */
-static void clocks_find(struct host_queue *q) {
+static void clocks_find(struct host_queue *q, int with_team) {
   clockid_t found[HOST_CLOCKS_MAX];
   int ok[HOST_CLOCKS_MAX] = {0};
   if (pthread_getcpuclockid(pthread_self(), &found[0]) == 0)
     ok[0] = 1;
 #ifdef _OPENMP
   int team = strata__host_threads < HOST_CLOCKS_MAX ? strata__host_threads : HOST_CLOCKS_MAX;
-  if (team > 1) {
+  if (with_team && team > 1) {
 #pragma omp parallel num_threads(team)
     {
       int t = omp_get_thread_num();
@@ -210,7 +211,8 @@ static double clock_seconds(clockid_t id, int *ok) {
 static void *worker(void *arg) {
   struct host_queue *q = arg;
   strata__host_blas_worker_start();
-  clocks_find(q);
+  clocks_find(q, 0); /* the helpers with the first op: a queue that only copies never starts them */
+  int team_found = 0;
   pthread_mutex_lock(&q->lock);
   for (;;) {
     while (!q->head && !q->stop)
@@ -223,6 +225,10 @@ static void *worker(void *arg) {
       q->tail = NULL;
     q->busy = 1;
     pthread_mutex_unlock(&q->lock);
+    if (t->kind == TASK_OP && !team_found) {
+      clocks_find(q, 1);
+      team_found = 1;
+    }
     task_run(q, t);
     free(t);
     pthread_mutex_lock(&q->lock);
