@@ -11,7 +11,7 @@
 
 /* Raised whenever the layout of anything in this file changes; a module
 ** built against another version is refused when it is loaded. */
-#define STRATA__BACKEND_API_VERSION 4
+#define STRATA__BACKEND_API_VERSION 5
 
 /* The symbol every module exports: returns its table. */
 #define STRATA__BACKEND_ENTRY "strata_backend_entry"
@@ -226,6 +226,14 @@ struct strata__backend {
   int (*queue_new)(void *ctx, int dev, void **queue);
   void (*queue_free)(void *ctx, void *queue);        /* after the queue is finished */
   int (*queue_finish)(void *ctx, void *queue);
+  /* The CPU time the threads running `queue`'s work have spent since it
+  ** was created: *worker_s its own thread's, *team_s the sum over that
+  ** thread and the helpers it runs parallel regions on, divided by their
+  ** number (a region that keeps them all busy counts once). The runtime
+  ** counts a device busy for the larger of the two changes over an action,
+  ** so cores shared with other devices do not pass for work. Optional:
+  ** NULL means busy time is wall time (a GPU's queue runs on its own). */
+  int (*queue_cpu_time)(void *ctx, void *queue, double *worker_s /* OUT */, double *team_s /* OUT */);
 
   /* An event marking the queue's current end; wait makes `queue` wait for an
   ** event of this backend; sync blocks the caller. */

@@ -258,6 +258,22 @@ STRATA_API int strata_queue_finish(strata_queue_t q) {
   return q->dev->slot->be->queue_finish(q->dev->slot->ctx, q->h);
 }
 
+void strata__queue_clock_read(strata_queue_t q, struct strata__queue_clock *c) {
+  memset(c, 0, sizeof *c);
+  const struct strata__backend *be = q ? q->dev->slot->be : NULL;
+  if (be && be->queue_cpu_time && be->queue_cpu_time(q->dev->slot->ctx, q->h, &c->worker_s, &c->team_s) == 0)
+    c->cpu = 1;
+}
+
+double strata__queue_busy(const struct strata__queue_clock *before, const struct strata__queue_clock *after,
+                          double wall_s) {
+  if (!before->cpu || !after->cpu)
+    return wall_s;
+  double worker = after->worker_s - before->worker_s, team = after->team_s - before->team_s;
+  double busy = worker > team ? worker : team;
+  return busy < 0 ? 0 : busy < wall_s ? busy : wall_s;
+}
+
 STRATA_API int strata_event_record(strata_queue_t q, strata_event_t *out) {
   if (!q || !out)
     return strata__error(STRATA_ERR_INVALID, "strata_event_record: NULL argument");

@@ -690,6 +690,10 @@ static void *worker_main(void *arg) {
       break;
     const struct strata_action *a = &list[i];
     int s = a->stage, mb = a->microbatch, rc = STRATA_OK;
+    /* busy: the CPU time of the stage's queue where its backend says, so time-sharing a core is not work */
+    struct strata__queue_clock c0, c1;
+    strata_queue_t busy_q = s >= 0 && s < ex->S ? ex->tr->st[s]->q : NULL;
+    strata__queue_clock_read(busy_q, &c0);
     double t0 = strata__now();
     const char *cat = "compute";
     switch (a->kind) {
@@ -760,6 +764,7 @@ static void *worker_main(void *arg) {
       rc = strata__error(STRATA_ERR_INTERNAL, "unknown action kind %d", a->kind);
     }
     double t1 = strata__now();
+    strata__queue_clock_read(busy_q, &c1);
     if (rc) {
       char what[200], label[160];
       snprintf(what, sizeof what, "%s, action #%d %s%d.%d",
@@ -769,7 +774,7 @@ static void *worker_main(void *arg) {
       break;
     }
     if (cat && strcmp(cat, "recv") != 0)
-      ex->busy[rank] += t1 - t0;
+      ex->busy[rank] += strata__queue_busy(&c0, &c1, t1 - t0);
     if (cat)
       trace(ex, cat, a->kind, s, mb, t0, t1, 2 * rank);
     release_pending(ex, rank);

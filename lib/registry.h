@@ -101,4 +101,18 @@ const char *strata__device_label(const struct strata__device *d, char *buf, size
 int strata__device_reserve(struct strata__device *d, uint64_t bytes);
 void strata__device_release(struct strata__device *d, uint64_t bytes);
 
+/* What a queue's threads had spent at one moment (the backend's
+** queue_cpu_time); cpu is 0 where the backend does not say. */
+struct strata__queue_clock {
+  int cpu;
+  double worker_s, team_s;
+};
+void strata__queue_clock_read(strata_queue_t q, struct strata__queue_clock *c /* OUT */);
+
+/* Busy seconds of an action that took `wall_s` between two readings of its
+** queue's clock: the larger change of the two CPU clocks, at most the wall
+** time; the wall time where the backend has no CPU clock. */
+double strata__queue_busy(const struct strata__queue_clock *before, const struct strata__queue_clock *after,
+                          double wall_s);
+
 #endif /* STRATA__REGISTRY_H */

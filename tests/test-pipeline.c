@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* test-pipeline.c — pipeline training: equal to one device for every schedule on host, PoCL and mixed devices, memory
 ** held by GPipe and 1F1B, a model that fits only when split, device failures mid-step, traces, and bad input. */
+#define _GNU_SOURCE /* sched_setaffinity */
 #include <jansson.h>
+#include <sched.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -632,4 +634,51 @@ Test(pipeline, balanced_split_and_bad_input) {
   cr_assert(strstr(strata_last_error(), "/nonexistent-strata-dir"), "%s", strata_last_error());
   cr_assert_null(tr);
   strata_model_free(m);
+}
+
+/*
+** Two virtual devices of one thread each, every thread of the process on
+** one CPU: they take turns on it, so at most one is computing at any time.
+** Counted on the wall clock each device looked busy nearly the whole step
+** (an action stretched by the other's turns) and the bubble fell below the
+** schedule's; counted as CPU time, the devices' busy seconds add up to at
+** most the one CPU's wall time, and the bubble stays at least the ideal.
+*/
+Test(pipeline, busy_time_is_cpu_time_on_a_shared_core) {
+  cpu_set_t all, one;
+  CPU_ZERO(&all);
+  cr_assert_eq(sched_getaffinity(0, sizeof all, &all), 0);
+  int cpu = 0;
+  while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &all))
+    cpu++;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  cr_assert_eq(sched_setaffinity(0, sizeof one, &one), 0); /* the threads started from here on inherit it */
+  setenv("STRATA_HOST_THREADS", "1", 1);
+  strata_shutdown(); /* the host backend reads its thread count when it starts */
+  strata_model_t m = small_gpt(64, 32);
+  int h[2] = {tc_find_device("host", 0), tc_find_device("host", 1)};
+  struct strata_train_options o = options(h[0], 1);
+  struct strata_pipeline_options pp = pipeline_options(h, 2, STRATA_SCHEDULE_1F1B, 8);
+  strata_trainer_t tr;
+  OK(strata_trainer_new_pipeline(m, ds, &o, &pp, &tr));
+  struct strata_pipeline_report rep;
+  for (int step = 0; step < 3; step++)
+    OK(strata_trainer_step(tr, NULL));
+  OK(strata_trainer_report(tr, &rep));
+  double busy = 0;
+  for (int d = 0; d < rep.devices; d++)
+    busy += rep.dev[d].busy_s;
+  cr_assert_float_eq(rep.bubble_ideal, 1.0 / 9, 1e-9, "1F1B p=2 m=8: (p-1)/(m+p-1)");
+  cr_log_info("one CPU: busy %.4f + %.4f s in a step of %.4f s, bubble %.3f (ideal %.3f)", rep.dev[0].busy_s,
+              rep.dev[1].busy_s, rep.wall_s, rep.bubble, rep.bubble_ideal);
+  /* one CPU: CPU seconds cannot exceed its wall time; 2% and 1 ms for the clocks read around each action */
+  cr_assert_leq(busy, 1.02 * rep.wall_s + 1e-3, "busy %.4f s in a step of %.4f s on one CPU", busy, rep.wall_s);
+  cr_assert_geq(rep.bubble, rep.bubble_ideal - 0.02, "measured bubble %.3f, the schedule's %.3f (busy %.4f s, wall %.4f s)",
+                rep.bubble, rep.bubble_ideal, busy, rep.wall_s);
+  cr_assert_gt(busy, 0.2 * rep.wall_s, "the devices' work was not counted: busy %.4f s of %.4f s", busy, rep.wall_s);
+  strata_trainer_free(tr);
+  strata_model_free(m);
+  unsetenv("STRATA_HOST_THREADS");
+  sched_setaffinity(0, sizeof all, &all);
 }

@@ -42,7 +42,7 @@ if [ ! -x "$TRAIN" ] || [ ! -x "$GEN" ]; then
   echo "1..0 # SKIP strata-train or strata-generate not built"
   exit 0
 fi
-echo "1..91"
+echo "1..92"
 
 # A small corpus of our own, so that the tests do not depend on what the machine ships.
 for i in 1 2 3 4 5 6 7 8; do cat "$top_srcdir/README.md" "$top_srcdir/man/strata-train.1"; done >"$TMP/text.txt"
@@ -313,9 +313,18 @@ fails_clearly "class 5 numbers: STRATA_HOST_FAULT overflow" 2 "STRATA_HOST_FAULT
 if [ -x "$BENCH" ]; then
   fails_clearly "class 5 numbers: strata-bench --device 4294967296 is not device 0" 2 "--device" $BENCH gemm --device 4294967296
   fails_clearly "class 5 numbers: strata-bench bad option, one line" 2 "--frobnicate" $BENCH gemm --frobnicate
+  # --compare: whatever GEMM libraries this machine has (none is fine), one line per size, each library's figure
+  # positive and strata's share of the best a number
+  $BENCH gemm --compare --sizes 48 --reps 1 --json >"$TMP/cmp" 2>"$TMP/err"
+  rc=$?
+  check "strata-bench gemm --compare --json (exit $rc)" sh -c "[ $rc -eq 0 ] &&
+    [ \$(grep -c '\"bench\":\"gemm_compare\"' '$TMP/cmp') -eq 1 ] &&
+    grep '\"bench\":\"gemm_compare\"' '$TMP/cmp' | grep -q '\"n\":48,.*\"share\":[0-9.]*}' &&
+    ! grep '\"bench\":\"gemm_compare\"' '$TMP/cmp' | grep -q '\"gflops\":0.000'"
 else
   ok "class 5 numbers: strata-bench # SKIP not built"
   ok "class 5 numbers: strata-bench bad option # SKIP not built"
+  ok "strata-bench gemm --compare # SKIP not built"
 fi
 
 # class 6: a long path keeps its reason; control characters from a file never reach the terminal

@@ -34,6 +34,7 @@ struct options {
   int nsizes;
   int reps;
   int json;
+  int compare;            /* --compare: every CBLAS-like library on the machine beside strata */
   const char *user_coretype;  /* OPENBLAS_CORETYPE as the program started */
 };
 
@@ -54,6 +55,11 @@ static void usage(FILE *f) {
           "  -d, --device N     only device N (default: every device; see strata-topo)\n"
           "  -s, --sizes LIST   comma-separated N values (default 512,1024,2048)\n"
           "  -r, --reps R       timed repetitions per measurement, median reported (default 5)\n"
+          "      --compare      also time every GEMM library installed here (OpenBLAS, BLIS,\n"
+          "                     oneDNN's dnnl_sgemm, MKL, the libblas.so.3 alternative), each\n"
+          "                     loaded privately with the host device's thread count, in the\n"
+          "                     same run, in turn round by round; prints GFLOP/s per library\n"
+          "                     and size and strata's share of the best (target: 90%%)\n"
           "      --json         one JSON object per line instead of a table\n"
           "  -h, --help         this help\n"
           "\n"
@@ -103,6 +109,8 @@ static int parse_sizes(const char *s, struct options *o) {
 ** call for call, so that load from elsewhere on a shared machine falls on
 ** both alike.
 */
+struct peer;
+
 struct runner {
   int (*run)(struct runner *r);   /* one GEMM, waited for; 0 on success */
   void (*done)(struct runner *r);
@@ -111,6 +119,7 @@ struct runner {
   strata_buffer_t ba, bb, bc;
   const float *a, *b;             /* cblas */
   float *c;
+  const struct peer *peer;        /* --compare: the library called */
 #ifdef STRATA_HAVE_OPENCL
   cl_context ctx;                 /* CLBlast */
   cl_command_queue cq;
@@ -341,6 +350,205 @@ static int time_pair(struct runner *strata, struct runner *direct, int reps, dou
   return direct ? 0 : 1;
 }
 
+/*
+** --compare: the GEMM libraries of the machine, each loaded on its own
+** (RTLD_DEEPBIND: its calls bind to itself, not to a copy already loaded)
+** and run with the thread count strata's host device has. A library that
+** is the copy strata's backend loaded is the same object, with the kernels
+** strata chose for it.
+*/
+#define MAX_PEERS 8
+struct peer {
+  const char *label;
+  char file[512];                 /* the resolved path: one entry per distinct object */
+  void *handle;
+  cblas_sgemm_fn cblas;
+  dnnl_sgemm_fn dnnl;
+  int strata_s;                   /* the object strata's host backend calls */
+};
+static struct peer peers[MAX_PEERS];
+static int npeers = -1;
+
+static void peers_load(void) {
+  static const struct {
+    const char *label, *soname, *sym;
+  } known[] = {
+      {"OpenBLAS", "libopenblas.so.0", "cblas_sgemm"},   {"BLIS", "libblis.so.4", "cblas_sgemm"},
+      {"BLIS", "libblis.so.3", "cblas_sgemm"},           {"oneDNN", "libdnnl.so.2", "dnnl_sgemm"},
+      {"oneDNN", "libdnnl.so.3", "dnnl_sgemm"},          {"MKL", "libmkl_rt.so.2", "cblas_sgemm"},
+      {"MKL", "libmkl_rt.so", "cblas_sgemm"},            {"libblas.so.3", "libblas.so.3", "cblas_sgemm"},
+  };
+  if (npeers >= 0)
+    return;
+  npeers = 0;
+  char strata_file[512] = "";
+  if (!find_host_blas() && !realpath(host_blas.file, strata_file))
+    snprintf(strata_file, sizeof strata_file, "%s", host_blas.file);
+  for (size_t k = 0; k < sizeof known / sizeof known[0] && npeers < MAX_PEERS; k++) {
+    void *h = dlopen(known[k].soname, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+    if (!h)
+      continue;
+    void *sym = dlsym(h, known[k].sym);
+    Dl_info where;
+    char file[512];
+    if (!sym || !dladdr(sym, &where) || !where.dli_fname || !realpath(where.dli_fname, file)) {
+      dlclose(h);
+      continue;
+    }
+    int seen = 0;
+    for (int i = 0; i < npeers; i++)
+      seen |= strcmp(peers[i].file, file) == 0;
+    if (seen) { /* libblas.so.3 is often an alternative pointing at one of the others */
+      dlclose(h);
+      continue;
+    }
+    struct peer *p = &peers[npeers++];
+    p->label = known[k].label;
+    snprintf(p->file, sizeof p->file, "%s", file);
+    p->handle = h;
+    if (strcmp(known[k].sym, "dnnl_sgemm") == 0)
+      p->dnnl = (dnnl_sgemm_fn)(uintptr_t)sym;
+    else
+      p->cblas = (cblas_sgemm_fn)(uintptr_t)sym;
+    p->strata_s = strcmp(file, strata_file) == 0;
+  }
+}
+
+/* Each library's own way of setting its thread count (OpenMP's for oneDNN and an OpenMP BLIS). */
+static void peers_threads(int n) {
+  for (int i = 0; i < npeers; i++) {
+    void (*openblas)(int) = (void (*)(int))(uintptr_t)dlsym(peers[i].handle, "openblas_set_num_threads");
+    void (*blis)(long) = (void (*)(long))(uintptr_t)dlsym(peers[i].handle, "bli_thread_set_num_threads");
+    void (*omp)(int) = (void (*)(int))(uintptr_t)dlsym(peers[i].handle, "omp_set_num_threads");
+    void (*mkl)(int) = (void (*)(int))(uintptr_t)dlsym(peers[i].handle, "MKL_Set_Num_Threads");
+    if (peers[i].strata_s)
+      continue; /* strata's own copy keeps what the backend set */
+    if (openblas)
+      openblas(n);
+    if (blis)
+      blis(n);
+    if (mkl)
+      mkl(n);
+    if (omp)
+      omp(n);
+  }
+}
+
+static int peer_run(struct runner *r) {
+  const struct peer *p = r->peer;
+  int n = r->n;
+  if (p->dnnl)
+    return p->dnnl('N', 'N', n, n, n, 1.0f, r->a, n, r->b, n, 0.0f, r->c, n) == 0 ? 0 : -1;
+  p->cblas(101, 111, 111, n, n, n, 1.0f, r->a, n, r->b, n, 0.0f, r->c, n);
+  return 0;
+}
+
+/*
+** strata and every peer in turn, `reps` rounds; medians into t[0] (strata)
+** and t[1 + i]. Each turn makes one untimed call first: the library's
+** threads slept while the others ran, and waking them is not its speed.
+*/
+static int time_peers(struct runner *strata, struct runner *pr, int reps, double *t) {
+  double v[1 + MAX_PEERS][64];
+  for (int r = 0; r < reps; r++) {
+    for (int i = -1; i < npeers; i++) {
+      struct runner *x = i < 0 ? strata : &pr[i];
+      int rc = x->run(x);
+      double t0 = now();
+      if (!rc)
+        rc = x->run(x);
+      double t1 = now();
+      if (rc)
+        return i < 0 ? rc : -1;
+      v[1 + i][r] = t1 - t0;
+    }
+  }
+  for (int i = 0; i <= npeers; i++)
+    t[i] = median(v[i], reps);
+  return 0;
+}
+
+/* The --compare table (or JSON lines) for host device `d` over every size. */
+static int bench_compare(const struct options *o, int d, const struct strata_device_props *p) {
+  peers_load();
+  peers_threads(p->compute_units > 0 ? p->compute_units : 1);
+  if (!o->json) {
+    printf("\n# GEMM libraries on this machine beside strata, device %d, %d thread%s each, medians of %d rounds in turn\n",
+           d, p->compute_units, p->compute_units == 1 ? "" : "s", o->reps);
+    for (int i = 0; i < npeers; i++)
+      printf("#   %-12s %s%s\n", peers[i].label, peers[i].file, peers[i].strata_s ? " (the copy strata calls)" : "");
+    printf("%6s %12s", "N", "strata");
+    for (int i = 0; i < npeers; i++)
+      printf(" %12s", peers[i].label);
+    printf(" %8s  %s\n", "share", "best");
+  }
+  int failed = 0;
+  for (int s = 0; s < o->nsizes; s++) {
+    int n = o->sizes[s];
+    size_t count = (size_t)n * n;
+    float *a = malloc(count * 4), *b = malloc(count * 4);
+    struct runner rs_, pr[MAX_PEERS];
+    int ok = a && b, made = 0;
+    for (size_t i = 0; ok && i < count; i++) {
+      a[i] = (float)((i * 7) % 13) / 13.0f - 0.5f;
+      b[i] = (float)((i * 5) % 11) / 11.0f - 0.5f;
+    }
+    int rs = ok ? strata_setup(&rs_, d, n, a, b) : -1;
+    for (; ok && made < npeers; made++) {
+      memset(&pr[made], 0, sizeof pr[made]);
+      pr[made].n = n;
+      pr[made].run = peer_run;
+      pr[made].done = cblas_done;
+      pr[made].a = a;
+      pr[made].b = b;
+      pr[made].peer = &peers[made];
+      pr[made].c = malloc(count * 4);
+      if (!pr[made].c) {
+        ok = 0;
+        break;
+      }
+    }
+    double t[1 + MAX_PEERS] = {0};
+    int rc = ok && !rs ? time_peers(&rs_, pr, o->reps, t) : -1;
+    if (ok)
+      rs_.done(&rs_);
+    for (int i = 0; i < made; i++)
+      free(pr[i].c);
+    free(a);
+    free(b);
+    if (rc) {
+      fprintf(stderr, "strata-bench: --compare, device %d, N = %d: %s\n", d, n,
+              rc == -1 && ok ? "a library's GEMM failed" : strata_last_error());
+      failed = 1;
+      continue;
+    }
+    double flops = 2.0 * n * (double)n * n, gs = flops / t[0] / 1e9, best = 0;
+    int bi = -1;
+    for (int i = 0; i < npeers; i++)
+      if (flops / t[1 + i] / 1e9 > best) {
+        best = flops / t[1 + i] / 1e9;
+        bi = i;
+      }
+    double share = best > 0 ? gs / best : 0;
+    if (o->json) {
+      printf("{\"bench\":\"gemm_compare\",\"device\":%d,\"n\":%d,\"threads\":%d,\"strata_gflops\":%.3f,\"libraries\":[",
+             d, n, p->compute_units, gs);
+      for (int i = 0; i < npeers; i++)
+        printf("%s{\"name\":\"%s\",\"file\":\"%s\",\"strata_calls\":%s,\"gflops\":%.3f}", i ? "," : "",
+               peers[i].label, peers[i].file, peers[i].strata_s ? "true" : "false", flops / t[1 + i] / 1e9);
+      printf("],\"best\":%s%s%s,\"best_gflops\":%.3f,\"share\":%.4f}\n", bi >= 0 ? "\"" : "",
+             bi >= 0 ? peers[bi].label : "null", bi >= 0 ? "\"" : "", best, share);
+    } else {
+      printf("%6d %12.2f", n, gs);
+      for (int i = 0; i < npeers; i++)
+        printf(" %12.2f", flops / t[1 + i] / 1e9);
+      printf(" %7.1f%%  %s\n", 100 * share, bi >= 0 ? peers[bi].label : "-");
+    }
+    fflush(stdout);
+  }
+  return failed;
+}
+
 static int bench_gemm(const struct options *o) {
   int ndev = 0;
   int drc = strata_device_count(&ndev);
@@ -421,6 +629,14 @@ static int bench_gemm(const struct options *o) {
                "no direct comparison for this backend");
       fflush(stdout);
     }
+  }
+  /* --compare: the first host device (or the one asked for), after the pairs above */
+  for (int d = 0; o->compare && d < ndev; d++) {
+    struct strata_device_props p;
+    if ((o->device >= 0 && d != o->device) || strata_device_props(d, &p) || strcmp(p.backend, "host") != 0)
+      continue;
+    failed |= bench_compare(o, d, &p);
+    break;
   }
   return failed;
 }
@@ -531,6 +747,7 @@ int main(int argc, char **argv) {
                                            {"sizes", required_argument, NULL, 's'},
                                            {"reps", required_argument, NULL, 'r'},
                                            {"json", no_argument, NULL, 'j'},
+                                           {"compare", no_argument, NULL, 'c'},
                                            {"help", no_argument, NULL, 'h'},
                                            {NULL, 0, NULL, 0}};
   int c;
@@ -557,6 +774,9 @@ int main(int argc, char **argv) {
       break;
     case 'j':
       o.json = 1;
+      break;
+    case 'c':
+      o.compare = 1;
       break;
     case 'h':
       usage(stdout);

@@ -10,6 +10,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #include "host.h"
 #include "parse.h"
 
@@ -61,6 +65,8 @@ struct task {
   struct host_event *event;      /* TASK_SIGNAL, TASK_WAIT */
 };
 
+#define HOST_CLOCKS_MAX 64
+
 struct host_queue {
   struct host_ctx *ctx;
   int dev;
@@ -73,6 +79,11 @@ struct host_queue {
   int stop;
   int status;                    /* first error since the last finish */
   char message[512];
+  /* CPU clocks of the threads that run this queue's work: [0] the worker,
+  ** then the OpenMP helpers of its parallel regions; set by the worker
+  ** before its first task, under `lock` */
+  clockid_t clocks[HOST_CLOCKS_MAX];
+  int nclocks;
 };
 
 static void event_release(struct host_event *e) {
@@ -178,9 +189,51 @@ static void task_run(struct host_queue *q, struct task *t) {
   }
 }
 
+/*
+** Find the CPU clocks of the threads the calling worker runs its work on:
+** its own, and with `with_team` those of the OpenMP team its parallel
+** regions use (this starts the team's threads). libgomp
+** keeps one pool of helpers per thread that starts regions and reuses them
+** in order, so a region of the ops' team size run here meets the helpers
+** of every later one. OpenBLAS's own pool (one device, threads left to the
+** library) is shared by the process and is not listed: its caller computes
+** a share of each GEMM and waits for the rest, so the worker's clock spans it.
+*/
+static void clocks_find(struct host_queue *q, int with_team) {
+  clockid_t found[HOST_CLOCKS_MAX];
+  int ok[HOST_CLOCKS_MAX] = {0};
+  if (pthread_getcpuclockid(pthread_self(), &found[0]) == 0)
+    ok[0] = 1;
+#ifdef _OPENMP
+  int team = strata__host_threads < HOST_CLOCKS_MAX ? strata__host_threads : HOST_CLOCKS_MAX;
+  if (with_team && team > 1) {
+#pragma omp parallel num_threads(team)
+    {
+      int t = omp_get_thread_num();
+      if (t > 0 && t < HOST_CLOCKS_MAX && pthread_getcpuclockid(pthread_self(), &found[t]) == 0)
+        ok[t] = 1;
+    }
+  }
+#endif
+  pthread_mutex_lock(&q->lock);
+  q->nclocks = 0;
+  for (int t = 0; t < HOST_CLOCKS_MAX; t++)
+    if (ok[t])
+      q->clocks[q->nclocks++] = found[t];
+  pthread_mutex_unlock(&q->lock);
+}
+
+static double clock_seconds(clockid_t id, int *ok) {
+  struct timespec ts;
+  *ok = clock_gettime(id, &ts) == 0;
+  return *ok ? (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec : 0;
+}
+
 static void *worker(void *arg) {
   struct host_queue *q = arg;
   strata__host_blas_worker_start();
+  clocks_find(q, 0); /* the helpers with the first op: a queue that only copies never starts them */
+  int team_found = 0;
   pthread_mutex_lock(&q->lock);
   for (;;) {
     while (!q->head && !q->stop)
@@ -193,6 +246,10 @@ static void *worker(void *arg) {
       q->tail = NULL;
     q->busy = 1;
     pthread_mutex_unlock(&q->lock);
+    if (t->kind == TASK_OP && !team_found) {
+      clocks_find(q, 1);
+      team_found = 1;
+    }
     task_run(q, t);
     free(t);
     pthread_mutex_lock(&q->lock);
@@ -475,6 +532,28 @@ static int host_queue_finish(void *ctx, void *queue) {
   return STRATA_OK;
 }
 
+/* The worker's CPU seconds, and its team's shared out over the team; 0 before the worker has started. */
+static int host_queue_cpu_time(void *ctx, void *queue, double *worker_s, double *team_s) {
+  struct host_queue *q = queue;
+  pthread_mutex_lock(&q->lock);
+  double own = 0, sum = 0;
+  int counted = 0;
+  for (int t = 0; t < q->nclocks; t++) {
+    int ok;
+    double v = clock_seconds(q->clocks[t], &ok);
+    if (!ok) /* a helper libgomp has since retired */
+      continue;
+    if (t == 0)
+      own = v;
+    sum += v;
+    counted++;
+  }
+  pthread_mutex_unlock(&q->lock);
+  *worker_s = own;
+  *team_s = counted ? sum / counted : 0;
+  return STRATA_OK;
+}
+
 static void host_queue_free(void *ctx, void *queue) {
   struct host_queue *q = queue;
   pthread_mutex_lock(&q->lock);
@@ -599,6 +678,7 @@ static const struct strata__backend host_backend = {
     .queue_new = host_queue_new,
     .queue_free = host_queue_free,
     .queue_finish = host_queue_finish,
+    .queue_cpu_time = host_queue_cpu_time,
     .event_record = host_event_record,
     .event_wait = host_event_wait,
     .event_sync = host_event_sync,

@@ -2,23 +2,29 @@
 # SPDX-License-Identifier: MIT
 # run.sh — strata-train against a plain PyTorch loop (bench/peers/gpt.py) on the same GPT, tokens per step and
 # threads, runs alternated, medians and their ratio. A benchmark, not a test; PyTorch lives in a throw-away venv.
-# Usage: bench/peers/run.sh [--install] [--reps N] [--models LIST] [--threads LIST] [BUILD_DIR]
+# Usage: bench/peers/run.sh [--install] [--pp] [--reps N] [--models LIST] [--threads LIST] [BUILD_DIR]
 #   --install       create the venv ($PEERS_VENV, default ${TMPDIR:-/tmp}/strata-peers-venv) and pip-install torch
 #                   (the CPU wheel index first, then PyPI); without it an existing venv is used
 #   --reps N        alternated runs of each side (default 3; the median is reported)
 #   --models LIST   gpt-tiny,gpt-512x8 (default both)
 #   --threads LIST  1,2 (default)
+#   --pp            instead: STRATA_HOST_DEVICES=2 strata-train --pp 2 --microbatches 8 (1F1B) against
+#                   torch.distributed.pipelining (bench/peers/gpt_pp.py: 2 processes on gloo, one thread each),
+#                   strata's split, same tokens per step (gpt-tiny 2, gpt-512x8 1 sequence per micro-batch)
+#   --mb-batch N    with --pp: N sequences per micro-batch for every model instead
 # Target (issue 11): strata at least 1.0x PyTorch on every line.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-install=0 reps=3 models=gpt-tiny,gpt-512x8 threads=1,2 build=
+install=0 pp=0 mb_batch= reps=3 models=gpt-tiny,gpt-512x8 threads=1,2 build=
 while [ $# -gt 0 ]; do
   case "$1" in
     --install) install=1 ;;
+    --pp) pp=1 ;;
+    --mb-batch) mb_batch=$2; shift ;;
     --reps) reps=$2; shift ;;
     --models) models=$2; shift ;;
     --threads) threads=$2; shift ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     -*) echo "peers: unknown option $1" >&2; exit 2 ;;
     *) build=$1 ;;
   esac
@@ -36,6 +42,10 @@ if [ $install -eq 1 ] && ! "$py" -c 'import torch' 2>/dev/null; then
   echo "peers: installing PyTorch into $venv (a large download)"
   "$venv/bin/pip" install -q torch --index-url https://download.pytorch.org/whl/cpu 2>/dev/null ||
     "$venv/bin/pip" install -q torch || { echo "peers: pip could not install torch" >&2; exit 1; }
+fi
+# torch.distributed pickles the pipeline's shape exchange through numpy
+if [ $install -eq 1 ] && [ $pp -eq 1 ] && ! "$py" -c 'import numpy' 2>/dev/null; then
+  "$venv/bin/pip" install -q numpy || { echo "peers: pip could not install numpy" >&2; exit 1; }
 fi
 "$py" -c 'import torch' 2>/dev/null || { echo "peers: no PyTorch in $venv (run with --install)" >&2; exit 2; }
 
@@ -55,6 +65,46 @@ torch_wait=${PEERS_TORCH_WAIT_POLICY:-PASSIVE}
 tps() { sed -n 's/.*"tokens_per_s": *\([0-9.e+]*\).*/\1/p' | tail -n 1; }
 median() { tr ' ' '\n' | grep . | sort -g | awk '{v[NR] = $1} END {print NR ? (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) : 0}'; }
 load() { cut -d' ' -f1 /proc/loadavg; }
+
+if [ $pp -eq 1 ]; then
+  "$py" -c 'import numpy' 2>/dev/null || { echo "peers: no numpy in $venv (run with --install)" >&2; exit 2; }
+  echo "peers: STRATA_HOST_DEVICES=2 strata-train --pp 2 --microbatches 8 (1f1b) vs PyTorch" \
+    "$("$py" -c 'import torch; print(torch.__version__)' 2>/dev/null) pipelining (gloo, 2 processes, 1 thread each)," \
+    "$reps alternated runs each, medians, first step excluded; $(nproc) cores; PyTorch OMP_WAIT_POLICY=$torch_wait"
+  printf '%-10s %6s %5s %12s %12s %7s  %s\n' model split mb strata pytorch ratio "runs (strata | pytorch), load before each pair"
+  status=0
+  for model in $(echo "$models" | tr ',' ' '); do
+    case $model in
+      gpt-tiny) batch=2 steps=20 spec=gpt-tiny ;;
+      gpt-512x8) batch=1 steps=4 spec="$tmp/gpt-512x8.json" ;;
+      *) echo "peers: unknown model $model" >&2; exit 2 ;;
+    esac
+    batch=${mb_batch:-$batch}
+    s_runs= p_runs= loads= split=
+    i=0
+    while [ $i -lt "$reps" ]; do
+      loads="$loads $(load)"
+      STRATA_HOST_DEVICES=2 "$TRAIN" --model "$spec" --pp 2 --microbatches 8 --schedule 1f1b --batch $batch \
+        --steps $steps --eval-every 0 --eval-batches 1 --json >"$tmp/pp.json" 2>/dev/null
+      s=$(grep '"event":"summary"' "$tmp/pp.json" | tps)
+      # the PyTorch stages get the layers strata's balanced split gave each device
+      split=$(grep '"event":"start"' "$tmp/pp.json" | sed 's/.*"stages":\[//' | grep -o '"layers":[0-9]*' |
+        cut -d: -f2 | paste -sd, -)
+      p=$(OMP_NUM_THREADS=1 OMP_WAIT_POLICY=$torch_wait "$py" "$here/gpt_pp.py" --model $model --batch $batch \
+            --microbatches 8 --schedule 1f1b --steps $steps --threads 1 ${split:+--split "$split"} 2>/dev/null | tps)
+      s_runs="$s_runs ${s:-0}" p_runs="$p_runs ${p:-0}"
+      i=$((i + 1))
+    done
+    sm=$(echo "$s_runs" | median) pm=$(echo "$p_runs" | median)
+    ratio=$(awk -v s="$sm" -v p="$pm" 'BEGIN { printf "%.2f", (p > 0 ? s / p : 0) }')
+    printf '%-10s %6s %5s %12.0f %12.0f %6sx  %s |%s; load%s\n' $model "${split:-?}" $batch "$sm" "$pm" "$ratio" \
+      "$(printf '%s' "$s_runs" | awk '{for (i = 1; i <= NF; i++) printf " %.0f", $i}')" \
+      "$(printf '%s' "$p_runs" | awk '{for (i = 1; i <= NF; i++) printf " %.0f", $i}')" "$loads"
+    awk -v r="$ratio" 'BEGIN { exit (r >= 1.0 ? 0 : 1) }' || status=1
+  done
+  [ $status -eq 0 ] && echo "peers: target met (strata --pp 2 >= 1.0x everywhere)" || echo "peers: target NOT met"
+  exit $status
+fi
 
 echo "peers: strata ($TRAIN) vs PyTorch $("$py" -c 'import torch; print(torch.__version__)' 2>/dev/null)," \
   "$reps alternated runs each, medians, first step excluded; $(nproc) cores; PyTorch OMP_WAIT_POLICY=$torch_wait"

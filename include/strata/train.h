@@ -155,7 +155,9 @@ STRATA_API int strata_trainer_new_pipeline(strata_model_t model, strata_dataset_
 
 struct strata_pipeline_device_stats {
   int device;                       /* global device index */
-  double busy_s;                    /* compute seconds in the last step */
+  double busy_s;                    /* compute seconds in the last step; on the host backend the CPU time its
+                                    ** threads spent, so devices time-sharing cores are not counted busy
+                                    ** while they wait for one */
   uint64_t peak_bytes;              /* the device's peak memory in the last step */
   int peak_inflight;                /* most micro-batches whose activations one of its stages held at once */
   /* what its stages hold, from the runtime's accounting at creation (a tensor-parallel slice holds its part) */
