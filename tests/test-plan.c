@@ -269,7 +269,9 @@ static void planner_equals_exhaustive(strata_machine_t c, strata_model_t m, int6
   char *ja = NULL, *jb = NULL;
   OK(strata_layout_to_json(a.layout, &ja));
   OK(strata_layout_to_json(b.layout, &jb));
-  cr_assert_float_eq(a.step_s, b.step_s, b.step_s * 1e-9,
+  /* equal up to rounding: two layouts that tie (e.g. the same stage times in another order) sum their
+  ** per-op costs in different orders */
+  cr_assert_float_eq(a.step_s, b.step_s, b.step_s * 1e-7,
                      "%s: planner %g s (%d simulated) %s, exhaustive %g s (%d simulated) %s", what, a.step_s, sa, ja,
                      b.step_s, sb, jb);
   cr_assert_lt(sa, sb, "%s: the planner simulated %d layouts, the exhaustive search %d", what, sa, sb);

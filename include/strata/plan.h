@@ -50,13 +50,35 @@ STRATA_API int strata_gpu_model_find(const char *name, unsigned vendor_id, unsig
 ** bandwidth and capacity, launch overhead. `model` and `source` are static
 ** strings or owned by the cluster that returned them.
 */
+/* The row and elementwise ops a step runs, each with its own measured speed (op_ns). */
+enum strata_plan_op {
+  STRATA_PLAN_OP_ADD,           /* add, bias add, bias gradient, embedding rows, copies: per element */
+  STRATA_PLAN_OP_GELU_FWD,
+  STRATA_PLAN_OP_GELU_BWD,
+  STRATA_PLAN_OP_LAYERNORM_FWD, /* per element of the rows */
+  STRATA_PLAN_OP_LAYERNORM_BWD,
+  STRATA_PLAN_OP_SOFTMAX_FWD,   /* per element (attention scores, logits of the cross-entropy) */
+  STRATA_PLAN_OP_SOFTMAX_BWD,
+  STRATA_PLAN_OP_ADAMW,         /* per parameter: AdamW, the gradient's squared norm, zeroing it */
+  STRATA_PLAN_OP_COUNT
+};
+
+/* GEMM sizes a device's speed may be given for (calibration measures these). */
+#define STRATA_PLAN_GEMM_SIZES 6
+
 struct strata_device_cost {
-  double flops;                 /* sustained GEMM FLOP/s */
+  double flops;                 /* sustained GEMM FLOP/s (of large GEMMs) */
   double mem_gbps;              /* memory bandwidth, GB/s */
   uint64_t memory;              /* capacity, bytes */
   double launch_us;             /* per-op overhead, microseconds */
   const char *model;            /* "T4", "A100-SXM4-80GB", "host", ... */
   const char *source;           /* where the figures come from */
+  /* Measured refinements; zeros where only nominal figures are known. */
+  int ngemm;                    /* entries of gemm_n / gemm_flops, ascending n (0: `flops` at every size) */
+  double gemm_n[STRATA_PLAN_GEMM_SIZES];     /* a square GEMM's n ... */
+  double gemm_flops[STRATA_PLAN_GEMM_SIZES]; /* ... and the FLOP/s it sustains there */
+  double op_ns[STRATA_PLAN_OP_COUNT]; /* ns per element of each op (0: its bytes at mem_gbps) */
+  int cpu_threads;              /* host cores its ops run on (0: its own silicon); see strata_node_desc.cpu_cores */
 };
 
 /* The fraction of a datasheet's peak that a large fp32 GEMM sustains,
@@ -109,6 +131,8 @@ struct strata_node_desc {
   const int *uplink;
   double uplink_gbps;           /* bandwidth of each shared uplink (0: no contention modelled) */
   const char *name;             /* "8xA100-80GB:nvswitch"; copied */
+  int cpu_cores;                /* cores of the node's host that devices with cpu_threads share (0: none shared):
+                                   a compute action takes min(cpu_threads, cpu_cores) of them while it runs */
 };
 
 STRATA_API int strata_machine_new(const struct strata_node_desc *node, const struct strata_machine_options *opts,

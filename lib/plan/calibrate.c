@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <strata/device.h>
 #include <strata/ops.h>
@@ -15,17 +16,74 @@
 #include "util.h"
 
 /* GEMM sizes measured, and repetitions of each (the best counts: a shared machine only ever slows a run down). */
-static const int gemm_sizes[] = {256, 512, 1024};
-#define NSIZES 3
+static const int gemm_sizes[] = {32, 64, 128, 256, 512, 1024};
+#define NSIZES 6
 #define REPS 3
 /* Bytes written to measure memory bandwidth, and tiny ops timed for the launch overhead. */
 #define FILL_BYTES (32u << 20)
 #define LAUNCHES 200
 /* Bytes of each device-to-device copy the link measurement times. */
 #define COPY_BYTES (16u << 20)
+/* Elements each row or elementwise op is timed over (about a layer's activations), and the row width. */
+#define OP_ELEMS (256 * 1024)
+#define OP_COLS 256
+#define OP_RUNS 8
+
+/* The calibration file's names of the ops of enum strata_plan_op. */
+static const char *const op_names[STRATA_PLAN_OP_COUNT] = {
+    [STRATA_PLAN_OP_ADD] = "add", [STRATA_PLAN_OP_GELU_FWD] = "gelu_fwd", [STRATA_PLAN_OP_GELU_BWD] = "gelu_bwd",
+    [STRATA_PLAN_OP_LAYERNORM_FWD] = "layernorm_fwd", [STRATA_PLAN_OP_LAYERNORM_BWD] = "layernorm_bwd",
+    [STRATA_PLAN_OP_SOFTMAX_FWD] = "softmax_fwd", [STRATA_PLAN_OP_SOFTMAX_BWD] = "softmax_bwd",
+    [STRATA_PLAN_OP_ADAMW] = "adamw"};
+
+/* One run of op k over OP_ELEMS elements of the buffers at x, y, z, w (each OP_ELEMS floats) and r (row stats). */
+static int run_op(strata_queue_t q, int k, strata_buffer_t b) {
+  const int64_t n = OP_ELEMS, rows = OP_ELEMS / OP_COLS;
+  strata_mem_t x = strata_mem(b, 0), y = strata_mem(b, (size_t)n), z = strata_mem(b, 2 * (size_t)n),
+               w = strata_mem(b, 3 * (size_t)n), g = strata_mem(b, 4 * (size_t)n),
+               r = strata_mem(b, 4 * (size_t)n + OP_COLS), r2 = strata_mem(b, 4 * (size_t)n + OP_COLS + (size_t)rows);
+  switch (k) {
+  case STRATA_PLAN_OP_ADD: return strata_add(q, x, y, z, n);
+  case STRATA_PLAN_OP_GELU_FWD: return strata_gelu_fwd(q, x, y, n);
+  case STRATA_PLAN_OP_GELU_BWD: return strata_gelu_bwd(q, x, y, z, n);
+  case STRATA_PLAN_OP_LAYERNORM_FWD: return strata_layernorm_fwd(q, x, g, g, y, r, r2, rows, OP_COLS, 1e-5f);
+  case STRATA_PLAN_OP_LAYERNORM_BWD: return strata_layernorm_bwd(q, x, g, r, r2, y, z, w, w, rows, OP_COLS, 1);
+  case STRATA_PLAN_OP_SOFTMAX_FWD: return strata_softmax_fwd(q, x, y, rows, OP_COLS, 0.125f, 0);
+  case STRATA_PLAN_OP_SOFTMAX_BWD: return strata_softmax_bwd(q, y, x, z, rows, OP_COLS, 0.125f);
+  default: /* an optimizer step over n parameters: the update, the gradient's squared norm, its zeroing */
+    TRY(strata_adamw(q, x, y, z, w, n, 1e-4f, 0.9f, 0.999f, 1e-8f, 0.01f, 1));
+    TRY(strata_sumsq(q, y, n, r, 0));
+    return strata_fill(q, y, 0, n);
+  }
+}
+
+/* ns per element of every op of enum strata_plan_op on the queue's device, best of REPS after a warm-up. */
+static int measure_ops(int dev, strata_queue_t q, double ns[STRATA_PLAN_OP_COUNT]) {
+  const size_t floats = 5 * (size_t)OP_ELEMS;
+  strata_buffer_t b = NULL;
+  TRY(strata_buffer_new(dev, floats * 4, &b));
+  int rc = strata_fill(q, strata_mem(b, 0), 0.25f, (int64_t)floats);
+  for (int k = 0; k < STRATA_PLAN_OP_COUNT && !rc; k++) {
+    double best = INFINITY;
+    for (int r = 0; r <= REPS && !rc; r++) {
+      double t0 = strata__now();
+      for (int i = 0; i < OP_RUNS && !rc; i++)
+        rc = run_op(q, k, b);
+      if (!rc)
+        rc = strata_queue_finish(q);
+      double t = (strata__now() - t0) / OP_RUNS / OP_ELEMS * 1e9;
+      if (r > 0 && t < best)
+        best = t;
+    }
+    ns[k] = best;
+  }
+  strata_buffer_free(b);
+  return rc;
+}
 
 /* One device's figures: the best GEMM GFLOP/s of each size, fill bandwidth, launch overhead. */
-static int measure(int dev, double gflops[NSIZES], double *mem_gbps, double *launch_us) {
+static int measure(int dev, double gflops[NSIZES], double *mem_gbps, double *launch_us,
+                   double ops[STRATA_PLAN_OP_COUNT]) {
   strata_queue_t q = NULL;
   strata_buffer_t a = NULL, c = NULL, f = NULL;
   const int64_t nmax = gemm_sizes[NSIZES - 1];
@@ -41,12 +99,16 @@ static int measure(int dev, double gflops[NSIZES], double *mem_gbps, double *lau
   for (int s = 0; s < NSIZES && !rc; s++) {
     const int64_t n = gemm_sizes[s];
     double best = 0;
+    /* small GEMMs in a run before one wait, as a step enqueues them: the wait's own cost is not theirs */
+    const int64_t calls = (nmax / n) * (nmax / n) * (nmax / n) < 64 ? (nmax / n) * (nmax / n) * (nmax / n) : 64;
     for (int r = 0; r <= REPS && !rc; r++) { /* the first run may compile kernels: not counted */
       double t0 = strata__now();
-      rc = strata_gemm(q, 0, 0, n, n, n, 1, strata_mem(a, 0), n, 0, strata_mem(a, 0), n, 0, 0, strata_mem(c, 0), n, 0, 1);
+      for (int64_t i = 0; i < calls && !rc; i++)
+        rc = strata_gemm(q, 0, 0, n, n, n, 1, strata_mem(a, 0), n, 0, strata_mem(a, 0), n, 0, 0, strata_mem(c, 0), n, 0,
+                         1);
       if (!rc)
         rc = strata_queue_finish(q);
-      double g = 2.0 * (double)n * (double)n * (double)n / (strata__now() - t0) / 1e9;
+      double g = 2.0 * (double)n * (double)n * (double)n * (double)calls / (strata__now() - t0) / 1e9;
       if (r > 0 && g > best)
         best = g;
     }
@@ -71,6 +133,8 @@ static int measure(int dev, double gflops[NSIZES], double *mem_gbps, double *lau
       rc = strata_queue_finish(q);
     *launch_us = (strata__now() - t0) / LAUNCHES * 1e6;
   }
+  if (!rc)
+    rc = measure_ops(dev, q, ops);
   strata_buffer_free(a);
   strata_buffer_free(c);
   strata_buffer_free(f);
@@ -104,10 +168,10 @@ STRATA_API int strata_calibrate(const int *devices, int n, char **json) {
   for (int i = 0; i < n && !rc; i++) {
     const int d = devices ? devices[i] : i;
     struct strata_device_props p;
-    double g[NSIZES] = {0}, bw = 0, launch = 0;
+    double g[NSIZES] = {0}, bw = 0, launch = 0, ops[STRATA_PLAN_OP_COUNT] = {0};
     rc = strata_device_props(d, &p);
     if (!rc)
-      rc = measure(d, g, &bw, &launch);
+      rc = measure(d, g, &bw, &launch, ops);
     if (rc)
       break;
     json_t *sizes = json_array();
@@ -116,9 +180,14 @@ STRATA_API int strata_calibrate(const int *devices, int n, char **json) {
     /* the planning figure: the largest size, nearest the GEMMs of a training step (the smaller ones
     ** fit in cache and may run faster than a layer's) */
     const double best = g[NSIZES - 1];
-    json_array_append_new(devs, json_pack("{s:i, s:s, s:s, s:f, s:o, s:f, s:f, s:I}", "device", d, "name", p.name,
-                                          "backend", p.backend, "gflops", best, "gemm", sizes, "mem_gbps", bw,
-                                          "launch_us", launch, "memory", (json_int_t)p.memory_limit));
+    json_t *opj = json_object();
+    for (int k = 0; k < STRATA_PLAN_OP_COUNT; k++)
+      json_object_set_new(opj, op_names[k], json_real(ops[k]));
+    /* a device that computes on the host's cores shares them with the other such devices */
+    json_array_append_new(devs, json_pack("{s:i, s:s, s:s, s:f, s:o, s:f, s:f, s:I, s:o, s:i}", "device", d, "name",
+                                          p.name, "backend", p.backend, "gflops", best, "gemm", sizes, "mem_gbps", bw,
+                                          "launch_us", launch, "memory", (json_int_t)p.memory_limit, "op_ns", opj,
+                                          "cpu_threads", p.is_cpu ? (p.compute_units > 0 ? p.compute_units : 1) : 0));
     json_t *row = json_array(), *lrow = json_array();
     for (int j = 0; j < n; j++) {
       struct strata_link l = {0};
@@ -136,6 +205,8 @@ STRATA_API int strata_calibrate(const int *devices, int n, char **json) {
     strata_topology_host(topo, &h);
     json_object_set_new(root, "schema", json_string("strata-calibration/1"));
     json_object_set_new(root, "host", json_string(h.hostname));
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    json_object_set_new(root, "cpu_cores", json_integer(cores > 0 ? cores : 1));
     json_object_set_new(root, "devices", devs);
     json_object_set_new(root, "gbps", gbps);
     json_object_set_new(root, "latency_us", lat);
@@ -201,6 +272,21 @@ STRATA_API int strata_machine_from_calibration(const char *json, const char *sou
       break;
     cost[i] = (struct strata_device_cost){.flops = gf * 1e9, .mem_gbps = bw, .memory = (uint64_t)mem,
                                           .launch_us = launch, .model = "calibrated", .source = "measured"};
+    /* the refinements are optional: a file of an older strata has none */
+    json_t *sizes = json_object_get(d, "gemm"), *opj = json_object_get(d, "op_ns"), *ct = json_object_get(d, "cpu_threads");
+    for (size_t s = 0; s < json_array_size(sizes) && cost[i].ngemm < STRATA_PLAN_GEMM_SIZES; s++) {
+      double sn = json_number_value(json_array_get(json_array_get(sizes, s), 0));
+      double sg = json_number_value(json_array_get(json_array_get(sizes, s), 1));
+      if (sn > 0 && sg > 0 && (cost[i].ngemm == 0 || sn > cost[i].gemm_n[cost[i].ngemm - 1])) {
+        cost[i].gemm_n[cost[i].ngemm] = sn;
+        cost[i].gemm_flops[cost[i].ngemm++] = sg * 1e9;
+      }
+    }
+    for (int k = 0; k < STRATA_PLAN_OP_COUNT; k++) {
+      double v = json_number_value(json_object_get(opj, op_names[k]));
+      cost[i].op_ns[k] = v > 0 && isfinite(v) ? v : 0;
+    }
+    cost[i].cpu_threads = json_is_integer(ct) && json_integer_value(ct) > 0 ? (int)json_integer_value(ct) : 0;
     ids[i] = (int)id;
     json_t *row = json_array_get(gbps, i), *lrow = json_array_get(lat, i);
     if (json_array_size(row) != n || json_array_size(lrow) != n) {
@@ -216,7 +302,9 @@ STRATA_API int strata_machine_from_calibration(const char *json, const char *sou
   }
   strata_machine_t c = NULL;
   if (!rc) {
-    struct strata_node_desc nd = {.devices = (int)n, .cost = cost, .gbps = g, .latency_us = l, .name = src};
+    json_t *cc = json_object_get(root, "cpu_cores");
+    struct strata_node_desc nd = {.devices = (int)n, .cost = cost, .gbps = g, .latency_us = l, .name = src,
+                                  .cpu_cores = json_is_integer(cc) ? (int)json_integer_value(cc) : 0};
     rc = strata_machine_new(&nd, o, &c);
   }
   for (size_t i = 0; !rc && i < n; i++) {
