@@ -205,8 +205,8 @@ Test(plan, tp_joins_wait_for_the_slowest_slice) {
   strata_model_free(m);
 }
 
-/* Devices that compute on one host's cores take them in turn: two one-thread devices on one core run their
-** stages' work one after another, so dp 2 of one stage each takes twice the time of one replica alone. */
+/* Devices that compute on one host's cores share them: two one-thread devices on one core computing at once
+** each run at half speed, so dp 2 of one stage each takes twice the time of one replica alone. */
 Test(plan, devices_sharing_host_cores_take_them_in_turn) {
   strata_model_t m = small_gpt(4);
   struct strata_device_cost cost[2];

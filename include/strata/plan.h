@@ -131,8 +131,9 @@ struct strata_node_desc {
   const int *uplink;
   double uplink_gbps;           /* bandwidth of each shared uplink (0: no contention modelled) */
   const char *name;             /* "8xA100-80GB:nvswitch"; copied */
-  int cpu_cores;                /* cores of the node's host that devices with cpu_threads share (0: none shared):
-                                   a compute action takes min(cpu_threads, cpu_cores) of them while it runs */
+  double cpu_cores;             /* cores of the node's host that devices with cpu_threads share (0: none
+                                   shared; may be fractional, the share other processes leave): devices
+                                   computing at once whose threads exceed them run slower in proportion */
 };
 
 STRATA_API int strata_machine_new(const struct strata_node_desc *node, const struct strata_machine_options *opts,

@@ -4,6 +4,7 @@
 
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,6 +143,94 @@ static int measure(int dev, double gflops[NSIZES], double *mem_gbps, double *lau
   return rc;
 }
 
+/* Seconds each GEMM loop of the core measurement runs, and its GEMMs' size. */
+#define BUSY_S 0.3
+#define BUSY_N 256
+
+struct busy {
+  int dev;
+  double start;                 /* when to begin (strata__now), so that every device's loop runs at once */
+  double gflops;
+  int rc;
+};
+
+/* GEMMs of BUSY_N on one device for BUSY_S seconds from b->start: GFLOP/s. */
+static void *busy_main(void *arg) {
+  struct busy *b = arg;
+  strata_queue_t q = NULL;
+  strata_buffer_t a = NULL;
+  const int64_t n = BUSY_N;
+  b->rc = strata_queue_new(b->dev, &q);
+  if (!b->rc)
+    b->rc = strata_buffer_new(b->dev, (size_t)(2 * n * n * 4), &a);
+  if (!b->rc)
+    b->rc = strata_fill(q, strata_mem(a, 0), 0.5f, 2 * n * n);
+  if (!b->rc)
+    b->rc = strata_queue_finish(q);
+  while (!b->rc && strata__now() < b->start)
+    usleep(1000);
+  double t0 = strata__now(), t = t0;
+  int64_t calls = 0;
+  while (!b->rc && t - t0 < BUSY_S) {
+    b->rc = strata_gemm(q, 0, 0, n, n, n, 1, strata_mem(a, 0), n, 0, strata_mem(a, 0), n, 0, 0,
+                        strata_mem(a, (size_t)(n * n)), n, 0, 1);
+    if (!b->rc)
+      b->rc = strata_queue_finish(q);
+    calls++;
+    t = strata__now();
+  }
+  b->gflops = 2.0 * (double)(n * n * n) * (double)calls / (t - t0) / 1e9;
+  strata_buffer_free(a);
+  strata_queue_free(q);
+  return NULL;
+}
+
+/*
+** The host cores that the devices computing on the CPU get together, as
+** the machine is now (other processes take their share): each device's
+** GEMM speed alone, then all at once; each device counts its threads times
+** the share of its speed it keeps. Written beside the core count the
+** system reports, which the simulator uses when this is missing.
+*/
+static int effective_cores(const int *cpu, const int *threads, int n, double *cores) {
+  *cores = 0;
+  if (n == 0)
+    return STRATA_OK;
+  struct busy *alone = calloc((size_t)n, sizeof *alone), *all = calloc((size_t)n, sizeof *all);
+  pthread_t *th = calloc((size_t)n, sizeof *th);
+  int rc = alone && all && th ? STRATA_OK : strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
+  for (int i = 0; i < n && !rc; i++) {
+    alone[i].dev = cpu[i];
+    busy_main(&alone[i]);
+    rc = alone[i].rc;
+  }
+  if (!rc && n > 1) {
+    /* buffers and queues take a while to set up: every loop starts at one time, after that */
+    const double go = strata__now() + 0.2;
+    int made = 0;
+    for (int i = 0; i < n; i++) {
+      all[i] = (struct busy){.dev = cpu[i], .start = go};
+      if (pthread_create(&th[i], NULL, busy_main, &all[i]) != 0) {
+        rc = strata__error(STRATA_ERR_INTERNAL, "calibration: cannot start a thread");
+        break;
+      }
+      made++;
+    }
+    for (int i = 0; i < made; i++) {
+      pthread_join(th[i], NULL);
+      rc = rc ? rc : all[i].rc;
+    }
+  }
+  for (int i = 0; i < n && !rc; i++) {
+    double keep = n > 1 ? all[i].gflops / alone[i].gflops : 1;
+    *cores += threads[i] * (keep < 1 ? keep : 1);
+  }
+  free(alone);
+  free(all);
+  free(th);
+  return rc;
+}
+
 STRATA_API int strata_calibrate(const int *devices, int n, char **json) {
   if (!json)
     return strata__error(STRATA_ERR_INVALID, "strata_calibrate: json is NULL");
@@ -163,6 +252,9 @@ STRATA_API int strata_calibrate(const int *devices, int n, char **json) {
   if (!rc && n > 1)
     rc = strata_topology_measure(topo, COPY_BYTES, REPS);
   json_t *root = json_object(), *devs = json_array(), *gbps = json_array(), *lat = json_array();
+  int *cpu = calloc((size_t)n, sizeof *cpu), *cpu_threads = calloc((size_t)n, sizeof *cpu_threads), ncpu = 0;
+  if (!cpu || !cpu_threads)
+    rc = rc ? rc : strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
   if (!root || !devs || !gbps || !lat)
     rc = rc ? rc : strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
   for (int i = 0; i < n && !rc; i++) {
@@ -174,6 +266,10 @@ STRATA_API int strata_calibrate(const int *devices, int n, char **json) {
       rc = measure(d, g, &bw, &launch, ops);
     if (rc)
       break;
+    if (p.is_cpu) {
+      cpu[ncpu] = d;
+      cpu_threads[ncpu++] = p.compute_units > 0 ? p.compute_units : 1;
+    }
     json_t *sizes = json_array();
     for (int s = 0; s < NSIZES; s++)
       json_array_append_new(sizes, json_pack("[i, f]", gemm_sizes[s], g[s]));
@@ -206,7 +302,13 @@ STRATA_API int strata_calibrate(const int *devices, int n, char **json) {
     json_object_set_new(root, "schema", json_string("strata-calibration/1"));
     json_object_set_new(root, "host", json_string(h.hostname));
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    double eff = 0;
+    rc = effective_cores(cpu, cpu_threads, ncpu, &eff);
     json_object_set_new(root, "cpu_cores", json_integer(cores > 0 ? cores : 1));
+    if (!rc && ncpu > 0)
+      json_object_set_new(root, "cpu_cores_effective", json_real(eff < cores ? eff : (double)cores));
+  }
+  if (!rc) {
     json_object_set_new(root, "devices", devs);
     json_object_set_new(root, "gbps", gbps);
     json_object_set_new(root, "latency_us", lat);
@@ -215,6 +317,8 @@ STRATA_API int strata_calibrate(const int *devices, int n, char **json) {
     if (!*json)
       rc = strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
   }
+  free(cpu);
+  free(cpu_threads);
   json_decref(devs);
   json_decref(gbps);
   json_decref(lat);
@@ -302,9 +406,13 @@ STRATA_API int strata_machine_from_calibration(const char *json, const char *sou
   }
   strata_machine_t c = NULL;
   if (!rc) {
-    json_t *cc = json_object_get(root, "cpu_cores");
+    /* the cores the CPU devices got together when measured, else the system's count */
+    json_t *cc = json_object_get(root, "cpu_cores"), *ce = json_object_get(root, "cpu_cores_effective");
+    double cores = json_is_number(ce) && json_number_value(ce) > 0 ? json_number_value(ce)
+                   : json_is_integer(cc)                           ? (double)json_integer_value(cc)
+                                                                   : 0;
     struct strata_node_desc nd = {.devices = (int)n, .cost = cost, .gbps = g, .latency_us = l, .name = src,
-                                  .cpu_cores = json_is_integer(cc) ? (int)json_integer_value(cc) : 0};
+                                  .cpu_cores = cores};
     rc = strata_machine_new(&nd, o, &c);
   }
   for (size_t i = 0; !rc && i < n; i++) {

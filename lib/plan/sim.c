@@ -375,7 +375,8 @@ struct engine {
   int *last_opt;                    /* [P] index of the device's last OPTIMIZER, -1 for none */
   int opt_arrived;                  /* OPTIMIZERs reached: the update waits for every stage's norm */
   double opt_max;
-  double *cores_free;               /* [nodes x cpu_cores] when each host core is next free */
+  double *busy_until;               /* [P] when the device's compute on host cores ends (NULL: none shared) */
+  int *busy_threads, *busy_node;    /* [P] its threads, its node */
   double *res_free;                 /* [nodes x k] uplinks, then [nodes x nics] out, then in */
   struct heap_item *heap;
   int nheap, cap_heap;
@@ -697,31 +698,25 @@ static double opt_s(const struct engine *e, int d) {
 }
 
 /*
-** When compute of `dur` seconds ready at t on stage st's device starts: a
-** device that computes on the host's cores takes `threads` of them (the
-** earliest free) for its duration, so devices sharing a host's cores run
-** one after another once the cores run out. Returns the start.
+** How long compute of `dur` seconds (alone) takes when it starts at t on
+** schedule device d for stage st: a device that computes on the host's
+** cores shares them with the other such devices of its node computing at
+** that moment; when their threads together exceed the cores there are, each
+** runs slower in proportion (processor sharing, judged at the start).
 */
-static double take_cores(struct engine *e, int st, double t, double dur) {
-  if (e->unit || !e->cores_free || e->sc[st].threads <= 0)
-    return t;
-  const struct strata_machine *c = e->c;
-  double *cores = &e->cores_free[(size_t)(e->sc[st].dev / c->k) * (size_t)c->cpu_cores];
-  const int want = e->sc[st].threads < c->cpu_cores ? e->sc[st].threads : c->cpu_cores;
-  /* the `want` earliest free cores: order them, take the first ones */
-  for (int i = 0; i < want; i++)
-    for (int j = i + 1; j < c->cpu_cores; j++)
-      if (cores[j] < cores[i]) {
-        double x = cores[i];
-        cores[i] = cores[j];
-        cores[j] = x;
-      }
-  double start = t;
-  for (int i = 0; i < want; i++)
-    start = cores[i] > start ? cores[i] : start;
-  for (int i = 0; i < want; i++)
-    cores[i] = start + dur;
-  return start;
+static double shared_dur(struct engine *e, int d, int st, double t, double dur) {
+  if (e->unit || !e->busy_until || e->sc[st].threads <= 0)
+    return dur;
+  const int node = e->sc[st].dev / e->c->k;
+  double demand = e->sc[st].threads;
+  for (int x = 0; x < e->P; x++)
+    if (x != d && e->busy_node[x] == node && e->busy_until[x] > t)
+      demand += e->busy_threads[x];
+  const double f = demand > e->c->cpu_cores ? demand / e->c->cpu_cores : 1;
+  e->busy_until[d] = t + dur * f;
+  e->busy_threads[d] = e->sc[st].threads;
+  e->busy_node[d] = node;
+  return dur * f;
 }
 
 /* Run the engine to the end; STRATA_ERR_INVALID when the lists cannot finish. */
@@ -762,7 +757,8 @@ static int engine_run(struct engine *e) {
           for (int x = 0; x < e->P; x++)
             wake(e, x);
       }
-      double t0 = take_cores(e, st, t, dur - comm);
+      dur = shared_dur(e, d, st, t, dur - comm) + comm;
+      const double t0 = t;
       e->clock[d] = t0 + dur;
       e->finish[self] = e->clock[d];
       e->compute[d] += dur - comm;
@@ -916,7 +912,9 @@ static void engine_free(struct engine *e) {
   free(e->tj_count);
   free(e->tj_max);
   free(e->last_opt);
-  free(e->cores_free);
+  free(e->busy_until);
+  free(e->busy_threads);
+  free(e->busy_node);
   free(e->res_free);
   free(e->heap);
   free(e->ev);
@@ -955,12 +953,16 @@ static int engine_init(struct engine *e, strata_schedule_t s, const struct strat
   e->tj_max = calloc(keys, sizeof *e->tj_max);
   e->last_opt = malloc(P * sizeof *e->last_opt);
   if (c && c->cpu_cores > 0)
-    e->cores_free = calloc((size_t)c->nodes * (size_t)c->cpu_cores, sizeof *e->cores_free);
+  {
+    e->busy_until = calloc(P, sizeof *e->busy_until);
+    e->busy_threads = calloc(P, sizeof *e->busy_threads);
+    e->busy_node = calloc(P, sizeof *e->busy_node);
+  }
   e->res_free = calloc(res, sizeof *e->res_free);
   if (!e->finish || !e->arrive || !e->clock || !e->sender_free || !e->comm_free || !e->compute || !e->comm ||
       !e->mem_now || !e->mem_peak || !e->next || !e->parked || !e->bw_done || !e->bw_last || !e->coll_count ||
       !e->coll_max || !e->coll_fin || !e->res_free || !e->tj_count || !e->tj_max || !e->last_opt ||
-      (c && c->cpu_cores > 0 && !e->cores_free)) {
+      (c && c->cpu_cores > 0 && (!e->busy_until || !e->busy_threads || !e->busy_node))) {
     engine_free(e);
     return strata__error(STRATA_ERR_NOMEM, "simulator: out of host memory for %d devices and %d stages", e->P, e->S);
   }
