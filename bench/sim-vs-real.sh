@@ -3,7 +3,9 @@
 # sim-vs-real.sh — the simulator against reality on this box: for layouts on host virtual devices, PoCL devices and a mixed group, strata-plan's predicted step time beside strata-train's measured one. A benchmark, not a test.
 # Usage: bench/sim-vs-real.sh [BUILD_DIR]    (BUILD_DIR default: ./build or .)
 # Environment: STEPS (default 6; the first is warm-up and left out), POCL_CACHE_DIR (default a directory
-# under TMPDIR that outlives the run, so PoCL compiles its kernels once).
+# under TMPDIR that outlives the run, so PoCL compiles its kernels once), SIM_KEEP (copy the calibration
+# there). The first layout runs again last: the two show how far the machine's load moves a measurement.
+# On a machine others load, calibrate and measure under the same load: figures are medians, not bests.
 # Target: every prediction within 15% of the median measured step.
 set -u
 build=${1:-}
@@ -41,6 +43,7 @@ if ! "$BENCH" calibrate --out "$tmp/cal.json" >"$tmp/cal.log" 2>&1; then
   cat "$tmp/cal.log" >&2
   exit 1
 fi
+[ -n "${SIM_KEEP:-}" ] && cp "$tmp/cal.json" "$SIM_KEEP"
 echo "# calibrated: $(grep -c '"device":' "$tmp/cal.json") devices, host cores the CPU devices get together:" \
   "$(sed -n 's/.*"cpu_cores_effective": *\([0-9.]*\).*/\1/p' "$tmp/cal.json")"
 
@@ -61,6 +64,7 @@ pocl pp2 1f1b|2|"dp":1,"pp":2,"tp":1,"devices":[0,1],"split":[3,3],"schedule":"1
 mixed pp2 1f1b pocl+host|4|"dp":1,"pp":2,"tp":1,"devices":[0,2],"split":[1,5],"schedule":"1f1b","microbatches":4
 mixed pp3 gpipe pocl+2 host|4|"dp":1,"pp":3,"tp":1,"devices":[0,2,3],"split":[2,2,2],"schedule":"gpipe","microbatches":4
 mixed pp2 zb host+pocl|4|"dp":1,"pp":2,"tp":1,"devices":[2,0],"split":[5,1],"schedule":"zb","microbatches":4
+host pp1 1f1b (again)|4|"dp":1,"pp":1,"tp":1,"devices":[2],"split":[6],"schedule":"1f1b","microbatches":4
 EOF
 
 printf '%-30s %12s %12s %8s\n' "layout" "predicted s" "measured s" "error"

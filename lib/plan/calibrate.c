@@ -16,10 +16,13 @@
 #include "plan/plan.h"
 #include "util.h"
 
-/* GEMM sizes measured, and repetitions of each (the best counts: a shared machine only ever slows a run down). */
+/* GEMM sizes measured, and repetitions of each. The GEMMs and row ops count their median: a step of
+** training, whose median the simulator predicts, runs under the machine's load as it is, and the best
+** of a few runs on a machine others load is what a step rarely gets. */
 static const int gemm_sizes[] = {32, 64, 128, 256, 512, 1024};
 #define NSIZES 6
 #define REPS 3
+#define OP_REPS 5
 /* Bytes written to measure memory bandwidth, and tiny ops timed for the launch overhead. */
 #define FILL_BYTES (32u << 20)
 #define LAUNCHES 200
@@ -58,31 +61,41 @@ static int run_op(strata_queue_t q, int k, strata_buffer_t b) {
   }
 }
 
-/* ns per element of every op of enum strata_plan_op on the queue's device, best of REPS after a warm-up. */
+/* The median of n values (sorted in place). */
+static double median(double *v, int n) {
+  for (int i = 1; i < n; i++)
+    for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+      double x = v[j];
+      v[j] = v[j - 1];
+      v[j - 1] = x;
+    }
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* ns per element of every op of enum strata_plan_op on the queue's device, median of OP_REPS after a warm-up. */
 static int measure_ops(int dev, strata_queue_t q, double ns[STRATA_PLAN_OP_COUNT]) {
   const size_t floats = 5 * (size_t)OP_ELEMS;
   strata_buffer_t b = NULL;
   TRY(strata_buffer_new(dev, floats * 4, &b));
   int rc = strata_fill(q, strata_mem(b, 0), 0.25f, (int64_t)floats);
   for (int k = 0; k < STRATA_PLAN_OP_COUNT && !rc; k++) {
-    double best = INFINITY;
-    for (int r = 0; r <= REPS && !rc; r++) {
+    double t[OP_REPS];
+    for (int r = 0; r <= OP_REPS && !rc; r++) {
       double t0 = strata__now();
       for (int i = 0; i < OP_RUNS && !rc; i++)
         rc = run_op(q, k, b);
       if (!rc)
         rc = strata_queue_finish(q);
-      double t = (strata__now() - t0) / OP_RUNS / OP_ELEMS * 1e9;
-      if (r > 0 && t < best)
-        best = t;
+      if (r > 0)
+        t[r - 1] = (strata__now() - t0) / OP_RUNS / OP_ELEMS * 1e9;
     }
-    ns[k] = best;
+    ns[k] = rc ? 0 : median(t, OP_REPS);
   }
   strata_buffer_free(b);
   return rc;
 }
 
-/* One device's figures: the best GEMM GFLOP/s of each size, fill bandwidth, launch overhead. */
+/* One device's figures: the median GEMM GFLOP/s of each size, fill bandwidth (best), launch overhead. */
 static int measure(int dev, double gflops[NSIZES], double *mem_gbps, double *launch_us,
                    double ops[STRATA_PLAN_OP_COUNT]) {
   strata_queue_t q = NULL;
@@ -99,10 +112,10 @@ static int measure(int dev, double gflops[NSIZES], double *mem_gbps, double *lau
     rc = strata_fill(q, strata_mem(a, 0), 0.5f, nmax * nmax);
   for (int s = 0; s < NSIZES && !rc; s++) {
     const int64_t n = gemm_sizes[s];
-    double best = 0;
+    double runs[OP_REPS];
     /* small GEMMs in a run before one wait, as a step enqueues them: the wait's own cost is not theirs */
     const int64_t calls = (nmax / n) * (nmax / n) * (nmax / n) < 64 ? (nmax / n) * (nmax / n) * (nmax / n) : 64;
-    for (int r = 0; r <= REPS && !rc; r++) { /* the first run may compile kernels: not counted */
+    for (int r = 0; r <= OP_REPS && !rc; r++) { /* the first run may compile kernels: not counted */
       double t0 = strata__now();
       for (int64_t i = 0; i < calls && !rc; i++)
         rc = strata_gemm(q, 0, 0, n, n, n, 1, strata_mem(a, 0), n, 0, strata_mem(a, 0), n, 0, 0, strata_mem(c, 0), n, 0,
@@ -110,10 +123,10 @@ static int measure(int dev, double gflops[NSIZES], double *mem_gbps, double *lau
       if (!rc)
         rc = strata_queue_finish(q);
       double g = 2.0 * (double)n * (double)n * (double)n * (double)calls / (strata__now() - t0) / 1e9;
-      if (r > 0 && g > best)
-        best = g;
+      if (r > 0)
+        runs[r - 1] = g;
     }
-    gflops[s] = best;
+    gflops[s] = rc ? 0 : median(runs, OP_REPS);
   }
   double bw = 0;
   for (int r = 0; r <= REPS && !rc; r++) {
