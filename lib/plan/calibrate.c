@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <strata/comm.h>
 #include <strata/device.h>
 #include <strata/ops.h>
 
@@ -244,6 +245,51 @@ static int effective_cores(const int *cpu, const int *threads, int n, double *co
   return rc;
 }
 
+/* Floats of the small all-reduce that times a pair's collective latency, and its repetitions. */
+#define COLL_FLOATS 256
+#define COLL_REPS 9
+
+/*
+** What one step of strata's collectives between devices a and b costs
+** beyond its bytes: a small all-reduce over the pair through a
+** communicator (its threads, hand-offs and copies, as a tp join or a
+** gradient reduction pays them), median of COLL_REPS after a warm-up; a
+** ring of two takes two steps, so each is half of it. Microseconds.
+*/
+static int pair_latency(int a, int b, double *us) {
+  const int devs[2] = {a, b};
+  strata_comm_t comm = NULL;
+  strata_queue_t q[2] = {NULL, NULL};
+  strata_buffer_t buf[2] = {NULL, NULL};
+  strata_mem_t m[2];
+  int rc = strata_comm_new(devs, 2, NULL, &comm);
+  for (int i = 0; i < 2 && !rc; i++) {
+    rc = strata_queue_new(devs[i], &q[i]);
+    if (!rc)
+      rc = strata_buffer_new(devs[i], COLL_FLOATS * 4, &buf[i]);
+    if (!rc) {
+      m[i] = strata_mem(buf[i], 0);
+      rc = strata_fill(q[i], m[i], 1.0f, COLL_FLOATS);
+    }
+  }
+  double t[COLL_REPS];
+  for (int r = 0; r <= COLL_REPS && !rc; r++) {
+    double t0 = strata__now();
+    rc = strata_allreduce_sync(comm, q, m, m, COLL_FLOATS, STRATA_FLOAT32, STRATA_SUM);
+    for (int i = 0; i < 2 && !rc; i++)
+      rc = strata_queue_finish(q[i]);
+    if (r > 0)
+      t[r - 1] = strata__now() - t0;
+  }
+  *us = rc ? 0 : median(t, COLL_REPS) / 2 * 1e6;
+  strata_comm_free(comm);
+  for (int i = 0; i < 2; i++) {
+    strata_buffer_free(buf[i]);
+    strata_queue_free(q[i]);
+  }
+  return rc;
+}
+
 STRATA_API int strata_calibrate(const int *devices, int n, char **json) {
   if (!json)
     return strata__error(STRATA_ERR_INVALID, "strata_calibrate: json is NULL");
@@ -303,6 +349,9 @@ STRATA_API int strata_calibrate(const int *devices, int n, char **json) {
       const int e = devices ? devices[j] : j;
       if (i != j && strata_topology_device_link(topo, d, e, &l) != STRATA_OK)
         l.gbps = 0;
+      double cl = 0;
+      if (i != j && !rc && (rc = pair_latency(d, e, &cl)) == STRATA_OK && cl > l.latency_us)
+        l.latency_us = cl; /* what the runtime's own collectives and sends pay, beyond the copy's */
       json_array_append_new(row, json_real(i == j ? 0 : l.gbps));
       json_array_append_new(lrow, json_real(i == j ? 0 : l.latency_us));
     }
