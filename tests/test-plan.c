@@ -325,6 +325,34 @@ Test(plan, symmetric_replicas_equal_the_full_run) {
   strata_model_free(m);
 }
 
+/* Symmetric mode runs one slice of each tp group of like devices, its joins inline: the full run's step. */
+Test(plan, symmetric_tp_slices_equal_the_full_run) {
+  strata_model_t m = small_gpt(4);
+  double f[8];
+  uint64_t mem[8];
+  for (int i = 0; i < 8; i++)
+    f[i] = 2e12, mem[i] = 64 * GIB;
+  strata_machine_t c = node(8, f, mem, NULL, 20, 20, NULL, 0);
+  int split[2] = {3, 3};
+  const int kinds[] = {STRATA_SCHEDULE_GPIPE, STRATA_SCHEDULE_1F1B, STRATA_SCHEDULE_ZB_H1};
+  for (int k = 0; k < 3; k++) {
+    strata_layout_t l = layout(2, 2, 2, NULL, split, kinds[k], 4, 0);
+    struct strata_sim_options full = {.batch = 32}, sym = {.batch = 32, .symmetric = 1};
+    struct strata_sim_result a, b;
+    OK(strata_simulate(c, m, l, &full, &a));
+    OK(strata_simulate(c, m, l, &sym, &b));
+    cr_assert_float_eq(a.step_s, b.step_s, a.step_s * 1e-9, "%s: full %g s (%d devices), symmetric %g s (%d)",
+                       strata_schedule_kind_name(kinds[k]), a.step_s, a.devices, b.step_s, b.devices);
+    cr_assert_eq(a.devices, 8);
+    cr_assert_eq(b.devices, 4);
+    strata_sim_result_destroy(&a);
+    strata_sim_result_destroy(&b);
+    strata_layout_free(l);
+  }
+  strata_machine_free(c);
+  strata_model_free(m);
+}
+
 /* The predicted trace has the executor's shape: a compute and a transfers thread per device, one event per F and B. */
 Test(plan, trace_has_every_compute_action) {
   strata_model_t m = small_gpt(4);

@@ -197,13 +197,15 @@ struct strata_sim_options {
   int64_t batch;                /* global batch of a step, in samples; dp x microbatches must divide it */
   const char *trace;            /* write a Chrome/Perfetto trace here (the executor's format), or NULL */
   int symmetric;                /* 1: replicas on identical devices; simulate two and cost the collectives
-                                   over all dp (exact when the replicas' devices are alike) */
+                                   over all dp (exact when the replicas' devices are alike), and one slice
+                                   of each tp group of like devices, its joins inside its F and B */
 };
 
 /*
 ** What a simulated step gives. Arrays have `devices` entries, one per
-** pipeline device of the schedule (replica-major, rank); a tp group counts
-** as its first device. The caller releases them with strata_sim_result_destroy.
+** device of the schedule: (replica, tp slice, rank), rank fastest; a tp
+** group whose joins run inline (a degree per rank, or symmetric mode)
+** counts as its first device. The caller releases them with strata_sim_result_destroy.
 */
 struct strata_sim_result {
   double step_s;                /* one optimizer step, seconds */
@@ -224,13 +226,19 @@ STRATA_API void strata_sim_result_destroy(struct strata_sim_result *r);
 /*
 ** Simulate one step of `layout` for `model` on `cluster` (layout devices
 ** are cluster device indices): the same per-device action lists the
-** executor runs (strata_schedule_generate_replicated), compute costed from
-** the model's per-layer profile on each device (divided by the rank's tp
-** degree, plus its all-reduces on the tp group's links), transfers on the
-** links with the sender's copy engine and shared uplinks contended,
-** gradient collectives as rings hop by hop. Action kinds it does not know
-** are zero-cost synchronisation. A layout that does not fit still gives
-** its figures, with fits = 0.
+** executor runs (strata_schedule_generate_hybrid: a device per tp slice,
+** each TP_JOIN an all-reduce over the stage's group on its links, of the
+** bytes that the part's joins post, once every slice has reached it),
+** compute costed op by op on each slice's device (a GPT: each GEMM at the
+** speed calibrated for its size, the row and elementwise ops at theirs, a
+** launch each; other models from their per-layer profile), devices on one
+** host's cores sharing them, the optimizer's updates after every stage's
+** norm, transfers on the links with the sender's copy engine and shared
+** uplinks contended, gradient collectives as rings hop by hop. A layout
+** with a tp degree per rank (which the executor does not run) is one list
+** per group at its slowest member's pace, its joins inside F and B. Action
+** kinds it does not know are zero-cost synchronisation. A layout that does
+** not fit still gives its figures, with fits = 0.
 */
 STRATA_API int strata_simulate(strata_machine_t cluster, strata_model_t model, strata_layout_t layout,
                                const struct strata_sim_options *opts, struct strata_sim_result *out /* OUT */);

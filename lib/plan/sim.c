@@ -254,6 +254,26 @@ double strata__plan_layer_time(const struct strata_machine *c, strata_model_t mo
   return k.s + joins_s(k.join_bytes, k.joins, t, gb, lat);
 }
 
+/* Whether every tp group of the first `replicas` replicas is of devices that cost alike. */
+static int groups_alike(const struct strata_machine *c, strata_layout_t l, int replicas) {
+  for (int rep = 0; rep < replicas; rep++)
+    for (int r = 0; r < strata_layout_pp(l); r++) {
+      const int *devs;
+      const int t = group_of(l, rep, r, &devs);
+      const struct strata_device_cost *a = &c->cost[devs[0] % c->k];
+      for (int i = 1; i < t; i++) {
+        const struct strata_device_cost *b = &c->cost[devs[i] % c->k];
+        if (a->flops != b->flops || a->mem_gbps != b->mem_gbps || a->memory != b->memory ||
+            a->launch_us != b->launch_us || a->cpu_threads != b->cpu_threads || a->ngemm != b->ngemm ||
+            memcmp(a->gemm_n, b->gemm_n, sizeof a->gemm_n) != 0 ||
+            memcmp(a->gemm_flops, b->gemm_flops, sizeof a->gemm_flops) != 0 ||
+            memcmp(a->op_ns, b->op_ns, sizeof a->op_ns) != 0)
+          return 0;
+      }
+    }
+  return 1;
+}
+
 /* Bytes of parameters, gradients and AdamW moments a device of a tp-t rank holds for `params`. */
 static double static_bytes(double params, int t, int dp, int zero) {
   double p = params / t;
@@ -382,6 +402,7 @@ struct engine {
   int nheap, cap_heap;
   struct event *ev;
   size_t nev, cap_ev;
+  int whole_sends;                  /* a stage sends its whole output (one tp degree: the joined tensor) */
   int tracing, failed;
 };
 
@@ -794,7 +815,7 @@ static int engine_run(struct engine *e) {
         const struct stage_cost *c = &e->sc[st], *p = &e->sc[peer];
         /* a slice sends the whole (joined) tensor to its peer slice; a group of the planner's tp per rank
         ** sends one slice per member pair */
-        int tmin = e->T > 1 ? 1 : c->tp < p->tp ? c->tp : p->tp;
+        int tmin = e->whole_sends ? 1 : c->tp < p->tp ? c->tp : p->tp;
         double bytes = (act ? c->out_bytes : c->in_bytes) / tmin;
         end = transfer(e, d, c->dev, p->dev, bytes, t, &dur);
         trace(e, "send", a, NULL, 2 * d + 1, end - dur, end, bytes);
@@ -1134,12 +1155,15 @@ STRATA_API int strata_simulate(strata_machine_t c, strata_model_t model, strata_
   /* symmetric: two replicas stand for all, the collectives still span dp */
   const int R = o->symmetric && dp > 2 ? 2 : dp;
   /* one tp degree for every rank: the executor's own lists, a slice per device and its joins as TP_JOIN
-  ** actions; a degree per rank (the executor does not run it): one list per group, joins inside F and B */
+  ** actions; a degree per rank (the executor does not run it): one list per group, joins inside F and B.
+  ** Symmetric mode on groups of like devices runs one slice for all: the slices reach every join at one
+  ** time, so the join ends its cost after either's arrival, as in the lists of all slices. */
   int T = strata_layout_tp(l, 0);
   for (int r = 1; r < pp; r++)
     if (strata_layout_tp(l, r) != T)
       T = 0;
-  const int inline_joins = T == 0;
+  const int uniform = T > 0;
+  int inline_joins = !uniform || (o->symmetric && T > 1 && groups_alike(c, l, R));
   if (inline_joins)
     T = 1;
   strata_schedule_t s = NULL;
@@ -1152,6 +1176,7 @@ STRATA_API int strata_simulate(strata_machine_t c, strata_model_t model, strata_
     inited = 1;
   if (!rc) {
     e.dp = dp;
+    e.whole_sends = uniform;
     e.tracing = o->trace != NULL;
     e.sc = calloc((size_t)e.S, sizeof *e.sc);
     if (!e.sc)
