@@ -3,8 +3,8 @@
 # sim-vs-real.sh — the simulator against reality on this box: for layouts on host virtual devices, PoCL devices and a mixed group, strata-plan's predicted step time beside strata-train's measured one. A benchmark, not a test.
 # Usage: bench/sim-vs-real.sh [BUILD_DIR]    (BUILD_DIR default: ./build or .)
 # Environment: STEPS (default 6; the first is warm-up and left out), POCL_CACHE_DIR (default a directory
-# under TMPDIR that outlives the run, so PoCL compiles its kernels once), SIM_KEEP (copy the calibration
-# there). The first layout runs again last: the two show how far the machine's load moves a measurement.
+# under TMPDIR that outlives the run, so PoCL compiles its kernels once), SIM_KEEP (copy each layout's
+# calibration to SIM_KEEP.N). The first layout runs again last: the two show how far the machine's load moves a measurement.
 # On a machine others load, calibrate and measure under the same load: figures are medians, not bests.
 # Target: every prediction within 15% of the median measured step.
 set -u
@@ -38,14 +38,8 @@ JSON
 echo "# sim-vs-real: GPT d_model 128, 4 blocks (6 layers), context 64, vocab 256; $STEPS steps per layout"
 echo "# devices: 0-1 PoCL pthread, 2-5 host virtual; $(nproc 2>/dev/null || echo '?') cores"
 echo "# load at start (/proc/loadavg): $(cat /proc/loadavg 2>/dev/null)"
-if ! "$BENCH" calibrate --out "$tmp/cal.json" >"$tmp/cal.log" 2>&1; then
-  echo "sim-vs-real: calibration failed:" >&2
-  cat "$tmp/cal.log" >&2
-  exit 1
-fi
-[ -n "${SIM_KEEP:-}" ] && cp "$tmp/cal.json" "$SIM_KEEP"
-echo "# calibrated: $(grep -c '"device":' "$tmp/cal.json") devices, host cores the CPU devices get together:" \
-  "$(sed -n 's/.*"cpu_cores_effective": *\([0-9.]*\).*/\1/p' "$tmp/cal.json")"
+echo "# each layout's devices are calibrated right before it is measured (strata-bench calibrate --devices):"
+echo "# on a machine others load, the two then see the same load"
 
 # name | rows per micro-batch | layout (split given, so the trainer and the simulator cut alike)
 cat >"$tmp/layouts" <<'EOF'
@@ -75,6 +69,12 @@ while IFS='|' read -r name rows body; do
   m=$(printf '%s' "$body" | sed -n 's/.*"microbatches":\([0-9]*\).*/\1/p')
   dp=$(printf '%s' "$body" | sed -n 's/.*"dp":\([0-9]*\).*/\1/p')
   batch=$((rows * m * dp))
+  devs=$(printf '%s' "$body" | sed -n 's/.*"devices":\[\([0-9,]*\)\].*/\1/p')
+  if ! "$BENCH" calibrate --devices "$devs" --out "$tmp/cal.json" >"$tmp/cal.log" 2>&1; then
+    printf '%-30s calibration failed: %s\n' "$name" "$(tail -n 1 "$tmp/cal.log")"
+    continue
+  fi
+  [ -n "${SIM_KEEP:-}" ] && cp "$tmp/cal.json" "$SIM_KEEP.$n"
   if ! "$TRAIN" --model "$tmp/model.json" --layout "$tmp/layout.json" --batch "$rows" --steps "$STEPS" \
       --eval-every 0 --eval-batches 1 --json >"$tmp/train.json" 2>"$tmp/train.err"; then
     printf '%-30s strata-train failed: %s\n' "$name" "$(tail -n 1 "$tmp/train.err")"
