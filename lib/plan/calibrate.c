@@ -32,7 +32,9 @@ static const int gemm_sizes[] = {32, 64, 128, 256, 512, 1024};
 /* Elements each row or elementwise op is timed over (about a layer's activations), and the row width. */
 #define OP_ELEMS (256 * 1024)
 #define OP_COLS 256
-#define OP_RUNS 8
+/* Each timed run repeats its op until this long has passed: a step's ops last that long in all, and a
+** shorter run on a shared machine sees either a free core or a preempted one, rarely the mix a step sees. */
+#define RUN_S 0.02
 
 /* The calibration file's names of the ops of enum strata_plan_op. */
 static const char *const op_names[STRATA_PLAN_OP_COUNT] = {
@@ -82,13 +84,18 @@ static int measure_ops(int dev, strata_queue_t q, double ns[STRATA_PLAN_OP_COUNT
   for (int k = 0; k < STRATA_PLAN_OP_COUNT && !rc; k++) {
     double t[OP_REPS];
     for (int r = 0; r <= OP_REPS && !rc; r++) {
-      double t0 = strata__now();
-      for (int i = 0; i < OP_RUNS && !rc; i++)
-        rc = run_op(q, k, b);
-      if (!rc)
-        rc = strata_queue_finish(q);
+      double t0 = strata__now(), dt = 0;
+      int64_t runs = 0;
+      while (!rc && dt < RUN_S) {
+        for (int i = 0; i < 4 && !rc; i++)
+          rc = run_op(q, k, b);
+        if (!rc)
+          rc = strata_queue_finish(q);
+        runs += 4;
+        dt = strata__now() - t0;
+      }
       if (r > 0)
-        t[r - 1] = (strata__now() - t0) / OP_RUNS / OP_ELEMS * 1e9;
+        t[r - 1] = dt / (double)runs / OP_ELEMS * 1e9;
     }
     ns[k] = rc ? 0 : median(t, OP_REPS);
   }
@@ -117,13 +124,20 @@ static int measure(int dev, double gflops[NSIZES], double *mem_gbps, double *lau
     /* small GEMMs in a run before one wait, as a step enqueues them: the wait's own cost is not theirs */
     const int64_t calls = (nmax / n) * (nmax / n) * (nmax / n) < 64 ? (nmax / n) * (nmax / n) * (nmax / n) : 64;
     for (int r = 0; r <= OP_REPS && !rc; r++) { /* the first run may compile kernels: not counted */
-      double t0 = strata__now();
-      for (int64_t i = 0; i < calls && !rc; i++)
-        rc = strata_gemm(q, 0, 0, n, n, n, 1, strata_mem(a, 0), n, 0, strata_mem(a, 0), n, 0, 0, strata_mem(c, 0), n, 0,
-                         1);
-      if (!rc)
-        rc = strata_queue_finish(q);
-      double g = 2.0 * (double)n * (double)n * (double)n * (double)calls / (strata__now() - t0) / 1e9;
+      double t0 = strata__now(), dt = 0;
+      int64_t done = 0;
+      while (!rc && dt < RUN_S) {
+        for (int64_t i = 0; i < calls && !rc; i++)
+          rc = strata_gemm(q, 0, 0, n, n, n, 1, strata_mem(a, 0), n, 0, strata_mem(a, 0), n, 0, 0, strata_mem(c, 0), n,
+                           0, 1);
+        if (!rc)
+          rc = strata_queue_finish(q);
+        done += calls;
+        dt = strata__now() - t0;
+        if (r == 0)
+          break; /* the warm-up: once */
+      }
+      double g = 2.0 * (double)n * (double)n * (double)n * (double)done / dt / 1e9;
       if (r > 0)
         runs[r - 1] = g;
     }
