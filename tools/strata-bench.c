@@ -662,8 +662,10 @@ static int calibrate_main(int argc, char **argv) {
     case 'o': out = optarg; break;
     case 'h':
       printf("Usage: strata-bench calibrate [--devices LIST] [--out FILE]\n"
-             "Measure each device's fp32 GEMM speed (N = 256, 512, 1024), memory bandwidth and launch overhead,\n"
-             "and a copy between every pair, for strata-plan --calibration. Writes FILE (default\n"
+             "Measure each device's fp32 GEMM speed (N = 32 to 1024), the per-element speed of the row ops\n"
+             "(add, GELU, layernorm, softmax, AdamW), memory bandwidth and launch overhead, a copy and a small\n"
+             "all-reduce between every pair, and the host cores the CPU devices get together, for\n"
+             "strata-plan --calibration. Writes FILE (default\n"
              "$XDG_CACHE_HOME/strata/calibration.json or ~/.cache/strata/calibration.json).\n");
       return 0;
     default:

@@ -50,13 +50,35 @@ STRATA_API int strata_gpu_model_find(const char *name, unsigned vendor_id, unsig
 ** bandwidth and capacity, launch overhead. `model` and `source` are static
 ** strings or owned by the cluster that returned them.
 */
+/* The row and elementwise ops a step runs, each with its own measured speed (op_ns). */
+enum strata_plan_op {
+  STRATA_PLAN_OP_ADD,           /* add, bias add, bias gradient, embedding rows, copies: per element */
+  STRATA_PLAN_OP_GELU_FWD,
+  STRATA_PLAN_OP_GELU_BWD,
+  STRATA_PLAN_OP_LAYERNORM_FWD, /* per element of the rows */
+  STRATA_PLAN_OP_LAYERNORM_BWD,
+  STRATA_PLAN_OP_SOFTMAX_FWD,   /* per element (attention scores, logits of the cross-entropy) */
+  STRATA_PLAN_OP_SOFTMAX_BWD,
+  STRATA_PLAN_OP_ADAMW,         /* per parameter: AdamW, the gradient's squared norm, zeroing it */
+  STRATA_PLAN_OP_COUNT
+};
+
+/* GEMM sizes a device's speed may be given for (calibration measures these). */
+#define STRATA_PLAN_GEMM_SIZES 6
+
 struct strata_device_cost {
-  double flops;                 /* sustained GEMM FLOP/s */
+  double flops;                 /* sustained GEMM FLOP/s (of large GEMMs) */
   double mem_gbps;              /* memory bandwidth, GB/s */
   uint64_t memory;              /* capacity, bytes */
   double launch_us;             /* per-op overhead, microseconds */
   const char *model;            /* "T4", "A100-SXM4-80GB", "host", ... */
   const char *source;           /* where the figures come from */
+  /* Measured refinements; zeros where only nominal figures are known. */
+  int ngemm;                    /* entries of gemm_n / gemm_flops, ascending n (0: `flops` at every size) */
+  double gemm_n[STRATA_PLAN_GEMM_SIZES];     /* a square GEMM's n ... */
+  double gemm_flops[STRATA_PLAN_GEMM_SIZES]; /* ... and the FLOP/s it sustains there */
+  double op_ns[STRATA_PLAN_OP_COUNT]; /* ns per element of each op (0: its bytes at mem_gbps) */
+  int cpu_threads;              /* host cores its ops run on (0: its own silicon); see strata_node_desc.cpu_cores */
 };
 
 /* The fraction of a datasheet's peak that a large fp32 GEMM sustains,
@@ -109,6 +131,9 @@ struct strata_node_desc {
   const int *uplink;
   double uplink_gbps;           /* bandwidth of each shared uplink (0: no contention modelled) */
   const char *name;             /* "8xA100-80GB:nvswitch"; copied */
+  double cpu_cores;             /* cores of the node's host that devices with cpu_threads share (0: none
+                                   shared; may be fractional, the share other processes leave): devices
+                                   computing at once whose threads exceed them run slower in proportion */
 };
 
 STRATA_API int strata_machine_new(const struct strata_node_desc *node, const struct strata_machine_options *opts,
@@ -172,13 +197,15 @@ struct strata_sim_options {
   int64_t batch;                /* global batch of a step, in samples; dp x microbatches must divide it */
   const char *trace;            /* write a Chrome/Perfetto trace here (the executor's format), or NULL */
   int symmetric;                /* 1: replicas on identical devices; simulate two and cost the collectives
-                                   over all dp (exact when the replicas' devices are alike) */
+                                   over all dp (exact when the replicas' devices are alike), and one slice
+                                   of each tp group of like devices, its joins inside its F and B */
 };
 
 /*
 ** What a simulated step gives. Arrays have `devices` entries, one per
-** pipeline device of the schedule (replica-major, rank); a tp group counts
-** as its first device. The caller releases them with strata_sim_result_destroy.
+** device of the schedule: (replica, tp slice, rank), rank fastest; a tp
+** group whose joins run inline (a degree per rank, or symmetric mode)
+** counts as its first device. The caller releases them with strata_sim_result_destroy.
 */
 struct strata_sim_result {
   double step_s;                /* one optimizer step, seconds */
@@ -199,13 +226,19 @@ STRATA_API void strata_sim_result_destroy(struct strata_sim_result *r);
 /*
 ** Simulate one step of `layout` for `model` on `cluster` (layout devices
 ** are cluster device indices): the same per-device action lists the
-** executor runs (strata_schedule_generate_replicated), compute costed from
-** the model's per-layer profile on each device (divided by the rank's tp
-** degree, plus its all-reduces on the tp group's links), transfers on the
-** links with the sender's copy engine and shared uplinks contended,
-** gradient collectives as rings hop by hop. Action kinds it does not know
-** are zero-cost synchronisation. A layout that does not fit still gives
-** its figures, with fits = 0.
+** executor runs (strata_schedule_generate_hybrid: a device per tp slice,
+** each TP_JOIN an all-reduce over the stage's group on its links, of the
+** bytes that the part's joins post, once every slice has reached it),
+** compute costed op by op on each slice's device (a GPT: each GEMM at the
+** speed calibrated for its size, the row and elementwise ops at theirs, a
+** launch each; other models from their per-layer profile), devices on one
+** host's cores sharing them, the optimizer's updates after every stage's
+** norm, transfers on the links with the sender's copy engine and shared
+** uplinks contended, gradient collectives as rings hop by hop. A layout
+** with a tp degree per rank (which the executor does not run) is one list
+** per group at its slowest member's pace, its joins inside F and B. Action
+** kinds it does not know are zero-cost synchronisation. A layout that does
+** not fit still gives its figures, with fits = 0.
 */
 STRATA_API int strata_simulate(strata_machine_t cluster, strata_model_t model, strata_layout_t layout,
                                const struct strata_sim_options *opts, struct strata_sim_result *out /* OUT */);

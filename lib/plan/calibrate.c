@@ -4,28 +4,108 @@
 
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include <strata/comm.h>
 #include <strata/device.h>
 #include <strata/ops.h>
 
 #include "plan/plan.h"
 #include "util.h"
 
-/* GEMM sizes measured, and repetitions of each (the best counts: a shared machine only ever slows a run down). */
-static const int gemm_sizes[] = {256, 512, 1024};
-#define NSIZES 3
+/* GEMM sizes measured, and repetitions of each. The GEMMs and row ops count their median: a step of
+** training, whose median the simulator predicts, runs under the machine's load as it is, and the best
+** of a few runs on a machine others load is what a step rarely gets. */
+static const int gemm_sizes[] = {32, 64, 128, 256, 512, 1024};
+#define NSIZES 6
 #define REPS 3
+#define OP_REPS 5
 /* Bytes written to measure memory bandwidth, and tiny ops timed for the launch overhead. */
 #define FILL_BYTES (32u << 20)
 #define LAUNCHES 200
 /* Bytes of each device-to-device copy the link measurement times. */
 #define COPY_BYTES (16u << 20)
+/* Elements each row or elementwise op is timed over (about a layer's activations), and the row width. */
+#define OP_ELEMS (256 * 1024)
+#define OP_COLS 256
+/* Each timed run repeats its op until this long has passed: a step's ops last that long in all, and a
+** shorter run on a shared machine sees either a free core or a preempted one, rarely the mix a step sees. */
+#define RUN_S 0.02
 
-/* One device's figures: the best GEMM GFLOP/s of each size, fill bandwidth, launch overhead. */
-static int measure(int dev, double gflops[NSIZES], double *mem_gbps, double *launch_us) {
+/* The calibration file's names of the ops of enum strata_plan_op. */
+static const char *const op_names[STRATA_PLAN_OP_COUNT] = {
+    [STRATA_PLAN_OP_ADD] = "add", [STRATA_PLAN_OP_GELU_FWD] = "gelu_fwd", [STRATA_PLAN_OP_GELU_BWD] = "gelu_bwd",
+    [STRATA_PLAN_OP_LAYERNORM_FWD] = "layernorm_fwd", [STRATA_PLAN_OP_LAYERNORM_BWD] = "layernorm_bwd",
+    [STRATA_PLAN_OP_SOFTMAX_FWD] = "softmax_fwd", [STRATA_PLAN_OP_SOFTMAX_BWD] = "softmax_bwd",
+    [STRATA_PLAN_OP_ADAMW] = "adamw"};
+
+/* One run of op k over OP_ELEMS elements of the buffers at x, y, z, w (each OP_ELEMS floats) and r (row stats). */
+static int run_op(strata_queue_t q, int k, strata_buffer_t b) {
+  const int64_t n = OP_ELEMS, rows = OP_ELEMS / OP_COLS;
+  strata_mem_t x = strata_mem(b, 0), y = strata_mem(b, (size_t)n), z = strata_mem(b, 2 * (size_t)n),
+               w = strata_mem(b, 3 * (size_t)n), g = strata_mem(b, 4 * (size_t)n),
+               r = strata_mem(b, 4 * (size_t)n + OP_COLS), r2 = strata_mem(b, 4 * (size_t)n + OP_COLS + (size_t)rows);
+  switch (k) {
+  case STRATA_PLAN_OP_ADD: return strata_add(q, x, y, z, n);
+  case STRATA_PLAN_OP_GELU_FWD: return strata_gelu_fwd(q, x, y, n);
+  case STRATA_PLAN_OP_GELU_BWD: return strata_gelu_bwd(q, x, y, z, n);
+  case STRATA_PLAN_OP_LAYERNORM_FWD: return strata_layernorm_fwd(q, x, g, g, y, r, r2, rows, OP_COLS, 1e-5f);
+  case STRATA_PLAN_OP_LAYERNORM_BWD: return strata_layernorm_bwd(q, x, g, r, r2, y, z, w, w, rows, OP_COLS, 1);
+  case STRATA_PLAN_OP_SOFTMAX_FWD: return strata_softmax_fwd(q, x, y, rows, OP_COLS, 0.125f, 0);
+  case STRATA_PLAN_OP_SOFTMAX_BWD: return strata_softmax_bwd(q, y, x, z, rows, OP_COLS, 0.125f);
+  default: /* an optimizer step over n parameters: the update, the gradient's squared norm, its zeroing */
+    TRY(strata_adamw(q, x, y, z, w, n, 1e-4f, 0.9f, 0.999f, 1e-8f, 0.01f, 1));
+    TRY(strata_sumsq(q, y, n, r, 0));
+    return strata_fill(q, y, 0, n);
+  }
+}
+
+/* The median of n values (sorted in place). */
+static double median(double *v, int n) {
+  for (int i = 1; i < n; i++)
+    for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+      double x = v[j];
+      v[j] = v[j - 1];
+      v[j - 1] = x;
+    }
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* ns per element of every op of enum strata_plan_op on the queue's device, median of OP_REPS after a warm-up. */
+static int measure_ops(int dev, strata_queue_t q, double ns[STRATA_PLAN_OP_COUNT]) {
+  const size_t floats = 5 * (size_t)OP_ELEMS;
+  strata_buffer_t b = NULL;
+  TRY(strata_buffer_new(dev, floats * 4, &b));
+  int rc = strata_fill(q, strata_mem(b, 0), 0.25f, (int64_t)floats);
+  for (int k = 0; k < STRATA_PLAN_OP_COUNT && !rc; k++) {
+    double t[OP_REPS];
+    for (int r = 0; r <= OP_REPS && !rc; r++) {
+      double t0 = strata__now(), dt = 0;
+      int64_t runs = 0;
+      while (!rc && dt < RUN_S) {
+        for (int i = 0; i < 4 && !rc; i++)
+          rc = run_op(q, k, b);
+        if (!rc)
+          rc = strata_queue_finish(q);
+        runs += 4;
+        dt = strata__now() - t0;
+      }
+      if (r > 0)
+        t[r - 1] = dt / (double)runs / OP_ELEMS * 1e9;
+    }
+    ns[k] = rc ? 0 : median(t, OP_REPS);
+  }
+  strata_buffer_free(b);
+  return rc;
+}
+
+/* One device's figures: the median GEMM GFLOP/s of each size, fill bandwidth (best), launch overhead. */
+static int measure(int dev, double gflops[NSIZES], double *mem_gbps, double *launch_us,
+                   double ops[STRATA_PLAN_OP_COUNT]) {
   strata_queue_t q = NULL;
   strata_buffer_t a = NULL, c = NULL, f = NULL;
   const int64_t nmax = gemm_sizes[NSIZES - 1];
@@ -40,17 +120,28 @@ static int measure(int dev, double gflops[NSIZES], double *mem_gbps, double *lau
     rc = strata_fill(q, strata_mem(a, 0), 0.5f, nmax * nmax);
   for (int s = 0; s < NSIZES && !rc; s++) {
     const int64_t n = gemm_sizes[s];
-    double best = 0;
-    for (int r = 0; r <= REPS && !rc; r++) { /* the first run may compile kernels: not counted */
-      double t0 = strata__now();
-      rc = strata_gemm(q, 0, 0, n, n, n, 1, strata_mem(a, 0), n, 0, strata_mem(a, 0), n, 0, 0, strata_mem(c, 0), n, 0, 1);
-      if (!rc)
-        rc = strata_queue_finish(q);
-      double g = 2.0 * (double)n * (double)n * (double)n / (strata__now() - t0) / 1e9;
-      if (r > 0 && g > best)
-        best = g;
+    double runs[OP_REPS];
+    /* small GEMMs in a run before one wait, as a step enqueues them: the wait's own cost is not theirs */
+    const int64_t calls = (nmax / n) * (nmax / n) * (nmax / n) < 64 ? (nmax / n) * (nmax / n) * (nmax / n) : 64;
+    for (int r = 0; r <= OP_REPS && !rc; r++) { /* the first run may compile kernels: not counted */
+      double t0 = strata__now(), dt = 0;
+      int64_t done = 0;
+      while (!rc && dt < RUN_S) {
+        for (int64_t i = 0; i < calls && !rc; i++)
+          rc = strata_gemm(q, 0, 0, n, n, n, 1, strata_mem(a, 0), n, 0, strata_mem(a, 0), n, 0, 0, strata_mem(c, 0), n,
+                           0, 1);
+        if (!rc)
+          rc = strata_queue_finish(q);
+        done += calls;
+        dt = strata__now() - t0;
+        if (r == 0)
+          break; /* the warm-up: once */
+      }
+      double g = 2.0 * (double)n * (double)n * (double)n * (double)done / dt / 1e9;
+      if (r > 0)
+        runs[r - 1] = g;
     }
-    gflops[s] = best;
+    gflops[s] = rc ? 0 : median(runs, OP_REPS);
   }
   double bw = 0;
   for (int r = 0; r <= REPS && !rc; r++) {
@@ -71,10 +162,145 @@ static int measure(int dev, double gflops[NSIZES], double *mem_gbps, double *lau
       rc = strata_queue_finish(q);
     *launch_us = (strata__now() - t0) / LAUNCHES * 1e6;
   }
+  if (!rc)
+    rc = measure_ops(dev, q, ops);
   strata_buffer_free(a);
   strata_buffer_free(c);
   strata_buffer_free(f);
   strata_queue_free(q);
+  return rc;
+}
+
+/* Seconds each GEMM loop of the core measurement runs, and its GEMMs' size. */
+#define BUSY_S 0.3
+#define BUSY_N 256
+
+struct busy {
+  int dev;
+  double start;                 /* when to begin (strata__now), so that every device's loop runs at once */
+  double gflops;
+  int rc;
+};
+
+/* GEMMs of BUSY_N on one device for BUSY_S seconds from b->start: GFLOP/s. */
+static void *busy_main(void *arg) {
+  struct busy *b = arg;
+  strata_queue_t q = NULL;
+  strata_buffer_t a = NULL;
+  const int64_t n = BUSY_N;
+  b->rc = strata_queue_new(b->dev, &q);
+  if (!b->rc)
+    b->rc = strata_buffer_new(b->dev, (size_t)(2 * n * n * 4), &a);
+  if (!b->rc)
+    b->rc = strata_fill(q, strata_mem(a, 0), 0.5f, 2 * n * n);
+  if (!b->rc)
+    b->rc = strata_queue_finish(q);
+  while (!b->rc && strata__now() < b->start)
+    usleep(1000);
+  double t0 = strata__now(), t = t0;
+  int64_t calls = 0;
+  while (!b->rc && t - t0 < BUSY_S) {
+    b->rc = strata_gemm(q, 0, 0, n, n, n, 1, strata_mem(a, 0), n, 0, strata_mem(a, 0), n, 0, 0,
+                        strata_mem(a, (size_t)(n * n)), n, 0, 1);
+    if (!b->rc)
+      b->rc = strata_queue_finish(q);
+    calls++;
+    t = strata__now();
+  }
+  b->gflops = 2.0 * (double)(n * n * n) * (double)calls / (t - t0) / 1e9;
+  strata_buffer_free(a);
+  strata_queue_free(q);
+  return NULL;
+}
+
+/*
+** The host cores that the devices computing on the CPU get together, as
+** the machine is now (other processes take their share): each device's
+** GEMM speed alone, then all at once; each device counts its threads times
+** the share of its speed it keeps. Written beside the core count the
+** system reports, which the simulator uses when this is missing.
+*/
+static int effective_cores(const int *cpu, const int *threads, int n, double *cores) {
+  *cores = 0;
+  if (n == 0)
+    return STRATA_OK;
+  struct busy *alone = calloc((size_t)n, sizeof *alone), *all = calloc((size_t)n, sizeof *all);
+  pthread_t *th = calloc((size_t)n, sizeof *th);
+  int rc = alone && all && th ? STRATA_OK : strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
+  for (int i = 0; i < n && !rc; i++) {
+    alone[i].dev = cpu[i];
+    busy_main(&alone[i]);
+    rc = alone[i].rc;
+  }
+  if (!rc && n > 1) {
+    /* buffers and queues take a while to set up: every loop starts at one time, after that */
+    const double go = strata__now() + 0.2;
+    int made = 0;
+    for (int i = 0; i < n; i++) {
+      all[i] = (struct busy){.dev = cpu[i], .start = go};
+      if (pthread_create(&th[i], NULL, busy_main, &all[i]) != 0) {
+        rc = strata__error(STRATA_ERR_INTERNAL, "calibration: cannot start a thread");
+        break;
+      }
+      made++;
+    }
+    for (int i = 0; i < made; i++) {
+      pthread_join(th[i], NULL);
+      rc = rc ? rc : all[i].rc;
+    }
+  }
+  for (int i = 0; i < n && !rc; i++) {
+    double keep = n > 1 ? all[i].gflops / alone[i].gflops : 1;
+    *cores += threads[i] * (keep < 1 ? keep : 1);
+  }
+  free(alone);
+  free(all);
+  free(th);
+  return rc;
+}
+
+/* Floats of the small all-reduce that times a pair's collective latency, and its repetitions. */
+#define COLL_FLOATS 256
+#define COLL_REPS 9
+
+/*
+** What one step of strata's collectives between devices a and b costs
+** beyond its bytes: a small all-reduce over the pair through a
+** communicator (its threads, hand-offs and copies, as a tp join or a
+** gradient reduction pays them), median of COLL_REPS after a warm-up; a
+** ring of two takes two steps, so each is half of it. Microseconds.
+*/
+static int pair_latency(int a, int b, double *us) {
+  const int devs[2] = {a, b};
+  strata_comm_t comm = NULL;
+  strata_queue_t q[2] = {NULL, NULL};
+  strata_buffer_t buf[2] = {NULL, NULL};
+  strata_mem_t m[2];
+  int rc = strata_comm_new(devs, 2, NULL, &comm);
+  for (int i = 0; i < 2 && !rc; i++) {
+    rc = strata_queue_new(devs[i], &q[i]);
+    if (!rc)
+      rc = strata_buffer_new(devs[i], COLL_FLOATS * 4, &buf[i]);
+    if (!rc) {
+      m[i] = strata_mem(buf[i], 0);
+      rc = strata_fill(q[i], m[i], 1.0f, COLL_FLOATS);
+    }
+  }
+  double t[COLL_REPS];
+  for (int r = 0; r <= COLL_REPS && !rc; r++) {
+    double t0 = strata__now();
+    rc = strata_allreduce_sync(comm, q, m, m, COLL_FLOATS, STRATA_FLOAT32, STRATA_SUM);
+    for (int i = 0; i < 2 && !rc; i++)
+      rc = strata_queue_finish(q[i]);
+    if (r > 0)
+      t[r - 1] = strata__now() - t0;
+  }
+  *us = rc ? 0 : median(t, COLL_REPS) / 2 * 1e6;
+  strata_comm_free(comm);
+  for (int i = 0; i < 2; i++) {
+    strata_buffer_free(buf[i]);
+    strata_queue_free(q[i]);
+  }
   return rc;
 }
 
@@ -99,32 +325,47 @@ STRATA_API int strata_calibrate(const int *devices, int n, char **json) {
   if (!rc && n > 1)
     rc = strata_topology_measure(topo, COPY_BYTES, REPS);
   json_t *root = json_object(), *devs = json_array(), *gbps = json_array(), *lat = json_array();
+  int *cpu = calloc((size_t)n, sizeof *cpu), *cpu_threads = calloc((size_t)n, sizeof *cpu_threads), ncpu = 0;
+  if (!cpu || !cpu_threads)
+    rc = rc ? rc : strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
   if (!root || !devs || !gbps || !lat)
     rc = rc ? rc : strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
   for (int i = 0; i < n && !rc; i++) {
     const int d = devices ? devices[i] : i;
     struct strata_device_props p;
-    double g[NSIZES] = {0}, bw = 0, launch = 0;
+    double g[NSIZES] = {0}, bw = 0, launch = 0, ops[STRATA_PLAN_OP_COUNT] = {0};
     rc = strata_device_props(d, &p);
     if (!rc)
-      rc = measure(d, g, &bw, &launch);
+      rc = measure(d, g, &bw, &launch, ops);
     if (rc)
       break;
+    if (p.is_cpu) {
+      cpu[ncpu] = d;
+      cpu_threads[ncpu++] = p.compute_units > 0 ? p.compute_units : 1;
+    }
     json_t *sizes = json_array();
     for (int s = 0; s < NSIZES; s++)
       json_array_append_new(sizes, json_pack("[i, f]", gemm_sizes[s], g[s]));
     /* the planning figure: the largest size, nearest the GEMMs of a training step (the smaller ones
     ** fit in cache and may run faster than a layer's) */
     const double best = g[NSIZES - 1];
-    json_array_append_new(devs, json_pack("{s:i, s:s, s:s, s:f, s:o, s:f, s:f, s:I}", "device", d, "name", p.name,
-                                          "backend", p.backend, "gflops", best, "gemm", sizes, "mem_gbps", bw,
-                                          "launch_us", launch, "memory", (json_int_t)p.memory_limit));
+    json_t *opj = json_object();
+    for (int k = 0; k < STRATA_PLAN_OP_COUNT; k++)
+      json_object_set_new(opj, op_names[k], json_real(ops[k]));
+    /* a device that computes on the host's cores shares them with the other such devices */
+    json_array_append_new(devs, json_pack("{s:i, s:s, s:s, s:f, s:o, s:f, s:f, s:I, s:o, s:i}", "device", d, "name",
+                                          p.name, "backend", p.backend, "gflops", best, "gemm", sizes, "mem_gbps", bw,
+                                          "launch_us", launch, "memory", (json_int_t)p.memory_limit, "op_ns", opj,
+                                          "cpu_threads", p.is_cpu ? (p.compute_units > 0 ? p.compute_units : 1) : 0));
     json_t *row = json_array(), *lrow = json_array();
     for (int j = 0; j < n; j++) {
       struct strata_link l = {0};
       const int e = devices ? devices[j] : j;
       if (i != j && strata_topology_device_link(topo, d, e, &l) != STRATA_OK)
         l.gbps = 0;
+      double cl = 0;
+      if (i != j && !rc && (rc = pair_latency(d, e, &cl)) == STRATA_OK && cl > l.latency_us)
+        l.latency_us = cl; /* what the runtime's own collectives and sends pay, beyond the copy's */
       json_array_append_new(row, json_real(i == j ? 0 : l.gbps));
       json_array_append_new(lrow, json_real(i == j ? 0 : l.latency_us));
     }
@@ -136,6 +377,14 @@ STRATA_API int strata_calibrate(const int *devices, int n, char **json) {
     strata_topology_host(topo, &h);
     json_object_set_new(root, "schema", json_string("strata-calibration/1"));
     json_object_set_new(root, "host", json_string(h.hostname));
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    double eff = 0;
+    rc = effective_cores(cpu, cpu_threads, ncpu, &eff);
+    json_object_set_new(root, "cpu_cores", json_integer(cores > 0 ? cores : 1));
+    if (!rc && ncpu > 0)
+      json_object_set_new(root, "cpu_cores_effective", json_real(eff < cores ? eff : (double)cores));
+  }
+  if (!rc) {
     json_object_set_new(root, "devices", devs);
     json_object_set_new(root, "gbps", gbps);
     json_object_set_new(root, "latency_us", lat);
@@ -144,6 +393,8 @@ STRATA_API int strata_calibrate(const int *devices, int n, char **json) {
     if (!*json)
       rc = strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
   }
+  free(cpu);
+  free(cpu_threads);
   json_decref(devs);
   json_decref(gbps);
   json_decref(lat);
@@ -201,6 +452,21 @@ STRATA_API int strata_machine_from_calibration(const char *json, const char *sou
       break;
     cost[i] = (struct strata_device_cost){.flops = gf * 1e9, .mem_gbps = bw, .memory = (uint64_t)mem,
                                           .launch_us = launch, .model = "calibrated", .source = "measured"};
+    /* the refinements are optional: a file of an older strata has none */
+    json_t *sizes = json_object_get(d, "gemm"), *opj = json_object_get(d, "op_ns"), *ct = json_object_get(d, "cpu_threads");
+    for (size_t s = 0; s < json_array_size(sizes) && cost[i].ngemm < STRATA_PLAN_GEMM_SIZES; s++) {
+      double sn = json_number_value(json_array_get(json_array_get(sizes, s), 0));
+      double sg = json_number_value(json_array_get(json_array_get(sizes, s), 1));
+      if (sn > 0 && sg > 0 && (cost[i].ngemm == 0 || sn > cost[i].gemm_n[cost[i].ngemm - 1])) {
+        cost[i].gemm_n[cost[i].ngemm] = sn;
+        cost[i].gemm_flops[cost[i].ngemm++] = sg * 1e9;
+      }
+    }
+    for (int k = 0; k < STRATA_PLAN_OP_COUNT; k++) {
+      double v = json_number_value(json_object_get(opj, op_names[k]));
+      cost[i].op_ns[k] = v > 0 && isfinite(v) ? v : 0;
+    }
+    cost[i].cpu_threads = json_is_integer(ct) && json_integer_value(ct) > 0 ? (int)json_integer_value(ct) : 0;
     ids[i] = (int)id;
     json_t *row = json_array_get(gbps, i), *lrow = json_array_get(lat, i);
     if (json_array_size(row) != n || json_array_size(lrow) != n) {
@@ -216,7 +482,13 @@ STRATA_API int strata_machine_from_calibration(const char *json, const char *sou
   }
   strata_machine_t c = NULL;
   if (!rc) {
-    struct strata_node_desc nd = {.devices = (int)n, .cost = cost, .gbps = g, .latency_us = l, .name = src};
+    /* the cores the CPU devices got together when measured, else the system's count */
+    json_t *cc = json_object_get(root, "cpu_cores"), *ce = json_object_get(root, "cpu_cores_effective");
+    double cores = json_is_number(ce) && json_number_value(ce) > 0 ? json_number_value(ce)
+                   : json_is_integer(cc)                           ? (double)json_integer_value(cc)
+                                                                   : 0;
+    struct strata_node_desc nd = {.devices = (int)n, .cost = cost, .gbps = g, .latency_us = l, .name = src,
+                                  .cpu_cores = cores};
     rc = strata_machine_new(&nd, o, &c);
   }
   for (size_t i = 0; !rc && i < n; i++) {

@@ -152,6 +152,7 @@ STRATA_API int strata_machine_new(const struct strata_node_desc *d, const struct
         rc = strata__error(STRATA_ERR_INVALID, "cluster: link %d -> %d has no bandwidth", i, j);
     }
   }
+  c->cpu_cores = d->cpu_cores > 0 ? d->cpu_cores : 0;
   if (!rc)
     rc = cluster_finish(c, o, d->name && *d->name ? d->name : "a custom node");
   if (rc) {

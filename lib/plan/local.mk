@@ -25,5 +25,5 @@ tools_strata_plan_CPPFLAGS = $(AM_CPPFLAGS) $(JANSSON_CFLAGS)
 tools_strata_plan_LDADD = libstrata.la $(JANSSON_LIBS) -lm
 
 dist_man_MANS += man/strata-plan.1
-EXTRA_DIST += tests/test-strata-plan.sh bench/plan.sh bench/gpt3-175b.json
+EXTRA_DIST += tests/test-strata-plan.sh bench/plan.sh bench/gpt3-175b.json bench/sim-vs-real.sh bench/plan-vs-brute.sh
 TESTS += tests/test-strata-plan.sh

@@ -24,6 +24,7 @@ struct strata_machine {
   double net_gbps;                 /* GB/s per interface */
   int nics;                        /* interfaces per node */
   double net_lat;                  /* us */
+  double cpu_cores;                /* host cores shared by the devices with cpu_threads (0: none) */
   int uniform;                     /* every device alike */
   char *desc;
   char **warnings;

@@ -11,17 +11,15 @@
 #include "plan/plan.h"
 #include "util.h"
 
-/* Kernels a layer launches, forward and backward (a GPT block: 2 layernorms,
-** 4 GEMMs, attention's softmax and batched products, GELU, residuals). */
-#define BLOCK_LAUNCHES_FWD 16
-#define BLOCK_LAUNCHES_BWD 30
-#define OTHER_LAUNCHES_FWD 4
-#define OTHER_LAUNCHES_BWD 8
-/* AdamW reads parameter, gradient and both moments and writes three: 28 bytes a parameter. */
-#define ADAM_BYTES_PER_PARAM 28.0
-/* Bytes a layer's forward moves through memory for each byte it keeps for
-** its backward (it writes what it keeps and reads its inputs again). */
-#define ACT_TRAFFIC 2.0
+/* Bytes an op moves per element, for a device whose op speeds were not measured (nominal figures):
+** it is then paced by its memory bandwidth. */
+static const double op_bytes[STRATA_PLAN_OP_COUNT] = {
+    [STRATA_PLAN_OP_ADD] = 12, [STRATA_PLAN_OP_GELU_FWD] = 8, [STRATA_PLAN_OP_GELU_BWD] = 12,
+    [STRATA_PLAN_OP_LAYERNORM_FWD] = 8, [STRATA_PLAN_OP_LAYERNORM_BWD] = 16, [STRATA_PLAN_OP_SOFTMAX_FWD] = 8,
+    [STRATA_PLAN_OP_SOFTMAX_BWD] = 12,
+    /* AdamW reads parameter, gradient and both moments and writes three (28); the norm reads the gradient
+    ** and zeroing writes it (8) */
+    [STRATA_PLAN_OP_ADAMW] = 36};
 
 /* ---- the cost of pieces ---- */
 
@@ -72,57 +70,208 @@ static struct strata_device_cost group_cost(const struct strata_machine *c, cons
   struct strata_device_cost w = c->cost[devs[0] % c->k];
   for (int i = 1; i < t; i++) {
     const struct strata_device_cost *d = &c->cost[devs[i] % c->k];
-    if (d->flops < w.flops)
+    if (d->flops < w.flops) {
       w.flops = d->flops;
+      w.ngemm = d->ngemm;
+      memcpy(w.gemm_n, d->gemm_n, sizeof w.gemm_n);
+      memcpy(w.gemm_flops, d->gemm_flops, sizeof w.gemm_flops);
+    }
     if (d->mem_gbps < w.mem_gbps)
       w.mem_gbps = d->mem_gbps;
     if (d->memory < w.memory)
       w.memory = d->memory;
     if (d->launch_us > w.launch_us)
       w.launch_us = d->launch_us;
+    for (int k = 0; k < STRATA_PLAN_OP_COUNT; k++)
+      if (d->op_ns[k] > w.op_ns[k])
+        w.op_ns[k] = d->op_ns[k];
   }
   return w;
 }
 
 /*
-** One layer's forward or backward on a tp group of t devices for `rows`
-** samples: the larger of its GEMM time (FLOPs / t at the slowest member's
-** sustained speed) and its memory traffic, plus launches, plus for a GPT
-** block the tp joins: two all-reduces of rows x context x d_model floats
-** in the forward (after attention and after the MLP) and two in the
-** backward. *comm receives the joins' part.
+** The FLOP/s a device sustains on a GEMM of m x n x k: the calibrated
+** speed at the cube root of its volume (linear in log2 of the size between
+** the sizes measured; below the smallest, falling with the size as a
+** GEMM too small to fill the device is bound by its fixed costs), or
+** `flops` where nothing was measured by size.
 */
-static double layer_time_group(const struct strata_machine *c, strata_model_t model, const int *devs, int t, int layer,
-                               int64_t rows, int backward, double *comm) {
+static double gemm_rate(const struct strata_device_cost *w, double m, double n, double k) {
+  const int g = w->ngemm;
+  if (g == 0)
+    return w->flops;
+  const double size = cbrt(m * n * k);
+  if (size <= w->gemm_n[0])
+    return w->gemm_flops[0] * size / w->gemm_n[0];
+  for (int i = 1; i < g; i++)
+    if (size <= w->gemm_n[i]) {
+      double f = log2(size / w->gemm_n[i - 1]) / log2(w->gemm_n[i] / w->gemm_n[i - 1]);
+      return w->gemm_flops[i - 1] + f * (w->gemm_flops[i] - w->gemm_flops[i - 1]);
+    }
+  return w->gemm_flops[g - 1];
+}
+
+/* Seconds of `batch` GEMMs of m x n x k. */
+static double gemm_s(const struct strata_device_cost *w, double m, double n, double k, double batch) {
+  return batch * 2.0 * m * n * k / gemm_rate(w, m, n, k);
+}
+
+/* Seconds of op `op` over `elems` elements: its measured speed, else its bytes at the memory bandwidth. */
+static double op_s(const struct strata_device_cost *w, int op, double elems) {
+  if (w->op_ns[op] > 0)
+    return elems * w->op_ns[op] * 1e-9;
+  return elems * op_bytes[op] / (w->mem_gbps * 1e9);
+}
+
+/* What a part of a layer's step costs on one slice: seconds of compute, and its joins (bytes, count). */
+enum part { PART_FWD, PART_INPUT, PART_WEIGHT, PART_FULL };
+struct work {
+  double s;
+  double join_bytes;
+  int joins;
+};
+
+/*
+** One part of a GPT layer (embedding, block, head) on slice-sized
+** matrices of a t-way tensor-parallel stage for `rows` samples, op by op as
+** lib/stage.c runs them: the GEMMs at the speed calibrated for their size,
+** the row and elementwise ops (layernorm, softmax, GELU, biases, residual
+** adds, copies) at theirs, a launch each; and the joins (all-reduces of the
+** slices' partial sums) that part posts: a block joins rows x context x
+** d_model floats twice in its forward and twice in its input gradient; a
+** vocabulary-split embedding once in its forward; a vocabulary-split head
+** its rows' max and sums (3 floats a row, two joins) forward and its input
+** gradient (rows x d_model) backward.
+*/
+static struct work gpt_part(const struct strata_device_cost *w, const struct strata_model_config *cfg,
+                            const struct strata_layer_info *li, int t, int64_t rows, enum part part) {
+  const double B = (double)rows, T = (double)cfg->context, D = (double)cfg->d_model, N = B * T;
+  const double A = D / t, Ft = (double)cfg->d_ff / t, H = (double)cfg->heads, Ht = H / t, hd = D / H;
+  const int vp = t > 1 && cfg->vocab % t == 0;
+  const double Vt = vp ? (double)cfg->vocab / t : (double)cfg->vocab;
+  const int in = part == PART_FWD ? 0 : part != PART_WEIGHT, wt = part == PART_WEIGHT || part == PART_FULL;
+  const int split = part == PART_INPUT || part == PART_WEIGHT;
+  double s = 0, launches = 0, jb = 0;
+  int joins = 0;
+  if (strcmp(li->type, "embed") == 0) {
+    if (part == PART_FWD) {
+      s += op_s(w, STRATA_PLAN_OP_ADD, 3 * N * D + (vp ? N : 0)); /* two lookups and their sum */
+      launches += 3 + vp;
+      if (vp)
+        jb += N * D * 4, joins++;
+    }
+    if (split)
+      s += op_s(w, STRATA_PLAN_OP_ADD, N * D), launches++; /* the input part keeps the output gradient */
+    if (wt)
+      s += op_s(w, STRATA_PLAN_OP_ADD, 2 * N * D + (vp ? N : 0)), launches += 2 + vp;
+  } else if (strcmp(li->type, "block") == 0) {
+    if (part == PART_FWD) {
+      s += gemm_s(w, N, 3 * A, D, 1) + gemm_s(w, N, D, A, 1) + gemm_s(w, N, Ft, D, 1) + gemm_s(w, N, D, Ft, 1);
+      s += gemm_s(w, T, T, hd, B * Ht) + gemm_s(w, T, hd, T, B * Ht); /* scores and their product with V */
+      s += op_s(w, STRATA_PLAN_OP_LAYERNORM_FWD, 2 * N * D) + op_s(w, STRATA_PLAN_OP_SOFTMAX_FWD, B * Ht * T * T) +
+           op_s(w, STRATA_PLAN_OP_GELU_FWD, N * Ft) + op_s(w, STRATA_PLAN_OP_ADD, N * (3 * A + Ft + 4 * D));
+      launches += 14 + 2 * B;
+      if (t > 1)
+        jb += 2 * N * D * 4, joins += 2;
+    }
+    if (in) {
+      s += gemm_s(w, N, Ft, D, 1) + gemm_s(w, N, D, Ft, 1) + gemm_s(w, N, A, D, 1) + gemm_s(w, N, D, 3 * A, 1);
+      s += gemm_s(w, T, T, hd, B * Ht) + 3 * gemm_s(w, T, hd, T, B * Ht);
+      s += op_s(w, STRATA_PLAN_OP_GELU_BWD, N * Ft) + op_s(w, STRATA_PLAN_OP_SOFTMAX_BWD, B * Ht * T * T) +
+           op_s(w, STRATA_PLAN_OP_ADD, 2 * N * D);
+      launches += 8 + 4 * B;
+      if (t > 1)
+        jb += 2 * N * D * 4, joins += 2;
+    }
+    if (wt) {
+      s += gemm_s(w, Ft, D, N, 1) + gemm_s(w, D, Ft, N, 1) + gemm_s(w, A, D, N, 1) + gemm_s(w, D, 3 * A, N, 1);
+      s += op_s(w, STRATA_PLAN_OP_ADD, N * (2 * D + Ft + 3 * A)); /* bias gradients */
+      launches += 8;
+    }
+    if (part != PART_FWD) /* both layernorms' backward, run by each part when split */
+      s += op_s(w, STRATA_PLAN_OP_LAYERNORM_BWD, 2 * N * D), launches += 2;
+    if (split)
+      s += op_s(w, STRATA_PLAN_OP_ADD, N * D), launches++;
+  } else { /* lm_head */
+    if (part == PART_FWD) {
+      s += op_s(w, STRATA_PLAN_OP_LAYERNORM_FWD, N * D) + gemm_s(w, N, Vt, D, 1) +
+           op_s(w, STRATA_PLAN_OP_SOFTMAX_FWD, N * Vt);
+      launches += 3 + 3 * vp;
+      if (vp)
+        jb += 3 * N * 4, joins += 2;
+    }
+    if (in) {
+      s += op_s(w, STRATA_PLAN_OP_SOFTMAX_BWD, N * Vt) + gemm_s(w, N, D, Vt, 1);
+      launches += 2;
+      if (vp)
+        jb += N * D * 4, joins++;
+    }
+    if (wt)
+      s += gemm_s(w, Vt, D, N, 1), launches++;
+    if (part != PART_FWD)
+      s += op_s(w, STRATA_PLAN_OP_LAYERNORM_BWD, N * D), launches++;
+    if (split)
+      s += op_s(w, STRATA_PLAN_OP_ADD, N * (D + Vt)), launches++;
+  }
+  return (struct work){s + launches * w->launch_us * 1e-6, jb, joins};
+}
+
+/*
+** One part of layer `layer`'s step on one slice of a t-way stage whose
+** slowest member costs `w`, for `rows` samples. A GPT's layers are costed
+** op by op (gpt_part); other layers from the model's profile: their FLOPs
+** over t at the large-GEMM speed, their kept activations read and written
+** at the elementwise speed, the backward split evenly between its parts.
+*/
+static struct work layer_part(const struct strata_device_cost *w, strata_model_t model, int t, int layer,
+                              int64_t rows, enum part part) {
   struct strata_layer_info li;
   strata_model_layer(model, layer, &li);
-  struct strata_device_cost w = group_cost(c, devs, t);
-  double flops = (backward ? li.bwd_flops : li.fwd_flops) * (double)rows / t;
-  double bytes = (double)li.act_bytes * (double)rows / t * ACT_TRAFFIC * (backward ? 1.5 : 1.0);
-  int block = strcmp(li.type, "block") == 0;
-  double launches = block ? (backward ? BLOCK_LAUNCHES_BWD : BLOCK_LAUNCHES_FWD)
-                          : (backward ? OTHER_LAUNCHES_BWD : OTHER_LAUNCHES_FWD);
-  double tc = flops / w.flops, tm = bytes / (w.mem_gbps * 1e9);
-  double time = (tc > tm ? tc : tm) + launches * w.launch_us * 1e-6;
-  double join = 0;
-  if (t > 1 && block) {
-    const struct strata_model_config *cfg = strata_model_config(model);
-    double gb, lat;
-    ring_figures(c, devs, t, 1, &gb, &lat);
-    double msg = (double)rows * (double)cfg->context * (double)cfg->d_model * 4.0;
-    join = 2 * allreduce_s(msg, t, gb, lat);
-  }
-  /* TODO: vocabulary-split embedding and cross-entropy joins, once tp runs in the executor */
-  if (comm)
-    *comm = join;
-  return time + join;
+  const struct strata_model_config *cfg = strata_model_config(model);
+  if (cfg->kind == STRATA_MODEL_GPT)
+    return gpt_part(w, cfg, &li, t, rows, part);
+  double flops = (part == PART_FWD ? li.fwd_flops : li.bwd_flops) * (double)rows / t;
+  double elems = (double)li.act_bytes / 4 * (double)rows / t * (part == PART_FWD ? 2 : 3);
+  double s = flops / w->flops + op_s(w, STRATA_PLAN_OP_ADD, elems) + (part == PART_FWD ? 4 : 8) * w->launch_us * 1e-6;
+  return (struct work){part == PART_INPUT || part == PART_WEIGHT ? s / 2 : s, 0, 0};
+}
+
+/* Seconds of `joins` all-reduces of `bytes` in all over a tp group's ring of t members. */
+static double joins_s(double bytes, int joins, int t, double gbps, double lat_us) {
+  if (t <= 1 || joins == 0)
+    return 0;
+  return allreduce_s(bytes, t, gbps, 0) + joins * allreduce_s(0, t, gbps, lat_us);
 }
 
 double strata__plan_layer_time(const struct strata_machine *c, strata_model_t model, strata_layout_t layout, int rank,
                                int layer, int64_t rows, int backward) {
   const int *devs = NULL;
   int t = group_of(layout, 0, rank, &devs);
-  return layer_time_group(c, model, devs, t, layer, rows, backward, NULL);
+  struct strata_device_cost w = group_cost(c, devs, t);
+  struct work k = layer_part(&w, model, t, layer, rows, backward ? PART_FULL : PART_FWD);
+  double gb, lat;
+  ring_figures(c, devs, t, 1, &gb, &lat);
+  return k.s + joins_s(k.join_bytes, k.joins, t, gb, lat);
+}
+
+/* Whether every tp group of the first `replicas` replicas is of devices that cost alike. */
+static int groups_alike(const struct strata_machine *c, strata_layout_t l, int replicas) {
+  for (int rep = 0; rep < replicas; rep++)
+    for (int r = 0; r < strata_layout_pp(l); r++) {
+      const int *devs;
+      const int t = group_of(l, rep, r, &devs);
+      const struct strata_device_cost *a = &c->cost[devs[0] % c->k];
+      for (int i = 1; i < t; i++) {
+        const struct strata_device_cost *b = &c->cost[devs[i] % c->k];
+        if (a->flops != b->flops || a->mem_gbps != b->mem_gbps || a->memory != b->memory ||
+            a->launch_us != b->launch_us || a->cpu_threads != b->cpu_threads || a->ngemm != b->ngemm ||
+            memcmp(a->gemm_n, b->gemm_n, sizeof a->gemm_n) != 0 ||
+            memcmp(a->gemm_flops, b->gemm_flops, sizeof a->gemm_flops) != 0 ||
+            memcmp(a->op_ns, b->op_ns, sizeof a->op_ns) != 0)
+          return 0;
+      }
+    }
+  return 1;
 }
 
 /* Bytes of parameters, gradients and AdamW moments a device of a tp-t rank holds for `params`. */
@@ -190,16 +339,27 @@ static int balanced_split(strata_model_t model, int S, int *split) {
 
 /* ---- the engine ---- */
 
-/* What every (replica) stage costs: seconds per action, bytes per transfer. */
+/*
+** What every stage of the schedule costs: seconds per action, bytes per
+** transfer. With the executor's lists (one tp degree) a stage is one
+** slice on its own device, and its joins are the TP_JOIN actions; with a tp
+** degree per rank (which only the planner lays out) a stage is its whole
+** group, costed at its slowest member, the joins inside its F and B.
+*/
 struct stage_cost {
-  double f, b, bi, w, opt;          /* compute, tp joins included */
-  double f_comm, b_comm, bi_comm;   /* the joins' part */
+  double f, b, bi, w, opt;          /* compute (joins included when inline) */
+  double f_comm, b_comm, bi_comm;   /* the inline joins' part */
+  double tjf, tjb;                  /* TP_JOIN_FORWARD / _BACKWARD: the joins of one micro-batch's F, B or BI */
+  double tjf_bytes, tjb_bytes;
   double act_bytes;                 /* kept per micro-batch per device */
   double out_bytes, in_bytes;       /* per micro-batch: output forward, input gradient back */
   double grad_bytes;                /* gradients per device, for the collectives */
   double static_bytes;
+  uint64_t capacity;                /* memory of the stage's device (its group's smallest) */
   const int *devs;                  /* the tp group */
+  int dev;                          /* the cluster device the stage's schedule device stands for */
   int tp;
+  int threads;                      /* host cores its compute takes (0: none) */
 };
 
 struct event {
@@ -219,6 +379,7 @@ struct heap_item {
 struct engine {
   strata_schedule_t s;
   int P, S, M, R, chain, K;
+  int T, Rdp;                       /* tp slices per replica, replicas (R = chains = Rdp x T) */
   const double *unit;               /* unit costs by kind, or NULL */
   const struct strata_machine *c;
   struct stage_cost *sc;            /* [S], NULL with unit costs */
@@ -227,13 +388,21 @@ struct engine {
   double *clock, *sender_free, *comm_free, *compute, *comm, *mem_now, *mem_peak;
   int *next, *parked, *bw_done;
   double *bw_last;
-  int *coll_count;                  /* [3 x chain] */
+  int *coll_count;                  /* [3 x T x chain] */
   double *coll_max, *coll_fin;
+  int *tj_count;                    /* [keys] slices arrived at a TP_JOIN (keyed by the slice-0 stage) */
+  double *tj_max;
+  int *last_opt;                    /* [P] index of the device's last OPTIMIZER, -1 for none */
+  int opt_arrived;                  /* OPTIMIZERs reached: the update waits for every stage's norm */
+  double opt_max;
+  double *busy_until;               /* [P] when the device's compute on host cores ends (NULL: none shared) */
+  int *busy_threads, *busy_node;    /* [P] its threads, its node */
   double *res_free;                 /* [nodes x k] uplinks, then [nodes x nics] out, then in */
   struct heap_item *heap;
   int nheap, cap_heap;
   struct event *ev;
   size_t nev, cap_ev;
+  int whole_sends;                  /* a stage sends its whole output (one tp degree: the joined tensor) */
   int tracing, failed;
 };
 
@@ -241,12 +410,25 @@ static size_t key(const struct engine *e, int kind, int stage, int mb) {
   return ((size_t)kind * (size_t)e->S + (size_t)stage) * (size_t)(e->M + 1) + (size_t)(mb + 1);
 }
 
-static int has_prev(const struct engine *e, int st) { return st % e->chain != 0; }
-static int has_next(const struct engine *e, int st) { return (st + 1) % e->chain != 0; }
 static int coll_index(int kind) {
   return kind == STRATA_ACTION_GRAD_REDUCE ? 0 : kind == STRATA_ACTION_GRAD_SCATTER ? 1
          : kind == STRATA_ACTION_PARAM_GATHER ? 2 : -1;
 }
+
+/* The stage of replica r that matches stage st (same slice, same place in the chain). */
+static int peer_stage(const struct engine *e, int st, int r) {
+  return (r * e->T + st / e->chain % e->T) * e->chain + st % e->chain;
+}
+/* Slice t of st's replica's stage. */
+static int slice_stage(const struct engine *e, int st, int t) {
+  return (st / e->chain / e->T * e->T + t) * e->chain + st % e->chain;
+}
+/* The slot of stage st's gradient collective `kind` (one per slice and place in the chain). */
+static int coll_slot(const struct engine *e, int kind, int st) {
+  return (coll_index(kind) * e->T + st / e->chain % e->T) * e->chain + st % e->chain;
+}
+static int has_prev(const struct engine *e, int st) { return st % e->chain != 0; }
+static int has_next(const struct engine *e, int st) { return (st + 1) % e->chain != 0; }
 
 static void heap_push(struct engine *e, double t, int dev) {
   if (e->nheap == e->cap_heap) {
@@ -365,13 +547,20 @@ static int ready(const struct engine *e, int d, double *t) {
   case STRATA_ACTION_RECV_GRAD: NEED(e->arrive[key(e, STRATA_ACTION_SEND_GRAD, st + 1, mb)]); break;
   case STRATA_ACTION_BACKWARD_WEIGHT: NEED(e->finish[key(e, STRATA_ACTION_BACKWARD_INPUT, st, mb)]); break;
   case STRATA_ACTION_OPTIMIZER:
+    if (e->arrive[key(e, a->kind, st, mb)] >= 0) {
+      /* the device's last: its updates wait until every stage's gradient norm is in (the global clip) */
+      if (e->opt_arrived < e->S)
+        return 0;
+      NEED(e->opt_max);
+      break;
+    }
     if (e->bw_done[st] < e->M)
       return 0;
     NEED(e->bw_last[st]);
-    if (e->R > 1) {
-      double g = e->coll_fin[0 * e->chain + st % e->chain];
+    if (e->Rdp > 1) {
+      double g = e->coll_fin[coll_slot(e, STRATA_ACTION_GRAD_REDUCE, st)];
       if (g < 0)
-        g = e->coll_fin[1 * e->chain + st % e->chain];
+        g = e->coll_fin[coll_slot(e, STRATA_ACTION_GRAD_SCATTER, st)];
       NEED(g);
     }
     break;
@@ -382,10 +571,13 @@ static int ready(const struct engine *e, int d, double *t) {
     NEED(e->bw_last[st]);
     break;
   case STRATA_ACTION_PARAM_GATHER: NEED(e->finish[key(e, STRATA_ACTION_OPTIMIZER, st, -1)]); break;
-  default:
-    /* TODO: TP_JOIN_FORWARD / TP_JOIN_BACKWARD once the executor has them; until
-    ** then an unknown kind is a synchronisation point that costs nothing */
+  case STRATA_ACTION_TP_JOIN_FORWARD:
+  case STRATA_ACTION_TP_JOIN_BACKWARD:
+    /* arrive when the device gets here; then wait for the join to end */
+    if (e->arrive[key(e, a->kind, st, mb)] >= 0)
+      NEED(e->finish[key(e, a->kind, st, mb)]);
     break;
+  default: break; /* kinds the simulator does not know: a synchronisation point that costs nothing */
   }
 #undef NEED
   *t = r;
@@ -479,11 +671,10 @@ static double collective_s(const struct engine *e, int kind, int st, double *byt
     *bytes = 0;
     return e->unit[kind];
   }
-  const int j = st % e->chain;
   const struct stage_cost *c = &e->sc[st];
   double gbps = INFINITY, lat = 0;
-  for (int r = 0; r < e->R; r++) {
-    int a = e->sc[r * e->chain + j].devs[0], b = e->sc[((r + 1) % e->R) * e->chain + j].devs[0];
+  for (int r = 0; r < e->Rdp; r++) {
+    int a = e->sc[peer_stage(e, st, r)].dev, b = e->sc[peer_stage(e, st, (r + 1) % e->Rdp)].dev;
     if (a == b)
       continue;
     double g, lt;
@@ -513,9 +704,40 @@ static double action_cost(const struct engine *e, const struct strata_action *a,
   case STRATA_ACTION_BACKWARD: *comm = c->b_comm; return c->b;
   case STRATA_ACTION_BACKWARD_INPUT: *comm = c->bi_comm; return c->bi;
   case STRATA_ACTION_BACKWARD_WEIGHT: return c->w;
-  case STRATA_ACTION_OPTIMIZER: return c->opt;
+  case STRATA_ACTION_OPTIMIZER: return 0; /* the device's last OPTIMIZER updates all its stages: opt_s */
   default: return 0;
   }
+}
+
+/* Seconds of device d's updates: the AdamW steps of all its stages, after the global norm. */
+static double opt_s(const struct engine *e, int d) {
+  double t = 0;
+  for (int g = 0; g < e->S; g++)
+    if (strata_schedule_stage_device(e->s, g) == d)
+      t += e->unit ? e->unit[STRATA_ACTION_OPTIMIZER] : e->sc[g].opt;
+  return t;
+}
+
+/*
+** How long compute of `dur` seconds (alone) takes when it starts at t on
+** schedule device d for stage st: a device that computes on the host's
+** cores shares them with the other such devices of its node computing at
+** that moment; when their threads together exceed the cores there are, each
+** runs slower in proportion (processor sharing, judged at the start).
+*/
+static double shared_dur(struct engine *e, int d, int st, double t, double dur) {
+  if (e->unit || !e->busy_until || e->sc[st].threads <= 0)
+    return dur;
+  const int node = e->sc[st].dev / e->c->k;
+  double demand = e->sc[st].threads;
+  for (int x = 0; x < e->P; x++)
+    if (x != d && e->busy_node[x] == node && e->busy_until[x] > t)
+      demand += e->busy_threads[x];
+  const double f = demand > e->c->cpu_cores ? demand / e->c->cpu_cores : 1;
+  e->busy_until[d] = t + dur * f;
+  e->busy_threads[d] = e->sc[st].threads;
+  e->busy_node[d] = node;
+  return dur * f;
 }
 
 /* Run the engine to the end; STRATA_ERR_INVALID when the lists cannot finish. */
@@ -537,11 +759,32 @@ static int engine_run(struct engine *e) {
     case STRATA_ACTION_BACKWARD_WEIGHT:
     case STRATA_ACTION_OPTIMIZER: {
       double comm, dur = action_cost(e, a, &comm);
-      e->clock[d] = t + dur;
+      if (a->kind == STRATA_ACTION_OPTIMIZER && e->next[d] == e->last_opt[d]) {
+        if (e->arrive[self] < 0) {
+          /* its norm is in; the updates wait for every stage's */
+          e->arrive[self] = t;
+          e->opt_max = t > e->opt_max ? t : e->opt_max;
+          if (++e->opt_arrived == e->S)
+            for (int x = 0; x < e->P; x++)
+              wake(e, x);
+          e->clock[d] = t;
+          schedule_device(e, d);
+          continue;
+        }
+        dur = opt_s(e, d);
+      } else if (a->kind == STRATA_ACTION_OPTIMIZER) {
+        e->opt_max = t > e->opt_max ? t : e->opt_max;
+        if (++e->opt_arrived == e->S)
+          for (int x = 0; x < e->P; x++)
+            wake(e, x);
+      }
+      dur = shared_dur(e, d, st, t, dur - comm) + comm;
+      const double t0 = t;
+      e->clock[d] = t0 + dur;
       e->finish[self] = e->clock[d];
       e->compute[d] += dur - comm;
       e->comm[d] += comm;
-      trace(e, a->kind == STRATA_ACTION_OPTIMIZER ? "optimizer" : "compute", a, NULL, 2 * d, t, e->clock[d], 0);
+      trace(e, a->kind == STRATA_ACTION_OPTIMIZER ? "optimizer" : "compute", a, NULL, 2 * d, t0, e->clock[d], 0);
       if (!e->unit) {
         if (a->kind == STRATA_ACTION_FORWARD) {
           e->mem_now[d] += e->sc[st].act_bytes;
@@ -570,9 +813,11 @@ static int engine_run(struct engine *e) {
         end = t + dur;
       } else {
         const struct stage_cost *c = &e->sc[st], *p = &e->sc[peer];
-        int tmin = c->tp < p->tp ? c->tp : p->tp;
-        double bytes = (act ? c->out_bytes : c->in_bytes) / tmin; /* each tp rank sends its slice */
-        end = transfer(e, d, c->devs[0], p->devs[0], bytes, t, &dur);
+        /* a slice sends the whole (joined) tensor to its peer slice; a group of the planner's tp per rank
+        ** sends one slice per member pair */
+        int tmin = e->whole_sends ? 1 : c->tp < p->tp ? c->tp : p->tp;
+        double bytes = (act ? c->out_bytes : c->in_bytes) / tmin;
+        end = transfer(e, d, c->dev, p->dev, bytes, t, &dur);
         trace(e, "send", a, NULL, 2 * d + 1, end - dur, end, bytes);
       }
       e->comm[d] += dur;
@@ -590,21 +835,21 @@ static int engine_run(struct engine *e) {
     case STRATA_ACTION_GRAD_SCATTER:
     case STRATA_ACTION_PARAM_GATHER: {
       /* arrive; the collective runs on the communication stream once every replica has */
-      const int ci = coll_index(a->kind) * e->chain + st % e->chain;
+      const int ci = coll_slot(e, a->kind, st);
       e->finish[self] = -1;
       if (t > e->coll_max[ci])
         e->coll_max[ci] = t;
-      if (++e->coll_count[ci] == e->R) {
+      if (++e->coll_count[ci] == e->Rdp) {
         double start = e->coll_max[ci];
-        for (int r = 0; r < e->R; r++) {
-          int dv = strata_schedule_stage_device(e->s, r * e->chain + st % e->chain);
+        for (int r = 0; r < e->Rdp; r++) {
+          int dv = strata_schedule_stage_device(e->s, peer_stage(e, st, r));
           if (e->comm_free[dv] > start)
             start = e->comm_free[dv];
         }
         double bytes, dur = collective_s(e, a->kind, st, &bytes), end = start + dur;
         e->coll_fin[ci] = end;
-        for (int r = 0; r < e->R; r++) {
-          int sg = r * e->chain + st % e->chain, dv = strata_schedule_stage_device(e->s, sg);
+        for (int r = 0; r < e->Rdp; r++) {
+          int sg = peer_stage(e, st, r), dv = strata_schedule_stage_device(e->s, sg);
           struct strata_action ra = {a->kind, sg, -1};
           e->comm_free[dv] = end;
           e->comm[dv] += dur;
@@ -613,8 +858,37 @@ static int engine_run(struct engine *e) {
                                 : a->kind == STRATA_ACTION_GRAD_SCATTER ? "reducescatter" : "allgather",
                 2 * dv + 1, start, end, bytes);
         }
-        for (int r = 0; r < e->R; r++)
-          wake(e, strata_schedule_stage_device(e->s, r * e->chain + st % e->chain));
+        for (int r = 0; r < e->Rdp; r++)
+          wake(e, strata_schedule_stage_device(e->s, peer_stage(e, st, r)));
+      }
+      e->clock[d] = t;
+      break;
+    }
+    case STRATA_ACTION_TP_JOIN_FORWARD:
+    case STRATA_ACTION_TP_JOIN_BACKWARD: {
+      if (e->arrive[self] < 0) {
+        /* arrive; the join runs once every slice of the stage has, and each slice waits for its end */
+        e->arrive[self] = t;
+        e->clock[d] = t;
+        const size_t k0 = key(e, a->kind, slice_stage(e, st, 0), mb);
+        e->tj_max[k0] = t > e->tj_max[k0] ? t : e->tj_max[k0];
+        if (++e->tj_count[k0] == e->T) {
+          const int fwd = a->kind == STRATA_ACTION_TP_JOIN_FORWARD;
+          double start = e->tj_max[k0];
+          double dur = e->unit ? e->unit[a->kind] : fwd ? e->sc[st].tjf : e->sc[st].tjb;
+          double bytes = e->unit ? 0 : fwd ? e->sc[st].tjf_bytes : e->sc[st].tjb_bytes;
+          for (int x = 0; x < e->T; x++) {
+            int sg = slice_stage(e, st, x), dv = strata_schedule_stage_device(e->s, sg);
+            struct strata_action ja = {a->kind, sg, mb};
+            e->finish[key(e, a->kind, sg, mb)] = start + dur;
+            e->comm[dv] += dur;
+            trace(e, "comm", &ja, "allreduce", 2 * dv + 1, start, start + dur, bytes);
+          }
+          for (int x = 0; x < e->T; x++)
+            wake(e, strata_schedule_stage_device(e->s, slice_stage(e, st, x)));
+        }
+        schedule_device(e, d);
+        continue;
       }
       e->clock[d] = t;
       break;
@@ -656,6 +930,12 @@ static void engine_free(struct engine *e) {
   free(e->coll_count);
   free(e->coll_max);
   free(e->coll_fin);
+  free(e->tj_count);
+  free(e->tj_max);
+  free(e->last_opt);
+  free(e->busy_until);
+  free(e->busy_threads);
+  free(e->busy_node);
   free(e->res_free);
   free(e->heap);
   free(e->ev);
@@ -666,7 +946,9 @@ static int engine_init(struct engine *e, strata_schedule_t s, const struct strat
   e->P = strata_schedule_devices(s);
   e->S = strata_schedule_stages(s);
   e->M = strata_schedule_microbatches(s);
-  e->R = strata_schedule_replicas(s);
+  e->T = strata_schedule_tp(s);
+  e->Rdp = strata_schedule_replicas(s);
+  e->R = e->Rdp * e->T;
   e->chain = e->S / e->R;
   e->c = c;
   size_t keys = (size_t)STRATA_ACTION_KIND_COUNT * (size_t)e->S * (size_t)(e->M + 1), P = (size_t)e->P;
@@ -684,20 +966,39 @@ static int engine_init(struct engine *e, strata_schedule_t s, const struct strat
   e->parked = calloc(P, sizeof *e->parked);
   e->bw_done = calloc((size_t)e->S, sizeof *e->bw_done);
   e->bw_last = calloc((size_t)e->S, sizeof *e->bw_last);
-  e->coll_count = calloc(3 * (size_t)e->chain, sizeof *e->coll_count);
-  e->coll_max = calloc(3 * (size_t)e->chain, sizeof *e->coll_max);
-  e->coll_fin = malloc(3 * (size_t)e->chain * sizeof *e->coll_fin);
+  const size_t slots = 3 * (size_t)e->T * (size_t)e->chain;
+  e->coll_count = calloc(slots, sizeof *e->coll_count);
+  e->coll_max = calloc(slots, sizeof *e->coll_max);
+  e->coll_fin = malloc(slots * sizeof *e->coll_fin);
+  e->tj_count = calloc(keys, sizeof *e->tj_count);
+  e->tj_max = calloc(keys, sizeof *e->tj_max);
+  e->last_opt = malloc(P * sizeof *e->last_opt);
+  if (c && c->cpu_cores > 0)
+  {
+    e->busy_until = calloc(P, sizeof *e->busy_until);
+    e->busy_threads = calloc(P, sizeof *e->busy_threads);
+    e->busy_node = calloc(P, sizeof *e->busy_node);
+  }
   e->res_free = calloc(res, sizeof *e->res_free);
   if (!e->finish || !e->arrive || !e->clock || !e->sender_free || !e->comm_free || !e->compute || !e->comm ||
       !e->mem_now || !e->mem_peak || !e->next || !e->parked || !e->bw_done || !e->bw_last || !e->coll_count ||
-      !e->coll_max || !e->coll_fin || !e->res_free) {
+      !e->coll_max || !e->coll_fin || !e->res_free || !e->tj_count || !e->tj_max || !e->last_opt ||
+      (c && c->cpu_cores > 0 && (!e->busy_until || !e->busy_threads || !e->busy_node))) {
     engine_free(e);
     return strata__error(STRATA_ERR_NOMEM, "simulator: out of host memory for %d devices and %d stages", e->P, e->S);
   }
   for (size_t i = 0; i < keys; i++)
     e->finish[i] = e->arrive[i] = -1;
-  for (size_t i = 0; i < 3 * (size_t)e->chain; i++)
+  for (size_t i = 0; i < slots; i++)
     e->coll_fin[i] = -1;
+  for (int d = 0; d < e->P; d++) {
+    int n;
+    const struct strata_action *l = strata_schedule_actions(s, d, &n);
+    e->last_opt[d] = -1;
+    for (int i = 0; i < n; i++)
+      if (l[i].kind == STRATA_ACTION_OPTIMIZER)
+        e->last_opt[d] = i;
+  }
   return STRATA_OK;
 }
 
@@ -774,9 +1075,14 @@ static int write_trace(const struct engine *e, strata_layout_t l, const char *pa
   }
   fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
   const int pp = strata_layout_pp(l);
+  (void)pp;
   for (int r = 0; r < e->P; r++) {
     int dev = 0;
-    strata_layout_device(l, r / pp, r % pp, 0, &dev);
+    for (int g = 0; g < e->S; g++)
+      if (strata_schedule_stage_device(e->s, g) == r) {
+        dev = e->sc[g].dev;
+        break;
+      }
     const char *name = e->c->names[dev % e->c->k];
     fprintf(f,
             "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, \"args\": {\"name\": \"device %d "
@@ -848,9 +1154,21 @@ STRATA_API int strata_simulate(strata_machine_t c, strata_model_t model, strata_
     rc = balanced_split(model, S, split);
   /* symmetric: two replicas stand for all, the collectives still span dp */
   const int R = o->symmetric && dp > 2 ? 2 : dp;
+  /* one tp degree for every rank: the executor's own lists, a slice per device and its joins as TP_JOIN
+  ** actions; a degree per rank (the executor does not run it): one list per group, joins inside F and B.
+  ** Symmetric mode on groups of like devices runs one slice for all: the slices reach every join at one
+  ** time, so the join ends its cost after either's arrival, as in the lists of all slices. */
+  int T = strata_layout_tp(l, 0);
+  for (int r = 1; r < pp; r++)
+    if (strata_layout_tp(l, r) != T)
+      T = 0;
+  const int uniform = T > 0;
+  int inline_joins = !uniform || (o->symmetric && T > 1 && groups_alike(c, l, R));
+  if (inline_joins)
+    T = 1;
   strata_schedule_t s = NULL;
   if (!rc)
-    rc = strata_schedule_generate_replicated(strata_layout_schedule(l), pp, m, v, R, strata_layout_zero(l), &s);
+    rc = strata_schedule_generate_hybrid(strata_layout_schedule(l), pp, m, v, R, T, strata_layout_zero(l), &s);
   struct engine e;
   memset(&e, 0, sizeof e);
   int inited = 0;
@@ -858,50 +1176,63 @@ STRATA_API int strata_simulate(strata_machine_t c, strata_model_t model, strata_
     inited = 1;
   if (!rc) {
     e.dp = dp;
+    e.whole_sends = uniform;
     e.tracing = o->trace != NULL;
     e.sc = calloc((size_t)e.S, sizeof *e.sc);
     if (!e.sc)
       rc = strata__error(STRATA_ERR_NOMEM, "simulator: out of host memory");
   }
   for (int g = 0; !rc && g < e.S; g++) {
-    /* global stage g: replica g / S, virtual stage j on rank j % pp */
-    const int rep = g / S, j = g % S, rank = j % pp;
+    /* schedule stage g: chain g / S (replica, slice), virtual stage j on rank j % pp */
+    const int ch = g / S, rep = ch / T, slice = ch % T, j = g % S, rank = j % pp;
     struct stage_cost *sc = &e.sc[g];
     sc->tp = group_of(l, rep, rank, &sc->devs);
     const int t = sc->tp, a = stage_first(split, j);
-    double params = 0, act = 0;
+    /* the device whose costs this stage's actions take: the slice's own, or the group's slowest */
+    struct strata_device_cost w = inline_joins ? group_cost(c, sc->devs, t) : c->cost[sc->devs[slice] % c->k];
+    sc->dev = sc->devs[inline_joins ? 0 : slice];
+    sc->threads = c->cpu_cores > 0 ? c->cost[sc->dev % c->k].cpu_threads : 0;
+    double gb, lat;
+    ring_figures(c, sc->devs, t, 1, &gb, &lat);
+    double params = 0, act = 0, jf = 0, jb = 0;
+    int nf = 0, nb = 0;
     for (int li = a; li < a + split[j]; li++) {
       struct strata_layer_info info;
       strata_model_layer(model, li, &info);
-      double cf, cb;
-      double f = layer_time_group(c, model, sc->devs, t, li, rows, 0, &cf);
-      double b = layer_time_group(c, model, sc->devs, t, li, rows, 1, &cb);
-      sc->f += f;
-      sc->f_comm += cf;
-      sc->b += b;
-      sc->b_comm += cb;
-      /* split backward: the input gradient carries the joins, the weight gradient none;
-      ** their GEMMs are alike in size, so each gets half of the rest */
-      sc->bi += (b - cb) / 2 + cb;
-      sc->bi_comm += cb;
-      sc->w += (b - cb) / 2;
+      struct work f = layer_part(&w, model, t, li, rows, PART_FWD), b = layer_part(&w, model, t, li, rows, PART_FULL);
+      struct work bi = layer_part(&w, model, t, li, rows, PART_INPUT), bw = layer_part(&w, model, t, li, rows, PART_WEIGHT);
+      sc->f += f.s;
+      sc->b += b.s;
+      sc->bi += bi.s;
+      sc->w += bw.s;
+      jf += f.join_bytes, nf += f.joins;
+      jb += b.join_bytes, nb += b.joins;
       params += (double)info.params;
       act += (double)info.act_bytes;
       if (li == a + split[j] - 1)
         sc->out_bytes = (double)info.out_bytes * (double)rows;
+    }
+    const double tjf = joins_s(jf, nf, t, gb, lat), tjb = joins_s(jb, nb, t, gb, lat);
+    if (inline_joins) {
+      sc->f += tjf, sc->f_comm = tjf;
+      sc->b += tjb, sc->b_comm = tjb;
+      sc->bi += tjb, sc->bi_comm = tjb;
+    } else {
+      sc->tjf = tjf, sc->tjf_bytes = jf;
+      sc->tjb = tjb, sc->tjb_bytes = jb;
     }
     if (a > 0) {
       struct strata_layer_info prev;
       strata_model_layer(model, a - 1, &prev);
       sc->in_bytes = (double)prev.out_bytes * (double)rows; /* the gradient of this stage's input */
     }
-    struct strata_device_cost w = group_cost(c, sc->devs, t);
     int zero = strata_layout_zero(l) && dp > 1;
-    sc->opt = ADAM_BYTES_PER_PARAM * params / t / (zero ? dp : 1) / (w.mem_gbps * 1e9) + 8 * w.launch_us * 1e-6;
+    sc->opt = op_s(&w, STRATA_PLAN_OP_ADAMW, params / t / (zero ? dp : 1)) + 8 * w.launch_us * 1e-6;
     sc->grad_bytes = 4.0 * params / t;
     /* what a micro-batch in flight holds: the activations its backward reads, and the stage's output */
     sc->act_bytes = (act / t) * (double)rows + sc->out_bytes;
     sc->static_bytes = static_bytes(params, t, dp, strata_layout_zero(l));
+    sc->capacity = inline_joins ? w.memory : c->cost[sc->dev % c->k].memory;
   }
   if (!rc) {
     for (int g = 0; g < e.S; g++) {
@@ -919,10 +1250,10 @@ STRATA_API int strata_simulate(strata_machine_t c, strata_model_t model, strata_
     out->tokens_per_s = out->samples_per_s * (cfg->kind == STRATA_MODEL_GPT ? (double)cfg->context : 1.0);
     out->flops_per_device = out->samples_per_s * strata_model_flops(model) / strata_layout_device_count(l);
     for (int d = 0; d < e.P; d++) {
-      /* schedule device d is (replica d / pp, rank d % pp): its group holds what its smallest member holds */
-      const int *gd;
-      int t = group_of(l, d / pp, d % pp, &gd);
-      uint64_t cap = group_cost(c, gd, t).memory;
+      uint64_t cap = UINT64_MAX;
+      for (int g = 0; g < e.S; g++)
+        if (strata_schedule_stage_device(s, g) == d && e.sc[g].capacity < cap)
+          cap = e.sc[g].capacity;
       out->memory[d] = (uint64_t)e.mem_peak[d];
       if (out->memory[d] > out->peak_bytes)
         out->peak_bytes = out->memory[d];

@@ -1,0 +1,105 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# sim-vs-real.sh — the simulator against reality on this box: for layouts on host virtual devices, PoCL devices and a mixed group, strata-plan's predicted step time beside strata-train's measured one. A benchmark, not a test.
+# Usage: bench/sim-vs-real.sh [BUILD_DIR]    (BUILD_DIR default: ./build or .)
+# Environment: STEPS (default 6; the first is warm-up and left out), POCL_CACHE_DIR (default a directory
+# under TMPDIR that outlives the run, so PoCL compiles its kernels once), SIM_KEEP (copy each layout's
+# calibration to SIM_KEEP.N). The first layout runs again last: the two show how far the machine's load moves a measurement.
+# On a machine others load, calibrate and measure under the same load: figures are medians, not bests.
+# Target: every prediction within 15% of the median measured step.
+set -u
+build=${1:-}
+if [ -z "$build" ]; then
+  if [ -x build/tools/strata-train ]; then build=build; else build=.; fi
+fi
+TRAIN="$build/tools/strata-train" PLAN="$build/tools/strata-plan" BENCH="$build/tools/strata-bench"
+for t in "$TRAIN" "$PLAN" "$BENCH"; do
+  if [ ! -x "$t" ]; then
+    echo "sim-vs-real: no $t; build first (make), or pass the build directory" >&2
+    exit 2
+  fi
+done
+: "${STRATA_BACKEND_PATH:=$build/backends/host/.libs:$build/backends/opencl/.libs}"
+# devices 0 and 1: PoCL (one shared pool of worker threads); 2 to 5: host virtual devices (one thread each)
+STRATA_BACKENDS=host,opencl STRATA_HOST_DEVICES=4 POCL_DEVICES="pthread pthread"
+: "${POCL_CACHE_DIR:=${TMPDIR:-/tmp}/strata-pocl-cache}"
+mkdir -p "$POCL_CACHE_DIR"
+export STRATA_BACKEND_PATH STRATA_BACKENDS STRATA_HOST_DEVICES POCL_DEVICES POCL_CACHE_DIR
+STEPS=${STEPS:-6}
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/strata-sim-vs-real.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT INT TERM
+# small enough that a step on the host takes tens of milliseconds; heads and vocabulary divide by tp 2
+cat >"$tmp/model.json" <<'JSON'
+{"kind": "gpt", "name": "gpt-128x4-ctx64", "vocab": 256, "context": 64, "d_model": 128,
+ "layers": 4, "heads": 4, "d_ff": 512, "tied": false}
+JSON
+
+echo "# sim-vs-real: GPT d_model 128, 4 blocks (6 layers), context 64, vocab 256; $STEPS steps per layout"
+echo "# devices: 0-1 PoCL pthread, 2-5 host virtual; $(nproc 2>/dev/null || echo '?') cores"
+echo "# load at start (/proc/loadavg): $(cat /proc/loadavg 2>/dev/null)"
+echo "# each layout's devices are calibrated right before it is measured (strata-bench calibrate --devices):"
+echo "# on a machine others load, the two then see the same load"
+
+# name | rows per micro-batch | layout (split given, so the trainer and the simulator cut alike)
+cat >"$tmp/layouts" <<'EOF'
+host pp1 1f1b|4|"dp":1,"pp":1,"tp":1,"devices":[2],"split":[6],"schedule":"1f1b","microbatches":4
+host pp2 1f1b|4|"dp":1,"pp":2,"tp":1,"devices":[2,3],"split":[3,3],"schedule":"1f1b","microbatches":4
+host pp2 gpipe|4|"dp":1,"pp":2,"tp":1,"devices":[2,3],"split":[3,3],"schedule":"gpipe","microbatches":4
+host pp2 interleaved v2|4|"dp":1,"pp":2,"tp":1,"devices":[2,3],"split":[2,1,1,2],"schedule":"interleaved","microbatches":4,"virtual_stages":2
+host pp2 zb|4|"dp":1,"pp":2,"tp":1,"devices":[2,3],"split":[3,3],"schedule":"zb","microbatches":4
+host pp4 1f1b|4|"dp":1,"pp":4,"tp":1,"devices":[2,3,4,5],"split":[2,1,1,2],"schedule":"1f1b","microbatches":4
+host pp4 zb|4|"dp":1,"pp":4,"tp":1,"devices":[2,3,4,5],"split":[2,1,1,2],"schedule":"zb","microbatches":8
+host tp2|4|"dp":1,"pp":1,"tp":2,"devices":[2,3],"split":[6],"schedule":"1f1b","microbatches":4
+host dp2|4|"dp":2,"pp":1,"tp":1,"devices":[2,3],"split":[6],"schedule":"1f1b","microbatches":2
+host dp2 pp2 1f1b|2|"dp":2,"pp":2,"tp":1,"devices":[2,3,4,5],"split":[3,3],"schedule":"1f1b","microbatches":4
+host pp2 tp2 gpipe|4|"dp":1,"pp":2,"tp":2,"devices":[2,3,4,5],"split":[3,3],"schedule":"gpipe","microbatches":4
+pocl pp2 1f1b|2|"dp":1,"pp":2,"tp":1,"devices":[0,1],"split":[3,3],"schedule":"1f1b","microbatches":2
+mixed pp2 1f1b pocl+host|4|"dp":1,"pp":2,"tp":1,"devices":[0,2],"split":[1,5],"schedule":"1f1b","microbatches":4
+mixed pp3 gpipe pocl+2 host|4|"dp":1,"pp":3,"tp":1,"devices":[0,2,3],"split":[2,2,2],"schedule":"gpipe","microbatches":4
+mixed pp2 zb host+pocl|4|"dp":1,"pp":2,"tp":1,"devices":[2,0],"split":[5,1],"schedule":"zb","microbatches":4
+host pp1 1f1b (again)|4|"dp":1,"pp":1,"tp":1,"devices":[2],"split":[6],"schedule":"1f1b","microbatches":4
+EOF
+
+printf '%-30s %12s %12s %8s\n' "layout" "predicted s" "measured s" "error"
+n=0 ok=0 sum=0
+while IFS='|' read -r name rows body; do
+  [ -n "$name" ] || continue
+  printf '{"schema": "strata-layout/1", %s}\n' "$body" >"$tmp/layout.json"
+  m=$(printf '%s' "$body" | sed -n 's/.*"microbatches":\([0-9]*\).*/\1/p')
+  dp=$(printf '%s' "$body" | sed -n 's/.*"dp":\([0-9]*\).*/\1/p')
+  batch=$((rows * m * dp))
+  devs=$(printf '%s' "$body" | sed -n 's/.*"devices":\[\([0-9,]*\)\].*/\1/p')
+  if ! "$BENCH" calibrate --devices "$devs" --out "$tmp/cal.json" >"$tmp/cal.log" 2>&1; then
+    printf '%-30s calibration failed: %s\n' "$name" "$(tail -n 1 "$tmp/cal.log")"
+    continue
+  fi
+  [ -n "${SIM_KEEP:-}" ] && cp "$tmp/cal.json" "$SIM_KEEP.$n"
+  if ! "$TRAIN" --model "$tmp/model.json" --layout "$tmp/layout.json" --batch "$rows" --steps "$STEPS" \
+      --eval-every 0 --eval-batches 1 --json >"$tmp/train.json" 2>"$tmp/train.err"; then
+    printf '%-30s strata-train failed: %s\n' "$name" "$(tail -n 1 "$tmp/train.err")"
+    continue
+  fi
+  # the median of the steps after the first
+  measured=$(grep '"event":"step"' "$tmp/train.json" | sed -n 's/.*"step_s":\([0-9.eE+-]*\).*/\1/p' | sed 1d |
+    sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2];
+      else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
+  if ! "$PLAN" --simulate "$tmp/layout.json" --calibration "$tmp/cal.json" --model "$tmp/model.json" \
+      --batch "$batch" --json >"$tmp/plan.json" 2>"$tmp/plan.err"; then
+    printf '%-30s strata-plan failed: %s\n' "$name" "$(tail -n 1 "$tmp/plan.err")"
+    continue
+  fi
+  predicted=$(sed -n 's/.*"step_s": *\([0-9.eE+-]*\).*/\1/p' "$tmp/plan.json" | head -n 1)
+  line=$(awk -v p="$predicted" -v r="$measured" -v name="$name" 'BEGIN {
+    e = 100 * (p - r) / r
+    printf "%-30s %12.4f %12.4f %+7.1f%%|%d|%f", name, p, r, e, (e < 15 && e > -15), (e < 0 ? -e : e) }')
+  echo "${line%%|*}"
+  rest=${line#*|}
+  n=$((n + 1))
+  ok=$((ok + ${rest%%|*}))
+  sum=$(awk -v a="$sum" -v b="${rest#*|}" 'BEGIN { print a + b }')
+done <"$tmp/layouts"
+echo "# load at end (/proc/loadavg): $(cat /proc/loadavg 2>/dev/null)"
+awk -v n="$n" -v ok="$ok" -v s="$sum" 'BEGIN {
+  printf "# %d of %d layouts within 15%% (target: all); mean |error| %.1f%%\n", ok, n, n ? s / n : 0 }'
+[ "$n" -gt 0 ] && [ "$ok" -eq "$n" ]
