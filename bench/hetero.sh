@@ -7,16 +7,8 @@
 # test: the planner's split should be about 2:1 and its step faster than the even split's.
 # Usage: bench/hetero.sh [BUILD_DIR]          RUNS (default 3), STEPS (default 6), BATCH (global, default 8)
 set -u
-build=${1:-}
-if [ -z "$build" ]; then
-  if [ -x build/tools/strata-train ]; then build=build; else build=.; fi
-fi
-for t in strata-train strata-plan strata-bench; do
-  if [ ! -x "$build/tools/$t" ]; then
-    echo "hetero: no $build/tools/$t; build first (make), or pass the build directory" >&2
-    exit 2
-  fi
-done
+. "$(dirname "$0")/lib.sh"
+bench_setup hetero "${1:-}" strata-train strata-plan strata-bench
 command -v python3 >/dev/null || { echo "hetero: needs python3 to read the layout file" >&2; exit 2; }
 : "${STRATA_BACKEND_PATH:=$build/backends/host/.libs}"
 STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 STRATA_HOST_THREADS=1 STRATA_HOST_SLOW=1:2
@@ -24,12 +16,7 @@ export STRATA_BACKEND_PATH STRATA_BACKENDS STRATA_HOST_DEVICES STRATA_HOST_THREA
 RUNS=${RUNS:-3}
 STEPS=${STEPS:-6}
 BATCH=${BATCH:-8}
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/strata-hetero.XXXXXX") || exit 1
-trap 'rm -rf "$tmp"' EXIT INT TERM
-cat >"$tmp/gpt.json" <<'JSON'
-{"kind": "gpt", "name": "gpt-256x12-ctx64", "vocab": 256, "context": 64, "d_model": 256,
- "layers": 12, "heads": 4, "d_ff": 1024, "tied": false}
-JSON
+bench_gpt "$tmp/gpt.json" 256 12 64 4
 echo "hetero: 2 host devices, device 1 slowed 2x, 1 thread each; GPT 256 x 12 blocks, context 64, $BATCH sequences" \
   "per step; load $(cut -d' ' -f1-3 /proc/loadavg)"
 "$build/tools/strata-bench" calibrate --out "$tmp/cal.json" >"$tmp/cal.out" 2>&1 || { cat "$tmp/cal.out"; exit 1; }
@@ -59,7 +46,6 @@ if [ "$pp" != 2 ] || [ -z "$split" ]; then
 fi
 mb=$((BATCH / m))
 T="$build/tools/strata-train --model $tmp/gpt.json --steps $STEPS --eval-every 0 --eval-batches 1 --json"
-get() { grep "\"event\":\"$2\"" "$1" | tail -n 1 | sed -n "s/.*\"$3\":\\([^,}]*\\).*/\\1/p"; }
 : >"$tmp/planned"
 : >"$tmp/even"
 for i in $(seq "$RUNS"); do
@@ -71,7 +57,6 @@ for i in $(seq "$RUNS"); do
     >"$tmp/e.json" || exit 1
   get "$tmp/e.json" summary tokens_per_s >>"$tmp/even"
 done
-med() { sort -g "$1" | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 awk -v p="$(med "$tmp/planned")" -v e="$(med "$tmp/even")" -v sp="$split" -v ev="$even" -v load="$(cut -d' ' -f1-3 /proc/loadavg)" 'BEGIN {
   printf "planned   split %s: %.0f tokens/s (median)\n", sp, p
   printf "even      split %s: %.0f tokens/s (median)\n", ev, e

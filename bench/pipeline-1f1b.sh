@@ -7,16 +7,10 @@
 # both compute each runs slower and the fractions can pass the ideal; a device far below it still
 # means the schedule leaves it waiting (transfers, unequal stages).
 set -u
-build=${1:-}
+. "$(dirname "$0")/lib.sh"
+bench_setup pipeline-1f1b "${1:-}" strata-train
 [ $# -gt 0 ] && shift
-if [ -z "$build" ]; then
-  if [ -x build/tools/strata-train ]; then build=build; else build=.; fi
-fi
 TRAIN="$build/tools/strata-train"
-if [ ! -x "$TRAIN" ]; then
-  echo "pipeline-1f1b: no $TRAIN; build first (make), or pass the build directory" >&2
-  exit 2
-fi
 : "${STRATA_BACKEND_PATH:=$build/backends/host/.libs}"
 STRATA_BACKENDS=host
 STRATA_HOST_DEVICES=2
@@ -25,13 +19,7 @@ STEPS=${STEPS:-3}
 BATCH=${BATCH:-4}
 M=8
 P=2
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/strata-pipeline-1f1b.XXXXXX") || exit 1
-trap 'rm -rf "$tmp"' EXIT INT TERM
-cat >"$tmp/gpt-256x8.json" <<'JSON'
-{"kind": "gpt", "name": "gpt-256x8-ctx128", "vocab": 256, "context": 128, "d_model": 256,
- "layers": 8, "heads": 8, "d_ff": 1024, "tied": false}
-JSON
+bench_gpt "$tmp/gpt-256x8.json" 256 8 128 8
 
 echo "pipeline-1f1b: GPT d_model 256, 8 layers, 8 heads, d_ff 1024, context 128; $STEPS steps of" \
   "$M micro-batches x $BATCH sequences, 1F1B over $P host virtual devices ($(nproc 2>/dev/null || echo '?') cores)"
@@ -45,7 +33,7 @@ fi
 # The summary's figures leave out the first step (warm-up).
 summary=$(grep '"event":"summary"' "$tmp/run.json")
 start=$(grep '"event":"start"' "$tmp/run.json")
-get() { printf '%s\n' "$1" | sed -n "s/.*\"$2\":\\([^,}]*\\).*/\\1/p"; }
+field() { printf '%s\n' "$1" | sed -n "s/.*\"$2\":\\([^,}]*\\).*/\\1/p"; }
 # per device: "DEVICE BUSY PEAK_BYTES INFLIGHT" lines from the summary's devices list
 printf '%s\n' "$summary" | sed 's/.*"devices":\[//; s/\].*//; s/},{/}\n{/g' |
   sed -n 's/.*"device":\([0-9]*\),"busy":\([^,]*\),.*"peak_bytes":\([0-9]*\),"peak_inflight":\([0-9]*\).*/\1 \2 \3 \4/p' \
@@ -53,9 +41,9 @@ printf '%s\n' "$summary" | sed 's/.*"devices":\[//; s/\].*//; s/},{/}\n{/g' |
 printf '%s\n' "$start" | sed 's/.*"stages":\[//; s/\].*//; s/},{/}\n{/g' |
   sed -n 's/.*"stage":\([0-9]*\),"first_layer":\([0-9]*\),"layers":\([0-9]*\),"device":\([0-9]*\).*/\1 \2 \3 \4/p' \
     >"$tmp/stages"
-awk -v m=$M -v p=$P -v bubble="$(get "$summary" bubble)" -v ideal="$(get "$summary" bubble_ideal)" \
-  -v wall="$(get "$summary" pipeline_wall_s)" -v tps="$(get "$summary" tokens_per_s)" \
-  -v loss="$(get "$summary" loss)" -v stagefile="$tmp/stages" '
+awk -v m=$M -v p=$P -v bubble="$(field "$summary" bubble)" -v ideal="$(field "$summary" bubble_ideal)" \
+  -v wall="$(field "$summary" pipeline_wall_s)" -v tps="$(field "$summary" tokens_per_s)" \
+  -v loss="$(field "$summary" loss)" -v stagefile="$tmp/stages" '
 BEGIN {
   while ((getline line < stagefile) > 0) {
     split(line, s, " ")

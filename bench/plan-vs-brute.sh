@@ -8,17 +8,9 @@
 # to read strata-plan's JSON.
 # Target: the planner's layout within 10% of the best measured.
 set -u
-build=${1:-}
-if [ -z "$build" ]; then
-  if [ -x build/tools/strata-train ]; then build=build; else build=.; fi
-fi
+. "$(dirname "$0")/lib.sh"
+bench_setup plan-vs-brute "${1:-}" strata-train strata-plan strata-bench
 TRAIN="$build/tools/strata-train" PLAN="$build/tools/strata-plan" BENCH="$build/tools/strata-bench"
-for t in "$TRAIN" "$PLAN" "$BENCH"; do
-  if [ ! -x "$t" ]; then
-    echo "plan-vs-brute: no $t; build first (make), or pass the build directory" >&2
-    exit 2
-  fi
-done
 if ! command -v python3 >/dev/null 2>&1; then
   echo "plan-vs-brute: needs python3 to read strata-plan --json" >&2
   exit 2
@@ -31,12 +23,7 @@ mkdir -p "$POCL_CACHE_DIR"
 export STRATA_BACKEND_PATH STRATA_BACKENDS STRATA_HOST_DEVICES POCL_DEVICES POCL_CACHE_DIR
 STEPS=${STEPS:-4} TOP=${TOP:-6} D_MODEL=${D_MODEL:-512} LAYERS=${LAYERS:-8} CONTEXT=${CONTEXT:-256} BATCH=${BATCH:-8}
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/strata-plan-vs-brute.XXXXXX") || exit 1
-trap 'rm -rf "$tmp"' EXIT INT TERM
-cat >"$tmp/model.json" <<JSON
-{"kind": "gpt", "name": "gpt-${D_MODEL}x${LAYERS}-ctx${CONTEXT}", "vocab": 256, "context": $CONTEXT,
- "d_model": $D_MODEL, "layers": $LAYERS, "heads": 8, "d_ff": $((4 * D_MODEL)), "tied": false}
-JSON
+bench_gpt "$tmp/model.json" "$D_MODEL" "$LAYERS" "$CONTEXT" 8
 echo "# plan-vs-brute: GPT d_model $D_MODEL, $LAYERS layers, context $CONTEXT, global batch $BATCH;" \
   "devices 0 PoCL, 1-2 host virtual; $(nproc 2>/dev/null || echo '?') cores"
 echo "# load at start (/proc/loadavg): $(cat /proc/loadavg 2>/dev/null)"

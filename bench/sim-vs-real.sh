@@ -8,17 +8,9 @@
 # On a machine others load, calibrate and measure under the same load: figures are medians, not bests.
 # Target: every prediction within 15% of the median measured step.
 set -u
-build=${1:-}
-if [ -z "$build" ]; then
-  if [ -x build/tools/strata-train ]; then build=build; else build=.; fi
-fi
+. "$(dirname "$0")/lib.sh"
+bench_setup sim-vs-real "${1:-}" strata-train strata-plan strata-bench
 TRAIN="$build/tools/strata-train" PLAN="$build/tools/strata-plan" BENCH="$build/tools/strata-bench"
-for t in "$TRAIN" "$PLAN" "$BENCH"; do
-  if [ ! -x "$t" ]; then
-    echo "sim-vs-real: no $t; build first (make), or pass the build directory" >&2
-    exit 2
-  fi
-done
 : "${STRATA_BACKEND_PATH:=$build/backends/host/.libs:$build/backends/opencl/.libs}"
 # devices 0 and 1: PoCL (one shared pool of worker threads); 2 to 5: host virtual devices (one thread each)
 STRATA_BACKENDS=host,opencl STRATA_HOST_DEVICES=4 POCL_DEVICES="pthread pthread"
@@ -27,13 +19,8 @@ mkdir -p "$POCL_CACHE_DIR"
 export STRATA_BACKEND_PATH STRATA_BACKENDS STRATA_HOST_DEVICES POCL_DEVICES POCL_CACHE_DIR
 STEPS=${STEPS:-6}
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/strata-sim-vs-real.XXXXXX") || exit 1
-trap 'rm -rf "$tmp"' EXIT INT TERM
 # small enough that a step on the host takes tens of milliseconds; heads and vocabulary divide by tp 2
-cat >"$tmp/model.json" <<'JSON'
-{"kind": "gpt", "name": "gpt-128x4-ctx64", "vocab": 256, "context": 64, "d_model": 128,
- "layers": 4, "heads": 4, "d_ff": 512, "tied": false}
-JSON
+bench_gpt "$tmp/model.json" 128 4 64 4
 
 echo "# sim-vs-real: GPT d_model 128, 4 blocks (6 layers), context 64, vocab 256; $STEPS steps per layout"
 echo "# devices: 0-1 PoCL pthread, 2-5 host virtual; $(nproc 2>/dev/null || echo '?') cores"

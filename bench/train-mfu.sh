@@ -4,28 +4,16 @@
 # Usage: bench/train-mfu.sh [BUILD_DIR] [extra strata-train options...]    (BUILD_DIR default: ./build or .)
 # Target: MFU at least 50% of the measured single-device sgemm peak.
 set -u
-build=${1:-}
+. "$(dirname "$0")/lib.sh"
+bench_setup train-mfu "${1:-}" strata-train
 [ $# -gt 0 ] && shift
-if [ -z "$build" ]; then
-  if [ -x build/tools/strata-train ]; then build=build; else build=.; fi
-fi
 TRAIN="$build/tools/strata-train"
-if [ ! -x "$TRAIN" ]; then
-  echo "train-mfu: no $TRAIN; build first (make), or pass the build directory" >&2
-  exit 2
-fi
 : "${STRATA_BACKEND_PATH:=$build/backends/host/.libs}"
 STRATA_BACKENDS=host
 export STRATA_BACKEND_PATH STRATA_BACKENDS
 STEPS=${STEPS:-4}
 BATCH=${BATCH:-4}
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/strata-train-mfu.XXXXXX") || exit 1
-trap 'rm -rf "$tmp"' EXIT INT TERM
-cat >"$tmp/gpt-512x8.json" <<'JSON'
-{"kind": "gpt", "name": "gpt-512x8-ctx256", "vocab": 256, "context": 256, "d_model": 512,
- "layers": 8, "heads": 8, "d_ff": 2048, "tied": false}
-JSON
+bench_gpt "$tmp/gpt-512x8.json" 512 8 256 8
 
 echo "train-mfu: GPT d_model 512, 8 layers, 8 heads, d_ff 2048, context 256, vocab 256;" \
   "$STEPS steps of $BATCH sequences on the host backend ($(nproc 2>/dev/null || echo '?') cores)"
@@ -37,10 +25,10 @@ if [ $rc -ne 0 ]; then
   exit 1
 fi
 # The figures from the JSON lines; the summary's leave out the first step (warm-up).
-get() { grep "\"event\":\"$1\"" "$tmp/run.json" | tail -n 1 | sed -n "s/.*\"$2\":\\([^,}]*\\).*/\\1/p"; }
-awk -v peak="$(get summary peak_gflops)" -v n="$(get start peak_n)" -v tps="$(get summary tokens_per_s)" \
-  -v mfu="$(get summary mfu)" -v fpt="$(get start flops_per_token)" -v params="$(get start params)" \
-  -v loss="$(get summary loss)" 'BEGIN {
+r="$tmp/run.json"
+awk -v peak="$(get "$r" summary peak_gflops)" -v n="$(get "$r" start peak_n)" -v tps="$(get "$r" summary tokens_per_s)" \
+  -v mfu="$(get "$r" summary mfu)" -v fpt="$(get "$r" start flops_per_token)" -v params="$(get "$r" start params)" \
+  -v loss="$(get "$r" summary loss)" 'BEGIN {
   printf "model            %.1f M parameters, %.3f GFLOP per token (forward + backward)\n", params / 1e6, fpt / 1e9
   printf "sgemm peak       %.1f GFLOP/s (N=%d, best of 5 before and 5 after training, strata_gemm on the same device)\n", peak, n
   printf "training         %.0f tokens/s = %.1f GFLOP/s of model FLOPs (first step excluded), loss %.3f\n", tps, tps * fpt / 1e9, loss

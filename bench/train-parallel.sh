@@ -7,28 +7,16 @@
 # benchmark, not a test.
 # Usage: bench/train-parallel.sh [BUILD_DIR]      Targets: dp = 2 at least 1.8x, tp = 2 at least 1.6x one device.
 set -u
-build=${1:-}
-if [ -z "$build" ]; then
-  if [ -x build/tools/strata-train ]; then build=build; else build=.; fi
-fi
+. "$(dirname "$0")/lib.sh"
+bench_setup train-parallel "${1:-}" strata-train
 TRAIN="$build/tools/strata-train"
-if [ ! -x "$TRAIN" ]; then
-  echo "train-parallel: no $TRAIN; build first (make), or pass the build directory" >&2
-  exit 2
-fi
 : "${STRATA_BACKEND_PATH:=$build/backends/host/.libs}"
 STRATA_BACKENDS=host
 export STRATA_BACKEND_PATH STRATA_BACKENDS
 STEPS=${STEPS:-4}
 BATCH=${BATCH:-2}
 RUNS=${RUNS:-3}
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/strata-train-parallel.XXXXXX") || exit 1
-trap 'rm -rf "$tmp"' EXIT INT TERM
-cat >"$tmp/gpt-512x8.json" <<'JSON'
-{"kind": "gpt", "name": "gpt-512x8-ctx256", "vocab": 256, "context": 256, "d_model": 512,
- "layers": 8, "heads": 8, "d_ff": 2048, "tied": false}
-JSON
-get() { grep "\"event\":\"$2\"" "$1" | tail -n 1 | sed -n "s/.*\"$3\":\\([^,}]*\\).*/\\1/p"; }
+bench_gpt "$tmp/gpt-512x8.json" 512 8 256 8
 T="$TRAIN --model $tmp/gpt-512x8.json --steps $STEPS --batch $BATCH --eval-every 0 --eval-batches 1 --json"
 echo "train-parallel: GPT 512 x 8 layers, context 256; $STEPS steps of 2 x $BATCH sequences, $RUNS runs alternated," \
   "load $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -52,7 +40,6 @@ for i in $(seq "$RUNS"); do
   STRATA_HOST_DEVICES=2 STRATA_HOST_THREADS=1 $T --tp 2 --microbatches 2 --trace "$tmp/tp-trace.json" >"$tmp/tp.json" || exit 1
   get "$tmp/tp.json" summary tokens_per_s >>"$tmp/tp"
 done
-med() { sort -g "$1" | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 one=$(med "$tmp/one")
 pair=$(med "$tmp/pair")
 dp=$(med "$tmp/dp")
