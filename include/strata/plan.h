@@ -235,8 +235,9 @@ STRATA_API void strata_sim_result_destroy(struct strata_sim_result *r);
 ** host's cores sharing them, the optimizer's updates after every stage's
 ** norm, transfers on the links with the sender's copy engine and shared
 ** uplinks contended, gradient collectives as rings hop by hop. A layout
-** with a tp degree per rank (which the executor does not run) is one list
-** per group at its slowest member's pace, its joins inside F and B. Action
+** with a tp degree per rank is simulated as one list per group at its
+** slowest member's pace, its joins inside F and B (not yet the lists of
+** strata_schedule_generate_hybrid_ranks that the executor runs for it). Action
 ** kinds it does not know are zero-cost synchronisation. A layout that does
 ** not fit still gives its figures, with fits = 0.
 */

@@ -343,8 +343,9 @@ static int balanced_split(strata_model_t model, int S, int *split) {
 ** What every stage of the schedule costs: seconds per action, bytes per
 ** transfer. With the executor's lists (one tp degree) a stage is one
 ** slice on its own device, and its joins are the TP_JOIN actions; with a tp
-** degree per rank (which only the planner lays out) a stage is its whole
-** group, costed at its slowest member, the joins inside its F and B.
+** degree per rank (the executor runs strata_schedule_generate_hybrid_ranks'
+** lists; this model is coarser) a stage is its whole group, costed at its
+** slowest member, the joins inside its F and B.
 */
 struct stage_cost {
   double f, b, bi, w, opt;          /* compute (joins included when inline) */
@@ -1155,7 +1156,7 @@ STRATA_API int strata_simulate(strata_machine_t c, strata_model_t model, strata_
   /* symmetric: two replicas stand for all, the collectives still span dp */
   const int R = o->symmetric && dp > 2 ? 2 : dp;
   /* one tp degree for every rank: the executor's own lists, a slice per device and its joins as TP_JOIN
-  ** actions; a degree per rank (the executor does not run it): one list per group, joins inside F and B.
+  ** actions; a degree per rank: one list per group, joins inside F and B (coarser than the executor's lists).
   ** Symmetric mode on groups of like devices runs one slice for all: the slices reach every join at one
   ** time, so the join ends its cost after either's arrival, as in the lists of all slices. */
   int T = strata_layout_tp(l, 0);
