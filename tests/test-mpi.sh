@@ -2,7 +2,8 @@
 # test-mpi.sh — the cluster layer (strata/cluster.h) under mpirun -np 2 and -np 4: the global view, point-to-point,
 # hierarchical collectives against the host, bit-identical repeats, and a killed, silent or faulty rank named within the timeout;
 # strata-train --dp 2 over 2 ranks (host and PoCL devices) against the one-process run, its checkpoint resumed by one
-# process, and a rank killed mid-training.
+# process, and a rank killed mid-training; --pp 2 across 2 ranks and dp 2 x pp 2 over 4 (host and PoCL) against one
+# process, a 4-rank checkpoint resumed by one, and a pipeline's rank failing or killed.
 # Prints TAP. Without MPI configured only the one-process cluster is checked; the rest is skipped, saying why.
 b=${top_builddir:-.}
 prog="$b/tests/mpi-check"
@@ -254,5 +255,102 @@ else notok "strata-train: the last checkpoint is intact"; fi
 sleep 1
 if ranks_of_train | grep -qF "$out/"; then notok "strata-train kill: no rank left running"; ranks_of_train | sed 's/^/# /'
 else ok "strata-train kill: no rank left running"; fi
+
+# Pipelines across ranks: stage s + 1 on another rank than stage s, its activations and gradients through the
+# cluster's point-to-point calls. The same arithmetic as one process's pipeline: every figure to the last digit.
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 $T --steps 6 --pp 2 >"$out/pp1.json" 2>"$out/pp1.json.err"
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=1 $run 2 $T --steps 6 --pp 2 >"$out/pp2.json" 2>"$out/pp2.json.err"
+same "pp 2 over 2 ranks (a host device each) = one process's pp 2" 7 "$out/pp1.json" "$out/pp2.json"
+if [ "$(grep -c '"event":"summary"' "$out/pp2.json")" -eq 1 ]; then ok "pp 2 over 2 ranks: only rank 0 prints"
+else notok "pp 2 over 2 ranks: only rank 0 prints"; fi
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 $T --steps 6 --pp 2 --stop-at 3 --save "$out/pp1.st" \
+  >"$out/pp1s.json" 2>"$out/pp1s.json.err"
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=1 $run 2 $T --steps 6 --pp 2 --stop-at 3 --save "$out/pp2.st" \
+  >"$out/pp2s.json" 2>"$out/pp2s.json.err"
+if [ -s "$out/pp2.st" ] && cmp -s "$out/pp1.st" "$out/pp2.st"; then
+  ok "pp 2 over 2 ranks: the checkpoint (each stage's tensors from its rank) is one process's, byte for byte"
+else notok "pp 2 over 2 ranks: the checkpoint is one process's"; tail -n 5 "$out/pp2s.json.err" | sed 's/^/# /'; fi
+# interleaved 1F1B (two virtual stages per rank: messages both ways between the two ranks) and zero-bubble
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 $T1 --model gpt-tiny --microbatches 4 --steps 3 --pp 2 \
+  --schedule interleaved >"$out/pi1.json" 2>"$out/pi1.json.err"
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=1 $run 2 $T1 --model gpt-tiny --microbatches 4 --steps 3 --pp 2 \
+  --schedule interleaved >"$out/pi2.json" 2>"$out/pi2.json.err"
+same "pp 2 interleaved (2 virtual stages a rank) over 2 ranks = one process's" 4 "$out/pi1.json" "$out/pi2.json"
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 $T --steps 3 --pp 2 --schedule zb-h1 >"$out/pz1.json" 2>"$out/pz1.json.err"
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=1 $run 2 $T --steps 3 --pp 2 --schedule zb-h1 \
+  >"$out/pz2.json" 2>"$out/pz2.json.err"
+same "pp 2 zero-bubble over 2 ranks = one process's" 4 "$out/pz1.json" "$out/pz2.json"
+env STRATA_BACKENDS=opencl POCL_DEVICES="pthread pthread" $T --steps 2 --pp 2 >"$out/pc1.json" 2>"$out/pc1.json.err"
+env STRATA_BACKENDS=opencl POCL_DEVICES=pthread $run 2 $T --steps 2 --pp 2 >"$out/pc2.json" 2>"$out/pc2.json.err"
+same "pp 2 over 2 ranks (a PoCL device each) = one process's" 3 "$out/pc1.json" "$out/pc2.json"
+
+# dp x pp: two replicas of a 2-stage pipeline over 4 ranks (every stage its own rank), and over 2 ranks with each
+# replica's pipeline across both (--devices 0,2,1,3: replica 0 on devices 0 and 2).
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=4 $T --steps 6 --dp 2 --pp 2 >"$out/dpp1.json" 2>"$out/dpp1.json.err"
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=1 $run 4 $T --steps 6 --dp 2 --pp 2 >"$out/dpp4.json" 2>"$out/dpp4.json.err"
+same "dp 2 x pp 2 over 4 ranks = one process's" 7 "$out/dpp1.json" "$out/dpp4.json"
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 $run 2 $T --steps 6 --dp 2 --pp 2 --devices 0,2,1,3 \
+  >"$out/dpx2.json" 2>"$out/dpx2.json.err"
+same "dp 2 x pp 2 over 2 ranks, each replica's pipeline across both = one process's" 7 "$out/dpp1.json" "$out/dpx2.json"
+
+# A checkpoint written by 4 ranks (dp 2 x pp 2 with ZeRO: each stage's moments in two replicas' shards on two
+# ranks): one process's bytes, resumed by one process as dp 2 x pp 2 (bit for bit) and on one device (the next
+# step's loss to the bit).
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=4 $T --steps 6 --dp 2 --pp 2 --zero >"$out/dz1.json" 2>"$out/dz1.json.err"
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=1 $run 4 $T --steps 6 --dp 2 --pp 2 --zero --stop-at 3 \
+  --save "$out/ck4.st" >"$out/ck4.json" 2>"$out/ck4.json.err"
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=4 $T --steps 6 --dp 2 --pp 2 --zero --stop-at 3 --save "$out/ck4a.st" \
+  >"$out/ck4a.json" 2>"$out/ck4a.json.err"
+if [ -s "$out/ck4.st" ] && cmp -s "$out/ck4.st" "$out/ck4a.st"; then
+  ok "checkpoint of 4 ranks (dp 2 x pp 2, ZeRO): byte for byte one process's ($(wc -c <"$out/ck4.st") bytes)"
+else notok "checkpoint of 4 ranks: byte for byte one process's"; tail -n 5 "$out/ck4.json.err" | sed 's/^/# /'; fi
+grep -v '"step":[123],' "$out/dz1.json" >"$out/dz1t.json"
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=4 $T --steps 6 --dp 2 --pp 2 --zero --resume "$out/ck4.st" \
+  >"$out/r4.json" 2>"$out/r4.json.err"
+same "4-rank checkpoint resumed by one process (dp 2 x pp 2): steps 4-6 as without a stop" 4 "$out/dz1t.json" "$out/r4.json"
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=1 $T1 --steps 6 --device 0 --accum 4 --resume "$out/ck4.st" \
+  >"$out/r41.json" 2>"$out/r41.json.err"
+losses "$out/dz1t.json" >"$out/l.a"; losses "$out/r41.json" >"$out/l.b"
+if [ "$(wc -l <"$out/l.b")" -eq 3 ] && [ "$(head -n 1 "$out/l.a")" = "$(head -n 1 "$out/l.b")" ]; then
+  ok "4-rank checkpoint resumed on one device: step 4 loss $(head -n 1 "$out/l.b" | cut -d' ' -f2) to the bit"
+else notok "4-rank checkpoint resumed on one device: step 4's loss"; paste "$out/l.a" "$out/l.b" | sed 's/^/# /'
+  tail -n 5 "$out/r41.json.err" | sed 's/^/# /'; fi
+
+# Failure in a pipeline across ranks: a device fault on rank 1 (its stage), and rank 1 killed while rank 0 waits
+# for its messages; rank 0 stops within the bound, naming it.
+t0=$(date +%s)
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=1 STRATA_COMM_TIMEOUT=20 $run60 1 $T --steps 200 --pp 2 : \
+  -np 1 env STRATA_HOST_FAULT=device=0,op=3000 $T --steps 200 --pp 2 >"$out/ppf.json" 2>"$out/ppf.log"
+rc=$?
+elapsed=$(($(date +%s) - t0))
+if [ "$rc" -ne 0 ] && [ "$elapsed" -lt 30 ]; then ok "pp 2 over 2 ranks: a device fault on rank 1 ends the job (status $rc) in $elapsed s"
+else notok "pp 2 over 2 ranks: a device fault on rank 1 ends the job in bounded time (status $rc, $elapsed s)"
+  tail -n 20 "$out/ppf.log" | sed 's/^/# /'; fi
+has "pp 2 over 2 ranks: the fault's message names rank 1, the device and the action" "$out/ppf.log" \
+  '^strata: rank 1 .*host virtual device 0.*action #[0-9]+ [A-Z]+[0-9]+\.[0-9]+: .*injected fault'
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=1 STRATA_COMM_TIMEOUT=20 $run60 2 $T --steps 1000000 --pp 2 \
+  >"$out/ppk.json" 2>"$out/ppk.log" &
+job=$!
+victim=
+for i in $(seq 1 100); do
+  for p in $(ranks_of_train | awk '{print $1}'); do
+    if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1; then victim=$p; fi
+  done
+  [ -n "$victim" ] && grep -q '"event":"step"' "$out/ppk.json" 2>/dev/null && break
+  sleep 0.2
+done
+t0=$(date +%s)
+[ -n "$victim" ] && kill -9 "$victim"
+wait $job; rc=$?
+elapsed=$(($(date +%s) - t0))
+if [ -n "$victim" ] && [ "$rc" -ne 0 ] && [ "$elapsed" -lt 30 ]; then
+  ok "pp 2 over 2 ranks: kill -9 of rank 1 mid-training ends the job (status $rc) in $elapsed s"
+else notok "pp 2 over 2 ranks: kill -9 of rank 1 ends the job in bounded time (pid '$victim', status $rc, $elapsed s)"
+  tail -n 20 "$out/ppk.log" | sed 's/^/# /'; fi
+has "pp 2 over 2 ranks: rank 0 names the dead rank" "$out/ppk.log" \
+  '^strata-train: .*rank 1 \(pid [0-9]+ on [^)]*\) has exited; rank 0 stops'
+sleep 1
+if ranks_of_train | grep -qF -- "--pp 2"; then notok "pp kill: no rank left running"; ranks_of_train | sed 's/^/# /'
+else ok "pp kill: no rank left running"; fi
 
 echo "1..$n"

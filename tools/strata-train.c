@@ -1839,8 +1839,8 @@ int main(int argc, char **argv) {
     rc = EXIT_RUNTIME;
     goto out;
   }
-  if (ranks > 1 && (o.plan_auto || !o.pp || !(o.dp > 1 || o.layout))) {
-    fprintf(stderr, PROG ": under mpirun with %d ranks give --dp (one replica per rank or more) or --layout; "
+  if (ranks > 1 && (o.plan_auto || !o.pp)) {
+    fprintf(stderr, PROG ": under mpirun with %d ranks give --dp, --pp (devices over the ranks) or --layout; "
             "%s\n", ranks, o.plan_auto ? "--plan auto plans one process" : "one device per job is one process's");
     rc = EXIT_USAGE;
     goto out;
