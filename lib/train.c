@@ -433,8 +433,8 @@ static int make_comms(strata_trainer_t tr) {
       const int deg = tr->tps[k % S];
       strata_comm_free(tr->tp_comm[k]);
       tr->tp_comm[k] = NULL;
-      if (deg == 1)
-        continue; /* a stage that is not cut joins nothing */
+      if (deg == 1 || !strata__stage_mine(tr, k / S * tr->tp * S + k % S))
+        continue; /* a stage that is not cut joins nothing; another rank's group (all on one rank) is made there */
       for (int t = 0; t < deg; t++)
         devs[t] = tr->dev[tr->stage_rank[(k / S * tr->tp + t) * S + k % S]];
       rc = strata_comm_new(devs, deg, NULL, &tr->tp_comm[k]);
@@ -835,9 +835,15 @@ static int seq_forward(strata_trainer_t tr, int s, int slot, const void *inputs,
     TRY(strata_buffer_write(st->q, tg.buf, tg.off * 4, targets, (size_t)tr->rows * 4));
   }
   TRY(strata__stage_forward(st, slot));
-  if (!strata__stage_last(tr, s) && !strata__stage_mine(tr, s + 1))
-    return strata__ranks_send(tr, s + 1, 0, slot, st->q, strata__stage_output(st, slot),
-                              strata__stage_out_floats(st) * 4);
+  if (strata__stage_last(tr, s) || !tr->ranks || !tr->ranks->spans)
+    return STRATA_OK;
+  /* the next stage's slices that take this output (it stands for their previous stage) and are another rank's */
+  const int S = tr->nstages, c0 = strata__stage_replica(tr, s) * tr->tp, j = s % S + 1;
+  for (int t = 0; t < tr->tps[j]; t++) {
+    const int to = (c0 + t) * S + j;
+    if (strata__stage_owner(tr, to - 1) == s && !strata__stage_mine(tr, to))
+      TRY(strata__ranks_send(tr, to, 0, slot, st->q, strata__stage_output(st, slot), strata__stage_out_floats(st) * 4));
+  }
   return STRATA_OK;
 }
 
@@ -886,8 +892,8 @@ static void *seq_main(void *arg) {
 /* Stage `pos` of the home replica, forward or backward: the stage itself, or its slices together, one thread each. */
 static int seq_stage(strata_trainer_t tr, int pos, int slot, const void *inputs, const int32_t *targets, int backward) {
   const int deg = tr->tps[pos], s0 = tr->home * tr->tp * tr->nstages + pos;
-  if (deg == 1 && !tr->st[s0])
-    return STRATA_OK; /* another rank's stage of a pipeline across ranks: it runs it */
+  if (!tr->st[s0])
+    return STRATA_OK; /* another rank's stage (all its slices) of a pipeline across ranks: it runs it */
   if (deg == 1)
     return backward ? seq_backward(tr, s0, slot) : seq_forward(tr, s0, slot, inputs, targets);
   struct seq_job *jobs = calloc((size_t)deg, sizeof *jobs);

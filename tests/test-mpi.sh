@@ -3,7 +3,8 @@
 # hierarchical collectives against the host, bit-identical repeats, and a killed, silent or faulty rank named within the timeout;
 # strata-train --dp 2 over 2 ranks (host and PoCL devices) against the one-process run, its checkpoint resumed by one
 # process, and a rank killed mid-training; --pp 2 across 2 ranks and dp 2 x pp 2 over 4 (host and PoCL) against one
-# process, a 4-rank checkpoint resumed by one, and a pipeline's rank failing or killed.
+# process, dp 2 x pp 2 x tp 2 over 4 ranks (tp inside each), a 4-rank checkpoint resumed by one, and a pipeline's
+# rank failing or killed.
 # Prints TAP. Without MPI configured only the one-process cluster is checked; the rest is skipped, saying why.
 b=${top_builddir:-.}
 prog="$b/tests/mpi-check"
@@ -292,6 +293,30 @@ same "dp 2 x pp 2 over 4 ranks = one process's" 7 "$out/dpp1.json" "$out/dpp4.js
 env STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 $run 2 $T --steps 6 --dp 2 --pp 2 --devices 0,2,1,3 \
   >"$out/dpx2.json" 2>"$out/dpx2.json.err"
 same "dp 2 x pp 2 over 2 ranks, each replica's pipeline across both = one process's" 7 "$out/dpp1.json" "$out/dpx2.json"
+
+# Tensor parallelism inside each rank, pipelines and replicas across: dp 2 x pp 2 x tp 2 over 4 ranks of 2 host devices
+# (each rank one stage's tp group), and --tp 1,2 (stage 0 on rank 0 sends its output to both slices of stage 1 on
+# rank 1): bit-identical to one process; the 2 x 2 x 2 checkpoint (ZeRO) is one process's file. A tp group across
+# ranks is refused, saying so.
+D8="--devices 0,1,2,3,4,5,6,7"
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=8 $T --steps 6 --dp 2 --pp 2 --tp 2 --zero $D8 --stop-at 3 \
+  --save "$out/t8a.st" >"$out/t8a.json" 2>"$out/t8a.json.err"
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 $run 4 $T --steps 6 --dp 2 --pp 2 --tp 2 --zero $D8 --stop-at 3 \
+  --save "$out/t8b.st" >"$out/t8b.json" 2>"$out/t8b.json.err"
+same "dp 2 x pp 2 x tp 2 (ZeRO) over 4 ranks of 2 devices = one process's" 4 "$out/t8a.json" "$out/t8b.json"
+if [ -s "$out/t8b.st" ] && cmp -s "$out/t8a.st" "$out/t8b.st"; then
+  ok "dp 2 x pp 2 x tp 2 over 4 ranks: the checkpoint is one process's, byte for byte"
+else notok "dp 2 x pp 2 x tp 2 over 4 ranks: the checkpoint is one process's"; tail -n 5 "$out/t8b.json.err" | sed 's/^/# /'; fi
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=4 $T --steps 4 --pp 2 --tp 1,2 --devices 0,2,3 \
+  >"$out/tf1.json" 2>"$out/tf1.json.err"
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 $run 2 $T --steps 4 --pp 2 --tp 1,2 --devices 0,2,3 \
+  >"$out/tf2.json" 2>"$out/tf2.json.err"
+same "pp 2 with --tp 1,2 over 2 ranks (one stage's output to two slices on the other rank) = one process's" 5 \
+  "$out/tf1.json" "$out/tf2.json"
+if env STRATA_BACKENDS=host STRATA_HOST_DEVICES=1 $run 2 $T --steps 2 --tp 2 >"$out/tpx.json" 2>"$out/tpx.log"; then
+  notok "tp 2 across 2 ranks is refused"; else ok "tp 2 across 2 ranks is refused"; fi
+has "tp across ranks: the refusal names the group and its ranks" "$out/tpx.log" \
+  'tensor-parallel slices of replica 0.s stage 0 span ranks 0 \(device 0\) and 1 \(device 1\)'
 
 # A checkpoint written by 4 ranks (dp 2 x pp 2 with ZeRO: each stage's moments in two replicas' shards on two
 # ranks): one process's bytes, resumed by one process as dp 2 x pp 2 (bit for bit) and on one device (the next

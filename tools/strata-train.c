@@ -1035,8 +1035,9 @@ static int pipeline_devices(struct run *r, const struct options *o, int ndev) {
       return fail(NULL);
   }
   /* devices chosen here with --tp: each tensor-parallel group inside one island of the topology (the fastest
-  ** links), the pipeline and the replicas across them */
-  if (!o->ndevices && !o->layout && o->ntp == 1 && o->tp[0] > 1) {
+  ** links), the pipeline and the replicas across them; under mpirun the global order, rank by rank, keeps each
+  ** group on one rank when the ranks' device counts allow it (this process's topology knows only its own) */
+  if (!o->ndevices && !o->layout && o->ntp == 1 && o->tp[0] > 1 && !r->topts.cluster) {
     strata_topology_t topo = NULL;
     int order[MAX_DEVICES];
     int rc = strata_topology_load(NULL, &topo);

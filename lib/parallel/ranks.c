@@ -132,12 +132,20 @@ int strata__ranks_new(strata_trainer_t tr, strata_cluster_t c, int traced) {
     R->owner[r] = d.rank;
     local[r] = d.local;
   }
-  if (tr->tp > 1) {
-    free(local);
-    return strata__error(STRATA_ERR_UNSUPPORTED,
-                         "layout: tensor parallelism in a job over %d ranks is not in this version (data and pipeline "
-                         "parallelism across ranks are)", ci.size);
-  }
+  /* a tensor-parallel group (the slices of one replica's stage) on one rank: its joins stay inside a process */
+  for (int c0 = 0; c0 < tr->chains; c0 += tr->tp)
+    for (int j = 0; j < tr->nstages; j++)
+      for (int t = 1; t < tr->tps[j]; t++) {
+        const int a = tr->stage_rank[c0 * tr->nstages + j], b = tr->stage_rank[(c0 + t) * tr->nstages + j];
+        if (R->owner[a] != R->owner[b]) {
+          free(local);
+          return strata__error(STRATA_ERR_UNSUPPORTED,
+                               "layout: the tensor-parallel slices of replica %d's stage %d span ranks %d (device %d) "
+                               "and %d (device %d); a tensor-parallel group across ranks is not in this version: give "
+                               "each group devices of one rank (pipelines and replicas may cross ranks)",
+                               c0 / tr->tp, j, R->owner[a], R->global[a], R->owner[b], R->global[b]);
+        }
+      }
   /* the home replica: the first with a stage here (its pipeline may cross ranks: its messages go through the cluster) */
   tr->home = -1;
   for (int c0 = 0; c0 < tr->chains; c0++)

@@ -20,8 +20,8 @@
 ** cross ranks, and so may a replica's pipeline: its activations and
 ** gradients to a stage on another rank go through the cluster's
 ** point-to-point calls (host-staged), one tag per (receiving stage,
-** direction, micro-batch). Tensor-parallel slices stay on one rank in this
-** version.
+** direction, micro-batch). A tensor-parallel group (one replica's stage's
+** slices) stays on one rank in this version, so its joins stay local.
 */
 struct strata__meet;
 
