@@ -1044,6 +1044,8 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
       /* idle time: the gaps between a device's compute and receive events in this step */
       size_t n0 = tr->nevents;
       for (int r = 0; r < tr->ndev; r++) {
+        if (!strata__rank_mine(tr, r))
+          continue; /* another rank's device: that rank counts its idle time */
         double last = t_start;
         for (size_t e = 0; e < n0; e++) {
           struct strata__trace_event *ev = &tr->events[e];
@@ -1202,6 +1204,9 @@ void strata__trace_add_comm(strata_trainer_t tr, const char *name, const char *o
 /* The trace, through the atomic writer: a reader never sees half a file, and
 ** a planted file or link at a temporary name is never written through. */
 int strata__trace_write(strata_trainer_t tr) {
+  TRY(strata__ranks_trace_merge(tr)); /* several ranks: every rank's events, on rank 0 */
+  if (!strata__ranks_writer(tr))
+    return STRATA_OK;
   struct strata__out o;
   TRY(strata__out_open(&o, tr->trace_path));
   FILE *f = strata__out_stream(&o);
@@ -1211,16 +1216,23 @@ int strata__trace_write(strata_trainer_t tr) {
   }
   fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
   for (int r = 0; r < tr->ndev; r++) {
+    /* one pair of tracks per device of the job, named by its global index (and rank, over several) */
     struct strata_device_props p;
-    strata_device_props(tr->dev[r], &p);
+    char backend[sizeof p.backend] = "?", where[32] = "";
+    if (!tr->ranks && !strata_device_props(tr->dev[r], &p))
+      strata__strlcpy(backend, p.backend, sizeof backend);
+    if (tr->ranks) {
+      strata__ranks_backend(tr, r, backend, sizeof backend);
+      snprintf(where, sizeof where, ", rank %d", tr->ranks->owner[r]);
+    }
     fprintf(f,
             "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, \"args\": {\"name\": \"device %d "
-            "(%s) compute\"}},\n",
-            2 * r, tr->dev[r], p.backend);
+            "(%s%s) compute\"}},\n",
+            2 * r, strata__rank_device(tr, r), backend, where);
     fprintf(f,
             "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, \"args\": {\"name\": \"device %d "
-            "(%s) transfers\"}},\n",
-            2 * r + 1, tr->dev[r], p.backend);
+            "(%s%s) transfers\"}},\n",
+            2 * r + 1, strata__rank_device(tr, r), backend, where);
   }
   for (size_t i = 0; i < tr->nevents; i++) {
     const struct strata__trace_event *e = &tr->events[i];

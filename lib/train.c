@@ -589,7 +589,7 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
       tr->stage_rank[s] = strata_schedule_stage_device(tr->sched, s);
   }
   if (!rc)
-    rc = strata__ranks_new(tr, opts->cluster, pl->trace != NULL);
+    rc = strata__ranks_new(tr, opts->cluster);
   if (!rc)
     rc = host_buffers(tr);
   if (!rc && tr->tp > 1 && !(tr->tp_member = calloc((size_t)(nstages * chains), sizeof *tr->tp_member)))

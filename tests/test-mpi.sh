@@ -3,8 +3,8 @@
 # hierarchical collectives against the host, bit-identical repeats, and a killed, silent or faulty rank named within the timeout;
 # strata-train --dp 2 over 2 ranks (host and PoCL devices) against the one-process run, its checkpoint resumed by one
 # process, and a rank killed mid-training; --pp 2 across 2 ranks and dp 2 x pp 2 over 4 (host and PoCL) against one
-# process, dp 2 x pp 2 x tp 2 over 4 ranks (tp inside each), a 4-rank checkpoint resumed by one, and a pipeline's
-# rank failing or killed.
+# process, a merged trace, dp 2 x pp 2 x tp 2 over 4 ranks (tp inside each), a 4-rank checkpoint resumed by one,
+# and a pipeline's rank failing or killed.
 # Prints TAP. Without MPI configured only the one-process cluster is checked; the rest is skipped, saying why.
 b=${top_builddir:-.}
 prog="$b/tests/mpi-check"
@@ -284,6 +284,27 @@ same "pp 2 zero-bubble over 2 ranks = one process's" 4 "$out/pz1.json" "$out/pz2
 env STRATA_BACKENDS=opencl POCL_DEVICES="pthread pthread" $T --steps 2 --pp 2 >"$out/pc1.json" 2>"$out/pc1.json.err"
 env STRATA_BACKENDS=opencl POCL_DEVICES=pthread $run 2 $T --steps 2 --pp 2 >"$out/pc2.json" 2>"$out/pc2.json.err"
 same "pp 2 over 2 ranks (a PoCL device each) = one process's" 3 "$out/pc1.json" "$out/pc2.json"
+
+# One trace for a job over ranks: rank 0 writes it, every device's compute on its own track, named with its rank.
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=1 $run 2 $T --steps 2 --pp 2 --trace "$out/pp.trace.json" \
+  >"$out/ppt.json" 2>"$out/ppt.json.err"
+if command -v python3 >/dev/null 2>&1; then
+  if python3 -c '
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+names = [e["args"]["name"] for e in ev if e["ph"] == "M"]
+assert names == ["device 0 (host, rank 0) compute", "device 0 (host, rank 0) transfers",
+                 "device 1 (host, rank 1) compute", "device 1 (host, rank 1) transfers"], names
+for tid in (0, 2):  # F and B of 2 micro-batches, 2 steps, on each device
+    assert sum(1 for e in ev if e["ph"] == "X" and e["tid"] == tid and e["cat"] == "compute") == 8, tid
+    xs = sorted((e for e in ev if e["ph"] == "X" and e["tid"] == tid), key=lambda e: e["ts"])
+    assert all(a["ts"] + a["dur"] <= b["ts"] + 0.01 for a, b in zip(xs, xs[1:])), "overlap on %d" % tid
+assert any(e["ph"] == "X" and e["tid"] == 3 and e["cat"] == "recv" for e in ev)
+' "$out/pp.trace.json" 2>"$out/ppt.py.log"; then
+    ok "pp 2 over 2 ranks --trace: one file from rank 0, both devices' events on their tracks, none overlapping"
+  else notok "pp 2 over 2 ranks --trace: one merged file"; sed 's/^/# /' "$out/ppt.py.log" | tail -5
+    tail -n 5 "$out/ppt.json.err" | sed 's/^/# /'; fi
+fi
 
 # dp x pp: two replicas of a 2-stage pipeline over 4 ranks (every stage its own rank), and over 2 ranks with each
 # replica's pipeline across both (--devices 0,2,1,3: replica 0 on devices 0 and 2).

@@ -215,9 +215,10 @@ struct strata_pipeline_report {
 ** rank calls this with the same model, data, options and layout. Each rank
 ** builds and runs only the stages on its own devices; every rank holds one
 ** at least, in this version each tensor-parallel group lies on one rank
-** (else STRATA_ERR_UNSUPPORTED) and there is no trace. The replicas' gradient collectives go through the
-** cluster's hierarchical ones (strata_cluster_allreduce, _reducescatter,
-** _allgather), blocking the device's worker while they run; a pipeline's
+** (else STRATA_ERR_UNSUPPORTED); a trace is one file from rank 0. The
+** replicas' gradient collectives go through the cluster's hierarchical
+** ones (strata_cluster_allreduce, _reducescatter, _allgather), blocking
+** the device's worker while they run; a pipeline's
 ** messages to a stage on another rank go through strata_cluster_send and
 ** _recv (host-staged), overlapped with compute as on one box. Then
 ** strata_trainer_step, _save, _load and _free are collective (every rank

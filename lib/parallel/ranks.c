@@ -93,7 +93,7 @@ static int make_pairs(strata_trainer_t tr) {
   return rc;
 }
 
-int strata__ranks_new(strata_trainer_t tr, strata_cluster_t c, int traced) {
+int strata__ranks_new(strata_trainer_t tr, strata_cluster_t c) {
   tr->home = 0;
   if (!c)
     return STRATA_OK;
@@ -105,8 +105,6 @@ int strata__ranks_new(strata_trainer_t tr, strata_cluster_t c, int traced) {
         return strata__error(STRATA_ERR_NOT_FOUND, "layout: no device %d", tr->dev[r]);
     return STRATA_OK;
   }
-  if (traced)
-    return strata__error(STRATA_ERR_UNSUPPORTED, "a trace of a job over %d ranks is not in this version", ci.size);
   struct strata__ranks *R = calloc(1, sizeof *R);
   if (!R)
     return strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
@@ -549,4 +547,94 @@ int strata__ranks_host_device(const struct strata_trainer *tr, int r) {
     if (tr->dev[q] >= 0)
       return tr->dev[q];
   return 0;
+}
+
+/* ---- one trace for the whole job ---- */
+
+/* A trace event between processes: its strings by value (the pointers are each process's). */
+struct wire_event {
+  char name[24], cat[16], op[16], group[48];
+  double ts, dur;
+  int64_t step;
+  uint64_t bytes;
+  int32_t tid, has_op;
+};
+
+/* The event kinds and collectives a trace names, so that rank 0 keeps pointers to its own strings. */
+static const char *intern(const char *s) {
+  static const char *const known[] = {"compute",   "send",          "recv",      "idle",     "optimizer", "comm",
+                                      "allreduce", "reducescatter", "allgather", "broadcast"};
+  for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+    if (strcmp(s, known[i]) == 0)
+      return known[i];
+  return "other";
+}
+
+int strata__ranks_trace_merge(strata_trainer_t tr) {
+  struct strata__ranks *R = tr->ranks;
+  if (!R)
+    return STRATA_OK;
+  struct head {
+    uint64_t n;
+    double t0;
+  } mine = {R->rank == 0 ? 0 : tr->nevents, tr->t0}, *heads = calloc((size_t)R->size, sizeof *heads);
+  if (!heads)
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory merging the trace");
+  int rc = strata__cluster_allgather(R->cluster, &mine, sizeof mine, heads);
+  uint64_t most = 0;
+  for (int r = 0; r < R->size && !rc; r++)
+    most = heads[r].n > most ? heads[r].n : most;
+  if (!rc && most * sizeof(struct wire_event) * (uint64_t)R->size > (uint64_t)1 << 30)
+    rc = strata__error(STRATA_ERR_RANGE, "the trace of one step over %d ranks is too large to merge", R->size);
+  struct wire_event *out = NULL, *all = NULL;
+  if (!rc) {
+    out = calloc((size_t)most + 1, sizeof *out);
+    all = calloc((size_t)most * (size_t)R->size + 1, sizeof *all);
+    if (!out || !all)
+      rc = strata__error(STRATA_ERR_NOMEM, "out of host memory merging the trace");
+  }
+  for (uint64_t i = 0; !rc && i < mine.n; i++) {
+    const struct strata__trace_event *e = &tr->events[i];
+    struct wire_event *w = &out[i];
+    strata__strlcpy(w->name, e->name, sizeof w->name);
+    strata__strlcpy(w->cat, e->cat, sizeof w->cat);
+    strata__strlcpy(w->op, e->op ? e->op : "", sizeof w->op);
+    strata__strlcpy(w->group, e->group, sizeof w->group);
+    w->ts = e->ts;
+    w->dur = e->dur;
+    w->step = e->step;
+    w->bytes = e->bytes;
+    w->tid = e->tid;
+    w->has_op = e->op != NULL;
+  }
+  if (!rc)
+    rc = strata__cluster_allgather(R->cluster, out, (size_t)most * sizeof *out, all);
+  if (!rc && R->rank != 0)
+    tr->nevents = 0; /* sent: rank 0 keeps them (this step's idle time was counted before) */
+  for (int r = 1; !rc && R->rank == 0 && r < R->size; r++)
+    for (uint64_t i = 0; i < heads[r].n; i++) {
+      const struct wire_event *w = &all[(size_t)r * most + i];
+      /* on rank 0's clock: one machine's ranks share CLOCK_MONOTONIC (across machines the offset is approximate) */
+      const double t = tr->t0 + w->ts * 1e-6 + (heads[r].t0 - tr->t0);
+      size_t n = tr->nevents;
+      strata__trace_add(tr, w->name, intern(w->cat), t, t + w->dur * 1e-6, w->tid);
+      if (tr->nevents != n + 1)
+        break; /* the trace's bound */
+      struct strata__trace_event *e = &tr->events[n];
+      e->step = w->step;
+      e->bytes = w->bytes;
+      e->op = w->has_op ? intern(w->op) : NULL;
+      strata__strlcpy(e->group, w->group, sizeof e->group);
+    }
+  free(heads);
+  free(out);
+  free(all);
+  return rc;
+}
+
+int strata__ranks_backend(const struct strata_trainer *tr, int r, char *backend, size_t cap) {
+  struct strata_cluster_device d;
+  TRY(strata_cluster_device(tr->ranks->cluster, tr->ranks->global[r], &d));
+  strata__strlcpy(backend, d.info.backend, cap);
+  return STRATA_OK;
 }

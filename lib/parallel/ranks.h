@@ -46,10 +46,8 @@ struct strata__ranks {
 ** with several ranks make tr->ranks, check that every replica lies on one
 ** rank, turn tr->dev into local indices and choose tr->home (this rank's
 ** first replica). NULL `c`, or a cluster of one rank: nothing to do.
-** `traced`: the trainer was asked for a trace (one job's over several
-** ranks is not in this version).
 */
-int strata__ranks_new(strata_trainer_t tr, strata_cluster_t c, int traced);
+int strata__ranks_new(strata_trainer_t tr, strata_cluster_t c);
 void strata__ranks_free(strata_trainer_t tr);
 
 /* Pipeline rank r's device is this process's. */
@@ -95,6 +93,15 @@ int strata__ranks_stage_values(strata_trainer_t tr, float *host, const size_t *a
 int strata__ranks_loss_sum(strata_trainer_t tr, double *sum);
 /* A local device for host memory meant for pipeline rank r (its own when it is this process's). */
 int strata__ranks_host_device(const struct strata_trainer *tr, int r);
+
+/*
+** A trace over several ranks: this rank's events since the last call go to
+** rank 0, which adds them to its own (on its clock) and writes the file;
+** the others keep none. Collective: every rank calls it after each step.
+*/
+int strata__ranks_trace_merge(strata_trainer_t tr);
+/* Pipeline rank r's device's backend name, from the cluster view (any rank's device). */
+int strata__ranks_backend(const struct strata_trainer *tr, int r, char *backend, size_t cap);
 
 /* The data-parallel groups across ranks (collective over the world: every rank makes every group). */
 int strata__ranks_comms(strata_trainer_t tr);
