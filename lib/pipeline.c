@@ -29,6 +29,7 @@ struct job {
   strata_mem_t src;
   size_t bytes;
   int dst_dev;
+  int to;                    /* the receiving stage; another rank's when dst is NULL */
   struct msg *dst;
   struct strata__pool *pool;  /* receive buffers of the destination, reused from step to step */
 };
@@ -119,6 +120,8 @@ static void fail(struct exec *ex, int status, const char *what) {
   pthread_mutex_unlock(&ex->lock);
   /* replicas and slices waiting in a collective for this one must not wait for the timeout */
   strata__trainer_abort(ex->tr, status, what);
+  /* nor this rank's receivers waiting for another rank's messages (a pipeline across ranks) */
+  strata__ranks_abort(ex->tr, status, ex->fail_msg); /* (the first failure's, set once) */
 }
 
 enum { ACT = 1, GRAD = 2 };
@@ -195,6 +198,24 @@ static void *sender_main(void *arg) {
       sd->tail = NULL;
     pthread_mutex_unlock(&ex->lock);
     double t0 = strata__now();
+    if (!j->dst) { /* to another rank: through the cluster, from the stage's memory (host-staged) */
+      int rc = strata__ranks_send(ex->tr, j->to, j->kind == STRATA_ACTION_SEND_GRAD, j->mb, sd->q, j->src, j->bytes);
+      if (rc) {
+        char what[200];
+        snprintf(what, sizeof what, "device %d, %s%d.%d (send to stage %d on another rank)",
+                 strata__rank_device(ex->tr, wa->rank), strata_action_label(j->kind), j->stage, j->mb, j->to);
+        fail(ex, rc, what);
+        free(j);
+        break;
+      }
+      trace(ex, "send", j->kind, j->stage, j->mb, t0, strata__now(), 2 * wa->rank + 1);
+      pthread_mutex_lock(&ex->lock);
+      drop_locked(ex, j->stage, j->mb, j->kind == STRATA_ACTION_SEND_ACT ? ACT : GRAD);
+      pthread_cond_broadcast(&ex->cond);
+      pthread_mutex_unlock(&ex->lock);
+      free(j);
+      continue;
+    }
     strata_buffer_t b = NULL;
     pthread_mutex_lock(&ex->lock);
     if (j->pool->n > 0)
@@ -724,7 +745,9 @@ static void *worker_main(void *arg) {
         j->src = act ? strata__stage_output(st, slot_of(ex, s, mb)) : strata__stage_grad_input(st, slot_of(ex, s, mb));
         j->bytes = (act ? strata__stage_out_floats(st) : strata__stage_in_floats(st)) * 4;
         j->dst_dev = ex->tr->dev[rank_of(ex, peer)];
-        j->dst = act ? &ex->act[peer * ex->m + mb] : &ex->grad[peer * ex->m + mb];
+        j->to = peer;
+        if (strata__stage_mine(ex->tr, peer)) /* (else another rank's: the message goes through the cluster) */
+          j->dst = act ? &ex->act[peer * ex->m + mb] : &ex->grad[peer * ex->m + mb];
         j->pool = &ex->tr->pools[2 * peer + !act];
         send_job(ex, rank, j);
       }
@@ -781,6 +804,88 @@ static void *worker_main(void *arg) {
   }
 out:
   free(last_bw);
+  free(peers);
+  return NULL;
+}
+
+/* ---- receiver threads: a pipeline across ranks ---- */
+
+struct receiver_arg {
+  struct exec *ex;
+  int pair;                  /* tr->ranks->pairs[2 pair]: this rank's pipeline rank, [2 pair + 1]: the sender's */
+  pthread_t thread;
+  int started;
+};
+
+/*
+** One pair's receiver: the messages another rank's pipeline rank e sends to
+** this rank's pipeline rank d, received in the order e sends them (its
+** action list, each send's consumers in order), so that e's sender never
+** waits for a receive posted behind another. Each lands in a buffer of its
+** boundary's pool and is posted as a local copy is: RECV_ACT / RECV_GRAD
+** wait on it alike. A failure anywhere on this rank breaks the cluster,
+** which ends a receive waiting here within a fraction of a second.
+*/
+static void *receiver_main(void *arg) {
+  struct receiver_arg *ra = arg;
+  struct exec *ex = ra->ex;
+  strata_trainer_t tr = ex->tr;
+  const struct strata__ranks *R = tr->ranks;
+  const int d = R->pairs[2 * ra->pair], e = R->pairs[2 * ra->pair + 1];
+  strata_queue_t q = R->recv_q[ra->pair];
+  int n = 0;
+  const struct strata_action *list = strata_schedule_actions(tr->sched, e, &n);
+  int *peers = calloc((size_t)tr->tp + 1, sizeof *peers);
+  if (!peers) {
+    fail(ex, strata__error(STRATA_ERR_NOMEM, "out of host memory"), "pipeline receiver");
+    return NULL;
+  }
+  for (int i = 0; i < n; i++) {
+    const struct strata_action *a = &list[i];
+    if (a->kind != STRATA_ACTION_SEND_ACT && a->kind != STRATA_ACTION_SEND_GRAD)
+      continue;
+    const int dir = a->kind == STRATA_ACTION_SEND_GRAD, np = strata__stage_consumers(tr, a->stage, dir, peers);
+    for (int k = 0; k < np; k++) {
+      const int to = peers[k], mb = a->microbatch;
+      if (rank_of(ex, to) != d)
+        continue;
+      struct strata__pool *pool = &tr->pools[2 * to + dir];
+      pthread_mutex_lock(&ex->lock);
+      const int failed = ex->failed;
+      strata_buffer_t b = !failed && pool->n > 0 ? pool->free[--pool->n] : NULL;
+      pthread_mutex_unlock(&ex->lock);
+      if (failed)
+        goto out;
+      const size_t bytes = (dir == 0 ? strata__stage_in_floats(tr->st[to]) : strata__stage_out_floats(tr->st[to])) * 4;
+      double t0 = strata__now();
+      int rc = b ? STRATA_OK : strata_buffer_new(tr->dev[d], bytes, &b);
+      if (!rc)
+        rc = strata__ranks_recv(tr, to, dir, mb, q, strata_mem(b, 0), bytes);
+      if (rc) {
+        char what[200];
+        snprintf(what, sizeof what, "device %d, receive of %s%d.%d from device %d on another rank",
+                 strata__rank_device(tr, d), dir ? "gradient " : "activation ", to, mb, strata__rank_device(tr, e));
+        fail(ex, rc, what);
+        if (b) { /* kept for the next step once nothing writes it */
+          strata_queue_finish(q);
+          pthread_mutex_lock(&ex->lock);
+          if (strata__pool_put(pool, b) == 0)
+            b = NULL;
+          pthread_mutex_unlock(&ex->lock);
+          strata_buffer_free(b);
+        }
+        goto out;
+      }
+      trace(ex, "recv", dir ? STRATA_ACTION_RECV_GRAD : STRATA_ACTION_RECV_ACT, to, mb, t0, strata__now(), 2 * d + 1);
+      pthread_mutex_lock(&ex->lock);
+      struct msg *mg = dir == 0 ? &ex->act[to * ex->m + mb] : &ex->grad[to * ex->m + mb];
+      mg->buf = b;
+      mg->posted = 1;
+      pthread_cond_broadcast(&ex->cond);
+      pthread_mutex_unlock(&ex->lock);
+    }
+  }
+out:
   free(peers);
   return NULL;
 }
@@ -856,6 +961,23 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
     }
     ex.snd[r].started = 1;
   }
+  /* a pipeline across ranks: one receiver per (this rank's device, another rank's device that sends to it) */
+  const int npairs = tr->ranks ? tr->ranks->npairs : 0;
+  struct receiver_arg *rcv = calloc((size_t)npairs + 1, sizeof *rcv);
+  if (!rc && !rcv)
+    rc = strata__error(STRATA_ERR_NOMEM, "out of host memory running a pipeline step");
+  for (int i = 0; i < npairs && !rc; i++) {
+    strata_queue_t *q = &tr->ranks->recv_q[i];
+    if (!*q)
+      rc = strata_queue_new(tr->dev[tr->ranks->pairs[2 * i]], q);
+    rcv[i].ex = &ex;
+    rcv[i].pair = i;
+    if (!rc && pthread_create(&rcv[i].thread, NULL, receiver_main, &rcv[i]) != 0)
+      rc = strata__error(STRATA_ERR_BACKEND, "cannot start a pipeline thread");
+    rcv[i].started = !rc;
+  }
+  if (rc && npairs)
+    fail(&ex, rc, "pipeline"); /* the receivers started so far stop */
   for (int r = 0; r < tr->ndev && !rc; r++) {
     if (!strata__rank_mine(tr, r))
       continue;
@@ -878,6 +1000,10 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
   for (int r = 0; ex.snd && r < tr->ndev; r++)
     if (ex.snd[r].started)
       pthread_join(ex.snd[r].thread, NULL);
+  for (int i = 0; rcv && i < npairs; i++)
+    if (rcv[i].started)
+      pthread_join(rcv[i].thread, NULL);
+  free(rcv);
   double t_end = strata__now();
   for (int r = 0; ex.snd && r < tr->ndev; r++) {
     while (ex.snd[r].head) { /* jobs never run after a failure */
@@ -923,6 +1049,8 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
       /* idle time: the gaps between a device's compute and receive events in this step */
       size_t n0 = tr->nevents;
       for (int r = 0; r < tr->ndev; r++) {
+        if (!strata__rank_mine(tr, r))
+          continue; /* another rank's device: that rank counts its idle time */
         double last = t_start;
         for (size_t e = 0; e < n0; e++) {
           struct strata__trace_event *ev = &tr->events[e];
@@ -1081,6 +1209,9 @@ void strata__trace_add_comm(strata_trainer_t tr, const char *name, const char *o
 /* The trace, through the atomic writer: a reader never sees half a file, and
 ** a planted file or link at a temporary name is never written through. */
 int strata__trace_write(strata_trainer_t tr) {
+  TRY(strata__ranks_trace_merge(tr)); /* several ranks: every rank's events, on rank 0 */
+  if (!strata__ranks_writer(tr))
+    return STRATA_OK;
   struct strata__out o;
   TRY(strata__out_open(&o, tr->trace_path));
   FILE *f = strata__out_stream(&o);
@@ -1090,16 +1221,23 @@ int strata__trace_write(strata_trainer_t tr) {
   }
   fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
   for (int r = 0; r < tr->ndev; r++) {
+    /* one pair of tracks per device of the job, named by its global index (and rank, over several) */
     struct strata_device_props p;
-    strata_device_props(tr->dev[r], &p);
+    char backend[sizeof p.backend] = "?", where[32] = "";
+    if (!tr->ranks && !strata_device_props(tr->dev[r], &p))
+      strata__strlcpy(backend, p.backend, sizeof backend);
+    if (tr->ranks) {
+      strata__ranks_backend(tr, r, backend, sizeof backend);
+      snprintf(where, sizeof where, ", rank %d", tr->ranks->owner[r]);
+    }
     fprintf(f,
             "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, \"args\": {\"name\": \"device %d "
-            "(%s) compute\"}},\n",
-            2 * r, tr->dev[r], p.backend);
+            "(%s%s) compute\"}},\n",
+            2 * r, strata__rank_device(tr, r), backend, where);
     fprintf(f,
             "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, \"args\": {\"name\": \"device %d "
-            "(%s) transfers\"}},\n",
-            2 * r + 1, tr->dev[r], p.backend);
+            "(%s%s) transfers\"}},\n",
+            2 * r + 1, strata__rank_device(tr, r), backend, where);
   }
   for (size_t i = 0; i < tr->nevents; i++) {
     const struct strata__trace_event *e = &tr->events[i];
@@ -1159,6 +1297,8 @@ static int device_speed(int dev, double *gflops) {
 /* Each rank's device speed (one measurement per kind of device) and free memory. */
 static int measure_devices(strata_trainer_t tr, double *speed, uint64_t *limit) {
   for (int r = 0; r < tr->ndev; r++) {
+    if (!strata__rank_mine(tr, r))
+      continue; /* its own rank measures it (a pipeline across ranks): below */
     /* devices of one kind (backend and name: host virtual devices, identical
     ** GPUs) get one measurement, so that timing noise cannot cut a model
     ** differently from run to run */
@@ -1166,6 +1306,8 @@ static int measure_devices(strata_trainer_t tr, double *speed, uint64_t *limit) 
     TRY(strata_device_props(tr->dev[r], &pr));
     int same = -1;
     for (int q = 0; q < r && same < 0; q++) {
+      if (!strata__rank_mine(tr, q))
+        continue;
       TRY(strata_device_props(tr->dev[q], &pq));
       /* host virtual devices are slices of one CPU (unless one is slowed: STRATA_HOST_SLOW names it so); other
       ** devices match by name */
@@ -1182,7 +1324,7 @@ static int measure_devices(strata_trainer_t tr, double *speed, uint64_t *limit) 
     TRY(strata_device_props(tr->dev[r], &pr));
     limit[r] = pr.free_memory;
   }
-  return STRATA_OK;
+  return strata__ranks_measures(tr, tr->ndev, speed, limit);
 }
 
 int strata__pipeline_balance(strata_trainer_t tr, int *split) {

@@ -516,6 +516,11 @@ int strata__stage_plan(const struct strata_model *model, int first, int last, in
   return STRATA_OK;
 }
 
+int strata__stage_shell(const struct strata_model *model, int first, int last, int64_t mb, int split_backward,
+                        const struct strata__cut *cut, struct strata__stage **out) {
+  return stage_layout(model, first, last, -1, mb, split_backward, cut, out);
+}
+
 int strata__stage_new(const struct strata_model *model, int first, int last, int dev, int64_t mb, uint64_t seed,
                       int split_backward, const struct strata__cut *cut, struct strata__stage **out) {
   struct strata__stage *st = NULL;

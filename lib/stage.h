@@ -110,6 +110,10 @@ int strata__stage_layer_count(const struct strata__stage *st);
 int strata__stage_new(const struct strata_model *model, int first, int last, int dev, int64_t mb, uint64_t seed,
                       int split_backward, const struct strata__cut *cut, struct strata__stage **out);
 void strata__stage_free(struct strata__stage *st);
+/* The same stage's layout only (tensors, sizes, offsets), with no queue and no memory: what a process asks of a
+** stage another process holds. Freed with strata__stage_free. */
+int strata__stage_shell(const struct strata_model *model, int first, int last, int64_t mb, int split_backward,
+                        const struct strata__cut *cut, struct strata__stage **out);
 
 /* What a stage allocates on its device, in bytes, as strata__stage_new and
 ** strata__stage_acquire will ask for it. */

@@ -233,7 +233,8 @@ static int host_buffers(strata_trainer_t tr) {
   for (int i = 0; i < tr->mtot; i++) {
     /* replica i / m's first and last stages' devices (of its slice 0); another rank's replica's: the home one's */
     int c = (strata__stage_mine(tr, i / tr->m * tr->tp * tr->nstages) ? i / tr->m : tr->home) * tr->tp;
-    int first = tr->dev[tr->stage_rank[c * tr->nstages]], last = tr->dev[tr->stage_rank[(c + 1) * tr->nstages - 1]];
+    int first = strata__ranks_host_device(tr, tr->stage_rank[c * tr->nstages]),
+        last = strata__ranks_host_device(tr, tr->stage_rank[(c + 1) * tr->nstages - 1]);
     struct strata__staging *h = &tr->host_mem[3 * (size_t)i];
     TRY(strata__host_memory_new(first, tr->in_elems * 4, &h[0]));
     TRY(strata__host_memory_new(last, (size_t)tr->rows * 4, &h[1]));
@@ -275,6 +276,7 @@ static int build_stages(strata_trainer_t tr, const int *split, int split_backwar
     }
     first = last;
   }
+  TRY(strata__ranks_shells(tr, split, split_backward)); /* the home replica's stages other ranks hold */
   tr->ntensors = 0;
   for (int s = 0; s < tr->nstages; s++)
     tr->ntensors += (size_t)strata__home_stage(tr, 0, s)->ntensors;
@@ -431,8 +433,8 @@ static int make_comms(strata_trainer_t tr) {
       const int deg = tr->tps[k % S];
       strata_comm_free(tr->tp_comm[k]);
       tr->tp_comm[k] = NULL;
-      if (deg == 1)
-        continue; /* a stage that is not cut joins nothing */
+      if (deg == 1 || !strata__stage_mine(tr, k / S * tr->tp * S + k % S))
+        continue; /* a stage that is not cut joins nothing; another rank's group (all on one rank) is made there */
       for (int t = 0; t < deg; t++)
         devs[t] = tr->dev[tr->stage_rank[(k / S * tr->tp + t) * S + k % S]];
       rc = strata_comm_new(devs, deg, NULL, &tr->tp_comm[k]);
@@ -587,7 +589,7 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
       tr->stage_rank[s] = strata_schedule_stage_device(tr->sched, s);
   }
   if (!rc)
-    rc = strata__ranks_new(tr, opts->cluster, pl->trace != NULL);
+    rc = strata__ranks_new(tr, opts->cluster);
   if (!rc)
     rc = host_buffers(tr);
   if (!rc && tr->tp > 1 && !(tr->tp_member = calloc((size_t)(nstages * chains), sizeof *tr->tp_member)))
@@ -599,7 +601,7 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
       /* balance one replica over its ranks: the others are its copies (its own process balances it, the others
       ** take that split) */
       tr->ndev = pl->pp;
-      if (strata__rank_mine(tr, 0))
+      if (strata__rank_mine(tr, 0) || (tr->ranks && tr->ranks->spans)) /* (spanning ranks: measured by each) */
         rc = strata__pipeline_balance(tr, split);
       tr->ndev = ndev;
       if (!rc)
@@ -820,6 +822,8 @@ static int seq_forward(strata_trainer_t tr, int s, int slot, const void *inputs,
   strata_mem_t in = strata__stage_input(st, slot);
   if (strata__stage_first(tr, s)) {
     TRY(strata_buffer_write(st->q, in.buf, in.off * 4, inputs, tr->in_elems * 4));
+  } else if (!strata__stage_mine(tr, strata__stage_owner(tr, s - 1))) { /* a pipeline across ranks */
+    TRY(strata__ranks_recv(tr, s, 0, slot, st->q, in, strata__stage_in_floats(st) * 4));
   } else {
     struct strata__stage *prev = tr->st[strata__stage_owner(tr, s - 1)];
     strata_mem_t o = strata__stage_output(prev, slot);
@@ -830,11 +834,24 @@ static int seq_forward(strata_trainer_t tr, int s, int slot, const void *inputs,
     strata_mem_t tg = strata__stage_targets(st, slot);
     TRY(strata_buffer_write(st->q, tg.buf, tg.off * 4, targets, (size_t)tr->rows * 4));
   }
-  return strata__stage_forward(st, slot);
+  TRY(strata__stage_forward(st, slot));
+  if (strata__stage_last(tr, s) || !tr->ranks || !tr->ranks->spans)
+    return STRATA_OK;
+  /* the next stage's slices that take this output (it stands for their previous stage) and are another rank's */
+  const int S = tr->nstages, c0 = strata__stage_replica(tr, s) * tr->tp, j = s % S + 1;
+  for (int t = 0; t < tr->tps[j]; t++) {
+    const int to = (c0 + t) * S + j;
+    if (strata__stage_owner(tr, to - 1) == s && !strata__stage_mine(tr, to))
+      TRY(strata__ranks_send(tr, to, 0, slot, st->q, strata__stage_output(st, slot), strata__stage_out_floats(st) * 4));
+  }
+  return STRATA_OK;
 }
 
 static int seq_backward(strata_trainer_t tr, int s, int slot) {
   struct strata__stage *st = tr->st[s];
+  if (tr->ranks && tr->ranks->spans)
+    return strata__error(STRATA_ERR_UNSUPPORTED, "a backward pass outside the pipeline schedule, over a pipeline "
+                         "across ranks, is not in this version");
   if (!strata__stage_last(tr, s)) {
     struct strata__stage *next = tr->st[strata__stage_owner(tr, s + 1)];
     strata_mem_t gi = strata__stage_grad_input(next, slot), go = strata__stage_grad_output(st, slot);
@@ -875,6 +892,8 @@ static void *seq_main(void *arg) {
 /* Stage `pos` of the home replica, forward or backward: the stage itself, or its slices together, one thread each. */
 static int seq_stage(strata_trainer_t tr, int pos, int slot, const void *inputs, const int32_t *targets, int backward) {
   const int deg = tr->tps[pos], s0 = tr->home * tr->tp * tr->nstages + pos;
+  if (!tr->st[s0])
+    return STRATA_OK; /* another rank's stage (all its slices) of a pipeline across ranks: it runs it */
   if (deg == 1)
     return backward ? seq_backward(tr, s0, slot) : seq_forward(tr, s0, slot, inputs, targets);
   struct seq_job *jobs = calloc((size_t)deg, sizeof *jobs);
@@ -1070,8 +1089,11 @@ STRATA_API int strata_trainer_step(strata_trainer_t tr, struct strata_step_stats
 /* Mean loss of one batch run forward through the stages (slot 0). */
 static int forward_loss(strata_trainer_t tr, const void *inputs, const int32_t *targets, double *sum) {
   int rc = seq_run(tr, 0, inputs, targets, 0);
-  if (!rc)
+  *sum = 0;
+  if (!rc && strata__home_stage(tr, 0, tr->nstages - 1)->params) /* (else another rank's: its sum comes below) */
     rc = seq_loss(tr, 0, sum);
+  if (!rc)
+    rc = strata__ranks_loss_sum(tr, sum);
   return rc;
 }
 
@@ -1149,9 +1171,17 @@ static int gather(strata_trainer_t tr, int which, float *host) {
   if (!local)
     return strata__error(STRATA_ERR_NOMEM, "out of host memory");
   int rc = STRATA_OK;
+  size_t *stage_at = calloc((size_t)tr->nstages + 1, sizeof *stage_at);
+  if (!stage_at) {
+    free(local);
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory");
+  }
   for (int s = 0; s < tr->nstages && !rc; s++) {
+    stage_at[s] = at;
     for (int k = 0; k < tr->tps[s] && !rc; k++) {
       struct strata__stage *st = strata__home_stage(tr, k, s);
+      if (!st->params && !(tr->zero && which >= 2))
+        break; /* another rank's stage (a pipeline across ranks): its values come below */
       rc = download_flat(tr, k, s, which, local);
       size_t o = at;
       for (int t = 0; t < st->ntensors && !rc; t++) {
@@ -1163,6 +1193,10 @@ static int gather(strata_trainer_t tr, int which, float *host) {
     }
     at += stage_full(strata__home_stage(tr, 0, s));
   }
+  stage_at[tr->nstages] = at;
+  if (!rc)
+    rc = strata__ranks_stage_values(tr, host, stage_at);
+  free(stage_at);
   free(local);
   return rc;
 }
@@ -1178,8 +1212,6 @@ static int scatter(strata_trainer_t tr, int which, const float *host) {
     return strata__error(STRATA_ERR_NOMEM, "out of host memory");
   int rc = STRATA_OK;
   for (int c = 0; c < tr->chains && !rc; c++) {
-    if (!strata__stage_mine(tr, c * tr->nstages))
-      continue; /* another rank's replica */
     size_t at = 0;
     for (int s = 0; s < tr->nstages && !rc; s++) {
       struct strata__stage *st = tr->st[c * tr->nstages + s];
@@ -1273,6 +1305,9 @@ STRATA_API int strata_trainer_logits_at(strata_trainer_t tr, const int32_t *toke
   if (tr->images)
     return strata__error(STRATA_ERR_UNSUPPORTED, "strata_trainer_logits: '%s' is not a text model",
                          tr->model->cfg.name);
+  if (tr->ranks && tr->ranks->spans)
+    return strata__error(STRATA_ERR_UNSUPPORTED, "strata_trainer_logits: a pipeline across ranks gives no logits in "
+                         "this version");
   if (batch < 1 || batch > tr->opt.batch)
     return strata__error(STRATA_ERR_SHAPE, "strata_trainer_logits: batch %lld, at most %lld", (long long)batch,
                          (long long)tr->opt.batch);

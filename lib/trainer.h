@@ -198,9 +198,13 @@ typedef void (*strata__join_trace_fn)(void *arg, uint64_t bytes, const char *gro
 int strata__tp_settle(strata_trainer_t tr, int s, strata__join_trace_fn fn, void *arg);
 /* Drop stage s's pending joins after a failure (waits for the stage's queue). */
 void strata__tp_drop(strata_trainer_t tr, int s);
-/* Stage s (0 .. nstages-1) of slice k of the home replica. NULL never: the home replica is this process's. */
+/* The home replica's stage s, slice k, that another rank holds: its layout without memory (parallel/ranks.c). */
+struct strata__stage *strata__ranks_shell(const struct strata_trainer *tr, int k, int s);
+/* Stage s (0 .. nstages-1) of slice k of the home replica. NULL never: this process's, or (a pipeline across
+** ranks) the layout of another rank's, whose `params` is NULL. */
 static inline struct strata__stage *strata__home_stage(const struct strata_trainer *tr, int k, int s) {
-  return tr->st[(tr->home * tr->tp + k) * tr->nstages + s];
+  struct strata__stage *st = tr->st[(tr->home * tr->tp + k) * tr->nstages + s];
+  return st ? st : strata__ranks_shell(tr, k, s);
 }
 static inline int strata__stage_first(const struct strata_trainer *tr, int s) { return s % tr->nstages == 0; }
 static inline int strata__stage_last(const struct strata_trainer *tr, int s) { return (s + 1) % tr->nstages == 0; }

@@ -2,7 +2,9 @@
 # test-mpi.sh — the cluster layer (strata/cluster.h) under mpirun -np 2 and -np 4: the global view, point-to-point,
 # hierarchical collectives against the host, bit-identical repeats, and a killed, silent or faulty rank named within the timeout;
 # strata-train --dp 2 over 2 ranks (host and PoCL devices) against the one-process run, its checkpoint resumed by one
-# process, and a rank killed mid-training.
+# process, and a rank killed mid-training; --pp 2 across 2 ranks and dp 2 x pp 2 over 4 (host and PoCL) against one
+# process, a merged trace, dp 2 x pp 2 x tp 2 over 4 ranks (tp inside each), a 4-rank checkpoint resumed by one,
+# and a pipeline's rank failing or killed.
 # Prints TAP. Without MPI configured only the one-process cluster is checked; the rest is skipped, saying why.
 b=${top_builddir:-.}
 prog="$b/tests/mpi-check"
@@ -254,5 +256,147 @@ else notok "strata-train: the last checkpoint is intact"; fi
 sleep 1
 if ranks_of_train | grep -qF "$out/"; then notok "strata-train kill: no rank left running"; ranks_of_train | sed 's/^/# /'
 else ok "strata-train kill: no rank left running"; fi
+
+# Pipelines across ranks: stage s + 1 on another rank than stage s, its activations and gradients through the
+# cluster's point-to-point calls. The same arithmetic as one process's pipeline: every figure to the last digit.
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 $T --steps 6 --pp 2 >"$out/pp1.json" 2>"$out/pp1.json.err"
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=1 $run 2 $T --steps 6 --pp 2 >"$out/pp2.json" 2>"$out/pp2.json.err"
+same "pp 2 over 2 ranks (a host device each) = one process's pp 2" 7 "$out/pp1.json" "$out/pp2.json"
+if [ "$(grep -c '"event":"summary"' "$out/pp2.json")" -eq 1 ]; then ok "pp 2 over 2 ranks: only rank 0 prints"
+else notok "pp 2 over 2 ranks: only rank 0 prints"; fi
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 $T --steps 6 --pp 2 --stop-at 3 --save "$out/pp1.st" \
+  >"$out/pp1s.json" 2>"$out/pp1s.json.err"
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=1 $run 2 $T --steps 6 --pp 2 --stop-at 3 --save "$out/pp2.st" \
+  >"$out/pp2s.json" 2>"$out/pp2s.json.err"
+if [ -s "$out/pp2.st" ] && cmp -s "$out/pp1.st" "$out/pp2.st"; then
+  ok "pp 2 over 2 ranks: the checkpoint (each stage's tensors from its rank) is one process's, byte for byte"
+else notok "pp 2 over 2 ranks: the checkpoint is one process's"; tail -n 5 "$out/pp2s.json.err" | sed 's/^/# /'; fi
+# interleaved 1F1B (two virtual stages per rank: messages both ways between the two ranks) and zero-bubble
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 $T1 --model gpt-tiny --microbatches 4 --steps 3 --pp 2 \
+  --schedule interleaved >"$out/pi1.json" 2>"$out/pi1.json.err"
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=1 $run 2 $T1 --model gpt-tiny --microbatches 4 --steps 3 --pp 2 \
+  --schedule interleaved >"$out/pi2.json" 2>"$out/pi2.json.err"
+same "pp 2 interleaved (2 virtual stages a rank) over 2 ranks = one process's" 4 "$out/pi1.json" "$out/pi2.json"
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 $T --steps 3 --pp 2 --schedule zb-h1 >"$out/pz1.json" 2>"$out/pz1.json.err"
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=1 $run 2 $T --steps 3 --pp 2 --schedule zb-h1 \
+  >"$out/pz2.json" 2>"$out/pz2.json.err"
+same "pp 2 zero-bubble over 2 ranks = one process's" 4 "$out/pz1.json" "$out/pz2.json"
+env STRATA_BACKENDS=opencl POCL_DEVICES="pthread pthread" $T --steps 2 --pp 2 >"$out/pc1.json" 2>"$out/pc1.json.err"
+env STRATA_BACKENDS=opencl POCL_DEVICES=pthread $run 2 $T --steps 2 --pp 2 >"$out/pc2.json" 2>"$out/pc2.json.err"
+same "pp 2 over 2 ranks (a PoCL device each) = one process's" 3 "$out/pc1.json" "$out/pc2.json"
+
+# One trace for a job over ranks: rank 0 writes it, every device's compute on its own track, named with its rank.
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=1 $run 2 $T --steps 2 --pp 2 --trace "$out/pp.trace.json" \
+  >"$out/ppt.json" 2>"$out/ppt.json.err"
+if command -v python3 >/dev/null 2>&1; then
+  if python3 -c '
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+names = [e["args"]["name"] for e in ev if e["ph"] == "M"]
+assert names == ["device 0 (host, rank 0) compute", "device 0 (host, rank 0) transfers",
+                 "device 1 (host, rank 1) compute", "device 1 (host, rank 1) transfers"], names
+for tid in (0, 2):  # F and B of 2 micro-batches, 2 steps, on each device
+    assert sum(1 for e in ev if e["ph"] == "X" and e["tid"] == tid and e["cat"] == "compute") == 8, tid
+    xs = sorted((e for e in ev if e["ph"] == "X" and e["tid"] == tid), key=lambda e: e["ts"])
+    assert all(a["ts"] + a["dur"] <= b["ts"] + 0.01 for a, b in zip(xs, xs[1:])), "overlap on %d" % tid
+assert any(e["ph"] == "X" and e["tid"] == 3 and e["cat"] == "recv" for e in ev)
+' "$out/pp.trace.json" 2>"$out/ppt.py.log"; then
+    ok "pp 2 over 2 ranks --trace: one file from rank 0, both devices' events on their tracks, none overlapping"
+  else notok "pp 2 over 2 ranks --trace: one merged file"; sed 's/^/# /' "$out/ppt.py.log" | tail -5
+    tail -n 5 "$out/ppt.json.err" | sed 's/^/# /'; fi
+fi
+
+# dp x pp: two replicas of a 2-stage pipeline over 4 ranks (every stage its own rank), and over 2 ranks with each
+# replica's pipeline across both (--devices 0,2,1,3: replica 0 on devices 0 and 2).
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=4 $T --steps 6 --dp 2 --pp 2 >"$out/dpp1.json" 2>"$out/dpp1.json.err"
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=1 $run 4 $T --steps 6 --dp 2 --pp 2 >"$out/dpp4.json" 2>"$out/dpp4.json.err"
+same "dp 2 x pp 2 over 4 ranks = one process's" 7 "$out/dpp1.json" "$out/dpp4.json"
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 $run 2 $T --steps 6 --dp 2 --pp 2 --devices 0,2,1,3 \
+  >"$out/dpx2.json" 2>"$out/dpx2.json.err"
+same "dp 2 x pp 2 over 2 ranks, each replica's pipeline across both = one process's" 7 "$out/dpp1.json" "$out/dpx2.json"
+
+# Tensor parallelism inside each rank, pipelines and replicas across: dp 2 x pp 2 x tp 2 over 4 ranks of 2 host devices
+# (each rank one stage's tp group), and --tp 1,2 (stage 0 on rank 0 sends its output to both slices of stage 1 on
+# rank 1): bit-identical to one process; the 2 x 2 x 2 checkpoint (ZeRO) is one process's file. A tp group across
+# ranks is refused, saying so.
+D8="--devices 0,1,2,3,4,5,6,7"
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=8 $T --steps 6 --dp 2 --pp 2 --tp 2 --zero $D8 --stop-at 3 \
+  --save "$out/t8a.st" >"$out/t8a.json" 2>"$out/t8a.json.err"
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 $run 4 $T --steps 6 --dp 2 --pp 2 --tp 2 --zero $D8 --stop-at 3 \
+  --save "$out/t8b.st" >"$out/t8b.json" 2>"$out/t8b.json.err"
+same "dp 2 x pp 2 x tp 2 (ZeRO) over 4 ranks of 2 devices = one process's" 4 "$out/t8a.json" "$out/t8b.json"
+if [ -s "$out/t8b.st" ] && cmp -s "$out/t8a.st" "$out/t8b.st"; then
+  ok "dp 2 x pp 2 x tp 2 over 4 ranks: the checkpoint is one process's, byte for byte"
+else notok "dp 2 x pp 2 x tp 2 over 4 ranks: the checkpoint is one process's"; tail -n 5 "$out/t8b.json.err" | sed 's/^/# /'; fi
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=4 $T --steps 4 --pp 2 --tp 1,2 --devices 0,2,3 \
+  >"$out/tf1.json" 2>"$out/tf1.json.err"
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 $run 2 $T --steps 4 --pp 2 --tp 1,2 --devices 0,2,3 \
+  >"$out/tf2.json" 2>"$out/tf2.json.err"
+same "pp 2 with --tp 1,2 over 2 ranks (one stage's output to two slices on the other rank) = one process's" 5 \
+  "$out/tf1.json" "$out/tf2.json"
+if env STRATA_BACKENDS=host STRATA_HOST_DEVICES=1 $run 2 $T --steps 2 --tp 2 >"$out/tpx.json" 2>"$out/tpx.log"; then
+  notok "tp 2 across 2 ranks is refused"; else ok "tp 2 across 2 ranks is refused"; fi
+has "tp across ranks: the refusal names the group and its ranks" "$out/tpx.log" \
+  'tensor-parallel slices of replica 0.s stage 0 span ranks 0 \(device 0\) and 1 \(device 1\)'
+
+# A checkpoint written by 4 ranks (dp 2 x pp 2 with ZeRO: each stage's moments in two replicas' shards on two
+# ranks): one process's bytes, resumed by one process as dp 2 x pp 2 (bit for bit) and on one device (the next
+# step's loss to the bit).
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=4 $T --steps 6 --dp 2 --pp 2 --zero >"$out/dz1.json" 2>"$out/dz1.json.err"
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=1 $run 4 $T --steps 6 --dp 2 --pp 2 --zero --stop-at 3 \
+  --save "$out/ck4.st" >"$out/ck4.json" 2>"$out/ck4.json.err"
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=4 $T --steps 6 --dp 2 --pp 2 --zero --stop-at 3 --save "$out/ck4a.st" \
+  >"$out/ck4a.json" 2>"$out/ck4a.json.err"
+if [ -s "$out/ck4.st" ] && cmp -s "$out/ck4.st" "$out/ck4a.st"; then
+  ok "checkpoint of 4 ranks (dp 2 x pp 2, ZeRO): byte for byte one process's ($(wc -c <"$out/ck4.st") bytes)"
+else notok "checkpoint of 4 ranks: byte for byte one process's"; tail -n 5 "$out/ck4.json.err" | sed 's/^/# /'; fi
+grep -v '"step":[123],' "$out/dz1.json" >"$out/dz1t.json"
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=4 $T --steps 6 --dp 2 --pp 2 --zero --resume "$out/ck4.st" \
+  >"$out/r4.json" 2>"$out/r4.json.err"
+same "4-rank checkpoint resumed by one process (dp 2 x pp 2): steps 4-6 as without a stop" 4 "$out/dz1t.json" "$out/r4.json"
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=1 $T1 --steps 6 --device 0 --accum 4 --resume "$out/ck4.st" \
+  >"$out/r41.json" 2>"$out/r41.json.err"
+losses "$out/dz1t.json" >"$out/l.a"; losses "$out/r41.json" >"$out/l.b"
+if [ "$(wc -l <"$out/l.b")" -eq 3 ] && [ "$(head -n 1 "$out/l.a")" = "$(head -n 1 "$out/l.b")" ]; then
+  ok "4-rank checkpoint resumed on one device: step 4 loss $(head -n 1 "$out/l.b" | cut -d' ' -f2) to the bit"
+else notok "4-rank checkpoint resumed on one device: step 4's loss"; paste "$out/l.a" "$out/l.b" | sed 's/^/# /'
+  tail -n 5 "$out/r41.json.err" | sed 's/^/# /'; fi
+
+# Failure in a pipeline across ranks: a device fault on rank 1 (its stage), and rank 1 killed while rank 0 waits
+# for its messages; rank 0 stops within the bound, naming it.
+t0=$(date +%s)
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=1 STRATA_COMM_TIMEOUT=20 $run60 1 $T --steps 200 --pp 2 : \
+  -np 1 env STRATA_HOST_FAULT=device=0,op=3000 $T --steps 200 --pp 2 >"$out/ppf.json" 2>"$out/ppf.log"
+rc=$?
+elapsed=$(($(date +%s) - t0))
+if [ "$rc" -ne 0 ] && [ "$elapsed" -lt 30 ]; then ok "pp 2 over 2 ranks: a device fault on rank 1 ends the job (status $rc) in $elapsed s"
+else notok "pp 2 over 2 ranks: a device fault on rank 1 ends the job in bounded time (status $rc, $elapsed s)"
+  tail -n 20 "$out/ppf.log" | sed 's/^/# /'; fi
+has "pp 2 over 2 ranks: the fault's message names rank 1, the device and the action" "$out/ppf.log" \
+  '^strata: rank 1 .*host virtual device 0.*action #[0-9]+ [A-Z]+[0-9]+\.[0-9]+: .*injected fault'
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=1 STRATA_COMM_TIMEOUT=20 $run60 2 $T --steps 1000000 --pp 2 \
+  >"$out/ppk.json" 2>"$out/ppk.log" &
+job=$!
+victim=
+for i in $(seq 1 100); do
+  for p in $(ranks_of_train | awk '{print $1}'); do
+    if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1; then victim=$p; fi
+  done
+  [ -n "$victim" ] && grep -q '"event":"step"' "$out/ppk.json" 2>/dev/null && break
+  sleep 0.2
+done
+t0=$(date +%s)
+[ -n "$victim" ] && kill -9 "$victim"
+wait $job; rc=$?
+elapsed=$(($(date +%s) - t0))
+if [ -n "$victim" ] && [ "$rc" -ne 0 ] && [ "$elapsed" -lt 30 ]; then
+  ok "pp 2 over 2 ranks: kill -9 of rank 1 mid-training ends the job (status $rc) in $elapsed s"
+else notok "pp 2 over 2 ranks: kill -9 of rank 1 ends the job in bounded time (pid '$victim', status $rc, $elapsed s)"
+  tail -n 20 "$out/ppk.log" | sed 's/^/# /'; fi
+has "pp 2 over 2 ranks: rank 0 names the dead rank" "$out/ppk.log" \
+  '^strata-train: .*rank 1 \(pid [0-9]+ on [^)]*\) has exited; rank 0 stops'
+sleep 1
+if ranks_of_train | grep -qF -- "--pp 2"; then notok "pp kill: no rank left running"; ranks_of_train | sed 's/^/# /'
+else ok "pp kill: no rank left running"; fi
 
 echo "1..$n"

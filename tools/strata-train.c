@@ -1035,8 +1035,9 @@ static int pipeline_devices(struct run *r, const struct options *o, int ndev) {
       return fail(NULL);
   }
   /* devices chosen here with --tp: each tensor-parallel group inside one island of the topology (the fastest
-  ** links), the pipeline and the replicas across them */
-  if (!o->ndevices && !o->layout && o->ntp == 1 && o->tp[0] > 1) {
+  ** links), the pipeline and the replicas across them; under mpirun the global order, rank by rank, keeps each
+  ** group on one rank when the ranks' device counts allow it (this process's topology knows only its own) */
+  if (!o->ndevices && !o->layout && o->ntp == 1 && o->tp[0] > 1 && !r->topts.cluster) {
     strata_topology_t topo = NULL;
     int order[MAX_DEVICES];
     int rc = strata_topology_load(NULL, &topo);
@@ -1839,8 +1840,8 @@ int main(int argc, char **argv) {
     rc = EXIT_RUNTIME;
     goto out;
   }
-  if (ranks > 1 && (o.plan_auto || !o.pp || !(o.dp > 1 || o.layout))) {
-    fprintf(stderr, PROG ": under mpirun with %d ranks give --dp (one replica per rank or more) or --layout; "
+  if (ranks > 1 && (o.plan_auto || !o.pp)) {
+    fprintf(stderr, PROG ": under mpirun with %d ranks give --dp, --pp (devices over the ranks) or --layout; "
             "%s\n", ranks, o.plan_auto ? "--plan auto plans one process" : "one device per job is one process's");
     rc = EXIT_USAGE;
     goto out;

@@ -215,19 +215,23 @@ struct strata_pipeline_report {
 ** Several processes (opts->cluster, a job of strata/cluster.h of more than
 ** one rank): the layout's devices are the cluster's global ones, and every
 ** rank calls this with the same model, data, options and layout. Each rank
-** builds and runs only the stages on its own devices; in this version a
-** replica lies on one rank (its pipeline and tensor-parallel groups inside
-** it; else STRATA_ERR_UNSUPPORTED), every rank holds one at least, tp is 1
-** and there is no trace. The replicas' gradient collectives go through the
-** cluster's hierarchical ones (strata_cluster_allreduce, _reducescatter,
-** _allgather), blocking the device's worker while they run. Then
+** builds and runs only the stages on its own devices; every rank holds one
+** at least, in this version each tensor-parallel group lies on one rank
+** (else STRATA_ERR_UNSUPPORTED); a trace is one file from rank 0. The
+** replicas' gradient collectives go through the cluster's hierarchical
+** ones (strata_cluster_allreduce, _reducescatter, _allgather), blocking
+** the device's worker while they run; a pipeline's
+** messages to a stage on another rank go through strata_cluster_send and
+** _recv (host-staged), overlapped with compute as on one box. Then
 ** strata_trainer_step, _save, _load and _free are collective (every rank
 ** calls them, in the same order): every rank's step reports the same loss
 ** and gradient norm, which are the one-process run's; _save writes one
 ** file from rank 0 (whole tensors; ZeRO's moments gathered) and returns its
 ** status on every rank; _load reads the file on every rank. _eval,
 ** _params and _logits answer from this rank's first replica, with no
-** traffic. A failure between ranks fails the call, naming the rank; the
+** traffic when that replica is this rank's alone; with its pipeline across
+** ranks _eval and _params are collective too (the stages' activations and
+** values through the cluster) and _logits is refused. A failure between ranks fails the call, naming the rank; the
 ** cluster is then broken (see strata_cluster_abort).
 */
 STRATA_API int strata_trainer_new_layout(strata_model_t model, strata_dataset_t data,

@@ -287,6 +287,8 @@ static int wait_requests(struct strata_cluster *c, MPI_Request *reqs, const int 
       /* The peers waited for first, then any other rank of this machine: a job
       ** with a dead rank is over, and the message should name the dead one. */
       last_check = now;
+      if (check_broken(c)) /* another thread of this process failed (strata__cluster_break): the job is ending */
+        return STRATA_ERR_STATE;
       int gone = -1;
       for (int i = 0; i < n && gone < 0; i++) {
         int p = peers ? peers[i] : -1;
@@ -1715,6 +1717,18 @@ STRATA_API int strata_cluster_broadcast(strata_cluster_comm_t cc, const strata_q
 }
 
 /* ------------------------------------------------------------ host exchanges for the trainer */
+
+void strata__cluster_break(strata_cluster_t c, int status, const char *what) {
+  if (!c)
+    return;
+  pthread_mutex_lock(&c->lock);
+  if (!c->broken) {
+    c->broken = 1;
+    c->broken_status = status;
+    strata__strlcpy(c->broken_msg, what ? what : "a local failure", sizeof c->broken_msg);
+  }
+  pthread_mutex_unlock(&c->lock);
+}
 
 int strata__cluster_allgather(strata_cluster_t c, const void *mine, size_t bytes, void *all) {
   if (!c || (bytes && (!mine || !all)))

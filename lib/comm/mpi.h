@@ -17,4 +17,12 @@
 */
 int strata__cluster_allgather(strata_cluster_t c, const void *mine, size_t bytes, void *all /* OUT */);
 
+/*
+** Mark the cluster broken by a local failure (`status`, `what`): this
+** process's calls waiting for peers return within a fraction of a second,
+** later ones fail at once. For a trainer whose step failed while its other
+** threads wait for messages; the job is ending. A broken cluster stays so.
+*/
+void strata__cluster_break(strata_cluster_t c, int status, const char *what);
+
 #endif /* STRATA__COMM_MPI_H */

@@ -39,11 +39,61 @@ struct strata__meet {
   char msg[1024];
 };
 
-static int owner_of_chain(const struct strata_trainer *tr, int c) {
-  return tr->ranks->owner[tr->stage_rank[c * tr->nstages]];
+/* The rank holding stage s (of any chain). */
+static int owner_of_stage(const struct strata_trainer *tr, int s) { return tr->ranks->owner[tr->stage_rank[s]]; }
+
+/* Message tags (strata_cluster_send's 0 .. 32767): one per (receiving stage, direction, micro-batch). */
+#define CLUSTER_TAG_LIMIT 32768
+static int tag_of(const struct strata_trainer *tr, int to, int dir, int mb) { return (2 * to + dir) * tr->m + mb; }
+
+/*
+** The (receiver, sender) pairs of pipeline ranks, this rank's and another's,
+** between which the schedule sends: each gets a receiver thread during a
+** step, taking the sender's messages in the sender's order.
+*/
+static int make_pairs(strata_trainer_t tr) {
+  struct strata__ranks *R = tr->ranks;
+  const int nd = tr->ndev;
+  char *has = calloc((size_t)nd * (size_t)nd + 1, 1);
+  int *peers = calloc((size_t)tr->tp + 1, sizeof *peers);
+  if (!has || !peers) {
+    free(has);
+    free(peers);
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
+  }
+  for (int e = 0; e < nd; e++) {
+    if (strata__rank_mine(tr, e))
+      continue;
+    int n = 0;
+    const struct strata_action *list = strata_schedule_actions(tr->sched, e, &n);
+    for (int i = 0; i < n; i++) {
+      if (list[i].kind != STRATA_ACTION_SEND_ACT && list[i].kind != STRATA_ACTION_SEND_GRAD)
+        continue;
+      const int np = strata__stage_consumers(tr, list[i].stage, list[i].kind == STRATA_ACTION_SEND_GRAD, peers);
+      for (int q = 0; q < np; q++) {
+        const int d = tr->stage_rank[peers[q]];
+        if (strata__rank_mine(tr, d) && !has[(size_t)d * nd + e]) {
+          has[(size_t)d * nd + e] = 1;
+          R->npairs++;
+        }
+      }
+    }
+  }
+  R->pairs = calloc(2 * (size_t)R->npairs + 1, sizeof *R->pairs);
+  R->recv_q = calloc((size_t)R->npairs + 1, sizeof *R->recv_q);
+  int rc = R->pairs && R->recv_q ? STRATA_OK : strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
+  for (size_t k = 0, i = 0; !rc && k < (size_t)nd * nd; k++)
+    if (has[k]) {
+      R->pairs[2 * i] = (int)(k / (size_t)nd);
+      R->pairs[2 * i + 1] = (int)(k % (size_t)nd);
+      i++;
+    }
+  free(has);
+  free(peers);
+  return rc;
 }
 
-int strata__ranks_new(strata_trainer_t tr, strata_cluster_t c, int traced) {
+int strata__ranks_new(strata_trainer_t tr, strata_cluster_t c) {
   tr->home = 0;
   if (!c)
     return STRATA_OK;
@@ -55,8 +105,6 @@ int strata__ranks_new(strata_trainer_t tr, strata_cluster_t c, int traced) {
         return strata__error(STRATA_ERR_NOT_FOUND, "layout: no device %d", tr->dev[r]);
     return STRATA_OK;
   }
-  if (traced)
-    return strata__error(STRATA_ERR_UNSUPPORTED, "a trace of a job over %d ranks is not in this version", ci.size);
   struct strata__ranks *R = calloc(1, sizeof *R);
   if (!R)
     return strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
@@ -82,39 +130,45 @@ int strata__ranks_new(strata_trainer_t tr, strata_cluster_t c, int traced) {
     R->owner[r] = d.rank;
     local[r] = d.local;
   }
-  if (tr->tp > 1) {
-    free(local);
-    return strata__error(STRATA_ERR_UNSUPPORTED,
-                         "layout: tensor parallelism in a job over %d ranks is not in this version (data parallelism "
-                         "across ranks, pipelines inside each rank, is)", ci.size);
-  }
-  /* a replica's pipeline on one rank: its sends and receives stay inside a process */
-  tr->home = -1;
-  for (int c0 = 0; c0 < tr->chains; c0++) {
-    const int first = R->owner[c0 * tr->pp];
-    for (int p = 1; p < tr->pp; p++)
-      if (R->owner[c0 * tr->pp + p] != first) {
-        int a = R->global[c0 * tr->pp], b = R->global[c0 * tr->pp + p];
-        free(local);
-        return strata__error(STRATA_ERR_UNSUPPORTED,
-                             "layout: replica %d's pipeline spans ranks %d (device %d) and %d (device %d); a pipeline "
-                             "across ranks is not in this version: give each replica devices of one rank",
-                             c0 / tr->tp, first, a, R->owner[c0 * tr->pp + p], b);
+  /* a tensor-parallel group (the slices of one replica's stage) on one rank: its joins stay inside a process */
+  for (int c0 = 0; c0 < tr->chains; c0 += tr->tp)
+    for (int j = 0; j < tr->nstages; j++)
+      for (int t = 1; t < tr->tps[j]; t++) {
+        const int a = tr->stage_rank[c0 * tr->nstages + j], b = tr->stage_rank[(c0 + t) * tr->nstages + j];
+        if (R->owner[a] != R->owner[b]) {
+          free(local);
+          return strata__error(STRATA_ERR_UNSUPPORTED,
+                               "layout: the tensor-parallel slices of replica %d's stage %d span ranks %d (device %d) "
+                               "and %d (device %d); a tensor-parallel group across ranks is not in this version: give "
+                               "each group devices of one rank (pipelines and replicas may cross ranks)",
+                               c0 / tr->tp, j, R->owner[a], R->global[a], R->owner[b], R->global[b]);
+        }
       }
-    if (first == R->rank && tr->home < 0)
-      tr->home = c0 / tr->tp;
-  }
+  /* the home replica: the first with a stage here (its pipeline may cross ranks: its messages go through the cluster) */
+  tr->home = -1;
+  for (int c0 = 0; c0 < tr->chains; c0++)
+    for (int p = 0; p < tr->pp; p++) {
+      if (R->owner[c0 * tr->pp + p] != R->owner[c0 * tr->pp])
+        R->spans = 1;
+      if (R->owner[c0 * tr->pp + p] == R->rank && tr->home < 0)
+        tr->home = c0 / tr->tp;
+    }
   if (tr->home < 0) {
     free(local);
     return strata__error(STRATA_ERR_UNSUPPORTED, "layout: rank %d holds none of its devices; every rank must hold a "
-                         "replica", R->rank);
+                         "stage", R->rank);
+  }
+  if (R->spans && (int64_t)2 * strata__stages_all(tr) * tr->m > CLUSTER_TAG_LIMIT) {
+    free(local);
+    return strata__error(STRATA_ERR_UNSUPPORTED, "layout: %d stages x %d micro-batches need more message tags across "
+                         "ranks than MPI's %d", strata__stages_all(tr), tr->m, CLUSTER_TAG_LIMIT);
   }
   for (int r = 0; r < tr->ndev; r++)
     tr->dev[r] = R->owner[r] == R->rank ? local[r] : -1;
   free(local);
   for (int s = 0; s < strata__stages_all(tr); s++)
     R->local_stages += strata__stage_mine(tr, s);
-  return STRATA_OK;
+  return R->spans ? make_pairs(tr) : STRATA_OK;
 }
 
 static void meet_free(struct strata__meet *m) {
@@ -140,6 +194,13 @@ void strata__ranks_free(strata_trainer_t tr) {
     meet_free(&R->meet[k]);
   free(R->comm);
   free(R->meet);
+  for (int k = 0; R->shell && k < tr->tp * tr->nstages; k++)
+    strata__stage_free(R->shell[k]);
+  free(R->shell);
+  for (int i = 0; R->recv_q && i < R->npairs; i++)
+    strata_queue_free(R->recv_q[i]);
+  free(R->recv_q);
+  free(R->pairs);
   free(R->global);
   free(R->owner);
   free(R);
@@ -306,13 +367,22 @@ int strata__ranks_losses(strata_trainer_t tr) {
   return exchange(tr, tr->mb_loss, (size_t)tr->mtot, sizeof *tr->mb_loss, loss_owner);
 }
 
-static int sumsq_owner(strata_trainer_t tr, size_t i) { return owner_of_chain(tr, (int)(i / tr->ntensors)); }
+/* Row i / ntensors of tr->sumsq (a chain with ZeRO, else a slice of replica 0) at tensor i % ntensors: the rank
+** holding that tensor's stage of that chain. */
+static int sumsq_owner(strata_trainer_t tr, size_t i) {
+  size_t t = i % tr->ntensors, base = 0;
+  int j = 0;
+  while (j < tr->nstages - 1 && t >= base + (size_t)strata__home_stage(tr, 0, j)->ntensors)
+    base += (size_t)strata__home_stage(tr, 0, j++)->ntensors;
+  return owner_of_stage(tr, (int)(i / tr->ntensors) * tr->nstages + j);
+}
 
 int strata__ranks_sumsq(strata_trainer_t tr) {
-  /* without ZeRO each rank's replica has the same reduced gradients: the sums agree already */
-  if (!tr->ranks || !tr->zero)
+  /* without ZeRO each replica has the same reduced gradients: with every replica's stages on one rank the sums agree
+  ** already; with a pipeline across ranks each stage's come from the rank that holds replica 0's */
+  if (!tr->ranks || (!tr->zero && !tr->ranks->spans))
     return STRATA_OK;
-  return exchange(tr, tr->sumsq, (size_t)tr->chains * tr->ntensors, sizeof *tr->sumsq, sumsq_owner);
+  return exchange(tr, tr->sumsq, (size_t)(tr->zero ? tr->chains : tr->tp) * tr->ntensors, sizeof *tr->sumsq, sumsq_owner);
 }
 
 int strata__ranks_shards(strata_trainer_t tr, int k, int j, float *local) {
@@ -326,7 +396,7 @@ int strata__ranks_shards(strata_trainer_t tr, int k, int j, float *local) {
     return strata__error(STRATA_ERR_NOMEM, "out of host memory gathering optimizer shards");
   int rc = strata__cluster_allgather(R->cluster, local, n * sizeof *local, all);
   for (int r = 0; r < tr->replicas && !rc; r++) {
-    int from = owner_of_chain(tr, r * tr->tp + k);
+    int from = owner_of_stage(tr, (r * tr->tp + k) * tr->nstages + j);
     size_t at = (size_t)r * st->chunk, len = at < n ? n - at : 0;
     if (len > st->chunk)
       len = st->chunk;
@@ -356,4 +426,215 @@ int strata__ranks_status(strata_trainer_t tr, int rc) {
     strata__error(out, "rank 0: %s", all[0].msg);
   free(all);
   return out;
+}
+
+struct strata__stage *strata__ranks_shell(const struct strata_trainer *tr, int k, int s) {
+  const struct strata__ranks *R = tr->ranks;
+  return R && R->shell ? R->shell[k * tr->nstages + s] : NULL;
+}
+
+int strata__ranks_shells(strata_trainer_t tr, const int *split, int split_backward) {
+  struct strata__ranks *R = tr->ranks;
+  if (!R || !R->spans)
+    return STRATA_OK;
+  if (!R->shell && !(R->shell = calloc((size_t)(tr->tp * tr->nstages), sizeof *R->shell)))
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
+  for (int k = 0; k < tr->tp; k++)
+    for (int j = 0, first = 0; j < tr->nstages; first += split[j++]) {
+      const int s = (tr->home * tr->tp + k) * tr->nstages + j;
+      if (tr->st[s] || !strata__stage_held(tr, s) || R->shell[k * tr->nstages + j])
+        continue;
+      struct strata__cut cut = {{k, strata__stage_tp(tr, s)}, {tr->home, tr->zero ? tr->replicas : 1}};
+      TRY(strata__stage_shell(tr->model, first, first + split[j], tr->opt.batch, split_backward, &cut,
+                              &R->shell[k * tr->nstages + j]));
+    }
+  return STRATA_OK;
+}
+
+/* The stage whose output (dir 0) or input gradient (dir 1) stage `to` takes. */
+static int producer_of(const struct strata_trainer *tr, int to, int dir) {
+  return strata__stage_owner(tr, dir == 0 ? to - 1 : to + 1);
+}
+
+int strata__ranks_send(strata_trainer_t tr, int to, int dir, int mb, strata_queue_t q, strata_mem_t mem, size_t bytes) {
+  struct strata__ranks *R = tr->ranks;
+  return strata_cluster_send(R->cluster, owner_of_stage(tr, to), tag_of(tr, to, dir, mb), q, mem, bytes);
+}
+
+int strata__ranks_recv(strata_trainer_t tr, int to, int dir, int mb, strata_queue_t q, strata_mem_t mem, size_t bytes) {
+  struct strata__ranks *R = tr->ranks;
+  return strata_cluster_recv(R->cluster, owner_of_stage(tr, producer_of(tr, to, dir)), tag_of(tr, to, dir, mb), q,
+                             mem, bytes);
+}
+
+void strata__ranks_abort(strata_trainer_t tr, int status, const char *what) {
+  if (tr->ranks && tr->ranks->spans)
+    strata__cluster_break(tr->ranks->cluster, status, what);
+}
+
+int strata__ranks_measures(strata_trainer_t tr, int n, double *speed, uint64_t *limit) {
+  struct strata__ranks *R = tr->ranks;
+  if (!R || !R->spans)
+    return STRATA_OK; /* one process, or a pipeline inside each rank: measured where it runs */
+  struct measure {
+    double speed;
+    uint64_t limit;
+  } *mine = calloc((size_t)n, sizeof *mine), *all = calloc((size_t)n * (size_t)R->size, sizeof *all);
+  int rc = mine && all ? STRATA_OK : strata__error(STRATA_ERR_NOMEM, "out of host memory balancing stages");
+  for (int r = 0; r < n && !rc; r++)
+    mine[r] = (struct measure){speed[r], limit[r]};
+  if (!rc)
+    rc = strata__cluster_allgather(R->cluster, mine, (size_t)n * sizeof *mine, all);
+  for (int r = 0; r < n && !rc; r++) {
+    speed[r] = all[(size_t)R->owner[r] * n + r].speed;
+    limit[r] = all[(size_t)R->owner[r] * n + r].limit;
+    /* one measurement per kind of device, as one process takes it: timing noise must not cut differently */
+    struct strata_cluster_device dr, dq;
+    rc = strata_cluster_device(R->cluster, R->global[r], &dr);
+    for (int q = 0; q < r && !rc; q++) {
+      rc = strata_cluster_device(R->cluster, R->global[q], &dq);
+      /* host virtual devices are slices of one CPU unless one is slowed (STRATA_HOST_SLOW names it so) */
+      const char *sr = strstr(dr.info.name, ", slowed "), *sq = strstr(dq.info.name, ", slowed ");
+      if (!rc && strcmp(dr.info.backend, dq.info.backend) == 0 &&
+          (strcmp(dr.info.backend, "host") == 0 ? (!sr && !sq) || (sr && sq && strcmp(sr, sq) == 0)
+                                                : strcmp(dr.info.name, dq.info.name) == 0)) {
+        speed[r] = speed[q];
+        break;
+      }
+    }
+  }
+  free(mine);
+  free(all);
+  return rc;
+}
+
+int strata__ranks_stage_values(strata_trainer_t tr, float *host, const size_t *at) {
+  struct strata__ranks *R = tr->ranks;
+  if (!R || !R->spans)
+    return STRATA_OK;
+  const size_t n = at[tr->nstages];
+  float *all = malloc((size_t)R->size * n * sizeof *all + 1);
+  if (!all)
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory gathering parameters");
+  int rc = strata__cluster_allgather(R->cluster, host, n * sizeof *host, all);
+  for (int j = 0; j < tr->nstages && !rc; j++) {
+    int from = owner_of_stage(tr, j); /* replica 0, slice 0 */
+    if (from != R->rank)
+      memcpy(host + at[j], all + (size_t)from * n + at[j], (at[j + 1] - at[j]) * sizeof *host);
+  }
+  free(all);
+  return rc;
+}
+
+int strata__ranks_loss_sum(strata_trainer_t tr, double *sum) {
+  struct strata__ranks *R = tr->ranks;
+  if (!R || !R->spans)
+    return STRATA_OK;
+  double *all = calloc((size_t)R->size, sizeof *all);
+  if (!all)
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory exchanging between ranks");
+  int rc = strata__cluster_allgather(R->cluster, sum, sizeof *sum, all);
+  if (!rc)
+    *sum = all[owner_of_stage(tr, tr->nstages - 1)];
+  free(all);
+  return rc;
+}
+
+int strata__ranks_host_device(const struct strata_trainer *tr, int r) {
+  if (tr->dev[r] >= 0)
+    return tr->dev[r];
+  for (int q = 0; q < tr->ndev; q++)
+    if (tr->dev[q] >= 0)
+      return tr->dev[q];
+  return 0;
+}
+
+/* ---- one trace for the whole job ---- */
+
+/* A trace event between processes: its strings by value (the pointers are each process's). */
+struct wire_event {
+  char name[24], cat[16], op[16], group[48];
+  double ts, dur;
+  int64_t step;
+  uint64_t bytes;
+  int32_t tid, has_op;
+};
+
+/* The event kinds and collectives a trace names, so that rank 0 keeps pointers to its own strings. */
+static const char *intern(const char *s) {
+  static const char *const known[] = {"compute",   "send",          "recv",      "idle",     "optimizer", "comm",
+                                      "allreduce", "reducescatter", "allgather", "broadcast"};
+  for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+    if (strcmp(s, known[i]) == 0)
+      return known[i];
+  return "other";
+}
+
+int strata__ranks_trace_merge(strata_trainer_t tr) {
+  struct strata__ranks *R = tr->ranks;
+  if (!R)
+    return STRATA_OK;
+  struct head {
+    uint64_t n;
+    double t0;
+  } mine = {R->rank == 0 ? 0 : tr->nevents, tr->t0}, *heads = calloc((size_t)R->size, sizeof *heads);
+  if (!heads)
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory merging the trace");
+  int rc = strata__cluster_allgather(R->cluster, &mine, sizeof mine, heads);
+  uint64_t most = 0;
+  for (int r = 0; r < R->size && !rc; r++)
+    most = heads[r].n > most ? heads[r].n : most;
+  if (!rc && most * sizeof(struct wire_event) * (uint64_t)R->size > (uint64_t)1 << 30)
+    rc = strata__error(STRATA_ERR_RANGE, "the trace of one step over %d ranks is too large to merge", R->size);
+  struct wire_event *out = NULL, *all = NULL;
+  if (!rc) {
+    out = calloc((size_t)most + 1, sizeof *out);
+    all = calloc((size_t)most * (size_t)R->size + 1, sizeof *all);
+    if (!out || !all)
+      rc = strata__error(STRATA_ERR_NOMEM, "out of host memory merging the trace");
+  }
+  for (uint64_t i = 0; !rc && i < mine.n; i++) {
+    const struct strata__trace_event *e = &tr->events[i];
+    struct wire_event *w = &out[i];
+    strata__strlcpy(w->name, e->name, sizeof w->name);
+    strata__strlcpy(w->cat, e->cat, sizeof w->cat);
+    strata__strlcpy(w->op, e->op ? e->op : "", sizeof w->op);
+    strata__strlcpy(w->group, e->group, sizeof w->group);
+    w->ts = e->ts;
+    w->dur = e->dur;
+    w->step = e->step;
+    w->bytes = e->bytes;
+    w->tid = e->tid;
+    w->has_op = e->op != NULL;
+  }
+  if (!rc)
+    rc = strata__cluster_allgather(R->cluster, out, (size_t)most * sizeof *out, all);
+  if (!rc && R->rank != 0)
+    tr->nevents = 0; /* sent: rank 0 keeps them (this step's idle time was counted before) */
+  for (int r = 1; !rc && R->rank == 0 && r < R->size; r++)
+    for (uint64_t i = 0; i < heads[r].n; i++) {
+      const struct wire_event *w = &all[(size_t)r * most + i];
+      /* on rank 0's clock: one machine's ranks share CLOCK_MONOTONIC (across machines the offset is approximate) */
+      const double t = tr->t0 + w->ts * 1e-6 + (heads[r].t0 - tr->t0);
+      size_t n = tr->nevents;
+      strata__trace_add(tr, w->name, intern(w->cat), t, t + w->dur * 1e-6, w->tid);
+      if (tr->nevents != n + 1)
+        break; /* the trace's bound */
+      struct strata__trace_event *e = &tr->events[n];
+      e->step = w->step;
+      e->bytes = w->bytes;
+      e->op = w->has_op ? intern(w->op) : NULL;
+      strata__strlcpy(e->group, w->group, sizeof e->group);
+    }
+  free(heads);
+  free(out);
+  free(all);
+  return rc;
+}
+
+int strata__ranks_backend(const struct strata_trainer *tr, int r, char *backend, size_t cap) {
+  struct strata_cluster_device d;
+  TRY(strata_cluster_device(tr->ranks->cluster, tr->ranks->global[r], &d));
+  strata__strlcpy(backend, d.info.backend, cap);
+  return STRATA_OK;
 }

@@ -16,9 +16,12 @@
 ** devices (the cluster's numbering, rank-major); this rank builds only the
 ** stages on its own devices, runs only their action lists, and tr->dev
 ** holds its local index of each of its pipeline ranks' devices (-1 for
-** another rank's). In this version a replica (all its stages and slices)
-** lives on one rank: the replicas, and so the data-parallel collectives,
-** cross ranks; pipeline and tensor-parallel traffic stays inside one.
+** another rank's). The replicas, and so the data-parallel collectives, may
+** cross ranks, and so may a replica's pipeline: its activations and
+** gradients to a stage on another rank go through the cluster's
+** point-to-point calls (host-staged), one tag per (receiving stage,
+** direction, micro-batch). A tensor-parallel group (one replica's stage's
+** slices) stays on one rank in this version, so its joins stay local.
 */
 struct strata__meet;
 
@@ -30,6 +33,12 @@ struct strata__ranks {
   int local_stages;                  /* stages of every chain that are this rank's */
   strata_cluster_comm_t *comm;       /* [tp x nstages], replicas > 1: as tr->comm, over the ranks */
   struct strata__meet *meet;         /* [tp x nstages]: this rank's members of each meeting there */
+  int spans;                         /* some replica's pipeline crosses ranks */
+  struct strata__stage **shell;      /* [tp x nstages], spans: the home replica's stages another rank holds, as
+                                     ** layouts only (no memory): their tensors' names, shapes and sizes */
+  int npairs;                        /* (local pipeline rank, remote pipeline rank) pairs with messages between */
+  int *pairs;                        /* [2 x npairs]: receiver, sender */
+  strata_queue_t *recv_q;            /* [npairs]: each receiver's queue on its device, made at the first step */
 };
 
 /*
@@ -37,10 +46,8 @@ struct strata__ranks {
 ** with several ranks make tr->ranks, check that every replica lies on one
 ** rank, turn tr->dev into local indices and choose tr->home (this rank's
 ** first replica). NULL `c`, or a cluster of one rank: nothing to do.
-** `traced`: the trainer was asked for a trace (one job's over several
-** ranks is not in this version).
 */
-int strata__ranks_new(strata_trainer_t tr, strata_cluster_t c, int traced);
+int strata__ranks_new(strata_trainer_t tr, strata_cluster_t c);
 void strata__ranks_free(strata_trainer_t tr);
 
 /* Pipeline rank r's device is this process's. */
@@ -58,6 +65,43 @@ static inline int strata__rank_device(const struct strata_trainer *tr, int r) {
 static inline int strata__stages_mine(const struct strata_trainer *tr) {
   return tr->ranks ? tr->ranks->local_stages : strata__stages_all(tr);
 }
+
+/* The home replica's stage s, slice k, when another rank holds it: a layout without memory (NULL: none). */
+struct strata__stage *strata__ranks_shell(const struct strata_trainer *tr, int k, int s);
+/* Make the shells of the stages another rank holds (after this rank's stages are built from `split`). */
+int strata__ranks_shells(strata_trainer_t tr, const int *split, int split_backward);
+
+/*
+** A pipeline message across ranks: the activation (dir 0) or input
+** gradient (dir 1) of micro-batch mb for stage `to`, `bytes` of `mem` on
+** `q`'s device, sent to the rank that holds `to`, or received from the one
+** that holds its producer. Bounded as every cluster call.
+*/
+int strata__ranks_send(strata_trainer_t tr, int to, int dir, int mb, strata_queue_t q, strata_mem_t mem, size_t bytes);
+int strata__ranks_recv(strata_trainer_t tr, int to, int dir, int mb, strata_queue_t q, strata_mem_t mem, size_t bytes);
+/* A step failed on this rank: with a pipeline across ranks, break the cluster so that this rank's threads
+** waiting for peers' messages return (the job is ending). */
+void strata__ranks_abort(strata_trainer_t tr, int status, const char *what);
+
+/* Balancing: each device's speed and free memory (pipeline ranks [0, n)) from the rank that measured it, devices of
+** one kind (backend and name) taking the first one's speed, as in one process. */
+int strata__ranks_measures(strata_trainer_t tr, int n, double *speed, uint64_t *limit);
+/* Host copies in global tensor order (`host`, stage s's whole tensors at at[s] .. at[s + 1]): each stage's from the
+** rank that holds replica 0's copy of it. */
+int strata__ranks_stage_values(strata_trainer_t tr, float *host, const size_t *at);
+/* Evaluation: the home replica's loss sum from the rank of replica 0's last stage. */
+int strata__ranks_loss_sum(strata_trainer_t tr, double *sum);
+/* A local device for host memory meant for pipeline rank r (its own when it is this process's). */
+int strata__ranks_host_device(const struct strata_trainer *tr, int r);
+
+/*
+** A trace over several ranks: this rank's events since the last call go to
+** rank 0, which adds them to its own (on its clock) and writes the file;
+** the others keep none. Collective: every rank calls it after each step.
+*/
+int strata__ranks_trace_merge(strata_trainer_t tr);
+/* Pipeline rank r's device's backend name, from the cluster view (any rank's device). */
+int strata__ranks_backend(const struct strata_trainer *tr, int r, char *backend, size_t cap);
 
 /* The data-parallel groups across ranks (collective over the world: every rank makes every group). */
 int strata__ranks_comms(strata_trainer_t tr);
