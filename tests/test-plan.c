@@ -428,7 +428,7 @@ Test(plan, planner_equals_exhaustive_on_four_like_devices) {
   strata_model_free(m);
 }
 
-/* 6 layers: every split of them is searched (the sanitizer build runs this about 10 times slower) */
+/* 6 layers: every split of them is searched (tests/run-test lets the sanitizer build unwind fast here) */
 Test(plan, planner_equals_exhaustive_on_two_fast_and_two_slow) {
   strata_model_t m = small_gpt(4);
   double f[4] = {2e12, 1e12, 2e12, 1e12};
@@ -451,7 +451,7 @@ Test(plan, planner_equals_exhaustive_when_memory_binds) {
   strata_model_free(m);
 }
 
-/* 6 layers: every split of them is searched (the sanitizer build runs this about 10 times slower) */
+/* 6 layers: every split of them is searched (tests/run-test lets the sanitizer build unwind fast here) */
 Test(plan, planner_equals_exhaustive_on_eight_devices_in_two_islands) {
   strata_model_t m = small_gpt(4);
   double f[8];

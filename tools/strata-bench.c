@@ -358,6 +358,18 @@ static int time_pair(struct runner *strata, struct runner *direct, int reps, dou
 ** strata chose for it.
 */
 #define MAX_PEERS 8
+/* ASan and its kin refuse RTLD_DEEPBIND (their interceptors must bind first): there each library is loaded without
+** it, which changes nothing for a library that calls only itself */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define PEER_DLOPEN_FLAGS (RTLD_NOW | RTLD_LOCAL)
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+#define PEER_DLOPEN_FLAGS (RTLD_NOW | RTLD_LOCAL)
+#endif
+#endif
+#ifndef PEER_DLOPEN_FLAGS
+#define PEER_DLOPEN_FLAGS (RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND)
+#endif
 struct peer {
   const char *label;
   char file[512];                 /* the resolved path: one entry per distinct object */
@@ -385,7 +397,7 @@ static void peers_load(void) {
   if (!find_host_blas() && !realpath(host_blas.file, strata_file))
     snprintf(strata_file, sizeof strata_file, "%s", host_blas.file);
   for (size_t k = 0; k < sizeof known / sizeof known[0] && npeers < MAX_PEERS; k++) {
-    void *h = dlopen(known[k].soname, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+    void *h = dlopen(known[k].soname, PEER_DLOPEN_FLAGS);
     if (!h)
       continue;
     void *sym = dlsym(h, known[k].sym);
