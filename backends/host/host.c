@@ -77,6 +77,7 @@ struct host_queue {
   struct task *head, *tail;
   int busy;                      /* the worker is running a task */
   int stop;
+  double rest_owed;              /* STRATA_HOST_SLOW: seconds of rest not yet taken */
   int status;                    /* first error since the last finish */
   char message[512];
   /* CPU clocks of the threads that run this queue's work: [0] the worker,
@@ -141,14 +142,22 @@ static double wall_now(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* A slowed device (STRATA_HOST_SLOW) rests f - 1 times as long as each op took, using no core meanwhile. */
-static void rest_after(double f, double t0) {
-  double rest = (f - 1) * (wall_now() - t0);
-  if (rest <= 0)
+/*
+** A slowed device (STRATA_HOST_SLOW) rests f - 1 times as long as each op
+** took, using no core meanwhile. The rest is owed and taken once it
+** reaches a millisecond, the time actually slept paid off: a sleep costs
+** tens of microseconds more than asked, which would slow small ops far
+** more than f times.
+*/
+static void rest_after(struct host_queue *q, double f, double t0) {
+  q->rest_owed += (f - 1) * (wall_now() - t0);
+  if (q->rest_owed < 1e-3)
     return;
+  const double rest = q->rest_owed, start = wall_now();
   struct timespec ts = {.tv_sec = (time_t)rest, .tv_nsec = (long)((rest - (double)(time_t)rest) * 1e9)};
   while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
     ;
+  q->rest_owed -= wall_now() - start; /* an oversleep is credited to the next ops */
 }
 
 static void task_run(struct host_queue *q, struct task *t) {
@@ -158,7 +167,7 @@ static void task_run(struct host_queue *q, struct task *t) {
     const double f = q->ctx->slow[q->dev], t0 = f > 1 ? wall_now() : 0;
     rc = strata__host_op_run(&t->op);
     if (f > 1)
-      rest_after(f, t0);
+      rest_after(q, f, t0);
     break;
   }
   case TASK_COPY:
