@@ -230,21 +230,29 @@ has "strata-train: the fault's message names rank 1, the device and the action" 
 # Failure: rank 1 killed mid-training (resumed from that checkpoint, saving to a copy of it); rank 0 stops, naming it.
 cp "$out/ck2.st" "$out/kill.st"
 ranks_of_train() { ps -eo pid=,args= 2>/dev/null | grep -E "tools/(\.libs/)?(lt-)?strata-train " | grep -v grep; }
-env STRATA_BACKENDS=host STRATA_HOST_DEVICES=1 STRATA_COMM_TIMEOUT=20 $run60 2 $T --steps 1000000 --dp 2 \
-  --resume "$out/kill.st" --save "$out/kill.st" >"$out/kill-train.json" 2>"$out/kill-train.log" &
-job=$!
-victim=
-for i in $(seq 1 100); do
-  for p in $(ranks_of_train | awk '{print $1}'); do
-    if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1; then victim=$p; fi
+# kill_rank1 JSON LOG ARGS...: strata-train ARGS over 2 ranks (one host device each), rank 1 killed with -9 once a
+# step is done; sets victim (its pid), rc (the job's status) and elapsed (seconds from the kill to the job's end)
+kill_rank1() {
+  json=$1 log=$2
+  shift 2
+  env STRATA_BACKENDS=host STRATA_HOST_DEVICES=1 STRATA_COMM_TIMEOUT=20 $run60 2 $T --steps 1000000 "$@" \
+    >"$json" 2>"$log" &
+  job=$!
+  victim=
+  for i in $(seq 1 100); do
+    for p in $(ranks_of_train | awk '{print $1}'); do
+      if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1; then victim=$p; fi
+    done
+    [ -n "$victim" ] && grep -q '"event":"step"' "$json" 2>/dev/null && break
+    sleep 0.2
   done
-  [ -n "$victim" ] && grep -q '"event":"step"' "$out/kill-train.json" 2>/dev/null && break
-  sleep 0.2
-done
-t0=$(date +%s)
-[ -n "$victim" ] && kill -9 "$victim"
-wait $job; rc=$?
-elapsed=$(($(date +%s) - t0))
+  t0=$(date +%s)
+  [ -n "$victim" ] && kill -9 "$victim"
+  wait $job
+  rc=$?
+  elapsed=$(($(date +%s) - t0))
+}
+kill_rank1 "$out/kill-train.json" "$out/kill-train.log" --dp 2 --resume "$out/kill.st" --save "$out/kill.st"
 if [ -n "$victim" ] && [ "$rc" -ne 0 ] && [ "$elapsed" -lt 30 ]; then
   ok "strata-train: kill -9 of rank 1 mid-training: the job fails (status $rc) in $elapsed s"
 else notok "strata-train: kill -9 of rank 1 mid-training fails in bounded time (pid '$victim', status $rc, $elapsed s)"
@@ -374,21 +382,7 @@ else notok "pp 2 over 2 ranks: a device fault on rank 1 ends the job in bounded 
   tail -n 20 "$out/ppf.log" | sed 's/^/# /'; fi
 has "pp 2 over 2 ranks: the fault's message names rank 1, the device and the action" "$out/ppf.log" \
   '^strata: rank 1 .*host virtual device 0.*action #[0-9]+ [A-Z]+[0-9]+\.[0-9]+: .*injected fault'
-env STRATA_BACKENDS=host STRATA_HOST_DEVICES=1 STRATA_COMM_TIMEOUT=20 $run60 2 $T --steps 1000000 --pp 2 \
-  >"$out/ppk.json" 2>"$out/ppk.log" &
-job=$!
-victim=
-for i in $(seq 1 100); do
-  for p in $(ranks_of_train | awk '{print $1}'); do
-    if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1; then victim=$p; fi
-  done
-  [ -n "$victim" ] && grep -q '"event":"step"' "$out/ppk.json" 2>/dev/null && break
-  sleep 0.2
-done
-t0=$(date +%s)
-[ -n "$victim" ] && kill -9 "$victim"
-wait $job; rc=$?
-elapsed=$(($(date +%s) - t0))
+kill_rank1 "$out/ppk.json" "$out/ppk.log" --pp 2
 if [ -n "$victim" ] && [ "$rc" -ne 0 ] && [ "$elapsed" -lt 30 ]; then
   ok "pp 2 over 2 ranks: kill -9 of rank 1 mid-training ends the job (status $rc) in $elapsed s"
 else notok "pp 2 over 2 ranks: kill -9 of rank 1 ends the job in bounded time (pid '$victim', status $rc, $elapsed s)"
