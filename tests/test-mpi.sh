@@ -342,6 +342,12 @@ env STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 $run 2 $T --steps 4 --pp 2 --tp 1
   >"$out/tf2.json" 2>"$out/tf2.json.err"
 same "pp 2 with --tp 1,2 over 2 ranks (one stage's output to two slices on the other rank) = one process's" 5 \
   "$out/tf1.json" "$out/tf2.json"
+# a replica per rank, each rank's pipeline a whole stage and a cut one: the data-parallel groups of stage 1's two
+# slices cross ranks, and stage 0 (one slice) has no group for a second
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=6 $T --steps 4 --dp 2 --pp 2 --tp 1,2 >"$out/tg1.json" 2>"$out/tg1.json.err"
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=3 $run 2 $T --steps 4 --dp 2 --pp 2 --tp 1,2 \
+  >"$out/tg2.json" 2>"$out/tg2.json.err"
+same "dp 2 x pp 2 with --tp 1,2, a replica per rank = one process's" 5 "$out/tg1.json" "$out/tg2.json"
 if env STRATA_BACKENDS=host STRATA_HOST_DEVICES=1 $run 2 $T --steps 2 --tp 2 >"$out/tpx.json" 2>"$out/tpx.log"; then
   notok "tp 2 across 2 ranks is refused"; else ok "tp 2 across 2 ranks is refused"; fi
 has "tp across ranks: the refusal names the group and its ranks" "$out/tpx.log" \

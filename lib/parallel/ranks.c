@@ -220,11 +220,13 @@ int strata__ranks_comms(strata_trainer_t tr) {
   int rc = STRATA_OK;
   /* in the same order on every rank: making a group is collective over the world */
   for (int k = 0; k < groups && !rc; k++) {
-    for (int r = 0; r < tr->replicas; r++)
-      devs[r] = R->global[tr->stage_rank[(r * tr->tp + k / S) * S + k % S]];
     strata_cluster_comm_free(R->comm[k]);
     R->comm[k] = NULL;
     meet_free(&R->meet[k]);
+    if (k / S >= tr->tps[k % S])
+      continue; /* a slice that stage does not have (the same on every rank) */
+    for (int r = 0; r < tr->replicas; r++)
+      devs[r] = R->global[tr->stage_rank[(r * tr->tp + k / S) * S + k % S]];
     rc = strata_cluster_comm_new(R->cluster, devs, tr->replicas, NULL, &R->comm[k]);
     struct strata__meet *m = &R->meet[k];
     if (!rc)
