@@ -216,16 +216,24 @@ else notok "2-rank checkpoint resumed on one device"; paste "$out/l.a" "$out/l.b
 
 # Failure: a device fault on rank 1 (its own environment, through mpirun's MPMD form) ends the job, naming the rank,
 # the device and the action.
-t0=$(date +%s)
-env STRATA_BACKENDS=host STRATA_HOST_DEVICES=1 STRATA_COMM_TIMEOUT=20 $run60 1 $T --steps 200 --dp 2 : \
-  -np 1 env STRATA_HOST_FAULT=device=0,op=3000 $T --steps 200 --dp 2 >"$out/fault-train.json" 2>"$out/fault-train.log"
-rc=$?
-elapsed=$(($(date +%s) - t0))
-if [ "$rc" -ne 0 ] && [ "$elapsed" -lt 30 ]; then ok "strata-train: a device fault on rank 1: the job fails (status $rc) in $elapsed s"
-else notok "strata-train: a device fault on rank 1 fails in bounded time (status $rc, $elapsed s)"
-  tail -n 20 "$out/fault-train.log" | sed 's/^/# /'; fi
-has "strata-train: the fault's message names rank 1, the device and the action" "$out/fault-train.log" \
-  '^strata: rank 1 .*host virtual device 0.*action #[0-9]+ [A-Z]+[0-9]+\.[0-9]+: .*injected fault'
+# fault_rank1 WHAT JSON LOG ARGS...: strata-train ARGS over 2 ranks (one host device each) with a device fault
+# injected on rank 1 only (mpirun's MPMD form): the job fails within 30 s, its message naming rank 1, the device and
+# the action
+fault_rank1() {
+  what=$1 json=$2 log=$3
+  shift 3
+  t0=$(date +%s)
+  env STRATA_BACKENDS=host STRATA_HOST_DEVICES=1 STRATA_COMM_TIMEOUT=20 $run60 1 $T --steps 200 "$@" : \
+    -np 1 env STRATA_HOST_FAULT=device=0,op=3000 $T --steps 200 "$@" >"$json" 2>"$log"
+  rc=$?
+  elapsed=$(($(date +%s) - t0))
+  if [ "$rc" -ne 0 ] && [ "$elapsed" -lt 30 ]; then ok "$what: a device fault on rank 1 ends the job (status $rc) in $elapsed s"
+  else notok "$what: a device fault on rank 1 ends the job in bounded time (status $rc, $elapsed s)"
+    tail -n 20 "$log" | sed 's/^/# /'; fi
+  has "$what: the fault's message names rank 1, the device and the action" "$log" \
+    '^strata: rank 1 .*host virtual device 0.*action #[0-9]+ [A-Z]+[0-9]+\.[0-9]+: .*injected fault'
+}
+fault_rank1 "strata-train --dp 2" "$out/fault-train.json" "$out/fault-train.log" --dp 2
 
 # Failure: rank 1 killed mid-training (resumed from that checkpoint, saving to a copy of it); rank 0 stops, naming it.
 cp "$out/ck2.st" "$out/kill.st"
@@ -378,16 +386,7 @@ else notok "4-rank checkpoint resumed on one device: step 4's loss"; paste "$out
 
 # Failure in a pipeline across ranks: a device fault on rank 1 (its stage), and rank 1 killed while rank 0 waits
 # for its messages; rank 0 stops within the bound, naming it.
-t0=$(date +%s)
-env STRATA_BACKENDS=host STRATA_HOST_DEVICES=1 STRATA_COMM_TIMEOUT=20 $run60 1 $T --steps 200 --pp 2 : \
-  -np 1 env STRATA_HOST_FAULT=device=0,op=3000 $T --steps 200 --pp 2 >"$out/ppf.json" 2>"$out/ppf.log"
-rc=$?
-elapsed=$(($(date +%s) - t0))
-if [ "$rc" -ne 0 ] && [ "$elapsed" -lt 30 ]; then ok "pp 2 over 2 ranks: a device fault on rank 1 ends the job (status $rc) in $elapsed s"
-else notok "pp 2 over 2 ranks: a device fault on rank 1 ends the job in bounded time (status $rc, $elapsed s)"
-  tail -n 20 "$out/ppf.log" | sed 's/^/# /'; fi
-has "pp 2 over 2 ranks: the fault's message names rank 1, the device and the action" "$out/ppf.log" \
-  '^strata: rank 1 .*host virtual device 0.*action #[0-9]+ [A-Z]+[0-9]+\.[0-9]+: .*injected fault'
+fault_rank1 "pp 2 over 2 ranks" "$out/ppf.json" "$out/ppf.log" --pp 2
 kill_rank1 "$out/ppk.json" "$out/ppk.log" --pp 2
 if [ -n "$victim" ] && [ "$rc" -ne 0 ] && [ "$elapsed" -lt 30 ]; then
   ok "pp 2 over 2 ranks: kill -9 of rank 1 mid-training ends the job (status $rc) in $elapsed s"
