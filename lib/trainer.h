@@ -176,12 +176,12 @@ static inline int strata__stage_replica(const struct strata_trainer *tr, int s) 
 static inline int strata__stage_slice(const struct strata_trainer *tr, int s) { return s / tr->nstages % tr->tp; }
 /* Stage s's tensor-parallel degree, whether a device holds it, and the stage that stands for it (itself when held). */
 static inline int strata__stage_tp(const struct strata_trainer *tr, int s) { return tr->tps[s % tr->nstages]; }
+/* (the schedule's answers; without one the trainer is one device, whose stages are all held) */
 static inline int strata__stage_held(const struct strata_trainer *tr, int s) {
-  return strata__stage_slice(tr, s) < strata__stage_tp(tr, s);
+  return tr->sched ? strata_schedule_stage_held(tr->sched, s) : 1;
 }
 static inline int strata__stage_owner(const struct strata_trainer *tr, int s) {
-  const int c = s / tr->nstages;
-  return ((c / tr->tp) * tr->tp + (c % tr->tp) % strata__stage_tp(tr, s)) * tr->nstages + s % tr->nstages;
+  return tr->sched ? strata_schedule_stage_owner(tr->sched, s) : s;
 }
 /*
 ** The stages that receive what stage s sends, towards the next stage (dir 0: its output) or the previous one (dir 1:
