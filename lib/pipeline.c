@@ -1119,6 +1119,12 @@ int strata__tp_join(void *member, strata_queue_t q, strata_mem_t x, size_t count
   m->bytes[k] = (uint64_t)count * 4;
   m->posted[k] = strata__now();
   m->pending[k] = NULL;
+  if (m->across) { /* the slices are on several ranks: through the cluster, done in the call */
+    TRY(strata__ranks_join(m->tr, (int)(m - m->tr->tp_member), q, x, count, op));
+    m->ended[k] = strata__now();
+    m->n++;
+    return STRATA_OK;
+  }
   TRY(post_collective(m->tr, m->comm, m->async, STRATA__COLL_ALLREDUCE, m->rank, q, x, x, count, op, &m->pending[k]));
   m->n++;
   if (!m->async) { /* done in the call */
@@ -1140,7 +1146,7 @@ int strata__tp_settle(strata_trainer_t tr, int s, strata__join_trace_fn fn, void
     const int c0 = strata__stage_replica(tr, s) * tr->tp;
     for (int t = 0; t < strata__stage_tp(tr, s) && at < sizeof group; t++)
       at += (size_t)snprintf(group + at, sizeof group - at, "%s%d", t ? "," : "",
-                             tr->dev[tr->stage_rank[(c0 + t) * tr->nstages + s % tr->nstages]]);
+                             strata__rank_device(tr, tr->stage_rank[(c0 + t) * tr->nstages + s % tr->nstages]));
   }
   for (int i = 0; i < m->n; i++) {
     double t0 = m->posted[i], t1 = m->ended[i];

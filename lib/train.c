@@ -423,6 +423,7 @@ static int make_comms(strata_trainer_t tr) {
     TRY(rc);
   }
   if (tr->tp > 1) {
+    TRY(strata__ranks_tp_comms(tr)); /* first the groups whose slices live on several ranks */
     if (!tr->tp_comm && !(tr->tp_comm = calloc((size_t)(tr->replicas * S), sizeof *tr->tp_comm)))
       return strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
     int *devs = calloc((size_t)tr->tp, sizeof *devs);
@@ -433,8 +434,10 @@ static int make_comms(strata_trainer_t tr) {
       const int deg = tr->tps[k % S];
       strata_comm_free(tr->tp_comm[k]);
       tr->tp_comm[k] = NULL;
-      if (deg == 1 || !strata__stage_mine(tr, k / S * tr->tp * S + k % S))
-        continue; /* a stage that is not cut joins nothing; another rank's group (all on one rank) is made there */
+      const int s0 = k / S * tr->tp * S + k % S; /* slice 0's stage */
+      if (deg == 1 || !strata__stage_mine(tr, s0) || strata__ranks_tp_spans(tr, s0))
+        continue; /* a stage that is not cut joins nothing; another rank's group is made there, one across ranks
+                  ** below */
       for (int t = 0; t < deg; t++)
         devs[t] = tr->dev[tr->stage_rank[(k / S * tr->tp + t) * S + k % S]];
       rc = strata_comm_new(devs, deg, NULL, &tr->tp_comm[k]);
@@ -451,6 +454,16 @@ static int make_comms(strata_trainer_t tr) {
     }
     free(devs);
     TRY(rc);
+    for (int s = 0; s < strata__stages_all(tr); s++) {
+      struct strata__tp_member *m = &tr->tp_member[s];
+      if (tr->st[s] && strata__ranks_tp_spans(tr, s)) { /* its joins meet through the cluster */
+        m->tr = tr;
+        m->comm = NULL;
+        m->rank = strata__stage_slice(tr, s);
+        m->async = 0;
+        m->across = 1;
+      }
+    }
   }
   tr->comm_stale = 0;
   return STRATA_OK;
@@ -850,8 +863,8 @@ static int seq_forward(strata_trainer_t tr, int s, int slot, const void *inputs,
 static int seq_backward(strata_trainer_t tr, int s, int slot) {
   struct strata__stage *st = tr->st[s];
   if (tr->ranks && tr->ranks->spans)
-    return strata__error(STRATA_ERR_UNSUPPORTED, "a backward pass outside the pipeline schedule, over a pipeline "
-                         "across ranks, is not in this version");
+    return strata__error(STRATA_ERR_UNSUPPORTED, "a backward pass outside the pipeline schedule, over a pipeline or "
+                         "tensor-parallel group across ranks, is not in this version");
   if (!strata__stage_last(tr, s)) {
     struct strata__stage *next = tr->st[strata__stage_owner(tr, s + 1)];
     strata_mem_t gi = strata__stage_grad_input(next, slot), go = strata__stage_grad_output(st, slot);
@@ -892,7 +905,10 @@ static void *seq_main(void *arg) {
 /* Stage `pos` of the home replica, forward or backward: the stage itself, or its slices together, one thread each. */
 static int seq_stage(strata_trainer_t tr, int pos, int slot, const void *inputs, const int32_t *targets, int backward) {
   const int deg = tr->tps[pos], s0 = tr->home * tr->tp * tr->nstages + pos;
-  if (!tr->st[s0])
+  int mine = 0;
+  for (int t = 0; t < deg; t++)
+    mine += tr->st[s0 + t * tr->nstages] != NULL;
+  if (!mine)
     return STRATA_OK; /* another rank's stage (all its slices) of a pipeline across ranks: it runs it */
   if (deg == 1)
     return backward ? seq_backward(tr, s0, slot) : seq_forward(tr, s0, slot, inputs, targets);
@@ -905,9 +921,11 @@ static int seq_stage(strata_trainer_t tr, int pos, int slot, const void *inputs,
   }
   int started = 0, rc = STRATA_OK;
   for (int t = 0; t < deg; t++) {
-    jobs[t] = (struct seq_job){.tr = tr, .s = s0 + t * tr->nstages, .slot = slot, .backward = backward,
-                               .inputs = inputs, .targets = targets};
-    if (pthread_create(&th[t], NULL, seq_main, &jobs[t]) != 0) {
+    if (!tr->st[s0 + t * tr->nstages])
+      continue; /* another rank's slice: it runs it, and they meet in the joins */
+    jobs[started] = (struct seq_job){.tr = tr, .s = s0 + t * tr->nstages, .slot = slot, .backward = backward,
+                                     .inputs = inputs, .targets = targets};
+    if (pthread_create(&th[started], NULL, seq_main, &jobs[started]) != 0) {
       rc = strata__error(STRATA_ERR_BACKEND, "cannot start a thread for tensor-parallel slice %d", t);
       strata__trainer_abort(tr, rc, "a slice's thread did not start");
       break;
@@ -918,7 +936,7 @@ static int seq_stage(strata_trainer_t tr, int pos, int slot, const void *inputs,
     pthread_join(th[t], NULL);
   for (int t = 0; t < started && !rc; t++)
     if (jobs[t].rc)
-      rc = strata__error(jobs[t].rc, "tensor-parallel slice %d: %s", t, jobs[t].msg);
+      rc = strata__error(jobs[t].rc, "tensor-parallel slice %d: %s", strata__stage_slice(tr, jobs[t].s), jobs[t].msg);
   free(jobs);
   free(th);
   return rc;
@@ -1171,18 +1189,17 @@ static int gather(strata_trainer_t tr, int which, float *host) {
   if (!local)
     return strata__error(STRATA_ERR_NOMEM, "out of host memory");
   int rc = STRATA_OK;
-  size_t *stage_at = calloc((size_t)tr->nstages + 1, sizeof *stage_at);
-  if (!stage_at) {
-    free(local);
-    return strata__error(STRATA_ERR_NOMEM, "out of host memory");
-  }
   for (int s = 0; s < tr->nstages && !rc; s++) {
-    stage_at[s] = at;
     for (int k = 0; k < tr->tps[s] && !rc; k++) {
       struct strata__stage *st = strata__home_stage(tr, k, s);
-      if (!st->params && !(tr->zero && which >= 2))
-        break; /* another rank's stage (a pipeline across ranks): its values come below */
-      rc = download_flat(tr, k, s, which, local);
+      if (tr->zero && which >= 2) {
+        rc = download_flat(tr, k, s, which, local); /* every replica's shard, from wherever it is */
+      } else {
+        if (st->params)
+          rc = download_flat(tr, k, s, which, local);
+        if (!rc) /* another rank's slice (a pipeline or a tensor-parallel group across ranks): its values from there */
+          rc = strata__ranks_slice_values(tr, k, s, local, st->nparams);
+      }
       size_t o = at;
       for (int t = 0; t < st->ntensors && !rc; t++) {
         const struct strata__tensor *x = &st->tensors[t];
@@ -1193,10 +1210,6 @@ static int gather(strata_trainer_t tr, int which, float *host) {
     }
     at += stage_full(strata__home_stage(tr, 0, s));
   }
-  stage_at[tr->nstages] = at;
-  if (!rc)
-    rc = strata__ranks_stage_values(tr, host, stage_at);
-  free(stage_at);
   free(local);
   return rc;
 }
@@ -1306,8 +1319,8 @@ STRATA_API int strata_trainer_logits_at(strata_trainer_t tr, const int32_t *toke
     return strata__error(STRATA_ERR_UNSUPPORTED, "strata_trainer_logits: '%s' is not a text model",
                          tr->model->cfg.name);
   if (tr->ranks && tr->ranks->spans)
-    return strata__error(STRATA_ERR_UNSUPPORTED, "strata_trainer_logits: a pipeline across ranks gives no logits in "
-                         "this version");
+    return strata__error(STRATA_ERR_UNSUPPORTED, "strata_trainer_logits: a pipeline or tensor-parallel group across "
+                         "ranks gives no logits in this version");
   if (batch < 1 || batch > tr->opt.batch)
     return strata__error(STRATA_ERR_SHAPE, "strata_trainer_logits: batch %lld, at most %lld", (long long)batch,
                          (long long)tr->opt.batch);

@@ -25,6 +25,7 @@ struct strata__tp_member {
   strata_comm_t comm;
   int rank;                          /* the slice */
   int async;                         /* the communicator enqueues (else each call waits) */
+  int across;                        /* the group crosses ranks: no comm, its joins meet through tr->ranks */
   void **pending;                    /* [n]: each join's completion (NULL: the call waited) */
   uint64_t *bytes;
   double *posted, *ended;            /* when each was called, and (waited in the call) done */

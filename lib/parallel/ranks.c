@@ -19,18 +19,19 @@
 #define MEET_POLL_NS 50000000L
 
 /*
-** One data-parallel group's meeting on this rank: the cluster's collectives
-** take every local member's buffers in one call, while each member is a
-** device's worker thread reaching its GRAD_REDUCE (or bucket, GRAD_SCATTER,
-** PARAM_GATHER) in its own time. Members arrive, the last one calls for all,
-** the others wait for that round to end and share its status.
+** One group's meeting on this rank: the cluster's collectives take every
+** local member's buffers in one call, while each member is a device's
+** worker thread reaching its GRAD_REDUCE (or bucket, GRAD_SCATTER,
+** PARAM_GATHER; a tensor-parallel group's TP_JOIN) in its own time. Members
+** arrive, the last one calls for all, the others wait for that round to end
+** and share its status.
 */
 struct strata__meet {
   pthread_mutex_t lock;
   pthread_cond_t cond;
   int ready;                         /* lock and cond initialised */
   int n;                             /* this rank's members */
-  int *replica;                      /* [n]: their replicas (group ranks), ascending */
+  int *member;                       /* [n]: their group ranks (replicas, or slices), ascending */
   strata_queue_t *q;                 /* [n] the round's arguments */
   strata_mem_t *send, *recv;
   int arrived;
@@ -130,20 +131,13 @@ int strata__ranks_new(strata_trainer_t tr, strata_cluster_t c) {
     R->owner[r] = d.rank;
     local[r] = d.local;
   }
-  /* a tensor-parallel group (the slices of one replica's stage) on one rank: its joins stay inside a process */
+  /* a tensor-parallel group (the slices of one replica's stage) across ranks: its joins go through the cluster, and
+  ** each rank holds some slices of the stage, so the others are known by their layouts, as for a pipeline across */
   for (int c0 = 0; c0 < tr->chains; c0 += tr->tp)
     for (int j = 0; j < tr->nstages; j++)
-      for (int t = 1; t < tr->tps[j]; t++) {
-        const int a = tr->stage_rank[c0 * tr->nstages + j], b = tr->stage_rank[(c0 + t) * tr->nstages + j];
-        if (R->owner[a] != R->owner[b]) {
-          free(local);
-          return strata__error(STRATA_ERR_UNSUPPORTED,
-                               "layout: the tensor-parallel slices of replica %d's stage %d span ranks %d (device %d) "
-                               "and %d (device %d); a tensor-parallel group across ranks is not in this version: give "
-                               "each group devices of one rank (pipelines and replicas may cross ranks)",
-                               c0 / tr->tp, j, R->owner[a], R->global[a], R->owner[b], R->global[b]);
-        }
-      }
+      for (int t = 1; t < tr->tps[j]; t++)
+        if (R->owner[tr->stage_rank[c0 * tr->nstages + j]] != R->owner[tr->stage_rank[(c0 + t) * tr->nstages + j]])
+          R->spans = R->tp_spans = 1;
   /* the home replica: the first with a stage here (its pipeline may cross ranks: its messages go through the cluster) */
   tr->home = -1;
   for (int c0 = 0; c0 < tr->chains; c0++)
@@ -171,29 +165,51 @@ int strata__ranks_new(strata_trainer_t tr, strata_cluster_t c) {
   return R->spans ? make_pairs(tr) : STRATA_OK;
 }
 
-static void meet_free(struct strata__meet *m) {
+static void group_free(strata_cluster_comm_t *cc, struct strata__meet *m) {
+  strata_cluster_comm_free(*cc);
+  *cc = NULL;
   if (m->ready) {
     pthread_mutex_destroy(&m->lock);
     pthread_cond_destroy(&m->cond);
   }
-  free(m->replica);
+  free(m->member);
   free(m->q);
   free(m->send);
   free(m->recv);
   memset(m, 0, sizeof *m);
 }
 
+/* A group across ranks over `devices` (global; collective over the world) and this rank's meeting of its members. */
+static int group_new(struct strata__ranks *R, const int *devices, int count, strata_cluster_comm_t *cc,
+                     struct strata__meet *m) {
+  TRY(strata_cluster_comm_new(R->cluster, devices, count, NULL, cc));
+  TRY(strata_cluster_comm_local(*cc, &m->n, NULL));
+  size_t n = (size_t)(m->n ? m->n : 1);
+  m->member = calloc(n, sizeof *m->member);
+  m->q = calloc(n, sizeof *m->q);
+  m->send = calloc(n, sizeof *m->send);
+  m->recv = calloc(n, sizeof *m->recv);
+  if (!m->member || !m->q || !m->send || !m->recv)
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
+  TRY(strata_cluster_comm_local(*cc, &m->n, m->member));
+  pthread_mutex_init(&m->lock, NULL);
+  pthread_cond_init(&m->cond, NULL);
+  m->ready = 1;
+  return STRATA_OK;
+}
+
 void strata__ranks_free(strata_trainer_t tr) {
   struct strata__ranks *R = tr->ranks;
   if (!R)
     return;
-  const int groups = tr->tp * tr->nstages;
-  for (int k = 0; R->comm && k < groups; k++)
-    strata_cluster_comm_free(R->comm[k]);
-  for (int k = 0; R->meet && k < groups; k++)
-    meet_free(&R->meet[k]);
+  for (int k = 0; R->comm && k < tr->tp * tr->nstages; k++)
+    group_free(&R->comm[k], &R->meet[k]);
   free(R->comm);
   free(R->meet);
+  for (int k = 0; R->tp_comm && k < tr->replicas * tr->nstages; k++)
+    group_free(&R->tp_comm[k], &R->tp_meet[k]);
+  free(R->tp_comm);
+  free(R->tp_meet);
   for (int k = 0; R->shell && k < tr->tp * tr->nstages; k++)
     strata__stage_free(R->shell[k]);
   free(R->shell);
@@ -220,48 +236,59 @@ int strata__ranks_comms(strata_trainer_t tr) {
   int rc = STRATA_OK;
   /* in the same order on every rank: making a group is collective over the world */
   for (int k = 0; k < groups && !rc; k++) {
-    strata_cluster_comm_free(R->comm[k]);
-    R->comm[k] = NULL;
-    meet_free(&R->meet[k]);
+    group_free(&R->comm[k], &R->meet[k]);
     if (k / S >= tr->tps[k % S])
       continue; /* a slice that stage does not have (the same on every rank) */
     for (int r = 0; r < tr->replicas; r++)
       devs[r] = R->global[tr->stage_rank[(r * tr->tp + k / S) * S + k % S]];
-    rc = strata_cluster_comm_new(R->cluster, devs, tr->replicas, NULL, &R->comm[k]);
-    struct strata__meet *m = &R->meet[k];
-    if (!rc)
-      rc = strata_cluster_comm_local(R->comm[k], &m->n, NULL);
-    if (!rc) {
-      size_t n = (size_t)(m->n ? m->n : 1);
-      m->replica = calloc(n, sizeof *m->replica);
-      m->q = calloc(n, sizeof *m->q);
-      m->send = calloc(n, sizeof *m->send);
-      m->recv = calloc(n, sizeof *m->recv);
-      if (!m->replica || !m->q || !m->send || !m->recv)
-        rc = strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
-    }
-    if (!rc)
-      rc = strata_cluster_comm_local(R->comm[k], &m->n, m->replica);
-    if (!rc) {
-      pthread_mutex_init(&m->lock, NULL);
-      pthread_cond_init(&m->cond, NULL);
-      m->ready = 1;
-    }
+    rc = group_new(R, devs, tr->replicas, &R->comm[k], &R->meet[k]);
   }
   free(devs);
   return rc;
 }
 
+int strata__ranks_tp_comms(strata_trainer_t tr) {
+  struct strata__ranks *R = tr->ranks;
+  const int S = tr->nstages, groups = tr->replicas * S;
+  if (!R || !R->tp_spans)
+    return STRATA_OK;
+  if (!R->tp_comm && !(R->tp_comm = calloc((size_t)groups, sizeof *R->tp_comm)))
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
+  if (!R->tp_meet && !(R->tp_meet = calloc((size_t)groups, sizeof *R->tp_meet)))
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
+  int *devs = calloc((size_t)tr->tp, sizeof *devs);
+  if (!devs)
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
+  int rc = STRATA_OK;
+  for (int k = 0; k < groups && !rc; k++) {
+    group_free(&R->tp_comm[k], &R->tp_meet[k]);
+    const int deg = tr->tps[k % S], c0 = k / S * tr->tp;
+    int across = 0;
+    for (int t = 0; t < deg; t++) {
+      devs[t] = R->global[tr->stage_rank[(c0 + t) * S + k % S]];
+      across |= R->owner[tr->stage_rank[(c0 + t) * S + k % S]] != R->owner[tr->stage_rank[c0 * S + k % S]];
+    }
+    if (across) /* (the same on every rank; a group inside one rank joins through its local communicator) */
+      rc = group_new(R, devs, deg, &R->tp_comm[k], &R->tp_meet[k]);
+  }
+  free(devs);
+  return rc;
+}
+
+int strata__ranks_tp_spans(const struct strata_trainer *tr, int s) {
+  const struct strata__ranks *R = tr->ranks;
+  return R && R->tp_comm && R->tp_comm[strata__stage_replica(tr, s) * tr->nstages + s % tr->nstages] != NULL;
+}
+
 /* The cluster's call for one round, with every local member's buffers. */
-static int meet_call(struct strata__ranks *R, int k, int kind, size_t count) {
-  struct strata__meet *m = &R->meet[k];
+static int meet_call(strata_cluster_comm_t cc, struct strata__meet *m, int kind, int op, size_t count) {
   switch (kind) {
   case STRATA__COLL_ALLREDUCE:
-    return strata_cluster_allreduce(R->comm[k], m->q, m->send, m->recv, count, STRATA_FLOAT32, STRATA_SUM);
+    return strata_cluster_allreduce(cc, m->q, m->send, m->recv, count, STRATA_FLOAT32, op);
   case STRATA__COLL_REDUCESCATTER:
-    return strata_cluster_reducescatter(R->comm[k], m->q, m->send, m->recv, count, STRATA_FLOAT32, STRATA_SUM);
+    return strata_cluster_reducescatter(cc, m->q, m->send, m->recv, count, STRATA_FLOAT32, op);
   case STRATA__COLL_ALLGATHER:
-    return strata_cluster_allgather(R->comm[k], m->q, m->send, m->recv, count, STRATA_FLOAT32);
+    return strata_cluster_allgather(cc, m->q, m->send, m->recv, count, STRATA_FLOAT32);
   default:
     return strata__error(STRATA_ERR_INTERNAL, "collective %d across ranks", kind);
   }
@@ -274,18 +301,15 @@ static int step_failed(strata_trainer_t tr) {
   return STRATA_OK;
 }
 
-int strata__ranks_collective(strata_trainer_t tr, int kind, int s, strata_queue_t q, strata_mem_t send,
-                             strata_mem_t recv, size_t count) {
-  struct strata__ranks *R = tr->ranks;
-  if (!R || tr->replicas < 2)
-    return 1;
-  const int k = strata__stage_slice(tr, s) * tr->nstages + s % tr->nstages, replica = strata__stage_replica(tr, s);
-  struct strata__meet *m = &R->meet[k];
+/* Group rank `member`'s part of a round of the group (cc, m): wait for this rank's other members, or be the last
+** and call for them all. */
+static int meet(strata_trainer_t tr, strata_cluster_comm_t cc, struct strata__meet *m, int member, int kind, int op,
+                strata_queue_t q, strata_mem_t send, strata_mem_t recv, size_t count) {
   int i = 0;
-  while (i < m->n && m->replica[i] != replica)
+  while (i < m->n && m->member[i] != member)
     i++;
   if (i == m->n)
-    return strata__error(STRATA_ERR_INTERNAL, "stage %d of replica %d is not a member of its group here", s, replica);
+    return strata__error(STRATA_ERR_INTERNAL, "group rank %d is not a member of its group here", member);
   TRY(step_failed(tr));
   pthread_mutex_lock(&m->lock);
   m->q[i] = q;
@@ -316,7 +340,7 @@ int strata__ranks_collective(strata_trainer_t tr, int kind, int s, strata_queue_
   }
   pthread_mutex_unlock(&m->lock);
   /* the last member: the others wait in the loop above, so the arrays hold still */
-  int rc = meet_call(R, k, kind, count);
+  int rc = meet_call(cc, m, kind, op, count);
   pthread_mutex_lock(&m->lock);
   m->rc = rc;
   strata__strlcpy(m->msg, rc ? strata_last_error() : "", sizeof m->msg);
@@ -325,6 +349,22 @@ int strata__ranks_collective(strata_trainer_t tr, int kind, int s, strata_queue_
   pthread_cond_broadcast(&m->cond);
   pthread_mutex_unlock(&m->lock);
   return rc;
+}
+
+int strata__ranks_collective(strata_trainer_t tr, int kind, int s, strata_queue_t q, strata_mem_t send,
+                             strata_mem_t recv, size_t count) {
+  struct strata__ranks *R = tr->ranks;
+  if (!R || tr->replicas < 2)
+    return 1;
+  const int k = strata__stage_slice(tr, s) * tr->nstages + s % tr->nstages;
+  return meet(tr, R->comm[k], &R->meet[k], strata__stage_replica(tr, s), kind, STRATA_SUM, q, send, recv, count);
+}
+
+int strata__ranks_join(strata_trainer_t tr, int s, strata_queue_t q, strata_mem_t x, size_t count, int op) {
+  struct strata__ranks *R = tr->ranks;
+  const int k = strata__stage_replica(tr, s) * tr->nstages + s % tr->nstages;
+  return meet(tr, R->tp_comm[k], &R->tp_meet[k], strata__stage_slice(tr, s), STRATA__COLL_ALLREDUCE, op, q, x, x,
+              count);
 }
 
 /*
@@ -510,20 +550,17 @@ int strata__ranks_measures(strata_trainer_t tr, int n, double *speed, uint64_t *
   return rc;
 }
 
-int strata__ranks_stage_values(strata_trainer_t tr, float *host, const size_t *at) {
+int strata__ranks_slice_values(strata_trainer_t tr, int k, int j, float *local, size_t n) {
   struct strata__ranks *R = tr->ranks;
   if (!R || !R->spans)
     return STRATA_OK;
-  const size_t n = at[tr->nstages];
   float *all = malloc((size_t)R->size * n * sizeof *all + 1);
   if (!all)
     return strata__error(STRATA_ERR_NOMEM, "out of host memory gathering parameters");
-  int rc = strata__cluster_allgather(R->cluster, host, n * sizeof *host, all);
-  for (int j = 0; j < tr->nstages && !rc; j++) {
-    int from = owner_of_stage(tr, j); /* replica 0, slice 0 */
-    if (from != R->rank)
-      memcpy(host + at[j], all + (size_t)from * n + at[j], (at[j + 1] - at[j]) * sizeof *host);
-  }
+  int rc = strata__cluster_allgather(R->cluster, local, n * sizeof *local, all);
+  int from = owner_of_stage(tr, k * tr->nstages + j); /* replica 0's */
+  if (!rc && from != R->rank)
+    memcpy(local, all + (size_t)from * n, n * sizeof *local);
   free(all);
   return rc;
 }

@@ -20,8 +20,8 @@
 ** cross ranks, and so may a replica's pipeline: its activations and
 ** gradients to a stage on another rank go through the cluster's
 ** point-to-point calls (host-staged), one tag per (receiving stage,
-** direction, micro-batch). A tensor-parallel group (one replica's stage's
-** slices) stays on one rank in this version, so its joins stay local.
+** direction, micro-batch). So may a tensor-parallel group (one replica's
+** stage's slices): its joins then go through a cluster group of its own.
 */
 struct strata__meet;
 
@@ -33,7 +33,11 @@ struct strata__ranks {
   int local_stages;                  /* stages of every chain that are this rank's */
   strata_cluster_comm_t *comm;       /* [tp x nstages], replicas > 1: as tr->comm, over the ranks */
   struct strata__meet *meet;         /* [tp x nstages]: this rank's members of each meeting there */
-  int spans;                         /* some replica's pipeline crosses ranks */
+  int tp_spans;                      /* some tensor-parallel group crosses ranks */
+  strata_cluster_comm_t *tp_comm;    /* [replicas x nstages], tp_spans: each group across ranks (NULL: inside one, or
+                                     ** a whole stage), over its slices */
+  struct strata__meet *tp_meet;      /* [replicas x nstages]: this rank's slices of each */
+  int spans;                         /* some replica's pipeline, or tensor-parallel group, crosses ranks */
   struct strata__stage **shell;      /* [tp x nstages], spans: the home replica's stages another rank holds, as
                                      ** layouts only (no memory): their tensors' names, shapes and sizes */
   int npairs;                        /* (local pipeline rank, remote pipeline rank) pairs with messages between */
@@ -86,9 +90,9 @@ void strata__ranks_abort(strata_trainer_t tr, int status, const char *what);
 /* Balancing: each device's speed and free memory (pipeline ranks [0, n)) from the rank that measured it, devices of
 ** one kind (backend and name) taking the first one's speed, as in one process. */
 int strata__ranks_measures(strata_trainer_t tr, int n, double *speed, uint64_t *limit);
-/* Host copies in global tensor order (`host`, stage s's whole tensors at at[s] .. at[s + 1]): each stage's from the
-** rank that holds replica 0's copy of it. */
-int strata__ranks_stage_values(strata_trainer_t tr, float *host, const size_t *at);
+/* Slice k of stage j's flat buffer (`n` floats at `local`, this rank's copy where it holds one) from the rank that
+** holds replica 0's copy of it. Collective: every rank calls it for the same (k, j) in the same order. */
+int strata__ranks_slice_values(strata_trainer_t tr, int k, int j, float *local, size_t n);
 /* Evaluation: the home replica's loss sum from the rank of replica 0's last stage. */
 int strata__ranks_loss_sum(strata_trainer_t tr, double *sum);
 /* A local device for host memory meant for pipeline rank r (its own when it is this process's). */
@@ -105,6 +109,13 @@ int strata__ranks_backend(const struct strata_trainer *tr, int r, char *backend,
 
 /* The data-parallel groups across ranks (collective over the world: every rank makes every group). */
 int strata__ranks_comms(strata_trainer_t tr);
+/* The tensor-parallel groups that cross ranks (collective over the world, as above); none: nothing to do. */
+int strata__ranks_tp_comms(strata_trainer_t tr);
+/* Stage s's tensor-parallel group crosses ranks (its joins go through strata__ranks_join). */
+int strata__ranks_tp_spans(const struct strata_trainer *tr, int s);
+/* Stage s's join (an all-reduce of `count` floats in place, reduction `op`) through its group across ranks: this
+** rank's slices meet, the last makes the call (strata/cluster.h: bit-identical between runs). */
+int strata__ranks_join(strata_trainer_t tr, int s, strata_queue_t q, strata_mem_t x, size_t count, int op);
 
 /*
 ** Stage s's data-parallel collective (STRATA__COLL_ALLREDUCE,
