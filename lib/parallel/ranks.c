@@ -141,10 +141,12 @@ int strata__ranks_new(strata_trainer_t tr, strata_cluster_t c) {
   /* the home replica: the first with a stage here (its pipeline may cross ranks: its messages go through the cluster) */
   tr->home = -1;
   for (int c0 = 0; c0 < tr->chains; c0++)
-    for (int p = 0; p < tr->pp; p++) {
-      if (R->owner[c0 * tr->pp + p] != R->owner[c0 * tr->pp])
+    for (int j = 0; j < tr->nstages; j++) {
+      /* (by stage: with a tp degree per rank there are fewer pipeline ranks than chains x pp) */
+      const int o = R->owner[tr->stage_rank[c0 * tr->nstages + j]];
+      if (o != R->owner[tr->stage_rank[c0 * tr->nstages]])
         R->spans = 1;
-      if (R->owner[c0 * tr->pp + p] == R->rank && tr->home < 0)
+      if (o == R->rank && tr->home < 0)
         tr->home = c0 / tr->tp;
     }
   if (tr->home < 0) {
