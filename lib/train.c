@@ -1077,6 +1077,7 @@ STRATA_API int strata_trainer_step(strata_trainer_t tr, struct strata_step_stats
       tr->mb_loss[k] += tr->losses[k][r];
   }
   TRY(strata__ranks_losses(tr)); /* other ranks' replicas' micro-batches */
+  TRY(strata__ranks_report(tr)); /* and other ranks' devices' figures */
   for (int k = 0; k < tr->mtot; k++)
     loss += tr->mb_loss[k];
   if (!isfinite(norm))

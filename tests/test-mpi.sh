@@ -281,6 +281,10 @@ env STRATA_BACKENDS=host STRATA_HOST_DEVICES=1 $run 2 $T --steps 6 --pp 2 >"$out
 same "pp 2 over 2 ranks (a host device each) = one process's pp 2" 7 "$out/pp1.json" "$out/pp2.json"
 if [ "$(grep -c '"event":"summary"' "$out/pp2.json")" -eq 1 ]; then ok "pp 2 over 2 ranks: only rank 0 prints"
 else notok "pp 2 over 2 ranks: only rank 0 prints"; fi
+# rank 0's report holds rank 1's device's figures too (its busy time and peak memory, from rank 1), and so the bubble
+# counts both devices' work
+has "pp 2 over 2 ranks: the summary has device 1's busy time and peak memory, from rank 1" "$out/pp2.json" \
+  '"event":"summary".*\{"device":1,"busy":[0-9.e-]+,"busy_s":[0-9.]*[1-9][0-9.e-]*,"peak_bytes":[1-9]'
 env STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 $T --steps 6 --pp 2 --stop-at 3 --save "$out/pp1.st" \
   >"$out/pp1s.json" 2>"$out/pp1s.json.err"
 env STRATA_BACKENDS=host STRATA_HOST_DEVICES=1 $run 2 $T --steps 6 --pp 2 --stop-at 3 --save "$out/pp2.st" \

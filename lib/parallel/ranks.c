@@ -421,6 +421,27 @@ static int sumsq_owner(strata_trainer_t tr, size_t i) {
   return owner_of_stage(tr, (int)(i / tr->ntensors) * tr->nstages + j);
 }
 
+int strata__ranks_report(strata_trainer_t tr) {
+  struct strata__ranks *R = tr->ranks;
+  if (!R || !tr->sched)
+    return STRATA_OK;
+  const size_t n = (size_t)tr->ndev, size = sizeof *tr->rep_dev;
+  char *all = malloc((size_t)R->size * n * size + 1);
+  if (!all)
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory exchanging between ranks");
+  int rc = strata__cluster_allgather(R->cluster, tr->rep_dev, n * size, all);
+  double busy = 0;
+  for (size_t r = 0; r < n && !rc; r++) {
+    if (R->owner[r] != R->rank)
+      memcpy(&tr->rep_dev[r], all + ((size_t)R->owner[r] * n + r) * size, size);
+    busy += tr->rep_dev[r].busy_s;
+  }
+  free(all);
+  if (!rc && tr->report.wall_s > 0)
+    tr->report.bubble = 1.0 - busy / ((double)n * tr->report.wall_s);
+  return rc;
+}
+
 int strata__ranks_sumsq(strata_trainer_t tr) {
   /* without ZeRO each replica has the same reduced gradients: with every replica's stages on one rank the sums agree
   ** already; with a pipeline across ranks each stage's come from the rank that holds replica 0's */

@@ -93,6 +93,9 @@ int strata__ranks_measures(strata_trainer_t tr, int n, double *speed, uint64_t *
 /* Slice k of stage j's flat buffer (`n` floats at `local`, this rank's copy where it holds one) from the rank that
 ** holds replica 0's copy of it. Collective: every rank calls it for the same (k, j) in the same order. */
 int strata__ranks_slice_values(strata_trainer_t tr, int k, int j, float *local, size_t n);
+/* After a step: every device's figures in the report from the rank that holds it (busy time, peak memory, in
+** flight, what its stages hold), and the bubble over all of them. Collective. */
+int strata__ranks_report(strata_trainer_t tr);
 /* Evaluation: the home replica's loss sum from the rank of replica 0's last stage. */
 int strata__ranks_loss_sum(strata_trainer_t tr, double *sum);
 /* A local device for host memory meant for pipeline rank r (its own when it is this process's). */
