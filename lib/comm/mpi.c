@@ -43,6 +43,8 @@
 /* Staging buffers kept between transfers (pinned memory is slow to get: cudaHostAlloc). */
 #define STAGING_POOL 16
 #define STAGING_KEEP_BYTES ((size_t)256 << 20)
+/* Pieces of a message in flight at once when MPI reads or writes device memory directly. */
+#define DIRECT_WINDOW 8
 
 /* What each rank tells the others about itself. Sent as bytes: every rank
 ** runs the same build of strata (the layout of this struct is part of it). */
@@ -262,7 +264,11 @@ static int wait_requests(struct strata_cluster *c, MPI_Request *reqs, const int 
       /* (MPI_Test returns a request's error itself: status.MPI_ERROR is only set by the multi-request calls.) */
       if (rc != MPI_SUCCESS) {
         char e[MPI_MAX_ERROR_STRING];
-        int p = peers ? peers[i] : -1;
+        int p = peers ? peers[i] : -1, cls = 0;
+        MPI_Error_class(rc, &cls);
+        if (cls == MPI_ERR_TRUNCATE) /* a point-to-point piece larger than the receiver's */
+          return breakdown(c, STRATA_ERR_SHAPE, "%s: rank %d sends more with that tag than rank %d expects", what, p,
+                           c->rank);
         return breakdown(c, STRATA_ERR_BACKEND, "%s: rank %d: MPI failed talking to %s%d (%s): %s", what, c->rank,
                          p >= 0 ? "rank " : "every rank, ", p, p >= 0 ? node_name_of(c, p) : "-",
                          mpi_error_text(rc, e, sizeof e));
@@ -1152,6 +1158,89 @@ static int p2p_chunk(size_t bytes, size_t *chunk) {
 }
 #endif
 
+#ifdef STRATA_HAVE_MPI
+/*
+** The address of device memory `mem` when its device's memory is the host's
+** own (the backend's host_pointer: the host's virtual devices), else NULL.
+** MPI then reads and writes it in place, once the buffer's queue is
+** finished, instead of copying it through staging memory.
+*/
+static char *host_address(strata_mem_t mem) {
+  const struct strata__device *d = mem.buf->dev;
+  const struct strata__backend *be = d->slot->be;
+  char *p = be->host_pointer ? be->host_pointer(d->slot->ctx, d->local, mem.buf->h) : NULL;
+  return p ? p + mem.off * 4 : NULL;
+}
+/* The size of piece i of a message of `bytes` in pieces of `chunk`. */
+static size_t piece_bytes(size_t bytes, size_t chunk, size_t i) {
+  size_t off = i * chunk;
+  return bytes - off < chunk ? bytes - off : chunk;
+}
+
+/*
+** The pieces of a send straight from host memory `p`, DIRECT_WINDOW in
+** flight. On failure MPI may still read `p` (the cluster is broken then).
+*/
+static int send_direct(struct strata_cluster *c, int peer, int tag, const char *p, size_t bytes, size_t chunk,
+                       const char *what) {
+  MPI_Request r[DIRECT_WINDOW];
+  int peers[DIRECT_WINDOW];
+  for (int k = 0; k < DIRECT_WINDOW; k++) {
+    r[k] = MPI_REQUEST_NULL;
+    peers[k] = peer;
+  }
+  size_t nchunks = (bytes + chunk - 1) / chunk;
+  int rc = 0;
+  for (size_t i = 0; !rc && i < nchunks; i++) {
+    int k = (int)(i % DIRECT_WINDOW);
+    if (r[k] != MPI_REQUEST_NULL && (rc = wait_requests(c, &r[k], &peer, 1, NULL, what)))
+      break;
+    rc = isend(c, c->p2p, p + i * chunk, (int)piece_bytes(bytes, chunk, i), MPI_BYTE, peer, tag, &r[k], what);
+  }
+  if (!rc)
+    rc = wait_requests(c, r, peers, DIRECT_WINDOW, NULL, what);
+  return rc;
+}
+
+/*
+** The pieces of a send from device memory through two host staging
+** buffers: piece i is copied out while piece i - 1 is on its way. On
+** failure the staging stays with MPI (the cluster is broken then).
+*/
+static int send_staged(struct strata_cluster *c, int peer, int tag, strata_queue_t q, strata_mem_t mem, size_t bytes,
+                       size_t chunk, const char *what) {
+  MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  int peers[2] = {peer, peer};
+  struct strata__staging st[2];
+  memset(st, 0, sizeof st);
+  int dev = strata_queue_device(q);
+  int rc = staging_take(c, dev, chunk, &st[0]);
+  if (!rc)
+    rc = staging_take(c, dev, chunk, &st[1]);
+  if (rc) {
+    staging_give(c, dev, &st[0]);
+    return rc;
+  }
+  size_t nchunks = (bytes + chunk - 1) / chunk;
+  for (size_t i = 0; !rc && i < nchunks; i++) {
+    int b = (int)(i & 1);
+    size_t n = piece_bytes(bytes, chunk, i);
+    if (r[b] != MPI_REQUEST_NULL && (rc = wait_requests(c, &r[b], &peer, 1, NULL, what)))
+      break;
+    rc = strata_buffer_download(q, mem.buf, mem.off * 4 + i * chunk, st[b].p, n);   /* overlaps the other piece's send */
+    if (!rc)
+      rc = isend(c, c->p2p, st[b].p, (int)n, MPI_BYTE, peer, tag, &r[b], what);
+  }
+  if (!rc)
+    rc = wait_requests(c, r, peers, 2, NULL, what);
+  if (rc)
+    return rc;
+  staging_give(c, dev, &st[0]);
+  staging_give(c, dev, &st[1]);
+  return 0;
+}
+#endif /* STRATA_HAVE_MPI */
+
 STRATA_API int strata_cluster_send(strata_cluster_t c, int peer, int tag, strata_queue_t q, strata_mem_t mem,
                                    size_t bytes) {
   size_t boff = 0;
@@ -1167,9 +1256,91 @@ STRATA_API int strata_cluster_send(strata_cluster_t c, int peer, int tag, strata
     return strata__error(STRATA_ERR_NOMEM, "%s: out of host memory", what);
   header[0] = bytes;
   header[1] = chunk;
-  MPI_Request hr = MPI_REQUEST_NULL, r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-  int peers[2] = {peer, peer};
+  MPI_Request hr = MPI_REQUEST_NULL;
   TRY(isend(c, c->p2p, header, 2, MPI_UINT64_T, peer, tag, &hr, what));
+  char *direct = bytes ? host_address(mem) : NULL;
+  int rc = 0;
+  if (direct) {
+    rc = strata_queue_finish(q);   /* the queue's earlier work has written the buffer */
+    if (!rc)
+      rc = send_direct(c, peer, tag, direct, bytes, chunk, what);
+  } else if (bytes) {
+    rc = send_staged(c, peer, tag, q, mem, bytes, chunk, what);
+  }
+  if (!rc)
+    rc = wait_requests(c, &hr, &peer, 1, NULL, what);
+  if (rc)
+    return transfer_failed(c, rc, what);   /* the header stays: MPI may still read it */
+  free(header);
+  return 0;
+#else
+  return strata__error(STRATA_ERR_INTERNAL, "strata_cluster_send: no other rank without MPI");
+#endif
+}
+
+#ifdef STRATA_HAVE_MPI
+/* Piece i of a receive arrived whole (status s), or the sides disagree on the message. */
+static int check_piece(struct strata_cluster *c, MPI_Status *s, size_t i, size_t n, int peer, const char *what) {
+  int got = 0;
+  MPI_Get_count(s, MPI_BYTE, &got);
+  if ((size_t)got != n)
+    return breakdown(c, STRATA_ERR_SHAPE, "%s: chunk %zu from rank %d has %d bytes, %zu expected", what, i, peer, got,
+                     n);
+  return 0;
+}
+
+/* The receive's header (posted as hr) arrived and agrees with this side. */
+static int check_header(struct strata_cluster *c, MPI_Request *hr, const uint64_t *header, size_t bytes, size_t chunk,
+                        int peer, const char *what) {
+  TRY(wait_requests(c, hr, &peer, 1, NULL, what));
+  if (header[0] != bytes)
+    return breakdown(c, STRATA_ERR_SHAPE, "%s: rank %d sends %llu bytes with that tag; rank %d expects %zu", what,
+                     peer, (unsigned long long)header[0], c->rank, bytes);
+  if (header[1] != chunk)
+    return breakdown(c, STRATA_ERR_SHAPE,
+                     "%s: rank %d moves it in pieces of %llu bytes, rank %d in %zu (STRATA_STAGING_CHUNK differs)",
+                     what, peer, (unsigned long long)header[1], c->rank, chunk);
+  return 0;
+}
+
+/*
+** The pieces of a receive straight into host memory `p`, DIRECT_WINDOW
+** posted at once, the first ones with the header (one tag: they match in
+** order). On failure MPI may still write into `p` and the header.
+*/
+static int recv_direct(struct strata_cluster *c, int peer, int tag, char *p, size_t bytes, size_t chunk,
+                       uint64_t *header, const char *what) {
+  MPI_Request hr = MPI_REQUEST_NULL, r[DIRECT_WINDOW];
+  for (int k = 0; k < DIRECT_WINDOW; k++)
+    r[k] = MPI_REQUEST_NULL;
+  size_t nchunks = (bytes + chunk - 1) / chunk;
+  int rc = irecv(c, c->p2p, header, 2, MPI_UINT64_T, peer, tag, &hr, what);
+  for (size_t i = 0; !rc && i < DIRECT_WINDOW && i < nchunks; i++)
+    rc = irecv(c, c->p2p, p + i * chunk, (int)piece_bytes(bytes, chunk, i), MPI_BYTE, peer, tag, &r[i], what);
+  if (!rc)
+    rc = check_header(c, &hr, header, bytes, chunk, peer, what);
+  for (size_t i = 0; !rc && i < nchunks; i++) {
+    int k = (int)(i % DIRECT_WINDOW);
+    MPI_Status s;
+    rc = wait_requests(c, &r[k], &peer, 1, &s, what);
+    if (!rc)
+      rc = check_piece(c, &s, i, piece_bytes(bytes, chunk, i), peer, what);
+    if (!rc && i + DIRECT_WINDOW < nchunks)
+      rc = irecv(c, c->p2p, p + (i + DIRECT_WINDOW) * chunk, (int)piece_bytes(bytes, chunk, i + DIRECT_WINDOW),
+                 MPI_BYTE, peer, tag, &r[k], what);
+  }
+  return rc;
+}
+
+/*
+** The pieces of a receive through two host staging buffers into device
+** memory: piece i is copied in while piece i + 1 arrives. The header and
+** the first two pieces are received at once, so that no piece waits for
+** the header's round through this thread. On failure the staging and the
+** header stay with MPI.
+*/
+static int recv_staged(struct strata_cluster *c, int peer, int tag, strata_queue_t q, strata_mem_t mem, size_t bytes,
+                       size_t chunk, uint64_t *header, const char *what) {
   struct strata__staging st[2];
   memset(st, 0, sizeof st);
   int dev = strata_queue_device(q);
@@ -1178,30 +1349,37 @@ STRATA_API int strata_cluster_send(strata_cluster_t c, int peer, int tag, strata
     rc = staging_take(c, dev, chunk, &st[0]);
     if (!rc)
       rc = staging_take(c, dev, chunk, &st[1]);
+    if (rc) {
+      staging_give(c, dev, &st[0]);
+      return rc;
+    }
   }
-  for (size_t off = 0, i = 0; !rc && off < bytes; off += chunk, i++) {
+  MPI_Request hr = MPI_REQUEST_NULL, r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  size_t nchunks = bytes ? (bytes + chunk - 1) / chunk : 0;
+  rc = irecv(c, c->p2p, header, 2, MPI_UINT64_T, peer, tag, &hr, what);
+  for (size_t i = 0; !rc && i < 2 && i < nchunks; i++)
+    rc = irecv(c, c->p2p, st[i].p, (int)piece_bytes(bytes, chunk, i), MPI_BYTE, peer, tag, &r[i], what);
+  if (!rc)
+    rc = check_header(c, &hr, header, bytes, chunk, peer, what);
+  for (size_t i = 0; !rc && i < nchunks; i++) {
     int b = (int)(i & 1);
-    size_t n = bytes - off < chunk ? bytes - off : chunk;
-    if (r[b] != MPI_REQUEST_NULL && (rc = wait_requests(c, &r[b], &peer, 1, NULL, what)))
-      break;
-    rc = strata_buffer_download(q, mem.buf, boff + off, st[b].p, n);   /* overlaps the other chunk's send */
+    size_t n = piece_bytes(bytes, chunk, i);
+    MPI_Status s;
+    rc = wait_requests(c, &r[b], &peer, 1, &s, what);
     if (!rc)
-      rc = isend(c, c->p2p, st[b].p, (int)n, MPI_BYTE, peer, tag, &r[b], what);
+      rc = check_piece(c, &s, i, n, peer, what);
+    if (!rc)
+      rc = strata_buffer_upload(q, mem.buf, mem.off * 4 + i * chunk, st[b].p, n);   /* the next piece arrives meanwhile */
+    if (!rc && i + 2 < nchunks)
+      rc = irecv(c, c->p2p, st[b].p, (int)piece_bytes(bytes, chunk, i + 2), MPI_BYTE, peer, tag, &r[b], what);
   }
-  if (!rc)
-    rc = wait_requests(c, r, peers, 2, NULL, what);
-  if (!rc)
-    rc = wait_requests(c, &hr, &peer, 1, NULL, what);
   if (rc)
-    return transfer_failed(c, rc, what);   /* the staging stays: MPI may still use it */
+    return rc;
   staging_give(c, dev, &st[0]);
   staging_give(c, dev, &st[1]);
-  free(header);
   return 0;
-#else
-  return strata__error(STRATA_ERR_INTERNAL, "strata_cluster_send: no other rank without MPI");
-#endif
 }
+#endif /* STRATA_HAVE_MPI */
 
 STRATA_API int strata_cluster_recv(strata_cluster_t c, int peer, int tag, strata_queue_t q, strata_mem_t mem,
                                    size_t bytes) {
@@ -1216,64 +1394,18 @@ STRATA_API int strata_cluster_recv(strata_cluster_t c, int peer, int tag, strata
   uint64_t *header = calloc(2, sizeof *header);
   if (!header)
     return strata__error(STRATA_ERR_NOMEM, "%s: out of host memory", what);
-  struct strata__staging st[2];
-  memset(st, 0, sizeof st);
-  int dev = strata_queue_device(q);
+  char *direct = bytes ? host_address(mem) : NULL;
   int rc = 0;
-  if (bytes) {
-    rc = staging_take(c, dev, chunk, &st[0]);
+  if (direct) {
+    rc = strata_queue_finish(q);   /* the queue's earlier work is done with the buffer's old contents */
     if (!rc)
-      rc = staging_take(c, dev, chunk, &st[1]);
-    if (rc) {
-      staging_give(c, dev, &st[0]);
-      free(header);
-      return rc;
-    }
+      rc = recv_direct(c, peer, tag, direct, bytes, chunk, header, what);
+  } else {
+    rc = recv_staged(c, peer, tag, q, mem, bytes, chunk, header, what);
   }
-  /* The header and the first two pieces are received at once (one tag: they match in order), so
-  ** that no piece waits for the header's round through this thread. */
-  MPI_Request hr = MPI_REQUEST_NULL, r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-  size_t nchunks = bytes ? (bytes + chunk - 1) / chunk : 0;
-  rc = irecv(c, c->p2p, header, 2, MPI_UINT64_T, peer, tag, &hr, what);
-  for (size_t i = 0; !rc && i < 2 && i < nchunks; i++) {
-    size_t off = i * chunk, n = bytes - off < chunk ? bytes - off : chunk;
-    rc = irecv(c, c->p2p, st[i].p, (int)n, MPI_BYTE, peer, tag, &r[i], what);
-  }
-  if (!rc)
-    rc = wait_requests(c, &hr, &peer, 1, NULL, what);
-  if (!rc && header[0] != bytes)
-    rc = breakdown(c, STRATA_ERR_SHAPE, "%s: rank %d sends %llu bytes with that tag; rank %d expects %zu", what, peer,
-                   (unsigned long long)header[0], c->rank, bytes);
-  if (!rc && header[1] != chunk)
-    rc = breakdown(c, STRATA_ERR_SHAPE,
-                   "%s: rank %d moves it in pieces of %llu bytes, rank %d in %zu (STRATA_STAGING_CHUNK differs)", what,
-                   peer, (unsigned long long)header[1], c->rank, chunk);
   if (rc)
-    return transfer_failed(c, rc, what);   /* header and staging stay: MPI may still write into them */
+    return transfer_failed(c, rc, what);   /* the header and the memory stay: MPI may still write into them */
   free(header);
-  for (size_t i = 0; !rc && i < nchunks; i++) {
-    int b = (int)(i & 1);
-    size_t off = i * chunk, n = bytes - off < chunk ? bytes - off : chunk;
-    MPI_Status s;
-    if ((rc = wait_requests(c, &r[b], &peer, 1, &s, what)))
-      break;
-    int got = 0;
-    MPI_Get_count(&s, MPI_BYTE, &got);
-    if ((size_t)got != n) {
-      rc = breakdown(c, STRATA_ERR_SHAPE, "%s: chunk %zu from rank %d has %d bytes, %zu expected", what, i, peer, got,
-                     n);
-      break;
-    }
-    rc = strata_buffer_upload(q, mem.buf, boff + off, st[b].p, n);   /* the next chunk arrives meanwhile */
-    if (!rc && i + 2 < nchunks) {
-      size_t off2 = (i + 2) * chunk, n2 = bytes - off2 < chunk ? bytes - off2 : chunk;
-      rc = irecv(c, c->p2p, st[b].p, (int)n2, MPI_BYTE, peer, tag, &r[b], what);
-    }
-  }
-  if (rc)
-    return transfer_failed(c, rc, what);   /* the staging stays: MPI may still write into it */
-  staging_give(c, dev, &st[0]);
-  staging_give(c, dev, &st[1]);
   return 0;
 #else
   return strata__error(STRATA_ERR_INTERNAL, "strata_cluster_recv: no other rank without MPI");
@@ -1417,39 +1549,43 @@ static int check_coll(struct strata_cluster_comm *cc, const char *fn, const stra
 }
 
 #ifdef STRATA_HAVE_MPI
-/* y = op(y, x) over n elements; the order of the ranks' contributions is the caller's. */
-static void reduce_into(void *y, const void *x, size_t n, int dtype, int op) {
+/* y = op(a, x) over n elements, `a` this rank's part so far and `x` the part
+** that arrived (y may be a); the order of the ranks' contributions is the caller's. */
+static void reduce_into(void *y, const void *a, const void *x, size_t n, int dtype, int op) {
   if (dtype == STRATA_FLOAT32) {
-    float *a = y;
-    const float *b = x;
+    float *o = y;
+    const float *p = a, *q = x;
     if (op == STRATA_MAX)
       for (size_t i = 0; i < n; i++)
-        a[i] = b[i] > a[i] ? b[i] : a[i];
+        o[i] = q[i] > p[i] ? q[i] : p[i];
     else
       for (size_t i = 0; i < n; i++)
-        a[i] += b[i];
+        o[i] = p[i] + q[i];
   } else {
-    int32_t *a = y;
-    const int32_t *b = x;
+    int32_t *o = y;
+    const int32_t *p = a, *q = x;
     if (op == STRATA_MAX)
       for (size_t i = 0; i < n; i++)
-        a[i] = b[i] > a[i] ? b[i] : a[i];
+        o[i] = q[i] > p[i] ? q[i] : p[i];
     else
       for (size_t i = 0; i < n; i++)
-        a[i] = (int32_t)((uint32_t)a[i] + (uint32_t)b[i]);
+        o[i] = (int32_t)((uint32_t)p[i] + (uint32_t)q[i]);
   }
 }
 #endif
 
 #ifdef STRATA_HAVE_MPI
 /*
-** All-reduce of `count` 4-byte elements in h across the group's ranks
-** (their leaders): a ring in ascending rank order, reduce-scatter then
-** all-gather, over segments of count / nranks elements. Each segment is
-** reduced once, in the ring's fixed order, and then copied everywhere: the
-** result is the same bits on every rank and in every run.
+** All-reduce of `count` 4-byte elements of host memory `src` into `dst`
+** (src may be dst) across the group's ranks (their leaders): a ring in
+** ascending rank order, reduce-scatter then all-gather, over segments of
+** count / nranks elements. Each segment is reduced once, in the ring's
+** fixed order, and then copied everywhere: the result is the same bits on
+** every rank and in every run. src is only read, and only during the
+** reduce-scatter.
 */
-static int ring_allreduce(struct strata_cluster_comm *cc, void *h, size_t count, int dtype, int op, const char *what) {
+static int ring_allreduce(struct strata_cluster_comm *cc, const void *src, void *dst, size_t count, int dtype, int op,
+                          const char *what) {
   struct strata_cluster *c = cc->c;
   int P = cc->nranks, me = cc->me;
   int next = cc->ranks[(me + 1) % P], prev = cc->ranks[(me + P - 1) % P];
@@ -1457,24 +1593,27 @@ static int ring_allreduce(struct strata_cluster_comm *cc, void *h, size_t count,
   size_t maxseg = count / (size_t)P + 1;
   if (maxseg > INT_MAX)
     return strata__error(STRATA_ERR_RANGE, "%s: %zu elements per rank segment is more than MPI counts", what, maxseg);
-  char *tmp = malloc(maxseg * 4);
-  if (!tmp)
-    return strata__error(STRATA_ERR_NOMEM, "%s: out of host memory", what);
-  char *base = h;
+  struct strata__staging tmp;
+  TRY(staging_take(c, cc->local_devices[0], maxseg * 4, &tmp));
+  const char *in = src;
+  char *base = dst;
 #define SEG_LO(k) ((size_t)(k) * count / (size_t)P)
 #define SEG_N(k) (SEG_LO((k) + 1) - SEG_LO(k))
   int peers[2] = {next, prev};
   int rc = 0;
   for (int s = 0; s < P - 1 && !rc; s++) {
+    /* the first step sends this rank's own data, the later ones what the step before reduced; each
+    ** step reduces this rank's own data of another segment with what arrived */
+    const char *from = s == 0 ? in : base;
     int ks = ((me - s) % P + P) % P, kr = ((me - s - 1) % P + P) % P;
     MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-    rc = isend(c, c->coll, base + SEG_LO(ks) * 4, (int)SEG_N(ks), t, next, cc->tag, &r[0], what);
+    rc = isend(c, c->coll, from + SEG_LO(ks) * 4, (int)SEG_N(ks), t, next, cc->tag, &r[0], what);
     if (!rc)
-      rc = irecv(c, c->coll, tmp, (int)SEG_N(kr), t, prev, cc->tag, &r[1], what);
+      rc = irecv(c, c->coll, tmp.p, (int)SEG_N(kr), t, prev, cc->tag, &r[1], what);
     if (!rc)
       rc = wait_requests(c, r, peers, 2, NULL, what);
     if (!rc)
-      reduce_into(base + SEG_LO(kr) * 4, tmp, SEG_N(kr), dtype, op);
+      reduce_into(base + SEG_LO(kr) * 4, in + SEG_LO(kr) * 4, tmp.p, SEG_N(kr), dtype, op);
   }
   for (int s = 0; s < P - 1 && !rc; s++) {
     int ks = ((me + 1 - s) % P + P) % P, kr = ((me - s) % P + P) % P;
@@ -1488,10 +1627,17 @@ static int ring_allreduce(struct strata_cluster_comm *cc, void *h, size_t count,
 #undef SEG_LO
 #undef SEG_N
   if (!rc || !c->broken)
-    free(tmp);
+    staging_give(c, cc->local_devices[0], &tmp);
   return rc;
 }
 #endif /* STRATA_HAVE_MPI */
+
+/* AVG: the sum over the group's n members, divided in host memory. */
+static void divide(void *h, size_t count, int n) {
+  float *f = h;
+  for (size_t i = 0; i < count; i++)
+    f[i] /= (float)n;
+}
 
 /*
 ** The shared body of all-reduce and reduce-scatter: op over the group of
@@ -1512,15 +1658,42 @@ static int reduce_to_host(struct strata_cluster_comm *cc, const strata_queue_t *
   }
 #ifdef STRATA_HAVE_MPI
   if (cc->nranks > 1)
-    TRY(ring_allreduce(cc, h, count, dtype, lop, what));
+    TRY(ring_allreduce(cc, h, h, count, dtype, lop, what));
 #endif
-  if (op == STRATA_AVG) {
-    float *f = h;
-    for (size_t i = 0; i < count; i++)
-      f[i] /= (float)cc->n;
+  if (op == STRATA_AVG)
+    divide(h, count, cc->n);
+  return 0;
+}
+
+#ifdef STRATA_HAVE_MPI
+/*
+** All-reduce across ranks in place in the leader's device memory when that
+** is host memory: the ring reads `send` (one local member) or the local
+** reduction in `recv` (several) and writes `recv`, with no copy through
+** staging. Returns 1 through *done when it ran (0: staged instead).
+*/
+static int allreduce_direct(struct strata_cluster_comm *cc, const strata_queue_t *queues, const strata_mem_t *send,
+                            const strata_mem_t *recv, size_t count, int dtype, int op, int *done, const char *what) {
+  *done = 0;
+  char *rp = host_address(recv[0]), *sp = cc->nlocal == 1 ? host_address(send[0]) : rp;
+  if (!rp || !sp)
+    return 0;
+  *done = 1;
+  int lop = op == STRATA_AVG ? STRATA_SUM : op;
+  if (cc->nlocal > 1)
+    TRY(strata_allreduce_sync(cc->local, queues, send, recv, count, dtype, lop));
+  TRY(strata_queue_finish(queues[0]));   /* the leader's earlier work (and the local reduction) is done */
+  TRY(ring_allreduce(cc, sp, rp, count, dtype, lop, what));
+  if (op == STRATA_AVG)
+    divide(rp, count, cc->n);
+  if (cc->nlocal > 1) {
+    /* back inside the rank: the leader's result to the other members */
+    TRY(strata_broadcast(cc->local, queues, recv, recv, count, dtype, 0));
+    TRY(strata_comm_finish(cc->local));
   }
   return 0;
 }
+#endif /* STRATA_HAVE_MPI */
 
 /* A collective over several ranks that failed on this rank leaves the others
 ** waiting: the cluster is broken (see transfer_failed). Returns rc. */
@@ -1543,6 +1716,12 @@ STRATA_API int strata_cluster_allreduce(strata_cluster_comm_t cc, const strata_q
   char what[200];
   snprintf(what, sizeof what, "allreduce of %zu %s over %d devices on %d ranks", count, strata_dtype_name(dtype),
            cc->n, cc->nranks);
+#ifdef STRATA_HAVE_MPI
+  int done = 0;
+  int drc = allreduce_direct(cc, queues, send, recv, count, dtype, op, &done, what);
+  if (done)
+    return coll_failed(cc, drc, what);
+#endif
   struct strata__staging h;
   memset(&h, 0, sizeof h);
   TRY(staging_take(cc->c, cc->local_devices[0], count * 4, &h));
