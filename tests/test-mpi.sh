@@ -90,11 +90,14 @@ done
 grep -h 'through strata' "$out/p2.log" | sed 's/^/# /'
 has "np 2: p2p of 0 .. 1M bytes between a host device (MPI reads it directly) and PoCL (staged), at offsets" \
   "$out/p2.log" '^p2p: 9 sizes .*: ok'
-# A size that differs between the sides fails the receive, naming both sizes (PoCL staged, host direct).
-for d in 0 2; do
-  env MPI_CHECK_SEND=4096 MPI_CHECK_RECV=8192 MPI_CHECK_DEVICE=$d $run60 2 "$prog" mismatch >"$out/mm$d.log" 2>&1
-  has "p2p on device $d: 4096 bytes sent, 8192 expected: STRATA_ERR_SHAPE" "$out/mm$d.log" \
-    '^mismatch: rank 1: STRATA_ERR_SHAPE: .*rank 0 sends 4096 bytes with that tag; rank 1 expects 8192'
+# A size that differs between the sides fails the receive, naming both sizes, before anything is written
+# (PoCL staged, host direct): less than expected, more, a header where one piece alone is expected, and
+# one piece alone where a header is.
+for c in 0:4096:8192 2:4096:8192 0:8192:4096 2:8192:4096 2:1048576:4096 0:4096:1048576; do
+  d=${c%%:*} sb=${c#*:} sb=${sb%%:*} rb=${c##*:}
+  env MPI_CHECK_SEND=$sb MPI_CHECK_RECV=$rb MPI_CHECK_DEVICE=$d $run60 2 "$prog" mismatch >"$out/mm.log" 2>&1
+  has "p2p on device $d: $sb bytes sent, $rb expected: STRATA_ERR_SHAPE" "$out/mm.log" \
+    "^mismatch: rank 1: STRATA_ERR_SHAPE: .*rank 0 sends $sb bytes with that tag; rank 1 expects $rb"
 done
 
 # Hierarchical collectives: equal to the host's reference, and the same bits on every rank and in every run.

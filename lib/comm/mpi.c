@@ -32,6 +32,10 @@
 #define CLUSTER_DEFAULT_PINGPONG (4u << 20)
 #define CLUSTER_DEFAULT_CHUNK (4u << 20)
 #define CLUSTER_TAG_MAX 32767
+/* The first word of a point-to-point header ("strata01"), so that a message that is not one says so. */
+#define P2P_MAGIC 0x3130617461727473ull
+#define P2P_HEADER_WORDS 3
+#define P2P_HEADER_BYTES (P2P_HEADER_WORDS * sizeof(uint64_t))
 #define PINGPONG_REPS 5
 #define LATENCY_REPS 20
 /* Shared memory between two processes when nothing was measured: OpenMPI 4.1's
@@ -82,6 +86,8 @@ struct strata_cluster {
   int broken_status;
   char broken_msg[1024];
   int comm_ids;                 /* groups made so far: each gets its own tag */
+  size_t chunk_cap;             /* STRATA_STAGING_CHUNK when the cluster started; 0: not a valid size */
+  char chunk_env[64];           /* its text, for the message */
   pthread_mutex_t pool_lock;    /* guards pool */
   struct pooled {
     int dev;
@@ -151,6 +157,18 @@ static int resolve_options(const struct strata_cluster_options *in, struct strat
   }
   return 0;
 }
+
+#ifdef STRATA_HAVE_MPI
+/* STRATA_STAGING_CHUNK, read once when the cluster starts (every message's pieces follow it). */
+static void read_chunk_cap(struct strata_cluster *cl) {
+  const char *v = getenv("STRATA_STAGING_CHUNK");
+  uint64_t b = CLUSTER_DEFAULT_CHUNK;
+  if (v && *v && (strata__parse_size(v, &b) || b == 0 || b > (1u << 30)))
+    b = 0;
+  cl->chunk_cap = (size_t)b;
+  strata__strlcpy(cl->chunk_env, v ? v : "", sizeof cl->chunk_env);
+}
+#endif
 
 /* ------------------------------------------------------------ failure */
 
@@ -235,6 +253,49 @@ static const char *mpi_error_text(int code, char *buf, size_t n) {
 }
 
 /*
+** The bound on a wait for `peers` (n of them; those whose request in reqs
+** is not complete, or all when reqs is NULL), at time `now`: every
+** LIVENESS_PERIOD_S (since *last_check) a failure in another thread of
+** this process, or a rank of this machine that has exited; after the
+** timeout without progress (since last_progress), the silent peer. Returns
+** 0 to go on waiting, else the failure (the cluster is broken then).
+*/
+static int watch_peers(struct strata_cluster *c, const MPI_Request *reqs, const int *peers, int n, double now,
+                       double *last_check, double last_progress, const char *what) {
+  if (now - *last_check >= LIVENESS_PERIOD_S) {
+    /* The peers waited for first, then any other rank of this machine: a job
+    ** with a dead rank is over, and the message should name the dead one. */
+    *last_check = now;
+    if (check_broken(c)) /* another thread of this process failed (strata__cluster_break): the job is ending */
+      return STRATA_ERR_STATE;
+    int gone = -1;
+    for (int i = 0; i < n && gone < 0; i++) {
+      int p = peers ? peers[i] : -1;
+      if ((!reqs || reqs[i] != MPI_REQUEST_NULL) && p >= 0 && peer_gone(c, p))
+        gone = p;
+    }
+    for (int r = 0; r < c->size && gone < 0 && c->ranks; r++)
+      if (peer_gone(c, r))
+        gone = r;
+    if (gone >= 0)
+      return breakdown(c, STRATA_ERR_TIMEOUT, "%s: rank %d (pid %ld on %s) has exited; rank %d stops", what, gone,
+                       (long)c->ranks[gone].pid, node_name_of(c, gone), c->rank);
+  }
+  if (now - last_progress >= c->timeout_s) {
+    int p = -1;
+    for (int i = 0; i < n && p < 0; i++)
+      if ((!reqs || reqs[i] != MPI_REQUEST_NULL) && peers)
+        p = peers[i];
+    if (p >= 0)
+      return breakdown(c, STRATA_ERR_TIMEOUT, "%s: rank %d (%s) made no progress for %g s; rank %d stops", what, p,
+                       node_name_of(c, p), c->timeout_s, c->rank);
+    return breakdown(c, STRATA_ERR_TIMEOUT, "%s: not every rank took part within %g s; rank %d stops", what,
+                     c->timeout_s, c->rank);
+  }
+  return 0;
+}
+
+/*
 ** Wait for `n` requests, polling: peers[i] is the rank request i talks to
 ** (-1: the whole world, a collective). Fails the cluster, naming the peer,
 ** when one of the peers' processes is gone or nothing completed for the
@@ -289,36 +350,9 @@ static int wait_requests(struct strata_cluster *c, MPI_Request *reqs, const int 
       spins = 0;
       continue;
     }
-    if (now - last_check >= LIVENESS_PERIOD_S) {
-      /* The peers waited for first, then any other rank of this machine: a job
-      ** with a dead rank is over, and the message should name the dead one. */
-      last_check = now;
-      if (check_broken(c)) /* another thread of this process failed (strata__cluster_break): the job is ending */
-        return STRATA_ERR_STATE;
-      int gone = -1;
-      for (int i = 0; i < n && gone < 0; i++) {
-        int p = peers ? peers[i] : -1;
-        if (reqs[i] != MPI_REQUEST_NULL && p >= 0 && peer_gone(c, p))
-          gone = p;
-      }
-      for (int r = 0; r < c->size && gone < 0 && c->ranks; r++)
-        if (peer_gone(c, r))
-          gone = r;
-      if (gone >= 0)
-        return breakdown(c, STRATA_ERR_TIMEOUT, "%s: rank %d (pid %ld on %s) has exited; rank %d stops", what, gone,
-                         (long)c->ranks[gone].pid, node_name_of(c, gone), c->rank);
-    }
-    if (now - last_progress >= c->timeout_s) {
-      int p = -1;
-      for (int i = 0; i < n && p < 0; i++)
-        if (reqs[i] != MPI_REQUEST_NULL && peers)
-          p = peers[i];
-      if (p >= 0)
-        return breakdown(c, STRATA_ERR_TIMEOUT, "%s: rank %d (%s) made no progress for %g s; rank %d stops", what, p,
-                         node_name_of(c, p), c->timeout_s, c->rank);
-      return breakdown(c, STRATA_ERR_TIMEOUT, "%s: not every rank took part within %g s; rank %d stops", what,
-                       c->timeout_s, c->rank);
-    }
+    int rc = watch_peers(c, reqs, peers, n, now, &last_check, last_progress, what);
+    if (rc)
+      return rc;
     pause_briefly(spins++);
   }
   return 0;
@@ -330,6 +364,44 @@ static int mpi_check(struct strata_cluster *c, int rc, const char *what) {
     return 0;
   char e[MPI_MAX_ERROR_STRING];
   return breakdown(c, STRATA_ERR_BACKEND, "%s: rank %d: %s", what, c->rank, mpi_error_text(rc, e, sizeof e));
+}
+
+/*
+** Wait for the next message from `peer` with `tag` on the point-to-point
+** communicator and take it out of MPI's matching (MPI_Improbe): *msg is
+** its handle for MPI_Imrecv, *bytes its size. Bounded as wait_requests.
+** Receiving only what is known to fit matters: OpenMPI 4.1 copies a
+** message larger than the receive (by shared memory) past its end.
+*/
+static int probe_message(struct strata_cluster *c, int peer, int tag, MPI_Message *msg, size_t *bytes,
+                         const char *what) {
+  double t0 = strata__now(), last_check = t0;
+  long spins = 0;
+  for (;;) {
+    int flag = 0;
+    MPI_Status st;
+    memset(&st, 0, sizeof st);
+    pthread_mutex_lock(&c->lock);
+    int rc = MPI_Improbe(peer, tag, c->p2p, &flag, msg, &st);
+    pthread_mutex_unlock(&c->lock);
+    TRY(mpi_check(c, rc, what));
+    if (flag) {
+      int n = 0;
+      MPI_Get_count(&st, MPI_BYTE, &n);
+      *bytes = (size_t)n;
+      return 0;
+    }
+    TRY(watch_peers(c, NULL, &peer, 1, strata__now(), &last_check, t0, what));
+    pause_briefly(spins++);
+  }
+}
+
+/* Receive the message `m` matched by probe_message into `p` (n bytes, its size). */
+static int imrecv(struct strata_cluster *c, void *p, int n, MPI_Message *m, MPI_Request *r, const char *what) {
+  pthread_mutex_lock(&c->lock);
+  int rc = MPI_Imrecv(p, n, MPI_BYTE, m, r);
+  pthread_mutex_unlock(&c->lock);
+  return mpi_check(c, rc, what);
 }
 
 static int isend(struct strata_cluster *c, MPI_Comm comm, const void *p, int n, MPI_Datatype t, int peer, int tag,
@@ -708,6 +780,9 @@ STRATA_API int strata_cluster_init(int *argc, char ***argv, const struct strata_
   c->size = 1;
   c->thread_level = -1;
   c->timeout_s = o.timeout_s;
+#ifdef STRATA_HAVE_MPI
+  read_chunk_cap(c);
+#endif
   int rc = 0;
 #ifdef STRATA_HAVE_MPI
   rc = mpi_join(c, argc, argv);
@@ -1136,21 +1211,27 @@ static int check_p2p(struct strata_cluster *c, const char *fn, int peer, int tag
 #ifdef STRATA_HAVE_MPI
 /*
 ** The pieces a message of `bytes` moves in: STRATA_STAGING_CHUNK (default
-** 4M), but at least 4 pieces of 64K or more, so that copying one piece
+** 4M, read when the cluster starts), but at least 4 pieces of 64K or more, so that copying one piece
 ** between the device and host memory overlaps MPI moving the previous one
 ** also for messages of a few chunks. Both sides compute it (the sender
 ** announces it, and a rank whose STRATA_STAGING_CHUNK differs is refused).
+**
+** A message of one piece (up to 64K) travels alone; one of several
+** pieces, or of no more bytes than a header, follows a header
+** {P2P_MAGIC, bytes, piece size} on the same tag. The receiver looks at
+** each message before it takes it (probe_message), so a size that differs
+** between the sides fails the receive with STRATA_ERR_SHAPE and nothing
+** is written.
 */
-static int p2p_chunk(size_t bytes, size_t *chunk) {
-  const char *v = getenv("STRATA_STAGING_CHUNK");
-  uint64_t b = CLUSTER_DEFAULT_CHUNK;
-  if (v && *v && (strata__parse_size(v, &b) || b == 0 || b > (1u << 30)))
-    return strata__error(STRATA_ERR_PARSE, "STRATA_STAGING_CHUNK='%s' is not a size between 1 byte and 1G", v);
+static int p2p_chunk(const struct strata_cluster *cl, size_t bytes, size_t *chunk) {
+  if (!cl->chunk_cap)
+    return strata__error(STRATA_ERR_PARSE, "STRATA_STAGING_CHUNK='%s' is not a size between 1 byte and 1G",
+                         cl->chunk_env);
   size_t c = bytes / 4;
   if (c < (64u << 10))
     c = 64u << 10;
-  if (c > (size_t)b)
-    c = (size_t)b;
+  if (c > cl->chunk_cap)
+    c = cl->chunk_cap;
   if (c > bytes)
     c = bytes ? bytes : 1;
   *chunk = c;
@@ -1171,6 +1252,9 @@ static char *host_address(strata_mem_t mem) {
   char *p = be->host_pointer ? be->host_pointer(d->slot->ctx, d->local, mem.buf->h) : NULL;
   return p ? p + mem.off * 4 : NULL;
 }
+/* 1 when a message of `bytes` in pieces of `chunk` goes without a header (see p2p_chunk). */
+static int p2p_alone(size_t bytes, size_t chunk) { return bytes > P2P_HEADER_BYTES && bytes <= chunk; }
+
 /* The size of piece i of a message of `bytes` in pieces of `chunk`. */
 static size_t piece_bytes(size_t bytes, size_t chunk, size_t i) {
   size_t off = i * chunk;
@@ -1247,17 +1331,20 @@ STRATA_API int strata_cluster_send(strata_cluster_t c, int peer, int tag, strata
   TRY(check_p2p(c, "strata_cluster_send", peer, tag, q, mem, bytes, &boff));
 #ifdef STRATA_HAVE_MPI
   size_t chunk = 0;
-  TRY(p2p_chunk(bytes, &chunk));
+  TRY(p2p_chunk(c, bytes, &chunk));
   char what[160];
   snprintf(what, sizeof what, "send of %zu bytes to rank %d (tag %d)", bytes, peer, tag);
   /* On the heap: after a failure MPI may still read it (the cluster is broken then, and it stays). */
-  uint64_t *header = malloc(2 * sizeof *header);
-  if (!header)
-    return strata__error(STRATA_ERR_NOMEM, "%s: out of host memory", what);
-  header[0] = bytes;
-  header[1] = chunk;
+  uint64_t *header = NULL;
   MPI_Request hr = MPI_REQUEST_NULL;
-  TRY(isend(c, c->p2p, header, 2, MPI_UINT64_T, peer, tag, &hr, what));
+  if (!p2p_alone(bytes, chunk)) {
+    if (!(header = malloc(P2P_HEADER_BYTES)))
+      return strata__error(STRATA_ERR_NOMEM, "%s: out of host memory", what);
+    header[0] = P2P_MAGIC;
+    header[1] = bytes;
+    header[2] = chunk;
+    TRY(isend(c, c->p2p, header, P2P_HEADER_WORDS, MPI_UINT64_T, peer, tag, &hr, what));
+  }
   char *direct = bytes ? host_address(mem) : NULL;
   int rc = 0;
   if (direct) {
@@ -1289,36 +1376,75 @@ static int check_piece(struct strata_cluster *c, MPI_Status *s, size_t i, size_t
   return 0;
 }
 
-/* The receive's header (posted as hr) arrived and agrees with this side. */
-static int check_header(struct strata_cluster *c, MPI_Request *hr, const uint64_t *header, size_t bytes, size_t chunk,
-                        int peer, const char *what) {
-  TRY(wait_requests(c, hr, &peer, 1, NULL, what));
-  if (header[0] != bytes)
+/*
+** Take the next message from `peer` with `tag` (probe_message), which
+** should be `want` bytes: the message alone (*m is then its handle) or the
+** header of several pieces (`header`, checked against bytes and chunk).
+** A message of another size is not received: STRATA_ERR_SHAPE, naming the
+** sender's size (a header's, when a header came instead of a piece).
+*/
+static int take_first(struct strata_cluster *c, int peer, int tag, size_t bytes, size_t chunk, uint64_t *header,
+                      MPI_Message *m, const char *what) {
+  size_t got = 0;
+  size_t want = header ? P2P_HEADER_BYTES : bytes;
+  TRY(probe_message(c, peer, tag, m, &got, what));
+  uint64_t h[P2P_HEADER_WORDS] = {0, 0, 0};
+  if (!header && got == P2P_HEADER_BYTES) {
+    /* a header where one piece alone was expected: it says how much the sender sends */
+    MPI_Request r = MPI_REQUEST_NULL;
+    uint64_t *hp = malloc(P2P_HEADER_BYTES);   /* on the heap: after a failure MPI may still write it */
+    TRY(hp ? 0 : strata__error(STRATA_ERR_NOMEM, "%s: out of host memory", what));
+    TRY(imrecv(c, hp, (int)got, m, &r, what));
+    TRY(wait_requests(c, &r, &peer, 1, NULL, what));
+    memcpy(h, hp, sizeof h);
+    free(hp);
+    if (h[0] == P2P_MAGIC)
+      got = (size_t)h[1];
+  }
+  if (got != want || (!header && h[0] == P2P_MAGIC))
+    return breakdown(c, STRATA_ERR_SHAPE, "%s: rank %d sends %zu bytes with that tag; rank %d expects %zu", what, peer,
+                     got, c->rank, bytes);
+  if (!header)
+    return 0;
+  MPI_Request r = MPI_REQUEST_NULL;
+  TRY(imrecv(c, header, (int)got, m, &r, what));
+  TRY(wait_requests(c, &r, &peer, 1, NULL, what));
+  if (header[0] != P2P_MAGIC)
+    return breakdown(c, STRATA_ERR_SHAPE, "%s: rank %d sends %zu bytes alone with that tag; rank %d expects %zu", what,
+                     peer, got, c->rank, bytes);
+  if (header[1] != bytes)
     return breakdown(c, STRATA_ERR_SHAPE, "%s: rank %d sends %llu bytes with that tag; rank %d expects %zu", what,
-                     peer, (unsigned long long)header[0], c->rank, bytes);
-  if (header[1] != chunk)
+                     peer, (unsigned long long)header[1], c->rank, bytes);
+  if (header[2] != chunk)
     return breakdown(c, STRATA_ERR_SHAPE,
                      "%s: rank %d moves it in pieces of %llu bytes, rank %d in %zu (STRATA_STAGING_CHUNK differs)",
-                     what, peer, (unsigned long long)header[1], c->rank, chunk);
+                     what, peer, (unsigned long long)header[2], c->rank, chunk);
   return 0;
+}
+
+/* Piece i's receive into p: the message `m` that take_first matched (piece 0 alone), else a posted one. */
+static int recv_piece(struct strata_cluster *c, int peer, int tag, void *p, size_t n, MPI_Message *m, MPI_Request *r,
+                      const char *what) {
+  if (*m != MPI_MESSAGE_NULL)
+    return imrecv(c, p, (int)n, m, r, what);
+  return irecv(c, c->p2p, p, (int)n, MPI_BYTE, peer, tag, r, what);
 }
 
 /*
 ** The pieces of a receive straight into host memory `p`, DIRECT_WINDOW
-** posted at once, the first ones with the header (one tag: they match in
-** order). On failure MPI may still write into `p` and the header.
+** posted at once once the first message said the sides agree (header NULL:
+** one piece alone). On failure MPI may still write into `p`.
 */
 static int recv_direct(struct strata_cluster *c, int peer, int tag, char *p, size_t bytes, size_t chunk,
                        uint64_t *header, const char *what) {
-  MPI_Request hr = MPI_REQUEST_NULL, r[DIRECT_WINDOW];
+  MPI_Request r[DIRECT_WINDOW];
+  MPI_Message m = MPI_MESSAGE_NULL;
   for (int k = 0; k < DIRECT_WINDOW; k++)
     r[k] = MPI_REQUEST_NULL;
   size_t nchunks = (bytes + chunk - 1) / chunk;
-  int rc = irecv(c, c->p2p, header, 2, MPI_UINT64_T, peer, tag, &hr, what);
+  int rc = take_first(c, peer, tag, bytes, chunk, header, &m, what);
   for (size_t i = 0; !rc && i < DIRECT_WINDOW && i < nchunks; i++)
-    rc = irecv(c, c->p2p, p + i * chunk, (int)piece_bytes(bytes, chunk, i), MPI_BYTE, peer, tag, &r[i], what);
-  if (!rc)
-    rc = check_header(c, &hr, header, bytes, chunk, peer, what);
+    rc = recv_piece(c, peer, tag, p + i * chunk, piece_bytes(bytes, chunk, i), &m, &r[i], what);
   for (size_t i = 0; !rc && i < nchunks; i++) {
     int k = (int)(i % DIRECT_WINDOW);
     MPI_Status s;
@@ -1334,10 +1460,8 @@ static int recv_direct(struct strata_cluster *c, int peer, int tag, char *p, siz
 
 /*
 ** The pieces of a receive through two host staging buffers into device
-** memory: piece i is copied in while piece i + 1 arrives. The header and
-** the first two pieces are received at once, so that no piece waits for
-** the header's round through this thread. On failure the staging and the
-** header stay with MPI.
+** memory: piece i is copied in while piece i + 1 arrives (header NULL:
+** one piece alone). On failure the staging and the header stay with MPI.
 */
 static int recv_staged(struct strata_cluster *c, int peer, int tag, strata_queue_t q, strata_mem_t mem, size_t bytes,
                        size_t chunk, uint64_t *header, const char *what) {
@@ -1354,13 +1478,12 @@ static int recv_staged(struct strata_cluster *c, int peer, int tag, strata_queue
       return rc;
     }
   }
-  MPI_Request hr = MPI_REQUEST_NULL, r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  MPI_Message m = MPI_MESSAGE_NULL;
   size_t nchunks = bytes ? (bytes + chunk - 1) / chunk : 0;
-  rc = irecv(c, c->p2p, header, 2, MPI_UINT64_T, peer, tag, &hr, what);
+  rc = take_first(c, peer, tag, bytes, chunk, header, &m, what);
   for (size_t i = 0; !rc && i < 2 && i < nchunks; i++)
-    rc = irecv(c, c->p2p, st[i].p, (int)piece_bytes(bytes, chunk, i), MPI_BYTE, peer, tag, &r[i], what);
-  if (!rc)
-    rc = check_header(c, &hr, header, bytes, chunk, peer, what);
+    rc = recv_piece(c, peer, tag, st[i].p, piece_bytes(bytes, chunk, i), &m, &r[i], what);
   for (size_t i = 0; !rc && i < nchunks; i++) {
     int b = (int)(i & 1);
     size_t n = piece_bytes(bytes, chunk, i);
@@ -1389,10 +1512,10 @@ STRATA_API int strata_cluster_recv(strata_cluster_t c, int peer, int tag, strata
   char what[160];
   snprintf(what, sizeof what, "receive of %zu bytes from rank %d (tag %d)", bytes, peer, tag);
   size_t chunk = 0;
-  TRY(p2p_chunk(bytes, &chunk));
+  TRY(p2p_chunk(c, bytes, &chunk));
   /* On the heap: after a failure MPI may still write it (the cluster is broken then, and it stays). */
-  uint64_t *header = calloc(2, sizeof *header);
-  if (!header)
+  uint64_t *header = NULL;
+  if (!p2p_alone(bytes, chunk) && !(header = calloc(P2P_HEADER_WORDS, sizeof *header)))
     return strata__error(STRATA_ERR_NOMEM, "%s: out of host memory", what);
   char *direct = bytes ? host_address(mem) : NULL;
   int rc = 0;
