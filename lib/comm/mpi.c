@@ -42,6 +42,9 @@
 ** vader transport moves 1 MB at 9-11 GB/s on the build machines (shared/BASELINES.md). */
 #define NOMINAL_SHM_GBPS 10.0
 #define NOMINAL_SHM_LATENCY_US 0.5
+/* A wait polls without pause this long, then yields the core until YIELD_S, then sleeps between polls. */
+#define SPIN_S 100e-6
+#define YIELD_S 2e-3
 /* A peer process on the same node is looked for this often while waiting on it. */
 #define LIVENESS_PERIOD_S 0.05
 /* Staging buffers kept between transfers (pinned memory is slow to get: cudaHostAlloc). */
@@ -233,12 +236,21 @@ static int peer_gone(const struct strata_cluster *c, int rank) {
   return p && (p[2] == 'Z' || p[2] == 'X');
 }
 
-static void pause_briefly(long spins) {
-  if (spins < 2000) {
+/*
+** Between two polls of a wait that has seen no progress for `idle`
+** seconds: nothing for the first SPIN_S (a message between two processes
+** of one machine takes microseconds, and giving the core away costs a
+** time slice when other processes want it, as MPI's own blocking calls
+** know), then a yield, then short sleeps, so that a long wait uses no core.
+*/
+static void pause_briefly(double idle) {
+  if (idle < SPIN_S)
+    return;
+  if (idle < YIELD_S) {
     sched_yield();
     return;
   }
-  struct timespec ts = {0, spins < 20000 ? 20000 : 200000};
+  struct timespec ts = {0, idle < 10 * YIELD_S ? 20000 : 200000};
   nanosleep(&ts, NULL);
 }
 
@@ -306,7 +318,6 @@ static int watch_peers(struct strata_cluster *c, const MPI_Request *reqs, const 
 static int wait_requests(struct strata_cluster *c, MPI_Request *reqs, const int *peers, int n, MPI_Status *statuses,
                          const char *what) {
   double t0 = strata__now(), last_progress = t0, last_check = t0;
-  long spins = 0;
   int left = 0;
   for (int i = 0; i < n; i++)
     if (reqs[i] != MPI_REQUEST_NULL)
@@ -347,13 +358,12 @@ static int wait_requests(struct strata_cluster *c, MPI_Request *reqs, const int 
     double now = strata__now();
     if (progressed) {
       last_progress = now;
-      spins = 0;
       continue;
     }
     int rc = watch_peers(c, reqs, peers, n, now, &last_check, last_progress, what);
     if (rc)
       return rc;
-    pause_briefly(spins++);
+    pause_briefly(now - last_progress);
   }
   return 0;
 }
@@ -376,7 +386,6 @@ static int mpi_check(struct strata_cluster *c, int rc, const char *what) {
 static int probe_message(struct strata_cluster *c, int peer, int tag, MPI_Message *msg, size_t *bytes,
                          const char *what) {
   double t0 = strata__now(), last_check = t0;
-  long spins = 0;
   for (;;) {
     int flag = 0;
     MPI_Status st;
@@ -391,8 +400,9 @@ static int probe_message(struct strata_cluster *c, int peer, int tag, MPI_Messag
       *bytes = (size_t)n;
       return 0;
     }
-    TRY(watch_peers(c, NULL, &peer, 1, strata__now(), &last_check, t0, what));
-    pause_briefly(spins++);
+    double now = strata__now();
+    TRY(watch_peers(c, NULL, &peer, 1, now, &last_check, t0, what));
+    pause_briefly(now - t0);
   }
 }
 
