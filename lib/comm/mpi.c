@@ -1221,9 +1221,9 @@ static int check_p2p(struct strata_cluster *c, const char *fn, int peer, int tag
 #ifdef STRATA_HAVE_MPI
 /*
 ** The pieces a message of `bytes` moves in: STRATA_STAGING_CHUNK (default
-** 4M, read when the cluster starts), but at least 4 pieces of 64K or more, so that copying one piece
-** between the device and host memory overlaps MPI moving the previous one
-** also for messages of a few chunks. Both sides compute it (the sender
+** 4M, read when the cluster starts), but at least 4 pieces of 64K or
+** more, so that copying one piece between the device and host memory
+** overlaps MPI moving the previous one also for messages of a few chunks. Both sides compute it (the sender
 ** announces it, and a rank whose STRATA_STAGING_CHUNK differs is refused).
 **
 ** A message of one piece (up to 64K) travels alone; one of several
@@ -1262,6 +1262,7 @@ static char *host_address(strata_mem_t mem) {
   char *p = be->host_pointer ? be->host_pointer(d->slot->ctx, d->local, mem.buf->h) : NULL;
   return p ? p + mem.off * 4 : NULL;
 }
+
 /* Append the decimal digits of v at p; returns the end. */
 static char *put_decimal(char *p, uint64_t v) {
   char d[24];
