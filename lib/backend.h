@@ -11,7 +11,7 @@
 
 /* Raised whenever the layout of anything in this file changes; a module
 ** built against another version is refused when it is loaded. */
-#define STRATA__BACKEND_API_VERSION 5
+#define STRATA__BACKEND_API_VERSION 6
 
 /* The symbol every module exports: returns its table. */
 #define STRATA__BACKEND_ENTRY "strata_backend_entry"
@@ -283,6 +283,14 @@ struct strata__backend {
   ** other devices (one address space: the host's virtual devices), so a
   ** collective reduces from a peer's buffer without copying it first. */
   int peer_operands;
+
+  /* The address in this process of buffer `buf` of device `dev` when the
+  ** device's memory is the host's own and the host may read and write it
+  ** once the buffer's queues are finished (the host's virtual devices): the
+  ** cluster then hands it to MPI without staging. The address lives as
+  ** long as the buffer. Optional: NULL, or a NULL result, means staged
+  ** copies through the queue. */
+  void *(*host_pointer)(void *ctx, int dev, void *buf);
 };
 
 typedef const struct strata__backend *(*strata__backend_entry_fn)(void);

@@ -146,6 +146,8 @@ struct sender {
 
 static float pval(int rank, int dev, size_t i) { return (float)(rank * 1000003 + dev * 7919 + (int)(i % 65521)); }
 
+static int p2p_sizes(void);
+
 static void *send_thread(void *arg) {
   struct sender *s = arg;
   strata_queue_t q = NULL;
@@ -240,6 +242,111 @@ static int cmd_p2p(void) {
     strata_buffer_free(b);
     strata_queue_free(q);
   }
+  return p2p_sizes();
+}
+
+/* Byte k of the message that rank `rank` sends from device `dev` at size index `si`. */
+static unsigned char bval(int rank, int dev, int si, size_t k) { return (unsigned char)(rank * 31 + dev * 7 + si * 5 + k * 13); }
+
+struct byte_sender {
+  int peer, tag, dev, si;
+  size_t bytes;
+  int rc;
+  char msg[512];
+};
+
+static void *send_bytes_thread(void *arg) {
+  struct byte_sender *s = arg;
+  strata_queue_t q = NULL;
+  strata_buffer_t b = NULL;
+  unsigned char *h = malloc(s->bytes + 16);
+  s->rc = h ? strata_queue_new(s->dev, &q) : STRATA_ERR_NOMEM;
+  if (!s->rc)
+    s->rc = strata_buffer_new(s->dev, s->bytes + 16, &b);
+  for (size_t k = 0; h && k < s->bytes; k++)
+    h[8 + k] = bval(ci.rank, s->dev, s->si, k);
+  if (!s->rc)
+    s->rc = strata_buffer_upload(q, b, 0, h, s->bytes + 16);
+  if (!s->rc)   /* from element 2: an offset into the buffer */
+    s->rc = strata_cluster_send(cl, s->peer, s->tag, q, strata_mem(b, 2), s->bytes);
+  if (s->rc)
+    snprintf(s->msg, sizeof s->msg, "%s", strata_last_error());
+  strata_buffer_free(b);
+  strata_queue_free(q);
+  free(h);
+  return NULL;
+}
+
+/*
+** Sizes on either side of the header's and of one piece's, partial pieces,
+** and nothing: every rank to the next, from one kind of device into
+** another (a host virtual device's memory goes to MPI directly, a PoCL
+** device's through staging), at an offset, the bytes around the message
+** untouched.
+*/
+static int p2p_sizes(void) {
+  static const size_t sizes[] = {0, 4, 24, 28, 4099, 65536, 65540, 300000, (1u << 20) + 12};
+  int ndev = ci.local_device_count;
+  int next = (ci.rank + 1) % ci.size, prev = (ci.rank + ci.size - 1) % ci.size;
+  int nsz = (int)(sizeof sizes / sizeof sizes[0]), bad_sizes = 0;
+  for (int si = 0; si < nsz; si++) {
+    size_t bytes = sizes[si];
+    int ds = si % ndev, dr = (si + 1 + si / ndev) % ndev;   /* every pair of kinds over the sizes */
+    struct byte_sender s = {.peer = next, .tag = 200 + si, .dev = ds, .si = si, .bytes = bytes};
+    pthread_t t;
+    pthread_create(&t, NULL, send_bytes_thread, &s);
+    strata_queue_t q;
+    strata_buffer_t b;
+    size_t room = bytes + 64;
+    unsigned char *h = malloc(room);
+    memset(h, 0xee, room);
+    MUST(strata_queue_new(dr, &q));
+    MUST(strata_buffer_new(dr, room, &b));
+    MUST(strata_buffer_upload(q, b, 0, h, room));
+    MUST(strata_cluster_recv(cl, prev, 200 + si, q, strata_mem(b, 5), bytes));
+    MUST(strata_buffer_download(q, b, 0, h, room));
+    size_t bad = 0;
+    for (size_t k = 0; k < room; k++) {
+      unsigned char want = k >= 20 && k < 20 + bytes ? bval(prev, (si) % ndev, si, k - 20) : 0xee;
+      bad += h[k] != want;
+    }
+    if (bad) {
+      fail("p2p of %zu bytes from rank %d's device %d into device %d: %zu bytes wrong", bytes, prev, ds, dr, bad);
+      bad_sizes++;
+    }
+    pthread_join(t, NULL);
+    if (s.rc)
+      fail("send of %zu bytes from device %d: %s: %s", bytes, ds, strata_err_name(s.rc), s.msg);
+    free(h);
+    strata_buffer_free(b);
+    strata_queue_free(q);
+  }
+  if (ci.rank == 0)
+    printf("p2p: %d sizes from 0 to %zu bytes between device kinds, at offsets: %s\n", nsz, sizes[nsz - 1],
+           bad_sizes ? "WRONG" : "ok");
+  return failures;
+}
+
+/* Rank 0 sends MPI_CHECK_SEND bytes, rank 1 expects MPI_CHECK_RECV, on local device MPI_CHECK_DEVICE:
+** rank 1's receive must fail with STRATA_ERR_SHAPE (it prints the message and ends the job). */
+static int cmd_mismatch(void) {
+  const char *sv = getenv("MPI_CHECK_SEND"), *rv = getenv("MPI_CHECK_RECV"), *dv = getenv("MPI_CHECK_DEVICE");
+  size_t sb = sv ? (size_t)atol(sv) : 4096, rb = rv ? (size_t)atol(rv) : 8192;
+  int dev = dv ? atoi(dv) : 0;
+  strata_queue_t q;
+  strata_buffer_t b;
+  MUST(strata_queue_new(dev, &q));
+  MUST(strata_buffer_new(dev, (sb > rb ? sb : rb) + 4, &b));
+  if (ci.rank == 0) {
+    int rc = strata_cluster_send(cl, 1, 3, q, strata_mem(b, 0), sb);
+    fprintf(stderr, "mismatch: rank 0: send %s\n", rc ? strata_err_name(rc) : "returned");
+    sleep(60);   /* rank 1 ends the job */
+  } else if (ci.rank == 1) {
+    int rc = strata_cluster_recv(cl, 0, 3, q, strata_mem(b, 0), rb);
+    printf("mismatch: rank 1: %s: %s\n", strata_err_name(rc), rc ? strata_last_error() : "");
+    fflush(stdout);
+    strata_cluster_abort(cl, rc == STRATA_ERR_SHAPE ? 6 : 7, "the receive is over");
+  }
   return failures;
 }
 
@@ -316,14 +423,17 @@ static uint64_t check(struct group *g, int i, const float *want, size_t count, c
   return hash;
 }
 
-/* The group: every global device, or with MPI_CHECK_GROUP=spread one device of each rank. */
+/* The group: every rank's devices from local device MPI_CHECK_DEVICE (default 0), or
+** (spread) that one device of each rank. */
 static int collectives(int spread, int *devs) {
   int n = 0;
+  const char *fv = getenv("MPI_CHECK_DEVICE");
+  int first = fv ? atoi(fv) : 0;
   for (int r = 0; r < ci.size; r++) {
     struct strata_cluster_rank ri;
     MUST(strata_cluster_rank_info(cl, r, &ri));
-    for (int k = 0; k < ri.device_count && n < 256; k++)
-      if (!spread || k == 0)
+    for (int k = first; k < ri.device_count && n < 256; k++)
+      if (!spread || k == first)
         devs[n++] = ri.first_device + k;
   }
   return n;
@@ -463,9 +573,30 @@ static int cmd_fault(const char *mode) {
   return failures;
 }
 
+/* Rank 1 dies; rank 0's receive from it into local device MPI_CHECK_DEVICE must fail naming it. */
+static int cmd_p2pkill(void) {
+  const char *dv = getenv("MPI_CHECK_DEVICE");
+  int dev = dv ? atoi(dv) : 0;
+  if (ci.rank == 1) {
+    fprintf(stderr, "mpi-check: rank 1: kill now (pid %ld)\n", (long)getpid());
+    raise(SIGKILL);
+  }
+  if (ci.rank == 0) {
+    strata_queue_t q;
+    strata_buffer_t b;
+    MUST(strata_queue_new(dev, &q));
+    MUST(strata_buffer_new(dev, 1u << 20, &b));
+    int rc = strata_cluster_recv(cl, 1, 5, q, strata_mem(b, 0), 1u << 20);
+    fprintf(stderr, "mpi-check: rank 0: receive failed (%s): %s\n", strata_err_name(rc), strata_last_error());
+    strata_cluster_abort(cl, 4, NULL);
+  }
+  sleep(60);
+  return failures;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: mpi-check view|p2p|collectives|kill|stall|fault\n");
+    fprintf(stderr, "usage: mpi-check view|p2p|collectives|mismatch|kill|stall|fault|p2pkill\n");
     return 2;
   }
   const char *cmd = argv[1];
@@ -486,6 +617,10 @@ int main(int argc, char **argv) {
     bad = cmd_p2p();
   else if (strcmp(cmd, "collectives") == 0)
     bad = cmd_collectives();
+  else if (strcmp(cmd, "mismatch") == 0)
+    bad = cmd_mismatch();
+  else if (strcmp(cmd, "p2pkill") == 0)
+    bad = cmd_p2pkill();
   else if (strcmp(cmd, "kill") == 0 || strcmp(cmd, "stall") == 0 || strcmp(cmd, "fault") == 0)
     bad = cmd_fault(cmd);
   else {

@@ -89,6 +89,17 @@ for np in 2 4; do
   has "np $np: p2p: the host devices' buffers arrived" "$out/p$np.log" '^p2p: device 2 \(host\) .*: ok'
 done
 grep -h 'through strata' "$out/p2.log" | sed 's/^/# /'
+has "np 2: p2p of 0 .. 1M bytes between a host device (MPI reads it directly) and PoCL (staged), at offsets" \
+  "$out/p2.log" '^p2p: 9 sizes .*: ok'
+# A size that differs between the sides fails the receive, naming both sizes, before anything is written
+# (PoCL staged, host direct): less than expected, more, a header where one piece alone is expected, and
+# one piece alone where a header is.
+for c in 0:4096:8192 2:4096:8192 0:8192:4096 2:8192:4096 2:1048576:4096 0:4096:1048576; do
+  d=${c%%:*} sb=${c#*:} sb=${sb%%:*} rb=${c##*:}
+  env MPI_CHECK_SEND=$sb MPI_CHECK_RECV=$rb MPI_CHECK_DEVICE=$d $run60 2 "$prog" mismatch >"$out/mm.log" 2>&1
+  has "p2p on device $d: $sb bytes sent, $rb expected: STRATA_ERR_SHAPE" "$out/mm.log" \
+    "^mismatch: rank 1: STRATA_ERR_SHAPE: .*rank 0 sends $sb bytes with that tag; rank 1 expects $rb"
+done
 
 # Hierarchical collectives: equal to the host's reference, and the same bits on every rank and in every run.
 for np in 2 4; do
@@ -99,6 +110,18 @@ for np in 2 4; do
   if [ "$count" -eq $((2 * np)) ] && [ "$(echo "$hashes" | wc -l)" -eq 1 ]; then
     ok "np $np: all-reduce bit-identical on every rank and between runs ($hashes)"
   else notok "np $np: all-reduce bit-identical on every rank and between runs ($count results: $hashes)"; fi
+done
+
+# The same over host devices only, whose memory MPI reads and writes directly: two per rank (a local
+# reduction, then the ring in the leader's memory) and one per rank.
+for d in 1 2; do
+  check "np 2: collectives from local device $d (host memory, no staging)" "$out/ch$d.log" \
+    env MPI_CHECK_DEVICE=$d $run 2 "$prog" collectives
+  check "np 2: collectives from local device $d again" "$out/ch$d-again.log" env MPI_CHECK_DEVICE=$d $run 2 "$prog" collectives
+  hashes=$(cat "$out/ch$d.log" "$out/ch$d-again.log" | sed -n 's/^hash rank [0-9]*: //p' | sort -u)
+  if [ "$(echo "$hashes" | wc -l)" -eq 1 ] && [ -n "$hashes" ]; then
+    ok "np 2, from local device $d: all-reduce bit-identical on every rank and between runs ($hashes)"
+  else notok "np 2, from local device $d: all-reduce bit-identical on every rank and between runs ($hashes)"; fi
 done
 
 # The benchmark between ranks runs and prints its rows (its figures are not judged here).
@@ -125,6 +148,12 @@ has "kill -9 of rank 3: the others' message names it" "$out/kill.log" \
 sleep 1
 if left_running; then notok "kill: no rank left running"; ps -eo pid,stat,args | grep mpi-check | sed 's/^/# /'
 else ok "kill: no rank left running"; fi
+
+timed env STRATA_COMM_TIMEOUT=20 MPI_CHECK_DEVICE=2 $run60 2 "$prog" p2pkill >"$out/p2pkill.log" 2>&1
+if [ "$rc" -ne 0 ] && [ "$elapsed" -lt 30 ]; then ok "kill -9 of rank 1 before it sends: the job fails (status $rc) in $elapsed s"
+else notok "kill -9 of rank 1 before it sends: the job fails in bounded time (status $rc, $elapsed s)"; sed 's/^/# /' "$out/p2pkill.log"; fi
+has "kill -9 of rank 1: rank 0's receive into host memory names it" "$out/p2pkill.log" \
+  '^mpi-check: rank 0: receive failed .*rank 1 \(pid [0-9]+ on [^)]*\) has exited'
 
 timed env STRATA_COMM_TIMEOUT=3 $run60 2 "$prog" stall >"$out/stall.log" 2>&1
 if [ "$rc" -ne 0 ] && [ "$elapsed" -lt 20 ]; then ok "silent rank 1: the job fails (status $rc) in $elapsed s"

@@ -660,6 +660,9 @@ static int host_copy(void *ctx, void *queue, void *dst, size_t doff, void *src, 
   return copy_task(queue, (char *)dst + doff, (const char *)src + soff, bytes);
 }
 
+/* A virtual device's buffer is host memory from posix_memalign: its handle is its address. */
+static void *host_host_pointer(void *ctx, int dev, void *buf) { return buf; }
+
 static int host_op_supported(void *ctx, int dev, enum strata__op_id id) { return strata__host_op_supported(id); }
 
 static int host_op(void *ctx, void *queue, const struct strata__op *op) {
@@ -703,6 +706,7 @@ static const struct strata__backend host_backend = {
     .gate_free = host_event_free,
     .comm_new = NULL, /* collectives through the runtime's ring */
     .peer_operands = 1, /* every virtual device is the same memory */
+    .host_pointer = host_host_pointer,
 };
 
 __attribute__((visibility("default"))) const struct strata__backend *strata_backend_entry(void);

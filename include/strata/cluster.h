@@ -191,14 +191,17 @@ STRATA_API int strata_cluster_to_json(strata_cluster_t c, char **json /* OUT */)
 /*
 ** Point-to-point: `bytes` bytes of device memory `mem` (any backend; on
 ** this rank's device that owns `queue`) sent to, or received from, rank
-** `peer` (not this rank). The data is staged through host memory (pinned
-** where the backend can) in chunks of STRATA_STAGING_CHUNK (default 4M), two
-** in flight, so copying one chunk overlaps moving the other. Both calls
-** first wait for `queue`'s earlier work and return once the data has left
-** (send) or arrived in device memory (recv). Messages between two ranks
-** with one `tag` (0 .. 32767) arrive in the order sent; the two sides must
-** agree on `bytes` (a mismatch fails both with STRATA_ERR_SHAPE). One
-** thread per (peer, tag) at a time.
+** `peer` (not this rank). Where the device's memory is the host's own (the
+** host's virtual devices) MPI reads and writes it in place; otherwise the
+** data is staged through host memory (pinned where the backend can) in
+** chunks of STRATA_STAGING_CHUNK (default 4M), two in flight, so copying
+** one chunk overlaps moving the other. Both calls first wait for `queue`'s
+** earlier work and return once the data has left (send) or arrived in
+** device memory (recv). Messages between two ranks with one `tag`
+** (0 .. 32767) arrive in the order sent; the two sides must agree on
+** `bytes`: a mismatch fails the receive with STRATA_ERR_SHAPE, naming both
+** sizes, before anything is written (the sender may have returned; the
+** cluster is broken). One thread per (peer, tag) at a time.
 */
 STRATA_API int strata_cluster_send(strata_cluster_t c, int peer, int tag, strata_queue_t queue, strata_mem_t mem,
                                    size_t bytes);

@@ -32,17 +32,26 @@
 #define CLUSTER_DEFAULT_PINGPONG (4u << 20)
 #define CLUSTER_DEFAULT_CHUNK (4u << 20)
 #define CLUSTER_TAG_MAX 32767
+/* The first word of a point-to-point header ("strata01"), so that a message that is not one says so. */
+#define P2P_MAGIC 0x3130617461727473ull
+#define P2P_HEADER_WORDS 3
+#define P2P_HEADER_BYTES (P2P_HEADER_WORDS * sizeof(uint64_t))
 #define PINGPONG_REPS 5
 #define LATENCY_REPS 20
 /* Shared memory between two processes when nothing was measured: OpenMPI 4.1's
 ** vader transport moves 1 MB at 9-11 GB/s on the build machines (shared/BASELINES.md). */
 #define NOMINAL_SHM_GBPS 10.0
 #define NOMINAL_SHM_LATENCY_US 0.5
+/* A wait polls without pause this long, then yields the core until YIELD_S, then sleeps between polls. */
+#define SPIN_S 100e-6
+#define YIELD_S 2e-3
 /* A peer process on the same node is looked for this often while waiting on it. */
 #define LIVENESS_PERIOD_S 0.05
 /* Staging buffers kept between transfers (pinned memory is slow to get: cudaHostAlloc). */
 #define STAGING_POOL 16
 #define STAGING_KEEP_BYTES ((size_t)256 << 20)
+/* Pieces of a message in flight at once when MPI reads or writes device memory directly. */
+#define DIRECT_WINDOW 8
 
 /* What each rank tells the others about itself. Sent as bytes: every rank
 ** runs the same build of strata (the layout of this struct is part of it). */
@@ -80,6 +89,8 @@ struct strata_cluster {
   int broken_status;
   char broken_msg[1024];
   int comm_ids;                 /* groups made so far: each gets its own tag */
+  size_t chunk_cap;             /* STRATA_STAGING_CHUNK when the cluster started; 0: not a valid size */
+  char chunk_env[64];           /* its text, for the message */
   pthread_mutex_t pool_lock;    /* guards pool */
   struct pooled {
     int dev;
@@ -150,6 +161,18 @@ static int resolve_options(const struct strata_cluster_options *in, struct strat
   return 0;
 }
 
+#ifdef STRATA_HAVE_MPI
+/* STRATA_STAGING_CHUNK, read once when the cluster starts (every message's pieces follow it). */
+static void read_chunk_cap(struct strata_cluster *cl) {
+  const char *v = getenv("STRATA_STAGING_CHUNK");
+  uint64_t b = CLUSTER_DEFAULT_CHUNK;
+  if (v && *v && (strata__parse_size(v, &b) || b == 0 || b > (1u << 30)))
+    b = 0;
+  cl->chunk_cap = (size_t)b;
+  strata__strlcpy(cl->chunk_env, v ? v : "", sizeof cl->chunk_env);
+}
+#endif
+
 /* ------------------------------------------------------------ failure */
 
 #ifdef STRATA_HAVE_MPI
@@ -213,12 +236,21 @@ static int peer_gone(const struct strata_cluster *c, int rank) {
   return p && (p[2] == 'Z' || p[2] == 'X');
 }
 
-static void pause_briefly(long spins) {
-  if (spins < 2000) {
+/*
+** Between two polls of a wait that has seen no progress for `idle`
+** seconds: nothing for the first SPIN_S (a message between two processes
+** of one machine takes microseconds, and giving the core away costs a
+** time slice when other processes want it, as MPI's own blocking calls
+** know), then a yield, then short sleeps, so that a long wait uses no core.
+*/
+static void pause_briefly(double idle) {
+  if (idle < SPIN_S)
+    return;
+  if (idle < YIELD_S) {
     sched_yield();
     return;
   }
-  struct timespec ts = {0, spins < 20000 ? 20000 : 200000};
+  struct timespec ts = {0, idle < 10 * YIELD_S ? 20000 : 200000};
   nanosleep(&ts, NULL);
 }
 
@@ -233,6 +265,49 @@ static const char *mpi_error_text(int code, char *buf, size_t n) {
 }
 
 /*
+** The bound on a wait for `peers` (n of them; those whose request in reqs
+** is not complete, or all when reqs is NULL), at time `now`: every
+** LIVENESS_PERIOD_S (since *last_check) a failure in another thread of
+** this process, or a rank of this machine that has exited; after the
+** timeout without progress (since last_progress), the silent peer. Returns
+** 0 to go on waiting, else the failure (the cluster is broken then).
+*/
+static int watch_peers(struct strata_cluster *c, const MPI_Request *reqs, const int *peers, int n, double now,
+                       double *last_check, double last_progress, const char *what) {
+  if (now - *last_check >= LIVENESS_PERIOD_S) {
+    /* The peers waited for first, then any other rank of this machine: a job
+    ** with a dead rank is over, and the message should name the dead one. */
+    *last_check = now;
+    if (check_broken(c)) /* another thread of this process failed (strata__cluster_break): the job is ending */
+      return STRATA_ERR_STATE;
+    int gone = -1;
+    for (int i = 0; i < n && gone < 0; i++) {
+      int p = peers ? peers[i] : -1;
+      if ((!reqs || reqs[i] != MPI_REQUEST_NULL) && p >= 0 && peer_gone(c, p))
+        gone = p;
+    }
+    for (int r = 0; r < c->size && gone < 0 && c->ranks; r++)
+      if (peer_gone(c, r))
+        gone = r;
+    if (gone >= 0)
+      return breakdown(c, STRATA_ERR_TIMEOUT, "%s: rank %d (pid %ld on %s) has exited; rank %d stops", what, gone,
+                       (long)c->ranks[gone].pid, node_name_of(c, gone), c->rank);
+  }
+  if (now - last_progress >= c->timeout_s) {
+    int p = -1;
+    for (int i = 0; i < n && p < 0; i++)
+      if ((!reqs || reqs[i] != MPI_REQUEST_NULL) && peers)
+        p = peers[i];
+    if (p >= 0)
+      return breakdown(c, STRATA_ERR_TIMEOUT, "%s: rank %d (%s) made no progress for %g s; rank %d stops", what, p,
+                       node_name_of(c, p), c->timeout_s, c->rank);
+    return breakdown(c, STRATA_ERR_TIMEOUT, "%s: not every rank took part within %g s; rank %d stops", what,
+                     c->timeout_s, c->rank);
+  }
+  return 0;
+}
+
+/*
 ** Wait for `n` requests, polling: peers[i] is the rank request i talks to
 ** (-1: the whole world, a collective). Fails the cluster, naming the peer,
 ** when one of the peers' processes is gone or nothing completed for the
@@ -243,7 +318,6 @@ static const char *mpi_error_text(int code, char *buf, size_t n) {
 static int wait_requests(struct strata_cluster *c, MPI_Request *reqs, const int *peers, int n, MPI_Status *statuses,
                          const char *what) {
   double t0 = strata__now(), last_progress = t0, last_check = t0;
-  long spins = 0;
   int left = 0;
   for (int i = 0; i < n; i++)
     if (reqs[i] != MPI_REQUEST_NULL)
@@ -262,7 +336,11 @@ static int wait_requests(struct strata_cluster *c, MPI_Request *reqs, const int 
       /* (MPI_Test returns a request's error itself: status.MPI_ERROR is only set by the multi-request calls.) */
       if (rc != MPI_SUCCESS) {
         char e[MPI_MAX_ERROR_STRING];
-        int p = peers ? peers[i] : -1;
+        int p = peers ? peers[i] : -1, cls = 0;
+        MPI_Error_class(rc, &cls);
+        if (cls == MPI_ERR_TRUNCATE) /* a point-to-point piece larger than the receiver's */
+          return breakdown(c, STRATA_ERR_SHAPE, "%s: rank %d sends more with that tag than rank %d expects", what, p,
+                           c->rank);
         return breakdown(c, STRATA_ERR_BACKEND, "%s: rank %d: MPI failed talking to %s%d (%s): %s", what, c->rank,
                          p >= 0 ? "rank " : "every rank, ", p, p >= 0 ? node_name_of(c, p) : "-",
                          mpi_error_text(rc, e, sizeof e));
@@ -280,40 +358,12 @@ static int wait_requests(struct strata_cluster *c, MPI_Request *reqs, const int 
     double now = strata__now();
     if (progressed) {
       last_progress = now;
-      spins = 0;
       continue;
     }
-    if (now - last_check >= LIVENESS_PERIOD_S) {
-      /* The peers waited for first, then any other rank of this machine: a job
-      ** with a dead rank is over, and the message should name the dead one. */
-      last_check = now;
-      if (check_broken(c)) /* another thread of this process failed (strata__cluster_break): the job is ending */
-        return STRATA_ERR_STATE;
-      int gone = -1;
-      for (int i = 0; i < n && gone < 0; i++) {
-        int p = peers ? peers[i] : -1;
-        if (reqs[i] != MPI_REQUEST_NULL && p >= 0 && peer_gone(c, p))
-          gone = p;
-      }
-      for (int r = 0; r < c->size && gone < 0 && c->ranks; r++)
-        if (peer_gone(c, r))
-          gone = r;
-      if (gone >= 0)
-        return breakdown(c, STRATA_ERR_TIMEOUT, "%s: rank %d (pid %ld on %s) has exited; rank %d stops", what, gone,
-                         (long)c->ranks[gone].pid, node_name_of(c, gone), c->rank);
-    }
-    if (now - last_progress >= c->timeout_s) {
-      int p = -1;
-      for (int i = 0; i < n && p < 0; i++)
-        if (reqs[i] != MPI_REQUEST_NULL && peers)
-          p = peers[i];
-      if (p >= 0)
-        return breakdown(c, STRATA_ERR_TIMEOUT, "%s: rank %d (%s) made no progress for %g s; rank %d stops", what, p,
-                         node_name_of(c, p), c->timeout_s, c->rank);
-      return breakdown(c, STRATA_ERR_TIMEOUT, "%s: not every rank took part within %g s; rank %d stops", what,
-                       c->timeout_s, c->rank);
-    }
-    pause_briefly(spins++);
+    int rc = watch_peers(c, reqs, peers, n, now, &last_check, last_progress, what);
+    if (rc)
+      return rc;
+    pause_briefly(now - last_progress);
   }
   return 0;
 }
@@ -324,6 +374,44 @@ static int mpi_check(struct strata_cluster *c, int rc, const char *what) {
     return 0;
   char e[MPI_MAX_ERROR_STRING];
   return breakdown(c, STRATA_ERR_BACKEND, "%s: rank %d: %s", what, c->rank, mpi_error_text(rc, e, sizeof e));
+}
+
+/*
+** Wait for the next message from `peer` with `tag` on the point-to-point
+** communicator and take it out of MPI's matching (MPI_Improbe): *msg is
+** its handle for MPI_Imrecv, *bytes its size. Bounded as wait_requests.
+** Receiving only what is known to fit matters: OpenMPI 4.1 copies a
+** message larger than the receive (by shared memory) past its end.
+*/
+static int probe_message(struct strata_cluster *c, int peer, int tag, MPI_Message *msg, size_t *bytes,
+                         const char *what) {
+  double t0 = strata__now(), last_check = t0;
+  for (;;) {
+    int flag = 0;
+    MPI_Status st;
+    memset(&st, 0, sizeof st);
+    pthread_mutex_lock(&c->lock);
+    int rc = MPI_Improbe(peer, tag, c->p2p, &flag, msg, &st);
+    pthread_mutex_unlock(&c->lock);
+    TRY(mpi_check(c, rc, what));
+    if (flag) {
+      int n = 0;
+      MPI_Get_count(&st, MPI_BYTE, &n);
+      *bytes = (size_t)n;
+      return 0;
+    }
+    double now = strata__now();
+    TRY(watch_peers(c, NULL, &peer, 1, now, &last_check, t0, what));
+    pause_briefly(now - t0);
+  }
+}
+
+/* Receive the message `m` matched by probe_message into `p` (n bytes, its size). */
+static int imrecv(struct strata_cluster *c, void *p, int n, MPI_Message *m, MPI_Request *r, const char *what) {
+  pthread_mutex_lock(&c->lock);
+  int rc = MPI_Imrecv(p, n, MPI_BYTE, m, r);
+  pthread_mutex_unlock(&c->lock);
+  return mpi_check(c, rc, what);
 }
 
 static int isend(struct strata_cluster *c, MPI_Comm comm, const void *p, int n, MPI_Datatype t, int peer, int tag,
@@ -702,6 +790,9 @@ STRATA_API int strata_cluster_init(int *argc, char ***argv, const struct strata_
   c->size = 1;
   c->thread_level = -1;
   c->timeout_s = o.timeout_s;
+#ifdef STRATA_HAVE_MPI
+  read_chunk_cap(c);
+#endif
   int rc = 0;
 #ifdef STRATA_HAVE_MPI
   rc = mpi_join(c, argc, argv);
@@ -1130,21 +1221,27 @@ static int check_p2p(struct strata_cluster *c, const char *fn, int peer, int tag
 #ifdef STRATA_HAVE_MPI
 /*
 ** The pieces a message of `bytes` moves in: STRATA_STAGING_CHUNK (default
-** 4M), but at least 4 pieces of 64K or more, so that copying one piece
-** between the device and host memory overlaps MPI moving the previous one
-** also for messages of a few chunks. Both sides compute it (the sender
+** 4M, read when the cluster starts), but at least 4 pieces of 64K or
+** more, so that copying one piece between the device and host memory
+** overlaps MPI moving the previous one also for messages of a few chunks. Both sides compute it (the sender
 ** announces it, and a rank whose STRATA_STAGING_CHUNK differs is refused).
+**
+** A message of one piece (up to 64K) travels alone; one of several
+** pieces, or of no more bytes than a header, follows a header
+** {P2P_MAGIC, bytes, piece size} on the same tag. The receiver looks at
+** each message before it takes it (probe_message), so a size that differs
+** between the sides fails the receive with STRATA_ERR_SHAPE and nothing
+** is written.
 */
-static int p2p_chunk(size_t bytes, size_t *chunk) {
-  const char *v = getenv("STRATA_STAGING_CHUNK");
-  uint64_t b = CLUSTER_DEFAULT_CHUNK;
-  if (v && *v && (strata__parse_size(v, &b) || b == 0 || b > (1u << 30)))
-    return strata__error(STRATA_ERR_PARSE, "STRATA_STAGING_CHUNK='%s' is not a size between 1 byte and 1G", v);
+static int p2p_chunk(const struct strata_cluster *cl, size_t bytes, size_t *chunk) {
+  if (!cl->chunk_cap)
+    return strata__error(STRATA_ERR_PARSE, "STRATA_STAGING_CHUNK='%s' is not a size between 1 byte and 1G",
+                         cl->chunk_env);
   size_t c = bytes / 4;
   if (c < (64u << 10))
     c = 64u << 10;
-  if (c > (size_t)b)
-    c = (size_t)b;
+  if (c > cl->chunk_cap)
+    c = cl->chunk_cap;
   if (c > bytes)
     c = bytes ? bytes : 1;
   *chunk = c;
@@ -1152,50 +1249,158 @@ static int p2p_chunk(size_t bytes, size_t *chunk) {
 }
 #endif
 
+#ifdef STRATA_HAVE_MPI
+/*
+** The address of device memory `mem` when its device's memory is the host's
+** own (the backend's host_pointer: the host's virtual devices), else NULL.
+** MPI then reads and writes it in place, once the buffer's queue is
+** finished, instead of copying it through staging memory.
+*/
+static char *host_address(strata_mem_t mem) {
+  const struct strata__device *d = mem.buf->dev;
+  const struct strata__backend *be = d->slot->be;
+  char *p = be->host_pointer ? be->host_pointer(d->slot->ctx, d->local, mem.buf->h) : NULL;
+  return p ? p + mem.off * 4 : NULL;
+}
+
+/* Append the decimal digits of v at p; returns the end. */
+static char *put_decimal(char *p, uint64_t v) {
+  char d[24];
+  int n = 0;
+  do
+    d[n++] = (char)('0' + v % 10);
+  while ((v /= 10) != 0);
+  while (n > 0)
+    *p++ = d[--n];
+  return p;
+}
+
+/*
+** `out` (at least 160 bytes) = "send of N bytes to rank P (tag T)" or its
+** receive's kind, what every message of the transfer starts with. Written
+** by hand: snprintf costs a fifth of a microsecond, a few percent of a
+** 64 KiB message between two processes.
+*/
+static void p2p_what(char *out, const char *verb, size_t bytes, const char *to, int peer, int tag) {
+  char *p = out;
+  size_t n = strlen(verb);
+  memcpy(p, verb, n);
+  p = put_decimal(p + n, bytes);
+  n = strlen(to);
+  memcpy(p, to, n);
+  p = put_decimal(p + n, (uint64_t)peer);
+  memcpy(p, " (tag ", 6);
+  p = put_decimal(p + 6, (uint64_t)tag);
+  *p++ = ')';
+  *p = '\0';
+}
+
+/* 1 when a message of `bytes` in pieces of `chunk` goes without a header (see p2p_chunk). */
+static int p2p_alone(size_t bytes, size_t chunk) { return bytes > P2P_HEADER_BYTES && bytes <= chunk; }
+
+/* The size of piece i of a message of `bytes` in pieces of `chunk`. */
+static size_t piece_bytes(size_t bytes, size_t chunk, size_t i) {
+  size_t off = i * chunk;
+  return bytes - off < chunk ? bytes - off : chunk;
+}
+
+/*
+** The pieces of a send straight from host memory `p`, DIRECT_WINDOW in
+** flight. On failure MPI may still read `p` (the cluster is broken then).
+*/
+static int send_direct(struct strata_cluster *c, int peer, int tag, const char *p, size_t bytes, size_t chunk,
+                       const char *what) {
+  MPI_Request r[DIRECT_WINDOW];
+  int peers[DIRECT_WINDOW];
+  for (int k = 0; k < DIRECT_WINDOW; k++) {
+    r[k] = MPI_REQUEST_NULL;
+    peers[k] = peer;
+  }
+  size_t nchunks = (bytes + chunk - 1) / chunk;
+  int rc = 0;
+  for (size_t i = 0; !rc && i < nchunks; i++) {
+    int k = (int)(i % DIRECT_WINDOW);
+    if (r[k] != MPI_REQUEST_NULL && (rc = wait_requests(c, &r[k], &peer, 1, NULL, what)))
+      break;
+    rc = isend(c, c->p2p, p + i * chunk, (int)piece_bytes(bytes, chunk, i), MPI_BYTE, peer, tag, &r[k], what);
+  }
+  if (!rc)
+    rc = wait_requests(c, r, peers, DIRECT_WINDOW, NULL, what);
+  return rc;
+}
+
+/*
+** The pieces of a send from device memory through two host staging
+** buffers: piece i is copied out while piece i - 1 is on its way. On
+** failure the staging stays with MPI (the cluster is broken then).
+*/
+static int send_staged(struct strata_cluster *c, int peer, int tag, strata_queue_t q, strata_mem_t mem, size_t bytes,
+                       size_t chunk, const char *what) {
+  MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  int peers[2] = {peer, peer};
+  struct strata__staging st[2];
+  memset(st, 0, sizeof st);
+  int dev = strata_queue_device(q);
+  int rc = staging_take(c, dev, chunk, &st[0]);
+  if (!rc)
+    rc = staging_take(c, dev, chunk, &st[1]);
+  if (rc) {
+    staging_give(c, dev, &st[0]);
+    return rc;
+  }
+  size_t nchunks = (bytes + chunk - 1) / chunk;
+  for (size_t i = 0; !rc && i < nchunks; i++) {
+    int b = (int)(i & 1);
+    size_t n = piece_bytes(bytes, chunk, i);
+    if (r[b] != MPI_REQUEST_NULL && (rc = wait_requests(c, &r[b], &peer, 1, NULL, what)))
+      break;
+    rc = strata_buffer_download(q, mem.buf, mem.off * 4 + i * chunk, st[b].p, n);   /* overlaps the other piece's send */
+    if (!rc)
+      rc = isend(c, c->p2p, st[b].p, (int)n, MPI_BYTE, peer, tag, &r[b], what);
+  }
+  if (!rc)
+    rc = wait_requests(c, r, peers, 2, NULL, what);
+  if (rc)
+    return rc;
+  staging_give(c, dev, &st[0]);
+  staging_give(c, dev, &st[1]);
+  return 0;
+}
+#endif /* STRATA_HAVE_MPI */
+
 STRATA_API int strata_cluster_send(strata_cluster_t c, int peer, int tag, strata_queue_t q, strata_mem_t mem,
                                    size_t bytes) {
   size_t boff = 0;
   TRY(check_p2p(c, "strata_cluster_send", peer, tag, q, mem, bytes, &boff));
 #ifdef STRATA_HAVE_MPI
   size_t chunk = 0;
-  TRY(p2p_chunk(bytes, &chunk));
+  TRY(p2p_chunk(c, bytes, &chunk));
   char what[160];
-  snprintf(what, sizeof what, "send of %zu bytes to rank %d (tag %d)", bytes, peer, tag);
+  p2p_what(what, "send of ", bytes, " bytes to rank ", peer, tag);
   /* On the heap: after a failure MPI may still read it (the cluster is broken then, and it stays). */
-  uint64_t *header = malloc(2 * sizeof *header);
-  if (!header)
-    return strata__error(STRATA_ERR_NOMEM, "%s: out of host memory", what);
-  header[0] = bytes;
-  header[1] = chunk;
-  MPI_Request hr = MPI_REQUEST_NULL, r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-  int peers[2] = {peer, peer};
-  TRY(isend(c, c->p2p, header, 2, MPI_UINT64_T, peer, tag, &hr, what));
-  struct strata__staging st[2];
-  memset(st, 0, sizeof st);
-  int dev = strata_queue_device(q);
+  uint64_t *header = NULL;
+  MPI_Request hr = MPI_REQUEST_NULL;
+  if (!p2p_alone(bytes, chunk)) {
+    if (!(header = malloc(P2P_HEADER_BYTES)))
+      return strata__error(STRATA_ERR_NOMEM, "%s: out of host memory", what);
+    header[0] = P2P_MAGIC;
+    header[1] = bytes;
+    header[2] = chunk;
+    TRY(isend(c, c->p2p, header, P2P_HEADER_WORDS, MPI_UINT64_T, peer, tag, &hr, what));
+  }
+  char *direct = bytes ? host_address(mem) : NULL;
   int rc = 0;
-  if (bytes) {
-    rc = staging_take(c, dev, chunk, &st[0]);
+  if (direct) {
+    rc = strata_queue_finish(q);   /* the queue's earlier work has written the buffer */
     if (!rc)
-      rc = staging_take(c, dev, chunk, &st[1]);
+      rc = send_direct(c, peer, tag, direct, bytes, chunk, what);
+  } else if (bytes) {
+    rc = send_staged(c, peer, tag, q, mem, bytes, chunk, what);
   }
-  for (size_t off = 0, i = 0; !rc && off < bytes; off += chunk, i++) {
-    int b = (int)(i & 1);
-    size_t n = bytes - off < chunk ? bytes - off : chunk;
-    if (r[b] != MPI_REQUEST_NULL && (rc = wait_requests(c, &r[b], &peer, 1, NULL, what)))
-      break;
-    rc = strata_buffer_download(q, mem.buf, boff + off, st[b].p, n);   /* overlaps the other chunk's send */
-    if (!rc)
-      rc = isend(c, c->p2p, st[b].p, (int)n, MPI_BYTE, peer, tag, &r[b], what);
-  }
-  if (!rc)
-    rc = wait_requests(c, r, peers, 2, NULL, what);
   if (!rc)
     rc = wait_requests(c, &hr, &peer, 1, NULL, what);
   if (rc)
-    return transfer_failed(c, rc, what);   /* the staging stays: MPI may still use it */
-  staging_give(c, dev, &st[0]);
-  staging_give(c, dev, &st[1]);
+    return transfer_failed(c, rc, what);   /* the header stays: MPI may still read it */
   free(header);
   return 0;
 #else
@@ -1203,19 +1408,106 @@ STRATA_API int strata_cluster_send(strata_cluster_t c, int peer, int tag, strata
 #endif
 }
 
-STRATA_API int strata_cluster_recv(strata_cluster_t c, int peer, int tag, strata_queue_t q, strata_mem_t mem,
-                                   size_t bytes) {
-  size_t boff = 0;
-  TRY(check_p2p(c, "strata_cluster_recv", peer, tag, q, mem, bytes, &boff));
 #ifdef STRATA_HAVE_MPI
-  char what[160];
-  snprintf(what, sizeof what, "receive of %zu bytes from rank %d (tag %d)", bytes, peer, tag);
-  size_t chunk = 0;
-  TRY(p2p_chunk(bytes, &chunk));
-  /* On the heap: after a failure MPI may still write it (the cluster is broken then, and it stays). */
-  uint64_t *header = calloc(2, sizeof *header);
+/* Piece i of a receive arrived whole (status s), or the sides disagree on the message. */
+static int check_piece(struct strata_cluster *c, MPI_Status *s, size_t i, size_t n, int peer, const char *what) {
+  int got = 0;
+  MPI_Get_count(s, MPI_BYTE, &got);
+  if ((size_t)got != n)
+    return breakdown(c, STRATA_ERR_SHAPE, "%s: chunk %zu from rank %d has %d bytes, %zu expected", what, i, peer, got,
+                     n);
+  return 0;
+}
+
+/*
+** Take the next message from `peer` with `tag` (probe_message), which
+** should be `want` bytes: the message alone (*m is then its handle) or the
+** header of several pieces (`header`, checked against bytes and chunk).
+** A message of another size is not received: STRATA_ERR_SHAPE, naming the
+** sender's size (a header's, when a header came instead of a piece).
+*/
+static int take_first(struct strata_cluster *c, int peer, int tag, size_t bytes, size_t chunk, uint64_t *header,
+                      MPI_Message *m, const char *what) {
+  size_t got = 0;
+  size_t want = header ? P2P_HEADER_BYTES : bytes;
+  TRY(probe_message(c, peer, tag, m, &got, what));
+  uint64_t h[P2P_HEADER_WORDS] = {0, 0, 0};
+  if (!header && got == P2P_HEADER_BYTES) {
+    /* a header where one piece alone was expected: it says how much the sender sends */
+    MPI_Request r = MPI_REQUEST_NULL;
+    uint64_t *hp = malloc(P2P_HEADER_BYTES);   /* on the heap: after a failure MPI may still write it */
+    TRY(hp ? 0 : strata__error(STRATA_ERR_NOMEM, "%s: out of host memory", what));
+    TRY(imrecv(c, hp, (int)got, m, &r, what));
+    TRY(wait_requests(c, &r, &peer, 1, NULL, what));
+    memcpy(h, hp, sizeof h);
+    free(hp);
+    if (h[0] == P2P_MAGIC)
+      got = (size_t)h[1];
+  }
+  if (got != want || (!header && h[0] == P2P_MAGIC))
+    return breakdown(c, STRATA_ERR_SHAPE, "%s: rank %d sends %zu bytes with that tag; rank %d expects %zu", what, peer,
+                     got, c->rank, bytes);
   if (!header)
-    return strata__error(STRATA_ERR_NOMEM, "%s: out of host memory", what);
+    return 0;
+  MPI_Request r = MPI_REQUEST_NULL;
+  TRY(imrecv(c, header, (int)got, m, &r, what));
+  TRY(wait_requests(c, &r, &peer, 1, NULL, what));
+  if (header[0] != P2P_MAGIC)
+    return breakdown(c, STRATA_ERR_SHAPE, "%s: rank %d sends %zu bytes alone with that tag; rank %d expects %zu", what,
+                     peer, got, c->rank, bytes);
+  if (header[1] != bytes)
+    return breakdown(c, STRATA_ERR_SHAPE, "%s: rank %d sends %llu bytes with that tag; rank %d expects %zu", what,
+                     peer, (unsigned long long)header[1], c->rank, bytes);
+  if (header[2] != chunk)
+    return breakdown(c, STRATA_ERR_SHAPE,
+                     "%s: rank %d moves it in pieces of %llu bytes, rank %d in %zu (STRATA_STAGING_CHUNK differs)",
+                     what, peer, (unsigned long long)header[2], c->rank, chunk);
+  return 0;
+}
+
+/* Piece i's receive into p: the message `m` that take_first matched (piece 0 alone), else a posted one. */
+static int recv_piece(struct strata_cluster *c, int peer, int tag, void *p, size_t n, MPI_Message *m, MPI_Request *r,
+                      const char *what) {
+  if (*m != MPI_MESSAGE_NULL)
+    return imrecv(c, p, (int)n, m, r, what);
+  return irecv(c, c->p2p, p, (int)n, MPI_BYTE, peer, tag, r, what);
+}
+
+/*
+** The pieces of a receive straight into host memory `p`, DIRECT_WINDOW
+** posted at once once the first message said the sides agree (header NULL:
+** one piece alone). On failure MPI may still write into `p`.
+*/
+static int recv_direct(struct strata_cluster *c, int peer, int tag, char *p, size_t bytes, size_t chunk,
+                       uint64_t *header, const char *what) {
+  MPI_Request r[DIRECT_WINDOW];
+  MPI_Message m = MPI_MESSAGE_NULL;
+  for (int k = 0; k < DIRECT_WINDOW; k++)
+    r[k] = MPI_REQUEST_NULL;
+  size_t nchunks = (bytes + chunk - 1) / chunk;
+  int rc = take_first(c, peer, tag, bytes, chunk, header, &m, what);
+  for (size_t i = 0; !rc && i < DIRECT_WINDOW && i < nchunks; i++)
+    rc = recv_piece(c, peer, tag, p + i * chunk, piece_bytes(bytes, chunk, i), &m, &r[i], what);
+  for (size_t i = 0; !rc && i < nchunks; i++) {
+    int k = (int)(i % DIRECT_WINDOW);
+    MPI_Status s;
+    rc = wait_requests(c, &r[k], &peer, 1, &s, what);
+    if (!rc)
+      rc = check_piece(c, &s, i, piece_bytes(bytes, chunk, i), peer, what);
+    if (!rc && i + DIRECT_WINDOW < nchunks)
+      rc = irecv(c, c->p2p, p + (i + DIRECT_WINDOW) * chunk, (int)piece_bytes(bytes, chunk, i + DIRECT_WINDOW),
+                 MPI_BYTE, peer, tag, &r[k], what);
+  }
+  return rc;
+}
+
+/*
+** The pieces of a receive through two host staging buffers into device
+** memory: piece i is copied in while piece i + 1 arrives (header NULL:
+** one piece alone). On failure the staging and the header stay with MPI.
+*/
+static int recv_staged(struct strata_cluster *c, int peer, int tag, strata_queue_t q, strata_mem_t mem, size_t bytes,
+                       size_t chunk, uint64_t *header, const char *what) {
   struct strata__staging st[2];
   memset(st, 0, sizeof st);
   int dev = strata_queue_device(q);
@@ -1226,54 +1518,60 @@ STRATA_API int strata_cluster_recv(strata_cluster_t c, int peer, int tag, strata
       rc = staging_take(c, dev, chunk, &st[1]);
     if (rc) {
       staging_give(c, dev, &st[0]);
-      free(header);
       return rc;
     }
   }
-  /* The header and the first two pieces are received at once (one tag: they match in order), so
-  ** that no piece waits for the header's round through this thread. */
-  MPI_Request hr = MPI_REQUEST_NULL, r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  MPI_Message m = MPI_MESSAGE_NULL;
   size_t nchunks = bytes ? (bytes + chunk - 1) / chunk : 0;
-  rc = irecv(c, c->p2p, header, 2, MPI_UINT64_T, peer, tag, &hr, what);
-  for (size_t i = 0; !rc && i < 2 && i < nchunks; i++) {
-    size_t off = i * chunk, n = bytes - off < chunk ? bytes - off : chunk;
-    rc = irecv(c, c->p2p, st[i].p, (int)n, MPI_BYTE, peer, tag, &r[i], what);
-  }
-  if (!rc)
-    rc = wait_requests(c, &hr, &peer, 1, NULL, what);
-  if (!rc && header[0] != bytes)
-    rc = breakdown(c, STRATA_ERR_SHAPE, "%s: rank %d sends %llu bytes with that tag; rank %d expects %zu", what, peer,
-                   (unsigned long long)header[0], c->rank, bytes);
-  if (!rc && header[1] != chunk)
-    rc = breakdown(c, STRATA_ERR_SHAPE,
-                   "%s: rank %d moves it in pieces of %llu bytes, rank %d in %zu (STRATA_STAGING_CHUNK differs)", what,
-                   peer, (unsigned long long)header[1], c->rank, chunk);
-  if (rc)
-    return transfer_failed(c, rc, what);   /* header and staging stay: MPI may still write into them */
-  free(header);
+  rc = take_first(c, peer, tag, bytes, chunk, header, &m, what);
+  for (size_t i = 0; !rc && i < 2 && i < nchunks; i++)
+    rc = recv_piece(c, peer, tag, st[i].p, piece_bytes(bytes, chunk, i), &m, &r[i], what);
   for (size_t i = 0; !rc && i < nchunks; i++) {
     int b = (int)(i & 1);
-    size_t off = i * chunk, n = bytes - off < chunk ? bytes - off : chunk;
+    size_t n = piece_bytes(bytes, chunk, i);
     MPI_Status s;
-    if ((rc = wait_requests(c, &r[b], &peer, 1, &s, what)))
-      break;
-    int got = 0;
-    MPI_Get_count(&s, MPI_BYTE, &got);
-    if ((size_t)got != n) {
-      rc = breakdown(c, STRATA_ERR_SHAPE, "%s: chunk %zu from rank %d has %d bytes, %zu expected", what, i, peer, got,
-                     n);
-      break;
-    }
-    rc = strata_buffer_upload(q, mem.buf, boff + off, st[b].p, n);   /* the next chunk arrives meanwhile */
-    if (!rc && i + 2 < nchunks) {
-      size_t off2 = (i + 2) * chunk, n2 = bytes - off2 < chunk ? bytes - off2 : chunk;
-      rc = irecv(c, c->p2p, st[b].p, (int)n2, MPI_BYTE, peer, tag, &r[b], what);
-    }
+    rc = wait_requests(c, &r[b], &peer, 1, &s, what);
+    if (!rc)
+      rc = check_piece(c, &s, i, n, peer, what);
+    if (!rc)
+      rc = strata_buffer_upload(q, mem.buf, mem.off * 4 + i * chunk, st[b].p, n);   /* the next piece arrives meanwhile */
+    if (!rc && i + 2 < nchunks)
+      rc = irecv(c, c->p2p, st[b].p, (int)piece_bytes(bytes, chunk, i + 2), MPI_BYTE, peer, tag, &r[b], what);
   }
   if (rc)
-    return transfer_failed(c, rc, what);   /* the staging stays: MPI may still write into it */
+    return rc;
   staging_give(c, dev, &st[0]);
   staging_give(c, dev, &st[1]);
+  return 0;
+}
+#endif /* STRATA_HAVE_MPI */
+
+STRATA_API int strata_cluster_recv(strata_cluster_t c, int peer, int tag, strata_queue_t q, strata_mem_t mem,
+                                   size_t bytes) {
+  size_t boff = 0;
+  TRY(check_p2p(c, "strata_cluster_recv", peer, tag, q, mem, bytes, &boff));
+#ifdef STRATA_HAVE_MPI
+  char what[160];
+  p2p_what(what, "receive of ", bytes, " bytes from rank ", peer, tag);
+  size_t chunk = 0;
+  TRY(p2p_chunk(c, bytes, &chunk));
+  /* On the heap: after a failure MPI may still write it (the cluster is broken then, and it stays). */
+  uint64_t *header = NULL;
+  if (!p2p_alone(bytes, chunk) && !(header = calloc(P2P_HEADER_WORDS, sizeof *header)))
+    return strata__error(STRATA_ERR_NOMEM, "%s: out of host memory", what);
+  char *direct = bytes ? host_address(mem) : NULL;
+  int rc = 0;
+  if (direct) {
+    rc = strata_queue_finish(q);   /* the queue's earlier work is done with the buffer's old contents */
+    if (!rc)
+      rc = recv_direct(c, peer, tag, direct, bytes, chunk, header, what);
+  } else {
+    rc = recv_staged(c, peer, tag, q, mem, bytes, chunk, header, what);
+  }
+  if (rc)
+    return transfer_failed(c, rc, what);   /* the header and the memory stay: MPI may still write into them */
+  free(header);
   return 0;
 #else
   return strata__error(STRATA_ERR_INTERNAL, "strata_cluster_recv: no other rank without MPI");
@@ -1417,39 +1715,43 @@ static int check_coll(struct strata_cluster_comm *cc, const char *fn, const stra
 }
 
 #ifdef STRATA_HAVE_MPI
-/* y = op(y, x) over n elements; the order of the ranks' contributions is the caller's. */
-static void reduce_into(void *y, const void *x, size_t n, int dtype, int op) {
+/* y = op(a, x) over n elements, `a` this rank's part so far and `x` the part
+** that arrived (y may be a); the order of the ranks' contributions is the caller's. */
+static void reduce_into(void *y, const void *a, const void *x, size_t n, int dtype, int op) {
   if (dtype == STRATA_FLOAT32) {
-    float *a = y;
-    const float *b = x;
+    float *o = y;
+    const float *p = a, *q = x;
     if (op == STRATA_MAX)
       for (size_t i = 0; i < n; i++)
-        a[i] = b[i] > a[i] ? b[i] : a[i];
+        o[i] = q[i] > p[i] ? q[i] : p[i];
     else
       for (size_t i = 0; i < n; i++)
-        a[i] += b[i];
+        o[i] = p[i] + q[i];
   } else {
-    int32_t *a = y;
-    const int32_t *b = x;
+    int32_t *o = y;
+    const int32_t *p = a, *q = x;
     if (op == STRATA_MAX)
       for (size_t i = 0; i < n; i++)
-        a[i] = b[i] > a[i] ? b[i] : a[i];
+        o[i] = q[i] > p[i] ? q[i] : p[i];
     else
       for (size_t i = 0; i < n; i++)
-        a[i] = (int32_t)((uint32_t)a[i] + (uint32_t)b[i]);
+        o[i] = (int32_t)((uint32_t)p[i] + (uint32_t)q[i]);
   }
 }
 #endif
 
 #ifdef STRATA_HAVE_MPI
 /*
-** All-reduce of `count` 4-byte elements in h across the group's ranks
-** (their leaders): a ring in ascending rank order, reduce-scatter then
-** all-gather, over segments of count / nranks elements. Each segment is
-** reduced once, in the ring's fixed order, and then copied everywhere: the
-** result is the same bits on every rank and in every run.
+** All-reduce of `count` 4-byte elements of host memory `src` into `dst`
+** (src may be dst) across the group's ranks (their leaders): a ring in
+** ascending rank order, reduce-scatter then all-gather, over segments of
+** count / nranks elements. Each segment is reduced once, in the ring's
+** fixed order, and then copied everywhere: the result is the same bits on
+** every rank and in every run. src is only read, and only during the
+** reduce-scatter.
 */
-static int ring_allreduce(struct strata_cluster_comm *cc, void *h, size_t count, int dtype, int op, const char *what) {
+static int ring_allreduce(struct strata_cluster_comm *cc, const void *src, void *dst, size_t count, int dtype, int op,
+                          const char *what) {
   struct strata_cluster *c = cc->c;
   int P = cc->nranks, me = cc->me;
   int next = cc->ranks[(me + 1) % P], prev = cc->ranks[(me + P - 1) % P];
@@ -1457,24 +1759,27 @@ static int ring_allreduce(struct strata_cluster_comm *cc, void *h, size_t count,
   size_t maxseg = count / (size_t)P + 1;
   if (maxseg > INT_MAX)
     return strata__error(STRATA_ERR_RANGE, "%s: %zu elements per rank segment is more than MPI counts", what, maxseg);
-  char *tmp = malloc(maxseg * 4);
-  if (!tmp)
-    return strata__error(STRATA_ERR_NOMEM, "%s: out of host memory", what);
-  char *base = h;
+  struct strata__staging tmp;
+  TRY(staging_take(c, cc->local_devices[0], maxseg * 4, &tmp));
+  const char *in = src;
+  char *base = dst;
 #define SEG_LO(k) ((size_t)(k) * count / (size_t)P)
 #define SEG_N(k) (SEG_LO((k) + 1) - SEG_LO(k))
   int peers[2] = {next, prev};
   int rc = 0;
   for (int s = 0; s < P - 1 && !rc; s++) {
+    /* the first step sends this rank's own data, the later ones what the step before reduced; each
+    ** step reduces this rank's own data of another segment with what arrived */
+    const char *from = s == 0 ? in : base;
     int ks = ((me - s) % P + P) % P, kr = ((me - s - 1) % P + P) % P;
     MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-    rc = isend(c, c->coll, base + SEG_LO(ks) * 4, (int)SEG_N(ks), t, next, cc->tag, &r[0], what);
+    rc = isend(c, c->coll, from + SEG_LO(ks) * 4, (int)SEG_N(ks), t, next, cc->tag, &r[0], what);
     if (!rc)
-      rc = irecv(c, c->coll, tmp, (int)SEG_N(kr), t, prev, cc->tag, &r[1], what);
+      rc = irecv(c, c->coll, tmp.p, (int)SEG_N(kr), t, prev, cc->tag, &r[1], what);
     if (!rc)
       rc = wait_requests(c, r, peers, 2, NULL, what);
     if (!rc)
-      reduce_into(base + SEG_LO(kr) * 4, tmp, SEG_N(kr), dtype, op);
+      reduce_into(base + SEG_LO(kr) * 4, in + SEG_LO(kr) * 4, tmp.p, SEG_N(kr), dtype, op);
   }
   for (int s = 0; s < P - 1 && !rc; s++) {
     int ks = ((me + 1 - s) % P + P) % P, kr = ((me - s) % P + P) % P;
@@ -1488,10 +1793,17 @@ static int ring_allreduce(struct strata_cluster_comm *cc, void *h, size_t count,
 #undef SEG_LO
 #undef SEG_N
   if (!rc || !c->broken)
-    free(tmp);
+    staging_give(c, cc->local_devices[0], &tmp);
   return rc;
 }
 #endif /* STRATA_HAVE_MPI */
+
+/* AVG: the sum over the group's n members, divided in host memory. */
+static void divide(void *h, size_t count, int n) {
+  float *f = h;
+  for (size_t i = 0; i < count; i++)
+    f[i] /= (float)n;
+}
 
 /*
 ** The shared body of all-reduce and reduce-scatter: op over the group of
@@ -1512,15 +1824,42 @@ static int reduce_to_host(struct strata_cluster_comm *cc, const strata_queue_t *
   }
 #ifdef STRATA_HAVE_MPI
   if (cc->nranks > 1)
-    TRY(ring_allreduce(cc, h, count, dtype, lop, what));
+    TRY(ring_allreduce(cc, h, h, count, dtype, lop, what));
 #endif
-  if (op == STRATA_AVG) {
-    float *f = h;
-    for (size_t i = 0; i < count; i++)
-      f[i] /= (float)cc->n;
+  if (op == STRATA_AVG)
+    divide(h, count, cc->n);
+  return 0;
+}
+
+#ifdef STRATA_HAVE_MPI
+/*
+** All-reduce across ranks in place in the leader's device memory when that
+** is host memory: the ring reads `send` (one local member) or the local
+** reduction in `recv` (several) and writes `recv`, with no copy through
+** staging. Returns 1 through *done when it ran (0: staged instead).
+*/
+static int allreduce_direct(struct strata_cluster_comm *cc, const strata_queue_t *queues, const strata_mem_t *send,
+                            const strata_mem_t *recv, size_t count, int dtype, int op, int *done, const char *what) {
+  *done = 0;
+  char *rp = host_address(recv[0]), *sp = cc->nlocal == 1 ? host_address(send[0]) : rp;
+  if (!rp || !sp)
+    return 0;
+  *done = 1;
+  int lop = op == STRATA_AVG ? STRATA_SUM : op;
+  if (cc->nlocal > 1)
+    TRY(strata_allreduce_sync(cc->local, queues, send, recv, count, dtype, lop));
+  TRY(strata_queue_finish(queues[0]));   /* the leader's earlier work (and the local reduction) is done */
+  TRY(ring_allreduce(cc, sp, rp, count, dtype, lop, what));
+  if (op == STRATA_AVG)
+    divide(rp, count, cc->n);
+  if (cc->nlocal > 1) {
+    /* back inside the rank: the leader's result to the other members */
+    TRY(strata_broadcast(cc->local, queues, recv, recv, count, dtype, 0));
+    TRY(strata_comm_finish(cc->local));
   }
   return 0;
 }
+#endif /* STRATA_HAVE_MPI */
 
 /* A collective over several ranks that failed on this rank leaves the others
 ** waiting: the cluster is broken (see transfer_failed). Returns rc. */
@@ -1543,6 +1882,12 @@ STRATA_API int strata_cluster_allreduce(strata_cluster_comm_t cc, const strata_q
   char what[200];
   snprintf(what, sizeof what, "allreduce of %zu %s over %d devices on %d ranks", count, strata_dtype_name(dtype),
            cc->n, cc->nranks);
+#ifdef STRATA_HAVE_MPI
+  int done = 0;
+  int drc = allreduce_direct(cc, queues, send, recv, count, dtype, op, &done, what);
+  if (done)
+    return coll_failed(cc, drc, what);
+#endif
   struct strata__staging h;
   memset(&h, 0, sizeof h);
   TRY(staging_take(cc->c, cc->local_devices[0], count * 4, &h));
