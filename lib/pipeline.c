@@ -95,14 +95,16 @@ int strata__stage_consumers(const struct strata_trainer *tr, int s, int dir, int
   const int S = tr->nstages, j = s % S + (dir == 0 ? 1 : -1);
   if (j < 0 || j >= S || !strata__stage_held(tr, s - s % S + j))
     return 0; /* an edge of the chain, or the neighbour of this slice is stood for by another */
-  const int c0 = s / S / tr->tp * tr->tp, me = s / S % tr->tp, deg = tr->tps[j], mine = tr->tps[s % S];
+  const int c0 = s / S / tr->tp * tr->tp;
   int n = 0;
-  for (int u = 0; u < deg; u++)
-    if (u % mine == me) {
+  for (int u = 0; u < tr->tps[j]; u++) { /* the neighbour's slices whose input (gradient) s stands for */
+    const int t = (c0 + u) * S + j;
+    if (strata__stage_owner(tr, dir == 0 ? t - 1 : t + 1) == s) {
       if (out)
-        out[n] = (c0 + u) * S + j;
+        out[n] = t;
       n++;
     }
+  }
   return n;
 }
 

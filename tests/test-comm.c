@@ -256,6 +256,31 @@ Test(comm, pocl_and_mixed_groups) {
   check_collective(mixed, 4, STRATA_COMM_AUTO, K_ALLREDUCE, STRATA_SUM, 400009, 1, 1, NULL);
 }
 
+/* A GPU with host devices in one ring, every kind and algorithm, against the host's reference (tests/gpu/run;
+** elsewhere skipped, saying why); with two GPUs, the two alone (NCCL where it loads, else the ring). */
+Test(comm, cuda_and_host_groups) {
+  char why[512];
+  TC_NEED_CUDA(tc_cuda_why(why, sizeof why));
+  int c0 = tc_find_device("cuda", 0), c1 = tc_find_device("cuda", 1);
+  int h0 = tc_find_device("host", 0), h1 = tc_find_device("host", 1);
+  cr_assert(c0 >= 0 && h1 >= 0, "needs a CUDA device and 2 host devices");
+  int mixed[3] = {h0, c0, h1};
+  for (int kind = 0; kind < 4; kind++)
+    for (int alg = STRATA_COMM_RING; alg <= STRATA_COMM_DIRECT; alg++) {
+      int op = kind == K_ALLREDUCE ? STRATA_SUM : STRATA_MAX;
+      check_collective(mixed, 2, alg, kind, op, 5003, 0, 1, NULL);
+      check_collective(mixed, 3, alg, kind, op, 5003, alg == STRATA_COMM_RING, 1, NULL);
+      check_collective(mixed, 3, alg, kind, STRATA_AVG, 777, 0, 0, NULL);
+    }
+  check_collective(mixed, 3, STRATA_COMM_AUTO, K_ALLREDUCE, STRATA_SUM, 400009, 1, 1, NULL);
+  if (c1 >= 0) {
+    int gpus[2] = {c0, c1};
+    for (int kind = 0; kind < 4; kind++)
+      check_collective(gpus, 2, STRATA_COMM_AUTO, kind, kind == K_ALLREDUCE ? STRATA_SUM : STRATA_MAX, 400009, 1, 1,
+                       NULL);
+  }
+}
+
 /* int32 sums (wrapping) and maxima. */
 Test(comm, int32_sum_and_max) {
   int devs[8];

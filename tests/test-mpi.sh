@@ -268,17 +268,19 @@ fault_rank1 "strata-train --dp 2" "$out/fault-train.json" "$out/fault-train.log"
 # Failure: rank 1 killed mid-training (resumed from that checkpoint, saving to a copy of it); rank 0 stops, naming it.
 cp "$out/ck2.st" "$out/kill.st"
 ranks_of_train() { ps -eo pid=,args= 2>/dev/null | grep -E "tools/(\.libs/)?(lt-)?strata-train " | grep -v grep; }
-# kill_rank1 JSON LOG ARGS...: strata-train ARGS over 2 ranks (one host device each), rank 1 killed with -9 once a
-# step is done; sets victim (its pid), rc (the job's status) and elapsed (seconds from the kill to the job's end)
+dead='^strata-train: .*rank 1 \(pid [0-9]+ on [^)]*\) has exited; rank 0 stops'
+# kill_rank1 WHAT JSON LOG PATTERN ARGS...: strata-train ARGS over 2 ranks (one host device each), rank 1 killed
+# with -9 once a step is done: the job fails within 30 s of the kill, rank 0's message matches PATTERN (naming the
+# dead rank), and no rank of this test is left running
 kill_rank1() {
-  json=$1 log=$2
-  shift 2
+  what=$1 json=$2 log=$3 pattern=$4
+  shift 4
   env STRATA_BACKENDS=host STRATA_HOST_DEVICES=1 STRATA_COMM_TIMEOUT=20 $run60 2 $T --steps 1000000 "$@" \
     >"$json" 2>"$log" &
   job=$!
   victim=
   for i in $(seq 1 100); do
-    for p in $(ranks_of_train | awk '{print $1}'); do
+    for p in $(ranks_of_train | grep -F "$out/" | awk '{print $1}'); do
       if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1; then victim=$p; fi
     done
     [ -n "$victim" ] && grep -q '"event":"step"' "$json" 2>/dev/null && break
@@ -289,19 +291,19 @@ kill_rank1() {
   wait $job
   rc=$?
   elapsed=$(($(date +%s) - t0))
+  if [ -n "$victim" ] && [ "$rc" -ne 0 ] && [ "$elapsed" -lt 30 ]; then
+    ok "$what: kill -9 of rank 1 mid-training ends the job (status $rc) in $elapsed s"
+  else notok "$what: kill -9 of rank 1 ends the job in bounded time (pid '$victim', status $rc, $elapsed s)"
+    tail -n 20 "$log" | sed 's/^/# /'; fi
+  has "$what: rank 0 names the dead rank" "$log" "$pattern"
+  sleep 1
+  if ranks_of_train | grep -qF "$out/"; then notok "$what, killed: no rank left running"; ranks_of_train | sed 's/^/# /'
+  else ok "$what, killed: no rank left running"; fi
 }
-kill_rank1 "$out/kill-train.json" "$out/kill-train.log" --dp 2 --resume "$out/kill.st" --save "$out/kill.st"
-if [ -n "$victim" ] && [ "$rc" -ne 0 ] && [ "$elapsed" -lt 30 ]; then
-  ok "strata-train: kill -9 of rank 1 mid-training: the job fails (status $rc) in $elapsed s"
-else notok "strata-train: kill -9 of rank 1 mid-training fails in bounded time (pid '$victim', status $rc, $elapsed s)"
-  tail -n 20 "$out/kill-train.log" | sed 's/^/# /'; fi
-has "strata-train: rank 0 names the dead rank" "$out/kill-train.log" \
-  '^strata-train: .*: rank 1 \(pid [0-9]+ on [^)]*\) has exited; rank 0 stops'
-if cmp -s "$out/ck2.st" "$out/kill.st"; then ok "strata-train: the last checkpoint is intact"
-else notok "strata-train: the last checkpoint is intact"; fi
-sleep 1
-if ranks_of_train | grep -qF "$out/"; then notok "strata-train kill: no rank left running"; ranks_of_train | sed 's/^/# /'
-else ok "strata-train kill: no rank left running"; fi
+kill_rank1 "strata-train --dp 2" "$out/kill-train.json" "$out/kill-train.log" "$dead" --dp 2 --resume "$out/kill.st" \
+  --save "$out/kill.st"
+if cmp -s "$out/ck2.st" "$out/kill.st"; then ok "strata-train --dp 2, killed: the last checkpoint is intact"
+else notok "strata-train --dp 2, killed: the last checkpoint is intact"; fi
 
 # Pipelines across ranks: stage s + 1 on another rank than stage s, its activations and gradients through the
 # cluster's point-to-point calls. The same arithmetic as one process's pipeline: every figure to the last digit.
@@ -438,18 +440,11 @@ else notok "tp 4 over 2 ranks = one process's within tolerance"; paste "$out/fig
   tail -n 5 "$out/tx42.json.err" | sed 's/^/# /'; fi
 fault_rank1 "tp 2 across 2 ranks" "$out/txf.json" "$out/txf.log" --tp 2
 cp "$out/tx2.st" "$out/txk.st"
-kill_rank1 "$out/txk.json" "$out/txk.log" --tp 2 --resume "$out/txk.st" --save "$out/txk.st"
-if [ -n "$victim" ] && [ "$rc" -ne 0 ] && [ "$elapsed" -lt 30 ]; then
-  ok "tp 2 across 2 ranks: kill -9 of rank 1 mid-join ends the job (status $rc) in $elapsed s"
-else notok "tp 2 across 2 ranks: kill -9 of rank 1 ends the job in bounded time (pid '$victim', status $rc, $elapsed s)"
-  tail -n 20 "$out/txk.log" | sed 's/^/# /'; fi
-has "tp 2 across 2 ranks: rank 0 names the dead rank and the join" "$out/txk.log" \
-  '^strata-train: .*allreduce .* on 2 ranks: rank 1 \(pid [0-9]+ on [^)]*\) has exited; rank 0 stops'
+# (rank 0 is mostly in a join then, waiting for rank 1's slice; or in the optimizer's exchange)
+kill_rank1 "tp 2 across 2 ranks" "$out/txk.json" "$out/txk.log" "$dead" --tp 2 --resume "$out/txk.st" \
+  --save "$out/txk.st"
 if cmp -s "$out/tx2.st" "$out/txk.st"; then ok "tp 2 across 2 ranks, killed: the last checkpoint is intact"
 else notok "tp 2 across 2 ranks, killed: the last checkpoint is intact"; fi
-sleep 1
-if ranks_of_train | grep -qF "$out/"; then notok "tp kill: no rank left running"; ranks_of_train | sed 's/^/# /'
-else ok "tp kill: no rank left running"; fi
 
 # A checkpoint written by 4 ranks (dp 2 x pp 2 with ZeRO: each stage's moments in two replicas' shards on two
 # ranks): one process's bytes, resumed by one process as dp 2 x pp 2 (bit for bit) and on one device (the next
@@ -477,16 +472,7 @@ else notok "4-rank checkpoint resumed on one device: step 4's loss"; paste "$out
 # Failure in a pipeline across ranks: a device fault on rank 1 (its stage), and rank 1 killed while rank 0 waits
 # for its messages; rank 0 stops within the bound, naming it.
 fault_rank1 "pp 2 over 2 ranks" "$out/ppf.json" "$out/ppf.log" --pp 2
-kill_rank1 "$out/ppk.json" "$out/ppk.log" --pp 2
-if [ -n "$victim" ] && [ "$rc" -ne 0 ] && [ "$elapsed" -lt 30 ]; then
-  ok "pp 2 over 2 ranks: kill -9 of rank 1 mid-training ends the job (status $rc) in $elapsed s"
-else notok "pp 2 over 2 ranks: kill -9 of rank 1 ends the job in bounded time (pid '$victim', status $rc, $elapsed s)"
-  tail -n 20 "$out/ppk.log" | sed 's/^/# /'; fi
-has "pp 2 over 2 ranks: rank 0 names the dead rank" "$out/ppk.log" \
-  '^strata-train: .*rank 1 \(pid [0-9]+ on [^)]*\) has exited; rank 0 stops'
-sleep 1
-if ranks_of_train | grep -qF "$out/"; then notok "pp kill: no rank left running"; ranks_of_train | sed 's/^/# /'
-else ok "pp kill: no rank left running"; fi
+kill_rank1 "pp 2 over 2 ranks" "$out/ppk.json" "$out/ppk.log" "$dead" --pp 2
 
 # Slurm's launcher: where a Slurm controller answers here (srun of one task within 10 s), srun --mpi=pmix starts the
 # ranks instead of mpirun, with no other change: tp 2 and dp 2 x pp 2 (4 tasks on this node's cores: -O) against

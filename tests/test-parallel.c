@@ -549,6 +549,41 @@ static void mixed_case(strata_model_t m, const int *d, const char *fmt, const st
   free(got.params);
 }
 
+/* A GPU in the group (tests/gpu/run; elsewhere skipped, saying why): tp 2, dp 2 (and with ZeRO) and tp 2 x pp 2 over
+** a CUDA device and host devices against one host device, within the mixed-device bounds (cuBLAS tiles differently
+** from OpenBLAS); with two GPUs, tp 2 over both against one GPU. */
+Test(parallel, tp_and_dp_on_cuda_and_host_match_one_device) {
+  char why[512];
+  TC_NEED_CUDA(tc_cuda_why(why, sizeof why));
+  int c0 = tc_find_device("cuda", 0), c1 = tc_find_device("cuda", 1);
+  int h[3];
+  for (int i = 0; i < 3; i++)
+    h[i] = tc_find_device("host", i);
+  cr_assert(c0 >= 0 && h[2] >= 0, "needs a CUDA device and 3 host devices");
+  strata_model_t m = gpt4();
+  struct run ref2, ref4;
+  single(m, h[0], 2, &ref2);
+  single(m, h[0], 4, &ref4);
+  int d[8] = {c0, h[0], h[1], h[2], -1, -1, -1, -1};
+  mixed_case(m, d, "{\"tp\": 2, \"devices\": [%d, %d], \"microbatches\": 2}", &ref2, "tp 2 over cuda + host");
+  mixed_case(m, d, "{\"dp\": 2, \"devices\": [%d, %d], \"microbatches\": 1}", &ref2, "dp 2 over cuda + host");
+  mixed_case(m, d, "{\"dp\": 2, \"zero\": 1, \"devices\": [%d, %d], \"microbatches\": 1}", &ref2,
+             "dp 2 ZeRO over cuda + host");
+  mixed_case(m, d, "{\"tp\": 2, \"pp\": 2, \"devices\": [%d, %d, %d, %d], \"microbatches\": 4}", &ref4,
+             "tp 2 x pp 2 over cuda + 3 host");
+  if (c1 >= 0) {
+    struct run one;
+    single(m, c0, 2, &one);
+    int g[8] = {c0, c1, -1, -1, -1, -1, -1, -1};
+    mixed_case(m, g, "{\"tp\": 2, \"devices\": [%d, %d], \"microbatches\": 2}", &one, "tp 2 over two GPUs");
+    free(one.params);
+  }
+  free(ref2.params);
+  free(ref4.params);
+  strata_model_free(m);
+}
+
+
 /* Every hybrid over a group of the two PoCL devices and host devices, against one host device (and the ZeRO and CNN
 ** cases on the PoCL pair alone against one PoCL device). */
 Test(parallel, hybrids_on_pocl_and_host_match_one_device) {
