@@ -240,6 +240,38 @@ Test(plan, devices_sharing_host_cores_take_them_in_turn) {
   strata_model_free(m);
 }
 
+/* The cores are shared as processor sharing, their share re-judged whenever a device starts or ends: dp 2 on
+** one core, one device half as fast as the other. Both run at half speed until the fast one is through its
+** work, then the slow one has the core alone, so the core never idles: the step is both devices' compute
+** alone, added (the fast one's, and twice it), and the gradients' all-reduce. */
+Test(plan, shared_cores_are_reshared_when_a_device_starts_or_ends) {
+  strata_model_t m = small_gpt(4);
+  struct strata_device_cost cost[2];
+  double g[4] = {0, 100, 100, 0}, lat[4] = {0};
+  for (int i = 0; i < 2; i++)
+    cost[i] = (struct strata_device_cost){.flops = i ? 0.5e12 : 1e12, .mem_gbps = 1e9, .memory = 64 * GIB,
+                                          .cpu_threads = 1};
+  struct strata_node_desc d = {.devices = 2, .cost = cost, .gbps = g, .latency_us = lat, .cpu_cores = 1};
+  strata_machine_t c;
+  OK(strata_machine_new(&d, NULL, &c));
+  strata_layout_t l = layout(2, 1, 1, NULL, NULL, STRATA_SCHEDULE_GPIPE, 1, 0);
+  struct strata_sim_options o = {.batch = 4};
+  struct strata_sim_result r;
+  OK(strata_simulate(c, m, l, &o, &r));
+  double flops = 0;
+  for (int i = 0; i < strata_model_layer_count(m); i++) {
+    struct strata_layer_info li;
+    OK(strata_model_layer(m, i, &li));
+    flops += li.fwd_flops + li.bwd_flops;
+  }
+  double fast = flops * 2 / 1e12, grads = 4.0 * (double)strata_model_params(m) / 100e9, want = 3 * fast + grads;
+  cr_assert_float_eq(r.step_s, want, want * 1e-6, "step %g s, by hand %g s", r.step_s, want);
+  strata_sim_result_destroy(&r);
+  strata_layout_free(l);
+  strata_machine_free(c);
+  strata_model_free(m);
+}
+
 /* Two stages, GPipe, one micro-batch: forward 0, the activation over the link, forward 1, backward 1, the
 ** gradient back, backward 0 — a chain, so the step is their sum. */
 Test(plan, two_stage_step_is_the_chain_by_hand) {
