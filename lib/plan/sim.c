@@ -19,7 +19,7 @@ static const double op_bytes[STRATA_PLAN_OP_COUNT] = {
     [STRATA_PLAN_OP_SOFTMAX_BWD] = 12,
     /* AdamW reads parameter, gradient and both moments and writes three (28); the norm reads the gradient
     ** and zeroing writes it (8) */
-    [STRATA_PLAN_OP_ADAMW] = 36};
+    [STRATA_PLAN_OP_ADAMW] = 36, [STRATA_PLAN_OP_BIAS_ADD] = 8, [STRATA_PLAN_OP_BIAS_GRAD] = 4};
 
 /* ---- the cost of pieces ---- */
 
@@ -82,9 +82,14 @@ static struct strata_device_cost group_cost(const struct strata_machine *c, cons
       w.memory = d->memory;
     if (d->launch_us > w.launch_us)
       w.launch_us = d->launch_us;
-    for (int k = 0; k < STRATA_PLAN_OP_COUNT; k++)
+    if (d->sync_us > w.sync_us)
+      w.sync_us = d->sync_us;
+    for (int k = 0; k < STRATA_PLAN_OP_COUNT; k++) {
       if (d->op_ns[k] > w.op_ns[k])
         w.op_ns[k] = d->op_ns[k];
+      if (d->op_row_ns[k] > w.op_row_ns[k])
+        w.op_row_ns[k] = d->op_row_ns[k];
+    }
   }
   return w;
 }
@@ -116,11 +121,19 @@ static double gemm_s(const struct strata_device_cost *w, double m, double n, dou
   return batch * 2.0 * m * n * k / gemm_rate(w, m, n, k);
 }
 
-/* Seconds of op `op` over `elems` elements: its measured speed, else its bytes at the memory bandwidth. */
+/* Seconds of op `op` over `elems` elements: its measured speed, else (a bias op of an older calibration)
+** the add's, else its bytes at the memory bandwidth. */
 static double op_s(const struct strata_device_cost *w, int op, double elems) {
   if (w->op_ns[op] > 0)
     return elems * w->op_ns[op] * 1e-9;
+  if ((op == STRATA_PLAN_OP_BIAS_ADD || op == STRATA_PLAN_OP_BIAS_GRAD) && w->op_ns[STRATA_PLAN_OP_ADD] > 0)
+    return elems * w->op_ns[STRATA_PLAN_OP_ADD] * 1e-9;
   return elems * op_bytes[op] / (w->mem_gbps * 1e9);
+}
+
+/* Seconds of row op `op` over `elems` elements in `rows` rows: per element, and per row where measured so. */
+static double rows_s(const struct strata_device_cost *w, int op, double elems, double rows) {
+  return op_s(w, op, elems) + rows * w->op_row_ns[op] * 1e-9;
 }
 
 /* What a part of a layer's step costs on one slice: seconds of compute, and its joins (bytes, count). */
@@ -168,8 +181,10 @@ static struct work gpt_part(const struct strata_device_cost *w, const struct str
     if (part == PART_FWD) {
       s += gemm_s(w, N, 3 * A, D, 1) + gemm_s(w, N, D, A, 1) + gemm_s(w, N, Ft, D, 1) + gemm_s(w, N, D, Ft, 1);
       s += gemm_s(w, T, T, hd, B * Ht) + gemm_s(w, T, hd, T, B * Ht); /* scores and their product with V */
-      s += op_s(w, STRATA_PLAN_OP_LAYERNORM_FWD, 2 * N * D) + op_s(w, STRATA_PLAN_OP_SOFTMAX_FWD, B * Ht * T * T) +
-           op_s(w, STRATA_PLAN_OP_GELU_FWD, N * Ft) + op_s(w, STRATA_PLAN_OP_ADD, N * (3 * A + Ft + 4 * D));
+      /* the biases of c_attn, c_proj, c_fc and c_proj (a row-split matrix's after the join), two residuals */
+      s += op_s(w, STRATA_PLAN_OP_LAYERNORM_FWD, 2 * N * D) +
+           rows_s(w, STRATA_PLAN_OP_SOFTMAX_FWD, B * Ht * T * T, B * Ht * T) + op_s(w, STRATA_PLAN_OP_GELU_FWD, N * Ft) +
+           op_s(w, STRATA_PLAN_OP_BIAS_ADD, N * (3 * A + Ft + 2 * D)) + op_s(w, STRATA_PLAN_OP_ADD, N * 2 * D);
       launches += 14 + 2 * B;
       if (t > 1)
         jb += 2 * N * D * 4, joins += 2;
@@ -177,15 +192,15 @@ static struct work gpt_part(const struct strata_device_cost *w, const struct str
     if (in) {
       s += gemm_s(w, N, Ft, D, 1) + gemm_s(w, N, D, Ft, 1) + gemm_s(w, N, A, D, 1) + gemm_s(w, N, D, 3 * A, 1);
       s += gemm_s(w, T, T, hd, B * Ht) + 3 * gemm_s(w, T, hd, T, B * Ht);
-      s += op_s(w, STRATA_PLAN_OP_GELU_BWD, N * Ft) + op_s(w, STRATA_PLAN_OP_SOFTMAX_BWD, B * Ht * T * T) +
-           op_s(w, STRATA_PLAN_OP_ADD, 2 * N * D);
+      s += op_s(w, STRATA_PLAN_OP_GELU_BWD, N * Ft) +
+           rows_s(w, STRATA_PLAN_OP_SOFTMAX_BWD, B * Ht * T * T, B * Ht * T) + op_s(w, STRATA_PLAN_OP_ADD, 2 * N * D);
       launches += 8 + 4 * B;
       if (t > 1)
         jb += 2 * N * D * 4, joins += 2;
     }
     if (wt) {
       s += gemm_s(w, Ft, D, N, 1) + gemm_s(w, D, Ft, N, 1) + gemm_s(w, A, D, N, 1) + gemm_s(w, D, 3 * A, N, 1);
-      s += op_s(w, STRATA_PLAN_OP_ADD, N * (2 * D + Ft + 3 * A)); /* bias gradients */
+      s += op_s(w, STRATA_PLAN_OP_BIAS_GRAD, N * (2 * D + Ft + 3 * A));
       launches += 8;
     }
     if (part != PART_FWD) /* both layernorms' backward, run by each part when split */
@@ -195,13 +210,13 @@ static struct work gpt_part(const struct strata_device_cost *w, const struct str
   } else { /* lm_head */
     if (part == PART_FWD) {
       s += op_s(w, STRATA_PLAN_OP_LAYERNORM_FWD, N * D) + gemm_s(w, N, Vt, D, 1) +
-           op_s(w, STRATA_PLAN_OP_SOFTMAX_FWD, N * Vt);
+           rows_s(w, STRATA_PLAN_OP_SOFTMAX_FWD, N * Vt, N);
       launches += 3 + 3 * vp;
       if (vp)
         jb += 3 * N * 4, joins += 2;
     }
     if (in) {
-      s += op_s(w, STRATA_PLAN_OP_SOFTMAX_BWD, N * Vt) + gemm_s(w, N, D, Vt, 1);
+      s += rows_s(w, STRATA_PLAN_OP_SOFTMAX_BWD, N * Vt, N) + gemm_s(w, N, D, Vt, 1);
       launches += 2;
       if (vp)
         jb += N * D * 4, joins++;
@@ -264,10 +279,11 @@ static int groups_alike(const struct strata_machine *c, strata_layout_t l, int r
       for (int i = 1; i < t; i++) {
         const struct strata_device_cost *b = &c->cost[devs[i] % c->k];
         if (a->flops != b->flops || a->mem_gbps != b->mem_gbps || a->memory != b->memory ||
-            a->launch_us != b->launch_us || a->cpu_threads != b->cpu_threads || a->ngemm != b->ngemm ||
+            a->launch_us != b->launch_us || a->sync_us != b->sync_us || a->cpu_threads != b->cpu_threads || a->ngemm != b->ngemm ||
             memcmp(a->gemm_n, b->gemm_n, sizeof a->gemm_n) != 0 ||
             memcmp(a->gemm_flops, b->gemm_flops, sizeof a->gemm_flops) != 0 ||
-            memcmp(a->op_ns, b->op_ns, sizeof a->op_ns) != 0)
+            memcmp(a->op_ns, b->op_ns, sizeof a->op_ns) != 0 ||
+            memcmp(a->op_row_ns, b->op_row_ns, sizeof a->op_row_ns) != 0)
           return 0;
       }
     }
@@ -1271,6 +1287,8 @@ STRATA_API int strata_simulate(strata_machine_t c, strata_model_t model, strata_
       if (li == a + split[j] - 1)
         sc->out_bytes = (double)info.out_bytes * (double)rows;
     }
+    /* each action ends waiting for its work: one round trip of the device's queue */
+    sc->f += w.sync_us * 1e-6, sc->b += w.sync_us * 1e-6, sc->bi += w.sync_us * 1e-6, sc->w += w.sync_us * 1e-6;
     const double tjf = joins_s(jf, nf, t, gb, lat), tjb = joins_s(jb, nb, t, gb, lat);
     if (inline_joins) {
       sc->f += tjf, sc->f_comm = tjf;
@@ -1286,7 +1304,9 @@ STRATA_API int strata_simulate(strata_machine_t c, strata_model_t model, strata_
       sc->in_bytes = (double)prev.out_bytes * (double)rows; /* the gradient of this stage's input */
     }
     int zero = strata_layout_zero(l) && dp > 1;
-    sc->opt = op_s(&w, STRATA_PLAN_OP_ADAMW, params / t / (zero ? dp : 1)) + 8 * w.launch_us * 1e-6;
+    /* the update and the norm's sums, each waited for */
+    sc->opt = op_s(&w, STRATA_PLAN_OP_ADAMW, params / t / (zero ? dp : 1)) + 8 * w.launch_us * 1e-6 +
+              2 * w.sync_us * 1e-6;
     sc->grad_bytes = 4.0 * params / t;
     /* what a micro-batch in flight holds: the activations its backward reads, and the stage's output */
     sc->act_bytes = (act / t) * (double)rows + sc->out_bytes;
