@@ -106,133 +106,180 @@ static int time_op(strata_queue_t q, int k, int64_t cols, strata_buffer_t b, dou
   return rc;
 }
 
-/*
-** ns per element of every op of enum strata_plan_op on the queue's device,
-** median of OP_REPS after a warm-up; for the softmax, causal rows at two
-** widths with the same elements, solved for a cost per element (row_ns[k]
-** per row on top): a narrow row pays its loop's fixed cost over fewer
-** elements.
-*/
-static int measure_ops(int dev, strata_queue_t q, double ns[STRATA_PLAN_OP_COUNT],
-                       double row_ns[STRATA_PLAN_OP_COUNT]) {
+/* The op jobs timed: every op of enum strata_plan_op once, then the softmax's narrow rows. */
+#define JOBS (STRATA_PLAN_OP_COUNT + 2)
+
+static int job_op(int j) {
+  return j < STRATA_PLAN_OP_COUNT ? j : j == STRATA_PLAN_OP_COUNT ? STRATA_PLAN_OP_SOFTMAX_FWD : STRATA_PLAN_OP_SOFTMAX_BWD;
+}
+
+static int64_t job_cols(int j) {
+  const int k = job_op(j);
+  if (k != STRATA_PLAN_OP_SOFTMAX_FWD && k != STRATA_PLAN_OP_SOFTMAX_BWD)
+    return OP_COLS;
+  return j < STRATA_PLAN_OP_COUNT ? SOFTMAX_WIDE : SOFTMAX_NARROW;
+}
+
+/* One device being measured: its queue and buffers, the rounds' samples, and what they come to. */
+struct probe {
+  int dev;
+  strata_queue_t q;
+  strata_buffer_t a, c, f, ops;
+  double gemm[NSIZES][OP_REPS], job[JOBS][OP_REPS];
+  /* the figures: median GEMM GFLOP/s of each size, fill bandwidth (best), launch overhead, a wait's round
+  ** trip, ns per element of each op and per row of the softmax */
+  double gflops[NSIZES], mem_gbps, launch_us, sync_us, op_ns[STRATA_PLAN_OP_COUNT], row_ns[STRATA_PLAN_OP_COUNT];
+};
+
+static int probe_open(struct probe *p, int dev) {
+  const int64_t nmax = gemm_sizes[NSIZES - 1];
   const size_t floats = 6 * (size_t)OP_ELEMS;
-  /* the jobs: every op once, then the softmax's narrow rows */
-  enum { JOBS = STRATA_PLAN_OP_COUNT + 2 };
-  int op[JOBS];
-  int64_t cols[JOBS];
-  for (int k = 0; k < STRATA_PLAN_OP_COUNT; k++) {
-    op[k] = k;
-    cols[k] = k == STRATA_PLAN_OP_SOFTMAX_FWD || k == STRATA_PLAN_OP_SOFTMAX_BWD ? SOFTMAX_WIDE : OP_COLS;
-  }
-  op[STRATA_PLAN_OP_COUNT] = STRATA_PLAN_OP_SOFTMAX_FWD, cols[STRATA_PLAN_OP_COUNT] = SOFTMAX_NARROW;
-  op[STRATA_PLAN_OP_COUNT + 1] = STRATA_PLAN_OP_SOFTMAX_BWD, cols[STRATA_PLAN_OP_COUNT + 1] = SOFTMAX_NARROW;
-  double t[JOBS][OP_REPS], s[JOBS];
-  strata_buffer_t b = NULL;
-  TRY(strata_buffer_new(dev, floats * 4, &b));
-  int rc = strata_fill(q, strata_mem(b, 0), 0.25f, (int64_t)floats);
-  for (int r = 0; r <= OP_REPS && !rc; r++)
-    for (int j = 0; j < JOBS && !rc; j++) {
-      double x;
-      rc = time_op(q, op[j], cols[j], b, &x);
-      if (r > 0)
-        t[j][r - 1] = x;
-    }
-  for (int j = 0; j < JOBS; j++)
-    s[j] = rc ? 0 : median(t[j], OP_REPS);
-  for (int k = 0; k < STRATA_PLAN_OP_COUNT; k++) {
-    ns[k] = s[k] / OP_ELEMS * 1e9;
-    row_ns[k] = 0;
-  }
-  for (int j = STRATA_PLAN_OP_COUNT; j < JOBS && !rc; j++) {
-    /* t = rows x row + OP_ELEMS x elem at both widths */
-    const int k = op[j];
-    const double wide_rows = (double)OP_ELEMS / SOFTMAX_WIDE, narrow_rows = (double)OP_ELEMS / SOFTMAX_NARROW;
-    double row = (s[j] - s[k]) / (narrow_rows - wide_rows);
-    row = row > 0 ? row : 0;
-    double elem = (s[k] - wide_rows * row) / OP_ELEMS;
-    ns[k] = (elem > 0 ? elem : 0) * 1e9;
-    row_ns[k] = row * 1e9;
-  }
-  strata_buffer_free(b);
+  p->dev = dev;
+  int rc = strata_queue_new(dev, &p->q);
+  if (!rc)
+    rc = strata_buffer_new(dev, (size_t)(nmax * nmax * 4), &p->a);
+  if (!rc)
+    rc = strata_buffer_new(dev, (size_t)(nmax * nmax * 4), &p->c);
+  if (!rc)
+    rc = strata_buffer_new(dev, FILL_BYTES, &p->f);
+  if (!rc)
+    rc = strata_buffer_new(dev, floats * 4, &p->ops);
+  if (!rc)
+    rc = strata_fill(p->q, strata_mem(p->a, 0), 0.5f, nmax * nmax);
+  if (!rc)
+    rc = strata_fill(p->q, strata_mem(p->ops, 0), 0.25f, (int64_t)floats);
   return rc;
 }
 
-/* One device's figures: the median GEMM GFLOP/s of each size, fill bandwidth (best), launch overhead. */
-static int measure(int dev, double gflops[NSIZES], double *mem_gbps, double *launch_us, double *sync_us,
-                   double ops[STRATA_PLAN_OP_COUNT], double rows[STRATA_PLAN_OP_COUNT]) {
-  strata_queue_t q = NULL;
-  strata_buffer_t a = NULL, c = NULL, f = NULL;
+static void probe_close(struct probe *p) {
+  strata_buffer_free(p->a);
+  strata_buffer_free(p->c);
+  strata_buffer_free(p->f);
+  strata_buffer_free(p->ops);
+  strata_queue_free(p->q);
+}
+
+/* Round r of the GEMMs, every size once (round 0, which may compile kernels, runs each size once, not counted). */
+static int probe_gemm_round(struct probe *p, int r) {
   const int64_t nmax = gemm_sizes[NSIZES - 1];
-  int rc = strata_queue_new(dev, &q);
-  if (!rc)
-    rc = strata_buffer_new(dev, (size_t)(nmax * nmax * 4), &a);
-  if (!rc)
-    rc = strata_buffer_new(dev, (size_t)(nmax * nmax * 4), &c);
-  if (!rc)
-    rc = strata_buffer_new(dev, FILL_BYTES, &f);
-  if (!rc)
-    rc = strata_fill(q, strata_mem(a, 0), 0.5f, nmax * nmax);
-  double runs[NSIZES][OP_REPS];
-  for (int r = 0; r <= OP_REPS && !rc; r++) /* the first round may compile kernels: not counted */
-    for (int s = 0; s < NSIZES && !rc; s++) {
-      const int64_t n = gemm_sizes[s];
-      /* small GEMMs in a run before one wait, as a step enqueues them: the wait's own cost is not theirs */
-      const int64_t calls = (nmax / n) * (nmax / n) * (nmax / n) < 64 ? (nmax / n) * (nmax / n) * (nmax / n) : 64;
-      double t0 = strata__now(), dt = 0;
-      int64_t done = 0;
-      while (!rc && dt < RUN_S) {
-        for (int64_t i = 0; i < calls && !rc; i++)
-          rc = strata_gemm(q, 0, 0, n, n, n, 1, strata_mem(a, 0), n, 0, strata_mem(a, 0), n, 0, 0, strata_mem(c, 0), n,
-                           0, 1);
-        if (!rc)
-          rc = strata_queue_finish(q);
-        done += calls;
-        dt = strata__now() - t0;
-        if (r == 0)
-          break; /* the warm-up: once */
-      }
-      if (r > 0)
-        runs[s][r - 1] = 2.0 * (double)n * (double)n * (double)n * (double)done / dt / 1e9;
+  int rc = STRATA_OK;
+  for (int s = 0; s < NSIZES && !rc; s++) {
+    const int64_t n = gemm_sizes[s];
+    /* small GEMMs in a run before one wait, as a step enqueues them: the wait's own cost is not theirs */
+    const int64_t calls = (nmax / n) * (nmax / n) * (nmax / n) < 64 ? (nmax / n) * (nmax / n) * (nmax / n) : 64;
+    double t0 = strata__now(), dt = 0;
+    int64_t done = 0;
+    while (!rc && dt < RUN_S) {
+      for (int64_t i = 0; i < calls && !rc; i++)
+        rc = strata_gemm(p->q, 0, 0, n, n, n, 1, strata_mem(p->a, 0), n, 0, strata_mem(p->a, 0), n, 0, 0,
+                         strata_mem(p->c, 0), n, 0, 1);
+      if (!rc)
+        rc = strata_queue_finish(p->q);
+      done += calls;
+      dt = strata__now() - t0;
+      if (r == 0)
+        break;
     }
-  for (int s = 0; s < NSIZES; s++)
-    gflops[s] = rc ? 0 : median(runs[s], OP_REPS);
+    if (r > 0)
+      p->gemm[s][r - 1] = 2.0 * (double)n * (double)n * (double)n * (double)done / dt / 1e9;
+  }
+  return rc;
+}
+
+/* Round r of the op jobs (round 0 a warm-up, not counted). */
+static int probe_ops_round(struct probe *p, int r) {
+  int rc = STRATA_OK;
+  for (int j = 0; j < JOBS && !rc; j++) {
+    double x;
+    rc = time_op(p->q, job_op(j), job_cols(j), p->ops, &x);
+    if (r > 0)
+      p->job[j][r - 1] = x;
+  }
+  return rc;
+}
+
+/*
+** The figures measured in one go (memory bandwidth, launch overhead, a
+** wait's round trip), then the rounds' medians; for the softmax, causal
+** rows at two widths with the same elements, solved for a cost per element
+** and one per row: a narrow row pays its loops' fixed cost over fewer
+** elements.
+*/
+static int probe_finish(struct probe *p) {
+  int rc = STRATA_OK;
   double bw = 0;
   for (int r = 0; r <= REPS && !rc; r++) {
     double t0 = strata__now();
-    rc = strata_fill(q, strata_mem(f, 0), 1.0f, FILL_BYTES / 4);
+    rc = strata_fill(p->q, strata_mem(p->f, 0), 1.0f, FILL_BYTES / 4);
     if (!rc)
-      rc = strata_queue_finish(q);
+      rc = strata_queue_finish(p->q);
     double g = FILL_BYTES / (strata__now() - t0) / 1e9;
     if (r > 0 && g > bw)
       bw = g;
   }
-  *mem_gbps = bw;
+  p->mem_gbps = bw;
   if (!rc) {
     double t0 = strata__now();
     for (int i = 0; i < LAUNCHES && !rc; i++)
-      rc = strata_fill(q, strata_mem(f, 0), 2.0f, 1);
+      rc = strata_fill(p->q, strata_mem(p->f, 0), 2.0f, 1);
     if (!rc)
-      rc = strata_queue_finish(q);
-    *launch_us = (strata__now() - t0) / LAUNCHES * 1e6;
+      rc = strata_queue_finish(p->q);
+    p->launch_us = (strata__now() - t0) / LAUNCHES * 1e6;
   }
   /* the round trip of a wait: the queue's worker wakes for the op, the waiting thread for its end */
   double groups[SYNC_GROUPS];
   for (int g = 0; g < SYNC_GROUPS && !rc; g++) {
     double t0 = strata__now();
     for (int i = 0; i < SYNCS && !rc; i++) {
-      rc = strata_fill(q, strata_mem(f, 0), 3.0f, 1);
+      rc = strata_fill(p->q, strata_mem(p->f, 0), 3.0f, 1);
       if (!rc)
-        rc = strata_queue_finish(q);
+        rc = strata_queue_finish(p->q);
     }
     groups[g] = (strata__now() - t0) / SYNCS * 1e6;
   }
-  *sync_us = rc ? 0 : median(groups, SYNC_GROUPS);
-  if (!rc)
-    rc = measure_ops(dev, q, ops, rows);
-  strata_buffer_free(a);
-  strata_buffer_free(c);
-  strata_buffer_free(f);
-  strata_queue_free(q);
+  if (rc)
+    return rc;
+  p->sync_us = median(groups, SYNC_GROUPS);
+  for (int s = 0; s < NSIZES; s++)
+    p->gflops[s] = median(p->gemm[s], OP_REPS);
+  double t[JOBS];
+  for (int j = 0; j < JOBS; j++)
+    t[j] = median(p->job[j], OP_REPS);
+  for (int k = 0; k < STRATA_PLAN_OP_COUNT; k++) {
+    p->op_ns[k] = t[k] / OP_ELEMS * 1e9;
+    p->row_ns[k] = 0;
+  }
+  for (int j = STRATA_PLAN_OP_COUNT; j < JOBS; j++) {
+    const int k = job_op(j);
+    const double wide_rows = (double)OP_ELEMS / SOFTMAX_WIDE, narrow_rows = (double)OP_ELEMS / SOFTMAX_NARROW;
+    double row = (t[j] - t[k]) / (narrow_rows - wide_rows);
+    row = row > 0 ? row : 0;
+    double elem = (t[k] - wide_rows * row) / OP_ELEMS;
+    p->op_ns[k] = (elem > 0 ? elem : 0) * 1e9;
+    p->row_ns[k] = row * 1e9;
+  }
+  return STRATA_OK;
+}
+
+/*
+** Every device's figures. Each round goes device by device, so that a
+** burst of others' load falls on every device alike, not on the one being
+** measured then: devices that are alike come out alike.
+*/
+static int measure_all(const int *dev, int n, struct probe *p) {
+  int rc = STRATA_OK, opened = 0;
+  for (int i = 0; i < n && !rc; i++, opened++)
+    rc = probe_open(&p[i], dev[i]);
+  for (int r = 0; r <= OP_REPS && !rc; r++)
+    for (int i = 0; i < n && !rc; i++)
+      rc = probe_gemm_round(&p[i], r);
+  for (int r = 0; r <= OP_REPS && !rc; r++)
+    for (int i = 0; i < n && !rc; i++)
+      rc = probe_ops_round(&p[i], r);
+  for (int i = 0; i < n && !rc; i++)
+    rc = probe_finish(&p[i]);
+  for (int i = 0; i < opened; i++)
+    probe_close(&p[i]);
   return rc;
 }
 
@@ -409,13 +456,21 @@ STRATA_API int strata_calibrate(const int *devices, int n, char **json) {
     rc = rc ? rc : strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
   if (!root || !devs || !gbps || !lat)
     rc = rc ? rc : strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
+  int *dev = calloc((size_t)n, sizeof *dev);
+  struct probe *probes = calloc((size_t)n, sizeof *probes);
+  if (!dev || !probes)
+    rc = rc ? rc : strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
+  for (int i = 0; i < n && !rc; i++)
+    dev[i] = devices ? devices[i] : i;
+  if (!rc)
+    rc = measure_all(dev, n, probes);
   for (int i = 0; i < n && !rc; i++) {
-    const int d = devices ? devices[i] : i;
+    const int d = dev[i];
     struct strata_device_props p;
-    double g[NSIZES] = {0}, bw = 0, launch = 0, sync = 0, ops[STRATA_PLAN_OP_COUNT] = {0}, rows[STRATA_PLAN_OP_COUNT] = {0};
+    const struct probe *pr = &probes[i];
+    const double *g = pr->gflops, bw = pr->mem_gbps, launch = pr->launch_us, sync = pr->sync_us;
+    const double *ops = pr->op_ns, *rows = pr->row_ns;
     rc = strata_device_props(d, &p);
-    if (!rc)
-      rc = measure(d, g, &bw, &launch, &sync, ops, rows);
     if (rc)
       break;
     if (p.is_cpu) {
@@ -477,6 +532,8 @@ STRATA_API int strata_calibrate(const int *devices, int n, char **json) {
     if (!*json)
       rc = strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
   }
+  free(dev);
+  free(probes);
   free(cpu);
   free(cpu_threads);
   json_decref(devs);
