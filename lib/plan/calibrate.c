@@ -287,41 +287,54 @@ static int measure_all(const int *dev, int n, struct probe *p) {
 #define BUSY_S 0.2
 #define BUSY_N 256
 /* Rounds of the core measurement (each device alone, then all at once), the median share counted. */
-#define BUSY_ROUNDS 3
+#define BUSY_ROUNDS 5
 
 struct busy {
   int dev;
   double start;                 /* when to begin (strata__now), so that every device's loop runs at once */
-  double gflops;
+  double rate;                  /* rounds of the loop per second */
   int rc;
 };
 
-/* GEMMs of BUSY_N on one device for BUSY_S seconds from b->start: GFLOP/s. */
+/*
+** A loop like a training step's work on one device for BUSY_S seconds
+** from b->start: a GEMM of BUSY_N, then an add and a GELU over OP_ELEMS
+** elements, then a wait, each round on buffers of about a layer's size. So
+** the devices running at once contend as a step's do, for the cores and for
+** the caches and memory bandwidth that GEMMs alone hardly use. Rounds per
+** second.
+*/
 static void *busy_main(void *arg) {
   struct busy *b = arg;
   strata_queue_t q = NULL;
   strata_buffer_t a = NULL;
-  const int64_t n = BUSY_N;
+  const int64_t n = BUSY_N, e = OP_ELEMS;
+  const size_t floats = (size_t)(2 * n * n) + 3 * (size_t)e;
   b->rc = strata_queue_new(b->dev, &q);
   if (!b->rc)
-    b->rc = strata_buffer_new(b->dev, (size_t)(2 * n * n * 4), &a);
+    b->rc = strata_buffer_new(b->dev, floats * 4, &a);
   if (!b->rc)
-    b->rc = strata_fill(q, strata_mem(a, 0), 0.5f, 2 * n * n);
+    b->rc = strata_fill(q, strata_mem(a, 0), 0.5f, (int64_t)floats);
   if (!b->rc)
     b->rc = strata_queue_finish(q);
   while (!b->rc && strata__now() < b->start)
     usleep(1000);
+  const size_t x = (size_t)(2 * n * n);
   double t0 = strata__now(), t = t0;
-  int64_t calls = 0;
+  int64_t rounds = 0;
   while (!b->rc && t - t0 < BUSY_S) {
     b->rc = strata_gemm(q, 0, 0, n, n, n, 1, strata_mem(a, 0), n, 0, strata_mem(a, 0), n, 0, 0,
                         strata_mem(a, (size_t)(n * n)), n, 0, 1);
     if (!b->rc)
+      b->rc = strata_add(q, strata_mem(a, x), strata_mem(a, x + (size_t)e), strata_mem(a, x + 2 * (size_t)e), e);
+    if (!b->rc)
+      b->rc = strata_gelu_fwd(q, strata_mem(a, x + 2 * (size_t)e), strata_mem(a, x), e);
+    if (!b->rc)
       b->rc = strata_queue_finish(q);
-    calls++;
+    rounds++;
     t = strata__now();
   }
-  b->gflops = 2.0 * (double)(n * n * n) * (double)calls / (t - t0) / 1e9;
+  b->rate = (double)rounds / (t - t0);
   strata_buffer_free(a);
   strata_queue_free(q);
   return NULL;
@@ -330,11 +343,11 @@ static void *busy_main(void *arg) {
 /*
 ** The host cores that the devices computing on the CPU get together, as
 ** the machine is now (other processes take their share): each device's
-** GEMM speed alone, then all at once; each device counts its threads times
-** the share of its speed it keeps (the median of BUSY_ROUNDS rounds: one
-** round on a machine others load often catches a burst). Written beside
-** the core count the system reports, which the simulator uses when this is
-** missing.
+** speed at a step's kind of work (busy_main) alone, then all at once;
+** each device counts its threads times the share of its speed it keeps
+** (the median of BUSY_ROUNDS rounds: one round on a machine others load
+** often catches a burst). Written beside the core count the system
+** reports, which the simulator uses when this is missing.
 */
 static int effective_cores(const int *cpu, const int *threads, int n, double *cores) {
   *cores = 0;
@@ -369,7 +382,7 @@ static int effective_cores(const int *cpu, const int *threads, int n, double *co
       }
     }
     for (int i = 0; i < nk && !rc; i++) {
-      double k = n > 1 ? all[i].gflops / alone[i].gflops : 1;
+      double k = n > 1 ? all[i].rate / alone[i].rate : 1;
       keep[round][i] = k < 1 ? k : 1;
     }
   }
