@@ -5,7 +5,8 @@
 # Environment: STEPS (default 16; the first is warm-up and left out: the median of 15 steps spans a second or
 # more, nearer the calibration's window than 5 steps, whose median one burst of others' load moves),
 # POCL_CACHE_DIR (default a directory under TMPDIR that outlives the run, so PoCL compiles its kernels once),
-# SIM_KEEP (copy each layout's calibration to SIM_KEEP.N). The first layout runs again last: the two show how far the machine's load moves a measurement.
+# SIM_KEEP (copy each layout's calibration to SIM_KEEP.N). The first layout runs again last: the two show how far
+# the machine's load moves a measurement.
 # On a machine others load, calibrate and measure under the same load: figures are medians, not bests.
 # Target: every prediction within 15% of the median measured step.
 set -u

@@ -110,7 +110,9 @@ static int time_op(strata_queue_t q, int k, int64_t cols, strata_buffer_t b, dou
 #define JOBS (STRATA_PLAN_OP_COUNT + 2)
 
 static int job_op(int j) {
-  return j < STRATA_PLAN_OP_COUNT ? j : j == STRATA_PLAN_OP_COUNT ? STRATA_PLAN_OP_SOFTMAX_FWD : STRATA_PLAN_OP_SOFTMAX_BWD;
+  if (j < STRATA_PLAN_OP_COUNT)
+    return j;
+  return j == STRATA_PLAN_OP_COUNT ? STRATA_PLAN_OP_SOFTMAX_FWD : STRATA_PLAN_OP_SOFTMAX_BWD;
 }
 
 static int64_t job_cols(int j) {

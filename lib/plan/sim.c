@@ -183,8 +183,9 @@ static struct work gpt_part(const struct strata_device_cost *w, const struct str
       s += gemm_s(w, T, T, hd, B * Ht) + gemm_s(w, T, hd, T, B * Ht); /* scores and their product with V */
       /* the biases of c_attn, c_proj, c_fc and c_proj (a row-split matrix's after the join), two residuals */
       s += op_s(w, STRATA_PLAN_OP_LAYERNORM_FWD, 2 * N * D) +
-           rows_s(w, STRATA_PLAN_OP_SOFTMAX_FWD, B * Ht * T * T, B * Ht * T) + op_s(w, STRATA_PLAN_OP_GELU_FWD, N * Ft) +
-           op_s(w, STRATA_PLAN_OP_BIAS_ADD, N * (3 * A + Ft + 2 * D)) + op_s(w, STRATA_PLAN_OP_ADD, N * 2 * D);
+           rows_s(w, STRATA_PLAN_OP_SOFTMAX_FWD, B * Ht * T * T, B * Ht * T) +
+           op_s(w, STRATA_PLAN_OP_GELU_FWD, N * Ft) + op_s(w, STRATA_PLAN_OP_BIAS_ADD, N * (3 * A + Ft + 2 * D)) +
+           op_s(w, STRATA_PLAN_OP_ADD, N * 2 * D);
       launches += 14 + 2 * B;
       if (t > 1)
         jb += 2 * N * D * 4, joins += 2;
@@ -279,7 +280,8 @@ static int groups_alike(const struct strata_machine *c, strata_layout_t l, int r
       for (int i = 1; i < t; i++) {
         const struct strata_device_cost *b = &c->cost[devs[i] % c->k];
         if (a->flops != b->flops || a->mem_gbps != b->mem_gbps || a->memory != b->memory ||
-            a->launch_us != b->launch_us || a->sync_us != b->sync_us || a->cpu_threads != b->cpu_threads || a->ngemm != b->ngemm ||
+            a->launch_us != b->launch_us || a->sync_us != b->sync_us || a->cpu_threads != b->cpu_threads ||
+            a->ngemm != b->ngemm ||
             memcmp(a->gemm_n, b->gemm_n, sizeof a->gemm_n) != 0 ||
             memcmp(a->gemm_flops, b->gemm_flops, sizeof a->gemm_flops) != 0 ||
             memcmp(a->op_ns, b->op_ns, sizeof a->op_ns) != 0 ||
