@@ -2,9 +2,11 @@
 # SPDX-License-Identifier: MIT
 # sim-vs-real.sh — the simulator against reality on this box: for layouts on host virtual devices, PoCL devices and a mixed group, strata-plan's predicted step time beside strata-train's measured one. A benchmark, not a test.
 # Usage: bench/sim-vs-real.sh [BUILD_DIR]    (BUILD_DIR default: ./build or .)
-# Environment: STEPS (default 6; the first is warm-up and left out), POCL_CACHE_DIR (default a directory
-# under TMPDIR that outlives the run, so PoCL compiles its kernels once), SIM_KEEP (copy each layout's
-# calibration to SIM_KEEP.N). The first layout runs again last: the two show how far the machine's load moves a measurement.
+# Environment: STEPS (default 16; the first is warm-up and left out: the median of 15 steps spans a second or
+# more, nearer the calibration's window than 5 steps, whose median one burst of others' load moves),
+# POCL_CACHE_DIR (default a directory under TMPDIR that outlives the run, so PoCL compiles its kernels once),
+# SIM_KEEP (copy each layout's calibration to SIM_KEEP.N). The first layout runs again last: the two show how far
+# the machine's load moves a measurement.
 # On a machine others load, calibrate and measure under the same load: figures are medians, not bests.
 # Target: every prediction within 15% of the median measured step.
 set -u
@@ -17,7 +19,7 @@ STRATA_BACKENDS=host,opencl STRATA_HOST_DEVICES=4 POCL_DEVICES="pthread pthread"
 : "${POCL_CACHE_DIR:=${TMPDIR:-/tmp}/strata-pocl-cache}"
 mkdir -p "$POCL_CACHE_DIR"
 export STRATA_BACKEND_PATH STRATA_BACKENDS STRATA_HOST_DEVICES POCL_DEVICES POCL_CACHE_DIR
-STEPS=${STEPS:-6}
+STEPS=${STEPS:-16}
 
 # small enough that a step on the host takes tens of milliseconds; heads and vocabulary divide by tp 2
 bench_gpt "$tmp/model.json" 128 4 64 4

@@ -240,6 +240,85 @@ Test(plan, devices_sharing_host_cores_take_them_in_turn) {
   strata_model_free(m);
 }
 
+/* The cores are shared as processor sharing, their share re-judged whenever a device starts or ends: dp 2 on
+** one core, one device half as fast as the other. Both run at half speed until the fast one is through its
+** work, then the slow one has the core alone, so the core never idles: the step is both devices' compute
+** alone, added (the fast one's, and twice it), and the gradients' all-reduce. */
+Test(plan, shared_cores_are_reshared_when_a_device_starts_or_ends) {
+  strata_model_t m = small_gpt(4);
+  struct strata_device_cost cost[2];
+  double g[4] = {0, 100, 100, 0}, lat[4] = {0};
+  for (int i = 0; i < 2; i++)
+    cost[i] = (struct strata_device_cost){.flops = i ? 0.5e12 : 1e12, .mem_gbps = 1e9, .memory = 64 * GIB,
+                                          .cpu_threads = 1};
+  struct strata_node_desc d = {.devices = 2, .cost = cost, .gbps = g, .latency_us = lat, .cpu_cores = 1};
+  strata_machine_t c;
+  OK(strata_machine_new(&d, NULL, &c));
+  strata_layout_t l = layout(2, 1, 1, NULL, NULL, STRATA_SCHEDULE_GPIPE, 1, 0);
+  struct strata_sim_options o = {.batch = 4};
+  struct strata_sim_result r;
+  OK(strata_simulate(c, m, l, &o, &r));
+  double flops = 0;
+  for (int i = 0; i < strata_model_layer_count(m); i++) {
+    struct strata_layer_info li;
+    OK(strata_model_layer(m, i, &li));
+    flops += li.fwd_flops + li.bwd_flops;
+  }
+  double fast = flops * 2 / 1e12, grads = 4.0 * (double)strata_model_params(m) / 100e9, want = 3 * fast + grads;
+  cr_assert_float_eq(r.step_s, want, want * 1e-6, "step %g s, by hand %g s", r.step_s, want);
+  strata_sim_result_destroy(&r);
+  strata_layout_free(l);
+  strata_machine_free(c);
+  strata_model_free(m);
+}
+
+/* The step of a 4-block GPT on one device with costs `c`, 4 micro-batches of 4 rows, 1F1B. */
+static double one_device_step(const struct strata_device_cost *c) {
+  strata_model_t m = small_gpt(4);
+  double g[1] = {0}, lat[1] = {0};
+  struct strata_node_desc d = {.devices = 1, .cost = c, .gbps = g, .latency_us = lat};
+  strata_machine_t mc;
+  OK(strata_machine_new(&d, NULL, &mc));
+  strata_layout_t l = layout(1, 1, 1, NULL, NULL, STRATA_SCHEDULE_1F1B, 4, 0);
+  struct strata_sim_options o = {.batch = 16};
+  struct strata_sim_result r;
+  OK(strata_simulate(mc, m, l, &o, &r));
+  double step = r.step_s;
+  strata_sim_result_destroy(&r);
+  strata_layout_free(l);
+  strata_machine_free(mc);
+  strata_model_free(m);
+  return step;
+}
+
+/*
+** What calibration measures beyond the ops' speeds, each costed where lib/stage.c and the executor pay it
+** (4 micro-batches of 4 rows x 64 tokens, d_model 128, 4 heads, d_ff 512, vocabulary 256):
+** a queue's round trip once per F and B and twice in the update (10 in all); the softmax's cost per row,
+** forward, over each block's 4 x 4 x 64 rows of causal scores and the head's 256 rows of logits; and the
+** bias ops at their own speed rather than the add's: per block and micro-batch, the biases of c_attn,
+** c_proj, c_fc and c_proj over 256 rows (3 x 128 + 128 + 512 + 128 = 1152 columns) forward and their
+** gradients backward.
+*/
+Test(plan, round_trips_softmax_rows_and_bias_ops_cost_what_was_measured) {
+  struct strata_device_cost c = {.flops = 1e12, .mem_gbps = 1e9, .memory = 64 * GIB};
+  const double base = one_device_step(&c);
+  c.sync_us = 100;
+  double want = base + 10 * 100e-6, got = one_device_step(&c);
+  cr_assert_float_eq(got, want, want * 1e-9, "round trips: %g s, by hand %g s", got, want);
+  c.sync_us = 0;
+  c.op_row_ns[STRATA_PLAN_OP_SOFTMAX_FWD] = 1000;
+  want = base + 4 * (4 * 4 * 4 * 64 + 4 * 64) * 1e-6, got = one_device_step(&c);
+  cr_assert_float_eq(got, want, want * 1e-9, "softmax rows: %g s, by hand %g s", got, want);
+  c.op_row_ns[STRATA_PLAN_OP_SOFTMAX_FWD] = 0;
+  c.op_ns[STRATA_PLAN_OP_ADD] = 1; /* the bias ops, unmeasured, cost as the add */
+  const double as_add = one_device_step(&c);
+  c.op_ns[STRATA_PLAN_OP_BIAS_ADD] = 0.5, c.op_ns[STRATA_PLAN_OP_BIAS_GRAD] = 0.25;
+  const double elems = 4.0 /* micro-batches */ * 4 /* blocks */ * 256 * 1152;
+  want = as_add - elems * (0.5 + 0.75) * 1e-9, got = one_device_step(&c);
+  cr_assert_float_eq(got, want, want * 1e-9, "bias ops: %g s, by hand %g s", got, want);
+}
+
 /* Two stages, GPipe, one micro-batch: forward 0, the activation over the link, forward 1, backward 1, the
 ** gradient back, backward 0 — a chain, so the step is their sum. */
 Test(plan, two_stage_step_is_the_chain_by_hand) {

@@ -52,14 +52,18 @@ STRATA_API int strata_gpu_model_find(const char *name, unsigned vendor_id, unsig
 */
 /* The row and elementwise ops a step runs, each with its own measured speed (op_ns). */
 enum strata_plan_op {
-  STRATA_PLAN_OP_ADD,           /* add, bias add, bias gradient, embedding rows, copies: per element */
+  STRATA_PLAN_OP_ADD,           /* add (residuals), embedding rows, copies: per element */
   STRATA_PLAN_OP_GELU_FWD,
   STRATA_PLAN_OP_GELU_BWD,
   STRATA_PLAN_OP_LAYERNORM_FWD, /* per element of the rows */
   STRATA_PLAN_OP_LAYERNORM_BWD,
-  STRATA_PLAN_OP_SOFTMAX_FWD,   /* per element (attention scores, logits of the cross-entropy) */
+  STRATA_PLAN_OP_SOFTMAX_FWD,   /* per element (causal attention scores, logits of the cross-entropy), and per row
+                                ** (op_row_ns) */
   STRATA_PLAN_OP_SOFTMAX_BWD,
-  STRATA_PLAN_OP_ADAMW,         /* per parameter: AdamW, the gradient's squared norm, zeroing it */
+  STRATA_PLAN_OP_ADAMW,         /* per parameter: AdamW, the gradient's squared norm and scaling (the clip),
+                                ** zeroing it */
+  STRATA_PLAN_OP_BIAS_ADD,      /* per element of the matrix the bias is added to (0: as ADD) */
+  STRATA_PLAN_OP_BIAS_GRAD,     /* per element of the output gradient summed (0: as ADD) */
   STRATA_PLAN_OP_COUNT
 };
 
@@ -71,6 +75,8 @@ struct strata_device_cost {
   double mem_gbps;              /* memory bandwidth, GB/s */
   uint64_t memory;              /* capacity, bytes */
   double launch_us;             /* per-op overhead, microseconds */
+  double sync_us;               /* a queue's round trip (an op enqueued and waited for), as the executor pays once
+                                ** per action when it waits for the action's work; 0: none */
   const char *model;            /* "T4", "A100-SXM4-80GB", "host", ... */
   const char *source;           /* where the figures come from */
   /* Measured refinements; zeros where only nominal figures are known. */
@@ -78,6 +84,7 @@ struct strata_device_cost {
   double gemm_n[STRATA_PLAN_GEMM_SIZES];     /* a square GEMM's n ... */
   double gemm_flops[STRATA_PLAN_GEMM_SIZES]; /* ... and the FLOP/s it sustains there */
   double op_ns[STRATA_PLAN_OP_COUNT]; /* ns per element of each op (0: its bytes at mem_gbps) */
+  double op_row_ns[STRATA_PLAN_OP_COUNT]; /* ns per row on top of op_ns, for the row ops measured so (0: none) */
   int cpu_threads;              /* host cores its ops run on (0: its own silicon); see strata_node_desc.cpu_cores */
 };
 

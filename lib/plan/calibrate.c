@@ -19,7 +19,8 @@
 
 /* GEMM sizes measured, and repetitions of each. The GEMMs and row ops count their median: a step of
 ** training, whose median the simulator predicts, runs under the machine's load as it is, and the best
-** of a few runs on a machine others load is what a step rarely gets. */
+** of a few runs on a machine others load is what a step rarely gets. The repetitions go round every
+** size (every op) in turn, so that a burst of load falls on all of them alike rather than on one. */
 static const int gemm_sizes[] = {32, 64, 128, 256, 512, 1024};
 #define NSIZES 6
 #define REPS 3
@@ -27,11 +28,17 @@ static const int gemm_sizes[] = {32, 64, 128, 256, 512, 1024};
 /* Bytes written to measure memory bandwidth, and tiny ops timed for the launch overhead. */
 #define FILL_BYTES (32u << 20)
 #define LAUNCHES 200
+/* Round trips (a tiny op enqueued, then waited for) per group, and groups: the median group counts. */
+#define SYNCS 20
+#define SYNC_GROUPS 9
 /* Bytes of each device-to-device copy the link measurement times. */
 #define COPY_BYTES (16u << 20)
 /* Elements each row or elementwise op is timed over (about a layer's activations), and the row width. */
 #define OP_ELEMS (256 * 1024)
 #define OP_COLS 256
+/* The softmax runs causal rows, as attention does, at two widths: a per-element and a per-row cost. */
+#define SOFTMAX_WIDE 512
+#define SOFTMAX_NARROW 64
 /* Each timed run repeats its op until this long has passed: a step's ops last that long in all, and a
 ** shorter run on a shared machine sees either a free core or a preempted one, rarely the mix a step sees. */
 #define RUN_S 0.02
@@ -41,25 +48,32 @@ static const char *const op_names[STRATA_PLAN_OP_COUNT] = {
     [STRATA_PLAN_OP_ADD] = "add", [STRATA_PLAN_OP_GELU_FWD] = "gelu_fwd", [STRATA_PLAN_OP_GELU_BWD] = "gelu_bwd",
     [STRATA_PLAN_OP_LAYERNORM_FWD] = "layernorm_fwd", [STRATA_PLAN_OP_LAYERNORM_BWD] = "layernorm_bwd",
     [STRATA_PLAN_OP_SOFTMAX_FWD] = "softmax_fwd", [STRATA_PLAN_OP_SOFTMAX_BWD] = "softmax_bwd",
-    [STRATA_PLAN_OP_ADAMW] = "adamw"};
+    [STRATA_PLAN_OP_ADAMW] = "adamw", [STRATA_PLAN_OP_BIAS_ADD] = "bias_add",
+    [STRATA_PLAN_OP_BIAS_GRAD] = "bias_grad"};
 
-/* One run of op k over OP_ELEMS elements of the buffers at x, y, z, w (each OP_ELEMS floats) and r (row stats). */
-static int run_op(strata_queue_t q, int k, strata_buffer_t b) {
+/* One run of op k over OP_ELEMS elements of the buffers at x, y, z, w (each OP_ELEMS floats), g (gamma, beta)
+** and r (row stats); a softmax's rows are `cols` wide. */
+static int run_op(strata_queue_t q, int k, int64_t cols, strata_buffer_t b) {
   const int64_t n = OP_ELEMS, rows = OP_ELEMS / OP_COLS;
   strata_mem_t x = strata_mem(b, 0), y = strata_mem(b, (size_t)n), z = strata_mem(b, 2 * (size_t)n),
                w = strata_mem(b, 3 * (size_t)n), g = strata_mem(b, 4 * (size_t)n),
-               r = strata_mem(b, 4 * (size_t)n + OP_COLS), r2 = strata_mem(b, 4 * (size_t)n + OP_COLS + (size_t)rows);
+               r = strata_mem(b, 4 * (size_t)n + OP_COLS), r2 = strata_mem(b, 4 * (size_t)n + OP_COLS + (size_t)rows),
+               db = strata_mem(b, 5 * (size_t)n);
   switch (k) {
   case STRATA_PLAN_OP_ADD: return strata_add(q, x, y, z, n);
   case STRATA_PLAN_OP_GELU_FWD: return strata_gelu_fwd(q, x, y, n);
   case STRATA_PLAN_OP_GELU_BWD: return strata_gelu_bwd(q, x, y, z, n);
   case STRATA_PLAN_OP_LAYERNORM_FWD: return strata_layernorm_fwd(q, x, g, g, y, r, r2, rows, OP_COLS, 1e-5f);
   case STRATA_PLAN_OP_LAYERNORM_BWD: return strata_layernorm_bwd(q, x, g, r, r2, y, z, w, w, rows, OP_COLS, 1);
-  case STRATA_PLAN_OP_SOFTMAX_FWD: return strata_softmax_fwd(q, x, y, rows, OP_COLS, 0.125f, 0);
-  case STRATA_PLAN_OP_SOFTMAX_BWD: return strata_softmax_bwd(q, y, x, z, rows, OP_COLS, 0.125f);
-  default: /* an optimizer step over n parameters: the update, the gradient's squared norm, its zeroing */
+  case STRATA_PLAN_OP_SOFTMAX_FWD: return strata_softmax_fwd(q, x, y, n / cols, cols, 0.125f, 1);
+  case STRATA_PLAN_OP_SOFTMAX_BWD: return strata_softmax_bwd(q, y, x, z, n / cols, cols, 0.125f);
+  case STRATA_PLAN_OP_BIAS_ADD: return strata_bias_add(q, z, g, rows, OP_COLS);
+  case STRATA_PLAN_OP_BIAS_GRAD: return strata_bias_grad(q, x, db, rows, OP_COLS, 1);
+  default: /* an optimizer step over n parameters: the update, the gradient's squared norm, the clip's scaling,
+           ** its zeroing */
     TRY(strata_adamw(q, x, y, z, w, n, 1e-4f, 0.9f, 0.999f, 1e-8f, 0.01f, 1));
     TRY(strata_sumsq(q, y, n, r, 0));
+    TRY(strata_scale(q, y, 1.0f, n));
     return strata_fill(q, y, 0, n);
   }
 }
@@ -75,139 +89,254 @@ static double median(double *v, int n) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-/* ns per element of every op of enum strata_plan_op on the queue's device, median of OP_REPS after a warm-up. */
-static int measure_ops(int dev, strata_queue_t q, double ns[STRATA_PLAN_OP_COUNT]) {
-  const size_t floats = 5 * (size_t)OP_ELEMS;
-  strata_buffer_t b = NULL;
-  TRY(strata_buffer_new(dev, floats * 4, &b));
-  int rc = strata_fill(q, strata_mem(b, 0), 0.25f, (int64_t)floats);
-  for (int k = 0; k < STRATA_PLAN_OP_COUNT && !rc; k++) {
-    double t[OP_REPS];
-    for (int r = 0; r <= OP_REPS && !rc; r++) {
-      double t0 = strata__now(), dt = 0;
-      int64_t runs = 0;
-      while (!rc && dt < RUN_S) {
-        for (int i = 0; i < 4 && !rc; i++)
-          rc = run_op(q, k, b);
-        if (!rc)
-          rc = strata_queue_finish(q);
-        runs += 4;
-        dt = strata__now() - t0;
-      }
-      if (r > 0)
-        t[r - 1] = dt / (double)runs / OP_ELEMS * 1e9;
-    }
-    ns[k] = rc ? 0 : median(t, OP_REPS);
+/* One timed run of op k (rows `cols` wide): repeated until RUN_S has passed. Seconds per run. */
+static int time_op(strata_queue_t q, int k, int64_t cols, strata_buffer_t b, double *s) {
+  double t0 = strata__now(), dt = 0;
+  int64_t runs = 0;
+  int rc = STRATA_OK;
+  while (!rc && dt < RUN_S) {
+    for (int i = 0; i < 4 && !rc; i++)
+      rc = run_op(q, k, cols, b);
+    if (!rc)
+      rc = strata_queue_finish(q);
+    runs += 4;
+    dt = strata__now() - t0;
   }
-  strata_buffer_free(b);
+  *s = dt / (double)runs;
   return rc;
 }
 
-/* One device's figures: the median GEMM GFLOP/s of each size, fill bandwidth (best), launch overhead. */
-static int measure(int dev, double gflops[NSIZES], double *mem_gbps, double *launch_us,
-                   double ops[STRATA_PLAN_OP_COUNT]) {
-  strata_queue_t q = NULL;
-  strata_buffer_t a = NULL, c = NULL, f = NULL;
+/* The op jobs timed: every op of enum strata_plan_op once, then the softmax's narrow rows. */
+#define JOBS (STRATA_PLAN_OP_COUNT + 2)
+
+static int job_op(int j) {
+  if (j < STRATA_PLAN_OP_COUNT)
+    return j;
+  return j == STRATA_PLAN_OP_COUNT ? STRATA_PLAN_OP_SOFTMAX_FWD : STRATA_PLAN_OP_SOFTMAX_BWD;
+}
+
+static int64_t job_cols(int j) {
+  const int k = job_op(j);
+  if (k != STRATA_PLAN_OP_SOFTMAX_FWD && k != STRATA_PLAN_OP_SOFTMAX_BWD)
+    return OP_COLS;
+  return j < STRATA_PLAN_OP_COUNT ? SOFTMAX_WIDE : SOFTMAX_NARROW;
+}
+
+/* One device being measured: its queue and buffers, the rounds' samples, and what they come to. */
+struct probe {
+  int dev;
+  strata_queue_t q;
+  strata_buffer_t a, c, f, ops;
+  double gemm[NSIZES][OP_REPS], job[JOBS][OP_REPS];
+  /* the figures: median GEMM GFLOP/s of each size, fill bandwidth (best), launch overhead, a wait's round
+  ** trip, ns per element of each op and per row of the softmax */
+  double gflops[NSIZES], mem_gbps, launch_us, sync_us, op_ns[STRATA_PLAN_OP_COUNT], row_ns[STRATA_PLAN_OP_COUNT];
+};
+
+static int probe_open(struct probe *p, int dev) {
   const int64_t nmax = gemm_sizes[NSIZES - 1];
-  int rc = strata_queue_new(dev, &q);
+  const size_t floats = 6 * (size_t)OP_ELEMS;
+  p->dev = dev;
+  int rc = strata_queue_new(dev, &p->q);
   if (!rc)
-    rc = strata_buffer_new(dev, (size_t)(nmax * nmax * 4), &a);
+    rc = strata_buffer_new(dev, (size_t)(nmax * nmax * 4), &p->a);
   if (!rc)
-    rc = strata_buffer_new(dev, (size_t)(nmax * nmax * 4), &c);
+    rc = strata_buffer_new(dev, (size_t)(nmax * nmax * 4), &p->c);
   if (!rc)
-    rc = strata_buffer_new(dev, FILL_BYTES, &f);
+    rc = strata_buffer_new(dev, FILL_BYTES, &p->f);
   if (!rc)
-    rc = strata_fill(q, strata_mem(a, 0), 0.5f, nmax * nmax);
+    rc = strata_buffer_new(dev, floats * 4, &p->ops);
+  if (!rc)
+    rc = strata_fill(p->q, strata_mem(p->a, 0), 0.5f, nmax * nmax);
+  if (!rc)
+    rc = strata_fill(p->q, strata_mem(p->ops, 0), 0.25f, (int64_t)floats);
+  return rc;
+}
+
+static void probe_close(struct probe *p) {
+  strata_buffer_free(p->a);
+  strata_buffer_free(p->c);
+  strata_buffer_free(p->f);
+  strata_buffer_free(p->ops);
+  strata_queue_free(p->q);
+}
+
+/* Round r of the GEMMs, every size once (round 0, which may compile kernels, runs each size once, not counted). */
+static int probe_gemm_round(struct probe *p, int r) {
+  const int64_t nmax = gemm_sizes[NSIZES - 1];
+  int rc = STRATA_OK;
   for (int s = 0; s < NSIZES && !rc; s++) {
     const int64_t n = gemm_sizes[s];
-    double runs[OP_REPS];
     /* small GEMMs in a run before one wait, as a step enqueues them: the wait's own cost is not theirs */
     const int64_t calls = (nmax / n) * (nmax / n) * (nmax / n) < 64 ? (nmax / n) * (nmax / n) * (nmax / n) : 64;
-    for (int r = 0; r <= OP_REPS && !rc; r++) { /* the first run may compile kernels: not counted */
-      double t0 = strata__now(), dt = 0;
-      int64_t done = 0;
-      while (!rc && dt < RUN_S) {
-        for (int64_t i = 0; i < calls && !rc; i++)
-          rc = strata_gemm(q, 0, 0, n, n, n, 1, strata_mem(a, 0), n, 0, strata_mem(a, 0), n, 0, 0, strata_mem(c, 0), n,
-                           0, 1);
-        if (!rc)
-          rc = strata_queue_finish(q);
-        done += calls;
-        dt = strata__now() - t0;
-        if (r == 0)
-          break; /* the warm-up: once */
-      }
-      double g = 2.0 * (double)n * (double)n * (double)n * (double)done / dt / 1e9;
-      if (r > 0)
-        runs[r - 1] = g;
+    double t0 = strata__now(), dt = 0;
+    int64_t done = 0;
+    while (!rc && dt < RUN_S) {
+      for (int64_t i = 0; i < calls && !rc; i++)
+        rc = strata_gemm(p->q, 0, 0, n, n, n, 1, strata_mem(p->a, 0), n, 0, strata_mem(p->a, 0), n, 0, 0,
+                         strata_mem(p->c, 0), n, 0, 1);
+      if (!rc)
+        rc = strata_queue_finish(p->q);
+      done += calls;
+      dt = strata__now() - t0;
+      if (r == 0)
+        break;
     }
-    gflops[s] = rc ? 0 : median(runs, OP_REPS);
+    if (r > 0)
+      p->gemm[s][r - 1] = 2.0 * (double)n * (double)n * (double)n * (double)done / dt / 1e9;
   }
+  return rc;
+}
+
+/* Round r of the op jobs (round 0 a warm-up, not counted). */
+static int probe_ops_round(struct probe *p, int r) {
+  int rc = STRATA_OK;
+  for (int j = 0; j < JOBS && !rc; j++) {
+    double x;
+    rc = time_op(p->q, job_op(j), job_cols(j), p->ops, &x);
+    if (r > 0)
+      p->job[j][r - 1] = x;
+  }
+  return rc;
+}
+
+/*
+** The figures measured in one go (memory bandwidth, launch overhead, a
+** wait's round trip), then the rounds' medians; for the softmax, causal
+** rows at two widths with the same elements, solved for a cost per element
+** and one per row: a narrow row pays its loops' fixed cost over fewer
+** elements.
+*/
+static int probe_finish(struct probe *p) {
+  int rc = STRATA_OK;
   double bw = 0;
   for (int r = 0; r <= REPS && !rc; r++) {
     double t0 = strata__now();
-    rc = strata_fill(q, strata_mem(f, 0), 1.0f, FILL_BYTES / 4);
+    rc = strata_fill(p->q, strata_mem(p->f, 0), 1.0f, FILL_BYTES / 4);
     if (!rc)
-      rc = strata_queue_finish(q);
+      rc = strata_queue_finish(p->q);
     double g = FILL_BYTES / (strata__now() - t0) / 1e9;
     if (r > 0 && g > bw)
       bw = g;
   }
-  *mem_gbps = bw;
+  p->mem_gbps = bw;
   if (!rc) {
     double t0 = strata__now();
     for (int i = 0; i < LAUNCHES && !rc; i++)
-      rc = strata_fill(q, strata_mem(f, 0), 2.0f, 1);
+      rc = strata_fill(p->q, strata_mem(p->f, 0), 2.0f, 1);
     if (!rc)
-      rc = strata_queue_finish(q);
-    *launch_us = (strata__now() - t0) / LAUNCHES * 1e6;
+      rc = strata_queue_finish(p->q);
+    p->launch_us = (strata__now() - t0) / LAUNCHES * 1e6;
   }
-  if (!rc)
-    rc = measure_ops(dev, q, ops);
-  strata_buffer_free(a);
-  strata_buffer_free(c);
-  strata_buffer_free(f);
-  strata_queue_free(q);
+  /* the round trip of a wait: the queue's worker wakes for the op, the waiting thread for its end */
+  double groups[SYNC_GROUPS];
+  for (int g = 0; g < SYNC_GROUPS && !rc; g++) {
+    double t0 = strata__now();
+    for (int i = 0; i < SYNCS && !rc; i++) {
+      rc = strata_fill(p->q, strata_mem(p->f, 0), 3.0f, 1);
+      if (!rc)
+        rc = strata_queue_finish(p->q);
+    }
+    groups[g] = (strata__now() - t0) / SYNCS * 1e6;
+  }
+  if (rc)
+    return rc;
+  p->sync_us = median(groups, SYNC_GROUPS);
+  for (int s = 0; s < NSIZES; s++)
+    p->gflops[s] = median(p->gemm[s], OP_REPS);
+  double t[JOBS];
+  for (int j = 0; j < JOBS; j++)
+    t[j] = median(p->job[j], OP_REPS);
+  for (int k = 0; k < STRATA_PLAN_OP_COUNT; k++) {
+    p->op_ns[k] = t[k] / OP_ELEMS * 1e9;
+    p->row_ns[k] = 0;
+  }
+  for (int j = STRATA_PLAN_OP_COUNT; j < JOBS; j++) {
+    const int k = job_op(j);
+    const double wide_rows = (double)OP_ELEMS / SOFTMAX_WIDE, narrow_rows = (double)OP_ELEMS / SOFTMAX_NARROW;
+    double row = (t[j] - t[k]) / (narrow_rows - wide_rows);
+    row = row > 0 ? row : 0;
+    double elem = (t[k] - wide_rows * row) / OP_ELEMS;
+    p->op_ns[k] = (elem > 0 ? elem : 0) * 1e9;
+    p->row_ns[k] = row * 1e9;
+  }
+  return STRATA_OK;
+}
+
+/*
+** Every device's figures. Each round goes device by device, so that a
+** burst of others' load falls on every device alike, not on the one being
+** measured then: devices that are alike come out alike.
+*/
+static int measure_all(const int *dev, int n, struct probe *p) {
+  int rc = STRATA_OK, opened = 0;
+  for (int i = 0; i < n && !rc; i++, opened++)
+    rc = probe_open(&p[i], dev[i]);
+  for (int r = 0; r <= OP_REPS && !rc; r++)
+    for (int i = 0; i < n && !rc; i++)
+      rc = probe_gemm_round(&p[i], r);
+  for (int r = 0; r <= OP_REPS && !rc; r++)
+    for (int i = 0; i < n && !rc; i++)
+      rc = probe_ops_round(&p[i], r);
+  for (int i = 0; i < n && !rc; i++)
+    rc = probe_finish(&p[i]);
+  for (int i = 0; i < opened; i++)
+    probe_close(&p[i]);
   return rc;
 }
 
 /* Seconds each GEMM loop of the core measurement runs, and its GEMMs' size. */
-#define BUSY_S 0.3
+#define BUSY_S 0.2
 #define BUSY_N 256
+/* Rounds of the core measurement (each device alone, then all at once), the median share counted. */
+#define BUSY_ROUNDS 5
 
 struct busy {
   int dev;
   double start;                 /* when to begin (strata__now), so that every device's loop runs at once */
-  double gflops;
+  double rate;                  /* rounds of the loop per second */
   int rc;
 };
 
-/* GEMMs of BUSY_N on one device for BUSY_S seconds from b->start: GFLOP/s. */
+/*
+** A loop like a training step's work on one device for BUSY_S seconds
+** from b->start: a GEMM of BUSY_N, then an add and a GELU over OP_ELEMS
+** elements, then a wait, each round on buffers of about a layer's size. So
+** the devices running at once contend as a step's do, for the cores and for
+** the caches and memory bandwidth that GEMMs alone hardly use. Rounds per
+** second.
+*/
 static void *busy_main(void *arg) {
   struct busy *b = arg;
   strata_queue_t q = NULL;
   strata_buffer_t a = NULL;
-  const int64_t n = BUSY_N;
+  const int64_t n = BUSY_N, e = OP_ELEMS;
+  const size_t floats = (size_t)(2 * n * n) + 3 * (size_t)e;
   b->rc = strata_queue_new(b->dev, &q);
   if (!b->rc)
-    b->rc = strata_buffer_new(b->dev, (size_t)(2 * n * n * 4), &a);
+    b->rc = strata_buffer_new(b->dev, floats * 4, &a);
   if (!b->rc)
-    b->rc = strata_fill(q, strata_mem(a, 0), 0.5f, 2 * n * n);
+    b->rc = strata_fill(q, strata_mem(a, 0), 0.5f, (int64_t)floats);
   if (!b->rc)
     b->rc = strata_queue_finish(q);
   while (!b->rc && strata__now() < b->start)
     usleep(1000);
+  const size_t x = (size_t)(2 * n * n);
   double t0 = strata__now(), t = t0;
-  int64_t calls = 0;
+  int64_t rounds = 0;
   while (!b->rc && t - t0 < BUSY_S) {
     b->rc = strata_gemm(q, 0, 0, n, n, n, 1, strata_mem(a, 0), n, 0, strata_mem(a, 0), n, 0, 0,
                         strata_mem(a, (size_t)(n * n)), n, 0, 1);
     if (!b->rc)
+      b->rc = strata_add(q, strata_mem(a, x), strata_mem(a, x + (size_t)e), strata_mem(a, x + 2 * (size_t)e), e);
+    if (!b->rc)
+      b->rc = strata_gelu_fwd(q, strata_mem(a, x + 2 * (size_t)e), strata_mem(a, x), e);
+    if (!b->rc)
       b->rc = strata_queue_finish(q);
-    calls++;
+    rounds++;
     t = strata__now();
   }
-  b->gflops = 2.0 * (double)(n * n * n) * (double)calls / (t - t0) / 1e9;
+  b->rate = (double)rounds / (t - t0);
   strata_buffer_free(a);
   strata_queue_free(q);
   return NULL;
@@ -216,9 +345,11 @@ static void *busy_main(void *arg) {
 /*
 ** The host cores that the devices computing on the CPU get together, as
 ** the machine is now (other processes take their share): each device's
-** GEMM speed alone, then all at once; each device counts its threads times
-** the share of its speed it keeps. Written beside the core count the
-** system reports, which the simulator uses when this is missing.
+** speed at a step's kind of work (busy_main) alone, then all at once;
+** each device counts its threads times the share of its speed it keeps
+** (the median of BUSY_ROUNDS rounds: one round on a machine others load
+** often catches a burst). Written beside the core count the system
+** reports, which the simulator uses when this is missing.
 */
 static int effective_cores(const int *cpu, const int *threads, int n, double *cores) {
   *cores = 0;
@@ -227,31 +358,41 @@ static int effective_cores(const int *cpu, const int *threads, int n, double *co
   struct busy *alone = calloc((size_t)n, sizeof *alone), *all = calloc((size_t)n, sizeof *all);
   pthread_t *th = calloc((size_t)n, sizeof *th);
   int rc = alone && all && th ? STRATA_OK : strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
-  for (int i = 0; i < n && !rc; i++) {
-    alone[i].dev = cpu[i];
-    busy_main(&alone[i]);
-    rc = alone[i].rc;
-  }
-  if (!rc && n > 1) {
-    /* buffers and queues take a while to set up: every loop starts at one time, after that */
-    const double go = strata__now() + 0.2;
-    int made = 0;
-    for (int i = 0; i < n; i++) {
-      all[i] = (struct busy){.dev = cpu[i], .start = go};
-      if (pthread_create(&th[i], NULL, busy_main, &all[i]) != 0) {
-        rc = strata__error(STRATA_ERR_INTERNAL, "calibration: cannot start a thread");
-        break;
+  double keep[BUSY_ROUNDS][64];
+  const int nk = n < 64 ? n : 64;
+  for (int round = 0; round < BUSY_ROUNDS && !rc; round++) {
+    for (int i = 0; i < n && !rc; i++) {
+      alone[i] = (struct busy){.dev = cpu[i]};
+      busy_main(&alone[i]);
+      rc = alone[i].rc;
+    }
+    if (!rc && n > 1) {
+      /* buffers and queues take a while to set up: every loop starts at one time, after that */
+      const double go = strata__now() + 0.1;
+      int made = 0;
+      for (int i = 0; i < n; i++) {
+        all[i] = (struct busy){.dev = cpu[i], .start = go};
+        if (pthread_create(&th[i], NULL, busy_main, &all[i]) != 0) {
+          rc = strata__error(STRATA_ERR_INTERNAL, "calibration: cannot start a thread");
+          break;
+        }
+        made++;
       }
-      made++;
+      for (int i = 0; i < made; i++) {
+        pthread_join(th[i], NULL);
+        rc = rc ? rc : all[i].rc;
+      }
     }
-    for (int i = 0; i < made; i++) {
-      pthread_join(th[i], NULL);
-      rc = rc ? rc : all[i].rc;
+    for (int i = 0; i < nk && !rc; i++) {
+      double k = n > 1 ? all[i].rate / alone[i].rate : 1;
+      keep[round][i] = k < 1 ? k : 1;
     }
   }
   for (int i = 0; i < n && !rc; i++) {
-    double keep = n > 1 ? all[i].gflops / alone[i].gflops : 1;
-    *cores += threads[i] * (keep < 1 ? keep : 1);
+    double v[BUSY_ROUNDS];
+    for (int round = 0; round < BUSY_ROUNDS; round++)
+      v[round] = keep[round][i < nk ? i : nk - 1];
+    *cores += threads[i] * median(v, BUSY_ROUNDS);
   }
   free(alone);
   free(all);
@@ -330,13 +471,21 @@ STRATA_API int strata_calibrate(const int *devices, int n, char **json) {
     rc = rc ? rc : strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
   if (!root || !devs || !gbps || !lat)
     rc = rc ? rc : strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
+  int *dev = calloc((size_t)n, sizeof *dev);
+  struct probe *probes = calloc((size_t)n, sizeof *probes);
+  if (!dev || !probes)
+    rc = rc ? rc : strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
+  for (int i = 0; i < n && !rc; i++)
+    dev[i] = devices ? devices[i] : i;
+  if (!rc)
+    rc = measure_all(dev, n, probes);
   for (int i = 0; i < n && !rc; i++) {
-    const int d = devices ? devices[i] : i;
+    const int d = dev[i];
     struct strata_device_props p;
-    double g[NSIZES] = {0}, bw = 0, launch = 0, ops[STRATA_PLAN_OP_COUNT] = {0};
+    const struct probe *pr = &probes[i];
+    const double *g = pr->gflops, bw = pr->mem_gbps, launch = pr->launch_us, sync = pr->sync_us;
+    const double *ops = pr->op_ns, *rows = pr->row_ns;
     rc = strata_device_props(d, &p);
-    if (!rc)
-      rc = measure(d, g, &bw, &launch, ops);
     if (rc)
       break;
     if (p.is_cpu) {
@@ -349,14 +498,19 @@ STRATA_API int strata_calibrate(const int *devices, int n, char **json) {
     /* the planning figure: the largest size, nearest the GEMMs of a training step (the smaller ones
     ** fit in cache and may run faster than a layer's) */
     const double best = g[NSIZES - 1];
-    json_t *opj = json_object();
-    for (int k = 0; k < STRATA_PLAN_OP_COUNT; k++)
+    json_t *opj = json_object(), *rowj = json_object();
+    for (int k = 0; k < STRATA_PLAN_OP_COUNT; k++) {
       json_object_set_new(opj, op_names[k], json_real(ops[k]));
+      if (rows[k] > 0)
+        json_object_set_new(rowj, op_names[k], json_real(rows[k]));
+    }
     /* a device that computes on the host's cores shares them with the other such devices */
-    json_array_append_new(devs, json_pack("{s:i, s:s, s:s, s:f, s:o, s:f, s:f, s:I, s:o, s:i}", "device", d, "name",
-                                          p.name, "backend", p.backend, "gflops", best, "gemm", sizes, "mem_gbps", bw,
-                                          "launch_us", launch, "memory", (json_int_t)p.memory_limit, "op_ns", opj,
-                                          "cpu_threads", p.is_cpu ? (p.compute_units > 0 ? p.compute_units : 1) : 0));
+    json_array_append_new(devs, json_pack("{s:i, s:s, s:s, s:f, s:o, s:f, s:f, s:f, s:I, s:o, s:o, s:i}", "device",
+                                          d, "name", p.name, "backend", p.backend, "gflops", best, "gemm", sizes,
+                                          "mem_gbps", bw, "launch_us", launch, "sync_us", sync,
+                                          "memory", (json_int_t)p.memory_limit,
+                                          "op_ns", opj, "op_row_ns", rowj, "cpu_threads",
+                                          p.is_cpu ? (p.compute_units > 0 ? p.compute_units : 1) : 0));
     json_t *row = json_array(), *lrow = json_array();
     for (int j = 0; j < n; j++) {
       struct strata_link l = {0};
@@ -393,6 +547,8 @@ STRATA_API int strata_calibrate(const int *devices, int n, char **json) {
     if (!*json)
       rc = strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
   }
+  free(dev);
+  free(probes);
   free(cpu);
   free(cpu_threads);
   json_decref(devs);
@@ -454,6 +610,7 @@ STRATA_API int strata_machine_from_calibration(const char *json, const char *sou
                                           .launch_us = launch, .model = "calibrated", .source = "measured"};
     /* the refinements are optional: a file of an older strata has none */
     json_t *sizes = json_object_get(d, "gemm"), *opj = json_object_get(d, "op_ns"), *ct = json_object_get(d, "cpu_threads");
+    json_t *rowj = json_object_get(d, "op_row_ns");
     for (size_t s = 0; s < json_array_size(sizes) && cost[i].ngemm < STRATA_PLAN_GEMM_SIZES; s++) {
       double sn = json_number_value(json_array_get(json_array_get(sizes, s), 0));
       double sg = json_number_value(json_array_get(json_array_get(sizes, s), 1));
@@ -465,7 +622,13 @@ STRATA_API int strata_machine_from_calibration(const char *json, const char *sou
     for (int k = 0; k < STRATA_PLAN_OP_COUNT; k++) {
       double v = json_number_value(json_object_get(opj, op_names[k]));
       cost[i].op_ns[k] = v > 0 && isfinite(v) ? v : 0;
+      double rv = json_number_value(json_object_get(rowj, op_names[k]));
+      cost[i].op_row_ns[k] = rv > 0 && isfinite(rv) ? rv : 0;
     }
+    json_t *sy = json_object_get(d, "sync_us");
+    cost[i].sync_us = json_is_number(sy) && json_number_value(sy) > 0 && isfinite(json_number_value(sy))
+                          ? json_number_value(sy)
+                          : 0;
     cost[i].cpu_threads = json_is_integer(ct) && json_integer_value(ct) > 0 ? (int)json_integer_value(ct) : 0;
     ids[i] = (int)id;
     json_t *row = json_array_get(gbps, i), *lrow = json_array_get(lat, i);

@@ -19,7 +19,7 @@ static const double op_bytes[STRATA_PLAN_OP_COUNT] = {
     [STRATA_PLAN_OP_SOFTMAX_BWD] = 12,
     /* AdamW reads parameter, gradient and both moments and writes three (28); the norm reads the gradient
     ** and zeroing writes it (8) */
-    [STRATA_PLAN_OP_ADAMW] = 36};
+    [STRATA_PLAN_OP_ADAMW] = 36, [STRATA_PLAN_OP_BIAS_ADD] = 8, [STRATA_PLAN_OP_BIAS_GRAD] = 4};
 
 /* ---- the cost of pieces ---- */
 
@@ -82,9 +82,14 @@ static struct strata_device_cost group_cost(const struct strata_machine *c, cons
       w.memory = d->memory;
     if (d->launch_us > w.launch_us)
       w.launch_us = d->launch_us;
-    for (int k = 0; k < STRATA_PLAN_OP_COUNT; k++)
+    if (d->sync_us > w.sync_us)
+      w.sync_us = d->sync_us;
+    for (int k = 0; k < STRATA_PLAN_OP_COUNT; k++) {
       if (d->op_ns[k] > w.op_ns[k])
         w.op_ns[k] = d->op_ns[k];
+      if (d->op_row_ns[k] > w.op_row_ns[k])
+        w.op_row_ns[k] = d->op_row_ns[k];
+    }
   }
   return w;
 }
@@ -116,11 +121,19 @@ static double gemm_s(const struct strata_device_cost *w, double m, double n, dou
   return batch * 2.0 * m * n * k / gemm_rate(w, m, n, k);
 }
 
-/* Seconds of op `op` over `elems` elements: its measured speed, else its bytes at the memory bandwidth. */
+/* Seconds of op `op` over `elems` elements: its measured speed, else (a bias op of an older calibration)
+** the add's, else its bytes at the memory bandwidth. */
 static double op_s(const struct strata_device_cost *w, int op, double elems) {
   if (w->op_ns[op] > 0)
     return elems * w->op_ns[op] * 1e-9;
+  if ((op == STRATA_PLAN_OP_BIAS_ADD || op == STRATA_PLAN_OP_BIAS_GRAD) && w->op_ns[STRATA_PLAN_OP_ADD] > 0)
+    return elems * w->op_ns[STRATA_PLAN_OP_ADD] * 1e-9;
   return elems * op_bytes[op] / (w->mem_gbps * 1e9);
+}
+
+/* Seconds of row op `op` over `elems` elements in `rows` rows: per element, and per row where measured so. */
+static double rows_s(const struct strata_device_cost *w, int op, double elems, double rows) {
+  return op_s(w, op, elems) + rows * w->op_row_ns[op] * 1e-9;
 }
 
 /* What a part of a layer's step costs on one slice: seconds of compute, and its joins (bytes, count). */
@@ -168,8 +181,11 @@ static struct work gpt_part(const struct strata_device_cost *w, const struct str
     if (part == PART_FWD) {
       s += gemm_s(w, N, 3 * A, D, 1) + gemm_s(w, N, D, A, 1) + gemm_s(w, N, Ft, D, 1) + gemm_s(w, N, D, Ft, 1);
       s += gemm_s(w, T, T, hd, B * Ht) + gemm_s(w, T, hd, T, B * Ht); /* scores and their product with V */
-      s += op_s(w, STRATA_PLAN_OP_LAYERNORM_FWD, 2 * N * D) + op_s(w, STRATA_PLAN_OP_SOFTMAX_FWD, B * Ht * T * T) +
-           op_s(w, STRATA_PLAN_OP_GELU_FWD, N * Ft) + op_s(w, STRATA_PLAN_OP_ADD, N * (3 * A + Ft + 4 * D));
+      /* the biases of c_attn, c_proj, c_fc and c_proj (a row-split matrix's after the join), two residuals */
+      s += op_s(w, STRATA_PLAN_OP_LAYERNORM_FWD, 2 * N * D) +
+           rows_s(w, STRATA_PLAN_OP_SOFTMAX_FWD, B * Ht * T * T, B * Ht * T) +
+           op_s(w, STRATA_PLAN_OP_GELU_FWD, N * Ft) + op_s(w, STRATA_PLAN_OP_BIAS_ADD, N * (3 * A + Ft + 2 * D)) +
+           op_s(w, STRATA_PLAN_OP_ADD, N * 2 * D);
       launches += 14 + 2 * B;
       if (t > 1)
         jb += 2 * N * D * 4, joins += 2;
@@ -177,15 +193,15 @@ static struct work gpt_part(const struct strata_device_cost *w, const struct str
     if (in) {
       s += gemm_s(w, N, Ft, D, 1) + gemm_s(w, N, D, Ft, 1) + gemm_s(w, N, A, D, 1) + gemm_s(w, N, D, 3 * A, 1);
       s += gemm_s(w, T, T, hd, B * Ht) + 3 * gemm_s(w, T, hd, T, B * Ht);
-      s += op_s(w, STRATA_PLAN_OP_GELU_BWD, N * Ft) + op_s(w, STRATA_PLAN_OP_SOFTMAX_BWD, B * Ht * T * T) +
-           op_s(w, STRATA_PLAN_OP_ADD, 2 * N * D);
+      s += op_s(w, STRATA_PLAN_OP_GELU_BWD, N * Ft) +
+           rows_s(w, STRATA_PLAN_OP_SOFTMAX_BWD, B * Ht * T * T, B * Ht * T) + op_s(w, STRATA_PLAN_OP_ADD, 2 * N * D);
       launches += 8 + 4 * B;
       if (t > 1)
         jb += 2 * N * D * 4, joins += 2;
     }
     if (wt) {
       s += gemm_s(w, Ft, D, N, 1) + gemm_s(w, D, Ft, N, 1) + gemm_s(w, A, D, N, 1) + gemm_s(w, D, 3 * A, N, 1);
-      s += op_s(w, STRATA_PLAN_OP_ADD, N * (2 * D + Ft + 3 * A)); /* bias gradients */
+      s += op_s(w, STRATA_PLAN_OP_BIAS_GRAD, N * (2 * D + Ft + 3 * A));
       launches += 8;
     }
     if (part != PART_FWD) /* both layernorms' backward, run by each part when split */
@@ -195,13 +211,13 @@ static struct work gpt_part(const struct strata_device_cost *w, const struct str
   } else { /* lm_head */
     if (part == PART_FWD) {
       s += op_s(w, STRATA_PLAN_OP_LAYERNORM_FWD, N * D) + gemm_s(w, N, Vt, D, 1) +
-           op_s(w, STRATA_PLAN_OP_SOFTMAX_FWD, N * Vt);
+           rows_s(w, STRATA_PLAN_OP_SOFTMAX_FWD, N * Vt, N);
       launches += 3 + 3 * vp;
       if (vp)
         jb += 3 * N * 4, joins += 2;
     }
     if (in) {
-      s += op_s(w, STRATA_PLAN_OP_SOFTMAX_BWD, N * Vt) + gemm_s(w, N, D, Vt, 1);
+      s += rows_s(w, STRATA_PLAN_OP_SOFTMAX_BWD, N * Vt, N) + gemm_s(w, N, D, Vt, 1);
       launches += 2;
       if (vp)
         jb += N * D * 4, joins++;
@@ -264,10 +280,12 @@ static int groups_alike(const struct strata_machine *c, strata_layout_t l, int r
       for (int i = 1; i < t; i++) {
         const struct strata_device_cost *b = &c->cost[devs[i] % c->k];
         if (a->flops != b->flops || a->mem_gbps != b->mem_gbps || a->memory != b->memory ||
-            a->launch_us != b->launch_us || a->cpu_threads != b->cpu_threads || a->ngemm != b->ngemm ||
+            a->launch_us != b->launch_us || a->sync_us != b->sync_us || a->cpu_threads != b->cpu_threads ||
+            a->ngemm != b->ngemm ||
             memcmp(a->gemm_n, b->gemm_n, sizeof a->gemm_n) != 0 ||
             memcmp(a->gemm_flops, b->gemm_flops, sizeof a->gemm_flops) != 0 ||
-            memcmp(a->op_ns, b->op_ns, sizeof a->op_ns) != 0)
+            memcmp(a->op_ns, b->op_ns, sizeof a->op_ns) != 0 ||
+            memcmp(a->op_row_ns, b->op_row_ns, sizeof a->op_row_ns) != 0)
           return 0;
       }
     }
@@ -372,9 +390,21 @@ struct event {
   double bytes;
 };
 
+/* A heap entry: device `dev` at time t starts its next action (gen < 0), or ends the compute on host
+** cores it runs now, if `gen` is still that compute's generation (a later share of the cores moved it). */
 struct heap_item {
   double t;
   int dev;
+  int gen;
+};
+
+/* A device's compute on the host's cores, running: it advances at `rate` (its share of the cores) and
+** has `work` seconds (alone) left as of `since`. */
+struct shared_run {
+  int on, gen;
+  int threads, node;
+  double work, since, rate;
+  double t0, comm; /* when the action started; the seconds of its inline joins, which follow it */
 };
 
 struct engine {
@@ -396,8 +426,7 @@ struct engine {
   int *last_opt;                    /* [P] index of the device's last OPTIMIZER, -1 for none */
   int opt_arrived;                  /* OPTIMIZERs reached: the update waits for every stage's norm */
   double opt_max;
-  double *busy_until;               /* [P] when the device's compute on host cores ends (NULL: none shared) */
-  int *busy_threads, *busy_node;    /* [P] its threads, its node */
+  struct shared_run *run;           /* [P] compute on host cores (NULL: no device shares them) */
   double *res_free;                 /* [nodes x k] uplinks, then [nodes x nics] out, then in */
   struct heap_item *heap;
   int nheap, cap_heap;
@@ -431,7 +460,7 @@ static int coll_slot(const struct engine *e, int kind, int st) {
 static int has_prev(const struct engine *e, int st) { return st % e->chain != 0; }
 static int has_next(const struct engine *e, int st) { return (st + 1) % e->chain != 0; }
 
-static void heap_push(struct engine *e, double t, int dev) {
+static void heap_push(struct engine *e, double t, int dev, int gen) {
   if (e->nheap == e->cap_heap) {
     int cap = e->cap_heap ? 2 * e->cap_heap : 64;
     struct heap_item *h = realloc(e->heap, sizeof *h * (size_t)cap);
@@ -450,7 +479,7 @@ static void heap_push(struct engine *e, double t, int dev) {
     e->heap[i] = e->heap[p];
     i = p;
   }
-  e->heap[i] = (struct heap_item){t, dev};
+  e->heap[i] = (struct heap_item){t, dev, gen};
 }
 
 static struct heap_item heap_pop(struct engine *e) {
@@ -596,7 +625,7 @@ static void schedule_device(struct engine *e, int d) {
   double t;
   if (ready(e, d, &t)) {
     e->parked[d] = 0;
-    heap_push(e, t, d);
+    heap_push(e, t, d, -1);
   } else {
     e->parked[d] = 1;
   }
@@ -720,25 +749,80 @@ static double opt_s(const struct engine *e, int d) {
 }
 
 /*
-** How long compute of `dur` seconds (alone) takes when it starts at t on
-** schedule device d for stage st: a device that computes on the host's
-** cores shares them with the other such devices of its node computing at
-** that moment; when their threads together exceed the cores there are, each
-** runs slower in proportion (processor sharing, judged at the start).
+** Compute on the host's cores, as processor sharing: the devices of a node
+** that compute there share its cores (the effective count calibration
+** measured); while the threads of those computing exceed the cores, each
+** runs at cores / threads of its speed alone. The share changes whenever one
+** starts or ends, so a running compute's end is re-timed then: its heap
+** entry carries a generation, and the older entries are dropped.
 */
-static double shared_dur(struct engine *e, int d, int st, double t, double dur) {
-  if (e->unit || !e->busy_until || e->sc[st].threads <= 0)
-    return dur;
+static int shares_cores(const struct engine *e, int st) { return !e->unit && e->run && e->sc[st].threads > 0; }
+
+/* Advance every running compute of `node` to time t at its current rate, then give them all the new share. */
+static void reshare(struct engine *e, int node, double t, int advance_only) {
+  double demand = 0;
+  for (int x = 0; x < e->P; x++) {
+    struct shared_run *r = &e->run[x];
+    if (!r->on || r->node != node)
+      continue;
+    r->work -= (t - r->since) * r->rate;
+    r->work = r->work > 0 ? r->work : 0;
+    r->since = t;
+    demand += r->threads;
+  }
+  if (advance_only)
+    return;
+  const double rate = demand > e->c->cpu_cores ? e->c->cpu_cores / demand : 1;
+  for (int x = 0; x < e->P; x++) {
+    struct shared_run *r = &e->run[x];
+    if (!r->on || r->node != node)
+      continue;
+    r->rate = rate;
+    heap_push(e, t + r->work / rate, x, ++r->gen);
+  }
+}
+
+/* Device d starts `work` seconds (alone) of compute on host cores at t, then `comm` seconds of inline joins. */
+static void shared_start(struct engine *e, int d, int st, double t, double work, double comm) {
   const int node = e->sc[st].dev / e->c->k;
-  double demand = e->sc[st].threads;
-  for (int x = 0; x < e->P; x++)
-    if (x != d && e->busy_node[x] == node && e->busy_until[x] > t)
-      demand += e->busy_threads[x];
-  const double f = demand > e->c->cpu_cores ? demand / e->c->cpu_cores : 1;
-  e->busy_until[d] = t + dur * f;
-  e->busy_threads[d] = e->sc[st].threads;
-  e->busy_node[d] = node;
-  return dur * f;
+  reshare(e, node, t, 1);
+  struct shared_run *r = &e->run[d];
+  r->on = 1;
+  r->threads = e->sc[st].threads;
+  r->node = node;
+  r->work = work;
+  r->since = r->t0 = t;
+  r->rate = 1;
+  r->comm = comm;
+  reshare(e, node, t, 0);
+}
+
+/*
+** The end of device d's compute action `a`, started at t0, its device free
+** again at t1 (comm of it in inline joins): the figures, the trace, the
+** memory in flight and the stage's backward count.
+*/
+static void compute_done(struct engine *e, int d, const struct strata_action *a, double t0, double t1, double comm) {
+  const int st = a->stage;
+  e->clock[d] = t1;
+  e->finish[key(e, a->kind, st, a->microbatch)] = t1;
+  e->compute[d] += t1 - t0 - comm;
+  e->comm[d] += comm;
+  trace(e, a->kind == STRATA_ACTION_OPTIMIZER ? "optimizer" : "compute", a, NULL, 2 * d, t0, t1, 0);
+  if (!e->unit) {
+    if (a->kind == STRATA_ACTION_FORWARD) {
+      e->mem_now[d] += e->sc[st].act_bytes;
+      if (e->mem_now[d] > e->mem_peak[d])
+        e->mem_peak[d] = e->mem_now[d];
+    } else if (a->kind == STRATA_ACTION_BACKWARD || a->kind == STRATA_ACTION_BACKWARD_WEIGHT) {
+      e->mem_now[d] -= e->sc[st].act_bytes;
+    }
+  }
+  if (a->kind == STRATA_ACTION_BACKWARD || a->kind == STRATA_ACTION_BACKWARD_WEIGHT) {
+    e->bw_done[st]++;
+    if (t1 > e->bw_last[st])
+      e->bw_last[st] = t1;
+  }
 }
 
 /* Run the engine to the end; STRATA_ERR_INVALID when the lists cannot finish. */
@@ -749,6 +833,20 @@ static int engine_run(struct engine *e) {
     struct heap_item it = heap_pop(e);
     const int d = it.dev;
     int n;
+    if (it.gen >= 0) {
+      /* a compute on host cores ends, unless a change of share moved its end since this entry */
+      struct shared_run *r = &e->run[d];
+      if (!r->on || it.gen != r->gen)
+        continue;
+      const struct strata_action *a = &strata_schedule_actions(e->s, d, &n)[e->next[d]];
+      reshare(e, r->node, it.t, 1);
+      r->on = 0;
+      compute_done(e, d, a, r->t0, it.t + r->comm, r->comm);
+      reshare(e, r->node, it.t, 0);
+      e->next[d]++;
+      schedule_device(e, d);
+      continue;
+    }
     const struct strata_action *a = &strata_schedule_actions(e->s, d, &n)[e->next[d]];
     const double t = it.t;
     const int st = a->stage, mb = a->microbatch;
@@ -779,27 +877,11 @@ static int engine_run(struct engine *e) {
           for (int x = 0; x < e->P; x++)
             wake(e, x);
       }
-      dur = shared_dur(e, d, st, t, dur - comm) + comm;
-      const double t0 = t;
-      e->clock[d] = t0 + dur;
-      e->finish[self] = e->clock[d];
-      e->compute[d] += dur - comm;
-      e->comm[d] += comm;
-      trace(e, a->kind == STRATA_ACTION_OPTIMIZER ? "optimizer" : "compute", a, NULL, 2 * d, t0, e->clock[d], 0);
-      if (!e->unit) {
-        if (a->kind == STRATA_ACTION_FORWARD) {
-          e->mem_now[d] += e->sc[st].act_bytes;
-          if (e->mem_now[d] > e->mem_peak[d])
-            e->mem_peak[d] = e->mem_now[d];
-        } else if (a->kind == STRATA_ACTION_BACKWARD || a->kind == STRATA_ACTION_BACKWARD_WEIGHT) {
-          e->mem_now[d] -= e->sc[st].act_bytes;
-        }
+      if (shares_cores(e, st)) {
+        shared_start(e, d, st, t, dur - comm, comm); /* its end comes through the heap */
+        continue;
       }
-      if (a->kind == STRATA_ACTION_BACKWARD || a->kind == STRATA_ACTION_BACKWARD_WEIGHT) {
-        e->bw_done[st]++;
-        if (e->clock[d] > e->bw_last[st])
-          e->bw_last[st] = e->clock[d];
-      }
+      compute_done(e, d, a, t, t + dur, comm);
       break;
     }
     case STRATA_ACTION_SEND_ACT:
@@ -934,9 +1016,7 @@ static void engine_free(struct engine *e) {
   free(e->tj_count);
   free(e->tj_max);
   free(e->last_opt);
-  free(e->busy_until);
-  free(e->busy_threads);
-  free(e->busy_node);
+  free(e->run);
   free(e->res_free);
   free(e->heap);
   free(e->ev);
@@ -975,16 +1055,12 @@ static int engine_init(struct engine *e, strata_schedule_t s, const struct strat
   e->tj_max = calloc(keys, sizeof *e->tj_max);
   e->last_opt = malloc(P * sizeof *e->last_opt);
   if (c && c->cpu_cores > 0)
-  {
-    e->busy_until = calloc(P, sizeof *e->busy_until);
-    e->busy_threads = calloc(P, sizeof *e->busy_threads);
-    e->busy_node = calloc(P, sizeof *e->busy_node);
-  }
+    e->run = calloc(P, sizeof *e->run);
   e->res_free = calloc(res, sizeof *e->res_free);
   if (!e->finish || !e->arrive || !e->clock || !e->sender_free || !e->comm_free || !e->compute || !e->comm ||
       !e->mem_now || !e->mem_peak || !e->next || !e->parked || !e->bw_done || !e->bw_last || !e->coll_count ||
       !e->coll_max || !e->coll_fin || !e->res_free || !e->tj_count || !e->tj_max || !e->last_opt ||
-      (c && c->cpu_cores > 0 && (!e->busy_until || !e->busy_threads || !e->busy_node))) {
+      (c && c->cpu_cores > 0 && !e->run)) {
     engine_free(e);
     return strata__error(STRATA_ERR_NOMEM, "simulator: out of host memory for %d devices and %d stages", e->P, e->S);
   }
@@ -1213,6 +1289,8 @@ STRATA_API int strata_simulate(strata_machine_t c, strata_model_t model, strata_
       if (li == a + split[j] - 1)
         sc->out_bytes = (double)info.out_bytes * (double)rows;
     }
+    /* each action ends waiting for its work: one round trip of the device's queue */
+    sc->f += w.sync_us * 1e-6, sc->b += w.sync_us * 1e-6, sc->bi += w.sync_us * 1e-6, sc->w += w.sync_us * 1e-6;
     const double tjf = joins_s(jf, nf, t, gb, lat), tjb = joins_s(jb, nb, t, gb, lat);
     if (inline_joins) {
       sc->f += tjf, sc->f_comm = tjf;
@@ -1228,7 +1306,9 @@ STRATA_API int strata_simulate(strata_machine_t c, strata_model_t model, strata_
       sc->in_bytes = (double)prev.out_bytes * (double)rows; /* the gradient of this stage's input */
     }
     int zero = strata_layout_zero(l) && dp > 1;
-    sc->opt = op_s(&w, STRATA_PLAN_OP_ADAMW, params / t / (zero ? dp : 1)) + 8 * w.launch_us * 1e-6;
+    /* the update and the norm's sums, each waited for */
+    sc->opt = op_s(&w, STRATA_PLAN_OP_ADAMW, params / t / (zero ? dp : 1)) + 8 * w.launch_us * 1e-6 +
+              2 * w.sync_us * 1e-6;
     sc->grad_bytes = 4.0 * params / t;
     /* what a micro-batch in flight holds: the activations its backward reads, and the stage's output */
     sc->act_bytes = (act / t) * (double)rows + sc->out_bytes;
