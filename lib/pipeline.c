@@ -439,7 +439,8 @@ static void replica_group(const struct exec *ex, int s, char *group, size_t cap)
   group[0] = '\0';
   for (int r = 0; r < tr->replicas && at < cap; r++)
     at += (size_t)snprintf(group + at, cap - at, "%s%d", r ? "," : "",
-                           tr->dev[rank_of(ex, (r * tr->tp + strata__stage_slice(tr, s)) * ex->chain + s % ex->chain)]);
+                           strata__rank_device(tr, rank_of(ex, (r * tr->tp + strata__stage_slice(tr, s)) * ex->chain +
+                                                                   s % ex->chain)));
 }
 
 /* Wait for a gradient collective of stage s posted at `posted` (*done; NULL afterwards), and trace it. */
@@ -449,13 +450,18 @@ static int settle_replicas(struct exec *ex, int rank, int s, void **done, double
   if (!*done)
     return STRATA_OK;
   strata_comm_t c = replica_comm(ex, s);
-  int rc = strata__comm_wait(c, tr->st[s]->q, *done);
-  if (!rc)
-    rc = strata_queue_finish(tr->st[s]->q);
   double t0 = 0, t1 = 0;
   void *d = *done;
   *done = NULL;
-  strata__comm_release(c, d, &t0, &t1);
+  int rc;
+  if (!c) { /* across ranks: the rank's thread for the group made the call; its times are when the data moved */
+    rc = strata__ranks_settle(tr, d, &t0, &t1);
+  } else {
+    rc = strata__comm_wait(c, tr->st[s]->q, d);
+    if (!rc)
+      rc = strata_queue_finish(tr->st[s]->q);
+    strata__comm_release(c, d, &t0, &t1);
+  }
   if (rc || !tr->trace_path)
     return rc;
   char group[48];
@@ -557,9 +563,10 @@ static int bucket_post(struct buckets *b, int k) {
   b->posted = k + 1;
   b->when[k] = strata__now();
   strata_mem_t g = strata_mem(st->grads, lo);
-  int x = strata__ranks_collective(tr, STRATA__COLL_ALLREDUCE, s, st->q, g, g, hi - lo);
+  /* the replicas on several ranks: posted to this rank's thread for the group, which calls the cluster */
+  int x = strata__ranks_post(tr, STRATA__COLL_ALLREDUCE, s, st->q, g, g, hi - lo, &b->done[k]);
   if (x != 1)
-    return x; /* the replicas are on several ranks: done there, through the cluster */
+    return x;
   TRY(strata_comm_info(c, &info));
   /* every replica posts the same buckets in the same order, so the k-th calls meet */
   return post_collective(tr, c, info.asynchronous, STRATA__COLL_ALLREDUCE, strata__stage_replica(tr, s), st->q, g, g,
@@ -608,7 +615,7 @@ static int buckets_init(struct exec *ex, int s, struct buckets *b) {
 }
 
 static void buckets_free(struct exec *ex, struct buckets *b) {
-  for (int k = 0; k < b->posted && b->done; k++)
+  for (int k = 0; k < b->posted && b->done && replica_comm(ex, b->s); k++) /* (across ranks: the step's end) */
     if (b->done[k]) { /* a failed step: never waited for */
       strata_queue_finish(ex->tr->st[b->s]->q);
       strata__comm_release(replica_comm(ex, b->s), b->done[k],
@@ -647,25 +654,17 @@ static int do_grad_scatter(struct exec *ex, int s) {
   struct strata_comm_info info;
   const int r = strata__stage_replica(tr, s);
   strata_mem_t g = strata_mem(st->grads, 0), mine = strata_mem(st->grads, (size_t)r * st->chunk);
-  int x = strata__ranks_collective(tr, STRATA__COLL_REDUCESCATTER, s, st->q, g, mine, st->chunk);
+  ex->done_post[s] = strata__now();
+  int x = strata__ranks_post(tr, STRATA__COLL_REDUCESCATTER, s, st->q, g, mine, st->chunk, &ex->done[s]);
   if (x != 1)
     return x;
   TRY(strata_comm_info(c, &info));
-  ex->done_post[s] = strata__now();
   return post_collective(tr, c, info.asynchronous, STRATA__COLL_REDUCESCATTER, r, st->q, g, mine, st->chunk,
                          STRATA_SUM, &ex->done[s]);
 }
 
-static int do_param_gather(struct exec *ex, int rank, int s) {
-  strata_trainer_t tr = ex->tr;
-  struct strata__stage *st = tr->st[s];
-  strata_comm_t c = replica_comm(ex, s);
-  const int r = strata__stage_replica(tr, s);
-  double t0 = strata__now();
-  int x = strata__ranks_collective(tr, STRATA__COLL_ALLGATHER, s, st->q, strata_mem(st->params, (size_t)r * st->chunk),
-                                   strata_mem(st->params, 0), st->chunk);
-  if (x != 1)
-    return x ? x : strata_queue_finish(st->q);
+/* PARAM_GATHER through the replicas' communicator in this process: done once the stage's queue has it (*t1). */
+static int post_gather(strata_trainer_t tr, strata_comm_t c, int r, struct strata__stage *st, double *t1) {
   struct strata_comm_info info;
   TRY(strata_comm_info(c, &info));
   /* no completion kept: the stage's queue waits for it, before the next step's work */
@@ -673,12 +672,30 @@ static int do_param_gather(struct exec *ex, int rank, int s) {
                       strata_mem(st->params, (size_t)r * st->chunk), strata_mem(st->params, 0), st->chunk, STRATA_SUM,
                       NULL));
   TRY(strata_queue_finish(st->q));
+  *t1 = strata__now();
+  return STRATA_OK;
+}
+
+static int do_param_gather(struct exec *ex, int rank, int s) {
+  strata_trainer_t tr = ex->tr;
+  struct strata__stage *st = tr->st[s];
+  strata_comm_t c = replica_comm(ex, s);
+  const int r = strata__stage_replica(tr, s);
+  double t0 = strata__now(), t1 = 0;
+  void *done = NULL;
+  int x = strata__ranks_post(tr, STRATA__COLL_ALLGATHER, s, st->q, strata_mem(st->params, (size_t)r * st->chunk),
+                             strata_mem(st->params, 0), st->chunk, &done);
+  if (x == 0) /* across ranks: the updated shards go once the updates are done; the next step's work follows */
+    x = strata__ranks_settle(tr, done, &t0, &t1);
+  else if (x == 1)
+    x = post_gather(tr, c, r, st, &t1);
+  TRY(x);
   if (tr->trace_path) {
     char name[24], group[48];
     replica_group(ex, s, group, sizeof group);
     snprintf(name, sizeof name, "PAG%d", s);
     pthread_mutex_lock(&ex->lock);
-    strata__trace_add_comm(tr, name, "allgather", (uint64_t)st->chunk * 4, group, t0, strata__now(), 2 * rank + 1);
+    strata__trace_add_comm(tr, name, "allgather", (uint64_t)st->chunk * 4, group, t0, t1, 2 * rank + 1);
     pthread_mutex_unlock(&ex->lock);
   }
   return STRATA_OK;
@@ -1020,7 +1037,8 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
     strata_buffer_free(ex.act[k].buf);
     strata_buffer_free(ex.grad[k].buf);
   }
-  for (int s = 0; ex.done && s < ex.S; s++)
+  strata__ranks_step_end(tr); /* the groups' threads across ranks, and their unsettled rounds after a failure */
+  for (int s = 0; ex.done && s < ex.S && tr->comm; s++) /* (across ranks: gone with the step's rounds) */
     if (ex.done[s]) { /* a failed step: the stage never reached its optimizer */
       strata_queue_finish(tr->st[s]->q);
       strata__comm_release(replica_comm(&ex, s), ex.done[s], NULL, NULL);

@@ -213,6 +213,34 @@ if [ "$(wc -l <"$out/n.a")" -eq 7 ] && [ "$(wc -l <"$out/n.b")" -eq 7 ] &&
   ok "dp 4 over 2 ranks (two replicas each) = one process's dp 4 within 1e-5"
 else notok "dp 4 over 2 ranks (two replicas each) = one process's dp 4 within 1e-5"; paste "$out/n.a" "$out/n.b" | sed 's/^/# /'
   tail -n 5 "$out/dp4b.json.err" | sed 's/^/# /'; fi
+# The cross-rank gradient all-reduce overlaps the backward: posted bucket by bucket (16K: gpt-micro's three layers a
+# bucket each) to the rank's thread for the group, while the device's queue computes the earlier layers. In the
+# merged trace each device has its GR comm events on its transfer track, and on each device some GR event starts
+# before that step's last B on it ends.
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=1 STRATA_GRAD_BUCKET=16K $run 2 $T --steps 4 --dp 2 \
+  --trace "$out/dpo.trace" >"$out/dpo.json" 2>"$out/dpo.json.err"
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 STRATA_GRAD_BUCKET=16K $T --steps 4 --dp 2 >"$out/dpo1.json" \
+  2>"$out/dpo1.json.err"
+same "dp 2 over 2 ranks, 16K buckets, traced = one process's" 5 "$out/dpo1.json" "$out/dpo.json"
+if command -v python3 >/dev/null 2>&1; then
+  if python3 -c '
+import json, sys
+ev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e["ph"] == "X"]
+for dev in (0, 1):
+    gr = [e for e in ev if e["tid"] == 2 * dev + 1 and e["cat"] == "comm" and e["name"].startswith("GR")]
+    assert len(gr) == 4 * 3, (dev, len(gr))  # 4 steps, 3 buckets
+    early = 0
+    for step in range(1, 5):
+        bs = [e for e in ev if e["tid"] == 2 * dev and e["name"].startswith("B") and e["args"]["step"] == step]
+        end = max(e["ts"] + e["dur"] for e in bs)
+        early += any(e["ts"] < end for e in gr if e["args"]["step"] == step)
+    print("device %d: a GR event starts before the last B ends in %d of 4 steps" % (dev, early))
+    assert early > 0, dev
+' "$out/dpo.trace" >"$out/dpo.py.log" 2>&1; then
+    ok "dp 2 over 2 ranks --trace: GR on each transfer track overlaps its device's backward ($(tr '\n' ';' <"$out/dpo.py.log"))"
+  else notok "dp 2 over 2 ranks --trace: GR overlaps the backward"; sed 's/^/# /' "$out/dpo.py.log" | tail -5
+    tail -n 5 "$out/dpo.json.err" | sed 's/^/# /'; fi
+fi
 # PoCL: one device per rank against two in one process (the reference first: it fills the kernel cache)
 env STRATA_BACKENDS=opencl POCL_DEVICES="pthread pthread" $T --steps 2 --dp 2 >"$out/cl1.json" 2>"$out/cl1.json.err"
 env STRATA_BACKENDS=opencl POCL_DEVICES=pthread $run 2 $T --steps 2 --dp 2 >"$out/cl2.json" 2>"$out/cl2.json.err"

@@ -19,12 +19,36 @@
 #define MEET_POLL_NS 50000000L
 
 /*
+** A data-parallel collective posted to a group's thread (a round): every
+** local member's arguments, filled as each posts it, and its outcome. Lives
+** until the step ends (strata__ranks_step_end); members hold it as a ticket.
+*/
+struct round {
+  struct strata__meet *m;
+  int kind;
+  size_t count;
+  int arrived;                       /* members that posted it */
+  int done;                          /* the call has returned (or was refused) */
+  int rc;
+  char msg[1024];
+  double t0, t1;                     /* when its data moved: from ready on every member to the call's return */
+  strata_queue_t *q;                 /* [n]: each member's collective queue (its device's second queue) */
+  strata_event_t *ev;                /* [n]: the end of the member's gradients on its stage's queue, at posting */
+  strata_mem_t *send, *recv;         /* [n] */
+};
+
+/*
 ** One group's meeting on this rank: the cluster's collectives take every
 ** local member's buffers in one call, while each member is a device's
 ** worker thread reaching its GRAD_REDUCE (or bucket, GRAD_SCATTER,
-** PARAM_GATHER; a tensor-parallel group's TP_JOIN) in its own time. Members
-** arrive, the last one calls for all, the others wait for that round to end
-** and share its status.
+** PARAM_GATHER; a tensor-parallel group's TP_JOIN) in its own time. A
+** tensor-parallel join meets: members arrive, the last one calls for all,
+** the others wait for that round to end and share its status. A
+** data-parallel collective is posted instead: the members go on, and the
+** group's thread makes the rounds' calls in posting order (the same on
+** every rank: each member posts the same collectives in the same order),
+** once every member posted it and its data is complete on the devices.
+** Different groups' threads call at once, each on its own group.
 */
 struct strata__meet {
   pthread_mutex_t lock;
@@ -38,6 +62,14 @@ struct strata__meet {
   unsigned long round;
   int rc;                            /* the last round's status and message */
   char msg[1024];
+  /* posted rounds (a data-parallel group): its thread, this step's rounds, and how many each member posted */
+  strata_trainer_t tr;
+  strata_cluster_comm_t cc;
+  pthread_t thread;
+  int started, stop;
+  struct round **rounds;
+  int nrounds, cap, next;
+  int *posted;                       /* [n] */
 };
 
 /* The rank holding stage s (of any chain). */
@@ -167,7 +199,10 @@ int strata__ranks_new(strata_trainer_t tr, strata_cluster_t c) {
   return R->spans ? make_pairs(tr) : STRATA_OK;
 }
 
+static void rounds_end(struct strata__meet *m);
+
 static void group_free(strata_cluster_comm_t *cc, struct strata__meet *m) {
+  rounds_end(m);
   strata_cluster_comm_free(*cc);
   *cc = NULL;
   if (m->ready) {
@@ -178,6 +213,7 @@ static void group_free(strata_cluster_comm_t *cc, struct strata__meet *m) {
   free(m->q);
   free(m->send);
   free(m->recv);
+  free(m->posted);
   memset(m, 0, sizeof *m);
 }
 
@@ -191,7 +227,8 @@ static int group_new(struct strata__ranks *R, const int *devices, int count, str
   m->q = calloc(n, sizeof *m->q);
   m->send = calloc(n, sizeof *m->send);
   m->recv = calloc(n, sizeof *m->recv);
-  if (!m->member || !m->q || !m->send || !m->recv)
+  m->posted = calloc(n, sizeof *m->posted);
+  if (!m->member || !m->q || !m->send || !m->recv || !m->posted)
     return strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
   TRY(strata_cluster_comm_local(*cc, &m->n, m->member));
   pthread_mutex_init(&m->lock, NULL);
@@ -215,6 +252,9 @@ void strata__ranks_free(strata_trainer_t tr) {
   for (int k = 0; R->shell && k < tr->tp * tr->nstages; k++)
     strata__stage_free(R->shell[k]);
   free(R->shell);
+  for (int s = 0; R->coll_q && s < strata__stages_all(tr); s++)
+    strata_queue_free(R->coll_q[s]);
+  free(R->coll_q);
   for (int i = 0; R->recv_q && i < R->npairs; i++)
     strata_queue_free(R->recv_q[i]);
   free(R->recv_q);
@@ -244,6 +284,8 @@ int strata__ranks_comms(strata_trainer_t tr) {
     for (int r = 0; r < tr->replicas; r++)
       devs[r] = R->global[tr->stage_rank[(r * tr->tp + k / S) * S + k % S]];
     rc = group_new(R, devs, tr->replicas, &R->comm[k], &R->meet[k]);
+    R->meet[k].tr = tr;
+    R->meet[k].cc = R->comm[k];
   }
   free(devs);
   return rc;
@@ -282,15 +324,16 @@ int strata__ranks_tp_spans(const struct strata_trainer *tr, int s) {
   return R && R->tp_comm && R->tp_comm[strata__stage_replica(tr, s) * tr->nstages + s % tr->nstages] != NULL;
 }
 
-/* The cluster's call for one round, with every local member's buffers. */
-static int meet_call(strata_cluster_comm_t cc, struct strata__meet *m, int kind, int op, size_t count) {
+/* The cluster's call for one round, with every local member's queue and buffers. */
+static int meet_call(strata_cluster_comm_t cc, const strata_queue_t *q, const strata_mem_t *send,
+                     const strata_mem_t *recv, int kind, int op, size_t count) {
   switch (kind) {
   case STRATA__COLL_ALLREDUCE:
-    return strata_cluster_allreduce(cc, m->q, m->send, m->recv, count, STRATA_FLOAT32, op);
+    return strata_cluster_allreduce(cc, q, send, recv, count, STRATA_FLOAT32, op);
   case STRATA__COLL_REDUCESCATTER:
-    return strata_cluster_reducescatter(cc, m->q, m->send, m->recv, count, STRATA_FLOAT32, op);
+    return strata_cluster_reducescatter(cc, q, send, recv, count, STRATA_FLOAT32, op);
   case STRATA__COLL_ALLGATHER:
-    return strata_cluster_allgather(cc, m->q, m->send, m->recv, count, STRATA_FLOAT32);
+    return strata_cluster_allgather(cc, q, send, recv, count, STRATA_FLOAT32);
   default:
     return strata__error(STRATA_ERR_INTERNAL, "collective %d across ranks", kind);
   }
@@ -342,7 +385,7 @@ static int meet(strata_trainer_t tr, strata_cluster_comm_t cc, struct strata__me
   }
   pthread_mutex_unlock(&m->lock);
   /* the last member: the others wait in the loop above, so the arrays hold still */
-  int rc = meet_call(cc, m, kind, op, count);
+  int rc = meet_call(cc, m->q, m->send, m->recv, kind, op, count);
   pthread_mutex_lock(&m->lock);
   m->rc = rc;
   strata__strlcpy(m->msg, rc ? strata_last_error() : "", sizeof m->msg);
@@ -353,13 +396,208 @@ static int meet(strata_trainer_t tr, strata_cluster_comm_t cc, struct strata__me
   return rc;
 }
 
-int strata__ranks_collective(strata_trainer_t tr, int kind, int s, strata_queue_t q, strata_mem_t send,
-                             strata_mem_t recv, size_t count) {
+/* ---- the data-parallel groups' threads ---- */
+
+static void round_free(struct round *r, int n) {
+  if (!r)
+    return;
+  for (int i = 0; r->ev && i < n; i++)
+    strata_event_free(r->ev[i]);
+  free(r->q);
+  free(r->ev);
+  free(r->send);
+  free(r->recv);
+  free(r);
+}
+
+/* The round is over: its status and times for its members (caller holds m->lock). */
+static void round_done(struct strata__meet *m, struct round *r, int rc, double t0, double t1) {
+  r->rc = rc;
+  strata__strlcpy(r->msg, rc ? strata_last_error() : "", sizeof r->msg);
+  r->t0 = t0;
+  r->t1 = t1;
+  r->done = 1;
+  for (int i = 0; i < m->n; i++) { /* (the thread waited for them: their queues are past them) */
+    strata_event_free(r->ev[i]);
+    r->ev[i] = NULL;
+  }
+  pthread_cond_broadcast(&m->cond);
+}
+
+/*
+** A group's thread: each round in posting order, once every local member
+** posted it. Its collective queues wait for the events that closed the
+** members' data on their stages' queues, then the cluster's call runs on
+** them, so the stages' queues go on computing meanwhile. A step that failed
+** on this rank refuses the rounds not begun; stop (the step's end) leaves
+** the rest.
+*/
+static void *group_main(void *arg) {
+  struct strata__meet *m = arg;
+  pthread_mutex_lock(&m->lock);
+  for (;;) {
+    while (!m->stop && !(m->next < m->nrounds && m->rounds[m->next]->arrived == m->n))
+      pthread_cond_wait(&m->cond, &m->lock);
+    if (m->stop)
+      break;
+    struct round *r = m->rounds[m->next++];
+    pthread_mutex_unlock(&m->lock);
+    int rc = step_failed(m->tr);
+    for (int i = 0; i < m->n && !rc; i++)
+      rc = strata_event_wait(r->q[i], r->ev[i]);
+    for (int i = 0; i < m->n && !rc; i++)
+      rc = strata_queue_finish(r->q[i]); /* the members' data is complete */
+    const double t0 = strata__now();
+    if (!rc)
+      rc = meet_call(m->cc, r->q, r->send, r->recv, r->kind, STRATA_SUM, r->count);
+    const double t1 = strata__now();
+    pthread_mutex_lock(&m->lock);
+    round_done(m, r, rc, t0, t1);
+  }
+  pthread_mutex_unlock(&m->lock);
+  return NULL;
+}
+
+/* Stop the group's thread (after its round in progress) and free the step's rounds. */
+static void rounds_end(struct strata__meet *m) {
+  if (!m->ready)
+    return;
+  pthread_mutex_lock(&m->lock);
+  m->stop = 1;
+  pthread_cond_broadcast(&m->cond);
+  pthread_mutex_unlock(&m->lock);
+  if (m->started)
+    pthread_join(m->thread, NULL);
+  for (int k = 0; k < m->nrounds; k++)
+    round_free(m->rounds[k], m->n);
+  free(m->rounds);
+  m->rounds = NULL;
+  m->nrounds = m->cap = m->next = 0;
+  m->started = m->stop = 0;
+  for (int i = 0; m->posted && i < m->n; i++)
+    m->posted[i] = 0;
+}
+
+void strata__ranks_step_end(strata_trainer_t tr) {
   struct strata__ranks *R = tr->ranks;
+  for (int k = 0; R && R->meet && k < tr->tp * tr->nstages; k++)
+    rounds_end(&R->meet[k]);
+}
+
+/* Member i's next round of group m (a new one when it is the first to post it); caller holds m->lock. */
+static int round_take(struct strata__meet *m, int i, int kind, size_t count, struct round **out) {
+  const int at = m->posted[i];
+  if (at == m->nrounds) {
+    if (m->nrounds == m->cap) {
+      int cap = m->cap ? 2 * m->cap : 16;
+      struct round **p = realloc(m->rounds, (size_t)cap * sizeof *p);
+      if (!p)
+        return strata__error(STRATA_ERR_NOMEM, "out of host memory posting a collective");
+      m->rounds = p;
+      m->cap = cap;
+    }
+    struct round *r = calloc(1, sizeof *r);
+    const size_t n = (size_t)m->n;
+    if (r) {
+      r->q = calloc(n, sizeof *r->q);
+      r->ev = calloc(n, sizeof *r->ev);
+      r->send = calloc(n, sizeof *r->send);
+      r->recv = calloc(n, sizeof *r->recv);
+    }
+    if (!r || !r->q || !r->ev || !r->send || !r->recv) {
+      round_free(r, m->n);
+      return strata__error(STRATA_ERR_NOMEM, "out of host memory posting a collective");
+    }
+    r->m = m;
+    r->kind = kind;
+    r->count = count;
+    m->rounds[m->nrounds++] = r;
+  }
+  struct round *r = m->rounds[at];
+  if (r->kind != kind || r->count != count)
+    return strata__error(STRATA_ERR_INTERNAL, "collective #%d across ranks: members posted different ones (%d of "
+                         "%zu, %d of %zu)", at, r->kind, r->count, kind, count);
+  m->posted[i]++;
+  *out = r;
+  return STRATA_OK;
+}
+
+int strata__ranks_post(strata_trainer_t tr, int kind, int s, strata_queue_t q, strata_mem_t send, strata_mem_t recv,
+                       size_t count, void **done) {
+  struct strata__ranks *R = tr->ranks;
+  *done = NULL;
   if (!R || tr->replicas < 2)
     return 1;
   const int k = strata__stage_slice(tr, s) * tr->nstages + s % tr->nstages;
-  return meet(tr, R->comm[k], &R->meet[k], strata__stage_replica(tr, s), kind, STRATA_SUM, q, send, recv, count);
+  struct strata__meet *m = &R->meet[k];
+  const int member = strata__stage_replica(tr, s);
+  int i = 0;
+  while (i < m->n && m->member[i] != member)
+    i++;
+  if (i == m->n)
+    return strata__error(STRATA_ERR_INTERNAL, "group rank %d is not a member of its group here", member);
+  TRY(step_failed(tr));
+  if (!R->coll_q && !(R->coll_q = calloc((size_t)strata__stages_all(tr), sizeof *R->coll_q)))
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory posting a collective");
+  /* (each stage's queue is made by its own device's worker, the only one posting for it) */
+  if (!R->coll_q[s])
+    TRY(strata_queue_new(strata_queue_device(q), &R->coll_q[s]));
+  strata_event_t ev = NULL;
+  TRY(strata_event_record(q, &ev));
+  pthread_mutex_lock(&m->lock);
+  int rc = STRATA_OK;
+  if (!m->started) {
+    m->stop = 0;
+    if (pthread_create(&m->thread, NULL, group_main, m) != 0)
+      rc = strata__error(STRATA_ERR_BACKEND, "cannot start a collective thread");
+    m->started = !rc;
+  }
+  struct round *r = NULL;
+  if (!rc)
+    rc = round_take(m, i, kind, count, &r);
+  if (rc) {
+    pthread_mutex_unlock(&m->lock);
+    strata_event_free(ev);
+    return rc;
+  }
+  r->q[i] = R->coll_q[s];
+  r->ev[i] = ev;
+  r->send[i] = send;
+  r->recv[i] = recv;
+  if (++r->arrived == m->n)
+    pthread_cond_broadcast(&m->cond);
+  pthread_mutex_unlock(&m->lock);
+  *done = r;
+  return STRATA_OK;
+}
+
+int strata__ranks_settle(strata_trainer_t tr, void *done, double *t0, double *t1) {
+  struct round *r = done;
+  struct strata__meet *m = r->m;
+  pthread_mutex_lock(&m->lock);
+  while (!r->done) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += MEET_POLL_NS;
+    if (until.tv_nsec >= 1000000000L) {
+      until.tv_sec++;
+      until.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&m->cond, &m->lock, &until);
+    /* the step failed on this rank: its thread refuses the rounds not begun, and one begun is bounded by the
+    ** cluster's timeout (the step's end waits for it) */
+    if (!r->done && step_failed(tr)) {
+      pthread_mutex_unlock(&m->lock);
+      return STRATA_ERR_STATE;
+    }
+  }
+  const int rc = r->rc;
+  char msg[sizeof r->msg];
+  memcpy(msg, r->msg, sizeof msg);
+  *t0 = r->t0;
+  *t1 = r->t1;
+  pthread_mutex_unlock(&m->lock);
+  return rc ? strata__error(rc, "%s", msg) : STRATA_OK;
 }
 
 int strata__ranks_join(strata_trainer_t tr, int s, strata_queue_t q, strata_mem_t x, size_t count, int op) {

@@ -43,6 +43,8 @@ struct strata__ranks {
   int npairs;                        /* (local pipeline rank, remote pipeline rank) pairs with messages between */
   int *pairs;                        /* [2 x npairs]: receiver, sender */
   strata_queue_t *recv_q;            /* [npairs]: each receiver's queue on its device, made at the first step */
+  strata_queue_t *coll_q;            /* [all stages]: each of this rank's stages' queue for its data-parallel
+                                     ** collectives, a second one on its device, made at its first */
 };
 
 /*
@@ -121,15 +123,26 @@ int strata__ranks_tp_spans(const struct strata_trainer *tr, int s);
 int strata__ranks_join(strata_trainer_t tr, int s, strata_queue_t q, strata_mem_t x, size_t count, int op);
 
 /*
-** Stage s's data-parallel collective (STRATA__COLL_ALLREDUCE,
+** Post stage s's data-parallel collective (STRATA__COLL_ALLREDUCE,
 ** _REDUCESCATTER, _ALLGATHER of `count` floats, strata/cluster.h's
-** conventions) through its group across ranks: this rank's members meet,
-** the last to arrive makes the call for them all and each returns once
-** the result is in its buffer. 1 when the group stays in this process
-** (the caller posts on tr->comm as before), else 0 or a status.
+** conventions) to its group across ranks, and go on: an event recorded
+** now on `q` (the stage's queue) closes its data; the group's thread,
+** once every member of this rank posted it, makes the cluster's call for
+** them all on a second queue of each member's device, so `q` keeps
+** computing meanwhile. Every member posts its group's collectives in the
+** same order. *done is the ticket for strata__ranks_settle, valid until
+** the step's end. 1 when the group stays in this process (the caller posts
+** on tr->comm as before), else 0 or a status.
 */
-int strata__ranks_collective(strata_trainer_t tr, int kind, int s, strata_queue_t q, strata_mem_t send,
-                             strata_mem_t recv, size_t count);
+int strata__ranks_post(strata_trainer_t tr, int kind, int s, strata_queue_t q, strata_mem_t send, strata_mem_t recv,
+                       size_t count, void **done /* OUT */);
+/* Wait for a posted collective: its status, and when its data moved (*t0 .. *t1). The result is in the member's
+** buffer, before anything enqueued next on the stage's queue. Returns at once, STRATA_ERR_STATE, when the step failed
+** on this rank. */
+int strata__ranks_settle(strata_trainer_t tr, void *done, double *t0 /* OUT */, double *t1 /* OUT */);
+/* After a step (its workers joined): the groups' threads stop, after the call in progress, and the step's rounds go
+** (unsettled ones after a failure too). */
+void strata__ranks_step_end(strata_trainer_t tr);
 
 /* The split: the rank of replica 0's first device balanced it (or it was given); every rank takes that one. */
 int strata__ranks_split(strata_trainer_t tr, int *split, int nstages);
