@@ -265,16 +265,22 @@ void strata__ranks_free(strata_trainer_t tr) {
   tr->ranks = NULL;
 }
 
+/* The tables of `groups` groups and their meetings (kept from an earlier call), and room for `width` devices. */
+static int groups_alloc(strata_cluster_comm_t **comm, struct strata__meet **meet, int groups, int width, int **devs) {
+  if (!*comm && !(*comm = calloc((size_t)groups, sizeof **comm)))
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
+  if (!*meet && !(*meet = calloc((size_t)groups, sizeof **meet)))
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
+  if (!(*devs = calloc((size_t)width, sizeof **devs)))
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
+  return STRATA_OK;
+}
+
 int strata__ranks_comms(strata_trainer_t tr) {
   struct strata__ranks *R = tr->ranks;
   const int S = tr->nstages, groups = tr->tp * S;
-  if (!R->comm && !(R->comm = calloc((size_t)groups, sizeof *R->comm)))
-    return strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
-  if (!R->meet && !(R->meet = calloc((size_t)groups, sizeof *R->meet)))
-    return strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
-  int *devs = calloc((size_t)tr->replicas, sizeof *devs);
-  if (!devs)
-    return strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
+  int *devs = NULL;
+  TRY(groups_alloc(&R->comm, &R->meet, groups, tr->replicas, &devs));
   int rc = STRATA_OK;
   /* in the same order on every rank: making a group is collective over the world */
   for (int k = 0; k < groups && !rc; k++) {
@@ -296,13 +302,8 @@ int strata__ranks_tp_comms(strata_trainer_t tr) {
   const int S = tr->nstages, groups = tr->replicas * S;
   if (!R || !R->tp_spans)
     return STRATA_OK;
-  if (!R->tp_comm && !(R->tp_comm = calloc((size_t)groups, sizeof *R->tp_comm)))
-    return strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
-  if (!R->tp_meet && !(R->tp_meet = calloc((size_t)groups, sizeof *R->tp_meet)))
-    return strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
-  int *devs = calloc((size_t)tr->tp, sizeof *devs);
-  if (!devs)
-    return strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
+  int *devs = NULL;
+  TRY(groups_alloc(&R->tp_comm, &R->tp_meet, groups, tr->tp, &devs));
   int rc = STRATA_OK;
   for (int k = 0; k < groups && !rc; k++) {
     group_free(&R->tp_comm[k], &R->tp_meet[k]);
@@ -339,6 +340,18 @@ static int meet_call(strata_cluster_comm_t cc, const strata_queue_t *q, const st
   }
 }
 
+/* Wait on the meeting's condition (its lock held) for a change, or MEET_POLL_NS at most. */
+static void meet_wait(struct strata__meet *m) {
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_nsec += MEET_POLL_NS;
+  if (until.tv_nsec >= 1000000000L) {
+    until.tv_sec++;
+    until.tv_nsec -= 1000000000L;
+  }
+  pthread_cond_timedwait(&m->cond, &m->lock, &until);
+}
+
 /* The step failed elsewhere on this rank: STRATA_ERR_STATE, else 0 (the trainer's abort flag, not held). */
 static int step_failed(strata_trainer_t tr) {
   TRY(strata__trainer_post_begin(tr));
@@ -363,14 +376,7 @@ static int meet(strata_trainer_t tr, strata_cluster_comm_t cc, struct strata__me
   const unsigned long round = m->round;
   if (++m->arrived < m->n) {
     while (m->round == round) {
-      struct timespec until;
-      clock_gettime(CLOCK_REALTIME, &until);
-      until.tv_nsec += MEET_POLL_NS;
-      if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-      }
-      pthread_cond_timedwait(&m->cond, &m->lock, &until);
+      meet_wait(m);
       if (m->round == round && step_failed(tr)) {
         m->arrived--;
         pthread_mutex_unlock(&m->lock);
@@ -576,14 +582,7 @@ int strata__ranks_settle(strata_trainer_t tr, void *done, double *t0, double *t1
   struct strata__meet *m = r->m;
   pthread_mutex_lock(&m->lock);
   while (!r->done) {
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_nsec += MEET_POLL_NS;
-    if (until.tv_nsec >= 1000000000L) {
-      until.tv_sec++;
-      until.tv_nsec -= 1000000000L;
-    }
-    pthread_cond_timedwait(&m->cond, &m->lock, &until);
+    meet_wait(m);
     /* the step failed on this rank: its thread refuses the rounds not begun, and one begun is bounded by the
     ** cluster's timeout (the step's end waits for it) */
     if (!r->done && step_failed(tr)) {
