@@ -476,10 +476,10 @@ static int allgatherv_bytes(struct strata_cluster *c, const void *mine, const si
   return rc;
 }
 
-static int bcast_bytes(struct strata_cluster *c, void *p, size_t bytes, const char *what) {
+static int bcast_bytes(struct strata_cluster *c, int root, void *p, size_t bytes, const char *what) {
   MPI_Request r = MPI_REQUEST_NULL;
   pthread_mutex_lock(&c->lock);
-  int rc = MPI_Ibcast(p, (int)bytes, MPI_BYTE, 0, c->ctl, &r);
+  int rc = MPI_Ibcast(p, (int)bytes, MPI_BYTE, root, c->ctl, &r);
   pthread_mutex_unlock(&c->lock);
   TRY(mpi_check(c, rc, what));
   return wait_requests(c, &r, NULL, 1, NULL, what);
@@ -616,7 +616,7 @@ static int measure_links(struct strata_cluster *c, const struct strata_cluster_o
     TRY(pingpong(c, 0, shm_peer, o->pingpong_bytes, &res[0], &res[1]));
   if (net_peer > 0 && (c->rank == 0 || c->rank == net_peer))
     TRY(pingpong(c, 0, net_peer, o->pingpong_bytes, &res[2], &res[3]));
-  TRY(bcast_bytes(c, res, sizeof res, "start-up ping-pong results"));
+  TRY(bcast_bytes(c, 0, res, sizeof res, "start-up ping-pong results"));
   if (res[0] > 0) {
     c->shm_gbps = res[0];
     c->shm_lat = res[1];
@@ -2086,4 +2086,19 @@ int strata__cluster_allgather(strata_cluster_t c, const void *mine, size_t bytes
   if (bytes)
     memcpy(all, mine, bytes);
   return STRATA_OK;
+}
+
+int strata__cluster_broadcast(strata_cluster_t c, int root, void *p, size_t bytes) {
+  if (!c || (bytes && !p))
+    return strata__error(STRATA_ERR_INVALID, "strata__cluster_broadcast: NULL argument");
+  TRY(check_broken(c));
+#ifdef STRATA_HAVE_MPI
+  if (c->mpi && c->size > 1) {
+    if (root < 0 || root >= c->size || bytes > INT_MAX)
+      return strata__error(STRATA_ERR_INVALID, "strata__cluster_broadcast: root %d of %d ranks, %zu bytes", root,
+                           c->size, bytes);
+    return bcast_bytes(c, root, p, bytes, "the trainer's broadcast between ranks");
+  }
+#endif
+  return root == 0 ? STRATA_OK : strata__error(STRATA_ERR_INVALID, "strata__cluster_broadcast: root %d of 1 rank", root);
 }

@@ -16,6 +16,8 @@
 ** INT_MAX.
 */
 int strata__cluster_allgather(strata_cluster_t c, const void *mine, size_t bytes, void *all /* OUT */);
+/* Rank `root`'s `bytes` bytes at `p` into every rank's `p`: collective over the world, bounded as above. */
+int strata__cluster_broadcast(strata_cluster_t c, int root, void *p, size_t bytes);
 
 /*
 ** Mark the cluster broken by a local failure (`status`, `what`): this

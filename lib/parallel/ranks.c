@@ -814,15 +814,8 @@ int strata__ranks_slice_values(strata_trainer_t tr, int k, int j, float *local, 
   struct strata__ranks *R = tr->ranks;
   if (!R || !R->spans)
     return STRATA_OK;
-  float *all = malloc((size_t)R->size * n * sizeof *all + 1);
-  if (!all)
-    return strata__error(STRATA_ERR_NOMEM, "out of host memory gathering parameters");
-  int rc = strata__cluster_allgather(R->cluster, local, n * sizeof *local, all);
-  int from = owner_of_stage(tr, k * tr->nstages + j); /* replica 0's */
-  if (!rc && from != R->rank)
-    memcpy(local, all + (size_t)from * n, n * sizeof *local);
-  free(all);
-  return rc;
+  /* from the rank of replica 0's copy: one slice's floats move, not every rank's */
+  return strata__cluster_broadcast(R->cluster, owner_of_stage(tr, k * tr->nstages + j), local, n * sizeof *local);
 }
 
 int strata__ranks_loss_sum(strata_trainer_t tr, double *sum) {
