@@ -57,6 +57,42 @@ Test(plan, unit_cost_1f1b_span_is_the_closed_form) {
     }
 }
 
+/* A tp degree per pipeline rank (strata_schedule_generate_hybrid_ranks' lists, where a slice beyond its rank's
+** degree is held by no device and another stands for it): with unit costs the lists finish in the span of the
+** pipeline without tp, on one device per slice. */
+Test(plan, unit_cost_tp_per_rank_spans_the_plain_pipeline) {
+  const int kinds[] = {STRATA_SCHEDULE_GPIPE, STRATA_SCHEDULE_1F1B, STRATA_SCHEDULE_INTERLEAVED, STRATA_SCHEDULE_ZB_H1};
+  const int tps[][3] = {{2, 1, 0}, {1, 2, 0}, {2, 1, 2}, {1, 3, 1}, {4, 2, 1}};
+  int checked = 0;
+  for (int k = 0; k < 4; k++)
+    for (int c = 0; c < 5; c++)
+      for (int m = 1; m <= 6; m++)
+        for (int r = 1; r <= 2; r++) {
+          const int p = tps[c][2] ? 3 : 2;
+          if (kinds[k] == STRATA_SCHEDULE_INTERLEAVED && m % p)
+            continue;
+          strata_schedule_t s, plain;
+          OK(strata_schedule_generate_hybrid_ranks(kinds[k], p, m, 2, r, tps[c], 0, &s));
+          OK(strata_schedule_generate_replicated(kinds[k], p, m, 2, r, 0, &plain));
+          struct strata_sim_result res, want;
+          OK(strata_simulate_schedule(s, NULL, &res));
+          OK(strata_simulate_schedule(plain, NULL, &want));
+          int devices = 0;
+          for (int d = 0; d < p; d++)
+            devices += tps[c][d];
+          cr_assert_float_eq(res.step_s, want.step_s, 1e-9, "%s tp %d,%d,%d m %d replicas %d: span %g, plain %g",
+                             strata_schedule_kind_name(kinds[k]), tps[c][0], tps[c][1], tps[c][2], m, r, res.step_s,
+                             want.step_s);
+          cr_assert_eq(res.devices, r * devices);
+          strata_sim_result_destroy(&res);
+          strata_sim_result_destroy(&want);
+          strata_schedule_free(s);
+          strata_schedule_free(plain);
+          checked++;
+        }
+  cr_assert_gt(checked, 150);
+}
+
 /* ---- helpers ---- */
 
 /* A GPT of `blocks` blocks (blocks + 2 layers) small enough for exhaustive search. */
@@ -461,6 +497,63 @@ Test(plan, trace_has_every_compute_action) {
   cr_assert_eq(compute, 2 * 4 * 2, "one event per F and B of 4 micro-batches on 2 stages: %d", compute);
   cr_assert_eq(names, 4);
   cr_assert_eq(sends, 2 * 4);
+  strata_sim_result_destroy(&r);
+  strata_layout_free(l);
+  strata_machine_free(c);
+  strata_model_free(m);
+}
+
+/* A layout with tp 2 on the first rank and 1 on the second runs the executor's own lists: one device per slice,
+** each with its F and B of every micro-batch, the pair's joins on the first rank's two devices only, one
+** activation send from the first slice, and the second rank's input gradient sent to both slices. */
+Test(plan, tp_per_rank_runs_the_executors_lists) {
+  strata_model_t m = small_gpt(4);
+  double f[3] = {1e12, 1e12, 1e12};
+  uint64_t mem[3] = {64 * GIB, 64 * GIB, 64 * GIB};
+  strata_machine_t c = node(3, f, mem, NULL, 10, 10, NULL, 0);
+  const int tp[2] = {2, 1}, split[2] = {3, 3}, devs[3] = {0, 1, 2}, mb = 4;
+  struct strata_layout_desc desc = {.dp = 1, .pp = 2, .tp = tp, .devices = devs, .ndevices = 3, .split = split,
+                                    .nsplit = 2, .schedule = STRATA_SCHEDULE_1F1B, .microbatches = mb};
+  strata_layout_t l;
+  OK(strata_layout_new(&desc, &l));
+  char path[] = "/tmp/strata-plan-trace-XXXXXX";
+  int fd = mkstemp(path);
+  cr_assert_geq(fd, 0);
+  close(fd);
+  struct strata_sim_options o = {.batch = 8, .trace = path};
+  struct strata_sim_result r;
+  OK(strata_simulate(c, m, l, &o, &r));
+  cr_assert_eq(r.devices, 3);
+  FILE *fp = fopen(path, "r");
+  cr_assert_not_null(fp);
+  char line[4096];
+  int compute[3] = {0}, joins[3] = {0}, sends[3] = {0};
+  while (fgets(line, sizeof line, fp)) {
+    const char *t = strstr(line, "\"tid\": ");
+    if (!t || strstr(line, "thread_name"))
+      continue;
+    const int tid = atoi(t + 7);
+    cr_assert(tid >= 0 && tid < 6, "tid %d", tid);
+    compute[tid / 2] += strstr(line, "\"cat\": \"compute\"") != NULL;
+    joins[tid / 2] += strstr(line, "\"collective\": \"allreduce\"") != NULL;
+    sends[tid / 2] += strstr(line, "\"cat\": \"send\"") != NULL;
+  }
+  fclose(fp);
+  unlink(path);
+  /* schedule devices: replica, then slice, then rank: 0 is rank 0 slice 0, 1 rank 1, 2 rank 0 slice 1 */
+  for (int d = 0; d < 3; d++)
+    cr_assert_eq(compute[d], 2 * mb, "device %d: %d compute events", d, compute[d]);
+  cr_assert(joins[0] == 2 * mb && joins[2] == 2 * mb && joins[1] == 0, "joins %d %d %d", joins[0], joins[1], joins[2]);
+  cr_assert(sends[0] == mb && sends[2] == 0 && sends[1] == 2 * mb, "sends %d %d %d", sends[0], sends[1], sends[2]);
+  /* half the first rank's work per slice, and the joins: faster than the same pipeline without tp */
+  strata_layout_t plain = layout(1, 2, 1, NULL, split, STRATA_SCHEDULE_1F1B, mb, 0);
+  struct strata_sim_options po = {.batch = 8};
+  struct strata_sim_result pr;
+  OK(strata_simulate(c, m, plain, &po, &pr));
+  cr_assert_lt(r.step_s, pr.step_s, "tp 2,1: %g s, tp 1: %g s", r.step_s, pr.step_s);
+  cr_assert_lt(r.memory[0], pr.memory[0], "a slice holds less than the whole stage");
+  strata_sim_result_destroy(&pr);
+  strata_layout_free(plain);
   strata_sim_result_destroy(&r);
   strata_layout_free(l);
   strata_machine_free(c);

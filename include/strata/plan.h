@@ -233,20 +233,20 @@ STRATA_API void strata_sim_result_destroy(struct strata_sim_result *r);
 /*
 ** Simulate one step of `layout` for `model` on `cluster` (layout devices
 ** are cluster device indices): the same per-device action lists the
-** executor runs (strata_schedule_generate_hybrid: a device per tp slice,
-** each TP_JOIN an all-reduce over the stage's group on its links, of the
-** bytes that the part's joins post, once every slice has reached it),
+** executor runs (strata_schedule_generate_hybrid, or
+** strata_schedule_generate_hybrid_ranks for a tp degree per rank: a
+** device per tp slice, each TP_JOIN an all-reduce over the stage's group
+** on its links, of the bytes that the part's joins post, once every slice
+** has reached it),
 ** compute costed op by op on each slice's device (a GPT: each GEMM at the
 ** speed calibrated for its size, the row and elementwise ops at theirs, a
 ** launch each; other models from their per-layer profile), devices on one
 ** host's cores sharing them, the optimizer's updates after every stage's
 ** norm, transfers on the links with the sender's copy engine and shared
-** uplinks contended, gradient collectives as rings hop by hop. A layout
-** with a tp degree per rank is simulated as one list per group at its
-** slowest member's pace, its joins inside F and B (not yet the lists of
-** strata_schedule_generate_hybrid_ranks that the executor runs for it). Action
-** kinds it does not know are zero-cost synchronisation. A layout that does
-** not fit still gives its figures, with fits = 0.
+** uplinks contended, gradient collectives as rings hop by hop; a send
+** goes to every slice of the next rank that takes it from the sender.
+** Action kinds it does not know are zero-cost synchronisation. A layout
+** that does not fit still gives its figures, with fits = 0.
 */
 STRATA_API int strata_simulate(strata_machine_t cluster, strata_model_t model, strata_layout_t layout,
                                const struct strata_sim_options *opts, struct strata_sim_result *out /* OUT */);

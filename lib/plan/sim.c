@@ -359,11 +359,11 @@ static int balanced_split(strata_model_t model, int S, int *split) {
 
 /*
 ** What every stage of the schedule costs: seconds per action, bytes per
-** transfer. With the executor's lists (one tp degree) a stage is one
-** slice on its own device, and its joins are the TP_JOIN actions; with a tp
-** degree per rank (the executor runs strata_schedule_generate_hybrid_ranks'
-** lists; this model is coarser) a stage is its whole group, costed at its
-** slowest member, the joins inside its F and B.
+** transfer. A stage is one slice on its own device, and its joins are the
+** TP_JOIN actions of the executor's lists; a stage no device holds (a slice
+** beyond its rank's tp degree) costs nothing. In symmetric mode on like
+** groups a stage is its whole group, costed at its slowest member, the
+** joins inside its F and B.
 */
 struct stage_cost {
   double f, b, bi, w, opt;          /* compute (joins included when inline) */
@@ -424,7 +424,8 @@ struct engine {
   int *tj_count;                    /* [keys] slices arrived at a TP_JOIN (keyed by the slice-0 stage) */
   double *tj_max;
   int *last_opt;                    /* [P] index of the device's last OPTIMIZER, -1 for none */
-  int opt_arrived;                  /* OPTIMIZERs reached: the update waits for every stage's norm */
+  int opt_arrived;                  /* OPTIMIZERs reached: the update waits for every held stage's norm */
+  int held;                         /* stages a device holds (all but a slice beyond its rank's tp degree) */
   double opt_max;
   struct shared_run *run;           /* [P] compute on host cores (NULL: no device shares them) */
   double *res_free;                 /* [nodes x k] uplinks, then [nodes x nics] out, then in */
@@ -432,7 +433,6 @@ struct engine {
   int nheap, cap_heap;
   struct event *ev;
   size_t nev, cap_ev;
-  int whole_sends;                  /* a stage sends its whole output (one tp degree: the joined tensor) */
   int tracing, failed;
 };
 
@@ -547,20 +547,25 @@ static int ready(const struct engine *e, int d, double *t) {
   } while (0)
   switch (a->kind) {
   case STRATA_ACTION_FORWARD:
-    if (has_prev(e, st))
-      NEED(strata_schedule_stage_device(e->s, st - 1) == d ? e->finish[key(e, STRATA_ACTION_FORWARD, st - 1, mb)]
-                                                           : e->finish[key(e, STRATA_ACTION_RECV_ACT, st, mb)]);
+    if (has_prev(e, st)) {
+      /* the previous stage, or the slice that stands for it */
+      const int p = strata_schedule_stage_owner(e->s, st - 1);
+      NEED(strata_schedule_stage_device(e->s, p) == d ? e->finish[key(e, STRATA_ACTION_FORWARD, p, mb)]
+                                                      : e->finish[key(e, STRATA_ACTION_RECV_ACT, st, mb)]);
+    }
     break;
   case STRATA_ACTION_SEND_ACT: NEED(e->finish[key(e, STRATA_ACTION_FORWARD, st, mb)]); break;
+  /* a transfer's arrival is kept under the stage before (after) the receiver: the sender may stand for it */
   case STRATA_ACTION_RECV_ACT: NEED(e->arrive[key(e, STRATA_ACTION_SEND_ACT, st - 1, mb)]); break;
   case STRATA_ACTION_BACKWARD:
   case STRATA_ACTION_BACKWARD_INPUT:
     NEED(e->finish[key(e, STRATA_ACTION_FORWARD, st, mb)]);
     if (has_next(e, st)) {
-      if (strata_schedule_stage_device(e->s, st + 1) == d) {
-        double b = e->finish[key(e, STRATA_ACTION_BACKWARD, st + 1, mb)];
+      const int nx = strata_schedule_stage_owner(e->s, st + 1);
+      if (strata_schedule_stage_device(e->s, nx) == d) {
+        double b = e->finish[key(e, STRATA_ACTION_BACKWARD, nx, mb)];
         if (b < 0)
-          b = e->finish[key(e, STRATA_ACTION_BACKWARD_INPUT, st + 1, mb)];
+          b = e->finish[key(e, STRATA_ACTION_BACKWARD_INPUT, nx, mb)];
         NEED(b);
       } else {
         NEED(e->finish[key(e, STRATA_ACTION_RECV_GRAD, st, mb)]);
@@ -579,7 +584,7 @@ static int ready(const struct engine *e, int d, double *t) {
   case STRATA_ACTION_OPTIMIZER:
     if (e->arrive[key(e, a->kind, st, mb)] >= 0) {
       /* the device's last: its updates wait until every stage's gradient norm is in (the global clip) */
-      if (e->opt_arrived < e->S)
+      if (e->opt_arrived < e->held)
         return 0;
       NEED(e->opt_max);
       break;
@@ -743,7 +748,7 @@ static double action_cost(const struct engine *e, const struct strata_action *a,
 static double opt_s(const struct engine *e, int d) {
   double t = 0;
   for (int g = 0; g < e->S; g++)
-    if (strata_schedule_stage_device(e->s, g) == d)
+    if (strata_schedule_stage_device(e->s, g) == d && strata_schedule_stage_held(e->s, g))
       t += e->unit ? e->unit[STRATA_ACTION_OPTIMIZER] : e->sc[g].opt;
   return t;
 }
@@ -863,7 +868,7 @@ static int engine_run(struct engine *e) {
           /* its norm is in; the updates wait for every stage's */
           e->arrive[self] = t;
           e->opt_max = t > e->opt_max ? t : e->opt_max;
-          if (++e->opt_arrived == e->S)
+          if (++e->opt_arrived == e->held)
             for (int x = 0; x < e->P; x++)
               wake(e, x);
           e->clock[d] = t;
@@ -873,7 +878,7 @@ static int engine_run(struct engine *e) {
         dur = opt_s(e, d);
       } else if (a->kind == STRATA_ACTION_OPTIMIZER) {
         e->opt_max = t > e->opt_max ? t : e->opt_max;
-        if (++e->opt_arrived == e->S)
+        if (++e->opt_arrived == e->held)
           for (int x = 0; x < e->P; x++)
             wake(e, x);
       }
@@ -886,26 +891,29 @@ static int engine_run(struct engine *e) {
     }
     case STRATA_ACTION_SEND_ACT:
     case STRATA_ACTION_SEND_GRAD: {
-      /* buffered: the device goes on; its copy engine carries the data */
+      /* buffered: the device goes on; its copy engine carries the data, the whole (joined) tensor, to every
+      ** slice of the neighbouring stage that takes it from this one (itself, and those whose neighbour no
+      ** device holds and this stage stands for); each arrival is kept under the receiver's neighbour */
       e->finish[self] = t;
-      int act = a->kind == STRATA_ACTION_SEND_ACT, peer = act ? st + 1 : st - 1;
-      int to = strata_schedule_stage_device(e->s, peer);
-      double dur = 0, end;
-      if (e->unit) {
-        dur = e->unit[a->kind];
-        end = t + dur;
-      } else {
-        const struct stage_cost *c = &e->sc[st], *p = &e->sc[peer];
-        /* a slice sends the whole (joined) tensor to its peer slice; a group of the planner's tp per rank
-        ** sends one slice per member pair */
-        int tmin = e->whole_sends ? 1 : c->tp < p->tp ? c->tp : p->tp;
-        double bytes = (act ? c->out_bytes : c->in_bytes) / tmin;
-        end = transfer(e, d, c->dev, p->dev, bytes, t, &dur);
-        trace(e, "send", a, NULL, 2 * d + 1, end - dur, end, bytes);
+      const int act = a->kind == STRATA_ACTION_SEND_ACT, peer = act ? st + 1 : st - 1;
+      for (int x = 0; x < e->T; x++) {
+        const int to = slice_stage(e, peer, x), from = act ? to - 1 : to + 1;
+        if (!strata_schedule_stage_held(e->s, to) || strata_schedule_stage_owner(e->s, from) != st)
+          continue;
+        double dur = 0, end;
+        if (e->unit) {
+          dur = e->unit[a->kind];
+          end = t + dur;
+        } else {
+          const struct stage_cost *c = &e->sc[st];
+          const double bytes = act ? c->out_bytes : c->in_bytes;
+          end = transfer(e, d, c->dev, e->sc[to].dev, bytes, t, &dur);
+          trace(e, "send", a, NULL, 2 * d + 1, end - dur, end, bytes);
+        }
+        e->comm[d] += dur;
+        e->arrive[key(e, a->kind, from, mb)] = end;
+        wake(e, strata_schedule_stage_device(e->s, to));
       }
-      e->comm[d] += dur;
-      e->arrive[self] = end;
-      wake(e, to);
       break;
     }
     case STRATA_ACTION_RECV_ACT:
@@ -954,20 +962,21 @@ static int engine_run(struct engine *e) {
         e->arrive[self] = t;
         e->clock[d] = t;
         const size_t k0 = key(e, a->kind, slice_stage(e, st, 0), mb);
+        const int slices = strata_schedule_stage_tp(e->s, st);
         e->tj_max[k0] = t > e->tj_max[k0] ? t : e->tj_max[k0];
-        if (++e->tj_count[k0] == e->T) {
+        if (++e->tj_count[k0] == slices) {
           const int fwd = a->kind == STRATA_ACTION_TP_JOIN_FORWARD;
           double start = e->tj_max[k0];
           double dur = e->unit ? e->unit[a->kind] : fwd ? e->sc[st].tjf : e->sc[st].tjb;
           double bytes = e->unit ? 0 : fwd ? e->sc[st].tjf_bytes : e->sc[st].tjb_bytes;
-          for (int x = 0; x < e->T; x++) {
+          for (int x = 0; x < slices; x++) {
             int sg = slice_stage(e, st, x), dv = strata_schedule_stage_device(e->s, sg);
             struct strata_action ja = {a->kind, sg, mb};
             e->finish[key(e, a->kind, sg, mb)] = start + dur;
             e->comm[dv] += dur;
             trace(e, "comm", &ja, "allreduce", 2 * dv + 1, start, start + dur, bytes);
           }
-          for (int x = 0; x < e->T; x++)
+          for (int x = 0; x < slices; x++)
             wake(e, strata_schedule_stage_device(e->s, slice_stage(e, st, x)));
         }
         schedule_device(e, d);
@@ -1032,6 +1041,8 @@ static int engine_init(struct engine *e, strata_schedule_t s, const struct strat
   e->R = e->Rdp * e->T;
   e->chain = e->S / e->R;
   e->c = c;
+  for (int g = 0; g < e->S; g++)
+    e->held += strata_schedule_stage_held(s, g);
   size_t keys = (size_t)STRATA_ACTION_KIND_COUNT * (size_t)e->S * (size_t)(e->M + 1), P = (size_t)e->P;
   size_t res = c ? (size_t)c->nodes * ((size_t)c->k + 2 * (size_t)c->nics) : 1;
   e->finish = malloc(keys * sizeof *e->finish);
@@ -1231,21 +1242,29 @@ STRATA_API int strata_simulate(strata_machine_t c, strata_model_t model, strata_
     rc = balanced_split(model, S, split);
   /* symmetric: two replicas stand for all, the collectives still span dp */
   const int R = o->symmetric && dp > 2 ? 2 : dp;
-  /* one tp degree for every rank: the executor's own lists, a slice per device and its joins as TP_JOIN
-  ** actions; a degree per rank: one list per group, joins inside F and B (coarser than the executor's lists).
-  ** Symmetric mode on groups of like devices runs one slice for all: the slices reach every join at one
-  ** time, so the join ends its cost after either's arrival, as in the lists of all slices. */
-  int T = strata_layout_tp(l, 0);
-  for (int r = 1; r < pp; r++)
-    if (strata_layout_tp(l, r) != T)
-      T = 0;
-  const int uniform = T > 0;
-  int inline_joins = !uniform || (o->symmetric && T > 1 && groups_alike(c, l, R));
+  /* the executor's own lists (strata_schedule_generate_hybrid_ranks for a tp degree per rank): a slice per
+  ** device and its joins as TP_JOIN actions. Symmetric mode on one degree over groups of like devices runs one
+  ** slice for all: the slices reach every join at one time, so the join ends its cost after either's arrival,
+  ** as in the lists of all slices. */
+  int *tps = malloc(sizeof *tps * (size_t)pp);
+  if (!tps)
+    rc = strata__error(STRATA_ERR_NOMEM, "simulator: out of host memory");
+  int uniform = 1;
+  for (int r = 0; tps && r < pp; r++) {
+    tps[r] = strata_layout_tp(l, r);
+    uniform &= tps[r] == tps[0];
+  }
+  const int inline_joins = tps && uniform && o->symmetric && tps[0] > 1 && groups_alike(c, l, R);
   if (inline_joins)
-    T = 1;
+    tps[0] = 1;
   strata_schedule_t s = NULL;
-  if (!rc)
-    rc = strata_schedule_generate_hybrid(strata_layout_schedule(l), pp, m, v, R, T, strata_layout_zero(l), &s);
+  if (!rc && uniform)
+    rc = strata_schedule_generate_hybrid(strata_layout_schedule(l), pp, m, v, R, tps[0], strata_layout_zero(l), &s);
+  else if (!rc)
+    rc = strata_schedule_generate_hybrid_ranks(strata_layout_schedule(l), pp, m, v, R, tps, strata_layout_zero(l),
+                                               &s);
+  free(tps);
+  const int T = s ? strata_schedule_tp(s) : 1;
   struct engine e;
   memset(&e, 0, sizeof e);
   int inited = 0;
@@ -1253,7 +1272,6 @@ STRATA_API int strata_simulate(strata_machine_t c, strata_model_t model, strata_
     inited = 1;
   if (!rc) {
     e.dp = dp;
-    e.whole_sends = uniform;
     e.tracing = o->trace != NULL;
     e.sc = calloc((size_t)e.S, sizeof *e.sc);
     if (!e.sc)
@@ -1264,6 +1282,10 @@ STRATA_API int strata_simulate(strata_machine_t c, strata_model_t model, strata_
     const int ch = g / S, rep = ch / T, slice = ch % T, j = g % S, rank = j % pp;
     struct stage_cost *sc = &e.sc[g];
     sc->tp = group_of(l, rep, rank, &sc->devs);
+    if (!strata_schedule_stage_held(s, g)) {
+      sc->dev = sc->devs[slice % sc->tp]; /* no device holds it: the slice that stands for it does its work */
+      continue;
+    }
     const int t = sc->tp, a = stage_first(split, j);
     /* the device whose costs this stage's actions take: the slice's own, or the group's slowest */
     struct strata_device_cost w = inline_joins ? group_cost(c, sc->devs, t) : c->cost[sc->devs[slice] % c->k];
@@ -1318,7 +1340,7 @@ STRATA_API int strata_simulate(strata_machine_t c, strata_model_t model, strata_
   if (!rc) {
     for (int g = 0; g < e.S; g++) {
       int d = strata_schedule_stage_device(s, g);
-      e.mem_now[d] += e.sc[g].static_bytes;
+      e.mem_now[d] += e.sc[g].static_bytes; /* 0 for a stage no device holds */
       e.mem_peak[d] = e.mem_now[d];
     }
     rc = engine_run(&e);
@@ -1333,7 +1355,7 @@ STRATA_API int strata_simulate(strata_machine_t c, strata_model_t model, strata_
     for (int d = 0; d < e.P; d++) {
       uint64_t cap = UINT64_MAX;
       for (int g = 0; g < e.S; g++)
-        if (strata_schedule_stage_device(s, g) == d && e.sc[g].capacity < cap)
+        if (strata_schedule_stage_device(s, g) == d && strata_schedule_stage_held(s, g) && e.sc[g].capacity < cap)
           cap = e.sc[g].capacity;
       out->memory[d] = (uint64_t)e.mem_peak[d];
       if (out->memory[d] > out->peak_bytes)
