@@ -6,7 +6,9 @@
 STRATA_KERNEL_FILES = \
 	%reldir%/dialect.h \
 	%reldir%/ops.k
-EXTRA_DIST += $(STRATA_KERNEL_FILES) %reldir%/embed.awk
+# OpenCL only: GEMM for CPU devices (CLBlast serves the others, cuBLAS CUDA)
+STRATA_KERNEL_OPENCL_FILES = %reldir%/gemm.k
+EXTRA_DIST += $(STRATA_KERNEL_FILES) $(STRATA_KERNEL_OPENCL_FILES) %reldir%/embed.awk
 
 if BUILD_OPENCL
 # kernels/opencl-source.c: the kernel sources as an array of C string lines
@@ -14,9 +16,9 @@ if BUILD_OPENCL
 # OpenCL module and handed to clCreateProgramWithSource at run time.
 BUILT_SOURCES += %reldir%/opencl-source.c
 CLEANFILES += %reldir%/opencl-source.c
-%reldir%/opencl-source.c: $(STRATA_KERNEL_FILES) %reldir%/embed.awk
+%reldir%/opencl-source.c: $(STRATA_KERNEL_FILES) $(STRATA_KERNEL_OPENCL_FILES) %reldir%/embed.awk
 	$(AM_V_GEN)$(MKDIR_P) %reldir% && \
 	$(AWK) -v name=strata__opencl_source -f $(srcdir)/%reldir%/embed.awk \
-		$(srcdir)/%reldir%/dialect.h $(srcdir)/%reldir%/ops.k > $@-t && \
+		$(srcdir)/%reldir%/dialect.h $(srcdir)/%reldir%/ops.k $(srcdir)/%reldir%/gemm.k > $@-t && \
 	mv -f $@-t $@
 endif

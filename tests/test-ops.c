@@ -241,6 +241,94 @@ Test(ops, gemm_square_sizes) {
   }
 }
 
+/*
+** One OpenCL device's GEMMs under STRATA_OPENCL_GEMM=`mode` against the
+** definition: every transpose, shapes that cover kernels/gemm.k's whole
+** tiles (8 x 32) and its cut edges (rows, columns, both), batches with
+** padded strides and a B shared by every batch item (stride 0), alpha and
+** beta; with beta 0 a C full of NaN is not read. Each result repeats bit for
+** bit.
+*/
+static void same_twice(int dev, const struct opcase *c, unsigned outputs, int wg);
+static void gemm_mode_cases(const char *mode) {
+  setenv("STRATA_OPENCL_GEMM", mode, 1);
+  strata_shutdown(); /* the backend reads it when it starts */
+  int o0 = tc_find_device("opencl", 0);
+  if (o0 < 0) {
+    unsetenv("STRATA_OPENCL_GEMM");
+    cr_skip_test("no OpenCL device (PoCL)");
+  }
+  static const int64_t shapes[][3] = {{64, 96, 40}, {37, 70, 19}, {8, 32, 1}, {5, 33, 64}, {70, 31, 9}};
+  int cases = 0;
+  for (int sh = 0; sh < 5; sh++)
+    for (int ta = 0; ta < 2; ta++)
+      for (int tb = 0; tb < 2; tb++)
+        for (int shared = 0; shared < 2; shared++) {
+          struct gemm_p p = {.ta = ta, .tb = tb, .m = shapes[sh][0], .n = shapes[sh][1], .k = shapes[sh][2],
+                             .batch = 2, .alpha = 0.75f, .beta = shared ? 0.0f : -0.5f};
+          p.lda = (ta ? p.m : p.k) + 3;
+          p.ldb = (tb ? p.k : p.n) + (shared ? 0 : 5);
+          p.ldc = p.n + 2;
+          p.sa = (ta ? p.k : p.m) * p.lda + 7;
+          p.sb = shared ? 0 : (tb ? p.n : p.k) * p.ldb + 1;
+          p.sc = p.m * p.ldc + 3;
+          size_t na = (size_t)(p.sa * p.batch), nb = (size_t)((tb ? p.n : p.k) * p.ldb + p.sb * p.batch),
+                 nc = (size_t)(p.sc * p.batch);
+          float *c0 = rnd(nc, 13, -1, 1);
+          if (p.beta == 0.0f)
+            for (size_t i = 0; i < nc; i++)
+              c0[i] = NAN; /* beta 0: C is written, never read */
+          struct opcase c = {"gemm", gemm_body, &p, 3, {na, nb, nc}, {rnd(na, 11, -1, 1), rnd(nb, 12, -1, 1), c0}};
+          float *want = calloc(nc, 4); /* beta 0: the definition reads no C */
+          if (p.beta != 0.0f)
+            memcpy(want, c0, nc * 4);
+          gemm_ref(&p, c.init[0], c.init[1], want);
+          void **got = alloc_outputs(&c);
+          cr_assert_eq(exec(o0, &c, got), STRATA_OK, "%s: %s", mode, strata_last_error());
+          /* inside the matrices the definition; the gaps between them keep their values (NaN stays NaN) */
+          for (int64_t t = 0; t < p.batch; t++)
+            for (int64_t i = 0; i < p.m; i++)
+              for (int64_t j = 0; j < p.n; j++) {
+                const size_t at = (size_t)(t * p.sc + i * p.ldc + j);
+                const float g = ((float *)got[2])[at], w = want[at];
+                cr_assert(fabsf(g - w) <= 1e-5f + 1e-5f * fabsf(w),
+                          "STRATA_OPENCL_GEMM=%s, %lldx%lldx%lld ta %d tb %d shared B %d: C[%lld][%lld][%lld] = %.7g, "
+                          "want %.7g",
+                          mode, (long long)p.m, (long long)p.n, (long long)p.k, ta, tb, shared, (long long)t,
+                          (long long)i, (long long)j, (double)g, (double)w);
+              }
+          same_twice(o0, &c, 4, 0);
+          free_outputs(&c, got);
+          free(want);
+          for (int i = 0; i < 3; i++)
+            free(c.init[i]);
+          cases++;
+        }
+  cr_assert_eq(cases, 5 * 8);
+}
+
+/* strata's CPU kernels (kernels/gemm.k: what PoCL runs by default), and CLBlast (what GPUs run) forced on PoCL. */
+Test(ops, opencl_gemm_kernels_on_cpu_devices) {
+  gemm_mode_cases("auto");
+  gemm_mode_cases("strata");
+  gemm_mode_cases("clblast");
+  unsetenv("STRATA_OPENCL_GEMM");
+  strata_shutdown();
+}
+
+/* STRATA_OPENCL_GEMM other than auto, clblast or strata is refused when the backend starts. */
+Test(ops, bad_opencl_gemm_choice_is_an_error) {
+  setenv("STRATA_BACKENDS", "opencl", 1);
+  setenv("STRATA_OPENCL_GEMM", "cublas", 1);
+  strata_shutdown();
+  int n;
+  cr_assert_eq(strata_device_count(&n), STRATA_ERR_PARSE, "STRATA_OPENCL_GEMM=cublas accepted");
+  cr_assert(strstr(strata_last_error(), "STRATA_OPENCL_GEMM"), "%s", strata_last_error());
+  unsetenv("STRATA_OPENCL_GEMM");
+  unsetenv("STRATA_BACKENDS");
+  strata_shutdown();
+}
+
 /* A linear layer's backward is two GEMMs: dA = dC B^T, dB = A^T dC. */
 static int linear_fwd(strata_queue_t q, strata_mem_t *m, const void *pp) {
   const int64_t *d = pp; /* m, k, n */

@@ -195,10 +195,10 @@ extern "C" cudaError_t strata__cuda_cross_entropy_bwd(cudaStream_t stream, strat
 extern "C" cudaError_t strata__cuda_adamw(cudaStream_t stream, strata__i64 items, float *param, strata__i64 param_off,
                                           const float *grad, strata__i64 grad_off, float *m, strata__i64 m_off,
                                           float *v, strata__i64 v_off, strata__i64 n, float lr, float beta1,
-                                          float beta2, float eps, float weight_decay, strata__i64 step)
+                                          float beta2, float eps, float weight_decay, float bc1, float bc2)
 {
   STRATA__CUDA_LAUNCH(k_adamw, param, param_off, grad, grad_off, m, m_off, v, v_off, n, lr, beta1, beta2, eps,
-                      weight_decay, step);
+                      weight_decay, bc1, bc2);
 }
 
 extern "C" cudaError_t strata__cuda_sumsq_partial(cudaStream_t stream, strata__i64 items, const float *x,

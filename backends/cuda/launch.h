@@ -96,7 +96,7 @@ cudaError_t strata__cuda_cross_entropy_bwd(cudaStream_t stream, strata__i64 grou
 cudaError_t strata__cuda_adamw(cudaStream_t stream, strata__i64 items, float *param, strata__i64 param_off,
                                const float *grad, strata__i64 grad_off, float *m, strata__i64 m_off, float *v,
                                strata__i64 v_off, strata__i64 n, float lr, float beta1, float beta2, float eps,
-                               float weight_decay, strata__i64 step);
+                               float weight_decay, float bc1, float bc2);
 cudaError_t strata__cuda_sumsq_partial(cudaStream_t stream, strata__i64 items, const float *x, strata__i64 x_off,
                                        strata__i64 n, float *part, strata__i64 part_off, strata__i64 nparts);
 cudaError_t strata__cuda_sumsq_final(cudaStream_t stream, strata__i64 items, const float *part,

@@ -262,11 +262,22 @@ static int ocl_init(const struct strata__services *svc, void **ctx, char *why, s
                         STRATA__OCL_WG_MAX);
     wg = (size_t)v;
   }
+  enum strata__ocl_gemm gemm = STRATA__OCL_GEMM_AUTO;
+  env = getenv("STRATA_OPENCL_GEMM");
+  if (env && *env) {
+    if (!strcmp(env, "clblast"))
+      gemm = STRATA__OCL_GEMM_CLBLAST;
+    else if (!strcmp(env, "strata"))
+      gemm = STRATA__OCL_GEMM_STRATA;
+    else if (strcmp(env, "auto"))
+      return svc->error(STRATA_ERR_PARSE, "STRATA_OPENCL_GEMM='%s': expected auto, clblast or strata", env);
+  }
   struct strata__ocl *ocl = calloc(1, sizeof *ocl);
   if (!ocl)
     return svc->error(STRATA_ERR_NOMEM, "opencl: out of host memory starting the backend");
   ocl->svc = svc;
   ocl->wg_request = wg;
+  ocl->gemm = gemm;
   cl_uint np = 0;
   cl_int err = clGetPlatformIDs(0, NULL, &np);
   if (err != CL_SUCCESS || np == 0) {
@@ -315,8 +326,15 @@ static int ocl_init(const struct strata__services *svc, void **ctx, char *why, s
   free(pids);
   if (ocl->ndevices == 0)
     snprintf(why, why_len, "%u OpenCL platform(s) but no usable device", (unsigned)np);
+  for (int d = 0; d < ocl->ndevices; d++)
+    svc->log(STRATA_LOG_INFO, "opencl", "GEMM on %s: %s", ocl->devices[d].info.name,
+             strata__ocl_gemm_ours(ocl, &ocl->devices[d]) ? "strata's CPU kernels (kernels/gemm.k)" : "CLBlast");
   *ctx = ocl;
   return ocl->ndevices;
+}
+
+int strata__ocl_gemm_ours(const struct strata__ocl *ocl, const struct strata__ocl_device *d) {
+  return ocl->gemm == STRATA__OCL_GEMM_STRATA || (ocl->gemm == STRATA__OCL_GEMM_AUTO && d->info.is_cpu);
 }
 
 static int ocl_device_info(void *ctx, int dev, struct strata__device_info *info) {
@@ -436,6 +454,8 @@ static void ocl_queue_free(void *ctx, void *queue) {
       clReleaseKernel(q->kernels[i]);
   if (q->sumsq_parts)
     clReleaseMemObject(q->sumsq_parts);
+  if (q->gemm_tmp)
+    clReleaseMemObject(q->gemm_tmp);
   if (q->q)
     clReleaseCommandQueue(q->q);
   pthread_mutex_destroy(&q->gate_lock);

@@ -47,7 +47,10 @@
   X(XENT_VP_SUMS, "k_xent_vp_sums")                     \
   X(XENT_VP_LOSS, "k_xent_vp_loss")                     \
   X(XENT_VP_BWD, "k_xent_vp_bwd")                       \
-  X(TOKENS_SHIFT, "k_tokens_shift")
+  X(TOKENS_SHIFT, "k_tokens_shift")                     \
+  X(GEMM_CPU, "k_gemm_cpu")                             \
+  X(GEMM_CPU_TA, "k_gemm_cpu_ta")                       \
+  X(GEMM_TRANSPOSE, "k_gemm_transpose")
 
 enum strata__ocl_kernel {
 #define STRATA__OCL_K_ENUM(id, name) STRATA__OCL_K_##id,
@@ -88,10 +91,15 @@ struct strata__ocl_device {
 ** kernels/ops.k: the size of their local arrays). */
 #define STRATA__OCL_WG_MAX 256
 
+/* Who computes GEMMs (STRATA_OPENCL_GEMM): strata's kernels of kernels/gemm.k on CPU devices and CLBlast on the
+** others (auto), CLBlast everywhere, or strata's kernels everywhere. */
+enum strata__ocl_gemm { STRATA__OCL_GEMM_AUTO, STRATA__OCL_GEMM_CLBLAST, STRATA__OCL_GEMM_STRATA };
+
 /* The backend context returned by init. */
 struct strata__ocl {
   const struct strata__services *svc;
   size_t wg_request;        /* STRATA_KERNEL_WORKGROUP, 0 when unset */
+  enum strata__ocl_gemm gemm; /* STRATA_OPENCL_GEMM */
   int nplatforms;
   struct strata__ocl_platform *platforms;
   int ndevices;
@@ -108,6 +116,8 @@ struct strata__ocl_queue {
   struct strata__ocl_device *dev;
   cl_kernel kernels[STRATA__OCL_K_COUNT];
   cl_mem sumsq_parts;       /* STRATA__OCL_SUMSQ_PARTS floats */
+  cl_mem gemm_tmp;          /* a transposed B for strata's GEMM kernels, grown as needed (NULL until then) */
+  size_t gemm_tmp_bytes;
   pthread_mutex_t gate_lock;/* guards gate_status and gate_error (set by the communicator's threads) */
   int gate_status;          /* the first failed gate this queue waited for, 0 if none */
   char gate_error[512];
@@ -126,6 +136,9 @@ const char *strata__ocl_err_name(cl_int err);
 ** with a status chosen from the code (out of memory, or backend failure).
 ** Returns that status. */
 int strata__ocl_fail(const struct strata__ocl *ocl, cl_int err, const char *what);
+
+/* Whether device `d`'s GEMMs run strata's kernels (kernels/gemm.k) rather than CLBlast. */
+int strata__ocl_gemm_ours(const struct strata__ocl *ocl, const struct strata__ocl_device *d);
 
 /* Enqueue one op on queue `q` (the backend table's `op` slot). */
 int strata__ocl_op(void *ctx, void *queue, const struct strata__op *op);

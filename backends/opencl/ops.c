@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* ops.c — the OpenCL backend's ops: kernels of kernels/ops.k launched on a queue, GEMM through CLBlast. */
+/* ops.c — the OpenCL backend's ops: kernels of kernels/ops.k launched on a queue, GEMM through CLBlast or, on CPU
+** devices, kernels/gemm.k. */
 #include "config.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -178,6 +180,89 @@ static const char *clblast_name(CLBlastStatusCode st) {
   }
 }
 
+/* Make the queue's transpose scratch hold at least `bytes`. */
+static int gemm_tmp(struct strata__ocl *ocl, struct strata__ocl_queue *q, size_t bytes) {
+  if (q->gemm_tmp && q->gemm_tmp_bytes >= bytes)
+    return STRATA_OK;
+  if (q->gemm_tmp) {
+    /* the queue is in order: commands already enqueued keep the old buffer alive until they are done */
+    clReleaseMemObject(q->gemm_tmp);
+    q->gemm_tmp = NULL;
+    q->gemm_tmp_bytes = 0;
+  }
+  cl_int err;
+  q->gemm_tmp = clCreateBuffer(q->dev->platform->context, CL_MEM_READ_WRITE, bytes, NULL, &err);
+  if (err != CL_SUCCESS) {
+    q->gemm_tmp = NULL;
+    char what[256];
+    snprintf(what, sizeof what, "clCreateBuffer of %zu bytes for a GEMM's transposed operand on %s", bytes,
+             q->dev->info.name);
+    return strata__ocl_fail(ocl, err, what);
+  }
+  q->gemm_tmp_bytes = bytes;
+  return STRATA_OK;
+}
+
+/* Enqueue kernel `kid` over a 3-D range (its arguments set). */
+static int enqueue3(struct strata__ocl *ocl, struct strata__ocl_queue *q, enum strata__ocl_kernel kid,
+                    const size_t global[3]) {
+  cl_int err = clEnqueueNDRangeKernel(q->q, q->kernels[kid], 3, NULL, global, NULL, 0, NULL, NULL);
+  if (err != CL_SUCCESS) {
+    char what[256];
+    snprintf(what, sizeof what, "clEnqueueNDRangeKernel(%s, %zu x %zu x %zu items) on %s",
+             strata__ocl_kernel_names[kid], global[0], global[1], global[2], q->dev->info.name);
+    return strata__ocl_fail(ocl, err, what);
+  }
+  return STRATA_OK;
+}
+
+#define GEMM_TRY(expr)                                                                                                 \
+  do {                                                                                                                 \
+    int rc_ = (expr);                                                                                                  \
+    if (rc_)                                                                                                           \
+      return rc_;                                                                                                      \
+  } while (0)
+
+/* Tiles of kernels/gemm.k (STRATA_GEMM_TM x STRATA_GEMM_TN). */
+#define GEMM_TM 8
+#define GEMM_TN 32
+
+/*
+** GEMM through kernels/gemm.k, for CPU devices, where CLBlast's tiles in
+** local memory run several times slower. A transposed B is first copied
+** to k x n in the queue's scratch (once when every batch item shares it).
+*/
+static int gemm_strata(struct strata__ocl *ocl, struct strata__ocl_queue *q,
+                       const __typeof__(((struct strata__op *)0)->u.gemm) *g) {
+  if (g->m > INT32_MAX || g->n > INT32_MAX || g->k > INT32_MAX)
+    return ocl->svc->error(STRATA_ERR_RANGE, "opencl: GEMM of %lld x %lld x %lld is too large for one launch",
+                           (long long)g->m, (long long)g->n, (long long)g->k);
+  struct strata__mem b = g->b;
+  int64_t ldb = g->ldb, sb = g->stride_b;
+  if (g->trans_b) {
+    const int64_t copies = g->stride_b == 0 ? 1 : g->batch;
+    GEMM_TRY(gemm_tmp(ocl, q, (size_t)(copies * g->k * g->n) * sizeof(float)));
+    GEMM_TRY(launch(ocl, q, STRATA__OCL_K_GEMM_TRANSPOSE, 0, "iimllc", (int)g->n, (int)g->k, &g->b, g->ldb,
+                   g->stride_b, q->gemm_tmp));
+    const size_t tg[3] = {(size_t)g->k, (size_t)g->n, (size_t)copies};
+    GEMM_TRY(enqueue3(ocl, q, STRATA__OCL_K_GEMM_TRANSPOSE, tg));
+    b = (struct strata__mem){NULL, 0};
+    ldb = g->n;
+    sb = g->stride_b == 0 ? 0 : g->k * g->n;
+  }
+  const enum strata__ocl_kernel kid = g->trans_a ? STRATA__OCL_K_GEMM_CPU_TA : STRATA__OCL_K_GEMM_CPU;
+  int rc = g->trans_b ? launch(ocl, q, kid, 0, "iiifmllcllfmll", (int)g->m, (int)g->n, (int)g->k, (double)g->alpha,
+                               &g->a, g->lda, g->stride_a, q->gemm_tmp, ldb, sb, (double)g->beta, &g->c, g->ldc,
+                               g->stride_c)
+                      : launch(ocl, q, kid, 0, "iiifmllmllfmll", (int)g->m, (int)g->n, (int)g->k, (double)g->alpha,
+                               &g->a, g->lda, g->stride_a, &b, ldb, sb, (double)g->beta, &g->c, g->ldc, g->stride_c);
+  if (rc)
+    return rc;
+  const size_t gl[3] = {(size_t)((g->m + GEMM_TM - 1) / GEMM_TM), (size_t)((g->n + GEMM_TN - 1) / GEMM_TN),
+                        (size_t)g->batch};
+  return enqueue3(ocl, q, kid, gl);
+}
+
 /*
 ** GEMM through CLBlast (row-major, offsets in elements). CLBlast refuses
 ** empty dimensions, so m, n or batch 0 do nothing and k = 0 scales C by
@@ -209,6 +294,8 @@ static int op_gemm(struct strata__ocl *ocl, struct strata__ocl_queue *q, const s
     }
     return STRATA_OK;
   }
+  if (strata__ocl_gemm_ours(ocl, q->dev))
+    return gemm_strata(ocl, q, g);
   const struct strata__ocl_buffer *a = g->a.h, *bb = g->b.h, *c = g->c.h;
   CLBlastTranspose ta = g->trans_a ? CLBlastTransposeYes : CLBlastTransposeNo;
   CLBlastTranspose tb = g->trans_b ? CLBlastTransposeYes : CLBlastTransposeNo;
@@ -333,8 +420,11 @@ int strata__ocl_op(void *ctx, void *queue, const struct strata__op *op) {
   }
   case STRATA__OP_ADAMW: {
     const __typeof__(op->u.adamw) *o = &op->u.adamw;
-    return launch(ocl, q, STRATA__OCL_K_ADAMW, o->n, "mmmmlfffffl", &o->param, &o->grad, &o->m, &o->v, o->n,
-                  (double)o->lr, (double)o->beta1, (double)o->beta2, (double)o->eps, (double)o->weight_decay, o->step);
+    /* the bias corrections once here, as the host backend computes them (pow per element cost PoCL half a step) */
+    const float bc1 = 1.0f - powf(o->beta1, (float)o->step), bc2 = 1.0f - powf(o->beta2, (float)o->step);
+    return launch(ocl, q, STRATA__OCL_K_ADAMW, o->n, "mmmmlfffffff", &o->param, &o->grad, &o->m, &o->v, o->n,
+                  (double)o->lr, (double)o->beta1, (double)o->beta2, (double)o->eps, (double)o->weight_decay,
+                  (double)bc1, (double)bc2);
   }
   case STRATA__OP_SUMSQ: {
     const __typeof__(op->u.sumsq) *o = &op->u.sumsq;
