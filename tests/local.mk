@@ -146,6 +146,9 @@ tests_mpi_check_SOURCES = tests/mpi-check.c
 tests_mpi_check_LDADD = libstrata.la $(PTHREAD_LIBS) -lm
 TESTS += tests/test-mpi.sh
 EXTRA_DIST += tests/test-mpi.sh
+# Collectives across ranks on real CUDA devices (NCCL); skipped without one, run by tests/gpu/run.
+TESTS += tests/test-mpi-nccl.sh
+EXTRA_DIST += tests/test-mpi-nccl.sh
 
 if HAVE_CRITERION
 check_PROGRAMS += tests/test-cluster

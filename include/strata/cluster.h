@@ -217,14 +217,18 @@ STRATA_API int strata_cluster_recv(strata_cluster_t c, int peer, int tag, strata
 **    members: the rank holding member 0 makes its unique id, MPI carries
 **    it to every rank, and each rank joins with its members
 **    (ncclCommInitRank, NCCL rank = member index). The collectives run on
-**    the members' own queues, device to device.
+**    the members' own queues, device to device. A group within one rank
+**    takes this path too.
+**    A rank that cannot join says so, and every rank frees its part and
+**    falls back.
 **  * hierarchical, otherwise: inside each rank a local communicator
 **    (strata/comm.h) over that rank's members; across ranks MPI between one
 **    leader per rank (its first member), over the ranks in ascending order.
 ** `opts` configures the local communicators; its algorithm (or
 ** STRATA_COMM_ALGORITHM) applies to the group: STRATA_COMM_NCCL on any rank
-** makes every rank fail with STRATA_ERR_UNSUPPORTED and the same reason
-** when the NCCL path cannot be had; RING or DIRECT asks for the
+** makes every rank fail with the same status and reason when the NCCL
+** path cannot be had (STRATA_ERR_UNSUPPORTED, or the failure of the rank
+** that could not join); RING or DIRECT asks for the
 ** hierarchical path. strata_cluster_comm_info tells the path taken and why
 ** (also logged at info level, subsystem "comm"). Every rank of the cluster
 ** calls strata_cluster_comm_new with the same list (ranks with no member
@@ -262,10 +266,10 @@ STRATA_API int strata_cluster_comm_info(strata_cluster_comm_t cc, struct strata_
 ** reductions run in a fixed order (inside each rank the local
 ** communicator's, across ranks a ring in rank order), so results are
 ** bit-identical between runs and on every member; on the NCCL path the
-** order is NCCL's (the same bits on every member, not promised between
-** runs or layouts). For all-gather, recv is size x count with member g's block at
-** g x count; for reduce-scatter, send is size x count and recv gets block
-** g; for broadcast, `root` is a group rank.
+** order is NCCL's, which strata does not promise between runs. For
+** all-gather, recv is size x count with member g's block at g x count; for
+** reduce-scatter, send is size x count and recv gets block g; for
+** broadcast, `root` is a group rank.
 */
 STRATA_API int strata_cluster_allreduce(strata_cluster_comm_t cc, const strata_queue_t *queues,
                                         const strata_mem_t *send, const strata_mem_t *recv, size_t count, int dtype,

@@ -1793,8 +1793,9 @@ static int choose_path(struct strata_cluster_comm *cc, int id, int wish) {
   if (rc)
     return rc;
   if (cc->nccl)
-    snprintf(cc->path, sizeof cc->path, "nccl: one NCCL communicator over the %d members on %d ranks (its id from rank %d)",
-             cc->n, cc->nranks, cc->rank_of[0]);
+    snprintf(cc->path, sizeof cc->path,
+             "nccl: one NCCL communicator over the %d members on %d ranks (its id from rank %d)", cc->n, cc->nranks,
+             cc->rank_of[0]);
   else
     snprintf(cc->path, sizeof cc->path, "hierarchical: inside each rank its local communicator, MPI between ranks; "
              "not NCCL: %s", why);
