@@ -36,6 +36,14 @@ has() {
 # Alone: a cluster of one process, whether or not MPI was built in.
 check "one process: cluster of one rank" "$out/alone.log" env STRATA_MPI=0 "$prog" view
 has "one process: 1 rank, 1 node, 3 devices" "$out/alone.log" '^view: 1 ranks, 1 nodes, 3 devices'
+if [ -f "$b/tests/fake/ccl/.libs/strata-cuda.so" ]; then
+  check "one process: a group of two fake CUDA devices with the fake NCCL" "$out/alone-ccl.log" \
+    env TMPDIR="$out" STRATA_MPI=0 STRATA_BACKENDS=cuda STRATA_BACKEND_PATH="$b/tests/fake/ccl/.libs" "$prog" collectives
+  check "one process: its path" "$out/alone-ccl-path.log" \
+    env TMPDIR="$out" STRATA_MPI=0 STRATA_BACKENDS=cuda STRATA_BACKEND_PATH="$b/tests/fake/ccl/.libs" "$prog" path
+  has "one process: one NCCL communicator over its two members" "$out/alone-ccl-path.log" \
+    '^path rank 0: nccl: one NCCL communicator over the 2 members on 1 ranks'
+fi
 
 if ! grep -q '^#define STRATA_HAVE_MPI 1' "$b/config.h" 2>/dev/null; then
   skip "mpirun tests: strata was configured without MPI (./configure --with-mpi)"
