@@ -2139,17 +2139,22 @@ static int lib_coll(struct strata_cluster_comm *cc, const char *fn, int kind, co
     return strata__error(STRATA_ERR_RANGE, "%s: %zu elements per member is too many", fn, count);
   size_t sn = kind == STRATA__COLL_REDUCESCATTER ? count * n : count;
   size_t rn = kind == STRATA__COLL_ALLGATHER ? count * n : count;
-  for (int i = 0; i < cc->nlocal; i++) {
-    if (kind != STRATA__COLL_BROADCAST || cc->local_members[i] == root)
-      TRY(check_operand(cc, fn, i, "send", send[i], sn));
-    TRY(check_operand(cc, fn, i, "recv", recv[i], rn));
-  }
   char what[200];
   snprintf(what, sizeof what, "%s of %zu %s over %d devices on %d ranks (NCCL)", fn + strlen("strata_cluster_"), count,
            strata_dtype_name(dtype), cc->n, cc->nranks);
+  /* a bad operand here leaves the other ranks inside NCCL: the cluster is broken, as for any failure */
+  int rc = STRATA_OK;
+  for (int i = 0; i < cc->nlocal && !rc; i++) {
+    if (kind != STRATA__COLL_BROADCAST || cc->local_members[i] == root)
+      rc = check_operand(cc, fn, i, "send", send[i], sn);
+    if (!rc)
+      rc = check_operand(cc, fn, i, "recv", recv[i], rn);
+  }
+  if (rc)
+    return coll_failed(cc, rc, what);
   void **qh = calloc((size_t)cc->nlocal, sizeof *qh);
   struct strata__mem *sm = calloc((size_t)cc->nlocal, sizeof *sm), *rm = calloc((size_t)cc->nlocal, sizeof *rm);
-  int rc = qh && sm && rm ? STRATA_OK : strata__error(STRATA_ERR_NOMEM, "%s: out of host memory", what);
+  rc = qh && sm && rm ? STRATA_OK : strata__error(STRATA_ERR_NOMEM, "%s: out of host memory", what);
   for (int i = 0; i < cc->nlocal && !rc; i++) {
     qh[i] = queues[i]->h;
     rm[i].h = recv[i].buf->h;
