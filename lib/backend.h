@@ -11,7 +11,11 @@
 
 /* Raised whenever the layout of anything in this file changes; a module
 ** built against another version is refused when it is loaded. */
-#define STRATA__BACKEND_API_VERSION 6
+#define STRATA__BACKEND_API_VERSION 7
+
+/* The most bytes of a backend library's communicator id (comm_unique_id):
+** NCCL's ncclUniqueId is 128. */
+#define STRATA__COMM_ID_BYTES 128
 
 /* The symbol every module exports: returns its table. */
 #define STRATA__BACKEND_ENTRY "strata_backend_entry"
@@ -278,6 +282,21 @@ struct strata__backend {
   /* Whether comm_new can work here: 0 with the library and version in
   ** `why`, or a status with the reason. Optional. */
   int (*comm_probe)(void *ctx, char *why, size_t len);
+
+  /* The same library's communicators across processes (NCCL over MPI
+  ** ranks). comm_unique_id writes the id of a new communicator into `id`
+  ** (`cap` >= STRATA__COMM_ID_BYTES bytes) in the process that holds its
+  ** member 0; the runtime hands those bytes to every process, and each
+  ** calls comm_new_rank with them, the group's size `nranks` and its own
+  ** `nlocal` members: `ranks` their member indices in the group, `devs`
+  ** their devices. comm_new_rank returns only once every process has
+  ** joined. The result goes to comm_coll and comm_free as comm_new's does,
+  ** with `queues`, `send`, `recv` and `member` indexed by local member and
+  ** `root` a member index of the whole group. Optional (both or neither):
+  ** NULL means the runtime's hierarchical path across processes. */
+  int (*comm_unique_id)(void *ctx, void *id /* OUT */, size_t cap);
+  int (*comm_new_rank)(void *ctx, const void *id, int nranks, int nlocal, const int *ranks, const int *devs,
+                       void **comm /* OUT */);
 
   /* 1 when an op on one device of this backend may read buffers of its
   ** other devices (one address space: the host's virtual devices), so a

@@ -71,7 +71,7 @@ endif
 
 # Fake backend modules for the registry tests: a "cuda" and an "opencl" whose
 # devices share a PCI id, a stale module and one without the entry symbol.
-EXTRA_DIST += tests/fake/backend.c tests/fake/gone.c
+EXTRA_DIST += tests/fake/backend.c tests/fake/gone.c tests/fake/comm.c tests/fake/fake-comm.h
 if HAVE_CRITERION
 fake_module_flags = -module -avoid-version -shared -rpath /nowhere -no-undefined
 check_LTLIBRARIES = tests/fake/cuda/strata-cuda.la tests/fake/opencl/strata-opencl.la \
@@ -103,6 +103,14 @@ tests_fake_unloadable_strata_cuda_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME='"cud
 tests_fake_unloadable_strata_cuda_la_LDFLAGS = $(fake_module_flags) \
 	-Wl,--no-as-needed,-Ltests/fake/gone/.libs,-lstrata-test-gone
 tests_fake_unloadable_strata_cuda_la_DEPENDENCIES = tests/fake/gone/libstrata-test-gone.la
+
+# A "cuda" module whose communicators span processes through a shared file
+# (NCCL's part, played on CPUs): tests/test-mpi.sh runs the cluster's
+# one-communicator path with it.
+check_LTLIBRARIES += tests/fake/ccl/strata-cuda.la
+tests_fake_ccl_strata_cuda_la_SOURCES = tests/fake/backend.c tests/fake/comm.c tests/fake/fake-comm.h
+tests_fake_ccl_strata_cuda_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME='"cuda"' -DFAKE_PCI='"", ""' -DFAKE_COMM
+tests_fake_ccl_strata_cuda_la_LDFLAGS = $(fake_module_flags)
 
 EXTRA_DIST += tests/test-gpu-run.sh
 TESTS += tests/test-gpu-run.sh
@@ -138,6 +146,9 @@ tests_mpi_check_SOURCES = tests/mpi-check.c
 tests_mpi_check_LDADD = libstrata.la $(PTHREAD_LIBS) -lm
 TESTS += tests/test-mpi.sh
 EXTRA_DIST += tests/test-mpi.sh
+# Collectives across ranks on real CUDA devices (NCCL); skipped without one, run by tests/gpu/run.
+TESTS += tests/test-mpi-nccl.sh
+EXTRA_DIST += tests/test-mpi-nccl.sh
 
 if HAVE_CRITERION
 check_PROGRAMS += tests/test-cluster

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* mpi-check.c — one rank of the cluster tests (tests/test-mpi.sh runs it under mpirun): the view, point-to-point, hierarchical collectives, failures. */
+/* mpi-check.c — one rank of the cluster tests (tests/test-mpi.sh and tests/test-mpi-nccl.sh run it under mpirun): the view, point-to-point, collectives and the path they take, failures. */
 #include "config.h"
 
 #include <math.h>
@@ -543,6 +543,70 @@ static int cmd_collectives(void) {
   return failures;
 }
 
+/* ---------------------------------------------------------------- path */
+
+/* The path a group over every rank's devices (from MPI_CHECK_DEVICE) takes:
+** MPI_CHECK_ALGORITHM (auto, ring, direct, nccl) is the algorithm asked for,
+** on every rank or only on rank MPI_CHECK_ALGORITHM_RANK. Prints the path
+** and its reason, or the refusal, one line per rank, for the driver to
+** compare; with a group made, one all-reduce is checked against the host
+** (not with MPI_CHECK_PATH_ONLY=1: the fake CUDA module's devices have no
+** ops, so only its communicator across ranks can reduce). */
+static int cmd_path(void) {
+  int devs[256];
+  int n = collectives(0, devs);
+  struct strata_comm_options o;
+  memset(&o, 0, sizeof o);
+  const char *a = getenv("MPI_CHECK_ALGORITHM"), *ar = getenv("MPI_CHECK_ALGORITHM_RANK");
+  if (a && (!ar || atoi(ar) == ci.rank))
+    o.algorithm = !strcmp(a, "nccl") ? STRATA_COMM_NCCL : !strcmp(a, "ring") ? STRATA_COMM_RING
+                  : !strcmp(a, "direct") ? STRATA_COMM_DIRECT : STRATA_COMM_AUTO;
+  strata_cluster_comm_t cc = NULL;
+  int rc = strata_cluster_comm_new(cl, devs, n, &o, &cc);
+  if (rc) {
+    printf("path rank %d: refused: %s: %s\n", ci.rank, strata_err_name(rc), strata_last_error());
+    return failures;
+  }
+  struct strata_cluster_comm_info info;
+  MUST(strata_cluster_comm_info(cc, &info));
+  printf("path rank %d: %s\n", ci.rank, info.path);
+  if (strncmp(info.path, info.nccl ? "nccl: " : "hierarchical: ", info.nccl ? 6 : 14) != 0)
+    fail("strata_cluster_comm_info: nccl %d but the path says '%s'", info.nccl, info.path);
+  if (info.size != n || info.ranks != ci.size)
+    fail("strata_cluster_comm_info: %d members on %d ranks, expected %d on %d", info.size, info.ranks, n, ci.size);
+  strata_cluster_comm_free(cc);
+  const char *only = getenv("MPI_CHECK_PATH_ONLY");
+  if (only && strcmp(only, "1") == 0)
+    return failures;
+  /* the same group again, through the collectives: all-reduce against the host's sum */
+  struct group g;
+  memset(&g, 0, sizeof g);
+  MUST(strata_cluster_comm_new(cl, devs, n, &o, &g.cc));
+  g.n = n;
+  MUST(strata_cluster_comm_local(g.cc, &g.nlocal, g.members));
+  for (int i = 0; i < g.nlocal; i++)
+    MUST(strata_queue_new(devs[g.members[i]] - ci.first_device, &g.q[i]));
+  size_t count = 4099;
+  group_buffers(&g, count * 4, count * 4);
+  for (int i = 0; i < g.nlocal; i++)
+    upload(&g, i, ival, count, 0);
+  float *want = malloc(count * 4);
+  for (size_t k = 0; k < count; k++) {
+    double acc = 0;
+    for (int m = 0; m < n; m++)
+      acc += ival(m, k);
+    want[k] = (float)acc;
+  }
+  MUST(strata_cluster_allreduce(g.cc, g.q, g.s, g.r, count, STRATA_FLOAT32, STRATA_SUM));
+  for (int i = 0; i < g.nlocal; i++)
+    check(&g, i, want, count, "allreduce on the path taken");
+  free(want);
+  group_free(&g);
+  if (!failures)
+    printf("path rank %d: allreduce of %zu over %d members equals the host's sum\n", ci.rank, count, n);
+  return failures;
+}
+
 /* ------------------------------------------------------------- failure */
 
 /* Rank size-1 dies (MPI_CHECK_FAULT=kill) or stops answering (=stall) at the third
@@ -596,7 +660,7 @@ static int cmd_p2pkill(void) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: mpi-check view|p2p|collectives|mismatch|kill|stall|fault|p2pkill\n");
+    fprintf(stderr, "usage: mpi-check view|p2p|collectives|path|mismatch|kill|stall|fault|p2pkill\n");
     return 2;
   }
   const char *cmd = argv[1];
@@ -617,6 +681,8 @@ int main(int argc, char **argv) {
     bad = cmd_p2p();
   else if (strcmp(cmd, "collectives") == 0)
     bad = cmd_collectives();
+  else if (strcmp(cmd, "path") == 0)
+    bad = cmd_path();
   else if (strcmp(cmd, "mismatch") == 0)
     bad = cmd_mismatch();
   else if (strcmp(cmd, "p2pkill") == 0)

@@ -1,6 +1,7 @@
 #!/bin/sh
 # test-mpi.sh — the cluster layer (strata/cluster.h) under mpirun -np 2 and -np 4: the global view, point-to-point,
-# hierarchical collectives against the host, bit-identical repeats, and a killed, silent or faulty rank named within the timeout;
+# hierarchical collectives against the host, bit-identical repeats, the path a group takes (hierarchical or one NCCL
+# communicator, the latter with a fake NCCL on CPUs) agreed by every rank, and a killed, silent or faulty rank named within the timeout;
 # strata-train --dp 2 over 2 ranks (host and PoCL devices) against the one-process run, its checkpoint resumed by one
 # process, and a rank killed mid-training; --pp 2 across 2 ranks and dp 2 x pp 2 over 4 (host and PoCL) against one
 # process, a merged trace, dp 2 x pp 2 x tp 2 over 4 ranks (tp inside each, and tp across), tp 2 and tp 4 across
@@ -35,6 +36,14 @@ has() {
 # Alone: a cluster of one process, whether or not MPI was built in.
 check "one process: cluster of one rank" "$out/alone.log" env STRATA_MPI=0 "$prog" view
 has "one process: 1 rank, 1 node, 3 devices" "$out/alone.log" '^view: 1 ranks, 1 nodes, 3 devices'
+if [ -f "$b/tests/fake/ccl/.libs/strata-cuda.so" ]; then
+  check "one process: a group of two fake CUDA devices with the fake NCCL" "$out/alone-ccl.log" \
+    env TMPDIR="$out" STRATA_MPI=0 STRATA_BACKENDS=cuda STRATA_BACKEND_PATH="$b/tests/fake/ccl/.libs" "$prog" collectives
+  check "one process: its path" "$out/alone-ccl-path.log" \
+    env TMPDIR="$out" STRATA_MPI=0 STRATA_BACKENDS=cuda STRATA_BACKEND_PATH="$b/tests/fake/ccl/.libs" "$prog" path
+  has "one process: one NCCL communicator over its two members" "$out/alone-ccl-path.log" \
+    '^path rank 0: nccl: one NCCL communicator over the 2 members on 1 ranks'
+fi
 
 if ! grep -q '^#define STRATA_HAVE_MPI 1' "$b/config.h" 2>/dev/null; then
   skip "mpirun tests: strata was configured without MPI (./configure --with-mpi)"
@@ -123,6 +132,69 @@ for d in 1 2; do
     ok "np 2, from local device $d: all-reduce bit-identical on every rank and between runs ($hashes)"
   else notok "np 2, from local device $d: all-reduce bit-identical on every rank and between runs ($hashes)"; fi
 done
+
+# The path a group's collectives take, agreed by every rank: one NCCL communicator over every member only when all
+# are CUDA devices with NCCL; otherwise hierarchical, each rank saying the same why; NCCL asked for and not possible
+# refused on every rank alike. The fake cuda module of tests/fake/ccl plays NCCL across processes on CPUs.
+# agreed NAME LOG PATTERN [N]: each of the N (2) ranks printed one path line, the same one, matching PATTERN
+agreed() {
+  grep '^path rank [0-9]*: ' "$2" | grep -v '^path rank [0-9]*: allreduce of ' >"$out/agreed" || :
+  lines=$(sed 's/^path rank [0-9]*: //' "$out/agreed" | sort -u)
+  if [ "$(wc -l <"$out/agreed")" -eq "${4:-2}" ] && [ "$(printf '%s\n' "$lines" | wc -l)" -eq 1 ] &&
+     printf '%s\n' "$lines" | grep -Eq -- "$3"; then
+    ok "$1"
+  else notok "$1 (one line /$3/ from each rank)"; sed 's/^/# /' "$2" | tail -20; fi
+}
+hier='^hierarchical: inside each rank its local communicator, MPI between ranks; not NCCL: '
+refused='^refused: STRATA_ERR_UNSUPPORTED: strata_cluster_comm_new: NCCL across ranks was asked for and cannot be had: '
+check "path: host and PoCL devices, auto" "$out/path1.log" env STRATA_LOG=info,comm $run 2 "$prog" path
+agreed "path: host and PoCL devices take the hierarchical path, the same reason on both ranks" "$out/path1.log" \
+  "${hier}rank 0: member 0 \(device 0\) is on the opencl backend, which has no communicator across ranks$"
+has "path: the hierarchical path's all-reduce equals the host's sum" "$out/path1.log" '^path rank 1: allreduce of 4099 over 6 members'
+if [ "$(grep -c '^strata\[comm\] info: cluster group #0 (6 members on 2 ranks): hierarchical: .*opencl backend' \
+   "$out/path1.log")" -eq 2 ]; then ok "path: each rank logs the path and why (STRATA_LOG=info,comm)"
+else notok "path: each rank logs the path and why"; sed 's/^/# /' "$out/path1.log" | tail -20; fi
+check "path: host devices only, auto" "$out/path2.log" env MPI_CHECK_DEVICE=1 $run 2 "$prog" path
+agreed "path: host devices take the hierarchical path, saying so" "$out/path2.log" \
+  "${hier}rank 0: member 0 \(device 1\) is on the host backend"
+check "path: host devices, NCCL asked for" "$out/path3.log" env MPI_CHECK_DEVICE=1 MPI_CHECK_ALGORITHM=nccl $run 2 "$prog" path
+agreed "path: NCCL asked for on host devices is refused on every rank with one reason" "$out/path3.log" \
+  "${refused}rank 0: member 0 \(device 1\) is on the host backend"
+check "path: NCCL asked for on rank 1 only" "$out/path4.log" \
+  env MPI_CHECK_DEVICE=1 MPI_CHECK_ALGORITHM=nccl MPI_CHECK_ALGORITHM_RANK=1 $run 2 "$prog" path
+agreed "path: NCCL asked for on one rank is refused on both" "$out/path4.log" "${refused}rank 0: member 0"
+check "path: STRATA_COMM_ALGORITHM=nccl" "$out/path5.log" env STRATA_COMM_ALGORITHM=nccl $run 2 "$prog" path
+agreed "path: STRATA_COMM_ALGORITHM=nccl on host and PoCL devices is refused on both" "$out/path5.log" "${refused}rank 0: "
+ccl="$b/tests/fake/ccl/.libs"
+if [ -f "$ccl/strata-cuda.so" ]; then
+  # every rank: two fake CUDA devices with the fake NCCL; its shared files under $out
+  fake="env TMPDIR=$out STRATA_BACKENDS=cuda STRATA_BACKEND_PATH=$ccl"
+  check "path: fake CUDA devices with NCCL, auto" "$out/ccl1.log" $fake $run 2 "$prog" path
+  agreed "path: every member CUDA with NCCL: one NCCL communicator over all of them" "$out/ccl1.log" \
+    '^nccl: one NCCL communicator over the 4 members on 2 ranks \(its id from rank 0\)$'
+  has "path: the NCCL path's all-reduce equals the host's sum" "$out/ccl1.log" '^path rank 1: allreduce of 4099 over 4 members'
+  check "path: fake NCCL: every collective against the host" "$out/ccl2.log" $fake $run 2 "$prog" collectives
+  check "path: fake NCCL across 4 ranks" "$out/ccl3.log" $fake $run 4 "$prog" path
+  agreed "path: 4 ranks, one NCCL communicator" "$out/ccl3.log" '^nccl: one NCCL communicator over the 8 members on 4 ranks' 4
+  fake="$fake MPI_CHECK_PATH_ONLY=1"
+  check "path: fake NCCL, a rank fails to join" "$out/ccl4.log" env STRATA_FAKE_COMM_FAIL=join:2 $fake $run 2 "$prog" path
+  agreed "path: a rank that cannot join: every rank frees its part and goes hierarchical, naming it" "$out/ccl4.log" \
+    "${hier}rank 1 could not join the communicator: fake cuda: join refused"
+  check "path: fake NCCL, no id, NCCL asked for" "$out/ccl5.log" \
+    env STRATA_FAKE_COMM_FAIL=id MPI_CHECK_ALGORITHM=nccl $fake $run 2 "$prog" path
+  agreed "path: no id on member 0's rank, NCCL asked for: refused on both, naming it" "$out/ccl5.log" \
+    "^refused: STRATA_ERR_BACKEND: .*: rank 0 could not make the communicator's id: fake cuda: no id"
+  check "path: fake NCCL, both ranks given the same GPUs" "$out/ccl6.log" env STRATA_FAKE_PCI=0000:17:00 $fake $run 2 "$prog" path
+  agreed "path: two ranks on one GPU: hierarchical, naming the members" "$out/ccl6.log" \
+    "${hier}members 0 \(rank 0\) and 2 \(rank 1\) are one GPU \(0000:17:00.0 on [^)]*\), which NCCL takes once$"
+  check "path: fake NCCL, ring asked for on rank 1" "$out/ccl7.log" \
+    env MPI_CHECK_ALGORITHM=ring MPI_CHECK_ALGORITHM_RANK=1 $fake $run 2 "$prog" path
+  agreed "path: a rank asked for the ring: hierarchical on both" "$out/ccl7.log" "${hier}rank 1 was asked for the ring algorithm$"
+  if ls "$out"/strata-fake-comm-* >/dev/null 2>&1; then notok "path: the fake NCCL's files are gone"; ls "$out" | sed 's/^/# /'
+  else ok "path: the fake NCCL's files are gone"; fi
+else
+  skip "path: the fake NCCL module $ccl/strata-cuda.so was not built (it needs Criterion's make check setup)"
+fi
 
 # The benchmark between ranks runs and prints its rows (its figures are not judged here).
 topo_bench="$b/tools/strata-bench"

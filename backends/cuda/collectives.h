@@ -20,6 +20,11 @@ int strata__nccl_comm_new(void *ctx, int n, const int *devs, void **comm);
 void strata__nccl_comm_free(void *ctx, void *comm);
 int strata__nccl_comm_coll(void *ctx, void *comm, int kind, int member, void *const *queues, const struct strata__mem *send,
                            const struct strata__mem *recv, size_t count, int dtype, int op, int root);
+/* Across processes (lib/backend.h's comm_unique_id and comm_new_rank): the
+** id from the process holding member 0, then every process's members. */
+int strata__nccl_comm_unique_id(void *ctx, void *id, size_t cap);
+int strata__nccl_comm_new_rank(void *ctx, const void *id, int nranks, int nlocal, const int *ranks, const int *devs,
+                               void **comm);
 /* Whether NCCL can be used here: 0 and its version in `why`, or a status and the reason. */
 int strata__nccl_probe(void *ctx, char *why, size_t len);
 

@@ -896,6 +896,8 @@ static const struct strata__backend strata__cuda_backend = {
     .comm_free = strata__nccl_comm_free,
     .comm_coll = strata__nccl_comm_coll,
     .comm_probe = strata__nccl_probe,
+    .comm_unique_id = strata__nccl_comm_unique_id,
+    .comm_new_rank = strata__nccl_comm_new_rank,
 };
 
 /* The module's one exported symbol. */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* nccl.c — collectives among the CUDA module's devices through NCCL, which is loaded with dlopen so that the module
-** still loads (and the runtime's ring takes over) on a machine without libnccl. */
+/* nccl.c — collectives among the CUDA module's devices through NCCL, in one process or across MPI ranks, loaded with
+** dlopen so that the module still loads (and the runtime's ring takes over) on a machine without libnccl. */
 #include "config.h"
 
 #include <dlfcn.h>
@@ -15,10 +15,15 @@ const struct strata__services *strata__nccl_svc;
 
 /*
 ** The part of NCCL's C API used here, declared from its nccl.h (stable since
-** NCCL 2.0; ncclAvg since 2.10): opaque communicators, result codes (0 is
-** success), and the enum values of the types and reductions.
+** NCCL 2.0; ncclAvg since 2.10): opaque communicators, the unique id of a
+** communicator across processes (NCCL_UNIQUE_ID_BYTES of opaque bytes,
+** passed by value), result codes (0 is success), and the enum values of the
+** types and reductions.
 */
 typedef struct nccl_comm *nccl_comm_t;
+typedef struct {
+  char internal[STRATA__COMM_ID_BYTES];
+} nccl_unique_id;
 enum { NCCL_INT32 = 2, NCCL_FLOAT32 = 7 };
 enum { NCCL_SUM = 0, NCCL_MAX = 2, NCCL_AVG = 4 };
 
@@ -26,6 +31,8 @@ struct nccl_api {
   void *dl;
   int version;
   int (*comm_init_all)(nccl_comm_t *comms, int ndev, const int *devlist);
+  int (*get_unique_id)(nccl_unique_id *id);
+  int (*comm_init_rank)(nccl_comm_t *comm, int nranks, nccl_unique_id id, int rank);
   int (*comm_destroy)(nccl_comm_t comm);
   int (*group_start)(void);
   int (*group_end)(void);
@@ -66,6 +73,8 @@ static void nccl_load(void) {
     }                                                                                                                  \
   } while (0)
   NCCL_SYM(comm_init_all, "ncclCommInitAll");
+  NCCL_SYM(get_unique_id, "ncclGetUniqueId");
+  NCCL_SYM(comm_init_rank, "ncclCommInitRank");
   NCCL_SYM(comm_destroy, "ncclCommDestroy");
   NCCL_SYM(group_start, "ncclGroupStart");
   NCCL_SYM(group_end, "ncclGroupEnd");
@@ -90,9 +99,12 @@ int strata__nccl_probe(void *ctx, char *why, size_t len) {
   return nccl.dl ? STRATA_OK : STRATA_ERR_UNSUPPORTED;
 }
 
+/* A communicator's members in this process: all of them (comm_new), or
+** this process's share of a group across processes (comm_new_rank). */
 struct nccl_group {
   int n;
   int *devs;
+  int *ranks;                 /* member index in the whole group by local member; NULL: the same */
   nccl_comm_t *comms;
   int **scratch;              /* one int per member, for barriers */
 };
@@ -118,28 +130,35 @@ void strata__nccl_comm_free(void *ctx, void *comm) {
   cudaSetDevice(cur);
   (void)cudaGetLastError();
   free(g->devs);
+  free(g->ranks);
   free(g->comms);
   free(g->scratch);
   free(g);
 }
 
-int strata__nccl_comm_new(void *ctx, int n, const int *devs, void **out) {
+/*
+** A group of `n` members on devices `devs` (ranks: their member indices in
+** a group across processes, NULL in one process), with each member's
+** barrier scratch allocated and no NCCL communicator yet, into *out; the
+** caller's current device is left as it was.
+*/
+static int group_alloc(void *ctx, int n, const int *devs, const int *ranks, struct nccl_group **out) {
   *out = NULL;
-  pthread_once(&nccl_once, nccl_load);
-  if (!nccl.dl)
-    return strata__nccl_svc->error(STRATA_ERR_UNSUPPORTED, "cuda: %s", nccl_why);
   struct nccl_group *g = calloc(1, sizeof *g);
   if (g) {
     g->n = n;
     g->devs = malloc(sizeof *g->devs * (size_t)n);
+    g->ranks = ranks ? malloc(sizeof *g->ranks * (size_t)n) : NULL;
     g->comms = calloc((size_t)n, sizeof *g->comms);
     g->scratch = calloc((size_t)n, sizeof *g->scratch);
   }
-  if (!g || !g->devs || !g->comms || !g->scratch) {
+  if (!g || !g->devs || (ranks && !g->ranks) || !g->comms || !g->scratch) {
     strata__nccl_comm_free(ctx, g);
     return strata__nccl_svc->error(STRATA_ERR_NOMEM, "cuda: out of host memory for an NCCL communicator");
   }
   memcpy(g->devs, devs, sizeof *devs * (size_t)n);
+  if (ranks)
+    memcpy(g->ranks, ranks, sizeof *ranks * (size_t)n);
   int cur = 0;
   cudaGetDevice(&cur);
   int rc = STRATA_OK;
@@ -151,12 +170,96 @@ int strata__nccl_comm_new(void *ctx, int n, const int *devs, void **out) {
       rc = strata__nccl_svc->error(STRATA_ERR_DEVICE_MEMORY, "cuda: NCCL barrier scratch on device %d: %s", devs[i],
                                    cudaGetErrorString(e));
   }
-  if (!rc) {
-    int r = nccl.comm_init_all(g->comms, n, devs);
-    if (r != 0)
-      rc = nccl_fail("ncclCommInitAll", r);
+  cudaSetDevice(cur);
+  if (rc) {
+    strata__nccl_comm_free(ctx, g);
+    return rc;
+  }
+  *out = g;
+  return STRATA_OK;
+}
+
+int strata__nccl_comm_new(void *ctx, int n, const int *devs, void **out) {
+  *out = NULL;
+  pthread_once(&nccl_once, nccl_load);
+  if (!nccl.dl)
+    return strata__nccl_svc->error(STRATA_ERR_UNSUPPORTED, "cuda: %s", nccl_why);
+  struct nccl_group *g;
+  int rc = group_alloc(ctx, n, devs, NULL, &g);
+  if (rc)
+    return rc;
+  int cur = 0;
+  cudaGetDevice(&cur);
+  int r = nccl.comm_init_all(g->comms, n, devs);
+  cudaSetDevice(cur);
+  if (r != 0) {
+    rc = nccl_fail("ncclCommInitAll", r);
+    strata__nccl_comm_free(ctx, g);
+    return rc;
+  }
+  *out = g;
+  return STRATA_OK;
+}
+
+int strata__nccl_comm_unique_id(void *ctx, void *id, size_t cap) {
+  (void)ctx;
+  pthread_once(&nccl_once, nccl_load);
+  if (!nccl.dl)
+    return strata__nccl_svc->error(STRATA_ERR_UNSUPPORTED, "cuda: %s", nccl_why);
+  nccl_unique_id u;
+  if (cap < sizeof u)
+    return strata__nccl_svc->error(STRATA_ERR_INTERNAL, "cuda: an NCCL id is %zu bytes, not %zu", sizeof u, cap);
+  memset(&u, 0, sizeof u);
+  int r = nccl.get_unique_id(&u);
+  if (r != 0)
+    return nccl_fail("ncclGetUniqueId", r);
+  memcpy(id, &u, sizeof u);
+  return STRATA_OK;
+}
+
+/*
+** This process's members of a communicator across processes: one
+** ncclCommInitRank per local member (inside one NCCL group when there are
+** several, as NCCL requires of one thread initialising several ranks),
+** each with its device current. Blocks until every process has joined.
+*/
+int strata__nccl_comm_new_rank(void *ctx, const void *id, int nranks, int nlocal, const int *ranks, const int *devs,
+                               void **out) {
+  *out = NULL;
+  pthread_once(&nccl_once, nccl_load);
+  if (!nccl.dl)
+    return strata__nccl_svc->error(STRATA_ERR_UNSUPPORTED, "cuda: %s", nccl_why);
+  struct nccl_group *g;
+  int rc = group_alloc(ctx, nlocal, devs, ranks, &g);
+  if (rc)
+    return rc;
+  nccl_unique_id u;
+  memcpy(&u, id, sizeof u);
+  int cur = 0;
+  cudaGetDevice(&cur);
+  const char *what = "ncclGroupStart";
+  int r = nlocal > 1 ? nccl.group_start() : 0;
+  int grouped = nlocal > 1 && r == 0;
+  for (int i = 0; i < nlocal && r == 0 && !rc; i++) {
+    cudaError_t e = cudaSetDevice(devs[i]);
+    if (e != cudaSuccess) {
+      rc = strata__nccl_svc->error(STRATA_ERR_BACKEND, "cuda: selecting device %d for NCCL: %s", devs[i],
+                                   cudaGetErrorString(e));
+      break;
+    }
+    what = "ncclCommInitRank";
+    r = nccl.comm_init_rank(&g->comms[i], nranks, u, ranks[i]);
+  }
+  if (grouped) { /* a group once started is ended, whatever failed inside it */
+    int r2 = nccl.group_end();
+    if (r == 0 && r2 != 0) {
+      r = r2;
+      what = "ncclGroupEnd";
+    }
   }
   cudaSetDevice(cur);
+  if (r != 0 && !rc)
+    rc = nccl_fail(what, r);
   if (rc) {
     strata__nccl_comm_free(ctx, g);
     return rc;
@@ -167,7 +270,8 @@ int strata__nccl_comm_new(void *ctx, int n, const int *devs, void **out) {
 
 /* One collective on every member's stream, as one NCCL group. Kinds as in
 ** lib/comm/comm.c: 0 all-reduce, 1 all-gather, 2 reduce-scatter,
-** 3 broadcast, 4 barrier (an all-reduce of one int). */
+** 3 broadcast, 4 barrier (an all-reduce of one int). Members are local
+** ones; root is a member index of the whole group. */
 int strata__nccl_comm_coll(void *ctx, void *comm, int kind, int member, void *const *queues,
                            const struct strata__mem *send,
                            const struct strata__mem *recv, size_t count, int dtype, int op, int root) {
@@ -196,7 +300,7 @@ int strata__nccl_comm_coll(void *ctx, void *comm, int kind, int member, void *co
       r = nccl.reduce_scatter(sp, rp, count, nd, no, g->comms[i], st);
       break;
     case 3:
-      r = nccl.broadcast(i == root ? sp : rp, rp, count, nd, root, g->comms[i], st);
+      r = nccl.broadcast((g->ranks ? g->ranks[i] : i) == root ? sp : rp, rp, count, nd, root, g->comms[i], st);
       break;
     default:
       r = nccl.all_reduce(g->scratch[i], g->scratch[i], 1, NCCL_INT32, NCCL_SUM, g->comms[i], st);

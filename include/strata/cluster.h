@@ -209,14 +209,32 @@ STRATA_API int strata_cluster_recv(strata_cluster_t c, int peer, int tag, strata
                                    size_t bytes);
 
 /*
-** A group of global devices that may span ranks, for the hierarchical
-** collectives: inside each rank a local communicator (strata/comm.h) over
-** that rank's members; across ranks MPI between one leader per rank (its
-** first member), over the ranks in ascending order. Every rank of the
-** cluster calls strata_cluster_comm_new with the same list (ranks with no
-** member too: it is collective over the world); a list that differs
-** between ranks fails on every rank. Members are ranked 0 .. count-1 in
-** the order given; `opts` configures the local communicators.
+** A group of global devices that may span ranks. Its collectives take one
+** of two paths, chosen when the group is made and agreed by every rank:
+**  * NCCL: when every member (on every rank) is a CUDA device, NCCL loads
+**    on every rank with members, no two members are one GPU and no rank
+**    was asked for another algorithm, one NCCL communicator spans all the
+**    members: the rank holding member 0 makes its unique id, MPI carries
+**    it to every rank, and each rank joins with its members
+**    (ncclCommInitRank, NCCL rank = member index). The collectives run on
+**    the members' own queues, device to device. A group within one rank
+**    takes this path too.
+**    A rank that cannot join says so, and every rank frees its part and
+**    falls back.
+**  * hierarchical, otherwise: inside each rank a local communicator
+**    (strata/comm.h) over that rank's members; across ranks MPI between one
+**    leader per rank (its first member), over the ranks in ascending order.
+** `opts` configures the local communicators; its algorithm (or
+** STRATA_COMM_ALGORITHM) applies to the group: STRATA_COMM_NCCL on any rank
+** makes every rank fail with the same status and reason when the NCCL
+** path cannot be had (STRATA_ERR_UNSUPPORTED, or the failure of the rank
+** that could not join); RING or DIRECT asks for the
+** hierarchical path. strata_cluster_comm_info tells the path taken and why
+** (also logged at info level, subsystem "comm"). Every rank of the cluster
+** calls strata_cluster_comm_new with the same list (ranks with no member
+** too: it is collective over the world); a list that differs between
+** ranks fails on every rank. Members are ranked 0 .. count-1 in the order
+** given.
 */
 typedef struct strata_cluster_comm *strata_cluster_comm_t;
 STRATA_API int strata_cluster_comm_new(strata_cluster_t c, const int *devices, int count,
@@ -228,17 +246,30 @@ STRATA_API void strata_cluster_comm_free(strata_cluster_comm_t cc);
 ** many, may be NULL) their group ranks, ascending. The collectives' arrays follow this order. */
 STRATA_API int strata_cluster_comm_local(strata_cluster_comm_t cc, int *count /* OUT */, int *members /* OUT */);
 
+/* How a group's collectives run. Plain, caller-filled; `path` belongs to
+** the group (valid until strata_cluster_comm_free). */
+struct strata_cluster_comm_info {
+  int size;                     /* members */
+  int ranks;                    /* ranks with members */
+  int local;                    /* this rank's members */
+  int nccl;                     /* 1: one NCCL communicator over every member; 0: hierarchical */
+  const char *path;             /* one line, the same on every rank: the path and, when not NCCL, why */
+};
+STRATA_API int strata_cluster_comm_info(strata_cluster_comm_t cc, struct strata_cluster_comm_info *info /* OUT */);
+
 /*
 ** The collectives of strata/comm.h over the group, called by every rank
 ** that has members, with one entry per local member in `queues`, `send`
 ** and `recv` (the order of strata_cluster_comm_local). Counts, types,
 ** reductions and roots must agree. Each call returns once this rank's
-** results are in its members' recv buffers. Reductions run in a fixed
-** order (inside each rank the local communicator's, across ranks a ring
-** in rank order), so results are bit-identical between runs and on every
-** member. For all-gather, recv is size x count with member g's block at
-** g x count; for reduce-scatter, send is size x count and recv gets block
-** g; for broadcast, `root` is a group rank.
+** results are in its members' recv buffers. On the hierarchical path
+** reductions run in a fixed order (inside each rank the local
+** communicator's, across ranks a ring in rank order), so results are
+** bit-identical between runs and on every member; on the NCCL path the
+** order is NCCL's, which strata does not promise between runs. For
+** all-gather, recv is size x count with member g's block at g x count; for
+** reduce-scatter, send is size x count and recv gets block g; for
+** broadcast, `root` is a group rank.
 */
 STRATA_API int strata_cluster_allreduce(strata_cluster_comm_t cc, const strata_queue_t *queues,
                                         const strata_mem_t *send, const strata_mem_t *recv, size_t count, int dtype,

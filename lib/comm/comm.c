@@ -666,6 +666,16 @@ static int resolve_options(const struct strata_comm_options *o, struct strata_co
   return STRATA_OK;
 }
 
+/* The algorithm `opts` and STRATA_COMM_ALGORITHM ask for (the cluster's
+** groups agree on it across ranks); the other options are checked too. */
+int strata__comm_algorithm(const struct strata_comm_options *opts, int *algorithm) {
+  struct strata_comm tmp;
+  memset(&tmp, 0, sizeof tmp);
+  TRY(resolve_options(opts, &tmp));
+  *algorithm = tmp.algorithm;
+  return STRATA_OK;
+}
+
 /* ------------------------------------------------------------ life cycle */
 
 STRATA_API void strata_comm_free(strata_comm_t c) {

@@ -31,4 +31,8 @@ int strata__comm_wait(strata_comm_t comm, strata_queue_t queue, void *done);
 ** NULL) tell when its member's data moved. */
 void strata__comm_release(strata_comm_t comm, void *done, double *t_start, double *t_end);
 
+/* The algorithm (enum strata_comm_algorithm) that `opts` (may be NULL) and
+** STRATA_COMM_ALGORITHM ask for, with every option checked as strata_comm_new does. */
+int strata__comm_algorithm(const struct strata_comm_options *opts, int *algorithm /* OUT */);
+
 #endif /* STRATA__COMM_H */

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* mpi.c — the cluster: MPI ranks joined into one device view, host-staged point-to-point, hierarchical collectives, bounded waits. */
+/* mpi.c — the cluster: MPI ranks joined into one device view, host-staged point-to-point, collectives across ranks
+** (one NCCL communicator when every member is a CUDA device, else hierarchical), bounded waits. */
 #include "config.h"
 
 #include <errno.h>
@@ -22,6 +23,7 @@
 #include "parse.h"
 #include "registry.h"
 #include "util.h"
+#include "comm/comm.h"
 #include "comm/mpi.h"
 
 #ifdef STRATA_HAVE_MPI
@@ -109,7 +111,11 @@ struct strata_cluster_comm {
   int nlocal;
   int *local_members;           /* group ranks of this rank's members, ascending */
   int *local_devices;           /* their local device indices */
-  strata_comm_t local;          /* over local_devices; NULL without members */
+  strata_comm_t local;          /* over local_devices; NULL without members or with `bcomm` */
+  const struct strata__slot *bslot; /* the backend whose library communicator (NCCL) spans the group */
+  void *bcomm;                  /* its communicator over this rank's members; NULL without members */
+  int nccl;                     /* 1: the collectives go through bcomm (every rank agrees); 0: hierarchical */
+  char path[400];               /* the path the collectives take and why, the same line on every rank */
   int nranks;
   int *ranks;                   /* ranks with members, ascending */
   int me;                       /* this rank's index in ranks, -1 without members */
@@ -1591,11 +1597,224 @@ static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
 }
 #endif
 
+/* ------------------------------------------------ one library communicator across ranks */
+
+/* Every rank's `bytes` bytes into `all` (rank order); a cluster of one copies its own. */
+static int gather_all(struct strata_cluster *c, const void *mine, size_t bytes, void *all, const char *what) {
+#ifdef STRATA_HAVE_MPI
+  if (c->mpi && c->size > 1)
+    return allgather_bytes(c, mine, bytes, all, what);
+#endif
+  (void)what;
+  memcpy(all, mine, bytes);
+  return STRATA_OK;
+}
+
+/* `bytes` at p from rank `root` to every rank; nothing to do in a cluster of one. */
+static int bcast_all(struct strata_cluster *c, int root, void *p, size_t bytes, const char *what) {
+#ifdef STRATA_HAVE_MPI
+  if (c->mpi && c->size > 1)
+    return bcast_bytes(c, root, p, bytes, what);
+#endif
+  (void)c;
+  (void)root;
+  (void)p;
+  (void)bytes;
+  (void)what;
+  return STRATA_OK;
+}
+
+/* What each rank tells the others while a group picks its path. Sent as
+** bytes, like rank_rec: every rank runs the same build. */
+struct path_rec {
+  int32_t wish;                 /* the enum strata_comm_algorithm this rank was asked for */
+  int32_t status;               /* 0: its members can join (or it has none); else why not */
+  char why[240];
+};
+
+/* The one backend of this rank's members, when it has communicators across
+** ranks and its library loads: 0 and *slot (NULL without members), or
+** STRATA_ERR_UNSUPPORTED and why not. */
+static int local_ready(const struct strata_cluster_comm *cc, const struct strata__slot **slot, char *why,
+                       size_t len) {
+  const struct strata__slot *s = NULL;
+  *slot = NULL;
+  for (int i = 0; i < cc->nlocal; i++) {
+    const struct strata__device *d = strata__device_get(cc->local_devices[i]);
+    int g = cc->local_members[i];
+    if (!d->slot->be->comm_new_rank || !d->slot->be->comm_unique_id) {
+      snprintf(why, len, "member %d (device %d) is on the %s backend, which has no communicator across ranks", g,
+               cc->devices[g], d->slot->name);
+      return STRATA_ERR_UNSUPPORTED;
+    }
+    if (s && d->slot != s) {
+      snprintf(why, len, "members %d and %d are on two backends (%s, %s)", cc->local_members[0], g, s->name,
+               d->slot->name);
+      return STRATA_ERR_UNSUPPORTED;
+    }
+    s = d->slot;
+  }
+  if (s && s->be->comm_probe) {
+    char w[200] = "";
+    int rc = s->be->comm_probe(s->ctx, w, sizeof w);
+    if (rc) {
+      snprintf(why, len, "%s: %s", s->name, w);
+      return STRATA_ERR_UNSUPPORTED;
+    }
+  }
+  *slot = s;
+  return STRATA_OK;
+}
+
+/* Two members on one GPU (one node, one PCI bus id, two ranks): NCCL takes
+** a GPU once in a communicator. 1 and why, or 0. The same on every rank. */
+static int shared_gpu(const struct strata_cluster_comm *cc, char *why, size_t len) {
+  const struct strata_cluster *c = cc->c;
+  for (int a = 0; a < cc->n; a++) {
+    const struct strata_topology_device *da = &c->devs[cc->devices[a]];
+    if (!da->pci_bus_id[0])
+      continue;
+    for (int b = a + 1; b < cc->n; b++) {
+      const struct strata_topology_device *db = &c->devs[cc->devices[b]];
+      int ra = cc->rank_of[a], rb = cc->rank_of[b];
+      if (ra != rb && strcmp(da->pci_bus_id, db->pci_bus_id) == 0 &&
+          strcmp(c->ranks[ra].real_node, c->ranks[rb].real_node) == 0) {
+        snprintf(why, len, "members %d (rank %d) and %d (rank %d) are one GPU (%s on %s), which NCCL takes once", a,
+                 ra, b, rb, da->pci_bus_id, c->ranks[ra].real_node);
+        return 1;
+      }
+    }
+  }
+  return 0;
+}
+
+/*
+** The library communicator: member 0's rank makes its id, every rank gets
+** it, and every rank's members join (each call returns once all have).
+** Agreed: when any rank failed, every rank frees its part, and *why (with
+** *status) says which rank and why. `all` holds a record per rank and
+** `devs` one int per local member (the caller's, allocated before any
+** rank waits for another). Returns only failures of MPI itself.
+*/
+static int join_library(struct strata_cluster_comm *cc, const struct strata__slot *s, struct path_rec *all, int *devs,
+                        char *why, size_t len, int *status) {
+  struct strata_cluster *c = cc->c;
+  struct {
+    int32_t status;
+    char why[240];
+    unsigned char id[STRATA__COMM_ID_BYTES];
+  } idm;
+  memset(&idm, 0, sizeof idm);
+  int root = cc->rank_of[0];
+  if (c->rank == root) { /* it holds member 0, so s is its members' backend */
+    idm.status = s->be->comm_unique_id(s->ctx, idm.id, sizeof idm.id);
+    if (idm.status)
+      strata__strlcpy(idm.why, strata_last_error(), sizeof idm.why);
+  }
+  TRY(bcast_all(c, root, &idm, sizeof idm, "strata_cluster_comm_new (the NCCL id)"));
+  if (idm.status) {
+    snprintf(why, len, "rank %d could not make the communicator's id: %s", root, idm.why);
+    *status = idm.status;
+    return STRATA_OK;
+  }
+  struct path_rec mine;
+  memset(&mine, 0, sizeof mine);
+  if (cc->nlocal) {
+    for (int i = 0; i < cc->nlocal; i++)
+      devs[i] = strata__device_get(cc->local_devices[i])->local;
+    mine.status = s->be->comm_new_rank(s->ctx, idm.id, cc->n, cc->nlocal, cc->local_members, devs, &cc->bcomm);
+    if (mine.status) {
+      cc->bcomm = NULL;
+      strata__strlcpy(mine.why, strata_last_error(), sizeof mine.why);
+    }
+  }
+  int rc = gather_all(c, &mine, sizeof mine, all, "strata_cluster_comm_new (joining NCCL)");
+  for (int r = 0; r < c->size && !rc; r++)
+    if (all[r].status) {
+      snprintf(why, len, "rank %d could not join the communicator: %s", r, all[r].why);
+      *status = all[r].status;
+      break;
+    }
+  if (rc || why[0]) {
+    if (cc->bcomm)
+      s->be->comm_free(s->ctx, cc->bcomm);
+    cc->bcomm = NULL;
+    return rc;
+  }
+  cc->bslot = s;
+  cc->nccl = 1;
+  return STRATA_OK;
+}
+
+/*
+** Agree with every rank (collective over the world, as
+** strata_cluster_comm_new) on how the group's collectives run: one library
+** communicator (NCCL) over all its members when every rank's members are
+** on a backend that has one across ranks, its library loads there, no two
+** members are one GPU and no rank was asked for the ring or direct
+** algorithm; otherwise hierarchical. Every rank takes the same path and
+** writes the same line into cc->path (and the log). When some rank was
+** asked for NCCL (`wish`, from opts and STRATA_COMM_ALGORITHM) and it
+** cannot be had, every rank fails with the same reason.
+*/
+static int choose_path(struct strata_cluster_comm *cc, int id, int wish) {
+  struct strata_cluster *c = cc->c;
+  struct path_rec mine, *all = calloc((size_t)c->size, sizeof *all);
+  int *devs = calloc((size_t)(cc->nlocal ? cc->nlocal : 1), sizeof *devs);
+  if (!all || !devs) {
+    free(all);
+    free(devs);
+    return strata__error(STRATA_ERR_NOMEM, "strata_cluster_comm_new: out of host memory");
+  }
+  memset(&mine, 0, sizeof mine);
+  mine.wish = wish;
+  const struct strata__slot *s = NULL;
+  mine.status = local_ready(cc, &s, mine.why, sizeof mine.why);
+  int rc = gather_all(c, &mine, sizeof mine, all, "strata_cluster_comm_new (choosing the path)");
+  int forced = 0, declined = -1, unready = -1;
+  for (int r = 0; r < c->size && !rc; r++) {
+    forced |= all[r].wish == STRATA_COMM_NCCL;
+    if (declined < 0 && (all[r].wish == STRATA_COMM_RING || all[r].wish == STRATA_COMM_DIRECT))
+      declined = r;
+    if (unready < 0 && all[r].status)
+      unready = r;
+  }
+  char why[300] = "";
+  int status = STRATA_ERR_UNSUPPORTED;
+  if (!rc && declined >= 0)
+    snprintf(why, sizeof why, "rank %d was asked for the %s algorithm", declined,
+             strata_comm_algorithm_name(all[declined].wish));
+  else if (!rc && unready >= 0)
+    snprintf(why, sizeof why, "rank %d: %s", unready, all[unready].why);
+  else if (!rc && !shared_gpu(cc, why, sizeof why))
+    rc = join_library(cc, s, all, devs, why, sizeof why, &status);
+  free(all);
+  free(devs);
+  if (rc)
+    return rc;
+  if (cc->nccl)
+    snprintf(cc->path, sizeof cc->path,
+             "nccl: one NCCL communicator over the %d members on %d ranks (its id from rank %d)", cc->n, cc->nranks,
+             cc->rank_of[0]);
+  else
+    snprintf(cc->path, sizeof cc->path, "hierarchical: inside each rank its local communicator, MPI between ranks; "
+             "not NCCL: %s", why);
+  if (!cc->nccl && forced)
+    return strata__error(status, "strata_cluster_comm_new: NCCL across ranks was asked for and cannot be had: %s",
+                         why);
+  strata__log(STRATA_LOG_INFO, "comm", "cluster group #%d (%d members on %d ranks): %s", id, cc->n, cc->nranks,
+              cc->path);
+  return STRATA_OK;
+}
+
 STRATA_API int strata_cluster_comm_new(strata_cluster_t c, const int *devices, int count,
                                        const struct strata_comm_options *opts, strata_cluster_comm_t *out) {
   if (!c || !devices || !out)
     return strata__error(STRATA_ERR_INVALID, "strata_cluster_comm_new: NULL argument");
+  *out = NULL;
   TRY(check_broken(c));
+  int wish = STRATA_COMM_AUTO;
+  TRY(strata__comm_algorithm(opts, &wish));
   int ndev = c->first_dev[c->size];
   if (count < 1 || count > 4096)
     return strata__error(STRATA_ERR_RANGE, "strata_cluster_comm_new: %d members (1 .. 4096)", count);
@@ -1662,8 +1881,13 @@ STRATA_API int strata_cluster_comm_new(strata_cluster_t c, const int *devices, i
         cc->ranks[cc->nranks++] = r;
         break;
       }
-  if (cc->nlocal) {
-    int rc = strata_comm_new(cc->local_devices, cc->nlocal, opts, &cc->local);
+  int rc = choose_path(cc, id, wish);
+  if (rc) {
+    strata_cluster_comm_free(cc);
+    return rc;
+  }
+  if (cc->nlocal && !cc->nccl) {
+    rc = strata_comm_new(cc->local_devices, cc->nlocal, opts, &cc->local);
     if (rc) {
       strata_cluster_comm_free(cc);
       return strata__error_prefix(rc, "strata_cluster_comm_new (rank %d's members): ", c->rank);
@@ -1677,6 +1901,8 @@ STRATA_API void strata_cluster_comm_free(strata_cluster_comm_t cc) {
   if (!cc)
     return;
   strata_comm_free(cc->local);
+  if (cc->bcomm)
+    cc->bslot->be->comm_free(cc->bslot->ctx, cc->bcomm);
   free(cc->devices);
   free(cc->rank_of);
   free(cc->local_members);
@@ -1691,6 +1917,18 @@ STRATA_API int strata_cluster_comm_local(strata_cluster_comm_t cc, int *count, i
   *count = cc->nlocal;
   if (members)
     memcpy(members, cc->local_members, sizeof *members * (size_t)cc->nlocal);
+  return STRATA_OK;
+}
+
+STRATA_API int strata_cluster_comm_info(strata_cluster_comm_t cc, struct strata_cluster_comm_info *info) {
+  if (!cc || !info)
+    return strata__error(STRATA_ERR_INVALID, "strata_cluster_comm_info: NULL argument");
+  memset(info, 0, sizeof *info);
+  info->size = cc->n;
+  info->ranks = cc->nranks;
+  info->local = cc->nlocal;
+  info->nccl = cc->nccl;
+  info->path = cc->path;
   return STRATA_OK;
 }
 
@@ -1871,12 +2109,79 @@ static int coll_failed(struct strata_cluster_comm *cc, int rc, const char *what)
   return rc;
 }
 
+/* Member i's operand `arg` of a library collective: on its device, `elems` elements from its offset. */
+static int check_operand(const struct strata_cluster_comm *cc, const char *fn, int i, const char *arg, strata_mem_t m,
+                         size_t elems) {
+  if (!m.buf)
+    return strata__error(STRATA_ERR_INVALID, "%s: %s[%d] has no buffer", fn, arg, i);
+  if (m.buf->dev->index != cc->local_devices[i])
+    return strata__error(STRATA_ERR_DEVICE_MISMATCH, "%s: %s[%d] is on device %d, not local device %d (member %d)",
+                         fn, arg, i, m.buf->dev->index, cc->local_devices[i], cc->local_members[i]);
+  size_t have = m.buf->size / 4;
+  if (m.off > have || elems > have - m.off)
+    return strata__error(STRATA_ERR_RANGE, "%s: %s[%d] needs %zu elements from offset %zu but its buffer holds %zu",
+                         fn, arg, i, elems, m.off, have);
+  return STRATA_OK;
+}
+
+/*
+** A collective through the group's library communicator (NCCL): every
+** operand checked, the call enqueued on each local member's queue after
+** its earlier work (one NCCL group), then those queues finished, so that
+** it returns with this rank's results in recv as the hierarchical path
+** does. Member indices are NCCL's ranks, so all-gather and reduce-scatter
+** blocks and the broadcast root need no mapping.
+*/
+static int lib_coll(struct strata_cluster_comm *cc, const char *fn, int kind, const strata_queue_t *queues,
+                    const strata_mem_t *send, const strata_mem_t *recv, size_t count, int dtype, int op, int root) {
+  size_t n = (size_t)cc->n;
+  if (count > SIZE_MAX / 4 / n)
+    return strata__error(STRATA_ERR_RANGE, "%s: %zu elements per member is too many", fn, count);
+  size_t sn = kind == STRATA__COLL_REDUCESCATTER ? count * n : count;
+  size_t rn = kind == STRATA__COLL_ALLGATHER ? count * n : count;
+  char what[200];
+  snprintf(what, sizeof what, "%s of %zu %s over %d devices on %d ranks (NCCL)", fn + strlen("strata_cluster_"), count,
+           strata_dtype_name(dtype), cc->n, cc->nranks);
+  /* a bad operand here leaves the other ranks inside NCCL: the cluster is broken, as for any failure */
+  int rc = STRATA_OK;
+  for (int i = 0; i < cc->nlocal && !rc; i++) {
+    if (kind != STRATA__COLL_BROADCAST || cc->local_members[i] == root)
+      rc = check_operand(cc, fn, i, "send", send[i], sn);
+    if (!rc)
+      rc = check_operand(cc, fn, i, "recv", recv[i], rn);
+  }
+  if (rc)
+    return coll_failed(cc, rc, what);
+  void **qh = calloc((size_t)cc->nlocal, sizeof *qh);
+  struct strata__mem *sm = calloc((size_t)cc->nlocal, sizeof *sm), *rm = calloc((size_t)cc->nlocal, sizeof *rm);
+  rc = qh && sm && rm ? STRATA_OK : strata__error(STRATA_ERR_NOMEM, "%s: out of host memory", what);
+  for (int i = 0; i < cc->nlocal && !rc; i++) {
+    qh[i] = queues[i]->h;
+    rm[i].h = recv[i].buf->h;
+    rm[i].off = recv[i].off;
+    if (kind != STRATA__COLL_BROADCAST || cc->local_members[i] == root) {
+      sm[i].h = send[i].buf->h;
+      sm[i].off = send[i].off;
+    }
+  }
+  if (!rc)
+    rc = cc->bslot->be->comm_coll(cc->bslot->ctx, cc->bcomm, kind, -1, qh, sm, rm, count, dtype, op, root);
+  for (int i = 0; i < cc->nlocal && !rc; i++)
+    rc = strata_queue_finish(queues[i]);
+  free(qh);
+  free(sm);
+  free(rm);
+  return coll_failed(cc, rc, what);
+}
+
 STRATA_API int strata_cluster_allreduce(strata_cluster_comm_t cc, const strata_queue_t *queues,
                                         const strata_mem_t *send, const strata_mem_t *recv, size_t count, int dtype,
                                         int op) {
   TRY(check_coll(cc, "strata_cluster_allreduce", queues, send, recv, dtype, op));
   if (!cc->nlocal || !count)
     return 0;
+  if (cc->nccl)
+    return lib_coll(cc, "strata_cluster_allreduce", STRATA__COLL_ALLREDUCE, queues, send, recv, count, dtype, op, 0);
   if (cc->nranks == 1)
     return strata_allreduce_sync(cc->local, queues, send, recv, count, dtype, op);
   char what[200];
@@ -1912,6 +2217,9 @@ STRATA_API int strata_cluster_reducescatter(strata_cluster_comm_t cc, const stra
   TRY(check_coll(cc, "strata_cluster_reducescatter", queues, send, recv, dtype, op));
   if (!cc->nlocal || !count)
     return 0;
+  if (cc->nccl)
+    return lib_coll(cc, "strata_cluster_reducescatter", STRATA__COLL_REDUCESCATTER, queues, send, recv, count, dtype,
+                    op, 0);
   char what[200];
   snprintf(what, sizeof what, "reducescatter of %zu %s over %d devices on %d ranks", count, strata_dtype_name(dtype),
            cc->n, cc->nranks);
@@ -1949,6 +2257,9 @@ STRATA_API int strata_cluster_allgather(strata_cluster_comm_t cc, const strata_q
   TRY(check_coll(cc, "strata_cluster_allgather", queues, send, recv, dtype, STRATA_SUM));
   if (!cc->nlocal || !count)
     return 0;
+  if (cc->nccl)
+    return lib_coll(cc, "strata_cluster_allgather", STRATA__COLL_ALLGATHER, queues, send, recv, count, dtype,
+                    STRATA_SUM, 0);
   char what[200];
   snprintf(what, sizeof what, "allgather of %zu %s over %d devices on %d ranks", count, strata_dtype_name(dtype),
            cc->n, cc->nranks);
@@ -2010,6 +2321,9 @@ STRATA_API int strata_cluster_broadcast(strata_cluster_comm_t cc, const strata_q
     return strata__error(STRATA_ERR_RANGE, "strata_cluster_broadcast: root %d out of range (%d members)", root, cc->n);
   if (!cc->nlocal || !count)
     return 0;
+  if (cc->nccl)
+    return lib_coll(cc, "strata_cluster_broadcast", STRATA__COLL_BROADCAST, queues, send, recv, count, dtype,
+                    STRATA_SUM, root);
   char what[200];
   snprintf(what, sizeof what, "broadcast of %zu %s from member %d over %d devices on %d ranks", count,
            strata_dtype_name(dtype), root, cc->n, cc->nranks);

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* backend.c — a fake backend module for registry tests: devices with chosen PCI ids, memory in malloc, copies done at
-** once. Built as several modules (FAKE_NAME, FAKE_PCI, FAKE_API_VERSION, FAKE_NO_ENTRY, FAKE_NEEDS_GONE) to play CUDA,
-** OpenCL, a stale module, a broken one and one whose libraries cannot load. */
+** once. Built as several modules (FAKE_NAME, FAKE_PCI, FAKE_API_VERSION, FAKE_NO_ENTRY, FAKE_NEEDS_GONE, FAKE_COMM) to
+** play CUDA, OpenCL, a stale module, a broken one, one whose libraries cannot load and CUDA with NCCL across ranks. */
 #include "config.h"
 
 #include <stdio.h>
@@ -9,6 +9,9 @@
 #include <string.h>
 
 #include "backend.h"
+#ifdef FAKE_COMM
+#include "fake-comm.h"
+#endif
 
 #ifndef FAKE_API_VERSION
 #define FAKE_API_VERSION STRATA__BACKEND_API_VERSION
@@ -28,6 +31,9 @@ static int fake_init(const struct strata__services *svc, void **ctx, char *why, 
   (void)why;
   (void)why_len;
   *ctx = NULL;
+#ifdef FAKE_COMM
+  strata__fake_comm_services(svc);
+#endif
 #ifdef FAKE_NEEDS_GONE
   if (!strata_test_gone())
     return 0;
@@ -43,6 +49,12 @@ static int fake_device_info(void *ctx, int dev, struct strata__device_info *info
   info->compute_units = 1;
   info->total_memory = 1u << 30;
   snprintf(info->pci_bus_id, sizeof info->pci_bus_id, "%s", pci[dev]);
+#ifdef FAKE_COMM
+  /* STRATA_FAKE_PCI=dddd:bb:dd: device d is that function d (the same GPUs in every rank that is given it) */
+  const char *e = getenv("STRATA_FAKE_PCI");
+  if (e && *e)
+    snprintf(info->pci_bus_id, sizeof info->pci_bus_id, "%.24s.%d", e, dev);
+#endif
   return STRATA_OK;
 }
 
@@ -112,6 +124,13 @@ static const struct strata__backend fake_backend = {
     .copy = fake_copy,
     .op_supported = fake_op_supported,
     .op = fake_op,
+#ifdef FAKE_COMM
+    .comm_probe = strata__fake_comm_probe,
+    .comm_unique_id = strata__fake_comm_unique_id,
+    .comm_new_rank = strata__fake_comm_new_rank,
+    .comm_free = strata__fake_comm_free,
+    .comm_coll = strata__fake_comm_coll,
+#endif
 };
 
 #ifndef FAKE_NO_ENTRY
