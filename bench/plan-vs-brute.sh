@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 # plan-vs-brute.sh — the planner against brute force on this box: on 2 host virtual devices and 1 PoCL device, strata-plan's chosen layout measured with strata-train beside every other layout tried (the planner's next candidates and a fixed set of the usual cuts). A benchmark, not a test.
 # Usage: bench/plan-vs-brute.sh [BUILD_DIR]    (BUILD_DIR default: ./build or .)
-# Environment: STEPS (default 4; the first is warm-up and left out), TOP (planner candidates measured,
+# Environment: STEPS (default 8; the first is warm-up and left out: with 4, near-identical layouts measured 15% apart), TOP (planner candidates measured,
 # default 6), D_MODEL / LAYERS / CONTEXT / BATCH (default 512 / 8 / 256 / 8: bench/train-mfu.sh's model;
 # smaller ones finish sooner on a loaded machine), POCL_CACHE_DIR (as sim-vs-real.sh). Needs python3
 # to read strata-plan's JSON.
@@ -21,7 +21,7 @@ STRATA_BACKENDS=host,opencl STRATA_HOST_DEVICES=2 POCL_DEVICES=pthread
 : "${POCL_CACHE_DIR:=${TMPDIR:-/tmp}/strata-pocl-cache}"
 mkdir -p "$POCL_CACHE_DIR"
 export STRATA_BACKEND_PATH STRATA_BACKENDS STRATA_HOST_DEVICES POCL_DEVICES POCL_CACHE_DIR
-STEPS=${STEPS:-4} TOP=${TOP:-6} D_MODEL=${D_MODEL:-512} LAYERS=${LAYERS:-8} CONTEXT=${CONTEXT:-256} BATCH=${BATCH:-8}
+STEPS=${STEPS:-8} TOP=${TOP:-6} D_MODEL=${D_MODEL:-512} LAYERS=${LAYERS:-8} CONTEXT=${CONTEXT:-256} BATCH=${BATCH:-8}
 
 bench_gpt "$tmp/model.json" "$D_MODEL" "$LAYERS" "$CONTEXT" 8
 echo "# plan-vs-brute: GPT d_model $D_MODEL, $LAYERS layers, context $CONTEXT, global batch $BATCH;" \
