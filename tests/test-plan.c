@@ -468,6 +468,16 @@ Test(plan, symmetric_tp_slices_equal_the_full_run) {
   strata_model_free(m);
 }
 
+/* Simulate `l` for `batch` samples with its trace written to a new file at `path` (a mkstemp template). */
+static void simulate_traced(strata_machine_t c, strata_model_t m, strata_layout_t l, int64_t batch, char *path,
+                            struct strata_sim_result *r) {
+  int fd = mkstemp(path);
+  cr_assert_geq(fd, 0);
+  close(fd);
+  struct strata_sim_options o = {.batch = batch, .trace = path};
+  OK(strata_simulate(c, m, l, &o, r));
+}
+
 /* The predicted trace has the executor's shape: a compute and a transfers thread per device, one event per F and B. */
 Test(plan, trace_has_every_compute_action) {
   strata_model_t m = small_gpt(4);
@@ -477,12 +487,8 @@ Test(plan, trace_has_every_compute_action) {
   int split[2] = {3, 3};
   strata_layout_t l = layout(1, 2, 1, NULL, split, STRATA_SCHEDULE_1F1B, 4, 0);
   char path[] = "/tmp/strata-plan-trace-XXXXXX";
-  int fd = mkstemp(path);
-  cr_assert_geq(fd, 0);
-  close(fd);
-  struct strata_sim_options o = {.batch = 8, .trace = path};
   struct strata_sim_result r;
-  OK(strata_simulate(c, m, l, &o, &r));
+  simulate_traced(c, m, l, 8, path, &r);
   FILE *fp = fopen(path, "r");
   cr_assert_not_null(fp);
   char line[4096];
@@ -517,12 +523,8 @@ Test(plan, tp_per_rank_runs_the_executors_lists) {
   strata_layout_t l;
   OK(strata_layout_new(&desc, &l));
   char path[] = "/tmp/strata-plan-trace-XXXXXX";
-  int fd = mkstemp(path);
-  cr_assert_geq(fd, 0);
-  close(fd);
-  struct strata_sim_options o = {.batch = 8, .trace = path};
   struct strata_sim_result r;
-  OK(strata_simulate(c, m, l, &o, &r));
+  simulate_traced(c, m, l, 8, path, &r);
   cr_assert_eq(r.devices, 3);
   FILE *fp = fopen(path, "r");
   cr_assert_not_null(fp);
