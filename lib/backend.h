@@ -127,11 +127,11 @@ struct strata__op {
       int64_t rows, vocab;
       float scale;
     } xent;
-    /* ADAMW */
+    /* ADAMW: bc1, bc2 the bias corrections of the step, 1 - beta^step (computed once, by the runtime) */
     struct {
       struct strata__mem param, grad, m, v;
-      int64_t n, step;
-      float lr, beta1, beta2, eps, weight_decay;
+      int64_t n;
+      float lr, beta1, beta2, eps, weight_decay, bc1, bc2;
     } adamw;
     /* SUMSQ: out[0] (+)= sum x^2 */
     struct {

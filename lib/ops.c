@@ -2,6 +2,7 @@
 /* ops.c — the public ops: argument checks, op records handed to backends, and ops composed from others. */
 #include "config.h"
 
+#include <math.h>
 #include <string.h>
 
 #include <strata/ops.h>
@@ -553,7 +554,9 @@ STRATA_API int strata_adamw(strata_queue_t q, strata_mem_t param, strata_mem_t g
   TRY(operand(q, name, "m", m, (uint64_t)n, &op.u.adamw.m));
   TRY(operand(q, name, "v", v, (uint64_t)n, &op.u.adamw.v));
   op.u.adamw.n = n;
-  op.u.adamw.step = step;
+  /* the bias corrections once for the whole update, so that every backend applies the same two floats */
+  op.u.adamw.bc1 = 1.0f - powf(beta1, (float)step);
+  op.u.adamw.bc2 = 1.0f - powf(beta2, (float)step);
   op.u.adamw.lr = lr;
   op.u.adamw.beta1 = beta1;
   op.u.adamw.beta2 = beta2;

@@ -6,7 +6,6 @@
 #include <ctype.h>
 #include <dlfcn.h>
 #include <limits.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -769,10 +768,8 @@ static int strata__cuda_op_on(struct strata__cuda *cx, struct strata__cuda_queue
   }
   case STRATA__OP_ADAMW: {
     const __typeof__(op->u.adamw) *a = &op->u.adamw;
-    /* the bias corrections once, as the host backend computes them */
-    const float bc1 = 1.0f - powf(a->beta1, (float)a->step), bc2 = 1.0f - powf(a->beta2, (float)a->step);
     e = strata__cuda_adamw(st, a->n, F(a->param), O(a->param), F(a->grad), O(a->grad), F(a->m), O(a->m), F(a->v),
-                           O(a->v), a->n, a->lr, a->beta1, a->beta2, a->eps, a->weight_decay, bc1, bc2);
+                           O(a->v), a->n, a->lr, a->beta1, a->beta2, a->eps, a->weight_decay, a->bc1, a->bc2);
     break;
   }
   case STRATA__OP_SUMSQ: {

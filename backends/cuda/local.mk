@@ -15,7 +15,7 @@ pkglib_LTLIBRARIES += %reldir%/strata-cuda.la
 # to strata's ring, where libnccl is missing), and libstdc++ for the guards
 # that make the first launch of each kernel thread-safe (the host code nvcc
 # generates initialises a static kernel handle in every launch stub).
-%canon_reldir%_strata_cuda_la_LIBADD = %reldir%/kernels.lo $(CUDA_LIBS) -lstdc++ $(PTHREAD_LIBS) -ldl -lm
+%canon_reldir%_strata_cuda_la_LIBADD = %reldir%/kernels.lo $(CUDA_LIBS) -lstdc++ $(PTHREAD_LIBS) -ldl
 %canon_reldir%_strata_cuda_la_DEPENDENCIES = %reldir%/kernels.lo
 
 # GPU code for Ampere (sm_80) and Hopper (sm_90: H100, H200), plus compute_90

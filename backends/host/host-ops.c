@@ -623,7 +623,7 @@ static void adamw(const struct strata__op *o) {
   float *p = F(o->u.adamw.param), *m = F(o->u.adamw.m), *v = F(o->u.adamw.v);
   const float *g = F(o->u.adamw.grad);
   float b1 = o->u.adamw.beta1, b2 = o->u.adamw.beta2;
-  float c1 = 1.0f - powf(b1, (float)o->u.adamw.step), c2 = 1.0f - powf(b2, (float)o->u.adamw.step);
+  const float c1 = o->u.adamw.bc1, c2 = o->u.adamw.bc2;
   FOR_SPANS(o->u.adamw.n, adamw_span(p + lo, m + lo, v + lo, g + lo, len, b1, b2, c1, c2, o->u.adamw.lr,
                                      o->u.adamw.eps, o->u.adamw.weight_decay));
 }

@@ -3,7 +3,6 @@
 ** devices, kernels/gemm.k. */
 #include "config.h"
 
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -420,11 +419,9 @@ int strata__ocl_op(void *ctx, void *queue, const struct strata__op *op) {
   }
   case STRATA__OP_ADAMW: {
     const __typeof__(op->u.adamw) *o = &op->u.adamw;
-    /* the bias corrections once here, as the host backend computes them (pow per element cost PoCL half a step) */
-    const float bc1 = 1.0f - powf(o->beta1, (float)o->step), bc2 = 1.0f - powf(o->beta2, (float)o->step);
     return launch(ocl, q, STRATA__OCL_K_ADAMW, o->n, "mmmmlfffffff", &o->param, &o->grad, &o->m, &o->v, o->n,
                   (double)o->lr, (double)o->beta1, (double)o->beta2, (double)o->eps, (double)o->weight_decay,
-                  (double)bc1, (double)bc2);
+                  (double)o->bc1, (double)o->bc2);
   }
   case STRATA__OP_SUMSQ: {
     const __typeof__(op->u.sumsq) *o = &op->u.sumsq;
