@@ -238,6 +238,7 @@ static int gemm_strata(struct strata__ocl *ocl, struct strata__ocl_queue *q,
                            (long long)g->m, (long long)g->n, (long long)g->k);
   struct strata__mem b = g->b;
   int64_t ldb = g->ldb, sb = g->stride_b;
+  struct strata__ocl_buffer tmp = {NULL, q->dev}; /* the scratch as an operand, for a transposed B */
   if (g->trans_b) {
     const int64_t copies = g->stride_b == 0 ? 1 : g->batch;
     GEMM_TRY(gemm_tmp(ocl, q, (size_t)(copies * g->k * g->n) * sizeof(float)));
@@ -245,18 +246,14 @@ static int gemm_strata(struct strata__ocl *ocl, struct strata__ocl_queue *q,
                    g->stride_b, q->gemm_tmp));
     const size_t tg[3] = {(size_t)g->k, (size_t)g->n, (size_t)copies};
     GEMM_TRY(enqueue3(ocl, q, STRATA__OCL_K_GEMM_TRANSPOSE, tg));
-    b = (struct strata__mem){NULL, 0};
+    tmp.mem = q->gemm_tmp;
+    b = (struct strata__mem){&tmp, 0};
     ldb = g->n;
     sb = g->stride_b == 0 ? 0 : g->k * g->n;
   }
   const enum strata__ocl_kernel kid = g->trans_a ? STRATA__OCL_K_GEMM_CPU_TA : STRATA__OCL_K_GEMM_CPU;
-  int rc = g->trans_b ? launch(ocl, q, kid, 0, "iiifmllcllfmll", (int)g->m, (int)g->n, (int)g->k, (double)g->alpha,
-                               &g->a, g->lda, g->stride_a, q->gemm_tmp, ldb, sb, (double)g->beta, &g->c, g->ldc,
-                               g->stride_c)
-                      : launch(ocl, q, kid, 0, "iiifmllmllfmll", (int)g->m, (int)g->n, (int)g->k, (double)g->alpha,
-                               &g->a, g->lda, g->stride_a, &b, ldb, sb, (double)g->beta, &g->c, g->ldc, g->stride_c);
-  if (rc)
-    return rc;
+  GEMM_TRY(launch(ocl, q, kid, 0, "iiifmllmllfmll", (int)g->m, (int)g->n, (int)g->k, (double)g->alpha, &g->a, g->lda,
+                  g->stride_a, &b, ldb, sb, (double)g->beta, &g->c, g->ldc, g->stride_c));
   const size_t gl[3] = {(size_t)((g->m + GEMM_TM - 1) / GEMM_TM), (size_t)((g->n + GEMM_TN - 1) / GEMM_TN),
                         (size_t)g->batch};
   return enqueue3(ocl, q, kid, gl);
