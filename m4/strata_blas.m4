@@ -5,7 +5,7 @@ AC_DEFUN([STRATA_CHECK_BLAS], [
   AC_ARG_WITH([blas],
     [AS_HELP_STRING([--with-blas=LIB],
       [GEMM library of the host backend: openblas (its kernels chosen from the CPU's feature flags), blis, dnnl
-       (oneDNN's dnnl_sgemm), generic (any CBLAS through pkg-config blas), or auto: OpenBLAS, else generic @<:@default=auto@:>@])],
+       (oneDNN's dnnl_sgemm), generic (any CBLAS through pkg-config blas), or auto: oneDNN, else OpenBLAS, else generic @<:@default=auto@:>@])],
     [], [with_blas=auto])
   AC_ARG_VAR([BLAS_CFLAGS], [C compiler flags for the GEMM library, overriding pkg-config])
   AC_ARG_VAR([BLAS_LIBS], [linker flags for the GEMM library, overriding pkg-config])
@@ -14,7 +14,7 @@ AC_DEFUN([STRATA_CHECK_BLAS], [
   strata_blas_name=
   strata_blas_multiarch=`$CC -print-multiarch 2>/dev/null`
   AS_CASE([$with_blas],
-    [auto|yes], [strata_blas_try="openblas generic"],
+    [auto|yes], [strata_blas_try="dnnl openblas generic"],
     [openblas|blis|dnnl|generic], [strata_blas_try=$with_blas],
     [AC_MSG_ERROR([--with-blas=$with_blas: expected openblas, blis, dnnl, generic or auto])])
   for strata_blas_lib in $strata_blas_try; do
@@ -65,7 +65,7 @@ AC_DEFUN([STRATA_CHECK_BLAS], [
   done
   AS_IF([test "x$strata_blas_happy" != xyes], [
     AS_IF([test "x$with_blas" = xauto || test "x$with_blas" = xyes],
-      [AC_MSG_ERROR([no CBLAS with cblas_sgemm found (Debian: apt-get install libopenblas-dev)])],
+      [AC_MSG_ERROR([no GEMM library found: neither oneDNN (dnnl_sgemm) nor a CBLAS with cblas_sgemm (Debian: apt-get install libdnnl-dev, or libopenblas-dev)])],
       [AC_MSG_ERROR([--with-blas=$with_blas: $strata_blas_why])])])
   AS_CASE([$strata_blas_lib],
     [openblas], [AC_DEFINE([STRATA_BLAS_OPENBLAS], [1], [The host backend's GEMM is OpenBLAS])
