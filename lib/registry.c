@@ -186,19 +186,26 @@ static int slot_load(struct strata__slot *slot, int *ndev) {
     ** about 2^28 cycles after every GEMM: half again more training
     ** throughput with its AVX-512 kernels on two cores */
     setenv("OPENBLAS_THREAD_TIMEOUT", "4", 0);
-#ifdef STRATA_BLAS_OPENBLAS
     /* OpenBLAS picks its kernels from the CPU model when it loads, and falls
     ** back to generic SSE3 ones for a model it does not know (virtual CPUs,
-    ** newer chips): several times slower GEMMs. Choose from the feature flags. */
+    ** newer chips): several times slower GEMMs. Choose from the feature flags.
+    ** A host backend on another library sets it too, for any OpenBLAS the
+    ** process loads beside it (strata-bench gemm --compare times one), but
+    ** does not refuse to start over a value it does not use. */
     char chosen[32], why_cpu[320];
     int rc = strata__cpu_blas_prepare(chosen, sizeof chosen, why_cpu, sizeof why_cpu);
+#ifdef STRATA_BLAS_OPENBLAS
     if (rc)
       return strata__error(rc, "host backend: %s", why_cpu);
+    const enum strata_log_level said = STRATA_LOG_WARN;
+#else
+    (void)rc; /* a refused value is said below, and harms nothing the backend computes with */
+    const enum strata_log_level said = STRATA_LOG_INFO;
+#endif
     if (chosen[0])
       strata__log(STRATA_LOG_INFO, "host", "OPENBLAS_CORETYPE=%s chosen from the CPU's feature flags", chosen);
     else if (why_cpu[0])
-      strata__log(STRATA_LOG_WARN, "host", "%s", why_cpu);
-#endif /* STRATA_BLAS_OPENBLAS */
+      strata__log(said, "host", "%s", why_cpu);
   }
   slot_open(slot);
   if (!slot->dl)
