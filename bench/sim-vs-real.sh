@@ -5,7 +5,7 @@
 # Environment: STEPS (default 16; the first is warm-up and left out: the median of 15 steps spans a second or
 # more, nearer the calibration's window than 5 steps, whose median one burst of others' load moves),
 # POCL_CACHE_DIR (default a directory under TMPDIR that outlives the run, so PoCL compiles its kernels once),
-# SIM_KEEP (copy each layout's calibration to SIM_KEEP.N). The first layout runs again last: the two show how far
+# SIM_KEEP (copy each layout's calibrations to SIM_KEEP.N and SIM_KEEP.N.after). The first layout runs again last: the two show how far
 # the machine's load moves a measurement.
 # On a machine others load, calibrate and measure under the same load: figures are medians, not bests.
 # Target: every prediction within 15% of the median measured step.
@@ -27,8 +27,8 @@ bench_gpt "$tmp/model.json" 128 4 64 4
 echo "# sim-vs-real: GPT d_model 128, 4 blocks (6 layers), context 64, vocab 256; $STEPS steps per layout"
 echo "# devices: 0-1 PoCL pthread, 2-5 host virtual; $(nproc 2>/dev/null || echo '?') cores"
 echo "# load at start (/proc/loadavg): $(cat /proc/loadavg 2>/dev/null)"
-echo "# each layout's devices are calibrated right before it is measured (strata-bench calibrate --devices):"
-echo "# on a machine others load, the two then see the same load"
+echo "# each layout's devices are calibrated right before and right after it is measured (strata-bench calibrate"
+echo "# --devices); the prediction is the mean of the two: on a machine others load, both sides then see its load alike"
 
 # name | rows per micro-batch | layout (split given, so the trainer and the simulator cut alike)
 cat >"$tmp/layouts" <<'EOF'
@@ -50,7 +50,7 @@ mixed pp2 zb host+pocl|4|"dp":1,"pp":2,"tp":1,"devices":[2,0],"split":[5,1],"sch
 host pp1 1f1b (again)|4|"dp":1,"pp":1,"tp":1,"devices":[2],"split":[6],"schedule":"1f1b","microbatches":4
 EOF
 
-printf '%-30s %12s %12s %8s\n' "layout" "predicted s" "measured s" "error"
+printf '%-30s %12s %12s %8s   %s\n' "layout" "predicted s" "measured s" "error" "(predicted from the calibration before, after)"
 n=0 ok=0 sum=0
 while IFS='|' read -r name rows body; do
   [ -n "$name" ] || continue
@@ -59,6 +59,8 @@ while IFS='|' read -r name rows body; do
   dp=$(printf '%s' "$body" | sed -n 's/.*"dp":\([0-9]*\).*/\1/p')
   batch=$((rows * m * dp))
   devs=$(printf '%s' "$body" | sed -n 's/.*"devices":\[\([0-9,]*\)\].*/\1/p')
+  # calibrated right before and right after the measurement, and predicted with each: the mean of the two
+  # predictions is compared, so that a change of the machine's load during the pair falls on both sides alike
   if ! "$BENCH" calibrate --devices "$devs" --out "$tmp/cal.json" >"$tmp/cal.log" 2>&1; then
     printf '%-30s calibration failed: %s\n' "$name" "$(tail -n 1 "$tmp/cal.log")"
     continue
@@ -69,19 +71,31 @@ while IFS='|' read -r name rows body; do
     printf '%-30s strata-train failed: %s\n' "$name" "$(tail -n 1 "$tmp/train.err")"
     continue
   fi
+  if ! "$BENCH" calibrate --devices "$devs" --out "$tmp/cal2.json" >"$tmp/cal.log" 2>&1; then
+    printf '%-30s calibration failed: %s\n' "$name" "$(tail -n 1 "$tmp/cal.log")"
+    continue
+  fi
+  [ -n "${SIM_KEEP:-}" ] && cp "$tmp/cal2.json" "$SIM_KEEP.$n.after"
   # the median of the steps after the first
   measured=$(grep '"event":"step"' "$tmp/train.json" | sed -n 's/.*"step_s":\([0-9.eE+-]*\).*/\1/p' | sed 1d |
     sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2];
       else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
-  if ! "$PLAN" --simulate "$tmp/layout.json" --calibration "$tmp/cal.json" --model "$tmp/model.json" \
-      --batch "$batch" --json >"$tmp/plan.json" 2>"$tmp/plan.err"; then
-    printf '%-30s strata-plan failed: %s\n' "$name" "$(tail -n 1 "$tmp/plan.err")"
-    continue
-  fi
-  predicted=$(sed -n 's/.*"step_s": *\([0-9.eE+-]*\).*/\1/p' "$tmp/plan.json" | head -n 1)
-  line=$(awk -v p="$predicted" -v r="$measured" -v name="$name" 'BEGIN {
+  predicted=
+  for cal in cal cal2; do
+    if ! "$PLAN" --simulate "$tmp/layout.json" --calibration "$tmp/$cal.json" --model "$tmp/model.json" \
+        --batch "$batch" --json >"$tmp/plan.json" 2>"$tmp/plan.err"; then
+      printf '%-30s strata-plan failed: %s\n' "$name" "$(tail -n 1 "$tmp/plan.err")"
+      predicted=
+      break
+    fi
+    predicted="$predicted $(sed -n 's/.*"step_s": *\([0-9.eE+-]*\).*/\1/p' "$tmp/plan.json" | head -n 1)"
+  done
+  [ -n "$predicted" ] || continue
+  before=${predicted# }; before=${before%% *}; after=${predicted##* }
+  predicted=$(awk -v a="$before" -v b="$after" 'BEGIN { printf "%.6f", (a + b) / 2 }')
+  line=$(awk -v p="$predicted" -v r="$measured" -v name="$name" -v a="$before" -v b="$after" 'BEGIN {
     e = 100 * (p - r) / r
-    printf "%-30s %12.4f %12.4f %+7.1f%%|%d|%f", name, p, r, e, (e < 15 && e > -15), (e < 0 ? -e : e) }')
+    printf "%-30s %12.4f %12.4f %+7.1f%%   %.4f %.4f|%d|%f", name, p, r, e, a, b, (e < 15 && e > -15), (e < 0 ? -e : e) }')
   echo "${line%%|*}"
   rest=${line#*|}
   n=$((n + 1))
