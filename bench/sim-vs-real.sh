@@ -28,7 +28,8 @@ echo "# sim-vs-real: GPT d_model 128, 4 blocks (6 layers), context 64, vocab 256
 echo "# devices: 0-1 PoCL pthread, 2-5 host virtual; $(nproc 2>/dev/null || echo '?') cores"
 echo "# load at start (/proc/loadavg): $(cat /proc/loadavg 2>/dev/null)"
 echo "# each layout's devices are calibrated right before and right after it is measured (strata-bench calibrate"
-echo "# --devices); the prediction is the mean of the two: on a machine others load, both sides then see its load alike"
+echo "# --devices, with the model's own GEMMs: --model --rows --max-tp 2); the prediction is the mean of the two: on a"
+echo "# machine others load, both sides then see its load alike"
 
 # name | rows per micro-batch | layout (split given, so the trainer and the simulator cut alike)
 cat >"$tmp/layouts" <<'EOF'
@@ -61,7 +62,7 @@ while IFS='|' read -r name rows body; do
   devs=$(printf '%s' "$body" | sed -n 's/.*"devices":\[\([0-9,]*\)\].*/\1/p')
   # calibrated right before and right after the measurement, and predicted with each: the mean of the two
   # predictions is compared, so that a change of the machine's load during the pair falls on both sides alike
-  if ! "$BENCH" calibrate --devices "$devs" --out "$tmp/cal.json" >"$tmp/cal.log" 2>&1; then
+  if ! "$BENCH" calibrate --devices "$devs" --model "$tmp/model.json" --rows "$rows" --max-tp 2 --out "$tmp/cal.json" >"$tmp/cal.log" 2>&1; then
     printf '%-30s calibration failed: %s\n' "$name" "$(tail -n 1 "$tmp/cal.log")"
     continue
   fi
@@ -71,7 +72,7 @@ while IFS='|' read -r name rows body; do
     printf '%-30s strata-train failed: %s\n' "$name" "$(tail -n 1 "$tmp/train.err")"
     continue
   fi
-  if ! "$BENCH" calibrate --devices "$devs" --out "$tmp/cal2.json" >"$tmp/cal.log" 2>&1; then
+  if ! "$BENCH" calibrate --devices "$devs" --model "$tmp/model.json" --rows "$rows" --max-tp 2 --out "$tmp/cal2.json" >"$tmp/cal.log" 2>&1; then
     printf '%-30s calibration failed: %s\n' "$name" "$(tail -n 1 "$tmp/cal.log")"
     continue
   fi

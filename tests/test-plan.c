@@ -3,6 +3,8 @@
 ** planner against exhaustive search and the topology rules of real machines. */
 #include <sys/stat.h>
 
+#include <jansson.h>
+
 #include <strata/plan.h>
 
 #include "common.h"
@@ -981,6 +983,113 @@ Test(plan, calibration_round_trips_into_a_cluster) {
   cr_assert_null(c);
   cr_assert_not_null(strstr(strata_last_error(), "x.json"));
   cr_assert_eq(strata_machine_from_calibration("{", "y.json", NULL, &c), STRATA_ERR_PARSE);
+}
+
+/* The step of layout l for `batch` samples predicted from calibration text `json`. */
+static double predicted_step(const char *json, strata_model_t m, strata_layout_t l, int64_t batch) {
+  strata_machine_t c;
+  OK(strata_machine_from_calibration(json, "cal.json", NULL, &c));
+  struct strata_sim_options o = {.batch = batch};
+  struct strata_sim_result r;
+  OK(strata_simulate(c, m, l, &o, &r));
+  double s = r.step_s;
+  strata_sim_result_destroy(&r);
+  strata_machine_free(c);
+  return s;
+}
+
+/* A two-device calibration text from one measured device entry: the entry twice (devices 0 and 1, as given but
+** for their GEMM speeds: `curve` GFLOP/s at every size, and each of the model's GEMMs at `shaped` GFLOP/s, or
+** none listed where `shaped` is 0), linked both ways. */
+static char *two_devices(json_t *entry, double curve, double shaped) {
+  json_t *root = json_object(), *devs = json_array();
+  for (int i = 0; i < 2; i++) {
+    json_t *d = json_deep_copy(entry);
+    json_object_set_new(d, "device", json_integer(i));
+    json_object_set_new(d, "gflops", json_real(curve));
+    json_t *sizes = json_object_get(d, "gemm");
+    for (size_t s = 0; s < json_array_size(sizes); s++)
+      json_array_set_new(json_array_get(sizes, s), 1, json_real(curve));
+    json_t *shapes = json_object_get(d, "gemm_shapes");
+    if (shaped > 0)
+      for (size_t s = 0; s < json_array_size(shapes); s++)
+        json_array_set_new(json_array_get(shapes, s), 6, json_real(shaped));
+    else
+      json_object_del(d, "gemm_shapes");
+    json_array_append_new(devs, d);
+  }
+  json_object_set_new(root, "schema", json_string("strata-calibration/1"));
+  json_object_set_new(root, "devices", devs);
+  json_object_set_new(root, "gbps", json_pack("[[f, f], [f, f]]", 0.0, 10.0, 10.0, 0.0));
+  json_object_set_new(root, "latency_us", json_pack("[[f, f], [f, f]]", 0.0, 5.0, 5.0, 0.0));
+  char *text = json_dumps(root, 0);
+  json_decref(root);
+  return text;
+}
+
+/*
+** strata_calibrate_model times the GEMMs the simulator costs a model with
+** (each positive), and a simulation meets those figures instead of the
+** speed by size: with every listed GEMM at X and the square sizes at 2X,
+** the prediction of one device, a pipeline and a tp pair is the one with
+** everything at X and no list (so the list holds every GEMM the simulator
+** costs), and a slower list predicts a slower step.
+*/
+Test(plan, a_model_s_own_gemm_speeds_replace_the_speed_by_size) {
+  int n = 0;
+  OK(strata_device_count(&n));
+  if (n < 1)
+    cr_skip_test("no device to calibrate");
+  strata_model_t m = small_gpt(2);
+  const int first = 0;
+  const int64_t rows[] = {2};
+  char *json = NULL;
+  OK(strata_calibrate_model(&first, 1, m, rows, 1, 2, &json));
+  json_t *root = json_loads(json, 0, NULL);
+  cr_assert_not_null(root);
+  json_t *entry = json_array_get(json_object_get(root, "devices"), 0), *shapes = json_object_get(entry, "gemm_shapes");
+  cr_assert_geq(json_array_size(shapes), 20, "%zu GEMMs listed", json_array_size(shapes));
+  for (size_t s = 0; s < json_array_size(shapes); s++)
+    cr_assert_gt(json_number_value(json_array_get(json_array_get(shapes, s), 6)), 0, "GEMM %zu", s);
+  char *plain = two_devices(entry, 50, 0), *listed = two_devices(entry, 100, 50), *slow = two_devices(entry, 50, 25);
+  const int devs[2] = {0, 1}, halves[2] = {2, 2};
+  strata_layout_t one = layout(1, 1, 1, devs, NULL, STRATA_SCHEDULE_1F1B, 2, 0);
+  strata_layout_t pipe = layout(1, 2, 1, devs, halves, STRATA_SCHEDULE_1F1B, 2, 0);
+  strata_layout_t pair = layout(1, 1, 2, devs, NULL, STRATA_SCHEDULE_1F1B, 2, 0);
+  strata_layout_t all[3] = {one, pipe, pair};
+  for (int i = 0; i < 3; i++) {
+    const double a = predicted_step(plain, m, all[i], 4), b = predicted_step(listed, m, all[i], 4);
+    const double c = predicted_step(slow, m, all[i], 4);
+    cr_assert_float_eq(b, a, 1e-9 * a, "layout %d: %.9g s with the model's GEMMs listed, %.9g s by size", i, b, a);
+    cr_assert_gt(c, a * 1.01, "layout %d: slower GEMMs listed, %.9g s against %.9g s", i, c, a);
+  }
+  for (int i = 0; i < 3; i++)
+    strata_layout_free(all[i]);
+  free(plain);
+  free(listed);
+  free(slow);
+  json_decref(root);
+  free(json);
+  strata_model_free(m);
+}
+
+/* A "gemm_shapes" entry that is not [m, n, k, trans_a, trans_b, batch, GFLOP/s] is refused, naming the device. */
+Test(plan, bad_gemm_shapes_are_refused) {
+  static const char *const bad[] = {"[[64, 64, 64, 0, 0, 1]]", "[[64, 64, 64, 2, 0, 1, 10]]",
+                                    "[[0, 64, 64, 0, 0, 1, 10]]", "[[64, 64, 64, 0, 0, 1, -1]]",
+                                    "[[64.5, 64, 64, 0, 0, 1, 10]]", "{\"m\": 64}", "[\"64\"]"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char json[1024];
+    snprintf(json, sizeof json,
+             "{\"schema\": \"strata-calibration/1\", \"devices\": [{\"device\": 0, \"gflops\": 10, \"mem_gbps\": 10, "
+             "\"launch_us\": 1, \"memory\": 1000000000, \"gemm_shapes\": %s}], \"gbps\": [[0]], \"latency_us\": [[0]]}",
+             bad[i]);
+    strata_machine_t c = NULL;
+    cr_assert_eq(strata_machine_from_calibration(json, "cal.json", NULL, &c), STRATA_ERR_PARSE, "%s", bad[i]);
+    cr_assert_null(c);
+    cr_assert_not_null(strstr(strata_last_error(), "gemm_shapes"), "%s: %s", bad[i], strata_last_error());
+    cr_assert_not_null(strstr(strata_last_error(), "device 0"), "%s: %s", bad[i], strata_last_error());
+  }
 }
 
 /* ---- a tp degree per rank ---- */

@@ -43,7 +43,8 @@ static void usage(FILE *f) {
           "Usage: strata-bench gemm [OPTIONS]\n"
           "       strata-bench allreduce|allgather|reducescatter|broadcast [OPTIONS] (see its --help)\n"
           "       mpirun -np N strata-bench mpi [OPTIONS] (between ranks; see its --help)\n"
-          "       strata-bench calibrate [--devices LIST] [--out FILE] (costs for strata-plan --calibration)\n"
+          "       strata-bench calibrate [--devices LIST] [--model M --rows LIST [--max-tp T]] [--out FILE]\n"
+          "                          (costs for strata-plan --calibration)\n"
           "Measure SGEMM (C = A B, N x N, fp32) through strata's device layer beside the\n"
           "library strata calls underneath, on the same device in the same run:\n"
           "the host backend's GEMM library (OpenBLAS, BLIS, oneDNN: the very copy the\n"
@@ -655,7 +656,7 @@ static int bench_gemm(const struct options *o) {
 }
 
 /*
-** strata-bench calibrate [--devices LIST] [--out FILE]: measure this
+** strata-bench calibrate [--devices LIST] [--model M --rows LIST [--max-tp T]] [--out FILE]: measure this
 ** machine's devices and links for the planner and write the JSON cache
 ** (default $XDG_CACHE_HOME/strata/calibration.json, else
 ** ~/.cache/strata/calibration.json), which strata-plan --calibration reads.
@@ -663,23 +664,40 @@ static int bench_gemm(const struct options *o) {
 static int calibrate_main(int argc, char **argv) {
   static const struct option longopts[] = {{"devices", required_argument, NULL, 'd'},
                                            {"out", required_argument, NULL, 'o'},
+                                           {"model", required_argument, NULL, 'm'},
+                                           {"rows", required_argument, NULL, 'r'},
+                                           {"max-tp", required_argument, NULL, 't'},
                                            {"help", no_argument, NULL, 'h'},
                                            {NULL, 0, NULL, 0}};
-  const char *out = NULL, *list = NULL;
+  const char *out = NULL, *list = NULL, *model_name = NULL, *rows_list = NULL;
+  int64_t max_tp = 1;
   int c;
   optind = 2;
   opterr = 0;
-  while ((c = getopt_long(argc, argv, ":d:o:h", longopts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":d:o:m:r:t:h", longopts, NULL)) != -1) {
     switch (c) {
     case 'd': list = optarg; break;
     case 'o': out = optarg; break;
+    case 'm': model_name = optarg; break;
+    case 'r': rows_list = optarg; break;
+    case 't':
+      if (cli_parse_range("strata-bench", "--max-tp", optarg, 1, 1024, &max_tp))
+        return 2;
+      break;
     case 'h':
-      printf("Usage: strata-bench calibrate [--devices LIST] [--out FILE]\n"
+      printf("Usage: strata-bench calibrate [--devices LIST] [--model M --rows LIST [--max-tp T]] [--out FILE]\n"
              "Measure each device's fp32 GEMM speed (N = 32 to 1024), the per-element speed of the row ops\n"
              "(add, GELU, layernorm, softmax, AdamW), memory bandwidth and launch overhead, a copy and a small\n"
              "all-reduce between every pair, and the host cores the CPU devices get together, for\n"
              "strata-plan --calibration. Writes FILE (default\n"
-             "$XDG_CACHE_HOME/strata/calibration.json or ~/.cache/strata/calibration.json).\n");
+             "$XDG_CACHE_HOME/strata/calibration.json or ~/.cache/strata/calibration.json).\n"
+             "\n"
+             "  -d, --devices LIST  runtime devices to measure (default: all; see strata-topo)\n"
+             "  -m, --model M       also time the GEMMs that strata-plan costs model M's layers with (a preset\n"
+             "                      or a JSON file), so that a simulation of M meets their own speeds\n"
+             "  -r, --rows LIST     with --model: samples per micro-batch to time them for, e.g. 2,4\n"
+             "  -t, --max-tp T      with --model: tensor-parallel degrees 1 to T that divide the heads (default 1)\n"
+             "  -o, --out FILE      where to write the JSON\n");
       return 0;
     default:
       cli_refuse("strata-bench", c == ':' ? ':' : '?', argc, argv);
@@ -688,6 +706,41 @@ static int calibrate_main(int argc, char **argv) {
   }
   if (cli_refuse("strata-bench", 0, argc, argv))
     return 2;
+  if (!model_name != !rows_list) {
+    fprintf(stderr, "strata-bench: calibrate: --model and --rows go together\n");
+    return 2;
+  }
+  if (max_tp > 1 && !model_name) {
+    fprintf(stderr, "strata-bench: calibrate: --max-tp needs --model\n");
+    return 2;
+  }
+  int64_t rows[64];
+  int nrows = 0;
+  if (rows_list) {
+    char *copy = strdup(rows_list), *save = NULL;
+    for (char *t = copy ? strtok_r(copy, ",", &save) : NULL; t; t = strtok_r(NULL, ",", &save)) {
+      if (nrows == 64) {
+        fprintf(stderr, "strata-bench: calibrate: --rows lists at most 64 sizes\n");
+        free(copy);
+        return 2;
+      }
+      if (cli_parse_range("strata-bench", "--rows", t, 1, 1 << 20, &rows[nrows])) {
+        free(copy);
+        return 2;
+      }
+      nrows++;
+    }
+    free(copy);
+    if (nrows == 0) {
+      fprintf(stderr, "strata-bench: calibrate: --rows '%s' lists no size\n", rows_list);
+      return 2;
+    }
+  }
+  strata_model_t model = NULL;
+  if (model_name && strata_model_load(model_name, &model)) {
+    fprintf(stderr, "strata-bench: %s\n", strata_last_error());
+    return 2;
+  }
   int devs[256], n = 0;
   if (list) {
     char *copy = strdup(list), *save = NULL;
@@ -695,6 +748,7 @@ static int calibrate_main(int argc, char **argv) {
       int64_t v;
       if (n == 256 || cli_parse_range("strata-bench", "--devices", t, 0, 65535, &v)) {
         free(copy);
+        strata_model_free(model);
         return 2;
       }
       devs[n++] = (int)v;
@@ -716,7 +770,8 @@ static int calibrate_main(int argc, char **argv) {
     out = path;
   }
   char *json = NULL;
-  int rc = strata_calibrate(list ? devs : NULL, n, &json);
+  int rc = strata_calibrate_model(list ? devs : NULL, n, model, rows, nrows, (int)max_tp, &json);
+  strata_model_free(model);
   if (rc) {
     fprintf(stderr, "strata-bench: %s\n", strata_last_error());
     strata_shutdown();

@@ -70,6 +70,15 @@ enum strata_plan_op {
 /* GEMM sizes a device's speed may be given for (calibration measures these). */
 #define STRATA_PLAN_GEMM_SIZES 6
 
+/* One GEMM of a model's layers as the simulator costs them (C = op(A) op(B), m x n x k, `batch` of them) and
+** the FLOP/s a device sustains on it: measured by strata_calibrate_model, used instead of the speed by size
+** wherever the simulator meets that very shape. */
+struct strata_gemm_shape {
+  int64_t m, n, k, batch;
+  int trans_a, trans_b;
+  double flops;
+};
+
 struct strata_device_cost {
   double flops;                 /* sustained GEMM FLOP/s (of large GEMMs) */
   double mem_gbps;              /* memory bandwidth, GB/s */
@@ -86,6 +95,8 @@ struct strata_device_cost {
   double op_ns[STRATA_PLAN_OP_COUNT]; /* ns per element of each op (0: its bytes at mem_gbps) */
   double op_row_ns[STRATA_PLAN_OP_COUNT]; /* ns per row on top of op_ns, for the row ops measured so (0: none) */
   int cpu_threads;              /* host cores its ops run on (0: its own silicon); see strata_node_desc.cpu_cores */
+  int nshapes;                  /* entries of `shapes` (0: none) */
+  const struct strata_gemm_shape *shapes; /* a model's own GEMMs as measured; a cluster keeps its own copy */
 };
 
 /* The fraction of a datasheet's peak that a large fp32 GEMM sustains,
@@ -174,6 +185,18 @@ STRATA_API void strata_machine_free(strata_machine_t c);
 ** the file strata-bench calibrate writes) is the caller's to free().
 */
 STRATA_API int strata_calibrate(const int *devices, int n, char **json /* OUT */);
+/*
+** strata_calibrate, and besides, on every device, the GEMMs that the
+** simulator costs `model`'s layers with (every distinct shape of a forward
+** and a backward) for micro-batches of each of the `nrows` sample counts
+** `rows`, at every tensor-parallel degree from 1 to max_tp that divides the
+** heads: each device's entry then lists them under "gemm_shapes", and a
+** simulation of that model meets its own GEMMs' speeds instead of those of
+** square ones of a like size (a GEMM of a layer runs up to a third slower
+** or faster than a square one of its FLOPs).
+*/
+STRATA_API int strata_calibrate_model(const int *devices, int n, strata_model_t model, const int64_t *rows, int nrows,
+                                      int max_tp, char **json /* OUT */);
 /* A one-node cluster of calibrated devices; layout devices are their runtime indices. */
 STRATA_API int strata_machine_from_calibration(const char *json, const char *source,
                                                const struct strata_machine_options *opts, strata_machine_t *out /* OUT */);

@@ -400,6 +400,122 @@ static int effective_cores(const int *cpu, const int *threads, int n, double *co
   return rc;
 }
 
+/* Each timed run of one of a model's GEMMs repeats it until this long has passed (at least once). */
+#define SHAPE_RUN_S 0.005
+
+/* One timed run of `sh` on q over the buffers a, b, c (big enough): seconds per GEMM batch. */
+static int time_shape(strata_queue_t q, const struct strata_gemm_shape *sh, strata_buffer_t a, strata_buffer_t b,
+                      strata_buffer_t c, double *s) {
+  const int64_t m = sh->m, n = sh->n, k = sh->k;
+  const int64_t lda = sh->trans_a ? m : k, ldb = sh->trans_b ? k : n;
+  double t0 = strata__now(), dt = 0;
+  int64_t runs = 0;
+  int rc = STRATA_OK;
+  while (!rc && (runs == 0 || dt < SHAPE_RUN_S)) {
+    rc = strata_gemm(q, sh->trans_a, sh->trans_b, m, n, k, 1, strata_mem(a, 0), lda, m * k, strata_mem(b, 0), ldb,
+                     k * n, 0, strata_mem(c, 0), n, m * n, sh->batch);
+    if (!rc)
+      rc = strata_queue_finish(q);
+    runs++;
+    dt = strata__now() - t0;
+  }
+  *s = dt / (double)runs;
+  return rc;
+}
+
+/*
+** GFLOP/s of each of the `ns` GEMMs `sh` on each of the n devices (out[i *
+** ns + s]): the median of OP_REPS rounds after a warm-up, each round going
+** device by device and shape by shape, as the other figures are measured.
+*/
+static int measure_shapes(const int *dev, int n, const struct strata_gemm_shape *sh, int ns, double *out) {
+  size_t fa = 1, fb = 1, fc = 1;
+  for (int s = 0; s < ns; s++) {
+    const size_t bt = (size_t)sh[s].batch;
+    fa = (size_t)(sh[s].m * sh[s].k) * bt > fa ? (size_t)(sh[s].m * sh[s].k) * bt : fa;
+    fb = (size_t)(sh[s].k * sh[s].n) * bt > fb ? (size_t)(sh[s].k * sh[s].n) * bt : fb;
+    fc = (size_t)(sh[s].m * sh[s].n) * bt > fc ? (size_t)(sh[s].m * sh[s].n) * bt : fc;
+  }
+  strata_queue_t *q = calloc((size_t)n, sizeof *q);
+  strata_buffer_t *buf = calloc(3 * (size_t)n, sizeof *buf);
+  double *t = calloc((size_t)n * (size_t)ns * OP_REPS, sizeof *t);
+  int rc = q && buf && t ? STRATA_OK : strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
+  for (int i = 0; i < n && !rc; i++) {
+    const size_t floats[3] = {fa, fb, fc};
+    rc = strata_queue_new(dev[i], &q[i]);
+    for (int j = 0; j < 3 && !rc; j++) {
+      rc = strata_buffer_new(dev[i], floats[j] * 4, &buf[3 * i + j]);
+      if (!rc)
+        rc = strata_fill(q[i], strata_mem(buf[3 * i + j], 0), 0.5f, (int64_t)floats[j]);
+    }
+    if (rc)
+      rc = strata__error(rc, "calibration: device %d: cannot hold the model's largest GEMM (%zu, %zu and %zu floats): %s",
+                         dev[i], fa, fb, fc, strata_last_error());
+  }
+  for (int r = 0; r <= OP_REPS && !rc; r++)
+    for (int i = 0; i < n && !rc; i++)
+      for (int s = 0; s < ns && !rc; s++) {
+        double x = 0;
+        rc = time_shape(q[i], &sh[s], buf[3 * i], buf[3 * i + 1], buf[3 * i + 2], &x);
+        if (r > 0)
+          t[((size_t)i * (size_t)ns + (size_t)s) * OP_REPS + (size_t)(r - 1)] = x;
+      }
+  for (int i = 0; i < n && !rc; i++)
+    for (int s = 0; s < ns; s++) {
+      const double sec = median(&t[((size_t)i * (size_t)ns + (size_t)s) * OP_REPS], OP_REPS);
+      out[(size_t)i * (size_t)ns + (size_t)s] =
+          sec > 0 ? 2.0 * (double)sh[s].m * (double)sh[s].n * (double)sh[s].k * (double)sh[s].batch / sec / 1e9 : 0;
+    }
+  for (int i = 0; q && buf && i < n; i++) {
+    for (int j = 0; j < 3; j++)
+      strata_buffer_free(buf[3 * i + j]);
+    strata_queue_free(q[i]);
+  }
+  free(q);
+  free(buf);
+  free(t);
+  return rc;
+}
+
+/* The distinct GEMMs the simulator costs `model` with, for every micro-batch size and tp degree asked. */
+static int model_shapes(strata_model_t model, const int64_t *rows, int nrows, int max_tp,
+                        struct strata_gemm_shape **out, int *count) {
+  *out = NULL;
+  *count = 0;
+  const struct strata_model_config *cfg = strata_model_config(model);
+  struct strata_gemm_shape *all = NULL;
+  int n = 0, rc = STRATA_OK;
+  for (int r = 0; r < nrows && !rc; r++)
+    for (int t = 1; t <= max_tp && !rc; t++) {
+      if (cfg->kind == STRATA_MODEL_GPT && cfg->heads % t != 0)
+        continue;
+      struct strata_gemm_shape *v = NULL;
+      int nv = 0;
+      rc = strata__plan_gemm_shapes(model, t, rows[r], &v, &nv);
+      struct strata_gemm_shape *grown = rc || nv == 0 ? NULL : realloc(all, (size_t)(n + nv) * sizeof *all);
+      if (!rc && nv > 0 && !grown)
+        rc = strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
+      if (grown) {
+        all = grown;
+        for (int i = 0; i < nv; i++) {
+          int seen = 0;
+          for (int j = 0; j < n && !seen; j++)
+            seen = memcmp(&all[j], &v[i], sizeof v[i]) == 0;
+          if (!seen)
+            all[n++] = v[i];
+        }
+      }
+      free(v);
+    }
+  if (rc) {
+    free(all);
+    return rc;
+  }
+  *out = all;
+  *count = n;
+  return STRATA_OK;
+}
+
 /* Floats of the small all-reduce that times a pair's collective latency, and its repetitions. */
 #define COLL_FLOATS 256
 #define COLL_REPS 9
@@ -448,7 +564,22 @@ static int pair_latency(int a, int b, double *us) {
 STRATA_API int strata_calibrate(const int *devices, int n, char **json) {
   if (!json)
     return strata__error(STRATA_ERR_INVALID, "strata_calibrate: json is NULL");
+  return strata_calibrate_model(devices, n, NULL, NULL, 0, 0, json);
+}
+
+STRATA_API int strata_calibrate_model(const int *devices, int n, strata_model_t model, const int64_t *rows, int nrows,
+                                      int max_tp, char **json) {
+  if (!json)
+    return strata__error(STRATA_ERR_INVALID, "strata_calibrate_model: json is NULL");
   *json = NULL;
+  if (model && (!rows || nrows < 1 || max_tp < 1))
+    return strata__error(STRATA_ERR_INVALID,
+                         "strata_calibrate_model: a model needs at least one micro-batch size and a tp degree of 1 or "
+                         "more");
+  for (int r = 0; model && r < nrows; r++)
+    if (rows[r] < 1 || rows[r] > (1 << 20))
+      return strata__error(STRATA_ERR_RANGE, "calibration: %lld samples per micro-batch, expected 1 to %d",
+                           (long long)rows[r], 1 << 20);
   int count = 0;
   TRY(strata_device_count(&count));
   if (!devices)
@@ -479,12 +610,23 @@ STRATA_API int strata_calibrate(const int *devices, int n, char **json) {
     dev[i] = devices ? devices[i] : i;
   if (!rc)
     rc = measure_all(dev, n, probes);
+  /* the model's own GEMMs, where one is given */
+  struct strata_gemm_shape *shapes = NULL;
+  int nshapes = 0;
+  double *shape_gflops = NULL;
+  if (!rc && model)
+    rc = model_shapes(model, rows, nrows, max_tp, &shapes, &nshapes);
+  if (!rc && nshapes > 0) {
+    shape_gflops = calloc((size_t)n * (size_t)nshapes, sizeof *shape_gflops);
+    rc = shape_gflops ? measure_shapes(dev, n, shapes, nshapes, shape_gflops)
+                      : strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
+  }
   for (int i = 0; i < n && !rc; i++) {
     const int d = dev[i];
     struct strata_device_props p;
     const struct probe *pr = &probes[i];
     const double *g = pr->gflops, bw = pr->mem_gbps, launch = pr->launch_us, sync = pr->sync_us;
-    const double *ops = pr->op_ns, *rows = pr->row_ns;
+    const double *ops = pr->op_ns, *per_row = pr->row_ns;
     rc = strata_device_props(d, &p);
     if (rc)
       break;
@@ -501,16 +643,26 @@ STRATA_API int strata_calibrate(const int *devices, int n, char **json) {
     json_t *opj = json_object(), *rowj = json_object();
     for (int k = 0; k < STRATA_PLAN_OP_COUNT; k++) {
       json_object_set_new(opj, op_names[k], json_real(ops[k]));
-      if (rows[k] > 0)
-        json_object_set_new(rowj, op_names[k], json_real(rows[k]));
+      if (per_row[k] > 0)
+        json_object_set_new(rowj, op_names[k], json_real(per_row[k]));
     }
     /* a device that computes on the host's cores shares them with the other such devices */
-    json_array_append_new(devs, json_pack("{s:i, s:s, s:s, s:f, s:o, s:f, s:f, s:f, s:I, s:o, s:o, s:i}", "device",
-                                          d, "name", p.name, "backend", p.backend, "gflops", best, "gemm", sizes,
-                                          "mem_gbps", bw, "launch_us", launch, "sync_us", sync,
-                                          "memory", (json_int_t)p.memory_limit,
-                                          "op_ns", opj, "op_row_ns", rowj, "cpu_threads",
-                                          p.is_cpu ? (p.compute_units > 0 ? p.compute_units : 1) : 0));
+    json_t *entry = json_pack("{s:i, s:s, s:s, s:f, s:o, s:f, s:f, s:f, s:I, s:o, s:o, s:i}", "device", d, "name",
+                              p.name, "backend", p.backend, "gflops", best, "gemm", sizes, "mem_gbps", bw,
+                              "launch_us", launch, "sync_us", sync, "memory", (json_int_t)p.memory_limit, "op_ns",
+                              opj, "op_row_ns", rowj, "cpu_threads",
+                              p.is_cpu ? (p.compute_units > 0 ? p.compute_units : 1) : 0);
+    if (entry && nshapes > 0) {
+      /* [m, n, k, trans_a, trans_b, batch, GFLOP/s] */
+      json_t *shj = json_array();
+      for (int s = 0; s < nshapes; s++)
+        json_array_append_new(shj, json_pack("[I, I, I, i, i, I, f]", (json_int_t)shapes[s].m,
+                                             (json_int_t)shapes[s].n, (json_int_t)shapes[s].k, shapes[s].trans_a,
+                                             shapes[s].trans_b, (json_int_t)shapes[s].batch,
+                                             shape_gflops[(size_t)i * (size_t)nshapes + (size_t)s]));
+      json_object_set_new(entry, "gemm_shapes", shj);
+    }
+    json_array_append_new(devs, entry);
     json_t *row = json_array(), *lrow = json_array();
     for (int j = 0; j < n; j++) {
       struct strata_link l = {0};
@@ -549,6 +701,8 @@ STRATA_API int strata_calibrate(const int *devices, int n, char **json) {
   }
   free(dev);
   free(probes);
+  free(shapes);
+  free(shape_gflops);
   free(cpu);
   free(cpu_threads);
   json_decref(devs);
@@ -565,6 +719,49 @@ static int number(json_t *o, const char *field, const char *src, int i, double *
   if (!json_is_number(v) || !(json_number_value(v) >= 0) || !isfinite(json_number_value(v)))
     return strata__error(STRATA_ERR_PARSE, "%s: device %d: \"%s\" must be a non-negative number", src, i, field);
   *out = json_number_value(v);
+  return STRATA_OK;
+}
+
+/* A device's "gemm_shapes" ([m, n, k, trans_a, trans_b, batch, GFLOP/s] each; absent: none) into *out (n of them). */
+static int read_shapes(json_t *v, const char *src, int i, struct strata_gemm_shape **out, int *n) {
+  *out = NULL;
+  *n = 0;
+  if (!v)
+    return STRATA_OK;
+  const size_t count = json_array_size(v);
+  if (!json_is_array(v) || count > (1u << 20))
+    return strata__error(STRATA_ERR_PARSE, "%s: device %d: \"gemm_shapes\" must be a list of at most %u GEMMs", src,
+                         i, 1u << 20);
+  if (count == 0)
+    return STRATA_OK;
+  struct strata_gemm_shape *sh = calloc(count, sizeof *sh);
+  if (!sh)
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory");
+  for (size_t s = 0; s < count; s++) {
+    json_t *e = json_array_get(v, s);
+    double f[7];
+    int ok = json_is_array(e) && json_array_size(e) == 7;
+    for (size_t j = 0; ok && j < 7; j++) {
+      json_t *x = json_array_get(e, j);
+      ok = json_is_number(x) && isfinite(json_number_value(x));
+      f[j] = ok ? json_number_value(x) : 0;
+    }
+    for (int j = 0; ok && j < 6; j++)
+      ok = f[j] == floor(f[j]) && f[j] >= 0 && f[j] <= 1e9;
+    ok = ok && f[0] >= 1 && f[1] >= 1 && f[2] >= 1 && f[5] >= 1 && f[3] <= 1 && f[4] <= 1 && f[6] > 0;
+    if (!ok) {
+      free(sh);
+      return strata__error(STRATA_ERR_PARSE,
+                           "%s: device %d: \"gemm_shapes\" entry %zu must be [m, n, k, trans_a, trans_b, batch, "
+                           "GFLOP/s]: sizes and batch whole numbers from 1, transposes 0 or 1, a positive speed",
+                           src, i, s);
+    }
+    sh[s] = (struct strata_gemm_shape){.m = (int64_t)f[0], .n = (int64_t)f[1], .k = (int64_t)f[2],
+                                       .trans_a = (int)f[3], .trans_b = (int)f[4], .batch = (int64_t)f[5],
+                                       .flops = f[6] * 1e9};
+  }
+  *out = sh;
+  *n = (int)count;
   return STRATA_OK;
 }
 
@@ -590,7 +787,8 @@ STRATA_API int strata_machine_from_calibration(const char *json, const char *sou
   struct strata_device_cost *cost = rc ? NULL : calloc(n, sizeof *cost);
   double *g = rc ? NULL : calloc(n * n, sizeof *g), *l = rc ? NULL : calloc(n * n, sizeof *l);
   int *ids = rc ? NULL : calloc(n, sizeof *ids);
-  if (!rc && (!cost || !g || !l || !ids))
+  struct strata_gemm_shape **shapes = rc ? NULL : calloc(n, sizeof *shapes);
+  if (!rc && (!cost || !g || !l || !ids || !shapes))
     rc = strata__error(STRATA_ERR_NOMEM, "out of host memory");
   for (size_t i = 0; i < n && !rc; i++) {
     json_t *d = json_array_get(devs, i);
@@ -630,6 +828,10 @@ STRATA_API int strata_machine_from_calibration(const char *json, const char *sou
                           ? json_number_value(sy)
                           : 0;
     cost[i].cpu_threads = json_is_integer(ct) && json_integer_value(ct) > 0 ? (int)json_integer_value(ct) : 0;
+    rc = read_shapes(json_object_get(d, "gemm_shapes"), src, (int)i, &shapes[i], &cost[i].nshapes);
+    if (rc)
+      break;
+    cost[i].shapes = shapes[i];
     ids[i] = (int)id;
     json_t *row = json_array_get(gbps, i), *lrow = json_array_get(lat, i);
     if (json_array_size(row) != n || json_array_size(lrow) != n) {
@@ -668,6 +870,9 @@ STRATA_API int strata_machine_from_calibration(const char *json, const char *sou
     c->cost[i].model = "calibrated";
     c->cost[i].source = "measured by strata-bench calibrate";
   }
+  for (size_t i = 0; shapes && i < n; i++)
+    free(shapes[i]); /* the cluster holds its copies */
+  free(shapes);
   free(cost);
   free(g);
   free(l);

@@ -24,6 +24,9 @@ STRATA_API void strata_machine_free(strata_machine_t c) {
   for (int i = 0; i < c->k; i++)
     free(c->names ? c->names[i] : NULL);
   free(c->names);
+  for (int i = 0; c->shapes && i < c->k; i++)
+    free(c->shapes[i]);
+  free(c->shapes);
   free(c->cost);
   free(c->id);
   free(c->gbps);
@@ -64,6 +67,7 @@ static int cluster_alloc(int k, struct strata_machine **out) {
   c->k = k;
   c->names = calloc(n, sizeof *c->names);
   c->cost = calloc(n, sizeof *c->cost);
+  c->shapes = calloc(n, sizeof *c->shapes);
   c->id = calloc(n, sizeof *c->id);
   c->gbps = calloc(nn, sizeof *c->gbps);
   c->lat = calloc(nn, sizeof *c->lat);
@@ -71,7 +75,7 @@ static int cluster_alloc(int k, struct strata_machine **out) {
   c->island = calloc(n, sizeof *c->island);
   c->uplink = calloc(n, sizeof *c->uplink);
   c->uplink_gbps = calloc(n, sizeof *c->uplink_gbps);
-  if (!c->names || !c->cost || !c->id || !c->gbps || !c->lat || !c->kind || !c->island || !c->uplink ||
+  if (!c->names || !c->cost || !c->shapes || !c->id || !c->gbps || !c->lat || !c->kind || !c->island || !c->uplink ||
       !c->uplink_gbps) {
     strata_machine_free(c);
     return strata__error(STRATA_ERR_NOMEM, "out of host memory for a cluster of %d devices", k);
@@ -101,7 +105,9 @@ static int cluster_finish(struct strata_machine *c, const struct strata_machine_
   c->uniform = 1;
   for (int i = 1; i < c->k; i++)
     if (c->cost[i].flops != c->cost[0].flops || c->cost[i].memory != c->cost[0].memory ||
-        c->cost[i].mem_gbps != c->cost[0].mem_gbps)
+        c->cost[i].mem_gbps != c->cost[0].mem_gbps || c->cost[i].nshapes != c->cost[0].nshapes ||
+        (c->cost[i].nshapes &&
+         memcmp(c->cost[i].shapes, c->cost[0].shapes, (size_t)c->cost[i].nshapes * sizeof *c->cost[i].shapes) != 0))
       c->uniform = 0;
   char buf[600];
   if (nodes > 1)
@@ -132,6 +138,21 @@ STRATA_API int strata_machine_new(const struct strata_node_desc *d, const struct
     c->cost[i] = d->cost[i];
     if (!(c->cost[i].flops > 0) || !(c->cost[i].mem_gbps > 0) || c->cost[i].memory == 0)
       rc = strata__error(STRATA_ERR_INVALID, "cluster: device %d needs positive FLOP/s, bandwidth and memory", i);
+    c->cost[i].shapes = NULL;
+    c->cost[i].nshapes = 0;
+    const int ns = d->cost[i].shapes ? d->cost[i].nshapes : 0;
+    if (!rc && ns < 0)
+      rc = strata__error(STRATA_ERR_INVALID, "cluster: device %d has %d GEMM shapes", i, ns);
+    if (!rc && ns > 0) {
+      c->shapes[i] = malloc((size_t)ns * sizeof *c->shapes[i]);
+      if (!c->shapes[i])
+        rc = strata__error(STRATA_ERR_NOMEM, "out of host memory for a cluster");
+      else {
+        memcpy(c->shapes[i], d->cost[i].shapes, (size_t)ns * sizeof *c->shapes[i]);
+        c->cost[i].shapes = c->shapes[i];
+        c->cost[i].nshapes = ns;
+      }
+    }
     c->cost[i].model = "custom";
     c->cost[i].source = "given";
     char nm[64];

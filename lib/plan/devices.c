@@ -201,11 +201,12 @@ STRATA_API int strata_gpu_model_find(const char *name, unsigned vendor_id, unsig
 STRATA_API int strata_device_cost_from_model(const struct strata_gpu_model *m, struct strata_device_cost *out) {
   if (!m || !out)
     return strata__error(STRATA_ERR_INVALID, "strata_device_cost_from_model: NULL argument");
-  out->flops = m->fp32_tflops * 1e12 * STRATA_PLAN_SUSTAINED;
-  out->mem_gbps = m->mem_gbps;
-  out->memory = m->memory;
-  out->launch_us = m->launch_us;
-  out->model = m->name;
-  out->source = m->source;
+  /* the measured refinements (GEMM speeds by size and shape, op costs) are none: a table row has only peaks */
+  *out = (struct strata_device_cost){.flops = m->fp32_tflops * 1e12 * STRATA_PLAN_SUSTAINED,
+                                     .mem_gbps = m->mem_gbps,
+                                     .memory = m->memory,
+                                     .launch_us = m->launch_us,
+                                     .model = m->name,
+                                     .source = m->source};
   return STRATA_OK;
 }

@@ -15,8 +15,8 @@ check_PROGRAMS += tests/test-plan
 TESTS += tests/test-plan
 tests_test_plan_SOURCES = tests/test-plan.c tests/common.h
 tests_test_plan_CPPFLAGS = $(AM_CPPFLAGS) -DSTRATA_TEST_TOPOLOGIES_DIR='"$(abs_top_srcdir)/../shared/topologies"'
-tests_test_plan_CFLAGS = $(AM_CFLAGS) $(CRITERION_CFLAGS)
-tests_test_plan_LDADD = libstrata.la $(CRITERION_LIBS) -lm
+tests_test_plan_CFLAGS = $(AM_CFLAGS) $(CRITERION_CFLAGS) $(JANSSON_CFLAGS)
+tests_test_plan_LDADD = libstrata.la $(CRITERION_LIBS) $(JANSSON_LIBS) -lm
 endif
 
 bin_PROGRAMS += tools/strata-plan

@@ -75,6 +75,8 @@ static struct strata_device_cost group_cost(const struct strata_machine *c, cons
       w.ngemm = d->ngemm;
       memcpy(w.gemm_n, d->gemm_n, sizeof w.gemm_n);
       memcpy(w.gemm_flops, d->gemm_flops, sizeof w.gemm_flops);
+      w.nshapes = d->nshapes;
+      w.shapes = d->shapes;
     }
     if (d->mem_gbps < w.mem_gbps)
       w.mem_gbps = d->mem_gbps;
@@ -116,9 +118,45 @@ static double gemm_rate(const struct strata_device_cost *w, double m, double n, 
   return w->gemm_flops[g - 1];
 }
 
-/* Seconds of `batch` GEMMs of m x n x k. */
-static double gemm_s(const struct strata_device_cost *w, double m, double n, double k, double batch) {
-  return batch * 2.0 * m * n * k / gemm_rate(w, m, n, k);
+/* While strata__plan_gemm_shapes runs: the shapes met so far (the calling thread's). */
+static _Thread_local struct shape_list {
+  struct strata_gemm_shape *v;
+  int n, cap, failed;
+} *collecting;
+
+static void collect(int ta, int tb, double m, double n, double k, double batch) {
+  struct shape_list *l = collecting;
+  const struct strata_gemm_shape sh = {.m = (int64_t)m, .n = (int64_t)n, .k = (int64_t)k, .batch = (int64_t)batch,
+                                       .trans_a = ta, .trans_b = tb};
+  for (int i = 0; i < l->n; i++)
+    if (memcmp(&l->v[i], &sh, sizeof sh) == 0)
+      return;
+  if (l->n == l->cap) {
+    int cap = l->cap ? 2 * l->cap : 32;
+    struct strata_gemm_shape *v = realloc(l->v, (size_t)cap * sizeof *v);
+    if (!v) {
+      l->failed = 1;
+      return;
+    }
+    l->v = v;
+    l->cap = cap;
+  }
+  l->v[l->n++] = sh;
+}
+
+/* Seconds of `batch` GEMMs of op(A) op(B), m x n x k: at the speed measured for that very shape where
+** calibration measured it (the model's own GEMMs), else at the speed by size. */
+static double gemm_s(const struct strata_device_cost *w, int ta, int tb, double m, double n, double k, double batch) {
+  if (collecting)
+    collect(ta, tb, m, n, k, batch);
+  const double flops = batch * 2.0 * m * n * k;
+  for (int i = 0; i < w->nshapes; i++) {
+    const struct strata_gemm_shape *sh = &w->shapes[i];
+    if (sh->flops > 0 && (double)sh->m == m && (double)sh->n == n && (double)sh->k == k && sh->trans_a == ta &&
+        sh->trans_b == tb && (double)sh->batch == batch)
+      return flops / sh->flops;
+  }
+  return flops / gemm_rate(w, m, n, k);
 }
 
 /* Seconds of op `op` over `elems` elements: its measured speed, else (a bias op of an older calibration)
@@ -179,8 +217,10 @@ static struct work gpt_part(const struct strata_device_cost *w, const struct str
       s += op_s(w, STRATA_PLAN_OP_ADD, 2 * N * D + (vp ? N : 0)), launches += 2 + vp;
   } else if (strcmp(li->type, "block") == 0) {
     if (part == PART_FWD) {
-      s += gemm_s(w, N, 3 * A, D, 1) + gemm_s(w, N, D, A, 1) + gemm_s(w, N, Ft, D, 1) + gemm_s(w, N, D, Ft, 1);
-      s += gemm_s(w, T, T, hd, B * Ht) + gemm_s(w, T, hd, T, B * Ht); /* scores and their product with V */
+      s += gemm_s(w, 0, 0, N, 3 * A, D, 1) + gemm_s(w, 0, 0, N, D, A, 1) + gemm_s(w, 0, 0, N, Ft, D, 1) +
+           gemm_s(w, 0, 0, N, D, Ft, 1);
+      /* scores and their product with V, a head at a time (a sequence's heads in one call) */
+      s += gemm_s(w, 0, 1, T, T, hd, Ht) * B + gemm_s(w, 0, 0, T, hd, T, Ht) * B;
       /* the biases of c_attn, c_proj, c_fc and c_proj (a row-split matrix's after the join), two residuals */
       s += op_s(w, STRATA_PLAN_OP_LAYERNORM_FWD, 2 * N * D) +
            rows_s(w, STRATA_PLAN_OP_SOFTMAX_FWD, B * Ht * T * T, B * Ht * T) +
@@ -191,8 +231,11 @@ static struct work gpt_part(const struct strata_device_cost *w, const struct str
         jb += 2 * N * D * 4, joins += 2;
     }
     if (in) {
-      s += gemm_s(w, N, Ft, D, 1) + gemm_s(w, N, D, Ft, 1) + gemm_s(w, N, A, D, 1) + gemm_s(w, N, D, 3 * A, 1);
-      s += gemm_s(w, T, T, hd, B * Ht) + 3 * gemm_s(w, T, hd, T, B * Ht);
+      s += gemm_s(w, 0, 1, N, Ft, D, 1) + gemm_s(w, 0, 1, N, D, Ft, 1) + gemm_s(w, 0, 1, N, A, D, 1) +
+           gemm_s(w, 0, 1, N, D, 3 * A, 1);
+      /* the scores' gradient, V's, Q's and K's */
+      s += (gemm_s(w, 0, 1, T, T, hd, Ht) + gemm_s(w, 1, 0, T, hd, T, Ht) + gemm_s(w, 0, 0, T, hd, T, Ht) +
+            gemm_s(w, 1, 0, T, hd, T, Ht)) * B;
       s += op_s(w, STRATA_PLAN_OP_GELU_BWD, N * Ft) +
            rows_s(w, STRATA_PLAN_OP_SOFTMAX_BWD, B * Ht * T * T, B * Ht * T) + op_s(w, STRATA_PLAN_OP_ADD, 2 * N * D);
       launches += 8 + 4 * B;
@@ -200,7 +243,8 @@ static struct work gpt_part(const struct strata_device_cost *w, const struct str
         jb += 2 * N * D * 4, joins += 2;
     }
     if (wt) {
-      s += gemm_s(w, Ft, D, N, 1) + gemm_s(w, D, Ft, N, 1) + gemm_s(w, A, D, N, 1) + gemm_s(w, D, 3 * A, N, 1);
+      s += gemm_s(w, 1, 0, Ft, D, N, 1) + gemm_s(w, 1, 0, D, Ft, N, 1) + gemm_s(w, 1, 0, A, D, N, 1) +
+           gemm_s(w, 1, 0, D, 3 * A, N, 1);
       s += op_s(w, STRATA_PLAN_OP_BIAS_GRAD, N * (2 * D + Ft + 3 * A));
       launches += 8;
     }
@@ -210,20 +254,20 @@ static struct work gpt_part(const struct strata_device_cost *w, const struct str
       s += op_s(w, STRATA_PLAN_OP_ADD, N * D), launches++;
   } else { /* lm_head */
     if (part == PART_FWD) {
-      s += op_s(w, STRATA_PLAN_OP_LAYERNORM_FWD, N * D) + gemm_s(w, N, Vt, D, 1) +
+      s += op_s(w, STRATA_PLAN_OP_LAYERNORM_FWD, N * D) + gemm_s(w, 0, 1, N, Vt, D, 1) +
            rows_s(w, STRATA_PLAN_OP_SOFTMAX_FWD, N * Vt, N);
       launches += 3 + 3 * vp;
       if (vp)
         jb += 3 * N * 4, joins += 2;
     }
     if (in) {
-      s += rows_s(w, STRATA_PLAN_OP_SOFTMAX_BWD, N * Vt, N) + gemm_s(w, N, D, Vt, 1);
+      s += rows_s(w, STRATA_PLAN_OP_SOFTMAX_BWD, N * Vt, N) + gemm_s(w, 0, 0, N, D, Vt, 1);
       launches += 2;
       if (vp)
         jb += N * D * 4, joins++;
     }
     if (wt)
-      s += gemm_s(w, Vt, D, N, 1), launches++;
+      s += gemm_s(w, 1, 0, Vt, D, N, 1), launches++;
     if (part != PART_FWD)
       s += op_s(w, STRATA_PLAN_OP_LAYERNORM_BWD, N * D), launches++;
     if (split)
@@ -270,6 +314,27 @@ double strata__plan_layer_time(const struct strata_machine *c, strata_model_t mo
   return k.s + joins_s(k.join_bytes, k.joins, t, gb, lat);
 }
 
+int strata__plan_gemm_shapes(strata_model_t model, int t, int64_t rows, struct strata_gemm_shape **out, int *n) {
+  *out = NULL;
+  *n = 0;
+  struct shape_list l = {0};
+  const struct strata_device_cost w = {.flops = 1e12, .mem_gbps = 1e3, .memory = 1};
+  collecting = &l;
+  const int layers = strata_model_layer_count(model);
+  for (int i = 0; i < layers; i++) {
+    layer_part(&w, model, t, i, rows, PART_FWD);
+    layer_part(&w, model, t, i, rows, PART_FULL);
+  }
+  collecting = NULL;
+  if (l.failed) {
+    free(l.v);
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory listing a model's GEMMs");
+  }
+  *out = l.v;
+  *n = l.n;
+  return STRATA_OK;
+}
+
 /* Whether every tp group of the first `replicas` replicas is of devices that cost alike. */
 static int groups_alike(const struct strata_machine *c, strata_layout_t l, int replicas) {
   for (int rep = 0; rep < replicas; rep++)
@@ -285,7 +350,8 @@ static int groups_alike(const struct strata_machine *c, strata_layout_t l, int r
             memcmp(a->gemm_n, b->gemm_n, sizeof a->gemm_n) != 0 ||
             memcmp(a->gemm_flops, b->gemm_flops, sizeof a->gemm_flops) != 0 ||
             memcmp(a->op_ns, b->op_ns, sizeof a->op_ns) != 0 ||
-            memcmp(a->op_row_ns, b->op_row_ns, sizeof a->op_row_ns) != 0)
+            memcmp(a->op_row_ns, b->op_row_ns, sizeof a->op_row_ns) != 0 || a->nshapes != b->nshapes ||
+            (a->nshapes && memcmp(a->shapes, b->shapes, (size_t)a->nshapes * sizeof *a->shapes) != 0))
           return 0;
       }
     }
