@@ -31,7 +31,7 @@ if [ ! -x "$PLAN" ]; then
   echo "1..0 # SKIP strata-plan not built"
   exit 0
 fi
-echo "1..16"
+echo "1..22"
 
 # a plan on a synthetic node; its layout file is the strata-layout/1 that --simulate reads back
 $PLAN --model gpt-small --batch 16 --node 4xA100-80GB:nvswitch --out "$TMP/layout.json" >"$TMP/out" 2>"$TMP/err"
@@ -79,6 +79,31 @@ STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 $BENCH calibrate --out "$TMP/cal.json
     >"$TMP/out" 2>"$TMP/err"
 rc=$?
 check "strata-bench calibrate, then a plan on the calibrated devices" [ "$rc" -eq 0 ]
+# calibrate's model options: bad ones are one line and exit 2 before anything is measured
+bench_refuses() {
+  name=$1 words=$2
+  shift 2
+  STRATA_BACKENDS=host $BENCH calibrate "$@" --out "$TMP/never.json" >"$TMP/out" 2>"$TMP/err"
+  rc=$?
+  lines=$(wc -l <"$TMP/err" | tr -d ' ')
+  if [ "$rc" -eq 2 ] && [ "$lines" -eq 1 ] && grep -qF -- "$words" "$TMP/err" && [ ! -e "$TMP/never.json" ]; then
+    ok "strata-bench calibrate $name: exit 2, one line"
+  else
+    not_ok "strata-bench calibrate $name: exit 2, one line with '$words'" "rc=$rc lines=$lines" "$(head -c 600 "$TMP/err")"
+  fi
+}
+bench_refuses "--model without --rows" "go together" --model gpt-micro
+bench_refuses "--rows without --model" "go together" --rows 2
+bench_refuses "--max-tp without --model" "needs --model" --max-tp 2
+bench_refuses "--rows 0" "--rows" --model gpt-micro --rows 0
+bench_refuses "an unknown model" "gpt-nonesuch" --model gpt-nonesuch --rows 2
+# with the model: its GEMMs listed for each device, and the plan reads them
+STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 $BENCH calibrate --model gpt-micro --rows 2 --max-tp 2 \
+  --out "$TMP/calm.json" >/dev/null 2>"$TMP/err" &&
+  $PLAN --calibration "$TMP/calm.json" --model gpt-micro --batch 4 --json >"$TMP/out" 2>"$TMP/err"
+rc=$?
+check "strata-bench calibrate --model: every device lists its GEMMs, and strata-plan plans on them" \
+  [ "$rc" -eq 0 ] && [ "$(grep -c '"gemm_shapes"' "$TMP/calm.json")" -eq 2 ]
 mb=$(sed -n 's/.*"microbatches":\([0-9]*\).*/\1/p' "$TMP/host.json")
 dp=$(sed -n 's/.*"dp":\([0-9]*\).*/\1/p' "$TMP/host.json")
 rows=$((4 / (mb * dp)))
