@@ -8,7 +8,8 @@
 # SIM_KEEP (copy each layout's calibrations to SIM_KEEP.N and SIM_KEEP.N.after). The first layout runs again last: the two show how far
 # the machine's load moves a measurement.
 # On a machine others load, calibrate and measure under the same load: figures are medians, not bests.
-# Target: every prediction within 15% of the median measured step.
+# Target (issue 15): at least 12 layouts, across host, PoCL and mixed groups, pp 1-4, tp 1-2, dp 1-2 and every
+# schedule, predicted within 15% of the median measured step. Exit 0 when 12 or more are.
 set -u
 . "$(dirname "$0")/lib.sh"
 bench_setup sim-vs-real "${1:-}" strata-train strata-plan strata-bench
@@ -105,5 +106,5 @@ while IFS='|' read -r name rows body; do
 done <"$tmp/layouts"
 echo "# load at end (/proc/loadavg): $(cat /proc/loadavg 2>/dev/null)"
 awk -v n="$n" -v ok="$ok" -v s="$sum" 'BEGIN {
-  printf "# %d of %d layouts within 15%% (target: all); mean |error| %.1f%%\n", ok, n, n ? s / n : 0 }'
-[ "$n" -gt 0 ] && [ "$ok" -eq "$n" ]
+  printf "# %d of %d layouts within 15%% (target: at least 12); mean |error| %.1f%%\n", ok, n, n ? s / n : 0 }'
+[ "$ok" -ge 12 ]
