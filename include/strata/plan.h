@@ -178,10 +178,12 @@ STRATA_API void strata_machine_free(strata_machine_t c);
 
 /*
 ** Calibration of this machine's runtime devices (`devices` lists runtime
-** indices; NULL: all of them, n ignored): per device the best GFLOP/s of
-** fp32 GEMMs of 256, 512 and 1024 (the largest size's is what it plans with),
-** the bandwidth of a 32 MiB fill, the launch overhead of a one-element op,
-** its memory; per pair a timed 16 MiB copy. *json ("strata-calibration/1",
+** indices; NULL: all of them, n ignored): per device the median GFLOP/s of
+** fp32 GEMMs of N = 32 to 1024 (the largest size's is what it plans with
+** where no size is given), the per-element cost of the row ops, the
+** bandwidth of a 32 MiB fill, the launch overhead of a one-element op, a
+** queue's round trip, its memory; per pair a timed 16 MiB copy and a small
+** all-reduce; the host cores the CPU devices get together. *json ("strata-calibration/1",
 ** the file strata-bench calibrate writes) is the caller's to free().
 */
 STRATA_API int strata_calibrate(const int *devices, int n, char **json /* OUT */);
