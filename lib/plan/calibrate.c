@@ -486,27 +486,9 @@ static int model_shapes(strata_model_t model, const int64_t *rows, int nrows, in
   struct strata_gemm_shape *all = NULL;
   int n = 0, rc = STRATA_OK;
   for (int r = 0; r < nrows && !rc; r++)
-    for (int t = 1; t <= max_tp && !rc; t++) {
-      if (cfg->kind == STRATA_MODEL_GPT && cfg->heads % t != 0)
-        continue;
-      struct strata_gemm_shape *v = NULL;
-      int nv = 0;
-      rc = strata__plan_gemm_shapes(model, t, rows[r], &v, &nv);
-      struct strata_gemm_shape *grown = rc || nv == 0 ? NULL : realloc(all, (size_t)(n + nv) * sizeof *all);
-      if (!rc && nv > 0 && !grown)
-        rc = strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
-      if (grown) {
-        all = grown;
-        for (int i = 0; i < nv; i++) {
-          int seen = 0;
-          for (int j = 0; j < n && !seen; j++)
-            seen = memcmp(&all[j], &v[i], sizeof v[i]) == 0;
-          if (!seen)
-            all[n++] = v[i];
-        }
-      }
-      free(v);
-    }
+    for (int t = 1; t <= max_tp && !rc; t++)
+      if (cfg->kind != STRATA_MODEL_GPT || cfg->heads % t == 0)
+        rc = strata__plan_gemm_shapes(model, t, rows[r], &all, &n);
   if (rc) {
     free(all);
     return rc;

@@ -43,10 +43,10 @@ void strata__cluster_link(const struct strata_machine *c, int a, int b, double *
 */
 double strata__plan_layer_time(const struct strata_machine *c, strata_model_t model, strata_layout_t layout, int rank,
                                int layer, int64_t rows, int backward);
-/* The distinct GEMMs the simulator costs layer work of `model` with on a t-way tensor-parallel stage for
-** micro-batches of `rows` samples (every layer, forward and backward): *out has *n of them, the caller's to
-** free(), their `flops` 0. */
-int strata__plan_gemm_shapes(strata_model_t model, int t, int64_t rows, struct strata_gemm_shape **out, int *n);
+/* Add to the list *v (*n entries, the caller's to free(); NULL and 0 to start one) the GEMMs not yet in it that
+** the simulator costs layer work of `model` with on a t-way tensor-parallel stage for micro-batches of `rows`
+** samples (every layer, forward and backward), their `flops` 0. */
+int strata__plan_gemm_shapes(strata_model_t model, int t, int64_t rows, struct strata_gemm_shape **v, int *n);
 /* Memory a device of rank `rank` needs with `split` (layers per virtual stage)
 ** given the micro-batches in flight on each of its stages (inflight[stage]). */
 uint64_t strata__plan_rank_memory(strata_model_t model, strata_layout_t layout, const int *split, const int *inflight,

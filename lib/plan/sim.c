@@ -118,30 +118,26 @@ static double gemm_rate(const struct strata_device_cost *w, double m, double n, 
   return w->gemm_flops[g - 1];
 }
 
-/* While strata__plan_gemm_shapes runs: the shapes met so far (the calling thread's). */
+/* While strata__plan_gemm_shapes runs: the list it adds to (the calling thread's). */
 static _Thread_local struct shape_list {
-  struct strata_gemm_shape *v;
-  int n, cap, failed;
+  struct strata_gemm_shape **v;
+  int *n, failed;
 } *collecting;
 
 static void collect(int ta, int tb, double m, double n, double k, double batch) {
   struct shape_list *l = collecting;
   const struct strata_gemm_shape sh = {.m = (int64_t)m, .n = (int64_t)n, .k = (int64_t)k, .batch = (int64_t)batch,
                                        .trans_a = ta, .trans_b = tb};
-  for (int i = 0; i < l->n; i++)
-    if (memcmp(&l->v[i], &sh, sizeof sh) == 0)
+  for (int i = 0; i < *l->n; i++)
+    if (memcmp(&(*l->v)[i], &sh, sizeof sh) == 0)
       return;
-  if (l->n == l->cap) {
-    int cap = l->cap ? 2 * l->cap : 32;
-    struct strata_gemm_shape *v = realloc(l->v, (size_t)cap * sizeof *v);
-    if (!v) {
-      l->failed = 1;
-      return;
-    }
-    l->v = v;
-    l->cap = cap;
+  struct strata_gemm_shape *v = realloc(*l->v, (size_t)(*l->n + 1) * sizeof *v);
+  if (!v) {
+    l->failed = 1;
+    return;
   }
-  l->v[l->n++] = sh;
+  v[(*l->n)++] = sh;
+  *l->v = v;
 }
 
 /* Seconds of `batch` GEMMs of op(A) op(B), m x n x k: at the speed measured for that very shape where
@@ -314,25 +310,17 @@ double strata__plan_layer_time(const struct strata_machine *c, strata_model_t mo
   return k.s + joins_s(k.join_bytes, k.joins, t, gb, lat);
 }
 
-int strata__plan_gemm_shapes(strata_model_t model, int t, int64_t rows, struct strata_gemm_shape **out, int *n) {
-  *out = NULL;
-  *n = 0;
-  struct shape_list l = {0};
+int strata__plan_gemm_shapes(strata_model_t model, int t, int64_t rows, struct strata_gemm_shape **v, int *n) {
+  struct shape_list l = {.v = v, .n = n};
   const struct strata_device_cost w = {.flops = 1e12, .mem_gbps = 1e3, .memory = 1};
   collecting = &l;
   const int layers = strata_model_layer_count(model);
-  for (int i = 0; i < layers; i++) {
+  for (int i = 0; i < layers && !l.failed; i++) {
     layer_part(&w, model, t, i, rows, PART_FWD);
     layer_part(&w, model, t, i, rows, PART_FULL);
   }
   collecting = NULL;
-  if (l.failed) {
-    free(l.v);
-    return strata__error(STRATA_ERR_NOMEM, "out of host memory listing a model's GEMMs");
-  }
-  *out = l.v;
-  *n = l.n;
-  return STRATA_OK;
+  return l.failed ? strata__error(STRATA_ERR_NOMEM, "out of host memory listing a model's GEMMs") : STRATA_OK;
 }
 
 /* Whether every tp group of the first `replicas` replicas is of devices that cost alike. */
