@@ -8,6 +8,7 @@
 #include <getopt.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -73,6 +74,43 @@ static inline int cli_parse_range(const char *prog, const char *opt, const char 
     fprintf(stderr, "%s: %s wants an integer from %lld to %lld, not '%s' (%s)\n", prog, opt, (long long)min,
             (long long)max, text, strata__parse_why());
   return -1;
+}
+
+/*
+** Option `opt`'s comma-separated list ("0,1,4") into a new array (*out,
+** the caller's to free(); *n entries, 0 when the list has none), each
+** value as cli_parse_range takes it in [min, max] (max at most INT_MAX).
+** Prints one line and returns -1 otherwise.
+*/
+static inline int cli_parse_list(const char *prog, const char *opt, const char *text, int64_t min, int64_t max,
+                                 int **out, int *n) {
+  *out = NULL;
+  *n = 0;
+  size_t cap = 1;
+  for (const char *p = text; *p; p++)
+    cap += *p == ',';
+  int *v = malloc(sizeof *v * cap);
+  char *copy = strdup(text);
+  if (!v || !copy) {
+    fprintf(stderr, "%s: out of memory reading %s\n", prog, opt);
+    free(v);
+    free(copy);
+    return -1;
+  }
+  int k = 0;
+  for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    int64_t x;
+    if (cli_parse_range(prog, opt, tok, min, max, &x)) {
+      free(copy);
+      free(v);
+      return -1;
+    }
+    v[k++] = (int)x;
+  }
+  free(copy);
+  *out = v;
+  *n = k;
+  return 0;
 }
 
 /* cli_parse_range up to CLI_INT_MAX. */

@@ -714,46 +714,34 @@ static int calibrate_main(int argc, char **argv) {
     fprintf(stderr, "strata-bench: calibrate: --max-tp needs --model\n");
     return 2;
   }
-  int64_t rows[64];
-  int nrows = 0;
-  if (rows_list) {
-    char *copy = strdup(rows_list), *save = NULL;
-    for (char *t = copy ? strtok_r(copy, ",", &save) : NULL; t; t = strtok_r(NULL, ",", &save)) {
-      if (nrows == 64) {
-        fprintf(stderr, "strata-bench: calibrate: --rows lists at most 64 sizes\n");
-        free(copy);
-        return 2;
-      }
-      if (cli_parse_range("strata-bench", "--rows", t, 1, 1 << 20, &rows[nrows])) {
-        free(copy);
-        return 2;
-      }
-      nrows++;
-    }
-    free(copy);
-    if (nrows == 0) {
-      fprintf(stderr, "strata-bench: calibrate: --rows '%s' lists no size\n", rows_list);
-      return 2;
-    }
+  int *row_list = NULL, nrows = 0;
+  if (rows_list && cli_parse_list("strata-bench", "--rows", rows_list, 1, 1 << 20, &row_list, &nrows))
+    return 2;
+  if (rows_list && nrows == 0) {
+    fprintf(stderr, "strata-bench: calibrate: --rows '%s' lists no size\n", rows_list);
+    free(row_list);
+    return 2;
   }
+  int64_t *rows = calloc((size_t)nrows + 1, sizeof *rows); /* the library counts samples in 64 bits */
+  if (!rows) {
+    fprintf(stderr, "strata-bench: out of memory\n");
+    free(row_list);
+    return 1;
+  }
+  for (int i = 0; i < nrows; i++)
+    rows[i] = row_list[i];
+  free(row_list);
   strata_model_t model = NULL;
   if (model_name && strata_model_load(model_name, &model)) {
     fprintf(stderr, "strata-bench: %s\n", strata_last_error());
+    free(rows);
     return 2;
   }
-  int devs[256], n = 0;
-  if (list) {
-    char *copy = strdup(list), *save = NULL;
-    for (char *t = copy ? strtok_r(copy, ",", &save) : NULL; t; t = strtok_r(NULL, ",", &save)) {
-      int64_t v;
-      if (n == 256 || cli_parse_range("strata-bench", "--devices", t, 0, 65535, &v)) {
-        free(copy);
-        strata_model_free(model);
-        return 2;
-      }
-      devs[n++] = (int)v;
-    }
-    free(copy);
+  int *devs = NULL, n = 0;
+  if (list && cli_parse_list("strata-bench", "--devices", list, 0, 65535, &devs, &n)) {
+    free(rows);
+    strata_model_free(model);
+    return 2;
   }
   char path[4096];
   if (!out) {
@@ -772,6 +760,8 @@ static int calibrate_main(int argc, char **argv) {
   char *json = NULL;
   int rc = strata_calibrate_model(list ? devs : NULL, n, model, rows, nrows, (int)max_tp, &json);
   strata_model_free(model);
+  free(rows);
+  free(devs);
   if (rc) {
     fprintf(stderr, "strata-bench: %s\n", strata_last_error());
     strata_shutdown();

@@ -57,37 +57,16 @@ struct args {
   int json, no_zero, list_gpus;
 };
 
-/* "0,1,4" into a new array; -1 with a message when malformed. */
+/* --devices "0,1,4" into a new array; -1 with a message when malformed or empty. */
 static int parse_list(const char *text, int **out, int *n) {
-  int cap = 1;
-  for (const char *p = text; *p; p++)
-    cap += *p == ',';
-  int *v = malloc(sizeof *v * (size_t)cap);
-  if (!v)
+  if (cli_parse_list(PROG, "--devices", text, 0, 65535, out, n))
     return -1;
-  char *copy = strdup(text);
-  if (!copy) {
-    free(v);
-    return -1;
-  }
-  int k = 0;
-  for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-    int64_t x;
-    if (cli_parse_range(PROG, "--devices", tok, 0, 65535, &x)) {
-      free(copy);
-      free(v);
-      return -1;
-    }
-    v[k++] = (int)x;
-  }
-  free(copy);
-  if (k == 0) {
+  if (*n == 0) {
     fprintf(stderr, "%s: --devices wants a list of GPU indices, e.g. 0,1,2,3\n", PROG);
-    free(v);
+    free(*out);
+    *out = NULL;
     return -1;
   }
-  *out = v;
-  *n = k;
   return 0;
 }
 
