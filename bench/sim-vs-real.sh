@@ -4,9 +4,12 @@
 # Usage: bench/sim-vs-real.sh [BUILD_DIR]    (BUILD_DIR default: ./build or .)
 # Environment: STEPS (default 16; the first is warm-up and left out: the median of 15 steps spans a second or
 # more, nearer the calibration's window than 5 steps, whose median one burst of others' load moves),
+# ROUNDS (default 3): each layout is measured ROUNDS times, each time between two calibrations of its devices
+# (ROUNDS + 1 calibrations in all), and the round of the median error is the layout's: a burst of others' load
+# that halves this machine's speed for a few seconds (seen here) spoils one round, not the layout,
 # POCL_CACHE_DIR (default a directory under TMPDIR that outlives the run, so PoCL compiles its kernels once),
-# SIM_KEEP (copy each layout's calibrations to SIM_KEEP.N and SIM_KEEP.N.after). The first layout runs again last: the two show how far
-# the machine's load moves a measurement.
+# SIM_KEEP (copy each layout's calibrations to SIM_KEEP.N.R). The first layout runs again last: the two show how
+# far the machine's load moves a measurement.
 # On a machine others load, calibrate and measure under the same load: figures are medians, not bests.
 # Target (issue 15): at least 12 layouts, across host, PoCL and mixed groups, pp 1-4, tp 1-2, dp 1-2 and every
 # schedule, predicted within 15% of the median measured step. Exit 0 when 12 or more are.
@@ -21,16 +24,18 @@ STRATA_BACKENDS=host,opencl STRATA_HOST_DEVICES=4 POCL_DEVICES="pthread pthread"
 mkdir -p "$POCL_CACHE_DIR"
 export STRATA_BACKEND_PATH STRATA_BACKENDS STRATA_HOST_DEVICES POCL_DEVICES POCL_CACHE_DIR
 STEPS=${STEPS:-16}
+ROUNDS=${ROUNDS:-3}
+case $ROUNDS in '' | *[!0-9]* | 0) echo "sim-vs-real: ROUNDS must be a whole number from 1" >&2; exit 2 ;; esac
 
 # small enough that a step on the host takes tens of milliseconds; heads and vocabulary divide by tp 2
 bench_gpt "$tmp/model.json" 128 4 64 4
 
-echo "# sim-vs-real: GPT d_model 128, 4 blocks (6 layers), context 64, vocab 256; $STEPS steps per layout"
+echo "# sim-vs-real: GPT d_model 128, 4 blocks (6 layers), context 64, vocab 256; $STEPS steps per round, $ROUNDS rounds per layout"
 echo "# devices: 0-1 PoCL pthread, 2-5 host virtual; $(nproc 2>/dev/null || echo '?') cores"
 echo "# load at start (/proc/loadavg): $(cat /proc/loadavg 2>/dev/null)"
-echo "# each layout's devices are calibrated right before and right after it is measured (strata-bench calibrate"
-echo "# --devices, with the model's own GEMMs: --model --rows --max-tp 2); the prediction is the mean of the two: on a"
-echo "# machine others load, both sides then see its load alike"
+echo "# each round measures the layout between two calibrations of its devices (strata-bench calibrate --devices, with"
+echo "# the model's own GEMMs: --model --rows --max-tp 2) and predicts with the mean of the two: on a machine others"
+echo "# load, both sides then see its load alike. The round of the median error is the layout's; every round is listed"
 
 # name | rows per micro-batch | layout (split given, so the trainer and the simulator cut alike)
 cat >"$tmp/layouts" <<'EOF'
@@ -52,52 +57,63 @@ mixed pp2 zb host+pocl|4|"dp":1,"pp":2,"tp":1,"devices":[2,0],"split":[5,1],"sch
 host pp1 1f1b (again)|4|"dp":1,"pp":1,"tp":1,"devices":[2],"split":[6],"schedule":"1f1b","microbatches":4
 EOF
 
-printf '%-30s %12s %12s %8s   %s\n' "layout" "predicted s" "measured s" "error" "(predicted from the calibration before, after)"
-n=0 ok=0 sum=0
+printf '%-30s %12s %12s %8s   %s\n' "layout" "predicted s" "measured s" "error" "(every round's error)"
+# calibrate DEVICES OUT: one calibration, its failure said on the layout's line
+calibrate() {
+  "$BENCH" calibrate --devices "$1" --model "$tmp/model.json" --rows "$rows" --max-tp 2 --out "$2" >"$tmp/cal.log" 2>&1 && return 0
+  printf '%-30s calibration failed: %s\n' "$name" "$(tail -n 1 "$tmp/cal.log")"
+  return 1
+}
+# predict CALIBRATION: the simulator's step time for the layout
+predict() {
+  if ! "$PLAN" --simulate "$tmp/layout.json" --calibration "$1" --model "$tmp/model.json" --batch "$batch" --json \
+      >"$tmp/plan.json" 2>"$tmp/plan.err"; then
+    printf '%-30s strata-plan failed: %s\n' "$name" "$(tail -n 1 "$tmp/plan.err")" >&2
+    return 1
+  fi
+  sed -n 's/.*"step_s": *\([0-9.eE+-]*\).*/\1/p' "$tmp/plan.json" | head -n 1
+}
+n=0 ok=0 sum=0 idx=0
 while IFS='|' read -r name rows body; do
   [ -n "$name" ] || continue
+  idx=$((idx + 1))
   printf '{"schema": "strata-layout/1", %s}\n' "$body" >"$tmp/layout.json"
   m=$(printf '%s' "$body" | sed -n 's/.*"microbatches":\([0-9]*\).*/\1/p')
   dp=$(printf '%s' "$body" | sed -n 's/.*"dp":\([0-9]*\).*/\1/p')
   batch=$((rows * m * dp))
   devs=$(printf '%s' "$body" | sed -n 's/.*"devices":\[\([0-9,]*\)\].*/\1/p')
-  # calibrated right before and right after the measurement, and predicted with each: the mean of the two
-  # predictions is compared, so that a change of the machine's load during the pair falls on both sides alike
-  if ! "$BENCH" calibrate --devices "$devs" --model "$tmp/model.json" --rows "$rows" --max-tp 2 --out "$tmp/cal.json" >"$tmp/cal.log" 2>&1; then
-    printf '%-30s calibration failed: %s\n' "$name" "$(tail -n 1 "$tmp/cal.log")"
-    continue
-  fi
-  [ -n "${SIM_KEEP:-}" ] && cp "$tmp/cal.json" "$SIM_KEEP.$n"
-  if ! "$TRAIN" --model "$tmp/model.json" --layout "$tmp/layout.json" --batch "$rows" --steps "$STEPS" \
-      --eval-every 0 --eval-batches 1 --json >"$tmp/train.json" 2>"$tmp/train.err"; then
-    printf '%-30s strata-train failed: %s\n' "$name" "$(tail -n 1 "$tmp/train.err")"
-    continue
-  fi
-  if ! "$BENCH" calibrate --devices "$devs" --model "$tmp/model.json" --rows "$rows" --max-tp 2 --out "$tmp/cal2.json" >"$tmp/cal.log" 2>&1; then
-    printf '%-30s calibration failed: %s\n' "$name" "$(tail -n 1 "$tmp/cal.log")"
-    continue
-  fi
-  [ -n "${SIM_KEEP:-}" ] && cp "$tmp/cal2.json" "$SIM_KEEP.$n.after"
-  # the median of the steps after the first
-  measured=$(grep '"event":"step"' "$tmp/train.json" | sed -n 's/.*"step_s":\([0-9.eE+-]*\).*/\1/p' | sed 1d |
-    sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2];
-      else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
-  predicted=
-  for cal in cal cal2; do
-    if ! "$PLAN" --simulate "$tmp/layout.json" --calibration "$tmp/$cal.json" --model "$tmp/model.json" \
-        --batch "$batch" --json >"$tmp/plan.json" 2>"$tmp/plan.err"; then
-      printf '%-30s strata-plan failed: %s\n' "$name" "$(tail -n 1 "$tmp/plan.err")"
-      predicted=
+  calibrate "$devs" "$tmp/cal.0.json" || continue
+  [ -n "${SIM_KEEP:-}" ] && cp "$tmp/cal.0.json" "$SIM_KEEP.$idx.0"
+  prev=$(predict "$tmp/cal.0.json") || continue
+  : >"$tmp/rounds"
+  r=1 failed=
+  while [ "$r" -le "$ROUNDS" ]; do
+    if ! "$TRAIN" --model "$tmp/model.json" --layout "$tmp/layout.json" --batch "$rows" --steps "$STEPS" \
+        --eval-every 0 --eval-batches 1 --json >"$tmp/train.json" 2>"$tmp/train.err"; then
+      printf '%-30s strata-train failed: %s\n' "$name" "$(tail -n 1 "$tmp/train.err")"
+      failed=1
       break
     fi
-    predicted="$predicted $(sed -n 's/.*"step_s": *\([0-9.eE+-]*\).*/\1/p' "$tmp/plan.json" | head -n 1)"
+    calibrate "$devs" "$tmp/cal.$r.json" || { failed=1; break; }
+    [ -n "${SIM_KEEP:-}" ] && cp "$tmp/cal.$r.json" "$SIM_KEEP.$idx.$r"
+    next=$(predict "$tmp/cal.$r.json") || { failed=1; break; }
+    # the median of the steps after the first
+    measured=$(grep '"event":"step"' "$tmp/train.json" | sed -n 's/.*"step_s":\([0-9.eE+-]*\).*/\1/p' | sed 1d |
+      sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2];
+        else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
+    # predicted (the mean of the calibrations before and after), measured, error in %
+    awk -v a="$prev" -v b="$next" -v m="$measured" 'BEGIN { p = (a + b) / 2; printf "%.6f %.6f %.3f\n", p, m, 100 * (p - m) / m }' \
+      >>"$tmp/rounds"
+    prev=$next
+    r=$((r + 1))
   done
-  [ -n "$predicted" ] || continue
-  before=${predicted# }; before=${before%% *}; after=${predicted##* }
-  predicted=$(awk -v a="$before" -v b="$after" 'BEGIN { printf "%.6f", (a + b) / 2 }')
-  line=$(awk -v p="$predicted" -v r="$measured" -v name="$name" -v a="$before" -v b="$after" 'BEGIN {
-    e = 100 * (p - r) / r
-    printf "%-30s %12.4f %12.4f %+7.1f%%   %.4f %.4f|%d|%f", name, p, r, e, a, b, (e < 15 && e > -15), (e < 0 ? -e : e) }')
+  [ -z "$failed" ] || continue
+  # the round of the median error, and every round's error
+  all=$(awk '{ printf "%s%+.1f%%", (NR > 1 ? " " : ""), $3 }' "$tmp/rounds")
+  line=$(sort -g -k3 "$tmp/rounds" | awk -v name="$name" -v all="$all" '{ p[NR] = $1; m[NR] = $2; e[NR] = $3 }
+    END { k = int((NR + 1) / 2)
+      printf "%-30s %12.4f %12.4f %+7.1f%%   %s|%d|%f", name, p[k], m[k], e[k], all, (e[k] < 15 && e[k] > -15),
+        (e[k] < 0 ? -e[k] : e[k]) }')
   echo "${line%%|*}"
   rest=${line#*|}
   n=$((n + 1))

@@ -215,6 +215,69 @@ Test(plan, tp2_step_is_half_the_flops_plus_the_joins_by_hand) {
   strata_model_free(m);
 }
 
+/*
+** Where the node gives its pairs' measured all-reduce times, tp joins and gradient all-reduces cost those,
+** not the links' bandwidth: a curve T(f) = a + b f (f floats) makes J joins of F floats in all cost J a + b F,
+** whatever the link's 2 GB/s would say; and dp 2's gradient all-reduce of G floats costs T(G).
+*/
+Test(plan, measured_pair_allreduce_times_cost_the_collectives) {
+  strata_model_t m = small_gpt(4);
+  const double a = 50e-6, b = 1e-9;
+  const double floats[2] = {256, 4e6};
+  struct strata_device_cost cost[2];
+  double g[4] = {0, 2, 2, 0}, lat[4] = {0};
+  double ar[2 * 2 * 2];
+  for (int i = 0; i < 2; i++) {
+    cost[i] = (struct strata_device_cost){.flops = 1e12, .mem_gbps = 1e9, .memory = 64 * GIB};
+    for (int j = 0; j < 2; j++)
+      for (int k = 0; k < 2; k++)
+        ar[(i * 2 + j) * 2 + k] = i == j ? 0 : a + b * floats[k];
+  }
+  struct strata_node_desc d = {.devices = 2, .cost = cost, .gbps = g, .latency_us = lat, .allreduce_sizes = 2,
+                               .allreduce_floats = floats, .allreduce_s = ar};
+  strata_machine_t c;
+  OK(strata_machine_new(&d, NULL, &c));
+  double flops = 0, params = 0;
+  for (int i = 0; i < strata_model_layer_count(m); i++) {
+    struct strata_layer_info li;
+    OK(strata_model_layer(m, i, &li));
+    flops += li.fwd_flops + li.bwd_flops;
+    params += (double)li.params;
+  }
+  /* tp 2, one micro-batch of 2: 11 joins forward (the embedding's, 8 in the blocks, the head's two), 9 backward */
+  strata_layout_t l = layout(1, 1, 2, NULL, NULL, STRATA_SCHEDULE_GPIPE, 1, 0);
+  struct strata_sim_options o = {.batch = 2};
+  struct strata_sim_result r;
+  OK(strata_simulate(c, m, l, &o, &r));
+  double jf, jb;
+  tp2_join_bytes(2, &jf, &jb);
+  double want = flops * 2 / 2 / 1e12 + 11 * a + b * jf / 4 + 9 * a + b * jb / 4;
+  cr_assert_float_eq(r.step_s, want, want * 1e-6, "tp 2: step %g s, by the measured curve %g s", r.step_s, want);
+  strata_sim_result_destroy(&r);
+  strata_layout_free(l);
+  /* dp 2: each replica's step, then the all-reduce of every gradient */
+  l = layout(2, 1, 1, NULL, NULL, STRATA_SCHEDULE_GPIPE, 1, 0);
+  o.batch = 2;
+  OK(strata_simulate(c, m, l, &o, &r));
+  want = flops * 1 / 1e12 + a + b * params;
+  cr_assert_float_eq(r.step_s, want, want * 1e-6, "dp 2: step %g s, by the measured curve %g s", r.step_s, want);
+  strata_sim_result_destroy(&r);
+  strata_layout_free(l);
+  strata_machine_free(c);
+  /* a curve that is not one is refused with why */
+  const double down[2] = {4e6, 256};
+  d.allreduce_floats = down;
+  c = NULL;
+  cr_assert_eq(strata_machine_new(&d, NULL, &c), STRATA_ERR_INVALID);
+  cr_assert_null(c);
+  cr_assert_not_null(strstr(strata_last_error(), "all-reduce size"), "%s", strata_last_error());
+  d.allreduce_floats = floats;
+  ar[(0 * 2 + 1) * 2 + 1] = 0;
+  cr_assert_eq(strata_machine_new(&d, NULL, &c), STRATA_ERR_INVALID);
+  cr_assert_not_null(strstr(strata_last_error(), "between devices 0 and 1"), "%s", strata_last_error());
+  strata_model_free(m);
+}
+
 /* A join completes when every slice has reached it: with one slice at half the speed, the pair runs at its pace. */
 Test(plan, tp_joins_wait_for_the_slowest_slice) {
   strata_model_t m = small_gpt(4);
@@ -1090,6 +1153,32 @@ Test(plan, bad_gemm_shapes_are_refused) {
     cr_assert_not_null(strstr(strata_last_error(), "gemm_shapes"), "%s: %s", bad[i], strata_last_error());
     cr_assert_not_null(strstr(strata_last_error(), "device 0"), "%s: %s", bad[i], strata_last_error());
   }
+}
+
+/* A calibration's "allreduce" that is not a curve per pair is refused, naming it; one that is, is read. */
+Test(plan, bad_allreduce_timings_are_refused) {
+  static const char *const bad[] = {"{\"floats\": [], \"seconds\": [[[], []], [[], []]]}",
+                                    "{\"floats\": [256, 128], \"seconds\": [[[], [1, 2]], [[1, 2], []]]}",
+                                    "{\"floats\": [256], \"seconds\": [[[], [0]], [[1], []]]}",
+                                    "{\"floats\": [256], \"seconds\": [[[], [1, 2]], [[1], []]]}",
+                                    "{\"floats\": [256], \"seconds\": [[[], [1]]]}", "[256]"};
+  const char *fmt = "{\"schema\": \"strata-calibration/1\", \"devices\": [{\"device\": 0, \"gflops\": 10, "
+                    "\"mem_gbps\": 10, \"launch_us\": 1, \"memory\": 1000000000}, {\"device\": 1, \"gflops\": 10, "
+                    "\"mem_gbps\": 10, \"launch_us\": 1, \"memory\": 1000000000}], \"gbps\": [[0, 5], [5, 0]], "
+                    "\"latency_us\": [[0, 1], [1, 0]], \"allreduce\": %s}";
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char json[1024];
+    snprintf(json, sizeof json, fmt, bad[i]);
+    strata_machine_t c = NULL;
+    cr_assert_eq(strata_machine_from_calibration(json, "cal.json", NULL, &c), STRATA_ERR_PARSE, "%s", bad[i]);
+    cr_assert_null(c);
+    cr_assert_not_null(strstr(strata_last_error(), "\"allreduce\""), "%s: %s", bad[i], strata_last_error());
+  }
+  char json[1024];
+  snprintf(json, sizeof json, fmt, "{\"floats\": [256, 65536], \"seconds\": [[[], [1e-4, 1e-3]], [[1e-4, 1e-3], []]]}");
+  strata_machine_t c = NULL;
+  OK(strata_machine_from_calibration(json, "cal.json", NULL, &c));
+  strata_machine_free(c);
 }
 
 /* ---- a tp degree per rank ---- */

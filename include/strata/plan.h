@@ -69,6 +69,8 @@ enum strata_plan_op {
 
 /* GEMM sizes a device's speed may be given for (calibration measures these). */
 #define STRATA_PLAN_GEMM_SIZES 6
+/* Most all-reduce sizes a node description gives for its pairs (strata_node_desc.allreduce_sizes). */
+#define STRATA_PLAN_ALLREDUCE_SIZES 8
 
 /* One GEMM of a model's layers as the simulator costs them (C = op(A) op(B), m x n x k, `batch` of them) and
 ** the FLOP/s a device sustains on it: measured by strata_calibrate_model, used instead of the speed by size
@@ -152,6 +154,12 @@ struct strata_node_desc {
   double cpu_cores;             /* cores of the node's host that devices with cpu_threads share (0: none
                                    shared; may be fractional, the share other processes leave): devices
                                    computing at once whose threads exceed them run slower in proportion */
+  /* The runtime's own all-reduce between each pair, measured at a few sizes (strata-bench calibrate): where
+  ** given, collectives between the node's devices are costed from it instead of from gbps and latency_us. */
+  int allreduce_sizes;            /* sizes measured (0: none; at most STRATA_PLAN_ALLREDUCE_SIZES) */
+  const double *allreduce_floats; /* [allreduce_sizes] floats of each size, ascending */
+  const double *allreduce_s;      /* [devices x devices x allreduce_sizes] seconds of an all-reduce of each size
+                                     with the pair as the only members (diagonal ignored) */
 };
 
 STRATA_API int strata_machine_new(const struct strata_node_desc *node, const struct strata_machine_options *opts,

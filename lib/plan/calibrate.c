@@ -402,6 +402,10 @@ static int effective_cores(const int *cpu, const int *threads, int n, double *co
 
 /* Each timed run of one of a model's GEMMs repeats it until this long has passed (at least once). */
 #define SHAPE_RUN_S 0.005
+/* A model's GEMMs are enqueued this many at a time before one wait, as a step enqueues its layers' GEMMs
+** without waiting between them: the wait's round trip (tens of microseconds on a host device, as long as
+** a small GEMM) is not the GEMM's. */
+#define SHAPE_CALLS 8
 
 /* One timed run of `sh` on q over the buffers a, b, c (big enough): seconds per GEMM batch. */
 static int time_shape(strata_queue_t q, const struct strata_gemm_shape *sh, strata_buffer_t a, strata_buffer_t b,
@@ -412,11 +416,11 @@ static int time_shape(strata_queue_t q, const struct strata_gemm_shape *sh, stra
   int64_t runs = 0;
   int rc = STRATA_OK;
   while (!rc && (runs == 0 || dt < SHAPE_RUN_S)) {
-    rc = strata_gemm(q, sh->trans_a, sh->trans_b, m, n, k, 1, strata_mem(a, 0), lda, m * k, strata_mem(b, 0), ldb,
-                     k * n, 0, strata_mem(c, 0), n, m * n, sh->batch);
+    for (int i = 0; i < SHAPE_CALLS && !rc; i++, runs++)
+      rc = strata_gemm(q, sh->trans_a, sh->trans_b, m, n, k, 1, strata_mem(a, 0), lda, m * k, strata_mem(b, 0), ldb,
+                       k * n, 0, strata_mem(c, 0), n, m * n, sh->batch);
     if (!rc)
       rc = strata_queue_finish(q);
-    runs++;
     dt = strata__now() - t0;
   }
   *s = dt / (double)runs;
@@ -498,48 +502,103 @@ static int model_shapes(strata_model_t model, const int64_t *rows, int nrows, in
   return STRATA_OK;
 }
 
-/* Floats of the small all-reduce that times a pair's collective latency, and its repetitions. */
-#define COLL_FLOATS 256
-#define COLL_REPS 9
+/* Floats of the all-reduces timed between each pair (the first, small one also gives the pair's latency: what
+** a send or a collective pays beyond its bytes), the repetitions of each, and the GEMM (n x n x n) each
+** member computes before each all-reduce in the timing between work. */
+static const double coll_floats[] = {256, 4096, 32768, 262144, 2097152};
+#define NCOLL (int)(sizeof coll_floats / sizeof coll_floats[0])
+#define COLL_REPS 5
+#define COLL_ROUNDS 12
+#define COLL_GEMM_N 128
+
+/* Seconds of `rounds` rounds on the pair: each member's GEMM (gemm set), then the all-reduce of `count` floats
+** (count > 0), all enqueued before one wait. */
+static int pair_rounds(strata_comm_t comm, strata_queue_t *q, strata_mem_t *x, strata_buffer_t *g, size_t count,
+                       int gemm, double *sec) {
+  const int64_t n = COLL_GEMM_N;
+  double t0 = strata__now();
+  int rc = STRATA_OK;
+  for (int r = 0; r < COLL_ROUNDS && !rc; r++) {
+    for (int i = 0; i < 2 && gemm && !rc; i++)
+      rc = strata_gemm(q[i], 0, 0, n, n, n, 1, strata_mem(g[i], 0), n, 0, strata_mem(g[i], 0), n, 0, 0,
+                       strata_mem(g[i], (size_t)(n * n)), n, 0, 1);
+    if (!rc && count)
+      rc = strata_allreduce(comm, q, x, x, count, STRATA_FLOAT32, STRATA_SUM);
+  }
+  if (!rc)
+    rc = strata_comm_finish(comm);
+  for (int i = 0; i < 2 && !rc; i++)
+    rc = strata_queue_finish(q[i]);
+  *sec = strata__now() - t0;
+  return rc;
+}
 
 /*
-** What one step of strata's collectives between devices a and b costs
-** beyond its bytes: a small all-reduce over the pair through a
-** communicator (its threads, hand-offs and copies, as a tp join or a
-** gradient reduction pays them), median of COLL_REPS after a warm-up; a
-** ring of two takes two steps, so each is half of it. Microseconds.
+** Seconds that strata's own all-reduce between devices a and b, the pair
+** its only members, adds at each of the sizes coll_floats, and the pair's
+** latency in microseconds. Through a communicator, as a tp join or a
+** gradient reduction runs it (its threads, hand-offs, chunks and copies).
+** A join sits between work that needs it: each is timed between GEMMs on
+** both members, less the GEMMs alone, rounds enqueued at once, as a step
+** enqueues them; on a host device this costs two to three times an
+** all-reduce alone (the queues' threads hand the work back and forth). At
+** least the all-reduce alone and waited for, whose smallest gives the
+** latency (a ring of two takes two steps: half of it). Medians of
+** COLL_REPS after a warm-up.
 */
-static int pair_latency(int a, int b, double *us) {
+static int pair_allreduce(int a, int b, double *sec, double *lat_us) {
   const int devs[2] = {a, b};
+  const int64_t most = (int64_t)coll_floats[NCOLL - 1], gn = COLL_GEMM_N;
   strata_comm_t comm = NULL;
   strata_queue_t q[2] = {NULL, NULL};
-  strata_buffer_t buf[2] = {NULL, NULL};
+  strata_buffer_t buf[2] = {NULL, NULL}, g[2] = {NULL, NULL};
   strata_mem_t m[2];
   int rc = strata_comm_new(devs, 2, NULL, &comm);
   for (int i = 0; i < 2 && !rc; i++) {
     rc = strata_queue_new(devs[i], &q[i]);
     if (!rc)
-      rc = strata_buffer_new(devs[i], COLL_FLOATS * 4, &buf[i]);
+      rc = strata_buffer_new(devs[i], (size_t)most * 4, &buf[i]);
+    if (!rc)
+      rc = strata_buffer_new(devs[i], (size_t)(2 * gn * gn * 4), &g[i]);
     if (!rc) {
       m[i] = strata_mem(buf[i], 0);
-      rc = strata_fill(q[i], m[i], 1.0f, COLL_FLOATS);
+      rc = strata_fill(q[i], m[i], 1.0f / 1024, most);
+    }
+    if (!rc)
+      rc = strata_fill(q[i], strata_mem(g[i], 0), 0.5f, 2 * gn * gn);
+  }
+  for (int s = 0; s < NCOLL && !rc; s++) {
+    double alone[COLL_REPS], between[COLL_REPS];
+    for (int r = 0; r <= COLL_REPS && !rc; r++) {
+      double t0 = strata__now(), work = 0, both = 0;
+      rc = strata_allreduce_sync(comm, q, m, m, (size_t)coll_floats[s], STRATA_FLOAT32, STRATA_SUM);
+      for (int i = 0; i < 2 && !rc; i++)
+        rc = strata_queue_finish(q[i]);
+      const double t1 = strata__now() - t0;
+      if (!rc)
+        rc = pair_rounds(comm, q, m, g, 0, 1, &work);
+      if (!rc)
+        rc = pair_rounds(comm, q, m, g, (size_t)coll_floats[s], 1, &both);
+      if (r > 0) {
+        alone[r - 1] = t1;
+        between[r - 1] = (both - work) / COLL_ROUNDS;
+      }
+    }
+    if (!rc) {
+      const double x = median(alone, COLL_REPS), y = median(between, COLL_REPS);
+      sec[s] = y > x ? y : x;
+      if (s == 0)
+        *lat_us = x / 2 * 1e6;
     }
   }
-  double t[COLL_REPS];
-  for (int r = 0; r <= COLL_REPS && !rc; r++) {
-    double t0 = strata__now();
-    rc = strata_allreduce_sync(comm, q, m, m, COLL_FLOATS, STRATA_FLOAT32, STRATA_SUM);
-    for (int i = 0; i < 2 && !rc; i++)
-      rc = strata_queue_finish(q[i]);
-    if (r > 0)
-      t[r - 1] = strata__now() - t0;
-  }
-  *us = rc ? 0 : median(t, COLL_REPS) / 2 * 1e6;
   strata_comm_free(comm);
   for (int i = 0; i < 2; i++) {
     strata_buffer_free(buf[i]);
+    strata_buffer_free(g[i]);
     strata_queue_free(q[i]);
   }
+  if (rc)
+    rc = strata__error(rc, "calibration: the all-reduce between devices %d and %d: %s", a, b, strata_last_error());
   return rc;
 }
 
@@ -603,6 +662,17 @@ STRATA_API int strata_calibrate_model(const int *devices, int n, strata_model_t 
     rc = shape_gflops ? measure_shapes(dev, n, shapes, nshapes, shape_gflops)
                       : strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
   }
+  /* the runtime's all-reduce between every pair, timed once per pair (both directions alike) */
+  double *ar = calloc((size_t)n * (size_t)n * NCOLL, sizeof *ar), *ar_lat = calloc((size_t)n * (size_t)n, sizeof *ar_lat);
+  if (!ar || !ar_lat)
+    rc = rc ? rc : strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
+  for (int i = 0; i < n && !rc; i++)
+    for (int j = i + 1; j < n && !rc; j++) {
+      double *ij = &ar[((size_t)i * (size_t)n + (size_t)j) * NCOLL], *ji = &ar[((size_t)j * (size_t)n + (size_t)i) * NCOLL];
+      rc = pair_allreduce(dev[i], dev[j], ij, &ar_lat[(size_t)i * (size_t)n + (size_t)j]);
+      memcpy(ji, ij, NCOLL * sizeof *ji);
+      ar_lat[(size_t)j * (size_t)n + (size_t)i] = ar_lat[(size_t)i * (size_t)n + (size_t)j];
+    }
   for (int i = 0; i < n && !rc; i++) {
     const int d = dev[i];
     struct strata_device_props p;
@@ -651,8 +721,8 @@ STRATA_API int strata_calibrate_model(const int *devices, int n, strata_model_t 
       const int e = devices ? devices[j] : j;
       if (i != j && strata_topology_device_link(topo, d, e, &l) != STRATA_OK)
         l.gbps = 0;
-      double cl = 0;
-      if (i != j && !rc && (rc = pair_latency(d, e, &cl)) == STRATA_OK && cl > l.latency_us)
+      const double cl = ar_lat[(size_t)i * (size_t)n + (size_t)j];
+      if (i != j && cl > l.latency_us)
         l.latency_us = cl; /* what the runtime's own collectives and sends pay, beyond the copy's */
       json_array_append_new(row, json_real(i == j ? 0 : l.gbps));
       json_array_append_new(lrow, json_real(i == j ? 0 : l.latency_us));
@@ -677,6 +747,26 @@ STRATA_API int strata_calibrate_model(const int *devices, int n, strata_model_t 
     json_object_set_new(root, "gbps", gbps);
     json_object_set_new(root, "latency_us", lat);
     devs = gbps = lat = NULL;
+    if (n > 1) {
+      /* {"floats": [sizes], "seconds": [n x n x sizes]}: the pairs' all-reduces, which the simulator's
+      ** collectives take instead of the links' figures */
+      json_t *arj = json_object(), *fl = json_array(), *sec = json_array();
+      for (int s = 0; s < NCOLL; s++)
+        json_array_append_new(fl, json_integer((json_int_t)coll_floats[s]));
+      for (int i = 0; i < n; i++) {
+        json_t *row = json_array();
+        for (int j = 0; j < n; j++) {
+          json_t *cell = json_array();
+          for (int s = 0; s < NCOLL; s++)
+            json_array_append_new(cell, json_real(ar[((size_t)i * (size_t)n + (size_t)j) * NCOLL + (size_t)s]));
+          json_array_append_new(row, cell);
+        }
+        json_array_append_new(sec, row);
+      }
+      json_object_set_new(arj, "floats", fl);
+      json_object_set_new(arj, "seconds", sec);
+      json_object_set_new(root, "allreduce", arj);
+    }
     *json = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
     if (!*json)
       rc = strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
@@ -685,6 +775,8 @@ STRATA_API int strata_calibrate_model(const int *devices, int n, strata_model_t 
   free(probes);
   free(shapes);
   free(shape_gflops);
+  free(ar);
+  free(ar_lat);
   free(cpu);
   free(cpu_threads);
   json_decref(devs);
@@ -744,6 +836,58 @@ static int read_shapes(json_t *v, const char *src, int i, struct strata_gemm_sha
   }
   *out = sh;
   *n = (int)count;
+  return STRATA_OK;
+}
+
+/*
+** The pairs' all-reduce times, where the file has them ("allreduce":
+** {"floats": [...], "seconds": [n][n][sizes]}): *sizes 0 where it has none
+** (a file of an older strata), else every entry checked.
+*/
+static int read_allreduce(json_t *root, size_t n, const char *src, int *sizes, double *floats, double **sec) {
+  *sizes = 0;
+  *sec = NULL;
+  json_t *arj = json_object_get(root, "allreduce");
+  if (!arj)
+    return STRATA_OK;
+  json_t *fl = json_object_get(arj, "floats"), *sj = json_object_get(arj, "seconds");
+  const size_t ns = json_array_size(fl);
+  if (!json_is_object(arj) || ns < 1 || ns > STRATA_PLAN_ALLREDUCE_SIZES || json_array_size(sj) != n)
+    return strata__error(STRATA_ERR_PARSE,
+                         "%s: \"allreduce\" must give 1 to %d \"floats\" and a row of \"seconds\" per device", src,
+                         STRATA_PLAN_ALLREDUCE_SIZES);
+  for (size_t s = 0; s < ns; s++) {
+    floats[s] = json_number_value(json_array_get(fl, s));
+    if (!json_is_number(json_array_get(fl, s)) || !(floats[s] >= 1) || !isfinite(floats[s]) ||
+        (s > 0 && !(floats[s] > floats[s - 1])))
+      return strata__error(STRATA_ERR_PARSE, "%s: \"allreduce\" size %zu must be 1 float or more, larger than the one "
+                           "before", src, s);
+  }
+  double *v = calloc(n * n * ns, sizeof *v);
+  if (!v)
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory");
+  for (size_t i = 0; i < n; i++) {
+    json_t *row = json_array_get(sj, i);
+    for (size_t j = 0; j < n; j++) {
+      json_t *cell = json_array_get(row, j);
+      if (json_array_size(row) != n || (i != j && json_array_size(cell) != ns)) {
+        free(v);
+        return strata__error(STRATA_ERR_PARSE, "%s: \"allreduce\" seconds %zu -> %zu must list %zu times", src, i, j,
+                             ns);
+      }
+      for (size_t s = 0; i != j && s < ns; s++) {
+        const double t = json_number_value(json_array_get(cell, s));
+        if (!(t > 0) || !isfinite(t)) {
+          free(v);
+          return strata__error(STRATA_ERR_PARSE, "%s: \"allreduce\" seconds %zu -> %zu, size %zu: not a positive time",
+                               src, i, j, s);
+        }
+        v[(i * n + j) * ns + s] = t;
+      }
+    }
+  }
+  *sizes = (int)ns;
+  *sec = v;
   return STRATA_OK;
 }
 
@@ -828,6 +972,10 @@ STRATA_API int strata_machine_from_calibration(const char *json, const char *sou
     }
   }
   strata_machine_t c = NULL;
+  int ar_sizes = 0;
+  double ar_floats[STRATA_PLAN_ALLREDUCE_SIZES], *ar = NULL;
+  if (!rc)
+    rc = read_allreduce(root, n, src, &ar_sizes, ar_floats, &ar);
   if (!rc) {
     /* the cores the CPU devices got together when measured, else the system's count */
     json_t *cc = json_object_get(root, "cpu_cores"), *ce = json_object_get(root, "cpu_cores_effective");
@@ -835,7 +983,8 @@ STRATA_API int strata_machine_from_calibration(const char *json, const char *sou
                    : json_is_integer(cc)                           ? (double)json_integer_value(cc)
                                                                    : 0;
     struct strata_node_desc nd = {.devices = (int)n, .cost = cost, .gbps = g, .latency_us = l, .name = src,
-                                  .cpu_cores = cores};
+                                  .cpu_cores = cores, .allreduce_sizes = ar_sizes, .allreduce_floats = ar_floats,
+                                  .allreduce_s = ar};
     rc = strata_machine_new(&nd, o, &c);
   }
   for (size_t i = 0; !rc && i < n; i++) {
@@ -859,6 +1008,7 @@ STRATA_API int strata_machine_from_calibration(const char *json, const char *sou
   free(g);
   free(l);
   free(ids);
+  free(ar);
   json_decref(root);
   if (rc) {
     strata_machine_free(c);

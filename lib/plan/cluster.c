@@ -2,6 +2,7 @@
 /* cluster.c — what the planner places on: N copies of a node (devices with costs, links, islands, shared uplinks) joined by a network. */
 #include "config.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,7 @@ STRATA_API void strata_machine_free(strata_machine_t c) {
   free(c->island);
   free(c->uplink);
   free(c->uplink_gbps);
+  free(c->ar_s);
   for (int i = 0; i < c->nwarnings; i++)
     free(c->warnings[i]);
   free(c->warnings);
@@ -120,6 +122,37 @@ static int cluster_finish(struct strata_machine *c, const struct strata_machine_
   return STRATA_OK;
 }
 
+/* The node's measured all-reduce times per pair, checked: sizes ascending from 1 float, times positive. */
+static int copy_allreduce(struct strata_machine *c, const struct strata_node_desc *d) {
+  const int n = d->allreduce_sizes, k = c->k;
+  if (n < 0 || n > STRATA_PLAN_ALLREDUCE_SIZES || !d->allreduce_floats || !d->allreduce_s)
+    return strata__error(STRATA_ERR_INVALID, "cluster: %d all-reduce sizes, expected 1 to %d with their floats and "
+                         "times", n, STRATA_PLAN_ALLREDUCE_SIZES);
+  for (int s = 0; s < n; s++) {
+    const double f = d->allreduce_floats[s];
+    if (!(f >= 1) || !isfinite(f) || (s > 0 && !(f > d->allreduce_floats[s - 1])))
+      return strata__error(STRATA_ERR_INVALID, "cluster: all-reduce size %d (%g floats) must be 1 or more and "
+                           "larger than the one before", s, f);
+    c->ar_floats[s] = f;
+  }
+  const size_t cells = (size_t)k * (size_t)k * (size_t)n;
+  c->ar_s = malloc(cells * sizeof *c->ar_s);
+  if (!c->ar_s)
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory for a cluster");
+  for (int i = 0; i < k; i++)
+    for (int j = 0; j < k; j++)
+      for (int s = 0; s < n; s++) {
+        const size_t at = ((size_t)i * (size_t)k + (size_t)j) * (size_t)n + (size_t)s;
+        const double t = d->allreduce_s[at];
+        if (i != j && !(t > 0 && isfinite(t)))
+          return strata__error(STRATA_ERR_INVALID, "cluster: the all-reduce of %g floats between devices %d and %d "
+                               "has no positive time", c->ar_floats[s], i, j);
+        c->ar_s[at] = i == j ? 0 : t;
+      }
+  c->ar_n = n;
+  return STRATA_OK;
+}
+
 STRATA_API int strata_machine_new(const struct strata_node_desc *d, const struct strata_machine_options *o,
                                   strata_machine_t *out) {
   if (!out)
@@ -174,6 +207,8 @@ STRATA_API int strata_machine_new(const struct strata_node_desc *d, const struct
     }
   }
   c->cpu_cores = d->cpu_cores > 0 ? d->cpu_cores : 0;
+  if (!rc && d->allreduce_sizes)
+    rc = copy_allreduce(c, d);
   if (!rc)
     rc = cluster_finish(c, o, d->name && *d->name ? d->name : "a custom node");
   if (rc) {
@@ -420,6 +455,29 @@ void strata__cluster_link(const struct strata_machine *c, int a, int b, double *
   *gbps = c->gbps[ij];
   *lat_us = c->lat[ij];
   *kind = c->kind[ij];
+}
+
+double strata__cluster_pair_allreduce(const struct strata_machine *c, int a, int b, double floats) {
+  if (a == b)
+    return 0;
+  if (c->ar_n == 0 || a / c->k != b / c->k) {
+    double gbps, lat;
+    int kind;
+    strata__cluster_link(c, a, b, &gbps, &lat, &kind);
+    /* a ring of two: two steps of half the floats each */
+    return 2.0 * (floats * 4 / 2 / (gbps * 1e9) + lat * 1e-6);
+  }
+  const int n = c->ar_n;
+  const double *t = &c->ar_s[((size_t)(a % c->k) * (size_t)c->k + (size_t)(b % c->k)) * (size_t)n];
+  const double *f = c->ar_floats;
+  if (n == 1 || floats <= f[0])
+    return n == 1 ? t[0] * (floats > f[0] ? floats / f[0] : 1) : t[0];
+  int s = 1;
+  while (s < n - 1 && floats > f[s])
+    s++;
+  /* the piece from size s - 1 to s, which the largest extends */
+  const double v = t[s - 1] + (t[s] - t[s - 1]) * (floats - f[s - 1]) / (f[s] - f[s - 1]);
+  return v > t[0] ? v : t[0];
 }
 
 STRATA_API int strata_machine_link(strata_machine_t c, int from, int to, struct strata_link *out) {

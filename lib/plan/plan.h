@@ -26,6 +26,9 @@ struct strata_machine {
   int nics;                        /* interfaces per node */
   double net_lat;                  /* us */
   double cpu_cores;                /* host cores shared by the devices with cpu_threads (0: none) */
+  int ar_n;                        /* all-reduce sizes measured per pair (0: collectives from gbps and lat) */
+  double ar_floats[STRATA_PLAN_ALLREDUCE_SIZES]; /* their floats, ascending */
+  double *ar_s;                    /* [k x k x ar_n] seconds of a two-member all-reduce of each size */
   int uniform;                     /* every device alike */
   char *desc;
   char **warnings;
@@ -34,6 +37,10 @@ struct strata_machine {
 
 /* The link between cluster devices a and b (NET across nodes). */
 void strata__cluster_link(const struct strata_machine *c, int a, int b, double *gbps, double *lat_us, int *kind);
+/* Seconds of an all-reduce of `floats` with cluster devices a and b as its only members: from the measured
+** sizes where the node has them (linear between them, and beyond the largest along its last piece),
+** else from the link's bandwidth and latency. */
+double strata__cluster_pair_allreduce(const struct strata_machine *c, int a, int b, double floats);
 
 /*
 ** The simulator's costing of one layout, exposed to the planner so that it

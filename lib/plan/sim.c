@@ -36,33 +36,24 @@ static int group_of(strata_layout_t l, int replica, int rank, const int **devs) 
   return strata_layout_tp(l, rank);
 }
 
-/* The ring over `n` devices in their order: narrowest hop (GB/s) and slowest latency (us). */
-static void ring_figures(const struct strata_machine *c, const int *devs, int n, int stride, double *gbps,
-                         double *lat) {
-  double bw = INFINITY, lt = 0;
-  for (int i = 0; i < n; i++) {
-    int a = devs[(size_t)i * (size_t)stride], b = devs[(size_t)((i + 1) % n) * (size_t)stride];
-    if (a == b)
-      continue;
-    double g, l;
-    int k;
-    strata__cluster_link(c, a, b, &g, &l, &k);
-    if (k == STRATA_PATH_NET) {
-      /* every tp rank's ring leaves the node through the same interfaces */
-      g = c->net_gbps;
-    }
-    bw = g < bw ? g : bw;
-    lt = l > lt ? l : lt;
-  }
-  *gbps = isinf(bw) ? 1e9 : bw;
-  *lat = lt;
-}
-
-/* Seconds of a ring all-reduce of `bytes` over n members: 2(n-1) steps of bytes/n each. */
-static double allreduce_s(double bytes, int n, double gbps, double lat_us) {
+/*
+** Seconds of a ring all-reduce of `bytes` over the n devices devs in
+** their order: 2(n - 1) steps of bytes / n each, every step as
+** long as the slowest hop's. A hop's step is half of its pair's all-reduce
+** of 2 bytes / n, as a ring of two takes two such steps: the pair's measured
+** all-reduce where the calibration timed one, else its link's bandwidth and
+** latency (then 2(n - 1)(bytes / n / bandwidth + latency)).
+*/
+static double ring_allreduce_s(const struct strata_machine *c, const int *devs, int n, double bytes) {
   if (n <= 1)
     return 0;
-  return 2.0 * (n - 1) * (bytes / n / (gbps * 1e9) + lat_us * 1e-6);
+  double worst = 0;
+  for (int i = 0; i < n; i++) {
+    int a = devs[i], b = devs[(i + 1) % n];
+    double pair = strata__cluster_pair_allreduce(c, a, b, 2.0 * bytes / n / 4);
+    worst = pair > worst ? pair : worst;
+  }
+  return (n - 1) * worst;
 }
 
 /* The slowest member of a group, as a synchronous group runs at its pace. */
@@ -292,11 +283,11 @@ static struct work layer_part(const struct strata_device_cost *w, strata_model_t
   return (struct work){part == PART_INPUT || part == PART_WEIGHT ? s / 2 : s, 0, 0};
 }
 
-/* Seconds of `joins` all-reduces of `bytes` in all over a tp group's ring of t members. */
-static double joins_s(double bytes, int joins, int t, double gbps, double lat_us) {
+/* Seconds of `joins` all-reduces of `bytes` in all (each the mean size) over the tp group devs of t members. */
+static double joins_s(const struct strata_machine *c, const int *devs, double bytes, int joins, int t) {
   if (t <= 1 || joins == 0)
     return 0;
-  return allreduce_s(bytes, t, gbps, 0) + joins * allreduce_s(0, t, gbps, lat_us);
+  return joins * ring_allreduce_s(c, devs, t, bytes / joins);
 }
 
 double strata__plan_layer_time(const struct strata_machine *c, strata_model_t model, strata_layout_t layout, int rank,
@@ -305,9 +296,7 @@ double strata__plan_layer_time(const struct strata_machine *c, strata_model_t mo
   int t = group_of(layout, 0, rank, &devs);
   struct strata_device_cost w = group_cost(c, devs, t);
   struct work k = layer_part(&w, model, t, layer, rows, backward ? PART_FULL : PART_FWD);
-  double gb, lat;
-  ring_figures(c, devs, t, 1, &gb, &lat);
-  return k.s + joins_s(k.join_bytes, k.joins, t, gb, lat);
+  return k.s + joins_s(c, devs, k.join_bytes, k.joins, t);
 }
 
 int strata__plan_gemm_shapes(strata_model_t model, int t, int64_t rows, struct strata_gemm_shape **v, int *n) {
@@ -761,25 +750,27 @@ static double collective_s(const struct engine *e, int kind, int st, double *byt
     return e->unit[kind];
   }
   const struct stage_cost *c = &e->sc[st];
-  double gbps = INFINITY, lat = 0;
+  /* each hop: a two-member all-reduce of 2 bytes / dp, the time of two of the ring's steps */
+  const double pair_floats = 2.0 * c->grad_bytes / e->dp / 4;
+  double worst = 0;
   for (int r = 0; r < e->Rdp; r++) {
     int a = e->sc[peer_stage(e, st, r)].dev, b = e->sc[peer_stage(e, st, (r + 1) % e->Rdp)].dev;
     if (a == b)
       continue;
-    double g, lt;
+    double g, lt, pair;
     int k;
     strata__cluster_link(e->c, a, b, &g, &lt, &k);
     if (k == STRATA_PATH_NET) {
       double share = e->c->net_gbps * e->c->nics / c->tp;
       g = share < e->c->net_gbps ? share : e->c->net_gbps;
+      pair = 2.0 * (pair_floats * 4 / 2 / (g * 1e9) + lt * 1e-6);
+    } else {
+      pair = strata__cluster_pair_allreduce(e->c, a, b, pair_floats);
     }
-    gbps = g < gbps ? g : gbps;
-    lat = lt > lat ? lt : lat;
+    worst = pair > worst ? pair : worst;
   }
-  if (isinf(gbps))
-    gbps = 1e9;
   *bytes = c->grad_bytes;
-  double ar = allreduce_s(c->grad_bytes, e->dp, gbps, lat);
+  double ar = e->dp > 1 ? (e->dp - 1) * worst : 0;
   return kind == STRATA_ACTION_GRAD_REDUCE ? ar : ar / 2; /* reduce-scatter or all-gather: half the ring */
 }
 
@@ -1345,8 +1336,6 @@ STRATA_API int strata_simulate(strata_machine_t c, strata_model_t model, strata_
     struct strata_device_cost w = inline_joins ? group_cost(c, sc->devs, t) : c->cost[sc->devs[slice] % c->k];
     sc->dev = sc->devs[inline_joins ? 0 : slice];
     sc->threads = c->cpu_cores > 0 ? c->cost[sc->dev % c->k].cpu_threads : 0;
-    double gb, lat;
-    ring_figures(c, sc->devs, t, 1, &gb, &lat);
     double params = 0, act = 0, jf = 0, jb = 0;
     int nf = 0, nb = 0;
     for (int li = a; li < a + split[j]; li++) {
@@ -1367,7 +1356,7 @@ STRATA_API int strata_simulate(strata_machine_t c, strata_model_t model, strata_
     }
     /* each action ends waiting for its work: one round trip of the device's queue */
     sc->f += w.sync_us * 1e-6, sc->b += w.sync_us * 1e-6, sc->bi += w.sync_us * 1e-6, sc->w += w.sync_us * 1e-6;
-    const double tjf = joins_s(jf, nf, t, gb, lat), tjb = joins_s(jb, nb, t, gb, lat);
+    const double tjf = joins_s(c, sc->devs, jf, nf, t), tjb = joins_s(c, sc->devs, jb, nb, t);
     if (inline_joins) {
       sc->f += tjf, sc->f_comm = tjf;
       sc->b += tjb, sc->b_comm = tjb;
