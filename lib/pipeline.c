@@ -808,10 +808,12 @@ static void *worker_main(void *arg) {
     double t1 = strata__now();
     strata__queue_clock_read(busy_q, &c1);
     if (rc) {
-      char what[200], label[160];
-      snprintf(what, sizeof what, "%s, action #%d %s%d.%d",
+      char what[200], label[160], step[16] = "";
+      if (mb >= 0) /* a stage's whole-step actions (the update, gradient reductions) have no micro-batch */
+        snprintf(step, sizeof step, ".%d", mb);
+      snprintf(what, sizeof what, "%s, action #%d %s%d%s",
                strata__device_label(strata__device_get(ex->tr->dev[rank]), label, sizeof label), i,
-               strata_action_label(a->kind), s, mb);
+               strata_action_label(a->kind), s, step);
       fail(ex, rc, what);
       break;
     }

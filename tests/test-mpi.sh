@@ -361,7 +361,7 @@ fault_rank1() {
   else notok "$what: a device fault on rank 1 ends the job in bounded time (status $rc, $elapsed s)"
     tail -n 20 "$log" | sed 's/^/# /'; fi
   has "$what: the fault's message names rank 1, the device and the action" "$log" \
-    '^strata: rank 1 .*host virtual device 0.*action #[0-9]+ [A-Z]+[0-9]+\.[0-9]+: .*injected fault'
+    '^strata: rank 1 .*host virtual device 0.*action #[0-9]+ [A-Z]+[0-9]+(\.[0-9]+)?: .*injected fault'
 }
 fault_rank1 "strata-train --dp 2" "$out/fault-train.json" "$out/fault-train.log" --dp 2
 
