@@ -511,15 +511,15 @@ static const double coll_floats[] = {256, 4096, 32768, 262144, 2097152};
 #define COLL_ROUNDS 12
 #define COLL_GEMM_N 128
 
-/* Seconds of `rounds` rounds on the pair: each member's GEMM (gemm set), then the all-reduce of `count` floats
-** (count > 0), all enqueued before one wait. */
+/* Seconds of COLL_ROUNDS rounds on the pair: each member's GEMM, then the all-reduce of `count` floats (none
+** where count is 0), all enqueued before one wait. */
 static int pair_rounds(strata_comm_t comm, strata_queue_t *q, strata_mem_t *x, strata_buffer_t *g, size_t count,
-                       int gemm, double *sec) {
+                       double *sec) {
   const int64_t n = COLL_GEMM_N;
   double t0 = strata__now();
   int rc = STRATA_OK;
   for (int r = 0; r < COLL_ROUNDS && !rc; r++) {
-    for (int i = 0; i < 2 && gemm && !rc; i++)
+    for (int i = 0; i < 2 && !rc; i++)
       rc = strata_gemm(q[i], 0, 0, n, n, n, 1, strata_mem(g[i], 0), n, 0, strata_mem(g[i], 0), n, 0, 0,
                        strata_mem(g[i], (size_t)(n * n)), n, 0, 1);
     if (!rc && count)
@@ -576,9 +576,9 @@ static int pair_allreduce(int a, int b, double *sec, double *lat_us) {
         rc = strata_queue_finish(q[i]);
       const double t1 = strata__now() - t0;
       if (!rc)
-        rc = pair_rounds(comm, q, m, g, 0, 1, &work);
+        rc = pair_rounds(comm, q, m, g, 0, &work);
       if (!rc)
-        rc = pair_rounds(comm, q, m, g, (size_t)coll_floats[s], 1, &both);
+        rc = pair_rounds(comm, q, m, g, (size_t)coll_floats[s], &both);
       if (r > 0) {
         alone[r - 1] = t1;
         between[r - 1] = (both - work) / COLL_ROUNDS;

@@ -464,14 +464,15 @@ double strata__cluster_pair_allreduce(const struct strata_machine *c, int a, int
     double gbps, lat;
     int kind;
     strata__cluster_link(c, a, b, &gbps, &lat, &kind);
-    /* a ring of two: two steps of half the floats each */
-    return 2.0 * (floats * 4 / 2 / (gbps * 1e9) + lat * 1e-6);
+    return strata__pair_allreduce_s(floats, gbps, lat);
   }
   const int n = c->ar_n;
   const double *t = &c->ar_s[((size_t)(a % c->k) * (size_t)c->k + (size_t)(b % c->k)) * (size_t)n];
   const double *f = c->ar_floats;
-  if (n == 1 || floats <= f[0])
-    return n == 1 ? t[0] * (floats > f[0] ? floats / f[0] : 1) : t[0];
+  if (floats <= f[0])
+    return t[0];
+  if (n == 1)
+    return t[0] * floats / f[0];
   int s = 1;
   while (s < n - 1 && floats > f[s])
     s++;

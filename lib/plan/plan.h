@@ -37,6 +37,11 @@ struct strata_machine {
 
 /* The link between cluster devices a and b (NET across nodes). */
 void strata__cluster_link(const struct strata_machine *c, int a, int b, double *gbps, double *lat_us, int *kind);
+/* Seconds of an all-reduce of `floats` over a pair joined by a link of `gbps` GB/s and `lat_us`: a ring of
+** two, two steps of half the floats each. */
+static inline double strata__pair_allreduce_s(double floats, double gbps, double lat_us) {
+  return 2.0 * (floats * 4 / 2 / (gbps * 1e9) + lat_us * 1e-6);
+}
 /* Seconds of an all-reduce of `floats` with cluster devices a and b as its only members: from the measured
 ** sizes where the node has them (linear between them, and beyond the largest along its last piece),
 ** else from the link's bandwidth and latency. */

@@ -763,7 +763,7 @@ static double collective_s(const struct engine *e, int kind, int st, double *byt
     if (k == STRATA_PATH_NET) {
       double share = e->c->net_gbps * e->c->nics / c->tp;
       g = share < e->c->net_gbps ? share : e->c->net_gbps;
-      pair = 2.0 * (pair_floats * 4 / 2 / (g * 1e9) + lt * 1e-6);
+      pair = strata__pair_allreduce_s(pair_floats, g, lt);
     } else {
       pair = strata__cluster_pair_allreduce(e->c, a, b, pair_floats);
     }
