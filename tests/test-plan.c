@@ -1038,6 +1038,15 @@ Test(plan, calibration_round_trips_into_a_cluster) {
   cr_assert_eq(d.id, 0);
   cr_assert(d.cost.flops > 0 && d.cost.mem_gbps > 0 && d.cost.memory > 0, "%g FLOP/s, %g GB/s, %llu bytes",
             d.cost.flops, d.cost.mem_gbps, (unsigned long long)d.cost.memory);
+  if (d.cost.cpu_threads > 0) {
+    /* a device on the host's cores: its spread, ascending, the median window's time in its middle */
+    const int k = STRATA_PLAN_SPREAD_POINTS;
+    cr_assert_eq(d.cost.nspread, k, "%d points of spread", d.cost.nspread);
+    for (int q = 1; q < k; q++)
+      cr_assert_geq(d.cost.spread[q], d.cost.spread[q - 1]);
+    cr_assert(d.cost.spread[k / 2 - 2] <= 1 && d.cost.spread[k / 2 + 1] >= 1, "middle %g .. %g",
+              d.cost.spread[k / 2 - 2], d.cost.spread[k / 2 + 1]);
+  }
   strata_machine_free(c);
   free(json);
   c = NULL;
@@ -1178,6 +1187,131 @@ Test(plan, bad_allreduce_timings_are_refused) {
   snprintf(json, sizeof json, fmt, "{\"floats\": [256, 65536], \"seconds\": [[[], [1e-4, 1e-3]], [[1e-4, 1e-3], []]]}");
   strata_machine_t c = NULL;
   OK(strata_machine_from_calibration(json, "cal.json", NULL, &c));
+  strata_machine_free(c);
+}
+
+/* ---- the spread of run times ---- */
+
+/* Two devices of 1 TFLOP/s, links so fast that transfers take no time, each device's spread `sp` (np points). */
+static strata_machine_t spread_node(int ndev, const double *sp, int np) {
+  struct strata_device_cost cost[2];
+  double g[4] = {0, 1e9, 1e9, 0}, lat[4] = {0};
+  for (int i = 0; i < ndev; i++) {
+    cost[i] = (struct strata_device_cost){.flops = 1e12, .mem_gbps = 1e9, .memory = 64 * GIB, .nspread = np};
+    memcpy(cost[i].spread, sp, (size_t)np * sizeof *sp);
+  }
+  struct strata_node_desc d = {.devices = ndev, .cost = cost, .gbps = g, .latency_us = lat};
+  strata_machine_t c;
+  OK(strata_machine_new(&d, NULL, &c));
+  return c;
+}
+
+static struct strata_sim_result sampled(strata_machine_t c, strata_model_t m, strata_layout_t l, int samples,
+                                        uint64_t seed) {
+  struct strata_sim_options o = {.batch = 16, .samples = samples, .seed = seed};
+  struct strata_sim_result r;
+  OK(strata_simulate(c, m, l, &o, &r));
+  strata_sim_result_destroy(&r); /* (the figures stay) */
+  return r;
+}
+
+/*
+** Each compute action's time is its device's median cost times a draw from
+** the device's spread: a spread of all ones is the exact step; one of all
+** 1.5 makes every compute half as long again, so with transfers free the
+** step is 1.5 times the exact one, every sample alike.
+*/
+Test(plan, a_constant_spread_scales_the_step) {
+  strata_model_t m = small_gpt(4);
+  int split[2] = {3, 3};
+  strata_layout_t l = layout(1, 2, 1, NULL, split, STRATA_SCHEDULE_1F1B, 4, 0);
+  double ones[STRATA_PLAN_SPREAD_POINTS], half_again[STRATA_PLAN_SPREAD_POINTS];
+  for (int i = 0; i < STRATA_PLAN_SPREAD_POINTS; i++)
+    ones[i] = 1, half_again[i] = 1.5;
+  strata_machine_t exact = spread_node(2, ones, 0), c1 = spread_node(2, ones, STRATA_PLAN_SPREAD_POINTS),
+                   c15 = spread_node(2, half_again, STRATA_PLAN_SPREAD_POINTS);
+  struct strata_sim_result e = sampled(exact, m, l, 9, 1), r1 = sampled(c1, m, l, 9, 1), r15 = sampled(c15, m, l, 9, 7);
+  cr_assert_eq(e.samples, 1, "no device has a spread: one step (%d)", e.samples);
+  cr_assert_eq(r1.samples, 9);
+  cr_assert_float_eq(r1.step_s, e.step_s, e.step_s * 1e-9, "ones: %g s, exact %g s", r1.step_s, e.step_s);
+  cr_assert_float_eq(r15.step_s, 1.5 * e.step_s, e.step_s * 1e-6, "1.5: %g s, exact %g s", r15.step_s, e.step_s);
+  cr_assert_float_eq(r15.step_lo_s, r15.step_hi_s, e.step_s * 1e-6, "every sample alike");
+  strata_machine_free(exact);
+  strata_machine_free(c1);
+  strata_machine_free(c15);
+  strata_layout_free(l);
+  strata_model_free(m);
+}
+
+/*
+** A spread of mean 1 (half the draws 0.7, half 1.3): the same seed gives
+** the same steps; the median lies between the fastest and the slowest. On
+** one device a step is a sum of many draws, so its median stays within a
+** few percent of the exact step; a two-stage pipeline waits at each
+** hand-off for the later of two devices (the mean of a maximum is at least
+** the maximum of the means), so its median step is longer than the exact.
+*/
+Test(plan, a_spread_lengthens_a_pipeline_not_one_device) {
+  strata_model_t m = small_gpt(4);
+  double sp[STRATA_PLAN_SPREAD_POINTS];
+  for (int i = 0; i < STRATA_PLAN_SPREAD_POINTS; i++)
+    sp[i] = i < STRATA_PLAN_SPREAD_POINTS / 2 ? 0.7 : 1.3;
+  strata_machine_t c = spread_node(2, sp, STRATA_PLAN_SPREAD_POINTS), exact = spread_node(2, sp, 0);
+  int split[2] = {3, 3};
+  strata_layout_t one = layout(1, 1, 1, NULL, NULL, STRATA_SCHEDULE_1F1B, 4, 0);
+  strata_layout_t two = layout(1, 2, 1, NULL, split, STRATA_SCHEDULE_1F1B, 4, 0);
+  struct strata_sim_result a = sampled(c, m, two, 31, 5), b = sampled(c, m, two, 31, 5), x = sampled(c, m, two, 31, 6);
+  cr_assert_eq(a.step_s, b.step_s, "one seed, one answer: %g and %g", a.step_s, b.step_s);
+  cr_assert(a.step_lo_s <= a.step_s && a.step_s <= a.step_hi_s && a.step_lo_s < a.step_hi_s, "%g <= %g <= %g",
+            a.step_lo_s, a.step_s, a.step_hi_s);
+  cr_assert(x.step_lo_s <= x.step_s && x.step_s <= x.step_hi_s);
+  struct strata_sim_result e2 = sampled(exact, m, two, 1, 0), e1 = sampled(exact, m, one, 1, 0);
+  struct strata_sim_result s1 = sampled(c, m, one, 31, 5);
+  cr_assert_gt(a.step_s, e2.step_s * 1.02, "pipeline: median %g s against exact %g s", a.step_s, e2.step_s);
+  cr_assert_float_eq(s1.step_s, e1.step_s, e1.step_s * 0.05, "one device: median %g s against exact %g s", s1.step_s,
+                     e1.step_s);
+  strata_machine_free(c);
+  strata_machine_free(exact);
+  strata_layout_free(one);
+  strata_layout_free(two);
+  strata_model_free(m);
+}
+
+/* A spread out of order, not positive or too long is refused, from a node description and from a calibration. */
+Test(plan, bad_spreads_are_refused) {
+  double down[3] = {1.2, 1.0, 0.9}, zero[2] = {0, 1};
+  struct strata_device_cost cost = {.flops = 1e12, .mem_gbps = 1e9, .memory = GIB, .nspread = 3};
+  memcpy(cost.spread, down, sizeof down);
+  double g[1] = {0}, lat[1] = {0};
+  struct strata_node_desc d = {.devices = 1, .cost = &cost, .gbps = g, .latency_us = lat};
+  strata_machine_t c = NULL;
+  cr_assert_eq(strata_machine_new(&d, NULL, &c), STRATA_ERR_INVALID);
+  cr_assert_not_null(strstr(strata_last_error(), "spread"), "%s", strata_last_error());
+  cost.nspread = 2;
+  memcpy(cost.spread, zero, sizeof zero);
+  cr_assert_eq(strata_machine_new(&d, NULL, &c), STRATA_ERR_INVALID);
+  cost.nspread = STRATA_PLAN_SPREAD_POINTS + 1;
+  cr_assert_eq(strata_machine_new(&d, NULL, &c), STRATA_ERR_INVALID);
+  cr_assert_null(c);
+  static const char *const bad[] = {"[1.1, 0.9]", "[]", "[0, 1]", "[1, \"x\"]", "{}",
+                                    "[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1]"};
+  const char *fmt = "{\"schema\": \"strata-calibration/1\", \"devices\": [{\"device\": 0, \"gflops\": 10, "
+                    "\"mem_gbps\": 10, \"launch_us\": 1, \"memory\": 1000000000, \"spread\": %s}], "
+                    "\"gbps\": [[0]], \"latency_us\": [[0]]}";
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char json[1024];
+    snprintf(json, sizeof json, fmt, bad[i]);
+    cr_assert_eq(strata_machine_from_calibration(json, "cal.json", NULL, &c), STRATA_ERR_PARSE, "%s", bad[i]);
+    cr_assert_null(c);
+    cr_assert_not_null(strstr(strata_last_error(), "\"spread\""), "%s: %s", bad[i], strata_last_error());
+  }
+  char json[1024];
+  snprintf(json, sizeof json, fmt, "[0.9, 1, 1.2]");
+  OK(strata_machine_from_calibration(json, "cal.json", NULL, &c));
+  struct strata_machine_device md;
+  OK(strata_machine_device(c, 0, &md));
+  cr_assert_eq(md.cost.nspread, 3);
+  cr_assert_float_eq(md.cost.spread[2], 1.2, 1e-12);
   strata_machine_free(c);
 }
 

@@ -20,6 +20,7 @@ static void usage(FILE *f) {
   fprintf(f,
           "Usage: strata-plan --model PRESET|FILE --batch B [WHERE] [options]\n"
           "       strata-plan --simulate LAYOUT.json --model PRESET|FILE --batch B [WHERE] [--trace FILE]\n"
+          "                   [--samples N] [--seed S]\n"
           "\n"
           "Searches dp x pp x tp layouts (device assignment, split, micro-batches, schedule, ZeRO-1) for training\n"
           "MODEL with a global batch of B samples, ranks them by the simulator's predicted step time and explains\n"
@@ -43,6 +44,10 @@ static void usage(FILE *f) {
           "  --json           machine-readable output (schema strata-plan/1)\n"
           "  --trace FILE     the best layout's (or the simulated one's) predicted step as a Chrome/Perfetto trace\n"
           "  --out FILE       write the best layout (strata-layout/1)\n"
+          "  --samples N      with --simulate: simulate N steps, each compute action's time drawn from its device's\n"
+          "                   spread as calibration measured it, and report the median step (default 15; 1: one\n"
+          "                   step at the median costs; devices without a measured spread keep time exactly)\n"
+          "  --seed S         the draws' seed (default 1): the same seed gives the same steps\n"
           "  --list-gpus      the table of GPU models with their peaks and sources\n"
           "  -h, --help       this text\n"
           "\n"
@@ -52,7 +57,7 @@ static void usage(FILE *f) {
 
 struct args {
   const char *model, *topology, *node, *devices, *trace, *out, *simulate, *calibration;
-  int64_t batch, top, nodes, nics, tp;
+  int64_t batch, top, nodes, nics, tp, samples, seed;
   double net_gbps, net_lat;
   int json, no_zero, list_gpus;
 };
@@ -229,7 +234,8 @@ static int simulate(const struct args *a, strata_machine_t c, strata_model_t m) 
       fprintf(stderr, "%s: %s\n", PROG, strata_last_error());
     return 2;
   }
-  struct strata_sim_options so = {.batch = a->batch, .trace = a->trace};
+  struct strata_sim_options so = {.batch = a->batch, .trace = a->trace, .samples = (int)a->samples,
+                                  .seed = (uint64_t)a->seed};
   struct strata_sim_result r;
   rc = strata_simulate(c, m, l, &so, &r);
   if (rc) {
@@ -242,6 +248,9 @@ static int simulate(const struct args *a, strata_machine_t c, strata_model_t m) 
                           "step_s", r.step_s, "bubble", r.bubble, "comm_share", r.comm_share, "samples_per_s",
                           r.samples_per_s, "tokens_per_s", r.tokens_per_s, "flops_per_device", r.flops_per_device,
                           "peak_bytes", (json_int_t)r.peak_bytes, "fits", r.fits);
+    json_object_set_new(o, "samples", json_integer(r.samples));
+    json_object_set_new(o, "step_lo_s", json_real(r.step_lo_s));
+    json_object_set_new(o, "step_hi_s", json_real(r.step_hi_s));
     json_t *busy = json_array(), *mem = json_array();
     for (int d = 0; d < r.devices; d++) {
       json_array_append_new(busy, json_real(r.busy[d]));
@@ -259,6 +268,9 @@ static int simulate(const struct args *a, strata_machine_t c, strata_model_t m) 
     printf("%s on %s\n", d ? d : "layout", strata_machine_describe(c));
     free(d);
     print_result_text(&r);
+    if (r.samples > 1)
+      printf("the median of %d simulated steps (fastest %.4g s, slowest %.4g s), each action's time drawn from its "
+             "device's measured spread\n", r.samples, r.step_lo_s, r.step_hi_s);
   }
   strata_sim_result_destroy(&r);
   strata_layout_free(l);
@@ -358,7 +370,7 @@ static int plan(const struct args *a, strata_machine_t c, strata_model_t m) {
 }
 
 int main(int argc, char **argv) {
-  struct args a = {.top = 5, .nodes = 1};
+  struct args a = {.top = 5, .nodes = 1, .samples = 15, .seed = 1};
   static const struct option longopts[] = {
       {"model", required_argument, NULL, 'm'},      {"batch", required_argument, NULL, 'b'},
       {"topology", required_argument, NULL, 'T'},   {"node", required_argument, NULL, 'N'},
@@ -369,7 +381,8 @@ int main(int argc, char **argv) {
       {"json", no_argument, NULL, 'j'},             {"trace", required_argument, NULL, 'r'},
       {"out", required_argument, NULL, 'o'},        {"simulate", required_argument, NULL, 's'},
       {"list-gpus", no_argument, NULL, 'L'},        {"help", no_argument, NULL, 'h'},
-      {"calibration", required_argument, NULL, 'C'},
+      {"calibration", required_argument, NULL, 'C'},  {"samples", required_argument, NULL, 'S'},
+      {"seed", required_argument, NULL, 'E'},
       {NULL, 0, NULL, 0}};
   int c;
   opterr = 0;
@@ -416,6 +429,14 @@ int main(int argc, char **argv) {
     case 's': a.simulate = optarg; break;
     case 'L': a.list_gpus = 1; break;
     case 'C': a.calibration = optarg; break;
+    case 'S':
+      if (cli_parse_range(PROG, "--samples", optarg, 1, 10000, &a.samples))
+        return 2;
+      break;
+    case 'E':
+      if (cli_parse_range(PROG, "--seed", optarg, 0, INT64_MAX, &a.seed))
+        return 2;
+      break;
     case 'h': usage(stdout); return 0;
     default:
       cli_refuse(PROG, c, argc, argv);

@@ -71,6 +71,8 @@ enum strata_plan_op {
 #define STRATA_PLAN_GEMM_SIZES 6
 /* Most all-reduce sizes a node description gives for its pairs (strata_node_desc.allreduce_sizes). */
 #define STRATA_PLAN_ALLREDUCE_SIZES 8
+/* Points of a device's spread of run times (strata_device_cost.spread). */
+#define STRATA_PLAN_SPREAD_POINTS 16
 
 /* One GEMM of a model's layers as the simulator costs them (C = op(A) op(B), m x n x k, `batch` of them) and
 ** the FLOP/s a device sustains on it: measured by strata_calibrate_model, used instead of the speed by size
@@ -99,6 +101,12 @@ struct strata_device_cost {
   int cpu_threads;              /* host cores its ops run on (0: its own silicon); see strata_node_desc.cpu_cores */
   int nshapes;                  /* entries of `shapes` (0: none) */
   const struct strata_gemm_shape *shapes; /* a model's own GEMMs as measured; a cluster keeps its own copy */
+  /* How far its run times stray from their median, as measured with the node's devices computing at once:
+  ** nspread quantiles (at probabilities (i + 0.5) / nspread, ascending) of a window of work's time over the
+  ** median window's. A simulation with samples (strata_sim_options) draws each compute action's time from
+  ** it. 0: the device keeps time exactly. */
+  int nspread;
+  double spread[STRATA_PLAN_SPREAD_POINTS];
 };
 
 /* The fraction of a datasheet's peak that a large fp32 GEMM sustains,
@@ -239,6 +247,10 @@ struct strata_sim_options {
   int symmetric;                /* 1: replicas on identical devices; simulate two and cost the collectives
                                    over all dp (exact when the replicas' devices are alike), and one slice
                                    of each tp group of like devices, its joins inside its F and B */
+  int samples;                  /* 0 or 1: one step at the devices' median costs; more: that many steps, each
+                                   compute action's time drawn from its device's spread (devices without a
+                                   spread keep theirs), the step of the median time reported */
+  uint64_t seed;                /* of the draws (the same seed, the same steps); 0 is a seed like any other */
 };
 
 /*
@@ -248,7 +260,9 @@ struct strata_sim_options {
 ** counts as its first device. The caller releases them with strata_sim_result_destroy.
 */
 struct strata_sim_result {
-  double step_s;                /* one optimizer step, seconds */
+  double step_s;                /* one optimizer step, seconds (with samples: the median step's) */
+  double step_lo_s, step_hi_s;  /* the fastest and the slowest of the sampled steps (step_s without samples) */
+  int samples;                  /* steps simulated (1 without a spread to draw from) */
   double bubble;                /* 1 - compute / (devices x step) */
   double comm_share;            /* communication's share of the devices' working time: transfers, collectives
                                    and tp joins over those plus compute (overlapped or not) */

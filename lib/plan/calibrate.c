@@ -295,8 +295,15 @@ struct busy {
   int dev;
   double start;                 /* when to begin (strata__now), so that every device's loop runs at once */
   double rate;                  /* rounds of the loop per second */
+  double *window;               /* [BUSY_WINDOWS] seconds of each run of rounds lasting SPREAD_WINDOW_S or more */
+  int nwindow;
   int rc;
 };
+
+/* The spread of a device's run times is measured over windows of about a training step's action on a small
+** model (a few layers' forward or backward): a few milliseconds of the loop's rounds each. */
+#define SPREAD_WINDOW_S 0.003
+#define BUSY_WINDOWS 4096
 
 /*
 ** A loop like a training step's work on one device for BUSY_S seconds
@@ -322,8 +329,9 @@ static void *busy_main(void *arg) {
   while (!b->rc && strata__now() < b->start)
     usleep(1000);
   const size_t x = (size_t)(2 * n * n);
-  double t0 = strata__now(), t = t0;
+  double t0 = strata__now(), t = t0, w0 = t0;
   int64_t rounds = 0;
+  b->nwindow = 0;
   while (!b->rc && t - t0 < BUSY_S) {
     b->rc = strata_gemm(q, 0, 0, n, n, n, 1, strata_mem(a, 0), n, 0, strata_mem(a, 0), n, 0, 0,
                         strata_mem(a, (size_t)(n * n)), n, 0, 1);
@@ -335,11 +343,43 @@ static void *busy_main(void *arg) {
       b->rc = strata_queue_finish(q);
     rounds++;
     t = strata__now();
+    if (b->window && t - w0 >= SPREAD_WINDOW_S && b->nwindow < BUSY_WINDOWS) {
+      b->window[b->nwindow++] = t - w0;
+      w0 = t;
+    }
   }
   b->rate = (double)rounds / (t - t0);
   strata_buffer_free(a);
   strata_queue_free(q);
   return NULL;
+}
+
+/* Quantiles at probabilities (i + 0.5) / np of v[0..n) (sorted here), linear between the sorted values. */
+static int cmp_double(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+static void quantiles(double *v, int n, int np, double *out) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  for (int i = 0; i < np; i++) {
+    const double at = (i + 0.5) / np * (n - 1);
+    const int j = (int)at;
+    out[i] = j + 1 < n ? v[j] + (at - j) * (v[j + 1] - v[j]) : v[n - 1];
+  }
+}
+
+/* Append each window of b over the median window of b to r (at *nr). */
+static void add_ratios(const struct busy *b, double *r, int *nr) {
+  if (b->nwindow < 1)
+    return;
+  double *w = malloc((size_t)b->nwindow * sizeof *w);
+  if (!w)
+    return;
+  memcpy(w, b->window, (size_t)b->nwindow * sizeof *w);
+  const double med = median(w, b->nwindow);
+  for (int k = 0; k < b->nwindow && med > 0; k++)
+    r[(*nr)++] = b->window[k] / med;
+  free(w);
 }
 
 /*
@@ -349,20 +389,28 @@ static void *busy_main(void *arg) {
 ** each device counts its threads times the share of its speed it keeps
 ** (the median of BUSY_ROUNDS rounds: one round on a machine others load
 ** often catches a burst). Written beside the core count the system
-** reports, which the simulator uses when this is missing.
+** reports, which the simulator uses when this is missing. And each
+** device's spread (spread[i * STRATA_PLAN_SPREAD_POINTS ...]): the
+** quantiles of its windows' times over each loop's median window, in the
+** loops all at once (alone where it is the only one), as the devices of a
+** step run.
 */
-static int effective_cores(const int *cpu, const int *threads, int n, double *cores) {
+static int effective_cores(const int *cpu, const int *threads, int n, double *cores, double *spread) {
   *cores = 0;
   if (n == 0)
     return STRATA_OK;
   struct busy *alone = calloc((size_t)n, sizeof *alone), *all = calloc((size_t)n, sizeof *all);
   pthread_t *th = calloc((size_t)n, sizeof *th);
-  int rc = alone && all && th ? STRATA_OK : strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
+  double *win = calloc((size_t)n * BUSY_WINDOWS, sizeof *win);
+  double *ratio = calloc((size_t)n * BUSY_ROUNDS * BUSY_WINDOWS, sizeof *ratio);
+  int *nratio = calloc((size_t)n, sizeof *nratio);
+  int rc = alone && all && th && win && ratio && nratio ? STRATA_OK
+                                                        : strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
   double keep[BUSY_ROUNDS][64];
   const int nk = n < 64 ? n : 64;
   for (int round = 0; round < BUSY_ROUNDS && !rc; round++) {
     for (int i = 0; i < n && !rc; i++) {
-      alone[i] = (struct busy){.dev = cpu[i]};
+      alone[i] = (struct busy){.dev = cpu[i], .window = n == 1 ? &win[(size_t)i * BUSY_WINDOWS] : NULL};
       busy_main(&alone[i]);
       rc = alone[i].rc;
     }
@@ -371,7 +419,7 @@ static int effective_cores(const int *cpu, const int *threads, int n, double *co
       const double go = strata__now() + 0.1;
       int made = 0;
       for (int i = 0; i < n; i++) {
-        all[i] = (struct busy){.dev = cpu[i], .start = go};
+        all[i] = (struct busy){.dev = cpu[i], .start = go, .window = &win[(size_t)i * BUSY_WINDOWS]};
         if (pthread_create(&th[i], NULL, busy_main, &all[i]) != 0) {
           rc = strata__error(STRATA_ERR_INTERNAL, "calibration: cannot start a thread");
           break;
@@ -383,6 +431,8 @@ static int effective_cores(const int *cpu, const int *threads, int n, double *co
         rc = rc ? rc : all[i].rc;
       }
     }
+    for (int i = 0; i < n && !rc; i++)
+      add_ratios(n > 1 ? &all[i] : &alone[i], &ratio[(size_t)i * BUSY_ROUNDS * BUSY_WINDOWS], &nratio[i]);
     for (int i = 0; i < nk && !rc; i++) {
       double k = n > 1 ? all[i].rate / alone[i].rate : 1;
       keep[round][i] = k < 1 ? k : 1;
@@ -393,10 +443,19 @@ static int effective_cores(const int *cpu, const int *threads, int n, double *co
     for (int round = 0; round < BUSY_ROUNDS; round++)
       v[round] = keep[round][i < nk ? i : nk - 1];
     *cores += threads[i] * median(v, BUSY_ROUNDS);
+    double *sp = &spread[(size_t)i * STRATA_PLAN_SPREAD_POINTS];
+    if (nratio[i] > 0)
+      quantiles(&ratio[(size_t)i * BUSY_ROUNDS * BUSY_WINDOWS], nratio[i], STRATA_PLAN_SPREAD_POINTS, sp);
+    else
+      for (int q = 0; q < STRATA_PLAN_SPREAD_POINTS; q++)
+        sp[q] = 0; /* too slow a device for one window: no spread */
   }
   free(alone);
   free(all);
   free(th);
+  free(win);
+  free(ratio);
+  free(nratio);
   return rc;
 }
 
@@ -736,11 +795,26 @@ STRATA_API int strata_calibrate_model(const int *devices, int n, strata_model_t 
     json_object_set_new(root, "schema", json_string("strata-calibration/1"));
     json_object_set_new(root, "host", json_string(h.hostname));
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    double eff = 0;
-    rc = effective_cores(cpu, cpu_threads, ncpu, &eff);
+    double eff = 0, *spread = calloc((size_t)(ncpu > 0 ? ncpu : 1) * STRATA_PLAN_SPREAD_POINTS, sizeof *spread);
+    rc = spread ? effective_cores(cpu, cpu_threads, ncpu, &eff, spread)
+                : strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
     json_object_set_new(root, "cpu_cores", json_integer(cores > 0 ? cores : 1));
     if (!rc && ncpu > 0)
       json_object_set_new(root, "cpu_cores_effective", json_real(eff < cores ? eff : (double)cores));
+    /* the CPU devices' spreads, in the order they were listed */
+    for (int i = 0, c = 0; !rc && i < n; i++) {
+      json_t *entry = json_array_get(devs, (size_t)i);
+      if (json_integer_value(json_object_get(entry, "cpu_threads")) <= 0)
+        continue;
+      const double *sp = &spread[(size_t)c++ * STRATA_PLAN_SPREAD_POINTS];
+      if (!(sp[0] > 0))
+        continue;
+      json_t *arr = json_array();
+      for (int q = 0; q < STRATA_PLAN_SPREAD_POINTS; q++)
+        json_array_append_new(arr, json_real(sp[q]));
+      json_object_set_new(entry, "spread", arr);
+    }
+    free(spread);
   }
   if (!rc) {
     json_object_set_new(root, "devices", devs);
@@ -797,6 +871,27 @@ static int number(json_t *o, const char *field, const char *src, int i, double *
 }
 
 /* A device's "gemm_shapes" ([m, n, k, trans_a, trans_b, batch, GFLOP/s] each; absent: none) into *out (n of them). */
+/* A device's "spread" (optional): 1 to STRATA_PLAN_SPREAD_POINTS positive ratios, ascending. */
+static int read_spread(json_t *v, const char *src, int i, struct strata_device_cost *w) {
+  w->nspread = 0;
+  if (!v)
+    return STRATA_OK;
+  const size_t n = json_array_size(v);
+  if (!json_is_array(v) || n < 1 || n > STRATA_PLAN_SPREAD_POINTS)
+    return strata__error(STRATA_ERR_PARSE, "%s: device %d: \"spread\" must be an array of 1 to %d numbers", src, i,
+                         STRATA_PLAN_SPREAD_POINTS);
+  for (size_t q = 0; q < n; q++) {
+    json_t *x = json_array_get(v, q);
+    const double r = json_is_number(x) ? json_number_value(x) : -1;
+    if (!(r > 0) || !isfinite(r) || (q > 0 && r < w->spread[q - 1]))
+      return strata__error(STRATA_ERR_PARSE, "%s: device %d: \"spread\" entry %zu must be a positive number no less "
+                           "than the one before", src, i, q);
+    w->spread[q] = r;
+  }
+  w->nspread = (int)n;
+  return STRATA_OK;
+}
+
 static int read_shapes(json_t *v, const char *src, int i, struct strata_gemm_shape **out, int *n) {
   *out = NULL;
   *n = 0;
@@ -954,7 +1049,9 @@ STRATA_API int strata_machine_from_calibration(const char *json, const char *sou
                           ? json_number_value(sy)
                           : 0;
     cost[i].cpu_threads = json_is_integer(ct) && json_integer_value(ct) > 0 ? (int)json_integer_value(ct) : 0;
-    rc = read_shapes(json_object_get(d, "gemm_shapes"), src, (int)i, &shapes[i], &cost[i].nshapes);
+    rc = read_spread(json_object_get(d, "spread"), src, (int)i, &cost[i]);
+    if (!rc)
+      rc = read_shapes(json_object_get(d, "gemm_shapes"), src, (int)i, &shapes[i], &cost[i].nshapes);
     if (rc)
       break;
     cost[i].shapes = shapes[i];

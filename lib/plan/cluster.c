@@ -171,6 +171,16 @@ STRATA_API int strata_machine_new(const struct strata_node_desc *d, const struct
     c->cost[i] = d->cost[i];
     if (!(c->cost[i].flops > 0) || !(c->cost[i].mem_gbps > 0) || c->cost[i].memory == 0)
       rc = strata__error(STRATA_ERR_INVALID, "cluster: device %d needs positive FLOP/s, bandwidth and memory", i);
+    const int np = c->cost[i].nspread;
+    if (!rc && (np < 0 || np > STRATA_PLAN_SPREAD_POINTS))
+      rc = strata__error(STRATA_ERR_INVALID, "cluster: device %d has %d points of spread, expected 0 to %d", i, np,
+                         STRATA_PLAN_SPREAD_POINTS);
+    for (int q = 0; !rc && q < np; q++) {
+      const double v = c->cost[i].spread[q];
+      if (!(v > 0) || !isfinite(v) || (q > 0 && v < c->cost[i].spread[q - 1]))
+        rc = strata__error(STRATA_ERR_INVALID, "cluster: device %d's spread point %d (%g) must be positive and no "
+                           "less than the one before", i, q, v);
+    }
     c->cost[i].shapes = NULL;
     c->cost[i].nshapes = 0;
     const int ns = d->cost[i].shapes ? d->cost[i].nshapes : 0;

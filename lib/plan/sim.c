@@ -477,7 +477,37 @@ struct engine {
   struct event *ev;
   size_t nev, cap_ev;
   int tracing, failed;
+  int draws;                        /* 1: each compute action's time drawn from its device's spread */
+  uint64_t rng;                     /* the draws' state */
 };
+
+/* The next of a seeded stream of uniform numbers in [0, 1) (splitmix64: one state word, every seed good). */
+static double uniform(uint64_t *state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  z ^= z >> 31;
+  return (double)(z >> 11) * 0x1.0p-53;
+}
+
+/* A draw from a spread of n quantiles at probabilities (i + 0.5) / n: linear between them, the end ones held. */
+static double spread_draw(const double *q, int n, double u) {
+  const double x = u * n - 0.5;
+  if (x <= 0)
+    return q[0];
+  const int i = (int)x;
+  if (i >= n - 1)
+    return q[n - 1];
+  return q[i] + (x - i) * (q[i + 1] - q[i]);
+}
+
+/* The factor on stage st's next compute action: a draw from its device's spread, or 1. */
+static double jitter(struct engine *e, int st) {
+  if (!e->draws || !e->sc || st < 0 || st >= e->S)
+    return 1;
+  const struct strata_device_cost *w = &e->c->cost[e->sc[st].dev % e->c->k];
+  return w->nspread > 0 ? spread_draw(w->spread, w->nspread, uniform(&e->rng)) : 1;
+}
 
 static size_t key(const struct engine *e, int kind, int stage, int mb) {
   return ((size_t)kind * (size_t)e->S + (size_t)stage) * (size_t)(e->M + 1) + (size_t)(mb + 1);
@@ -927,6 +957,7 @@ static int engine_run(struct engine *e) {
           for (int x = 0; x < e->P; x++)
             wake(e, x);
       }
+      dur = comm + (dur - comm) * jitter(e, st); /* the compute strays as its device's does; the joins keep time */
       if (shares_cores(e, st)) {
         shared_start(e, d, st, t, dur - comm, comm); /* its end comes through the heap */
         continue;
@@ -1135,6 +1166,20 @@ static int engine_init(struct engine *e, strata_schedule_t s, const struct strat
   return STRATA_OK;
 }
 
+/* When a finished engine's step ends: its last device's last action, send or collective. */
+static double engine_end(const struct engine *e) {
+  double end = 0;
+  for (int d = 0; d < e->P; d++) {
+    if (e->clock[d] > end)
+      end = e->clock[d];
+    if (e->comm_free[d] > end)
+      end = e->comm_free[d];
+    if (e->sender_free[d] > end)
+      end = e->sender_free[d];
+  }
+  return end;
+}
+
 /* Fill the figures every simulation gives from a finished engine. */
 static int engine_result(const struct engine *e, struct strata_sim_result *out) {
   memset(out, 0, sizeof *out);
@@ -1145,21 +1190,14 @@ static int engine_result(const struct engine *e, struct strata_sim_result *out) 
     strata_sim_result_destroy(out);
     return strata__error(STRATA_ERR_NOMEM, "simulator: out of host memory");
   }
-  double end = 0, work = 0, comm = 0;
-  for (int d = 0; d < e->P; d++) {
-    if (e->clock[d] > end)
-      end = e->clock[d];
-    if (e->comm_free[d] > end)
-      end = e->comm_free[d];
-    if (e->sender_free[d] > end)
-      end = e->sender_free[d];
-  }
+  double end = engine_end(e), work = 0, comm = 0;
   for (int d = 0; d < e->P; d++) {
     work += e->compute[d];
     comm += e->comm[d];
     out->busy[d] = end > 0 ? e->compute[d] / end : 0;
   }
-  out->step_s = end;
+  out->step_s = out->step_lo_s = out->step_hi_s = end;
+  out->samples = 1;
   out->bubble = end > 0 ? 1.0 - work / ((double)e->P * end) : 0.0;
   out->comm_share = work + comm > 0 ? comm / (work + comm) : 0.0;
   out->fits = 1;
@@ -1262,6 +1300,73 @@ static int write_trace(const struct engine *e, strata_layout_t l, const char *pa
   }
   fprintf(f, "\n]}\n");
   return strata__out_commit(&o);
+}
+
+/* Each device's memory at the step's start: its stages' parameters, gradients and optimizer state. */
+static void start_memory(struct engine *e) {
+  for (int g = 0; g < e->S; g++) {
+    int d = strata_schedule_stage_device(e->s, g);
+    e->mem_now[d] += e->sc[g].static_bytes; /* 0 for a stage no device holds */
+    e->mem_peak[d] = e->mem_now[d];
+  }
+}
+
+/* Whether a device that holds one of the S stages has a spread to draw from. */
+static int has_spread(const struct strata_machine *c, const struct stage_cost *sc, int S) {
+  for (int g = 0; g < S; g++)
+    if (c->cost[sc[g].dev % c->k].nspread > 0)
+      return 1;
+  return 0;
+}
+
+/* The seed of sample k's draws. */
+static uint64_t sample_seed(uint64_t seed, int k) { return seed ^ (0xd1b54a32d192ed03ULL * (uint64_t)(k + 1)); }
+
+/*
+** Run `samples` steps of the engine `proto` describes (its schedule, machine and stage costs; it has not run),
+** each compute action's time drawn from its device's spread; set proto to draw as the step of the median time
+** does (the lower middle of an even count), and give the fastest and the slowest.
+*/
+static int sample_steps(struct engine *proto, int samples, uint64_t seed, double *lo, double *hi) {
+  double *t = malloc((size_t)samples * sizeof *t);
+  if (!t)
+    return strata__error(STRATA_ERR_NOMEM, "simulator: out of host memory for %d samples", samples);
+  int rc = STRATA_OK;
+  for (int k = 0; k < samples && !rc; k++) {
+    struct engine x;
+    memset(&x, 0, sizeof x);
+    rc = engine_init(&x, proto->s, proto->c);
+    if (rc)
+      break;
+    x.dp = proto->dp;
+    x.sc = proto->sc;
+    x.draws = 1;
+    x.rng = sample_seed(seed, k);
+    start_memory(&x);
+    rc = engine_run(&x);
+    t[k] = engine_end(&x);
+    engine_free(&x);
+  }
+  if (!rc) {
+    /* the median's index: the sample with as many steps below it as the middle has */
+    int med = 0;
+    *lo = *hi = t[0];
+    for (int k = 0; k < samples; k++) {
+      int below = 0, equal_before = 0;
+      for (int j = 0; j < samples; j++) {
+        below += t[j] < t[k];
+        equal_before += j < k && t[j] == t[k];
+      }
+      if (below + equal_before == (samples - 1) / 2)
+        med = k;
+      *lo = t[k] < *lo ? t[k] : *lo;
+      *hi = t[k] > *hi ? t[k] : *hi;
+    }
+    proto->draws = 1;
+    proto->rng = sample_seed(seed, med);
+  }
+  free(t);
+  return rc;
 }
 
 STRATA_API int strata_simulate(strata_machine_t c, strata_model_t model, strata_layout_t l,
@@ -1380,16 +1485,24 @@ STRATA_API int strata_simulate(strata_machine_t c, strata_model_t model, strata_
     sc->static_bytes = static_bytes(params, t, dp, strata_layout_zero(l));
     sc->capacity = inline_joins ? w.memory : c->cost[sc->dev % c->k].memory;
   }
+  /* with samples: that many steps with their draws, then the median one again for the figures and the trace */
+  double lo = 0, hi = 0;
+  int samples = 1;
+  if (!rc && o->samples > 1 && has_spread(c, e.sc, e.S)) {
+    samples = o->samples;
+    rc = sample_steps(&e, samples, o->seed, &lo, &hi);
+  }
   if (!rc) {
-    for (int g = 0; g < e.S; g++) {
-      int d = strata_schedule_stage_device(s, g);
-      e.mem_now[d] += e.sc[g].static_bytes; /* 0 for a stage no device holds */
-      e.mem_peak[d] = e.mem_now[d];
-    }
+    start_memory(&e);
     rc = engine_run(&e);
   }
   if (!rc)
     rc = engine_result(&e, out);
+  if (!rc && samples > 1) {
+    out->step_lo_s = lo;
+    out->step_hi_s = hi;
+    out->samples = samples;
+  }
   if (!rc) {
     const struct strata_model_config *cfg = strata_model_config(model);
     out->samples_per_s = out->step_s > 0 ? (double)o->batch / out->step_s : 0;
