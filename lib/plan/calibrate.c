@@ -368,18 +368,18 @@ static void quantiles(double *v, int n, int np, double *out) {
   }
 }
 
-/* Append each window of b over the median window of b to r (at *nr). */
+/* Append each window of b over the median window of b to r (at *nr; their order there is the median's). */
 static void add_ratios(const struct busy *b, double *r, int *nr) {
   if (b->nwindow < 1)
     return;
-  double *w = malloc((size_t)b->nwindow * sizeof *w);
-  if (!w)
-    return;
+  double *w = &r[*nr];
   memcpy(w, b->window, (size_t)b->nwindow * sizeof *w);
   const double med = median(w, b->nwindow);
-  for (int k = 0; k < b->nwindow && med > 0; k++)
-    r[(*nr)++] = b->window[k] / med;
-  free(w);
+  if (!(med > 0))
+    return;
+  for (int k = 0; k < b->nwindow; k++)
+    w[k] /= med;
+  *nr += b->nwindow;
 }
 
 /*
@@ -870,7 +870,6 @@ static int number(json_t *o, const char *field, const char *src, int i, double *
   return STRATA_OK;
 }
 
-/* A device's "gemm_shapes" ([m, n, k, trans_a, trans_b, batch, GFLOP/s] each; absent: none) into *out (n of them). */
 /* A device's "spread" (optional): 1 to STRATA_PLAN_SPREAD_POINTS positive ratios, ascending. */
 static int read_spread(json_t *v, const char *src, int i, struct strata_device_cost *w) {
   w->nspread = 0;
@@ -892,6 +891,7 @@ static int read_spread(json_t *v, const char *src, int i, struct strata_device_c
   return STRATA_OK;
 }
 
+/* A device's "gemm_shapes" ([m, n, k, trans_a, trans_b, batch, GFLOP/s] each; absent: none) into *out (n of them). */
 static int read_shapes(json_t *v, const char *src, int i, struct strata_gemm_shape **out, int *n) {
   *out = NULL;
   *n = 0;

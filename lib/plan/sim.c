@@ -1327,8 +1327,17 @@ static uint64_t sample_seed(uint64_t seed, int k) { return seed ^ (0xd1b54a32d19
 ** each compute action's time drawn from its device's spread; set proto to draw as the step of the median time
 ** does (the lower middle of an even count), and give the fastest and the slowest.
 */
+struct sample {
+  double t;
+  int k;
+};
+static int by_time(const void *a, const void *b) {
+  const struct sample *x = a, *y = b;
+  return x->t < y->t ? -1 : x->t > y->t ? 1 : x->k - y->k;
+}
+
 static int sample_steps(struct engine *proto, int samples, uint64_t seed, double *lo, double *hi) {
-  double *t = malloc((size_t)samples * sizeof *t);
+  struct sample *t = malloc((size_t)samples * sizeof *t);
   if (!t)
     return strata__error(STRATA_ERR_NOMEM, "simulator: out of host memory for %d samples", samples);
   int rc = STRATA_OK;
@@ -1344,26 +1353,15 @@ static int sample_steps(struct engine *proto, int samples, uint64_t seed, double
     x.rng = sample_seed(seed, k);
     start_memory(&x);
     rc = engine_run(&x);
-    t[k] = engine_end(&x);
+    t[k] = (struct sample){engine_end(&x), k};
     engine_free(&x);
   }
   if (!rc) {
-    /* the median's index: the sample with as many steps below it as the middle has */
-    int med = 0;
-    *lo = *hi = t[0];
-    for (int k = 0; k < samples; k++) {
-      int below = 0, equal_before = 0;
-      for (int j = 0; j < samples; j++) {
-        below += t[j] < t[k];
-        equal_before += j < k && t[j] == t[k];
-      }
-      if (below + equal_before == (samples - 1) / 2)
-        med = k;
-      *lo = t[k] < *lo ? t[k] : *lo;
-      *hi = t[k] > *hi ? t[k] : *hi;
-    }
+    qsort(t, (size_t)samples, sizeof *t, by_time);
+    *lo = t[0].t;
+    *hi = t[samples - 1].t;
     proto->draws = 1;
-    proto->rng = sample_seed(seed, med);
+    proto->rng = sample_seed(seed, t[(samples - 1) / 2].k);
   }
   free(t);
   return rc;
