@@ -467,7 +467,10 @@ static int settle_replicas(struct exec *ex, int rank, int s, void **done, double
   char group[48];
   replica_group(ex, s, group, sizeof group);
   pthread_mutex_lock(&ex->lock);
+  const size_t n = tr->nevents;
   strata__trace_add_comm(tr, name, op, bytes, group, t0 > posted ? t0 : posted, t1, 2 * rank + 1);
+  if (tr->nevents == n + 1)
+    strata__trace_posted(tr, posted);
   pthread_mutex_unlock(&ex->lock);
   return STRATA_OK;
 }
@@ -1220,6 +1223,7 @@ void strata__trace_add(strata_trainer_t tr, const char *name, const char *cat, d
   e->bytes = 0;
   e->op = NULL;
   e->group[0] = '\0';
+  e->posted = -1;
 }
 
 void strata__trace_add_comm(strata_trainer_t tr, const char *name, const char *op, uint64_t bytes, const char *group,
@@ -1232,6 +1236,11 @@ void strata__trace_add_comm(strata_trainer_t tr, const char *name, const char *o
     e->op = op;
     snprintf(e->group, sizeof e->group, "%s", group);
   }
+}
+
+void strata__trace_posted(strata_trainer_t tr, double posted) {
+  if (tr->nevents)
+    tr->events[tr->nevents - 1].posted = (posted - tr->t0) * 1e6;
 }
 
 /* The trace, through the atomic writer: a reader never sees half a file, and
@@ -1276,6 +1285,8 @@ int strata__trace_write(strata_trainer_t tr) {
     if (e->op)
       fprintf(f, ", \"collective\": \"%s\", \"bytes\": %llu, \"group\": [%s]", e->op,
               (unsigned long long)e->bytes, e->group);
+    if (e->posted >= 0) /* when the device handed it over: before ts when the data waited for the link */
+      fprintf(f, ", \"posted\": %.3f", e->posted);
     fprintf(f, "}}%s\n", i + 1 < tr->nevents ? "," : "");
   }
   fprintf(f, "]}\n");

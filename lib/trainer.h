@@ -41,6 +41,7 @@ struct strata__trace_event {
   uint64_t bytes;           /* comm: bytes each member contributes */
   const char *op;           /* comm: the collective ("allreduce") */
   char group[48];           /* comm: the members' devices, e.g. "0,2" */
+  double posted;            /* comm: when the device handed it over (microseconds, as ts), or -1 */
 };
 
 /* Receive buffers of one stage boundary and direction, kept between
@@ -168,6 +169,8 @@ void strata__trace_add(strata_trainer_t tr, const char *name, const char *cat, d
 /* A collective's event: as strata__trace_add, with its bytes, kind and group. */
 void strata__trace_add_comm(strata_trainer_t tr, const char *name, const char *op, uint64_t bytes, const char *group,
                             double t_start, double t_end, int tid);
+/* The last event added (by strata__trace_add_comm) was posted at `posted` (strata__now's clock). */
+void strata__trace_posted(strata_trainer_t tr, double posted);
 
 /* Stages in all (every chain's) and whether stage s has a neighbour before / after it in its chain. */
 static inline int strata__stages_all(const struct strata_trainer *tr) { return tr->nstages * tr->chains; }

@@ -287,8 +287,10 @@ else notok "dp 4 over 2 ranks (two replicas each) = one process's dp 4 within 1e
   tail -n 5 "$out/dp4b.json.err" | sed 's/^/# /'; fi
 # The cross-rank gradient all-reduce overlaps the backward: posted bucket by bucket (16K: gpt-micro's three layers a
 # bucket each) to the rank's thread for the group, while the device's queue computes the earlier layers. In the
-# merged trace each device has its GR comm events on its transfer track, and on each device some GR event starts
-# before that step's last B on it ends.
+# merged trace each device has its GR comm events on its transfer track, and on each device and in every step the
+# first bucket is handed over (args.posted) before that step's last B on it ends, the last one after. When the data
+# moved depends on how the two cores are shared (a loaded machine may run the rank's thread only after the
+# backward), so that is reported, not asserted.
 env STRATA_BACKENDS=host STRATA_HOST_DEVICES=1 STRATA_GRAD_BUCKET=16K $run 2 $T --steps 4 --dp 2 \
   --trace "$out/dpo.trace" >"$out/dpo.json" 2>"$out/dpo.json.err"
 env STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 STRATA_GRAD_BUCKET=16K $T --steps 4 --dp 2 >"$out/dpo1.json" \
@@ -301,16 +303,22 @@ ev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e["ph"] == "X"]
 for dev in (0, 1):
     gr = [e for e in ev if e["tid"] == 2 * dev + 1 and e["cat"] == "comm" and e["name"].startswith("GR")]
     assert len(gr) == 4 * 3, (dev, len(gr))  # 4 steps, 3 buckets
-    early = 0
+    moved = 0
     for step in range(1, 5):
         bs = [e for e in ev if e["tid"] == 2 * dev and e["name"].startswith("B") and e["args"]["step"] == step]
         end = max(e["ts"] + e["dur"] for e in bs)
-        early += any(e["ts"] < end for e in gr if e["args"]["step"] == step)
-    print("device %d: a GR event starts before the last B ends in %d of 4 steps" % (dev, early))
-    assert early > 0, dev
+        mine = {e["name"].split(".")[1]: e for e in gr if e["args"]["step"] == step}  # by bucket
+        assert sorted(mine) == ["0", "1", "2"], (dev, step, sorted(mine))
+        for e in mine.values():
+            assert e["ts"] + 1e-3 >= e["args"]["posted"], (dev, step, e)  # the data moves once handed over
+        posted = [mine[k]["args"]["posted"] for k in "012"]
+        assert posted[0] < end and posted == sorted(posted), (dev, step, posted, end)
+        moved += any(e["ts"] < end for e in mine.values())
+    print("device %d: the first bucket handed over before the last B ends in 4 of 4 steps, its data moving then in %d"
+          % (dev, moved))
 ' "$out/dpo.trace" >"$out/dpo.py.log" 2>&1; then
-    ok "dp 2 over 2 ranks --trace: GR on each transfer track overlaps its device's backward ($(tr '\n' ';' <"$out/dpo.py.log"))"
-  else notok "dp 2 over 2 ranks --trace: GR overlaps the backward"; sed 's/^/# /' "$out/dpo.py.log" | tail -5
+    ok "dp 2 over 2 ranks --trace: GR on each transfer track posted during its device's backward ($(tr '\n' ';' <"$out/dpo.py.log"))"
+  else notok "dp 2 over 2 ranks --trace: GR posted during the backward"; sed 's/^/# /' "$out/dpo.py.log" | tail -5
     tail -n 5 "$out/dpo.json.err" | sed 's/^/# /'; fi
 fi
 # PoCL: one device per rank against two in one process (the reference first: it fills the kernel cache)

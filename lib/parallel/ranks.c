@@ -846,7 +846,7 @@ int strata__ranks_host_device(const struct strata_trainer *tr, int r) {
 /* A trace event between processes: its strings by value (the pointers are each process's). */
 struct wire_event {
   char name[24], cat[16], op[16], group[48];
-  double ts, dur;
+  double ts, dur, posted;
   int64_t step;
   uint64_t bytes;
   int32_t tid, has_op;
@@ -894,6 +894,7 @@ int strata__ranks_trace_merge(strata_trainer_t tr) {
     strata__strlcpy(w->group, e->group, sizeof w->group);
     w->ts = e->ts;
     w->dur = e->dur;
+    w->posted = e->posted;
     w->step = e->step;
     w->bytes = e->bytes;
     w->tid = e->tid;
@@ -915,6 +916,7 @@ int strata__ranks_trace_merge(strata_trainer_t tr) {
       struct strata__trace_event *e = &tr->events[n];
       e->step = w->step;
       e->bytes = w->bytes;
+      e->posted = w->posted < 0 ? -1 : w->posted + (heads[r].t0 - tr->t0) * 1e6;
       e->op = w->has_op ? intern(w->op) : NULL;
       strata__strlcpy(e->group, w->group, sizeof e->group);
     }
