@@ -467,10 +467,7 @@ static int settle_replicas(struct exec *ex, int rank, int s, void **done, double
   char group[48];
   replica_group(ex, s, group, sizeof group);
   pthread_mutex_lock(&ex->lock);
-  const size_t n = tr->nevents;
-  strata__trace_add_comm(tr, name, op, bytes, group, t0 > posted ? t0 : posted, t1, 2 * rank + 1);
-  if (tr->nevents == n + 1)
-    strata__trace_posted(tr, posted);
+  strata__trace_add_comm(tr, name, op, bytes, group, t0 > posted ? t0 : posted, t1, 2 * rank + 1, posted);
   pthread_mutex_unlock(&ex->lock);
   return STRATA_OK;
 }
@@ -640,7 +637,7 @@ static void join_traced(void *arg, uint64_t bytes, const char *group, double t0,
   char name[24];
   snprintf(name, sizeof name, "%s%d.%d", strata_action_label(j->kind), j->s, j->mb);
   pthread_mutex_lock(&j->ex->lock);
-  strata__trace_add_comm(j->ex->tr, name, "allreduce", bytes, group, t0, t1, j->tid);
+  strata__trace_add_comm(j->ex->tr, name, "allreduce", bytes, group, t0, t1, j->tid, -1);
   pthread_mutex_unlock(&j->ex->lock);
 }
 
@@ -698,7 +695,7 @@ static int do_param_gather(struct exec *ex, int rank, int s) {
     replica_group(ex, s, group, sizeof group);
     snprintf(name, sizeof name, "PAG%d", s);
     pthread_mutex_lock(&ex->lock);
-    strata__trace_add_comm(tr, name, "allgather", (uint64_t)st->chunk * 4, group, t0, t1, 2 * rank + 1);
+    strata__trace_add_comm(tr, name, "allgather", (uint64_t)st->chunk * 4, group, t0, t1, 2 * rank + 1, -1);
     pthread_mutex_unlock(&ex->lock);
   }
   return STRATA_OK;
@@ -1227,7 +1224,7 @@ void strata__trace_add(strata_trainer_t tr, const char *name, const char *cat, d
 }
 
 void strata__trace_add_comm(strata_trainer_t tr, const char *name, const char *op, uint64_t bytes, const char *group,
-                            double t_start, double t_end, int tid) {
+                            double t_start, double t_end, int tid, double posted) {
   size_t n = tr->nevents;
   strata__trace_add(tr, name, "comm", t_start, t_end, tid);
   if (tr->nevents == n + 1) {
@@ -1235,12 +1232,9 @@ void strata__trace_add_comm(strata_trainer_t tr, const char *name, const char *o
     e->bytes = bytes;
     e->op = op;
     snprintf(e->group, sizeof e->group, "%s", group);
+    if (posted >= 0)
+      e->posted = (posted - tr->t0) * 1e6;
   }
-}
-
-void strata__trace_posted(strata_trainer_t tr, double posted) {
-  if (tr->nevents)
-    tr->events[tr->nevents - 1].posted = (posted - tr->t0) * 1e6;
 }
 
 /* The trace, through the atomic writer: a reader never sees half a file, and

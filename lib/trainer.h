@@ -166,11 +166,10 @@ void strata__trainer_post_end(strata_trainer_t tr);
 /* Write the trace file (all events so far), atomically. */
 int strata__trace_write(strata_trainer_t tr);
 void strata__trace_add(strata_trainer_t tr, const char *name, const char *cat, double t_start, double t_end, int tid);
-/* A collective's event: as strata__trace_add, with its bytes, kind and group. */
+/* A collective's event: as strata__trace_add, with its bytes, kind and group, and when the device handed it over
+** (`posted`, on t_start's clock; negative: not known). */
 void strata__trace_add_comm(strata_trainer_t tr, const char *name, const char *op, uint64_t bytes, const char *group,
-                            double t_start, double t_end, int tid);
-/* The last event added (by strata__trace_add_comm) was posted at `posted` (strata__now's clock). */
-void strata__trace_posted(strata_trainer_t tr, double posted);
+                            double t_start, double t_end, int tid, double posted);
 
 /* Stages in all (every chain's) and whether stage s has a neighbour before / after it in its chain. */
 static inline int strata__stages_all(const struct strata_trainer *tr) { return tr->nstages * tr->chains; }
