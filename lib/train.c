@@ -720,8 +720,9 @@ STRATA_API int strata_trainer_new_layout(strata_model_t model, strata_dataset_t 
                     .zero = strata_layout_zero(layout) != 0,
                     .m = strata_layout_microbatches(layout),
                     .nstages = strata_layout_stages(layout), .trace = trace};
-  /* one device and one replica: the stages one after another, no schedule */
-  pl.kind = dp == 1 && pp == 1 && tp == 1 ? 0 : strata_layout_schedule(layout);
+  /* one device and one replica: the stages one after another, no schedule; traced, a pipeline of one, whose
+  ** executor writes the trace (the same arithmetic) */
+  pl.kind = dp == 1 && pp == 1 && tp == 1 && !trace ? 0 : strata_layout_schedule(layout);
   if (trace) {
     if (!trace[0]) {
       free(tps);

@@ -35,7 +35,7 @@ if [ ! -x "$TRAIN" ]; then
   echo "1..0 # SKIP strata-train not built"
   exit 0
 fi
-echo "1..23"
+echo "1..24"
 
 for i in 1 2 3 4 5 6 7 8; do cat "$top_srcdir/README.md"; done >"$TMP/text.txt"
 T="$TRAIN --model gpt-micro --data $TMP/text.txt --batch 2 --steps 6 --eval-batches 1 --eval-every 0 --json"
@@ -64,6 +64,16 @@ $T --layout "$TMP/layout.json" >"$TMP/lay.json" 2>"$TMP/err"
 rc=$?
 l4=$(field "$TMP/lay.json" step loss)
 check "--layout FILE trains dp 2 x pp 2 on devices 3,2,1,0: loss $l4 (exit $rc)" sh -c "[ $rc -eq 0 ] && awk -v a='$l4' -v b='$l1' 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-4 * b) }'"
+
+# a layout of one device (1 x 1 x 1) traced: the trace is written, with the step's actions, and the loss is one device's
+printf '{"schema": "strata-layout/1", "devices": [0], "microbatches": 4}\n' >"$TMP/one.layout"
+rm -f "$TMP/one.trace"
+$T --layout "$TMP/one.layout" --trace "$TMP/one.trace" >"$TMP/lay1.json" 2>"$TMP/err"
+rc=$?
+l5=$(field "$TMP/lay1.json" step loss)
+check "--layout 1x1x1 --trace: exit $rc, a trace with F0.3 and B0.3, loss $l5 is one device's ($l1)" sh -c "[ $rc -eq 0 ] &&
+  grep -q '\"name\": *\"F0.3\"' '$TMP/one.trace' && grep -q '\"name\": *\"B0.3\"' '$TMP/one.trace' &&
+  awk -v a='$l5' -v b='$l1' 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && d <= 1e-4 * b) }'"
 
 fails_clearly "--dp 3 --pp 2 on 4 devices" "there are only 4 devices" $T --dp 3 --pp 2
 fails_clearly "--devices of the wrong count" "--dp 2 x --pp 1 needs 2" $T --dp 2 --devices 0,1,2
