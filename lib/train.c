@@ -9,6 +9,7 @@
 #include <jansson.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -246,6 +247,20 @@ static int host_buffers(strata_trainer_t tr) {
   return STRATA_OK;
 }
 
+/* A device's failure `rc` (its message the last error), named with the device and what it was doing
+** (printf-style): "device 1 (host: ...), stage 2's update: host: virtual device 1 failed (...)". */
+static int device_error(int rc, int dev, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int device_error(int rc, int dev, const char *fmt, ...) {
+  char what[128], label[160];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  const struct strata__device *d = strata__device_get(dev);
+  return strata__error(rc, "%s, %s: %s", d ? strata__device_label(d, label, sizeof label) : "a device that is gone",
+                       what, strata_last_error());
+}
+
 /* Build the stages from the split (layers per stage) on their ranks' devices. */
 static int build_stages(strata_trainer_t tr, const int *split, int split_backward) {
   int first = 0;
@@ -268,6 +283,8 @@ static int build_stages(strata_trainer_t tr, const int *split, int split_backwar
                                &tr->st[s]);
     if (rc == STRATA_ERR_DEVICE_MEMORY)
       rc = explain_memory(tr, first, last, dev);
+    else if (rc) /* a device that fails while the stage is set up: named, with the stage */
+      rc = device_error(rc, dev, "setting up stage %d (layers %d-%d)", s, first, last - 1);
     if (rc)
       return rc;
     if (strata__stage_tp(tr, s) > 1) {
@@ -911,8 +928,10 @@ static int seq_stage(strata_trainer_t tr, int pos, int slot, const void *inputs,
     mine += tr->st[s0 + t * tr->nstages] != NULL;
   if (!mine)
     return STRATA_OK; /* another rank's stage (all its slices) of a pipeline across ranks: it runs it */
-  if (deg == 1)
-    return backward ? seq_backward(tr, s0, slot) : seq_forward(tr, s0, slot, inputs, targets);
+  if (deg == 1) {
+    int rc = backward ? seq_backward(tr, s0, slot) : seq_forward(tr, s0, slot, inputs, targets);
+    return rc ? device_error(rc, tr->st[s0]->dev, "stage %d's %s", pos, backward ? "backward" : "forward") : rc;
+  }
   struct seq_job *jobs = calloc((size_t)deg, sizeof *jobs);
   pthread_t *th = calloc((size_t)deg, sizeof *th);
   if (!jobs || !th) {
@@ -1018,13 +1037,19 @@ static int seq_step(strata_trainer_t tr, float *norm, float lr) {
     TRY(seq_loss(tr, 0, &sum));
     tr->mb_loss[k] = sum;
   }
-  for (int s = 0; s < tr->nstages; s++)
-    TRY(strata__stage_sumsq(tr, s));
+  for (int s = 0; s < tr->nstages; s++) {
+    int rc = strata__stage_sumsq(tr, s);
+    if (rc)
+      return device_error(rc, tr->st[s]->dev, "stage %d's gradient norm", s);
+  }
   float gscale = strata__clip_scale(tr, norm);
   if (!isfinite(*norm))
     return STRATA_OK; /* the caller reports it */
-  for (int s = 0; s < tr->nstages; s++)
-    TRY(strata__stage_optimize(tr, s, gscale, lr));
+  for (int s = 0; s < tr->nstages; s++) {
+    int rc = strata__stage_optimize(tr, s, gscale, lr);
+    if (rc)
+      return device_error(rc, tr->st[s]->dev, "stage %d's update", s);
+  }
   return STRATA_OK;
 }
 
@@ -1052,7 +1077,10 @@ STRATA_API int strata_trainer_step(strata_trainer_t tr, struct strata_step_stats
     if (!tr->st[s])
       continue; /* another rank's, or a slice another stands for */
     tr->st[s]->loss_scale = 1.0f / (float)(tr->rows * tr->mtot);
-    TRY(strata__stage_zero_grads(tr->st[s]));
+    int rc = strata__stage_zero_grads(tr->st[s]);
+    if (rc) /* before the step's actions: named as they are, by device and stage */
+      return device_error(rc, tr->st[s]->dev, "clearing stage %d's gradients for step %lld", s,
+                          (long long)tr->step + 1);
   }
   if (tr->comm_stale)
     TRY(strata__trainer_comms_renew(tr));

@@ -1137,6 +1137,8 @@ static void measure_pipeline_peaks(struct run *r) {
     if (i == 0)
       r->peak_n = n;
     if (rc) {
+      fprintf(stderr, PROG ": device %d's matrix-product peak could not be measured (%s); MFU is not reported\n",
+              r->dev[i], strata_last_error());
       r->peak_gflops = 0;
       return;
     }
@@ -1880,8 +1882,11 @@ int main(int argc, char **argv) {
     r.topts.device = r.device;
 
     /* The peak before the trainer allocates, so that a memory cap does not starve the measurement. */
-    if (measure_peak(r.device, rough, &r.peak_gflops, &r.peak_n))
+    if (measure_peak(r.device, rough, &r.peak_gflops, &r.peak_n)) { /* training may still run: said, not hidden */
+      fprintf(stderr, PROG ": device %d's matrix-product peak could not be measured (%s); MFU is not reported\n",
+              r.device, strata_last_error());
       r.peak_gflops = 0;
+    }
 
     if (strata_trainer_new(r.model, r.data, &r.topts, &r.tr)) {
       rc = fail(NULL);
@@ -1923,7 +1928,11 @@ int main(int argc, char **argv) {
     double again = 0, sum = 0;
     for (int i = 0; i < (r.pp ? r.pp : 1); i++) {
       double *peak = r.pp ? &r.dev_peak[i] : &r.peak_gflops;
-      if (time_gemm(r.pp ? r.dev[i] : r.device, r.peak_n, PEAK_REPS, &again, NULL) == STRATA_OK && again > *peak)
+      const int dev = r.pp ? r.dev[i] : r.device;
+      if (time_gemm(dev, r.peak_n, PEAK_REPS, &again, NULL) != STRATA_OK)
+        fprintf(stderr, PROG ": device %d's matrix-product peak could not be measured again after training (%s); "
+                "MFU uses the first measurement\n", dev, strata_last_error());
+      else if (again > *peak)
         *peak = again;
       sum += *peak;
     }
