@@ -8,7 +8,10 @@
 # (ROUNDS + 1 calibrations in all), and the round of the median error is the layout's: a burst of others' load
 # that halves this machine's speed for a few seconds (seen here) spoils one round, not the layout,
 # POCL_CACHE_DIR (default a directory under TMPDIR that outlives the run, so PoCL compiles its kernels once),
-# SIM_KEEP (copy each layout's calibrations to SIM_KEEP.N.R). The first layout runs again last: the two show how
+# SIM_KEEP (copy each layout's calibrations to SIM_KEEP.N.R), STEADY (default 10) and RETRIES (default 2): a round
+# whose two calibrations predict steps more than STEADY% apart saw the machine's speed move while it ran (a host
+# device's peak measured 41 and 83 GFLOP/s minutes apart here), so it is measured again, up to RETRIES times, and
+# kept marked "~" if it never settles; the count is printed. The first layout runs again last: the two show how
 # far the machine's load moves a measurement.
 # On a machine others load, calibrate and measure under the same load: figures are medians, not bests.
 # Target (issue 15): at least 12 layouts, across host, PoCL and mixed groups, pp 1-4, tp 1-2, dp 1-2 and every
@@ -26,6 +29,10 @@ export STRATA_BACKEND_PATH STRATA_BACKENDS STRATA_HOST_DEVICES POCL_DEVICES POCL
 STEPS=${STEPS:-16}
 ROUNDS=${ROUNDS:-3}
 case $ROUNDS in '' | *[!0-9]* | 0) echo "sim-vs-real: ROUNDS must be a whole number from 1" >&2; exit 2 ;; esac
+STEADY=${STEADY:-10}
+case $STEADY in '' | *[!0-9]* | 0) echo "sim-vs-real: STEADY must be a whole number of percent from 1" >&2; exit 2 ;; esac
+RETRIES=${RETRIES:-2}
+case $RETRIES in '' | *[!0-9]*) echo "sim-vs-real: RETRIES must be a whole number" >&2; exit 2 ;; esac
 
 # small enough that a step on the host takes tens of milliseconds; heads and vocabulary divide by tp 2
 bench_gpt "$tmp/model.json" 128 4 64 4
@@ -33,6 +40,8 @@ bench_gpt "$tmp/model.json" 128 4 64 4
 echo "# sim-vs-real: GPT d_model 128, 4 blocks (6 layers), context 64, vocab 256; $STEPS steps per round, $ROUNDS rounds per layout"
 echo "# devices: 0-1 PoCL pthread, 2-5 host virtual; $(nproc 2>/dev/null || echo '?') cores"
 echo "# load at start (/proc/loadavg): $(cat /proc/loadavg 2>/dev/null)"
+# the CPU time the hypervisor gave others during the run (/proc/stat's steal), at the end
+cpu0=$(head -n 1 /proc/stat 2>/dev/null)
 echo "# each round measures the layout between two calibrations of its devices (strata-bench calibrate --devices, with"
 echo "# the model's own GEMMs: --model --rows --max-tp 2) and predicts with the mean of the two: on a machine others"
 echo "# load, both sides then see its load alike. The round of the median error is the layout's; every round is listed"
@@ -73,7 +82,12 @@ predict() {
   fi
   sed -n 's/.*"step_s": *\([0-9.eE+-]*\).*/\1/p' "$tmp/plan.json" | head -n 1
 }
-n=0 ok=0 sum=0 idx=0
+# unsteady_round BEFORE AFTER: true when the two calibrations' predictions are more than STEADY% apart
+unsteady_round() {
+  awk -v a="$1" -v b="$2" -v t="$STEADY" 'BEGIN { lo = a < b ? a : b; hi = a < b ? b : a;
+    exit !(lo > 0 && 100 * (hi - lo) / lo > t) }'
+}
+n=0 ok=0 sum=0 idx=0 unsteady=0
 while IFS='|' read -r name rows body; do
   [ -n "$name" ] || continue
   idx=$((idx + 1))
@@ -86,7 +100,7 @@ while IFS='|' read -r name rows body; do
   [ -n "${SIM_KEEP:-}" ] && cp "$tmp/cal.0.json" "$SIM_KEEP.$idx.0"
   prev=$(predict "$tmp/cal.0.json") || continue
   : >"$tmp/rounds"
-  r=1 failed=
+  r=1 failed= tries=0
   while [ "$r" -le "$ROUNDS" ]; do
     if ! "$TRAIN" --model "$tmp/model.json" --layout "$tmp/layout.json" --batch "$rows" --steps "$STEPS" \
         --eval-every 0 --eval-batches 1 --json >"$tmp/train.json" 2>"$tmp/train.err"; then
@@ -97,19 +111,31 @@ while IFS='|' read -r name rows body; do
     calibrate "$devs" "$tmp/cal.$r.json" || { failed=1; break; }
     [ -n "${SIM_KEEP:-}" ] && cp "$tmp/cal.$r.json" "$SIM_KEEP.$idx.$r"
     next=$(predict "$tmp/cal.$r.json") || { failed=1; break; }
+    # unsteady: the calibrations before and after the round predict steps more than STEADY% apart, so the
+    # machine's speed moved during it; measured again (the calibration after is the next one's before), up to
+    # RETRIES times, and kept marked "~" when it never settles
+    if unsteady_round "$prev" "$next" && [ "$tries" -lt "$RETRIES" ]; then
+      tries=$((tries + 1))
+      unsteady=$((unsteady + 1))
+      prev=$next
+      continue
+    fi
+    mark=
+    unsteady_round "$prev" "$next" && mark="~"
+    tries=0
     # the median of the steps after the first
     measured=$(grep '"event":"step"' "$tmp/train.json" | sed -n 's/.*"step_s":\([0-9.eE+-]*\).*/\1/p' | sed 1d |
       sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2];
         else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
     # predicted (the mean of the calibrations before and after), measured, error in %
-    awk -v a="$prev" -v b="$next" -v m="$measured" 'BEGIN { p = (a + b) / 2; printf "%.6f %.6f %.3f\n", p, m, 100 * (p - m) / m }' \
-      >>"$tmp/rounds"
+    awk -v a="$prev" -v b="$next" -v m="$measured" -v k="$mark" \
+      'BEGIN { p = (a + b) / 2; printf "%.6f %.6f %.3f %s\n", p, m, 100 * (p - m) / m, k }' >>"$tmp/rounds"
     prev=$next
     r=$((r + 1))
   done
   [ -z "$failed" ] || continue
   # the round of the median error, and every round's error
-  all=$(awk '{ printf "%s%+.1f%%", (NR > 1 ? " " : ""), $3 }' "$tmp/rounds")
+  all=$(awk '{ printf "%s%+.1f%%%s", (NR > 1 ? " " : ""), $3, $4 }' "$tmp/rounds")
   line=$(sort -g -k3 "$tmp/rounds" | awk -v name="$name" -v all="$all" '{ p[NR] = $1; m[NR] = $2; e[NR] = $3 }
     END { k = int((NR + 1) / 2)
       printf "%-30s %12.4f %12.4f %+7.1f%%   %s|%d|%f", name, p[k], m[k], e[k], all, (e[k] < 15 && e[k] > -15),
@@ -121,6 +147,10 @@ while IFS='|' read -r name rows body; do
   sum=$(awk -v a="$sum" -v b="${rest#*|}" 'BEGIN { print a + b }')
 done <"$tmp/layouts"
 echo "# load at end (/proc/loadavg): $(cat /proc/loadavg 2>/dev/null)"
+printf '%s\n%s\n' "$cpu0" "$(head -n 1 /proc/stat 2>/dev/null)" | awk '$1 == "cpu" { n++; for (i = 2; i <= NF; i++) v[n, i] = $i; f = NF }
+  END { if (n < 2 || f < 9) exit; t = 0; for (i = 2; i <= f; i++) t += v[2, i] - v[1, i]
+    if (t > 0) printf "# CPU time stolen by the hypervisor during the run: %.1f%%\n", 100 * (v[2, 9] - v[1, 9]) / t }'
+echo "# rounds measured again because the machine's speed moved during them (calibrations more than $STEADY% apart): $unsteady"
 awk -v n="$n" -v ok="$ok" -v s="$sum" 'BEGIN {
   printf "# %d of %d layouts within 15%% (target: at least 12); mean |error| %.1f%%\n", ok, n, n ? s / n : 0 }'
 [ "$ok" -ge 12 ]
