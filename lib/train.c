@@ -494,8 +494,9 @@ int strata__trainer_comms_renew(strata_trainer_t tr) {
   return STRATA_OK;
 }
 
-void strata__trainer_abort(strata_trainer_t tr, int status, const char *what) {
+int strata__trainer_abort(strata_trainer_t tr, int status, const char *what) {
   pthread_mutex_lock(&tr->abort_lock);
+  const int first = !tr->aborted;
   tr->aborted = 1;
   for (int s = 0; tr->comm && s < tr->tp * tr->nstages; s++)
     strata_comm_abort(tr->comm[s], status, what);
@@ -504,6 +505,7 @@ void strata__trainer_abort(strata_trainer_t tr, int status, const char *what) {
   if (tr->comm || tr->tp_comm)
     tr->comm_stale = 1;
   pthread_mutex_unlock(&tr->abort_lock);
+  return first;
 }
 
 int strata__trainer_post_begin(strata_trainer_t tr) {
@@ -904,6 +906,7 @@ struct seq_job {
   const void *inputs;
   const int32_t *targets;
   int rc;
+  int first; /* its failure aborted the others' collectives (theirs followed from it) */
   char msg[1024];
 };
 
@@ -913,9 +916,11 @@ static void *seq_main(void *arg) {
   j->rc = j->backward ? seq_backward(tr, j->s, j->slot) : seq_forward(tr, j->s, j->slot, j->inputs, j->targets);
   if (!j->rc)
     j->rc = strata__tp_settle(tr, j->s, NULL, NULL);
-  if (j->rc) {
+  if (j->rc) { /* named here: the message is this thread's */
+    j->rc = device_error(j->rc, tr->st[j->s]->dev, "stage %d's %s", j->s % tr->nstages,
+                         j->backward ? "backward" : "forward");
     snprintf(j->msg, sizeof j->msg, "%s", strata_last_error());
-    strata__trainer_abort(tr, j->rc, j->msg); /* the other slices wait in their joins for this one */
+    j->first = strata__trainer_abort(tr, j->rc, j->msg); /* the other slices wait in their joins for this one */
   }
   return NULL;
 }
@@ -954,9 +959,14 @@ static int seq_stage(strata_trainer_t tr, int pos, int slot, const void *inputs,
   }
   for (int t = 0; t < started; t++)
     pthread_join(th[t], NULL);
+  /* the slice whose failure aborted the others' collectives, else the first that failed */
+  int first = -1;
   for (int t = 0; t < started && !rc; t++)
-    if (jobs[t].rc)
-      rc = strata__error(jobs[t].rc, "tensor-parallel slice %d: %s", strata__stage_slice(tr, jobs[t].s), jobs[t].msg);
+    if (jobs[t].rc && (first < 0 || (!jobs[first].first && jobs[t].first)))
+      first = t;
+  if (!rc && first >= 0)
+    rc = strata__error(jobs[first].rc, "tensor-parallel slice %d: %s", strata__stage_slice(tr, jobs[first].s),
+                       jobs[first].msg);
   free(jobs);
   free(th);
   return rc;

@@ -155,9 +155,10 @@ int strata__trainer_comms_renew(strata_trainer_t tr);
 ** A failure: abort every communicator's open collectives (the members
 ** waiting in them for this one return its error) and refuse new ones until
 ** the communicators are made anew, so that no member waits the timeout for
-** a peer that stopped before calling.
+** a peer that stopped before calling. Returns 1 for the step's first
+** failure, 0 when another had aborted it already.
 */
-void strata__trainer_abort(strata_trainer_t tr, int status, const char *what);
+int strata__trainer_abort(strata_trainer_t tr, int status, const char *what);
 /* Before posting a collective: STRATA_ERR_STATE when the step has failed (else the lock is held until
 ** strata__trainer_post_end). */
 int strata__trainer_post_begin(strata_trainer_t tr);

@@ -42,7 +42,7 @@ if [ ! -x "$TRAIN" ] || [ ! -x "$GEN" ]; then
   echo "1..0 # SKIP strata-train or strata-generate not built"
   exit 0
 fi
-echo "1..96"
+echo "1..97"
 
 # A small corpus of our own, so that the tests do not depend on what the machine ships.
 for i in 1 2 3 4 5 6 7 8; do cat "$top_srcdir/README.md" "$top_srcdir/man/strata-train.1"; done >"$TMP/text.txt"
@@ -342,12 +342,12 @@ check "class 6 messages: a model name with escapes is printed escaped (exit $rc)
 # a 2-step run's, on the device named), and the run either stops with one line that names that device and the fault,
 # or, where a fault only costs a figure (the matrix-product peak behind MFU), trains on and says so. A fault that
 # leaves a run quiet and successful, or a message that does not name the device, fails.
-# fault_sweep NAME DEVICE LAST ARGS...: strata-train ARGS with a fault at ops 1, 10, ... up to LAST on DEVICE
+# fault_sweep NAME DEVICE FIRST LAST ARGS...: strata-train ARGS with a fault at ops FIRST, FIRST + 9, ... up to LAST
+# on DEVICE
 fault_sweep() {
-  name=$1 fdev=$2 last=$3
-  shift 3
+  name=$1 fdev=$2 op=$3 last=$4
+  shift 4
   bad="" runs=0 stopped=0
-  op=1
   while [ "$op" -le "$last" ]; do
     env STRATA_HOST_FAULT=device=$fdev,op=$op $TRAIN --model gpt-micro --data "$TMP/text.txt" --batch 4 \
       --eval-batches 2 --steps 2 --quiet "$@" >"$TMP/out" 2>"$TMP/err"
@@ -367,7 +367,10 @@ fault_sweep() {
   if [ -z "$bad" ] && [ "$stopped" -gt 0 ]; then ok "$name: $runs faults, $stopped stopped the run naming device $fdev, the rest said"
   else not_ok "$name: every fault said, naming device $fdev" "$runs runs, $stopped stopped" "$bad"; fi
 }
-STRATA_HOST_DEVICES=1 fault_sweep "a device fault on one device" 0 170 --device 0
-STRATA_HOST_DEVICES=2 fault_sweep "a device fault in pp 2 (device 1)" 1 60 --pp 2
-STRATA_HOST_DEVICES=2 fault_sweep "a device fault in dp 2 (device 1)" 1 200 --dp 2
-STRATA_HOST_DEVICES=2 fault_sweep "a device fault in tp 2 (device 1)" 1 200 --tp 2
+STRATA_HOST_DEVICES=1 fault_sweep "a device fault on one device" 0 1 170 --device 0
+STRATA_HOST_DEVICES=2 fault_sweep "a device fault in pp 2 (device 1)" 1 1 60 --pp 2
+STRATA_HOST_DEVICES=2 fault_sweep "a device fault in dp 2 (device 1)" 1 1 200 --dp 2
+STRATA_HOST_DEVICES=2 fault_sweep "a device fault in tp 2 (device 1)" 1 1 200 --tp 2
+# (tp 2's validation, after the second step's update: the slice that failed is named, not its peer whose joins it
+# aborted)
+STRATA_HOST_DEVICES=2 fault_sweep "a device fault in tp 2's validation (device 1)" 1 415 470 --tp 2
