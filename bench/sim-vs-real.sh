@@ -114,14 +114,14 @@ while IFS='|' read -r name rows body; do
     # unsteady: the calibrations before and after the round predict steps more than STEADY% apart, so the
     # machine's speed moved during it; measured again (the calibration after is the next one's before), up to
     # RETRIES times, and kept marked "~" when it never settles
-    if unsteady_round "$prev" "$next" && [ "$tries" -lt "$RETRIES" ]; then
+    mark=
+    unsteady_round "$prev" "$next" && mark="~"
+    if [ -n "$mark" ] && [ "$tries" -lt "$RETRIES" ]; then
       tries=$((tries + 1))
       unsteady=$((unsteady + 1))
       prev=$next
       continue
     fi
-    mark=
-    unsteady_round "$prev" "$next" && mark="~"
     tries=0
     # the median of the steps after the first
     measured=$(grep '"event":"step"' "$tmp/train.json" | sed -n 's/.*"step_s":\([0-9.eE+-]*\).*/\1/p' | sed 1d |

@@ -961,7 +961,7 @@ static int seq_stage(strata_trainer_t tr, int pos, int slot, const void *inputs,
     pthread_join(th[t], NULL);
   /* the slice whose failure aborted the others' collectives, else the first that failed */
   int first = -1;
-  for (int t = 0; t < started && !rc; t++)
+  for (int t = 0; t < started; t++)
     if (jobs[t].rc && (first < 0 || (!jobs[first].first && jobs[t].first)))
       first = t;
   if (!rc && first >= 0)

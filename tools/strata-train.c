@@ -480,6 +480,12 @@ static int time_gemm(int dev, int n, int reps, double *gflops /* OUT */, double 
   return rc;
 }
 
+/* Say that device `dev`'s peak (measure_peak, time_gemm) failed, with the last error: training goes on without MFU. */
+static void no_peak(int dev) {
+  fprintf(stderr, PROG ": device %d's matrix-product peak could not be measured (%s); MFU is not reported\n", dev,
+          strata_last_error());
+}
+
 /*
 ** The device's sgemm peak: N = PEAK_N unless one product of that size would
 ** take longer than PEAK_MAX_SECONDS at the rate a 256 product shows, then
@@ -1137,8 +1143,7 @@ static void measure_pipeline_peaks(struct run *r) {
     if (i == 0)
       r->peak_n = n;
     if (rc) {
-      fprintf(stderr, PROG ": device %d's matrix-product peak could not be measured (%s); MFU is not reported\n",
-              r->dev[i], strata_last_error());
+      no_peak(r->dev[i]);
       r->peak_gflops = 0;
       return;
     }
@@ -1883,8 +1888,7 @@ int main(int argc, char **argv) {
 
     /* The peak before the trainer allocates, so that a memory cap does not starve the measurement. */
     if (measure_peak(r.device, rough, &r.peak_gflops, &r.peak_n)) { /* training may still run: said, not hidden */
-      fprintf(stderr, PROG ": device %d's matrix-product peak could not be measured (%s); MFU is not reported\n",
-              r.device, strata_last_error());
+      no_peak(r.device);
       r.peak_gflops = 0;
     }
 
