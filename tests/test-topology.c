@@ -470,6 +470,31 @@ Test(hwloc_safety, quoted_file_text_keeps_the_message_one_line) {
   remove(path);
 }
 
+/* Text quoted from the dump in a warning is escaped too (found by fuzz-topology-xml: a GPUMemory NUMA
+** node whose PCIBusID holds a newline): one line, and the JSON keeps it. */
+Test(hwloc_safety, quoted_file_text_keeps_a_warning_one_line) {
+  static char buf[1 << 16];
+  size_t len = read_fixture("class-b-gpu-memory-numa.xml", buf, sizeof buf);
+  buf[len] = '\0';
+  char *at = strstr(buf, "value=\"0004:02:00.0\"");
+  cr_assert_not_null(at);
+  memcpy(at + 7, "0004:09\n\t:00", 12); /* a bus id no GPU has, with a newline and a tab in it */
+  char path[] = "/tmp/strata-topo-warn-XXXXXX";
+  int fd = mkstemp(path);
+  cr_assert(fd >= 0);
+  close(fd);
+  write_file(path, buf, len);
+  strata_topology_t t = NULL;
+  OK(strata_topology_load(path, &t));
+  cr_assert_eq(warnings_with(t, "PCI bus id 0004:09\\n\\t:0"), 1, "the bus id is quoted escaped");
+  char *json = NULL;
+  OK(strata_topology_to_json(t, &json));
+  cr_assert(strstr(json, "0004:09\\\\n\\\\t:0") != NULL, "the warning is in the JSON: %s", json);
+  free(json);
+  strata_topology_free(t);
+  remove(path);
+}
+
 /* A set hwloc cannot parse makes hwloc_bitmap_sscanf assert (abort) in hwloc 2.9 (found by
 ** fuzz-topology-xml: nodeset=",x00000001"); refused first. What hwloc writes still loads (the dumps). */
 Test(hwloc_safety, malformed_sets_are_refused_before_hwloc_asserts) {

@@ -187,11 +187,12 @@ STRATA_API void strata_topology_free(strata_topology_t t) {
 }
 
 void strata__topo_warn(struct strata_topology *t, const char *fmt, ...) {
-  char line[512];
+  char raw[512], line[2048];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(line, sizeof line, fmt, ap);
+  vsnprintf(raw, sizeof raw, fmt, ap);
   va_end(ap);
+  strata__escape(line, sizeof line, raw); /* text quoted from the dump stays one printable line */
   strata__log(STRATA_LOG_WARN, "topology", "%s: %s", t->source ? t->source : "live", line);
   char **w = realloc(t->warnings, (size_t)(t->nwarnings + 1) * sizeof *w);
   char *copy = strdup(line);
