@@ -1345,6 +1345,20 @@ STRATA_API int strata_trainer_loss_grad(strata_trainer_t tr, const void *inputs,
   return rc;
 }
 
+int strata__trainer_forward_backward(strata_trainer_t tr, const void *inputs, const int32_t *targets) {
+  for (int s = 0; s < strata__stages_all(tr); s++) {
+    if (!tr->st[s])
+      continue;
+    tr->st[s]->loss_scale = 1.0f / (float)tr->rows;
+    TRY(strata__stage_zero_grads(tr->st[s]));
+  }
+  int rc = seq_run(tr, 0, inputs, targets, 1);
+  if (!rc)
+    rc = finish_all(tr);
+  release_all(tr);
+  return rc;
+}
+
 STRATA_API int strata_trainer_logits(strata_trainer_t tr, const int32_t *tokens, int64_t batch, float *logits) {
   if (!tr)
     return strata__error(STRATA_ERR_INVALID, "strata_trainer_logits: NULL argument");

@@ -159,6 +159,9 @@ int strata__trainer_comms_renew(strata_trainer_t tr);
 ** failure, 0 when another had aborted it already.
 */
 int strata__trainer_abort(strata_trainer_t tr, int status, const char *what);
+/* One micro-batch of `tr->rows` samples forward and backward on a one-device trainer, its gradients left on the
+** device and nothing updated, waited for: the calibration's stage probe (lib/plan/calibrate.c). */
+int strata__trainer_forward_backward(strata_trainer_t tr, const void *inputs, const int32_t *targets);
 /* Before posting a collective: STRATA_ERR_STATE when the step has failed (else the lock is held until
 ** strata__trainer_post_end). */
 int strata__trainer_post_begin(strata_trainer_t tr);

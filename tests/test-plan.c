@@ -1145,6 +1145,101 @@ Test(plan, a_model_s_own_gemm_speeds_replace_the_speed_by_size) {
   strata_model_free(m);
 }
 
+/* A two-device text from `entry` with each device's stage factor given (0: no "stage_probe"). */
+static char *with_factors(json_t *entry, double f0, double f1) {
+  json_t *e = json_deep_copy(entry);
+  json_object_del(e, "stage_probe");
+  char *text = two_devices(e, 50, 0);
+  json_decref(e);
+  json_t *root = json_loads(text, 0, NULL);
+  free(text);
+  const double f[2] = {f0, f1};
+  for (int i = 0; i < 2; i++)
+    if (f[i] > 0)
+      json_object_set_new(json_array_get(json_object_get(root, "devices"), (size_t)i), "stage_probe",
+                          json_pack("{s:f}", "stage_factor", f[i]));
+  text = json_dumps(root, 0);
+  json_decref(root);
+  return text;
+}
+
+/*
+** For a GPT, strata_calibrate_model runs the stage probe on each device:
+** one block of the model through the runtime's own stage code, its median
+** set against what the simulator costs the same ops at; each device's entry
+** says both and their ratio. The simulator multiplies each device's compute
+** by it: a one-device step at factor 2 costs twice the compute of factor 1
+** (the update, which the factor leaves alone, aside), and a tp pair runs at
+** its slower member's factor.
+*/
+Test(plan, the_stage_probe_s_factor_scales_a_device_s_compute) {
+  int n = 0;
+  OK(strata_device_count(&n));
+  if (n < 1)
+    cr_skip_test("no device to calibrate");
+  strata_model_t m = small_gpt(2);
+  const int first = 0;
+  const int64_t rows[] = {2};
+  char *json = NULL;
+  OK(strata_calibrate_model(&first, 1, m, rows, 1, 2, &json));
+  json_t *root = json_loads(json, 0, NULL);
+  cr_assert_not_null(root);
+  json_t *entry = json_array_get(json_object_get(root, "devices"), 0), *probe = json_object_get(entry, "stage_probe");
+  cr_assert(json_is_object(probe), "a GPT's calibration has a stage probe: %s", json);
+  const double sec = json_number_value(json_object_get(probe, "seconds"));
+  const double ops = json_number_value(json_object_get(probe, "ops_seconds"));
+  const double f = json_number_value(json_object_get(probe, "stage_factor"));
+  cr_assert_eq(json_integer_value(json_object_get(probe, "rows")), 2);
+  cr_assert_eq(json_integer_value(json_object_get(probe, "blocks")), 1);
+  cr_assert(sec > 0 && ops > 0, "probe %g s, its ops %g s", sec, ops);
+  cr_assert_float_eq(f, sec / ops, 1e-9 * f, "the factor is the probe over its ops: %g", f);
+  cr_assert(f >= 0.1 && f <= 10, "a factor the reader takes: %g", f);
+  /* the file as written is read, at its factor */
+  strata_machine_t c = NULL;
+  OK(strata_machine_from_calibration(json, "cal.json", NULL, &c));
+  strata_machine_free(c);
+
+  const int devs[2] = {0, 1};
+  strata_layout_t one = layout(1, 1, 1, devs, NULL, STRATA_SCHEDULE_1F1B, 2, 0);
+  strata_layout_t pair = layout(1, 1, 2, devs, NULL, STRATA_SCHEDULE_1F1B, 2, 0);
+  char *none = with_factors(entry, 0, 0), *unit = with_factors(entry, 1, 1), *twice = with_factors(entry, 2, 2);
+  char *mixed = with_factors(entry, 1, 2);
+  const double a0 = predicted_step(none, m, one, 4), a1 = predicted_step(unit, m, one, 4);
+  const double a2 = predicted_step(twice, m, one, 4);
+  cr_assert_float_eq(a1, a0, 1e-12 * a0, "no probe is a factor of 1: %.9g against %.9g s", a0, a1);
+  cr_assert(a2 > 1.5 * a1 && a2 < 2 * a1, "factor 2: %.6g s against %.6g s at 1", a2, a1);
+  const double p2 = predicted_step(twice, m, pair, 4), pm = predicted_step(mixed, m, pair, 4);
+  cr_assert_float_eq(pm, p2, 1e-12 * p2, "a tp pair at its slower member's factor: %.9g against %.9g s", pm, p2);
+  cr_assert_gt(p2, predicted_step(unit, m, pair, 4));
+  free(none);
+  free(unit);
+  free(twice);
+  free(mixed);
+  strata_layout_free(one);
+  strata_layout_free(pair);
+  json_decref(root);
+  free(json);
+  strata_model_free(m);
+}
+
+/* A "stage_probe" without a factor from 0.1 to 10 is refused, naming the device. */
+Test(plan, bad_stage_probes_are_refused) {
+  static const char *const bad[] = {"{}", "{\"stage_factor\": 0}", "{\"stage_factor\": -1}",
+                                    "{\"stage_factor\": 11}", "{\"stage_factor\": \"2\"}", "[2]", "2"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char json[1024];
+    snprintf(json, sizeof json,
+             "{\"schema\": \"strata-calibration/1\", \"devices\": [{\"device\": 0, \"gflops\": 10, \"mem_gbps\": 10, "
+             "\"launch_us\": 1, \"memory\": 1000000000, \"stage_probe\": %s}], \"gbps\": [[0]], \"latency_us\": [[0]]}",
+             bad[i]);
+    strata_machine_t c = NULL;
+    cr_assert_eq(strata_machine_from_calibration(json, "cal.json", NULL, &c), STRATA_ERR_PARSE, "%s", bad[i]);
+    cr_assert_null(c);
+    cr_assert_not_null(strstr(strata_last_error(), "stage_probe"), "%s: %s", bad[i], strata_last_error());
+    cr_assert_not_null(strstr(strata_last_error(), "device 0"), "%s: %s", bad[i], strata_last_error());
+  }
+}
+
 /* A "gemm_shapes" entry that is not [m, n, k, trans_a, trans_b, batch, GFLOP/s] is refused, naming the device. */
 Test(plan, bad_gemm_shapes_are_refused) {
   static const char *const bad[] = {"[[64, 64, 64, 0, 0, 1]]", "[[64, 64, 64, 2, 0, 1, 10]]",

@@ -694,7 +694,9 @@ static int calibrate_main(int argc, char **argv) {
              "\n"
              "  -d, --devices LIST  runtime devices to measure (default: all; see strata-topo)\n"
              "  -m, --model M       also time the GEMMs that strata-plan costs model M's layers with (a preset\n"
-             "                      or a JSON file), so that a simulation of M meets their own speeds\n"
+             "                      or a JSON file), so that a simulation of M meets their own speeds; for a\n"
+             "                      GPT, also its stage probe: one block's loss and gradient as the runtime\n"
+             "                      runs it, against its ops' figures (each device's stage factor)\n"
              "  -r, --rows LIST     with --model: samples per micro-batch to time them for, e.g. 2,4\n"
              "  -t, --max-tp T      with --model: tensor-parallel degrees 1 to T that divide the heads (default 1)\n"
              "  -o, --out FILE      where to write the JSON\n");

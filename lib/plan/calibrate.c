@@ -12,9 +12,12 @@
 
 #include <strata/comm.h>
 #include <strata/device.h>
+#include <strata/model.h>
 #include <strata/ops.h>
+#include <strata/train.h>
 
 #include "plan/plan.h"
+#include "trainer.h"
 #include "util.h"
 
 /* GEMM sizes measured, and repetitions of each. The GEMMs and row ops count their median: a step of
@@ -540,6 +543,116 @@ static int measure_shapes(const int *dev, int n, const struct strata_gemm_shape 
   return rc;
 }
 
+/*
+** The stage probe: what a stage's compute costs as the runtime runs it,
+** against the same ops timed one by one. The ops above are each timed in a
+** loop on buffers they keep hot; a stage runs dozens of different ones in
+** turn, each on its own buffers, through the queue the executor waits on
+** (here a stage's forward and backward took 10-25% longer than the sum of
+** its ops' figures, on host and PoCL devices alike). The probe is a
+** one-block copy of the GPT (its embedding, one block, its head), so that
+** it fits wherever a block of the model does: its loss and gradient for
+** `rows` samples on each device (lib/stage.c's own code, as a one-device
+** trainer runs it), PROBE_ROUNDS rounds of about PROBE_S seconds each,
+** device by device within a round like the figures above; the median call.
+*/
+#define PROBE_S 0.1
+#define PROBE_ROUNDS 3
+#define PROBE_CALLS 4096
+
+struct stage_probe {
+  strata_trainer_t tr;
+  double *call;
+  int ncall;
+};
+
+/* The probe's model: `model` with one block. */
+static int probe_model(strata_model_t model, strata_model_t *out) {
+  struct strata_model_config pc = *strata_model_config(model);
+  pc.layers = 1;
+  int rc = strata_model_from_config(&pc, out);
+  return rc ? strata__error_prefix(rc, "calibration: the stage probe's one-block model") : STRATA_OK;
+}
+
+static int probe_stages(const int *dev, int n, strata_model_t pm, int64_t rows, double *sec) {
+  const struct strata_model_config pc = *strata_model_config(pm);
+  int rc = STRATA_OK;
+  const size_t tokens = (size_t)rows * (size_t)pc.context;
+  int32_t *in = malloc(tokens * sizeof *in), *tg = malloc(tokens * sizeof *tg);
+  struct stage_probe *p = calloc((size_t)n, sizeof *p);
+  if (!in || !tg || !p)
+    rc = strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
+  for (size_t i = 0; !rc && i < tokens; i++) {
+    in[i] = (int32_t)((i * 7 + 3) % (size_t)pc.vocab);
+    tg[i] = (int32_t)((i * 7 + 10) % (size_t)pc.vocab);
+  }
+  for (int i = 0; i < n && !rc; i++) {
+    struct strata_train_options o;
+    strata_train_options_default(&o);
+    o.device = dev[i];
+    o.batch = rows;
+    o.steps = 1;
+    p[i].call = malloc(PROBE_CALLS * sizeof *p[i].call);
+    if (!p[i].call) {
+      rc = strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
+      break;
+    }
+    rc = strata_trainer_new(pm, NULL, &o, &p[i].tr);
+    if (!rc) /* the first call allocates and compiles: not counted */
+      rc = strata__trainer_forward_backward(p[i].tr, in, tg);
+    if (rc)
+      rc = strata__error_prefix(rc, "calibration: device %d: the stage probe (one block of the model, %lld samples)",
+                                dev[i], (long long)rows);
+  }
+  for (int r = 0; r < PROBE_ROUNDS && !rc; r++)
+    for (int i = 0; i < n && !rc; i++) {
+      const double end = strata__now() + PROBE_S;
+      do {
+        const double t0 = strata__now();
+        rc = strata__trainer_forward_backward(p[i].tr, in, tg);
+        if (rc) {
+          rc = strata__error_prefix(rc, "calibration: device %d: the stage probe", dev[i]);
+          break;
+        }
+        p[i].call[p[i].ncall++] = strata__now() - t0;
+      } while (strata__now() < end && p[i].ncall < PROBE_CALLS);
+    }
+  for (int i = 0; i < n && !rc; i++)
+    sec[i] = median(p[i].call, p[i].ncall);
+  for (int i = 0; p && i < n; i++) {
+    strata_trainer_free(p[i].tr);
+    free(p[i].call);
+  }
+  free(p);
+  free(in);
+  free(tg);
+  return rc;
+}
+
+/*
+** Each device's stage factor: its probe's measured seconds over what the
+** simulator costs the probe's ops at, from the figures just measured (the
+** calibration text, read as the simulator reads it). Written into each
+** device's entry with the probe's figures.
+*/
+static int stage_factors(json_t *root, const char *text, strata_model_t pm, int64_t rows, const double *sec) {
+  strata_machine_t c = NULL;
+  int rc = strata_machine_from_calibration(text, "calibration", NULL, &c);
+  json_t *devs = json_object_get(root, "devices");
+  for (size_t i = 0; !rc && i < json_array_size(devs); i++) {
+    const double ops = strata__plan_ops_time(&c->cost[i], pm, rows);
+    if (!(ops > 0) || !(sec[i] > 0))
+      rc = strata__error(STRATA_ERR_INTERNAL, "calibration: the stage probe measured %g s against %g s of ops",
+                         sec[i], ops);
+    else
+      json_object_set_new(json_array_get(devs, i), "stage_probe",
+                          json_pack("{s:I, s:I, s:f, s:f, s:f}", "blocks", (json_int_t)1, "rows", (json_int_t)rows,
+                                    "seconds", sec[i], "ops_seconds", ops, "stage_factor", sec[i] / ops));
+  }
+  strata_machine_free(c);
+  return rc;
+}
+
 /* The distinct GEMMs the simulator costs `model` with, for every micro-batch size and tp degree asked. */
 static int model_shapes(strata_model_t model, const int64_t *rows, int nrows, int max_tp,
                         struct strata_gemm_shape **out, int *count) {
@@ -721,6 +834,16 @@ STRATA_API int strata_calibrate_model(const int *devices, int n, strata_model_t 
     rc = shape_gflops ? measure_shapes(dev, n, shapes, nshapes, shape_gflops)
                       : strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
   }
+  /* a GPT's stage probe, for the first micro-batch size */
+  strata_model_t pm = NULL;
+  double *probe_s = NULL;
+  const int probing = model && strata_model_config(model)->kind == STRATA_MODEL_GPT;
+  if (!rc && probing) {
+    probe_s = calloc((size_t)n, sizeof *probe_s);
+    rc = probe_s ? probe_model(model, &pm) : strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
+    if (!rc)
+      rc = probe_stages(dev, n, pm, rows[0], probe_s);
+  }
   /* the runtime's all-reduce between every pair, timed once per pair (both directions alike) */
   double *ar = calloc((size_t)n * (size_t)n * NCOLL, sizeof *ar), *ar_lat = calloc((size_t)n * (size_t)n, sizeof *ar_lat);
   if (!ar || !ar_lat)
@@ -844,7 +967,16 @@ STRATA_API int strata_calibrate_model(const int *devices, int n, strata_model_t 
     *json = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
     if (!*json)
       rc = strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
+    if (!rc && probing) {
+      rc = stage_factors(root, *json, pm, rows[0], probe_s);
+      free(*json);
+      *json = rc ? NULL : json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
+      if (!rc && !*json)
+        rc = strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
+    }
   }
+  strata_model_free(pm);
+  free(probe_s);
   free(dev);
   free(probes);
   free(shapes);
@@ -871,6 +1003,21 @@ static int number(json_t *o, const char *field, const char *src, int i, double *
 }
 
 /* A device's "spread" (optional): 1 to STRATA_PLAN_SPREAD_POINTS positive ratios, ascending. */
+/* A device's "stage_probe" (optional: a file of an older strata, or of a model that is no GPT, has none): its
+** "stage_factor", a number from 0.1 to 10, or an error naming the device. */
+static int read_stage_factor(json_t *v, const char *src, int i, struct strata_device_cost *w) {
+  w->stage_factor = 0;
+  if (!v)
+    return STRATA_OK;
+  json_t *f = json_object_get(v, "stage_factor");
+  const double x = json_is_number(f) ? json_number_value(f) : NAN;
+  if (!json_is_object(v) || !(x >= 0.1 && x <= 10))
+    return strata__error(STRATA_ERR_PARSE, "%s: device %d: \"stage_probe\" needs a \"stage_factor\" from 0.1 to 10",
+                         src, i);
+  w->stage_factor = x;
+  return STRATA_OK;
+}
+
 static int read_spread(json_t *v, const char *src, int i, struct strata_device_cost *w) {
   w->nspread = 0;
   if (!v)
@@ -1049,7 +1196,9 @@ STRATA_API int strata_machine_from_calibration(const char *json, const char *sou
                           ? json_number_value(sy)
                           : 0;
     cost[i].cpu_threads = json_is_integer(ct) && json_integer_value(ct) > 0 ? (int)json_integer_value(ct) : 0;
-    rc = read_spread(json_object_get(d, "spread"), src, (int)i, &cost[i]);
+    rc = read_stage_factor(json_object_get(d, "stage_probe"), src, (int)i, &cost[i]);
+    if (!rc)
+      rc = read_spread(json_object_get(d, "spread"), src, (int)i, &cost[i]);
     if (!rc)
       rc = read_shapes(json_object_get(d, "gemm_shapes"), src, (int)i, &shapes[i], &cost[i].nshapes);
     if (rc)

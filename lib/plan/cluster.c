@@ -181,6 +181,10 @@ STRATA_API int strata_machine_new(const struct strata_node_desc *d, const struct
         rc = strata__error(STRATA_ERR_INVALID, "cluster: device %d's spread point %d (%g) must be positive and no "
                            "less than the one before", i, q, v);
     }
+    const double sf = c->cost[i].stage_factor;
+    if (!rc && !(sf == 0 || (sf > 0 && isfinite(sf))))
+      rc = strata__error(STRATA_ERR_INVALID, "cluster: device %d's stage factor (%g) must be positive, or 0 for none",
+                         i, sf);
     c->cost[i].shapes = NULL;
     c->cost[i].nshapes = 0;
     const int ns = d->cost[i].shapes ? d->cost[i].nshapes : 0;

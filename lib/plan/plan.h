@@ -55,6 +55,10 @@ double strata__cluster_pair_allreduce(const struct strata_machine *c, int a, int
 */
 double strata__plan_layer_time(const struct strata_machine *c, strata_model_t model, strata_layout_t layout, int rank,
                                int layer, int64_t rows, int backward);
+/* Seconds of a forward and a backward of every layer of `model` for `rows` samples on one device of cost w, op by
+** op as the simulator costs them but at no stage factor, and one wait: what a stage probe's measured time
+** (strata_calibrate_model) is set against. */
+double strata__plan_ops_time(const struct strata_device_cost *w, strata_model_t model, int64_t rows);
 /* Add to the list *v (*n entries, the caller's to free(); NULL and 0 to start one) the GEMMs not yet in it that
 ** the simulator costs layer work of `model` with on a t-way tensor-parallel stage for micro-batches of `rows`
 ** samples (every layer, forward and backward), their `flops` 0. */

@@ -77,6 +77,8 @@ static struct strata_device_cost group_cost(const struct strata_machine *c, cons
       w.launch_us = d->launch_us;
     if (d->sync_us > w.sync_us)
       w.sync_us = d->sync_us;
+    if (d->stage_factor > w.stage_factor)
+      w.stage_factor = d->stage_factor;
     for (int k = 0; k < STRATA_PLAN_OP_COUNT; k++) {
       if (d->op_ns[k] > w.op_ns[k])
         w.op_ns[k] = d->op_ns[k];
@@ -270,8 +272,8 @@ static struct work gpt_part(const struct strata_device_cost *w, const struct str
 ** over t at the large-GEMM speed, their kept activations read and written
 ** at the elementwise speed, the backward split evenly between its parts.
 */
-static struct work layer_part(const struct strata_device_cost *w, strata_model_t model, int t, int layer,
-                              int64_t rows, enum part part) {
+static struct work raw_part(const struct strata_device_cost *w, strata_model_t model, int t, int layer, int64_t rows,
+                            enum part part) {
   struct strata_layer_info li;
   strata_model_layer(model, layer, &li);
   const struct strata_model_config *cfg = strata_model_config(model);
@@ -281,6 +283,23 @@ static struct work layer_part(const struct strata_device_cost *w, strata_model_t
   double elems = (double)li.act_bytes / 4 * (double)rows / t * (part == PART_FWD ? 2 : 3);
   double s = flops / w->flops + op_s(w, STRATA_PLAN_OP_ADD, elems) + (part == PART_FWD ? 4 : 8) * w->launch_us * 1e-6;
   return (struct work){part == PART_INPUT || part == PART_WEIGHT ? s / 2 : s, 0, 0};
+}
+
+/* The same, its compute at the device's stage factor (what its ops cost in sequence in a stage). */
+static struct work layer_part(const struct strata_device_cost *w, strata_model_t model, int t, int layer,
+                              int64_t rows, enum part part) {
+  struct work k = raw_part(w, model, t, layer, rows, part);
+  if (w->stage_factor > 0)
+    k.s *= w->stage_factor;
+  return k;
+}
+
+double strata__plan_ops_time(const struct strata_device_cost *w, strata_model_t model, int64_t rows) {
+  double s = 0;
+  const int layers = strata_model_layer_count(model);
+  for (int i = 0; i < layers; i++)
+    s += raw_part(w, model, 1, i, rows, PART_FWD).s + raw_part(w, model, 1, i, rows, PART_FULL).s;
+  return s + w->sync_us * 1e-6;
 }
 
 /* Seconds of `joins` all-reduces of `bytes` in all (each the mean size) over the tp group devs of t members. */
@@ -323,6 +342,7 @@ static int groups_alike(const struct strata_machine *c, strata_layout_t l, int r
         const struct strata_device_cost *b = &c->cost[devs[i] % c->k];
         if (a->flops != b->flops || a->mem_gbps != b->mem_gbps || a->memory != b->memory ||
             a->launch_us != b->launch_us || a->sync_us != b->sync_us || a->cpu_threads != b->cpu_threads ||
+            a->stage_factor != b->stage_factor ||
             a->ngemm != b->ngemm ||
             memcmp(a->gemm_n, b->gemm_n, sizeof a->gemm_n) != 0 ||
             memcmp(a->gemm_flops, b->gemm_flops, sizeof a->gemm_flops) != 0 ||
