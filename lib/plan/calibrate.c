@@ -571,7 +571,7 @@ static int probe_model(strata_model_t model, strata_model_t *out) {
   struct strata_model_config pc = *strata_model_config(model);
   pc.layers = 1;
   int rc = strata_model_from_config(&pc, out);
-  return rc ? strata__error_prefix(rc, "calibration: the stage probe's one-block model") : STRATA_OK;
+  return rc ? strata__error_prefix(rc, "calibration: the stage probe's one-block model: ") : STRATA_OK;
 }
 
 static int probe_stages(const int *dev, int n, strata_model_t pm, int64_t rows, double *sec) {
@@ -601,7 +601,7 @@ static int probe_stages(const int *dev, int n, strata_model_t pm, int64_t rows, 
     if (!rc) /* the first call allocates and compiles: not counted */
       rc = strata__trainer_forward_backward(p[i].tr, in, tg);
     if (rc)
-      rc = strata__error_prefix(rc, "calibration: device %d: the stage probe (one block of the model, %lld samples)",
+      rc = strata__error_prefix(rc, "calibration: device %d: the stage probe (one block of the model, %lld samples): ",
                                 dev[i], (long long)rows);
   }
   for (int r = 0; r < PROBE_ROUNDS && !rc; r++)
@@ -611,7 +611,7 @@ static int probe_stages(const int *dev, int n, strata_model_t pm, int64_t rows, 
         const double t0 = strata__now();
         rc = strata__trainer_forward_backward(p[i].tr, in, tg);
         if (rc) {
-          rc = strata__error_prefix(rc, "calibration: device %d: the stage probe", dev[i]);
+          rc = strata__error_prefix(rc, "calibration: device %d: the stage probe: ", dev[i]);
           break;
         }
         p[i].call[p[i].ncall++] = strata__now() - t0;
