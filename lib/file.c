@@ -290,3 +290,29 @@ int strata__out_check(const char *path) {
   strata__out_abort(&o);
   return STRATA_OK;
 }
+
+STRATA_API int strata_file_write(const char *path, const void *data, size_t size) {
+  if (!path || !path[0] || (!data && size))
+    return strata__error(STRATA_ERR_INVALID, "strata_file_write: %s", !path || !path[0] ? "no path" : "no data");
+  struct strata__out o;
+  TRY(strata__out_open(&o, path));
+  for (size_t done = 0; done < size;) {
+    ssize_t w = write(o.fd, (const char *)data + done, size - done);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w <= 0) {
+      int rc = strata__error(STRATA_ERR_IO, "%s: writing %s failed: %s", path, o.tmp,
+                             w < 0 ? strerror(errno) : "nothing written");
+      strata__out_abort(&o);
+      return rc;
+    }
+    done += (size_t)w;
+  }
+  return strata__out_commit(&o);
+}
+
+STRATA_API int strata_file_check(const char *path) {
+  if (!path || !path[0])
+    return strata__error(STRATA_ERR_INVALID, "strata_file_check: no path");
+  return strata__out_check(path);
+}

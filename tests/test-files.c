@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -220,6 +221,48 @@ Test(files, a_writer_killed_mid_save_leaves_the_old_file_whole) {
   cr_assert_geq(temporaries(), 1, "the killed writer's temporary is expected until the next save");
   OK(strata_safetensors_write(path, &small, 1, NULL, 0));
   cr_assert_eq(temporaries(), 0, "the next save must remove the killed writer's temporary");
+}
+
+/* Class 4 at the tools' level: strata_file_write, which strata-bench calibrate --out and strata-plan --out write
+** with (they opened the target with fopen "w" before, so a write that failed left it empty). A write that fails
+** part-way (here at the process's file size limit, which holds for root too) keeps the old file whole and leaves no
+** temporary; one that succeeds replaces it whole and keeps its mode. */
+Test(files, a_failed_file_write_keeps_the_old_file) {
+  char path[300], missing[320];
+  snprintf(path, sizeof path, "%s/calibration.json", dir);
+  snprintf(missing, sizeof missing, "%s/no-such-dir/calibration.json", dir);
+  write_text(path, "{\"old\": 1}\n");
+  cr_assert_eq(chmod(path, 0640), 0);
+  pid_t pid = fork();
+  cr_assert_geq(pid, 0);
+  if (pid == 0) {
+    static char big[65536];
+    memset(big, 'x', sizeof big);
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit rl = {.rlim_cur = 4096, .rlim_max = 4096};
+    if (setrlimit(RLIMIT_FSIZE, &rl) != 0)
+      _exit(3);
+    int rc = strata_file_write(path, big, sizeof big);
+    _exit(rc == STRATA_ERR_IO && strstr(strata_last_error(), strerror(EFBIG)) ? 0 : 1);
+  }
+  int ws = 0;
+  cr_assert_eq(waitpid(pid, &ws, 0), pid);
+  cr_assert(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "the write past the size limit must fail with EFBIG (status %d)",
+            ws);
+  cr_assert_str_eq(slurp(path), "{\"old\": 1}\n", "the old file must be whole after the failed write");
+  cr_assert_eq(temporaries(), 0, "the failed write must remove its temporary");
+  OK(strata_file_write(path, "{\"new\": 2}\n", 11));
+  cr_assert_str_eq(slurp(path), "{\"new\": 2}\n");
+  struct stat sb;
+  cr_assert_eq(stat(path, &sb), 0);
+  cr_assert_eq(sb.st_mode & 0777, 0640, "a file replaced keeps its mode (0%o)", (unsigned)(sb.st_mode & 0777));
+  cr_assert_eq(strata_file_check(missing), STRATA_ERR_IO);
+  cr_assert(strstr(strata_last_error(), "no-such-dir"), "%s", strata_last_error());
+  cr_assert_eq(strata_file_check(dir), STRATA_ERR_IO);
+  cr_assert(strstr(strata_last_error(), "is a directory"), "%s", strata_last_error());
+  OK(strata_file_check(path));
+  cr_assert_str_eq(slurp(path), "{\"new\": 2}\n", "a check must not touch the file");
+  cr_assert_eq(temporaries(), 0);
 }
 
 /* Class 4 (work lost at the end): a file name that fits (250 bytes) once got a temporary name that did not

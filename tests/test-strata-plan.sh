@@ -31,7 +31,7 @@ if [ ! -x "$PLAN" ]; then
   echo "1..0 # SKIP strata-plan not built"
   exit 0
 fi
-echo "1..22"
+echo "1..24"
 
 # a plan on a synthetic node; its layout file is the strata-layout/1 that --simulate reads back
 $PLAN --model gpt-small --batch 16 --node 4xA100-80GB:nvswitch --out "$TMP/layout.json" >"$TMP/out" 2>"$TMP/err"
@@ -68,6 +68,8 @@ fails_clearly "batch not divisible by the layout's dp x micro-batches" "not a mu
   $PLAN --simulate "$TMP/layout.json" --model gpt-small --batch 15 --node 4xA100-80GB:nvswitch
 fails_clearly "a synthetic node that is not one" "COUNTxMODEL:FABRIC" $PLAN --model gpt-tiny --batch 8 --node A100
 fails_clearly "an unknown GPU model" "not in the table" $PLAN --model gpt-tiny --batch 8 --node 2xB9000:pcie
+fails_clearly "an --out that cannot be written" "no-such-dir" \
+  $PLAN --model gpt-tiny --batch 8 --node 2xT4:pcie --out "$TMP/no-such-dir/layout.json"
 $PLAN --help >"$TMP/out" 2>"$TMP/err"
 check "--help" [ $? -eq 0 ] && grep -q '^Usage: strata-plan' "$TMP/out"
 
@@ -97,6 +99,11 @@ bench_refuses "--rows without --model" "go together" --rows 2
 bench_refuses "--max-tp without --model" "needs --model" --max-tp 2
 bench_refuses "--rows 0" "--rows" --model gpt-micro --rows 0
 bench_refuses "an unknown model" "gpt-nonesuch" --model gpt-nonesuch --rows 2
+# an --out that cannot be written is refused before the measuring, not after it
+STRATA_BACKENDS=host $BENCH calibrate --out "$TMP/no-such-dir/cal.json" >"$TMP/out" 2>"$TMP/err"
+rc=$?
+check "strata-bench calibrate --out into a missing directory: exit 2, one line, nothing measured" \
+  [ "$rc" -eq 2 -a "$(wc -l <"$TMP/err")" -eq 1 -a ! -s "$TMP/out" ] && grep -q 'no-such-dir' "$TMP/err"
 # with the model: its GEMMs listed for each device, and the plan reads them
 STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 $BENCH calibrate --model gpt-micro --rows 2 --max-tp 2 \
   --out "$TMP/calm.json" >/dev/null 2>"$TMP/err" &&

@@ -759,6 +759,13 @@ static int calibrate_main(int argc, char **argv) {
     strncat(path, "/calibration.json", sizeof path - strlen(path) - 1);
     out = path;
   }
+  if (strata_file_check(out)) { /* before minutes of measuring */
+    fprintf(stderr, "strata-bench: calibrate: --out: %s\n", strata_last_error());
+    strata_model_free(model);
+    free(rows);
+    free(devs);
+    return 2;
+  }
   char *json = NULL;
   int rc = strata_calibrate_model(list ? devs : NULL, n, model, rows, nrows, (int)max_tp, &json);
   strata_model_free(model);
@@ -769,14 +776,20 @@ static int calibrate_main(int argc, char **argv) {
     strata_shutdown();
     return rc == STRATA_ERR_RANGE ? 2 : 1;
   }
-  FILE *f = fopen(out, "w");
-  if (!f || fprintf(f, "%s\n", json) < 0 || fclose(f) != 0) {
-    fprintf(stderr, "strata-bench: cannot write %s\n", out);
+  /* written whole or not at all: a failure keeps the calibration that was there */
+  const size_t len = strlen(json);
+  char *text = realloc(json, len + 2);
+  if (text) {
+    json = text;
+    memcpy(json + len, "\n", 2);
+  }
+  if (!text || strata_file_write(out, json, len + 1)) {
+    fprintf(stderr, "strata-bench: calibrate: %s\n", text ? strata_last_error() : "out of memory");
     free(json);
     strata_shutdown();
     return 1;
   }
-  printf("%s\n", json);
+  fputs(json, stdout);
   fprintf(stderr, "strata-bench: calibration written to %s\n", out);
   free(json);
   strata_shutdown();

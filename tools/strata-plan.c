@@ -142,14 +142,17 @@ static int write_layout(strata_layout_t l, strata_machine_t c, const char *path)
   strata_layout_free(e);
   if (rc)
     return rc;
-  FILE *f = fopen(path, "w");
-  if (!f || fprintf(f, "%s\n", js) < 0 || fclose(f) != 0) {
-    fprintf(stderr, "%s: cannot write %s\n", PROG, path);
-    free(js);
-    return STRATA_ERR_IO;
+  const size_t len = strlen(js);
+  char *text = realloc(js, len + 2);
+  if (text) {
+    js = text;
+    memcpy(js + len, "\n", 2);
   }
+  rc = text ? strata_file_write(path, js, len + 1) : STRATA_ERR_NOMEM; /* a failure keeps the file that was there */
+  if (rc)
+    fprintf(stderr, "%s: --out: %s\n", PROG, text ? strata_last_error() : "out of memory");
   free(js);
-  return STRATA_OK;
+  return rc;
 }
 
 static double now_s(void) {
@@ -459,6 +462,10 @@ int main(int argc, char **argv) {
   }
   if (a.trace && a.out && cli_same_file(a.trace, a.out)) {
     fprintf(stderr, "%s: --trace and --out name the same file\n", PROG);
+    return 2;
+  }
+  if (a.out && strata_file_check(a.out)) {
+    fprintf(stderr, "%s: --out: %s\n", PROG, strata_last_error());
     return 2;
   }
   strata_model_t m;

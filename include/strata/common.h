@@ -86,6 +86,23 @@ STRATA_API void strata_log_set_handler(strata_log_fn fn, int max_level, void *us
 */
 STRATA_API int strata_parse_size(const char *text, uint64_t *out /* OUT */);
 
+/*
+** Write `size` bytes of `data` to `path` in one step: into a temporary file
+** beside it, synced, then renamed over it, so a reader finds the old file
+** or the whole new one, and a failure (a full disk, a killed process)
+** leaves the old file as it was. A file replaced keeps its mode.
+** STRATA_ERR_IO with the reason otherwise.
+*/
+STRATA_API int strata_file_write(const char *path, const void *data, size_t size);
+
+/*
+** Check, before long work, that strata_file_write(path) will be able to
+** write: the directory exists and takes a new file (a temporary file is
+** created and removed), `path` is not a directory. STRATA_ERR_IO with the
+** reason otherwise.
+*/
+STRATA_API int strata_file_check(const char *path);
+
 #ifdef __cplusplus
 }
 #endif
