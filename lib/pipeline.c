@@ -40,13 +40,17 @@ struct sender {
   struct job *head, *tail;
   int stop;
   strata_queue_t q;          /* copy queue on the rank's device */
+  pthread_cond_t cond;       /* a job for it, the end of the step, or a failure */
 };
 
 struct exec {
   strata_trainer_t tr;
   int m, S;
   pthread_mutex_t lock;
-  pthread_cond_t cond;
+  /* each thread waits on its own condition, signalled only for what it waits for: on a box with fewer cores than
+  ** threads, waking every waiter at each message cost pp 4 hundreds of context switches a step */
+  pthread_cond_t *wake;      /* [ndev]: rank r's worker (a message for one of its stages, the update's go) */
+  int nwake;                 /* how many of wake[] and snd[].cond are initialised */
   int failed;
   int fail_status;
   char fail_msg[4096];
@@ -116,9 +120,11 @@ static void fail(struct exec *ex, int status, const char *what) {
     ex->fail_status = status;
     snprintf(ex->fail_msg, sizeof ex->fail_msg, "%s: %s", what, strata_last_error());
   }
-  pthread_cond_broadcast(&ex->cond);
-  for (int r = 0; r < ex->tr->ndev; r++)
+  for (int r = 0; r < ex->nwake; r++) {
     ex->snd[r].stop = 1;
+    pthread_cond_broadcast(&ex->snd[r].cond);
+    pthread_cond_broadcast(&ex->wake[r]);
+  }
   pthread_mutex_unlock(&ex->lock);
   /* replicas and slices waiting in a collective for this one must not wait for the timeout */
   strata__trainer_abort(ex->tr, status, what);
@@ -189,7 +195,7 @@ static void *sender_main(void *arg) {
   for (;;) {
     pthread_mutex_lock(&ex->lock);
     while (!sd->head && !sd->stop)
-      pthread_cond_wait(&ex->cond, &ex->lock);
+      pthread_cond_wait(&sd->cond, &ex->lock);
     struct job *j = sd->head;
     if (!j || ex->failed) {
       pthread_mutex_unlock(&ex->lock);
@@ -211,10 +217,7 @@ static void *sender_main(void *arg) {
         break;
       }
       trace(ex, "send", j->kind, j->stage, j->mb, t0, strata__now(), 2 * wa->rank + 1);
-      pthread_mutex_lock(&ex->lock);
-      drop_locked(ex, j->stage, j->mb, j->kind == STRATA_ACTION_SEND_ACT ? ACT : GRAD);
-      pthread_cond_broadcast(&ex->cond);
-      pthread_mutex_unlock(&ex->lock);
+      drop(ex, j->stage, j->mb, j->kind == STRATA_ACTION_SEND_ACT ? ACT : GRAD); /* (no thread waits on a hold) */
       free(j);
       continue;
     }
@@ -242,7 +245,7 @@ static void *sender_main(void *arg) {
     j->dst->buf = b;
     j->dst->posted = 1;
     drop_locked(ex, j->stage, j->mb, j->kind == STRATA_ACTION_SEND_ACT ? ACT : GRAD);
-    pthread_cond_broadcast(&ex->cond);
+    pthread_cond_signal(&ex->wake[rank_of(ex, j->to)]); /* the receiving stage's worker, alone */
     pthread_mutex_unlock(&ex->lock);
     free(j);
   }
@@ -304,15 +307,15 @@ static void send_job(struct exec *ex, int rank, struct job *j) {
   else
     sd->head = j;
   sd->tail = j;
-  pthread_cond_broadcast(&ex->cond);
+  pthread_cond_signal(&sd->cond);
   pthread_mutex_unlock(&ex->lock);
 }
 
-/* Wait for a message; returns 0 when it is there, -1 when the run failed. */
-static int wait_msg(struct exec *ex, struct msg *mg) {
+/* Rank `rank`'s worker waits for a message; returns 0 when it is there, -1 when the run failed. */
+static int wait_msg(struct exec *ex, int rank, struct msg *mg) {
   pthread_mutex_lock(&ex->lock);
   while (!mg->posted && !ex->failed)
-    pthread_cond_wait(&ex->cond, &ex->lock);
+    pthread_cond_wait(&ex->wake[rank], &ex->lock);
   int ok = mg->posted && !ex->failed;
   pthread_mutex_unlock(&ex->lock);
   return ok ? 0 : -1;
@@ -509,14 +512,15 @@ static int do_optimizer(struct exec *ex, int rank, int s, int last_on_rank) {
   if (all_here) {
     ex->gscale = strata__clip_scale(tr, &ex->norm);
     ex->opt_ready = 1;
-    pthread_cond_broadcast(&ex->cond);
+    for (int r = 0; r < ex->nwake; r++) /* once a step: every worker that waits for the go */
+      pthread_cond_signal(&ex->wake[r]);
   }
   if (!last_on_rank) {
     pthread_mutex_unlock(&ex->lock);
     return STRATA_OK;
   }
   while (!ex->opt_ready && !ex->failed)
-    pthread_cond_wait(&ex->cond, &ex->lock);
+    pthread_cond_wait(&ex->wake[rank], &ex->lock);
   int ok = ex->opt_ready && !ex->failed;
   float gscale = ex->gscale, norm = ex->norm;
   pthread_mutex_unlock(&ex->lock);
@@ -775,7 +779,7 @@ static void *worker_main(void *arg) {
     }
     case STRATA_ACTION_RECV_ACT:
     case STRATA_ACTION_RECV_GRAD:
-      if (wait_msg(ex, a->kind == STRATA_ACTION_RECV_ACT ? &ex->act[s * ex->m + mb] : &ex->grad[s * ex->m + mb]))
+      if (wait_msg(ex, rank, a->kind == STRATA_ACTION_RECV_ACT ? &ex->act[s * ex->m + mb] : &ex->grad[s * ex->m + mb]))
         goto out; /* the run failed elsewhere */
       cat = "recv";
       break;
@@ -902,7 +906,7 @@ static void *receiver_main(void *arg) {
       struct msg *mg = dir == 0 ? &ex->act[to * ex->m + mb] : &ex->grad[to * ex->m + mb];
       mg->buf = b;
       mg->posted = 1;
-      pthread_cond_broadcast(&ex->cond);
+      pthread_cond_signal(&ex->wake[rank_of(ex, to)]);
       pthread_mutex_unlock(&ex->lock);
     }
   }
@@ -948,15 +952,19 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
         break;
       }
   }
+  ex.wake = calloc((size_t)tr->ndev, sizeof *ex.wake);
   struct worker_arg *args = calloc((size_t)tr->ndev, sizeof *args);
   pthread_t *workers = calloc((size_t)tr->ndev, sizeof *workers);
   int rc = (!ex.act || !ex.grad || !ex.hold_act || !ex.hold_grad || !ex.pending || !ex.slot || !ex.inflight || !ex.peak ||
-            !ex.done || !ex.done_post || !ex.busy || !ex.snd || !args || !workers ||
+            !ex.done || !ex.done_post || !ex.busy || !ex.snd || !ex.wake || !args || !workers ||
             (tr->replicas > 1 && !tr->zero && !ex.bk))
                ? strata__error(STRATA_ERR_NOMEM, "out of host memory running a pipeline step")
                : STRATA_OK;
   pthread_mutex_init(&ex.lock, NULL);
-  pthread_cond_init(&ex.cond, NULL);
+  for (int r = 0; r < tr->ndev && !rc; r++, ex.nwake++) {
+    pthread_cond_init(&ex.wake[r], NULL);
+    pthread_cond_init(&ex.snd[r].cond, NULL);
+  }
   /* the copy queues live as long as the trainer: a queue is a stream, a
   ** cuBLAS handle and a scratch allocation on CUDA, too dear per step */
   /* the receive pools were filled at creation (strata__pipeline_prefill) */
@@ -1014,9 +1022,10 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
       pthread_join(workers[r], NULL);
   /* the senders have nothing left once every worker is through its list */
   pthread_mutex_lock(&ex.lock);
-  for (int r = 0; ex.snd && r < tr->ndev; r++)
+  for (int r = 0; r < ex.nwake; r++) {
     ex.snd[r].stop = 1;
-  pthread_cond_broadcast(&ex.cond);
+    pthread_cond_signal(&ex.snd[r].cond);
+  }
   pthread_mutex_unlock(&ex.lock);
   for (int r = 0; ex.snd && r < tr->ndev; r++)
     if (ex.snd[r].started)
@@ -1089,7 +1098,11 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
     }
   }
   pthread_mutex_destroy(&ex.lock);
-  pthread_cond_destroy(&ex.cond);
+  for (int r = 0; r < ex.nwake; r++) {
+    pthread_cond_destroy(&ex.wake[r]);
+    pthread_cond_destroy(&ex.snd[r].cond);
+  }
+  free(ex.wake);
   free(ex.act);
   free(ex.grad);
   free(ex.hold_act);
