@@ -435,17 +435,6 @@ static strata_comm_t replica_comm(const struct exec *ex, int s) {
   return ex->tr->comm[strata__stage_slice(ex->tr, s) * ex->chain + s % ex->chain];
 }
 
-/* Its members' devices, "0,2", for the trace. */
-static void replica_group(const struct exec *ex, int s, char *group, size_t cap) {
-  strata_trainer_t tr = ex->tr;
-  size_t at = 0;
-  group[0] = '\0';
-  for (int r = 0; r < tr->replicas && at < cap; r++)
-    at += (size_t)snprintf(group + at, cap - at, "%s%d", r ? "," : "",
-                           strata__rank_device(tr, rank_of(ex, (r * tr->tp + strata__stage_slice(tr, s)) * ex->chain +
-                                                                   s % ex->chain)));
-}
-
 /* Wait for a gradient collective of stage s posted at `posted` (*done; NULL afterwards), and trace it. */
 static int settle_replicas(struct exec *ex, int rank, int s, void **done, double posted, const char *name,
                            const char *op, uint64_t bytes) {
@@ -467,10 +456,9 @@ static int settle_replicas(struct exec *ex, int rank, int s, void **done, double
   }
   if (rc || !tr->trace_path)
     return rc;
-  char group[48];
-  replica_group(ex, s, group, sizeof group);
   pthread_mutex_lock(&ex->lock);
-  strata__trace_add_comm(tr, name, op, bytes, group, t0 > posted ? t0 : posted, t1, 2 * rank + 1, posted);
+  strata__trace_add_comm(tr, name, op, bytes, STRATA__GROUP_REPLICAS, s, t0 > posted ? t0 : posted, t1, 2 * rank + 1,
+                         posted);
   pthread_mutex_unlock(&ex->lock);
   return STRATA_OK;
 }
@@ -636,12 +624,12 @@ struct join_trace {
   int kind, s, mb, tid;
 };
 
-static void join_traced(void *arg, uint64_t bytes, const char *group, double t0, double t1) {
+static void join_traced(void *arg, uint64_t bytes, double t0, double t1) {
   struct join_trace *j = arg;
   char name[24];
   snprintf(name, sizeof name, "%s%d.%d", strata_action_label(j->kind), j->s, j->mb);
   pthread_mutex_lock(&j->ex->lock);
-  strata__trace_add_comm(j->ex->tr, name, "allreduce", bytes, group, t0, t1, j->tid, -1);
+  strata__trace_add_comm(j->ex->tr, name, "allreduce", bytes, STRATA__GROUP_SLICES, j->s, t0, t1, j->tid, -1);
   pthread_mutex_unlock(&j->ex->lock);
 }
 
@@ -695,11 +683,11 @@ static int do_param_gather(struct exec *ex, int rank, int s) {
     x = post_gather(tr, c, r, st, &t1);
   TRY(x);
   if (tr->trace_path) {
-    char name[24], group[48];
-    replica_group(ex, s, group, sizeof group);
+    char name[24];
     snprintf(name, sizeof name, "PAG%d", s);
     pthread_mutex_lock(&ex->lock);
-    strata__trace_add_comm(tr, name, "allgather", (uint64_t)st->chunk * 4, group, t0, t1, 2 * rank + 1, -1);
+    strata__trace_add_comm(tr, name, "allgather", (uint64_t)st->chunk * 4, STRATA__GROUP_REPLICAS, s, t0, t1,
+                           2 * rank + 1, -1);
     pthread_mutex_unlock(&ex->lock);
   }
   return STRATA_OK;
@@ -1174,15 +1162,6 @@ int strata__tp_settle(strata_trainer_t tr, int s, strata__join_trace_fn fn, void
     return STRATA_OK;
   struct strata__tp_member *m = &tr->tp_member[s];
   int rc = strata_queue_finish(tr->st[s]->q);
-  char group[48];
-  group[0] = '\0';
-  if (fn) {
-    size_t at = 0;
-    const int c0 = strata__stage_replica(tr, s) * tr->tp;
-    for (int t = 0; t < strata__stage_tp(tr, s) && at < sizeof group; t++)
-      at += (size_t)snprintf(group + at, sizeof group - at, "%s%d", t ? "," : "",
-                             strata__rank_device(tr, tr->stage_rank[(c0 + t) * tr->nstages + s % tr->nstages]));
-  }
   for (int i = 0; i < m->n; i++) {
     double t0 = m->posted[i], t1 = m->ended[i];
     if (m->pending[i]) {
@@ -1192,7 +1171,7 @@ int strata__tp_settle(strata_trainer_t tr, int s, strata__join_trace_fn fn, void
       t1 = b;
     }
     if (fn && !rc)
-      fn(arg, m->bytes[i], group, t0, t1 > t0 ? t1 : t0);
+      fn(arg, m->bytes[i], t0, t1 > t0 ? t1 : t0);
   }
   m->n = 0;
   return rc;
@@ -1211,6 +1190,20 @@ void strata__tp_drop(strata_trainer_t tr, int s) {
 }
 
 /* ---- traces ---- */
+
+/* The devices of a collective's members, "0,2": the replicas of stage s's slice, or the slices of its replica. */
+static void print_group(FILE *f, const struct strata_trainer *tr, int kind, int s) {
+  const int S = tr->nstages;
+  if (s < 0 || s >= strata__stages_all(tr))
+    return; /* (an event from another rank names its stage by the same numbers: never out of range) */
+  if (kind == STRATA__GROUP_REPLICAS)
+    for (int r = 0; r < tr->replicas; r++)
+      fprintf(f, "%s%d", r ? "," : "",
+              strata__rank_device(tr, tr->stage_rank[(r * tr->tp + strata__stage_slice(tr, s)) * S + s % S]));
+  else if (kind == STRATA__GROUP_SLICES)
+    for (int t = 0, c0 = strata__stage_replica(tr, s) * tr->tp; t < strata__stage_tp(tr, s); t++)
+      fprintf(f, "%s%d", t ? "," : "", strata__rank_device(tr, tr->stage_rank[(c0 + t) * S + s % S]));
+}
 
 void strata__trace_add(strata_trainer_t tr, const char *name, const char *cat, double t_start, double t_end, int tid) {
   if (tr->nevents == tr->cap_events) {
@@ -1232,19 +1225,21 @@ void strata__trace_add(strata_trainer_t tr, const char *name, const char *cat, d
   e->step = tr->step;
   e->bytes = 0;
   e->op = NULL;
-  e->group[0] = '\0';
+  e->group_kind = STRATA__GROUP_NONE;
+  e->group_stage = 0;
   e->posted = -1;
 }
 
-void strata__trace_add_comm(strata_trainer_t tr, const char *name, const char *op, uint64_t bytes, const char *group,
-                            double t_start, double t_end, int tid, double posted) {
+void strata__trace_add_comm(strata_trainer_t tr, const char *name, const char *op, uint64_t bytes, int group,
+                            int stage, double t_start, double t_end, int tid, double posted) {
   size_t n = tr->nevents;
   strata__trace_add(tr, name, "comm", t_start, t_end, tid);
   if (tr->nevents == n + 1) {
     struct strata__trace_event *e = &tr->events[n];
     e->bytes = bytes;
     e->op = op;
-    snprintf(e->group, sizeof e->group, "%s", group);
+    e->group_kind = group;
+    e->group_stage = stage;
     if (posted >= 0)
       e->posted = (posted - tr->t0) * 1e6;
   }
@@ -1289,9 +1284,11 @@ int strata__trace_write(strata_trainer_t tr) {
             "{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, "
             "\"args\": {\"step\": %lld",
             e->name, e->cat, e->tid, e->ts, e->dur, (long long)e->step + 1);
-    if (e->op)
-      fprintf(f, ", \"collective\": \"%s\", \"bytes\": %llu, \"group\": [%s]", e->op,
-              (unsigned long long)e->bytes, e->group);
+    if (e->op) {
+      fprintf(f, ", \"collective\": \"%s\", \"bytes\": %llu, \"group\": [", e->op, (unsigned long long)e->bytes);
+      print_group(f, tr, e->group_kind, e->group_stage);
+      fputc(']', f);
+    }
     if (e->posted >= 0) /* when the device handed it over: before ts when the data waited for the link */
       fprintf(f, ", \"posted\": %.3f", e->posted);
     fprintf(f, "}}%s\n", i + 1 < tr->nevents ? "," : "");

@@ -32,6 +32,10 @@ struct strata__tp_member {
   int n, cap;
 };
 
+/* A collective's members in a trace: the replicas of a stage's slice (data parallelism), or the slices of a stage's
+** replica (tensor parallelism). */
+enum { STRATA__GROUP_NONE, STRATA__GROUP_REPLICAS, STRATA__GROUP_SLICES };
+
 struct strata__trace_event {
   char name[24];
   const char *cat;          /* "compute", "send", "recv", "idle", "optimizer", "comm" */
@@ -40,7 +44,8 @@ struct strata__trace_event {
   int64_t step;
   uint64_t bytes;           /* comm: bytes each member contributes */
   const char *op;           /* comm: the collective ("allreduce") */
-  char group[48];           /* comm: the members' devices, e.g. "0,2" */
+  int group_kind;           /* comm: its members (STRATA__GROUP_*), of stage group_stage: written as their devices, */
+  int group_stage;          /* "0,2", so that a group of any size fits */
   double posted;            /* comm: when the device handed it over (microseconds, as ts), or -1 */
 };
 
@@ -170,10 +175,10 @@ void strata__trainer_post_end(strata_trainer_t tr);
 /* Write the trace file (all events so far), atomically. */
 int strata__trace_write(strata_trainer_t tr);
 void strata__trace_add(strata_trainer_t tr, const char *name, const char *cat, double t_start, double t_end, int tid);
-/* A collective's event: as strata__trace_add, with its bytes, kind and group, and when the device handed it over
-** (`posted`, on t_start's clock; negative: not known). */
-void strata__trace_add_comm(strata_trainer_t tr, const char *name, const char *op, uint64_t bytes, const char *group,
-                            double t_start, double t_end, int tid, double posted);
+/* A collective's event: as strata__trace_add, with its bytes, kind, group (STRATA__GROUP_* of stage `stage`) and when
+** the device handed it over (`posted`, on t_start's clock; negative: not known). */
+void strata__trace_add_comm(strata_trainer_t tr, const char *name, const char *op, uint64_t bytes, int group,
+                            int stage, double t_start, double t_end, int tid, double posted);
 
 /* Stages in all (every chain's) and whether stage s has a neighbour before / after it in its chain. */
 static inline int strata__stages_all(const struct strata_trainer *tr) { return tr->nstages * tr->chains; }
@@ -199,9 +204,9 @@ int strata__stage_consumers(const struct strata_trainer *tr, int s, int dir, int
 
 /* A sharded stage's join (stage.h's join hook): post an all-reduce over the slices. */
 int strata__tp_join(void *member, strata_queue_t q, strata_mem_t x, size_t count, int op);
-/* Account for stage s's joins posted so far: wait for them, and with `fn` tell it each join's bytes, group and
-** when its data moved (strata__now seconds). */
-typedef void (*strata__join_trace_fn)(void *arg, uint64_t bytes, const char *group, double t_start, double t_end);
+/* Account for stage s's joins posted so far: wait for them, and with `fn` tell it each join's bytes and when its
+** data moved (strata__now seconds). */
+typedef void (*strata__join_trace_fn)(void *arg, uint64_t bytes, double t_start, double t_end);
 int strata__tp_settle(strata_trainer_t tr, int s, strata__join_trace_fn fn, void *arg);
 /* Drop stage s's pending joins after a failure (waits for the stage's queue). */
 void strata__tp_drop(strata_trainer_t tr, int s);

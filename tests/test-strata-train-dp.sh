@@ -35,7 +35,7 @@ if [ ! -x "$TRAIN" ]; then
   echo "1..0 # SKIP strata-train not built"
   exit 0
 fi
-echo "1..24"
+echo "1..25"
 
 for i in 1 2 3 4 5 6 7 8; do cat "$top_srcdir/README.md"; done >"$TMP/text.txt"
 T="$TRAIN --model gpt-micro --data $TMP/text.txt --batch 2 --steps 6 --eval-batches 1 --eval-every 0 --json"
@@ -113,3 +113,13 @@ fails_clearly "--plan auto with --dp" "drop --dp" $T --plan auto --dp 2
 printf '{"dp": 2, "devices": [0, 0]}\n' >"$TMP/twice.json"
 fails_clearly "a layout naming a device twice" "listed twice" $T --layout "$TMP/twice.json"
 fails_clearly "a missing layout file" "no-such.json" $T --layout "$TMP/no-such.json"
+
+# the trace of a group longer than a fixed field held (48 characters): dp 24 on 24 host devices, whose gradient
+# all-reduces each list every replica's device; before, the list was cut short mid-number or after a comma
+STRATA_BACKENDS=host STRATA_HOST_DEVICES=24 $TRAIN --model gpt-micro --data "$TMP/text.txt" --batch 1 --steps 1 \
+  --eval-batches 1 --eval-every 0 --json --dp 24 --trace "$TMP/dp24.trace" >"$TMP/dp24.json" 2>"$TMP/err"
+rc=$?
+comms=$(grep -c '"cat": "comm"' "$TMP/dp24.trace" 2>/dev/null)
+whole=$(grep -c "\"group\": \[$(seq -s, 0 23)\]" "$TMP/dp24.trace" 2>/dev/null)
+check "--dp 24 --trace: each of the $comms all-reduces names the 24 replicas' devices ($whole do)" \
+  [ "$rc" -eq 0 -a "${comms:-0}" -gt 0 -a "${comms:-0}" = "${whole:-x}" ]

@@ -845,11 +845,11 @@ int strata__ranks_host_device(const struct strata_trainer *tr, int r) {
 
 /* A trace event between processes: its strings by value (the pointers are each process's). */
 struct wire_event {
-  char name[24], cat[16], op[16], group[48];
+  char name[24], cat[16], op[16];
   double ts, dur, posted;
   int64_t step;
   uint64_t bytes;
-  int32_t tid, has_op;
+  int32_t tid, has_op, group_kind, group_stage; /* the group by stage: every rank writes its members alike */
 };
 
 /* The event kinds and collectives a trace names, so that rank 0 keeps pointers to its own strings. */
@@ -891,7 +891,8 @@ int strata__ranks_trace_merge(strata_trainer_t tr) {
     strata__strlcpy(w->name, e->name, sizeof w->name);
     strata__strlcpy(w->cat, e->cat, sizeof w->cat);
     strata__strlcpy(w->op, e->op ? e->op : "", sizeof w->op);
-    strata__strlcpy(w->group, e->group, sizeof w->group);
+    w->group_kind = e->group_kind;
+    w->group_stage = e->group_stage;
     w->ts = e->ts;
     w->dur = e->dur;
     w->posted = e->posted;
@@ -918,7 +919,8 @@ int strata__ranks_trace_merge(strata_trainer_t tr) {
       e->bytes = w->bytes;
       e->posted = w->posted < 0 ? -1 : w->posted + (heads[r].t0 - tr->t0) * 1e6;
       e->op = w->has_op ? intern(w->op) : NULL;
-      strata__strlcpy(e->group, w->group, sizeof e->group);
+      e->group_kind = w->group_kind;
+      e->group_stage = w->group_stage;
     }
   free(heads);
   free(out);
