@@ -1099,6 +1099,16 @@ static char *two_devices(json_t *entry, double curve, double shaped) {
   return text;
 }
 
+/* strata_calibrate_model of device 0 for m (micro-batches of 2 rows, tp up to 2): the text in *json, parsed. */
+static json_t *calibrate_first(strata_model_t m, char **json) {
+  const int first = 0;
+  const int64_t rows[] = {2};
+  OK(strata_calibrate_model(&first, 1, m, rows, 1, 2, json));
+  json_t *root = json_loads(*json, 0, NULL);
+  cr_assert_not_null(root);
+  return root;
+}
+
 /*
 ** strata_calibrate_model times the GEMMs the simulator costs a model with
 ** (each positive), and a simulation meets those figures instead of the
@@ -1113,12 +1123,8 @@ Test(plan, a_model_s_own_gemm_speeds_replace_the_speed_by_size) {
   if (n < 1)
     cr_skip_test("no device to calibrate");
   strata_model_t m = small_gpt(2);
-  const int first = 0;
-  const int64_t rows[] = {2};
   char *json = NULL;
-  OK(strata_calibrate_model(&first, 1, m, rows, 1, 2, &json));
-  json_t *root = json_loads(json, 0, NULL);
-  cr_assert_not_null(root);
+  json_t *root = calibrate_first(m, &json);
   json_t *entry = json_array_get(json_object_get(root, "devices"), 0), *shapes = json_object_get(entry, "gemm_shapes");
   cr_assert_geq(json_array_size(shapes), 20, "%zu GEMMs listed", json_array_size(shapes));
   for (size_t s = 0; s < json_array_size(shapes); s++)
@@ -1178,12 +1184,8 @@ Test(plan, the_stage_probe_s_factor_scales_a_device_s_compute) {
   if (n < 1)
     cr_skip_test("no device to calibrate");
   strata_model_t m = small_gpt(2);
-  const int first = 0;
-  const int64_t rows[] = {2};
   char *json = NULL;
-  OK(strata_calibrate_model(&first, 1, m, rows, 1, 2, &json));
-  json_t *root = json_loads(json, 0, NULL);
-  cr_assert_not_null(root);
+  json_t *root = calibrate_first(m, &json);
   json_t *entry = json_array_get(json_object_get(root, "devices"), 0), *probe = json_object_get(entry, "stage_probe");
   cr_assert(json_is_object(probe), "a GPT's calibration has a stage probe: %s", json);
   const double sec = json_number_value(json_object_get(probe, "seconds"));
