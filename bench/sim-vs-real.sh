@@ -8,7 +8,9 @@
 # (ROUNDS + 1 calibrations in all), and the round of the median error is the layout's: a burst of others' load
 # that halves this machine's speed for a few seconds (seen here) spoils one round, not the layout,
 # POCL_CACHE_DIR (default a directory under TMPDIR that outlives the run, so PoCL compiles its kernels once),
-# SIM_KEEP (copy each layout's calibrations to SIM_KEEP.N.R), STEADY (default 10) and RETRIES (default 2): a round
+# SIM_KEEP (copy layout N's K-th calibration to SIM_KEEP.N.K, K from 0, and append each kept round to SIM_KEEP.N.rounds
+# as "BEFORE AFTER PREDICTED MEASURED ERROR [~]": the numbers of its two calibrations, so that a change to the
+# simulator can be replayed against the measured steps without measuring again), STEADY (default 10) and RETRIES (default 2): a round
 # whose two calibrations predict steps more than STEADY% apart saw the machine's speed move while it ran (a host
 # device's peak measured 41 and 83 GFLOP/s minutes apart here), so it is measured again, up to RETRIES times, and
 # kept marked "~" if it never settles; the count is printed. The first layout runs again last: the two show how
@@ -97,7 +99,11 @@ while IFS='|' read -r name rows body; do
   batch=$((rows * m * dp))
   devs=$(printf '%s' "$body" | sed -n 's/.*"devices":\[\([0-9,]*\)\].*/\1/p')
   calibrate "$devs" "$tmp/cal.0.json" || continue
-  [ -n "${SIM_KEEP:-}" ] && cp "$tmp/cal.0.json" "$SIM_KEEP.$idx.0"
+  k=0 # the calibration's number in SIM_KEEP
+  if [ -n "${SIM_KEEP:-}" ]; then
+    cp "$tmp/cal.0.json" "$SIM_KEEP.$idx.0"
+    : >"$SIM_KEEP.$idx.rounds"
+  fi
   prev=$(predict "$tmp/cal.0.json") || continue
   : >"$tmp/rounds"
   r=1 failed= tries=0
@@ -109,7 +115,8 @@ while IFS='|' read -r name rows body; do
       break
     fi
     calibrate "$devs" "$tmp/cal.$r.json" || { failed=1; break; }
-    [ -n "${SIM_KEEP:-}" ] && cp "$tmp/cal.$r.json" "$SIM_KEEP.$idx.$r"
+    k=$((k + 1))
+    [ -n "${SIM_KEEP:-}" ] && cp "$tmp/cal.$r.json" "$SIM_KEEP.$idx.$k"
     next=$(predict "$tmp/cal.$r.json") || { failed=1; break; }
     # unsteady: the calibrations before and after the round predict steps more than STEADY% apart, so the
     # machine's speed moved during it; measured again (the calibration after is the next one's before), up to
@@ -130,6 +137,7 @@ while IFS='|' read -r name rows body; do
     # predicted (the mean of the calibrations before and after), measured, error in %
     awk -v a="$prev" -v b="$next" -v m="$measured" -v k="$mark" \
       'BEGIN { p = (a + b) / 2; printf "%.6f %.6f %.3f %s\n", p, m, 100 * (p - m) / m, k }' >>"$tmp/rounds"
+    [ -n "${SIM_KEEP:-}" ] && printf '%d %d %s\n' $((k - 1)) "$k" "$(tail -n 1 "$tmp/rounds")" >>"$SIM_KEEP.$idx.rounds"
     prev=$next
     r=$((r + 1))
   done
