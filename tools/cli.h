@@ -184,4 +184,25 @@ static inline ssize_t cli_read_head(const char *path, void *buf, size_t n) {
   return got;
 }
 
+/*
+** Write the text *text and a newline to `path` whole or not at all
+** (strata_file_write: a failure keeps the file that was there); *text grows
+** by the newline. 0, or -1 after one line "PROG: WHAT: why" on stderr.
+*/
+static inline int cli_write_line(const char *prog, const char *what, const char *path, char **text) {
+  const size_t len = strlen(*text);
+  char *t = realloc(*text, len + 2);
+  if (!t) {
+    fprintf(stderr, "%s: %s: out of memory\n", prog, what);
+    return -1;
+  }
+  *text = t;
+  memcpy(t + len, "\n", 2);
+  if (strata_file_write(path, t, len + 1)) {
+    fprintf(stderr, "%s: %s: %s\n", prog, what, strata_last_error());
+    return -1;
+  }
+  return 0;
+}
+
 #endif /* STRATA_TOOLS_CLI_H */

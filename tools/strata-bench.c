@@ -776,15 +776,7 @@ static int calibrate_main(int argc, char **argv) {
     strata_shutdown();
     return rc == STRATA_ERR_RANGE ? 2 : 1;
   }
-  /* written whole or not at all: a failure keeps the calibration that was there */
-  const size_t len = strlen(json);
-  char *text = realloc(json, len + 2);
-  if (text) {
-    json = text;
-    memcpy(json + len, "\n", 2);
-  }
-  if (!text || strata_file_write(out, json, len + 1)) {
-    fprintf(stderr, "strata-bench: calibrate: %s\n", text ? strata_last_error() : "out of memory");
+  if (cli_write_line("strata-bench", "calibrate", out, &json)) { /* a failure keeps the calibration there */
     free(json);
     strata_shutdown();
     return 1;

@@ -142,15 +142,7 @@ static int write_layout(strata_layout_t l, strata_machine_t c, const char *path)
   strata_layout_free(e);
   if (rc)
     return rc;
-  const size_t len = strlen(js);
-  char *text = realloc(js, len + 2);
-  if (text) {
-    js = text;
-    memcpy(js + len, "\n", 2);
-  }
-  rc = text ? strata_file_write(path, js, len + 1) : STRATA_ERR_NOMEM; /* a failure keeps the file that was there */
-  if (rc)
-    fprintf(stderr, "%s: --out: %s\n", PROG, text ? strata_last_error() : "out of memory");
+  rc = cli_write_line(PROG, "--out", path, &js) ? STRATA_ERR_IO : STRATA_OK; /* a failure keeps the file there */
   free(js);
   return rc;
 }
