@@ -1074,13 +1074,9 @@ static float schedule(const struct strata_train_options *o, int64_t s) {
   return (float)(o->min_lr + 0.5 * (o->lr - o->min_lr) * (1 + cos(M_PI * t)));
 }
 
-STRATA_API int strata_trainer_step(strata_trainer_t tr, struct strata_step_stats *stats) {
-  if (!tr)
-    return strata__error(STRATA_ERR_INVALID, "strata_trainer_step: trainer is NULL");
-  if (!tr->data)
-    return strata__error(STRATA_ERR_STATE, "strata_trainer_step: the trainer was made without data");
+/* One step on the micro-batches in tr->inputs and tr->targets; `state` is the data stream's after them. */
+static int run_step(strata_trainer_t tr, uint64_t state, struct strata_step_stats *stats) {
   const struct strata_train_options *o = &tr->opt;
-  int64_t ctx = tr->images ? 0 : tr->model->cfg.context;
   /* d(mean loss of the step)/d(per-row loss): every replica's rows count, so
   ** that the replicas' gradients, summed, are one device's over them all */
   for (int s = 0; s < strata__stages_all(tr); s++) {
@@ -1094,10 +1090,6 @@ STRATA_API int strata_trainer_step(strata_trainer_t tr, struct strata_step_stats
   }
   if (tr->comm_stale)
     TRY(strata__trainer_comms_renew(tr));
-  /* the step's micro-batches, drawn in order before anything runs: replica r takes the r-th m of them */
-  uint64_t state = tr->data_state;
-  for (int k = 0; k < tr->mtot; k++)
-    TRY(strata_dataset_sample(tr->data, STRATA_SPLIT_TRAIN, o->batch, ctx, &state, tr->inputs[k], tr->targets[k]));
   float lr = schedule(o, tr->step), norm = 0;
   double t_start = strata__now();
   int rc = tr->sched ? strata__pipeline_step(tr, &norm, lr) : seq_step(tr, &norm, lr);
@@ -1142,6 +1134,32 @@ STRATA_API int strata_trainer_step(strata_trainer_t tr, struct strata_step_stats
   if (tr->sched && tr->trace_path)
     return strata__trace_write(tr);
   return STRATA_OK;
+}
+
+STRATA_API int strata_trainer_step(strata_trainer_t tr, struct strata_step_stats *stats) {
+  if (!tr)
+    return strata__error(STRATA_ERR_INVALID, "strata_trainer_step: trainer is NULL");
+  if (!tr->data)
+    return strata__error(STRATA_ERR_STATE, "strata_trainer_step: the trainer was made without data");
+  const int64_t ctx = tr->images ? 0 : tr->model->cfg.context;
+  /* the step's micro-batches, drawn in order before anything runs: replica r takes the r-th m of them */
+  uint64_t state = tr->data_state;
+  for (int k = 0; k < tr->mtot; k++)
+    TRY(strata_dataset_sample(tr->data, STRATA_SPLIT_TRAIN, tr->opt.batch, ctx, &state, tr->inputs[k],
+                              tr->targets[k]));
+  return run_step(tr, state, stats);
+}
+
+int strata__trainer_step_fixed(strata_trainer_t tr, const int32_t *inputs, size_t ninputs, const int32_t *targets,
+                               size_t ntargets) {
+  if (tr->images || ninputs != (size_t)tr->in_elems || ntargets != (size_t)tr->rows)
+    return strata__error(STRATA_ERR_INVALID, "a step on given tokens needs %lld inputs and %lld targets of a text "
+                         "model, not %zu and %zu", (long long)tr->in_elems, (long long)tr->rows, ninputs, ntargets);
+  for (int k = 0; k < tr->mtot; k++) {
+    memcpy(tr->inputs[k], inputs, ninputs * sizeof *inputs);
+    memcpy(tr->targets[k], targets, ntargets * sizeof *targets);
+  }
+  return run_step(tr, tr->data_state, NULL);
 }
 
 /* Mean loss of one batch run forward through the stages (slot 0). */

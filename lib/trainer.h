@@ -167,6 +167,10 @@ int strata__trainer_abort(strata_trainer_t tr, int status, const char *what);
 /* One micro-batch of `tr->rows` samples forward and backward on a one-device trainer, its gradients left on the
 ** device and nothing updated, waited for: the calibration's stage probe (lib/plan/calibrate.c). */
 int strata__trainer_forward_backward(strata_trainer_t tr, const void *inputs, const int32_t *targets);
+/* One training step of every micro-batch on the same tokens (`ninputs` and `ntargets` those of a micro-batch), without
+** a dataset: the calibration's pipeline probe runs the executor so. */
+int strata__trainer_step_fixed(strata_trainer_t tr, const int32_t *inputs, size_t ninputs, const int32_t *targets,
+                               size_t ntargets);
 /* Before posting a collective: STRATA_ERR_STATE when the step has failed (else the lock is held until
 ** strata__trainer_post_end). */
 int strata__trainer_post_begin(strata_trainer_t tr);

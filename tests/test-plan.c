@@ -1448,3 +1448,114 @@ Test(plan, per_rank_tp_is_searched_and_equals_exhaustive) {
   strata_machine_free(c);
   strata_model_free(m);
 }
+
+/* A two-device calibration of no measured figures but these, `extra` added to its root (may be ""). */
+static char *plain_pair(const char *extra) {
+  char *json = malloc(2048);
+  cr_assert_not_null(json);
+  snprintf(json, 2048,
+           "{\"schema\": \"strata-calibration/1\", \"devices\": [{\"device\": 0, \"gflops\": 10, \"mem_gbps\": 10, "
+           "\"launch_us\": 1, \"memory\": 1000000000}, {\"device\": 1, \"gflops\": 10, \"mem_gbps\": 10, "
+           "\"launch_us\": 1, \"memory\": 1000000000}], \"gbps\": [[0, 5], [5, 0]], \"latency_us\": [[0, 0], [0, 0]]%s}",
+           extra);
+  return json;
+}
+
+/*
+** The pipeline probe's overhead is paid by each action that waits on
+** another device's message, and by no other: GPipe pp 2 with one
+** micro-batch runs F0, F1, B1, B0 one after the other, and of them F1 (its
+** input from device 0) and B0 (its gradient from device 1) wait on a
+** message, so the step is longer by exactly two overheads; a layout without
+** a pipeline (one device, tp 2, dp 2) pays none.
+*/
+Test(plan, the_pipeline_probe_s_overhead_costs_each_action_that_waits_on_a_message) {
+  strata_model_t m = small_gpt(2);
+  char *none = plain_pair(""), *some = plain_pair(", \"pipeline_probe\": {\"action_us\": 1500}");
+  const int devs[2] = {0, 1}, halves[2] = {2, 2};
+  strata_layout_t pipe = layout(1, 2, 1, devs, halves, STRATA_SCHEDULE_GPIPE, 1, 0);
+  const double a = predicted_step(none, m, pipe, 2), b = predicted_step(some, m, pipe, 2);
+  cr_assert_float_eq(b - a, 2 * 1500e-6, 1e-9, "pp 2 GPipe of one micro-batch: %.9g s, %.9g s with the overhead", a, b);
+  strata_layout_t one = layout(1, 1, 1, devs, NULL, STRATA_SCHEDULE_1F1B, 2, 0);
+  strata_layout_t pair = layout(1, 1, 2, devs, NULL, STRATA_SCHEDULE_1F1B, 2, 0);
+  strata_layout_t dp = layout(2, 1, 1, devs, NULL, STRATA_SCHEDULE_1F1B, 1, 0);
+  strata_layout_t none_paid[3] = {one, pair, dp};
+  for (int i = 0; i < 3; i++) {
+    const double x = predicted_step(none, m, none_paid[i], 4), y = predicted_step(some, m, none_paid[i], 4);
+    cr_assert_float_eq(y, x, 1e-12 * x, "layout %d has no pipeline: %.9g against %.9g s", i, y, x);
+  }
+  for (int i = 0; i < 3; i++)
+    strata_layout_free(none_paid[i]);
+  strata_layout_free(pipe);
+  free(none);
+  free(some);
+  strata_model_free(m);
+}
+
+/* A "pipeline_probe" without an overhead from 0 to 100000 us is refused, naming it. */
+Test(plan, bad_pipeline_probes_are_refused) {
+  static const char *const bad[] = {"{}", "{\"action_us\": -1}", "{\"action_us\": 1e6}", "{\"action_us\": \"5\"}",
+                                    "[5]", "5"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char extra[256];
+    snprintf(extra, sizeof extra, ", \"pipeline_probe\": %s", bad[i]);
+    char *json = plain_pair(extra);
+    strata_machine_t c = NULL;
+    cr_assert_eq(strata_machine_from_calibration(json, "cal.json", NULL, &c), STRATA_ERR_PARSE, "%s", bad[i]);
+    cr_assert_null(c);
+    cr_assert_not_null(strstr(strata_last_error(), "pipeline_probe"), "%s: %s", bad[i], strata_last_error());
+    free(json);
+  }
+}
+
+/*
+** Calibrating two devices runs the pipeline probe: the model with two
+** blocks as a 1F1B pipeline over them, 4 micro-batches; its overhead is
+** what brings the simulator's step of that layout, on the file's own
+** figures, to the step measured (or 0 where the simulator is already as
+** slow), which the file as written reproduces.
+*/
+Test(plan, a_calibration_of_two_devices_measures_the_pipeline_probe, .timeout = 600) {
+  int n = 0;
+  OK(strata_device_count(&n));
+  if (n < 2)
+    cr_skip_test("fewer than two devices to calibrate");
+  strata_model_t m = small_gpt(2);
+  const int devs[2] = {0, 1};
+  const int64_t rows[] = {2};
+  char *json = NULL;
+  OK(strata_calibrate_model(devs, 2, m, rows, 1, 1, &json));
+  json_t *root = json_loads(json, 0, NULL), *p = json_object_get(root, "pipeline_probe");
+  cr_assert(json_is_object(p), "two devices' calibration has a pipeline probe: %s", json);
+  cr_assert_eq(json_integer_value(json_object_get(p, "blocks")), 2);
+  cr_assert_eq(json_integer_value(json_object_get(p, "microbatches")), 4);
+  cr_assert_eq(json_integer_value(json_object_get(p, "rows")), 2);
+  const double sec = json_number_value(json_object_get(p, "seconds"));
+  const double sim = json_number_value(json_object_get(p, "simulated_seconds"));
+  const double us = json_number_value(json_object_get(p, "action_us"));
+  cr_assert(sec > 0 && sim > 0 && us >= 0, "measured %g s, simulated %g s, %g us an action", sec, sim, us);
+  struct strata_model_config pc = *strata_model_config(m);
+  strata_model_t pm = NULL;
+  pc.layers = 2;
+  OK(strata_model_from_config(&pc, &pm));
+  const int split[2] = {2, 2};
+  strata_layout_t l = layout(1, 2, 1, devs, split, STRATA_SCHEDULE_1F1B, 4, 0);
+  strata_machine_t c = NULL;
+  OK(strata_machine_from_calibration(json, "cal.json", NULL, &c));
+  struct strata_sim_options o = {.batch = 8, .samples = 15, .seed = 1};
+  struct strata_sim_result r;
+  OK(strata_simulate(c, pm, l, &o, &r));
+  if (us > 0)
+    cr_assert_float_eq(r.step_s, sec, 0.01 * sec, "the probe's layout at its overhead: %g s, measured %g s", r.step_s,
+                       sec);
+  else
+    cr_assert_geq(r.step_s, sec * 0.999, "no overhead: the simulator is already as slow (%g s, measured %g)",
+                  r.step_s, sec);
+  strata_sim_result_destroy(&r);
+  strata_machine_free(c);
+  strata_layout_free(l);
+  strata_model_free(pm);
+  json_decref(root);
+  free(json);
+  strata_model_free(m);
+}

@@ -111,6 +111,11 @@ struct strata_device_cost {
   ** the executor's queue) over what the same ops cost timed one by one: measured by strata_calibrate_model on a
   ** one-block copy of the model, applied to every compute action. 0: none (1). */
   double stage_factor;
+  /* What the pipeline executor adds to each compute action beyond its ops, in microseconds: the wake-ups of its
+  ** threads and queues around an action that waits on another device, as they go on a loaded host. Measured by
+  ** strata_calibrate_model's pipeline probe (the model's blocks as a real pipeline over the calibrated devices);
+  ** the simulator adds it to every forward and backward of a layout with a pipeline. 0: none. */
+  double action_us;
 };
 
 /* The fraction of a datasheet's peak that a large fp32 GEMM sustains,

@@ -653,6 +653,137 @@ static int stage_factors(json_t *root, const char *text, strata_model_t pm, int6
   return rc;
 }
 
+/*
+** The pipeline probe: what the executor adds to each action when the
+** devices hand work to each other. The stage probe times a stage alone; in a
+** pipeline each action also waits on another device's message, and its
+** threads (the worker, the sender, the queues') are woken at every hand-off
+** while the other devices compute — on a host whose cores the devices share
+** that costs far more than a queue's round trip (here 0.3-0.5 ms an action
+** in a trace of host pp 2, against 0.01-0.06 ms). The probe runs the model
+** with one block per calibrated device as a real 1F1B pipeline over them
+** all (2 micro-batches per device), PIPE_S seconds of steps after two
+** warm-up steps, and takes the median step; then the overhead per action
+** that makes the simulator's step of the same layout, on the figures just
+** measured, equal to it (0 when the simulator is already as slow): each
+** forward and backward of a pipelined layout pays it.
+*/
+#define PIPE_S 1.0
+#define PIPE_MIN_STEPS 5
+#define PIPE_MAX_STEPS 256
+
+struct pipe_probe {
+  int blocks, microbatches;
+  double seconds, simulated, action_us;
+};
+
+/* The probe's layout over devices dev[0..n) (runtime ids, or the calibration's indices for the simulator). */
+static int pipe_layout(const int *dev, int n, int *split, strata_layout_t *out) {
+  for (int i = 0; i < n; i++)
+    split[i] = i == 0 || i == n - 1 ? 2 : 1; /* the embedding and the head beside the first and last blocks */
+  const struct strata_layout_desc d = {.dp = 1, .pp = n, .tp_all = 1, .devices = dev, .ndevices = n, .split = split,
+                                       .nsplit = n, .schedule = STRATA_SCHEDULE_1F1B, .microbatches = 2 * n};
+  return strata_layout_new(&d, out);
+}
+
+static int pipe_measure(const int *dev, int n, strata_model_t pm, int64_t rows, struct pipe_probe *p) {
+  const struct strata_model_config pc = *strata_model_config(pm);
+  const size_t tokens = (size_t)rows * (size_t)pc.context;
+  int32_t *in = malloc(tokens * sizeof *in), *tg = malloc(tokens * sizeof *tg);
+  double *step = malloc(PIPE_MAX_STEPS * sizeof *step);
+  int *split = malloc((size_t)n * sizeof *split);
+  strata_layout_t l = NULL;
+  strata_trainer_t tr = NULL;
+  int rc = in && tg && step && split ? STRATA_OK : strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
+  for (size_t i = 0; !rc && i < tokens; i++) {
+    in[i] = (int32_t)((i * 7 + 3) % (size_t)pc.vocab);
+    tg[i] = (int32_t)((i * 7 + 10) % (size_t)pc.vocab);
+  }
+  if (!rc)
+    rc = pipe_layout(dev, n, split, &l);
+  if (!rc) {
+    struct strata_train_options o;
+    strata_train_options_default(&o);
+    o.batch = rows;
+    o.steps = 1000000; /* the rate stays up: no update is skipped */
+    rc = strata_trainer_new_layout(pm, NULL, &o, l, NULL, &tr);
+  }
+  int ns = 0;
+  for (int k = 0; !rc && k < 2; k++) /* the first steps allocate and compile: not counted */
+    rc = strata__trainer_step_fixed(tr, in, tokens, tg, tokens);
+  const double end = strata__now() + PIPE_S;
+  while (!rc && ns < PIPE_MAX_STEPS && (ns < PIPE_MIN_STEPS || strata__now() < end)) {
+    const double t0 = strata__now();
+    rc = strata__trainer_step_fixed(tr, in, tokens, tg, tokens);
+    step[ns++] = strata__now() - t0;
+  }
+  if (rc)
+    rc = strata__error_prefix(rc, "calibration: the pipeline probe (%d blocks over %d devices, %lld samples a "
+                              "micro-batch): ", n, n, (long long)rows);
+  else
+    p->seconds = median(step, ns);
+  p->blocks = n;
+  p->microbatches = 2 * n;
+  strata_trainer_free(tr);
+  strata_layout_free(l);
+  free(split);
+  free(step);
+  free(in);
+  free(tg);
+  return rc;
+}
+
+/* The simulator's step of the probe's layout with every device paying `us` per action. */
+static int pipe_simulate(strata_machine_t c, strata_model_t pm, int n, int64_t rows, double us, double *step) {
+  int *idx = malloc((size_t)n * sizeof *idx), *split = malloc((size_t)n * sizeof *split);
+  strata_layout_t l = NULL;
+  int rc = idx && split ? STRATA_OK : strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
+  for (int i = 0; !rc && i < n; i++)
+    idx[i] = i;
+  if (!rc)
+    rc = pipe_layout(idx, n, split, &l);
+  for (int i = 0; i < c->k; i++)
+    c->cost[i].action_us = us;
+  /* as strata-plan --simulate predicts a step: the median of 15 drawn from the devices' spreads */
+  const struct strata_sim_options so = {.batch = rows * 2 * n, .samples = 15, .seed = 1};
+  struct strata_sim_result r;
+  if (!rc && (rc = strata_simulate(c, pm, l, &so, &r)) == STRATA_OK) {
+    *step = r.step_s;
+    strata_sim_result_destroy(&r);
+  }
+  strata_layout_free(l);
+  free(split);
+  free(idx);
+  return rc;
+}
+
+/* The overhead per action that brings the simulated probe to the measured one: bisection, to 0.1 us. */
+static int pipe_fit(json_t *root, const char *text, strata_model_t pm, int n, int64_t rows, struct pipe_probe *p) {
+  strata_machine_t c = NULL;
+  int rc = strata_machine_from_calibration(text, "calibration", NULL, &c);
+  double lo = 0, hi = 100, at;
+  if (!rc)
+    rc = pipe_simulate(c, pm, n, rows, 0, &p->simulated);
+  if (!rc && p->simulated < p->seconds) {
+    while (!rc && (rc = pipe_simulate(c, pm, n, rows, hi, &at)) == STRATA_OK && at < p->seconds && hi < 1e5)
+      lo = hi, hi *= 2;
+    while (!rc && hi - lo > 0.1) {
+      const double mid = (lo + hi) / 2;
+      if ((rc = pipe_simulate(c, pm, n, rows, mid, &at)) == STRATA_OK)
+        *(at < p->seconds ? &lo : &hi) = mid;
+    }
+    p->action_us = hi;
+  }
+  strata_machine_free(c);
+  if (rc)
+    return strata__error_prefix(rc, "calibration: simulating the pipeline probe: ");
+  json_object_set_new(root, "pipeline_probe",
+                      json_pack("{s:I, s:I, s:I, s:f, s:f, s:f}", "blocks", (json_int_t)p->blocks, "microbatches",
+                                (json_int_t)p->microbatches, "rows", (json_int_t)rows, "seconds", p->seconds,
+                                "simulated_seconds", p->simulated, "action_us", p->action_us));
+  return STRATA_OK;
+}
+
 /* The distinct GEMMs the simulator costs `model` with, for every micro-batch size and tp degree asked. */
 static int model_shapes(strata_model_t model, const int64_t *rows, int nrows, int max_tp,
                         struct strata_gemm_shape **out, int *count) {
@@ -844,6 +975,18 @@ STRATA_API int strata_calibrate_model(const int *devices, int n, strata_model_t 
     if (!rc)
       rc = probe_stages(dev, n, pm, rows[0], probe_s);
   }
+  /* a pipeline over them all, with as many blocks */
+  strata_model_t pipe_m = NULL;
+  struct pipe_probe pipe = {0};
+  if (!rc && probing && n > 1) {
+    struct strata_model_config pc = *strata_model_config(model);
+    pc.layers = n;
+    rc = strata_model_from_config(&pc, &pipe_m);
+    if (rc)
+      rc = strata__error_prefix(rc, "calibration: the pipeline probe's model: ");
+    else
+      rc = pipe_measure(dev, n, pipe_m, rows[0], &pipe);
+  }
   /* the runtime's all-reduce between every pair, timed once per pair (both directions alike) */
   double *ar = calloc((size_t)n * (size_t)n * NCOLL, sizeof *ar), *ar_lat = calloc((size_t)n * (size_t)n, sizeof *ar_lat);
   if (!ar || !ar_lat)
@@ -974,8 +1117,16 @@ STRATA_API int strata_calibrate_model(const int *devices, int n, strata_model_t 
       if (!rc && !*json)
         rc = strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
     }
+    if (!rc && pipe_m) { /* on the figures with the stage factors */
+      rc = pipe_fit(root, *json, pipe_m, n, rows[0], &pipe);
+      free(*json);
+      *json = rc ? NULL : json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
+      if (!rc && !*json)
+        rc = strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
+    }
   }
   strata_model_free(pm);
+  strata_model_free(pipe_m);
   free(probe_s);
   free(dev);
   free(probes);
@@ -991,6 +1142,19 @@ STRATA_API int strata_calibrate_model(const int *devices, int n, strata_model_t 
   json_decref(root);
   strata_topology_free(topo);
   return rc;
+}
+
+/* "pipeline_probe" {..., "action_us": from 0 to 100000}: every device's action overhead; none where absent. */
+static int read_pipe_probe(json_t *v, const char *src, struct strata_device_cost *cost, size_t n) {
+  if (!v)
+    return STRATA_OK;
+  json_t *a = json_is_object(v) ? json_object_get(v, "action_us") : NULL;
+  const double x = json_is_number(a) ? json_number_value(a) : -1;
+  if (!(x >= 0 && x <= 1e5))
+    return strata__error(STRATA_ERR_PARSE, "%s: \"pipeline_probe\" needs an \"action_us\" from 0 to 100000", src);
+  for (size_t i = 0; i < n; i++)
+    cost[i].action_us = x;
+  return STRATA_OK;
 }
 
 /* A positive finite number field of `o`, or an error naming it. */
@@ -1222,6 +1386,8 @@ STRATA_API int strata_machine_from_calibration(const char *json, const char *sou
   double ar_floats[STRATA_PLAN_ALLREDUCE_SIZES], *ar = NULL;
   if (!rc)
     rc = read_allreduce(root, n, src, &ar_sizes, ar_floats, &ar);
+  if (!rc)
+    rc = read_pipe_probe(json_object_get(root, "pipeline_probe"), src, cost, n);
   if (!rc) {
     /* the cores the CPU devices got together when measured, else the system's count */
     json_t *cc = json_object_get(root, "cpu_cores"), *ce = json_object_get(root, "cpu_cores_effective");

@@ -185,6 +185,9 @@ STRATA_API int strata_machine_new(const struct strata_node_desc *d, const struct
     if (!rc && !(sf == 0 || (sf > 0 && isfinite(sf))))
       rc = strata__error(STRATA_ERR_INVALID, "cluster: device %d's stage factor (%g) must be positive, or 0 for none",
                          i, sf);
+    const double au = c->cost[i].action_us;
+    if (!rc && !(au >= 0 && isfinite(au)))
+      rc = strata__error(STRATA_ERR_INVALID, "cluster: device %d's action overhead (%g us) must be 0 or more", i, au);
     c->cost[i].shapes = NULL;
     c->cost[i].nshapes = 0;
     const int ns = d->cost[i].shapes ? d->cost[i].nshapes : 0;

@@ -79,6 +79,8 @@ static struct strata_device_cost group_cost(const struct strata_machine *c, cons
       w.sync_us = d->sync_us;
     if (d->stage_factor > w.stage_factor)
       w.stage_factor = d->stage_factor;
+    if (d->action_us > w.action_us)
+      w.action_us = d->action_us;
     for (int k = 0; k < STRATA_PLAN_OP_COUNT; k++) {
       if (d->op_ns[k] > w.op_ns[k])
         w.op_ns[k] = d->op_ns[k];
@@ -342,7 +344,7 @@ static int groups_alike(const struct strata_machine *c, strata_layout_t l, int r
         const struct strata_device_cost *b = &c->cost[devs[i] % c->k];
         if (a->flops != b->flops || a->mem_gbps != b->mem_gbps || a->memory != b->memory ||
             a->launch_us != b->launch_us || a->sync_us != b->sync_us || a->cpu_threads != b->cpu_threads ||
-            a->stage_factor != b->stage_factor ||
+            a->stage_factor != b->stage_factor || a->action_us != b->action_us ||
             a->ngemm != b->ngemm ||
             memcmp(a->gemm_n, b->gemm_n, sizeof a->gemm_n) != 0 ||
             memcmp(a->gemm_flops, b->gemm_flops, sizeof a->gemm_flops) != 0 ||
@@ -1477,8 +1479,12 @@ STRATA_API int strata_simulate(strata_machine_t c, strata_model_t model, strata_
       if (li == a + split[j] - 1)
         sc->out_bytes = (double)info.out_bytes * (double)rows;
     }
-    /* each action ends waiting for its work: one round trip of the device's queue */
-    sc->f += w.sync_us * 1e-6, sc->b += w.sync_us * 1e-6, sc->bi += w.sync_us * 1e-6, sc->w += w.sync_us * 1e-6;
+    /* each action ends waiting for its work: one round trip of the device's queue; one that waits on another
+    ** device's message (a forward after the first stage, a backward before the last) pays what the executor's
+    ** threads add around such a hand-off besides */
+    const double sync = w.sync_us * 1e-6, hand = w.action_us * 1e-6;
+    sc->f += sync + (j > 0 ? hand : 0), sc->w += sync;
+    sc->b += sync + (j < S - 1 ? hand : 0), sc->bi += sync + (j < S - 1 ? hand : 0);
     const double tjf = joins_s(c, sc->devs, jf, nf, t), tjb = joins_s(c, sc->devs, jb, nb, t);
     if (inline_joins) {
       sc->f += tjf, sc->f_comm = tjf;
