@@ -220,7 +220,11 @@ STRATA_API int strata_calibrate(const int *devices, int n, char **json /* OUT */
 ** heads: each device's entry then lists them under "gemm_shapes", and a
 ** simulation of that model meets its own GEMMs' speeds instead of those of
 ** square ones of a like size (a GEMM of a layer runs up to a third slower
-** or faster than a square one of its FLOPs).
+** or faster than a square one of its FLOPs). For a GPT, each device's stage
+** probe ("stage_probe": a one-block copy run as a stage runs, over its ops'
+** figures) and, with two or more devices, the pipeline probe
+** ("pipeline_probe": one block per device as a real 1F1B pipeline over them;
+** its "action_us" is strata_device_cost.action_us of every device).
 */
 STRATA_API int strata_calibrate_model(const int *devices, int n, strata_model_t model, const int64_t *rows, int nrows,
                                       int max_tp, char **json /* OUT */);
