@@ -114,7 +114,8 @@ struct strata_device_cost {
   /* What the pipeline executor adds to each compute action beyond its ops, in microseconds: the wake-ups of its
   ** threads and queues around an action that waits on another device, as they go on a loaded host. Measured by
   ** strata_calibrate_model's pipeline probe (the model's blocks as a real pipeline over the calibrated devices);
-  ** the simulator adds it to every forward and backward of a layout with a pipeline. 0: none. */
+  ** the simulator adds it to every forward that takes its input, and every backward that takes its gradient, from
+  ** another device, in a layout with a pipeline. 0: none. */
   double action_us;
 };
 

@@ -574,18 +574,26 @@ static int probe_model(strata_model_t model, strata_model_t *out) {
   return rc ? strata__error_prefix(rc, "calibration: the stage probe's one-block model: ") : STRATA_OK;
 }
 
-static int probe_stages(const int *dev, int n, strata_model_t pm, int64_t rows, double *sec) {
-  const struct strata_model_config pc = *strata_model_config(pm);
-  int rc = STRATA_OK;
-  const size_t tokens = (size_t)rows * (size_t)pc.context;
-  int32_t *in = malloc(tokens * sizeof *in), *tg = malloc(tokens * sizeof *tg);
-  struct stage_probe *p = calloc((size_t)n, sizeof *p);
-  if (!in || !tg || !p)
-    rc = strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
-  for (size_t i = 0; !rc && i < tokens; i++) {
-    in[i] = (int32_t)((i * 7 + 3) % (size_t)pc.vocab);
-    tg[i] = (int32_t)((i * 7 + 10) % (size_t)pc.vocab);
+/* The probes' tokens: `tokens` inputs and targets of a fixed pattern over the model's vocabulary. */
+static int probe_tokens(strata_model_t pm, size_t tokens, int32_t **in, int32_t **tg) {
+  const size_t vocab = (size_t)strata_model_config(pm)->vocab;
+  *in = malloc(tokens * sizeof **in);
+  *tg = malloc(tokens * sizeof **tg);
+  if (!*in || !*tg)
+    return strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
+  for (size_t i = 0; i < tokens; i++) {
+    (*in)[i] = (int32_t)((i * 7 + 3) % vocab);
+    (*tg)[i] = (int32_t)((i * 7 + 10) % vocab);
   }
+  return STRATA_OK;
+}
+
+static int probe_stages(const int *dev, int n, strata_model_t pm, int64_t rows, double *sec) {
+  int32_t *in = NULL, *tg = NULL;
+  int rc = probe_tokens(pm, (size_t)rows * (size_t)strata_model_config(pm)->context, &in, &tg);
+  struct stage_probe *p = calloc((size_t)n, sizeof *p);
+  if (!rc && !p)
+    rc = strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
   for (int i = 0; i < n && !rc; i++) {
     struct strata_train_options o;
     strata_train_options_default(&o);
@@ -672,11 +680,6 @@ static int stage_factors(json_t *root, const char *text, strata_model_t pm, int6
 #define PIPE_MIN_STEPS 5
 #define PIPE_MAX_STEPS 256
 
-struct pipe_probe {
-  int blocks, microbatches;
-  double seconds, simulated, action_us;
-};
-
 /* The probe's layout over devices dev[0..n) (runtime ids, or the calibration's indices for the simulator). */
 static int pipe_layout(const int *dev, int n, int *split, strata_layout_t *out) {
   for (int i = 0; i < n; i++)
@@ -686,19 +689,17 @@ static int pipe_layout(const int *dev, int n, int *split, strata_layout_t *out) 
   return strata_layout_new(&d, out);
 }
 
-static int pipe_measure(const int *dev, int n, strata_model_t pm, int64_t rows, struct pipe_probe *p) {
-  const struct strata_model_config pc = *strata_model_config(pm);
-  const size_t tokens = (size_t)rows * (size_t)pc.context;
-  int32_t *in = malloc(tokens * sizeof *in), *tg = malloc(tokens * sizeof *tg);
+/* The probe's median step, in seconds, measured. */
+static int pipe_measure(const int *dev, int n, strata_model_t pm, int64_t rows, double *seconds) {
+  const size_t tokens = (size_t)rows * (size_t)strata_model_config(pm)->context;
+  int32_t *in = NULL, *tg = NULL;
+  int rc = probe_tokens(pm, tokens, &in, &tg);
   double *step = malloc(PIPE_MAX_STEPS * sizeof *step);
   int *split = malloc((size_t)n * sizeof *split);
   strata_layout_t l = NULL;
   strata_trainer_t tr = NULL;
-  int rc = in && tg && step && split ? STRATA_OK : strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
-  for (size_t i = 0; !rc && i < tokens; i++) {
-    in[i] = (int32_t)((i * 7 + 3) % (size_t)pc.vocab);
-    tg[i] = (int32_t)((i * 7 + 10) % (size_t)pc.vocab);
-  }
+  if (!rc && (!step || !split))
+    rc = strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
   if (!rc)
     rc = pipe_layout(dev, n, split, &l);
   if (!rc) {
@@ -721,9 +722,7 @@ static int pipe_measure(const int *dev, int n, strata_model_t pm, int64_t rows, 
     rc = strata__error_prefix(rc, "calibration: the pipeline probe (%d blocks over %d devices, %lld samples a "
                               "micro-batch): ", n, n, (long long)rows);
   else
-    p->seconds = median(step, ns);
-  p->blocks = n;
-  p->microbatches = 2 * n;
+    *seconds = median(step, ns);
   strata_trainer_free(tr);
   strata_layout_free(l);
   free(split);
@@ -733,55 +732,66 @@ static int pipe_measure(const int *dev, int n, strata_model_t pm, int64_t rows, 
   return rc;
 }
 
-/* The simulator's step of the probe's layout with every device paying `us` per action. */
-static int pipe_simulate(strata_machine_t c, strata_model_t pm, int n, int64_t rows, double us, double *step) {
-  int *idx = malloc((size_t)n * sizeof *idx), *split = malloc((size_t)n * sizeof *split);
-  strata_layout_t l = NULL;
-  int rc = idx && split ? STRATA_OK : strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
-  for (int i = 0; !rc && i < n; i++)
-    idx[i] = i;
-  if (!rc)
-    rc = pipe_layout(idx, n, split, &l);
+/* The simulator's step of the probe's layout `l` (batch samples a step) with every device paying `us` per action. */
+static int pipe_simulate(strata_machine_t c, strata_model_t pm, strata_layout_t l, int64_t batch, double us,
+                         double *step) {
   for (int i = 0; i < c->k; i++)
     c->cost[i].action_us = us;
   /* as strata-plan --simulate predicts a step: the median of 15 drawn from the devices' spreads */
-  const struct strata_sim_options so = {.batch = rows * 2 * n, .samples = 15, .seed = 1};
+  const struct strata_sim_options so = {.batch = batch, .samples = 15, .seed = 1};
   struct strata_sim_result r;
-  if (!rc && (rc = strata_simulate(c, pm, l, &so, &r)) == STRATA_OK) {
+  int rc = strata_simulate(c, pm, l, &so, &r);
+  if (!rc) {
     *step = r.step_s;
     strata_sim_result_destroy(&r);
   }
-  strata_layout_free(l);
-  free(split);
-  free(idx);
   return rc;
 }
 
-/* The overhead per action that brings the simulated probe to the measured one: bisection, to 0.1 us. */
-static int pipe_fit(json_t *root, const char *text, strata_model_t pm, int n, int64_t rows, struct pipe_probe *p) {
+/* The overhead per action that brings the simulated probe to the measured `seconds`: bisection, to 0.1 us. */
+static int pipe_fit(json_t *root, const char *text, strata_model_t pm, int n, int64_t rows, double seconds) {
   strata_machine_t c = NULL;
-  int rc = strata_machine_from_calibration(text, "calibration", NULL, &c);
-  double lo = 0, hi = 100, at;
+  strata_layout_t l = NULL;
+  int *idx = malloc((size_t)n * sizeof *idx), *split = malloc((size_t)n * sizeof *split);
+  int rc = idx && split ? STRATA_OK : strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
+  for (int i = 0; !rc && i < n; i++)
+    idx[i] = i; /* the calibration's own device indices */
   if (!rc)
-    rc = pipe_simulate(c, pm, n, rows, 0, &p->simulated);
-  if (!rc && p->simulated < p->seconds) {
-    while (!rc && (rc = pipe_simulate(c, pm, n, rows, hi, &at)) == STRATA_OK && at < p->seconds && hi < 1e5)
+    rc = pipe_layout(idx, n, split, &l);
+  if (!rc)
+    rc = strata_machine_from_calibration(text, "calibration", NULL, &c);
+  const int64_t batch = rows * 2 * n;
+  double lo = 0, hi = 100, at, simulated = 0, action_us = 0;
+  if (!rc)
+    rc = pipe_simulate(c, pm, l, batch, 0, &simulated);
+  if (!rc && simulated < seconds) {
+    while (!rc && (rc = pipe_simulate(c, pm, l, batch, hi, &at)) == STRATA_OK && at < seconds && hi < 1e5)
       lo = hi, hi *= 2;
     while (!rc && hi - lo > 0.1) {
       const double mid = (lo + hi) / 2;
-      if ((rc = pipe_simulate(c, pm, n, rows, mid, &at)) == STRATA_OK)
-        *(at < p->seconds ? &lo : &hi) = mid;
+      if ((rc = pipe_simulate(c, pm, l, batch, mid, &at)) == STRATA_OK)
+        *(at < seconds ? &lo : &hi) = mid;
     }
-    p->action_us = hi;
+    action_us = hi;
   }
   strata_machine_free(c);
+  strata_layout_free(l);
+  free(split);
+  free(idx);
   if (rc)
     return strata__error_prefix(rc, "calibration: simulating the pipeline probe: ");
   json_object_set_new(root, "pipeline_probe",
-                      json_pack("{s:I, s:I, s:I, s:f, s:f, s:f}", "blocks", (json_int_t)p->blocks, "microbatches",
-                                (json_int_t)p->microbatches, "rows", (json_int_t)rows, "seconds", p->seconds,
-                                "simulated_seconds", p->simulated, "action_us", p->action_us));
+                      json_pack("{s:I, s:I, s:I, s:f, s:f, s:f}", "blocks", (json_int_t)n, "microbatches",
+                                (json_int_t)(2 * n), "rows", (json_int_t)rows, "seconds", seconds,
+                                "simulated_seconds", simulated, "action_us", action_us));
   return STRATA_OK;
+}
+
+/* *json anew from root, after a probe added to it; the old text freed. */
+static int redump(json_t *root, int rc, char **json) {
+  free(*json);
+  *json = rc ? NULL : json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
+  return rc || *json ? rc : strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
 }
 
 /* The distinct GEMMs the simulator costs `model` with, for every micro-batch size and tp degree asked. */
@@ -977,7 +987,7 @@ STRATA_API int strata_calibrate_model(const int *devices, int n, strata_model_t 
   }
   /* a pipeline over them all, with as many blocks */
   strata_model_t pipe_m = NULL;
-  struct pipe_probe pipe = {0};
+  double pipe_s = 0;
   if (!rc && probing && n > 1) {
     struct strata_model_config pc = *strata_model_config(model);
     pc.layers = n;
@@ -985,7 +995,7 @@ STRATA_API int strata_calibrate_model(const int *devices, int n, strata_model_t 
     if (rc)
       rc = strata__error_prefix(rc, "calibration: the pipeline probe's model: ");
     else
-      rc = pipe_measure(dev, n, pipe_m, rows[0], &pipe);
+      rc = pipe_measure(dev, n, pipe_m, rows[0], &pipe_s);
   }
   /* the runtime's all-reduce between every pair, timed once per pair (both directions alike) */
   double *ar = calloc((size_t)n * (size_t)n * NCOLL, sizeof *ar), *ar_lat = calloc((size_t)n * (size_t)n, sizeof *ar_lat);
@@ -1110,20 +1120,10 @@ STRATA_API int strata_calibrate_model(const int *devices, int n, strata_model_t 
     *json = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
     if (!*json)
       rc = strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
-    if (!rc && probing) {
-      rc = stage_factors(root, *json, pm, rows[0], probe_s);
-      free(*json);
-      *json = rc ? NULL : json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
-      if (!rc && !*json)
-        rc = strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
-    }
-    if (!rc && pipe_m) { /* on the figures with the stage factors */
-      rc = pipe_fit(root, *json, pipe_m, n, rows[0], &pipe);
-      free(*json);
-      *json = rc ? NULL : json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
-      if (!rc && !*json)
-        rc = strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
-    }
+    if (!rc && probing)
+      rc = redump(root, stage_factors(root, *json, pm, rows[0], probe_s), json);
+    if (!rc && pipe_m) /* on the figures with the stage factors */
+      rc = redump(root, pipe_fit(root, *json, pipe_m, n, rows[0], pipe_s), json);
   }
   strata_model_free(pm);
   strata_model_free(pipe_m);
