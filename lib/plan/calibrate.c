@@ -766,7 +766,7 @@ static int pipe_fit(json_t *root, const char *text, strata_model_t pm, int n, in
     rc = pipe_simulate(c, pm, l, batch, 0, &simulated);
   if (!rc && simulated < seconds) {
     while (!rc && (rc = pipe_simulate(c, pm, l, batch, hi, &at)) == STRATA_OK && at < seconds && hi < 1e5)
-      lo = hi, hi *= 2;
+      lo = hi, hi = fmin(2 * hi, 1e5); /* no more than the file's reader takes */
     while (!rc && hi - lo > 0.1) {
       const double mid = (lo + hi) / 2;
       if ((rc = pipe_simulate(c, pm, l, batch, mid, &at)) == STRATA_OK)
