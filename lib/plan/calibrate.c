@@ -649,13 +649,18 @@ static int stage_factors(json_t *root, const char *text, strata_model_t pm, int6
   json_t *devs = json_object_get(root, "devices");
   for (size_t i = 0; !rc && i < json_array_size(devs); i++) {
     const double ops = strata__plan_ops_time(&c->cost[i], pm, rows);
+    const double f = sec[i] / ops;
     if (!(ops > 0) || !(sec[i] > 0))
       rc = strata__error(STRATA_ERR_INTERNAL, "calibration: the stage probe measured %g s against %g s of ops",
                          sec[i], ops);
+    else if (!(f >= 0.1 && f <= 10)) /* what read_stage_factor takes: refused here, not in the file's next reader */
+      rc = strata__error(STRATA_ERR_RANGE, "calibration: device %zu: the stage probe took %g s, %.3g times what the "
+                         "figures just measured cost its ops at (%g s; from 0.1 to 10 is believable): the device's "
+                         "speed moved while it was calibrated; calibrate again on a quieter machine", i, sec[i], f, ops);
     else
       json_object_set_new(json_array_get(devs, i), "stage_probe",
                           json_pack("{s:I, s:I, s:f, s:f, s:f}", "blocks", (json_int_t)1, "rows", (json_int_t)rows,
-                                    "seconds", sec[i], "ops_seconds", ops, "stage_factor", sec[i] / ops));
+                                    "seconds", sec[i], "ops_seconds", ops, "stage_factor", f));
   }
   strata_machine_free(c);
   return rc;
@@ -1166,7 +1171,6 @@ static int number(json_t *o, const char *field, const char *src, int i, double *
   return STRATA_OK;
 }
 
-/* A device's "spread" (optional): 1 to STRATA_PLAN_SPREAD_POINTS positive ratios, ascending. */
 /* A device's "stage_probe" (optional: a file of an older strata, or of a model that is no GPT, has none): its
 ** "stage_factor", a number from 0.1 to 10, or an error naming the device. */
 static int read_stage_factor(json_t *v, const char *src, int i, struct strata_device_cost *w) {
@@ -1182,6 +1186,7 @@ static int read_stage_factor(json_t *v, const char *src, int i, struct strata_de
   return STRATA_OK;
 }
 
+/* A device's "spread" (optional): 1 to STRATA_PLAN_SPREAD_POINTS positive ratios, ascending. */
 static int read_spread(json_t *v, const char *src, int i, struct strata_device_cost *w) {
   w->nspread = 0;
   if (!v)
