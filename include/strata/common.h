@@ -37,7 +37,8 @@ extern "C" {
   X(RANGE, -13, "value out of range")                                              \
   X(INTERNAL, -14, "internal error")                                               \
   X(INTERRUPTED, -15, "interrupted at the caller's request")                       \
-  X(TIMEOUT, -16, "timed out")
+  X(TIMEOUT, -16, "timed out")                                                     \
+  X(UNSTEADY, -17, "measurements disagree: the device's speed moved")
 
 enum strata_status {
   STRATA_OK = 0,

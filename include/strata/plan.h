@@ -226,7 +226,7 @@ STRATA_API int strata_calibrate(const int *devices, int n, char **json /* OUT */
 ** figures) and, with two or more devices, the pipeline probe
 ** ("pipeline_probe": one block per device as a real 1F1B pipeline over them;
 ** its "action_us" is strata_device_cost.action_us of every device).
-** STRATA_ERR_RANGE, naming the device, when a stage probe took under a tenth
+** STRATA_ERR_UNSTEADY, naming the device, when a stage probe took under a tenth
 ** or over ten times what the figures just measured cost its ops at (the
 ** device's speed moved while it was calibrated; nothing is returned).
 */

@@ -654,7 +654,7 @@ static int stage_factors(json_t *root, const char *text, strata_model_t pm, int6
       rc = strata__error(STRATA_ERR_INTERNAL, "calibration: the stage probe measured %g s against %g s of ops",
                          sec[i], ops);
     else if (!(f >= 0.1 && f <= 10)) /* what read_stage_factor takes: refused here, not in the file's next reader */
-      rc = strata__error(STRATA_ERR_RANGE, "calibration: device %zu: the stage probe took %g s, %.3g times what the "
+      rc = strata__error(STRATA_ERR_UNSTEADY, "calibration: device %zu: the stage probe took %g s, %.3g times what the "
                          "figures just measured cost its ops at (%g s; from 0.1 to 10 is believable): the device's "
                          "speed moved while it was calibrated; calibrate again on a quieter machine", i, sec[i], f, ops);
     else
