@@ -31,7 +31,7 @@ if [ ! -x "$PLAN" ]; then
   echo "1..0 # SKIP strata-plan not built"
   exit 0
 fi
-echo "1..24"
+echo "1..26"
 
 # a plan on a synthetic node; its layout file is the strata-layout/1 that --simulate reads back
 $PLAN --model gpt-small --batch 16 --node 4xA100-80GB:nvswitch --out "$TMP/layout.json" >"$TMP/out" 2>"$TMP/err"
@@ -76,11 +76,17 @@ check "--help" [ $? -eq 0 ] && grep -q '^Usage: strata-plan' "$TMP/out"
 # calibrate two host devices, plan on them, and train the plan
 BENCH="$top_builddir/tools/strata-bench"
 TRAIN="$top_builddir/tools/strata-train"
-STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 $BENCH calibrate --out "$TMP/cal.json" >/dev/null 2>"$TMP/err" &&
+STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 $BENCH calibrate --out "$TMP/cal.json" >/dev/null 2>"$TMP/calerr" &&
   $PLAN --calibration "$TMP/cal.json" --model gpt-micro --batch 4 --tp 1 --no-zero --out "$TMP/host.json" \
     >"$TMP/out" 2>"$TMP/err"
 rc=$?
 check "strata-bench calibrate, then a plan on the calibrated devices" [ "$rc" -eq 0 ]
+# its progress: each phase on stderr as it starts, seconds rising, then "done" and where the file went
+cp "$TMP/calerr" "$TMP/err"
+check "strata-bench calibrate says its progress on stderr" [ "$(grep -c '^strata-bench: calibrate: [0-9.]* s: ' \
+  "$TMP/calerr")" -ge 3 ] && grep -q '^strata-bench: calibrate: [0-9.]* s: done$' "$TMP/calerr" &&
+  [ "$(tail -n 1 "$TMP/calerr")" = "strata-bench: calibration written to $TMP/cal.json" ] &&
+  sed -n 's/^strata-bench: calibrate: \([0-9.]*\) s: .*/\1/p' "$TMP/calerr" | sort -c -g
 # calibrate's model options: bad ones are one line and exit 2 before anything is measured
 bench_refuses() {
   name=$1 words=$2
@@ -105,12 +111,14 @@ rc=$?
 check "strata-bench calibrate --out into a missing directory: exit 2, one line, nothing measured" \
   [ "$rc" -eq 2 -a "$(wc -l <"$TMP/err")" -eq 1 -a ! -s "$TMP/out" ] && grep -q 'no-such-dir' "$TMP/err"
 # with the model: its GEMMs listed for each device, and the plan reads them
-STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 $BENCH calibrate --model gpt-micro --rows 2 --max-tp 2 \
-  --out "$TMP/calm.json" >/dev/null 2>"$TMP/err" &&
+STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 $BENCH calibrate --model gpt-micro --rows 2 --max-tp 2 --quiet \
+  --out "$TMP/calm.json" >/dev/null 2>"$TMP/calerr" &&
   $PLAN --calibration "$TMP/calm.json" --model gpt-micro --batch 4 --json >"$TMP/out" 2>"$TMP/err"
 rc=$?
 check "strata-bench calibrate --model: every device lists its GEMMs, and strata-plan plans on them" \
   [ "$rc" -eq 0 ] && [ "$(grep -c '"gemm_shapes"' "$TMP/calm.json")" -eq 2 ]
+cp "$TMP/calerr" "$TMP/err"
+check "strata-bench calibrate --quiet: nothing on stderr" [ ! -s "$TMP/calerr" ]
 mb=$(sed -n 's/.*"microbatches":\([0-9]*\).*/\1/p' "$TMP/host.json")
 dp=$(sed -n 's/.*"dp":\([0-9]*\).*/\1/p' "$TMP/host.json")
 rows=$((4 / (mb * dp)))

@@ -43,7 +43,7 @@ static void usage(FILE *f) {
           "Usage: strata-bench gemm [OPTIONS]\n"
           "       strata-bench allreduce|allgather|reducescatter|broadcast [OPTIONS] (see its --help)\n"
           "       mpirun -np N strata-bench mpi [OPTIONS] (between ranks; see its --help)\n"
-          "       strata-bench calibrate [--devices LIST] [--model M --rows LIST [--max-tp T]] [--out FILE]\n"
+          "       strata-bench calibrate [--devices LIST] [--model M --rows LIST [--max-tp T]] [--out FILE] [--quiet]\n"
           "                          (costs for strata-plan --calibration)\n"
           "Measure SGEMM (C = A B, N x N, fp32) through strata's device layer beside the\n"
           "library strata calls underneath, on the same device in the same run:\n"
@@ -655,8 +655,15 @@ static int bench_gemm(const struct options *o) {
   return failed;
 }
 
+/* calibrate's progress on stderr: the library's "calibrate" messages, one line each. */
+static void calibrate_progress(int level, const char *subsystem, const char *message, void *userdata) {
+  (void)userdata;
+  if (level <= STRATA_LOG_INFO && strcmp(subsystem, "calibrate") == 0)
+    fprintf(stderr, "strata-bench: calibrate: %s\n", message);
+}
+
 /*
-** strata-bench calibrate [--devices LIST] [--model M --rows LIST [--max-tp T]] [--out FILE]: measure this
+** strata-bench calibrate [--devices LIST] [--model M --rows LIST [--max-tp T]] [--out FILE] [--quiet]: measure this
 ** machine's devices and links for the planner and write the JSON cache
 ** (default $XDG_CACHE_HOME/strata/calibration.json, else
 ** ~/.cache/strata/calibration.json), which strata-plan --calibration reads.
@@ -667,15 +674,17 @@ static int calibrate_main(int argc, char **argv) {
                                            {"model", required_argument, NULL, 'm'},
                                            {"rows", required_argument, NULL, 'r'},
                                            {"max-tp", required_argument, NULL, 't'},
+                                           {"quiet", no_argument, NULL, 'q'},
                                            {"help", no_argument, NULL, 'h'},
                                            {NULL, 0, NULL, 0}};
   const char *out = NULL, *list = NULL, *model_name = NULL, *rows_list = NULL;
   int64_t max_tp = 1;
-  int c;
+  int c, quiet = 0;
   optind = 2;
   opterr = 0;
-  while ((c = getopt_long(argc, argv, ":d:o:m:r:t:h", longopts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":d:o:m:r:t:qh", longopts, NULL)) != -1) {
     switch (c) {
+    case 'q': quiet = 1; break;
     case 'd': list = optarg; break;
     case 'o': out = optarg; break;
     case 'm': model_name = optarg; break;
@@ -685,7 +694,8 @@ static int calibrate_main(int argc, char **argv) {
         return 2;
       break;
     case 'h':
-      printf("Usage: strata-bench calibrate [--devices LIST] [--model M --rows LIST [--max-tp T]] [--out FILE]\n"
+      printf("Usage: strata-bench calibrate [--devices LIST] [--model M --rows LIST [--max-tp T]] [--out FILE] "
+             "[--quiet]\n"
              "Measure each device's fp32 GEMM speed (N = 32 to 1024), the per-element speed of the row ops\n"
              "(add, GELU, layernorm, softmax, AdamW), memory bandwidth and launch overhead, a copy and a small\n"
              "all-reduce between every pair, and the host cores the CPU devices get together, for\n"
@@ -699,7 +709,9 @@ static int calibrate_main(int argc, char **argv) {
              "                      runs it, against its ops' figures (each device's stage factor)\n"
              "  -r, --rows LIST     with --model: samples per micro-batch to time them for, e.g. 2,4\n"
              "  -t, --max-tp T      with --model: tensor-parallel degrees 1 to T that divide the heads (default 1)\n"
-             "  -o, --out FILE      where to write the JSON\n");
+             "  -o, --out FILE      where to write the JSON\n"
+             "  -q, --quiet         no progress on stderr (each phase as it starts, with the seconds since the\n"
+             "                      start; STRATA_LOG, when set, decides instead), only errors\n");
       return 0;
     default:
       cli_refuse("strata-bench", c == ':' ? ':' : '?', argc, argv);
@@ -766,8 +778,13 @@ static int calibrate_main(int argc, char **argv) {
     free(devs);
     return 2;
   }
+  const char *log = getenv("STRATA_LOG");
+  if (!quiet && !(log && *log))
+    strata_log_set_handler(calibrate_progress, STRATA_LOG_INFO, NULL);
   char *json = NULL;
   int rc = strata_calibrate_model(list ? devs : NULL, n, model, rows, nrows, (int)max_tp, &json);
+  if (!quiet && !(log && *log))
+    strata_log_set_handler(NULL, STRATA_LOG_ERROR, NULL);
   strata_model_free(model);
   free(rows);
   free(devs);
@@ -782,7 +799,8 @@ static int calibrate_main(int argc, char **argv) {
     return 1;
   }
   fputs(json, stdout);
-  fprintf(stderr, "strata-bench: calibration written to %s\n", out);
+  if (!quiet)
+    fprintf(stderr, "strata-bench: calibration written to %s\n", out);
   free(json);
   strata_shutdown();
   return 0;

@@ -5,6 +5,7 @@
 #include <jansson.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -920,6 +921,16 @@ static int pair_allreduce(int a, int b, double *sec, double *lat_us) {
   return rc;
 }
 
+/* A calibration's progress, logged (info, subsystem "calibrate") with the seconds since it began. */
+__attribute__((format(printf, 2, 3))) static void progress(double t_start, const char *fmt, ...) {
+  char what[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  strata__log(STRATA_LOG_INFO, "calibrate", "%.1f s: %s", strata__now() - t_start, what);
+}
+
 STRATA_API int strata_calibrate(const int *devices, int n, char **json) {
   if (!json)
     return strata__error(STRATA_ERR_INVALID, "strata_calibrate: json is NULL");
@@ -948,13 +959,16 @@ STRATA_API int strata_calibrate_model(const int *devices, int n, strata_model_t 
   for (int i = 0; devices && i < n; i++)
     if (devices[i] < 0 || devices[i] >= count)
       return strata__error(STRATA_ERR_RANGE, "calibration: device %d does not exist (%d devices)", devices[i], count);
+  const double t_start = strata__now();
   strata_topology_t topo = NULL;
   int rc = strata_topology_load(NULL, &topo);
   if (!rc)
     rc = strata_topology_map_runtime(topo);
   /* copies between every pair of devices, as the links' planning figures */
-  if (!rc && n > 1)
+  if (!rc && n > 1) {
+    progress(t_start, "copies between %d pair%s of devices", n * (n - 1) / 2, n == 2 ? "" : "s");
     rc = strata_topology_measure(topo, COPY_BYTES, REPS);
+  }
   json_t *root = json_object(), *devs = json_array(), *gbps = json_array(), *lat = json_array();
   int *cpu = calloc((size_t)n, sizeof *cpu), *cpu_threads = calloc((size_t)n, sizeof *cpu_threads), ncpu = 0;
   if (!cpu || !cpu_threads)
@@ -967,8 +981,10 @@ STRATA_API int strata_calibrate_model(const int *devices, int n, strata_model_t 
     rc = rc ? rc : strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
   for (int i = 0; i < n && !rc; i++)
     dev[i] = devices ? devices[i] : i;
-  if (!rc)
+  if (!rc) {
+    progress(t_start, "GEMM speeds, ops, memory and launch overhead of %d device%s", n, n == 1 ? "" : "s");
     rc = measure_all(dev, n, probes);
+  }
   /* the model's own GEMMs, where one is given */
   struct strata_gemm_shape *shapes = NULL;
   int nshapes = 0;
@@ -977,6 +993,7 @@ STRATA_API int strata_calibrate_model(const int *devices, int n, strata_model_t 
     rc = model_shapes(model, rows, nrows, max_tp, &shapes, &nshapes);
   if (!rc && nshapes > 0) {
     shape_gflops = calloc((size_t)n * (size_t)nshapes, sizeof *shape_gflops);
+    progress(t_start, "the model's %d GEMMs on each device", nshapes);
     rc = shape_gflops ? measure_shapes(dev, n, shapes, nshapes, shape_gflops)
                       : strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
   }
@@ -987,8 +1004,10 @@ STRATA_API int strata_calibrate_model(const int *devices, int n, strata_model_t 
   if (!rc && probing) {
     probe_s = calloc((size_t)n, sizeof *probe_s);
     rc = probe_s ? probe_model(model, &pm) : strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
-    if (!rc)
+    if (!rc) {
+      progress(t_start, "the stage probe (one block, %lld samples) on each device", (long long)rows[0]);
       rc = probe_stages(dev, n, pm, rows[0], probe_s);
+    }
   }
   /* a pipeline over them all, with as many blocks */
   strata_model_t pipe_m = NULL;
@@ -999,13 +1018,17 @@ STRATA_API int strata_calibrate_model(const int *devices, int n, strata_model_t 
     rc = strata_model_from_config(&pc, &pipe_m);
     if (rc)
       rc = strata__error_prefix(rc, "calibration: the pipeline probe's model: ");
-    else
+    else {
+      progress(t_start, "the pipeline probe (%d blocks over %d devices)", n, n);
       rc = pipe_measure(dev, n, pipe_m, rows[0], &pipe_s);
+    }
   }
   /* the runtime's all-reduce between every pair, timed once per pair (both directions alike) */
   double *ar = calloc((size_t)n * (size_t)n * NCOLL, sizeof *ar), *ar_lat = calloc((size_t)n * (size_t)n, sizeof *ar_lat);
   if (!ar || !ar_lat)
     rc = rc ? rc : strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
+  if (!rc && n > 1)
+    progress(t_start, "all-reduces between %d pair%s of devices", n * (n - 1) / 2, n == 2 ? "" : "s");
   for (int i = 0; i < n && !rc; i++)
     for (int j = i + 1; j < n && !rc; j++) {
       double *ij = &ar[((size_t)i * (size_t)n + (size_t)j) * NCOLL], *ji = &ar[((size_t)j * (size_t)n + (size_t)i) * NCOLL];
@@ -1146,6 +1169,8 @@ STRATA_API int strata_calibrate_model(const int *devices, int n, strata_model_t 
   json_decref(lat);
   json_decref(root);
   strata_topology_free(topo);
+  if (!rc)
+    progress(t_start, "done");
   return rc;
 }
 
