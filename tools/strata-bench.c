@@ -778,12 +778,14 @@ static int calibrate_main(int argc, char **argv) {
     free(devs);
     return 2;
   }
+  /* progress on stderr, unless --quiet, or STRATA_LOG set (the library's own logging then decides) */
   const char *log = getenv("STRATA_LOG");
-  if (!quiet && !(log && *log))
+  const int show_progress = !quiet && !(log && *log);
+  if (show_progress)
     strata_log_set_handler(calibrate_progress, STRATA_LOG_INFO, NULL);
   char *json = NULL;
   int rc = strata_calibrate_model(list ? devs : NULL, n, model, rows, nrows, (int)max_tp, &json);
-  if (!quiet && !(log && *log))
+  if (show_progress)
     strata_log_set_handler(NULL, STRATA_LOG_ERROR, NULL);
   strata_model_free(model);
   free(rows);
