@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: MIT
-# tests/ — Criterion suites, run through the TAP driver so that every test case is counted.
+# tests/ — the one list of tests: Criterion suites (one per unit, run through the TAP driver so that every test case
+# is counted), the tools' shell tests, the MPI checks, the fake backend modules and the fixtures.
 LOG_DRIVER = env AM_TAP_AWK='$(AWK)' $(SHELL) $(top_srcdir)/build-aux/tap-driver.sh
 SH_LOG_DRIVER = $(LOG_DRIVER)
 LOG_COMPILER = $(top_srcdir)/tests/run-test
@@ -10,63 +11,104 @@ AM_TESTS_ENVIRONMENT = top_builddir='$(abs_top_builddir)'; top_srcdir='$(abs_top
 EXTRA_DIST += tests/run-test tests/common.h tests/lsan.supp
 
 if HAVE_CRITERION
-check_PROGRAMS += tests/test-device tests/test-ops
-TESTS += tests/test-device tests/test-ops
+suites = tests/test-device \
+	tests/test-ops \
+	tests/test-blas \
+	tests/test-registry \
+	tests/test-numbers \
+	tests/test-files \
+	tests/test-topology \
+	tests/test-data \
+	tests/test-checkpoint \
+	tests/test-hf \
+	tests/test-comm \
+	tests/test-cluster \
+	tests/test-layout \
+	tests/test-schedule \
+	tests/test-parallel \
+	tests/test-train \
+	tests/test-pipeline \
+	tests/test-plan
+check_PROGRAMS += $(suites)
+TESTS += $(suites)
+# Every suite: Criterion, jansson, the fixtures in the tree; the dumps of ../shared/topologies where it exists.
+suite_cppflags = $(AM_CPPFLAGS) -DSTRATA_TEST_FIXTURES='"$(abs_top_srcdir)/tests/fixtures/topology"' \
+	-DSTRATA_TEST_TOPOLOGIES_DIR='"$(abs_top_srcdir)/../shared/topologies"' \
+	-DHF_FIXTURES='"$(abs_top_srcdir)/tests/fixtures/hf-gpt2"' -DFAKE_DIR='"$(abs_top_builddir)/tests/fake"'
+suite_cflags = $(AM_CFLAGS) $(CRITERION_CFLAGS) $(JANSSON_CFLAGS)
+suite_ldadd = libstrata.la $(CRITERION_LIBS) $(JANSSON_LIBS) -lm
 tests_test_device_SOURCES = tests/test-device.c tests/common.h
-tests_test_device_CFLAGS = $(AM_CFLAGS) $(CRITERION_CFLAGS)
-tests_test_device_LDADD = libstrata.la $(CRITERION_LIBS) -lm
+tests_test_device_CPPFLAGS = $(suite_cppflags)
+tests_test_device_CFLAGS = $(suite_cflags)
+tests_test_device_LDADD = $(suite_ldadd)
 tests_test_ops_SOURCES = tests/test-ops.c tests/common.h
-tests_test_ops_CFLAGS = $(AM_CFLAGS) $(CRITERION_CFLAGS)
-tests_test_ops_LDADD = libstrata.la $(CRITERION_LIBS) -lm
-endif
-
-if HAVE_CRITERION
-check_PROGRAMS += tests/test-blas
-TESTS += tests/test-blas
-tests_test_blas_SOURCES = tests/test-blas.c tests/common.h lib/cpu.c lib/cpu.h
-tests_test_blas_CFLAGS = $(AM_CFLAGS) $(CRITERION_CFLAGS)
-tests_test_blas_LDADD = libstrata.la $(CRITERION_LIBS) -lm
-endif
-
-if HAVE_CRITERION
-check_PROGRAMS += tests/test-train
-TESTS += tests/test-train
-tests_test_train_SOURCES = tests/test-train.c tests/common.h
-tests_test_train_CFLAGS = $(AM_CFLAGS) $(CRITERION_CFLAGS)
-tests_test_train_LDADD = libstrata.la $(CRITERION_LIBS) -lm
-endif
-
-if HAVE_CRITERION
-check_PROGRAMS += tests/test-pipeline
-TESTS += tests/test-pipeline
-tests_test_pipeline_SOURCES = tests/test-pipeline.c tests/common.h
-tests_test_pipeline_CFLAGS = $(AM_CFLAGS) $(CRITERION_CFLAGS) $(JANSSON_CFLAGS)
-tests_test_pipeline_LDADD = libstrata.la $(CRITERION_LIBS) $(JANSSON_LIBS) -lm
-endif
-
-if HAVE_CRITERION
-check_PROGRAMS += tests/test-comm
-TESTS += tests/test-comm
+tests_test_ops_CPPFLAGS = $(suite_cppflags)
+tests_test_ops_CFLAGS = $(suite_cflags)
+tests_test_ops_LDADD = $(suite_ldadd)
+tests_test_blas_SOURCES = tests/test-blas.c tests/common.h lib/device/cpu.c lib/device/cpu.h
+tests_test_blas_CPPFLAGS = $(suite_cppflags)
+tests_test_blas_CFLAGS = $(suite_cflags)
+tests_test_blas_LDADD = $(suite_ldadd)
+tests_test_registry_SOURCES = tests/test-registry.c tests/common.h
+tests_test_registry_CPPFLAGS = $(suite_cppflags)
+tests_test_registry_CFLAGS = $(suite_cflags)
+tests_test_registry_LDADD = $(suite_ldadd)
+tests_test_numbers_SOURCES = tests/test-numbers.c tests/common.h
+tests_test_numbers_CPPFLAGS = $(suite_cppflags)
+tests_test_numbers_CFLAGS = $(suite_cflags)
+tests_test_numbers_LDADD = $(suite_ldadd) lib/core/libparse.la
+tests_test_files_SOURCES = tests/test-files.c tests/common.h
+tests_test_files_CPPFLAGS = $(suite_cppflags)
+tests_test_files_CFLAGS = $(suite_cflags)
+tests_test_files_LDADD = $(suite_ldadd)
+tests_test_topology_SOURCES = tests/test-topology.c tests/common.h
+tests_test_topology_CPPFLAGS = $(suite_cppflags)
+tests_test_topology_CFLAGS = $(suite_cflags)
+tests_test_topology_LDADD = $(suite_ldadd)
+tests_test_data_SOURCES = tests/test-data.c tests/common.h
+tests_test_data_CPPFLAGS = $(suite_cppflags)
+tests_test_data_CFLAGS = $(suite_cflags)
+tests_test_data_LDADD = $(suite_ldadd)
+tests_test_checkpoint_SOURCES = tests/test-checkpoint.c tests/common.h
+tests_test_checkpoint_CPPFLAGS = $(suite_cppflags)
+tests_test_checkpoint_CFLAGS = $(suite_cflags)
+tests_test_checkpoint_LDADD = $(suite_ldadd)
+tests_test_hf_SOURCES = tests/test-hf.c tests/common.h
+tests_test_hf_CPPFLAGS = $(suite_cppflags)
+tests_test_hf_CFLAGS = $(suite_cflags)
+tests_test_hf_LDADD = $(suite_ldadd)
 tests_test_comm_SOURCES = tests/test-comm.c tests/common.h
-tests_test_comm_CPPFLAGS = $(AM_CPPFLAGS) -DSTRATA_TEST_TOPOLOGIES_DIR='"$(abs_top_srcdir)/../shared/topologies"'
-tests_test_comm_CFLAGS = $(AM_CFLAGS) $(CRITERION_CFLAGS)
-tests_test_comm_LDADD = libstrata.la $(CRITERION_LIBS) -lm
-endif
-
-if HAVE_CRITERION
-check_PROGRAMS += tests/test-layout
-TESTS += tests/test-layout
+tests_test_comm_CPPFLAGS = $(suite_cppflags)
+tests_test_comm_CFLAGS = $(suite_cflags)
+tests_test_comm_LDADD = $(suite_ldadd)
+tests_test_cluster_SOURCES = tests/test-cluster.c tests/common.h
+tests_test_cluster_CPPFLAGS = $(suite_cppflags)
+tests_test_cluster_CFLAGS = $(suite_cflags)
+tests_test_cluster_LDADD = $(suite_ldadd)
 tests_test_layout_SOURCES = tests/test-layout.c tests/common.h
-tests_test_layout_CFLAGS = $(AM_CFLAGS) $(CRITERION_CFLAGS)
-tests_test_layout_LDADD = libstrata.la $(CRITERION_LIBS) -lm
-endif
-
-if HAVE_CRITERION
-check_PROGRAMS += tests/test-parallel
-TESTS += tests/test-parallel
+tests_test_layout_CPPFLAGS = $(suite_cppflags)
+tests_test_layout_CFLAGS = $(suite_cflags)
+tests_test_layout_LDADD = $(suite_ldadd)
+tests_test_schedule_SOURCES = tests/test-schedule.c tests/common.h
+tests_test_schedule_CPPFLAGS = $(suite_cppflags)
+tests_test_schedule_CFLAGS = $(suite_cflags)
+tests_test_schedule_LDADD = $(suite_ldadd)
 tests_test_parallel_SOURCES = tests/test-parallel.c tests/common.h
-tests_test_parallel_CFLAGS = $(AM_CFLAGS) $(CRITERION_CFLAGS) $(JANSSON_CFLAGS)
-tests_test_parallel_LDADD = libstrata.la $(CRITERION_LIBS) $(JANSSON_LIBS) -lm
+tests_test_parallel_CPPFLAGS = $(suite_cppflags)
+tests_test_parallel_CFLAGS = $(suite_cflags)
+tests_test_parallel_LDADD = $(suite_ldadd)
+tests_test_train_SOURCES = tests/test-train.c tests/common.h
+tests_test_train_CPPFLAGS = $(suite_cppflags)
+tests_test_train_CFLAGS = $(suite_cflags)
+tests_test_train_LDADD = $(suite_ldadd)
+tests_test_pipeline_SOURCES = tests/test-pipeline.c tests/common.h
+tests_test_pipeline_CPPFLAGS = $(suite_cppflags)
+tests_test_pipeline_CFLAGS = $(suite_cflags)
+tests_test_pipeline_LDADD = $(suite_ldadd)
+tests_test_plan_SOURCES = tests/test-plan.c tests/common.h
+tests_test_plan_CPPFLAGS = $(suite_cppflags)
+tests_test_plan_CFLAGS = $(suite_cflags)
+tests_test_plan_LDADD = $(suite_ldadd)
 endif
 
 # Fake backend modules for the registry tests: a "cuda" and an "opencl" whose
@@ -114,30 +156,16 @@ tests_fake_ccl_strata_cuda_la_LDFLAGS = $(fake_module_flags)
 
 EXTRA_DIST += tests/test-gpu-run.sh
 TESTS += tests/test-gpu-run.sh
-
-check_PROGRAMS += tests/test-registry
-TESTS += tests/test-registry
-tests_test_registry_SOURCES = tests/test-registry.c tests/common.h
-tests_test_registry_CFLAGS = $(AM_CFLAGS) $(CRITERION_CFLAGS)
-tests_test_registry_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_DIR='"$(abs_top_builddir)/tests/fake"'
-tests_test_registry_LDADD = libstrata.la $(CRITERION_LIBS)
 endif
 
-# The hardening classes: numbers (the one parser, compiled in, and the
-# environment the library reads through it) and files (inputs that are not
-# regular files, the atomic writer, long paths and escaped messages).
-if HAVE_CRITERION
-check_PROGRAMS += tests/test-numbers tests/test-files
-TESTS += tests/test-numbers tests/test-files
-tests_test_numbers_SOURCES = tests/test-numbers.c tests/common.h lib/parse.c lib/parse.h
-tests_test_numbers_CPPFLAGS = $(AM_CPPFLAGS) -DSTRATA_TEST_FIXTURES='"$(abs_top_srcdir)/tests/fixtures/topology"'
-tests_test_numbers_CFLAGS = $(AM_CFLAGS) $(CRITERION_CFLAGS)
-tests_test_numbers_LDADD = libstrata.la $(CRITERION_LIBS) -lm
-tests_test_files_SOURCES = tests/test-files.c tests/common.h
-tests_test_files_CPPFLAGS = $(AM_CPPFLAGS) -DSTRATA_TEST_FIXTURES='"$(abs_top_srcdir)/tests/fixtures/topology"'
-tests_test_files_CFLAGS = $(AM_CFLAGS) $(CRITERION_CFLAGS)
-tests_test_files_LDADD = libstrata.la $(CRITERION_LIBS) -lm
-endif
+# The tools' tests (shell), the GPU suite's own test and the MPI ones.
+TESTS += tests/test-strata-topo.sh tests/test-strata-plan.sh tests/test-strata-train.sh tests/test-strata-interop.sh \
+	tests/test-strata-train-dp.sh tests/test-gpu-run.sh
+EXTRA_DIST += tests/test-strata-topo.sh tests/test-strata-plan.sh tests/test-strata-train.sh \
+	tests/test-strata-interop.sh tests/test-strata-train-dp.sh tests/test-gpu-run.sh
+# The tests' own writer of nanoGPT and llm.c token files.
+check_PROGRAMS += tests/write-tokens
+tests_write_tokens_SOURCES = tests/write-tokens.c
 
 # The cluster layer (strata/cluster.h): one rank's checks in tests/mpi-check, run by
 # tests/test-mpi.sh under mpirun -np 2 and -np 4 when configure enabled MPI (alone otherwise).
@@ -150,10 +178,9 @@ EXTRA_DIST += tests/test-mpi.sh
 TESTS += tests/test-mpi-nccl.sh
 EXTRA_DIST += tests/test-mpi-nccl.sh
 
-if HAVE_CRITERION
-check_PROGRAMS += tests/test-cluster
-TESTS += tests/test-cluster
-tests_test_cluster_SOURCES = tests/test-cluster.c tests/common.h
-tests_test_cluster_CFLAGS = $(AM_CFLAGS) $(CRITERION_CFLAGS) $(JANSSON_CFLAGS)
-tests_test_cluster_LDADD = libstrata.la $(CRITERION_LIBS) $(JANSSON_LIBS) -lm
-endif
+# Made once by make-fixture.py with transformers (never run by the build or the tests).
+EXTRA_DIST += tests/fixtures/hf-gpt2/make-fixture.py \
+	tests/fixtures/hf-gpt2/small/config.json tests/fixtures/hf-gpt2/small/generation_config.json \
+	tests/fixtures/hf-gpt2/small/model.safetensors tests/fixtures/hf-gpt2/small/reference.safetensors \
+	tests/fixtures/hf-gpt2/tied-50257/config.json tests/fixtures/hf-gpt2/tied-50257/generation_config.json \
+	tests/fixtures/hf-gpt2/tied-50257/model.safetensors tests/fixtures/hf-gpt2/tied-50257/reference.safetensors

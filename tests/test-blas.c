@@ -4,7 +4,7 @@
 #include "config.h"
 
 #include "common.h"
-#include "cpu.h"
+#include "device/cpu.h"
 
 #define AVX512 (STRATA__CPU_AVX512F | STRATA__CPU_AVX512BW | STRATA__CPU_AVX512VL | STRATA__CPU_AVX512DQ)
 #define AVX2 (STRATA__CPU_AVX | STRATA__CPU_AVX2 | STRATA__CPU_FMA)

@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: MIT */
-/* test-numbers.c — class 5 of the hardening issue: the one number parser (lib/parse.c, compiled in) and every
+/* test-numbers.c — class 5 of the hardening issue: the one number parser (lib/core/parse.c, compiled in) and every
 ** environment variable the library reads through it: decimal only, range-checked, finite, overflow refused. */
 #include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "common.h"
-#include "parse.h"
+#include "core/parse.h"
 
 TestSuite(numbers, .timeout = 60);
 

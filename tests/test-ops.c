@@ -619,7 +619,7 @@ static int at_fused_b(strata_queue_t q, strata_mem_t *m, const void *pp) {
 
 #define AT_OFF(m, k) strata_mem((m).buf, (m).off + (size_t)(k))
 
-/* The GPT block's attention as it is composed of the unfused ops (lib/stage.c). */
+/* The GPT block's attention as it is composed of the unfused ops (lib/model/stage.c). */
 static int at_ref_f(strata_queue_t q, strata_mem_t *m, const void *pp) {
   const struct at_p *p = pp;
   int64_t T = p->T, H = p->H, hd = p->hd, D = H * hd, HTT = H * T * T;

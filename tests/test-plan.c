@@ -175,7 +175,7 @@ Test(plan, one_device_step_is_the_flops_over_the_speed) {
 }
 
 /*
-** The joins of one micro-batch through a 4-block GPT on a tp-2 stage, by hand (lib/stage.c): forward, the
+** The joins of one micro-batch through a 4-block GPT on a tp-2 stage, by hand (lib/model/stage.c): forward, the
 ** vocabulary-split embedding's sum (N x D floats), each block's two (N x D) and the split head's rows' max
 ** and sums (3 N floats, two joins); backward, each block's two and the head's input gradient (N x D).
 */
@@ -393,7 +393,7 @@ static double one_device_step(const struct strata_device_cost *c) {
 }
 
 /*
-** What calibration measures beyond the ops' speeds, each costed where lib/stage.c and the executor pay it
+** What calibration measures beyond the ops' speeds, each costed where lib/model/stage.c and the executor pay it
 ** (4 micro-batches of 4 rows x 64 tokens, d_model 128, 4 heads, d_ff 512, vocabulary 256):
 ** a queue's round trip once per F and B and twice in the update (10 in all); the softmax's cost per row,
 ** forward, over each block's 4 x 4 x 64 rows of causal scores and the head's 256 rows of logits; and the

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* cli.h — the strata tools' command-line parsing helpers: numbers (through lib/parse.c), getopt refusals, files said the same way. */
+/* cli.h — the strata tools' command-line parsing helpers: numbers (through lib/core/parse.c), getopt refusals, files said the same way. */
 #ifndef STRATA_TOOLS_CLI_H
 #define STRATA_TOOLS_CLI_H
 
@@ -15,7 +15,7 @@
 
 #include <strata/common.h>
 
-#include "parse.h"
+#include "core/parse.h"
 
 /*
 ** After getopt_long (with a ':' at the start of its option string) returned
@@ -55,7 +55,7 @@ static inline int cli_device_status(int rc) {
 
 /*
 ** Option `opt`'s value as a decimal integer in [min, max], digits only: no
-** sign, hexadecimal, spaces or suffix (lib/parse.c, the one parser of every
+** sign, hexadecimal, spaces or suffix (lib/core/parse.c, the one parser of every
 ** number strata reads). Prints one line naming the option, the value and
 ** why, and returns -1 otherwise.
 */

@@ -14,7 +14,7 @@
 #include <strata/device.h>
 #include <strata/topology.h>
 
-#include "parse.h"
+#include "core/parse.h"
 
 enum { FORMAT_TEXT, FORMAT_JSON, FORMAT_DOT, FORMAT_SVG };
 

@@ -8,7 +8,7 @@
 #include <strings.h>
 
 #include "internal.h"
-#include "util.h"
+#include "core/core.h"
 
 /* OS device families that name a GPU, in the order their names are preferred. */
 enum gpu_family { FAM_NONE = -1, FAM_CUDA, FAM_NVML, FAM_RSMI, FAM_LEVELZERO, FAM_OPENCL, FAM_COUNT };

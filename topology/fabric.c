@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "internal.h"
-#include "util.h"
+#include "core/core.h"
 
 /* What one object of a matrix stands for. */
 enum { END_OTHER, END_GPU, END_SWITCH, END_CPU };

@@ -9,7 +9,7 @@
 #include <jansson.h>
 
 #include "internal.h"
-#include "util.h"
+#include "core/core.h"
 
 static json_t *num(double x) {
   return json_real(round(x * 100.0) / 100.0);

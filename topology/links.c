@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "internal.h"
-#include "parse.h"
-#include "util.h"
+#include "core/parse.h"
+#include "core/core.h"
 
 static const double kind_latency_us[STRATA_PATH_KIND_COUNT] = STRATA__LATENCY_US_INIT;
 

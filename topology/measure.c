@@ -7,7 +7,7 @@
 #include <time.h>
 
 #include "internal.h"
-#include "util.h"
+#include "core/core.h"
 
 #define MEASURE_DEFAULT_BYTES ((size_t)16 << 20)
 #define MEASURE_DEFAULT_REPS 3

@@ -8,7 +8,7 @@
 #include <strata/topology.h>
 
 #include "internal.h"
-#include "util.h"
+#include "core/core.h"
 
 /* Exhaustive search up to this many members: 9! orders at most. */
 #define RING_EXHAUSTIVE_MAX 10

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "internal.h"
-#include "util.h"
+#include "core/core.h"
 
 static const struct {
   const char *name, *label, *text;

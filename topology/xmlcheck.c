@@ -9,9 +9,9 @@
 #include <string.h>
 #include <strings.h>
 
-#include "file.h"
+#include "core/file.h"
 #include "internal.h"
-#include "util.h"
+#include "core/core.h"
 
 /* Deeper nesting than this is not a topology hwloc wrote. */
 #define XC_MAX_DEPTH 512

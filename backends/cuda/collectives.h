@@ -7,20 +7,20 @@
 
 #include <cuda_runtime_api.h>
 
-#include "backend.h"
+#include "device/backend.h"
 
 /* From cuda.c: a buffer's device pointer, a queue's stream and device. */
 void *strata__cuda_buf_ptr(void *buf);
 cudaStream_t strata__cuda_queue_stream(void *queue);
 int strata__cuda_queue_dev(void *queue);
 
-/* The backend table's comm slots (see lib/backend.h). comm_new fails with
+/* The backend table's comm slots (see lib/device/backend.h). comm_new fails with
 ** STRATA_ERR_UNSUPPORTED, naming why, when libnccl cannot be loaded. */
 int strata__nccl_comm_new(void *ctx, int n, const int *devs, void **comm);
 void strata__nccl_comm_free(void *ctx, void *comm);
 int strata__nccl_comm_coll(void *ctx, void *comm, int kind, int member, void *const *queues, const struct strata__mem *send,
                            const struct strata__mem *recv, size_t count, int dtype, int op, int root);
-/* Across processes (lib/backend.h's comm_unique_id and comm_new_rank): the
+/* Across processes (lib/device/backend.h's comm_unique_id and comm_new_rank): the
 ** id from the process holding member 0, then every process's members. */
 int strata__nccl_comm_unique_id(void *ctx, void *id, size_t cap);
 int strata__nccl_comm_new_rank(void *ctx, const void *id, int nranks, int nlocal, const int *ranks, const int *devs,

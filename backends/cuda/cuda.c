@@ -15,7 +15,7 @@
 #include <cublas_v2.h>
 #include <cuda.h>
 #include <cuda_runtime_api.h>
-#include "backend.h"
+#include "device/backend.h"
 #include "collectives.h"
 #include "launch.h"
 
@@ -635,7 +635,7 @@ static int strata__cuda_gemm(struct strata__cuda *cx, struct strata__cuda_queue 
 #define I(m) ((int *)((struct strata__cuda_buf *)(m).h)->ptr)
 #define O(m) ((strata__i64)(m).off)
 
-/* Every op of lib/backend.h is implemented on every device, but the fused attention (host only so far). */
+/* Every op of lib/device/backend.h is implemented on every device, but the fused attention (host only so far). */
 static int strata__cuda_op_supported(void *ctx, int dev, enum strata__op_id id) {
   (void)ctx;
   (void)dev;

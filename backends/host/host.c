@@ -15,7 +15,7 @@
 #endif
 
 #include "host.h"
-#include "parse.h"
+#include "core/parse.h"
 
 #if defined(__SSE2__)
 #include <emmintrin.h>

@@ -3,7 +3,7 @@
 #ifndef STRATA__HOST_H
 #define STRATA__HOST_H
 
-#include "backend.h"
+#include "device/backend.h"
 
 /* Run one op record synchronously on the calling thread. */
 int strata__host_op_run(const struct strata__op *op);

@@ -6,11 +6,9 @@ backends_host_strata_host_la_SOURCES = \
 	%reldir%/host.h \
 	%reldir%/host-ops.c \
 	%reldir%/blas.c \
-	%reldir%/vecmath.h \
-	lib/parse.c \
-	lib/parse.h
+	%reldir%/vecmath.h
 backends_host_strata_host_la_CPPFLAGS = $(AM_CPPFLAGS) $(BLAS_CFLAGS)
 # no errno from sqrtf: its loops vectorise
 backends_host_strata_host_la_CFLAGS = $(AM_CFLAGS) $(OPENMP_CFLAGS) -fno-math-errno
-backends_host_strata_host_la_LIBADD = $(BLAS_LIBS) $(PTHREAD_LIBS) -lm
+backends_host_strata_host_la_LIBADD = lib/core/libparse.la $(BLAS_LIBS) $(PTHREAD_LIBS) -lm
 backends_host_strata_host_la_LDFLAGS = -module -avoid-version -shared -no-undefined $(OPENMP_CFLAGS)

@@ -8,7 +8,7 @@
 
 #include <CL/cl.h>
 
-#include "backend.h"
+#include "device/backend.h"
 
 /*
 ** The kernels of kernels/ops.k this backend launches: X(enum id, kernel name).

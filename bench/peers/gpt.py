@@ -57,7 +57,7 @@ class GPT(nn.Module):
         return self.head(self.ln_f(x))
 
 
-PRESETS = {  # name: vocab, context, d_model, layers, heads, d_ff — as strata's lib/model.c
+PRESETS = {  # name: vocab, context, d_model, layers, heads, d_ff — as strata's lib/model/model.c
     "gpt-tiny": (256, 64, 64, 2, 4, 256),
     "gpt-512x8": (256, 256, 512, 8, 8, 2048),
 }

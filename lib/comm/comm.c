@@ -11,9 +11,9 @@
 
 #include <strata/comm.h>
 
-#include "comm.h"
-#include "parse.h"
-#include "registry.h"
+#include "comm/comm.h"
+#include "core/parse.h"
+#include "device/registry.h"
 
 #define COMM_MAX_MEMBERS 64
 #define COMM_DEFAULT_CHUNK (1u << 20)

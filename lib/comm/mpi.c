@@ -20,9 +20,9 @@
 
 #include <strata/cluster.h>
 
-#include "parse.h"
-#include "registry.h"
-#include "util.h"
+#include "core/parse.h"
+#include "device/registry.h"
+#include "core/core.h"
 #include "comm/comm.h"
 #include "comm/mpi.h"
 

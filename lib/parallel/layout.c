@@ -14,7 +14,7 @@
 #include <strata/layout.h>
 #include <strata/schedule.h>
 
-#include "util.h"
+#include "core/core.h"
 
 #define LAYOUT_MAX_DEGREE (1 << 20)     /* more replicas, ranks or tp devices than any machine room holds */
 #define LAYOUT_MAX_FILE (16u << 20)

@@ -18,8 +18,8 @@
 #include <strata/train.h>
 
 #include "plan/plan.h"
-#include "trainer.h"
-#include "util.h"
+#include "train/trainer.h"
+#include "core/core.h"
 
 /* GEMM sizes measured, and repetitions of each. The GEMMs and row ops count their median: a step of
 ** training, whose median the simulator predicts, runs under the machine's load as it is, and the best
@@ -553,7 +553,7 @@ static int measure_shapes(const int *dev, int n, const struct strata_gemm_shape 
 ** its ops' figures, on host and PoCL devices alike). The probe is a
 ** one-block copy of the GPT (its embedding, one block, its head), so that
 ** it fits wherever a block of the model does: its loss and gradient for
-** `rows` samples on each device (lib/stage.c's own code, as a one-device
+** `rows` samples on each device (lib/model/stage.c's own code, as a one-device
 ** trainer runs it), PROBE_ROUNDS rounds of about PROBE_S seconds each,
 ** device by device within a round like the figures above; the median call.
 */

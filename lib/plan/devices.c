@@ -7,7 +7,7 @@
 
 #include <strata/plan.h>
 
-#include "util.h"
+#include "core/core.h"
 
 #define GB (1000ull * 1000ull * 1000ull)
 #define GIB (1024ull * 1024ull * 1024ull)

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "plan/plan.h"
-#include "util.h"
+#include "core/core.h"
 
 #define DEFAULT_TOP 5
 #define DEFAULT_MAX_MICROBATCHES 256

@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "file.h"
+#include "core/file.h"
 #include "plan/plan.h"
-#include "util.h"
+#include "core/core.h"
 
 /* Bytes an op moves per element, for a device whose op speeds were not measured (nominal figures):
 ** it is then paced by its memory bandwidth. */
@@ -176,7 +176,7 @@ struct work {
 /*
 ** One part of a GPT layer (embedding, block, head) on slice-sized
 ** matrices of a t-way tensor-parallel stage for `rows` samples, op by op as
-** lib/stage.c runs them: the GEMMs at the speed calibrated for their size,
+** lib/model/stage.c runs them: the GEMMs at the speed calibrated for their size,
 ** the row and elementwise ops (layernorm, softmax, GELU, biases, residual
 ** adds, copies) at theirs, a launch each; and the joins (all-reduces of the
 ** slices' partial sums) that part posts: a block joins rows x context x
@@ -1256,7 +1256,7 @@ STRATA_API int strata_simulate_schedule(strata_schedule_t s, const double *cost,
   return rc;
 }
 
-/* The trace in the executor's format (lib/pipeline.c strata__trace_write): a compute
+/* The trace in the executor's format (lib/train/pipeline.c strata__trace_write): a compute
 ** and a transfers thread per device, complete events in microseconds, idle gaps. */
 static int write_trace(const struct engine *e, strata_layout_t l, const char *path) {
   struct strata__out o;

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
+#include "device/backend.h"
 #ifdef FAKE_COMM
 #include "fake-comm.h"
 #endif

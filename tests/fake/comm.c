@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend.h"
+#include "device/backend.h"
 #include "fake-comm.h"
 
 /* Bytes each member may put into the shared file per call, and the longest wait for the others. */

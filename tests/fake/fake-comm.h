@@ -3,7 +3,7 @@
 #ifndef STRATA_TEST_FAKE_COMM_H
 #define STRATA_TEST_FAKE_COMM_H
 
-#include "backend.h"
+#include "device/backend.h"
 
 void strata__fake_comm_services(const struct strata__services *svc);
 int strata__fake_comm_probe(void *ctx, char *why, size_t len);

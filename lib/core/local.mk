@@ -1,0 +1,16 @@
+# SPDX-License-Identifier: MIT
+# lib/core/ — status codes and the last error, logging, checked arithmetic, the clock, files, the one number parser.
+libstrata_la_SOURCES += \
+	%reldir%/core.h \
+	%reldir%/status.c \
+	%reldir%/log.c \
+	%reldir%/time.c \
+	%reldir%/util.c \
+	%reldir%/file.c \
+	%reldir%/file.h
+
+# The number parser, compiled once: libstrata, the host backend module, the tools and test-numbers link it.
+noinst_LTLIBRARIES += lib/core/libparse.la
+lib_core_libparse_la_SOURCES = %reldir%/parse.c %reldir%/parse.h
+
+stratainclude_HEADERS += include/strata/strata.h include/strata/common.h

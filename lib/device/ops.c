@@ -1,0 +1,770 @@
+/* SPDX-License-Identifier: MIT */
+/* ops.c — the public ops: argument checks, op records handed to backends, and ops composed from others. */
+#include "config.h"
+
+#include <math.h>
+#include <string.h>
+
+#include <strata/ops.h>
+
+#include "device/registry.h"
+
+static const char *const op_names[STRATA__OP_COUNT] = {
+#define STRATA__OP_NAME(id, name) name,
+    STRATA__OP_MAP(STRATA__OP_NAME)
+#undef STRATA__OP_NAME
+};
+
+/* Check that operand `m` lies on q's device and holds `count` 4-byte
+** elements from its offset; translate it to the backend's handle. */
+static int operand(strata_queue_t q, const char *op, const char *arg, strata_mem_t m, uint64_t count,
+                   struct strata__mem *out) {
+  if (!m.buf)
+    return strata__error(STRATA_ERR_INVALID, "%s: operand '%s' has no buffer", op, arg);
+  if (m.buf->dev != q->dev) {
+    char lb[200], lq[200];
+    return strata__error(STRATA_ERR_DEVICE_MISMATCH, "%s: operand '%s' is on %s but the queue is on %s", op, arg,
+                         strata__device_label(m.buf->dev, lb, sizeof lb), strata__device_label(q->dev, lq, sizeof lq));
+  }
+  uint64_t elems = m.buf->size / 4;
+  if (m.off > elems || count > elems - m.off)
+    return strata__error(STRATA_ERR_RANGE,
+                         "%s: operand '%s' needs %llu elements from offset %zu but its buffer holds %llu", op, arg,
+                         (unsigned long long)count, m.off, (unsigned long long)elems);
+  out->h = m.buf->h;
+  out->off = m.off;
+  return STRATA_OK;
+}
+
+/* Dimensions must be positive; products are checked against overflow. */
+static int positive(const char *op, const char *name, int64_t v) {
+  if (v <= 0)
+    return strata__error(STRATA_ERR_SHAPE, "%s: %s = %lld, must be positive", op, name, (long long)v);
+  return STRATA_OK;
+}
+
+static int product(const char *op, int64_t a, int64_t b, uint64_t *out) {
+  *out = 0;
+  if (!strata__mul_ok((uint64_t)a, (uint64_t)b, out) || *out > (UINT64_MAX >> 3))
+    return strata__error(STRATA_ERR_RANGE, "%s: %lld x %lld elements overflow", op, (long long)a, (long long)b);
+  return STRATA_OK;
+}
+
+static int check_queue(strata_queue_t q, enum strata__op_id id) {
+  if (!q)
+    return strata__error(STRATA_ERR_INVALID, "%s: queue is NULL", op_names[id]);
+  const struct strata__slot *s = q->dev->slot;
+  if (!s->be->op_supported || !s->be->op_supported(s->ctx, q->dev->local, id)) {
+    char l[200];
+    return strata__error(STRATA_ERR_UNSUPPORTED, "%s has no op '%s'", strata__device_label(q->dev, l, sizeof l),
+                         op_names[id]);
+  }
+  return STRATA_OK;
+}
+
+static int submit(strata_queue_t q, struct strata__op *op) {
+  return q->dev->slot->be->op(q->dev->slot->ctx, q->h, op);
+}
+
+/* Elements spanned by `batch` rows x cols matrices with row stride ld and batch stride. */
+static int matrix_extent(const char *op, const char *arg, int64_t rows, int64_t cols, int64_t ld, int64_t stride,
+                         int64_t batch, uint64_t *out) {
+  if (ld < cols)
+    return strata__error(STRATA_ERR_SHAPE, "%s: leading dimension of %s is %lld, less than its %lld columns", op, arg,
+                         (long long)ld, (long long)cols);
+  if (stride < 0)
+    return strata__error(STRATA_ERR_SHAPE, "%s: batch stride of %s is negative", op, arg);
+  uint64_t one = 0, last = 0;
+  TRY(product(op, rows - 1, ld, &one));
+  one += (uint64_t)cols;
+  TRY(product(op, batch - 1, stride, &last));
+  *out = last + one;
+  return STRATA_OK;
+}
+
+STRATA_API int strata_gemm(strata_queue_t q, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                           strata_mem_t a, int64_t lda, int64_t stride_a, strata_mem_t b, int64_t ldb,
+                           int64_t stride_b, float beta, strata_mem_t c, int64_t ldc, int64_t stride_c,
+                           int64_t batch) {
+  const char *name = "gemm";
+  TRY(check_queue(q, STRATA__OP_GEMM));
+  TRY(positive(name, "m", m));
+  TRY(positive(name, "n", n));
+  TRY(positive(name, "k", k));
+  TRY(positive(name, "batch", batch));
+  if ((trans_a != 0 && trans_a != 1) || (trans_b != 0 && trans_b != 1))
+    return strata__error(STRATA_ERR_INVALID, "gemm: transpose flags must be STRATA_NO_TRANS or STRATA_TRANS");
+  uint64_t ea, eb, ec;
+  TRY(matrix_extent(name, "A", trans_a ? k : m, trans_a ? m : k, lda, stride_a, batch, &ea));
+  TRY(matrix_extent(name, "B", trans_b ? n : k, trans_b ? k : n, ldb, stride_b, batch, &eb));
+  TRY(matrix_extent(name, "C", m, n, ldc, stride_c, batch, &ec));
+  /* Interleaved outputs (the heads of one attention matrix: stride_c = head
+  ** width, ldc = model width) are fine; C matrices sharing an element are not. */
+  if (batch > 1 && stride_c < n && stride_c < (m - 1) * ldc + n)
+    return strata__error(STRATA_ERR_SHAPE, "gemm: batch stride of C (%lld) makes the outputs overlap",
+                         (long long)stride_c);
+  struct strata__op op = {.id = STRATA__OP_GEMM};
+  TRY(operand(q, name, "A", a, ea, &op.u.gemm.a));
+  TRY(operand(q, name, "B", b, eb, &op.u.gemm.b));
+  TRY(operand(q, name, "C", c, ec, &op.u.gemm.c));
+  op.u.gemm.trans_a = trans_a;
+  op.u.gemm.trans_b = trans_b;
+  op.u.gemm.m = m;
+  op.u.gemm.n = n;
+  op.u.gemm.k = k;
+  op.u.gemm.lda = lda;
+  op.u.gemm.ldb = ldb;
+  op.u.gemm.ldc = ldc;
+  op.u.gemm.stride_a = stride_a;
+  op.u.gemm.stride_b = stride_b;
+  op.u.gemm.stride_c = stride_c;
+  op.u.gemm.batch = batch;
+  op.u.gemm.alpha = alpha;
+  op.u.gemm.beta = beta;
+  return submit(q, &op);
+}
+
+static int bias_common(strata_queue_t q, enum strata__op_id id, strata_mem_t y, strata_mem_t bias, int64_t rows,
+                       int64_t cols, int accumulate) {
+  const char *name = op_names[id];
+  TRY(check_queue(q, id));
+  TRY(positive(name, "rows", rows));
+  TRY(positive(name, "cols", cols));
+  uint64_t total;
+  TRY(product(name, rows, cols, &total));
+  struct strata__op op = {.id = id};
+  TRY(operand(q, name, id == STRATA__OP_BIAS_ADD ? "y" : "dy", y, total, &op.u.bias.y));
+  TRY(operand(q, name, id == STRATA__OP_BIAS_ADD ? "bias" : "dbias", bias, (uint64_t)cols, &op.u.bias.bias));
+  op.u.bias.rows = rows;
+  op.u.bias.cols = cols;
+  op.u.bias.accumulate = accumulate != 0;
+  return submit(q, &op);
+}
+
+STRATA_API int strata_bias_add(strata_queue_t q, strata_mem_t y, strata_mem_t bias, int64_t rows, int64_t cols) {
+  return bias_common(q, STRATA__OP_BIAS_ADD, y, bias, rows, cols, 0);
+}
+
+STRATA_API int strata_bias_grad(strata_queue_t q, strata_mem_t dy, strata_mem_t dbias, int64_t rows, int64_t cols,
+                                int accumulate) {
+  return bias_common(q, STRATA__OP_BIAS_GRAD, dy, dbias, rows, cols, accumulate);
+}
+
+/* Elementwise ops: every operand given (non-NULL name) holds n elements. */
+static int elementwise(strata_queue_t q, enum strata__op_id id, int64_t n, float alpha, const char *n1,
+                       strata_mem_t m1, struct strata__mem *f1, const char *n2, strata_mem_t m2,
+                       struct strata__mem *f2, const char *n3, strata_mem_t m3, struct strata__mem *f3,
+                       struct strata__op *op) {
+  const char *name = op_names[id];
+  TRY(check_queue(q, id));
+  TRY(positive(name, "n", n));
+  if (n1)
+    TRY(operand(q, name, n1, m1, (uint64_t)n, f1));
+  if (n2)
+    TRY(operand(q, name, n2, m2, (uint64_t)n, f2));
+  if (n3)
+    TRY(operand(q, name, n3, m3, (uint64_t)n, f3));
+  op->id = id;
+  op->u.ew.n = n;
+  op->u.ew.alpha = alpha;
+  return submit(q, op);
+}
+
+static const strata_mem_t no_mem;
+
+STRATA_API int strata_gelu_fwd(strata_queue_t q, strata_mem_t x, strata_mem_t y, int64_t n) {
+  struct strata__op op = {0};
+  return elementwise(q, STRATA__OP_GELU_FWD, n, 0, "x", x, &op.u.ew.x, "y", y, &op.u.ew.y, NULL, no_mem, NULL, &op);
+}
+
+STRATA_API int strata_gelu_bwd(strata_queue_t q, strata_mem_t x, strata_mem_t dy, strata_mem_t dx, int64_t n) {
+  struct strata__op op = {0};
+  return elementwise(q, STRATA__OP_GELU_BWD, n, 0, "x", x, &op.u.ew.x, "dy", dy, &op.u.ew.dy, "dx", dx, &op.u.ew.dx,
+                     &op);
+}
+
+STRATA_API int strata_relu_fwd(strata_queue_t q, strata_mem_t x, strata_mem_t y, int64_t n) {
+  struct strata__op op = {0};
+  return elementwise(q, STRATA__OP_RELU_FWD, n, 0, "x", x, &op.u.ew.x, "y", y, &op.u.ew.y, NULL, no_mem, NULL, &op);
+}
+
+STRATA_API int strata_relu_bwd(strata_queue_t q, strata_mem_t x, strata_mem_t dy, strata_mem_t dx, int64_t n) {
+  struct strata__op op = {0};
+  return elementwise(q, STRATA__OP_RELU_BWD, n, 0, "x", x, &op.u.ew.x, "dy", dy, &op.u.ew.dy, "dx", dx, &op.u.ew.dx,
+                     &op);
+}
+
+STRATA_API int strata_add(strata_queue_t q, strata_mem_t a, strata_mem_t b, strata_mem_t y, int64_t n) {
+  struct strata__op op = {0};
+  return elementwise(q, STRATA__OP_ADD, n, 0, "a", a, &op.u.ew.x, "b", b, &op.u.ew.b, "y", y, &op.u.ew.y, &op);
+}
+
+STRATA_API int strata_scale(strata_queue_t q, strata_mem_t x, float alpha, int64_t n) {
+  struct strata__op op = {0};
+  return elementwise(q, STRATA__OP_SCALE, n, alpha, "x", x, &op.u.ew.x, NULL, no_mem, NULL, NULL, no_mem, NULL, &op);
+}
+
+STRATA_API int strata_fill(strata_queue_t q, strata_mem_t x, float value, int64_t n) {
+  struct strata__op op = {0};
+  return elementwise(q, STRATA__OP_FILL, n, value, "x", x, &op.u.ew.x, NULL, no_mem, NULL, NULL, no_mem, NULL, &op);
+}
+
+STRATA_API int strata_layernorm_fwd(strata_queue_t q, strata_mem_t x, strata_mem_t gamma, strata_mem_t beta,
+                                    strata_mem_t y, strata_mem_t mean, strata_mem_t rstd, int64_t rows, int64_t cols,
+                                    float eps) {
+  const char *name = "layernorm_fwd";
+  TRY(check_queue(q, STRATA__OP_LAYERNORM_FWD));
+  TRY(positive(name, "rows", rows));
+  TRY(positive(name, "cols", cols));
+  if (!(eps > 0))
+    return strata__error(STRATA_ERR_INVALID, "layernorm_fwd: eps must be positive");
+  uint64_t total;
+  TRY(product(name, rows, cols, &total));
+  struct strata__op op = {.id = STRATA__OP_LAYERNORM_FWD};
+  TRY(operand(q, name, "x", x, total, &op.u.ln.x));
+  TRY(operand(q, name, "gamma", gamma, (uint64_t)cols, &op.u.ln.gamma));
+  TRY(operand(q, name, "beta", beta, (uint64_t)cols, &op.u.ln.beta));
+  TRY(operand(q, name, "y", y, total, &op.u.ln.y));
+  TRY(operand(q, name, "mean", mean, (uint64_t)rows, &op.u.ln.mean));
+  TRY(operand(q, name, "rstd", rstd, (uint64_t)rows, &op.u.ln.rstd));
+  op.u.ln.rows = rows;
+  op.u.ln.cols = cols;
+  op.u.ln.eps = eps;
+  return submit(q, &op);
+}
+
+STRATA_API int strata_layernorm_bwd(strata_queue_t q, strata_mem_t x, strata_mem_t gamma, strata_mem_t mean,
+                                    strata_mem_t rstd, strata_mem_t dy, strata_mem_t dx, strata_mem_t dgamma,
+                                    strata_mem_t dbeta, int64_t rows, int64_t cols, int accumulate) {
+  const char *name = "layernorm_bwd";
+  TRY(check_queue(q, STRATA__OP_LAYERNORM_BWD));
+  TRY(positive(name, "rows", rows));
+  TRY(positive(name, "cols", cols));
+  uint64_t total;
+  TRY(product(name, rows, cols, &total));
+  struct strata__op op = {.id = STRATA__OP_LAYERNORM_BWD};
+  TRY(operand(q, name, "x", x, total, &op.u.ln.x));
+  TRY(operand(q, name, "gamma", gamma, (uint64_t)cols, &op.u.ln.gamma));
+  TRY(operand(q, name, "mean", mean, (uint64_t)rows, &op.u.ln.mean));
+  TRY(operand(q, name, "rstd", rstd, (uint64_t)rows, &op.u.ln.rstd));
+  TRY(operand(q, name, "dy", dy, total, &op.u.ln.dy));
+  TRY(operand(q, name, "dx", dx, total, &op.u.ln.dx));
+  TRY(operand(q, name, "dgamma", dgamma, (uint64_t)cols, &op.u.ln.dgamma));
+  TRY(operand(q, name, "dbeta", dbeta, (uint64_t)cols, &op.u.ln.dbeta));
+  op.u.ln.rows = rows;
+  op.u.ln.cols = cols;
+  op.u.ln.accumulate = accumulate != 0;
+  return submit(q, &op);
+}
+
+STRATA_API int strata_softmax_fwd(strata_queue_t q, strata_mem_t x, strata_mem_t y, int64_t rows, int64_t cols,
+                                  float scale, int causal) {
+  const char *name = "softmax_fwd";
+  TRY(check_queue(q, STRATA__OP_SOFTMAX_FWD));
+  TRY(positive(name, "rows", rows));
+  TRY(positive(name, "cols", cols));
+  if (causal && rows % cols)
+    return strata__error(STRATA_ERR_SHAPE,
+                         "softmax_fwd: causal rows (%lld) must be a multiple of cols (%lld): a stack of square matrices",
+                         (long long)rows, (long long)cols);
+  uint64_t total;
+  TRY(product(name, rows, cols, &total));
+  struct strata__op op = {.id = STRATA__OP_SOFTMAX_FWD};
+  TRY(operand(q, name, "x", x, total, &op.u.softmax.x));
+  TRY(operand(q, name, "y", y, total, &op.u.softmax.y));
+  op.u.softmax.rows = rows;
+  op.u.softmax.cols = cols;
+  op.u.softmax.scale = scale;
+  op.u.softmax.causal = causal != 0;
+  return submit(q, &op);
+}
+
+STRATA_API int strata_softmax_bwd(strata_queue_t q, strata_mem_t y, strata_mem_t dy, strata_mem_t dx, int64_t rows,
+                                  int64_t cols, float scale) {
+  const char *name = "softmax_bwd";
+  TRY(check_queue(q, STRATA__OP_SOFTMAX_BWD));
+  TRY(positive(name, "rows", rows));
+  TRY(positive(name, "cols", cols));
+  uint64_t total;
+  TRY(product(name, rows, cols, &total));
+  struct strata__op op = {.id = STRATA__OP_SOFTMAX_BWD};
+  TRY(operand(q, name, "y", y, total, &op.u.softmax.y));
+  TRY(operand(q, name, "dy", dy, total, &op.u.softmax.dy));
+  TRY(operand(q, name, "dx", dx, total, &op.u.softmax.dx));
+  op.u.softmax.rows = rows;
+  op.u.softmax.cols = cols;
+  op.u.softmax.scale = scale;
+  return submit(q, &op);
+}
+
+/* Shapes and operands shared by the attention ops; fills every field of op->u.attn but the gradients'. */
+static int attention_common(strata_queue_t q, enum strata__op_id id, strata_mem_t qkv, strata_mem_t out,
+                            strata_mem_t lse, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim, float scale,
+                            int causal, struct strata__op *op, uint64_t *qkv_count) {
+  const char *name = op_names[id];
+  TRY(check_queue(q, id));
+  TRY(positive(name, "batch", batch));
+  TRY(positive(name, "seq", seq));
+  TRY(positive(name, "heads", heads));
+  TRY(positive(name, "head_dim", head_dim));
+  if (!(scale == scale) || scale == 0.0f)
+    return strata__error(STRATA_ERR_INVALID, "%s: scale must be a nonzero number", name);
+  uint64_t rows, d, d3, outn, lsen;
+  TRY(product(name, batch, seq, &rows));
+  TRY(product(name, heads, head_dim, &d));
+  TRY(product(name, (int64_t)d, 3, &d3));
+  TRY(product(name, (int64_t)rows, (int64_t)d3, qkv_count));
+  TRY(product(name, (int64_t)rows, (int64_t)d, &outn));
+  TRY(product(name, (int64_t)rows, heads, &lsen));
+  op->id = id;
+  TRY(operand(q, name, "qkv", qkv, *qkv_count, &op->u.attn.qkv));
+  TRY(operand(q, name, "out", out, outn, &op->u.attn.out));
+  TRY(operand(q, name, "lse", lse, lsen, &op->u.attn.lse));
+  op->u.attn.batch = batch;
+  op->u.attn.seq = seq;
+  op->u.attn.heads = heads;
+  op->u.attn.head_dim = head_dim;
+  op->u.attn.scale = scale;
+  op->u.attn.causal = causal != 0;
+  return STRATA_OK;
+}
+
+STRATA_API int strata_attention_fwd(strata_queue_t q, strata_mem_t qkv, strata_mem_t out, strata_mem_t lse,
+                                    int64_t batch, int64_t seq, int64_t heads, int64_t head_dim, float scale,
+                                    int causal) {
+  struct strata__op op = {.id = STRATA__OP_ATTENTION_FWD};
+  uint64_t n;
+  TRY(attention_common(q, STRATA__OP_ATTENTION_FWD, qkv, out, lse, batch, seq, heads, head_dim, scale, causal, &op,
+                       &n));
+  return submit(q, &op);
+}
+
+STRATA_API int strata_attention_bwd(strata_queue_t q, strata_mem_t qkv, strata_mem_t out, strata_mem_t dout,
+                                    strata_mem_t lse, strata_mem_t dqkv, int64_t batch, int64_t seq, int64_t heads,
+                                    int64_t head_dim, float scale, int causal) {
+  struct strata__op op = {.id = STRATA__OP_ATTENTION_BWD};
+  uint64_t n;
+  TRY(attention_common(q, STRATA__OP_ATTENTION_BWD, qkv, out, lse, batch, seq, heads, head_dim, scale, causal, &op,
+                       &n));
+  TRY(operand(q, "attention_bwd", "dout", dout, (uint64_t)batch * (uint64_t)seq * (uint64_t)(heads * head_dim),
+              &op.u.attn.dout));
+  TRY(operand(q, "attention_bwd", "dqkv", dqkv, n, &op.u.attn.dqkv));
+  if (op.u.attn.dqkv.h == op.u.attn.qkv.h && op.u.attn.dqkv.off == op.u.attn.qkv.off)
+    return strata__error(STRATA_ERR_INVALID, "attention_bwd: dqkv cannot be qkv");
+  return submit(q, &op);
+}
+
+STRATA_API int strata_attention_supported(strata_queue_t q) {
+  if (!q)
+    return 0;
+  const struct strata__slot *s = q->dev->slot;
+  return s->be->op_supported && s->be->op_supported(s->ctx, q->dev->local, STRATA__OP_ATTENTION_FWD) &&
+         s->be->op_supported(s->ctx, q->dev->local, STRATA__OP_ATTENTION_BWD);
+}
+
+static int embedding_common(strata_queue_t q, enum strata__op_id id, strata_mem_t tokens, strata_mem_t table,
+                            strata_mem_t rows, int64_t n, int64_t dim, int64_t vocab, int accumulate) {
+  const char *name = op_names[id];
+  int fwd = id == STRATA__OP_EMBEDDING_FWD;
+  TRY(check_queue(q, id));
+  TRY(positive(name, "n", n));
+  TRY(positive(name, "dim", dim));
+  TRY(positive(name, "vocab", vocab));
+  uint64_t tsize, osize;
+  TRY(product(name, vocab, dim, &tsize));
+  TRY(product(name, n, dim, &osize));
+  struct strata__op op = {.id = id};
+  TRY(operand(q, name, "tokens", tokens, (uint64_t)n, &op.u.emb.tokens));
+  TRY(operand(q, name, fwd ? "table" : "dtable", table, tsize, fwd ? &op.u.emb.table : &op.u.emb.dtable));
+  TRY(operand(q, name, fwd ? "out" : "dout", rows, osize, fwd ? &op.u.emb.out : &op.u.emb.dout));
+  op.u.emb.n = n;
+  op.u.emb.dim = dim;
+  op.u.emb.vocab = vocab;
+  op.u.emb.accumulate = accumulate != 0;
+  return submit(q, &op);
+}
+
+STRATA_API int strata_embedding_fwd(strata_queue_t q, strata_mem_t tokens, strata_mem_t table, strata_mem_t out,
+                                    int64_t n, int64_t dim, int64_t vocab) {
+  return embedding_common(q, STRATA__OP_EMBEDDING_FWD, tokens, table, out, n, dim, vocab, 0);
+}
+
+STRATA_API int strata_embedding_bwd(strata_queue_t q, strata_mem_t tokens, strata_mem_t dout, strata_mem_t dtable,
+                                    int64_t n, int64_t dim, int64_t vocab, int accumulate) {
+  return embedding_common(q, STRATA__OP_EMBEDDING_BWD, tokens, dtable, dout, n, dim, vocab, accumulate);
+}
+
+STRATA_API int strata_cross_entropy_fwd(strata_queue_t q, strata_mem_t logits, strata_mem_t targets, strata_mem_t loss,
+                                        int64_t rows, int64_t vocab) {
+  const char *name = "cross_entropy_fwd";
+  TRY(check_queue(q, STRATA__OP_XENT_FWD));
+  TRY(positive(name, "rows", rows));
+  TRY(positive(name, "vocab", vocab));
+  uint64_t total;
+  TRY(product(name, rows, vocab, &total));
+  struct strata__op op = {.id = STRATA__OP_XENT_FWD};
+  TRY(operand(q, name, "logits", logits, total, &op.u.xent.logits));
+  TRY(operand(q, name, "targets", targets, (uint64_t)rows, &op.u.xent.targets));
+  TRY(operand(q, name, "loss", loss, (uint64_t)rows, &op.u.xent.loss));
+  op.u.xent.rows = rows;
+  op.u.xent.vocab = vocab;
+  return submit(q, &op);
+}
+
+STRATA_API int strata_cross_entropy_bwd(strata_queue_t q, strata_mem_t logits, strata_mem_t targets,
+                                        strata_mem_t dlogits, int64_t rows, int64_t vocab, float scale) {
+  const char *name = "cross_entropy_bwd";
+  TRY(check_queue(q, STRATA__OP_XENT_BWD));
+  TRY(positive(name, "rows", rows));
+  TRY(positive(name, "vocab", vocab));
+  uint64_t total;
+  TRY(product(name, rows, vocab, &total));
+  struct strata__op op = {.id = STRATA__OP_XENT_BWD};
+  TRY(operand(q, name, "logits", logits, total, &op.u.xent.logits));
+  TRY(operand(q, name, "targets", targets, (uint64_t)rows, &op.u.xent.targets));
+  TRY(operand(q, name, "dlogits", dlogits, total, &op.u.xent.dlogits));
+  op.u.xent.rows = rows;
+  op.u.xent.vocab = vocab;
+  op.u.xent.scale = scale;
+  return submit(q, &op);
+}
+
+/* The vocabulary slice [off, off + vl) must lie inside [0, vocab). */
+static int vocab_slice(const char *op, int64_t off, int64_t vl, int64_t vocab) {
+  if (off < 0 || off > vocab - vl)
+    return strata__error(STRATA_ERR_SHAPE,
+                         "%s: the slice [off, off + vl) = [%lld, %lld) must lie inside the vocabulary [0, %lld)", op,
+                         (long long)off, (long long)off + (long long)vl, (long long)vocab);
+  return STRATA_OK;
+}
+
+STRATA_API int strata_xent_vp_max(strata_queue_t q, strata_mem_t logits, strata_mem_t rowmax, int64_t rows,
+                                  int64_t vl) {
+  const char *name = "xent_vp_max";
+  TRY(check_queue(q, STRATA__OP_XENT_VP_MAX));
+  TRY(positive(name, "rows", rows));
+  TRY(positive(name, "vl", vl));
+  uint64_t total;
+  TRY(product(name, rows, vl, &total));
+  struct strata__op op = {.id = STRATA__OP_XENT_VP_MAX};
+  TRY(operand(q, name, "logits", logits, total, &op.u.xvp.logits));
+  TRY(operand(q, name, "rowmax", rowmax, (uint64_t)rows, &op.u.xvp.rowmax));
+  op.u.xvp.rows = rows;
+  op.u.xvp.vl = vl;
+  return submit(q, &op);
+}
+
+STRATA_API int strata_xent_vp_sums(strata_queue_t q, strata_mem_t logits, strata_mem_t targets, strata_mem_t rowmax,
+                                   strata_mem_t sumexp, strata_mem_t tlogit, int64_t rows, int64_t vl, int64_t off,
+                                   int64_t vocab) {
+  const char *name = "xent_vp_sums";
+  TRY(check_queue(q, STRATA__OP_XENT_VP_SUMS));
+  TRY(positive(name, "rows", rows));
+  TRY(positive(name, "vl", vl));
+  TRY(positive(name, "vocab", vocab));
+  TRY(vocab_slice(name, off, vl, vocab));
+  uint64_t total;
+  TRY(product(name, rows, vl, &total));
+  struct strata__op op = {.id = STRATA__OP_XENT_VP_SUMS};
+  TRY(operand(q, name, "logits", logits, total, &op.u.xvp.logits));
+  TRY(operand(q, name, "targets", targets, (uint64_t)rows, &op.u.xvp.targets));
+  TRY(operand(q, name, "rowmax", rowmax, (uint64_t)rows, &op.u.xvp.rowmax));
+  TRY(operand(q, name, "sumexp", sumexp, (uint64_t)rows, &op.u.xvp.sumexp));
+  TRY(operand(q, name, "tlogit", tlogit, (uint64_t)rows, &op.u.xvp.tlogit));
+  op.u.xvp.rows = rows;
+  op.u.xvp.vl = vl;
+  op.u.xvp.off = off;
+  op.u.xvp.vocab = vocab;
+  return submit(q, &op);
+}
+
+STRATA_API int strata_xent_vp_loss(strata_queue_t q, strata_mem_t rowmax, strata_mem_t sumexp, strata_mem_t tlogit,
+                                   strata_mem_t targets, strata_mem_t loss, int64_t rows, int64_t vocab) {
+  const char *name = "xent_vp_loss";
+  TRY(check_queue(q, STRATA__OP_XENT_VP_LOSS));
+  TRY(positive(name, "rows", rows));
+  TRY(positive(name, "vocab", vocab));
+  struct strata__op op = {.id = STRATA__OP_XENT_VP_LOSS};
+  TRY(operand(q, name, "rowmax", rowmax, (uint64_t)rows, &op.u.xvp.rowmax));
+  TRY(operand(q, name, "sumexp", sumexp, (uint64_t)rows, &op.u.xvp.sumexp));
+  TRY(operand(q, name, "tlogit", tlogit, (uint64_t)rows, &op.u.xvp.tlogit));
+  TRY(operand(q, name, "targets", targets, (uint64_t)rows, &op.u.xvp.targets));
+  TRY(operand(q, name, "loss", loss, (uint64_t)rows, &op.u.xvp.loss));
+  op.u.xvp.rows = rows;
+  op.u.xvp.vocab = vocab;
+  return submit(q, &op);
+}
+
+STRATA_API int strata_xent_vp_bwd(strata_queue_t q, strata_mem_t logits, strata_mem_t targets, strata_mem_t rowmax,
+                                  strata_mem_t sumexp, strata_mem_t dlogits, int64_t rows, int64_t vl, int64_t off,
+                                  int64_t vocab, float scale) {
+  const char *name = "xent_vp_bwd";
+  TRY(check_queue(q, STRATA__OP_XENT_VP_BWD));
+  TRY(positive(name, "rows", rows));
+  TRY(positive(name, "vl", vl));
+  TRY(positive(name, "vocab", vocab));
+  TRY(vocab_slice(name, off, vl, vocab));
+  uint64_t total;
+  TRY(product(name, rows, vl, &total));
+  struct strata__op op = {.id = STRATA__OP_XENT_VP_BWD};
+  TRY(operand(q, name, "logits", logits, total, &op.u.xvp.logits));
+  TRY(operand(q, name, "targets", targets, (uint64_t)rows, &op.u.xvp.targets));
+  TRY(operand(q, name, "rowmax", rowmax, (uint64_t)rows, &op.u.xvp.rowmax));
+  TRY(operand(q, name, "sumexp", sumexp, (uint64_t)rows, &op.u.xvp.sumexp));
+  TRY(operand(q, name, "dlogits", dlogits, total, &op.u.xvp.dlogits));
+  op.u.xvp.rows = rows;
+  op.u.xvp.vl = vl;
+  op.u.xvp.off = off;
+  op.u.xvp.vocab = vocab;
+  op.u.xvp.scale = scale;
+  return submit(q, &op);
+}
+
+STRATA_API int strata_tokens_shift(strata_queue_t q, strata_mem_t tokens, strata_mem_t out, int64_t n, int64_t off,
+                                   int64_t count) {
+  const char *name = "tokens_shift";
+  TRY(check_queue(q, STRATA__OP_TOKENS_SHIFT));
+  TRY(positive(name, "n", n));
+  TRY(positive(name, "count", count));
+  if (off < 0)
+    return strata__error(STRATA_ERR_SHAPE, "tokens_shift: off = %lld, must not be negative", (long long)off);
+  struct strata__op op = {.id = STRATA__OP_TOKENS_SHIFT};
+  TRY(operand(q, name, "tokens", tokens, (uint64_t)n, &op.u.shift.tokens));
+  TRY(operand(q, name, "out", out, (uint64_t)n, &op.u.shift.out));
+  op.u.shift.n = n;
+  op.u.shift.off = off;
+  op.u.shift.count = count;
+  return submit(q, &op);
+}
+
+STRATA_API int strata_adamw(strata_queue_t q, strata_mem_t param, strata_mem_t grad, strata_mem_t m, strata_mem_t v,
+                            int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
+                            int64_t step) {
+  const char *name = "adamw";
+  TRY(check_queue(q, STRATA__OP_ADAMW));
+  TRY(positive(name, "n", n));
+  TRY(positive(name, "step", step));
+  if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1) || !(eps > 0) || !(lr >= 0) || !(weight_decay >= 0))
+    return strata__error(STRATA_ERR_INVALID,
+                         "adamw: need 0 <= beta1, beta2 < 1, eps > 0, lr >= 0, weight_decay >= 0 (got %g %g %g %g %g)",
+                         beta1, beta2, eps, lr, weight_decay);
+  struct strata__op op = {.id = STRATA__OP_ADAMW};
+  TRY(operand(q, name, "param", param, (uint64_t)n, &op.u.adamw.param));
+  TRY(operand(q, name, "grad", grad, (uint64_t)n, &op.u.adamw.grad));
+  TRY(operand(q, name, "m", m, (uint64_t)n, &op.u.adamw.m));
+  TRY(operand(q, name, "v", v, (uint64_t)n, &op.u.adamw.v));
+  op.u.adamw.n = n;
+  /* the bias corrections once for the whole update, so that every backend applies the same two floats */
+  op.u.adamw.bc1 = 1.0f - powf(beta1, (float)step);
+  op.u.adamw.bc2 = 1.0f - powf(beta2, (float)step);
+  op.u.adamw.lr = lr;
+  op.u.adamw.beta1 = beta1;
+  op.u.adamw.beta2 = beta2;
+  op.u.adamw.eps = eps;
+  op.u.adamw.weight_decay = weight_decay;
+  return submit(q, &op);
+}
+
+STRATA_API int strata_sumsq(strata_queue_t q, strata_mem_t x, int64_t n, strata_mem_t out, int accumulate) {
+  const char *name = "sumsq";
+  TRY(check_queue(q, STRATA__OP_SUMSQ));
+  TRY(positive(name, "n", n));
+  struct strata__op op = {.id = STRATA__OP_SUMSQ};
+  TRY(operand(q, name, "x", x, (uint64_t)n, &op.u.sumsq.x));
+  TRY(operand(q, name, "out", out, 1, &op.u.sumsq.out));
+  op.u.sumsq.n = n;
+  op.u.sumsq.accumulate = accumulate != 0;
+  return submit(q, &op);
+}
+
+STRATA_API int strata_conv2d_shape(const struct strata_conv2d *g, int64_t *p, int64_t *qw, int64_t *workspace) {
+  const char *name = "conv2d";
+  if (!g)
+    return strata__error(STRATA_ERR_INVALID, "conv2d: geometry is NULL");
+  TRY(positive(name, "n", g->n));
+  TRY(positive(name, "c", g->c));
+  TRY(positive(name, "h", g->h));
+  TRY(positive(name, "w", g->w));
+  TRY(positive(name, "k", g->k));
+  TRY(positive(name, "r", g->r));
+  TRY(positive(name, "s", g->s));
+  TRY(positive(name, "stride", g->stride));
+  if (g->pad < 0 || g->pad >= g->r || g->pad >= g->s)
+    return strata__error(STRATA_ERR_SHAPE, "conv2d: pad = %lld must lie in [0, filter size)", (long long)g->pad);
+  if (g->h + 2 * g->pad < g->r || g->w + 2 * g->pad < g->s)
+    return strata__error(STRATA_ERR_SHAPE, "conv2d: the %lldx%lld filter is larger than the padded %lldx%lld image",
+                         (long long)g->r, (long long)g->s, (long long)g->h, (long long)g->w);
+  int64_t pp = (g->h + 2 * g->pad - g->r) / g->stride + 1;
+  int64_t qq = (g->w + 2 * g->pad - g->s) / g->stride + 1;
+  uint64_t crs, pq, ws;
+  TRY(product(name, g->c * g->r, g->s, &crs));
+  TRY(product(name, pp, qq, &pq));
+  TRY(product(name, (int64_t)crs, (int64_t)pq, &ws));
+  if (p)
+    *p = pp;
+  if (qw)
+    *qw = qq;
+  if (workspace)
+    *workspace = (int64_t)ws;
+  return STRATA_OK;
+}
+
+/* The im2col/col2im record for image `i` of x (or dx). */
+static int im2col_op(strata_queue_t q, enum strata__op_id id, const struct strata_conv2d *g, int64_t pp, int64_t qq,
+                     strata_mem_t img, strata_mem_t work) {
+  const char *name = op_names[id];
+  TRY(check_queue(q, id));
+  struct strata__op op = {.id = id};
+  TRY(operand(q, name, id == STRATA__OP_IM2COL ? "x" : "dx", img, (uint64_t)(g->c * g->h * g->w), &op.u.im2col.x));
+  TRY(operand(q, name, "work", work, (uint64_t)(g->c * g->r * g->s * pp * qq), &op.u.im2col.col));
+  op.u.im2col.c = g->c;
+  op.u.im2col.h = g->h;
+  op.u.im2col.w = g->w;
+  op.u.im2col.r = g->r;
+  op.u.im2col.s = g->s;
+  op.u.im2col.stride = g->stride;
+  op.u.im2col.pad = g->pad;
+  op.u.im2col.p = pp;
+  op.u.im2col.q = qq;
+  return submit(q, &op);
+}
+
+/* Check every conv operand up front so that no work is enqueued for a call that fails. */
+static int conv_check(strata_queue_t q, const struct strata_conv2d *g, int64_t *pp, int64_t *qq, const char *name,
+                      int nmem, const char *const *names, const strata_mem_t *mems, const uint64_t *counts) {
+  if (!q)
+    return strata__error(STRATA_ERR_INVALID, "%s: queue is NULL", name);
+  int64_t ws;
+  TRY(strata_conv2d_shape(g, pp, qq, &ws));
+  TRY(check_queue(q, STRATA__OP_IM2COL));
+  TRY(check_queue(q, STRATA__OP_GEMM));
+  for (int i = 0; i < nmem; i++) {
+    struct strata__mem tmp;
+    uint64_t cnt = counts[i] ? counts[i] : (uint64_t)ws;
+    TRY(operand(q, name, names[i], mems[i], cnt, &tmp));
+  }
+  return STRATA_OK;
+}
+
+STRATA_API int strata_conv2d_fwd(strata_queue_t q, const struct strata_conv2d *g, strata_mem_t x, strata_mem_t w,
+                                 strata_mem_t y, strata_mem_t work) {
+  int64_t pp, qq;
+  if (!g)
+    return strata__error(STRATA_ERR_INVALID, "conv2d_fwd: geometry is NULL");
+  uint64_t img = (uint64_t)(g->c * g->h * g->w), crs = (uint64_t)(g->c * g->r * g->s);
+  const char *names[] = {"x", "w", "y", "work"};
+  strata_mem_t mems[] = {x, w, y, work};
+  TRY(strata_conv2d_shape(g, &pp, &qq, NULL));
+  uint64_t out = (uint64_t)(g->k * pp * qq);
+  uint64_t counts[] = {img * (uint64_t)g->n, (uint64_t)g->k * crs, out * (uint64_t)g->n, 0};
+  TRY(conv_check(q, g, &pp, &qq, "conv2d_fwd", 4, names, mems, counts));
+  for (int64_t i = 0; i < g->n; i++) {
+    TRY(im2col_op(q, STRATA__OP_IM2COL, g, pp, qq, strata_mem(x.buf, x.off + (size_t)(i * (int64_t)img)), work));
+    /* y_i (k x pq) = w (k x crs) * col (crs x pq) */
+    TRY(strata_gemm(q, STRATA_NO_TRANS, STRATA_NO_TRANS, g->k, pp * qq, (int64_t)crs, 1.0f, w, (int64_t)crs, 0, work,
+                    pp * qq, 0, 0.0f, strata_mem(y.buf, y.off + (size_t)(i * (int64_t)out)), pp * qq, 0, 1));
+  }
+  return STRATA_OK;
+}
+
+STRATA_API int strata_conv2d_bwd(strata_queue_t q, const struct strata_conv2d *g, strata_mem_t x, strata_mem_t w,
+                                 strata_mem_t dy, strata_mem_t dx, strata_mem_t dw, strata_mem_t work,
+                                 int accumulate) {
+  int64_t pp, qq;
+  if (!g)
+    return strata__error(STRATA_ERR_INVALID, "conv2d_bwd: geometry is NULL");
+  if (!dx.buf && !dw.buf)
+    return strata__error(STRATA_ERR_INVALID, "conv2d_bwd: neither dx nor dw is wanted");
+  TRY(strata_conv2d_shape(g, &pp, &qq, NULL));
+  uint64_t img = (uint64_t)(g->c * g->h * g->w), crs = (uint64_t)(g->c * g->r * g->s);
+  uint64_t out = (uint64_t)(g->k * pp * qq);
+  const char *names[6] = {"x", "w", "dy", "work"};
+  strata_mem_t mems[6] = {x, w, dy, work};
+  uint64_t counts[6] = {img * (uint64_t)g->n, (uint64_t)g->k * crs, out * (uint64_t)g->n, 0};
+  int nm = 4;
+  if (dw.buf) {
+    names[nm] = "dw";
+    mems[nm] = dw;
+    counts[nm++] = (uint64_t)g->k * crs;
+  }
+  if (dx.buf) {
+    names[nm] = "dx";
+    mems[nm] = dx;
+    counts[nm++] = img * (uint64_t)g->n;
+  }
+  TRY(conv_check(q, g, &pp, &qq, "conv2d_bwd", nm, names, mems, counts));
+  if (dx.buf)
+    TRY(check_queue(q, STRATA__OP_COL2IM));
+  for (int64_t i = 0; i < g->n; i++) {
+    strata_mem_t dyi = strata_mem(dy.buf, dy.off + (size_t)(i * (int64_t)out));
+    if (dw.buf) {
+      TRY(im2col_op(q, STRATA__OP_IM2COL, g, pp, qq, strata_mem(x.buf, x.off + (size_t)(i * (int64_t)img)), work));
+      /* dw (k x crs) (+)= dy_i (k x pq) * col^T (pq x crs) */
+      float beta = (accumulate || i > 0) ? 1.0f : 0.0f;
+      TRY(strata_gemm(q, STRATA_NO_TRANS, STRATA_TRANS, g->k, (int64_t)crs, pp * qq, 1.0f, dyi, pp * qq, 0, work,
+                      pp * qq, 0, beta, dw, (int64_t)crs, 0, 1));
+    }
+    if (dx.buf) {
+      /* col (crs x pq) = w^T (crs x k) * dy_i (k x pq), then scatter back by gathering per pixel */
+      TRY(strata_gemm(q, STRATA_TRANS, STRATA_NO_TRANS, (int64_t)crs, pp * qq, g->k, 1.0f, w, (int64_t)crs, 0, dyi,
+                      pp * qq, 0, 0.0f, work, pp * qq, 0, 1));
+      TRY(im2col_op(q, STRATA__OP_COL2IM, g, pp, qq, strata_mem(dx.buf, dx.off + (size_t)(i * (int64_t)img)), work));
+    }
+  }
+  return STRATA_OK;
+}
+
+STRATA_API int strata_pool2d_shape(const struct strata_pool2d *g, int64_t *p, int64_t *qw) {
+  const char *name = "maxpool";
+  if (!g)
+    return strata__error(STRATA_ERR_INVALID, "maxpool: geometry is NULL");
+  TRY(positive(name, "n", g->n));
+  TRY(positive(name, "c", g->c));
+  TRY(positive(name, "h", g->h));
+  TRY(positive(name, "w", g->w));
+  TRY(positive(name, "size", g->size));
+  TRY(positive(name, "stride", g->stride));
+  if (g->size > g->h || g->size > g->w)
+    return strata__error(STRATA_ERR_SHAPE, "maxpool: window %lld is larger than the %lldx%lld image",
+                         (long long)g->size, (long long)g->h, (long long)g->w);
+  if (p)
+    *p = (g->h - g->size) / g->stride + 1;
+  if (qw)
+    *qw = (g->w - g->size) / g->stride + 1;
+  return STRATA_OK;
+}
+
+static int maxpool_common(strata_queue_t q, enum strata__op_id id, const struct strata_pool2d *g, strata_mem_t big,
+                          strata_mem_t small, strata_mem_t idx) {
+  const char *name = op_names[id];
+  int fwd = id == STRATA__OP_MAXPOOL_FWD;
+  int64_t pp, qq;
+  TRY(check_queue(q, id));
+  TRY(strata_pool2d_shape(g, &pp, &qq));
+  uint64_t planes, in, out;
+  TRY(product(name, g->n, g->c, &planes));
+  TRY(product(name, (int64_t)planes, g->h * g->w, &in));
+  TRY(product(name, (int64_t)planes, pp * qq, &out));
+  struct strata__op op = {.id = id};
+  TRY(operand(q, name, fwd ? "x" : "dx", big, in, fwd ? &op.u.pool.x : &op.u.pool.dx));
+  TRY(operand(q, name, fwd ? "y" : "dy", small, out, fwd ? &op.u.pool.y : &op.u.pool.dy));
+  TRY(operand(q, name, "idx", idx, out, &op.u.pool.idx));
+  op.u.pool.planes = (int64_t)planes;
+  op.u.pool.h = g->h;
+  op.u.pool.w = g->w;
+  op.u.pool.size = g->size;
+  op.u.pool.stride = g->stride;
+  op.u.pool.p = pp;
+  op.u.pool.q = qq;
+  return submit(q, &op);
+}
+
+STRATA_API int strata_maxpool_fwd(strata_queue_t q, const struct strata_pool2d *g, strata_mem_t x, strata_mem_t y,
+                                  strata_mem_t idx) {
+  return maxpool_common(q, STRATA__OP_MAXPOOL_FWD, g, x, y, idx);
+}
+
+STRATA_API int strata_maxpool_bwd(strata_queue_t q, const struct strata_pool2d *g, strata_mem_t dy, strata_mem_t idx,
+                                  strata_mem_t dx) {
+  return maxpool_common(q, STRATA__OP_MAXPOOL_BWD, g, dx, dy, idx);
+}

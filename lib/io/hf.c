@@ -1,0 +1,441 @@
+/* SPDX-License-Identifier: MIT */
+/* hf.c — Hugging Face GPT-2 checkpoints: config.json to a strata model, model.safetensors into a trainer, and back. */
+#include "config.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <strata/checkpoint.h>
+#include <strata/hf.h>
+
+#include "core/file.h"
+#include "train/trainer.h"
+#include "core/core.h"
+
+/* strata's layernorms use this epsilon (stage.c); GPT-2's config says 1e-5 too. */
+#define STRATA__HF_LN_EPS 1e-5
+/* The prefix GPT2LMHeadModel puts before the GPT2Model's tensors. */
+#define STRATA__HF_PREFIX "transformer."
+
+/* "DIR/NAME" into buf; STRATA_ERR_INVALID when it does not fit. */
+static int hf_path(char *buf, size_t size, const char *dir, const char *name) {
+  size_t n = strlen(dir);
+  while (n > 1 && dir[n - 1] == '/')
+    n--;
+  int w = snprintf(buf, size, "%.*s/%s", (int)n, dir, name);
+  if (w < 0 || (size_t)w >= size)
+    return strata__error(STRATA_ERR_INVALID, "%s: path too long", dir);
+  return STRATA_OK;
+}
+
+/* ---------------------------------------------------------------- config.json -> model */
+
+/* A required positive integer field of the config. */
+static int hf_int(json_t *root, const char *src, const char *key, int64_t *v) {
+  json_t *j = json_object_get(root, key);
+  if (!j)
+    return strata__error(STRATA_ERR_PARSE, "%s: no \"%s\" (a GPT-2 config.json has n_embd, n_layer, n_head, "
+                         "n_positions and vocab_size)", src, key);
+  if (!json_is_integer(j) || json_integer_value(j) < 1)
+    return strata__error(STRATA_ERR_PARSE, "%s: \"%s\" must be a positive integer", src, key);
+  *v = (int64_t)json_integer_value(j);
+  return STRATA_OK;
+}
+
+/* An optional boolean field; absent gives `dflt`. */
+static int hf_bool(json_t *root, const char *src, const char *key, int dflt, int *v) {
+  json_t *j = json_object_get(root, key);
+  if (!j || json_is_null(j)) {
+    *v = dflt;
+    return STRATA_OK;
+  }
+  if (!json_is_boolean(j))
+    return strata__error(STRATA_ERR_PARSE, "%s: \"%s\" must be true or false", src, key);
+  *v = json_is_true(j);
+  return STRATA_OK;
+}
+
+/*
+** Turn a parsed config.json into a strata model config, refusing what
+** strata cannot represent with the field's name (see hf.h). `src` names
+** the file in messages; `name` becomes the model's name.
+*/
+static int hf_config(json_t *root, const char *src, const char *name, struct strata_model_config *c) {
+  if (!json_is_object(root))
+    return strata__error(STRATA_ERR_PARSE, "%s: not a JSON object", src);
+  json_t *mt = json_object_get(root, "model_type");
+  if (!json_is_string(mt))
+    return strata__error(STRATA_ERR_PARSE, "%s: no \"model_type\" string (a Hugging Face config says \"gpt2\")", src);
+  if (strcmp(json_string_value(mt), "gpt2") != 0)
+    return strata__error(STRATA_ERR_UNSUPPORTED, "%s: model_type \"%s\" is not GPT-2; strata reads \"gpt2\" only", src,
+                         json_string_value(mt));
+  json_t *arch = json_object_get(root, "architectures");
+  if (arch && !json_is_null(arch)) {
+    if (!json_is_array(arch))
+      return strata__error(STRATA_ERR_PARSE, "%s: \"architectures\" must be an array of names", src);
+    for (size_t i = 0; i < json_array_size(arch); i++) {
+      const char *a = json_string_value(json_array_get(arch, i));
+      if (!a || (strcmp(a, "GPT2LMHeadModel") != 0 && strcmp(a, "GPT2Model") != 0))
+        return strata__error(STRATA_ERR_UNSUPPORTED,
+                             "%s: architectures lists \"%s\"; strata represents GPT2LMHeadModel (and GPT2Model) only",
+                             src, a ? a : "(not a string)");
+    }
+  }
+  json_t *act = json_object_get(root, "activation_function");
+  if (act && !json_is_string(act))
+    return strata__error(STRATA_ERR_PARSE, "%s: \"activation_function\" must be a string", src);
+  if (act && strcmp(json_string_value(act), "gelu_new") != 0 && strcmp(json_string_value(act), "gelu_pytorch_tanh") != 0)
+    return strata__error(STRATA_ERR_UNSUPPORTED,
+                         "%s: activation_function \"%s\" is not strata's GELU (tanh form: \"gelu_new\" or "
+                         "\"gelu_pytorch_tanh\")",
+                         src, json_string_value(act));
+  json_t *eps = json_object_get(root, "layer_norm_epsilon");
+  if (eps && !json_is_number(eps))
+    return strata__error(STRATA_ERR_PARSE, "%s: \"layer_norm_epsilon\" must be a number", src);
+  if (eps && fabs(json_number_value(eps) - STRATA__HF_LN_EPS) > 1e-6 * STRATA__HF_LN_EPS)
+    return strata__error(STRATA_ERR_UNSUPPORTED, "%s: layer_norm_epsilon %g; strata's layernorms use 1e-05", src,
+                         json_number_value(eps));
+  int flag;
+  TRY(hf_bool(root, src, "scale_attn_weights", 1, &flag));
+  if (!flag)
+    return strata__error(STRATA_ERR_UNSUPPORTED,
+                         "%s: scale_attn_weights is false; strata always scales attention by 1/sqrt(head size)", src);
+  TRY(hf_bool(root, src, "scale_attn_by_inverse_layer_idx", 0, &flag));
+  if (flag)
+    return strata__error(STRATA_ERR_UNSUPPORTED, "%s: scale_attn_by_inverse_layer_idx is true; strata does not scale "
+                         "attention by layer", src);
+  TRY(hf_bool(root, src, "add_cross_attention", 0, &flag));
+  if (flag)
+    return strata__error(STRATA_ERR_UNSUPPORTED, "%s: add_cross_attention is true; strata's GPT has no cross-attention",
+                         src);
+  json_t *q = json_object_get(root, "quantization_config");
+  if (q && !json_is_null(q))
+    return strata__error(STRATA_ERR_UNSUPPORTED, "%s: quantization_config is set; strata reads fp32 weights only", src);
+  memset(c, 0, sizeof *c);
+  c->kind = STRATA_MODEL_GPT;
+  snprintf(c->name, sizeof c->name, "%s", name);
+  TRY(hf_int(root, src, "vocab_size", &c->vocab));
+  TRY(hf_int(root, src, "n_positions", &c->context));
+  TRY(hf_int(root, src, "n_embd", &c->d_model));
+  TRY(hf_int(root, src, "n_layer", &c->layers));
+  TRY(hf_int(root, src, "n_head", &c->heads));
+  json_t *ctx = json_object_get(root, "n_ctx");
+  if (ctx && !json_is_null(ctx) && (!json_is_integer(ctx) || json_integer_value(ctx) != c->context))
+    return strata__error(STRATA_ERR_UNSUPPORTED, "%s: n_ctx differs from n_positions (%lld); strata has one context "
+                         "length", src, (long long)c->context);
+  json_t *inner = json_object_get(root, "n_inner");
+  if (!inner || json_is_null(inner))
+    c->d_ff = 4 * c->d_model;
+  else
+    TRY(hf_int(root, src, "n_inner", &c->d_ff));
+  TRY(hf_bool(root, src, "tie_word_embeddings", 1, &c->tied));
+  return STRATA_OK;
+}
+
+/* The model config of `dir`/config.json. */
+static int hf_read_config(const char *dir, struct strata_model_config *c) {
+  if (!dir)
+    return strata__error(STRATA_ERR_INVALID, "Hugging Face model: directory is NULL");
+  char path[4096];
+  TRY(hf_path(path, sizeof path, dir, "config.json"));
+  struct stat sb;
+  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+    return strata__error(STRATA_ERR_NOT_FOUND, "%s: not a directory (a Hugging Face model is a directory holding "
+                         "config.json and model.safetensors)", dir);
+  if (stat(path, &sb) != 0)
+    return strata__error(STRATA_ERR_NOT_FOUND, "%s: no config.json (a Hugging Face model directory holds config.json "
+                         "and model.safetensors)", dir);
+  FILE *f = NULL;
+  TRY(strata__fopen_input(path, STRATA_ERR_NOT_FOUND, &f));
+  json_error_t err;
+  json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &err);
+  fclose(f);
+  if (!root)
+    return strata__error(STRATA_ERR_PARSE, "%s: line %d: %s", path, err.line, err.text);
+  /* the model is named after its directory */
+  char name[64];
+  size_t n = strlen(dir);
+  while (n > 1 && dir[n - 1] == '/')
+    n--;
+  size_t b = n;
+  while (b > 0 && dir[b - 1] != '/')
+    b--;
+  snprintf(name, sizeof name, "%.*s", (int)(n - b), dir + b);
+  int rc = hf_config(root, path, name, c);
+  json_decref(root);
+  return rc;
+}
+
+STRATA_API int strata_hf_model(const char *dir, strata_model_t *out) {
+  if (!out)
+    return strata__error(STRATA_ERR_INVALID, "strata_hf_model: out is NULL");
+  struct strata_model_config c;
+  TRY(hf_read_config(dir, &c));
+  return strata_model_from_config(&c, out);
+}
+
+/* ---------------------------------------------------------------- model.safetensors -> trainer */
+
+/* Is `name` one of the attention-mask buffers older transformers saved (h.N.attn.bias, h.N.attn.masked_bias)? */
+static int hf_mask_buffer(const char *name) {
+  if (strncmp(name, STRATA__HF_PREFIX, strlen(STRATA__HF_PREFIX)) == 0)
+    name += strlen(STRATA__HF_PREFIX);
+  if (strncmp(name, "h.", 2) != 0)
+    return 0;
+  const char *dot = strchr(name + 2, '.');
+  return dot && (strcmp(dot, ".attn.bias") == 0 || strcmp(dot, ".attn.masked_bias") == 0);
+}
+
+STRATA_API int strata_trainer_load_hf(strata_trainer_t tr, const char *dir) {
+  if (!tr || !dir)
+    return strata__error(STRATA_ERR_INVALID, "strata_trainer_load_hf: NULL argument");
+  struct strata_model_config want;
+  TRY(hf_read_config(dir, &want));
+  const struct strata_model_config *have = &tr->model->cfg;
+  if (have->kind != STRATA_MODEL_GPT || have->vocab != want.vocab || have->context != want.context ||
+      have->d_model != want.d_model || have->layers != want.layers || have->heads != want.heads ||
+      have->d_ff != want.d_ff || (have->tied && !want.tied))
+    return strata__error(STRATA_ERR_SHAPE, "%s: config.json describes another model than the trainer's '%s'", dir,
+                         have->name);
+  char path[4096];
+  TRY(hf_path(path, sizeof path, dir, "model.safetensors"));
+  if (access(path, F_OK) != 0) {
+    char other[4096];
+    if (hf_path(other, sizeof other, dir, "model.safetensors.index.json") == STRATA_OK && access(other, F_OK) == 0)
+      return strata__error(STRATA_ERR_UNSUPPORTED, "%s: the weights are sharded (model.safetensors.index.json); strata "
+                           "reads one model.safetensors", dir);
+    if (hf_path(other, sizeof other, dir, "pytorch_model.bin") == STRATA_OK && access(other, F_OK) == 0)
+      return strata__error(STRATA_ERR_UNSUPPORTED, "%s: the weights are a pickle (pytorch_model.bin); strata reads "
+                           "model.safetensors (save_pretrained(..., safe_serialization=True) writes it)", dir);
+    return strata__error(STRATA_ERR_NOT_FOUND, "%s: no model.safetensors", dir);
+  }
+  strata_safetensors_t f = NULL;
+  int rc = strata_safetensors_read(path, &f);
+  if (rc == STRATA_ERR_UNSUPPORTED) {
+    char msg[768];
+    snprintf(msg, sizeof msg, "%s", strata_last_error());
+    return strata__error(rc, "%s (in transformers, model.float().save_pretrained(DIR) writes fp32)", msg);
+  }
+  if (rc)
+    return rc;
+  size_t total = 0;
+  for (int s = 0; s < tr->nstages; s++) /* whole tensors, however the trainer is cut */
+    for (int t = 0; t < tr->st[s]->ntensors; t++)
+      total += tr->st[s]->tensors[t].full_n;
+  size_t nfile = strata_safetensors_count(f);
+  float *host = malloc((total ? total : 1) * sizeof *host);
+  unsigned char *used = calloc(nfile ? nfile : 1, 1);
+  rc = (!host || !used) ? strata__error(STRATA_ERR_NOMEM, "out of host memory loading %s", path) : STRATA_OK;
+  size_t at = 0;
+  for (int s = 0; s < tr->nstages && !rc; s++) {
+    const struct strata__stage *st = tr->st[s];
+    for (int t = 0; t < st->ntensors && !rc; t++) {
+      const struct strata__tensor *x = &st->tensors[t];
+      /* GPT2LMHeadModel's names, then the bare GPT2Model's; lm_head sits outside the transformer */
+      char full[128];
+      snprintf(full, sizeof full, "%s%s", strcmp(x->name, "lm_head.weight") == 0 ? "" : STRATA__HF_PREFIX, x->name);
+      const char *name = full;
+      int ndim;
+      int64_t shape[STRATA_ST_MAX_DIMS];
+      const float *data;
+      rc = strata_safetensors_get(f, name, &ndim, shape, &data);
+      if (rc == STRATA_ERR_NOT_FOUND) {
+        name = x->name;
+        rc = strata_safetensors_get(f, name, &ndim, shape, &data);
+      }
+      /* an untied trainer of a tied checkpoint: the head starts as a copy of the embedding */
+      if (rc == STRATA_ERR_NOT_FOUND && want.tied && strcmp(x->name, "lm_head.weight") == 0) {
+        name = STRATA__HF_PREFIX "wte.weight";
+        rc = strata_safetensors_get(f, name, &ndim, shape, &data);
+        if (rc == STRATA_ERR_NOT_FOUND) {
+          name = "wte.weight";
+          rc = strata_safetensors_get(f, name, &ndim, shape, &data);
+        }
+      }
+      if (rc == STRATA_ERR_NOT_FOUND) {
+        rc = strata__error(STRATA_ERR_PARSE, "%s: tensor '%s' is missing", path, full);
+        break;
+      }
+      if (!rc && (ndim != x->ndim || memcmp(shape, x->full, (size_t)ndim * sizeof *shape) != 0)) {
+        char a[64] = "", b[64] = "";
+        for (int d = 0; d < x->ndim; d++)
+          snprintf(a + strlen(a), sizeof a - strlen(a), "%s%lld", d ? ", " : "", (long long)x->full[d]);
+        for (int d = 0; d < ndim && d < STRATA_ST_MAX_DIMS; d++)
+          snprintf(b + strlen(b), sizeof b - strlen(b), "%s%lld", d ? ", " : "", (long long)shape[d]);
+        rc = strata__error(STRATA_ERR_SHAPE, "%s: tensor '%s' is [%s], the model wants [%s]", path, name, b, a);
+      }
+      if (rc)
+        break;
+      memcpy(host + at, data, x->full_n * sizeof *host);
+      at += x->full_n;
+      for (size_t i = 0; i < nfile; i++)
+        if (strcmp(strata_safetensors_name(f, i), name) == 0)
+          used[i] = 1;
+    }
+  }
+  /* every tensor of the file has its place, or is a mask buffer, or a tied head's copy of wte */
+  for (size_t i = 0; i < nfile && !rc; i++) {
+    const char *name = strata_safetensors_name(f, i);
+    if (used[i] || hf_mask_buffer(name))
+      continue;
+    if (want.tied && have->tied && strcmp(name, "lm_head.weight") == 0) {
+      const float *head, *wte;
+      int64_t hs[STRATA_ST_MAX_DIMS], ws[STRATA_ST_MAX_DIMS];
+      int hn, wn;
+      if (strata_safetensors_get(f, name, &hn, hs, &head) == STRATA_OK &&
+          (strata_safetensors_get(f, STRATA__HF_PREFIX "wte.weight", &wn, ws, &wte) == STRATA_OK ||
+           strata_safetensors_get(f, "wte.weight", &wn, ws, &wte) == STRATA_OK) &&
+          hn == wn && memcmp(hs, ws, sizeof hs) == 0 &&
+          memcmp(head, wte, (size_t)(hs[0] * hs[1]) * sizeof *head) == 0)
+        continue;
+      rc = strata__error(STRATA_ERR_UNSUPPORTED, "%s: lm_head.weight differs from wte.weight but config.json says "
+                         "tie_word_embeddings (the default: true)", path);
+      break;
+    }
+    rc = strata__error(STRATA_ERR_UNSUPPORTED, "%s: tensor '%s' has no place in a GPT-2 model", path, name);
+  }
+  if (!rc)
+    rc = strata_trainer_set_params(tr, host, total);
+  free(host);
+  free(used);
+  strata_safetensors_free(f);
+  return rc;
+}
+
+/* ---------------------------------------------------------------- checkpoint -> Hugging Face directory */
+
+/* Write `text` to `path` through the one atomic writer (file.h). */
+static int hf_write_text(const char *path, const char *text) {
+  struct strata__out o;
+  TRY(strata__out_open(&o, path));
+  FILE *f = strata__out_stream(&o);
+  if (!f) {
+    strata__out_abort(&o);
+    return strata__error_prefix(STRATA_ERR_NOMEM, "cannot write %s: ", path);
+  }
+  fputs(text, f);
+  return strata__out_commit(&o);
+}
+
+/* config.json for a strata GPT config, with GPT-2's values for what strata fixes (activation, epsilon, scaling). */
+static int hf_config_json(const struct strata_model_config *c, char **out) {
+  json_t *o = json_object();
+  json_t *arch = json_array();
+  if (!o || !arch || json_array_append_new(arch, json_string("GPT2LMHeadModel"))) {
+    json_decref(o);
+    json_decref(arch);
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory writing config.json");
+  }
+  int bad = json_object_set_new(o, "architectures", arch);
+  bad |= json_object_set_new(o, "model_type", json_string("gpt2"));
+  bad |= json_object_set_new(o, "vocab_size", json_integer(c->vocab));
+  bad |= json_object_set_new(o, "n_positions", json_integer(c->context));
+  bad |= json_object_set_new(o, "n_embd", json_integer(c->d_model));
+  bad |= json_object_set_new(o, "n_layer", json_integer(c->layers));
+  bad |= json_object_set_new(o, "n_head", json_integer(c->heads));
+  bad |= json_object_set_new(o, "n_inner", c->d_ff == 4 * c->d_model ? json_null() : json_integer(c->d_ff));
+  bad |= json_object_set_new(o, "activation_function", json_string("gelu_new"));
+  bad |= json_object_set_new(o, "layer_norm_epsilon", json_real(STRATA__HF_LN_EPS));
+  bad |= json_object_set_new(o, "tie_word_embeddings", json_boolean(c->tied));
+  bad |= json_object_set_new(o, "scale_attn_weights", json_true());
+  bad |= json_object_set_new(o, "scale_attn_by_inverse_layer_idx", json_false());
+  bad |= json_object_set_new(o, "reorder_and_upcast_attn", json_false());
+  bad |= json_object_set_new(o, "add_cross_attention", json_false());
+  /* strata trains without dropout; transformers' defaults (0.1, GPT-2's) are written for whoever trains on */
+  bad |= json_object_set_new(o, "attn_pdrop", json_real(0.1));
+  bad |= json_object_set_new(o, "embd_pdrop", json_real(0.1));
+  bad |= json_object_set_new(o, "resid_pdrop", json_real(0.1));
+  if (c->vocab == 50257) { /* GPT-2's BPE: <|endoftext|> */
+    bad |= json_object_set_new(o, "bos_token_id", json_integer(50256));
+    bad |= json_object_set_new(o, "eos_token_id", json_integer(50256));
+  }
+  char *s = bad ? NULL : json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9));
+  json_decref(o);
+  if (!s)
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory writing config.json");
+  size_t n = strlen(s);
+  char *t = realloc(s, n + 2);
+  if (!t) {
+    free(s);
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory writing config.json");
+  }
+  t[n] = '\n';
+  t[n + 1] = '\0';
+  *out = t;
+  return STRATA_OK;
+}
+
+STRATA_API int strata_hf_export(const char *checkpoint, const char *dir) {
+  if (!checkpoint || !dir || !dir[0])
+    return strata__error(STRATA_ERR_INVALID, "strata_hf_export: NULL argument");
+  strata_safetensors_t f = NULL;
+  TRY(strata_safetensors_read(checkpoint, &f));
+  strata_model_t model = NULL;
+  struct strata_st_tensor *ts = NULL;
+  char *names = NULL, *cfg_json = NULL;
+  int rc = STRATA_OK;
+  const char *mj = strata_safetensors_meta(f, "model");
+  if (!mj)
+    rc = strata__error(STRATA_ERR_PARSE, "%s: no model config in the metadata (not a strata checkpoint?)", checkpoint);
+  if (!rc)
+    rc = strata_model_from_json(mj, checkpoint, &model);
+  const struct strata_model_config *c = model ? strata_model_config(model) : NULL;
+  if (!rc && c->kind != STRATA_MODEL_GPT)
+    rc = strata__error(STRATA_ERR_UNSUPPORTED, "%s: model '%s' is not a GPT; only GPTs have a Hugging Face GPT-2 form",
+                       checkpoint, c->name);
+  /* the parameters: every tensor but the optimizer's, in the checkpoint's order */
+  size_t n = strata_safetensors_count(f), k = 0;
+  if (!rc) {
+    ts = calloc(n ? n : 1, sizeof *ts);
+    names = calloc(n ? n : 1, 128);
+    if (!ts || !names)
+      rc = strata__error(STRATA_ERR_NOMEM, "out of host memory exporting %s", checkpoint);
+  }
+  int seen_wte = 0;
+  for (size_t i = 0; i < n && !rc; i++) {
+    const char *name = strata_safetensors_name(f, i);
+    if (strncmp(name, "optimizer.", 10) == 0)
+      continue;
+    struct strata_st_tensor *t = &ts[k];
+    char *nm = names + k * 128;
+    snprintf(nm, 128, "%s%s", strcmp(name, "lm_head.weight") == 0 ? "" : STRATA__HF_PREFIX, name);
+    t->name = nm;
+    rc = strata_safetensors_get(f, name, &t->ndim, t->shape, &t->data);
+    seen_wte |= strcmp(name, "wte.weight") == 0;
+    k++;
+  }
+  size_t want = (size_t)(4 + 12 * (c ? c->layers : 0) + (c && !c->tied ? 1 : 0));
+  if (!rc && (k != want || !seen_wte))
+    rc = strata__error(STRATA_ERR_PARSE, "%s: %zu parameter tensors, a GPT of %lld layers has %zu", checkpoint, k,
+                       (long long)(c ? c->layers : 0), want);
+  if (!rc)
+    rc = hf_config_json(c, &cfg_json);
+  if (!rc && mkdir(dir, 0777) != 0 && errno != EEXIST)
+    rc = strata__error(STRATA_ERR_IO, "%s: cannot create the directory: %s", dir, strerror(errno));
+  struct stat sb;
+  if (!rc && (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)))
+    rc = strata__error(STRATA_ERR_IO, "%s: exists and is not a directory", dir);
+  char path[4096];
+  if (!rc)
+    rc = hf_path(path, sizeof path, dir, "model.safetensors");
+  if (!rc) {
+    struct strata_st_meta meta[] = {{"format", "pt"}};
+    rc = strata_safetensors_write(path, ts, k, meta, 1);
+  }
+  if (!rc)
+    rc = hf_path(path, sizeof path, dir, "config.json");
+  if (!rc)
+    rc = hf_write_text(path, cfg_json);
+  free(cfg_json);
+  free(ts);
+  free(names);
+  strata_model_free(model);
+  strata_safetensors_free(f);
+  return rc;
+}

@@ -1,0 +1,9 @@
+# SPDX-License-Identifier: MIT
+# lib/model/ — model kinds, their layers and cost profile, and the sharded stages that run them on one device.
+libstrata_la_SOURCES += \
+	%reldir%/model.c \
+	%reldir%/model.h \
+	%reldir%/stage.c \
+	%reldir%/stage.h
+
+stratainclude_HEADERS += include/strata/model.h

@@ -1,0 +1,435 @@
+/* SPDX-License-Identifier: MIT */
+/* model.c — model presets, JSON model files, and the per-layer cost profile the planner splits on. */
+#include "config.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "model/model.h"
+#include "core/file.h"
+#include "core/core.h"
+
+struct preset {
+  const char *name;
+  struct strata_model_config cfg;
+};
+
+#define GPT(nm, v, t, d, l, hd, ff)                                                                                    \
+  {                                                                                                                    \
+    nm, {.kind = STRATA_MODEL_GPT, .vocab = v, .context = t, .d_model = d, .layers = l, .heads = hd, .d_ff = ff }      \
+  }
+
+/* Byte-level GPTs from tiny to GPT-2 shapes (vocab 50257 as GPT-2's BPE) and beyond. */
+static const struct preset presets[] = {
+    GPT("gpt-micro", 256, 32, 32, 1, 2, 128),
+    GPT("gpt-tiny", 256, 64, 64, 2, 4, 256),
+    GPT("gpt-small", 256, 128, 128, 4, 4, 512),
+    GPT("gpt-medium", 256, 256, 256, 6, 8, 1024),
+    GPT("gpt-512x8", 256, 256, 512, 8, 8, 2048),
+    GPT("gpt2-small", 50257, 1024, 768, 12, 12, 3072),
+    GPT("gpt2-medium", 50257, 1024, 1024, 24, 16, 4096),
+    GPT("gpt2-large", 50257, 1024, 1280, 36, 20, 5120),
+    GPT("gpt2-xl", 50257, 1024, 1600, 48, 25, 6400),
+    GPT("gpt-7b", 50257, 2048, 4096, 32, 32, 16384),
+    {"mlp", {.kind = STRATA_MODEL_MLP, .image = 16, .channels = 1, .classes = 4, .hidden = {256, 128}}},
+    {"cnn", {.kind = STRATA_MODEL_CNN, .image = 16, .channels = 1, .classes = 4, .conv = {8, 16}}},
+};
+
+#define NPRESETS (sizeof presets / sizeof presets[0])
+
+STRATA_API const char *const *strata_model_presets(void) {
+  static const char *names[NPRESETS + 1];
+  for (size_t i = 0; i < NPRESETS; i++)
+    names[i] = presets[i].name;
+  names[NPRESETS] = NULL;
+  return names;
+}
+
+static const char *kind_name(int kind) {
+  return kind == STRATA_MODEL_GPT ? "gpt" : kind == STRATA_MODEL_MLP ? "mlp" : kind == STRATA_MODEL_CNN ? "cnn" : "?";
+}
+
+/* Limits that keep every size product far from overflow. */
+#define MAX_DIM 1048576
+#define MAX_LAYERS 4096
+
+static int check_range(const char *src, const char *field, int64_t v, int64_t lo, int64_t hi) {
+  if (v < lo || v > hi)
+    return strata__error(STRATA_ERR_INVALID, "%s: %s = %lld must lie in [%lld, %lld]", src, field, (long long)v,
+                         (long long)lo, (long long)hi);
+  return STRATA_OK;
+}
+
+static int validate(const struct strata_model_config *c, const char *src) {
+  switch (c->kind) {
+  case STRATA_MODEL_GPT:
+    TRY(check_range(src, "vocab", c->vocab, 2, MAX_DIM));
+    TRY(check_range(src, "context", c->context, 1, 65536));
+    TRY(check_range(src, "d_model", c->d_model, 1, 65536));
+    TRY(check_range(src, "layers", c->layers, 1, MAX_LAYERS));
+    TRY(check_range(src, "heads", c->heads, 1, c->d_model));
+    TRY(check_range(src, "d_ff", c->d_ff, 1, 262144));
+    if (c->d_model % c->heads)
+      return strata__error(STRATA_ERR_SHAPE, "%s: heads = %lld does not divide d_model = %lld", src,
+                           (long long)c->heads, (long long)c->d_model);
+    return STRATA_OK;
+  case STRATA_MODEL_MLP:
+  case STRATA_MODEL_CNN: {
+    TRY(check_range(src, "image", c->image, 2, 1024));
+    TRY(check_range(src, "channels", c->channels, 1, 64));
+    TRY(check_range(src, "classes", c->classes, 2, 65536));
+    const int64_t *w = c->kind == STRATA_MODEL_MLP ? c->hidden : c->conv;
+    const char *field = c->kind == STRATA_MODEL_MLP ? "hidden" : "conv";
+    int n = 0;
+    while (n < STRATA_MODEL_MAX_CONV && w[n])
+      TRY(check_range(src, field, w[n++], 1, 65536));
+    if (c->kind == STRATA_MODEL_CNN) {
+      if (n == 0)
+        return strata__error(STRATA_ERR_INVALID, "%s: a cnn needs at least one entry in \"conv\"", src);
+      if (c->image % (1 << n))
+        return strata__error(STRATA_ERR_SHAPE, "%s: image = %lld is not divisible by 2^%d for %d pooling layers", src,
+                             (long long)c->image, n, n);
+    }
+    return STRATA_OK;
+  }
+  default:
+    return strata__error(STRATA_ERR_INVALID, "%s: unknown model kind %d", src, c->kind);
+  }
+}
+
+static void add_layer(struct strata_model *m, struct strata__layer *l, const char *name, const char *type,
+                      uint64_t params, double fwd, double bwd, uint64_t act, uint64_t out) {
+  snprintf(l->info.name, sizeof l->info.name, "%s", name);
+  snprintf(l->info.type, sizeof l->info.type, "%s", type);
+  l->info.params = params;
+  l->info.fwd_flops = fwd;
+  l->info.bwd_flops = bwd;
+  l->info.act_bytes = act;
+  l->info.out_bytes = out;
+  m->layers[m->nlayers++] = *l;
+}
+
+/*
+** Lay out the layers and their costs. FLOPs count matrix products only
+** (2 per multiply-add, the convention of MFU); elementwise work is left
+** out. Attention scores are counted in full T x T, as they are computed.
+*/
+static int build_layers(struct strata_model *m) {
+  const struct strata_model_config *c = &m->cfg;
+  int cap = 0;
+  if (c->kind == STRATA_MODEL_GPT)
+    cap = (int)c->layers + 2;
+  else
+    cap = STRATA_MODEL_MAX_CONV + 1;
+  m->layers = calloc((size_t)cap, sizeof *m->layers);
+  if (!m->layers)
+    return strata__error(STRATA_ERR_NOMEM, "out of memory building a model");
+  if (c->kind == STRATA_MODEL_GPT) {
+    double T = (double)c->context, D = (double)c->d_model, F = (double)c->d_ff, V = (double)c->vocab,
+           H = (double)c->heads;
+    struct strata__layer l = {.kind = STRATA__LAYER_EMBED, .in = 1, .out = c->d_model, .first = 1};
+    add_layer(m, &l, "wte+wpe", "embed", (uint64_t)(V * D + T * D), 0, 0, (uint64_t)(4 * T), (uint64_t)(4 * T * D));
+    for (int64_t i = 0; i < c->layers; i++) {
+      struct strata__layer b = {.kind = STRATA__LAYER_BLOCK, .index = (int)i, .in = c->d_model, .out = c->d_model};
+      char name[32];
+      snprintf(name, sizeof name, "h.%lld", (long long)i);
+      uint64_t params = (uint64_t)(4 * D + (D * 3 * D + 3 * D) + (D * D + D) + (D * F + F) + (F * D + D));
+      double fwd = T * (2 * D * 3 * D + 2 * D * D + 4 * D * F) + 4 * T * T * D;
+      /* saved: ln1, qkv (3 wide), att, x_mid, ln2; P; h, gelu(h); two mean/rstd pairs */
+      double act = 4 * (T * D * 7 + H * T * T + 2 * T * F + 4 * T);
+      add_layer(m, &b, name, "block", params, fwd, 2 * fwd, (uint64_t)act, (uint64_t)(4 * T * D));
+    }
+    struct strata__layer h = {.kind = STRATA__LAYER_LM_HEAD, .in = c->d_model, .out = c->vocab};
+    uint64_t params = (uint64_t)(2 * D + (c->tied ? 0 : D * V));
+    add_layer(m, &h, c->tied ? "ln_f+lm_head(tied)" : "ln_f+lm_head", "lm_head", params, 2 * T * D * V,
+              4 * T * D * V, (uint64_t)(4 * (T * D + 2 * T + T * V + T)), 4);
+    return STRATA_OK;
+  }
+  int64_t feat = c->channels * c->image * c->image;
+  if (c->kind == STRATA_MODEL_MLP) {
+    for (int i = 0; i < STRATA_MODEL_MAX_CONV && c->hidden[i]; i++) {
+      struct strata__layer l = {.kind = STRATA__LAYER_LINEAR, .index = i, .in = feat, .out = c->hidden[i],
+                                .first = i == 0};
+      char name[32];
+      snprintf(name, sizeof name, "fc.%d", i);
+      double f = 2.0 * (double)feat * (double)c->hidden[i];
+      add_layer(m, &l, name, "linear", (uint64_t)(feat * c->hidden[i] + c->hidden[i]), f, i == 0 ? f : 2 * f,
+                (uint64_t)(4 * (feat + c->hidden[i])), (uint64_t)(4 * c->hidden[i]));
+      feat = c->hidden[i];
+    }
+  } else {
+    int64_t ch = c->channels, sz = c->image;
+    for (int i = 0; i < STRATA_MODEL_MAX_CONV && c->conv[i]; i++) {
+      int64_t k = c->conv[i];
+      struct strata__layer l = {.kind = STRATA__LAYER_CONV, .index = i, .c = ch, .h = sz, .w = sz, .k = k,
+                                .first = i == 0};
+      l.in = ch * sz * sz;
+      l.out = k * (sz / 2) * (sz / 2);
+      char name[32];
+      snprintf(name, sizeof name, "conv.%d", i);
+      double f = 2.0 * (double)k * (double)ch * 9 * (double)(sz * sz);
+      /* saved: input, conv output, relu output, pooling indices */
+      uint64_t act = (uint64_t)(4 * (ch * sz * sz + 2 * k * sz * sz + k * (sz / 2) * (sz / 2)));
+      add_layer(m, &l, name, "conv", (uint64_t)(k * ch * 9), f, i == 0 ? f : 2 * f, act, (uint64_t)(4 * l.out));
+      ch = k;
+      sz /= 2;
+    }
+    feat = ch * sz * sz;
+  }
+  struct strata__layer cl = {.kind = STRATA__LAYER_CLASSIFIER, .in = feat, .out = c->classes,
+                             .first = m->nlayers == 0};
+  double f = 2.0 * (double)feat * (double)c->classes;
+  add_layer(m, &cl, "classifier", "classifier", (uint64_t)(feat * c->classes + c->classes), f, 2 * f,
+            (uint64_t)(4 * (feat + 2 * c->classes)), 4);
+  return STRATA_OK;
+}
+
+STRATA_API int strata_model_from_config(const struct strata_model_config *config, strata_model_t *out) {
+  if (!config || !out)
+    return strata__error(STRATA_ERR_INVALID, "strata_model_from_config: NULL argument");
+  const char *src = config->name[0] ? config->name : "model";
+  TRY(validate(config, src));
+  struct strata_model *m = calloc(1, sizeof *m);
+  if (!m)
+    return strata__error(STRATA_ERR_NOMEM, "out of memory building a model");
+  m->cfg = *config;
+  if (!m->cfg.name[0])
+    snprintf(m->cfg.name, sizeof m->cfg.name, "%s", kind_name(config->kind));
+  int rc = build_layers(m);
+  if (rc) {
+    strata_model_free(m);
+    return rc;
+  }
+  *out = m;
+  return STRATA_OK;
+}
+
+STRATA_API int strata_model_from_preset(const char *name, strata_model_t *out) {
+  if (!name || !out)
+    return strata__error(STRATA_ERR_INVALID, "strata_model_from_preset: NULL argument");
+  for (size_t i = 0; i < NPRESETS; i++)
+    if (strcmp(presets[i].name, name) == 0) {
+      struct strata_model_config c = presets[i].cfg;
+      snprintf(c.name, sizeof c.name, "%s", name);
+      return strata_model_from_config(&c, out);
+    }
+  char list[512] = "";
+  for (size_t i = 0; i < NPRESETS; i++) {
+    strncat(list, presets[i].name, sizeof list - strlen(list) - 1);
+    if (i + 1 < NPRESETS)
+      strncat(list, ", ", sizeof list - strlen(list) - 1);
+  }
+  return strata__error(STRATA_ERR_NOT_FOUND, "unknown model preset '%s' (presets: %s)", name, list);
+}
+
+/* Read an integer field; absent keeps *v. */
+static int json_int(json_t *obj, const char *src, const char *key, int64_t *v) {
+  json_t *j = json_object_get(obj, key);
+  if (!j)
+    return STRATA_OK;
+  if (!json_is_integer(j))
+    return strata__error(STRATA_ERR_PARSE, "%s: \"%s\" must be an integer", src, key);
+  *v = (int64_t)json_integer_value(j);
+  return STRATA_OK;
+}
+
+static int json_list(json_t *obj, const char *src, const char *key, int64_t *v) {
+  json_t *j = json_object_get(obj, key);
+  if (!j)
+    return STRATA_OK;
+  if (!json_is_array(j) || json_array_size(j) > STRATA_MODEL_MAX_CONV)
+    return strata__error(STRATA_ERR_PARSE, "%s: \"%s\" must be an array of at most %d integers", src, key,
+                         STRATA_MODEL_MAX_CONV);
+  memset(v, 0, STRATA_MODEL_MAX_CONV * sizeof *v);
+  for (size_t i = 0; i < json_array_size(j); i++) {
+    json_t *e = json_array_get(j, i);
+    if (!json_is_integer(e) || json_integer_value(e) < 1)
+      return strata__error(STRATA_ERR_PARSE, "%s: \"%s\"[%zu] must be a positive integer", src, key, i);
+    v[i] = (int64_t)json_integer_value(e);
+  }
+  return STRATA_OK;
+}
+
+/* Parse a model object (the file format, also stored in checkpoints). */
+static int config_from_json(json_t *root, const char *src, struct strata_model_config *c) {
+  if (!json_is_object(root))
+    return strata__error(STRATA_ERR_PARSE, "%s: a model file holds one JSON object", src);
+  static const char *const known[] = {"kind",    "name",   "vocab",    "context", "d_model", "layers",
+                                      "heads",   "d_ff",   "tied",     "image",   "channels", "classes",
+                                      "hidden",  "conv",   NULL};
+  const char *key;
+  json_t *val;
+  json_object_foreach(root, key, val) {
+    int ok = 0;
+    for (int i = 0; known[i]; i++)
+      ok |= strcmp(key, known[i]) == 0;
+    if (!ok)
+      return strata__error(STRATA_ERR_PARSE, "%s: unknown field \"%s\"", src, key);
+  }
+  memset(c, 0, sizeof *c);
+  json_t *kind = json_object_get(root, "kind");
+  const char *k = json_string_value(kind);
+  if (!k)
+    return strata__error(STRATA_ERR_PARSE, "%s: \"kind\" must be \"gpt\", \"mlp\" or \"cnn\"", src);
+  c->kind = strcmp(k, "gpt") == 0 ? STRATA_MODEL_GPT : strcmp(k, "mlp") == 0 ? STRATA_MODEL_MLP
+          : strcmp(k, "cnn") == 0 ? STRATA_MODEL_CNN : 0;
+  if (!c->kind)
+    return strata__error(STRATA_ERR_PARSE, "%s: unknown kind \"%s\" (gpt, mlp, cnn)", src, k);
+  json_t *name = json_object_get(root, "name");
+  if (name && !json_is_string(name))
+    return strata__error(STRATA_ERR_PARSE, "%s: \"name\" must be a string", src);
+  /* the name is printed by the tools: control characters from the file are escaped here, once */
+  strata__escape(c->name, sizeof c->name, name ? json_string_value(name) : src);
+  TRY(json_int(root, src, "vocab", &c->vocab));
+  TRY(json_int(root, src, "context", &c->context));
+  TRY(json_int(root, src, "d_model", &c->d_model));
+  TRY(json_int(root, src, "layers", &c->layers));
+  TRY(json_int(root, src, "heads", &c->heads));
+  TRY(json_int(root, src, "d_ff", &c->d_ff));
+  json_t *tied = json_object_get(root, "tied");
+  if (tied && !json_is_boolean(tied))
+    return strata__error(STRATA_ERR_PARSE, "%s: \"tied\" must be true or false", src);
+  c->tied = tied && json_is_true(tied);
+  TRY(json_int(root, src, "image", &c->image));
+  TRY(json_int(root, src, "channels", &c->channels));
+  TRY(json_int(root, src, "classes", &c->classes));
+  TRY(json_list(root, src, "hidden", c->hidden));
+  TRY(json_list(root, src, "conv", c->conv));
+  if (c->kind == STRATA_MODEL_GPT && !c->d_ff) /* d_model out of range is refused by validate(), first */
+    c->d_ff = c->d_model > 0 && c->d_model <= MAX_DIM ? 4 * c->d_model : 0;
+  if (c->kind == STRATA_MODEL_GPT && !c->vocab)
+    c->vocab = 256;
+  if (c->kind != STRATA_MODEL_GPT && !c->channels)
+    c->channels = 1;
+  const char *gpt_only[] = {"vocab", "context", "d_model", "layers", "heads", "d_ff", "tied", NULL};
+  const char *img_only[] = {"image", "channels", "classes", "hidden", "conv", NULL};
+  const char *const *wrong = c->kind == STRATA_MODEL_GPT ? img_only : gpt_only;
+  for (int i = 0; wrong[i]; i++)
+    if (json_object_get(root, wrong[i]))
+      return strata__error(STRATA_ERR_PARSE, "%s: field \"%s\" does not apply to a %s model", src, wrong[i], k);
+  if (c->kind == STRATA_MODEL_MLP && json_object_get(root, "conv"))
+    return strata__error(STRATA_ERR_PARSE, "%s: field \"conv\" does not apply to an mlp model", src);
+  if (c->kind == STRATA_MODEL_CNN && json_object_get(root, "hidden"))
+    return strata__error(STRATA_ERR_PARSE, "%s: field \"hidden\" does not apply to a cnn model", src);
+  return STRATA_OK;
+}
+
+STRATA_API int strata_model_from_json(const char *text, const char *src, strata_model_t *out) {
+  if (!text || !out)
+    return strata__error(STRATA_ERR_INVALID, "strata_model_from_json: NULL argument");
+  if (!src)
+    src = "model JSON";
+  json_error_t err;
+  json_t *root = json_loads(text, 0, &err);
+  if (!root)
+    return strata__error(STRATA_ERR_PARSE, "%s: line %d: %s", src, err.line, err.text);
+  struct strata_model_config c;
+  int rc = config_from_json(root, src, &c);
+  json_decref(root);
+  if (rc)
+    return rc;
+  return strata_model_from_config(&c, out);
+}
+
+STRATA_API int strata_model_from_file(const char *path, strata_model_t *out) {
+  if (!path || !out)
+    return strata__error(STRATA_ERR_INVALID, "strata_model_from_file: NULL argument");
+  FILE *f = NULL;
+  TRY(strata__fopen_input(path, STRATA_ERR_IO, &f));
+  json_error_t err;
+  json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &err);
+  fclose(f);
+  if (!root)
+    return strata__error(STRATA_ERR_PARSE, "%s: line %d: %s", path, err.line, err.text);
+  struct strata_model_config c;
+  int rc = config_from_json(root, path, &c);
+  json_decref(root);
+  if (rc)
+    return rc;
+  return strata_model_from_config(&c, out);
+}
+
+STRATA_API int strata_model_load(const char *preset_or_path, strata_model_t *out) {
+  if (!preset_or_path || !out)
+    return strata__error(STRATA_ERR_INVALID, "strata_model_load: NULL argument");
+  for (size_t i = 0; i < NPRESETS; i++)
+    if (strcmp(presets[i].name, preset_or_path) == 0)
+      return strata_model_from_preset(preset_or_path, out);
+  if (!strchr(preset_or_path, '/') && !strstr(preset_or_path, ".json")) {
+    struct stat sb; /* stat, not open: a FIFO of that name must not block here */
+    if (stat(preset_or_path, &sb) != 0)
+      return strata_model_from_preset(preset_or_path, out); /* names the presets */
+  }
+  return strata_model_from_file(preset_or_path, out);
+}
+
+STRATA_API void strata_model_free(strata_model_t m) {
+  if (!m)
+    return;
+  free(m->layers);
+  free(m);
+}
+
+STRATA_API const struct strata_model_config *strata_model_config(strata_model_t m) { return m ? &m->cfg : NULL; }
+
+STRATA_API int strata_model_layer_count(strata_model_t m) { return m ? m->nlayers : 0; }
+
+STRATA_API int strata_model_layer(strata_model_t m, int index, struct strata_layer_info *info) {
+  if (!m || !info)
+    return strata__error(STRATA_ERR_INVALID, "strata_model_layer: NULL argument");
+  if (index < 0 || index >= m->nlayers)
+    return strata__error(STRATA_ERR_RANGE, "layer %d out of range (the model has %d)", index, m->nlayers);
+  *info = m->layers[index].info;
+  return STRATA_OK;
+}
+
+STRATA_API uint64_t strata_model_params(strata_model_t m) {
+  uint64_t s = 0;
+  for (int i = 0; m && i < m->nlayers; i++)
+    s += m->layers[i].info.params;
+  return s;
+}
+
+STRATA_API double strata_model_flops(strata_model_t m) {
+  double s = 0;
+  for (int i = 0; m && i < m->nlayers; i++)
+    s += m->layers[i].info.fwd_flops + m->layers[i].info.bwd_flops;
+  return s;
+}
+
+STRATA_API int strata_model_to_json(strata_model_t m, char **json) {
+  if (!m || !json)
+    return strata__error(STRATA_ERR_INVALID, "strata_model_to_json: NULL argument");
+  const struct strata_model_config *c = &m->cfg;
+  json_t *o = json_object();
+  json_object_set_new(o, "kind", json_string(kind_name(c->kind)));
+  json_object_set_new(o, "name", json_string(c->name));
+  if (c->kind == STRATA_MODEL_GPT) {
+    json_object_set_new(o, "vocab", json_integer(c->vocab));
+    json_object_set_new(o, "context", json_integer(c->context));
+    json_object_set_new(o, "d_model", json_integer(c->d_model));
+    json_object_set_new(o, "layers", json_integer(c->layers));
+    json_object_set_new(o, "heads", json_integer(c->heads));
+    json_object_set_new(o, "d_ff", json_integer(c->d_ff));
+    json_object_set_new(o, "tied", json_boolean(c->tied));
+  } else {
+    json_object_set_new(o, "image", json_integer(c->image));
+    json_object_set_new(o, "channels", json_integer(c->channels));
+    json_object_set_new(o, "classes", json_integer(c->classes));
+    json_t *a = json_array();
+    const int64_t *w = c->kind == STRATA_MODEL_MLP ? c->hidden : c->conv;
+    for (int i = 0; i < STRATA_MODEL_MAX_CONV && w[i]; i++)
+      json_array_append_new(a, json_integer(w[i]));
+    json_object_set_new(o, c->kind == STRATA_MODEL_MLP ? "hidden" : "conv", a);
+  }
+  char *s = json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT);
+  json_decref(o);
+  if (!s)
+    return strata__error(STRATA_ERR_NOMEM, "out of memory writing a model as JSON");
+  *json = s;
+  return STRATA_OK;
+}

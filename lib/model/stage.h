@@ -1,0 +1,190 @@
+/* SPDX-License-Identifier: MIT */
+/* stage.h — a contiguous run of a model's layers on one device: parameters, optimizer state, per-micro-batch
+** activations, forward, backward and update. A single-device trainer is one stage; a pipeline is several. Internal. */
+#ifndef STRATA__STAGE_H
+#define STRATA__STAGE_H
+
+#include <strata/device.h>
+#include <strata/comm.h>
+#include <strata/ops.h>
+
+#include "model/model.h"
+
+/*
+** Tensor parallelism: a stage may hold slice `rank` of `size` of its layers
+** (Megatron's split: attention by heads, the MLP's first matrix by columns
+** and the second by rows; layernorms, embeddings and the head whole). The
+** same layer code runs whole and sharded blocks, with narrower matrices.
+*/
+struct strata__shard {
+  int rank, size;            /* 0 of 1: the whole layers */
+};
+
+/*
+** How a stage is cut: its tensor-parallel slice, and (ZeRO-1) which of
+** `zero.size` equal shards of its flat parameter vector this replica's
+** optimizer updates — its AdamW moments hold only that shard.
+*/
+struct strata__cut {
+  struct strata__shard tp, zero;
+};
+
+enum strata__split { STRATA__SPLIT_NONE, STRATA__SPLIT_ROWS, STRATA__SPLIT_COLS };
+
+/* One parameter tensor of the stage; offsets are in floats into the stage's buffers. */
+struct strata__tensor {
+  char name[64];             /* GPT-2 style: h.0.attn.c_attn.weight */
+  int ndim;
+  int64_t shape[4];          /* this stage's slice */
+  int64_t full[4];           /* the whole tensor (what checkpoints hold) */
+  size_t off, n, full_n;
+  int split;                 /* enum strata__split: slice `part` of `parts` of dimension `dim` (ROWS: 0) */
+  int dim;
+  int groups;                /* dimension `dim` is `groups` equal groups (Q, K, V), each cut */
+  int part, parts;
+  int decay;                 /* weight decay applies (matrices, not biases or norms) */
+  float init_std;            /* normal(0, std), or ... */
+  float init_const;          /* ... this constant when init_std is 0 */
+};
+
+/* A micro-batch's memory on the stage. Slots are recycled: the executor
+** takes a free one for each forward and it frees itself once both halves
+** are released, so a step holds as many as it has micro-batches in flight. */
+struct strata__slot_mem {
+  strata_buffer_t buf;       /* activations; NULL when the slot holds no micro-batch */
+  strata_buffer_t grad;      /* gradients at the stage's boundaries (NULL if none) */
+  int taken;                 /* handed out by strata__stage_slot_take, not yet released */
+};
+
+struct strata__stage {
+  const struct strata_model *model;
+  int first, last;           /* layers [first, last) */
+  struct strata__layer *layers; /* [last - first]: the model's, with this stage's sizes and tp roles */
+  int dev;
+  strata_queue_t q;
+  int64_t mb;                /* samples per micro-batch */
+  int64_t rows;              /* rows per micro-batch: tokens (text) or samples */
+  int ntensors;
+  struct strata__tensor *tensors;
+  int *layer_tensor;         /* first tensor of each stage layer */
+  size_t nparams;
+  strata_buffer_t params, grads, m, v, scalar;
+  strata_buffer_t scratch;   /* temporaries of one layer at a time */
+  strata_buffer_t gbuf[2];   /* gradients flowing backward through the stage (ping-pong) */
+  strata_buffer_t positions; /* int32 position of each token row (embedding stage) */
+  size_t *saved_off;         /* per stage layer: offset (floats) of its saved activations in a slot */
+  size_t *dsave_off;         /* per stage layer: gradients kept for BACKWARD_WEIGHT (split stages) */
+  size_t gout_off, gin_off;  /* in a slot's grad buffer: gradient of the stage's output (non-last) and input (non-first) */
+  size_t grad_floats;
+  int split;                 /* built for split backward (zero-bubble) */
+  size_t *out_off;           /* per stage layer: offset of its output in a slot */
+  size_t in_floats;          /* stage input (tokens, images, or the previous stage's output) */
+  size_t targets_off;        /* targets (int32 rows), last stage only */
+  size_t slot_floats;
+  size_t max_out, max_scratch;
+  struct strata__slot_mem *slots; /* [nslots], grown as needed */
+  int nslots;
+  float loss_scale;          /* d(loss)/d(per-row loss): 1 / rows per optimizer step */
+  struct strata__shard tp;   /* which slice of the layers this stage holds */
+  struct strata__shard zero; /* ZeRO-1: the shard of the parameters its optimizer updates (0 of 1: all) */
+  size_t chunk;              /* floats per shard (nparams without ZeRO); params and grads hold zero.size x chunk */
+  /* Sharded stages: joins `count` floats at x with the other slices' (an
+  ** all-reduce with `op`, STRATA_SUM or STRATA_MAX, enqueued on q), set by the executor. */
+  int (*join)(void *arg, strata_queue_t q, strata_mem_t x, size_t count, int op);
+  void *join_arg;
+  /* Called by a backward (full or weight part) after stage layer `layer`'s
+  ** gradients are enqueued, last layer first; NULL: none (gradient buckets). */
+  int (*grads_done)(void *arg, int layer);
+  void *grads_done_arg;
+};
+
+/* Floats [*lo, *hi) of the flat parameter (gradient) vector holding stage layers [a, b). */
+void strata__stage_layer_range(const struct strata__stage *st, int a, int b, size_t *lo, size_t *hi);
+/* Stage layers of the stage (last - first). */
+int strata__stage_layer_count(const struct strata__stage *st);
+
+/* Build a stage of layers [first, last) of `model` on `dev` for micro-batches
+** of `mb` samples, cut as `cut` says (NULL: whole, no ZeRO); allocates parameters, gradients and moments and
+** initialises the parameters from `seed` (each tensor from a seed derived
+** from its name, so values do not depend on how the model is cut). */
+int strata__stage_new(const struct strata_model *model, int first, int last, int dev, int64_t mb, uint64_t seed,
+                      int split_backward, const struct strata__cut *cut, struct strata__stage **out);
+void strata__stage_free(struct strata__stage *st);
+/* The same stage's layout only (tensors, sizes, offsets), with no queue and no memory: what a process asks of a
+** stage another process holds. Freed with strata__stage_free. */
+int strata__stage_shell(const struct strata_model *model, int first, int last, int64_t mb, int split_backward,
+                        const struct strata__cut *cut, struct strata__stage **out);
+
+/* What a stage allocates on its device, in bytes, as strata__stage_new and
+** strata__stage_acquire will ask for it. */
+struct strata__stage_bytes {
+  uint64_t params;           /* parameters, gradients and the two AdamW moments */
+  uint64_t fixed;            /* all that the stage allocates at creation (params included) */
+  uint64_t slot;             /* one micro-batch's activations */
+  uint64_t grad;             /* one micro-batch's boundary gradients (0: none) */
+  uint64_t in, out;          /* one micro-batch's stage input and output (what a neighbour sends) */
+};
+
+/* Plan a stage of layers [first, last) for micro-batches of `mb` samples without allocating anything. */
+int strata__stage_plan(const struct strata_model *model, int first, int last, int64_t mb, int split_backward,
+                       const struct strata__cut *cut, struct strata__stage_bytes *bytes /* OUT */);
+
+/* Copy between a tensor's slice (`local`, t->n floats) and the whole tensor
+** (`full`, t->full_n floats): gather 1 writes the slice into the whole, 0
+** cuts the slice out of it. A tensor that is not split is copied whole. */
+void strata__tensor_cut(const struct strata__tensor *t, float *full, float *local, int gather);
+
+/* Make sure slot `s` has activation and boundary-gradient memory (allocated
+** on first use and kept until released). The two halves can be released
+** apart: the activations once the backward pass is done, the gradients once
+** the input gradient has gone to the previous stage. */
+int strata__stage_acquire(struct strata__stage *st, int s);
+/* A slot that holds nothing (the table grows when every one is in use), marked taken until both halves are
+** released; the caller acquires it. */
+int strata__stage_slot_take(struct strata__stage *st, int *slot /* OUT */);
+void strata__stage_release_activations(struct strata__stage *st, int s);
+void strata__stage_release_gradients(struct strata__stage *st, int s);
+void strata__stage_release(struct strata__stage *st, int s);
+
+/* Where the stage's input of slot s goes (tokens or images or the previous
+** stage's output), its targets (last stage), and its output (non-last stage). */
+strata_mem_t strata__stage_input(struct strata__stage *st, int s);
+strata_mem_t strata__stage_targets(struct strata__stage *st, int s);
+strata_mem_t strata__stage_output(struct strata__stage *st, int s);
+size_t strata__stage_in_floats(const struct strata__stage *st);
+size_t strata__stage_out_floats(const struct strata__stage *st);
+/* Gradient w.r.t. the stage's output for slot s (filled by the caller for a
+** non-last stage before backward) and w.r.t. its input (written by backward,
+** non-first stage). */
+strata_mem_t strata__stage_grad_output(struct strata__stage *st, int s);
+strata_mem_t strata__stage_grad_input(struct strata__stage *st, int s);
+
+/* Enqueue the forward pass of slot s; the backward pass of slot s
+** (accumulating into the gradients). */
+int strata__stage_forward(struct strata__stage *st, int s);
+int strata__stage_backward(struct strata__stage *st, int s);
+/* The two halves of a split backward (stage built with split_backward):
+** the input gradient (which a previous stage waits for), and later the
+** weight gradients. */
+int strata__stage_backward_input(struct strata__stage *st, int s);
+int strata__stage_backward_weight(struct strata__stage *st, int s);
+/* Sum of the per-row losses of slot s (last stage; waits for the queue). */
+int strata__stage_loss(struct strata__stage *st, int s, double *sum);
+/* Enqueue reading slot s's per-row losses into `rows` (last stage; valid after the queue finishes). */
+int strata__stage_loss_read(struct strata__stage *st, int s, float *rows);
+/* The vocabulary columns [*first, *first + *count) whose logits the stage holds; 1 when that is a slice of the
+** vocabulary (tensor parallelism dividing it), 0 when all of it. */
+int strata__stage_vocab(const struct strata__stage *st, int64_t *first, int64_t *count);
+/* Logits of slot s (last stage of a text model): rows x (its part of the) vocab floats. */
+strata_mem_t strata__stage_logits(struct strata__stage *st, int s);
+
+int strata__stage_zero_grads(struct strata__stage *st);
+/* Sum of squares of each tensor's gradient (with ZeRO, of its part in the
+** stage's shard), into sumsq[ntensors] (waits for the queue). Summed by the caller in tensor order, so that the global norm
+** does not depend on how the model is cut. */
+int strata__stage_grad_sumsq(struct strata__stage *st, double *sumsq);
+/* Scale gradients by `gscale`, then one AdamW step (with ZeRO, of the stage's shard only). */
+int strata__stage_update(struct strata__stage *st, float gscale, float lr, float beta1, float beta2, float eps,
+                         float weight_decay, int64_t step);
+
+#endif /* STRATA__STAGE_H */

@@ -1,0 +1,8 @@
+# SPDX-License-Identifier: MIT
+# lib/parallel/ — layouts (dp x pp x tp, as data with a JSON form), pipeline schedules as per-device action lists,
+# their validator and bubble.
+libstrata_la_SOURCES += \
+	%reldir%/layout.c \
+	%reldir%/schedule.c
+
+stratainclude_HEADERS += include/strata/layout.h include/strata/schedule.h

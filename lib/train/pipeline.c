@@ -1,0 +1,1497 @@
+/* SPDX-License-Identifier: MIT */
+/* pipeline.c — runs a pipeline schedule: one worker thread per device executing its action list, one sender thread per
+** device moving activations and gradients, the cross-stage optimizer barrier, automatic stage balancing, and traces. */
+#include "config.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/file.h"
+#include "comm/comm.h"
+#include "train/ranks.h"
+#include "device/registry.h"
+#include "train/trainer.h"
+
+/* A message waiting on its receiver's device: a stage input or an output gradient. */
+struct msg {
+  strata_buffer_t buf;
+  int posted;
+};
+
+struct job {
+  struct job *next;
+  int kind;                  /* STRATA_ACTION_SEND_ACT or _SEND_GRAD */
+  int stage, mb;             /* the sending stage */
+  strata_mem_t src;
+  size_t bytes;
+  int dst_dev;
+  int to;                    /* the receiving stage; another rank's when dst is NULL */
+  struct msg *dst;
+  struct strata__pool *pool;  /* receive buffers of the destination, reused from step to step */
+};
+
+struct sender {
+  pthread_t thread;
+  int started;
+  struct job *head, *tail;
+  int stop;
+  strata_queue_t q;          /* copy queue on the rank's device */
+  pthread_cond_t cond;       /* a job for it, the end of the step, or a failure */
+};
+
+struct exec {
+  strata_trainer_t tr;
+  int m, S;
+  pthread_mutex_t lock;
+  /* each thread waits on its own condition, signalled only for what it waits for: on a box with fewer cores than
+  ** threads, waking every waiter at each message cost pp 4 hundreds of context switches a step */
+  pthread_cond_t *wake;      /* [ndev]: rank r's worker (a message for one of its stages, the update's go) */
+  int nwake;                 /* how many of wake[] and snd[].cond are initialised */
+  int failed;
+  int fail_status;
+  char fail_msg[4096];
+  struct msg *act, *grad;    /* [S x m]: input of stage s / gradient of stage s's output, micro-batch mb */
+  int *hold_act;             /* [S x m]: what still keeps slot (s, mb)'s activations ... */
+  int *hold_grad;            /* ... and its boundary gradients */
+  int *inflight, *peak;      /* per stage: micro-batches whose activations are held */
+  int *pending;              /* [S x m]: bit 1 activations, bit 2 gradients ready to be freed by the rank's worker */
+  int *slot;                 /* [S x m]: the stage's slot holding micro-batch mb (taken at its forward), -1 before */
+  int opt_arrived;
+  int opt_ready;
+  int chain;                 /* stages per replica */
+  int held;                  /* stages this process's devices hold (each has an OPTIMIZER) */
+  void **done;               /* [S]: the completion of each stage's gradient reduce-scatter (ZeRO), until its OPTIMIZER */
+  double *done_post;         /* [S]: when it was posted */
+  struct buckets *bk;        /* [S]: data parallelism: each stage's gradient buckets */
+  float gscale, norm, lr;
+  double *busy;              /* [ndev] */
+  struct sender *snd;        /* [ndev] */
+};
+
+struct worker_arg {
+  struct exec *ex;
+  int rank;
+};
+
+/*
+** Data parallelism's gradient buckets: runs of whole layers of at least
+** tr->bucket_bytes, last layers first. During a stage's last backward of the
+** step each bucket's all-reduce is posted as soon as its layers' gradients
+** are enqueued, so that it overlaps the backward of the layers before it;
+** GRAD_REDUCE posts what is left, and OPTIMIZER waits for them all.
+*/
+struct buckets {
+  struct exec *ex;
+  int s;
+  int n, posted;             /* buckets, and how many are posted */
+  int *first;                /* [n]: bucket k holds stage layers [first[k], k ? first[k - 1] : layers) */
+  void **done;               /* [n] */
+  double *when;              /* [n]: when posted */
+};
+
+static int rank_of(const struct exec *ex, int s) { return ex->tr->stage_rank[s]; }
+
+int strata__stage_consumers(const struct strata_trainer *tr, int s, int dir, int *out) {
+  const int S = tr->nstages, j = s % S + (dir == 0 ? 1 : -1);
+  if (j < 0 || j >= S || !strata__stage_held(tr, s - s % S + j))
+    return 0; /* an edge of the chain, or the neighbour of this slice is stood for by another */
+  const int c0 = s / S / tr->tp * tr->tp;
+  int n = 0;
+  for (int u = 0; u < tr->tps[j]; u++) { /* the neighbour's slices whose input (gradient) s stands for */
+    const int t = (c0 + u) * S + j;
+    if (strata__stage_owner(tr, dir == 0 ? t - 1 : t + 1) == s) {
+      if (out)
+        out[n] = t;
+      n++;
+    }
+  }
+  return n;
+}
+
+/* Record the first failure; every waiting thread wakes up and stops. */
+static void fail(struct exec *ex, int status, const char *what) {
+  pthread_mutex_lock(&ex->lock);
+  if (!ex->failed) {
+    ex->failed = 1;
+    ex->fail_status = status;
+    snprintf(ex->fail_msg, sizeof ex->fail_msg, "%s: %s", what, strata_last_error());
+  }
+  for (int r = 0; r < ex->nwake; r++) {
+    ex->snd[r].stop = 1;
+    pthread_cond_broadcast(&ex->snd[r].cond);
+    pthread_cond_broadcast(&ex->wake[r]);
+  }
+  pthread_mutex_unlock(&ex->lock);
+  /* replicas and slices waiting in a collective for this one must not wait for the timeout */
+  strata__trainer_abort(ex->tr, status, what);
+  /* nor this rank's receivers waiting for another rank's messages (a pipeline across ranks) */
+  strata__ranks_abort(ex->tr, status, ex->fail_msg); /* (the first failure's, set once) */
+}
+
+enum { ACT = 1, GRAD = 2 };
+
+/* Drop one hold on the activations (ACT) or gradients (GRAD) of slot
+** (s, mb); the last one marks that half for release. Caller holds the lock. */
+static void drop_locked(struct exec *ex, int s, int mb, int what) {
+  int k = s * ex->m + mb;
+  int *h = what == ACT ? &ex->hold_act[k] : &ex->hold_grad[k];
+  if (--*h == 0) {
+    ex->pending[k] |= what;
+    if (what == ACT)
+      ex->inflight[s]--;
+  }
+}
+
+static void drop(struct exec *ex, int s, int mb, int what) {
+  pthread_mutex_lock(&ex->lock);
+  drop_locked(ex, s, mb, what);
+  pthread_mutex_unlock(&ex->lock);
+}
+
+/* Free the slots of this rank's stages that nothing holds any more. */
+static void release_pending(struct exec *ex, int rank) {
+  for (int s = 0; s < ex->S; s++) {
+    if (rank_of(ex, s) != rank || !ex->tr->st[s])
+      continue;
+    for (int mb = 0; mb < ex->m; mb++) {
+      int k = s * ex->m + mb;
+      pthread_mutex_lock(&ex->lock);
+      int go = ex->pending[k];
+      ex->pending[k] = 0;
+      pthread_mutex_unlock(&ex->lock);
+      if (go & ACT)
+        strata__stage_release_activations(ex->tr->st[s], ex->slot[k]);
+      if (go & GRAD)
+        strata__stage_release_gradients(ex->tr->st[s], ex->slot[k]);
+    }
+  }
+}
+
+static void trace(struct exec *ex, const char *cat, int kind, int s, int mb, double t0, double t1, int tid) {
+  if (!ex->tr->trace_path)
+    return;
+  char name[24];
+  if (kind == STRATA_ACTION_OPTIMIZER)
+    snprintf(name, sizeof name, "OPT%d", s);
+  else if (kind < 0)
+    snprintf(name, sizeof name, "%s", cat);
+  else
+    snprintf(name, sizeof name, "%s%d.%d", strata_action_label(kind), s, mb);
+  pthread_mutex_lock(&ex->lock);
+  strata__trace_add(ex->tr, name, cat, t0, t1, tid);
+  pthread_mutex_unlock(&ex->lock);
+}
+
+/* ---- sender threads ---- */
+
+static void *sender_main(void *arg) {
+  struct worker_arg *wa = arg;
+  struct exec *ex = wa->ex;
+  struct sender *sd = &ex->snd[wa->rank];
+  for (;;) {
+    pthread_mutex_lock(&ex->lock);
+    while (!sd->head && !sd->stop)
+      pthread_cond_wait(&sd->cond, &ex->lock);
+    struct job *j = sd->head;
+    if (!j || ex->failed) {
+      pthread_mutex_unlock(&ex->lock);
+      break;
+    }
+    sd->head = j->next;
+    if (!sd->head)
+      sd->tail = NULL;
+    pthread_mutex_unlock(&ex->lock);
+    double t0 = strata__now();
+    if (!j->dst) { /* to another rank: through the cluster, from the stage's memory (host-staged) */
+      int rc = strata__ranks_send(ex->tr, j->to, j->kind == STRATA_ACTION_SEND_GRAD, j->mb, sd->q, j->src, j->bytes);
+      if (rc) {
+        char what[200];
+        snprintf(what, sizeof what, "device %d, %s%d.%d (send to stage %d on another rank)",
+                 strata__rank_device(ex->tr, wa->rank), strata_action_label(j->kind), j->stage, j->mb, j->to);
+        fail(ex, rc, what);
+        free(j);
+        break;
+      }
+      trace(ex, "send", j->kind, j->stage, j->mb, t0, strata__now(), 2 * wa->rank + 1);
+      drop(ex, j->stage, j->mb, j->kind == STRATA_ACTION_SEND_ACT ? ACT : GRAD); /* (no thread waits on a hold) */
+      free(j);
+      continue;
+    }
+    strata_buffer_t b = NULL;
+    pthread_mutex_lock(&ex->lock);
+    if (j->pool->n > 0)
+      b = j->pool->free[--j->pool->n];
+    pthread_mutex_unlock(&ex->lock);
+    int rc = b ? STRATA_OK : strata_buffer_new(j->dst_dev, j->bytes, &b);
+    if (!rc)
+      rc = strata_buffer_copy(sd->q, b, 0, j->src.buf, j->src.off * 4, j->bytes);
+    if (!rc)
+      rc = strata_queue_finish(sd->q);
+    if (rc) {
+      strata_buffer_free(b);
+      char what[160];
+      snprintf(what, sizeof what, "device %d, %s%d.%d (copy to device %d)", ex->tr->dev[wa->rank],
+               strata_action_label(j->kind), j->stage, j->mb, j->dst_dev);
+      fail(ex, rc, what);
+      free(j);
+      break;
+    }
+    trace(ex, "send", j->kind, j->stage, j->mb, t0, strata__now(), 2 * wa->rank + 1);
+    pthread_mutex_lock(&ex->lock);
+    j->dst->buf = b;
+    j->dst->posted = 1;
+    drop_locked(ex, j->stage, j->mb, j->kind == STRATA_ACTION_SEND_ACT ? ACT : GRAD);
+    pthread_cond_signal(&ex->wake[rank_of(ex, j->to)]); /* the receiving stage's worker, alone */
+    pthread_mutex_unlock(&ex->lock);
+    free(j);
+  }
+  return NULL;
+}
+
+/*
+** Fill every boundary's receive pool up front with as many buffers as can be
+** in flight there: activations waiting at stage s are bounded by the
+** micro-batches stage s - 1 keeps in flight, gradients waiting at s by the
+** micro-batches s itself keeps (the memory plan counts the same). Steps then
+** allocate nothing for messages, however the threads happen to be timed.
+*/
+int strata__pool_put(struct strata__pool *pool, strata_buffer_t b) {
+  if (pool->n == pool->cap) {
+    int cap = pool->cap ? 2 * pool->cap : 8;
+    strata_buffer_t *f = realloc(pool->free, (size_t)cap * sizeof *f);
+    if (!f)
+      return -1;
+    pool->free = f;
+    pool->cap = cap;
+  }
+  pool->free[pool->n++] = b;
+  return 0;
+}
+
+int strata__pipeline_prefill(strata_trainer_t tr) {
+  for (int s = 0; tr->sched && s < strata__stages_all(tr); s++) {
+    for (int dir = 0; dir < 2 && tr->st[s]; dir++) { /* (the stages this rank holds) */
+      if (dir == 0 ? strata__stage_first(tr, s) : strata__stage_last(tr, s))
+        continue;
+      const int peer = strata__stage_owner(tr, dir == 0 ? s - 1 : s + 1);
+      if (tr->stage_rank[peer] == tr->stage_rank[s])
+        continue;
+      int k = 1;
+      if (strata_schedule_peak_inflight(tr->sched, dir == 0 ? peer : s, &k) || k < 1)
+        k = 1;
+      struct strata__pool *pool = &tr->pools[2 * s + dir];
+      size_t bytes = (dir == 0 ? strata__stage_in_floats(tr->st[s]) : strata__stage_out_floats(tr->st[s])) * 4;
+      while (pool->n < k) {
+        strata_buffer_t b;
+        TRY(strata_buffer_new(tr->dev[tr->stage_rank[s]], bytes, &b));
+        if (strata__pool_put(pool, b)) {
+          strata_buffer_free(b);
+          return strata__error(STRATA_ERR_NOMEM, "out of host memory for a receive pool");
+        }
+      }
+    }
+  }
+  return STRATA_OK;
+}
+
+static void send_job(struct exec *ex, int rank, struct job *j) {
+  struct sender *sd = &ex->snd[rank];
+  pthread_mutex_lock(&ex->lock);
+  j->next = NULL;
+  if (sd->tail)
+    sd->tail->next = j;
+  else
+    sd->head = j;
+  sd->tail = j;
+  pthread_cond_signal(&sd->cond);
+  pthread_mutex_unlock(&ex->lock);
+}
+
+/* Rank `rank`'s worker waits for a message; returns 0 when it is there, -1 when the run failed. */
+static int wait_msg(struct exec *ex, int rank, struct msg *mg) {
+  pthread_mutex_lock(&ex->lock);
+  while (!mg->posted && !ex->failed)
+    pthread_cond_wait(&ex->wake[rank], &ex->lock);
+  int ok = mg->posted && !ex->failed;
+  pthread_mutex_unlock(&ex->lock);
+  return ok ? 0 : -1;
+}
+
+/* Take a posted message's buffer into dst (on q); the buffer goes back to
+** its pool for the next message across the same boundary. */
+static int consume(struct exec *ex, struct msg *mg, struct strata__pool *pool, strata_queue_t q, strata_mem_t dst,
+                   size_t bytes) {
+  int rc = strata_buffer_copy(q, dst.buf, dst.off * 4, mg->buf, 0, bytes);
+  if (!rc)
+    rc = strata_queue_finish(q);
+  pthread_mutex_lock(&ex->lock);
+  strata_buffer_t b = mg->buf;
+  mg->buf = NULL;
+  if (!rc && strata__pool_put(pool, b) == 0)
+    b = NULL;
+  pthread_mutex_unlock(&ex->lock);
+  strata_buffer_free(b);
+  return rc;
+}
+
+/* ---- actions ---- */
+
+/* The slot of stage s holding micro-batch mb. */
+static int slot_of(const struct exec *ex, int s, int mb) { return ex->slot[s * ex->m + mb]; }
+
+static int do_forward(struct exec *ex, int rank, int s, int mb) {
+  strata_trainer_t tr = ex->tr;
+  struct strata__stage *st = tr->st[s];
+  int k = s * ex->m + mb, sl = 0;
+  TRY(strata__stage_slot_take(st, &sl));
+  ex->slot[k] = sl;
+  TRY(strata__stage_acquire(st, sl));
+  pthread_mutex_lock(&ex->lock);
+  /* activations: the backward pass, and the send to the next device;
+  ** gradients: the backward pass, and the previous stage taking the input gradient */
+  const int first = strata__stage_first(tr, s), last = strata__stage_last(tr, s);
+  const int mbi = strata__stage_replica(tr, s) * ex->m + mb; /* the replica's micro-batch among the step's */
+  ex->hold_act[k] = 1 + (!last && rank_of(ex, s + 1) != rank ? strata__stage_consumers(tr, s, 0, NULL) : 0);
+  ex->hold_grad[k] = 1 + (first ? 0 : rank_of(ex, s - 1) == rank ? 1 : strata__stage_consumers(tr, s, 1, NULL));
+  if (++ex->inflight[s] > ex->peak[s])
+    ex->peak[s] = ex->inflight[s];
+  pthread_mutex_unlock(&ex->lock);
+  strata_mem_t in = strata__stage_input(st, sl);
+  size_t in_bytes = strata__stage_in_floats(st) * 4;
+  if (first) {
+    TRY(strata_buffer_write(st->q, in.buf, in.off * 4, tr->inputs[mbi], tr->in_elems * 4));
+  } else if (rank_of(ex, s - 1) == rank) {
+    const int prev = strata__stage_owner(tr, s - 1);
+    strata_mem_t o = strata__stage_output(tr->st[prev], slot_of(ex, prev, mb));
+    TRY(strata_buffer_copy(st->q, in.buf, in.off * 4, o.buf, o.off * 4, in_bytes));
+  } else {
+    struct msg *mg = &ex->act[k];
+    if (!mg->posted)
+      return strata__error(STRATA_ERR_STATE, "no activation received for stage %d, micro-batch %d", s, mb);
+    TRY(consume(ex, mg, &tr->pools[2 * s], st->q, in, in_bytes));
+  }
+  if (last) {
+    strata_mem_t tg = strata__stage_targets(st, sl);
+    TRY(strata_buffer_write(st->q, tg.buf, tg.off * 4, tr->targets[mbi], (size_t)tr->rows * 4));
+  }
+  TRY(strata__stage_forward(st, sl));
+  if (last && strata__stage_slice(tr, s) == 0) /* every slice computes the same losses */
+    TRY(strata__stage_loss_read(st, sl, tr->losses[mbi]));
+  return strata_queue_finish(st->q);
+}
+
+static int bucket_ready(void *arg, int layer);
+
+static int do_backward(struct exec *ex, int rank, int kind, int s, int mb, int last) {
+  strata_trainer_t tr = ex->tr;
+  struct strata__stage *st = tr->st[s];
+  if (last && ex->bk) { /* the stage's last gradients of the step: each bucket goes as soon as it is done */
+    st->grads_done = bucket_ready;
+    st->grads_done_arg = &ex->bk[s];
+  }
+  if (kind != STRATA_ACTION_BACKWARD_WEIGHT && !strata__stage_last(tr, s)) {
+    strata_mem_t go = strata__stage_grad_output(st, slot_of(ex, s, mb));
+    size_t bytes = strata__stage_out_floats(st) * 4;
+    if (rank_of(ex, s + 1) == rank) {
+      const int next = strata__stage_owner(tr, s + 1);
+      strata_mem_t gi = strata__stage_grad_input(tr->st[next], slot_of(ex, next, mb));
+      TRY(strata_buffer_copy(st->q, go.buf, go.off * 4, gi.buf, gi.off * 4, bytes));
+      TRY(strata_queue_finish(st->q));
+      drop(ex, next, mb, GRAD);
+    } else {
+      struct msg *mg = &ex->grad[s * ex->m + mb];
+      if (!mg->posted)
+        return strata__error(STRATA_ERR_STATE, "no gradient received for stage %d, micro-batch %d", s, mb);
+      TRY(consume(ex, mg, &tr->pools[2 * s + 1], st->q, go, bytes));
+    }
+  }
+  const int sl = slot_of(ex, s, mb);
+  int rc;
+  if (kind == STRATA_ACTION_BACKWARD)
+    rc = strata__stage_backward(st, sl);
+  else if (kind == STRATA_ACTION_BACKWARD_INPUT)
+    rc = strata__stage_backward_input(st, sl);
+  else
+    rc = strata__stage_backward_weight(st, sl);
+  st->grads_done = NULL;
+  st->grads_done_arg = NULL;
+  TRY(rc);
+  TRY(strata_queue_finish(st->q));
+  if (kind != STRATA_ACTION_BACKWARD_WEIGHT)
+    drop(ex, s, mb, GRAD); /* its output gradient is used, its input gradient written */
+  if (kind != STRATA_ACTION_BACKWARD_INPUT)
+    drop(ex, s, mb, ACT);
+  return STRATA_OK;
+}
+
+/* The communicator joining stage s with the same slice of the same stage of every other replica. */
+static strata_comm_t replica_comm(const struct exec *ex, int s) {
+  if (!ex->tr->comm)
+    return NULL; /* the replicas are on several ranks (parallel/ranks.h) */
+  return ex->tr->comm[strata__stage_slice(ex->tr, s) * ex->chain + s % ex->chain];
+}
+
+/* Wait for a gradient collective of stage s posted at `posted` (*done; NULL afterwards), and trace it. */
+static int settle_replicas(struct exec *ex, int rank, int s, void **done, double posted, const char *name,
+                           const char *op, uint64_t bytes) {
+  strata_trainer_t tr = ex->tr;
+  if (!*done)
+    return STRATA_OK;
+  strata_comm_t c = replica_comm(ex, s);
+  double t0 = 0, t1 = 0;
+  void *d = *done;
+  *done = NULL;
+  int rc;
+  if (!c) { /* across ranks: the rank's thread for the group made the call; its times are when the data moved */
+    rc = strata__ranks_settle(tr, d, &t0, &t1);
+  } else {
+    rc = strata__comm_wait(c, tr->st[s]->q, d);
+    if (!rc)
+      rc = strata_queue_finish(tr->st[s]->q);
+    strata__comm_release(c, d, &t0, &t1);
+  }
+  if (rc || !tr->trace_path)
+    return rc;
+  pthread_mutex_lock(&ex->lock);
+  strata__trace_add_comm(tr, name, op, bytes, STRATA__GROUP_REPLICAS, s, t0 > posted ? t0 : posted, t1, 2 * rank + 1,
+                         posted);
+  pthread_mutex_unlock(&ex->lock);
+  return STRATA_OK;
+}
+
+/*
+** OPTIMIZER: each stage adds its gradients' sums of squares; the global
+** norm (hence the clip factor) needs every stage's, so a device's last
+** OPTIMIZER waits for all stages, then updates all of that device's stages.
+*/
+static int do_optimizer(struct exec *ex, int rank, int s, int last_on_rank) {
+  strata_trainer_t tr = ex->tr;
+  /* the stage's gradients must have been joined with the other replicas' */
+  struct buckets *bk = ex->bk ? &ex->bk[s] : NULL;
+  for (int k = 0; bk && k < bk->posted; k++) {
+    size_t lo, hi;
+    strata__stage_layer_range(tr->st[s], bk->first[k], k ? bk->first[k - 1] : strata__stage_layer_count(tr->st[s]),
+                              &lo, &hi);
+    char name[24];
+    snprintf(name, sizeof name, "GR%d.%d", s, k);
+    TRY(settle_replicas(ex, rank, s, &bk->done[k], bk->when[k], name, "allreduce", (uint64_t)(hi - lo) * 4));
+  }
+  if (ex->done[s]) { /* ZeRO-1's reduce-scatter */
+    char name[24];
+    snprintf(name, sizeof name, "GRS%d", s);
+    TRY(settle_replicas(ex, rank, s, &ex->done[s], ex->done_post[s], name, "reducescatter",
+                        (uint64_t)tr->st[s]->chunk * (uint64_t)tr->replicas * 4));
+  }
+  /* the global norm from one replica's stages (its slices'): after the
+  ** all-reduce every replica has the same gradients; after ZeRO's
+  ** reduce-scatter each has its shard of them */
+  if (tr->zero || strata__stage_replica(tr, s) == tr->home)
+    TRY(strata__stage_sumsq(tr, s));
+  pthread_mutex_lock(&ex->lock);
+  const int all_here = ++ex->opt_arrived == ex->held;
+  pthread_mutex_unlock(&ex->lock);
+  if (all_here) /* the sums of the stages other ranks hold (with ZeRO), outside the lock: a dead rank fails it */
+    TRY(strata__ranks_sumsq(tr));
+  pthread_mutex_lock(&ex->lock);
+  if (all_here) {
+    ex->gscale = strata__clip_scale(tr, &ex->norm);
+    ex->opt_ready = 1;
+    for (int r = 0; r < ex->nwake; r++) /* once a step: every worker that waits for the go */
+      pthread_cond_signal(&ex->wake[r]);
+  }
+  if (!last_on_rank) {
+    pthread_mutex_unlock(&ex->lock);
+    return STRATA_OK;
+  }
+  while (!ex->opt_ready && !ex->failed)
+    pthread_cond_wait(&ex->wake[rank], &ex->lock);
+  int ok = ex->opt_ready && !ex->failed;
+  float gscale = ex->gscale, norm = ex->norm;
+  pthread_mutex_unlock(&ex->lock);
+  if (!ok || !isfinite(norm))
+    return STRATA_OK; /* a failure elsewhere, or a diverged step the caller reports */
+  for (int t = 0; t < ex->S; t++)
+    if (rank_of(ex, t) == rank && tr->st[t])
+      TRY(strata__stage_optimize(tr, t, gscale, ex->lr));
+  return STRATA_OK;
+}
+
+/*
+** Post one of the step's collectives (float32), ordered against a failure's
+** abort by the trainer's lock. A communicator that enqueues returns the
+** completion in *done (NULL: the member's queue waits for it); one that
+** cannot enqueue waits in the call, made after the lock is let go, so that
+** the timeout bounds a member that never comes.
+*/
+static int post_collective(strata_trainer_t tr, strata_comm_t c, int async, int kind, int rank, strata_queue_t q,
+                           strata_mem_t send, strata_mem_t recv, size_t count, int op, void **done) {
+  TRY(strata__trainer_post_begin(tr));
+  if (!async)
+    strata__trainer_post_end(tr);
+  int rc = strata__comm_post_rank(c, kind, rank, q, send, recv, count, STRATA_FLOAT32, op, 0, async ? done : NULL);
+  if (async)
+    strata__trainer_post_end(tr);
+  return rc;
+}
+
+/*
+** GRAD_REDUCE: hand the stage's gradients to its communicator (this
+** replica's member) and go on; the device's queue keeps computing while the
+** communicator's threads move the data, and the stage's OPTIMIZER waits for
+** it. Without gates on this backend the call itself waits.
+*/
+static int bucket_post(struct buckets *b, int k) {
+  strata_trainer_t tr = b->ex->tr;
+  const int s = b->s;
+  struct strata__stage *st = tr->st[s];
+  strata_comm_t c = replica_comm(b->ex, s);
+  struct strata_comm_info info;
+  size_t lo, hi;
+  strata__stage_layer_range(st, b->first[k], k ? b->first[k - 1] : strata__stage_layer_count(st), &lo, &hi);
+  b->posted = k + 1;
+  b->when[k] = strata__now();
+  strata_mem_t g = strata_mem(st->grads, lo);
+  /* the replicas on several ranks: posted to this rank's thread for the group, which calls the cluster */
+  int x = strata__ranks_post(tr, STRATA__COLL_ALLREDUCE, s, st->q, g, g, hi - lo, &b->done[k]);
+  if (x != 1)
+    return x;
+  TRY(strata_comm_info(c, &info));
+  /* every replica posts the same buckets in the same order, so the k-th calls meet */
+  return post_collective(tr, c, info.asynchronous, STRATA__COLL_ALLREDUCE, strata__stage_replica(tr, s), st->q, g, g,
+                         hi - lo, STRATA_SUM, &b->done[k]);
+}
+
+/* The stage's backward finished stage layer `layer`'s gradients: post the bucket it completes. */
+static int bucket_ready(void *arg, int layer) {
+  struct buckets *b = arg;
+  while (b->posted < b->n && layer <= b->first[b->posted])
+    TRY(bucket_post(b, b->posted));
+  return STRATA_OK;
+}
+
+static int do_grad_reduce(struct exec *ex, int s) {
+  struct buckets *b = &ex->bk[s];
+  while (b->posted < b->n)
+    TRY(bucket_post(b, b->posted));
+  return STRATA_OK;
+}
+
+/* Stage s's buckets: runs of whole layers from the last, each closed once it holds tr->bucket_bytes. */
+static int buckets_init(struct exec *ex, int s, struct buckets *b) {
+  struct strata__stage *st = ex->tr->st[s];
+  b->ex = ex;
+  b->s = s;
+  if (!st)
+    return STRATA_OK; /* another rank's */
+  const int L = strata__stage_layer_count(st);
+  b->first = calloc((size_t)L, sizeof *b->first);
+  b->done = calloc((size_t)L, sizeof *b->done);
+  b->when = calloc((size_t)L, sizeof *b->when);
+  if (!b->first || !b->done || !b->when)
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory for gradient buckets");
+  uint64_t acc = 0;
+  for (int i = L - 1; i >= 0; i--) {
+    size_t lo, hi;
+    strata__stage_layer_range(st, i, i + 1, &lo, &hi);
+    acc += (uint64_t)(hi - lo) * 4;
+    if (acc >= ex->tr->bucket_bytes || i == 0) {
+      b->first[b->n++] = i;
+      acc = 0;
+    }
+  }
+  return STRATA_OK;
+}
+
+static void buckets_free(struct exec *ex, struct buckets *b) {
+  for (int k = 0; k < b->posted && b->done && replica_comm(ex, b->s); k++) /* (across ranks: the step's end) */
+    if (b->done[k]) { /* a failed step: never waited for */
+      strata_queue_finish(ex->tr->st[b->s]->q);
+      strata__comm_release(replica_comm(ex, b->s), b->done[k],
+                           NULL, NULL);
+    }
+  free(b->first);
+  free(b->done);
+  free(b->when);
+}
+
+/* A TP_JOIN's collectives, each a comm event on the device's transfer track. */
+struct join_trace {
+  struct exec *ex;
+  int kind, s, mb, tid;
+};
+
+static void join_traced(void *arg, uint64_t bytes, double t0, double t1) {
+  struct join_trace *j = arg;
+  char name[24];
+  snprintf(name, sizeof name, "%s%d.%d", strata_action_label(j->kind), j->s, j->mb);
+  pthread_mutex_lock(&j->ex->lock);
+  strata__trace_add_comm(j->ex->tr, name, "allreduce", bytes, STRATA__GROUP_SLICES, j->s, t0, t1, j->tid, -1);
+  pthread_mutex_unlock(&j->ex->lock);
+}
+
+/*
+** ZeRO-1. GRAD_SCATTER: reduce-scatter the stage's gradients over the
+** replicas (replica r keeps the sum of shard r), overlapping as GR does.
+** PARAM_GATHER, after the device's updates: all-gather the updated shards,
+** enqueued before the next step's work on the stage's queue.
+*/
+static int do_grad_scatter(struct exec *ex, int s) {
+  strata_trainer_t tr = ex->tr;
+  struct strata__stage *st = tr->st[s];
+  strata_comm_t c = replica_comm(ex, s);
+  struct strata_comm_info info;
+  const int r = strata__stage_replica(tr, s);
+  strata_mem_t g = strata_mem(st->grads, 0), mine = strata_mem(st->grads, (size_t)r * st->chunk);
+  ex->done_post[s] = strata__now();
+  int x = strata__ranks_post(tr, STRATA__COLL_REDUCESCATTER, s, st->q, g, mine, st->chunk, &ex->done[s]);
+  if (x != 1)
+    return x;
+  TRY(strata_comm_info(c, &info));
+  return post_collective(tr, c, info.asynchronous, STRATA__COLL_REDUCESCATTER, r, st->q, g, mine, st->chunk,
+                         STRATA_SUM, &ex->done[s]);
+}
+
+/* PARAM_GATHER through the replicas' communicator in this process: done once the stage's queue has it (*t1). */
+static int post_gather(strata_trainer_t tr, strata_comm_t c, int r, struct strata__stage *st, double *t1) {
+  struct strata_comm_info info;
+  TRY(strata_comm_info(c, &info));
+  /* no completion kept: the stage's queue waits for it, before the next step's work */
+  TRY(post_collective(tr, c, info.asynchronous, STRATA__COLL_ALLGATHER, r, st->q,
+                      strata_mem(st->params, (size_t)r * st->chunk), strata_mem(st->params, 0), st->chunk, STRATA_SUM,
+                      NULL));
+  TRY(strata_queue_finish(st->q));
+  *t1 = strata__now();
+  return STRATA_OK;
+}
+
+static int do_param_gather(struct exec *ex, int rank, int s) {
+  strata_trainer_t tr = ex->tr;
+  struct strata__stage *st = tr->st[s];
+  strata_comm_t c = replica_comm(ex, s);
+  const int r = strata__stage_replica(tr, s);
+  double t0 = strata__now(), t1 = 0;
+  void *done = NULL;
+  int x = strata__ranks_post(tr, STRATA__COLL_ALLGATHER, s, st->q, strata_mem(st->params, (size_t)r * st->chunk),
+                             strata_mem(st->params, 0), st->chunk, &done);
+  if (x == 0) /* across ranks: the updated shards go once the updates are done; the next step's work follows */
+    x = strata__ranks_settle(tr, done, &t0, &t1);
+  else if (x == 1)
+    x = post_gather(tr, c, r, st, &t1);
+  TRY(x);
+  if (tr->trace_path) {
+    char name[24];
+    snprintf(name, sizeof name, "PAG%d", s);
+    pthread_mutex_lock(&ex->lock);
+    strata__trace_add_comm(tr, name, "allgather", (uint64_t)st->chunk * 4, STRATA__GROUP_REPLICAS, s, t0, t1,
+                           2 * rank + 1, -1);
+    pthread_mutex_unlock(&ex->lock);
+  }
+  return STRATA_OK;
+}
+
+static void *worker_main(void *arg) {
+  struct worker_arg *wa = arg;
+  struct exec *ex = wa->ex;
+  int rank = wa->rank, n = 0;
+  const struct strata_action *list = strata_schedule_actions(ex->tr->sched, rank, &n);
+  int last_opt = -1;
+  for (int i = 0; i < n; i++)
+    if (list[i].kind == STRATA_ACTION_OPTIMIZER)
+      last_opt = i;
+  /* each stage's last backward work (B or W) in this list: where its gradient buckets go */
+  int *last_bw = calloc((size_t)ex->S, sizeof *last_bw);
+  int *peers = calloc((size_t)ex->tr->tp, sizeof *peers);
+  if (!last_bw || !peers) {
+    free(last_bw);
+    free(peers);
+    fail(ex, strata__error(STRATA_ERR_NOMEM, "out of host memory"), "pipeline");
+    return NULL;
+  }
+  for (int i = 0; i < n; i++)
+    if (list[i].kind == STRATA_ACTION_BACKWARD || list[i].kind == STRATA_ACTION_BACKWARD_WEIGHT)
+      last_bw[list[i].stage] = i + 1;
+  for (int i = 0; i < n; i++) {
+    pthread_mutex_lock(&ex->lock);
+    int failed = ex->failed;
+    pthread_mutex_unlock(&ex->lock);
+    if (failed)
+      break;
+    const struct strata_action *a = &list[i];
+    int s = a->stage, mb = a->microbatch, rc = STRATA_OK;
+    /* busy: the CPU time of the stage's queue where its backend says, so time-sharing a core is not work */
+    struct strata__queue_clock c0, c1;
+    strata_queue_t busy_q = s >= 0 && s < ex->S ? ex->tr->st[s]->q : NULL;
+    strata__queue_clock_read(busy_q, &c0);
+    double t0 = strata__now();
+    const char *cat = "compute";
+    switch (a->kind) {
+    case STRATA_ACTION_FORWARD:
+      rc = do_forward(ex, rank, s, mb);
+      break;
+    case STRATA_ACTION_BACKWARD:
+    case STRATA_ACTION_BACKWARD_INPUT:
+    case STRATA_ACTION_BACKWARD_WEIGHT:
+      rc = do_backward(ex, rank, a->kind, s, mb, last_bw[s] == i + 1);
+      break;
+    case STRATA_ACTION_SEND_ACT:
+    case STRATA_ACTION_SEND_GRAD: {
+      /* one copy to each stage that takes it: the next (previous) stage of this slice, and those it stands for */
+      const int act = a->kind == STRATA_ACTION_SEND_ACT;
+      const int np = strata__stage_consumers(ex->tr, s, act ? 0 : 1, peers);
+      struct strata__stage *st = ex->tr->st[s];
+      for (int q = 0; q < np && !rc; q++) {
+        struct job *j = calloc(1, sizeof *j);
+        if (!j) {
+          rc = strata__error(STRATA_ERR_NOMEM, "out of host memory");
+          break;
+        }
+        const int peer = peers[q];
+        j->kind = a->kind;
+        j->stage = s;
+        j->mb = mb;
+        j->src = act ? strata__stage_output(st, slot_of(ex, s, mb)) : strata__stage_grad_input(st, slot_of(ex, s, mb));
+        j->bytes = (act ? strata__stage_out_floats(st) : strata__stage_in_floats(st)) * 4;
+        j->dst_dev = ex->tr->dev[rank_of(ex, peer)];
+        j->to = peer;
+        if (strata__stage_mine(ex->tr, peer)) /* (else another rank's: the message goes through the cluster) */
+          j->dst = act ? &ex->act[peer * ex->m + mb] : &ex->grad[peer * ex->m + mb];
+        j->pool = &ex->tr->pools[2 * peer + !act];
+        send_job(ex, rank, j);
+      }
+      cat = NULL;
+      break;
+    }
+    case STRATA_ACTION_RECV_ACT:
+    case STRATA_ACTION_RECV_GRAD:
+      if (wait_msg(ex, rank, a->kind == STRATA_ACTION_RECV_ACT ? &ex->act[s * ex->m + mb] : &ex->grad[s * ex->m + mb]))
+        goto out; /* the run failed elsewhere */
+      cat = "recv";
+      break;
+    case STRATA_ACTION_OPTIMIZER:
+      rc = do_optimizer(ex, rank, s, i == last_opt);
+      cat = "optimizer";
+      break;
+    case STRATA_ACTION_GRAD_REDUCE:
+      rc = do_grad_reduce(ex, s);
+      cat = NULL; /* traced with its duration at the optimizer */
+      break;
+    case STRATA_ACTION_GRAD_SCATTER:
+      rc = do_grad_scatter(ex, s);
+      cat = NULL; /* traced with its duration at the optimizer */
+      break;
+    case STRATA_ACTION_PARAM_GATHER:
+      rc = do_param_gather(ex, rank, s);
+      cat = NULL;
+      break;
+    case STRATA_ACTION_TP_JOIN_FORWARD:
+    case STRATA_ACTION_TP_JOIN_BACKWARD: {
+      struct join_trace jt = {.ex = ex, .kind = a->kind, .s = s, .mb = mb, .tid = 2 * rank + 1};
+      rc = strata__tp_settle(ex->tr, s, ex->tr->trace_path ? join_traced : NULL, &jt);
+      cat = NULL; /* traced as its collectives */
+      break;
+    }
+    default:
+      rc = strata__error(STRATA_ERR_INTERNAL, "unknown action kind %d", a->kind);
+    }
+    double t1 = strata__now();
+    strata__queue_clock_read(busy_q, &c1);
+    if (rc) {
+      char what[200], label[160], step[16] = "";
+      if (mb >= 0) /* a stage's whole-step actions (the update, gradient reductions) have no micro-batch */
+        snprintf(step, sizeof step, ".%d", mb);
+      snprintf(what, sizeof what, "%s, action #%d %s%d%s",
+               strata__device_label(strata__device_get(ex->tr->dev[rank]), label, sizeof label), i,
+               strata_action_label(a->kind), s, step);
+      fail(ex, rc, what);
+      break;
+    }
+    if (cat && strcmp(cat, "recv") != 0)
+      ex->busy[rank] += strata__queue_busy(&c0, &c1, t1 - t0);
+    if (cat)
+      trace(ex, cat, a->kind, s, mb, t0, t1, 2 * rank);
+    release_pending(ex, rank);
+  }
+out:
+  free(last_bw);
+  free(peers);
+  return NULL;
+}
+
+/* ---- receiver threads: a pipeline across ranks ---- */
+
+struct receiver_arg {
+  struct exec *ex;
+  int pair;                  /* tr->ranks->pairs[2 pair]: this rank's pipeline rank, [2 pair + 1]: the sender's */
+  pthread_t thread;
+  int started;
+};
+
+/*
+** One pair's receiver: the messages another rank's pipeline rank e sends to
+** this rank's pipeline rank d, received in the order e sends them (its
+** action list, each send's consumers in order), so that e's sender never
+** waits for a receive posted behind another. Each lands in a buffer of its
+** boundary's pool and is posted as a local copy is: RECV_ACT / RECV_GRAD
+** wait on it alike. A failure anywhere on this rank breaks the cluster,
+** which ends a receive waiting here within a fraction of a second.
+*/
+static void *receiver_main(void *arg) {
+  struct receiver_arg *ra = arg;
+  struct exec *ex = ra->ex;
+  strata_trainer_t tr = ex->tr;
+  const struct strata__ranks *R = tr->ranks;
+  const int d = R->pairs[2 * ra->pair], e = R->pairs[2 * ra->pair + 1];
+  strata_queue_t q = R->recv_q[ra->pair];
+  int n = 0;
+  const struct strata_action *list = strata_schedule_actions(tr->sched, e, &n);
+  int *peers = calloc((size_t)tr->tp + 1, sizeof *peers);
+  if (!peers) {
+    fail(ex, strata__error(STRATA_ERR_NOMEM, "out of host memory"), "pipeline receiver");
+    return NULL;
+  }
+  for (int i = 0; i < n; i++) {
+    const struct strata_action *a = &list[i];
+    if (a->kind != STRATA_ACTION_SEND_ACT && a->kind != STRATA_ACTION_SEND_GRAD)
+      continue;
+    const int dir = a->kind == STRATA_ACTION_SEND_GRAD, np = strata__stage_consumers(tr, a->stage, dir, peers);
+    for (int k = 0; k < np; k++) {
+      const int to = peers[k], mb = a->microbatch;
+      if (rank_of(ex, to) != d)
+        continue;
+      struct strata__pool *pool = &tr->pools[2 * to + dir];
+      pthread_mutex_lock(&ex->lock);
+      const int failed = ex->failed;
+      strata_buffer_t b = !failed && pool->n > 0 ? pool->free[--pool->n] : NULL;
+      pthread_mutex_unlock(&ex->lock);
+      if (failed)
+        goto out;
+      const size_t bytes = (dir == 0 ? strata__stage_in_floats(tr->st[to]) : strata__stage_out_floats(tr->st[to])) * 4;
+      double t0 = strata__now();
+      int rc = b ? STRATA_OK : strata_buffer_new(tr->dev[d], bytes, &b);
+      if (!rc)
+        rc = strata__ranks_recv(tr, to, dir, mb, q, strata_mem(b, 0), bytes);
+      if (rc) {
+        char what[200];
+        snprintf(what, sizeof what, "device %d, receive of %s%d.%d from device %d on another rank",
+                 strata__rank_device(tr, d), dir ? "gradient " : "activation ", to, mb, strata__rank_device(tr, e));
+        fail(ex, rc, what);
+        if (b) { /* kept for the next step once nothing writes it */
+          strata_queue_finish(q);
+          pthread_mutex_lock(&ex->lock);
+          if (strata__pool_put(pool, b) == 0)
+            b = NULL;
+          pthread_mutex_unlock(&ex->lock);
+          strata_buffer_free(b);
+        }
+        goto out;
+      }
+      trace(ex, "recv", dir ? STRATA_ACTION_RECV_GRAD : STRATA_ACTION_RECV_ACT, to, mb, t0, strata__now(), 2 * d + 1);
+      pthread_mutex_lock(&ex->lock);
+      struct msg *mg = dir == 0 ? &ex->act[to * ex->m + mb] : &ex->grad[to * ex->m + mb];
+      mg->buf = b;
+      mg->posted = 1;
+      pthread_cond_signal(&ex->wake[rank_of(ex, to)]);
+      pthread_mutex_unlock(&ex->lock);
+    }
+  }
+out:
+  free(peers);
+  return NULL;
+}
+
+int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
+  struct exec ex;
+  memset(&ex, 0, sizeof ex);
+  ex.tr = tr;
+  ex.m = tr->m;
+  ex.S = strata__stages_all(tr);
+  ex.chain = tr->nstages;
+  for (int s = 0; s < ex.S; s++)
+    ex.held += tr->st[s] != NULL; /* held by a device of this process */
+  ex.lr = lr;
+  ex.norm = 0;
+  size_t cells = (size_t)ex.S * (size_t)ex.m;
+  ex.act = calloc(cells, sizeof *ex.act);
+  ex.grad = calloc(cells, sizeof *ex.grad);
+  ex.hold_act = calloc(cells, sizeof *ex.hold_act);
+  ex.hold_grad = calloc(cells, sizeof *ex.hold_grad);
+  ex.pending = calloc(cells, sizeof *ex.pending);
+  ex.slot = malloc(cells * sizeof *ex.slot);
+  for (size_t k = 0; ex.slot && k < cells; k++)
+    ex.slot[k] = -1;
+  ex.inflight = calloc((size_t)ex.S, sizeof *ex.inflight);
+  ex.peak = calloc((size_t)ex.S, sizeof *ex.peak);
+  ex.done = calloc((size_t)ex.S, sizeof *ex.done);
+  ex.done_post = calloc((size_t)ex.S, sizeof *ex.done_post);
+  ex.busy = calloc((size_t)tr->ndev, sizeof *ex.busy);
+  ex.snd = calloc((size_t)tr->ndev, sizeof *ex.snd);
+  if (tr->replicas > 1 && !tr->zero) {
+    ex.bk = calloc((size_t)ex.S, sizeof *ex.bk);
+    for (int s = 0; ex.bk && s < ex.S; s++)
+      if (buckets_init(&ex, s, &ex.bk[s])) {
+        for (int t = 0; t <= s; t++)
+          buckets_free(&ex, &ex.bk[t]);
+        free(ex.bk);
+        ex.bk = NULL;
+        break;
+      }
+  }
+  ex.wake = calloc((size_t)tr->ndev, sizeof *ex.wake);
+  struct worker_arg *args = calloc((size_t)tr->ndev, sizeof *args);
+  pthread_t *workers = calloc((size_t)tr->ndev, sizeof *workers);
+  int rc = (!ex.act || !ex.grad || !ex.hold_act || !ex.hold_grad || !ex.pending || !ex.slot || !ex.inflight || !ex.peak ||
+            !ex.done || !ex.done_post || !ex.busy || !ex.snd || !ex.wake || !args || !workers ||
+            (tr->replicas > 1 && !tr->zero && !ex.bk))
+               ? strata__error(STRATA_ERR_NOMEM, "out of host memory running a pipeline step")
+               : STRATA_OK;
+  pthread_mutex_init(&ex.lock, NULL);
+  for (int r = 0; r < tr->ndev && !rc; r++, ex.nwake++) {
+    pthread_cond_init(&ex.wake[r], NULL);
+    pthread_cond_init(&ex.snd[r].cond, NULL);
+  }
+  /* the copy queues live as long as the trainer: a queue is a stream, a
+  ** cuBLAS handle and a scratch allocation on CUDA, too dear per step */
+  /* the receive pools were filled at creation (strata__pipeline_prefill) */
+  for (int r = 0; r < tr->ndev && !rc; r++) {
+    if (!strata__rank_mine(tr, r))
+      continue; /* another rank runs it */
+    if (!tr->send_q[r])
+      rc = strata_queue_new(tr->dev[r], &tr->send_q[r]);
+    ex.snd[r].q = tr->send_q[r];
+    if (!rc)
+      rc = strata_device_reset_peak(tr->dev[r]);
+  }
+  int started = 0;
+  double t_start = strata__now();
+  for (int r = 0; r < tr->ndev && !rc; r++) {
+    args[r].ex = &ex;
+    args[r].rank = r;
+    if (!strata__rank_mine(tr, r))
+      continue;
+    if (pthread_create(&ex.snd[r].thread, NULL, sender_main, &args[r]) != 0) {
+      rc = strata__error(STRATA_ERR_BACKEND, "cannot start a pipeline thread");
+      break;
+    }
+    ex.snd[r].started = 1;
+  }
+  /* a pipeline across ranks: one receiver per (this rank's device, another rank's device that sends to it) */
+  const int npairs = tr->ranks ? tr->ranks->npairs : 0;
+  struct receiver_arg *rcv = calloc((size_t)npairs + 1, sizeof *rcv);
+  if (!rc && !rcv)
+    rc = strata__error(STRATA_ERR_NOMEM, "out of host memory running a pipeline step");
+  for (int i = 0; i < npairs && !rc; i++) {
+    strata_queue_t *q = &tr->ranks->recv_q[i];
+    if (!*q)
+      rc = strata_queue_new(tr->dev[tr->ranks->pairs[2 * i]], q);
+    rcv[i].ex = &ex;
+    rcv[i].pair = i;
+    if (!rc && pthread_create(&rcv[i].thread, NULL, receiver_main, &rcv[i]) != 0)
+      rc = strata__error(STRATA_ERR_BACKEND, "cannot start a pipeline thread");
+    rcv[i].started = !rc;
+  }
+  if (rc && npairs)
+    fail(&ex, rc, "pipeline"); /* the receivers started so far stop */
+  for (int r = 0; r < tr->ndev && !rc; r++) {
+    if (!strata__rank_mine(tr, r))
+      continue;
+    if (pthread_create(&workers[r], NULL, worker_main, &args[r]) != 0) {
+      rc = strata__error(STRATA_ERR_BACKEND, "cannot start a pipeline thread");
+      fail(&ex, rc, "pipeline");
+      break;
+    }
+    started = r + 1;
+  }
+  for (int r = 0; r < started; r++)
+    if (strata__rank_mine(tr, r))
+      pthread_join(workers[r], NULL);
+  /* the senders have nothing left once every worker is through its list */
+  pthread_mutex_lock(&ex.lock);
+  for (int r = 0; r < ex.nwake; r++) {
+    ex.snd[r].stop = 1;
+    pthread_cond_signal(&ex.snd[r].cond);
+  }
+  pthread_mutex_unlock(&ex.lock);
+  for (int r = 0; ex.snd && r < tr->ndev; r++)
+    if (ex.snd[r].started)
+      pthread_join(ex.snd[r].thread, NULL);
+  for (int i = 0; rcv && i < npairs; i++)
+    if (rcv[i].started)
+      pthread_join(rcv[i].thread, NULL);
+  free(rcv);
+  double t_end = strata__now();
+  for (int r = 0; ex.snd && r < tr->ndev; r++) {
+    while (ex.snd[r].head) { /* jobs never run after a failure */
+      struct job *j = ex.snd[r].head;
+      ex.snd[r].head = j->next;
+      free(j);
+    }
+    if (ex.snd[r].q) /* a failed copy may have left work in it */
+      strata_queue_finish(ex.snd[r].q);
+  }
+  for (size_t k = 0; k < cells && ex.act; k++) {
+    strata_buffer_free(ex.act[k].buf);
+    strata_buffer_free(ex.grad[k].buf);
+  }
+  strata__ranks_step_end(tr); /* the groups' threads across ranks, and their unsettled rounds after a failure */
+  for (int s = 0; ex.done && s < ex.S && tr->comm; s++) /* (across ranks: gone with the step's rounds) */
+    if (ex.done[s]) { /* a failed step: the stage never reached its optimizer */
+      strata_queue_finish(tr->st[s]->q);
+      strata__comm_release(replica_comm(&ex, s), ex.done[s], NULL, NULL);
+    }
+  for (int s = 0; tr->tp_member && s < ex.S; s++) /* joins a failed step left unsettled */
+    strata__tp_drop(tr, s);
+  if (!rc && ex.failed)
+    rc = strata__error(ex.fail_status, "%s", ex.fail_msg);
+  if (!rc) {
+    *grad_norm = ex.norm;
+    struct strata_pipeline_report *rep = &tr->report;
+    rep->wall_s = t_end - t_start;
+    double busy = 0;
+    for (int r = 0; r < tr->ndev; r++) {
+      tr->rep_dev[r].busy_s = ex.busy[r];
+      busy += ex.busy[r];
+      if (strata__rank_mine(tr, r)) /* (another rank's device: its figures are there) */
+        strata_device_memory(tr->dev[r], NULL, &tr->rep_dev[r].peak_bytes, NULL);
+      tr->rep_dev[r].peak_inflight = 0;
+    }
+    for (int s = 0; s < ex.S; s++) {
+      struct strata_pipeline_device_stats *d = &tr->rep_dev[rank_of(&ex, s)];
+      if (ex.peak[s] > d->peak_inflight)
+        d->peak_inflight = ex.peak[s];
+    }
+    rep->bubble = rep->wall_s > 0 ? 1.0 - busy / ((double)tr->ndev * rep->wall_s) : 0;
+    if (tr->trace_path) {
+      /* idle time: the gaps between a device's compute and receive events in this step */
+      size_t n0 = tr->nevents;
+      for (int r = 0; r < tr->ndev; r++) {
+        if (!strata__rank_mine(tr, r))
+          continue; /* another rank's device: that rank counts its idle time */
+        double last = t_start;
+        for (size_t e = 0; e < n0; e++) {
+          struct strata__trace_event *ev = &tr->events[e];
+          if (ev->tid != 2 * r || ev->step != tr->step)
+            continue;
+          double start = tr->t0 + ev->ts * 1e-6;
+          if (start > last + 1e-6)
+            strata__trace_add(tr, "idle", "idle", last, start, 2 * r);
+          last = tr->t0 + (ev->ts + ev->dur) * 1e-6;
+        }
+        if (t_end > last + 1e-6)
+          strata__trace_add(tr, "idle", "idle", last, t_end, 2 * r);
+      }
+    }
+  }
+  pthread_mutex_destroy(&ex.lock);
+  for (int r = 0; r < ex.nwake; r++) {
+    pthread_cond_destroy(&ex.wake[r]);
+    pthread_cond_destroy(&ex.snd[r].cond);
+  }
+  free(ex.wake);
+  free(ex.act);
+  free(ex.grad);
+  free(ex.hold_act);
+  free(ex.hold_grad);
+  free(ex.pending);
+  free(ex.slot);
+  free(ex.inflight);
+  free(ex.peak);
+  free(ex.done);
+  free(ex.done_post);
+  for (int s = 0; ex.bk && s < ex.S; s++)
+    buckets_free(&ex, &ex.bk[s]);
+  free(ex.bk);
+  free(ex.busy);
+  free(ex.snd);
+  free(args);
+  free(workers);
+  return rc;
+}
+
+/* ---- tensor-parallel joins ---- */
+
+/*
+** A sharded stage's join: an all-reduce over the slices, posted on the
+** stage's queue. The queue waits for it (its next op reads the sum) and the
+** action's TP_JOIN accounts for it. A communicator that cannot enqueue
+** (CUDA outside NCCL) waits in the call.
+*/
+int strata__tp_join(void *member, strata_queue_t q, strata_mem_t x, size_t count, int op) {
+  struct strata__tp_member *m = member;
+  if (m->n == m->cap) {
+    int cap = m->cap ? 2 * m->cap : 16;
+    void **p = realloc(m->pending, (size_t)cap * sizeof *p);
+    if (p)
+      m->pending = p;
+    uint64_t *b = p ? realloc(m->bytes, (size_t)cap * sizeof *b) : NULL;
+    if (b)
+      m->bytes = b;
+    double *t = b ? realloc(m->posted, (size_t)cap * sizeof *t) : NULL;
+    if (t)
+      m->posted = t;
+    double *e = t ? realloc(m->ended, (size_t)cap * sizeof *e) : NULL;
+    if (!e)
+      return strata__error(STRATA_ERR_NOMEM, "out of host memory for a tensor-parallel join");
+    m->ended = e;
+    m->cap = cap;
+  }
+  const int k = m->n;
+  m->bytes[k] = (uint64_t)count * 4;
+  m->posted[k] = strata__now();
+  m->pending[k] = NULL;
+  if (m->across) { /* the slices are on several ranks: through the cluster, done in the call */
+    TRY(strata__ranks_join(m->tr, (int)(m - m->tr->tp_member), q, x, count, op));
+    m->ended[k] = strata__now();
+    m->n++;
+    return STRATA_OK;
+  }
+  TRY(post_collective(m->tr, m->comm, m->async, STRATA__COLL_ALLREDUCE, m->rank, q, x, x, count, op, &m->pending[k]));
+  m->n++;
+  if (!m->async) { /* done in the call */
+    m->ended[k] = strata__now();
+    return STRATA_OK;
+  }
+  return strata__comm_wait(m->comm, q, m->pending[k]);
+}
+
+int strata__tp_settle(strata_trainer_t tr, int s, strata__join_trace_fn fn, void *arg) {
+  if (!tr->tp_member)
+    return STRATA_OK;
+  struct strata__tp_member *m = &tr->tp_member[s];
+  int rc = strata_queue_finish(tr->st[s]->q);
+  for (int i = 0; i < m->n; i++) {
+    double t0 = m->posted[i], t1 = m->ended[i];
+    if (m->pending[i]) {
+      double a = 0, b = 0;
+      strata__comm_release(m->comm, m->pending[i], &a, &b);
+      t0 = a > t0 ? a : t0; /* when its data moved */
+      t1 = b;
+    }
+    if (fn && !rc)
+      fn(arg, m->bytes[i], t0, t1 > t0 ? t1 : t0);
+  }
+  m->n = 0;
+  return rc;
+}
+
+void strata__tp_drop(strata_trainer_t tr, int s) {
+  if (!tr->tp_member)
+    return;
+  struct strata__tp_member *m = &tr->tp_member[s];
+  if (m->n && tr->st[s])
+    strata_queue_finish(tr->st[s]->q);
+  for (int i = 0; i < m->n; i++)
+    if (m->pending[i])
+      strata__comm_release(m->comm, m->pending[i], NULL, NULL);
+  m->n = 0;
+}
+
+/* ---- traces ---- */
+
+/* The devices of a collective's members, "0,2": the replicas of stage s's slice, or the slices of its replica. */
+static void print_group(FILE *f, const struct strata_trainer *tr, int kind, int s) {
+  const int S = tr->nstages;
+  if (s < 0 || s >= strata__stages_all(tr))
+    return; /* (an event from another rank names its stage by the same numbers: never out of range) */
+  if (kind == STRATA__GROUP_REPLICAS)
+    for (int r = 0; r < tr->replicas; r++)
+      fprintf(f, "%s%d", r ? "," : "",
+              strata__rank_device(tr, tr->stage_rank[(r * tr->tp + strata__stage_slice(tr, s)) * S + s % S]));
+  else if (kind == STRATA__GROUP_SLICES)
+    for (int t = 0, c0 = strata__stage_replica(tr, s) * tr->tp; t < strata__stage_tp(tr, s); t++)
+      fprintf(f, "%s%d", t ? "," : "", strata__rank_device(tr, tr->stage_rank[(c0 + t) * S + s % S]));
+}
+
+void strata__trace_add(strata_trainer_t tr, const char *name, const char *cat, double t_start, double t_end, int tid) {
+  if (tr->nevents == tr->cap_events) {
+    size_t cap = tr->cap_events ? 2 * tr->cap_events : 1024;
+    if (cap > (1u << 22))
+      return; /* a bounded trace: the first four million events */
+    struct strata__trace_event *e = realloc(tr->events, cap * sizeof *e);
+    if (!e)
+      return;
+    tr->events = e;
+    tr->cap_events = cap;
+  }
+  struct strata__trace_event *e = &tr->events[tr->nevents++];
+  snprintf(e->name, sizeof e->name, "%s", name);
+  e->cat = cat;
+  e->ts = (t_start - tr->t0) * 1e6;
+  e->dur = (t_end - t_start) * 1e6;
+  e->tid = tid;
+  e->step = tr->step;
+  e->bytes = 0;
+  e->op = NULL;
+  e->group_kind = STRATA__GROUP_NONE;
+  e->group_stage = 0;
+  e->posted = -1;
+}
+
+void strata__trace_add_comm(strata_trainer_t tr, const char *name, const char *op, uint64_t bytes, int group,
+                            int stage, double t_start, double t_end, int tid, double posted) {
+  size_t n = tr->nevents;
+  strata__trace_add(tr, name, "comm", t_start, t_end, tid);
+  if (tr->nevents == n + 1) {
+    struct strata__trace_event *e = &tr->events[n];
+    e->bytes = bytes;
+    e->op = op;
+    e->group_kind = group;
+    e->group_stage = stage;
+    if (posted >= 0)
+      e->posted = (posted - tr->t0) * 1e6;
+  }
+}
+
+/* The trace, through the atomic writer: a reader never sees half a file, and
+** a planted file or link at a temporary name is never written through. */
+int strata__trace_write(strata_trainer_t tr) {
+  TRY(strata__ranks_trace_merge(tr)); /* several ranks: every rank's events, on rank 0 */
+  if (!strata__ranks_writer(tr))
+    return STRATA_OK;
+  struct strata__out o;
+  TRY(strata__out_open(&o, tr->trace_path));
+  FILE *f = strata__out_stream(&o);
+  if (!f) {
+    strata__out_abort(&o);
+    return strata__error_prefix(STRATA_ERR_NOMEM, "cannot write the trace: ");
+  }
+  fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
+  for (int r = 0; r < tr->ndev; r++) {
+    /* one pair of tracks per device of the job, named by its global index (and rank, over several) */
+    struct strata_device_props p;
+    char backend[sizeof p.backend] = "?", where[32] = "";
+    if (!tr->ranks && !strata_device_props(tr->dev[r], &p))
+      strata__strlcpy(backend, p.backend, sizeof backend);
+    if (tr->ranks) {
+      strata__ranks_backend(tr, r, backend, sizeof backend);
+      snprintf(where, sizeof where, ", rank %d", tr->ranks->owner[r]);
+    }
+    fprintf(f,
+            "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, \"args\": {\"name\": \"device %d "
+            "(%s%s) compute\"}},\n",
+            2 * r, strata__rank_device(tr, r), backend, where);
+    fprintf(f,
+            "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, \"args\": {\"name\": \"device %d "
+            "(%s%s) transfers\"}},\n",
+            2 * r + 1, strata__rank_device(tr, r), backend, where);
+  }
+  for (size_t i = 0; i < tr->nevents; i++) {
+    const struct strata__trace_event *e = &tr->events[i];
+    fprintf(f,
+            "{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, "
+            "\"args\": {\"step\": %lld",
+            e->name, e->cat, e->tid, e->ts, e->dur, (long long)e->step + 1);
+    if (e->op) {
+      fprintf(f, ", \"collective\": \"%s\", \"bytes\": %llu, \"group\": [", e->op, (unsigned long long)e->bytes);
+      print_group(f, tr, e->group_kind, e->group_stage);
+      fputc(']', f);
+    }
+    if (e->posted >= 0) /* when the device handed it over: before ts when the data waited for the link */
+      fprintf(f, ", \"posted\": %.3f", e->posted);
+    fprintf(f, "}}%s\n", i + 1 < tr->nevents ? "," : "");
+  }
+  fprintf(f, "]}\n");
+  return strata__out_commit(&o);
+}
+
+/* ---- balancing the split ---- */
+
+/* GFLOP/s of a 256^3 GEMM on device `dev` through strata: the speed the split weighs layers against. */
+static int device_speed(int dev, double *gflops) {
+  const int64_t n = 256;
+  size_t bytes = (size_t)(n * n * 4);
+  strata_buffer_t a = NULL, c = NULL;
+  strata_queue_t q = NULL;
+  int rc = strata_queue_new(dev, &q);
+  if (!rc)
+    rc = strata_buffer_new(dev, bytes, &a);
+  if (!rc)
+    rc = strata_buffer_new(dev, bytes, &c);
+  if (!rc)
+    rc = strata_fill(q, strata_mem(a, 0), 0.5f, n * n);
+  double best = 0;
+  for (int r = 0; r < 4 && !rc; r++) { /* the first call may compile kernels */
+    double t0 = strata__now();
+    rc = strata_gemm(q, 0, 0, n, n, n, 1, strata_mem(a, 0), n, 0, strata_mem(a, 0), n, 0, 0, strata_mem(c, 0), n, 0, 1);
+    if (!rc)
+      rc = strata_queue_finish(q);
+    double g = 2.0 * (double)(n * n * n) / (strata__now() - t0) / 1e9;
+    if (r > 0 && g > best)
+      best = g;
+  }
+  strata_buffer_free(a);
+  strata_buffer_free(c);
+  strata_queue_free(q);
+  if (!rc)
+    *gflops = best > 0 ? best : 1;
+  return rc;
+}
+
+/*
+** Contiguous split minimising the slowest stage's time (its layers' FLOPs
+** over its device's speed) subject to each stage's memory (parameters,
+** gradients and moments, plus activations for the micro-batches the
+** schedule keeps in flight on it) fitting its device's limit. Dynamic
+** programming over (stages, layers).
+*/
+/* Each rank's device speed (one measurement per kind of device) and free memory. */
+static int measure_devices(strata_trainer_t tr, double *speed, uint64_t *limit) {
+  for (int r = 0; r < tr->ndev; r++) {
+    if (!strata__rank_mine(tr, r))
+      continue; /* its own rank measures it (a pipeline across ranks): below */
+    /* devices of one kind (backend and name: host virtual devices, identical
+    ** GPUs) get one measurement, so that timing noise cannot cut a model
+    ** differently from run to run */
+    struct strata_device_props pr, pq;
+    TRY(strata_device_props(tr->dev[r], &pr));
+    int same = -1;
+    for (int q = 0; q < r && same < 0; q++) {
+      if (!strata__rank_mine(tr, q))
+        continue;
+      TRY(strata_device_props(tr->dev[q], &pq));
+      /* host virtual devices are slices of one CPU (unless one is slowed: STRATA_HOST_SLOW names it so); other
+      ** devices match by name */
+      const char *sr = strstr(pr.name, ", slowed "), *sq = strstr(pq.name, ", slowed ");
+      if (strcmp(pr.backend, pq.backend) == 0 &&
+          (strcmp(pr.backend, "host") == 0 ? (!sr && !sq) || (sr && sq && strcmp(sr, sq) == 0)
+                                           : strcmp(pr.name, pq.name) == 0))
+        same = q;
+    }
+    if (same >= 0)
+      speed[r] = speed[same];
+    else
+      TRY(device_speed(tr->dev[r], &speed[r]));
+    TRY(strata_device_props(tr->dev[r], &pr));
+    limit[r] = pr.free_memory;
+  }
+  return strata__ranks_measures(tr, tr->ndev, speed, limit);
+}
+
+int strata__pipeline_balance(strata_trainer_t tr, int *split) {
+  int S = tr->nstages, L = tr->model->nlayers;
+  double *speed = calloc((size_t)tr->ndev, sizeof *speed);
+  uint64_t *limit = calloc((size_t)tr->ndev, sizeof *limit);
+  int mrc = speed && limit ? measure_devices(tr, speed, limit)
+                           : strata__error(STRATA_ERR_NOMEM, "out of host memory balancing stages");
+  if (mrc) {
+    free(speed);
+    free(limit);
+    return mrc;
+  }
+  /* each candidate stage [a, l) planned once per tensor-parallel degree of the ranks: what it allocates, as
+  ** trainer creation will check it */
+  size_t cells = (size_t)(L + 1) * (size_t)(L + 1);
+  int ndeg = 0, *deg = calloc((size_t)S, sizeof *deg), *deg_of = calloc((size_t)S, sizeof *deg_of);
+  for (int s = 0; deg && deg_of && s < S; s++) {
+    int k = 0;
+    while (k < ndeg && deg[k] != tr->tps[s])
+      k++;
+    if (k == ndeg)
+      deg[ndeg++] = tr->tps[s];
+    deg_of[s] = k;
+  }
+  struct strata__stage_bytes *plan = calloc(cells * (size_t)(ndeg ? ndeg : 1), sizeof *plan);
+  char *planned = calloc(cells * (size_t)(ndeg ? ndeg : 1), 1);
+  if (!plan || !planned || !deg || !deg_of) {
+    free(deg);
+    free(deg_of);
+    free(plan);
+    free(planned);
+    free(speed);
+    free(limit);
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory balancing stages");
+  }
+  int split_backward = tr->report.schedule == STRATA_SCHEDULE_ZB_H1;
+  int plan_rc = STRATA_OK; /* the first stage that cannot exist (a cut tied model), reported if nothing fits */
+  char *plan_msg = NULL;
+  for (int k = 0; k < ndeg; k++)
+  for (int a = 0; a < L; a++)
+    for (int l = a + 1; l <= L; l++) {
+      size_t c = cells * (size_t)k + (size_t)a * (size_t)(L + 1) + (size_t)l;
+      /* as slice 0 of replica 0 holds it: tensor parallelism and ZeRO shrink what one device needs */
+      struct strata__cut cut = {{0, deg[k]}, {0, tr->zero ? tr->replicas : 1}};
+      int rc = strata__stage_plan(tr->model, a, l, tr->opt.batch, split_backward, &cut, &plan[c]);
+      planned[c] = rc == STRATA_OK;
+      if (rc && !plan_rc) {
+        plan_rc = rc;
+        plan_msg = strdup(strata_last_error());
+      }
+    }
+  double *best = malloc(sizeof(double) * (size_t)(S + 1) * (size_t)(L + 1));
+  tr->unfit_split = 0;
+  int *from = malloc(sizeof(int) * (size_t)(S + 1) * (size_t)(L + 1));
+  if (!best || !from) {
+    free(best);
+    free(from);
+    free(plan);
+    free(planned);
+    free(plan_msg);
+    free(speed);
+    free(limit);
+    free(deg);
+    free(deg_of);
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory balancing stages");
+  }
+#define AT2(a, s, l) (a)[(size_t)(s) * (size_t)(L + 1) + (size_t)(l)]
+  /* pass 0 within the devices' memory; pass 1, when no cut fits, the fastest
+  ** cut regardless, which the memory plan then refuses saying what it needs */
+  AT2(best, S, L) = INFINITY;
+  for (int pass = 0; pass < 2 && !isfinite(AT2(best, S, L)); pass++) {
+    for (int s = 0; s <= S; s++)
+      for (int l = 0; l <= L; l++)
+        AT2(best, s, l) = INFINITY;
+    AT2(best, 0, 0) = 0;
+    for (int s = 1; s <= S; s++) {
+      int r = tr->stage_rank[s - 1];
+      for (int l = s; l <= L - (S - s); l++)
+        for (int a = s - 1; a < l; a++) {
+          if (!isfinite(AT2(best, s - 1, a)))
+            continue;
+          double flops = 0;
+          for (int i = a; i < l; i++)
+            flops += tr->model->layers[i].info.fwd_flops + tr->model->layers[i].info.bwd_flops;
+          size_t c = cells * (size_t)deg_of[s - 1] + (size_t)a * (size_t)(L + 1) + (size_t)l;
+          if (!planned[c] ||
+              (pass == 0 && strata__stage_need(tr, s - 1, &plan[c], s > 1 ? &plan[c] : NULL, NULL, NULL) > limit[r]))
+            continue;
+          /* a stage cut in tp slices computes a tp-th of its work on each (the joins aside) */
+          double t = flops / (speed[r] * tr->tps[s - 1]), worst = t > AT2(best, s - 1, a) ? t : AT2(best, s - 1, a);
+          if (worst < AT2(best, s, l)) {
+            AT2(best, s, l) = worst;
+            AT2(from, s, l) = a;
+          }
+        }
+    }
+    tr->unfit_split = pass == 1;
+  }
+  int ok = isfinite(AT2(best, S, L));
+  for (int s = S, l = L; ok && s > 0; s--) {
+    int a = AT2(from, s, l);
+    split[s - 1] = l - a;
+    l = a;
+  }
+#undef AT2
+  free(best);
+  free(from);
+  free(speed);
+  free(limit);
+  free(plan);
+  free(planned);
+  free(deg);
+  free(deg_of);
+  if (!ok && plan_rc) {
+    strata__error(plan_rc, "%s", plan_msg ? plan_msg : "a stage cannot be built");
+    free(plan_msg);
+    return plan_rc;
+  }
+  free(plan_msg);
+  if (!ok)
+    return strata__error(STRATA_ERR_DEVICE_MEMORY,
+                         "model '%s' cannot be split over these %d devices: no cut into %d stages fits their memory "
+                         "limits (give more devices or a smaller batch)",
+                         tr->model->cfg.name, tr->ndev, S);
+  return STRATA_OK;
+}

@@ -1,0 +1,226 @@
+/* SPDX-License-Identifier: MIT */
+/* trainer.h — the trainer's state, shared by the trainer API (train.c), the executor (pipeline.c) and the ranks (ranks.c). Internal. */
+#ifndef STRATA__TRAINER_H
+#define STRATA__TRAINER_H
+
+#include <pthread.h>
+
+#include <strata/comm.h>
+#include <strata/schedule.h>
+#include <strata/train.h>
+
+#include "model/stage.h"
+
+struct strata__staging;                  /* registry.h */
+struct strata__ranks;                    /* parallel/ranks.h */
+
+/* Sizes past which indices would overflow (not limits of the design: a 1,000-device layout is far inside). */
+#define STRATA__MAX_RANKS (1 << 20)
+#define STRATA__MAX_STAGES_ALL (1 << 24)
+
+/* A sharded stage's joins (its all-reduces with the other slices) posted during an action, until the action's
+** TP_JOIN accounts for them. */
+struct strata__tp_member {
+  struct strata_trainer *tr;
+  strata_comm_t comm;
+  int rank;                          /* the slice */
+  int async;                         /* the communicator enqueues (else each call waits) */
+  int across;                        /* the group crosses ranks: no comm, its joins meet through tr->ranks */
+  void **pending;                    /* [n]: each join's completion (NULL: the call waited) */
+  uint64_t *bytes;
+  double *posted, *ended;            /* when each was called, and (waited in the call) done */
+  int n, cap;
+};
+
+/* A collective's members in a trace: the replicas of a stage's slice (data parallelism), or the slices of a stage's
+** replica (tensor parallelism). */
+enum { STRATA__GROUP_NONE, STRATA__GROUP_REPLICAS, STRATA__GROUP_SLICES };
+
+struct strata__trace_event {
+  char name[24];
+  const char *cat;          /* "compute", "send", "recv", "idle", "optimizer", "comm" */
+  double ts, dur;           /* microseconds since the trainer started */
+  int tid;                  /* 2 x rank: compute, 2 x rank + 1: transfers */
+  int64_t step;
+  uint64_t bytes;           /* comm: bytes each member contributes */
+  const char *op;           /* comm: the collective ("allreduce") */
+  int group_kind;           /* comm: its members (STRATA__GROUP_*), of stage group_stage: written as their devices, */
+  int group_stage;          /* "0,2", so that a group of any size fits */
+  double posted;            /* comm: when the device handed it over (microseconds, as ts), or -1 */
+};
+
+/* Receive buffers of one stage boundary and direction, kept between
+** messages and steps: as many as were ever in flight at once there. */
+struct strata__pool {
+  strata_buffer_t *free;
+  int n, cap;
+};
+
+/* Keep b in the pool (growing it); 0, or -1 when there is no room to grow (the caller frees b). */
+int strata__pool_put(struct strata__pool *pool, strata_buffer_t b);
+
+struct strata_trainer {
+  strata_model_t model;
+  strata_dataset_t data;
+  struct strata_train_options opt;
+  int nstages;                       /* stages of one chain (the model, cut) */
+  int replicas;                      /* data-parallel copies */
+  int tp;                            /* tensor-parallel slices of the widest stage (chains per replica) */
+  int *tps;                          /* [nstages]: the slices of each stage of a chain (its pipeline rank's degree);
+                                     ** stage s of a chain whose slice is tps[s] or more is held by no device: st[] is
+                                     ** NULL there, and slice (slice % tps) of the same replica stands for it */
+  int zero;                          /* ZeRO-1: replica r's optimizer updates shard r of each stage */
+  uint64_t bucket_bytes;             /* data parallelism: gradients all-reduced in runs of layers of this size */
+  int chains;                        /* replicas x tp chains of stages: chain c = replica c / tp, slice c % tp;
+                                     ** chain c's stage s is st[c x nstages + s] */
+  int pp;                            /* pipeline ranks of one chain: ndev = chains x pp */
+  int mtot;                          /* micro-batches per step over every replica (replicas x m) */
+  struct strata__stage **st;         /* [stages all] */
+  strata_comm_t *comm;               /* [tp x nstages], replicas > 1: comm[t x nstages + s] joins slice t of
+                                     ** stage s of every replica, one member per replica */
+  strata_comm_t *tp_comm;            /* [replicas x nstages], tp > 1: tp_comm[r x nstages + s] joins the slices
+                                     ** of replica r's stage s, member t = slice t */
+  struct strata__tp_member *tp_member; /* [stages all], tp > 1: each stage's join state */
+  int *tensor_split;                 /* [ntensors]: the tensor is cut over the slices (its norm sums theirs) */
+  int comm_stale;                    /* a failed step left the communicators' calls out of step */
+  pthread_mutex_t abort_lock;        /* orders every collective's posting against a failure's abort: */
+  int aborted;                       /* the step failed: no member may start a collective its peers left */
+  int ndev;                          /* ranks: chain c's pipeline rank p is c x pp + p */
+  int *dev;                          /* [ndev]: global device of each rank */
+  int *stage_rank;                   /* [stages all] */
+  strata_schedule_t sched;           /* NULL: stages run one after another */
+  int m;                             /* micro-batches per step of each replica */
+  int64_t step;
+  uint64_t data_state;
+  int images;
+  size_t in_elems;                   /* input elements per micro-batch */
+  int64_t rows;                      /* target rows per micro-batch */
+  void **inputs;                     /* [mtot] host micro-batches; replica r's micro-batch k is r x m + k */
+  int32_t **targets;                 /* [mtot] */
+  float **losses;                    /* [mtot] per-row losses read back (pipeline) */
+  struct strata__staging *host_mem;  /* [3 mtot]: the memory of inputs, targets, losses (pinned where it can be) */
+  strata_queue_t *send_q;            /* [ndev]: each rank's copy queue, made at the first pipeline step */
+  double *mb_loss;                   /* [mtot] summed losses of each micro-batch */
+  size_t ntensors;                   /* over one chain's stages */
+  double *sumsq;                     /* [tp x ntensors]: slice t's sums of squares at t x ntensors */
+  struct strata__pool *pools;        /* [2 x stages all]: [2 s] stage s's inputs, [2 s + 1] its output gradients */
+  struct strata_pipeline_report report; /* its arrays are these: */
+  int *rep_split, *rep_stage_device;  /* [stages all] */
+  struct strata_pipeline_device_stats *rep_dev; /* [ndev] */
+  double t0;                         /* trainer creation, for trace timestamps */
+  char *trace_path;
+  struct strata__trace_event *events;
+  size_t nevents, cap_events;
+  int (*stop)(void *);               /* strata_trainer_set_stop: polled between evaluation batches */
+  void *stop_arg;
+  int unfit_split;                   /* the balancer found no cut within memory: the split is the fastest one */
+  struct strata__ranks *ranks;       /* the devices of several processes (parallel/ranks.h); NULL in one process */
+  int home;                          /* the first replica whose stages are this process's (0 in one process):
+                                     ** whole-model questions (tensors, parameters, evaluation) are asked of it */
+};
+
+/*
+** Bytes stage s (planned as `b`; `prev` the previous stage's plan, NULL for
+** the first) needs on its device during a step: its fixed buffers, the
+** activations and boundary gradients of the micro-batches in flight, the
+** receive buffers of its neighbours' messages. Adds the activations to *act
+** and the buffers other than parameters to *bufs (either may be NULL).
+** The memory plan of trainer creation and the balancer both use it.
+*/
+uint64_t strata__stage_need(strata_trainer_t tr, int s, const struct strata__stage_bytes *b,
+                            const struct strata__stage_bytes *prev, uint64_t *act, uint64_t *bufs);
+
+/* One optimizer step over the pipeline schedule (pipeline.c). The
+** micro-batches are in tr->inputs/targets; per-row losses land in tr->losses. */
+int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr);
+
+/* Fill the receive pools with what can be in flight at each boundary (after the stages are built). */
+int strata__pipeline_prefill(strata_trainer_t tr);
+
+/* Split the model's layers into tr->nstages stages over the ranks
+** (stage s on rank stage_rank[s]), balancing FLOPs against measured device
+** speed within memory limits; `split` receives layers per stage. */
+int strata__pipeline_balance(strata_trainer_t tr, int *split);
+
+/* Stage s's per-tensor gradient sums of squares into tr->sumsq at its place in the global tensor order. */
+int strata__stage_sumsq(strata_trainer_t tr, int s);
+
+/* Clip factor from the per-tensor sums of squares (summed in tensor order). */
+float strata__clip_scale(const strata_trainer_t tr, float *norm);
+
+/* Apply the optimizer to stage s with gradient scale `gscale`. */
+int strata__stage_optimize(strata_trainer_t tr, int s, float gscale, float lr);
+
+/* Make the replicas' communicators anew (after a failed step left them out of step). */
+int strata__trainer_comms_renew(strata_trainer_t tr);
+
+/*
+** A failure: abort every communicator's open collectives (the members
+** waiting in them for this one return its error) and refuse new ones until
+** the communicators are made anew, so that no member waits the timeout for
+** a peer that stopped before calling. Returns 1 for the step's first
+** failure, 0 when another had aborted it already.
+*/
+int strata__trainer_abort(strata_trainer_t tr, int status, const char *what);
+/* One micro-batch of `tr->rows` samples forward and backward on a one-device trainer, its gradients left on the
+** device and nothing updated, waited for: the calibration's stage probe (lib/plan/calibrate.c). */
+int strata__trainer_forward_backward(strata_trainer_t tr, const void *inputs, const int32_t *targets);
+/* One training step of every micro-batch on the same tokens (`ninputs` and `ntargets` those of a micro-batch), without
+** a dataset: the calibration's pipeline probe runs the executor so. */
+int strata__trainer_step_fixed(strata_trainer_t tr, const int32_t *inputs, size_t ninputs, const int32_t *targets,
+                               size_t ntargets);
+/* Before posting a collective: STRATA_ERR_STATE when the step has failed (else the lock is held until
+** strata__trainer_post_end). */
+int strata__trainer_post_begin(strata_trainer_t tr);
+void strata__trainer_post_end(strata_trainer_t tr);
+
+/* Write the trace file (all events so far), atomically. */
+int strata__trace_write(strata_trainer_t tr);
+void strata__trace_add(strata_trainer_t tr, const char *name, const char *cat, double t_start, double t_end, int tid);
+/* A collective's event: as strata__trace_add, with its bytes, kind, group (STRATA__GROUP_* of stage `stage`) and when
+** the device handed it over (`posted`, on t_start's clock; negative: not known). */
+void strata__trace_add_comm(strata_trainer_t tr, const char *name, const char *op, uint64_t bytes, int group,
+                            int stage, double t_start, double t_end, int tid, double posted);
+
+/* Stages in all (every chain's) and whether stage s has a neighbour before / after it in its chain. */
+static inline int strata__stages_all(const struct strata_trainer *tr) { return tr->nstages * tr->chains; }
+/* Chain of stage s, its replica and slice. */
+static inline int strata__stage_chain(const struct strata_trainer *tr, int s) { return s / tr->nstages; }
+static inline int strata__stage_replica(const struct strata_trainer *tr, int s) { return s / tr->nstages / tr->tp; }
+static inline int strata__stage_slice(const struct strata_trainer *tr, int s) { return s / tr->nstages % tr->tp; }
+/* Stage s's tensor-parallel degree, whether a device holds it, and the stage that stands for it (itself when held). */
+static inline int strata__stage_tp(const struct strata_trainer *tr, int s) { return tr->tps[s % tr->nstages]; }
+/* (the schedule's answers; without one the trainer is one device, whose stages are all held) */
+static inline int strata__stage_held(const struct strata_trainer *tr, int s) {
+  return tr->sched ? strata_schedule_stage_held(tr->sched, s) : 1;
+}
+static inline int strata__stage_owner(const struct strata_trainer *tr, int s) {
+  return tr->sched ? strata_schedule_stage_owner(tr->sched, s) : s;
+}
+/*
+** The stages that receive what stage s sends, towards the next stage (dir 0: its output) or the previous one (dir 1:
+** its input gradient): its own chain's neighbour, when held, and every neighbour of the same replica that s stands
+** for. At most tr->tp; returns how many, in out (NULL: only count).
+*/
+int strata__stage_consumers(const struct strata_trainer *tr, int s, int dir, int *out);
+
+/* A sharded stage's join (stage.h's join hook): post an all-reduce over the slices. */
+int strata__tp_join(void *member, strata_queue_t q, strata_mem_t x, size_t count, int op);
+/* Account for stage s's joins posted so far: wait for them, and with `fn` tell it each join's bytes and when its
+** data moved (strata__now seconds). */
+typedef void (*strata__join_trace_fn)(void *arg, uint64_t bytes, double t_start, double t_end);
+int strata__tp_settle(strata_trainer_t tr, int s, strata__join_trace_fn fn, void *arg);
+/* Drop stage s's pending joins after a failure (waits for the stage's queue). */
+void strata__tp_drop(strata_trainer_t tr, int s);
+/* The home replica's stage s, slice k, that another rank holds: its layout without memory (parallel/ranks.c). */
+struct strata__stage *strata__ranks_shell(const struct strata_trainer *tr, int k, int s);
+/* Stage s (0 .. nstages-1) of slice k of the home replica. NULL never: this process's, or (a pipeline across
+** ranks) the layout of another rank's, whose `params` is NULL. */
+static inline struct strata__stage *strata__home_stage(const struct strata_trainer *tr, int k, int s) {
+  struct strata__stage *st = tr->st[(tr->home * tr->tp + k) * tr->nstages + s];
+  return st ? st : strata__ranks_shell(tr, k, s);
+}
+static inline int strata__stage_first(const struct strata_trainer *tr, int s) { return s % tr->nstages == 0; }
+static inline int strata__stage_last(const struct strata_trainer *tr, int s) { return (s + 1) % tr->nstages == 0; }
+
+#endif /* STRATA__TRAINER_H */
