@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 # lib/ — libstrata, one folder per layer; calls go one way, bottom up (lib/README.md draws it):
-# core -> device -> topology (top-level topology/) -> model, io -> comm -> parallel -> train -> plan.
+# core -> device -> topology (top-level topology/) -> model -> io -> comm -> parallel -> train -> plan;
+# tests/test-layers.sh checks it on the built objects.
 lib_LTLIBRARIES += libstrata.la
 libstrata_la_SOURCES =
 libstrata_la_CPPFLAGS = $(AM_CPPFLAGS) $(HWLOC_CFLAGS) $(JANSSON_CFLAGS) $(MPI_CFLAGS)

@@ -4,6 +4,7 @@
 libstrata_la_SOURCES += \
 	%reldir%/data.c \
 	%reldir%/checkpoint.c \
-	%reldir%/hf.c
+	%reldir%/hf.c \
+	%reldir%/hf.h
 
 stratainclude_HEADERS += include/strata/data.h include/strata/checkpoint.h include/strata/hf.h

@@ -6,6 +6,7 @@ libstrata_la_SOURCES += \
 	%reldir%/train.c \
 	%reldir%/pipeline.c \
 	%reldir%/ranks.c \
-	%reldir%/ranks.h
+	%reldir%/ranks.h \
+	%reldir%/hf-load.c
 
 stratainclude_HEADERS += include/strata/train.h
