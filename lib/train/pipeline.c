@@ -338,6 +338,16 @@ static int consume(struct exec *ex, struct msg *mg, struct strata__pool *pool, s
   return rc;
 }
 
+/* Does device r's list send anything (an activation or a gradient)? Only such a device needs a sender thread. */
+static int list_sends(strata_schedule_t sched, int r) {
+  int n = 0;
+  const struct strata_action *list = strata_schedule_actions(sched, r, &n);
+  for (int i = 0; i < n; i++)
+    if (list[i].kind == STRATA_ACTION_SEND_ACT || list[i].kind == STRATA_ACTION_SEND_GRAD)
+      return 1;
+  return 0;
+}
+
 /* ---- actions ---- */
 
 /* The slot of stage s holding micro-batch mb. */
@@ -965,13 +975,16 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
     if (!rc)
       rc = strata_device_reset_peak(tr->dev[r]);
   }
-  int started = 0;
+  int started = 0, mine = 0;
   double t_start = strata__now();
   for (int r = 0; r < tr->ndev && !rc; r++) {
     args[r].ex = &ex;
     args[r].rank = r;
     if (!strata__rank_mine(tr, r))
       continue;
+    mine++;
+    if (!list_sends(tr->sched, r))
+      continue; /* nothing to send: no sender (one device alone, or a list whose neighbours share its device) */
     if (pthread_create(&ex.snd[r].thread, NULL, sender_main, &args[r]) != 0) {
       rc = strata__error(STRATA_ERR_BACKEND, "cannot start a pipeline thread");
       break;
@@ -995,7 +1008,12 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
   }
   if (rc && npairs)
     fail(&ex, rc, "pipeline"); /* the receivers started so far stop */
-  for (int r = 0; r < tr->ndev && !rc; r++) {
+  for (int r = 0; r < tr->ndev && !rc && mine == 1 && !npairs; r++)
+    if (strata__rank_mine(tr, r)) { /* the process's only device, no receivers: its list runs in this thread */
+      worker_main(&args[r]);
+      mine = 0;
+    }
+  for (int r = 0; r < tr->ndev && !rc && mine; r++) {
     if (!strata__rank_mine(tr, r))
       continue;
     if (pthread_create(&workers[r], NULL, worker_main, &args[r]) != 0) {

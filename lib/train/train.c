@@ -600,15 +600,17 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
   for (int s = 0; s < nstages; s++)
     tr->tps[s] = pl->tps ? pl->tps[s % pl->pp] : pl->tp;
   int rc = STRATA_OK;
-  if (kind) {
+  {
     /* the ranks are the schedule's devices: each stage's rank is its device there (a stage no device holds, the
-    ** rank of the slice that stands for it) */
+    ** rank of the slice that stands for it). One device without a schedule asked for runs the degenerate one, 1F1B
+    ** over one stage (F0 B0 F1 B1 ... OPT0), through the same executor; the report says no schedule (kind 0). */
+    const int run_kind = kind ? kind : STRATA_SCHEDULE_1F1B;
     if (pl->tps)
-      rc = strata_schedule_generate_hybrid_ranks(kind, pl->pp, tr->m, nstages / pl->pp, pl->replicas, pl->tps,
+      rc = strata_schedule_generate_hybrid_ranks(run_kind, pl->pp, tr->m, nstages / pl->pp, pl->replicas, pl->tps,
                                                  pl->zero, &tr->sched);
     else
-      rc = strata_schedule_generate_hybrid(kind, pl->pp, tr->m, nstages / pl->pp, pl->replicas, pl->tp, pl->zero,
-                                           &tr->sched);
+      rc = strata_schedule_generate_hybrid(run_kind, pl->pp, tr->m, nstages / pl->pp, pl->replicas, pl->tp,
+                                           pl->zero, &tr->sched);
     if (!rc)
       rc = strata_schedule_validate(tr->sched);
     for (int s = 0; !rc && s < (int)S_all; s++)
@@ -661,7 +663,7 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
   tr->report.stages = strata__stages_all(tr);
   tr->report.microbatches = tr->m;
   tr->report.schedule = kind;
-  if (tr->sched)
+  if (kind)
     strata_schedule_bubble(tr->sched, &tr->report.bubble_ideal);
   for (int i = 0; i < ndev; i++)
     tr->rep_dev[i].device = strata__rank_device(tr, i);
@@ -1033,30 +1035,6 @@ int strata__stage_sumsq(strata_trainer_t tr, int s) {
   return strata__stage_grad_sumsq(tr->st[s], tr->sumsq + base);
 }
 
-/* The sequential step: m micro-batches forward and backward, then the update. */
-static int seq_step(strata_trainer_t tr, float *norm, float lr) {
-  for (int k = 0; k < tr->m; k++) {
-    TRY(seq_run(tr, 0, tr->inputs[k], tr->targets[k], 1));
-    double sum = 0;
-    TRY(seq_loss(tr, 0, &sum));
-    tr->mb_loss[k] = sum;
-  }
-  for (int s = 0; s < tr->nstages; s++) {
-    int rc = strata__stage_sumsq(tr, s);
-    if (rc)
-      return device_error(rc, tr->st[s]->dev, "stage %d's gradient norm", s);
-  }
-  float gscale = strata__clip_scale(tr, norm);
-  if (!isfinite(*norm))
-    return STRATA_OK; /* the caller reports it */
-  for (int s = 0; s < tr->nstages; s++) {
-    int rc = strata__stage_optimize(tr, s, gscale, lr);
-    if (rc)
-      return device_error(rc, tr->st[s]->dev, "stage %d's update", s);
-  }
-  return STRATA_OK;
-}
-
 /* Learning rate of step `s` (0-based): linear warm-up, then cosine to min_lr. */
 static float schedule(const struct strata_train_options *o, int64_t s) {
   if (o->warmup > 0 && s < o->warmup)
@@ -1085,18 +1063,14 @@ static int run_step(strata_trainer_t tr, uint64_t state, struct strata_step_stat
   if (tr->comm_stale)
     TRY(strata__trainer_comms_renew(tr));
   float lr = schedule(o, tr->step), norm = 0;
-  double t_start = strata__now();
-  int rc = tr->sched ? strata__pipeline_step(tr, &norm, lr) : seq_step(tr, &norm, lr);
+  int rc = strata__pipeline_step(tr, &norm, lr);
   if (!rc)
     rc = finish_all(tr);
-  /* a pipeline's slots follow its schedule; the single-device path keeps its
-  ** one slot from step to step rather than fault fresh pages in every time */
-  if (tr->sched || rc)
-    release_all(tr);
+  release_all(tr); /* the slots follow the schedule; their blocks stay in the devices' caches (warm_cache) */
   if (rc)
     return rc;
   double loss = 0;
-  for (int k = 0; k < tr->mtot && tr->sched; k++) { /* the same sums, in the same order, as strata__stage_loss */
+  for (int k = 0; k < tr->mtot; k++) { /* the same sums, in the same order, as strata__stage_loss */
     tr->mb_loss[k] = 0;
     for (int64_t r = 0; r < tr->rows; r++)
       tr->mb_loss[k] += tr->losses[k][r];
@@ -1110,10 +1084,6 @@ static int run_step(strata_trainer_t tr, uint64_t state, struct strata_step_stat
                          (long long)(tr->step + 1), loss / (double)(tr->rows * tr->mtot));
   tr->data_state = state;
   tr->step++;
-  if (!tr->sched) {
-    tr->report.wall_s = strata__now() - t_start;
-    tr->rep_dev[0].busy_s = tr->report.wall_s;
-  }
   if (stats) {
     stats->step = tr->step;
     stats->loss = (float)(loss / (double)(tr->rows * tr->mtot));
@@ -1125,7 +1095,7 @@ static int run_step(strata_trainer_t tr, uint64_t state, struct strata_step_stat
   }
   /* the step is done and counted: a trace that cannot be written is
   ** reported, and a retry does not apply the update twice */
-  if (tr->sched && tr->trace_path)
+  if (tr->trace_path)
     return strata__trace_write(tr);
   return STRATA_OK;
 }
