@@ -45,6 +45,8 @@ struct sender {
 
 struct exec {
   strata_trainer_t tr;
+  const struct strata__work *w; /* what this run does: its lists, micro-batches, update and hooks */
+  int traced;                /* a training step of a traced trainer: its actions go into the trace */
   int m, S;
   pthread_mutex_t lock;
   /* each thread waits on its own condition, signalled only for what it waits for: on a box with fewer cores than
@@ -172,7 +174,7 @@ static void release_pending(struct exec *ex, int rank) {
 }
 
 static void trace(struct exec *ex, const char *cat, int kind, int s, int mb, double t0, double t1, int tid) {
-  if (!ex->tr->trace_path)
+  if (!ex->traced)
     return;
   char name[24];
   if (kind == STRATA_ACTION_OPTIMIZER)
@@ -373,7 +375,7 @@ static int do_forward(struct exec *ex, int rank, int s, int mb) {
   strata_mem_t in = strata__stage_input(st, sl);
   size_t in_bytes = strata__stage_in_floats(st) * 4;
   if (first) {
-    TRY(strata_buffer_write(st->q, in.buf, in.off * 4, tr->inputs[mbi], tr->in_elems * 4));
+    TRY(strata_buffer_write(st->q, in.buf, in.off * 4, ex->w->inputs[mbi], tr->in_elems * 4));
   } else if (rank_of(ex, s - 1) == rank) {
     const int prev = strata__stage_owner(tr, s - 1);
     strata_mem_t o = strata__stage_output(tr->st[prev], slot_of(ex, prev, mb));
@@ -386,9 +388,11 @@ static int do_forward(struct exec *ex, int rank, int s, int mb) {
   }
   if (last) {
     strata_mem_t tg = strata__stage_targets(st, sl);
-    TRY(strata_buffer_write(st->q, tg.buf, tg.off * 4, tr->targets[mbi], (size_t)tr->rows * 4));
+    TRY(strata_buffer_write(st->q, tg.buf, tg.off * 4, ex->w->targets[mbi], (size_t)tr->rows * 4));
   }
   TRY(strata__stage_forward(st, sl));
+  if (last && ex->w->forwarded)
+    TRY(ex->w->forwarded(ex->w->arg, st, s, sl, mb));
   if (last && strata__stage_slice(tr, s) == 0) /* every slice computes the same losses */
     TRY(strata__stage_loss_read(st, sl, tr->losses[mbi]));
   return strata_queue_finish(st->q);
@@ -464,7 +468,7 @@ static int settle_replicas(struct exec *ex, int rank, int s, void **done, double
       rc = strata_queue_finish(tr->st[s]->q);
     strata__comm_release(c, d, &t0, &t1);
   }
-  if (rc || !tr->trace_path)
+  if (rc || !ex->traced)
     return rc;
   pthread_mutex_lock(&ex->lock);
   strata__trace_add_comm(tr, name, op, bytes, STRATA__GROUP_REPLICAS, s, t0 > posted ? t0 : posted, t1, 2 * rank + 1,
@@ -692,7 +696,7 @@ static int do_param_gather(struct exec *ex, int rank, int s) {
   else if (x == 1)
     x = post_gather(tr, c, r, st, &t1);
   TRY(x);
-  if (tr->trace_path) {
+  if (ex->traced) {
     char name[24];
     snprintf(name, sizeof name, "PAG%d", s);
     pthread_mutex_lock(&ex->lock);
@@ -707,7 +711,7 @@ static void *worker_main(void *arg) {
   struct worker_arg *wa = arg;
   struct exec *ex = wa->ex;
   int rank = wa->rank, n = 0;
-  const struct strata_action *list = strata_schedule_actions(ex->tr->sched, rank, &n);
+  const struct strata_action *list = strata_schedule_actions(ex->w->sched, rank, &n);
   int last_opt = -1;
   for (int i = 0; i < n; i++)
     if (list[i].kind == STRATA_ACTION_OPTIMIZER)
@@ -800,7 +804,7 @@ static void *worker_main(void *arg) {
     case STRATA_ACTION_TP_JOIN_FORWARD:
     case STRATA_ACTION_TP_JOIN_BACKWARD: {
       struct join_trace jt = {.ex = ex, .kind = a->kind, .s = s, .mb = mb, .tid = 2 * rank + 1};
-      rc = strata__tp_settle(ex->tr, s, ex->tr->trace_path ? join_traced : NULL, &jt);
+      rc = strata__tp_settle(ex->tr, s, ex->traced ? join_traced : NULL, &jt);
       cat = NULL; /* traced as its collectives */
       break;
     }
@@ -857,7 +861,7 @@ static void *receiver_main(void *arg) {
   const int d = R->pairs[2 * ra->pair], e = R->pairs[2 * ra->pair + 1];
   strata_queue_t q = R->recv_q[ra->pair];
   int n = 0;
-  const struct strata_action *list = strata_schedule_actions(tr->sched, e, &n);
+  const struct strata_action *list = strata_schedule_actions(ex->w->sched, e, &n);
   int *peers = calloc((size_t)tr->tp + 1, sizeof *peers);
   if (!peers) {
     fail(ex, strata__error(STRATA_ERR_NOMEM, "out of host memory"), "pipeline receiver");
@@ -913,16 +917,18 @@ out:
   return NULL;
 }
 
-int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
+int strata__execute(strata_trainer_t tr, const struct strata__work *w, float *grad_norm) {
   struct exec ex;
   memset(&ex, 0, sizeof ex);
   ex.tr = tr;
+  ex.w = w;
+  ex.traced = w->train && tr->trace_path;
   ex.m = tr->m;
   ex.S = strata__stages_all(tr);
   ex.chain = tr->nstages;
   for (int s = 0; s < ex.S; s++)
     ex.held += tr->st[s] != NULL; /* held by a device of this process */
-  ex.lr = lr;
+  ex.lr = w->lr;
   ex.norm = 0;
   size_t cells = (size_t)ex.S * (size_t)ex.m;
   ex.act = calloc(cells, sizeof *ex.act);
@@ -939,7 +945,8 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
   ex.done_post = calloc((size_t)ex.S, sizeof *ex.done_post);
   ex.busy = calloc((size_t)tr->ndev, sizeof *ex.busy);
   ex.snd = calloc((size_t)tr->ndev, sizeof *ex.snd);
-  if (tr->replicas > 1 && !tr->zero) {
+  const int buckets = w->train && tr->replicas > 1 && !tr->zero; /* a pass has no gradient collective */
+  if (buckets) {
     ex.bk = calloc((size_t)ex.S, sizeof *ex.bk);
     for (int s = 0; ex.bk && s < ex.S; s++)
       if (buckets_init(&ex, s, &ex.bk[s])) {
@@ -955,7 +962,7 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
   pthread_t *workers = calloc((size_t)tr->ndev, sizeof *workers);
   int rc = (!ex.act || !ex.grad || !ex.hold_act || !ex.hold_grad || !ex.pending || !ex.slot || !ex.inflight || !ex.peak ||
             !ex.done || !ex.done_post || !ex.busy || !ex.snd || !ex.wake || !args || !workers ||
-            (tr->replicas > 1 && !tr->zero && !ex.bk))
+            (buckets && !ex.bk))
                ? strata__error(STRATA_ERR_NOMEM, "out of host memory running a pipeline step")
                : STRATA_OK;
   pthread_mutex_init(&ex.lock, NULL);
@@ -972,7 +979,7 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
     if (!tr->send_q[r])
       rc = strata_queue_new(tr->dev[r], &tr->send_q[r]);
     ex.snd[r].q = tr->send_q[r];
-    if (!rc)
+    if (!rc && w->train) /* a step's peak is its own; a pass leaves the step's */
       rc = strata_device_reset_peak(tr->dev[r]);
   }
   int started = 0, mine = 0;
@@ -983,7 +990,7 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
     if (!strata__rank_mine(tr, r))
       continue;
     mine++;
-    if (!list_sends(tr->sched, r))
+    if (!list_sends(w->sched, r))
       continue; /* nothing to send: no sender (one device alone, or a list whose neighbours share its device) */
     if (pthread_create(&ex.snd[r].thread, NULL, sender_main, &args[r]) != 0) {
       rc = strata__error(STRATA_ERR_BACKEND, "cannot start a pipeline thread");
@@ -1064,8 +1071,9 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
     strata__tp_drop(tr, s);
   if (!rc && ex.failed)
     rc = strata__error(ex.fail_status, "%s", ex.fail_msg);
-  if (!rc) {
+  if (!rc && grad_norm)
     *grad_norm = ex.norm;
+  if (!rc && w->train) {
     struct strata_pipeline_report *rep = &tr->report;
     rep->wall_s = t_end - t_start;
     double busy = 0;
@@ -1082,7 +1090,7 @@ int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr) {
         d->peak_inflight = ex.peak[s];
     }
     rep->bubble = rep->wall_s > 0 ? 1.0 - busy / ((double)tr->ndev * rep->wall_s) : 0;
-    if (tr->trace_path) {
+    if (ex.traced) {
       /* idle time: the gaps between a device's compute and receive events in this step */
       size_t n0 = tr->nevents;
       for (int r = 0; r < tr->ndev; r++) {

@@ -820,6 +820,8 @@ STRATA_API void strata_trainer_free(strata_trainer_t tr) {
   free(tr->mb_loss);
   free(tr->sumsq);
   strata_schedule_free(tr->sched);
+  strata_schedule_free(tr->pass[0]);
+  strata_schedule_free(tr->pass[1]);
   free(tr->trace_path);
   free(tr->events);
   free(tr);
@@ -841,143 +843,94 @@ STRATA_API int strata_trainer_report(strata_trainer_t tr, struct strata_pipeline
   return STRATA_OK;
 }
 
-/* ---- running the stages one after another (single device, evaluation, gradient checks) ---- */
+/* ---- passes outside training (evaluation, logits, gradient checks) through the executor ---- */
 
-/* Forward of one micro-batch through stage s (of any chain), in slot `slot`: its input from `inputs` or from the
-** stage before it (the one that stands for it). */
-static int seq_forward(strata_trainer_t tr, int s, int slot, const void *inputs, const int32_t *targets) {
-  struct strata__stage *st = tr->st[s];
-  TRY(strata__stage_acquire(st, slot));
-  strata_mem_t in = strata__stage_input(st, slot);
-  if (strata__stage_first(tr, s)) {
-    TRY(strata_buffer_write(st->q, in.buf, in.off * 4, inputs, tr->in_elems * 4));
-  } else if (!strata__stage_mine(tr, strata__stage_owner(tr, s - 1))) { /* a pipeline across ranks */
-    TRY(strata__ranks_recv(tr, s, 0, slot, st->q, in, strata__stage_in_floats(st) * 4));
-  } else {
-    struct strata__stage *prev = tr->st[strata__stage_owner(tr, s - 1)];
-    strata_mem_t o = strata__stage_output(prev, slot);
-    TRY(strata_queue_finish(prev->q));
-    TRY(strata_buffer_copy(st->q, in.buf, in.off * 4, o.buf, o.off * 4, strata__stage_out_floats(prev) * 4));
-  }
-  if (strata__stage_last(tr, s)) {
-    strata_mem_t tg = strata__stage_targets(st, slot);
-    TRY(strata_buffer_write(st->q, tg.buf, tg.off * 4, targets, (size_t)tr->rows * 4));
-  }
-  TRY(strata__stage_forward(st, slot));
-  if (strata__stage_last(tr, s) || !tr->ranks || !tr->ranks->spans)
-    return STRATA_OK;
-  /* the next stage's slices that take this output (it stands for their previous stage) and are another rank's */
-  const int S = tr->nstages, c0 = strata__stage_replica(tr, s) * tr->tp, j = s % S + 1;
-  for (int t = 0; t < tr->tps[j]; t++) {
-    const int to = (c0 + t) * S + j;
-    if (strata__stage_owner(tr, to - 1) == s && !strata__stage_mine(tr, to))
-      TRY(strata__ranks_send(tr, to, 0, slot, st->q, strata__stage_output(st, slot), strata__stage_out_floats(st) * 4));
-  }
-  return STRATA_OK;
-}
+static int finish_all(strata_trainer_t tr);
+static void release_all(strata_trainer_t tr);
 
-static int seq_backward(strata_trainer_t tr, int s, int slot) {
-  struct strata__stage *st = tr->st[s];
-  if (tr->ranks && tr->ranks->spans)
-    return strata__error(STRATA_ERR_UNSUPPORTED, "a backward pass outside the pipeline schedule, over a pipeline or "
-                         "tensor-parallel group across ranks, is not in this version");
-  if (!strata__stage_last(tr, s)) {
-    struct strata__stage *next = tr->st[strata__stage_owner(tr, s + 1)];
-    strata_mem_t gi = strata__stage_grad_input(next, slot), go = strata__stage_grad_output(st, slot);
-    TRY(strata_queue_finish(next->q));
-    TRY(strata_buffer_copy(st->q, go.buf, go.off * 4, gi.buf, gi.off * 4, strata__stage_out_floats(st) * 4));
-  }
-  return strata__stage_backward(st, slot);
-}
-
-/* Sum of the last stage's per-row losses of `slot` (waits). */
-static int seq_loss(strata_trainer_t tr, int slot, double *sum) {
-  return strata__stage_loss(strata__home_stage(tr, 0, tr->nstages - 1), slot, sum);
-}
-
-/* One tensor-parallel slice's stage, forward or backward, in a thread of its own: the slices meet in its joins. */
-struct seq_job {
-  strata_trainer_t tr;
-  int s, slot, backward;
-  const void *inputs;
-  const int32_t *targets;
-  int rc;
-  int first; /* its failure aborted the others' collectives (theirs followed from it) */
-  char msg[1024];
-};
-
-static void *seq_main(void *arg) {
-  struct seq_job *j = arg;
-  strata_trainer_t tr = j->tr;
-  j->rc = j->backward ? seq_backward(tr, j->s, j->slot) : seq_forward(tr, j->s, j->slot, j->inputs, j->targets);
-  if (!j->rc)
-    j->rc = strata__tp_settle(tr, j->s, NULL, NULL);
-  if (j->rc) { /* named here: the message is this thread's */
-    j->rc = device_error(j->rc, tr->st[j->s]->dev, "stage %d's %s", j->s % tr->nstages,
-                         j->backward ? "backward" : "forward");
-    snprintf(j->msg, sizeof j->msg, "%s", strata_last_error());
-    j->first = strata__trainer_abort(tr, j->rc, j->msg); /* the other slices wait in their joins for this one */
-  }
-  return NULL;
-}
-
-/* Stage `pos` of the home replica, forward or backward: the stage itself, or its slices together, one thread each. */
-static int seq_stage(strata_trainer_t tr, int pos, int slot, const void *inputs, const int32_t *targets, int backward) {
-  const int deg = tr->tps[pos], s0 = tr->home * tr->tp * tr->nstages + pos;
-  int mine = 0;
-  for (int t = 0; t < deg; t++)
-    mine += tr->st[s0 + t * tr->nstages] != NULL;
-  if (!mine)
-    return STRATA_OK; /* another rank's stage (all its slices) of a pipeline across ranks: it runs it */
-  if (deg == 1) {
-    int rc = backward ? seq_backward(tr, s0, slot) : seq_forward(tr, s0, slot, inputs, targets);
-    return rc ? device_error(rc, tr->st[s0]->dev, "stage %d's %s", pos, backward ? "backward" : "forward") : rc;
-  }
-  struct seq_job *jobs = calloc((size_t)deg, sizeof *jobs);
-  pthread_t *th = calloc((size_t)deg, sizeof *th);
-  if (!jobs || !th) {
-    free(jobs);
-    free(th);
-    return strata__error(STRATA_ERR_NOMEM, "out of host memory");
-  }
-  int started = 0, rc = STRATA_OK;
-  for (int t = 0; t < deg; t++) {
-    if (!tr->st[s0 + t * tr->nstages])
-      continue; /* another rank's slice: it runs it, and they meet in the joins */
-    jobs[started] = (struct seq_job){.tr = tr, .s = s0 + t * tr->nstages, .slot = slot, .backward = backward,
-                                     .inputs = inputs, .targets = targets};
-    if (pthread_create(&th[started], NULL, seq_main, &jobs[started]) != 0) {
-      rc = strata__error(STRATA_ERR_BACKEND, "cannot start a thread for tensor-parallel slice %d", t);
-      strata__trainer_abort(tr, rc, "a slice's thread did not start");
+int strata__pass_schedule(strata_trainer_t tr, int backward, strata_schedule_t *out) {
+  const int D = strata_schedule_devices(tr->sched);
+  struct strata_action **lists = calloc((size_t)D, sizeof *lists);
+  int *counts = calloc((size_t)D, sizeof *counts);
+  int rc = lists && counts ? STRATA_OK : strata__error(STRATA_ERR_NOMEM, "out of host memory");
+  for (int d = 0; d < D && !rc; d++) {
+    int n = 0;
+    const struct strata_action *list = strata_schedule_actions(tr->sched, d, &n);
+    if (!(lists[d] = malloc(((size_t)n + 1) * sizeof *lists[d]))) {
+      rc = strata__error(STRATA_ERR_NOMEM, "out of host memory");
       break;
     }
-    started++;
+    for (int i = 0; i < n; i++) {
+      struct strata_action a = list[i];
+      if (a.microbatch != 0 || strata__stage_replica(tr, a.stage) != tr->home)
+        continue; /* one micro-batch of the home replica; no update or gradient collective (micro-batch -1) */
+      switch (a.kind) {
+      case STRATA_ACTION_FORWARD:
+      case STRATA_ACTION_SEND_ACT:
+      case STRATA_ACTION_RECV_ACT:
+      case STRATA_ACTION_TP_JOIN_FORWARD:
+        break;
+      case STRATA_ACTION_BACKWARD_INPUT: /* the backward whole, as one device runs it */
+        a.kind = STRATA_ACTION_BACKWARD;
+        /* fall through */
+      case STRATA_ACTION_BACKWARD:
+      case STRATA_ACTION_SEND_GRAD:
+      case STRATA_ACTION_RECV_GRAD:
+      case STRATA_ACTION_TP_JOIN_BACKWARD:
+        if (!backward)
+          continue;
+        break;
+      default: /* W (inside B here) */
+        continue;
+      }
+      lists[d][counts[d]++] = a;
+    }
   }
-  for (int t = 0; t < started; t++)
-    pthread_join(th[t], NULL);
-  /* the slice whose failure aborted the others' collectives, else the first that failed */
-  int first = -1;
-  for (int t = 0; t < started; t++)
-    if (jobs[t].rc && (first < 0 || (!jobs[first].first && jobs[t].first)))
-      first = t;
-  if (!rc && first >= 0)
-    rc = strata__error(jobs[first].rc, "tensor-parallel slice %d: %s", strata__stage_slice(tr, jobs[first].s),
-                       jobs[first].msg);
-  free(jobs);
-  free(th);
+  if (!rc)
+    rc = strata_schedule_with_lists(tr->sched, (const struct strata_action *const *)lists, counts, out);
+  for (int d = 0; lists && d < D; d++)
+    free(lists[d]);
+  free(lists);
+  free(counts);
   return rc;
 }
 
-/* One micro-batch through the home replica (this process's first), stage after stage (a cut stage's slices
-** together), and back. */
-static int seq_run(strata_trainer_t tr, int slot, const void *inputs, const int32_t *targets, int backward) {
-  if (tr->tp > 1 && tr->comm_stale)
+/*
+** Run micro-batch 0 of the home replica on `inputs` and `targets` through the stages and, with `backward`, back:
+** the executor on the pass's lists, its per-row losses in tr->losses[home x m]. `forwarded` as in strata__work.
+*/
+static int run_pass(strata_trainer_t tr, const void *inputs, const int32_t *targets, int backward,
+                    int (*forwarded)(void *, struct strata__stage *, int, int, int), void *arg) {
+  if (tr->comm_stale)
     TRY(strata__trainer_comms_renew(tr));
-  for (int pos = 0; pos < tr->nstages; pos++)
-    TRY(seq_stage(tr, pos, slot, inputs, targets, 0));
-  for (int pos = tr->nstages - 1; backward && pos >= 0; pos--)
-    TRY(seq_stage(tr, pos, slot, inputs, targets, 1));
-  return STRATA_OK;
+  if (!tr->pass[backward])
+    TRY(strata__pass_schedule(tr, backward, &tr->pass[backward]));
+  const void **in = calloc((size_t)tr->mtot, sizeof *in);
+  const int32_t **tg = calloc((size_t)tr->mtot, sizeof *tg);
+  if (!in || !tg) {
+    free(in);
+    free(tg);
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory");
+  }
+  in[tr->home * tr->m] = inputs;
+  tg[tr->home * tr->m] = targets;
+  struct strata__work w = {.sched = tr->pass[backward], .inputs = in, .targets = tg, .forwarded = forwarded,
+                           .arg = arg};
+  int rc = strata__execute(tr, &w, NULL);
+  free(in);
+  free(tg);
+  if (!rc)
+    rc = finish_all(tr);
+  release_all(tr); /* to the devices' caches, for the next pass */
+  return rc;
+}
+
+/* Sum of the per-row losses of the pass's micro-batch, as strata__stage_loss adds them. */
+static double pass_loss(strata_trainer_t tr) {
+  double sum = 0;
+  for (int64_t r = 0; r < tr->rows; r++)
+    sum += tr->losses[tr->home * tr->m][r];
+  return sum;
 }
 
 static int finish_all(strata_trainer_t tr) {
@@ -1063,7 +1016,9 @@ static int run_step(strata_trainer_t tr, uint64_t state, struct strata_step_stat
   if (tr->comm_stale)
     TRY(strata__trainer_comms_renew(tr));
   float lr = schedule(o, tr->step), norm = 0;
-  int rc = strata__pipeline_step(tr, &norm, lr);
+  struct strata__work w = {.sched = tr->sched, .inputs = (const void *const *)tr->inputs,
+                           .targets = (const int32_t *const *)tr->targets, .train = 1, .lr = lr};
+  int rc = strata__execute(tr, &w, &norm);
   if (!rc)
     rc = finish_all(tr);
   release_all(tr); /* the slots follow the schedule; their blocks stay in the devices' caches (warm_cache) */
@@ -1128,10 +1083,10 @@ int strata__trainer_step_fixed(strata_trainer_t tr, const int32_t *inputs, size_
 
 /* Mean loss of one batch run forward through the stages (slot 0). */
 static int forward_loss(strata_trainer_t tr, const void *inputs, const int32_t *targets, double *sum) {
-  int rc = seq_run(tr, 0, inputs, targets, 0);
+  int rc = run_pass(tr, inputs, targets, 0, NULL, NULL);
   *sum = 0;
   if (!rc && strata__home_stage(tr, 0, tr->nstages - 1)->params) /* (else another rank's: its sum comes below) */
-    rc = seq_loss(tr, 0, sum);
+    *sum = pass_loss(tr);
   if (!rc)
     rc = strata__ranks_loss_sum(tr, sum);
   return rc;
@@ -1315,10 +1270,13 @@ STRATA_API int strata_trainer_loss_grad(strata_trainer_t tr, const void *inputs,
     tr->st[s]->loss_scale = 1.0f / (float)tr->rows;
     TRY(strata__stage_zero_grads(tr->st[s]));
   }
+  if (grads && tr->ranks && tr->ranks->spans)
+    return strata__error(STRATA_ERR_UNSUPPORTED, "a backward pass outside the pipeline schedule, over a pipeline or "
+                         "tensor-parallel group across ranks, is not in this version");
   double sum = 0;
-  int rc = seq_run(tr, 0, inputs, targets, grads != NULL);
+  int rc = run_pass(tr, inputs, targets, grads != NULL, NULL, NULL);
   if (!rc)
-    rc = seq_loss(tr, 0, &sum);
+    sum = pass_loss(tr);
   if (!rc && grads)
     rc = gather(tr, 1, grads);
   release_all(tr);
@@ -1334,11 +1292,33 @@ int strata__trainer_forward_backward(strata_trainer_t tr, const void *inputs, co
     tr->st[s]->loss_scale = 1.0f / (float)tr->rows;
     TRY(strata__stage_zero_grads(tr->st[s]));
   }
-  int rc = seq_run(tr, 0, inputs, targets, 1);
-  if (!rc)
-    rc = finish_all(tr);
-  release_all(tr);
-  return rc;
+  if (tr->ranks && tr->ranks->spans)
+    return strata__error(STRATA_ERR_UNSUPPORTED, "a backward pass outside the pipeline schedule, over a pipeline or "
+                         "tensor-parallel group across ranks, is not in this version");
+  return run_pass(tr, inputs, targets, 1, NULL, NULL);
+}
+
+/* The logits a pass's last stage leaves: each slice its columns of the vocabulary (all of it without a
+** vocabulary-parallel head, read from slice 0). */
+struct logits_read {
+  strata_trainer_t tr;
+  int64_t batch, first, count;
+  float *logits;
+};
+
+static int read_logits(void *arg, struct strata__stage *last, int s, int slot, int mb) {
+  (void)mb;
+  const struct logits_read *lr = arg;
+  const int64_t T = lr->tr->model->cfg.context, V = lr->tr->model->cfg.vocab;
+  int64_t c0 = 0, vl = V;
+  if (!strata__stage_vocab(last, &c0, &vl) && strata__stage_slice(lr->tr, s) > 0)
+    return STRATA_OK;
+  strata_mem_t lg = strata__stage_logits(last, slot);
+  for (int64_t b = 0; b < lr->batch; b++)
+    for (int64_t p = 0; p < lr->count; p++)
+      TRY(strata_buffer_read(last->q, lg.buf, (lg.off + (size_t)((b * T + lr->first + p) * vl)) * 4,
+                             lr->logits + (b * lr->count + p) * V + c0, (size_t)vl * 4));
+  return strata_queue_finish(last->q);
 }
 
 STRATA_API int strata_trainer_logits(strata_trainer_t tr, const int32_t *tokens, int64_t batch, float *logits) {
@@ -1374,21 +1354,8 @@ STRATA_API int strata_trainer_logits_at(strata_trainer_t tr, const int32_t *toke
     }
     tr->targets[0][i] = -1; /* no loss wanted */
   }
-  int rc = seq_run(tr, 0, in, tr->targets[0], 0);
-  /* each slice's columns of the vocabulary (all of it without a vocabulary-parallel head) */
-  for (int k = 0; k < tr->tps[tr->nstages - 1] && !rc; k++) {
-    struct strata__stage *last = strata__home_stage(tr, k, tr->nstages - 1);
-    int64_t c0 = 0, vl = V;
-    if (!strata__stage_vocab(last, &c0, &vl) && k > 0)
-      break;
-    strata_mem_t lg = strata__stage_logits(last, 0);
-    for (int64_t b = 0; b < batch && !rc; b++)
-      for (int64_t p = 0; p < count && !rc; p++)
-        rc = strata_buffer_read(last->q, lg.buf, (lg.off + (size_t)((b * T + first + p) * vl)) * 4,
-                                logits + (b * count + p) * V + c0, (size_t)vl * 4);
-    if (!rc)
-      rc = strata_queue_finish(last->q);
-  }
+  struct logits_read lr = {.tr = tr, .batch = batch, .first = first, .count = count, .logits = logits};
+  int rc = run_pass(tr, in, tr->targets[0], 0, read_logits, &lr);
   release_all(tr);
   return rc;
 }

@@ -88,7 +88,8 @@ struct strata_trainer {
   int ndev;                          /* ranks: chain c's pipeline rank p is c x pp + p */
   int *dev;                          /* [ndev]: global device of each rank */
   int *stage_rank;                   /* [stages all] */
-  strata_schedule_t sched;           /* NULL: stages run one after another */
+  strata_schedule_t sched;           /* the training schedule (one device: 1F1B over one stage) */
+  strata_schedule_t pass[2];         /* the passes' lists: forward, forward and backward (made when first run) */
   int m;                             /* micro-batches per step of each replica */
   int64_t step;
   uint64_t data_state;
@@ -130,9 +131,31 @@ struct strata_trainer {
 uint64_t strata__stage_need(strata_trainer_t tr, int s, const struct strata__stage_bytes *b,
                             const struct strata__stage_bytes *prev, uint64_t *act, uint64_t *bufs);
 
-/* One optimizer step over the pipeline schedule (pipeline.c). The
-** micro-batches are in tr->inputs/targets; per-row losses land in tr->losses. */
-int strata__pipeline_step(strata_trainer_t tr, float *grad_norm, float lr);
+/*
+** One run of the executor (pipeline.c): the trainer gives the stages, devices, queues and communicators; the work
+** says what runs. A training step runs the trainer's schedule (tr->sched) with its update, gradient collectives,
+** report and trace; a pass (evaluation, logits, a gradient check) runs lists derived from it
+** (strata__pass_schedule) and touches none of those.
+*/
+struct strata__work {
+  strata_schedule_t sched;          /* the per-device lists */
+  const void *const *inputs;        /* [replicas x m]: replica r's micro-batch k is r x m + k: its inputs ... */
+  const int32_t *const *targets;    /* ... and targets; per-row losses land in tr->losses */
+  int train;                        /* a training step (else a pass) */
+  float lr;                         /* the update's learning rate */
+  /* Called after the forward of a chain's last stage st (stage index s) on micro-batch mb in slot `slot`, from the
+  ** device's worker thread, before its queue is waited for; a non-zero status fails the run. NULL: nothing. */
+  int (*forwarded)(void *arg, struct strata__stage *st, int s, int slot, int mb);
+  void *arg;
+};
+
+/* Run `w` on the trainer's devices; *grad_norm (may be NULL) gets a training step's gradient norm. */
+int strata__execute(strata_trainer_t tr, const struct strata__work *w, float *grad_norm);
+
+/* The lists of a pass outside training, derived from the training schedule: micro-batch 0 of the home replica
+** through its stages (forwards, their sends, receives and tp joins) and, with `backward`, back (each backward whole:
+** B for BI, no W), without update or gradient collective. The caller frees it. */
+int strata__pass_schedule(strata_trainer_t tr, int backward, strata_schedule_t *out /* OUT */);
 
 /* Fill the receive pools with what can be in flight at each boundary (after the stages are built). */
 int strata__pipeline_prefill(strata_trainer_t tr);
