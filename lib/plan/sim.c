@@ -1256,7 +1256,7 @@ STRATA_API int strata_simulate_schedule(strata_schedule_t s, const double *cost,
   return rc;
 }
 
-/* The trace in the executor's format (lib/train/pipeline.c strata__trace_write): a compute
+/* The trace in the executor's format (lib/train/trace.c strata__trace_write): a compute
 ** and a transfers thread per device, complete events in microseconds, idle gaps. */
 static int write_trace(const struct engine *e, strata_layout_t l, const char *path) {
   struct strata__out o;

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* train.c — the trainer: stages on one or several devices, micro-batches, gradient accumulation, clipping, AdamW with
-** warm-up and cosine decay, evaluation, and checkpoints with the full training state. */
+/* train.c — the trainer API: options, the trainer made from a model and a layout (stages on their devices, schedule,
+** communicators, memory plan), its training step through the executor, and its end. Passes are in pass.c, the update
+** in optimizer.c, parameters in params.c, checkpoints in state.c. */
 #include "config.h"
 
 #include <ctype.h>
@@ -25,8 +26,6 @@
 #include "core/parse.h"
 #include "device/registry.h"
 #include "train/trainer.h"
-
-#define CHECKPOINT_FORMAT "strata-checkpoint/1"
 
 STRATA_API void strata_train_options_default(struct strata_train_options *o) {
   if (!o)
@@ -83,133 +82,6 @@ static int check_data(strata_model_t model, strata_dataset_t data, int *images) 
                          c->name, (long long)c->image, (long long)c->image, (long long)c->channels,
                          (long long)c->classes, (long long)di.image, (long long)di.image, (long long)di.channels,
                          (long long)di.vocab);
-  return STRATA_OK;
-}
-
-/* When a stage does not fit: say what the whole stage needs, not only the allocation that failed. */
-static int explain_memory(strata_trainer_t tr, int first, int last, int dev) {
-  char *msg = strdup(strata_last_error()); /* whole: a long message keeps its reason */
-  uint64_t p = 0, act = 0;
-  for (int i = first; i < last; i++) {
-    p += tr->model->layers[i].info.params;
-    act += tr->model->layers[i].info.act_bytes + tr->model->layers[i].info.out_bytes;
-  }
-  const char *what = (first == 0 && last == tr->model->nlayers) ? "model" : "stage";
-  int rc = strata__error(STRATA_ERR_DEVICE_MEMORY,
-                       "%s '%s' (layers %d-%d) does not fit on device %d: it needs %.1f MiB for parameters, gradients "
-                       "and AdamW moments plus about %.1f MiB of activations per micro-batch of %lld (%s)",
-                       what, tr->model->cfg.name, first, last - 1, dev, 16.0 * (double)p / 1048576.0,
-                       (double)act * (double)tr->opt.batch / 1048576.0, (long long)tr->opt.batch,
-                       msg ? msg : "out of host memory");
-  free(msg);
-  return rc;
-}
-
-/* Micro-batches stage s keeps in flight at most: the schedule's peak, one without a schedule. */
-static int stage_inflight(strata_trainer_t tr, int s) {
-  int k = 1;
-  if (tr->sched && (strata_schedule_peak_inflight(tr->sched, s, &k) || k < 1))
-    k = 1;
-  return k;
-}
-
-uint64_t strata__stage_need(strata_trainer_t tr, int s, const struct strata__stage_bytes *b,
-                            const struct strata__stage_bytes *prev, uint64_t *act, uint64_t *bufs) {
-  int k = stage_inflight(tr, s);
-  uint64_t a = (uint64_t)k * b->slot;
-  /* boundary gradients may outlive the activations until the previous stage took them */
-  int first = strata__stage_first(tr, s), last = strata__stage_last(tr, s);
-  uint64_t g = (uint64_t)(k + (!first && tr->sched ? 1 : 0)) * b->grad, recv = 0;
-  if (tr->sched && !first && prev && tr->stage_rank[s - 1] != tr->stage_rank[s])
-    recv += (uint64_t)stage_inflight(tr, strata__stage_owner(tr, s - 1)) * b->in; /* sent here, not yet consumed */
-  if (tr->sched && !last && tr->stage_rank[s + 1] != tr->stage_rank[s])
-    recv += (uint64_t)k * b->out; /* gradients sent back here */
-  if (act)
-    *act += a;
-  if (bufs)
-    *bufs += b->fixed - b->params + g + recv;
-  return b->fixed + a + g + recv;
-}
-
-/*
-** The memory plan, before anything is allocated: per device, every stage's
-** parameters, gradients, moments and buffers, the activations and boundary
-** gradients of the micro-batches the schedule keeps in flight on it (one
-** without a schedule), and the buffers that receive its neighbours'
-** activations and gradients, against what the device has free now. The
-** message says what is needed and what there is ("needs X, has Y").
-*/
-static int check_memory_of(strata_trainer_t tr, const int *split, uint64_t *need, uint64_t *params, uint64_t *act,
-                           uint64_t *bufs, int *lo, int *hi, int *nst);
-static int check_memory(strata_trainer_t tr, const int *split) {
-  const size_t R = (size_t)tr->ndev;
-  uint64_t *u = calloc(4 * R, sizeof *u);
-  int *ints = calloc(3 * R, sizeof *ints);
-  if (!u || !ints) {
-    free(u);
-    free(ints);
-    return strata__error(STRATA_ERR_NOMEM, "out of host memory planning memory");
-  }
-  int rc = check_memory_of(tr, split, u, u + R, u + 2 * R, u + 3 * R, ints, ints + R, ints + 2 * R);
-  free(u);
-  free(ints);
-  return rc;
-}
-
-/* check_memory with its per-rank tables: need, params, act, bufs, lo, hi, nst (zeroed, ndev entries each). */
-static int check_memory_of(strata_trainer_t tr, const int *split, uint64_t *need, uint64_t *params, uint64_t *act,
-                           uint64_t *bufs, int *lo, int *hi, int *nst) {
-  struct strata__stage_bytes b, prev;
-  int split_backward = tr->report.schedule == STRATA_SCHEDULE_ZB_H1;
-  for (int s = 0, first = 0; s < strata__stages_all(tr); s++) {
-    const int n = split[s % tr->nstages];
-    if (strata__stage_first(tr, s))
-      first = 0;
-    if (!strata__stage_held(tr, s)) {
-      first += n;
-      continue;
-    }
-    struct strata__cut cut = {{strata__stage_slice(tr, s), strata__stage_tp(tr, s)},
-                              {strata__stage_replica(tr, s), tr->zero ? tr->replicas : 1}};
-    TRY(strata__stage_plan(tr->model, first, first + n, tr->opt.batch, split_backward, &cut, &b));
-    int r = tr->stage_rank[s];
-    need[r] += strata__stage_need(tr, s, &b, strata__stage_first(tr, s) ? NULL : &prev, &act[r], &bufs[r]);
-    params[r] += b.params;
-    if (!nst[r]++)
-      lo[r] = first;
-    hi[r] = first + n - 1;
-    prev = b;
-    first += n;
-  }
-  for (int r = 0; r < tr->ndev; r++) {
-    struct strata_device_props p;
-    if (!strata__rank_mine(tr, r))
-      continue; /* its rank checks it */
-    TRY(strata_device_props(tr->dev[r], &p));
-    if (need[r] <= p.free_memory)
-      continue;
-    const double MiB = 1048576.0;
-    char what[200], hint[160] = "";
-    const struct strata__layer *L = &tr->model->layers[lo[r]];
-    if (tr->nstages == 1)
-      snprintf(what, sizeof what, "model '%s' (layers %d-%d)", tr->model->cfg.name, lo[r], hi[r]);
-    else if (lo[r] == hi[r])
-      snprintf(what, sizeof what, "layer %d of model '%s' (%s) alone", lo[r], tr->model->cfg.name, L->info.name);
-    else
-      snprintf(what, sizeof what, "%s of model '%s' on this device (layers %d-%d)", nst[r] == 1 ? "the stage" : "the stages",
-               tr->model->cfg.name, lo[r], hi[r]);
-    if (tr->unfit_split && lo[r] == hi[r] && L->kind == STRATA__LAYER_BLOCK)
-      snprintf(hint, sizeof hint, "; no pipeline split can help: tensor parallelism (tp %d or more) splits the layer "
-               "itself", 2 * strata__stage_tp(tr, lo[r]));
-    return strata__error(STRATA_ERR_DEVICE_MEMORY,
-                         "%s%s does not fit on device %d: a step needs %.1f MiB (%.1f MiB for parameters, gradients and "
-                         "AdamW moments, %.1f MiB of activations for micro-batches of %lld, %.1f MiB of other buffers), "
-                         "the device has %.1f MiB free (limit %.1f MiB, %.1f MiB in use)%s",
-                         tr->unfit_split ? "no cut of the model fits these devices' memory; with the fastest cut, " : "",
-                         what, strata__rank_device(tr, r), (double)need[r] / MiB, (double)params[r] / MiB, (double)act[r] / MiB,
-                         (long long)tr->opt.batch, (double)bufs[r] / MiB, (double)p.free_memory / MiB,
-                         (double)p.memory_limit / MiB, (double)p.used_memory / MiB, hint);
-  }
   return STRATA_OK;
 }
 
@@ -276,7 +148,7 @@ static int build_stages(strata_trainer_t tr, const int *split, int split_backwar
     int rc = strata__stage_new(tr->model, first, last, dev, tr->opt.batch, tr->opt.seed, split_backward, &cut,
                                &tr->st[s]);
     if (rc == STRATA_ERR_DEVICE_MEMORY)
-      rc = explain_memory(tr, first, last, dev);
+      rc = strata__trainer_explain_memory(tr, first, last, dev);
     else if (rc) /* a device that fails while the stage is set up: named, with the stage */
       rc = device_error(rc, dev, "setting up stage %d (layers %d-%d)", s, first, last - 1);
     if (rc)
@@ -381,7 +253,7 @@ static int warm_cache(strata_trainer_t tr) {
     struct strata__stage *st = tr->st[s];
     if (!st)
       continue; /* another rank's, or a slice another stands for */
-    int k = stage_inflight(tr, s), kg = k + !strata__stage_first(tr, s);
+    int k = strata__stage_inflight(tr, s), kg = k + !strata__stage_first(tr, s);
     for (int i = 0; i < k + (st->grad_floats ? kg : 0) && !rc; i++) {
       if (n == cap) {
         size_t nc = cap ? 2 * cap : 64;
@@ -641,7 +513,7 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
     split[0] = model->nlayers;
   }
   if (!rc)
-    rc = check_memory(tr, split);
+    rc = strata__trainer_check_memory(tr, split);
   if (!rc)
     rc = build_stages(tr, split, kind == STRATA_SCHEDULE_ZB_H1);
   if (!rc)
@@ -675,7 +547,7 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
     d->param_bytes += (uint64_t)st->nparams * 4;
     d->grad_bytes += (uint64_t)st->nparams * 4;
     d->optimizer_bytes += 2 * (uint64_t)st->chunk * 4;
-    d->activation_bytes += (uint64_t)stage_inflight(tr, s) * st->slot_floats * 4;
+    d->activation_bytes += (uint64_t)strata__stage_inflight(tr, s) * st->slot_floats * 4;
   }
   *out = tr;
   return STRATA_OK;
@@ -843,97 +715,7 @@ STRATA_API int strata_trainer_report(strata_trainer_t tr, struct strata_pipeline
   return STRATA_OK;
 }
 
-/* ---- passes outside training (evaluation, logits, gradient checks) through the executor ---- */
-
-static int finish_all(strata_trainer_t tr);
-static void release_all(strata_trainer_t tr);
-
-int strata__pass_schedule(strata_trainer_t tr, int backward, strata_schedule_t *out) {
-  const int D = strata_schedule_devices(tr->sched);
-  struct strata_action **lists = calloc((size_t)D, sizeof *lists);
-  int *counts = calloc((size_t)D, sizeof *counts);
-  int rc = lists && counts ? STRATA_OK : strata__error(STRATA_ERR_NOMEM, "out of host memory");
-  for (int d = 0; d < D && !rc; d++) {
-    int n = 0;
-    const struct strata_action *list = strata_schedule_actions(tr->sched, d, &n);
-    if (!(lists[d] = malloc(((size_t)n + 1) * sizeof *lists[d]))) {
-      rc = strata__error(STRATA_ERR_NOMEM, "out of host memory");
-      break;
-    }
-    for (int i = 0; i < n; i++) {
-      struct strata_action a = list[i];
-      if (a.microbatch != 0 || strata__stage_replica(tr, a.stage) != tr->home)
-        continue; /* one micro-batch of the home replica; no update or gradient collective (micro-batch -1) */
-      switch (a.kind) {
-      case STRATA_ACTION_FORWARD:
-      case STRATA_ACTION_SEND_ACT:
-      case STRATA_ACTION_RECV_ACT:
-      case STRATA_ACTION_TP_JOIN_FORWARD:
-        break;
-      case STRATA_ACTION_BACKWARD_INPUT: /* the backward whole, as one device runs it */
-        a.kind = STRATA_ACTION_BACKWARD;
-        /* fall through */
-      case STRATA_ACTION_BACKWARD:
-      case STRATA_ACTION_SEND_GRAD:
-      case STRATA_ACTION_RECV_GRAD:
-      case STRATA_ACTION_TP_JOIN_BACKWARD:
-        if (!backward)
-          continue;
-        break;
-      default: /* W (inside B here) */
-        continue;
-      }
-      lists[d][counts[d]++] = a;
-    }
-  }
-  if (!rc)
-    rc = strata_schedule_with_lists(tr->sched, (const struct strata_action *const *)lists, counts, out);
-  for (int d = 0; lists && d < D; d++)
-    free(lists[d]);
-  free(lists);
-  free(counts);
-  return rc;
-}
-
-/*
-** Run micro-batch 0 of the home replica on `inputs` and `targets` through the stages and, with `backward`, back:
-** the executor on the pass's lists, its per-row losses in tr->losses[home x m]. `forwarded` as in strata__work.
-*/
-static int run_pass(strata_trainer_t tr, const void *inputs, const int32_t *targets, int backward,
-                    int (*forwarded)(void *, struct strata__stage *, int, int, int), void *arg) {
-  if (tr->comm_stale)
-    TRY(strata__trainer_comms_renew(tr));
-  if (!tr->pass[backward])
-    TRY(strata__pass_schedule(tr, backward, &tr->pass[backward]));
-  const void **in = calloc((size_t)tr->mtot, sizeof *in);
-  const int32_t **tg = calloc((size_t)tr->mtot, sizeof *tg);
-  if (!in || !tg) {
-    free(in);
-    free(tg);
-    return strata__error(STRATA_ERR_NOMEM, "out of host memory");
-  }
-  in[tr->home * tr->m] = inputs;
-  tg[tr->home * tr->m] = targets;
-  struct strata__work w = {.sched = tr->pass[backward], .inputs = in, .targets = tg, .forwarded = forwarded,
-                           .arg = arg};
-  int rc = strata__execute(tr, &w, NULL);
-  free(in);
-  free(tg);
-  if (!rc)
-    rc = finish_all(tr);
-  release_all(tr); /* to the devices' caches, for the next pass */
-  return rc;
-}
-
-/* Sum of the per-row losses of the pass's micro-batch, as strata__stage_loss adds them. */
-static double pass_loss(strata_trainer_t tr) {
-  double sum = 0;
-  for (int64_t r = 0; r < tr->rows; r++)
-    sum += tr->losses[tr->home * tr->m][r];
-  return sum;
-}
-
-static int finish_all(strata_trainer_t tr) {
+int strata__trainer_finish_all(strata_trainer_t tr) {
   int rc = STRATA_OK;
   for (int s = 0; s < strata__stages_all(tr); s++) {
     int r = tr->st[s] ? strata_queue_finish(tr->st[s]->q) : STRATA_OK; /* (another rank's, or stood for) */
@@ -950,53 +732,13 @@ static int finish_all(strata_trainer_t tr) {
 ** failed half-way, and stage_release waits for its own stage only. Errors
 ** from this wait are the caller's already, or none.
 */
-static void release_all(strata_trainer_t tr) {
-  (void)finish_all(tr);
+void strata__trainer_release_all(strata_trainer_t tr) {
+  (void)strata__trainer_finish_all(tr);
   for (int s = 0; s < strata__stages_all(tr); s++)
     for (int k = 0; tr->st[s] && k < tr->st[s]->nslots; k++) {
       strata__stage_release(tr->st[s], k);
       tr->st[s]->slots[k].taken = 0;
     }
-}
-
-float strata__clip_scale(const strata_trainer_t tr, float *norm) {
-  double sum = 0;
-  for (size_t t = 0; t < tr->ntensors; t++) {
-    /* a cut tensor's sum is its slices', in slice order; a whole one is the same on every slice; with ZeRO each
-    ** replica has the sums of its shard's part, added in replica order */
-    double x = 0;
-    for (int r = 0; r < (tr->zero ? tr->replicas : 1); r++)
-      for (int k = 0; k < (tr->tensor_split[t] ? tr->tp : 1); k++)
-        x += tr->sumsq[(size_t)(r * tr->tp + k) * tr->ntensors + t];
-    sum += x;
-  }
-  *norm = (float)sqrt(sum);
-  return (tr->opt.clip > 0 && *norm > tr->opt.clip) ? tr->opt.clip / *norm : 1.0f;
-}
-
-int strata__stage_optimize(strata_trainer_t tr, int s, float gscale, float lr) {
-  const struct strata_train_options *o = &tr->opt;
-  TRY(strata__stage_update(tr->st[s], gscale, lr, o->beta1, o->beta2, o->eps, o->weight_decay, tr->step + 1));
-  return strata_queue_finish(tr->st[s]->q);
-}
-
-int strata__stage_sumsq(strata_trainer_t tr, int s) {
-  /* where stage s's tensors start: its chain's row (replica 0's chains without ZeRO) */
-  size_t base = (size_t)(tr->zero ? strata__stage_chain(tr, s) : strata__stage_slice(tr, s)) * tr->ntensors;
-  for (int i = 0; i < s % tr->nstages; i++)
-    base += (size_t)strata__home_stage(tr, 0, i)->ntensors;
-  return strata__stage_grad_sumsq(tr->st[s], tr->sumsq + base);
-}
-
-/* Learning rate of step `s` (0-based): linear warm-up, then cosine to min_lr. */
-static float schedule(const struct strata_train_options *o, int64_t s) {
-  if (o->warmup > 0 && s < o->warmup)
-    return o->lr * (float)(s + 1) / (float)o->warmup;
-  double span = (double)(o->steps - o->warmup);
-  double t = span > 0 ? (double)(s - o->warmup) / span : 1.0;
-  if (t > 1)
-    t = 1;
-  return (float)(o->min_lr + 0.5 * (o->lr - o->min_lr) * (1 + cos(M_PI * t)));
 }
 
 /* One step on the micro-batches in tr->inputs and tr->targets; `state` is the data stream's after them. */
@@ -1015,13 +757,13 @@ static int run_step(strata_trainer_t tr, uint64_t state, struct strata_step_stat
   }
   if (tr->comm_stale)
     TRY(strata__trainer_comms_renew(tr));
-  float lr = schedule(o, tr->step), norm = 0;
+  float lr = strata__lr_at(o, tr->step), norm = 0;
   struct strata__work w = {.sched = tr->sched, .inputs = (const void *const *)tr->inputs,
                            .targets = (const int32_t *const *)tr->targets, .train = 1, .lr = lr};
   int rc = strata__execute(tr, &w, &norm);
   if (!rc)
-    rc = finish_all(tr);
-  release_all(tr); /* the slots follow the schedule; their blocks stay in the devices' caches (warm_cache) */
+    rc = strata__trainer_finish_all(tr);
+  strata__trainer_release_all(tr); /* the slots follow the schedule; their blocks stay in the devices' caches (warm_cache) */
   if (rc)
     return rc;
   double loss = 0;
@@ -1079,454 +821,4 @@ int strata__trainer_step_fixed(strata_trainer_t tr, const int32_t *inputs, size_
     memcpy(tr->targets[k], targets, ntargets * sizeof *targets);
   }
   return run_step(tr, tr->data_state, NULL);
-}
-
-/* Mean loss of one batch run forward through the stages (slot 0). */
-static int forward_loss(strata_trainer_t tr, const void *inputs, const int32_t *targets, double *sum) {
-  int rc = run_pass(tr, inputs, targets, 0, NULL, NULL);
-  *sum = 0;
-  if (!rc && strata__home_stage(tr, 0, tr->nstages - 1)->params) /* (else another rank's: its sum comes below) */
-    *sum = pass_loss(tr);
-  if (!rc)
-    rc = strata__ranks_loss_sum(tr, sum);
-  return rc;
-}
-
-STRATA_API int strata_trainer_eval(strata_trainer_t tr, int64_t batches, float *loss) {
-  if (!tr || !loss || batches < 1)
-    return strata__error(STRATA_ERR_INVALID, "strata_trainer_eval: need a trainer, an output and batches >= 1");
-  if (!tr->data)
-    return strata__error(STRATA_ERR_STATE, "strata_trainer_eval: the trainer was made without data");
-  uint64_t state = 0x5eed5eedull ^ tr->opt.seed; /* the same validation batches every time */
-  int64_t ctx = tr->images ? 0 : tr->model->cfg.context;
-  double sum = 0;
-  int rc = STRATA_OK;
-  for (int64_t b = 0; b < batches && !rc; b++) {
-    if (tr->stop && tr->stop(tr->stop_arg)) {
-      rc = strata__error(STRATA_ERR_INTERRUPTED, "validation interrupted after %lld of %lld batches", (long long)b,
-                         (long long)batches);
-      break;
-    }
-    rc = strata_dataset_sample(tr->data, STRATA_SPLIT_VAL, tr->opt.batch, ctx, &state, tr->inputs[0], tr->targets[0]);
-    double one = 0;
-    if (!rc)
-      rc = forward_loss(tr, tr->inputs[0], tr->targets[0], &one);
-    sum += one;
-  }
-  release_all(tr);
-  if (!rc)
-    *loss = (float)(sum / (double)(tr->rows * batches));
-  return rc;
-}
-
-/* ---- parameters in host memory, in global tensor order ---- */
-
-/*
-** Host copies of the parameters (and gradients, moments) hold whole tensors
-** in global tensor order, however the trainer is cut: replica 0's stages
-** one after another, each tensor assembled from its slices.
-*/
-static strata_buffer_t buffer_of(struct strata__stage *st, int which) {
-  return which == 0 ? st->params : which == 1 ? st->grads : which == 2 ? st->m : st->v;
-}
-
-/* Whole floats of stage s (of any chain): its tensors unsliced. */
-static size_t stage_full(const struct strata__stage *st) {
-  size_t n = 0;
-  for (int t = 0; t < st->ntensors; t++)
-    n += st->tensors[t].full_n;
-  return n;
-}
-
-/* Stage j of slice k's flat buffer `which` into local (nparams floats): replica 0's copy, or with ZeRO the moments
-** from every replica's shard. */
-static int download_flat(strata_trainer_t tr, int k, int j, int which, float *local) {
-  struct strata__stage *st = strata__home_stage(tr, k, j);
-  if (!tr->zero || which < 2)
-    return strata_buffer_download(st->q, buffer_of(st, which), 0, local, st->nparams * 4);
-  for (int r = 0; r < tr->replicas; r++) {
-    struct strata__stage *x = tr->st[(r * tr->tp + k) * tr->nstages + j];
-    if (!x)
-      continue; /* another rank's shard: below */
-    size_t at = (size_t)r * x->chunk, n = at < x->nparams ? x->nparams - at : 0;
-    if (n > x->chunk)
-      n = x->chunk;
-    if (n)
-      TRY(strata_buffer_download(x->q, buffer_of(x, which), 0, local + at, n * 4));
-  }
-  return strata__ranks_shards(tr, k, j, local);
-}
-
-/* Copy buffer `which` (0 params, 1 grads, 2 m, 3 v) of the home replica into host. */
-static int gather(strata_trainer_t tr, int which, float *host) {
-  size_t at = 0, most = 0;
-  for (int s = 0; s < tr->nstages; s++)
-    most = strata__home_stage(tr, 0, s)->nparams > most ? strata__home_stage(tr, 0, s)->nparams : most;
-  float *local = malloc((most ? most : 1) * sizeof *local);
-  if (!local)
-    return strata__error(STRATA_ERR_NOMEM, "out of host memory");
-  int rc = STRATA_OK;
-  for (int s = 0; s < tr->nstages && !rc; s++) {
-    for (int k = 0; k < tr->tps[s] && !rc; k++) {
-      struct strata__stage *st = strata__home_stage(tr, k, s);
-      if (tr->zero && which >= 2) {
-        rc = download_flat(tr, k, s, which, local); /* every replica's shard, from wherever it is */
-      } else {
-        if (st->params)
-          rc = download_flat(tr, k, s, which, local);
-        if (!rc) /* another rank's slice (a pipeline or a tensor-parallel group across ranks): its values from there */
-          rc = strata__ranks_slice_values(tr, k, s, local, st->nparams);
-      }
-      size_t o = at;
-      for (int t = 0; t < st->ntensors && !rc; t++) {
-        const struct strata__tensor *x = &st->tensors[t];
-        if (k == 0 || x->split) /* a whole tensor from slice 0: the others hold the same values */
-          strata__tensor_cut(x, host + o, local + x->off, 1);
-        o += x->full_n;
-      }
-    }
-    at += stage_full(strata__home_stage(tr, 0, s));
-  }
-  free(local);
-  return rc;
-}
-
-/* Every replica's copy of the stages, every slice, receives the same values (with ZeRO, each its shard of the
-** moments). */
-static int scatter(strata_trainer_t tr, int which, const float *host) {
-  size_t most = 0;
-  for (int s = 0; s < strata__stages_all(tr); s++)
-    most = tr->st[s] && tr->st[s]->nparams > most ? tr->st[s]->nparams : most;
-  float *local = malloc((most ? most : 1) * sizeof *local);
-  if (!local)
-    return strata__error(STRATA_ERR_NOMEM, "out of host memory");
-  int rc = STRATA_OK;
-  for (int c = 0; c < tr->chains && !rc; c++) {
-    size_t at = 0;
-    for (int s = 0; s < tr->nstages && !rc; s++) {
-      struct strata__stage *st = tr->st[c * tr->nstages + s];
-      if (!st) { /* another rank's, or held by another slice: its whole tensors come after */
-        at += stage_full(strata__home_stage(tr, 0, s));
-        continue;
-      }
-      for (int t = 0; t < st->ntensors; t++) {
-        const struct strata__tensor *x = &st->tensors[t];
-        strata__tensor_cut(x, (float *)host + at, local + x->off, 0);
-        at += x->full_n;
-      }
-      if (tr->zero && which >= 2) {
-        size_t lo = (size_t)st->zero.rank * st->chunk, n = lo < st->nparams ? st->nparams - lo : 0;
-        if (n > st->chunk)
-          n = st->chunk;
-        rc = n ? strata_buffer_upload(st->q, buffer_of(st, which), 0, local + lo, n * 4) : STRATA_OK;
-      } else {
-        rc = strata_buffer_upload(st->q, buffer_of(st, which), 0, local, st->nparams * 4);
-      }
-    }
-  }
-  free(local);
-  return rc;
-}
-
-static size_t total_params(strata_trainer_t tr) {
-  size_t n = 0;
-  for (int s = 0; s < tr->nstages; s++)
-    n += stage_full(strata__home_stage(tr, 0, s));
-  return n;
-}
-
-STRATA_API int strata_trainer_params(strata_trainer_t tr, float *params, size_t *count) {
-  if (!tr || !count)
-    return strata__error(STRATA_ERR_INVALID, "strata_trainer_params: NULL argument");
-  size_t n = total_params(tr);
-  if (params) {
-    if (*count < n)
-      return strata__error(STRATA_ERR_RANGE, "strata_trainer_params: room for %zu floats, the model has %zu", *count, n);
-    TRY(gather(tr, 0, params));
-  }
-  *count = n;
-  return STRATA_OK;
-}
-
-STRATA_API int strata_trainer_set_params(strata_trainer_t tr, const float *params, size_t count) {
-  if (!tr || !params)
-    return strata__error(STRATA_ERR_INVALID, "strata_trainer_set_params: NULL argument");
-  if (count != total_params(tr))
-    return strata__error(STRATA_ERR_SHAPE, "strata_trainer_set_params: %zu floats given, the model has %zu", count,
-                         total_params(tr));
-  return scatter(tr, 0, params);
-}
-
-STRATA_API int strata_trainer_loss_grad(strata_trainer_t tr, const void *inputs, const int32_t *targets, int64_t batch,
-                                        float *loss, float *grads) {
-  if (!tr || !inputs || !targets || !loss)
-    return strata__error(STRATA_ERR_INVALID, "strata_trainer_loss_grad: NULL argument");
-  if (batch != tr->opt.batch)
-    return strata__error(STRATA_ERR_SHAPE, "strata_trainer_loss_grad: batch %lld, the trainer was built for %lld",
-                         (long long)batch, (long long)tr->opt.batch);
-  for (int s = 0; s < strata__stages_all(tr); s++) {
-    if (!tr->st[s])
-      continue; /* another rank's, or a slice another stands for */
-    tr->st[s]->loss_scale = 1.0f / (float)tr->rows;
-    TRY(strata__stage_zero_grads(tr->st[s]));
-  }
-  if (grads && tr->ranks && tr->ranks->spans)
-    return strata__error(STRATA_ERR_UNSUPPORTED, "a backward pass outside the pipeline schedule, over a pipeline or "
-                         "tensor-parallel group across ranks, is not in this version");
-  double sum = 0;
-  int rc = run_pass(tr, inputs, targets, grads != NULL, NULL, NULL);
-  if (!rc)
-    sum = pass_loss(tr);
-  if (!rc && grads)
-    rc = gather(tr, 1, grads);
-  release_all(tr);
-  if (!rc)
-    *loss = (float)(sum / (double)tr->rows);
-  return rc;
-}
-
-int strata__trainer_forward_backward(strata_trainer_t tr, const void *inputs, const int32_t *targets) {
-  for (int s = 0; s < strata__stages_all(tr); s++) {
-    if (!tr->st[s])
-      continue;
-    tr->st[s]->loss_scale = 1.0f / (float)tr->rows;
-    TRY(strata__stage_zero_grads(tr->st[s]));
-  }
-  if (tr->ranks && tr->ranks->spans)
-    return strata__error(STRATA_ERR_UNSUPPORTED, "a backward pass outside the pipeline schedule, over a pipeline or "
-                         "tensor-parallel group across ranks, is not in this version");
-  return run_pass(tr, inputs, targets, 1, NULL, NULL);
-}
-
-/* The logits a pass's last stage leaves: each slice its columns of the vocabulary (all of it without a
-** vocabulary-parallel head, read from slice 0). */
-struct logits_read {
-  strata_trainer_t tr;
-  int64_t batch, first, count;
-  float *logits;
-};
-
-static int read_logits(void *arg, struct strata__stage *last, int s, int slot, int mb) {
-  (void)mb;
-  const struct logits_read *lr = arg;
-  const int64_t T = lr->tr->model->cfg.context, V = lr->tr->model->cfg.vocab;
-  int64_t c0 = 0, vl = V;
-  if (!strata__stage_vocab(last, &c0, &vl) && strata__stage_slice(lr->tr, s) > 0)
-    return STRATA_OK;
-  strata_mem_t lg = strata__stage_logits(last, slot);
-  for (int64_t b = 0; b < lr->batch; b++)
-    for (int64_t p = 0; p < lr->count; p++)
-      TRY(strata_buffer_read(last->q, lg.buf, (lg.off + (size_t)((b * T + lr->first + p) * vl)) * 4,
-                             lr->logits + (b * lr->count + p) * V + c0, (size_t)vl * 4));
-  return strata_queue_finish(last->q);
-}
-
-STRATA_API int strata_trainer_logits(strata_trainer_t tr, const int32_t *tokens, int64_t batch, float *logits) {
-  if (!tr)
-    return strata__error(STRATA_ERR_INVALID, "strata_trainer_logits: NULL argument");
-  return strata_trainer_logits_at(tr, tokens, batch, tr->images ? 0 : tr->model->cfg.context - 1, 1, logits);
-}
-
-STRATA_API int strata_trainer_logits_at(strata_trainer_t tr, const int32_t *tokens, int64_t batch, int64_t first,
-                                        int64_t count, float *logits) {
-  if (!tr || !tokens || !logits)
-    return strata__error(STRATA_ERR_INVALID, "strata_trainer_logits: NULL argument");
-  if (tr->images)
-    return strata__error(STRATA_ERR_UNSUPPORTED, "strata_trainer_logits: '%s' is not a text model",
-                         tr->model->cfg.name);
-  if (tr->ranks && tr->ranks->spans)
-    return strata__error(STRATA_ERR_UNSUPPORTED, "strata_trainer_logits: a pipeline or tensor-parallel group across "
-                         "ranks gives no logits in this version");
-  if (batch < 1 || batch > tr->opt.batch)
-    return strata__error(STRATA_ERR_SHAPE, "strata_trainer_logits: batch %lld, at most %lld", (long long)batch,
-                         (long long)tr->opt.batch);
-  int64_t T = tr->model->cfg.context, V = tr->model->cfg.vocab;
-  if (first < 0 || count < 1 || first > T - count)
-    return strata__error(STRATA_ERR_RANGE, "strata_trainer_logits: positions [%lld, %lld) outside the context of %lld",
-                         (long long)first, (long long)(first + count), (long long)T);
-  int32_t *in = tr->inputs[0];
-  for (int64_t i = 0; i < tr->rows; i++) {
-    in[i] = i < batch * T ? tokens[i] : 0;
-    if (in[i] < 0 || in[i] >= V) {
-      release_all(tr);
-      return strata__error(STRATA_ERR_RANGE, "strata_trainer_logits: token %lld at position %lld is outside the "
-                           "vocabulary (%lld)", (long long)in[i], (long long)i, (long long)V);
-    }
-    tr->targets[0][i] = -1; /* no loss wanted */
-  }
-  struct logits_read lr = {.tr = tr, .batch = batch, .first = first, .count = count, .logits = logits};
-  int rc = run_pass(tr, in, tr->targets[0], 0, read_logits, &lr);
-  release_all(tr);
-  return rc;
-}
-
-/* ---- checkpoints ---- */
-
-static int options_json(const struct strata_train_options *o, char **out) {
-  json_t *j = json_pack("{s:I, s:I, s:I, s:f, s:f, s:I, s:f, s:f, s:f, s:f, s:f}", "batch", (json_int_t)o->batch,
-                        "accum", (json_int_t)o->accum, "steps", (json_int_t)o->steps, "lr", (double)o->lr, "min_lr",
-                        (double)o->min_lr, "warmup", (json_int_t)o->warmup, "weight_decay", (double)o->weight_decay,
-                        "beta1", (double)o->beta1, "beta2", (double)o->beta2, "eps", (double)o->eps, "clip",
-                        (double)o->clip);
-  if (!j)
-    return strata__error(STRATA_ERR_NOMEM, "out of memory writing options");
-  *out = json_dumps(j, JSON_SORT_KEYS | JSON_COMPACT);
-  json_decref(j);
-  return *out ? STRATA_OK : strata__error(STRATA_ERR_NOMEM, "out of memory writing options");
-}
-
-/* Every tensor of every stage, in global order. */
-static const struct strata__tensor *tensor_at(strata_trainer_t tr, size_t t, size_t *host_off) {
-  size_t base = 0, at = 0;
-  for (int s = 0; s < tr->nstages; s++) {
-    const struct strata__stage *st = strata__home_stage(tr, 0, s);
-    if (t < base + (size_t)st->ntensors) {
-      const struct strata__tensor *x = &st->tensors[t - base];
-      for (size_t j = base; j < t; j++)
-        at += st->tensors[j - base].full_n;
-      *host_off = at;
-      return x;
-    }
-    base += (size_t)st->ntensors;
-    at += stage_full(st);
-  }
-  return NULL;
-}
-
-STRATA_API int strata_trainer_save(strata_trainer_t tr, const char *path) {
-  if (!tr || !path)
-    return strata__error(STRATA_ERR_INVALID, "strata_trainer_save: NULL argument");
-  size_t n = total_params(tr), nt = tr->ntensors;
-  float *host = malloc((3 * n + 1) * sizeof *host);
-  struct strata_st_tensor *ts = calloc(3 * nt + 1, sizeof *ts);
-  char *names = calloc(3 * nt + 1, 96);
-  char *model_json = NULL, *opt_json = NULL;
-  int rc = (!host || !ts || !names) ? strata__error(STRATA_ERR_NOMEM, "out of host memory saving a checkpoint")
-                                    : STRATA_OK;
-  for (int k = 0; k < 3 && !rc; k++)
-    rc = gather(tr, k == 0 ? 0 : k + 1, host + (size_t)k * n);
-  if (!rc)
-    rc = strata_model_to_json(tr->model, &model_json);
-  if (!rc)
-    rc = options_json(&tr->opt, &opt_json);
-  if (!rc) {
-    static const char *const prefix[3] = {"", "optimizer.m.", "optimizer.v."};
-    for (int k = 0; k < 3 && !rc; k++)
-      for (size_t t = 0; t < nt && !rc; t++) {
-        size_t off = 0;
-        const struct strata__tensor *x = tensor_at(tr, t, &off);
-        if (!x) {
-          rc = strata__error(STRATA_ERR_INTERNAL, "tensor %zu of %zu not found", t, nt);
-          break;
-        }
-        struct strata_st_tensor *o = &ts[(size_t)k * nt + t];
-        char *nm = names + ((size_t)k * nt + t) * 96;
-        snprintf(nm, 96, "%s%s", prefix[k], x->name);
-        o->name = nm;
-        o->ndim = x->ndim;
-        memcpy(o->shape, x->full, sizeof o->shape);
-        o->data = host + (size_t)k * n + off;
-      }
-    char step[32], seed[32], state[32];
-    snprintf(step, sizeof step, "%" PRId64, tr->step);
-    snprintf(seed, sizeof seed, "%" PRIu64, tr->opt.seed);
-    snprintf(state, sizeof state, "%" PRIu64, tr->data_state);
-    struct strata_st_meta meta[] = {{"format", CHECKPOINT_FORMAT}, {"model", model_json}, {"options", opt_json},
-                                    {"step", step},                {"seed", seed},        {"data_state", state}};
-    if (!rc && strata__ranks_writer(tr)) /* one file for the whole job, from rank 0's gathered tensors */
-      rc = strata_safetensors_write(path, ts, 3 * nt, meta, sizeof meta / sizeof meta[0]);
-    rc = strata__ranks_status(tr, rc); /* every rank learns whether it was written */
-  }
-  free(model_json);
-  free(opt_json);
-  free(host);
-  free(ts);
-  free(names);
-  return rc;
-}
-
-/* Parse an unsigned decimal metadata field ('step' at most INT64_MAX). */
-static int meta_u64(strata_safetensors_t f, const char *path, const char *key, uint64_t *v) {
-  const char *s = strata_safetensors_meta(f, key);
-  if (!s || !*s)
-    return strata__error(STRATA_ERR_PARSE, "%s: checkpoint metadata has no '%s'", path, key);
-  int rc = strata__parse_uint(s, strcmp(key, "step") == 0 ? (uint64_t)INT64_MAX : UINT64_MAX, v);
-  if (rc)
-    return strata__error(STRATA_ERR_PARSE, "%s: checkpoint metadata '%s' = '%s' is not a number: %s", path, key, s,
-                         strata__parse_why());
-  return STRATA_OK;
-}
-
-STRATA_API int strata_trainer_load(strata_trainer_t tr, const char *path) {
-  if (!tr || !path)
-    return strata__error(STRATA_ERR_INVALID, "strata_trainer_load: NULL argument");
-  strata_safetensors_t f = NULL;
-  TRY(strata_safetensors_read(path, &f));
-  size_t n = total_params(tr);
-  float *host = NULL;
-  char *want = NULL;
-  int rc = STRATA_OK;
-  const char *format = strata_safetensors_meta(f, "format");
-  if (!format || strcmp(format, CHECKPOINT_FORMAT) != 0)
-    rc = strata__error(STRATA_ERR_PARSE, "%s: not a strata checkpoint (metadata 'format' is %s%s%s, want %s)", path,
-                       format ? "'" : "", format ? format : "missing", format ? "'" : "", CHECKPOINT_FORMAT);
-  /* the model must be the same one (its name aside) */
-  if (!rc)
-    rc = strata_model_to_json(tr->model, &want);
-  if (!rc) {
-    const char *have = strata_safetensors_meta(f, "model");
-    json_t *a = have ? json_loads(have, 0, NULL) : NULL, *b = json_loads(want, 0, NULL);
-    if (a && b) {
-      json_object_del(a, "name");
-      json_object_del(b, "name");
-    }
-    if (!a || !b || !json_equal(a, b))
-      rc = strata__error(STRATA_ERR_SHAPE, "%s: the checkpoint holds model %s, not this one (%s)", path,
-                         have ? have : "(none)", want);
-    json_decref(a);
-    json_decref(b);
-  }
-  uint64_t step = 0, seed = 0, state = 0;
-  if (!rc)
-    rc = meta_u64(f, path, "step", &step);
-  if (!rc)
-    rc = meta_u64(f, path, "seed", &seed);
-  if (!rc)
-    rc = meta_u64(f, path, "data_state", &state);
-  if (!rc && !(host = malloc((3 * n + 1) * sizeof *host)))
-    rc = strata__error(STRATA_ERR_NOMEM, "out of host memory loading a checkpoint");
-  static const char *const prefix[3] = {"", "optimizer.m.", "optimizer.v."};
-  for (int k = 0; k < 3 && !rc; k++)
-    for (size_t t = 0; t < tr->ntensors && !rc; t++) {
-      size_t off = 0;
-      const struct strata__tensor *x = tensor_at(tr, t, &off);
-      if (!x) {
-        rc = strata__error(STRATA_ERR_INTERNAL, "tensor %zu of %zu not found", t, tr->ntensors);
-        break;
-      }
-      char nm[96];
-      snprintf(nm, sizeof nm, "%s%s", prefix[k], x->name);
-      int ndim;
-      int64_t shape[STRATA_ST_MAX_DIMS];
-      const float *data;
-      rc = strata_safetensors_get(f, nm, &ndim, shape, &data);
-      if (rc == STRATA_ERR_NOT_FOUND)
-        rc = strata__error(STRATA_ERR_PARSE, "%s: tensor '%s' is missing", path, nm);
-      else if (!rc && (ndim != x->ndim || memcmp(shape, x->full, (size_t)ndim * sizeof *shape) != 0))
-        rc = strata__error(STRATA_ERR_SHAPE, "%s: tensor '%s' has the wrong shape", path, nm);
-      if (!rc)
-        memcpy(host + (size_t)k * n + off, data, x->full_n * 4);
-    }
-  /* only now, with everything read and checked, overwrite the trainer */
-  for (int k = 0; k < 3 && !rc; k++)
-    rc = scatter(tr, k == 0 ? 0 : k + 1, host + (size_t)k * n);
-  if (!rc) {
-    tr->step = (int64_t)step;
-    tr->opt.seed = seed;
-    tr->data_state = state;
-  }
-  free(want);
-  free(host);
-  strata_safetensors_free(f);
-  return rc;
 }

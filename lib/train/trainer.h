@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* trainer.h — the trainer's state, shared by the trainer API (train.c), the executor (pipeline.c) and the ranks (ranks.c). Internal. */
+/* trainer.h — the trainer's state and its parts' internal calls, shared by the files of lib/train/ (the trainer API, the
+** executor, the memory plan, the optimizer, passes, parameters, checkpoints, trace, joins, ranks). Internal. */
 #ifndef STRATA__TRAINER_H
 #define STRATA__TRAINER_H
 
@@ -132,7 +133,7 @@ uint64_t strata__stage_need(strata_trainer_t tr, int s, const struct strata__sta
                             const struct strata__stage_bytes *prev, uint64_t *act, uint64_t *bufs);
 
 /*
-** One run of the executor (pipeline.c): the trainer gives the stages, devices, queues and communicators; the work
+** One run of the executor (executor.c): the trainer gives the stages, devices, queues and communicators; the work
 ** says what runs. A training step runs the trainer's schedule (tr->sched) with its update, gradient collectives,
 ** report and trace; a pass (evaluation, logits, a gradient check) runs lists derived from it
 ** (strata__pass_schedule) and touches none of those.
@@ -148,6 +149,34 @@ struct strata__work {
   int (*forwarded)(void *arg, struct strata__stage *st, int s, int slot, int mb);
   void *arg;
 };
+
+/* Post one of a step's collectives (float32) on communicator c as member `rank`, ordered against a failure's abort by
+** the trainer's lock (joins.c). A communicator that enqueues (`async`) returns the completion in *done (NULL: the
+** member's queue waits for it); one that cannot waits in the call, made after the lock is let go. */
+int strata__post_collective(strata_trainer_t tr, strata_comm_t c, int async, int kind, int rank, strata_queue_t q,
+                            strata_mem_t send, strata_mem_t recv, size_t count, int op, void **done);
+
+/* ---- the trainer's parts, one file each (train.c, memory.c, optimizer.c, params.c, pass.c) ---- */
+
+/* Wait for every stage's queue (train.c); the first error. */
+int strata__trainer_finish_all(strata_trainer_t tr);
+/* Wait for every queue, then free every stage's slots (their blocks stay in the devices' caches) (train.c). */
+void strata__trainer_release_all(strata_trainer_t tr);
+/* Micro-batches stage s keeps in flight at most: the schedule's peak (memory.c). */
+int strata__stage_inflight(strata_trainer_t tr, int s);
+/* The memory plan against what each device has free (memory.c); a message that says what is needed and what there is. */
+int strata__trainer_check_memory(strata_trainer_t tr, const int *split);
+/* When layers [first, last) do not fit on device dev: say what they need, keeping the failed allocation's reason. */
+int strata__trainer_explain_memory(strata_trainer_t tr, int first, int last, int dev);
+/* Learning rate of step s (0-based): linear warm-up, then cosine to min_lr (optimizer.c). */
+float strata__lr_at(const struct strata_train_options *o, int64_t s);
+/* Buffer `which` (0 params, 1 grads, 2 m, 3 v) of the home replica into host, in global tensor order; and every
+** replica's and slice's copy from host (params.c). */
+int strata__trainer_gather(strata_trainer_t tr, int which, float *host);
+int strata__trainer_scatter(strata_trainer_t tr, int which, const float *host);
+/* Whole parameters of the model; whole floats of one stage (its tensors unsliced) (params.c). */
+size_t strata__trainer_total_params(strata_trainer_t tr);
+size_t strata__stage_full(const struct strata__stage *st);
 
 /* Run `w` on the trainer's devices; *grad_norm (may be NULL) gets a training step's gradient norm. */
 int strata__execute(strata_trainer_t tr, const struct strata__work *w, float *grad_norm);

@@ -1,0 +1,217 @@
+/* SPDX-License-Identifier: MIT */
+/* balance.c — the trainer's split of the layers over a pipeline's ranks: each device's speed measured, the slowest
+** stage's time minimised within the memory plan. */
+#include "config.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/file.h"
+#include "comm/comm.h"
+#include "train/ranks.h"
+#include "device/registry.h"
+#include "train/trainer.h"
+
+
+/* ---- balancing the split ---- */
+
+/* GFLOP/s of a 256^3 GEMM on device `dev` through strata: the speed the split weighs layers against. */
+static int device_speed(int dev, double *gflops) {
+  const int64_t n = 256;
+  size_t bytes = (size_t)(n * n * 4);
+  strata_buffer_t a = NULL, c = NULL;
+  strata_queue_t q = NULL;
+  int rc = strata_queue_new(dev, &q);
+  if (!rc)
+    rc = strata_buffer_new(dev, bytes, &a);
+  if (!rc)
+    rc = strata_buffer_new(dev, bytes, &c);
+  if (!rc)
+    rc = strata_fill(q, strata_mem(a, 0), 0.5f, n * n);
+  double best = 0;
+  for (int r = 0; r < 4 && !rc; r++) { /* the first call may compile kernels */
+    double t0 = strata__now();
+    rc = strata_gemm(q, 0, 0, n, n, n, 1, strata_mem(a, 0), n, 0, strata_mem(a, 0), n, 0, 0, strata_mem(c, 0), n, 0, 1);
+    if (!rc)
+      rc = strata_queue_finish(q);
+    double g = 2.0 * (double)(n * n * n) / (strata__now() - t0) / 1e9;
+    if (r > 0 && g > best)
+      best = g;
+  }
+  strata_buffer_free(a);
+  strata_buffer_free(c);
+  strata_queue_free(q);
+  if (!rc)
+    *gflops = best > 0 ? best : 1;
+  return rc;
+}
+
+/*
+** Contiguous split minimising the slowest stage's time (its layers' FLOPs
+** over its device's speed) subject to each stage's memory (parameters,
+** gradients and moments, plus activations for the micro-batches the
+** schedule keeps in flight on it) fitting its device's limit. Dynamic
+** programming over (stages, layers).
+*/
+/* Each rank's device speed (one measurement per kind of device) and free memory. */
+static int measure_devices(strata_trainer_t tr, double *speed, uint64_t *limit) {
+  for (int r = 0; r < tr->ndev; r++) {
+    if (!strata__rank_mine(tr, r))
+      continue; /* its own rank measures it (a pipeline across ranks): below */
+    /* devices of one kind (backend and name: host virtual devices, identical
+    ** GPUs) get one measurement, so that timing noise cannot cut a model
+    ** differently from run to run */
+    struct strata_device_props pr, pq;
+    TRY(strata_device_props(tr->dev[r], &pr));
+    int same = -1;
+    for (int q = 0; q < r && same < 0; q++) {
+      if (!strata__rank_mine(tr, q))
+        continue;
+      TRY(strata_device_props(tr->dev[q], &pq));
+      /* host virtual devices are slices of one CPU (unless one is slowed: STRATA_HOST_SLOW names it so); other
+      ** devices match by name */
+      const char *sr = strstr(pr.name, ", slowed "), *sq = strstr(pq.name, ", slowed ");
+      if (strcmp(pr.backend, pq.backend) == 0 &&
+          (strcmp(pr.backend, "host") == 0 ? (!sr && !sq) || (sr && sq && strcmp(sr, sq) == 0)
+                                           : strcmp(pr.name, pq.name) == 0))
+        same = q;
+    }
+    if (same >= 0)
+      speed[r] = speed[same];
+    else
+      TRY(device_speed(tr->dev[r], &speed[r]));
+    TRY(strata_device_props(tr->dev[r], &pr));
+    limit[r] = pr.free_memory;
+  }
+  return strata__ranks_measures(tr, tr->ndev, speed, limit);
+}
+
+int strata__pipeline_balance(strata_trainer_t tr, int *split) {
+  int S = tr->nstages, L = tr->model->nlayers;
+  double *speed = calloc((size_t)tr->ndev, sizeof *speed);
+  uint64_t *limit = calloc((size_t)tr->ndev, sizeof *limit);
+  int mrc = speed && limit ? measure_devices(tr, speed, limit)
+                           : strata__error(STRATA_ERR_NOMEM, "out of host memory balancing stages");
+  if (mrc) {
+    free(speed);
+    free(limit);
+    return mrc;
+  }
+  /* each candidate stage [a, l) planned once per tensor-parallel degree of the ranks: what it allocates, as
+  ** trainer creation will check it */
+  size_t cells = (size_t)(L + 1) * (size_t)(L + 1);
+  int ndeg = 0, *deg = calloc((size_t)S, sizeof *deg), *deg_of = calloc((size_t)S, sizeof *deg_of);
+  for (int s = 0; deg && deg_of && s < S; s++) {
+    int k = 0;
+    while (k < ndeg && deg[k] != tr->tps[s])
+      k++;
+    if (k == ndeg)
+      deg[ndeg++] = tr->tps[s];
+    deg_of[s] = k;
+  }
+  struct strata__stage_bytes *plan = calloc(cells * (size_t)(ndeg ? ndeg : 1), sizeof *plan);
+  char *planned = calloc(cells * (size_t)(ndeg ? ndeg : 1), 1);
+  if (!plan || !planned || !deg || !deg_of) {
+    free(deg);
+    free(deg_of);
+    free(plan);
+    free(planned);
+    free(speed);
+    free(limit);
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory balancing stages");
+  }
+  int split_backward = tr->report.schedule == STRATA_SCHEDULE_ZB_H1;
+  int plan_rc = STRATA_OK; /* the first stage that cannot exist (a cut tied model), reported if nothing fits */
+  char *plan_msg = NULL;
+  for (int k = 0; k < ndeg; k++)
+  for (int a = 0; a < L; a++)
+    for (int l = a + 1; l <= L; l++) {
+      size_t c = cells * (size_t)k + (size_t)a * (size_t)(L + 1) + (size_t)l;
+      /* as slice 0 of replica 0 holds it: tensor parallelism and ZeRO shrink what one device needs */
+      struct strata__cut cut = {{0, deg[k]}, {0, tr->zero ? tr->replicas : 1}};
+      int rc = strata__stage_plan(tr->model, a, l, tr->opt.batch, split_backward, &cut, &plan[c]);
+      planned[c] = rc == STRATA_OK;
+      if (rc && !plan_rc) {
+        plan_rc = rc;
+        plan_msg = strdup(strata_last_error());
+      }
+    }
+  double *best = malloc(sizeof(double) * (size_t)(S + 1) * (size_t)(L + 1));
+  tr->unfit_split = 0;
+  int *from = malloc(sizeof(int) * (size_t)(S + 1) * (size_t)(L + 1));
+  if (!best || !from) {
+    free(best);
+    free(from);
+    free(plan);
+    free(planned);
+    free(plan_msg);
+    free(speed);
+    free(limit);
+    free(deg);
+    free(deg_of);
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory balancing stages");
+  }
+#define AT2(a, s, l) (a)[(size_t)(s) * (size_t)(L + 1) + (size_t)(l)]
+  /* pass 0 within the devices' memory; pass 1, when no cut fits, the fastest
+  ** cut regardless, which the memory plan then refuses saying what it needs */
+  AT2(best, S, L) = INFINITY;
+  for (int pass = 0; pass < 2 && !isfinite(AT2(best, S, L)); pass++) {
+    for (int s = 0; s <= S; s++)
+      for (int l = 0; l <= L; l++)
+        AT2(best, s, l) = INFINITY;
+    AT2(best, 0, 0) = 0;
+    for (int s = 1; s <= S; s++) {
+      int r = tr->stage_rank[s - 1];
+      for (int l = s; l <= L - (S - s); l++)
+        for (int a = s - 1; a < l; a++) {
+          if (!isfinite(AT2(best, s - 1, a)))
+            continue;
+          double flops = 0;
+          for (int i = a; i < l; i++)
+            flops += tr->model->layers[i].info.fwd_flops + tr->model->layers[i].info.bwd_flops;
+          size_t c = cells * (size_t)deg_of[s - 1] + (size_t)a * (size_t)(L + 1) + (size_t)l;
+          if (!planned[c] ||
+              (pass == 0 && strata__stage_need(tr, s - 1, &plan[c], s > 1 ? &plan[c] : NULL, NULL, NULL) > limit[r]))
+            continue;
+          /* a stage cut in tp slices computes a tp-th of its work on each (the joins aside) */
+          double t = flops / (speed[r] * tr->tps[s - 1]), worst = t > AT2(best, s - 1, a) ? t : AT2(best, s - 1, a);
+          if (worst < AT2(best, s, l)) {
+            AT2(best, s, l) = worst;
+            AT2(from, s, l) = a;
+          }
+        }
+    }
+    tr->unfit_split = pass == 1;
+  }
+  int ok = isfinite(AT2(best, S, L));
+  for (int s = S, l = L; ok && s > 0; s--) {
+    int a = AT2(from, s, l);
+    split[s - 1] = l - a;
+    l = a;
+  }
+#undef AT2
+  free(best);
+  free(from);
+  free(speed);
+  free(limit);
+  free(plan);
+  free(planned);
+  free(deg);
+  free(deg_of);
+  if (!ok && plan_rc) {
+    strata__error(plan_rc, "%s", plan_msg ? plan_msg : "a stage cannot be built");
+    free(plan_msg);
+    return plan_rc;
+  }
+  free(plan_msg);
+  if (!ok)
+    return strata__error(STRATA_ERR_DEVICE_MEMORY,
+                         "model '%s' cannot be split over these %d devices: no cut into %d stages fits their memory "
+                         "limits (give more devices or a smaller batch)",
+                         tr->model->cfg.name, tr->ndev, S);
+  return STRATA_OK;
+}

@@ -1,0 +1,114 @@
+/* SPDX-License-Identifier: MIT */
+/* joins.c — the collectives a step posts (ordered against a failure's abort), and tensor parallelism's joins inside a
+** sharded stage: all-reduces over its slices, settled by the TP_JOIN actions. */
+#include "config.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/file.h"
+#include "comm/comm.h"
+#include "train/ranks.h"
+#include "device/registry.h"
+#include "train/trainer.h"
+
+
+/*
+** Post one of the step's collectives (float32), ordered against a failure's
+** abort by the trainer's lock. A communicator that enqueues returns the
+** completion in *done (NULL: the member's queue waits for it); one that
+** cannot enqueue waits in the call, made after the lock is let go, so that
+** the timeout bounds a member that never comes.
+*/
+int strata__post_collective(strata_trainer_t tr, strata_comm_t c, int async, int kind, int rank, strata_queue_t q,
+                            strata_mem_t send, strata_mem_t recv, size_t count, int op, void **done) {
+  TRY(strata__trainer_post_begin(tr));
+  if (!async)
+    strata__trainer_post_end(tr);
+  int rc = strata__comm_post_rank(c, kind, rank, q, send, recv, count, STRATA_FLOAT32, op, 0, async ? done : NULL);
+  if (async)
+    strata__trainer_post_end(tr);
+  return rc;
+}
+
+/* ---- tensor-parallel joins ---- */
+
+/*
+** A sharded stage's join: an all-reduce over the slices, posted on the
+** stage's queue. The queue waits for it (its next op reads the sum) and the
+** action's TP_JOIN accounts for it. A communicator that cannot enqueue
+** (CUDA outside NCCL) waits in the call.
+*/
+int strata__tp_join(void *member, strata_queue_t q, strata_mem_t x, size_t count, int op) {
+  struct strata__tp_member *m = member;
+  if (m->n == m->cap) {
+    int cap = m->cap ? 2 * m->cap : 16;
+    void **p = realloc(m->pending, (size_t)cap * sizeof *p);
+    if (p)
+      m->pending = p;
+    uint64_t *b = p ? realloc(m->bytes, (size_t)cap * sizeof *b) : NULL;
+    if (b)
+      m->bytes = b;
+    double *t = b ? realloc(m->posted, (size_t)cap * sizeof *t) : NULL;
+    if (t)
+      m->posted = t;
+    double *e = t ? realloc(m->ended, (size_t)cap * sizeof *e) : NULL;
+    if (!e)
+      return strata__error(STRATA_ERR_NOMEM, "out of host memory for a tensor-parallel join");
+    m->ended = e;
+    m->cap = cap;
+  }
+  const int k = m->n;
+  m->bytes[k] = (uint64_t)count * 4;
+  m->posted[k] = strata__now();
+  m->pending[k] = NULL;
+  if (m->across) { /* the slices are on several ranks: through the cluster, done in the call */
+    TRY(strata__ranks_join(m->tr, (int)(m - m->tr->tp_member), q, x, count, op));
+    m->ended[k] = strata__now();
+    m->n++;
+    return STRATA_OK;
+  }
+  TRY(strata__post_collective(m->tr, m->comm, m->async, STRATA__COLL_ALLREDUCE, m->rank, q, x, x, count, op, &m->pending[k]));
+  m->n++;
+  if (!m->async) { /* done in the call */
+    m->ended[k] = strata__now();
+    return STRATA_OK;
+  }
+  return strata__comm_wait(m->comm, q, m->pending[k]);
+}
+
+int strata__tp_settle(strata_trainer_t tr, int s, strata__join_trace_fn fn, void *arg) {
+  if (!tr->tp_member)
+    return STRATA_OK;
+  struct strata__tp_member *m = &tr->tp_member[s];
+  int rc = strata_queue_finish(tr->st[s]->q);
+  for (int i = 0; i < m->n; i++) {
+    double t0 = m->posted[i], t1 = m->ended[i];
+    if (m->pending[i]) {
+      double a = 0, b = 0;
+      strata__comm_release(m->comm, m->pending[i], &a, &b);
+      t0 = a > t0 ? a : t0; /* when its data moved */
+      t1 = b;
+    }
+    if (fn && !rc)
+      fn(arg, m->bytes[i], t0, t1 > t0 ? t1 : t0);
+  }
+  m->n = 0;
+  return rc;
+}
+
+void strata__tp_drop(strata_trainer_t tr, int s) {
+  if (!tr->tp_member)
+    return;
+  struct strata__tp_member *m = &tr->tp_member[s];
+  if (m->n && tr->st[s])
+    strata_queue_finish(tr->st[s]->q);
+  for (int i = 0; i < m->n; i++)
+    if (m->pending[i])
+      strata__comm_release(m->comm, m->pending[i], NULL, NULL);
+  m->n = 0;
+}

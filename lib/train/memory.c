@@ -1,0 +1,150 @@
+/* SPDX-License-Identifier: MIT */
+/* memory.c — the trainer's memory plan: what each stage needs on its device (parameters, gradients, moments, the
+** activations and boundary gradients the schedule keeps in flight, receive buffers), checked before anything is
+** allocated, and said in full when a stage does not fit. */
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <strata/checkpoint.h>
+#include <strata/train.h>
+
+#include "core/file.h"
+#include "core/parse.h"
+#include "device/registry.h"
+#include "train/ranks.h"
+#include "train/trainer.h"
+
+/* When a stage does not fit: say what the whole stage needs, not only the allocation that failed. */
+int strata__trainer_explain_memory(strata_trainer_t tr, int first, int last, int dev) {
+  char *msg = strdup(strata_last_error()); /* whole: a long message keeps its reason */
+  uint64_t p = 0, act = 0;
+  for (int i = first; i < last; i++) {
+    p += tr->model->layers[i].info.params;
+    act += tr->model->layers[i].info.act_bytes + tr->model->layers[i].info.out_bytes;
+  }
+  const char *what = (first == 0 && last == tr->model->nlayers) ? "model" : "stage";
+  int rc = strata__error(STRATA_ERR_DEVICE_MEMORY,
+                       "%s '%s' (layers %d-%d) does not fit on device %d: it needs %.1f MiB for parameters, gradients "
+                       "and AdamW moments plus about %.1f MiB of activations per micro-batch of %lld (%s)",
+                       what, tr->model->cfg.name, first, last - 1, dev, 16.0 * (double)p / 1048576.0,
+                       (double)act * (double)tr->opt.batch / 1048576.0, (long long)tr->opt.batch,
+                       msg ? msg : "out of host memory");
+  free(msg);
+  return rc;
+}
+
+/* Micro-batches stage s keeps in flight at most: the schedule's peak, one without a schedule. */
+int strata__stage_inflight(strata_trainer_t tr, int s) {
+  int k = 1;
+  if (tr->sched && (strata_schedule_peak_inflight(tr->sched, s, &k) || k < 1))
+    k = 1;
+  return k;
+}
+
+uint64_t strata__stage_need(strata_trainer_t tr, int s, const struct strata__stage_bytes *b,
+                            const struct strata__stage_bytes *prev, uint64_t *act, uint64_t *bufs) {
+  int k = strata__stage_inflight(tr, s);
+  uint64_t a = (uint64_t)k * b->slot;
+  /* boundary gradients may outlive the activations until the previous stage took them */
+  int first = strata__stage_first(tr, s), last = strata__stage_last(tr, s);
+  uint64_t g = (uint64_t)(k + (!first && tr->sched ? 1 : 0)) * b->grad, recv = 0;
+  if (tr->sched && !first && prev && tr->stage_rank[s - 1] != tr->stage_rank[s])
+    recv += (uint64_t)strata__stage_inflight(tr, strata__stage_owner(tr, s - 1)) * b->in; /* sent here, not yet consumed */
+  if (tr->sched && !last && tr->stage_rank[s + 1] != tr->stage_rank[s])
+    recv += (uint64_t)k * b->out; /* gradients sent back here */
+  if (act)
+    *act += a;
+  if (bufs)
+    *bufs += b->fixed - b->params + g + recv;
+  return b->fixed + a + g + recv;
+}
+
+/*
+** The memory plan, before anything is allocated: per device, every stage's
+** parameters, gradients, moments and buffers, the activations and boundary
+** gradients of the micro-batches the schedule keeps in flight on it (one
+** without a schedule), and the buffers that receive its neighbours'
+** activations and gradients, against what the device has free now. The
+** message says what is needed and what there is ("needs X, has Y").
+*/
+static int check_memory_of(strata_trainer_t tr, const int *split, uint64_t *need, uint64_t *params, uint64_t *act,
+                           uint64_t *bufs, int *lo, int *hi, int *nst);
+int strata__trainer_check_memory(strata_trainer_t tr, const int *split) {
+  const size_t R = (size_t)tr->ndev;
+  uint64_t *u = calloc(4 * R, sizeof *u);
+  int *ints = calloc(3 * R, sizeof *ints);
+  if (!u || !ints) {
+    free(u);
+    free(ints);
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory planning memory");
+  }
+  int rc = check_memory_of(tr, split, u, u + R, u + 2 * R, u + 3 * R, ints, ints + R, ints + 2 * R);
+  free(u);
+  free(ints);
+  return rc;
+}
+
+/* check_memory with its per-rank tables: need, params, act, bufs, lo, hi, nst (zeroed, ndev entries each). */
+static int check_memory_of(strata_trainer_t tr, const int *split, uint64_t *need, uint64_t *params, uint64_t *act,
+                           uint64_t *bufs, int *lo, int *hi, int *nst) {
+  struct strata__stage_bytes b, prev;
+  int split_backward = tr->report.schedule == STRATA_SCHEDULE_ZB_H1;
+  for (int s = 0, first = 0; s < strata__stages_all(tr); s++) {
+    const int n = split[s % tr->nstages];
+    if (strata__stage_first(tr, s))
+      first = 0;
+    if (!strata__stage_held(tr, s)) {
+      first += n;
+      continue;
+    }
+    struct strata__cut cut = {{strata__stage_slice(tr, s), strata__stage_tp(tr, s)},
+                              {strata__stage_replica(tr, s), tr->zero ? tr->replicas : 1}};
+    TRY(strata__stage_plan(tr->model, first, first + n, tr->opt.batch, split_backward, &cut, &b));
+    int r = tr->stage_rank[s];
+    need[r] += strata__stage_need(tr, s, &b, strata__stage_first(tr, s) ? NULL : &prev, &act[r], &bufs[r]);
+    params[r] += b.params;
+    if (!nst[r]++)
+      lo[r] = first;
+    hi[r] = first + n - 1;
+    prev = b;
+    first += n;
+  }
+  for (int r = 0; r < tr->ndev; r++) {
+    struct strata_device_props p;
+    if (!strata__rank_mine(tr, r))
+      continue; /* its rank checks it */
+    TRY(strata_device_props(tr->dev[r], &p));
+    if (need[r] <= p.free_memory)
+      continue;
+    const double MiB = 1048576.0;
+    char what[200], hint[160] = "";
+    const struct strata__layer *L = &tr->model->layers[lo[r]];
+    if (tr->nstages == 1)
+      snprintf(what, sizeof what, "model '%s' (layers %d-%d)", tr->model->cfg.name, lo[r], hi[r]);
+    else if (lo[r] == hi[r])
+      snprintf(what, sizeof what, "layer %d of model '%s' (%s) alone", lo[r], tr->model->cfg.name, L->info.name);
+    else
+      snprintf(what, sizeof what, "%s of model '%s' on this device (layers %d-%d)", nst[r] == 1 ? "the stage" : "the stages",
+               tr->model->cfg.name, lo[r], hi[r]);
+    if (tr->unfit_split && lo[r] == hi[r] && L->kind == STRATA__LAYER_BLOCK)
+      snprintf(hint, sizeof hint, "; no pipeline split can help: tensor parallelism (tp %d or more) splits the layer "
+               "itself", 2 * strata__stage_tp(tr, lo[r]));
+    return strata__error(STRATA_ERR_DEVICE_MEMORY,
+                         "%s%s does not fit on device %d: a step needs %.1f MiB (%.1f MiB for parameters, gradients and "
+                         "AdamW moments, %.1f MiB of activations for micro-batches of %lld, %.1f MiB of other buffers), "
+                         "the device has %.1f MiB free (limit %.1f MiB, %.1f MiB in use)%s",
+                         tr->unfit_split ? "no cut of the model fits these devices' memory; with the fastest cut, " : "",
+                         what, strata__rank_device(tr, r), (double)need[r] / MiB, (double)params[r] / MiB, (double)act[r] / MiB,
+                         (long long)tr->opt.batch, (double)bufs[r] / MiB, (double)p.free_memory / MiB,
+                         (double)p.memory_limit / MiB, (double)p.used_memory / MiB, hint);
+  }
+  return STRATA_OK;
+}
