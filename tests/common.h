@@ -115,10 +115,10 @@ static inline void tc_remove_dir(const char *dir) {
 }
 
 /* The trainer's report with its arrays copied, so that it outlives the trainer (free with tc_report_free). */
-static inline void tc_report_keep(strata_trainer_t tr, struct strata_pipeline_report *rep) {
+static inline void tc_report_keep(strata_trainer_t tr, struct strata_train_report *rep) {
   OK(strata_trainer_report(tr, rep));
   int *split = malloc(sizeof(int) * (size_t)(rep->stages + 1)), *sd = malloc(sizeof(int) * (size_t)(rep->stages + 1));
-  struct strata_pipeline_device_stats *dev = malloc(sizeof *dev * (size_t)(rep->devices + 1));
+  struct strata_train_device_stats *dev = malloc(sizeof *dev * (size_t)(rep->devices + 1));
   cr_assert(split && sd && dev);
   memcpy(split, rep->split, sizeof(int) * (size_t)rep->stages);
   memcpy(sd, rep->stage_device, sizeof(int) * (size_t)rep->stages);
@@ -128,7 +128,7 @@ static inline void tc_report_keep(strata_trainer_t tr, struct strata_pipeline_re
   rep->dev = dev;
 }
 
-static inline void tc_report_free(struct strata_pipeline_report *rep) {
+static inline void tc_report_free(struct strata_train_report *rep) {
   free((void *)rep->split);
   free((void *)rep->stage_device);
   free((void *)rep->dev);

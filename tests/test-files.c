@@ -272,7 +272,7 @@ Test(files, a_name_that_fits_gets_a_temporary_name_that_fits) {
   memset(base, 'c', 250);
   base[250] = '\0';
   snprintf(path, sizeof path, "%s/%s", dir, base);
-  OK(strata_safetensors_check_path(path));
+  OK(strata_file_check(path));
   struct strata_st_tensor t = {.name = "w", .ndim = 1, .shape = {4}, .data = ones};
   OK(strata_safetensors_write(path, &t, 1, NULL, 0));
   OK(strata_safetensors_write(path, &t, 1, NULL, 0));
@@ -281,10 +281,16 @@ Test(files, a_name_that_fits_gets_a_temporary_name_that_fits) {
   /* and the checks name what cannot be written */
   char nodir[400];
   snprintf(nodir, sizeof nodir, "%s/no-such-dir/x.st", dir);
-  cr_assert_eq(strata_safetensors_check_path(nodir), STRATA_ERR_IO);
+  cr_assert_eq(strata_file_check(nodir), STRATA_ERR_IO);
   cr_assert(strstr(strata_last_error(), "No such file"), "%s", strata_last_error());
-  cr_assert_eq(strata_safetensors_check_path(dir), STRATA_ERR_IO);
+  cr_assert_eq(strata_file_check(dir), STRATA_ERR_IO);
   cr_assert(strstr(strata_last_error(), "directory"), "%s", strata_last_error());
+  /* the deprecated name is the same check, for one more release */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  OK(strata_safetensors_check_path(path));
+  cr_assert_eq(strata_safetensors_check_path(nodir), STRATA_ERR_IO);
+#pragma GCC diagnostic pop
 }
 
 /* Class 6 (messages): a path over 1,000 bytes kept no reason (the last-error buffer was cut); now the reason is

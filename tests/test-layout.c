@@ -171,3 +171,27 @@ Test(layout, files_fifo_and_missing) {
   cr_assert(strstr(strata_last_error(), ".missing"), "%s", strata_last_error());
   tc_remove_dir(dir);
 }
+
+Test(layout, a_copy_lives_on_its_own) {
+  /* every field that has an array: per-rank tp, devices, split */
+  strata_layout_t l, c = (strata_layout_t)1;
+  OK(strata_layout_from_json("{\"dp\": 2, \"pp\": 2, \"tp\": [2, 1], \"devices\": [5, 4, 3, 2, 1, 0], "
+                             "\"split\": [3, 1], \"schedule\": \"gpipe\", \"microbatches\": 4, \"zero\": 1}",
+                             NULL, &l));
+  char *a = NULL, *b = NULL;
+  OK(strata_layout_to_json(l, &a));
+  OK(strata_layout_copy(l, &c));
+  strata_layout_free(l); /* the copy owns its arrays */
+  OK(strata_layout_to_json(c, &b));
+  cr_assert_str_eq(b, a);
+  int dev = -1;
+  OK(strata_layout_device(c, 1, 0, 1, &dev));
+  cr_assert_eq(dev, 1, "replica 1, rank 0, slice 1: the fifth device listed");
+  cr_assert_eq(strata_layout_split(c)[0], 3);
+  strata_layout_free(c);
+  free(a);
+  free(b);
+  cr_assert_eq(strata_layout_copy(NULL, &c), STRATA_ERR_INVALID);
+  cr_assert_null(c, "a failed copy leaves NULL");
+  cr_assert_eq(strata_layout_copy(l, NULL), STRATA_ERR_INVALID);
+}

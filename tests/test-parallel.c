@@ -331,7 +331,7 @@ Test(parallel, trace_shows_gradient_allreduce_on_every_device) {
   unsetenv("STRATA_GRAD_BUCKET");
   struct strata_step_stats st;
   OK(strata_trainer_step(tr, &st));
-  struct strata_pipeline_report rep;
+  struct strata_train_report rep;
   tc_report_keep(tr, &rep);
   cr_assert_eq(rep.devices, 4);
   cr_assert_eq(rep.stages, 4);
@@ -649,7 +649,7 @@ Test(parallel, tp2_memory_is_half_of_each_split_tensor) {
   struct strata_train_options o = options(1);
   strata_trainer_t tr;
   OK(strata_trainer_new_layout(m, ds, &o, l, NULL, &tr));
-  struct strata_pipeline_report rep;
+  struct strata_train_report rep;
   OK(strata_trainer_report(tr, &rep));
   for (int r = 0; r < 2; r++) {
     cr_assert_eq(rep.dev[r].param_bytes, (uint64_t)(4 * (whole + split / 2)), "slice %d: %llu parameter bytes", r,
@@ -825,7 +825,7 @@ Test(parallel, tp_checkpoint_resumes_under_other_layouts) {
 Test(parallel, pp2_with_256_microbatches_holds_only_what_is_in_flight) {
   strata_model_t m = small_gpt();
   int h0 = tc_find_device("host", 0), h1 = tc_find_device("host", 1);
-  struct strata_pipeline_report rep[2];
+  struct strata_train_report rep[2];
   const int mbs[2] = {8, 256};
   for (int k = 0; k < 2; k++) {
     strata_layout_t l = layout("{\"pp\": 2, \"devices\": [%d, %d], \"microbatches\": %d}", h0, h1, mbs[k]);
@@ -923,7 +923,7 @@ Test(parallel, zero1_matches_one_device) {
 Test(parallel, zero1_halves_the_optimizer_state_and_checkpoints_whole) {
   strata_model_t m = gpt4();
   int h0 = tc_find_device("host", 0), h1 = tc_find_device("host", 1);
-  struct strata_pipeline_report plain, zero;
+  struct strata_train_report plain, zero;
   struct strata_train_options o = options(1);
   strata_trainer_t tr;
   strata_layout_t l = layout("{\"dp\": 2, \"devices\": [%d, %d], \"microbatches\": 1}", h0, h1);
@@ -985,7 +985,7 @@ Test(parallel, tp2_cnn_and_mlp_match_one_device) {
     struct strata_train_options o = options(1);
     strata_trainer_t tr;
     OK(strata_trainer_new_layout(m, ds, &o, l, NULL, &tr));
-    struct strata_pipeline_report rep;
+    struct strata_train_report rep;
     OK(strata_trainer_report(tr, &rep));
     /* cnn: conv.0 [4,1,3,3] and conv.1 [8,4,3,3] halved, classifier [8*2*2, 3] + 3 whole;
     ** mlp: fc.0 [64,8]+8 and fc.1 [8,6] halved (fc.1's bias 6 whole), fc.2 [6,4]+4 and classifier [4,3]+3 whole */

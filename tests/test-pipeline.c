@@ -93,7 +93,7 @@ static struct strata_pipeline_options pipeline_options(const int *devs, int p, i
 }
 
 static void piped(strata_model_t m, const int *devs, int p, int kind, int mbs, int steps, struct run *r,
-                  struct strata_pipeline_report *rep) {
+                  struct strata_train_report *rep) {
   struct strata_train_options o = options(devs[0], 1);
   struct strata_pipeline_options pp = pipeline_options(devs, p, kind, mbs);
   strata_trainer_t tr;
@@ -299,7 +299,7 @@ Test(pipeline, gpipe_holds_m_micro_batches_1f1b_holds_p) {
   strata_model_t m = small_gpt(32, 16);
   int h[2] = {tc_find_device("host", 0), tc_find_device("host", 1)};
   struct run r;
-  struct strata_pipeline_report gp, fb;
+  struct strata_train_report gp, fb;
   piped(m, h, 2, STRATA_SCHEDULE_GPIPE, 8, 1, &r, &gp);
   free(r.params);
   piped(m, h, 2, STRATA_SCHEDULE_1F1B, 8, 1, &r, &fb);
@@ -341,7 +341,7 @@ Test(pipeline, model_fits_only_when_split) {
   for (int i = 0; i < 4; i++)
     h[i] = tc_find_device("host", i);
   struct run r;
-  struct strata_pipeline_report rep;
+  struct strata_train_report rep;
   piped(m, h, 4, STRATA_SCHEDULE_1F1B, 4, 2, &r, &rep);
   cr_assert(isfinite(r.loss[1]));
   for (int d = 0; d < 4; d++)
@@ -528,7 +528,7 @@ Test(pipeline, trace_is_chrome_json) {
   OK(strata_trainer_new_pipeline(m, ds, &o, &pp, &tr));
   OK(strata_trainer_step(tr, NULL));
   OK(strata_trainer_step(tr, NULL));
-  struct strata_pipeline_report rep;
+  struct strata_train_report rep;
   OK(strata_trainer_report(tr, &rep));
   cr_assert_float_eq(rep.bubble_ideal, 1.0 / 5, 1e-9, "1F1B p=2 m=4: (p-1)/(m+p-1)");
   cr_assert(rep.bubble > 0 && rep.bubble < 1, "measured bubble %g", rep.bubble);
@@ -573,7 +573,7 @@ Test(pipeline, balanced_split_and_bad_input) {
   struct strata_pipeline_options pp = pipeline_options(h, 3, 0, 3);
   strata_trainer_t tr = NULL;
   OK(strata_trainer_new_pipeline(m, ds, &o, &pp, &tr));
-  struct strata_pipeline_report rep;
+  struct strata_train_report rep;
   OK(strata_trainer_report(tr, &rep));
   cr_assert_eq(rep.stages, 3);
   cr_assert_eq(rep.split[0] + rep.split[1] + rep.split[2], 8);
@@ -662,7 +662,7 @@ Test(pipeline, busy_time_is_cpu_time_on_a_shared_core) {
   struct strata_pipeline_options pp = pipeline_options(h, 2, STRATA_SCHEDULE_1F1B, 8);
   strata_trainer_t tr;
   OK(strata_trainer_new_pipeline(m, ds, &o, &pp, &tr));
-  struct strata_pipeline_report rep;
+  struct strata_train_report rep;
   for (int step = 0; step < 3; step++)
     OK(strata_trainer_step(tr, NULL));
   OK(strata_trainer_report(tr, &rep));

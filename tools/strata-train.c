@@ -342,7 +342,7 @@ static int check_outputs(const struct options *o) {
   const char *out_name[] = {"--save", "--trace"};
   const char *out_path[] = {o->save, o->trace};
   for (int i = 0; i < 2; i++)
-    if (out_path[i] && strata_safetensors_check_path(out_path[i])) {
+    if (out_path[i] && strata_file_check(out_path[i])) {
       fprintf(stderr, PROG ": %s: %s\n", out_name[i], strata_last_error());
       return EXIT_USAGE;
     }

@@ -39,13 +39,9 @@ struct strata_st_meta {
 STRATA_API int strata_safetensors_write(const char *path, const struct strata_st_tensor *tensors, size_t count,
                                         const struct strata_st_meta *meta, size_t meta_count);
 
-/*
-** Check, before long work, that strata_safetensors_write(PATH) will be able
-** to write: the directory exists and takes a new file (a temporary file is
-** created and removed), PATH is not a directory. STRATA_ERR_IO with the
-** reason otherwise.
-*/
-STRATA_API int strata_safetensors_check_path(const char *path);
+/* Deprecated: strata_file_check (strata/common.h) checks any path strata writes, a checkpoint's too. Removed in
+** the release after 0.2. */
+STRATA_API STRATA_DEPRECATED("use strata_file_check") int strata_safetensors_check_path(const char *path);
 
 typedef struct strata_safetensors *strata_safetensors_t;
 

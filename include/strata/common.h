@@ -16,6 +16,13 @@ extern "C" {
 #define STRATA_API
 #endif
 
+/* A call kept for one release after it was replaced; the message names its replacement. */
+#if defined(__GNUC__)
+#define STRATA_DEPRECATED(msg) __attribute__((deprecated(msg)))
+#else
+#define STRATA_DEPRECATED(msg)
+#endif
+
 /*
 ** Status codes. Every public call returns one: 0 (STRATA_OK) on success,
 ** a negative value otherwise. The list is the single source of the codes,

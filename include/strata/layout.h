@@ -61,6 +61,8 @@ STRATA_API int strata_layout_new(const struct strata_layout_desc *desc, strata_l
 STRATA_API int strata_layout_from_json(const char *json, const char *source, strata_layout_t *out /* OUT */);
 STRATA_API int strata_layout_load(const char *path, strata_layout_t *out /* OUT */);
 STRATA_API void strata_layout_free(strata_layout_t layout);
+/* A copy of `layout` that lives on its own (a plan's candidate outlives its plan so); the caller frees it. */
+STRATA_API int strata_layout_copy(strata_layout_t layout, strata_layout_t *out /* OUT */);
 
 /* The JSON form, deterministic (the caller frees *json with free()). */
 STRATA_API int strata_layout_to_json(strata_layout_t layout, char **json /* OUT */);

@@ -153,7 +153,7 @@ STRATA_API int strata_trainer_new_pipeline(strata_model_t model, strata_dataset_
                                            const struct strata_pipeline_options *pipeline,
                                            strata_trainer_t *out /* OUT */);
 
-struct strata_pipeline_device_stats {
+struct strata_train_device_stats {
   int device;                       /* global device index */
   double busy_s;                    /* compute seconds in the last step; on the host backend the CPU time its
                                     ** threads spent, so devices time-sharing cores are not counted busy
@@ -167,8 +167,9 @@ struct strata_pipeline_device_stats {
   uint64_t activation_bytes;        /* one micro-batch's activations, times the schedule's peak in flight */
 };
 
-/* The arrays belong to the trainer: valid while it lives, updated by each step. */
-struct strata_pipeline_report {
+/* What a trainer reports, of every layout (one device is 1 x 1 x 1, its schedule 0). The arrays belong to the
+** trainer: valid while it lives, updated by each step. */
+struct strata_train_report {
   int devices, stages, microbatches, schedule;
   const int *split;                 /* [stages]: layers per stage */
   const int *stage_device;          /* [stages]: -1 for a stage no device holds (a missing slice of a rank with
@@ -176,8 +177,12 @@ struct strata_pipeline_report {
   double wall_s;                    /* the last step, compute and transfers */
   double bubble;                    /* measured: 1 - sum(busy) / (devices x wall) */
   double bubble_ideal;              /* the schedule's, with unit costs */
-  const struct strata_pipeline_device_stats *dev; /* [devices] */
+  const struct strata_train_device_stats *dev; /* [devices] */
 };
+
+/* The names of 0.1, deprecated: they will be removed in the release after 0.2. */
+#define strata_pipeline_report strata_train_report
+#define strata_pipeline_device_stats strata_train_device_stats
 
 /*
 ** The trainer of a layout (strata/layout.h), checked against the model and
@@ -240,7 +245,7 @@ STRATA_API int strata_trainer_new_layout(strata_model_t model, strata_dataset_t 
 
 /* How the model is cut and how the last step went (a single-device trainer
 ** reports one stage). */
-STRATA_API int strata_trainer_report(strata_trainer_t tr, struct strata_pipeline_report *report /* OUT */);
+STRATA_API int strata_trainer_report(strata_trainer_t tr, struct strata_train_report *report /* OUT */);
 
 #ifdef __cplusplus
 }

@@ -220,11 +220,7 @@ STRATA_API int strata_safetensors_write(const char *path, const struct strata_st
   return strata__out_commit(&o);
 }
 
-STRATA_API int strata_safetensors_check_path(const char *path) {
-  if (!path || !path[0])
-    return strata__error(STRATA_ERR_INVALID, "strata_safetensors_check_path: no path");
-  return strata__out_check(path);
-}
+STRATA_API int strata_safetensors_check_path(const char *path) { return strata_file_check(path); }
 
 /* ---------------------------------------------------------------- reading */
 

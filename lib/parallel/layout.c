@@ -40,6 +40,42 @@ STRATA_API void strata_layout_free(strata_layout_t l) {
   free(l);
 }
 
+/* A copy of n ints (NULL for NULL); *ok cleared when memory runs out. */
+static int *ints_dup(const int *a, size_t n, int *ok) {
+  if (!a)
+    return NULL;
+  int *b = malloc((n ? n : 1) * sizeof *b);
+  if (!b) {
+    *ok = 0;
+    return NULL;
+  }
+  memcpy(b, a, n * sizeof *b);
+  return b;
+}
+
+STRATA_API int strata_layout_copy(strata_layout_t l, strata_layout_t *out) {
+  if (!out)
+    return strata__error(STRATA_ERR_INVALID, "strata_layout_copy: out is NULL");
+  *out = NULL;
+  if (!l)
+    return strata__error(STRATA_ERR_INVALID, "strata_layout_copy: layout is NULL");
+  struct strata_layout *c = malloc(sizeof *c);
+  if (!c)
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory copying a layout");
+  *c = *l;
+  int ok = 1;
+  c->tp = ints_dup(l->tp, (size_t)l->pp, &ok);
+  c->tp_offset = ints_dup(l->tp_offset, (size_t)l->pp, &ok);
+  c->devices = ints_dup(l->devices, (size_t)l->ndevices, &ok);
+  c->split = ints_dup(l->split, (size_t)l->pp * (size_t)l->v, &ok);
+  if (!ok) {
+    strata_layout_free(c);
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory copying a layout");
+  }
+  *out = c;
+  return STRATA_OK;
+}
+
 static int degree(const char *what, int v) {
   if (v < 1 || v > LAYOUT_MAX_DEGREE)
     return strata__error(STRATA_ERR_INVALID, "layout: %s = %d, must be between 1 and %d", what, v, LAYOUT_MAX_DEGREE);

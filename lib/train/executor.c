@@ -1057,7 +1057,7 @@ int strata__execute(strata_trainer_t tr, const struct strata__work *w, float *gr
   if (!rc && grad_norm)
     *grad_norm = ex.norm;
   if (!rc && w->train) {
-    struct strata_pipeline_report *rep = &tr->report;
+    struct strata_train_report *rep = &tr->report;
     rep->wall_s = t_end - t_start;
     double busy = 0;
     for (int r = 0; r < tr->ndev; r++) {
@@ -1068,7 +1068,7 @@ int strata__execute(strata_trainer_t tr, const struct strata__work *w, float *gr
       tr->rep_dev[r].peak_inflight = 0;
     }
     for (int s = 0; s < ex.S; s++) {
-      struct strata_pipeline_device_stats *d = &tr->rep_dev[rank_of(&ex, s)];
+      struct strata_train_device_stats *d = &tr->rep_dev[rank_of(&ex, s)];
       if (ex.peak[s] > d->peak_inflight)
         d->peak_inflight = ex.peak[s];
     }

@@ -540,7 +540,7 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
   for (int i = 0; i < ndev; i++)
     tr->rep_dev[i].device = strata__rank_device(tr, i);
   for (int s = 0; s < strata__stages_all(tr); s++) {
-    struct strata_pipeline_device_stats *d = &tr->rep_dev[tr->stage_rank[s]];
+    struct strata_train_device_stats *d = &tr->rep_dev[tr->stage_rank[s]];
     const struct strata__stage *st = tr->st[s];
     if (!st)
       continue; /* another rank's, or a slice another stands for */
@@ -708,7 +708,7 @@ STRATA_API void strata_trainer_set_stop(strata_trainer_t tr, int (*stop)(void *)
   tr->stop_arg = arg;
 }
 
-STRATA_API int strata_trainer_report(strata_trainer_t tr, struct strata_pipeline_report *r) {
+STRATA_API int strata_trainer_report(strata_trainer_t tr, struct strata_train_report *r) {
   if (!tr || !r)
     return strata__error(STRATA_ERR_INVALID, "strata_trainer_report: NULL argument");
   *r = tr->report;

@@ -106,9 +106,9 @@ struct strata_trainer {
   size_t ntensors;                   /* over one chain's stages */
   double *sumsq;                     /* [tp x ntensors]: slice t's sums of squares at t x ntensors */
   struct strata__pool *pools;        /* [2 x stages all]: [2 s] stage s's inputs, [2 s + 1] its output gradients */
-  struct strata_pipeline_report report; /* its arrays are these: */
+  struct strata_train_report report; /* its arrays are these: */
   int *rep_split, *rep_stage_device;  /* [stages all] */
-  struct strata_pipeline_device_stats *rep_dev; /* [ndev] */
+  struct strata_train_device_stats *rep_dev; /* [ndev] */
   double t0;                         /* trainer creation, for trace timestamps */
   char *trace_path;
   struct strata__trace_event *events;
