@@ -3,7 +3,12 @@
 libstrata_la_SOURCES += \
 	%reldir%/comm.c \
 	%reldir%/comm.h \
-	%reldir%/mpi.c \
+	%reldir%/lanes.h \
+	%reldir%/algorithms.c \
+	%reldir%/cluster.c \
+	%reldir%/cluster.h \
+	%reldir%/p2p.c \
+	%reldir%/collectives.c \
 	%reldir%/mpi.h
 
 stratainclude_HEADERS += include/strata/comm.h include/strata/cluster.h
