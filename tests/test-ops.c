@@ -1486,3 +1486,18 @@ Test(ops, bad_input_is_an_error_not_a_crash) {
   strata_buffer_free(b);
   strata_buffer_free(other);
 }
+
+/* The one GEMM timer: its two figures are one product's (2 n^3 FLOPs in `seconds` at `gflops`), bad sizes refused. */
+Test(ops, gemm_speed_figures_agree_and_bad_sizes_are_refused) {
+  int d = tc_find_device("host", 0);
+  double g = 0, s = 0;
+  OK(strata_device_gemm_speed(d, 128, 2, &g, &s));
+  cr_assert_gt(g, 0);
+  cr_assert_gt(s, 0);
+  cr_assert_float_eq(g * 1e9 * s, 2.0 * 128 * 128 * 128, 1e-6 * 2.0 * 128 * 128 * 128);
+  OK(strata_device_gemm_speed(d, 64, 1, &g, NULL));
+  cr_assert_eq(strata_device_gemm_speed(d, 0, 1, &g, NULL), STRATA_ERR_RANGE);
+  cr_assert_eq(strata_device_gemm_speed(d, 64, 0, &g, NULL), STRATA_ERR_RANGE);
+  cr_assert_eq(strata_device_gemm_speed(d, 64, 1, NULL, NULL), STRATA_ERR_INVALID);
+  cr_assert_neq(strata_device_gemm_speed(9999, 64, 1, &g, NULL), STRATA_OK, "no such device");
+}

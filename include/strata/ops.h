@@ -236,6 +236,15 @@ STRATA_API int strata_maxpool_fwd(strata_queue_t q, const struct strata_pool2d *
 STRATA_API int strata_maxpool_bwd(strata_queue_t q, const struct strata_pool2d *g, strata_mem_t dy, strata_mem_t idx,
                                   strata_mem_t dx);
 
+/*
+** The speed of device `dev` at a square n x n x n sgemm through strata_gemm: the GFLOP/s of the fastest of `reps`
+** timed products, after one untimed (kernels compiled, caches and threads warm), in *gflops; that product's seconds in
+** *seconds (may be NULL). The runtime's one GEMM timer: the trainer's balancer and strata-train's MFU peak use it.
+** n in [1, 65536], reps in [1, 1000]; STRATA_ERR_RANGE otherwise; the device's errors as they come.
+*/
+STRATA_API int strata_device_gemm_speed(int dev, int64_t n, int reps, double *gflops /* OUT */,
+                                        double *seconds /* OUT, may be NULL */);
+
 #ifdef __cplusplus
 }
 #endif

@@ -9,6 +9,7 @@ libstrata_la_SOURCES += \
 	%reldir%/cpu.h \
 	%reldir%/buffer.c \
 	%reldir%/copy.c \
-	%reldir%/ops.c
+	%reldir%/ops.c \
+	%reldir%/speed.c
 
 stratainclude_HEADERS += include/strata/device.h include/strata/ops.h

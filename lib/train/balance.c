@@ -16,39 +16,7 @@
 #include "device/registry.h"
 #include "train/trainer.h"
 
-
 /* ---- balancing the split ---- */
-
-/* GFLOP/s of a 256^3 GEMM on device `dev` through strata: the speed the split weighs layers against. */
-static int device_speed(int dev, double *gflops) {
-  const int64_t n = 256;
-  size_t bytes = (size_t)(n * n * 4);
-  strata_buffer_t a = NULL, c = NULL;
-  strata_queue_t q = NULL;
-  int rc = strata_queue_new(dev, &q);
-  if (!rc)
-    rc = strata_buffer_new(dev, bytes, &a);
-  if (!rc)
-    rc = strata_buffer_new(dev, bytes, &c);
-  if (!rc)
-    rc = strata_fill(q, strata_mem(a, 0), 0.5f, n * n);
-  double best = 0;
-  for (int r = 0; r < 4 && !rc; r++) { /* the first call may compile kernels */
-    double t0 = strata__now();
-    rc = strata_gemm(q, 0, 0, n, n, n, 1, strata_mem(a, 0), n, 0, strata_mem(a, 0), n, 0, 0, strata_mem(c, 0), n, 0, 1);
-    if (!rc)
-      rc = strata_queue_finish(q);
-    double g = 2.0 * (double)(n * n * n) / (strata__now() - t0) / 1e9;
-    if (r > 0 && g > best)
-      best = g;
-  }
-  strata_buffer_free(a);
-  strata_buffer_free(c);
-  strata_queue_free(q);
-  if (!rc)
-    *gflops = best > 0 ? best : 1;
-  return rc;
-}
 
 /*
 ** Contiguous split minimising the slowest stage's time (its layers' FLOPs
@@ -83,7 +51,7 @@ static int measure_devices(strata_trainer_t tr, double *speed, uint64_t *limit) 
     if (same >= 0)
       speed[r] = speed[same];
     else
-      TRY(device_speed(tr->dev[r], &speed[r]));
+      TRY(strata_device_gemm_speed(tr->dev[r], 256, 3, &speed[r], NULL)); /* what the split weighs layers against */
     TRY(strata_device_props(tr->dev[r], &pr));
     limit[r] = pr.free_memory;
   }
