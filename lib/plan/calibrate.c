@@ -15,10 +15,8 @@
 #include <strata/device.h>
 #include <strata/model.h>
 #include <strata/ops.h>
-#include <strata/train.h>
 
 #include "plan/plan.h"
-#include "train/trainer.h"
 #include "core/core.h"
 
 /* GEMM sizes measured, and repetitions of each. The GEMMs and row ops count their median: a step of
@@ -47,14 +45,6 @@ static const int gemm_sizes[] = {32, 64, 128, 256, 512, 1024};
 ** shorter run on a shared machine sees either a free core or a preempted one, rarely the mix a step sees. */
 #define RUN_S 0.02
 
-/* The calibration file's names of the ops of enum strata_plan_op. */
-static const char *const op_names[STRATA_PLAN_OP_COUNT] = {
-    [STRATA_PLAN_OP_ADD] = "add", [STRATA_PLAN_OP_GELU_FWD] = "gelu_fwd", [STRATA_PLAN_OP_GELU_BWD] = "gelu_bwd",
-    [STRATA_PLAN_OP_LAYERNORM_FWD] = "layernorm_fwd", [STRATA_PLAN_OP_LAYERNORM_BWD] = "layernorm_bwd",
-    [STRATA_PLAN_OP_SOFTMAX_FWD] = "softmax_fwd", [STRATA_PLAN_OP_SOFTMAX_BWD] = "softmax_bwd",
-    [STRATA_PLAN_OP_ADAMW] = "adamw", [STRATA_PLAN_OP_BIAS_ADD] = "bias_add",
-    [STRATA_PLAN_OP_BIAS_GRAD] = "bias_grad"};
-
 /* One run of op k over OP_ELEMS elements of the buffers at x, y, z, w (each OP_ELEMS floats), g (gamma, beta)
 ** and r (row stats); a softmax's rows are `cols` wide. */
 static int run_op(strata_queue_t q, int k, int64_t cols, strata_buffer_t b) {
@@ -82,8 +72,7 @@ static int run_op(strata_queue_t q, int k, int64_t cols, strata_buffer_t b) {
   }
 }
 
-/* The median of n values (sorted in place). */
-static double median(double *v, int n) {
+double strata__plan_median(double *v, int n) {
   for (int i = 1; i < n; i++)
     for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
       double x = v[j];
@@ -245,12 +234,12 @@ static int probe_finish(struct probe *p) {
   }
   if (rc)
     return rc;
-  p->sync_us = median(groups, SYNC_GROUPS);
+  p->sync_us = strata__plan_median(groups, SYNC_GROUPS);
   for (int s = 0; s < NSIZES; s++)
-    p->gflops[s] = median(p->gemm[s], OP_REPS);
+    p->gflops[s] = strata__plan_median(p->gemm[s], OP_REPS);
   double t[JOBS];
   for (int j = 0; j < JOBS; j++)
-    t[j] = median(p->job[j], OP_REPS);
+    t[j] = strata__plan_median(p->job[j], OP_REPS);
   for (int k = 0; k < STRATA_PLAN_OP_COUNT; k++) {
     p->op_ns[k] = t[k] / OP_ELEMS * 1e9;
     p->row_ns[k] = 0;
@@ -378,7 +367,7 @@ static void add_ratios(const struct busy *b, double *r, int *nr) {
     return;
   double *w = &r[*nr];
   memcpy(w, b->window, (size_t)b->nwindow * sizeof *w);
-  const double med = median(w, b->nwindow);
+  const double med = strata__plan_median(w, b->nwindow);
   if (!(med > 0))
     return;
   for (int k = 0; k < b->nwindow; k++)
@@ -446,7 +435,7 @@ static int effective_cores(const int *cpu, const int *threads, int n, double *co
     double v[BUSY_ROUNDS];
     for (int round = 0; round < BUSY_ROUNDS; round++)
       v[round] = keep[round][i < nk ? i : nk - 1];
-    *cores += threads[i] * median(v, BUSY_ROUNDS);
+    *cores += threads[i] * strata__plan_median(v, BUSY_ROUNDS);
     double *sp = &spread[(size_t)i * STRATA_PLAN_SPREAD_POINTS];
     if (nratio[i] > 0)
       quantiles(&ratio[(size_t)i * BUSY_ROUNDS * BUSY_WINDOWS], nratio[i], STRATA_PLAN_SPREAD_POINTS, sp);
@@ -529,7 +518,7 @@ static int measure_shapes(const int *dev, int n, const struct strata_gemm_shape 
       }
   for (int i = 0; i < n && !rc; i++)
     for (int s = 0; s < ns; s++) {
-      const double sec = median(&t[((size_t)i * (size_t)ns + (size_t)s) * OP_REPS], OP_REPS);
+      const double sec = strata__plan_median(&t[((size_t)i * (size_t)ns + (size_t)s) * OP_REPS], OP_REPS);
       out[(size_t)i * (size_t)ns + (size_t)s] =
           sec > 0 ? 2.0 * (double)sh[s].m * (double)sh[s].n * (double)sh[s].k * (double)sh[s].batch / sec / 1e9 : 0;
     }
@@ -542,255 +531,6 @@ static int measure_shapes(const int *dev, int n, const struct strata_gemm_shape 
   free(buf);
   free(t);
   return rc;
-}
-
-/*
-** The stage probe: what a stage's compute costs as the runtime runs it,
-** against the same ops timed one by one. The ops above are each timed in a
-** loop on buffers they keep hot; a stage runs dozens of different ones in
-** turn, each on its own buffers, through the queue the executor waits on
-** (here a stage's forward and backward took 10-25% longer than the sum of
-** its ops' figures, on host and PoCL devices alike). The probe is a
-** one-block copy of the GPT (its embedding, one block, its head), so that
-** it fits wherever a block of the model does: its loss and gradient for
-** `rows` samples on each device (lib/model/stage.c's own code, as a one-device
-** trainer runs it), PROBE_ROUNDS rounds of about PROBE_S seconds each,
-** device by device within a round like the figures above; the median call.
-*/
-#define PROBE_S 0.1
-#define PROBE_ROUNDS 3
-#define PROBE_CALLS 4096
-
-struct stage_probe {
-  strata_trainer_t tr;
-  double *call;
-  int ncall;
-};
-
-/* The probe's model: `model` with one block. */
-static int probe_model(strata_model_t model, strata_model_t *out) {
-  struct strata_model_config pc = *strata_model_config(model);
-  pc.layers = 1;
-  int rc = strata_model_from_config(&pc, out);
-  return rc ? strata__error_prefix(rc, "calibration: the stage probe's one-block model: ") : STRATA_OK;
-}
-
-/* The probes' tokens: `tokens` inputs and targets of a fixed pattern over the model's vocabulary. */
-static int probe_tokens(strata_model_t pm, size_t tokens, int32_t **in, int32_t **tg) {
-  const size_t vocab = (size_t)strata_model_config(pm)->vocab;
-  *in = malloc(tokens * sizeof **in);
-  *tg = malloc(tokens * sizeof **tg);
-  if (!*in || !*tg)
-    return strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
-  for (size_t i = 0; i < tokens; i++) {
-    (*in)[i] = (int32_t)((i * 7 + 3) % vocab);
-    (*tg)[i] = (int32_t)((i * 7 + 10) % vocab);
-  }
-  return STRATA_OK;
-}
-
-static int probe_stages(const int *dev, int n, strata_model_t pm, int64_t rows, double *sec) {
-  int32_t *in = NULL, *tg = NULL;
-  int rc = probe_tokens(pm, (size_t)rows * (size_t)strata_model_config(pm)->context, &in, &tg);
-  struct stage_probe *p = calloc((size_t)n, sizeof *p);
-  if (!rc && !p)
-    rc = strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
-  for (int i = 0; i < n && !rc; i++) {
-    struct strata_train_options o;
-    strata_train_options_default(&o);
-    o.device = dev[i];
-    o.batch = rows;
-    o.steps = 1;
-    p[i].call = malloc(PROBE_CALLS * sizeof *p[i].call);
-    if (!p[i].call) {
-      rc = strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
-      break;
-    }
-    rc = strata_trainer_new(pm, NULL, &o, &p[i].tr);
-    if (!rc) /* the first call allocates and compiles: not counted */
-      rc = strata__trainer_forward_backward(p[i].tr, in, tg);
-    if (rc)
-      rc = strata__error_prefix(rc, "calibration: device %d: the stage probe (one block of the model, %lld samples): ",
-                                dev[i], (long long)rows);
-  }
-  for (int r = 0; r < PROBE_ROUNDS && !rc; r++)
-    for (int i = 0; i < n && !rc; i++) {
-      const double end = strata__now() + PROBE_S;
-      do {
-        const double t0 = strata__now();
-        rc = strata__trainer_forward_backward(p[i].tr, in, tg);
-        if (rc) {
-          rc = strata__error_prefix(rc, "calibration: device %d: the stage probe: ", dev[i]);
-          break;
-        }
-        p[i].call[p[i].ncall++] = strata__now() - t0;
-      } while (strata__now() < end && p[i].ncall < PROBE_CALLS);
-    }
-  for (int i = 0; i < n && !rc; i++)
-    sec[i] = median(p[i].call, p[i].ncall);
-  for (int i = 0; p && i < n; i++) {
-    strata_trainer_free(p[i].tr);
-    free(p[i].call);
-  }
-  free(p);
-  free(in);
-  free(tg);
-  return rc;
-}
-
-/*
-** Each device's stage factor: its probe's measured seconds over what the
-** simulator costs the probe's ops at, from the figures just measured (the
-** calibration text, read as the simulator reads it). Written into each
-** device's entry with the probe's figures.
-*/
-static int stage_factors(json_t *root, const char *text, strata_model_t pm, int64_t rows, const double *sec) {
-  strata_machine_t c = NULL;
-  int rc = strata_machine_from_calibration(text, "calibration", NULL, &c);
-  json_t *devs = json_object_get(root, "devices");
-  for (size_t i = 0; !rc && i < json_array_size(devs); i++) {
-    const double ops = strata__plan_ops_time(&c->cost[i], pm, rows);
-    const double f = sec[i] / ops;
-    if (!(ops > 0) || !(sec[i] > 0))
-      rc = strata__error(STRATA_ERR_INTERNAL, "calibration: the stage probe measured %g s against %g s of ops",
-                         sec[i], ops);
-    else if (!(f >= 0.1 && f <= 10)) /* what read_stage_factor takes: refused here, not in the file's next reader */
-      rc = strata__error(STRATA_ERR_UNSTEADY, "calibration: device %zu: the stage probe took %g s, %.3g times what the "
-                         "figures just measured cost its ops at (%g s; from 0.1 to 10 is believable): the device's "
-                         "speed moved while it was calibrated; calibrate again on a quieter machine", i, sec[i], f, ops);
-    else
-      json_object_set_new(json_array_get(devs, i), "stage_probe",
-                          json_pack("{s:I, s:I, s:f, s:f, s:f}", "blocks", (json_int_t)1, "rows", (json_int_t)rows,
-                                    "seconds", sec[i], "ops_seconds", ops, "stage_factor", f));
-  }
-  strata_machine_free(c);
-  return rc;
-}
-
-/*
-** The pipeline probe: what the executor adds to each action when the
-** devices hand work to each other. The stage probe times a stage alone; in a
-** pipeline each action also waits on another device's message, and its
-** threads (the worker, the sender, the queues') are woken at every hand-off
-** while the other devices compute — on a host whose cores the devices share
-** that costs far more than a queue's round trip (here 0.3-0.5 ms an action
-** in a trace of host pp 2, against 0.01-0.06 ms). The probe runs the model
-** with one block per calibrated device as a real 1F1B pipeline over them
-** all (2 micro-batches per device), PIPE_S seconds of steps after two
-** warm-up steps, and takes the median step; then the overhead per action
-** that makes the simulator's step of the same layout, on the figures just
-** measured, equal to it (0 when the simulator is already as slow): each
-** forward and backward of a pipelined layout pays it.
-*/
-#define PIPE_S 1.0
-#define PIPE_MIN_STEPS 5
-#define PIPE_MAX_STEPS 256
-
-/* The probe's layout over devices dev[0..n) (runtime ids, or the calibration's indices for the simulator). */
-static int pipe_layout(const int *dev, int n, int *split, strata_layout_t *out) {
-  for (int i = 0; i < n; i++)
-    split[i] = i == 0 || i == n - 1 ? 2 : 1; /* the embedding and the head beside the first and last blocks */
-  const struct strata_layout_desc d = {.dp = 1, .pp = n, .tp_all = 1, .devices = dev, .ndevices = n, .split = split,
-                                       .nsplit = n, .schedule = STRATA_SCHEDULE_1F1B, .microbatches = 2 * n};
-  return strata_layout_new(&d, out);
-}
-
-/* The probe's median step, in seconds, measured. */
-static int pipe_measure(const int *dev, int n, strata_model_t pm, int64_t rows, double *seconds) {
-  const size_t tokens = (size_t)rows * (size_t)strata_model_config(pm)->context;
-  int32_t *in = NULL, *tg = NULL;
-  int rc = probe_tokens(pm, tokens, &in, &tg);
-  double *step = malloc(PIPE_MAX_STEPS * sizeof *step);
-  int *split = malloc((size_t)n * sizeof *split);
-  strata_layout_t l = NULL;
-  strata_trainer_t tr = NULL;
-  if (!rc && (!step || !split))
-    rc = strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
-  if (!rc)
-    rc = pipe_layout(dev, n, split, &l);
-  if (!rc) {
-    struct strata_train_options o;
-    strata_train_options_default(&o);
-    o.batch = rows;
-    o.steps = 1000000; /* the rate stays up: no update is skipped */
-    rc = strata_trainer_new_layout(pm, NULL, &o, l, NULL, &tr);
-  }
-  int ns = 0;
-  for (int k = 0; !rc && k < 2; k++) /* the first steps allocate and compile: not counted */
-    rc = strata__trainer_step_fixed(tr, in, tokens, tg, tokens);
-  const double end = strata__now() + PIPE_S;
-  while (!rc && ns < PIPE_MAX_STEPS && (ns < PIPE_MIN_STEPS || strata__now() < end)) {
-    const double t0 = strata__now();
-    rc = strata__trainer_step_fixed(tr, in, tokens, tg, tokens);
-    step[ns++] = strata__now() - t0;
-  }
-  if (rc)
-    rc = strata__error_prefix(rc, "calibration: the pipeline probe (%d blocks over %d devices, %lld samples a "
-                              "micro-batch): ", n, n, (long long)rows);
-  else
-    *seconds = median(step, ns);
-  strata_trainer_free(tr);
-  strata_layout_free(l);
-  free(split);
-  free(step);
-  free(in);
-  free(tg);
-  return rc;
-}
-
-/* The simulator's step of the probe's layout `l` (batch samples a step) with every device paying `us` per action. */
-static int pipe_simulate(strata_machine_t c, strata_model_t pm, strata_layout_t l, int64_t batch, double us,
-                         double *step) {
-  for (int i = 0; i < c->k; i++)
-    c->cost[i].action_us = us;
-  /* as strata-plan --simulate predicts a step: the median of 15 drawn from the devices' spreads */
-  const struct strata_sim_options so = {.batch = batch, .samples = 15, .seed = 1};
-  struct strata_sim_result r;
-  int rc = strata_simulate(c, pm, l, &so, &r);
-  if (!rc) {
-    *step = r.step_s;
-    strata_sim_result_destroy(&r);
-  }
-  return rc;
-}
-
-/* The overhead per action that brings the simulated probe to the measured `seconds`: bisection, to 0.1 us. */
-static int pipe_fit(json_t *root, const char *text, strata_model_t pm, int n, int64_t rows, double seconds) {
-  strata_machine_t c = NULL;
-  strata_layout_t l = NULL;
-  int *idx = malloc((size_t)n * sizeof *idx), *split = malloc((size_t)n * sizeof *split);
-  int rc = idx && split ? STRATA_OK : strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
-  for (int i = 0; !rc && i < n; i++)
-    idx[i] = i; /* the calibration's own device indices */
-  if (!rc)
-    rc = pipe_layout(idx, n, split, &l);
-  if (!rc)
-    rc = strata_machine_from_calibration(text, "calibration", NULL, &c);
-  const int64_t batch = rows * 2 * n;
-  double lo = 0, hi = 100, at, simulated = 0, action_us = 0;
-  if (!rc)
-    rc = pipe_simulate(c, pm, l, batch, 0, &simulated);
-  if (!rc && simulated < seconds) {
-    while (!rc && (rc = pipe_simulate(c, pm, l, batch, hi, &at)) == STRATA_OK && at < seconds && hi < 1e5)
-      lo = hi, hi = fmin(2 * hi, 1e5); /* no more than the file's reader takes */
-    while (!rc && hi - lo > 0.1) {
-      const double mid = (lo + hi) / 2;
-      if ((rc = pipe_simulate(c, pm, l, batch, mid, &at)) == STRATA_OK)
-        *(at < seconds ? &lo : &hi) = mid;
-    }
-    action_us = hi;
-  }
-  strata_machine_free(c);
-  strata_layout_free(l);
-  free(split);
-  free(idx);
-  if (rc)
-    return strata__error_prefix(rc, "calibration: simulating the pipeline probe: ");
-  json_object_set_new(root, "pipeline_probe",
-                      json_pack("{s:I, s:I, s:I, s:f, s:f, s:f}", "blocks", (json_int_t)n, "microbatches",
-                                (json_int_t)(2 * n), "rows", (json_int_t)rows, "seconds", seconds,
-                                "simulated_seconds", simulated, "action_us", action_us));
-  return STRATA_OK;
 }
 
 /* *json anew from root, after a probe added to it; the old text freed. */
@@ -904,7 +644,7 @@ static int pair_allreduce(int a, int b, double *sec, double *lat_us) {
       }
     }
     if (!rc) {
-      const double x = median(alone, COLL_REPS), y = median(between, COLL_REPS);
+      const double x = strata__plan_median(alone, COLL_REPS), y = strata__plan_median(between, COLL_REPS);
       sec[s] = y > x ? y : x;
       if (s == 0)
         *lat_us = x / 2 * 1e6;
@@ -1003,10 +743,11 @@ STRATA_API int strata_calibrate_model(const int *devices, int n, strata_model_t 
   const int probing = model && strata_model_config(model)->kind == STRATA_MODEL_GPT;
   if (!rc && probing) {
     probe_s = calloc((size_t)n, sizeof *probe_s);
-    rc = probe_s ? probe_model(model, &pm) : strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
+    rc = probe_s ? strata__plan_probe_model(model, &pm)
+                 : strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
     if (!rc) {
       progress(t_start, "the stage probe (one block, %lld samples) on each device", (long long)rows[0]);
-      rc = probe_stages(dev, n, pm, rows[0], probe_s);
+      rc = strata__plan_probe_stages(dev, n, pm, rows[0], probe_s);
     }
   }
   /* a pipeline over them all, with as many blocks */
@@ -1020,7 +761,7 @@ STRATA_API int strata_calibrate_model(const int *devices, int n, strata_model_t 
       rc = strata__error_prefix(rc, "calibration: the pipeline probe's model: ");
     else {
       progress(t_start, "the pipeline probe (%d blocks over %d devices)", n, n);
-      rc = pipe_measure(dev, n, pipe_m, rows[0], &pipe_s);
+      rc = strata__plan_pipe_measure(dev, n, pipe_m, rows[0], &pipe_s);
     }
   }
   /* the runtime's all-reduce between every pair, timed once per pair (both directions alike) */
@@ -1057,9 +798,9 @@ STRATA_API int strata_calibrate_model(const int *devices, int n, strata_model_t 
     const double best = g[NSIZES - 1];
     json_t *opj = json_object(), *rowj = json_object();
     for (int k = 0; k < STRATA_PLAN_OP_COUNT; k++) {
-      json_object_set_new(opj, op_names[k], json_real(ops[k]));
+      json_object_set_new(opj, strata__plan_op_names[k], json_real(ops[k]));
       if (per_row[k] > 0)
-        json_object_set_new(rowj, op_names[k], json_real(per_row[k]));
+        json_object_set_new(rowj, strata__plan_op_names[k], json_real(per_row[k]));
     }
     /* a device that computes on the host's cores shares them with the other such devices */
     json_t *entry = json_pack("{s:i, s:s, s:s, s:f, s:o, s:f, s:f, s:f, s:I, s:o, s:o, s:i}", "device", d, "name",
@@ -1149,9 +890,9 @@ STRATA_API int strata_calibrate_model(const int *devices, int n, strata_model_t 
     if (!*json)
       rc = strata__error(STRATA_ERR_NOMEM, "calibration: out of host memory");
     if (!rc && probing)
-      rc = redump(root, stage_factors(root, *json, pm, rows[0], probe_s), json);
+      rc = redump(root, strata__plan_stage_factors(root, *json, pm, rows[0], probe_s), json);
     if (!rc && pipe_m) /* on the figures with the stage factors */
-      rc = redump(root, pipe_fit(root, *json, pipe_m, n, rows[0], pipe_s), json);
+      rc = redump(root, strata__plan_pipe_fit(root, *json, pipe_m, n, rows[0], pipe_s), json);
   }
   strata_model_free(pm);
   strata_model_free(pipe_m);
@@ -1172,290 +913,4 @@ STRATA_API int strata_calibrate_model(const int *devices, int n, strata_model_t 
   if (!rc)
     progress(t_start, "done");
   return rc;
-}
-
-/* "pipeline_probe" {..., "action_us": from 0 to 100000}: every device's action overhead; none where absent. */
-static int read_pipe_probe(json_t *v, const char *src, struct strata_device_cost *cost, size_t n) {
-  if (!v)
-    return STRATA_OK;
-  json_t *a = json_is_object(v) ? json_object_get(v, "action_us") : NULL;
-  const double x = json_is_number(a) ? json_number_value(a) : -1;
-  if (!(x >= 0 && x <= 1e5))
-    return strata__error(STRATA_ERR_PARSE, "%s: \"pipeline_probe\" needs an \"action_us\" from 0 to 100000", src);
-  for (size_t i = 0; i < n; i++)
-    cost[i].action_us = x;
-  return STRATA_OK;
-}
-
-/* A positive finite number field of `o`, or an error naming it. */
-static int number(json_t *o, const char *field, const char *src, int i, double *out) {
-  json_t *v = json_object_get(o, field);
-  if (!json_is_number(v) || !(json_number_value(v) >= 0) || !isfinite(json_number_value(v)))
-    return strata__error(STRATA_ERR_PARSE, "%s: device %d: \"%s\" must be a non-negative number", src, i, field);
-  *out = json_number_value(v);
-  return STRATA_OK;
-}
-
-/* A device's "stage_probe" (optional: a file of an older strata, or of a model that is no GPT, has none): its
-** "stage_factor", a number from 0.1 to 10, or an error naming the device. */
-static int read_stage_factor(json_t *v, const char *src, int i, struct strata_device_cost *w) {
-  w->stage_factor = 0;
-  if (!v)
-    return STRATA_OK;
-  json_t *f = json_object_get(v, "stage_factor");
-  const double x = json_is_number(f) ? json_number_value(f) : NAN;
-  if (!json_is_object(v) || !(x >= 0.1 && x <= 10))
-    return strata__error(STRATA_ERR_PARSE, "%s: device %d: \"stage_probe\" needs a \"stage_factor\" from 0.1 to 10",
-                         src, i);
-  w->stage_factor = x;
-  return STRATA_OK;
-}
-
-/* A device's "spread" (optional): 1 to STRATA_PLAN_SPREAD_POINTS positive ratios, ascending. */
-static int read_spread(json_t *v, const char *src, int i, struct strata_device_cost *w) {
-  w->nspread = 0;
-  if (!v)
-    return STRATA_OK;
-  const size_t n = json_array_size(v);
-  if (!json_is_array(v) || n < 1 || n > STRATA_PLAN_SPREAD_POINTS)
-    return strata__error(STRATA_ERR_PARSE, "%s: device %d: \"spread\" must be an array of 1 to %d numbers", src, i,
-                         STRATA_PLAN_SPREAD_POINTS);
-  for (size_t q = 0; q < n; q++) {
-    json_t *x = json_array_get(v, q);
-    const double r = json_is_number(x) ? json_number_value(x) : -1;
-    if (!(r > 0) || !isfinite(r) || (q > 0 && r < w->spread[q - 1]))
-      return strata__error(STRATA_ERR_PARSE, "%s: device %d: \"spread\" entry %zu must be a positive number no less "
-                           "than the one before", src, i, q);
-    w->spread[q] = r;
-  }
-  w->nspread = (int)n;
-  return STRATA_OK;
-}
-
-/* A device's "gemm_shapes" ([m, n, k, trans_a, trans_b, batch, GFLOP/s] each; absent: none) into *out (n of them). */
-static int read_shapes(json_t *v, const char *src, int i, struct strata_gemm_shape **out, int *n) {
-  *out = NULL;
-  *n = 0;
-  if (!v)
-    return STRATA_OK;
-  const size_t count = json_array_size(v);
-  if (!json_is_array(v) || count > (1u << 20))
-    return strata__error(STRATA_ERR_PARSE, "%s: device %d: \"gemm_shapes\" must be a list of at most %u GEMMs", src,
-                         i, 1u << 20);
-  if (count == 0)
-    return STRATA_OK;
-  struct strata_gemm_shape *sh = calloc(count, sizeof *sh);
-  if (!sh)
-    return strata__error(STRATA_ERR_NOMEM, "out of host memory");
-  for (size_t s = 0; s < count; s++) {
-    json_t *e = json_array_get(v, s);
-    double f[7];
-    int ok = json_is_array(e) && json_array_size(e) == 7;
-    for (size_t j = 0; ok && j < 7; j++) {
-      json_t *x = json_array_get(e, j);
-      ok = json_is_number(x) && isfinite(json_number_value(x));
-      f[j] = ok ? json_number_value(x) : 0;
-    }
-    for (int j = 0; ok && j < 6; j++)
-      ok = f[j] == floor(f[j]) && f[j] >= 0 && f[j] <= 1e9;
-    ok = ok && f[0] >= 1 && f[1] >= 1 && f[2] >= 1 && f[5] >= 1 && f[3] <= 1 && f[4] <= 1 && f[6] > 0;
-    if (!ok) {
-      free(sh);
-      return strata__error(STRATA_ERR_PARSE,
-                           "%s: device %d: \"gemm_shapes\" entry %zu must be [m, n, k, trans_a, trans_b, batch, "
-                           "GFLOP/s]: sizes and batch whole numbers from 1, transposes 0 or 1, a positive speed",
-                           src, i, s);
-    }
-    sh[s] = (struct strata_gemm_shape){.m = (int64_t)f[0], .n = (int64_t)f[1], .k = (int64_t)f[2],
-                                       .trans_a = (int)f[3], .trans_b = (int)f[4], .batch = (int64_t)f[5],
-                                       .flops = f[6] * 1e9};
-  }
-  *out = sh;
-  *n = (int)count;
-  return STRATA_OK;
-}
-
-/*
-** The pairs' all-reduce times, where the file has them ("allreduce":
-** {"floats": [...], "seconds": [n][n][sizes]}): *sizes 0 where it has none
-** (a file of an older strata), else every entry checked.
-*/
-static int read_allreduce(json_t *root, size_t n, const char *src, int *sizes, double *floats, double **sec) {
-  *sizes = 0;
-  *sec = NULL;
-  json_t *arj = json_object_get(root, "allreduce");
-  if (!arj)
-    return STRATA_OK;
-  json_t *fl = json_object_get(arj, "floats"), *sj = json_object_get(arj, "seconds");
-  const size_t ns = json_array_size(fl);
-  if (!json_is_object(arj) || ns < 1 || ns > STRATA_PLAN_ALLREDUCE_SIZES || json_array_size(sj) != n)
-    return strata__error(STRATA_ERR_PARSE,
-                         "%s: \"allreduce\" must give 1 to %d \"floats\" and a row of \"seconds\" per device", src,
-                         STRATA_PLAN_ALLREDUCE_SIZES);
-  for (size_t s = 0; s < ns; s++) {
-    floats[s] = json_number_value(json_array_get(fl, s));
-    if (!json_is_number(json_array_get(fl, s)) || !(floats[s] >= 1) || !isfinite(floats[s]) ||
-        (s > 0 && !(floats[s] > floats[s - 1])))
-      return strata__error(STRATA_ERR_PARSE, "%s: \"allreduce\" size %zu must be 1 float or more, larger than the one "
-                           "before", src, s);
-  }
-  double *v = calloc(n * n * ns, sizeof *v);
-  if (!v)
-    return strata__error(STRATA_ERR_NOMEM, "out of host memory");
-  for (size_t i = 0; i < n; i++) {
-    json_t *row = json_array_get(sj, i);
-    for (size_t j = 0; j < n; j++) {
-      json_t *cell = json_array_get(row, j);
-      if (json_array_size(row) != n || (i != j && json_array_size(cell) != ns)) {
-        free(v);
-        return strata__error(STRATA_ERR_PARSE, "%s: \"allreduce\" seconds %zu -> %zu must list %zu times", src, i, j,
-                             ns);
-      }
-      for (size_t s = 0; i != j && s < ns; s++) {
-        const double t = json_number_value(json_array_get(cell, s));
-        if (!(t > 0) || !isfinite(t)) {
-          free(v);
-          return strata__error(STRATA_ERR_PARSE, "%s: \"allreduce\" seconds %zu -> %zu, size %zu: not a positive time",
-                               src, i, j, s);
-        }
-        v[(i * n + j) * ns + s] = t;
-      }
-    }
-  }
-  *sizes = (int)ns;
-  *sec = v;
-  return STRATA_OK;
-}
-
-STRATA_API int strata_machine_from_calibration(const char *json, const char *source,
-                                               const struct strata_machine_options *o, strata_machine_t *out) {
-  if (!out || !json)
-    return strata__error(STRATA_ERR_INVALID, "strata_machine_from_calibration: NULL argument");
-  *out = NULL;
-  const char *src = source ? source : "calibration";
-  json_error_t err;
-  json_t *root = json_loads(json, 0, &err);
-  if (!root)
-    return strata__error(STRATA_ERR_PARSE, "%s: line %d: %s", src, err.line, err.text);
-  int rc = STRATA_OK;
-  json_t *schema = json_object_get(root, "schema"), *devs = json_object_get(root, "devices");
-  json_t *gbps = json_object_get(root, "gbps"), *lat = json_object_get(root, "latency_us");
-  if (!json_is_string(schema) || strcmp(json_string_value(schema), "strata-calibration/1") != 0)
-    rc = strata__error(STRATA_ERR_PARSE, "%s: not a strata-calibration/1 file", src);
-  const size_t n = json_array_size(devs);
-  if (!rc && (n < 1 || n > 65536 || json_array_size(gbps) != n || json_array_size(lat) != n))
-    rc = strata__error(STRATA_ERR_PARSE, "%s: \"devices\", \"gbps\" and \"latency_us\" must list the same devices",
-                       src);
-  struct strata_device_cost *cost = rc ? NULL : calloc(n, sizeof *cost);
-  double *g = rc ? NULL : calloc(n * n, sizeof *g), *l = rc ? NULL : calloc(n * n, sizeof *l);
-  int *ids = rc ? NULL : calloc(n, sizeof *ids);
-  struct strata_gemm_shape **shapes = rc ? NULL : calloc(n, sizeof *shapes);
-  if (!rc && (!cost || !g || !l || !ids || !shapes))
-    rc = strata__error(STRATA_ERR_NOMEM, "out of host memory");
-  for (size_t i = 0; i < n && !rc; i++) {
-    json_t *d = json_array_get(devs, i);
-    double gf = 0, bw = 0, launch = 0, mem = 0, id = 0;
-    rc = number(d, "gflops", src, (int)i, &gf);
-    if (!rc)
-      rc = number(d, "mem_gbps", src, (int)i, &bw);
-    if (!rc)
-      rc = number(d, "launch_us", src, (int)i, &launch);
-    if (!rc)
-      rc = number(d, "memory", src, (int)i, &mem);
-    if (!rc)
-      rc = number(d, "device", src, (int)i, &id);
-    if (rc)
-      break;
-    cost[i] = (struct strata_device_cost){.flops = gf * 1e9, .mem_gbps = bw, .memory = (uint64_t)mem,
-                                          .launch_us = launch, .model = "calibrated", .source = "measured"};
-    /* the refinements are optional: a file of an older strata has none */
-    json_t *sizes = json_object_get(d, "gemm"), *opj = json_object_get(d, "op_ns"), *ct = json_object_get(d, "cpu_threads");
-    json_t *rowj = json_object_get(d, "op_row_ns");
-    for (size_t s = 0; s < json_array_size(sizes) && cost[i].ngemm < STRATA_PLAN_GEMM_SIZES; s++) {
-      double sn = json_number_value(json_array_get(json_array_get(sizes, s), 0));
-      double sg = json_number_value(json_array_get(json_array_get(sizes, s), 1));
-      if (sn > 0 && sg > 0 && (cost[i].ngemm == 0 || sn > cost[i].gemm_n[cost[i].ngemm - 1])) {
-        cost[i].gemm_n[cost[i].ngemm] = sn;
-        cost[i].gemm_flops[cost[i].ngemm++] = sg * 1e9;
-      }
-    }
-    for (int k = 0; k < STRATA_PLAN_OP_COUNT; k++) {
-      double v = json_number_value(json_object_get(opj, op_names[k]));
-      cost[i].op_ns[k] = v > 0 && isfinite(v) ? v : 0;
-      double rv = json_number_value(json_object_get(rowj, op_names[k]));
-      cost[i].op_row_ns[k] = rv > 0 && isfinite(rv) ? rv : 0;
-    }
-    json_t *sy = json_object_get(d, "sync_us");
-    cost[i].sync_us = json_is_number(sy) && json_number_value(sy) > 0 && isfinite(json_number_value(sy))
-                          ? json_number_value(sy)
-                          : 0;
-    cost[i].cpu_threads = json_is_integer(ct) && json_integer_value(ct) > 0 ? (int)json_integer_value(ct) : 0;
-    rc = read_stage_factor(json_object_get(d, "stage_probe"), src, (int)i, &cost[i]);
-    if (!rc)
-      rc = read_spread(json_object_get(d, "spread"), src, (int)i, &cost[i]);
-    if (!rc)
-      rc = read_shapes(json_object_get(d, "gemm_shapes"), src, (int)i, &shapes[i], &cost[i].nshapes);
-    if (rc)
-      break;
-    cost[i].shapes = shapes[i];
-    ids[i] = (int)id;
-    json_t *row = json_array_get(gbps, i), *lrow = json_array_get(lat, i);
-    if (json_array_size(row) != n || json_array_size(lrow) != n) {
-      rc = strata__error(STRATA_ERR_PARSE, "%s: row %zu of \"gbps\" or \"latency_us\" has not %zu entries", src, i, n);
-      break;
-    }
-    for (size_t j = 0; j < n; j++) {
-      g[i * n + j] = json_number_value(json_array_get(row, j));
-      l[i * n + j] = json_number_value(json_array_get(lrow, j));
-      if (i != j && !(g[i * n + j] > 0))
-        rc = strata__error(STRATA_ERR_PARSE, "%s: link %zu -> %zu has no measured bandwidth", src, i, j);
-    }
-  }
-  strata_machine_t c = NULL;
-  int ar_sizes = 0;
-  double ar_floats[STRATA_PLAN_ALLREDUCE_SIZES], *ar = NULL;
-  if (!rc)
-    rc = read_allreduce(root, n, src, &ar_sizes, ar_floats, &ar);
-  if (!rc)
-    rc = read_pipe_probe(json_object_get(root, "pipeline_probe"), src, cost, n);
-  if (!rc) {
-    /* the cores the CPU devices got together when measured, else the system's count */
-    json_t *cc = json_object_get(root, "cpu_cores"), *ce = json_object_get(root, "cpu_cores_effective");
-    double cores = json_is_number(ce) && json_number_value(ce) > 0 ? json_number_value(ce)
-                   : json_is_integer(cc)                           ? (double)json_integer_value(cc)
-                                                                   : 0;
-    struct strata_node_desc nd = {.devices = (int)n, .cost = cost, .gbps = g, .latency_us = l, .name = src,
-                                  .cpu_cores = cores, .allreduce_sizes = ar_sizes, .allreduce_floats = ar_floats,
-                                  .allreduce_s = ar};
-    rc = strata_machine_new(&nd, o, &c);
-  }
-  for (size_t i = 0; !rc && i < n; i++) {
-    /* the runtime's own names and indices, so that a layout names runtime devices */
-    json_t *nm = json_object_get(json_array_get(devs, i), "name");
-    char *name = strdup(json_is_string(nm) ? json_string_value(nm) : "device");
-    if (!name) {
-      rc = strata__error(STRATA_ERR_NOMEM, "out of host memory");
-      break;
-    }
-    free(c->names[i]);
-    c->names[i] = name;
-    c->id[i] = ids[i];
-    c->cost[i].model = "calibrated";
-    c->cost[i].source = "measured by strata-bench calibrate";
-  }
-  for (size_t i = 0; shapes && i < n; i++)
-    free(shapes[i]); /* the cluster holds its copies */
-  free(shapes);
-  free(cost);
-  free(g);
-  free(l);
-  free(ids);
-  free(ar);
-  json_decref(root);
-  if (rc) {
-    strata_machine_free(c);
-    return rc;
-  }
-  *out = c;
-  return STRATA_OK;
 }

@@ -5,8 +5,14 @@ libstrata_la_SOURCES += \
 	%reldir%/plan.h \
 	%reldir%/devices.c \
 	%reldir%/machine.c \
+	%reldir%/sim-cost.c \
+	%reldir%/sim-memory.c \
 	%reldir%/sim.c \
+	%reldir%/sim-trace.c \
 	%reldir%/search.c \
-	%reldir%/calibrate.c
+	%reldir%/search-result.c \
+	%reldir%/calibrate.c \
+	%reldir%/calibrate-probes.c \
+	%reldir%/calibrate-read.c
 
 stratainclude_HEADERS += include/strata/plan.h

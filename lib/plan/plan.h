@@ -1,11 +1,27 @@
 /* SPDX-License-Identifier: MIT */
 /* plan/plan.h — internals shared by the cost model, the simulator and the planner. */
+/*
+** lib/plan/, one concept a file:
+**   devices.c           the table of GPU models (peaks and their sources)
+**   machine.c           the machine: N copies of a node (devices with costs, links, islands, uplinks), a network
+**   sim-cost.c          the cost of pieces: a layer's parts op by op, a tp group's slowest member and its joins
+**   sim-memory.c        the memory model: what a device holds for its stages
+**   sim.c               the simulator: a discrete-event run of the executor's action lists
+**   sim-trace.c         the simulator's predicted trace (Chrome/Perfetto)
+**   search.c            the planner's search, in numbered passes
+**   search-result.c     the search's result: candidates kept best first, their reasons, the explanation
+**   calibrate.c         this machine's devices and links measured, written as a calibration file
+**   calibrate-probes.c  the calibration's stage and pipeline probes
+**   calibrate-read.c    a calibration file read into a machine
+*/
 #ifndef STRATA__PLAN_PLAN_H
 #define STRATA__PLAN_PLAN_H
 
 #include <stdarg.h>
 
 #include <strata/plan.h>
+
+struct json_t; /* jansson's json_t */
 
 /*
 ** A cluster: `nodes` copies of one node of `k` devices. Device g is local
@@ -47,6 +63,38 @@ static inline double strata__pair_allreduce_s(double floats, double gbps, double
 ** else from the link's bandwidth and latency. */
 double strata__cluster_pair_allreduce(const struct strata_machine *c, int a, int b, double floats);
 
+/* ---- the cost of pieces (sim-cost.c) ---- */
+
+/* What a part of a layer's step costs on one slice: seconds of compute, and its joins (bytes, count). */
+enum strata__plan_part {
+  STRATA__PLAN_PART_FWD,    /* the forward */
+  STRATA__PLAN_PART_INPUT,  /* the backward's input gradient (a split backward's first part) */
+  STRATA__PLAN_PART_WEIGHT, /* the backward's weight gradient (its second part) */
+  STRATA__PLAN_PART_FULL    /* the whole backward */
+};
+struct strata__plan_work {
+  double s;
+  double join_bytes;
+  int joins;
+};
+
+/* The tp group of (replica, rank): its devices (replica-major, rank, tp rank in the layout's list) and their count. */
+int strata__plan_group_of(strata_layout_t l, int replica, int rank, const int **devs);
+/* The slowest member of a group of t devices, as a synchronous group runs at its pace. */
+struct strata_device_cost strata__plan_group_cost(const struct strata_machine *c, const int *devs, int t);
+/* Whether every tp group of the first `replicas` replicas is of devices that cost alike. */
+int strata__plan_groups_alike(const struct strata_machine *c, strata_layout_t l, int replicas);
+/* Seconds of op `op` over `elems` elements: its measured speed, else (a bias op of an older calibration)
+** the add's, else its bytes at the memory bandwidth. */
+double strata__plan_op_s(const struct strata_device_cost *w, int op, double elems);
+/* One part of layer `layer`'s step on one slice of a t-way stage whose slowest member costs `w`, for `rows`
+** samples: a GPT's layers op by op, other layers from the model's profile; its compute at the device's stage
+** factor (what its ops cost in sequence in a stage). */
+struct strata__plan_work strata__plan_layer_part(const struct strata_device_cost *w, strata_model_t model, int t,
+                                                 int layer, int64_t rows, enum strata__plan_part part);
+/* Seconds of `joins` all-reduces of `bytes` in all (each the mean size) over the tp group devs of t members. */
+double strata__plan_joins_s(const struct strata_machine *c, const int *devs, double bytes, int joins, int t);
+
 /*
 ** The simulator's costing of one layout, exposed to the planner so that it
 ** can prune by memory and balance a split with the same numbers.
@@ -63,9 +111,132 @@ double strata__plan_ops_time(const struct strata_device_cost *w, strata_model_t 
 ** the simulator costs layer work of `model` with on a t-way tensor-parallel stage for micro-batches of `rows`
 ** samples (every layer, forward and backward), their `flops` 0. */
 int strata__plan_gemm_shapes(strata_model_t model, int t, int64_t rows, struct strata_gemm_shape **v, int *n);
+
+/* ---- the memory model (sim-memory.c) ---- */
+
+/* Bytes of parameters, gradients and AdamW moments a device of a tp-t rank holds for `params`. */
+double strata__plan_static_bytes(double params, int t, int dp, int zero);
+/* The first layer of virtual stage j under `split`. */
+int strata__plan_stage_first(const int *split, int j);
 /* Memory a device of rank `rank` needs with `split` (layers per virtual stage)
 ** given the micro-batches in flight on each of its stages (inflight[stage]). */
 uint64_t strata__plan_rank_memory(strata_model_t model, strata_layout_t layout, const int *split, const int *inflight,
                                   int64_t rows, int rank);
+
+/* ---- the simulator's engine (sim.c) and its trace (sim-trace.c) ---- */
+
+/*
+** What every stage of the schedule costs: seconds per action, bytes per
+** transfer. A stage is one slice on its own device, and its joins are the
+** TP_JOIN actions of the executor's lists; a stage no device holds (a slice
+** beyond its rank's tp degree) costs nothing. In symmetric mode on like
+** groups a stage is its whole group, costed at its slowest member, the
+** joins inside its F and B.
+*/
+struct strata__plan_stage_cost {
+  double f, b, bi, w, opt;          /* compute (joins included when inline) */
+  double f_comm, b_comm, bi_comm;   /* the inline joins' part */
+  double tjf, tjb;                  /* TP_JOIN_FORWARD / _BACKWARD: the joins of one micro-batch's F, B or BI */
+  double tjf_bytes, tjb_bytes;
+  double act_bytes;                 /* kept per micro-batch per device */
+  double out_bytes, in_bytes;       /* per micro-batch: output forward, input gradient back */
+  double grad_bytes;                /* gradients per device, for the collectives */
+  double static_bytes;
+  uint64_t capacity;                /* memory of the stage's device (its group's smallest) */
+  const int *devs;                  /* the tp group */
+  int dev;                          /* the cluster device the stage's schedule device stands for */
+  int tp;
+  int threads;                      /* host cores its compute takes (0: none) */
+};
+
+/* One simulation's state: the schedule's devices and stages, what each has finished and when, the resources
+** transfers hold, the heap of devices ready to act (its entries and the host-core runs are sim.c's own), and
+** the events of the trace (sim-trace.c's). */
+struct strata__plan_engine {
+  strata_schedule_t s;
+  int P, S, M, R, chain, K;
+  int T, Rdp;                       /* tp slices per replica, replicas (R = chains = Rdp x T) */
+  const double *unit;               /* unit costs by kind, or NULL */
+  const struct strata_machine *c;
+  struct strata__plan_stage_cost *sc; /* [S], NULL with unit costs */
+  int dp;                           /* replicas the collectives span (layout dp, >= R) */
+  double *finish, *arrive;          /* [K x S x (M + 1)] */
+  double *clock, *sender_free, *comm_free, *compute, *comm, *mem_now, *mem_peak;
+  int *next, *parked, *bw_done;
+  double *bw_last;
+  int *coll_count;                  /* [3 x T x chain] */
+  double *coll_max, *coll_fin;
+  int *tj_count;                    /* [keys] slices arrived at a TP_JOIN (keyed by the slice-0 stage) */
+  double *tj_max;
+  int *last_opt;                    /* [P] index of the device's last OPTIMIZER, -1 for none */
+  int opt_arrived;                  /* OPTIMIZERs reached: the update waits for every held stage's norm */
+  int held;                         /* stages a device holds (all but a slice beyond its rank's tp degree) */
+  double opt_max;
+  struct strata__plan_shared_run *run; /* [P] compute on host cores (NULL: no device shares them) */
+  double *res_free;                 /* [nodes x k] uplinks, then [nodes x nics] out, then in */
+  struct strata__plan_heap_item *heap;
+  int nheap, cap_heap;
+  struct strata__plan_event *ev;
+  size_t nev, cap_ev;
+  int tracing, failed;
+  int draws;                        /* 1: each compute action's time drawn from its device's spread */
+  uint64_t rng;                     /* the draws' state */
+};
+
+/* Record an event of category `cat` for action `a` (NULL: named by cat) on trace thread `tid` from t0 to t1
+** seconds, `op` and `bytes` for a collective (NULL, 0 otherwise); nothing unless e->tracing, nor when it takes
+** no time. Out of memory sets e->failed. */
+void strata__plan_trace_event(struct strata__plan_engine *e, const char *cat, const struct strata_action *a,
+                              const char *op, int tid, double t0, double t1, double bytes);
+/* Write the finished engine's events to `path` as a trace in the executor's format (lib/train/pipeline.c
+** strata__trace_write): a compute and a transfers thread per device, complete events in microseconds, idle
+** gaps. */
+int strata__plan_trace_write(const struct strata__plan_engine *e, strata_layout_t l, const char *path);
+
+/* ---- the search's result (search-result.c) ---- */
+
+struct strata__plan_cand {
+  strata_layout_t layout;
+  struct strata_sim_result res;
+  char reason[300];
+  int used;                         /* devices */
+};
+
+struct strata_plan {
+  struct strata__plan_cand *c;
+  int n, cap;
+  int top;
+  int simulated, pruned;
+  char *explain;
+};
+
+/* Keep the candidate if it is among the `top` best; takes ownership of layout and result. */
+void strata__plan_keep(struct strata_plan *p, strata_layout_t l, struct strata_sim_result *res);
+/* Each kept candidate's reason (against #1), and the explanation of #1 on machine m (p->explain; none when out
+** of memory). */
+void strata__plan_explain_candidates(struct strata_plan *p, const struct strata_machine *m);
+
+/* ---- calibration (calibrate.c, calibrate-probes.c, calibrate-read.c) ---- */
+
+/* The calibration file's names of the ops of enum strata_plan_op. */
+extern const char *const strata__plan_op_names[STRATA_PLAN_OP_COUNT];
+/* The median of n values (sorted in place). */
+double strata__plan_median(double *v, int n);
+/* The stage probe's model: `model` with one block. */
+int strata__plan_probe_model(strata_model_t model, strata_model_t *out);
+/* The stage probe: seconds of the median forward and backward of the one-block model pm for `rows` samples
+** on each of the n devices dev (sec[i]). */
+int strata__plan_probe_stages(const int *dev, int n, strata_model_t pm, int64_t rows, double *sec);
+/* Each device's stage factor: its probe's measured seconds over what the simulator costs the probe's ops at,
+** from the figures just measured (the calibration text, read as the simulator reads it). Written into each
+** device's entry of root with the probe's figures. */
+int strata__plan_stage_factors(struct json_t *root, const char *text, strata_model_t pm, int64_t rows,
+                               const double *sec);
+/* The pipeline probe's median step over devices dev[0..n), in seconds, measured. */
+int strata__plan_pipe_measure(const int *dev, int n, strata_model_t pm, int64_t rows, double *seconds);
+/* The overhead per action that brings the simulated pipeline probe to the measured `seconds` (bisection, to
+** 0.1 us), written into root as its "pipeline_probe". */
+int strata__plan_pipe_fit(struct json_t *root, const char *text, strata_model_t pm, int n, int64_t rows,
+                          double seconds);
 
 #endif /* STRATA__PLAN_PLAN_H */
