@@ -287,7 +287,7 @@ STRATA_API int strata_machine_from_calibration(const char *json, const char *sou
     c->cost[i].source = "measured by strata-bench calibrate";
   }
   for (size_t i = 0; shapes && i < n; i++)
-    free(shapes[i]); /* the cluster holds its copies */
+    free(shapes[i]); /* the machine holds its copies */
   free(shapes);
   free(cost);
   free(g);

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* cluster.c — what the planner places on: N copies of a node (devices with costs, links, islands, shared uplinks) joined by a network. */
+/* machine.c — what the planner places on: N copies of a node (devices with costs, links, islands, shared uplinks) joined by a network. */
 #include "config.h"
 
 #include <math.h>
@@ -60,8 +60,8 @@ static void warn(struct strata_machine *c, const char *fmt, ...) {
     c->nwarnings++;
 }
 
-/* A cluster of `k` devices per node with every array allocated (zeroed). */
-static int cluster_alloc(int k, struct strata_machine **out) {
+/* A machine of `k` devices per node with every array allocated (zeroed). */
+static int machine_alloc(int k, struct strata_machine **out) {
   struct strata_machine *c = calloc(1, sizeof *c);
   if (!c)
     return strata__error(STRATA_ERR_NOMEM, "out of host memory for a cluster");
@@ -87,7 +87,7 @@ static int cluster_alloc(int k, struct strata_machine **out) {
 }
 
 /* The network and node count from the options; the description last. */
-static int cluster_finish(struct strata_machine *c, const struct strata_machine_options *o, const char *what) {
+static int machine_finish(struct strata_machine *c, const struct strata_machine_options *o, const char *what) {
   int nodes = o && o->nodes ? o->nodes : 1;
   if (nodes < 1 || nodes > (1 << 20))
     return strata__error(STRATA_ERR_INVALID, "cluster: %d nodes, must be between 1 and %d", o ? o->nodes : 0, 1 << 20);
@@ -164,7 +164,7 @@ STRATA_API int strata_machine_new(const struct strata_node_desc *d, const struct
   if (d->devices > 65536)
     return strata__error(STRATA_ERR_INVALID, "cluster: %d devices in one node, at most 65536", d->devices);
   struct strata_machine *c;
-  TRY(cluster_alloc(d->devices, &c));
+  TRY(machine_alloc(d->devices, &c));
   const int k = d->devices;
   int rc = STRATA_OK;
   for (int i = 0; i < k && !rc; i++) {
@@ -227,7 +227,7 @@ STRATA_API int strata_machine_new(const struct strata_node_desc *d, const struct
   if (!rc && d->allreduce_sizes)
     rc = copy_allreduce(c, d);
   if (!rc)
-    rc = cluster_finish(c, o, d->name && *d->name ? d->name : "a custom node");
+    rc = machine_finish(c, o, d->name && *d->name ? d->name : "a custom node");
   if (rc) {
     strata_machine_free(c);
     return rc;
@@ -257,7 +257,7 @@ STRATA_API int strata_machine_from_topology(strata_topology_t topo, const struct
         return strata__error(STRATA_ERR_INVALID, "cluster: GPU %d listed twice", o->devices[i]);
   }
   struct strata_machine *c;
-  TRY(cluster_alloc(k, &c));
+  TRY(machine_alloc(k, &c));
   int rc = STRATA_OK;
   struct strata_topology_gpu *g = calloc((size_t)ngpu, sizeof *g);
   if (!g)
@@ -324,7 +324,7 @@ STRATA_API int strata_machine_from_topology(strata_topology_t topo, const struct
   if (!rc) {
     char what[400];
     snprintf(what, sizeof what, "%d x %s (%s)", k, c->names[0], strata_topology_source(topo));
-    rc = cluster_finish(c, o, what);
+    rc = machine_finish(c, o, what);
   }
   free(g);
   if (rc) {
@@ -378,7 +378,7 @@ STRATA_API int strata_machine_synthetic(const char *spec, const struct strata_ma
     return strata__error(STRATA_ERR_PARSE, "node \"%s\": fabric \"%s\" is not nvswitch, nvlink, xgmi or pcie", spec,
                          fabric);
   struct strata_machine *c;
-  TRY(cluster_alloc(count, &c));
+  TRY(machine_alloc(count, &c));
   int rc = STRATA_OK;
   const int k = count, half = (k + 1) / 2;
   for (int i = 0; i < k && !rc; i++) {
@@ -429,7 +429,7 @@ STRATA_API int strata_machine_synthetic(const char *spec, const struct strata_ma
     }
   }
   if (!rc)
-    rc = cluster_finish(c, o, spec);
+    rc = machine_finish(c, o, spec);
   if (rc) {
     strata_machine_free(c);
     return rc;
@@ -461,7 +461,7 @@ STRATA_API int strata_machine_device(strata_machine_t c, int dev, struct strata_
   return STRATA_OK;
 }
 
-void strata__cluster_link(const struct strata_machine *c, int a, int b, double *gbps, double *lat_us, int *kind) {
+void strata__machine_link(const struct strata_machine *c, int a, int b, double *gbps, double *lat_us, int *kind) {
   if (a / c->k != b / c->k) {
     *gbps = c->net_gbps;
     *lat_us = c->net_lat;
@@ -474,13 +474,13 @@ void strata__cluster_link(const struct strata_machine *c, int a, int b, double *
   *kind = c->kind[ij];
 }
 
-double strata__cluster_pair_allreduce(const struct strata_machine *c, int a, int b, double floats) {
+double strata__machine_pair_allreduce(const struct strata_machine *c, int a, int b, double floats) {
   if (a == b)
     return 0;
   if (c->ar_n == 0 || a / c->k != b / c->k) {
     double gbps, lat;
     int kind;
-    strata__cluster_link(c, a, b, &gbps, &lat, &kind);
+    strata__machine_link(c, a, b, &gbps, &lat, &kind);
     return strata__pair_allreduce_s(floats, gbps, lat);
   }
   const int n = c->ar_n;
@@ -505,7 +505,7 @@ STRATA_API int strata_machine_link(strata_machine_t c, int from, int to, struct 
   if (from < 0 || from >= n || to < 0 || to >= n)
     return strata__error(STRATA_ERR_RANGE, "link %d -> %d is not in the cluster (%d devices)", from, to, n);
   memset(out, 0, sizeof *out);
-  strata__cluster_link(c, from, to, &out->gbps, &out->latency_us, &out->kind);
+  strata__machine_link(c, from, to, &out->gbps, &out->latency_us, &out->kind);
   out->nominal_gbps = out->gbps;
   out->source = STRATA_LINK_SOURCE_DEFAULT;
   return STRATA_OK;

@@ -24,7 +24,7 @@
 struct json_t; /* jansson's json_t */
 
 /*
-** A cluster: `nodes` copies of one node of `k` devices. Device g is local
+** A machine: `nodes` copies of one node of `k` devices. Device g is local
 ** device g % k of node g / k. Matrices are k x k, row-major.
 */
 struct strata_machine {
@@ -51,17 +51,17 @@ struct strata_machine {
   int nwarnings;
 };
 
-/* The link between cluster devices a and b (NET across nodes). */
-void strata__cluster_link(const struct strata_machine *c, int a, int b, double *gbps, double *lat_us, int *kind);
+/* The link between machine devices a and b (NET across nodes). */
+void strata__machine_link(const struct strata_machine *c, int a, int b, double *gbps, double *lat_us, int *kind);
 /* Seconds of an all-reduce of `floats` over a pair joined by a link of `gbps` GB/s and `lat_us`: a ring of
 ** two, two steps of half the floats each. */
 static inline double strata__pair_allreduce_s(double floats, double gbps, double lat_us) {
   return 2.0 * (floats * 4 / 2 / (gbps * 1e9) + lat_us * 1e-6);
 }
-/* Seconds of an all-reduce of `floats` with cluster devices a and b as its only members: from the measured
+/* Seconds of an all-reduce of `floats` with machine devices a and b as its only members: from the measured
 ** sizes where the node has them (linear between them, and beyond the largest along its last piece),
 ** else from the link's bandwidth and latency. */
-double strata__cluster_pair_allreduce(const struct strata_machine *c, int a, int b, double floats);
+double strata__machine_pair_allreduce(const struct strata_machine *c, int a, int b, double floats);
 
 /* ---- the cost of pieces (sim-cost.c) ---- */
 
@@ -144,7 +144,7 @@ struct strata__plan_stage_cost {
   double static_bytes;
   uint64_t capacity;                /* memory of the stage's device (its group's smallest) */
   const int *devs;                  /* the tp group */
-  int dev;                          /* the cluster device the stage's schedule device stands for */
+  int dev;                          /* the machine device the stage's schedule device stands for */
   int tp;
   int threads;                      /* host cores its compute takes (0: none) */
 };

@@ -150,7 +150,7 @@ void strata__plan_explain_candidates(struct strata_plan *p, const struct strata_
     strata_layout_device(l, 0, 0, 1, &d1);
     double g, lt;
     int k;
-    strata__cluster_link(m, d0, d1, &g, &lt, &k);
+    strata__machine_link(m, d0, d1, &g, &lt, &k);
     ADD("tp %d: each group's devices share one island (%s links, %.0f GB/s), the fastest there is for the joins "
         "every layer makes\n",
         tp, strata_path_kind_name(k), g);

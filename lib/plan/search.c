@@ -532,7 +532,7 @@ static void try_assignment(struct search *s, int dp, int pp, const struct group 
 ** permutations: the sequence of (cost class, island, node) with islands and
 ** nodes renamed by first use. Two orders of one form are counted once;
 ** that is exact when links depend only on whether two devices share an
-** island or a node (every synthetic node, and the tests' clusters), and
+** island or a node (every synthetic node, and the tests' machines), and
 ** an approximation on a dump whose islands differ among themselves.
 */
 static void canonical(const struct search *s, const struct group *const *gl, int n, int *sig) {
@@ -667,7 +667,7 @@ static void permute_ranks(struct search *s, int dp, int pp, const struct group *
 static int hop_kind(const struct search *s, const struct group *a, const struct group *b) {
   double g, l;
   int k;
-  strata__cluster_link(s->c, a->devs[0], b->devs[0], &g, &l, &k);
+  strata__machine_link(s->c, a->devs[0], b->devs[0], &g, &l, &k);
   return k;
 }
 
@@ -957,12 +957,12 @@ static int check_options(strata_machine_t c, strata_model_t m, const struct stra
   return STRATA_OK;
 }
 
-/* Whether `n` devices like the cluster's first would fit the model: a
-** cluster of n of them (the node's links kept where there are enough) and
+/* Whether `n` devices like the machine's first would fit the model: a
+** machine of n of them (the node's links kept where there are enough) and
 ** a search that stops at the first layout within memory. */
 static int fits_with(strata_machine_t c, strata_model_t model, const struct strata_plan_options *o, int n, int *fits) {
   struct strata_machine *t = NULL;
-  /* one node of n devices; for a cluster of several nodes, whole nodes (n a multiple of k) */
+  /* one node of n devices; for a machine of several nodes, whole nodes (n a multiple of k) */
   int k = n, nodes = 1;
   if (c->nodes > 1) {
     k = c->k;
@@ -1030,7 +1030,7 @@ STRATA_API int strata_plan_min_devices(strata_machine_t c, strata_model_t model,
   if (!devices || limit < 1)
     return strata__error(STRATA_ERR_INVALID, "strata_plan_min_devices: bad argument");
   /* double until it fits, then bisect (more devices never fit less: each holds a smaller share);
-  ** counted in whole nodes when the cluster has several */
+  ** counted in whole nodes when the machine has several */
   const int unit = c->nodes > 1 ? c->k : 1;
   int lo = 0, hi = unit, fits = 0;
   while (!fits) {

@@ -45,7 +45,7 @@ static double ring_allreduce_s(const struct strata_machine *c, const int *devs, 
   double worst = 0;
   for (int i = 0; i < n; i++) {
     int a = devs[i], b = devs[(i + 1) % n];
-    double pair = strata__cluster_pair_allreduce(c, a, b, 2.0 * bytes / n / 4);
+    double pair = strata__machine_pair_allreduce(c, a, b, 2.0 * bytes / n / 4);
     worst = pair > worst ? pair : worst;
   }
   return (n - 1) * worst;

@@ -268,7 +268,7 @@ static double *lane(double *base, int n) {
 }
 
 /*
-** A transfer of `bytes` from schedule device `from` (its cluster device a)
+** A transfer of `bytes` from schedule device `from` (its machine device a)
 ** to b at time t: it waits for the sender's copy engine, for a shared PCIe
 ** uplink on either side when it leaves that island, and for a network
 ** interface on each side when it leaves the node; all of them are held
@@ -278,7 +278,7 @@ static double transfer(struct strata__plan_engine *e, int from, int a, int b, do
   const struct strata_machine *c = e->c;
   double gbps, lat;
   int kind;
-  strata__cluster_link(c, a, b, &gbps, &lat, &kind);
+  strata__machine_link(c, a, b, &gbps, &lat, &kind);
   double *held[6];
   int nheld = 0;
   held[nheld++] = &e->sender_free[from];
@@ -333,13 +333,13 @@ static double collective_s(const struct strata__plan_engine *e, int kind, int st
       continue;
     double g, lt, pair;
     int k;
-    strata__cluster_link(e->c, a, b, &g, &lt, &k);
+    strata__machine_link(e->c, a, b, &g, &lt, &k);
     if (k == STRATA_PATH_NET) {
       double share = e->c->net_gbps * e->c->nics / c->tp;
       g = share < e->c->net_gbps ? share : e->c->net_gbps;
       pair = strata__pair_allreduce_s(pair_floats, g, lt);
     } else {
-      pair = strata__cluster_pair_allreduce(e->c, a, b, pair_floats);
+      pair = strata__machine_pair_allreduce(e->c, a, b, pair_floats);
     }
     worst = pair > worst ? pair : worst;
   }
