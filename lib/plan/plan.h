@@ -188,7 +188,7 @@ struct strata__plan_engine {
 ** no time. Out of memory sets e->failed. */
 void strata__plan_trace_event(struct strata__plan_engine *e, const char *cat, const struct strata_action *a,
                               const char *op, int tid, double t0, double t1, double bytes);
-/* Write the finished engine's events to `path` as a trace in the executor's format (lib/train/pipeline.c
+/* Write the finished engine's events to `path` as a trace in the executor's format (lib/train/trace.c
 ** strata__trace_write): a compute and a transfers thread per device, complete events in microseconds, idle
 ** gaps. */
 int strata__plan_trace_write(const struct strata__plan_engine *e, strata_layout_t l, const char *path);
