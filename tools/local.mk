@@ -18,7 +18,8 @@ if BUILD_OPENCL
 tools_strata_bench_CPPFLAGS += $(OPENCL_CFLAGS) -DSTRATA_HAVE_OPENCL
 tools_strata_bench_LDADD += $(OPENCL_LIBS)
 endif
-tools_strata_train_SOURCES = %reldir%/strata-train.c %reldir%/cli.h
+tools_strata_train_SOURCES = %reldir%/strata-train.c %reldir%/train-args.c %reldir%/train-report.c %reldir%/train.h \
+	%reldir%/cli.h
 tools_strata_train_LDADD = $(tools_ldadd) -lm
 tools_strata_generate_SOURCES = %reldir%/strata-generate.c %reldir%/cli.h
 tools_strata_generate_LDADD = $(tools_ldadd) -lm
