@@ -48,7 +48,7 @@ int main(int argc, char **argv) {
     switch (c) {
     case 'H': hf = optarg; break;
     case 'h': usage(stdout); return 0;
-    case OPT_VERSION: printf("strata-export %s\n", PACKAGE_VERSION); return 0;
+    case OPT_VERSION: printf("strata-export %s\n", strata_version()); return 0;
     default:
       cli_refuse(PROG, c == ':' ? ':' : '?', argc, argv);
       return EXIT_USAGE;

@@ -257,7 +257,7 @@ static int parse_args(int argc, char **argv, struct options *o) {
     case 's': if (cli_parse_range(PROG, "--seed", optarg, 0, INT64_MAX, &o->seed)) return EXIT_USAGE; break;
     case OPT_DEVICE: if (cli_parse_range(PROG, "--device", optarg, 0, 1000000, &o->device)) return EXIT_USAGE; break;
     case 'h': usage(stdout); return -1;
-    case OPT_VERSION: printf("strata-generate %s\n", PACKAGE_VERSION); return -1;
+    case OPT_VERSION: printf("strata-generate %s\n", strata_version()); return -1;
     default:
       cli_refuse(PROG, c == ':' ? ':' : '?', argc, argv);
       return EXIT_USAGE;

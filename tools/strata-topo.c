@@ -13,6 +13,7 @@
 #include <strata/common.h>
 #include <strata/device.h>
 #include <strata/topology.h>
+#include <strata/version.h>
 
 #include "core/parse.h"
 
@@ -598,7 +599,7 @@ int main(int argc, char **argv) {
         return EXIT_INPUT;
       break;
     case 'h': usage(stdout); return 0;
-    case OPT_VERSION: printf("strata-topo %s\n", PACKAGE_VERSION); return 0;
+    case OPT_VERSION: printf("strata-topo %s\n", strata_version()); return 0;
     default:
       if (optopt && optopt < 256)
         fprintf(stderr, "strata-topo: unknown or incomplete option '-%c' (see --help)\n", optopt);

@@ -554,7 +554,7 @@ int parse_args(int argc, char **argv, struct options *o) {
     case 'j': o->json = 1; break;
     case 'q': o->quiet = 1; break;
     case 'h': usage(stdout); return -1;
-    case OPT_VERSION: printf("strata-train %s\n", PACKAGE_VERSION); return -1;
+    case OPT_VERSION: printf("strata-train %s\n", strata_version()); return -1;
     default:
       cli_refuse(PROG, c == ':' ? ':' : '?', argc, argv);
       return EXIT_USAGE;

@@ -4,6 +4,7 @@
 #define STRATA_STRATA_H
 
 #include <strata/common.h>
+#include <strata/version.h>
 #include <strata/device.h>
 #include <strata/ops.h>
 #include <strata/topology.h>

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: MIT
-# lib/core/ — status codes and the last error, logging, checked arithmetic, the clock, files, the one number parser.
+# lib/core/ — status codes and the last error, logging, checked arithmetic, the clock, files, the one number parser,
+# the version.
 libstrata_la_SOURCES += \
 	%reldir%/core.h \
 	%reldir%/status.c \
@@ -7,10 +8,15 @@ libstrata_la_SOURCES += \
 	%reldir%/time.c \
 	%reldir%/util.c \
 	%reldir%/file.c \
-	%reldir%/file.h
+	%reldir%/file.h \
+	%reldir%/version.c
 
 # The number parser, compiled once: libstrata, the host backend module, the tools and test-numbers link it.
 noinst_LTLIBRARIES += lib/core/libparse.la
 lib_core_libparse_la_SOURCES = %reldir%/parse.c %reldir%/parse.h
 
 stratainclude_HEADERS += include/strata/strata.h include/strata/common.h
+# include/strata/version.h is configure's (from version.h.in), in the build tree: installed, not distributed, and
+# found there by every compile.
+nodist_stratainclude_HEADERS = include/strata/version.h
+AM_CPPFLAGS += -I$(top_builddir)/include
