@@ -419,3 +419,13 @@ Test(device, no_duplicate_pci_ids) {
         cr_assert_str_neq(a.pci_bus_id, b.pci_bus_id, "devices %d and %d are one GPU", i, j);
     }
 }
+
+/* strata_version() is the STRATA_VERSION of the headers, and that string is MAJOR.MINOR.PATCH of their three macros. */
+Test(device, version_is_the_headers_and_their_parts) {
+  char parts[64];
+  snprintf(parts, sizeof parts, "%d.%d.%d", STRATA_VERSION_MAJOR, STRATA_VERSION_MINOR, STRATA_VERSION_PATCH);
+  cr_assert_not_null(strata_version());
+  cr_assert_str_eq(strata_version(), STRATA_VERSION, "strata_version() '%s', STRATA_VERSION '%s'", strata_version(),
+                   STRATA_VERSION);
+  cr_assert_str_eq(STRATA_VERSION, parts, "STRATA_VERSION '%s' is not its parts '%s'", STRATA_VERSION, parts);
+}
