@@ -42,7 +42,7 @@ if [ ! -x "$TRAIN" ] || [ ! -x "$GEN" ]; then
   echo "1..0 # SKIP strata-train or strata-generate not built"
   exit 0
 fi
-echo "1..97"
+echo "1..99"
 
 # A small corpus of our own, so that the tests do not depend on what the machine ships.
 for i in 1 2 3 4 5 6 7 8; do cat "$top_srcdir/README.md" "$top_srcdir/man/strata-train.1"; done >"$TMP/text.txt"
@@ -221,6 +221,25 @@ assert any(e["name"] == "F1.3" for e in ev) and all(e["dur"] >= 0 for e in ev)
 assert {e["tid"] for e in ev if e["cat"] == "send"} <= {1, 3}' "$TMP/trace.json"
 else
   ok "--trace: JSON # SKIP no python3"
+fi
+
+# one device traced: the same executor as a pipeline's (F, B and OPT of its one stage), the same losses as untraced
+$T --steps 3 --accum 2 --eval-every 0 --json >"$TMP/one-untraced.json" 2>"$TMP/err"
+$T --steps 3 --accum 2 --eval-every 0 --json --trace "$TMP/one-trace.json" >"$TMP/one-traced.json" 2>"$TMP/err"
+rc=$?
+check "one device --trace: exit 0, every step's loss and norm as without the trace" sh -c "[ $rc -eq 0 ] &&
+  [ -n \"\$(grep '\"event\":\"step\"' '$TMP/one-traced.json')\" ] &&
+  [ \"\$(grep '\"event\":\"step\"' '$TMP/one-traced.json' | sed 's/,\"lr\".*//')\" = \
+    \"\$(grep '\"event\":\"step\"' '$TMP/one-untraced.json' | sed 's/,\"lr\".*//')\" ]"
+if command -v python3 >/dev/null 2>&1; then
+  check "one device --trace: the executor's events, F0.k B0.k for each micro-batch then OPT0, on tid 0" python3 -c '
+import json, sys
+ev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e["ph"] == "X" and e["cat"] != "idle"]
+names = [e["name"] for e in ev]
+assert names[:5] == ["F0.0", "B0.0", "F0.1", "B0.1", "OPT0"], names[:5]
+assert names.count("OPT0") == 3 and {e["tid"] for e in ev} == {0}, names' "$TMP/one-trace.json"
+else
+  ok "one device --trace: events # SKIP no python3"
 fi
 
 fails_clearly "--split 3,3,x" 2 "--split wants comma-separated positive integers, not '3,3,x'" $P --pp 2 --split 3,3,x

@@ -81,53 +81,6 @@ static int fail(const char *what) {
 
 /* ---------------------------------------------------------------- device speed */
 
-/*
-** Time C = A B (n x n, fp32) through strata_gemm on device `dev`: one
-** warm-up call, then `reps` timed ones; *gflops receives the best (the
-** peak the device reaches, least disturbed by other processes). Allocates
-** three n x n buffers and frees them.
-*/
-static int time_gemm(int dev, int n, int reps, double *gflops /* OUT */, double *secs /* OUT, may be NULL */) {
-  size_t elems = (size_t)n * (size_t)n;
-  strata_buffer_t a = NULL, b = NULL, c = NULL;
-  strata_queue_t q = NULL;
-  double best = 0;
-  int rc = strata_queue_new(dev, &q);
-  if (!rc)
-    rc = strata_buffer_new(dev, elems * 4, &a);
-  if (!rc)
-    rc = strata_buffer_new(dev, elems * 4, &b);
-  if (!rc)
-    rc = strata_buffer_new(dev, elems * 4, &c);
-  if (!rc)
-    rc = strata_fill(q, strata_mem(a, 0), 0.5f, (int64_t)elems);
-  if (!rc)
-    rc = strata_fill(q, strata_mem(b, 0), 0.25f, (int64_t)elems);
-  if (!rc)
-    rc = strata_queue_finish(q);
-  for (int r = -1; r < reps && !rc; r++) { /* r = -1 warms up: kernel compilation, caches, thread start */
-    double t0 = now();
-    rc = strata_gemm(q, STRATA_NO_TRANS, STRATA_NO_TRANS, n, n, n, 1.0f, strata_mem(a, 0), n, 0, strata_mem(b, 0), n,
-                     0, 0.0f, strata_mem(c, 0), n, 0, 1);
-    if (!rc)
-      rc = strata_queue_finish(q);
-    double dt = now() - t0;
-    if (!rc && r >= 0 && dt > 0 && 2.0 * n * n * n / dt > best)
-      best = 2.0 * n * n * n / dt;
-  }
-  /* The queue first: freeing it waits for work still queued on the buffers (a failed enqueue leaves some). */
-  strata_queue_free(q);
-  strata_buffer_free(a);
-  strata_buffer_free(b);
-  strata_buffer_free(c);
-  if (!rc) {
-    *gflops = best * 1e-9;
-    if (secs)
-      *secs = best > 0 ? 2.0 * n * n * n / best : 0;
-  }
-  return rc;
-}
-
 /* Say that device `dev`'s peak (measure_peak, time_gemm) failed, with the last error: training goes on without MFU. */
 static void no_peak(int dev) {
   fprintf(stderr, PROG ": device %d's matrix-product peak could not be measured (%s); MFU is not reported\n", dev,
@@ -143,7 +96,7 @@ static void no_peak(int dev) {
 static int measure_peak(int dev, double rough, double *gflops /* OUT */, int *n_used /* OUT */) {
   int rc = STRATA_OK;
   if (rough <= 0)
-    rc = time_gemm(dev, 256, 3, &rough, NULL);
+    rc = strata_device_gemm_speed(dev, 256, 3, &rough, NULL);
   if (rc)
     return rc;
   int n = PEAK_N;
@@ -151,7 +104,7 @@ static int measure_peak(int dev, double rough, double *gflops /* OUT */, int *n_
     n /= 2;
   /* Fall back to smaller products when the device's memory cap refuses the big ones. */
   for (; n >= 128; n /= 2) {
-    rc = time_gemm(dev, n, PEAK_REPS, gflops, NULL);
+    rc = strata_device_gemm_speed(dev, n, PEAK_REPS, gflops, NULL);
     if (rc != STRATA_ERR_DEVICE_MEMORY)
       break;
   }
@@ -175,9 +128,9 @@ static int pick_best_device(int ndev, int *best /* OUT */, double *rate /* OUT *
     double g = 0;
     int rc = strata_device_props(d, &p);
     if (!rc)
-      rc = time_gemm(d, 256, 1, &g, NULL);
+      rc = strata_device_gemm_speed(d, 256, 1, &g, NULL);
     if (!rc)
-      rc = time_gemm(d, 512, 2, &g, NULL);
+      rc = strata_device_gemm_speed(d, 512, 2, &g, NULL);
     if (rc) {
       len += (size_t)snprintf(why + len, len < why_size ? why_size - len : 0, "%s%d %s: failed (%s)",
                               len ? "; " : "", d, rc ? "?" : p.backend, strata_last_error());
@@ -215,7 +168,7 @@ static int pipeline_step(struct run *r) {
   if (first)
     r->wall_first = r->rep.wall_s;
   for (int i = 0; i < r->pp; i++) {
-    const struct strata_pipeline_device_stats *d = &r->rep.dev[i];
+    const struct strata_train_device_stats *d = &r->rep.dev[i];
     r->busy_all[i] += d->busy_s;
     if (first)
       r->busy_first[i] = d->busy_s;
@@ -502,15 +455,11 @@ static int plan_auto(struct run *r, struct options *o) {
   struct strata_plan_candidate best;
   if (!rc)
     rc = strata_plan_candidate(plan, 0, &best);
-  char *text = NULL;
   if (!rc)
-    rc = strata_layout_to_json(best.layout, &text);
-  if (!rc)
-    rc = strata_layout_from_json(text, "the plan", &o->layout);
+    rc = strata_layout_copy(best.layout, &o->layout); /* it outlives the plan */
   if (rc) {
     fprintf(stderr, PROG ": --plan auto: %s\n", strata_last_error());
     free(json);
-    free(text);
     strata_plan_free(plan);
     strata_machine_free(mach);
     return rc == STRATA_ERR_DEVICE_MEMORY ? EXIT_RUNTIME : EXIT_USAGE;
@@ -519,11 +468,11 @@ static int plan_auto(struct run *r, struct options *o) {
   if (!o->json && !o->quiet) {
     char *what = NULL;
     strata_layout_describe(o->layout, &what);
-    printf("plan      %s: predicted %.3f s per step (%s)\n", what ? what : text, best.step_s, best.reason);
+    printf("plan      %s: predicted %.3f s per step (%s)\n", what ? what : "(no description: out of memory)",
+           best.step_s, best.reason);
     free(what);
   }
   free(json);
-  free(text);
   strata_plan_free(plan);
   strata_machine_free(mach);
   if (share < 1 || global % share) {
@@ -548,7 +497,7 @@ static void measure_pipeline_peaks(struct run *r) {
   for (int i = 0; i < r->pp; i++) {
     int n = 0;
     int rc = i == 0 ? measure_peak(r->dev[i], 0, &r->dev_peak[i], &n)
-                    : time_gemm(r->dev[i], r->peak_n, PEAK_REPS, &r->dev_peak[i], NULL);
+                    : strata_device_gemm_speed(r->dev[i], r->peak_n, PEAK_REPS, &r->dev_peak[i], NULL);
     if (i == 0)
       r->peak_n = n;
     if (rc) {
@@ -763,7 +712,18 @@ int main(int argc, char **argv) {
       r.peak_gflops = 0;
     }
 
-    if (strata_trainer_new(r.model, r.data, &r.topts, &r.tr)) {
+    if (o.trace) { /* traced: the layout of this one device, whose trainer takes a trace */
+      struct strata_layout_desc d = {.devices = &r.device, .ndevices = 1, .microbatches = (int)r.topts.accum};
+      strata_layout_t one = NULL;
+      int lrc = strata_layout_new(&d, &one);
+      if (!lrc)
+        lrc = strata_trainer_new_layout(r.model, r.data, &r.topts, one, o.trace, &r.tr);
+      strata_layout_free(one);
+      if (lrc) {
+        rc = fail(NULL);
+        goto out;
+      }
+    } else if (strata_trainer_new(r.model, r.data, &r.topts, &r.tr)) {
       rc = fail(NULL);
       goto out;
     }
@@ -804,7 +764,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < (r.pp ? r.pp : 1); i++) {
       double *peak = r.pp ? &r.dev_peak[i] : &r.peak_gflops;
       const int dev = r.pp ? r.dev[i] : r.device;
-      if (time_gemm(dev, r.peak_n, PEAK_REPS, &again, NULL) != STRATA_OK)
+      if (strata_device_gemm_speed(dev, r.peak_n, PEAK_REPS, &again, NULL) != STRATA_OK)
         fprintf(stderr, PROG ": device %d's matrix-product peak could not be measured again after training (%s); "
                 "MFU uses the first measurement\n", dev, strata_last_error());
       else if (again > *peak)

@@ -72,7 +72,7 @@ static void usage(FILE *f) {
           "      --microbatches M     micro-batches per step, the same as --accum (default: --accum,\n"
           "                           else 2N)\n"
           "      --virtual-stages V   stages per device with --schedule interleaved (default 2)\n"
-          "      --trace FILE         write a Chrome/Perfetto trace (JSON) of the steps\n"
+          "      --trace FILE         write a Chrome/Perfetto trace (JSON) of the steps (one device too)\n"
           "\n"
           "Data parallelism (replicas of the model, each on its share of the step's micro-batches):\n"
           "      --dp D               D replicas of the pipeline (of one device without --pp), over\n"
@@ -537,8 +537,7 @@ int parse_args(int argc, char **argv, struct options *o) {
       o->cut_given = o->cut_given ? o->cut_given : "--virtual-stages";
       break;
     case OPT_TRACE:
-      o->trace = optarg;
-      o->pipe_only = o->pipe_only ? o->pipe_only : "--trace";
+      o->trace = optarg; /* one device too: its steps run through the same executor as a pipeline's */
       break;
     case OPT_WARMUP: if (cli_parse_int(PROG, "--warmup", optarg, 0, &o->warmup)) return EXIT_USAGE; break;
     case OPT_SEED: if (cli_parse_range(PROG, "--seed", optarg, 0, INT64_MAX, &o->seed)) return EXIT_USAGE; break;

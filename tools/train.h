@@ -102,7 +102,7 @@ struct run {
   int dev[MAX_DEVICES];
   struct strata_device_props props[MAX_DEVICES];
   double dev_peak[MAX_DEVICES];   /* each device's measured sgemm peak, GFLOP/s; r->peak_gflops is their sum */
-  struct strata_pipeline_report rep;       /* the stages, then the last step's figures */
+  struct strata_train_report rep;         /* the stages, then the last step's figures */
   strata_cluster_t cluster;                /* under mpirun (several ranks): the job; NULL in one process */
   int rank;                                /* this process's rank in it (0 in one process) */
   double step_bubble;                      /* measured bubble of the last step */
