@@ -15,6 +15,12 @@ if [ ! -x "$PLAN" ]; then
   echo "plan: no $PLAN; build first (make), or pass the build directory" >&2
   exit 2
 fi
+top_srcdir=$(cd "$here/.." && pwd)
+dump="$top_srcdir/tests/fixtures/topologies/aws-g4dn-metal-t4-8gpu-pcie.xml"
+if [ ! -f "$dump" ]; then
+  echo "plan: $dump is missing (a fixture of the tree)" >&2
+  exit 2
+fi
 best() { # best wall time of 3 runs of "$@", with the last run's summary line
   b=
   for i in 1 2 3; do
@@ -29,13 +35,5 @@ best() { # best wall time of 3 runs of "$@", with the last run's summary line
 echo "# GPT-3 175B, batch 1536, 128 x 8xA100-80GB:nvswitch, 8 x 200 Gb/s per node"
 best "$PLAN" --model "$here/gpt3-175b.json" --batch 1536 --node 8xA100-80GB:nvswitch --nodes 128 \
   --network-gbps 200 --nics 8 --top 3
-dump="$here/../../shared/topologies/aws-g4dn-metal-t4-8gpu-pcie.xml"
-[ -f "$dump" ] || dump="$here/../shared/topologies/aws-g4dn-metal-t4-8gpu-pcie.xml"
-[ -f "$dump" ] || dump="$(cd "$here/.." && pwd)/../shared/topologies/aws-g4dn-metal-t4-8gpu-pcie.xml"
-if [ -f "$dump" ]; then
-  echo "# gpt2-xl, batch 64, the 8 T4s of the AWS g4dn.metal dump"
-  best "$PLAN" --model gpt2-xl --batch 64 --topology "$dump" --top 3
-else
-  echo "# gpt2-xl, batch 64, 8xT4:pcie (the AWS dump is absent)"
-  best "$PLAN" --model gpt2-xl --batch 64 --node 8xT4:pcie --top 3
-fi
+echo "# gpt2-xl, batch 64, the 8 T4s of the AWS g4dn.metal dump"
+best "$PLAN" --model gpt2-xl --batch 64 --topology "$dump" --top 3

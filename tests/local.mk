@@ -31,9 +31,9 @@ suites = tests/test-device \
 	tests/test-plan
 check_PROGRAMS += $(suites)
 TESTS += $(suites)
-# Every suite: Criterion, jansson, the fixtures in the tree; the dumps of ../shared/topologies where it exists.
+# Every suite: Criterion, jansson, the fixtures in the tree (the hand-made topologies and the real hwloc dumps).
 suite_cppflags = $(AM_CPPFLAGS) -DSTRATA_TEST_FIXTURES='"$(abs_top_srcdir)/tests/fixtures/topology"' \
-	-DSTRATA_TEST_TOPOLOGIES_DIR='"$(abs_top_srcdir)/../shared/topologies"' \
+	-DSTRATA_TEST_TOPOLOGIES_DIR='"$(abs_top_srcdir)/tests/fixtures/topologies"' \
 	-DHF_FIXTURES='"$(abs_top_srcdir)/tests/fixtures/hf-gpt2"' -DFAKE_DIR='"$(abs_top_builddir)/tests/fake"'
 suite_cflags = $(AM_CFLAGS) $(CRITERION_CFLAGS) $(JANSSON_CFLAGS)
 suite_ldadd = libstrata.la $(CRITERION_LIBS) $(JANSSON_LIBS) -lm
@@ -185,3 +185,19 @@ EXTRA_DIST += tests/fixtures/hf-gpt2/make-fixture.py \
 	tests/fixtures/hf-gpt2/small/model.safetensors tests/fixtures/hf-gpt2/small/reference.safetensors \
 	tests/fixtures/hf-gpt2/tied-50257/config.json tests/fixtures/hf-gpt2/tied-50257/generation_config.json \
 	tests/fixtures/hf-gpt2/tied-50257/model.safetensors tests/fixtures/hf-gpt2/tied-50257/reference.safetensors
+
+# Real hwloc dumps (their provenance and licences in SOURCES.md), read by test-topology, test-plan, test-comm,
+# test-strata-topo.sh, test-strata-plan.sh and bench/plan.sh.
+EXTRA_DIST += tests/fixtures/topologies/SOURCES.md \
+	tests/fixtures/topologies/aws-g4dn-metal-t4-8gpu-pcie.xml \
+	tests/fixtures/topologies/dell-xe8640-h100-4gpu-nvlink.xml \
+	tests/fixtures/topologies/hpe-ex235a-mi250x-8gcd-xgmi.xml \
+	tests/fixtures/topologies/hpe-ex255a-mi300a-24part-cpx-xgmi.xml \
+	tests/fixtures/topologies/hpe-ex255a-mi300a-4apu-spx-xgmi.xml \
+	tests/fixtures/topologies/ibm-power8-minsky-p100-4gpu-nvlink.xml \
+	tests/fixtures/topologies/ibm-power9-lassen-v100-4gpu.xml \
+	tests/fixtures/topologies/intel-broadwell-2s-cpu-only.xml \
+	tests/fixtures/topologies/jureca-dc-a100-4gpu-pci-only.xml \
+	tests/fixtures/topologies/mixed-threadripper-gtx1070-vega-fe.xml \
+	tests/fixtures/topologies/nvidia-dgx2-v100-16gpu-nvswitch.xml \
+	tests/fixtures/topologies/supermicro-epyc-mi50-8gpu-pcie.xml

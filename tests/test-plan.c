@@ -795,16 +795,14 @@ Test(plan, a_device_too_small_for_its_share_gets_fewer_layers) {
   strata_model_free(m);
 }
 
-/* ---- topology rules on the real dumps (../shared/topologies, SOURCES.md) ---- */
+/* ---- topology rules on the real dumps (tests/fixtures/topologies, SOURCES.md) ---- */
 
 static strata_topology_t load_dump(const char *name) {
   static char p[4096];
-  const char *dir = getenv("STRATA_TEST_TOPOLOGIES");
-  dir = dir && *dir ? dir : STRATA_TEST_TOPOLOGIES_DIR;
   struct stat st;
-  snprintf(p, sizeof p, "%s/%s", dir, name);
-  if (stat(p, &st) != 0)
-    cr_skip_test("%s is absent: the real hwloc dumps live beside the project, not in it", p);
+  snprintf(p, sizeof p, "%s/%s", STRATA_TEST_TOPOLOGIES_DIR, name);
+  cr_assert_eq(stat(p, &st), 0, "%s is missing: the real hwloc dumps are fixtures of the tree (tests/fixtures/topologies)",
+               p);
   strata_topology_t t = NULL;
   OK(strata_topology_load(p, &t));
   return t;

@@ -5,7 +5,7 @@
 top_builddir=${top_builddir:-.}
 top_srcdir=${top_srcdir:-.}
 PLAN="$top_builddir/tools/strata-plan"
-DUMPS="$top_srcdir/../shared/topologies"
+DUMPS="$top_srcdir/tests/fixtures/topologies"
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/strata-plan.XXXXXX") || exit 99
 trap 'rm -rf "$TMP"' EXIT INT TERM
 
@@ -58,7 +58,7 @@ if [ -f "$DUMPS/aws-g4dn-metal-t4-8gpu-pcie.xml" ]; then
   check "gpt-7b on four T4s: refused with the T4s that would fit" \
     [ "$rc" -eq 1 -a "$(wc -l <"$TMP/err")" -eq 1 ] && grep -q 'needs at least [0-9]* of them' "$TMP/err"
 else
-  ok "# SKIP the real dumps are absent"
+  not_ok "gpt-7b on four T4s" "$DUMPS/aws-g4dn-metal-t4-8gpu-pcie.xml is missing: the real hwloc dumps are fixtures of the tree"
 fi
 
 fails_clearly "unknown model" "unknown model" $PLAN --model no-such-model --batch 8 --node 2xT4:pcie

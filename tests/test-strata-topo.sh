@@ -5,7 +5,7 @@ top_builddir=${top_builddir:-.}
 top_srcdir=${top_srcdir:-.}
 TOOL="$top_builddir/tools/strata-topo"
 FIX="$top_srcdir/tests/fixtures/topology"
-DUMPS=${STRATA_TEST_TOPOLOGIES:-$top_srcdir/../shared/topologies}
+DUMPS="$top_srcdir/tests/fixtures/topologies"
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/strata-topo-sh.XXXXXX") || exit 99
 trap 'rm -rf "$TMP"' EXIT INT TERM
 # hwloc only unless a test asks for devices: keeps runs quick and independent of backends
@@ -161,8 +161,8 @@ else
   skip "outside a build tree: the build tree's modules are not loaded" "cannot copy $REAL"
 fi
 
-# every real dump: loads, exit 0, stable JSON
-if [ -d "$DUMPS" ]; then
+# every real dump (fixtures of the tree: a missing one fails): loads, exit 0, stable JSON
+if ls "$DUMPS"/*.xml >/dev/null 2>&1; then
   for f in "$DUMPS"/*.xml; do
     name=$(basename "$f")
     "$TOOL" --input "$f" --json >"$TMP/1.json" 2>"$TMP/err"
@@ -176,7 +176,7 @@ if [ -d "$DUMPS" ]; then
     fi
   done
 else
-  skip "real dumps" "$DUMPS is absent (the dumps live beside the project, not in it)"
+  not_ok "real dumps" "$DUMPS holds no dump: the real hwloc dumps are fixtures of the tree"
 fi
 
 echo "1..$n"

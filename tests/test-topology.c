@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* test-topology.c — the topology unit: the project's own fixtures (always), every real dump in ../shared/topologies (when present), bad input, mapping, calibration and JSON. */
+/* test-topology.c — the topology unit: the project's own fixtures, every real dump in tests/fixtures/topologies, bad input, mapping, calibration and JSON. */
 #define _GNU_SOURCE /* memmem */
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -27,20 +27,15 @@ static const char *fixture(const char *name) {
   return path_buf;
 }
 
-static const char *dumps_dir(void) {
-  const char *env = getenv("STRATA_TEST_TOPOLOGIES");
-  return env && *env ? env : STRATA_TEST_TOPOLOGIES_DIR;
-}
+static const char *dumps_dir(void) { return STRATA_TEST_TOPOLOGIES_DIR; }
 
-/* Load a real dump by name, or skip the test saying why. */
+/* Load a real dump by name; a fixture of the tree, so a missing one fails the test. */
 static strata_topology_t load_dump(const char *name) {
   static char p[4096];
   struct stat st;
-  if (stat(dumps_dir(), &st) != 0 || !S_ISDIR(st.st_mode))
-    cr_skip_test("%s is absent: the real hwloc dumps live beside the project, not in it", dumps_dir());
   snprintf(p, sizeof p, "%s/%s", dumps_dir(), name);
-  if (stat(p, &st) != 0)
-    cr_skip_test("%s is absent", p);
+  cr_assert_eq(stat(p, &st), 0, "%s is missing: the real hwloc dumps are fixtures of the tree (tests/fixtures/topologies)",
+               p);
   strata_topology_t t = NULL;
   int rc = strata_topology_load(p, &t);
   cr_assert_eq(rc, STRATA_OK, "loading %s: %s", p, strata_last_error());
@@ -870,8 +865,7 @@ Test(json, schema_and_determinism) {
 
 Test(dumps, every_dump_loads_and_is_deterministic) {
   DIR *dir = opendir(dumps_dir());
-  if (!dir)
-    cr_skip_test("%s is absent: the real hwloc dumps live beside the project, not in it", dumps_dir());
+  cr_assert_not_null(dir, "%s is missing: the real hwloc dumps are fixtures of the tree", dumps_dir());
   int count = 0;
   struct dirent *e;
   while ((e = readdir(dir)) != NULL) {
