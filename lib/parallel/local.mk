@@ -3,6 +3,8 @@
 # their validator and bubble.
 libstrata_la_SOURCES += \
 	%reldir%/layout.c \
-	%reldir%/schedule.c
+	%reldir%/parallel.h \
+	%reldir%/schedule.c \
+	%reldir%/validate.c
 
 stratainclude_HEADERS += include/strata/layout.h include/strata/schedule.h

@@ -1,0 +1,564 @@
+/* SPDX-License-Identifier: MIT */
+/* validate.c — a schedule's validator and unit-cost simulator: placement, completeness, deadlock, bubble, micro-batches in flight. */
+#include "config.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <strata/schedule.h>
+
+#include "core/core.h"
+#include "parallel/parallel.h"
+
+/* The gradient collectives (one per stage, over the replicas) and the tensor-parallel joins (per micro-batch, over
+** the slices): actions that complete when every member of their group has reached them. */
+static int strata__grad_collective(int kind) {
+  return kind == STRATA_ACTION_GRAD_REDUCE || kind == STRATA_ACTION_GRAD_SCATTER || kind == STRATA_ACTION_PARAM_GATHER;
+}
+static int strata__tp_join(int kind) {
+  return kind == STRATA_ACTION_TP_JOIN_FORWARD || kind == STRATA_ACTION_TP_JOIN_BACKWARD;
+}
+static int strata__collective(int kind) { return strata__grad_collective(kind) || strata__tp_join(kind); }
+
+/* The group of collective `kind` at `stage`: its size, and the stage of its i-th member — the same stage of the
+** same slice of every replica (gradient collectives), or of every slice of the same replica (tp joins). */
+static int strata__group_size(const struct strata_schedule *s, int kind, int stage) {
+  return strata__tp_join(kind) ? strata__tp_at(s, stage) : strata__dp(s);
+}
+static int strata__member(const struct strata_schedule *s, int kind, int stage, int i) {
+  const int chain = strata__chain(s), c = stage / chain, base = stage % chain;
+  if (strata__tp_join(kind))
+    return ((c / s->tp) * s->tp + i) * chain + base;
+  return (i * s->tp + c % s->tp) * chain + base;
+}
+
+/* ---------------------------------------------------------------- validation and simulation */
+
+/*
+** Where every (kind, stage, micro-batch) occurs: how often, and its first
+** place (device, index). OPTIMIZER uses micro-batch slot 0.
+*/
+struct strata__index {
+  const struct strata_schedule *s;
+  int *count, *dev, *pos;
+  double *finish; /* simulation: completion time, < 0 while not done */
+  double *arrive; /* collectives: when this replica's device reached it, < 0 before */
+  int *bw_done;   /* [stages]: B and W actions done */
+  double *bw_last;
+  int *next;      /* [devices]: next position of each device */
+  double *clock;  /* [devices] */
+};
+
+static size_t strata__key(const struct strata_schedule *s, int kind, int stage, int microbatch) {
+  return ((size_t)kind * (size_t)s->stages + (size_t)stage) * (size_t)s->microbatches +
+         (size_t)(microbatch < 0 ? 0 : microbatch);
+}
+
+static void strata__index_free(struct strata__index *x) {
+  free(x->count);
+  free(x->dev);
+  free(x->pos);
+  free(x->finish);
+  free(x->arrive);
+  free(x->bw_done);
+  free(x->bw_last);
+  free(x->next);
+  free(x->clock);
+}
+
+static int strata__index_init(struct strata__index *x, const struct strata_schedule *s) {
+  memset(x, 0, sizeof *x);
+  x->s = s;
+  size_t n = strata__key(s, STRATA_ACTION_KIND_COUNT, 0, 0);
+  x->count = calloc(n, sizeof *x->count);
+  x->dev = malloc(n * sizeof *x->dev);
+  x->pos = malloc(n * sizeof *x->pos);
+  x->finish = malloc(n * sizeof *x->finish);
+  x->arrive = malloc(n * sizeof *x->arrive);
+  x->bw_done = calloc((size_t)s->stages, sizeof *x->bw_done);
+  x->bw_last = calloc((size_t)s->stages, sizeof *x->bw_last);
+  x->next = calloc((size_t)s->devices, sizeof *x->next);
+  x->clock = calloc((size_t)s->devices, sizeof *x->clock);
+  if (!x->count || !x->dev || !x->pos || !x->finish || !x->arrive || !x->bw_done || !x->bw_last || !x->next || !x->clock) {
+    strata__index_free(x);
+    return strata__error(STRATA_ERR_NOMEM, "schedule: out of memory for the validator's tables (%zu entries)", n);
+  }
+  for (size_t i = 0; i < n; i++)
+    x->finish[i] = x->arrive[i] = -1;
+  for (int d = 0; d < s->devices; d++)
+    for (int i = 0; i < s->counts[d]; i++) {
+      const struct strata_action *a = &s->lists[d][i];
+      size_t k = strata__key(s, a->kind, a->stage, a->microbatch);
+      if (x->count[k]++ == 0) {
+        x->dev[k] = d;
+        x->pos[k] = i;
+      }
+    }
+  return STRATA_OK;
+}
+
+/* The backward of (stage, mb) that the schedule has: B when it has one, BI otherwise. */
+static int strata__backward_kind(const struct strata__index *x, int stage, int microbatch) {
+  return x->count[strata__key(x->s, STRATA_ACTION_BACKWARD, stage, microbatch)] ? STRATA_ACTION_BACKWARD
+                                                                                 : STRATA_ACTION_BACKWARD_INPUT;
+}
+
+/*
+** The actions `a` waits for, other than OPTIMIZER's (which waits for its
+** whole stage): up to two, stored in deps; returns how many.
+*/
+static int strata__deps(const struct strata__index *x, const struct strata_action *a, struct strata_action deps[2]) {
+  const struct strata_schedule *s = x->s;
+  const int st = a->stage, mb = a->microbatch;
+  int n = 0;
+#define STRATA__DEP(k, sg) (deps[n++] = (struct strata_action){.kind = (k), .stage = (sg), .microbatch = mb})
+  switch (a->kind) {
+  case STRATA_ACTION_FORWARD:
+    if (strata__has_prev(s, st)) {
+      const int prev = strata__owner(s, st - 1);
+      if (s->stage_device[prev] == s->stage_device[st])
+        STRATA__DEP(STRATA_ACTION_FORWARD, prev);
+      else
+        STRATA__DEP(STRATA_ACTION_RECV_ACT, st);
+    }
+    break;
+  case STRATA_ACTION_SEND_ACT: STRATA__DEP(STRATA_ACTION_FORWARD, st); break;
+  case STRATA_ACTION_RECV_ACT: STRATA__DEP(STRATA_ACTION_SEND_ACT, strata__owner(s, st - 1)); break;
+  case STRATA_ACTION_BACKWARD:
+  case STRATA_ACTION_BACKWARD_INPUT:
+    STRATA__DEP(STRATA_ACTION_FORWARD, st);
+    if (strata__has_next(s, st)) {
+      const int next = strata__owner(s, st + 1);
+      if (s->stage_device[next] == s->stage_device[st])
+        STRATA__DEP(strata__backward_kind(x, next, mb), next);
+      else
+        STRATA__DEP(STRATA_ACTION_RECV_GRAD, st);
+    }
+    break;
+  case STRATA_ACTION_SEND_GRAD: STRATA__DEP(strata__backward_kind(x, st, mb), st); break;
+  case STRATA_ACTION_RECV_GRAD: STRATA__DEP(STRATA_ACTION_SEND_GRAD, strata__owner(s, st + 1)); break;
+  case STRATA_ACTION_BACKWARD_WEIGHT: STRATA__DEP(STRATA_ACTION_BACKWARD_INPUT, st); break;
+  case STRATA_ACTION_PARAM_GATHER:
+    deps[n++] = (struct strata_action){.kind = STRATA_ACTION_OPTIMIZER, .stage = st, .microbatch = -1};
+    break;
+  case STRATA_ACTION_TP_JOIN_FORWARD: STRATA__DEP(STRATA_ACTION_FORWARD, st); break;
+  case STRATA_ACTION_TP_JOIN_BACKWARD: STRATA__DEP(strata__backward_kind(x, st, mb), st); break;
+  default: break;
+  }
+#undef STRATA__DEP
+  return n;
+}
+
+/* The backward work OPTIMIZER(stage) still waits for (a B or a W), or 0 when none; stored in *w. */
+static int strata__optimizer_waits(const struct strata__index *x, int stage, struct strata_action *w) {
+  for (int mb = 0; mb < x->s->microbatches; mb++) {
+    int k = strata__backward_kind(x, stage, mb) == STRATA_ACTION_BACKWARD ? STRATA_ACTION_BACKWARD
+                                                                           : STRATA_ACTION_BACKWARD_WEIGHT;
+    if (x->finish[strata__key(x->s, k, stage, mb)] < 0) {
+      *w = (struct strata_action){.kind = k, .stage = stage, .microbatch = mb};
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/*
+** The static half of validation: every action on its stage's device, no
+** transfer where none belongs, nothing twice, nothing missing, and on each
+** device nothing before the same-device work it needs.
+*/
+static int strata__check_lists(const struct strata__index *x) {
+  const struct strata_schedule *s = x->s;
+  const int S = s->stages, M = s->microbatches;
+  char b1[STRATA__ACTION_STR], b2[STRATA__ACTION_STR];
+  for (int d = 0; d < s->devices; d++)
+    for (int i = 0; i < s->counts[d]; i++) {
+      const struct strata_action *a = &s->lists[d][i];
+      const int st = a->stage, home = s->stage_device[st];
+      strata__action_str(a, b1);
+      if (!strata__held(s, st))
+        return strata__error(STRATA_ERR_INVALID, "dev %d #%d %s: no device holds stage %d (slice %d of a stage cut in "
+                             "%d)", d, i, b1, st, st / strata__chain(s) % s->tp, strata__tp_at(s, st));
+      if (home != d)
+        return strata__error(STRATA_ERR_INVALID, "dev %d #%d %s: stage %d is on dev %d, not here", d, i, b1, st, home);
+      int other = -1;
+      switch (a->kind) {
+      case STRATA_ACTION_SEND_ACT:
+      case STRATA_ACTION_RECV_GRAD: other = st + 1; break;
+      case STRATA_ACTION_RECV_ACT:
+      case STRATA_ACTION_SEND_GRAD: other = st - 1; break;
+      default: break;
+      }
+      if ((a->kind == STRATA_ACTION_SEND_ACT || a->kind == STRATA_ACTION_SEND_GRAD) && other >= 0 &&
+          other / strata__chain(s) == st / strata__chain(s) && !strata__held(s, other))
+        return strata__error(STRATA_ERR_INVALID, "dev %d #%d %s: no device holds stage %d of this slice: another slice "
+                             "sends there", d, i, b1, other);
+      if (other >= 0 && other / strata__chain(s) == st / strata__chain(s))
+        other = strata__owner(s, other);
+      if ((a->kind == STRATA_ACTION_RECV_ACT || a->kind == STRATA_ACTION_SEND_GRAD) && !strata__has_prev(s, st))
+        return strata__error(STRATA_ERR_INVALID, "dev %d #%d %s: stage %d has no stage before it in its replica", d, i,
+                             b1, st);
+      if ((a->kind == STRATA_ACTION_SEND_ACT || a->kind == STRATA_ACTION_RECV_GRAD) && !strata__has_next(s, st))
+        return strata__error(STRATA_ERR_INVALID, "dev %d #%d %s: stage %d is the last stage of its replica", d, i, b1,
+                             st);
+      if (strata__grad_collective(a->kind) && strata__dp(s) == 1)
+        return strata__error(STRATA_ERR_INVALID, "dev %d #%d %s: a gradient collective in a schedule of one replica", d,
+                             i, b1);
+      if (strata__tp_join(a->kind) && strata__tp_at(s, st) == 1)
+        return strata__error(STRATA_ERR_INVALID, "dev %d #%d %s: a tensor-parallel join %s", d, i, b1,
+                             s->tp == 1 ? "in a schedule without slices" : "of a stage that is not cut");
+      if (strata__tp_join(a->kind)) {
+        /* right after the work it joins: the executor runs the joins inside it */
+        int want = a->kind == STRATA_ACTION_TP_JOIN_FORWARD ? STRATA_ACTION_FORWARD : -1;
+        const struct strata_action *p = i > 0 ? &s->lists[d][i - 1] : NULL;
+        int ok = p && p->stage == st && p->microbatch == a->microbatch &&
+                 (want >= 0 ? p->kind == want
+                            : (p->kind == STRATA_ACTION_BACKWARD || p->kind == STRATA_ACTION_BACKWARD_INPUT));
+        if (!ok)
+          return strata__error(STRATA_ERR_INVALID, "dev %d #%d %s: not right after the %s%d.%d whose joins it is", d, i,
+                               b1, want >= 0 ? "F" : "B (or BI) ", st, a->microbatch);
+      }
+      if (other >= 0 && s->stage_device[other] == d)
+        return strata__error(STRATA_ERR_INVALID, "dev %d #%d %s: stage %d is on dev %d but stage %d too — no %s needed", d,
+                             i, b1, st, d, other,
+                             a->kind == STRATA_ACTION_SEND_ACT || a->kind == STRATA_ACTION_SEND_GRAD ? "send"
+                                                                                                    : "receive");
+      size_t k = strata__key(s, a->kind, st, a->microbatch);
+      if (x->count[k] > 1 && (x->dev[k] != d || x->pos[k] != i))
+        return strata__error(STRATA_ERR_INVALID, "dev %d #%d %s: duplicate (first at dev %d #%d)", d, i, b1, x->dev[k],
+                             x->pos[k]);
+    }
+
+  /* completeness */
+  for (int st = 0; st < S; st++) {
+    const int home = s->stage_device[st];
+    const int cut_next = strata__has_next(s, st) && s->stage_device[st + 1] != home;
+    if (!strata__held(s, st)) {
+      /* stood for by another slice: the next stage of this slice, if held, receives from that one */
+      for (int mb = 0; cut_next && strata__held(s, st + 1) && mb < M; mb++)
+        if (!x->count[strata__key(s, STRATA_ACTION_RECV_ACT, st + 1, mb)])
+          return strata__error(STRATA_ERR_INVALID, "missing RA%d.%d on dev %d (its input comes from stage %d on dev %d)",
+                               st + 1, mb, s->stage_device[st + 1], st, home);
+      continue;
+    }
+    const int next_held = strata__has_next(s, st) && strata__held(s, st + 1);
+    for (int mb = 0; mb < M; mb++) {
+      const int nf = x->count[strata__key(s, STRATA_ACTION_FORWARD, st, mb)];
+      const int nb = x->count[strata__key(s, STRATA_ACTION_BACKWARD, st, mb)];
+      const int nbi = x->count[strata__key(s, STRATA_ACTION_BACKWARD_INPUT, st, mb)];
+      const int nw = x->count[strata__key(s, STRATA_ACTION_BACKWARD_WEIGHT, st, mb)];
+      if (!nf)
+        return strata__error(STRATA_ERR_INVALID, "missing F%d.%d (stage %d is on dev %d)", st, mb, st, home);
+      if (nb && (nbi || nw))
+        return strata__error(STRATA_ERR_INVALID, "stage %d micro-batch %d has both B and %s on dev %d", st, mb,
+                             nbi ? "BI" : "W", home);
+      if (!nb && !nbi && !nw)
+        return strata__error(STRATA_ERR_INVALID, "missing backward of stage %d micro-batch %d (B%d.%d, or BI and W, on dev %d)",
+                             st, mb, st, mb, home);
+      if (!nb && !nw)
+        return strata__error(STRATA_ERR_INVALID, "missing W%d.%d after BI%d.%d on dev %d", st, mb, st, mb, home);
+      if (!nb && !nbi)
+        return strata__error(STRATA_ERR_INVALID, "W%d.%d on dev %d has no BI%d.%d", st, mb, home, st, mb);
+      if (strata__tp_at(s, st) > 1)
+        for (int k = STRATA_ACTION_TP_JOIN_FORWARD; k <= STRATA_ACTION_TP_JOIN_BACKWARD; k++)
+          if (!x->count[strata__key(s, k, st, mb)])
+            return strata__error(STRATA_ERR_INVALID, "missing %s%d.%d on dev %d: slice %d of stage %d does not join the "
+                                 "other slices' %s", strata_action_label(k), st, mb, home,
+                                 st / strata__chain(s) % s->tp, st % strata__chain(s),
+                                 k == STRATA_ACTION_TP_JOIN_FORWARD ? "forward" : "backward");
+      if (!cut_next)
+        continue;
+      const int next = s->stage_device[st + 1];
+      const struct {
+        int kind, stage, dev;
+      } need[4] = {
+        {STRATA_ACTION_RECV_GRAD, st, home},
+        {STRATA_ACTION_SEND_ACT, st, home},
+        {STRATA_ACTION_RECV_ACT, st + 1, next},
+        {STRATA_ACTION_SEND_GRAD, st + 1, next},
+      };
+      for (int j = 0; j < (next_held ? 4 : 1); j++)
+        if (!x->count[strata__key(s, need[j].kind, need[j].stage, mb)])
+          return strata__error(STRATA_ERR_INVALID, "missing %s%d.%d on dev %d (stage %d is on dev %d, stage %d on dev %d)",
+                               strata_action_label(need[j].kind), need[j].stage, mb, need[j].dev, st, home, st + 1,
+                               next);
+    }
+    if (!x->count[strata__key(s, STRATA_ACTION_OPTIMIZER, st, 0)])
+      return strata__error(STRATA_ERR_INVALID, "missing OPT%d on dev %d", st, home);
+    if (strata__dp(s) > 1) {
+      /* one gradient collective, the same on every replica of the stage */
+      const int base = strata__member(s, STRATA_ACTION_GRAD_REDUCE, st, 0);
+      const int gr = x->count[strata__key(s, STRATA_ACTION_GRAD_REDUCE, st, 0)];
+      const int gs = x->count[strata__key(s, STRATA_ACTION_GRAD_SCATTER, st, 0)];
+      const int pg = x->count[strata__key(s, STRATA_ACTION_PARAM_GATHER, st, 0)];
+      const int b0gr = x->count[strata__key(s, STRATA_ACTION_GRAD_REDUCE, base, 0)];
+      if (!gr && !gs)
+        return strata__error(STRATA_ERR_INVALID, "missing GR%d (or GRS%d) on dev %d: replica %d of stage %d does not "
+                             "join the others' gradients", st, st, home, st / strata__chain(s) / s->tp, base);
+      if (gr && gs)
+        return strata__error(STRATA_ERR_INVALID, "stage %d has both GR and GRS on dev %d", st, home);
+      if ((gr != 0) != (b0gr != 0))
+        return strata__error(STRATA_ERR_INVALID, "stage %d on dev %d reduces its gradients with %s, replica 0 with %s",
+                             st, home, gr ? "GR" : "GRS", b0gr ? "GR" : "GRS");
+      if (gs && !pg)
+        return strata__error(STRATA_ERR_INVALID, "missing PAG%d on dev %d after GRS%d", st, home, st);
+      if (gr && pg)
+        return strata__error(STRATA_ERR_INVALID, "PAG%d on dev %d without GRS%d", st, home, st);
+    }
+  }
+
+  /* order within a device: what an action needs from its own device comes first */
+  for (int d = 0; d < s->devices; d++)
+    for (int i = 0; i < s->counts[d]; i++) {
+      const struct strata_action *a = &s->lists[d][i];
+      struct strata_action deps[2];
+      int n = strata__deps(x, a, deps);
+      for (int j = 0; j < n; j++) {
+        size_t k = strata__key(s, deps[j].kind, deps[j].stage, deps[j].microbatch);
+        if (x->dev[k] == d && x->pos[k] > i)
+          return strata__error(STRATA_ERR_INVALID, "dev %d #%d %s: comes before %s (#%d on the same device) that it needs",
+                               d, i, strata__action_str(a, b1), strata__action_str(&deps[j], b2), x->pos[k]);
+      }
+      if (a->kind == STRATA_ACTION_OPTIMIZER)
+        for (int kind = STRATA_ACTION_GRAD_REDUCE; kind <= STRATA_ACTION_GRAD_SCATTER; kind++) {
+          size_t k = strata__key(s, kind, a->stage, 0);
+          if (x->count[k] && x->pos[k] > i) {
+            struct strata_action w = {.kind = kind, .stage = a->stage, .microbatch = -1};
+            return strata__error(STRATA_ERR_INVALID, "dev %d #%d %s: comes before %s (#%d) that joins its gradients",
+                                 d, i, strata__action_str(a, b1), strata__action_str(&w, b2), x->pos[k]);
+          }
+        }
+      if (a->kind != STRATA_ACTION_OPTIMIZER && a->kind != STRATA_ACTION_GRAD_REDUCE &&
+          a->kind != STRATA_ACTION_GRAD_SCATTER)
+        continue;
+      for (int mb = 0; mb < M; mb++)
+        for (int kind = STRATA_ACTION_BACKWARD; kind <= STRATA_ACTION_BACKWARD_WEIGHT; kind++) {
+          size_t k = strata__key(s, kind, a->stage, mb);
+          if (x->count[k] && x->pos[k] > i) {
+            struct strata_action w = {.kind = kind, .stage = a->stage, .microbatch = mb};
+            return strata__error(STRATA_ERR_INVALID, "dev %d #%d %s: comes before %s (#%d), not after all its backward work",
+                                 d, i, strata__action_str(a, b1), strata__action_str(&w, b2), x->pos[k]);
+          }
+        }
+    }
+  return STRATA_OK;
+}
+
+/* Append to buf (of size cap, holding *len bytes) without overflowing; the tail is cut when full. */
+static void strata__append(char *buf, size_t cap, size_t *len, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void strata__append(char *buf, size_t cap, size_t *len, const char *fmt, ...) {
+  if (*len + 1 >= cap)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(buf + *len, cap - *len, fmt, ap);
+  va_end(ap);
+  if (n > 0)
+    *len = (size_t)n >= cap - *len ? cap - 1 : *len + (size_t)n;
+}
+
+/*
+** The dynamic half: run the lists, devices in turn, each advancing while
+** its next action's inputs are done (sends never wait). `cost` gives each
+** kind's duration (NULL: times are not needed); an action starts when its
+** device is free and its inputs are done, so a receive completes at its
+** send's time. Returns STRATA_ERR_INVALID naming every stuck device when
+** the lists deadlock; otherwise the busy time and the span.
+*/
+static int strata__run(struct strata__index *x, const double *cost, double *busy, double *span) {
+  const struct strata_schedule *s = x->s;
+  double work = 0;
+  for (;;) {
+    int progress = 0;
+    for (int d = 0; d < s->devices; d++)
+      while (x->next[d] < s->counts[d]) {
+        const struct strata_action *a = &s->lists[d][x->next[d]];
+        double ready = x->clock[d];
+        const size_t self = strata__key(s, a->kind, a->stage, a->microbatch);
+        if (strata__collective(a->kind) && x->finish[self] >= 0) {
+          /* completed when the last replica arrived */
+          if (x->finish[self] > x->clock[d])
+            x->clock[d] = x->finish[self];
+          x->next[d]++;
+          progress = 1;
+          continue;
+        }
+        if (a->kind == STRATA_ACTION_OPTIMIZER || a->kind == STRATA_ACTION_GRAD_REDUCE ||
+            a->kind == STRATA_ACTION_GRAD_SCATTER) {
+          if (x->bw_done[a->stage] < s->microbatches)
+            break;
+          if (x->bw_last[a->stage] > ready)
+            ready = x->bw_last[a->stage];
+          if (a->kind == STRATA_ACTION_OPTIMIZER && strata__dp(s) > 1) {
+            double f = x->finish[strata__key(s, STRATA_ACTION_GRAD_REDUCE, a->stage, 0)];
+            if (f < 0)
+              f = x->finish[strata__key(s, STRATA_ACTION_GRAD_SCATTER, a->stage, 0)];
+            if (f < 0)
+              break;
+            if (f > ready)
+              ready = f;
+          }
+        } else {
+          struct strata_action deps[2];
+          int n = strata__deps(x, a, deps), waiting = 0;
+          for (int j = 0; j < n && !waiting; j++) {
+            double f = x->finish[strata__key(s, deps[j].kind, deps[j].stage, deps[j].microbatch)];
+            if (f < 0)
+              waiting = 1;
+            else if (f > ready)
+              ready = f;
+          }
+          if (waiting)
+            break;
+        }
+        if (strata__collective(a->kind)) {
+          /* arrive, and complete once every member's device has */
+          if (x->arrive[self] < 0)
+            x->arrive[self] = ready;
+          const int g = strata__group_size(s, a->kind, a->stage);
+          double last = 0;
+          int all = 1;
+          for (int r = 0; r < g && all; r++) {
+            double t = x->arrive[strata__key(s, a->kind, strata__member(s, a->kind, a->stage, r), a->microbatch)];
+            all = t >= 0;
+            last = t > last ? t : last;
+          }
+          if (!all)
+            break;
+          double c = cost ? cost[a->kind] : 0;
+          for (int r = 0; r < g; r++)
+            x->finish[strata__key(s, a->kind, strata__member(s, a->kind, a->stage, r), a->microbatch)] = last + c;
+          work += c * g;
+          continue; /* this device takes it on its next turn */
+        }
+        double c = cost ? cost[a->kind] : 0;
+        x->clock[d] = ready + c;
+        work += c;
+        x->finish[strata__key(s, a->kind, a->stage, a->microbatch)] = x->clock[d];
+        if (a->kind == STRATA_ACTION_BACKWARD || a->kind == STRATA_ACTION_BACKWARD_WEIGHT) {
+          x->bw_done[a->stage]++;
+          if (x->clock[d] > x->bw_last[a->stage])
+            x->bw_last[a->stage] = x->clock[d];
+        }
+        x->next[d]++;
+        progress = 1;
+      }
+    if (!progress)
+      break;
+  }
+
+  char msg[900], b1[STRATA__ACTION_STR], b2[STRATA__ACTION_STR];
+  size_t len = 0;
+  for (int d = 0; d < s->devices; d++) {
+    if (x->next[d] == s->counts[d])
+      continue;
+    const struct strata_action *a = &s->lists[d][x->next[d]];
+    struct strata_action w = {0}, deps[2];
+    int replica_wait = 0;
+    if (strata__collective(a->kind) && x->arrive[strata__key(s, a->kind, a->stage, a->microbatch)] >= 0) {
+      /* here already: waits for a member that is not */
+      const int g = strata__group_size(s, a->kind, a->stage);
+      for (int r = 0; r < g && !replica_wait; r++) {
+        int m = strata__member(s, a->kind, a->stage, r);
+        if (x->arrive[strata__key(s, a->kind, m, a->microbatch)] < 0) {
+          w = (struct strata_action){.kind = a->kind, .stage = m, .microbatch = a->microbatch};
+          replica_wait = 1;
+        }
+      }
+    } else if (a->kind == STRATA_ACTION_OPTIMIZER || a->kind == STRATA_ACTION_GRAD_REDUCE ||
+               a->kind == STRATA_ACTION_GRAD_SCATTER) {
+      if (!strata__optimizer_waits(x, a->stage, &w) && a->kind == STRATA_ACTION_OPTIMIZER) {
+        int k = x->count[strata__key(s, STRATA_ACTION_GRAD_REDUCE, a->stage, 0)] ? STRATA_ACTION_GRAD_REDUCE
+                                                                                 : STRATA_ACTION_GRAD_SCATTER;
+        w = (struct strata_action){.kind = k, .stage = a->stage, .microbatch = -1};
+      }
+    } else {
+      int n = strata__deps(x, a, deps);
+      for (int j = n - 1; j >= 0; j--)
+        if (x->finish[strata__key(s, deps[j].kind, deps[j].stage, deps[j].microbatch)] < 0)
+          w = deps[j];
+    }
+    int wd = x->count[strata__key(s, w.kind, w.stage, w.microbatch)] ? x->dev[strata__key(s, w.kind, w.stage, w.microbatch)]
+                                                                      : s->stage_device[w.stage];
+    (void)replica_wait;
+    strata__append(msg, sizeof msg, &len, "%sdev %d at #%d %s waits for %s on dev %d", len ? "; " : "deadlock: ", d,
+                   x->next[d], strata__action_str(a, b1), strata__action_str(&w, b2), wd);
+  }
+  if (len)
+    return strata__error(STRATA_ERR_INVALID, "%s", msg);
+  double end = 0;
+  for (int d = 0; d < s->devices; d++)
+    if (x->clock[d] > end)
+      end = x->clock[d];
+  if (busy)
+    *busy = work;
+  if (span)
+    *span = end;
+  return STRATA_OK;
+}
+
+/* Validate `s`, and with `cost` simulate it: busy time and span. */
+static int strata__check(const struct strata_schedule *s, const double *cost, double *busy, double *span) {
+  struct strata__index x;
+  int rc = strata__index_init(&x, s);
+  if (rc != STRATA_OK)
+    return rc;
+  rc = strata__check_lists(&x);
+  if (rc == STRATA_OK)
+    rc = strata__run(&x, cost, busy, span);
+  strata__index_free(&x);
+  return rc;
+}
+
+STRATA_API int strata_schedule_validate(strata_schedule_t s) {
+  if (!s)
+    return strata__error(STRATA_ERR_INVALID, "strata_schedule_validate: NULL schedule");
+  return strata__check(s, NULL, NULL, NULL);
+}
+
+/*
+** Simulate with unit costs: F 1, B 2, BI 1, W 1, OPTIMIZER and transfers 0.
+** Validates first (an invalid schedule has no bubble) and returns its error.
+*/
+STRATA_API int strata_schedule_bubble(strata_schedule_t s, double *bubble) {
+  if (!s || !bubble)
+    return strata__error(STRATA_ERR_INVALID, "strata_schedule_bubble: NULL argument");
+  double cost[STRATA_ACTION_KIND_COUNT] = {0};
+  cost[STRATA_ACTION_FORWARD] = 1;
+  cost[STRATA_ACTION_BACKWARD] = 2;
+  cost[STRATA_ACTION_BACKWARD_INPUT] = 1;
+  cost[STRATA_ACTION_BACKWARD_WEIGHT] = 1;
+  double busy = 0, span = 0;
+  int rc = strata__check(s, cost, &busy, &span);
+  if (rc != STRATA_OK)
+    return rc;
+  *bubble = span > 0 ? 1.0 - busy / ((double)s->devices * span) : 0.0;
+  return STRATA_OK;
+}
+
+/*
+** A micro-batch is in flight on a stage from its F until its B, or until
+** its W when the backward is split (W still reads the activations).
+*/
+STRATA_API int strata_schedule_peak_inflight(strata_schedule_t s, int stage, int *peak) {
+  if (!s || !peak)
+    return strata__error(STRATA_ERR_INVALID, "strata_schedule_peak_inflight: NULL argument");
+  if (stage < 0 || stage >= s->stages)
+    return strata__error(STRATA_ERR_RANGE, "strata_schedule_peak_inflight: stage %d out of range (%d stages)", stage,
+                         s->stages);
+  const int d = s->stage_device[stage];
+  int now = 0, top = 0;
+  for (int i = 0; i < s->counts[d]; i++) {
+    const struct strata_action *a = &s->lists[d][i];
+    if (a->stage != stage)
+      continue;
+    if (a->kind == STRATA_ACTION_FORWARD && ++now > top)
+      top = now;
+    else if (a->kind == STRATA_ACTION_BACKWARD || a->kind == STRATA_ACTION_BACKWARD_WEIGHT)
+      now--;
+  }
+  *peak = top;
+  return STRATA_OK;
+}
