@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 # lib/model/ — model kinds, their layers and cost profile, and the sharded stages that run them on one device.
 libstrata_la_SOURCES += \
+	%reldir%/layers.c \
 	%reldir%/model.c \
 	%reldir%/model.h \
 	%reldir%/stage.c \

@@ -187,4 +187,28 @@ int strata__stage_grad_sumsq(struct strata__stage *st, double *sumsq);
 int strata__stage_update(struct strata__stage *st, float gscale, float lr, float beta1, float beta2, float eps,
                          float weight_decay, int64_t step);
 
+/* ---- shared by stage.c (the stage and its buffers) and layers.c (its layers' passes) ---- */
+
+/* A block's sizes as this stage runs it: H heads of hd (A = H hd wide) and
+** F hidden units are the stage's slice; D, the residual width, is whole. */
+struct strata__dims {
+  int64_t B, T, D, H, hd, A, F, V, R;
+  int64_t Vall, voff;       /* vocabulary-parallel: the whole vocabulary, and where this slice's V start */
+  int vp;                   /* the embedding and head are cut by vocabulary */
+};
+struct strata__dims strata__stage_dims(const struct strata__stage *st);
+
+/* Offsets of a block's saved activations (floats from the layer's start in a slot). */
+struct strata__block_saved {
+  size_t ln1, mean1, rstd1, qkv, p, att, xmid, ln2, mean2, rstd2, h, g, end;
+};
+struct strata__block_saved strata__block_layout(const struct strata__dims *d);
+
+/* Stage layer i: the stage's own copy, with its slice's sizes and tp role. */
+static inline const struct strata__layer *strata__stage_layer_at(const struct strata__stage *st, int i) {
+  return &st->layers[i];
+}
+/* Whether the stage ends with the model's loss layer. */
+static inline int strata__stage_has_loss(const struct strata__stage *st) { return st->last == st->model->nlayers; }
+
 #endif /* STRATA__STAGE_H */

@@ -1,0 +1,532 @@
+/* SPDX-License-Identifier: MIT */
+/* layers.c — forward and backward of a stage's layers (GPT, MLP, CNN), whole or sharded, and the losses and logits they leave. */
+#include "config.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "model/stage.h"
+#include "core/core.h"
+
+#define AT(b, o) strata_mem((b), (size_t)(o))
+
+/* ---- the layers ---- */
+
+struct lctx {
+  struct strata__stage *st;
+  const struct strata__layer *L;
+  struct strata__dims d;
+  strata_queue_t q;
+  strata_buffer_t slot;
+  int mode;                /* enum bmode, backward only */
+  size_t saved;            /* offset of this layer's saved activations in the slot */
+  size_t dsave;            /* offset of the gradients kept between BACKWARD_INPUT and BACKWARD_WEIGHT */
+  strata_mem_t in, out;    /* input and output activations */
+  const struct strata__tensor *t;   /* this layer's tensors */
+};
+
+#define PARAM(c, i) AT((c)->st->params, (c)->t[i].off)
+#define GRAD(c, i) AT((c)->st->grads, (c)->t[i].off)
+#define SAVED(c, o) AT((c)->slot, (c)->saved + (size_t)(o))
+#define SCR(c, o) AT((c)->st->scratch, (size_t)(o))
+
+/* y[R, out] = x[R, in] W[in, out] + b */
+static int linear_fwd(strata_queue_t q, int64_t R, int64_t in, int64_t outf, strata_mem_t x, strata_mem_t W,
+                      strata_mem_t b, strata_mem_t y) {
+  TRY(strata_gemm(q, 0, 0, R, outf, in, 1, x, in, 0, W, outf, 0, 0, y, outf, 0, 1));
+  return b.buf ? strata_bias_add(q, y, b, R, outf) : STRATA_OK;
+}
+
+/* Weight part of a linear layer's backward: dW += x^T dy; db += colsum(dy) (db.buf NULL: no bias). */
+static int linear_bwd_w(strata_queue_t q, int64_t R, int64_t in, int64_t outf, strata_mem_t x, strata_mem_t dy,
+                        strata_mem_t dW, strata_mem_t db) {
+  TRY(strata_gemm(q, 1, 0, in, outf, R, 1, x, in, 0, dy, outf, 0, 1, dW, outf, 0, 1));
+  return db.buf ? strata_bias_grad(q, dy, db, R, outf, 1) : STRATA_OK;
+}
+
+/* Input part: dx = dy W^T (dx.buf NULL: nothing to do). */
+static int linear_bwd_x(strata_queue_t q, int64_t R, int64_t in, int64_t outf, strata_mem_t W, strata_mem_t dy,
+                        strata_mem_t dx) {
+  return dx.buf ? strata_gemm(q, 0, 1, R, in, outf, 1, dy, outf, 0, W, outf, 0, 0, dx, in, 0, 1) : STRATA_OK;
+}
+
+static int join(struct lctx *c, strata_mem_t x, size_t n);
+
+/* Vocabulary-parallel: this slice's token ids (t - voff where t is one of its V, else -1: a zero row, no gradient). */
+static strata_mem_t slice_tokens(struct lctx *c, int *rc) {
+  strata_mem_t tok = SCR(c, (size_t)(c->d.R * c->d.D));
+  *rc = strata_tokens_shift(c->q, c->in, tok, c->d.R, c->d.voff, c->d.V);
+  return tok;
+}
+
+static int embed_fwd(struct lctx *c) {
+  struct strata__dims d = c->d;
+  if (d.vp) { /* each slice looks up its rows of the vocabulary, the others' are zero: the sum is the lookup */
+    int rc = STRATA_OK;
+    strata_mem_t tok = slice_tokens(c, &rc);
+    TRY(rc);
+    TRY(strata_embedding_fwd(c->q, tok, PARAM(c, 0), c->out, d.R, d.D, d.V));
+    TRY(join(c, c->out, (size_t)(d.R * d.D)));
+  } else {
+    TRY(strata_embedding_fwd(c->q, c->in, PARAM(c, 0), c->out, d.R, d.D, d.V));
+  }
+  TRY(strata_embedding_fwd(c->q, AT(c->st->positions, 0), PARAM(c, 1), SCR(c, 0), d.R, d.D, d.T));
+  return strata_add(c->q, c->out, SCR(c, 0), c->out, d.R * d.D);
+}
+
+enum { LN1_W, LN1_B, ATTN_W, ATTN_B, PROJ_W, PROJ_B, LN2_W, LN2_B, FC_W, FC_B, FCP_W, FCP_B };
+
+/* Sharded stages: sum the partial results at x (n floats) over the slices; each ends with the whole sum. */
+static int join_op(struct lctx *c, strata_mem_t x, size_t n, int op) {
+  struct strata__stage *st = c->st;
+  if (st->tp.size <= 1)
+    return STRATA_OK;
+  if (!st->join)
+    return strata__error(STRATA_ERR_STATE, "stage: a tensor-parallel stage has no communicator to join its slices");
+  return st->join(st->join_arg, c->q, x, n, op);
+}
+
+static int join(struct lctx *c, strata_mem_t x, size_t n) { return join_op(c, x, n, STRATA_SUM);
+}
+
+/* y = x W + b for a row-split W: the slices' partial products joined, then the (whole) bias once. */
+static int linear_fwd_rows(struct lctx *c, int64_t R, int64_t in, int64_t outf, strata_mem_t x, strata_mem_t W,
+                           strata_mem_t b, strata_mem_t y) {
+  TRY(strata_gemm(c->q, 0, 0, R, outf, in, 1, x, in, 0, W, outf, 0, 0, y, outf, 0, 1));
+  TRY(join(c, y, (size_t)(R * outf)));
+  return strata_bias_add(c->q, y, b, R, outf);
+}
+
+/*
+** A pre-layernorm block. Sharded, this stage holds H of the heads (A = H hd
+** columns of each of Q, K, V in c_attn, the matching A rows of c_proj) and F
+** of the hidden units (c_fc's columns, the MLP c_proj's rows); the two
+** row-split products are joined over the slices, and the layernorms and
+** residuals run whole on every slice.
+*/
+static int block_fwd(struct lctx *c) {
+  struct strata__dims d = c->d;
+  struct strata__block_saved s = strata__block_layout(&d);
+  strata_queue_t q = c->q;
+  int64_t D = d.D, A = d.A, T = d.T, H = d.H, hd = d.hd, HTT = H * T * T;
+  float scale = 1.0f / sqrtf((float)hd);
+  strata_mem_t S = SCR(c, 0);
+  TRY(strata_layernorm_fwd(q, c->in, PARAM(c, LN1_W), PARAM(c, LN1_B), SAVED(c, s.ln1), SAVED(c, s.mean1),
+                           SAVED(c, s.rstd1), d.R, D, 1e-5f));
+  TRY(linear_fwd(q, d.R, D, 3 * A, SAVED(c, s.ln1), PARAM(c, ATTN_W), PARAM(c, ATTN_B), SAVED(c, s.qkv)));
+  for (int64_t b = 0; b < d.B; b++) {
+    size_t qkv = s.qkv + (size_t)(b * T * 3 * A);
+    TRY(strata_gemm(q, 0, 1, T, T, hd, 1, SAVED(c, qkv), 3 * A, hd, SAVED(c, qkv + (size_t)A), 3 * A, hd, 0,
+                    AT(S.buf, S.off + (size_t)(b * HTT)), T, T * T, H));
+  }
+  TRY(strata_softmax_fwd(q, S, SAVED(c, s.p), d.B * H * T, T, scale, 1));
+  for (int64_t b = 0; b < d.B; b++) {
+    size_t qkv = s.qkv + (size_t)(b * T * 3 * A);
+    TRY(strata_gemm(q, 0, 0, T, hd, T, 1, SAVED(c, s.p + (size_t)(b * HTT)), T, T * T, SAVED(c, qkv + (size_t)(2 * A)),
+                    3 * A, hd, 0, SAVED(c, s.att + (size_t)(b * T * A)), A, hd, H));
+  }
+  TRY(linear_fwd_rows(c, d.R, A, D, SAVED(c, s.att), PARAM(c, PROJ_W), PARAM(c, PROJ_B), SAVED(c, s.xmid)));
+  TRY(strata_add(q, SAVED(c, s.xmid), c->in, SAVED(c, s.xmid), d.R * D));
+  TRY(strata_layernorm_fwd(q, SAVED(c, s.xmid), PARAM(c, LN2_W), PARAM(c, LN2_B), SAVED(c, s.ln2), SAVED(c, s.mean2),
+                           SAVED(c, s.rstd2), d.R, D, 1e-5f));
+  TRY(linear_fwd(q, d.R, D, d.F, SAVED(c, s.ln2), PARAM(c, FC_W), PARAM(c, FC_B), SAVED(c, s.h)));
+  TRY(strata_gelu_fwd(q, SAVED(c, s.h), SAVED(c, s.g), d.R * d.F));
+  TRY(linear_fwd_rows(c, d.R, d.F, D, SAVED(c, s.g), PARAM(c, FCP_W), PARAM(c, FCP_B), c->out));
+  return strata_add(q, c->out, SAVED(c, s.xmid), c->out, d.R * D);
+}
+
+/* The output projection: the head's own weight, or the embedding's when tied. */
+static int head_weight(struct lctx *c, strata_mem_t *w, strata_mem_t *dw) {
+  if (!c->st->model->cfg.tied) {
+    *w = PARAM(c, 2);
+    *dw = GRAD(c, 2);
+    return STRATA_OK;
+  }
+  const struct strata__tensor *wte = &c->st->tensors[c->st->layer_tensor[0]]; /* stage holds every layer */
+  *w = AT(c->st->params, wte->off);
+  *dw = AT(c->st->grads, wte->off);
+  return STRATA_OK;
+}
+
+static int lm_head_fwd(struct lctx *c, strata_mem_t targets) {
+  struct strata__dims d = c->d;
+  size_t RD = (size_t)(d.R * d.D), R = (size_t)d.R;
+  strata_mem_t W, dW;
+  TRY(head_weight(c, &W, &dW));
+  TRY(strata_layernorm_fwd(c->q, c->in, PARAM(c, 0), PARAM(c, 1), SAVED(c, 0), SAVED(c, RD), SAVED(c, RD + R), d.R,
+                           d.D, 1e-5f));
+  TRY(strata_gemm(c->q, 0, 1, d.R, d.V, d.D, 1, SAVED(c, 0), d.D, 0, W, d.D, 0, 0, SAVED(c, RD + 2 * R), d.V, 0, 1));
+  const size_t logits = RD + 2 * R, loss = logits + (size_t)(d.R * d.V);
+  if (!d.vp)
+    return strata_cross_entropy_fwd(c->q, SAVED(c, logits), targets, SAVED(c, loss), d.R, d.V);
+  /* vocabulary-parallel cross-entropy: the rows' max, their sums of exponentials and the target logits are
+  ** joined over the slices; the logits themselves never are */
+  const size_t mx = loss + R, se = mx + R, tl = se + R;
+  TRY(strata_xent_vp_max(c->q, SAVED(c, logits), SAVED(c, mx), d.R, d.V));
+  TRY(join_op(c, SAVED(c, mx), R, STRATA_MAX));
+  TRY(strata_xent_vp_sums(c->q, SAVED(c, logits), targets, SAVED(c, mx), SAVED(c, se), SAVED(c, tl), d.R, d.V, d.voff,
+                          d.Vall));
+  TRY(join(c, SAVED(c, se), 2 * R));
+  return strata_xent_vp_loss(c->q, SAVED(c, mx), SAVED(c, se), SAVED(c, tl), targets, SAVED(c, loss), d.R, d.Vall);
+}
+
+/* A linear layer + ReLU; cut by its inputs (tp), the slices' partial products are joined before the bias. */
+static int fc_fwd(struct lctx *c) {
+  const struct strata__layer *L = c->L;
+  if (L->tp_role == STRATA__TP_INPUTS)
+    TRY(linear_fwd_rows(c, c->d.R, L->in, L->out, c->in, PARAM(c, 0), PARAM(c, 1), SAVED(c, 0)));
+  else
+    TRY(linear_fwd(c->q, c->d.R, L->in, L->out, c->in, PARAM(c, 0), PARAM(c, 1), SAVED(c, 0)));
+  return strata_relu_fwd(c->q, SAVED(c, 0), c->out, c->d.R * L->out);
+}
+
+static struct strata_conv2d conv_geom(const struct lctx *c) {
+  const struct strata__layer *L = c->L;
+  struct strata_conv2d g = {.n = c->d.B, .c = L->c, .h = L->h, .w = L->w, .k = L->k, .r = 3, .s = 3, .stride = 1,
+                            .pad = 1};
+  return g;
+}
+
+static int conv_fwd(struct lctx *c) {
+  const struct strata__layer *L = c->L;
+  struct strata_conv2d g = conv_geom(c);
+  size_t big = (size_t)(c->d.B * L->k * L->h * L->w);
+  struct strata_pool2d pg = {.n = c->d.B, .c = L->k, .h = L->h, .w = L->w, .size = 2, .stride = 2};
+  TRY(strata_conv2d_fwd(c->q, &g, c->in, PARAM(c, 0), SAVED(c, 0), SCR(c, 0)));
+  if (L->tp_role == STRATA__TP_INPUTS) /* each slice convolved its input channels: the sum is the convolution */
+    TRY(join(c, SAVED(c, 0), big));
+  TRY(strata_relu_fwd(c->q, SAVED(c, 0), SAVED(c, big), (int64_t)big));
+  return strata_maxpool_fwd(c->q, &pg, SAVED(c, big), c->out, SAVED(c, 2 * big));
+}
+
+static int classifier_fwd(struct lctx *c, strata_mem_t targets) {
+  const struct strata__layer *L = c->L;
+  TRY(linear_fwd(c->q, c->d.R, L->in, L->out, c->in, PARAM(c, 0), PARAM(c, 1), SAVED(c, 0)));
+  return strata_cross_entropy_fwd(c->q, SAVED(c, 0), targets, SAVED(c, (size_t)(c->d.R * L->out)), c->d.R, L->out);
+}
+
+/*
+** Backward passes. A layer's backward has an input part (the gradient of
+** its input) and a weight part (the gradients of its parameters). FULL
+** runs both; INPUT runs the input part and keeps, in the slot's
+** `dsave` region, the output-side gradients the weight part needs;
+** WEIGHT runs the weight part later from what INPUT kept (zero-bubble
+** schedules). Where a gradient lives: scratch when FULL, the slot when split.
+*/
+enum bmode { BM_FULL, BM_INPUT, BM_WEIGHT };
+
+#define DSAVE(c, o) AT((c)->slot, (c)->dsave + (size_t)(o))
+/* A working gradient at offset `so` of scratch (FULL) or `ko` of the slot's dsave (split). */
+#define LOC(c, so, ko) ((c)->mode == BM_FULL ? SCR(c, so) : DSAVE(c, ko))
+#define DO_IN(c) ((c)->mode != BM_WEIGHT)
+#define DO_W(c) ((c)->mode != BM_INPUT)
+
+/* The layer's output gradient as its weight part reads it: as given (FULL),
+** copied into the slot first (INPUT), or from the slot (WEIGHT). */
+static int keep_dout(struct lctx *c, strata_mem_t *dout, size_t n) {
+  if (c->mode == BM_FULL)
+    return STRATA_OK;
+  strata_mem_t k = DSAVE(c, 0);
+  if (c->mode == BM_INPUT)
+    TRY(strata_buffer_copy(c->q, k.buf, k.off * 4, dout->buf, dout->off * 4, n * 4));
+  *dout = k;
+  return STRATA_OK;
+}
+
+/* Layernorm backward restricted to the part the mode wants: the input
+** gradient into dx, and/or the gamma/beta gradients. The unwanted output
+** goes to `junk` (scratch with room for rows x cols floats). */
+static int ln_bwd(struct lctx *c, strata_mem_t x, strata_mem_t g, strata_mem_t mean, strata_mem_t rstd, strata_mem_t dy,
+                  strata_mem_t dx, strata_mem_t dg, strata_mem_t db, strata_mem_t junk, int64_t rows, int64_t cols) {
+  if (c->mode == BM_INPUT) {
+    dg = junk;
+    db = AT(junk.buf, junk.off + (size_t)cols);
+  } else if (c->mode == BM_WEIGHT) {
+    dx = junk;
+  }
+  return strata_layernorm_bwd(c->q, x, g, mean, rstd, dy, dx, dg, db, rows, cols, c->mode != BM_INPUT);
+}
+
+static int embed_bwd(struct lctx *c, strata_mem_t dout) {
+  struct strata__dims d = c->d;
+  TRY(keep_dout(c, &dout, (size_t)(d.R * d.D)));
+  if (!DO_W(c))
+    return STRATA_OK;
+  strata_mem_t tok = c->in;
+  if (d.vp) {
+    int rc = STRATA_OK;
+    tok = slice_tokens(c, &rc);
+    TRY(rc);
+  }
+  TRY(strata_embedding_bwd(c->q, tok, dout, GRAD(c, 0), d.R, d.D, d.V, 1));
+  return strata_embedding_bwd(c->q, AT(c->st->positions, 0), dout, GRAD(c, 1), d.R, d.D, d.T, 1);
+}
+
+/* Backward of a block, sharded as its forward: the input gradients of the
+** two column-split matrices (c_fc, c_attn) are the partial sums joined. */
+static int block_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
+  struct strata__dims d = c->d;
+  struct strata__block_saved s = strata__block_layout(&d);
+  strata_queue_t q = c->q;
+  int64_t D = d.D, A = d.A, T = d.T, H = d.H, hd = d.hd, HTT = H * T * T, R = d.R;
+  size_t RD = (size_t)(R * D), RA = (size_t)(R * A), RF = (size_t)(R * d.F);
+  float scale = 1.0f / sqrtf((float)hd);
+  /* scratch: dP | dS | dqkv (3RA) | f (RF) | d1 | d2 | d3 | junk (RD) */
+  size_t o_dp = 0, o_ds = o_dp + (size_t)(d.B * HTT), o_dqkv = o_ds + (size_t)(d.B * HTT), o_f = o_dqkv + 3 * RA,
+         o_d1 = o_f + RF, o_d2 = o_d1 + RD, o_d3 = o_d2 + RD, o_junk = o_d3 + RD;
+  /* dsave: dout | dh (RF) | dln2 | dxmid | dqkv (3RA) | dln1 */
+  size_t k_dh = RD, k_dln2 = k_dh + RF, k_dxmid = k_dln2 + RD, k_dqkv = k_dxmid + RD, k_dln1 = k_dqkv + 3 * RA;
+  strata_mem_t dh = LOC(c, o_f, k_dh), dln2 = LOC(c, o_d1, k_dln2), dxmid = LOC(c, o_d3, k_dxmid),
+               dqkv = LOC(c, o_dqkv, k_dqkv), dln1 = LOC(c, o_d1, k_dln1), junk = SCR(c, o_junk);
+  TRY(keep_dout(c, &dout, RD));
+  /* MLP branch */
+  if (DO_IN(c)) {
+    TRY(linear_bwd_x(q, R, d.F, D, PARAM(c, FCP_W), dout, dh));
+    TRY(strata_gelu_bwd(q, SAVED(c, s.h), dh, dh, R * d.F));
+    TRY(linear_bwd_x(q, R, D, d.F, PARAM(c, FC_W), dh, dln2));
+    TRY(join(c, dln2, RD));
+  }
+  if (DO_W(c)) {
+    TRY(linear_bwd_w(q, R, d.F, D, SAVED(c, s.g), dout, GRAD(c, FCP_W), GRAD(c, FCP_B)));
+    TRY(linear_bwd_w(q, R, D, d.F, SAVED(c, s.ln2), dh, GRAD(c, FC_W), GRAD(c, FC_B)));
+  }
+  TRY(ln_bwd(c, SAVED(c, s.xmid), PARAM(c, LN2_W), SAVED(c, s.mean2), SAVED(c, s.rstd2), dln2, SCR(c, o_d2),
+             GRAD(c, LN2_W), GRAD(c, LN2_B), junk, R, D));
+  /* attention branch */
+  if (DO_IN(c)) {
+    TRY(strata_add(q, dout, SCR(c, o_d2), dxmid, R * D));
+    TRY(linear_bwd_x(q, R, A, D, PARAM(c, PROJ_W), dxmid, SCR(c, o_d1)));
+    for (int64_t b = 0; b < d.B; b++) {
+      size_t qkv = s.qkv + (size_t)(b * T * 3 * A), att = o_d1 + (size_t)(b * T * A);
+      strata_mem_t dqb = AT(dqkv.buf, dqkv.off + (size_t)(b * T * 3 * A));
+      /* dP = datt v^T ; dv = P^T datt */
+      TRY(strata_gemm(q, 0, 1, T, T, hd, 1, SCR(c, att), A, hd, SAVED(c, qkv + (size_t)(2 * A)), 3 * A, hd, 0,
+                      SCR(c, o_dp + (size_t)(b * HTT)), T, T * T, H));
+      TRY(strata_gemm(q, 1, 0, T, hd, T, 1, SAVED(c, s.p + (size_t)(b * HTT)), T, T * T, SCR(c, att), A, hd, 0,
+                      AT(dqb.buf, dqb.off + (size_t)(2 * A)), 3 * A, hd, H));
+    }
+    TRY(strata_softmax_bwd(q, SAVED(c, s.p), SCR(c, o_dp), SCR(c, o_ds), d.B * H * T, T, scale));
+    for (int64_t b = 0; b < d.B; b++) {
+      size_t qkv = s.qkv + (size_t)(b * T * 3 * A);
+      strata_mem_t dqb = AT(dqkv.buf, dqkv.off + (size_t)(b * T * 3 * A));
+      strata_mem_t dS = SCR(c, o_ds + (size_t)(b * HTT));
+      /* dq = dS k ; dk = dS^T q */
+      TRY(strata_gemm(q, 0, 0, T, hd, T, 1, dS, T, T * T, SAVED(c, qkv + (size_t)A), 3 * A, hd, 0, dqb, 3 * A, hd, H));
+      TRY(strata_gemm(q, 1, 0, T, hd, T, 1, dS, T, T * T, SAVED(c, qkv), 3 * A, hd, 0,
+                      AT(dqb.buf, dqb.off + (size_t)A), 3 * A, hd, H));
+    }
+    TRY(linear_bwd_x(q, R, D, 3 * A, PARAM(c, ATTN_W), dqkv, dln1));
+    TRY(join(c, dln1, RD));
+  }
+  if (DO_W(c)) {
+    TRY(linear_bwd_w(q, R, A, D, SAVED(c, s.att), dxmid, GRAD(c, PROJ_W), GRAD(c, PROJ_B)));
+    TRY(linear_bwd_w(q, R, D, 3 * A, SAVED(c, s.ln1), dqkv, GRAD(c, ATTN_W), GRAD(c, ATTN_B)));
+  }
+  TRY(ln_bwd(c, c->in, PARAM(c, LN1_W), SAVED(c, s.mean1), SAVED(c, s.rstd1), dln1, SCR(c, o_d2), GRAD(c, LN1_W),
+             GRAD(c, LN1_B), junk, R, D));
+  if (DO_IN(c) && din.buf)
+    TRY(strata_add(q, dxmid, SCR(c, o_d2), din, R * D));
+  return STRATA_OK;
+}
+
+static int lm_head_bwd(struct lctx *c, strata_mem_t targets, strata_mem_t din) {
+  struct strata__dims d = c->d;
+  size_t RD = (size_t)(d.R * d.D), R = (size_t)d.R, RV = (size_t)(d.R * d.V);
+  strata_mem_t W, dW;
+  TRY(head_weight(c, &W, &dW));
+  /* scratch: dlogits | dlnx | junk; dsave: dlogits | dlnx */
+  strata_mem_t dlogits = LOC(c, 0, 0), dlnx = LOC(c, RV, RV), junk = SCR(c, RV + RD);
+  if (DO_IN(c)) {
+    if (d.vp) {
+      const size_t logits = RD + 2 * R, mx = logits + RV + R, se = mx + R;
+      TRY(strata_xent_vp_bwd(c->q, SAVED(c, logits), targets, SAVED(c, mx), SAVED(c, se), dlogits, d.R, d.V, d.voff,
+                             d.Vall, c->st->loss_scale));
+    } else {
+      TRY(strata_cross_entropy_bwd(c->q, SAVED(c, RD + 2 * R), targets, dlogits, d.R, d.V, c->st->loss_scale));
+    }
+    TRY(strata_gemm(c->q, 0, 0, d.R, d.D, d.V, 1, dlogits, d.V, 0, W, d.D, 0, 0, dlnx, d.D, 0, 1));
+    if (d.vp) /* each slice's vocabulary's part of the input gradient */
+      TRY(join(c, dlnx, RD));
+  }
+  if (DO_W(c))
+    TRY(strata_gemm(c->q, 1, 0, d.V, d.D, d.R, 1, dlogits, d.V, 0, SAVED(c, 0), d.D, 0, 1, dW, d.D, 0, 1));
+  if (!din.buf && c->mode == BM_INPUT)
+    return STRATA_OK;
+  return ln_bwd(c, c->in, PARAM(c, 0), SAVED(c, RD), SAVED(c, RD + R), dlnx, din.buf ? din : junk, GRAD(c, 0),
+                GRAD(c, 1), junk, d.R, d.D);
+}
+
+static int fc_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
+  const struct strata__layer *L = c->L;
+  strata_mem_t dz = LOC(c, 0, 0);
+  if (DO_IN(c)) {
+    TRY(strata_relu_bwd(c->q, SAVED(c, 0), dout, dz, c->d.R * L->out));
+    TRY(linear_bwd_x(c->q, c->d.R, L->in, L->out, PARAM(c, 0), dz, L->first ? AT(NULL, 0) : din));
+    if (L->tp_role == STRATA__TP_OUTPUTS && !L->first && din.buf) /* each slice's outputs' share of it */
+      TRY(join(c, din, (size_t)(c->d.R * L->in)));
+  }
+  return DO_W(c) ? linear_bwd_w(c->q, c->d.R, L->in, L->out, c->in, dz, GRAD(c, 0), GRAD(c, 1)) : STRATA_OK;
+}
+
+static int conv_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
+  const struct strata__layer *L = c->L;
+  struct strata_conv2d g = conv_geom(c);
+  int64_t p, qq, ws;
+  TRY(strata_conv2d_shape(&g, &p, &qq, &ws));
+  size_t big = (size_t)(c->d.B * L->k * L->h * L->w);
+  struct strata_pool2d pg = {.n = c->d.B, .c = L->k, .h = L->h, .w = L->w, .size = 2, .stride = 2};
+  strata_mem_t dr = LOC(c, (size_t)ws, 0);
+  if (DO_IN(c)) {
+    TRY(strata_maxpool_bwd(c->q, &pg, dout, SAVED(c, 2 * big), dr));
+    TRY(strata_relu_bwd(c->q, SAVED(c, 0), dr, dr, (int64_t)big));
+  }
+  strata_mem_t dx = (DO_IN(c) && !L->first) ? din : AT(NULL, 0);
+  strata_mem_t dw = DO_W(c) ? GRAD(c, 0) : AT(NULL, 0);
+  if (!dx.buf && !dw.buf)
+    return STRATA_OK;
+  TRY(strata_conv2d_bwd(c->q, &g, c->in, PARAM(c, 0), dr, dx, dw, SCR(c, 0), 1));
+  if (L->tp_role == STRATA__TP_OUTPUTS && dx.buf) /* each slice's output channels' share of it */
+    TRY(join(c, dx, (size_t)(c->d.B * L->in)));
+  return STRATA_OK;
+}
+
+static int classifier_bwd(struct lctx *c, strata_mem_t targets, strata_mem_t din) {
+  const struct strata__layer *L = c->L;
+  strata_mem_t dlogits = LOC(c, 0, 0);
+  if (DO_IN(c)) {
+    TRY(strata_cross_entropy_bwd(c->q, SAVED(c, 0), targets, dlogits, c->d.R, L->out, c->st->loss_scale));
+    TRY(linear_bwd_x(c->q, c->d.R, L->in, L->out, PARAM(c, 0), dlogits, L->first ? AT(NULL, 0) : din));
+  }
+  return DO_W(c) ? linear_bwd_w(c->q, c->d.R, L->in, L->out, c->in, dlogits, GRAD(c, 0), GRAD(c, 1)) : STRATA_OK;
+}
+
+/* The context of stage layer i for slot s. */
+static struct lctx layer_ctx(struct strata__stage *st, int s, int i) {
+  struct lctx c = {.st = st, .L = strata__stage_layer_at(st, i), .d = strata__stage_dims(st), .q = st->q,
+                   .slot = st->slots[s].buf};
+  c.saved = st->saved_off[i];
+  c.dsave = st->dsave_off[i];
+  c.in = i == 0 ? AT(c.slot, 0) : AT(c.slot, st->out_off[i - 1]);
+  c.out = AT(c.slot, st->out_off[i]);
+  c.t = &st->tensors[st->layer_tensor[i]];
+  return c;
+}
+
+static int check_slot(struct strata__stage *st, int s) {
+  if (s < 0 || s >= st->nslots || !st->slots[s].buf)
+    return strata__error(STRATA_ERR_STATE, "stage: slot %d holds no micro-batch", s);
+  return STRATA_OK;
+}
+
+int strata__stage_forward(struct strata__stage *st, int s) {
+  TRY(check_slot(st, s));
+  strata_mem_t targets = strata__stage_targets(st, s);
+  for (int i = 0; i < strata__stage_layer_count(st); i++) {
+    struct lctx c = layer_ctx(st, s, i);
+    int rc = STRATA_OK;
+    switch (c.L->kind) {
+    case STRATA__LAYER_EMBED: rc = embed_fwd(&c); break;
+    case STRATA__LAYER_BLOCK: rc = block_fwd(&c); break;
+    case STRATA__LAYER_LM_HEAD: rc = lm_head_fwd(&c, targets); break;
+    case STRATA__LAYER_LINEAR: rc = fc_fwd(&c); break;
+    case STRATA__LAYER_CONV: rc = conv_fwd(&c); break;
+    case STRATA__LAYER_CLASSIFIER: rc = classifier_fwd(&c, targets); break;
+    }
+    if (rc)
+      return rc;
+  }
+  return STRATA_OK;
+}
+
+/* Backward of slot s in `mode`: the last layer reads the output gradient
+** from the slot (non-last stage), the first writes its input gradient into
+** the slot (non-first stage); in between gradients ping-pong in gbuf. */
+static int stage_backward(struct strata__stage *st, int s, int mode) {
+  TRY(check_slot(st, s));
+  if (mode != BM_FULL && !st->split)
+    return strata__error(STRATA_ERR_STATE, "stage: split backward on a stage built without it");
+  strata_mem_t targets = strata__stage_targets(st, s);
+  int n = strata__stage_layer_count(st);
+  for (int i = n - 1; i >= 0; i--) {
+    struct lctx c = layer_ctx(st, s, i);
+    c.mode = mode;
+    int back = n - 1 - i; /* layers done before this one */
+    strata_mem_t dout = back == 0 ? (strata__stage_has_loss(st) ? AT(NULL, 0) : strata__stage_grad_output(st, s))
+                                  : AT(st->gbuf[(back - 1) % 2], 0);
+    strata_mem_t din = i > 0 ? AT(st->gbuf[back % 2], 0) : st->first > 0 ? strata__stage_grad_input(st, s) : AT(NULL, 0);
+    int rc = STRATA_OK;
+    switch (c.L->kind) {
+    case STRATA__LAYER_EMBED: rc = embed_bwd(&c, dout); break;
+    case STRATA__LAYER_BLOCK: rc = block_bwd(&c, dout, din); break;
+    case STRATA__LAYER_LM_HEAD: rc = lm_head_bwd(&c, targets, din); break;
+    case STRATA__LAYER_LINEAR: rc = fc_bwd(&c, dout, din); break;
+    case STRATA__LAYER_CONV: rc = conv_bwd(&c, dout, din); break;
+    case STRATA__LAYER_CLASSIFIER: rc = classifier_bwd(&c, targets, din); break;
+    }
+    if (rc)
+      return rc;
+    if (mode != BM_INPUT && st->grads_done)
+      TRY(st->grads_done(st->grads_done_arg, i));
+    if (mode == BM_WEIGHT && i == 0)
+      break;
+  }
+  return STRATA_OK;
+}
+
+int strata__stage_backward(struct strata__stage *st, int s) { return stage_backward(st, s, BM_FULL); }
+int strata__stage_backward_input(struct strata__stage *st, int s) { return stage_backward(st, s, BM_INPUT); }
+int strata__stage_backward_weight(struct strata__stage *st, int s) { return stage_backward(st, s, BM_WEIGHT); }
+
+/* Offset and count of the per-row losses of the loss layer in a slot. */
+static int loss_region(struct strata__stage *st, size_t *off, int64_t *rows) {
+  if (!strata__stage_has_loss(st))
+    return strata__error(STRATA_ERR_STATE, "stage: only the last stage has a loss");
+  int i = strata__stage_layer_count(st) - 1;
+  const struct strata__layer *L = strata__stage_layer_at(st, i);
+  struct strata__dims d = strata__stage_dims(st);
+  if (L->kind == STRATA__LAYER_LM_HEAD)
+    *off = st->saved_off[i] + (size_t)(d.R * d.D + 2 * d.R + d.R * d.V);
+  else
+    *off = st->saved_off[i] + (size_t)(d.R * L->out);
+  *rows = d.R;
+  return STRATA_OK;
+}
+
+int strata__stage_loss(struct strata__stage *st, int s, double *sum) {
+  TRY(check_slot(st, s));
+  size_t off = 0;
+  int64_t rows = 0;
+  TRY(loss_region(st, &off, &rows));
+  float *l = malloc((size_t)rows * sizeof *l);
+  if (!l)
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory reading losses");
+  int rc = strata_buffer_download(st->q, st->slots[s].buf, off * 4, l, (size_t)rows * 4);
+  double acc = 0;
+  for (int64_t r = 0; r < rows; r++)
+    acc += l[r];
+  free(l);
+  if (!rc)
+    *sum = acc;
+  return rc;
+}
+
+int strata__stage_loss_read(struct strata__stage *st, int s, float *rows) {
+  TRY(check_slot(st, s));
+  size_t off = 0;
+  int64_t n = 0;
+  TRY(loss_region(st, &off, &n));
+  return strata_buffer_read(st->q, st->slots[s].buf, off * 4, rows, (size_t)n * 4);
+}
+
+int strata__stage_vocab(const struct strata__stage *st, int64_t *first, int64_t *count) {
+  struct strata__dims d = strata__stage_dims(st);
+  *first = d.voff;
+  *count = d.V;
+  return d.vp;
+}
+
+strata_mem_t strata__stage_logits(struct strata__stage *st, int s) {
+  int i = strata__stage_layer_count(st) - 1;
+  struct strata__dims d = strata__stage_dims(st);
+  return AT(st->slots[s].buf, st->saved_off[i] + (size_t)(d.R * d.D + 2 * d.R));
+}
