@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "parallel/split.h"
 #include "plan/plan.h"
 #include "core/core.h"
 
@@ -245,18 +246,41 @@ static double range_memory(const struct search *s, const double *pp_, const doub
 ** dynamic programming over (stage, first layer). 0 and split[] filled, or
 ** -1 when no split fits.
 */
+/* What the one balancer (parallel/split.c) asks of a layout's stages: their time on their rank (prefix sums) and
+** whether they fit its memory. */
+struct split_costs {
+  const struct search *s;
+  strata_layout_t l;
+  const double *tp_, *pp_, *pa; /* prefix sums: per rank of time, of parameters, of activations */
+  const uint64_t *cap;          /* [pp]: what a rank's smallest member holds */
+  int64_t rows;
+  const int *inflight;
+};
+
+static double split_cost_time(void *arg, int j, int a, int b) {
+  const struct split_costs *c = arg;
+  const double *pt = &c->tp_[(size_t)(j % strata_layout_pp(c->l)) * (size_t)(c->s->L + 1)];
+  return pt[b] - pt[a];
+}
+
+static int split_cost_fits(void *arg, int j, int a, int b) {
+  const struct split_costs *c = arg;
+  const int r = j % strata_layout_pp(c->l);
+  const double limit = (double)c->cap[r] * STRATA_PLAN_MEMORY_USABLE / strata_layout_virtual_stages(c->l);
+  return !(range_memory(c->s, c->pp_, c->pa, a, b, strata_layout_tp(c->l, r), strata_layout_dp(c->l),
+                        strata_layout_zero(c->l), c->rows, c->inflight[j]) > limit);
+}
+
 static int best_split(const struct search *s, strata_layout_t l, const int64_t rows, const int *inflight, int *split) {
-  const int pp = strata_layout_pp(l), S = strata_layout_stages(l), v = strata_layout_virtual_stages(l), L = s->L;
-  const int dp = strata_layout_dp(l), zero = strata_layout_zero(l);
+  const int pp = strata_layout_pp(l), S = strata_layout_stages(l), L = s->L;
   if (L < S)
     return -1;
   /* prefix sums of time per rank (forward + backward) and of the profile */
   double *tp_ = calloc((size_t)pp * (size_t)(L + 1), sizeof *tp_);
   double *pp_ = calloc((size_t)L + 1, sizeof *pp_), *pa = calloc((size_t)L + 1, sizeof *pa);
-  double *best = malloc(sizeof *best * (size_t)(S + 1) * (size_t)(L + 1));
-  int *from = malloc(sizeof *from * (size_t)(S + 1) * (size_t)(L + 1));
+  uint64_t *cap = malloc(sizeof *cap * (size_t)pp);
   int rc = -1;
-  if (!tp_ || !pp_ || !pa || !best || !from)
+  if (!tp_ || !pp_ || !pa || !cap)
     goto out;
   for (int r = 0; r < pp; r++)
     for (int li = 0; li < L; li++)
@@ -267,9 +291,6 @@ static int best_split(const struct search *s, strata_layout_t l, const int64_t r
     pp_[li + 1] = pp_[li] + s->params[li];
     pa[li + 1] = pa[li] + s->act[li];
   }
-  uint64_t *cap = malloc(sizeof *cap * (size_t)pp);
-  if (!cap)
-    goto out;
   for (int r = 0; r < pp; r++) {
     /* a rank holds what its smallest member holds */
     uint64_t m = UINT64_MAX;
@@ -281,44 +302,15 @@ static int best_split(const struct search *s, strata_layout_t l, const int64_t r
     }
     cap[r] = m;
   }
-  const size_t W = (size_t)L + 1;
-  for (size_t i = 0; i < (size_t)(S + 1) * W; i++)
-    best[i] = INFINITY;
-  best[0] = 0;
-  for (int j = 1; j <= S; j++) {
-    const int r = (j - 1) % pp, t = strata_layout_tp(l, r);
-    const double limit = (double)cap[r] * STRATA_PLAN_MEMORY_USABLE / v;
-    const double *pt = &tp_[(size_t)r * W];
-    for (int b = j; b <= L - (S - j); b++)
-      for (int a = j - 1; a < b; a++) {
-        double prev = best[(size_t)(j - 1) * W + (size_t)a];
-        if (isinf(prev))
-          continue;
-        if (range_memory(s, pp_, pa, a, b, t, dp, zero, rows, inflight[j - 1]) > limit)
-          continue;
-        double cost = pt[b] - pt[a], m = prev > cost ? prev : cost;
-        if (m < best[(size_t)j * W + (size_t)b]) {
-          best[(size_t)j * W + (size_t)b] = m;
-          from[(size_t)j * W + (size_t)b] = a;
-        }
-      }
-  }
-  if (!isinf(best[(size_t)S * W + (size_t)L])) {
-    int b = L;
-    for (int j = S; j >= 1; j--) {
-      int a = from[(size_t)j * W + (size_t)b];
-      split[j - 1] = b - a;
-      b = a;
-    }
-    rc = 0;
-  }
-  free(cap);
+  struct split_costs c = {.s = s, .l = l, .tp_ = tp_, .pp_ = pp_, .pa = pa, .cap = cap, .rows = rows,
+                          .inflight = inflight};
+  struct strata__split_costs costs = {.time = split_cost_time, .fits = split_cost_fits, .arg = &c};
+  rc = strata__split_best(L, S, &costs, split) == 0 ? 0 : -1;
 out:
   free(tp_);
   free(pp_);
   free(pa);
-  free(best);
-  free(from);
+  free(cap);
   return rc;
 }
 

@@ -5,34 +5,32 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "parallel/split.h"
 #include "plan/plan.h"
 #include "core/core.h"
 
-/* Layers per stage balanced by FLOPs, for a layout that leaves the split to the trainer. */
+/* A layer's forward and backward FLOPs: the time the one balancer weighs a split by in the simulator, as the trainer
+** does on devices of one speed. */
+static double flops_time(void *arg, int j, int a, int b) {
+  (void)j;
+  strata_model_t model = arg;
+  double f = 0;
+  for (int l = a; l < b; l++) {
+    struct strata_layer_info li;
+    strata_model_layer(model, l, &li);
+    f += li.fwd_flops + li.bwd_flops;
+  }
+  return f;
+}
+
+/* A layout without a split: the one balancer's (parallel/split.c), by FLOPs. */
 static int balanced_split(strata_model_t model, int S, int *split) {
   const int L = strata_model_layer_count(model);
   if (L < S)
     return strata__error(STRATA_ERR_INVALID, "the model has %d layers, fewer than the layout's %d stages", L, S);
-  double total = strata_model_flops(model), acc = 0;
-  int l = 0;
-  for (int j = 0; j < S; j++) {
-    int n = 0;
-    double goal = total * (j + 1) / S;
-    while (l < L && (n == 0 || (L - l > S - j - 1 && acc < goal))) {
-      struct strata_layer_info li;
-      strata_model_layer(model, l, &li);
-      double f = li.fwd_flops + li.bwd_flops;
-      /* take the layer when that brings the running sum nearer the goal */
-      if (n > 0 && acc + f - goal > goal - acc)
-        break;
-      acc += f;
-      l++;
-      n++;
-    }
-    split[j] = n;
-  }
-  split[S - 1] += L - l;
-  return STRATA_OK;
+  struct strata__split_costs costs = {.time = flops_time, .arg = model};
+  int rc = strata__split_best(L, S, &costs, split);
+  return rc == 1 ? strata__error(STRATA_ERR_INTERNAL, "no split of %d layers into %d stages", L, S) : rc;
 }
 
 /* ---- the engine ---- */

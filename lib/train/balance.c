@@ -14,6 +14,7 @@
 #include "comm/comm.h"
 #include "train/ranks.h"
 #include "device/registry.h"
+#include "parallel/split.h"
 #include "train/trainer.h"
 
 /* ---- balancing the split ---- */
@@ -56,6 +57,36 @@ static int measure_devices(strata_trainer_t tr, double *speed, uint64_t *limit) 
     limit[r] = pr.free_memory;
   }
   return strata__ranks_measures(tr, tr->ndev, speed, limit);
+}
+
+/* What the one balancer (parallel/split.c) asks of the trainer's stages: their time at the measured speeds and
+** whether the memory plan lets them fit. */
+struct balance_costs {
+  strata_trainer_t tr;
+  const double *speed;               /* [ranks]: GFLOP/s */
+  const uint64_t *limit;             /* [ranks]: free bytes */
+  const struct strata__stage_bytes *plan; /* [degrees x cells]: stage [a, b) as planned */
+  const char *planned;               /* ... and whether it could be */
+  const int *deg_of;                 /* [stages]: the index of its tp degree */
+  size_t cells;
+  int ignore_memory;                 /* the second pass: the fastest cut regardless */
+};
+
+static double stage_time(void *arg, int j, int a, int b) {
+  const struct balance_costs *c = arg;
+  double flops = 0;
+  for (int i = a; i < b; i++)
+    flops += c->tr->model->layers[i].info.fwd_flops + c->tr->model->layers[i].info.bwd_flops;
+  /* a stage cut in tp slices computes a tp-th of its work on each (the joins aside) */
+  return flops / (c->speed[c->tr->stage_rank[j]] * c->tr->tps[j]);
+}
+
+static int stage_fits(void *arg, int j, int a, int b) {
+  const struct balance_costs *c = arg;
+  const int L = c->tr->model->nlayers;
+  size_t k = c->cells * (size_t)c->deg_of[j] + (size_t)a * (size_t)(L + 1) + (size_t)b;
+  return c->planned[k] && (c->ignore_memory || strata__stage_need(c->tr, j, &c->plan[k], j > 0 ? &c->plan[k] : NULL,
+                                                                  NULL, NULL) <= c->limit[c->tr->stage_rank[j]]);
 }
 
 int strata__pipeline_balance(strata_trainer_t tr, int *split) {
@@ -108,68 +139,29 @@ int strata__pipeline_balance(strata_trainer_t tr, int *split) {
         plan_msg = strdup(strata_last_error());
       }
     }
-  double *best = malloc(sizeof(double) * (size_t)(S + 1) * (size_t)(L + 1));
   tr->unfit_split = 0;
-  int *from = malloc(sizeof(int) * (size_t)(S + 1) * (size_t)(L + 1));
-  if (!best || !from) {
-    free(best);
-    free(from);
-    free(plan);
-    free(planned);
-    free(plan_msg);
-    free(speed);
-    free(limit);
-    free(deg);
-    free(deg_of);
-    return strata__error(STRATA_ERR_NOMEM, "out of host memory balancing stages");
-  }
-#define AT2(a, s, l) (a)[(size_t)(s) * (size_t)(L + 1) + (size_t)(l)]
   /* pass 0 within the devices' memory; pass 1, when no cut fits, the fastest
   ** cut regardless, which the memory plan then refuses saying what it needs */
-  AT2(best, S, L) = INFINITY;
-  for (int pass = 0; pass < 2 && !isfinite(AT2(best, S, L)); pass++) {
-    for (int s = 0; s <= S; s++)
-      for (int l = 0; l <= L; l++)
-        AT2(best, s, l) = INFINITY;
-    AT2(best, 0, 0) = 0;
-    for (int s = 1; s <= S; s++) {
-      int r = tr->stage_rank[s - 1];
-      for (int l = s; l <= L - (S - s); l++)
-        for (int a = s - 1; a < l; a++) {
-          if (!isfinite(AT2(best, s - 1, a)))
-            continue;
-          double flops = 0;
-          for (int i = a; i < l; i++)
-            flops += tr->model->layers[i].info.fwd_flops + tr->model->layers[i].info.bwd_flops;
-          size_t c = cells * (size_t)deg_of[s - 1] + (size_t)a * (size_t)(L + 1) + (size_t)l;
-          if (!planned[c] ||
-              (pass == 0 && strata__stage_need(tr, s - 1, &plan[c], s > 1 ? &plan[c] : NULL, NULL, NULL) > limit[r]))
-            continue;
-          /* a stage cut in tp slices computes a tp-th of its work on each (the joins aside) */
-          double t = flops / (speed[r] * tr->tps[s - 1]), worst = t > AT2(best, s - 1, a) ? t : AT2(best, s - 1, a);
-          if (worst < AT2(best, s, l)) {
-            AT2(best, s, l) = worst;
-            AT2(from, s, l) = a;
-          }
-        }
-    }
+  struct balance_costs bc = {.tr = tr, .speed = speed, .limit = limit, .plan = plan, .planned = planned,
+                             .deg_of = deg_of, .cells = cells};
+  struct strata__split_costs costs = {.time = stage_time, .fits = stage_fits, .arg = &bc};
+  int brc = 1;
+  for (int pass = 0; pass < 2 && brc == 1; pass++) {
+    bc.ignore_memory = pass == 1;
+    brc = strata__split_best(L, S, &costs, split);
     tr->unfit_split = pass == 1;
   }
-  int ok = isfinite(AT2(best, S, L));
-  for (int s = S, l = L; ok && s > 0; s--) {
-    int a = AT2(from, s, l);
-    split[s - 1] = l - a;
-    l = a;
-  }
-#undef AT2
-  free(best);
-  free(from);
   free(speed);
   free(limit);
   free(plan);
   free(planned);
   free(deg);
   free(deg_of);
+  if (brc < 0) {
+    free(plan_msg);
+    return brc;
+  }
+  const int ok = brc == 0;
   if (!ok && plan_rc) {
     strata__error(plan_rc, "%s", plan_msg ? plan_msg : "a stage cannot be built");
     free(plan_msg);

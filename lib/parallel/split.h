@@ -1,0 +1,24 @@
+/* SPDX-License-Identifier: MIT */
+/* split.h — the one balancer of a model's layers over pipeline stages (split.c), for the trainer and the planner.
+** Internal. */
+#ifndef STRATA__PARALLEL_SPLIT_H
+#define STRATA__PARALLEL_SPLIT_H
+
+/* What a split costs: the caller's model of its stages. */
+struct strata__split_costs {
+  /* The time of stage j (0-based) holding layers [a, b), in any unit the caller keeps to. */
+  double (*time)(void *arg, int j, int a, int b);
+  /* Whether layers [a, b) fit stage j's device; NULL: every stage fits. */
+  int (*fits)(void *arg, int j, int a, int b);
+  void *arg;
+};
+
+/*
+** The contiguous split of L layers into S stages of at least one layer each that minimises the slowest stage's
+** time among the splits whose every stage fits, by dynamic programming over (stage, first layer); of equal splits,
+** the one whose stages end earliest, stage by stage from the last. Returns 0 with split[] (S entries) filled, 1
+** when no split fits (or L < S), STRATA_ERR_NOMEM when the tables cannot be made.
+*/
+int strata__split_best(int L, int S, const struct strata__split_costs *c, int *split /* OUT */);
+
+#endif /* STRATA__PARALLEL_SPLIT_H */
