@@ -622,3 +622,24 @@ Test(tokens, splits_in_two_files_as_nanogpt_prepares_them) {
   free(bt);
   free(bv);
 }
+
+/* The dataset's description keeps a long path whole (it was cut at 255 bytes of a fixed array in the public struct). */
+Test(text, a_long_path_is_described_whole) {
+  char name[250], path[600];
+  memset(name, 'd', sizeof name - 1);
+  name[sizeof name - 1] = '\0';
+  snprintf(path, sizeof path, "%s/%s", tdir, name);
+  cr_assert_eq(mkdir(path, 0700), 0);
+  snprintf(path + strlen(path), sizeof path - strlen(path), "/%s.txt", name);
+  cr_assert_gt(strlen(path), 480);
+  FILE *f = fopen(path, "wb");
+  cr_assert_not_null(f);
+  fputs("the quick brown fox jumps over the lazy dog, twice: the quick brown fox jumps over the lazy dog", f);
+  cr_assert_eq(fclose(f), 0);
+  strata_dataset_t ds = NULL;
+  OK(strata_dataset_text(path, 0.1, &ds));
+  struct strata_dataset_info info;
+  OK(strata_dataset_info(ds, &info));
+  cr_assert_str_eq(info.source, path);
+  strata_dataset_free(ds);
+}

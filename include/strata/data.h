@@ -79,7 +79,8 @@ STRATA_API void strata_dataset_free(strata_dataset_t ds);
 
 struct strata_dataset_info {
   int kind;
-  char source[256];          /* file path, "default corpus (...)" or "synthetic shapes" */
+  const char *source;        /* file path, "default corpus (...)" or "synthetic shapes": whole, owned by the
+                             ** dataset, valid while it lives */
   uint64_t train_size;       /* tokens (text) or images */
   uint64_t val_size;
   int64_t vocab;             /* 256 for text; classes for images */

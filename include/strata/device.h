@@ -35,7 +35,8 @@ struct strata_backend_info {
   int loaded;                   /* 1 when the module loaded and initialised */
   int device_count;             /* devices it contributes to the global list */
   char reason[256];             /* why it has no devices, "" otherwise */
-  char path[512];               /* module file it was loaded from, "" if none */
+  const char *path;             /* module file it was loaded from, whole, "" if none: owned by strata, valid
+                                   until strata_shutdown */
   char collectives[256];        /* how collectives among its devices run: its library and
                                    version ("NCCL 2.21.5"), or "strata's ring" and why */
 };

@@ -52,6 +52,10 @@ static inline int strata__mul_ok(uint64_t a, uint64_t b, uint64_t *out) {
 /* Seconds on the monotonic clock (the trainer's traces and the communicator share it). */
 double strata__now(void);
 
+/* A new string formatted as printf would, whole (the caller frees it); NULL when memory runs out. */
+char *strata__format(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+char *strata__vformat(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
+
 /* Copy at most size-1 bytes of src into dst, always terminated. */
 void strata__strlcpy(char *dst, const char *src, size_t size);
 

@@ -146,6 +146,25 @@ int strata__error_prefix(int status, const char *fmt, ...) {
 
 void strata__error_clear(void) { last_error[0] = '\0'; }
 
+char *strata__vformat(const char *fmt, va_list ap) {
+  va_list again;
+  va_copy(again, ap);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  char *text = n >= 0 ? malloc((size_t)n + 1) : NULL;
+  if (text)
+    vsnprintf(text, (size_t)n + 1, fmt, again);
+  va_end(again);
+  return text;
+}
+
+char *strata__format(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char *text = strata__vformat(fmt, ap);
+  va_end(ap);
+  return text;
+}
+
 void strata__strlcpy(char *dst, const char *src, size_t size) {
   if (size == 0)
     return;

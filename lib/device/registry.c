@@ -151,18 +151,24 @@ static void slot_open(struct strata__slot *slot) {
   char *save = NULL;
   char first_error[256] = "";
   for (char *dir = strtok_r(dirs, ":", &save); dir; dir = strtok_r(NULL, ":", &save)) {
-    char path[sizeof slot->path];
-    snprintf(path, sizeof path, "%s/%s", dir, file);
-    if (access(path, F_OK) != 0)
+    char *path = strata__format("%s/%s", dir, file);
+    if (!path) {
+      snprintf(slot->reason, sizeof slot->reason, "out of host memory looking for the module");
+      return;
+    }
+    if (access(path, F_OK) != 0) {
+      free(path);
       continue;
+    }
     /* NODELETE: a module and the libraries it brought (libgomp, CUDA) stay
     ** mapped after shutdown; their static state outlives no handle of ours */
     void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     if (dl) {
       slot->dl = dl;
-      strata__strlcpy(slot->path, path, sizeof slot->path);
+      slot->path = path; /* the slot's now */
       return;
     }
+    free(path);
     if (!first_error[0])
       snprintf(first_error, sizeof first_error, "%s", dlerror());
   }
@@ -253,6 +259,7 @@ static void registry_teardown(void) {
       s->be->fini(s->ctx);
     if (s->dl)
       dlclose(s->dl);
+    free(s->path);
     memset(s, 0, sizeof *s);
   }
 }
@@ -384,7 +391,7 @@ STRATA_API int strata_backend_info(int index, struct strata_backend_info *info) 
   info->loaded = s->be != NULL;
   info->device_count = s->device_count;
   strata__strlcpy(info->reason, s->reason, sizeof info->reason);
-  strata__strlcpy(info->path, s->path, sizeof info->path);
+  info->path = s->path ? s->path : "";
   if (!s->be)
     info->collectives[0] = '\0';
   else if (s->be->comm_probe)

@@ -18,7 +18,7 @@ struct strata__slot {
   void *dl;                           /* dlopen handle */
   int device_count;                   /* devices it contributes (after de-duplication) */
   char reason[256];
-  char path[512];
+  char *path;                         /* the module file it was loaded from, whole (owned), or NULL */
 };
 
 /* Pinned (or plain) host memory for staged copies, and who allocated it. */

@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +24,7 @@
 
 struct strata_dataset {
   int kind;
-  char source[256];
+  char *source;              /* what the data is, whole (owned; strata_dataset_info lends it) */
   /* text: the whole corpus; tokens [0, train_len) train, [train_len, text_len) validation; a token is a byte of
   ** `text`, or with `wide` the little-endian uint16 at byte 2 i */
   uint8_t *text;
@@ -36,6 +37,20 @@ struct strata_dataset {
   int32_t *labels;
   int64_t count, size, classes, train_count;
 };
+
+/* The dataset's description, whole, however long its paths (the last error says when memory runs out). */
+static int set_source(struct strata_dataset *ds, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int set_source(struct strata_dataset *ds, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char *text = strata__vformat(fmt, ap);
+  va_end(ap);
+  if (!text)
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory describing a dataset");
+  free(ds->source);
+  ds->source = text;
+  return STRATA_OK;
+}
 
 /* ---------------------------------------------------------------- random numbers */
 
@@ -275,11 +290,13 @@ STRATA_API int strata_dataset_text(const char *path, double val_fraction, strata
   if (path) {
     size_t cap = 0;
     rc = strata__append_file(path, &ds->text, &ds->text_len, &cap);
-    strata__strlcpy(ds->source, path, sizeof ds->source);
+    if (!rc)
+      rc = set_source(ds, "%s", path);
   } else {
     size_t nfiles = 0;
     rc = strata__load_default_corpus(&ds->text, &ds->text_len, &nfiles);
-    snprintf(ds->source, sizeof ds->source, "default corpus (%s, %zu files)", STRATA__CORPUS_DIR, nfiles);
+    if (!rc)
+      rc = set_source(ds, "default corpus (%s, %zu files)", STRATA__CORPUS_DIR, nfiles);
   }
   if (rc) {
     strata_dataset_free(ds);
@@ -475,7 +492,10 @@ STRATA_API int strata_dataset_tokens(const char *path, int format, int64_t vocab
     return rc;
   }
   ds->train_len = ds->text_len - val_len;
-  snprintf(ds->source, sizeof ds->source, "%.200s (%s)", path, strata__format_name(used));
+  if ((rc = set_source(ds, "%s (%s)", path, strata__format_name(used))) != STRATA_OK) {
+    strata_dataset_free(ds);
+    return rc;
+  }
   return strata__tokens_finish(ds, out);
 }
 
@@ -540,10 +560,13 @@ STRATA_API int strata_dataset_tokens_split(const char *train_path, const char *v
     return rc;
   }
   if (f1 == f2)
-    snprintf(ds->source, sizeof ds->source, "%.100s + %.100s (%s)", train_path, val_path, strata__format_name(f1));
+    rc = set_source(ds, "%s + %s (%s)", train_path, val_path, strata__format_name(f1));
   else
-    snprintf(ds->source, sizeof ds->source, "%.100s (%s) + %.100s (%s)", train_path, strata__format_name(f1),
-             val_path, strata__format_name(f2));
+    rc = set_source(ds, "%s (%s) + %s (%s)", train_path, strata__format_name(f1), val_path, strata__format_name(f2));
+  if (rc) {
+    strata_dataset_free(ds);
+    return rc;
+  }
   return strata__tokens_finish(ds, out);
 }
 
@@ -706,8 +729,11 @@ STRATA_API int strata_dataset_images(int64_t count, int64_t size, int64_t classe
     return strata__error(STRATA_ERR_NOMEM, "synthetic shapes: out of host memory for %lld images of %lldx%lld",
                          (long long)count, (long long)size, (long long)size);
   }
-  snprintf(ds->source, sizeof ds->source, "synthetic shapes (%lld classes, %lldx%lld, seed %llu)",
-           (long long)classes, (long long)size, (long long)size, (unsigned long long)seed);
+  if (set_source(ds, "synthetic shapes (%lld classes, %lldx%lld, seed %llu)", (long long)classes, (long long)size,
+                 (long long)size, (unsigned long long)seed)) {
+    strata_dataset_free(ds);
+    return STRATA_ERR_NOMEM;
+  }
 
   uint64_t rng = strata__splitmix64(seed);
   strata__balanced_labels(ds->labels, ds->train_count, classes, &rng);
@@ -744,6 +770,7 @@ STRATA_API int strata_dataset_images(int64_t count, int64_t size, int64_t classe
 STRATA_API void strata_dataset_free(strata_dataset_t ds) {
   if (!ds)
     return;
+  free(ds->source);
   free(ds->text);
   free(ds->pixels);
   free(ds->labels);
@@ -755,7 +782,7 @@ STRATA_API int strata_dataset_info(strata_dataset_t ds, struct strata_dataset_in
     return strata__error(STRATA_ERR_INVALID, "strata_dataset_info: NULL argument");
   memset(info, 0, sizeof *info);
   info->kind = ds->kind;
-  strata__strlcpy(info->source, ds->source, sizeof info->source);
+  info->source = ds->source;
   if (ds->kind == STRATA_DATA_TEXT) {
     info->train_size = ds->train_len;
     info->val_size = ds->text_len - ds->train_len;
