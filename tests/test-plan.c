@@ -1015,9 +1015,9 @@ Test(plan, gpt3_175b_on_1024_a100s_keeps_tp_inside_a_node) {
 
 /* ---- calibration ---- */
 
-/* This machine's devices measured, written and read back as a cluster of as many devices with positive figures;
+/* This machine's devices measured, written and read back as a machine of as many devices with positive figures;
 ** a file that is not a calibration is refused naming it. */
-Test(plan, calibration_round_trips_into_a_cluster) {
+Test(plan, calibration_round_trips_into_a_machine) {
   int n = 0;
   OK(strata_device_count(&n));
   if (n < 1)

@@ -65,6 +65,7 @@ static void usage(FILE *f) {
           "                     and size and strata's share of the best (target: 90%%)\n"
           "      --json         one JSON object per line instead of a table\n"
           "  -h, --help         this help\n"
+          "      --version      show the version (strata-bench --version)\n"
           "\n"
           "Exit status: 0 on success, 1 if a measurement failed, 2 on bad usage.\n");
 }
@@ -818,6 +819,10 @@ int main(int argc, char **argv) {
   }
   if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
     usage(stdout);
+    return 0;
+  }
+  if (strcmp(argv[1], "--version") == 0) {
+    printf("strata-bench %s\n", strata_version());
     return 0;
   }
   if (strata_bench_is_comm(argv[1]))

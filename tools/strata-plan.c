@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* strata-plan.c — place a training job: search layouts for a model and a batch on a topology or a synthetic cluster, rank them by simulated step time, explain the choice; or predict a given layout. */
+/* strata-plan.c — place a training job: search layouts for a model and a batch on a topology or a synthetic machine, rank them by simulated step time, explain the choice; or predict a given layout. */
 #include "config.h"
 
 #include <getopt.h>
@@ -50,6 +50,7 @@ static void usage(FILE *f) {
           "  --seed S         the draws' seed (default 1): the same seed gives the same steps\n"
           "  --list-gpus      the table of GPU models with their peaks and sources\n"
           "  -h, --help       this text\n"
+          "      --version    show the version\n"
           "\n"
           "Exit status: 0 on success, 1 when nothing fits (the message says how many devices would), 2 on bad\n"
           "usage or bad input.\n");
@@ -85,7 +86,7 @@ static void list_gpus(void) {
   }
 }
 
-/* Layout devices are the node's own indices on one node (topology GPUs), cluster indices past one. */
+/* Layout devices are the node's own indices on one node (topology GPUs), machine indices past one. */
 static int to_external(strata_machine_t c, int dev) {
   struct strata_machine_device d;
   strata_machine_device(c, dev, &d);
@@ -153,7 +154,7 @@ static double now_s(void) {
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static int build_cluster(const struct args *a, strata_machine_t *c) {
+static int build_machine(const struct args *a, strata_machine_t *c) {
   struct strata_machine_options o = {.nodes = (int)a->nodes, .network_gbps = a->net_gbps, .nics = (int)a->nics,
                                      .network_latency_us = a->net_lat};
   int *devs = NULL, n = 0, rc;
@@ -377,12 +378,13 @@ int main(int argc, char **argv) {
       {"out", required_argument, NULL, 'o'},        {"simulate", required_argument, NULL, 's'},
       {"list-gpus", no_argument, NULL, 'L'},        {"help", no_argument, NULL, 'h'},
       {"calibration", required_argument, NULL, 'C'},  {"samples", required_argument, NULL, 'S'},
-      {"seed", required_argument, NULL, 'E'},
+      {"seed", required_argument, NULL, 'E'},        {"version", no_argument, NULL, 'V'},
       {NULL, 0, NULL, 0}};
   int c;
   opterr = 0;
   while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
     switch (c) {
+    case 'V': printf("strata-plan %s\n", strata_version()); return 0;
     case 'm': a.model = optarg; break;
     case 'b':
       if (cli_parse_int(PROG, "--batch", optarg, 1, &a.batch))
@@ -466,7 +468,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   strata_machine_t cl;
-  int rc = build_cluster(&a, &cl);
+  int rc = build_machine(&a, &cl);
   if (rc) {
     strata_model_free(m);
     return rc;

@@ -48,7 +48,7 @@ STRATA_API int strata_gpu_model_find(const char *name, unsigned vendor_id, unsig
 ** What one device costs to the simulator: sustained GEMM FLOP/s (the
 ** nominal peak times the sustained fraction, or a measured figure), memory
 ** bandwidth and capacity, launch overhead. `model` and `source` are static
-** strings or owned by the cluster that returned them.
+** strings or owned by the machine that returned them.
 */
 /* The row and elementwise ops a step runs, each with its own measured speed (op_ns). */
 enum strata_plan_op {
@@ -100,7 +100,7 @@ struct strata_device_cost {
   double op_row_ns[STRATA_PLAN_OP_COUNT]; /* ns per row on top of op_ns, for the row ops measured so (0: none) */
   int cpu_threads;              /* host cores its ops run on (0: its own silicon); see strata_node_desc.cpu_cores */
   int nshapes;                  /* entries of `shapes` (0: none) */
-  const struct strata_gemm_shape *shapes; /* a model's own GEMMs as measured; a cluster keeps its own copy */
+  const struct strata_gemm_shape *shapes; /* a model's own GEMMs as measured; a machine keeps its own copy */
   /* How far its run times stray from their median, as measured with the node's devices computing at once:
   ** nspread quantiles (at probabilities (i + 0.5) / nspread, ascending) of a window of work's time over the
   ** median window's. A simulation with samples (strata_sim_options) draws each compute action's time from
@@ -130,10 +130,10 @@ struct strata_device_cost {
 /* A table row as a cost (peak x STRATA_PLAN_SUSTAINED). */
 STRATA_API int strata_device_cost_from_model(const struct strata_gpu_model *m, struct strata_device_cost *out /* OUT */);
 
-/* ---- clusters: devices and the links between them ---- */
+/* ---- machines: devices and the links between them ---- */
 
 /*
-** A cluster is what the simulator and the planner place on: `nodes`
+** A machine is what the simulator and the planner place on (an MPI job is a cluster, strata/cluster.h): `nodes`
 ** copies of one node (its devices, the links between them, their islands
 ** and the PCIe uplinks they share), joined by a network. Read-only once
 ** built; the caller frees it.
@@ -232,17 +232,17 @@ STRATA_API int strata_calibrate(const int *devices, int n, char **json /* OUT */
 */
 STRATA_API int strata_calibrate_model(const int *devices, int n, strata_model_t model, const int64_t *rows, int nrows,
                                       int max_tp, char **json /* OUT */);
-/* A one-node cluster of calibrated devices; layout devices are their runtime indices. */
+/* A one-node machine of calibrated devices; layout devices are their runtime indices. */
 STRATA_API int strata_machine_from_calibration(const char *json, const char *source,
                                                const struct strata_machine_options *opts, strata_machine_t *out /* OUT */);
 
-/* One device of a cluster (global index node x per_node + local). */
+/* One device of a machine (global index node x per_node + local). */
 struct strata_machine_device {
   int node;
   int local;                    /* index inside the node */
   int id;                       /* the node's own index for it: topology GPU index or descriptor index */
   int island;                   /* island inside the node */
-  const char *name;             /* owned by the cluster */
+  const char *name;             /* owned by the machine */
   struct strata_device_cost cost;
 };
 STRATA_API int strata_machine_device_count(strata_machine_t c);
@@ -250,7 +250,7 @@ STRATA_API int strata_machine_nodes(strata_machine_t c);
 STRATA_API int strata_machine_device(strata_machine_t c, int device, struct strata_machine_device *out /* OUT */);
 /* The link between two devices (GB/s, us, kind NET across nodes). */
 STRATA_API int strata_machine_link(strata_machine_t c, int from, int to, struct strata_link *out /* OUT */);
-/* What the cluster is, in words ("4 x Tesla T4 (aws-g4dn...xml)"); lives as long as the cluster. */
+/* What the machine is, in words ("4 x Tesla T4 (aws-g4dn...xml)"); lives as long as the machine. */
 STRATA_API const char *strata_machine_describe(strata_machine_t c);
 /* Warnings from building it (a GPU the table did not know ...); count, then each. */
 STRATA_API int strata_machine_warning_count(strata_machine_t c);
@@ -295,8 +295,8 @@ struct strata_sim_result {
 STRATA_API void strata_sim_result_destroy(struct strata_sim_result *r);
 
 /*
-** Simulate one step of `layout` for `model` on `cluster` (layout devices
-** are cluster device indices): the same per-device action lists the
+** Simulate one step of `layout` for `model` on `machine` (layout devices
+** are machine device indices): the same per-device action lists the
 ** executor runs (strata_schedule_generate_hybrid, or
 ** strata_schedule_generate_hybrid_ranks for a tp degree per rank: a
 ** device per tp slice, each TP_JOIN an all-reduce over the stage's group
@@ -312,7 +312,7 @@ STRATA_API void strata_sim_result_destroy(struct strata_sim_result *r);
 ** Action kinds it does not know are zero-cost synchronisation. A layout
 ** that does not fit still gives its figures, with fits = 0.
 */
-STRATA_API int strata_simulate(strata_machine_t cluster, strata_model_t model, strata_layout_t layout,
+STRATA_API int strata_simulate(strata_machine_t machine, strata_model_t model, strata_layout_t layout,
                                const struct strata_sim_options *opts, struct strata_sim_result *out /* OUT */);
 /*
 ** Simulate a bare schedule with one cost per action kind (`cost` has
@@ -348,16 +348,16 @@ struct strata_plan_candidate {
 
 /*
 ** Search layouts (dp x pp x tp, device assignment, split, micro-batches,
-** schedule, ZeRO-1) for `model` and a global batch on `cluster`, in
+** schedule, ZeRO-1) for `model` and a global batch on `machine`, in
 ** numbered passes: 1 tensor-parallel groups inside islands, fastest first;
 ** 2 dp x pp over the groups, replicas across nodes or inside them;
 ** 3 micro-batches and schedules; 4 the split, balanced by each rank's
 ** speed and bounded by its memory, pruned when it cannot fit; 5 simulate
 ** and rank. Nothing that fits: STRATA_ERR_DEVICE_MEMORY, with the smallest
-** number of this cluster's devices that would fit in the message (and
+** number of this machine's devices that would fit in the message (and
 ** from strata_plan_min_devices).
 */
-STRATA_API int strata_plan_search(strata_machine_t cluster, strata_model_t model, const struct strata_plan_options *opts,
+STRATA_API int strata_plan_search(strata_machine_t machine, strata_model_t model, const struct strata_plan_options *opts,
                                   strata_plan_t *out /* OUT */);
 STRATA_API void strata_plan_free(strata_plan_t p);
 STRATA_API int strata_plan_count(strata_plan_t p);
@@ -368,11 +368,11 @@ STRATA_API int strata_plan_stats(strata_plan_t p, int *simulated /* OUT */, int 
 STRATA_API int strata_plan_explain(strata_plan_t p, char **text /* OUT */);
 
 /*
-** The smallest number of devices like the cluster's first one (nodes of
-** the same kind when the cluster has several nodes, counted in devices)
+** The smallest number of devices like the machine's first one (nodes of
+** the same kind when the machine has several nodes, counted in devices)
 ** that would fit `model` at this batch; STRATA_ERR_RANGE past `limit`.
 */
-STRATA_API int strata_plan_min_devices(strata_machine_t cluster, strata_model_t model,
+STRATA_API int strata_plan_min_devices(strata_machine_t machine, strata_model_t model,
                                        const struct strata_plan_options *opts, int limit, int *devices /* OUT */);
 
 /* The memory one device of rank `rank` needs under `layout` (bytes), as the planner prunes by it. */

@@ -64,7 +64,7 @@ static void warn(struct strata_machine *c, const char *fmt, ...) {
 static int machine_alloc(int k, struct strata_machine **out) {
   struct strata_machine *c = calloc(1, sizeof *c);
   if (!c)
-    return strata__error(STRATA_ERR_NOMEM, "out of host memory for a cluster");
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory for a machine");
   size_t n = (size_t)k, nn = n * n;
   c->k = k;
   c->names = calloc(n, sizeof *c->names);
@@ -80,7 +80,7 @@ static int machine_alloc(int k, struct strata_machine **out) {
   if (!c->names || !c->cost || !c->shapes || !c->id || !c->gbps || !c->lat || !c->kind || !c->island || !c->uplink ||
       !c->uplink_gbps) {
     strata_machine_free(c);
-    return strata__error(STRATA_ERR_NOMEM, "out of host memory for a cluster of %d devices", k);
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory for a machine of %d devices", k);
   }
   *out = c;
   return STRATA_OK;
@@ -90,15 +90,15 @@ static int machine_alloc(int k, struct strata_machine **out) {
 static int machine_finish(struct strata_machine *c, const struct strata_machine_options *o, const char *what) {
   int nodes = o && o->nodes ? o->nodes : 1;
   if (nodes < 1 || nodes > (1 << 20))
-    return strata__error(STRATA_ERR_INVALID, "cluster: %d nodes, must be between 1 and %d", o ? o->nodes : 0, 1 << 20);
+    return strata__error(STRATA_ERR_INVALID, "machine: %d nodes, must be between 1 and %d", o ? o->nodes : 0, 1 << 20);
   if ((long long)nodes * c->k > (1 << 22))
-    return strata__error(STRATA_ERR_INVALID, "cluster: %d nodes of %d devices is more than %d devices", nodes, c->k,
+    return strata__error(STRATA_ERR_INVALID, "machine: %d nodes of %d devices is more than %d devices", nodes, c->k,
                          1 << 22);
   double gbits = o && o->network_gbps > 0 ? o->network_gbps : NET_DEFAULT_GBITS;
   if (o && o->network_gbps < 0)
-    return strata__error(STRATA_ERR_INVALID, "cluster: network bandwidth %g Gb/s must be positive", o->network_gbps);
+    return strata__error(STRATA_ERR_INVALID, "machine: network bandwidth %g Gb/s must be positive", o->network_gbps);
   if (o && (o->network_latency_us < 0 || o->nics < 0))
-    return strata__error(STRATA_ERR_INVALID, "cluster: network latency and interface count must not be negative");
+    return strata__error(STRATA_ERR_INVALID, "machine: network latency and interface count must not be negative");
   c->nodes = nodes;
   c->net_gbps = gbits / 8.0;
   c->nics = o && o->nics > 0 ? o->nics : 1;
@@ -118,7 +118,7 @@ static int machine_finish(struct strata_machine *c, const struct strata_machine_
     snprintf(buf, sizeof buf, "%s", what);
   c->desc = strdup(buf);
   if (!c->desc)
-    return strata__error(STRATA_ERR_NOMEM, "out of host memory for a cluster");
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory for a machine");
   return STRATA_OK;
 }
 
@@ -126,26 +126,26 @@ static int machine_finish(struct strata_machine *c, const struct strata_machine_
 static int copy_allreduce(struct strata_machine *c, const struct strata_node_desc *d) {
   const int n = d->allreduce_sizes, k = c->k;
   if (n < 0 || n > STRATA_PLAN_ALLREDUCE_SIZES || !d->allreduce_floats || !d->allreduce_s)
-    return strata__error(STRATA_ERR_INVALID, "cluster: %d all-reduce sizes, expected 1 to %d with their floats and "
+    return strata__error(STRATA_ERR_INVALID, "machine: %d all-reduce sizes, expected 1 to %d with their floats and "
                          "times", n, STRATA_PLAN_ALLREDUCE_SIZES);
   for (int s = 0; s < n; s++) {
     const double f = d->allreduce_floats[s];
     if (!(f >= 1) || !isfinite(f) || (s > 0 && !(f > d->allreduce_floats[s - 1])))
-      return strata__error(STRATA_ERR_INVALID, "cluster: all-reduce size %d (%g floats) must be 1 or more and "
+      return strata__error(STRATA_ERR_INVALID, "machine: all-reduce size %d (%g floats) must be 1 or more and "
                            "larger than the one before", s, f);
     c->ar_floats[s] = f;
   }
   const size_t cells = (size_t)k * (size_t)k * (size_t)n;
   c->ar_s = malloc(cells * sizeof *c->ar_s);
   if (!c->ar_s)
-    return strata__error(STRATA_ERR_NOMEM, "out of host memory for a cluster");
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory for a machine");
   for (int i = 0; i < k; i++)
     for (int j = 0; j < k; j++)
       for (int s = 0; s < n; s++) {
         const size_t at = ((size_t)i * (size_t)k + (size_t)j) * (size_t)n + (size_t)s;
         const double t = d->allreduce_s[at];
         if (i != j && !(t > 0 && isfinite(t)))
-          return strata__error(STRATA_ERR_INVALID, "cluster: the all-reduce of %g floats between devices %d and %d "
+          return strata__error(STRATA_ERR_INVALID, "machine: the all-reduce of %g floats between devices %d and %d "
                                "has no positive time", c->ar_floats[s], i, j);
         c->ar_s[at] = i == j ? 0 : t;
       }
@@ -162,7 +162,7 @@ STRATA_API int strata_machine_new(const struct strata_node_desc *d, const struct
     return strata__error(STRATA_ERR_INVALID, "strata_machine_new: a node needs devices, their costs, bandwidths and "
                                              "latencies");
   if (d->devices > 65536)
-    return strata__error(STRATA_ERR_INVALID, "cluster: %d devices in one node, at most 65536", d->devices);
+    return strata__error(STRATA_ERR_INVALID, "machine: %d devices in one node, at most 65536", d->devices);
   struct strata_machine *c;
   TRY(machine_alloc(d->devices, &c));
   const int k = d->devices;
@@ -170,33 +170,33 @@ STRATA_API int strata_machine_new(const struct strata_node_desc *d, const struct
   for (int i = 0; i < k && !rc; i++) {
     c->cost[i] = d->cost[i];
     if (!(c->cost[i].flops > 0) || !(c->cost[i].mem_gbps > 0) || c->cost[i].memory == 0)
-      rc = strata__error(STRATA_ERR_INVALID, "cluster: device %d needs positive FLOP/s, bandwidth and memory", i);
+      rc = strata__error(STRATA_ERR_INVALID, "machine: device %d needs positive FLOP/s, bandwidth and memory", i);
     const int np = c->cost[i].nspread;
     if (!rc && (np < 0 || np > STRATA_PLAN_SPREAD_POINTS))
-      rc = strata__error(STRATA_ERR_INVALID, "cluster: device %d has %d points of spread, expected 0 to %d", i, np,
+      rc = strata__error(STRATA_ERR_INVALID, "machine: device %d has %d points of spread, expected 0 to %d", i, np,
                          STRATA_PLAN_SPREAD_POINTS);
     for (int q = 0; !rc && q < np; q++) {
       const double v = c->cost[i].spread[q];
       if (!(v > 0) || !isfinite(v) || (q > 0 && v < c->cost[i].spread[q - 1]))
-        rc = strata__error(STRATA_ERR_INVALID, "cluster: device %d's spread point %d (%g) must be positive and no "
+        rc = strata__error(STRATA_ERR_INVALID, "machine: device %d's spread point %d (%g) must be positive and no "
                            "less than the one before", i, q, v);
     }
     const double sf = c->cost[i].stage_factor;
     if (!rc && !(sf == 0 || (sf > 0 && isfinite(sf))))
-      rc = strata__error(STRATA_ERR_INVALID, "cluster: device %d's stage factor (%g) must be positive, or 0 for none",
+      rc = strata__error(STRATA_ERR_INVALID, "machine: device %d's stage factor (%g) must be positive, or 0 for none",
                          i, sf);
     const double au = c->cost[i].action_us;
     if (!rc && !(au >= 0 && isfinite(au)))
-      rc = strata__error(STRATA_ERR_INVALID, "cluster: device %d's action overhead (%g us) must be 0 or more", i, au);
+      rc = strata__error(STRATA_ERR_INVALID, "machine: device %d's action overhead (%g us) must be 0 or more", i, au);
     c->cost[i].shapes = NULL;
     c->cost[i].nshapes = 0;
     const int ns = d->cost[i].shapes ? d->cost[i].nshapes : 0;
     if (!rc && ns < 0)
-      rc = strata__error(STRATA_ERR_INVALID, "cluster: device %d has %d GEMM shapes", i, ns);
+      rc = strata__error(STRATA_ERR_INVALID, "machine: device %d has %d GEMM shapes", i, ns);
     if (!rc && ns > 0) {
       c->shapes[i] = malloc((size_t)ns * sizeof *c->shapes[i]);
       if (!c->shapes[i])
-        rc = strata__error(STRATA_ERR_NOMEM, "out of host memory for a cluster");
+        rc = strata__error(STRATA_ERR_NOMEM, "out of host memory for a machine");
       else {
         memcpy(c->shapes[i], d->cost[i].shapes, (size_t)ns * sizeof *c->shapes[i]);
         c->cost[i].shapes = c->shapes[i];
@@ -209,7 +209,7 @@ STRATA_API int strata_machine_new(const struct strata_node_desc *d, const struct
     snprintf(nm, sizeof nm, "device %d", i);
     c->names[i] = strdup(nm);
     if (!c->names[i])
-      rc = strata__error(STRATA_ERR_NOMEM, "out of host memory for a cluster");
+      rc = strata__error(STRATA_ERR_NOMEM, "out of host memory for a machine");
     c->id[i] = i;
     c->island[i] = d->island ? d->island[i] : i;
     c->uplink[i] = d->uplink ? d->uplink[i] : -1;
@@ -220,7 +220,7 @@ STRATA_API int strata_machine_new(const struct strata_node_desc *d, const struct
       c->lat[ij] = d->latency_us[ij];
       c->kind[ij] = i == j ? STRATA_PATH_SELF : d->kind ? d->kind[ij] : d->gbps[ij] > 50 ? STRATA_PATH_NVLINK : STRATA_PATH_PHB;
       if (i != j && !(c->gbps[ij] > 0) && !rc)
-        rc = strata__error(STRATA_ERR_INVALID, "cluster: link %d -> %d has no bandwidth", i, j);
+        rc = strata__error(STRATA_ERR_INVALID, "machine: link %d -> %d has no bandwidth", i, j);
     }
   }
   c->cpu_cores = d->cpu_cores > 0 ? d->cpu_cores : 0;
@@ -247,21 +247,21 @@ STRATA_API int strata_machine_from_topology(strata_topology_t topo, const struct
     return strata__error(STRATA_ERR_NOT_FOUND, "%s has no GPU: nothing to place on", strata_topology_source(topo));
   int k = o && o->devices ? o->ndevices : ngpu;
   if (k < 1)
-    return strata__error(STRATA_ERR_INVALID, "cluster: an empty device list");
+    return strata__error(STRATA_ERR_INVALID, "machine: an empty device list");
   for (int i = 0; o && o->devices && i < k; i++) {
     if (o->devices[i] < 0 || o->devices[i] >= ngpu)
-      return strata__error(STRATA_ERR_RANGE, "cluster: GPU %d is not in %s (%d GPUs)", o->devices[i],
+      return strata__error(STRATA_ERR_RANGE, "machine: GPU %d is not in %s (%d GPUs)", o->devices[i],
                            strata_topology_source(topo), ngpu);
     for (int j = 0; j < i; j++)
       if (o->devices[j] == o->devices[i])
-        return strata__error(STRATA_ERR_INVALID, "cluster: GPU %d listed twice", o->devices[i]);
+        return strata__error(STRATA_ERR_INVALID, "machine: GPU %d listed twice", o->devices[i]);
   }
   struct strata_machine *c;
   TRY(machine_alloc(k, &c));
   int rc = STRATA_OK;
   struct strata_topology_gpu *g = calloc((size_t)ngpu, sizeof *g);
   if (!g)
-    rc = strata__error(STRATA_ERR_NOMEM, "out of host memory for a cluster");
+    rc = strata__error(STRATA_ERR_NOMEM, "out of host memory for a machine");
   for (int i = 0; i < ngpu && !rc; i++)
     rc = strata_topology_gpu(topo, i, &g[i]);
   for (int i = 0; i < k && !rc; i++) {
@@ -269,7 +269,7 @@ STRATA_API int strata_machine_from_topology(strata_topology_t topo, const struct
     c->id[i] = gi;
     c->names[i] = strdup(g[gi].name);
     if (!c->names[i]) {
-      rc = strata__error(STRATA_ERR_NOMEM, "out of host memory for a cluster");
+      rc = strata__error(STRATA_ERR_NOMEM, "out of host memory for a machine");
       break;
     }
     /* partitions of one PCI device (MI300A CPX) share its compute and memory */
@@ -385,7 +385,7 @@ STRATA_API int strata_machine_synthetic(const char *spec, const struct strata_ma
     strata_device_cost_from_model(&m, &c->cost[i]);
     c->names[i] = strdup(m.name);
     if (!c->names[i])
-      rc = strata__error(STRATA_ERR_NOMEM, "out of host memory for a cluster");
+      rc = strata__error(STRATA_ERR_NOMEM, "out of host memory for a machine");
     c->id[i] = i;
     c->uplink[i] = -1;
     switch (f) {
