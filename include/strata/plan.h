@@ -107,7 +107,7 @@ struct strata_device_cost {
   ** it. 0: the device keeps time exactly. */
   int nspread;
   double spread[STRATA_PLAN_SPREAD_POINTS];
-  /* A stage's compute as the runtime runs it (lib/model/stage.c's ops in sequence, each on its own buffers, through
+  /* A stage's compute as the runtime runs it (lib/model/layers.c's ops in sequence, each on its own buffers, through
   ** the executor's queue) over what the same ops cost timed one by one: measured by strata_calibrate_model on a
   ** one-block copy of the model, applied to every compute action. 0: none (1). */
   double stage_factor;

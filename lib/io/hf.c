@@ -19,7 +19,7 @@
 #include "core/file.h"
 #include "io/hf.h"
 
-/* strata's layernorms use this epsilon (stage.c); GPT-2's config says 1e-5 too. */
+/* strata's layernorms use this epsilon (model/layers.c); GPT-2's config says 1e-5 too. */
 #define STRATA__HF_LN_EPS 1e-5
 
 /* "DIR/NAME" into buf; STRATA_ERR_INVALID when it does not fit. */

@@ -22,7 +22,7 @@
 ** its ops' figures, on host and PoCL devices alike). The probe is a
 ** one-block copy of the GPT (its embedding, one block, its head), so that
 ** it fits wherever a block of the model does: its loss and gradient for
-** `rows` samples on each device (lib/model/stage.c's own code, as a one-device
+** `rows` samples on each device (lib/model/layers.c's own code, as a one-device
 ** trainer runs it), PROBE_ROUNDS rounds of about PROBE_S seconds each,
 ** device by device within a round like the figures above; the median call.
 */

@@ -160,7 +160,7 @@ static double rows_s(const struct strata_device_cost *w, int op, double elems, d
 /*
 ** One part of a GPT layer (embedding, block, head) on slice-sized
 ** matrices of a t-way tensor-parallel stage for `rows` samples, op by op as
-** lib/model/stage.c runs them: the GEMMs at the speed calibrated for their size,
+** lib/model/layers.c runs them: the GEMMs at the speed calibrated for their size,
 ** the row and elementwise ops (layernorm, softmax, GELU, biases, residual
 ** adds, copies) at theirs, a launch each; and the joins (all-reduces of the
 ** slices' partial sums) that part posts: a block joins rows x context x
