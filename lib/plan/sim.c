@@ -9,17 +9,14 @@
 #include "plan/plan.h"
 #include "core/core.h"
 
-/* A layer's forward and backward FLOPs: the time the one balancer weighs a split by in the simulator, as the trainer
-** does on devices of one speed. */
+/* A stage's forward and backward FLOPs (`arg`: each layer's, read once): the time the one balancer weighs a split by
+** in the simulator, as the trainer does on devices of one speed. */
 static double flops_time(void *arg, int j, int a, int b) {
   (void)j;
-  strata_model_t model = arg;
+  const double *flops = arg;
   double f = 0;
-  for (int l = a; l < b; l++) {
-    struct strata_layer_info li;
-    strata_model_layer(model, l, &li);
-    f += li.fwd_flops + li.bwd_flops;
-  }
+  for (int l = a; l < b; l++)
+    f += flops[l];
   return f;
 }
 
@@ -28,8 +25,17 @@ static int balanced_split(strata_model_t model, int S, int *split) {
   const int L = strata_model_layer_count(model);
   if (L < S)
     return strata__error(STRATA_ERR_INVALID, "the model has %d layers, fewer than the layout's %d stages", L, S);
-  struct strata__split_costs costs = {.time = flops_time, .arg = model};
+  double *flops = malloc(sizeof *flops * (size_t)L);
+  if (!flops)
+    return strata__error(STRATA_ERR_NOMEM, "simulator: out of host memory");
+  for (int l = 0; l < L; l++) {
+    struct strata_layer_info li;
+    strata_model_layer(model, l, &li);
+    flops[l] = li.fwd_flops + li.bwd_flops;
+  }
+  struct strata__split_costs costs = {.time = flops_time, .arg = flops};
   int rc = strata__split_best(L, S, &costs, split);
+  free(flops);
   return rc == 1 ? strata__error(STRATA_ERR_INTERNAL, "no split of %d layers into %d stages", L, S) : rc;
 }
 

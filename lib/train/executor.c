@@ -276,16 +276,14 @@ int strata__pool_put(struct strata__pool *pool, strata_buffer_t b) {
 }
 
 int strata__pipeline_prefill(strata_trainer_t tr) {
-  for (int s = 0; tr->sched && s < strata__stages_all(tr); s++) {
+  for (int s = 0; s < strata__stages_all(tr); s++) {
     for (int dir = 0; dir < 2 && tr->st[s]; dir++) { /* (the stages this rank holds) */
       if (dir == 0 ? strata__stage_first(tr, s) : strata__stage_last(tr, s))
         continue;
       const int peer = strata__stage_owner(tr, dir == 0 ? s - 1 : s + 1);
       if (tr->stage_rank[peer] == tr->stage_rank[s])
         continue;
-      int k = 1;
-      if (strata_schedule_peak_inflight(tr->sched, dir == 0 ? peer : s, &k) || k < 1)
-        k = 1;
+      const int k = strata__stage_inflight(tr, dir == 0 ? peer : s);
       struct strata__pool *pool = &tr->pools[2 * s + dir];
       size_t bytes = (dir == 0 ? strata__stage_in_floats(tr->st[s]) : strata__stage_out_floats(tr->st[s])) * 4;
       while (pool->n < k) {

@@ -41,10 +41,10 @@ int strata__trainer_explain_memory(strata_trainer_t tr, int first, int last, int
   return rc;
 }
 
-/* Micro-batches stage s keeps in flight at most: the schedule's peak, one without a schedule. */
+/* Micro-batches stage s keeps in flight at most: the schedule's peak (at least one). */
 int strata__stage_inflight(strata_trainer_t tr, int s) {
   int k = 1;
-  if (tr->sched && (strata_schedule_peak_inflight(tr->sched, s, &k) || k < 1))
+  if (strata_schedule_peak_inflight(tr->sched, s, &k) || k < 1)
     k = 1;
   return k;
 }
@@ -55,10 +55,10 @@ uint64_t strata__stage_need(strata_trainer_t tr, int s, const struct strata__sta
   uint64_t a = (uint64_t)k * b->slot;
   /* boundary gradients may outlive the activations until the previous stage took them */
   int first = strata__stage_first(tr, s), last = strata__stage_last(tr, s);
-  uint64_t g = (uint64_t)(k + (!first && tr->sched ? 1 : 0)) * b->grad, recv = 0;
-  if (tr->sched && !first && prev && tr->stage_rank[s - 1] != tr->stage_rank[s])
+  uint64_t g = (uint64_t)(k + !first) * b->grad, recv = 0;
+  if (!first && prev && tr->stage_rank[s - 1] != tr->stage_rank[s])
     recv += (uint64_t)strata__stage_inflight(tr, strata__stage_owner(tr, s - 1)) * b->in; /* sent here, not yet consumed */
-  if (tr->sched && !last && tr->stage_rank[s + 1] != tr->stage_rank[s])
+  if (!last && tr->stage_rank[s + 1] != tr->stage_rank[s])
     recv += (uint64_t)k * b->out; /* gradients sent back here */
   if (act)
     *act += a;

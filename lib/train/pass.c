@@ -102,12 +102,7 @@ static int run_pass(strata_trainer_t tr, const void *inputs, const int32_t *targ
 }
 
 /* Sum of the per-row losses of the pass's micro-batch, as strata__stage_loss adds them. */
-static double pass_loss(strata_trainer_t tr) {
-  double sum = 0;
-  for (int64_t r = 0; r < tr->rows; r++)
-    sum += tr->losses[tr->home * tr->m][r];
-  return sum;
-}
+static double pass_loss(strata_trainer_t tr) { return strata__trainer_rows_loss(tr, tr->home * tr->m); }
 
 /* Mean loss of one batch run forward through the stages (slot 0). */
 static int forward_loss(strata_trainer_t tr, const void *inputs, const int32_t *targets, double *sum) {

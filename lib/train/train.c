@@ -244,8 +244,6 @@ struct plan {
 ** step asks the backend for one, however it is timed.
 */
 static int warm_cache(strata_trainer_t tr) {
-  if (!tr->sched)
-    return STRATA_OK;
   size_t cap = 0, n = 0;
   strata_buffer_t *held = NULL;
   int rc = STRATA_OK;
@@ -607,8 +605,8 @@ STRATA_API int strata_trainer_new_layout(strata_model_t model, strata_dataset_t 
                     .zero = strata_layout_zero(layout) != 0,
                     .m = strata_layout_microbatches(layout),
                     .nstages = strata_layout_stages(layout), .trace = trace};
-  /* one device and one replica: the stages one after another, no schedule; traced, a pipeline of one, whose
-  ** executor writes the trace (the same arithmetic) */
+  /* one device and one replica: the degenerate schedule, reported as none (kind 0); traced, the layout's schedule
+  ** and a trace (the same arithmetic either way: one stage runs F B F B ... through the same executor) */
   pl.kind = dp == 1 && pp == 1 && tp == 1 && !trace ? 0 : strata_layout_schedule(layout);
   if (trace) {
     if (!trace[0]) {
@@ -767,11 +765,8 @@ static int run_step(strata_trainer_t tr, uint64_t state, struct strata_step_stat
   if (rc)
     return rc;
   double loss = 0;
-  for (int k = 0; k < tr->mtot; k++) { /* the same sums, in the same order, as strata__stage_loss */
-    tr->mb_loss[k] = 0;
-    for (int64_t r = 0; r < tr->rows; r++)
-      tr->mb_loss[k] += tr->losses[k][r];
-  }
+  for (int k = 0; k < tr->mtot; k++)
+    tr->mb_loss[k] = strata__trainer_rows_loss(tr, k);
   TRY(strata__ranks_losses(tr)); /* other ranks' replicas' micro-batches */
   TRY(strata__ranks_report(tr)); /* and other ranks' devices' figures */
   for (int k = 0; k < tr->mtot; k++)

@@ -158,6 +158,14 @@ int strata__post_collective(strata_trainer_t tr, strata_comm_t c, int async, int
 
 /* ---- the trainer's parts, one file each (train.c, memory.c, optimizer.c, params.c, pass.c) ---- */
 
+/* The sum of micro-batch k's per-row losses (tr->losses[k]), in row order, as strata__stage_loss adds them. */
+static inline double strata__trainer_rows_loss(const struct strata_trainer *tr, int k) {
+  double sum = 0;
+  for (int64_t r = 0; r < tr->rows; r++)
+    sum += tr->losses[k][r];
+  return sum;
+}
+
 /* Wait for every stage's queue (train.c); the first error. */
 int strata__trainer_finish_all(strata_trainer_t tr);
 /* Wait for every queue, then free every stage's slots (their blocks stay in the devices' caches) (train.c). */
