@@ -28,7 +28,8 @@ suites = tests/test-device \
 	tests/test-parallel \
 	tests/test-train \
 	tests/test-pipeline \
-	tests/test-plan
+	tests/test-plan \
+	tests/test-memory
 check_PROGRAMS += $(suites)
 TESTS += $(suites)
 # Every suite: Criterion, jansson, the fixtures in the tree (the hand-made topologies and the real hwloc dumps).
@@ -109,6 +110,13 @@ tests_test_plan_SOURCES = tests/test-plan.c tests/common.h
 tests_test_plan_CPPFLAGS = $(suite_cppflags)
 tests_test_plan_CFLAGS = $(suite_cflags)
 tests_test_plan_LDADD = $(suite_ldadd)
+# The memory model is internal: the suite compiles the model's stage code (and the error and log calls it makes)
+# itself and takes everything public from the library.
+tests_test_memory_SOURCES = tests/test-memory.c tests/common.h lib/model/stage.c lib/model/ranges.c \
+	lib/core/status.c lib/core/log.c
+tests_test_memory_CPPFLAGS = $(suite_cppflags) -I$(top_srcdir)/lib
+tests_test_memory_CFLAGS = $(suite_cflags)
+tests_test_memory_LDADD = $(suite_ldadd)
 endif
 
 # Fake backend modules for the registry tests: a "cuda" and an "opencl" whose

@@ -1557,3 +1557,44 @@ Test(plan, a_calibration_of_two_devices_measures_the_pipeline_probe, .timeout = 
   free(json);
   strata_model_free(m);
 }
+
+/*
+** One memory model: the simulator's peak per device is the memory plan's bytes for that device's rank
+** (strata_plan_memory, the figure the trainer of the layout checks): the stage's fixed buffers, then one micro-batch's
+** activations, boundary gradients and received gradient per forward in flight, counted at the same peak. For every
+** schedule without interleaving, tp 1 and 2, dp 1 and 2 with ZeRO.
+*/
+Test(plan, simulated_peak_memory_is_the_memory_plan) {
+  strata_model_t m = small_gpt(6);
+  double f[8];
+  uint64_t mem[8];
+  for (int i = 0; i < 8; i++)
+    f[i] = 1e12, mem[i] = 64 * GIB;
+  strata_machine_t c = node(8, f, mem, NULL, 100, 100, NULL, 0);
+  const int kinds[] = {STRATA_SCHEDULE_GPIPE, STRATA_SCHEDULE_1F1B, STRATA_SCHEDULE_ZB_H1};
+  const int split[2] = {5, 3};
+  int checked = 0;
+  for (int k = 0; k < 3; k++)
+    for (int tp = 1; tp <= 2; tp++)
+      for (int dp = 1; dp <= 2; dp++) {
+        const int mbs = 4;
+        strata_layout_t l = layout(dp, 2, tp, NULL, split, kinds[k], mbs, dp > 1);
+        struct strata_sim_options o = {.batch = 2 * dp * mbs};
+        struct strata_sim_result r;
+        OK(strata_simulate(c, m, l, &o, &r));
+        cr_assert_eq(r.devices, dp * tp * 2);
+        for (int d = 0; d < r.devices; d++) {
+          uint64_t want;
+          OK(strata_plan_memory(m, l, o.batch, d % 2, &want));
+          cr_assert_eq(r.memory[d], want, "%s tp %d dp %d: device %d of rank %d simulated at %llu bytes, planned %llu",
+                       strata_schedule_kind_name(kinds[k]), tp, dp, d, d % 2, (unsigned long long)r.memory[d],
+                       (unsigned long long)want);
+          checked++;
+        }
+        strata_sim_result_destroy(&r);
+        strata_layout_free(l);
+      }
+  cr_assert_eq(checked, 3 * (2 + 4 + 4 + 8));
+  strata_machine_free(c);
+  strata_model_free(m);
+}

@@ -155,11 +155,12 @@ static int pick_best_device(int ndev, int *best /* OUT */, double *rate /* OUT *
 /* ---------------------------------------------------------------- training */
 
 /*
-** After a pipeline step: the trainer's report of it, summed into the run's
-** figures (the run's first step also kept apart, for the summary leaves it
-** out like tokens/s), peaks kept.
+** After every step: the trainer's report of it (every trainer has one, a
+** single device's 1 x 1 x 1 included), summed into the run's figures (the
+** run's first step also kept apart, for the summary leaves it out like
+** tokens/s), peaks kept.
 */
-static int pipeline_step(struct run *r) {
+static int keep_report(struct run *r) {
   if (strata_trainer_report(r->tr, &r->rep))
     return -1;
   int first = r->step - r->start_step == 1;
@@ -167,7 +168,7 @@ static int pipeline_step(struct run *r) {
   r->wall_all += r->rep.wall_s;
   if (first)
     r->wall_first = r->rep.wall_s;
-  for (int i = 0; i < r->pp; i++) {
+  for (int i = 0; i < r->rep.devices && i < MAX_DEVICES; i++) {
     const struct strata_train_device_stats *d = &r->rep.dev[i];
     r->busy_all[i] += d->busy_s;
     if (first)
@@ -232,7 +233,7 @@ static int train(struct run *r, const struct options *o) {
     double dt = now() - t0;
     r->step = s.step;
     r->loss = s.loss;
-    if (r->pp && pipeline_step(r)) {
+    if (keep_report(r)) {
       progress_end(r);
       return fail(NULL);
     }

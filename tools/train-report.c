@@ -173,15 +173,40 @@ void progress(struct run *r) {
 ** seconds (busy[]), and the measured bubble 1 - sum(busy) / (p x wall)
 ** (returned; NAN before any step).
 */
-static double pipeline_figures(const struct run *r, double *wall /* OUT */, double *busy /* OUT */) {
+static double pipeline_figures_of(const struct run *r, int n, double *wall /* OUT */, double *busy /* OUT */) {
   int skip = r->step - r->start_step >= 2;
   double total = 0;
   *wall = r->wall_all - (skip ? r->wall_first : 0);
-  for (int i = 0; i < r->pp; i++) {
+  for (int i = 0; i < n; i++) {
     busy[i] = r->busy_all[i] - (skip ? r->busy_first[i] : 0);
     total += busy[i];
   }
-  return *wall > 0 ? 1.0 - total / ((double)r->pp * *wall) : NAN;
+  return *wall > 0 && n > 0 ? 1.0 - total / ((double)n * *wall) : NAN;
+}
+
+static double pipeline_figures(const struct run *r, double *wall /* OUT */, double *busy /* OUT */) {
+  return pipeline_figures_of(r, r->pp, wall, busy);
+}
+
+/* Every device of the run, a single device's included: the share of the wall time it computed, its peak memory
+** and, from the runtime's accounting, what its stages hold (parameters, gradients, optimizer state, the activations
+** of the micro-batches in flight) and what the memory plan said a step needs there. */
+static void print_devices_json(const struct run *r) {
+  double pwall, busy[MAX_DEVICES];
+  const int n = r->rep.devices < MAX_DEVICES ? r->rep.devices : MAX_DEVICES;
+  pipeline_figures_of(r, n, &pwall, busy);
+  printf(",\"devices\":[");
+  for (int i = 0; i < n; i++) {
+    const struct strata_train_device_stats *d = &r->rep.dev[i];
+    printf("%s{\"device\":%d,\"busy\":", i ? "," : "", d->device);
+    json_float(stdout, pwall > 0 ? busy[i] / pwall : NAN);
+    printf(",\"busy_s\":%.6f,\"peak_bytes\":%llu,\"peak_inflight\":%d,\"param_bytes\":%llu,\"grad_bytes\":%llu,"
+           "\"optimizer_bytes\":%llu,\"activation_bytes\":%llu,\"planned_bytes\":%llu}",
+           busy[i], (unsigned long long)r->peak_bytes[i], r->peak_inflight[i], (unsigned long long)d->param_bytes,
+           (unsigned long long)d->grad_bytes, (unsigned long long)d->optimizer_bytes,
+           (unsigned long long)d->activation_bytes, (unsigned long long)d->planned_bytes);
+  }
+  printf("]");
 }
 
 void print_summary(struct run *r, int was_interrupted, const struct options *o) {
@@ -220,15 +245,9 @@ void print_summary(struct run *r, int was_interrupted, const struct options *o) 
       json_float(stdout, bubble);
       printf(",\"bubble_ideal\":");
       json_float(stdout, r->rep.bubble_ideal);
-      printf(",\"pipeline_wall_s\":%.6f,\"devices\":[", pwall);
-      for (int i = 0; i < r->pp; i++) {
-        printf("%s{\"device\":%d,\"busy\":", i ? "," : "", r->dev[i]);
-        json_float(stdout, pwall > 0 ? busy[i] / pwall : NAN);
-        printf(",\"busy_s\":%.6f,\"peak_bytes\":%llu,\"peak_inflight\":%d}", busy[i],
-               (unsigned long long)r->peak_bytes[i], r->peak_inflight[i]);
-      }
-      printf("]");
+      printf(",\"pipeline_wall_s\":%.6f", pwall);
     }
+    print_devices_json(r);
     printf(",\"interrupted\":%s}\n", was_interrupted ? "true" : "false");
     fflush(stdout);
     return;
@@ -277,6 +296,15 @@ void print_summary(struct run *r, int was_interrupted, const struct options *o) 
              "flight\n",
              r->dev[i], pwall > 0 ? 100 * busy[i] / pwall : 0.0, (double)r->peak_bytes[i] / (1024.0 * 1024.0),
              r->peak_inflight[i], r->peak_inflight[i] == 1 ? "" : "es");
+  }
+  for (int i = 0; done && i < r->rep.devices && i < MAX_DEVICES; i++) {
+    const struct strata_train_device_stats *d = &r->rep.dev[i];
+    const double MiB = 1024.0 * 1024.0;
+    printf("%s device %d: %.1f MiB parameters, %.1f gradients, %.1f optimizer state, %.1f activations in flight; "
+           "planned %.1f MiB, peak %.1f MiB\n",
+           i ? "         " : "memory   ", d->device, (double)d->param_bytes / MiB, (double)d->grad_bytes / MiB,
+           (double)d->optimizer_bytes / MiB, (double)d->activation_bytes / MiB, (double)d->planned_bytes / MiB,
+           (double)r->peak_bytes[i] / MiB);
   }
   if (r->saved)
     printf("          checkpoint %s (step %lld)\n", r->saved, (long long)r->saved_step);

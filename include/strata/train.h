@@ -165,6 +165,8 @@ struct strata_train_device_stats {
   uint64_t grad_bytes;              /* their gradients */
   uint64_t optimizer_bytes;         /* the two AdamW moments */
   uint64_t activation_bytes;        /* one micro-batch's activations, times the schedule's peak in flight */
+  uint64_t planned_bytes;           /* what the memory plan checked at creation that a step needs at most here: the
+                                    ** figure strata_plan_memory predicts for the same layout (one memory model) */
 };
 
 /* What a trainer reports, of every layout (one device is 1 x 1 x 1, its schedule 0). The arrays belong to the

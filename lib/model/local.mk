@@ -4,6 +4,7 @@ libstrata_la_SOURCES += \
 	%reldir%/layers.c \
 	%reldir%/model.c \
 	%reldir%/model.h \
+	%reldir%/ranges.c \
 	%reldir%/stage.c \
 	%reldir%/stage.h
 

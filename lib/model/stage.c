@@ -370,6 +370,14 @@ static int alloc(int dev, size_t floats, strata_buffer_t *b) {
   return strata_buffer_new(dev, (floats ? floats : 1) * 4, b);
 }
 
+int strata__stage_can_cut(const struct strata_model *model, int first, int last) {
+  if (model->cfg.kind == STRATA_MODEL_GPT && model->cfg.tied && (first > 0 || last < model->nlayers))
+    return strata__error(STRATA_ERR_UNSUPPORTED,
+                         "a model with tied embeddings cannot be cut: the embedding and the output projection must share "
+                         "one stage (use an untied model)");
+  return STRATA_OK;
+}
+
 /*
 ** A stage of layers [first, last) laid out, nothing allocated on a device:
 ** its tensors, where each layer keeps its activations in a slot, the sizes
@@ -392,10 +400,6 @@ static int stage_layout(const struct strata_model *model, int first, int last, i
       return strata__error(STRATA_ERR_SHAPE, "tensor parallelism: tp %d does not divide both the %lld heads and d_ff "
                            "%lld of '%s'", tp->size, (long long)c->heads, (long long)c->d_ff, c->name);
   }
-  if (model->cfg.kind == STRATA_MODEL_GPT && model->cfg.tied && (first > 0 || last < model->nlayers))
-    return strata__error(STRATA_ERR_UNSUPPORTED,
-                         "a model with tied embeddings cannot be cut: the embedding and the output projection must share "
-                         "one stage (use an untied model)");
   struct strata__stage *st = calloc(1, sizeof *st);
   if (!st)
     return strata__error(STRATA_ERR_NOMEM, "out of memory creating a stage");
@@ -478,35 +482,130 @@ static int stage_layout(const struct strata_model *model, int first, int last, i
   return STRATA_OK;
 }
 
+/* ---- the memory model: what a stage allocates, from its layers' figures ---- */
+
 /* Bytes of one allocation of `floats` floats, as alloc() asks the device for. */
 static uint64_t alloc_bytes(size_t floats) { return (uint64_t)(floats ? floats : 1) * 4; }
+
+/* Stage layer i's figures as stage_layout lays it out (layer_tensor set). */
+static void layer_mem(const struct strata__stage *st, int i, struct strata__layer_mem *m) {
+  const struct strata__layer *L = strata__stage_layer_at(st, i);
+  memset(m, 0, sizeof *m);
+  for (int t = st->layer_tensor[i]; t < st->layer_tensor[i + 1]; t++)
+    m->params += st->tensors[t].n;
+  m->tensors = (size_t)(st->layer_tensor[i + 1] - st->layer_tensor[i]);
+  m->kept = saved_floats(st, L) + out_floats(st, L);
+  m->dsave = dsave_floats(st, L);
+  m->scratch = scratch_floats(st, L);
+  m->in = in_floats(st, L);
+  m->out = out_floats(st, L);
+}
+
+void strata__layer_mem_add(struct strata__layer_mem *sum, const struct strata__layer_mem *m, int first, int last) {
+  sum->params += m->params;
+  sum->tensors += m->tensors;
+  sum->kept += m->kept;
+  sum->dsave += m->dsave;
+  if (m->scratch > sum->scratch)
+    sum->scratch = m->scratch;
+  size_t io = m->in > m->out ? m->in : m->out;
+  if (io > sum->io)
+    sum->io = io;
+  if (first)
+    sum->in = m->in;
+  if (last)
+    sum->out = m->out;
+}
+
+void strata__stage_bytes_of(const struct strata_model *model, int first, int last, int64_t mb, int split_backward,
+                            int zero, const struct strata__layer_mem *s, struct strata__stage_bytes *b) {
+  const size_t z = zero > 1 ? (size_t)zero : 1, chunk = (s->params + z - 1) / z;
+  const size_t rows = model->cfg.kind == STRATA_MODEL_GPT ? (size_t)(mb * model->cfg.context) : (size_t)mb;
+  const int has_loss = last == model->nlayers;
+  memset(b, 0, sizeof *b);
+  /* parameters and gradients (zero x chunk: the last shard padded), the two moments (one chunk) */
+  b->params = 2 * alloc_bytes(chunk * z) + 2 * alloc_bytes(chunk);
+  /* the per-tensor scalars, one layer's scratch, the two backward ping-pong buffers, the embedding's positions */
+  b->fixed = b->params + alloc_bytes(s->tensors + 1) + alloc_bytes(s->scratch) + 2 * alloc_bytes(s->io);
+  if (first == 0 && model->cfg.kind == STRATA_MODEL_GPT)
+    b->fixed += alloc_bytes(rows);
+  /* a slot: the stage input, every layer's saved activations and output, the targets, the weight pass's gradients */
+  b->slot = alloc_bytes(s->in + s->kept + (has_loss ? rows : 0) + (split_backward ? s->dsave : 0));
+  /* the boundary gradients: of the output (not the last stage), of the input (not the first) */
+  size_t grad = (has_loss ? 0 : s->out) + (first > 0 ? s->in : 0);
+  b->grad = grad ? alloc_bytes(grad) : 0;
+  b->in = (uint64_t)s->in * 4;
+  b->out = (uint64_t)s->out * 4;
+}
 
 int strata__stage_plan(const struct strata_model *model, int first, int last, int64_t mb, int split_backward,
                        const struct strata__cut *cut, struct strata__stage_bytes *b) {
   struct strata__stage *st = NULL;
   TRY(stage_layout(model, first, last, -1, mb, split_backward, cut, &st));
-  memset(b, 0, sizeof *b);
-  b->params = 2 * alloc_bytes(st->chunk * (size_t)st->zero.size) + 2 * alloc_bytes(st->chunk);
-  b->fixed = b->params + alloc_bytes((size_t)st->ntensors + 1) + alloc_bytes(st->max_scratch) +
-             2 * alloc_bytes(st->max_out);
-  if (first == 0 && model->cfg.kind == STRATA_MODEL_GPT)
-    b->fixed += alloc_bytes((size_t)st->rows);
-  b->slot = alloc_bytes(st->slot_floats);
-  b->grad = st->grad_floats ? alloc_bytes(st->grad_floats) : 0;
-  b->in = (uint64_t)st->in_floats * 4;
-  b->out = (uint64_t)strata__stage_out_floats(st) * 4;
+  struct strata__layer_mem sum = {0}, m;
+  const int n = stage_layers(st);
+  for (int i = 0; i < n; i++) {
+    layer_mem(st, i, &m);
+    strata__layer_mem_add(&sum, &m, i == 0, i == n - 1);
+  }
+  strata__stage_bytes_of(model, first, last, mb, split_backward, st->zero.size, &sum, b);
   strata__stage_free(st);
   return STRATA_OK;
 }
 
+int strata__stage_layer_mems(const struct strata_model *model, int64_t mb, const struct strata__cut *cut,
+                             struct strata__layer_mem *m, struct strata__layer_mem *alone, int *partner) {
+  struct strata__stage *st = NULL;
+  const int L = model->nlayers;
+  TRY(stage_layout(model, 0, L, -1, mb, 0, cut, &st));
+  int rc = STRATA_OK;
+  for (int i = 0; i < L && !rc; i++) {
+    layer_mem(st, i, &m[i]);
+    alone[i] = m[i];
+    const int role = strata__stage_layer_at(st, i)->tp_role;
+    if (partner)
+      partner[i] = role == STRATA__TP_OUTPUTS ? i + 1 : role == STRATA__TP_INPUTS ? i - 1 : -1;
+    if (role == STRATA__TP_WHOLE)
+      continue;
+    /* a layer of a tp pair (an MLP's or CNN's linear or convolution pair), in a stage without its partner, is whole */
+    struct strata__stage *one = NULL;
+    rc = stage_layout(model, i, i + 1, -1, mb, 0, cut, &one);
+    if (!rc)
+      layer_mem(one, 0, &alone[i]);
+    strata__stage_free(one);
+  }
+  strata__stage_free(st);
+  return rc;
+}
+
+uint64_t strata__stage_need(const struct strata__stage_bytes *b, const struct strata__stage_place *p, uint64_t *act,
+                            uint64_t *bufs) {
+  const uint64_t k = (uint64_t)(p->inflight > 1 ? p->inflight : 1);
+  const uint64_t a = k * b->slot;
+  /* boundary gradients may outlive the activations until the previous stage took them */
+  const uint64_t g = (k + !p->first) * b->grad;
+  uint64_t recv = 0;
+  if (!p->first && p->prev_remote) /* sent here, not yet consumed */
+    recv += (uint64_t)(p->prev_inflight > 1 ? p->prev_inflight : 1) * b->in;
+  if (!p->last && p->next_remote) /* gradients sent back here */
+    recv += k * b->out;
+  if (act)
+    *act += a;
+  if (bufs)
+    *bufs += b->fixed - b->params + g + recv;
+  return b->fixed + a + g + recv;
+}
+
 int strata__stage_shell(const struct strata_model *model, int first, int last, int64_t mb, int split_backward,
                         const struct strata__cut *cut, struct strata__stage **out) {
+  TRY(strata__stage_can_cut(model, first, last));
   return stage_layout(model, first, last, -1, mb, split_backward, cut, out);
 }
 
 int strata__stage_new(const struct strata_model *model, int first, int last, int dev, int64_t mb, uint64_t seed,
                       int split_backward, const struct strata__cut *cut, struct strata__stage **out) {
   struct strata__stage *st = NULL;
+  TRY(strata__stage_can_cut(model, first, last));
   TRY(stage_layout(model, first, last, dev, mb, split_backward, cut, &st));
   size_t off = st->nparams, padded = st->chunk * (size_t)st->zero.size;
   int rc;

@@ -125,9 +125,73 @@ struct strata__stage_bytes {
   uint64_t in, out;          /* one micro-batch's stage input and output (what a neighbour sends) */
 };
 
+/* STRATA_OK, or why layers [first, last) cannot be a stage of their own (a tied model cut). */
+int strata__stage_can_cut(const struct strata_model *model, int first, int last);
+
 /* Plan a stage of layers [first, last) for micro-batches of `mb` samples without allocating anything. */
 int strata__stage_plan(const struct strata_model *model, int first, int last, int64_t mb, int split_backward,
                        const struct strata__cut *cut, struct strata__stage_bytes *bytes /* OUT */);
+
+/*
+** The memory model, one for the trainer's check, its balancer, the
+** planner's search and the simulator. A stage's bytes come from its layers'
+** figures (floats for one micro-batch, as the stage lays the layer out):
+** summed, or the most of one layer, or its first layer's input and its last
+** layer's output. strata__stage_plan sums a stage's own layers; a caller
+** that weighs many cuts may sum figures it keeps (strata__stage_layer_mems).
+*/
+struct strata__layer_mem {
+  size_t params;             /* parameter floats (this slice's) */
+  size_t tensors;            /* parameter tensors */
+  size_t kept;               /* saved activations and output, per slot */
+  size_t dsave;              /* gradients kept for the weight pass (split backward) */
+  size_t scratch;            /* temporaries */
+  size_t in, out;            /* input and output */
+  size_t io;                 /* summed: the most of one layer's input or output */
+};
+/* Add layer figures `m` to `sum` (zeroed to start); `first`/`last`: the stage's first/last layer. */
+void strata__layer_mem_add(struct strata__layer_mem *sum, const struct strata__layer_mem *m, int first, int last);
+/* The bytes of stage [first, last) whose layers sum to `s`, with its parameters in `zero` optimizer shards. */
+void strata__stage_bytes_of(const struct strata_model *model, int first, int last, int64_t mb, int split_backward,
+                            int zero, const struct strata__layer_mem *s, struct strata__stage_bytes *b /* OUT */);
+/*
+** Each layer's figures (m[nlayers]) as a stage holding it whole would lay it
+** out, and `alone[nlayers]` as a stage holding it without its tp partner
+** (the linear or convolution pair of an MLP/CNN, cut together; other layers
+** repeat m): a stage [a, b) sums m over its layers but takes alone[a] when
+** layer a's partner is a - 1, and alone[b - 1] when that layer's partner is b.
+** `partner[nlayers]` (may be NULL) gets -1, or the partner's index.
+*/
+int strata__stage_layer_mems(const struct strata_model *model, int64_t mb, const struct strata__cut *cut,
+                             struct strata__layer_mem *m, struct strata__layer_mem *alone, int *partner);
+
+/* Every cut of a model weighed at once (ranges.c): stage [a, b)'s bytes in constant time, equal to
+** strata__stage_plan's, for micro-batches of `mb` samples cut as `cut` (NULL: whole). */
+struct strata__stage_ranges;
+int strata__stage_ranges_new(const struct strata_model *model, int64_t mb, int split_backward,
+                             const struct strata__cut *cut, struct strata__stage_ranges **out /* OUT */);
+/* A stage's bytes as strata__stage_plan's; both leave to the caller whether the model may be cut there
+** (strata__stage_can_cut: the trainer refuses to cut a tied model, the planner plans its memory all the same). */
+int strata__stage_ranges_bytes(const struct strata__stage_ranges *r, int a, int b, struct strata__stage_bytes *bytes);
+void strata__stage_ranges_free(struct strata__stage_ranges *r);
+
+/* Where a stage runs in its schedule: what its neighbours' messages and its micro-batches in flight cost. */
+struct strata__stage_place {
+  int inflight;              /* the most micro-batches the schedule keeps in flight on it (>= 1) */
+  int first, last;           /* the first / last stage of its pipeline */
+  int prev_remote;           /* the previous stage is on another device: its activations land here ... */
+  int prev_inflight;         /* ... as many as that stage keeps in flight */
+  int next_remote;           /* the next stage is on another device: its gradients land here */
+};
+/*
+** Bytes stage `b` needs on its device during a step, placed as `p`: its
+** fixed buffers, the activations and boundary gradients of the micro-batches
+** in flight, the receive buffers of its neighbours' messages. Adds the
+** activations to *act and the buffers other than parameters to *bufs
+** (either may be NULL).
+*/
+uint64_t strata__stage_need(const struct strata__stage_bytes *b, const struct strata__stage_place *p, uint64_t *act,
+                            uint64_t *bufs);
 
 /* Copy between a tensor's slice (`local`, t->n floats) and the whole tensor
 ** (`full`, t->full_n floats): gather 1 writes the slice into the whole, 0

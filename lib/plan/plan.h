@@ -21,6 +21,8 @@
 
 #include <strata/plan.h>
 
+#include "model/stage.h"
+
 struct json_t; /* jansson's json_t */
 
 /*
@@ -114,10 +116,19 @@ int strata__plan_gemm_shapes(strata_model_t model, int t, int64_t rows, struct s
 
 /* ---- the memory model (sim-memory.c) ---- */
 
-/* Bytes of parameters, gradients and AdamW moments a device of a tp-t rank holds for `params`. */
-double strata__plan_static_bytes(double params, int t, int dp, int zero);
 /* The first layer of virtual stage j under `split`. */
 int strata__plan_stage_first(const int *split, int j);
+/*
+** The planner's side of the one memory model (model/stage.h): a layout's
+** stages are cut and placed as the trainer of that layout cuts and places
+** them, so the bytes the planner predicts are the bytes its memory plan
+** checks. The cut of a tp-t rank's slice; whether the schedule splits
+** backward; where virtual stage j runs, its schedule keeping inflight[j]
+** micro-batches in flight.
+*/
+struct strata__cut strata__plan_cut(strata_layout_t layout, int t);
+int strata__plan_split_backward(strata_layout_t layout);
+void strata__plan_stage_place(strata_layout_t layout, const int *inflight, int j, struct strata__stage_place *p);
 /* Memory a device of rank `rank` needs with `split` (layers per virtual stage)
 ** given the micro-batches in flight on each of its stages (inflight[stage]). */
 uint64_t strata__plan_rank_memory(strata_model_t model, strata_layout_t layout, const int *split, const int *inflight,

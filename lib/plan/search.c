@@ -41,7 +41,7 @@ struct search {
   const struct strata_plan_options *o;
   struct strata_plan *plan;
   int L;
-  double *params, *act, *out;       /* [L] per layer */
+  struct ranges_entry *ranges;      /* every cut's bytes, by micro-batch, tp and ZeRO degree and schedule kind */
   struct group *groups;
   int ngroups;
   int fits_only;                    /* min_devices: stop at the first layout that fits, no simulation */
@@ -49,6 +49,15 @@ struct search {
   int found;
   int rc;
   struct inflight_entry *inflight;  /* micro-batches in flight per stage, by schedule shape */
+};
+
+/* The memory model's figures of every cut (model/ranges.c) for one micro-batch size, tp slice, ZeRO degree and
+** whether backward is split: the same for many layouts, so built once. */
+struct ranges_entry {
+  int64_t rows;
+  int t, zero, split;
+  struct strata__stage_ranges *r;
+  struct ranges_entry *next;
 };
 
 /* Peak micro-batches in flight on each stage of one schedule shape: the
@@ -213,30 +222,27 @@ static int make_groups(struct search *s, int t, int mixed) {
 
 /* ---- pass 4: the split ---- */
 
-/* Per-layer profile sums, for memory by range. */
-static int profile(struct search *s) {
-  s->L = strata_model_layer_count(s->model);
-  s->params = calloc((size_t)s->L + 1, sizeof *s->params);
-  s->act = calloc((size_t)s->L + 1, sizeof *s->act);
-  s->out = calloc((size_t)s->L + 1, sizeof *s->out);
-  if (!s->params || !s->act || !s->out)
-    return strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
-  for (int l = 0; l < s->L; l++) {
-    struct strata_layer_info li;
-    strata_model_layer(s->model, l, &li);
-    s->params[l] = (double)li.params;
-    s->act[l] = (double)li.act_bytes;
-    s->out[l] = (double)li.out_bytes;
+/* The cuts' figures for layout l's rank of tp t and micro-batches of `rows`; NULL when the model cannot be laid out
+** so (the error set). */
+static struct strata__stage_ranges *ranges_for(struct search *s, strata_layout_t l, int t, int64_t rows) {
+  const struct strata__cut cut = strata__plan_cut(l, t);
+  const int split = strata__plan_split_backward(l);
+  for (struct ranges_entry *e = s->ranges; e; e = e->next)
+    if (e->rows == rows && e->t == t && e->zero == cut.zero.size && e->split == split)
+      return e->r;
+  struct ranges_entry *e = calloc(1, sizeof *e);
+  if (!e) {
+    strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
+    return NULL;
   }
-  return STRATA_OK;
-}
-
-/* Memory of layers [a, b) as one stage of a tp-t rank with `inflight` micro-batches of `rows` in flight. */
-static double range_memory(const struct search *s, const double *pp_, const double *pa, int a, int b, int t, int dp,
-                           int zero, int64_t rows, int inflight) {
-  double params = pp_[b] - pp_[a], act = pa[b] - pa[a];
-  double p = params / t;
-  return p * 8 + p * 8 / (zero && dp > 1 ? dp : 1) + (act / t + s->out[b - 1]) * (double)rows * inflight;
+  if (strata__stage_ranges_new(s->model, rows, split, &cut, &e->r)) {
+    free(e);
+    return NULL;
+  }
+  e->rows = rows, e->t = t, e->zero = cut.zero.size, e->split = split;
+  e->next = s->ranges;
+  s->ranges = e;
+  return e->r;
 }
 
 /*
@@ -251,9 +257,9 @@ static double range_memory(const struct search *s, const double *pp_, const doub
 struct split_costs {
   const struct search *s;
   strata_layout_t l;
-  const double *tp_, *pp_, *pa; /* prefix sums: per rank of time, of parameters, of activations */
+  const double *tp_;            /* prefix sums of time per rank */
+  struct strata__stage_ranges **rk; /* [pp]: every cut's bytes on the rank */
   const uint64_t *cap;          /* [pp]: what a rank's smallest member holds */
-  int64_t rows;
   const int *inflight;
 };
 
@@ -267,30 +273,33 @@ static int split_cost_fits(void *arg, int j, int a, int b) {
   const struct split_costs *c = arg;
   const int r = j % strata_layout_pp(c->l);
   const double limit = (double)c->cap[r] * STRATA_PLAN_MEMORY_USABLE / strata_layout_virtual_stages(c->l);
-  return !(range_memory(c->s, c->pp_, c->pa, a, b, strata_layout_tp(c->l, r), strata_layout_dp(c->l),
-                        strata_layout_zero(c->l), c->rows, c->inflight[j]) > limit);
+  struct strata__stage_bytes bytes;
+  struct strata__stage_place place;
+  if (strata__stage_ranges_bytes(c->rk[r], a, b, &bytes))
+    return 0;
+  strata__plan_stage_place(c->l, c->inflight, j, &place);
+  return !((double)strata__stage_need(&bytes, &place, NULL, NULL) > limit);
 }
 
-static int best_split(const struct search *s, strata_layout_t l, const int64_t rows, const int *inflight, int *split) {
+static int best_split(struct search *s, strata_layout_t l, const int64_t rows, const int *inflight, int *split) {
   const int pp = strata_layout_pp(l), S = strata_layout_stages(l), L = s->L;
   if (L < S)
     return -1;
-  /* prefix sums of time per rank (forward + backward) and of the profile */
+  /* prefix sums of time per rank (forward + backward) */
   double *tp_ = calloc((size_t)pp * (size_t)(L + 1), sizeof *tp_);
-  double *pp_ = calloc((size_t)L + 1, sizeof *pp_), *pa = calloc((size_t)L + 1, sizeof *pa);
+  struct strata__stage_ranges **rk = calloc((size_t)pp, sizeof *rk);
   uint64_t *cap = malloc(sizeof *cap * (size_t)pp);
   int rc = -1;
-  if (!tp_ || !pp_ || !pa || !cap)
+  if (!tp_ || !rk || !cap)
     goto out;
+  for (int r = 0; r < pp; r++)
+    if (!(rk[r] = ranges_for(s, l, strata_layout_tp(l, r), rows)))
+      goto out;
   for (int r = 0; r < pp; r++)
     for (int li = 0; li < L; li++)
       tp_[(size_t)r * (size_t)(L + 1) + (size_t)li + 1] =
           tp_[(size_t)r * (size_t)(L + 1) + (size_t)li] + strata__plan_layer_time(s->c, s->model, l, r, li, rows, 0) +
           strata__plan_layer_time(s->c, s->model, l, r, li, rows, 1);
-  for (int li = 0; li < L; li++) {
-    pp_[li + 1] = pp_[li] + s->params[li];
-    pa[li + 1] = pa[li] + s->act[li];
-  }
   for (int r = 0; r < pp; r++) {
     /* a rank holds what its smallest member holds */
     uint64_t m = UINT64_MAX;
@@ -302,37 +311,36 @@ static int best_split(const struct search *s, strata_layout_t l, const int64_t r
     }
     cap[r] = m;
   }
-  struct split_costs c = {.s = s, .l = l, .tp_ = tp_, .pp_ = pp_, .pa = pa, .cap = cap, .rows = rows,
-                          .inflight = inflight};
+  struct split_costs c = {.s = s, .l = l, .tp_ = tp_, .rk = rk, .cap = cap, .inflight = inflight};
   struct strata__split_costs costs = {.time = split_cost_time, .fits = split_cost_fits, .arg = &c};
   rc = strata__split_best(L, S, &costs, split) == 0 ? 0 : -1;
 out:
   free(tp_);
-  free(pp_);
-  free(pa);
+  free(rk);
   free(cap);
   return rc;
 }
 
 /*
-** A quick necessary condition before the split is searched: some rank holds
-** at least the average of what all ranks hold together (parameters and
-** their state, and every layer's activations times the fewest micro-batches
-** any stage keeps in flight), so when that exceeds the largest device no
-** split can fit.
+** A quick necessary condition before the split is searched: the ranks
+** together hold at least the whole model as one stage of the widest rank's
+** slice (parameters and their state, the buffers, and the activations of
+** the fewest micro-batches any stage keeps in flight), so when its pp-th
+** part exceeds the largest device no split can fit.
 */
-static int average_fits(const struct search *s, strata_layout_t l, int64_t rows, const int *inflight) {
-  const int pp = strata_layout_pp(l), S = strata_layout_stages(l), dp = strata_layout_dp(l);
-  const int zero = strata_layout_zero(l) && dp > 1;
+static int average_fits(struct search *s, strata_layout_t l, int64_t rows, const int *inflight) {
+  const int pp = strata_layout_pp(l), S = strata_layout_stages(l);
   int fewest = inflight[0], t = strata_layout_tp(l, 0);
   for (int j = 1; j < S; j++)
     fewest = inflight[j] < fewest ? inflight[j] : fewest;
-  double params = 0, act = 0;
-  for (int i = 0; i < s->L; i++)
-    params += s->params[i], act += s->act[i];
   for (int r = 1; r < pp; r++)
     t = strata_layout_tp(l, r) > t ? strata_layout_tp(l, r) : t;
-  double total = params / t * (8 + 8.0 / (zero ? dp : 1)) + act / t * (double)rows * fewest;
+  struct strata__stage_ranges *rk = ranges_for(s, l, t, rows);
+  struct strata__stage_bytes whole;
+  if (!rk || strata__stage_ranges_bytes(rk, 0, s->L, &whole))
+    return 0;
+  const struct strata__stage_place place = {.inflight = fewest, .first = 1, .last = 1};
+  const double total = (double)strata__stage_need(&whole, &place, NULL, NULL);
   uint64_t cap = 0;
   for (int i = 0; i < s->c->k; i++)
     cap = s->c->cost[i].memory > cap ? s->c->cost[i].memory : cap;
@@ -897,7 +905,7 @@ static int tp_degrees(const struct search *s, int *out) {
 
 /* Run passes 1-5; fills s->plan. */
 static int run_search(struct search *s) {
-  TRY(profile(s));
+  s->L = strata_model_layer_count(s->model);
   int tps[32];
   int nt = tp_degrees(s, tps);
   for (int i = 0; i < nt && !s->rc; i++) {
@@ -934,9 +942,12 @@ static void search_free(struct search *s) {
     free(e->peak);
     free(e);
   }
-  free(s->params);
-  free(s->act);
-  free(s->out);
+  while (s->ranges) {
+    struct ranges_entry *e = s->ranges;
+    s->ranges = e->next;
+    strata__stage_ranges_free(e->r);
+    free(e);
+  }
 }
 
 static int check_options(strata_machine_t c, strata_model_t m, const struct strata_plan_options *o) {

@@ -7,11 +7,6 @@
 #include "plan/plan.h"
 #include "core/core.h"
 
-double strata__plan_static_bytes(double params, int t, int dp, int zero) {
-  double p = params / t;
-  return p * 4 /* weights */ + p * 4 /* gradients */ + p * 8 / (zero && dp > 1 ? dp : 1) /* moments */;
-}
-
 int strata__plan_stage_first(const int *split, int j) {
   int a = 0;
   for (int i = 0; i < j; i++)
@@ -19,26 +14,41 @@ int strata__plan_stage_first(const int *split, int j) {
   return a;
 }
 
+struct strata__cut strata__plan_cut(strata_layout_t layout, int t) {
+  const int dp = strata_layout_dp(layout);
+  struct strata__cut cut = {{0, t}, {0, strata_layout_zero(layout) && dp > 1 ? dp : 1}};
+  return cut;
+}
+
+int strata__plan_split_backward(strata_layout_t layout) {
+  return strata_layout_schedule(layout) == STRATA_SCHEDULE_ZB_H1;
+}
+
+void strata__plan_stage_place(strata_layout_t layout, const int *inflight, int j, struct strata__stage_place *p) {
+  const int pp = strata_layout_pp(layout), S = strata_layout_stages(layout);
+  p->inflight = inflight[j];
+  p->first = j == 0;
+  p->last = j == S - 1;
+  p->prev_remote = !p->first && pp > 1;
+  p->prev_inflight = p->first ? 0 : inflight[j - 1];
+  p->next_remote = !p->last && pp > 1;
+}
+
 uint64_t strata__plan_rank_memory(strata_model_t model, strata_layout_t layout, const int *split, const int *inflight,
                                   int64_t rows, int rank) {
-  const int pp = strata_layout_pp(layout), S = strata_layout_stages(layout), t = strata_layout_tp(layout, rank);
-  double total = 0;
+  const int pp = strata_layout_pp(layout), S = strata_layout_stages(layout);
+  const struct strata__cut cut = strata__plan_cut(layout, strata_layout_tp(layout, rank));
+  uint64_t total = 0;
   for (int j = rank; j < S; j += pp) {
-    int a = strata__plan_stage_first(split, j);
-    double params = 0, act = 0;
-    for (int l = a; l < a + split[j]; l++) {
-      struct strata_layer_info li;
-      strata_model_layer(model, l, &li);
-      params += (double)li.params;
-      act += (double)li.act_bytes;
-    }
-    struct strata_layer_info last;
-    strata_model_layer(model, a + split[j] - 1, &last);
-    total += strata__plan_static_bytes(params, t, strata_layout_dp(layout), strata_layout_zero(layout));
-    /* activations kept per micro-batch in flight, and its output buffer */
-    total += (act / t + (double)last.out_bytes) * (double)rows * inflight[j];
+    const int a = strata__plan_stage_first(split, j);
+    struct strata__stage_bytes b;
+    struct strata__stage_place place;
+    if (strata__stage_plan(model, a, a + split[j], rows, strata__plan_split_backward(layout), &cut, &b))
+      return UINT64_MAX; /* no such stage (a tied model cut): nothing fits */
+    strata__plan_stage_place(layout, inflight, j, &place);
+    total += strata__stage_need(&b, &place, NULL, NULL);
   }
-  return (uint64_t)total;
+  return total;
 }
 
 STRATA_API int strata_plan_memory(strata_model_t model, strata_layout_t layout, int64_t batch, int rank,

@@ -923,7 +923,7 @@ STRATA_API int strata_simulate(strata_machine_t c, strata_model_t model, strata_
         inline_joins ? strata__plan_group_cost(c, sc->devs, t) : c->cost[sc->devs[slice] % c->k];
     sc->dev = sc->devs[inline_joins ? 0 : slice];
     sc->threads = c->cpu_cores > 0 ? c->cost[sc->dev % c->k].cpu_threads : 0;
-    double params = 0, act = 0, jf = 0, jb = 0;
+    double params = 0, jf = 0, jb = 0;
     int nf = 0, nb = 0;
     for (int li = a; li < a + split[j]; li++) {
       struct strata_layer_info info;
@@ -939,7 +939,6 @@ STRATA_API int strata_simulate(strata_machine_t c, strata_model_t model, strata_
       jf += f.join_bytes, nf += f.joins;
       jb += b.join_bytes, nb += b.joins;
       params += (double)info.params;
-      act += (double)info.act_bytes;
       if (li == a + split[j] - 1)
         sc->out_bytes = (double)info.out_bytes * (double)rows;
     }
@@ -968,9 +967,25 @@ STRATA_API int strata_simulate(strata_machine_t c, strata_model_t model, strata_
     sc->opt = strata__plan_op_s(&w, STRATA_PLAN_OP_ADAMW, params / t / (zero ? dp : 1)) + 8 * w.launch_us * 1e-6 +
               2 * w.sync_us * 1e-6;
     sc->grad_bytes = 4.0 * params / t;
-    /* what a micro-batch in flight holds: the activations its backward reads, and the stage's output */
-    sc->act_bytes = (act / t) * (double)rows + sc->out_bytes;
-    sc->static_bytes = strata__plan_static_bytes(params, t, dp, strata_layout_zero(l));
+    /* the memory model's bytes of the stage (as the trainer of this layout plans them): what it holds from the
+    ** start, and what each micro-batch in flight adds — the activations its backward reads, its boundary
+    ** gradients, the gradient its successor sends back */
+    struct strata__stage_bytes bytes;
+    const struct strata__cut cut = strata__plan_cut(l, t);
+    rc = strata__stage_plan(model, a, a + split[j], rows, strata__plan_split_backward(l), &cut, &bytes);
+    if (rc)
+      break;
+    int prev_k = 1;
+    if (j > 0)
+      strata_schedule_peak_inflight(s, g - 1, &prev_k);
+    struct strata__stage_place one = {.inflight = 1, .first = j == 0, .last = j == S - 1, .prev_remote = j > 0 && pp > 1,
+                                      .prev_inflight = prev_k, .next_remote = j < S - 1 && pp > 1},
+                               two = one;
+    two.inflight = 2;
+    const uint64_t need1 = strata__stage_need(&bytes, &one, NULL, NULL);
+    const uint64_t per_mb = strata__stage_need(&bytes, &two, NULL, NULL) - need1;
+    sc->act_bytes = (double)per_mb;
+    sc->static_bytes = (double)(need1 - per_mb);
     sc->capacity = inline_joins ? w.memory : c->cost[sc->dev % c->k].memory;
   }
   /* with samples: that many steps with their draws, then the median one again for the figures and the trace */

@@ -60,16 +60,16 @@ static int measure_devices(strata_trainer_t tr, double *speed, uint64_t *limit) 
 }
 
 /* What the one balancer (parallel/split.c) asks of the trainer's stages: their time at the measured speeds and
-** whether the memory plan lets them fit. */
+** whether the memory model lets them fit. */
 struct balance_costs {
   strata_trainer_t tr;
   const double *speed;               /* [ranks]: GFLOP/s */
   const uint64_t *limit;             /* [ranks]: free bytes */
-  const struct strata__stage_bytes *plan; /* [degrees x cells]: stage [a, b) as planned */
-  const char *planned;               /* ... and whether it could be */
+  struct strata__stage_ranges **ranges; /* [degrees]: every cut's bytes, per tp degree */
   const int *deg_of;                 /* [stages]: the index of its tp degree */
-  size_t cells;
   int ignore_memory;                 /* the second pass: the fastest cut regardless */
+  int plan_rc;                       /* the first cut that cannot be a stage (a tied model cut) ... */
+  char *plan_msg;                    /* ... and why */
 };
 
 static double stage_time(void *arg, int j, int a, int b) {
@@ -82,11 +82,23 @@ static double stage_time(void *arg, int j, int a, int b) {
 }
 
 static int stage_fits(void *arg, int j, int a, int b) {
-  const struct balance_costs *c = arg;
-  const int L = c->tr->model->nlayers;
-  size_t k = c->cells * (size_t)c->deg_of[j] + (size_t)a * (size_t)(L + 1) + (size_t)b;
-  return c->planned[k] && (c->ignore_memory || strata__stage_need(c->tr, j, &c->plan[k], j > 0 ? &c->plan[k] : NULL,
-                                                                  NULL, NULL) <= c->limit[c->tr->stage_rank[j]]);
+  struct balance_costs *c = arg;
+  struct strata__stage_bytes bytes;
+  int rc = strata__stage_can_cut(c->tr->model, a, b);
+  if (!rc)
+    rc = strata__stage_ranges_bytes(c->ranges[c->deg_of[j]], a, b, &bytes);
+  if (rc) {
+    if (!c->plan_rc) {
+      c->plan_rc = rc;
+      c->plan_msg = strdup(strata_last_error());
+    }
+    return 0;
+  }
+  if (c->ignore_memory)
+    return 1;
+  struct strata__stage_place place;
+  strata__trainer_place(c->tr, j, &place);
+  return strata__stage_need(&bytes, &place, NULL, NULL) <= c->limit[c->tr->stage_rank[j]];
 }
 
 int strata__pipeline_balance(strata_trainer_t tr, int *split) {
@@ -100,9 +112,8 @@ int strata__pipeline_balance(strata_trainer_t tr, int *split) {
     free(limit);
     return mrc;
   }
-  /* each candidate stage [a, l) planned once per tensor-parallel degree of the ranks: what it allocates, as
-  ** trainer creation will check it */
-  size_t cells = (size_t)(L + 1) * (size_t)(L + 1);
+  /* every cut's bytes once per tensor-parallel degree of the ranks, as slice 0 of replica 0 holds it (tensor
+  ** parallelism and ZeRO shrink what one device needs): what trainer creation will check */
   int ndeg = 0, *deg = calloc((size_t)S, sizeof *deg), *deg_of = calloc((size_t)S, sizeof *deg_of);
   for (int s = 0; deg && deg_of && s < S; s++) {
     int k = 0;
@@ -112,51 +123,37 @@ int strata__pipeline_balance(strata_trainer_t tr, int *split) {
       deg[ndeg++] = tr->tps[s];
     deg_of[s] = k;
   }
-  struct strata__stage_bytes *plan = calloc(cells * (size_t)(ndeg ? ndeg : 1), sizeof *plan);
-  char *planned = calloc(cells * (size_t)(ndeg ? ndeg : 1), 1);
-  if (!plan || !planned || !deg || !deg_of) {
-    free(deg);
-    free(deg_of);
-    free(plan);
-    free(planned);
-    free(speed);
-    free(limit);
-    return strata__error(STRATA_ERR_NOMEM, "out of host memory balancing stages");
+  struct strata__stage_ranges **ranges = calloc((size_t)(ndeg ? ndeg : 1), sizeof *ranges);
+  int rrc = deg && deg_of && ranges ? STRATA_OK : strata__error(STRATA_ERR_NOMEM, "out of host memory balancing stages");
+  const int split_backward = tr->report.schedule == STRATA_SCHEDULE_ZB_H1;
+  for (int k = 0; !rrc && k < ndeg; k++) {
+    struct strata__cut cut = {{0, deg[k]}, {0, tr->zero ? tr->replicas : 1}};
+    rrc = strata__stage_ranges_new(tr->model, tr->opt.batch, split_backward, &cut, &ranges[k]);
   }
-  int split_backward = tr->report.schedule == STRATA_SCHEDULE_ZB_H1;
-  int plan_rc = STRATA_OK; /* the first stage that cannot exist (a cut tied model), reported if nothing fits */
-  char *plan_msg = NULL;
-  for (int k = 0; k < ndeg; k++)
-  for (int a = 0; a < L; a++)
-    for (int l = a + 1; l <= L; l++) {
-      size_t c = cells * (size_t)k + (size_t)a * (size_t)(L + 1) + (size_t)l;
-      /* as slice 0 of replica 0 holds it: tensor parallelism and ZeRO shrink what one device needs */
-      struct strata__cut cut = {{0, deg[k]}, {0, tr->zero ? tr->replicas : 1}};
-      int rc = strata__stage_plan(tr->model, a, l, tr->opt.batch, split_backward, &cut, &plan[c]);
-      planned[c] = rc == STRATA_OK;
-      if (rc && !plan_rc) {
-        plan_rc = rc;
-        plan_msg = strdup(strata_last_error());
-      }
-    }
   tr->unfit_split = 0;
   /* pass 0 within the devices' memory; pass 1, when no cut fits, the fastest
   ** cut regardless, which the memory plan then refuses saying what it needs */
-  struct balance_costs bc = {.tr = tr, .speed = speed, .limit = limit, .plan = plan, .planned = planned,
-                             .deg_of = deg_of, .cells = cells};
+  struct balance_costs bc = {.tr = tr, .speed = speed, .limit = limit, .ranges = ranges, .deg_of = deg_of};
   struct strata__split_costs costs = {.time = stage_time, .fits = stage_fits, .arg = &bc};
-  int brc = 1;
+  int brc = rrc ? -1 : 1;
   for (int pass = 0; pass < 2 && brc == 1; pass++) {
     bc.ignore_memory = pass == 1;
     brc = strata__split_best(L, S, &costs, split);
     tr->unfit_split = pass == 1;
   }
+  for (int k = 0; ranges && k < ndeg; k++)
+    strata__stage_ranges_free(ranges[k]);
+  free(ranges);
   free(speed);
   free(limit);
-  free(plan);
-  free(planned);
   free(deg);
   free(deg_of);
+  char *plan_msg = bc.plan_msg;
+  const int plan_rc = bc.plan_rc;
+  if (rrc) {
+    free(plan_msg);
+    return rrc;
+  }
   if (brc < 0) {
     free(plan_msg);
     return brc;

@@ -374,7 +374,7 @@ static int do_forward(struct exec *ex, int rank, int s, int mb) {
   strata_mem_t in = strata__stage_input(st, sl);
   size_t in_bytes = strata__stage_in_floats(st) * 4;
   if (first) {
-    TRY(strata_buffer_write(st->q, in.buf, in.off * 4, ex->w->inputs[mbi], tr->in_elems * 4));
+    TRY(strata_buffer_write(st->q, in.buf, in.off * 4, ex->w->inputs[mbi], ex->w->in_elems * 4));
   } else if (rank_of(ex, s - 1) == rank) {
     const int prev = strata__stage_owner(tr, s - 1);
     strata_mem_t o = strata__stage_output(tr->st[prev], slot_of(ex, prev, mb));
@@ -387,13 +387,13 @@ static int do_forward(struct exec *ex, int rank, int s, int mb) {
   }
   if (last) {
     strata_mem_t tg = strata__stage_targets(st, sl);
-    TRY(strata_buffer_write(st->q, tg.buf, tg.off * 4, ex->w->targets[mbi], (size_t)tr->rows * 4));
+    TRY(strata_buffer_write(st->q, tg.buf, tg.off * 4, ex->w->targets[mbi], (size_t)ex->w->rows * 4));
   }
   TRY(strata__stage_forward(st, sl));
   if (last && ex->w->forwarded)
     TRY(ex->w->forwarded(ex->w->arg, st, s, sl, mb));
   if (last && strata__stage_slice(tr, s) == 0) /* every slice computes the same losses */
-    TRY(strata__stage_loss_read(st, sl, tr->losses[mbi]));
+    TRY(strata__stage_loss_read(st, sl, ex->w->losses[mbi]));
   return strata_queue_finish(st->q);
 }
 
@@ -898,7 +898,7 @@ out:
   return NULL;
 }
 
-int strata__execute(strata_trainer_t tr, const struct strata__work *w, float *grad_norm) {
+int strata__execute(strata_trainer_t tr, const struct strata__work *w, struct strata__work_done *done) {
   struct exec ex;
   memset(&ex, 0, sizeof ex);
   ex.tr = tr;
@@ -1052,45 +1052,12 @@ int strata__execute(strata_trainer_t tr, const struct strata__work *w, float *gr
     strata__tp_drop(tr, s);
   if (!rc && ex.failed)
     rc = strata__error(ex.fail_status, "%s", ex.fail_msg);
-  if (!rc && grad_norm)
-    *grad_norm = ex.norm;
-  if (!rc && w->train) {
-    struct strata_train_report *rep = &tr->report;
-    rep->wall_s = t_end - t_start;
-    double busy = 0;
-    for (int r = 0; r < tr->ndev; r++) {
-      tr->rep_dev[r].busy_s = ex.busy[r];
-      busy += ex.busy[r];
-      if (strata__rank_mine(tr, r)) /* (another rank's device: its figures are there) */
-        strata_device_memory(tr->dev[r], NULL, &tr->rep_dev[r].peak_bytes, NULL);
-      tr->rep_dev[r].peak_inflight = 0;
-    }
-    for (int s = 0; s < ex.S; s++) {
-      struct strata_train_device_stats *d = &tr->rep_dev[rank_of(&ex, s)];
-      if (ex.peak[s] > d->peak_inflight)
-        d->peak_inflight = ex.peak[s];
-    }
-    rep->bubble = rep->wall_s > 0 ? 1.0 - busy / ((double)tr->ndev * rep->wall_s) : 0;
-    if (ex.traced) {
-      /* idle time: the gaps between a device's compute and receive events in this step */
-      size_t n0 = tr->nevents;
-      for (int r = 0; r < tr->ndev; r++) {
-        if (!strata__rank_mine(tr, r))
-          continue; /* another rank's device: that rank counts its idle time */
-        double last = t_start;
-        for (size_t e = 0; e < n0; e++) {
-          struct strata__trace_event *ev = &tr->events[e];
-          if (ev->tid != 2 * r || ev->step != tr->step)
-            continue;
-          double start = tr->t0 + ev->ts * 1e-6;
-          if (start > last + 1e-6)
-            strata__trace_add(tr, "idle", "idle", last, start, 2 * r);
-          last = tr->t0 + (ev->ts + ev->dur) * 1e-6;
-        }
-        if (t_end > last + 1e-6)
-          strata__trace_add(tr, "idle", "idle", last, t_end, 2 * r);
-      }
-    }
+  if (!rc && done && w->train) {
+    done->t_start = t_start;
+    done->t_end = t_end;
+    done->grad_norm = ex.norm;
+    memcpy(done->busy, ex.busy, sizeof *ex.busy * (size_t)tr->ndev);
+    memcpy(done->peak, ex.peak, sizeof *ex.peak * (size_t)ex.S);
   }
   pthread_mutex_destroy(&ex.lock);
   for (int r = 0; r < ex.nwake; r++) {

@@ -49,22 +49,13 @@ int strata__stage_inflight(strata_trainer_t tr, int s) {
   return k;
 }
 
-uint64_t strata__stage_need(strata_trainer_t tr, int s, const struct strata__stage_bytes *b,
-                            const struct strata__stage_bytes *prev, uint64_t *act, uint64_t *bufs) {
-  int k = strata__stage_inflight(tr, s);
-  uint64_t a = (uint64_t)k * b->slot;
-  /* boundary gradients may outlive the activations until the previous stage took them */
-  int first = strata__stage_first(tr, s), last = strata__stage_last(tr, s);
-  uint64_t g = (uint64_t)(k + !first) * b->grad, recv = 0;
-  if (!first && prev && tr->stage_rank[s - 1] != tr->stage_rank[s])
-    recv += (uint64_t)strata__stage_inflight(tr, strata__stage_owner(tr, s - 1)) * b->in; /* sent here, not yet consumed */
-  if (!last && tr->stage_rank[s + 1] != tr->stage_rank[s])
-    recv += (uint64_t)k * b->out; /* gradients sent back here */
-  if (act)
-    *act += a;
-  if (bufs)
-    *bufs += b->fixed - b->params + g + recv;
-  return b->fixed + a + g + recv;
+void strata__trainer_place(strata_trainer_t tr, int s, struct strata__stage_place *p) {
+  p->inflight = strata__stage_inflight(tr, s);
+  p->first = strata__stage_first(tr, s);
+  p->last = strata__stage_last(tr, s);
+  p->prev_remote = !p->first && tr->stage_rank[s - 1] != tr->stage_rank[s];
+  p->prev_inflight = p->first ? 0 : strata__stage_inflight(tr, strata__stage_owner(tr, s - 1));
+  p->next_remote = !p->last && tr->stage_rank[s + 1] != tr->stage_rank[s];
 }
 
 /*
@@ -95,7 +86,7 @@ int strata__trainer_check_memory(strata_trainer_t tr, const int *split) {
 /* check_memory with its per-rank tables: need, params, act, bufs, lo, hi, nst (zeroed, ndev entries each). */
 static int check_memory_of(strata_trainer_t tr, const int *split, uint64_t *need, uint64_t *params, uint64_t *act,
                            uint64_t *bufs, int *lo, int *hi, int *nst) {
-  struct strata__stage_bytes b, prev;
+  struct strata__stage_bytes b;
   int split_backward = tr->report.schedule == STRATA_SCHEDULE_ZB_H1;
   for (int s = 0, first = 0; s < strata__stages_all(tr); s++) {
     const int n = split[s % tr->nstages];
@@ -109,14 +100,17 @@ static int check_memory_of(strata_trainer_t tr, const int *split, uint64_t *need
                               {strata__stage_replica(tr, s), tr->zero ? tr->replicas : 1}};
     TRY(strata__stage_plan(tr->model, first, first + n, tr->opt.batch, split_backward, &cut, &b));
     int r = tr->stage_rank[s];
-    need[r] += strata__stage_need(tr, s, &b, strata__stage_first(tr, s) ? NULL : &prev, &act[r], &bufs[r]);
+    struct strata__stage_place place;
+    strata__trainer_place(tr, s, &place);
+    need[r] += strata__stage_need(&b, &place, &act[r], &bufs[r]);
     params[r] += b.params;
     if (!nst[r]++)
       lo[r] = first;
     hi[r] = first + n - 1;
-    prev = b;
     first += n;
   }
+  for (int r = 0; r < tr->ndev; r++)
+    tr->rep_dev[r].planned_bytes = need[r];
   for (int r = 0; r < tr->ndev; r++) {
     struct strata_device_props p;
     if (!strata__rank_mine(tr, r))

@@ -90,8 +90,8 @@ static int run_pass(strata_trainer_t tr, const void *inputs, const int32_t *targ
   }
   in[tr->home * tr->m] = inputs;
   tg[tr->home * tr->m] = targets;
-  struct strata__work w = {.sched = tr->pass[backward], .inputs = in, .targets = tg, .forwarded = forwarded,
-                           .arg = arg};
+  struct strata__work w = {.sched = tr->pass[backward], .inputs = in, .targets = tg, .losses = tr->losses,
+                           .in_elems = tr->in_elems, .rows = tr->rows, .forwarded = forwarded, .arg = arg};
   int rc = strata__execute(tr, &w, NULL);
   free(in);
   free(tg);

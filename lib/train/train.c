@@ -739,6 +739,47 @@ void strata__trainer_release_all(strata_trainer_t tr) {
     }
 }
 
+/* A step's figures into the report (wall time, each device's compute seconds, peak memory and micro-batches in
+** flight, the bubble) and, traced, each device's idle gaps between its events of the step into the trace. */
+static void record_step(strata_trainer_t tr, const struct strata__work_done *done) {
+  struct strata_train_report *rep = &tr->report;
+  rep->wall_s = done->t_end - done->t_start;
+  double busy = 0;
+  for (int r = 0; r < tr->ndev; r++) {
+    tr->rep_dev[r].busy_s = done->busy[r];
+    busy += done->busy[r];
+    if (strata__rank_mine(tr, r)) /* (another rank's device: its figures are there) */
+      strata_device_memory(tr->dev[r], NULL, &tr->rep_dev[r].peak_bytes, NULL);
+    tr->rep_dev[r].peak_inflight = 0;
+  }
+  for (int s = 0; s < strata__stages_all(tr); s++) {
+    struct strata_train_device_stats *d = &tr->rep_dev[tr->stage_rank[s]];
+    if (done->peak[s] > d->peak_inflight)
+      d->peak_inflight = done->peak[s];
+  }
+  rep->bubble = rep->wall_s > 0 ? 1.0 - busy / ((double)tr->ndev * rep->wall_s) : 0;
+  if (!tr->trace_path)
+    return;
+  /* idle time: the gaps between a device's compute and receive events in this step */
+  size_t n0 = tr->nevents;
+  for (int r = 0; r < tr->ndev; r++) {
+    if (!strata__rank_mine(tr, r))
+      continue; /* another rank's device: that rank counts its idle time */
+    double last = done->t_start;
+    for (size_t e = 0; e < n0; e++) {
+      struct strata__trace_event *ev = &tr->events[e];
+      if (ev->tid != 2 * r || ev->step != tr->step)
+        continue;
+      double start = tr->t0 + ev->ts * 1e-6;
+      if (start > last + 1e-6)
+        strata__trace_add(tr, "idle", "idle", last, start, 2 * r);
+      last = tr->t0 + (ev->ts + ev->dur) * 1e-6;
+    }
+    if (done->t_end > last + 1e-6)
+      strata__trace_add(tr, "idle", "idle", last, done->t_end, 2 * r);
+  }
+}
+
 /* One step on the micro-batches in tr->inputs and tr->targets; `state` is the data stream's after them. */
 static int run_step(strata_trainer_t tr, uint64_t state, struct strata_step_stats *stats) {
   const struct strata_train_options *o = &tr->opt;
@@ -757,8 +798,18 @@ static int run_step(strata_trainer_t tr, uint64_t state, struct strata_step_stat
     TRY(strata__trainer_comms_renew(tr));
   float lr = strata__lr_at(o, tr->step), norm = 0;
   struct strata__work w = {.sched = tr->sched, .inputs = (const void *const *)tr->inputs,
-                           .targets = (const int32_t *const *)tr->targets, .train = 1, .lr = lr};
-  int rc = strata__execute(tr, &w, &norm);
+                           .targets = (const int32_t *const *)tr->targets, .losses = tr->losses,
+                           .in_elems = tr->in_elems, .rows = tr->rows, .train = 1, .lr = lr};
+  double *busy = calloc((size_t)tr->ndev, sizeof *busy);
+  int *peak = calloc((size_t)strata__stages_all(tr), sizeof *peak);
+  struct strata__work_done done = {.busy = busy, .peak = peak};
+  int rc = busy && peak ? strata__execute(tr, &w, &done) : strata__error(STRATA_ERR_NOMEM, "out of host memory");
+  if (!rc) {
+    norm = done.grad_norm;
+    record_step(tr, &done);
+  }
+  free(busy);
+  free(peak);
   if (!rc)
     rc = strata__trainer_finish_all(tr);
   strata__trainer_release_all(tr); /* the slots follow the schedule; their blocks stay in the devices' caches (warm_cache) */

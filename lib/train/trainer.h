@@ -121,16 +121,9 @@ struct strata_trainer {
                                      ** whole-model questions (tensors, parameters, evaluation) are asked of it */
 };
 
-/*
-** Bytes stage s (planned as `b`; `prev` the previous stage's plan, NULL for
-** the first) needs on its device during a step: its fixed buffers, the
-** activations and boundary gradients of the micro-batches in flight, the
-** receive buffers of its neighbours' messages. Adds the activations to *act
-** and the buffers other than parameters to *bufs (either may be NULL).
-** The memory plan of trainer creation and the balancer both use it.
-*/
-uint64_t strata__stage_need(strata_trainer_t tr, int s, const struct strata__stage_bytes *b,
-                            const struct strata__stage_bytes *prev, uint64_t *act, uint64_t *bufs);
+/* Where stage s runs in the trainer's schedule, for the memory model (strata__stage_need): the memory plan of
+** trainer creation and the balancer both ask it. */
+void strata__trainer_place(strata_trainer_t tr, int s, struct strata__stage_place *p /* OUT */);
 
 /*
 ** One run of the executor (executor.c): the trainer gives the stages, devices, queues and communicators; the work
@@ -140,8 +133,12 @@ uint64_t strata__stage_need(strata_trainer_t tr, int s, const struct strata__sta
 */
 struct strata__work {
   strata_schedule_t sched;          /* the per-device lists */
-  const void *const *inputs;        /* [replicas x m]: replica r's micro-batch k is r x m + k: its inputs ... */
-  const int32_t *const *targets;    /* ... and targets; per-row losses land in tr->losses */
+  const void *const *inputs;        /* [replicas x m]: replica r's micro-batch k is r x m + k: its inputs
+                                    ** (in_elems 4-byte elements: token ids or pixels) ... */
+  const int32_t *const *targets;    /* ... and targets (rows) */
+  float *const *losses;             /* ... and where its per-row losses land (rows) */
+  size_t in_elems;
+  int64_t rows;
   int train;                        /* a training step (else a pass) */
   float lr;                         /* the update's learning rate */
   /* Called after the forward of a chain's last stage st (stage index s) on micro-batch mb in slot `slot`, from the
@@ -187,7 +184,15 @@ size_t strata__trainer_total_params(strata_trainer_t tr);
 size_t strata__stage_full(const struct strata__stage *st);
 
 /* Run `w` on the trainer's devices; *grad_norm (may be NULL) gets a training step's gradient norm. */
-int strata__execute(strata_trainer_t tr, const struct strata__work *w, float *grad_norm);
+/* What a training step's run measured, for the trainer's report and trace. */
+struct strata__work_done {
+  double t_start, t_end;            /* strata__now() when the workers started and when the last one ended */
+  double *busy;                     /* [devices]: each device's compute seconds (the caller's array) */
+  int *peak;                        /* [stages all]: the most micro-batches in flight on each stage (the caller's) */
+  float grad_norm;                  /* the clipped step's gradient norm */
+};
+/* Run `w`; a training step fills *done (NULL for a pass). */
+int strata__execute(strata_trainer_t tr, const struct strata__work *w, struct strata__work_done *done);
 
 /* The lists of a pass outside training, derived from the training schedule: micro-batch 0 of the home replica
 ** through its stages (forwards, their sends, receives and tp joins) and, with `backward`, back (each backward whole:
