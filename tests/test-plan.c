@@ -1259,6 +1259,46 @@ Test(plan, bad_gemm_shapes_are_refused) {
   }
 }
 
+/* Issue 37, item 5: a device's "device" past an int or "memory" past 2^64 is refused before the conversion (it was
+** undefined behaviour), a key given twice is refused, and a device the machine refuses (no speed, no memory) is
+** refused with the machine's reason and the file's name. */
+Test(plan, calibration_values_out_of_range_are_refused_with_a_reason) {
+  static const struct {
+    const char *device, *memory, *extra, *status, *words;
+  } bad[] = {
+      {"2147483648", "1000000000", "", "STRATA_ERR_PARSE", "\"device\" must be a whole runtime index"},
+      {"1e300", "1000000000", "", "STRATA_ERR_PARSE", "\"device\""},
+      {"0.5", "1000000000", "", "STRATA_ERR_PARSE", "\"device\""},
+      {"0", "18446744073709551616.0", "", "STRATA_ERR_PARSE", "\"memory\""},
+      {"0", "1e300", "", "STRATA_ERR_PARSE", "2^64 or more"},
+      {"0", "1000000000", ", \"gflops\": 20", "STRATA_ERR_PARSE", "duplicate"},
+      {"0", "0", "", "STRATA_ERR_INVALID", "cal.json: machine: device 0 needs positive"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char json[1024];
+    snprintf(json, sizeof json,
+             "{\"schema\": \"strata-calibration/1\", \"devices\": [{\"device\": %s, \"gflops\": 10, \"mem_gbps\": 10, "
+             "\"launch_us\": 1, \"memory\": %s%s}], \"gbps\": [[0]], \"latency_us\": [[0]]}",
+             bad[i].device, bad[i].memory, bad[i].extra);
+    strata_machine_t c = NULL;
+    int rc = strata_machine_from_calibration(json, "cal.json", NULL, &c);
+    cr_assert_str_eq(strata_err_name(rc), bad[i].status, "case %zu: %s (%s)", i, strata_err_name(rc),
+                     strata_last_error());
+    cr_assert_null(c);
+    cr_assert_not_null(strstr(strata_last_error(), bad[i].words), "case %zu: %s", i, strata_last_error());
+  }
+  /* the largest index an int holds and the largest memory below 2^64 are read */
+  strata_machine_t c = NULL;
+  OK(strata_machine_from_calibration("{\"schema\": \"strata-calibration/1\", \"devices\": [{\"device\": 2147483647, "
+                                     "\"gflops\": 10, \"mem_gbps\": 10, \"launch_us\": 1, \"memory\": "
+                                     "1.8446744073709549568e19}], \"gbps\": [[0]], \"latency_us\": [[0]]}",
+                                     "cal.json", NULL, &c));
+  struct strata_machine_device d;
+  OK(strata_machine_device(c, 0, &d));
+  cr_assert_eq(d.id, 2147483647);
+  strata_machine_free(c);
+}
+
 /* A calibration's "allreduce" that is not a curve per pair is refused, naming it; one that is, is read. */
 Test(plan, bad_allreduce_timings_are_refused) {
   static const char *const bad[] = {"{\"floats\": [], \"seconds\": [[[], []], [[], []]]}",

@@ -168,21 +168,7 @@ static int build_machine(const struct args *a, strata_machine_t *c) {
       fprintf(stderr, "%s: --devices chooses GPUs of a topology; calibrate only the devices you want instead\n", PROG);
       return 2;
     }
-    char *text = NULL;
-    FILE *f = fopen(a->calibration, "r");
-    long len = -1;
-    if (f && fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) >= 0 && len < (16l << 20) && fseek(f, 0, SEEK_SET) == 0 &&
-        (text = calloc(1, (size_t)len + 1)) != NULL && fread(text, 1, (size_t)len, f) == (size_t)len) {
-      rc = strata_machine_from_calibration(text, a->calibration, &o, c);
-    } else {
-      fprintf(stderr, "%s: cannot read %s\n", PROG, a->calibration);
-      rc = -1;
-    }
-    if (f)
-      fclose(f);
-    free(text);
-    if (rc == -1)
-      return 2;
+    rc = strata_machine_load_calibration(a->calibration, &o, c);
   } else if (a->node) {
     if (devs) {
       fprintf(stderr, "%s: --devices chooses GPUs of a topology, not of a synthetic --node\n", PROG);

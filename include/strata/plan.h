@@ -232,9 +232,23 @@ STRATA_API int strata_calibrate(const int *devices, int n, char **json /* OUT */
 */
 STRATA_API int strata_calibrate_model(const int *devices, int n, strata_model_t model, const int64_t *rows, int nrows,
                                       int max_tp, char **json /* OUT */);
-/* A one-node machine of calibrated devices; layout devices are their runtime indices. */
+/*
+** A one-node machine of calibrated devices; layout devices are their
+** runtime indices. `source` names the text in messages. STRATA_ERR_PARSE
+** naming the field for anything but a strata-calibration/1 text (a key
+** given twice, a "device" that is no int, a "memory" of 2^64 bytes or
+** more), the machine's own refusal (a device of no speed or memory)
+** prefixed with `source`.
+*/
 STRATA_API int strata_machine_from_calibration(const char *json, const char *source,
                                                const struct strata_machine_options *opts, strata_machine_t *out /* OUT */);
+/*
+** strata_machine_from_calibration of the file at `path` (at most 64 MiB),
+** opened as every input is: a FIFO, a device or a directory is refused
+** without blocking (STRATA_ERR_IO), a missing file is STRATA_ERR_NOT_FOUND.
+*/
+STRATA_API int strata_machine_load_calibration(const char *path, const struct strata_machine_options *opts,
+                                               strata_machine_t *out /* OUT */);
 
 /* One device of a machine (global index node x per_node + local). */
 struct strata_machine_device {

@@ -3,12 +3,18 @@
 #include "config.h"
 
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "plan/plan.h"
 #include "core/core.h"
+#include "core/file.h"
+
+/* The largest calibration file read: a file of 65,536 devices' links is far below it. */
+#define CALIBRATION_MAX_BYTES (64l << 20)
 
 const char *const strata__plan_op_names[STRATA_PLAN_OP_COUNT] = {
     [STRATA_PLAN_OP_ADD] = "add", [STRATA_PLAN_OP_GELU_FWD] = "gelu_fwd", [STRATA_PLAN_OP_GELU_BWD] = "gelu_bwd",
@@ -177,7 +183,8 @@ STRATA_API int strata_machine_from_calibration(const char *json, const char *sou
   *out = NULL;
   const char *src = source ? source : "calibration";
   json_error_t err;
-  json_t *root = json_loads(json, 0, &err);
+  /* a key given twice is a file edited by hand or two files pasted together: which one is meant is not ours to guess */
+  json_t *root = json_loads(json, JSON_REJECT_DUPLICATES, &err);
   if (!root)
     return strata__error(STRATA_ERR_PARSE, "%s: line %d: %s", src, err.line, err.text);
   int rc = STRATA_OK;
@@ -209,6 +216,16 @@ STRATA_API int strata_machine_from_calibration(const char *json, const char *sou
       rc = number(d, "device", src, (int)i, &id);
     if (rc)
       break;
+    /* in range before the conversions: a double out of an integer type's range converts with undefined behaviour */
+    if (!(mem < 0x1p64)) {
+      rc = strata__error(STRATA_ERR_PARSE, "%s: device %zu: \"memory\" %.17g bytes is 2^64 or more", src, i, mem);
+      break;
+    }
+    if (!(id <= INT_MAX) || id != floor(id)) {
+      rc = strata__error(STRATA_ERR_PARSE, "%s: device %zu: \"device\" must be a whole runtime index from 0 to %d, "
+                         "not %.17g", src, i, INT_MAX, id);
+      break;
+    }
     cost[i] = (struct strata_device_cost){.flops = gf * 1e9, .mem_gbps = bw, .memory = (uint64_t)mem,
                                           .launch_us = launch, .model = "calibrated", .source = "measured"};
     /* the refinements are optional: a file of an older strata has none */
@@ -232,7 +249,9 @@ STRATA_API int strata_machine_from_calibration(const char *json, const char *sou
     cost[i].sync_us = json_is_number(sy) && json_number_value(sy) > 0 && isfinite(json_number_value(sy))
                           ? json_number_value(sy)
                           : 0;
-    cost[i].cpu_threads = json_is_integer(ct) && json_integer_value(ct) > 0 ? (int)json_integer_value(ct) : 0;
+    cost[i].cpu_threads = json_is_integer(ct) && json_integer_value(ct) > 0 && json_integer_value(ct) <= INT_MAX
+                              ? (int)json_integer_value(ct)
+                              : 0;
     rc = read_stage_factor(json_object_get(d, "stage_probe"), src, (int)i, &cost[i]);
     if (!rc)
       rc = read_spread(json_object_get(d, "spread"), src, (int)i, &cost[i]);
@@ -271,6 +290,8 @@ STRATA_API int strata_machine_from_calibration(const char *json, const char *sou
                                   .cpu_cores = cores, .allreduce_sizes = ar_sizes, .allreduce_floats = ar_floats,
                                   .allreduce_s = ar};
     rc = strata_machine_new(&nd, o, &c);
+    if (rc)
+      strata__error_prefix(rc, "%s: ", src); /* the machine's refusal (a device of no speed or memory) names the file */
   }
   for (size_t i = 0; !rc && i < n; i++) {
     /* the runtime's own names and indices, so that a layout names runtime devices */
@@ -301,4 +322,35 @@ STRATA_API int strata_machine_from_calibration(const char *json, const char *sou
   }
   *out = c;
   return STRATA_OK;
+}
+
+STRATA_API int strata_machine_load_calibration(const char *path, const struct strata_machine_options *o,
+                                               strata_machine_t *out) {
+  if (!out || !path)
+    return strata__error(STRATA_ERR_INVALID, "strata_machine_load_calibration: NULL argument");
+  *out = NULL;
+  FILE *f = NULL;
+  TRY(strata__fopen_input(path, STRATA_ERR_NOT_FOUND, &f)); /* a regular file, or refused: a FIFO never blocks */
+  char *text = NULL;
+  long len = -1;
+  int rc = STRATA_OK;
+  if (fseek(f, 0, SEEK_END) != 0 || (len = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0)
+    rc = strata__error(STRATA_ERR_IO, "%s: cannot find its size", path);
+  else if (len > CALIBRATION_MAX_BYTES)
+    rc = strata__error(STRATA_ERR_PARSE, "%s: %ld bytes; a calibration file is at most %ld", path, len,
+                       CALIBRATION_MAX_BYTES);
+  else if (!(text = malloc((size_t)len + 1)))
+    rc = strata__error(STRATA_ERR_NOMEM, "out of host memory reading %s", path);
+  else if (fread(text, 1, (size_t)len, f) != (size_t)len)
+    rc = strata__error(STRATA_ERR_IO, "%s: read error", path);
+  fclose(f);
+  if (!rc) {
+    text[len] = '\0';
+    if (strlen(text) != (size_t)len)
+      rc = strata__error(STRATA_ERR_PARSE, "%s: a NUL byte in the text; not a calibration file", path);
+  }
+  if (!rc)
+    rc = strata_machine_from_calibration(text, path, o, out);
+  free(text);
+  return rc;
 }
