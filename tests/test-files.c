@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -291,6 +292,113 @@ Test(files, a_name_that_fits_gets_a_temporary_name_that_fits) {
   OK(strata_safetensors_check_path(path));
   cr_assert_eq(strata_safetensors_check_path(nodir), STRATA_ERR_IO);
 #pragma GCC diagnostic pop
+}
+
+/* Issue 37, item 1: a special file named as an output is refused before anything is written, by the writer itself
+** and by the checks the tools make first; it is still there, the same kind, and no temporary is left. */
+static void expect_special_refused(const char *path, const char *kind) {
+  static const char text[] = "{\"x\": 1}\n";
+  struct stat before, after;
+  cr_assert_eq(stat(path, &before), 0);
+  int rc = strata_file_write(path, text, sizeof text - 1);
+  cr_assert_eq(rc, STRATA_ERR_IO, "strata_file_write %s: %s (%s)", path, strata_err_name(rc), strata_last_error());
+  cr_assert(strstr(strata_last_error(), kind) && strstr(strata_last_error(), "not a regular file"), "%s",
+            strata_last_error());
+  cr_assert_eq(strata_file_check(path), STRATA_ERR_IO, "strata_file_check %s", path);
+  const struct strata_file_use use[] = {{.path = path, .what = "--out", .output = 1}};
+  cr_assert_eq(strata_file_preflight(use, 1), STRATA_ERR_IO);
+  cr_assert(strncmp(strata_last_error(), "--out: ", 7) == 0 && strstr(strata_last_error(), kind), "%s",
+            strata_last_error());
+  cr_assert_eq(stat(path, &after), 0);
+  cr_assert_eq((int)(after.st_mode & S_IFMT), (int)(before.st_mode & S_IFMT), "%s changed kind", path);
+  cr_assert_eq(after.st_ino, before.st_ino, "%s was replaced", path);
+  cr_assert_eq(temporaries(), 0, "a refused write must leave no temporary");
+}
+
+Test(files, an_output_never_replaces_a_fifo) {
+  char fifo[300], link[300], regular[300], to_regular[300];
+  snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+  snprintf(link, sizeof link, "%s/link-to-fifo", dir);
+  snprintf(regular, sizeof regular, "%s/regular.json", dir);
+  snprintf(to_regular, sizeof to_regular, "%s/link-to-regular", dir);
+  cr_assert_eq(mkfifo(fifo, 0600), 0);
+  expect_special_refused(fifo, "a FIFO");
+  cr_assert_eq(symlink("fifo", link), 0); /* a link is followed: to a FIFO, refused */
+  expect_special_refused(link, "a FIFO");
+  /* a link to a regular file is replaced as before */
+  write_text(regular, "old\n");
+  cr_assert_eq(symlink("regular.json", to_regular), 0);
+  OK(strata_file_check(to_regular));
+  OK(strata_file_write(to_regular, "new\n", 4));
+  cr_assert_str_eq(slurp(to_regular), "new\n");
+  /* the inputs a tool reads by name refuse a FIFO too, never waiting for a writer */
+  int format = -1;
+  expect_fifo_refused(strata_token_format_detect(fifo, &format), "strata_token_format_detect");
+  strata_machine_t mc = NULL;
+  expect_fifo_refused(strata_machine_load_calibration(fifo, NULL, &mc), "strata_machine_load_calibration");
+  cr_assert_null(mc);
+}
+
+/* The same for a character device, made in the scratch directory (never the system's /dev): only root may. */
+Test(files, an_output_never_replaces_a_character_device) {
+  if (geteuid() != 0)
+    cr_skip_test("mknod of a character device needs root; this runs as uid %d", (int)geteuid());
+  char node[300];
+  snprintf(node, sizeof node, "%s/null", dir);
+  if (mknod(node, S_IFCHR | 0600, makedev(1, 3)) != 0)
+    cr_skip_test("mknod %s: %s (a container without CAP_MKNOD)", node, strerror(errno));
+  expect_special_refused(node, "a character device");
+}
+
+/* Issue 37, item 2: strata_file_same compares files by device and inode (links, other spellings), and outputs not
+** written yet by their directory and name; strata_file_preflight refuses an output that is an input or another
+** output, naming both. */
+Test(files, an_output_is_never_an_input_of_the_same_run) {
+  char in[300], dot[320], hard[300], soft[300], out[300], other[300], up[600];
+  snprintf(in, sizeof in, "%s/calibration.json", dir);
+  snprintf(dot, sizeof dot, "%s/./calibration.json", dir);
+  snprintf(hard, sizeof hard, "%s/hard.json", dir);
+  snprintf(soft, sizeof soft, "%s/soft.json", dir);
+  snprintf(out, sizeof out, "%s/layout.json", dir);
+  snprintf(other, sizeof other, "%s/other.json", dir);
+  const char *leaf = strrchr(dir, '/') + 1;
+  snprintf(up, sizeof up, "%s/../%s/layout.json", dir, leaf); /* out, not there yet, spelt another way */
+  write_text(in, "{}\n");
+  cr_assert_eq(link(in, hard), 0);
+  cr_assert_eq(symlink("calibration.json", soft), 0);
+  cr_assert(strata_file_same(in, in));
+  cr_assert(strata_file_same(in, dot));
+  cr_assert(strata_file_same(in, hard), "a hard link is the same file");
+  cr_assert(strata_file_same(soft, in), "a symbolic link is the same file");
+  cr_assert(strata_file_same(out, up), "two spellings of a file not written yet are one");
+  cr_assert(!strata_file_same(in, out));
+  cr_assert(!strata_file_same(out, other));
+  cr_assert(!strata_file_same(in, NULL) && !strata_file_same(NULL, in) && !strata_file_same("", in));
+  const char *outputs[] = {in, dot, hard, soft};
+  for (size_t i = 0; i < sizeof outputs / sizeof *outputs; i++) {
+    const struct strata_file_use use[] = {{.path = in, .what = "--calibration"},
+                                          {.path = outputs[i], .what = "--out", .output = 1}};
+    cr_assert_eq(strata_file_preflight(use, 2), STRATA_ERR_INVALID, "%s", outputs[i]);
+    cr_assert(strstr(strata_last_error(), "--out '") && strstr(strata_last_error(), "is the --calibration file"),
+              "%s", strata_last_error());
+  }
+  cr_assert_str_eq(slurp(in), "{}\n", "a check never writes");
+  const struct strata_file_use two[] = {{.path = out, .what = "--out", .output = 1},
+                                        {.path = up, .what = "--trace", .output = 1}};
+  cr_assert_eq(strata_file_preflight(two, 2), STRATA_ERR_INVALID);
+  cr_assert(strstr(strata_last_error(), "--trace '") && strstr(strata_last_error(), "is the --out file; one output"),
+            "%s", strata_last_error());
+  /* an input that is not there is no file to lose (a preset's name); an output may replace the input it names */
+  const struct strata_file_use fine[] = {{.path = "gpt2", .what = "--model"},
+                                         {.path = in, .what = "--resume"},
+                                         {.path = NULL, .what = "--trace", .output = 1},
+                                         {.path = soft, .what = "--save", .output = 1, .replaces = "--resume"},
+                                         {.path = out, .what = "--out", .output = 1}};
+  OK(strata_file_preflight(fine, 5));
+  cr_assert(!exists(out), "a check creates no output");
+  cr_assert_eq(temporaries(), 0);
+  cr_assert_eq(strata_file_preflight(NULL, 1), STRATA_ERR_INVALID);
+  OK(strata_file_preflight(NULL, 0));
 }
 
 /* Class 6 (messages): a path over 1,000 bytes kept no reason (the last-error buffer was cut); now the reason is

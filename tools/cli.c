@@ -100,26 +100,6 @@ int cli_parse_num(const char *prog, const char *opt, const char *text, int zero_
                         zero_ok ? "a non-negative number" : "a positive number", out);
 }
 
-int cli_same_file(const char *a, const char *b) {
-  if (!a || !b)
-    return 0;
-  struct stat sa, sb;
-  int ea = stat(a, &sa), eb = stat(b, &sb);
-  if (ea == 0 && eb == 0)
-    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-  if (ea == 0 || eb == 0)
-    return 0;
-  const char *ba = strrchr(a, '/'), *bb = strrchr(b, '/');
-  ba = ba ? ba + 1 : a;
-  bb = bb ? bb + 1 : b;
-  if (strcmp(ba, bb) != 0)
-    return 0;
-  char da[4096], db[4096];
-  snprintf(da, sizeof da, "%.*s", ba == a ? 1 : (int)(ba - a), ba == a ? "." : a);
-  snprintf(db, sizeof db, "%.*s", bb == b ? 1 : (int)(bb - b), bb == b ? "." : b);
-  return stat(da, &sa) == 0 && stat(db, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-}
-
 ssize_t cli_read_head(const char *path, void *buf, size_t n) {
   int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   if (fd < 0)

@@ -59,14 +59,6 @@ int cli_parse_real(const char *prog, const char *opt, const char *text, double l
 int cli_parse_num(const char *prog, const char *opt, const char *text, int zero_ok, double *out);
 
 /*
-** Whether paths `a` and `b` name the same file: by device and inode when
-** both exist (so a hard link, a symbolic link or "./x" against "x" are
-** caught), else by their directories' device and inode and the same last
-** component (an output not yet written). 0 when either is NULL.
-*/
-int cli_same_file(const char *a, const char *b);
-
-/*
 ** The first bytes (up to n) of the regular file at `path` into buf,
 ** opened without blocking: how many were read, or -1 when there is no
 ** regular file to read there (missing, a FIFO, unreadable).

@@ -773,8 +773,11 @@ static int calibrate_main(int argc, char **argv) {
     strncat(path, "/calibration.json", sizeof path - strlen(path) - 1);
     out = path;
   }
-  if (strata_file_check(out)) { /* before minutes of measuring */
-    fprintf(stderr, "strata-bench: calibrate: --out: %s\n", strata_last_error());
+  /* before minutes of measuring: --out is no special file, nor the --model file */
+  const struct strata_file_use files[] = {{.path = model_name, .what = "--model"},
+                                          {.path = out, .what = "--out", .output = 1}};
+  if (strata_file_preflight(files, 2)) {
+    fprintf(stderr, "strata-bench: calibrate: %s\n", strata_last_error());
     strata_model_free(model);
     free(rows);
     free(devs);

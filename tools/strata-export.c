@@ -5,6 +5,7 @@
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <strata/strata.h>
 
@@ -32,7 +33,8 @@ static void usage(FILE *f) {
         "The weights are the checkpoint's floats, bit for bit; the optimizer state is not written.\n"
         "strata-train --init-from DIR reads such a directory back.\n"
         "Exit status: 0 on success, 1 on a runtime failure (missing or unreadable checkpoint,\n"
-        "unwritable directory), 2 on bad usage or a checkpoint without a GPT-2 form.\n",
+        "unwritable directory), 2 on bad usage, a checkpoint without a GPT-2 form, or a file to\n"
+        "write that is the checkpoint itself or not a regular file.\n",
         f);
 }
 
@@ -65,6 +67,21 @@ int main(int argc, char **argv) {
   const char *checkpoint = argv[optind++];
   if (cli_refuse(PROG, 0, argc, argv))
     return EXIT_USAGE;
+  /* before any work: neither file written is the checkpoint (--hf d d/model.safetensors would replace it, optimizer
+  ** state and all), nor a FIFO or a device. A directory not there yet is made by the export and holds nothing. */
+  struct stat sb;
+  if (stat(hf, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+    char weights[4096], config[4096];
+    snprintf(weights, sizeof weights, "%s/model.safetensors", hf);
+    snprintf(config, sizeof config, "%s/config.json", hf);
+    const struct strata_file_use files[] = {{.path = checkpoint, .what = "CHECKPOINT"},
+                                            {.path = weights, .what = "--hf's model.safetensors", .output = 1},
+                                            {.path = config, .what = "--hf's config.json", .output = 1}};
+    if (strata_file_preflight(files, 3)) {
+      fprintf(stderr, PROG ": %s\n", strata_last_error());
+      return EXIT_USAGE;
+    }
+  }
   int rc = strata_hf_export(checkpoint, hf);
   if (rc) {
     fprintf(stderr, PROG ": %s\n", strata_last_error());

@@ -440,12 +440,14 @@ int main(int argc, char **argv) {
     fprintf(stderr, "%s: --node, --topology and --calibration each say what to plan on; give one\n", PROG);
     return 2;
   }
-  if (a.trace && a.out && cli_same_file(a.trace, a.out)) {
-    fprintf(stderr, "%s: --trace and --out name the same file\n", PROG);
-    return 2;
-  }
-  if (a.out && strata_file_check(a.out)) {
-    fprintf(stderr, "%s: --out: %s\n", PROG, strata_last_error());
+  /* before any work: no output replaces an input or the other output, or anything but a regular file */
+  const char *xml = a.topology && strcmp(a.topology, "live") != 0 ? a.topology : NULL;
+  const struct strata_file_use files[] = {
+      {.path = a.model, .what = "--model"},          {.path = xml, .what = "--topology"},
+      {.path = a.calibration, .what = "--calibration"}, {.path = a.simulate, .what = "--simulate"},
+      {.path = a.out, .what = "--out", .output = 1}, {.path = a.trace, .what = "--trace", .output = 1}};
+  if (strata_file_preflight(files, (int)(sizeof files / sizeof files[0]))) {
+    fprintf(stderr, "%s: %s\n", PROG, strata_last_error());
     return 2;
   }
   strata_model_t m;

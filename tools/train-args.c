@@ -173,29 +173,34 @@ static int check_out_path(const char *opt, const char *path) {
 
 /*
 ** Outputs are never an input of the same run, nor an existing file of
-** another kind: --save must not name the --data or --model file, --trace
-** none of --data, --model, --resume and --save (compared by device and
-** inode, so links and other spellings are caught); an existing --save must
-** be a safetensors file and an existing --trace a strata trace. Then both
-** outputs must be creatable now, temporary name included (one is made and
-** removed), rather than fail after hours of training. Returns 0 or
-** EXIT_USAGE after one line.
+** another kind: --save must not name the --data or --model file (it may
+** replace its own --resume), --trace none of the files (strata_file_preflight:
+** compared by device and inode, so links and other spellings are caught,
+** and neither may be a FIFO, a device or a directory); an existing --save
+** must be a safetensors file and an existing --trace a strata trace.
+** Both outputs are checked creatable now, temporary name included, rather
+** than fail after hours of training. Returns 0 or EXIT_USAGE after one line.
 */
 static int check_outputs(const struct options *o) {
-  const char *in_name[] = {"--data", "--model", "--resume", "--save"};
-  const char *in_path[] = {o->data, o->model, o->resume, o->save};
-  for (int i = 0; i < 2 && o->save; i++)
-    if (cli_same_file(o->save, in_path[i])) {
-      fprintf(stderr, PROG ": --save '%s' is the %s file; the checkpoint would replace it (choose another name)\n",
-              o->save, in_name[i]);
-      return EXIT_USAGE;
-    }
-  for (int i = 0; i < 4 && o->trace; i++)
-    if (cli_same_file(o->trace, in_path[i])) {
-      fprintf(stderr, PROG ": --trace '%s' is the %s file; the trace would replace it (choose another name)\n",
-              o->trace, in_name[i]);
-      return EXIT_USAGE;
-    }
+  char hf_config[4096] = "", hf_weights[4096] = ""; /* --init-from DIR's files */
+  if (o->init_from) {
+    snprintf(hf_config, sizeof hf_config, "%s/config.json", o->init_from);
+    snprintf(hf_weights, sizeof hf_weights, "%s/model.safetensors", o->init_from);
+  }
+  const struct strata_file_use files[] = {
+      {.path = o->data, .what = "--data"},
+      {.path = o->val_data, .what = "--val-data"},
+      {.path = o->model, .what = "--model"},
+      {.path = o->resume, .what = "--resume"},
+      {.path = o->layout_path, .what = "--layout"},
+      {.path = hf_config, .what = "--init-from config.json"},
+      {.path = hf_weights, .what = "--init-from model.safetensors"},
+      {.path = o->save, .what = "--save", .output = 1, .replaces = "--resume"},
+      {.path = o->trace, .what = "--trace", .output = 1}};
+  if (strata_file_preflight(files, (int)(sizeof files / sizeof files[0]))) {
+    fprintf(stderr, PROG ": %s\n", strata_last_error());
+    return EXIT_USAGE;
+  }
   unsigned char head[32];
   ssize_t n;
   /* safetensors: an 8-byte little-endian header length (far below 2^32), then the JSON header's '{' */
@@ -212,13 +217,6 @@ static int check_outputs(const struct options *o) {
                     "another name)\n", o->trace);
     return EXIT_USAGE;
   }
-  const char *out_name[] = {"--save", "--trace"};
-  const char *out_path[] = {o->save, o->trace};
-  for (int i = 0; i < 2; i++)
-    if (out_path[i] && strata_file_check(out_path[i])) {
-      fprintf(stderr, PROG ": %s: %s\n", out_name[i], strata_last_error());
-      return EXIT_USAGE;
-    }
   return 0;
 }
 

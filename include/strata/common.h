@@ -98,18 +98,49 @@ STRATA_API int strata_parse_size(const char *text, uint64_t *out /* OUT */);
 ** Write `size` bytes of `data` to `path` in one step: into a temporary file
 ** beside it, synced, then renamed over it, so a reader finds the old file
 ** or the whole new one, and a failure (a full disk, a killed process)
-** leaves the old file as it was. A file replaced keeps its mode.
-** STRATA_ERR_IO with the reason otherwise.
+** leaves the old file as it was. A file replaced keeps its mode. Only a
+** regular file is replaced: an existing directory, FIFO, device or socket
+** at `path` is refused before anything is written. STRATA_ERR_IO with the
+** reason otherwise.
 */
 STRATA_API int strata_file_write(const char *path, const void *data, size_t size);
 
 /*
 ** Check, before long work, that strata_file_write(path) will be able to
 ** write: the directory exists and takes a new file (a temporary file is
-** created and removed), `path` is not a directory. STRATA_ERR_IO with the
-** reason otherwise.
+** created and removed), `path` does not exist or is a regular file (or a
+** symbolic link to one): a directory, a FIFO, a device or a socket is
+** never replaced. STRATA_ERR_IO with the reason otherwise.
 */
 STRATA_API int strata_file_check(const char *path);
+
+/*
+** 1 when paths `a` and `b` name the same file, else 0 (also when either is
+** NULL or ""). Files that exist are compared by device and inode, so a hard
+** link, a symbolic link or "./x" against "x" are the same; when neither
+** exists yet, by their directories' device and inode and the same last
+** component; one there and one not are two files.
+*/
+STRATA_API int strata_file_same(const char *a, const char *b);
+
+/* One file a run names, for strata_file_preflight. */
+struct strata_file_use {
+  const char *path;     /* NULL or "": not given this run, skipped */
+  const char *what;     /* how the user named it, for messages: "--out", "--calibration" */
+  int output;           /* 1: the run writes it; 0: the run reads it */
+  const char *replaces; /* an output's leave to replace one input on purpose: that input's `what`
+                        ** (strata-train's --save over its --resume), else NULL */
+};
+
+/*
+** The check every tool makes of its files before any work: no output is
+** the same file (strata_file_same) as an input that exists, other than the
+** one it `replaces`, nor as another output; then every output as
+** strata_file_check takes it. The first failure is the last error, naming
+** the options and paths: STRATA_ERR_INVALID for two files that are one,
+** strata_file_check's status otherwise. The array is only read.
+*/
+STRATA_API int strata_file_preflight(const struct strata_file_use *files, int n);
 
 #ifdef __cplusplus
 }

@@ -56,7 +56,8 @@ STRATA_API int strata_trainer_load_hf(strata_trainer_t tr, const char *dir);
 ** model.safetensors (metadata {"format": "pt"}), each atomically. `dir` is
 ** created when missing (its parent must exist); files of other names in it
 ** are left alone. Any GPT checkpoint can be written; the values are the
-** checkpoint's floats, bit for bit.
+** checkpoint's floats, bit for bit. STRATA_ERR_INVALID, before anything is
+** read, when either file to write is `checkpoint` itself (strata_file_same).
 */
 STRATA_API int strata_hf_export(const char *checkpoint, const char *dir);
 

@@ -214,9 +214,14 @@ int strata__out_open(struct strata__out *o, const char *path) {
   struct stat sb;
   mode_t mode = 0644;
   if (fstatat(o->dirfd, o->base, &sb, 0) == 0) {
-    if (S_ISDIR(sb.st_mode)) {
+    /* A rename would put a file where a device, a FIFO or a socket was (run as root, --save /dev/null would
+    ** replace the system's /dev/null): only a regular file, or a link to one, is ever replaced. */
+    if (!S_ISREG(sb.st_mode)) {
       out_release(o);
-      return strata__error(STRATA_ERR_IO, "%s: is a directory", path);
+      if (S_ISDIR(sb.st_mode))
+        return strata__error(STRATA_ERR_IO, "%s: is a directory", path);
+      return strata__error(STRATA_ERR_IO, "%s: is %s, not a regular file; strata replaces only regular files", path,
+                           file_kind(sb.st_mode));
     }
     mode = sb.st_mode & 07777; /* a file replaced keeps its mode */
   }
@@ -315,4 +320,85 @@ STRATA_API int strata_file_check(const char *path) {
   if (!path || !path[0])
     return strata__error(STRATA_ERR_INVALID, "strata_file_check: no path");
   return strata__out_check(path);
+}
+
+/* ---------------------------------------------------------------- the files of one run */
+
+/*
+** The directory part of `path` into buf: "." for a bare name, "/" for
+** "/name". 0, or -1 when it does not fit.
+*/
+static int dir_of(const char *path, const char *base, char *buf, size_t n) {
+  size_t len = (size_t)(base - path);
+  if (len == 0)
+    return snprintf(buf, n, ".") < (int)n ? 0 : -1;
+  while (len > 1 && path[len - 1] == '/')
+    len--;
+  if (len >= n)
+    return -1;
+  memcpy(buf, path, len);
+  buf[len] = '\0';
+  return 0;
+}
+
+STRATA_API int strata_file_same(const char *a, const char *b) {
+  if (!a || !b || !a[0] || !b[0])
+    return 0;
+  struct stat sa, sb;
+  int ea = stat(a, &sa), eb = stat(b, &sb);
+  if (ea == 0 && eb == 0)
+    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  if (ea == 0 || eb == 0)
+    return 0; /* one is there, the other is not: two files */
+  /* neither is there yet: the same name in the same directory (by its device and inode) */
+  const char *ba = strrchr(a, '/'), *bb = strrchr(b, '/');
+  ba = ba ? ba + 1 : a;
+  bb = bb ? bb + 1 : b;
+  if (!*ba || !*bb || strcmp(ba, bb) != 0)
+    return 0;
+  char da[4096], db[4096];
+  if (dir_of(a, ba, da, sizeof da) || dir_of(b, bb, db, sizeof db))
+    return strcmp(a, b) == 0;
+  return stat(da, &sa) == 0 && stat(db, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+/* Whether `path` names something that is there (a dangling link is not). */
+static int exists(const char *path) {
+  struct stat sb;
+  return stat(path, &sb) == 0;
+}
+
+STRATA_API int strata_file_preflight(const struct strata_file_use *files, int n) {
+  if (n < 0 || (n > 0 && !files))
+    return strata__error(STRATA_ERR_INVALID, "strata_file_preflight: no list of files");
+  for (int i = 0; i < n; i++) {
+    const struct strata_file_use *o = &files[i];
+    if (!o->output || !o->path || !o->path[0])
+      continue;
+    for (int j = 0; j < n; j++) {
+      const struct strata_file_use *f = &files[j];
+      if (j == i || !f->path || !f->path[0])
+        continue;
+      if (!f->output) {
+        /* an input that is not there cannot be replaced (a preset's name, "live"); one the output may replace on
+        ** purpose is left alone */
+        if ((o->replaces && f->what && strcmp(o->replaces, f->what) == 0) || !exists(f->path))
+          continue;
+        if (strata_file_same(o->path, f->path))
+          return strata__error(STRATA_ERR_INVALID, "%s '%s' is the %s file; writing it would replace that input "
+                               "(choose another name)", o->what ? o->what : "the output", o->path,
+                               f->what ? f->what : "input");
+      } else if (j > i && strata_file_same(o->path, f->path)) {
+        return strata__error(STRATA_ERR_INVALID, "%s '%s' is the %s file; one output would replace the other "
+                             "(choose two names)", f->what ? f->what : "an output", f->path,
+                             o->what ? o->what : "another output's");
+      }
+    }
+  }
+  for (int i = 0; i < n; i++) {
+    int rc = files[i].output && files[i].path && files[i].path[0] ? strata__out_check(files[i].path) : STRATA_OK;
+    if (rc)
+      return strata__error_prefix(rc, "%s: ", files[i].what ? files[i].what : "output");
+  }
+  return STRATA_OK;
 }

@@ -30,7 +30,10 @@ int strata__fopen_input(const char *path, int missing, FILE **f /* OUT */);
 ** hash of the whole name in 8 hex digits, PID the writer's process id and
 ** RANDOM 8 characters of [a-z0-9], so the temporary name always fits
 ** NAME_MAX when the target's does; before that it removes the temporary files of earlier writers of
-** the same target whose process is gone (a run killed while saving).
+** the same target whose process is gone (a run killed while saving). An
+** existing target that is not a regular file (a directory, a FIFO, a
+** device, a socket; a symbolic link is followed) is refused first: a rename
+** would put a file in its place.
 ** strata__out_commit flushes, fsyncs, renames over the target and syncs the
 ** directory: the target is either the old file or the whole new one.
 ** strata__out_abort removes the temporary file. Both release everything;
@@ -53,8 +56,8 @@ void strata__out_abort(struct strata__out *o);
 /*
 ** Check before the work that `path` can be written by strata__out_open:
 ** its directory exists and takes a new file (one temporary file is created
-** and removed), the target is not a directory. The message names the path
-** and the reason.
+** and removed), the target is absent or a regular file. The message names
+** the path and the reason.
 */
 int strata__out_check(const char *path);
 

@@ -351,9 +351,8 @@ static int strata__detect(const uint8_t *p, size_t n) {
 STRATA_API int strata_token_format_detect(const char *path, int *format) {
   if (!path || !format)
     return strata__error(STRATA_ERR_INVALID, "strata_token_format_detect: NULL argument");
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return strata__error(STRATA_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  FILE *f = NULL;
+  TRY(strata__fopen_input(path, STRATA_ERR_IO, &f)); /* a FIFO is refused, not waited on */
   uint8_t *buf = malloc(STRATA__DETECT_BYTES);
   if (!buf) {
     fclose(f);

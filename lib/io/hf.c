@@ -245,6 +245,15 @@ static int hf_config_json(const struct strata_model_config *c, char **out) {
 STRATA_API int strata_hf_export(const char *checkpoint, const char *dir) {
   if (!checkpoint || !dir || !dir[0])
     return strata__error(STRATA_ERR_INVALID, "strata_hf_export: NULL argument");
+  /* the export never replaces what it reads: "--hf d d/model.safetensors" would lose the optimizer state */
+  static const char *const written[] = {"model.safetensors", "config.json"};
+  for (int i = 0; i < 2; i++) {
+    char out[4096];
+    TRY(strata__hf_path(out, sizeof out, dir, written[i]));
+    if (strata_file_same(out, checkpoint))
+      return strata__error(STRATA_ERR_INVALID, "%s: is the checkpoint being exported; the export would replace it "
+                           "(choose another directory)", out);
+  }
   strata_safetensors_t f = NULL;
   TRY(strata_safetensors_read(checkpoint, &f));
   strata_model_t model = NULL;
