@@ -52,8 +52,10 @@ static void usage(FILE *f) {
         "  -c, --checkpoint FILE    the checkpoint (safetensors with the model in its metadata)\n"
         "      --init-from DIR      a Hugging Face GPT-2 directory (config.json + model.safetensors)\n"
         "      --tokens             the prompt is token ids (decimal, separated by spaces, commas or\n"
-        "                           newlines; '-' reads them from stdin) and the output is the prompt's\n"
-        "                           and the generated ids, space-separated, on one line\n"
+        "                           newlines; '-' reads them from stdin, keeping the last as many as\n"
+        "                           the model's context holds, with a note when there were more) and\n"
+        "                           the output is the prompt's and the generated ids, space-separated,\n"
+        "                           on one line\n"
         "  -p, --prompt TEXT        text (or with --tokens, ids) to continue (default: none)\n"
         "  -n, --length N           bytes (tokens) to generate, 1 to 1000000 (default 200)\n"
         "  -t, --temperature T      sampling temperature 0 to 1000, 0 = always the most likely byte\n"
@@ -148,83 +150,100 @@ static int model_from_checkpoint(const char *path, strata_model_t *out /* OUT */
 
 enum { OPT_DEVICE = 256, OPT_VERSION, OPT_INIT_FROM, OPT_TOKENS };
 
+/* Where token ids come from: the --prompt text, or a stream (stdin for '-p -'). */
+struct id_source {
+  const char *text;
+  FILE *stream;
+};
+
+static int next_char(struct id_source *in) {
+  if (in->stream)
+    return getc(in->stream);
+  return *in->text ? (unsigned char)*in->text++ : EOF;
+}
+
+static int is_separator(int c) { return c == ' ' || c == ',' || c == '\n' || c == '\t' || c == '\r'; }
+
 /*
-** Parse the decimal token ids of `text` (separated by spaces, commas or
+** Parse the decimal token ids of `in` (separated by spaces, commas or
 ** newlines) into a malloc'd array *ids of *n; each must lie below `vocab`.
+** With keep > 0 only the last `keep` ids are held (a ring, in order at the
+** end), so that an endless stream takes no more memory than that; *seen
+** counts every id read. One character at a time: no input line is held.
 ** Prints one line and returns EXIT_USAGE on anything else.
 */
-static int parse_ids(const char *text, int64_t vocab, int32_t **ids, size_t *n) {
-  size_t cap = 64, k = 0;
+static int parse_ids(struct id_source *in, int64_t vocab, size_t keep, int32_t **ids, size_t *n, size_t *seen) {
+  size_t cap = keep && keep < 64 ? keep : 64, total = 0;
   int32_t *a = malloc(cap * sizeof *a);
   if (!a) {
     fprintf(stderr, PROG ": out of memory\n");
     return EXIT_RUNTIME;
   }
-  const char *p = text;
+  int c = next_char(in);
   for (;;) {
-    while (*p == ' ' || *p == ',' || *p == '\n' || *p == '\t' || *p == '\r')
-      p++;
-    if (!*p)
+    while (c != EOF && is_separator(c))
+      c = next_char(in);
+    if (c == EOF)
       break;
-    const char *start = p;
+    char word[41]; /* the id as written, for messages (cut at 40 characters) */
+    int len = 0, digits = 1;
     long long v = 0;
-    while (isdigit((unsigned char)*p) && v <= vocab)
-      v = v * 10 + (*p++ - '0');
-    if (p == start || (*p && !strchr(" ,\n\t\r", *p) && !isdigit((unsigned char)*p))) {
-      int len = 0;
-      while (start[len] && !strchr(" ,\n\t\r", start[len]) && len < 40)
-        len++;
-      fprintf(stderr, PROG ": --tokens: '%.*s' (token %zu) is not a token id\n", len, start, k);
+    for (; c != EOF && !is_separator(c); c = next_char(in)) {
+      if (len < 40)
+        word[len++] = (char)c;
+      if (!isdigit(c))
+        digits = 0;
+      else if (v <= vocab) /* past the vocabulary it is refused anyway: no overflow */
+        v = v * 10 + (c - '0');
+    }
+    word[len] = '\0';
+    if (!digits) {
+      fprintf(stderr, PROG ": --tokens: '%s' (token %zu) is not a token id\n", word, total);
       free(a);
       return EXIT_USAGE;
     }
     if (v >= vocab) {
-      while (isdigit((unsigned char)*p))
-        p++;
-      fprintf(stderr, PROG ": --tokens: token %zu ('%.*s') is not below the model's vocabulary of %lld\n", k,
-              (int)(p - start > 40 ? 40 : p - start), start, (long long)vocab);
+      fprintf(stderr, PROG ": --tokens: token %zu ('%s') is not below the model's vocabulary of %lld\n", total, word,
+              (long long)vocab);
       free(a);
       return EXIT_USAGE;
     }
-    if (k == cap) {
-      int32_t *b = realloc(a, 2 * cap * sizeof *a);
+    if (keep && total >= keep) {
+      a[total++ % keep] = (int32_t)v;
+      continue;
+    }
+    if (total == cap) {
+      size_t grow = keep && 2 * cap > keep ? keep : 2 * cap;
+      int32_t *b = realloc(a, grow * sizeof *a);
       if (!b) {
         free(a);
         fprintf(stderr, PROG ": out of memory\n");
         return EXIT_RUNTIME;
       }
       a = b;
-      cap *= 2;
+      cap = grow;
     }
-    a[k++] = (int32_t)v;
+    a[total++] = (int32_t)v;
+  }
+  size_t held = keep && total > keep ? keep : total;
+  if (held < total && total % keep) {
+    /* the ring's oldest id is at total % keep: put the ids back in their order */
+    int32_t *b = malloc(keep * sizeof *b);
+    if (!b) {
+      free(a);
+      fprintf(stderr, PROG ": out of memory\n");
+      return EXIT_RUNTIME;
+    }
+    size_t start = total % keep;
+    memcpy(b, a + start, (keep - start) * sizeof *b);
+    memcpy(b + (keep - start), a, start * sizeof *b);
+    free(a);
+    a = b;
   }
   *ids = a;
-  *n = k;
+  *n = held;
+  *seen = total;
   return 0;
-}
-
-/* All of stdin as a NUL-terminated malloc'd string, or NULL. */
-static char *read_stdin(void) {
-  size_t cap = 4096, n = 0;
-  char *s = malloc(cap);
-  while (s) {
-    size_t got = fread(s + n, 1, cap - n - 1, stdin);
-    n += got;
-    if (got == 0)
-      break;
-    if (n + 1 == cap) {
-      char *t = realloc(s, cap * 2);
-      if (!t) {
-        free(s);
-        return NULL;
-      }
-      s = t;
-      cap *= 2;
-    }
-  }
-  if (s)
-    s[n] = '\0';
-  return s;
 }
 
 static int parse_args(int argc, char **argv, struct options *o) {
@@ -282,18 +301,18 @@ static int parse_args(int argc, char **argv, struct options *o) {
 */
 static int generate_tokens(strata_trainer_t tr, const struct strata_model_config *cfg, const struct options *o) {
   int64_t ctx = cfg->context, vocab = cfg->vocab;
-  char *stdin_text = NULL;
-  const char *text = o->prompt;
-  if (strcmp(text, "-") == 0 && !(text = stdin_text = read_stdin())) {
-    fprintf(stderr, PROG ": out of memory reading stdin\n");
-    return EXIT_RUNTIME;
-  }
+  /* stdin may never end (a pipe from a producer): only the last `ctx` ids can reach the model, so only those are
+  ** kept; the prompt given on the command line is whole */
+  const int from_stdin = strcmp(o->prompt, "-") == 0;
+  struct id_source in = {.text = o->prompt, .stream = from_stdin ? stdin : NULL};
   int32_t *ids = NULL;
-  size_t n = 0;
-  int rc = parse_ids(text, vocab, &ids, &n);
-  free(stdin_text);
+  size_t n = 0, seen = 0;
+  int rc = parse_ids(&in, vocab, from_stdin ? (size_t)ctx : 0, &ids, &n, &seen);
   if (rc)
     return rc;
+  if (seen > n)
+    fprintf(stderr, PROG ": --tokens: stdin gave %zu ids; the model's context holds %lld, so the prompt is the last "
+            "%zu of them\n", seen, (long long)ctx, n);
   if (n == 0) {
     free(ids);
     fprintf(stderr, PROG ": --tokens needs at least one prompt id (GPT-2 starts a text with <|endoftext|>, 50256)\n");
