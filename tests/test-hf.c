@@ -278,7 +278,10 @@ Test(hf, what_strata_cannot_represent_is_refused_naming_the_field) {
   refused("{\"n_ctx\": 64}", STRATA_ERR_UNSUPPORTED, "n_ctx");
   refused("{\"n_embd\": null}", STRATA_ERR_PARSE, "n_embd");
   refused("{\"n_head\": \"four\"}", STRATA_ERR_PARSE, "n_head");
-  refused("{\"n_head\": 5}", STRATA_ERR_SHAPE, "heads = 5 does not divide");
+  /* sizes strata's models do not take are the file's values it cannot use, named with their Hugging Face keys */
+  refused("{\"n_head\": 5}", STRATA_ERR_UNSUPPORTED, "heads = 5 does not divide");
+  refused("{\"n_positions\": 100000, \"n_ctx\": null}", STRATA_ERR_UNSUPPORTED, "n_positions is its context");
+  refused("{\"n_layer\": 5000}", STRATA_ERR_UNSUPPORTED, "layers = 5000 must lie in");
   /* dropout is accepted: strata trains without it, transformers evaluates without it */
   char tmp[64];
   edited_copy("small", "{\"resid_pdrop\": 0.3, \"gelu\": null, \"activation_function\": \"gelu_pytorch_tanh\"}", tmp);

@@ -28,7 +28,9 @@ extern "C" {
 ** other than "gelu_new" (= "gelu_pytorch_tanh", GELU's tanh form),
 ** layer_norm_epsilon other than 1e-5, scale_attn_weights false,
 ** scale_attn_by_inverse_layer_idx true, add_cross_attention true, a
-** quantization_config, n_ctx other than n_positions. Dropout probabilities
+** quantization_config, n_ctx other than n_positions, sizes strata's models
+** do not take (n_positions past 65536, n_head not dividing n_embd: the
+** message gives strata's name and the key's). Dropout probabilities
 ** are accepted and not used: strata trains without dropout, and a model
 ** evaluated by transformers (model.eval()) has none either.
 */

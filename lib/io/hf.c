@@ -176,7 +176,14 @@ STRATA_API int strata_hf_model(const char *dir, strata_model_t *out) {
     return strata__error(STRATA_ERR_INVALID, "strata_hf_model: out is NULL");
   struct strata_model_config c;
   TRY(strata__hf_read_config(dir, &c));
-  return strata_model_from_config(&c, out);
+  int rc = strata_model_from_config(&c, out);
+  /* sizes outside strata's limits (n_positions past 65536, n_head that does not divide n_embd) are values of the
+  ** file that strata cannot use, like an activation it has not: the file's fault, said as such */
+  if (rc == STRATA_ERR_INVALID || rc == STRATA_ERR_SHAPE)
+    return strata__error_prefix(STRATA_ERR_UNSUPPORTED, "%s/config.json: values strata cannot use (n_positions is its "
+                                "context, n_embd d_model, n_layer layers, n_head heads, n_inner d_ff, vocab_size "
+                                "vocab): ", dir);
+  return rc;
 }
 
 /* ---------------------------------------------------------------- checkpoint -> Hugging Face directory */
