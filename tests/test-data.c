@@ -570,6 +570,44 @@ Test(tokens, bad_files_are_one_clear_error) {
                STRATA_ERR_INVALID);
 }
 
+/* Issue 37, item 5: uint16 ids none of whose bytes is 0 look like text to AUTO; the source says it read bytes and
+** why, U16 reads the ids, and two files AUTO reads apart (one bytes, one uint16) are refused naming both. */
+Test(tokens, a_uint16_file_without_a_nul_byte_says_how_it_was_read) {
+  enum { N = 512 };
+  static uint16_t ids[N];
+  for (int i = 0; i < N; i++)
+    ids[i] = (uint16_t)(0x0101 + (i % 7) * 0x0102); /* 257, 515, ...: no byte is 0 */
+  size_t len;
+  uint8_t *b = token_bytes(ids, N, 0, &len);
+  char path[512], zpath[512];
+  snprintf(path, sizeof path, "%s", write_file("nonul.bin", b, len));
+  strata_dataset_t ds;
+  struct strata_dataset_info info;
+  OK(strata_dataset_tokens(path, STRATA_TOKENS_AUTO, 4096, 0.1, &ds));
+  OK(strata_dataset_info(ds, &info));
+  cr_assert(strstr(info.source, "nonul.bin (bytes, by content: no NUL byte in its first 64 KiB; --data-format nanogpt "
+                                "reads uint16 ids)"), "%s", info.source);
+  cr_assert_eq(info.train_size + info.val_size, 2 * N, "read as bytes: two tokens an id");
+  strata_dataset_free(ds);
+  OK(strata_dataset_tokens(path, STRATA_TOKENS_U16, 4096, 0.1, &ds));
+  OK(strata_dataset_info(ds, &info));
+  cr_assert(strstr(info.source, "nonul.bin (nanoGPT uint16 tokens)"), "%s", info.source);
+  cr_assert_eq(info.train_size + info.val_size, N);
+  strata_dataset_free(ds);
+  ids[0] = 7; /* a NUL byte: AUTO reads uint16 */
+  free(b);
+  b = token_bytes(ids, N, 0, &len);
+  snprintf(zpath, sizeof zpath, "%s", write_file("withnul.bin", b, len));
+  cr_assert_eq(strata_dataset_tokens_split(zpath, path, STRATA_TOKENS_AUTO, 4096, &ds), STRATA_ERR_PARSE);
+  cr_assert(strstr(strata_last_error(), "withnul.bin reads as nanoGPT uint16 tokens but ") &&
+                strstr(strata_last_error(), "nonul.bin as bytes") && strstr(strata_last_error(), "--data-format"),
+            "%s", strata_last_error());
+  cr_assert_null(ds);
+  OK(strata_dataset_tokens_split(zpath, path, STRATA_TOKENS_U16, 4096, &ds));
+  strata_dataset_free(ds);
+  free(b);
+}
+
 Test(tokens, splits_in_two_files_as_nanogpt_prepares_them) {
   enum { NT = 3000, NV = 400, CTX = 8, B = 16 };
   static uint16_t tr[NT], va[NV];

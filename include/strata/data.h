@@ -47,7 +47,10 @@ enum strata_token_format {
 ** STRATA_ERR_RANGE naming its position (0-based, among the tokens); the
 ** messages name the file. BYTES (and AUTO on a file that is neither) is
 ** strata_dataset_text, whose tokens must lie below `vocab` as well. The
-** dataset's info gives vocab = `vocab` and its source says the format.
+** dataset's info gives vocab = `vocab` and its source says the format, and
+** for AUTO's one guess that can be wrong (bytes, since no NUL byte was seen:
+** uint16 ids none of whose bytes is 0 look so) why, and that U16 reads the
+** file as ids; the info log ("data") says it too.
 */
 STRATA_API int strata_dataset_tokens(const char *path, int format, int64_t vocab, double val_fraction,
                                      strata_dataset_t *out /* OUT */);
@@ -56,7 +59,11 @@ STRATA_API int strata_dataset_tokens(const char *path, int format, int64_t vocab
 ** The same, with the splits in two files, as nanoGPT prepares them
 ** (train.bin, val.bin): every token of `train_path` trains, every token of
 ** `val_path` validates; each file is detected (AUTO) and checked on its
-** own. Each must hold at least 2 tokens.
+** own. Each must hold at least 2 tokens. With AUTO, one file read as
+** bytes and the other as raw uint16 (both told by a NUL byte) is
+** STRATA_ERR_PARSE: the content does not tell which is meant, the caller
+** must name the format. Text beside an llm.c file (known by its magic) is
+** read.
 */
 STRATA_API int strata_dataset_tokens_split(const char *train_path, const char *val_path, int format, int64_t vocab,
                                            strata_dataset_t *out /* OUT */);

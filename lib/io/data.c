@@ -491,7 +491,15 @@ STRATA_API int strata_dataset_tokens(const char *path, int format, int64_t vocab
     return rc;
   }
   ds->train_len = ds->text_len - val_len;
-  if ((rc = set_source(ds, "%s (%s)", path, strata__format_name(used))) != STRATA_OK) {
+  if (format == STRATA_TOKENS_AUTO && used == STRATA_TOKENS_BYTES)
+    /* the one guess that can be wrong: uint16 ids none of whose bytes is 0 look like text */
+    rc = set_source(ds, "%s (bytes, by content: no NUL byte in its first %d KiB; --data-format nanogpt reads uint16 "
+                    "ids)", path, STRATA__DETECT_BYTES / 1024);
+  else
+    rc = set_source(ds, "%s (%s)", path, strata__format_name(used));
+  if (rc == STRATA_OK)
+    strata__log(STRATA_LOG_INFO, "data", "%s", ds->source);
+  if (rc != STRATA_OK) {
     strata_dataset_free(ds);
     return rc;
   }
@@ -535,6 +543,17 @@ STRATA_API int strata_dataset_tokens_split(const char *train_path, const char *v
   if (!rc && (ds->text_len < STRATA__MIN_SPLIT_BYTES || val->text_len < STRATA__MIN_SPLIT_BYTES))
     rc = strata__error(STRATA_ERR_INVALID, "%s: too short: a split needs at least %d tokens", which,
                        STRATA__MIN_SPLIT_BYTES);
+  const int guessed_apart = (f1 == STRATA_TOKENS_BYTES && f2 == STRATA_TOKENS_U16) ||
+                            (f1 == STRATA_TOKENS_U16 && f2 == STRATA_TOKENS_BYTES);
+  if (!rc && format == STRATA_TOKENS_AUTO && guessed_apart) {
+    /* both guessed by a NUL byte, one with and one without: uint16 ids none of whose bytes is 0, or text beside raw
+    ** ids; the content does not tell (an llm.c file is known by its magic, and goes with text) */
+    const int bytes_first = f1 == STRATA_TOKENS_BYTES;
+    rc = strata__error(STRATA_ERR_PARSE, "%s reads as %s but %s as bytes (no NUL byte in its first %d KiB): the "
+                       "content does not tell; name the format (strata-train --data-format nanogpt or text)",
+                       bytes_first ? val_path : train_path, strata__format_name(STRATA_TOKENS_U16),
+                       bytes_first ? train_path : val_path, STRATA__DETECT_BYTES / 1024);
+  }
   /* one buffer, the training tokens then the validation ones, both as wide as the wider */
   if (!rc && (ds->wide || val->wide)) {
     rc = strata__widen(ds);
@@ -562,6 +581,8 @@ STRATA_API int strata_dataset_tokens_split(const char *train_path, const char *v
     rc = set_source(ds, "%s + %s (%s)", train_path, val_path, strata__format_name(f1));
   else
     rc = set_source(ds, "%s (%s) + %s (%s)", train_path, strata__format_name(f1), val_path, strata__format_name(f2));
+  if (!rc)
+    strata__log(STRATA_LOG_INFO, "data", "%s", ds->source);
   if (rc) {
     strata_dataset_free(ds);
     return rc;
