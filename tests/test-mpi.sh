@@ -17,6 +17,22 @@ notok() { n=$((n + 1)); echo "not ok $n - $*"; }
 skip() { n=$((n + 1)); echo "ok $n # SKIP $*"; }
 out=$(mktemp -d "${TMPDIR:-/tmp}/strata-mpi.XXXXXX") || exit 1
 trap 'rm -rf "$out"' EXIT
+# Every process this suite starts carries this marker in its environment (mpirun hands it to the ranks it starts on
+# this node), so the checks for leftovers count only this suite's processes: under make -j2 another suite's mpi-check
+# (test-mpi-nccl.sh's view) runs beside these from the same tree, and is not ours.
+STRATA_TEST_SUITE="test-mpi.sh.$$.$out"
+export STRATA_TEST_SUITE
+# ours PATTERN: "PID ARGS" of each live process of this suite whose command line matches the extended regular
+# expression PATTERN (a zombie has no environment left, so it is not listed)
+ours() {
+  for env in $(grep -lzxF "STRATA_TEST_SUITE=$STRATA_TEST_SUITE" /proc/[0-9]*/environ 2>/dev/null); do
+    d=${env%/environ}
+    args=$(tr '\0' ' ' <"$d/cmdline" 2>/dev/null)
+    state=$(sed -n 's/^[0-9]* (.*) \([A-Za-z]\) .*/\1/p' "$d/stat" 2>/dev/null)
+    [ -n "$args" ] && [ "$state" != Z ] && printf '%s\n' "${d#/proc/} $args" | grep -E -- "$1"
+  done
+  return 0
+}
 
 # Every rank: two host virtual devices and one PoCL device.
 STRATA_BACKENDS=host,opencl STRATA_HOST_DEVICES=2 POCL_DEVICES=pthread MPI_CHECK_DEVICES_PER_RANK=3
@@ -209,16 +225,28 @@ grep -h -A20 '^# p2p' "$out/bench.log" | sed 's/^/# /'
 timed() {
   t0=$(date +%s); "$@"; rc=$?; t1=$(date +%s); elapsed=$((t1 - t0)); return $rc
 }
-left_running() {
-  ps -eo stat=,args= 2>/dev/null | grep -v '^Z' | grep -F "$b/tests/" | grep mpi-check | grep -v grep | grep -q .
-}
+left_running() { ours "$b/tests/.*mpi-check" | grep -q .; }
+# The check itself: a process named like ours but started without the marker (another suite's) is not listed, one
+# with it is. Before, any mpi-check of the tree counted, and test-mpi-nccl.sh's made "no rank left running" fail.
+sh -c 'sleep 30; :' "$out/tests/mpi-check" &
+own=$!
+env -u STRATA_TEST_SUITE sh -c 'sleep 30; :' "$out/tests/mpi-check" &
+foreign=$!
+sleep 0.3
+ours "$out/tests/mpi-check" >"$out/ours.log"
+if grep -q "^$own " "$out/ours.log" && ! grep -q "^$foreign " "$out/ours.log"; then
+  ok "the leftover check sees this suite's processes only (its own: $own; another suite's: $foreign)"
+else notok "the leftover check sees this suite's processes only (own $own, foreign $foreign)"
+  sed 's/^/# /' "$out/ours.log"; fi
+kill "$own" "$foreign" 2>/dev/null
+wait "$own" "$foreign" 2>/dev/null
 timed env STRATA_COMM_TIMEOUT=20 $run60 4 "$prog" kill >"$out/kill.log" 2>&1
 if [ "$rc" -ne 0 ] && [ "$elapsed" -lt 30 ]; then ok "kill -9 of rank 3: the job fails (status $rc) in $elapsed s"
 else notok "kill -9 of rank 3: the job fails in bounded time (status $rc, $elapsed s)"; sed 's/^/# /' "$out/kill.log"; fi
 has "kill -9 of rank 3: the others' message names it" "$out/kill.log" \
   '^strata: rank [0-2] .*: allreduce .* rank 3 \(pid [0-9]+ on [^)]*\) has exited'
 sleep 1
-if left_running; then notok "kill: no rank left running"; ps -eo pid,stat,args | grep mpi-check | sed 's/^/# /'
+if left_running; then notok "kill: no rank left running"; ours mpi-check | sed 's/^/# /'
 else ok "kill: no rank left running"; fi
 
 timed env STRATA_COMM_TIMEOUT=20 MPI_CHECK_DEVICE=2 $run60 2 "$prog" p2pkill >"$out/p2pkill.log" 2>&1
@@ -233,7 +261,7 @@ else notok "silent rank 1: the job fails in bounded time (status $rc, $elapsed s
 has "silent rank 1: rank 0 names it after STRATA_COMM_TIMEOUT" "$out/stall.log" \
   '^strata: rank 0 .*: allreduce .*: rank 1 \([^)]*\) made no progress for 3 s'
 sleep 1
-if left_running; then notok "stall: no rank left running"; ps -eo pid,stat,args | grep mpi-check | sed 's/^/# /'
+if left_running; then notok "stall: no rank left running"; ours mpi-check | sed 's/^/# /'
 else ok "stall: no rank left running"; fi
 
 timed env STRATA_COMM_TIMEOUT=20 $run60 2 "$prog" fault >"$out/fault.log" 2>&1
@@ -242,7 +270,7 @@ else notok "device fault on rank 1: the job fails in bounded time (status $rc, $
 has "device fault on rank 1: its message names the rank, the device and the collective" "$out/fault.log" \
   '^strata: rank 1 .*: allreduce of .* on 2 ranks: rank 1 failed: .*host virtual device 0.*injected fault'
 sleep 1
-if left_running; then notok "fault: no rank left running"; ps -eo pid,stat,args | grep mpi-check | sed 's/^/# /'
+if left_running; then notok "fault: no rank left running"; ours mpi-check | sed 's/^/# /'
 else ok "fault: no rank left running"; fi
 
 # Training across ranks (strata-train under mpirun): --dp 2 with one replica per rank is the one-process --dp 2 run,
@@ -377,7 +405,7 @@ fault_rank1 "strata-train --dp 2" "$out/fault-train.json" "$out/fault-train.log"
 
 # Failure: rank 1 killed mid-training (resumed from that checkpoint, saving to a copy of it); rank 0 stops, naming it.
 cp "$out/ck2.st" "$out/kill.st"
-ranks_of_train() { ps -eo pid=,args= 2>/dev/null | grep -E "tools/(\.libs/)?(lt-)?strata-train " | grep -v grep; }
+ranks_of_train() { ours "tools/(\.libs/)?(lt-)?strata-train "; }
 dead='^strata-train: .*rank 1 \(pid [0-9]+ on [^)]*\) has exited; rank 0 stops'
 # kill_rank1 WHAT JSON LOG PATTERN ARGS...: strata-train ARGS over 2 ranks (one host device each), rank 1 killed
 # with -9 once a step is done: the job fails within 30 s of the kill, rank 0's message matches PATTERN (naming the
@@ -390,7 +418,7 @@ kill_rank1() {
   job=$!
   victim=
   for i in $(seq 1 100); do
-    for p in $(ranks_of_train | grep -F "$out/" | awk '{print $1}'); do
+    for p in $(ranks_of_train | awk '{print $1}'); do
       if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1; then victim=$p; fi
     done
     [ -n "$victim" ] && grep -q '"event":"step"' "$json" 2>/dev/null && break
@@ -407,7 +435,7 @@ kill_rank1() {
     tail -n 20 "$log" | sed 's/^/# /'; fi
   has "$what: rank 0 names the dead rank" "$log" "$pattern"
   sleep 1
-  if ranks_of_train | grep -qF "$out/"; then notok "$what, killed: no rank left running"; ranks_of_train | sed 's/^/# /'
+  if ranks_of_train | grep -q .; then notok "$what, killed: no rank left running"; ranks_of_train | sed 's/^/# /'
   else ok "$what, killed: no rank left running"; fi
 }
 kill_rank1 "strata-train --dp 2" "$out/kill-train.json" "$out/kill-train.log" "$dead" --dp 2 --resume "$out/kill.st" \
