@@ -639,7 +639,9 @@ static int strata__cuda_gemm(struct strata__cuda *cx, struct strata__cuda_queue 
 static int strata__cuda_op_supported(void *ctx, int dev, enum strata__op_id id) {
   (void)ctx;
   (void)dev;
-  return (int)id >= 0 && (int)id < STRATA__OP_COUNT && id != STRATA__OP_ATTENTION_FWD && id != STRATA__OP_ATTENTION_BWD;
+  /* no CONVERT until the kernels take bf16 */
+  return (int)id >= 0 && (int)id < STRATA__OP_COUNT && id != STRATA__OP_ATTENTION_FWD &&
+         id != STRATA__OP_ATTENTION_BWD && id != STRATA__OP_CONVERT;
 }
 
 /*
@@ -852,6 +854,11 @@ static int strata__cuda_op_on(struct strata__cuda *cx, struct strata__cuda_queue
 
 static int strata__cuda_op(void *ctx, void *queue, const struct strata__op *op) {
   struct strata__cuda_queue *q = queue;
+  /* the kernels and cuBLAS calls read and write float32 only; offsets count 4-byte elements */
+  if (op->dtypes & STRATA__DTYPES_BF16)
+    return ((struct strata__cuda *)ctx)->svc->error(STRATA_ERR_UNSUPPORTED,
+                                                    "cuda: bf16 operands are not supported yet (op %s)",
+                                                    strata__op_name(op->id));
   STRATA__CUDA_ON(ctx, q->dev, strata__cuda_op_on(ctx, q, op));
 }
 

@@ -760,7 +760,9 @@ static int ocl_copy(void *ctx, void *queue, void *dst, size_t dst_off, void *src
 static int ocl_op_supported(void *ctx, int dev, enum strata__op_id id) {
   (void)ctx;
   (void)dev;
-  return id >= 0 && id < STRATA__OP_COUNT && id != STRATA__OP_ATTENTION_FWD && id != STRATA__OP_ATTENTION_BWD;
+  /* no CONVERT until the kernels take bf16 */
+  return id >= 0 && id < STRATA__OP_COUNT && id != STRATA__OP_ATTENTION_FWD && id != STRATA__OP_ATTENTION_BWD &&
+         id != STRATA__OP_CONVERT;
 }
 
 /* ------------------------------------------------------------------ table */

@@ -247,7 +247,7 @@ static int gemm_strata(struct strata__ocl *ocl, struct strata__ocl_queue *q,
     const size_t tg[3] = {(size_t)g->k, (size_t)g->n, (size_t)copies};
     GEMM_TRY(enqueue3(ocl, q, STRATA__OCL_K_GEMM_TRANSPOSE, tg));
     tmp.mem = q->gemm_tmp;
-    b = (struct strata__mem){&tmp, 0};
+    b = (struct strata__mem){&tmp, 0, 0 /* float32 */};
     ldb = g->n;
     sb = g->stride_b == 0 ? 0 : g->k * g->n;
   }
@@ -273,7 +273,7 @@ static int op_gemm(struct strata__ocl *ocl, struct strata__ocl_queue *q, const s
   if (g->k <= 0) {
     for (int64_t b = 0; b < g->batch; b++) {
       if (g->ldc == g->n) {
-        struct strata__mem c = {g->c.h, g->c.off + (size_t)(b * g->stride_c)};
+        struct strata__mem c = {g->c.h, g->c.off + (size_t)(b * g->stride_c), g->c.dtype};
         rc = g->beta == 0.0f ? launch(ocl, q, STRATA__OCL_K_FILL, g->m * g->n, "mfl", &c, 0.0, g->m * g->n)
                              : launch(ocl, q, STRATA__OCL_K_SCALE, g->m * g->n, "mfl", &c, (double)g->beta, g->m * g->n);
         if (rc)
@@ -281,7 +281,7 @@ static int op_gemm(struct strata__ocl *ocl, struct strata__ocl_queue *q, const s
         continue;
       }
       for (int64_t r = 0; r < g->m; r++) {
-        struct strata__mem c = {g->c.h, g->c.off + (size_t)(b * g->stride_c + r * g->ldc)};
+        struct strata__mem c = {g->c.h, g->c.off + (size_t)(b * g->stride_c + r * g->ldc), g->c.dtype};
         rc = g->beta == 0.0f ? launch(ocl, q, STRATA__OCL_K_FILL, g->n, "mfl", &c, 0.0, g->n)
                              : launch(ocl, q, STRATA__OCL_K_SCALE, g->n, "mfl", &c, (double)g->beta, g->n);
         if (rc)
@@ -326,6 +326,10 @@ int strata__ocl_op(void *ctx, void *queue, const struct strata__op *op) {
   struct strata__ocl *ocl = ctx;
   struct strata__ocl_queue *q = queue;
   int rc;
+  /* the kernels read and write float32 only; offsets below count 4-byte elements */
+  if (op->dtypes & STRATA__DTYPES_BF16)
+    return ocl->svc->error(STRATA_ERR_UNSUPPORTED, "opencl: bf16 operands are not supported yet (op %s)",
+                           strata__op_name(op->id));
   switch (op->id) {
   case STRATA__OP_GEMM:
     return op_gemm(ocl, q, op);
@@ -473,6 +477,7 @@ int strata__ocl_op(void *ctx, void *queue, const struct strata__op *op) {
   }
   case STRATA__OP_ATTENTION_FWD: /* host only: ocl_op_supported says so before a record is made */
   case STRATA__OP_ATTENTION_BWD:
+  case STRATA__OP_CONVERT: /* not until the kernels take bf16 */
   case STRATA__OP_COUNT:
     break;
   }

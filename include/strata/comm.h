@@ -53,10 +53,14 @@ extern "C" {
 */
 typedef struct strata_comm *strata_comm_t;
 
-/* Element types. Sizes and offsets of collectives count elements. */
+/* Element types. Sizes and offsets of collectives count elements. The
+** collectives move float32 and int32; bfloat16 (the upper half of a float32:
+** 8 bits of exponent, 7 of mantissa) is a storage type of the ops so far
+** (strata/ops.h), refused by the collectives. */
 enum strata_dtype {
   STRATA_FLOAT32 = 0,
-  STRATA_INT32 = 1
+  STRATA_INT32 = 1,
+  STRATA_BFLOAT16 = 2
 };
 
 /* Reductions. AVG is the sum divided by the group size, for float32 only. */
@@ -188,6 +192,8 @@ STRATA_API void strata_comm_abort(strata_comm_t comm, int status, const char *me
 
 /* Names for messages and benchmarks: "allreduce", "sum", "float32", "ring"; "?" out of range. */
 STRATA_API const char *strata_dtype_name(int dtype);
+/* Bytes of one element of `dtype` (4, 4, 2); 0 for an unknown type. */
+STRATA_API size_t strata_dtype_size(int dtype);
 STRATA_API const char *strata_redop_name(int op);
 STRATA_API const char *strata_comm_algorithm_name(int algorithm);
 

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* strata/ops.h — the fp32 numerical ops, forward and backward, enqueued on a device queue. */
+/* strata/ops.h — the numerical ops (float32 or bfloat16 storage, float32 arithmetic), enqueued on a device queue. */
 #ifndef STRATA_OPS_H
 #define STRATA_OPS_H
 
@@ -10,10 +10,26 @@ extern "C" {
 #endif
 
 /*
-** An operand: a buffer and an offset into it counted in 4-byte elements
-** (float, or int32 for token ids, targets and pooling indices). Every op
-** checks that each operand lies on the queue's device and that the elements
-** it touches lie inside the buffer; matrices are row-major.
+** An operand: a buffer, an offset into it counted in elements of the
+** operand's type, and that type (enum strata_dtype in strata/comm.h).
+** dtype 0 is STRATA_FLOAT32, so `{buf, off}` and strata_mem(buf, off) are
+** float32 operands. Every op checks that each operand lies on the queue's
+** device, that the elements it touches lie inside the buffer, and that its
+** type is one the operand takes (STRATA_ERR_INVALID, naming op and operand,
+** otherwise); matrices are row-major.
+**
+** Types: the float operands of every op may be STRATA_BFLOAT16 or
+** STRATA_FLOAT32, each operand independently. An op computes in float32
+** (bfloat16 inputs widened exactly) and rounds once, when it stores a
+** bfloat16 result: to nearest, ties to even; NaN stays NaN, infinities stay;
+** float32 denormals become zeros of their sign (as x86's vcvtneps2bf16).
+** The exceptions: index operands (tokens, targets, pooling indices, the
+** token shift's input and output) hold int32 and must be 4-byte
+** (STRATA_FLOAT32 or STRATA_INT32; never bfloat16); strata_adamw's four
+** operands and strata_sumsq's out must be float32; strata_gemm's A and B
+** share one type (bfloat16 A and B multiply with float32 sums) while C may
+** be either. Which backends run bfloat16: the host; OpenCL and CUDA refuse
+** a bfloat16 operand with STRATA_ERR_UNSUPPORTED so far.
 **
 ** Ops are asynchronous: they are enqueued on `q` and run in order. An op
 ** that a device's backend lacks fails with STRATA_ERR_UNSUPPORTED. Outputs
@@ -22,13 +38,24 @@ extern "C" {
 */
 typedef struct strata_mem {
   strata_buffer_t buf;
-  size_t off;
+  size_t off;   /* in elements of dtype */
+  int dtype;    /* enum strata_dtype; 0 = STRATA_FLOAT32 */
 } strata_mem_t;
 
 static inline strata_mem_t strata_mem(strata_buffer_t buf, size_t off) {
   strata_mem_t m;
   m.buf = buf;
   m.off = off;
+  m.dtype = 0;
+  return m;
+}
+
+/* An operand of another type: strata_mem_typed(buf, off, STRATA_BFLOAT16). */
+static inline strata_mem_t strata_mem_typed(strata_buffer_t buf, size_t off, int dtype) {
+  strata_mem_t m;
+  m.buf = buf;
+  m.off = off;
+  m.dtype = dtype;
   return m;
 }
 
@@ -66,6 +93,9 @@ STRATA_API int strata_add(strata_queue_t q, strata_mem_t a, strata_mem_t b, stra
 STRATA_API int strata_scale(strata_queue_t q, strata_mem_t x, float alpha, int64_t n);
 /* x = value over n elements. */
 STRATA_API int strata_fill(strata_queue_t q, strata_mem_t x, float value, int64_t n);
+/* y = x over n elements, converted to y's type (float32 <-> bfloat16, rounded as above; a plain copy when the
+** types agree). x and y must not overlap unless they are the same memory of the same type. */
+STRATA_API int strata_convert(strata_queue_t q, strata_mem_t x, strata_mem_t y, int64_t n);
 
 /*
 ** Layer normalisation of each row of x (rows x cols):
@@ -208,13 +238,15 @@ struct strata_conv2d {
   int64_t stride, pad;          /* same in both directions */
 };
 /* Output height and width ((h + 2 pad - r) / stride + 1, likewise w), and the
-** workspace it needs in floats (c r s x p q: one image's im2col matrix). */
+** workspace it needs in elements (c r s x p q: one image's im2col matrix, of work's type). */
 STRATA_API int strata_conv2d_shape(const struct strata_conv2d *g, int64_t *p /* OUT */, int64_t *qw /* OUT */,
                                    int64_t *workspace /* OUT */);
 /*
 ** y (n x k x p x q) = conv(x, w) through im2col + GEMM, one image at a time,
-** using `work` (strata_conv2d_shape floats) as scratch. Backward: dw (accumulate flag)
+** using `work` (strata_conv2d_shape elements) as scratch. Backward: dw (accumulate flag)
 ** and dx (overwritten); either may have a NULL buffer when that gradient is not wanted.
+** work is the GEMMs' B beside w (and dy): forward, w and work share a type; backward,
+** w, dy and work do.
 */
 STRATA_API int strata_conv2d_fwd(strata_queue_t q, const struct strata_conv2d *g, strata_mem_t x, strata_mem_t w,
                                  strata_mem_t y, strata_mem_t work);

@@ -35,10 +35,6 @@ struct completion {
   double t_start, t_end;        /* when the lane found its input ready, and opened the gate (strata__now) */
 };
 
-STRATA_API const char *strata_dtype_name(int dtype) {
-  return dtype == STRATA_FLOAT32 ? "float32" : dtype == STRATA_INT32 ? "int32" : "?";
-}
-
 STRATA_API const char *strata_redop_name(int op) {
   return op == STRATA_SUM ? "sum" : op == STRATA_AVG ? "avg" : op == STRATA_MAX ? "max" : "?";
 }
@@ -831,7 +827,7 @@ static int post_group(struct strata_comm *c, int kind, const strata_queue_t *que
     return strata__error(STRATA_ERR_INVALID, "%s: queues is NULL", what);
   if (kind != COLL_BARRIER && (!send || !recv))
     return strata__error(STRATA_ERR_INVALID, "%s: send or recv is NULL", what);
-  strata_mem_t none = {NULL, 0};
+  strata_mem_t none = strata_mem(NULL, 0);
   for (int r = 0; r < c->n; r++)
     TRY(check_member(c, &sh, r, queues[r], send ? send[r] : none, recv ? recv[r] : none));
   if (kind != COLL_BARRIER && count == 0)

@@ -11,7 +11,7 @@
 
 /* Raised whenever the layout of anything in this file changes; a module
 ** built against another version is refused when it is loaded. */
-#define STRATA__BACKEND_API_VERSION 7
+#define STRATA__BACKEND_API_VERSION 8
 
 /* The most bytes of a backend library's communicator id (comm_unique_id):
 ** NCCL's ncclUniqueId is 128. */
@@ -20,11 +20,14 @@
 /* The symbol every module exports: returns its table. */
 #define STRATA__BACKEND_ENTRY "strata_backend_entry"
 
-/* A device-side operand: the backend's buffer handle and an offset in
-** 4-byte elements. */
+/* A device-side operand: the backend's buffer handle, its element type
+** (enum strata_dtype: 0 float32, 1 int32, 2 bfloat16) and an offset in
+** elements of that type. Records built with memset or `{h, off}` are
+** 4-byte (float32) operands. */
 struct strata__mem {
   void *h;
   size_t off;
+  int dtype;
 };
 
 /*
@@ -64,7 +67,8 @@ struct strata__mem {
   X(XENT_VP_SUMS, "xent_vp_sums")                                                                  \
   X(XENT_VP_LOSS, "xent_vp_loss")                                                                  \
   X(XENT_VP_BWD, "xent_vp_bwd")                                                                    \
-  X(TOKENS_SHIFT, "tokens_shift")
+  X(TOKENS_SHIFT, "tokens_shift")                                                                  \
+  X(CONVERT, "convert")
 
 enum strata__op_id {
 #define STRATA__OP_ENUM(id, name) STRATA__OP_##id,
@@ -73,12 +77,29 @@ enum strata__op_id {
   STRATA__OP_COUNT
 };
 
+/* An op's name, for messages: "gemm"; "?" out of range. */
+static inline const char *strata__op_name(enum strata__op_id id) {
+  static const char *const names[STRATA__OP_COUNT] = {
+#define STRATA__OP_STRING(id, name) name,
+      STRATA__OP_MAP(STRATA__OP_STRING)
+#undef STRATA__OP_STRING
+  };
+  return (unsigned)id < STRATA__OP_COUNT ? names[id] : "?";
+}
+
+/* The bit of enum strata_dtype's STRATA_BFLOAT16 in strata__op.dtypes. */
+#define STRATA__DTYPES_BF16 (1u << 2)
+
 /*
 ** One op with its arguments. Field meanings follow include/strata/ops.h;
 ** the comments give the record each op id uses.
 */
 struct strata__op {
   enum strata__op_id id;
+  /* The types of the op's operands, as bits 1u << dtype, set by the runtime
+  ** (0 in records built elsewhere: the communicator's are 4-byte). A backend
+  ** without bfloat16 refuses a record with STRATA__DTYPES_BF16 set. */
+  unsigned dtypes;
   union {
     /* GEMM (row-major) */
     struct {
@@ -94,7 +115,8 @@ struct strata__op {
       int accumulate;
     } bias;
     /* GELU_FWD, RELU_FWD: y = f(x). GELU_BWD, RELU_BWD: dx = dy f'(x).
-    ** ADD: y = x + b. SCALE: x *= alpha. FILL: x = alpha. */
+    ** ADD: y = x + b. SCALE: x *= alpha. FILL: x = alpha.
+    ** CONVERT: y = x in y's type (x and y are the same memory or disjoint). */
     struct {
       struct strata__mem x, y, dy, dx, b;
       int64_t n;
@@ -146,8 +168,10 @@ struct strata__op {
       int64_t c, h, w, r, s, stride, pad, p, q;
     } im2col;
     /* REDUCE (collectives): y = a (op) b over n elements of dtype
-    ** (enum strata_dtype: float32 or int32), op SUM or MAX (enum
-    ** strata_redop; MAX as fmax for floats); y may be a or b. */
+    ** (enum strata_dtype: the type of all three, whose offsets count its
+    ** elements; the mems' own dtype fields are not read), op SUM or MAX
+    ** (enum strata_redop; MAX as fmax for floats); y may be a or b.
+    ** bfloat16 adds in float32 and rounds once. */
     struct {
       struct strata__mem a, b, y;
       int64_t n;

@@ -27,6 +27,12 @@ static const struct {
 };
 #define NFEATURES (sizeof feature_names / sizeof feature_names[0])
 
+/* Other spellings STRATA_HOST_CPU_HIDE takes (the compiler's target name). */
+static const struct {
+  unsigned bit;
+  const char *name;
+} feature_aliases[] = {{STRATA__CPU_AVX512BF16, "avx512bf16"}};
+
 static unsigned features_hidden(void) {
   const char *env = getenv("STRATA_HOST_CPU_HIDE");
   unsigned hide = 0;
@@ -37,6 +43,9 @@ static unsigned features_hidden(void) {
     for (size_t i = 0; i < NFEATURES; i++)
       if (strlen(feature_names[i].name) == len && strncasecmp(p, feature_names[i].name, len) == 0)
         hide |= feature_names[i].bit;
+    for (size_t i = 0; i < sizeof feature_aliases / sizeof feature_aliases[0]; i++)
+      if (strlen(feature_aliases[i].name) == len && strncasecmp(p, feature_aliases[i].name, len) == 0)
+        hide |= feature_aliases[i].bit;
     p += len;
     if (*p == ',')
       p++;

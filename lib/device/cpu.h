@@ -23,8 +23,9 @@ enum strata__cpu_feature {
 ** The features this CPU and its operating system support (AVX state saved
 ** on context switches included: the compiler's cpuid checks read XGETBV),
 ** less those named in STRATA_HOST_CPU_HIDE (a comma-separated list of the
-** names strata__cpu_feature_names prints, e.g. "avx512f"; for tests, to
-** play a smaller CPU). An unknown name in the list is ignored.
+** names strata__cpu_feature_names prints, e.g. "avx512f", or "avx512bf16"
+** for avx512_bf16; for tests, to play a smaller CPU). An unknown name in
+** the list is ignored.
 */
 unsigned strata__cpu_features(void);
 

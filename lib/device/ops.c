@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include <strata/comm.h>
 #include <strata/ops.h>
 
 #include "device/registry.h"
@@ -15,24 +16,56 @@ static const char *const op_names[STRATA__OP_COUNT] = {
 #undef STRATA__OP_NAME
 };
 
-/* Check that operand `m` lies on q's device and holds `count` 4-byte
-** elements from its offset; translate it to the backend's handle. */
-static int operand(strata_queue_t q, const char *op, const char *arg, strata_mem_t m, uint64_t count,
-                   struct strata__mem *out) {
+/* The types an operand takes, as bits 1u << dtype. */
+#define FLOATS ((1u << STRATA_FLOAT32) | (1u << STRATA_BFLOAT16))
+#define INDEX ((1u << STRATA_FLOAT32) | (1u << STRATA_INT32)) /* 4-byte int32 ids */
+#define F32_ONLY (1u << STRATA_FLOAT32)
+
+/* strata/comm.h declares these; they live here, in the lowest layer that names types. */
+STRATA_API const char *strata_dtype_name(int dtype) {
+  return dtype == STRATA_FLOAT32    ? "float32"
+         : dtype == STRATA_INT32    ? "int32"
+         : dtype == STRATA_BFLOAT16 ? "bfloat16"
+                                    : "?";
+}
+
+STRATA_API size_t strata_dtype_size(int dtype) {
+  return dtype == STRATA_FLOAT32 || dtype == STRATA_INT32 ? 4 : dtype == STRATA_BFLOAT16 ? 2 : 0;
+}
+
+/*
+** Check that operand `m` lies on q's device, has a type in `allow` and
+** holds `count` elements of its type from its offset; translate it to the
+** backend's handle and add its type to op->dtypes (op may be NULL: a
+** check only).
+*/
+static int operand(strata_queue_t q, struct strata__op *op, const char *name, const char *arg, strata_mem_t m,
+                   uint64_t count, unsigned allow, struct strata__mem *out) {
   if (!m.buf)
-    return strata__error(STRATA_ERR_INVALID, "%s: operand '%s' has no buffer", op, arg);
+    return strata__error(STRATA_ERR_INVALID, "%s: operand '%s' has no buffer", name, arg);
   if (m.buf->dev != q->dev) {
     char lb[200], lq[200];
-    return strata__error(STRATA_ERR_DEVICE_MISMATCH, "%s: operand '%s' is on %s but the queue is on %s", op, arg,
+    return strata__error(STRATA_ERR_DEVICE_MISMATCH, "%s: operand '%s' is on %s but the queue is on %s", name, arg,
                          strata__device_label(m.buf->dev, lb, sizeof lb), strata__device_label(q->dev, lq, sizeof lq));
   }
-  uint64_t elems = m.buf->size / 4;
+  size_t size = strata_dtype_size(m.dtype);
+  if (!size)
+    return strata__error(STRATA_ERR_INVALID, "%s: operand '%s' has unknown element type %d", name, arg, m.dtype);
+  if (!(allow & (1u << m.dtype)))
+    return strata__error(STRATA_ERR_INVALID, "%s: operand '%s' is %s but must be %s", name, arg,
+                         strata_dtype_name(m.dtype),
+                         allow == INDEX ? "4-byte int32 ids (STRATA_INT32 or STRATA_FLOAT32)" : "float32");
+  uint64_t elems = m.buf->size / size;
   if (m.off > elems || count > elems - m.off)
     return strata__error(STRATA_ERR_RANGE,
-                         "%s: operand '%s' needs %llu elements from offset %zu but its buffer holds %llu", op, arg,
-                         (unsigned long long)count, m.off, (unsigned long long)elems);
+                         "%s: operand '%s' needs %llu elements from offset %zu but its buffer holds %llu%s%s", name,
+                         arg, (unsigned long long)count, m.off, (unsigned long long)elems, m.dtype ? " of " : "",
+                         m.dtype ? strata_dtype_name(m.dtype) : "");
   out->h = m.buf->h;
   out->off = m.off;
+  out->dtype = m.dtype;
+  if (op)
+    op->dtypes |= 1u << m.dtype;
   return STRATA_OK;
 }
 
@@ -104,9 +137,12 @@ STRATA_API int strata_gemm(strata_queue_t q, int trans_a, int trans_b, int64_t m
     return strata__error(STRATA_ERR_SHAPE, "gemm: batch stride of C (%lld) makes the outputs overlap",
                          (long long)stride_c);
   struct strata__op op = {.id = STRATA__OP_GEMM};
-  TRY(operand(q, name, "A", a, ea, &op.u.gemm.a));
-  TRY(operand(q, name, "B", b, eb, &op.u.gemm.b));
-  TRY(operand(q, name, "C", c, ec, &op.u.gemm.c));
+  TRY(operand(q, &op, name, "A", a, ea, FLOATS, &op.u.gemm.a));
+  TRY(operand(q, &op, name, "B", b, eb, FLOATS, &op.u.gemm.b));
+  TRY(operand(q, &op, name, "C", c, ec, FLOATS, &op.u.gemm.c));
+  if (a.dtype != b.dtype)
+    return strata__error(STRATA_ERR_INVALID, "gemm: operands 'A' (%s) and 'B' (%s) must share a type",
+                         strata_dtype_name(a.dtype), strata_dtype_name(b.dtype));
   op.u.gemm.trans_a = trans_a;
   op.u.gemm.trans_b = trans_b;
   op.u.gemm.m = m;
@@ -133,8 +169,9 @@ static int bias_common(strata_queue_t q, enum strata__op_id id, strata_mem_t y, 
   uint64_t total;
   TRY(product(name, rows, cols, &total));
   struct strata__op op = {.id = id};
-  TRY(operand(q, name, id == STRATA__OP_BIAS_ADD ? "y" : "dy", y, total, &op.u.bias.y));
-  TRY(operand(q, name, id == STRATA__OP_BIAS_ADD ? "bias" : "dbias", bias, (uint64_t)cols, &op.u.bias.bias));
+  TRY(operand(q, &op, name, id == STRATA__OP_BIAS_ADD ? "y" : "dy", y, total, FLOATS, &op.u.bias.y));
+  TRY(operand(q, &op, name, id == STRATA__OP_BIAS_ADD ? "bias" : "dbias", bias, (uint64_t)cols, FLOATS,
+              &op.u.bias.bias));
   op.u.bias.rows = rows;
   op.u.bias.cols = cols;
   op.u.bias.accumulate = accumulate != 0;
@@ -159,11 +196,11 @@ static int elementwise(strata_queue_t q, enum strata__op_id id, int64_t n, float
   TRY(check_queue(q, id));
   TRY(positive(name, "n", n));
   if (n1)
-    TRY(operand(q, name, n1, m1, (uint64_t)n, f1));
+    TRY(operand(q, op, name, n1, m1, (uint64_t)n, FLOATS, f1));
   if (n2)
-    TRY(operand(q, name, n2, m2, (uint64_t)n, f2));
+    TRY(operand(q, op, name, n2, m2, (uint64_t)n, FLOATS, f2));
   if (n3)
-    TRY(operand(q, name, n3, m3, (uint64_t)n, f3));
+    TRY(operand(q, op, name, n3, m3, (uint64_t)n, FLOATS, f3));
   op->id = id;
   op->u.ew.n = n;
   op->u.ew.alpha = alpha;
@@ -209,6 +246,19 @@ STRATA_API int strata_fill(strata_queue_t q, strata_mem_t x, float value, int64_
   return elementwise(q, STRATA__OP_FILL, n, value, "x", x, &op.u.ew.x, NULL, no_mem, NULL, NULL, no_mem, NULL, &op);
 }
 
+STRATA_API int strata_convert(strata_queue_t q, strata_mem_t x, strata_mem_t y, int64_t n) {
+  struct strata__op op = {0};
+  int same = x.buf == y.buf && x.off == y.off && x.dtype == y.dtype;
+  if (x.buf && x.buf == y.buf && !same && n > 0) {
+    /* distinct byte ranges or the very same memory: a conversion in place would read what it has just written */
+    uint64_t xs = strata_dtype_size(x.dtype), ys = strata_dtype_size(y.dtype);
+    uint64_t x0 = (uint64_t)x.off * xs, y0 = (uint64_t)y.off * ys;
+    if (xs && ys && x0 < y0 + (uint64_t)n * ys && y0 < x0 + (uint64_t)n * xs)
+      return strata__error(STRATA_ERR_INVALID, "convert: operands 'x' and 'y' overlap");
+  }
+  return elementwise(q, STRATA__OP_CONVERT, n, 0, "x", x, &op.u.ew.x, "y", y, &op.u.ew.y, NULL, no_mem, NULL, &op);
+}
+
 STRATA_API int strata_layernorm_fwd(strata_queue_t q, strata_mem_t x, strata_mem_t gamma, strata_mem_t beta,
                                     strata_mem_t y, strata_mem_t mean, strata_mem_t rstd, int64_t rows, int64_t cols,
                                     float eps) {
@@ -221,12 +271,12 @@ STRATA_API int strata_layernorm_fwd(strata_queue_t q, strata_mem_t x, strata_mem
   uint64_t total;
   TRY(product(name, rows, cols, &total));
   struct strata__op op = {.id = STRATA__OP_LAYERNORM_FWD};
-  TRY(operand(q, name, "x", x, total, &op.u.ln.x));
-  TRY(operand(q, name, "gamma", gamma, (uint64_t)cols, &op.u.ln.gamma));
-  TRY(operand(q, name, "beta", beta, (uint64_t)cols, &op.u.ln.beta));
-  TRY(operand(q, name, "y", y, total, &op.u.ln.y));
-  TRY(operand(q, name, "mean", mean, (uint64_t)rows, &op.u.ln.mean));
-  TRY(operand(q, name, "rstd", rstd, (uint64_t)rows, &op.u.ln.rstd));
+  TRY(operand(q, &op, name, "x", x, total, FLOATS, &op.u.ln.x));
+  TRY(operand(q, &op, name, "gamma", gamma, (uint64_t)cols, FLOATS, &op.u.ln.gamma));
+  TRY(operand(q, &op, name, "beta", beta, (uint64_t)cols, FLOATS, &op.u.ln.beta));
+  TRY(operand(q, &op, name, "y", y, total, FLOATS, &op.u.ln.y));
+  TRY(operand(q, &op, name, "mean", mean, (uint64_t)rows, FLOATS, &op.u.ln.mean));
+  TRY(operand(q, &op, name, "rstd", rstd, (uint64_t)rows, FLOATS, &op.u.ln.rstd));
   op.u.ln.rows = rows;
   op.u.ln.cols = cols;
   op.u.ln.eps = eps;
@@ -243,14 +293,14 @@ STRATA_API int strata_layernorm_bwd(strata_queue_t q, strata_mem_t x, strata_mem
   uint64_t total;
   TRY(product(name, rows, cols, &total));
   struct strata__op op = {.id = STRATA__OP_LAYERNORM_BWD};
-  TRY(operand(q, name, "x", x, total, &op.u.ln.x));
-  TRY(operand(q, name, "gamma", gamma, (uint64_t)cols, &op.u.ln.gamma));
-  TRY(operand(q, name, "mean", mean, (uint64_t)rows, &op.u.ln.mean));
-  TRY(operand(q, name, "rstd", rstd, (uint64_t)rows, &op.u.ln.rstd));
-  TRY(operand(q, name, "dy", dy, total, &op.u.ln.dy));
-  TRY(operand(q, name, "dx", dx, total, &op.u.ln.dx));
-  TRY(operand(q, name, "dgamma", dgamma, (uint64_t)cols, &op.u.ln.dgamma));
-  TRY(operand(q, name, "dbeta", dbeta, (uint64_t)cols, &op.u.ln.dbeta));
+  TRY(operand(q, &op, name, "x", x, total, FLOATS, &op.u.ln.x));
+  TRY(operand(q, &op, name, "gamma", gamma, (uint64_t)cols, FLOATS, &op.u.ln.gamma));
+  TRY(operand(q, &op, name, "mean", mean, (uint64_t)rows, FLOATS, &op.u.ln.mean));
+  TRY(operand(q, &op, name, "rstd", rstd, (uint64_t)rows, FLOATS, &op.u.ln.rstd));
+  TRY(operand(q, &op, name, "dy", dy, total, FLOATS, &op.u.ln.dy));
+  TRY(operand(q, &op, name, "dx", dx, total, FLOATS, &op.u.ln.dx));
+  TRY(operand(q, &op, name, "dgamma", dgamma, (uint64_t)cols, FLOATS, &op.u.ln.dgamma));
+  TRY(operand(q, &op, name, "dbeta", dbeta, (uint64_t)cols, FLOATS, &op.u.ln.dbeta));
   op.u.ln.rows = rows;
   op.u.ln.cols = cols;
   op.u.ln.accumulate = accumulate != 0;
@@ -270,8 +320,8 @@ STRATA_API int strata_softmax_fwd(strata_queue_t q, strata_mem_t x, strata_mem_t
   uint64_t total;
   TRY(product(name, rows, cols, &total));
   struct strata__op op = {.id = STRATA__OP_SOFTMAX_FWD};
-  TRY(operand(q, name, "x", x, total, &op.u.softmax.x));
-  TRY(operand(q, name, "y", y, total, &op.u.softmax.y));
+  TRY(operand(q, &op, name, "x", x, total, FLOATS, &op.u.softmax.x));
+  TRY(operand(q, &op, name, "y", y, total, FLOATS, &op.u.softmax.y));
   op.u.softmax.rows = rows;
   op.u.softmax.cols = cols;
   op.u.softmax.scale = scale;
@@ -288,9 +338,9 @@ STRATA_API int strata_softmax_bwd(strata_queue_t q, strata_mem_t y, strata_mem_t
   uint64_t total;
   TRY(product(name, rows, cols, &total));
   struct strata__op op = {.id = STRATA__OP_SOFTMAX_BWD};
-  TRY(operand(q, name, "y", y, total, &op.u.softmax.y));
-  TRY(operand(q, name, "dy", dy, total, &op.u.softmax.dy));
-  TRY(operand(q, name, "dx", dx, total, &op.u.softmax.dx));
+  TRY(operand(q, &op, name, "y", y, total, FLOATS, &op.u.softmax.y));
+  TRY(operand(q, &op, name, "dy", dy, total, FLOATS, &op.u.softmax.dy));
+  TRY(operand(q, &op, name, "dx", dx, total, FLOATS, &op.u.softmax.dx));
   op.u.softmax.rows = rows;
   op.u.softmax.cols = cols;
   op.u.softmax.scale = scale;
@@ -317,9 +367,9 @@ static int attention_common(strata_queue_t q, enum strata__op_id id, strata_mem_
   TRY(product(name, (int64_t)rows, (int64_t)d, &outn));
   TRY(product(name, (int64_t)rows, heads, &lsen));
   op->id = id;
-  TRY(operand(q, name, "qkv", qkv, *qkv_count, &op->u.attn.qkv));
-  TRY(operand(q, name, "out", out, outn, &op->u.attn.out));
-  TRY(operand(q, name, "lse", lse, lsen, &op->u.attn.lse));
+  TRY(operand(q, op, name, "qkv", qkv, *qkv_count, FLOATS, &op->u.attn.qkv));
+  TRY(operand(q, op, name, "out", out, outn, FLOATS, &op->u.attn.out));
+  TRY(operand(q, op, name, "lse", lse, lsen, FLOATS, &op->u.attn.lse));
   op->u.attn.batch = batch;
   op->u.attn.seq = seq;
   op->u.attn.heads = heads;
@@ -346,9 +396,9 @@ STRATA_API int strata_attention_bwd(strata_queue_t q, strata_mem_t qkv, strata_m
   uint64_t n;
   TRY(attention_common(q, STRATA__OP_ATTENTION_BWD, qkv, out, lse, batch, seq, heads, head_dim, scale, causal, &op,
                        &n));
-  TRY(operand(q, "attention_bwd", "dout", dout, (uint64_t)batch * (uint64_t)seq * (uint64_t)(heads * head_dim),
-              &op.u.attn.dout));
-  TRY(operand(q, "attention_bwd", "dqkv", dqkv, n, &op.u.attn.dqkv));
+  TRY(operand(q, &op, "attention_bwd", "dout", dout, (uint64_t)batch * (uint64_t)seq * (uint64_t)(heads * head_dim),
+              FLOATS, &op.u.attn.dout));
+  TRY(operand(q, &op, "attention_bwd", "dqkv", dqkv, n, FLOATS, &op.u.attn.dqkv));
   if (op.u.attn.dqkv.h == op.u.attn.qkv.h && op.u.attn.dqkv.off == op.u.attn.qkv.off)
     return strata__error(STRATA_ERR_INVALID, "attention_bwd: dqkv cannot be qkv");
   return submit(q, &op);
@@ -374,9 +424,9 @@ static int embedding_common(strata_queue_t q, enum strata__op_id id, strata_mem_
   TRY(product(name, vocab, dim, &tsize));
   TRY(product(name, n, dim, &osize));
   struct strata__op op = {.id = id};
-  TRY(operand(q, name, "tokens", tokens, (uint64_t)n, &op.u.emb.tokens));
-  TRY(operand(q, name, fwd ? "table" : "dtable", table, tsize, fwd ? &op.u.emb.table : &op.u.emb.dtable));
-  TRY(operand(q, name, fwd ? "out" : "dout", rows, osize, fwd ? &op.u.emb.out : &op.u.emb.dout));
+  TRY(operand(q, &op, name, "tokens", tokens, (uint64_t)n, INDEX, &op.u.emb.tokens));
+  TRY(operand(q, &op, name, fwd ? "table" : "dtable", table, tsize, FLOATS, fwd ? &op.u.emb.table : &op.u.emb.dtable));
+  TRY(operand(q, &op, name, fwd ? "out" : "dout", rows, osize, FLOATS, fwd ? &op.u.emb.out : &op.u.emb.dout));
   op.u.emb.n = n;
   op.u.emb.dim = dim;
   op.u.emb.vocab = vocab;
@@ -403,9 +453,9 @@ STRATA_API int strata_cross_entropy_fwd(strata_queue_t q, strata_mem_t logits, s
   uint64_t total;
   TRY(product(name, rows, vocab, &total));
   struct strata__op op = {.id = STRATA__OP_XENT_FWD};
-  TRY(operand(q, name, "logits", logits, total, &op.u.xent.logits));
-  TRY(operand(q, name, "targets", targets, (uint64_t)rows, &op.u.xent.targets));
-  TRY(operand(q, name, "loss", loss, (uint64_t)rows, &op.u.xent.loss));
+  TRY(operand(q, &op, name, "logits", logits, total, FLOATS, &op.u.xent.logits));
+  TRY(operand(q, &op, name, "targets", targets, (uint64_t)rows, INDEX, &op.u.xent.targets));
+  TRY(operand(q, &op, name, "loss", loss, (uint64_t)rows, FLOATS, &op.u.xent.loss));
   op.u.xent.rows = rows;
   op.u.xent.vocab = vocab;
   return submit(q, &op);
@@ -420,9 +470,9 @@ STRATA_API int strata_cross_entropy_bwd(strata_queue_t q, strata_mem_t logits, s
   uint64_t total;
   TRY(product(name, rows, vocab, &total));
   struct strata__op op = {.id = STRATA__OP_XENT_BWD};
-  TRY(operand(q, name, "logits", logits, total, &op.u.xent.logits));
-  TRY(operand(q, name, "targets", targets, (uint64_t)rows, &op.u.xent.targets));
-  TRY(operand(q, name, "dlogits", dlogits, total, &op.u.xent.dlogits));
+  TRY(operand(q, &op, name, "logits", logits, total, FLOATS, &op.u.xent.logits));
+  TRY(operand(q, &op, name, "targets", targets, (uint64_t)rows, INDEX, &op.u.xent.targets));
+  TRY(operand(q, &op, name, "dlogits", dlogits, total, FLOATS, &op.u.xent.dlogits));
   op.u.xent.rows = rows;
   op.u.xent.vocab = vocab;
   op.u.xent.scale = scale;
@@ -447,8 +497,8 @@ STRATA_API int strata_xent_vp_max(strata_queue_t q, strata_mem_t logits, strata_
   uint64_t total;
   TRY(product(name, rows, vl, &total));
   struct strata__op op = {.id = STRATA__OP_XENT_VP_MAX};
-  TRY(operand(q, name, "logits", logits, total, &op.u.xvp.logits));
-  TRY(operand(q, name, "rowmax", rowmax, (uint64_t)rows, &op.u.xvp.rowmax));
+  TRY(operand(q, &op, name, "logits", logits, total, FLOATS, &op.u.xvp.logits));
+  TRY(operand(q, &op, name, "rowmax", rowmax, (uint64_t)rows, FLOATS, &op.u.xvp.rowmax));
   op.u.xvp.rows = rows;
   op.u.xvp.vl = vl;
   return submit(q, &op);
@@ -466,11 +516,11 @@ STRATA_API int strata_xent_vp_sums(strata_queue_t q, strata_mem_t logits, strata
   uint64_t total;
   TRY(product(name, rows, vl, &total));
   struct strata__op op = {.id = STRATA__OP_XENT_VP_SUMS};
-  TRY(operand(q, name, "logits", logits, total, &op.u.xvp.logits));
-  TRY(operand(q, name, "targets", targets, (uint64_t)rows, &op.u.xvp.targets));
-  TRY(operand(q, name, "rowmax", rowmax, (uint64_t)rows, &op.u.xvp.rowmax));
-  TRY(operand(q, name, "sumexp", sumexp, (uint64_t)rows, &op.u.xvp.sumexp));
-  TRY(operand(q, name, "tlogit", tlogit, (uint64_t)rows, &op.u.xvp.tlogit));
+  TRY(operand(q, &op, name, "logits", logits, total, FLOATS, &op.u.xvp.logits));
+  TRY(operand(q, &op, name, "targets", targets, (uint64_t)rows, INDEX, &op.u.xvp.targets));
+  TRY(operand(q, &op, name, "rowmax", rowmax, (uint64_t)rows, FLOATS, &op.u.xvp.rowmax));
+  TRY(operand(q, &op, name, "sumexp", sumexp, (uint64_t)rows, FLOATS, &op.u.xvp.sumexp));
+  TRY(operand(q, &op, name, "tlogit", tlogit, (uint64_t)rows, FLOATS, &op.u.xvp.tlogit));
   op.u.xvp.rows = rows;
   op.u.xvp.vl = vl;
   op.u.xvp.off = off;
@@ -485,11 +535,11 @@ STRATA_API int strata_xent_vp_loss(strata_queue_t q, strata_mem_t rowmax, strata
   TRY(positive(name, "rows", rows));
   TRY(positive(name, "vocab", vocab));
   struct strata__op op = {.id = STRATA__OP_XENT_VP_LOSS};
-  TRY(operand(q, name, "rowmax", rowmax, (uint64_t)rows, &op.u.xvp.rowmax));
-  TRY(operand(q, name, "sumexp", sumexp, (uint64_t)rows, &op.u.xvp.sumexp));
-  TRY(operand(q, name, "tlogit", tlogit, (uint64_t)rows, &op.u.xvp.tlogit));
-  TRY(operand(q, name, "targets", targets, (uint64_t)rows, &op.u.xvp.targets));
-  TRY(operand(q, name, "loss", loss, (uint64_t)rows, &op.u.xvp.loss));
+  TRY(operand(q, &op, name, "rowmax", rowmax, (uint64_t)rows, FLOATS, &op.u.xvp.rowmax));
+  TRY(operand(q, &op, name, "sumexp", sumexp, (uint64_t)rows, FLOATS, &op.u.xvp.sumexp));
+  TRY(operand(q, &op, name, "tlogit", tlogit, (uint64_t)rows, FLOATS, &op.u.xvp.tlogit));
+  TRY(operand(q, &op, name, "targets", targets, (uint64_t)rows, INDEX, &op.u.xvp.targets));
+  TRY(operand(q, &op, name, "loss", loss, (uint64_t)rows, FLOATS, &op.u.xvp.loss));
   op.u.xvp.rows = rows;
   op.u.xvp.vocab = vocab;
   return submit(q, &op);
@@ -507,11 +557,11 @@ STRATA_API int strata_xent_vp_bwd(strata_queue_t q, strata_mem_t logits, strata_
   uint64_t total;
   TRY(product(name, rows, vl, &total));
   struct strata__op op = {.id = STRATA__OP_XENT_VP_BWD};
-  TRY(operand(q, name, "logits", logits, total, &op.u.xvp.logits));
-  TRY(operand(q, name, "targets", targets, (uint64_t)rows, &op.u.xvp.targets));
-  TRY(operand(q, name, "rowmax", rowmax, (uint64_t)rows, &op.u.xvp.rowmax));
-  TRY(operand(q, name, "sumexp", sumexp, (uint64_t)rows, &op.u.xvp.sumexp));
-  TRY(operand(q, name, "dlogits", dlogits, total, &op.u.xvp.dlogits));
+  TRY(operand(q, &op, name, "logits", logits, total, FLOATS, &op.u.xvp.logits));
+  TRY(operand(q, &op, name, "targets", targets, (uint64_t)rows, INDEX, &op.u.xvp.targets));
+  TRY(operand(q, &op, name, "rowmax", rowmax, (uint64_t)rows, FLOATS, &op.u.xvp.rowmax));
+  TRY(operand(q, &op, name, "sumexp", sumexp, (uint64_t)rows, FLOATS, &op.u.xvp.sumexp));
+  TRY(operand(q, &op, name, "dlogits", dlogits, total, FLOATS, &op.u.xvp.dlogits));
   op.u.xvp.rows = rows;
   op.u.xvp.vl = vl;
   op.u.xvp.off = off;
@@ -529,8 +579,8 @@ STRATA_API int strata_tokens_shift(strata_queue_t q, strata_mem_t tokens, strata
   if (off < 0)
     return strata__error(STRATA_ERR_SHAPE, "tokens_shift: off = %lld, must not be negative", (long long)off);
   struct strata__op op = {.id = STRATA__OP_TOKENS_SHIFT};
-  TRY(operand(q, name, "tokens", tokens, (uint64_t)n, &op.u.shift.tokens));
-  TRY(operand(q, name, "out", out, (uint64_t)n, &op.u.shift.out));
+  TRY(operand(q, &op, name, "tokens", tokens, (uint64_t)n, INDEX, &op.u.shift.tokens));
+  TRY(operand(q, &op, name, "out", out, (uint64_t)n, INDEX, &op.u.shift.out));
   op.u.shift.n = n;
   op.u.shift.off = off;
   op.u.shift.count = count;
@@ -549,10 +599,10 @@ STRATA_API int strata_adamw(strata_queue_t q, strata_mem_t param, strata_mem_t g
                          "adamw: need 0 <= beta1, beta2 < 1, eps > 0, lr >= 0, weight_decay >= 0 (got %g %g %g %g %g)",
                          beta1, beta2, eps, lr, weight_decay);
   struct strata__op op = {.id = STRATA__OP_ADAMW};
-  TRY(operand(q, name, "param", param, (uint64_t)n, &op.u.adamw.param));
-  TRY(operand(q, name, "grad", grad, (uint64_t)n, &op.u.adamw.grad));
-  TRY(operand(q, name, "m", m, (uint64_t)n, &op.u.adamw.m));
-  TRY(operand(q, name, "v", v, (uint64_t)n, &op.u.adamw.v));
+  TRY(operand(q, &op, name, "param", param, (uint64_t)n, F32_ONLY, &op.u.adamw.param));
+  TRY(operand(q, &op, name, "grad", grad, (uint64_t)n, F32_ONLY, &op.u.adamw.grad));
+  TRY(operand(q, &op, name, "m", m, (uint64_t)n, F32_ONLY, &op.u.adamw.m));
+  TRY(operand(q, &op, name, "v", v, (uint64_t)n, F32_ONLY, &op.u.adamw.v));
   op.u.adamw.n = n;
   /* the bias corrections once for the whole update, so that every backend applies the same two floats */
   op.u.adamw.bc1 = 1.0f - powf(beta1, (float)step);
@@ -570,8 +620,8 @@ STRATA_API int strata_sumsq(strata_queue_t q, strata_mem_t x, int64_t n, strata_
   TRY(check_queue(q, STRATA__OP_SUMSQ));
   TRY(positive(name, "n", n));
   struct strata__op op = {.id = STRATA__OP_SUMSQ};
-  TRY(operand(q, name, "x", x, (uint64_t)n, &op.u.sumsq.x));
-  TRY(operand(q, name, "out", out, 1, &op.u.sumsq.out));
+  TRY(operand(q, &op, name, "x", x, (uint64_t)n, FLOATS, &op.u.sumsq.x));
+  TRY(operand(q, &op, name, "out", out, 1, F32_ONLY, &op.u.sumsq.out));
   op.u.sumsq.n = n;
   op.u.sumsq.accumulate = accumulate != 0;
   return submit(q, &op);
@@ -615,8 +665,9 @@ static int im2col_op(strata_queue_t q, enum strata__op_id id, const struct strat
   const char *name = op_names[id];
   TRY(check_queue(q, id));
   struct strata__op op = {.id = id};
-  TRY(operand(q, name, id == STRATA__OP_IM2COL ? "x" : "dx", img, (uint64_t)(g->c * g->h * g->w), &op.u.im2col.x));
-  TRY(operand(q, name, "work", work, (uint64_t)(g->c * g->r * g->s * pp * qq), &op.u.im2col.col));
+  TRY(operand(q, &op, name, id == STRATA__OP_IM2COL ? "x" : "dx", img, (uint64_t)(g->c * g->h * g->w), FLOATS,
+              &op.u.im2col.x));
+  TRY(operand(q, &op, name, "work", work, (uint64_t)(g->c * g->r * g->s * pp * qq), FLOATS, &op.u.im2col.col));
   op.u.im2col.c = g->c;
   op.u.im2col.h = g->h;
   op.u.im2col.w = g->w;
@@ -641,8 +692,13 @@ static int conv_check(strata_queue_t q, const struct strata_conv2d *g, int64_t *
   for (int i = 0; i < nmem; i++) {
     struct strata__mem tmp;
     uint64_t cnt = counts[i] ? counts[i] : (uint64_t)ws;
-    TRY(operand(q, name, names[i], mems[i], cnt, &tmp));
+    TRY(operand(q, NULL, name, names[i], mems[i], cnt, FLOATS, &tmp));
   }
+  /* mems[1..3] are w, y or dy, and work: the GEMMs multiply work by w (and dy), whose types must agree */
+  int bwd = strcmp(names[2], "dy") == 0;
+  if (mems[1].dtype != mems[3].dtype || (bwd && mems[2].dtype != mems[3].dtype))
+    return strata__error(STRATA_ERR_INVALID, "%s: operands 'w'%s and 'work' must share a type (their GEMMs' A and B)",
+                         name, bwd ? ", 'dy'" : "");
   return STRATA_OK;
 }
 
@@ -659,10 +715,12 @@ STRATA_API int strata_conv2d_fwd(strata_queue_t q, const struct strata_conv2d *g
   uint64_t counts[] = {img * (uint64_t)g->n, (uint64_t)g->k * crs, out * (uint64_t)g->n, 0};
   TRY(conv_check(q, g, &pp, &qq, "conv2d_fwd", 4, names, mems, counts));
   for (int64_t i = 0; i < g->n; i++) {
-    TRY(im2col_op(q, STRATA__OP_IM2COL, g, pp, qq, strata_mem(x.buf, x.off + (size_t)(i * (int64_t)img)), work));
+    TRY(im2col_op(q, STRATA__OP_IM2COL, g, pp, qq,
+                  strata_mem_typed(x.buf, x.off + (size_t)(i * (int64_t)img), x.dtype), work));
     /* y_i (k x pq) = w (k x crs) * col (crs x pq) */
     TRY(strata_gemm(q, STRATA_NO_TRANS, STRATA_NO_TRANS, g->k, pp * qq, (int64_t)crs, 1.0f, w, (int64_t)crs, 0, work,
-                    pp * qq, 0, 0.0f, strata_mem(y.buf, y.off + (size_t)(i * (int64_t)out)), pp * qq, 0, 1));
+                    pp * qq, 0, 0.0f, strata_mem_typed(y.buf, y.off + (size_t)(i * (int64_t)out), y.dtype), pp * qq,
+                    0, 1));
   }
   return STRATA_OK;
 }
@@ -696,9 +754,10 @@ STRATA_API int strata_conv2d_bwd(strata_queue_t q, const struct strata_conv2d *g
   if (dx.buf)
     TRY(check_queue(q, STRATA__OP_COL2IM));
   for (int64_t i = 0; i < g->n; i++) {
-    strata_mem_t dyi = strata_mem(dy.buf, dy.off + (size_t)(i * (int64_t)out));
+    strata_mem_t dyi = strata_mem_typed(dy.buf, dy.off + (size_t)(i * (int64_t)out), dy.dtype);
     if (dw.buf) {
-      TRY(im2col_op(q, STRATA__OP_IM2COL, g, pp, qq, strata_mem(x.buf, x.off + (size_t)(i * (int64_t)img)), work));
+      TRY(im2col_op(q, STRATA__OP_IM2COL, g, pp, qq,
+                    strata_mem_typed(x.buf, x.off + (size_t)(i * (int64_t)img), x.dtype), work));
       /* dw (k x crs) (+)= dy_i (k x pq) * col^T (pq x crs) */
       float beta = (accumulate || i > 0) ? 1.0f : 0.0f;
       TRY(strata_gemm(q, STRATA_NO_TRANS, STRATA_TRANS, g->k, (int64_t)crs, pp * qq, 1.0f, dyi, pp * qq, 0, work,
@@ -708,7 +767,8 @@ STRATA_API int strata_conv2d_bwd(strata_queue_t q, const struct strata_conv2d *g
       /* col (crs x pq) = w^T (crs x k) * dy_i (k x pq), then scatter back by gathering per pixel */
       TRY(strata_gemm(q, STRATA_TRANS, STRATA_NO_TRANS, (int64_t)crs, pp * qq, g->k, 1.0f, w, (int64_t)crs, 0, dyi,
                       pp * qq, 0, 0.0f, work, pp * qq, 0, 1));
-      TRY(im2col_op(q, STRATA__OP_COL2IM, g, pp, qq, strata_mem(dx.buf, dx.off + (size_t)(i * (int64_t)img)), work));
+      TRY(im2col_op(q, STRATA__OP_COL2IM, g, pp, qq,
+                    strata_mem_typed(dx.buf, dx.off + (size_t)(i * (int64_t)img), dx.dtype), work));
     }
   }
   return STRATA_OK;
@@ -746,9 +806,9 @@ static int maxpool_common(strata_queue_t q, enum strata__op_id id, const struct 
   TRY(product(name, (int64_t)planes, g->h * g->w, &in));
   TRY(product(name, (int64_t)planes, pp * qq, &out));
   struct strata__op op = {.id = id};
-  TRY(operand(q, name, fwd ? "x" : "dx", big, in, fwd ? &op.u.pool.x : &op.u.pool.dx));
-  TRY(operand(q, name, fwd ? "y" : "dy", small, out, fwd ? &op.u.pool.y : &op.u.pool.dy));
-  TRY(operand(q, name, "idx", idx, out, &op.u.pool.idx));
+  TRY(operand(q, &op, name, fwd ? "x" : "dx", big, in, FLOATS, fwd ? &op.u.pool.x : &op.u.pool.dx));
+  TRY(operand(q, &op, name, fwd ? "y" : "dy", small, out, FLOATS, fwd ? &op.u.pool.y : &op.u.pool.dy));
+  TRY(operand(q, &op, name, "idx", idx, out, INDEX, &op.u.pool.idx));
   op.u.pool.planes = (int64_t)planes;
   op.u.pool.h = g->h;
   op.u.pool.w = g->w;
