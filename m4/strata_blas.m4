@@ -56,6 +56,10 @@ AC_DEFUN([STRATA_CHECK_BLAS], [
       AS_IF([test $strata_blas_ok = yes && test $strata_blas_lib = openblas],
         [AC_CHECK_FUNC([openblas_get_corename], [],
           [strata_blas_ok=no; strata_blas_why="$strata_blas_libs is not OpenBLAS (no openblas_get_corename)"])])
+      # bf16 GEMMs: OpenBLAS 0.3.10 and later built with BUILD_BFLOAT16 have cblas_sbgemm
+      strata_blas_sbgemm=no
+      AS_IF([test $strata_blas_ok = yes && test $strata_blas_lib = openblas],
+        [AC_CHECK_FUNC([cblas_sbgemm], [strata_blas_sbgemm=yes])])
     ])
     CFLAGS=$strata_save_CFLAGS; LIBS=$strata_save_LIBS
     AS_IF([test $strata_blas_ok = yes], [
@@ -69,6 +73,8 @@ AC_DEFUN([STRATA_CHECK_BLAS], [
       [AC_MSG_ERROR([--with-blas=$with_blas: $strata_blas_why])])])
   AS_CASE([$strata_blas_lib],
     [openblas], [AC_DEFINE([STRATA_BLAS_OPENBLAS], [1], [The host backend's GEMM is OpenBLAS])
+                 AS_IF([test "x$strata_blas_sbgemm" = xyes],
+                   [AC_DEFINE([STRATA_HAVE_SBGEMM], [1], [OpenBLAS has cblas_sbgemm (bf16 inputs, float32 output)])])
                  AC_DEFINE([HAVE_OPENBLAS_SET_NUM_THREADS], [1], [OpenBLAS's thread count can be set])
                  AC_DEFINE([HAVE_OPENBLAS_GET_CORENAME], [1], [OpenBLAS names its kernels])
                  strata_blas_name="OpenBLAS, kernels chosen from the CPU's feature flags unless OPENBLAS_CORETYPE is set"],

@@ -10,6 +10,8 @@
 #include <omp.h>
 #endif
 
+#include <strata/comm.h>
+
 #include "host.h"
 #include "vecmath.h"
 
@@ -1000,10 +1002,17 @@ static const host_fn host_ops[STRATA__OP_COUNT] = {
 
 int strata__host_op_supported(enum strata__op_id id) {
   return ((unsigned)id < STRATA__OP_COUNT && host_ops[id] != NULL) || id == STRATA__OP_ATTENTION_FWD ||
-         id == STRATA__OP_ATTENTION_BWD;
+         id == STRATA__OP_ATTENTION_BWD || id == STRATA__OP_CONVERT;
 }
 
 int strata__host_op_run(const struct strata__op *op) {
+  if ((op->dtypes & STRATA__DTYPES_BF16) || op->id == STRATA__OP_CONVERT ||
+      (op->id == STRATA__OP_REDUCE && op->u.reduce.dtype == STRATA_BFLOAT16))
+    return strata__host_op_run_bf16(op);
+  return strata__host_op_run_f32(op);
+}
+
+int strata__host_op_run_f32(const struct strata__op *op) {
   /* the ops that allocate scratch, and so can fail */
   if (op->id == STRATA__OP_ATTENTION_FWD)
     return attention_fwd(op);

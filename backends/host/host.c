@@ -98,6 +98,16 @@ static void event_release(struct host_event *e) {
   }
 }
 
+void strata__host_log(int level, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (svc)
+    svc->log(level, "host", "%s", msg);
+}
+
 static void event_block(struct host_event *e) {
   pthread_mutex_lock(&e->lock);
   while (!e->done)

@@ -7,6 +7,19 @@
 
 /* Run one op record synchronously on the calling thread. */
 int strata__host_op_run(const struct strata__op *op);
+/* The same for a record whose operands are all 4-byte (host-ops.c): the float32 kernels. */
+int strata__host_op_run_f32(const struct strata__op *op);
+/* The same for a record with a bfloat16 operand, and CONVERT (host-bf16.c). */
+int strata__host_op_run_bf16(const struct strata__op *op);
+/* A GEMM record with a bfloat16 operand (gemm-bf16.c). */
+int strata__host_gemm_bf16(const struct strata__op *op);
+
+/* At least n floats of the calling thread's scratch (host-bf16.c), 64-byte aligned, kept and reused by its later
+** ops (grown, never shrunk; freed when the thread ends); NULL when memory runs out. */
+float *strata__host_scratch(size_t n);
+
+/* The runtime's log (strata's STRATA_LOG), subsystem "host". */
+void strata__host_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Threads each op of a virtual device may use (host-ops.c). */
 extern int strata__host_threads;

@@ -1,12 +1,19 @@
 # SPDX-License-Identifier: MIT
-# backends/host/ — the CPU backend module (CBLAS GEMM, virtual devices).
+# backends/host/ — the CPU backend module (CBLAS GEMM, virtual devices, bf16 storage; lib/device/cpu.c for the CPU's
+# feature flags).
 pkglib_LTLIBRARIES += backends/host/strata-host.la
 backends_host_strata_host_la_SOURCES = \
 	%reldir%/host.c \
 	%reldir%/host.h \
 	%reldir%/host-ops.c \
+	%reldir%/host-bf16.c \
+	%reldir%/bf16.c \
+	%reldir%/bf16.h \
+	%reldir%/gemm-bf16.c \
 	%reldir%/blas.c \
-	%reldir%/vecmath.h
+	%reldir%/vecmath.h \
+	lib/device/cpu.c \
+	lib/device/cpu.h
 backends_host_strata_host_la_CPPFLAGS = $(AM_CPPFLAGS) $(BLAS_CFLAGS)
 # no errno from sqrtf: its loops vectorise
 backends_host_strata_host_la_CFLAGS = $(AM_CFLAGS) $(OPENMP_CFLAGS) -fno-math-errno

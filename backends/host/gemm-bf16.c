@@ -1,0 +1,308 @@
+/* SPDX-License-Identifier: MIT */
+/* gemm-bf16.c — the host's GEMMs with bfloat16 operands: oneDNN's matmul, OpenBLAS's sbgemm, or float32 emulation. */
+#include "config.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <strata/comm.h>
+
+#include "bf16.h"
+#include "host.h"
+
+#if defined(STRATA_BLAS_DNNL)
+#include <oneapi/dnnl/dnnl.h>
+#elif defined(STRATA_HAVE_SBGEMM)
+#include <cblas.h>
+#endif
+
+#define IS_BF16(m) ((m).dtype == STRATA_BFLOAT16)
+#define ELEM(m, i) ((char *)(m).h + ((m).off + (size_t)(i)) * (IS_BF16(m) ? 2u : 4u))
+
+static pthread_once_t path_once = PTHREAD_ONCE_INIT;
+
+/* Widen a rows x cols matrix (row stride ld) into a packed float32 one. */
+static void widen_matrix(const uint16_t *x, int64_t ld, int64_t rows, int64_t cols, float *y) {
+  for (int64_t r = 0; r < rows; r++)
+    strata__bf16_to_f32(x + r * ld, y + r * cols, cols);
+}
+
+/*
+** The float32 route, for every combination: bfloat16 A and B widened into
+** packed scratch, C computed in float32 — in place when C is float32, else
+** in scratch (C's old values widened when beta is not 0) and rounded once.
+** A and B are float32 here unless the build has no bfloat16 GEMM (or
+** oneDNN refused the shape): then this is the emulated bfloat16 GEMM.
+*/
+static int gemm_f32_route(const struct strata__op *op) {
+  const __typeof__(op->u.gemm) *g = &op->u.gemm;
+  int64_t ra = g->trans_a ? g->k : g->m, ca = g->trans_a ? g->m : g->k;
+  int64_t rb = g->trans_b ? g->n : g->k, cb = g->trans_b ? g->k : g->n;
+  int ab16 = IS_BF16(g->a), c16 = IS_BF16(g->c);
+  size_t na = ab16 ? (size_t)(ra * ca) : 0, nb = ab16 ? (size_t)(rb * cb) : 0, nc = c16 ? (size_t)(g->m * g->n) : 0;
+  float *s = na + nb + nc ? strata__host_scratch(na + nb + nc) : NULL;
+  if (na + nb + nc && !s)
+    return STRATA_ERR_NOMEM;
+  float *a32 = s, *b32 = s + na, *c32 = s + na + nb;
+  for (int64_t i = 0; i < g->batch; i++) {
+    const float *a = (const float *)ELEM(g->a, i * g->stride_a), *b = (const float *)ELEM(g->b, i * g->stride_b);
+    int64_t lda = g->lda, ldb = g->ldb, ldc = g->ldc;
+    if (ab16) {
+      widen_matrix((const uint16_t *)ELEM(g->a, i * g->stride_a), g->lda, ra, ca, a32);
+      widen_matrix((const uint16_t *)ELEM(g->b, i * g->stride_b), g->ldb, rb, cb, b32);
+      a = a32, b = b32, lda = ca, ldb = cb;
+    }
+    float *c = (float *)ELEM(g->c, i * g->stride_c);
+    uint16_t *c16p = (uint16_t *)ELEM(g->c, i * g->stride_c);
+    if (c16) {
+      if (g->beta != 0.0f)
+        widen_matrix(c16p, g->ldc, g->m, g->n, c32);
+      c = c32, ldc = g->n;
+    }
+    strata__host_sgemm(g->trans_a, g->trans_b, g->m, g->n, g->k, g->alpha, a, lda, b, ldb, g->beta, c, ldc);
+    if (c16)
+      for (int64_t r = 0; r < g->m; r++)
+        strata__bf16_from_f32(c32 + r * g->n, c16p + r * g->ldc, g->n);
+  }
+  return STRATA_OK;
+}
+
+#if defined(STRATA_BLAS_DNNL)
+
+/*
+** oneDNN matmul primitives, one per shape (sizes, transposes, leading
+** dimensions, batch strides, types, alpha and beta), made on first use and
+** kept for the module's life: a training step repeats a few dozen shapes.
+** alpha is the output scale, beta a sum post-op (dst = alpha A B + beta dst).
+** A batch whose strides oneDNN takes runs as one 3-D matmul; otherwise one
+** 2-D primitive runs batch times.
+*/
+struct mm_key {
+  int trans_a, trans_b, c_dtype, pad_;
+  int64_t m, n, k, lda, ldb, ldc, stride_a, stride_b, stride_c, batch;
+  float alpha, beta;
+};
+
+struct mm {
+  struct mm_key key;
+  dnnl_primitive_t prim; /* NULL: oneDNN has no matmul for this key (the float32 route runs it) */
+  dnnl_memory_desc_t a, b, c;
+  int batched;           /* 1: one 3-D matmul for the batch; 0: the 2-D one batch times */
+  struct mm *next;
+};
+
+#define MM_CACHE_MAX 256 /* shapes kept; beyond, a primitive is made for the call and dropped */
+
+static pthread_mutex_t mm_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct mm *mm_cache;
+static int mm_count;
+static dnnl_engine_t engine;
+static pthread_key_t stream_key;
+static int engine_ok;
+
+static void stream_free(void *s) { dnnl_stream_destroy(s); }
+
+/* The calling thread's stream (a queue's worker keeps one). */
+static dnnl_stream_t thread_stream(void) {
+  dnnl_stream_t s = pthread_getspecific(stream_key);
+  if (!s) {
+    if (dnnl_stream_create(&s, engine, dnnl_stream_default_flags) != dnnl_success)
+      return NULL;
+    if (pthread_setspecific(stream_key, s) != 0) {
+      dnnl_stream_destroy(s);
+      return NULL;
+    }
+  }
+  return s;
+}
+
+/* A batch (or one, with batched 0) of rows x cols matrices, op(X) of the stored ones (transposed when trans). */
+static int matrix_md(dnnl_memory_desc_t *d, int batched, int64_t batch, int64_t rows, int64_t cols, int trans,
+                     int64_t ld, int64_t stride, dnnl_data_type_t dt) {
+  dnnl_dims_t dims, strides;
+  int nd = 0;
+  if (batched) {
+    /* a batch stride of 0 is one matrix for every product: oneDNN broadcasts a batch dimension of 1 */
+    dims[nd] = stride ? batch : 1;
+    strides[nd++] = stride ? stride : rows * cols;
+  }
+  dims[nd] = rows, strides[nd++] = trans ? 1 : ld;
+  dims[nd] = cols, strides[nd++] = trans ? ld : 1;
+  return dnnl_memory_desc_init_by_strides(d, nd, dims, dt, strides) == dnnl_success;
+}
+
+static dnnl_primitive_t mm_make(const struct mm_key *k, int batched, dnnl_memory_desc_t *a, dnnl_memory_desc_t *b,
+                                dnnl_memory_desc_t *c) {
+  dnnl_data_type_t cdt = k->c_dtype == STRATA_BFLOAT16 ? dnnl_bf16 : dnnl_f32;
+  if (!matrix_md(a, batched, k->batch, k->m, k->k, k->trans_a, k->lda, k->stride_a, dnnl_bf16) ||
+      !matrix_md(b, batched, k->batch, k->k, k->n, k->trans_b, k->ldb, k->stride_b, dnnl_bf16) ||
+      !matrix_md(c, batched, k->batch, k->m, k->n, 0, k->ldc, k->stride_c, cdt))
+    return NULL;
+  if (batched && !k->stride_c)
+    return NULL;
+  dnnl_matmul_desc_t desc;
+  if (dnnl_matmul_desc_init(&desc, a, b, NULL, c) != dnnl_success)
+    return NULL;
+  dnnl_primitive_attr_t attr = NULL;
+  dnnl_post_ops_t post = NULL;
+  dnnl_primitive_desc_t pd = NULL;
+  dnnl_primitive_t prim = NULL;
+  int ok = dnnl_primitive_attr_create(&attr) == dnnl_success;
+  if (ok && k->alpha != 1.0f)
+    ok = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &k->alpha) == dnnl_success;
+  if (ok && k->beta != 0.0f)
+    ok = dnnl_post_ops_create(&post) == dnnl_success && dnnl_post_ops_append_sum(post, k->beta) == dnnl_success &&
+         dnnl_primitive_attr_set_post_ops(attr, post) == dnnl_success;
+  if (ok)
+    ok = dnnl_primitive_desc_create(&pd, &desc, attr, engine, NULL) == dnnl_success;
+  if (ok && dnnl_primitive_create(&prim, pd) != dnnl_success)
+    prim = NULL;
+  if (pd)
+    dnnl_primitive_desc_destroy(pd);
+  if (post)
+    dnnl_post_ops_destroy(post);
+  if (attr)
+    dnnl_primitive_attr_destroy(attr);
+  return prim;
+}
+
+/* Fill e for key k: the 3-D matmul when oneDNN takes it, else the 2-D one, else none. */
+static void mm_fill(struct mm *e, const struct mm_key *k) {
+  e->key = *k;
+  e->batched = k->batch > 1;
+  e->prim = e->batched ? mm_make(k, 1, &e->a, &e->b, &e->c) : NULL;
+  if (!e->prim) {
+    e->batched = 0;
+    e->prim = mm_make(k, 0, &e->a, &e->b, &e->c);
+  }
+}
+
+static int mm_run(const struct mm *e, const struct strata__op *op) {
+  const __typeof__(op->u.gemm) *g = &op->u.gemm;
+  dnnl_stream_t st = thread_stream();
+  if (!st)
+    return STRATA_ERR_NOMEM;
+  int64_t times = e->batched ? 1 : g->batch;
+  for (int64_t i = 0; i < times; i++) {
+    dnnl_memory_t ma = NULL, mb = NULL, mc = NULL;
+    int ok = dnnl_memory_create(&ma, &e->a, engine, ELEM(g->a, i * g->stride_a)) == dnnl_success &&
+             dnnl_memory_create(&mb, &e->b, engine, ELEM(g->b, i * g->stride_b)) == dnnl_success &&
+             dnnl_memory_create(&mc, &e->c, engine, ELEM(g->c, i * g->stride_c)) == dnnl_success;
+    if (ok) {
+      dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
+      ok = dnnl_primitive_execute(e->prim, st, 3, args) == dnnl_success && dnnl_stream_wait(st) == dnnl_success;
+    }
+    if (ma)
+      dnnl_memory_destroy(ma);
+    if (mb)
+      dnnl_memory_destroy(mb);
+    if (mc)
+      dnnl_memory_destroy(mc);
+    if (!ok)
+      return STRATA_ERR_BACKEND;
+  }
+  return STRATA_OK;
+}
+
+static void path_choose(void) {
+  engine_ok = dnnl_engine_create(&engine, dnnl_cpu, 0) == dnnl_success &&
+              pthread_key_create(&stream_key, stream_free) == 0;
+  const dnnl_version_t *v = dnnl_version();
+  if (engine_ok)
+    strata__host_log(STRATA_LOG_INFO, "bf16 GEMM: oneDNN %d.%d.%d matmul (bf16 A and B, float32 sums)", v->major,
+                     v->minor, v->patch);
+  else
+    strata__host_log(STRATA_LOG_WARN, "bf16 GEMM: emulated (widened to float32, then sgemm): no oneDNN CPU engine");
+}
+
+static int gemm_bf16_ab(const struct strata__op *op) {
+  pthread_once(&path_once, path_choose);
+  if (!engine_ok)
+    return gemm_f32_route(op);
+  const __typeof__(op->u.gemm) *g = &op->u.gemm;
+  struct mm_key k;
+  memset(&k, 0, sizeof k);
+  k.trans_a = g->trans_a, k.trans_b = g->trans_b, k.c_dtype = g->c.dtype;
+  k.m = g->m, k.n = g->n, k.k = g->k, k.lda = g->lda, k.ldb = g->ldb, k.ldc = g->ldc;
+  k.stride_a = g->stride_a, k.stride_b = g->stride_b, k.stride_c = g->stride_c, k.batch = g->batch;
+  k.alpha = g->alpha, k.beta = g->beta;
+  pthread_mutex_lock(&mm_lock);
+  struct mm *e = mm_cache;
+  while (e && memcmp(&e->key, &k, sizeof k) != 0)
+    e = e->next;
+  struct mm once;
+  if (!e && mm_count < MM_CACHE_MAX && (e = calloc(1, sizeof *e)) != NULL) {
+    mm_fill(e, &k);
+    e->next = mm_cache;
+    mm_cache = e;
+    mm_count++;
+    if (!e->prim)
+      strata__host_log(STRATA_LOG_INFO,
+                       "bf16 GEMM %c%c %lldx%lldx%lld (batch %lld): no oneDNN matmul for it, emulated in float32",
+                       g->trans_a ? 'T' : 'N', g->trans_b ? 'T' : 'N', (long long)g->m, (long long)g->n,
+                       (long long)g->k, (long long)g->batch);
+  }
+  pthread_mutex_unlock(&mm_lock);
+  if (!e) { /* the cache is full (or memory ran out): a primitive for this call alone */
+    e = &once;
+    mm_fill(e, &k);
+  }
+  int rc = e->prim ? mm_run(e, op) : gemm_f32_route(op);
+  if (e == &once && e->prim)
+    dnnl_primitive_destroy(e->prim);
+  return rc;
+}
+
+#elif defined(STRATA_HAVE_SBGEMM)
+
+static void path_choose(void) {
+  strata__host_log(STRATA_LOG_INFO, "bf16 GEMM: OpenBLAS cblas_sbgemm (bf16 A and B, float32 sums)");
+}
+
+/* cblas_sbgemm writes float32 C: straight into a float32 C, else into scratch rounded once. */
+static int gemm_bf16_ab(const struct strata__op *op) {
+  pthread_once(&path_once, path_choose);
+  const __typeof__(op->u.gemm) *g = &op->u.gemm;
+  int c16 = IS_BF16(g->c);
+  float *c32 = c16 ? strata__host_scratch((size_t)(g->m * g->n)) : NULL;
+  if (c16 && !c32)
+    return STRATA_ERR_NOMEM;
+  for (int64_t i = 0; i < g->batch; i++) {
+    float *c = (float *)ELEM(g->c, i * g->stride_c);
+    uint16_t *c16p = (uint16_t *)ELEM(g->c, i * g->stride_c);
+    int64_t ldc = g->ldc;
+    if (c16) {
+      if (g->beta != 0.0f)
+        widen_matrix(c16p, g->ldc, g->m, g->n, c32);
+      c = c32, ldc = g->n;
+    }
+    cblas_sbgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans, g->trans_b ? CblasTrans : CblasNoTrans,
+                 (int)g->m, (int)g->n, (int)g->k, g->alpha, (const bfloat16 *)ELEM(g->a, i * g->stride_a),
+                 (int)g->lda, (const bfloat16 *)ELEM(g->b, i * g->stride_b), (int)g->ldb, g->beta, c, (int)ldc);
+    if (c16)
+      for (int64_t r = 0; r < g->m; r++)
+        strata__bf16_from_f32(c32 + r * g->n, c16p + r * g->ldc, g->n);
+  }
+  return STRATA_OK;
+}
+
+#else
+
+static void path_choose(void) {
+  strata__host_log(STRATA_LOG_INFO,
+                   "bf16 GEMM: emulated (A and B widened to float32, then sgemm): the GEMM library has no bf16 GEMM");
+}
+
+static int gemm_bf16_ab(const struct strata__op *op) {
+  pthread_once(&path_once, path_choose);
+  return gemm_f32_route(op);
+}
+
+#endif
+
+int strata__host_gemm_bf16(const struct strata__op *op) {
+  /* float32 A and B with a bfloat16 C: a float32 GEMM rounded once */
+  return IS_BF16(op->u.gemm.a) ? gemm_bf16_ab(op) : gemm_f32_route(op);
+}

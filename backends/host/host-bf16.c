@@ -1,0 +1,493 @@
+/* SPDX-License-Identifier: MIT */
+/* host-bf16.c — the host's ops on bfloat16 operands: the float32 kernels over blocks of rows staged through float32
+** scratch, and the ops that need no staging (convert, reduce, embedding, sumsq). */
+#include "config.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <strata/comm.h>
+
+#include "bf16.h"
+#include "host.h"
+
+#define F(m) ((float *)(m).h + (m).off)
+#define BF(m) ((uint16_t *)(m).h + (m).off)
+#define INT(m) ((int32_t *)(m).h + (m).off)
+#define IS_BF16(m) ((m).dtype == STRATA_BFLOAT16)
+
+#define CHUNK 4096   /* elements converted by one thread at a time */
+#define PAR_MIN 16384 /* below this many elements threads cost more than they save (as host-ops.c) */
+#define BLOCK 65536  /* elements of the widest staged operand per block: a block's scratch stays in the caches */
+
+/*
+** Float32 scratch of the calling thread (a queue's worker): grown when an op
+** needs more, and kept, so that once the shapes of a training step have been
+** seen no op allocates. Freed when the thread ends.
+*/
+struct scratch {
+  float *p;
+  size_t cap;
+};
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static int scratch_key_ok;
+
+static void scratch_free(void *v) {
+  struct scratch *s = v;
+  free(s->p);
+  free(s);
+}
+
+static void scratch_init(void) { scratch_key_ok = pthread_key_create(&scratch_key, scratch_free) == 0; }
+
+float *strata__host_scratch(size_t n) {
+  pthread_once(&scratch_once, scratch_init);
+  if (!scratch_key_ok)
+    return NULL;
+  struct scratch *s = pthread_getspecific(scratch_key);
+  if (!s) {
+    s = calloc(1, sizeof *s);
+    if (!s || pthread_setspecific(scratch_key, s) != 0) {
+      free(s);
+      return NULL;
+    }
+  }
+  if (s->cap < n) {
+    void *p = NULL;
+    if (posix_memalign(&p, 64, n * sizeof(float)) != 0)
+      return NULL;
+    free(s->p);
+    s->p = p;
+    s->cap = n;
+  }
+  return s->p;
+}
+
+/* Array conversions over the op's threads, in pieces of CHUNK. */
+static void widen(const uint16_t *x, float *y, int64_t n) {
+  int64_t pieces = (n + CHUNK - 1) / CHUNK;
+  _Pragma("omp parallel for schedule(static) num_threads(strata__host_threads) if (n >= PAR_MIN)")
+  for (int64_t s = 0; s < pieces; s++) {
+    int64_t lo = s * CHUNK, len = n - lo < CHUNK ? n - lo : CHUNK;
+    strata__bf16_to_f32(x + lo, y + lo, len);
+  }
+}
+
+static void narrow(const float *x, uint16_t *y, int64_t n) {
+  int64_t pieces = (n + CHUNK - 1) / CHUNK;
+  _Pragma("omp parallel for schedule(static) num_threads(strata__host_threads) if (n >= PAR_MIN)")
+  for (int64_t s = 0; s < pieces; s++) {
+    int64_t lo = s * CHUNK, len = n - lo < CHUNK ? n - lo : CHUNK;
+    strata__bf16_from_f32(x + lo, y + lo, len);
+  }
+}
+
+/* ---- staging: the float32 kernels over float32 copies of the bfloat16 operands ---- */
+
+/* How an op uses an operand: per row (read, written, both), or whole (read once; summed into over all rows). */
+enum role { ROW_IN = 1, ROW_OUT = 2, ROW_INOUT = 3, WHOLE_IN = 4, WHOLE_ACC = 8 };
+
+struct operand {
+  struct strata__mem *m; /* the field in the record the kernels get */
+  int64_t width;         /* elements per row; for whole operands, all of them */
+  int role;
+};
+
+/*
+** An op seen as `rows` independent rows: its row operands hold `width`
+** elements a row, one after the other; a record of the same op over rows
+** [r0, r0 + n) is the record with *rows_field = n and each row operand
+** moved on by r0 rows. Whole operands are the same for every block; an
+** accumulated one (a gradient summed over the rows) takes the op's
+** accumulate flag for the first block and 1 after it, so the blocks sum
+** into it in row order exactly as one call over all rows would.
+*/
+struct plan {
+  int64_t rows, align;  /* blocks hold a multiple of `align` rows */
+  int64_t *rows_field;
+  int *acc_flag;        /* NULL when nothing accumulates */
+  int64_t one;          /* rows_field of the ops that are one row (im2col, col2im) */
+  int n;
+  struct operand a[10];
+};
+
+#define OPND(field, w, r) (p->a[p->n++] = (struct operand){&o->u.field, (w), (r)})
+
+/* The plan of op `o` (whose fields it points into); 0 for an op that is not staged. */
+static int plan_of(struct strata__op *o, struct plan *p) {
+  memset(p, 0, sizeof *p);
+  p->align = 1;
+  switch (o->id) {
+  case STRATA__OP_GELU_FWD:
+  case STRATA__OP_RELU_FWD:
+    p->rows = o->u.ew.n, p->rows_field = &o->u.ew.n;
+    OPND(ew.x, 1, ROW_IN), OPND(ew.y, 1, ROW_OUT);
+    break;
+  case STRATA__OP_GELU_BWD:
+  case STRATA__OP_RELU_BWD:
+    p->rows = o->u.ew.n, p->rows_field = &o->u.ew.n;
+    OPND(ew.x, 1, ROW_IN), OPND(ew.dy, 1, ROW_IN), OPND(ew.dx, 1, ROW_OUT);
+    break;
+  case STRATA__OP_ADD:
+    p->rows = o->u.ew.n, p->rows_field = &o->u.ew.n;
+    OPND(ew.x, 1, ROW_IN), OPND(ew.b, 1, ROW_IN), OPND(ew.y, 1, ROW_OUT);
+    break;
+  case STRATA__OP_SCALE:
+    p->rows = o->u.ew.n, p->rows_field = &o->u.ew.n;
+    OPND(ew.x, 1, ROW_INOUT);
+    break;
+  case STRATA__OP_FILL:
+    p->rows = o->u.ew.n, p->rows_field = &o->u.ew.n;
+    OPND(ew.x, 1, ROW_OUT);
+    break;
+  case STRATA__OP_BIAS_ADD:
+    p->rows = o->u.bias.rows, p->rows_field = &o->u.bias.rows;
+    OPND(bias.y, o->u.bias.cols, ROW_INOUT), OPND(bias.bias, o->u.bias.cols, WHOLE_IN);
+    break;
+  case STRATA__OP_BIAS_GRAD:
+    p->rows = o->u.bias.rows, p->rows_field = &o->u.bias.rows, p->acc_flag = &o->u.bias.accumulate;
+    OPND(bias.y, o->u.bias.cols, ROW_IN), OPND(bias.bias, o->u.bias.cols, WHOLE_ACC);
+    break;
+  case STRATA__OP_LAYERNORM_FWD: {
+    int64_t c = o->u.ln.cols;
+    p->rows = o->u.ln.rows, p->rows_field = &o->u.ln.rows;
+    OPND(ln.x, c, ROW_IN), OPND(ln.gamma, c, WHOLE_IN), OPND(ln.beta, c, WHOLE_IN), OPND(ln.y, c, ROW_OUT);
+    OPND(ln.mean, 1, ROW_OUT), OPND(ln.rstd, 1, ROW_OUT);
+    break;
+  }
+  case STRATA__OP_LAYERNORM_BWD: {
+    int64_t c = o->u.ln.cols;
+    p->rows = o->u.ln.rows, p->rows_field = &o->u.ln.rows, p->acc_flag = &o->u.ln.accumulate;
+    OPND(ln.x, c, ROW_IN), OPND(ln.gamma, c, WHOLE_IN), OPND(ln.mean, 1, ROW_IN), OPND(ln.rstd, 1, ROW_IN);
+    OPND(ln.dy, c, ROW_IN), OPND(ln.dx, c, ROW_OUT), OPND(ln.dgamma, c, WHOLE_ACC), OPND(ln.dbeta, c, WHOLE_ACC);
+    break;
+  }
+  case STRATA__OP_SOFTMAX_FWD:
+    p->rows = o->u.softmax.rows, p->rows_field = &o->u.softmax.rows;
+    p->align = o->u.softmax.causal ? o->u.softmax.cols : 1; /* the mask reads a row's place in its matrix */
+    OPND(softmax.x, o->u.softmax.cols, ROW_IN), OPND(softmax.y, o->u.softmax.cols, ROW_OUT);
+    break;
+  case STRATA__OP_SOFTMAX_BWD:
+    p->rows = o->u.softmax.rows, p->rows_field = &o->u.softmax.rows;
+    OPND(softmax.y, o->u.softmax.cols, ROW_IN), OPND(softmax.dy, o->u.softmax.cols, ROW_IN);
+    OPND(softmax.dx, o->u.softmax.cols, ROW_OUT);
+    break;
+  case STRATA__OP_XENT_FWD:
+    p->rows = o->u.xent.rows, p->rows_field = &o->u.xent.rows;
+    OPND(xent.logits, o->u.xent.vocab, ROW_IN), OPND(xent.targets, 1, ROW_IN), OPND(xent.loss, 1, ROW_OUT);
+    break;
+  case STRATA__OP_XENT_BWD:
+    p->rows = o->u.xent.rows, p->rows_field = &o->u.xent.rows;
+    OPND(xent.logits, o->u.xent.vocab, ROW_IN), OPND(xent.targets, 1, ROW_IN);
+    OPND(xent.dlogits, o->u.xent.vocab, ROW_OUT);
+    break;
+  case STRATA__OP_XENT_VP_MAX:
+    p->rows = o->u.xvp.rows, p->rows_field = &o->u.xvp.rows;
+    OPND(xvp.logits, o->u.xvp.vl, ROW_IN), OPND(xvp.rowmax, 1, ROW_OUT);
+    break;
+  case STRATA__OP_XENT_VP_SUMS:
+    p->rows = o->u.xvp.rows, p->rows_field = &o->u.xvp.rows;
+    OPND(xvp.logits, o->u.xvp.vl, ROW_IN), OPND(xvp.targets, 1, ROW_IN), OPND(xvp.rowmax, 1, ROW_IN);
+    OPND(xvp.sumexp, 1, ROW_OUT), OPND(xvp.tlogit, 1, ROW_OUT);
+    break;
+  case STRATA__OP_XENT_VP_LOSS:
+    p->rows = o->u.xvp.rows, p->rows_field = &o->u.xvp.rows;
+    OPND(xvp.rowmax, 1, ROW_IN), OPND(xvp.sumexp, 1, ROW_IN), OPND(xvp.tlogit, 1, ROW_IN);
+    OPND(xvp.targets, 1, ROW_IN), OPND(xvp.loss, 1, ROW_OUT);
+    break;
+  case STRATA__OP_XENT_VP_BWD:
+    p->rows = o->u.xvp.rows, p->rows_field = &o->u.xvp.rows;
+    OPND(xvp.logits, o->u.xvp.vl, ROW_IN), OPND(xvp.targets, 1, ROW_IN), OPND(xvp.rowmax, 1, ROW_IN);
+    OPND(xvp.sumexp, 1, ROW_IN), OPND(xvp.dlogits, o->u.xvp.vl, ROW_OUT);
+    break;
+  case STRATA__OP_IM2COL:
+  case STRATA__OP_COL2IM: {
+    int64_t img = o->u.im2col.c * o->u.im2col.h * o->u.im2col.w;
+    int64_t col = o->u.im2col.c * o->u.im2col.r * o->u.im2col.s * o->u.im2col.p * o->u.im2col.q;
+    int in = o->id == STRATA__OP_IM2COL;
+    p->rows = 1, p->rows_field = &p->one;
+    OPND(im2col.x, img, in ? ROW_IN : ROW_OUT), OPND(im2col.col, col, in ? ROW_OUT : ROW_IN);
+    break;
+  }
+  case STRATA__OP_MAXPOOL_FWD: {
+    int64_t hw = o->u.pool.h * o->u.pool.w, pq = o->u.pool.p * o->u.pool.q;
+    p->rows = o->u.pool.planes, p->rows_field = &o->u.pool.planes;
+    OPND(pool.x, hw, ROW_IN), OPND(pool.y, pq, ROW_OUT), OPND(pool.idx, pq, ROW_OUT);
+    break;
+  }
+  case STRATA__OP_MAXPOOL_BWD: {
+    int64_t hw = o->u.pool.h * o->u.pool.w, pq = o->u.pool.p * o->u.pool.q;
+    p->rows = o->u.pool.planes, p->rows_field = &o->u.pool.planes;
+    OPND(pool.dy, pq, ROW_IN), OPND(pool.idx, pq, ROW_IN), OPND(pool.dx, hw, ROW_OUT);
+    break;
+  }
+  case STRATA__OP_ATTENTION_FWD:
+  case STRATA__OP_ATTENTION_BWD: {
+    int64_t t = o->u.attn.seq, d = o->u.attn.heads * o->u.attn.head_dim;
+    int fwd = o->id == STRATA__OP_ATTENTION_FWD;
+    p->rows = o->u.attn.batch, p->rows_field = &o->u.attn.batch;
+    OPND(attn.qkv, t * 3 * d, ROW_IN), OPND(attn.out, t * d, fwd ? ROW_OUT : ROW_IN);
+    OPND(attn.lse, t * o->u.attn.heads, fwd ? ROW_OUT : ROW_IN);
+    if (!fwd)
+      OPND(attn.dout, t * d, ROW_IN), OPND(attn.dqkv, t * 3 * d, ROW_OUT);
+    break;
+  }
+  default:
+    return 0;
+  }
+  return 1;
+}
+
+/*
+** Run `op` through the float32 kernel of its id, a block of rows at a time:
+** each bfloat16 operand's block widened into scratch before the kernel,
+** and rounded back after it where the op writes it. float32 and index
+** operands are used in place. Every row is computed by the float32 code on
+** exactly the widened inputs, so the result is the float32 op's on them,
+** rounded once.
+*/
+static int staged(const struct strata__op *op) {
+  struct strata__op o = *op;
+  struct plan p;
+  if (!plan_of(&o, &p))
+    return STRATA_ERR_UNSUPPORTED;
+  o.dtypes = 0;
+  struct strata__mem orig[10];
+  int64_t widest = 0;
+  for (int i = 0; i < p.n; i++) {
+    orig[i] = *p.a[i].m;
+    if (IS_BF16(orig[i]) && p.a[i].role <= ROW_INOUT && p.a[i].width > widest)
+      widest = p.a[i].width;
+  }
+  int64_t per = p.rows;
+  if (widest) {
+    per = BLOCK / widest / p.align * p.align;
+    per = per < p.align ? p.align : per > p.rows ? p.rows : per;
+  }
+  size_t at[10], need = 0;
+  for (int i = 0; i < p.n; i++) {
+    at[i] = need;
+    if (IS_BF16(orig[i]))
+      need += ((size_t)(p.a[i].role <= ROW_INOUT ? per * p.a[i].width : p.a[i].width) + 15) & ~(size_t)15;
+  }
+  float *s = need ? strata__host_scratch(need) : NULL;
+  if (need && !s)
+    return STRATA_ERR_NOMEM;
+  for (int i = 0; i < p.n; i++)
+    if (IS_BF16(orig[i]) && p.a[i].role > ROW_INOUT) {
+      if (p.a[i].role == WHOLE_IN || *p.acc_flag)
+        widen(BF(orig[i]), s + at[i], p.a[i].width);
+      *p.a[i].m = (struct strata__mem){s + at[i], 0, STRATA_FLOAT32};
+    }
+  for (int64_t r0 = 0; r0 < p.rows; r0 += per) {
+    int64_t nr = p.rows - r0 < per ? p.rows - r0 : per;
+    *p.rows_field = nr;
+    for (int i = 0; i < p.n; i++) {
+      if (p.a[i].role > ROW_INOUT)
+        continue;
+      if (!IS_BF16(orig[i])) {
+        *p.a[i].m = orig[i];
+        p.a[i].m->off += (size_t)(r0 * p.a[i].width);
+        continue;
+      }
+      *p.a[i].m = (struct strata__mem){s + at[i], 0, STRATA_FLOAT32};
+      if (p.a[i].role & ROW_IN)
+        widen(BF(orig[i]) + r0 * p.a[i].width, s + at[i], nr * p.a[i].width);
+    }
+    int rc = strata__host_op_run_f32(&o);
+    if (rc)
+      return rc;
+    for (int i = 0; i < p.n; i++)
+      if (IS_BF16(orig[i]) && p.a[i].role <= ROW_INOUT && (p.a[i].role & ROW_OUT))
+        narrow(s + at[i], BF(orig[i]) + r0 * p.a[i].width, nr * p.a[i].width);
+    if (p.acc_flag)
+      *p.acc_flag = 1;
+  }
+  for (int i = 0; i < p.n; i++)
+    if (IS_BF16(orig[i]) && p.a[i].role == WHOLE_ACC)
+      narrow(s + at[i], BF(orig[i]), p.a[i].width);
+  return STRATA_OK;
+}
+
+/* ---- ops that need no staging ---- */
+
+/* y = x in y's type; x and y are the same memory (same type) or disjoint. */
+static int convert(const struct strata__op *o) {
+  struct strata__mem x = o->u.ew.x, y = o->u.ew.y;
+  int64_t n = o->u.ew.n;
+  if (x.dtype == y.dtype) {
+    size_t size = IS_BF16(x) ? 2 : 4;
+    const char *xs = (const char *)x.h + x.off * size;
+    char *ys = (char *)y.h + y.off * size;
+    if (xs != ys)
+      memcpy(ys, xs, (size_t)n * size);
+  } else if (IS_BF16(x)) {
+    widen(BF(x), F(y), n);
+  } else {
+    narrow(F(x), BF(y), n);
+  }
+  return STRATA_OK;
+}
+
+/* y = a (op) b over bfloat16 (record dtype STRATA_BFLOAT16: all three): float32 arithmetic, rounded once. */
+static int reduce(const struct strata__op *o) {
+  const uint16_t *a = BF(o->u.reduce.a), *b = BF(o->u.reduce.b);
+  uint16_t *y = BF(o->u.reduce.y);
+  int64_t n = o->u.reduce.n, pieces = (n + CHUNK - 1) / CHUNK;
+  int max = o->u.reduce.op == STRATA_MAX;
+  _Pragma("omp parallel for schedule(static) num_threads(strata__host_threads) if (n >= PAR_MIN)")
+  for (int64_t s = 0; s < pieces; s++) {
+    int64_t lo = s * CHUNK, len = n - lo < CHUNK ? n - lo : CHUNK;
+    float fa[CHUNK], fb[CHUNK];
+    strata__bf16_to_f32(a + lo, fa, len);
+    strata__bf16_to_f32(b + lo, fb, len);
+    if (max)
+      for (int64_t i = 0; i < len; i++)
+        fa[i] = fmaxf(fa[i], fb[i]);
+    else
+      for (int64_t i = 0; i < len; i++)
+        fa[i] += fb[i];
+    strata__bf16_from_f32(fa, y + lo, len);
+  }
+  return STRATA_OK;
+}
+
+/* out[i] = table[tokens[i]], each row converted to out's type (or copied). */
+static int embedding_fwd(const struct strata__op *o) {
+  const int32_t *tok = INT(o->u.emb.tokens);
+  struct strata__mem table = o->u.emb.table, out = o->u.emb.out;
+  int64_t dim = o->u.emb.dim, n = o->u.emb.n, par_n = n * dim;
+  size_t osize = IS_BF16(out) ? 2 : 4;
+  _Pragma("omp parallel for schedule(static) num_threads(strata__host_threads) if (par_n >= PAR_MIN)")
+  for (int64_t i = 0; i < n; i++) {
+    int32_t t = tok[i];
+    int64_t from = (int64_t)t * dim, to = i * dim;
+    if (t < 0 || t >= o->u.emb.vocab)
+      memset((char *)out.h + (out.off + (size_t)to) * osize, 0, (size_t)dim * osize);
+    else if (table.dtype == out.dtype)
+      memcpy((char *)out.h + (out.off + (size_t)to) * osize, (const char *)table.h + (table.off + (size_t)from) * osize,
+             (size_t)dim * osize);
+    else if (IS_BF16(table))
+      strata__bf16_to_f32(BF(table) + from, F(out) + to, dim);
+    else
+      strata__bf16_from_f32(F(table) + from, BF(out) + to, dim);
+  }
+  return STRATA_OK;
+}
+
+struct token_at {
+  int32_t t;
+  int64_t i;
+};
+
+static int token_order(const void *pa, const void *pb) {
+  const struct token_at *a = pa, *b = pb;
+  return a->t != b->t ? (a->t > b->t) - (a->t < b->t) : (a->i > b->i) - (a->i < b->i);
+}
+
+/*
+** dtable (+)= scatter of dout, each table row summed in token order as the
+** float32 op sums it. A float32 table takes the widened rows in place; a
+** bfloat16 one is summed a row at a time in float32 (the tokens sorted by
+** (id, position)) and rounded once.
+*/
+static int embedding_bwd(const struct strata__op *o) {
+  const int32_t *tok = INT(o->u.emb.tokens);
+  struct strata__mem dout = o->u.emb.dout, dtable = o->u.emb.dtable;
+  int64_t dim = o->u.emb.dim, n = o->u.emb.n, vocab = o->u.emb.vocab;
+  if (!IS_BF16(dtable)) {
+    float *dt = F(dtable);
+    if (!o->u.emb.accumulate)
+      memset(dt, 0, (size_t)(vocab * dim) * sizeof *dt);
+    for (int64_t i = 0; i < n; i++) {
+      int32_t t = tok[i];
+      if (t < 0 || t >= vocab)
+        continue;
+      float *row = dt + (int64_t)t * dim;
+      if (IS_BF16(dout)) {
+        const uint16_t *src = BF(dout) + i * dim;
+        for (int64_t d = 0; d < dim; d++)
+          row[d] += bf16_widen(src[d]);
+      } else {
+        const float *src = F(dout) + i * dim;
+        for (int64_t d = 0; d < dim; d++)
+          row[d] += src[d];
+      }
+    }
+    return STRATA_OK;
+  }
+  size_t pairs = ((size_t)n * sizeof(struct token_at) + sizeof(float) - 1) / sizeof(float);
+  float *s = strata__host_scratch(pairs + (size_t)dim);
+  if (!s)
+    return STRATA_ERR_NOMEM;
+  struct token_at *order = (struct token_at *)(void *)s;
+  float *acc = s + pairs;
+  int64_t m = 0;
+  for (int64_t i = 0; i < n; i++)
+    if (tok[i] >= 0 && tok[i] < vocab)
+      order[m++] = (struct token_at){tok[i], i};
+  qsort(order, (size_t)m, sizeof *order, token_order);
+  uint16_t *dt = BF(dtable);
+  if (!o->u.emb.accumulate)
+    memset(dt, 0, (size_t)(vocab * dim) * sizeof *dt);
+  for (int64_t j = 0; j < m;) {
+    int32_t t = order[j].t;
+    uint16_t *row = dt + (int64_t)t * dim;
+    if (o->u.emb.accumulate)
+      strata__bf16_to_f32(row, acc, dim);
+    else
+      memset(acc, 0, (size_t)dim * sizeof *acc);
+    for (; j < m && order[j].t == t; j++) {
+      int64_t i = order[j].i;
+      if (IS_BF16(dout)) {
+        const uint16_t *src = BF(dout) + i * dim;
+        for (int64_t d = 0; d < dim; d++)
+          acc[d] += bf16_widen(src[d]);
+      } else {
+        const float *src = F(dout) + i * dim;
+        for (int64_t d = 0; d < dim; d++)
+          acc[d] += src[d];
+      }
+    }
+    strata__bf16_from_f32(acc, row, dim);
+  }
+  return STRATA_OK;
+}
+
+/* out[0] (+)= sum of x^2 in double over the widened x, in order (as the float32 op). out is float32. */
+static int sumsq(const struct strata__op *o) {
+  const uint16_t *x = BF(o->u.sumsq.x);
+  double s = 0;
+  for (int64_t i = 0; i < o->u.sumsq.n; i++) {
+    float v = bf16_widen(x[i]);
+    s += (double)v * v;
+  }
+  float *out = F(o->u.sumsq.out);
+  out[0] = (o->u.sumsq.accumulate ? out[0] : 0.0f) + (float)s;
+  return STRATA_OK;
+}
+
+int strata__host_op_run_bf16(const struct strata__op *op) {
+  switch (op->id) {
+  case STRATA__OP_CONVERT:
+    return convert(op);
+  case STRATA__OP_REDUCE:
+    return op->u.reduce.dtype == STRATA_BFLOAT16 ? reduce(op) : strata__host_op_run_f32(op);
+  case STRATA__OP_GEMM:
+    return strata__host_gemm_bf16(op);
+  case STRATA__OP_EMBEDDING_FWD:
+    return embedding_fwd(op);
+  case STRATA__OP_EMBEDDING_BWD:
+    return embedding_bwd(op);
+  case STRATA__OP_SUMSQ:
+    return sumsq(op);
+  case STRATA__OP_ADAMW:        /* float32 only: the runtime refuses bfloat16 operands */
+  case STRATA__OP_TOKENS_SHIFT: /* int32 only */
+    return STRATA_ERR_UNSUPPORTED;
+  default:
+    return staged(op);
+  }
+}
