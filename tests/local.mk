@@ -174,10 +174,10 @@ endif
 # The tools' tests (shell), the GPU suite's own test and the MPI ones.
 TESTS += tests/test-strata-topo.sh tests/test-strata-plan.sh tests/test-strata-train.sh tests/test-strata-interop.sh \
 	tests/test-strata-train-dp.sh tests/test-gpu-run.sh tests/test-layers.sh tests/test-version.sh tests/test-outputs.sh \
-	tests/test-fuzz-run-all.sh
+	tests/test-fuzz-run-all.sh tests/test-strata-bench.sh
 EXTRA_DIST += tests/test-strata-topo.sh tests/test-strata-plan.sh tests/test-strata-train.sh \
 	tests/test-strata-interop.sh tests/test-strata-train-dp.sh tests/test-gpu-run.sh tests/test-layers.sh \
-	tests/test-version.sh tests/test-outputs.sh tests/test-fuzz-run-all.sh
+	tests/test-version.sh tests/test-outputs.sh tests/test-fuzz-run-all.sh tests/test-strata-bench.sh
 # The tests' own writer of nanoGPT and llm.c token files.
 check_PROGRAMS += tests/write-tokens
 tests_write_tokens_SOURCES = tests/write-tokens.c

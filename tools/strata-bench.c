@@ -15,6 +15,9 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#ifdef STRATA_BLAS_DNNL
+#include <oneapi/dnnl/dnnl.h> /* types only: the functions come from the copy the host backend loaded */
+#endif
 #ifdef STRATA_HAVE_OPENCL
 #define CL_TARGET_OPENCL_VERSION 120
 #include <CL/cl.h>
@@ -36,6 +39,7 @@ struct options {
   int reps;
   int json;
   int compare;            /* --compare: every CBLAS-like library on the machine beside strata */
+  int bf16;               /* --precision bf16: bfloat16 A and B, float32 C */
   const char *user_coretype;  /* OPENBLAS_CORETYPE as the program started */
 };
 
@@ -63,6 +67,9 @@ static void usage(FILE *f) {
           "                     loaded privately with the host device's thread count, in the\n"
           "                     same run, in turn round by round; prints GFLOP/s per library\n"
           "                     and size and strata's share of the best (target: 90%%)\n"
+          "  -p, --precision P  fp32 (default) or bf16: bfloat16 A and B with float32 sums and C,\n"
+          "                     on host devices, beside oneDNN's bf16 matmul called directly\n"
+          "                     (the copy the host backend loaded; target: strata >= 90%% of it)\n"
           "      --json         one JSON object per line instead of a table\n"
           "  -h, --help         this help\n"
           "      --version      show the version (strata-bench --version)\n"
@@ -124,6 +131,14 @@ struct runner {
   const float *a, *b;             /* cblas */
   float *c;
   const struct peer *peer;        /* --compare: the library called */
+  int dtype;                      /* strata: the type of A and B (C is float32) */
+#ifdef STRATA_BLAS_DNNL
+  dnnl_engine_t eng;              /* oneDNN matmul, --precision bf16 */
+  dnnl_stream_t stream;
+  dnnl_primitive_t prim;
+  dnnl_memory_t dm[3];
+  void *host[3];
+#endif
 #ifdef STRATA_HAVE_OPENCL
   cl_context ctx;                 /* CLBlast */
   cl_command_queue cq;
@@ -133,8 +148,8 @@ struct runner {
 
 static int strata_run(struct runner *r) {
   int n = r->n;
-  int rc = strata_gemm(r->q, STRATA_NO_TRANS, STRATA_NO_TRANS, n, n, n, 1.0f, strata_mem(r->ba, 0), n, 0,
-                       strata_mem(r->bb, 0), n, 0, 0.0f, strata_mem(r->bc, 0), n, 0, 1);
+  int rc = strata_gemm(r->q, STRATA_NO_TRANS, STRATA_NO_TRANS, n, n, n, 1.0f, strata_mem_typed(r->ba, 0, r->dtype), n,
+                       0, strata_mem_typed(r->bb, 0, r->dtype), n, 0, 0.0f, strata_mem(r->bc, 0), n, 0, 1);
   return rc ? rc : strata_queue_finish(r->q);
 }
 
@@ -146,23 +161,29 @@ static void strata_done(struct runner *r) {
   strata_buffer_free(r->bc);
 }
 
-static int strata_setup(struct runner *r, int dev, int n, const float *a, const float *b) {
-  size_t bytes = (size_t)n * n * 4;
+/* With bf16, A and B are uploaded as float32 into C's buffer and converted by strata_convert. */
+static int strata_setup(struct runner *r, int dev, int n, const float *a, const float *b, int bf16) {
+  size_t count = (size_t)n * n, bytes = count * 4, ab = bf16 ? count * 2 : bytes;
   memset(r, 0, sizeof *r);
   r->n = n;
   r->run = strata_run;
   r->done = strata_done;
+  r->dtype = bf16 ? STRATA_BFLOAT16 : STRATA_FLOAT32;
   int rc = strata_queue_new(dev, &r->q);
   if (!rc)
-    rc = strata_buffer_new(dev, bytes, &r->ba);
+    rc = strata_buffer_new(dev, ab, &r->ba);
   if (!rc)
-    rc = strata_buffer_new(dev, bytes, &r->bb);
+    rc = strata_buffer_new(dev, ab, &r->bb);
   if (!rc)
     rc = strata_buffer_new(dev, bytes, &r->bc);
-  if (!rc)
-    rc = strata_buffer_upload(r->q, r->ba, 0, a, bytes);
-  if (!rc)
-    rc = strata_buffer_upload(r->q, r->bb, 0, b, bytes);
+  for (int i = 0; i < 2 && !rc; i++) {
+    strata_buffer_t to = i ? r->bb : r->ba;
+    rc = strata_buffer_upload(r->q, bf16 ? r->bc : to, 0, i ? b : a, bytes);
+    if (!rc && bf16)
+      rc = strata_convert(r->q, strata_mem(r->bc, 0), strata_mem_typed(to, 0, STRATA_BFLOAT16), (int64_t)count);
+    if (!rc && bf16)
+      rc = strata_queue_finish(r->q); /* C's buffer is the next one's staging */
+  }
   return rc;
 }
 
@@ -263,6 +284,91 @@ static int cblas_setup(struct runner *r, int n, const float *a, const float *b) 
   r->c = malloc((size_t)n * n * 4);
   return r->c ? 0 : -1;
 }
+
+#ifdef STRATA_BLAS_DNNL
+/*
+** --precision bf16 on host devices: oneDNN's matmul with bf16 src and
+** weights and f32 dst, N x N row-major, called directly through the copy of
+** oneDNN the host backend loaded (its functions looked up in it).
+*/
+#define DNNL_FN(name) __typeof__(name) *name##_p = (__typeof__(name) *)(uintptr_t)dlsym(host_blas.handle, #name)
+
+static int dnnl_bf16_run(struct runner *r) {
+  DNNL_FN(dnnl_primitive_execute);
+  DNNL_FN(dnnl_stream_wait);
+  dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, r->dm[0]}, {DNNL_ARG_WEIGHTS, r->dm[1]}, {DNNL_ARG_DST, r->dm[2]}};
+  return dnnl_primitive_execute_p(r->prim, r->stream, 3, args) == dnnl_success &&
+                 dnnl_stream_wait_p(r->stream) == dnnl_success
+             ? 0
+             : -1;
+}
+
+static void dnnl_bf16_done(struct runner *r) {
+  DNNL_FN(dnnl_memory_destroy);
+  DNNL_FN(dnnl_primitive_destroy);
+  DNNL_FN(dnnl_stream_destroy);
+  DNNL_FN(dnnl_engine_destroy);
+  for (int i = 0; i < 3; i++) {
+    if (r->dm[i])
+      dnnl_memory_destroy_p(r->dm[i]);
+    free(r->host[i]);
+  }
+  if (r->prim)
+    dnnl_primitive_destroy_p(r->prim);
+  if (r->stream)
+    dnnl_stream_destroy_p(r->stream);
+  if (r->eng)
+    dnnl_engine_destroy_p(r->eng);
+}
+
+static uint16_t to_bf16(float f) { /* to nearest, ties to even (no NaN here) */
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static int dnnl_bf16_setup(struct runner *r, int n, const float *a, const float *b) {
+  memset(r, 0, sizeof *r);
+  if (find_host_blas() || !host_blas.dnnl)
+    return -1;
+  r->n = n;
+  r->run = dnnl_bf16_run;
+  r->done = dnnl_bf16_done;
+  DNNL_FN(dnnl_engine_create);
+  DNNL_FN(dnnl_stream_create);
+  DNNL_FN(dnnl_memory_desc_init_by_tag);
+  DNNL_FN(dnnl_matmul_desc_init);
+  DNNL_FN(dnnl_primitive_desc_create);
+  DNNL_FN(dnnl_primitive_desc_destroy);
+  DNNL_FN(dnnl_primitive_create);
+  DNNL_FN(dnnl_memory_create);
+  size_t count = (size_t)n * n;
+  uint16_t *ha = malloc(count * 2), *hb = malloc(count * 2);
+  r->host[0] = ha, r->host[1] = hb, r->host[2] = malloc(count * 4);
+  if (!ha || !hb || !r->host[2])
+    return -1;
+  for (size_t i = 0; i < count; i++)
+    ha[i] = to_bf16(a[i]), hb[i] = to_bf16(b[i]);
+  dnnl_dims_t dims = {n, n};
+  dnnl_memory_desc_t md[3];
+  dnnl_matmul_desc_t desc;
+  dnnl_primitive_desc_t pd = NULL;
+  if (dnnl_engine_create_p(&r->eng, dnnl_cpu, 0) != dnnl_success ||
+      dnnl_stream_create_p(&r->stream, r->eng, dnnl_stream_default_flags) != dnnl_success)
+    return -1;
+  for (int i = 0; i < 3; i++)
+    if (dnnl_memory_desc_init_by_tag_p(&md[i], 2, dims, i < 2 ? dnnl_bf16 : dnnl_f32, dnnl_ab) != dnnl_success)
+      return -1;
+  if (dnnl_matmul_desc_init_p(&desc, &md[0], &md[1], NULL, &md[2]) != dnnl_success ||
+      dnnl_primitive_desc_create_p(&pd, &desc, NULL, r->eng, NULL) != dnnl_success)
+    return -1;
+  int rc = dnnl_primitive_create_p(&r->prim, pd) == dnnl_success ? 0 : -1;
+  dnnl_primitive_desc_destroy_p(pd);
+  for (int i = 0; i < 3 && !rc; i++)
+    rc = dnnl_memory_create_p(&r->dm[i], &md[i], r->eng, r->host[i]) == dnnl_success ? 0 : -1;
+  return rc;
+}
+#endif
 
 #ifdef STRATA_HAVE_OPENCL
 /* The OpenCL device strata calls `backend_index`: platforms in order, then
@@ -509,7 +615,7 @@ static int bench_compare(const struct options *o, int d, const struct strata_dev
       a[i] = (float)((i * 7) % 13) / 13.0f - 0.5f;
       b[i] = (float)((i * 5) % 11) / 11.0f - 0.5f;
     }
-    int rs = ok ? strata_setup(&rs_, d, n, a, b) : -1;
+    int rs = ok ? strata_setup(&rs_, d, n, a, b, 0) : -1;
     for (; ok && made < npeers; made++) {
       memset(&pr[made], 0, sizeof pr[made]);
       pr[made].n = n;
@@ -591,6 +697,14 @@ static int bench_gemm(const struct options *o) {
     const char *direct = strcmp(p.backend, "host") == 0     ? (host_blas.dnnl ? "oneDNN dnnl_sgemm" : "host cblas_sgemm")
                          : strcmp(p.backend, "opencl") == 0 ? "CLBlast CLBlastSgemm"
                                                             : NULL;
+    if (o->bf16 && strcmp(p.backend, "host") != 0) {
+      if (!o->json)
+        printf("%-4d %-8s %-44.44s %6s %14s %14s %8s  %s\n", d, p.backend, p.name, "-", "-", "-", "-",
+               "bf16 runs on host devices only so far");
+      continue;
+    }
+    if (o->bf16)
+      direct = host_blas.dnnl ? "oneDNN matmul bf16:bf16:f32" : NULL;
     for (int s = 0; s < o->nsizes; s++) {
       int n = o->sizes[s];
       size_t count = (size_t)n * n;
@@ -606,9 +720,13 @@ static int bench_gemm(const struct options *o) {
         b[i] = (float)((i * 5) % 11) / 11.0f - 0.5f;
       }
       double ts = 0, td = 0;
-      struct runner rs_, rd_;
-      int rs = strata_setup(&rs_, d, n, a, b), have_direct = -1;
-      if (strcmp(p.backend, "host") == 0)
+      struct runner rs_, rd_ = {0};
+      int rs = strata_setup(&rs_, d, n, a, b, o->bf16), have_direct = -1;
+      if (o->bf16) {
+#ifdef STRATA_BLAS_DNNL
+        have_direct = dnnl_bf16_setup(&rd_, n, a, b);
+#endif
+      } else if (strcmp(p.backend, "host") == 0)
         have_direct = cblas_setup(&rd_, n, a, b);
 #ifdef STRATA_HAVE_OPENCL
       else if (strcmp(p.backend, "opencl") == 0)
@@ -621,7 +739,7 @@ static int bench_gemm(const struct options *o) {
         rd = pr == 0 ? 0 : -1;
       }
       rs_.done(&rs_);
-      if (have_direct >= 0)
+      if (have_direct >= 0 || (o->bf16 && rd_.done))
         rd_.done(&rd_);
       free(a);
       free(b);
@@ -633,10 +751,10 @@ static int bench_gemm(const struct options *o) {
       double flops = 2.0 * n * (double)n * n;
       double gs = flops / ts / 1e9, gd = rd == 0 ? flops / td / 1e9 : 0;
       if (o->json)
-        printf("{\"bench\":\"gemm\",\"device\":%d,\"backend\":\"%s\",\"name\":\"%s\",\"n\":%d,\"strata_gflops\":%.3f,"
-               "\"direct\":%s%s%s,\"direct_gflops\":%.3f,\"ratio\":%.4f}\n",
-               d, p.backend, p.name, n, gs, direct ? "\"" : "", direct ? direct : "null", direct ? "\"" : "", gd,
-               rd == 0 ? gs / gd : 0.0);
+        printf("{\"bench\":\"gemm\",\"device\":%d,\"backend\":\"%s\",\"name\":\"%s\",\"precision\":\"%s\","
+               "\"n\":%d,\"strata_gflops\":%.3f,\"direct\":%s%s%s,\"direct_gflops\":%.3f,\"ratio\":%.4f}\n",
+               d, p.backend, p.name, o->bf16 ? "bf16" : "fp32", n, gs, direct ? "\"" : "", direct ? direct : "null",
+               direct ? "\"" : "", gd, rd == 0 ? gs / gd : 0.0);
       else if (rd == 0)
         printf("%-4d %-8s %-44.44s %6d %14.2f %14.2f %7.1f%%  %s\n", d, p.backend, p.name, n, gs, gd, 100 * gs / gd,
                direct);
@@ -844,12 +962,13 @@ int main(int argc, char **argv) {
                                            {"reps", required_argument, NULL, 'r'},
                                            {"json", no_argument, NULL, 'j'},
                                            {"compare", no_argument, NULL, 'c'},
+                                           {"precision", required_argument, NULL, 'p'},
                                            {"help", no_argument, NULL, 'h'},
                                            {NULL, 0, NULL, 0}};
   int c;
   optind = 2;
   opterr = 0;
-  while ((c = getopt_long(argc, argv, ":d:s:r:h", longopts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":d:s:r:p:h", longopts, NULL)) != -1) {
     int64_t v = 0;
     switch (c) {
     case 'd':
@@ -874,6 +993,13 @@ int main(int argc, char **argv) {
     case 'c':
       o.compare = 1;
       break;
+    case 'p':
+      if (strcmp(optarg, "fp32") != 0 && strcmp(optarg, "bf16") != 0) {
+        fprintf(stderr, "strata-bench: --precision wants fp32 or bf16, not '%s'\n", optarg);
+        return 2;
+      }
+      o.bf16 = strcmp(optarg, "bf16") == 0;
+      break;
     case 'h':
       usage(stdout);
       return 0;
@@ -884,6 +1010,10 @@ int main(int argc, char **argv) {
   }
   if (cli_refuse("strata-bench", 0, argc, argv))
     return 2;
+  if (o.bf16 && o.compare) {
+    fprintf(stderr, "strata-bench: --compare times fp32 libraries only; leave it out with --precision bf16\n");
+    return 2;
+  }
   int rc = bench_gemm(&o);
   strata_shutdown();
   return rc;
