@@ -42,7 +42,7 @@ if [ ! -x "$TRAIN" ] || [ ! -x "$GEN" ]; then
   echo "1..0 # SKIP strata-train or strata-generate not built"
   exit 0
 fi
-echo "1..99"
+echo "1..104"
 
 # A small corpus of our own, so that the tests do not depend on what the machine ships.
 for i in 1 2 3 4 5 6 7 8; do cat "$top_srcdir/README.md" "$top_srcdir/man/strata-train.1"; done >"$TMP/text.txt"
@@ -393,3 +393,16 @@ STRATA_HOST_DEVICES=2 fault_sweep "a device fault in tp 2 (device 1)" 1 1 200 --
 # (tp 2's validation, after the second step's update: the slice that failed is named, not its peer whose joins it
 # aborted)
 STRATA_HOST_DEVICES=2 fault_sweep "a device fault in tp 2's validation (device 1)" 1 415 470 --tp 2
+
+# bf16 mixed precision (issue 31): refused precisions and models, one line, exit 2; a bf16 run says its precision in
+# the start event and the summary, and every run's summary has devices[] with the memory figures
+fails_clearly "--precision fp16" 2 "fp16" $T --steps 2 --precision fp16
+fails_clearly "--precision fp8" 2 "expected fp32 or bf16" $T --steps 2 --precision fp8
+fails_clearly "--precision bf16 on an MLP" 2 "GPT models so far" $TRAIN --model mlp --steps 2 --precision bf16
+$T --steps 3 --precision bf16 --json >"$TMP/bf.json" 2>"$TMP/err"
+rc=$?
+check "--precision bf16: exit 0, \"precision\":\"bf16\" in start and summary" sh -c "[ $rc -eq 0 ] &&
+  grep -q '\"event\":\"start\".*\"precision\":\"bf16\"' '$TMP/bf.json' &&
+  grep -q '\"event\":\"summary\".*\"precision\":\"bf16\"' '$TMP/bf.json'"
+check "the summary's devices[] has peak, param, grad, optimizer, activation and planned bytes" sh -c "
+  grep '\"event\":\"summary\"' '$TMP/bf.json' | grep -q '\"devices\":\[{\"device\":0,.*\"peak_bytes\":[1-9][0-9]*,.*\"param_bytes\":[1-9][0-9]*,\"grad_bytes\":[1-9][0-9]*,\"optimizer_bytes\":[1-9][0-9]*,\"activation_bytes\":[1-9][0-9]*,\"planned_bytes\":[1-9]'"

@@ -93,7 +93,7 @@ static void no_peak(int dev) {
 ** the largest power of two that fits (never below 256). `rough` is a rate
 ** already known (GFLOP/s, 0 if none) to skip the probe.
 */
-static int measure_peak(int dev, double rough, double *gflops /* OUT */, int *n_used /* OUT */) {
+static int measure_peak(int dev, int dtype, double rough, double *gflops /* OUT */, int *n_used /* OUT */) {
   int rc = STRATA_OK;
   if (rough <= 0)
     rc = strata_device_gemm_speed(dev, 256, 3, &rough, NULL);
@@ -104,7 +104,7 @@ static int measure_peak(int dev, double rough, double *gflops /* OUT */, int *n_
     n /= 2;
   /* Fall back to smaller products when the device's memory cap refuses the big ones. */
   for (; n >= 128; n /= 2) {
-    rc = strata_device_gemm_speed(dev, n, PEAK_REPS, gflops, NULL);
+    rc = strata_device_gemm_speed_as(dev, dtype, n, PEAK_REPS, gflops, NULL);
     if (rc != STRATA_ERR_DEVICE_MEMORY)
       break;
   }
@@ -497,8 +497,9 @@ static void measure_pipeline_peaks(struct run *r) {
   double sum = 0;
   for (int i = 0; i < r->pp; i++) {
     int n = 0;
-    int rc = i == 0 ? measure_peak(r->dev[i], 0, &r->dev_peak[i], &n)
-                    : strata_device_gemm_speed(r->dev[i], r->peak_n, PEAK_REPS, &r->dev_peak[i], NULL);
+    int rc = i == 0 ? measure_peak(r->dev[i], r->topts.precision, 0, &r->dev_peak[i], &n)
+                    : strata_device_gemm_speed_as(r->dev[i], r->topts.precision, r->peak_n, PEAK_REPS, &r->dev_peak[i],
+                                                  NULL);
     if (i == 0)
       r->peak_n = n;
     if (rc) {
@@ -628,6 +629,12 @@ int main(int argc, char **argv) {
   if (rc)
     goto out;
   r.cfg = strata_model_config(r.model);
+  if (o.precision == STRATA_BFLOAT16 && r.cfg->kind != STRATA_MODEL_GPT) {
+    fprintf(stderr, PROG ": --precision bf16 trains GPT models so far, not '%s' (%s); train it in fp32\n",
+            r.cfg->name, r.cfg->kind == STRATA_MODEL_MLP ? "an MLP" : "a CNN");
+    rc = EXIT_USAGE;
+    goto out;
+  }
 
   strata_train_options_default(&r.topts);
   r.topts.cluster = ranks > 1 ? r.cluster : NULL;
@@ -635,6 +642,7 @@ int main(int argc, char **argv) {
   r.topts.batch = o.batch;
   r.topts.accum = o.accum;
   r.topts.seed = (uint64_t)o.seed;
+  r.topts.precision = o.precision;
   if (o.warmup >= 0)
     r.topts.warmup = o.warmup;
   else
@@ -708,7 +716,7 @@ int main(int argc, char **argv) {
     r.topts.device = r.device;
 
     /* The peak before the trainer allocates, so that a memory cap does not starve the measurement. */
-    if (measure_peak(r.device, rough, &r.peak_gflops, &r.peak_n)) { /* training may still run: said, not hidden */
+    if (measure_peak(r.device, r.topts.precision, rough, &r.peak_gflops, &r.peak_n)) { /* training may still run: said, not hidden */
       no_peak(r.device);
       r.peak_gflops = 0;
     }
@@ -765,7 +773,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < (r.pp ? r.pp : 1); i++) {
       double *peak = r.pp ? &r.dev_peak[i] : &r.peak_gflops;
       const int dev = r.pp ? r.dev[i] : r.device;
-      if (strata_device_gemm_speed(dev, r.peak_n, PEAK_REPS, &again, NULL) != STRATA_OK)
+      if (strata_device_gemm_speed_as(dev, r.topts.precision, r.peak_n, PEAK_REPS, &again, NULL) != STRATA_OK)
         fprintf(stderr, PROG ": device %d's matrix-product peak could not be measured again after training (%s); "
                 "MFU uses the first measurement\n", dev, strata_last_error());
       else if (again > *peak)

@@ -23,7 +23,8 @@
 enum {
   OPT_DEVICE = 256, OPT_ACCUM, OPT_LR, OPT_WARMUP, OPT_SEED, OPT_CLIP, OPT_WD, OPT_SAVE_EVERY, OPT_STOP_AT, OPT_EVAL_BATCHES,
   OPT_VERSION, OPT_PP, OPT_DEVICES, OPT_SPLIT, OPT_SCHEDULE, OPT_MICROBATCHES, OPT_VIRTUAL_STAGES, OPT_TRACE,
-  OPT_DATA_FORMAT, OPT_INIT_FROM, OPT_UNTIE, OPT_VAL_DATA, OPT_DP, OPT_LAYOUT, OPT_TP, OPT_ZERO, OPT_PLAN
+  OPT_DATA_FORMAT, OPT_INIT_FROM, OPT_UNTIE, OPT_VAL_DATA, OPT_DP, OPT_LAYOUT, OPT_TP, OPT_ZERO, OPT_PLAN,
+  OPT_PRECISION
 };
 
 static void usage(FILE *f) {
@@ -62,6 +63,10 @@ static void usage(FILE *f) {
           "  -e, --eval-every N       validation loss every N steps and at the end\n"
           "                           (default: a fifth of the steps; 0: only at the end)\n"
           "      --eval-batches N     micro-batches per validation (default %d)\n"
+          "      --precision P        fp32 (default) or bf16: mixed precision as Megatron-LM trains,\n"
+          "                           float32 master weights, gradients and AdamW moments, bfloat16\n"
+          "                           activations, messages and GEMM operands with float32 sums (GPT\n"
+          "                           models on host devices so far)\n"
           "\n"
           "Pipeline parallelism (the model cut into stages over several devices):\n"
           "      --pp N               pipeline over N devices (without it: one device, no pipeline)\n"
@@ -415,6 +420,7 @@ int parse_args(int argc, char **argv, struct options *o) {
       {"init-from", required_argument, NULL, OPT_INIT_FROM},
       {"untie", no_argument, NULL, OPT_UNTIE},
       {"val-data", required_argument, NULL, OPT_VAL_DATA},
+      {"precision", required_argument, NULL, OPT_PRECISION},
       {NULL, 0, NULL, 0}};
   memset(o, 0, sizeof *o);
   o->device = -1;
@@ -492,6 +498,21 @@ int parse_args(int argc, char **argv, struct options *o) {
         return EXIT_USAGE;
       }
       o->plan_auto = 1;
+      break;
+    case OPT_PRECISION:
+      if (!strcmp(optarg, "fp32") || !strcmp(optarg, "float32")) {
+        o->precision = STRATA_FLOAT32;
+      } else if (!strcmp(optarg, "bf16") || !strcmp(optarg, "bfloat16")) {
+        o->precision = STRATA_BFLOAT16;
+      } else if (!strcmp(optarg, "fp16") || !strcmp(optarg, "float16")) {
+        fprintf(stderr, PROG ": --precision fp16: not built (float16 needs a dynamic loss scaler strata does not have); "
+                "bf16 trains without one\n");
+        return EXIT_USAGE;
+      } else {
+        fprintf(stderr, PROG ": --precision '%s': expected fp32 or bf16\n", optarg);
+        return EXIT_USAGE;
+      }
+      o->precision_given = 1;
       break;
     case OPT_ZERO:
       o->zero = 1;

@@ -14,6 +14,12 @@
 
 /* ---------------------------------------------------------------- output helpers */
 
+/* The GEMM the run's MFU is measured against, and the precision's name in the report. */
+static const char *gemm_name(const struct run *r) {
+  return r->topts.precision == STRATA_BFLOAT16 ? "bf16 GEMM" : "sgemm";
+}
+static const char *precision_name(int p) { return p == STRATA_BFLOAT16 ? "bf16" : "fp32"; }
+
 static void json_str(FILE *f, const char *s) {
   fputc('"', f);
   for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
@@ -230,6 +236,7 @@ void print_summary(struct run *r, int was_interrupted, const struct options *o) 
     json_float(stdout, r->peak_gflops);
     printf(",\"peak_gflops_before\":");
     json_float(stdout, r->peak_before);
+    printf(",\"precision\":\"%s\"", precision_name(r->topts.precision));
     printf(",\"wall_s\":%.3f,\"train_s\":%.3f,\"eval_s\":%.3f,\"checkpoint\":", wall, r->train_s + r->first_s,
            r->eval_s);
     if (r->saved)
@@ -275,12 +282,12 @@ void print_summary(struct run *r, int was_interrupted, const struct options *o) 
     printf(", no validation loss; %s %.4f nats\n", base, r->baseline);
   if (done) {
     if (isnan(m))
-      printf("          %s %s/s, MFU unknown (no sgemm peak)\n", tok,
-             r->dinfo.kind == STRATA_DATA_TEXT ? "tokens" : "images");
+      printf("          %s %s/s, MFU unknown (no %s peak)\n", tok,
+             r->dinfo.kind == STRATA_DATA_TEXT ? "tokens" : "images", gemm_name(r));
     else
-      printf("          %s %s/s, %.2f GFLOP/s of model FLOPs, MFU %.1f%% of the %.1f GFLOP/s sgemm peak%s\n",
+      printf("          %s %s/s, %.2f GFLOP/s of model FLOPs, MFU %.1f%% of the %.1f GFLOP/s %s peak%s\n",
              tok, r->dinfo.kind == STRATA_DATA_TEXT ? "tokens" : "images", m * r->peak_gflops, 100 * m,
-             r->peak_gflops, done >= 2 ? " (first step excluded)" : "");
+             r->peak_gflops, gemm_name(r), done >= 2 ? " (first step excluded)" : "");
     if (r->peak_gflops > r->peak_before && r->peak_before > 0)
       printf("          (peak measured %.1f GFLOP/s before training, %.1f after: the higher is used)\n",
              r->peak_before, r->peak_gflops);
@@ -369,6 +376,7 @@ void print_header(const struct run *r, const struct options *o, const char *why)
     json_str(stdout, r->dprops.backend);
     printf(",\"peak_gflops\":");
     json_float(stdout, r->peak_gflops);
+    printf(",\"precision\":\"%s\"", precision_name(r->topts.precision));
     printf(",\"peak_n\":%d,\"steps\":%lld,\"start_step\":%lld,\"batch\":%lld,\"accum\":%lld,\"tokens_per_step\":%.0f",
            r->peak_n, (long long)r->topts.steps, (long long)r->start_step, (long long)r->topts.batch,
            (long long)r->topts.accum, step_tokens);
@@ -429,16 +437,16 @@ void print_header(const struct run *r, const struct options *o, const char *why)
       printf("%s%d: %s (%s backend)", i ? "          " : "devices   ", r->dev[i], r->props[i].name,
              r->props[i].backend);
       if (r->peak_gflops > 0)
-        printf(", sgemm peak %.1f GFLOP/s", r->dev_peak[i]);
+        printf(", %s peak %.1f GFLOP/s", gemm_name(r), r->dev_peak[i]);
       printf("\n");
     }
     if (!o->ndevices)
       printf("          (the first %d device%s; --devices chooses others)\n", r->pp, r->pp == 1 ? "" : "s");
     if (r->peak_gflops > 0)
-      printf("peak      %.1f GFLOP/s: the sum of the devices' sgemm peaks (N=%d, best of %d, through strata)\n",
-             r->peak_gflops, r->peak_n, PEAK_REPS);
+      printf("peak      %.1f GFLOP/s: the sum of the devices' %s peaks (N=%d, best of %d, through strata)\n",
+             r->peak_gflops, gemm_name(r), r->peak_n, PEAK_REPS);
     else
-      printf("peak      unknown (an sgemm measurement failed); MFU not reported\n");
+      printf("peak      unknown (an %s measurement failed); MFU not reported\n", gemm_name(r));
   } else {
     printf("device    %d: %s (%s backend)", r->device, r->dprops.name, r->dprops.backend);
     if (why && strcmp(why, "the only device") == 0)
@@ -447,10 +455,10 @@ void print_header(const struct run *r, const struct options *o, const char *why)
       printf(", the fastest by a 512 sgemm: %s", why);
     printf("\n");
     if (r->peak_gflops > 0)
-      printf("peak      %.1f GFLOP/s sgemm (N=%d, best of %d, through strata on device %d)\n", r->peak_gflops,
-             r->peak_n, PEAK_REPS, r->device);
+      printf("peak      %.1f GFLOP/s %s (N=%d, best of %d, through strata on device %d)\n", r->peak_gflops,
+             gemm_name(r), r->peak_n, PEAK_REPS, r->device);
     else
-      printf("peak      unknown (the sgemm measurement failed); MFU not reported\n");
+      printf("peak      unknown (the %s measurement failed); MFU not reported\n", gemm_name(r));
   }
   char wu[32];
   snprintf(wu, sizeof wu, "%lld", (long long)r->topts.warmup);
@@ -458,6 +466,9 @@ void print_header(const struct run *r, const struct options *o, const char *why)
          (long long)r->topts.steps, (long long)r->topts.batch, text ? "sequences" : "images",
          (long long)r->topts.accum, r->pp ? "micro-batches" : "accum", step_tokens, text ? "tokens" : "images",
          r->topts.lr, r->topts.min_lr, wu, (unsigned long long)r->topts.seed);
+  if (r->topts.precision == STRATA_BFLOAT16)
+    printf("precision bf16: float32 master weights, gradients and AdamW moments; bfloat16 activations, messages and "
+           "GEMM operands, float32 sums\n");
   if (r->pp) {
     const char *sched = strata_schedule_kind_name(r->rep.schedule);
     if (o->dp)

@@ -59,6 +59,8 @@ struct options {
   int tp[MAX_DEVICES]; /* --tp: tensor-parallel degree, one for every rank or one per rank */
   int ntp;                  /* entries of tp; 0: --tp not given */
   int zero;                 /* --zero: ZeRO-1 over the --dp replicas */
+  int precision;            /* --precision: STRATA_FLOAT32 (default) or STRATA_BFLOAT16 */
+  int precision_given;
   const char *layout_path;  /* --layout FILE */
   int plan_auto;            /* --plan auto: the cut strata-plan's planner chooses for this machine */
   strata_layout_t layout;   /* the layout to train (--layout, or built for --dp); NULL otherwise */

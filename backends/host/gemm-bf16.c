@@ -89,6 +89,8 @@ struct mm {
   struct mm_key key;
   dnnl_primitive_t prim; /* NULL: oneDNN has no matmul for this key (the float32 route runs it) */
   dnnl_memory_desc_t a, b, c;
+  dnnl_memory_desc_t pad; /* its scratchpad, which the caller provides (executions run concurrently) */
+  size_t pad_bytes;
   int batched;           /* 1: one 3-D matmul for the batch; 0: the 2-D one batch times */
   struct mm *next;
 };
@@ -134,7 +136,7 @@ static int matrix_md(dnnl_memory_desc_t *d, int batched, int64_t batch, int64_t 
 }
 
 static dnnl_primitive_t mm_make(const struct mm_key *k, int batched, dnnl_memory_desc_t *a, dnnl_memory_desc_t *b,
-                                dnnl_memory_desc_t *c) {
+                                dnnl_memory_desc_t *c, dnnl_memory_desc_t *pad, size_t *pad_bytes) {
   dnnl_data_type_t cdt = k->c_dtype == STRATA_BFLOAT16 ? dnnl_bf16 : dnnl_f32;
   if (!matrix_md(a, batched, k->batch, k->m, k->k, k->trans_a, k->lda, k->stride_a, dnnl_bf16) ||
       !matrix_md(b, batched, k->batch, k->k, k->n, k->trans_b, k->ldb, k->stride_b, dnnl_bf16) ||
@@ -149,7 +151,10 @@ static dnnl_primitive_t mm_make(const struct mm_key *k, int batched, dnnl_memory
   dnnl_post_ops_t post = NULL;
   dnnl_primitive_desc_t pd = NULL;
   dnnl_primitive_t prim = NULL;
-  int ok = dnnl_primitive_attr_create(&attr) == dnnl_success;
+  /* a scratchpad of the caller's: one primitive serves every device's worker thread at once, and oneDNN's own
+  ** scratchpad (per primitive, unless built for concurrent execution) would be shared among them */
+  int ok = dnnl_primitive_attr_create(&attr) == dnnl_success &&
+           dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success;
   if (ok && k->alpha != 1.0f)
     ok = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &k->alpha) == dnnl_success;
   if (ok && k->beta != 0.0f)
@@ -157,6 +162,12 @@ static dnnl_primitive_t mm_make(const struct mm_key *k, int batched, dnnl_memory
          dnnl_primitive_attr_set_post_ops(attr, post) == dnnl_success;
   if (ok)
     ok = dnnl_primitive_desc_create(&pd, &desc, attr, engine, NULL) == dnnl_success;
+  if (ok) {
+    const dnnl_memory_desc_t *sp = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    *pad_bytes = sp ? dnnl_memory_desc_get_size(sp) : 0;
+    if (sp)
+      *pad = *sp;
+  }
   if (ok && dnnl_primitive_create(&prim, pd) != dnnl_success)
     prim = NULL;
   if (pd)
@@ -172,28 +183,66 @@ static dnnl_primitive_t mm_make(const struct mm_key *k, int batched, dnnl_memory
 static void mm_fill(struct mm *e, const struct mm_key *k) {
   e->key = *k;
   e->batched = k->batch > 1;
-  e->prim = e->batched ? mm_make(k, 1, &e->a, &e->b, &e->c) : NULL;
+  e->prim = e->batched ? mm_make(k, 1, &e->a, &e->b, &e->c, &e->pad, &e->pad_bytes) : NULL;
   if (!e->prim) {
     e->batched = 0;
-    e->prim = mm_make(k, 0, &e->a, &e->b, &e->c);
+    e->prim = mm_make(k, 0, &e->a, &e->b, &e->c, &e->pad, &e->pad_bytes);
   }
+}
+
+/* The calling thread's scratchpad, grown to `bytes` (kept for the thread's next GEMMs). */
+static pthread_key_t pad_key;
+struct pad {
+  void *p;
+  size_t bytes;
+};
+static void pad_free(void *x) {
+  struct pad *p = x;
+  free(p->p);
+  free(p);
+}
+static void *thread_pad(size_t bytes) {
+  struct pad *p = pthread_getspecific(pad_key);
+  if (!p) {
+    if (!(p = calloc(1, sizeof *p)))
+      return NULL;
+    if (pthread_setspecific(pad_key, p) != 0) {
+      free(p);
+      return NULL;
+    }
+  }
+  if (p->bytes < bytes) {
+    void *q = NULL;
+    if (posix_memalign(&q, 64, bytes) != 0)
+      return NULL;
+    free(p->p);
+    p->p = q;
+    p->bytes = bytes;
+  }
+  return p->p;
 }
 
 static int mm_run(const struct mm *e, const struct strata__op *op) {
   const __typeof__(op->u.gemm) *g = &op->u.gemm;
   dnnl_stream_t st = thread_stream();
-  if (!st)
+  void *pad = e->pad_bytes ? thread_pad(e->pad_bytes) : NULL;
+  if (!st || (e->pad_bytes && !pad))
     return STRATA_ERR_NOMEM;
   int64_t times = e->batched ? 1 : g->batch;
   for (int64_t i = 0; i < times; i++) {
-    dnnl_memory_t ma = NULL, mb = NULL, mc = NULL;
+    dnnl_memory_t ma = NULL, mb = NULL, mc = NULL, mp = NULL;
     int ok = dnnl_memory_create(&ma, &e->a, engine, ELEM(g->a, i * g->stride_a)) == dnnl_success &&
              dnnl_memory_create(&mb, &e->b, engine, ELEM(g->b, i * g->stride_b)) == dnnl_success &&
-             dnnl_memory_create(&mc, &e->c, engine, ELEM(g->c, i * g->stride_c)) == dnnl_success;
+             dnnl_memory_create(&mc, &e->c, engine, ELEM(g->c, i * g->stride_c)) == dnnl_success &&
+             (!pad || dnnl_memory_create(&mp, &e->pad, engine, pad) == dnnl_success);
     if (ok) {
-      dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
-      ok = dnnl_primitive_execute(e->prim, st, 3, args) == dnnl_success && dnnl_stream_wait(st) == dnnl_success;
+      dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc},
+                                 {DNNL_ARG_SCRATCHPAD, mp}};
+      ok = dnnl_primitive_execute(e->prim, st, pad ? 4 : 3, args) == dnnl_success &&
+           dnnl_stream_wait(st) == dnnl_success;
     }
+    if (mp)
+      dnnl_memory_destroy(mp);
     if (ma)
       dnnl_memory_destroy(ma);
     if (mb)
@@ -208,7 +257,7 @@ static int mm_run(const struct mm *e, const struct strata__op *op) {
 
 static void path_choose(void) {
   engine_ok = dnnl_engine_create(&engine, dnnl_cpu, 0) == dnnl_success &&
-              pthread_key_create(&stream_key, stream_free) == 0;
+              pthread_key_create(&stream_key, stream_free) == 0 && pthread_key_create(&pad_key, pad_free) == 0;
   const dnnl_version_t *v = dnnl_version();
   if (engine_ok)
     strata__host_log(STRATA_LOG_INFO, "bf16 GEMM: oneDNN %d.%d.%d matmul (bf16 A and B, float32 sums)", v->major,

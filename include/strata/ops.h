@@ -276,6 +276,10 @@ STRATA_API int strata_maxpool_bwd(strata_queue_t q, const struct strata_pool2d *
 */
 STRATA_API int strata_device_gemm_speed(int dev, int64_t n, int reps, double *gflops /* OUT */,
                                         double *seconds /* OUT, may be NULL */);
+/* The same for A and B of `dtype` (STRATA_FLOAT32 or STRATA_BFLOAT16; C float32): the peak a bf16 run's MFU is
+** measured against. */
+STRATA_API int strata_device_gemm_speed_as(int dev, int dtype, int64_t n, int reps, double *gflops /* OUT */,
+                                           double *seconds /* OUT, may be NULL */);
 
 #ifdef __cplusplus
 }

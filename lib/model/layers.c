@@ -25,10 +25,31 @@ struct lctx {
   const struct strata__tensor *t;   /* this layer's tensors */
 };
 
+/*
+** Operands. Offsets of regions are in 4-byte units (model/stage.h); a
+** region holds activations of the stage's type (SV, SC, DSAVE: its element
+** e) or float32 (SAVED, SCR: statistics, losses, ids). PARAM is a float32
+** parameter as the ops that compute in float32 take it (biases, layernorm
+** weights, embeddings); WT is a weight matrix as the GEMMs read it: the
+** bfloat16 copy in bfloat16 precision.
+*/
 #define PARAM(c, i) AT((c)->st->params, (c)->t[i].off)
 #define GRAD(c, i) AT((c)->st->grads, (c)->t[i].off)
+#define WT(c, i) weight((c)->st, (c)->t[i].off)
 #define SAVED(c, o) AT((c)->slot, (c)->saved + (size_t)(o))
 #define SCR(c, o) AT((c)->st->scratch, (size_t)(o))
+#define SV(c, b, e) strata__at((c)->slot, (c)->saved + (size_t)(b), (size_t)(e), (c)->d.act)
+#define SC(c, b, e) strata__at((c)->st->scratch, (size_t)(b), (size_t)(e), (c)->d.act)
+
+static strata_mem_t weight(const struct strata__stage *st, size_t off) {
+  return st->params16 ? strata_mem_typed(st->params16, off, STRATA_BFLOAT16) : AT(st->params, off);
+}
+
+/* Element e further into the region of m, of m's type. */
+static strata_mem_t plus(strata_mem_t m, size_t e) {
+  m.off += e;
+  return m;
+}
 
 /* y[R, out] = x[R, in] W[in, out] + b */
 static int linear_fwd(strata_queue_t q, int64_t R, int64_t in, int64_t outf, strata_mem_t x, strata_mem_t W,
@@ -54,7 +75,7 @@ static int join(struct lctx *c, strata_mem_t x, size_t n);
 
 /* Vocabulary-parallel: this slice's token ids (t - voff where t is one of its V, else -1: a zero row, no gradient). */
 static strata_mem_t slice_tokens(struct lctx *c, int *rc) {
-  strata_mem_t tok = SCR(c, (size_t)(c->d.R * c->d.D));
+  strata_mem_t tok = SCR(c, strata__units((size_t)(c->d.R * c->d.D), c->d.act));
   *rc = strata_tokens_shift(c->q, c->in, tok, c->d.R, c->d.voff, c->d.V);
   return tok;
 }
@@ -70,8 +91,8 @@ static int embed_fwd(struct lctx *c) {
   } else {
     TRY(strata_embedding_fwd(c->q, c->in, PARAM(c, 0), c->out, d.R, d.D, d.V));
   }
-  TRY(strata_embedding_fwd(c->q, AT(c->st->positions, 0), PARAM(c, 1), SCR(c, 0), d.R, d.D, d.T));
-  return strata_add(c->q, c->out, SCR(c, 0), c->out, d.R * d.D);
+  TRY(strata_embedding_fwd(c->q, AT(c->st->positions, 0), PARAM(c, 1), SC(c, 0, 0), d.R, d.D, d.T));
+  return strata_add(c->q, c->out, SC(c, 0, 0), c->out, d.R * d.D);
 }
 
 enum { LN1_W, LN1_B, ATTN_W, ATTN_B, PROJ_W, PROJ_B, LN2_W, LN2_B, FC_W, FC_B, FCP_W, FCP_B };
@@ -86,7 +107,16 @@ static int join_op(struct lctx *c, strata_mem_t x, size_t n, int op) {
   return st->join(st->join_arg, c->q, x, n, op);
 }
 
-static int join(struct lctx *c, strata_mem_t x, size_t n) { return join_op(c, x, n, STRATA_SUM);
+/* A bfloat16 region is summed in float32 (join32) and rounded once. */
+static int join(struct lctx *c, strata_mem_t x, size_t n) {
+  if (c->st->tp.size <= 1)
+    return STRATA_OK;
+  if (x.dtype != STRATA_BFLOAT16)
+    return join_op(c, x, n, STRATA_SUM);
+  strata_mem_t w = AT(c->st->join32, 0);
+  TRY(strata_convert(c->q, x, w, (int64_t)n));
+  TRY(join_op(c, w, n, STRATA_SUM));
+  return strata_convert(c->q, w, x, (int64_t)n);
 }
 
 /* y = x W + b for a row-split W: the slices' partial products joined, then the (whole) bias once. */
@@ -110,64 +140,64 @@ static int block_fwd(struct lctx *c) {
   strata_queue_t q = c->q;
   int64_t D = d.D, A = d.A, T = d.T, H = d.H, hd = d.hd, HTT = H * T * T;
   float scale = 1.0f / sqrtf((float)hd);
-  strata_mem_t S = SCR(c, 0);
-  TRY(strata_layernorm_fwd(q, c->in, PARAM(c, LN1_W), PARAM(c, LN1_B), SAVED(c, s.ln1), SAVED(c, s.mean1),
+  strata_mem_t S = SCR(c, 0); /* the scores, float32 */
+  TRY(strata_layernorm_fwd(q, c->in, PARAM(c, LN1_W), PARAM(c, LN1_B), SV(c, s.ln1, 0), SAVED(c, s.mean1),
                            SAVED(c, s.rstd1), d.R, D, 1e-5f));
-  TRY(linear_fwd(q, d.R, D, 3 * A, SAVED(c, s.ln1), PARAM(c, ATTN_W), PARAM(c, ATTN_B), SAVED(c, s.qkv)));
+  TRY(linear_fwd(q, d.R, D, 3 * A, SV(c, s.ln1, 0), WT(c, ATTN_W), PARAM(c, ATTN_B), SV(c, s.qkv, 0)));
   for (int64_t b = 0; b < d.B; b++) {
-    size_t qkv = s.qkv + (size_t)(b * T * 3 * A);
-    TRY(strata_gemm(q, 0, 1, T, T, hd, 1, SAVED(c, qkv), 3 * A, hd, SAVED(c, qkv + (size_t)A), 3 * A, hd, 0,
-                    AT(S.buf, S.off + (size_t)(b * HTT)), T, T * T, H));
+    size_t qkv = (size_t)(b * T * 3 * A);
+    TRY(strata_gemm(q, 0, 1, T, T, hd, 1, SV(c, s.qkv, qkv), 3 * A, hd, SV(c, s.qkv, qkv + (size_t)A), 3 * A, hd, 0,
+                    plus(S, (size_t)(b * HTT)), T, T * T, H));
   }
-  TRY(strata_softmax_fwd(q, S, SAVED(c, s.p), d.B * H * T, T, scale, 1));
+  TRY(strata_softmax_fwd(q, S, SV(c, s.p, 0), d.B * H * T, T, scale, 1));
   for (int64_t b = 0; b < d.B; b++) {
-    size_t qkv = s.qkv + (size_t)(b * T * 3 * A);
-    TRY(strata_gemm(q, 0, 0, T, hd, T, 1, SAVED(c, s.p + (size_t)(b * HTT)), T, T * T, SAVED(c, qkv + (size_t)(2 * A)),
-                    3 * A, hd, 0, SAVED(c, s.att + (size_t)(b * T * A)), A, hd, H));
+    size_t qkv = (size_t)(b * T * 3 * A);
+    TRY(strata_gemm(q, 0, 0, T, hd, T, 1, SV(c, s.p, (size_t)(b * HTT)), T, T * T, SV(c, s.qkv, qkv + (size_t)(2 * A)),
+                    3 * A, hd, 0, SV(c, s.att, (size_t)(b * T * A)), A, hd, H));
   }
-  TRY(linear_fwd_rows(c, d.R, A, D, SAVED(c, s.att), PARAM(c, PROJ_W), PARAM(c, PROJ_B), SAVED(c, s.xmid)));
-  TRY(strata_add(q, SAVED(c, s.xmid), c->in, SAVED(c, s.xmid), d.R * D));
-  TRY(strata_layernorm_fwd(q, SAVED(c, s.xmid), PARAM(c, LN2_W), PARAM(c, LN2_B), SAVED(c, s.ln2), SAVED(c, s.mean2),
+  TRY(linear_fwd_rows(c, d.R, A, D, SV(c, s.att, 0), WT(c, PROJ_W), PARAM(c, PROJ_B), SV(c, s.xmid, 0)));
+  TRY(strata_add(q, SV(c, s.xmid, 0), c->in, SV(c, s.xmid, 0), d.R * D));
+  TRY(strata_layernorm_fwd(q, SV(c, s.xmid, 0), PARAM(c, LN2_W), PARAM(c, LN2_B), SV(c, s.ln2, 0), SAVED(c, s.mean2),
                            SAVED(c, s.rstd2), d.R, D, 1e-5f));
-  TRY(linear_fwd(q, d.R, D, d.F, SAVED(c, s.ln2), PARAM(c, FC_W), PARAM(c, FC_B), SAVED(c, s.h)));
-  TRY(strata_gelu_fwd(q, SAVED(c, s.h), SAVED(c, s.g), d.R * d.F));
-  TRY(linear_fwd_rows(c, d.R, d.F, D, SAVED(c, s.g), PARAM(c, FCP_W), PARAM(c, FCP_B), c->out));
-  return strata_add(q, c->out, SAVED(c, s.xmid), c->out, d.R * D);
+  TRY(linear_fwd(q, d.R, D, d.F, SV(c, s.ln2, 0), WT(c, FC_W), PARAM(c, FC_B), SV(c, s.h, 0)));
+  TRY(strata_gelu_fwd(q, SV(c, s.h, 0), SV(c, s.g, 0), d.R * d.F));
+  TRY(linear_fwd_rows(c, d.R, d.F, D, SV(c, s.g, 0), WT(c, FCP_W), PARAM(c, FCP_B), c->out));
+  return strata_add(q, c->out, SV(c, s.xmid, 0), c->out, d.R * D);
 }
 
-/* The output projection: the head's own weight, or the embedding's when tied. */
+/* The output projection as the GEMMs read it, and its gradient: the head's own weight, or the embedding's when tied. */
 static int head_weight(struct lctx *c, strata_mem_t *w, strata_mem_t *dw) {
   if (!c->st->model->cfg.tied) {
-    *w = PARAM(c, 2);
+    *w = WT(c, 2);
     *dw = GRAD(c, 2);
     return STRATA_OK;
   }
   const struct strata__tensor *wte = &c->st->tensors[c->st->layer_tensor[0]]; /* stage holds every layer */
-  *w = AT(c->st->params, wte->off);
+  *w = weight(c->st, wte->off);
   *dw = AT(c->st->grads, wte->off);
   return STRATA_OK;
 }
 
 static int lm_head_fwd(struct lctx *c, strata_mem_t targets) {
   struct strata__dims d = c->d;
-  size_t RD = (size_t)(d.R * d.D), R = (size_t)d.R;
+  struct strata__head_saved h = strata__head_layout(&d);
+  const size_t R = (size_t)d.R;
   strata_mem_t W, dW;
   TRY(head_weight(c, &W, &dW));
-  TRY(strata_layernorm_fwd(c->q, c->in, PARAM(c, 0), PARAM(c, 1), SAVED(c, 0), SAVED(c, RD), SAVED(c, RD + R), d.R,
-                           d.D, 1e-5f));
-  TRY(strata_gemm(c->q, 0, 1, d.R, d.V, d.D, 1, SAVED(c, 0), d.D, 0, W, d.D, 0, 0, SAVED(c, RD + 2 * R), d.V, 0, 1));
-  const size_t logits = RD + 2 * R, loss = logits + (size_t)(d.R * d.V);
+  TRY(strata_layernorm_fwd(c->q, c->in, PARAM(c, 0), PARAM(c, 1), SV(c, h.ln, 0), SAVED(c, h.mean), SAVED(c, h.rstd),
+                           d.R, d.D, 1e-5f));
+  TRY(strata_gemm(c->q, 0, 1, d.R, d.V, d.D, 1, SV(c, h.ln, 0), d.D, 0, W, d.D, 0, 0, SV(c, h.logits, 0), d.V, 0, 1));
   if (!d.vp)
-    return strata_cross_entropy_fwd(c->q, SAVED(c, logits), targets, SAVED(c, loss), d.R, d.V);
+    return strata_cross_entropy_fwd(c->q, SV(c, h.logits, 0), targets, SAVED(c, h.loss), d.R, d.V);
   /* vocabulary-parallel cross-entropy: the rows' max, their sums of exponentials and the target logits are
   ** joined over the slices; the logits themselves never are */
-  const size_t mx = loss + R, se = mx + R, tl = se + R;
-  TRY(strata_xent_vp_max(c->q, SAVED(c, logits), SAVED(c, mx), d.R, d.V));
-  TRY(join_op(c, SAVED(c, mx), R, STRATA_MAX));
-  TRY(strata_xent_vp_sums(c->q, SAVED(c, logits), targets, SAVED(c, mx), SAVED(c, se), SAVED(c, tl), d.R, d.V, d.voff,
-                          d.Vall));
-  TRY(join(c, SAVED(c, se), 2 * R));
-  return strata_xent_vp_loss(c->q, SAVED(c, mx), SAVED(c, se), SAVED(c, tl), targets, SAVED(c, loss), d.R, d.Vall);
+  TRY(strata_xent_vp_max(c->q, SV(c, h.logits, 0), SAVED(c, h.mx), d.R, d.V));
+  TRY(join_op(c, SAVED(c, h.mx), R, STRATA_MAX));
+  TRY(strata_xent_vp_sums(c->q, SV(c, h.logits, 0), targets, SAVED(c, h.mx), SAVED(c, h.se), SAVED(c, h.tl), d.R, d.V,
+                          d.voff, d.Vall));
+  TRY(join(c, SAVED(c, h.se), 2 * R));
+  return strata_xent_vp_loss(c->q, SAVED(c, h.mx), SAVED(c, h.se), SAVED(c, h.tl), targets, SAVED(c, h.loss), d.R,
+                             d.Vall);
 }
 
 /* A linear layer + ReLU; cut by its inputs (tp), the slices' partial products are joined before the bias. */
@@ -215,9 +245,9 @@ static int classifier_fwd(struct lctx *c, strata_mem_t targets) {
 */
 enum bmode { BM_FULL, BM_INPUT, BM_WEIGHT };
 
-#define DSAVE(c, o) AT((c)->slot, (c)->dsave + (size_t)(o))
-/* A working gradient at offset `so` of scratch (FULL) or `ko` of the slot's dsave (split). */
-#define LOC(c, so, ko) ((c)->mode == BM_FULL ? SCR(c, so) : DSAVE(c, ko))
+#define DSAVE(c, o) strata__at((c)->slot, (c)->dsave + (size_t)(o), 0, (c)->d.act)
+/* A working gradient (of the activations' type) at unit `so` of scratch (FULL) or `ko` of the slot's dsave (split). */
+#define LOC(c, so, ko) ((c)->mode == BM_FULL ? SC(c, so, 0) : DSAVE(c, ko))
 #define DO_IN(c) ((c)->mode != BM_WEIGHT)
 #define DO_W(c) ((c)->mode != BM_INPUT)
 
@@ -228,19 +258,20 @@ static int keep_dout(struct lctx *c, strata_mem_t *dout, size_t n) {
     return STRATA_OK;
   strata_mem_t k = DSAVE(c, 0);
   if (c->mode == BM_INPUT)
-    TRY(strata_buffer_copy(c->q, k.buf, k.off * 4, dout->buf, dout->off * 4, n * 4));
+    TRY(strata_buffer_copy(c->q, k.buf, strata__mem_byte(k), dout->buf, strata__mem_byte(*dout),
+                           n * strata_dtype_size(k.dtype)));
   *dout = k;
   return STRATA_OK;
 }
 
 /* Layernorm backward restricted to the part the mode wants: the input
 ** gradient into dx, and/or the gamma/beta gradients. The unwanted output
-** goes to `junk` (scratch with room for rows x cols floats). */
+** goes to `junk` (float32 scratch with room for rows x cols floats). */
 static int ln_bwd(struct lctx *c, strata_mem_t x, strata_mem_t g, strata_mem_t mean, strata_mem_t rstd, strata_mem_t dy,
                   strata_mem_t dx, strata_mem_t dg, strata_mem_t db, strata_mem_t junk, int64_t rows, int64_t cols) {
   if (c->mode == BM_INPUT) {
     dg = junk;
-    db = AT(junk.buf, junk.off + (size_t)cols);
+    db = plus(junk, (size_t)cols);
   } else if (c->mode == BM_WEIGHT) {
     dx = junk;
   }
@@ -268,91 +299,93 @@ static int block_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
   struct strata__dims d = c->d;
   struct strata__block_saved s = strata__block_layout(&d);
   strata_queue_t q = c->q;
+  const int a = d.act;
   int64_t D = d.D, A = d.A, T = d.T, H = d.H, hd = d.hd, HTT = H * T * T, R = d.R;
-  size_t RD = (size_t)(R * D), RA = (size_t)(R * A), RF = (size_t)(R * d.F);
+  size_t RD = (size_t)(R * D), uRD = strata__units(RD, a), u3RA = strata__units((size_t)(3 * R * A), a),
+         uRF = strata__units((size_t)(R * d.F), a), BHTT = (size_t)(d.B * HTT);
   float scale = 1.0f / sqrtf((float)hd);
-  /* scratch: dP | dS | dqkv (3RA) | f (RF) | d1 | d2 | d3 | junk (RD) */
-  size_t o_dp = 0, o_ds = o_dp + (size_t)(d.B * HTT), o_dqkv = o_ds + (size_t)(d.B * HTT), o_f = o_dqkv + 3 * RA,
-         o_d1 = o_f + RF, o_d2 = o_d1 + RD, o_d3 = o_d2 + RD, o_junk = o_d3 + RD;
-  /* dsave: dout | dh (RF) | dln2 | dxmid | dqkv (3RA) | dln1 */
-  size_t k_dh = RD, k_dln2 = k_dh + RF, k_dxmid = k_dln2 + RD, k_dqkv = k_dxmid + RD, k_dln1 = k_dqkv + 3 * RA;
+  /* scratch (units): dP (float32) | dS | dqkv | f | d1 | d2 | d3 | junk (float32) */
+  size_t o_dp = 0, o_ds = o_dp + BHTT, o_dqkv = o_ds + strata__units(BHTT, a), o_f = o_dqkv + u3RA, o_d1 = o_f + uRF,
+         o_d2 = o_d1 + uRD, o_d3 = o_d2 + uRD, o_junk = o_d3 + uRD;
+  /* dsave (units): dout | dh | dln2 | dxmid | dqkv | dln1 */
+  size_t k_dh = uRD, k_dln2 = k_dh + uRF, k_dxmid = k_dln2 + uRD, k_dqkv = k_dxmid + uRD, k_dln1 = k_dqkv + u3RA;
   strata_mem_t dh = LOC(c, o_f, k_dh), dln2 = LOC(c, o_d1, k_dln2), dxmid = LOC(c, o_d3, k_dxmid),
                dqkv = LOC(c, o_dqkv, k_dqkv), dln1 = LOC(c, o_d1, k_dln1), junk = SCR(c, o_junk);
   TRY(keep_dout(c, &dout, RD));
   /* MLP branch */
   if (DO_IN(c)) {
-    TRY(linear_bwd_x(q, R, d.F, D, PARAM(c, FCP_W), dout, dh));
-    TRY(strata_gelu_bwd(q, SAVED(c, s.h), dh, dh, R * d.F));
-    TRY(linear_bwd_x(q, R, D, d.F, PARAM(c, FC_W), dh, dln2));
+    TRY(linear_bwd_x(q, R, d.F, D, WT(c, FCP_W), dout, dh));
+    TRY(strata_gelu_bwd(q, SV(c, s.h, 0), dh, dh, R * d.F));
+    TRY(linear_bwd_x(q, R, D, d.F, WT(c, FC_W), dh, dln2));
     TRY(join(c, dln2, RD));
   }
   if (DO_W(c)) {
-    TRY(linear_bwd_w(q, R, d.F, D, SAVED(c, s.g), dout, GRAD(c, FCP_W), GRAD(c, FCP_B)));
-    TRY(linear_bwd_w(q, R, D, d.F, SAVED(c, s.ln2), dh, GRAD(c, FC_W), GRAD(c, FC_B)));
+    TRY(linear_bwd_w(q, R, d.F, D, SV(c, s.g, 0), dout, GRAD(c, FCP_W), GRAD(c, FCP_B)));
+    TRY(linear_bwd_w(q, R, D, d.F, SV(c, s.ln2, 0), dh, GRAD(c, FC_W), GRAD(c, FC_B)));
   }
-  TRY(ln_bwd(c, SAVED(c, s.xmid), PARAM(c, LN2_W), SAVED(c, s.mean2), SAVED(c, s.rstd2), dln2, SCR(c, o_d2),
+  TRY(ln_bwd(c, SV(c, s.xmid, 0), PARAM(c, LN2_W), SAVED(c, s.mean2), SAVED(c, s.rstd2), dln2, SC(c, o_d2, 0),
              GRAD(c, LN2_W), GRAD(c, LN2_B), junk, R, D));
   /* attention branch */
   if (DO_IN(c)) {
-    TRY(strata_add(q, dout, SCR(c, o_d2), dxmid, R * D));
-    TRY(linear_bwd_x(q, R, A, D, PARAM(c, PROJ_W), dxmid, SCR(c, o_d1)));
+    TRY(strata_add(q, dout, SC(c, o_d2, 0), dxmid, R * D));
+    TRY(linear_bwd_x(q, R, A, D, WT(c, PROJ_W), dxmid, SC(c, o_d1, 0)));
     for (int64_t b = 0; b < d.B; b++) {
-      size_t qkv = s.qkv + (size_t)(b * T * 3 * A), att = o_d1 + (size_t)(b * T * A);
-      strata_mem_t dqb = AT(dqkv.buf, dqkv.off + (size_t)(b * T * 3 * A));
+      size_t qkv = (size_t)(b * T * 3 * A), att = (size_t)(b * T * A);
+      strata_mem_t dqb = plus(dqkv, (size_t)(b * T * 3 * A));
       /* dP = datt v^T ; dv = P^T datt */
-      TRY(strata_gemm(q, 0, 1, T, T, hd, 1, SCR(c, att), A, hd, SAVED(c, qkv + (size_t)(2 * A)), 3 * A, hd, 0,
+      TRY(strata_gemm(q, 0, 1, T, T, hd, 1, SC(c, o_d1, att), A, hd, SV(c, s.qkv, qkv + (size_t)(2 * A)), 3 * A, hd, 0,
                       SCR(c, o_dp + (size_t)(b * HTT)), T, T * T, H));
-      TRY(strata_gemm(q, 1, 0, T, hd, T, 1, SAVED(c, s.p + (size_t)(b * HTT)), T, T * T, SCR(c, att), A, hd, 0,
-                      AT(dqb.buf, dqb.off + (size_t)(2 * A)), 3 * A, hd, H));
+      TRY(strata_gemm(q, 1, 0, T, hd, T, 1, SV(c, s.p, (size_t)(b * HTT)), T, T * T, SC(c, o_d1, att), A, hd, 0,
+                      plus(dqb, (size_t)(2 * A)), 3 * A, hd, H));
     }
-    TRY(strata_softmax_bwd(q, SAVED(c, s.p), SCR(c, o_dp), SCR(c, o_ds), d.B * H * T, T, scale));
+    TRY(strata_softmax_bwd(q, SV(c, s.p, 0), SCR(c, o_dp), SC(c, o_ds, 0), d.B * H * T, T, scale));
     for (int64_t b = 0; b < d.B; b++) {
-      size_t qkv = s.qkv + (size_t)(b * T * 3 * A);
-      strata_mem_t dqb = AT(dqkv.buf, dqkv.off + (size_t)(b * T * 3 * A));
-      strata_mem_t dS = SCR(c, o_ds + (size_t)(b * HTT));
+      size_t qkv = (size_t)(b * T * 3 * A);
+      strata_mem_t dqb = plus(dqkv, (size_t)(b * T * 3 * A));
+      strata_mem_t dS = SC(c, o_ds, (size_t)(b * HTT));
       /* dq = dS k ; dk = dS^T q */
-      TRY(strata_gemm(q, 0, 0, T, hd, T, 1, dS, T, T * T, SAVED(c, qkv + (size_t)A), 3 * A, hd, 0, dqb, 3 * A, hd, H));
-      TRY(strata_gemm(q, 1, 0, T, hd, T, 1, dS, T, T * T, SAVED(c, qkv), 3 * A, hd, 0,
-                      AT(dqb.buf, dqb.off + (size_t)A), 3 * A, hd, H));
+      TRY(strata_gemm(q, 0, 0, T, hd, T, 1, dS, T, T * T, SV(c, s.qkv, qkv + (size_t)A), 3 * A, hd, 0, dqb, 3 * A, hd,
+                      H));
+      TRY(strata_gemm(q, 1, 0, T, hd, T, 1, dS, T, T * T, SV(c, s.qkv, qkv), 3 * A, hd, 0, plus(dqb, (size_t)A), 3 * A,
+                      hd, H));
     }
-    TRY(linear_bwd_x(q, R, D, 3 * A, PARAM(c, ATTN_W), dqkv, dln1));
+    TRY(linear_bwd_x(q, R, D, 3 * A, WT(c, ATTN_W), dqkv, dln1));
     TRY(join(c, dln1, RD));
   }
   if (DO_W(c)) {
-    TRY(linear_bwd_w(q, R, A, D, SAVED(c, s.att), dxmid, GRAD(c, PROJ_W), GRAD(c, PROJ_B)));
-    TRY(linear_bwd_w(q, R, D, 3 * A, SAVED(c, s.ln1), dqkv, GRAD(c, ATTN_W), GRAD(c, ATTN_B)));
+    TRY(linear_bwd_w(q, R, A, D, SV(c, s.att, 0), dxmid, GRAD(c, PROJ_W), GRAD(c, PROJ_B)));
+    TRY(linear_bwd_w(q, R, D, 3 * A, SV(c, s.ln1, 0), dqkv, GRAD(c, ATTN_W), GRAD(c, ATTN_B)));
   }
-  TRY(ln_bwd(c, c->in, PARAM(c, LN1_W), SAVED(c, s.mean1), SAVED(c, s.rstd1), dln1, SCR(c, o_d2), GRAD(c, LN1_W),
+  TRY(ln_bwd(c, c->in, PARAM(c, LN1_W), SAVED(c, s.mean1), SAVED(c, s.rstd1), dln1, SC(c, o_d2, 0), GRAD(c, LN1_W),
              GRAD(c, LN1_B), junk, R, D));
   if (DO_IN(c) && din.buf)
-    TRY(strata_add(q, dxmid, SCR(c, o_d2), din, R * D));
+    TRY(strata_add(q, dxmid, SC(c, o_d2, 0), din, R * D));
   return STRATA_OK;
 }
 
 static int lm_head_bwd(struct lctx *c, strata_mem_t targets, strata_mem_t din) {
   struct strata__dims d = c->d;
-  size_t RD = (size_t)(d.R * d.D), R = (size_t)d.R, RV = (size_t)(d.R * d.V);
+  struct strata__head_saved h = strata__head_layout(&d);
+  size_t RD = (size_t)(d.R * d.D), uRD = strata__units(RD, d.act), uRV = strata__units((size_t)(d.R * d.V), d.act);
   strata_mem_t W, dW;
   TRY(head_weight(c, &W, &dW));
-  /* scratch: dlogits | dlnx | junk; dsave: dlogits | dlnx */
-  strata_mem_t dlogits = LOC(c, 0, 0), dlnx = LOC(c, RV, RV), junk = SCR(c, RV + RD);
+  /* scratch: dlogits | dlnx | junk (float32); dsave: dlogits | dlnx */
+  strata_mem_t dlogits = LOC(c, 0, 0), dlnx = LOC(c, uRV, uRV), junk = SCR(c, uRV + uRD);
   if (DO_IN(c)) {
-    if (d.vp) {
-      const size_t logits = RD + 2 * R, mx = logits + RV + R, se = mx + R;
-      TRY(strata_xent_vp_bwd(c->q, SAVED(c, logits), targets, SAVED(c, mx), SAVED(c, se), dlogits, d.R, d.V, d.voff,
-                             d.Vall, c->st->loss_scale));
-    } else {
-      TRY(strata_cross_entropy_bwd(c->q, SAVED(c, RD + 2 * R), targets, dlogits, d.R, d.V, c->st->loss_scale));
-    }
+    if (d.vp)
+      TRY(strata_xent_vp_bwd(c->q, SV(c, h.logits, 0), targets, SAVED(c, h.mx), SAVED(c, h.se), dlogits, d.R, d.V,
+                             d.voff, d.Vall, c->st->loss_scale));
+    else
+      TRY(strata_cross_entropy_bwd(c->q, SV(c, h.logits, 0), targets, dlogits, d.R, d.V, c->st->loss_scale));
     TRY(strata_gemm(c->q, 0, 0, d.R, d.D, d.V, 1, dlogits, d.V, 0, W, d.D, 0, 0, dlnx, d.D, 0, 1));
     if (d.vp) /* each slice's vocabulary's part of the input gradient */
       TRY(join(c, dlnx, RD));
   }
   if (DO_W(c))
-    TRY(strata_gemm(c->q, 1, 0, d.V, d.D, d.R, 1, dlogits, d.V, 0, SAVED(c, 0), d.D, 0, 1, dW, d.D, 0, 1));
+    TRY(strata_gemm(c->q, 1, 0, d.V, d.D, d.R, 1, dlogits, d.V, 0, SV(c, h.ln, 0), d.D, 0, 1, dW, d.D, 0, 1));
   if (!din.buf && c->mode == BM_INPUT)
     return STRATA_OK;
-  return ln_bwd(c, c->in, PARAM(c, 0), SAVED(c, RD), SAVED(c, RD + R), dlnx, din.buf ? din : junk, GRAD(c, 0),
+  return ln_bwd(c, c->in, PARAM(c, 0), SAVED(c, h.mean), SAVED(c, h.rstd), dlnx, din.buf ? din : junk, GRAD(c, 0),
                 GRAD(c, 1), junk, d.R, d.D);
 }
 
@@ -406,8 +439,8 @@ static struct lctx layer_ctx(struct strata__stage *st, int s, int i) {
                    .slot = st->slots[s].buf};
   c.saved = st->saved_off[i];
   c.dsave = st->dsave_off[i];
-  c.in = i == 0 ? AT(c.slot, 0) : AT(c.slot, st->out_off[i - 1]);
-  c.out = AT(c.slot, st->out_off[i]);
+  c.in = i == 0 ? strata__stage_input(st, s) : strata__at(c.slot, st->out_off[i - 1], 0, st->act);
+  c.out = strata__at(c.slot, st->out_off[i], 0, st->act);
   c.t = &st->tensors[st->layer_tensor[i]];
   return c;
 }
@@ -418,8 +451,20 @@ static int check_slot(struct strata__stage *st, int s) {
   return STRATA_OK;
 }
 
+/* The bfloat16 copy of the parameters, made anew when they changed (an update, a load) before a forward reads it. */
+static int refresh_weights(struct strata__stage *st) {
+  if (!st->params16 || !st->params16_stale)
+    return STRATA_OK;
+  const size_t n = st->chunk * (size_t)st->zero.size;
+  TRY(strata_convert(st->q, AT(st->params, 0), strata_mem_typed(st->params16, 0, STRATA_BFLOAT16),
+                     (int64_t)(n ? n : 1)));
+  st->params16_stale = 0;
+  return STRATA_OK;
+}
+
 int strata__stage_forward(struct strata__stage *st, int s) {
   TRY(check_slot(st, s));
+  TRY(refresh_weights(st));
   strata_mem_t targets = strata__stage_targets(st, s);
   for (int i = 0; i < strata__stage_layer_count(st); i++) {
     struct lctx c = layer_ctx(st, s, i);
@@ -452,8 +497,10 @@ static int stage_backward(struct strata__stage *st, int s, int mode) {
     c.mode = mode;
     int back = n - 1 - i; /* layers done before this one */
     strata_mem_t dout = back == 0 ? (strata__stage_has_loss(st) ? AT(NULL, 0) : strata__stage_grad_output(st, s))
-                                  : AT(st->gbuf[(back - 1) % 2], 0);
-    strata_mem_t din = i > 0 ? AT(st->gbuf[back % 2], 0) : st->first > 0 ? strata__stage_grad_input(st, s) : AT(NULL, 0);
+                                  : strata__at(st->gbuf[(back - 1) % 2], 0, 0, st->act);
+    strata_mem_t din = i > 0          ? strata__at(st->gbuf[back % 2], 0, 0, st->act)
+                       : st->first > 0 ? strata__stage_grad_input(st, s)
+                                       : AT(NULL, 0);
     int rc = STRATA_OK;
     switch (c.L->kind) {
     case STRATA__LAYER_EMBED: rc = embed_bwd(&c, dout); break;
@@ -485,7 +532,7 @@ static int loss_region(struct strata__stage *st, size_t *off, int64_t *rows) {
   const struct strata__layer *L = strata__stage_layer_at(st, i);
   struct strata__dims d = strata__stage_dims(st);
   if (L->kind == STRATA__LAYER_LM_HEAD)
-    *off = st->saved_off[i] + (size_t)(d.R * d.D + 2 * d.R + d.R * d.V);
+    *off = st->saved_off[i] + strata__head_layout(&d).loss;
   else
     *off = st->saved_off[i] + (size_t)(d.R * L->out);
   *rows = d.R;
@@ -528,5 +575,5 @@ int strata__stage_vocab(const struct strata__stage *st, int64_t *first, int64_t 
 strata_mem_t strata__stage_logits(struct strata__stage *st, int s) {
   int i = strata__stage_layer_count(st) - 1;
   struct strata__dims d = strata__stage_dims(st);
-  return AT(st->slots[s].buf, st->saved_off[i] + (size_t)(d.R * d.D + 2 * d.R));
+  return strata__at(st->slots[s].buf, st->saved_off[i] + strata__head_layout(&d).logits, 0, st->act);
 }

@@ -14,7 +14,8 @@
 struct strata__stage_ranges {
   const struct strata_model *model;
   int64_t mb;
-  int split_backward, zero, L;
+  int split_backward, L;
+  struct strata__cut cut;
   struct strata__layer_mem *m, *alone;
   int *partner;
   size_t *pre;               /* [4][L + 1]: prefix sums of params, tensors, kept, dsave */
@@ -46,7 +47,10 @@ int strata__stage_ranges_new(const struct strata_model *model, int64_t mb, int s
   r->model = model;
   r->mb = mb;
   r->split_backward = split_backward != 0;
-  r->zero = cut && cut->zero.size > 1 ? cut->zero.size : 1;
+  if (cut)
+    r->cut = *cut;
+  else
+    r->cut = (struct strata__cut){{0, 1}, {0, 1}, STRATA_FLOAT32};
   r->L = L;
   r->m = calloc((size_t)L, sizeof *r->m);
   r->alone = calloc((size_t)L, sizeof *r->alone);
@@ -122,6 +126,6 @@ int strata__stage_ranges_bytes(const struct strata__stage_ranges *r, int a, int 
     strata__layer_mem_add(&s, last, 0, 0);
   s.in = first->in;
   s.out = last->out;
-  strata__stage_bytes_of(r->model, a, b, r->mb, r->split_backward, r->zero, &s, out);
+  strata__stage_bytes_of(r->model, a, b, r->mb, r->split_backward, &r->cut, &s, out);
   return STRATA_OK;
 }

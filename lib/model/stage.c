@@ -199,7 +199,7 @@ static void tensor_init(const struct strata__tensor *t, uint64_t seed, float *x)
 
 struct strata__dims strata__stage_dims(const struct strata__stage *st) {
   const struct strata_model_config *c = &st->model->cfg;
-  struct strata__dims d = {.B = st->mb, .R = st->rows};
+  struct strata__dims d = {.B = st->mb, .R = st->rows, .act = st->act};
   if (c->kind == STRATA_MODEL_GPT) {
     int64_t parts = st->tp.size > 1 ? st->tp.size : 1;
     d.T = c->context;
@@ -218,25 +218,43 @@ struct strata__dims strata__stage_dims(const struct strata__stage *st) {
 
 struct strata__block_saved strata__block_layout(const struct strata__dims *d) {
   struct strata__block_saved s;
-  size_t RD = (size_t)(d->R * d->D), RA = (size_t)(d->R * d->A), R = (size_t)d->R;
+  const int a = d->act;
+  size_t RD = strata__units((size_t)(d->R * d->D), a), RA = (size_t)(d->R * d->A), R = (size_t)d->R,
+         RF = strata__units((size_t)(d->R * d->F), a);
   s.ln1 = 0;
   s.mean1 = s.ln1 + RD;
   s.rstd1 = s.mean1 + R;
   s.qkv = s.rstd1 + R;
-  s.p = s.qkv + 3 * RA;
-  s.att = s.p + (size_t)(d->B * d->H * d->T * d->T);
-  s.xmid = s.att + RA;
+  s.p = s.qkv + strata__units(3 * RA, a);
+  s.att = s.p + strata__units((size_t)(d->B * d->H * d->T * d->T), a);
+  s.xmid = s.att + strata__units(RA, a);
   s.ln2 = s.xmid + RD;
   s.mean2 = s.ln2 + RD;
   s.rstd2 = s.mean2 + R;
   s.h = s.rstd2 + R;
-  s.g = s.h + (size_t)(d->R * d->F);
-  s.end = s.g + (size_t)(d->R * d->F);
+  s.g = s.h + RF;
+  s.end = s.g + RF;
   return s;
 }
 
-/* Floats a layer keeps per slot for its backward pass, and its output. */
-static size_t saved_floats(const struct strata__stage *st, const struct strata__layer *L) {
+struct strata__head_saved strata__head_layout(const struct strata__dims *d) {
+  struct strata__head_saved s;
+  const size_t R = (size_t)d->R;
+  s.ln = 0;
+  s.mean = s.ln + strata__units((size_t)(d->R * d->D), d->act);
+  s.rstd = s.mean + R;
+  s.logits = s.rstd + R;
+  s.loss = s.logits + strata__units((size_t)(d->R * d->V), d->act);
+  s.mx = s.loss + R;
+  s.se = s.mx + R;
+  s.tl = s.se + R;
+  s.end = d->vp ? s.tl + R : s.mx;
+  return s;
+}
+
+/* The 4-byte units a layer keeps per slot for its backward pass (its output apart). Activations are of the
+** stage's type (d.act); statistics, losses and ids are 4 bytes. Only GPT stages run in bfloat16. */
+static size_t layer_saved(const struct strata__stage *st, const struct strata__layer *L) {
   struct strata__dims d = strata__stage_dims(st);
   switch (L->kind) {
   case STRATA__LAYER_EMBED:
@@ -244,7 +262,7 @@ static size_t saved_floats(const struct strata__stage *st, const struct strata__
   case STRATA__LAYER_BLOCK:
     return strata__block_layout(&d).end;
   case STRATA__LAYER_LM_HEAD: /* ln | mean | rstd | logits | losses (| row max | sum of exps | target logit) */
-    return (size_t)(d.R * d.D + 3 * d.R + d.R * d.V + (d.vp ? 3 * d.R : 0));
+    return strata__head_layout(&d).end;
   case STRATA__LAYER_LINEAR:
     return (size_t)(d.R * L->out);
   case STRATA__LAYER_CONV:
@@ -255,12 +273,13 @@ static size_t saved_floats(const struct strata__stage *st, const struct strata__
   return 0;
 }
 
-static size_t out_floats(const struct strata__stage *st, const struct strata__layer *L) {
+/* Units of a layer's output. */
+static size_t layer_out(const struct strata__stage *st, const struct strata__layer *L) {
   struct strata__dims d = strata__stage_dims(st);
   switch (L->kind) {
   case STRATA__LAYER_EMBED:
   case STRATA__LAYER_BLOCK:
-    return (size_t)(d.R * d.D);
+    return strata__units((size_t)(d.R * d.D), d.act);
   case STRATA__LAYER_LINEAR:
     return (size_t)(d.R * L->out);
   case STRATA__LAYER_CONV:
@@ -272,15 +291,15 @@ static size_t out_floats(const struct strata__stage *st, const struct strata__la
   return 0;
 }
 
-/* Features of a layer's input per row. */
-static size_t in_floats(const struct strata__stage *st, const struct strata__layer *L) {
+/* Units of a layer's input. */
+static size_t layer_in(const struct strata__stage *st, const struct strata__layer *L) {
   struct strata__dims d = strata__stage_dims(st);
   switch (L->kind) {
   case STRATA__LAYER_EMBED:
     return (size_t)d.R; /* int32 tokens */
   case STRATA__LAYER_BLOCK:
   case STRATA__LAYER_LM_HEAD:
-    return (size_t)(d.R * d.D);
+    return strata__units((size_t)(d.R * d.D), d.act);
   case STRATA__LAYER_LINEAR:
   case STRATA__LAYER_CLASSIFIER:
     return (size_t)(d.R * L->in);
@@ -290,16 +309,17 @@ static size_t in_floats(const struct strata__stage *st, const struct strata__lay
   return 0;
 }
 
-/* Floats of output-side gradients a layer keeps between its input and weight backward parts. */
-static size_t dsave_floats(const struct strata__stage *st, const struct strata__layer *L) {
+/* Units of output-side gradients a layer keeps between its input and weight backward parts. */
+static size_t layer_dsave(const struct strata__stage *st, const struct strata__layer *L) {
   struct strata__dims d = strata__stage_dims(st);
+  const size_t RD = strata__units((size_t)(d.R * d.D), d.act);
   switch (L->kind) {
   case STRATA__LAYER_EMBED:
-    return (size_t)(d.R * d.D);
-  case STRATA__LAYER_BLOCK:
-    return (size_t)(4 * d.R * d.D + 3 * d.R * d.A + d.R * d.F);
-  case STRATA__LAYER_LM_HEAD:
-    return (size_t)(d.R * d.V + d.R * d.D);
+    return RD;
+  case STRATA__LAYER_BLOCK: /* dout | dh | dln2 | dxmid | dqkv | dln1 */
+    return 4 * RD + strata__units((size_t)(3 * d.R * d.A), d.act) + strata__units((size_t)(d.R * d.F), d.act);
+  case STRATA__LAYER_LM_HEAD: /* dlogits | dlnx */
+    return strata__units((size_t)(d.R * d.V), d.act) + RD;
   case STRATA__LAYER_LINEAR:
   case STRATA__LAYER_CLASSIFIER:
     return (size_t)(d.R * L->out);
@@ -309,15 +329,18 @@ static size_t dsave_floats(const struct strata__stage *st, const struct strata__
   return 0;
 }
 
-static size_t scratch_floats(const struct strata__stage *st, const struct strata__layer *L) {
+/* Units of a layer's temporaries. */
+static size_t layer_scratch(const struct strata__stage *st, const struct strata__layer *L) {
   struct strata__dims d = strata__stage_dims(st);
+  const size_t RD = strata__units((size_t)(d.R * d.D), d.act), BHTT = (size_t)(d.B * d.H * d.T * d.T);
   switch (L->kind) {
   case STRATA__LAYER_EMBED: /* the positions' rows | (vocabulary-parallel) the tokens of this slice */
-    return (size_t)(d.R * d.D + (d.vp ? d.R : 0));
-  case STRATA__LAYER_BLOCK:
-    return (size_t)(2 * d.B * d.H * d.T * d.T + 3 * d.R * d.A + d.R * d.F + 4 * d.R * d.D);
-  case STRATA__LAYER_LM_HEAD:
-    return (size_t)(d.R * d.V + 2 * d.R * d.D);
+    return RD + (d.vp ? (size_t)d.R : 0);
+  case STRATA__LAYER_BLOCK: /* (float32) scores, dP | dS | dqkv | f | d1 | d2 | d3 | (float32) junk */
+    return BHTT + strata__units(BHTT, d.act) + strata__units((size_t)(3 * d.R * d.A), d.act) +
+           strata__units((size_t)(d.R * d.F), d.act) + 3 * RD + (size_t)(d.R * d.D);
+  case STRATA__LAYER_LM_HEAD: /* dlogits | dlnx | (float32) junk */
+    return strata__units((size_t)(d.R * d.V), d.act) + RD + (size_t)(d.R * d.D);
   case STRATA__LAYER_LINEAR:
     return (size_t)(d.R * L->out);
   case STRATA__LAYER_CONV: {
@@ -410,6 +433,17 @@ static int stage_layout(const struct strata_model *model, int first, int last, i
   st->mb = mb;
   st->split = split_backward != 0;
   st->tp = tp && tp->size > 1 ? *tp : (struct strata__shard){0, 1};
+  st->act = cut ? cut->precision : STRATA_FLOAT32;
+  if (st->act != STRATA_FLOAT32 && st->act != STRATA_BFLOAT16) {
+    const int act = st->act;
+    free(st);
+    return strata__error(STRATA_ERR_INVALID, "stage: precision %d is neither float32 nor bfloat16", act);
+  }
+  if (st->act == STRATA_BFLOAT16 && model->cfg.kind != STRATA_MODEL_GPT) {
+    free(st);
+    return strata__error(STRATA_ERR_UNSUPPORTED, "bf16 precision trains GPT models so far, not '%s' (%s): train it in "
+                         "fp32", model->cfg.name, model->cfg.kind == STRATA_MODEL_MLP ? "an MLP" : "a CNN");
+  }
   st->zero = cut && cut->zero.size > 1 ? cut->zero : (struct strata__shard){0, 1};
   if (st->zero.rank < 0 || st->zero.rank >= st->zero.size) {
     strata__stage_free(st);
@@ -437,8 +471,8 @@ static int stage_layout(const struct strata_model *model, int first, int last, i
   }
   /* tensors, and where each layer keeps its activations within a slot */
   size_t off = 0;
-  st->in_floats = in_floats(st, strata__stage_layer_at(st, 0));
-  size_t slot = st->in_floats;
+  st->in_units = layer_in(st, strata__stage_layer_at(st, 0));
+  size_t slot = st->in_units;
   for (int i = 0; i < n; i++) {
     const struct strata__layer *L = strata__stage_layer_at(st, i);
     st->layer_tensor[i] = st->ntensors;
@@ -449,10 +483,10 @@ static int stage_layout(const struct strata_model *model, int first, int last, i
     }
     st->ntensors += k;
     st->saved_off[i] = slot;
-    slot += saved_floats(st, L);
+    slot += layer_saved(st, L);
     st->out_off[i] = slot;
-    slot += out_floats(st, L);
-    size_t o = out_floats(st, L), in = in_floats(st, L), s = scratch_floats(st, L);
+    slot += layer_out(st, L);
+    size_t o = layer_out(st, L), in = layer_in(st, L), s = layer_scratch(st, L);
     if (o > st->max_out)
       st->max_out = o;
     if (in > st->max_out)
@@ -468,14 +502,14 @@ static int stage_layout(const struct strata_model *model, int first, int last, i
   ** micro-batch's activations can go as soon as its backward is done while
   ** its input gradient still waits to be sent */
   st->gout_off = 0;
-  st->gin_off = strata__stage_has_loss(st) ? 0 : out_floats(st, strata__stage_layer_at(st, n - 1));
-  st->grad_floats = st->gin_off + (first > 0 ? st->in_floats : 0);
+  st->gin_off = strata__stage_has_loss(st) ? 0 : layer_out(st, strata__stage_layer_at(st, n - 1));
+  st->grad_units = st->gin_off + (first > 0 ? st->in_units : 0);
   for (int i = 0; i < n; i++) {
     st->dsave_off[i] = slot;
     if (split_backward)
-      slot += dsave_floats(st, strata__stage_layer_at(st, i));
+      slot += layer_dsave(st, strata__stage_layer_at(st, i));
   }
-  st->slot_floats = slot;
+  st->slot_units = slot;
   st->nparams = off;
   st->chunk = (off + (size_t)st->zero.size - 1) / (size_t)st->zero.size;
   *out = st;
@@ -494,11 +528,11 @@ static void layer_mem(const struct strata__stage *st, int i, struct strata__laye
   for (int t = st->layer_tensor[i]; t < st->layer_tensor[i + 1]; t++)
     m->params += st->tensors[t].n;
   m->tensors = (size_t)(st->layer_tensor[i + 1] - st->layer_tensor[i]);
-  m->kept = saved_floats(st, L) + out_floats(st, L);
-  m->dsave = dsave_floats(st, L);
-  m->scratch = scratch_floats(st, L);
-  m->in = in_floats(st, L);
-  m->out = out_floats(st, L);
+  m->kept = layer_saved(st, L) + layer_out(st, L);
+  m->dsave = layer_dsave(st, L);
+  m->scratch = layer_scratch(st, L);
+  m->in = layer_in(st, L);
+  m->out = layer_out(st, L);
 }
 
 void strata__layer_mem_add(struct strata__layer_mem *sum, const struct strata__layer_mem *m, int first, int last) {
@@ -518,7 +552,9 @@ void strata__layer_mem_add(struct strata__layer_mem *sum, const struct strata__l
 }
 
 void strata__stage_bytes_of(const struct strata_model *model, int first, int last, int64_t mb, int split_backward,
-                            int zero, const struct strata__layer_mem *s, struct strata__stage_bytes *b) {
+                            const struct strata__cut *cut, const struct strata__layer_mem *s,
+                            struct strata__stage_bytes *b) {
+  const int zero = cut ? cut->zero.size : 1, bf16 = cut && cut->precision == STRATA_BFLOAT16;
   const size_t z = zero > 1 ? (size_t)zero : 1, chunk = (s->params + z - 1) / z;
   const size_t rows = model->cfg.kind == STRATA_MODEL_GPT ? (size_t)(mb * model->cfg.context) : (size_t)mb;
   const int has_loss = last == model->nlayers;
@@ -529,6 +565,11 @@ void strata__stage_bytes_of(const struct strata_model *model, int first, int las
   b->fixed = b->params + alloc_bytes(s->tensors + 1) + alloc_bytes(s->scratch) + 2 * alloc_bytes(s->io);
   if (first == 0 && model->cfg.kind == STRATA_MODEL_GPT)
     b->fixed += alloc_bytes(rows);
+  /* bfloat16: the parameters' compute copy, and with tp the float32 copy a join sums in (a block's rows x d_model) */
+  if (bf16)
+    b->fixed += alloc_bytes(strata__units(chunk * z, STRATA_BFLOAT16));
+  if (bf16 && cut->tp.size > 1)
+    b->fixed += alloc_bytes(rows * (size_t)model->cfg.d_model);
   /* a slot: the stage input, every layer's saved activations and output, the targets, the weight pass's gradients */
   b->slot = alloc_bytes(s->in + s->kept + (has_loss ? rows : 0) + (split_backward ? s->dsave : 0));
   /* the boundary gradients: of the output (not the last stage), of the input (not the first) */
@@ -548,7 +589,8 @@ int strata__stage_plan(const struct strata_model *model, int first, int last, in
     layer_mem(st, i, &m);
     strata__layer_mem_add(&sum, &m, i == 0, i == n - 1);
   }
-  strata__stage_bytes_of(model, first, last, mb, split_backward, st->zero.size, &sum, b);
+  const struct strata__cut whole = {{0, 1}, {0, 1}, STRATA_FLOAT32};
+  strata__stage_bytes_of(model, first, last, mb, split_backward, cut ? cut : &whole, &sum, b);
   strata__stage_free(st);
   return STRATA_OK;
 }
@@ -626,6 +668,11 @@ int strata__stage_new(const struct strata_model *model, int first, int last, int
     rc = alloc(dev, st->max_out, &st->gbuf[i]);
   if (!rc && first == 0 && model->cfg.kind == STRATA_MODEL_GPT)
     rc = alloc(dev, (size_t)st->rows, &st->positions);
+  if (!rc && st->act == STRATA_BFLOAT16)
+    rc = alloc(dev, strata__units(padded, STRATA_BFLOAT16), &st->params16);
+  if (!rc && st->act == STRATA_BFLOAT16 && st->tp.size > 1)
+    rc = alloc(dev, (size_t)(st->rows * model->cfg.d_model), &st->join32);
+  st->params16_stale = 1;
   if (rc) {
     strata__stage_free(st);
     return rc;
@@ -676,6 +723,20 @@ int strata__stage_new(const struct strata_model *model, int first, int last, int
       rc = strata_buffer_upload(st->q, st->positions, 0, pos, (size_t)st->rows * 4);
     free(pos);
   }
+  if (!rc && st->params16) { /* the compute copy now: a device that cannot hold bfloat16 says so at creation */
+    rc = strata_convert(st->q, AT(st->params, 0), strata_mem_typed(st->params16, 0, STRATA_BFLOAT16),
+                        (int64_t)(padded ? padded : 1));
+    if (rc) {
+      char *why = strdup(strata_last_error());
+      struct strata_device_props p;
+      if (strata_device_props(dev, &p))
+        snprintf(p.backend, sizeof p.backend, "?");
+      rc = strata__error(rc, "bf16 precision: device %d (%s backend) cannot run it (%s); train on host devices or in "
+                         "fp32", dev, p.backend, why ? why : "out of host memory");
+      free(why);
+    }
+    st->params16_stale = 0;
+  }
   if (!rc)
     rc = strata_queue_finish(st->q);
   if (rc) {
@@ -697,6 +758,8 @@ void strata__stage_free(struct strata__stage *st) {
   }
   free(st->slots);
   strata_buffer_free(st->params);
+  strata_buffer_free(st->params16);
+  strata_buffer_free(st->join32);
   strata_buffer_free(st->grads);
   strata_buffer_free(st->m);
   strata_buffer_free(st->v);
@@ -752,9 +815,9 @@ int strata__stage_acquire(struct strata__stage *st, int s) {
     return strata__error(STRATA_ERR_RANGE, "stage: slot %d out of range", s);
   TRY(slots_grow(st, s));
   if (!st->slots[s].buf)
-    TRY(alloc(st->dev, st->slot_floats, &st->slots[s].buf));
-  if (!st->slots[s].grad && st->grad_floats) {
-    int rc = alloc(st->dev, st->grad_floats, &st->slots[s].grad);
+    TRY(alloc(st->dev, st->slot_units, &st->slots[s].buf));
+  if (!st->slots[s].grad && st->grad_units) {
+    int rc = alloc(st->dev, st->grad_units, &st->slots[s].grad);
     if (rc) {
       strata_buffer_free(st->slots[s].buf);
       st->slots[s].buf = NULL;
@@ -788,17 +851,25 @@ void strata__stage_release(struct strata__stage *st, int s) {
   strata__stage_release_gradients(st, s);
 }
 
-strata_mem_t strata__stage_input(struct strata__stage *st, int s) { return AT(st->slots[s].buf, 0); }
+strata_mem_t strata__stage_input(struct strata__stage *st, int s) {
+  /* token ids (4 bytes) into an embedding, else activations of the stage's type */
+  const int ids = strata__stage_layer_at(st, 0)->kind == STRATA__LAYER_EMBED;
+  return strata__at(st->slots[s].buf, 0, 0, ids ? STRATA_FLOAT32 : st->act);
+}
 strata_mem_t strata__stage_targets(struct strata__stage *st, int s) { return AT(st->slots[s].buf, st->targets_off); }
 strata_mem_t strata__stage_output(struct strata__stage *st, int s) {
-  return AT(st->slots[s].buf, st->out_off[stage_layers(st) - 1]);
+  return strata__at(st->slots[s].buf, st->out_off[stage_layers(st) - 1], 0, st->act);
 }
-size_t strata__stage_in_floats(const struct strata__stage *st) { return st->in_floats; }
-size_t strata__stage_out_floats(const struct strata__stage *st) {
-  return out_floats(st, strata__stage_layer_at(st, stage_layers(st) - 1));
+size_t strata__stage_in_units(const struct strata__stage *st) { return st->in_units; }
+size_t strata__stage_out_units(const struct strata__stage *st) {
+  return layer_out(st, strata__stage_layer_at(st, stage_layers(st) - 1));
 }
-strata_mem_t strata__stage_grad_output(struct strata__stage *st, int s) { return AT(st->slots[s].grad, st->gout_off); }
-strata_mem_t strata__stage_grad_input(struct strata__stage *st, int s) { return AT(st->slots[s].grad, st->gin_off); }
+strata_mem_t strata__stage_grad_output(struct strata__stage *st, int s) {
+  return strata__at(st->slots[s].grad, st->gout_off, 0, st->act);
+}
+strata_mem_t strata__stage_grad_input(struct strata__stage *st, int s) {
+  return strata__at(st->slots[s].grad, st->gin_off, 0, st->act);
+}
 
 void strata__stage_layer_range(const struct strata__stage *st, int a, int b, size_t *lo, size_t *hi) {
   int t0 = st->layer_tensor[a], t1 = st->layer_tensor[b];
@@ -850,6 +921,7 @@ int strata__stage_grad_sumsq(struct strata__stage *st, double *sumsq) {
 int strata__stage_update(struct strata__stage *st, float gscale, float lr, float beta1, float beta2, float eps,
                          float weight_decay, int64_t step) {
   const size_t base = (size_t)st->zero.rank * st->chunk; /* where the shard (and m, v) starts */
+  st->params16_stale = 1;
   if (gscale != 1.0f)
     TRY(strata_scale(st->q, AT(st->grads, base), gscale, (int64_t)(st->chunk ? st->chunk : 1)));
   for (int t = 0; t < st->ntensors; t++) {

@@ -21,13 +21,33 @@ struct strata__shard {
 };
 
 /*
-** How a stage is cut: its tensor-parallel slice, and (ZeRO-1) which of
-** `zero.size` equal shards of its flat parameter vector this replica's
-** optimizer updates — its AdamW moments hold only that shard.
+** How a stage is cut and stored: its tensor-parallel slice, (ZeRO-1) which
+** of `zero.size` equal shards of its flat parameter vector this replica's
+** optimizer updates — its AdamW moments hold only that shard —, and the
+** precision it computes in: STRATA_FLOAT32 (0), or STRATA_BFLOAT16 (mixed
+** precision, Megatron's scheme: parameters, gradients and moments stay
+** float32; activations, boundary gradients, pipeline messages and a
+** bfloat16 copy of the parameters that the GEMMs read are bfloat16; the ops
+** compute in float32 and round once on store).
 */
 struct strata__cut {
   struct strata__shard tp, zero;
+  int precision;             /* enum strata_dtype of activations and compute weights */
 };
+
+/*
+** Where a stage keeps things: offsets and sizes in 4-byte units, so that
+** float32 statistics, int32 ids and bfloat16 activations share one buffer;
+** n elements of `dtype` take strata__units(n, dtype) units (bfloat16: two
+** to a unit). strata__at makes the operand for element `elem` of a region
+** of `dtype` that starts at unit `base`; strata__mem_byte is an operand's
+** byte offset in its buffer.
+*/
+static inline size_t strata__units(size_t n, int dtype) { return dtype == STRATA_BFLOAT16 ? (n + 1) / 2 : n; }
+static inline strata_mem_t strata__at(strata_buffer_t b, size_t base, size_t elem, int dtype) {
+  return strata_mem_typed(b, (dtype == STRATA_BFLOAT16 ? 2 * base : base) + elem, dtype);
+}
+static inline size_t strata__mem_byte(strata_mem_t m) { return m.off * (m.dtype == STRATA_BFLOAT16 ? 2 : 4); }
 
 enum strata__split { STRATA__SPLIT_NONE, STRATA__SPLIT_ROWS, STRATA__SPLIT_COLS };
 
@@ -69,18 +89,22 @@ struct strata__stage {
   int *layer_tensor;         /* first tensor of each stage layer */
   size_t nparams;
   strata_buffer_t params, grads, m, v, scalar;
+  strata_buffer_t params16;  /* bfloat16 precision: the parameters as the GEMMs read them (NULL in float32) */
+  strata_buffer_t join32;    /* bfloat16 precision with tp: a float32 copy a join sums in (NULL otherwise) */
+  int params16_stale;        /* params changed since params16 was made from them */
+  int act;                   /* enum strata_dtype of its activations: cut->precision */
   strata_buffer_t scratch;   /* temporaries of one layer at a time */
   strata_buffer_t gbuf[2];   /* gradients flowing backward through the stage (ping-pong) */
   strata_buffer_t positions; /* int32 position of each token row (embedding stage) */
   size_t *saved_off;         /* per stage layer: offset (floats) of its saved activations in a slot */
   size_t *dsave_off;         /* per stage layer: gradients kept for BACKWARD_WEIGHT (split stages) */
   size_t gout_off, gin_off;  /* in a slot's grad buffer: gradient of the stage's output (non-last) and input (non-first) */
-  size_t grad_floats;
+  size_t grad_units;
   int split;                 /* built for split backward (zero-bubble) */
   size_t *out_off;           /* per stage layer: offset of its output in a slot */
-  size_t in_floats;          /* stage input (tokens, images, or the previous stage's output) */
+  size_t in_units;          /* stage input (tokens, images, or the previous stage's output) */
   size_t targets_off;        /* targets (int32 rows), last stage only */
-  size_t slot_floats;
+  size_t slot_units;
   size_t max_out, max_scratch;
   struct strata__slot_mem *slots; /* [nslots], grown as needed */
   int nslots;
@@ -151,9 +175,10 @@ struct strata__layer_mem {
 };
 /* Add layer figures `m` to `sum` (zeroed to start); `first`/`last`: the stage's first/last layer. */
 void strata__layer_mem_add(struct strata__layer_mem *sum, const struct strata__layer_mem *m, int first, int last);
-/* The bytes of stage [first, last) whose layers sum to `s`, with its parameters in `zero` optimizer shards. */
+/* The bytes of stage [first, last) whose layers sum to `s`, cut as `cut` (its ZeRO shards, tp and precision). */
 void strata__stage_bytes_of(const struct strata_model *model, int first, int last, int64_t mb, int split_backward,
-                            int zero, const struct strata__layer_mem *s, struct strata__stage_bytes *b /* OUT */);
+                            const struct strata__cut *cut, const struct strata__layer_mem *s,
+                            struct strata__stage_bytes *b /* OUT */);
 /*
 ** Each layer's figures (m[nlayers]) as a stage holding it whole would lay it
 ** out, and `alone[nlayers]` as a stage holding it without its tp partner
@@ -215,8 +240,8 @@ void strata__stage_release(struct strata__stage *st, int s);
 strata_mem_t strata__stage_input(struct strata__stage *st, int s);
 strata_mem_t strata__stage_targets(struct strata__stage *st, int s);
 strata_mem_t strata__stage_output(struct strata__stage *st, int s);
-size_t strata__stage_in_floats(const struct strata__stage *st);
-size_t strata__stage_out_floats(const struct strata__stage *st);
+size_t strata__stage_in_units(const struct strata__stage *st);
+size_t strata__stage_out_units(const struct strata__stage *st);
 /* Gradient w.r.t. the stage's output for slot s (filled by the caller for a
 ** non-last stage before backward) and w.r.t. its input (written by backward,
 ** non-first stage). */
@@ -259,14 +284,21 @@ struct strata__dims {
   int64_t B, T, D, H, hd, A, F, V, R;
   int64_t Vall, voff;       /* vocabulary-parallel: the whole vocabulary, and where this slice's V start */
   int vp;                   /* the embedding and head are cut by vocabulary */
+  int act;                  /* the activations' type (the stage's precision) */
 };
 struct strata__dims strata__stage_dims(const struct strata__stage *st);
 
-/* Offsets of a block's saved activations (floats from the layer's start in a slot). */
+/* Offsets of a block's saved activations (units from the layer's start in a slot). */
 struct strata__block_saved {
   size_t ln1, mean1, rstd1, qkv, p, att, xmid, ln2, mean2, rstd2, h, g, end;
 };
 struct strata__block_saved strata__block_layout(const struct strata__dims *d);
+/* Offsets (units) of the head's saved activations: the final layernorm's output, its statistics, the logits, the
+** per-row losses and (vocabulary-parallel) the rows' max, sum of exponentials and target logit. */
+struct strata__head_saved {
+  size_t ln, mean, rstd, logits, loss, mx, se, tl, end;
+};
+struct strata__head_saved strata__head_layout(const struct strata__dims *d);
 
 /* Stage layer i: the stage's own copy, with its slice's sizes and tp role. */
 static inline const struct strata__layer *strata__stage_layer_at(const struct strata__stage *st, int i) {

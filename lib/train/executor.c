@@ -231,7 +231,7 @@ static void *sender_main(void *arg) {
     pthread_mutex_unlock(&ex->lock);
     int rc = b ? STRATA_OK : strata_buffer_new(j->dst_dev, j->bytes, &b);
     if (!rc)
-      rc = strata_buffer_copy(sd->q, b, 0, j->src.buf, j->src.off * 4, j->bytes);
+      rc = strata_buffer_copy(sd->q, b, 0, j->src.buf, strata__mem_byte(j->src), j->bytes);
     if (!rc)
       rc = strata_queue_finish(sd->q);
     if (rc) {
@@ -285,7 +285,7 @@ int strata__pipeline_prefill(strata_trainer_t tr) {
         continue;
       const int k = strata__stage_inflight(tr, dir == 0 ? peer : s);
       struct strata__pool *pool = &tr->pools[2 * s + dir];
-      size_t bytes = (dir == 0 ? strata__stage_in_floats(tr->st[s]) : strata__stage_out_floats(tr->st[s])) * 4;
+      size_t bytes = (dir == 0 ? strata__stage_in_units(tr->st[s]) : strata__stage_out_units(tr->st[s])) * 4;
       while (pool->n < k) {
         strata_buffer_t b;
         TRY(strata_buffer_new(tr->dev[tr->stage_rank[s]], bytes, &b));
@@ -326,7 +326,7 @@ static int wait_msg(struct exec *ex, int rank, struct msg *mg) {
 ** its pool for the next message across the same boundary. */
 static int consume(struct exec *ex, struct msg *mg, struct strata__pool *pool, strata_queue_t q, strata_mem_t dst,
                    size_t bytes) {
-  int rc = strata_buffer_copy(q, dst.buf, dst.off * 4, mg->buf, 0, bytes);
+  int rc = strata_buffer_copy(q, dst.buf, strata__mem_byte(dst), mg->buf, 0, bytes);
   if (!rc)
     rc = strata_queue_finish(q);
   pthread_mutex_lock(&ex->lock);
@@ -372,13 +372,13 @@ static int do_forward(struct exec *ex, int rank, int s, int mb) {
     ex->peak[s] = ex->inflight[s];
   pthread_mutex_unlock(&ex->lock);
   strata_mem_t in = strata__stage_input(st, sl);
-  size_t in_bytes = strata__stage_in_floats(st) * 4;
+  size_t in_bytes = strata__stage_in_units(st) * 4;
   if (first) {
-    TRY(strata_buffer_write(st->q, in.buf, in.off * 4, ex->w->inputs[mbi], ex->w->in_elems * 4));
+    TRY(strata_buffer_write(st->q, in.buf, strata__mem_byte(in), ex->w->inputs[mbi], ex->w->in_elems * 4));
   } else if (rank_of(ex, s - 1) == rank) {
     const int prev = strata__stage_owner(tr, s - 1);
     strata_mem_t o = strata__stage_output(tr->st[prev], slot_of(ex, prev, mb));
-    TRY(strata_buffer_copy(st->q, in.buf, in.off * 4, o.buf, o.off * 4, in_bytes));
+    TRY(strata_buffer_copy(st->q, in.buf, strata__mem_byte(in), o.buf, strata__mem_byte(o), in_bytes));
   } else {
     struct msg *mg = &ex->act[k];
     if (!mg->posted)
@@ -387,7 +387,7 @@ static int do_forward(struct exec *ex, int rank, int s, int mb) {
   }
   if (last) {
     strata_mem_t tg = strata__stage_targets(st, sl);
-    TRY(strata_buffer_write(st->q, tg.buf, tg.off * 4, ex->w->targets[mbi], (size_t)ex->w->rows * 4));
+    TRY(strata_buffer_write(st->q, tg.buf, strata__mem_byte(tg), ex->w->targets[mbi], (size_t)ex->w->rows * 4));
   }
   TRY(strata__stage_forward(st, sl));
   if (last && ex->w->forwarded)
@@ -408,11 +408,11 @@ static int do_backward(struct exec *ex, int rank, int kind, int s, int mb, int l
   }
   if (kind != STRATA_ACTION_BACKWARD_WEIGHT && !strata__stage_last(tr, s)) {
     strata_mem_t go = strata__stage_grad_output(st, slot_of(ex, s, mb));
-    size_t bytes = strata__stage_out_floats(st) * 4;
+    size_t bytes = strata__stage_out_units(st) * 4;
     if (rank_of(ex, s + 1) == rank) {
       const int next = strata__stage_owner(tr, s + 1);
       strata_mem_t gi = strata__stage_grad_input(tr->st[next], slot_of(ex, next, mb));
-      TRY(strata_buffer_copy(st->q, go.buf, go.off * 4, gi.buf, gi.off * 4, bytes));
+      TRY(strata_buffer_copy(st->q, go.buf, strata__mem_byte(go), gi.buf, strata__mem_byte(gi), bytes));
       TRY(strata_queue_finish(st->q));
       drop(ex, next, mb, GRAD);
     } else {
@@ -749,7 +749,7 @@ static void *worker_main(void *arg) {
         j->stage = s;
         j->mb = mb;
         j->src = act ? strata__stage_output(st, slot_of(ex, s, mb)) : strata__stage_grad_input(st, slot_of(ex, s, mb));
-        j->bytes = (act ? strata__stage_out_floats(st) : strata__stage_in_floats(st)) * 4;
+        j->bytes = (act ? strata__stage_out_units(st) : strata__stage_in_units(st)) * 4;
         j->dst_dev = ex->tr->dev[rank_of(ex, peer)];
         j->to = peer;
         if (strata__stage_mine(ex->tr, peer)) /* (else another rank's: the message goes through the cluster) */
@@ -864,7 +864,7 @@ static void *receiver_main(void *arg) {
       pthread_mutex_unlock(&ex->lock);
       if (failed)
         goto out;
-      const size_t bytes = (dir == 0 ? strata__stage_in_floats(tr->st[to]) : strata__stage_out_floats(tr->st[to])) * 4;
+      const size_t bytes = (dir == 0 ? strata__stage_in_units(tr->st[to]) : strata__stage_out_units(tr->st[to])) * 4;
       double t0 = strata__now();
       int rc = b ? STRATA_OK : strata_buffer_new(tr->dev[d], bytes, &b);
       if (!rc)

@@ -124,6 +124,8 @@ int strata__trainer_scatter(strata_trainer_t tr, int which, const float *host) {
       } else {
         rc = strata_buffer_upload(st->q, buffer_of(st, which), 0, local, st->nparams * 4);
       }
+      if (which == 0)
+        st->params16_stale = 1; /* the compute copy is made anew before the next forward */
     }
   }
   free(local);

@@ -199,11 +199,32 @@ static int read_logits(void *arg, struct strata__stage *last, int s, int slot, i
   if (!strata__stage_vocab(last, &c0, &vl) && strata__stage_slice(lr->tr, s) > 0)
     return STRATA_OK;
   strata_mem_t lg = strata__stage_logits(last, slot);
-  for (int64_t b = 0; b < lr->batch; b++)
-    for (int64_t p = 0; p < lr->count; p++)
-      TRY(strata_buffer_read(last->q, lg.buf, (lg.off + (size_t)((b * T + lr->first + p) * vl)) * 4,
-                             lr->logits + (b * lr->count + p) * V + c0, (size_t)vl * 4));
-  return strata_queue_finish(last->q);
+  if (lg.dtype == STRATA_FLOAT32) {
+    for (int64_t b = 0; b < lr->batch; b++)
+      for (int64_t p = 0; p < lr->count; p++)
+        TRY(strata_buffer_read(last->q, lg.buf, strata__mem_byte(lg) + (size_t)((b * T + lr->first + p) * vl) * 4,
+                               lr->logits + (b * lr->count + p) * V + c0, (size_t)vl * 4));
+    return strata_queue_finish(last->q);
+  }
+  /* bfloat16 logits: read, then widened (exactly) into the caller's floats */
+  const size_t n = (size_t)(lr->batch * lr->count * vl);
+  uint16_t *h = malloc((n ? n : 1) * sizeof *h);
+  if (!h)
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory reading logits");
+  int rc = STRATA_OK;
+  for (int64_t b = 0; b < lr->batch && !rc; b++)
+    for (int64_t p = 0; p < lr->count && !rc; p++)
+      rc = strata_buffer_read(last->q, lg.buf, strata__mem_byte(lg) + (size_t)((b * T + lr->first + p) * vl) * 2,
+                              h + (size_t)((b * lr->count + p) * vl), (size_t)vl * 2);
+  if (!rc)
+    rc = strata_queue_finish(last->q);
+  for (int64_t r = 0; !rc && r < lr->batch * lr->count; r++)
+    for (int64_t v = 0; v < vl; v++) {
+      uint32_t bits = (uint32_t)h[(size_t)(r * vl + v)] << 16;
+      memcpy(&lr->logits[r * V + c0 + v], &bits, 4);
+    }
+  free(h);
+  return rc;
 }
 
 STRATA_API int strata_trainer_logits(strata_trainer_t tr, const int32_t *tokens, int64_t batch, float *logits) {

@@ -58,6 +58,9 @@ static int check_options(const struct strata_train_options *o) {
       !(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1))
     return strata__error(STRATA_ERR_INVALID,
                          "optimizer settings out of range (lr, min_lr, weight decay, clip >= 0; eps > 0; 0 <= betas < 1)");
+  if (o->precision != STRATA_FLOAT32 && o->precision != STRATA_BFLOAT16)
+    return strata__error(STRATA_ERR_INVALID, "precision %d: float32 (STRATA_FLOAT32) or bfloat16 (STRATA_BFLOAT16)",
+                         o->precision);
   return STRATA_OK;
 }
 
@@ -144,7 +147,8 @@ static int build_stages(strata_trainer_t tr, const int *split, int split_backwar
     /* every replica initialises its stages from the same seed: the copies
     ** start equal, and each slice is cut from the same whole tensors */
     struct strata__cut cut = {{strata__stage_slice(tr, s), strata__stage_tp(tr, s)},
-                              {strata__stage_replica(tr, s), tr->zero ? tr->replicas : 1}};
+                              {strata__stage_replica(tr, s), tr->zero ? tr->replicas : 1},
+                              tr->opt.precision};
     int rc = strata__stage_new(tr->model, first, last, dev, tr->opt.batch, tr->opt.seed, split_backward, &cut,
                                &tr->st[s]);
     if (rc == STRATA_ERR_DEVICE_MEMORY)
@@ -252,7 +256,7 @@ static int warm_cache(strata_trainer_t tr) {
     if (!st)
       continue; /* another rank's, or a slice another stands for */
     int k = strata__stage_inflight(tr, s), kg = k + !strata__stage_first(tr, s);
-    for (int i = 0; i < k + (st->grad_floats ? kg : 0) && !rc; i++) {
+    for (int i = 0; i < k + (st->grad_units ? kg : 0) && !rc; i++) {
       if (n == cap) {
         size_t nc = cap ? 2 * cap : 64;
         strata_buffer_t *g = realloc(held, nc * sizeof *g);
@@ -263,7 +267,7 @@ static int warm_cache(strata_trainer_t tr) {
         held = g;
         cap = nc;
       }
-      size_t floats = i < k ? st->slot_floats : st->grad_floats;
+      size_t floats = i < k ? st->slot_units : st->grad_units;
       rc = strata_buffer_new(st->dev, floats * 4, &held[n]);
       if (!rc)
         n++;
@@ -545,7 +549,7 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
     d->param_bytes += (uint64_t)st->nparams * 4;
     d->grad_bytes += (uint64_t)st->nparams * 4;
     d->optimizer_bytes += 2 * (uint64_t)st->chunk * 4;
-    d->activation_bytes += (uint64_t)strata__stage_inflight(tr, s) * st->slot_floats * 4;
+    d->activation_bytes += (uint64_t)strata__stage_inflight(tr, s) * st->slot_units * 4;
   }
   *out = tr;
   return STRATA_OK;
