@@ -82,6 +82,12 @@ static int degree(const char *what, int v) {
   return STRATA_OK;
 }
 
+/* qsort's order of ints, ascending. */
+static int by_int(const void *a, const void *b) {
+  const int x = *(const int *)a, y = *(const int *)b;
+  return (x > y) - (x < y);
+}
+
 STRATA_API int strata_layout_new(const struct strata_layout_desc *d, strata_layout_t *out) {
   if (!out)
     return strata__error(STRATA_ERR_INVALID, "strata_layout_new: out is NULL");
@@ -162,12 +168,8 @@ STRATA_API int strata_layout_new(const struct strata_layout_desc *d, strata_layo
       rc = strata__error(STRATA_ERR_NOMEM, "out of host memory checking a layout");
     else {
       memcpy(s, l->devices, sizeof *s * (size_t)l->ndevices);
-      for (int i = 1; i < l->ndevices; i++) /* insertion sort: layouts are small to sort, and this is once */
-        for (int j = i; j > 0 && s[j - 1] > s[j]; j--) {
-          int t = s[j];
-          s[j] = s[j - 1];
-          s[j - 1] = t;
-        }
+      /* the planner builds layouts of thousands of devices by the hundred when it counts how many would fit */
+      qsort(s, (size_t)l->ndevices, sizeof *s, by_int);
       for (int i = 1; i < l->ndevices && !rc; i++)
         if (s[i] == s[i - 1])
           rc = strata__error(STRATA_ERR_INVALID, "layout: device %d is listed twice", s[i]);
