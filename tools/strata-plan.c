@@ -52,8 +52,9 @@ static void usage(FILE *f) {
           "  -h, --help       this text\n"
           "      --version    show the version\n"
           "\n"
-          "Exit status: 0 on success, 1 when nothing fits (the message says how many devices would), 2 on bad\n"
-          "usage or bad input.\n");
+          "Exit status: 0 on success, 1 when nothing fits (the one-line message says how many devices would, or why\n"
+          "no count ever can: a tp degree no island holds, a layer larger than one device; counting stops after\n"
+          "5 s), 2 on bad usage or bad input.\n");
 }
 
 struct args {

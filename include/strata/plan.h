@@ -383,9 +383,17 @@ STRATA_API int strata_plan_explain(strata_plan_t p, char **text /* OUT */);
 
 /*
 ** The smallest number of devices like the machine's first one (nodes of
-** the same kind when the machine has several nodes, counted in devices)
-** that would fit `model` at this batch; STRATA_ERR_RANGE past `limit`.
+** the same kind when the machine has several nodes, counted in devices;
+** past 256 on a one-node machine, in multiples of the node's devices
+** rounded up to a power of two) that would fit `model` at this batch;
+** STRATA_ERR_RANGE past `limit` or past the most devices a layout of it
+** uses. STRATA_ERR_DEVICE_MEMORY, the reason in the message, when no count
+** can ever fit (a fixed tp no island holds or the model does not divide, a
+** layer larger than one device at its smallest). It counts for at most
+** STRATA_PLAN_MIN_DEVICES_S seconds, then STRATA_ERR_TIMEOUT with
+** *devices the most it found not to fit.
 */
+#define STRATA_PLAN_MIN_DEVICES_S 5.0
 STRATA_API int strata_plan_min_devices(strata_machine_t machine, strata_model_t model,
                                        const struct strata_plan_options *opts, int limit, int *devices /* OUT */);
 

@@ -25,7 +25,8 @@ int strata__split_best(int L, int S, const struct strata__split_costs *c, int *s
     best[i] = INFINITY;
   best[0] = 0;
   /* best[j][b]: the slowest of stages 0..j-1 over layers [0, b), at its least */
-  for (int j = 1; j <= S; j++)
+  int stopped = 0;
+  for (int j = 1; j <= S && !(stopped = c->stop && c->stop(c->arg)); j++)
     for (int b = j; b <= L - (S - j); b++)
       for (int a = j - 1; a < b; a++) {
         double prev = best[(size_t)(j - 1) * W + (size_t)a];
@@ -37,7 +38,7 @@ int strata__split_best(int L, int S, const struct strata__split_costs *c, int *s
           from[(size_t)j * W + (size_t)b] = a;
         }
       }
-  int rc = isfinite(best[(size_t)S * W + (size_t)L]) ? 0 : 1;
+  int rc = !stopped && isfinite(best[(size_t)S * W + (size_t)L]) ? 0 : 1;
   for (int j = S, b = L; !rc && j > 0; j--) {
     int a = from[(size_t)j * W + (size_t)b];
     split[j - 1] = b - a;

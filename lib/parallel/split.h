@@ -10,6 +10,8 @@ struct strata__split_costs {
   double (*time)(void *arg, int j, int a, int b);
   /* Whether layers [a, b) fit stage j's device; NULL: every stage fits. */
   int (*fits)(void *arg, int j, int a, int b);
+  /* Whether to give up, asked once a stage (a search with a deadline); NULL: never. Given up, no split is found. */
+  int (*stop)(void *arg);
   void *arg;
 };
 
@@ -17,7 +19,7 @@ struct strata__split_costs {
 ** The contiguous split of L layers into S stages of at least one layer each that minimises the slowest stage's
 ** time among the splits whose every stage fits, by dynamic programming over (stage, first layer); of equal splits,
 ** the one whose stages end earliest, stage by stage from the last. Returns 0 with split[] (S entries) filled, 1
-** when no split fits (or L < S), STRATA_ERR_NOMEM when the tables cannot be made.
+** when no split fits (or L < S, or c->stop gave up), STRATA_ERR_NOMEM when the tables cannot be made.
 */
 int strata__split_best(int L, int S, const struct strata__split_costs *c, int *split /* OUT */);
 

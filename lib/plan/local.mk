@@ -11,6 +11,7 @@ libstrata_la_SOURCES += \
 	%reldir%/sim-trace.c \
 	%reldir%/search.c \
 	%reldir%/search-result.c \
+	%reldir%/min-devices.c \
 	%reldir%/calibrate.c \
 	%reldir%/calibrate-probes.c \
 	%reldir%/calibrate-read.c

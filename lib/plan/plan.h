@@ -9,6 +9,8 @@
 **   sim.c               the simulator: a discrete-event run of the executor's action lists
 **   sim-trace.c         the simulator's predicted trace (Chrome/Perfetto)
 **   search.c            the planner's search, in numbered passes
+**   min-devices.c       what no device count changes (a model that can never fit, the most devices a layout
+**                       uses), and the machines strata_plan_min_devices probes
 **   search-result.c     the search's result: candidates kept best first, their reasons, the explanation
 **   calibrate.c         this machine's devices and links measured, written as a calibration file
 **   calibrate-probes.c  the calibration's stage and pipeline probes
@@ -133,6 +135,36 @@ void strata__plan_stage_place(strata_layout_t layout, const int *inflight, int j
 ** given the micro-batches in flight on each of its stages (inflight[stage]). */
 uint64_t strata__plan_rank_memory(strata_model_t model, strata_layout_t layout, const int *split, const int *inflight,
                                   int64_t rows, int rank);
+
+/* ---- what no device count changes (min-devices.c) ---- */
+
+/* Whether `model` cuts t ways for tensor parallelism (heads, d_ff, widths, channels), by the layout's own check. */
+int strata__plan_tp_divides(strata_model_t model, int t);
+/*
+** For the smallest device count (strata_plan_min_devices): 0 and *most, the
+** most devices any layout of `model` at this batch can use on devices like
+** c's first (tp up to the largest island that the model divides, dp up to
+** the batch, pp up to the layers); or STRATA_ERR_DEVICE_MEMORY with the
+** reason in one line when no count of them can ever fit — a fixed tp larger
+** than any island or that the model does not divide, or a layer that alone
+** outgrows one device at its smallest (largest tp, the optimizer sharded
+** over one replica a sample, one sample in flight).
+*/
+int strata__plan_reach(const struct strata_machine *c, strata_model_t model, const struct strata_plan_options *o,
+                       int64_t *most);
+/*
+** The machines strata_plan_min_devices probes: n devices like c's first,
+** in copies of c's node. Up to 256 of them on a one-node machine, one node
+** of n; past that, nodes of a power of two of devices joined by the network
+** (where c's node is not a power of two, its islands are cut at their
+** edges), so that a probe's links stay one node's k x k; on a machine of
+** several nodes, its own nodes. probe_unit: what a count of about n is a
+** multiple of; probe_node: the devices of one node of a probe of n (a
+** multiple of probe_unit); probe_round: n rounded up to a multiple.
+*/
+int strata__plan_probe_unit(const struct strata_machine *c, int64_t n);
+int strata__plan_probe_node(const struct strata_machine *c, int n);
+int64_t strata__plan_probe_round(const struct strata_machine *c, int64_t n);
 
 /* ---- the simulator's engine (sim.c) and its trace (sim-trace.c) ---- */
 

@@ -45,6 +45,7 @@ struct search {
   struct group *groups;
   int ngroups;
   int fits_only;                    /* min_devices: stop at the first layout that fits, no simulation */
+  double deadline;                  /* min_devices: strata__now() past which it stops, STRATA_ERR_TIMEOUT (0: none) */
   int mixed_tp;                     /* the groups differ in tp degree */
   int found;
   int rc;
@@ -96,17 +97,6 @@ static int inflight_of(struct search *s, int kind, int pp, int m, int v, int *ou
 
 /* ---- pass 1: tensor-parallel groups ---- */
 
-/* Whether the model can be cut t ways (heads, d_ff, hidden widths, channels), by the layout's own check. */
-static int tp_divides(strata_model_t model, int t) {
-  struct strata_layout_desc d = {.tp_all = t};
-  strata_layout_t l;
-  if (strata_layout_new(&d, &l) != STRATA_OK)
-    return 0;
-  int ok = strata_layout_check(l, model, -1) == STRATA_OK;
-  strata_layout_free(l);
-  return ok;
-}
-
 static void groups_free(struct search *s) {
   for (int i = 0; i < s->ngroups; i++)
     free(s->groups[i].devs);
@@ -125,22 +115,29 @@ static int island_order(const struct strata_machine *c, int *order, int *nisland
     if (!seen)
       order[n++] = c->island[i];
   }
-  /* an island's speed: its narrowest link between two members (a single device: none, last) */
-  double *bw = calloc((size_t)n, sizeof *bw);
-  if (!bw)
+  /* an island's speed: its narrowest link between two members (a single device: none, last); one pass over
+  ** the pairs, each device's island looked up once */
+  double *bw = malloc(sizeof *bw * (size_t)n);
+  int *at = malloc(sizeof *at * (size_t)c->k);
+  if (!bw || !at) {
+    free(bw);
+    free(at);
     return strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
-  for (int j = 0; j < n; j++) {
-    double w = INFINITY;
-    int members = 0;
-    for (int a = 0; a < c->k; a++)
-      for (int b = 0; b < c->k; b++)
-        if (a != b && c->island[a] == order[j] && c->island[b] == order[j]) {
-          double g = c->gbps[(size_t)a * (size_t)c->k + (size_t)b];
-          w = g < w ? g : w;
-          members = 1;
-        }
-    bw[j] = members ? w : 0;
   }
+  for (int j = 0; j < n; j++)
+    bw[j] = INFINITY;
+  for (int a = 0; a < c->k; a++)
+    for (at[a] = 0; order[at[a]] != c->island[a]; at[a]++)
+      ;
+  for (int a = 0; a < c->k; a++)
+    for (int b = 0; b < c->k; b++)
+      if (a != b && at[a] == at[b]) {
+        double g = c->gbps[(size_t)a * (size_t)c->k + (size_t)b];
+        bw[at[a]] = g < bw[at[a]] ? g : bw[at[a]];
+      }
+  for (int j = 0; j < n; j++)
+    bw[j] = isinf(bw[j]) ? 0 : bw[j];
+  free(at);
   for (int i = 1; i < n; i++) /* stable insertion sort, widest first */
     for (int j = i; j > 0 && bw[j] > bw[j - 1]; j--) {
       double tb = bw[j];
@@ -190,7 +187,7 @@ static int make_groups(struct search *s, int t, int mixed) {
           /* the rest of the island: the largest power of two that fits and that the model divides */
           for (size = 1; 2 * size <= nm - g0; size *= 2)
             ;
-          while (size > 1 && !tp_divides(s->model, size))
+          while (size > 1 && !strata__plan_tp_divides(s->model, size))
             size /= 2;
         }
         struct group *g = &s->groups[s->ngroups];
@@ -281,6 +278,15 @@ static int split_cost_fits(void *arg, int j, int a, int b) {
   return !((double)strata__stage_need(&bytes, &place, NULL, NULL) > limit);
 }
 
+/* Whether a search with a deadline is past it. */
+static int past_deadline(const struct search *s) {
+  return s->deadline > 0 && strata__now() > s->deadline;
+}
+
+static int split_cost_stop(void *arg) {
+  return past_deadline(((const struct split_costs *)arg)->s);
+}
+
 static int best_split(struct search *s, strata_layout_t l, const int64_t rows, const int *inflight, int *split) {
   const int pp = strata_layout_pp(l), S = strata_layout_stages(l), L = s->L;
   if (L < S)
@@ -295,7 +301,7 @@ static int best_split(struct search *s, strata_layout_t l, const int64_t rows, c
   for (int r = 0; r < pp; r++)
     if (!(rk[r] = ranges_for(s, l, strata_layout_tp(l, r), rows)))
       goto out;
-  for (int r = 0; r < pp; r++)
+  for (int r = 0; r < pp && !past_deadline(s); r++)
     for (int li = 0; li < L; li++)
       tp_[(size_t)r * (size_t)(L + 1) + (size_t)li + 1] =
           tp_[(size_t)r * (size_t)(L + 1) + (size_t)li] + strata__plan_layer_time(s->c, s->model, l, r, li, rows, 0) +
@@ -312,7 +318,8 @@ static int best_split(struct search *s, strata_layout_t l, const int64_t rows, c
     cap[r] = m;
   }
   struct split_costs c = {.s = s, .l = l, .tp_ = tp_, .rk = rk, .cap = cap, .inflight = inflight};
-  struct strata__split_costs costs = {.time = split_cost_time, .fits = split_cost_fits, .arg = &c};
+  struct strata__split_costs costs = {.time = split_cost_time, .fits = split_cost_fits, .stop = split_cost_stop,
+                                      .arg = &c};
   rc = strata__split_best(L, S, &costs, split) == 0 ? 0 : -1;
 out:
   free(tp_);
@@ -457,6 +464,10 @@ static void try_assignment(struct search *s, int dp, int pp, const struct group 
           continue;
         if (s->L < pp)
           continue;
+        if (past_deadline(s)) {
+          s->rc = STRATA_ERR_TIMEOUT; /* strata_plan_min_devices says how far it got */
+          break;
+        }
         const int S = pp * v;
         const int64_t rows = share / m;
         strata_layout_t l = build(s, dp, pp, gl, kind, m, v, zero, NULL);
@@ -690,6 +701,14 @@ static int by_position(const void *a, const void *b) {
   return x->devs[0] - y->devs[0];
 }
 
+/* The fastest group first; among equals, the order of s->groups (groups of one array: their addresses). */
+static int by_speed(const void *a, const void *b) {
+  const struct group *x = *(const struct group *const *)a, *y = *(const struct group *const *)b;
+  if (x->flops != y->flops)
+    return x->flops < y->flops ? 1 : -1;
+  return (x > y) - (x < y);
+}
+
 static void try_counts(struct search *s) {
   const int G = s->ngroups;
   if (G < 1)
@@ -703,12 +722,7 @@ static void try_counts(struct search *s) {
   /* the fastest groups first (stable: position order among equals) */
   for (int i = 0; i < G; i++)
     gl[i] = &s->groups[i];
-  for (int i = 1; i < G; i++)
-    for (int j = i; j > 0 && gl[j]->flops > gl[j - 1]->flops; j--) {
-      const struct group *t = gl[j];
-      gl[j] = gl[j - 1];
-      gl[j - 1] = t;
-    }
+  qsort(gl, (size_t)G, sizeof *gl, by_speed);
   for (int n = G; n >= 1 && !s->rc; n--) {
     if (G > ALL_COUNTS_UP_TO && n != G)
       break;
@@ -898,7 +912,7 @@ static int tp_degrees(const struct search *s, int *out) {
     max_island = size > max_island ? size : max_island;
   }
   for (int t = 1; t <= max_island; t *= 2)
-    if ((!s->o->fixed_tp || s->o->fixed_tp == t) && tp_divides(s->model, t))
+    if ((!s->o->fixed_tp || s->o->fixed_tp == t) && strata__plan_tp_divides(s->model, t))
       out[n++] = t;
   return n;
 }
@@ -962,15 +976,13 @@ static int check_options(strata_machine_t c, strata_model_t m, const struct stra
 
 /* Whether `n` devices like the machine's first would fit the model: a
 ** machine of n of them (the node's links kept where there are enough) and
-** a search that stops at the first layout within memory. */
-static int fits_with(strata_machine_t c, strata_model_t model, const struct strata_plan_options *o, int n, int *fits) {
+** a search that stops at the first layout within memory, or at `deadline`
+** (STRATA_ERR_TIMEOUT). */
+static int fits_with(strata_machine_t c, strata_model_t model, const struct strata_plan_options *o, int n,
+                     double deadline, int *fits) {
   struct strata_machine *t = NULL;
-  /* one node of n devices; for a machine of several nodes, whole nodes (n a multiple of k) */
-  int k = n, nodes = 1;
-  if (c->nodes > 1) {
-    k = c->k;
-    nodes = n / c->k;
-  }
+  /* one node of n devices, or nodes of them (strata__plan_probe_node) */
+  const int k = strata__plan_probe_node(c, n), nodes = n / k;
   /* a node of k devices, all like device 0, in copies of the node's islands; between copies,
   ** the node's slowest link */
   struct strata_device_cost *cost = malloc(sizeof *cost * (size_t)k);
@@ -1018,8 +1030,10 @@ static int fits_with(strata_machine_t c, strata_model_t model, const struct stra
   }
   p->top = 1;
   p->c = calloc(1, sizeof *p->c);
-  struct search s = {.c = t, .model = model, .o = o, .plan = p, .fits_only = 1};
+  struct search s = {.c = t, .model = model, .o = o, .plan = p, .fits_only = 1, .deadline = deadline};
   rc = p->c ? run_search(&s) : strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
+  if (!rc && !s.found && past_deadline(&s))
+    rc = STRATA_ERR_TIMEOUT; /* a split given up: not a count that does not fit */
   *fits = s.found;
   search_free(&s);
   strata_plan_free(p);
@@ -1032,29 +1046,56 @@ STRATA_API int strata_plan_min_devices(strata_machine_t c, strata_model_t model,
   TRY(check_options(c, model, o));
   if (!devices || limit < 1)
     return strata__error(STRATA_ERR_INVALID, "strata_plan_min_devices: bad argument");
-  /* double until it fits, then bisect (more devices never fit less: each holds a smaller share);
-  ** counted in whole nodes when the machine has several */
-  const int unit = c->nodes > 1 ? c->k : 1;
-  int lo = 0, hi = unit, fits = 0;
-  while (!fits) {
-    if (hi > limit)
-      return strata__error(STRATA_ERR_RANGE, "%s does not fit on %d devices like %s", strata_model_config(model)->name,
-                           limit, c->names[0]);
-    TRY(fits_with(c, model, o, hi, &fits));
-    if (!fits) {
-      lo = hi;
-      hi *= 2;
+  /* what no count of devices changes first: a model that can never fit, and the most devices a layout uses */
+  int64_t most = 0;
+  TRY(strata__plan_reach(c, model, o, &most));
+  /* the largest count worth a probe: past `most` devices no layout gains one more */
+  const int by_most = strata__plan_probe_round(c, most) <= limit;
+  int64_t top = by_most ? strata__plan_probe_round(c, most) : limit;
+  top = top / strata__plan_probe_unit(c, top) * strata__plan_probe_unit(c, top);
+  const char *name = strata_model_config(model)->name;
+  const double deadline = strata__now() + STRATA_PLAN_MIN_DEVICES_S;
+  /* double until it fits, then bisect (more devices never fit less: each holds a smaller share) */
+  int64_t lo = 0, hi = strata__plan_probe_unit(c, 1);
+  int fits = 0, rc;
+  for (;;) {
+    hi = hi < top ? hi : top;
+    if (hi <= lo) {
+      if (!by_most)
+        return strata__error(STRATA_ERR_RANGE, "%s does not fit on %d devices like %s", name, limit, c->names[0]);
+      return strata__error(STRATA_ERR_RANGE, "%s at batch %lld: no layout found on %lld devices like %s, the most a "
+                           "layout of it uses (dp up to the batch, pp up to the layers, tp up to an island)", name,
+                           (long long)o->batch, (long long)lo, c->names[0]);
     }
+    if ((rc = fits_with(c, model, o, (int)hi, deadline, &fits)) == STRATA_ERR_TIMEOUT) {
+      *devices = (int)lo;
+      return strata__error(rc, "%s at batch %lld does not fit on %lld devices like %s, and counting more stopped "
+                           "after %g s", name, (long long)o->batch, (long long)lo, c->names[0],
+                           STRATA_PLAN_MIN_DEVICES_S);
+    }
+    TRY(rc);
+    if (fits)
+      break;
+    lo = hi;
+    hi *= 2;
   }
-  while (hi - lo > unit) {
-    int mid = lo + (hi - lo) / 2 / unit * unit;
-    TRY(fits_with(c, model, o, mid, &fits));
+  for (;;) {
+    const int64_t mid = strata__plan_probe_round(c, lo + (hi - lo) / 2);
+    if (mid <= lo || mid >= hi)
+      break;
+    if ((rc = fits_with(c, model, o, (int)mid, deadline, &fits)) == STRATA_ERR_TIMEOUT) {
+      *devices = (int)lo;
+      return strata__error(rc, "%s at batch %lld does not fit on %lld devices like %s but fits %lld (counting "
+                           "stopped after %g s)", name, (long long)o->batch, (long long)lo, c->names[0],
+                           (long long)hi, STRATA_PLAN_MIN_DEVICES_S);
+    }
+    TRY(rc);
     if (fits)
       hi = mid;
     else
       lo = mid;
   }
-  *devices = hi;
+  *devices = (int)hi;
   return STRATA_OK;
 }
 
@@ -1086,10 +1127,13 @@ STRATA_API int strata_plan_search(strata_machine_t c, strata_model_t model, cons
   if (!rc && p->n == 0) {
     int need = 0;
     const int have = strata_machine_device_count(c);
-    if (strata_plan_min_devices(c, model, o, 1 << 16, &need) == STRATA_OK && need > have)
+    const int why = strata_plan_min_devices(c, model, o, 1 << 16, &need);
+    if (why == STRATA_OK && need > have)
       rc = strata__error(STRATA_ERR_DEVICE_MEMORY,
                          "%s at batch %lld does not fit on %d x %s: it needs at least %d of them",
                          strata_model_config(model)->name, (long long)o->batch, have, c->names[0], need);
+    else if (why == STRATA_ERR_DEVICE_MEMORY || why == STRATA_ERR_TIMEOUT)
+      rc = STRATA_ERR_DEVICE_MEMORY; /* no count ever fits, or how many would is not known: its message stands */
     else
       rc = strata__error(STRATA_ERR_DEVICE_MEMORY,
                          "%s at batch %lld: no layout on %d x %s fits (the batch may not divide into micro-batches)",
