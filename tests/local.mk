@@ -172,12 +172,12 @@ TESTS += tests/test-gpu-run.sh
 endif
 
 # The tools' tests (shell), the GPU suite's own test and the MPI ones.
-TESTS += tests/test-strata-topo.sh tests/test-strata-plan.sh tests/test-strata-train.sh tests/test-strata-interop.sh \
-	tests/test-strata-train-dp.sh tests/test-gpu-run.sh tests/test-layers.sh tests/test-version.sh tests/test-outputs.sh \
-	tests/test-fuzz-run-all.sh tests/test-strata-bench.sh
-EXTRA_DIST += tests/test-strata-topo.sh tests/test-strata-plan.sh tests/test-strata-train.sh \
-	tests/test-strata-interop.sh tests/test-strata-train-dp.sh tests/test-gpu-run.sh tests/test-layers.sh \
-	tests/test-version.sh tests/test-outputs.sh tests/test-fuzz-run-all.sh tests/test-strata-bench.sh
+TESTS += tests/test-strata-topo.sh tests/test-strata-plan.sh tests/test-strata-plan-bounds.sh \
+	tests/test-strata-train.sh tests/test-strata-interop.sh tests/test-strata-train-dp.sh tests/test-gpu-run.sh \
+	tests/test-layers.sh tests/test-version.sh tests/test-outputs.sh tests/test-fuzz-run-all.sh tests/test-strata-bench.sh
+EXTRA_DIST += tests/test-strata-topo.sh tests/test-strata-plan.sh tests/test-strata-plan-bounds.sh \
+	tests/test-strata-train.sh tests/test-strata-interop.sh tests/test-strata-train-dp.sh tests/test-gpu-run.sh \
+	tests/test-layers.sh tests/test-version.sh tests/test-outputs.sh tests/test-fuzz-run-all.sh tests/test-strata-bench.sh
 # The tests' own writer of nanoGPT and llm.c token files.
 check_PROGRAMS += tests/write-tokens
 tests_write_tokens_SOURCES = tests/write-tokens.c
@@ -200,8 +200,9 @@ EXTRA_DIST += tests/fixtures/hf-gpt2/make-fixture.py \
 	tests/fixtures/hf-gpt2/tied-50257/config.json tests/fixtures/hf-gpt2/tied-50257/generation_config.json \
 	tests/fixtures/hf-gpt2/tied-50257/model.safetensors tests/fixtures/hf-gpt2/tied-50257/reference.safetensors
 
-# Real hwloc dumps (their provenance and licences in SOURCES.md), read by test-topology, test-plan, test-comm,
-# test-strata-topo.sh, test-strata-plan.sh and bench/plan.sh.
+# Real hwloc dumps (their provenance and licences in SOURCES.md; those named *-edited are real dumps edited to show
+# a case, the edit written there), read by test-topology, test-plan, test-comm, test-strata-topo.sh,
+# test-strata-plan.sh, test-strata-plan-bounds.sh and bench/plan.sh.
 EXTRA_DIST += tests/fixtures/topologies/SOURCES.md \
 	tests/fixtures/topologies/aws-g4dn-metal-t4-8gpu-pcie.xml \
 	tests/fixtures/topologies/dell-xe8640-h100-4gpu-nvlink.xml \
@@ -213,5 +214,6 @@ EXTRA_DIST += tests/fixtures/topologies/SOURCES.md \
 	tests/fixtures/topologies/intel-broadwell-2s-cpu-only.xml \
 	tests/fixtures/topologies/jureca-dc-a100-4gpu-pci-only.xml \
 	tests/fixtures/topologies/mixed-threadripper-gtx1070-vega-fe.xml \
+	tests/fixtures/topologies/mixed-m2075-k40m-hd7970-edited.xml \
 	tests/fixtures/topologies/nvidia-dgx2-v100-16gpu-nvswitch.xml \
 	tests/fixtures/topologies/supermicro-epyc-mi50-8gpu-pcie.xml

@@ -31,7 +31,7 @@ if [ ! -x "$PLAN" ]; then
   echo "1..0 # SKIP strata-plan not built"
   exit 0
 fi
-echo "1..26"
+echo "1..30"
 
 # a plan on a synthetic node; its layout file is the strata-layout/1 that --simulate reads back
 $PLAN --model gpt-small --batch 16 --node 4xA100-80GB:nvswitch --out "$TMP/layout.json" >"$TMP/out" 2>"$TMP/err"
@@ -60,6 +60,24 @@ if [ -f "$DUMPS/aws-g4dn-metal-t4-8gpu-pcie.xml" ]; then
 else
   not_ok "gpt-7b on four T4s" "$DUMPS/aws-g4dn-metal-t4-8gpu-pcie.xml is missing: the real hwloc dumps are fixtures of the tree"
 fi
+
+# GPUs the table has no peaks for: memory from the PCI id where the part has one size, a GPU whose memory nothing
+# gives refused (naming it) unless --gpu-memory says it, and a box of unlike GPUs described as mixed
+MIXED="$DUMPS/mixed-m2075-k40m-hd7970-edited.xml"
+fails_clearly "a GPU whose memory nothing gives" 'GPU 3 "Tahiti XT' $PLAN --model gpt2-xl --batch 8 --topology "$MIXED"
+$PLAN --model gpt2-xl --batch 8 --topology "$MIXED" --devices 0,1,2 >"$TMP/out" 2>"$TMP/err"
+rc=$?
+check "the M2075s' 6 GiB from their PCI id: gpt2-xl does not fit three of them" [ "$rc" -eq 1 ] &&
+  grep -q 'does not fit on the 3 GPUs of mixed: 2 x Tesla M2075, 1 x Tesla K40m (.*): it needs at least [0-9]* devices like its first, Tesla M2075$' "$TMP/err"
+$PLAN --model gpt2-small --batch 8 --topology "$MIXED" --gpu-memory 3G >"$TMP/out" 2>"$TMP/err"
+rc=$?
+cp "$TMP/out" "$TMP/err"
+check "--gpu-memory 3G plans the mixed box, saying so" [ "$rc" -eq 0 ] &&
+  grep -q '^gpt2-small, batch 8, on mixed: 2 x Tesla M2075, 1 x Tesla K40m, 1 x Tahiti XT' "$TMP/out" &&
+  grep -q '^note: GPU 0 "Tesla M2075": 6.0 GiB of memory from its PCI id 10de:1094' "$TMP/out" &&
+  grep -q '^note: GPU 3 "Tahiti XT.*planned with the 3.0 GiB given' "$TMP/out"
+fails_clearly "--gpu-memory that is no size" "--gpu-memory" $PLAN --model gpt2-small --batch 8 --topology "$MIXED" \
+  --gpu-memory 3X
 
 fails_clearly "unknown model" "unknown model" $PLAN --model no-such-model --batch 8 --node 2xT4:pcie
 fails_clearly "topology that does not load" "cannot open" $PLAN --model gpt-tiny --batch 8 --topology "$TMP/none.xml"

@@ -36,6 +36,8 @@ static void usage(FILE *f) {
           "  --nics K                   network interfaces per node (default 1)\n"
           "  --network-latency-us L     one-way network latency (default 5)\n"
           "  --devices LIST             use only these GPUs of the node (topology indices, e.g. 0,1,4,5)\n"
+          "  --gpu-memory SIZE          memory of each GPU of the topology whose memory neither the dump nor the\n"
+          "                             table of GPU models gives (e.g. 6G); without it such a GPU is refused\n"
           "\n"
           "Options:\n"
           "  --top K          show the K best layouts (default 5)\n"
@@ -60,6 +62,7 @@ static void usage(FILE *f) {
 struct args {
   const char *model, *topology, *node, *devices, *trace, *out, *simulate, *calibration;
   int64_t batch, top, nodes, nics, tp, samples, seed;
+  uint64_t gpu_memory;
   double net_gbps, net_lat;
   int json, no_zero, list_gpus;
 };
@@ -157,7 +160,7 @@ static double now_s(void) {
 
 static int build_machine(const struct args *a, strata_machine_t *c) {
   struct strata_machine_options o = {.nodes = (int)a->nodes, .network_gbps = a->net_gbps, .nics = (int)a->nics,
-                                     .network_latency_us = a->net_lat};
+                                     .network_latency_us = a->net_lat, .gpu_memory = a->gpu_memory};
   int *devs = NULL, n = 0, rc;
   if (a->devices && parse_list(a->devices, &devs, &n))
     return 2;
@@ -366,6 +369,7 @@ int main(int argc, char **argv) {
       {"list-gpus", no_argument, NULL, 'L'},        {"help", no_argument, NULL, 'h'},
       {"calibration", required_argument, NULL, 'C'},  {"samples", required_argument, NULL, 'S'},
       {"seed", required_argument, NULL, 'E'},        {"version", no_argument, NULL, 'V'},
+      {"gpu-memory", required_argument, NULL, 'G'},
       {NULL, 0, NULL, 0}};
   int c;
   opterr = 0;
@@ -398,6 +402,15 @@ int main(int argc, char **argv) {
         return 2;
       break;
     case 'd': a.devices = optarg; break;
+    case 'G': {
+      int prc = strata__parse_size(optarg, &a.gpu_memory);
+      if (prc || a.gpu_memory < (1u << 20) || a.gpu_memory > ((uint64_t)1 << 50)) {
+        fprintf(stderr, "%s: --gpu-memory: '%s' is not a size between 1M and 1P (%s)\n", PROG, optarg,
+                prc ? strata__parse_why() : a.gpu_memory < (1u << 20) ? "too small" : "too large");
+        return 2;
+      }
+      break;
+    }
     case 't':
       if (cli_parse_range(PROG, "--top", optarg, 1, 1000, &a.top))
         return 2;
@@ -435,6 +448,11 @@ int main(int argc, char **argv) {
   }
   if (!a.model || !a.batch) {
     fprintf(stderr, "%s: --model and --batch are required (see --help)\n", PROG);
+    return 2;
+  }
+  if (a.gpu_memory && (a.node || a.calibration)) {
+    fprintf(stderr, "%s: --gpu-memory gives the memory of a topology's GPUs; --node and --calibration know theirs\n",
+            PROG);
     return 2;
   }
   if (!!a.node + !!a.topology + !!a.calibration > 1) {

@@ -148,6 +148,8 @@ struct strata_machine_options {
   double network_latency_us;    /* one-way latency (default 5) */
   const int *devices;           /* the node's devices to use (topology GPU indices), or NULL for all */
   int ndevices;
+  uint64_t gpu_memory;          /* bytes of each GPU whose memory neither the dump nor the table of GPU models
+                                   (by name or PCI id) gives; 0: such a GPU is refused, not guessed */
 };
 
 /*
@@ -185,9 +187,12 @@ STRATA_API int strata_machine_new(const struct strata_node_desc *node, const str
 /*
 ** From a topology: its GPUs (costed from the table by name or PCI id, one
 ** line of why for a GPU the table does not know, which then gets a
-** labelled guess), links from its link model, islands as the topology
-** found them, uplinks from the PCIe paths. A topology with no GPU is
-** STRATA_ERR_NOT_FOUND ("nothing to place on").
+** labelled guess of its speed), links from its link model, islands as the
+** topology found them, uplinks from the PCIe paths. A GPU's memory is the
+** dump's, else the table's (by name or PCI id), else opts->gpu_memory; a
+** GPU with none of them is STRATA_ERR_NOT_FOUND naming it, never a guess.
+** A box of unlike GPUs is described as mixed ("mixed: 2 x A, 1 x B").
+** A topology with no GPU is STRATA_ERR_NOT_FOUND ("nothing to place on").
 */
 STRATA_API int strata_machine_from_topology(strata_topology_t topo, const struct strata_machine_options *opts,
                                             strata_machine_t *out /* OUT */);
@@ -386,10 +391,10 @@ STRATA_API int strata_plan_explain(strata_plan_t p, char **text /* OUT */);
 ** the same kind when the machine has several nodes, counted in devices;
 ** past 256 on a one-node machine, in multiples of the node's devices
 ** rounded up to a power of two) that would fit `model` at this batch;
-** STRATA_ERR_RANGE past `limit` or past the most devices a layout of it
-** uses. STRATA_ERR_DEVICE_MEMORY, the reason in the message, when no count
-** can ever fit (a fixed tp no island holds or the model does not divide, a
-** layer larger than one device at its smallest). It counts for at most
+** STRATA_ERR_RANGE past `limit`. STRATA_ERR_DEVICE_MEMORY, the reason in
+** the message, when no count can ever fit (a fixed tp no island holds or
+** the model does not divide, a layer larger than one device at its
+** smallest) or none up to the most devices a layout of it uses does. It counts for at most
 ** STRATA_PLAN_MIN_DEVICES_S seconds, then STRATA_ERR_TIMEOUT with
 ** *devices the most it found not to fit.
 */

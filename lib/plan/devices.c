@@ -7,6 +7,7 @@
 
 #include <strata/plan.h>
 
+#include "plan/plan.h"
 #include "core/core.h"
 
 #define GB (1000ull * 1000ull * 1000ull)
@@ -209,4 +210,36 @@ STRATA_API int strata_device_cost_from_model(const struct strata_gpu_model *m, s
                                      .model = m->name,
                                      .source = m->source};
   return STRATA_OK;
+}
+
+/*
+** Memory of GPUs the table has no peaks for, by PCI id: data-centre parts
+** whose memory is one figure for every board (a consumer card's depends on
+** its maker, so none is listed). Device ids from the pci.ids database.
+*/
+static const struct {
+  unsigned vendor_id, device_id;
+  uint64_t memory;
+  const char *source;
+} memory_by_pci[] = {
+    /* NVIDIA Tesla M2075 datasheet: 6 GB GDDR5. */
+    {NV, 0x1094, 6 * GIB, "NVIDIA Tesla M2075 datasheet"},
+    /* NVIDIA Tesla K20 board specifications: K20m 5 GB, K20Xm 6 GB GDDR5. */
+    {NV, 0x1028, 5 * GIB, "NVIDIA Tesla K20 board specifications"},
+    {NV, 0x1021, 6 * GIB, "NVIDIA Tesla K20X board specifications"},
+    /* NVIDIA Tesla K40 datasheet: 12 GB GDDR5 (K40m passive, K40c active). */
+    {NV, 0x1023, 12 * GIB, "NVIDIA Tesla K40 datasheet"},
+    {NV, 0x1024, 12 * GIB, "NVIDIA Tesla K40 datasheet"},
+    /* NVIDIA Tesla K80 datasheet: 24 GB on two GPUs, 12 GB each (each its own PCI function). */
+    {NV, 0x102d, 12 * GIB, "NVIDIA Tesla K80 datasheet (one of two GPUs)"},
+};
+
+int strata__gpu_memory_by_pci(unsigned vendor_id, unsigned device_id, uint64_t *memory, const char **source) {
+  for (size_t i = 0; i < sizeof memory_by_pci / sizeof memory_by_pci[0]; i++)
+    if (memory_by_pci[i].vendor_id == vendor_id && memory_by_pci[i].device_id == device_id) {
+      *memory = memory_by_pci[i].memory;
+      *source = memory_by_pci[i].source;
+      return 1;
+    }
+  return 0;
 }

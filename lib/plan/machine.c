@@ -14,10 +14,10 @@
 #define NET_DEFAULT_GBITS 100.0
 /* RDMA one-way latency across one switch, typical (the topology's default too). */
 #define NET_DEFAULT_LATENCY_US 5.0
-/* Performance of a GPU the table does not know: a mid-range part, labelled as a guess. */
+/* Performance of a GPU the table does not know: a mid-range part, labelled as a guess (its memory is never
+** guessed: the dump, the table by PCI id or the caller gives it). */
 #define UNKNOWN_TFLOPS 10.0
 #define UNKNOWN_MEM_GBPS 500.0
-#define UNKNOWN_MEMORY (16ull << 30)
 
 STRATA_API void strata_machine_free(strata_machine_t c) {
   if (!c)
@@ -236,6 +236,31 @@ STRATA_API int strata_machine_new(const struct strata_node_desc *d, const struct
   return STRATA_OK;
 }
 
+/* "4 x A100", or for a node of unlike GPUs "mixed: 2 x Tesla M2075, 1 x Tesla K40m" (names in first-seen order). */
+static void describe_gpus(const struct strata_machine *c, char *buf, size_t cap) {
+  if (!strata__machine_mixed(c)) {
+    snprintf(buf, cap, "%d x %s", c->k, c->names[0]);
+    return;
+  }
+  size_t used = (size_t)snprintf(buf, cap, "mixed:");
+  for (int i = 0; i < c->k && used < cap; i++) {
+    int seen = 0, count = 0;
+    for (int j = 0; j < i && !seen; j++)
+      seen = strcmp(c->names[j], c->names[i]) == 0;
+    for (int j = i; j < c->k && !seen; j++)
+      count += strcmp(c->names[j], c->names[i]) == 0;
+    if (!seen)
+      used += (size_t)snprintf(buf + used, cap - used, "%s %d x %s", i ? "," : "", count, c->names[i]);
+  }
+}
+
+int strata__machine_mixed(const struct strata_machine *c) {
+  for (int i = 1; i < c->k; i++)
+    if (strcmp(c->names[i], c->names[0]) != 0)
+      return 1;
+  return 0;
+}
+
 STRATA_API int strata_machine_from_topology(strata_topology_t topo, const struct strata_machine_options *o,
                                             strata_machine_t *out) {
   if (!out || !topo)
@@ -279,24 +304,40 @@ STRATA_API int strata_machine_from_topology(strata_topology_t topo, const struct
     if (parts < 1)
       parts = 1;
     struct strata_gpu_model m;
+    const char *mem_source = NULL;
     if (strata_gpu_model_find(g[gi].name, g[gi].vendor_id, g[gi].device_id, &m) == STRATA_OK) {
       strata_device_cost_from_model(&m, &c->cost[i]);
     } else {
       c->cost[i] = (struct strata_device_cost){.flops = UNKNOWN_TFLOPS * 1e12 * STRATA_PLAN_SUSTAINED,
                                                .mem_gbps = UNKNOWN_MEM_GBPS,
-                                               .memory = UNKNOWN_MEMORY,
                                                .launch_us = 5,
                                                .model = "unknown",
                                                .source = "a guess: the GPU is not in the table"};
       warn(c, "GPU %d \"%s\" is not in the table of GPU models: planned as a guessed %g TFLOPS, %g GB/s part", gi,
            g[gi].name, UNKNOWN_TFLOPS, UNKNOWN_MEM_GBPS);
+      uint64_t mem = 0;
+      if (strata__gpu_memory_by_pci(g[gi].vendor_id, g[gi].device_id, &mem, &mem_source))
+        c->cost[i].memory = mem;
     }
     c->cost[i].flops /= parts;
     c->cost[i].mem_gbps /= parts;
-    if (g[gi].memory)
+    if (g[gi].memory) {
       c->cost[i].memory = g[gi].memory; /* what the dump says wins over the table */
-    else
+    } else if (c->cost[i].memory) {
       c->cost[i].memory /= (uint64_t)parts;
+      if (mem_source)
+        warn(c, "GPU %d \"%s\": %.1f GiB of memory from its PCI id %04x:%04x (%s)", gi, g[gi].name,
+             (double)c->cost[i].memory / (1 << 30), g[gi].vendor_id, g[gi].device_id, mem_source);
+    } else if (o && o->gpu_memory) {
+      c->cost[i].memory = o->gpu_memory;
+      warn(c, "GPU %d \"%s\": neither the dump nor the table says its memory; planned with the %.1f GiB given", gi,
+           g[gi].name, (double)o->gpu_memory / (1 << 30));
+    } else {
+      rc = strata__error(STRATA_ERR_NOT_FOUND, "GPU %d \"%s\" (PCI %04x:%04x): neither the dump nor the table of GPU "
+                         "models says how much memory it has; give it (strata-plan --gpu-memory SIZE), strata does "
+                         "not plan on a guess", gi, g[gi].name, g[gi].vendor_id, g[gi].device_id);
+      break;
+    }
     int isl = 0;
     strata_topology_gpu_island(topo, gi, &isl);
     c->island[i] = isl;
@@ -323,7 +364,9 @@ STRATA_API int strata_machine_from_topology(strata_topology_t topo, const struct
   }
   if (!rc) {
     char what[400];
-    snprintf(what, sizeof what, "%d x %s (%s)", k, c->names[0], strata_topology_source(topo));
+    describe_gpus(c, what, sizeof what);
+    size_t used = strlen(what);
+    snprintf(what + used, sizeof what - used, " (%s)", strata_topology_source(topo));
     rc = machine_finish(c, o, what);
   }
   free(g);

@@ -55,6 +55,13 @@ struct strata_machine {
   int nwarnings;
 };
 
+/* The memory of a GPU the table of models has no row for, by its PCI id (devices.c): 1 with *memory and the
+** figure's source (static), 0 when unknown. */
+int strata__gpu_memory_by_pci(unsigned vendor_id, unsigned device_id, uint64_t *memory, const char **source);
+
+/* Whether the node's devices differ by name (a mixed box). */
+int strata__machine_mixed(const struct strata_machine *c);
+
 /* The link between machine devices a and b (NET across nodes). */
 void strata__machine_link(const struct strata_machine *c, int a, int b, double *gbps, double *lat_us, int *kind);
 /* Seconds of an all-reduce of `floats` over a pair joined by a link of `gbps` GB/s and `lat_us`: a ring of

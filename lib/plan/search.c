@@ -3,6 +3,7 @@
 #include "config.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -1063,7 +1064,7 @@ STRATA_API int strata_plan_min_devices(strata_machine_t c, strata_model_t model,
     if (hi <= lo) {
       if (!by_most)
         return strata__error(STRATA_ERR_RANGE, "%s does not fit on %d devices like %s", name, limit, c->names[0]);
-      return strata__error(STRATA_ERR_RANGE, "%s at batch %lld: no layout found on %lld devices like %s, the most a "
+      return strata__error(STRATA_ERR_DEVICE_MEMORY, "%s at batch %lld: no layout found on %lld devices like %s, the most a "
                            "layout of it uses (dp up to the batch, pp up to the layers, tp up to an island)", name,
                            (long long)o->batch, (long long)lo, c->names[0]);
     }
@@ -1128,16 +1129,23 @@ STRATA_API int strata_plan_search(strata_machine_t c, strata_model_t model, cons
     int need = 0;
     const int have = strata_machine_device_count(c);
     const int why = strata_plan_min_devices(c, model, o, 1 << 16, &need);
+    /* a mixed box is not "n x its first GPU": say so, and count devices like its first */
+    char on[480], like[160];
+    const int mixed = strata__machine_mixed(c);
+    if (mixed)
+      snprintf(on, sizeof on, "the %d GPUs of %s", have, strata_machine_describe(c));
+    else
+      snprintf(on, sizeof on, "%d x %s", have, c->names[0]);
+    snprintf(like, sizeof like, mixed ? "devices like its first, %s" : "of them%.0s", c->names[0]);
     if (why == STRATA_OK && need > have)
-      rc = strata__error(STRATA_ERR_DEVICE_MEMORY,
-                         "%s at batch %lld does not fit on %d x %s: it needs at least %d of them",
-                         strata_model_config(model)->name, (long long)o->batch, have, c->names[0], need);
+      rc = strata__error(STRATA_ERR_DEVICE_MEMORY, "%s at batch %lld does not fit on %s: it needs at least %d %s",
+                         strata_model_config(model)->name, (long long)o->batch, on, need, like);
     else if (why == STRATA_ERR_DEVICE_MEMORY || why == STRATA_ERR_TIMEOUT)
       rc = STRATA_ERR_DEVICE_MEMORY; /* no count ever fits, or how many would is not known: its message stands */
     else
       rc = strata__error(STRATA_ERR_DEVICE_MEMORY,
-                         "%s at batch %lld: no layout on %d x %s fits (the batch may not divide into micro-batches)",
-                         strata_model_config(model)->name, (long long)o->batch, have, c->names[0]);
+                         "%s at batch %lld: no layout on %s fits (the batch may not divide into micro-batches)",
+                         strata_model_config(model)->name, (long long)o->batch, on);
   }
   if (rc) {
     strata_plan_free(p);
