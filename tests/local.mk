@@ -213,6 +213,7 @@ EXTRA_DIST += tests/fixtures/topologies/SOURCES.md \
 	tests/fixtures/topologies/ibm-power9-lassen-v100-4gpu.xml \
 	tests/fixtures/topologies/intel-broadwell-2s-cpu-only.xml \
 	tests/fixtures/topologies/jureca-dc-a100-4gpu-pci-only.xml \
+	tests/fixtures/topologies/jureca-dc-a100-4gpu-root-ports-1gbps-edited.xml \
 	tests/fixtures/topologies/mixed-threadripper-gtx1070-vega-fe.xml \
 	tests/fixtures/topologies/mixed-m2075-k40m-hd7970-edited.xml \
 	tests/fixtures/topologies/nvidia-dgx2-v100-16gpu-nvswitch.xml \

@@ -31,7 +31,7 @@ if [ ! -x "$PLAN" ]; then
   echo "1..0 # SKIP strata-plan not built"
   exit 0
 fi
-echo "1..30"
+echo "1..31"
 
 # a plan on a synthetic node; its layout file is the strata-layout/1 that --simulate reads back
 $PLAN --model gpt-small --batch 16 --node 4xA100-80GB:nvswitch --out "$TMP/layout.json" >"$TMP/out" 2>"$TMP/err"
@@ -78,6 +78,15 @@ check "--gpu-memory 3G plans the mixed box, saying so" [ "$rc" -eq 0 ] &&
   grep -q '^note: GPU 3 "Tahiti XT.*planned with the 3.0 GiB given' "$TMP/out"
 fails_clearly "--gpu-memory that is no size" "--gpu-memory" $PLAN --model gpt2-small --batch 8 --topology "$MIXED" \
   --gpu-memory 3X
+
+# root-port links recorded at 1.0 GB/s over 31.5 GB/s GPUs: planned as the unedited dump, with a note for each
+$PLAN --model gpt2-small --batch 8 --topology "$DUMPS/jureca-dc-a100-4gpu-pci-only.xml" >"$TMP/orig" 2>"$TMP/err"
+$PLAN --model gpt2-small --batch 8 --topology "$DUMPS/jureca-dc-a100-4gpu-root-ports-1gbps-edited.xml" >"$TMP/out" \
+  2>>"$TMP/err"
+rc=$?
+check "links above the GPUs in a power-saving state: the unedited dump's plan, four notes" [ "$rc" -eq 0 ] &&
+  [ "$(grep -c '^note: GPU[0-3] (.*): the PCIe link above it at .* is recorded at 1.00 GB/s' "$TMP/out")" -eq 4 ] &&
+  [ "$(grep '^layout: ' "$TMP/out")" = "$(grep '^layout: ' "$TMP/orig")" ]
 
 fails_clearly "unknown model" "unknown model" $PLAN --model no-such-model --batch 8 --node 2xT4:pcie
 fails_clearly "topology that does not load" "cannot open" $PLAN --model gpt-tiny --batch 8 --topology "$TMP/none.xml"

@@ -168,8 +168,11 @@ if ls "$DUMPS"/*.xml >/dev/null 2>&1; then
     "$TOOL" --input "$f" --json >"$TMP/1.json" 2>"$TMP/err"
     rc=$?
     "$TOOL" --input "$f" --json >"$TMP/2.json" 2>>"$TMP/err"
-    if [ "$rc" -eq 0 ] && cmp -s "$TMP/1.json" "$TMP/2.json" && "$TOOL" --input "$f" >/dev/null 2>>"$TMP/err" &&
-      "$TOOL" --input "$f" --dot >/dev/null 2>>"$TMP/err" && [ ! -s "$TMP/err" ]; then
+    "$TOOL" --input "$f" >/dev/null 2>>"$TMP/err" && "$TOOL" --input "$f" --dot >/dev/null 2>>"$TMP/err"
+    again=$?
+    # a dump edited to show a case (SOURCES.md) may warn about it; the unedited ones read without a doubt
+    case $name in *-edited.xml) sed -i '/^strata-topo: warning: /d' "$TMP/err" ;; esac
+    if [ "$rc" -eq 0 ] && [ "$again" -eq 0 ] && cmp -s "$TMP/1.json" "$TMP/2.json" && [ ! -s "$TMP/err" ]; then
       ok "$name: report, stable JSON, DOT"
     else
       not_ok "$name: report, stable JSON, DOT" "rc=$rc" "$(cat "$TMP/err")"
@@ -177,6 +180,20 @@ if ls "$DUMPS"/*.xml >/dev/null 2>&1; then
   done
 else
   not_ok "real dumps" "$DUMPS holds no dump: the real hwloc dumps are fixtures of the tree"
+fi
+
+# links above the GPUs recorded in a power-saving state (JURECA-DC's root-port links edited to 1.0 GB/s): each one
+# a warning, and the paths the unedited dump's
+edited="$DUMPS/jureca-dc-a100-4gpu-root-ports-1gbps-edited.xml"
+"$TOOL" --input "$edited" >"$TMP/out" 2>"$TMP/err"
+rc=$?
+"$TOOL" --input "$DUMPS/jureca-dc-a100-4gpu-pci-only.xml" >"$TMP/orig" 2>/dev/null
+if [ "$rc" -eq 0 ] && [ "$(grep -c 'the PCIe link above it at 0000:.* is recorded at 1.00 GB/s, a Gen1 or Gen2 rate under half of the GPU.s own 31.51 GB/s: taken as a power-saving state' "$TMP/err")" -eq 4 ] &&
+  [ "$(sed -n '/^Bandwidth/,/^Islands/p' "$TMP/out")" = "$(sed -n '/^Bandwidth/,/^Islands/p' "$TMP/orig")" ]; then
+  ok "root-port links at 1.0 GB/s above 31.5 GB/s GPUs: four warnings, the unedited dump's bandwidths"
+else
+  not_ok "root-port links at 1.0 GB/s above 31.5 GB/s GPUs: four warnings, the unedited dump's bandwidths" "rc=$rc" \
+    "$(head -c 600 "$TMP/err")" "$(sed -n '/^Bandwidth/,/^Islands/p' "$TMP/out")"
 fi
 
 echo "1..$n"

@@ -2,6 +2,7 @@
 /* discover.c — find the GPUs of an hwloc topology (OS devices and PCI devices, one entry per physical GPU or partition) and describe the host. */
 #include "config.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -474,6 +475,51 @@ static void warn_missed(struct strata_topology *t, hwloc_topology_t hw) {
   }
 }
 
+/* Whether a PCIe link speed (GB/s, as hwloc computes it) is a Gen1 or Gen2 rate: 8b/10b lanes of 0.25 or 0.5
+** GB/s, so a multiple of 0.25 up to Gen2 x16; Gen3 and later (128b/130b) are never one. */
+static int gen1_or_gen2(double gbps) {
+  double lanes = gbps * 4;
+  return gbps > 0 && gbps <= 8.0 + 1e-6 && fabs(lanes - floor(lanes + 0.5)) < 1e-3;
+}
+
+/*
+** The same power-saving states on the links above a GPU. A switch's
+** upstream link or a device between the GPU and the root complex that
+** idles trains down as a GPU's own link does, and its recorded speed then
+** narrows every path through it (an EPYC node whose root-port links read
+** 1.0 GB/s under 31.5 GB/s GPUs). A narrow link there can also be real
+** (an AC922's x4 switch uplinks, Gen3 or Gen4: 3.94 or 7.88 GB/s), so the
+** rule takes only a Gen1 or Gen2 rate — what an idle link falls to — under
+** half of the GPU's own link (already corrected by power_saving_links) as
+** power saving, and plans it at the GPU's own speed. Each link changes
+** once, in the hwloc object (its GPUs' paths agree), with one warning.
+*/
+static void power_saving_uplinks(struct strata_topology *t) {
+  for (int g = 0; g < t->ngpus; g++) {
+    struct strata__gpu *gp = &t->gpus[g];
+    if (!gp->pcidev || gp->pub.partition > 0)
+      continue;
+    const double own = gp->pcidev->attr->pcidev.linkspeed;
+    if (!(own > 0) || gen1_or_gen2(own))
+      continue;
+    for (hwloc_obj_t o = gp->pcidev->parent; o && hwloc_obj_type_is_io(o->type); o = o->parent) {
+      const double s = strata__topo_up_speed(o);
+      if (!(s > 0) || !(s < own / 2) || !gen1_or_gen2(s))
+        continue;
+      /* a device's link and a bridge's upstream link are the same attribute (struct hwloc_pcidev_attr_s) */
+      struct hwloc_pcidev_attr_s *a = o->type == HWLOC_OBJ_BRIDGE ? &o->attr->bridge.upstream.pci : &o->attr->pcidev;
+      strata__topo_warn(t,
+                        "GPU%d (%s): the PCIe link above it at %04x:%02x:%02x.%x is recorded at %.2f GB/s, a Gen1 or "
+                        "Gen2 rate under half of the GPU's own %.2f GB/s: taken as a power-saving state (an idle link "
+                        "trains down) and planned at %.2f GB/s for every GPU behind it; strata-topo --measure "
+                        "measures it",
+                        g, gp->pub.pci_bus_id, (unsigned)a->domain, (unsigned)a->bus, (unsigned)a->dev,
+                        (unsigned)a->func, s, own, own);
+      a->linkspeed = (float)own;
+    }
+  }
+}
+
 /*
 ** Walk every PCI device (a bus id listed several times counts once, with
 ** the OS devices of all its copies), then the GPU OS devices that hang
@@ -533,6 +579,7 @@ int strata__topo_discover(struct strata_topology *t, hwloc_topology_t hw) {
   for (int i = 0; i < t->ngpus; i++)
     t->gpus[i].pub.index = i;
   power_saving_links(t);
+  power_saving_uplinks(t);
   int nnodes = hwloc_get_nbobjs_by_type(hw, HWLOC_OBJ_NUMANODE);
   char *is_gpu_mem = calloc((size_t)(nnodes > 0 ? nnodes : 1), 1);
   if (!is_gpu_mem)

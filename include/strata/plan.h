@@ -192,6 +192,7 @@ STRATA_API int strata_machine_new(const struct strata_node_desc *node, const str
 ** dump's, else the table's (by name or PCI id), else opts->gpu_memory; a
 ** GPU with none of them is STRATA_ERR_NOT_FOUND naming it, never a guess.
 ** A box of unlike GPUs is described as mixed ("mixed: 2 x A, 1 x B").
+** The topology's warnings are the machine's first warnings.
 ** A topology with no GPU is STRATA_ERR_NOT_FOUND ("nothing to place on").
 */
 STRATA_API int strata_machine_from_topology(strata_topology_t topo, const struct strata_machine_options *opts,

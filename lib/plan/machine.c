@@ -283,6 +283,14 @@ STRATA_API int strata_machine_from_topology(strata_topology_t topo, const struct
   }
   struct strata_machine *c;
   TRY(machine_alloc(k, &c));
+  /* what the topology read with a doubt (power-saving links, GPU memory nodes, ...) is the plan's doubt too */
+  int nw = 0;
+  strata_topology_warning_count(topo, &nw);
+  for (int i = 0; i < nw; i++) {
+    const char *w = NULL;
+    if (strata_topology_warning(topo, i, &w) == STRATA_OK && w)
+      warn(c, "%s", w);
+  }
   int rc = STRATA_OK;
   struct strata_topology_gpu *g = calloc((size_t)ngpu, sizeof *g);
   if (!g)
