@@ -28,15 +28,25 @@ static int largest_island(const struct strata_machine *c) {
 }
 
 /*
-** The least memory layer `l` can take on one device at tp `t`: one layer a
-** stage, the optimizer state sharded over `dp` replicas, one sample in
-** flight — the memory model's own terms (strata__plan_rank_memory) at
-** their smallest.
+** The least memory layer `l` can take on one device at tp `t`: a stage of
+** that layer alone, the optimizer state sharded over `dp` replicas, one
+** sample in flight, no neighbour — the memory model's own bytes
+** (model/stage.h, as strata__plan_rank_memory adds them) at their smallest.
 */
 static double layer_floor(strata_model_t model, int l, int t, int dp, int zero) {
-  struct strata_layer_info li;
-  strata_model_layer(model, l, &li);
-  return strata__plan_static_bytes((double)li.params, t, dp, zero) + (double)li.act_bytes / t + (double)li.out_bytes;
+  struct strata__cut cut = {{0, t}, {0, 1}, STRATA_FLOAT32};
+  struct strata__stage_bytes b;
+  if (strata__stage_plan(model, l, l + 1, 1, 0, &cut, &b))
+    return 0; /* cannot be laid out so: no floor from it (the search says why) */
+  /* sharded over more replicas than the layer has parameters, the shards' padding would count: at most one a shard */
+  const uint64_t n = b.params / 16; /* parameters, gradients and two moments of 4 bytes each */
+  if (zero && dp > 1 && n > 1) {
+    cut.zero.size = (uint64_t)dp < n ? dp : (int)(n < (1u << 30) ? n : (1u << 30));
+    if (strata__stage_plan(model, l, l + 1, 1, 0, &cut, &b))
+      return 0;
+  }
+  const struct strata__stage_place alone = {.inflight = 1, .first = 1, .last = 1};
+  return (double)strata__stage_need(&b, &alone, NULL, NULL);
 }
 
 int strata__plan_reach(const struct strata_machine *c, strata_model_t model, const struct strata_plan_options *o,
