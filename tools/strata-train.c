@@ -629,12 +629,6 @@ int main(int argc, char **argv) {
   if (rc)
     goto out;
   r.cfg = strata_model_config(r.model);
-  if (o.precision == STRATA_BFLOAT16 && r.cfg->kind != STRATA_MODEL_GPT) {
-    fprintf(stderr, PROG ": --precision bf16 trains GPT models so far, not '%s' (%s); train it in fp32\n",
-            r.cfg->name, r.cfg->kind == STRATA_MODEL_MLP ? "an MLP" : "a CNN");
-    rc = EXIT_USAGE;
-    goto out;
-  }
 
   strata_train_options_default(&r.topts);
   r.topts.cluster = ranks > 1 ? r.cluster : NULL;

@@ -31,7 +31,7 @@ struct strata_train_options {
                             ** scheme — float32 parameters, gradients and AdamW moments; bfloat16 activations,
                             ** boundary gradients, pipeline messages and a bfloat16 copy of the parameters that the
                             ** GEMMs read, refreshed after each update; sums, norms, softmax and losses in float32.
-                            ** GPT models; host devices so far */
+                            ** Host devices so far */
   struct strata_cluster *cluster; /* NULL: the devices are this process's. Else the job of strata/cluster.h:
                                   ** devices are numbered globally over its ranks, every rank creates the
                                   ** trainer with the same layout and options, builds only the stages on its

@@ -200,14 +200,31 @@ static int lm_head_fwd(struct lctx *c, strata_mem_t targets) {
                              d.Vall);
 }
 
+/*
+** The model's first layer in bfloat16 reads float32 images: it keeps a bfloat16 copy of them (at unit `at` of its
+** saved region) for its GEMMs, forward and backward. Any other layer's input is the activations as they are.
+*/
+static strata_mem_t layer_x(struct lctx *c, size_t at, int64_t n, int forward, int *rc) {
+  *rc = STRATA_OK;
+  if (!c->L->first || c->d.act == STRATA_FLOAT32)
+    return c->in;
+  strata_mem_t x = SV(c, at, 0);
+  if (forward)
+    *rc = strata_convert(c->q, c->in, x, n);
+  return x;
+}
+
 /* A linear layer + ReLU; cut by its inputs (tp), the slices' partial products are joined before the bias. */
 static int fc_fwd(struct lctx *c) {
   const struct strata__layer *L = c->L;
+  int rc;
+  strata_mem_t x = layer_x(c, strata__units((size_t)(c->d.R * L->out), c->d.act), c->d.R * L->in, 1, &rc);
+  TRY(rc);
   if (L->tp_role == STRATA__TP_INPUTS)
-    TRY(linear_fwd_rows(c, c->d.R, L->in, L->out, c->in, PARAM(c, 0), PARAM(c, 1), SAVED(c, 0)));
+    TRY(linear_fwd_rows(c, c->d.R, L->in, L->out, x, WT(c, 0), PARAM(c, 1), SV(c, 0, 0)));
   else
-    TRY(linear_fwd(c->q, c->d.R, L->in, L->out, c->in, PARAM(c, 0), PARAM(c, 1), SAVED(c, 0)));
-  return strata_relu_fwd(c->q, SAVED(c, 0), c->out, c->d.R * L->out);
+    TRY(linear_fwd(c->q, c->d.R, L->in, L->out, x, WT(c, 0), PARAM(c, 1), SV(c, 0, 0)));
+  return strata_relu_fwd(c->q, SV(c, 0, 0), c->out, c->d.R * L->out);
 }
 
 static struct strata_conv2d conv_geom(const struct lctx *c) {
@@ -217,22 +234,39 @@ static struct strata_conv2d conv_geom(const struct lctx *c) {
   return g;
 }
 
+/* A convolution's saved region (units): its output | the ReLU's | (4-byte) pooling indices | the converted input. */
+static void conv_saved(const struct lctx *c, size_t *relu, size_t *idx, size_t *xin) {
+  const struct strata__layer *L = c->L;
+  const size_t big = strata__units((size_t)(c->d.B * L->k * L->h * L->w), c->d.act);
+  *relu = big;
+  *idx = 2 * big;
+  *xin = 2 * big + (size_t)(c->d.B * L->out);
+}
+
 static int conv_fwd(struct lctx *c) {
   const struct strata__layer *L = c->L;
   struct strata_conv2d g = conv_geom(c);
-  size_t big = (size_t)(c->d.B * L->k * L->h * L->w);
+  size_t big = (size_t)(c->d.B * L->k * L->h * L->w), relu, idx, xin;
+  conv_saved(c, &relu, &idx, &xin);
   struct strata_pool2d pg = {.n = c->d.B, .c = L->k, .h = L->h, .w = L->w, .size = 2, .stride = 2};
-  TRY(strata_conv2d_fwd(c->q, &g, c->in, PARAM(c, 0), SAVED(c, 0), SCR(c, 0)));
+  int rc;
+  strata_mem_t x = layer_x(c, xin, c->d.B * L->in, 1, &rc);
+  TRY(rc);
+  TRY(strata_conv2d_fwd(c->q, &g, x, WT(c, 0), SV(c, 0, 0), SC(c, 0, 0)));
   if (L->tp_role == STRATA__TP_INPUTS) /* each slice convolved its input channels: the sum is the convolution */
-    TRY(join(c, SAVED(c, 0), big));
-  TRY(strata_relu_fwd(c->q, SAVED(c, 0), SAVED(c, big), (int64_t)big));
-  return strata_maxpool_fwd(c->q, &pg, SAVED(c, big), c->out, SAVED(c, 2 * big));
+    TRY(join(c, SV(c, 0, 0), big));
+  TRY(strata_relu_fwd(c->q, SV(c, 0, 0), SV(c, relu, 0), (int64_t)big));
+  return strata_maxpool_fwd(c->q, &pg, SV(c, relu, 0), c->out, SAVED(c, idx));
 }
 
 static int classifier_fwd(struct lctx *c, strata_mem_t targets) {
   const struct strata__layer *L = c->L;
-  TRY(linear_fwd(c->q, c->d.R, L->in, L->out, c->in, PARAM(c, 0), PARAM(c, 1), SAVED(c, 0)));
-  return strata_cross_entropy_fwd(c->q, SAVED(c, 0), targets, SAVED(c, (size_t)(c->d.R * L->out)), c->d.R, L->out);
+  const size_t lu = strata__units((size_t)(c->d.R * L->out), c->d.act);
+  int rc;
+  strata_mem_t x = layer_x(c, lu + (size_t)c->d.R, c->d.R * L->in, 1, &rc);
+  TRY(rc);
+  TRY(linear_fwd(c->q, c->d.R, L->in, L->out, x, WT(c, 0), PARAM(c, 1), SV(c, 0, 0)));
+  return strata_cross_entropy_fwd(c->q, SV(c, 0, 0), targets, SAVED(c, lu), c->d.R, L->out);
 }
 
 /*
@@ -393,12 +427,16 @@ static int fc_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
   const struct strata__layer *L = c->L;
   strata_mem_t dz = LOC(c, 0, 0);
   if (DO_IN(c)) {
-    TRY(strata_relu_bwd(c->q, SAVED(c, 0), dout, dz, c->d.R * L->out));
-    TRY(linear_bwd_x(c->q, c->d.R, L->in, L->out, PARAM(c, 0), dz, L->first ? AT(NULL, 0) : din));
+    TRY(strata_relu_bwd(c->q, SV(c, 0, 0), dout, dz, c->d.R * L->out));
+    TRY(linear_bwd_x(c->q, c->d.R, L->in, L->out, WT(c, 0), dz, L->first ? AT(NULL, 0) : din));
     if (L->tp_role == STRATA__TP_OUTPUTS && !L->first && din.buf) /* each slice's outputs' share of it */
       TRY(join(c, din, (size_t)(c->d.R * L->in)));
   }
-  return DO_W(c) ? linear_bwd_w(c->q, c->d.R, L->in, L->out, c->in, dz, GRAD(c, 0), GRAD(c, 1)) : STRATA_OK;
+  if (!DO_W(c))
+    return STRATA_OK;
+  int rc;
+  strata_mem_t x = layer_x(c, strata__units((size_t)(c->d.R * L->out), c->d.act), c->d.R * L->in, 0, &rc);
+  return linear_bwd_w(c->q, c->d.R, L->in, L->out, x, dz, GRAD(c, 0), GRAD(c, 1));
 }
 
 static int conv_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
@@ -406,18 +444,21 @@ static int conv_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
   struct strata_conv2d g = conv_geom(c);
   int64_t p, qq, ws;
   TRY(strata_conv2d_shape(&g, &p, &qq, &ws));
-  size_t big = (size_t)(c->d.B * L->k * L->h * L->w);
+  size_t big = (size_t)(c->d.B * L->k * L->h * L->w), relu, idx, xin;
+  conv_saved(c, &relu, &idx, &xin);
   struct strata_pool2d pg = {.n = c->d.B, .c = L->k, .h = L->h, .w = L->w, .size = 2, .stride = 2};
-  strata_mem_t dr = LOC(c, (size_t)ws, 0);
+  strata_mem_t dr = LOC(c, strata__units((size_t)ws, c->d.act), 0);
   if (DO_IN(c)) {
-    TRY(strata_maxpool_bwd(c->q, &pg, dout, SAVED(c, 2 * big), dr));
-    TRY(strata_relu_bwd(c->q, SAVED(c, 0), dr, dr, (int64_t)big));
+    TRY(strata_maxpool_bwd(c->q, &pg, dout, SAVED(c, idx), dr));
+    TRY(strata_relu_bwd(c->q, SV(c, 0, 0), dr, dr, (int64_t)big));
   }
   strata_mem_t dx = (DO_IN(c) && !L->first) ? din : AT(NULL, 0);
   strata_mem_t dw = DO_W(c) ? GRAD(c, 0) : AT(NULL, 0);
   if (!dx.buf && !dw.buf)
     return STRATA_OK;
-  TRY(strata_conv2d_bwd(c->q, &g, c->in, PARAM(c, 0), dr, dx, dw, SCR(c, 0), 1));
+  int rc;
+  strata_mem_t x = layer_x(c, xin, c->d.B * L->in, 0, &rc);
+  TRY(strata_conv2d_bwd(c->q, &g, x, WT(c, 0), dr, dx, dw, SC(c, 0, 0), 1));
   if (L->tp_role == STRATA__TP_OUTPUTS && dx.buf) /* each slice's output channels' share of it */
     TRY(join(c, dx, (size_t)(c->d.B * L->in)));
   return STRATA_OK;
@@ -425,12 +466,17 @@ static int conv_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
 
 static int classifier_bwd(struct lctx *c, strata_mem_t targets, strata_mem_t din) {
   const struct strata__layer *L = c->L;
+  const size_t lu = strata__units((size_t)(c->d.R * L->out), c->d.act);
   strata_mem_t dlogits = LOC(c, 0, 0);
   if (DO_IN(c)) {
-    TRY(strata_cross_entropy_bwd(c->q, SAVED(c, 0), targets, dlogits, c->d.R, L->out, c->st->loss_scale));
-    TRY(linear_bwd_x(c->q, c->d.R, L->in, L->out, PARAM(c, 0), dlogits, L->first ? AT(NULL, 0) : din));
+    TRY(strata_cross_entropy_bwd(c->q, SV(c, 0, 0), targets, dlogits, c->d.R, L->out, c->st->loss_scale));
+    TRY(linear_bwd_x(c->q, c->d.R, L->in, L->out, WT(c, 0), dlogits, L->first ? AT(NULL, 0) : din));
   }
-  return DO_W(c) ? linear_bwd_w(c->q, c->d.R, L->in, L->out, c->in, dlogits, GRAD(c, 0), GRAD(c, 1)) : STRATA_OK;
+  if (!DO_W(c))
+    return STRATA_OK;
+  int rc;
+  strata_mem_t x = layer_x(c, lu + (size_t)c->d.R, c->d.R * L->in, 0, &rc);
+  return linear_bwd_w(c->q, c->d.R, L->in, L->out, x, dlogits, GRAD(c, 0), GRAD(c, 1));
 }
 
 /* The context of stage layer i for slot s. */
@@ -534,7 +580,7 @@ static int loss_region(struct strata__stage *st, size_t *off, int64_t *rows) {
   if (L->kind == STRATA__LAYER_LM_HEAD)
     *off = st->saved_off[i] + strata__head_layout(&d).loss;
   else
-    *off = st->saved_off[i] + (size_t)(d.R * L->out);
+    *off = st->saved_off[i] + strata__units((size_t)(d.R * L->out), d.act);
   *rows = d.R;
   return STRATA_OK;
 }

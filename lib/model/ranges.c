@@ -19,7 +19,7 @@ struct strata__stage_ranges {
   struct strata__layer_mem *m, *alone;
   int *partner;
   size_t *pre;               /* [4][L + 1]: prefix sums of params, tensors, kept, dsave */
-  size_t *top[LEVELS];       /* top[k][i]: the most scratch (even) and io (odd) of layers [i, i + 2^k), [2L] each */
+  size_t *top[LEVELS];       /* top[k][3 i + w]: the most scratch (w 0), io (1) and join (2) of layers [i, i + 2^k) */
   int levels;
 };
 
@@ -67,7 +67,7 @@ int strata__stage_ranges_new(const struct strata_model *model, int64_t mb, int s
   }
   /* sparse tables of the maxima: level k covers 2^k layers */
   for (int k = 0; !rc && k < LEVELS && (k == 0 || (1 << k) <= L); k++) {
-    r->top[k] = calloc(2 * (size_t)L + 2, sizeof *r->top[k]);
+    r->top[k] = calloc(3 * (size_t)L + 3, sizeof *r->top[k]);
     if (!r->top[k]) {
       rc = strata__error(STRATA_ERR_NOMEM, "out of host memory weighing cuts");
       break;
@@ -75,14 +75,15 @@ int strata__stage_ranges_new(const struct strata_model *model, int64_t mb, int s
     r->levels = k + 1;
     for (int i = 0; i + (1 << k) <= L; i++) {
       if (k == 0) {
-        r->top[0][2 * i] = r->m[i].scratch;
-        r->top[0][2 * i + 1] = io_of(&r->m[i]);
+        r->top[0][3 * i] = r->m[i].scratch;
+        r->top[0][3 * i + 1] = io_of(&r->m[i]);
+        r->top[0][3 * i + 2] = r->m[i].join;
         continue;
       }
       const size_t *p = r->top[k - 1];
       const int j = i + (1 << (k - 1));
-      r->top[k][2 * i] = p[2 * i] > p[2 * j] ? p[2 * i] : p[2 * j];
-      r->top[k][2 * i + 1] = p[2 * i + 1] > p[2 * j + 1] ? p[2 * i + 1] : p[2 * j + 1];
+      for (int w = 0; w < 3; w++)
+        r->top[k][3 * i + w] = p[3 * i + w] > p[3 * j + w] ? p[3 * i + w] : p[3 * j + w];
     }
   }
   if (rc) {
@@ -93,12 +94,12 @@ int strata__stage_ranges_new(const struct strata_model *model, int64_t mb, int s
   return STRATA_OK;
 }
 
-/* The most scratch (which 0) or io (1) of layers [a, b), a < b. */
+/* The most scratch (which 0), io (1) or join (2) of layers [a, b), a < b. */
 static size_t most(const struct strata__stage_ranges *r, int a, int b, int which) {
   int k = 0;
   while (k + 1 < r->levels && (1 << (k + 1)) <= b - a)
     k++;
-  size_t x = r->top[k][2 * a + which], y = r->top[k][2 * (b - (1 << k)) + which];
+  size_t x = r->top[k][3 * a + which], y = r->top[k][3 * (b - (1 << k)) + which];
   return x > y ? x : y;
 }
 
@@ -117,6 +118,7 @@ int strata__stage_ranges_bytes(const struct strata__stage_ranges *r, int a, int 
     s.dsave = r->pre[3 * W + (size_t)ib] - r->pre[3 * W + (size_t)ia];
     s.scratch = most(r, ia, ib, 0);
     s.io = most(r, ia, ib, 1);
+    s.join = most(r, ia, ib, 2);
   }
   const struct strata__layer_mem *first = lo_alone ? &r->alone[a] : &r->m[a];
   const struct strata__layer_mem *last = hi_alone ? &r->alone[b - 1] : &r->m[b - 1];

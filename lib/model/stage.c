@@ -252,6 +252,39 @@ struct strata__head_saved strata__head_layout(const struct strata__dims *d) {
   return s;
 }
 
+/* Units of a bfloat16 copy of the model's float32 input (images) that the model's first layer keeps for its GEMMs
+** (0 in float32, or for a layer that does not start the model). */
+static size_t layer_xin(const struct strata__stage *st, const struct strata__layer *L) {
+  struct strata__dims d = strata__stage_dims(st);
+  if (d.act == STRATA_FLOAT32 || !L->first || L->kind == STRATA__LAYER_EMBED)
+    return 0;
+  return strata__units((size_t)(L->kind == STRATA__LAYER_CONV ? d.B * L->in : d.R * L->in), d.act);
+}
+
+/* Elements of the largest bfloat16 region the layer joins over its tp slices (summed in a float32 copy: the
+** stage's join32); 0 without tp or in float32. */
+static size_t layer_join(const struct strata__stage *st, const struct strata__layer *L) {
+  struct strata__dims d = strata__stage_dims(st);
+  if (d.act == STRATA_FLOAT32 || st->tp.size <= 1)
+    return 0;
+  switch (L->kind) {
+  case STRATA__LAYER_EMBED:
+  case STRATA__LAYER_LM_HEAD:
+    return d.vp ? (size_t)(d.R * d.D) : 0;
+  case STRATA__LAYER_BLOCK:
+    return (size_t)(d.R * d.D);
+  case STRATA__LAYER_LINEAR:
+    return L->tp_role == STRATA__TP_INPUTS ? (size_t)(d.R * L->out)
+           : L->tp_role == STRATA__TP_OUTPUTS ? (size_t)(d.R * L->in) : 0;
+  case STRATA__LAYER_CONV:
+    return L->tp_role == STRATA__TP_INPUTS ? (size_t)(d.B * L->k * L->h * L->w)
+           : L->tp_role == STRATA__TP_OUTPUTS ? (size_t)(d.B * L->in) : 0;
+  case STRATA__LAYER_CLASSIFIER:
+    return 0;
+  }
+  return 0;
+}
+
 /* The 4-byte units a layer keeps per slot for its backward pass (its output apart). Activations are of the
 ** stage's type (d.act); statistics, losses and ids are 4 bytes. Only GPT stages run in bfloat16. */
 static size_t layer_saved(const struct strata__stage *st, const struct strata__layer *L) {
@@ -263,12 +296,13 @@ static size_t layer_saved(const struct strata__stage *st, const struct strata__l
     return strata__block_layout(&d).end;
   case STRATA__LAYER_LM_HEAD: /* ln | mean | rstd | logits | losses (| row max | sum of exps | target logit) */
     return strata__head_layout(&d).end;
-  case STRATA__LAYER_LINEAR:
-    return (size_t)(d.R * L->out);
-  case STRATA__LAYER_CONV:
-    return (size_t)(d.B * L->k * L->h * L->w * 2 + d.B * L->out / 1);
-  case STRATA__LAYER_CLASSIFIER:
-    return (size_t)(d.R * L->out + d.R);
+  case STRATA__LAYER_LINEAR: /* pre-activation (| the model's input, converted) */
+    return strata__units((size_t)(d.R * L->out), d.act) + layer_xin(st, L);
+  case STRATA__LAYER_CONV: /* convolution | ReLU | (4-byte) pooling indices (| the model's input, converted) */
+    return 2 * strata__units((size_t)(d.B * L->k * L->h * L->w), d.act) + (size_t)(d.B * L->out) +
+           layer_xin(st, L);
+  case STRATA__LAYER_CLASSIFIER: /* logits | (float32) losses (| the model's input, converted) */
+    return strata__units((size_t)(d.R * L->out), d.act) + (size_t)d.R + layer_xin(st, L);
   }
   return 0;
 }
@@ -281,9 +315,9 @@ static size_t layer_out(const struct strata__stage *st, const struct strata__lay
   case STRATA__LAYER_BLOCK:
     return strata__units((size_t)(d.R * d.D), d.act);
   case STRATA__LAYER_LINEAR:
-    return (size_t)(d.R * L->out);
+    return strata__units((size_t)(d.R * L->out), d.act);
   case STRATA__LAYER_CONV:
-    return (size_t)(d.B * L->out);
+    return strata__units((size_t)(d.B * L->out), d.act);
   case STRATA__LAYER_LM_HEAD:
   case STRATA__LAYER_CLASSIFIER:
     return 0;
@@ -300,11 +334,11 @@ static size_t layer_in(const struct strata__stage *st, const struct strata__laye
   case STRATA__LAYER_BLOCK:
   case STRATA__LAYER_LM_HEAD:
     return strata__units((size_t)(d.R * d.D), d.act);
-  case STRATA__LAYER_LINEAR:
+  case STRATA__LAYER_LINEAR: /* the model's input: float32 images; else the previous layer's activations */
   case STRATA__LAYER_CLASSIFIER:
-    return (size_t)(d.R * L->in);
+    return L->first ? (size_t)(d.R * L->in) : strata__units((size_t)(d.R * L->in), d.act);
   case STRATA__LAYER_CONV:
-    return (size_t)(d.B * L->in);
+    return L->first ? (size_t)(d.B * L->in) : strata__units((size_t)(d.B * L->in), d.act);
   }
   return 0;
 }
@@ -322,9 +356,9 @@ static size_t layer_dsave(const struct strata__stage *st, const struct strata__l
     return strata__units((size_t)(d.R * d.V), d.act) + RD;
   case STRATA__LAYER_LINEAR:
   case STRATA__LAYER_CLASSIFIER:
-    return (size_t)(d.R * L->out);
+    return strata__units((size_t)(d.R * L->out), d.act);
   case STRATA__LAYER_CONV:
-    return (size_t)(d.B * L->k * L->h * L->w);
+    return strata__units((size_t)(d.B * L->k * L->h * L->w), d.act);
   }
   return 0;
 }
@@ -342,16 +376,16 @@ static size_t layer_scratch(const struct strata__stage *st, const struct strata_
   case STRATA__LAYER_LM_HEAD: /* dlogits | dlnx | (float32) junk */
     return strata__units((size_t)(d.R * d.V), d.act) + RD + (size_t)(d.R * d.D);
   case STRATA__LAYER_LINEAR:
-    return (size_t)(d.R * L->out);
-  case STRATA__LAYER_CONV: {
+    return strata__units((size_t)(d.R * L->out), d.act);
+  case STRATA__LAYER_CONV: { /* the im2col workspace | the gradient through pooling and ReLU */
     struct strata_conv2d g = {.n = 1, .c = L->c, .h = L->h, .w = L->w, .k = L->k, .r = 3, .s = 3, .stride = 1,
                               .pad = 1};
     int64_t p, q, ws = 0;
     strata_conv2d_shape(&g, &p, &q, &ws);
-    return (size_t)(ws + d.B * L->k * L->h * L->w);
+    return strata__units((size_t)ws, d.act) + strata__units((size_t)(d.B * L->k * L->h * L->w), d.act);
   }
   case STRATA__LAYER_CLASSIFIER:
-    return (size_t)(d.R * L->out);
+    return strata__units((size_t)(d.R * L->out), d.act);
   }
   return 0;
 }
@@ -439,11 +473,6 @@ static int stage_layout(const struct strata_model *model, int first, int last, i
     free(st);
     return strata__error(STRATA_ERR_INVALID, "stage: precision %d is neither float32 nor bfloat16", act);
   }
-  if (st->act == STRATA_BFLOAT16 && model->cfg.kind != STRATA_MODEL_GPT) {
-    free(st);
-    return strata__error(STRATA_ERR_UNSUPPORTED, "bf16 precision trains GPT models so far, not '%s' (%s): train it in "
-                         "fp32", model->cfg.name, model->cfg.kind == STRATA_MODEL_MLP ? "an MLP" : "a CNN");
-  }
   st->zero = cut && cut->zero.size > 1 ? cut->zero : (struct strata__shard){0, 1};
   if (st->zero.rank < 0 || st->zero.rank >= st->zero.size) {
     strata__stage_free(st);
@@ -493,6 +522,8 @@ static int stage_layout(const struct strata_model *model, int first, int last, i
       st->max_out = in;
     if (s > st->max_scratch)
       st->max_scratch = s;
+    if (layer_join(st, L) > st->max_join)
+      st->max_join = layer_join(st, L);
   }
   st->layer_tensor[n] = st->ntensors;
   st->targets_off = slot;
@@ -533,6 +564,7 @@ static void layer_mem(const struct strata__stage *st, int i, struct strata__laye
   m->scratch = layer_scratch(st, L);
   m->in = layer_in(st, L);
   m->out = layer_out(st, L);
+  m->join = layer_join(st, L);
 }
 
 void strata__layer_mem_add(struct strata__layer_mem *sum, const struct strata__layer_mem *m, int first, int last) {
@@ -545,6 +577,8 @@ void strata__layer_mem_add(struct strata__layer_mem *sum, const struct strata__l
   size_t io = m->in > m->out ? m->in : m->out;
   if (io > sum->io)
     sum->io = io;
+  if (m->join > sum->join)
+    sum->join = m->join;
   if (first)
     sum->in = m->in;
   if (last)
@@ -565,11 +599,11 @@ void strata__stage_bytes_of(const struct strata_model *model, int first, int las
   b->fixed = b->params + alloc_bytes(s->tensors + 1) + alloc_bytes(s->scratch) + 2 * alloc_bytes(s->io);
   if (first == 0 && model->cfg.kind == STRATA_MODEL_GPT)
     b->fixed += alloc_bytes(rows);
-  /* bfloat16: the parameters' compute copy, and with tp the float32 copy a join sums in (a block's rows x d_model) */
+  /* bfloat16: the parameters' compute copy, and with tp the float32 copy a join sums in */
   if (bf16)
     b->fixed += alloc_bytes(strata__units(chunk * z, STRATA_BFLOAT16));
-  if (bf16 && cut->tp.size > 1)
-    b->fixed += alloc_bytes(rows * (size_t)model->cfg.d_model);
+  if (s->join)
+    b->fixed += alloc_bytes(s->join);
   /* a slot: the stage input, every layer's saved activations and output, the targets, the weight pass's gradients */
   b->slot = alloc_bytes(s->in + s->kept + (has_loss ? rows : 0) + (split_backward ? s->dsave : 0));
   /* the boundary gradients: of the output (not the last stage), of the input (not the first) */
@@ -670,8 +704,8 @@ int strata__stage_new(const struct strata_model *model, int first, int last, int
     rc = alloc(dev, (size_t)st->rows, &st->positions);
   if (!rc && st->act == STRATA_BFLOAT16)
     rc = alloc(dev, strata__units(padded, STRATA_BFLOAT16), &st->params16);
-  if (!rc && st->act == STRATA_BFLOAT16 && st->tp.size > 1)
-    rc = alloc(dev, (size_t)(st->rows * model->cfg.d_model), &st->join32);
+  if (!rc && st->max_join)
+    rc = alloc(dev, st->max_join, &st->join32);
   st->params16_stale = 1;
   if (rc) {
     strata__stage_free(st);
@@ -852,9 +886,8 @@ void strata__stage_release(struct strata__stage *st, int s) {
 }
 
 strata_mem_t strata__stage_input(struct strata__stage *st, int s) {
-  /* token ids (4 bytes) into an embedding, else activations of the stage's type */
-  const int ids = strata__stage_layer_at(st, 0)->kind == STRATA__LAYER_EMBED;
-  return strata__at(st->slots[s].buf, 0, 0, ids ? STRATA_FLOAT32 : st->act);
+  /* the model's input (token ids, float32 images: 4 bytes each), else activations of the stage's type */
+  return strata__at(st->slots[s].buf, 0, 0, st->first == 0 ? STRATA_FLOAT32 : st->act);
 }
 strata_mem_t strata__stage_targets(struct strata__stage *st, int s) { return AT(st->slots[s].buf, st->targets_off); }
 strata_mem_t strata__stage_output(struct strata__stage *st, int s) {

@@ -106,6 +106,7 @@ struct strata__stage {
   size_t targets_off;        /* targets (int32 rows), last stage only */
   size_t slot_units;
   size_t max_out, max_scratch;
+  size_t max_join;           /* elements of the largest bfloat16 region a tp join sums (join32's size) */
   struct strata__slot_mem *slots; /* [nslots], grown as needed */
   int nslots;
   float loss_scale;          /* d(loss)/d(per-row loss): 1 / rows per optimizer step */
@@ -172,6 +173,7 @@ struct strata__layer_mem {
   size_t scratch;            /* temporaries */
   size_t in, out;            /* input and output */
   size_t io;                 /* summed: the most of one layer's input or output */
+  size_t join;               /* bfloat16 with tp: the most elements one join sums in float32 (the most, summed) */
 };
 /* Add layer figures `m` to `sum` (zeroed to start); `first`/`last`: the stage's first/last layer. */
 void strata__layer_mem_add(struct strata__layer_mem *sum, const struct strata__layer_mem *m, int first, int last);
