@@ -1307,3 +1307,31 @@ Test(parallel, bf16_cnn_and_mlp_train_and_track_one_device) {
   strata_dataset_free(ds);
   ds = text;
 }
+
+/* The issue's memory check on bench/train-mfu.sh's GPT (d_model 512, 8 layers, context 256): through the runtime's
+** accounting, the activations a micro-batch keeps in bf16 are at most 0.6x fp32's (one sequence per micro-batch; the
+** ratio does not depend on the batch). */
+Test(parallel, bf16_halves_the_activations_of_the_512x8_gpt) {
+  struct strata_model_config c = {.kind = STRATA_MODEL_GPT, .vocab = 256, .context = 256, .d_model = 512, .layers = 8,
+                                  .heads = 8, .d_ff = 2048};
+  strata_model_t m;
+  OK(strata_model_from_config(&c, &m));
+  uint64_t act[2], planned[2];
+  for (int p = 0; p < 2; p++) {
+    struct strata_train_options o = options(1);
+    o.batch = 1;
+    o.precision = p ? STRATA_BFLOAT16 : STRATA_FLOAT32;
+    strata_trainer_t tr;
+    OK(strata_trainer_new(m, NULL, &o, &tr));
+    struct strata_train_report rep;
+    OK(strata_trainer_report(tr, &rep));
+    act[p] = rep.dev[0].activation_bytes;
+    planned[p] = rep.dev[0].planned_bytes;
+    strata_trainer_free(tr);
+  }
+  cr_log_info("512x8 GPT, one sequence: activations fp32 %llu, bf16 %llu bytes (%.3fx); planned %llu and %llu",
+              (unsigned long long)act[0], (unsigned long long)act[1], (double)act[1] / (double)act[0],
+              (unsigned long long)planned[0], (unsigned long long)planned[1]);
+  cr_assert_leq((double)act[1], 0.6 * (double)act[0]);
+  strata_model_free(m);
+}

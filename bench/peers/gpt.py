@@ -70,6 +70,9 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--fused-attention", action="store_true", help="F.scaled_dot_product_attention instead of the composition")
+    ap.add_argument("--amp", choices=["none", "bf16"], default="none",
+                    help="bf16: forward and loss under torch.autocast('cpu', dtype=torch.bfloat16), float32 master "
+                         "weights and AdamW state (the peer of strata-train --precision bf16)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
@@ -81,7 +84,8 @@ def main():
     for step in range(a.steps):
         t0 = time.perf_counter()
         x, y = data[step, :, :-1], data[step, :, 1:]
-        loss = F.cross_entropy(model(x).reshape(-1, vocab), y.reshape(-1))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.amp == "bf16"):
+            loss = F.cross_entropy(model(x).reshape(-1, vocab).float(), y.reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -91,6 +95,7 @@ def main():
     timed = times[1:] or times  # the first step excluded, as strata-train does
     tokens = a.batch * context
     print(json.dumps({"peer": "pytorch", "torch": torch.__version__, "model": a.model, "threads": a.threads,
+                      "amp": a.amp,
                       "tokens_per_step": tokens, "steps": a.steps, "loss": loss.item(),
                       "tokens_per_s": tokens * len(timed) / sum(timed)}))
     return 0

@@ -2,9 +2,11 @@
 # SPDX-License-Identifier: MIT
 # run.sh — strata-train against a plain PyTorch loop (bench/peers/gpt.py) on the same GPT, tokens per step and
 # threads, runs alternated, medians and their ratio. A benchmark, not a test; PyTorch lives in a throw-away venv.
-# Usage: bench/peers/run.sh [--install] [--pp] [--reps N] [--models LIST] [--threads LIST] [BUILD_DIR]
+# Usage: bench/peers/run.sh [--install] [--pp] [--amp bf16] [--reps N] [--models LIST] [--threads LIST] [BUILD_DIR]
 #   --install       create the venv ($PEERS_VENV, default ${TMPDIR:-/tmp}/strata-peers-venv) and pip-install torch
 #                   (the CPU wheel index first, then PyPI); without it an existing venv is used
+#   --amp bf16      mixed precision on both sides: strata-train --precision bf16 against the loop under
+#                   torch.autocast("cpu", dtype=torch.bfloat16) (float32 master weights in both)
 #   --reps N        alternated runs of each side (default 3; the median is reported)
 #   --models LIST   gpt-tiny,gpt-512x8 (default both)
 #   --threads LIST  1,2 (default)
@@ -15,16 +17,18 @@
 # Target (issue 11): strata at least 1.0x PyTorch on every line.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-install=0 pp=0 mb_batch= reps=3 models=gpt-tiny,gpt-512x8 threads=1,2 build=
+install=0 pp=0 amp=none mb_batch= reps=3 models=gpt-tiny,gpt-512x8 threads=1,2 build=
 while [ $# -gt 0 ]; do
   case "$1" in
     --install) install=1 ;;
     --pp) pp=1 ;;
+    --amp) amp=$2; shift
+      case $amp in bf16|none) ;; *) echo "peers: --amp $amp: expected bf16 or none" >&2; exit 2 ;; esac ;;
     --mb-batch) mb_batch=$2; shift ;;
     --reps) reps=$2; shift ;;
     --models) models=$2; shift ;;
     --threads) threads=$2; shift ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     -*) echo "peers: unknown option $1" >&2; exit 2 ;;
     *) build=$1 ;;
   esac
@@ -106,6 +110,9 @@ if [ $pp -eq 1 ]; then
   exit $status
 fi
 
+precision=fp32
+[ "$amp" = bf16 ] && precision=bf16
+echo "peers: precision $precision (PyTorch autocast: $amp)"
 echo "peers: strata ($TRAIN) vs PyTorch $("$py" -c 'import torch; print(torch.__version__)' 2>/dev/null)," \
   "$reps alternated runs each, medians, first step excluded; $(nproc) cores; PyTorch OMP_WAIT_POLICY=$torch_wait"
 printf '%-10s %7s %12s %12s %7s  %s\n' model threads strata pytorch ratio "runs (strata | pytorch), load before each pair"
@@ -122,8 +129,8 @@ for model in $(echo "$models" | tr ',' ' '); do
     while [ $i -lt "$reps" ]; do
       loads="$loads $(load)"
       s=$(STRATA_HOST_THREADS=$t "$TRAIN" --model "$spec" --device 0 --batch $batch --steps $steps --eval-every 0 \
-            --eval-batches 1 --json 2>/dev/null | grep '"event":"summary"' | tps)
-      p=$(OMP_NUM_THREADS=$t OMP_WAIT_POLICY=$torch_wait "$py" "$here/gpt.py" --model $model --batch $batch --steps $steps --threads $t 2>/dev/null | tps)
+            --eval-batches 1 --precision "$precision" --json 2>/dev/null | grep '"event":"summary"' | tps)
+      p=$(OMP_NUM_THREADS=$t OMP_WAIT_POLICY=$torch_wait "$py" "$here/gpt.py" --model $model --batch $batch --steps $steps --threads $t --amp "$amp" 2>/dev/null | tps)
       s_runs="$s_runs ${s:-0}" p_runs="$p_runs ${p:-0}"
       i=$((i + 1))
     done
