@@ -637,6 +637,7 @@ int main(int argc, char **argv) {
   r.topts.accum = o.accum;
   r.topts.seed = (uint64_t)o.seed;
   r.topts.precision = o.precision;
+  r.topts.grad_reduce = o.grad_reduce;
   if (o.warmup >= 0)
     r.topts.warmup = o.warmup;
   else

@@ -24,7 +24,7 @@ enum {
   OPT_DEVICE = 256, OPT_ACCUM, OPT_LR, OPT_WARMUP, OPT_SEED, OPT_CLIP, OPT_WD, OPT_SAVE_EVERY, OPT_STOP_AT, OPT_EVAL_BATCHES,
   OPT_VERSION, OPT_PP, OPT_DEVICES, OPT_SPLIT, OPT_SCHEDULE, OPT_MICROBATCHES, OPT_VIRTUAL_STAGES, OPT_TRACE,
   OPT_DATA_FORMAT, OPT_INIT_FROM, OPT_UNTIE, OPT_VAL_DATA, OPT_DP, OPT_LAYOUT, OPT_TP, OPT_ZERO, OPT_PLAN,
-  OPT_PRECISION
+  OPT_PRECISION, OPT_GRAD_REDUCE
 };
 
 static void usage(FILE *f) {
@@ -63,6 +63,8 @@ static void usage(FILE *f) {
           "  -e, --eval-every N       validation loss every N steps and at the end\n"
           "                           (default: a fifth of the steps; 0: only at the end)\n"
           "      --eval-batches N     micro-batches per validation (default %d)\n"
+          "      --grad-reduce T      with --dp: fp32 (default) or bf16, the type the gradient all-reduce\n"
+          "                           (ZeRO: reduce-scatter) moves; bf16 halves its traffic\n"
           "      --precision P        fp32 (default) or bf16: mixed precision as Megatron-LM trains,\n"
           "                           float32 master weights, gradients and AdamW moments, bfloat16\n"
           "                           activations, messages and GEMM operands with float32 sums (host\n"
@@ -276,6 +278,16 @@ int adopt_layout(struct options *o, const char *from) {
   }
 }
 
+/* A bf16 gradient reduction needs replicas to reduce over: after the cut is known (--dp or a layout's dp). */
+static int check_grad_reduce(const struct options *o) {
+  if (o->grad_reduce == STRATA_BFLOAT16 && o->dp < 2) {
+    fprintf(stderr, PROG ": --grad-reduce bf16 halves the data-parallel gradient all-reduce: give --dp 2 or more "
+            "(or a layout with dp 2 or more)\n");
+    return EXIT_USAGE;
+  }
+  return 0;
+}
+
 /* The cut of the command line (--pp, --dp, --tp, --devices ...) when no layout gives it. */
 static int check_cut_args(struct options *o) {
   if (o->zero && o->dp < 2) {
@@ -387,9 +399,11 @@ static int check_pipeline_args(struct options *o) {
       fprintf(stderr, PROG ": --layout: %s\n", strata_last_error());
       return EXIT_USAGE;
     }
-    return adopt_layout(o, "--layout");
+    int rc = adopt_layout(o, "--layout");
+    return rc ? rc : check_grad_reduce(o);
   }
-  return check_cut_args(o);
+  int rc = check_cut_args(o);
+  return rc ? rc : check_grad_reduce(o);
 }
 
 /*
@@ -421,6 +435,7 @@ int parse_args(int argc, char **argv, struct options *o) {
       {"untie", no_argument, NULL, OPT_UNTIE},
       {"val-data", required_argument, NULL, OPT_VAL_DATA},
       {"precision", required_argument, NULL, OPT_PRECISION},
+      {"grad-reduce", required_argument, NULL, OPT_GRAD_REDUCE},
       {NULL, 0, NULL, 0}};
   memset(o, 0, sizeof *o);
   o->device = -1;
@@ -513,6 +528,16 @@ int parse_args(int argc, char **argv, struct options *o) {
         return EXIT_USAGE;
       }
       o->precision_given = 1;
+      break;
+    case OPT_GRAD_REDUCE:
+      if (!strcmp(optarg, "fp32") || !strcmp(optarg, "float32")) {
+        o->grad_reduce = STRATA_FLOAT32;
+      } else if (!strcmp(optarg, "bf16") || !strcmp(optarg, "bfloat16")) {
+        o->grad_reduce = STRATA_BFLOAT16;
+      } else {
+        fprintf(stderr, PROG ": --grad-reduce '%s': expected fp32 or bf16\n", optarg);
+        return EXIT_USAGE;
+      }
       break;
     case OPT_ZERO:
       o->zero = 1;

@@ -61,6 +61,7 @@ struct options {
   int zero;                 /* --zero: ZeRO-1 over the --dp replicas */
   int precision;            /* --precision: STRATA_FLOAT32 (default) or STRATA_BFLOAT16 */
   int precision_given;
+  int grad_reduce;          /* --grad-reduce: STRATA_FLOAT32 (default) or STRATA_BFLOAT16 */
   const char *layout_path;  /* --layout FILE */
   int plan_auto;            /* --plan auto: the cut strata-plan's planner chooses for this machine */
   strata_layout_t layout;   /* the layout to train (--layout, or built for --dp); NULL otherwise */

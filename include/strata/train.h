@@ -32,6 +32,10 @@ struct strata_train_options {
                             ** boundary gradients, pipeline messages and a bfloat16 copy of the parameters that the
                             ** GEMMs read, refreshed after each update; sums, norms, softmax and losses in float32.
                             ** Host devices so far */
+  int grad_reduce;          /* STRATA_FLOAT32 (0) or STRATA_BFLOAT16: the type the data-parallel gradient
+                            ** all-reduce (ZeRO: reduce-scatter) moves — bf16 halves its traffic, each reduction
+                            ** step summing in float32 and rounding once; gradients stay float32 before and after.
+                            ** Needs replicas (dp >= 2) in one process */
   struct strata_cluster *cluster; /* NULL: the devices are this process's. Else the job of strata/cluster.h:
                                   ** devices are numbered globally over its ranks, every rank creates the
                                   ** trainer with the same layout and options, builds only the stages on its

@@ -604,6 +604,8 @@ void strata__stage_bytes_of(const struct strata_model *model, int first, int las
     b->fixed += alloc_bytes(strata__units(chunk * z, STRATA_BFLOAT16));
   if (s->join)
     b->fixed += alloc_bytes(s->join);
+  if (cut && cut->reduce == STRATA_BFLOAT16) /* the gradients' bf16 copy the replicas reduce */
+    b->fixed += alloc_bytes(strata__units(chunk * z, STRATA_BFLOAT16));
   /* a slot: the stage input, every layer's saved activations and output, the targets, the weight pass's gradients */
   b->slot = alloc_bytes(s->in + s->kept + (has_loss ? rows : 0) + (split_backward ? s->dsave : 0));
   /* the boundary gradients: of the output (not the last stage), of the input (not the first) */
@@ -623,7 +625,7 @@ int strata__stage_plan(const struct strata_model *model, int first, int last, in
     layer_mem(st, i, &m);
     strata__layer_mem_add(&sum, &m, i == 0, i == n - 1);
   }
-  const struct strata__cut whole = {{0, 1}, {0, 1}, STRATA_FLOAT32};
+  const struct strata__cut whole = {{0, 1}, {0, 1}, STRATA_FLOAT32, STRATA_FLOAT32};
   strata__stage_bytes_of(model, first, last, mb, split_backward, cut ? cut : &whole, &sum, b);
   strata__stage_free(st);
   return STRATA_OK;
@@ -706,6 +708,8 @@ int strata__stage_new(const struct strata_model *model, int first, int last, int
     rc = alloc(dev, strata__units(padded, STRATA_BFLOAT16), &st->params16);
   if (!rc && st->max_join)
     rc = alloc(dev, st->max_join, &st->join32);
+  if (!rc && cut && cut->reduce == STRATA_BFLOAT16)
+    rc = alloc(dev, strata__units(padded, STRATA_BFLOAT16), &st->grads16);
   st->params16_stale = 1;
   if (rc) {
     strata__stage_free(st);
@@ -794,6 +798,7 @@ void strata__stage_free(struct strata__stage *st) {
   strata_buffer_free(st->params);
   strata_buffer_free(st->params16);
   strata_buffer_free(st->join32);
+  strata_buffer_free(st->grads16);
   strata_buffer_free(st->grads);
   strata_buffer_free(st->m);
   strata_buffer_free(st->v);

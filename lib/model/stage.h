@@ -33,6 +33,8 @@ struct strata__shard {
 struct strata__cut {
   struct strata__shard tp, zero;
   int precision;             /* enum strata_dtype of activations and compute weights */
+  int reduce;                /* enum strata_dtype the data-parallel gradient reduction moves (bf16: through a
+                             ** bfloat16 copy of the gradients, grads16) */
 };
 
 /*
@@ -91,6 +93,7 @@ struct strata__stage {
   strata_buffer_t params, grads, m, v, scalar;
   strata_buffer_t params16;  /* bfloat16 precision: the parameters as the GEMMs read them (NULL in float32) */
   strata_buffer_t join32;    /* bfloat16 precision with tp: a float32 copy a join sums in (NULL otherwise) */
+  strata_buffer_t grads16;   /* a bf16 gradient reduction: the gradients as the replicas reduce them (NULL otherwise) */
   int params16_stale;        /* params changed since params16 was made from them */
   int act;                   /* enum strata_dtype of its activations: cut->precision */
   strata_buffer_t scratch;   /* temporaries of one layer at a time */

@@ -127,7 +127,8 @@ int strata__pipeline_balance(strata_trainer_t tr, int *split) {
   int rrc = deg && deg_of && ranges ? STRATA_OK : strata__error(STRATA_ERR_NOMEM, "out of host memory balancing stages");
   const int split_backward = tr->report.schedule == STRATA_SCHEDULE_ZB_H1;
   for (int k = 0; !rrc && k < ndeg; k++) {
-    struct strata__cut cut = {{0, deg[k]}, {0, tr->zero ? tr->replicas : 1}, tr->opt.precision};
+    struct strata__cut cut = {{0, deg[k]}, {0, tr->zero ? tr->replicas : 1}, tr->opt.precision,
+                              tr->opt.grad_reduce};
     rrc = strata__stage_ranges_new(tr->model, tr->opt.batch, split_backward, &cut, &ranges[k]);
   }
   tr->unfit_split = 0;

@@ -491,13 +491,24 @@ static int do_optimizer(struct exec *ex, int rank, int s, int last_on_rank) {
                               &lo, &hi);
     char name[24];
     snprintf(name, sizeof name, "GR%d.%d", s, k);
-    TRY(settle_replicas(ex, rank, s, &bk->done[k], bk->when[k], name, "allreduce", (uint64_t)(hi - lo) * 4));
+    const struct strata__stage *st = tr->st[s];
+    TRY(settle_replicas(ex, rank, s, &bk->done[k], bk->when[k], name, "allreduce",
+                        (uint64_t)(hi - lo) * (st->grads16 ? 2 : 4)));
+    if (st->grads16) /* the reduced bf16 sums back into the float32 gradients the optimizer reads */
+      TRY(strata_convert(st->q, strata_mem_typed(st->grads16, lo, STRATA_BFLOAT16), strata_mem(st->grads, lo),
+                         (int64_t)(hi - lo)));
   }
   if (ex->done[s]) { /* ZeRO-1's reduce-scatter */
     char name[24];
     snprintf(name, sizeof name, "GRS%d", s);
+    const struct strata__stage *st = tr->st[s];
     TRY(settle_replicas(ex, rank, s, &ex->done[s], ex->done_post[s], name, "reducescatter",
-                        (uint64_t)tr->st[s]->chunk * (uint64_t)tr->replicas * 4));
+                        (uint64_t)st->chunk * (uint64_t)tr->replicas * (st->grads16 ? 2 : 4)));
+    if (st->grads16) { /* this replica's reduced shard back into the float32 gradients */
+      const size_t at = (size_t)strata__stage_replica(tr, s) * st->chunk;
+      TRY(strata_convert(st->q, strata_mem_typed(st->grads16, at, STRATA_BFLOAT16), strata_mem(st->grads, at),
+                         (int64_t)st->chunk));
+    }
   }
   /* the global norm from one replica's stages (its slices'): after the
   ** all-reduce every replica has the same gradients; after ZeRO's
@@ -550,6 +561,11 @@ static int bucket_post(struct buckets *b, int k) {
   b->posted = k + 1;
   b->when[k] = strata__now();
   strata_mem_t g = strata_mem(st->grads, lo);
+  if (st->grads16) { /* a bf16 reduction: the bucket's gradients rounded into their bf16 copy, reduced there */
+    strata_mem_t h = strata_mem_typed(st->grads16, lo, STRATA_BFLOAT16);
+    TRY(strata_convert(st->q, g, h, (int64_t)(hi - lo)));
+    g = h;
+  }
   /* the replicas on several ranks: posted to this rank's thread for the group, which calls the cluster */
   int x = strata__ranks_post(tr, STRATA__COLL_ALLREDUCE, s, st->q, g, g, hi - lo, &b->done[k]);
   if (x != 1)
@@ -641,6 +657,12 @@ static int do_grad_scatter(struct exec *ex, int s) {
   struct strata_comm_info info;
   const int r = strata__stage_replica(tr, s);
   strata_mem_t g = strata_mem(st->grads, 0), mine = strata_mem(st->grads, (size_t)r * st->chunk);
+  if (st->grads16) { /* a bf16 reduction: every shard rounded into the gradients' bf16 copy, scattered there */
+    TRY(strata_convert(st->q, g, strata_mem_typed(st->grads16, 0, STRATA_BFLOAT16),
+                       (int64_t)(st->chunk * (size_t)tr->replicas)));
+    g = strata_mem_typed(st->grads16, 0, STRATA_BFLOAT16);
+    mine = strata_mem_typed(st->grads16, (size_t)r * st->chunk, STRATA_BFLOAT16);
+  }
   ex->done_post[s] = strata__now();
   int x = strata__ranks_post(tr, STRATA__COLL_REDUCESCATTER, s, st->q, g, mine, st->chunk, &ex->done[s]);
   if (x != 1)

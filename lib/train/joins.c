@@ -18,7 +18,7 @@
 
 
 /*
-** Post one of the step's collectives (float32), ordered against a failure's
+** Post one of the step's collectives (of the operands' type), ordered against a failure's
 ** abort by the trainer's lock. A communicator that enqueues returns the
 ** completion in *done (NULL: the member's queue waits for it); one that
 ** cannot enqueue waits in the call, made after the lock is let go, so that
@@ -29,7 +29,7 @@ int strata__post_collective(strata_trainer_t tr, strata_comm_t c, int async, int
   TRY(strata__trainer_post_begin(tr));
   if (!async)
     strata__trainer_post_end(tr);
-  int rc = strata__comm_post_rank(c, kind, rank, q, send, recv, count, STRATA_FLOAT32, op, 0, async ? done : NULL);
+  int rc = strata__comm_post_rank(c, kind, rank, q, send, recv, count, send.dtype, op, 0, async ? done : NULL);
   if (async)
     strata__trainer_post_end(tr);
   return rc;

@@ -61,6 +61,9 @@ static int check_options(const struct strata_train_options *o) {
   if (o->precision != STRATA_FLOAT32 && o->precision != STRATA_BFLOAT16)
     return strata__error(STRATA_ERR_INVALID, "precision %d: float32 (STRATA_FLOAT32) or bfloat16 (STRATA_BFLOAT16)",
                          o->precision);
+  if (o->grad_reduce != STRATA_FLOAT32 && o->grad_reduce != STRATA_BFLOAT16)
+    return strata__error(STRATA_ERR_INVALID, "grad_reduce %d: float32 (STRATA_FLOAT32) or bfloat16 (STRATA_BFLOAT16)",
+                         o->grad_reduce);
   return STRATA_OK;
 }
 
@@ -148,7 +151,7 @@ static int build_stages(strata_trainer_t tr, const int *split, int split_backwar
     ** start equal, and each slice is cut from the same whole tensors */
     struct strata__cut cut = {{strata__stage_slice(tr, s), strata__stage_tp(tr, s)},
                               {strata__stage_replica(tr, s), tr->zero ? tr->replicas : 1},
-                              tr->opt.precision};
+                              tr->opt.precision, tr->opt.grad_reduce};
     int rc = strata__stage_new(tr->model, first, last, dev, tr->opt.batch, tr->opt.seed, split_backward, &cut,
                                &tr->st[s]);
     if (rc == STRATA_ERR_DEVICE_MEMORY)
@@ -404,6 +407,12 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
       (int64_t)pl->replicas * pl->tp * pl->nstages > STRATA__MAX_STAGES_ALL)
     return strata__error(STRATA_ERR_RANGE, "%d x %d x %d devices and %d stages per chain: too large to index",
                          pl->replicas, pl->pp, pl->tp, pl->nstages);
+  if (opts->grad_reduce == STRATA_BFLOAT16 && pl->replicas < 2)
+    return strata__error(STRATA_ERR_INVALID, "a bf16 gradient reduction needs data parallelism (dp 2 or more): with "
+                         "one replica there is no gradient all-reduce");
+  if (opts->grad_reduce == STRATA_BFLOAT16 && opts->cluster)
+    return strata__error(STRATA_ERR_UNSUPPORTED, "a bf16 gradient reduction across MPI ranks is not built yet: reduce "
+                         "in float32");
   int per_replica = 0;
   for (int p = 0; p < pl->pp; p++)
     per_replica += pl->tps ? pl->tps[p] : pl->tp;

@@ -147,7 +147,7 @@ struct strata__work {
   void *arg;
 };
 
-/* Post one of a step's collectives (float32) on communicator c as member `rank`, ordered against a failure's abort by
+/* Post one of a step's collectives (of the operands' type) on communicator c as member `rank`, ordered against a failure's abort by
 ** the trainer's lock (joins.c). A communicator that enqueues (`async`) returns the completion in *done (NULL: the
 ** member's queue waits for it); one that cannot waits in the call, made after the lock is let go. */
 int strata__post_collective(strata_trainer_t tr, strata_comm_t c, int async, int kind, int rank, strata_queue_t q,
