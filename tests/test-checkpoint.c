@@ -430,3 +430,149 @@ Test(checkpoint, null_handles_are_harmless) {
   cr_assert(strstr(strata_last_error(), "ckpt.safetensors"));
   cr_assert_eq(read_status(tdir), STRATA_ERR_IO, "a directory");
 }
+
+/* A safetensors file of one header and the raw bytes `data`, as a foreign writer lays it out (no padding). */
+static void make_raw(const char *p, const char *header, const void *data, size_t data_len) {
+  size_t hl = strlen(header);
+  uint8_t *buf = malloc(8 + hl + data_len + 1);
+  cr_assert_not_null(buf);
+  for (int i = 0; i < 8; i++)
+    buf[i] = (uint8_t)((uint64_t)hl >> (8 * i));
+  memcpy(buf + 8, header, hl);
+  memcpy(buf + 8 + hl, data, data_len);
+  spit(p, buf, 8 + hl + data_len);
+  free(buf);
+}
+
+static uint32_t bits_of(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+Test(checkpoint, bf16_and_fp16_are_widened_exactly_on_request) {
+  /* binary16: 1, -0, the smallest and largest subnormals, the smallest normal, the largest finite, both
+  ** infinities, a quiet NaN with a payload, 1/3 rounded; then their float32 bits */
+  static const uint16_t f16[] = {0x3c00, 0x8000, 0x0001, 0x03ff, 0x0400, 0x7bff, 0x7c00, 0xfc00, 0x7e01, 0x3555};
+  static const uint32_t f16_want[] = {0x3f800000, 0x80000000, 0x33800000, 0x387fc000, 0x38800000,
+                                      0x477fe000, 0x7f800000, 0xff800000, 0x7fc02000, 0x3eaaa000};
+  /* bfloat16: 1, -2, the smallest subnormal, -0, infinity, a NaN, the largest finite */
+  static const uint16_t b16[] = {0x3f80, 0xc000, 0x0001, 0x8000, 0x7f80, 0xffc1, 0x7f7f};
+  enum { NH = sizeof f16 / sizeof f16[0], NB = sizeof b16 / sizeof b16[0] };
+  uint8_t data[1 + 2 * NH + 2 * NB + 4];
+  float one = 1.5f;
+  /* the F16 tensor at an odd offset (a header of odd length does that to whole files), an F32 after them */
+  memcpy(data + 1, f16, sizeof f16);
+  memcpy(data + 1 + sizeof f16, b16, sizeof b16);
+  memcpy(data + 1 + sizeof f16 + sizeof b16, &one, 4);
+  char h[400], p[600];
+  snprintf(h, sizeof h,
+           "{\"h\":{\"dtype\":\"F16\",\"shape\":[2,%d],\"data_offsets\":[1,%zu]},"
+           "\"b\":{\"dtype\":\"BF16\",\"shape\":[%d],\"data_offsets\":[%zu,%zu]},"
+           "\"f\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[%zu,%zu]}}",
+           NH / 2, 1 + sizeof f16, NB, 1 + sizeof f16, 1 + sizeof f16 + sizeof b16, 1 + sizeof f16 + sizeof b16,
+           sizeof data);
+  snprintf(p, sizeof p, "%s/half.safetensors", tdir);
+  make_raw(p, h, data, sizeof data);
+  /* plain reads keep refusing them: strata's own checkpoints are F32 */
+  strata_safetensors_t st = NULL;
+  cr_assert_eq(strata_safetensors_read(p, &st), STRATA_ERR_UNSUPPORTED);
+  cr_assert(strstr(strata_last_error(), "'h' has dtype F16; strata reads F32 only"), "%s", strata_last_error());
+  cr_assert_eq(strata_safetensors_read_flags(p, 2, &st), STRATA_ERR_INVALID);
+  OK(strata_safetensors_read_flags(p, STRATA_ST_READ_WIDEN, &st));
+  const float *v;
+  int ndim;
+  int64_t shape[STRATA_ST_MAX_DIMS];
+  enum strata_st_dtype dt;
+  OK(strata_safetensors_get(st, "h", &ndim, shape, &v));
+  OK(strata_safetensors_dtype(st, "h", &dt));
+  cr_assert(ndim == 2 && shape[0] == 2 && shape[1] == NH / 2 && dt == STRATA_ST_F16);
+  cr_assert_eq((uintptr_t)v % sizeof(float), 0);
+  for (int i = 0; i < NH; i++)
+    cr_assert_eq(bits_of(v[i]), f16_want[i], "F16 %04x: %08x, want %08x", f16[i], bits_of(v[i]), f16_want[i]);
+  OK(strata_safetensors_get(st, "b", &ndim, shape, &v));
+  OK(strata_safetensors_dtype(st, "b", &dt));
+  cr_assert(ndim == 1 && shape[0] == NB && dt == STRATA_ST_BF16);
+  for (int i = 0; i < NB; i++)
+    cr_assert_eq(bits_of(v[i]), (uint32_t)b16[i] << 16, "BF16 %04x: %08x", b16[i], bits_of(v[i]));
+  OK(strata_safetensors_get(st, "f", NULL, NULL, &v));
+  OK(strata_safetensors_dtype(st, "f", &dt));
+  cr_assert(v[0] == 1.5f && dt == STRATA_ST_F32);
+  cr_assert_eq(strata_safetensors_dtype(st, "nope", &dt), STRATA_ERR_NOT_FOUND);
+  strata_safetensors_free(st);
+  /* every other dtype stays refused, naming the tensor and the dtype; a 16-bit tensor's size is checked at 2 bytes */
+  static const struct {
+    const char *header;
+    size_t data;
+    int status;
+    const char *says;
+  } cases[] = {
+      {"{\"w\":{\"dtype\":\"I64\",\"shape\":[2],\"data_offsets\":[0,16]}}", 16, STRATA_ERR_UNSUPPORTED,
+       "tensor 'w' has dtype I64; strata reads F32, BF16 and F16"},
+      {"{\"w\":{\"dtype\":\"F64\",\"shape\":[2],\"data_offsets\":[0,16]}}", 16, STRATA_ERR_UNSUPPORTED, "dtype F64"},
+      {"{\"w\":{\"dtype\":\"I8\",\"shape\":[2],\"data_offsets\":[0,2]}}", 2, STRATA_ERR_UNSUPPORTED, "dtype I8"},
+      {"{\"w\":{\"dtype\":\"F8_E4M3\",\"shape\":[2],\"data_offsets\":[0,2]}}", 2, STRATA_ERR_UNSUPPORTED, "F8_E4M3"},
+      {"{\"w\":{\"dtype\":\"bf16\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4, STRATA_ERR_UNSUPPORTED, "dtype bf16"},
+      {"{\"w\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, STRATA_ERR_PARSE,
+       "shape holds 2 BF16 values (4 bytes) but data_offsets [0, 8] span 8 bytes"},
+      {"{\"w\":{\"dtype\":\"F16\",\"shape\":[3],\"data_offsets\":[0,4]}}", 4, STRATA_ERR_PARSE, "span 4 bytes"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    make_file(p, cases[i].header, 0, cases[i].data);
+    st = NULL;
+    int rc = strata_safetensors_read_flags(p, STRATA_ST_READ_WIDEN, &st);
+    cr_assert_eq(rc, cases[i].status, "case %zu: %s (%s)", i, strata_err_name(rc), strata_last_error());
+    cr_assert_null(st);
+    cr_assert(strstr(strata_last_error(), cases[i].says), "case %zu: '%s' should say '%s'", i, strata_last_error(),
+              cases[i].says);
+  }
+}
+
+Test(checkpoint, bf16_writes_round_to_nearest_even) {
+  /* 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties to even, 1; 1 + 3 * 2^-8 halfway up to 1 + 2^-6 (even);
+  ** just above halfway rounds up; FLT_MAX overflows to infinity; a NaN stays one; float32 subnormals round as
+  ** subnormals (0x00008000, half of bfloat16's smallest, ties to 0; 0x00018000 to 2 of them), -0 stays -0 */
+  static const uint32_t in[] = {0x3f808000, 0x3f818000, 0x3f808001, 0x7f7fffff, 0x7fc00001, 0xffa00000,
+                                0x00008000, 0x00018000, 0x00000001, 0x80000000, 0xbf800000, 0x3eaaaaab};
+  static const uint16_t want[] = {0x3f80, 0x3f82, 0x3f81, 0x7f80, 0x7fc0, 0xffe0,
+                                  0x0000, 0x0002, 0x0000, 0x8000, 0xbf80, 0x3eab};
+  enum { N = sizeof in / sizeof in[0] };
+  float x[N];
+  memcpy(x, in, sizeof x);
+  struct strata_st_tensor t = {.name = "x", .ndim = 2, .shape = {3, N / 3}, .data = x};
+  struct strata_st_meta m = {"format", "pt"};
+  OK(strata_safetensors_write_as(path, &t, 1, &m, 1, STRATA_ST_BF16));
+  size_t size;
+  uint8_t *bytes = slurp(path, &size);
+  uint64_t hl = 0;
+  for (int i = 0; i < 8; i++)
+    hl |= (uint64_t)bytes[i] << (8 * i);
+  cr_assert_eq(size, 8 + hl + sizeof want, "2 bytes an element");
+  char *header = strndup((const char *)bytes + 8, (size_t)hl);
+  cr_assert(header && strstr(header, "\"dtype\":\"BF16\""), "the header says BF16");
+  free(header);
+  cr_assert(memcmp(bytes + 8 + hl, want, sizeof want) == 0, "the rounded words");
+  free(bytes);
+  cr_assert(memcmp(x, in, sizeof x) == 0, "the caller's floats are not changed");
+  strata_safetensors_t st;
+  OK(strata_safetensors_read_flags(path, STRATA_ST_READ_WIDEN, &st));
+  const float *v;
+  OK(strata_safetensors_get(st, "x", NULL, NULL, &v));
+  for (int i = 0; i < N; i++)
+    cr_assert_eq(bits_of(v[i]), (uint32_t)want[i] << 16, "element %d", i);
+  strata_safetensors_free(st);
+  /* F32 through write_as is strata_safetensors_write, byte for byte; F16 is not written, nor an unknown dtype */
+  char other[600];
+  snprintf(other, sizeof other, "%s/f32.safetensors", tdir);
+  OK(strata_safetensors_write_as(other, &t, 1, &m, 1, STRATA_ST_F32));
+  OK(strata_safetensors_write(path, &t, 1, &m, 1));
+  size_t n1, n2;
+  uint8_t *a = slurp(path, &n1), *b = slurp(other, &n2);
+  cr_assert(n1 == n2 && memcmp(a, b, n1) == 0);
+  free(a);
+  free(b);
+  unlink(other);
+  cr_assert_eq(strata_safetensors_write_as(other, &t, 1, &m, 1, STRATA_ST_F16), STRATA_ERR_UNSUPPORTED);
+  cr_assert_eq(strata_safetensors_write_as(other, &t, 1, &m, 1, (enum strata_st_dtype)7), STRATA_ERR_INVALID);
+  cr_assert_eq(access(other, F_OK), -1, "nothing written");
+}

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* checkpoint.c — safetensors files: fp32 tensors by name plus string metadata, written atomically, read with checks. */
+/* checkpoint.c — safetensors files: float tensors (stored F32, BF16 or F16) by name plus string metadata, written
+** atomically, read with checks. */
 #include "config.h"
 
 #include <errno.h>
@@ -20,8 +21,9 @@
 ** Layout (https://github.com/huggingface/safetensors): an 8-byte
 ** little-endian header length N, N bytes of JSON (padded here with spaces
 ** to a multiple of 8, so the data starts 8-byte aligned), then the data.
-** Tensor data is stored as the host's fp32 bytes: strata only builds on
-** little-endian machines, where those are the file's little-endian fp32.
+** Tensor data is stored as the host's fp32 bytes, or 16-bit words: strata
+** only builds on little-endian machines, where those are the file's
+** little-endian fp32, bf16 and fp16.
 */
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "checkpoint.c writes host floats as little-endian fp32: port the byte swaps for a big-endian host"
@@ -29,9 +31,70 @@
 
 #define STRATA__ST_METADATA "__metadata__"
 
+/* ---------------------------------------------------------------- dtypes */
+
+/* The safetensors name of a dtype strata reads and writes; NULL for a value outside the enum. */
+static const char *st_dtype_name(enum strata_st_dtype dt) {
+  switch (dt) {
+  case STRATA_ST_F32: return "F32";
+  case STRATA_ST_BF16: return "BF16";
+  case STRATA_ST_F16: return "F16";
+  }
+  return NULL;
+}
+
+/* Bytes an element of `dt` takes in the file. */
+static unsigned st_dtype_size(enum strata_st_dtype dt) { return dt == STRATA_ST_F32 ? 4 : 2; }
+
+/*
+** float32 to bfloat16, rounded to the nearest, ties to even: the host
+** backend's rule (backends/host/bf16.h), written again here because io/
+** does not call into backends. A NaN stays a quiet NaN of its sign. Unlike
+** the host backend's compute conversion, a float32 subnormal rounds to a
+** bfloat16 subnormal rather than to zero: what torch's
+** tensor.to(torch.bfloat16) writes, which a file is read against.
+*/
+static uint16_t st_bf16_round(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return (uint16_t)((u >> 16) | 0x40u);
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* bfloat16 to float32, exactly: the 16 bits are the top half of the float's. */
+static float st_bf16_widen(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+/*
+** IEEE binary16 to float32, exactly: every half is a float. Normals move
+** their exponent (bias 15 to 127); subnormals are their mantissa times
+** 2^-24 (both exact in float32); infinities stay infinite and NaNs keep
+** their payload in the top of the float's mantissa.
+*/
+static float st_f16_widen(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, u;
+  if (exp == 0x1f) {
+    u = sign | 0x7f800000u | (man << 13);
+  } else if (exp != 0) {
+    u = sign | ((exp + 127 - 15) << 23) | (man << 13);
+  } else {
+    float v = (float)man * 0x1p-24f;
+    return sign ? -v : v;
+  }
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
 /* ---------------------------------------------------------------- writing */
 
-/* Number of elements of a tensor to write into *numel; STRATA_ERR_INVALID when a dimension is negative or the size overflows. */
+/* Number of elements of a tensor to write into *numel; STRATA_ERR_INVALID when a dimension is negative or the size
+** overflows (4-byte elements counted, whatever the file's dtype). */
 static int strata__st_elements(const char *path, const struct strata_st_tensor *t, uint64_t *numel) {
   uint64_t n = 1;
   for (int d = 0; d < t->ndim; d++) {
@@ -50,14 +113,15 @@ static int strata__st_elements(const char *path, const struct strata_st_tensor *
 ** padded with spaces to a multiple of 8 bytes (*len excludes the NUL), and
 ** check every argument on the way: names present, unique and not starting
 ** with "__", 0..4 dimensions, none negative, data present unless the tensor
-** is empty, metadata keys and values present and keys unique. The caller
-** frees *header_out.
+** is empty, metadata keys and values present and keys unique. Every
+** tensor is declared as `dt`. The caller frees *header_out.
 */
 static int strata__st_header(const char *path, const struct strata_st_tensor *tensors, size_t count,
-                             const struct strata_st_meta *meta, size_t meta_count, char **header_out,
-                             size_t *len) {
+                             const struct strata_st_meta *meta, size_t meta_count, enum strata_st_dtype dt,
+                             char **header_out, size_t *len) {
   *header_out = NULL;
   int rc = STRATA_OK;
+  const uint64_t es = st_dtype_size(dt);
   json_t *root = json_object();
   if (!root)
     return strata__error(STRATA_ERR_NOMEM, "%s: out of host memory building the header", path);
@@ -116,18 +180,18 @@ static int strata__st_header(const char *path, const struct strata_st_tensor *te
       rc = strata__error(STRATA_ERR_INVALID, "%s: tensor '%s' has NULL data", path, t->name);
       goto fail;
     }
-    if (offset + numel * 4 > (uint64_t)INT64_MAX) {
+    if (offset + numel * es > (uint64_t)INT64_MAX) {
       rc = strata__error(STRATA_ERR_INVALID, "%s: the tensors add up to more than 2^63 bytes", path);
       goto fail;
     }
     json_t *shape = json_array();
-    json_t *offs = json_pack("[II]", (json_int_t)offset, (json_int_t)(offset + numel * 4));
+    json_t *offs = json_pack("[II]", (json_int_t)offset, (json_int_t)(offset + numel * es));
     json_t *entry = json_object();
     int bad = !shape || !offs || !entry;
     for (int d = 0; !bad && d < t->ndim; d++)
       bad = json_array_append_new(shape, json_integer((json_int_t)t->shape[d])) != 0;
     if (!bad)
-      bad = json_object_set_new(entry, "dtype", json_string("F32")) || json_object_set(entry, "shape", shape) ||
+      bad = json_object_set_new(entry, "dtype", json_string(st_dtype_name(dt))) || json_object_set(entry, "shape", shape) ||
             json_object_set(entry, "data_offsets", offs);
     json_decref(shape);
     json_decref(offs);
@@ -140,7 +204,7 @@ static int strata__st_header(const char *path, const struct strata_st_tensor *te
       rc = strata__error(STRATA_ERR_INVALID, "%s: tensor name '%s' is not valid UTF-8 text", path, t->name);
       goto fail;
     }
-    offset += numel * 4;
+    offset += numel * es;
   }
   char *text = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
   if (!text) {
@@ -180,15 +244,41 @@ static int strata__write_all(int fd, const void *p, size_t n) {
   return 0;
 }
 
+/* Write `n` floats to fd as bfloat16 words, rounded to the nearest even, through a small buffer; 0 or an errno value. */
+static int strata__write_bf16(int fd, const float *x, uint64_t n) {
+  uint16_t buf[4096];
+  while (n) {
+    size_t k = n < 4096 ? (size_t)n : 4096;
+    for (size_t i = 0; i < k; i++)
+      buf[i] = st_bf16_round(x[i]);
+    int err = strata__write_all(fd, buf, k * sizeof *buf);
+    if (err)
+      return err;
+    x += k;
+    n -= k;
+  }
+  return 0;
+}
+
 STRATA_API int strata_safetensors_write(const char *path, const struct strata_st_tensor *tensors, size_t count,
                                         const struct strata_st_meta *meta, size_t meta_count) {
+  return strata_safetensors_write_as(path, tensors, count, meta, meta_count, STRATA_ST_F32);
+}
+
+STRATA_API int strata_safetensors_write_as(const char *path, const struct strata_st_tensor *tensors, size_t count,
+                                           const struct strata_st_meta *meta, size_t meta_count,
+                                           enum strata_st_dtype dtype) {
   if (!path || !path[0])
     return strata__error(STRATA_ERR_INVALID, "strata_safetensors_write: no path");
   if ((count && !tensors) || (meta_count && !meta))
     return strata__error(STRATA_ERR_INVALID, "%s: NULL tensor or metadata array with a non-zero count", path);
+  if (dtype == STRATA_ST_F16)
+    return strata__error(STRATA_ERR_UNSUPPORTED, "%s: strata writes F32 and BF16 tensors, not F16", path);
+  if (!st_dtype_name(dtype))
+    return strata__error(STRATA_ERR_INVALID, "%s: dtype %d is not one of enum strata_st_dtype", path, (int)dtype);
   char *header = NULL;
   size_t hlen = 0;
-  int rc = strata__st_header(path, tensors, count, meta, meta_count, &header, &hlen);
+  int rc = strata__st_header(path, tensors, count, meta, meta_count, dtype, &header, &hlen);
   if (rc)
     return rc;
 
@@ -208,7 +298,9 @@ STRATA_API int strata_safetensors_write(const char *path, const struct strata_st
     uint64_t numel = 1;
     for (int d = 0; d < tensors[i].ndim; d++)
       numel *= (uint64_t)tensors[i].shape[d];
-    if (numel)
+    if (numel && dtype == STRATA_ST_BF16)
+      err = strata__write_bf16(o.fd, tensors[i].data, numel);
+    else if (numel)
       err = strata__write_all(o.fd, tensors[i].data, (size_t)numel * sizeof(float));
   }
   free(header);
@@ -228,8 +320,9 @@ struct strata__st_entry {
   char *name;
   int ndim;
   int64_t shape[STRATA_ST_MAX_DIMS];
-  uint64_t begin, end; /* relative to the start of the data section */
-  const float *data;   /* into st->blob, or into `own` when the offset is not 4-byte aligned */
+  enum strata_st_dtype dtype; /* as stored in the file */
+  uint64_t begin, end;        /* relative to the start of the data section */
+  const float *data;          /* into st->blob, or into `own`: widened, or an F32 offset not 4-byte aligned */
   float *own;
 };
 
@@ -292,9 +385,10 @@ static int strata__json_u64(const json_t *v, uint64_t *out) {
 ** Check one tensor entry of the header against the data section of
 ** `data_len` bytes and fill *e (its name is not set here). Messages name
 ** the file and the tensor. STRATA_ERR_PARSE for malformed entries,
-** STRATA_ERR_UNSUPPORTED for a dtype other than F32 or more than 4 dims.
+** STRATA_ERR_UNSUPPORTED for more than 4 dims or a dtype other than F32
+** (or, with STRATA_ST_READ_WIDEN in `flags`, than F32, BF16 and F16).
 */
-static int strata__st_entry_parse(const char *path, const char *name, json_t *v, uint64_t data_len,
+static int strata__st_entry_parse(const char *path, const char *name, json_t *v, uint64_t data_len, unsigned flags,
                                   struct strata__st_entry *e) {
   if (!json_is_object(v))
     return strata__error(STRATA_ERR_PARSE, "%s: tensor '%s': the entry is not a JSON object", path, name);
@@ -334,18 +428,26 @@ static int strata__st_entry_parse(const char *path, const char *name, json_t *v,
       e->shape[d] = (int64_t)dim;
   }
   const char *dt = json_string_value(dtype);
-  if (strcmp(dt, "F32") != 0)
-    return strata__error(STRATA_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s; strata reads F32 only", path, name,
-                         dt);
+  int widen = (flags & STRATA_ST_READ_WIDEN) != 0;
+  if (strcmp(dt, "F32") == 0)
+    e->dtype = STRATA_ST_F32;
+  else if (widen && strcmp(dt, "BF16") == 0)
+    e->dtype = STRATA_ST_BF16;
+  else if (widen && strcmp(dt, "F16") == 0)
+    e->dtype = STRATA_ST_F16;
+  else
+    return strata__error(STRATA_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s; strata reads %s", path, name, dt,
+                         widen ? "F32, BF16 and F16" : "F32 only");
   if (nd > STRATA_ST_MAX_DIMS)
     return strata__error(STRATA_ERR_UNSUPPORTED, "%s: tensor '%s' has %zu dimensions; strata reads up to %d", path,
                          name, nd, STRATA_ST_MAX_DIMS);
-  if (overflow || numel > UINT64_MAX / 4 || numel * 4 != end - begin)
+  const uint64_t es = st_dtype_size(e->dtype);
+  if (overflow || numel > UINT64_MAX / es || numel * es != end - begin)
     return strata__error(STRATA_ERR_PARSE,
-                         "%s: tensor '%s': shape holds %s%llu floats (%s%llu bytes) but data_offsets [%llu, %llu] "
+                         "%s: tensor '%s': shape holds %s%llu %s values (%s%llu bytes) but data_offsets [%llu, %llu] "
                          "span %llu bytes",
-                         path, name, overflow ? "over " : "", (unsigned long long)numel, overflow ? "over " : "",
-                         (unsigned long long)(numel * 4), (unsigned long long)begin, (unsigned long long)end,
+                         path, name, overflow ? "over " : "", (unsigned long long)numel, dt, overflow ? "over " : "",
+                         (unsigned long long)(numel * es), (unsigned long long)begin, (unsigned long long)end,
                          (unsigned long long)(end - begin));
   e->ndim = (int)nd;
   e->begin = begin;
@@ -399,10 +501,12 @@ static int strata__st_check_overlap(const char *path, const struct strata__st_en
 
 /*
 ** Fill `st` from the parsed header `root`: metadata (an object of strings),
-** then every other key as a tensor entry checked against the data section.
-** On failure `st` holds what was parsed so far, for strata_safetensors_free.
+** then every other key as a tensor entry checked against the data section
+** (the dtypes `flags` allows). On failure `st` holds what was parsed so
+** far, for strata_safetensors_free.
 */
-static int strata__st_load_header(const char *path, json_t *root, uint64_t data_len, struct strata_safetensors *st) {
+static int strata__st_load_header(const char *path, json_t *root, uint64_t data_len, unsigned flags,
+                                  struct strata_safetensors *st) {
   if (!json_is_object(root))
     return strata__error(STRATA_ERR_PARSE, "%s: the header is not a JSON object", path);
   size_t n = json_object_size(root);
@@ -439,7 +543,7 @@ static int strata__st_load_header(const char *path, json_t *root, uint64_t data_
     if (!e->name)
       return strata__error(STRATA_ERR_NOMEM, "%s: out of host memory reading the header", path);
     st->count++;
-    int rc = strata__st_entry_parse(path, key, value, data_len, e);
+    int rc = strata__st_entry_parse(path, key, value, data_len, flags, e);
     if (rc)
       return rc;
   }
@@ -448,14 +552,31 @@ static int strata__st_load_header(const char *path, json_t *root, uint64_t data_
 
 /*
 ** Point every entry at its data. The data section sits at the start of a
-** malloc'd block, so a tensor is float-aligned exactly when its offset is
-** a multiple of 4 (always so for files strata writes); other tensors are
-** copied into a block of their own. Then build the by-name index.
+** malloc'd block, so an F32 tensor is float-aligned exactly when its offset
+** is a multiple of 4 (always so for files strata writes); other F32 tensors
+** are copied into a block of their own, and BF16 and F16 ones widened into
+** one (16-bit words read with memcpy: their offsets need be even only in
+** files that follow the format). Then build the by-name index.
 */
 static int strata__st_bind(const char *path, struct strata_safetensors *st) {
   for (size_t i = 0; i < st->count; i++) {
     struct strata__st_entry *e = &st->entries[i];
-    if (e->begin % sizeof(float) == 0) {
+    if (e->dtype != STRATA_ST_F32) {
+      uint64_t n = (e->end - e->begin) / 2;
+      if (n > SIZE_MAX / sizeof(float))
+        return strata__error(STRATA_ERR_NOMEM, "%s: tensor '%s' is too large to widen to float32", path, e->name);
+      e->own = malloc(n ? (size_t)n * sizeof(float) : 1);
+      if (!e->own)
+        return strata__error(STRATA_ERR_NOMEM, "%s: out of host memory widening tensor '%s' to float32", path,
+                             e->name);
+      const uint8_t *p = st->blob + e->begin;
+      for (uint64_t k = 0; k < n; k++) {
+        uint16_t h;
+        memcpy(&h, p + 2 * k, sizeof h);
+        e->own[k] = e->dtype == STRATA_ST_BF16 ? st_bf16_widen(h) : st_f16_widen(h);
+      }
+      e->data = e->own;
+    } else if (e->begin % sizeof(float) == 0) {
       e->data = (const float *)(void *)(st->blob + e->begin);
     } else {
       e->own = malloc(e->end > e->begin ? e->end - e->begin : 1);
@@ -475,11 +596,17 @@ static int strata__st_bind(const char *path, struct strata_safetensors *st) {
 }
 
 STRATA_API int strata_safetensors_read(const char *path, strata_safetensors_t *out) {
+  return strata_safetensors_read_flags(path, 0, out);
+}
+
+STRATA_API int strata_safetensors_read_flags(const char *path, unsigned flags, strata_safetensors_t *out) {
   if (!out)
     return strata__error(STRATA_ERR_INVALID, "strata_safetensors_read: out is NULL");
   *out = NULL;
   if (!path)
     return strata__error(STRATA_ERR_INVALID, "strata_safetensors_read: path is NULL");
+  if (flags & ~(unsigned)STRATA_ST_READ_WIDEN)
+    return strata__error(STRATA_ERR_INVALID, "%s: unknown read flags 0x%x", path, flags & ~(unsigned)STRATA_ST_READ_WIDEN);
   int fd = -1;
   TRY(strata__open_input(path, STRATA_ERR_NOT_FOUND, &fd));
   struct stat sb;
@@ -535,7 +662,7 @@ STRATA_API int strata_safetensors_read(const char *path, strata_safetensors_t *o
                        (unsigned long long)hlen, jerr.text, jerr.line, jerr.column);
     goto done;
   }
-  rc = strata__st_load_header(path, root, data_len, st);
+  rc = strata__st_load_header(path, root, data_len, flags, st);
   if (!rc)
     rc = strata__st_bind(path, st);
 done:
@@ -556,15 +683,22 @@ STRATA_API const char *strata_safetensors_name(strata_safetensors_t st, size_t i
   return st && index < st->count ? st->entries[index].name : NULL;
 }
 
+/* The entry named `name`, or NULL with STRATA_ERR_NOT_FOUND's message set. */
+static const struct strata__st_entry *strata__st_find(strata_safetensors_t st, const char *name) {
+  struct strata__st_entry key = {.name = (char *)name}, *kp = &key;
+  struct strata__st_entry **hit = bsearch(&kp, st->by_name, st->count, sizeof *st->by_name, strata__cmp_entry_name);
+  if (!hit)
+    strata__error(STRATA_ERR_NOT_FOUND, "no tensor '%s' in the checkpoint", name);
+  return hit ? *hit : NULL;
+}
+
 STRATA_API int strata_safetensors_get(strata_safetensors_t st, const char *name, int *ndim,
                                       int64_t shape[STRATA_ST_MAX_DIMS], const float **data) {
   if (!st || !name)
     return strata__error(STRATA_ERR_INVALID, "strata_safetensors_get: NULL argument");
-  struct strata__st_entry key = {.name = (char *)name}, *kp = &key;
-  struct strata__st_entry **hit = bsearch(&kp, st->by_name, st->count, sizeof *st->by_name, strata__cmp_entry_name);
-  if (!hit)
-    return strata__error(STRATA_ERR_NOT_FOUND, "no tensor '%s' in the checkpoint", name);
-  const struct strata__st_entry *e = *hit;
+  const struct strata__st_entry *e = strata__st_find(st, name);
+  if (!e)
+    return STRATA_ERR_NOT_FOUND;
   if (ndim)
     *ndim = e->ndim;
   if (shape)
@@ -572,6 +706,16 @@ STRATA_API int strata_safetensors_get(strata_safetensors_t st, const char *name,
       shape[d] = d < e->ndim ? e->shape[d] : 1;
   if (data)
     *data = e->data;
+  return STRATA_OK;
+}
+
+STRATA_API int strata_safetensors_dtype(strata_safetensors_t st, const char *name, enum strata_st_dtype *dtype) {
+  if (!st || !name || !dtype)
+    return strata__error(STRATA_ERR_INVALID, "strata_safetensors_dtype: NULL argument");
+  const struct strata__st_entry *e = strata__st_find(st, name);
+  if (!e)
+    return STRATA_ERR_NOT_FOUND;
+  *dtype = e->dtype;
   return STRATA_OK;
 }
 
