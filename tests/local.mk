@@ -198,7 +198,11 @@ EXTRA_DIST += tests/fixtures/hf-gpt2/make-fixture.py \
 	tests/fixtures/hf-gpt2/small/config.json tests/fixtures/hf-gpt2/small/generation_config.json \
 	tests/fixtures/hf-gpt2/small/model.safetensors tests/fixtures/hf-gpt2/small/reference.safetensors \
 	tests/fixtures/hf-gpt2/tied-50257/config.json tests/fixtures/hf-gpt2/tied-50257/generation_config.json \
-	tests/fixtures/hf-gpt2/tied-50257/model.safetensors tests/fixtures/hf-gpt2/tied-50257/reference.safetensors
+	tests/fixtures/hf-gpt2/tied-50257/model.safetensors tests/fixtures/hf-gpt2/tied-50257/reference.safetensors \
+	tests/fixtures/hf-gpt2/small-bf16/config.json tests/fixtures/hf-gpt2/small-bf16/generation_config.json \
+	tests/fixtures/hf-gpt2/small-bf16/model.safetensors tests/fixtures/hf-gpt2/small-bf16/reference.safetensors \
+	tests/fixtures/hf-gpt2/small-fp16/config.json tests/fixtures/hf-gpt2/small-fp16/generation_config.json \
+	tests/fixtures/hf-gpt2/small-fp16/model.safetensors tests/fixtures/hf-gpt2/small-fp16/reference.safetensors
 
 # Real hwloc dumps (their provenance and licences in SOURCES.md; those named *-edited are real dumps edited to show
 # a case, the edit written there), read by test-topology, test-plan, test-comm, test-strata-topo.sh,

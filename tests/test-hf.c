@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* test-hf.c — Hugging Face GPT-2 checkpoints: strata reproduces transformers' logits and loss on the fixtures made by
-** tests/fixtures/hf-gpt2/make-fixture.py, on every backend; export round-trips bit for bit; what strata cannot
-** represent is refused naming the field; fine-tuning a fixture on a pipeline gives one device's losses. */
+** tests/fixtures/hf-gpt2/make-fixture.py, on every backend, from fp32, bf16 and fp16 weights; export round-trips bit
+** for bit, in fp32 and in bf16; what strata cannot represent is refused naming the field; fine-tuning a fixture on a
+** pipeline gives one device's losses. */
 #include <jansson.h>
 #include <stdio.h>
 #include <sys/stat.h>
@@ -55,10 +56,8 @@ static strata_trainer_t hf_trainer(const char *dir, int dev, int64_t batch, stra
   return tr;
 }
 
-/* Load fixture `name` on device `dev` and compare its loss and logits with transformers'. */
-static void reproduce(const char *name, int dev) {
-  char dir[1024];
-  fixture_dir(name, dir, sizeof dir);
+/* Load the model of `dir` on device `dev` and compare its loss and logits with transformers' for fixture `name`. */
+static void reproduce_dir(const char *dir, const char *name, int dev) {
   struct ref r;
   ref_load(name, &r);
   strata_model_t m;
@@ -93,7 +92,21 @@ static void reproduce(const char *name, int dev) {
   strata_safetensors_free(r.st);
 }
 
+/* Load fixture `name` on device `dev` and compare its loss and logits with transformers'. */
+static void reproduce(const char *name, int dev) {
+  char dir[1024];
+  fixture_dir(name, dir, sizeof dir);
+  reproduce_dir(dir, name, dev);
+}
+
 Test(hf, small_fixture_matches_transformers_on_host) { reproduce("small", tc_find_device("host", 0)); }
+
+/* small's weights saved by transformers in bf16 and in fp16: strata widens them to float32 exactly, so its logits
+** are transformers' for those weights computed in fp32 (make-fixture.py), at the fp32 fixtures' tolerance */
+Test(hf, bf16_and_fp16_fixtures_match_transformers_on_host) {
+  reproduce("small-bf16", tc_find_device("host", 0));
+  reproduce("small-fp16", tc_find_device("host", 0));
+}
 
 Test(hf, tied_gpt2_vocabulary_matches_transformers_on_host) { reproduce("tied-50257", tc_find_device("host", 0)); }
 
@@ -102,6 +115,8 @@ Test(hf, both_fixtures_match_transformers_on_opencl, .timeout = 600) {
   if (o < 0)
     cr_skip_test("no OpenCL device (backend not built or no platform)");
   reproduce("small", o);
+  reproduce("small-bf16", o);
+  reproduce("small-fp16", o);
   reproduce("tied-50257", o);
 }
 
@@ -110,6 +125,8 @@ Test(hf, both_fixtures_match_transformers_on_cuda) {
   if (c < 0)
     cr_skip_test("no CUDA device (backend not built, or no GPU or driver)");
   reproduce("small", c);
+  reproduce("small-bf16", c);
+  reproduce("small-fp16", c);
   reproduce("tied-50257", c);
 }
 
@@ -188,6 +205,12 @@ static void round_trip(const char *name) {
   snprintf(a, sizeof a, "%s/model.safetensors", dir);
   snprintf(b, sizeof b, "%s/model.safetensors", out);
   same_tensors(a, b);
+  /* an fp32 export says no dtype in config.json, as before bf16 exports existed */
+  json_error_t jerr;
+  snprintf(a, sizeof a, "%s/config.json", out);
+  json_t *jc = json_load_file(a, 0, &jerr);
+  cr_assert(jc && !json_object_get(jc, "torch_dtype") && !json_object_get(jc, "dtype"));
+  json_decref(jc);
   /* the exported config describes the same model, and loads into it */
   strata_model_t m2;
   OK(strata_hf_model(out, &m2));
@@ -356,20 +379,29 @@ Test(hf, weights_that_do_not_fit_are_refused_naming_the_tensor) {
   OK(strata_trainer_load_hf(tr, tmp));
   free(w);
   tc_remove_dir(tmp);
-  /* half-precision weights are refused, saying how to get fp32 ones */
-  edited_copy("small", "{}", tmp);
-  snprintf(path, sizeof path, "%s/model.safetensors", tmp);
-  unlink(path);
-  static const char half[] = "{\"transformer.wte.weight\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,4]}}";
-  FILE *hf = fopen(path, "wb");
-  uint64_t hlen = sizeof half - 1;
-  cr_assert(hf && fwrite(&hlen, 8, 1, hf) == 1 && fwrite(half, 1, hlen, hf) == hlen && fwrite("\0\0\0\0", 1, 4, hf) == 4);
-  cr_assert(fclose(hf) == 0);
-  rc = strata_trainer_load_hf(tr, tmp);
-  cr_assert_eq(rc, STRATA_ERR_UNSUPPORTED, "%s", strata_last_error());
-  cr_assert(strstr(strata_last_error(), "dtype F16") && strstr(strata_last_error(), "model.float()"), "%s",
-            strata_last_error());
-  tc_remove_dir(tmp);
+  /* weights in a dtype strata does not read (integers, fp64, fp8) are refused naming it, saying how to get fp32 */
+  static const char *const odd[] = {"I64", "F64", "I8"};
+  for (int d = 0; d < 3; d++) {
+    edited_copy("small", "{}", tmp);
+    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+    unlink(path);
+    char head[200];
+    int hn = snprintf(head, sizeof head,
+                      "{\"transformer.wte.weight\":{\"dtype\":\"%s\",\"shape\":[1],\"data_offsets\":[0,%d]}}",
+                      odd[d], d == 2 ? 1 : 8);
+    FILE *hf = fopen(path, "wb");
+    uint64_t hlen = (uint64_t)hn;
+    cr_assert(hf && fwrite(&hlen, 8, 1, hf) == 1 && fwrite(head, 1, hlen, hf) == hlen &&
+              fwrite("\0\0\0\0\0\0\0\0", 1, d == 2 ? 1 : 8, hf) == (d == 2 ? 1u : 8u));
+    cr_assert(fclose(hf) == 0);
+    rc = strata_trainer_load_hf(tr, tmp);
+    cr_assert_eq(rc, STRATA_ERR_UNSUPPORTED, "%s", strata_last_error());
+    char says[64];
+    snprintf(says, sizeof says, "'transformer.wte.weight' has dtype %s", odd[d]);
+    cr_assert(strstr(strata_last_error(), says) && strstr(strata_last_error(), "model.float()"), "%s",
+              strata_last_error());
+    tc_remove_dir(tmp);
+  }
   /* a missing directory; a directory without weights, or with them only as a pickle */
   cr_assert_eq(strata_trainer_load_hf(tr, "/nonexistent/gpt2"), STRATA_ERR_NOT_FOUND);
   edited_copy("small", "{}", tmp);
@@ -498,5 +530,133 @@ Test(hf, fine_tuning_the_fixture_on_a_pipeline_gives_one_devices_losses) {
   strata_dataset_free(ds);
   strata_model_free(m);
   unlink(path);
+  tc_remove_dir(tmp);
+}
+
+/* Both files (read widened) hold the same tensors: names, shapes, how they are stored, and values bit for bit. */
+static void same_widened(const char *a, const char *b) {
+  strata_safetensors_t x, y;
+  OK(strata_safetensors_read_flags(a, STRATA_ST_READ_WIDEN, &x));
+  OK(strata_safetensors_read_flags(b, STRATA_ST_READ_WIDEN, &y));
+  cr_assert_eq(strata_safetensors_count(x), strata_safetensors_count(y));
+  for (size_t i = 0; i < strata_safetensors_count(x); i++) {
+    const char *name = strata_safetensors_name(x, i);
+    int n1, n2;
+    int64_t s1[STRATA_ST_MAX_DIMS], s2[STRATA_ST_MAX_DIMS];
+    const float *d1, *d2;
+    enum strata_st_dtype t1, t2;
+    OK(strata_safetensors_get(x, name, &n1, s1, &d1));
+    cr_assert_eq(strata_safetensors_get(y, name, &n2, s2, &d2), STRATA_OK, "%s: no %s", b, name);
+    OK(strata_safetensors_dtype(x, name, &t1));
+    OK(strata_safetensors_dtype(y, name, &t2));
+    cr_assert(n1 == n2 && memcmp(s1, s2, sizeof s1) == 0 && t1 == t2, "%s: shape or dtype differs", name);
+    size_t n = 1;
+    for (int d = 0; d < n1; d++)
+      n *= (size_t)s1[d];
+    cr_assert(memcmp(d1, d2, n * sizeof *d1) == 0, "%s: values differ", name);
+  }
+  strata_safetensors_free(x);
+  strata_safetensors_free(y);
+}
+
+/* float32 rounded to the nearest bfloat16, ties to even, and widened back: torch's tensor.to(torch.bfloat16), written
+** here from its definition rather than taken from the library */
+static float bf16_rounded(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    u |= 0x00400000u;
+  else
+    u += 0x7fffu + ((u >> 16) & 1u);
+  u &= 0xffff0000u;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+/* The tensors of `file` (read widened), checked against those of `fp32` (an F32 file of the same names and shapes):
+** each stored as `dtype`, and bf16 ones equal to the fp32 values rounded, bit for bit; fp16 ones within binary16's
+** rounding (half an ulp: 2^-11 relative for normals, 2^-25 absolute below 2^-14). */
+static void rounded_from(const char *file, const char *fp32, enum strata_st_dtype dtype) {
+  strata_safetensors_t h, f;
+  OK(strata_safetensors_read_flags(file, STRATA_ST_READ_WIDEN, &h));
+  OK(strata_safetensors_read(fp32, &f));
+  cr_assert_eq(strata_safetensors_count(h), strata_safetensors_count(f));
+  size_t total = 0;
+  for (size_t i = 0; i < strata_safetensors_count(f); i++) {
+    const char *name = strata_safetensors_name(f, i);
+    int n1, n2;
+    int64_t s1[STRATA_ST_MAX_DIMS], s2[STRATA_ST_MAX_DIMS];
+    const float *want, *got;
+    enum strata_st_dtype dt;
+    OK(strata_safetensors_get(f, name, &n1, s1, &want));
+    cr_assert_eq(strata_safetensors_get(h, name, &n2, s2, &got), STRATA_OK, "%s: no %s", file, name);
+    OK(strata_safetensors_dtype(h, name, &dt));
+    cr_assert_eq(dt, dtype, "%s: %s is stored as %d", file, name, (int)dt);
+    cr_assert(n1 == n2 && memcmp(s1, s2, sizeof s1) == 0, "%s: shapes differ", name);
+    size_t n = 1;
+    for (int d = 0; d < n1; d++)
+      n *= (size_t)s1[d];
+    for (size_t k = 0; k < n; k++) {
+      if (dtype == STRATA_ST_BF16) {
+        float r = bf16_rounded(want[k]);
+        cr_assert(memcmp(&r, &got[k], sizeof r) == 0, "%s[%zu]: %.9g, the rounding of %.9g is %.9g", name, k,
+                  got[k], want[k], r);
+      } else {
+        double err = fabs((double)got[k] - want[k]), ok = fmax(ldexp(fabs(want[k]), -11), ldexp(1, -25));
+        cr_assert(err <= ok, "%s[%zu]: %.9g from %.9g", name, k, got[k], want[k]);
+      }
+    }
+    total += n;
+  }
+  cr_log_info("%s: %zu values, each the rounding of %s's", file, total, fp32);
+  strata_safetensors_free(h);
+  strata_safetensors_free(f);
+}
+
+Test(hf, the_half_fixtures_are_small_rounded_by_torch) {
+  char a[1100], b[1100];
+  snprintf(a, sizeof a, "%s/small/model.safetensors", HF_FIXTURES);
+  snprintf(b, sizeof b, "%s/small-bf16/model.safetensors", HF_FIXTURES);
+  rounded_from(b, a, STRATA_ST_BF16);
+  snprintf(b, sizeof b, "%s/small-fp16/model.safetensors", HF_FIXTURES);
+  rounded_from(b, a, STRATA_ST_F16);
+  /* read as strata reads its own checkpoints, they are refused: a plain read is F32 only */
+  strata_safetensors_t st = NULL;
+  cr_assert_eq(strata_safetensors_read(b, &st), STRATA_ERR_UNSUPPORTED);
+  cr_assert(strstr(strata_last_error(), "has dtype F16"), "%s", strata_last_error());
+}
+
+Test(hf, a_bf16_export_is_the_weights_rounded_and_loads_back) {
+  char dir[1024], tmp[] = "/tmp/strata-hf-XXXXXX", ckpt[1200], out[1200], a[2048], b[2048];
+  fixture_dir("small", dir, sizeof dir);
+  cr_assert(mkdtemp(tmp));
+  snprintf(ckpt, sizeof ckpt, "%s/run.st", tmp);
+  snprintf(out, sizeof out, "%s/exported", tmp);
+  strata_model_t m;
+  strata_trainer_t tr = hf_trainer(dir, tc_find_device("host", 0), 1, &m);
+  OK(strata_trainer_save(tr, ckpt));
+  OK(strata_hf_export_as(ckpt, out, STRATA_ST_BF16));
+  /* every weight rounded to bf16 as torch rounds it: what transformers saved as small-bf16, byte for byte */
+  snprintf(a, sizeof a, "%s/model.safetensors", dir);
+  snprintf(b, sizeof b, "%s/model.safetensors", out);
+  rounded_from(b, a, STRATA_ST_BF16);
+  snprintf(a, sizeof a, "%s/small-bf16/model.safetensors", HF_FIXTURES);
+  same_widened(a, b);
+  /* config.json says so, as transformers does */
+  json_error_t err;
+  snprintf(a, sizeof a, "%s/config.json", out);
+  json_t *cfg = json_load_file(a, 0, &err);
+  cr_assert(cfg);
+  cr_assert_str_eq(json_string_value(json_object_get(cfg, "torch_dtype")), "bfloat16");
+  json_decref(cfg);
+  /* and it loads back: transformers' logits for small-bf16 */
+  reproduce_dir(out, "small-bf16", tc_find_device("host", 0));
+  /* fp16 is not written, nor an unknown dtype; nothing is */
+  snprintf(b, sizeof b, "%s/other", tmp);
+  cr_assert_eq(strata_hf_export_as(ckpt, b, STRATA_ST_F16), STRATA_ERR_UNSUPPORTED);
+  cr_assert_eq(strata_hf_export_as(ckpt, b, (enum strata_st_dtype)9), STRATA_ERR_INVALID);
+  cr_assert_eq(access(b, F_OK), -1);
+  strata_trainer_free(tr);
+  strata_model_free(m);
   tc_remove_dir(tmp);
 }

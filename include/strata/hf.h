@@ -3,6 +3,7 @@
 #ifndef STRATA_HF_H
 #define STRATA_HF_H
 
+#include <strata/checkpoint.h>
 #include <strata/common.h>
 #include <strata/model.h>
 #include <strata/train.h>
@@ -15,11 +16,14 @@ extern "C" {
 ** A Hugging Face GPT-2 directory is what GPT2LMHeadModel.save_pretrained
 ** writes: config.json (n_embd, n_layer, n_head, n_positions, vocab_size,
 ** n_inner, layer_norm_epsilon, tie_word_embeddings ...) and
-** model.safetensors (fp32 tensors named transformer.wte.weight,
+** model.safetensors (tensors named transformer.wte.weight,
 ** transformer.h.0.attn.c_attn.weight ... with Conv1D weights stored
 ** [in, out], and lm_head.weight only when the head is not tied). The
 ** tensor names without the "transformer." prefix (GPT2Model, and the
-** original OpenAI conversion) are read too.
+** original OpenAI conversion) are read too. The tensors may be stored in
+** F32, BF16 (most published checkpoints) or F16: strata widens them to its
+** float32 weights exactly (strata_safetensors_read_flags with
+** STRATA_ST_READ_WIDEN); any other dtype is refused naming the tensor.
 **
 ** strata's GPT is GPT-2's architecture, so the weights map one to one.
 ** What it cannot represent is refused with STRATA_ERR_UNSUPPORTED and a
@@ -60,8 +64,20 @@ STRATA_API int strata_trainer_load_hf(strata_trainer_t tr, const char *dir);
 ** are left alone. Any GPT checkpoint can be written; the values are the
 ** checkpoint's floats, bit for bit. STRATA_ERR_INVALID, before anything is
 ** read, when either file to write is `checkpoint` itself (strata_file_same).
+** The same as strata_hf_export_as(checkpoint, dir, STRATA_ST_F32).
 */
 STRATA_API int strata_hf_export(const char *checkpoint, const char *dir);
+
+/*
+** strata_hf_export with the weights stored as `dtype`: STRATA_ST_F32 (the
+** checkpoint's floats, bit for bit) or STRATA_ST_BF16 (each float rounded to
+** the nearest bfloat16, ties to even, as strata_safetensors_write_as does,
+** and config.json saying "torch_dtype": "bfloat16", as transformers writes
+** a bf16 model's). Read back, a bf16 export gives those rounded values
+** exactly. STRATA_ST_F16: STRATA_ERR_UNSUPPORTED; a value outside the enum:
+** STRATA_ERR_INVALID, nothing written either way.
+*/
+STRATA_API int strata_hf_export_as(const char *checkpoint, const char *dir, enum strata_st_dtype dtype);
 
 #ifdef __cplusplus
 }

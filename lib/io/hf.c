@@ -115,7 +115,8 @@ static int hf_config(json_t *root, const char *src, const char *name, struct str
                          src);
   json_t *q = json_object_get(root, "quantization_config");
   if (q && !json_is_null(q))
-    return strata__error(STRATA_ERR_UNSUPPORTED, "%s: quantization_config is set; strata reads fp32 weights only", src);
+    return strata__error(STRATA_ERR_UNSUPPORTED, "%s: quantization_config is set; strata reads fp32, bf16 and fp16 "
+                         "weights only", src);
   memset(c, 0, sizeof *c);
   c->kind = STRATA_MODEL_GPT;
   snprintf(c->name, sizeof c->name, "%s", name);
@@ -201,8 +202,13 @@ static int hf_write_text(const char *path, const char *text) {
   return strata__out_commit(&o);
 }
 
-/* config.json for a strata GPT config, with GPT-2's values for what strata fixes (activation, epsilon, scaling). */
-static int hf_config_json(const struct strata_model_config *c, char **out) {
+/*
+** config.json for a strata GPT config, with GPT-2's values for what strata
+** fixes (activation, epsilon, scaling). Weights stored in bf16 say so as
+** transformers 4 wrote it, "torch_dtype": "bfloat16" (transformers 5 reads
+** that key too, and writes "dtype"); fp32 ones write no dtype, as before.
+*/
+static int hf_config_json(const struct strata_model_config *c, enum strata_st_dtype dtype, char **out) {
   json_t *o = json_object();
   json_t *arch = json_array();
   if (!o || !arch || json_array_append_new(arch, json_string("GPT2LMHeadModel"))) {
@@ -229,6 +235,8 @@ static int hf_config_json(const struct strata_model_config *c, char **out) {
   bad |= json_object_set_new(o, "attn_pdrop", json_real(0.1));
   bad |= json_object_set_new(o, "embd_pdrop", json_real(0.1));
   bad |= json_object_set_new(o, "resid_pdrop", json_real(0.1));
+  if (dtype == STRATA_ST_BF16)
+    bad |= json_object_set_new(o, "torch_dtype", json_string("bfloat16"));
   if (c->vocab == 50257) { /* GPT-2's BPE: <|endoftext|> */
     bad |= json_object_set_new(o, "bos_token_id", json_integer(50256));
     bad |= json_object_set_new(o, "eos_token_id", json_integer(50256));
@@ -250,8 +258,15 @@ static int hf_config_json(const struct strata_model_config *c, char **out) {
 }
 
 STRATA_API int strata_hf_export(const char *checkpoint, const char *dir) {
+  return strata_hf_export_as(checkpoint, dir, STRATA_ST_F32);
+}
+
+STRATA_API int strata_hf_export_as(const char *checkpoint, const char *dir, enum strata_st_dtype dtype) {
   if (!checkpoint || !dir || !dir[0])
     return strata__error(STRATA_ERR_INVALID, "strata_hf_export: NULL argument");
+  if (dtype != STRATA_ST_F32 && dtype != STRATA_ST_BF16)
+    return strata__error(dtype == STRATA_ST_F16 ? STRATA_ERR_UNSUPPORTED : STRATA_ERR_INVALID,
+                         "%s: strata exports Hugging Face weights in fp32 or bf16, not dtype %d", dir, (int)dtype);
   /* the export never replaces what it reads: "--hf d d/model.safetensors" would lose the optimizer state */
   static const char *const written[] = {"model.safetensors", "config.json"};
   for (int i = 0; i < 2; i++) {
@@ -302,7 +317,7 @@ STRATA_API int strata_hf_export(const char *checkpoint, const char *dir) {
     rc = strata__error(STRATA_ERR_PARSE, "%s: %zu parameter tensors, a GPT of %lld layers has %zu", checkpoint, k,
                        (long long)(c ? c->layers : 0), want);
   if (!rc)
-    rc = hf_config_json(c, &cfg_json);
+    rc = hf_config_json(c, dtype, &cfg_json);
   if (!rc && mkdir(dir, 0777) != 0 && errno != EEXIST)
     rc = strata__error(STRATA_ERR_IO, "%s: cannot create the directory: %s", dir, strerror(errno));
   struct stat sb;
@@ -313,7 +328,7 @@ STRATA_API int strata_hf_export(const char *checkpoint, const char *dir) {
     rc = strata__hf_path(path, sizeof path, dir, "model.safetensors");
   if (!rc) {
     struct strata_st_meta meta[] = {{"format", "pt"}};
-    rc = strata_safetensors_write(path, ts, k, meta, 1);
+    rc = strata_safetensors_write_as(path, ts, k, meta, 1, dtype);
   }
   if (!rc)
     rc = strata__hf_path(path, sizeof path, dir, "config.json");

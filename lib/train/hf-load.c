@@ -49,7 +49,8 @@ STRATA_API int strata_trainer_load_hf(strata_trainer_t tr, const char *dir) {
     return strata__error(STRATA_ERR_NOT_FOUND, "%s: no model.safetensors", dir);
   }
   strata_safetensors_t f = NULL;
-  int rc = strata_safetensors_read(path, &f);
+  /* bf16 and fp16 weights (most published checkpoints are bf16) become the trainer's float32 exactly */
+  int rc = strata_safetensors_read_flags(path, STRATA_ST_READ_WIDEN, &f);
   if (rc == STRATA_ERR_UNSUPPORTED) {
     char msg[768];
     snprintf(msg, sizeof msg, "%s", strata_last_error());
