@@ -18,20 +18,24 @@
 #define EXIT_RUNTIME 1
 #define EXIT_USAGE 2
 
-enum { OPT_VERSION = 256 };
+enum { OPT_VERSION = 256, OPT_DTYPE };
 
 static void usage(FILE *f) {
-  fputs("Usage: strata-export --hf DIR CHECKPOINT\n"
+  fputs("Usage: strata-export --hf DIR [--dtype fp32|bf16] CHECKPOINT\n"
         "Write the parameters of a strata-train checkpoint in another tool's layout.\n"
         "\n"
         "      --hf DIR             Hugging Face GPT-2: DIR/config.json and DIR/model.safetensors, as\n"
         "                           GPT2LMHeadModel.from_pretrained(DIR) reads them (DIR is created if\n"
         "                           missing; other files in it are left alone)\n"
+        "      --dtype fp32|bf16    how the weights are stored: fp32 (the default) or bf16, each float\n"
+        "                           rounded to the nearest bfloat16, ties to even, and config.json\n"
+        "                           saying \"torch_dtype\": \"bfloat16\"\n"
         "  -h, --help               show this help\n"
         "      --version            show the version\n"
         "\n"
-        "The weights are the checkpoint's floats, bit for bit; the optimizer state is not written.\n"
-        "strata-train --init-from DIR reads such a directory back.\n"
+        "In fp32 the weights are the checkpoint's floats, bit for bit (strata checkpoints keep fp32\n"
+        "master weights whatever the training precision); the optimizer state is not written.\n"
+        "strata-train --init-from DIR reads such a directory back, in either dtype.\n"
         "Exit status: 0 on success, 1 on a runtime failure (missing or unreadable checkpoint,\n"
         "unwritable directory), 2 on bad usage, a checkpoint without a GPT-2 form, or a file to\n"
         "write that is the checkpoint itself or not a regular file.\n",
@@ -40,15 +44,27 @@ static void usage(FILE *f) {
 
 int main(int argc, char **argv) {
   static const struct option longs[] = {{"hf", required_argument, NULL, 'H'},
+                                        {"dtype", required_argument, NULL, OPT_DTYPE},
                                         {"help", no_argument, NULL, 'h'},
                                         {"version", no_argument, NULL, OPT_VERSION},
                                         {NULL, 0, NULL, 0}};
   const char *hf = NULL;
+  enum strata_st_dtype dtype = STRATA_ST_F32;
   opterr = 0;
   int c;
   while ((c = getopt_long(argc, argv, ":h", longs, NULL)) != -1) {
     switch (c) {
     case 'H': hf = optarg; break;
+    case OPT_DTYPE:
+      if (strcmp(optarg, "fp32") == 0) {
+        dtype = STRATA_ST_F32;
+      } else if (strcmp(optarg, "bf16") == 0) {
+        dtype = STRATA_ST_BF16;
+      } else {
+        fprintf(stderr, PROG ": --dtype '%s': say fp32 or bf16\n", optarg);
+        return EXIT_USAGE;
+      }
+      break;
     case 'h': usage(stdout); return 0;
     case OPT_VERSION: printf("strata-export %s\n", strata_version()); return 0;
     default:
@@ -82,7 +98,7 @@ int main(int argc, char **argv) {
       return EXIT_USAGE;
     }
   }
-  int rc = strata_hf_export(checkpoint, hf);
+  int rc = strata_hf_export_as(checkpoint, hf, dtype);
   if (rc) {
     fprintf(stderr, PROG ": %s\n", strata_last_error());
     return rc == STRATA_ERR_PARSE || rc == STRATA_ERR_UNSUPPORTED ? EXIT_USAGE : EXIT_RUNTIME;
