@@ -18,6 +18,10 @@ if ! /usr/bin/time -f %M true >/dev/null 2>&1; then
   exit 0
 fi
 echo "1..3"
+# Under AddressSanitizer the address-space cap cannot hold (its shadow reserves terabytes) and the resident size
+# counts the shadow: there the run is checked for its exit, its line and its time only, and says so.
+asan=0
+grep -q '^CFLAGS = .*-fsanitize=address' "$top_builddir/Makefile" 2>/dev/null && asan=1
 
 n=0
 # bounded NAME WORDS ARGS...: exit 1, one line on stderr holding WORDS, under 20 s and 1 GB. A run that went wrong
@@ -25,7 +29,11 @@ n=0
 bounded() {
   name=$1 words=$2
   shift 2
-  (ulimit -v 2000000; exec /usr/bin/time -f '%M %e' -o "$TMP/time" timeout 60 "$PLAN" "$@") >"$TMP/out" 2>"$TMP/err"
+  if [ $asan -eq 1 ]; then
+    /usr/bin/time -f '%M %e' -o "$TMP/time" timeout 60 "$PLAN" "$@" >"$TMP/out" 2>"$TMP/err"
+  else
+    (ulimit -v 2000000; exec /usr/bin/time -f '%M %e' -o "$TMP/time" timeout 60 "$PLAN" "$@") >"$TMP/out" 2>"$TMP/err"
+  fi
   rc=$?
   # GNU time writes "Command exited with non-zero status 1" first, then the figures
   kb=$(tail -n 1 "$TMP/time" 2>/dev/null | cut -d' ' -f1)
@@ -33,8 +41,8 @@ bounded() {
   lines=$(wc -l <"$TMP/err" | tr -d ' ')
   n=$((n + 1))
   if [ "$rc" -eq 1 ] && [ "$lines" -eq 1 ] && grep -q '^strata-plan: ' "$TMP/err" && grep -qF -- "$words" "$TMP/err" &&
-    [ -n "$kb" ] && [ "$kb" -lt 1000000 ] && awk -v s="$s" 'BEGIN { exit !(s < 20) }'; then
-    echo "ok $n - $name: exit 1, one line, ${kb} KB, ${s} s"
+    [ -n "$kb" ] && { [ $asan -eq 1 ] || [ "$kb" -lt 1000000 ]; } && awk -v s="$s" 'BEGIN { exit !(s < 20) }'; then
+    echo "ok $n - $name: exit 1, one line, ${kb} KB$([ $asan -eq 1 ] && echo ' (AddressSanitizer: not held to 1 GB)'), ${s} s"
   else
     echo "not ok $n - $name: exit 1, one line with '$words', under 1 GB and 20 s"
     echo "# rc=$rc lines=$lines peak=${kb:-?} KB wall=${s:-?} s"
