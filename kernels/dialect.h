@@ -12,6 +12,7 @@
 **
 **   KERNEL      entry point             GLOBAL   pointer to device memory
 **   I64         64-bit signed integer   GID      global index of this item
+**   U32 U16     unsigned integers of 32 and 16 bits
 **   SQRT EXP LOG TANH FMAX  float math
 **
 ** Kernels that reduce (rows of layernorm, softmax, cross-entropy; columns
@@ -28,6 +29,10 @@
 #define KERNEL __kernel
 #define GLOBAL __global
 #define I64 long
+#define U32 uint
+#define U16 ushort
+#define AS_FLOAT(u) as_float(u)
+#define AS_U32(f) as_uint(f)
 #define GID ((I64)get_global_id(0))
 #define SQRT(x) sqrt(x)
 #define EXP(x) exp(x)
@@ -46,6 +51,10 @@
 #define KERNEL extern "C" __global__
 #define GLOBAL
 #define I64 long long
+#define U32 unsigned int
+#define U16 unsigned short
+#define AS_FLOAT(u) __uint_as_float(u)
+#define AS_U32(f) __float_as_uint(f)
 #define GID ((I64)blockIdx.x * (I64)blockDim.x + (I64)threadIdx.x)
 #define SQRT(x) sqrtf(x)
 #define EXP(x) expf(x)
@@ -64,4 +73,117 @@
 #error "kernels/dialect.h is for OpenCL C or CUDA C"
 #endif
 
+/*
+** bfloat16 is stored as 16-bit words (U16): the upper half of a float32.
+** Loads widen exactly; stores round as the host backend does
+** (backends/host/bf16.h, x86's vcvtneps2bf16), so that every backend
+** writes the same bits for the same float: to nearest, ties to even; NaN
+** stays NaN (made quiet, sign and upper payload kept); infinities stay; a
+** float32 denormal becomes a zero of its sign; values past the largest
+** bfloat16 round to infinity.
+*/
+INLINE float strata_bf16_widen(U16 h)
+{
+  return AS_FLOAT((U32)h << 16);
+}
+
+INLINE U16 strata_bf16_round(float f)
+{
+  U32 u = AS_U32(f), mag = u & 0x7fffffffu;
+  if (mag > 0x7f800000u) return (U16)((u >> 16) | 0x40u);
+  if (mag < 0x00800000u) return (U16)((u >> 16) & 0x8000u);
+  return (U16)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
 #endif /* STRATA_KERNEL_DIALECT_H */
+
+/*
+** Storage types of a kernel's buffers, by position: the i-th buffer
+** parameter of a kernel (0, 1, ... counting every GLOBAL pointer, int32
+** ones included) is declared GLOBAL Ti * and read with LDi(p, index),
+** written with STi(p, index, value), always as float. Bit i of
+** STRATA_BF16_MASK (a build option, 0 when absent) makes it bfloat16, else
+** it is float32 and LDi / STi are plain accesses (so the float32 kernels
+** are exactly what they were before bfloat16). An int32 buffer ignores
+** its bit. This part is read again at every inclusion, so that one
+** translation unit may compile the kernels under several masks.
+*/
+#ifndef STRATA_BF16_MASK
+#define STRATA_BF16_MASK 0
+#endif
+#undef T0
+#undef LD0
+#undef ST0
+#undef T1
+#undef LD1
+#undef ST1
+#undef T2
+#undef LD2
+#undef ST2
+#undef T3
+#undef LD3
+#undef ST3
+#undef T4
+#undef LD4
+#undef ST4
+#undef T5
+#undef LD5
+#undef ST5
+#define STRATA_LD_F32(p, i) ((p)[i])
+#define STRATA_ST_F32(p, i, v) ((p)[i] = (v))
+#define STRATA_LD_BF16(p, i) strata_bf16_widen((p)[i])
+#define STRATA_ST_BF16(p, i, v) ((p)[i] = strata_bf16_round(v))
+#if (STRATA_BF16_MASK) & 1
+#define T0 U16
+#define LD0 STRATA_LD_BF16
+#define ST0 STRATA_ST_BF16
+#else
+#define T0 float
+#define LD0 STRATA_LD_F32
+#define ST0 STRATA_ST_F32
+#endif
+#if (STRATA_BF16_MASK) & 2
+#define T1 U16
+#define LD1 STRATA_LD_BF16
+#define ST1 STRATA_ST_BF16
+#else
+#define T1 float
+#define LD1 STRATA_LD_F32
+#define ST1 STRATA_ST_F32
+#endif
+#if (STRATA_BF16_MASK) & 4
+#define T2 U16
+#define LD2 STRATA_LD_BF16
+#define ST2 STRATA_ST_BF16
+#else
+#define T2 float
+#define LD2 STRATA_LD_F32
+#define ST2 STRATA_ST_F32
+#endif
+#if (STRATA_BF16_MASK) & 8
+#define T3 U16
+#define LD3 STRATA_LD_BF16
+#define ST3 STRATA_ST_BF16
+#else
+#define T3 float
+#define LD3 STRATA_LD_F32
+#define ST3 STRATA_ST_F32
+#endif
+#if (STRATA_BF16_MASK) & 16
+#define T4 U16
+#define LD4 STRATA_LD_BF16
+#define ST4 STRATA_ST_BF16
+#else
+#define T4 float
+#define LD4 STRATA_LD_F32
+#define ST4 STRATA_ST_F32
+#endif
+#if (STRATA_BF16_MASK) & 32
+#define T5 U16
+#define LD5 STRATA_LD_BF16
+#define ST5 STRATA_ST_BF16
+#else
+#define T5 float
+#define LD5 STRATA_LD_F32
+#define ST5 STRATA_ST_F32
+#endif

@@ -200,6 +200,9 @@ static void ocl_fini(void *ctx) {
     struct strata__ocl_platform *pl = &ocl->platforms[i];
     if (pl->program)
       clReleaseProgram(pl->program);
+    for (unsigned m = 0; m < STRATA__OCL_MASKS; m++)
+      if (pl->variants[m])
+        clReleaseProgram(pl->variants[m]);
     if (pl->context)
       clReleaseContext(pl->context);
     pthread_mutex_destroy(&pl->lock);
@@ -378,32 +381,23 @@ static void ocl_free(void *ctx, int dev, void *buf) {
 /* ----------------------------------------------------------------- queues */
 
 /*
-** Build the kernel program of a platform once (for all its devices); later
-** calls return the result of the first. A failed build is kept with its
-** log and reported again on every call.
+** Create and build the kernel program of platform `pl` with build options
+** `options` into *out. On failure writes the message (with the start of
+** the first build log) into `msg` and returns a status; nothing is kept.
+** The caller holds pl->lock.
 */
-static int platform_program(struct strata__ocl *ocl, struct strata__ocl_platform *pl) {
-  int rc;
-  pthread_mutex_lock(&pl->lock);
-  if (pl->program || pl->build_status) {
-    rc = pl->build_status;
-    if (rc)
-      ocl->svc->error(rc, "%s", pl->build_error);
-    pthread_mutex_unlock(&pl->lock);
-    return rc;
-  }
+static int build_program(struct strata__ocl_platform *pl, const char *options, cl_program *out, char *msg,
+                         size_t len) {
   cl_int err;
+  *out = NULL;
   cl_program prog = clCreateProgramWithSource(pl->context, (cl_uint)strata__opencl_source_count,
                                               (const char **)strata__opencl_source, NULL, &err);
   if (err != CL_SUCCESS) {
-    snprintf(pl->build_error, sizeof pl->build_error, "opencl: clCreateProgramWithSource on '%s': %s (%d)",
-             pl->name, strata__ocl_err_name(err), (int)err);
-    pl->build_status = err == CL_OUT_OF_HOST_MEMORY ? STRATA_ERR_NOMEM : STRATA_ERR_BACKEND;
-    rc = ocl->svc->error(pl->build_status, "%s", pl->build_error);
-    pthread_mutex_unlock(&pl->lock);
-    return rc;
+    snprintf(msg, len, "opencl: clCreateProgramWithSource on '%s': %s (%d)", pl->name, strata__ocl_err_name(err),
+             (int)err);
+    return err == CL_OUT_OF_HOST_MEMORY ? STRATA_ERR_NOMEM : STRATA_ERR_BACKEND;
   }
-  err = clBuildProgram(prog, 0, NULL, "", NULL, NULL);
+  err = clBuildProgram(prog, 0, NULL, options, NULL, NULL);
   if (err != CL_SUCCESS) {
     /* the log of the first device that has one, flattened and truncated */
     char log[320] = "";
@@ -416,14 +410,14 @@ static int platform_program(struct strata__ocl *ocl, struct strata__ocl_platform
         nd = 0;
     }
     for (cl_uint i = 0; i < nd && !log[0]; i++) {
-      size_t len = 0;
-      if (clGetProgramBuildInfo(prog, devs[i], CL_PROGRAM_BUILD_LOG, 0, NULL, &len) != CL_SUCCESS || len < 2)
+      size_t loglen = 0;
+      if (clGetProgramBuildInfo(prog, devs[i], CL_PROGRAM_BUILD_LOG, 0, NULL, &loglen) != CL_SUCCESS || loglen < 2)
         continue;
-      char *full = malloc(len + 1);
+      char *full = malloc(loglen + 1);
       if (!full)
         break;
-      if (clGetProgramBuildInfo(prog, devs[i], CL_PROGRAM_BUILD_LOG, len, full, NULL) == CL_SUCCESS) {
-        full[len] = '\0';
+      if (clGetProgramBuildInfo(prog, devs[i], CL_PROGRAM_BUILD_LOG, loglen, full, NULL) == CL_SUCCESS) {
+        full[loglen] = '\0';
         size_t o = 0;
         for (const char *p = full; *p && o + 1 < sizeof log; p++)
           log[o++] = (*p == '\n' || *p == '\r') ? ' ' : *p;
@@ -431,16 +425,97 @@ static int platform_program(struct strata__ocl *ocl, struct strata__ocl_platform
       }
       free(full);
     }
-    snprintf(pl->build_error, sizeof pl->build_error, "opencl: clBuildProgram of the strata kernels on '%s': %s (%d): %s",
-             pl->name, strata__ocl_err_name(err), (int)err, log[0] ? log : "no build log");
-    pl->build_status = err == CL_OUT_OF_HOST_MEMORY ? STRATA_ERR_NOMEM : STRATA_ERR_BACKEND;
+    snprintf(msg, len, "opencl: clBuildProgram of the strata kernels%s%s on '%s': %s (%d): %s", options[0] ? " with " : "",
+             options, pl->name, strata__ocl_err_name(err), (int)err, log[0] ? log : "no build log");
     clReleaseProgram(prog);
-    rc = ocl->svc->error(pl->build_status, "%s", pl->build_error);
-    pthread_mutex_unlock(&pl->lock);
-    return rc;
+    return err == CL_OUT_OF_HOST_MEMORY ? STRATA_ERR_NOMEM : STRATA_ERR_BACKEND;
   }
-  pl->program = prog;
+  *out = prog;
+  return STRATA_OK;
+}
+
+/*
+** Build the float32 kernel program of a platform once (for all its
+** devices); later calls return the result of the first. A failed build is
+** kept with its log and reported again on every call.
+*/
+static int platform_program(struct strata__ocl *ocl, struct strata__ocl_platform *pl) {
+  int rc;
+  pthread_mutex_lock(&pl->lock);
+  if (!pl->program && !pl->build_status)
+    pl->build_status = build_program(pl, "", &pl->program, pl->build_error, sizeof pl->build_error);
+  rc = pl->build_status;
+  if (rc)
+    ocl->svc->error(rc, "%s", pl->build_error);
   pthread_mutex_unlock(&pl->lock);
+  return rc;
+}
+
+/* The kernels that cooperate in work-groups of the queue's size q->wg. */
+static const enum strata__ocl_kernel coop_kernels[] = {
+    STRATA__OCL_K_BIAS_GRAD,   STRATA__OCL_K_LAYERNORM_FWD, STRATA__OCL_K_LAYERNORM_BWD_DX,
+    STRATA__OCL_K_LAYERNORM_BWD_DPARAMS, STRATA__OCL_K_SOFTMAX_FWD, STRATA__OCL_K_SOFTMAX_BWD,
+    STRATA__OCL_K_XENT_FWD,    STRATA__OCL_K_XENT_BWD,      STRATA__OCL_K_XENT_VP_MAX,
+    STRATA__OCL_K_XENT_VP_SUMS};
+
+static int is_coop(enum strata__ocl_kernel kid) {
+  for (size_t i = 0; i < sizeof coop_kernels / sizeof coop_kernels[0]; i++)
+    if (coop_kernels[i] == kid)
+      return 1;
+  return 0;
+}
+
+int strata__ocl_kernel(struct strata__ocl *ocl, struct strata__ocl_queue *q, enum strata__ocl_kernel kid, unsigned mask,
+                       cl_kernel *k) {
+  *k = NULL;
+  if (mask == 0) {
+    *k = q->kernels[kid];
+    return STRATA_OK;
+  }
+  if (mask >= STRATA__OCL_MASKS)
+    return ocl->svc->error(STRATA_ERR_INTERNAL, "opencl: buffer-type mask %#x of %s out of range", mask,
+                           strata__ocl_kernel_names[kid]);
+  if (q->variants && q->variants[kid][mask]) {
+    *k = q->variants[kid][mask];
+    return STRATA_OK;
+  }
+  if (!q->variants && !(q->variants = calloc(STRATA__OCL_K_COUNT, sizeof *q->variants)))
+    return ocl->svc->error(STRATA_ERR_NOMEM, "opencl: out of host memory for a queue's bf16 kernels");
+  struct strata__ocl_platform *pl = q->dev->platform;
+  char msg[512] = "";
+  pthread_mutex_lock(&pl->lock);
+  if (!pl->variants[mask] && !pl->variant_status[mask]) {
+    char options[64];
+    snprintf(options, sizeof options, "-DSTRATA_BF16_MASK=%u", mask);
+    pl->variant_status[mask] = build_program(pl, options, &pl->variants[mask], msg, sizeof msg);
+    if (pl->variant_status[mask])
+      ocl->svc->log(STRATA_LOG_ERROR, "opencl", "%s", msg);
+  }
+  int rc = pl->variant_status[mask];
+  cl_program prog = pl->variants[mask];
+  pthread_mutex_unlock(&pl->lock);
+  if (rc)
+    return ocl->svc->error(rc, "%s", msg[0] ? msg : "opencl: the bf16 kernels did not build (see the log)");
+  cl_int err;
+  cl_kernel kern = clCreateKernel(prog, strata__ocl_kernel_names[kid], &err);
+  if (err != CL_SUCCESS) {
+    char what[256];
+    snprintf(what, sizeof what, "clCreateKernel(%s, bf16 mask %#x) on %s", strata__ocl_kernel_names[kid], mask,
+             q->dev->info.name);
+    return strata__ocl_fail(ocl, err, what);
+  }
+  if (is_coop(kid)) {
+    size_t kmax = 0;
+    err = clGetKernelWorkGroupInfo(kern, q->dev->id, CL_KERNEL_WORK_GROUP_SIZE, sizeof kmax, &kmax, NULL);
+    if (err == CL_SUCCESS && kmax < q->wg) {
+      clReleaseKernel(kern);
+      return ocl->svc->error(STRATA_ERR_UNSUPPORTED,
+                             "opencl: %s with bf16 operands takes work-groups of at most %zu on %s, not %zu",
+                             strata__ocl_kernel_names[kid], kmax, q->dev->info.name, q->wg);
+    }
+  }
+  q->variants[kid][mask] = kern;
+  *k = kern;
   return STRATA_OK;
 }
 
@@ -449,9 +524,17 @@ static void ocl_queue_free(void *ctx, void *queue) {
   (void)ctx;
   if (!q)
     return;
-  for (int i = 0; i < STRATA__OCL_K_COUNT; i++)
+  for (int i = 0; i < STRATA__OCL_K_COUNT; i++) {
     if (q->kernels[i])
       clReleaseKernel(q->kernels[i]);
+    for (unsigned m = 0; q->variants && m < STRATA__OCL_MASKS; m++)
+      if (q->variants[i][m])
+        clReleaseKernel(q->variants[i][m]);
+  }
+  free(q->variants);
+  for (int i = 0; i < 3; i++)
+    if (q->stage[i])
+      clReleaseMemObject(q->stage[i]);
   if (q->sumsq_parts)
     clReleaseMemObject(q->sumsq_parts);
   if (q->gemm_tmp)
@@ -495,13 +578,9 @@ static int ocl_queue_new(void *ctx, int dev, void **queue) {
   /* The cooperative kernels' work-group: STRATA_KERNEL_WORKGROUP, which
   ** every one of them must accept, or else the largest power of two up to
   ** STRATA__OCL_WG_MAX that they all accept. */
-  static const enum strata__ocl_kernel coop[] = {
-      STRATA__OCL_K_BIAS_GRAD,   STRATA__OCL_K_LAYERNORM_FWD, STRATA__OCL_K_LAYERNORM_BWD_DX,
-      STRATA__OCL_K_LAYERNORM_BWD_DPARAMS, STRATA__OCL_K_SOFTMAX_FWD, STRATA__OCL_K_SOFTMAX_BWD,
-      STRATA__OCL_K_XENT_FWD,    STRATA__OCL_K_XENT_BWD,      STRATA__OCL_K_XENT_VP_MAX,
-      STRATA__OCL_K_XENT_VP_SUMS};
+  const enum strata__ocl_kernel *coop = coop_kernels;
   size_t most = STRATA__OCL_WG_MAX;
-  for (size_t i = 0; i < sizeof coop / sizeof coop[0]; i++) {
+  for (size_t i = 0; i < sizeof coop_kernels / sizeof coop_kernels[0]; i++) {
     size_t kmax = 0;
     err = clGetKernelWorkGroupInfo(q->kernels[coop[i]], d->id, CL_KERNEL_WORK_GROUP_SIZE, sizeof kmax, &kmax, NULL);
     if (err != CL_SUCCESS) {
@@ -756,13 +835,12 @@ static int ocl_copy(void *ctx, void *queue, void *dst, size_t dst_off, void *src
 
 /* --------------------------------------------------------------------- ops */
 
-/* Every op has a kernel (or CLBlast for GEMM) on every device, but the fused attention (host only so far). */
+/* Every op has a kernel (or CLBlast for GEMM) on every device, on float32 and bfloat16 operands, but the fused
+** attention (host only so far). */
 static int ocl_op_supported(void *ctx, int dev, enum strata__op_id id) {
   (void)ctx;
   (void)dev;
-  /* no CONVERT until the kernels take bf16 */
-  return id >= 0 && id < STRATA__OP_COUNT && id != STRATA__OP_ATTENTION_FWD && id != STRATA__OP_ATTENTION_BWD &&
-         id != STRATA__OP_CONVERT;
+  return id >= 0 && id < STRATA__OP_COUNT && id != STRATA__OP_ATTENTION_FWD && id != STRATA__OP_ATTENTION_BWD;
 }
 
 /* ------------------------------------------------------------------ table */

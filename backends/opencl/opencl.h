@@ -23,6 +23,7 @@
   X(RELU_FWD, "k_relu_fwd")                             \
   X(RELU_BWD, "k_relu_bwd")                             \
   X(ADD, "k_add")                                       \
+  X(CONVERT, "k_convert")                               \
   X(SCALE, "k_scale")                                   \
   X(FILL, "k_fill")                                     \
   X(LAYERNORM_FWD, "k_layernorm_fwd")                   \
@@ -62,20 +63,32 @@ enum strata__ocl_kernel {
 /* The kernel names, indexed by enum strata__ocl_kernel. */
 extern const char *const strata__ocl_kernel_names[STRATA__OCL_K_COUNT];
 
+/*
+** Buffer types: kernels/dialect.h declares the i-th buffer parameter of
+** every kernel (i < STRATA__OCL_BUFFERS) float32 or bfloat16 by bit i of
+** STRATA_BF16_MASK. Mask 0 is the program every queue starts with; a
+** launch with bfloat16 operands uses the program built with its mask,
+** built on first use and kept (STRATA__OCL_MASKS of them at most).
+*/
+#define STRATA__OCL_BUFFERS 6
+#define STRATA__OCL_MASKS (1u << STRATA__OCL_BUFFERS)
+
 /* Number of partial sums of the first sumsq pass (k_sumsq_partial); each
 ** queue owns a scratch buffer of this many floats. */
 #define STRATA__OCL_SUMSQ_PARTS 256
 
 /* One OpenCL platform: a context over all its devices (so that they can
-** copy to each other with clEnqueueCopyBuffer) and the kernel program,
-** built on first use under `lock`. */
+** copy to each other with clEnqueueCopyBuffer) and the kernel programs,
+** one per buffer-type mask, each built on first use under `lock`. */
 struct strata__ocl_platform {
   cl_platform_id id;
   cl_context context;
   pthread_mutex_t lock;
-  cl_program program;       /* NULL until built */
+  cl_program program;       /* mask 0 (float32 only); NULL until built */
   int build_status;         /* 0, or the strata status of a failed build (not retried) */
   char build_error[512];    /* message of that failure */
+  cl_program variants[STRATA__OCL_MASKS];   /* the other masks' programs, NULL until built */
+  int variant_status[STRATA__OCL_MASKS];    /* 0, or the status of a failed build (its message is logged) */
   pthread_mutex_t async_lock;  /* guards async_error (the callback runs on driver threads) */
   char async_error[256];    /* first error the driver reported through the context callback, "" if none */
   char name[64];
@@ -85,6 +98,7 @@ struct strata__ocl_device {
   cl_device_id id;
   struct strata__ocl_platform *platform;
   struct strata__device_info info;
+  int bf16_gemm_said;       /* set once the log said how bfloat16 GEMMs run here (CLBlast: in float32) */
 };
 
 /* The largest work-group the cooperative kernels take (STRATA_K_WG_MAX of
@@ -114,10 +128,13 @@ struct strata__ocl_buffer {
 struct strata__ocl_queue {
   cl_command_queue q;
   struct strata__ocl_device *dev;
-  cl_kernel kernels[STRATA__OCL_K_COUNT];
+  cl_kernel kernels[STRATA__OCL_K_COUNT];  /* mask 0 */
+  cl_kernel (*variants)[STRATA__OCL_MASKS];  /* [kernel][mask], allocated on the first bfloat16 launch */
   cl_mem sumsq_parts;       /* STRATA__OCL_SUMSQ_PARTS floats */
   cl_mem gemm_tmp;          /* a transposed B for strata's GEMM kernels, grown as needed (NULL until then) */
   size_t gemm_tmp_bytes;
+  cl_mem stage[3];          /* float32 copies of bfloat16 operands (CLBlast's A, B, C; a gradient table), grown as needed */
+  size_t stage_bytes[3];
   pthread_mutex_t gate_lock;/* guards gate_status and gate_error (set by the communicator's threads) */
   int gate_status;          /* the first failed gate this queue waited for, 0 if none */
   char gate_error[512];
@@ -139,6 +156,13 @@ int strata__ocl_fail(const struct strata__ocl *ocl, cl_int err, const char *what
 
 /* Whether device `d`'s GEMMs run strata's kernels (kernels/gemm.k) rather than CLBlast. */
 int strata__ocl_gemm_ours(const struct strata__ocl *ocl, const struct strata__ocl_device *d);
+
+/* The kernel object of kernel `kid` under buffer-type mask `mask` for
+** queue `q` (*k owned by the queue): the queue's own for mask 0, else one
+** created on first use from the platform's program for that mask, which
+** is built then if no queue has built it yet. */
+int strata__ocl_kernel(struct strata__ocl *ocl, struct strata__ocl_queue *q, enum strata__ocl_kernel kid, unsigned mask,
+                       cl_kernel *k /* OUT */);
 
 /* Enqueue one op on queue `q` (the backend table's `op` slot). */
 int strata__ocl_op(void *ctx, void *queue, const struct strata__op *op);

@@ -9,6 +9,8 @@
 #include <CL/cl.h>
 #include <clblast_c.h>
 
+#include <strata/comm.h>
+
 #include "opencl.h"
 
 const char *const strata__ocl_kernel_names[STRATA__OCL_K_COUNT] = {
@@ -21,17 +23,60 @@ const char *const strata__ocl_kernel_names[STRATA__OCL_K_COUNT] = {
 #define STRATA__OCL_ROUND 64
 
 /*
-** Set the arguments of kernel `kid` of queue `q` from `ap`. `fmt` gives one
-** letter per argument of the kernel's parameter list in kernels/ops.k:
-**   'm'  const struct strata__mem *  -> (cl_mem, cl_long element offset)
-**   'c'  cl_mem                      -> (cl_mem, cl_long 0)
+** The buffer-type mask of a launch (kernels/dialect.h): bit i set when the
+** i-th buffer argument ('m' or 'c') is a bfloat16 operand. `fmt` and `ap`
+** as for set_args; ap is consumed.
+*/
+static unsigned buffer_mask(const char *fmt, va_list ap) {
+  unsigned mask = 0, pos = 0;
+  for (const char *f = fmt; *f; f++) {
+    switch (*f) {
+    case 'm': {
+      const struct strata__mem *m = va_arg(ap, const struct strata__mem *);
+      if (m->dtype == STRATA_BFLOAT16)
+        mask |= 1u << pos;
+      pos++;
+      break;
+    }
+    case 'c':
+      (void)va_arg(ap, cl_mem);
+      pos++;
+      break;
+    case 'l':
+      (void)va_arg(ap, int64_t);
+      break;
+    case 'f':
+      (void)va_arg(ap, double);
+      break;
+    default:
+      (void)va_arg(ap, int);
+      break;
+    }
+  }
+  return mask;
+}
+
+/*
+** Set the arguments of kernel `kid` of queue `q` from `ap`, in the variant
+** for the types of its buffers, returned in *kout. `fmt` gives one letter
+** per argument of the kernel's parameter list in kernels/ops.k:
+**   'm'  const struct strata__mem *  -> (cl_mem, cl_long element offset of the mem's type)
+**   'c'  cl_mem (float32 scratch)    -> (cl_mem, cl_long 0)
 **   'l'  int64_t                     -> cl_long
 **   'f'  double (a promoted float)   -> cl_float
 **   'i'  int                         -> cl_int
 */
-static int set_args(struct strata__ocl *ocl, struct strata__ocl_queue *q, enum strata__ocl_kernel kid, const char *fmt,
-                    va_list ap) {
-  cl_kernel k = q->kernels[kid];
+static int set_args(struct strata__ocl *ocl, struct strata__ocl_queue *q, enum strata__ocl_kernel kid, cl_kernel *kout,
+                    const char *fmt, va_list ap) {
+  va_list scan;
+  va_copy(scan, ap);
+  unsigned mask = buffer_mask(fmt, scan);
+  va_end(scan);
+  cl_kernel k;
+  int rc = strata__ocl_kernel(ocl, q, kid, mask, &k);
+  if (rc)
+    return rc;
+  *kout = k;
   cl_uint arg = 0;
   cl_int err = CL_SUCCESS;
   for (const char *f = fmt; *f && err == CL_SUCCESS; f++) {
@@ -81,11 +126,11 @@ static int set_args(struct strata__ocl *ocl, struct strata__ocl_queue *q, enum s
   return STRATA_OK;
 }
 
-/* Enqueue kernel `kid` over `global` work-items in work-groups of `local`
+/* Enqueue kernel `k` (a variant of `kid`) over `global` work-items in work-groups of `local`
 ** (0: the implementation's choice). */
-static int enqueue(struct strata__ocl *ocl, struct strata__ocl_queue *q, enum strata__ocl_kernel kid, size_t global,
-                   size_t local) {
-  cl_int err = clEnqueueNDRangeKernel(q->q, q->kernels[kid], 1, NULL, &global, local ? &local : NULL, 0, NULL, NULL);
+static int enqueue(struct strata__ocl *ocl, struct strata__ocl_queue *q, enum strata__ocl_kernel kid, cl_kernel k,
+                   size_t global, size_t local) {
+  cl_int err = clEnqueueNDRangeKernel(q->q, k, 1, NULL, &global, local ? &local : NULL, 0, NULL, NULL);
   if (err != CL_SUCCESS) {
     char what[256];
     snprintf(what, sizeof what, "clEnqueueNDRangeKernel(%s, %zu items, work-groups of %zu) on %s",
@@ -100,12 +145,14 @@ static int enqueue(struct strata__ocl *ocl, struct strata__ocl_queue *q, enum st
 static int launch(struct strata__ocl *ocl, struct strata__ocl_queue *q, enum strata__ocl_kernel kid, int64_t items,
                   const char *fmt, ...) {
   va_list ap;
+  cl_kernel k = NULL;
   va_start(ap, fmt);
-  int rc = set_args(ocl, q, kid, fmt, ap);
+  int rc = set_args(ocl, q, kid, &k, fmt, ap);
   va_end(ap);
   if (rc || items <= 0)
     return rc;
-  return enqueue(ocl, q, kid, (size_t)((items + STRATA__OCL_ROUND - 1) / STRATA__OCL_ROUND * STRATA__OCL_ROUND), 0);
+  return enqueue(ocl, q, kid, k, (size_t)((items + STRATA__OCL_ROUND - 1) / STRATA__OCL_ROUND * STRATA__OCL_ROUND),
+                 0);
 }
 
 /* The same for a kernel that cooperates in work-groups ("Work-groups: ..."
@@ -113,12 +160,13 @@ static int launch(struct strata__ocl *ocl, struct strata__ocl_queue *q, enum str
 static int launch_groups(struct strata__ocl *ocl, struct strata__ocl_queue *q, enum strata__ocl_kernel kid,
                          int64_t groups, const char *fmt, ...) {
   va_list ap;
+  cl_kernel k = NULL;
   va_start(ap, fmt);
-  int rc = set_args(ocl, q, kid, fmt, ap);
+  int rc = set_args(ocl, q, kid, &k, fmt, ap);
   va_end(ap);
   if (rc || groups <= 0)
     return rc;
-  return enqueue(ocl, q, kid, (size_t)groups * q->wg, q->wg);
+  return enqueue(ocl, q, kid, k, (size_t)groups * q->wg, q->wg);
 }
 
 /* Zero `floats` elements of `m` with the device's fill (clEnqueueFillBuffer). */
@@ -179,33 +227,45 @@ static const char *clblast_name(CLBlastStatusCode st) {
   }
 }
 
-/* Make the queue's transpose scratch hold at least `bytes`. */
-static int gemm_tmp(struct strata__ocl *ocl, struct strata__ocl_queue *q, size_t bytes) {
-  if (q->gemm_tmp && q->gemm_tmp_bytes >= bytes)
+/* Make one of the queue's scratch buffers (*mem, of *have bytes) hold at least `bytes`; `what` names it. */
+static int scratch(struct strata__ocl *ocl, struct strata__ocl_queue *q, cl_mem *mem, size_t *have, size_t bytes,
+                   const char *what) {
+  if (*mem && *have >= bytes)
     return STRATA_OK;
-  if (q->gemm_tmp) {
+  if (*mem) {
     /* the queue is in order: commands already enqueued keep the old buffer alive until they are done */
-    clReleaseMemObject(q->gemm_tmp);
-    q->gemm_tmp = NULL;
-    q->gemm_tmp_bytes = 0;
+    clReleaseMemObject(*mem);
+    *mem = NULL;
+    *have = 0;
   }
   cl_int err;
-  q->gemm_tmp = clCreateBuffer(q->dev->platform->context, CL_MEM_READ_WRITE, bytes, NULL, &err);
+  *mem = clCreateBuffer(q->dev->platform->context, CL_MEM_READ_WRITE, bytes, NULL, &err);
   if (err != CL_SUCCESS) {
-    q->gemm_tmp = NULL;
-    char what[256];
-    snprintf(what, sizeof what, "clCreateBuffer of %zu bytes for a GEMM's transposed operand on %s", bytes,
-             q->dev->info.name);
-    return strata__ocl_fail(ocl, err, what);
+    *mem = NULL;
+    char msg[256];
+    snprintf(msg, sizeof msg, "clCreateBuffer of %zu bytes for %s on %s", bytes, what, q->dev->info.name);
+    return strata__ocl_fail(ocl, err, msg);
   }
-  q->gemm_tmp_bytes = bytes;
+  *have = bytes;
   return STRATA_OK;
 }
 
-/* Enqueue kernel `kid` over a 3-D range (its arguments set). */
-static int enqueue3(struct strata__ocl *ocl, struct strata__ocl_queue *q, enum strata__ocl_kernel kid,
-                    const size_t global[3]) {
-  cl_int err = clEnqueueNDRangeKernel(q->q, q->kernels[kid], 3, NULL, global, NULL, 0, NULL, NULL);
+/* Make the queue's transpose scratch hold at least `bytes`. */
+static int gemm_tmp(struct strata__ocl *ocl, struct strata__ocl_queue *q, size_t bytes) {
+  return scratch(ocl, q, &q->gemm_tmp, &q->gemm_tmp_bytes, bytes, "a GEMM's transposed operand");
+}
+
+/* Set the arguments (see set_args) and enqueue kernel `kid` over a 3-D range. */
+static int launch3(struct strata__ocl *ocl, struct strata__ocl_queue *q, enum strata__ocl_kernel kid,
+                   const size_t global[3], const char *fmt, ...) {
+  va_list ap;
+  cl_kernel k = NULL;
+  va_start(ap, fmt);
+  int rc = set_args(ocl, q, kid, &k, fmt, ap);
+  va_end(ap);
+  if (rc)
+    return rc;
+  cl_int err = clEnqueueNDRangeKernel(q->q, k, 3, NULL, global, NULL, 0, NULL, NULL);
   if (err != CL_SUCCESS) {
     char what[256];
     snprintf(what, sizeof what, "clEnqueueNDRangeKernel(%s, %zu x %zu x %zu items) on %s",
@@ -242,22 +302,52 @@ static int gemm_strata(struct strata__ocl *ocl, struct strata__ocl_queue *q,
   if (g->trans_b) {
     const int64_t copies = g->stride_b == 0 ? 1 : g->batch;
     GEMM_TRY(gemm_tmp(ocl, q, (size_t)(copies * g->k * g->n) * sizeof(float)));
-    GEMM_TRY(launch(ocl, q, STRATA__OCL_K_GEMM_TRANSPOSE, 0, "iimllc", (int)g->n, (int)g->k, &g->b, g->ldb,
-                   g->stride_b, q->gemm_tmp));
     const size_t tg[3] = {(size_t)g->k, (size_t)g->n, (size_t)copies};
-    GEMM_TRY(enqueue3(ocl, q, STRATA__OCL_K_GEMM_TRANSPOSE, tg));
+    GEMM_TRY(launch3(ocl, q, STRATA__OCL_K_GEMM_TRANSPOSE, tg, "iimllc", (int)g->n, (int)g->k, &g->b, g->ldb,
+                     g->stride_b, q->gemm_tmp));
     tmp.mem = q->gemm_tmp;
     b = (struct strata__mem){&tmp, 0, 0 /* float32 */};
     ldb = g->n;
     sb = g->stride_b == 0 ? 0 : g->k * g->n;
   }
   const enum strata__ocl_kernel kid = g->trans_a ? STRATA__OCL_K_GEMM_CPU_TA : STRATA__OCL_K_GEMM_CPU;
-  GEMM_TRY(launch(ocl, q, kid, 0, "iiifmllmllfmll", (int)g->m, (int)g->n, (int)g->k, (double)g->alpha, &g->a, g->lda,
-                  g->stride_a, &b, ldb, sb, (double)g->beta, &g->c, g->ldc, g->stride_c));
   const size_t gl[3] = {(size_t)((g->m + GEMM_TM - 1) / GEMM_TM), (size_t)((g->n + GEMM_TN - 1) / GEMM_TN),
                         (size_t)g->batch};
-  return enqueue3(ocl, q, kid, gl);
+  return launch3(ocl, q, kid, gl, "iiifmllmllfmll", (int)g->m, (int)g->n, (int)g->k, (double)g->alpha, &g->a, g->lda,
+                 g->stride_a, &b, ldb, sb, (double)g->beta, &g->c, g->ldc, g->stride_c);
 }
+
+/* Elements spanned by `batch` rows x cols matrices with row stride ld and batch stride `stride`. */
+static int64_t span(int64_t rows, int64_t cols, int64_t ld, int64_t stride, int64_t batch) {
+  return (batch - 1) * stride + (rows - 1) * ld + cols;
+}
+
+/*
+** A float32 copy of operand `m` (n elements from its offset; bfloat16) in
+** the queue's staging buffer `slot`, as the operand *out; `widen` 0 only
+** makes room (an output that is not read).
+*/
+static int stage_f32(struct strata__ocl *ocl, struct strata__ocl_queue *q, int slot, const struct strata__mem *m,
+                     int64_t n, int widen, struct strata__ocl_buffer *buf, struct strata__mem *out) {
+  int rc = scratch(ocl, q, &q->stage[slot], &q->stage_bytes[slot], (size_t)n * sizeof(float),
+                   "a float32 copy of a bf16 operand");
+  if (rc)
+    return rc;
+  *buf = (struct strata__ocl_buffer){q->stage[slot], q->dev};
+  *out = (struct strata__mem){buf, 0, STRATA_FLOAT32};
+  return widen ? launch(ocl, q, STRATA__OCL_K_CONVERT, n, "mml", m, out, n) : STRATA_OK;
+}
+
+/*
+** CLBlast has no bfloat16 GEMM: bfloat16 operands are widened into
+** float32 copies (each whole span, so that C's gaps between rows, other
+** matrices' elements, go back as they were: widening and rounding back
+** keep every bfloat16 value but a signalling NaN's quiet bit and
+** denormals, which strata never stores), the float32 GEMM runs on them,
+** and a bfloat16 C is rounded back once. Said once per device in the log.
+*/
+static int gemm_clblast(struct strata__ocl *ocl, struct strata__ocl_queue *q,
+                        const __typeof__(((struct strata__op *)0)->u.gemm) *g);
 
 /*
 ** GEMM through CLBlast (row-major, offsets in elements). CLBlast refuses
@@ -292,6 +382,8 @@ static int op_gemm(struct strata__ocl *ocl, struct strata__ocl_queue *q, const s
   }
   if (strata__ocl_gemm_ours(ocl, q->dev))
     return gemm_strata(ocl, q, g);
+  if (op->dtypes & STRATA__DTYPES_BF16)
+    return gemm_clblast(ocl, q, g);
   const struct strata__ocl_buffer *a = g->a.h, *bb = g->b.h, *c = g->c.h;
   CLBlastTranspose ta = g->trans_a ? CLBlastTransposeYes : CLBlastTransposeNo;
   CLBlastTranspose tb = g->trans_b ? CLBlastTransposeYes : CLBlastTransposeNo;
@@ -322,14 +414,76 @@ static int op_gemm(struct strata__ocl *ocl, struct strata__ocl_queue *q, const s
   return STRATA_OK;
 }
 
+static int gemm_clblast(struct strata__ocl *ocl, struct strata__ocl_queue *q,
+                        const __typeof__(((struct strata__op *)0)->u.gemm) *g) {
+  if (!__atomic_exchange_n(&q->dev->bf16_gemm_said, 1, __ATOMIC_RELAXED))
+    ocl->svc->log(STRATA_LOG_INFO, "opencl",
+                  "bf16 GEMMs on %s run in float32 on converted operands (CLBlast has no bf16 GEMM)",
+                  q->dev->info.name);
+  struct strata__op f = {.id = STRATA__OP_GEMM, .dtypes = 1u << STRATA_FLOAT32};
+  f.u.gemm = *g;
+  struct strata__ocl_buffer bufs[3];
+  const struct strata__mem *src[3] = {&g->a, &g->b, &g->c};
+  struct strata__mem *dst[3] = {&f.u.gemm.a, &f.u.gemm.b, &f.u.gemm.c};
+  const int64_t n[3] = {span(g->trans_a ? g->k : g->m, g->trans_a ? g->m : g->k, g->lda, g->stride_a, g->batch),
+                        span(g->trans_b ? g->n : g->k, g->trans_b ? g->k : g->n, g->ldb, g->stride_b, g->batch),
+                        span(g->m, g->n, g->ldc, g->stride_c, g->batch)};
+  int rc;
+  for (int i = 0; i < 3; i++)
+    if (src[i]->dtype == STRATA_BFLOAT16 && (rc = stage_f32(ocl, q, i, src[i], n[i], 1, &bufs[i], dst[i])) != 0)
+      return rc;
+  if ((rc = op_gemm(ocl, q, &f)) != 0)
+    return rc;
+  if (g->c.dtype == STRATA_BFLOAT16)
+    return launch(ocl, q, STRATA__OCL_K_CONVERT, n[2], "mml", dst[2], &g->c, n[2]);
+  return STRATA_OK;
+}
+
+/* y = x in y's type: a byte copy when the types agree (nothing when x is y), else the kernel. */
+static int op_convert(struct strata__ocl *ocl, struct strata__ocl_queue *q, const struct strata__op *op) {
+  const __typeof__(op->u.ew) *o = &op->u.ew;
+  if (o->x.dtype != o->y.dtype)
+    return launch(ocl, q, STRATA__OCL_K_CONVERT, o->n, "mml", &o->x, &o->y, o->n);
+  const size_t size = o->x.dtype == STRATA_BFLOAT16 ? 2 : 4;
+  const struct strata__ocl_buffer *x = o->x.h, *y = o->y.h;
+  if (x == y && o->x.off == o->y.off)
+    return STRATA_OK;
+  cl_int err = clEnqueueCopyBuffer(q->q, x->mem, y->mem, o->x.off * size, o->y.off * size, (size_t)o->n * size, 0,
+                                   NULL, NULL);
+  if (err != CL_SUCCESS)
+    return strata__ocl_fail(ocl, err, "clEnqueueCopyBuffer (convert between operands of one type)");
+  return STRATA_OK;
+}
+
+/*
+** dtable (+)= scatter of dout. A bfloat16 table is summed in a float32
+** copy (widened when the op accumulates, else zeroed) and rounded back
+** once, so that every row is the float32 sum in token order as the host
+** computes it.
+*/
+static int op_embedding_bwd(struct strata__ocl *ocl, struct strata__ocl_queue *q, const struct strata__op *op) {
+  const __typeof__(op->u.emb) *o = &op->u.emb;
+  const int64_t n = o->vocab * o->dim;
+  struct strata__ocl_buffer buf;
+  struct strata__mem table = o->dtable;
+  int rc;
+  if (o->dtable.dtype == STRATA_BFLOAT16 &&
+      (rc = stage_f32(ocl, q, 2, &o->dtable, n, o->accumulate, &buf, &table)) != STRATA_OK)
+    return rc;
+  if (!o->accumulate && (rc = zero(ocl, q, &table, n)) != STRATA_OK)
+    return rc;
+  rc = launch(ocl, q, STRATA__OCL_K_EMBEDDING_BWD, o->dim, "mmmlll", &o->tokens, &o->dout, &table, o->n, o->dim,
+              o->vocab);
+  if (rc || o->dtable.dtype != STRATA_BFLOAT16)
+    return rc;
+  return launch(ocl, q, STRATA__OCL_K_CONVERT, n, "mml", &table, &o->dtable, n);
+}
+
 int strata__ocl_op(void *ctx, void *queue, const struct strata__op *op) {
   struct strata__ocl *ocl = ctx;
   struct strata__ocl_queue *q = queue;
   int rc;
-  /* the kernels read and write float32 only; offsets below count 4-byte elements */
-  if (op->dtypes & STRATA__DTYPES_BF16)
-    return ocl->svc->error(STRATA_ERR_UNSUPPORTED, "opencl: bf16 operands are not supported yet (op %s)",
-                           strata__op_name(op->id));
+  /* operands of either float type: each launch picks the kernels' variant for its buffers' types (set_args) */
   switch (op->id) {
   case STRATA__OP_GEMM:
     return op_gemm(ocl, q, op);
@@ -360,9 +514,14 @@ int strata__ocl_op(void *ctx, void *queue, const struct strata__op *op) {
   }
   case STRATA__OP_REDUCE: {
     const __typeof__(op->u.reduce) *o = &op->u.reduce;
-    return launch(ocl, q, o->dtype == 1 ? STRATA__OCL_K_REDUCE_I32 : STRATA__OCL_K_REDUCE_F32, o->n, "mmmli", &o->a,
-                  &o->b, &o->y, o->n, o->op);
+    /* the record's dtype types all three operands (their own dtype fields are not set) */
+    struct strata__mem a = o->a, b = o->b, y = o->y;
+    a.dtype = b.dtype = y.dtype = o->dtype == STRATA_BFLOAT16 ? STRATA_BFLOAT16 : STRATA_FLOAT32;
+    return launch(ocl, q, o->dtype == STRATA_INT32 ? STRATA__OCL_K_REDUCE_I32 : STRATA__OCL_K_REDUCE_F32, o->n,
+                  "mmmli", &a, &b, &y, o->n, o->op);
   }
+  case STRATA__OP_CONVERT:
+    return op_convert(ocl, q, op);
   case STRATA__OP_SCALE: {
     const __typeof__(op->u.ew) *o = &op->u.ew;
     return launch(ocl, q, STRATA__OCL_K_SCALE, o->n, "mfl", &o->x, (double)o->alpha, o->n);
@@ -401,13 +560,8 @@ int strata__ocl_op(void *ctx, void *queue, const struct strata__op *op) {
     return launch(ocl, q, STRATA__OCL_K_EMBEDDING_FWD, o->n * o->dim, "mmmlll", &o->tokens, &o->table, &o->out, o->n,
                   o->dim, o->vocab);
   }
-  case STRATA__OP_EMBEDDING_BWD: {
-    const __typeof__(op->u.emb) *o = &op->u.emb;
-    if (!o->accumulate && (rc = zero(ocl, q, &o->dtable, o->vocab * o->dim)) != STRATA_OK)
-      return rc;
-    return launch(ocl, q, STRATA__OCL_K_EMBEDDING_BWD, o->dim, "mmmlll", &o->tokens, &o->dout, &o->dtable, o->n, o->dim,
-                  o->vocab);
-  }
+  case STRATA__OP_EMBEDDING_BWD:
+    return op_embedding_bwd(ocl, q, op);
   case STRATA__OP_XENT_FWD: {
     const __typeof__(op->u.xent) *o = &op->u.xent;
     return launch_groups(ocl, q, STRATA__OCL_K_XENT_FWD, o->rows, "mmmll", &o->logits, &o->targets, &o->loss, o->rows,
@@ -477,7 +631,6 @@ int strata__ocl_op(void *ctx, void *queue, const struct strata__op *op) {
   }
   case STRATA__OP_ATTENTION_FWD: /* host only: ocl_op_supported says so before a record is made */
   case STRATA__OP_ATTENTION_BWD:
-  case STRATA__OP_CONVERT: /* not until the kernels take bf16 */
   case STRATA__OP_COUNT:
     break;
   }
