@@ -15,6 +15,7 @@
 #include <cublas_v2.h>
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <strata/comm.h>
 #include "device/backend.h"
 #include "collectives.h"
 #include "launch.h"
@@ -49,6 +50,7 @@ struct strata__cuda {
   const struct strata__services *svc;
   int count;
   int wg;                    /* block size of the cooperative kernels (STRATA_KERNEL_WORKGROUP, default 256) */
+  int tf32;                  /* STRATA_CUDA_TF32=1: float32 GEMMs on TF32 tensor cores (off: exact float32) */
   pthread_mutex_t peer_lock;
   unsigned char *peer_tried; /* count * count, row = from-device */
   /* The driver's current-context calls, reached through cudart (the module
@@ -174,6 +176,13 @@ static int strata__cuda_init(const struct strata__services *svc, void **ctx /* O
                         STRATA__CUDA_WG_MAX);
     wg = (int)v;
   }
+  int tf32 = 0;
+  env = getenv("STRATA_CUDA_TF32");
+  if (env && *env) {
+    if (strcmp(env, "0") && strcmp(env, "1"))
+      return svc->error(STRATA_ERR_PARSE, "STRATA_CUDA_TF32='%s': expected 0 or 1", env);
+    tf32 = env[0] == '1';
+  }
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   strata__cuda_log_versions(svc);
@@ -205,6 +214,9 @@ static int strata__cuda_init(const struct strata__services *svc, void **ctx /* O
   strata__nccl_svc = svc;
   cx->count = count;
   cx->wg = wg;
+  cx->tf32 = tf32;
+  if (tf32)
+    svc->log(STRATA_LOG_INFO, "cuda", "STRATA_CUDA_TF32=1: float32 GEMMs on TF32 tensor cores (10-bit mantissas)");
   cx->peer_tried = tried;
   cx->ctx_get = ctx_get;
   cx->ctx_set = ctx_set;
@@ -366,9 +378,10 @@ static int strata__cuda_queue_new_on(struct strata__cuda *cx, int dev, void **qu
     rc = strata__cublas_fail(cx, "cublasSetStream", s);
     goto fail_blas;
   }
-  /* Plain fp32 GEMM (no TF32 tensor-op downconversion): results stay
-  ** comparable with the host and OpenCL backends. */
-  s = cublasSetMathMode(q->blas, CUBLAS_DEFAULT_MATH);
+  /* Plain fp32 GEMM (no TF32 tensor-op downconversion) unless
+  ** STRATA_CUDA_TF32=1: results stay comparable with the host and OpenCL
+  ** backends. bf16 GEMMs use tensor cores either way (cublasGemmEx). */
+  s = cublasSetMathMode(q->blas, cx->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
   if (s != CUBLAS_STATUS_SUCCESS) {
     rc = strata__cublas_fail(cx, "cublasSetMathMode", s);
     goto fail_blas;
@@ -599,7 +612,46 @@ static int strata__cuda_copy(void *ctx, void *queue, void *dst, size_t dst_off, 
 ** The leading dimensions are the row strides as given: a stored row-major
 ** r x c matrix needs ld >= c, exactly cuBLAS's ld >= rows of its view.
 */
+/*
+** bf16 A and B (C bf16 or float32): cublasGemmStridedBatchedEx with
+** CUDA_R_16BF operands and CUBLAS_COMPUTE_32F (float32 sums, C rounded
+** once). cuBLAS has no float32 A and B with a bf16 C: refused, saying so.
+*/
+static int strata__cuda_gemm_bf16(struct strata__cuda *cx, struct strata__cuda_queue *q, const struct strata__op *op) {
+  const __typeof__(op->u.gemm) *g = &op->u.gemm;
+  if (g->a.dtype != STRATA_BFLOAT16)
+    return cx->svc->error(STRATA_ERR_UNSUPPORTED, "cuda: gemm of float32 A and B into a bf16 C is not supported");
+  const uint16_t *a = (const uint16_t *)((struct strata__cuda_buf *)g->a.h)->ptr + g->a.off;
+  const uint16_t *b = (const uint16_t *)((struct strata__cuda_buf *)g->b.h)->ptr + g->b.off;
+  const int cbf = g->c.dtype == STRATA_BFLOAT16;
+  void *c = (char *)((struct strata__cuda_buf *)g->c.h)->ptr + g->c.off * (cbf ? 2 : 4);
+  const cudaDataType_t ct = cbf ? CUDA_R_16BF : CUDA_R_32F;
+  /* the same column-major reading as strata__cuda_gemm below */
+  cublasOperation_t ta = g->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  int64_t m = g->n, n = g->m, k = g->k;
+  if (m == 0 || n == 0 || g->batch <= 0)
+    return STRATA_OK;
+  int64_t lda = g->lda > 0 ? g->lda : 1, ldb = g->ldb > 0 ? g->ldb : 1;
+  float alpha = g->alpha, beta = g->beta;
+  cublasStatus_t s;
+#if CUBLAS_VER_MAJOR >= 12
+  s = cublasGemmStridedBatchedEx_64(q->blas, ta, tb, m, n, k, &alpha, b, CUDA_R_16BF, ldb, g->stride_b, a,
+                                    CUDA_R_16BF, lda, g->stride_a, &beta, c, ct, g->ldc, g->stride_c, g->batch,
+                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+#else
+  if (m > INT_MAX || n > INT_MAX || k > INT_MAX || lda > INT_MAX || ldb > INT_MAX || g->ldc > INT_MAX ||
+      g->batch > INT_MAX)
+    return cx->svc->error(STRATA_ERR_RANGE, "cuda: gemm sizes past 2^31 need cuBLAS 12");
+  s = cublasGemmStridedBatchedEx(q->blas, ta, tb, (int)m, (int)n, (int)k, &alpha, b, CUDA_R_16BF, (int)ldb,
+                                 g->stride_b, a, CUDA_R_16BF, (int)lda, g->stride_a, &beta, c, ct, (int)g->ldc,
+                                 g->stride_c, (int)g->batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+#endif
+  return s == CUBLAS_STATUS_SUCCESS ? STRATA_OK : strata__cublas_fail(cx, "cublasGemmStridedBatchedEx (bf16)", s);
+}
+
 static int strata__cuda_gemm(struct strata__cuda *cx, struct strata__cuda_queue *q, const struct strata__op *op) {
+  if (op->dtypes & STRATA__DTYPES_BF16)
+    return strata__cuda_gemm_bf16(cx, q, op);
   const float *a = (const float *)((struct strata__cuda_buf *)op->u.gemm.a.h)->ptr + op->u.gemm.a.off;
   const float *b = (const float *)((struct strata__cuda_buf *)op->u.gemm.b.h)->ptr + op->u.gemm.b.off;
   float *c = (float *)((struct strata__cuda_buf *)op->u.gemm.c.h)->ptr + op->u.gemm.c.off;
@@ -635,13 +687,31 @@ static int strata__cuda_gemm(struct strata__cuda *cx, struct strata__cuda_queue 
 #define I(m) ((int *)((struct strata__cuda_buf *)(m).h)->ptr)
 #define O(m) ((strata__i64)(m).off)
 
-/* Every op of lib/device/backend.h is implemented on every device, but the fused attention (host only so far). */
+/* Every op of lib/device/backend.h is implemented on every device, but the fused attention (host only so far);
+** bf16 operands only for convert and gemm (strata__cuda_op refuses the others'). */
 static int strata__cuda_op_supported(void *ctx, int dev, enum strata__op_id id) {
   (void)ctx;
   (void)dev;
-  /* no CONVERT until the kernels take bf16 */
   return (int)id >= 0 && (int)id < STRATA__OP_COUNT && id != STRATA__OP_ATTENTION_FWD &&
-         id != STRATA__OP_ATTENTION_BWD && id != STRATA__OP_CONVERT;
+         id != STRATA__OP_ATTENTION_BWD;
+}
+
+/* y = x in y's type: a copy on the stream when the types agree (nothing when x is y), else the shared kernel. */
+static int strata__cuda_convert_op(struct strata__cuda *cx, struct strata__cuda_queue *q, const struct strata__op *op) {
+  const __typeof__(op->u.ew) *o = &op->u.ew;
+  char *x = ((struct strata__cuda_buf *)o->x.h)->ptr, *y = ((struct strata__cuda_buf *)o->y.h)->ptr;
+  const size_t xs = o->x.dtype == STRATA_BFLOAT16 ? 2 : 4, ys = o->y.dtype == STRATA_BFLOAT16 ? 2 : 4;
+  cudaError_t e;
+  if (o->x.dtype == o->y.dtype) {
+    if (x + o->x.off * xs == y + o->y.off * ys)
+      return STRATA_OK;
+    e = cudaMemcpyAsync(y + o->y.off * ys, x + o->x.off * xs, (size_t)o->n * xs, cudaMemcpyDeviceToDevice,
+                        q->stream);
+  } else {
+    e = strata__cuda_convert(q->stream, o->n, x, (strata__i64)o->x.off, o->x.dtype == STRATA_BFLOAT16, y,
+                             (strata__i64)o->y.off, o->n);
+  }
+  return e == cudaSuccess ? STRATA_OK : strata__cuda_fail(cx, "convert", e);
 }
 
 /*
@@ -655,6 +725,8 @@ static int strata__cuda_op_on(struct strata__cuda *cx, struct strata__cuda_queue
   switch (op->id) {
   case STRATA__OP_GEMM:
     return strata__cuda_gemm(cx, q, op);
+  case STRATA__OP_CONVERT:
+    return strata__cuda_convert_op(cx, q, op);
   case STRATA__OP_BIAS_ADD: {
     const __typeof__(op->u.bias) *a = &op->u.bias;
     e = strata__cuda_bias_add(st, a->rows * a->cols, F(a->y), O(a->y), F(a->bias), O(a->bias), a->rows, a->cols);
@@ -854,8 +926,8 @@ static int strata__cuda_op_on(struct strata__cuda *cx, struct strata__cuda_queue
 
 static int strata__cuda_op(void *ctx, void *queue, const struct strata__op *op) {
   struct strata__cuda_queue *q = queue;
-  /* the kernels and cuBLAS calls read and write float32 only; offsets count 4-byte elements */
-  if (op->dtypes & STRATA__DTYPES_BF16)
+  /* bf16 operands: convert and gemm (cuBLAS's GemmEx) only so far; the other kernels read and write float32 */
+  if ((op->dtypes & STRATA__DTYPES_BF16) && op->id != STRATA__OP_CONVERT && op->id != STRATA__OP_GEMM)
     return ((struct strata__cuda *)ctx)->svc->error(STRATA_ERR_UNSUPPORTED,
                                                     "cuda: bf16 operands are not supported yet (op %s)",
                                                     strata__op_name(op->id));

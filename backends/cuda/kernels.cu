@@ -291,3 +291,33 @@ extern "C" cudaError_t strata__cuda_tokens_shift(cudaStream_t stream, strata__i6
 {
   STRATA__CUDA_LAUNCH(k_tokens_shift, tokens, tokens_off, out, out_off, n, off, count);
 }
+
+/*
+** convert's two directions: k_convert of ops.k compiled again under the
+** buffer-type masks of kernels/dialect.h that make x (mask 1) or y (mask 2)
+** bfloat16, each in a namespace of its own (KERNEL without extern "C":
+** the names repeat). The other kernels take no bfloat16 yet on CUDA: the
+** backend refuses those operands, saying so.
+*/
+#undef KERNEL
+#define KERNEL __global__
+namespace strata_k_from_bf16 {
+#undef STRATA_BF16_MASK
+#define STRATA_BF16_MASK 1
+#include "dialect.h"
+#include "ops.k"
+}
+namespace strata_k_to_bf16 {
+#undef STRATA_BF16_MASK
+#define STRATA_BF16_MASK 2
+#include "dialect.h"
+#include "ops.k"
+}
+
+extern "C" cudaError_t strata__cuda_convert(cudaStream_t stream, strata__i64 items, const void *x, strata__i64 x_off,
+                                            int x_bf16, void *y, strata__i64 y_off, strata__i64 n)
+{
+  if (x_bf16)
+    STRATA__CUDA_LAUNCH(strata_k_from_bf16::k_convert, (const unsigned short *)x, x_off, (float *)y, y_off, n);
+  STRATA__CUDA_LAUNCH(strata_k_to_bf16::k_convert, (const float *)x, x_off, (unsigned short *)y, y_off, n);
+}

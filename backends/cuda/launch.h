@@ -137,6 +137,10 @@ cudaError_t strata__cuda_xent_vp_bwd(cudaStream_t stream, strata__i64 items, con
                                      strata__i64 sumexp_off, float *dlogits, strata__i64 dlogits_off,
                                      strata__i64 rows, strata__i64 vl, strata__i64 off, strata__i64 vocab,
                                      float scale);
+/* y = x converted between float32 and bfloat16 (x_bf16: x is bfloat16 and y float32, else the reverse; x and y
+** disjoint). Pointers to the buffers' starts, offsets in elements of each one's type. */
+cudaError_t strata__cuda_convert(cudaStream_t stream, strata__i64 items, const void *x, strata__i64 x_off, int x_bf16,
+                                 void *y, strata__i64 y_off, strata__i64 n);
 cudaError_t strata__cuda_tokens_shift(cudaStream_t stream, strata__i64 items, const int *tokens,
                                       strata__i64 tokens_off, int *out, strata__i64 out_off, strata__i64 n,
                                       strata__i64 off, strata__i64 count);
