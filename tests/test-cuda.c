@@ -788,3 +788,102 @@ Test(cuda, memory_accounting) {
   OK(strata_device_memory(cuda_dev, &used2, NULL, NULL));
   cr_expect_eq(used2, used0);
 }
+
+/* ---- bf16: convert and GEMM (the other ops refuse bf16 operands on CUDA so far) ---- */
+
+/* Convert `n` values from x (type xt) to a buffer of type yt on device `dev`; the result read back into out
+** (yt's element size each). */
+static void convert_on(int dev, const void *x, int xt, int yt, size_t n, void *out) {
+  strata_queue_t q;
+  strata_buffer_t bx, by;
+  size_t xs = strata_dtype_size(xt), ys = strata_dtype_size(yt);
+  OK(strata_queue_new(dev, &q));
+  OK(strata_buffer_new(dev, n * xs, &bx));
+  OK(strata_buffer_new(dev, n * ys, &by));
+  OK(strata_buffer_upload(q, bx, 0, x, n * xs));
+  OK(strata_convert(q, strata_mem_typed(bx, 0, xt), strata_mem_typed(by, 0, yt), (int64_t)n));
+  OK(strata_buffer_download(q, by, 0, out, n * ys));
+  OK(strata_queue_finish(q));
+  strata_buffer_free(bx);
+  strata_buffer_free(by);
+  strata_queue_free(q);
+}
+
+/* float32 -> bf16 rounds as the host does (kernels/dialect.h), bit for bit, over random bit patterns of every
+** exponent (NaNs, denormals and ties among them); bf16 -> float32 is exact for all 65536 patterns. */
+Test(cuda, bf16_convert_as_the_host) {
+  NEED_CUDA();
+  enum { N = 1 << 18 };
+  uint32_t *bits = malloc(N * 4);
+  uint16_t *gc = malloc(N * 2), *gh = malloc(N * 2);
+  uint64_t s = 7;
+  for (size_t i = 0; i < N; i++) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    bits[i] = i < 65536 ? (uint32_t)i << 16 | (uint32_t)(s >> 48 & 0xffff) : (uint32_t)(s >> 32);
+  }
+  convert_on(cuda_dev, bits, STRATA_FLOAT32, STRATA_BFLOAT16, N, gc);
+  convert_on(host_dev, bits, STRATA_FLOAT32, STRATA_BFLOAT16, N, gh);
+  for (size_t i = 0; i < N; i++)
+    cr_assert_eq(gc[i], gh[i], "float32 0x%08x: CUDA 0x%04x, host 0x%04x", bits[i], gc[i], gh[i]);
+  uint16_t *all = malloc(65536 * 2);
+  uint32_t *wide = malloc(65536 * 4);
+  for (uint32_t i = 0; i < 65536; i++)
+    all[i] = (uint16_t)i;
+  convert_on(cuda_dev, all, STRATA_BFLOAT16, STRATA_FLOAT32, 65536, wide);
+  for (uint32_t i = 0; i < 65536; i++)
+    cr_assert_eq(wide[i], i << 16, "bf16 0x%04x widened to 0x%08x", i, wide[i]);
+  free(bits);
+  free(gc);
+  free(gh);
+  free(all);
+  free(wide);
+}
+
+/* bf16 A and B (batched, A transposed), C bf16 and float32, against the host's bf16 GEMM on the same operands:
+** both sum in float32 (in other orders), so within 1e-5 of sum |a b| plus 2^-7 of C when C is bf16. */
+Test(cuda, bf16_gemm_against_the_host) {
+  NEED_CUDA();
+  const int64_t m = 67, n = 45, k = 129, batch = 3;
+  const size_t na = (size_t)(batch * k * m), nb = (size_t)(batch * k * n), nc = (size_t)(batch * m * n);
+  float *fa = rnd(na, 31, -1, 1), *fb = rnd(nb, 32, -1, 1);
+  for (int cbf = 0; cbf < 2; cbf++) {
+    float *res[2];
+    for (int side = 0; side < 2; side++) {
+      int dev = side ? host_dev : cuda_dev, ct = cbf ? STRATA_BFLOAT16 : STRATA_FLOAT32;
+      strata_queue_t q;
+      strata_buffer_t a32, b32, a, b, c, c32;
+      OK(strata_queue_new(dev, &q));
+      OK(strata_buffer_new(dev, na * 4, &a32));
+      OK(strata_buffer_new(dev, nb * 4, &b32));
+      OK(strata_buffer_new(dev, na * 2, &a));
+      OK(strata_buffer_new(dev, nb * 2, &b));
+      OK(strata_buffer_new(dev, nc * 4, &c));
+      OK(strata_buffer_new(dev, nc * 4, &c32));
+      OK(strata_buffer_upload(q, a32, 0, fa, na * 4));
+      OK(strata_buffer_upload(q, b32, 0, fb, nb * 4));
+      OK(strata_convert(q, strata_mem(a32, 0), strata_mem_typed(a, 0, STRATA_BFLOAT16), (int64_t)na));
+      OK(strata_convert(q, strata_mem(b32, 0), strata_mem_typed(b, 0, STRATA_BFLOAT16), (int64_t)nb));
+      OK(strata_gemm(q, STRATA_TRANS, STRATA_NO_TRANS, m, n, k, 1.0f, strata_mem_typed(a, 0, STRATA_BFLOAT16), m, k * m,
+                     strata_mem_typed(b, 0, STRATA_BFLOAT16), n, k * n, 0.0f, strata_mem_typed(c, 0, ct), n, m * n,
+                     batch));
+      if (cbf)
+        OK(strata_convert(q, strata_mem_typed(c, 0, STRATA_BFLOAT16), strata_mem(c32, 0), (int64_t)nc));
+      res[side] = malloc(nc * 4);
+      OK(strata_buffer_download(q, cbf ? c32 : c, 0, res[side], nc * 4));
+      OK(strata_queue_finish(q));
+      strata_buffer_t all[] = {a32, b32, a, b, c, c32};
+      for (int i = 0; i < 6; i++)
+        strata_buffer_free(all[i]);
+      strata_queue_free(q);
+    }
+    for (size_t i = 0; i < nc; i++) {
+      double tol = 1e-5 * (double)k + (cbf ? fabs(res[1][i]) / 128 : 0);
+      cr_assert(fabs((double)res[0][i] - res[1][i]) <= tol, "bf16 gemm (C %s) [%zu]: CUDA %.8g, host %.8g",
+                cbf ? "bf16" : "fp32", i, (double)res[0][i], (double)res[1][i]);
+    }
+    free(res[0]);
+    free(res[1]);
+  }
+  free(fa);
+  free(fb);
+}
