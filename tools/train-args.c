@@ -68,7 +68,7 @@ static void usage(FILE *f) {
           "      --precision P        fp32 (default) or bf16: mixed precision as Megatron-LM trains,\n"
           "                           float32 master weights, gradients and AdamW moments, bfloat16\n"
           "                           activations, messages and GEMM operands with float32 sums (host\n"
-          "                           devices so far)\n"
+          "                           and OpenCL devices so far)\n"
           "\n"
           "Pipeline parallelism (the model cut into stages over several devices):\n"
           "      --pp N               pipeline over N devices (without it: one device, no pipeline)\n"

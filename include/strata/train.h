@@ -31,7 +31,7 @@ struct strata_train_options {
                             ** scheme — float32 parameters, gradients and AdamW moments; bfloat16 activations,
                             ** boundary gradients, pipeline messages and a bfloat16 copy of the parameters that the
                             ** GEMMs read, refreshed after each update; sums, norms, softmax and losses in float32.
-                            ** Host devices so far */
+                            ** Host and OpenCL devices so far */
   int grad_reduce;          /* STRATA_FLOAT32 (0) or STRATA_BFLOAT16: the type the data-parallel gradient
                             ** all-reduce (ZeRO: reduce-scatter) moves — bf16 halves its traffic, each reduction
                             ** step summing in float32 and rounding once; gradients stay float32 before and after.
