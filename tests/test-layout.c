@@ -123,6 +123,54 @@ Test(layout, bad_layouts_are_one_line_errors) {
   refused("[1, 2]", "JSON object");
   refused("{\"dp\": 1, \"dp\": 2}", "line 1");
   refused("{\"virtual_stages\": 3}", "need the interleaved schedule");
+  refused("{\"precision\": \"fp16\"}", "\"precision\" fp16 is not supported");
+  refused("{\"precision\": \"tf32\"}", "\"precision\" must be \"fp32\" or \"bf16\"");
+  refused("{\"precision\": 2}", "\"precision\" must be \"fp32\" or \"bf16\"");
+}
+
+/* "precision" both ways: bf16 is written and read back; fp32, the default, is read whether written or not and
+** never written, so an fp32 layout's text stays what it was before the field. */
+Test(layout, precision_in_json) {
+  strata_layout_t l, l2;
+  char *j1, *j2;
+  OK(strata_layout_from_json("{\"dp\": 2, \"tp\": 2, \"precision\": \"bf16\"}", "bf16.json", &l));
+  cr_assert_eq(strata_layout_precision(l), STRATA_BFLOAT16);
+  OK(strata_layout_to_json(l, &j1));
+  cr_assert_str_eq(j1, "{\"schema\":\"strata-layout/1\",\"dp\":2,\"pp\":1,\"tp\":[2],\"devices\":[0,1,2,3],"
+                       "\"schedule\":\"1f1b\",\"microbatches\":1,\"virtual_stages\":1,\"zero\":0,"
+                       "\"precision\":\"bf16\"}");
+  OK(strata_layout_from_json(j1, "written", &l2));
+  cr_assert_eq(strata_layout_precision(l2), STRATA_BFLOAT16);
+  OK(strata_layout_to_json(l2, &j2));
+  cr_assert_str_eq(j1, j2);
+  char *d = NULL;
+  OK(strata_layout_describe(l2, &d));
+  cr_assert(strstr(d, ", bf16"), "%s", d);
+  free(d);
+  strata_layout_t c;
+  OK(strata_layout_copy(l2, &c));
+  cr_assert_eq(strata_layout_precision(c), STRATA_BFLOAT16);
+  strata_layout_free(c);
+  free(j1);
+  free(j2);
+  strata_layout_free(l);
+  strata_layout_free(l2);
+  OK(strata_layout_from_json("{\"dp\": 2, \"precision\": \"fp32\"}", NULL, &l));
+  cr_assert_eq(strata_layout_precision(l), STRATA_FLOAT32);
+  OK(strata_layout_to_json(l, &j1));
+  cr_assert_null(strstr(j1, "precision"), "fp32 is not written: %s", j1);
+  free(j1);
+  strata_layout_free(l);
+  OK(strata_layout_from_json("{\"dp\": 2}", NULL, &l));
+  cr_assert_eq(strata_layout_precision(l), STRATA_FLOAT32);
+  strata_layout_free(l);
+  cr_assert_eq(strata_layout_precision(NULL), STRATA_FLOAT32);
+  /* built by hand: anything but the two is refused */
+  struct strata_layout_desc bad = {.precision = STRATA_INT32};
+  l = (strata_layout_t)1;
+  cr_assert_eq(strata_layout_new(&bad, &l), STRATA_ERR_INVALID);
+  cr_assert_null(l);
+  cr_assert(strstr(strata_last_error(), "precision"), "%s", strata_last_error());
 }
 
 Test(layout, checked_against_the_model) {

@@ -31,6 +31,11 @@ extern "C" {
 **    "microbatches": 8, "virtual_stages": 1, "zero": 0}
 ** "tp" may be one number for every rank; "devices" may be omitted (0, 1,
 ** ... in order) and so may "split" (balanced by the trainer).
+** "precision" is "fp32" (the default) or "bf16" (mixed precision,
+** Megatron's scheme: strata_train_options.precision); it is written only
+** for bf16, so that an fp32 layout's text is what it was before the field
+** existed, and read either way. "fp16" is refused by name (strata has no
+** float16 loss scaler).
 */
 typedef struct strata_layout *strata_layout_t;
 
@@ -48,6 +53,8 @@ struct strata_layout_desc {
   int microbatches;             /* per replica per step; default 1 */
   int virtual_stages;           /* per rank, INTERLEAVED only (>= 2; default 2 there, 1 otherwise) */
   int zero;                     /* 1: ZeRO-1 optimizer sharding across replicas (dp >= 2) */
+  int precision;                /* STRATA_FLOAT32 (0, the default) or STRATA_BFLOAT16 (enum strata_dtype of
+                                   strata/comm.h): what the job computes in, for the trainer and the planner */
 };
 
 /*
@@ -89,6 +96,8 @@ STRATA_API int strata_layout_virtual_stages(strata_layout_t layout);
 STRATA_API int strata_layout_schedule(strata_layout_t layout);
 STRATA_API int strata_layout_microbatches(strata_layout_t layout);
 STRATA_API int strata_layout_zero(strata_layout_t layout);
+/* STRATA_FLOAT32 or STRATA_BFLOAT16 (strata/comm.h); STRATA_FLOAT32 for NULL. */
+STRATA_API int strata_layout_precision(strata_layout_t layout);
 /* Devices in all (dp x sum(tp)) and the list itself. */
 STRATA_API int strata_layout_device_count(strata_layout_t layout);
 STRATA_API const int *strata_layout_devices(strata_layout_t layout);

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <strata/comm.h>
 #include <strata/layout.h>
 #include <strata/schedule.h>
 
@@ -28,6 +29,7 @@ struct strata_layout {
   int *devices;                 /* [dp x per_replica] */
   int *split;                   /* [pp x v], or NULL */
   int schedule, microbatches, zero;
+  int precision;                /* enum strata_dtype: STRATA_FLOAT32 or STRATA_BFLOAT16 */
 };
 
 STRATA_API void strata_layout_free(strata_layout_t l) {
@@ -119,6 +121,9 @@ STRATA_API int strata_layout_new(const struct strata_layout_desc *d, strata_layo
   if (d->zero && dp < 2)
     return strata__error(STRATA_ERR_INVALID,
                          "layout: ZeRO-1 shards the optimizer across data-parallel replicas and needs dp >= 2");
+  if (d->precision != STRATA_FLOAT32 && d->precision != STRATA_BFLOAT16)
+    return strata__error(STRATA_ERR_INVALID, "layout: precision %d is neither STRATA_FLOAT32 nor STRATA_BFLOAT16",
+                         d->precision);
   struct strata_layout *l = calloc(1, sizeof *l);
   if (!l)
     return strata__error(STRATA_ERR_NOMEM, "out of host memory for a layout");
@@ -128,6 +133,7 @@ STRATA_API int strata_layout_new(const struct strata_layout_desc *d, strata_layo
   l->schedule = schedule;
   l->microbatches = m;
   l->zero = d->zero;
+  l->precision = d->precision;
   l->tp = malloc(sizeof *l->tp * (size_t)pp);
   l->tp_offset = malloc(sizeof *l->tp_offset * (size_t)pp);
   int rc = !l->tp || !l->tp_offset ? strata__error(STRATA_ERR_NOMEM, "out of host memory for a layout") : STRATA_OK;
@@ -265,6 +271,7 @@ STRATA_API int strata_layout_virtual_stages(strata_layout_t l) { return l ? l->v
 STRATA_API int strata_layout_schedule(strata_layout_t l) { return l ? l->schedule : 0; }
 STRATA_API int strata_layout_microbatches(strata_layout_t l) { return l ? l->microbatches : 0; }
 STRATA_API int strata_layout_zero(strata_layout_t l) { return l ? l->zero : 0; }
+STRATA_API int strata_layout_precision(strata_layout_t l) { return l ? l->precision : STRATA_FLOAT32; }
 STRATA_API int strata_layout_device_count(strata_layout_t l) { return l ? l->ndevices : 0; }
 STRATA_API const int *strata_layout_devices(strata_layout_t l) { return l ? l->devices : NULL; }
 STRATA_API const int *strata_layout_split(strata_layout_t l) { return l ? l->split : NULL; }
@@ -299,8 +306,9 @@ STRATA_API int strata_layout_describe(strata_layout_t l, char **text) {
                    l->ndevices == 1 ? "" : "s", strata_schedule_kind_name(l->schedule));
   if (l->v > 1)
     n += snprintf(buf + n, sizeof buf - (size_t)n, " (%d virtual stages per rank)", l->v);
-  snprintf(buf + n, sizeof buf - (size_t)n, ", %d micro-batch%s per replica%s", l->microbatches,
-           l->microbatches == 1 ? "" : "es", l->zero ? ", ZeRO-1" : "");
+  snprintf(buf + n, sizeof buf - (size_t)n, ", %d micro-batch%s per replica%s%s", l->microbatches,
+           l->microbatches == 1 ? "" : "es", l->zero ? ", ZeRO-1" : "",
+           l->precision == STRATA_BFLOAT16 ? ", bf16" : "");
   *text = strdup(buf);
   return *text ? STRATA_OK : strata__error(STRATA_ERR_NOMEM, "out of host memory");
 }
@@ -332,6 +340,9 @@ STRATA_API int strata_layout_to_json(strata_layout_t l, char **json) {
   json_object_set_new(o, "microbatches", json_integer(l->microbatches));
   json_object_set_new(o, "virtual_stages", json_integer(l->v));
   json_object_set_new(o, "zero", json_integer(l->zero));
+  /* fp32 is the schema's default and stays unwritten: an fp32 layout's text is what it was before the field */
+  if (l->precision == STRATA_BFLOAT16)
+    json_object_set_new(o, "precision", json_string("bf16"));
   *json = json_dumps(o, JSON_PRESERVE_ORDER | JSON_COMPACT);
   json_decref(o);
   return *json ? STRATA_OK : strata__error(STRATA_ERR_NOMEM, "out of host memory writing a layout");
@@ -375,7 +386,7 @@ static int get_ints(json_t *a, const char *src, const char *key, int lo, int hi,
 
 static int from_object(json_t *o, const char *src, strata_layout_t *out) {
   static const char *const known[] = {"schema", "dp", "pp", "tp", "devices", "split", "schedule", "microbatches",
-                                      "virtual_stages", "zero", NULL};
+                                      "virtual_stages", "zero", "precision", NULL};
   if (!json_is_object(o))
     return strata__error(STRATA_ERR_PARSE, "%s: a layout is a JSON object", src);
   const char *key;
@@ -423,6 +434,19 @@ static int from_object(json_t *o, const char *src, strata_layout_t *out) {
   if (!rc && sc) {
     if (!json_is_string(sc) || strata_schedule_kind_parse(json_string_value(sc), &d.schedule) != STRATA_OK)
       rc = strata__error(STRATA_ERR_PARSE, "%s: \"schedule\" must be gpipe, 1f1b, interleaved or zb", src);
+  }
+  json_t *pr = json_object_get(o, "precision");
+  if (!rc && pr) {
+    const char *name = json_is_string(pr) ? json_string_value(pr) : "";
+    if (strcmp(name, "fp32") == 0)
+      d.precision = STRATA_FLOAT32;
+    else if (strcmp(name, "bf16") == 0)
+      d.precision = STRATA_BFLOAT16;
+    else if (strcmp(name, "fp16") == 0)
+      rc = strata__error(STRATA_ERR_PARSE, "%s: \"precision\" fp16 is not supported (float16 needs a dynamic loss "
+                         "scaler strata does not have); fp32 or bf16", src);
+    else
+      rc = strata__error(STRATA_ERR_PARSE, "%s: \"precision\" must be \"fp32\" or \"bf16\"", src);
   }
   if (!rc) {
     rc = strata_layout_new(&d, out);
