@@ -42,7 +42,7 @@ if [ ! -x "$TRAIN" ] || [ ! -x "$GEN" ]; then
   echo "1..0 # SKIP strata-train or strata-generate not built"
   exit 0
 fi
-echo "1..104"
+echo "1..109"
 
 # A small corpus of our own, so that the tests do not depend on what the machine ships.
 for i in 1 2 3 4 5 6 7 8; do cat "$top_srcdir/README.md" "$top_srcdir/man/strata-train.1"; done >"$TMP/text.txt"
@@ -401,6 +401,21 @@ fails_clearly "--precision fp8" 2 "expected fp32 or bf16" $T --steps 2 --precisi
 $TRAIN --model cnn --steps 3 --precision bf16 --device 0 --json >"$TMP/cnn.json" 2>"$TMP/err"
 rc=$?
 check "--precision bf16 on the CNN: exit 0, a finite loss" sh -c "[ $rc -eq 0 ] && grep -q '\"event\":\"summary\".*\"loss\":[0-9]' '$TMP/cnn.json'"
+# a layout's precision is the run's; --precision that says otherwise is one line, exit 2
+echo '{"dp": 1, "pp": 1, "precision": "bf16"}' >"$TMP/bf16-layout.json"
+echo '{"dp": 1, "pp": 1, "precision": "fp32"}' >"$TMP/fp32-layout.json"
+fails_clearly "--precision fp32 with a bf16 layout" 2 "--precision fp32 and the layout's bf16 differ" \
+  $TRAIN --model gpt-micro --data $TMP/text.txt --batch 4 --eval-batches 2 --steps 2 --layout "$TMP/bf16-layout.json" --precision fp32
+fails_clearly "--precision bf16 with an fp32 layout" 2 "--precision bf16 and the layout's fp32 differ" \
+  $TRAIN --model gpt-micro --data $TMP/text.txt --batch 4 --eval-batches 2 --steps 2 --layout "$TMP/fp32-layout.json" --precision bf16
+$TRAIN --model gpt-micro --data $TMP/text.txt --batch 4 --eval-batches 2 --steps 2 --layout "$TMP/bf16-layout.json" --json >"$TMP/bfl.json" 2>"$TMP/err"
+rc=$?
+check "a bf16 layout trains in bf16 without --precision (exit $rc)" sh -c "[ $rc -eq 0 ] &&
+  grep -q '\"event\":\"start\".*\"precision\":\"bf16\"' '$TMP/bfl.json'"
+$TRAIN --model gpt-micro --data $TMP/text.txt --batch 4 --eval-batches 2 --steps 2 --layout "$TMP/bf16-layout.json" --precision bf16 --json >"$TMP/bfl2.json" 2>"$TMP/err"
+rc=$?
+check "a bf16 layout with --precision bf16: the same, accepted (exit $rc)" sh -c "[ $rc -eq 0 ] &&
+  grep -q '\"event\":\"summary\".*\"precision\":\"bf16\"' '$TMP/bfl2.json'"
 $T --steps 3 --precision bf16 --json >"$TMP/bf.json" 2>"$TMP/err"
 rc=$?
 check "--precision bf16: exit 0, \"precision\":\"bf16\" in start and summary" sh -c "[ $rc -eq 0 ] &&

@@ -68,7 +68,8 @@ static void usage(FILE *f) {
           "      --precision P        fp32 (default) or bf16: mixed precision as Megatron-LM trains,\n"
           "                           float32 master weights, gradients and AdamW moments, bfloat16\n"
           "                           activations, messages and GEMM operands with float32 sums (host\n"
-          "                           and OpenCL devices so far)\n"
+          "                           and OpenCL devices so far); with --layout, the layout's\n"
+          "                           \"precision\" is the run's and a --precision that differs is refused\n"
           "\n"
           "Pipeline parallelism (the model cut into stages over several devices):\n"
           "      --pp N               pipeline over N devices (without it: one device, no pipeline)\n"
@@ -272,6 +273,14 @@ int adopt_layout(struct options *o, const char *from) {
       return EXIT_USAGE;
     }
     o->accum = o->microbatches;
+    /* precision is the layout's data: a command line that says otherwise is a mistake, not an override */
+    const int lp = strata_layout_precision(o->layout);
+    if (o->precision_given && o->precision != lp) {
+      fprintf(stderr, PROG ": --precision %s and the layout's %s differ (give the layout's, or leave --precision out)\n",
+              o->precision == STRATA_BFLOAT16 ? "bf16" : "fp32", lp == STRATA_BFLOAT16 ? "bf16" : "fp32");
+      return EXIT_USAGE;
+    }
+    o->precision = lp;
     if (o->trace && check_out_path("--trace", o->trace))
       return EXIT_USAGE;
     return 0;

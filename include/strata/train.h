@@ -223,6 +223,11 @@ struct strata_train_report {
 ** whatever the layout. A tp degree that differs between pipeline ranks is
 ** refused (STRATA_ERR_UNSUPPORTED) in this version.
 **
+** Precision: a layout that states bf16 (strata_layout_precision) trains in
+** bf16 whatever opts->precision says; a layout in fp32, the default, which
+** states nothing, trains in opts->precision. (strata-train refuses a
+** --precision that differs from its layout file's instead.)
+**
 ** ZeRO-1 (the layout's zero, dp >= 2): each stage's gradients are
 ** reduce-scattered over the replicas, replica r's AdamW updates shard r of
 ** the stage's flat parameters (its moments hold only that shard), and the

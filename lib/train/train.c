@@ -646,6 +646,8 @@ STRATA_API int strata_trainer_new_layout(strata_model_t model, strata_dataset_t 
   pl.split = strata_layout_split(layout);
   pl.given = pl.split != NULL;
   struct strata_train_options o = *opts;
+  if (strata_layout_precision(layout) == STRATA_BFLOAT16)
+    o.precision = STRATA_BFLOAT16; /* a layout that states bf16 is trained in it; one that states nothing takes opts' */
   if (!pl.kind)
     o.accum = pl.m; /* the single device runs its micro-batches one after another */
   int rc = trainer_create(model, data, &o, &pl, out);
