@@ -43,6 +43,11 @@ static void usage(FILE *f) {
           "  --top K          show the K best layouts (default 5)\n"
           "  --tp T           only tensor-parallel degree T\n"
           "  --no-zero        never shard the optimizer (ZeRO-1)\n"
+          "  --precision P    fp32 (default) or bf16: plan mixed precision as strata-train --precision bf16 trains\n"
+          "                   (GEMMs at the GPUs' bf16 peaks or a calibration's bf16 speeds, bf16 activations and\n"
+          "                   pipeline messages, fp32 master weights, moments, tp joins and gradient all-reduce);\n"
+          "                   the layouts written say it. With --simulate the layout's own precision is used; a\n"
+          "                   --precision that differs from it is refused\n"
           "  --json           machine-readable output (schema strata-plan/1)\n"
           "  --trace FILE     the best layout's (or the simulated one's) predicted step as a Chrome/Perfetto trace\n"
           "  --out FILE       write the best layout (strata-layout/1)\n"
@@ -65,6 +70,7 @@ struct args {
   uint64_t gpu_memory;
   double net_gbps, net_lat;
   int json, no_zero, list_gpus;
+  int precision, precision_given;   /* STRATA_FLOAT32 or STRATA_BFLOAT16 */
 };
 
 /* --devices "0,1,4" into a new array; -1 with a message when malformed or empty. */
@@ -81,12 +87,13 @@ static int parse_list(const char *text, int **out, int *n) {
 }
 
 static void list_gpus(void) {
-  printf("%-22s %-7s %10s %10s %9s %8s  %s\n", "model", "vendor", "fp32 TF", "tf32 TF", "GB/s", "memory", "source");
+  printf("%-22s %-7s %10s %10s %10s %9s %8s  %s\n", "model", "vendor", "fp32 TF", "tf32 TF", "bf16 TF", "GB/s", "memory",
+         "source");
   for (int i = 0; i < strata_gpu_model_count(); i++) {
     struct strata_gpu_model m;
     strata_gpu_model_get(i, &m);
-    printf("%-22s %-7s %10.1f %10.1f %9.0f %7.0fG  %s\n", m.name, m.vendor, m.fp32_tflops, m.tf32_tflops, m.mem_gbps,
-           (double)m.memory / 1e9, m.source);
+    printf("%-22s %-7s %10.1f %10.1f %10.1f %9.0f %7.0fG  %s\n", m.name, m.vendor, m.fp32_tflops, m.tf32_tflops,
+           m.bf16_tflops, m.mem_gbps, (double)m.memory / 1e9, m.source);
   }
 }
 
@@ -213,6 +220,13 @@ static int simulate(const struct args *a, strata_machine_t c, strata_model_t m) 
     fprintf(stderr, "%s: %s\n", PROG, strata_last_error());
     return 2;
   }
+  if (a->precision_given && strata_layout_precision(file) != a->precision) {
+    fprintf(stderr, "%s: --precision %s and the layout's %s differ (give the layout's, or leave --precision out)\n",
+            PROG, a->precision == STRATA_BFLOAT16 ? "bf16" : "fp32",
+            strata_layout_precision(file) == STRATA_BFLOAT16 ? "bf16" : "fp32");
+    strata_layout_free(file);
+    return 2;
+  }
   int rc = renumber(file, c, 1, &l);
   strata_layout_free(file);
   if (rc) {
@@ -264,7 +278,8 @@ static int simulate(const struct args *a, strata_machine_t c, strata_model_t m) 
 }
 
 static int plan(const struct args *a, strata_machine_t c, strata_model_t m) {
-  struct strata_plan_options po = {.batch = a->batch, .top = (int)a->top, .no_zero = a->no_zero, .fixed_tp = (int)a->tp};
+  struct strata_plan_options po = {.batch = a->batch, .top = (int)a->top, .no_zero = a->no_zero, .fixed_tp = (int)a->tp,
+                                   .precision = a->precision};
   strata_plan_t p;
   double t0 = now_s();
   int rc = strata_plan_search(c, m, &po, &p);
@@ -315,6 +330,7 @@ static int plan(const struct args *a, strata_machine_t c, strata_model_t m) {
                                            "flops_per_device", k.flops_per_device, "bubble", k.bubble, "peak_bytes",
                                            (json_int_t)k.peak_bytes, "reason", k.reason));
     }
+    json_object_set_new(o, "precision", json_string(a->precision == STRATA_BFLOAT16 ? "bf16" : "fp32"));
     json_object_set_new(o, "candidates", arr);
     json_object_set_new(o, "explanation", json_string(explain ? explain : ""));
     char *s = json_dumps(o, JSON_INDENT(2));
@@ -322,7 +338,8 @@ static int plan(const struct args *a, strata_machine_t c, strata_model_t m) {
     free(s);
     json_decref(o);
   } else {
-    printf("%s, batch %lld, on %s\n", strata_model_config(m)->name, (long long)a->batch, strata_machine_describe(c));
+    printf("%s, batch %lld%s, on %s\n", strata_model_config(m)->name, (long long)a->batch,
+           a->precision == STRATA_BFLOAT16 ? ", bf16" : "", strata_machine_describe(c));
     for (int i = 0; i < strata_machine_warning_count(c); i++)
       printf("note: %s\n", strata_machine_warning(c, i));
     printf("%-3s %10s %12s %11s %7s %8s  %s\n", "#", "step s", "samples/s", "TFLOP/s/dev", "bubble", "peak GB",
@@ -369,7 +386,7 @@ int main(int argc, char **argv) {
       {"list-gpus", no_argument, NULL, 'L'},        {"help", no_argument, NULL, 'h'},
       {"calibration", required_argument, NULL, 'C'},  {"samples", required_argument, NULL, 'S'},
       {"seed", required_argument, NULL, 'E'},        {"version", no_argument, NULL, 'V'},
-      {"gpu-memory", required_argument, NULL, 'G'},
+      {"gpu-memory", required_argument, NULL, 'G'}, {"precision", required_argument, NULL, 'P'},
       {NULL, 0, NULL, 0}};
   int c;
   opterr = 0;
@@ -420,6 +437,21 @@ int main(int argc, char **argv) {
         return 2;
       break;
     case 'z': a.no_zero = 1; break;
+    case 'P':
+      if (strcmp(optarg, "fp32") == 0) {
+        a.precision = STRATA_FLOAT32;
+      } else if (strcmp(optarg, "bf16") == 0) {
+        a.precision = STRATA_BFLOAT16;
+      } else if (strcmp(optarg, "fp16") == 0) {
+        fprintf(stderr, "%s: --precision fp16: not supported (float16 needs a dynamic loss scaler strata does not "
+                "have); fp32 or bf16\n", PROG);
+        return 2;
+      } else {
+        fprintf(stderr, "%s: --precision '%s': expected fp32 or bf16\n", PROG, optarg);
+        return 2;
+      }
+      a.precision_given = 1;
+      break;
     case 'j': a.json = 1; break;
     case 'r': a.trace = optarg; break;
     case 'o': a.out = optarg; break;

@@ -450,7 +450,7 @@ static int plan_auto(struct run *r, struct options *o) {
   int rc = strata_calibrate(NULL, 0, &json);
   if (!rc)
     rc = strata_machine_from_calibration(json, "this machine", NULL, &mach);
-  struct strata_plan_options po = {.batch = global, .top = 1};
+  struct strata_plan_options po = {.batch = global, .top = 1, .precision = o->precision};
   if (!rc)
     rc = strata_plan_search(mach, r->model, &po, &plan);
   struct strata_plan_candidate best;

@@ -17,16 +17,19 @@ extern "C" {
 
 /*
 ** One row of the table of GPU models (lib/plan/devices.c), each with its
-** published peak and where that figure comes from. strata computes in
-** fp32, so fp32_tflops is the figure the cost model uses; tf32_tflops
-** (dense, 0 where the part has no such mode) is informative. Strings are
-** static.
+** published peak and where that figure comes from. A layout in fp32 is
+** costed at fp32_tflops, one in bf16 at bf16_tflops (dense tensor-core or
+** matrix-core bf16 with fp32 accumulation, no sparsity; a part without bf16
+** matrix units has its fp32 figure there, as a bf16 run on it computes at
+** the fp32 rate); tf32_tflops (dense, 0 where the part has no such mode) is
+** informative. Strings are static.
 */
 struct strata_gpu_model {
   const char *name;             /* "A100-SXM4-80GB" */
   const char *vendor;           /* "NVIDIA", "AMD" */
   double fp32_tflops;           /* peak fp32 (vector or matrix, the larger one a GEMM reaches) */
   double tf32_tflops;           /* peak dense tf32 / xf32 matrix, 0 when none */
+  double bf16_tflops;           /* peak dense bf16 matrix with fp32 accumulation (fp32_tflops where there is none) */
   double mem_gbps;              /* peak memory bandwidth, GB/s */
   uint64_t memory;              /* bytes */
   double launch_us;             /* per-kernel launch overhead, microseconds */
@@ -117,17 +120,24 @@ struct strata_device_cost {
   ** the simulator adds it to every forward that takes its input, and every backward that takes its gradient, from
   ** another device, in a layout with a pipeline. 0: none. */
   double action_us;
+  /* The same GEMM speeds for bf16 operands with fp32 sums, what a layout in bf16 is costed at: `bf16_flops` of
+  ** large GEMMs (0: not known, and a bf16 layout on this device is refused, naming what is missing), and where
+  ** calibration measured them, bf16_ngemm square sizes with their FLOP/s (0: bf16_flops at every size). */
+  double bf16_flops;
+  int bf16_ngemm;
+  double bf16_gemm_n[STRATA_PLAN_GEMM_SIZES];
+  double bf16_gemm_flops[STRATA_PLAN_GEMM_SIZES];
 };
 
-/* The fraction of a datasheet's peak that a large fp32 GEMM sustains,
-** applied to nominal figures (measured figures are taken as they are). */
+/* The fraction of a datasheet's peak that a large GEMM sustains (fp32 or
+** bf16), applied to nominal figures (measured figures are taken as they are). */
 #define STRATA_PLAN_SUSTAINED 0.7
 
 /* The share of a device's memory a plan may fill: the rest is left to the
 ** allocator's slack, the driver's context and workspace buffers. */
 #define STRATA_PLAN_MEMORY_USABLE 0.9
 
-/* A table row as a cost (peak x STRATA_PLAN_SUSTAINED). */
+/* A table row as a cost (each peak, fp32 and bf16, x STRATA_PLAN_SUSTAINED). */
 STRATA_API int strata_device_cost_from_model(const struct strata_gpu_model *m, struct strata_device_cost *out /* OUT */);
 
 /* ---- machines: devices and the links between them ---- */
@@ -331,6 +341,19 @@ STRATA_API void strata_sim_result_destroy(struct strata_sim_result *r);
 ** goes to every slice of the next rank that takes it from the sender.
 ** Action kinds it does not know are zero-cost synchronisation. A layout
 ** that does not fit still gives its figures, with fits = 0.
+**
+** In the layout's precision (strata_layout_precision), as the trainer runs
+** it. bf16: GEMMs at each device's bf16 speeds (bf16_flops, bf16_gemm_*;
+** a calibrated model's own shapes were timed in fp32 and are not used),
+** the row and elementwise ops reading and writing half the bytes of their
+** bf16 activations where they are costed by bytes (measured op speeds were
+** measured in fp32 and are kept), AdamW's update as in fp32 plus the bf16
+** copy of the weights it writes, pipeline messages (activations forward,
+** gradients back) at 2 bytes an element, the memory model's bf16 bytes; tp
+** joins at 4 bytes an element, as the trainer sums a bf16 region in a
+** float32 buffer today, and the replicas' gradient collectives in fp32.
+** A device without a bf16 speed (bf16_flops 0: a calibration file that did
+** not measure one) is STRATA_ERR_NOT_FOUND naming the device and the field.
 */
 STRATA_API int strata_simulate(strata_machine_t machine, strata_model_t model, strata_layout_t layout,
                                const struct strata_sim_options *opts, struct strata_sim_result *out /* OUT */);
@@ -351,6 +374,9 @@ struct strata_plan_options {
   int max_microbatches;         /* per replica (default 256) */
   int no_zero;                  /* 1: never ZeRO-1 */
   int fixed_tp;                 /* only this tp degree (0: search) */
+  int precision;                /* STRATA_FLOAT32 (0) or STRATA_BFLOAT16 (strata/comm.h): what the layouts it
+                                   builds say, and so how the simulator costs them and the memory model counts
+                                   their bytes; bf16 plans GPT models, on devices with a bf16 GEMM speed */
 };
 
 typedef struct strata_plan *strata_plan_t;

@@ -19,6 +19,11 @@
 #define LAUNCH_AMD_US 8.0
 
 /*
+** bf16 peaks are dense (no 2:4 sparsity) bf16 matrix rates with fp32 accumulation, from the same
+** datasheets and whitepapers as each row's other figures. A part without bf16 matrix units (Pascal,
+** Volta and Turing have fp16 tensor cores at most; Vega 10/20) has its fp32 figure there: a bf16 run
+** there multiplies at the fp32 rate, which is what the planner must expect of it.
+**
 ** One row: the figures, the name the planner shows, the words a topology's
 ** name must all contain to match (lowercase, separated by '*', tried in
 ** table order so that the specific rows come before the general ones),
@@ -34,84 +39,89 @@ struct row {
 #define AMD 0x1002
 
 static const struct row table[] = {
-    /* NVIDIA Tesla P100 datasheet (2016): SXM2 10.6 TFLOPS fp32, 732 GB/s HBM2, 16 GB. */
-    {{"P100-SXM2-16GB", "NVIDIA", 10.6, 0, 732, 16 * GIB, LAUNCH_NVIDIA_US, "NVIDIA Tesla P100 datasheet"},
+    /* NVIDIA Tesla P100 datasheet (2016): SXM2 10.6 TFLOPS fp32, 732 GB/s HBM2, 16 GB; no bf16 (fp32 there). */
+    {{"P100-SXM2-16GB", "NVIDIA", 10.6, 0, 10.6, 732, 16 * GIB, LAUNCH_NVIDIA_US, "NVIDIA Tesla P100 datasheet"},
      "p100", NV, {0x15f9, 0x15f8, 0x15f7}},
     /* NVIDIA V100 datasheet (2020): SXM2 15.7 TFLOPS fp32, 900 GB/s, 16 or 32 GB. The DGX-2H's SXM3
-    ** parts run at higher clocks (450 W); they are planned at the SXM2 figure. */
-    {{"V100-SXM3-32GB", "NVIDIA", 15.7, 0, 900, 32 * GIB, LAUNCH_NVIDIA_US, "NVIDIA V100 datasheet (SXM2 figures)"},
+    ** parts run at higher clocks (450 W); they are planned at the SXM2 figure. V100's tensor cores take fp16
+    ** only (125 TFLOPS), not bf16: its bf16 figure is its fp32 one. */
+    {{"V100-SXM3-32GB", "NVIDIA", 15.7, 0, 15.7, 900, 32 * GIB, LAUNCH_NVIDIA_US, "NVIDIA V100 datasheet (SXM2 figures)"},
      "v100*sxm3", NV, {0x1db8, 0x1dba, 0}},
-    {{"V100-SXM2-32GB", "NVIDIA", 15.7, 0, 900, 32 * GIB, LAUNCH_NVIDIA_US, "NVIDIA V100 datasheet"},
+    {{"V100-SXM2-32GB", "NVIDIA", 15.7, 0, 15.7, 900, 32 * GIB, LAUNCH_NVIDIA_US, "NVIDIA V100 datasheet"},
      "v100*32gb", NV, {0x1db5, 0x1db6, 0}},
-    {{"V100-SXM2-16GB", "NVIDIA", 15.7, 0, 900, 16 * GIB, LAUNCH_NVIDIA_US, "NVIDIA V100 datasheet"},
+    {{"V100-SXM2-16GB", "NVIDIA", 15.7, 0, 15.7, 900, 16 * GIB, LAUNCH_NVIDIA_US, "NVIDIA V100 datasheet"},
      "v100*sxm2", NV, {0x1db1, 0, 0}},
     /* NVIDIA V100 datasheet: PCIe 14 TFLOPS fp32, 900 GB/s. */
-    {{"V100-PCIE-16GB", "NVIDIA", 14.0, 0, 900, 16 * GIB, LAUNCH_NVIDIA_US, "NVIDIA V100 datasheet"},
+    {{"V100-PCIE-16GB", "NVIDIA", 14.0, 0, 14.0, 900, 16 * GIB, LAUNCH_NVIDIA_US, "NVIDIA V100 datasheet"},
      "v100", NV, {0x1db4, 0, 0}},
-    /* NVIDIA T4 datasheet (2019): 8.1 TFLOPS fp32, 320 GB/s GDDR6, 16 GB. */
-    {{"T4", "NVIDIA", 8.1, 0, 320, 16 * GIB, LAUNCH_NVIDIA_US, "NVIDIA T4 datasheet"}, "t4", NV, {0x1eb8, 0, 0}},
-    /* NVIDIA A100 datasheet (2021): 19.5 TFLOPS fp32, 156 tf32 dense; 40 GB 1555 GB/s, 80 GB SXM 2039 GB/s,
+    /* NVIDIA T4 datasheet (2019): 8.1 TFLOPS fp32, 320 GB/s GDDR6, 16 GB; fp16/int8 tensor cores, no bf16 (fp32). */
+    {{"T4", "NVIDIA", 8.1, 0, 8.1, 320, 16 * GIB, LAUNCH_NVIDIA_US, "NVIDIA T4 datasheet"}, "t4", NV, {0x1eb8, 0, 0}},
+    /* NVIDIA A100 datasheet (2021): 19.5 TFLOPS fp32, 156 tf32 dense, 312 bf16 dense; 40 GB 1555 GB/s, 80 GB SXM 2039 GB/s,
     ** 80 GB PCIe 1935 GB/s. */
-    {{"A100-SXM4-80GB", "NVIDIA", 19.5, 156, 2039, 80 * GIB, LAUNCH_NVIDIA_US, "NVIDIA A100 datasheet"},
+    {{"A100-SXM4-80GB", "NVIDIA", 19.5, 156, 312, 2039, 80 * GIB, LAUNCH_NVIDIA_US, "NVIDIA A100 datasheet"},
      "a100*sxm*80gb", NV, {0x20b2, 0x20b3, 0}},
-    {{"A100-PCIE-80GB", "NVIDIA", 19.5, 156, 1935, 80 * GIB, LAUNCH_NVIDIA_US, "NVIDIA A100 datasheet"},
+    {{"A100-PCIE-80GB", "NVIDIA", 19.5, 156, 312, 1935, 80 * GIB, LAUNCH_NVIDIA_US, "NVIDIA A100 datasheet"},
      "a100*pcie*80gb", NV, {0x20b5, 0, 0}},
-    {{"A100-80GB", "NVIDIA", 19.5, 156, 2039, 80 * GIB, LAUNCH_NVIDIA_US, "NVIDIA A100 datasheet (SXM)"},
+    {{"A100-80GB", "NVIDIA", 19.5, 156, 312, 2039, 80 * GIB, LAUNCH_NVIDIA_US, "NVIDIA A100 datasheet (SXM)"},
      "a100*80gb", NV, {0, 0, 0}},
-    {{"A100-PCIE-40GB", "NVIDIA", 19.5, 156, 1555, 40 * GIB, LAUNCH_NVIDIA_US, "NVIDIA A100 datasheet"},
+    {{"A100-PCIE-40GB", "NVIDIA", 19.5, 156, 312, 1555, 40 * GIB, LAUNCH_NVIDIA_US, "NVIDIA A100 datasheet"},
      "a100*pcie", NV, {0x20f1, 0, 0}},
-    {{"A100-SXM4-40GB", "NVIDIA", 19.5, 156, 1555, 40 * GIB, LAUNCH_NVIDIA_US, "NVIDIA A100 datasheet"},
+    {{"A100-SXM4-40GB", "NVIDIA", 19.5, 156, 312, 1555, 40 * GIB, LAUNCH_NVIDIA_US, "NVIDIA A100 datasheet"},
      "a100", NV, {0x20b0, 0x20b1, 0}},
-    /* NVIDIA H100 datasheet (2023): SXM 67 TFLOPS fp32, 494.5 tf32 dense, 3.35 TB/s, 80 GB;
-    ** PCIe 51 TFLOPS fp32, 378 tf32, 2 TB/s. */
-    {{"H100-PCIE-80GB", "NVIDIA", 51.0, 378, 2000, 80 * GIB, LAUNCH_NVIDIA_US, "NVIDIA H100 datasheet"},
+    /* NVIDIA H100 datasheet (2023): SXM 67 TFLOPS fp32, 494.5 tf32 dense, 989.5 bf16 dense (1979 with sparsity),
+    ** 3.35 TB/s, 80 GB; PCIe 51 TFLOPS fp32, 378 tf32, 756 bf16 dense, 2 TB/s. */
+    {{"H100-PCIE-80GB", "NVIDIA", 51.0, 378, 756, 2000, 80 * GIB, LAUNCH_NVIDIA_US, "NVIDIA H100 datasheet"},
      "h100*pcie", NV, {0x2331, 0, 0}},
-    {{"H100-SXM5-80GB", "NVIDIA", 67.0, 494.5, 3350, 80 * GIB, LAUNCH_NVIDIA_US, "NVIDIA H100 datasheet"},
+    {{"H100-SXM5-80GB", "NVIDIA", 67.0, 494.5, 989.5, 3350, 80 * GIB, LAUNCH_NVIDIA_US, "NVIDIA H100 datasheet"},
      "h100", NV, {0x2330, 0, 0}},
-    /* NVIDIA H200 datasheet (2024): 67 TFLOPS fp32, 494.5 tf32 dense, 4.8 TB/s, 141 GB. */
-    {{"H200-SXM-141GB", "NVIDIA", 67.0, 494.5, 4800, 141 * GB, LAUNCH_NVIDIA_US, "NVIDIA H200 datasheet"},
+    /* NVIDIA H200 datasheet (2024): 67 TFLOPS fp32, 494.5 tf32 dense, 989.5 bf16 dense, 4.8 TB/s, 141 GB. */
+    {{"H200-SXM-141GB", "NVIDIA", 67.0, 494.5, 989.5, 4800, 141 * GB, LAUNCH_NVIDIA_US, "NVIDIA H200 datasheet"},
      "h200", NV, {0x2335, 0, 0}},
-    /* NVIDIA L4 datasheet (2023): 30.3 TFLOPS fp32, 60 tf32 dense, 300 GB/s, 24 GB. */
-    {{"L4", "NVIDIA", 30.3, 60, 300, 24 * GIB, LAUNCH_NVIDIA_US, "NVIDIA L4 datasheet"}, "l4", NV, {0x27b8, 0, 0}},
-    /* NVIDIA L40S datasheet (2023): 91.6 TFLOPS fp32, 183 tf32 dense, 864 GB/s, 48 GB. */
-    {{"L40S", "NVIDIA", 91.6, 183, 864, 48 * GIB, LAUNCH_NVIDIA_US, "NVIDIA L40S datasheet"},
+    /* NVIDIA L4 datasheet (2023): 30.3 TFLOPS fp32, 60 tf32 dense, 121 bf16 dense (242 sparse), 300 GB/s, 24 GB. */
+    {{"L4", "NVIDIA", 30.3, 60, 121, 300, 24 * GIB, LAUNCH_NVIDIA_US, "NVIDIA L4 datasheet"}, "l4", NV, {0x27b8, 0, 0}},
+    /* NVIDIA L40S datasheet (2023): 91.6 TFLOPS fp32, 183 tf32 dense, 362 bf16 dense (733 sparse), 864 GB/s, 48 GB. */
+    {{"L40S", "NVIDIA", 91.6, 183, 362, 864, 48 * GIB, LAUNCH_NVIDIA_US, "NVIDIA L40S datasheet"},
      "l40s", NV, {0x26b9, 0, 0}},
-    /* NVIDIA A10 datasheet (2021): 31.2 TFLOPS fp32, 62.5 tf32 dense, 600 GB/s, 24 GB. */
-    {{"A10", "NVIDIA", 31.2, 62.5, 600, 24 * GIB, LAUNCH_NVIDIA_US, "NVIDIA A10 datasheet"},
+    /* NVIDIA A10 datasheet (2021): 31.2 TFLOPS fp32, 62.5 tf32 dense, 125 bf16 dense (250 sparse), 600 GB/s, 24 GB. */
+    {{"A10", "NVIDIA", 31.2, 62.5, 125, 600, 24 * GIB, LAUNCH_NVIDIA_US, "NVIDIA A10 datasheet"},
      "a10", NV, {0x2236, 0, 0}},
-    /* NVIDIA Ampere GA102 whitepaper: RTX 3090 35.6 TFLOPS fp32 (tf32 dense the same), 936 GB/s, 24 GB. */
-    {{"RTX-3090", "NVIDIA", 35.6, 35.6, 936, 24 * GIB, LAUNCH_NVIDIA_US, "NVIDIA Ampere GA102 whitepaper"},
+    /* NVIDIA Ampere GA102 whitepaper: RTX 3090 35.6 TFLOPS fp32 (tf32 dense the same), 71 bf16 dense with fp32
+    ** accumulation (GeForce runs it at half the fp16-accumulate 142), 936 GB/s, 24 GB. */
+    {{"RTX-3090", "NVIDIA", 35.6, 35.6, 71, 936, 24 * GIB, LAUNCH_NVIDIA_US, "NVIDIA Ampere GA102 whitepaper"},
      "3090", NV, {0x2204, 0, 0}},
-    /* NVIDIA Ada Lovelace whitepaper: RTX 4090 82.6 TFLOPS fp32 (tf32 dense the same), 1008 GB/s, 24 GB. */
-    {{"RTX-4090", "NVIDIA", 82.6, 82.6, 1008, 24 * GIB, LAUNCH_NVIDIA_US, "NVIDIA Ada Lovelace whitepaper"},
+    /* NVIDIA Ada Lovelace whitepaper: RTX 4090 82.6 TFLOPS fp32 (tf32 dense the same), 165.2 bf16 dense with fp32
+    ** accumulation (330.3 sparse), 1008 GB/s, 24 GB. */
+    {{"RTX-4090", "NVIDIA", 82.6, 82.6, 165.2, 1008, 24 * GIB, LAUNCH_NVIDIA_US, "NVIDIA Ada Lovelace whitepaper"},
      "4090", NV, {0x2684, 0, 0}},
-    /* NVIDIA GeForce GTX 1070 specifications: 6.5 TFLOPS fp32 (boost), 256 GB/s, 8 GB. */
-    {{"GTX-1070", "NVIDIA", 6.5, 0, 256, 8 * GIB, LAUNCH_NVIDIA_US, "NVIDIA GeForce GTX 1070 specifications"},
+    /* NVIDIA GeForce GTX 1070 specifications: 6.5 TFLOPS fp32 (boost), 256 GB/s, 8 GB; no bf16 (fp32). */
+    {{"GTX-1070", "NVIDIA", 6.5, 0, 6.5, 256, 8 * GIB, LAUNCH_NVIDIA_US, "NVIDIA GeForce GTX 1070 specifications"},
      "1070", NV, {0x1b81, 0, 0}},
-    /* AMD Instinct MI250X datasheet: per OAM 95.7 TFLOPS fp32 matrix (47.9 vector), 3.2 TB/s, 128 GB,
+    /* AMD Instinct MI250X datasheet: per OAM 95.7 TFLOPS fp32 matrix (47.9 vector), 383 bf16 matrix, 3.2 TB/s, 128 GB,
     ** as two GCDs that each appear as one GPU: half of each. hwloc names them "MI200 (MCM)". */
-    {{"MI250X-GCD", "AMD", 47.9, 0, 1638, 64 * GIB, LAUNCH_AMD_US, "AMD Instinct MI250X datasheet (one of two GCDs)"},
+    {{"MI250X-GCD", "AMD", 47.9, 0, 191.5, 1638, 64 * GIB, LAUNCH_AMD_US, "AMD Instinct MI250X datasheet (one of two GCDs)"},
      "mi250", AMD, {0x740c, 0x7408, 0}},
-    {{"MI250X-GCD", "AMD", 47.9, 0, 1638, 64 * GIB, LAUNCH_AMD_US, "AMD Instinct MI250X datasheet (one of two GCDs)"},
+    {{"MI250X-GCD", "AMD", 47.9, 0, 191.5, 1638, 64 * GIB, LAUNCH_AMD_US, "AMD Instinct MI250X datasheet (one of two GCDs)"},
      "mi200", AMD, {0, 0, 0}},
-    /* AMD Instinct MI300X datasheet: 163.4 TFLOPS fp32 matrix, 653.7 tf32 dense, 5.3 TB/s, 192 GB. */
-    {{"MI300X", "AMD", 163.4, 653.7, 5300, 192 * GB, LAUNCH_AMD_US, "AMD Instinct MI300X datasheet"},
+    /* AMD Instinct MI300X datasheet: 163.4 TFLOPS fp32 matrix, 653.7 tf32 dense, 1307.4 bf16 dense, 5.3 TB/s,
+    ** 192 GB. */
+    {{"MI300X", "AMD", 163.4, 653.7, 1307.4, 5300, 192 * GB, LAUNCH_AMD_US, "AMD Instinct MI300X datasheet"},
      "mi300x", AMD, {0x74a1, 0, 0}},
-    /* AMD Instinct MI300A datasheet: 122.6 TFLOPS fp32 matrix, 490.3 tf32 dense, 5.3 TB/s, 128 GB unified. */
-    {{"MI300A", "AMD", 122.6, 490.3, 5300, 128 * GB, LAUNCH_AMD_US, "AMD Instinct MI300A datasheet"},
+    /* AMD Instinct MI300A datasheet: 122.6 TFLOPS fp32 matrix, 490.3 tf32 dense, 980.6 bf16 dense, 5.3 TB/s,
+    ** 128 GB unified. */
+    {{"MI300A", "AMD", 122.6, 490.3, 980.6, 5300, 128 * GB, LAUNCH_AMD_US, "AMD Instinct MI300A datasheet"},
      "mi300", AMD, {0x74a0, 0, 0}},
-    /* AMD Instinct MI100 datasheet: 46.1 TFLOPS fp32 matrix (23.1 vector), 1.23 TB/s, 32 GB. */
-    {{"MI100", "AMD", 46.1, 0, 1228, 32 * GIB, LAUNCH_AMD_US, "AMD Instinct MI100 datasheet"},
+    /* AMD Instinct MI100 datasheet: 46.1 TFLOPS fp32 matrix (23.1 vector), 92.3 bf16 matrix, 1.23 TB/s, 32 GB. */
+    {{"MI100", "AMD", 46.1, 0, 92.3, 1228, 32 * GIB, LAUNCH_AMD_US, "AMD Instinct MI100 datasheet"},
      "mi100", AMD, {0x738c, 0, 0}},
-    /* AMD Radeon Instinct MI50 datasheet: 13.3 TFLOPS fp32, 1024 GB/s, 32 GB (hwloc's RSMI name is cut:
-    ** "deon Instinct MI50 32GB"). */
-    {{"MI50-32GB", "AMD", 13.3, 0, 1024, 32 * GIB, LAUNCH_AMD_US, "AMD Radeon Instinct MI50 datasheet"},
+    /* AMD Radeon Instinct MI50 datasheet: 13.3 TFLOPS fp32 (no bf16 matrix units: fp32), 1024 GB/s, 32 GB
+    ** (hwloc's RSMI name is cut: "deon Instinct MI50 32GB"). */
+    {{"MI50-32GB", "AMD", 13.3, 0, 13.3, 1024, 32 * GIB, LAUNCH_AMD_US, "AMD Radeon Instinct MI50 datasheet"},
      "mi50", AMD, {0x66a1, 0, 0}},
     /* AMD Radeon Pro VII specifications: 13.1 TFLOPS fp32, 1024 GB/s, 16 GB (OpenCL's name for an MI50). */
-    {{"Radeon-Pro-VII", "AMD", 13.1, 0, 1024, 16 * GIB, LAUNCH_AMD_US, "AMD Radeon Pro VII specifications"},
+    {{"Radeon-Pro-VII", "AMD", 13.1, 0, 13.1, 1024, 16 * GIB, LAUNCH_AMD_US, "AMD Radeon Pro VII specifications"},
      "pro vii", AMD, {0x66a3, 0, 0}},
     /* AMD Radeon Vega Frontier Edition specifications: 13.1 TFLOPS fp32, 483 GB/s, 16 GB. */
-    {{"Vega-Frontier-Edition", "AMD", 13.1, 0, 483, 16 * GIB, LAUNCH_AMD_US,
+    {{"Vega-Frontier-Edition", "AMD", 13.1, 0, 13.1, 483, 16 * GIB, LAUNCH_AMD_US,
       "AMD Radeon Vega Frontier Edition specifications"},
      "vega*frontier", AMD, {0x6863, 0, 0}},
 };
@@ -204,6 +214,8 @@ STRATA_API int strata_device_cost_from_model(const struct strata_gpu_model *m, s
     return strata__error(STRATA_ERR_INVALID, "strata_device_cost_from_model: NULL argument");
   /* the measured refinements (GEMM speeds by size and shape, op costs) are none: a table row has only peaks */
   *out = (struct strata_device_cost){.flops = m->fp32_tflops * 1e12 * STRATA_PLAN_SUSTAINED,
+                                     .bf16_flops = (m->bf16_tflops > 0 ? m->bf16_tflops : m->fp32_tflops) * 1e12 *
+                                                   STRATA_PLAN_SUSTAINED,
                                      .mem_gbps = m->mem_gbps,
                                      .memory = m->memory,
                                      .launch_us = m->launch_us,

@@ -44,6 +44,42 @@ STRATA_API void strata_machine_free(strata_machine_t c) {
   free(c);
 }
 
+int strata__machine_in(const struct strata_machine *c, int precision, struct strata_machine **out) {
+  *out = NULL;
+  for (int i = 0; precision == STRATA_BFLOAT16 && i < c->k; i++)
+    if (!(c->cost[i].bf16_flops > 0))
+      return strata__error(STRATA_ERR_NOT_FOUND, "device %d (%s) has no bf16 GEMM speed to plan bf16 with%s", i,
+                           c->names[i], strcmp(c->cost[i].model ? c->cost[i].model : "", "calibrated") == 0
+                               ? ": the calibration has no \"bf16_gflops\" (measure it: strata-bench calibrate "
+                                 "--precision bf16)"
+                               : "");
+  struct strata_machine *v = malloc(sizeof *v);
+  struct strata_device_cost *cost = malloc(sizeof *cost * (size_t)c->k);
+  if (!v || !cost) {
+    free(v);
+    free(cost);
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory for a machine");
+  }
+  *v = *c;
+  for (int i = 0; i < c->k; i++)
+    cost[i] = strata__plan_cost_in(&c->cost[i], precision);
+  v->cost = cost;
+  /* alike in fp32 need not be alike in bf16: the planner prunes by symmetry only where they are */
+  for (int i = 1; i < c->k && v->uniform; i++)
+    v->uniform = cost[i].flops == cost[0].flops && cost[i].ngemm == cost[0].ngemm &&
+                 memcmp(cost[i].gemm_flops, cost[0].gemm_flops, sizeof cost[0].gemm_flops) == 0 &&
+                 memcmp(cost[i].op_ns, cost[0].op_ns, sizeof cost[0].op_ns) == 0;
+  *out = v;
+  return STRATA_OK;
+}
+
+void strata__machine_in_free(struct strata_machine *v) {
+  if (!v)
+    return;
+  free(v->cost); /* the rest is the machine's it views */
+  free(v);
+}
+
 /* Record a warning (dropped silently when memory is short: it is advice). */
 static void warn(struct strata_machine *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void warn(struct strata_machine *c, const char *fmt, ...) {
@@ -185,6 +221,18 @@ STRATA_API int strata_machine_new(const struct strata_node_desc *d, const struct
     if (!rc && !(sf == 0 || (sf > 0 && isfinite(sf))))
       rc = strata__error(STRATA_ERR_INVALID, "machine: device %d's stage factor (%g) must be positive, or 0 for none",
                          i, sf);
+    const double bf = c->cost[i].bf16_flops;
+    const int bn = c->cost[i].bf16_ngemm;
+    if (!rc && !(bf >= 0 && isfinite(bf)))
+      rc = strata__error(STRATA_ERR_INVALID, "machine: device %d's bf16 FLOP/s (%g) must be 0 (none) or more", i, bf);
+    if (!rc && (bn < 0 || bn > STRATA_PLAN_GEMM_SIZES))
+      rc = strata__error(STRATA_ERR_INVALID, "machine: device %d has %d bf16 GEMM sizes, expected 0 to %d", i, bn,
+                         STRATA_PLAN_GEMM_SIZES);
+    for (int q = 0; !rc && q < bn; q++)
+      if (!(c->cost[i].bf16_gemm_n[q] > (q ? c->cost[i].bf16_gemm_n[q - 1] : 0)) ||
+          !(c->cost[i].bf16_gemm_flops[q] > 0) || !isfinite(c->cost[i].bf16_gemm_flops[q]))
+        rc = strata__error(STRATA_ERR_INVALID, "machine: device %d's bf16 GEMM size %d: sizes ascend and speeds are "
+                           "positive", i, q);
     const double au = c->cost[i].action_us;
     if (!rc && !(au >= 0 && isfinite(au)))
       rc = strata__error(STRATA_ERR_INVALID, "machine: device %d's action overhead (%g us) must be 0 or more", i, au);
@@ -316,7 +364,9 @@ STRATA_API int strata_machine_from_topology(strata_topology_t topo, const struct
     if (strata_gpu_model_find(g[gi].name, g[gi].vendor_id, g[gi].device_id, &m) == STRATA_OK) {
       strata_device_cost_from_model(&m, &c->cost[i]);
     } else {
+      /* no tensor cores assumed: bf16 at the guessed fp32 rate */
       c->cost[i] = (struct strata_device_cost){.flops = UNKNOWN_TFLOPS * 1e12 * STRATA_PLAN_SUSTAINED,
+                                               .bf16_flops = UNKNOWN_TFLOPS * 1e12 * STRATA_PLAN_SUSTAINED,
                                                .mem_gbps = UNKNOWN_MEM_GBPS,
                                                .launch_us = 5,
                                                .model = "unknown",
@@ -328,6 +378,7 @@ STRATA_API int strata_machine_from_topology(strata_topology_t topo, const struct
         c->cost[i].memory = mem;
     }
     c->cost[i].flops /= parts;
+    c->cost[i].bf16_flops /= parts;
     c->cost[i].mem_gbps /= parts;
     if (g[gi].memory) {
       c->cost[i].memory = g[gi].memory; /* what the dump says wins over the table */

@@ -31,10 +31,11 @@ static int largest_island(const struct strata_machine *c) {
 ** The least memory layer `l` can take on one device at tp `t`: a stage of
 ** that layer alone, the optimizer state sharded over `dp` replicas, one
 ** sample in flight, no neighbour — the memory model's own bytes
-** (model/stage.h, as strata__plan_rank_memory adds them) at their smallest.
+** (model/stage.h, as strata__plan_rank_memory adds them) at their smallest,
+** in `precision`.
 */
-static double layer_floor(strata_model_t model, int l, int t, int dp, int zero) {
-  struct strata__cut cut = {{0, t}, {0, 1}, STRATA_FLOAT32, STRATA_FLOAT32};
+static double layer_floor(strata_model_t model, int l, int t, int dp, int zero, int precision) {
+  struct strata__cut cut = {{0, t}, {0, 1}, precision, STRATA_FLOAT32};
   struct strata__stage_bytes b;
   if (strata__stage_plan(model, l, l + 1, 1, 0, &cut, &b))
     return 0; /* cannot be laid out so: no floor from it (the search says why) */
@@ -78,9 +79,9 @@ int strata__plan_reach(const struct strata_machine *c, strata_model_t model, con
   const int L = strata_model_layer_count(model);
   for (int l = 0; l < L; l++) {
     int best_t = tps[0];
-    double least = layer_floor(model, l, best_t, dp, zero);
+    double least = layer_floor(model, l, best_t, dp, zero, o->precision);
     for (int i = 1; i < nt; i++) {
-      double b = layer_floor(model, l, tps[i], dp, zero);
+      double b = layer_floor(model, l, tps[i], dp, zero, o->precision);
       if (b < least)
         least = b, best_t = tps[i];
     }

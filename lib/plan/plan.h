@@ -59,6 +59,15 @@ struct strata_machine {
 ** figure's source (static), 0 when unknown. */
 int strata__gpu_memory_by_pci(unsigned vendor_id, unsigned device_id, uint64_t *memory, const char **source);
 
+/*
+** Machine c as it computes in `precision`: a machine of its own costs (strata__plan_cost_in of each device's)
+** that shares every other array with c, so c must outlive it; freed with strata__machine_in_free. The simulator
+** and the planner run on it, so every cost they read is the precision's. STRATA_ERR_NOT_FOUND naming the device
+** and the calibration field when a device has no bf16 GEMM speed (bf16_flops 0) for a bf16 view.
+*/
+int strata__machine_in(const struct strata_machine *c, int precision, struct strata_machine **out /* OUT */);
+void strata__machine_in_free(struct strata_machine *view);
+
 /* Whether the node's devices differ by name (a mixed box). */
 int strata__machine_mixed(const struct strata_machine *c);
 
@@ -89,6 +98,13 @@ struct strata__plan_work {
   int joins;
 };
 
+/*
+** What device w costs computing in `precision` (enum strata_dtype): w itself for STRATA_FLOAT32; for
+** STRATA_BFLOAT16 its bf16 GEMM speeds in place of the fp32 ones (flops, ngemm, gemm_n, gemm_flops), no
+** measured shapes (timed in fp32), and the ops its nominal figures cost by bytes at bf16 bytes (op_ns from the
+** memory bandwidth); measured op speeds are kept. Applied twice, the same as once.
+*/
+struct strata_device_cost strata__plan_cost_in(const struct strata_device_cost *w, int precision);
 /* The tp group of (replica, rank): its devices (replica-major, rank, tp rank in the layout's list) and their count. */
 int strata__plan_group_of(strata_layout_t l, int replica, int rank, const int **devs);
 /* The slowest member of a group of t devices, as a synchronous group runs at its pace. */

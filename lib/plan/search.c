@@ -413,7 +413,7 @@ static strata_layout_t build(struct search *s, int dp, int pp, const struct grou
     tp[r] = gl[r]->t;
   struct strata_layout_desc d = {.dp = dp, .pp = pp, .tp = tp, .devices = devs, .ndevices = n, .split = split,
                                  .nsplit = split ? pp * v : 0, .schedule = schedule, .microbatches = m,
-                                 .virtual_stages = v, .zero = zero};
+                                 .virtual_stages = v, .zero = zero, .precision = s->o->precision};
   strata_layout_t l = NULL;
   strata_layout_new(&d, &l);
   free(devs);
@@ -851,7 +851,8 @@ static void refine(struct search *s) {
     struct strata_layout_desc d = {.dp = dp, .pp = pp, .tp = tps, .devices = devs, .ndevices = n, .nsplit = S,
                                    .schedule = strata_layout_schedule(base),
                                    .microbatches = strata_layout_microbatches(base),
-                                   .virtual_stages = strata_layout_virtual_stages(base), .zero = strata_layout_zero(base)};
+                                   .virtual_stages = strata_layout_virtual_stages(base), .zero = strata_layout_zero(base),
+                                   .precision = strata_layout_precision(base)};
     int improved = 1;
     while (improved && budget > 0 && !s->rc) {
       improved = 0;
@@ -972,6 +973,12 @@ static int check_options(strata_machine_t c, strata_model_t m, const struct stra
     return strata__error(STRATA_ERR_INVALID, "planner: batch %lld must be positive", (long long)o->batch);
   if (o->top < 0 || o->max_microbatches < 0 || o->fixed_tp < 0)
     return strata__error(STRATA_ERR_INVALID, "planner: negative option");
+  if (o->precision != STRATA_FLOAT32 && o->precision != STRATA_BFLOAT16)
+    return strata__error(STRATA_ERR_INVALID, "planner: precision %d is neither STRATA_FLOAT32 nor STRATA_BFLOAT16",
+                         o->precision);
+  if (o->precision == STRATA_BFLOAT16 && strata_model_config(m)->kind != STRATA_MODEL_GPT)
+    return strata__error(STRATA_ERR_UNSUPPORTED, "planner: bf16 is for GPT models (as the trainer trains it), not "
+                         "'%s'", strata_model_config(m)->name);
   return STRATA_OK;
 }
 
@@ -1042,11 +1049,9 @@ static int fits_with(strata_machine_t c, strata_model_t model, const struct stra
   return rc;
 }
 
-STRATA_API int strata_plan_min_devices(strata_machine_t c, strata_model_t model, const struct strata_plan_options *o,
-                                       int limit, int *devices) {
-  TRY(check_options(c, model, o));
-  if (!devices || limit < 1)
-    return strata__error(STRATA_ERR_INVALID, "strata_plan_min_devices: bad argument");
+/* strata_plan_min_devices on machine c as it computes in the options' precision (strata__machine_in). */
+static int min_devices_in(strata_machine_t c, strata_model_t model, const struct strata_plan_options *o, int limit,
+                          int *devices) {
   /* what no count of devices changes first: a model that can never fit, and the most devices a layout uses */
   int64_t most = 0;
   TRY(strata__plan_reach(c, model, o, &most));
@@ -1100,23 +1105,41 @@ STRATA_API int strata_plan_min_devices(strata_machine_t c, strata_model_t model,
   return STRATA_OK;
 }
 
+STRATA_API int strata_plan_min_devices(strata_machine_t c, strata_model_t model, const struct strata_plan_options *o,
+                                       int limit, int *devices) {
+  TRY(check_options(c, model, o));
+  if (!devices || limit < 1)
+    return strata__error(STRATA_ERR_INVALID, "strata_plan_min_devices: bad argument");
+  struct strata_machine *v;
+  TRY(strata__machine_in(c, o->precision, &v));
+  int rc = min_devices_in(v, model, o, limit, devices);
+  strata__machine_in_free(v);
+  return rc;
+}
+
 STRATA_API int strata_plan_search(strata_machine_t c, strata_model_t model, const struct strata_plan_options *o,
                                   strata_plan_t *out) {
   if (!out)
     return strata__error(STRATA_ERR_INVALID, "strata_plan_search: out is NULL");
   *out = NULL;
   TRY(check_options(c, model, o));
+  /* every cost the search reads is the precision's: it searches on the machine as it computes in it */
+  struct strata_machine *v;
+  TRY(strata__machine_in(c, o->precision, &v));
   struct strata_plan *p = calloc(1, sizeof *p);
-  if (!p)
+  if (!p) {
+    strata__machine_in_free(v);
     return strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
+  }
   const int want = o->top > 0 ? o->top : DEFAULT_TOP;
   p->top = want > POOL ? want : POOL; /* a wider pool for the refinement, cut to `want` after it */
   p->c = calloc((size_t)p->top, sizeof *p->c);
   if (!p->c) {
     free(p);
+    strata__machine_in_free(v);
     return strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
   }
-  struct search s = {.c = c, .model = model, .o = o, .plan = p};
+  struct search s = {.c = v, .model = model, .o = o, .plan = p};
   int rc = run_search(&s);
   search_free(&s);
   while (p->n > want) {
@@ -1149,9 +1172,11 @@ STRATA_API int strata_plan_search(strata_machine_t c, strata_model_t model, cons
   }
   if (rc) {
     strata_plan_free(p);
+    strata__machine_in_free(v);
     return rc;
   }
   strata__plan_explain_candidates(s.plan, s.c);
+  strata__machine_in_free(v);
   *out = p;
   return STRATA_OK;
 }

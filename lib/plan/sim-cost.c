@@ -19,6 +19,36 @@ static const double op_bytes[STRATA_PLAN_OP_COUNT] = {
     ** and zeroing writes it (8) */
     [STRATA_PLAN_OP_ADAMW] = 36, [STRATA_PLAN_OP_BIAS_ADD] = 8, [STRATA_PLAN_OP_BIAS_GRAD] = 4};
 
+/* The same in bf16 (strata__plan_cost_in): activations, their gradients and the attention scores are stored
+** bfloat16 (2 bytes), the ops' sums in float32 registers; AdamW's parameters, gradients and moments stay float32
+** and it writes the bf16 copy of the weights besides (2 more). */
+static const double op_bytes_bf16[STRATA_PLAN_OP_COUNT] = {
+    [STRATA_PLAN_OP_ADD] = 6, [STRATA_PLAN_OP_GELU_FWD] = 4, [STRATA_PLAN_OP_GELU_BWD] = 6,
+    [STRATA_PLAN_OP_LAYERNORM_FWD] = 4, [STRATA_PLAN_OP_LAYERNORM_BWD] = 8, [STRATA_PLAN_OP_SOFTMAX_FWD] = 4,
+    [STRATA_PLAN_OP_SOFTMAX_BWD] = 6, [STRATA_PLAN_OP_ADAMW] = 38, [STRATA_PLAN_OP_BIAS_ADD] = 4,
+    [STRATA_PLAN_OP_BIAS_GRAD] = 2};
+
+struct strata_device_cost strata__plan_cost_in(const struct strata_device_cost *w, int precision) {
+  struct strata_device_cost b = *w;
+  if (precision != STRATA_BFLOAT16)
+    return b;
+  b.flops = w->bf16_flops;
+  b.ngemm = w->bf16_ngemm;
+  memcpy(b.gemm_n, w->bf16_gemm_n, sizeof b.gemm_n);
+  memcpy(b.gemm_flops, w->bf16_gemm_flops, sizeof b.gemm_flops);
+  /* a model's own GEMMs were timed in fp32: the bf16 speeds by size stand for them */
+  b.nshapes = 0;
+  b.shapes = NULL;
+  /* ops costed by their bytes move bf16 ones; measured op speeds (timed in fp32) are kept as they are. The
+  ** bias ops of an older calibration fall back to its add (strata__plan_op_s), so they are left alone there. */
+  for (int k = 0; k < STRATA_PLAN_OP_COUNT; k++) {
+    const int bias = k == STRATA_PLAN_OP_BIAS_ADD || k == STRATA_PLAN_OP_BIAS_GRAD;
+    if (w->op_ns[k] == 0 && !(bias && w->op_ns[STRATA_PLAN_OP_ADD] > 0))
+      b.op_ns[k] = op_bytes_bf16[k] / w->mem_gbps; /* bytes / (GB/s) = ns */
+  }
+  return b;
+}
+
 int strata__plan_group_of(strata_layout_t l, int replica, int rank, const int **devs) {
   const int pp = strata_layout_pp(l);
   int per = 0, off = 0;

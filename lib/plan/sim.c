@@ -850,11 +850,9 @@ static int sample_steps(struct strata__plan_engine *proto, int samples, uint64_t
   return rc;
 }
 
-STRATA_API int strata_simulate(strata_machine_t c, strata_model_t model, strata_layout_t l,
-                               const struct strata_sim_options *o, struct strata_sim_result *out) {
-  if (!c || !model || !l || !o || !out)
-    return strata__error(STRATA_ERR_INVALID, "strata_simulate: NULL argument");
-  memset(out, 0, sizeof *out);
+/* strata_simulate on machine c as it computes in the layout's precision (strata__machine_in). */
+static int simulate_in(struct strata_machine *c, strata_model_t model, strata_layout_t l,
+                       const struct strata_sim_options *o, struct strata_sim_result *out) {
   const int dp = strata_layout_dp(l), pp = strata_layout_pp(l), S = strata_layout_stages(l);
   const int m = strata_layout_microbatches(l), v = strata_layout_virtual_stages(l);
   const int ndev = strata_machine_device_count(c);
@@ -863,6 +861,9 @@ STRATA_API int strata_simulate(strata_machine_t c, strata_model_t model, strata_
     return strata__error(STRATA_ERR_INVALID, "batch %lld is not a multiple of dp %d x %d micro-batches",
                          (long long)o->batch, dp, m);
   const int64_t rows = o->batch / ((int64_t)dp * m);
+  /* pipeline messages in the layout's precision: a layer's out_bytes count float32 elements. (tp joins stay
+  ** float32, as the trainer sums a bf16 region in a float32 buffer; the replicas' gradients are float32.) */
+  const double elem = strata_layout_precision(l) == STRATA_BFLOAT16 ? 0.5 : 1.0;
   int *split = malloc(sizeof *split * (size_t)S);
   if (!split)
     return strata__error(STRATA_ERR_NOMEM, "simulator: out of host memory");
@@ -940,7 +941,7 @@ STRATA_API int strata_simulate(strata_machine_t c, strata_model_t model, strata_
       jb += b.join_bytes, nb += b.joins;
       params += (double)info.params;
       if (li == a + split[j] - 1)
-        sc->out_bytes = (double)info.out_bytes * (double)rows;
+        sc->out_bytes = (double)info.out_bytes * (double)rows * elem;
     }
     /* each action ends waiting for its work: one round trip of the device's queue; one that waits on another
     ** device's message (a forward after the first stage, a backward before the last) pays what the executor's
@@ -960,7 +961,7 @@ STRATA_API int strata_simulate(strata_machine_t c, strata_model_t model, strata_
     if (a > 0) {
       struct strata_layer_info prev;
       strata_model_layer(model, a - 1, &prev);
-      sc->in_bytes = (double)prev.out_bytes * (double)rows; /* the gradient of this stage's input */
+      sc->in_bytes = (double)prev.out_bytes * (double)rows * elem; /* the gradient of this stage's input */
     }
     int zero = strata_layout_zero(l) && dp > 1;
     /* the update and the norm's sums, each waited for */
@@ -1033,5 +1034,21 @@ STRATA_API int strata_simulate(strata_machine_t c, strata_model_t model, strata_
   }
   strata_schedule_free(s);
   free(split);
+  return rc;
+}
+
+STRATA_API int strata_simulate(strata_machine_t c, strata_model_t model, strata_layout_t l,
+                               const struct strata_sim_options *o, struct strata_sim_result *out) {
+  if (!c || !model || !l || !o || !out)
+    return strata__error(STRATA_ERR_INVALID, "strata_simulate: NULL argument");
+  memset(out, 0, sizeof *out);
+  const int precision = strata_layout_precision(l);
+  if (precision == STRATA_BFLOAT16 && strata_model_config(model)->kind != STRATA_MODEL_GPT)
+    return strata__error(STRATA_ERR_UNSUPPORTED, "simulator: bf16 is for GPT models (as the trainer trains it), "
+                         "not '%s'", strata_model_config(model)->name);
+  struct strata_machine *v;
+  TRY(strata__machine_in(c, precision, &v));
+  int rc = simulate_in(v, model, l, o, out);
+  strata__machine_in_free(v);
   return rc;
 }
