@@ -795,16 +795,24 @@ static int calibrate_main(int argc, char **argv) {
                                            {"rows", required_argument, NULL, 'r'},
                                            {"max-tp", required_argument, NULL, 't'},
                                            {"quiet", no_argument, NULL, 'q'},
+                                           {"precision", required_argument, NULL, 'p'},
                                            {"help", no_argument, NULL, 'h'},
                                            {NULL, 0, NULL, 0}};
   const char *out = NULL, *list = NULL, *model_name = NULL, *rows_list = NULL;
   int64_t max_tp = 1;
-  int c, quiet = 0;
+  int c, quiet = 0, bf16 = 0;
   optind = 2;
   opterr = 0;
-  while ((c = getopt_long(argc, argv, ":d:o:m:r:t:qh", longopts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":d:o:m:r:t:p:qh", longopts, NULL)) != -1) {
     switch (c) {
     case 'q': quiet = 1; break;
+    case 'p':
+      if (strcmp(optarg, "bf16") != 0 && strcmp(optarg, "fp32") != 0) {
+        fprintf(stderr, "strata-bench: calibrate: --precision wants fp32 or bf16, not '%s'\n", optarg);
+        return 2;
+      }
+      bf16 = strcmp(optarg, "bf16") == 0;
+      break;
     case 'd': list = optarg; break;
     case 'o': out = optarg; break;
     case 'm': model_name = optarg; break;
@@ -814,8 +822,8 @@ static int calibrate_main(int argc, char **argv) {
         return 2;
       break;
     case 'h':
-      printf("Usage: strata-bench calibrate [--devices LIST] [--model M --rows LIST [--max-tp T]] [--out FILE] "
-             "[--quiet]\n"
+      printf("Usage: strata-bench calibrate [--devices LIST] [--model M --rows LIST [--max-tp T]] [--precision P] "
+             "[--out FILE] [--quiet]\n"
              "Measure each device's fp32 GEMM speed (N = 32 to 1024), the per-element speed of the row ops\n"
              "(add, GELU, layernorm, softmax, AdamW), memory bandwidth and launch overhead, a copy and a small\n"
              "all-reduce between every pair, and the host cores the CPU devices get together, for\n"
@@ -829,6 +837,9 @@ static int calibrate_main(int argc, char **argv) {
              "                      runs it, against its ops' figures (each device's stage factor)\n"
              "  -r, --rows LIST     with --model: samples per micro-batch to time them for, e.g. 2,4\n"
              "  -t, --max-tp T      with --model: tensor-parallel degrees 1 to T that divide the heads (default 1)\n"
+             "  -p, --precision P   fp32 (default) or bf16: bf16 also times each device's bf16 GEMMs (A and B\n"
+             "                      bfloat16, sums and C float32; N = 128 to 1024) as \"bf16_gflops\" and\n"
+             "                      \"bf16_gemm\", which strata-plan --precision bf16 needs of a calibration\n"
              "  -o, --out FILE      where to write the JSON\n"
              "  -q, --quiet         no progress on stderr (each phase as it starts, with the seconds since the\n"
              "                      start; STRATA_LOG, when set, decides instead), only errors\n");
@@ -908,6 +919,12 @@ static int calibrate_main(int argc, char **argv) {
     strata_log_set_handler(calibrate_progress, STRATA_LOG_INFO, NULL);
   char *json = NULL;
   int rc = strata_calibrate_model(list ? devs : NULL, n, model, rows, nrows, (int)max_tp, &json);
+  if (!rc && bf16) {
+    char *with = NULL;
+    rc = strata_calibrate_bf16(json, &with);
+    free(json);
+    json = with;
+  }
   if (show_progress)
     strata_log_set_handler(NULL, STRATA_LOG_ERROR, NULL);
   strata_model_free(model);

@@ -448,6 +448,12 @@ static int plan_auto(struct run *r, struct options *o) {
   strata_machine_t mach = NULL;
   strata_plan_t plan = NULL;
   int rc = strata_calibrate(NULL, 0, &json);
+  if (!rc && o->precision == STRATA_BFLOAT16) { /* a bf16 plan needs each device's bf16 GEMM speed */
+    char *with = NULL;
+    rc = strata_calibrate_bf16(json, &with);
+    free(json);
+    json = with;
+  }
   if (!rc)
     rc = strata_machine_from_calibration(json, "this machine", NULL, &mach);
   struct strata_plan_options po = {.batch = global, .top = 1, .precision = o->precision};

@@ -249,6 +249,17 @@ STRATA_API int strata_calibrate(const int *devices, int n, char **json /* OUT */
 STRATA_API int strata_calibrate_model(const int *devices, int n, strata_model_t model, const int64_t *rows, int nrows,
                                       int max_tp, char **json /* OUT */);
 /*
+** The calibration text `in` (strata_calibrate's or strata_calibrate_model's)
+** with each of its devices' bf16 GEMMs measured besides (A and B bfloat16,
+** C float32, through strata_gemm: strata_device_gemm_speed_as at n = 128 to
+** 1024): "bf16_gflops" (the largest size's, what a bf16 plan uses) and
+** "bf16_gemm" ([n, GFLOP/s] pairs) in each device's entry; a device whose
+** backend has no bf16 GEMM (STRATA_ERR_UNSUPPORTED) gets none, with a
+** warning in the log. A device without them plans fp32 only: a bf16 plan on
+** it is refused, naming "bf16_gflops". *out is the caller's to free().
+*/
+STRATA_API int strata_calibrate_bf16(const char *in, char **out /* OUT */);
+/*
 ** A one-node machine of calibrated devices; layout devices are their
 ** runtime indices. `source` names the text in messages. STRATA_ERR_PARSE
 ** naming the field for anything but a strata-calibration/1 text (a key

@@ -239,6 +239,23 @@ STRATA_API int strata_machine_from_calibration(const char *json, const char *sou
         cost[i].gemm_flops[cost[i].ngemm++] = sg * 1e9;
       }
     }
+    /* bf16 GEMMs (strata-bench calibrate --precision bf16): absent, the device has no bf16 speed and a bf16
+    ** plan on it is refused, naming the field; present, a positive number */
+    json_t *bfj = json_object_get(d, "bf16_gflops"), *bsizes = json_object_get(d, "bf16_gemm");
+    if (bfj && (!json_is_number(bfj) || !(json_number_value(bfj) > 0) || !isfinite(json_number_value(bfj)))) {
+      rc = strata__error(STRATA_ERR_PARSE, "%s: device %zu: \"bf16_gflops\" must be a positive number", src, i);
+      break;
+    }
+    cost[i].bf16_flops = bfj ? json_number_value(bfj) * 1e9 : 0;
+    for (size_t s = 0; bfj && s < json_array_size(bsizes) && cost[i].bf16_ngemm < STRATA_PLAN_GEMM_SIZES; s++) {
+      double sn = json_number_value(json_array_get(json_array_get(bsizes, s), 0));
+      double sg = json_number_value(json_array_get(json_array_get(bsizes, s), 1));
+      if (sn > 0 && sg > 0 && isfinite(sg) &&
+          (cost[i].bf16_ngemm == 0 || sn > cost[i].bf16_gemm_n[cost[i].bf16_ngemm - 1])) {
+        cost[i].bf16_gemm_n[cost[i].bf16_ngemm] = sn;
+        cost[i].bf16_gemm_flops[cost[i].bf16_ngemm++] = sg * 1e9;
+      }
+    }
     for (int k = 0; k < STRATA_PLAN_OP_COUNT; k++) {
       double v = json_number_value(json_object_get(opj, strata__plan_op_names[k]));
       cost[i].op_ns[k] = v > 0 && isfinite(v) ? v : 0;

@@ -3,6 +3,7 @@
 #include "config.h"
 
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -912,5 +913,65 @@ STRATA_API int strata_calibrate_model(const int *devices, int n, strata_model_t 
   strata_topology_free(topo);
   if (!rc)
     progress(t_start, "done");
+  return rc;
+}
+
+/* Sizes and timed products of strata_calibrate_bf16's GEMMs: the fp32 calibration's larger sizes (the small ones
+** say little of a training step's GEMMs), the fastest of a few. */
+static const int bf16_sizes[] = {128, 256, 512, 1024};
+#define BF16_NSIZES ((int)(sizeof bf16_sizes / sizeof bf16_sizes[0]))
+#define BF16_REPS 3
+
+STRATA_API int strata_calibrate_bf16(const char *in, char **out) {
+  if (!out)
+    return strata__error(STRATA_ERR_INVALID, "strata_calibrate_bf16: out is NULL");
+  *out = NULL;
+  if (!in)
+    return strata__error(STRATA_ERR_INVALID, "strata_calibrate_bf16: the calibration is NULL");
+  json_error_t err;
+  json_t *root = json_loads(in, JSON_REJECT_DUPLICATES, &err);
+  if (!root)
+    return strata__error(STRATA_ERR_PARSE, "calibration: line %d: %s", err.line, err.text);
+  json_t *devs = json_object_get(root, "devices");
+  int rc = json_is_array(devs) ? STRATA_OK
+                               : strata__error(STRATA_ERR_PARSE, "calibration: no \"devices\" array to add bf16 to");
+  for (size_t i = 0; !rc && i < json_array_size(devs); i++) {
+    json_t *d = json_array_get(devs, i), *dv = json_object_get(d, "device");
+    if (!json_is_integer(dv) || json_integer_value(dv) < 0 || json_integer_value(dv) > INT_MAX) {
+      rc = strata__error(STRATA_ERR_PARSE, "calibration: device %zu: \"device\" must be a runtime index", i);
+      break;
+    }
+    const int dev = (int)json_integer_value(dv);
+    json_t *sizes = json_array();
+    double g = 0;
+    for (int s = 0; s < BF16_NSIZES && !rc; s++) {
+      rc = strata_device_gemm_speed_as(dev, STRATA_BFLOAT16, bf16_sizes[s], BF16_REPS, &g, NULL);
+      if (!rc)
+        json_array_append_new(sizes, json_pack("[i, f]", bf16_sizes[s], g));
+    }
+    if (rc == STRATA_ERR_UNSUPPORTED) { /* a backend without bf16 operands: the device plans fp32 only, said */
+      strata__log(STRATA_LOG_WARN, "calibrate", "device %d has no bf16 GEMM (%s): no \"bf16_gflops\" for it, and a "
+                  "bf16 plan on it is refused", dev, strata_last_error());
+      json_decref(sizes);
+      rc = STRATA_OK;
+      continue;
+    }
+    if (rc) {
+      json_decref(sizes);
+      rc = strata__error(rc, "calibrating device %d's bf16 GEMMs: %s", dev, strata_last_error());
+      break;
+    }
+    strata__log(STRATA_LOG_INFO, "calibrate", "device %d: bf16 GEMM %.1f GFLOP/s at n = %d", dev, g,
+                bf16_sizes[BF16_NSIZES - 1]);
+    /* the planning figure: the largest size's, as for fp32 */
+    json_object_set_new(d, "bf16_gflops", json_real(g));
+    json_object_set_new(d, "bf16_gemm", sizes);
+  }
+  if (!rc) {
+    *out = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS); /* as strata_calibrate writes it */
+    if (!*out)
+      rc = strata__error(STRATA_ERR_NOMEM, "out of host memory writing a calibration");
+  }
+  json_decref(root);
   return rc;
 }

@@ -50,8 +50,8 @@ int strata__machine_in(const struct strata_machine *c, int precision, struct str
     if (!(c->cost[i].bf16_flops > 0))
       return strata__error(STRATA_ERR_NOT_FOUND, "device %d (%s) has no bf16 GEMM speed to plan bf16 with%s", i,
                            c->names[i], strcmp(c->cost[i].model ? c->cost[i].model : "", "calibrated") == 0
-                               ? ": the calibration has no \"bf16_gflops\" (measure it: strata-bench calibrate "
-                                 "--precision bf16)"
+                               ? ": the calibration has no \"bf16_gflops\" for it (strata-bench calibrate "
+                                 "--precision bf16 measures it where its backend has a bf16 GEMM)"
                                : "");
   struct strata_machine *v = malloc(sizeof *v);
   struct strata_device_cost *cost = malloc(sizeof *cost * (size_t)c->k);
