@@ -31,7 +31,7 @@ if [ ! -x "$PLAN" ]; then
   echo "1..0 # SKIP strata-plan not built"
   exit 0
 fi
-echo "1..31"
+echo "1..40"
 
 # a plan on a synthetic node; its layout file is the strata-layout/1 that --simulate reads back
 $PLAN --model gpt-small --batch 16 --node 4xA100-80GB:nvswitch --out "$TMP/layout.json" >"$TMP/out" 2>"$TMP/err"
@@ -153,3 +153,38 @@ for i in 1 2 3 4; do cat "$top_srcdir/README.md"; done >"$TMP/text.txt"
 STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 $TRAIN --model gpt-micro --layout "$TMP/host.json" --data "$TMP/text.txt" \
   --batch "$rows" --steps 1 --eval-batches 1 --eval-every 0 >"$TMP/out" 2>"$TMP/err"
 check "strata-train --layout runs the plan ($(cat "$TMP/host.json"))" [ $? -eq 0 ]
+
+# --precision (issue 31): a bf16 plan writes "precision":"bf16" and --simulate takes it; an fp32 plan's layout is
+# what it was (no "precision"); fp16, a --precision other than the layout's, a calibration without bf16 speeds and a
+# bf16 MLP are one line, exit 2; strata-bench calibrate --precision bf16 measures what a bf16 plan reads
+$PLAN --model gpt-small --batch 16 --node 4xA100-80GB:nvswitch --precision bf16 --out "$TMP/bf16.json" \
+  >"$TMP/out" 2>"$TMP/err"
+rc=$?
+check "--precision bf16: a plan whose layout says bf16" sh -c "[ $rc -eq 0 ] && grep -q '\"precision\":\"bf16\"' '$TMP/bf16.json' &&
+  grep -q '^gpt-small, batch 16, bf16, on' '$TMP/out'"
+check "--precision fp32 (the default): the layout has no \"precision\"" sh -c "! grep -q precision '$TMP/layout.json'"
+bf=$(sed -n 's/^1 *\([0-9.e+-]*\) .*/\1/p' "$TMP/out")
+$PLAN --simulate "$TMP/bf16.json" --model gpt-small --batch 16 --node 4xA100-80GB:nvswitch --samples 1 --json \
+  >"$TMP/sim.json" 2>"$TMP/err"
+rc=$?
+sim=$(sed -n 's/.*"step_s": *\([0-9.e+-]*\).*/\1/p' "$TMP/sim.json")
+check "--simulate of the bf16 layout gives the planner's step ($bf s, $sim s), faster than fp32's ($step s)" awk \
+  -v a="$bf" -v b="$sim" -v f="$step" -v rc="$rc" \
+  'BEGIN { exit !(rc == 0 && a > 0 && (a - b) / a < 1e-3 && (b - a) / a < 1e-3 && a < f) }'
+fails_clearly "--precision fp16" "fp16: not supported" $PLAN --model gpt-small --batch 16 --node 4xA100-80GB:nvswitch \
+  --precision fp16
+fails_clearly "--precision tf32" "expected fp32 or bf16" $PLAN --model gpt-small --batch 16 --node 4xA100-80GB:nvswitch \
+  --precision tf32
+fails_clearly "--simulate a bf16 layout --precision fp32" "--precision fp32 and the layout's bf16 differ" \
+  $PLAN --simulate "$TMP/bf16.json" --model gpt-small --batch 16 --node 4xA100-80GB:nvswitch --precision fp32
+fails_clearly "--precision bf16 on a calibration without bf16 speeds" '"bf16_gflops"' \
+  $PLAN --calibration "$TMP/calm.json" --model gpt-micro --batch 4 --precision bf16
+fails_clearly "--precision bf16 for an MLP" "bf16 is for GPT models" $PLAN --model mlp --batch 16 \
+  --node 4xA100-80GB:nvswitch --precision bf16
+STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 $BENCH calibrate --precision bf16 --quiet --out "$TMP/calb.json" \
+  >/dev/null 2>"$TMP/err" &&
+  $PLAN --calibration "$TMP/calb.json" --model gpt-micro --batch 4 --precision bf16 --out "$TMP/hostbf.json" \
+    >"$TMP/out" 2>"$TMP/err"
+rc=$?
+check "strata-bench calibrate --precision bf16: each device's bf16 speed, and a bf16 plan on it" \
+  [ "$rc" -eq 0 ] && [ "$(grep -c '"bf16_gflops"' "$TMP/calb.json")" -eq 2 ] && grep -q '"precision":"bf16"' "$TMP/hostbf.json"
