@@ -177,8 +177,10 @@ fails_clearly "--precision tf32" "expected fp32 or bf16" $PLAN --model gpt-small
   --precision tf32
 fails_clearly "--simulate a bf16 layout --precision fp32" "--precision fp32 and the layout's bf16 differ" \
   $PLAN --simulate "$TMP/bf16.json" --model gpt-small --batch 16 --node 4xA100-80GB:nvswitch --precision fp32
+echo '{"schema": "strata-calibration/1", "devices": [{"device": 0, "gflops": 100, "mem_gbps": 20, "launch_us": 5,
+  "memory": 4294967296}], "gbps": [[0]], "latency_us": [[0]]}' >"$TMP/cal32.json"
 fails_clearly "--precision bf16 on a calibration without bf16 speeds" '"bf16_gflops"' \
-  $PLAN --calibration "$TMP/calm.json" --model gpt-micro --batch 4 --precision bf16
+  $PLAN --calibration "$TMP/cal32.json" --model gpt-micro --batch 4 --precision bf16
 fails_clearly "--precision bf16 for an MLP" "bf16 is for GPT models" $PLAN --model mlp --batch 16 \
   --node 4xA100-80GB:nvswitch --precision bf16
 STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 $BENCH calibrate --precision bf16 --quiet --out "$TMP/calb.json" \
