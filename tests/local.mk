@@ -210,6 +210,7 @@ EXTRA_DIST += tests/fixtures/hf-gpt2/make-fixture.py \
 EXTRA_DIST += tests/fixtures/topologies/SOURCES.md \
 	tests/fixtures/topologies/aws-g4dn-metal-t4-8gpu-pcie.xml \
 	tests/fixtures/topologies/dell-xe8640-h100-4gpu-nvlink.xml \
+	tests/fixtures/topologies/dell-xe8640-h100-4gpu-cgroup-even-nodes-edited.xml \
 	tests/fixtures/topologies/hpe-ex235a-mi250x-8gcd-xgmi.xml \
 	tests/fixtures/topologies/hpe-ex255a-mi300a-24part-cpx-xgmi.xml \
 	tests/fixtures/topologies/hpe-ex255a-mi300a-4apu-spx-xgmi.xml \

@@ -196,5 +196,27 @@ else
     "$(head -c 600 "$TMP/err")" "$(sed -n '/^Bandwidth/,/^Islands/p' "$TMP/out")"
 fi
 
+# GPUs under NUMA nodes a cgroup leaves out (the XE8640's allowed nodeset edited to nodes 0, 2, 4, 6): each GPU keeps
+# its node, the unedited dump's, and a warning names the GPU and the node
+edited="$DUMPS/dell-xe8640-h100-4gpu-cgroup-even-nodes-edited.xml"
+"$TOOL" --input "$edited" >"$TMP/out" 2>"$TMP/err"
+rc=$?
+"$TOOL" --input "$DUMPS/dell-xe8640-h100-4gpu-nvlink.xml" >"$TMP/orig" 2>/dev/null
+if [ "$rc" -eq 0 ] && grep -q '^  GPU2 .* 63\.02 *7  *1  *cuda2' "$TMP/out" &&
+  [ "$(grep -c 'NUMA node [1357] of GPU[0-3] (0000:..:00.0) lies outside this process.s allowed set (cgroup)' "$TMP/err")" -eq 4 ] &&
+  grep -qF 'NUMA node 7 of GPU2 (0000:cb:00.0) lies outside' "$TMP/err" &&
+  [ "$(sed -n '/^GPUs/,/^Legend/p' "$TMP/out")" = "$(sed -n '/^GPUs/,/^Legend/p' "$TMP/orig")" ]; then
+  ok "GPUs under NUMA nodes outside the cgroup's allowed set: their nodes shown, one warning each"
+else
+  not_ok "GPUs under NUMA nodes outside the cgroup's allowed set: their nodes shown, one warning each" "rc=$rc" \
+    "$(head -c 800 "$TMP/err")" "$(sed -n '/^GPUs/,/^Legend/p' "$TMP/out")"
+fi
+"$TOOL" --input "$edited" --json >"$TMP/out.json" 2>/dev/null
+if grep -q '"numa_node": *7' "$TMP/out.json" && grep -qF 'NUMA node 7 of GPU2' "$TMP/out.json"; then
+  ok "--json: the recovered node and the warning"
+else
+  not_ok "--json: the recovered node and the warning" "$(grep -n 'numa_node\|warning' "$TMP/out.json" | head -20)"
+fi
+
 echo "1..$n"
 [ "$fails" -eq 0 ]

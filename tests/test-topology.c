@@ -352,6 +352,35 @@ Test(classes, e_gpu_like_device_with_zeroed_vendor_warns) {
   strata_topology_free(t);
 }
 
+/*
+** GPUs under NUMA nodes a cgroup leaves out of the allowed set (issue 37,
+** item 6): the XE8640 dump with its allowed nodeset edited to 0, 2, 4, 6.
+** hwloc drops nodes 1, 3, 5, 7; each GPU keeps the node of the unedited
+** dump, with a warning naming the GPU and the node, and its paths stay.
+*/
+Test(classes, gpus_under_numa_nodes_outside_the_allowed_set_keep_them) {
+  strata_topology_t t = load_dump("dell-xe8640-h100-4gpu-cgroup-even-nodes-edited.xml");
+  strata_topology_t orig = load_dump("dell-xe8640-h100-4gpu-nvlink.xml");
+  struct strata_topology_host h;
+  OK(strata_topology_host(t, &h));
+  cr_assert_eq(h.numa_nodes, 4, "the allowed nodes are the host's, got %d", h.numa_nodes);
+  cr_assert_eq(gpus(t), 4);
+  static const int nodes[] = {3, 1, 7, 5};
+  for (int g = 0; g < 4; g++) {
+    cr_assert_eq(gpu(t, g).numa_node, nodes[g], "GPU%d: NUMA node %d, expected %d", g, gpu(t, g).numa_node, nodes[g]);
+    cr_assert_eq(gpu(orig, g).numa_node, nodes[g]);
+    cr_assert_eq(gpu(t, g).package, gpu(orig, g).package);
+    for (int o = 0; o < 4; o++)
+      cr_assert_eq(link_of(t, g, o).kind, link_of(orig, g, o).kind);
+  }
+  cr_assert_eq(warning_count(t), 4);
+  cr_assert_eq(warnings_with(t, "NUMA node 7 of GPU2 (0000:cb:00.0) lies outside this process's allowed set (cgroup)"),
+               1);
+  cr_assert_eq(warnings_with(t, "NUMA node 3 of GPU0 (0000:4e:00.0)"), 1);
+  strata_topology_free(t);
+  strata_topology_free(orig);
+}
+
 /* Every real dump: no warning where nothing is odd, and GPU memory never counted as a host node. */
 Test(classes, real_dumps_give_no_false_warnings) {
   static const char *const names[] = {

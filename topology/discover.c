@@ -142,7 +142,12 @@ static int grow(struct strata_topology *t, int *cap) {
   return STRATA_OK;
 }
 
-/* NUMA node, package and CPU set of the non-I/O ancestor `anchor`. */
+/*
+** NUMA node, package and CPU set of the non-I/O ancestor `anchor`. The
+** node comes from the complete nodeset, which keeps the nodes a cgroup
+** leaves out of this process's allowed set (hwloc removes their objects
+** and clears them from `nodeset`); numa_outside_allowed() says so.
+*/
 static void place_gpu(hwloc_topology_t hw, struct strata__gpu *g) {
   hwloc_obj_t a = g->anchor;
   g->pub.numa_node = -1;
@@ -150,8 +155,10 @@ static void place_gpu(hwloc_topology_t hw, struct strata__gpu *g) {
   g->pub.cpuset[0] = '\0';
   if (!a)
     return;
-  if (a->nodeset && !hwloc_bitmap_iszero(a->nodeset))
-    g->pub.numa_node = hwloc_bitmap_first(a->nodeset); /* nearest: the lowest of the local ones */
+  if (a->complete_nodeset && !hwloc_bitmap_iszero(a->complete_nodeset))
+    g->pub.numa_node = hwloc_bitmap_first(a->complete_nodeset); /* nearest: the lowest of the local ones */
+  else if (a->nodeset && !hwloc_bitmap_iszero(a->nodeset))
+    g->pub.numa_node = hwloc_bitmap_first(a->nodeset);
   if (a->cpuset && !hwloc_bitmap_iszero(a->cpuset))
     hwloc_bitmap_list_snprintf(g->pub.cpuset, sizeof g->pub.cpuset, a->cpuset);
   hwloc_obj_t p = a->type == HWLOC_OBJ_PACKAGE ? a : hwloc_get_ancestor_obj_by_type(hw, HWLOC_OBJ_PACKAGE, a);
@@ -521,11 +528,43 @@ static void power_saving_uplinks(struct strata_topology *t) {
 }
 
 /*
+** GPUs whose NUMA node lies outside this process's allowed set: a cgroup
+** (a batch job's cpuset) that leaves a node out makes hwloc drop its
+** object, and the GPU's ancestors keep it only in their complete nodeset.
+** place_gpu() took the node from there; here each such GPU gets a warning
+** naming it and the node. When the nodeset was cut but a GPU's ancestor
+** names no node at all, the node cannot be recovered, and the warning
+** says that instead. Nothing is said on a box without such a cut.
+*/
+static void numa_outside_allowed(struct strata_topology *t, hwloc_topology_t hw) {
+  hwloc_const_nodeset_t allowed = hwloc_topology_get_allowed_nodeset(hw);
+  hwloc_const_nodeset_t complete = hwloc_topology_get_complete_nodeset(hw);
+  if (!allowed || !complete || hwloc_bitmap_isincluded(complete, allowed))
+    return;
+  for (int g = 0; g < t->ngpus; g++) {
+    const struct strata__gpu *gp = &t->gpus[g];
+    if (!gp->anchor)
+      continue;
+    const char *where = gp->pub.pci_bus_id[0] ? gp->pub.pci_bus_id : gp->pub.os_devices;
+    if (gp->pub.numa_node < 0)
+      strata__topo_warn(t,
+                        "GPU%d (%s) has no NUMA node: this process's allowed set (cgroup) leaves NUMA nodes out "
+                        "and hwloc does not say which one is the GPU's, so it cannot be recovered",
+                        g, where);
+    else if (!hwloc_bitmap_isset(allowed, (unsigned)gp->pub.numa_node))
+      strata__topo_warn(t,
+                        "NUMA node %d of GPU%d (%s) lies outside this process's allowed set (cgroup): "
+                        "shown from hwloc's complete nodeset; this process cannot place memory there",
+                        gp->pub.numa_node, g, where);
+  }
+}
+
+/*
 ** Walk every PCI device (a bus id listed several times counts once, with
 ** the OS devices of all its copies), then the GPU OS devices that hang
 ** elsewhere, and build t->gpus sorted by PCI bus id (partitions in order,
 ** devices without a PCI identity last, in tree order). Then the passes
-** that read the GPU list: power-saving links, GPU memory in NUMA nodes,
+** that read the GPU list: NUMA nodes outside the allowed set, power-saving links, GPU memory in NUMA nodes,
 ** the host, devices that look like GPUs but are not counted.
 */
 int strata__topo_discover(struct strata_topology *t, hwloc_topology_t hw) {
@@ -578,6 +617,7 @@ int strata__topo_discover(struct strata_topology *t, hwloc_topology_t hw) {
     qsort(t->gpus, (size_t)t->ngpus, sizeof *t->gpus, gpu_cmp);
   for (int i = 0; i < t->ngpus; i++)
     t->gpus[i].pub.index = i;
+  numa_outside_allowed(t, hw);
   power_saving_links(t);
   power_saving_uplinks(t);
   int nnodes = hwloc_get_nbobjs_by_type(hw, HWLOC_OBJ_NUMANODE);
