@@ -216,6 +216,7 @@ EXTRA_DIST += tests/fixtures/topologies/SOURCES.md \
 	tests/fixtures/topologies/hpe-ex255a-mi300a-4apu-spx-xgmi.xml \
 	tests/fixtures/topologies/ibm-power8-minsky-p100-4gpu-nvlink.xml \
 	tests/fixtures/topologies/ibm-power9-lassen-v100-4gpu.xml \
+	tests/fixtures/topologies/ibm-power9-lassen-v100-4gpu-gpu-memory-two-owners-edited.xml \
 	tests/fixtures/topologies/intel-broadwell-2s-cpu-only.xml \
 	tests/fixtures/topologies/jureca-dc-a100-4gpu-pci-only.xml \
 	tests/fixtures/topologies/jureca-dc-a100-4gpu-root-ports-1gbps-edited.xml \

@@ -218,5 +218,17 @@ else
   not_ok "--json: the recovered node and the warning" "$(grep -n 'numa_node\|warning' "$TMP/out.json" | head -20)"
 fi
 
+# GPU-memory NUMA nodes of which two name their GPU (Lassen edited, SOURCES.md): the order read from those two, said
+edited="$DUMPS/ibm-power9-lassen-v100-4gpu-gpu-memory-two-owners-edited.xml"
+"$TOOL" --input "$edited" --json >"$TMP/out.json" 2>"$TMP/err"
+rc=$?
+if [ "$rc" -eq 0 ] && [ "$(grep -o '"memory_numa_node": *[0-9-]*' "$TMP/out.json" | tr -dc '0-9\n' | tr '\n' ' ')" = "255 254 253 252 " ] &&
+  grep -qF 'taken as the memory of GPUs 2..3 in descending order (GPU2 on P#253), the order the NUMA nodes that name their GPU show' "$TMP/err"; then
+  ok "GPU-memory NUMA nodes, two naming their GPU: the others in the order those show, said"
+else
+  not_ok "GPU-memory NUMA nodes, two naming their GPU: the others in the order those show, said" "rc=$rc" \
+    "$(cat "$TMP/err")" "$(grep memory_numa_node "$TMP/out.json")"
+fi
+
 echo "1..$n"
 [ "$fails" -eq 0 ]

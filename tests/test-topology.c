@@ -287,9 +287,136 @@ Test(classes, b_gpu_memory_numa_nodes_from_an_hwloc1_export) {
   cr_assert_eq(h.gpu_numa_nodes, 2);
   cr_assert_eq(h.memory, 68719476736ull, "64 GiB of host RAM, got %llu", (unsigned long long)h.memory);
   cr_assert_eq(gpus(t), 2);
-  cr_assert_eq(gpu(t, 0).memory_numa_node, 252);
-  cr_assert_eq(gpu(t, 1).memory_numa_node, 253);
+  /* nothing here names an owner: the AC922 order, downward, assumed and said so */
+  cr_assert_eq(gpu(t, 0).memory_numa_node, 253);
+  cr_assert_eq(gpu(t, 1).memory_numa_node, 252);
   cr_assert_eq(warnings_with(t, "P#252..P#253"), 1, "the guess is said");
+  cr_assert_eq(warnings_with(t, "in descending order (GPU0 on P#253), an assumed order"), 1);
+  strata_topology_free(t);
+}
+
+static void write_file(const char *path, const void *data, size_t len);
+
+/*
+** Load the real dump `name` with each `from[i]` (found once) replaced by
+** `to[i]`, through a temporary file: variants of an edited dump.
+*/
+static strata_topology_t load_dump_variant(const char *name, const char *const *from, const char *const *to, int n) {
+  char p[4096];
+  snprintf(p, sizeof p, "%s/%s", dumps_dir(), name);
+  FILE *f = fopen(p, "rb");
+  cr_assert_not_null(f, "%s", p);
+  size_t cap = 1 << 20, len = 0;
+  char *buf = malloc(cap);
+  cr_assert_not_null(buf);
+  len = fread(buf, 1, cap - 1, f);
+  fclose(f);
+  cr_assert(len > 0 && len < cap - 1);
+  buf[len] = '\0';
+  for (int i = 0; i < n; i++) {
+    char *at = strstr(buf, from[i]);
+    cr_assert_not_null(at, "%s: no %s", name, from[i]);
+    cr_assert_null(strstr(at + 1, from[i]), "%s: %s more than once", name, from[i]);
+    size_t fl = strlen(from[i]), tl = strlen(to[i]);
+    cr_assert(len - fl + tl < cap);
+    memmove(at + tl, at + fl, len - (size_t)(at - buf) - fl + 1);
+    memcpy(at, to[i], tl);
+    len = len - fl + tl;
+  }
+  char path[] = "/tmp/strata-topo-variant-XXXXXX";
+  int fd = mkstemp(path);
+  cr_assert(fd >= 0);
+  close(fd);
+  write_file(path, buf, len);
+  free(buf);
+  strata_topology_t t = NULL;
+  int rc = strata_topology_load(path, &t);
+  remove(path);
+  cr_assert_eq(rc, STRATA_OK, "loading a variant of %s: %s", name, strata_last_error());
+  return t;
+}
+
+/*
+** GPU-memory NUMA nodes that do not all name their GPU (issue 37, item 6):
+** the Lassen dump edited to hold the four nodes P#252..P#255 of the same
+** host's hwloc 1.x export, P#255 naming GPU0 and P#254 GPU1 (downward, as
+** the AC922 dump that names its owners numbers them), P#253 and P#252
+** naming none. The order is read from the named ones: GPU2 and GPU3 take
+** P#253 and P#252, and the warning says the order came from the dump.
+*/
+#define LASSEN_OWNERS "ibm-power9-lassen-v100-4gpu-gpu-memory-two-owners-edited.xml"
+Test(classes, b_gpu_memory_order_read_from_the_nodes_that_name_their_gpu) {
+  strata_topology_t t = load_dump(LASSEN_OWNERS);
+  strata_topology_t orig = load_dump("ibm-power9-lassen-v100-4gpu.xml");
+  struct strata_topology_host h, ho;
+  OK(strata_topology_host(t, &h));
+  OK(strata_topology_host(orig, &ho));
+  cr_assert_eq(h.numa_nodes, 2, "the two host nodes P#0 and P#8, got %d", h.numa_nodes);
+  cr_assert_eq(h.gpu_numa_nodes, 4);
+  cr_assert_eq(h.memory, ho.memory, "GPU memory is no host RAM");
+  cr_assert_eq(gpus(t), 4);
+  static const int nodes[] = {255, 254, 253, 252};
+  for (int g = 0; g < 4; g++) {
+    cr_assert_eq(gpu(t, g).memory_numa_node, nodes[g], "GPU%d: P#%d, expected P#%d", g, gpu(t, g).memory_numa_node,
+                 nodes[g]);
+    cr_assert_eq(gpu(t, g).numa_node, gpu(orig, g).numa_node, "placed near its host node, not its own memory");
+  }
+  cr_assert_eq(warning_count(t), 1);
+  cr_assert_eq(warnings_with(t, "P#252..P#253"), 1);
+  cr_assert_eq(warnings_with(t, "GPUs 2..3 in descending order (GPU2 on P#253), the order the NUMA nodes that name "
+                                "their GPU show"),
+               1);
+  cr_assert_eq(warnings_with(t, "assumed"), 0, "the order is the dump's, not a guess");
+  strata_topology_free(t);
+  strata_topology_free(orig);
+}
+
+/* The same nodes naming GPU2 and GPU3 instead: upward, so GPU0 and GPU1 take P#252 and P#253. */
+Test(classes, b_gpu_memory_order_upward_when_the_named_nodes_say_so) {
+  static const char *const from[] = {"<info name=\"PCIBusID\" value=\"0004:05:00.0\"/>",
+                                     "<info name=\"PCIBusID\" value=\"0004:04:00.0\"/>"};
+  static const char *const to[] = {"<info name=\"PCIBusID\" value=\"0035:03:00.0\"/>",
+                                   "<info name=\"PCIBusID\" value=\"0035:04:00.0\"/>"};
+  strata_topology_t t = load_dump_variant(LASSEN_OWNERS, from, to, 2);
+  static const int nodes[] = {252, 253, 254, 255};
+  for (int g = 0; g < 4; g++)
+    cr_assert_eq(gpu(t, g).memory_numa_node, nodes[g], "GPU%d: P#%d, expected P#%d", g, gpu(t, g).memory_numa_node,
+                 nodes[g]);
+  cr_assert_eq(warnings_with(t, "GPUs 0..1 in ascending order (GPU0 on P#252), the order the NUMA nodes that name"), 1);
+  strata_topology_free(t);
+}
+
+/* No node naming its GPU (the owners removed): the AC922 order, downward, assumed and said so. */
+Test(classes, b_gpu_memory_order_assumed_without_owners) {
+  static const char *const from[] = {
+      "os_index=\"254\" subtype=\"GPUMemory\"", "os_index=\"255\" subtype=\"GPUMemory\"",
+      "\n      <info name=\"PCIBusID\" value=\"0004:05:00.0\"/>", "\n      <info name=\"PCIBusID\" value=\"0004:04:00.0\"/>"};
+  static const char *const to[] = {"os_index=\"254\"", "os_index=\"255\"", "", ""};
+  strata_topology_t t = load_dump_variant(LASSEN_OWNERS, from, to, 4);
+  static const int nodes[] = {255, 254, 253, 252};
+  for (int g = 0; g < 4; g++)
+    cr_assert_eq(gpu(t, g).memory_numa_node, nodes[g], "GPU%d: P#%d, expected P#%d", g, gpu(t, g).memory_numa_node,
+                 nodes[g]);
+  cr_assert_eq(warning_count(t), 1);
+  cr_assert_eq(warnings_with(t, "NUMA nodes P#252..P#255 have no CPUs and do not say whose they are"), 1);
+  cr_assert_eq(warnings_with(t, "GPUs 0..3 in descending order (GPU0 on P#255), an assumed order"), 1);
+  strata_topology_free(t);
+}
+
+/* Named nodes that fit neither order (GPU0 on P#254, GPU1 on P#255 of four) decide nothing: assumed, said so. */
+Test(classes, b_gpu_memory_order_assumed_when_the_named_nodes_disagree) {
+  /* the two bus ids swapped, through a stand-in so each replacement finds one copy */
+  static const char *const from[] = {"<info name=\"PCIBusID\" value=\"0004:05:00.0\"/>",
+                                     "<info name=\"PCIBusID\" value=\"0004:04:00.0\"/>", "SWAPPED"};
+  static const char *const to[] = {"SWAPPED", "<info name=\"PCIBusID\" value=\"0004:05:00.0\"/>",
+                                   "<info name=\"PCIBusID\" value=\"0004:04:00.0\"/>"};
+  strata_topology_t t = load_dump_variant(LASSEN_OWNERS, from, to, 3);
+  cr_assert_eq(gpu(t, 0).memory_numa_node, 254);
+  cr_assert_eq(gpu(t, 1).memory_numa_node, 255);
+  cr_assert_eq(gpu(t, 2).memory_numa_node, 253);
+  cr_assert_eq(gpu(t, 3).memory_numa_node, 252);
+  cr_assert_eq(warnings_with(t, "an assumed order"), 1);
+  cr_assert_eq(warnings_with(t, "those here that name theirs do not decide it"), 1);
   strata_topology_free(t);
 }
 
@@ -387,7 +514,8 @@ Test(classes, real_dumps_give_no_false_warnings) {
       "nvidia-dgx2-v100-16gpu-nvswitch.xml", "ibm-power8-minsky-p100-4gpu-nvlink.xml",
       "dell-xe8640-h100-4gpu-nvlink.xml",    "aws-g4dn-metal-t4-8gpu-pcie.xml",
       "jureca-dc-a100-4gpu-pci-only.xml",    "hpe-ex235a-mi250x-8gcd-xgmi.xml",
-      "supermicro-epyc-mi50-8gpu-pcie.xml",  "intel-broadwell-2s-cpu-only.xml"};
+      "supermicro-epyc-mi50-8gpu-pcie.xml",  "intel-broadwell-2s-cpu-only.xml",
+      "ibm-power9-lassen-v100-4gpu.xml"};
   for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
     strata_topology_t t = load_dump(names[i]);
     cr_assert_eq(warning_count(t), 0, "%s: %d warnings", names[i], warning_count(t));

@@ -293,13 +293,67 @@ static uint64_t busid_addr(const char *s, int *ok) {
 }
 
 /*
+** A CPU-less NUMA node that says nothing of itself: no subtype, no owner.
+** An hwloc 1.x export gives it an empty CPU set; hwloc 2.x attaches it to
+** the root object, whose CPU set it then carries, while the nodes with
+** CPUs hang lower (a box whose every node with CPUs is at the root, as a
+** 1.x export's host node is, says nothing).
+*/
+static int unmarked_cpuless(hwloc_topology_t hw, hwloc_obj_t n) {
+  if (n->subtype || hwloc_obj_get_info_by_name(n, "PCIBusID"))
+    return 0;
+  if (!n->cpuset || hwloc_bitmap_iszero(n->cpuset))
+    return 1;
+  hwloc_obj_t root = hwloc_get_root_obj(hw);
+  if (n->parent != root)
+    return 0;
+  for (hwloc_obj_t o = hwloc_get_next_obj_by_type(hw, HWLOC_OBJ_NUMANODE, NULL); o;
+       o = hwloc_get_next_obj_by_type(hw, HWLOC_OBJ_NUMANODE, o))
+    if (o->parent != root && o->cpuset && !hwloc_bitmap_iszero(o->cpuset))
+      return 1;
+  return 0;
+}
+
+/*
+** The order in which GPU-memory NUMA nodes follow the GPUs, read from the
+** nodes that name their GPU: +1 when GPU k's node is the k-th lowest of
+** them all (named and unnamed together), -1 when it is the k-th highest,
+** 0 when no node names its GPU or the named ones fit neither order or both.
+*/
+static int owner_order(const struct strata_topology *t, hwloc_topology_t hw, const char *is_gpu_mem, int nnodes) {
+  int up = 1, down = 1, named = 0;
+  for (int g = 0; g < t->ngpus; g++) {
+    int node = t->gpus[g].pub.memory_numa_node;
+    if (node < 0)
+      continue;
+    int rank = 0, total = 0; /* rank of the GPU's node among all the GPU-memory nodes */
+    for (int i = 0; i < nnodes; i++) {
+      hwloc_obj_t n = hwloc_get_obj_by_type(hw, HWLOC_OBJ_NUMANODE, (unsigned)i);
+      if (!is_gpu_mem[i] && !unmarked_cpuless(hw, n))
+        continue;
+      total++;
+      rank += (int)n->os_index < node;
+    }
+    if (total != t->ngpus) /* not one node a GPU: no order to read */
+      return 0;
+    named++;
+    up &= rank == g;
+    down &= rank == t->ngpus - 1 - g;
+  }
+  return named == 0 || up == down ? 0 : up ? 1 : -1;
+}
+
+/*
 ** NUMA nodes that hold GPU memory rather than host RAM (IBM POWER9 with
 ** NVLink-attached GPUs): those hwloc marks with subtype "GPUMemory" or a
-** "PCIBusID" info naming the GPU, and, in hwloc 1.x exports that mark
-** nothing, CPU-less nodes without subtype when there are exactly as many
-** of them as GPUs (then the k-th by OS index is taken as the k-th GPU's,
-** which is a guess and said so). Sets is_gpu_mem[i] for the i-th NUMA
-** node and each owning GPU's memory_numa_node (and memory, when unknown).
+** "PCIBusID" info naming the GPU, and CPU-less nodes that say nothing
+** (hwloc 1.x exports mark none) when there are exactly as many of them as
+** GPUs still without one. Those are handed out in an order: the one the
+** nodes that name their GPU show, when some do and they agree; otherwise
+** the order of the AC922 dumps, downward (GPU0 takes the highest OS index,
+** as the dump that names its owners numbers them), which is an assumption
+** and said so. Sets is_gpu_mem[i] for the i-th NUMA node and each owning
+** GPU's memory_numa_node (and memory, when unknown).
 */
 static void find_gpu_memory(struct strata_topology *t, hwloc_topology_t hw, char *is_gpu_mem, int nnodes) {
   int candidates = 0, unowned = 0;
@@ -312,7 +366,7 @@ static void find_gpu_memory(struct strata_topology *t, hwloc_topology_t hw, char
     int ok = 0;
     uint64_t addr = busid_addr(busid, &ok);
     if (!marked && !ok) {
-      if ((!n->cpuset || hwloc_bitmap_iszero(n->cpuset)) && !n->subtype)
+      if (unmarked_cpuless(hw, n))
         candidates++;
       continue;
     }
@@ -333,17 +387,21 @@ static void find_gpu_memory(struct strata_topology *t, hwloc_topology_t hw, char
   for (int g = 0; g < t->ngpus; g++)
     if (t->gpus[g].pub.memory_numa_node < 0)
       unowned++;
-  if (candidates == 0 || candidates != unowned || unowned != t->ngpus)
+  if (candidates == 0 || candidates != unowned)
     return;
-  /* hwloc 1.x (AC922): CPU-less nodes are the GPUs' memory, in the same order (by OS index) */
-  int first = -1, last = -1;
+  const int shown = owner_order(t, hw, is_gpu_mem, nnodes);
+  const int order = shown ? shown : -1;
+  int lo = -1, hi = -1, firstg = -1, lastg = -1;
   for (int g = 0; g < t->ngpus; g++) {
-    int pick = -1;
+    if (t->gpus[g].pub.memory_numa_node >= 0)
+      continue;
+    int pick = -1; /* the lowest (upward) or highest (downward) node left */
     for (int i = 0; i < nnodes; i++) {
       hwloc_obj_t n = hwloc_get_obj_by_type(hw, HWLOC_OBJ_NUMANODE, (unsigned)i);
-      if (is_gpu_mem[i] || (n->cpuset && !hwloc_bitmap_iszero(n->cpuset)) || n->subtype)
+      if (is_gpu_mem[i] || !unmarked_cpuless(hw, n))
         continue;
-      if (pick < 0 || n->os_index < hwloc_get_obj_by_type(hw, HWLOC_OBJ_NUMANODE, (unsigned)pick)->os_index)
+      unsigned best = pick < 0 ? 0 : hwloc_get_obj_by_type(hw, HWLOC_OBJ_NUMANODE, (unsigned)pick)->os_index;
+      if (pick < 0 || (order > 0 ? n->os_index < best : n->os_index > best))
         pick = i;
     }
     if (pick < 0)
@@ -353,14 +411,30 @@ static void find_gpu_memory(struct strata_topology *t, hwloc_topology_t hw, char
     t->gpus[g].pub.memory_numa_node = (int)n->os_index;
     if (!t->gpus[g].pub.memory)
       t->gpus[g].pub.memory = n->attr->numanode.local_memory;
-    if (first < 0)
-      first = (int)n->os_index;
-    last = (int)n->os_index;
+    if (lo < 0 || (int)n->os_index < lo)
+      lo = (int)n->os_index;
+    if ((int)n->os_index > hi)
+      hi = (int)n->os_index;
+    if (firstg < 0)
+      firstg = g;
+    lastg = g;
   }
-  strata__topo_warn(t,
-                    "NUMA nodes P#%d..P#%d have no CPUs and do not say whose they are (an hwloc 1.x export): "
-                    "taken as the memory of GPUs 0..%d in order, not as host RAM",
-                    first, last, t->ngpus - 1);
+  if (firstg < 0)
+    return;
+  const int first_node = t->gpus[firstg].pub.memory_numa_node;
+  if (shown)
+    strata__topo_warn(t,
+                      "NUMA nodes P#%d..P#%d have no CPUs and do not say whose they are: taken as the memory of "
+                      "GPUs %d..%d in %s order (GPU%d on P#%d), the order the NUMA nodes that name their GPU "
+                      "show; not host RAM",
+                      lo, hi, firstg, lastg, order > 0 ? "ascending" : "descending", firstg, first_node);
+  else
+    strata__topo_warn(t,
+                      "NUMA nodes P#%d..P#%d have no CPUs and do not say whose they are: taken as the memory of "
+                      "GPUs %d..%d in descending order (GPU%d on P#%d), an assumed order: the one of the IBM AC922 "
+                      "dump that names its GPUs%s; not host RAM",
+                      lo, hi, firstg, lastg, firstg, first_node,
+                      unowned == t->ngpus ? "" : " (those here that name theirs do not decide it)");
 }
 
 static void describe_host(struct strata_topology *t, hwloc_topology_t hw, const char *is_gpu_mem) {
