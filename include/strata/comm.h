@@ -53,17 +53,35 @@ extern "C" {
 */
 typedef struct strata_comm *strata_comm_t;
 
-/* Element types. Sizes and offsets of collectives count elements. The
-** collectives move float32 and int32; bfloat16 (the upper half of a float32:
-** 8 bits of exponent, 7 of mantissa) is a storage type of the ops so far
-** (strata/ops.h), refused by the collectives. */
+/*
+** Element types. Sizes and offsets of collectives count elements of the
+** collective's type (strata_dtype_size bytes each); the operands' own types
+** (strata_mem_t.dtype) must be that type, or for a 4-byte collective another
+** 4-byte type (strata_mem's float32 default carries int32 too), else the
+** call fails with STRATA_ERR_INVALID. Byte sizes (chunk_bytes,
+** direct_max_bytes) stay bytes whatever the type.
+**
+** bfloat16 (the upper half of a float32: 8 bits of exponent, 7 of mantissa)
+** is moved by every collective, and every backend copies it. Each reduction
+** step adds two bfloat16 operands in float32 and rounds the sum once to
+** bfloat16 (to nearest, ties to even; MAX is exact). A ring therefore rounds
+** at each of its n - 1 reduction steps, as NCCL's bfloat16 all-reduce does:
+** its result can differ from the float32 sum of the inputs rounded once by
+** a few units in the last place (at most about (n - 1) x 2^-8 of the sum of
+** the magnitudes), while the fixed order keeps repeated runs bit-identical.
+** Direct reduces in rank order with the same per-step rounding. A backend
+** whose reduction cannot take bfloat16 (OpenCL and CUDA outside NCCL, so
+** far) fails the collective with STRATA_ERR_UNSUPPORTED, naming the device;
+** on the NCCL path NCCL reduces (ncclBfloat16, NCCL 2.10 or later).
+*/
 enum strata_dtype {
   STRATA_FLOAT32 = 0,
   STRATA_INT32 = 1,
   STRATA_BFLOAT16 = 2
 };
 
-/* Reductions. AVG is the sum divided by the group size, for float32 only. */
+/* Reductions. AVG is the sum divided by the group size, for float32 and
+** bfloat16 (the bfloat16 sum scaled in float32 and rounded once more). */
 enum strata_redop {
   STRATA_SUM = 0,
   STRATA_AVG = 1,

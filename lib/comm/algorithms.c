@@ -12,7 +12,7 @@
 
 /* ------------------------------------------------------------ steps */
 
-/* A piece of one member's buffer: buffer and element offset. */
+/* A piece of one member's buffer: buffer and offset, in elements of the collective's type. */
 struct piece {
   strata_buffer_t buf;
   size_t off;
@@ -23,11 +23,12 @@ static struct piece at(strata_buffer_t buf, size_t off) {
   return p;
 }
 
-/* dst = src over n elements, on the lane's queue (dst is on the lane's device). */
-static int step_copy(struct lane *l, struct piece dst, struct piece src, size_t n) {
+/* dst = src over n elements, on the lane's queue (dst is on the lane's device): bytes, whatever the type. */
+static int step_copy(struct lane *l, struct coll *co, struct piece dst, struct piece src, size_t n) {
   if (!n || (dst.buf == src.buf && dst.off == src.off))
     return STRATA_OK;
-  return strata_buffer_copy(l->q, dst.buf, dst.off * 4, src.buf, src.off * 4, n * 4);
+  size_t es = co->esize;
+  return strata_buffer_copy(l->q, dst.buf, dst.off * es, src.buf, src.off * es, n * es);
 }
 
 static int enqueue_op(struct lane *l, const struct strata__op *op) {
@@ -35,34 +36,44 @@ static int enqueue_op(struct lane *l, const struct strata__op *op) {
   return s->be->op(s->ctx, l->q->h, op);
 }
 
-/* y = a (op) b over n elements on the lane's queue. */
+/*
+** y = a (op) b over n elements on the lane's queue. bfloat16 adds in
+** float32 and rounds once (the backend's REDUCE); the record's types say
+** so, and a backend without bfloat16 refuses it, failing the collective.
+*/
 static int step_reduce(struct lane *l, struct coll *co, struct piece y, struct piece a, struct piece b, size_t n) {
   if (!n)
     return STRATA_OK;
   struct strata__op op;
   memset(&op, 0, sizeof op);
   op.id = STRATA__OP_REDUCE;
+  op.dtypes = 1u << co->dtype;
   op.u.reduce.a.h = a.buf->h;
   op.u.reduce.a.off = a.off;
+  op.u.reduce.a.dtype = co->dtype;
   op.u.reduce.b.h = b.buf->h;
   op.u.reduce.b.off = b.off;
+  op.u.reduce.b.dtype = co->dtype;
   op.u.reduce.y.h = y.buf->h;
   op.u.reduce.y.off = y.off;
+  op.u.reduce.y.dtype = co->dtype;
   op.u.reduce.n = (int64_t)n;
   op.u.reduce.dtype = co->dtype;
   op.u.reduce.op = co->op == STRATA_MAX ? STRATA_MAX : STRATA_SUM;
   return enqueue_op(l, &op);
 }
 
-/* x /= size for an average, once, where a segment's sum is complete. */
+/* x /= size for an average, once, where a segment's sum is complete (bfloat16: rounded once more). */
 static int step_average(struct lane *l, struct coll *co, struct piece x, size_t n) {
   if (co->op != STRATA_AVG || !n || co->n == 1)
     return STRATA_OK;
   struct strata__op op;
   memset(&op, 0, sizeof op);
   op.id = STRATA__OP_SCALE;
+  op.dtypes = 1u << co->dtype;
   op.u.ew.x.h = x.buf->h;
   op.u.ew.x.off = x.off;
+  op.u.ew.x.dtype = co->dtype;
   op.u.ew.n = (int64_t)n;
   op.u.ew.alpha = 1.0f / (float)co->n;
   return enqueue_op(l, &op);
@@ -76,7 +87,7 @@ static int step_reduce_from(struct lane *l, struct coll *co, struct piece y, str
     return STRATA_OK;
   if (theirs.buf->dev->slot == l->dev->slot && l->dev->slot->be->peer_operands)
     return step_reduce(l, co, y, mine, theirs, n);
-  TRY(step_copy(l, tmp, theirs, n));
+  TRY(step_copy(l, co, tmp, theirs, n));
   return step_reduce(l, co, y, mine, tmp, n);
 }
 
@@ -153,7 +164,7 @@ int strata__run_ring(struct lane *l, struct coll *co) {
           if (!rc && s == n - 2)
             rc = step_average(l, co, y, sn);
         } else {
-          rc = step_copy(l, at(me->rbuf, me->roff + e), at(pv->rbuf, pv->roff + e), sn);
+          rc = step_copy(l, co, at(me->rbuf, me->roff + e), at(pv->rbuf, pv->roff + e), sn);
         }
         break;
       }
@@ -179,24 +190,24 @@ int strata__run_ring(struct lane *l, struct coll *co) {
         chunk_of(co->count, ce, ch, &so, &sn);
         if (g == 0) {
           size_t blk = (size_t)l->rank * co->count;
-          rc = step_copy(l, at(me->rbuf, me->roff + blk + so), at(me->sbuf, me->soff + so), sn);
+          rc = step_copy(l, co, at(me->rbuf, me->roff + blk + so), at(me->sbuf, me->soff + so), sn);
         } else {
           int s = g - 1, j = mod(p - s - 1, n);
           size_t blk = (size_t)c->ring[j] * co->count;
           if ((rc = strata__wait_for(l, co, prevp, need)))
             break;
-          rc = step_copy(l, at(me->rbuf, me->roff + blk + so), at(pv->rbuf, pv->roff + blk + so), sn);
+          rc = step_copy(l, co, at(me->rbuf, me->roff + blk + so), at(pv->rbuf, pv->roff + blk + so), sn);
         }
         break;
       }
       case COLL_BROADCAST: {
         chunk_of(co->count, ce, ch, &so, &sn);
         if (l->rank == co->root) {
-          rc = step_copy(l, at(me->rbuf, me->roff + so), at(me->sbuf, me->soff + so), sn);
+          rc = step_copy(l, co, at(me->rbuf, me->roff + so), at(me->sbuf, me->soff + so), sn);
         } else {
           if ((rc = strata__wait_for(l, co, prevp, 2 + ch)))
             break;
-          rc = step_copy(l, at(me->rbuf, me->roff + so), at(pv->rbuf, pv->roff + so), sn);
+          rc = step_copy(l, co, at(me->rbuf, me->roff + so), at(pv->rbuf, pv->roff + so), sn);
         }
         break;
       }
@@ -232,7 +243,7 @@ int strata__run_direct(struct lane *l, struct coll *co) {
     for (int k = 0; k < n && !rc; k++) {
       struct member_args *o = &co->m[k];
       if (!(rc = strata__wait_for(l, co, c->lanes[k].pos, 1)))
-        rc = step_copy(l, at(l->scratch, (size_t)k * cnt), at(o->sbuf, o->soff + blk), cnt);
+        rc = step_copy(l, co, at(l->scratch, (size_t)k * cnt), at(o->sbuf, o->soff + blk), cnt);
     }
     if (!rc)
       rc = lane_finish(l);
@@ -243,7 +254,7 @@ int strata__run_direct(struct lane *l, struct coll *co) {
       rc = strata__wait_for(l, co, k, 2);
     struct piece y = at(me->rbuf, me->roff);
     if (!rc && n == 1)
-      rc = step_copy(l, y, at(l->scratch, 0), cnt);
+      rc = step_copy(l, co, y, at(l->scratch, 0), cnt);
     if (!rc && n > 1)
       rc = step_reduce(l, co, y, at(l->scratch, 0), at(l->scratch, cnt), cnt);
     for (int k = 2; k < n && !rc; k++)
@@ -256,13 +267,13 @@ int strata__run_direct(struct lane *l, struct coll *co) {
     for (int k = 0; k < n && !rc; k++) {
       struct member_args *o = &co->m[k];
       if (!(rc = strata__wait_for(l, co, c->lanes[k].pos, 1)))
-        rc = step_copy(l, at(me->rbuf, me->roff + (size_t)k * cnt), at(o->sbuf, o->soff), cnt);
+        rc = step_copy(l, co, at(me->rbuf, me->roff + (size_t)k * cnt), at(o->sbuf, o->soff), cnt);
     }
     break;
   case COLL_BROADCAST: {
     struct member_args *o = &co->m[co->root];
     if (!(rc = strata__wait_for(l, co, c->lanes[co->root].pos, 1)))
-      rc = step_copy(l, at(me->rbuf, me->roff), at(o->sbuf, o->soff), cnt);
+      rc = step_copy(l, co, at(me->rbuf, me->roff), at(o->sbuf, o->soff), cnt);
     break;
   }
   default: /* barrier: every input ready */

@@ -174,10 +174,10 @@ static void lane_run(struct lane *l, struct coll *co) {
     rc = co->status;
   pthread_mutex_unlock(&c->lock);
   /* the lane's scratch, grown here: no other lane reads it before this lane's first unit */
-  if (!rc && co->scratch && (!l->scratch || strata_buffer_size(l->scratch) < co->scratch * 4)) {
+  if (!rc && co->scratch && (!l->scratch || strata_buffer_size(l->scratch) < co->scratch * co->esize)) {
     strata_buffer_free(l->scratch);
     l->scratch = NULL;
-    rc = strata_buffer_new(l->dev->index, co->scratch * 4, &l->scratch);
+    rc = strata_buffer_new(l->dev->index, co->scratch * co->esize, &l->scratch);
   }
   if (rc)
     fail_lane(l, co, rc);
@@ -520,8 +520,13 @@ STRATA_API int strata_comm_finish(strata_comm_t c) {
 
 /* ------------------------------------------------------------ calls */
 
-/* Check that m holds `count` elements on rank r's device. */
-static int check_mem(struct strata_comm *c, const char *what, int r, const char *arg, strata_mem_t m,
+/*
+** Check that m holds `count` elements of `dtype` on rank r's device. The
+** operand's own type must be the collective's, or, for a 4-byte collective,
+** another 4-byte type (float32 operands, strata_mem's default, carry int32
+** too): its offset counts elements of that size.
+*/
+static int check_mem(struct strata_comm *c, const char *what, int r, const char *arg, strata_mem_t m, int dtype,
                      uint64_t count) {
   if (!m.buf)
     return strata__error(STRATA_ERR_INVALID, "%s: %s[%d] has no buffer", what, arg, r);
@@ -530,10 +535,15 @@ static int check_mem(struct strata_comm *c, const char *what, int r, const char 
     return strata__error(STRATA_ERR_DEVICE_MISMATCH, "%s: %s[%d] is on %s, but rank %d is device %d", what, arg, r,
                          strata__device_label(m.buf->dev, lb, sizeof lb), r, c->devices[r]);
   }
-  uint64_t elems = m.buf->size / 4;
+  size_t esize = strata_dtype_size(dtype);
+  if (m.dtype != dtype && strata_dtype_size(m.dtype) != esize)
+    return strata__error(STRATA_ERR_INVALID, "%s: %s[%d] is %s but the collective moves %s", what, arg, r,
+                         strata_dtype_name(m.dtype), strata_dtype_name(dtype));
+  uint64_t elems = m.buf->size / esize;
   if (m.off > elems || count > elems - m.off)
-    return strata__error(STRATA_ERR_RANGE, "%s: %s[%d] needs %llu elements from offset %zu but its buffer holds %llu",
-                         what, arg, r, (unsigned long long)count, m.off, (unsigned long long)elems);
+    return strata__error(STRATA_ERR_RANGE, "%s: %s[%d] needs %llu elements from offset %zu but its buffer holds %llu%s%s",
+                         what, arg, r, (unsigned long long)count, m.off, (unsigned long long)elems,
+                         esize == 4 ? "" : " of ", esize == 4 ? "" : strata_dtype_name(dtype));
   return STRATA_OK;
 }
 
@@ -548,13 +558,13 @@ static int check_shape(struct strata_comm *c, const struct coll_shape *sh) {
   const char *what = kind_names[sh->kind];
   if (!c)
     return strata__error(STRATA_ERR_INVALID, "%s: communicator is NULL", what);
-  if (sh->dtype != STRATA_FLOAT32 && sh->dtype != STRATA_INT32)
+  if (sh->dtype != STRATA_FLOAT32 && sh->dtype != STRATA_INT32 && sh->dtype != STRATA_BFLOAT16)
     return strata__error(STRATA_ERR_INVALID, "%s: unknown element type %d", what, sh->dtype);
   int reduces = sh->kind == COLL_ALLREDUCE || sh->kind == COLL_REDUCESCATTER;
   if (reduces && sh->op != STRATA_SUM && sh->op != STRATA_AVG && sh->op != STRATA_MAX)
     return strata__error(STRATA_ERR_INVALID, "%s: unknown reduction %d", what, sh->op);
-  if (reduces && sh->op == STRATA_AVG && sh->dtype != STRATA_FLOAT32)
-    return strata__error(STRATA_ERR_UNSUPPORTED, "%s: avg is for float32 only", what);
+  if (reduces && sh->op == STRATA_AVG && sh->dtype == STRATA_INT32)
+    return strata__error(STRATA_ERR_UNSUPPORTED, "%s: avg is for float32 and bfloat16 only", what);
   if (sh->kind == COLL_BROADCAST && (sh->root < 0 || sh->root >= c->n))
     return strata__error(STRATA_ERR_RANGE, "broadcast: root %d is not a rank of this group of %d", sh->root, c->n);
   uint64_t total = 0;
@@ -581,10 +591,10 @@ static int check_member(struct strata_comm *c, const struct coll_shape *sh, int 
   uint64_t total = (uint64_t)sh->count * (uint64_t)c->n;
   uint64_t scount = sh->kind == COLL_REDUCESCATTER ? total : sh->count;
   uint64_t rcount = sh->kind == COLL_ALLGATHER ? total : sh->count;
-  TRY(check_mem(c, what, r, "recv", recv, rcount));
+  TRY(check_mem(c, what, r, "recv", recv, sh->dtype, rcount));
   if (sh->kind == COLL_BROADCAST && r != sh->root)
     return STRATA_OK;
-  TRY(check_mem(c, what, r, "send", send, scount));
+  TRY(check_mem(c, what, r, "send", send, sh->dtype, scount));
   if (send.buf != recv.buf)
     return STRATA_OK;
   /* the same buffer: in place, or not overlapping at all */
@@ -598,24 +608,26 @@ static int check_member(struct strata_comm *c, const struct coll_shape *sh, int 
   return STRATA_OK;
 }
 
-/* The algorithm, ring chunk and scratch (elements per lane) of a collective. */
+/* The algorithm, ring chunk and scratch (elements of the collective's type
+** per lane) of a collective. Sizes chosen in bytes (direct_max, chunk_bytes,
+** RING_CHUNK_MAX) hold for every type: a bfloat16 chunk has twice the elements. */
 static void plan_coll(struct strata_comm *c, const struct coll_shape *sh, int *algo, size_t *ce, size_t *scratch) {
   int n = c->n;
-  size_t count = sh->count;
+  size_t count = sh->count, esize = strata_dtype_size(sh->dtype);
   int reduces = sh->kind == COLL_ALLREDUCE || sh->kind == COLL_REDUCESCATTER;
   *algo = c->algorithm == STRATA_COMM_RING || c->algorithm == STRATA_COMM_DIRECT ? c->algorithm
-          : count * 4 <= c->direct_max                                          ? STRATA_COMM_DIRECT
+          : count * esize <= c->direct_max                                      ? STRATA_COMM_DIRECT
                                                                                  : STRATA_COMM_RING;
   if (sh->kind == COLL_BARRIER || n == 1)
     *algo = STRATA_COMM_DIRECT;
   /* Chunks: at least the configured size, and few enough per segment (at
   ** most RING_CHUNKS, up to 16 MiB each) that handing a chunk from lane to
   ** lane costs little next to moving it. */
-  size_t e = c->chunk_bytes / 4 ? c->chunk_bytes / 4 : 1;
+  size_t e = c->chunk_bytes / esize ? c->chunk_bytes / esize : 1, emax = RING_CHUNK_MAX / esize;
   size_t seg = sh->kind == COLL_ALLREDUCE ? (count + (size_t)n - 1) / (size_t)n : count;
   size_t few = (seg + RING_CHUNKS - 1) / RING_CHUNKS;
   if (few > e)
-    e = few < RING_CHUNK_MAX / 4 ? few : (RING_CHUNK_MAX / 4 > e ? RING_CHUNK_MAX / 4 : e);
+    e = few < emax ? few : (emax > e ? emax : e);
   *ce = e;
   *scratch = 0;
   if (*algo == STRATA_COMM_DIRECT && reduces)
@@ -739,6 +751,7 @@ static int post_member(struct strata_comm *c, const struct coll_shape *sh, int r
   if (co->posted == 0) {
     co->kind = sh->kind;
     co->dtype = sh->dtype;
+    co->esize = strata_dtype_size(sh->dtype);
     co->op = sh->op;
     co->root = sh->root;
     co->count = sh->count;

@@ -36,6 +36,7 @@ struct coll {
   struct coll *next_open;       /* in the communicator's list until every member posted */
   int posted;                   /* members whose call arrived */
   int kind, dtype, op, root, algo;
+  size_t esize;                 /* bytes of one element of dtype */
   size_t count;
   size_t ce;                    /* ring chunk, elements */
   size_t scratch;               /* elements of scratch each lane needs */
