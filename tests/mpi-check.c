@@ -407,6 +407,144 @@ static void upload(struct group *g, int i, float (*f)(int, size_t), size_t count
   free(h);
 }
 
+/* bfloat16 <-> float32 as strata/ops.h states it: exact widening; to nearest, ties to even. */
+static float bf_widen(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+static uint16_t bf_round(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  uint32_t mag = u & 0x7fffffffu;
+  if (mag > 0x7f800000u)
+    return (uint16_t)((u >> 16) | 0x40u);
+  if (mag < 0x00800000u)
+    return (uint16_t)((u >> 16) & 0x8000u);
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* bfloat16 values of member g at element i: integers in [-8, 8], whose sums over up to 32 members (|sum| <= 256)
+** are exact in any order; and values whose sums round. */
+static float bval16(int g, size_t i) { return (float)((int)((g * 7 + i * 3) % 17) - 8); }
+static float rval16(int g, size_t i) { return sinf((float)g * 1.37f + (float)i * 0.001f) * 4.0f; }
+
+/* Member i's send as bfloat16 values of f (typed operands), and its recv typed likewise. */
+static void upload16(struct group *g, int i, float (*f)(int, size_t), size_t count) {
+  uint16_t *h = malloc(count * 2);
+  for (size_t k = 0; k < count; k++)
+    h[k] = bf_round(f(g->members[i], k));
+  MUST(strata_buffer_upload(g->q[i], g->sb[i], 0, h, count * 2));
+  g->s[i] = strata_mem_typed(g->sb[i], 0, STRATA_BFLOAT16);
+  g->r[i] = strata_mem_typed(g->rb[i], 0, STRATA_BFLOAT16);
+  free(h);
+}
+
+/* Compare member i's bfloat16 recv with `want` bit for bit; returns the result's hash. */
+static uint64_t check16(struct group *g, int i, const uint16_t *want, size_t count, const char *what) {
+  uint16_t *h = malloc(count * 2);
+  MUST(strata_buffer_download(g->q[i], g->rb[i], 0, h, count * 2));
+  size_t bad = 0, first = 0;
+  for (size_t k = 0; k < count; k++)
+    if (h[k] != want[k] && !bad++)
+      first = k;
+  if (bad)
+    fail("%s: member %d: %zu of %zu elements wrong, first at %zu (%g, expected %g)", what, g->members[i], bad, count,
+         first, bf_widen(h[first]), bf_widen(want[first]));
+  uint64_t hash = hash_bytes(1469598103934665603ull, h, count * 2);
+  free(h);
+  return hash;
+}
+
+/*
+** The bfloat16 collectives over the group (buffers of count x n elements at
+** least): sum, max and avg of all-reduce exact on integers, all-gather and
+** broadcast bit for bit, reduce-scatter's block; values whose sums round:
+** the same bits on every member and repetition, within n - 1 bfloat16
+** roundings of the exact sum (relative to the sum of magnitudes).
+** Reductions only when `reduce` (OpenCL members have no bfloat16 REDUCE yet).
+*/
+static void collectives_bf16(struct group *g, int n, size_t count, int reduce) {
+  uint16_t *want = malloc(count * 2 * (size_t)n);
+  char what[128];
+  for (int op = STRATA_SUM; op <= STRATA_MAX && reduce; op++) {
+    for (int i = 0; i < g->nlocal; i++)
+      upload16(g, i, bval16, count);
+    for (size_t k = 0; k < count; k++) {
+      float acc = op == STRATA_MAX ? -INFINITY : 0;
+      for (int m = 0; m < n; m++)
+        acc = op == STRATA_MAX ? fmaxf(acc, bval16(m, k)) : acc + bval16(m, k);
+      want[k] = op == STRATA_AVG ? bf_round(bf_widen(bf_round(acc)) * (1.0f / (float)n)) : bf_round(acc);
+    }
+    MUST(strata_cluster_allreduce(g->cc, g->q, g->s, g->r, count, STRATA_BFLOAT16, op));
+    snprintf(what, sizeof what, "allreduce %s bfloat16 of %zu", strata_redop_name(op), count);
+    for (int i = 0; i < g->nlocal; i++)
+      check16(g, i, want, count, what);
+  }
+  for (int i = 0; i < g->nlocal; i++)
+    upload16(g, i, rval16, count);
+  for (int m = 0; m < n; m++)
+    for (size_t k = 0; k < count; k++)
+      want[(size_t)m * count + k] = bf_round(rval16(m, k));
+  MUST(strata_cluster_allgather(g->cc, g->q, g->s, g->r, count, STRATA_BFLOAT16));
+  snprintf(what, sizeof what, "allgather bfloat16 of %zu", count);
+  for (int i = 0; i < g->nlocal; i++)
+    check16(g, i, want, count * (size_t)n, what);
+  for (int i = 0; i < g->nlocal && reduce; i++)
+    upload16(g, i, bval16, count * (size_t)n);
+  if (reduce)
+    MUST(strata_cluster_reducescatter(g->cc, g->q, g->s, g->r, count, STRATA_BFLOAT16, STRATA_SUM));
+  snprintf(what, sizeof what, "reducescatter bfloat16 of %zu", count);
+  for (int i = 0; i < g->nlocal && reduce; i++) {
+    for (size_t k = 0; k < count; k++) {
+      float acc = 0;
+      for (int m = 0; m < n; m++)
+        acc += bval16(m, (size_t)g->members[i] * count + k);
+      want[k] = bf_round(acc);
+    }
+    check16(g, i, want, count, what);
+  }
+  for (int i = 0; i < g->nlocal; i++)
+    upload16(g, i, rval16, count);
+  for (size_t k = 0; k < count; k++)
+    want[k] = bf_round(rval16(n - 1, k));
+  MUST(strata_cluster_broadcast(g->cc, g->q, g->s, g->r, count, STRATA_BFLOAT16, n - 1));
+  snprintf(what, sizeof what, "broadcast bfloat16 of %zu", count);
+  for (int i = 0; i < g->nlocal; i++)
+    check16(g, i, want, count, what);
+  uint64_t h0 = 0;
+  for (int rep = 0; rep < 2 && reduce; rep++) {
+    for (int i = 0; i < g->nlocal; i++)
+      upload16(g, i, rval16, count);
+    MUST(strata_cluster_allreduce(g->cc, g->q, g->s, g->r, count, STRATA_BFLOAT16, STRATA_SUM));
+    MUST(strata_buffer_download(g->q[0], g->rb[0], 0, want, count * 2));
+    for (size_t k = 0; k < count; k++) {
+      double exact = 0, mag = 0;
+      for (int m = 0; m < n; m++) {
+        exact += bf_widen(bf_round(rval16(m, k)));
+        mag += fabs(bf_widen(bf_round(rval16(m, k))));
+      }
+      if (fabs(bf_widen(want[k]) - exact) > (n - 1) * (ldexp(1, -8) + ldexp(1, -23)) * mag && !failures)
+        fail("bfloat16 allreduce at %zu: %g, the exact sum is %g (more than %d roundings away)", k,
+             bf_widen(want[k]), exact, n - 1);
+    }
+    uint64_t h = 0;
+    for (int i = 0; i < g->nlocal; i++)
+      h = check16(g, i, want, count, "repeated bfloat16 allreduce (members differ)");
+    if (rep == 0)
+      h0 = h;
+    else if (h != h0)
+      fail("repeated bfloat16 allreduce of %zu: other bits", count);
+  }
+  for (int i = 0; i < g->nlocal; i++) {
+    g->s[i] = strata_mem(g->sb[i], 0);
+    g->r[i] = strata_mem(g->rb[i], 0);
+  }
+  free(want);
+}
+
 /* Compare member i's recv with expected; returns the result's hash. */
 static uint64_t check(struct group *g, int i, const float *want, size_t count, const char *what) {
   float *h = malloc(count * 4);
@@ -446,6 +584,14 @@ static int cmd_collectives(void) {
   group_new(&g, devs, n);
   static const size_t counts[] = {1, 3, 1000, 262147};
   uint64_t h_repeat = 0;
+  /* bfloat16 reductions run where every member's backend has them: not on OpenCL yet */
+  int bf16_reduce = 1;
+  for (int m = 0; m < n; m++) {
+    struct strata_cluster_device d;
+    MUST(strata_cluster_device(cl, devs[m], &d));
+    if (strcmp(d.info.backend, "opencl") == 0)
+      bf16_reduce = 0;
+  }
   for (size_t ci_ = 0; ci_ < sizeof counts / sizeof counts[0]; ci_++) {
     size_t count = counts[ci_];
     float *want = malloc(count * 4 * (size_t)n);
@@ -531,14 +677,15 @@ static int cmd_collectives(void) {
       }
       free(first);
     }
+    collectives_bf16(&g, n, count, bf16_reduce);
     free(want);
   }
   /* the run's result, for the driver to compare across ranks and runs */
   printf("hash rank %d: %016llx\n", ci.rank, (unsigned long long)h_repeat);
   if (ci.rank == 0)
-    printf("collectives: %d devices on %d ranks: allreduce (sum, max, avg, int32 sum), allgather, reducescatter, "
-           "broadcast of 1 .. 262147 elements checked against the host\n",
-           n, ci.size);
+    printf("collectives: %d devices on %d ranks: allreduce (sum, max, avg, int32 sum, bfloat16), allgather, "
+           "reducescatter, broadcast (float32, bfloat16) of 1 .. 262147 elements checked against the host%s\n",
+           n, ci.size, bf16_reduce ? "" : " (bfloat16 reductions skipped: OpenCL members have no bfloat16 REDUCE)");
   group_free(&g);
   return failures;
 }

@@ -189,7 +189,8 @@ STRATA_API const char *strata_cluster_scope_name(int scope);   /* "rank", "node"
 STRATA_API int strata_cluster_to_json(strata_cluster_t c, char **json /* OUT */);
 
 /*
-** Point-to-point: `bytes` bytes of device memory `mem` (any backend; on
+** Point-to-point: `bytes` bytes of device memory `mem` from its offset
+** (counted in elements of mem's type; any backend; on
 ** this rank's device that owns `queue`) sent to, or received from, rank
 ** `peer` (not this rank). Where the device's memory is the host's own (the
 ** host's virtual devices) MPI reads and writes it in place; otherwise the
@@ -266,7 +267,11 @@ STRATA_API int strata_cluster_comm_info(strata_cluster_comm_t cc, struct strata_
 ** reductions run in a fixed order (inside each rank the local
 ** communicator's, across ranks a ring in rank order), so results are
 ** bit-identical between runs and on every member; on the NCCL path the
-** order is NCCL's, which strata does not promise between runs. For
+** order is NCCL's, which strata does not promise between runs. bfloat16
+** reduces as in strata/comm.h: on the hierarchical path each step (inside
+** a rank on its devices, across ranks on the leaders' host memory) adds in
+** float32 and rounds once to bfloat16, so a group of n members rounds at
+** most n - 1 times; MPI only carries the 16-bit words. For
 ** all-gather, recv is size x count with member g's block at g x count; for
 ** reduce-scatter, send is size x count and recv gets block g; for
 ** broadcast, `root` is a group rank.

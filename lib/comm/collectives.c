@@ -4,6 +4,7 @@
 #include "config.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -389,25 +390,70 @@ static int check_coll(struct strata_cluster_comm *cc, const char *fn, const stra
     return strata__error(STRATA_ERR_INVALID, "%s: NULL group", fn);
   if (cc->nlocal && (!queues || !send || !recv))
     return strata__error(STRATA_ERR_INVALID, "%s: NULL array", fn);
-  if (dtype != STRATA_FLOAT32 && dtype != STRATA_INT32)
+  if (dtype != STRATA_FLOAT32 && dtype != STRATA_INT32 && dtype != STRATA_BFLOAT16)
     return strata__error(STRATA_ERR_INVALID, "%s: unknown element type %d", fn, dtype);
   if (op != STRATA_SUM && op != STRATA_AVG && op != STRATA_MAX)
     return strata__error(STRATA_ERR_INVALID, "%s: unknown reduction %d", fn, op);
-  if (op == STRATA_AVG && dtype != STRATA_FLOAT32)
-    return strata__error(STRATA_ERR_INVALID, "%s: avg is for float32 only", fn);
+  if (op == STRATA_AVG && dtype == STRATA_INT32)
+    return strata__error(STRATA_ERR_INVALID, "%s: avg is for float32 and bfloat16 only", fn);
+  size_t es = strata_dtype_size(dtype);
   for (int i = 0; i < cc->nlocal; i++) {
     if (!queues[i] || strata_queue_device(queues[i]) != cc->local_devices[i])
       return strata__error(STRATA_ERR_DEVICE_MISMATCH, "%s: queue %d is not on local device %d (member %d)", fn, i,
                            cc->local_devices[i], cc->local_members[i]);
+    /* offsets count elements of the operand's type: it must be the collective's (or another of 4 bytes) */
+    for (int k = 0; k < 2; k++) {
+      strata_mem_t m = k ? recv[i] : send[i];
+      if (m.buf && m.dtype != dtype && strata_dtype_size(m.dtype) != es)
+        return strata__error(STRATA_ERR_INVALID, "%s: %s[%d] is %s but the collective moves %s", fn,
+                             k ? "recv" : "send", i, strata_dtype_name(m.dtype), strata_dtype_name(dtype));
+    }
   }
   return strata__check_broken(cc->c);
 }
 
+/* bfloat16 -> float32: exact, the 16 bits become the upper half. */
+static float bf16_widen(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+/* float32 -> bfloat16 as the devices' REDUCE rounds (strata/ops.h): to
+** nearest, ties to even; NaN stays a (quiet) NaN; a float32 denormal becomes
+** a zero of its sign; past the largest bfloat16, infinity. */
+static uint16_t bf16_round(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  uint32_t mag = u & 0x7fffffffu;
+  if (mag > 0x7f800000u)
+    return (uint16_t)((u >> 16) | 0x40u);
+  if (mag < 0x00800000u)
+    return (uint16_t)((u >> 16) & 0x8000u);
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
 #ifdef STRATA_HAVE_MPI
+/* The MPI type that carries `dtype` (bfloat16 as 16-bit words: MPI only moves it, strata reduces). */
+static MPI_Datatype mpi_type(int dtype) {
+  return dtype == STRATA_FLOAT32 ? MPI_FLOAT : dtype == STRATA_INT32 ? MPI_INT32_T : MPI_UINT16_T;
+}
+
 /* y = op(a, x) over n elements, `a` this rank's part so far and `x` the part
-** that arrived (y may be a); the order of the ranks' contributions is the caller's. */
+** that arrived (y may be a); the order of the ranks' contributions is the
+** caller's. bfloat16 as the devices' REDUCE: a float32 sum (or fmax) rounded once. */
 static void reduce_into(void *y, const void *a, const void *x, size_t n, int dtype, int op) {
-  if (dtype == STRATA_FLOAT32) {
+  if (dtype == STRATA_BFLOAT16) {
+    uint16_t *o = y;
+    const uint16_t *p = a, *q = x;
+    if (op == STRATA_MAX)
+      for (size_t i = 0; i < n; i++)
+        o[i] = bf16_round(fmaxf(bf16_widen(p[i]), bf16_widen(q[i])));
+    else
+      for (size_t i = 0; i < n; i++)
+        o[i] = bf16_round(bf16_widen(p[i]) + bf16_widen(q[i]));
+  } else if (dtype == STRATA_FLOAT32) {
     float *o = y;
     const float *p = a, *q = x;
     if (op == STRATA_MAX)
@@ -431,7 +477,7 @@ static void reduce_into(void *y, const void *a, const void *x, size_t n, int dty
 
 #ifdef STRATA_HAVE_MPI
 /*
-** All-reduce of `count` 4-byte elements of host memory `src` into `dst`
+** All-reduce of `count` elements of `dtype` in host memory `src` into `dst`
 ** (src may be dst) across the group's ranks (their leaders): a ring in
 ** ascending rank order, reduce-scatter then all-gather, over segments of
 ** count / nranks elements. Each segment is reduced once, in the ring's
@@ -444,12 +490,13 @@ static int ring_allreduce(struct strata_cluster_comm *cc, const void *src, void 
   struct strata_cluster *c = cc->c;
   int P = cc->nranks, me = cc->me;
   int next = cc->ranks[(me + 1) % P], prev = cc->ranks[(me + P - 1) % P];
-  MPI_Datatype t = dtype == STRATA_FLOAT32 ? MPI_FLOAT : MPI_INT32_T;
+  MPI_Datatype t = mpi_type(dtype);
+  size_t es = strata_dtype_size(dtype);
   size_t maxseg = count / (size_t)P + 1;
   if (maxseg > INT_MAX)
     return strata__error(STRATA_ERR_RANGE, "%s: %zu elements per rank segment is more than MPI counts", what, maxseg);
   struct strata__staging tmp;
-  TRY(strata__staging_take(c, cc->local_devices[0], maxseg * 4, &tmp));
+  TRY(strata__staging_take(c, cc->local_devices[0], maxseg * es, &tmp));
   const char *in = src;
   char *base = dst;
 #define SEG_LO(k) ((size_t)(k) * count / (size_t)P)
@@ -462,20 +509,20 @@ static int ring_allreduce(struct strata_cluster_comm *cc, const void *src, void 
     const char *from = s == 0 ? in : base;
     int ks = ((me - s) % P + P) % P, kr = ((me - s - 1) % P + P) % P;
     MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-    rc = strata__isend(c, c->coll, from + SEG_LO(ks) * 4, (int)SEG_N(ks), t, next, cc->tag, &r[0], what);
+    rc = strata__isend(c, c->coll, from + SEG_LO(ks) * es, (int)SEG_N(ks), t, next, cc->tag, &r[0], what);
     if (!rc)
       rc = strata__irecv(c, c->coll, tmp.p, (int)SEG_N(kr), t, prev, cc->tag, &r[1], what);
     if (!rc)
       rc = strata__wait_requests(c, r, peers, 2, NULL, what);
     if (!rc)
-      reduce_into(base + SEG_LO(kr) * 4, in + SEG_LO(kr) * 4, tmp.p, SEG_N(kr), dtype, op);
+      reduce_into(base + SEG_LO(kr) * es, in + SEG_LO(kr) * es, tmp.p, SEG_N(kr), dtype, op);
   }
   for (int s = 0; s < P - 1 && !rc; s++) {
     int ks = ((me + 1 - s) % P + P) % P, kr = ((me - s) % P + P) % P;
     MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-    rc = strata__isend(c, c->coll, base + SEG_LO(ks) * 4, (int)SEG_N(ks), t, next, cc->tag, &r[0], what);
+    rc = strata__isend(c, c->coll, base + SEG_LO(ks) * es, (int)SEG_N(ks), t, next, cc->tag, &r[0], what);
     if (!rc)
-      rc = strata__irecv(c, c->coll, base + SEG_LO(kr) * 4, (int)SEG_N(kr), t, prev, cc->tag, &r[1], what);
+      rc = strata__irecv(c, c->coll, base + SEG_LO(kr) * es, (int)SEG_N(kr), t, prev, cc->tag, &r[1], what);
     if (!rc)
       rc = strata__wait_requests(c, r, peers, 2, NULL, what);
   }
@@ -487,8 +534,16 @@ static int ring_allreduce(struct strata_cluster_comm *cc, const void *src, void 
 }
 #endif /* STRATA_HAVE_MPI */
 
-/* AVG: the sum over the group's n members, divided in host memory. */
-static void divide(void *h, size_t count, int n) {
+/* AVG: the sum over the group's n members, divided in host memory. bfloat16
+** as the local communicators' average: times 1/n in float32, rounded once more. */
+static void divide(void *h, size_t count, int dtype, int n) {
+  if (dtype == STRATA_BFLOAT16) {
+    uint16_t *b = h;
+    float inv = 1.0f / (float)n;
+    for (size_t i = 0; i < count; i++)
+      b[i] = bf16_round(bf16_widen(b[i]) * inv);
+    return;
+  }
   float *f = h;
   for (size_t i = 0; i < count; i++)
     f[i] /= (float)n;
@@ -504,19 +559,20 @@ static void divide(void *h, size_t count, int n) {
 static int reduce_to_host(struct strata_cluster_comm *cc, const strata_queue_t *queues, const strata_mem_t *src,
                           const strata_mem_t *dst, size_t count, int dtype, int op, void *h, const char *what) {
   int lop = op == STRATA_AVG ? STRATA_SUM : op;
+  size_t es = strata_dtype_size(dtype);
   if (cc->nlocal > 1) {
     TRY(strata_allreduce_sync(cc->local, queues, src, dst, count, dtype, lop));
-    TRY(strata_buffer_download(queues[0], dst[0].buf, dst[0].off * 4, h, count * 4));
+    TRY(strata_buffer_download(queues[0], dst[0].buf, dst[0].off * es, h, count * es));
   } else {
     /* alone in its rank: the member's own data is the rank's part (dst is written by the caller) */
-    TRY(strata_buffer_download(queues[0], src[0].buf, src[0].off * 4, h, count * 4));
+    TRY(strata_buffer_download(queues[0], src[0].buf, src[0].off * es, h, count * es));
   }
 #ifdef STRATA_HAVE_MPI
   if (cc->nranks > 1)
     TRY(ring_allreduce(cc, h, h, count, dtype, lop, what));
 #endif
   if (op == STRATA_AVG)
-    divide(h, count, cc->n);
+    divide(h, count, dtype, cc->n);
   return 0;
 }
 
@@ -540,7 +596,7 @@ static int allreduce_direct(struct strata_cluster_comm *cc, const strata_queue_t
   TRY(strata_queue_finish(queues[0]));   /* the leader's earlier work (and the local reduction) is done */
   TRY(ring_allreduce(cc, sp, rp, count, dtype, lop, what));
   if (op == STRATA_AVG)
-    divide(rp, count, cc->n);
+    divide(rp, count, dtype, cc->n);
   if (cc->nlocal > 1) {
     /* back inside the rank: the leader's result to the other members */
     TRY(strata_broadcast(cc->local, queues, recv, recv, count, dtype, 0));
@@ -560,15 +616,19 @@ static int coll_failed(struct strata_cluster_comm *cc, int rc, const char *what)
   return rc;
 }
 
-/* Member i's operand `arg` of a library collective: on its device, `elems` elements from its offset. */
+/* Member i's operand `arg` of a library collective: on its device, `elems` elements of `dtype` from its offset. */
 static int check_operand(const struct strata_cluster_comm *cc, const char *fn, int i, const char *arg, strata_mem_t m,
-                         size_t elems) {
+                         int dtype, size_t elems) {
   if (!m.buf)
     return strata__error(STRATA_ERR_INVALID, "%s: %s[%d] has no buffer", fn, arg, i);
   if (m.buf->dev->index != cc->local_devices[i])
     return strata__error(STRATA_ERR_DEVICE_MISMATCH, "%s: %s[%d] is on device %d, not local device %d (member %d)",
                          fn, arg, i, m.buf->dev->index, cc->local_devices[i], cc->local_members[i]);
-  size_t have = m.buf->size / 4;
+  size_t es = strata_dtype_size(dtype);
+  if (m.dtype != dtype && strata_dtype_size(m.dtype) != es)
+    return strata__error(STRATA_ERR_INVALID, "%s: %s[%d] is %s but the collective moves %s", fn, arg, i,
+                         strata_dtype_name(m.dtype), strata_dtype_name(dtype));
+  size_t have = m.buf->size / es;
   if (m.off > have || elems > have - m.off)
     return strata__error(STRATA_ERR_RANGE, "%s: %s[%d] needs %zu elements from offset %zu but its buffer holds %zu",
                          fn, arg, i, elems, m.off, have);
@@ -586,7 +646,7 @@ static int check_operand(const struct strata_cluster_comm *cc, const char *fn, i
 static int lib_coll(struct strata_cluster_comm *cc, const char *fn, int kind, const strata_queue_t *queues,
                     const strata_mem_t *send, const strata_mem_t *recv, size_t count, int dtype, int op, int root) {
   size_t n = (size_t)cc->n;
-  if (count > SIZE_MAX / 4 / n)
+  if (count > SIZE_MAX / strata_dtype_size(dtype) / n)
     return strata__error(STRATA_ERR_RANGE, "%s: %zu elements per member is too many", fn, count);
   size_t sn = kind == STRATA__COLL_REDUCESCATTER ? count * n : count;
   size_t rn = kind == STRATA__COLL_ALLGATHER ? count * n : count;
@@ -597,9 +657,9 @@ static int lib_coll(struct strata_cluster_comm *cc, const char *fn, int kind, co
   int rc = STRATA_OK;
   for (int i = 0; i < cc->nlocal && !rc; i++) {
     if (kind != STRATA__COLL_BROADCAST || cc->local_members[i] == root)
-      rc = check_operand(cc, fn, i, "send", send[i], sn);
+      rc = check_operand(cc, fn, i, "send", send[i], dtype, sn);
     if (!rc)
-      rc = check_operand(cc, fn, i, "recv", recv[i], rn);
+      rc = check_operand(cc, fn, i, "recv", recv[i], dtype, rn);
   }
   if (rc)
     return coll_failed(cc, rc, what);
@@ -644,12 +704,13 @@ STRATA_API int strata_cluster_allreduce(strata_cluster_comm_t cc, const strata_q
   if (done)
     return coll_failed(cc, drc, what);
 #endif
+  size_t es = strata_dtype_size(dtype);
   struct strata__staging h;
   memset(&h, 0, sizeof h);
-  TRY(strata__staging_take(cc->c, cc->local_devices[0], count * 4, &h));
+  TRY(strata__staging_take(cc->c, cc->local_devices[0], count * es, &h));
   int rc = reduce_to_host(cc, queues, send, recv, count, dtype, op, h.p, what);
   if (!rc)
-    rc = strata_buffer_upload(queues[0], recv[0].buf, recv[0].off * 4, h.p, count * 4);
+    rc = strata_buffer_upload(queues[0], recv[0].buf, recv[0].off * es, h.p, count * es);
   if (!rc && cc->nlocal > 1) {
     /* back inside the rank: the leader's result to the other members */
     rc = strata_broadcast(cc->local, queues, recv, recv, count, dtype, 0);
@@ -674,24 +735,24 @@ STRATA_API int strata_cluster_reducescatter(strata_cluster_comm_t cc, const stra
   char what[200];
   snprintf(what, sizeof what, "reducescatter of %zu %s over %d devices on %d ranks", count, strata_dtype_name(dtype),
            cc->n, cc->nranks);
-  size_t total = count * (size_t)cc->n;
+  size_t total = count * (size_t)cc->n, es = strata_dtype_size(dtype);
   strata_buffer_t *tmp = calloc((size_t)cc->nlocal, sizeof *tmp);
   strata_mem_t *tm = calloc((size_t)cc->nlocal, sizeof *tm);
   struct strata__staging h;
   memset(&h, 0, sizeof h);
   int rc = tmp && tm ? 0 : strata__error(STRATA_ERR_NOMEM, "%s: out of host memory", what);
   for (int i = 0; !rc && i < cc->nlocal; i++) {
-    rc = strata_buffer_new(cc->local_devices[i], total * 4, &tmp[i]);
+    rc = strata_buffer_new(cc->local_devices[i], total * es, &tmp[i]);
     if (!rc)
-      tm[i] = strata_mem(tmp[i], 0);
+      tm[i] = strata_mem_typed(tmp[i], 0, dtype);
   }
   if (!rc)
-    rc = strata__staging_take(cc->c, cc->local_devices[0], total * 4, &h);
+    rc = strata__staging_take(cc->c, cc->local_devices[0], total * es, &h);
   if (!rc)
     rc = reduce_to_host(cc, queues, send, tm, total, dtype, op, h.p, what);
   for (int i = 0; !rc && i < cc->nlocal; i++)
-    rc = strata_buffer_upload(queues[i], recv[i].buf, recv[i].off * 4, (char *)h.p + (size_t)cc->local_members[i] *
-                                                                                        count * 4, count * 4);
+    rc = strata_buffer_upload(queues[i], recv[i].buf, recv[i].off * es,
+                              (char *)h.p + (size_t)cc->local_members[i] * count * es, count * es);
   rc = coll_failed(cc, rc, what);
   if (!rc || !cc->c->broken) {
     for (int i = 0; tmp && i < cc->nlocal; i++)
@@ -714,14 +775,14 @@ STRATA_API int strata_cluster_allgather(strata_cluster_comm_t cc, const strata_q
   char what[200];
   snprintf(what, sizeof what, "allgather of %zu %s over %d devices on %d ranks", count, strata_dtype_name(dtype),
            cc->n, cc->nranks);
-  size_t block = count * 4;
+  size_t es = strata_dtype_size(dtype), block = count * es;
   struct strata__staging h;
   memset(&h, 0, sizeof h);
   TRY(strata__staging_take(cc->c, cc->local_devices[0], block * (size_t)cc->n, &h));
   char *base = h.p;
   int rc = 0;
   for (int i = 0; !rc && i < cc->nlocal; i++)
-    rc = strata_buffer_download(queues[i], send[i].buf, send[i].off * 4, base + (size_t)cc->local_members[i] * block,
+    rc = strata_buffer_download(queues[i], send[i].buf, send[i].off * es, base + (size_t)cc->local_members[i] * block,
                                 block);
 #ifdef STRATA_HAVE_MPI
   if (!rc && cc->nranks > 1) {
@@ -731,7 +792,7 @@ STRATA_API int strata_cluster_allgather(strata_cluster_comm_t cc, const strata_q
     MPI_Request *r = calloc(nreq, sizeof *r);
     int *peers = calloc(nreq, sizeof *peers);
     size_t k = 0;
-    MPI_Datatype t = dtype == STRATA_FLOAT32 ? MPI_FLOAT : MPI_INT32_T;
+    MPI_Datatype t = mpi_type(dtype);
     if (!r || !peers || count > INT_MAX)
       rc = strata__error(r && peers ? STRATA_ERR_RANGE : STRATA_ERR_NOMEM, "%s: cannot post the messages", what);
     for (int q = 0; !rc && q < cc->nranks; q++) {
@@ -757,7 +818,7 @@ STRATA_API int strata_cluster_allgather(strata_cluster_comm_t cc, const strata_q
   }
 #endif
   for (int i = 0; !rc && i < cc->nlocal; i++)
-    rc = strata_buffer_upload(queues[i], recv[i].buf, recv[i].off * 4, base, block * (size_t)cc->n);
+    rc = strata_buffer_upload(queues[i], recv[i].buf, recv[i].off * es, base, block * (size_t)cc->n);
   rc = coll_failed(cc, rc, what);
   if (!rc || !cc->c->broken)
     strata__staging_give(cc->c, cc->local_devices[0], &h);
@@ -783,15 +844,16 @@ STRATA_API int strata_cluster_broadcast(strata_cluster_comm_t cc, const strata_q
   for (int i = 0; i < cc->nlocal; i++)
     if (cc->local_members[i] == root)
       li = i;
+  size_t es = strata_dtype_size(dtype);
   struct strata__staging h;
   memset(&h, 0, sizeof h);
-  TRY(strata__staging_take(cc->c, cc->local_devices[0], count * 4, &h));
+  TRY(strata__staging_take(cc->c, cc->local_devices[0], count * es, &h));
   int rc = 0;
   if (li >= 0)
-    rc = strata_buffer_download(queues[li], send[li].buf, send[li].off * 4, h.p, count * 4);
+    rc = strata_buffer_download(queues[li], send[li].buf, send[li].off * es, h.p, count * es);
 #ifdef STRATA_HAVE_MPI
   if (!rc && cc->nranks > 1) {
-    MPI_Datatype t = dtype == STRATA_FLOAT32 ? MPI_FLOAT : MPI_INT32_T;
+    MPI_Datatype t = mpi_type(dtype);
     MPI_Request *r = calloc((size_t)cc->nranks, sizeof *r);
     int *peers = calloc((size_t)cc->nranks, sizeof *peers);
     int k = 0;
@@ -819,7 +881,7 @@ STRATA_API int strata_cluster_broadcast(strata_cluster_comm_t cc, const strata_q
   (void)c;
 #endif
   for (int i = 0; !rc && i < cc->nlocal; i++)
-    rc = strata_buffer_upload(queues[i], recv[i].buf, recv[i].off * 4, h.p, count * 4);
+    rc = strata_buffer_upload(queues[i], recv[i].buf, recv[i].off * es, h.p, count * es);
   rc = coll_failed(cc, rc, what);
   if (!rc || !c->broken)
     strata__staging_give(cc->c, cc->local_devices[0], &h);

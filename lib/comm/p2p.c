@@ -21,6 +21,11 @@
 #define P2P_HEADER_BYTES (P2P_HEADER_WORDS * sizeof(uint64_t))
 /* Pieces of a message in flight at once when MPI reads or writes device memory directly. */
 #define DIRECT_WINDOW 8
+/* A message of several chunks moves in at least this many pieces (of at least 64K). */
+#define MIN_PIECES 4
+
+/* The byte offset of `mem` in its buffer: its offset counts elements of its own type. */
+static size_t mem_byte_off(strata_mem_t mem) { return mem.off * strata_dtype_size(mem.dtype); }
 
 /* ------------------------------------------------------------ staging */
 
@@ -105,11 +110,13 @@ static int check_p2p(struct strata_cluster *c, const char *fn, int peer, int tag
   if (strata_buffer_device(mem.buf) != strata_queue_device(q))
     return strata__error(STRATA_ERR_DEVICE_MISMATCH, "%s: the buffer is on device %d, the queue on device %d", fn,
                          strata_buffer_device(mem.buf), strata_queue_device(q));
-  size_t size = strata_buffer_size(mem.buf);
-  if (mem.off > size / 4 || bytes > size - mem.off * 4)
-    return strata__error(STRATA_ERR_RANGE, "%s: %zu bytes at element %zu run past the buffer's %zu bytes", fn, bytes,
-                         mem.off, size);
-  *byte_off = mem.off * 4;
+  size_t size = strata_buffer_size(mem.buf), esize = strata_dtype_size(mem.dtype);
+  if (!esize)
+    return strata__error(STRATA_ERR_INVALID, "%s: the memory has unknown element type %d", fn, mem.dtype);
+  if (mem.off > size / esize || bytes > size - mem.off * esize)
+    return strata__error(STRATA_ERR_RANGE, "%s: %zu bytes at element %zu (%s) run past the buffer's %zu bytes", fn,
+                         bytes, mem.off, strata_dtype_name(mem.dtype), size);
+  *byte_off = mem_byte_off(mem);
   return strata__check_broken(c);
 }
 
@@ -132,7 +139,7 @@ static int p2p_chunk(const struct strata_cluster *cl, size_t bytes, size_t *chun
   if (!cl->chunk_cap)
     return strata__error(STRATA_ERR_PARSE, "STRATA_STAGING_CHUNK='%s' is not a size between 1 byte and 1G",
                          cl->chunk_env);
-  size_t c = bytes / 4;
+  size_t c = bytes / MIN_PIECES;
   if (c < (64u << 10))
     c = 64u << 10;
   if (c > cl->chunk_cap)
@@ -155,7 +162,7 @@ char *strata__host_address(strata_mem_t mem) {
   const struct strata__device *d = mem.buf->dev;
   const struct strata__backend *be = d->slot->be;
   char *p = be->host_pointer ? be->host_pointer(d->slot->ctx, d->local, mem.buf->h) : NULL;
-  return p ? p + mem.off * 4 : NULL;
+  return p ? p + mem_byte_off(mem) : NULL;
 }
 
 /* Append the decimal digits of v at p; returns the end. */
@@ -249,7 +256,7 @@ static int send_staged(struct strata_cluster *c, int peer, int tag, strata_queue
     size_t n = piece_bytes(bytes, chunk, i);
     if (r[b] != MPI_REQUEST_NULL && (rc = strata__wait_requests(c, &r[b], &peer, 1, NULL, what)))
       break;
-    rc = strata_buffer_download(q, mem.buf, mem.off * 4 + i * chunk, st[b].p, n);   /* overlaps the other piece's send */
+    rc = strata_buffer_download(q, mem.buf, mem_byte_off(mem) + i * chunk, st[b].p, n);   /* overlaps the other piece's send */
     if (!rc)
       rc = strata__isend(c, c->p2p, st[b].p, (int)n, MPI_BYTE, peer, tag, &r[b], what);
   }
@@ -431,7 +438,7 @@ static int recv_staged(struct strata_cluster *c, int peer, int tag, strata_queue
     if (!rc)
       rc = check_piece(c, &s, i, n, peer, what);
     if (!rc)
-      rc = strata_buffer_upload(q, mem.buf, mem.off * 4 + i * chunk, st[b].p, n);   /* the next piece arrives meanwhile */
+      rc = strata_buffer_upload(q, mem.buf, mem_byte_off(mem) + i * chunk, st[b].p, n);   /* the next piece arrives meanwhile */
     if (!rc && i + 2 < nchunks)
       rc = strata__irecv(c, c->p2p, st[b].p, (int)piece_bytes(bytes, chunk, i + 2), MPI_BYTE, peer, tag, &r[b], what);
   }

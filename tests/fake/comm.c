@@ -149,10 +149,35 @@ int strata__fake_comm_new_rank(void *ctx, const void *id, int nranks, int nlocal
   return STRATA_OK;
 }
 
-/* y[e] = op of every member's x[off + e], in member order. */
+/* bfloat16 <-> float32: exact widening; to nearest, ties to even (finite values: what the tests send). */
+static float bf_widen(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+static uint16_t bf_round(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* y[e] = op of every member's x[off + e], in member order (bfloat16: each step rounded, as NCCL's ring). */
 static void fold(struct fake_comm *c, void *y, size_t off, size_t count, int dtype, int op) {
   for (size_t e = 0; e < count; e++) {
-    if (dtype == 1) {
+    if (dtype == 2) {
+      uint16_t acc = 0;
+      for (int m = 0; m < c->nranks; m++) {
+        uint16_t v;
+        memcpy(&v, slot(c, m) + (off + e) * 2, 2);
+        float a = bf_widen(acc), b = bf_widen(v);
+        acc = m == 0 ? v : bf_round(op == 2 ? (b > a ? b : a) : a + b);
+      }
+      if (op == 1)
+        acc = bf_round(bf_widen(acc) * (1.0f / (float)c->nranks));
+      memcpy((char *)y + e * 2, &acc, 2);
+    } else if (dtype == 1) {
       int32_t acc = 0;
       for (int m = 0; m < c->nranks; m++) {
         int32_t v;
@@ -184,30 +209,30 @@ int strata__fake_comm_coll(void *ctx, void *comm, int kind, int member, void *co
   (void)queues;
   if (member >= 0)
     return svc->error(STRATA_ERR_UNSUPPORTED, "fake cuda: one member's part of a collective");
-  size_t in = kind == 2 ? count * (size_t)c->nranks : kind == 4 ? 0 : count;
-  if (in * 4 > SLOT_BYTES)
+  size_t in = kind == 2 ? count * (size_t)c->nranks : kind == 4 ? 0 : count, es = dtype == 2 ? 2 : 4;
+  if (in * es > SLOT_BYTES)
     return svc->error(STRATA_ERR_RANGE, "fake cuda: %zu elements are more than a slot holds", in);
   for (int i = 0; i < c->nlocal; i++)
     if (send[i].h && (kind != 3 || c->ranks[i] == root))
-      memcpy(slot(c, c->ranks[i]), (const char *)send[i].h + send[i].off * 4, in * 4);
+      memcpy(slot(c, c->ranks[i]), (const char *)send[i].h + send[i].off * es, in * es);
   int rc = barrier(c, "a collective");
   if (rc)
     return rc;
   for (int i = 0; i < c->nlocal; i++) {
-    char *y = kind == 4 ? NULL : (char *)recv[i].h + recv[i].off * 4;
+    char *y = kind == 4 ? NULL : (char *)recv[i].h + recv[i].off * es;
     switch (kind) {
     case 0:
       fold(c, y, 0, count, dtype, op);
       break;
     case 1:
       for (int m = 0; m < c->nranks; m++)
-        memcpy(y + (size_t)m * count * 4, slot(c, m), count * 4);
+        memcpy(y + (size_t)m * count * es, slot(c, m), count * es);
       break;
     case 2:
       fold(c, y, (size_t)c->ranks[i] * count, count, dtype, op);
       break;
     case 3:
-      memcpy(y, slot(c, root), count * 4);
+      memcpy(y, slot(c, root), count * es);
       break;
     default:
       break;
