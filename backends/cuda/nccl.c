@@ -18,13 +18,14 @@ const struct strata__services *strata__nccl_svc;
 ** NCCL 2.0; ncclAvg since 2.10): opaque communicators, the unique id of a
 ** communicator across processes (NCCL_UNIQUE_ID_BYTES of opaque bytes,
 ** passed by value), result codes (0 is success), and the enum values of the
-** types and reductions.
+** types and reductions (ncclBfloat16 since 2.10, in builds with CUDA 11).
 */
 typedef struct nccl_comm *nccl_comm_t;
 typedef struct {
   char internal[STRATA__COMM_ID_BYTES];
 } nccl_unique_id;
-enum { NCCL_INT32 = 2, NCCL_FLOAT32 = 7 };
+enum { NCCL_INT32 = 2, NCCL_FLOAT32 = 7, NCCL_BFLOAT16 = 9 };
+#define NCCL_BFLOAT16_SINCE 21000   /* NCCL 2.10.0, as ncclGetVersion codes it */
 enum { NCCL_SUM = 0, NCCL_MAX = 2, NCCL_AVG = 4 };
 
 struct nccl_api {
@@ -277,8 +278,13 @@ int strata__nccl_comm_coll(void *ctx, void *comm, int kind, int member, void *co
                            const struct strata__mem *recv, size_t count, int dtype, int op, int root) {
   struct nccl_group *g = comm;
   (void)ctx;
-  int nd = dtype == 1 ? NCCL_INT32 : NCCL_FLOAT32;
+  /* dtype as in strata/comm.h: 0 float32, 1 int32, 2 bfloat16 (reduced by NCCL itself: its ring rounds each step) */
+  int nd = dtype == 2 ? NCCL_BFLOAT16 : dtype == 1 ? NCCL_INT32 : NCCL_FLOAT32;
+  size_t es = dtype == 2 ? 2 : 4;
   int no = op == 2 ? NCCL_MAX : op == 1 ? NCCL_AVG : NCCL_SUM;
+  if (dtype == 2 && kind != 4 && nccl.version && nccl.version < NCCL_BFLOAT16_SINCE)
+    return strata__nccl_svc->error(STRATA_ERR_UNSUPPORTED, "cuda: NCCL %d.%d.%d has no bfloat16 (2.10 or later has)",
+                                   nccl.version / 10000, nccl.version / 100 % 100, nccl.version % 100);
   int cur = 0;
   cudaGetDevice(&cur);
   /* the whole group as one NCCL group, or one member's call from its own thread */
@@ -287,8 +293,8 @@ int strata__nccl_comm_coll(void *ctx, void *comm, int kind, int member, void *co
     if (member >= 0 && i != member)
       continue;
     cudaStream_t st = strata__cuda_queue_stream(queues[i]);
-    char *rp = kind == 4 ? NULL : (char *)strata__cuda_buf_ptr(recv[i].h) + recv[i].off * 4;
-    const char *sp = kind == 4 || !send[i].h ? NULL : (const char *)strata__cuda_buf_ptr(send[i].h) + send[i].off * 4;
+    char *rp = kind == 4 ? NULL : (char *)strata__cuda_buf_ptr(recv[i].h) + recv[i].off * es;
+    const char *sp = kind == 4 || !send[i].h ? NULL : (const char *)strata__cuda_buf_ptr(send[i].h) + send[i].off * es;
     switch (kind) {
     case 0:
       r = nccl.all_reduce(sp, rp, count, nd, no, g->comms[i], st);
