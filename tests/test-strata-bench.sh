@@ -1,6 +1,6 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# test-strata-bench.sh — strata-bench gemm --precision: a bf16 run's JSON line (beside oneDNN's bf16 matmul where the host backend is on oneDNN), and its refusals; prints TAP.
+# test-strata-bench.sh — strata-bench gemm --precision: a bf16 run's JSON line (beside oneDNN's bf16 matmul where the host backend is on oneDNN), and its refusals; allreduce --dtype bf16 over host devices; prints TAP.
 top_builddir=${top_builddir:-.}
 BENCH="$top_builddir/tools/strata-bench"
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/strata-bench-sh.XXXXXX") || exit 99
@@ -24,7 +24,7 @@ refuses() {
     grep -q '^strata-bench: ' '$TMP/err' && grep -qF -- '$words' '$TMP/err'"
 }
 
-echo "1..5"
+echo "1..8"
 "$BENCH" gemm --precision bf16 --sizes 48 --reps 1 --json >"$TMP/out" 2>"$TMP/err"
 rc=$?
 check "gemm --precision bf16 --json: one line, precision bf16, strata's figure positive (exit $rc)" sh -c "
@@ -44,3 +44,14 @@ fi
 check "gemm --json without --precision: fp32" grep -q '"precision":"fp32","n":48' "$TMP/fp32.json"
 refuses "gemm --precision fp16: one line" "--precision wants fp32 or bf16" gemm --precision fp16
 refuses "gemm --precision bf16 --compare: one line" "--compare times fp32 libraries only" gemm --precision bf16 --compare
+# a bf16 all-reduce over 3 host devices, direct and ring sizes: no wrong element, the type named bf16
+env STRATA_HOST_DEVICES=3 "$BENCH" allreduce --dtype bf16 --sizes 2K,1M --iters 2 --warmup 0 --json >"$TMP/ar" 2>"$TMP/err"
+rc=$?
+check "allreduce --dtype bf16 --json: 2 sizes, bf16, nothing wrong (exit $rc)" sh -c "
+  [ $rc -eq 0 ] && [ \$(grep -c '\"type\":\"bf16\",\"redop\":\"sum\"' '$TMP/ar') -eq 2 ] &&
+  grep -q '\"size\":1048576,\"count\":524288,' '$TMP/ar' && grep -q '\"wrong\":0,' '$TMP/ar'"
+env STRATA_HOST_DEVICES=3 "$BENCH" allgather --type bf16 --op max --sizes 6K --iters 1 --warmup 0 >"$TMP/ag" 2>"$TMP/err"
+rc=$?
+check "allgather --type bf16: the table says bf16, exit $rc" sh -c "[ $rc -eq 0 ] && grep -q ' bf16 ' '$TMP/ag' &&
+  grep -q 'Out of bounds values : 0 OK' '$TMP/ag'"
+refuses "allreduce --dtype fp16: one line" "--type wants float32, int32 or bf16" allreduce --dtype fp16

@@ -52,7 +52,7 @@ static void comm_usage(FILE *f) {
           "  -g, --devices LIST  devices of the group, e.g. 0,1,2 (default: every device)\n"
           "  -s, --sizes LIST    message sizes in bytes, e.g. 1K,64M (default: 1K to 256M by 4)\n"
           "  -o, --op OP         sum, avg or max (default sum)\n"
-          "  -t, --type T        float32 or int32 (default float32)\n"
+          "  -t, --type T        float32, int32 or bf16 (default float32); also --dtype\n"
           "  -a, --algorithm A   auto, ring, direct or nccl (default auto)\n"
           "  -R, --root R        broadcast root rank (default 0)\n"
           "  -n, --iters N       timed iterations per size (default: by size, 4 to 50)\n"
@@ -64,6 +64,8 @@ static void comm_usage(FILE *f) {
           "output, reduce-scatter its input (size x count elements), as nccl-tests do.\n"
           "busbw = algbw x 2(n-1)/n for all-reduce, (n-1)/n for all-gather and\n"
           "reduce-scatter, 1 for broadcast (nccl-tests' doc/PERFORMANCE.md).\n"
+          "bf16 reductions round each step (n-1 roundings): #wrong counts results\n"
+          "further than (n-1) x 2^-8 of the exact sum (one more 2^-8 for avg).\n"
           "\n"
           "Exit status: 0 on success, 1 if a run failed or a result was wrong, 2 on bad usage.\n");
 }
@@ -133,8 +135,27 @@ static double memcpy_gbps(size_t bytes) {
   return (double)bytes / best / 1e9;
 }
 
-/* Input element i of rank r: small integers, exact in any order and type. */
+/* Input element i of rank r: small integers, exact in any order in float32 and int32 (and in bf16 while sums stay
+** within 256). */
 static float input_value(size_t i, int r) { return (float)((i * 3 + (size_t)r * 5) % 8); }
+
+/* bf16 of small integers (exact: the upper half of the float32), and back. */
+static uint16_t to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return (uint16_t)(u >> 16);
+}
+
+static double from_bf16(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+static const char *type_name(int dtype) {
+  return dtype == STRATA_INT32 ? "int32" : dtype == STRATA_BFLOAT16 ? "bf16" : "float";
+}
 
 /* One member's buffers and the host copy of its input. */
 struct member {
@@ -177,21 +198,23 @@ static int finish_all(strata_comm_t c, struct group *g) {
 /* Upload every rank's input (into send, or into its place inside recv when in place). */
 static int load_inputs(struct group *g, int in_place) {
   for (int r = 0; r < g->n; r++) {
-    size_t at = in_place ? g->send[r].off * 4 : 0;
+    size_t es = strata_dtype_size(g->send[r].dtype);
+    size_t at = in_place ? g->send[r].off * es : 0;
     strata_buffer_t dst = in_place ? g->m[r].rb : g->m[r].sb;
-    int rc = strata_buffer_upload(g->q[r], dst, at, g->m[r].host, g->scount * 4);
+    int rc = strata_buffer_upload(g->q[r], dst, at, g->m[r].host, g->scount * es);
     if (rc)
       return rc;
   }
   return STRATA_OK;
 }
 
-/* Elements of every rank's recv that differ from the host's answer. */
+/* Elements of every rank's recv that differ from the host's answer (bf16 sums: by more than their roundings). */
 static long count_wrong(struct group *g, const struct comm_options *o) {
   long wrong = 0;
   int n = g->n;
+  size_t es = strata_dtype_size(o->dtype);
   for (int r = 0; r < n; r++) {
-    if (strata_buffer_download(g->q[r], g->m[r].rb, g->recv[r].off * 4, g->m[r].check, g->rcount * 4))
+    if (strata_buffer_download(g->q[r], g->m[r].rb, g->recv[r].off * es, g->m[r].check, g->rcount * es))
       return -1;
     for (size_t i = 0; i < g->rcount; i++) {
       double want;
@@ -209,8 +232,15 @@ static long count_wrong(struct group *g, const struct comm_options *o) {
         if (o->op == STRATA_AVG)
           want /= n;
       }
-      double got = o->dtype == STRATA_INT32 ? (double)((int32_t *)g->m[r].check)[i] : ((float *)g->m[r].check)[i];
-      double tol = o->op == STRATA_AVG ? 1e-6 * fabs(want) : 0;
+      double got = o->dtype == STRATA_INT32      ? (double)((int32_t *)g->m[r].check)[i]
+                   : o->dtype == STRATA_BFLOAT16 ? from_bf16(((uint16_t *)g->m[r].check)[i])
+                                                 : ((float *)g->m[r].check)[i];
+      int reduced = o->kind == K_ALLREDUCE || o->kind == K_REDUCESCATTER;
+      /* inputs are >= 0: the sum of magnitudes is the sum */
+      double tol = o->dtype == STRATA_BFLOAT16 && reduced
+                       ? ((n - 1) + (o->op == STRATA_AVG)) * ldexp(1, -8) * fabs(want) * (1 + ldexp(1, -15))
+                   : o->op == STRATA_AVG && reduced ? 1e-6 * fabs(want)
+                                                    : 0;
       wrong += fabs(got - want) > tol;
     }
   }
@@ -242,7 +272,7 @@ static void free_group(struct group *g) {
 
 static int setup_group(struct group *g, const struct comm_options *o, size_t bytes) {
   int n = g->n;
-  size_t elem_count = bytes / 4;
+  size_t es = strata_dtype_size(o->dtype), elem_count = bytes / es;
   /* count per rank as nccl-tests: the "size" column is the largest buffer */
   g->count = o->kind == K_ALLGATHER || o->kind == K_REDUCESCATTER ? elem_count / (size_t)n : elem_count;
   if (g->count == 0)
@@ -254,15 +284,17 @@ static int setup_group(struct group *g, const struct comm_options *o, size_t byt
     struct member *m = &g->m[r];
     memset(m, 0, sizeof *m);
     TRY_BENCH(strata_queue_new(o->devices[r], &m->q));
-    TRY_BENCH(strata_buffer_new(o->devices[r], g->scount * 4, &m->sb));
-    TRY_BENCH(strata_buffer_new(o->devices[r], big * 4, &m->rb));
-    m->host = malloc(g->scount * 4);
-    m->check = malloc(g->rcount * 4);
+    TRY_BENCH(strata_buffer_new(o->devices[r], g->scount * es, &m->sb));
+    TRY_BENCH(strata_buffer_new(o->devices[r], big * es, &m->rb));
+    m->host = malloc(g->scount * es);
+    m->check = malloc(g->rcount * es);
     if (!m->host || !m->check)
       return STRATA_ERR_NOMEM;
     for (size_t i = 0; i < g->scount; i++) {
       if (o->dtype == STRATA_INT32)
         ((int32_t *)m->host)[i] = (int32_t)input_value(i, r);
+      else if (o->dtype == STRATA_BFLOAT16)
+        ((uint16_t *)m->host)[i] = to_bf16(input_value(i, r));
       else
         ((float *)m->host)[i] = input_value(i, r);
     }
@@ -271,19 +303,20 @@ static int setup_group(struct group *g, const struct comm_options *o, size_t byt
   return STRATA_OK;
 }
 
-/* Point send/recv at the out-of-place or in-place layout. */
+/* Point send/recv (operands of the benchmark's type) at the out-of-place or in-place layout. */
 static void layout(struct group *g, const struct comm_options *o, int in_place) {
+  int t = o->dtype;
   for (int r = 0; r < g->n; r++) {
-    g->recv[r] = strata_mem(g->m[r].rb, 0);
+    g->recv[r] = strata_mem_typed(g->m[r].rb, 0, t);
     if (!in_place)
-      g->send[r] = strata_mem(g->m[r].sb, 0);
+      g->send[r] = strata_mem_typed(g->m[r].sb, 0, t);
     else if (o->kind == K_ALLGATHER)
-      g->send[r] = strata_mem(g->m[r].rb, (size_t)r * g->count);
+      g->send[r] = strata_mem_typed(g->m[r].rb, (size_t)r * g->count, t);
     else if (o->kind == K_REDUCESCATTER) {
-      g->send[r] = strata_mem(g->m[r].rb, 0);
-      g->recv[r] = strata_mem(g->m[r].rb, (size_t)r * g->count);
+      g->send[r] = strata_mem_typed(g->m[r].rb, 0, t);
+      g->recv[r] = strata_mem_typed(g->m[r].rb, (size_t)r * g->count, t);
     } else
-      g->send[r] = strata_mem(g->m[r].rb, 0);
+      g->send[r] = strata_mem_typed(g->m[r].rb, 0, t);
   }
 }
 
@@ -333,7 +366,7 @@ static int bench_comm(struct comm_options *o) {
   int n = o->ndevices;
   size_t mc_bytes = 64u << 20;
   double mc = memcpy_gbps(mc_bytes);
-  const char *tname = o->dtype == STRATA_INT32 ? "int32" : "float";
+  const char *tname = type_name(o->dtype);
   if (o->json) {
     printf("{\"benchmark\":\"%s\",\"devices\":[", kinds[o->kind]);
     for (int r = 0; r < n; r++)
@@ -371,7 +404,7 @@ static int bench_comm(struct comm_options *o) {
     }
     g->n = n;
     int rc = setup_group(g, o, o->sizes[si]);
-    size_t bytes = (o->kind == K_ALLGATHER ? g->rcount : g->scount) * 4;
+    size_t bytes = (o->kind == K_ALLGATHER ? g->rcount : g->scount) * strata_dtype_size(o->dtype);
     int iters = o->iters ? o->iters : (int)fmin(50, fmax(4, (double)(256u << 20) / (double)bytes / 4));
     double us[2] = {0, 0};
     long wrong[2] = {0, 0};
@@ -440,6 +473,7 @@ int strata_bench_comm_main(int argc, char **argv) {
   static const struct option longopts[] = {
       {"devices", required_argument, NULL, 'g'}, {"sizes", required_argument, NULL, 's'},
       {"op", required_argument, NULL, 'o'},      {"type", required_argument, NULL, 't'},
+      {"dtype", required_argument, NULL, 't'},
       {"algorithm", required_argument, NULL, 'a'}, {"root", required_argument, NULL, 'R'},
       {"iters", required_argument, NULL, 'n'},   {"warmup", required_argument, NULL, 'w'},
       {"json", no_argument, NULL, 'j'},          {"help", no_argument, NULL, 'h'},
@@ -477,11 +511,12 @@ int strata_bench_comm_main(int argc, char **argv) {
       }
       break;
     case 't':
-      o.dtype = !strcmp(optarg, "float32") || !strcmp(optarg, "float") ? STRATA_FLOAT32
-                : !strcmp(optarg, "int32")                             ? STRATA_INT32
-                                                                       : -1;
+      o.dtype = !strcmp(optarg, "float32") || !strcmp(optarg, "float")  ? STRATA_FLOAT32
+                : !strcmp(optarg, "int32")                              ? STRATA_INT32
+                : !strcmp(optarg, "bf16") || !strcmp(optarg, "bfloat16") ? STRATA_BFLOAT16
+                                                                        : -1;
       if (o.dtype < 0) {
-        fprintf(stderr, "strata-bench: --type wants float32 or int32, not '%s'\n", optarg);
+        fprintf(stderr, "strata-bench: --type wants float32, int32 or bf16, not '%s'\n", optarg);
         return 2;
       }
       break;
@@ -529,7 +564,7 @@ int strata_bench_comm_main(int argc, char **argv) {
   if (cli_refuse("strata-bench", 0, argc, argv))
     return 2;
   if (o.op == STRATA_AVG && o.dtype == STRATA_INT32) {
-    fprintf(stderr, "strata-bench: --op avg is for float32 only\n");
+    fprintf(stderr, "strata-bench: --op avg is for float32 and bf16 only\n");
     return 2;
   }
   int rc = bench_comm(&o);
