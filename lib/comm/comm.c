@@ -541,9 +541,10 @@ static int check_mem(struct strata_comm *c, const char *what, int r, const char 
                          strata_dtype_name(m.dtype), strata_dtype_name(dtype));
   uint64_t elems = m.buf->size / esize;
   if (m.off > elems || count > elems - m.off)
-    return strata__error(STRATA_ERR_RANGE, "%s: %s[%d] needs %llu elements from offset %zu but its buffer holds %llu%s%s",
-                         what, arg, r, (unsigned long long)count, m.off, (unsigned long long)elems,
-                         esize == 4 ? "" : " of ", esize == 4 ? "" : strata_dtype_name(dtype));
+    return strata__error(STRATA_ERR_RANGE,
+                         "%s: %s[%d] needs %llu elements from offset %zu but its buffer holds %llu%s%s", what, arg,
+                         r, (unsigned long long)count, m.off, (unsigned long long)elems, esize == 4 ? "" : " of ",
+                         esize == 4 ? "" : strata_dtype_name(dtype));
   return STRATA_OK;
 }
 

@@ -256,7 +256,8 @@ static int send_staged(struct strata_cluster *c, int peer, int tag, strata_queue
     size_t n = piece_bytes(bytes, chunk, i);
     if (r[b] != MPI_REQUEST_NULL && (rc = strata__wait_requests(c, &r[b], &peer, 1, NULL, what)))
       break;
-    rc = strata_buffer_download(q, mem.buf, mem_byte_off(mem) + i * chunk, st[b].p, n);   /* overlaps the other piece's send */
+    /* overlaps the other piece's send */
+    rc = strata_buffer_download(q, mem.buf, mem_byte_off(mem) + i * chunk, st[b].p, n);
     if (!rc)
       rc = strata__isend(c, c->p2p, st[b].p, (int)n, MPI_BYTE, peer, tag, &r[b], what);
   }
@@ -438,7 +439,7 @@ static int recv_staged(struct strata_cluster *c, int peer, int tag, strata_queue
     if (!rc)
       rc = check_piece(c, &s, i, n, peer, what);
     if (!rc)
-      rc = strata_buffer_upload(q, mem.buf, mem_byte_off(mem) + i * chunk, st[b].p, n);   /* the next piece arrives meanwhile */
+      rc = strata_buffer_upload(q, mem.buf, mem_byte_off(mem) + i * chunk, st[b].p, n); /* the next arrives meanwhile */
     if (!rc && i + 2 < nchunks)
       rc = strata__irecv(c, c->p2p, st[b].p, (int)piece_bytes(bytes, chunk, i + 2), MPI_BYTE, peer, tag, &r[b], what);
   }
