@@ -1032,9 +1032,10 @@ Test(comm, bf16_reproducible) {
 }
 
 /*
-** PoCL devices: copies (all-gather, broadcast) need no kernel and must
-** work; reductions need the OpenCL backend's bfloat16 REDUCE, and where it
-** is missing the collective fails saying so, and the reductions are skipped.
+** PoCL devices, alone and mixed with host devices: copies (all-gather,
+** broadcast) need no kernel; reductions run the OpenCL backend's bfloat16
+** REDUCE, and must give the bits of the host's (a build whose OpenCL backend
+** lacks it fails the collective saying so, and the reductions are skipped).
 */
 Test(comm, bf16_pocl_and_mixed_groups) {
   int p0 = tc_find_device("opencl", 0), p1 = tc_find_device("opencl", 1);

@@ -69,10 +69,11 @@ typedef struct strata_comm *strata_comm_t;
 ** its result can differ from the float32 sum of the inputs rounded once by
 ** a few units in the last place (at most about (n - 1) x 2^-8 of the sum of
 ** the magnitudes), while the fixed order keeps repeated runs bit-identical.
-** Direct reduces in rank order with the same per-step rounding. A backend
-** whose reduction cannot take bfloat16 (OpenCL and CUDA outside NCCL, so
-** far) fails the collective with STRATA_ERR_UNSUPPORTED, naming the device;
-** on the NCCL path NCCL reduces (ncclBfloat16, NCCL 2.10 or later).
+** Direct reduces in rank order with the same per-step rounding. The host
+** and OpenCL reduce bfloat16; a backend whose reduction cannot take it (CUDA
+** outside NCCL, so far) fails the collective with STRATA_ERR_UNSUPPORTED,
+** naming the device; on the NCCL path NCCL reduces (ncclBfloat16, NCCL 2.10
+** or later).
 */
 enum strata_dtype {
   STRATA_FLOAT32 = 0,
