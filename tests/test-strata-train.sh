@@ -42,7 +42,7 @@ if [ ! -x "$TRAIN" ] || [ ! -x "$GEN" ]; then
   echo "1..0 # SKIP strata-train or strata-generate not built"
   exit 0
 fi
-echo "1..108"
+echo "1..110"
 
 # A small corpus of our own, so that the tests do not depend on what the machine ships.
 for i in 1 2 3 4 5 6 7 8; do cat "$top_srcdir/README.md" "$top_srcdir/man/strata-train.1"; done >"$TMP/text.txt"
@@ -423,3 +423,7 @@ check "--precision bf16: exit 0, \"precision\":\"bf16\" in start and summary" sh
   grep -q '\"event\":\"summary\".*\"precision\":\"bf16\"' '$TMP/bf.json'"
 check "the summary's devices[] has peak, param, grad, optimizer, activation and planned bytes" sh -c "
   grep '\"event\":\"summary\"' '$TMP/bf.json' | grep -q '\"devices\":\[{\"device\":0,.*\"peak_bytes\":[1-9][0-9]*,.*\"param_bytes\":[1-9][0-9]*,\"grad_bytes\":[1-9][0-9]*,\"optimizer_bytes\":[1-9][0-9]*,\"activation_bytes\":[1-9][0-9]*,\"planned_bytes\":[1-9]'"
+fails_clearly "--grad-reduce bf16 without --dp" 2 "give --dp 2 or more" $T --steps 2 --grad-reduce bf16
+STRATA_HOST_DEVICES=2 $TRAIN --model gpt-micro --data $TMP/text.txt --batch 4 --eval-batches 2 --steps 2 --dp 2 --grad-reduce bf16 --json >"$TMP/gr.json" 2>"$TMP/err"
+rc=$?
+check "--dp 2 --grad-reduce bf16: exit 0, a finite loss" sh -c "[ $rc -eq 0 ] && grep -q '\"event\":\"summary\".*\"loss\":[0-9]' '$TMP/gr.json'"
