@@ -506,7 +506,7 @@ Test(schedule, kind_names) {
   cr_assert_eq(strata_schedule_kind_parse("", &kind), STRATA_ERR_PARSE);
   cr_assert_eq(strata_schedule_kind_parse(NULL, &kind), STRATA_ERR_INVALID);
   cr_assert_eq(kind, STRATA_SCHEDULE_ZB_H1);
-  for (int k = STRATA_SCHEDULE_GPIPE; k <= STRATA_SCHEDULE_ZB_H1; k++) {
+  for (int k = STRATA_SCHEDULE_GPIPE; k <= STRATA_SCHEDULE_ZBV; k++) {
     int back = 0;
     OK(strata_schedule_kind_parse(strata_schedule_kind_name(k), &back));
     cr_assert_eq(back, k);
@@ -846,4 +846,215 @@ Test(schedule, tp_2_1_lists_by_hand) {
   lists_insert(&l, 1, lists_find(&l, 1, STRATA_ACTION_FORWARD, 1, 0) + 1, act(STRATA_ACTION_TP_JOIN_FORWARD, 1, 0));
   expect_rejected_like(s, &l, "not cut");
   strata_schedule_free(s);
+}
+
+/* ---------------------------------------------------------------- ZB-V: two chunks per device in a V */
+
+/* The activations a device holds at once over all its stages (forwarded, W not yet run), from its list. */
+static int device_peak_of(strata_schedule_t s, int d) {
+  int n = 0, now = 0, top = 0;
+  const struct strata_action *a = strata_schedule_actions(s, d, &n);
+  for (int i = 0; i < n; i++)
+    if (a[i].kind == STRATA_ACTION_FORWARD && ++now > top)
+      top = now;
+    else if (a[i].kind == STRATA_ACTION_BACKWARD || a[i].kind == STRATA_ACTION_BACKWARD_WEIGHT)
+      now--;
+  return top;
+}
+
+Test(schedule, zbv_kind_helpers) {
+  int kind = 0;
+  OK(strata_schedule_kind_parse("zbv", &kind));
+  cr_assert_eq(kind, STRATA_SCHEDULE_ZBV);
+  cr_assert_str_eq(strata_schedule_kind_name(STRATA_SCHEDULE_ZBV), "zbv");
+  cr_assert_eq(strata_schedule_kind_parse("zb-v", &kind), STRATA_ERR_PARSE);
+  cr_assert_not_null(strstr(strata_last_error(), "zbv"), "%s", strata_last_error());
+  cr_assert_not_null(strstr(strata_schedule_kind_names(), "zbv"));
+  /* the V on 4 devices: 0 1 2 3 3 2 1 0 */
+  const int v4[] = {0, 1, 2, 3, 3, 2, 1, 0};
+  for (int st = 0; st < 8; st++)
+    cr_assert_eq(strata_schedule_kind_stage_device(STRATA_SCHEDULE_ZBV, 4, st), v4[st], "stage %d", st);
+  cr_assert_eq(strata_schedule_kind_stage_device(STRATA_SCHEDULE_ZBV, 4, 8), -1);
+  cr_assert_eq(strata_schedule_kind_stage_device(STRATA_SCHEDULE_INTERLEAVED, 4, 6), 2);
+  cr_assert_eq(strata_schedule_kind_stage_device(STRATA_SCHEDULE_1F1B, 0, 0), -1);
+  cr_assert_eq(strata_schedule_kind_stages_per_device(STRATA_SCHEDULE_ZBV, 0), 2);
+  cr_assert_eq(strata_schedule_kind_stages_per_device(STRATA_SCHEDULE_INTERLEAVED, 0), 2);
+  cr_assert_eq(strata_schedule_kind_stages_per_device(STRATA_SCHEDULE_INTERLEAVED, 3), 3);
+  cr_assert_eq(strata_schedule_kind_stages_per_device(STRATA_SCHEDULE_ZB_H1, 0), 1);
+  cr_assert(strata_schedule_kind_split_backward(STRATA_SCHEDULE_ZBV));
+  cr_assert(strata_schedule_kind_split_backward(STRATA_SCHEDULE_ZB_H1));
+  cr_assert(!strata_schedule_kind_split_backward(STRATA_SCHEDULE_1F1B));
+  cr_assert_eq(strata_schedule_kind_min_microbatches(STRATA_SCHEDULE_ZBV, 4), 8);
+  cr_assert_eq(strata_schedule_kind_min_microbatches(STRATA_SCHEDULE_1F1B, 4), 1);
+}
+
+/* Fewer than 2p micro-batches are refused with the constraint named. */
+Test(schedule, zbv_refuses_too_few_microbatches) {
+  strata_schedule_t s = (strata_schedule_t)1;
+  cr_assert_eq(strata_schedule_generate(STRATA_SCHEDULE_ZBV, 4, 7, 0, &s), STRATA_ERR_INVALID);
+  cr_assert_null(s);
+  cr_assert_not_null(strstr(strata_last_error(), "at least 2 x pp = 8 micro-batches"), "%s", strata_last_error());
+  cr_assert_eq(strata_schedule_generate(STRATA_SCHEDULE_ZBV, 1, 1, 0, &s), STRATA_ERR_INVALID);
+  cr_assert_eq(strata_schedule_generate_hybrid(STRATA_SCHEDULE_ZBV, 2, 3, 0, 2, 2, 0, &s), STRATA_ERR_INVALID);
+  cr_assert_null(s);
+}
+
+/* Every p <= 8 and 2p <= m <= 32: complete and deadlock-free, in the V. */
+Test(schedule, every_zbv_schedule_validates) {
+  for (int p = 1; p <= MAX_P; p++)
+    for (int m = 2 * p; m <= MAX_M; m++) {
+      strata_schedule_t s = gen(STRATA_SCHEDULE_ZBV, p, m, 0);
+      int rc = strata_schedule_validate(s);
+      cr_assert_eq(rc, STRATA_OK, "zbv p=%d m=%d: %s", p, m, strata_last_error());
+      cr_assert_eq(strata_schedule_kind(s), STRATA_SCHEDULE_ZBV);
+      cr_assert_eq(strata_schedule_devices(s), p);
+      cr_assert_eq(strata_schedule_stages(s), 2 * p);
+      for (int d = 0; d < p; d++) {
+        cr_assert_eq(strata_schedule_stage_device(s, d), d);
+        cr_assert_eq(strata_schedule_stage_device(s, 2 * p - 1 - d), d);
+      }
+      strata_schedule_free(s);
+    }
+}
+
+/* p = 2, m = 4, checked by hand. Device 0 holds stages 0 and 3 (the loss), device 1 stages 1 and 2, which pass
+** data between them without transfers. Device 0 warms up with 2p - 1 = 3 forwards of stage 0, then two rounds
+** F BI W of stage 3; device 1 with one F1, one pair F2 F1, one round F2 BI2 W2. Steady F0 BI0 W0 F1 BI1 W1 by
+** chunk; device 1's cool-down runs BI1.2 BI2.3 and holds their Ws back to the end. */
+Test(schedule, zbv_p2_m4) {
+  strata_schedule_t s = gen(STRATA_SCHEDULE_ZBV, 2, 4, 0);
+  expect_text(s, "dev 0: F0.0 SA0.0 F0.1 SA0.1 F0.2 SA0.2 RA3.0 F3.0 BI3.0 SG3.0 W3.0 RA3.1 F3.1 BI3.1 SG3.1 W3.1 "
+                 "F0.3 SA0.3 RG0.0 BI0.0 W0.0 RA3.2 F3.2 BI3.2 SG3.2 W3.2 RG0.1 BI0.1 W0.1 RA3.3 F3.3 BI3.3 SG3.3 W3.3 "
+                 "RG0.2 BI0.2 W0.2 RG0.3 BI0.3 W0.3 OPT0 OPT3\n"
+                 "dev 1: RA1.0 F1.0 F2.0 SA2.0 RA1.1 F1.1 F2.1 SA2.1 RG2.0 BI2.0 W2.0 RA1.2 F1.2 BI1.0 SG1.0 W1.0 "
+                 "F2.2 SA2.2 RG2.1 BI2.1 W2.1 RA1.3 F1.3 BI1.1 SG1.1 W1.1 F2.3 SA2.3 RG2.2 BI2.2 W2.2 "
+                 "BI1.2 SG1.2 RG2.3 BI2.3 BI1.3 SG1.3 W1.2 W2.3 W1.3 OPT1 OPT2\n");
+  strata_schedule_free(s);
+}
+
+/*
+** Unit costs (F = BI = W = 1 per chunk; the bubble is a ratio, so chunks of half a stage's layers change nothing):
+** the span is 6m + p - 1, the bubble (p - 1) / (6m + p - 1) — below ZB-H1's (p - 1) / (1.5m + p - 1) and 1F1B's.
+*/
+Test(schedule, bubble_zbv_below_zb_h1) {
+  for (int p = 2; p <= MAX_P; p++)
+    for (int m = 2 * p; m <= MAX_M; m++) {
+      double v = bubble_gen(STRATA_SCHEDULE_ZBV, p, m, 0), z = bubble_gen(STRATA_SCHEDULE_ZB_H1, p, m, 0),
+             o = bubble_gen(STRATA_SCHEDULE_1F1B, p, m, 0);
+      cr_assert(v < z && z < o, "p=%d m=%d: zbv %f, zb-h1 %f, 1f1b %f", p, m, v, z, o);
+      double want = (double)(p - 1) / (6.0 * m + p - 1);
+      cr_assert(fabs(v - want) < 1e-12, "zbv p=%d m=%d: %.15f, want %.15f", p, m, v, want);
+    }
+  cr_assert(fabs(bubble_gen(STRATA_SCHEDULE_ZBV, 4, 8, 0) - 3.0 / 51.0) < 1e-12);
+  cr_assert(fabs(bubble_gen(STRATA_SCHEDULE_ZBV, 1, 2, 0)) < 1e-12);
+}
+
+/*
+** Activations in flight. A chunk holds half the layers of a 1F1B stage, so a device of ZB-V holding 2p chunk
+** micro-batches at once holds what 1F1B's first device holds (p stage micro-batches): its lists never exceed that.
+** Stage by stage (strata_schedule_peak_inflight, what the memory model reads), chunk 0 of device d peaks at
+** 2p - d and chunk 1 at d + 1: the two peaks come at different times, so their sum, 2p + 1, is one chunk
+** micro-batch above the device's true peak — the memory plan is that much on the safe side.
+*/
+Test(schedule, zbv_peak_inflight_within_1f1b) {
+  for (int p = 1; p <= MAX_P; p++)
+    for (int m = 2 * p; m <= MAX_M; m++) {
+      strata_schedule_t v = gen(STRATA_SCHEDULE_ZBV, p, m, 0), o = gen(STRATA_SCHEDULE_1F1B, p, m, 0);
+      const int o0 = peak_of(o, 0);
+      cr_assert_eq(o0, p);
+      for (int d = 0; d < p; d++) {
+        int dev = device_peak_of(v, d), c0 = peak_of(v, d), c1 = peak_of(v, 2 * p - 1 - d);
+        cr_assert_leq(dev, 2 * o0, "zbv p=%d m=%d dev %d: %d chunk micro-batches, 1f1b %d stage ones", p, m, d, dev,
+                      o0);
+        cr_assert_eq(c0, 2 * p - d, "p=%d m=%d dev %d chunk 0", p, m, d);
+        cr_assert_eq(c1, d + 1, "p=%d m=%d dev %d chunk 1", p, m, d);
+      }
+      strata_schedule_free(v);
+      strata_schedule_free(o);
+    }
+}
+
+/* ZB-V over dp and tp: the same validation, one collective per stage, the pipeline's bubble. */
+Test(schedule, zbv_hybrid_validates) {
+  for (int p = 1; p <= 4; p++)
+    for (int m = 2 * p; m <= 2 * p + 2; m++)
+      for (int dp = 1; dp <= 2; dp++)
+        for (int tp = 1; tp <= 2; tp++)
+          for (int zero = 0; zero <= (dp > 1); zero++) {
+            strata_schedule_t s = NULL;
+            OK(strata_schedule_generate_hybrid(STRATA_SCHEDULE_ZBV, p, m, 0, dp, tp, zero, &s));
+            int rc = strata_schedule_validate(s);
+            cr_assert_eq(rc, STRATA_OK, "zbv p=%d m=%d dp=%d tp=%d zero=%d: %s", p, m, dp, tp, zero,
+                         strata_last_error());
+            cr_assert_eq(strata_schedule_devices(s), p * dp * tp);
+            cr_assert_eq(strata_schedule_stages(s), 2 * p * dp * tp);
+            /* chain c's stage j lives on the chain's device of the V's rank of j */
+            for (int st = 0; st < strata_schedule_stages(s); st++) {
+              int c = st / (2 * p), j = st % (2 * p);
+              cr_assert_eq(strata_schedule_stage_device(s, st),
+                           c * p + strata_schedule_kind_stage_device(STRATA_SCHEDULE_ZBV, p, j), "stage %d", st);
+            }
+            strata_schedule_t b = gen(STRATA_SCHEDULE_ZBV, p, m, 0);
+            cr_assert(fabs(bubble_of(s) - bubble_of(b)) < 1e-12, "zbv p=%d m=%d dp=%d tp=%d", p, m, dp, tp);
+            strata_schedule_free(b);
+            strata_schedule_free(s);
+          }
+  /* a tp degree per rank */
+  strata_schedule_t s = NULL;
+  OK(strata_schedule_generate_hybrid_ranks(STRATA_SCHEDULE_ZBV, 2, 4, 0, 2, (const int[]){2, 1}, 0, &s));
+  int rc = strata_schedule_validate(s);
+  cr_assert_eq(rc, STRATA_OK, "%s", strata_last_error());
+  strata_schedule_free(s);
+}
+
+/* ZB-V p = 2, m = 4 as mutable lists. */
+static void zbv_base(struct lists *l) {
+  strata_schedule_t s = gen(STRATA_SCHEDULE_ZBV, 2, 4, 0);
+  lists_from(l, s);
+  strata_schedule_free(s);
+}
+
+Test(schedule, zbv_copy_validates) {
+  struct lists l;
+  zbv_base(&l);
+  strata_schedule_t s = NULL;
+  OK(strata_schedule_from_lists(l.p, l.stages, l.m, l.stage_device, (const struct strata_action *const *)l.list, l.counts,
+                                &s));
+  OK(strata_schedule_validate(s));
+  cr_assert(fabs(bubble_of(s) - 1.0 / 25.0) < 1e-12);
+  strata_schedule_free(s);
+  lists_free(&l);
+}
+
+Test(schedule, zbv_rejects_a_missing_weight_gradient) {
+  struct lists l;
+  zbv_base(&l);
+  /* the last stage's (device 0's chunk 1) W of micro-batch 2 */
+  lists_remove(&l, 0, lists_find(&l, 0, STRATA_ACTION_BACKWARD_WEIGHT, 3, 2));
+  REJECTED(&l, "missing W3.2 after BI3.2 on dev 0");
+}
+
+/* Device 0 runs its chunk 1 (stage 3) first: its input comes from stage 2 on device 1, which waits for stage 0's
+** output that device 0 has not produced yet. */
+Test(schedule, zbv_rejects_a_chunk_order_that_deadlocks) {
+  struct lists l;
+  zbv_base(&l);
+  int ra = lists_find(&l, 0, STRATA_ACTION_RECV_ACT, 3, 0);
+  cr_assert_eq(lists_find(&l, 0, STRATA_ACTION_FORWARD, 3, 0), ra + 1);
+  lists_remove(&l, 0, ra + 1);
+  lists_remove(&l, 0, ra);
+  lists_insert(&l, 0, 0, act(STRATA_ACTION_FORWARD, 3, 0));
+  lists_insert(&l, 0, 0, act(STRATA_ACTION_RECV_ACT, 3, 0));
+  REJECTED(&l, "deadlock", "dev 0 at #0 RA3.0 waits for SA2.0 on dev 1", "dev 1 at #0 RA1.0 waits for SA0.0 on dev 0");
+}
+
+/* Device 1, the bottom of the V, runs stage 2 (its chunk 1) before stage 1 that feeds it on the same device. */
+Test(schedule, zbv_rejects_chunks_swapped_on_the_turning_device) {
+  struct lists l;
+  zbv_base(&l);
+  int f1 = lists_find(&l, 1, STRATA_ACTION_FORWARD, 1, 0), f2 = lists_find(&l, 1, STRATA_ACTION_FORWARD, 2, 0);
+  cr_assert_eq(f2, f1 + 1);
+  l.list[1][f1] = act(STRATA_ACTION_FORWARD, 2, 0);
+  l.list[1][f2] = act(STRATA_ACTION_FORWARD, 1, 0);
+  REJECTED(&l, "dev 1", "F2.0", "comes before F1.0");
 }

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* schedule.c — pipeline schedules as data: the GPipe, 1F1B, interleaved 1F1B and ZB-H1 generators, schedules from lists, names, accessors. */
+/* schedule.c — pipeline schedules as data: the GPipe, 1F1B, interleaved 1F1B, ZB-H1 and ZB-V generators, schedules from lists, names, accessors. */
 #include "config.h"
 
 #include <stdio.h>
@@ -216,12 +216,112 @@ static int strata__gen_interleaved(struct strata_schedule *s, int d, int v) {
   return rc;
 }
 
+/*
+** ZB-V (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, section 6)
+** on device d of p. The model is cut into 2p chunks laid out in a V: device
+** d holds chunk 0 = stage d on the way down and chunk 1 = stage 2p - 1 - d
+** on the way back up, so stages p - 1 and p share device p - 1 and the last
+** stage (the loss) sits on device 0 beside the first. Backward is split into
+** BI and W as in ZB-H1. Per device, with counters per chunk:
+**
+**   warm-up    2(p - d) - 1 forwards of chunk 0; d pairs F1 F0; p - d
+**              rounds F1 BI1 W1 (chunk 1's gradient comes from the device
+**              before, so its backward can follow its forward at once);
+**   steady     F0 (while chunk 0 has forwards left) BI0 W0 F1 BI1 W1,
+**              until chunk 1 has run every forward;
+**   cool-down  d pairs BI0 BI1, their Ws held back; p - d rounds BI0 W0;
+**              then the held-back Ws, chunk 1's first: they fill the tail
+**              while the last input gradients travel down the V.
+**
+** With F = BI = W = 1 the steady phase runs without a gap and the bubble
+** is what the ramp-up and the tail leave, below ZB-H1's at the same p and
+** m; chunk 0 holds at most 2p - d micro-batches in flight and chunk 1 at
+** most d + 1, never more than 2p of the device's half-size chunks at once:
+** 1F1B's peak of p full stages. The warm-up runs 2p - d - 1 forwards of
+** chunk 0 before any of its backwards, which needs m >= 2p - 1; the lists
+** are generated for m >= 2p (the paper's setting, and PyTorch's
+** ScheduleZBVZeroBubble pads smaller counts with idle slots instead).
+*/
+static int strata__gen_zbv(struct strata_schedule *s, int d) {
+  const int p = s->devices, m = s->microbatches;
+  const int c0 = d, c1 = 2 * p - 1 - d;
+  int f0 = 0, f1 = 0, b0 = 0, b1 = 0, w0 = 0, w1 = 0, rc = STRATA_OK;
+#define STRATA__ZBV(kind, st, mb)                                                                                      \
+  do {                                                                                                                 \
+    if (rc == STRATA_OK)                                                                                               \
+      rc = strata__emit(s, (kind), (st), (mb));                                                                        \
+  } while (0)
+  for (int i = 0; i < 2 * (p - d) - 1; i++)
+    STRATA__ZBV(STRATA_ACTION_FORWARD, c0, f0++);
+  for (int i = 0; i < d; i++) {
+    STRATA__ZBV(STRATA_ACTION_FORWARD, c1, f1++);
+    STRATA__ZBV(STRATA_ACTION_FORWARD, c0, f0++);
+  }
+  for (int i = 0; i < p - d; i++) {
+    STRATA__ZBV(STRATA_ACTION_FORWARD, c1, f1++);
+    STRATA__ZBV(STRATA_ACTION_BACKWARD_INPUT, c1, b1);
+    STRATA__ZBV(STRATA_ACTION_BACKWARD_WEIGHT, c1, b1++);
+  }
+  while (f1 < m) {
+    if (f0 < m)
+      STRATA__ZBV(STRATA_ACTION_FORWARD, c0, f0++);
+    STRATA__ZBV(STRATA_ACTION_BACKWARD_INPUT, c0, b0);
+    STRATA__ZBV(STRATA_ACTION_BACKWARD_WEIGHT, c0, b0++);
+    STRATA__ZBV(STRATA_ACTION_FORWARD, c1, f1++);
+    STRATA__ZBV(STRATA_ACTION_BACKWARD_INPUT, c1, b1);
+    STRATA__ZBV(STRATA_ACTION_BACKWARD_WEIGHT, c1, b1++);
+  }
+  w0 = b0;
+  w1 = b1;
+  for (int i = 0; i < d; i++) {
+    STRATA__ZBV(STRATA_ACTION_BACKWARD_INPUT, c0, b0++);
+    STRATA__ZBV(STRATA_ACTION_BACKWARD_INPUT, c1, b1++);
+  }
+  for (int i = 0; i < p - d; i++) {
+    STRATA__ZBV(STRATA_ACTION_BACKWARD_INPUT, c0, b0++);
+    STRATA__ZBV(STRATA_ACTION_BACKWARD_WEIGHT, c0, w0++);
+  }
+  while (w1 < b1)
+    STRATA__ZBV(STRATA_ACTION_BACKWARD_WEIGHT, c1, w1++);
+  while (w0 < b0)
+    STRATA__ZBV(STRATA_ACTION_BACKWARD_WEIGHT, c0, w0++);
+#undef STRATA__ZBV
+  if (rc == STRATA_OK && (f0 != m || f1 != m || b0 != m || b1 != m))
+    return strata__error(STRATA_ERR_INTERNAL, "zbv: dev %d ran %d/%d forwards and %d/%d backwards of %d micro-batches",
+                         d, f0, f1, b0, b1, m);
+  return rc;
+}
+
+/* ---------------------------------------------------------------- what a kind implies */
+
+STRATA_API int strata_schedule_kind_stages_per_device(int kind, int virtual_stages) {
+  if (kind == STRATA_SCHEDULE_INTERLEAVED)
+    return virtual_stages ? virtual_stages : 2;
+  return kind == STRATA_SCHEDULE_ZBV ? 2 : 1;
+}
+
+STRATA_API int strata_schedule_kind_stage_device(int kind, int devices, int stage) {
+  if (devices < 1 || stage < 0)
+    return -1;
+  if (kind == STRATA_SCHEDULE_ZBV)
+    return stage >= 2 * devices ? -1 : stage < devices ? stage : 2 * devices - 1 - stage;
+  return stage % devices;
+}
+
+STRATA_API int strata_schedule_kind_split_backward(int kind) {
+  return kind == STRATA_SCHEDULE_ZB_H1 || kind == STRATA_SCHEDULE_ZBV;
+}
+
+STRATA_API int strata_schedule_kind_min_microbatches(int kind, int devices) {
+  return kind == STRATA_SCHEDULE_ZBV ? 2 * devices : 1;
+}
+
 STRATA_API int strata_schedule_generate(int kind, int devices, int microbatches, int virtual_stages,
                                         strata_schedule_t *out) {
   if (!out)
     return strata__error(STRATA_ERR_INVALID, "strata_schedule_generate: NULL out");
   *out = NULL;
-  if (kind < STRATA_SCHEDULE_GPIPE || kind > STRATA_SCHEDULE_ZB_H1)
+  if (kind < STRATA_SCHEDULE_GPIPE || kind > STRATA_SCHEDULE_ZBV)
     return strata__error(STRATA_ERR_INVALID, "strata_schedule_generate: unknown schedule kind %d", kind);
   if (devices < 1)
     return strata__error(STRATA_ERR_INVALID, "strata_schedule_generate: %d devices (need at least 1)", devices);
@@ -240,6 +340,14 @@ STRATA_API int strata_schedule_generate(int kind, int devices, int microbatches,
                            microbatches, devices);
     v = virtual_stages;
   }
+  if (microbatches < strata_schedule_kind_min_microbatches(kind, devices))
+    return strata__error(STRATA_ERR_INVALID,
+                         "strata_schedule_generate: %s needs at least 2 x pp = %d micro-batches on %d devices, got %d "
+                         "(device 0 runs 2 x pp - 1 forwards of its first chunk before its first backward; the steady "
+                         "phase that fills the bubble comes after them)",
+                         strata_schedule_kind_name(kind), strata_schedule_kind_min_microbatches(kind, devices), devices,
+                         microbatches);
+  v = strata_schedule_kind_stages_per_device(kind, v);
   /* each (stage, micro-batch) takes at most 7 actions (RA F SA RG BI SG W), plus one OPTIMIZER per stage */
   uint64_t stages = (uint64_t)devices * (uint64_t)v, units = 0;
   if (!strata__mul_ok(stages, (uint64_t)microbatches, &units) || units > STRATA__SCHEDULE_MAX_ACTIONS / 8)
@@ -250,17 +358,20 @@ STRATA_API int strata_schedule_generate(int kind, int devices, int microbatches,
   if (!s)
     return strata__error(STRATA_ERR_NOMEM, "strata_schedule_generate: out of memory");
   for (int st = 0; st < s->stages; st++)
-    s->stage_device[st] = st % devices;
+    s->stage_device[st] = strata_schedule_kind_stage_device(kind, devices, st);
   int rc = STRATA_OK;
   for (int d = 0; d < devices && rc == STRATA_OK; d++) {
     switch (kind) {
     case STRATA_SCHEDULE_GPIPE: rc = strata__gen_gpipe(s, d); break;
     case STRATA_SCHEDULE_1F1B: rc = strata__gen_1f1b(s, d, 0); break;
     case STRATA_SCHEDULE_ZB_H1: rc = strata__gen_1f1b(s, d, 1); break;
+    case STRATA_SCHEDULE_ZBV: rc = strata__gen_zbv(s, d); break;
     default: rc = strata__gen_interleaved(s, d, v); break;
     }
-    for (int st = d; st < s->stages && rc == STRATA_OK; st += devices)
-      rc = strata__push(s, d, STRATA_ACTION_OPTIMIZER, st, -1);
+    /* the device's stages in order: d, d + p, ... (the V: d, then 2p - 1 - d) */
+    for (int st = 0; st < s->stages && rc == STRATA_OK; st++)
+      if (s->stage_device[st] == d)
+        rc = strata__push(s, d, STRATA_ACTION_OPTIMIZER, st, -1);
   }
   if (rc != STRATA_OK) {
     strata_schedule_free(s);
@@ -525,7 +636,10 @@ static const struct {
   {"interleaved", STRATA_SCHEDULE_INTERLEAVED},
   {"zb-h1", STRATA_SCHEDULE_ZB_H1},
   {"zb", STRATA_SCHEDULE_ZB_H1},
+  {"zbv", STRATA_SCHEDULE_ZBV},
 };
+
+STRATA_API const char *strata_schedule_kind_names(void) { return "gpipe, 1f1b, interleaved, zb (or zb-h1), zbv"; }
 
 STRATA_API int strata_schedule_kind_parse(const char *name, int *kind) {
   if (!name || !kind)
@@ -535,7 +649,8 @@ STRATA_API int strata_schedule_kind_parse(const char *name, int *kind) {
       *kind = strata__schedule_names[i].kind;
       return STRATA_OK;
     }
-  return strata__error(STRATA_ERR_PARSE, "unknown schedule '%s' (expected gpipe, 1f1b, interleaved, zb or zb-h1)", name);
+  return strata__error(STRATA_ERR_PARSE, "unknown schedule '%s' (expected one of %s)", name,
+                       strata_schedule_kind_names());
 }
 
 /* The canonical name of a kind ("zb-h1" for ZB_H1), "custom" for 0 (lists), "?" otherwise. A static string. */
