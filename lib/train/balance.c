@@ -125,7 +125,7 @@ int strata__pipeline_balance(strata_trainer_t tr, int *split) {
   }
   struct strata__stage_ranges **ranges = calloc((size_t)(ndeg ? ndeg : 1), sizeof *ranges);
   int rrc = deg && deg_of && ranges ? STRATA_OK : strata__error(STRATA_ERR_NOMEM, "out of host memory balancing stages");
-  const int split_backward = tr->report.schedule == STRATA_SCHEDULE_ZB_H1;
+  const int split_backward = strata_schedule_kind_split_backward(tr->report.schedule);
   for (int k = 0; !rrc && k < ndeg; k++) {
     struct strata__cut cut = {{0, deg[k]}, {0, tr->zero ? tr->replicas : 1}, tr->opt.precision,
                               tr->opt.grad_reduce};

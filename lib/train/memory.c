@@ -87,7 +87,7 @@ int strata__trainer_check_memory(strata_trainer_t tr, const int *split) {
 static int check_memory_of(strata_trainer_t tr, const int *split, uint64_t *need, uint64_t *params, uint64_t *act,
                            uint64_t *bufs, int *lo, int *hi, int *nst) {
   struct strata__stage_bytes b;
-  int split_backward = tr->report.schedule == STRATA_SCHEDULE_ZB_H1;
+  int split_backward = strata_schedule_kind_split_backward(tr->report.schedule);
   for (int s = 0, first = 0; s < strata__stages_all(tr); s++) {
     const int n = split[s % tr->nstages];
     if (strata__stage_first(tr, s))

@@ -186,7 +186,7 @@ static int check_pipeline(const struct strata_pipeline_options *pp, int nlayers,
   if (!pp->device)
     return strata__error(STRATA_ERR_INVALID, "pipeline: no device list");
   *kind = pp->schedule ? pp->schedule : STRATA_SCHEDULE_1F1B;
-  int v = *kind == STRATA_SCHEDULE_INTERLEAVED ? (pp->virtual_stages ? pp->virtual_stages : 2) : 1;
+  int v = strata_schedule_kind_stages_per_device(*kind, pp->virtual_stages);
   if (v < 1 || (int64_t)v * pp->devices > nlayers)
     return strata__error(v < 1 ? STRATA_ERR_INVALID : STRATA_ERR_SHAPE,
                          "pipeline: %d virtual stages per device on %d devices, the model has %d layers", v,
@@ -481,7 +481,7 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
   for (int i = 0; i < ndev; i++)
     tr->dev[i] = pl->devices[i];
   for (int s = 0; s < nstages; s++)
-    tr->tps[s] = pl->tps ? pl->tps[s % pl->pp] : pl->tp;
+    tr->tps[s] = pl->tps ? pl->tps[strata_schedule_kind_stage_device(kind, pl->pp, s)] : pl->tp;
   int rc = STRATA_OK;
   {
     /* the ranks are the schedule's devices: each stage's rank is its device there (a stage no device holds, the
@@ -526,7 +526,7 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
   if (!rc)
     rc = strata__trainer_check_memory(tr, split);
   if (!rc)
-    rc = build_stages(tr, split, kind == STRATA_SCHEDULE_ZB_H1);
+    rc = build_stages(tr, split, strata_schedule_kind_split_backward(kind));
   if (!rc)
     rc = strata__pipeline_prefill(tr);
   if (!rc)
