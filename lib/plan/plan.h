@@ -153,6 +153,8 @@ int strata__plan_stage_first(const int *split, int j);
 */
 struct strata__cut strata__plan_cut(strata_layout_t layout, int t);
 int strata__plan_split_backward(strata_layout_t layout);
+/* The pipeline rank of virtual stage j: the schedule's placement (j % pp, or ZB-V's V). */
+int strata__plan_stage_rank(strata_layout_t layout, int j);
 void strata__plan_stage_place(strata_layout_t layout, const int *inflight, int j, struct strata__stage_place *p);
 /* Memory a device of rank `rank` needs with `split` (layers per virtual stage)
 ** given the micro-batches in flight on each of its stages (inflight[stage]). */

@@ -244,7 +244,7 @@ static struct strata__stage_ranges *ranges_for(struct search *s, strata_layout_t
 }
 
 /*
-** The split of L layers into S stages (stage j on rank j % pp) that
+** The split of L layers into S stages (stage j on the schedule's rank of it) that
 ** minimises the slowest stage, each stage's layers timed on its rank and
 ** within its rank's memory (a rank of v stages: 1/v of it each), by
 ** dynamic programming over (stage, first layer). 0 and split[] filled, or
@@ -263,13 +263,13 @@ struct split_costs {
 
 static double split_cost_time(void *arg, int j, int a, int b) {
   const struct split_costs *c = arg;
-  const double *pt = &c->tp_[(size_t)(j % strata_layout_pp(c->l)) * (size_t)(c->s->L + 1)];
+  const double *pt = &c->tp_[(size_t)strata__plan_stage_rank(c->l, j) * (size_t)(c->s->L + 1)];
   return pt[b] - pt[a];
 }
 
 static int split_cost_fits(void *arg, int j, int a, int b) {
   const struct split_costs *c = arg;
-  const int r = j % strata_layout_pp(c->l);
+  const int r = strata__plan_stage_rank(c->l, j);
   const double limit = (double)c->cap[r] * STRATA_PLAN_MEMORY_USABLE / strata_layout_virtual_stages(c->l);
   struct strata__stage_bytes bytes;
   struct strata__stage_place place;
@@ -454,14 +454,15 @@ static void try_assignment(struct search *s, int dp, int pp, const struct group 
   int ms[MAX_M_CHOICES];
   int nm = m_choices(share, pp, s->o->max_microbatches > 0 ? s->o->max_microbatches : DEFAULT_MAX_MICROBATCHES, ms);
   static const int kinds[] = {STRATA_SCHEDULE_1F1B, STRATA_SCHEDULE_GPIPE, STRATA_SCHEDULE_ZB_H1,
-                              STRATA_SCHEDULE_INTERLEAVED};
+                              STRATA_SCHEDULE_INTERLEAVED, STRATA_SCHEDULE_ZBV};
   for (int mi = 0; mi < nm && !s->rc; mi++)
-    for (int ki = 0; ki < 4 && !s->rc; ki++)
+    for (int ki = 0; ki < 5 && !s->rc; ki++)
       for (int zero = 0; zero <= (dp > 1 && !s->o->no_zero) && !s->rc; zero++) {
-        const int kind = kinds[ki], m = ms[mi], v = kind == STRATA_SCHEDULE_INTERLEAVED ? 2 : 1;
+        const int kind = kinds[ki], m = ms[mi], v = strata_schedule_kind_stages_per_device(kind, 0);
         if (pp == 1 && kind != STRATA_SCHEDULE_1F1B)
           continue; /* one stage: every schedule is the same list */
-        if (kind == STRATA_SCHEDULE_INTERLEAVED && (m % pp || s->L < pp * v))
+        if ((kind == STRATA_SCHEDULE_INTERLEAVED && m % pp) || m < strata_schedule_kind_min_microbatches(kind, pp) ||
+            s->L < pp * v)
           continue;
         if (s->L < pp)
           continue;

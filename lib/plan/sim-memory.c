@@ -22,25 +22,32 @@ struct strata__cut strata__plan_cut(strata_layout_t layout, int t) {
 }
 
 int strata__plan_split_backward(strata_layout_t layout) {
-  return strata_layout_schedule(layout) == STRATA_SCHEDULE_ZB_H1;
+  return strata_schedule_kind_split_backward(strata_layout_schedule(layout));
+}
+
+int strata__plan_stage_rank(strata_layout_t layout, int j) {
+  return strata_schedule_kind_stage_device(strata_layout_schedule(layout), strata_layout_pp(layout), j);
 }
 
 void strata__plan_stage_place(strata_layout_t layout, const int *inflight, int j, struct strata__stage_place *p) {
-  const int pp = strata_layout_pp(layout), S = strata_layout_stages(layout);
+  const int S = strata_layout_stages(layout);
   p->inflight = inflight[j];
   p->first = j == 0;
   p->last = j == S - 1;
-  p->prev_remote = !p->first && pp > 1;
+  /* a neighbour on another rank needs the transfer buffers (ZB-V's turn, stages pp - 1 and pp, shares a rank) */
+  p->prev_remote = !p->first && strata__plan_stage_rank(layout, j - 1) != strata__plan_stage_rank(layout, j);
   p->prev_inflight = p->first ? 0 : inflight[j - 1];
-  p->next_remote = !p->last && pp > 1;
+  p->next_remote = !p->last && strata__plan_stage_rank(layout, j + 1) != strata__plan_stage_rank(layout, j);
 }
 
 uint64_t strata__plan_rank_memory(strata_model_t model, strata_layout_t layout, const int *split, const int *inflight,
                                   int64_t rows, int rank) {
-  const int pp = strata_layout_pp(layout), S = strata_layout_stages(layout);
+  const int S = strata_layout_stages(layout);
   const struct strata__cut cut = strata__plan_cut(layout, strata_layout_tp(layout, rank));
   uint64_t total = 0;
-  for (int j = rank; j < S; j += pp) {
+  for (int j = 0; j < S; j++) {
+    if (strata__plan_stage_rank(layout, j) != rank)
+      continue;
     const int a = strata__plan_stage_first(split, j);
     struct strata__stage_bytes b;
     struct strata__stage_place place;

@@ -910,8 +910,8 @@ static int simulate_in(struct strata_machine *c, strata_model_t model, strata_la
       rc = strata__error(STRATA_ERR_NOMEM, "simulator: out of host memory");
   }
   for (int g = 0; !rc && g < e.S; g++) {
-    /* schedule stage g: chain g / S (replica, slice), virtual stage j on rank j % pp */
-    const int ch = g / S, rep = ch / T, slice = ch % T, j = g % S, rank = j % pp;
+    /* schedule stage g: chain g / S (replica, slice), virtual stage j on the schedule's rank of it */
+    const int ch = g / S, rep = ch / T, slice = ch % T, j = g % S, rank = strata__plan_stage_rank(l, j);
     struct strata__plan_stage_cost *sc = &e.sc[g];
     sc->tp = strata__plan_group_of(l, rep, rank, &sc->devs);
     if (!strata_schedule_stage_held(s, g)) {
@@ -979,8 +979,11 @@ static int simulate_in(struct strata_machine *c, strata_model_t model, strata_la
     int prev_k = 1;
     if (j > 0)
       strata_schedule_peak_inflight(s, g - 1, &prev_k);
-    struct strata__stage_place one = {.inflight = 1, .first = j == 0, .last = j == S - 1, .prev_remote = j > 0 && pp > 1,
-                                      .prev_inflight = prev_k, .next_remote = j < S - 1 && pp > 1},
+    /* (ZB-V's turn, stages pp - 1 and pp, shares a rank: no transfer buffers between them) */
+    struct strata__stage_place one = {.inflight = 1, .first = j == 0, .last = j == S - 1,
+                                      .prev_remote = j > 0 && strata__plan_stage_rank(l, j - 1) != rank,
+                                      .prev_inflight = prev_k,
+                                      .next_remote = j < S - 1 && strata__plan_stage_rank(l, j + 1) != rank},
                                two = one;
     two.inflight = 2;
     const uint64_t need1 = strata__stage_need(&bytes, &one, NULL, NULL);
