@@ -42,7 +42,7 @@ if [ ! -x "$TRAIN" ] || [ ! -x "$GEN" ]; then
   echo "1..0 # SKIP strata-train or strata-generate not built"
   exit 0
 fi
-echo "1..110"
+echo "1..115"
 
 # A small corpus of our own, so that the tests do not depend on what the machine ships.
 for i in 1 2 3 4 5 6 7 8; do cat "$top_srcdir/README.md" "$top_srcdir/man/strata-train.1"; done >"$TMP/text.txt"
@@ -178,6 +178,27 @@ for sched in 1f1b zb; do
   check "--pp 2 --schedule $sched --microbatches 4: exit 0, losses ($pp) string-equal to one device's ($one)" \
     [ "$rc" -eq 0 -a -n "$one" -a "$pp" = "$one" ]
 done
+# ZB-V: four stages in a V over two devices (a model of 4 layers), the losses of one device, the V in the start event
+printf '{"kind": "gpt", "vocab": 256, "context": 16, "d_model": 16, "layers": 2, "heads": 2, "d_ff": 32}\n' >"$TMP/zbv.json"
+PV="$TRAIN --model $TMP/zbv.json --data $TMP/text.txt --batch 4 --eval-batches 1 --steps 4 --eval-every 0"
+$PV --device 0 --accum 4 --json >"$TMP/zbv-one.json" 2>"$TMP/err"
+zone=$(losses "$TMP/zbv-one.json")
+$PV --pp 2 --schedule zbv --microbatches 4 --json >"$TMP/zbv-pp.json" 2>"$TMP/err"
+rc=$?
+zpp=$(losses "$TMP/zbv-pp.json")
+check "--pp 2 --schedule zbv --microbatches 4: exit 0, losses ($zpp) string-equal to one device's ($zone)" \
+  [ "$rc" -eq 0 -a -n "$zone" -a "$zpp" = "$zone" ]
+if command -v python3 >/dev/null 2>&1; then
+  check "--schedule zbv JSON: stages 0..3 on devices 0, 1, 1, 0 and the ideal bubble 1/25" python3 -c '
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1])]
+start, summ = ev[0], ev[-1]
+assert start["schedule"] == "zbv" and start["microbatches"] == 4, start
+assert [s["device"] for s in start["stages"]] == [0, 1, 1, 0], start
+assert abs(start["bubble_ideal"] - 0.04) < 1e-9 and abs(summ["bubble_ideal"] - 0.04) < 1e-9, summ' "$TMP/zbv-pp.json"
+else
+  ok "--schedule zbv JSON # SKIP no python3"
+fi
 if command -v python3 >/dev/null 2>&1; then
   check "--pp 2 JSON: stages in start, a bubble per step, measured and ideal bubbles and two devices in the summary" python3 -c '
 import json, sys
@@ -249,7 +270,14 @@ fails_clearly "--split whose sum is not the layer count" 2 "the split covers 4 l
 fails_clearly "--devices of the wrong length" 2 "--devices lists 3 devices, --pp is 2" $P --pp 2 --devices 0,1,2
 fails_clearly "--devices with a device twice" 2 "--devices lists device 1 twice" $P --pp 2 --devices 1,1
 fails_clearly "--devices 0,9" 2 "no device 9" $P --pp 2 --devices 0,9
-fails_clearly "--schedule foo" 2 "--schedule wants gpipe, 1f1b, interleaved or zb, not 'foo'" $P --pp 2 --schedule foo
+fails_clearly "--schedule foo" 2 "--schedule wants one of gpipe, 1f1b, interleaved, zb (or zb-h1), zbv, not 'foo'" \
+  $P --pp 2 --schedule foo
+fails_clearly "--schedule zbv with too few micro-batches" 2 "--schedule zbv wants at least 2 x --pp = 4 micro-batches, not 3" \
+  $P --pp 2 --schedule zbv --microbatches 3
+fails_clearly "--schedule zbv with more stages than layers" 2 "2 virtual stages per device on 2 devices, the model has 3 layers" \
+  $P --pp 2 --schedule zbv --microbatches 4
+fails_clearly "--schedule zbv with a split of pp stages" 2 "--split lists 2 stages; --schedule zbv on --pp 2 makes 4" \
+  $P --pp 2 --schedule zbv --split 1,2
 fails_clearly "--split without --pp" 2 "give --pp N too" $P --split 1,2
 fails_clearly "--accum and --microbatches that differ" 2 "--accum 2 and --microbatches 4 differ" \
   $P --pp 2 --accum 2 --microbatches 4

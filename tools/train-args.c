@@ -74,9 +74,11 @@ static void usage(FILE *f) {
           "Pipeline parallelism (the model cut into stages over several devices):\n"
           "      --pp N               pipeline over N devices (without it: one device, no pipeline)\n"
           "      --devices LIST       their global indices, e.g. 0,1,2,3 (default: the first N)\n"
-          "      --split LIST         layers per stage, e.g. 3,3,2,2 (N stages, N x V interleaved;\n"
-          "                           default: balanced by the library)\n"
-          "      --schedule NAME      gpipe, 1f1b, interleaved or zb (default 1f1b)\n"
+          "      --split LIST         layers per stage, e.g. 3,3,2,2 (N stages, N x V interleaved,\n"
+          "                           2N with zbv; default: balanced by the library)\n"
+          "      --schedule NAME      gpipe, 1f1b, interleaved, zb (zb-h1) or zbv (default 1f1b);\n"
+          "                           zbv: two stages per device in a V (device d holds stages d\n"
+          "                           and 2N-1-d), backward split, at least 2N micro-batches\n"
           "      --microbatches M     micro-batches per step, the same as --accum (default: --accum,\n"
           "                           else 2N)\n"
           "      --virtual-stages V   stages per device with --schedule interleaved (default 2)\n"
@@ -349,7 +351,7 @@ static int check_cut_args(struct options *o) {
     return EXIT_USAGE;
   }
   if (!o->virtual_stages)
-    o->virtual_stages = interleaved ? 2 : 1;
+    o->virtual_stages = strata_schedule_kind_stages_per_device(o->schedule, 0); /* zbv: two in a V */
   int64_t stages = (int64_t)o->pp * o->virtual_stages;
   if (stages > MAX_STAGES) {
     fprintf(stderr, PROG ": --pp %d x --virtual-stages %lld = %lld stages; at most %d\n", o->pp,
@@ -360,6 +362,10 @@ static int check_cut_args(struct options *o) {
     if (interleaved)
       fprintf(stderr, PROG ": --split lists %d stage%s; --pp %d x --virtual-stages %lld makes %lld\n", o->nsplit,
               o->nsplit == 1 ? "" : "s", o->pp, (long long)o->virtual_stages, (long long)stages);
+    else if (o->virtual_stages > 1)
+      fprintf(stderr, PROG ": --split lists %d stage%s; --schedule %s on --pp %d makes %lld (%lld per device)\n",
+              o->nsplit, o->nsplit == 1 ? "" : "s", strata_schedule_kind_name(o->schedule), o->pp, (long long)stages,
+              (long long)o->virtual_stages);
     else
       fprintf(stderr, PROG ": --split lists %d stage%s; --pp %d makes %lld\n", o->nsplit, o->nsplit == 1 ? "" : "s",
               o->pp, (long long)stages);
@@ -376,6 +382,13 @@ static int check_cut_args(struct options *o) {
   if (interleaved && o->microbatches % o->pp) {
     fprintf(stderr, PROG ": --schedule interleaved wants the micro-batches (%lld) a multiple of --pp (%d)\n",
             (long long)o->microbatches, o->pp);
+    return EXIT_USAGE;
+  }
+  const int fewest = strata_schedule_kind_min_microbatches(o->schedule, o->pp);
+  if (o->microbatches < fewest) {
+    fprintf(stderr, PROG ": --schedule %s wants at least 2 x --pp = %d micro-batches, not %lld (its V warms up with "
+            "2 x pp - 1 forwards on the first device)\n", strata_schedule_kind_name(o->schedule), fewest,
+            (long long)o->microbatches);
     return EXIT_USAGE;
   }
   if (o->trace && check_out_path("--trace", o->trace))
@@ -571,7 +584,7 @@ int parse_args(int argc, char **argv, struct options *o) {
       break;
     case OPT_SCHEDULE:
       if (strata_schedule_kind_parse(optarg, &o->schedule)) {
-        fprintf(stderr, PROG ": --schedule wants gpipe, 1f1b, interleaved or zb, not '%s'\n", optarg);
+        fprintf(stderr, PROG ": --schedule wants one of %s, not '%s'\n", strata_schedule_kind_names(), optarg);
         return EXIT_USAGE;
       }
       o->pipe_only = o->pipe_only ? o->pipe_only : "--schedule";
