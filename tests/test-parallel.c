@@ -505,18 +505,18 @@ Test(parallel, tp_and_hybrids_on_host_match_one_device) {
 }
 
 /*
-** ZB-V (two stages per rank in a V) with dp and tp. The schedule moves no sum: cutting the model into 2p stages
+** ZB-V and DualPipeV (two stages per rank in a V) with dp and tp. The schedule moves no sum: cutting the model into 2p stages
 ** instead of p changes no parameter's gradient, nor the order of the replicas' and slices' joins, so each layout
-** under ZB-V equals the same layout under 1F1B bit for bit, and one device within compare()'s bounds. With a tp
+** under ZB-V or DualPipeV equals the same layout under 1F1B bit for bit, and one device within compare()'s bounds. With a tp
 ** degree per rank the V changes which layers are cut (rank 0, tp 2, holds the first and the last stage, the
 ** embedding and the head; under 1F1B the embedding and the first block), so that case compares with one device
 ** only (`exact` 0).
 */
 static void zbv_case(strata_model_t m, const int *h, const char *fmt, const struct run *ref, const char *what,
                      int exact) {
-  struct run got[2];
-  const char *kinds[2] = {"1f1b", "zbv"};
-  for (int k = 0; k < 2; k++) {
+  struct run got[3];
+  const char *kinds[3] = {"1f1b", "zbv", "dualpipev"};
+  for (int k = 0; k < 3; k++) {
     char text[512], name[160];
     snprintf(text, sizeof text, fmt, kinds[k], h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]);
     snprintf(name, sizeof name, "%s (%s)", what, kinds[k]);
@@ -527,10 +527,14 @@ static void zbv_case(strata_model_t m, const int *h, const char *fmt, const stru
     compare(name, &got[k], ref, 0);
     strata_layout_free(l);
   }
-  if (exact)
-    compare(what, &got[1], &got[0], 1);
+  for (int k = 1; k < 3; k++) {
+    char name[160];
+    snprintf(name, sizeof name, "%s (%s against 1f1b)", what, kinds[k]);
+    if (exact)
+      compare(name, &got[k], &got[0], 1);
+    free(got[k].params);
+  }
   free(got[0].params);
-  free(got[1].params);
 }
 
 Test(parallel, zbv_with_dp_and_tp_on_host) {

@@ -140,13 +140,13 @@ Test(pipeline, host_devices_match_one_device_bit_for_bit) {
 }
 
 /*
-** ZB-V: two stages per device in a V (device d holds stages d and 2p - 1 - d, so the model's 8 layers make 2p
-** stages), the backward split into BI and W. Host virtual devices, 8 micro-batches, pp 2 and pp 4: bit for bit one
-** device's losses, gradient norms and parameters. The report places the stages in the V and gives the lists'
-** unit-cost bubble, (p - 1) / (6m + p - 1), below ZB-H1's; the executor holds no stage's activations longer than the
-** lists say (chunk 0 of device d: 2p - d micro-batches, chunk 1: d + 1).
+** ZB-V and DualPipeV: two stages per device in a V (device d holds stages d and 2p - 1 - d, so the model's 8 layers
+** make 2p stages), the backward split into BI and W (DualPipeV's full backwards as BI with its W right after).
+** Host virtual devices, 8 micro-batches, pp 2 and pp 4: bit for bit one device's losses, gradient norms and
+** parameters. The report places the stages in the V and gives the lists' unit-cost bubble, (p - 1) / (6m + p - 1)
+** for both, below ZB-H1's; the executor holds no stage's activations longer than the lists allow (2p).
 */
-Test(pipeline, zbv_matches_one_device_bit_for_bit) {
+Test(pipeline, zbv_and_dualpipev_match_one_device_bit_for_bit) {
   strata_model_t m = small_gpt(16, 8);
   int h[4];
   for (int i = 0; i < 4; i++)
@@ -155,23 +155,25 @@ Test(pipeline, zbv_matches_one_device_bit_for_bit) {
   const int mbs = 8;
   struct run ref;
   single(m, h[0], mbs, 3, &ref);
-  for (int p = 2; p <= 4; p += 2) {
+  for (int p = 2, k = 0; p <= 4; k = !k, p += 2 * !k) {
+    const int kind = k ? STRATA_SCHEDULE_DUALPIPEV : STRATA_SCHEDULE_ZBV;
+    const char *name = strata_schedule_kind_name(kind);
     struct run got;
     struct strata_train_report rep;
-    piped(m, h, p, STRATA_SCHEDULE_ZBV, mbs, 3, &got, &rep);
+    piped(m, h, p, kind, mbs, 3, &got, &rep);
     for (int s = 0; s < 3; s++) {
-      cr_assert_eq(got.loss[s], ref.loss[s], "zbv pp=%d step %d: loss %.9g, one device %.9g", p, s + 1, got.loss[s],
+      cr_assert_eq(got.loss[s], ref.loss[s], "%s pp=%d step %d: loss %.9g, one device %.9g", name, p, s + 1, got.loss[s],
                    ref.loss[s]);
-      cr_assert_eq(got.norm[s], ref.norm[s], "zbv pp=%d step %d: gradient norm %.9g, one device %.9g", p, s + 1,
+      cr_assert_eq(got.norm[s], ref.norm[s], "%s pp=%d step %d: gradient norm %.9g, one device %.9g", name, p, s + 1,
                    got.norm[s], ref.norm[s]);
     }
     cr_assert_eq(got.n, ref.n);
-    cr_assert(memcmp(got.params, ref.params, got.n * 4) == 0, "zbv pp=%d: final parameters differ", p);
+    cr_assert(memcmp(got.params, ref.params, got.n * 4) == 0, "%s pp=%d: final parameters differ", name, p);
     free(got.params);
-    cr_assert_eq(rep.schedule, STRATA_SCHEDULE_ZBV);
+    cr_assert_eq(rep.schedule, kind);
     cr_assert_eq(rep.stages, 2 * p);
     for (int st = 0; st < 2 * p; st++)
-      cr_assert_eq(rep.stage_device[st], h[st < p ? st : 2 * p - 1 - st], "zbv pp=%d: stage %d on device %d", p, st,
+      cr_assert_eq(rep.stage_device[st], h[st < p ? st : 2 * p - 1 - st], "%s pp=%d: stage %d on device %d", name, p, st,
                    rep.stage_device[st]);
     strata_schedule_t zb;
     OK(strata_schedule_generate(STRATA_SCHEDULE_ZB_H1, p, mbs, 0, &zb));
@@ -179,12 +181,12 @@ Test(pipeline, zbv_matches_one_device_bit_for_bit) {
     OK(strata_schedule_bubble(zb, &bz));
     strata_schedule_free(zb);
     const double want = (double)(p - 1) / (6.0 * mbs + p - 1);
-    cr_assert(fabs(rep.bubble_ideal - want) < 1e-12, "zbv pp=%d: ideal bubble %.6f, want %.6f", p, rep.bubble_ideal,
+    cr_assert(fabs(rep.bubble_ideal - want) < 1e-12, "%s pp=%d: ideal bubble %.6f, want %.6f", name, p, rep.bubble_ideal,
               want);
-    cr_assert_lt(rep.bubble_ideal, bz, "zbv pp=%d: ideal bubble %.4f, zb-h1 %.4f", p, rep.bubble_ideal, bz);
+    cr_assert_lt(rep.bubble_ideal, bz, "%s pp=%d: ideal bubble %.4f, zb-h1 %.4f", name, p, rep.bubble_ideal, bz);
     for (int d = 0; d < p; d++)
-      cr_assert_leq(rep.dev[d].peak_inflight, 2 * p - d, "zbv pp=%d device %d held %d micro-batches on a stage", p, d,
-                    rep.dev[d].peak_inflight);
+      cr_assert_leq(rep.dev[d].peak_inflight, 2 * p, "%s pp=%d device %d held %d micro-batches on a stage", name, p,
+                    d, rep.dev[d].peak_inflight);
     tc_report_free(&rep);
   }
   free(ref.params);

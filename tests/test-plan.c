@@ -18,9 +18,9 @@ TestSuite(plan, .timeout = 600); /* the exhaustive searches run about 10 times s
 ** slice reaches each join at the same time), have the bubble of the pipeline without tp. */
 Test(plan, unit_cost_bubble_is_the_schedules) {
   const int kinds[] = {STRATA_SCHEDULE_GPIPE, STRATA_SCHEDULE_1F1B, STRATA_SCHEDULE_INTERLEAVED, STRATA_SCHEDULE_ZB_H1,
-                       STRATA_SCHEDULE_ZBV};
+                       STRATA_SCHEDULE_ZBV, STRATA_SCHEDULE_DUALPIPEV};
   int checked = 0;
-  for (int k = 0; k < 5; k++)
+  for (int k = 0; k < 6; k++)
     for (int p = 1; p <= 4; p++)
       for (int m = 1; m <= 8; m++)
         for (int r = 1; r <= 2; r++)
@@ -67,10 +67,10 @@ Test(plan, unit_cost_1f1b_span_is_the_closed_form) {
 ** pipeline without tp, on one device per slice. */
 Test(plan, unit_cost_tp_per_rank_spans_the_plain_pipeline) {
   const int kinds[] = {STRATA_SCHEDULE_GPIPE, STRATA_SCHEDULE_1F1B, STRATA_SCHEDULE_INTERLEAVED, STRATA_SCHEDULE_ZB_H1,
-                       STRATA_SCHEDULE_ZBV};
+                       STRATA_SCHEDULE_ZBV, STRATA_SCHEDULE_DUALPIPEV};
   const int tps[][3] = {{2, 1, 0}, {1, 2, 0}, {2, 1, 2}, {1, 3, 1}, {4, 2, 1}};
   int checked = 0;
-  for (int k = 0; k < 5; k++)
+  for (int k = 0; k < 6; k++)
     for (int c = 0; c < 5; c++)
       for (int m = 1; m <= 6; m++)
         for (int r = 1; r <= 2; r++) {

@@ -506,7 +506,7 @@ Test(schedule, kind_names) {
   cr_assert_eq(strata_schedule_kind_parse("", &kind), STRATA_ERR_PARSE);
   cr_assert_eq(strata_schedule_kind_parse(NULL, &kind), STRATA_ERR_INVALID);
   cr_assert_eq(kind, STRATA_SCHEDULE_ZB_H1);
-  for (int k = STRATA_SCHEDULE_GPIPE; k <= STRATA_SCHEDULE_ZBV; k++) {
+  for (int k = STRATA_SCHEDULE_GPIPE; k <= STRATA_SCHEDULE_DUALPIPEV; k++) {
     int back = 0;
     OK(strata_schedule_kind_parse(strata_schedule_kind_name(k), &back));
     cr_assert_eq(back, k);
@@ -1057,4 +1057,82 @@ Test(schedule, zbv_rejects_chunks_swapped_on_the_turning_device) {
   l.list[1][f1] = act(STRATA_ACTION_FORWARD, 2, 0);
   l.list[1][f2] = act(STRATA_ACTION_FORWARD, 1, 0);
   REJECTED(&l, "dev 1", "F2.0", "comes before F1.0");
+}
+
+/* ---------------------------------------------------------------- DualPipeV: the same V, forwards and backwards paired */
+
+Test(schedule, dualpipev_kind_and_refusals) {
+  int kind = 0;
+  OK(strata_schedule_kind_parse("dualpipev", &kind));
+  cr_assert_eq(kind, STRATA_SCHEDULE_DUALPIPEV);
+  cr_assert_str_eq(strata_schedule_kind_name(STRATA_SCHEDULE_DUALPIPEV), "dualpipev");
+  for (int st = 0; st < 8; st++)
+    cr_assert_eq(strata_schedule_kind_stage_device(STRATA_SCHEDULE_DUALPIPEV, 4, st),
+                 strata_schedule_kind_stage_device(STRATA_SCHEDULE_ZBV, 4, st));
+  cr_assert_eq(strata_schedule_kind_stages_per_device(STRATA_SCHEDULE_DUALPIPEV, 0), 2);
+  cr_assert(strata_schedule_kind_split_backward(STRATA_SCHEDULE_DUALPIPEV));
+  strata_schedule_t s = (strata_schedule_t)1;
+  cr_assert_eq(strata_schedule_generate(STRATA_SCHEDULE_DUALPIPEV, 3, 5, 0, &s), STRATA_ERR_INVALID);
+  cr_assert_null(s);
+  cr_assert_not_null(strstr(strata_last_error(), "dualpipev needs at least 2 x pp = 6"), "%s", strata_last_error());
+}
+
+/*
+** p = 2, m = 4, checked by hand against the steps of strata__gen_dualpipev. Device 0: steps 1-2 F0.0 F0.1, F0.2
+** F3.0; step 3 BI3.0, its W at once, F3.1; one round of step 4, F0.3 B3.1 F3.2 B0.0; step 5 B3.2 F3.3 B0.1; step 6
+** B3.3 then BI0.2 held; step 7 W0.2 BI0.3 held; step 8 W0.3. Device 1: two pairs F1 F2, two rounds of step 4, step 6
+** B2.2 B1.2 then BI2.3 BI1.3 held, step 8 their Ws. (A full B is BI followed by its W.)
+*/
+Test(schedule, dualpipev_p2_m4) {
+  strata_schedule_t s = gen(STRATA_SCHEDULE_DUALPIPEV, 2, 4, 0);
+  expect_text(s, "dev 0: F0.0 SA0.0 F0.1 SA0.1 F0.2 SA0.2 RA3.0 F3.0 BI3.0 SG3.0 W3.0 RA3.1 F3.1 F0.3 SA0.3 "
+                 "BI3.1 SG3.1 W3.1 RA3.2 F3.2 RG0.0 BI0.0 W0.0 BI3.2 SG3.2 W3.2 RA3.3 F3.3 RG0.1 BI0.1 W0.1 "
+                 "BI3.3 SG3.3 W3.3 RG0.2 BI0.2 W0.2 RG0.3 BI0.3 W0.3 OPT0 OPT3\n"
+                 "dev 1: RA1.0 F1.0 F2.0 SA2.0 RA1.1 F1.1 F2.1 SA2.1 RA1.2 F1.2 RG2.0 BI2.0 W2.0 F2.2 SA2.2 "
+                 "BI1.0 SG1.0 W1.0 RA1.3 F1.3 RG2.1 BI2.1 W2.1 F2.3 SA2.3 BI1.1 SG1.1 W1.1 RG2.2 BI2.2 W2.2 "
+                 "BI1.2 SG1.2 W1.2 RG2.3 BI2.3 BI1.3 SG1.3 W2.3 W1.3 OPT1 OPT2\n");
+  strata_schedule_free(s);
+}
+
+/*
+** Every p <= 8 and 2p <= m <= 32 validates. With unit costs, a paired F and B run one after the other (strata runs
+** a device's list in order, so the pairing's overlap of communication does not show), the span is ZB-V's, 6m + p - 1:
+** the bubble (p - 1) / (6m + p - 1), below 1F1B's and ZB-H1's. A device holds at most 2p + 1 half-size chunk
+** micro-batches at once, one more than ZB-V and 1F1B's p stages (DeepSeek-V3's table gives DualPipe PP + 1 chunks'
+** activations against 1F1B's PP).
+*/
+Test(schedule, every_dualpipev_validates_with_its_bubble_and_peak) {
+  for (int p = 1; p <= MAX_P; p++)
+    for (int m = 2 * p; m <= MAX_M; m++) {
+      strata_schedule_t s = gen(STRATA_SCHEDULE_DUALPIPEV, p, m, 0);
+      int rc = strata_schedule_validate(s);
+      cr_assert_eq(rc, STRATA_OK, "dualpipev p=%d m=%d: %s", p, m, strata_last_error());
+      cr_assert_eq(strata_schedule_stages(s), 2 * p);
+      double b = bubble_of(s), want = (double)(p - 1) / (6.0 * m + p - 1);
+      cr_assert(fabs(b - want) < 1e-12, "dualpipev p=%d m=%d: %.15f, want %.15f", p, m, b, want);
+      if (p > 1)
+        cr_assert_lt(b, bubble_gen(STRATA_SCHEDULE_1F1B, p, m, 0), "dualpipev p=%d m=%d", p, m);
+      for (int d = 0; d < p; d++)
+        cr_assert_leq(device_peak_of(s, d), 2 * p + 1, "dualpipev p=%d m=%d dev %d", p, m, d);
+      strata_schedule_free(s);
+    }
+}
+
+Test(schedule, dualpipev_hybrid_validates_and_a_missing_weight_is_rejected) {
+  for (int p = 1; p <= 3; p++)
+    for (int dp = 1; dp <= 2; dp++)
+      for (int tp = 1; tp <= 2; tp++) {
+        strata_schedule_t s = NULL;
+        OK(strata_schedule_generate_hybrid(STRATA_SCHEDULE_DUALPIPEV, p, 2 * p + 1, 0, dp, tp, dp > 1, &s));
+        int rc = strata_schedule_validate(s);
+        cr_assert_eq(rc, STRATA_OK, "dualpipev p=%d dp=%d tp=%d: %s", p, dp, tp, strata_last_error());
+        strata_schedule_free(s);
+      }
+  struct lists l;
+  strata_schedule_t s = gen(STRATA_SCHEDULE_DUALPIPEV, 2, 4, 0);
+  lists_from(&l, s);
+  strata_schedule_free(s);
+  /* a held-back W of the cool-down */
+  lists_remove(&l, 1, lists_find(&l, 1, STRATA_ACTION_BACKWARD_WEIGHT, 2, 3));
+  REJECTED(&l, "missing W2.3 after BI2.3 on dev 1");
 }

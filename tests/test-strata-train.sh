@@ -42,7 +42,7 @@ if [ ! -x "$TRAIN" ] || [ ! -x "$GEN" ]; then
   echo "1..0 # SKIP strata-train or strata-generate not built"
   exit 0
 fi
-echo "1..115"
+echo "1..116"
 
 # A small corpus of our own, so that the tests do not depend on what the machine ships.
 for i in 1 2 3 4 5 6 7 8; do cat "$top_srcdir/README.md" "$top_srcdir/man/strata-train.1"; done >"$TMP/text.txt"
@@ -188,6 +188,11 @@ rc=$?
 zpp=$(losses "$TMP/zbv-pp.json")
 check "--pp 2 --schedule zbv --microbatches 4: exit 0, losses ($zpp) string-equal to one device's ($zone)" \
   [ "$rc" -eq 0 -a -n "$zone" -a "$zpp" = "$zone" ]
+$PV --pp 2 --schedule dualpipev --microbatches 4 --json >"$TMP/dpv-pp.json" 2>"$TMP/err"
+rc=$?
+dpv=$(losses "$TMP/dpv-pp.json")
+check "--pp 2 --schedule dualpipev --microbatches 4: exit 0, losses ($dpv) string-equal to one device's ($zone)" \
+  [ "$rc" -eq 0 -a -n "$zone" -a "$dpv" = "$zone" ]
 if command -v python3 >/dev/null 2>&1; then
   check "--schedule zbv JSON: stages 0..3 on devices 0, 1, 1, 0 and the ideal bubble 1/25" python3 -c '
 import json, sys
@@ -270,7 +275,7 @@ fails_clearly "--split whose sum is not the layer count" 2 "the split covers 4 l
 fails_clearly "--devices of the wrong length" 2 "--devices lists 3 devices, --pp is 2" $P --pp 2 --devices 0,1,2
 fails_clearly "--devices with a device twice" 2 "--devices lists device 1 twice" $P --pp 2 --devices 1,1
 fails_clearly "--devices 0,9" 2 "no device 9" $P --pp 2 --devices 0,9
-fails_clearly "--schedule foo" 2 "--schedule wants one of gpipe, 1f1b, interleaved, zb (or zb-h1), zbv, not 'foo'" \
+fails_clearly "--schedule foo" 2 "--schedule wants one of gpipe, 1f1b, interleaved, zb (or zb-h1), zbv, dualpipev, not 'foo'" \
   $P --pp 2 --schedule foo
 fails_clearly "--schedule zbv with too few micro-batches" 2 "--schedule zbv wants at least 2 x --pp = 4 micro-batches, not 3" \
   $P --pp 2 --schedule zbv --microbatches 3

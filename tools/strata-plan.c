@@ -23,7 +23,7 @@ static void usage(FILE *f) {
           "                   [--samples N] [--seed S]\n"
           "\n"
           "Searches dp x pp x tp layouts (device assignment, split, micro-batches, schedule: gpipe, 1f1b,\n"
-          "interleaved, zb-h1 or zbv, and ZeRO-1) for training\n"
+          "interleaved, zb-h1, zbv or dualpipev, and ZeRO-1) for training\n"
           "MODEL with a global batch of B samples, ranks them by the simulator's predicted step time and explains\n"
           "the choice; --out writes the best as a layout file that strata-train --layout reads.\n"
           "\n"

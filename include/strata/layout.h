@@ -15,7 +15,7 @@ extern "C" {
 ** ranks, pipeline rank r tensor-parallel over tp[r] devices (the degree may
 ** differ per rank), the layers of each (virtual) stage, the schedule, the
 ** micro-batches each replica runs per step, the virtual stages per rank
-** (interleaving: stage s on rank s % pp; ZB-V: two per rank in a V, rank d
+** (interleaving: stage s on rank s % pp; ZB-V, DualPipeV: two per rank in a V, rank d
 ** holding stages d and 2 pp - 1 - d) and the optimizer sharding
 ** (ZeRO stage 1 across replicas). A single device is 1 x 1 x 1; a pipeline
 ** of p devices is 1 x p x 1.
@@ -52,7 +52,7 @@ struct strata_layout_desc {
   int nsplit;
   int schedule;                 /* STRATA_SCHEDULE_* (strata/schedule.h); default 1F1B */
   int microbatches;             /* per replica per step; default 1 */
-  int virtual_stages;           /* per rank, INTERLEAVED only (>= 2; default 2 there, 1 otherwise; ZBV: 2, its own) */
+  int virtual_stages;           /* per rank, INTERLEAVED only (>= 2; default 2 there, 1 otherwise; ZBV, DUALPIPEV: 2) */
   int zero;                     /* 1: ZeRO-1 optimizer sharding across replicas (dp >= 2) */
   int precision;                /* STRATA_FLOAT32 (0, the default) or STRATA_BFLOAT16 (enum strata_dtype of
                                    strata/comm.h): what the job computes in, for the trainer and the planner */
@@ -61,7 +61,7 @@ struct strata_layout_desc {
 /*
 ** Build and check a layout on its own: positive degrees, a device count
 ** that is dp x sum(tp), no device twice, a schedule that fits (interleaving
-** needs microbatches a multiple of pp, ZB-V at least 2 x pp), a split with pp x virtual_stages
+** needs microbatches a multiple of pp, ZB-V and DualPipeV at least 2 x pp), a split with pp x virtual_stages
 ** positive entries. Fails with one line naming the field, nothing allocated.
 */
 STRATA_API int strata_layout_new(const struct strata_layout_desc *desc, strata_layout_t *out /* OUT */);

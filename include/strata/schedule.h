@@ -88,7 +88,8 @@ enum strata_schedule_kind {
   STRATA_SCHEDULE_1F1B = 2,         /* warm-up forwards, then one forward one backward */
   STRATA_SCHEDULE_INTERLEAVED = 3,  /* 1F1B over v virtual stages per device (Megatron) */
   STRATA_SCHEDULE_ZB_H1 = 4,        /* zero-bubble H1: backward split into input and weight parts */
-  STRATA_SCHEDULE_ZBV = 5           /* zero-bubble V: two chunks per device in a V, backward split (Qi et al.) */
+  STRATA_SCHEDULE_ZBV = 5,          /* zero-bubble V: two chunks per device in a V, backward split (Qi et al.) */
+  STRATA_SCHEDULE_DUALPIPEV = 6     /* DualPipeV: DeepSeek-V3's DualPipe cut in half, the same V, F and B paired */
 };
 
 typedef struct strata_schedule *strata_schedule_t;
@@ -97,10 +98,10 @@ typedef struct strata_schedule *strata_schedule_t;
 ** Generate a schedule for `devices` pipeline devices (p), `microbatches`
 ** micro-batches (m) and, for INTERLEAVED, `virtual_stages` stages per
 ** device (v >= 2; ignored otherwise). Stage s lives on device s % p, except
-** for ZBV: 2p stages in a V, device d holding stages d and 2p - 1 - d
-** (strata_schedule_kind_stage_device). Constraints: p >= 1, m >= 1;
-** INTERLEAVED needs m a multiple of p, ZBV needs m >= 2p (refused with the
-** reason otherwise). The caller frees the schedule.
+** for ZBV and DUALPIPEV: 2p stages in a V, device d holding stages d and
+** 2p - 1 - d (strata_schedule_kind_stage_device). Constraints: p >= 1,
+** m >= 1; INTERLEAVED needs m a multiple of p, ZBV and DUALPIPEV m >= 2p
+** (refused with the reason otherwise). The caller frees the schedule.
 */
 STRATA_API int strata_schedule_generate(int kind, int devices, int microbatches, int virtual_stages,
                                         strata_schedule_t *out /* OUT */);
@@ -156,7 +157,8 @@ STRATA_API int strata_schedule_from_lists(int devices, int stages, int microbatc
                                           strata_schedule_t *out /* OUT */);
 STRATA_API void strata_schedule_free(strata_schedule_t s);
 
-/* Parse "gpipe", "1f1b", "interleaved", "zb" (or "zb-h1"), "zbv"; STRATA_ERR_PARSE otherwise, naming the known ones. */
+/* Parse "gpipe", "1f1b", "interleaved", "zb" (or "zb-h1"), "zbv", "dualpipev"; STRATA_ERR_PARSE otherwise, naming the
+** known ones. */
 STRATA_API int strata_schedule_kind_parse(const char *name, int *kind /* OUT */);
 STRATA_API const char *strata_schedule_kind_name(int kind);
 /* The names strata_schedule_kind_parse knows, for messages and --help: "gpipe, 1f1b, ..." (a static string). */
@@ -166,15 +168,15 @@ STRATA_API const char *strata_schedule_kind_names(void);
 ** What a kind implies, before any list exists (the trainer, the layout and
 ** the planner read these rather than knowing the kinds):
 **   _stages_per_device: the stages each device holds — `virtual_stages` for
-**     INTERLEAVED (2 when 0), 2 for ZBV, 1 otherwise;
+**     INTERLEAVED (2 when 0), 2 for ZBV and DUALPIPEV, 1 otherwise;
 **   _stage_device: the device of stage `stage` of a pipeline of `devices`
-**     devices — stage % devices, or for ZBV the V: stage for the first
-**     half, 2 x devices - 1 - stage for the second; -1 out of range;
+**     devices — stage % devices, or for ZBV and DUALPIPEV the V: stage for
+**     the first half, 2 x devices - 1 - stage for the second; -1 out of range;
 **   _split_backward: 1 when the kind splits the backward into BI and W
-**     (ZB_H1, ZBV), so stages keep what W needs;
+**     (ZB_H1, ZBV, DUALPIPEV), so stages keep what W needs;
 **   _min_microbatches: the fewest micro-batches it serves on `devices`
-**     devices (2 x devices for ZBV, 1 otherwise; INTERLEAVED's multiple of
-**     devices is checked apart).
+**     devices (2 x devices for ZBV and DUALPIPEV, 1 otherwise;
+**     INTERLEAVED's multiple of devices is checked apart).
 */
 STRATA_API int strata_schedule_kind_stages_per_device(int kind, int virtual_stages);
 STRATA_API int strata_schedule_kind_stage_device(int kind, int devices, int stage);

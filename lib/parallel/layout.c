@@ -112,8 +112,8 @@ STRATA_API int strata_layout_new(const struct strata_layout_desc *d, strata_layo
     if (m % pp)
       return strata__error(STRATA_ERR_INVALID,
                            "layout: interleaving needs the micro-batches (%d) to be a multiple of pp (%d)", m, pp);
-  } else if (schedule == STRATA_SCHEDULE_ZBV) {
-    /* two chunks per rank in a V: the schedule's own, not a choice */
+  } else if (strata_schedule_kind_stages_per_device(schedule, 0) > 1) {
+    /* ZB-V, DualPipeV: two chunks per rank in a V, the schedule's own, not a choice */
     v = strata_schedule_kind_stages_per_device(schedule, 0);
     if (d->virtual_stages && d->virtual_stages != v)
       return strata__error(STRATA_ERR_INVALID, "layout: %s holds %d stages per rank (in a V), not %d virtual stages",

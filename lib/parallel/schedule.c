@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* schedule.c — pipeline schedules as data: the GPipe, 1F1B, interleaved 1F1B, ZB-H1 and ZB-V generators, schedules from lists, names, accessors. */
+/* schedule.c — pipeline schedules as data: the GPipe, 1F1B, interleaved 1F1B, ZB-H1, ZB-V and DualPipeV generators, schedules from lists, names, accessors. */
 #include "config.h"
 
 #include <stdio.h>
@@ -292,28 +292,145 @@ static int strata__gen_zbv(struct strata_schedule *s, int d) {
   return rc;
 }
 
+/*
+** DualPipeV (DeepSeek-V3's DualPipe, "cut in half" into a V by Sea AI's
+** DualPipeV, as PyTorch's ScheduleDualPipeV generates it) on device d of p,
+** the same V of chunks as ZB-V (chunk 0 = stage d, chunk 1 = stage
+** 2p - 1 - d). Its steps, with counters per chunk:
+**
+**   1  2(p - d - 1) forwards of chunk 0
+**   2  d + 1 pairs F0 F1
+**   3  p - d - 1 rounds BI1, the oldest pending W, F1
+**   4  m - 2p + d + 1 rounds of the two paired steps F0 with B1, F1 with B0
+**   5  p - d - 1 rounds B1, then F1 with B0
+**   6  d + 1 pairs B1 B0, from the middle pair on (for odd d one backward
+**      earlier) as BI with its W held back
+**   7  p - d - 1 rounds: the oldest pending W, then chunk 0's backward
+**   8  d + 1 pending Ws
+**
+** DualPipe runs a paired F and B at once, so that one's communication
+** hides behind the other's compute (its point for expert parallelism);
+** strata's executor runs a device's list in order, so a pair is the F then
+** the B, and a full B is BI right away followed by its W (the same
+** arithmetic: ZB-H1's lists reproduce one device bit for bit). Step 4
+** needs m >= 2p - d - 1 rounds for device 0: m >= 2p, as PyTorch asks.
+*/
+static int strata__gen_dualpipev(struct strata_schedule *s, int d) {
+  const int p = s->devices, m = s->microbatches;
+  const int chunk[2] = {d, 2 * p - 1 - d};
+  int f[2] = {0, 0}, b[2] = {0, 0}, rc = STRATA_OK;
+  /* the held-back Ws in order: (chunk, micro-batch), at most one per backward */
+  int *wq = malloc(sizeof *wq * (size_t)(4 * m)), wh = 0, wt = 0;
+  if (!wq)
+    return strata__error(STRATA_ERR_NOMEM, "dualpipev: out of memory");
+#define STRATA__DPV(kind, c, mb)                                                                                       \
+  do {                                                                                                                 \
+    if (rc == STRATA_OK)                                                                                               \
+      rc = strata__emit(s, (kind), chunk[c], (mb));                                                                   \
+  } while (0)
+#define STRATA__DPV_F(c) STRATA__DPV(STRATA_ACTION_FORWARD, (c), f[c]++)
+#define STRATA__DPV_B(c)                                                                                               \
+  do {                                                                                                                 \
+    STRATA__DPV(STRATA_ACTION_BACKWARD_INPUT, (c), b[c]);                                                              \
+    STRATA__DPV(STRATA_ACTION_BACKWARD_WEIGHT, (c), b[c]++);                                                           \
+  } while (0)
+#define STRATA__DPV_BI(c)                                                                                              \
+  do {                                                                                                                 \
+    STRATA__DPV(STRATA_ACTION_BACKWARD_INPUT, (c), b[c]);                                                              \
+    wq[wt++] = (c), wq[wt++] = b[c]++;                                                                                 \
+  } while (0)
+#define STRATA__DPV_W()                                                                                                \
+  do {                                                                                                                 \
+    if (wh < wt) {                                                                                                     \
+      STRATA__DPV(STRATA_ACTION_BACKWARD_WEIGHT, wq[wh], wq[wh + 1]);                                                  \
+      wh += 2;                                                                                                         \
+    }                                                                                                                  \
+  } while (0)
+  for (int i = 0; i < 2 * (p - d - 1); i++)
+    STRATA__DPV_F(0);
+  for (int i = 0; i < d + 1; i++) {
+    STRATA__DPV_F(0);
+    STRATA__DPV_F(1);
+  }
+  for (int i = 0; i < p - d - 1; i++) {
+    STRATA__DPV_BI(1);
+    STRATA__DPV_W();
+    STRATA__DPV_F(1);
+  }
+  for (int i = 0; i < m - 2 * p + d + 1; i++) {
+    STRATA__DPV_F(0);
+    STRATA__DPV_B(1);
+    STRATA__DPV_F(1);
+    STRATA__DPV_B(0);
+  }
+  for (int i = 0; i < p - d - 1; i++) {
+    STRATA__DPV_B(1);
+    STRATA__DPV_F(1);
+    STRATA__DPV_B(0);
+  }
+  int split = 0;
+  for (int i = 0; i < d + 1; i++) {
+    if (i == (d + 1) / 2 && d % 2 == 1)
+      split = 1;
+    if (split)
+      STRATA__DPV_BI(1);
+    else
+      STRATA__DPV_B(1);
+    if (i == (d + 1) / 2 && d % 2 == 0)
+      split = 1;
+    if (split)
+      STRATA__DPV_BI(0);
+    else
+      STRATA__DPV_B(0);
+  }
+  for (int i = 0; i < p - d - 1; i++) {
+    STRATA__DPV_W();
+    if (split)
+      STRATA__DPV_BI(0);
+    else
+      STRATA__DPV_B(0);
+  }
+  for (int i = 0; i < d + 1; i++)
+    STRATA__DPV_W();
+#undef STRATA__DPV_W
+#undef STRATA__DPV_BI
+#undef STRATA__DPV_B
+#undef STRATA__DPV_F
+#undef STRATA__DPV
+  const int left = (wt - wh) / 2;
+  free(wq);
+  if (rc == STRATA_OK && (f[0] != m || f[1] != m || b[0] != m || b[1] != m || left))
+    return strata__error(STRATA_ERR_INTERNAL,
+                         "dualpipev: dev %d ran %d/%d forwards, %d/%d backwards of %d micro-batches, %d Ws left", d,
+                         f[0], f[1], b[0], b[1], m, left);
+  return rc;
+}
+
 /* ---------------------------------------------------------------- what a kind implies */
+
+/* The kinds whose 2p stages lie in a V. */
+static int strata__in_v(int kind) { return kind == STRATA_SCHEDULE_ZBV || kind == STRATA_SCHEDULE_DUALPIPEV; }
 
 STRATA_API int strata_schedule_kind_stages_per_device(int kind, int virtual_stages) {
   if (kind == STRATA_SCHEDULE_INTERLEAVED)
     return virtual_stages ? virtual_stages : 2;
-  return kind == STRATA_SCHEDULE_ZBV ? 2 : 1;
+  return strata__in_v(kind) ? 2 : 1;
 }
 
 STRATA_API int strata_schedule_kind_stage_device(int kind, int devices, int stage) {
   if (devices < 1 || stage < 0)
     return -1;
-  if (kind == STRATA_SCHEDULE_ZBV)
+  if (strata__in_v(kind))
     return stage >= 2 * devices ? -1 : stage < devices ? stage : 2 * devices - 1 - stage;
   return stage % devices;
 }
 
 STRATA_API int strata_schedule_kind_split_backward(int kind) {
-  return kind == STRATA_SCHEDULE_ZB_H1 || kind == STRATA_SCHEDULE_ZBV;
+  return kind == STRATA_SCHEDULE_ZB_H1 || strata__in_v(kind);
 }
 
 STRATA_API int strata_schedule_kind_min_microbatches(int kind, int devices) {
-  return kind == STRATA_SCHEDULE_ZBV ? 2 * devices : 1;
+  return strata__in_v(kind) ? 2 * devices : 1;
 }
 
 STRATA_API int strata_schedule_generate(int kind, int devices, int microbatches, int virtual_stages,
@@ -321,7 +438,7 @@ STRATA_API int strata_schedule_generate(int kind, int devices, int microbatches,
   if (!out)
     return strata__error(STRATA_ERR_INVALID, "strata_schedule_generate: NULL out");
   *out = NULL;
-  if (kind < STRATA_SCHEDULE_GPIPE || kind > STRATA_SCHEDULE_ZBV)
+  if (kind < STRATA_SCHEDULE_GPIPE || kind > STRATA_SCHEDULE_DUALPIPEV)
     return strata__error(STRATA_ERR_INVALID, "strata_schedule_generate: unknown schedule kind %d", kind);
   if (devices < 1)
     return strata__error(STRATA_ERR_INVALID, "strata_schedule_generate: %d devices (need at least 1)", devices);
@@ -343,8 +460,8 @@ STRATA_API int strata_schedule_generate(int kind, int devices, int microbatches,
   if (microbatches < strata_schedule_kind_min_microbatches(kind, devices))
     return strata__error(STRATA_ERR_INVALID,
                          "strata_schedule_generate: %s needs at least 2 x pp = %d micro-batches on %d devices, got %d "
-                         "(device 0 runs 2 x pp - 1 forwards of its first chunk before its first backward; the steady "
-                         "phase that fills the bubble comes after them)",
+                         "(device 0's warm-up runs 2 x pp - 1 forwards of its first chunk; the steady phase that fills "
+                         "the bubble comes after them)",
                          strata_schedule_kind_name(kind), strata_schedule_kind_min_microbatches(kind, devices), devices,
                          microbatches);
   v = strata_schedule_kind_stages_per_device(kind, v);
@@ -366,6 +483,7 @@ STRATA_API int strata_schedule_generate(int kind, int devices, int microbatches,
     case STRATA_SCHEDULE_1F1B: rc = strata__gen_1f1b(s, d, 0); break;
     case STRATA_SCHEDULE_ZB_H1: rc = strata__gen_1f1b(s, d, 1); break;
     case STRATA_SCHEDULE_ZBV: rc = strata__gen_zbv(s, d); break;
+    case STRATA_SCHEDULE_DUALPIPEV: rc = strata__gen_dualpipev(s, d); break;
     default: rc = strata__gen_interleaved(s, d, v); break;
     }
     /* the device's stages in order: d, d + p, ... (the V: d, then 2p - 1 - d) */
@@ -637,9 +755,12 @@ static const struct {
   {"zb-h1", STRATA_SCHEDULE_ZB_H1},
   {"zb", STRATA_SCHEDULE_ZB_H1},
   {"zbv", STRATA_SCHEDULE_ZBV},
+  {"dualpipev", STRATA_SCHEDULE_DUALPIPEV},
 };
 
-STRATA_API const char *strata_schedule_kind_names(void) { return "gpipe, 1f1b, interleaved, zb (or zb-h1), zbv"; }
+STRATA_API const char *strata_schedule_kind_names(void) {
+  return "gpipe, 1f1b, interleaved, zb (or zb-h1), zbv, dualpipev";
+}
 
 STRATA_API int strata_schedule_kind_parse(const char *name, int *kind) {
   if (!name || !kind)

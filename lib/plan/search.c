@@ -454,9 +454,9 @@ static void try_assignment(struct search *s, int dp, int pp, const struct group 
   int ms[MAX_M_CHOICES];
   int nm = m_choices(share, pp, s->o->max_microbatches > 0 ? s->o->max_microbatches : DEFAULT_MAX_MICROBATCHES, ms);
   static const int kinds[] = {STRATA_SCHEDULE_1F1B, STRATA_SCHEDULE_GPIPE, STRATA_SCHEDULE_ZB_H1,
-                              STRATA_SCHEDULE_INTERLEAVED, STRATA_SCHEDULE_ZBV};
+                              STRATA_SCHEDULE_INTERLEAVED, STRATA_SCHEDULE_ZBV, STRATA_SCHEDULE_DUALPIPEV};
   for (int mi = 0; mi < nm && !s->rc; mi++)
-    for (int ki = 0; ki < 5 && !s->rc; ki++)
+    for (int ki = 0; ki < 6 && !s->rc; ki++)
       for (int zero = 0; zero <= (dp > 1 && !s->o->no_zero) && !s->rc; zero++) {
         const int kind = kinds[ki], m = ms[mi], v = strata_schedule_kind_stages_per_device(kind, 0);
         if (pp == 1 && kind != STRATA_SCHEDULE_1F1B)
