@@ -574,8 +574,10 @@ static int new_pipeline_trainer(struct run *r, const struct options *o) {
 int main(int argc, char **argv) {
   struct options o;
   int rc = parse_args(argc, argv, &o);
-  if (rc)
+  if (rc) { /* a layout read before a later check refused the command line */
+    strata_layout_free(o.layout);
     return rc < 0 ? 0 : rc;
+  }
 
   struct run r;
   memset(&r, 0, sizeof r);
