@@ -13,6 +13,7 @@
 #include <strata/cluster.h>
 
 #include "device/registry.h"
+#include "core/bf16.h"
 #include "core/core.h"
 #include "comm/comm.h"
 #include "comm/cluster.h"
@@ -412,28 +413,6 @@ static int check_coll(struct strata_cluster_comm *cc, const char *fn, const stra
   return strata__check_broken(cc->c);
 }
 
-/* bfloat16 -> float32: exact, the 16 bits become the upper half. */
-static float bf16_widen(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, sizeof f);
-  return f;
-}
-
-/* float32 -> bfloat16 as the devices' REDUCE rounds (strata/ops.h): to
-** nearest, ties to even; NaN stays a (quiet) NaN; a float32 denormal becomes
-** a zero of its sign; past the largest bfloat16, infinity. */
-static uint16_t bf16_round(float f) {
-  uint32_t u;
-  memcpy(&u, &f, sizeof u);
-  uint32_t mag = u & 0x7fffffffu;
-  if (mag > 0x7f800000u)
-    return (uint16_t)((u >> 16) | 0x40u);
-  if (mag < 0x00800000u)
-    return (uint16_t)((u >> 16) & 0x8000u);
-  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
 #ifdef STRATA_HAVE_MPI
 /* The MPI type that carries `dtype` (bfloat16 as 16-bit words: MPI only moves it, strata reduces). */
 static MPI_Datatype mpi_type(int dtype) {
@@ -449,10 +428,10 @@ static void reduce_into(void *y, const void *a, const void *x, size_t n, int dty
     const uint16_t *p = a, *q = x;
     if (op == STRATA_MAX)
       for (size_t i = 0; i < n; i++)
-        o[i] = bf16_round(fmaxf(bf16_widen(p[i]), bf16_widen(q[i])));
+        o[i] = strata__bf16_round(fmaxf(strata__bf16_widen(p[i]), strata__bf16_widen(q[i])), 0);
     else
       for (size_t i = 0; i < n; i++)
-        o[i] = bf16_round(bf16_widen(p[i]) + bf16_widen(q[i]));
+        o[i] = strata__bf16_round(strata__bf16_widen(p[i]) + strata__bf16_widen(q[i]), 0);
   } else if (dtype == STRATA_FLOAT32) {
     float *o = y;
     const float *p = a, *q = x;
@@ -541,7 +520,7 @@ static void divide(void *h, size_t count, int dtype, int n) {
     uint16_t *b = h;
     float inv = 1.0f / (float)n;
     for (size_t i = 0; i < count; i++)
-      b[i] = bf16_round(bf16_widen(b[i]) * inv);
+      b[i] = strata__bf16_round(strata__bf16_widen(b[i]) * inv, 0);
     return;
   }
   float *f = h;

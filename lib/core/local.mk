@@ -2,6 +2,7 @@
 # lib/core/ — status codes and the last error, logging, checked arithmetic, the clock, files, the one number parser,
 # the version.
 libstrata_la_SOURCES += \
+	%reldir%/bf16.h \
 	%reldir%/core.h \
 	%reldir%/status.c \
 	%reldir%/log.c \

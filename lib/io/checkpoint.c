@@ -14,6 +14,7 @@
 
 #include <strata/checkpoint.h>
 
+#include "core/bf16.h"
 #include "core/file.h"
 #include "core/core.h"
 
@@ -45,30 +46,6 @@ static const char *st_dtype_name(enum strata_st_dtype dt) {
 
 /* Bytes an element of `dt` takes in the file. */
 static unsigned st_dtype_size(enum strata_st_dtype dt) { return dt == STRATA_ST_F32 ? 4 : 2; }
-
-/*
-** float32 to bfloat16, rounded to the nearest, ties to even: the host
-** backend's rule (backends/host/bf16.h), written again here because io/
-** does not call into backends. A NaN stays a quiet NaN of its sign. Unlike
-** the host backend's compute conversion, a float32 subnormal rounds to a
-** bfloat16 subnormal rather than to zero: what torch's
-** tensor.to(torch.bfloat16) writes, which a file is read against.
-*/
-static uint16_t st_bf16_round(float f) {
-  uint32_t u;
-  memcpy(&u, &f, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u)
-    return (uint16_t)((u >> 16) | 0x40u);
-  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-/* bfloat16 to float32, exactly: the 16 bits are the top half of the float's. */
-static float st_bf16_widen(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &u, sizeof f);
-  return f;
-}
 
 /*
 ** IEEE binary16 to float32, exactly: every half is a float. Normals move
@@ -250,7 +227,7 @@ static int strata__write_bf16(int fd, const float *x, uint64_t n) {
   while (n) {
     size_t k = n < 4096 ? (size_t)n : 4096;
     for (size_t i = 0; i < k; i++)
-      buf[i] = st_bf16_round(x[i]);
+      buf[i] = strata__bf16_round(x[i], 1); /* subnormals kept, as torch writes files */
     int err = strata__write_all(fd, buf, k * sizeof *buf);
     if (err)
       return err;
@@ -573,7 +550,7 @@ static int strata__st_bind(const char *path, struct strata_safetensors *st) {
       for (uint64_t k = 0; k < n; k++) {
         uint16_t h;
         memcpy(&h, p + 2 * k, sizeof h);
-        e->own[k] = e->dtype == STRATA_ST_BF16 ? st_bf16_widen(h) : st_f16_widen(h);
+        e->own[k] = e->dtype == STRATA_ST_BF16 ? strata__bf16_widen(h) : st_f16_widen(h);
       }
       e->data = e->own;
     } else if (e->begin % sizeof(float) == 0) {

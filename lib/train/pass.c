@@ -15,6 +15,7 @@
 #include <strata/checkpoint.h>
 #include <strata/train.h>
 
+#include "core/bf16.h"
 #include "core/file.h"
 #include "core/parse.h"
 #include "device/registry.h"
@@ -219,10 +220,8 @@ static int read_logits(void *arg, struct strata__stage *last, int s, int slot, i
   if (!rc)
     rc = strata_queue_finish(last->q);
   for (int64_t r = 0; !rc && r < lr->batch * lr->count; r++)
-    for (int64_t v = 0; v < vl; v++) {
-      uint32_t bits = (uint32_t)h[(size_t)(r * vl + v)] << 16;
-      memcpy(&lr->logits[r * V + c0 + v], &bits, 4);
-    }
+    for (int64_t v = 0; v < vl; v++)
+      lr->logits[r * V + c0 + v] = strata__bf16_widen(h[(size_t)(r * vl + v)]);
   free(h);
   return rc;
 }
