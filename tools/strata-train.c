@@ -528,7 +528,7 @@ static int new_layout_trainer(struct run *r, const struct options *o) {
   if (!l) { /* --dp: the layout of the command line */
     struct strata_layout_desc d = {.dp = o->dp, .pp = o->pp, .devices = r->dev, .ndevices = r->pp,
                                    .tp_all = o->ntp == 1 ? o->tp[0] : 0, .tp = o->ntp > 1 ? o->tp : NULL,
-                                   .zero = o->zero,
+                                   .zero = o->zero, .recompute = o->recompute,
                                    .split = o->nsplit ? o->split : NULL, .nsplit = o->nsplit,
                                    .schedule = o->schedule, .microbatches = (int)o->microbatches,
                                    .virtual_stages = o->schedule == STRATA_SCHEDULE_INTERLEAVED ? (int)o->virtual_stages : 0};
@@ -646,6 +646,13 @@ int main(int argc, char **argv) {
   r.topts.seed = (uint64_t)o.seed;
   r.topts.precision = o.precision;
   r.topts.grad_reduce = o.grad_reduce;
+  r.topts.recompute = o.recompute;
+  if (o.recompute && r.cfg->kind != STRATA_MODEL_GPT) { /* bad usage, before any device work */
+    fprintf(stderr, PROG ": --recompute %s is for GPT blocks; model '%s' (%s) keeps its activations\n",
+            strata_recompute_name(o.recompute), r.cfg->name, r.cfg->kind == STRATA_MODEL_MLP ? "an MLP" : "a CNN");
+    rc = EXIT_USAGE;
+    goto out;
+  }
   if (o.warmup >= 0)
     r.topts.warmup = o.warmup;
   else

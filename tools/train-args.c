@@ -24,7 +24,7 @@ enum {
   OPT_DEVICE = 256, OPT_ACCUM, OPT_LR, OPT_WARMUP, OPT_SEED, OPT_CLIP, OPT_WD, OPT_SAVE_EVERY, OPT_STOP_AT, OPT_EVAL_BATCHES,
   OPT_VERSION, OPT_PP, OPT_DEVICES, OPT_SPLIT, OPT_SCHEDULE, OPT_MICROBATCHES, OPT_VIRTUAL_STAGES, OPT_TRACE,
   OPT_DATA_FORMAT, OPT_INIT_FROM, OPT_UNTIE, OPT_VAL_DATA, OPT_DP, OPT_LAYOUT, OPT_TP, OPT_ZERO, OPT_PLAN,
-  OPT_PRECISION, OPT_GRAD_REDUCE
+  OPT_PRECISION, OPT_GRAD_REDUCE, OPT_RECOMPUTE
 };
 
 static void usage(FILE *f) {
@@ -70,6 +70,12 @@ static void usage(FILE *f) {
           "                           activations, messages and GEMM operands with float32 sums (host\n"
           "                           and OpenCL devices so far); with --layout, the layout's\n"
           "                           \"precision\" is the run's and a --precision that differs is refused\n"
+          "      --recompute MODE     none (default), selective or full: activation recomputation of a GPT's\n"
+          "                           blocks (Korthikanti et al. 2022). selective drops each block's\n"
+          "                           attention probabilities (B x heads x T x T) and recomputes them before\n"
+          "                           its backward; full keeps only each block's input and reruns its\n"
+          "                           forward. Bit for bit the losses of none; full not with zb, zbv,\n"
+          "                           dualpipev; a layout's \"recompute\" is the run's\n"
           "\n"
           "Pipeline parallelism (the model cut into stages over several devices):\n"
           "      --pp N               pipeline over N devices (without it: one device, no pipeline)\n"
@@ -284,14 +290,36 @@ int adopt_layout(struct options *o, const char *from) {
       return EXIT_USAGE;
     }
     o->precision = lp;
+    /* so is a recompute mode it names; one it leaves out (none) is the command line's */
+    const int lr = strata_layout_recompute(o->layout);
+    if (lr && o->recompute_given && o->recompute != lr) {
+      fprintf(stderr, PROG ": --recompute %s and the layout's %s differ (give the layout's, or leave --recompute "
+              "out)\n", strata_recompute_name(o->recompute), strata_recompute_name(lr));
+      return EXIT_USAGE;
+    }
+    if (lr)
+      o->recompute = lr;
     if (o->trace && check_out_path("--trace", o->trace))
       return EXIT_USAGE;
     return 0;
   }
 }
 
+/* Full recomputation and a schedule that splits the backward (its weight pass reads every block's activations). */
+static int check_recompute(const struct options *o) {
+  if (o->recompute == STRATA_RECOMPUTE_FULL && strata_schedule_kind_split_backward(o->schedule)) {
+    fprintf(stderr, PROG ": --recompute full with --schedule %s: its weight pass reads every block's activations "
+            "after the input pass; use --recompute selective, or 1f1b, gpipe or interleaved\n",
+            strata_schedule_kind_name(o->schedule));
+    return EXIT_USAGE;
+  }
+  return 0;
+}
+
 /* A bf16 gradient reduction needs replicas to reduce over: after the cut is known (--dp or a layout's dp). */
 static int check_grad_reduce(const struct options *o) {
+  if (check_recompute(o))
+    return EXIT_USAGE;
   if (o->grad_reduce == STRATA_BFLOAT16 && o->dp < 2) {
     fprintf(stderr, PROG ": --grad-reduce bf16 halves the data-parallel gradient all-reduce: give --dp 2 or more "
             "(or a layout with dp 2 or more)\n");
@@ -459,6 +487,7 @@ int parse_args(int argc, char **argv, struct options *o) {
       {"val-data", required_argument, NULL, OPT_VAL_DATA},
       {"precision", required_argument, NULL, OPT_PRECISION},
       {"grad-reduce", required_argument, NULL, OPT_GRAD_REDUCE},
+      {"recompute", required_argument, NULL, OPT_RECOMPUTE},
       {NULL, 0, NULL, 0}};
   memset(o, 0, sizeof *o);
   o->device = -1;
@@ -561,6 +590,13 @@ int parse_args(int argc, char **argv, struct options *o) {
         fprintf(stderr, PROG ": --grad-reduce '%s': expected fp32 or bf16\n", optarg);
         return EXIT_USAGE;
       }
+      break;
+    case OPT_RECOMPUTE:
+      if (strata_recompute_parse(optarg, &o->recompute)) {
+        fprintf(stderr, PROG ": --recompute '%s': expected none, selective or full\n", optarg);
+        return EXIT_USAGE;
+      }
+      o->recompute_given = 1;
       break;
     case OPT_ZERO:
       o->zero = 1;

@@ -237,6 +237,7 @@ void print_summary(struct run *r, int was_interrupted, const struct options *o) 
     printf(",\"peak_gflops_before\":");
     json_float(stdout, r->peak_before);
     printf(",\"precision\":\"%s\"", precision_name(r->topts.precision));
+    printf(",\"recompute\":\"%s\"", strata_recompute_name(r->topts.recompute));
     printf(",\"wall_s\":%.3f,\"train_s\":%.3f,\"eval_s\":%.3f,\"checkpoint\":", wall, r->train_s + r->first_s,
            r->eval_s);
     if (r->saved)
@@ -377,6 +378,7 @@ void print_header(const struct run *r, const struct options *o, const char *why)
     printf(",\"peak_gflops\":");
     json_float(stdout, r->peak_gflops);
     printf(",\"precision\":\"%s\"", precision_name(r->topts.precision));
+    printf(",\"recompute\":\"%s\"", strata_recompute_name(r->topts.recompute));
     printf(",\"peak_n\":%d,\"steps\":%lld,\"start_step\":%lld,\"batch\":%lld,\"accum\":%lld,\"tokens_per_step\":%.0f",
            r->peak_n, (long long)r->topts.steps, (long long)r->start_step, (long long)r->topts.batch,
            (long long)r->topts.accum, step_tokens);
@@ -469,6 +471,11 @@ void print_header(const struct run *r, const struct options *o, const char *why)
   if (r->topts.precision == STRATA_BFLOAT16)
     printf("precision bf16: float32 master weights, gradients and AdamW moments; bfloat16 activations, messages and "
            "GEMM operands, float32 sums\n");
+  if (r->topts.recompute)
+    printf("recompute %s: %s\n", strata_recompute_name(r->topts.recompute),
+           r->topts.recompute == STRATA_RECOMPUTE_FULL
+               ? "each block keeps only its input, its forward rerun before its backward"
+               : "each block's attention probabilities recomputed before its backward");
   if (r->pp) {
     const char *sched = strata_schedule_kind_name(r->rep.schedule);
     if (o->dp)

@@ -37,8 +37,33 @@ extern "C" {
 ** for bf16, so that an fp32 layout's text is what it was before the field
 ** existed, and read either way. "fp16" is refused by name (strata has no
 ** float16 loss scaler).
+** "recompute" is "none" (the default), "selective" or "full" (activation
+** recomputation, enum strata_recompute); like "precision" it is written
+** only when it is not "none".
 */
 typedef struct strata_layout *strata_layout_t;
+
+/*
+** Activation recomputation (Korthikanti et al. 2022), for GPT blocks:
+**   NONE       every block keeps what its backward reads;
+**   SELECTIVE  a block drops its attention probabilities (the softmax of the
+**              scores, B x heads x T x T per block, the one activation that
+**              grows with the square of the sequence) and recomputes them
+**              from its kept Q and K just before its backward;
+**   FULL       a block keeps only its input (the previous layer's output)
+**              and reruns its forward just before its backward.
+** The recomputed values are the first forward's bit for bit. The recompute
+** of a block lands in one buffer per stage (one block's worth).
+*/
+enum strata_recompute {
+  STRATA_RECOMPUTE_NONE = 0,
+  STRATA_RECOMPUTE_SELECTIVE = 1,
+  STRATA_RECOMPUTE_FULL = 2
+};
+/* Parse "none", "selective", "full"; STRATA_ERR_PARSE naming them otherwise. */
+STRATA_API int strata_recompute_parse(const char *name, int *mode /* OUT */);
+/* "none", "selective", "full"; "?" out of range. */
+STRATA_API const char *strata_recompute_name(int mode);
 
 /* Explicit values for strata_layout_new; zero means the default. Arrays are copied. */
 struct strata_layout_desc {
@@ -56,6 +81,7 @@ struct strata_layout_desc {
   int zero;                     /* 1: ZeRO-1 optimizer sharding across replicas (dp >= 2) */
   int precision;                /* STRATA_FLOAT32 (0, the default) or STRATA_BFLOAT16 (enum strata_dtype of
                                    strata/comm.h): what the job computes in, for the trainer and the planner */
+  int recompute;                /* enum strata_recompute (0: none) */
 };
 
 /*
@@ -81,7 +107,10 @@ STRATA_API int strata_layout_to_json(strata_layout_t layout, char **json /* OUT 
 ** split covers the model's layers exactly, at most one stage per layer
 ** when balanced; each rank's tp degree divides what it splits — a GPT's
 ** heads and d_ff, an MLP's hidden widths, a CNN's convolution channels
-** (a vocabulary that tp does not divide is replicated instead, not an error).
+** (a vocabulary that tp does not divide is replicated instead, not an error);
+** recomputation only for a GPT, and "full" not with a schedule that splits
+** the backward (zb, zbv, dualpipev: their weight pass reads every block's
+** activations after the input pass).
 ** Returns STRATA_OK or a one-line error naming the rank and the field.
 */
 STRATA_API int strata_layout_check(strata_layout_t layout, strata_model_t model, int devices);
@@ -99,6 +128,8 @@ STRATA_API int strata_layout_microbatches(strata_layout_t layout);
 STRATA_API int strata_layout_zero(strata_layout_t layout);
 /* STRATA_FLOAT32 or STRATA_BFLOAT16 (strata/comm.h); STRATA_FLOAT32 for NULL. */
 STRATA_API int strata_layout_precision(strata_layout_t layout);
+/* enum strata_recompute; STRATA_RECOMPUTE_NONE for NULL. */
+STRATA_API int strata_layout_recompute(strata_layout_t layout);
 /* Devices in all (dp x sum(tp)) and the list itself. */
 STRATA_API int strata_layout_device_count(strata_layout_t layout);
 STRATA_API const int *strata_layout_devices(strata_layout_t layout);

@@ -34,6 +34,11 @@ extern "C" {
 **                    stage's tp slices) of F s m, right after it; completes
 **                    when every slice's device has reached it
 **   TP_JOIN_BACKWARD s m  the same for the backward of s m (B or BI)
+**   RECOMPUTE s m    activation recomputation: the forward work (of the
+**                    recompute mode) that stage s's backward of m needs
+**                    again, after F s m and before its B (or BI); run
+**                    block by block inside that backward, into one
+**                    block's buffer
 **
 ** Sends are buffered (they never wait for the receiver); a receive waits
 ** for its send. Stages on one device pass data without send/receive.
@@ -65,7 +70,8 @@ extern "C" {
   X(GRAD_SCATTER, "GRS")                                                                                               \
   X(PARAM_GATHER, "PAG")                                                                                               \
   X(TP_JOIN_FORWARD, "TJF")                                                                                            \
-  X(TP_JOIN_BACKWARD, "TJB")
+  X(TP_JOIN_BACKWARD, "TJB")                                                                                           \
+  X(RECOMPUTE, "RC")
 
 enum strata_action_kind {
 #define STRATA__ACTION_ENUM(id, label) STRATA_ACTION_##id,
@@ -150,6 +156,9 @@ STRATA_API int strata_schedule_from_replica_lists(int replicas, int devices, int
 STRATA_API int strata_schedule_from_hybrid_lists(int replicas, int tp, int devices, int stages, int microbatches,
                                                  const int *stage_device, const struct strata_action *const *lists,
                                                  const int *counts, strata_schedule_t *out /* OUT */);
+/* A copy of `s` with a RECOMPUTE s m right before every B s m and BI s m (activation recomputation); the caller
+** frees it. */
+STRATA_API int strata_schedule_with_recompute(strata_schedule_t s, strata_schedule_t *out /* OUT */);
 /* Build a schedule from explicit lists (for tests and hand-written schedules):
 ** lists[d] has counts[d] actions; stage_device has `stages` entries. Copies everything. */
 STRATA_API int strata_schedule_from_lists(int devices, int stages, int microbatches, const int *stage_device,
@@ -215,7 +224,8 @@ STRATA_API const struct strata_action *strata_schedule_actions(strata_schedule_t
 ** its backward work and before (PARAM_GATHER: after) its OPTIMIZER, and a
 ** schedule without replicas has none; with tp slices, every forward and
 ** backward (B or BI) has its TP_JOIN right after it on its device, and a
-** schedule without slices has none; and executing the lists (sends
+** schedule without slices has none; a schedule with any RECOMPUTE has one
+** for every backward (B or BI), after its F and before it; and executing the lists (sends
 ** buffered, receives waiting, collectives waiting for every replica) finishes. On
 ** failure returns STRATA_ERR_INVALID and a message naming the device, the
 ** position in its list and the action (and, for a deadlock, what each

@@ -36,6 +36,10 @@ struct strata_train_options {
                             ** all-reduce (ZeRO: reduce-scatter) moves — bf16 halves its traffic, each reduction
                             ** step summing in float32 and rounding once; gradients stay float32 before and after.
                             ** Needs replicas (dp >= 2) in one process */
+  int recompute;            /* enum strata_recompute of strata/layout.h (0: none): GPT blocks drop activations and
+                            ** recompute them during the backward (an RC action before each B or BI); losses,
+                            ** gradients and parameters equal those of none bit for bit. Not with MLP or CNN models
+                            ** (their layers keep their activations), nor full with zb, zbv or dualpipev */
   struct strata_cluster *cluster; /* NULL: the devices are this process's. Else the job of strata/cluster.h:
                                   ** devices are numbered globally over its ranks, every rank creates the
                                   ** trainer with the same layout and options, builds only the stages on its

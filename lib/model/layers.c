@@ -127,6 +127,28 @@ static int linear_fwd_rows(struct lctx *c, int64_t R, int64_t in, int64_t outf, 
   return strata_bias_add(c->q, y, b, R, outf);
 }
 
+/* Where a block's attention probabilities live: the stage's recompute buffer with selective recomputation (one block's
+** at a time), else among its saved activations (with full recomputation those are in the buffer too). */
+static strata_mem_t probs(const struct lctx *c, const struct strata__block_saved *s) {
+  if (c->d.rc == STRATA_RECOMPUTE_SELECTIVE)
+    return strata__at(c->st->rcbuf, 0, 0, c->d.act);
+  return SV(c, s->p, 0);
+}
+
+/* The attention probabilities P of every head: the scores Q K^T (float32, in scratch) a sequence at a time, their
+** scaled causal softmax into P. The forward and the selective recomputation run this one code, so P's bits agree. */
+static int attn_probs(struct lctx *c, const struct strata__block_saved *s, strata_mem_t P) {
+  struct strata__dims d = c->d;
+  int64_t A = d.A, T = d.T, H = d.H, hd = d.hd, HTT = H * T * T;
+  strata_mem_t S = SCR(c, 0);
+  for (int64_t b = 0; b < d.B; b++) {
+    size_t qkv = (size_t)(b * T * 3 * A);
+    TRY(strata_gemm(c->q, 0, 1, T, T, hd, 1, SV(c, s->qkv, qkv), 3 * A, hd, SV(c, s->qkv, qkv + (size_t)A), 3 * A, hd,
+                    0, plus(S, (size_t)(b * HTT)), T, T * T, H));
+  }
+  return strata_softmax_fwd(c->q, S, P, d.B * H * T, T, 1.0f / sqrtf((float)hd), 1);
+}
+
 /*
 ** A pre-layernorm block. Sharded, this stage holds H of the heads (A = H hd
 ** columns of each of Q, K, V in c_attn, the matching A rows of c_proj) and F
@@ -139,20 +161,14 @@ static int block_fwd(struct lctx *c) {
   struct strata__block_saved s = strata__block_layout(&d);
   strata_queue_t q = c->q;
   int64_t D = d.D, A = d.A, T = d.T, H = d.H, hd = d.hd, HTT = H * T * T;
-  float scale = 1.0f / sqrtf((float)hd);
-  strata_mem_t S = SCR(c, 0); /* the scores, float32 */
+  const strata_mem_t P = probs(c, &s);
   TRY(strata_layernorm_fwd(q, c->in, PARAM(c, LN1_W), PARAM(c, LN1_B), SV(c, s.ln1, 0), SAVED(c, s.mean1),
                            SAVED(c, s.rstd1), d.R, D, 1e-5f));
   TRY(linear_fwd(q, d.R, D, 3 * A, SV(c, s.ln1, 0), WT(c, ATTN_W), PARAM(c, ATTN_B), SV(c, s.qkv, 0)));
+  TRY(attn_probs(c, &s, P));
   for (int64_t b = 0; b < d.B; b++) {
     size_t qkv = (size_t)(b * T * 3 * A);
-    TRY(strata_gemm(q, 0, 1, T, T, hd, 1, SV(c, s.qkv, qkv), 3 * A, hd, SV(c, s.qkv, qkv + (size_t)A), 3 * A, hd, 0,
-                    plus(S, (size_t)(b * HTT)), T, T * T, H));
-  }
-  TRY(strata_softmax_fwd(q, S, SV(c, s.p, 0), d.B * H * T, T, scale, 1));
-  for (int64_t b = 0; b < d.B; b++) {
-    size_t qkv = (size_t)(b * T * 3 * A);
-    TRY(strata_gemm(q, 0, 0, T, hd, T, 1, SV(c, s.p, (size_t)(b * HTT)), T, T * T, SV(c, s.qkv, qkv + (size_t)(2 * A)),
+    TRY(strata_gemm(q, 0, 0, T, hd, T, 1, plus(P, (size_t)(b * HTT)), T, T * T, SV(c, s.qkv, qkv + (size_t)(2 * A)),
                     3 * A, hd, 0, SV(c, s.att, (size_t)(b * T * A)), A, hd, H));
   }
   TRY(linear_fwd_rows(c, d.R, A, D, SV(c, s.att, 0), WT(c, PROJ_W), PARAM(c, PROJ_B), SV(c, s.xmid, 0)));
@@ -163,6 +179,20 @@ static int block_fwd(struct lctx *c) {
   TRY(strata_gelu_fwd(q, SV(c, s.h, 0), SV(c, s.g, 0), d.R * d.F));
   TRY(linear_fwd_rows(c, d.R, d.F, D, SV(c, s.g, 0), WT(c, FCP_W), PARAM(c, FCP_B), c->out));
   return strata_add(q, c->out, SV(c, s.xmid, 0), c->out, d.R * D);
+}
+
+/*
+** What a block's backward needs again (recomputation), into the stage's one-block buffer: selective, its attention
+** probabilities from its kept Q and K; full, its whole forward from its input (the context's slot is the buffer:
+** layer_ctx), the output into the buffer after the saved activations, leaving the kept output untouched. The same
+** code as the forward on the same inputs: the same bits.
+*/
+static int block_recompute(struct lctx c) {
+  struct strata__block_saved s = strata__block_layout(&c.d);
+  if (c.d.rc == STRATA_RECOMPUTE_SELECTIVE)
+    return attn_probs(&c, &s, probs(&c, &s));
+  c.out = strata__at(c.st->rcbuf, s.end, 0, c.d.act);
+  return block_fwd(&c);
 }
 
 /* The output projection as the GEMMs read it, and its gradient: the head's own weight, or the embedding's when tied. */
@@ -338,6 +368,7 @@ static int block_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
   size_t RD = (size_t)(R * D), uRD = strata__units(RD, a), u3RA = strata__units((size_t)(3 * R * A), a),
          uRF = strata__units((size_t)(R * d.F), a), BHTT = (size_t)(d.B * HTT);
   float scale = 1.0f / sqrtf((float)hd);
+  const strata_mem_t P = probs(c, &s);
   /* scratch (units): dP (float32) | dS | dqkv | f | d1 | d2 | d3 | junk (float32) */
   size_t o_dp = 0, o_ds = o_dp + BHTT, o_dqkv = o_ds + strata__units(BHTT, a), o_f = o_dqkv + u3RA, o_d1 = o_f + uRF,
          o_d2 = o_d1 + uRD, o_d3 = o_d2 + uRD, o_junk = o_d3 + uRD;
@@ -369,10 +400,10 @@ static int block_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
       /* dP = datt v^T ; dv = P^T datt */
       TRY(strata_gemm(q, 0, 1, T, T, hd, 1, SC(c, o_d1, att), A, hd, SV(c, s.qkv, qkv + (size_t)(2 * A)), 3 * A, hd, 0,
                       SCR(c, o_dp + (size_t)(b * HTT)), T, T * T, H));
-      TRY(strata_gemm(q, 1, 0, T, hd, T, 1, SV(c, s.p, (size_t)(b * HTT)), T, T * T, SC(c, o_d1, att), A, hd, 0,
+      TRY(strata_gemm(q, 1, 0, T, hd, T, 1, plus(P, (size_t)(b * HTT)), T, T * T, SC(c, o_d1, att), A, hd, 0,
                       plus(dqb, (size_t)(2 * A)), 3 * A, hd, H));
     }
-    TRY(strata_softmax_bwd(q, SV(c, s.p, 0), SCR(c, o_dp), SC(c, o_ds, 0), d.B * H * T, T, scale));
+    TRY(strata_softmax_bwd(q, P, SCR(c, o_dp), SC(c, o_ds, 0), d.B * H * T, T, scale));
     for (int64_t b = 0; b < d.B; b++) {
       size_t qkv = (size_t)(b * T * 3 * A);
       strata_mem_t dqb = plus(dqkv, (size_t)(b * T * 3 * A));
@@ -488,6 +519,10 @@ static struct lctx layer_ctx(struct strata__stage *st, int s, int i) {
   c.in = i == 0 ? strata__stage_input(st, s) : strata__at(c.slot, st->out_off[i - 1], 0, st->act);
   c.out = strata__at(c.slot, st->out_off[i], 0, st->act);
   c.t = &st->tensors[st->layer_tensor[i]];
+  if (c.L->kind == STRATA__LAYER_BLOCK && st->recompute == STRATA_RECOMPUTE_FULL) {
+    c.slot = st->rcbuf; /* all a block saves is in the buffer, recomputed before its backward; its output stays kept */
+    c.saved = 0;
+  }
   return c;
 }
 
@@ -536,6 +571,10 @@ static int stage_backward(struct strata__stage *st, int s, int mode) {
   TRY(check_slot(st, s));
   if (mode != BM_FULL && !st->split)
     return strata__error(STRATA_ERR_STATE, "stage: split backward on a stage built without it");
+  const int recompute = st->recompute && mode != BM_WEIGHT; /* (the weight part reads nothing a block drops) */
+  if (recompute && !st->slots[s].armed)
+    return strata__error(STRATA_ERR_STATE, "stage: the backward of slot %d without its recomputation (RC) first", s);
+  st->slots[s].armed = 0;
   strata_mem_t targets = strata__stage_targets(st, s);
   int n = strata__stage_layer_count(st);
   for (int i = n - 1; i >= 0; i--) {
@@ -548,6 +587,13 @@ static int stage_backward(struct strata__stage *st, int s, int mode) {
                        : st->first > 0 ? strata__stage_grad_input(st, s)
                                        : AT(NULL, 0);
     int rc = STRATA_OK;
+    if (recompute && c.L->kind == STRATA__LAYER_BLOCK) {
+      if (st->recomputing)
+        TRY(st->recomputing(st->recomputing_arg, i, 0));
+      TRY(block_recompute(c));
+      if (st->recomputing)
+        TRY(st->recomputing(st->recomputing_arg, i, 1));
+    }
     switch (c.L->kind) {
     case STRATA__LAYER_EMBED: rc = embed_bwd(&c, dout); break;
     case STRATA__LAYER_BLOCK: rc = block_bwd(&c, dout, din); break;
@@ -569,6 +615,14 @@ static int stage_backward(struct strata__stage *st, int s, int mode) {
 int strata__stage_backward(struct strata__stage *st, int s) { return stage_backward(st, s, BM_FULL); }
 int strata__stage_backward_input(struct strata__stage *st, int s) { return stage_backward(st, s, BM_INPUT); }
 int strata__stage_backward_weight(struct strata__stage *st, int s) { return stage_backward(st, s, BM_WEIGHT); }
+
+int strata__stage_recompute(struct strata__stage *st, int s) {
+  TRY(check_slot(st, s));
+  if (!st->recompute)
+    return strata__error(STRATA_ERR_STATE, "stage: a recomputation (RC) on a stage built without one");
+  st->slots[s].armed = 1;
+  return STRATA_OK;
+}
 
 /* Offset and count of the per-row losses of the loss layer in a slot. */
 static int loss_region(struct strata__stage *st, size_t *off, int64_t *rows) {

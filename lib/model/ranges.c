@@ -10,6 +10,7 @@
 #include "model/stage.h"
 
 #define LEVELS 32
+#define W 4                  /* the maxima kept per layer range */
 
 struct strata__stage_ranges {
   const struct strata_model *model;
@@ -19,7 +20,8 @@ struct strata__stage_ranges {
   struct strata__layer_mem *m, *alone;
   int *partner;
   size_t *pre;               /* [4][L + 1]: prefix sums of params, tensors, kept, dsave */
-  size_t *top[LEVELS];       /* top[k][3 i + w]: the most scratch (w 0), io (1) and join (2) of layers [i, i + 2^k) */
+  size_t *top[LEVELS];       /* top[k][W i + w]: the most scratch (w 0), io (1), join (2) and recompute (3) of
+                             ** layers [i, i + 2^k) */
   int levels;
 };
 
@@ -50,7 +52,7 @@ int strata__stage_ranges_new(const struct strata_model *model, int64_t mb, int s
   if (cut)
     r->cut = *cut;
   else
-    r->cut = (struct strata__cut){{0, 1}, {0, 1}, STRATA_FLOAT32, STRATA_FLOAT32};
+    r->cut = (struct strata__cut){{0, 1}, {0, 1}, STRATA_FLOAT32, STRATA_FLOAT32, STRATA_RECOMPUTE_NONE};
   r->L = L;
   r->m = calloc((size_t)L, sizeof *r->m);
   r->alone = calloc((size_t)L, sizeof *r->alone);
@@ -67,7 +69,7 @@ int strata__stage_ranges_new(const struct strata_model *model, int64_t mb, int s
   }
   /* sparse tables of the maxima: level k covers 2^k layers */
   for (int k = 0; !rc && k < LEVELS && (k == 0 || (1 << k) <= L); k++) {
-    r->top[k] = calloc(3 * (size_t)L + 3, sizeof *r->top[k]);
+    r->top[k] = calloc(W * ((size_t)L + 1), sizeof *r->top[k]);
     if (!r->top[k]) {
       rc = strata__error(STRATA_ERR_NOMEM, "out of host memory weighing cuts");
       break;
@@ -75,15 +77,16 @@ int strata__stage_ranges_new(const struct strata_model *model, int64_t mb, int s
     r->levels = k + 1;
     for (int i = 0; i + (1 << k) <= L; i++) {
       if (k == 0) {
-        r->top[0][3 * i] = r->m[i].scratch;
-        r->top[0][3 * i + 1] = io_of(&r->m[i]);
-        r->top[0][3 * i + 2] = r->m[i].join;
+        r->top[0][W * i] = r->m[i].scratch;
+        r->top[0][W * i + 1] = io_of(&r->m[i]);
+        r->top[0][W * i + 2] = r->m[i].join;
+        r->top[0][W * i + 3] = r->m[i].recompute;
         continue;
       }
       const size_t *p = r->top[k - 1];
       const int j = i + (1 << (k - 1));
-      for (int w = 0; w < 3; w++)
-        r->top[k][3 * i + w] = p[3 * i + w] > p[3 * j + w] ? p[3 * i + w] : p[3 * j + w];
+      for (int w = 0; w < W; w++)
+        r->top[k][W * i + w] = p[W * i + w] > p[W * j + w] ? p[W * i + w] : p[W * j + w];
     }
   }
   if (rc) {
@@ -94,12 +97,12 @@ int strata__stage_ranges_new(const struct strata_model *model, int64_t mb, int s
   return STRATA_OK;
 }
 
-/* The most scratch (which 0), io (1) or join (2) of layers [a, b), a < b. */
+/* The most scratch (which 0), io (1), join (2) or recompute (3) of layers [a, b), a < b. */
 static size_t most(const struct strata__stage_ranges *r, int a, int b, int which) {
   int k = 0;
   while (k + 1 < r->levels && (1 << (k + 1)) <= b - a)
     k++;
-  size_t x = r->top[k][3 * a + which], y = r->top[k][3 * (b - (1 << k)) + which];
+  size_t x = r->top[k][W * a + which], y = r->top[k][W * (b - (1 << k)) + which];
   return x > y ? x : y;
 }
 
@@ -109,16 +112,17 @@ int strata__stage_ranges_bytes(const struct strata__stage_ranges *r, int a, int 
   /* the inner layers as the whole model lays them out; an end layer cut from its tp partner is held whole */
   const int lo_alone = r->partner[a] >= 0 && r->partner[a] < a, hi_alone = r->partner[b - 1] >= b;
   struct strata__layer_mem s = {0};
-  const size_t W = (size_t)r->L + 1;
+  const size_t N = (size_t)r->L + 1;
   const int ia = a + lo_alone, ib = b - hi_alone; /* [ia, ib): layers taken as laid out in the whole */
   if (ia < ib) {
     s.params = r->pre[(size_t)ib] - r->pre[(size_t)ia];
-    s.tensors = r->pre[W + (size_t)ib] - r->pre[W + (size_t)ia];
-    s.kept = r->pre[2 * W + (size_t)ib] - r->pre[2 * W + (size_t)ia];
-    s.dsave = r->pre[3 * W + (size_t)ib] - r->pre[3 * W + (size_t)ia];
+    s.tensors = r->pre[N + (size_t)ib] - r->pre[N + (size_t)ia];
+    s.kept = r->pre[2 * N + (size_t)ib] - r->pre[2 * N + (size_t)ia];
+    s.dsave = r->pre[3 * N + (size_t)ib] - r->pre[3 * N + (size_t)ia];
     s.scratch = most(r, ia, ib, 0);
     s.io = most(r, ia, ib, 1);
     s.join = most(r, ia, ib, 2);
+    s.recompute = most(r, ia, ib, 3);
   }
   const struct strata__layer_mem *first = lo_alone ? &r->alone[a] : &r->m[a];
   const struct strata__layer_mem *last = hi_alone ? &r->alone[b - 1] : &r->m[b - 1];

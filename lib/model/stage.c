@@ -199,7 +199,7 @@ static void tensor_init(const struct strata__tensor *t, uint64_t seed, float *x)
 
 struct strata__dims strata__stage_dims(const struct strata__stage *st) {
   const struct strata_model_config *c = &st->model->cfg;
-  struct strata__dims d = {.B = st->mb, .R = st->rows, .act = st->act};
+  struct strata__dims d = {.B = st->mb, .R = st->rows, .act = st->act, .rc = st->recompute};
   if (c->kind == STRATA_MODEL_GPT) {
     int64_t parts = st->tp.size > 1 ? st->tp.size : 1;
     d.T = c->context;
@@ -226,7 +226,8 @@ struct strata__block_saved strata__block_layout(const struct strata__dims *d) {
   s.rstd1 = s.mean1 + R;
   s.qkv = s.rstd1 + R;
   s.p = s.qkv + strata__units(3 * RA, a);
-  s.att = s.p + strata__units((size_t)(d->B * d->H * d->T * d->T), a);
+  /* selective recomputation: the probabilities live in the stage's recompute buffer, not here */
+  s.att = s.p + (d->rc == STRATA_RECOMPUTE_SELECTIVE ? 0 : strata__units((size_t)(d->B * d->H * d->T * d->T), a));
   s.xmid = s.att + strata__units(RA, a);
   s.ln2 = s.xmid + RD;
   s.mean2 = s.ln2 + RD;
@@ -292,8 +293,8 @@ static size_t layer_saved(const struct strata__stage *st, const struct strata__l
   switch (L->kind) {
   case STRATA__LAYER_EMBED:
     return 0;
-  case STRATA__LAYER_BLOCK:
-    return strata__block_layout(&d).end;
+  case STRATA__LAYER_BLOCK: /* full recomputation: nothing (its input is the previous layer's output) */
+    return d.rc == STRATA_RECOMPUTE_FULL ? 0 : strata__block_layout(&d).end;
   case STRATA__LAYER_LM_HEAD: /* ln | mean | rstd | logits | losses (| row max | sum of exps | target logit) */
     return strata__head_layout(&d).end;
   case STRATA__LAYER_LINEAR: /* pre-activation (| the model's input, converted) */
@@ -305,6 +306,17 @@ static size_t layer_saved(const struct strata__stage *st, const struct strata__l
     return strata__units((size_t)(d.R * L->out), d.act) + (size_t)d.R + layer_xin(st, L);
   }
   return 0;
+}
+
+/* Units a layer's recomputation writes to the stage's recompute buffer: a block's probabilities (selective), or all
+** it saves and its output (full); nothing for other layers, which keep what they save. */
+static size_t layer_recompute(const struct strata__stage *st, const struct strata__layer *L) {
+  struct strata__dims d = strata__stage_dims(st);
+  if (L->kind != STRATA__LAYER_BLOCK || d.rc == STRATA_RECOMPUTE_NONE)
+    return 0;
+  if (d.rc == STRATA_RECOMPUTE_SELECTIVE)
+    return strata__units((size_t)(d.B * d.H * d.T * d.T), d.act);
+  return strata__block_layout(&d).end + strata__units((size_t)(d.R * d.D), d.act);
 }
 
 /* Units of a layer's output. */
@@ -468,6 +480,20 @@ static int stage_layout(const struct strata_model *model, int first, int last, i
   st->split = split_backward != 0;
   st->tp = tp && tp->size > 1 ? *tp : (struct strata__shard){0, 1};
   st->act = cut ? cut->precision : STRATA_FLOAT32;
+  st->recompute = cut ? cut->recompute : STRATA_RECOMPUTE_NONE;
+  int why = st->recompute < STRATA_RECOMPUTE_NONE || st->recompute > STRATA_RECOMPUTE_FULL ? 1
+            : st->recompute && model->cfg.kind != STRATA_MODEL_GPT                         ? 2
+            : st->recompute == STRATA_RECOMPUTE_FULL && split_backward                     ? 3
+                                                                                           : 0;
+  if (why) {
+    const int r = st->recompute;
+    free(st);
+    if (why == 1)
+      return strata__error(STRATA_ERR_INVALID, "stage: recompute mode %d is not one of strata/layout.h", r);
+    return strata__error(STRATA_ERR_UNSUPPORTED, why == 2 ? "stage: recomputation is for GPT blocks only"
+                         : "stage: full recomputation with a split backward, whose weight pass reads every block's "
+                           "activations");
+  }
   if (st->act != STRATA_FLOAT32 && st->act != STRATA_BFLOAT16) {
     const int act = st->act;
     free(st);
@@ -524,6 +550,8 @@ static int stage_layout(const struct strata_model *model, int first, int last, i
       st->max_scratch = s;
     if (layer_join(st, L) > st->max_join)
       st->max_join = layer_join(st, L);
+    if (layer_recompute(st, L) > st->rc_units)
+      st->rc_units = layer_recompute(st, L);
   }
   st->layer_tensor[n] = st->ntensors;
   st->targets_off = slot;
@@ -565,6 +593,7 @@ static void layer_mem(const struct strata__stage *st, int i, struct strata__laye
   m->in = layer_in(st, L);
   m->out = layer_out(st, L);
   m->join = layer_join(st, L);
+  m->recompute = layer_recompute(st, L);
 }
 
 void strata__layer_mem_add(struct strata__layer_mem *sum, const struct strata__layer_mem *m, int first, int last) {
@@ -579,6 +608,8 @@ void strata__layer_mem_add(struct strata__layer_mem *sum, const struct strata__l
     sum->io = io;
   if (m->join > sum->join)
     sum->join = m->join;
+  if (m->recompute > sum->recompute)
+    sum->recompute = m->recompute;
   if (first)
     sum->in = m->in;
   if (last)
@@ -606,6 +637,9 @@ void strata__stage_bytes_of(const struct strata_model *model, int first, int las
     b->fixed += alloc_bytes(s->join);
   if (cut && cut->reduce == STRATA_BFLOAT16) /* the gradients' bf16 copy the replicas reduce */
     b->fixed += alloc_bytes(strata__units(chunk * z, STRATA_BFLOAT16));
+  /* recomputation: one block's recomputed activations at a time */
+  b->recompute = s->recompute ? alloc_bytes(s->recompute) : 0;
+  b->fixed += b->recompute;
   /* a slot: the stage input, every layer's saved activations and output, the targets, the weight pass's gradients */
   b->slot = alloc_bytes(s->in + s->kept + (has_loss ? rows : 0) + (split_backward ? s->dsave : 0));
   /* the boundary gradients: of the output (not the last stage), of the input (not the first) */
@@ -625,7 +659,7 @@ int strata__stage_plan(const struct strata_model *model, int first, int last, in
     layer_mem(st, i, &m);
     strata__layer_mem_add(&sum, &m, i == 0, i == n - 1);
   }
-  const struct strata__cut whole = {{0, 1}, {0, 1}, STRATA_FLOAT32, STRATA_FLOAT32};
+  const struct strata__cut whole = {{0, 1}, {0, 1}, STRATA_FLOAT32, STRATA_FLOAT32, STRATA_RECOMPUTE_NONE};
   strata__stage_bytes_of(model, first, last, mb, split_backward, cut ? cut : &whole, &sum, b);
   strata__stage_free(st);
   return STRATA_OK;
@@ -668,9 +702,9 @@ uint64_t strata__stage_need(const struct strata__stage_bytes *b, const struct st
   if (!p->last && p->next_remote) /* gradients sent back here */
     recv += k * b->out;
   if (act)
-    *act += a;
+    *act += a + b->recompute;
   if (bufs)
-    *bufs += b->fixed - b->params + g + recv;
+    *bufs += b->fixed - b->params - b->recompute + g + recv;
   return b->fixed + a + g + recv;
 }
 
@@ -710,6 +744,8 @@ int strata__stage_new(const struct strata_model *model, int first, int last, int
     rc = alloc(dev, st->max_join, &st->join32);
   if (!rc && cut && cut->reduce == STRATA_BFLOAT16)
     rc = alloc(dev, strata__units(padded, STRATA_BFLOAT16), &st->grads16);
+  if (!rc && st->rc_units)
+    rc = alloc(dev, st->rc_units, &st->rcbuf);
   st->params16_stale = 1;
   if (rc) {
     strata__stage_free(st);
@@ -799,6 +835,7 @@ void strata__stage_free(struct strata__stage *st) {
   strata_buffer_free(st->params16);
   strata_buffer_free(st->join32);
   strata_buffer_free(st->grads16);
+  strata_buffer_free(st->rcbuf);
   strata_buffer_free(st->grads);
   strata_buffer_free(st->m);
   strata_buffer_free(st->v);
@@ -873,6 +910,7 @@ void strata__stage_release_activations(struct strata__stage *st, int s) {
   strata_queue_finish(st->q); /* queued work may still read it */
   strata_buffer_free(st->slots[s].buf);
   st->slots[s].buf = NULL;
+  st->slots[s].armed = 0;
   slot_settle(st, s);
 }
 

@@ -6,6 +6,7 @@
 
 #include <strata/device.h>
 #include <strata/comm.h>
+#include <strata/layout.h>
 #include <strata/ops.h>
 
 #include "model/model.h"
@@ -35,6 +36,8 @@ struct strata__cut {
   int precision;             /* enum strata_dtype of activations and compute weights */
   int reduce;                /* enum strata_dtype the data-parallel gradient reduction moves (bf16: through a
                              ** bfloat16 copy of the gradients, grads16) */
+  int recompute;             /* enum strata_recompute (strata/layout.h): what a GPT block drops from its slot and
+                             ** recomputes into the stage's one-block buffer (rcbuf) before its backward */
 };
 
 /*
@@ -76,6 +79,7 @@ struct strata__slot_mem {
   strata_buffer_t buf;       /* activations; NULL when the slot holds no micro-batch */
   strata_buffer_t grad;      /* gradients at the stage's boundaries (NULL if none) */
   int taken;                 /* handed out by strata__stage_slot_take, not yet released */
+  int armed;                 /* recomputation: its RECOMPUTE came, its backward (B or BI) has not yet */
 };
 
 struct strata__stage {
@@ -124,6 +128,14 @@ struct strata__stage {
   ** gradients are enqueued, last layer first; NULL: none (gradient buckets). */
   int (*grads_done)(void *arg, int layer);
   void *grads_done_arg;
+  /* Recomputation: enum strata_recompute, and the buffer a block's recomputed activations land in (one block's
+  ** worth, rc_units; NULL without). The hook (NULL: none) is called before (done 0) and after (done 1) stage layer
+  ** `layer`'s recomputation is enqueued, within the backward: the executor traces it. */
+  int recompute;
+  strata_buffer_t rcbuf;
+  size_t rc_units;
+  int (*recomputing)(void *arg, int layer, int done);
+  void *recomputing_arg;
 };
 
 /* Floats [*lo, *hi) of the flat parameter (gradient) vector holding stage layers [a, b). */
@@ -151,6 +163,7 @@ struct strata__stage_bytes {
   uint64_t slot;             /* one micro-batch's activations */
   uint64_t grad;             /* one micro-batch's boundary gradients (0: none) */
   uint64_t in, out;          /* one micro-batch's stage input and output (what a neighbour sends) */
+  uint64_t recompute;        /* the recomputation's buffer, one block's worth (in `fixed`; 0: none) */
 };
 
 /* STRATA_OK, or why layers [first, last) cannot be a stage of their own (a tied model cut). */
@@ -177,6 +190,7 @@ struct strata__layer_mem {
   size_t in, out;            /* input and output */
   size_t io;                 /* summed: the most of one layer's input or output */
   size_t join;               /* bfloat16 with tp: the most elements one join sums in float32 (the most, summed) */
+  size_t recompute;          /* units its recomputation writes to the stage's buffer (the most, summed) */
 };
 /* Add layer figures `m` to `sum` (zeroed to start); `first`/`last`: the stage's first/last layer. */
 void strata__layer_mem_add(struct strata__layer_mem *sum, const struct strata__layer_mem *m, int first, int last);
@@ -217,8 +231,9 @@ struct strata__stage_place {
 ** Bytes stage `b` needs on its device during a step, placed as `p`: its
 ** fixed buffers, the activations and boundary gradients of the micro-batches
 ** in flight, the receive buffers of its neighbours' messages. Adds the
-** activations to *act and the buffers other than parameters to *bufs
-** (either may be NULL).
+** activations (those of the micro-batches in flight, and the recomputation's
+** buffer) to *act and the buffers other than parameters to *bufs (either may
+** be NULL).
 */
 uint64_t strata__stage_need(const struct strata__stage_bytes *b, const struct strata__stage_place *p, uint64_t *act,
                             uint64_t *bufs);
@@ -262,6 +277,9 @@ int strata__stage_backward(struct strata__stage *st, int s);
 ** weight gradients. */
 int strata__stage_backward_input(struct strata__stage *st, int s);
 int strata__stage_backward_weight(struct strata__stage *st, int s);
+/* RECOMPUTE of slot s (a stage built with recomputation): arm it. Its next backward (B or BI) reruns, block by block
+** just before each block's backward, what the mode dropped (into rcbuf), and refuses to run unarmed. */
+int strata__stage_recompute(struct strata__stage *st, int s);
 /* Sum of the per-row losses of slot s (last stage; waits for the queue). */
 int strata__stage_loss(struct strata__stage *st, int s, double *sum);
 /* Enqueue reading slot s's per-row losses into `rows` (last stage; valid after the queue finishes). */
@@ -290,10 +308,13 @@ struct strata__dims {
   int64_t Vall, voff;       /* vocabulary-parallel: the whole vocabulary, and where this slice's V start */
   int vp;                   /* the embedding and head are cut by vocabulary */
   int act;                  /* the activations' type (the stage's precision) */
+  int rc;                   /* enum strata_recompute: selective lays a block's slot out without its probabilities */
 };
 struct strata__dims strata__stage_dims(const struct strata__stage *st);
 
-/* Offsets of a block's saved activations (units from the layer's start in a slot). */
+/* Offsets of a block's saved activations (units from the layer's start in a slot; with selective recomputation the
+** probabilities `p` take no room there: they are in the stage's rcbuf. With full recomputation all of it is in rcbuf,
+** followed by the block's recomputed output). */
 struct strata__block_saved {
   size_t ln1, mean1, rstd1, qkv, p, att, xmid, ln2, mean2, rstd2, h, g, end;
 };

@@ -30,7 +30,23 @@ struct strata_layout {
   int *split;                   /* [pp x v], or NULL */
   int schedule, microbatches, zero;
   int precision;                /* enum strata_dtype: STRATA_FLOAT32 or STRATA_BFLOAT16 */
+  int recompute;                /* enum strata_recompute */
 };
+
+static const char *const recompute_names[] = {"none", "selective", "full"};
+
+STRATA_API int strata_recompute_parse(const char *name, int *mode) {
+  for (int i = 0; name && mode && i < 3; i++)
+    if (strcmp(name, recompute_names[i]) == 0) {
+      *mode = i;
+      return STRATA_OK;
+    }
+  return strata__error(STRATA_ERR_PARSE, "recompute '%s': expected none, selective or full", name ? name : "(null)");
+}
+
+STRATA_API const char *strata_recompute_name(int mode) {
+  return mode >= 0 && mode < 3 ? recompute_names[mode] : "?";
+}
 
 STRATA_API void strata_layout_free(strata_layout_t l) {
   if (!l)
@@ -133,6 +149,8 @@ STRATA_API int strata_layout_new(const struct strata_layout_desc *d, strata_layo
   if (d->precision != STRATA_FLOAT32 && d->precision != STRATA_BFLOAT16)
     return strata__error(STRATA_ERR_INVALID, "layout: precision %d is neither STRATA_FLOAT32 nor STRATA_BFLOAT16",
                          d->precision);
+  if (d->recompute < STRATA_RECOMPUTE_NONE || d->recompute > STRATA_RECOMPUTE_FULL)
+    return strata__error(STRATA_ERR_INVALID, "layout: recompute %d is not one of enum strata_recompute", d->recompute);
   struct strata_layout *l = calloc(1, sizeof *l);
   if (!l)
     return strata__error(STRATA_ERR_NOMEM, "out of host memory for a layout");
@@ -143,6 +161,7 @@ STRATA_API int strata_layout_new(const struct strata_layout_desc *d, strata_layo
   l->microbatches = m;
   l->zero = d->zero;
   l->precision = d->precision;
+  l->recompute = d->recompute;
   l->tp = malloc(sizeof *l->tp * (size_t)pp);
   l->tp_offset = malloc(sizeof *l->tp_offset * (size_t)pp);
   int rc = !l->tp || !l->tp_offset ? strata__error(STRATA_ERR_NOMEM, "out of host memory for a layout") : STRATA_OK;
@@ -267,6 +286,14 @@ STRATA_API int strata_layout_check(strata_layout_t l, strata_model_t model, int 
   const struct strata_model_config *c = strata_model_config(model);
   for (int r = 0; r < l->pp; r++)
     TRY(check_tp(c, r, l->tp[r]));
+  if (l->recompute && c->kind != STRATA_MODEL_GPT)
+    return strata__error(STRATA_ERR_UNSUPPORTED, "layout: recompute %s is for GPT blocks; model '%s' (%s) keeps its "
+                         "activations (recompute none)", strata_recompute_name(l->recompute), c->name,
+                         c->kind == STRATA_MODEL_MLP ? "an MLP" : "a CNN");
+  if (l->recompute == STRATA_RECOMPUTE_FULL && strata_schedule_kind_split_backward(l->schedule))
+    return strata__error(STRATA_ERR_UNSUPPORTED, "layout: recompute full with %s: its weight pass (W) reads every "
+                         "block's activations after the input pass; use recompute selective, or 1f1b, gpipe or "
+                         "interleaved", strata_schedule_kind_name(l->schedule));
   return STRATA_OK;
 }
 
@@ -281,6 +308,7 @@ STRATA_API int strata_layout_schedule(strata_layout_t l) { return l ? l->schedul
 STRATA_API int strata_layout_microbatches(strata_layout_t l) { return l ? l->microbatches : 0; }
 STRATA_API int strata_layout_zero(strata_layout_t l) { return l ? l->zero : 0; }
 STRATA_API int strata_layout_precision(strata_layout_t l) { return l ? l->precision : STRATA_FLOAT32; }
+STRATA_API int strata_layout_recompute(strata_layout_t l) { return l ? l->recompute : STRATA_RECOMPUTE_NONE; }
 STRATA_API int strata_layout_device_count(strata_layout_t l) { return l ? l->ndevices : 0; }
 STRATA_API const int *strata_layout_devices(strata_layout_t l) { return l ? l->devices : NULL; }
 STRATA_API const int *strata_layout_split(strata_layout_t l) { return l ? l->split : NULL; }
@@ -315,9 +343,10 @@ STRATA_API int strata_layout_describe(strata_layout_t l, char **text) {
                    l->ndevices == 1 ? "" : "s", strata_schedule_kind_name(l->schedule));
   if (l->v > 1)
     n += snprintf(buf + n, sizeof buf - (size_t)n, " (%d virtual stages per rank)", l->v);
-  snprintf(buf + n, sizeof buf - (size_t)n, ", %d micro-batch%s per replica%s%s", l->microbatches,
+  snprintf(buf + n, sizeof buf - (size_t)n, ", %d micro-batch%s per replica%s%s%s%s", l->microbatches,
            l->microbatches == 1 ? "" : "es", l->zero ? ", ZeRO-1" : "",
-           l->precision == STRATA_BFLOAT16 ? ", bf16" : "");
+           l->precision == STRATA_BFLOAT16 ? ", bf16" : "", l->recompute ? ", recompute " : "",
+           l->recompute ? strata_recompute_name(l->recompute) : "");
   *text = strdup(buf);
   return *text ? STRATA_OK : strata__error(STRATA_ERR_NOMEM, "out of host memory");
 }
@@ -352,6 +381,8 @@ STRATA_API int strata_layout_to_json(strata_layout_t l, char **json) {
   /* fp32 is the schema's default and stays unwritten: an fp32 layout's text is what it was before the field */
   if (l->precision == STRATA_BFLOAT16)
     json_object_set_new(o, "precision", json_string("bf16"));
+  if (l->recompute) /* likewise "none" */
+    json_object_set_new(o, "recompute", json_string(strata_recompute_name(l->recompute)));
   *json = json_dumps(o, JSON_PRESERVE_ORDER | JSON_COMPACT);
   json_decref(o);
   return *json ? STRATA_OK : strata__error(STRATA_ERR_NOMEM, "out of host memory writing a layout");
@@ -395,7 +426,7 @@ static int get_ints(json_t *a, const char *src, const char *key, int lo, int hi,
 
 static int from_object(json_t *o, const char *src, strata_layout_t *out) {
   static const char *const known[] = {"schema", "dp", "pp", "tp", "devices", "split", "schedule", "microbatches",
-                                      "virtual_stages", "zero", "precision", NULL};
+                                      "virtual_stages", "zero", "precision", "recompute", NULL};
   if (!json_is_object(o))
     return strata__error(STRATA_ERR_PARSE, "%s: a layout is a JSON object", src);
   const char *key;
@@ -457,6 +488,9 @@ static int from_object(json_t *o, const char *src, strata_layout_t *out) {
     else
       rc = strata__error(STRATA_ERR_PARSE, "%s: \"precision\" must be \"fp32\" or \"bf16\"", src);
   }
+  json_t *rcm = json_object_get(o, "recompute");
+  if (!rc && rcm && (!json_is_string(rcm) || strata_recompute_parse(json_string_value(rcm), &d.recompute)))
+    rc = strata__error(STRATA_ERR_PARSE, "%s: \"recompute\" must be \"none\", \"selective\" or \"full\"", src);
   if (!rc) {
     rc = strata_layout_new(&d, out);
     if (rc) { /* name the file instead of "layout" */

@@ -837,6 +837,38 @@ STRATA_API int strata_schedule_with_lists(strata_schedule_t like, const struct s
   return STRATA_OK;
 }
 
+STRATA_API int strata_schedule_with_recompute(strata_schedule_t s, strata_schedule_t *out) {
+  if (!s || !out)
+    return strata__error(STRATA_ERR_INVALID, "strata_schedule_with_recompute: NULL argument");
+  *out = NULL;
+  struct strata_action **lists = calloc((size_t)s->devices, sizeof *lists);
+  int *counts = calloc((size_t)s->devices, sizeof *counts);
+  int rc = lists && counts ? STRATA_OK : strata__error(STRATA_ERR_NOMEM, "strata_schedule_with_recompute: out of memory");
+  for (int d = 0; d < s->devices && !rc; d++) {
+    int n = 0;
+    for (int i = 0; i < s->counts[d]; i++) /* (lists hold at most STRATA__SCHEDULE_MAX_ACTIONS: twice fits an int) */
+      n += 1 + (s->lists[d][i].kind == STRATA_ACTION_BACKWARD || s->lists[d][i].kind == STRATA_ACTION_BACKWARD_INPUT);
+    if (!(lists[d] = malloc(((size_t)n + 1) * sizeof *lists[d]))) {
+      rc = strata__error(STRATA_ERR_NOMEM, "strata_schedule_with_recompute: out of memory");
+      break;
+    }
+    for (int i = 0; i < s->counts[d]; i++) {
+      const struct strata_action *a = &s->lists[d][i];
+      if (a->kind == STRATA_ACTION_BACKWARD || a->kind == STRATA_ACTION_BACKWARD_INPUT)
+        lists[d][counts[d]++] = (struct strata_action){.kind = STRATA_ACTION_RECOMPUTE, .stage = a->stage,
+                                                       .microbatch = a->microbatch};
+      lists[d][counts[d]++] = *a;
+    }
+  }
+  if (!rc)
+    rc = strata_schedule_with_lists(s, (const struct strata_action *const *)lists, counts, out);
+  for (int d = 0; lists && d < s->devices; d++)
+    free(lists[d]);
+  free(lists);
+  free(counts);
+  return rc;
+}
+
 STRATA_API const struct strata_action *strata_schedule_actions(strata_schedule_t s, int device, int *count) {
   if (!s || device < 0 || device >= s->devices) {
     if (count)

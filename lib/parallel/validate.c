@@ -49,6 +49,7 @@ struct strata__index {
   double *bw_last;
   int *next;      /* [devices]: next position of each device */
   double *clock;  /* [devices] */
+  int recompute;  /* the lists hold RECOMPUTE actions: each backward (B or BI) waits for its own */
 };
 
 static size_t strata__key(const struct strata_schedule *s, int kind, int stage, int microbatch) {
@@ -95,6 +96,7 @@ static int strata__index_init(struct strata__index *x, const struct strata_sched
         x->dev[k] = d;
         x->pos[k] = i;
       }
+      x->recompute |= a->kind == STRATA_ACTION_RECOMPUTE;
     }
   return STRATA_OK;
 }
@@ -128,7 +130,8 @@ static int strata__deps(const struct strata__index *x, const struct strata_actio
   case STRATA_ACTION_RECV_ACT: STRATA__DEP(STRATA_ACTION_SEND_ACT, strata__owner(s, st - 1)); break;
   case STRATA_ACTION_BACKWARD:
   case STRATA_ACTION_BACKWARD_INPUT:
-    STRATA__DEP(STRATA_ACTION_FORWARD, st);
+    /* with recomputation its RECOMPUTE, which waits for the forward */
+    STRATA__DEP(x->recompute ? STRATA_ACTION_RECOMPUTE : STRATA_ACTION_FORWARD, st);
     if (strata__has_next(s, st)) {
       const int next = strata__owner(s, st + 1);
       if (s->stage_device[next] == s->stage_device[st])
@@ -144,6 +147,7 @@ static int strata__deps(const struct strata__index *x, const struct strata_actio
     deps[n++] = (struct strata_action){.kind = STRATA_ACTION_OPTIMIZER, .stage = st, .microbatch = -1};
     break;
   case STRATA_ACTION_TP_JOIN_FORWARD: STRATA__DEP(STRATA_ACTION_FORWARD, st); break;
+  case STRATA_ACTION_RECOMPUTE: STRATA__DEP(STRATA_ACTION_FORWARD, st); break;
   case STRATA_ACTION_TP_JOIN_BACKWARD: STRATA__DEP(strata__backward_kind(x, st, mb), st); break;
   default: break;
   }
@@ -261,6 +265,9 @@ static int strata__check_lists(const struct strata__index *x) {
         return strata__error(STRATA_ERR_INVALID, "missing W%d.%d after BI%d.%d on dev %d", st, mb, st, mb, home);
       if (!nb && !nbi)
         return strata__error(STRATA_ERR_INVALID, "W%d.%d on dev %d has no BI%d.%d", st, mb, home, st, mb);
+      if (x->recompute && !x->count[strata__key(s, STRATA_ACTION_RECOMPUTE, st, mb)])
+        return strata__error(STRATA_ERR_INVALID, "missing RC%d.%d on dev %d: the stages recompute, and %s%d.%d has no "
+                             "recomputation before it", st, mb, home, nb ? "B" : "BI", st, mb);
       if (strata__tp_at(s, st) > 1)
         for (int k = STRATA_ACTION_TP_JOIN_FORWARD; k <= STRATA_ACTION_TP_JOIN_BACKWARD; k++)
           if (!x->count[strata__key(s, k, st, mb)])

@@ -399,6 +399,24 @@ static int do_forward(struct exec *ex, int rank, int s, int mb) {
 
 static int bucket_ready(void *arg, int layer);
 
+/* A traced backward's recomputations (RC s.mb), one event per block: the queue is waited for around each. */
+struct recompute_trace {
+  struct exec *ex;
+  int rank, s, mb;
+  double t0;
+};
+
+static int recompute_traced(void *arg, int layer, int done) {
+  struct recompute_trace *r = arg;
+  (void)layer;
+  TRY(strata_queue_finish(r->ex->tr->st[r->s]->q));
+  if (!done)
+    r->t0 = strata__now();
+  else
+    trace(r->ex, "compute", STRATA_ACTION_RECOMPUTE, r->s, r->mb, r->t0, strata__now(), 2 * r->rank);
+  return STRATA_OK;
+}
+
 static int do_backward(struct exec *ex, int rank, int kind, int s, int mb, int last) {
   strata_trainer_t tr = ex->tr;
   struct strata__stage *st = tr->st[s];
@@ -423,6 +441,11 @@ static int do_backward(struct exec *ex, int rank, int kind, int s, int mb, int l
     }
   }
   const int sl = slot_of(ex, s, mb);
+  struct recompute_trace rt = {.ex = ex, .rank = rank, .s = s, .mb = mb};
+  if (ex->traced && st->recompute) { /* (unset below, before any return) */
+    st->recomputing = recompute_traced;
+    st->recomputing_arg = &rt;
+  }
   int rc;
   if (kind == STRATA_ACTION_BACKWARD)
     rc = strata__stage_backward(st, sl);
@@ -432,6 +455,8 @@ static int do_backward(struct exec *ex, int rank, int kind, int s, int mb, int l
     rc = strata__stage_backward_weight(st, sl);
   st->grads_done = NULL;
   st->grads_done_arg = NULL;
+  st->recomputing = NULL;
+  st->recomputing_arg = NULL;
   TRY(rc);
   TRY(strata_queue_finish(st->q));
   if (kind != STRATA_ACTION_BACKWARD_WEIGHT)
@@ -802,6 +827,10 @@ static void *worker_main(void *arg) {
       break;
     case STRATA_ACTION_PARAM_GATHER:
       rc = do_param_gather(ex, rank, s);
+      cat = NULL;
+      break;
+    case STRATA_ACTION_RECOMPUTE: /* armed here, run block by block inside the backward, traced there */
+      rc = strata__stage_recompute(ex->tr->st[s], slot_of(ex, s, mb));
       cat = NULL;
       break;
     case STRATA_ACTION_TP_JOIN_FORWARD:

@@ -51,6 +51,7 @@ int strata__pass_schedule(strata_trainer_t tr, int backward, strata_schedule_t *
         a.kind = STRATA_ACTION_BACKWARD;
         /* fall through */
       case STRATA_ACTION_BACKWARD:
+      case STRATA_ACTION_RECOMPUTE:
       case STRATA_ACTION_SEND_GRAD:
       case STRATA_ACTION_RECV_GRAD:
       case STRATA_ACTION_TP_JOIN_BACKWARD:

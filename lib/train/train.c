@@ -64,6 +64,9 @@ static int check_options(const struct strata_train_options *o) {
   if (o->grad_reduce != STRATA_FLOAT32 && o->grad_reduce != STRATA_BFLOAT16)
     return strata__error(STRATA_ERR_INVALID, "grad_reduce %d: float32 (STRATA_FLOAT32) or bfloat16 (STRATA_BFLOAT16)",
                          o->grad_reduce);
+  if (o->recompute < STRATA_RECOMPUTE_NONE || o->recompute > STRATA_RECOMPUTE_FULL)
+    return strata__error(STRATA_ERR_INVALID, "recompute %d: none, selective or full (enum strata_recompute)",
+                         o->recompute);
   return STRATA_OK;
 }
 
@@ -151,7 +154,7 @@ static int build_stages(strata_trainer_t tr, const int *split, int split_backwar
     ** start equal, and each slice is cut from the same whole tensors */
     struct strata__cut cut = {{strata__stage_slice(tr, s), strata__stage_tp(tr, s)},
                               {strata__stage_replica(tr, s), tr->zero ? tr->replicas : 1},
-                              tr->opt.precision, tr->opt.grad_reduce};
+                              tr->opt.precision, tr->opt.grad_reduce, tr->opt.recompute};
     int rc = strata__stage_new(tr->model, first, last, dev, tr->opt.batch, tr->opt.seed, split_backward, &cut,
                                &tr->st[s]);
     if (rc == STRATA_ERR_DEVICE_MEMORY)
@@ -410,6 +413,14 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
   if (opts->grad_reduce == STRATA_BFLOAT16 && pl->replicas < 2)
     return strata__error(STRATA_ERR_INVALID, "a bf16 gradient reduction needs data parallelism (dp 2 or more): with "
                          "one replica there is no gradient all-reduce");
+  if (opts->recompute && model->cfg.kind != STRATA_MODEL_GPT)
+    return strata__error(STRATA_ERR_UNSUPPORTED, "recompute %s is for GPT blocks; model '%s' (%s) keeps its "
+                         "activations (recompute none)", strata_recompute_name(opts->recompute), model->cfg.name,
+                         model->cfg.kind == STRATA_MODEL_MLP ? "an MLP" : "a CNN");
+  if (opts->recompute == STRATA_RECOMPUTE_FULL && strata_schedule_kind_split_backward(pl->kind))
+    return strata__error(STRATA_ERR_UNSUPPORTED, "recompute full with %s: its weight pass (W) reads every block's "
+                         "activations after the input pass; use recompute selective, or 1f1b, gpipe or interleaved",
+                         strata_schedule_kind_name(pl->kind));
   if (opts->grad_reduce == STRATA_BFLOAT16 && opts->cluster)
     return strata__error(STRATA_ERR_UNSUPPORTED, "a bf16 gradient reduction across MPI ranks is not built yet: reduce "
                          "in float32");
@@ -494,6 +505,12 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
     else
       rc = strata_schedule_generate_hybrid(run_kind, pl->pp, tr->m, nstages / pl->pp, pl->replicas, pl->tp,
                                            pl->zero, &tr->sched);
+    if (!rc && opts->recompute) { /* an RC before every backward: the executor, the trace and the simulator see it */
+      strata_schedule_t with;
+      rc = strata_schedule_with_recompute(tr->sched, &with);
+      strata_schedule_free(tr->sched);
+      tr->sched = rc ? NULL : with;
+    }
     if (!rc)
       rc = strata_schedule_validate(tr->sched);
     for (int s = 0; !rc && s < (int)S_all; s++)
@@ -559,6 +576,8 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
     d->grad_bytes += (uint64_t)st->nparams * 4;
     d->optimizer_bytes += 2 * (uint64_t)st->chunk * 4;
     d->activation_bytes += (uint64_t)strata__stage_inflight(tr, s) * st->slot_units * 4;
+    if (st->rcbuf) /* the recomputation's one block (as the memory model counts it: strata__stage_need) */
+      d->activation_bytes += (uint64_t)st->rc_units * 4;
   }
   *out = tr;
   return STRATA_OK;
@@ -648,6 +667,8 @@ STRATA_API int strata_trainer_new_layout(strata_model_t model, strata_dataset_t 
   struct strata_train_options o = *opts;
   if (strata_layout_precision(layout) == STRATA_BFLOAT16)
     o.precision = STRATA_BFLOAT16; /* a layout that states bf16 is trained in it; one that states nothing takes opts' */
+  if (strata_layout_recompute(layout))
+    o.recompute = strata_layout_recompute(layout); /* likewise */
   if (!pl.kind)
     o.accum = pl.m; /* the single device runs its micro-batches one after another */
   int rc = trainer_create(model, data, &o, &pl, out);
