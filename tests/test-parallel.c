@@ -1445,3 +1445,246 @@ Test(parallel, bf16_gradient_reduction_tracks_float32) {
   cr_assert(strstr(strata_last_error(), "needs data parallelism"), "%s", strata_last_error());
   strata_model_free(m);
 }
+
+/* ---- activation recomputation ---- */
+
+#define RC_STEPS 6
+
+/* RC_STEPS steps of one device `dev` (json NULL) or of the layout `json` (its opening brace left out: the mode goes
+** first), recomputing as `mode` says (the options' field for one device, the layout's "recompute" else). */
+static void recompute_run(strata_model_t m, const char *json, int dev, int mode, int precision, struct run *r) {
+  struct strata_train_options o = options(2);
+  o.precision = precision;
+  strata_trainer_t tr;
+  memset(r, 0, sizeof *r);
+  if (!json) {
+    o.device = dev;
+    o.recompute = mode;
+    OK(strata_trainer_new(m, ds, &o, &tr));
+  } else {
+    strata_layout_t l = layout("{\"recompute\": \"%s\", %s", strata_recompute_name(mode), json);
+    cr_assert_eq(strata_layout_recompute(l), mode);
+    OK(strata_trainer_new_layout(m, ds, &o, l, NULL, &tr));
+    strata_layout_free(l);
+  }
+  run_steps(tr, RC_STEPS, r);
+  strata_trainer_free(tr);
+}
+
+/*
+** selective and full against none on the same devices, in fp32 and (bf16 set) bf16: every loss, gradient norm and
+** final parameter bit for bit (the recomputed activations are the first forward's: the same ops on the same inputs).
+** `exact` 0: within compare()'s bounds instead, for a pipeline from a PoCL device to a host one, which does not
+** repeat its own bits from run to run without recomputation either (measured on main: one fp32 run of four differs).
+*/
+static void recompute_cases(strata_model_t m, const char *json, int dev, const char *what, int bf16, int exact) {
+  for (int p = 0; p <= bf16; p++) {
+    const int precision = p ? STRATA_BFLOAT16 : STRATA_FLOAT32;
+    struct run none;
+    recompute_run(m, json, dev, STRATA_RECOMPUTE_NONE, precision, &none);
+    for (int mode = STRATA_RECOMPUTE_SELECTIVE; mode <= STRATA_RECOMPUTE_FULL; mode++) {
+      if (mode == STRATA_RECOMPUTE_FULL && json && strstr(json, "\"zb\""))
+        continue; /* refused: the weight pass reads every block's activations */
+      struct run got;
+      recompute_run(m, json, dev, mode, precision, &got);
+      if (!exact) {
+        for (int s = RC_STEPS; s < STEPS; s++) /* (compare() reads STEPS entries) */
+          got.loss[s] = none.loss[s] = got.norm[s] = none.norm[s] = 1;
+        compare(what, &got, &none, 0);
+        free(got.params);
+        continue;
+      }
+      for (int s = 0; s < RC_STEPS; s++) {
+        cr_assert(got.loss[s] == none.loss[s] && got.norm[s] == none.norm[s],
+                  "%s, %s, recompute %s, step %d: loss %.9g norm %.9g, none %.9g and %.9g", what, p ? "bf16" : "fp32",
+                  strata_recompute_name(mode), s + 1, got.loss[s], got.norm[s], none.loss[s], none.norm[s]);
+      }
+      cr_assert(got.n == none.n && memcmp(got.params, none.params, got.n * 4) == 0,
+                "%s, %s, recompute %s: the final parameters differ", what, p ? "bf16" : "fp32",
+                strata_recompute_name(mode));
+      free(got.params);
+    }
+    free(none.params);
+  }
+}
+
+Test(parallel, recompute_selective_and_full_equal_none_bit_for_bit_on_host) {
+  strata_model_t m = gpt4();
+  int h[8];
+  for (int i = 0; i < 8; i++)
+    h[i] = tc_find_device("host", i);
+  cr_assert_geq(h[7], 0, "needs 8 host virtual devices");
+  char json[512];
+  recompute_cases(m, NULL, h[0], "one device", 1, 1);
+  snprintf(json, sizeof json, "\"pp\": 2, \"devices\": [%d, %d], \"microbatches\": 2}", h[0], h[1]);
+  recompute_cases(m, json, -1, "pp 2", 1, 1);
+  snprintf(json, sizeof json, "\"tp\": 2, \"devices\": [%d, %d], \"microbatches\": 2}", h[0], h[1]);
+  recompute_cases(m, json, -1, "tp 2", 1, 1);
+  snprintf(json, sizeof json, "\"dp\": 2, \"pp\": 2, \"tp\": 2, \"devices\": [%d, %d, %d, %d, %d, %d, %d, %d], "
+           "\"microbatches\": 2}", h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]);
+  recompute_cases(m, json, -1, "dp 2 x pp 2 x tp 2", 1, 1);
+  snprintf(json, sizeof json, "\"pp\": 2, \"schedule\": \"zb\", \"devices\": [%d, %d], \"microbatches\": 2}", h[0],
+           h[1]);
+  recompute_cases(m, json, -1, "pp 2 zb-h1 (selective: its weight pass reads no probability)", 1, 1);
+  strata_model_free(m);
+}
+
+Test(parallel, recompute_selective_and_full_equal_none_bit_for_bit_on_pocl_and_host) {
+  int p0 = tc_find_device("opencl", 0), p1 = tc_find_device("opencl", 1);
+  if (p0 < 0 || p1 < 0)
+    cr_skip_test("two OpenCL devices are needed (POCL_DEVICES=\"pthread pthread\")");
+  int h[6];
+  for (int i = 0; i < 6; i++)
+    h[i] = tc_find_device("host", i);
+  strata_model_t m = gpt4();
+  char json[512];
+  /* (bf16 on one PoCL device: two PoCL devices' bf16 join does not finish a step, recompute or not, and a pipeline
+  ** from PoCL to host is compared within bounds, see recompute_cases) */
+  recompute_cases(m, NULL, p0, "one PoCL device", 1, 1);
+  snprintf(json, sizeof json, "\"pp\": 2, \"devices\": [%d, %d], \"microbatches\": 2}", p0, h[0]);
+  recompute_cases(m, json, -1, "pp 2 over PoCL + host", 0, 0);
+  snprintf(json, sizeof json, "\"tp\": 2, \"devices\": [%d, %d], \"microbatches\": 2}", p0, p1);
+  recompute_cases(m, json, -1, "tp 2 over two PoCL devices", 0, 1);
+  snprintf(json, sizeof json, "\"dp\": 2, \"pp\": 2, \"tp\": 2, \"devices\": [%d, %d, %d, %d, %d, %d, %d, %d], "
+           "\"microbatches\": 2}", p0, p1, h[0], h[1], h[2], h[3], h[4], h[5]);
+  recompute_cases(m, json, -1, "dp 2 x pp 2 x tp 2 over 2 PoCL + 6 host", 0, 0);
+  strata_model_free(m);
+}
+
+/* The trace shows each recomputation as its own compute event (RC s.mb, one per block of the stage), on the device of
+** its stage, inside the backward of the same stage and micro-batch. */
+Test(parallel, trace_shows_recomputation_before_each_backward) {
+  strata_model_t m = gpt4(); /* embedding, 2 blocks, head: split [2, 2] puts one block on each rank */
+  int h[4];
+  for (int i = 0; i < 4; i++)
+    h[i] = tc_find_device("host", i);
+  char trace[600];
+  snprintf(trace, sizeof trace, "%s/rc-trace.json", dir);
+  for (int mode = STRATA_RECOMPUTE_SELECTIVE; mode <= STRATA_RECOMPUTE_FULL; mode++) {
+    strata_layout_t l = layout("{\"pp\": 2, \"tp\": 2, \"devices\": [%d, %d, %d, %d], \"split\": [2, 2], "
+                               "\"microbatches\": 3, \"recompute\": \"%s\"}", h[0], h[1], h[2], h[3],
+                               strata_recompute_name(mode));
+    struct strata_train_options o = options(1);
+    strata_trainer_t tr;
+    OK(strata_trainer_new_layout(m, ds, &o, l, trace, &tr));
+    OK(strata_trainer_step(tr, NULL));
+    strata_trainer_free(tr);
+    strata_layout_free(l);
+    json_error_t err;
+    json_t *root = json_load_file(trace, 0, &err);
+    cr_assert_not_null(root, "%s: %s", trace, err.text);
+    json_t *evs = json_object_get(root, "traceEvents"), *e, *b;
+    int rc[4] = {0};
+    size_t i, j;
+    json_array_foreach(evs, i, e) {
+      const char *name = json_string_value(json_object_get(e, "name"));
+      int st, mb;
+      if (!name || sscanf(name, "RC%d.%d", &st, &mb) != 2)
+        continue;
+      const int tid = (int)json_integer_value(json_object_get(e, "tid")), rank = tid / 2;
+      cr_assert(tid % 2 == 0 && rank < 4, "%s on the compute track of a device: tid %d", name, tid);
+      cr_assert_str_eq(json_string_value(json_object_get(e, "cat")), "compute");
+      cr_assert_eq(st % 2, rank % 2, "%s runs on the device of stage %d", name, st);
+      const double t0 = json_number_value(json_object_get(e, "ts")), t1 = t0 + json_number_value(json_object_get(e, "dur"));
+      char bname[24];
+      snprintf(bname, sizeof bname, "B%d.%d", st, mb);
+      int inside = 0;
+      json_array_foreach(evs, j, b) {
+        const char *bn = json_string_value(json_object_get(b, "name"));
+        if (bn && !strcmp(bn, bname) && json_integer_value(json_object_get(b, "tid")) == tid) {
+          const double b0 = json_number_value(json_object_get(b, "ts")),
+                       b1 = b0 + json_number_value(json_object_get(b, "dur"));
+          inside = t0 >= b0 - 1e-3 && t1 <= b1 + 1e-3;
+        }
+      }
+      cr_assert(inside, "%s lies inside %s on its device", name, bname);
+      rc[rank]++;
+    }
+    json_decref(root);
+    for (int r = 0; r < 4; r++) /* one block per stage, three micro-batches */
+      cr_assert_eq(rc[r], 3, "recompute %s: device rank %d has %d RC events, want 3", strata_recompute_name(mode), r,
+                   rc[r]);
+  }
+  strata_model_free(m);
+}
+
+/*
+** The 512x8 GPT of bench/train-mfu.sh (4 sequences of 256 tokens), its activation bytes as the trainer's runtime
+** accounting reports them (strata_train_device_stats.activation_bytes: one micro-batch's slot and, recomputing, the
+** one-block buffer; the memory plan's own figure, which test-memory checks against what a stage allocates) against
+** the formula of what each mode keeps, in 4-byte units with R = B x T rows, per block:
+**   none       8 RD + 2 RF + 4 R + B H T^2 (ln1, qkv (3 RD), att, xmid, ln2, h and g (RF each), 4 statistics per row,
+**              the probabilities; and its output RD)
+**   selective  8 RD + 2 RF + 4 R per block, and B H T^2 once (the buffer)
+**   full       RD per block (its output, the next one's input), and once the buffer of one block's
+**              8 RD + 2 RF + 4 R + B H T^2 (its saved activations and its recomputed output)
+** plus, in every mode, the tokens and targets (2 R), the embedding's output (RD) and the head's (RD + 3 R + R V).
+** Each figure within 10% of its formula (the formula here is exact: a difference means the model changed), full at most
+** 0.35 x none, selective below none.
+*/
+Test(parallel, recompute_cuts_the_activations_of_the_512x8_gpt) {
+  struct strata_model_config c = {.kind = STRATA_MODEL_GPT, .vocab = 256, .context = 256, .d_model = 512, .layers = 8,
+                                  .heads = 8, .d_ff = 2048};
+  strata_model_t m;
+  OK(strata_model_from_config(&c, &m));
+  const double B = 4, T = 256, D = 512, F = 2048, H = 8, V = 256, L = 8, R = B * T;
+  const double block = 8 * R * D + 2 * R * F + 4 * R, probs = B * H * T * T;
+  const double rest = 2 * R + R * D + R * D + 3 * R + R * V;
+  const double want[3] = {4 * (L * (block + probs) + rest), 4 * (L * block + probs + rest),
+                          4 * (L * R * D + block + probs + rest)};
+  uint64_t act[3];
+  for (int mode = 0; mode < 3; mode++) {
+    struct strata_train_options o = options(1);
+    o.batch = 4;
+    o.recompute = mode;
+    strata_trainer_t tr;
+    OK(strata_trainer_new(m, NULL, &o, &tr));
+    struct strata_train_report rep;
+    OK(strata_trainer_report(tr, &rep));
+    act[mode] = rep.dev[0].activation_bytes;
+    strata_trainer_free(tr);
+    cr_log_info("512x8 GPT, 4 sequences, recompute %s: activations %llu bytes (formula %.0f, %.3fx of none)",
+                strata_recompute_name(mode), (unsigned long long)act[mode], want[mode],
+                (double)act[mode] / (double)act[0]);
+    cr_assert(fabs((double)act[mode] - want[mode]) <= 0.1 * want[mode],
+              "recompute %s: %llu activation bytes, the formula says %.0f", strata_recompute_name(mode),
+              (unsigned long long)act[mode], want[mode]);
+  }
+  cr_assert_leq((double)act[STRATA_RECOMPUTE_FULL], 0.35 * (double)act[0]);
+  cr_assert_lt(act[STRATA_RECOMPUTE_SELECTIVE], act[0]);
+  strata_model_free(m);
+}
+
+/* What recomputation does not cover is refused by name: an MLP or CNN (no block), full with a split backward
+** (zb), a mode out of range; a layout's unknown mode does not parse. */
+Test(parallel, recompute_refusals) {
+  strata_model_t m = gpt4();
+  int h0 = tc_find_device("host", 0), h1 = tc_find_device("host", 1);
+  strata_trainer_t tr = NULL;
+  struct strata_train_options o = options(1);
+  o.recompute = 3;
+  cr_assert_eq(strata_trainer_new(m, ds, &o, &tr), STRATA_ERR_INVALID);
+  cr_assert_null(tr);
+  strata_layout_t l = layout("{\"pp\": 2, \"schedule\": \"zb\", \"devices\": [%d, %d], \"microbatches\": 2, "
+                             "\"recompute\": \"full\"}", h0, h1);
+  o.recompute = 0;
+  cr_assert_eq(strata_trainer_new_layout(m, ds, &o, l, NULL, &tr), STRATA_ERR_UNSUPPORTED);
+  cr_assert(strstr(strata_last_error(), "recompute full") && strstr(strata_last_error(), "zb"), "%s",
+            strata_last_error());
+  cr_assert_null(tr);
+  strata_layout_free(l);
+  cr_assert_eq(strata_layout_from_json("{\"recompute\": \"sometimes\"}", "x", &l), STRATA_ERR_PARSE);
+  cr_assert(strstr(strata_last_error(), "\"recompute\""), "%s", strata_last_error());
+  strata_model_free(m);
+  struct strata_model_config mlp = {.kind = STRATA_MODEL_MLP, .image = 8, .channels = 1, .classes = 3,
+                                    .hidden = {32, 16, 0}};
+  OK(strata_model_from_config(&mlp, &m));
+  o.recompute = STRATA_RECOMPUTE_SELECTIVE;
+  cr_assert_eq(strata_trainer_new(m, NULL, &o, &tr), STRATA_ERR_UNSUPPORTED);
+  cr_assert(strstr(strata_last_error(), "GPT"), "%s", strata_last_error());
+  cr_assert_null(tr);
+  l = layout("{\"recompute\": \"full\", \"devices\": [%d]}", h0);
+  cr_assert_eq(strata_layout_check(l, m, -1), STRATA_ERR_UNSUPPORTED);
+  strata_layout_free(l);
+  strata_model_free(m);
+}

@@ -90,7 +90,8 @@ enum strata__plan_part {
   STRATA__PLAN_PART_FWD,    /* the forward */
   STRATA__PLAN_PART_INPUT,  /* the backward's input gradient (a split backward's first part) */
   STRATA__PLAN_PART_WEIGHT, /* the backward's weight gradient (its second part) */
-  STRATA__PLAN_PART_FULL    /* the whole backward */
+  STRATA__PLAN_PART_FULL,   /* the whole backward */
+  STRATA__PLAN_PART_CORE    /* a block's attention core forward, scores and softmax (selective recomputation) */
 };
 struct strata__plan_work {
   double s;
@@ -203,7 +204,8 @@ int64_t strata__plan_probe_round(const struct strata_machine *c, int64_t n);
 */
 struct strata__plan_stage_cost {
   double f, b, bi, w, opt;          /* compute (joins included when inline) */
-  double f_comm, b_comm, bi_comm;   /* the inline joins' part */
+  double rc;                        /* RECOMPUTE: the forward work the recompute mode reruns (joins as f's) */
+  double f_comm, b_comm, bi_comm, rc_comm; /* the inline joins' part */
   double tjf, tjb;                  /* TP_JOIN_FORWARD / _BACKWARD: the joins of one micro-batch's F, B or BI */
   double tjf_bytes, tjb_bytes;
   double act_bytes;                 /* kept per micro-batch per device */

@@ -211,6 +211,12 @@ static struct strata__plan_work gpt_part(const struct strata_device_cost *w, con
   const int split = part == STRATA__PLAN_PART_INPUT || part == STRATA__PLAN_PART_WEIGHT;
   double s = 0, launches = 0, jb = 0;
   int joins = 0;
+  if (part == STRATA__PLAN_PART_CORE) { /* a block's scores and their softmax, a sequence's heads in one call */
+    if (strcmp(li->type, "block") == 0)
+      s += gemm_s(w, 0, 1, T, T, hd, Ht) * B + rows_s(w, STRATA_PLAN_OP_SOFTMAX_FWD, B * Ht * T * T, B * Ht * T),
+          launches += B + 1;
+    return (struct strata__plan_work){s + launches * w->launch_us * 1e-6, 0, 0};
+  }
   if (strcmp(li->type, "embed") == 0) {
     if (part == STRATA__PLAN_PART_FWD) {
       s += strata__plan_op_s(w, STRATA_PLAN_OP_ADD, 3 * N * D + (vp ? N : 0)); /* two lookups and their sum */
@@ -299,6 +305,8 @@ static struct strata__plan_work raw_part(const struct strata_device_cost *w, str
   const struct strata_model_config *cfg = strata_model_config(model);
   if (cfg->kind == STRATA_MODEL_GPT)
     return gpt_part(w, cfg, &li, t, rows, part);
+  if (part == STRATA__PLAN_PART_CORE) /* (no attention: nothing recomputed) */
+    return (struct strata__plan_work){0, 0, 0};
   double flops = (part == STRATA__PLAN_PART_FWD ? li.fwd_flops : li.bwd_flops) * (double)rows / t;
   double elems = (double)li.act_bytes / 4 * (double)rows / t * (part == STRATA__PLAN_PART_FWD ? 2 : 3);
   double s = flops / w->flops + strata__plan_op_s(w, STRATA_PLAN_OP_ADD, elems) +

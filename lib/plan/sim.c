@@ -362,6 +362,7 @@ static double action_cost(const struct strata__plan_engine *e, const struct stra
   case STRATA_ACTION_BACKWARD: *comm = c->b_comm; return c->b;
   case STRATA_ACTION_BACKWARD_INPUT: *comm = c->bi_comm; return c->bi;
   case STRATA_ACTION_BACKWARD_WEIGHT: return c->w;
+  case STRATA_ACTION_RECOMPUTE: *comm = c->rc_comm; return c->rc;
   case STRATA_ACTION_OPTIMIZER: return 0; /* the device's last OPTIMIZER updates all its stages: opt_s */
   default: return 0;
   }
@@ -487,6 +488,7 @@ static int engine_run(struct strata__plan_engine *e) {
     case STRATA_ACTION_BACKWARD:
     case STRATA_ACTION_BACKWARD_INPUT:
     case STRATA_ACTION_BACKWARD_WEIGHT:
+    case STRATA_ACTION_RECOMPUTE:
     case STRATA_ACTION_OPTIMIZER: {
       double comm, dur = action_cost(e, a, &comm);
       if (a->kind == STRATA_ACTION_OPTIMIZER && e->next[d] == e->last_opt[d]) {
@@ -896,6 +898,12 @@ static int simulate_in(struct strata_machine *c, strata_model_t model, strata_la
     rc = strata_schedule_generate_hybrid_ranks(strata_layout_schedule(l), pp, m, v, R, tps, strata_layout_zero(l),
                                                &s);
   free(tps);
+  if (!rc && strata_layout_recompute(l)) { /* an RC before every backward, as the trainer's lists have */
+    strata_schedule_t with;
+    rc = strata_schedule_with_recompute(s, &with);
+    strata_schedule_free(s);
+    s = rc ? NULL : with;
+  }
   const int T = s ? strata_schedule_tp(s) : 1;
   struct strata__plan_engine e;
   memset(&e, 0, sizeof e);
@@ -924,8 +932,9 @@ static int simulate_in(struct strata_machine *c, strata_model_t model, strata_la
         inline_joins ? strata__plan_group_cost(c, sc->devs, t) : c->cost[sc->devs[slice] % c->k];
     sc->dev = sc->devs[inline_joins ? 0 : slice];
     sc->threads = c->cpu_cores > 0 ? c->cost[sc->dev % c->k].cpu_threads : 0;
-    double params = 0, jf = 0, jb = 0;
-    int nf = 0, nb = 0;
+    double params = 0, jf = 0, jb = 0, jr = 0;
+    int nf = 0, nb = 0, nr = 0;
+    const int recompute = strata_layout_recompute(l);
     for (int li = a; li < a + split[j]; li++) {
       struct strata_layer_info info;
       strata_model_layer(model, li, &info);
@@ -939,6 +948,11 @@ static int simulate_in(struct strata_machine *c, strata_model_t model, strata_la
       sc->w += bw.s;
       jf += f.join_bytes, nf += f.joins;
       jb += b.join_bytes, nb += b.joins;
+      /* recomputation: a block's forward again (full), or its scores and softmax (selective) */
+      if (recompute == STRATA_RECOMPUTE_FULL && strcmp(info.type, "block") == 0)
+        sc->rc += f.s, jr += f.join_bytes, nr += f.joins;
+      else if (recompute == STRATA_RECOMPUTE_SELECTIVE)
+        sc->rc += strata__plan_layer_part(&w, model, t, li, rows, STRATA__PLAN_PART_CORE).s;
       params += (double)info.params;
       if (li == a + split[j] - 1)
         sc->out_bytes = (double)info.out_bytes * (double)rows * elem;
@@ -950,13 +964,16 @@ static int simulate_in(struct strata_machine *c, strata_model_t model, strata_la
     sc->f += sync + (j > 0 ? hand : 0), sc->w += sync;
     sc->b += sync + (j < S - 1 ? hand : 0), sc->bi += sync + (j < S - 1 ? hand : 0);
     const double tjf = strata__plan_joins_s(c, sc->devs, jf, nf, t), tjb = strata__plan_joins_s(c, sc->devs, jb, nb, t);
+    const double tjr = strata__plan_joins_s(c, sc->devs, jr, nr, t);
     if (inline_joins) {
+      sc->rc += tjr, sc->rc_comm = tjr;
       sc->f += tjf, sc->f_comm = tjf;
       sc->b += tjb, sc->b_comm = tjb;
       sc->bi += tjb, sc->bi_comm = tjb;
     } else {
       sc->tjf = tjf, sc->tjf_bytes = jf;
-      sc->tjb = tjb, sc->tjb_bytes = jb;
+      /* the recomputation's joins are settled with the backward's, at its TP_JOIN_BACKWARD */
+      sc->tjb = tjb + tjr, sc->tjb_bytes = jb + jr;
     }
     if (a > 0) {
       struct strata_layer_info prev;
