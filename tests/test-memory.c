@@ -35,11 +35,12 @@ static int models(strata_model_t *out) {
 
 static int same(const struct strata__stage_bytes *a, const struct strata__stage_bytes *b) {
   return a->params == b->params && a->fixed == b->fixed && a->slot == b->slot && a->grad == b->grad &&
-         a->in == b->in && a->out == b->out;
+         a->in == b->in && a->out == b->out && a->recompute == b->recompute;
 }
 
 /* Every [a, b) of every model, tp 1 and 2 (each slice), ZeRO 1 and 3 shards, split backward or not, 1 and 3
-** samples per micro-batch, fp32 and bf16: the constant-time figures are the stage's. */
+** samples per micro-batch, fp32 and bf16, and (GPTs) each recompute mode (full: without a split backward): the
+** constant-time figures are the stage's. */
 Test(memory, every_cut_weighed_at_once_is_the_stage_alone) {
   strata_model_t m[4];
   const int n = models(m);
@@ -50,8 +51,10 @@ Test(memory, every_cut_weighed_at_once_is_the_stage_alone) {
         for (int zero = 1; zero <= 3; zero += 2)
           for (int split = 0; split <= 1; split++)
             for (int64_t mb = 1; mb <= 3; mb += 2)
-            for (int bf = 0; bf <= 1; bf++) {
-              const struct strata__cut cut = {{slice, tp}, {0, zero}, bf ? STRATA_BFLOAT16 : STRATA_FLOAT32, bf ? STRATA_BFLOAT16 : STRATA_FLOAT32};
+            for (int bf = 0; bf <= 1; bf++)
+            for (int rc = 0; rc <= (i < 2 ? STRATA_RECOMPUTE_FULL - split : 0); rc++) {
+              const struct strata__cut cut = {{slice, tp}, {0, zero}, bf ? STRATA_BFLOAT16 : STRATA_FLOAT32,
+                                              bf ? STRATA_BFLOAT16 : STRATA_FLOAT32, rc};
               struct strata__stage_ranges *r;
               OK(strata__stage_ranges_new(m[i], mb, split, &cut, &r));
               const int L = strata_model_layer_count(m[i]);
@@ -61,9 +64,9 @@ Test(memory, every_cut_weighed_at_once_is_the_stage_alone) {
                   OK(strata__stage_plan(m[i], a, b, mb, split, &cut, &want));
                   OK(strata__stage_ranges_bytes(r, a, b, &got));
                   cr_assert(same(&got, &want),
-                            "model %d tp %d.%d zero %d split %d mb %lld bf16 %d, layers [%d, %d): weighed fixed %llu "
-                            "slot %llu grad %llu params %llu, alone fixed %llu slot %llu grad %llu params %llu",
-                            i, slice, tp, zero, split, (long long)mb, bf, a, b, (unsigned long long)got.fixed,
+                            "model %d tp %d.%d zero %d split %d mb %lld bf16 %d recompute %d, layers [%d, %d): weighed "
+                            "fixed %llu slot %llu grad %llu params %llu, alone fixed %llu slot %llu grad %llu params %llu",
+                            i, slice, tp, zero, split, (long long)mb, bf, rc, a, b, (unsigned long long)got.fixed,
                             (unsigned long long)got.slot, (unsigned long long)got.grad, (unsigned long long)got.params,
                             (unsigned long long)want.fixed, (unsigned long long)want.slot,
                             (unsigned long long)want.grad, (unsigned long long)want.params);
@@ -78,7 +81,8 @@ Test(memory, every_cut_weighed_at_once_is_the_stage_alone) {
 
 /* The figures against the runtime's accounting: a stage built on a host device allocates its fixed bytes, and a
 ** slot taken for a micro-batch adds one slot's activations and boundary gradients, byte for byte, in fp32 and in bf16
-** (where the fixed bytes hold the weights' bf16 copy and, with tp, the float32 copy a join sums in). */
+** (where the fixed bytes hold the weights' bf16 copy and, with tp, the float32 copy a join sums in), and in each
+** recompute mode of a GPT (the fixed bytes hold the one-block buffer; the slot keeps less). */
 Test(memory, the_figures_are_what_a_stage_allocates) {
   setenv("STRATA_HOST_DEVICES", "1", 0);
   setenv("STRATA_BACKENDS", "host", 0);
@@ -89,11 +93,13 @@ Test(memory, the_figures_are_what_a_stage_allocates) {
   for (int i = 0; i < n; i++)
     for (int tp = 1; tp <= 2; tp++)
       for (int split = 0; split <= 1; split++)
-      for (int bf = 0; bf <= 1; bf++) {
+      for (int bf = 0; bf <= 1; bf++)
+      for (int rc = 0; rc <= (i < 2 ? STRATA_RECOMPUTE_FULL - split : 0); rc++) {
         const int L = strata_model_layer_count(m[i]);
         for (int a = 0; a < L; a++)
           for (int b = a + 1; b <= L; b++) {
-            const struct strata__cut cut = {{tp - 1, tp}, {1, 2}, bf ? STRATA_BFLOAT16 : STRATA_FLOAT32, STRATA_FLOAT32};
+            const struct strata__cut cut = {{tp - 1, tp}, {1, 2}, bf ? STRATA_BFLOAT16 : STRATA_FLOAT32, STRATA_FLOAT32,
+                                            rc};
             struct strata__stage_bytes want;
             OK(strata__stage_plan(m[i], a, b, 2, split, &cut, &want));
             uint64_t before, after, taken;
@@ -101,8 +107,10 @@ Test(memory, the_figures_are_what_a_stage_allocates) {
             struct strata__stage *st;
             OK(strata__stage_new(m[i], a, b, dev, 2, 7, split, &cut, &st));
             OK(strata_device_memory(dev, &after, NULL, NULL));
-            cr_assert_eq(after - before, want.fixed, "model %d tp %d split %d [%d, %d): allocated %llu, figured %llu",
-                         i, tp, split, a, b, (unsigned long long)(after - before), (unsigned long long)want.fixed);
+            cr_assert_eq(after - before, want.fixed, "model %d tp %d split %d rc %d [%d, %d): allocated %llu, figured %llu",
+                         i, tp, split, rc, a, b, (unsigned long long)(after - before), (unsigned long long)want.fixed);
+            cr_assert_eq(st->rc_units * 4, want.recompute, "model %d rc %d [%d, %d): a recompute buffer of %zu units",
+                         i, rc, a, b, st->rc_units);
             int s;
             OK(strata__stage_slot_take(st, &s));
             OK(strata__stage_acquire(st, s));

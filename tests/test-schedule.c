@@ -1136,3 +1136,61 @@ Test(schedule, dualpipev_hybrid_validates_and_a_missing_weight_is_rejected) {
   lists_remove(&l, 1, lists_find(&l, 1, STRATA_ACTION_BACKWARD_WEIGHT, 2, 3));
   REJECTED(&l, "missing W2.3 after BI2.3 on dev 1");
 }
+
+/* ---------------------------------------------------------------- activation recomputation */
+
+/* An RC right before each backward (B, or BI), by hand; the schedules of every kind with replicas and slices validate
+** with their RCs and keep their unit-cost bubble (an RC costs nothing there: its cost depends on the mode, the
+** simulator's); an RC missing, after its backward or before its forward is refused. */
+Test(schedule, recompute_before_each_backward) {
+  strata_schedule_t s = gen(STRATA_SCHEDULE_1F1B, 2, 3, 0), r = NULL;
+  OK(strata_schedule_with_recompute(s, &r));
+  expect_text(r, "dev 0: F0.0 SA0.0 F0.1 SA0.1 RG0.0 RC0.0 B0.0 F0.2 SA0.2 RG0.1 RC0.1 B0.1 RG0.2 RC0.2 B0.2 OPT0\n"
+                 "dev 1: RA1.0 F1.0 RC1.0 B1.0 SG1.0 RA1.1 F1.1 RC1.1 B1.1 SG1.1 RA1.2 F1.2 RC1.2 B1.2 SG1.2 OPT1\n");
+  OK(strata_schedule_validate(r));
+  cr_assert_float_eq(bubble_of(r), bubble_of(s), 1e-12);
+  cr_assert_str_eq(strata_action_label(STRATA_ACTION_RECOMPUTE), "RC");
+  strata_schedule_free(s);
+  const int kinds[] = {STRATA_SCHEDULE_GPIPE, STRATA_SCHEDULE_1F1B, STRATA_SCHEDULE_INTERLEAVED, STRATA_SCHEDULE_ZB_H1,
+                       STRATA_SCHEDULE_ZBV, STRATA_SCHEDULE_DUALPIPEV};
+  for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+    strata_schedule_t h = NULL, hr = NULL;
+    OK(strata_schedule_generate_hybrid(kinds[k], 2, 4, 2, 2, 2, 1, &h));
+    OK(strata_schedule_with_recompute(h, &hr));
+    cr_assert_eq(strata_schedule_validate(hr), STRATA_OK, "%s dp 2 x pp 2 x tp 2 with RC: %s",
+                 strata_schedule_kind_name(kinds[k]), strata_last_error());
+    cr_assert_eq(strata_schedule_tp(hr), 2);
+    cr_assert_eq(strata_schedule_replicas(hr), 2);
+    int backward = 0, rc = 0;
+    for (int d = 0; d < strata_schedule_devices(hr); d++) {
+      int n = 0;
+      const struct strata_action *a = strata_schedule_actions(hr, d, &n);
+      for (int i = 0; i < n; i++) {
+        backward += a[i].kind == STRATA_ACTION_BACKWARD || a[i].kind == STRATA_ACTION_BACKWARD_INPUT;
+        if (a[i].kind == STRATA_ACTION_RECOMPUTE) {
+          rc++;
+          cr_assert(i + 1 < n && a[i + 1].stage == a[i].stage && a[i + 1].microbatch == a[i].microbatch &&
+                    (a[i + 1].kind == STRATA_ACTION_BACKWARD || a[i + 1].kind == STRATA_ACTION_BACKWARD_INPUT));
+        }
+      }
+    }
+    cr_assert_eq(rc, backward);
+    strata_schedule_free(h);
+    strata_schedule_free(hr);
+  }
+  struct lists l;
+  lists_from(&l, r);
+  lists_remove(&l, 0, lists_find(&l, 0, STRATA_ACTION_RECOMPUTE, 0, 1));
+  REJECTED(&l, "missing RC0.1", "dev 0");
+  lists_from(&l, r); /* after its backward */
+  int at = lists_find(&l, 1, STRATA_ACTION_RECOMPUTE, 1, 0);
+  lists_remove(&l, 1, at);
+  lists_insert(&l, 1, at + 1, act(STRATA_ACTION_RECOMPUTE, 1, 0));
+  REJECTED(&l, "B1.0", "RC1.0", "dev 1");
+  lists_from(&l, r); /* before its forward */
+  at = lists_find(&l, 1, STRATA_ACTION_RECOMPUTE, 1, 2);
+  lists_remove(&l, 1, at);
+  lists_insert(&l, 1, lists_find(&l, 1, STRATA_ACTION_FORWARD, 1, 2), act(STRATA_ACTION_RECOMPUTE, 1, 2));
+  REJECTED(&l, "RC1.2", "F1.2");
+  strata_schedule_free(r);
+}

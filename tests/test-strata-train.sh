@@ -42,7 +42,7 @@ if [ ! -x "$TRAIN" ] || [ ! -x "$GEN" ]; then
   echo "1..0 # SKIP strata-train or strata-generate not built"
   exit 0
 fi
-echo "1..116"
+echo "1..124"
 
 # A small corpus of our own, so that the tests do not depend on what the machine ships.
 for i in 1 2 3 4 5 6 7 8; do cat "$top_srcdir/README.md" "$top_srcdir/man/strata-train.1"; done >"$TMP/text.txt"
@@ -460,3 +460,43 @@ fails_clearly "--grad-reduce bf16 without --dp" 2 "give --dp 2 or more" $T --ste
 STRATA_HOST_DEVICES=2 $TRAIN --model gpt-micro --data $TMP/text.txt --batch 4 --eval-batches 2 --steps 2 --dp 2 --grad-reduce bf16 --json >"$TMP/gr.json" 2>"$TMP/err"
 rc=$?
 check "--dp 2 --grad-reduce bf16: exit 0, a finite loss" sh -c "[ $rc -eq 0 ] && grep -q '\"event\":\"summary\".*\"loss\":[0-9]' '$TMP/gr.json'"
+
+# activation recomputation (issue 32): bad modes and what it does not cover, one line, exit 2; selective and full give
+# the losses, gradient norms and checkpoint of none bit for bit (one device, and pp 2 with its trace's RC events); the
+# start event and summary say the mode; full keeps fewer activation bytes than selective, selective fewer than none
+fails_clearly "--recompute sometimes" 2 "--recompute 'sometimes': expected none, selective or full" $T --steps 2 --recompute sometimes
+T1="$TRAIN --model gpt-micro --data $TMP/text.txt --batch 4 --eval-batches 2"
+fails_clearly "--recompute full with --schedule zb" 2 "--recompute full with --schedule zb-h1" \
+  $T1 --steps 2 --pp 2 --schedule zb --recompute full
+fails_clearly "--recompute selective on an MLP" 2 "is for GPT blocks" $TRAIN --model mlp --steps 2 --device 0 --recompute selective
+echo '{"dp": 1, "pp": 1, "recompute": "full"}' >"$TMP/rc-layout.json"
+fails_clearly "--recompute selective with a full layout" 2 "--recompute selective and the layout's full differ" \
+  $T1 --steps 2 --layout "$TMP/rc-layout.json" --recompute selective
+R="$TRAIN --model gpt-small --data $TMP/text.txt --batch 2 --eval-batches 1 --eval-every 0 --steps 3 --json"
+for mode in none selective full; do
+  $R --device 0 --recompute $mode --save "$TMP/rc-$mode.st" >"$TMP/rc-$mode.json" 2>"$TMP/err" || echo "exit $? ($mode)" >>"$TMP/err"
+  STRATA_HOST_DEVICES=2 $R --pp 2 --microbatches 2 --recompute $mode --save "$TMP/rcp-$mode.st" --trace "$TMP/rcp-$mode.trace" \
+    >"$TMP/rcp-$mode.json" 2>>"$TMP/err" || echo "exit $? (pp 2 $mode)" >>"$TMP/err"
+  grep '"event":"step"' "$TMP/rc-$mode.json" | sed 's/.*\("loss":[^,]*,"grad_norm":[^,]*\).*/\1/' >"$TMP/rc-$mode.steps"
+  grep '"event":"step"' "$TMP/rcp-$mode.json" | sed 's/.*\("loss":[^,]*,"grad_norm":[^,]*\).*/\1/' >"$TMP/rcp-$mode.steps"
+done
+act() { grep '"event":"summary"' "$1" | sed -n 's/.*"activation_bytes":\([0-9]*\).*/\1/p'; }
+check "--recompute selective and full: the losses, gradient norms and checkpoint of none, bit for bit (one device)" sh -c "
+  [ ! -s '$TMP/err' ] && [ \$(wc -l <'$TMP/rc-none.steps') -eq 3 ] &&
+  cmp -s '$TMP/rc-none.steps' '$TMP/rc-selective.steps' && cmp -s '$TMP/rc-none.steps' '$TMP/rc-full.steps' &&
+  cmp -s '$TMP/rc-none.st' '$TMP/rc-selective.st' && cmp -s '$TMP/rc-none.st' '$TMP/rc-full.st'"
+check "--recompute selective and full with --pp 2: the bits of none, and RC events in the trace" sh -c "
+  [ \$(wc -l <'$TMP/rcp-none.steps') -eq 3 ] &&
+  cmp -s '$TMP/rcp-none.steps' '$TMP/rcp-selective.steps' && cmp -s '$TMP/rcp-none.steps' '$TMP/rcp-full.steps' &&
+  cmp -s '$TMP/rcp-none.st' '$TMP/rcp-selective.st' && cmp -s '$TMP/rcp-none.st' '$TMP/rcp-full.st' &&
+  grep -q '\"name\": \"RC0.1\"' '$TMP/rcp-full.trace' && grep -q '\"name\": \"RC1.1\"' '$TMP/rcp-selective.trace' &&
+  ! grep -q '\"name\": \"RC' '$TMP/rcp-none.trace'"
+check "the start event and summary say the recompute mode; activation bytes full < selective < none ($(act "$TMP/rc-full.json"), $(act "$TMP/rc-selective.json"), $(act "$TMP/rc-none.json"))" sh -c "
+  grep -q '\"event\":\"start\".*\"recompute\":\"full\"' '$TMP/rc-full.json' &&
+  grep -q '\"event\":\"summary\".*\"recompute\":\"selective\"' '$TMP/rc-selective.json' &&
+  grep -q '\"event\":\"summary\".*\"recompute\":\"none\"' '$TMP/rc-none.json' &&
+  [ $(act "$TMP/rc-full.json") -lt $(act "$TMP/rc-selective.json") ] &&
+  [ $(act "$TMP/rc-selective.json") -lt $(act "$TMP/rc-none.json") ]"
+$T --steps 1 --recompute full >"$TMP/out" 2>"$TMP/err"
+rc=$?
+check "the text header says the recompute mode (exit $rc)" sh -c "[ $rc -eq 0 ] && grep -q '^recompute full: ' '$TMP/out'"
