@@ -173,6 +173,70 @@ Test(layout, precision_in_json) {
   cr_assert(strstr(strata_last_error(), "precision"), "%s", strata_last_error());
 }
 
+/* "recompute" both ways, written only when it is not none; a mode by name (the parser's), out of range by hand, and
+** refused where it cannot run: an MLP, full with zb. */
+Test(layout, recompute_in_json) {
+  strata_layout_t l, l2;
+  char *j1, *j2, *d;
+  OK(strata_layout_from_json("{\"pp\": 2, \"microbatches\": 2, \"recompute\": \"full\"}", "full.json", &l));
+  cr_assert_eq(strata_layout_recompute(l), STRATA_RECOMPUTE_FULL);
+  OK(strata_layout_to_json(l, &j1));
+  cr_assert_str_eq(j1, "{\"schema\":\"strata-layout/1\",\"dp\":1,\"pp\":2,\"tp\":[1,1],\"devices\":[0,1],"
+                       "\"schedule\":\"1f1b\",\"microbatches\":2,\"virtual_stages\":1,\"zero\":0,"
+                       "\"recompute\":\"full\"}");
+  OK(strata_layout_from_json(j1, "written", &l2));
+  OK(strata_layout_to_json(l2, &j2));
+  cr_assert_str_eq(j1, j2);
+  OK(strata_layout_describe(l2, &d));
+  cr_assert(strstr(d, ", recompute full"), "%s", d);
+  strata_layout_t c;
+  OK(strata_layout_copy(l2, &c));
+  cr_assert_eq(strata_layout_recompute(c), STRATA_RECOMPUTE_FULL);
+  strata_layout_free(c);
+  free(d);
+  free(j1);
+  free(j2);
+  strata_layout_free(l);
+  strata_layout_free(l2);
+  OK(strata_layout_from_json("{\"recompute\": \"none\"}", NULL, &l));
+  cr_assert_eq(strata_layout_recompute(l), STRATA_RECOMPUTE_NONE);
+  OK(strata_layout_to_json(l, &j1));
+  cr_assert_null(strstr(j1, "recompute"), "none is not written: %s", j1);
+  free(j1);
+  strata_layout_free(l);
+  OK(strata_layout_from_json("{\"recompute\": \"selective\"}", NULL, &l));
+  cr_assert_eq(strata_layout_recompute(l), STRATA_RECOMPUTE_SELECTIVE);
+  strata_layout_free(l);
+  cr_assert_eq(strata_layout_recompute(NULL), STRATA_RECOMPUTE_NONE);
+  refused("{\"recompute\": \"sometimes\"}", "\"recompute\" must be \"none\", \"selective\" or \"full\"");
+  refused("{\"recompute\": 2}", "\"recompute\" must be");
+  int mode = -1;
+  cr_assert_eq(strata_recompute_parse("sometimes", &mode), STRATA_ERR_PARSE);
+  cr_assert_eq(mode, -1);
+  OK(strata_recompute_parse("selective", &mode));
+  cr_assert_eq(mode, STRATA_RECOMPUTE_SELECTIVE);
+  cr_assert_str_eq(strata_recompute_name(7), "?");
+  struct strata_layout_desc bad = {.recompute = 3};
+  l = (strata_layout_t)1;
+  cr_assert_eq(strata_layout_new(&bad, &l), STRATA_ERR_INVALID);
+  cr_assert_null(l);
+  /* against the model: an MLP has no block to recompute; full with a split backward is refused */
+  strata_model_t mlp, gpt;
+  OK(strata_model_load("mlp", &mlp));
+  OK(strata_model_load("gpt-tiny", &gpt));
+  OK(strata_layout_from_json("{\"recompute\": \"selective\"}", NULL, &l));
+  cr_assert_eq(strata_layout_check(l, mlp, -1), STRATA_ERR_UNSUPPORTED);
+  cr_assert(strstr(strata_last_error(), "GPT"), "%s", strata_last_error());
+  OK(strata_layout_check(l, gpt, -1));
+  strata_layout_free(l);
+  OK(strata_layout_from_json("{\"pp\": 2, \"schedule\": \"zb\", \"microbatches\": 2, \"recompute\": \"full\"}", NULL, &l));
+  cr_assert_eq(strata_layout_check(l, gpt, -1), STRATA_ERR_UNSUPPORTED);
+  cr_assert(strstr(strata_last_error(), "zb-h1"), "%s", strata_last_error());
+  strata_layout_free(l);
+  strata_model_free(mlp);
+  strata_model_free(gpt);
+}
+
 Test(layout, checked_against_the_model) {
   strata_model_t m = gpt(2, 96, 2); /* 2 heads, d_ff 96, 4 layers */
   strata_layout_t l;

@@ -1131,6 +1131,13 @@ Test(parallel, the_planner_predicts_the_trainers_memory_plan) {
       "{\"dp\":1,\"pp\":1,\"tp\":2,\"split\":[6]}",
       "{\"dp\":2,\"pp\":1,\"tp\":1,\"split\":[6],\"zero\":1,\"microbatches\":2}",
       "{\"dp\":2,\"pp\":2,\"tp\":2,\"split\":[3,3],\"zero\":1,\"microbatches\":2}",
+      /* recomputation: what each mode keeps, and its one-block buffer */
+      "{\"dp\":1,\"pp\":1,\"tp\":1,\"split\":[6],\"recompute\":\"selective\"}",
+      "{\"dp\":1,\"pp\":1,\"tp\":1,\"split\":[6],\"recompute\":\"full\"}",
+      "{\"dp\":1,\"pp\":2,\"tp\":1,\"split\":[3,3],\"schedule\":\"1f1b\",\"microbatches\":4,\"recompute\":\"full\"}",
+      "{\"dp\":1,\"pp\":2,\"tp\":1,\"split\":[3,3],\"schedule\":\"zb-h1\",\"microbatches\":4,"
+      "\"recompute\":\"selective\"}",
+      "{\"dp\":2,\"pp\":2,\"tp\":2,\"split\":[3,3],\"zero\":1,\"microbatches\":2,\"recompute\":\"full\"}",
   };
   for (size_t i = 0; i < sizeof layouts / sizeof *layouts; i++) {
     strata_layout_t l = layout("%s", layouts[i]);
