@@ -1695,3 +1695,40 @@ Test(parallel, recompute_refusals) {
   strata_layout_free(l);
   strata_model_free(m);
 }
+
+/* The passes outside training run their lists' RC too: strata_trainer_loss_grad's loss and gradient and the logits of
+** a recomputing trainer are none's, bit for bit. */
+Test(parallel, recompute_passes_equal_none) {
+  strata_model_t m = gpt4();
+  const int64_t T = 8, V = 256;
+  int32_t tokens[2 * 8], targets[2 * 8];
+  for (int i = 0; i < 2 * 8; i++) {
+    tokens[i] = (i * 37 + 11) % 256;
+    targets[i] = (i * 53 + 5) % 256;
+  }
+  float loss[3], *grads[3], logits[3][2 * 256];
+  size_t n = 0;
+  for (int mode = 0; mode < 3; mode++) {
+    struct strata_train_options o = options(1);
+    o.recompute = mode;
+    strata_trainer_t tr;
+    OK(strata_trainer_new(m, ds, &o, &tr));
+    OK(strata_trainer_params(tr, NULL, &n));
+    grads[mode] = malloc(n * 4);
+    OK(strata_trainer_loss_grad(tr, tokens, targets, 2, &loss[mode], grads[mode]));
+    OK(strata_trainer_logits(tr, tokens, 2, logits[mode]));
+    strata_trainer_free(tr);
+  }
+  for (int mode = 1; mode < 3; mode++) {
+    cr_assert_eq(loss[mode], loss[0], "recompute %s: loss %.9g, none %.9g", strata_recompute_name(mode), loss[mode],
+                 loss[0]);
+    cr_assert(memcmp(grads[mode], grads[0], n * 4) == 0, "recompute %s: the gradient differs", strata_recompute_name(mode));
+    cr_assert(memcmp(logits[mode], logits[0], sizeof logits[0]) == 0, "recompute %s: the logits differ",
+              strata_recompute_name(mode));
+  }
+  (void)T;
+  (void)V;
+  for (int mode = 0; mode < 3; mode++)
+    free(grads[mode]);
+  strata_model_free(m);
+}

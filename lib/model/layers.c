@@ -574,7 +574,8 @@ static int stage_backward(struct strata__stage *st, int s, int mode) {
   const int recompute = st->recompute && mode != BM_WEIGHT; /* (the weight part reads nothing a block drops) */
   if (recompute && !st->slots[s].armed)
     return strata__error(STRATA_ERR_STATE, "stage: the backward of slot %d without its recomputation (RC) first", s);
-  st->slots[s].armed = 0;
+  if (recompute)
+    st->slots[s].armed = 0;
   strata_mem_t targets = strata__stage_targets(st, s);
   int n = strata__stage_layer_count(st);
   for (int i = n - 1; i >= 0; i--) {
