@@ -1700,7 +1700,6 @@ Test(parallel, recompute_refusals) {
 ** a recomputing trainer are none's, bit for bit. */
 Test(parallel, recompute_passes_equal_none) {
   strata_model_t m = gpt4();
-  const int64_t T = 8, V = 256;
   int32_t tokens[2 * 8], targets[2 * 8];
   for (int i = 0; i < 2 * 8; i++) {
     tokens[i] = (i * 37 + 11) % 256;
@@ -1726,8 +1725,6 @@ Test(parallel, recompute_passes_equal_none) {
     cr_assert(memcmp(logits[mode], logits[0], sizeof logits[0]) == 0, "recompute %s: the logits differ",
               strata_recompute_name(mode));
   }
-  (void)T;
-  (void)V;
   for (int mode = 0; mode < 3; mode++)
     free(grads[mode]);
   strata_model_free(m);
