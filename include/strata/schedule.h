@@ -235,7 +235,7 @@ STRATA_API int strata_schedule_validate(strata_schedule_t s);
 
 /*
 ** The ideal bubble fraction of the schedule with unit costs (forward 1,
-** backward 2 — or input 1 + weight 1 — transfers free): 1 - busy / (p x span),
+** backward 2 — or input 1 + weight 1 — transfers and recomputation free): 1 - busy / (p x span),
 ** computed by simulating the lists. 1F1B/GPipe give (p-1)/(m+p-1).
 */
 STRATA_API int strata_schedule_bubble(strata_schedule_t s, double *bubble /* OUT */);

@@ -526,7 +526,8 @@ STRATA_API int strata_schedule_validate(strata_schedule_t s) {
 }
 
 /*
-** Simulate with unit costs: F 1, B 2, BI 1, W 1, OPTIMIZER and transfers 0.
+** Simulate with unit costs: F 1, B 2, BI 1, W 1, OPTIMIZER, transfers and RC 0 (a recomputation's cost is its
+** mode's: the simulator's).
 ** Validates first (an invalid schedule has no bubble) and returns its error.
 */
 STRATA_API int strata_schedule_bubble(strata_schedule_t s, double *bubble) {
