@@ -24,6 +24,12 @@
 **   LID LSIZE   this item's index in its work-group, the work-group's size
 **   GROUP       index of the work-group
 **   BARRIER()   every item of the work-group waits here (local memory fence)
+**
+** Every kernel's parameter list starts with MASKP: nothing in OpenCL C, where
+** a program is built per buffer-type mask (below); in CUDA C the mask
+** itself (unsigned strata_mask), so that one compiled kernel serves every
+** mix of float32 and bfloat16 buffers, each access testing its bit (the
+** same for every thread of a launch).
 */
 #if defined(__OPENCL_VERSION__) || defined(__OPENCL_C_VERSION__)
 #define KERNEL __kernel
@@ -47,6 +53,7 @@
 #define LSIZE ((I64)get_local_size(0))
 #define GROUP ((I64)get_group_id(0))
 #define BARRIER() barrier(CLK_LOCAL_MEM_FENCE)
+#define MASKP
 #elif defined(__CUDACC__)
 #define KERNEL extern "C" __global__
 #define GLOBAL
@@ -69,6 +76,7 @@
 #define LSIZE ((I64)blockDim.x)
 #define GROUP ((I64)blockIdx.x)
 #define BARRIER() __syncthreads()
+#define MASKP unsigned strata_mask,
 #else
 #error "kernels/dialect.h is for OpenCL C or CUDA C"
 #endif
@@ -94,6 +102,22 @@ INLINE U16 strata_bf16_round(float f)
   if (mag < 0x00800000u) return (U16)((u >> 16) & 0x8000u);
   return (U16)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
+
+#if defined(__CUDACC__)
+/* CUDA's typed accesses: element i of a buffer whose mask bit is `bf`. */
+INLINE float strata_ld(const void *p, I64 i, unsigned bf)
+{
+  return bf ? strata_bf16_widen(((const U16 *)p)[i]) : ((const float *)p)[i];
+}
+
+INLINE void strata_st(void *p, I64 i, float v, unsigned bf)
+{
+  if (bf)
+    ((U16 *)p)[i] = strata_bf16_round(v);
+  else
+    ((float *)p)[i] = v;
+}
+#endif
 
 #endif /* STRATA_KERNEL_DIALECT_H */
 
@@ -129,6 +153,27 @@ INLINE U16 strata_bf16_round(float f)
 #undef T5
 #undef LD5
 #undef ST5
+#if defined(__CUDACC__)
+/* CUDA: buffers are untyped; the kernel's strata_mask (MASKP) says each one's type */
+#define T0 void
+#define LD0(p, i) strata_ld((p), (i), strata_mask & 1u)
+#define ST0(p, i, v) strata_st((p), (i), (v), strata_mask & 1u)
+#define T1 void
+#define LD1(p, i) strata_ld((p), (i), strata_mask & 2u)
+#define ST1(p, i, v) strata_st((p), (i), (v), strata_mask & 2u)
+#define T2 void
+#define LD2(p, i) strata_ld((p), (i), strata_mask & 4u)
+#define ST2(p, i, v) strata_st((p), (i), (v), strata_mask & 4u)
+#define T3 void
+#define LD3(p, i) strata_ld((p), (i), strata_mask & 8u)
+#define ST3(p, i, v) strata_st((p), (i), (v), strata_mask & 8u)
+#define T4 void
+#define LD4(p, i) strata_ld((p), (i), strata_mask & 16u)
+#define ST4(p, i, v) strata_st((p), (i), (v), strata_mask & 16u)
+#define T5 void
+#define LD5(p, i) strata_ld((p), (i), strata_mask & 32u)
+#define ST5(p, i, v) strata_st((p), (i), (v), strata_mask & 32u)
+#else
 #define STRATA_LD_F32(p, i) ((p)[i])
 #define STRATA_ST_F32(p, i, v) ((p)[i] = (v))
 #define STRATA_LD_BF16(p, i) strata_bf16_widen((p)[i])
@@ -186,4 +231,5 @@ INLINE U16 strata_bf16_round(float f)
 #define T5 float
 #define LD5 STRATA_LD_F32
 #define ST5 STRATA_ST_F32
+#endif
 #endif

@@ -7,7 +7,8 @@ CLEANFILES += %reldir%/kernels.lo %reldir%/.libs/kernels.o
 
 if BUILD_CUDA
 pkglib_LTLIBRARIES += %reldir%/strata-cuda.la
-%canon_reldir%_strata_cuda_la_SOURCES = %reldir%/cuda.c %reldir%/launch.h %reldir%/nccl.c %reldir%/collectives.h
+%canon_reldir%_strata_cuda_la_SOURCES = %reldir%/cuda.c %reldir%/launch.h %reldir%/nccl.c %reldir%/collectives.h \
+	%reldir%/ops.c
 %canon_reldir%_strata_cuda_la_CPPFLAGS = $(AM_CPPFLAGS) $(NCCL_CFLAGS) $(CUDA_CFLAGS)
 %canon_reldir%_strata_cuda_la_LDFLAGS = -module -avoid-version -shared -no-undefined -Wl,-z,defs
 # What the module calls, each named: cuBLAS and cudart (CUDA_LIBS), libdl to
@@ -31,7 +32,8 @@ STRATA_NVCC_ARCH = -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,
 # symbol table. Statics stay thread-safe (two threads may first launch one
 # kernel together); without exceptions and RTTI the host code needs only
 # libstdc++'s __cxa_guard_acquire/release.
-%reldir%/kernels.lo: %reldir%/kernels.cu %reldir%/launch.h kernels/dialect.h kernels/ops.k %reldir%/local.mk
+%reldir%/kernels.lo: %reldir%/kernels.cu %reldir%/launch.h kernels/dialect.h kernels/ops.k kernels/attention.k \
+		%reldir%/local.mk
 	$(AM_V_GEN)$(MKDIR_P) %reldir%/.libs && \
 	$(NVCC) $(STRATA_NVCC_ARCH) $(NVCCFLAGS) -I$(top_srcdir)/kernels -I$(srcdir)/%reldir% \
 		-Xcompiler -fPIC,-fvisibility=hidden,-fno-exceptions,-fno-rtti -c $(srcdir)/%reldir%/kernels.cu -o %reldir%/.libs/kernels.o && \

@@ -456,7 +456,9 @@ static const enum strata__ocl_kernel coop_kernels[] = {
     STRATA__OCL_K_BIAS_GRAD,   STRATA__OCL_K_LAYERNORM_FWD, STRATA__OCL_K_LAYERNORM_BWD_DX,
     STRATA__OCL_K_LAYERNORM_BWD_DPARAMS, STRATA__OCL_K_SOFTMAX_FWD, STRATA__OCL_K_SOFTMAX_BWD,
     STRATA__OCL_K_XENT_FWD,    STRATA__OCL_K_XENT_BWD,      STRATA__OCL_K_XENT_VP_MAX,
-    STRATA__OCL_K_XENT_VP_SUMS};
+    STRATA__OCL_K_XENT_VP_SUMS, STRATA__OCL_K_EMBEDDING_BWD, STRATA__OCL_K_SUMSQ_PARTIAL,
+    STRATA__OCL_K_SUMSQ_FINAL, STRATA__OCL_K_ATTN_FWD,      STRATA__OCL_K_ATTN_BWD_DQ,
+    STRATA__OCL_K_ATTN_BWD_DKV};
 
 static int is_coop(enum strata__ocl_kernel kid) {
   for (size_t i = 0; i < sizeof coop_kernels / sizeof coop_kernels[0]; i++)
@@ -835,12 +837,12 @@ static int ocl_copy(void *ctx, void *queue, void *dst, size_t dst_off, void *src
 
 /* --------------------------------------------------------------------- ops */
 
-/* Every op has a kernel (or CLBlast for GEMM) on every device, on float32 and bfloat16 operands, but the fused
-** attention (host only so far). */
+/* Every op has a kernel (or CLBlast for GEMM) on every device, on float32 and bfloat16 operands, the fused
+** attention included (kernels/attention.k). */
 static int ocl_op_supported(void *ctx, int dev, enum strata__op_id id) {
   (void)ctx;
   (void)dev;
-  return id >= 0 && id < STRATA__OP_COUNT && id != STRATA__OP_ATTENTION_FWD && id != STRATA__OP_ATTENTION_BWD;
+  return id >= 0 && id < STRATA__OP_COUNT;
 }
 
 /* ------------------------------------------------------------------ table */

@@ -49,6 +49,9 @@
   X(XENT_VP_LOSS, "k_xent_vp_loss")                     \
   X(XENT_VP_BWD, "k_xent_vp_bwd")                       \
   X(TOKENS_SHIFT, "k_tokens_shift")                     \
+  X(ATTN_FWD, "k_attention_fwd")                        \
+  X(ATTN_BWD_DQ, "k_attention_bwd_dq")                  \
+  X(ATTN_BWD_DKV, "k_attention_bwd_dkv")                \
   X(GEMM_CPU, "k_gemm_cpu")                             \
   X(GEMM_CPU_TA, "k_gemm_cpu_ta")                       \
   X(GEMM_TRANSPOSE, "k_gemm_transpose")
@@ -133,7 +136,7 @@ struct strata__ocl_queue {
   cl_mem sumsq_parts;       /* STRATA__OCL_SUMSQ_PARTS floats */
   cl_mem gemm_tmp;          /* a transposed B for strata's GEMM kernels, grown as needed (NULL until then) */
   size_t gemm_tmp_bytes;
-  cl_mem stage[3];          /* float32 copies of bfloat16 operands (CLBlast's A, B, C; a gradient table), grown as needed */
+  cl_mem stage[3];          /* float32 copies of bfloat16 operands (CLBlast's A, B, C), grown as needed */
   size_t stage_bytes[3];
   pthread_mutex_t gate_lock;/* guards gate_status and gate_error (set by the communicator's threads) */
   int gate_status;          /* the first failed gate this queue waited for, 0 if none */

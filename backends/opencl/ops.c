@@ -156,33 +156,48 @@ static int launch(struct strata__ocl *ocl, struct strata__ocl_queue *q, enum str
 }
 
 /* The same for a kernel that cooperates in work-groups ("Work-groups: ..."
-** in kernels/ops.k): `groups` work-groups of the queue's size q->wg. */
+** in kernels/ops.k): `groups` work-groups of `wg` items. */
+static int launch_groups_of(struct strata__ocl *ocl, struct strata__ocl_queue *q, enum strata__ocl_kernel kid,
+                            int64_t groups, size_t wg, const char *fmt, va_list ap) {
+  cl_kernel k = NULL;
+  int rc = set_args(ocl, q, kid, &k, fmt, ap);
+  if (rc || groups <= 0)
+    return rc;
+  return enqueue(ocl, q, kid, k, (size_t)groups * wg, wg);
+}
+
+/* launch_groups_of with the queue's size q->wg. */
 static int launch_groups(struct strata__ocl *ocl, struct strata__ocl_queue *q, enum strata__ocl_kernel kid,
                          int64_t groups, const char *fmt, ...) {
   va_list ap;
-  cl_kernel k = NULL;
   va_start(ap, fmt);
-  int rc = set_args(ocl, q, kid, &k, fmt, ap);
+  int rc = launch_groups_of(ocl, q, kid, groups, q->wg, fmt, ap);
   va_end(ap);
-  if (rc || groups <= 0)
-    return rc;
-  return enqueue(ocl, q, kid, k, (size_t)groups * q->wg, q->wg);
+  return rc;
 }
 
-/* Zero `floats` elements of `m` with the device's fill (clEnqueueFillBuffer). */
-static int zero(struct strata__ocl *ocl, struct strata__ocl_queue *q, const struct strata__mem *m, int64_t floats) {
-  if (floats <= 0)
-    return STRATA_OK;
-  const struct strata__ocl_buffer *b = m->h;
-  cl_float z = 0.0f;
-  cl_int err = clEnqueueFillBuffer(q->q, b->mem, &z, sizeof z, m->off * sizeof z, (size_t)floats * sizeof z, 0, NULL,
-                                   NULL);
-  if (err != CL_SUCCESS) {
-    char what[256];
-    snprintf(what, sizeof what, "clEnqueueFillBuffer of %lld floats on %s", (long long)floats, q->dev->info.name);
-    return strata__ocl_fail(ocl, err, what);
-  }
-  return STRATA_OK;
+/*
+** The work-group size of the attention kernels (kernels/attention.k, whose
+** results do not depend on it): the queue's, but at least 4. PoCL 3.1
+** fails an assertion compiling them for work-groups of 1 or 2 items (its
+** work-item replication); every OpenCL device takes 4.
+*/
+static size_t attn_wg(const struct strata__ocl_queue *q) { return q->wg < 4 ? 4 : q->wg; }
+
+/* launch_groups_of with attn_wg(q). */
+static int launch_attn(struct strata__ocl *ocl, struct strata__ocl_queue *q, enum strata__ocl_kernel kid,
+                       int64_t groups, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int rc = launch_groups_of(ocl, q, kid, groups, attn_wg(q), fmt, ap);
+  va_end(ap);
+  return rc;
+}
+
+/* Work-groups of the column reductions (kernels/ops.k, "column tiles"): tiles of min(wg, 32) columns. */
+static int64_t col_groups(const struct strata__ocl_queue *q, int64_t cols) {
+  const int64_t cw = q->wg < 32 ? (int64_t)q->wg : 32;
+  return (cols + cw - 1) / cw;
 }
 
 /* Name of a CLBlast status; OpenCL codes (>= -1000 and the KHR ones) by their CL name. */
@@ -456,27 +471,29 @@ static int op_convert(struct strata__ocl *ocl, struct strata__ocl_queue *q, cons
 }
 
 /*
-** dtable (+)= scatter of dout. A bfloat16 table is summed in a float32
-** copy (widened when the op accumulates, else zeroed) and rounded back
-** once, so that every row is the float32 sum in token order as the host
-** computes it.
+** dtable (+)= scatter of dout: zeroed first unless the op accumulates (a
+** float32 or bfloat16 zero is all-zero bytes), then one work-group per
+** position, the first position of each token summing its rows in token
+** order (kernels/ops.k), each entry read and written once.
 */
 static int op_embedding_bwd(struct strata__ocl *ocl, struct strata__ocl_queue *q, const struct strata__op *op) {
   const __typeof__(op->u.emb) *o = &op->u.emb;
-  const int64_t n = o->vocab * o->dim;
-  struct strata__ocl_buffer buf;
-  struct strata__mem table = o->dtable;
   int rc;
-  if (o->dtable.dtype == STRATA_BFLOAT16 &&
-      (rc = stage_f32(ocl, q, 2, &o->dtable, n, o->accumulate, &buf, &table)) != STRATA_OK)
-    return rc;
-  if (!o->accumulate && (rc = zero(ocl, q, &table, n)) != STRATA_OK)
-    return rc;
-  rc = launch(ocl, q, STRATA__OCL_K_EMBEDDING_BWD, o->dim, "mmmlll", &o->tokens, &o->dout, &table, o->n, o->dim,
-              o->vocab);
-  if (rc || o->dtable.dtype != STRATA_BFLOAT16)
-    return rc;
-  return launch(ocl, q, STRATA__OCL_K_CONVERT, n, "mml", &table, &o->dtable, n);
+  if (!o->accumulate && o->vocab * o->dim > 0) {
+    const struct strata__ocl_buffer *b = o->dtable.h;
+    const size_t size = o->dtable.dtype == STRATA_BFLOAT16 ? 2 : 4;
+    const cl_ushort z = 0;
+    cl_int err = clEnqueueFillBuffer(q->q, b->mem, &z, sizeof z, o->dtable.off * size,
+                                     (size_t)(o->vocab * o->dim) * size, 0, NULL, NULL);
+    if (err != CL_SUCCESS) {
+      char what[256];
+      snprintf(what, sizeof what, "clEnqueueFillBuffer of an embedding gradient on %s", q->dev->info.name);
+      return strata__ocl_fail(ocl, err, what);
+    }
+  }
+  rc = launch_groups(ocl, q, STRATA__OCL_K_EMBEDDING_BWD, o->n, "mmmlll", &o->tokens, &o->dout, &o->dtable, o->n,
+                     o->dim, o->vocab);
+  return rc;
 }
 
 int strata__ocl_op(void *ctx, void *queue, const struct strata__op *op) {
@@ -493,8 +510,8 @@ int strata__ocl_op(void *ctx, void *queue, const struct strata__op *op) {
   }
   case STRATA__OP_BIAS_GRAD: {
     const __typeof__(op->u.bias) *o = &op->u.bias;
-    return launch_groups(ocl, q, STRATA__OCL_K_BIAS_GRAD, o->cols, "mmlli", &o->y, &o->bias, o->rows, o->cols,
-                  o->accumulate);
+    return launch_groups(ocl, q, STRATA__OCL_K_BIAS_GRAD, col_groups(q, o->cols), "mmlli", &o->y, &o->bias, o->rows,
+                         o->cols, o->accumulate);
   }
   case STRATA__OP_GELU_FWD:
   case STRATA__OP_RELU_FWD: {
@@ -538,8 +555,8 @@ int strata__ocl_op(void *ctx, void *queue, const struct strata__op *op) {
   case STRATA__OP_LAYERNORM_BWD: {
     const __typeof__(op->u.ln) *o = &op->u.ln;
     /* dgamma/dbeta first: dx may overwrite dy */
-    rc = launch_groups(ocl, q, STRATA__OCL_K_LAYERNORM_BWD_DPARAMS, o->cols, "mmmmmmlli", &o->x, &o->mean, &o->rstd,
-                       &o->dy, &o->dgamma, &o->dbeta, o->rows, o->cols, o->accumulate);
+    rc = launch_groups(ocl, q, STRATA__OCL_K_LAYERNORM_BWD_DPARAMS, col_groups(q, o->cols), "mmmmmmlli", &o->x,
+                       &o->mean, &o->rstd, &o->dy, &o->dgamma, &o->dbeta, o->rows, o->cols, o->accumulate);
     if (rc)
       return rc;
     return launch_groups(ocl, q, STRATA__OCL_K_LAYERNORM_BWD_DX, o->rows, "mmmmmmll", &o->x, &o->gamma, &o->mean,
@@ -580,11 +597,12 @@ int strata__ocl_op(void *ctx, void *queue, const struct strata__op *op) {
   }
   case STRATA__OP_SUMSQ: {
     const __typeof__(op->u.sumsq) *o = &op->u.sumsq;
-    const int64_t parts = STRATA__OCL_SUMSQ_PARTS;
-    rc = launch(ocl, q, STRATA__OCL_K_SUMSQ_PARTIAL, parts, "mlcl", &o->x, o->n, q->sumsq_parts, parts);
+    /* two levels of work-groups, each in a fixed order (kernels/ops.k) */
+    const int64_t parts = o->n < STRATA__OCL_SUMSQ_PARTS ? o->n : STRATA__OCL_SUMSQ_PARTS;
+    rc = launch_groups(ocl, q, STRATA__OCL_K_SUMSQ_PARTIAL, parts, "mlcl", &o->x, o->n, q->sumsq_parts, parts);
     if (rc)
       return rc;
-    return launch(ocl, q, STRATA__OCL_K_SUMSQ_FINAL, 1, "clmi", q->sumsq_parts, parts, &o->out, o->accumulate);
+    return launch_groups(ocl, q, STRATA__OCL_K_SUMSQ_FINAL, 1, "clmi", q->sumsq_parts, parts, &o->out, o->accumulate);
   }
   case STRATA__OP_IM2COL: {
     const __typeof__(op->u.im2col) *o = &op->u.im2col;
@@ -629,8 +647,21 @@ int strata__ocl_op(void *ctx, void *queue, const struct strata__op *op) {
     const __typeof__(op->u.shift) *o = &op->u.shift;
     return launch(ocl, q, STRATA__OCL_K_TOKENS_SHIFT, o->n, "mmlll", &o->tokens, &o->out, o->n, o->off, o->count);
   }
-  case STRATA__OP_ATTENTION_FWD: /* host only: ocl_op_supported says so before a record is made */
-  case STRATA__OP_ATTENTION_BWD:
+  case STRATA__OP_ATTENTION_FWD:
+  case STRATA__OP_ATTENTION_BWD: {
+    /* kernels/attention.k: a work-group per q->wg queries (keys) of one sequence and head */
+    const __typeof__(op->u.attn) *o = &op->u.attn;
+    const int64_t wg = (int64_t)attn_wg(q), groups = o->batch * o->heads * ((o->seq + wg - 1) / wg);
+    if (op->id == STRATA__OP_ATTENTION_FWD)
+      return launch_attn(ocl, q, STRATA__OCL_K_ATTN_FWD, groups, "mmmllllfi", &o->qkv, &o->out, &o->lse, o->batch,
+                           o->seq, o->heads, o->head_dim, (double)o->scale, o->causal);
+    rc = launch_attn(ocl, q, STRATA__OCL_K_ATTN_BWD_DQ, groups, "mmmmmllllfi", &o->qkv, &o->out, &o->dout, &o->lse,
+                       &o->dqkv, o->batch, o->seq, o->heads, o->head_dim, (double)o->scale, o->causal);
+    if (rc)
+      return rc;
+    return launch_attn(ocl, q, STRATA__OCL_K_ATTN_BWD_DKV, groups, "mmmmmllllfi", &o->qkv, &o->out, &o->dout,
+                         &o->lse, &o->dqkv, o->batch, o->seq, o->heads, o->head_dim, (double)o->scale, o->causal);
+  }
   case STRATA__OP_COUNT:
     break;
   }

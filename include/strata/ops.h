@@ -132,9 +132,8 @@ STRATA_API int strata_softmax_bwd(strata_queue_t q, strata_mem_t y, strata_mem_t
 ** scores — all the backward needs to recompute the probabilities.
 ** Backward: dqkv (batch x seq x 3D, overwritten) from qkv, out, dout and lse.
 ** The same result as two batched GEMMs around strata_softmax_fwd/_bwd, to
-** float rounding. Deterministic (each head's sums in a fixed order).
-** Host devices only so far: elsewhere STRATA_ERR_UNSUPPORTED, and the
-** caller composes the unfused ops.
+** float rounding. Deterministic (each head's sums in a fixed order). On
+** every backend (OpenCL and CUDA: kernels/attention.k).
 */
 STRATA_API int strata_attention_fwd(strata_queue_t q, strata_mem_t qkv, strata_mem_t out, strata_mem_t lse,
                                     int64_t batch, int64_t seq, int64_t heads, int64_t head_dim, float scale,
