@@ -127,26 +127,27 @@ static int linear_fwd_rows(struct lctx *c, int64_t R, int64_t in, int64_t outf, 
   return strata_bias_add(c->q, y, b, R, outf);
 }
 
-/* Where a block's attention probabilities live: the stage's recompute buffer with selective recomputation (one block's
-** at a time), else among its saved activations (with full recomputation those are in the buffer too). */
-static strata_mem_t probs(const struct lctx *c, const struct strata__block_saved *s) {
+/* Where a block's attention output and log-sum-exps live: the stage's recompute buffer (att | lse) with selective
+** recomputation (one block's at a time), else among its saved activations (with full recomputation those are in the
+** buffer too: the context's slot is it). */
+static strata_mem_t attn_out(const struct lctx *c, const struct strata__block_saved *s) {
   if (c->d.rc == STRATA_RECOMPUTE_SELECTIVE)
     return strata__at(c->st->rcbuf, 0, 0, c->d.act);
-  return SV(c, s->p, 0);
+  return SV(c, s->att, 0);
+}
+static strata_mem_t attn_lse(const struct lctx *c, const struct strata__block_saved *s) {
+  if (c->d.rc == STRATA_RECOMPUTE_SELECTIVE)
+    return AT(c->st->rcbuf, strata__units((size_t)(c->d.R * c->d.A), c->d.act));
+  return SAVED(c, s->lse);
 }
 
-/* The attention probabilities P of every head: the scores Q K^T (float32, in scratch) a sequence at a time, their
-** scaled causal softmax into P. The forward and the selective recomputation run this one code, so P's bits agree. */
-static int attn_probs(struct lctx *c, const struct strata__block_saved *s, strata_mem_t P) {
+/* The fused causal attention of every head from the block's Q, K and V: its output and each query's float32
+** log-sum-exp (all its backward keeps: no T x T matrix). The forward and the selective recomputation run this one
+** code, so their bits agree. */
+static int attn_fwd(struct lctx *c, const struct strata__block_saved *s) {
   struct strata__dims d = c->d;
-  int64_t A = d.A, T = d.T, H = d.H, hd = d.hd, HTT = H * T * T;
-  strata_mem_t S = SCR(c, 0);
-  for (int64_t b = 0; b < d.B; b++) {
-    size_t qkv = (size_t)(b * T * 3 * A);
-    TRY(strata_gemm(c->q, 0, 1, T, T, hd, 1, SV(c, s->qkv, qkv), 3 * A, hd, SV(c, s->qkv, qkv + (size_t)A), 3 * A, hd,
-                    0, plus(S, (size_t)(b * HTT)), T, T * T, H));
-  }
-  return strata_softmax_fwd(c->q, S, P, d.B * H * T, T, 1.0f / sqrtf((float)hd), 1);
+  return strata_attention_fwd(c->q, SV(c, s->qkv, 0), attn_out(c, s), attn_lse(c, s), d.B, d.T, d.H, d.hd,
+                              1.0f / sqrtf((float)d.hd), 1);
 }
 
 /*
@@ -160,18 +161,12 @@ static int block_fwd(struct lctx *c) {
   struct strata__dims d = c->d;
   struct strata__block_saved s = strata__block_layout(&d);
   strata_queue_t q = c->q;
-  int64_t D = d.D, A = d.A, T = d.T, H = d.H, hd = d.hd, HTT = H * T * T;
-  const strata_mem_t P = probs(c, &s);
+  int64_t D = d.D, A = d.A;
   TRY(strata_layernorm_fwd(q, c->in, PARAM(c, LN1_W), PARAM(c, LN1_B), SV(c, s.ln1, 0), SAVED(c, s.mean1),
                            SAVED(c, s.rstd1), d.R, D, 1e-5f));
   TRY(linear_fwd(q, d.R, D, 3 * A, SV(c, s.ln1, 0), WT(c, ATTN_W), PARAM(c, ATTN_B), SV(c, s.qkv, 0)));
-  TRY(attn_probs(c, &s, P));
-  for (int64_t b = 0; b < d.B; b++) {
-    size_t qkv = (size_t)(b * T * 3 * A);
-    TRY(strata_gemm(q, 0, 0, T, hd, T, 1, plus(P, (size_t)(b * HTT)), T, T * T, SV(c, s.qkv, qkv + (size_t)(2 * A)),
-                    3 * A, hd, 0, SV(c, s.att, (size_t)(b * T * A)), A, hd, H));
-  }
-  TRY(linear_fwd_rows(c, d.R, A, D, SV(c, s.att, 0), WT(c, PROJ_W), PARAM(c, PROJ_B), SV(c, s.xmid, 0)));
+  TRY(attn_fwd(c, &s));
+  TRY(linear_fwd_rows(c, d.R, A, D, attn_out(c, &s), WT(c, PROJ_W), PARAM(c, PROJ_B), SV(c, s.xmid, 0)));
   TRY(strata_add(q, SV(c, s.xmid, 0), c->in, SV(c, s.xmid, 0), d.R * D));
   TRY(strata_layernorm_fwd(q, SV(c, s.xmid, 0), PARAM(c, LN2_W), PARAM(c, LN2_B), SV(c, s.ln2, 0), SAVED(c, s.mean2),
                            SAVED(c, s.rstd2), d.R, D, 1e-5f));
@@ -183,14 +178,14 @@ static int block_fwd(struct lctx *c) {
 
 /*
 ** What a block's backward needs again (recomputation), into the stage's one-block buffer: selective, its attention
-** probabilities from its kept Q and K; full, its whole forward from its input (the context's slot is the buffer:
+** output and log-sum-exps from its kept Q, K and V; full, its whole forward from its input (the context's slot is the buffer:
 ** layer_ctx), the output into the buffer after the saved activations, leaving the kept output untouched. The same
 ** code as the forward on the same inputs: the same bits.
 */
 static int block_recompute(struct lctx c) {
   struct strata__block_saved s = strata__block_layout(&c.d);
   if (c.d.rc == STRATA_RECOMPUTE_SELECTIVE)
-    return attn_probs(&c, &s, probs(&c, &s));
+    return attn_fwd(&c, &s);
   c.out = strata__at(c.st->rcbuf, s.end, 0, c.d.act);
   return block_fwd(&c);
 }
@@ -364,14 +359,12 @@ static int block_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
   struct strata__block_saved s = strata__block_layout(&d);
   strata_queue_t q = c->q;
   const int a = d.act;
-  int64_t D = d.D, A = d.A, T = d.T, H = d.H, hd = d.hd, HTT = H * T * T, R = d.R;
+  int64_t D = d.D, A = d.A, T = d.T, H = d.H, hd = d.hd, R = d.R;
   size_t RD = (size_t)(R * D), uRD = strata__units(RD, a), u3RA = strata__units((size_t)(3 * R * A), a),
-         uRF = strata__units((size_t)(R * d.F), a), BHTT = (size_t)(d.B * HTT);
+         uRF = strata__units((size_t)(R * d.F), a);
   float scale = 1.0f / sqrtf((float)hd);
-  const strata_mem_t P = probs(c, &s);
-  /* scratch (units): dP (float32) | dS | dqkv | f | d1 | d2 | d3 | junk (float32) */
-  size_t o_dp = 0, o_ds = o_dp + BHTT, o_dqkv = o_ds + strata__units(BHTT, a), o_f = o_dqkv + u3RA, o_d1 = o_f + uRF,
-         o_d2 = o_d1 + uRD, o_d3 = o_d2 + uRD, o_junk = o_d3 + uRD;
+  /* scratch (units): dqkv | f | d1 | d2 | d3 | junk (float32) */
+  size_t o_dqkv = 0, o_f = o_dqkv + u3RA, o_d1 = o_f + uRF, o_d2 = o_d1 + uRD, o_d3 = o_d2 + uRD, o_junk = o_d3 + uRD;
   /* dsave (units): dout | dh | dln2 | dxmid | dqkv | dln1 */
   size_t k_dh = uRD, k_dln2 = k_dh + uRF, k_dxmid = k_dln2 + uRD, k_dqkv = k_dxmid + uRD, k_dln1 = k_dqkv + u3RA;
   strata_mem_t dh = LOC(c, o_f, k_dh), dln2 = LOC(c, o_d1, k_dln2), dxmid = LOC(c, o_d3, k_dxmid),
@@ -394,31 +387,14 @@ static int block_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
   if (DO_IN(c)) {
     TRY(strata_add(q, dout, SC(c, o_d2, 0), dxmid, R * D));
     TRY(linear_bwd_x(q, R, A, D, WT(c, PROJ_W), dxmid, SC(c, o_d1, 0)));
-    for (int64_t b = 0; b < d.B; b++) {
-      size_t qkv = (size_t)(b * T * 3 * A), att = (size_t)(b * T * A);
-      strata_mem_t dqb = plus(dqkv, (size_t)(b * T * 3 * A));
-      /* dP = datt v^T ; dv = P^T datt */
-      TRY(strata_gemm(q, 0, 1, T, T, hd, 1, SC(c, o_d1, att), A, hd, SV(c, s.qkv, qkv + (size_t)(2 * A)), 3 * A, hd, 0,
-                      SCR(c, o_dp + (size_t)(b * HTT)), T, T * T, H));
-      TRY(strata_gemm(q, 1, 0, T, hd, T, 1, plus(P, (size_t)(b * HTT)), T, T * T, SC(c, o_d1, att), A, hd, 0,
-                      plus(dqb, (size_t)(2 * A)), 3 * A, hd, H));
-    }
-    TRY(strata_softmax_bwd(q, P, SCR(c, o_dp), SC(c, o_ds, 0), d.B * H * T, T, scale));
-    for (int64_t b = 0; b < d.B; b++) {
-      size_t qkv = (size_t)(b * T * 3 * A);
-      strata_mem_t dqb = plus(dqkv, (size_t)(b * T * 3 * A));
-      strata_mem_t dS = SC(c, o_ds, (size_t)(b * HTT));
-      /* dq = dS k ; dk = dS^T q */
-      TRY(strata_gemm(q, 0, 0, T, hd, T, 1, dS, T, T * T, SV(c, s.qkv, qkv + (size_t)A), 3 * A, hd, 0, dqb, 3 * A, hd,
-                      H));
-      TRY(strata_gemm(q, 1, 0, T, hd, T, 1, dS, T, T * T, SV(c, s.qkv, qkv), 3 * A, hd, 0, plus(dqb, (size_t)A), 3 * A,
-                      hd, H));
-    }
+    /* the fused attention's backward: probabilities recomputed from the saved log-sum-exps */
+    TRY(strata_attention_bwd(q, SV(c, s.qkv, 0), attn_out(c, &s), SC(c, o_d1, 0), attn_lse(c, &s), dqkv, d.B, T, H, hd,
+                             scale, 1));
     TRY(linear_bwd_x(q, R, D, 3 * A, WT(c, ATTN_W), dqkv, dln1));
     TRY(join(c, dln1, RD));
   }
   if (DO_W(c)) {
-    TRY(linear_bwd_w(q, R, A, D, SV(c, s.att, 0), dxmid, GRAD(c, PROJ_W), GRAD(c, PROJ_B)));
+    TRY(linear_bwd_w(q, R, A, D, attn_out(c, &s), dxmid, GRAD(c, PROJ_W), GRAD(c, PROJ_B)));
     TRY(linear_bwd_w(q, R, D, 3 * A, SV(c, s.ln1, 0), dqkv, GRAD(c, ATTN_W), GRAD(c, ATTN_B)));
   }
   TRY(ln_bwd(c, c->in, PARAM(c, LN1_W), SAVED(c, s.mean1), SAVED(c, s.rstd1), dln1, SC(c, o_d2, 0), GRAD(c, LN1_W),

@@ -225,10 +225,12 @@ struct strata__block_saved strata__block_layout(const struct strata__dims *d) {
   s.mean1 = s.ln1 + RD;
   s.rstd1 = s.mean1 + R;
   s.qkv = s.rstd1 + R;
-  s.p = s.qkv + strata__units(3 * RA, a);
-  /* selective recomputation: the probabilities live in the stage's recompute buffer, not here */
-  s.att = s.p + (d->rc == STRATA_RECOMPUTE_SELECTIVE ? 0 : strata__units((size_t)(d->B * d->H * d->T * d->T), a));
-  s.xmid = s.att + strata__units(RA, a);
+  /* the fused attention's output and each query's float32 log-sum-exp; with selective recomputation both live in the
+  ** stage's recompute buffer (rcbuf: att | lse), one block's at a time, recomputed from the kept Q, K and V */
+  const int sel = d->rc == STRATA_RECOMPUTE_SELECTIVE;
+  s.lse = s.qkv + strata__units(3 * RA, a);
+  s.att = s.lse + (sel ? 0 : (size_t)(d->B * d->H * d->T));
+  s.xmid = s.att + (sel ? 0 : strata__units(RA, a));
   s.ln2 = s.xmid + RD;
   s.mean2 = s.ln2 + RD;
   s.rstd2 = s.mean2 + R;
@@ -308,14 +310,15 @@ static size_t layer_saved(const struct strata__stage *st, const struct strata__l
   return 0;
 }
 
-/* Units a layer's recomputation writes to the stage's recompute buffer: a block's probabilities (selective), or all
+/* Units a layer's recomputation writes to the stage's recompute buffer: a block's attention output and log-sum-exps
+** (selective), or all
 ** it saves and its output (full); nothing for other layers, which keep what they save. */
 static size_t layer_recompute(const struct strata__stage *st, const struct strata__layer *L) {
   struct strata__dims d = strata__stage_dims(st);
   if (L->kind != STRATA__LAYER_BLOCK || d.rc == STRATA_RECOMPUTE_NONE)
     return 0;
   if (d.rc == STRATA_RECOMPUTE_SELECTIVE)
-    return strata__units((size_t)(d.B * d.H * d.T * d.T), d.act);
+    return strata__units((size_t)(d.R * d.A), d.act) + (size_t)(d.B * d.H * d.T);
   return strata__block_layout(&d).end + strata__units((size_t)(d.R * d.D), d.act);
 }
 
@@ -378,13 +381,13 @@ static size_t layer_dsave(const struct strata__stage *st, const struct strata__l
 /* Units of a layer's temporaries. */
 static size_t layer_scratch(const struct strata__stage *st, const struct strata__layer *L) {
   struct strata__dims d = strata__stage_dims(st);
-  const size_t RD = strata__units((size_t)(d.R * d.D), d.act), BHTT = (size_t)(d.B * d.H * d.T * d.T);
+  const size_t RD = strata__units((size_t)(d.R * d.D), d.act);
   switch (L->kind) {
   case STRATA__LAYER_EMBED: /* the positions' rows | (vocabulary-parallel) the tokens of this slice */
     return RD + (d.vp ? (size_t)d.R : 0);
-  case STRATA__LAYER_BLOCK: /* (float32) scores, dP | dS | dqkv | f | d1 | d2 | d3 | (float32) junk */
-    return BHTT + strata__units(BHTT, d.act) + strata__units((size_t)(3 * d.R * d.A), d.act) +
-           strata__units((size_t)(d.R * d.F), d.act) + 3 * RD + (size_t)(d.R * d.D);
+  case STRATA__LAYER_BLOCK: /* dqkv | f | d1 | d2 | d3 | (float32) junk (the fused attention needs no T x T scores) */
+    return strata__units((size_t)(3 * d.R * d.A), d.act) + strata__units((size_t)(d.R * d.F), d.act) + 3 * RD +
+           (size_t)(d.R * d.D);
   case STRATA__LAYER_LM_HEAD: /* dlogits | dlnx | (float32) junk */
     return strata__units((size_t)(d.R * d.V), d.act) + RD + (size_t)(d.R * d.D);
   case STRATA__LAYER_LINEAR:
@@ -483,7 +486,7 @@ static int stage_layout(const struct strata_model *model, int first, int last, i
   st->recompute = cut ? cut->recompute : STRATA_RECOMPUTE_NONE;
   int why = st->recompute < STRATA_RECOMPUTE_NONE || st->recompute > STRATA_RECOMPUTE_FULL ? 1
             : st->recompute && model->cfg.kind != STRATA_MODEL_GPT                         ? 2
-            : st->recompute == STRATA_RECOMPUTE_FULL && split_backward                     ? 3
+            : st->recompute && split_backward                                              ? 3
                                                                                            : 0;
   if (why) {
     const int r = st->recompute;
@@ -491,8 +494,8 @@ static int stage_layout(const struct strata_model *model, int first, int last, i
     if (why == 1)
       return strata__error(STRATA_ERR_INVALID, "stage: recompute mode %d is not one of strata/layout.h", r);
     return strata__error(STRATA_ERR_UNSUPPORTED, why == 2 ? "stage: recomputation is for GPT blocks only"
-                         : "stage: full recomputation with a split backward, whose weight pass reads every block's "
-                           "activations");
+                         : "stage: recomputation with a split backward (zb, zbv, dualpipev), whose weight pass reads "
+                           "the blocks' activations after their input pass");
   }
   if (st->act != STRATA_FLOAT32 && st->act != STRATA_BFLOAT16) {
     const int act = st->act;

@@ -308,15 +308,16 @@ struct strata__dims {
   int64_t Vall, voff;       /* vocabulary-parallel: the whole vocabulary, and where this slice's V start */
   int vp;                   /* the embedding and head are cut by vocabulary */
   int act;                  /* the activations' type (the stage's precision) */
-  int rc;                   /* enum strata_recompute: selective lays a block's slot out without its probabilities */
+  int rc;                   /* enum strata_recompute: selective lays a block's slot out without its attention output and log-sum-exps */
 };
 struct strata__dims strata__stage_dims(const struct strata__stage *st);
 
-/* Offsets of a block's saved activations (units from the layer's start in a slot; with selective recomputation the
-** probabilities `p` take no room there: they are in the stage's rcbuf. With full recomputation all of it is in rcbuf,
-** followed by the block's recomputed output). */
+/* Offsets of a block's saved activations (units from the layer's start in a slot); lse: the fused attention's
+** per-query log-sum-exps (float32, batch x heads x seq). With selective recomputation the attention's output and lse
+** take no room there: they are in the stage's rcbuf (att | lse). With full recomputation all of it is in rcbuf,
+** followed by the block's recomputed output. */
 struct strata__block_saved {
-  size_t ln1, mean1, rstd1, qkv, p, att, xmid, ln2, mean2, rstd2, h, g, end;
+  size_t ln1, mean1, rstd1, qkv, lse, att, xmid, ln2, mean2, rstd2, h, g, end;
 };
 struct strata__block_saved strata__block_layout(const struct strata__dims *d);
 /* Offsets (units) of the head's saved activations: the final layernorm's output, its statistics, the logits, the
