@@ -773,39 +773,42 @@ Test(bf16, row_ops_against_float64) {
 }
 
 /* Attention: out is a weighted mean of value rows, so 2^-12 of max |v| covers float32 (it holds 2^-8 |out| beside);
-** lse float32 within 1e-5. */
+** lse float32 within 1e-5. On the host and, where there is one, the first OpenCL device (kernels/attention.k). */
 Test(bf16, attention_against_float64) {
   enum { B = 2, T = 29, H = 2, HD = 16, D = H * HD };
   float *qkv = rnd_bf(B * T * 3 * D, 21, -1, 1);
   struct attn_p ap = {B, T, H, HD, 1};
   struct targ t[3] = {{'b', B * T * 3 * D, qkv}, {'b', B * T * D, NULL}, {'f', B * H * T, NULL}};
-  float **o = outputs(3, t);
-  OK(run_on(host_dev(), 3, t, b_attn_f, &ap, o));
-  double scale = 1 / sqrt((double)HD);
-  for (int b = 0; b < B; b++)
-    for (int h = 0; h < H; h++)
-      for (int i = 0; i < T; i++) {
-        const float *q = qkv + (b * T + i) * 3 * D + h * HD;
-        double s[T], mx = -INFINITY, sum = 0;
-        for (int j = 0; j <= i; j++) {
-          const float *k = qkv + (b * T + j) * 3 * D + D + h * HD;
-          s[j] = 0;
-          for (int d = 0; d < HD; d++)
-            s[j] += scale * q[d] * k[d];
-          mx = fmax(mx, s[j]);
-        }
-        for (int j = 0; j <= i; j++)
-          sum += exp(s[j] - mx);
-        cr_assert(fabs(o[2][(b * H + h) * T + i] - (mx + log(sum))) <= 1e-5 * (1 + fabs(mx + log(sum))), "lse");
-        for (int d = 0; d < HD; d++) {
-          double want = 0;
+  const int devs[2] = {host_dev(), tc_find_device("opencl", 0)};
+  for (int dv = 0; dv < 2 && devs[dv] >= 0; dv++) {
+    float **o = outputs(3, t);
+    OK(run_on(devs[dv], 3, t, b_attn_f, &ap, o));
+    double scale = 1 / sqrt((double)HD);
+    for (int b = 0; b < B; b++)
+      for (int h = 0; h < H; h++)
+        for (int i = 0; i < T; i++) {
+          const float *q = qkv + (b * T + i) * 3 * D + h * HD;
+          double s[T], mx = -INFINITY, sum = 0;
+          for (int j = 0; j <= i; j++) {
+            const float *k = qkv + (b * T + j) * 3 * D + D + h * HD;
+            s[j] = 0;
+            for (int d = 0; d < HD; d++)
+              s[j] += scale * q[d] * k[d];
+            mx = fmax(mx, s[j]);
+          }
           for (int j = 0; j <= i; j++)
-            want += exp(s[j] - mx) / sum * qkv[(b * T + j) * 3 * D + 2 * D + h * HD + d];
-          size_t at = (size_t)((b * T + i) * D + h * HD + d);
-          NEAR("attention_fwd", at, o[1][at], want, 0x1p-12);
+            sum += exp(s[j] - mx);
+          cr_assert(fabs(o[2][(b * H + h) * T + i] - (mx + log(sum))) <= 1e-5 * (1 + fabs(mx + log(sum))), "lse on device %d", devs[dv]);
+          for (int d = 0; d < HD; d++) {
+            double want = 0;
+            for (int j = 0; j <= i; j++)
+              want += exp(s[j] - mx) / sum * qkv[(b * T + j) * 3 * D + 2 * D + h * HD + d];
+            size_t at = (size_t)((b * T + i) * D + h * HD + d);
+            NEAR("attention_fwd", at, o[1][at], want, 0x1p-12);
+          }
         }
-      }
-  outputs_free(3, o);
+    outputs_free(3, o);
+  }
   free(qkv);
 }
 
