@@ -661,6 +661,167 @@ Test(cuda, maxpool) {
   }
 }
 
+/* ---- the fused attention (kernels/attention.k), and the kernel ops on bf16 operands ---- */
+
+struct attn_arg {
+  int64_t b, t, h, hd;
+  float scale;
+  int causal;
+};
+
+/* The fused attention forward then backward: qkv, out, lse, dout, dqkv. */
+static int run_attention(strata_queue_t q, const strata_mem_t *m, const void *arg) {
+  const struct attn_arg *a = arg;
+  int rc = strata_attention_fwd(q, m[0], m[1], m[2], a->b, a->t, a->h, a->hd, a->scale, a->causal);
+  if (rc)
+    return rc;
+  return strata_attention_bwd(q, m[0], m[1], m[3], m[2], m[4], a->b, a->t, a->h, a->hd, a->scale, a->causal);
+}
+
+/* Against the host's fused attention (its own blocked code): out, lse and dqkv within float32 sums in other orders;
+** the same bits from run to run on the GPU (each output summed by one thread in a fixed order). Shapes: one tile,
+** several tiles and blocks, head_dim over one chunk of 64 columns, causal or not. */
+Test(cuda, attention) {
+  NEED_CUDA();
+  static const struct attn_arg shapes[] = {{2, 7, 3, 5, 0.4472136f, 1},   {2, 7, 3, 5, 0.4472136f, 0},
+                                           {1, 70, 2, 80, 0.1118034f, 1}, {2, 45, 1, 64, 0.125f, 0},
+                                           {1, 300, 4, 64, 0.125f, 1}};
+  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+    const struct attn_arg *a = &shapes[i];
+    size_t rows = (size_t)(a->b * a->t), d = (size_t)(a->h * a->hd), nl = (size_t)(a->b * a->h * a->t);
+    float *qkv = rnd(rows * 3 * d, 131 + (uint32_t)i, -1.5f, 1.5f), *dout = rnd(rows * d, 141 + (uint32_t)i, -1, 1);
+    struct operand o[] = {{T_F32, NO_CHECK, rows * 3 * d, qkv},
+                          {T_F32, CHECK, rows * d, NULL},
+                          {T_F32, CHECK, nl, NULL},
+                          {T_F32, NO_CHECK, rows * d, dout},
+                          {T_F32, CHECK, rows * 3 * d, NULL}};
+    char what[96];
+    snprintf(what, sizeof what, "attention B %lld T %lld H %lld hd %lld causal %d", (long long)a->b, (long long)a->t,
+             (long long)a->h, (long long)a->hd, a->causal);
+    compare(what, o, 5, run_attention, a, 1e-5, 1e-4);
+    void *r1[5], *r2[5];
+    run_on(cuda_dev, o, 5, run_attention, a, r1);
+    run_on(cuda_dev, o, 5, run_attention, a, r2);
+    for (int k = 0; k < 5; k++) {
+      cr_expect(memcmp(r1[k], r2[k], o[k].n * 4) == 0, "%s: operand %d differs between two runs", what, k);
+      free(r1[k]);
+      free(r2[k]);
+    }
+    free(qkv);
+    free(dout);
+  }
+}
+
+/* An op on bfloat16 copies of some of its operands: bit i of `bf` makes operand i bfloat16 (converted from the
+** float32 operand before the op, and back after it). */
+struct bf_arg {
+  op_fn fn;
+  const void *arg;
+  unsigned bf;
+  int nops;
+  const struct operand *o;
+};
+
+static int run_bf16(strata_queue_t q, const strata_mem_t *m, const void *arg) {
+  const struct bf_arg *a = arg;
+  strata_buffer_t b[MAX_OPERANDS] = {0};
+  strata_mem_t m2[MAX_OPERANDS];
+  int dev = strata_queue_device(q), rc = STRATA_OK;
+  for (int i = 0; i < a->nops && !rc; i++) {
+    m2[i] = m[i];
+    if (!(a->bf & (1u << i)))
+      continue;
+    rc = strata_buffer_new(dev, a->o[i].n * 2 + 2, &b[i]);
+    if (!rc) {
+      m2[i] = strata_mem_typed(b[i], 0, STRATA_BFLOAT16);
+      rc = strata_convert(q, m[i], m2[i], (int64_t)a->o[i].n);
+    }
+  }
+  if (!rc)
+    rc = a->fn(q, m2, a->arg);
+  for (int i = 0; i < a->nops && !rc; i++)
+    if (a->bf & (1u << i))
+      rc = strata_convert(q, m2[i], m[i], (int64_t)a->o[i].n);
+  int rc2 = strata_queue_finish(q);
+  for (int i = 0; i < a->nops; i++)
+    if (b[i])
+      strata_buffer_free(b[i]);
+  return rc ? rc : rc2;
+}
+
+/*
+** The kernel ops with bfloat16 activations as the bf16 training path types them (statistics, losses, log-sum-exps
+** and parameter gradients float32; a few with every float operand bfloat16), against the host on the same bfloat16
+** values: both compute in float32 and round once, so within 2^-7 of the host's value (two float32 results a few ulps
+** apart may round one bfloat16 step apart) plus 2e-3 for float32 sums in other orders on inputs of magnitude <= 8.
+*/
+Test(cuda, bf16_kernel_ops_against_the_host) {
+  NEED_CUDA();
+  const int64_t n = 4099, rows = 67, cols = 300;
+  size_t rc = (size_t)(rows * cols);
+  float *x = rnd(rc, 151, -3, 3), *y = rnd(rc, 152, -1, 1), *g = rnd((size_t)cols, 153, 0.5f, 1.5f);
+  float *be = rnd((size_t)cols, 154, -1, 1), *dg = rnd((size_t)cols, 155, -1, 1);
+  int32_t tok[301];
+  for (int i = 0; i < 301; i++)
+    tok[i] = (int32_t)((i * 7919) % 53) - 1; /* -1 .. 51 of a vocabulary of 50: out of range, repeats */
+  struct ew_arg gelu = {.n = n, .which = 1}, add = {.n = n, .which = 4}, scale = {.n = n, .alpha = -1.75f, .which = 5};
+  struct ew_arg bias = {.rows = rows, .cols = cols, .which = 7}, bgrad = {.rows = rows, .cols = cols, .which = 8};
+  struct row_arg ln = {.rows = rows, .cols = cols, .eps = 1e-5f}, sm = {.rows = 3 * 75, .cols = 75, .scale = 0.3f,
+                                                                         .causal = 1};
+  struct tok_arg emb = {.n = 301, .dim = 65, .vocab = 50, .accumulate = 1}, xe = {.n = rows, .vocab = cols,
+                                                                                   .scale = 1.0f / 67};
+  struct opt_arg ss = {.n = (int64_t)rc, .accumulate = 1};
+  struct attn_arg at = {2, 45, 2, 24, 0.2041241f, 1};
+  float start = 2.5f;
+  const struct operand o_ew[] = {{T_F32, NO_CHECK, (size_t)n, x}, {T_F32, CHECK, (size_t)n, y},
+                                 {T_F32, CHECK, (size_t)n, NULL}};
+  const struct operand o_sc[] = {{T_F32, CHECK, (size_t)n, x}};
+  const struct operand o_bias[] = {{T_F32, CHECK, rc, x}, {T_F32, CHECK, (size_t)cols, g}};
+  const struct operand o_ln[] = {{T_F32, NO_CHECK, rc, x},          {T_F32, NO_CHECK, (size_t)cols, g},
+                                 {T_F32, NO_CHECK, (size_t)cols, be}, {T_F32, CHECK, rc, NULL},
+                                 {T_F32, CHECK, (size_t)rows, NULL}, {T_F32, CHECK, (size_t)rows, NULL},
+                                 {T_F32, NO_CHECK, rc, y},          {T_F32, CHECK, rc, NULL},
+                                 {T_F32, CHECK, (size_t)cols, dg},   {T_F32, CHECK, (size_t)cols, be}};
+  const size_t smn = (size_t)(3 * 75 * 75);
+  const struct operand o_sm[] = {{T_F32, NO_CHECK, smn, x}, {T_F32, CHECK, smn, NULL}, {T_F32, NO_CHECK, smn, y},
+                                 {T_F32, CHECK, smn, NULL}};
+  const struct operand o_emb[] = {{T_I32, NO_CHECK, 301, tok},
+                                  {T_F32, NO_CHECK, 50 * 65, x},
+                                  {T_F32, CHECK, 301 * 65, NULL},
+                                  {T_F32, NO_CHECK, 301 * 65, y},
+                                  {T_F32, CHECK, 50 * 65, y}};
+  int32_t tgt[67];
+  for (int r = 0; r < 67; r++)
+    tgt[r] = r % 10 == 3 ? -1 : (r * 131) % 300;
+  const struct operand o_xe[] = {{T_F32, NO_CHECK, rc, x}, {T_I32, NO_CHECK, 67, tgt}, {T_F32, CHECK, 67, NULL},
+                                 {T_F32, CHECK, rc, NULL}};
+  const struct operand o_ss[] = {{T_F32, NO_CHECK, rc, x}, {T_F32, CHECK, 1, &start}};
+  const size_t an = 2 * 45 * 48;
+  const struct operand o_at[] = {{T_F32, NO_CHECK, 3 * an, x},
+                                 {T_F32, CHECK, an, NULL},
+                                 {T_F32, CHECK, 2 * 2 * 45, NULL},
+                                 {T_F32, NO_CHECK, an, y},
+                                 {T_F32, CHECK, 3 * an, NULL}};
+  const struct bf_arg cases[] = {
+      {run_ew, &gelu, 7, 3, o_ew},     {run_ew, &add, 7, 3, o_ew},        {run_ew, &add, 5, 3, o_ew},
+      {run_ew, &scale, 1, 1, o_sc},    {run_ew, &bias, 1, 2, o_bias},     {run_ew, &bias, 3, 2, o_bias},
+      {run_ew, &bgrad, 1, 2, o_bias},  {run_ew, &bgrad, 3, 2, o_bias},    {run_layernorm, &ln, 0xc9, 10, o_ln},
+      {run_layernorm, &ln, 0x3ff, 10, o_ln}, {run_softmax, &sm, 0xf, 4, o_sm}, {run_embedding, &emb, 0xe, 5, o_emb},
+      {run_embedding, &emb, 0x1e, 5, o_emb}, {run_xent, &xe, 0x9, 4, o_xe}, {run_xent, &xe, 0xd, 4, o_xe},
+      {run_sumsq, &ss, 1, 2, o_ss},    {run_attention, &at, 0x1b, 5, o_at}, {run_attention, &at, 0x1f, 5, o_at},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char what[64];
+    snprintf(what, sizeof what, "bf16 case %zu (mask 0x%x)", i, cases[i].bf);
+    compare(what, cases[i].o, cases[i].nops, run_bf16, &cases[i], 2e-3, 1.0 / 128);
+  }
+  free(x);
+  free(y);
+  free(g);
+  free(be);
+  free(dg);
+}
+
 /* ------------------------------------------------------------ copies, events */
 
 static unsigned char *bytes_pattern(size_t n, unsigned seed) {
@@ -886,165 +1047,4 @@ Test(cuda, bf16_gemm_against_the_host) {
   }
   free(fa);
   free(fb);
-}
-
-/* ---- the fused attention (kernels/attention.k), and the kernel ops on bf16 operands ---- */
-
-struct attn_arg {
-  int64_t b, t, h, hd;
-  float scale;
-  int causal;
-};
-
-/* The fused attention forward then backward: qkv, out, lse, dout, dqkv. */
-static int run_attention(strata_queue_t q, const strata_mem_t *m, const void *arg) {
-  const struct attn_arg *a = arg;
-  int rc = strata_attention_fwd(q, m[0], m[1], m[2], a->b, a->t, a->h, a->hd, a->scale, a->causal);
-  if (rc)
-    return rc;
-  return strata_attention_bwd(q, m[0], m[1], m[3], m[2], m[4], a->b, a->t, a->h, a->hd, a->scale, a->causal);
-}
-
-/* Against the host's fused attention (its own blocked code): out, lse and dqkv within float32 sums in other orders;
-** the same bits from run to run on the GPU (each output summed by one thread in a fixed order). Shapes: one tile,
-** several tiles and blocks, head_dim over one chunk of 64 columns, causal or not. */
-Test(cuda, attention) {
-  NEED_CUDA();
-  static const struct attn_arg shapes[] = {{2, 7, 3, 5, 0.4472136f, 1},   {2, 7, 3, 5, 0.4472136f, 0},
-                                           {1, 70, 2, 80, 0.1118034f, 1}, {2, 45, 1, 64, 0.125f, 0},
-                                           {1, 300, 4, 64, 0.125f, 1}};
-  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-    const struct attn_arg *a = &shapes[i];
-    size_t rows = (size_t)(a->b * a->t), d = (size_t)(a->h * a->hd), nl = (size_t)(a->b * a->h * a->t);
-    float *qkv = rnd(rows * 3 * d, 131 + (uint32_t)i, -1.5f, 1.5f), *dout = rnd(rows * d, 141 + (uint32_t)i, -1, 1);
-    struct operand o[] = {{T_F32, NO_CHECK, rows * 3 * d, qkv},
-                          {T_F32, CHECK, rows * d, NULL},
-                          {T_F32, CHECK, nl, NULL},
-                          {T_F32, NO_CHECK, rows * d, dout},
-                          {T_F32, CHECK, rows * 3 * d, NULL}};
-    char what[96];
-    snprintf(what, sizeof what, "attention B %lld T %lld H %lld hd %lld causal %d", (long long)a->b, (long long)a->t,
-             (long long)a->h, (long long)a->hd, a->causal);
-    compare(what, o, 5, run_attention, a, 1e-5, 1e-4);
-    void *r1[5], *r2[5];
-    run_on(cuda_dev, o, 5, run_attention, a, r1);
-    run_on(cuda_dev, o, 5, run_attention, a, r2);
-    for (int k = 0; k < 5; k++) {
-      cr_expect(memcmp(r1[k], r2[k], o[k].n * 4) == 0, "%s: operand %d differs between two runs", what, k);
-      free(r1[k]);
-      free(r2[k]);
-    }
-    free(qkv);
-    free(dout);
-  }
-}
-
-/* An op on bfloat16 copies of some of its operands: bit i of `bf` makes operand i bfloat16 (converted from the
-** float32 operand before the op, and back after it). */
-struct bf_arg {
-  op_fn fn;
-  const void *arg;
-  unsigned bf;
-  int nops;
-  const struct operand *o;
-};
-
-static int run_bf16(strata_queue_t q, const strata_mem_t *m, const void *arg) {
-  const struct bf_arg *a = arg;
-  strata_buffer_t b[MAX_OPERANDS] = {0};
-  strata_mem_t m2[MAX_OPERANDS];
-  int dev = strata_queue_device(q), rc = STRATA_OK;
-  for (int i = 0; i < a->nops && !rc; i++) {
-    m2[i] = m[i];
-    if (!(a->bf & (1u << i)))
-      continue;
-    rc = strata_buffer_new(dev, a->o[i].n * 2 + 2, &b[i]);
-    if (!rc) {
-      m2[i] = strata_mem_typed(b[i], 0, STRATA_BFLOAT16);
-      rc = strata_convert(q, m[i], m2[i], (int64_t)a->o[i].n);
-    }
-  }
-  if (!rc)
-    rc = a->fn(q, m2, a->arg);
-  for (int i = 0; i < a->nops && !rc; i++)
-    if (a->bf & (1u << i))
-      rc = strata_convert(q, m2[i], m[i], (int64_t)a->o[i].n);
-  int rc2 = strata_queue_finish(q);
-  for (int i = 0; i < a->nops; i++)
-    if (b[i])
-      strata_buffer_free(b[i]);
-  return rc ? rc : rc2;
-}
-
-/*
-** The kernel ops with bfloat16 activations as the bf16 training path types them (statistics, losses, log-sum-exps
-** and parameter gradients float32; a few with every float operand bfloat16), against the host on the same bfloat16
-** values: both compute in float32 and round once, so within 2^-7 of the host's value (two float32 results a few ulps
-** apart may round one bfloat16 step apart) plus 2e-3 for float32 sums in other orders on inputs of magnitude <= 8.
-*/
-Test(cuda, bf16_kernel_ops_against_the_host) {
-  NEED_CUDA();
-  const int64_t n = 4099, rows = 67, cols = 300;
-  size_t rc = (size_t)(rows * cols);
-  float *x = rnd(rc, 151, -3, 3), *y = rnd(rc, 152, -1, 1), *g = rnd((size_t)cols, 153, 0.5f, 1.5f);
-  float *be = rnd((size_t)cols, 154, -1, 1), *dg = rnd((size_t)cols, 155, -1, 1);
-  int32_t tok[301];
-  for (int i = 0; i < 301; i++)
-    tok[i] = (int32_t)((i * 7919) % 53) - 1; /* -1 .. 51 of a vocabulary of 50: out of range, repeats */
-  struct ew_arg gelu = {.n = n, .which = 1}, add = {.n = n, .which = 4}, scale = {.n = n, .alpha = -1.75f, .which = 5};
-  struct ew_arg bias = {.rows = rows, .cols = cols, .which = 7}, bgrad = {.rows = rows, .cols = cols, .which = 8};
-  struct row_arg ln = {.rows = rows, .cols = cols, .eps = 1e-5f}, sm = {.rows = 3 * 75, .cols = 75, .scale = 0.3f,
-                                                                         .causal = 1};
-  struct tok_arg emb = {.n = 301, .dim = 65, .vocab = 50, .accumulate = 1}, xe = {.n = rows, .vocab = cols,
-                                                                                   .scale = 1.0f / 67};
-  struct opt_arg ss = {.n = (int64_t)rc, .accumulate = 1};
-  struct attn_arg at = {2, 45, 2, 24, 0.2041241f, 1};
-  float start = 2.5f;
-  const struct operand o_ew[] = {{T_F32, NO_CHECK, (size_t)n, x}, {T_F32, CHECK, (size_t)n, y},
-                                 {T_F32, CHECK, (size_t)n, NULL}};
-  const struct operand o_sc[] = {{T_F32, CHECK, (size_t)n, x}};
-  const struct operand o_bias[] = {{T_F32, CHECK, rc, x}, {T_F32, CHECK, (size_t)cols, g}};
-  const struct operand o_ln[] = {{T_F32, NO_CHECK, rc, x},          {T_F32, NO_CHECK, (size_t)cols, g},
-                                 {T_F32, NO_CHECK, (size_t)cols, be}, {T_F32, CHECK, rc, NULL},
-                                 {T_F32, CHECK, (size_t)rows, NULL}, {T_F32, CHECK, (size_t)rows, NULL},
-                                 {T_F32, NO_CHECK, rc, y},          {T_F32, CHECK, rc, NULL},
-                                 {T_F32, CHECK, (size_t)cols, dg},   {T_F32, CHECK, (size_t)cols, be}};
-  const size_t smn = (size_t)(3 * 75 * 75);
-  const struct operand o_sm[] = {{T_F32, NO_CHECK, smn, x}, {T_F32, CHECK, smn, NULL}, {T_F32, NO_CHECK, smn, y},
-                                 {T_F32, CHECK, smn, NULL}};
-  const struct operand o_emb[] = {{T_I32, NO_CHECK, 301, tok},
-                                  {T_F32, NO_CHECK, 50 * 65, x},
-                                  {T_F32, CHECK, 301 * 65, NULL},
-                                  {T_F32, NO_CHECK, 301 * 65, y},
-                                  {T_F32, CHECK, 50 * 65, y}};
-  int32_t tgt[67];
-  for (int r = 0; r < 67; r++)
-    tgt[r] = r % 10 == 3 ? -1 : (r * 131) % 300;
-  const struct operand o_xe[] = {{T_F32, NO_CHECK, rc, x}, {T_I32, NO_CHECK, 67, tgt}, {T_F32, CHECK, 67, NULL},
-                                 {T_F32, CHECK, rc, NULL}};
-  const struct operand o_ss[] = {{T_F32, NO_CHECK, rc, x}, {T_F32, CHECK, 1, &start}};
-  const size_t an = 2 * 45 * 48;
-  const struct operand o_at[] = {{T_F32, NO_CHECK, 3 * an, x},
-                                 {T_F32, CHECK, an, NULL},
-                                 {T_F32, CHECK, 2 * 2 * 45, NULL},
-                                 {T_F32, NO_CHECK, an, y},
-                                 {T_F32, CHECK, 3 * an, NULL}};
-  const struct bf_arg cases[] = {
-      {run_ew, &gelu, 7, 3, o_ew},     {run_ew, &add, 7, 3, o_ew},        {run_ew, &add, 5, 3, o_ew},
-      {run_ew, &scale, 1, 1, o_sc},    {run_ew, &bias, 1, 2, o_bias},     {run_ew, &bias, 3, 2, o_bias},
-      {run_ew, &bgrad, 1, 2, o_bias},  {run_ew, &bgrad, 3, 2, o_bias},    {run_layernorm, &ln, 0xc9, 10, o_ln},
-      {run_layernorm, &ln, 0x3ff, 10, o_ln}, {run_softmax, &sm, 0xf, 4, o_sm}, {run_embedding, &emb, 0xe, 5, o_emb},
-      {run_embedding, &emb, 0x1e, 5, o_emb}, {run_xent, &xe, 0x9, 4, o_xe}, {run_xent, &xe, 0xd, 4, o_xe},
-      {run_sumsq, &ss, 1, 2, o_ss},    {run_attention, &at, 0x1b, 5, o_at}, {run_attention, &at, 0x1f, 5, o_at},
-  };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    char what[64];
-    snprintf(what, sizeof what, "bf16 case %zu (mask 0x%x)", i, cases[i].bf);
-    compare(what, cases[i].o, cases[i].nops, run_bf16, &cases[i], 2e-3, 1.0 / 128);
-  }
-  free(x);
-  free(y);
-  free(g);
-  free(be);
-  free(dg);
 }
