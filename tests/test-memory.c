@@ -39,7 +39,7 @@ static int same(const struct strata__stage_bytes *a, const struct strata__stage_
 }
 
 /* Every [a, b) of every model, tp 1 and 2 (each slice), ZeRO 1 and 3 shards, split backward or not, 1 and 3
-** samples per micro-batch, fp32 and bf16, and (GPTs) each recompute mode (full: without a split backward): the
+** samples per micro-batch, fp32 and bf16, and (GPTs) each recompute mode (without a split backward): the
 ** constant-time figures are the stage's. */
 Test(memory, every_cut_weighed_at_once_is_the_stage_alone) {
   strata_model_t m[4];
@@ -52,7 +52,7 @@ Test(memory, every_cut_weighed_at_once_is_the_stage_alone) {
           for (int split = 0; split <= 1; split++)
             for (int64_t mb = 1; mb <= 3; mb += 2)
             for (int bf = 0; bf <= 1; bf++)
-            for (int rc = 0; rc <= (i < 2 ? STRATA_RECOMPUTE_FULL - split : 0); rc++) {
+            for (int rc = 0; rc <= (i < 2 && !split ? STRATA_RECOMPUTE_FULL : 0); rc++) {
               const struct strata__cut cut = {{slice, tp}, {0, zero}, bf ? STRATA_BFLOAT16 : STRATA_FLOAT32,
                                               bf ? STRATA_BFLOAT16 : STRATA_FLOAT32, rc};
               struct strata__stage_ranges *r;
@@ -94,7 +94,7 @@ Test(memory, the_figures_are_what_a_stage_allocates) {
     for (int tp = 1; tp <= 2; tp++)
       for (int split = 0; split <= 1; split++)
       for (int bf = 0; bf <= 1; bf++)
-      for (int rc = 0; rc <= (i < 2 ? STRATA_RECOMPUTE_FULL - split : 0); rc++) {
+      for (int rc = 0; rc <= (i < 2 && !split ? STRATA_RECOMPUTE_FULL : 0); rc++) {
         const int L = strata_model_layer_count(m[i]);
         for (int a = 0; a < L; a++)
           for (int b = a + 1; b <= L; b++) {

@@ -1490,8 +1490,6 @@ static void recompute_cases(strata_model_t m, const char *json, int dev, const c
     struct run none;
     recompute_run(m, json, dev, STRATA_RECOMPUTE_NONE, precision, &none);
     for (int mode = STRATA_RECOMPUTE_SELECTIVE; mode <= STRATA_RECOMPUTE_FULL; mode++) {
-      if (mode == STRATA_RECOMPUTE_FULL && json && strstr(json, "\"zb\""))
-        continue; /* refused: the weight pass reads every block's activations */
       struct run got;
       recompute_run(m, json, dev, mode, precision, &got);
       if (!exact) {
@@ -1530,9 +1528,6 @@ Test(parallel, recompute_selective_and_full_equal_none_bit_for_bit_on_host) {
   snprintf(json, sizeof json, "\"dp\": 2, \"pp\": 2, \"tp\": 2, \"devices\": [%d, %d, %d, %d, %d, %d, %d, %d], "
            "\"microbatches\": 2}", h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]);
   recompute_cases(m, json, -1, "dp 2 x pp 2 x tp 2", 1, 1);
-  snprintf(json, sizeof json, "\"pp\": 2, \"schedule\": \"zb\", \"devices\": [%d, %d], \"microbatches\": 2}", h[0],
-           h[1]);
-  recompute_cases(m, json, -1, "pp 2 zb-h1 (selective: its weight pass reads no probability)", 1, 1);
   strata_model_free(m);
 }
 
@@ -1620,11 +1615,11 @@ Test(parallel, trace_shows_recomputation_before_each_backward) {
 ** accounting reports them (strata_train_device_stats.activation_bytes: one micro-batch's slot and, recomputing, the
 ** one-block buffer; the memory plan's own figure, which test-memory checks against what a stage allocates) against
 ** the formula of what each mode keeps, in 4-byte units with R = B x T rows, per block:
-**   none       8 RD + 2 RF + 4 R + B H T^2 (ln1, qkv (3 RD), att, xmid, ln2, h and g (RF each), 4 statistics per row,
-**              the probabilities; and its output RD)
-**   selective  8 RD + 2 RF + 4 R per block, and B H T^2 once (the buffer)
+**   none       8 RD + 2 RF + 4 R + B H T (ln1, qkv (3 RD), att, xmid, ln2, h and g (RF each), 4 statistics per row,
+**              the fused attention's log-sum-exp per query and head; and its output RD)
+**   selective  7 RD + 2 RF + 4 R per block (att and the log-sum-exps dropped), and RD + B H T once (the buffer)
 **   full       RD per block (its output, the next one's input), and once the buffer of one block's
-**              8 RD + 2 RF + 4 R + B H T^2 (its saved activations and its recomputed output)
+**              8 RD + 2 RF + 4 R + B H T (its saved activations and its recomputed output)
 ** plus, in every mode, the tokens and targets (2 R), the embedding's output (RD) and the head's (RD + 3 R + R V).
 ** Each figure within 10% of its formula (the formula here is exact: a difference means the model changed), full at most
 ** 0.35 x none, selective below none.
@@ -1635,10 +1630,10 @@ Test(parallel, recompute_cuts_the_activations_of_the_512x8_gpt) {
   strata_model_t m;
   OK(strata_model_from_config(&c, &m));
   const double B = 4, T = 256, D = 512, F = 2048, H = 8, V = 256, L = 8, R = B * T;
-  const double block = 8 * R * D + 2 * R * F + 4 * R, probs = B * H * T * T;
+  const double block = 8 * R * D + 2 * R * F + 4 * R, lse = B * H * T;
   const double rest = 2 * R + R * D + R * D + 3 * R + R * V;
-  const double want[3] = {4 * (L * (block + probs) + rest), 4 * (L * block + probs + rest),
-                          4 * (L * R * D + block + probs + rest)};
+  const double want[3] = {4 * (L * (block + lse) + rest), 4 * (L * (block - R * D) + R * D + lse + rest),
+                          4 * (L * R * D + block + lse + rest)};
   uint64_t act[3];
   for (int mode = 0; mode < 3; mode++) {
     struct strata_train_options o = options(1);
@@ -1662,8 +1657,8 @@ Test(parallel, recompute_cuts_the_activations_of_the_512x8_gpt) {
   strata_model_free(m);
 }
 
-/* What recomputation does not cover is refused by name: an MLP or CNN (no block), full with a split backward
-** (zb), a mode out of range; a layout's unknown mode does not parse. */
+/* What recomputation does not cover is refused by name: an MLP or CNN (no block), selective or full with a split
+** backward (zb: its weight pass reads the attention output selective drops), a mode out of range; a layout's unknown mode does not parse. */
 Test(parallel, recompute_refusals) {
   strata_model_t m = gpt4();
   int h0 = tc_find_device("host", 0), h1 = tc_find_device("host", 1);
@@ -1677,6 +1672,13 @@ Test(parallel, recompute_refusals) {
   o.recompute = 0;
   cr_assert_eq(strata_trainer_new_layout(m, ds, &o, l, NULL, &tr), STRATA_ERR_UNSUPPORTED);
   cr_assert(strstr(strata_last_error(), "recompute full") && strstr(strata_last_error(), "zb"), "%s",
+            strata_last_error());
+  cr_assert_null(tr);
+  strata_layout_free(l);
+  l = layout("{\"pp\": 2, \"schedule\": \"zb\", \"devices\": [%d, %d], \"microbatches\": 2, "
+             "\"recompute\": \"selective\"}", h0, h1);
+  cr_assert_eq(strata_trainer_new_layout(m, ds, &o, l, NULL, &tr), STRATA_ERR_UNSUPPORTED);
+  cr_assert(strstr(strata_last_error(), "recompute selective") && strstr(strata_last_error(), "zb"), "%s",
             strata_last_error());
   cr_assert_null(tr);
   strata_layout_free(l);

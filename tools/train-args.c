@@ -305,11 +305,11 @@ int adopt_layout(struct options *o, const char *from) {
   }
 }
 
-/* Full recomputation and a schedule that splits the backward (its weight pass reads every block's activations). */
+/* Recomputation and a schedule that splits the backward (its weight pass reads the blocks' activations). */
 static int check_recompute(const struct options *o) {
-  if (o->recompute == STRATA_RECOMPUTE_FULL && strata_schedule_kind_split_backward(o->schedule)) {
-    fprintf(stderr, PROG ": --recompute full with --schedule %s: its weight pass reads every block's activations "
-            "after the input pass; use --recompute selective, or 1f1b, gpipe or interleaved\n",
+  if (o->recompute && strata_schedule_kind_split_backward(o->schedule)) {
+    fprintf(stderr, PROG ": --recompute %s with --schedule %s: its weight pass reads the blocks' activations "
+            "after the input pass; use 1f1b, gpipe or interleaved\n", strata_recompute_name(o->recompute),
             strata_schedule_kind_name(o->schedule));
     return EXIT_USAGE;
   }

@@ -308,7 +308,8 @@ struct strata__dims {
   int64_t Vall, voff;       /* vocabulary-parallel: the whole vocabulary, and where this slice's V start */
   int vp;                   /* the embedding and head are cut by vocabulary */
   int act;                  /* the activations' type (the stage's precision) */
-  int rc;                   /* enum strata_recompute: selective lays a block's slot out without its attention output and log-sum-exps */
+  int rc;                   /* enum strata_recompute: selective lays a block's slot out without its attention output
+                            ** and log-sum-exps */
 };
 struct strata__dims strata__stage_dims(const struct strata__stage *st);
 

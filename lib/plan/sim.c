@@ -948,7 +948,7 @@ static int simulate_in(struct strata_machine *c, strata_model_t model, strata_la
       sc->w += bw.s;
       jf += f.join_bytes, nf += f.joins;
       jb += b.join_bytes, nb += b.joins;
-      /* recomputation: a block's forward again (full), or its scores and softmax (selective) */
+      /* recomputation: a block's forward again (full), or its attention core (selective) */
       if (recompute == STRATA_RECOMPUTE_FULL && strcmp(info.type, "block") == 0)
         sc->rc += f.s, jr += f.join_bytes, nr += f.joins;
       else if (recompute == STRATA_RECOMPUTE_SELECTIVE)
