@@ -416,8 +416,19 @@ static void read_cpu_name(char *buf, size_t len) {
   fclose(f);
 }
 
+/* STRATA_HOST_NO_GATES: unset, "" or "0": gates; "1": none (the table strata_backend_entry gave). */
+static int no_gates_asked(int *no_gates) {
+  const char *env = getenv("STRATA_HOST_NO_GATES");
+  *no_gates = env && strcmp(env, "1") == 0;
+  return !env || !*env || !strcmp(env, "0") || *no_gates;
+}
+
 static int host_init(const struct strata__services *services, void **ctx, char *why, size_t why_len) {
   svc = services;
+  int no_gates;
+  if (!no_gates_asked(&no_gates))
+    return svc->error(STRATA_ERR_PARSE, "STRATA_HOST_NO_GATES='%.60s': expected 1 (no gates) or 0",
+                      getenv("STRATA_HOST_NO_GATES"));
   int n;
   int rc = read_device_count(&n);
   if (rc)
@@ -479,6 +490,8 @@ static int host_init(const struct strata__services *services, void **ctx, char *
   if (!strata__host_blas_coretype_honoured(why_blas, sizeof why_blas))
     svc->log(STRATA_LOG_WARN, "host", "%s", why_blas);
   svc->log(STRATA_LOG_INFO, "host", "GEMM: %s", blas);
+  if (no_gates)
+    svc->log(STRATA_LOG_INFO, "host", "STRATA_HOST_NO_GATES=1: no gates, a collective waits in the call");
   *ctx = c;
   return n;
 }
@@ -719,7 +732,23 @@ static const struct strata__backend host_backend = {
     .host_pointer = host_host_pointer,
 };
 
+/*
+** STRATA_HOST_NO_GATES=1 (tests): the same backend without gates, as CUDA
+** outside NCCL is, so that any communicator with a host member runs its
+** collectives synchronously and a trainer waits for them inside the call
+** (lib/comm/comm.c, lib/train/joins.c): that path runs on CPUs.
+*/
+static struct strata__backend host_backend_no_gates;
+
 __attribute__((visibility("default"))) const struct strata__backend *strata_backend_entry(void);
 __attribute__((visibility("default"))) const struct strata__backend *strata_backend_entry(void) {
-  return &host_backend;
+  int no_gates;
+  if (!no_gates_asked(&no_gates) || !no_gates) /* (a bad value is refused by host_init) */
+    return &host_backend;
+  host_backend_no_gates = host_backend;
+  host_backend_no_gates.gate_new = NULL;
+  host_backend_no_gates.gate_wait = NULL;
+  host_backend_no_gates.gate_open = NULL;
+  host_backend_no_gates.gate_free = NULL;
+  return &host_backend_no_gates;
 }

@@ -27,12 +27,17 @@
 static const char *const kind_names[] = {"allreduce", "allgather", "reducescatter", "broadcast", "barrier"};
 
 /* A gate handed to the caller instead of gating the member's queue: opened
-** by the lane, waited for by the caller, freed by whichever lets go last. */
+** by the lane, waited for by the caller, freed by whichever lets go last.
+** On a communicator without gates (a member's backend has none) it has no
+** gate: the lane marks it finished, with the collective's status, and the
+** caller waits for that on the host (strata__comm_wait). */
 struct completion {
   const struct strata__slot *slot;
-  void *gate;
+  void *gate;                   /* NULL without gates */
   int refs;
   double t_start, t_end;        /* when the lane found its input ready, and opened the gate (strata__now) */
+  int finished, status;         /* without gates, under the communicator's lock: the lane is through */
+  char msg[1024];
 };
 
 STRATA_API const char *strata_redop_name(int op) {
@@ -130,7 +135,8 @@ static void completion_drop(struct strata_comm *c, struct completion *k) {
   int last = --k->refs == 0;
   pthread_mutex_unlock(&c->lock);
   if (last) {
-    k->slot->be->gate_free(k->slot->ctx, k->gate);
+    if (k->gate)
+      k->slot->be->gate_free(k->slot->ctx, k->gate);
     free(k);
   }
 }
@@ -220,7 +226,16 @@ static void lane_run(struct lane *l, struct coll *co) {
     k->t_end = strata__now();
     if (!k->t_start)
       k->t_start = k->t_end;
-    k->slot->be->gate_open(k->slot->ctx, k->gate, status, msg);
+    if (k->gate) {
+      k->slot->be->gate_open(k->slot->ctx, k->gate, status, msg);
+    } else { /* its caller waits on the host */
+      pthread_mutex_lock(&c->lock);
+      k->status = status;
+      strata__strlcpy(k->msg, msg, sizeof k->msg);
+      k->finished = 1;
+      pthread_cond_broadcast(&c->changed);
+      pthread_mutex_unlock(&c->lock);
+    }
     completion_drop(c, k);
     me->done = NULL;
   }
@@ -724,7 +739,7 @@ static int post_member(struct strata_comm *c, const struct coll_shape *sh, int r
     pthread_mutex_unlock(&c->lock);
     s->be->event_free(s->ctx, ev);
     if (gate) {
-      s->be->gate_open(s->ctx, gate, STRATA_ERR_STATE, "aborted collective");
+      s->be->gate_open(s->ctx, gate, STRATA_OK, NULL); /* the call reports it: the queue just goes on */
       s->be->gate_free(s->ctx, gate);
     }
     free(j);
@@ -738,7 +753,7 @@ static int post_member(struct strata_comm *c, const struct coll_shape *sh, int r
   if (!co) {
     pthread_mutex_unlock(&c->lock);
     if (gate) {
-      s->be->gate_open(s->ctx, gate, STRATA_ERR_NOMEM, "out of host memory");
+      s->be->gate_open(s->ctx, gate, STRATA_OK, NULL);
       s->be->gate_free(s->ctx, gate);
     }
     s->be->event_free(s->ctx, ev);
@@ -875,23 +890,35 @@ int strata__comm_post_rank(strata_comm_t c, int kind, int rank, strata_queue_t q
     return STRATA_OK;
   if (c->nccl)
     return post_backend(c, &sh, rank, &queue, &send, &recv);
-  if (done && !c->async)
-    return strata__error(STRATA_ERR_UNSUPPORTED, "%s: a completion needs gates on every member's backend",
-                         kind_names[kind]);
-  TRY(post_member(c, &sh, rank, queue, send, recv, done));
-  if (c->async || c->next_seq[rank] < 1)
-    return STRATA_OK;
-  /* without gates the call waits for its collective, which needs every rank */
-  return strata_comm_finish(c);
+  if (c->async || done)
+    return post_member(c, &sh, rank, queue, send, recv, done);
+  /* without gates the call waits for its own collective (which needs every
+  ** rank's call), and reports its own status: never another call's */
+  void *mine = NULL;
+  TRY(post_member(c, &sh, rank, queue, send, recv, &mine));
+  int rc = strata__comm_wait(c, queue, mine);
+  strata__comm_release(c, mine, NULL, NULL);
+  return rc;
 }
 
-/* Make `queue` (on the member's device) wait for a completion from strata__comm_post_rank. */
+/* Make `queue` (on the member's device) wait for a completion from
+** strata__comm_post_rank; without gates, wait for it here, on the host, and
+** return the collective's status. */
 int strata__comm_wait(strata_comm_t c, strata_queue_t queue, void *done) {
   struct completion *k = done;
-  (void)c;
-  if (!k || !queue)
+  if (!k)
     return STRATA_OK;
-  return k->slot->be->gate_wait(k->slot->ctx, queue->h, k->gate);
+  if (k->gate)
+    return queue ? k->slot->be->gate_wait(k->slot->ctx, queue->h, k->gate) : STRATA_OK;
+  /* the lane always gets through: it gives up on members that never call after the timeout */
+  pthread_mutex_lock(&c->lock);
+  while (!k->finished)
+    pthread_cond_wait(&c->changed, &c->lock);
+  int rc = k->status;
+  char msg[sizeof k->msg];
+  memcpy(msg, k->msg, sizeof msg);
+  pthread_mutex_unlock(&c->lock);
+  return rc ? strata__error(rc, "%s", msg[0] ? msg : strata_strerror(rc)) : STRATA_OK;
 }
 
 /* Let a completion go; with the queue that waited for it finished, *t_start

@@ -18,12 +18,17 @@ enum strata__coll_kind {
 ** One member's call (the strata_*_rank functions). With `done` non-NULL the
 ** member's queue is not made to wait: *done receives a completion that the
 ** caller hands to strata__comm_wait and then strata__comm_release, so that the queue
-** computes on while the collective moves data (gradient buckets).
+** computes on while the collective moves data (gradient buckets). On a
+** communicator without gates (strata_comm_info's asynchronous is 0: CUDA
+** outside NCCL, host devices under STRATA_HOST_NO_GATES=1) the call returns
+** once posted too, and strata__comm_wait then waits on the host; without
+** `done` such a call waits for its own collective and returns its status.
 */
 int strata__comm_post_rank(strata_comm_t comm, int kind, int rank, strata_queue_t queue, strata_mem_t send,
                            strata_mem_t recv, size_t count, int dtype, int op, int root, void **done);
 
-/* Make `queue` (on the member's device) wait for the completion `done`. NULL does nothing. */
+/* Make `queue` (on the member's device) wait for the completion `done`; without gates, wait for it in the call and
+** return the collective's status (naming the member that failed). NULL does nothing. */
 int strata__comm_wait(strata_comm_t comm, strata_queue_t queue, void *done);
 
 /* Release a completion (exactly once, waited for or not). Once the queue that

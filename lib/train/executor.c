@@ -68,7 +68,7 @@ struct exec {
   int chain;                 /* stages per replica */
   int held;                  /* stages this process's devices hold (each has an OPTIMIZER) */
   void **done;               /* [S]: the completion of each stage's gradient reduce-scatter (ZeRO), until its OPTIMIZER */
-  double *done_post;         /* [S]: when it was posted */
+  double *done_post;         /* [S]: when it was posted (0: not this step) */
   struct buckets *bk;        /* [S]: data parallelism: each stage's gradient buckets */
   float gscale, norm, lr;
   double *busy;              /* [ndev] */
@@ -523,7 +523,7 @@ static int do_optimizer(struct exec *ex, int rank, int s, int last_on_rank) {
       TRY(strata_convert(st->q, strata_mem_typed(st->grads16, lo, STRATA_BFLOAT16), strata_mem(st->grads, lo),
                          (int64_t)(hi - lo)));
   }
-  if (ex->done[s]) { /* ZeRO-1's reduce-scatter */
+  if (ex->done_post[s] > 0) { /* ZeRO-1's reduce-scatter (without gates, done in the call: no completion left) */
     char name[24];
     snprintf(name, sizeof name, "GRS%d", s);
     const struct strata__stage *st = tr->st[s];

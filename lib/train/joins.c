@@ -19,19 +19,29 @@
 
 /*
 ** Post one of the step's collectives (of the operands' type), ordered against a failure's
-** abort by the trainer's lock. A communicator that enqueues returns the
-** completion in *done (NULL: the member's queue waits for it); one that
-** cannot enqueue waits in the call, made after the lock is let go, so that
-** the timeout bounds a member that never comes.
+** abort by the trainer's lock: an abort either comes first (the post is
+** refused) or finds the collective open and fails it. A communicator that
+** enqueues returns the completion in *done (NULL: the member's queue waits
+** for it); one that cannot enqueue (no gates) is waited for here, on the
+** host, after the lock is let go, and reports this member's own status (the
+** lanes' timeout bounds a member that never comes); its completion, already
+** finished, still goes to *done, whose release tells when the data moved.
 */
 int strata__post_collective(strata_trainer_t tr, strata_comm_t c, int async, int kind, int rank, strata_queue_t q,
                             strata_mem_t send, strata_mem_t recv, size_t count, int op, void **done) {
+  void *mine = NULL;
+  if (done)
+    *done = NULL;
   TRY(strata__trainer_post_begin(tr));
-  if (!async)
-    strata__trainer_post_end(tr);
-  int rc = strata__comm_post_rank(c, kind, rank, q, send, recv, count, send.dtype, op, 0, async ? done : NULL);
-  if (async)
-    strata__trainer_post_end(tr);
+  int rc = strata__comm_post_rank(c, kind, rank, q, send, recv, count, send.dtype, op, 0, async ? done : &mine);
+  strata__trainer_post_end(tr);
+  if (async || rc)
+    return rc;
+  rc = strata__comm_wait(c, q, mine);
+  if (rc || !done)
+    strata__comm_release(c, mine, NULL, NULL);
+  else
+    *done = mine;
   return rc;
 }
 
