@@ -13,6 +13,10 @@
 void *strata__cuda_buf_ptr(void *buf);
 cudaStream_t strata__cuda_queue_stream(void *queue);
 int strata__cuda_queue_dev(void *queue);
+/* From cuda.c: the calling thread's current driver context (hence device), and putting it back (even none), so that
+** NCCL's calls, which select devices, leave the caller's context as it was. */
+void *strata__cuda_context_save(void *ctx);
+void strata__cuda_context_restore(void *ctx, void *saved);
 
 /* The backend table's comm slots (see lib/device/backend.h). comm_new fails with
 ** STRATA_ERR_UNSUPPORTED, naming why, when libnccl cannot be loaded. */
@@ -27,6 +31,12 @@ int strata__nccl_comm_new_rank(void *ctx, const void *id, int nranks, int nlocal
                                void **comm);
 /* Whether NCCL can be used here: 0 and its version in `why`, or a status and the reason. */
 int strata__nccl_probe(void *ctx, char *why, size_t len);
+
+/* Whether any NCCL communicator is live (cuda.c then polls its waits instead of blocking). */
+int strata__nccl_live(void);
+/* While a queue of device `dev` is waited for: STRATA_ERR_BACKEND, naming the device and NCCL's reason, when a live
+** communicator with a member on `dev` reports an asynchronous error (it is then aborted, and refuses later calls). */
+int strata__nccl_check(void *ctx, int dev);
 
 /* Services for messages (set by cuda.c's init). */
 extern const struct strata__services *strata__nccl_svc;

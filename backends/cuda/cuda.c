@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cublas_v2.h>
 #include <cuda.h>
@@ -62,6 +63,16 @@ struct strata__cuda {
   ** cudaEventCreate per event ever live at once, not one per record. */
   pthread_mutex_t event_lock;
   struct strata__cuda_event **event_pool; /* count lists */
+  /* Page-locked host memory handed out, with the device each was allocated
+  ** for: freed with that device's context current (under pinned_lock). */
+  pthread_mutex_t pinned_lock;
+  struct strata__cuda_pinned *pinned;
+};
+
+struct strata__cuda_pinned {
+  void *ptr;
+  int dev;
+  struct strata__cuda_pinned *next;
 };
 
 /* The file of the shared library holding `sym` (a function), "?" if unknown. */
@@ -116,6 +127,21 @@ static void strata__cuda_leave(const struct strata__cuda *cx, CUcontext saved) {
     strata__cuda_leave((cx), saved_);                                                                                  \
     return rc_;                                                                                                        \
   } while (0)
+
+/* For nccl.c: the caller's driver context, and putting it back. */
+void *strata__cuda_context_save(void *ctx) {
+  const struct strata__cuda *cx = ctx;
+  CUcontext saved = NULL;
+  if (!cx || cx->ctx_get(&saved) != CUDA_SUCCESS)
+    saved = NULL;
+  return (void *)saved;
+}
+
+void strata__cuda_context_restore(void *ctx, void *saved) {
+  const struct strata__cuda *cx = ctx;
+  if (cx)
+    (void)cx->ctx_set((CUcontext)saved);
+}
 
 /* The driver function `name` through cudart, or NULL. */
 static void *strata__cuda_driver_fn(const char *name) {
@@ -223,6 +249,7 @@ static int strata__cuda_init(const struct strata__services *svc, void **ctx /* O
   cx->event_pool = pool;
   pthread_mutex_init(&cx->peer_lock, NULL);
   pthread_mutex_init(&cx->event_lock, NULL);
+  pthread_mutex_init(&cx->pinned_lock, NULL);
   *ctx = cx;
   return count;
 }
@@ -246,7 +273,13 @@ static void strata__cuda_fini(void *ctx) {
       free(ev);
     }
   }
+  while (cx->pinned) { /* the runtime frees its staging memory first: nothing should be left */
+    struct strata__cuda_pinned *p = cx->pinned;
+    cx->pinned = p->next;
+    free(p);
+  }
   (void)cudaGetLastError();
+  pthread_mutex_destroy(&cx->pinned_lock);
   pthread_mutex_destroy(&cx->event_lock);
   pthread_mutex_destroy(&cx->peer_lock);
   free(cx->event_pool);
@@ -341,15 +374,57 @@ static int strata__cuda_host_alloc_on(struct strata__cuda *cx, int dev, size_t b
   return STRATA_OK;
 }
 
+/* The allocation is remembered with its device, for strata__cuda_host_free. */
 static int strata__cuda_host_alloc(void *ctx, int dev, size_t bytes, void **ptr /* OUT */) {
+  struct strata__cuda *cx = ctx;
   *ptr = NULL;
-  STRATA__CUDA_ON(ctx, dev, strata__cuda_host_alloc_on(ctx, dev, bytes, ptr));
+  struct strata__cuda_pinned *p = malloc(sizeof *p);
+  if (!p)
+    return cx->svc->error(STRATA_ERR_NOMEM, "cuda: out of host memory");
+  CUcontext saved;
+  int rc = strata__cuda_enter(cx, dev, &saved);
+  if (!rc) {
+    rc = strata__cuda_host_alloc_on(cx, dev, bytes, ptr);
+    strata__cuda_leave(cx, saved);
+  }
+  if (rc) {
+    free(p);
+    return rc;
+  }
+  p->ptr = *ptr;
+  p->dev = dev;
+  pthread_mutex_lock(&cx->pinned_lock);
+  p->next = cx->pinned;
+  cx->pinned = p;
+  pthread_mutex_unlock(&cx->pinned_lock);
+  return STRATA_OK;
 }
 
+/* Freed with the device it was allocated for current (the calling thread may
+** have no context, or another device's), the caller's context put back. */
 static void strata__cuda_host_free(void *ctx, void *ptr) {
-  (void)ctx;
-  if (ptr && cudaFreeHost(ptr) != cudaSuccess)
-    (void)cudaGetLastError();
+  struct strata__cuda *cx = ctx;
+  if (!ptr)
+    return;
+  int dev = -1;
+  pthread_mutex_lock(&cx->pinned_lock);
+  for (struct strata__cuda_pinned **p = &cx->pinned; *p; p = &(*p)->next)
+    if ((*p)->ptr == ptr) {
+      struct strata__cuda_pinned *found = *p;
+      *p = found->next;
+      dev = found->dev;
+      free(found);
+      break;
+    }
+  pthread_mutex_unlock(&cx->pinned_lock);
+  CUcontext saved;
+  int entered = dev >= 0 && strata__cuda_enter(cx, dev, &saved) == STRATA_OK;
+  cudaError_t e = cudaFreeHost(ptr);
+  if (e != cudaSuccess)
+    cx->svc->log(STRATA_LOG_WARN, "cuda", "cudaFreeHost for device %d: %s", dev, cudaGetErrorString(e));
+  if (entered)
+    strata__cuda_leave(cx, saved);
+  (void)cudaGetLastError();
 }
 
 /* ------------------------------------------------------------------ queues */
@@ -425,10 +500,38 @@ static void strata__cuda_queue_free(void *ctx, void *queue) {
   free(q);
 }
 
+/*
+** Wait for a stream (ev NULL) or an event of device `dev`. While NCCL
+** communicators are live, poll instead of blocking and check them for
+** asynchronous errors between polls: a peer that failed leaves NCCL's
+** kernels spinning and a blocking wait would never end. *nccl_rc is then
+** the error (naming the device; the communicator is aborted).
+*/
+static cudaError_t strata__cuda_wait(struct strata__cuda *cx, int dev, cudaStream_t st, cudaEvent_t ev,
+                                     int *nccl_rc /* OUT */) {
+  *nccl_rc = STRATA_OK;
+  if (!strata__nccl_live())
+    return ev ? cudaEventSynchronize(ev) : cudaStreamSynchronize(st);
+  for (long polls = 0;; polls++) {
+    cudaError_t e = ev ? cudaEventQuery(ev) : cudaStreamQuery(st);
+    if (e != cudaErrorNotReady)
+      return e;
+    (void)cudaGetLastError(); /* "not ready" is no error */
+    if ((*nccl_rc = strata__nccl_check(cx, dev)) != STRATA_OK)
+      return cudaSuccess;
+    /* short work is found at once; a long wait costs a poll every 100 us */
+    struct timespec ts = {0, polls < 64 ? 2000 : 100000};
+    nanosleep(&ts, NULL);
+  }
+}
+
 /* Wait for the stream. Errors of kernels and copies that ran asynchronously
-** (an illegal address, a failed launch) are reported here. */
+** (an illegal address, a failed launch) and NCCL's are reported here. */
 static int strata__cuda_queue_finish_on(struct strata__cuda *cx, struct strata__cuda_queue *q) {
-  cudaError_t e = cudaStreamSynchronize(q->stream);
+  int nccl_rc;
+  cudaError_t e = strata__cuda_wait(cx, q->dev, q->stream, NULL, &nccl_rc);
+  if (nccl_rc)
+    return nccl_rc;
   if (e != cudaSuccess) {
     char what[64];
     snprintf(what, sizeof what, "work on device %d failed", q->dev);
@@ -496,7 +599,10 @@ static int strata__cuda_event_wait(void *ctx, void *queue, void *event) {
 }
 
 static int strata__cuda_event_sync_on(struct strata__cuda *cx, struct strata__cuda_event *ev) {
-  cudaError_t e = cudaEventSynchronize(ev->ev);
+  int nccl_rc;
+  cudaError_t e = strata__cuda_wait(cx, ev->dev, NULL, ev->ev, &nccl_rc);
+  if (nccl_rc)
+    return nccl_rc;
   return e == cudaSuccess ? STRATA_OK : strata__cuda_fail(cx, "cudaEventSynchronize", e);
 }
 

@@ -27,6 +27,7 @@ typedef struct {
 enum { NCCL_INT32 = 2, NCCL_FLOAT32 = 7, NCCL_BFLOAT16 = 9 };
 #define NCCL_BFLOAT16_SINCE 21000   /* NCCL 2.10.0, as ncclGetVersion codes it */
 enum { NCCL_SUM = 0, NCCL_MAX = 2, NCCL_AVG = 4 };
+enum { NCCL_IN_PROGRESS = 7 };      /* ncclInProgress: not an error (a non-blocking call still running) */
 
 struct nccl_api {
   void *dl;
@@ -46,6 +47,9 @@ struct nccl_api {
                    cudaStream_t stream);
   const char *(*error_string)(int result);
   int (*get_version)(int *version);
+  /* since NCCL 2.4; NULL where missing: waits then block without checking */
+  int (*get_async_error)(nccl_comm_t comm, int *result);
+  int (*comm_abort)(nccl_comm_t comm);
 };
 
 static pthread_once_t nccl_once = PTHREAD_ONCE_INIT;
@@ -86,6 +90,10 @@ static void nccl_load(void) {
   NCCL_SYM(error_string, "ncclGetErrorString");
   NCCL_SYM(get_version, "ncclGetVersion");
 #undef NCCL_SYM
+  *(void **)&nccl.get_async_error = dlsym(dl, "ncclCommGetAsyncError");
+  *(void **)&nccl.comm_abort = dlsym(dl, "ncclCommAbort");
+  if (!nccl.get_async_error || !nccl.comm_abort)
+    nccl.get_async_error = NULL, nccl.comm_abort = NULL;
   nccl.dl = dl;
   if (nccl.get_version(&nccl.version) != 0)
     nccl.version = 0;
@@ -107,28 +115,121 @@ struct nccl_group {
   int *devs;
   int *ranks;                 /* member index in the whole group by local member; NULL: the same */
   nccl_comm_t *comms;
-  int **scratch;              /* one int per member, for barriers */
+  int **scratch;              /* one int per member, for barriers, zeroed */
+  /* under live_lock: */
+  struct nccl_group *next;    /* in the list of live groups */
+  int busy;                   /* calls of comm_coll inside NCCL now */
+  int failed;                 /* NCCL's asynchronous error, 0 while all is well */
+  int aborted;                /* its comms aborted (ncclCommAbort) after that error */
+  char why[320];              /* the failure, naming the device */
 };
+
+/* The live groups, checked for NCCL's asynchronous errors while a queue is waited for. */
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct nccl_group *live;
+static int live_count;
 
 static int nccl_fail(const char *what, int result) {
   return strata__nccl_svc->error(STRATA_ERR_BACKEND, "cuda: %s: %s (NCCL error %d)", what,
                                  nccl.error_string ? nccl.error_string(result) : "?", result);
 }
 
+static void live_add(struct nccl_group *g) {
+  pthread_mutex_lock(&live_lock);
+  g->next = live;
+  live = g;
+  __atomic_add_fetch(&live_count, 1, __ATOMIC_SEQ_CST);
+  pthread_mutex_unlock(&live_lock);
+}
+
+/* Remove g from the live list, if it is there. Lock held. */
+static void live_remove_locked(struct nccl_group *g) {
+  for (struct nccl_group **p = &live; *p; p = &(*p)->next)
+    if (*p == g) {
+      *p = g->next;
+      __atomic_sub_fetch(&live_count, 1, __ATOMIC_SEQ_CST);
+      return;
+    }
+}
+
+int strata__nccl_live(void) { return __atomic_load_n(&live_count, __ATOMIC_SEQ_CST) > 0; }
+
+/* Abort every comm of a failed group (lock held, nobody inside NCCL with it):
+** its kernels stop spinning, so the members' streams drain. */
+static void abort_locked(void *ctx, struct nccl_group *g) {
+  if (g->aborted || !nccl.comm_abort)
+    return;
+  void *saved = strata__cuda_context_save(ctx);
+  for (int i = 0; i < g->n; i++)
+    if (g->comms[i]) {
+      (void)nccl.comm_abort(g->comms[i]);
+      g->comms[i] = NULL;
+    }
+  strata__cuda_context_restore(ctx, saved);
+  g->aborted = 1;
+}
+
+/*
+** While a queue of device `dev` is waited for: check every live group with
+** a member on `dev` for NCCL's asynchronous errors (a peer that failed, a
+** network error), which would otherwise leave NCCL's kernels and the wait
+** spinning for ever. A failed group is aborted once nobody is enqueueing
+** on it, and the error (naming the device and NCCL's reason) returned;
+** later calls on that group are refused.
+*/
+int strata__nccl_check(void *ctx, int dev) {
+  if (!nccl.get_async_error || !strata__nccl_live())
+    return STRATA_OK;
+  int rc = STRATA_OK;
+  char why[sizeof ((struct nccl_group *)0)->why] = "";
+  pthread_mutex_lock(&live_lock);
+  for (struct nccl_group *g = live; g && !rc; g = g->next) {
+    int mine = 0;
+    for (int i = 0; i < g->n; i++)
+      mine |= g->devs[i] == dev;
+    if (!mine)
+      continue;
+    for (int i = 0; i < g->n && !g->failed; i++) {
+      int result = 0;
+      if (!g->comms[i])
+        continue;
+      int r = nccl.get_async_error(g->comms[i], &result);
+      if (r == 0 && (result == 0 || result == NCCL_IN_PROGRESS))
+        continue;
+      int code = r ? r : result;
+      g->failed = code;
+      snprintf(g->why, sizeof g->why,
+               "cuda: NCCL failed on device %d (member %d of %d of its communicator): %s (NCCL error %d); the "
+               "communicator was aborted",
+               g->devs[i], g->ranks ? g->ranks[i] : i, g->n, nccl.error_string ? nccl.error_string(code) : "?", code);
+    }
+    if (g->failed) {
+      if (!g->busy)
+        abort_locked(ctx, g);
+      snprintf(why, sizeof why, "%s", g->why);
+      rc = STRATA_ERR_BACKEND;
+    }
+  }
+  pthread_mutex_unlock(&live_lock);
+  return rc ? strata__nccl_svc->error(rc, "%s", why) : STRATA_OK;
+}
+
 void strata__nccl_comm_free(void *ctx, void *comm) {
   struct nccl_group *g = comm;
-  (void)ctx;
   if (!g)
     return;
-  int cur = 0;
-  cudaGetDevice(&cur);
+  pthread_mutex_lock(&live_lock);
+  live_remove_locked(g);
+  pthread_mutex_unlock(&live_lock);
+  void *saved = strata__cuda_context_save(ctx);
   for (int i = 0; i < g->n; i++) {
+    /* a failed communicator is aborted, not destroyed: destroying waits for work that will never finish */
     if (g->comms && g->comms[i])
-      nccl.comm_destroy(g->comms[i]);
+      (g->failed && nccl.comm_abort ? nccl.comm_abort : nccl.comm_destroy)(g->comms[i]);
     if (g->scratch && g->scratch[i] && cudaSetDevice(g->devs[i]) == cudaSuccess)
       cudaFree(g->scratch[i]);
   }
-  cudaSetDevice(cur);
+  strata__cuda_context_restore(ctx, saved);
   (void)cudaGetLastError();
   free(g->devs);
   free(g->ranks);
@@ -160,18 +261,19 @@ static int group_alloc(void *ctx, int n, const int *devs, const int *ranks, stru
   memcpy(g->devs, devs, sizeof *devs * (size_t)n);
   if (ranks)
     memcpy(g->ranks, ranks, sizeof *ranks * (size_t)n);
-  int cur = 0;
-  cudaGetDevice(&cur);
+  void *saved = strata__cuda_context_save(ctx);
   int rc = STRATA_OK;
   for (int i = 0; i < n && !rc; i++) {
     cudaError_t e = cudaSetDevice(devs[i]);
     if (e == cudaSuccess)
       e = cudaMalloc((void **)&g->scratch[i], sizeof(int));
+    if (e == cudaSuccess) /* a barrier sums it: zero, so that the sum is defined (and stays zero) */
+      e = cudaMemset(g->scratch[i], 0, sizeof(int));
     if (e != cudaSuccess)
       rc = strata__nccl_svc->error(STRATA_ERR_DEVICE_MEMORY, "cuda: NCCL barrier scratch on device %d: %s", devs[i],
                                    cudaGetErrorString(e));
   }
-  cudaSetDevice(cur);
+  strata__cuda_context_restore(ctx, saved);
   if (rc) {
     strata__nccl_comm_free(ctx, g);
     return rc;
@@ -189,15 +291,15 @@ int strata__nccl_comm_new(void *ctx, int n, const int *devs, void **out) {
   int rc = group_alloc(ctx, n, devs, NULL, &g);
   if (rc)
     return rc;
-  int cur = 0;
-  cudaGetDevice(&cur);
+  void *saved = strata__cuda_context_save(ctx);
   int r = nccl.comm_init_all(g->comms, n, devs);
-  cudaSetDevice(cur);
+  strata__cuda_context_restore(ctx, saved);
   if (r != 0) {
     rc = nccl_fail("ncclCommInitAll", r);
     strata__nccl_comm_free(ctx, g);
     return rc;
   }
+  live_add(g);
   *out = g;
   return STRATA_OK;
 }
@@ -236,8 +338,7 @@ int strata__nccl_comm_new_rank(void *ctx, const void *id, int nranks, int nlocal
     return rc;
   nccl_unique_id u;
   memcpy(&u, id, sizeof u);
-  int cur = 0;
-  cudaGetDevice(&cur);
+  void *saved = strata__cuda_context_save(ctx);
   const char *what = "ncclGroupStart";
   int r = nlocal > 1 ? nccl.group_start() : 0;
   int grouped = nlocal > 1 && r == 0;
@@ -258,13 +359,14 @@ int strata__nccl_comm_new_rank(void *ctx, const void *id, int nranks, int nlocal
       what = "ncclGroupEnd";
     }
   }
-  cudaSetDevice(cur);
+  strata__cuda_context_restore(ctx, saved);
   if (r != 0 && !rc)
     rc = nccl_fail(what, r);
   if (rc) {
     strata__nccl_comm_free(ctx, g);
     return rc;
   }
+  live_add(g);
   *out = g;
   return STRATA_OK;
 }
@@ -277,7 +379,6 @@ int strata__nccl_comm_coll(void *ctx, void *comm, int kind, int member, void *co
                            const struct strata__mem *send,
                            const struct strata__mem *recv, size_t count, int dtype, int op, int root) {
   struct nccl_group *g = comm;
-  (void)ctx;
   /* dtype as in strata/comm.h: 0 float32, 1 int32, 2 bfloat16 (reduced by NCCL itself: its ring rounds each step) */
   int nd = dtype == 2 ? NCCL_BFLOAT16 : dtype == 1 ? NCCL_INT32 : NCCL_FLOAT32;
   size_t es = dtype == 2 ? 2 : 4;
@@ -285,8 +386,17 @@ int strata__nccl_comm_coll(void *ctx, void *comm, int kind, int member, void *co
   if (dtype == 2 && kind != 4 && nccl.version && nccl.version < NCCL_BFLOAT16_SINCE)
     return strata__nccl_svc->error(STRATA_ERR_UNSUPPORTED, "cuda: NCCL %d.%d.%d has no bfloat16 (2.10 or later has)",
                                    nccl.version / 10000, nccl.version / 100 % 100, nccl.version % 100);
-  int cur = 0;
-  cudaGetDevice(&cur);
+  /* a group whose NCCL failed is aborted: refused, with the failure */
+  pthread_mutex_lock(&live_lock);
+  int failed = g->failed;
+  char why[sizeof g->why];
+  snprintf(why, sizeof why, "%s", g->why);
+  if (!failed)
+    g->busy++;
+  pthread_mutex_unlock(&live_lock);
+  if (failed)
+    return strata__nccl_svc->error(STRATA_ERR_STATE, "%s", why);
+  void *saved = strata__cuda_context_save(ctx);
   /* the whole group as one NCCL group, or one member's call from its own thread */
   int r = member < 0 ? nccl.group_start() : 0;
   for (int i = 0; i < g->n && r == 0; i++) {
@@ -314,7 +424,10 @@ int strata__nccl_comm_coll(void *ctx, void *comm, int kind, int member, void *co
     }
   }
   int r2 = member < 0 ? nccl.group_end() : 0;
-  cudaSetDevice(cur);
+  strata__cuda_context_restore(ctx, saved);
+  pthread_mutex_lock(&live_lock);
+  g->busy--;
+  pthread_mutex_unlock(&live_lock);
   if (r != 0)
     return nccl_fail("enqueueing a collective", r);
   if (r2 != 0)
