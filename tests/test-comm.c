@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* test-comm.c — collectives: every collective, size and group of 1 to 8 host devices, PoCL and mixed groups, float32,
-** int32 and bfloat16, against a host computation; bit-identical repeats; enqueue order; bad calls; injected faults;
-** ring order on real dumps. */
+** int32 and bfloat16, against a host computation; one GPU's NCCL communicator; bit-identical repeats; enqueue order;
+** bad calls; injected faults; ring order on real dumps. */
 #include <pthread.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -348,6 +348,51 @@ Test(comm, cuda_and_host_groups) {
       check_collective(gpus, 2, STRATA_COMM_AUTO, kind, kind == K_ALLREDUCE ? STRATA_SUM : STRATA_MAX, 400009, 1, 1,
                        NULL);
   }
+}
+
+/* One GPU alone (the GPU machine has one): a one-member NCCL communicator, as every all-CUDA group gets it, runs every
+** collective — float32 (every reduction, both layouts), bfloat16 and a barrier — against the host's reference, which
+** for one member is its input bit for bit (an average too). Skips, saying why, without a CUDA device or, unless
+** STRATA_TEST_REQUIRE_NCCL=1 (tests/gpu/run sets it where it found libnccl), without NCCL. */
+Test(comm, one_gpu_nccl_every_collective) {
+  char why[512];
+  TC_NEED_CUDA(tc_cuda_why(why, sizeof why));
+  int c0 = tc_find_device("cuda", 0);
+  cr_assert_geq(c0, 0);
+  struct strata_comm_options o = {.algorithm = STRATA_COMM_NCCL};
+  strata_comm_t c;
+  int rc = strata_comm_new(&c0, 1, &o, &c);
+  if (rc == STRATA_ERR_UNSUPPORTED) {
+    const char *need = getenv("STRATA_TEST_REQUIRE_NCCL");
+    if (need && strcmp(need, "1") == 0)
+      cr_assert_fail("STRATA_TEST_REQUIRE_NCCL=1 but NCCL is not available: %s", strata_last_error());
+    cr_skip_test("NCCL is not available: %s", strata_last_error());
+  }
+  OK(rc);
+  struct strata_comm_info info;
+  OK(strata_comm_info(c, &info));
+  cr_assert_eq(info.algorithm, STRATA_COMM_NCCL, "asked for NCCL, got %s", strata_comm_algorithm_name(info.algorithm));
+  strata_queue_t q;
+  OK(strata_queue_new(c0, &q));
+  for (int i = 0; i < 3; i++)
+    OK(strata_comm_barrier(c, &q));
+  OK(strata_queue_finish(q));
+  strata_queue_free(q);
+  strata_comm_free(c);
+  /* AUTO takes NCCL for an all-CUDA group, one member included */
+  OK(strata_comm_new(&c0, 1, NULL, &c));
+  OK(strata_comm_info(c, &info));
+  cr_assert_eq(info.algorithm, STRATA_COMM_NCCL, "auto over one GPU: %s", strata_comm_algorithm_name(info.algorithm));
+  strata_comm_free(c);
+  static const size_t counts[] = {1, 4099, 400009};
+  for (int kind = 0; kind < 4; kind++)
+    for (size_t i = 0; i < sizeof counts / sizeof *counts; i++)
+      for (int op = STRATA_SUM; op <= STRATA_MAX; op++) {
+        if (op != STRATA_SUM && kind != K_ALLREDUCE && kind != K_REDUCESCATTER)
+          continue;
+        check_collective(&c0, 1, STRATA_COMM_NCCL, kind, op, counts[i], 0, 0, NULL);
+        check_collective(&c0, 1, STRATA_COMM_NCCL, kind, op, counts[i], 1, 0, NULL);
+      }
 }
 
 /* int32 sums (wrapping) and maxima. */
@@ -1142,6 +1187,30 @@ Test(comm, bf16_pocl_and_mixed_groups) {
       OK(check_bf16(mixed, 4, alg, K_ALLREDUCE, op, 5003, 0, NULL));
       OK(check_bf16(mixed, 3, alg, K_REDUCESCATTER, op, 777, 1, NULL));
     }
+}
+
+/* bfloat16 on one GPU's NCCL communicator (see one_gpu_nccl_every_collective): every kind and reduction, in place or
+** not; a one-member result is the input's bits. Skips as that test does. */
+Test(comm, bf16_one_gpu_nccl) {
+  char why[512];
+  TC_NEED_CUDA(tc_cuda_why(why, sizeof why));
+  int c0 = tc_find_device("cuda", 0);
+  struct strata_comm_options o = {.algorithm = STRATA_COMM_NCCL};
+  strata_comm_t c;
+  int rc = strata_comm_new(&c0, 1, &o, &c);
+  if (rc == STRATA_ERR_UNSUPPORTED) {
+    const char *need = getenv("STRATA_TEST_REQUIRE_NCCL");
+    if (need && strcmp(need, "1") == 0)
+      cr_assert_fail("STRATA_TEST_REQUIRE_NCCL=1 but NCCL is not available: %s", strata_last_error());
+    cr_skip_test("NCCL is not available: %s", strata_last_error());
+  }
+  OK(rc);
+  strata_comm_free(c);
+  for (int kind = 0; kind < 4; kind++)
+    for (int op = STRATA_SUM; op <= STRATA_MAX; op++)
+      for (int in_place = 0; in_place <= 1; in_place++)
+        if (op == STRATA_SUM || kind == K_ALLREDUCE || kind == K_REDUCESCATTER)
+          OK(check_bf16(&c0, 1, STRATA_COMM_NCCL, kind, op, 5003, in_place, NULL));
 }
 
 /* Bad bfloat16 calls: operands of another type, members that disagree on the type; each says what is wrong. */

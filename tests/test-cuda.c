@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* test-cuda.c — the CUDA backend against the host backend: every op on the same inputs, copies, events, peers. */
+/* test-cuda.c — the CUDA backend against the host backend: every op on the same inputs, copies, events, peers, and a
+** GPT and a CNN trained on one GPU. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1051,4 +1052,98 @@ Test(cuda, bf16_gemm_against_the_host) {
   }
   free(fa);
   free(fb);
+}
+
+/* ----------------------------------------------------------- whole models */
+
+#define TRAIN_STEPS 6
+
+/* Train `m` on `data` for TRAIN_STEPS steps on device `dev`: each step's loss, and the final parameters (malloc'd). */
+static float *train_on(int dev, strata_model_t m, strata_dataset_t data, float *loss, size_t *n) {
+  struct strata_train_options o;
+  strata_train_options_default(&o);
+  o.batch = 4;
+  o.accum = 2;
+  o.steps = TRAIN_STEPS;
+  o.warmup = 1;
+  o.lr = 1e-2f;
+  o.eps = 1e-6f; /* as test-parallel: a gradient near eps would turn last-bit differences into whole AdamW steps */
+  o.device = dev;
+  strata_trainer_t tr;
+  OK(strata_trainer_new(m, data, &o, &tr));
+  for (int s = 0; s < TRAIN_STEPS; s++) {
+    struct strata_step_stats st;
+    OK(strata_trainer_step(tr, &st));
+    loss[s] = st.loss;
+  }
+  OK(strata_trainer_params(tr, NULL, n));
+  float *p = malloc(*n * 4 + 4);
+  cr_assert(p);
+  OK(strata_trainer_params(tr, p, n));
+  strata_trainer_free(tr);
+  return p;
+}
+
+/*
+** The whole model trained on the GPU and on the host, from the same start on
+** the same batches: cuBLAS and the host's BLAS sum every product in other
+** orders, so the runs drift apart in the last bits; within the tolerance of
+** the mixed pipelines (test-pipeline, test-parallel): each step's loss within
+** 1e-3 relative, every parameter within 2e-4 after the steps. And the model
+** learned (the last loss below the first), so that equal garbage cannot pass.
+*/
+static void trains_as_on_the_host(const char *what, strata_model_t m, strata_dataset_t data) {
+  float lc[TRAIN_STEPS], lh[TRAIN_STEPS];
+  size_t nc = 0, nh = 0;
+  float *pc = train_on(cuda_dev, m, data, lc, &nc);
+  float *ph = train_on(host_dev, m, data, lh, &nh);
+  double worst_loss = 0;
+  for (int s = 0; s < TRAIN_STEPS; s++) {
+    double rel = fabs((double)lc[s] - lh[s]) / fabs((double)lh[s]);
+    worst_loss = rel > worst_loss ? rel : worst_loss;
+    cr_expect(rel <= 1e-3, "%s step %d: loss %.7g on the GPU, %.7g on the host", what, s + 1, lc[s], lh[s]);
+  }
+  cr_expect_lt(lc[TRAIN_STEPS - 1], lc[0], "%s did not learn on the GPU: loss %.7g after %.7g", what,
+               lc[TRAIN_STEPS - 1], lc[0]);
+  cr_assert_eq(nc, nh);
+  size_t at = 0;
+  double excess = tc_excess(pc, ph, nc, 2e-4, 0, &at);
+  cr_log_info("%s, %d steps: losses within %.3g relative, parameters within %.3g (bounds 1e-3, 2e-4)", what,
+              TRAIN_STEPS, worst_loss, excess * 2e-4);
+  cr_expect_leq(excess, 1.0, "%s: parameter %zu is %.7g on the GPU, %.7g on the host", what, at, (double)pc[at],
+                (double)ph[at]);
+  free(pc);
+  free(ph);
+}
+
+/* One GPU alone trains a GPT and a CNN as the host does (the GPU machine has one GPU: no second one needed). */
+Test(cuda, gpt_and_cnn_train_as_on_the_host) {
+  NEED_CUDA();
+  char dir[256], corpus[300];
+  snprintf(dir, sizeof dir, "%s/strata-cuda-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+  cr_assert_not_null(mkdtemp(dir));
+  snprintf(corpus, sizeof corpus, "%s/corpus.txt", dir);
+  FILE *f = fopen(corpus, "w");
+  cr_assert_not_null(f);
+  for (int i = 0; i < 200; i++)
+    fprintf(f, "a kernel on the GPU and a loop on the CPU must learn the same sentence %d times. ", i % 5);
+  fclose(f);
+  strata_dataset_t text, images;
+  OK(strata_dataset_text(corpus, 0.2, &text));
+  struct strata_model_config gpt = {.kind = STRATA_MODEL_GPT, .vocab = 256, .context = 16, .d_model = 32,
+                                    .layers = 2, .heads = 2, .d_ff = 64};
+  strata_model_t m;
+  OK(strata_model_from_config(&gpt, &m));
+  trains_as_on_the_host("GPT", m, text);
+  strata_model_free(m);
+  strata_dataset_free(text);
+  unlink(corpus);
+  rmdir(dir);
+  OK(strata_dataset_images(200, 8, 3, 5, &images));
+  struct strata_model_config cnn = {.kind = STRATA_MODEL_CNN, .image = 8, .channels = 1, .classes = 3,
+                                    .conv = {4, 8}};
+  OK(strata_model_from_config(&cnn, &m));
+  trains_as_on_the_host("CNN", m, images);
+  strata_model_free(m);
+  strata_dataset_free(images);
 }

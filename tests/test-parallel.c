@@ -614,28 +614,34 @@ static void mixed_case(strata_model_t m, const int *d, const char *fmt, const st
   free(got.params);
 }
 
-/* A GPU in the group (tests/gpu/run; elsewhere skipped, saying why): tp 2, dp 2 (and with ZeRO) and tp 2 x pp 2 over
-** a CUDA device and host devices against one host device, within the mixed-device bounds (cuBLAS tiles differently
-** from OpenBLAS); with two GPUs, tp 2 over both against one GPU. */
+/* A GPU in the group (tests/gpu/run; elsewhere skipped, saying why): tp 2, dp 2 (and with ZeRO), tp 2 x pp 2,
+** dp 2 x pp 2 and dp 2 x pp 2 x tp 2 over one CUDA device and host devices against one host device, within the
+** mixed-device bounds (cuBLAS tiles differently from OpenBLAS): the GPU's collectives with the host devices have no
+** gates and wait in the call (STRATA_HOST_NO_GATES=1 runs that path on CPUs); with two GPUs, tp 2 over both against
+** one GPU. */
 Test(parallel, tp_and_dp_on_cuda_and_host_match_one_device) {
   char why[512];
   TC_NEED_CUDA(tc_cuda_why(why, sizeof why));
   int c0 = tc_find_device("cuda", 0), c1 = tc_find_device("cuda", 1);
-  int h[3];
-  for (int i = 0; i < 3; i++)
+  int h[7];
+  for (int i = 0; i < 7; i++)
     h[i] = tc_find_device("host", i);
-  cr_assert(c0 >= 0 && h[2] >= 0, "needs a CUDA device and 3 host devices");
+  cr_assert(c0 >= 0 && h[6] >= 0, "needs a CUDA device and 7 host devices");
   strata_model_t m = gpt4();
   struct run ref2, ref4;
   single(m, h[0], 2, &ref2);
   single(m, h[0], 4, &ref4);
-  int d[8] = {c0, h[0], h[1], h[2], -1, -1, -1, -1};
+  int d[8] = {c0, h[0], h[1], h[2], h[3], h[4], h[5], h[6]};
   mixed_case(m, d, "{\"tp\": 2, \"devices\": [%d, %d], \"microbatches\": 2}", &ref2, "tp 2 over cuda + host");
   mixed_case(m, d, "{\"dp\": 2, \"devices\": [%d, %d], \"microbatches\": 1}", &ref2, "dp 2 over cuda + host");
   mixed_case(m, d, "{\"dp\": 2, \"zero\": 1, \"devices\": [%d, %d], \"microbatches\": 1}", &ref2,
              "dp 2 ZeRO over cuda + host");
   mixed_case(m, d, "{\"tp\": 2, \"pp\": 2, \"devices\": [%d, %d, %d, %d], \"microbatches\": 4}", &ref4,
              "tp 2 x pp 2 over cuda + 3 host");
+  mixed_case(m, d, "{\"dp\": 2, \"pp\": 2, \"devices\": [%d, %d, %d, %d], \"microbatches\": 2}", &ref4,
+             "dp 2 x pp 2, the GPU a stage of replica 0");
+  mixed_case(m, d, "{\"dp\": 2, \"pp\": 2, \"tp\": 2, \"devices\": [%d, %d, %d, %d, %d, %d, %d, %d], "
+             "\"microbatches\": 2}", &ref4, "dp 2 x pp 2 x tp 2 over cuda + 7 host");
   if (c1 >= 0) {
     struct run one;
     single(m, c0, 2, &one);
