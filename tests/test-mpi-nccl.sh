@@ -3,8 +3,10 @@
 # test-mpi-nccl.sh — collectives across MPI ranks on real CUDA devices: one rank over all its GPUs and (with two GPUs)
 # two ranks with one GPU each take the NCCL path (ncclGetUniqueId on member 0's rank, ncclCommInitRank everywhere) and
 # match the host; two ranks on one GPU take the hierarchical path, both saying why, and NCCL asked for is refused.
-# Prints TAP. Skips, saying why, without MPI, mpirun or a CUDA device; under STRATA_TEST_REQUIRE_CUDA=1 (tests/gpu/run)
-# a missing CUDA device fails instead. MPI_CHECK names the mpi-check binary (tests/gpu/run gives the real one).
+# Prints TAP. Without MPI configured, mpirun or a CUDA device it skips as a whole, saying why ("1..0 # SKIP why") and
+# exits 77, so that neither make check (tests/run-test) nor tests/gpu/run counts it as passed; under
+# STRATA_TEST_REQUIRE_CUDA=1 (tests/gpu/run) a missing CUDA device fails instead. MPI_CHECK names the mpi-check binary
+# (tests/gpu/run gives the real one); MPI_TEST_TIMEOUT bounds each mpirun (seconds, default 300).
 b=${top_builddir:-.}
 prog=${MPI_CHECK:-$b/tests/mpi-check}
 n=0
@@ -12,6 +14,7 @@ ok() { n=$((n + 1)); echo "ok $n - $*"; }
 notok() { n=$((n + 1)); echo "not ok $n - $*"; }
 skip() { n=$((n + 1)); echo "ok $n # SKIP $*"; }
 finish() { echo "1..$n"; exit 0; }
+skip_all() { echo "1..0 # SKIP $*"; exit 77; }
 out=$(mktemp -d "${TMPDIR:-/tmp}/strata-mpi-nccl.XXXXXX") || exit 1
 trap 'rm -rf "$out"' EXIT
 unset STRATA_CLUSTER_RANKS_PER_NODE STRATA_COMM_ALGORITHM STRATA_MPI MPI_CHECK_DEVICE MPI_CHECK_ALGORITHM \
@@ -34,11 +37,11 @@ agreed() {
 }
 
 if ! grep -q '^#define STRATA_HAVE_MPI 1' "$b/config.h" 2>/dev/null; then
-  skip "NCCL across ranks: strata was configured without MPI (./configure --with-mpi)"; finish
+  skip_all "NCCL across ranks: strata was configured without MPI (./configure --with-mpi)"
 fi
 mpirun=${MPIRUN:-mpirun}
 if ! command -v "$mpirun" >/dev/null 2>&1; then
-  skip "NCCL across ranks: '$mpirun' is not on PATH (install openmpi-bin)"; finish
+  skip_all "NCCL across ranks: '$mpirun' is not on PATH (install openmpi-bin)"
 fi
 run="timeout -k 5 ${MPI_TEST_TIMEOUT:-300} $mpirun --allow-run-as-root --oversubscribe --mca btl self,vader,tcp -np"
 
@@ -48,7 +51,7 @@ gpus=$(sed -n 's/^view: 1 ranks, 1 nodes, \([0-9]*\) devices.*/\1/p' "$out/view.
 if [ -z "$gpus" ] || [ "$gpus" -eq 0 ]; then
   why="no CUDA device (STRATA_BACKENDS=cuda: ${gpus:-?} devices; $(grep -m 1 -o 'backend cuda: .*' "$out/view.log"))"
   if [ "${STRATA_TEST_REQUIRE_CUDA:-0}" = 1 ]; then notok "STRATA_TEST_REQUIRE_CUDA=1 but $why"; sed 's/^/# /' "$out/view.log"
-  else skip "NCCL across ranks: $why"; fi
+  else skip_all "NCCL across ranks: $why"; fi
   finish
 fi
 
