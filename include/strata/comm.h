@@ -189,7 +189,11 @@ STRATA_API int strata_allreduce_sync(strata_comm_t comm, const strata_queue_t *q
 ** fails that collective on every member). Calls of different ranks may run
 ** concurrently; one rank's calls must not. Each returns once its member's
 ** part is enqueued; the collective starts when every member has called.
-** A member that never calls makes the others fail after the timeout.
+** A member that never calls makes the others fail after the timeout. On a
+** communicator that is not asynchronous (strata_comm_info: a CUDA device
+** outside NCCL) each call waits for its own collective instead, so the
+** ranks must call from threads of their own, and returns that collective's
+** status (its failure stays for strata_comm_finish too).
 */
 STRATA_API int strata_allreduce_rank(strata_comm_t comm, int rank, strata_queue_t queue, strata_mem_t send,
                                      strata_mem_t recv, size_t count, int dtype, int op);
