@@ -1122,7 +1122,8 @@ Test(parallel, vocabulary_split_or_replicated_and_whole_logits) {
 ** same layout checked at creation (planned_bytes), for one device, pp 2 under every schedule, tp 2, dp 2 with ZeRO
 ** and 2 x 2 x 2. The runtime's accounting of a real step (every allocation through the device layer) reaches the
 ** plan exactly on the busiest device of a layout without collectives (interleaving's two stages per device never
-** peak together, so it stays under); the communicators' scratch (tp joins: members x message; the dp ring: a chunk
+** peak together, so it stays under; the V schedules' plan weighs what a device holds of its two at once, and is
+** reached); the communicators' scratch (tp joins: members x message; the dp ring: a chunk
 ** and more) is outside the stage model, so there only planned = predicted is asserted.
 */
 Test(parallel, the_planner_predicts_the_trainers_memory_plan) {
@@ -1134,6 +1135,8 @@ Test(parallel, the_planner_predicts_the_trainers_memory_plan) {
       "{\"dp\":1,\"pp\":2,\"tp\":1,\"split\":[2,1,1,2],\"schedule\":\"interleaved\",\"microbatches\":4,"
       "\"virtual_stages\":2}",
       "{\"dp\":1,\"pp\":2,\"tp\":1,\"split\":[3,3],\"schedule\":\"zb-h1\",\"microbatches\":4}",
+      "{\"dp\":1,\"pp\":2,\"tp\":1,\"split\":[2,1,1,2],\"schedule\":\"zbv\",\"microbatches\":4}",
+      "{\"dp\":1,\"pp\":2,\"tp\":1,\"split\":[2,1,1,2],\"schedule\":\"dualpipev\",\"microbatches\":8}",
       "{\"dp\":1,\"pp\":1,\"tp\":2,\"split\":[6]}",
       "{\"dp\":2,\"pp\":1,\"tp\":1,\"split\":[6],\"zero\":1,\"microbatches\":2}",
       "{\"dp\":2,\"pp\":2,\"tp\":2,\"split\":[3,3],\"zero\":1,\"microbatches\":2}",

@@ -244,6 +244,15 @@ STRATA_API int strata_schedule_bubble(strata_schedule_t s, double *bubble /* OUT
 ** (forwarded, backward not finished) when its device runs its list. */
 STRATA_API int strata_schedule_peak_inflight(strata_schedule_t s, int stage, int *peak /* OUT */);
 
+/*
+** The most bytes of micro-batches in flight device `device` holds at once when it runs its list: the largest, over
+** the list, of the sum over its stages of the micro-batches in flight (as strata_schedule_peak_inflight counts them)
+** times bytes[stage] (bytes per micro-batch, one entry per stage; NULL: 1 each, a count of micro-batches). It is
+** the sum of its stages' own peaks where they peak together, less where they do not: ZB-V's two chunks on a device
+** peak at different points (at most 2p half-size micro-batches at once, not the 2p + 1 their peaks add to).
+*/
+STRATA_API int strata_schedule_device_peak(strata_schedule_t s, int device, const double *bytes, double *peak /* OUT */);
+
 /* Text form: one line per device, e.g. "dev 0: F0.0 SA0.0 F0.1 ..." (caller frees). */
 STRATA_API int strata_schedule_to_text(strata_schedule_t s, char **text /* OUT */);
 

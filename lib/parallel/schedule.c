@@ -880,6 +880,28 @@ STRATA_API const struct strata_action *strata_schedule_actions(strata_schedule_t
   return s->lists[device];
 }
 
+STRATA_API int strata_schedule_device_peak(strata_schedule_t s, int device, const double *bytes, double *peak) {
+  if (!s || !peak)
+    return strata__error(STRATA_ERR_INVALID, "strata_schedule_device_peak: NULL argument");
+  if (device < 0 || device >= s->devices)
+    return strata__error(STRATA_ERR_RANGE, "strata_schedule_device_peak: device %d out of range (%d devices)", device,
+                         s->devices);
+  /* a micro-batch is in flight on a stage from its F until its B, or its W when the backward is split */
+  double now = 0, top = 0;
+  for (int i = 0; i < s->counts[device]; i++) {
+    const struct strata_action *a = &s->lists[device][i];
+    const double w = bytes ? bytes[a->stage] : 1;
+    if (a->kind == STRATA_ACTION_FORWARD) {
+      now += w;
+      top = now > top ? now : top;
+    } else if (a->kind == STRATA_ACTION_BACKWARD || a->kind == STRATA_ACTION_BACKWARD_WEIGHT) {
+      now -= w;
+    }
+  }
+  *peak = top;
+  return STRATA_OK;
+}
+
 STRATA_API int strata_schedule_to_text(strata_schedule_t s, char **text) {
   if (!s || !text)
     return strata__error(STRATA_ERR_INVALID, "strata_schedule_to_text: NULL argument");

@@ -157,10 +157,25 @@ int strata__plan_split_backward(strata_layout_t layout);
 /* The pipeline rank of virtual stage j: the schedule's placement (j % pp, or ZB-V's V). */
 int strata__plan_stage_rank(strata_layout_t layout, int j);
 void strata__plan_stage_place(strata_layout_t layout, const int *inflight, int j, struct strata__stage_place *p);
-/* Memory a device of rank `rank` needs with `split` (layers per virtual stage)
-** given the micro-batches in flight on each of its stages (inflight[stage]). */
+/*
+** The micro-batches in flight on each stage of each device of a schedule (strata_schedule_generate's, a device a
+** rank), at the points of the device's list that no other point of it matches or exceeds on every stage: the
+** device's peak, whatever a micro-batch of each stage costs, is the largest of these points weighed by those costs
+** (strata_schedule_device_peak's figure). Point x of device d: pts[x * v + q] for x in [at[d], at[d + 1]), its
+** stage q in stage order, v stages a device.
+*/
+struct strata__plan_peaks {
+  int v;
+  int *at;                          /* [devices + 1] */
+  int *pts;
+};
+int strata__plan_peaks_new(strata_schedule_t sch, struct strata__plan_peaks **out /* OUT */);
+void strata__plan_peaks_free(struct strata__plan_peaks *pk);
+/* Memory a device of rank `rank` needs with `split` (layers per virtual stage) given the micro-batches in flight on
+** each of its stages (inflight[stage]); with the schedule's peaks `pk` (NULL: each stage's peak added up), a rank of
+** several stages holds the micro-batches its list keeps in flight at once. */
 uint64_t strata__plan_rank_memory(strata_model_t model, strata_layout_t layout, const int *split, const int *inflight,
-                                  int64_t rows, int rank);
+                                  const struct strata__plan_peaks *pk, int64_t rows, int rank);
 
 /* ---- what no device count changes (min-devices.c) ---- */
 

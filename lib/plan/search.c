@@ -67,14 +67,17 @@ struct ranges_entry {
 struct inflight_entry {
   int kind, pp, m, v;
   int *peak;                        /* [pp x v] */
+  struct strata__plan_peaks *pk;    /* what a rank of several stages holds at once (NULL: one stage a rank) */
   struct inflight_entry *next;
 };
 
-static int inflight_of(struct search *s, int kind, int pp, int m, int v, int *out) {
+static int inflight_of(struct search *s, int kind, int pp, int m, int v, int *out,
+                       const struct strata__plan_peaks **pk_out) {
   const int S = pp * v;
   for (struct inflight_entry *e = s->inflight; e; e = e->next)
     if (e->kind == kind && e->pp == pp && e->m == m && e->v == v) {
       memcpy(out, e->peak, sizeof *out * (size_t)S);
+      *pk_out = e->pk;
       return STRATA_OK;
     }
   strata_schedule_t sch;
@@ -89,10 +92,20 @@ static int inflight_of(struct search *s, int kind, int pp, int m, int v, int *ou
   }
   for (int j = 0; j < S; j++)
     strata_schedule_peak_inflight(sch, j, &peak[j]);
+  struct strata__plan_peaks *pk = NULL;
+  /* a V's ranks (as the trainer's plan weighs them): what each holds of its two stages at once */
+  const int in_v = S == 2 * pp && strata_schedule_kind_stage_device(kind, pp, S - 1) == 0;
+  int rc = in_v ? strata__plan_peaks_new(sch, &pk) : STRATA_OK;
   strata_schedule_free(sch);
-  *e = (struct inflight_entry){.kind = kind, .pp = pp, .m = m, .v = v, .peak = peak, .next = s->inflight};
+  if (rc) {
+    free(e);
+    free(peak);
+    return rc;
+  }
+  *e = (struct inflight_entry){.kind = kind, .pp = pp, .m = m, .v = v, .peak = peak, .pk = pk, .next = s->inflight};
   s->inflight = e;
   memcpy(out, peak, sizeof *out * (size_t)S);
+  *pk_out = pk;
   return STRATA_OK;
 }
 
@@ -319,8 +332,12 @@ static int best_split(struct search *s, strata_layout_t l, const int64_t rows, c
     cap[r] = m;
   }
   struct split_costs c = {.s = s, .l = l, .tp_ = tp_, .rk = rk, .cap = cap, .inflight = inflight};
+  /* a V (stages j and S - 1 - j on one rank): balance the ranks' pairs */
+  int v = S == 2 * pp;
+  for (int j = 0; j < S && v; j++)
+    v = strata__plan_stage_rank(l, j) == strata__plan_stage_rank(l, S - 1 - j);
   struct strata__split_costs costs = {.time = split_cost_time, .fits = split_cost_fits, .stop = split_cost_stop,
-                                      .arg = &c};
+                                      .arg = &c, .v = v};
   rc = strata__split_best(L, S, &costs, split) == 0 ? 0 : -1;
 out:
   free(tp_);
@@ -356,9 +373,10 @@ static int average_fits(struct search *s, strata_layout_t l, int64_t rows, const
 }
 
 /* Whether every rank fits its memory under `split` (the planner's prune; the simulator decides in the end). */
-static int split_fits(const struct search *s, strata_layout_t l, int64_t rows, const int *inflight, const int *split) {
+static int split_fits(const struct search *s, strata_layout_t l, int64_t rows, const int *inflight,
+                      const struct strata__plan_peaks *pk, const int *split) {
   for (int r = 0; r < strata_layout_pp(l); r++) {
-    uint64_t need = strata__plan_rank_memory(s->model, l, split, inflight, rows, r);
+    uint64_t need = strata__plan_rank_memory(s->model, l, split, inflight, pk, rows, r);
     for (int q = 0; q < strata_layout_tp(l, r); q++) {
       int dv;
       strata_layout_device(l, 0, r, q, &dv);
@@ -474,7 +492,8 @@ static void try_assignment(struct search *s, int dp, int pp, const struct group 
         const int64_t rows = share / m;
         strata_layout_t l = build(s, dp, pp, gl, kind, m, v, zero, NULL);
         int *inflight = malloc(sizeof *inflight * (size_t)S), *split = malloc(sizeof *split * (size_t)S);
-        if (!l || !inflight || !split || inflight_of(s, kind, pp, m, v, inflight) != STRATA_OK) {
+        const struct strata__plan_peaks *pk = NULL;
+        if (!l || !inflight || !split || inflight_of(s, kind, pp, m, v, inflight, &pk) != STRATA_OK) {
           strata_layout_free(l);
           free(inflight);
           free(split);
@@ -484,7 +503,7 @@ static void try_assignment(struct search *s, int dp, int pp, const struct group 
         }
         if (!s->o->exhaustive) {
           if (!average_fits(s, l, rows, inflight) || best_split(s, l, rows, inflight, split) != 0 ||
-              !split_fits(s, l, rows, inflight, split)) {
+              !split_fits(s, l, rows, inflight, pk, split)) {
             s->plan->pruned++;
           } else if (s->fits_only) {
             s->found = 1;
@@ -501,7 +520,7 @@ static void try_assignment(struct search *s, int dp, int pp, const struct group 
             split[j] = 1;
           split[S - 1] = s->L - (S - 1);
           for (;;) {
-            if (!split_fits(s, l, rows, inflight, split)) {
+            if (!split_fits(s, l, rows, inflight, pk, split)) {
               s->plan->pruned++;
             } else {
               strata_layout_t full = build(s, dp, pp, gl, kind, m, v, zero, split);
@@ -767,6 +786,15 @@ static void try_counts(struct search *s) {
         /* symmetry: on like devices, an order whose pipeline and ring hops are of the same kinds is the same layout */
         if (mixed || !same_hops(s, dp, pp, use, alt))
           try_assignment(s, dp, pp, alt);
+        /* (d) on devices that differ, (b) skewed: rank k of replica r takes the (r + k) % dp-th group of its
+        ** position, so a rank's replicas stay together (their gradient ring) while each pipeline mixes the
+        ** positions (where each island holds a fast and a slow device, every pipeline gets one of each) */
+        if (mixed && !s->rc) {
+          for (int r = 0; r < dp; r++)
+            for (int k = 0; k < pp; k++)
+              alt[r * pp + k] = use[k * dp + (r + k) % dp];
+          try_assignment(s, dp, pp, alt);
+        }
       }
       if (mixed && pp > 1 && pp <= PERMUTE_UP_TO && !s->rc) {
         /* a short pipeline over devices that differ: every order of its ranks, the same in each replica */
@@ -956,6 +984,7 @@ static void search_free(struct search *s) {
   while (s->inflight) {
     struct inflight_entry *e = s->inflight;
     s->inflight = e->next;
+    strata__plan_peaks_free(e->pk);
     free(e->peak);
     free(e);
   }

@@ -3,6 +3,7 @@
 #include "config.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "plan/plan.h"
 #include "core/core.h"
@@ -40,11 +41,95 @@ void strata__plan_stage_place(strata_layout_t layout, const int *inflight, int j
   p->next_remote = !p->last && strata__plan_stage_rank(layout, j + 1) != strata__plan_stage_rank(layout, j);
 }
 
+int strata__plan_peaks_new(strata_schedule_t sch, struct strata__plan_peaks **out) {
+  *out = NULL;
+  const int P = strata_schedule_devices(sch), S = strata_schedule_stages(sch), v = S / P;
+  struct strata__plan_peaks *pk = calloc(1, sizeof *pk);
+  int *slot = malloc(sizeof *slot * (size_t)S), *now = malloc(sizeof *now * (size_t)(v > 0 ? v : 1));
+  if (pk)
+    pk->at = calloc((size_t)P + 1, sizeof *pk->at);
+  int rc = pk && pk->at && slot && now ? STRATA_OK : strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
+  size_t cap = 0;
+  if (!rc) {
+    pk->v = v;
+    /* a stage's place among its device's, in stage order */
+    for (int d = 0; d < P; d++)
+      for (int j = 0, q = 0; j < S; j++)
+        if (strata_schedule_stage_device(sch, j) == d)
+          slot[j] = q++;
+  }
+  for (int d = 0; d < P && !rc; d++) {
+    int n;
+    const struct strata_action *l = strata_schedule_actions(sch, d, &n);
+    memset(now, 0, sizeof *now * (size_t)v);
+    const int first = pk->at[d];
+    int np = 0;
+    for (int i = 0; i < n && !rc; i++) {
+      if (l[i].kind == STRATA_ACTION_BACKWARD || l[i].kind == STRATA_ACTION_BACKWARD_WEIGHT)
+        now[slot[l[i].stage]]--;
+      if (l[i].kind != STRATA_ACTION_FORWARD)
+        continue;
+      now[slot[l[i].stage]]++;
+      /* keep the point unless one kept holds as many on every stage; drop those it holds as many as */
+      int dominated = 0;
+      for (int x = 0; x < np && !dominated; x++) {
+        dominated = 1;
+        for (int q = 0; q < v && dominated; q++)
+          dominated = pk->pts[(size_t)(first + x) * (size_t)v + (size_t)q] >= now[q];
+      }
+      if (dominated)
+        continue;
+      for (int x = 0; x < np;) {
+        int below = 1;
+        for (int q = 0; q < v && below; q++)
+          below = pk->pts[(size_t)(first + x) * (size_t)v + (size_t)q] <= now[q];
+        if (below) {
+          memmove(&pk->pts[(size_t)(first + x) * (size_t)v], &pk->pts[(size_t)(first + x + 1) * (size_t)v],
+                  sizeof *pk->pts * (size_t)(np - x - 1) * (size_t)v);
+          np--;
+        } else {
+          x++;
+        }
+      }
+      if ((size_t)(first + np + 1) * (size_t)v > cap) {
+        size_t nc = cap ? 2 * cap : (size_t)16 * (size_t)v;
+        int *g = realloc(pk->pts, sizeof *g * nc);
+        if (!g) {
+          rc = strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
+          break;
+        }
+        pk->pts = g;
+        cap = nc;
+      }
+      memcpy(&pk->pts[(size_t)(first + np) * (size_t)v], now, sizeof *now * (size_t)v);
+      np++;
+    }
+    pk->at[d + 1] = first + np;
+  }
+  free(slot);
+  free(now);
+  if (rc) {
+    strata__plan_peaks_free(pk);
+    return rc;
+  }
+  *out = pk;
+  return STRATA_OK;
+}
+
+void strata__plan_peaks_free(struct strata__plan_peaks *pk) {
+  if (!pk)
+    return;
+  free(pk->at);
+  free(pk->pts);
+  free(pk);
+}
+
 uint64_t strata__plan_rank_memory(strata_model_t model, strata_layout_t layout, const int *split, const int *inflight,
-                                  int64_t rows, int rank) {
+                                  const struct strata__plan_peaks *pk, int64_t rows, int rank) {
   const int S = strata_layout_stages(layout);
   const struct strata__cut cut = strata__plan_cut(layout, strata_layout_tp(layout, rank));
-  uint64_t total = 0;
+  double total = 0, own = 0, per_mb[64];
+  int held = 0;
   for (int j = 0; j < S; j++) {
     if (strata__plan_stage_rank(layout, j) != rank)
       continue;
@@ -54,9 +139,32 @@ uint64_t strata__plan_rank_memory(strata_model_t model, strata_layout_t layout, 
     if (strata__stage_plan(model, a, a + split[j], rows, strata__plan_split_backward(layout), &cut, &b))
       return UINT64_MAX; /* no such stage (a tied model cut): nothing fits */
     strata__plan_stage_place(layout, inflight, j, &place);
-    total += strata__stage_need(&b, &place, NULL, NULL);
+    const uint64_t need = strata__stage_need(&b, &place, NULL, NULL);
+    total += (double)need;
+    if (pk && held < 64) {
+      /* what one more micro-batch in flight adds (its activations, boundary gradients, gradient buffers) */
+      struct strata__stage_place more = place;
+      const int k = place.inflight > 1 ? place.inflight : 1;
+      more.inflight = k + 1;
+      per_mb[held] = (double)(strata__stage_need(&b, &more, NULL, NULL) - need);
+      own += k * per_mb[held];
+    }
+    held++;
   }
-  return total;
+  /* a rank of several stages holds, of their micro-batches in flight, what its list holds at once (ZB-V's two
+  ** chunks peak apart), not each stage's peak added up */
+  if (pk && held > 1 && held == pk->v && held <= 64) {
+    double joint = 0;
+    for (int x = pk->at[rank]; x < pk->at[rank + 1]; x++) {
+      double sum = 0;
+      for (int q = 0; q < held; q++)
+        sum += pk->pts[(size_t)x * (size_t)held + (size_t)q] * per_mb[q];
+      joint = sum > joint ? sum : joint;
+    }
+    if (joint < own)
+      total -= own - joint;
+  }
+  return (uint64_t)total;
 }
 
 STRATA_API int strata_plan_memory(strata_model_t model, strata_layout_t layout, int64_t batch, int rank,
@@ -82,9 +190,14 @@ STRATA_API int strata_plan_memory(strata_model_t model, strata_layout_t layout, 
   }
   for (int j = 0; j < S; j++)
     strata_schedule_peak_inflight(sch, j, &inflight[j]);
-  *bytes = strata__plan_rank_memory(model, layout, strata_layout_split(layout), inflight, batch / ((int64_t)dp * m),
-                                    rank);
+  struct strata__plan_peaks *pk = NULL;
+  const int in_v = S == 2 * strata_layout_pp(layout) && strata__plan_stage_rank(layout, S - 1) == 0;
+  int rc = in_v ? strata__plan_peaks_new(sch, &pk) : STRATA_OK;
+  if (!rc)
+    *bytes = strata__plan_rank_memory(model, layout, strata_layout_split(layout), inflight, pk,
+                                      batch / ((int64_t)dp * m), rank);
+  strata__plan_peaks_free(pk);
   free(inflight);
   strata_schedule_free(sch);
-  return STRATA_OK;
+  return rc;
 }

@@ -135,7 +135,11 @@ int strata__pipeline_balance(strata_trainer_t tr, int *split) {
   /* pass 0 within the devices' memory; pass 1, when no cut fits, the fastest
   ** cut regardless, which the memory plan then refuses saying what it needs */
   struct balance_costs bc = {.tr = tr, .speed = speed, .limit = limit, .ranges = ranges, .deg_of = deg_of};
-  struct strata__split_costs costs = {.time = stage_time, .fits = stage_fits, .arg = &bc};
+  /* a V (ZB-V, DualPipeV: stages j and S - 1 - j on one rank): balance each rank's pair of stages */
+  int v = S % 2 == 0 && S > 1;
+  for (int j = 0; j < S && v; j++)
+    v = tr->stage_rank[j] == tr->stage_rank[S - 1 - j];
+  struct strata__split_costs costs = {.time = stage_time, .fits = stage_fits, .arg = &bc, .v = v};
   int brc = rrc ? -1 : 1;
   for (int pass = 0; pass < 2 && brc == 1; pass++) {
     bc.ignore_memory = pass == 1;

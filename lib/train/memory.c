@@ -88,7 +88,15 @@ static int check_memory_of(strata_trainer_t tr, const int *split, uint64_t *need
                            uint64_t *bufs, int *lo, int *hi, int *nst) {
   struct strata__stage_bytes b;
   int split_backward = strata_schedule_kind_split_backward(tr->report.schedule);
-  for (int s = 0, first = 0; s < strata__stages_all(tr); s++) {
+  /* what one more micro-batch in flight adds to each stage, and each device's stages' peaks of them added up */
+  double *per_mb = calloc((size_t)strata__stages_all(tr), sizeof *per_mb), *own = calloc((size_t)tr->ndev, sizeof *own);
+  if (!per_mb || !own) {
+    free(per_mb);
+    free(own);
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory planning memory");
+  }
+  int rc = STRATA_OK;
+  for (int s = 0, first = 0; s < strata__stages_all(tr) && !rc; s++) {
     const int n = split[s % tr->nstages];
     if (strata__stage_first(tr, s))
       first = 0;
@@ -99,17 +107,39 @@ static int check_memory_of(strata_trainer_t tr, const int *split, uint64_t *need
     struct strata__cut cut = {{strata__stage_slice(tr, s), strata__stage_tp(tr, s)},
                               {strata__stage_replica(tr, s), tr->zero ? tr->replicas : 1},
                               tr->opt.precision, tr->opt.grad_reduce, tr->opt.recompute};
-    TRY(strata__stage_plan(tr->model, first, first + n, tr->opt.batch, split_backward, &cut, &b));
+    if ((rc = strata__stage_plan(tr->model, first, first + n, tr->opt.batch, split_backward, &cut, &b)))
+      break;
     int r = tr->stage_rank[s];
-    struct strata__stage_place place;
+    struct strata__stage_place place, more;
     strata__trainer_place(tr, s, &place);
-    need[r] += strata__stage_need(&b, &place, &act[r], &bufs[r]);
+    const uint64_t one = strata__stage_need(&b, &place, &act[r], &bufs[r]);
+    need[r] += one;
+    more = place;
+    more.inflight = (place.inflight > 1 ? place.inflight : 1) + 1;
+    per_mb[s] = (double)(strata__stage_need(&b, &more, NULL, NULL) - one);
+    own[r] += (more.inflight - 1) * per_mb[s];
     params[r] += b.params;
     if (!nst[r]++)
       lo[r] = first;
     hi[r] = first + n - 1;
     first += n;
   }
+  /* a V's device (ZB-V, DualPipeV) holds, of its two stages' micro-batches in flight, what its list holds at once
+  ** (ZB-V's chunks peak apart), not each stage's peak added up (interleaving keeps them added: a boundary gradient
+  ** of one stage can outlive its micro-batch while the other peaks) */
+  const int v = tr->report.schedule == STRATA_SCHEDULE_ZBV || tr->report.schedule == STRATA_SCHEDULE_DUALPIPEV;
+  for (int r = 0; r < tr->ndev && !rc && v; r++) {
+    double joint;
+    if (nst[r] > 1 && strata_schedule_device_peak(tr->sched, r, per_mb, &joint) == STRATA_OK && joint < own[r]) {
+      const uint64_t cut = (uint64_t)(own[r] - joint);
+      need[r] -= cut;
+      act[r] -= cut < act[r] ? cut : act[r];
+    }
+  }
+  free(per_mb);
+  free(own);
+  if (rc)
+    return rc;
   for (int r = 0; r < tr->ndev; r++)
     tr->rep_dev[r].planned_bytes = need[r];
   for (int r = 0; r < tr->ndev; r++) {
