@@ -1,9 +1,14 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 # plan.sh — how long strata-plan takes: GPT-3 175B on 128 synthetic nodes of 8 A100 80GB (NVSwitch, 8 x 200 Gb/s per
-# node) and gpt2-xl on the 8 T4s of the AWS dump. A benchmark, not a test.
+# node), gpt2-xl on the 8 T4s of the AWS dump, and two rows of Megatron-LM's SC21 Table 1 (Narayanan et al., 2021) on
+# the same A100 nodes in bf16: the 530B GPT (105 layers, hidden 20480, 128 heads) at batch 2520 on 2520 GPUs, and the
+# 1T GPT (128 layers, hidden 25600, 160 heads) at batch 3072 on 3072 GPUs, both sequence 2048, vocabulary 51200
+# (bench/gpt-530b.json, bench/gpt-1t.json). A benchmark, not a test.
 # Usage: bench/plan.sh [BUILD_DIR]    (BUILD_DIR default: ./build or .)
-# Target: the 1,024-GPU case in under 10 s, the 8-device case in well under 1 s (best of 3 runs each).
+# Target: the 1,024-, 2,520- and 3,072-GPU cases in under 10 s, the 8-device case in well under 1 s (best of 3 runs
+# each). The 1T GPT does not fit without activation recomputation, ZeRO-3 or sequence parallelism (issue 32): that
+# case times the search that says so, and its one line.
 set -u
 build=${1:-}
 if [ -z "$build" ]; then
@@ -32,8 +37,25 @@ best() { # best wall time of 3 runs of "$@", with the last run's summary line
   printf '%s\n' "$out" | grep '^planned in'
   echo "# best of 3: $b s"
 }
+best_wall() { # best wall time of 3 runs of "$@" whatever its status, with the last run's first line
+  b=
+  for i in 1 2 3; do
+    t0=$(date +%s.%N)
+    out=$("$@" 2>&1)
+    t=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.3f", b - a }')
+    if [ -z "$b" ] || awk -v t="$t" -v b="$b" 'BEGIN { exit !(t < b) }'; then b=$t; fi
+  done
+  printf '%s\n' "$out" | head -n 1 | cut -c1-300
+  echo "# best of 3 (wall, with the count of devices it would need): $b s"
+}
 echo "# GPT-3 175B, batch 1536, 128 x 8xA100-80GB:nvswitch, 8 x 200 Gb/s per node"
 best "$PLAN" --model "$here/gpt3-175b.json" --batch 1536 --node 8xA100-80GB:nvswitch --nodes 128 \
   --network-gbps 200 --nics 8 --top 3
 echo "# gpt2-xl, batch 64, the 8 T4s of the AWS g4dn.metal dump"
 best "$PLAN" --model gpt2-xl --batch 64 --topology "$dump" --top 3
+echo "# Megatron's 530B GPT, batch 2520, bf16, 315 x 8xA100-80GB:nvswitch, 8 x 200 Gb/s per node"
+best "$PLAN" --model "$here/gpt-530b.json" --batch 2520 --precision bf16 --node 8xA100-80GB:nvswitch --nodes 315 \
+  --network-gbps 200 --nics 8 --top 3
+echo "# Megatron's 1T GPT, batch 3072, bf16, 384 x 8xA100-80GB:nvswitch, 8 x 200 Gb/s per node (does not fit yet)"
+best_wall "$PLAN" --model "$here/gpt-1t.json" --batch 3072 --precision bf16 --node 8xA100-80GB:nvswitch --nodes 384 \
+  --network-gbps 200 --nics 8 --top 3

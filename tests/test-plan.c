@@ -1804,6 +1804,51 @@ static double megatron_seqs(double batch, double hidden, double layers, double g
   return recompute ? seqs : seqs * 4.0 / 3.0;
 }
 
+/*
+** Planning time (issue 32, item 5): on like devices a layout whose step's lower bound (each device's own compute and
+** the pipeline's fill) is above the slowest candidate kept is dominated, never simulated. The plan is the one a search
+** that simulates them all gives (a pool too wide to fill: nothing is dominated), candidate for candidate; the
+** counts add up (every layout formed is pruned by memory, dominated, or simulated), and fewer are simulated.
+*/
+Test(plan, dominated_layouts_are_skipped_and_the_plan_is_the_same) {
+  strata_model_t m = megatron_gpt("megatron-1.7b", 24, 2304, 24);
+  struct strata_machine_options mo = {.nodes = 2, .network_gbps = 200, .nics = 8};
+  strata_machine_t c;
+  OK(strata_machine_synthetic("4xA100-80GB:nvswitch", &mo, &c));
+  struct strata_plan_options o = {.batch = 64, .top = 5, .precision = STRATA_BFLOAT16, .max_microbatches = 16};
+  strata_plan_t fast, all;
+  OK(strata_plan_search(c, m, &o, &fast));
+  o.top = 100000;
+  OK(strata_plan_search(c, m, &o, &all));
+  int cf, pf, df, sf, ca, pa, da, sa;
+  OK(strata_plan_counts(fast, &cf, &pf, &df, &sf));
+  OK(strata_plan_counts(all, &ca, &pa, &da, &sa));
+  cr_assert_gt(df, 0, "nothing dominated (%d considered, %d pruned, %d simulated)", cf, pf, sf);
+  cr_assert_eq(da, 0);
+  cr_assert_lt(sf, sa, "simulated %d with the prune, %d without", sf, sa);
+  cr_assert_eq(cf, ca);
+  cr_log_info("considered %d: pruned %d, dominated %d, simulated %d (without the prune: %d, %d)", cf, pf, df, sf, pa, sa);
+  cr_assert_eq(pf + df + sf, pa + sa, "formed %d: pruned %d + dominated %d + simulated %d, without the prune %d + %d",
+               cf, pf, df, sf, pa, sa);
+  cr_assert_eq(strata_plan_count(fast), 5);
+  for (int i = 0; i < 5; i++) {
+    struct strata_plan_candidate a, b;
+    OK(strata_plan_candidate(fast, i, &a));
+    OK(strata_plan_candidate(all, i, &b));
+    char *ja = NULL, *jb = NULL;
+    OK(strata_layout_to_json(a.layout, &ja));
+    OK(strata_layout_to_json(b.layout, &jb));
+    cr_assert(a.step_s == b.step_s && strcmp(ja, jb) == 0, "#%d: %g s %s, without the prune %g s %s", i + 1,
+              a.step_s, ja, b.step_s, jb);
+    free(ja);
+    free(jb);
+  }
+  strata_plan_free(fast);
+  strata_plan_free(all);
+  strata_machine_free(c);
+  strata_model_free(m);
+}
+
 /* Selene's nodes as strata_machine_synthetic gives them: 8 x A100-80GB on NVSwitch, 8 x 200 Gb/s HDR each. */
 static strata_machine_t selene(int nodes) {
   struct strata_machine_options mo = {.nodes = nodes, .network_gbps = 200, .nics = 8};

@@ -31,7 +31,7 @@ if [ ! -x "$PLAN" ]; then
   echo "1..0 # SKIP strata-plan not built"
   exit 0
 fi
-echo "1..40"
+echo "1..41"
 
 # a plan on a synthetic node; its layout file is the strata-layout/1 that --simulate reads back
 $PLAN --model gpt-small --batch 16 --node 4xA100-80GB:nvswitch --out "$TMP/layout.json" >"$TMP/out" 2>"$TMP/err"
@@ -49,6 +49,11 @@ check "--simulate gives the planner's step time ($step s, $sim s)" awk -v a="$st
 check "the trace is Chrome JSON with compute events" grep -q '"cat": "compute"' "$TMP/trace.json"
 $PLAN --model gpt-small --batch 16 --node 8xT4:pcie --nodes 2 --network-gbps 100 --json --top 3 >"$TMP/plan.json" 2>"$TMP/err"
 check "--json ranks three candidates on two nodes" [ "$(grep -c '"rank":' "$TMP/plan.json")" -eq 3 ]
+count() { sed -n "s/.*\"$1\": *\([0-9]*\).*/\1/p" "$TMP/plan.json" | head -n 1; }
+considered=$(count considered) pruned=$(count pruned) dominated=$(count dominated) simulated=$(count simulated)
+check "--json counts the layouts formed ($considered): pruned by memory ($pruned), dominated ($dominated), simulated ($simulated)" \
+  [ -n "$considered" ] && [ -n "$dominated" ] && [ "$simulated" -gt 0 ] && \
+  [ "$((pruned + dominated + simulated))" -ge "$considered" ]
 
 # what does not fit: a count that would, exit 1
 if [ -f "$DUMPS/aws-g4dn-metal-t4-8gpu-pcie.xml" ]; then

@@ -289,8 +289,8 @@ static int plan(const struct args *a, strata_machine_t c, strata_model_t m) {
     fprintf(stderr, "%s: %s\n", PROG, strata_last_error());
     return rc == STRATA_ERR_DEVICE_MEMORY || rc == STRATA_ERR_NOMEM ? 1 : 2;
   }
-  int sim = 0, pruned = 0;
-  strata_plan_stats(p, &sim, &pruned);
+  int sim = 0, pruned = 0, considered = 0, dominated = 0;
+  strata_plan_counts(p, &considered, &pruned, &dominated, &sim);
   struct strata_plan_candidate best;
   strata_plan_candidate(p, 0, &best);
   if (a->out && (rc = write_layout(best.layout, c, a->out)) != 0) {
@@ -310,9 +310,10 @@ static int plan(const struct args *a, strata_machine_t c, strata_model_t m) {
   char *explain = NULL;
   strata_plan_explain(p, &explain);
   if (a->json) {
-    json_t *o = json_pack("{s:s, s:s, s:s, s:I, s:f, s:i, s:i}", "schema", "strata-plan/1", "model",
+    json_t *o = json_pack("{s:s, s:s, s:s, s:I, s:f, s:i, s:i, s:i, s:i}", "schema", "strata-plan/1", "model",
                           strata_model_config(m)->name, "cluster", strata_machine_describe(c), "batch",
-                          (json_int_t)a->batch, "plan_s", took, "simulated", sim, "pruned", pruned);
+                          (json_int_t)a->batch, "plan_s", took, "considered", considered, "simulated", sim, "pruned",
+                          pruned, "dominated", dominated);
     json_t *arr = json_array();
     for (int i = 0; i < strata_plan_count(p); i++) {
       struct strata_plan_candidate k;
@@ -366,7 +367,8 @@ static int plan(const struct args *a, strata_machine_t c, strata_model_t m) {
       mixed |= strata_layout_tp(best.layout, r) != strata_layout_tp(best.layout, 0);
     if (mixed)
       printf("note: strata-train does not run a tp degree per pipeline rank yet; --tp T plans one degree for all\n");
-    printf("planned in %.3f s: %d layouts simulated, %d pruned by memory\n", took, sim, pruned);
+    printf("planned in %.3f s: %d layouts simulated, %d pruned by memory (of %d considered; %d more never "
+           "simulated, dominated)\n", took, sim, pruned, considered, dominated);
   }
   free(explain);
   strata_plan_free(p);

@@ -421,6 +421,15 @@ STRATA_API int strata_plan_count(strata_plan_t p);
 STRATA_API int strata_plan_candidate(strata_plan_t p, int index, struct strata_plan_candidate *out /* OUT */);
 /* Layouts simulated, and those pruned by memory before simulating. */
 STRATA_API int strata_plan_stats(strata_plan_t p, int *simulated /* OUT */, int *pruned /* OUT */);
+/*
+** The search's counts: layouts it formed (`considered`: every assignment, micro-batch count, schedule and ZeRO
+** choice, and each refinement move), those pruned by memory (before simulating, or by the simulation), those
+** pruned as dominated (a lower bound on their step, each device's own compute and the pipeline's fill, above the
+** slowest step the search keeps, so they could not be kept: never simulated), and those simulated. Any OUT may be
+** NULL.
+*/
+STRATA_API int strata_plan_counts(strata_plan_t p, int *considered /* OUT */, int *pruned_memory /* OUT */,
+                                  int *pruned_dominated /* OUT */, int *simulated /* OUT */);
 /* The choice in words: why these devices form a tp group, why this split (caller frees). */
 STRATA_API int strata_plan_explain(strata_plan_t p, char **text /* OUT */);
 

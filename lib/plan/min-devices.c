@@ -2,7 +2,11 @@
 /* min-devices.c — what no device count changes (whether a model can ever fit devices like a machine's, the most devices a layout of it can use) and the machines the count is probed on, so that strata_plan_min_devices stays bounded in memory and time. */
 #include "config.h"
 
+#include <math.h>
+#include <stdlib.h>
+
 #include "plan/plan.h"
+#include "plan/search.h"
 #include "core/core.h"
 
 int strata__plan_tp_divides(strata_model_t model, int t) {
@@ -132,4 +136,141 @@ int strata__plan_probe_node(const struct strata_machine *c, int n) {
 int64_t strata__plan_probe_round(const struct strata_machine *c, int64_t n) {
   const int u = strata__plan_probe_unit(c, n);
   return (n + u - 1) / u * u;
+}
+
+/* ---- the count: searches that stop at the first layout that fits ---- */
+
+/* Whether `n` devices like the machine's first would fit the model: a
+** machine of n of them (the node's links kept where there are enough) and
+** a search that stops at the first layout within memory, or at `deadline`
+** (STRATA_ERR_TIMEOUT). */
+static int fits_with(strata_machine_t c, strata_model_t model, const struct strata_plan_options *o, int n,
+                     double deadline, int *fits) {
+  struct strata_machine *t = NULL;
+  /* one node of n devices, or nodes of them (strata__plan_probe_node) */
+  const int k = strata__plan_probe_node(c, n), nodes = n / k;
+  /* a node of k devices, all like device 0, in copies of the node's islands; between copies,
+  ** the node's slowest link */
+  struct strata_device_cost *cost = malloc(sizeof *cost * (size_t)k);
+  double *g = malloc(sizeof *g * (size_t)k * (size_t)k), *lat = malloc(sizeof *lat * (size_t)k * (size_t)k);
+  int *isl = malloc(sizeof *isl * (size_t)k);
+  int rc = STRATA_OK;
+  if (!cost || !g || !lat || !isl)
+    rc = strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
+  double slow = INFINITY, slow_lat = 0;
+  for (int a = 0; a < c->k; a++)
+    for (int b = 0; b < c->k; b++)
+      if (a != b) {
+        size_t ab = (size_t)a * (size_t)c->k + (size_t)b;
+        slow = c->gbps[ab] < slow ? c->gbps[ab] : slow;
+        slow_lat = c->lat[ab] > slow_lat ? c->lat[ab] : slow_lat;
+      }
+  if (isinf(slow))
+    slow = 10, slow_lat = 5; /* a node of one device: a PCIe-class link */
+  for (int i = 0; i < k && !rc; i++) {
+    cost[i] = c->cost[0];
+    isl[i] = c->island[i % c->k] + (i / c->k) * c->k;
+    for (int j = 0; j < k; j++) {
+      size_t ij = (size_t)i * (size_t)k + (size_t)j;
+      int a = i % c->k, b = j % c->k;
+      int same = i / c->k == j / c->k && a != b;
+      g[ij] = same ? c->gbps[(size_t)a * (size_t)c->k + (size_t)b] : slow;
+      lat[ij] = same ? c->lat[(size_t)a * (size_t)c->k + (size_t)b] : slow_lat;
+    }
+  }
+  struct strata_node_desc nd = {.devices = k, .cost = cost, .gbps = g, .latency_us = lat, .island = isl};
+  struct strata_machine_options co = {.nodes = nodes, .network_gbps = c->net_gbps * 8, .nics = c->nics,
+                                      .network_latency_us = c->net_lat};
+  if (!rc)
+    rc = strata_machine_new(&nd, &co, &t);
+  free(cost);
+  free(g);
+  free(lat);
+  free(isl);
+  if (rc)
+    return rc;
+  struct strata_plan *p = calloc(1, sizeof *p);
+  if (!p) {
+    strata_machine_free(t);
+    return strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
+  }
+  p->top = 1;
+  p->c = calloc(1, sizeof *p->c);
+  struct search s = {.c = t, .model = model, .o = o, .plan = p, .fits_only = 1, .deadline = deadline};
+  rc = p->c ? strata__plan_run_search(&s) : strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
+  if (!rc && !s.found && strata__plan_past_deadline(&s))
+    rc = STRATA_ERR_TIMEOUT; /* a split given up: not a count that does not fit */
+  *fits = s.found;
+  strata__plan_search_free(&s);
+  strata_plan_free(p);
+  strata_machine_free(t);
+  return rc;
+}
+
+/* strata_plan_min_devices on machine c as it computes in the options' precision (strata__machine_in). */
+static int min_devices_in(strata_machine_t c, strata_model_t model, const struct strata_plan_options *o, int limit,
+                          int *devices) {
+  /* what no count of devices changes first: a model that can never fit, and the most devices a layout uses */
+  int64_t most = 0;
+  TRY(strata__plan_reach(c, model, o, &most));
+  /* the largest count worth a probe: past `most` devices no layout gains one more */
+  const int by_most = strata__plan_probe_round(c, most) <= limit;
+  int64_t top = by_most ? strata__plan_probe_round(c, most) : limit;
+  top = top / strata__plan_probe_unit(c, top) * strata__plan_probe_unit(c, top);
+  const char *name = strata_model_config(model)->name;
+  const double deadline = strata__now() + STRATA_PLAN_MIN_DEVICES_S;
+  /* double until it fits, then bisect (more devices never fit less: each holds a smaller share) */
+  int64_t lo = 0, hi = strata__plan_probe_unit(c, 1);
+  int fits = 0, rc;
+  for (;;) {
+    hi = hi < top ? hi : top;
+    if (hi <= lo) {
+      if (!by_most)
+        return strata__error(STRATA_ERR_RANGE, "%s does not fit on %d devices like %s", name, limit, c->names[0]);
+      return strata__error(STRATA_ERR_DEVICE_MEMORY, "%s at batch %lld: no layout found on %lld devices like %s, the most a "
+                           "layout of it uses (dp up to the batch, pp up to the layers, tp up to an island)", name,
+                           (long long)o->batch, (long long)lo, c->names[0]);
+    }
+    if ((rc = fits_with(c, model, o, (int)hi, deadline, &fits)) == STRATA_ERR_TIMEOUT) {
+      *devices = (int)lo;
+      return strata__error(rc, "%s at batch %lld does not fit on %lld devices like %s, and counting more stopped "
+                           "after %g s", name, (long long)o->batch, (long long)lo, c->names[0],
+                           STRATA_PLAN_MIN_DEVICES_S);
+    }
+    TRY(rc);
+    if (fits)
+      break;
+    lo = hi;
+    hi *= 2;
+  }
+  for (;;) {
+    const int64_t mid = strata__plan_probe_round(c, lo + (hi - lo) / 2);
+    if (mid <= lo || mid >= hi)
+      break;
+    if ((rc = fits_with(c, model, o, (int)mid, deadline, &fits)) == STRATA_ERR_TIMEOUT) {
+      *devices = (int)lo;
+      return strata__error(rc, "%s at batch %lld does not fit on %lld devices like %s but fits %lld (counting "
+                           "stopped after %g s)", name, (long long)o->batch, (long long)lo, c->names[0],
+                           (long long)hi, STRATA_PLAN_MIN_DEVICES_S);
+    }
+    TRY(rc);
+    if (fits)
+      hi = mid;
+    else
+      lo = mid;
+  }
+  *devices = (int)hi;
+  return STRATA_OK;
+}
+
+STRATA_API int strata_plan_min_devices(strata_machine_t c, strata_model_t model, const struct strata_plan_options *o,
+                                       int limit, int *devices) {
+  TRY(strata__plan_check_options(c, model, o));
+  if (!devices || limit < 1)
+    return strata__error(STRATA_ERR_INVALID, "strata_plan_min_devices: bad argument");
+  struct strata_machine *v;
+  TRY(strata__machine_in(c, o->precision, &v));
+  int rc = min_devices_in(v, model, o, limit, devices);
+  strata__machine_in_free(v);
+  return rc;
 }

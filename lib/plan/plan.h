@@ -12,6 +12,7 @@
 **   min-devices.c       what no device count changes (a model that can never fit, the most devices a layout
 **                       uses), and the machines strata_plan_min_devices probes
 **   search-result.c     the search's result: candidates kept best first, their reasons, the explanation
+**   search-bound.c      a lower bound on a layout's simulated step: what the search skips as dominated
 **   calibrate.c         this machine's devices and links measured, written as a calibration file
 **   calibrate-probes.c  the calibration's stage and pipeline probes
 **   calibrate-read.c    a calibration file read into a machine
@@ -278,6 +279,13 @@ void strata__plan_trace_event(struct strata__plan_engine *e, const char *cat, co
 ** gaps. */
 int strata__plan_trace_write(const struct strata__plan_engine *e, strata_layout_t l, const char *path);
 
+/* ---- the search's lower bound (search-bound.c) ---- */
+
+/* A lower bound on the step strata_simulate gives layout l (with its split) on machine c of like devices for
+** micro-batches of `rows` samples: the slowest device's own compute with the pipeline's fill before it (and, for a
+** backward not split, its drain after). 0 when it cannot be said (no split, out of memory). */
+double strata__plan_step_bound(const struct strata_machine *c, strata_model_t model, strata_layout_t l, int64_t rows);
+
 /* ---- the search's result (search-result.c) ---- */
 
 struct strata__plan_cand {
@@ -291,7 +299,9 @@ struct strata_plan {
   struct strata__plan_cand *c;
   int n, cap;
   int top;
-  int simulated, pruned;
+  int simulated, pruned;            /* simulated; pruned by memory (before simulating, or the simulation's) */
+  int considered, dominated;        /* layouts formed; never simulated as their step's lower bound exceeds the pool's
+                                    ** worst kept */
   char *explain;
 };
 

@@ -49,6 +49,21 @@ STRATA_API int strata_plan_stats(strata_plan_t p, int *simulated, int *pruned) {
   return STRATA_OK;
 }
 
+STRATA_API int strata_plan_counts(strata_plan_t p, int *considered, int *pruned_memory, int *pruned_dominated,
+                                  int *simulated) {
+  if (!p)
+    return strata__error(STRATA_ERR_INVALID, "strata_plan_counts: NULL plan");
+  if (considered)
+    *considered = p->considered;
+  if (pruned_memory)
+    *pruned_memory = p->pruned;
+  if (pruned_dominated)
+    *pruned_dominated = p->dominated;
+  if (simulated)
+    *simulated = p->simulated;
+  return STRATA_OK;
+}
+
 static int cand_cmp(const struct strata__plan_cand *a, const struct strata__plan_cand *b) {
   if (a->res.step_s != b->res.step_s)
     return a->res.step_s < b->res.step_s ? -1 : 1;
@@ -60,10 +75,19 @@ static int cand_cmp(const struct strata__plan_cand *a, const struct strata__plan
 
 void strata__plan_keep(struct strata_plan *p, strata_layout_t l, struct strata_sim_result *res) {
   struct strata__plan_cand c = {.layout = l, .res = *res, .used = strata_layout_device_count(l)};
-  /* a layout already kept (the refinement may find one twice) is not kept again */
+  if (p->n == p->top && cand_cmp(&c, &p->c[p->n - 1]) >= 0) {
+    strata_layout_free(l);
+    strata_sim_result_destroy(res);
+    return;
+  }
+  /* a layout already kept (the refinement may find one twice) is not kept again: the same layout simulates to the
+  ** same step, so only those are compared */
   char *js = NULL;
-  strata_layout_to_json(l, &js);
-  for (int i = 0; js && i < p->n; i++) {
+  for (int i = 0; i < p->n; i++) {
+    if (p->c[i].res.step_s != res->step_s)
+      continue;
+    if (!js && strata_layout_to_json(l, &js) != STRATA_OK)
+      break;
     char *other = NULL;
     strata_layout_to_json(p->c[i].layout, &other);
     int same = other && strcmp(other, js) == 0;

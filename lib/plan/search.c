@@ -9,6 +9,7 @@
 
 #include "parallel/split.h"
 #include "plan/plan.h"
+#include "plan/search.h"
 #include "core/core.h"
 
 #define DEFAULT_TOP 5
@@ -17,40 +18,19 @@
 #define MAX_M_CHOICES 8
 /* Groups at most for which every count of them is tried (above: all of them only). */
 #define ALL_COUNTS_UP_TO 16
-/* Layer moves the refinement pass may simulate per candidate, and the stages it refines at most. */
-#define REFINE_BUDGET 400
-#define REFINE_MAX_STAGES 16
-#define REFINE_MAX_DEVICES 64
-/* Candidates the search keeps before the refinement, and those it refines. */
+/* Candidates the search keeps before the refinement (search-refine.c). */
 #define POOL 24
-#define REFINE_TOP 8
 /* Pipelines of at most this many ranks over devices that differ get every rank order. */
 #define PERMUTE_UP_TO 4
 
-/* A tensor-parallel group: devices of one island of one node. */
-struct group {
-  int *devs;
-  int t, node, island;
-  double flops;                     /* slowest member's, x t */
-  uint64_t memory;                  /* smallest member's */
-};
-
-/* Everything one search needs, shared by its passes. */
-struct search {
-  const struct strata_machine *c;
-  strata_model_t model;
-  const struct strata_plan_options *o;
-  struct strata_plan *plan;
-  int L;
-  struct ranges_entry *ranges;      /* every cut's bytes, by micro-batch, tp and ZeRO degree and schedule kind */
-  struct group *groups;
-  int ngroups;
-  int fits_only;                    /* min_devices: stop at the first layout that fits, no simulation */
-  double deadline;                  /* min_devices: strata__now() past which it stops, STRATA_ERR_TIMEOUT (0: none) */
-  int mixed_tp;                     /* the groups differ in tp degree */
-  int found;
-  int rc;
-  struct inflight_entry *inflight;  /* micro-batches in flight per stage, by schedule shape */
+/* The prefix sums of the layers' times (forward and backward, tp joins included) on a tp group, for micro-batches of
+** `rows`: the same for every group of the same devices of a node (nodes are copies), so built once. */
+struct times_entry {
+  int64_t rows;
+  int t;
+  int *local;                       /* [t] the group's devices in their node */
+  double *prefix;                   /* [L + 1] */
+  struct times_entry *next;
 };
 
 /* The memory model's figures of every cut (model/ranges.c) for one micro-batch size, tp slice, ZeRO degree and
@@ -293,12 +273,52 @@ static int split_cost_fits(void *arg, int j, int a, int b) {
 }
 
 /* Whether a search with a deadline is past it. */
-static int past_deadline(const struct search *s) {
+int strata__plan_past_deadline(const struct search *s) {
   return s->deadline > 0 && strata__now() > s->deadline;
 }
 
 static int split_cost_stop(void *arg) {
-  return past_deadline(((const struct split_costs *)arg)->s);
+  return strata__plan_past_deadline(((const struct split_costs *)arg)->s);
+}
+
+/* The prefix sums of rank r's layer times (replica 0's group, as strata__plan_layer_time times them), from the
+** search's cache; NULL out of memory (the error set). */
+static const double *rank_times(struct search *s, strata_layout_t l, int r, int64_t rows) {
+  const int *devs;
+  const int t = strata__plan_group_of(l, 0, r, &devs), L = s->L, k = s->c->k;
+  for (struct times_entry *e = s->times; e; e = e->next) {
+    if (e->rows != rows || e->t != t)
+      continue;
+    int same = 1;
+    for (int q = 0; q < t && same; q++)
+      same = e->local[q] == devs[q] % k;
+    if (same)
+      return e->prefix;
+  }
+  struct times_entry *e = calloc(1, sizeof *e);
+  if (e) {
+    e->local = malloc(sizeof *e->local * (size_t)t);
+    e->prefix = malloc(sizeof *e->prefix * (size_t)(L + 1));
+  }
+  if (!e || !e->local || !e->prefix) {
+    if (e) {
+      free(e->local);
+      free(e->prefix);
+    }
+    free(e);
+    strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
+    return NULL;
+  }
+  e->rows = rows, e->t = t;
+  for (int q = 0; q < t; q++)
+    e->local[q] = devs[q] % k;
+  e->prefix[0] = 0;
+  for (int li = 0; li < L; li++)
+    e->prefix[li + 1] = e->prefix[li] + strata__plan_layer_time(s->c, s->model, l, r, li, rows, 0) +
+                        strata__plan_layer_time(s->c, s->model, l, r, li, rows, 1);
+  e->next = s->times;
+  s->times = e;
+  return e->prefix;
 }
 
 static int best_split(struct search *s, strata_layout_t l, const int64_t rows, const int *inflight, int *split) {
@@ -315,11 +335,12 @@ static int best_split(struct search *s, strata_layout_t l, const int64_t rows, c
   for (int r = 0; r < pp; r++)
     if (!(rk[r] = ranges_for(s, l, strata_layout_tp(l, r), rows)))
       goto out;
-  for (int r = 0; r < pp && !past_deadline(s); r++)
-    for (int li = 0; li < L; li++)
-      tp_[(size_t)r * (size_t)(L + 1) + (size_t)li + 1] =
-          tp_[(size_t)r * (size_t)(L + 1) + (size_t)li] + strata__plan_layer_time(s->c, s->model, l, r, li, rows, 0) +
-          strata__plan_layer_time(s->c, s->model, l, r, li, rows, 1);
+  for (int r = 0; r < pp && !strata__plan_past_deadline(s); r++) {
+    const double *pre = rank_times(s, l, r, rows);
+    if (!pre)
+      goto out;
+    memcpy(&tp_[(size_t)r * (size_t)(L + 1)], pre, sizeof *tp_ * (size_t)(L + 1));
+  }
   for (int r = 0; r < pp; r++) {
     /* a rank holds what its smallest member holds */
     uint64_t m = UINT64_MAX;
@@ -390,7 +411,7 @@ static int split_fits(const struct search *s, strata_layout_t l, int64_t rows, c
 /* ---- pass 5: simulate and rank ---- */
 
 /* Simulate a built layout and keep it; 1 when it fits. */
-static int evaluate(struct search *s, strata_layout_t l) {
+int strata__plan_evaluate(struct search *s, strata_layout_t l) {
   struct strata_sim_options so = {.batch = s->o->batch, .symmetric = s->c->uniform};
   struct strata_sim_result res;
   int rc = strata_simulate((strata_machine_t)s->c, s->model, l, &so, &res);
@@ -409,6 +430,22 @@ static int evaluate(struct search *s, strata_layout_t l) {
   }
   s->found = 1;
   strata__plan_keep(s->plan, l, &res);
+  return 1;
+}
+
+/*
+** Whether layout l (with its split) cannot be among the candidates kept: on a machine of like devices, once the pool
+** is full, a lower bound on its step (strata__plan_step_bound) above the slowest kept step. Such a layout is
+** counted as dominated and never simulated; the kept candidates are the same as if it had been.
+*/
+static int dominated(struct search *s, strata_layout_t l, int64_t rows) {
+  const struct strata_plan *p = s->plan;
+  if (!s->c->uniform || p->n < p->top || !strata__plan_groups_alike(s->c, l, 1))
+    return 0; /* (replica 0's devices, which the simulator runs, each costing what its group's slowest costs) */
+  const double worst = p->c[p->n - 1].res.step_s;
+  if (!(strata__plan_step_bound(s->c, s->model, l, rows) > worst * (1 + 1e-9)))
+    return 0;
+  s->plan->dominated++;
   return 1;
 }
 
@@ -484,7 +521,7 @@ static void try_assignment(struct search *s, int dp, int pp, const struct group 
           continue;
         if (s->L < pp)
           continue;
-        if (past_deadline(s)) {
+        if (strata__plan_past_deadline(s)) {
           s->rc = STRATA_ERR_TIMEOUT; /* strata_plan_min_devices says how far it got */
           break;
         }
@@ -502,6 +539,7 @@ static void try_assignment(struct search *s, int dp, int pp, const struct group 
           continue;
         }
         if (!s->o->exhaustive) {
+          s->plan->considered++;
           if (!average_fits(s, l, rows, inflight) || best_split(s, l, rows, inflight, split) != 0 ||
               !split_fits(s, l, rows, inflight, pk, split)) {
             s->plan->pruned++;
@@ -509,10 +547,12 @@ static void try_assignment(struct search *s, int dp, int pp, const struct group 
             s->found = 1;
           } else {
             strata_layout_t full = build(s, dp, pp, gl, kind, m, v, zero, split);
-            if (full)
-              evaluate(s, full);
-            else
+            if (!full)
               s->rc = strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
+            else if (dominated(s, full, rows))
+              strata_layout_free(full);
+            else
+              strata__plan_evaluate(s, full);
           }
         } else {
           /* every composition of L layers into S stages */
@@ -520,12 +560,13 @@ static void try_assignment(struct search *s, int dp, int pp, const struct group 
             split[j] = 1;
           split[S - 1] = s->L - (S - 1);
           for (;;) {
+            s->plan->considered++;
             if (!split_fits(s, l, rows, inflight, pk, split)) {
               s->plan->pruned++;
             } else {
               strata_layout_t full = build(s, dp, pp, gl, kind, m, v, zero, split);
               if (full)
-                evaluate(s, full);
+                strata__plan_evaluate(s, full);
             }
             /* next composition: move one layer from the last stage leftwards, odometer style */
             int j = S - 2;
@@ -831,107 +872,6 @@ out:
   free(used);
 }
 
-/* ---- refinement: boundary moves on the best candidates, simulated ---- */
-
-static void refine(struct search *s) {
-  /* the candidates to refine, copied first: evaluate() reorders the pool */
-  int nref = s->plan->n < REFINE_TOP ? s->plan->n : REFINE_TOP;
-  strata_layout_t *bases = calloc((size_t)nref + 1, sizeof *bases);
-  double *steps = calloc((size_t)nref + 1, sizeof *steps);
-  if (!bases || !steps) {
-    free(bases);
-    free(steps);
-    s->rc = strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
-    return;
-  }
-  for (int i = 0; i < nref; i++) {
-    char *js = NULL;
-    if (strata_layout_to_json(s->plan->c[i].layout, &js) == STRATA_OK)
-      strata_layout_from_json(js, NULL, &bases[i]);
-    free(js);
-    steps[i] = s->plan->c[i].res.step_s;
-  }
-  for (int ci = 0; ci < nref && !s->rc; ci++) {
-    int budget = REFINE_BUDGET;
-    strata_layout_t base = bases[ci];
-    if (!base)
-      continue;
-    const int S = strata_layout_stages(base);
-    /* large jobs keep the balanced split: their simulations cost the most, and gain the least */
-    if (S < 2 || S > REFINE_MAX_STAGES || strata_layout_device_count(base) > REFINE_MAX_DEVICES)
-      continue;
-    int *split = malloc(sizeof *split * (size_t)S);
-    if (!split)
-      break;
-    memcpy(split, strata_layout_split(base), sizeof *split * (size_t)S);
-    double cur = steps[ci];
-    /* copy what a layout with another split needs */
-    const int dp = strata_layout_dp(base), pp = strata_layout_pp(base), n = strata_layout_device_count(base);
-    int *devs = malloc(sizeof *devs * (size_t)n), *tps = malloc(sizeof *tps * (size_t)pp);
-    if (!devs || !tps) {
-      free(split);
-      free(devs);
-      free(tps);
-      break;
-    }
-    memcpy(devs, strata_layout_devices(base), sizeof *devs * (size_t)n);
-    for (int r = 0; r < pp; r++)
-      tps[r] = strata_layout_tp(base, r);
-    struct strata_layout_desc d = {.dp = dp, .pp = pp, .tp = tps, .devices = devs, .ndevices = n, .nsplit = S,
-                                   .schedule = strata_layout_schedule(base),
-                                   .microbatches = strata_layout_microbatches(base),
-                                   .virtual_stages = strata_layout_virtual_stages(base), .zero = strata_layout_zero(base),
-                                   .precision = strata_layout_precision(base)};
-    int improved = 1;
-    while (improved && budget > 0 && !s->rc) {
-      improved = 0;
-      int bj = -1, bdir = 0;
-      double bt = cur;
-      for (int from = 0; from < S && budget > 0; from++)
-        for (int to = 0; to < S && budget > 0; to++) {
-          /* one layer from stage `from` to stage `to`: the boundaries between them shift by one */
-          if (from == to || split[from] <= 1)
-            continue;
-          split[from]--, split[to]++;
-          d.split = split;
-          strata_layout_t l = NULL;
-          if (strata_layout_new(&d, &l) == STRATA_OK) {
-            struct strata_sim_options so = {.batch = s->o->batch, .symmetric = s->c->uniform};
-            struct strata_sim_result res;
-            budget--;
-            s->plan->simulated++;
-            if (strata_simulate((strata_machine_t)s->c, s->model, l, &so, &res) == STRATA_OK) {
-              if (res.fits && res.step_s < bt * (1 - 1e-12)) {
-                bt = res.step_s;
-                bj = from;
-                bdir = to;
-              }
-              strata_sim_result_destroy(&res);
-            }
-            strata_layout_free(l);
-          }
-          split[from]++, split[to]--;
-        }
-      if (bj >= 0) {
-        split[bj]--, split[bdir]++;
-        cur = bt;
-        improved = 1;
-        d.split = split;
-        strata_layout_t l = NULL;
-        if (strata_layout_new(&d, &l) == STRATA_OK)
-          evaluate(s, l);
-      }
-    }
-    free(split);
-    free(devs);
-    free(tps);
-  }
-  for (int i = 0; i < nref; i++)
-    strata_layout_free(bases[i]);
-  free(bases);
-  free(steps);
-}
-
 /* ---- the search ---- */
 
 static int tp_degrees(const struct search *s, int *out) {
@@ -949,7 +889,7 @@ static int tp_degrees(const struct search *s, int *out) {
 }
 
 /* Run passes 1-5; fills s->plan. */
-static int run_search(struct search *s) {
+int strata__plan_run_search(struct search *s) {
   s->L = strata_model_layer_count(s->model);
   int tps[32];
   int nt = tp_degrees(s, tps);
@@ -975,17 +915,24 @@ static int run_search(struct search *s) {
   }
   s->mixed_tp = 0;
   if (!s->rc && !s->fits_only && !s->o->exhaustive)
-    refine(s);
+    strata__plan_refine(s);
   return s->rc;
 }
 
-static void search_free(struct search *s) {
+void strata__plan_search_free(struct search *s) {
   groups_free(s);
   while (s->inflight) {
     struct inflight_entry *e = s->inflight;
     s->inflight = e->next;
     strata__plan_peaks_free(e->pk);
     free(e->peak);
+    free(e);
+  }
+  while (s->times) {
+    struct times_entry *e = s->times;
+    s->times = e->next;
+    free(e->local);
+    free(e->prefix);
     free(e);
   }
   while (s->ranges) {
@@ -996,7 +943,7 @@ static void search_free(struct search *s) {
   }
 }
 
-static int check_options(strata_machine_t c, strata_model_t m, const struct strata_plan_options *o) {
+int strata__plan_check_options(strata_machine_t c, strata_model_t m, const struct strata_plan_options *o) {
   if (!c || !m || !o)
     return strata__error(STRATA_ERR_INVALID, "planner: NULL argument");
   if (o->batch < 1)
@@ -1012,147 +959,12 @@ static int check_options(strata_machine_t c, strata_model_t m, const struct stra
   return STRATA_OK;
 }
 
-/* Whether `n` devices like the machine's first would fit the model: a
-** machine of n of them (the node's links kept where there are enough) and
-** a search that stops at the first layout within memory, or at `deadline`
-** (STRATA_ERR_TIMEOUT). */
-static int fits_with(strata_machine_t c, strata_model_t model, const struct strata_plan_options *o, int n,
-                     double deadline, int *fits) {
-  struct strata_machine *t = NULL;
-  /* one node of n devices, or nodes of them (strata__plan_probe_node) */
-  const int k = strata__plan_probe_node(c, n), nodes = n / k;
-  /* a node of k devices, all like device 0, in copies of the node's islands; between copies,
-  ** the node's slowest link */
-  struct strata_device_cost *cost = malloc(sizeof *cost * (size_t)k);
-  double *g = malloc(sizeof *g * (size_t)k * (size_t)k), *lat = malloc(sizeof *lat * (size_t)k * (size_t)k);
-  int *isl = malloc(sizeof *isl * (size_t)k);
-  int rc = STRATA_OK;
-  if (!cost || !g || !lat || !isl)
-    rc = strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
-  double slow = INFINITY, slow_lat = 0;
-  for (int a = 0; a < c->k; a++)
-    for (int b = 0; b < c->k; b++)
-      if (a != b) {
-        size_t ab = (size_t)a * (size_t)c->k + (size_t)b;
-        slow = c->gbps[ab] < slow ? c->gbps[ab] : slow;
-        slow_lat = c->lat[ab] > slow_lat ? c->lat[ab] : slow_lat;
-      }
-  if (isinf(slow))
-    slow = 10, slow_lat = 5; /* a node of one device: a PCIe-class link */
-  for (int i = 0; i < k && !rc; i++) {
-    cost[i] = c->cost[0];
-    isl[i] = c->island[i % c->k] + (i / c->k) * c->k;
-    for (int j = 0; j < k; j++) {
-      size_t ij = (size_t)i * (size_t)k + (size_t)j;
-      int a = i % c->k, b = j % c->k;
-      int same = i / c->k == j / c->k && a != b;
-      g[ij] = same ? c->gbps[(size_t)a * (size_t)c->k + (size_t)b] : slow;
-      lat[ij] = same ? c->lat[(size_t)a * (size_t)c->k + (size_t)b] : slow_lat;
-    }
-  }
-  struct strata_node_desc nd = {.devices = k, .cost = cost, .gbps = g, .latency_us = lat, .island = isl};
-  struct strata_machine_options co = {.nodes = nodes, .network_gbps = c->net_gbps * 8, .nics = c->nics,
-                                      .network_latency_us = c->net_lat};
-  if (!rc)
-    rc = strata_machine_new(&nd, &co, &t);
-  free(cost);
-  free(g);
-  free(lat);
-  free(isl);
-  if (rc)
-    return rc;
-  struct strata_plan *p = calloc(1, sizeof *p);
-  if (!p) {
-    strata_machine_free(t);
-    return strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
-  }
-  p->top = 1;
-  p->c = calloc(1, sizeof *p->c);
-  struct search s = {.c = t, .model = model, .o = o, .plan = p, .fits_only = 1, .deadline = deadline};
-  rc = p->c ? run_search(&s) : strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
-  if (!rc && !s.found && past_deadline(&s))
-    rc = STRATA_ERR_TIMEOUT; /* a split given up: not a count that does not fit */
-  *fits = s.found;
-  search_free(&s);
-  strata_plan_free(p);
-  strata_machine_free(t);
-  return rc;
-}
-
-/* strata_plan_min_devices on machine c as it computes in the options' precision (strata__machine_in). */
-static int min_devices_in(strata_machine_t c, strata_model_t model, const struct strata_plan_options *o, int limit,
-                          int *devices) {
-  /* what no count of devices changes first: a model that can never fit, and the most devices a layout uses */
-  int64_t most = 0;
-  TRY(strata__plan_reach(c, model, o, &most));
-  /* the largest count worth a probe: past `most` devices no layout gains one more */
-  const int by_most = strata__plan_probe_round(c, most) <= limit;
-  int64_t top = by_most ? strata__plan_probe_round(c, most) : limit;
-  top = top / strata__plan_probe_unit(c, top) * strata__plan_probe_unit(c, top);
-  const char *name = strata_model_config(model)->name;
-  const double deadline = strata__now() + STRATA_PLAN_MIN_DEVICES_S;
-  /* double until it fits, then bisect (more devices never fit less: each holds a smaller share) */
-  int64_t lo = 0, hi = strata__plan_probe_unit(c, 1);
-  int fits = 0, rc;
-  for (;;) {
-    hi = hi < top ? hi : top;
-    if (hi <= lo) {
-      if (!by_most)
-        return strata__error(STRATA_ERR_RANGE, "%s does not fit on %d devices like %s", name, limit, c->names[0]);
-      return strata__error(STRATA_ERR_DEVICE_MEMORY, "%s at batch %lld: no layout found on %lld devices like %s, the most a "
-                           "layout of it uses (dp up to the batch, pp up to the layers, tp up to an island)", name,
-                           (long long)o->batch, (long long)lo, c->names[0]);
-    }
-    if ((rc = fits_with(c, model, o, (int)hi, deadline, &fits)) == STRATA_ERR_TIMEOUT) {
-      *devices = (int)lo;
-      return strata__error(rc, "%s at batch %lld does not fit on %lld devices like %s, and counting more stopped "
-                           "after %g s", name, (long long)o->batch, (long long)lo, c->names[0],
-                           STRATA_PLAN_MIN_DEVICES_S);
-    }
-    TRY(rc);
-    if (fits)
-      break;
-    lo = hi;
-    hi *= 2;
-  }
-  for (;;) {
-    const int64_t mid = strata__plan_probe_round(c, lo + (hi - lo) / 2);
-    if (mid <= lo || mid >= hi)
-      break;
-    if ((rc = fits_with(c, model, o, (int)mid, deadline, &fits)) == STRATA_ERR_TIMEOUT) {
-      *devices = (int)lo;
-      return strata__error(rc, "%s at batch %lld does not fit on %lld devices like %s but fits %lld (counting "
-                           "stopped after %g s)", name, (long long)o->batch, (long long)lo, c->names[0],
-                           (long long)hi, STRATA_PLAN_MIN_DEVICES_S);
-    }
-    TRY(rc);
-    if (fits)
-      hi = mid;
-    else
-      lo = mid;
-  }
-  *devices = (int)hi;
-  return STRATA_OK;
-}
-
-STRATA_API int strata_plan_min_devices(strata_machine_t c, strata_model_t model, const struct strata_plan_options *o,
-                                       int limit, int *devices) {
-  TRY(check_options(c, model, o));
-  if (!devices || limit < 1)
-    return strata__error(STRATA_ERR_INVALID, "strata_plan_min_devices: bad argument");
-  struct strata_machine *v;
-  TRY(strata__machine_in(c, o->precision, &v));
-  int rc = min_devices_in(v, model, o, limit, devices);
-  strata__machine_in_free(v);
-  return rc;
-}
-
 STRATA_API int strata_plan_search(strata_machine_t c, strata_model_t model, const struct strata_plan_options *o,
                                   strata_plan_t *out) {
   if (!out)
     return strata__error(STRATA_ERR_INVALID, "strata_plan_search: out is NULL");
   *out = NULL;
-  TRY(check_options(c, model, o));
+  TRY(strata__plan_check_options(c, model, o));
   /* every cost the search reads is the precision's: it searches on the machine as it computes in it */
   struct strata_machine *v;
   TRY(strata__machine_in(c, o->precision, &v));
@@ -1170,8 +982,8 @@ STRATA_API int strata_plan_search(strata_machine_t c, strata_model_t model, cons
     return strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
   }
   struct search s = {.c = v, .model = model, .o = o, .plan = p};
-  int rc = run_search(&s);
-  search_free(&s);
+  int rc = strata__plan_run_search(&s);
+  strata__plan_search_free(&s);
   while (p->n > want) {
     p->n--;
     strata_layout_free(p->c[p->n].layout);

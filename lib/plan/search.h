@@ -1,0 +1,49 @@
+/* SPDX-License-Identifier: MIT */
+/* plan/search.h — the planner's search state, shared by its passes (search.c), its refinement (search-refine.c) and
+** the device count's probes (min-devices.c). Internal. */
+#ifndef STRATA__PLAN_SEARCH_H
+#define STRATA__PLAN_SEARCH_H
+
+#include "plan/plan.h"
+
+/* A tensor-parallel group: devices of one island of one node. */
+struct group {
+  int *devs;
+  int t, node, island;
+  double flops;                     /* slowest member's, x t */
+  uint64_t memory;                  /* smallest member's */
+};
+
+/* Everything one search needs, shared by its passes. */
+struct search {
+  const struct strata_machine *c;
+  strata_model_t model;
+  const struct strata_plan_options *o;
+  struct strata_plan *plan;
+  int L;
+  struct ranges_entry *ranges;      /* every cut's bytes, by micro-batch, tp and ZeRO degree and schedule kind */
+  struct group *groups;
+  int ngroups;
+  int fits_only;                    /* min_devices: stop at the first layout that fits, no simulation */
+  double deadline;                  /* min_devices: strata__now() past which it stops, STRATA_ERR_TIMEOUT (0: none) */
+  int mixed_tp;                     /* the groups differ in tp degree */
+  int found;
+  int rc;
+  struct inflight_entry *inflight;  /* micro-batches in flight per stage, by schedule shape */
+  struct times_entry *times;        /* a rank's layer times, by its group's place in a node and the micro-batch */
+};
+
+/* Passes 1-5 on s (its machine, model, options and plan set): fills s->plan, or s->found with fits_only. */
+int strata__plan_run_search(struct search *s);
+/* Free what a search built (its groups and caches; not its plan). */
+void strata__plan_search_free(struct search *s);
+/* Check a search's arguments (NULLs, the batch, the precision and the model's kind). */
+int strata__plan_check_options(strata_machine_t c, strata_model_t m, const struct strata_plan_options *o);
+/* Simulate a built layout and keep it in the plan; 1 when it fits. Takes ownership of l. */
+int strata__plan_evaluate(struct search *s, strata_layout_t l);
+/* Whether a search with a deadline is past it. */
+int strata__plan_past_deadline(const struct search *s);
+/* The refinement pass: single-layer moves between the stages of the best candidates, simulated. */
+void strata__plan_refine(struct search *s);
+
+#endif /* STRATA__PLAN_SEARCH_H */
