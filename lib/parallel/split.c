@@ -6,6 +6,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/core.h"
 #include "parallel/split.h"
@@ -92,6 +93,33 @@ static int v_feasible(int L, int S, const struct strata__split_costs *c, double 
   return 0;
 }
 
+/* The caller's fits, each (stage, first layer, length) asked once: the bisections below ask the same many times. */
+struct fits_memo {
+  const struct strata__split_costs *c;
+  int L, most;                      /* layers, and the most a stage can hold (L - S + 1) */
+  signed char *known;               /* [S x (L + 1) x most]: -1 not asked yet, else the answer */
+};
+
+static int memo_fits(void *arg, int j, int a, int b) {
+  struct fits_memo *m = arg;
+  if (b - a < 1 || b - a > m->most)
+    return 0;
+  signed char *k = &m->known[((size_t)j * (size_t)(m->L + 1) + (size_t)a) * (size_t)m->most + (size_t)(b - a - 1)];
+  if (*k < 0)
+    *k = (signed char)(m->c->fits(m->c->arg, j, a, b) != 0);
+  return *k;
+}
+
+static double memo_time(void *arg, int j, int a, int b) {
+  const struct fits_memo *m = arg;
+  return m->c->time(m->c->arg, j, a, b);
+}
+
+static int memo_stop(void *arg) {
+  const struct fits_memo *m = arg;
+  return m->c->stop && m->c->stop(m->c->arg);
+}
+
 /*
 ** strata__split_best for a V, in two bisections. First the least time T of the slowest device (its two stages
 ** together): the stage-balanced split bounds it within a factor of two (no stage of it is slower than the slowest
@@ -99,12 +127,24 @@ static int v_feasible(int L, int S, const struct strata__split_costs *c, double 
 ** tie can still differ in how their time is cut (a stage of the embedding alone and one of the head and two blocks
 ** leave the pipeline waiting on the heavy one). Each to 1e-9 of its value.
 */
-static int split_best_v(int L, int S, const struct strata__split_costs *c, int *split) {
-  struct strata__split_costs one = *c;
+static int split_best_v(int L, int S, const struct strata__split_costs *caller, int *split) {
+  struct strata__split_costs one = *caller;
   one.v = 0;
   int rc = strata__split_best(L, S, &one, split);
   if (rc)
     return rc;
+  /* the caller's fits through a memo */
+  struct fits_memo memo = {.c = caller, .L = L, .most = L - S + 1};
+  struct strata__split_costs mc = {.time = memo_time, .fits = caller->fits ? memo_fits : NULL, .stop = memo_stop,
+                                   .arg = &memo, .v = 1};
+  const struct strata__split_costs *c = &mc;
+  if (caller->fits) {
+    const size_t n = (size_t)S * (size_t)(L + 1) * (size_t)memo.most;
+    memo.known = malloc(n);
+    if (!memo.known)
+      return strata__error(STRATA_ERR_NOMEM, "out of host memory balancing stages");
+    memset(memo.known, -1, n);
+  }
   double hi = 0, stage = 0;
   for (int j = 0, a = 0, b = L; j < S / 2; j++) {
     const double tf = c->time(c->arg, j, a, a + split[j]), tb = c->time(c->arg, S - 1 - j, b - split[S - 1 - j], b);
@@ -119,6 +159,7 @@ static int split_best_v(int L, int S, const struct strata__split_costs *c, int *
   if (!reach || !from) {
     free(reach);
     free(from);
+    free(memo.known);
     return strata__error(STRATA_ERR_NOMEM, "out of host memory balancing stages");
   }
   double lo = hi / 2;
@@ -147,6 +188,7 @@ static int split_best_v(int L, int S, const struct strata__split_costs *c, int *
     v_feasible(L, S, c, T * (1 + 1e-12), shi * (1 + 1e-12), reach, from, split);
   free(reach);
   free(from);
+  free(memo.known);
   return rc;
 }
 
