@@ -1122,8 +1122,8 @@ Test(parallel, vocabulary_split_or_replicated_and_whole_logits) {
 ** same layout checked at creation (planned_bytes), for one device, pp 2 under every schedule, tp 2, dp 2 with ZeRO
 ** and 2 x 2 x 2. The runtime's accounting of a real step (every allocation through the device layer) reaches the
 ** plan exactly on the busiest device of a layout without collectives (interleaving's two stages per device never
-** peak together, so it stays under; the V schedules' plan weighs what a device holds of its two at once, and is
-** reached); the communicators' scratch (tp joins: members x message; the dp ring: a chunk
+** peak together, so it stays under; the V schedules' plan weighs what a device's list holds of its two at once,
+** which a step reaches or, as the threads' timing goes, stays under); the communicators' scratch (tp joins: members x message; the dp ring: a chunk
 ** and more) is outside the stage model, so there only planned = predicted is asserted.
 */
 Test(parallel, the_planner_predicts_the_trainers_memory_plan) {
@@ -1157,7 +1157,8 @@ Test(parallel, the_planner_predicts_the_trainers_memory_plan) {
     struct strata_train_report rep;
     OK(strata_trainer_report(tr, &rep));
     const int dp = strata_layout_dp(l), pp = strata_layout_pp(l), collectives = dp > 1 || strata_layout_tp(l, 0) > 1;
-    const int interleaved = strata_layout_schedule(l) == STRATA_SCHEDULE_INTERLEAVED;
+    /* two stages a device (interleaving, the V schedules): whether both peak together is the threads' timing */
+    const int interleaved = strata_layout_stages(l) > strata_layout_pp(l);
     const int64_t batch = (int64_t)o.batch * dp * strata_layout_microbatches(l);
     uint64_t top_planned = 0, top_peak = 0;
     for (int r = 0; r < dp; r++)

@@ -514,7 +514,14 @@ Test(pipeline, model_fits_only_when_split) {
 ** Returns 0 all done, 1 refused at creation saying what a step needs, 2
 ** failed later, else another failure; peak[2] receives each device's peak.
 */
+static int capped_run(const char *cap, int kind, const int *split, int nsplit, uint64_t peak[2]);
 static int capped_pipeline(const char *cap, uint64_t peak[2]) {
+  const int split[2] = {4, 4};
+  return capped_run(cap, STRATA_SCHEDULE_1F1B, split, 2, peak);
+}
+
+/* The same for schedule `kind` with a split of nsplit stages. */
+static int capped_run(const char *cap, int kind, const int *split, int nsplit, uint64_t peak[2]) {
   int fds[2];
   cr_assert_eq(pipe(fds), 0);
   pid_t pid = fork();
@@ -530,9 +537,9 @@ static int capped_pipeline(const char *cap, uint64_t peak[2]) {
     strata_trainer_t tr = NULL;
     int h[2] = {tc_find_device("host", 0), tc_find_device("host", 1)};
     struct strata_train_options o = options(h[0], 1);
-    struct strata_pipeline_options pp = pipeline_options(h, 2, STRATA_SCHEDULE_1F1B, 4);
-    const int split[2] = {4, 4};
-    pp.split = split;
+    struct strata_pipeline_options pp = pipeline_options(h, 2, kind, 4);
+    pp.split = split; /* nsplit: devices x the kind's stages a device */
+    (void)nsplit;
     int status = 3;
     float loss;
     if (strata_model_from_config(&c, &m))
@@ -564,13 +571,49 @@ Test(pipeline, memory_plan_refuses_at_creation_a_cap_one_byte_short) {
   cr_assert_eq(capped_pipeline("", peak), 0, "the uncapped pipeline must train");
   uint64_t top = peak[0] > peak[1] ? peak[0] : peak[1];
   char cap[32];
-  snprintf(cap, sizeof cap, "%llu", (unsigned long long)top - 1);
   uint64_t again[2];
+  snprintf(cap, sizeof cap, "%llu", (unsigned long long)top - 1);
   int rc = capped_pipeline(cap, again);
   cr_assert_eq(rc, 1, "under a cap of %s bytes (peaks %llu and %llu) the pipeline must be refused at creation, got %d",
                cap, (unsigned long long)peak[0], (unsigned long long)peak[1], rc);
   cr_assert_eq(again[0] + again[1], 0, "the refused pipeline allocated %llu + %llu bytes",
                (unsigned long long)again[0], (unsigned long long)again[1]);
+}
+
+/*
+** The same for ZB-V, whose plan weighs what each device's list holds of its two stages at once (issue 35), below
+** their peaks added up: under a cap of the busiest device's plan as strata_plan_memory predicts it (the figure the
+** trainer checks) it trains, its block cache warmed within it (what the list holds at its heaviest point, not each
+** stage's peak: that failed at creation), each device within its plan; under a byte less it is refused at creation.
+*/
+Test(pipeline, zbv_trains_within_its_memory_plan_and_is_refused_a_byte_short) {
+  const int split[4] = {2, 2, 2, 2};
+  struct strata_model_config c = {.kind = STRATA_MODEL_GPT, .vocab = 256, .context = 16, .d_model = 32,
+                                  .layers = 6, .heads = 2, .d_ff = 64};
+  strata_model_t m;
+  OK(strata_model_from_config(&c, &m));
+  strata_layout_t l;
+  OK(strata_layout_from_json("{\"pp\": 2, \"split\": [2, 2, 2, 2], \"schedule\": \"zbv\", \"microbatches\": 4}",
+                             NULL, &l));
+  uint64_t plan[2];
+  for (int r = 0; r < 2; r++)
+    OK(strata_plan_memory(m, l, 2 * 4, r, &plan[r]));
+  strata_layout_free(l);
+  strata_model_free(m);
+  const uint64_t top = plan[0] > plan[1] ? plan[0] : plan[1];
+  char cap[32];
+  uint64_t peak[2];
+  snprintf(cap, sizeof cap, "%llu", (unsigned long long)top);
+  int rc = capped_run(cap, STRATA_SCHEDULE_ZBV, split, 4, peak);
+  cr_assert_eq(rc, 0, "under a cap of its plan (%s bytes) zbv must train, got %d", cap, rc);
+  cr_assert(peak[0] <= plan[0] && peak[1] <= plan[1], "peaks %llu and %llu, plans %llu and %llu",
+            (unsigned long long)peak[0], (unsigned long long)peak[1], (unsigned long long)plan[0],
+            (unsigned long long)plan[1]);
+  snprintf(cap, sizeof cap, "%llu", (unsigned long long)top - 1);
+  rc = capped_run(cap, STRATA_SCHEDULE_ZBV, split, 4, peak);
+  cr_assert_eq(rc, 1, "under a cap of %s bytes zbv must be refused at creation, got %d", cap, rc);
+  cr_assert_eq(peak[0] + peak[1], 0, "the refused pipeline allocated %llu + %llu bytes", (unsigned long long)peak[0],
+               (unsigned long long)peak[1]);
 }
 
 /* A device failing in the middle of a step stops the run with an error naming

@@ -1694,7 +1694,7 @@ Test(plan, simulated_peak_memory_is_the_memory_plan_for_two_stages_a_device) {
                          (unsigned long long)want);
           double units;
           int added = 0;
-          OK(strata_schedule_device_peak(sch, dv, NULL, &units));
+          OK(strata_schedule_device_peak(sch, dv, NULL, &units, NULL));
           for (int j = 0; j < 4; j++)
             if (strata_schedule_stage_device(sch, j) == dv) {
               int pk;

@@ -250,8 +250,11 @@ STRATA_API int strata_schedule_peak_inflight(strata_schedule_t s, int stage, int
 ** times bytes[stage] (bytes per micro-batch, one entry per stage; NULL: 1 each, a count of micro-batches). It is
 ** the sum of its stages' own peaks where they peak together, less where they do not: ZB-V's two chunks on a device
 ** peak at different points (at most 2p half-size micro-batches at once, not the 2p + 1 their peaks add to).
+** With `counts` (one entry per stage, or NULL), each of the device's stages gets its micro-batches in flight at the
+** first point of that peak (the other entries are left as they are).
 */
-STRATA_API int strata_schedule_device_peak(strata_schedule_t s, int device, const double *bytes, double *peak /* OUT */);
+STRATA_API int strata_schedule_device_peak(strata_schedule_t s, int device, const double *bytes, double *peak /* OUT */,
+                                           int *counts /* OUT */);
 
 /* Text form: one line per device, e.g. "dev 0: F0.0 SA0.0 F0.1 ..." (caller frees). */
 STRATA_API int strata_schedule_to_text(strata_schedule_t s, char **text /* OUT */);

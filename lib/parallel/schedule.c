@@ -880,12 +880,16 @@ STRATA_API const struct strata_action *strata_schedule_actions(strata_schedule_t
   return s->lists[device];
 }
 
-STRATA_API int strata_schedule_device_peak(strata_schedule_t s, int device, const double *bytes, double *peak) {
+STRATA_API int strata_schedule_device_peak(strata_schedule_t s, int device, const double *bytes, double *peak,
+                                           int *counts) {
   if (!s || !peak)
     return strata__error(STRATA_ERR_INVALID, "strata_schedule_device_peak: NULL argument");
   if (device < 0 || device >= s->devices)
     return strata__error(STRATA_ERR_RANGE, "strata_schedule_device_peak: device %d out of range (%d devices)", device,
                          s->devices);
+  int *n = counts ? calloc((size_t)s->stages, sizeof *n) : NULL;
+  if (counts && !n)
+    return strata__error(STRATA_ERR_NOMEM, "strata_schedule_device_peak: out of host memory");
   /* a micro-batch is in flight on a stage from its F until its B, or its W when the backward is split */
   double now = 0, top = 0;
   for (int i = 0; i < s->counts[device]; i++) {
@@ -893,11 +897,21 @@ STRATA_API int strata_schedule_device_peak(strata_schedule_t s, int device, cons
     const double w = bytes ? bytes[a->stage] : 1;
     if (a->kind == STRATA_ACTION_FORWARD) {
       now += w;
-      top = now > top ? now : top;
+      if (n)
+        n[a->stage]++;
+      if (now > top) {
+        top = now;
+        for (int j = 0; n && j < s->stages; j++)
+          if (s->stage_device[j] == device)
+            counts[j] = n[j];
+      }
     } else if (a->kind == STRATA_ACTION_BACKWARD || a->kind == STRATA_ACTION_BACKWARD_WEIGHT) {
       now -= w;
+      if (n)
+        n[a->stage]--;
     }
   }
+  free(n);
   *peak = top;
   return STRATA_OK;
 }

@@ -130,7 +130,7 @@ static int check_memory_of(strata_trainer_t tr, const int *split, uint64_t *need
   const int v = tr->report.schedule == STRATA_SCHEDULE_ZBV || tr->report.schedule == STRATA_SCHEDULE_DUALPIPEV;
   for (int r = 0; r < tr->ndev && !rc && v; r++) {
     double joint;
-    if (nst[r] > 1 && strata_schedule_device_peak(tr->sched, r, per_mb, &joint) == STRATA_OK && joint < own[r]) {
+    if (nst[r] > 1 && strata_schedule_device_peak(tr->sched, r, per_mb, &joint, NULL) == STRATA_OK && joint < own[r]) {
       const uint64_t cut = (uint64_t)(own[r] - joint);
       need[r] -= cut;
       act[r] -= cut < act[r] ? cut : act[r];

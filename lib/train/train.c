@@ -257,11 +257,30 @@ static int warm_cache(strata_trainer_t tr) {
   size_t cap = 0, n = 0;
   strata_buffer_t *held = NULL;
   int rc = STRATA_OK;
-  for (int s = 0; s < strata__stages_all(tr) && !rc; s++) {
+  /* a V's device (ZB-V, DualPipeV) holds its two stages' peaks at different points: it warms what its list holds at
+  ** once at its heaviest point, as the memory plan counts it */
+  const int S = strata__stages_all(tr);
+  int *at = NULL;
+  if (tr->report.schedule == STRATA_SCHEDULE_ZBV || tr->report.schedule == STRATA_SCHEDULE_DUALPIPEV) {
+    double *w = calloc((size_t)S, sizeof *w);
+    at = calloc((size_t)S, sizeof *at);
+    for (int s = 0; w && at && s < S; s++)
+      w[s] = tr->st[s] ? (double)tr->st[s]->slot_units : 0;
+    for (int r = 0; w && at && r < tr->ndev; r++) {
+      double top;
+      strata_schedule_device_peak(tr->sched, r, w, &top, at);
+    }
+    if (!w) {
+      free(at);
+      at = NULL;
+    }
+    free(w);
+  }
+  for (int s = 0; s < S && !rc; s++) {
     struct strata__stage *st = tr->st[s];
     if (!st)
       continue; /* another rank's, or a slice another stands for */
-    int k = strata__stage_inflight(tr, s), kg = k + !strata__stage_first(tr, s);
+    int k = at ? at[s] : strata__stage_inflight(tr, s), kg = k + !strata__stage_first(tr, s);
     for (int i = 0; i < k + (st->grad_units ? kg : 0) && !rc; i++) {
       if (n == cap) {
         size_t nc = cap ? 2 * cap : 64;
@@ -282,6 +301,7 @@ static int warm_cache(strata_trainer_t tr) {
   for (size_t i = 0; i < n; i++)
     strata_buffer_free(held[i]);
   free(held);
+  free(at);
   return rc;
 }
 
