@@ -127,8 +127,9 @@ struct strata_device_cost {
   int bf16_ngemm;
   double bf16_gemm_n[STRATA_PLAN_GEMM_SIZES];
   double bf16_gemm_flops[STRATA_PLAN_GEMM_SIZES];
-  /* Bytes of a GEMM operand's element as the device computes (0: 4, float32; 2 in a bf16 view): with nominal
-  ** figures (no GEMM speed measured by size), a GEMM takes at least its operands' and result's bytes at mem_gbps. */
+  /* A GPU of the table's figures (strata_device_cost_from_model): bytes of a GEMM operand's element as it computes
+  ** (4, float32; 2 in a bf16 view), and a GEMM takes at least its operands' and result's bytes at mem_gbps. 0: a
+  ** device whose speeds were measured (a CPU's GEMMs live in its caches), no such bound. */
   int gemm_elem_bytes;
 };
 

@@ -220,7 +220,8 @@ STRATA_API int strata_device_cost_from_model(const struct strata_gpu_model *m, s
                                      .memory = m->memory,
                                      .launch_us = m->launch_us,
                                      .model = m->name,
-                                     .source = m->source};
+                                     .source = m->source,
+                                     .gemm_elem_bytes = 4};
   return STRATA_OK;
 }
 

@@ -34,7 +34,7 @@ struct strata_device_cost strata__plan_cost_in(const struct strata_device_cost *
     return b;
   b.flops = w->bf16_flops;
   b.ngemm = w->bf16_ngemm;
-  b.gemm_elem_bytes = 2;
+  b.gemm_elem_bytes = w->gemm_elem_bytes > 0 ? 2 : 0; /* a table row's GEMMs move bf16 operands */
   memcpy(b.gemm_n, w->bf16_gemm_n, sizeof b.gemm_n);
   memcpy(b.gemm_flops, w->bf16_gemm_flops, sizeof b.gemm_flops);
   /* a model's own GEMMs were timed in fp32: the bf16 speeds by size stand for them */
@@ -173,12 +173,12 @@ static double gemm_s(const struct strata_device_cost *w, int ta, int tb, double 
       return flops / sh->flops;
   }
   const double t = flops / gemm_rate(w, m, n, k);
-  if (w->ngemm > 0 || w->mem_gbps <= 0)
-    return t; /* speeds measured by size: their memory traffic is in them */
-  /* nominal figures (a datasheet's peak): no faster than its operands and result at the memory bandwidth (the
+  if (w->gemm_elem_bytes <= 0 || w->ngemm > 0 || w->mem_gbps <= 0)
+    return t; /* measured speeds: their memory traffic is in them */
+  /* a GPU of the table (a datasheet's peak): no faster than its operands and result at the memory bandwidth (the
   ** roofline; Williams, Waterman and Patterson, CACM 2009), which binds the attention's products over a head's
   ** few columns (k = d_model / heads) */
-  const double eb = w->gemm_elem_bytes > 0 ? w->gemm_elem_bytes : 4;
+  const double eb = w->gemm_elem_bytes;
   const double bytes = batch * eb * (m * k + k * n + m * n);
   const double tm = bytes / (w->mem_gbps * 1e9);
   return tm > t ? tm : t;
