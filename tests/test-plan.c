@@ -1654,9 +1654,10 @@ Test(plan, simulated_peak_memory_is_the_memory_plan) {
 }
 
 /*
-** The same for the V schedules, whose device holds two stages (issue 35): the plan weighs what a device's list keeps
-** in flight at once over both its stages (strata_schedule_device_peak), as the simulator follows it; their own peaks
-** added up would count one chunk micro-batch too many for ZB-V (interleaving's plan still adds them up). In micro-batches, from the lists: ZB-V's device holds 2p
+** The V schedules, whose device holds two stages (issue 35): the plan weighs the activations a device's list keeps
+** in flight at once over both its stages (strata_schedule_device_peak), as the simulator follows them; their own
+** peaks added up would count one chunk micro-batch too many for ZB-V (interleaving's plan still adds them up). The
+** simulator's peak stays within the plan. In micro-batches, from the lists: ZB-V's device holds 2p
 ** half-size ones at most (p full ones, 1F1B's first device), DualPipeV's 2p + 1, each below its stages' peaks added
 ** up or at them.
 */
@@ -1684,14 +1685,11 @@ Test(plan, simulated_peak_memory_is_the_memory_plan_for_two_stages_a_device) {
         for (int dv = 0; dv < 2; dv++) {
           uint64_t want;
           OK(strata_plan_memory(m, l, o.batch, dv, &want));
-          /* (interleaving's plan keeps its stages' peaks added up, as the trainer's does: on the safe side) */
-          if (kinds[k] == STRATA_SCHEDULE_INTERLEAVED)
-            cr_assert_leq(r.memory[dv], want, "interleaved split %d m %d: device %d simulated at %llu bytes, planned "
-                          "%llu", sp, mbs, dv, (unsigned long long)r.memory[dv], (unsigned long long)want);
-          else
-            cr_assert_eq(r.memory[dv], want, "%s split %d m %d: device %d simulated at %llu bytes, planned %llu",
-                         strata_schedule_kind_name(kinds[k]), sp, mbs, dv, (unsigned long long)r.memory[dv],
-                         (unsigned long long)want);
+          /* (the simulator weighs each micro-batch's boundary gradients with its activations; the plan keeps them
+          ** at each stage's own peak, as they may outlive it, and interleaving's activations too) */
+          cr_assert_leq(r.memory[dv], want, "%s split %d m %d: device %d simulated at %llu bytes, planned %llu",
+                        strata_schedule_kind_name(kinds[k]), sp, mbs, dv, (unsigned long long)r.memory[dv],
+                        (unsigned long long)want);
           double units;
           int added = 0;
           OK(strata_schedule_device_peak(sch, dv, NULL, &units, NULL));
@@ -1719,8 +1717,8 @@ Test(plan, simulated_peak_memory_is_the_memory_plan_for_two_stages_a_device) {
 
 /*
 ** ZB-V in the simulator and the planner. A zbv layout of 2 ranks has 4 stages, stage j on rank j, 3 - j (the V).
-** The simulator follows each device's activations as its list runs: its peak is the memory plan's, which weighs
-** the micro-batches both chunks of a device hold at once (chunk 0's 2p - d and chunk 1's d + 1 peaks come at
+** The simulator follows each device's activations as its list runs: its peak is within the memory plan's, which
+** weighs the activations both chunks of a device hold at once (chunk 0's 2p - d and chunk 1's d + 1 peaks come at
 ** different points: strata_schedule_device_peak), not their peaks added up. With the ranks balanced, its bubble and step are
 ** below ZB-H1's over the same ranks and micro-batches (measured 4.9% and 4.23 ms against 9.7% and 4.46 ms). The
 ** planner's search includes it.
@@ -1751,7 +1749,7 @@ Test(plan, zbv_simulated_and_searched) {
   for (int d = 0; d < 2; d++) {
     uint64_t want;
     OK(strata_plan_memory(m, v, o.batch, d, &want));
-    cr_assert_eq(rv.memory[d], want, "zbv: device %d simulated at %llu bytes, planned %llu", d,
+    cr_assert_leq(rv.memory[d], want, "zbv: device %d simulated at %llu bytes, planned %llu", d,
                   (unsigned long long)rv.memory[d], (unsigned long long)want);
   }
   cr_assert_lt(rv.bubble, rz.bubble, "zbv bubble %g, zb-h1 %g", rv.bubble, rz.bubble);

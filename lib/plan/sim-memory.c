@@ -142,16 +142,15 @@ uint64_t strata__plan_rank_memory(strata_model_t model, strata_layout_t layout, 
     const uint64_t need = strata__stage_need(&b, &place, NULL, NULL);
     total += (double)need;
     if (pk && held < 64) {
-      /* what one more micro-batch in flight adds (its activations, boundary gradients, gradient buffers) */
-      struct strata__stage_place more = place;
+      /* a micro-batch's activations, held from its F to its B (or W) in the list's order; its boundary gradients,
+      ** which may outlive it as the threads go, stay counted at each stage's own peak */
       const int k = place.inflight > 1 ? place.inflight : 1;
-      more.inflight = k + 1;
-      per_mb[held] = (double)(strata__stage_need(&b, &more, NULL, NULL) - need);
+      per_mb[held] = (double)b.slot;
       own += k * per_mb[held];
     }
     held++;
   }
-  /* a rank of several stages holds, of their micro-batches in flight, what its list holds at once (ZB-V's two
+  /* a rank of several stages holds, of their micro-batches' activations, what its list holds at once (ZB-V's two
   ** chunks peak apart), not each stage's peak added up */
   if (pk && held > 1 && held == pk->v && held <= 64) {
     double joint = 0;

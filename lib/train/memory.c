@@ -88,7 +88,7 @@ static int check_memory_of(strata_trainer_t tr, const int *split, uint64_t *need
                            uint64_t *bufs, int *lo, int *hi, int *nst) {
   struct strata__stage_bytes b;
   int split_backward = strata_schedule_kind_split_backward(tr->report.schedule);
-  /* what one more micro-batch in flight adds to each stage, and each device's stages' peaks of them added up */
+  /* each stage's activations of one micro-batch, and each device's stages' peaks of them added up */
   double *per_mb = calloc((size_t)strata__stages_all(tr), sizeof *per_mb), *own = calloc((size_t)tr->ndev, sizeof *own);
   if (!per_mb || !own) {
     free(per_mb);
@@ -110,14 +110,13 @@ static int check_memory_of(strata_trainer_t tr, const int *split, uint64_t *need
     if ((rc = strata__stage_plan(tr->model, first, first + n, tr->opt.batch, split_backward, &cut, &b)))
       break;
     int r = tr->stage_rank[s];
-    struct strata__stage_place place, more;
+    struct strata__stage_place place;
     strata__trainer_place(tr, s, &place);
-    const uint64_t one = strata__stage_need(&b, &place, &act[r], &bufs[r]);
-    need[r] += one;
-    more = place;
-    more.inflight = (place.inflight > 1 ? place.inflight : 1) + 1;
-    per_mb[s] = (double)(strata__stage_need(&b, &more, NULL, NULL) - one);
-    own[r] += (more.inflight - 1) * per_mb[s];
+    need[r] += strata__stage_need(&b, &place, &act[r], &bufs[r]);
+    /* a micro-batch's activations, held from its F to its B (or W) in the list's order (its boundary gradients may
+    ** outlive it as the threads go: they stay at each stage's own peak) */
+    per_mb[s] = (double)b.slot;
+    own[r] += (place.inflight > 1 ? place.inflight : 1) * per_mb[s];
     params[r] += b.params;
     if (!nst[r]++)
       lo[r] = first;
