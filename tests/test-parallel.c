@@ -1021,6 +1021,215 @@ Test(parallel, zero1_halves_the_optimizer_state_and_checkpoints_whole) {
   strata_model_free(m);
 }
 
+/* ---- ZeRO-2 ---- */
+
+/*
+** dp 2 and dp 4 with ZeRO-2 (each tensor group's gradients of every micro-batch summed over the replicas as its
+** backward ends, each replica adding its shard's part into its shard of the step's sums, its AdamW over that shard,
+** the parameters all-gathered) against one device over the same global batch: alone, with gradient accumulation
+** (2 micro-batches per replica), with pp 2 (1F1B, and ZB-H1 whose weight passes hand the gradients on), with tp 2
+** and dp 2 x pp 2 x tp 2. The sums run in another order than one device's (per micro-batch over the replicas, then
+** over the micro-batches): compare()'s tolerance, the same as dp's and ZeRO-1's, tighter than 1e-4 relative.
+*/
+Test(parallel, zero2_matches_one_device) {
+  strata_model_t m = gpt4();
+  int h[8];
+  for (int i = 0; i < 8; i++)
+    h[i] = tc_find_device("host", i);
+  struct run ref2, ref4;
+  single(m, h[0], 2, &ref2);
+  single(m, h[0], 4, &ref4);
+  tp_case(m, h, "{\"dp\": 2, \"zero\": 2, \"devices\": [%d, %d], \"microbatches\": 1}", 2, &ref2, "dp 2 zero 2");
+  tp_case(m, h, "{\"dp\": 2, \"zero\": 2, \"devices\": [%d, %d], \"microbatches\": 2}", 4, &ref4,
+          "dp 2 zero 2, 2 micro-batches");
+  tp_case(m, h, "{\"dp\": 4, \"zero\": 2, \"devices\": [%d, %d, %d, %d], \"microbatches\": 1}", 4, &ref4,
+          "dp 4 zero 2");
+  tp_case(m, h, "{\"dp\": 2, \"pp\": 2, \"zero\": 2, \"devices\": [%d, %d, %d, %d], \"microbatches\": 2}", 4,
+          &ref4, "dp 2 x pp 2 zero 2");
+  tp_case(m, h,
+          "{\"dp\": 2, \"pp\": 2, \"zero\": 2, \"devices\": [%d, %d, %d, %d], \"microbatches\": 2, "
+          "\"schedule\": \"zb\"}", 4, &ref4, "dp 2 x pp 2 zb-h1 zero 2");
+  tp_case(m, h, "{\"dp\": 2, \"tp\": 2, \"zero\": 2, \"devices\": [%d, %d, %d, %d], \"microbatches\": 1}", 2,
+          &ref2, "dp 2 x tp 2 zero 2");
+  tp_case(m, h,
+          "{\"dp\": 2, \"pp\": 2, \"tp\": 2, \"zero\": 2, \"devices\": [%d, %d, %d, %d, %d, %d, %d, %d], "
+          "\"microbatches\": 2}", 4, &ref4, "dp 2 x pp 2 x tp 2 zero 2");
+  free(ref2.params);
+  free(ref4.params);
+  strata_model_free(m);
+}
+
+/* A tied model (its head reads the embedding's weight, whose gradients the stage keeps whole for the backward):
+** dp 2 with ZeRO-2 against one device. */
+Test(parallel, zero2_tied_matches_one_device) {
+  struct strata_model_config c = {.kind = STRATA_MODEL_GPT, .vocab = 256, .context = 8, .d_model = 16,
+                                  .layers = 2, .heads = 4, .d_ff = 32, .tied = 1};
+  strata_model_t m;
+  OK(strata_model_from_config(&c, &m));
+  int h[8];
+  for (int i = 0; i < 8; i++)
+    h[i] = tc_find_device("host", i);
+  struct run ref;
+  single(m, h[0], 4, &ref);
+  tp_case(m, h, "{\"dp\": 2, \"zero\": 2, \"devices\": [%d, %d], \"microbatches\": 2}", 4, &ref,
+          "tied dp 2 zero 2");
+  free(ref.params);
+  strata_model_free(m);
+}
+
+/*
+** The memory through the accounting, on bench/train-mfu.sh's GPT (d_model D = 512, 8 layers, untied, P
+** parameters) with dp 2. Plain dp keeps every gradient: 4P bytes per replica. ZeRO-2 keeps its shard of the sums,
+** ceil(P / 2) floats, and a window of the most one call of the backward writes, the MLP's c_fc weight and bias,
+** 4D x D + 4D floats: 4 (ceil(P / 2) + 4D^2 + 4D) bytes, about 0.54 of plain. The optimizer's moments are ZeRO-1's
+** (half), the parameters whole. The memory model (the trainer's plan) saves the same bytes.
+*/
+Test(parallel, zero2_shards_the_gradients_of_the_512x8_gpt) {
+  struct strata_model_config c = {.kind = STRATA_MODEL_GPT, .vocab = 256, .context = 256, .d_model = 512, .layers = 8,
+                                  .heads = 8, .d_ff = 2048};
+  strata_model_t m;
+  OK(strata_model_from_config(&c, &m));
+  const uint64_t P = strata_model_params(m), D = 512;
+  int h0 = tc_find_device("host", 0), h1 = tc_find_device("host", 1);
+  struct strata_train_report rep[2];
+  for (int z = 0; z < 2; z++) {
+    struct strata_train_options o = options(1);
+    o.batch = 1;
+    strata_layout_t l = layout("{\"dp\": 2, \"zero\": %d, \"devices\": [%d, %d], \"microbatches\": 1}", 2 * z, h0,
+                               h1);
+    strata_trainer_t tr;
+    OK(strata_trainer_new_layout(m, NULL, &o, l, NULL, &tr));
+    tc_report_keep(tr, &rep[z]);
+    strata_trainer_free(tr);
+    strata_layout_free(l);
+  }
+  const double want = 4.0 * (double)((P + 1) / 2 + 4 * D * D + 4 * D);
+  for (int r = 0; r < 2; r++) {
+    const double plain = (double)rep[0].dev[r].grad_bytes, z2 = (double)rep[1].dev[r].grad_bytes;
+    cr_log_info("512x8 GPT dp 2, replica %d: gradients %.0f bytes plain, %.0f with ZeRO-2 (%.3fx; formula %.0f)", r,
+                plain, z2, z2 / plain, want);
+    cr_assert_eq(rep[0].dev[r].grad_bytes, 4 * P);
+    cr_assert_leq(z2, 0.55 * plain, "replica %d: ZeRO-2 keeps %.0f of %.0f gradient bytes", r, z2, plain);
+    cr_assert(fabs(z2 - want) <= 0.1 * want, "replica %d: %.0f gradient bytes, the formula says %.0f", r, z2, want);
+    cr_assert_eq(rep[1].dev[r].optimizer_bytes, 8 * ((P + 1) / 2));
+    cr_assert_eq(rep[1].dev[r].param_bytes, rep[0].dev[r].param_bytes);
+    cr_assert_eq(rep[0].dev[r].planned_bytes - rep[1].dev[r].planned_bytes,
+                 rep[0].dev[r].grad_bytes + rep[0].dev[r].optimizer_bytes - rep[1].dev[r].grad_bytes -
+                     rep[1].dev[r].optimizer_bytes,
+                 "replica %d: the memory model saves %llu bytes", r,
+                 (unsigned long long)(rep[0].dev[r].planned_bytes - rep[1].dev[r].planned_bytes));
+  }
+  tc_report_free(&rep[0]);
+  tc_report_free(&rep[1]);
+  strata_model_free(m);
+}
+
+/* Checkpoints hold whole tensors under ZeRO-2 too: dp 2 ZeRO-2 resumes on one device and dp 2 x pp 2 ZeRO-2 resumes
+** dp 2 ZeRO-1's, each with the next loss of the uninterrupted run. */
+Test(parallel, zero2_checkpoints_resume_under_other_layouts) {
+  strata_model_t m = gpt4();
+  int h[4];
+  for (int i = 0; i < 4; i++)
+    h[i] = tc_find_device("host", i);
+  char json[300], ckpt[600];
+  snprintf(ckpt, sizeof ckpt, "%s/zero2.safetensors", dir);
+  snprintf(json, sizeof json, "{\"dp\": 2, \"zero\": 2, \"devices\": [%d, %d], \"microbatches\": 2}", h[0], h[1]);
+  float uninterrupted = layout_step_after(m, json, ckpt, 5);
+  snprintf(json, sizeof json, "{\"devices\": [%d], \"microbatches\": 4}", h[0]);
+  float got = layout_step_after(m, json, ckpt, 0);
+  cr_assert(fabs(got - uninterrupted) <= 1e-5 * fabs(uninterrupted), "one device: next loss %.9g, uninterrupted %.9g",
+            got, uninterrupted);
+  snprintf(json, sizeof json, "{\"dp\": 2, \"zero\": 1, \"devices\": [%d, %d], \"microbatches\": 2}", h[0], h[1]);
+  uninterrupted = layout_step_after(m, json, ckpt, 3);
+  snprintf(json, sizeof json, "{\"dp\": 2, \"pp\": 2, \"zero\": 2, \"devices\": [%d, %d, %d, %d], "
+           "\"microbatches\": 2}", h[0], h[1], h[2], h[3]);
+  got = layout_step_after(m, json, ckpt, 0);
+  cr_assert(fabs(got - uninterrupted) <= 1e-5 * fabs(uninterrupted), "dp 2 x pp 2 zero 2: next loss %.9g, "
+            "uninterrupted %.9g", got, uninterrupted);
+  strata_model_free(m);
+}
+
+/* The trace shows ZeRO-2's reductions as comm events of the replicas, named GRS<stage>.<micro-batch>, on every
+** device: every gradient of every micro-batch goes once (their bytes add up to the parameters' times the
+** micro-batches), and no GRS of a whole stage's reduce-scatter is left. */
+Test(parallel, trace_shows_zero2_reductions_on_every_device) {
+  strata_model_t m = small_gpt();
+  int h[4];
+  for (int i = 0; i < 4; i++)
+    h[i] = tc_find_device("host", i);
+  char trace[600];
+  snprintf(trace, sizeof trace, "%s/trace-zero2.json", dir);
+  strata_layout_t l = layout("{\"dp\": 2, \"pp\": 2, \"zero\": 2, \"devices\": [%d, %d, %d, %d], "
+                             "\"microbatches\": 2}", h[0], h[1], h[2], h[3]);
+  struct strata_train_options o = options(1);
+  strata_trainer_t tr;
+  OK(strata_trainer_new_layout(m, ds, &o, l, trace, &tr));
+  struct strata_step_stats st;
+  OK(strata_trainer_step(tr, &st));
+  struct strata_train_report rep;
+  tc_report_keep(tr, &rep);
+  strata_trainer_free(tr);
+  uint64_t bytes[4] = {0};
+  int grs[4] = {0}, pag[4] = {0};
+  size_t n = 0;
+  struct comm_event *ev = trace_comms(trace, 4, &n);
+  for (size_t i = 0; i < n; i++) {
+    cr_assert_eq(ev[i].group, 2, "%s: a stage's copies, one per replica", ev[i].name);
+    if (!strncmp(ev[i].name, "PAG", 3)) {
+      pag[ev[i].rank]++;
+      continue;
+    }
+    cr_assert(!strncmp(ev[i].name, "GRS", 3) && strchr(ev[i].name, '.'), "%s: a micro-batch's reduction", ev[i].name);
+    cr_assert_str_eq(ev[i].collective, "allreduce");
+    grs[ev[i].rank]++;
+    bytes[ev[i].rank] += (uint64_t)ev[i].bytes;
+  }
+  free(ev);
+  for (int r = 0; r < 4; r++) {
+    cr_assert_gt(grs[r], 2, "device rank %d: %d reductions", r, grs[r]);
+    cr_assert_eq(pag[r], 1, "device rank %d: one parameter all-gather", r);
+    cr_assert_eq(bytes[r], 2 * rep.dev[r].param_bytes, "device rank %d: the reductions cover %llu bytes, 2 x %llu",
+                 r, (unsigned long long)bytes[r], (unsigned long long)rep.dev[r].param_bytes);
+  }
+  tc_report_free(&rep);
+  strata_layout_free(l);
+  strata_model_free(m);
+}
+
+/* ZeRO-2 keeps no replica's whole gradients: a pass that returns them is refused with the reason; so is a bf16
+** gradient reduction (ZeRO-2 reduces in float32), and ZeRO-3, not in this version. */
+Test(parallel, zero2_refusals) {
+  strata_model_t m = gpt4();
+  int h0 = tc_find_device("host", 0), h1 = tc_find_device("host", 1);
+  struct strata_train_options o = options(1);
+  strata_layout_t l = layout("{\"dp\": 2, \"zero\": 2, \"devices\": [%d, %d], \"microbatches\": 1}", h0, h1);
+  strata_trainer_t tr;
+  OK(strata_trainer_new_layout(m, ds, &o, l, NULL, &tr));
+  const int64_t rows = 2 * 8;
+  int32_t *tok = calloc((size_t)rows, sizeof *tok), *tg = calloc((size_t)rows, sizeof *tg);
+  size_t np = 0;
+  OK(strata_trainer_params(tr, NULL, &np));
+  float loss = 0, *g = malloc(np * sizeof *g);
+  cr_assert(tok && tg && g);
+  cr_assert_eq(strata_trainer_loss_grad(tr, tok, tg, 2, &loss, g), STRATA_ERR_UNSUPPORTED);
+  cr_assert(strstr(strata_last_error(), "ZeRO-2"), "%s", strata_last_error());
+  OK(strata_trainer_loss_grad(tr, tok, tg, 2, &loss, NULL)); /* the loss alone is a forward */
+  cr_assert(isfinite(loss));
+  free(tok);
+  free(tg);
+  free(g);
+  strata_trainer_free(tr);
+  o.grad_reduce = STRATA_BFLOAT16;
+  cr_assert_eq(strata_trainer_new_layout(m, ds, &o, l, NULL, &tr), STRATA_ERR_UNSUPPORTED);
+  cr_assert(strstr(strata_last_error(), "ZeRO-2"), "%s", strata_last_error());
+  strata_layout_free(l);
+  char json[200];
+  snprintf(json, sizeof json, "{\"dp\": 2, \"zero\": 3, \"devices\": [%d, %d]}", h0, h1);
+  cr_assert_eq(strata_layout_from_json(json, "zero 3", &l), STRATA_ERR_UNSUPPORTED);
+  cr_assert(strstr(strata_last_error(), "ZeRO-3"), "%s", strata_last_error());
+  strata_model_free(m);
+}
+
 /* ---- tensor-parallel MLP and CNN layers ---- */
 
 /* Pairs of layers, the first cut by its outputs (an fc's columns, a convolution's output channels) and the second by

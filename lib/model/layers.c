@@ -34,8 +34,10 @@ struct lctx {
 ** bfloat16 copy in bfloat16 precision.
 */
 #define PARAM(c, i) AT((c)->st->params, (c)->t[i].off)
-#define GRAD(c, i) AT((c)->st->grads, (c)->t[i].off)
+#define GRAD(c, i) strata__stage_grad((c)->st, (c)->t[i].off)
 #define WT(c, i) weight((c)->st, (c)->t[i].off)
+/* Before the weight part writes the gradients of the layer's tensors i .. i + k - 1: ZeRO-2's window takes them. */
+#define TAKE(c, i, k) ((c)->mode == BM_INPUT ? STRATA_OK : strata__stage_grad_take((c)->st, (int)((c)->t - (c)->st->tensors) + (i), (k)))
 #define SAVED(c, o) AT((c)->slot, (c)->saved + (size_t)(o))
 #define SCR(c, o) AT((c)->st->scratch, (size_t)(o))
 #define SV(c, b, e) strata__at((c)->slot, (c)->saved + (size_t)(b), (size_t)(e), (c)->d.act)
@@ -174,7 +176,7 @@ static int head_weight(struct lctx *c, strata_mem_t *w, strata_mem_t *dw) {
   }
   const struct strata__tensor *wte = &c->st->tensors[c->st->layer_tensor[0]]; /* stage holds every layer */
   *w = weight(c->st, wte->off);
-  *dw = AT(c->st->grads, wte->off);
+  *dw = strata__stage_grad(c->st, wte->off);
   return STRATA_OK;
 }
 
@@ -323,6 +325,7 @@ static int embed_bwd(struct lctx *c, strata_mem_t dout) {
     tok = slice_tokens(c, &rc);
     TRY(rc);
   }
+  TRY(TAKE(c, 0, 2));
   TRY(strata_embedding_bwd(c->q, tok, dout, GRAD(c, 0), d.R, d.D, d.V, 1));
   return strata_embedding_bwd(c->q, AT(c->st->positions, 0), dout, GRAD(c, 1), d.R, d.D, d.T, 1);
 }
@@ -354,9 +357,12 @@ static int block_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
     TRY(join(c, dln2, RD));
   }
   if (DO_W(c)) {
+    TRY(TAKE(c, FCP_W, 2));
     TRY(linear_bwd_w(q, R, d.F, D, SV(c, s.g, 0), dout, GRAD(c, FCP_W), GRAD(c, FCP_B)));
+    TRY(TAKE(c, FC_W, 2));
     TRY(linear_bwd_w(q, R, D, d.F, SV(c, s.ln2, 0), dh, GRAD(c, FC_W), GRAD(c, FC_B)));
   }
+  TRY(TAKE(c, LN2_W, 2));
   TRY(ln_bwd(c, SV(c, s.xmid, 0), PARAM(c, LN2_W), SAVED(c, s.mean2), SAVED(c, s.rstd2), dln2, SC(c, o_d2, 0),
              GRAD(c, LN2_W), GRAD(c, LN2_B), junk, R, D));
   /* attention branch */
@@ -387,9 +393,12 @@ static int block_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
     TRY(join(c, dln1, RD));
   }
   if (DO_W(c)) {
+    TRY(TAKE(c, PROJ_W, 2));
     TRY(linear_bwd_w(q, R, A, D, SV(c, s.att, 0), dxmid, GRAD(c, PROJ_W), GRAD(c, PROJ_B)));
+    TRY(TAKE(c, ATTN_W, 2));
     TRY(linear_bwd_w(q, R, D, 3 * A, SV(c, s.ln1, 0), dqkv, GRAD(c, ATTN_W), GRAD(c, ATTN_B)));
   }
+  TRY(TAKE(c, LN1_W, 2));
   TRY(ln_bwd(c, c->in, PARAM(c, LN1_W), SAVED(c, s.mean1), SAVED(c, s.rstd1), dln1, SC(c, o_d2, 0), GRAD(c, LN1_W),
              GRAD(c, LN1_B), junk, R, D));
   if (DO_IN(c) && din.buf)
@@ -415,10 +424,15 @@ static int lm_head_bwd(struct lctx *c, strata_mem_t targets, strata_mem_t din) {
     if (d.vp) /* each slice's vocabulary's part of the input gradient */
       TRY(join(c, dlnx, RD));
   }
-  if (DO_W(c))
+  if (DO_W(c)) {
+    if (!c->st->model->cfg.tied) /* (tied: the embedding's, in gtied) */
+      TRY(TAKE(c, 2, 1));
+    TRY(head_weight(c, &W, &dW));
     TRY(strata_gemm(c->q, 1, 0, d.V, d.D, d.R, 1, dlogits, d.V, 0, SV(c, h.ln, 0), d.D, 0, 1, dW, d.D, 0, 1));
+  }
   if (!din.buf && c->mode == BM_INPUT)
     return STRATA_OK;
+  TRY(TAKE(c, 0, 2));
   return ln_bwd(c, c->in, PARAM(c, 0), SAVED(c, h.mean), SAVED(c, h.rstd), dlnx, din.buf ? din : junk, GRAD(c, 0),
                 GRAD(c, 1), junk, d.R, d.D);
 }
@@ -436,6 +450,7 @@ static int fc_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
     return STRATA_OK;
   int rc;
   strata_mem_t x = layer_x(c, strata__units((size_t)(c->d.R * L->out), c->d.act), c->d.R * L->in, 0, &rc);
+  TRY(TAKE(c, 0, 2));
   return linear_bwd_w(c->q, c->d.R, L->in, L->out, x, dz, GRAD(c, 0), GRAD(c, 1));
 }
 
@@ -453,6 +468,8 @@ static int conv_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
     TRY(strata_relu_bwd(c->q, SV(c, 0, 0), dr, dr, (int64_t)big));
   }
   strata_mem_t dx = (DO_IN(c) && !L->first) ? din : AT(NULL, 0);
+  if (DO_W(c))
+    TRY(TAKE(c, 0, 1));
   strata_mem_t dw = DO_W(c) ? GRAD(c, 0) : AT(NULL, 0);
   if (!dx.buf && !dw.buf)
     return STRATA_OK;
@@ -476,6 +493,7 @@ static int classifier_bwd(struct lctx *c, strata_mem_t targets, strata_mem_t din
     return STRATA_OK;
   int rc;
   strata_mem_t x = layer_x(c, lu + (size_t)c->d.R, c->d.R * L->in, 0, &rc);
+  TRY(TAKE(c, 0, 2));
   return linear_bwd_w(c->q, c->d.R, L->in, L->out, x, dlogits, GRAD(c, 0), GRAD(c, 1));
 }
 
@@ -538,6 +556,8 @@ static int stage_backward(struct strata__stage *st, int s, int mode) {
     return strata__error(STRATA_ERR_STATE, "stage: split backward on a stage built without it");
   strata_mem_t targets = strata__stage_targets(st, s);
   int n = strata__stage_layer_count(st);
+  if (mode != BM_INPUT)
+    TRY(strata__stage_grad_begin(st));
   for (int i = n - 1; i >= 0; i--) {
     struct lctx c = layer_ctx(st, s, i);
     c.mode = mode;
@@ -558,6 +578,8 @@ static int stage_backward(struct strata__stage *st, int s, int mode) {
     }
     if (rc)
       return rc;
+    if (mode != BM_INPUT) /* ZeRO-2: the last of the layer's gradients go (the tied embedding's after the first layer) */
+      TRY(strata__stage_grad_flush(st, i == 0));
     if (mode != BM_INPUT && st->grads_done)
       TRY(st->grads_done(st->grads_done_arg, i));
     if (mode == BM_WEIGHT && i == 0)

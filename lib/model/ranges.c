@@ -10,6 +10,7 @@
 #include "model/stage.h"
 
 #define LEVELS 32
+#define NTOP 4
 
 struct strata__stage_ranges {
   const struct strata_model *model;
@@ -19,7 +20,8 @@ struct strata__stage_ranges {
   struct strata__layer_mem *m, *alone;
   int *partner;
   size_t *pre;               /* [4][L + 1]: prefix sums of params, tensors, kept, dsave */
-  size_t *top[LEVELS];       /* top[k][3 i + w]: the most scratch (w 0), io (1) and join (2) of layers [i, i + 2^k) */
+  size_t *top[LEVELS];       /* top[k][NTOP i + w]: the most scratch (w 0), io (1), join (2) and params_most (3) of
+                             ** layers [i, i + 2^k) */
   int levels;
 };
 
@@ -50,7 +52,7 @@ int strata__stage_ranges_new(const struct strata_model *model, int64_t mb, int s
   if (cut)
     r->cut = *cut;
   else
-    r->cut = (struct strata__cut){{0, 1}, {0, 1}, STRATA_FLOAT32, STRATA_FLOAT32};
+    r->cut = (struct strata__cut){{0, 1}, {0, 1}, STRATA_FLOAT32, STRATA_FLOAT32, 0};
   r->L = L;
   r->m = calloc((size_t)L, sizeof *r->m);
   r->alone = calloc((size_t)L, sizeof *r->alone);
@@ -67,7 +69,7 @@ int strata__stage_ranges_new(const struct strata_model *model, int64_t mb, int s
   }
   /* sparse tables of the maxima: level k covers 2^k layers */
   for (int k = 0; !rc && k < LEVELS && (k == 0 || (1 << k) <= L); k++) {
-    r->top[k] = calloc(3 * (size_t)L + 3, sizeof *r->top[k]);
+    r->top[k] = calloc(NTOP * ((size_t)L + 1), sizeof *r->top[k]);
     if (!r->top[k]) {
       rc = strata__error(STRATA_ERR_NOMEM, "out of host memory weighing cuts");
       break;
@@ -75,15 +77,16 @@ int strata__stage_ranges_new(const struct strata_model *model, int64_t mb, int s
     r->levels = k + 1;
     for (int i = 0; i + (1 << k) <= L; i++) {
       if (k == 0) {
-        r->top[0][3 * i] = r->m[i].scratch;
-        r->top[0][3 * i + 1] = io_of(&r->m[i]);
-        r->top[0][3 * i + 2] = r->m[i].join;
+        r->top[0][NTOP * i] = r->m[i].scratch;
+        r->top[0][NTOP * i + 1] = io_of(&r->m[i]);
+        r->top[0][NTOP * i + 2] = r->m[i].join;
+        r->top[0][NTOP * i + 3] = r->m[i].params_most;
         continue;
       }
       const size_t *p = r->top[k - 1];
       const int j = i + (1 << (k - 1));
-      for (int w = 0; w < 3; w++)
-        r->top[k][3 * i + w] = p[3 * i + w] > p[3 * j + w] ? p[3 * i + w] : p[3 * j + w];
+      for (int w = 0; w < NTOP; w++)
+        r->top[k][NTOP * i + w] = p[NTOP * i + w] > p[NTOP * j + w] ? p[NTOP * i + w] : p[NTOP * j + w];
     }
   }
   if (rc) {
@@ -94,12 +97,12 @@ int strata__stage_ranges_new(const struct strata_model *model, int64_t mb, int s
   return STRATA_OK;
 }
 
-/* The most scratch (which 0), io (1) or join (2) of layers [a, b), a < b. */
+/* The most scratch (which 0), io (1), join (2) or params_most (3) of layers [a, b), a < b. */
 static size_t most(const struct strata__stage_ranges *r, int a, int b, int which) {
   int k = 0;
   while (k + 1 < r->levels && (1 << (k + 1)) <= b - a)
     k++;
-  size_t x = r->top[k][3 * a + which], y = r->top[k][3 * (b - (1 << k)) + which];
+  size_t x = r->top[k][NTOP * a + which], y = r->top[k][NTOP * (b - (1 << k)) + which];
   return x > y ? x : y;
 }
 
@@ -119,6 +122,7 @@ int strata__stage_ranges_bytes(const struct strata__stage_ranges *r, int a, int 
     s.scratch = most(r, ia, ib, 0);
     s.io = most(r, ia, ib, 1);
     s.join = most(r, ia, ib, 2);
+    s.params_most = most(r, ia, ib, 3);
   }
   const struct strata__layer_mem *first = lo_alone ? &r->alone[a] : &r->m[a];
   const struct strata__layer_mem *last = hi_alone ? &r->alone[b - 1] : &r->m[b - 1];
@@ -128,6 +132,7 @@ int strata__stage_ranges_bytes(const struct strata__stage_ranges *r, int a, int 
     strata__layer_mem_add(&s, last, 0, 0);
   s.in = first->in;
   s.out = last->out;
+  s.params_first = first->params;
   strata__stage_bytes_of(r->model, a, b, r->mb, r->split_backward, &r->cut, &s, out);
   return STRATA_OK;
 }

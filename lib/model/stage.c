@@ -435,6 +435,16 @@ int strata__stage_can_cut(const struct strata_model *model, int first, int last)
   return STRATA_OK;
 }
 
+/* The most floats of one or two adjacent tensors of stage layer i: what one call of its backward writes at most. */
+static size_t group_most(const struct strata__stage *st, int i) {
+  size_t most = 0;
+  for (int t = st->layer_tensor[i]; t < st->layer_tensor[i + 1]; t++) {
+    size_t g = st->tensors[t].n + (t + 1 < st->layer_tensor[i + 1] ? st->tensors[t + 1].n : 0);
+    most = g > most ? g : most;
+  }
+  return most;
+}
+
 /*
 ** A stage of layers [first, last) laid out, nothing allocated on a device:
 ** its tensors, where each layer keeps its activations in a slot, the sizes
@@ -543,6 +553,13 @@ static int stage_layout(const struct strata_model *model, int first, int last, i
   st->slot_units = slot;
   st->nparams = off;
   st->chunk = (off + (size_t)st->zero.size - 1) / (size_t)st->zero.size;
+  st->zero2 = st->zero.size > 1 && cut && cut->zero_stage >= 2;
+  if (st->zero2) /* the gradient window (layer_mem's params_most); a tied head writes the embedding's first */
+    for (int i = 0; i < n; i++) {
+      st->gwin = group_most(st, i) > st->gwin ? group_most(st, i) : st->gwin;
+      if (i == 0 && model->cfg.tied && first == 0 && last == model->nlayers)
+        st->tied_n = st->tensors[st->layer_tensor[1] - 1].off + st->tensors[st->layer_tensor[1] - 1].n;
+    }
   *out = st;
   return STRATA_OK;
 }
@@ -565,6 +582,8 @@ static void layer_mem(const struct strata__stage *st, int i, struct strata__laye
   m->in = layer_in(st, L);
   m->out = layer_out(st, L);
   m->join = layer_join(st, L);
+  m->params_most = group_most(st, i);
+  m->params_first = m->params;
 }
 
 void strata__layer_mem_add(struct strata__layer_mem *sum, const struct strata__layer_mem *m, int first, int last) {
@@ -579,8 +598,12 @@ void strata__layer_mem_add(struct strata__layer_mem *sum, const struct strata__l
     sum->io = io;
   if (m->join > sum->join)
     sum->join = m->join;
-  if (first)
+  if (m->params_most > sum->params_most)
+    sum->params_most = m->params_most;
+  if (first) {
     sum->in = m->in;
+    sum->params_first = m->params;
+  }
   if (last)
     sum->out = m->out;
 }
@@ -593,8 +616,15 @@ void strata__stage_bytes_of(const struct strata_model *model, int first, int las
   const size_t rows = model->cfg.kind == STRATA_MODEL_GPT ? (size_t)(mb * model->cfg.context) : (size_t)mb;
   const int has_loss = last == model->nlayers;
   memset(b, 0, sizeof *b);
-  /* parameters and gradients (zero x chunk: the last shard padded), the two moments (one chunk) */
+  /* parameters and gradients (zero x chunk: the last shard padded), the two moments (one chunk); ZeRO-2 keeps
+  ** instead of the gradients their shard (one chunk), a window of the largest layer and, in a tied stage, the
+  ** embedding's gradients (stage.h) */
   b->params = 2 * alloc_bytes(chunk * z) + 2 * alloc_bytes(chunk);
+  if (z > 1 && cut->zero_stage >= 2) {
+    const int tied = model->cfg.tied && first == 0 && last == model->nlayers;
+    b->params = alloc_bytes(chunk * z) + alloc_bytes(s->params_most) + 3 * alloc_bytes(chunk) +
+                (tied ? alloc_bytes(s->params_first) : 0);
+  }
   /* the per-tensor scalars, one layer's scratch, the two backward ping-pong buffers, the embedding's positions */
   b->fixed = b->params + alloc_bytes(s->tensors + 1) + alloc_bytes(s->scratch) + 2 * alloc_bytes(s->io);
   if (first == 0 && model->cfg.kind == STRATA_MODEL_GPT)
@@ -625,7 +655,7 @@ int strata__stage_plan(const struct strata_model *model, int first, int last, in
     layer_mem(st, i, &m);
     strata__layer_mem_add(&sum, &m, i == 0, i == n - 1);
   }
-  const struct strata__cut whole = {{0, 1}, {0, 1}, STRATA_FLOAT32, STRATA_FLOAT32};
+  const struct strata__cut whole = {{0, 1}, {0, 1}, STRATA_FLOAT32, STRATA_FLOAT32, 0};
   strata__stage_bytes_of(model, first, last, mb, split_backward, cut ? cut : &whole, &sum, b);
   strata__stage_free(st);
   return STRATA_OK;
@@ -691,7 +721,11 @@ int strata__stage_new(const struct strata_model *model, int first, int last, int
   if (!rc)
     rc = alloc(dev, padded, &st->params);
   if (!rc)
-    rc = alloc(dev, padded, &st->grads);
+    rc = alloc(dev, st->zero2 ? st->gwin : padded, &st->grads);
+  if (!rc && st->zero2)
+    rc = alloc(dev, st->chunk, &st->gshard);
+  if (!rc && st->tied_n)
+    rc = alloc(dev, st->tied_n, &st->gtied);
   if (!rc)
     rc = alloc(dev, st->chunk, &st->m);
   if (!rc)
@@ -750,7 +784,7 @@ int strata__stage_new(const struct strata_model *model, int first, int last, int
   if (!rc)
     rc = strata_fill(st->q, AT(st->v, 0), 0, (int64_t)(st->chunk ? st->chunk : 1));
   if (!rc)
-    rc = strata_fill(st->q, AT(st->grads, 0), 0, (int64_t)(padded ? padded : 1));
+    rc = strata__stage_zero_grads(st);
   if (!rc && st->positions) {
     int32_t *pos = malloc((size_t)st->rows * sizeof *pos);
     if (!pos)
@@ -800,6 +834,8 @@ void strata__stage_free(struct strata__stage *st) {
   strata_buffer_free(st->join32);
   strata_buffer_free(st->grads16);
   strata_buffer_free(st->grads);
+  strata_buffer_free(st->gshard);
+  strata_buffer_free(st->gtied);
   strata_buffer_free(st->m);
   strata_buffer_free(st->v);
   strata_buffer_free(st->scalar);
@@ -922,8 +958,58 @@ int strata__stage_layer_count(const struct strata__stage *st) { return stage_lay
 /* ---- gradients and the update ---- */
 
 int strata__stage_zero_grads(struct strata__stage *st) {
+  if (st->zero2) /* the window is zeroed layer by layer as a backward reaches it */
+    return strata_fill(st->q, AT(st->gshard, 0), 0, (int64_t)(st->chunk ? st->chunk : 1));
   size_t padded = st->chunk * (size_t)st->zero.size;
   return strata_fill(st->q, AT(st->grads, 0), 0, (int64_t)(padded ? padded : 1));
+}
+
+int strata__stage_grad_begin(struct strata__stage *st) {
+  if (!st->zero2)
+    return STRATA_OK;
+  st->gend = st->gbase;
+  return st->gtied ? strata_fill(st->q, AT(st->gtied, 0), 0, (int64_t)st->tied_n) : STRATA_OK;
+}
+
+/* Hand floats [lo, hi) at g on to the executor (a pass, which has no hook, drops them). */
+static int hand_on(struct strata__stage *st, size_t lo, size_t hi, strata_mem_t g) {
+  return st->grads_flush && hi > lo ? st->grads_flush(st->grads_flush_arg, lo, hi, g) : STRATA_OK;
+}
+
+int strata__stage_grad_flush(struct strata__stage *st, int tied) {
+  if (!st->zero2)
+    return STRATA_OK;
+  const size_t lo = st->gbase, hi = st->gend;
+  st->gend = st->gbase;
+  TRY(hand_on(st, lo, hi, AT(st->grads, 0)));
+  return tied && st->gtied ? hand_on(st, 0, st->tied_n, AT(st->gtied, 0)) : STRATA_OK;
+}
+
+int strata__stage_grad_take(struct strata__stage *st, int t, int k) {
+  if (!st->zero2)
+    return STRATA_OK;
+  const size_t lo = st->tensors[t].off, hi = st->tensors[t + k - 1].off + st->tensors[t + k - 1].n;
+  if (st->gtied && lo < st->tied_n)
+    return STRATA_OK; /* the tied embedding's, kept whole for the backward */
+  if (hi - lo > st->gwin)
+    return strata__error(STRATA_ERR_INTERNAL, "stage: %zu gradients for a window of %zu", hi - lo, st->gwin);
+  TRY(strata__stage_grad_flush(st, 0));
+  st->gbase = lo;
+  st->gend = hi;
+  return hi > lo ? strata_fill(st->q, AT(st->grads, 0), 0, (int64_t)(hi - lo)) : STRATA_OK;
+}
+
+int strata__stage_shard_add(struct strata__stage *st, size_t lo, size_t hi, strata_mem_t g) {
+  const size_t a = (size_t)st->zero.rank * st->chunk, x = lo > a ? lo : a, y = hi < a + st->chunk ? hi : a + st->chunk;
+  if (y <= x)
+    return STRATA_OK; /* none of it in this replica's shard */
+  g.off += x - lo;
+  return strata_add(st->q, AT(st->gshard, x - a), g, AT(st->gshard, x - a), (int64_t)(y - x));
+}
+
+/* The gradients of flat floats from `lo` on as the optimizer reads them: the whole vector's, or ZeRO-2's shard. */
+static strata_mem_t shard_grad(const struct strata__stage *st, size_t lo) {
+  return st->zero2 ? AT(st->gshard, lo - (size_t)st->zero.rank * st->chunk) : AT(st->grads, lo);
 }
 
 /* The part of tensor t inside the stage's optimizer shard: [*lo, *hi) in floats of the flat vector (empty: lo = hi). */
@@ -944,7 +1030,7 @@ int strata__stage_grad_sumsq(struct strata__stage *st, double *sumsq) {
       TRY(strata_fill(st->q, AT(st->scalar, (size_t)t), 0, 1));
       continue;
     }
-    TRY(strata_sumsq(st->q, AT(st->grads, lo), (int64_t)(hi - lo), AT(st->scalar, (size_t)t), 0));
+    TRY(strata_sumsq(st->q, shard_grad(st, lo), (int64_t)(hi - lo), AT(st->scalar, (size_t)t), 0));
   }
   float *v = malloc(((size_t)st->ntensors + 1) * sizeof *v);
   if (!v)
@@ -961,14 +1047,14 @@ int strata__stage_update(struct strata__stage *st, float gscale, float lr, float
   const size_t base = (size_t)st->zero.rank * st->chunk; /* where the shard (and m, v) starts */
   st->params16_stale = 1;
   if (gscale != 1.0f)
-    TRY(strata_scale(st->q, AT(st->grads, base), gscale, (int64_t)(st->chunk ? st->chunk : 1)));
+    TRY(strata_scale(st->q, shard_grad(st, base), gscale, (int64_t)(st->chunk ? st->chunk : 1)));
   for (int t = 0; t < st->ntensors; t++) {
     const struct strata__tensor *x = &st->tensors[t];
     size_t lo, hi;
     shard_part(st, t, &lo, &hi);
     if (hi == lo)
       continue;
-    TRY(strata_adamw(st->q, AT(st->params, lo), AT(st->grads, lo), AT(st->m, lo - base), AT(st->v, lo - base),
+    TRY(strata_adamw(st->q, AT(st->params, lo), shard_grad(st, lo), AT(st->m, lo - base), AT(st->v, lo - base),
                      (int64_t)(hi - lo), lr, beta1, beta2, eps, x->decay ? weight_decay : 0.0f, step));
   }
   return STRATA_OK;

@@ -70,6 +70,7 @@ struct exec {
   void **done;               /* [S]: the completion of each stage's gradient reduce-scatter (ZeRO), until its OPTIMIZER */
   double *done_post;         /* [S]: when it was posted */
   struct buckets *bk;        /* [S]: data parallelism: each stage's gradient buckets */
+  struct shard_hook *zh;     /* [S]: ZeRO-2: what each stage's backward hands its layers' gradients to */
   float gscale, norm, lr;
   double *busy;              /* [ndev] */
   struct sender *snd;        /* [ndev] */
@@ -94,6 +95,12 @@ struct buckets {
   int *first;                /* [n]: bucket k holds stage layers [first[k], k ? first[k - 1] : layers) */
   void **done;               /* [n] */
   double *when;              /* [n]: when posted */
+};
+
+/* ZeRO-2: the backward of micro-batch `mb` of stage s on `rank` (stage.h's gradient window). */
+struct shard_hook {
+  struct exec *ex;
+  int s, rank, mb;
 };
 
 static int rank_of(const struct exec *ex, int s) { return ex->tr->stage_rank[s]; }
@@ -398,6 +405,7 @@ static int do_forward(struct exec *ex, int rank, int s, int mb) {
 }
 
 static int bucket_ready(void *arg, int layer);
+static int shard_ready(void *arg, size_t lo, size_t hi, strata_mem_t g);
 
 static int do_backward(struct exec *ex, int rank, int kind, int s, int mb, int last) {
   strata_trainer_t tr = ex->tr;
@@ -405,6 +413,10 @@ static int do_backward(struct exec *ex, int rank, int kind, int s, int mb, int l
   if (last && ex->bk) { /* the stage's last gradients of the step: each bucket goes as soon as it is done */
     st->grads_done = bucket_ready;
     st->grads_done_arg = &ex->bk[s];
+  } else if (ex->zh && kind != STRATA_ACTION_BACKWARD_INPUT) { /* ZeRO-2: every layer's, as its backward ends */
+    ex->zh[s] = (struct shard_hook){ex, s, rank, mb};
+    st->grads_flush = shard_ready;
+    st->grads_flush_arg = &ex->zh[s];
   }
   if (kind != STRATA_ACTION_BACKWARD_WEIGHT && !strata__stage_last(tr, s)) {
     strata_mem_t go = strata__stage_grad_output(st, slot_of(ex, s, mb));
@@ -432,6 +444,8 @@ static int do_backward(struct exec *ex, int rank, int kind, int s, int mb, int l
     rc = strata__stage_backward_weight(st, sl);
   st->grads_done = NULL;
   st->grads_done_arg = NULL;
+  st->grads_flush = NULL;
+  st->grads_flush_arg = NULL;
   TRY(rc);
   TRY(strata_queue_finish(st->q));
   if (kind != STRATA_ACTION_BACKWARD_WEIGHT)
@@ -584,6 +598,37 @@ static int bucket_ready(void *arg, int layer) {
   return STRATA_OK;
 }
 
+/*
+** ZeRO-2: flat gradients [lo, hi) of one micro-batch, at g in the stage's
+** window (stage.h), are summed over the replicas in place (an all-reduce;
+** every replica hands on the same ranges in the same order, so the calls
+** meet), and the part of the sums in this replica's shard is added to the
+** shard's sums of the step before the window takes the next tensors. Each
+** is traced as a comm event of the replicas, GRS<stage>.<micro-batch>.
+*/
+static int shard_ready(void *arg, size_t lo, size_t hi, strata_mem_t g) {
+  const struct shard_hook *h = arg;
+  struct exec *ex = h->ex;
+  strata_trainer_t tr = ex->tr;
+  struct strata__stage *st = tr->st[h->s];
+  const size_t n = hi - lo;
+  void *done = NULL;
+  const double t0 = strata__now();
+  int x = strata__ranks_post(tr, STRATA__COLL_ALLREDUCE, h->s, st->q, g, g, n, &done);
+  if (x == 1) {
+    strata_comm_t c = replica_comm(ex, h->s);
+    struct strata_comm_info info;
+    TRY(strata_comm_info(c, &info));
+    x = strata__post_collective(tr, c, info.asynchronous, STRATA__COLL_ALLREDUCE, strata__stage_replica(tr, h->s),
+                                st->q, g, g, n, STRATA_SUM, &done);
+  }
+  TRY(x);
+  char name[40];
+  snprintf(name, sizeof name, "GRS%d.%d", h->s, h->mb);
+  TRY(settle_replicas(ex, h->rank, h->s, &done, t0, name, "allreduce", (uint64_t)n * 4));
+  return strata__stage_shard_add(st, lo, hi, g);
+}
+
 static int do_grad_reduce(struct exec *ex, int s) {
   struct buckets *b = &ex->bk[s];
   while (b->posted < b->n)
@@ -653,6 +698,8 @@ static void join_traced(void *arg, uint64_t bytes, double t0, double t1) {
 static int do_grad_scatter(struct exec *ex, int s) {
   strata_trainer_t tr = ex->tr;
   struct strata__stage *st = tr->st[s];
+  if (st->zero2)
+    return STRATA_OK; /* ZeRO-2: every layer's gradients went to the shards as its backward ended (shard_ready) */
   strata_comm_t c = replica_comm(ex, s);
   struct strata_comm_info info;
   const int r = strata__stage_replica(tr, s);
@@ -949,6 +996,8 @@ int strata__execute(strata_trainer_t tr, const struct strata__work *w, struct st
   ex.busy = calloc((size_t)tr->ndev, sizeof *ex.busy);
   ex.snd = calloc((size_t)tr->ndev, sizeof *ex.snd);
   const int buckets = w->train && tr->replicas > 1 && !tr->zero; /* a pass has no gradient collective */
+  if (w->train && tr->zero >= 2)
+    ex.zh = calloc((size_t)ex.S, sizeof *ex.zh);
   if (buckets) {
     ex.bk = calloc((size_t)ex.S, sizeof *ex.bk);
     for (int s = 0; ex.bk && s < ex.S; s++)
@@ -965,7 +1014,7 @@ int strata__execute(strata_trainer_t tr, const struct strata__work *w, struct st
   pthread_t *workers = calloc((size_t)tr->ndev, sizeof *workers);
   int rc = (!ex.act || !ex.grad || !ex.hold_act || !ex.hold_grad || !ex.pending || !ex.slot || !ex.inflight || !ex.peak ||
             !ex.done || !ex.done_post || !ex.busy || !ex.snd || !ex.wake || !args || !workers ||
-            (buckets && !ex.bk))
+            (buckets && !ex.bk) || (w->train && tr->zero >= 2 && !ex.zh))
                ? strata__error(STRATA_ERR_NOMEM, "out of host memory running a pipeline step")
                : STRATA_OK;
   pthread_mutex_init(&ex.lock, NULL);
@@ -1100,6 +1149,7 @@ int strata__execute(strata_trainer_t tr, const struct strata__work *w, struct st
   for (int s = 0; ex.bk && s < ex.S; s++)
     buckets_free(&ex, &ex.bk[s]);
   free(ex.bk);
+  free(ex.zh);
   free(ex.busy);
   free(ex.snd);
   free(args);

@@ -151,7 +151,7 @@ static int build_stages(strata_trainer_t tr, const int *split, int split_backwar
     ** start equal, and each slice is cut from the same whole tensors */
     struct strata__cut cut = {{strata__stage_slice(tr, s), strata__stage_tp(tr, s)},
                               {strata__stage_replica(tr, s), tr->zero ? tr->replicas : 1},
-                              tr->opt.precision, tr->opt.grad_reduce};
+                              tr->opt.precision, tr->opt.grad_reduce, tr->zero};
     int rc = strata__stage_new(tr->model, first, last, dev, tr->opt.batch, tr->opt.seed, split_backward, &cut,
                                &tr->st[s]);
     if (rc == STRATA_ERR_DEVICE_MEMORY)
@@ -235,7 +235,7 @@ static int check_pipeline(const struct strata_pipeline_options *pp, int nlayers,
 struct plan {
   int replicas, pp, tp, kind, m, nstages;    /* chain c = replica x tp + slice */
   const int *tps;                            /* [pp]: the tp degree of each pipeline rank, or NULL: tp for all */
-  int zero;                                  /* ZeRO-1 over the replicas */
+  int zero;                                  /* the ZeRO stage over the replicas (0 none, 1, 2) */
   const int *devices;                        /* [replicas x sum(tps)]: replica by replica, slice by slice, rank by
                                              ** rank (slice t's ranks those with more than t slices) */
   const int *split;                          /* [nstages], when given */
@@ -413,6 +413,13 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
   if (opts->grad_reduce == STRATA_BFLOAT16 && opts->cluster)
     return strata__error(STRATA_ERR_UNSUPPORTED, "a bf16 gradient reduction across MPI ranks is not built yet: reduce "
                          "in float32");
+  if (pl->zero < 0 || pl->zero > 2)
+    return strata__error(pl->zero == 3 ? STRATA_ERR_UNSUPPORTED : STRATA_ERR_INVALID,
+                         pl->zero == 3 ? "ZeRO-3 (parameters sharded across replicas) is not in this version"
+                                       : "ZeRO stage %d: 1 or 2", pl->zero);
+  if (pl->zero >= 2 && opts->grad_reduce == STRATA_BFLOAT16)
+    return strata__error(STRATA_ERR_UNSUPPORTED, "ZeRO-2 reduces each layer's gradients in float32 as its backward "
+                         "ends: a bf16 gradient reduction is not built for it (use ZeRO-1 or reduce in float32)");
   int per_replica = 0;
   for (int p = 0; p < pl->pp; p++)
     per_replica += pl->tps ? pl->tps[p] : pl->tp;
@@ -556,7 +563,8 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
     if (!st)
       continue; /* another rank's, or a slice another stands for */
     d->param_bytes += (uint64_t)st->nparams * 4;
-    d->grad_bytes += (uint64_t)st->nparams * 4;
+    /* ZeRO-2: the shard of the reduced sums, one layer's window and a tied stage's embedding gradients */
+    d->grad_bytes += st->zero2 ? ((uint64_t)st->chunk + st->gwin + st->tied_n) * 4 : (uint64_t)st->nparams * 4;
     d->optimizer_bytes += 2 * (uint64_t)st->chunk * 4;
     d->activation_bytes += (uint64_t)strata__stage_inflight(tr, s) * st->slot_units * 4;
   }
@@ -615,7 +623,7 @@ STRATA_API int strata_trainer_new_layout(strata_model_t model, strata_dataset_t 
     per_replica += tps[r];
   }
   struct plan pl = {.replicas = dp, .pp = pp, .tp = tp, .tps = uniform ? NULL : tps,
-                    .zero = strata_layout_zero(layout) != 0,
+                    .zero = strata_layout_zero(layout),
                     .m = strata_layout_microbatches(layout),
                     .nstages = strata_layout_stages(layout), .trace = trace};
   /* one device and one replica: the degenerate schedule, reported as none (kind 0); traced, the layout's schedule

@@ -70,7 +70,8 @@ struct strata_trainer {
   int *tps;                          /* [nstages]: the slices of each stage of a chain (its pipeline rank's degree);
                                      ** stage s of a chain whose slice is tps[s] or more is held by no device: st[] is
                                      ** NULL there, and slice (slice % tps) of the same replica stands for it */
-  int zero;                          /* ZeRO-1: replica r's optimizer updates shard r of each stage */
+  int zero;                          /* the ZeRO stage (0 none): 1, replica r's optimizer updates shard r of each
+                                     ** stage; 2, replica r keeps only shard r of the reduced gradients too */
   uint64_t bucket_bytes;             /* data parallelism: gradients all-reduced in runs of layers of this size */
   int chains;                        /* replicas x tp chains of stages: chain c = replica c / tp, slice c % tp;
                                      ** chain c's stage s is st[c x nstages + s] */
