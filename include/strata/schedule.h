@@ -27,7 +27,10 @@ extern "C" {
 **   OPTIMIZER s      the AdamW step of stage s, after all its gradients
 **   GRAD_REDUCE s    data parallelism: all-reduce stage s's gradients with the
 **                    same stage of every other replica, after its backward work
-**   GRAD_SCATTER s   ZeRO-1: reduce-scatter them instead (each replica keeps its shard)
+**   GRAD_SCATTER s   ZeRO-1: reduce-scatter them instead (each replica keeps its shard);
+**                    ZeRO-2: the mark that the stage's gradients, summed over the
+**                    replicas weight by weight and micro-batch by micro-batch inside
+**                    its B and W (the trainer's stage window), are all in the shards
 **   PARAM_GATHER s   ZeRO-1: all-gather the updated parameter shards, after OPTIMIZER s
 **                    (generated after the device's last OPTIMIZER)
 **   TP_JOIN_FORWARD s m   tensor parallelism: the joins (all-reduces over the
