@@ -301,6 +301,9 @@ else notok "dp 2 over 2 ranks: only rank 0 prints"; fi
 env STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 $T --steps 6 --dp 2 --zero >"$out/z1.json" 2>"$out/z1.json.err"
 env STRATA_BACKENDS=host STRATA_HOST_DEVICES=1 $run 2 $T --steps 6 --dp 2 --zero >"$out/z2.json" 2>"$out/z2.json.err"
 same "dp 2 --zero over 2 ranks = one process's" 7 "$out/z1.json" "$out/z2.json"
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 $T --steps 6 --dp 2 --zero=2 >"$out/zz1.json" 2>"$out/zz1.json.err"
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=1 $run 2 $T --steps 6 --dp 2 --zero=2 >"$out/zz2.json" 2>"$out/zz2.json.err"
+same "dp 2 --zero=2 over 2 ranks (each weight's gradients of each micro-batch reduced through the cluster) = one process's" 7 "$out/zz1.json" "$out/zz2.json"
 # Two replicas per rank: each rank's two members meet in one hierarchical call; four gradients are summed in
 # another order than one process's ring, so the norms may differ in the last bits: within 1e-5.
 env STRATA_BACKENDS=host STRATA_HOST_DEVICES=4 $T --steps 6 --dp 4 >"$out/dp4a.json" 2>"$out/dp4a.json.err"

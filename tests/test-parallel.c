@@ -1059,6 +1059,55 @@ Test(parallel, zero2_matches_one_device) {
   strata_model_free(m);
 }
 
+/* With one micro-batch per replica, each gradient's sum over 2 replicas is one addition in either order and the
+** shard's sums start from zero: ZeRO-2 is ZeRO-1 bit for bit (losses, norms, final parameters). */
+Test(parallel, zero2_with_one_microbatch_is_zero1_bit_for_bit) {
+  strata_model_t m = gpt4();
+  int h[8];
+  for (int i = 0; i < 8; i++)
+    h[i] = tc_find_device("host", i);
+  struct run z1, z2;
+  strata_layout_t l = layout("{\"dp\": 2, \"zero\": 1, \"devices\": [%d, %d], \"microbatches\": 1}", h[0], h[1]);
+  laid_out(m, l, NULL, &z1);
+  strata_layout_free(l);
+  l = layout("{\"dp\": 2, \"zero\": 2, \"devices\": [%d, %d], \"microbatches\": 1}", h[0], h[1]);
+  laid_out(m, l, NULL, &z2);
+  strata_layout_free(l);
+  compare("dp 2 zero 2 against zero 1", &z2, &z1, 1);
+  free(z1.params);
+  free(z2.params);
+  strata_model_free(m);
+}
+
+/* The MLP and the CNN (their layers' weight and bias, or a convolution's weight alone, go a group at a time): dp 2
+** with ZeRO-2 and dp 2 x tp 2 with ZeRO-2 against one device on the synthetic image task. */
+Test(parallel, zero2_cnn_and_mlp_match_one_device) {
+  strata_dataset_t text = ds;
+  OK(strata_dataset_images(200, 8, 3, 5, &ds));
+  struct strata_model_config cnn = {.kind = STRATA_MODEL_CNN, .image = 8, .channels = 1, .classes = 3,
+                                    .conv = {4, 8}};
+  struct strata_model_config mlp = {.kind = STRATA_MODEL_MLP, .image = 8, .channels = 1, .classes = 3,
+                                    .hidden = {8, 6, 4}};
+  const struct strata_model_config *cfgs[2] = {&cnn, &mlp};
+  int h[8];
+  for (int i = 0; i < 8; i++)
+    h[i] = tc_find_device("host", i);
+  for (int k = 0; k < 2; k++) {
+    strata_model_t m;
+    OK(strata_model_from_config(cfgs[k], &m));
+    struct run ref;
+    single(m, h[0], 4, &ref);
+    tp_case(m, h, "{\"dp\": 2, \"zero\": 2, \"devices\": [%d, %d], \"microbatches\": 2}", 4, &ref,
+            k ? "mlp dp 2 zero 2" : "cnn dp 2 zero 2");
+    tp_case(m, h, "{\"dp\": 2, \"tp\": 2, \"zero\": 2, \"devices\": [%d, %d, %d, %d], \"microbatches\": 2}", 4,
+            &ref, k ? "mlp dp 2 x tp 2 zero 2" : "cnn dp 2 x tp 2 zero 2");
+    free(ref.params);
+    strata_model_free(m);
+  }
+  strata_dataset_free(ds);
+  ds = text;
+}
+
 /* A tied model (its head reads the embedding's weight, whose gradients the stage keeps whole for the backward):
 ** dp 2 with ZeRO-2 against one device. */
 Test(parallel, zero2_tied_matches_one_device) {
