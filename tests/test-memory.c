@@ -64,7 +64,8 @@ Test(memory, every_cut_weighed_at_once_is_the_stage_alone) {
                   OK(strata__stage_plan(m[i], a, b, mb, split, &cut, &want));
                   OK(strata__stage_ranges_bytes(r, a, b, &got));
                   cr_assert(same(&got, &want),
-                            "model %d tp %d.%d zero %d.%d split %d mb %lld bf16 %d, layers [%d, %d): weighed fixed %llu "
+                            "model %d tp %d.%d zero %d.%d split %d mb %lld bf16 %d, layers [%d, %d): weighed "
+                            "fixed %llu "
                             "slot %llu grad %llu params %llu, alone fixed %llu slot %llu grad %llu params %llu",
                             i, slice, tp, zero, zs, split, (long long)mb, bf, a, b, (unsigned long long)got.fixed,
                             (unsigned long long)got.slot, (unsigned long long)got.grad, (unsigned long long)got.params,
@@ -106,7 +107,8 @@ Test(memory, the_figures_are_what_a_stage_allocates) {
             struct strata__stage *st;
             OK(strata__stage_new(m[i], a, b, dev, 2, 7, split, &cut, &st));
             OK(strata_device_memory(dev, &after, NULL, NULL));
-            cr_assert_eq(after - before, want.fixed, "model %d tp %d split %d zero stage %d [%d, %d): allocated %llu, figured %llu",
+            cr_assert_eq(after - before, want.fixed,
+                         "model %d tp %d split %d zero stage %d [%d, %d): allocated %llu, figured %llu",
                          i, tp, split, zs, a, b, (unsigned long long)(after - before), (unsigned long long)want.fixed);
             int s;
             OK(strata__stage_slot_take(st, &s));

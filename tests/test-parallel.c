@@ -371,6 +371,7 @@ static double now_s(void) {
 ** an error naming the injected fault (and the action), no hang; the fault fires once, so the next step trains, over
 ** communicators made anew.
 */
+static const char *const *fault_words; /* more words the error must hold (NULL: none) */
 static void fault_case(strata_model_t m, const char *fmt, const char *spec) {
   strata_shutdown();
   setenv("STRATA_HOST_FAULT", spec, 1);
@@ -392,6 +393,11 @@ static void fault_case(strata_model_t m, const char *fmt, const char *spec) {
   cr_assert(strstr(strata_last_error(), "injected fault"), "%s: %s", spec, strata_last_error());
   cr_assert(strstr(strata_last_error(), "action #") || strstr(strata_last_error(), "copy"), "%s names the action: %s",
             spec, strata_last_error());
+  if (getenv("STRATA_TEST_VERBOSE"))
+    fprintf(stderr, "%s: %s\n", spec, strata_last_error());
+  for (int w = 0; fault_words && fault_words[w]; w++)
+    cr_assert(strstr(strata_last_error(), fault_words[w]), "%s: no '%s' in: %s", spec, fault_words[w],
+              strata_last_error());
   cr_assert_lt(now_s() - t0, 30.0, "%s: failing took %.1f s", spec, now_s() - t0);
   struct strata_step_stats st;
   OK(strata_trainer_step(tr, &st));
@@ -1054,8 +1060,31 @@ Test(parallel, zero2_matches_one_device) {
   tp_case(m, h,
           "{\"dp\": 2, \"pp\": 2, \"tp\": 2, \"zero\": 2, \"devices\": [%d, %d, %d, %d, %d, %d, %d, %d], "
           "\"microbatches\": 2}", 4, &ref4, "dp 2 x pp 2 x tp 2 zero 2");
+  tp_case(m, h,
+          "{\"dp\": 4, \"tp\": 2, \"zero\": 2, \"devices\": [%d, %d, %d, %d, %d, %d, %d, %d], "
+          "\"microbatches\": 1}", 4, &ref4, "dp 4 x tp 2 zero 2");
   free(ref2.params);
   free(ref4.params);
+  strata_model_free(m);
+}
+
+/* A device fault in a ZeRO-2 backward, among its reductions (the window's zeroing, the all-reduces' copies, the
+** shards' sums), stops every replica and stage with an error naming the device and the action, no hang; the trainer
+** trains again after. */
+Test(parallel, fault_in_zero2_reductions_stops_all) {
+  strata_model_t m = small_gpt();
+  const char *specs[] = {"device=1,op=300", "device=3,copy=12", "device=0,op=650"};
+  /* the second and third fire inside a reduction: the all-reduce's failure names the faulted device */
+  char on3[40], on0[40];
+  snprintf(on3, sizeof on3, "failed on device %d ", tc_find_device("host", 3));
+  snprintf(on0, sizeof on0, "failed on device %d ", tc_find_device("host", 0));
+  const char *const words[3][3] = {{"action #", NULL}, {"allreduce", on3, NULL}, {"allreduce", on0, NULL}};
+  for (int k = 0; k < 3; k++) {
+    fault_words = words[k];
+    fault_case(m, "{\"dp\": 2, \"pp\": 2, \"zero\": 2, \"devices\": [%d, %d, %d, %d], \"microbatches\": 2}",
+               specs[k]);
+  }
+  fault_words = NULL;
   strata_model_free(m);
 }
 

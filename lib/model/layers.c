@@ -37,7 +37,8 @@ struct lctx {
 #define GRAD(c, i) strata__stage_grad((c)->st, (c)->t[i].off)
 #define WT(c, i) weight((c)->st, (c)->t[i].off)
 /* Before the weight part writes the gradients of the layer's tensors i .. i + k - 1: ZeRO-2's window takes them. */
-#define TAKE(c, i, k) ((c)->mode == BM_INPUT ? STRATA_OK : strata__stage_grad_take((c)->st, (int)((c)->t - (c)->st->tensors) + (i), (k)))
+#define TAKE(c, i, k)                                                                                                  \
+  ((c)->mode == BM_INPUT ? STRATA_OK : strata__stage_grad_take((c)->st, (int)((c)->t - (c)->st->tensors) + (i), (k)))
 #define SAVED(c, o) AT((c)->slot, (c)->saved + (size_t)(o))
 #define SCR(c, o) AT((c)->st->scratch, (size_t)(o))
 #define SV(c, b, e) strata__at((c)->slot, (c)->saved + (size_t)(b), (size_t)(e), (c)->d.act)
@@ -578,7 +579,7 @@ static int stage_backward(struct strata__stage *st, int s, int mode) {
     }
     if (rc)
       return rc;
-    if (mode != BM_INPUT) /* ZeRO-2: the last of the layer's gradients go (the tied embedding's after the first layer) */
+    if (mode != BM_INPUT) /* ZeRO-2: the layer's last gradients go (the tied embedding's after the first layer) */
       TRY(strata__stage_grad_flush(st, i == 0));
     if (mode != BM_INPUT && st->grads_done)
       TRY(st->grads_done(st->grads_done_arg, i));

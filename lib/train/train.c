@@ -418,8 +418,9 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
                          pl->zero == 3 ? "ZeRO-3 (parameters sharded across replicas) is not in this version"
                                        : "ZeRO stage %d: 1 or 2", pl->zero);
   if (pl->zero >= 2 && opts->grad_reduce == STRATA_BFLOAT16)
-    return strata__error(STRATA_ERR_UNSUPPORTED, "ZeRO-2 reduces each layer's gradients in float32 as its backward "
-                         "ends: a bf16 gradient reduction is not built for it (use ZeRO-1 or reduce in float32)");
+    return strata__error(STRATA_ERR_UNSUPPORTED, "ZeRO-2 reduces each weight's gradients in float32 as the "
+                         "backward writes them: a bf16 gradient reduction is not built for it (use ZeRO-1 or reduce in "
+                         "float32)");
   int per_replica = 0;
   for (int p = 0; p < pl->pp; p++)
     per_replica += pl->tps ? pl->tps[p] : pl->tp;
