@@ -1033,8 +1033,8 @@ Test(parallel, zero1_halves_the_optimizer_state_and_checkpoints_whole) {
 ** dp 2 and dp 4 with ZeRO-2 (each tensor group's gradients of every micro-batch summed over the replicas as its
 ** backward ends, each replica adding its shard's part into its shard of the step's sums, its AdamW over that shard,
 ** the parameters all-gathered) against one device over the same global batch: alone, with gradient accumulation
-** (2 micro-batches per replica), with pp 2 (1F1B, and ZB-H1 whose weight passes hand the gradients on), with tp 2
-** and dp 2 x pp 2 x tp 2. The sums run in another order than one device's (per micro-batch over the replicas, then
+** (2 micro-batches per replica), with pp 2 (1F1B, ZB-H1 whose weight passes hand the gradients on, ZB-V and
+** DualPipeV with two stages a device, interleaved), with tp 2, dp 4 x tp 2 and dp 2 x pp 2 x tp 2. The sums run in another order than one device's (per micro-batch over the replicas, then
 ** over the micro-batches): compare()'s tolerance, the same as dp's and ZeRO-1's, tighter than 1e-4 relative.
 */
 Test(parallel, zero2_matches_one_device) {
@@ -1063,6 +1063,18 @@ Test(parallel, zero2_matches_one_device) {
   tp_case(m, h,
           "{\"dp\": 4, \"tp\": 2, \"zero\": 2, \"devices\": [%d, %d, %d, %d, %d, %d, %d, %d], "
           "\"microbatches\": 1}", 4, &ref4, "dp 4 x tp 2 zero 2");
+  /* the V schedules: two stages per device, weight passes held back */
+  struct run ref8;
+  single(m, h[0], 8, &ref8);
+  const char *vs[3] = {"zbv", "dualpipev", "interleaved"};
+  for (int k = 0; k < 3; k++) {
+    char fmt[300], what[64];
+    snprintf(fmt, sizeof fmt, "{\"schedule\": \"%s\", \"dp\": 2, \"pp\": 2, \"zero\": 2, \"devices\": [%%d, %%d, %%d, "
+             "%%d], \"microbatches\": 4}", vs[k]);
+    snprintf(what, sizeof what, "dp 2 x pp 2 %s zero 2", vs[k]);
+    tp_case(m, h, fmt, 8, &ref8, what);
+  }
+  free(ref8.params);
   free(ref2.params);
   free(ref4.params);
   strata_model_free(m);
