@@ -38,8 +38,8 @@ static int same(const struct strata__stage_bytes *a, const struct strata__stage_
          a->in == b->in && a->out == b->out;
 }
 
-/* Every [a, b) of every model, tp 1 and 2 (each slice), ZeRO 1 and 3 shards (stage 1 and 2: the gradients whole, or
-** their shard and one layer's window), split backward or not, 1 and 3 samples per micro-batch, fp32 and bf16: the
+/* Every [a, b) of every model, tp 1 and 2 (each slice), ZeRO 1 and 3 shards (stage 1, 2 and 3: the gradients whole,
+** or their shard and a window, and with 3 the parameters' too), split backward or not, 1 and 3 samples per micro-batch, fp32 and bf16: the
 ** constant-time figures are the stage's. */
 Test(memory, every_cut_weighed_at_once_is_the_stage_alone) {
   strata_model_t m[4];
@@ -49,7 +49,7 @@ Test(memory, every_cut_weighed_at_once_is_the_stage_alone) {
     for (int tp = 1; tp <= 2; tp++)
       for (int slice = 0; slice < tp; slice++)
         for (int zero = 1; zero <= 3; zero += 2)
-          for (int zs = 1; zs <= 2; zs++)
+          for (int zs = 1; zs <= 3; zs++)
           for (int split = 0; split <= 1; split++)
             for (int64_t mb = 1; mb <= 3; mb += 2)
             for (int bf = 0; bf <= 1; bf++) {
@@ -93,7 +93,7 @@ Test(memory, the_figures_are_what_a_stage_allocates) {
   for (int i = 0; i < n; i++)
     for (int tp = 1; tp <= 2; tp++)
       for (int split = 0; split <= 1; split++)
-      for (int zs = 1; zs <= 2; zs++)
+      for (int zs = 1; zs <= 3; zs++)
       for (int bf = 0; bf <= 1; bf++) {
         const int L = strata_model_layer_count(m[i]);
         for (int a = 0; a < L; a++)

@@ -99,8 +99,9 @@ static void usage(FILE *f) {
           "                           parameters (the moments shrink by D), the updated parameters\n"
           "                           all-gathered; 2, also each weight's gradients summed over the\n"
           "                           replicas as the backward writes them, each replica keeping its 1/D of\n"
-          "                           them (the gradients shrink by D); 3 (parameters too) is refused:\n"
-          "                           not in this version\n"
+          "                           them (the gradients shrink by D); 3, also the parameters: each\n"
+          "                           layer's weights gathered from the replicas' shards as it reads them,\n"
+          "                           in the forward and the backward (one process only)\n"
           "      --plan auto          the whole cut chosen by the planner (strata-plan) for this machine's\n"
           "                           devices, calibrated first, for a global batch of --batch x --accum\n"
           "      --layout FILE        the whole cut from a layout file (schema strata-layout/1, as\n"
@@ -570,11 +571,6 @@ int parse_args(int argc, char **argv, struct options *o) {
     case OPT_ZERO:
       if (optarg && strcmp(optarg, "1") && strcmp(optarg, "2") && strcmp(optarg, "3")) {
         fprintf(stderr, PROG ": --zero=%s: the ZeRO stage is 1, 2 or 3\n", optarg);
-        return EXIT_USAGE;
-      }
-      if (optarg && !strcmp(optarg, "3")) {
-        fprintf(stderr, PROG ": --zero=3 (parameters sharded across replicas) is not in this version: use --zero=2 "
-                "(gradients and optimizer state sharded) or --zero=1\n");
         return EXIT_USAGE;
       }
       o->zero = optarg ? optarg[0] - '0' : 1;

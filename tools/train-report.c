@@ -475,8 +475,9 @@ void print_header(const struct run *r, const struct options *o, const char *why)
       printf("replicas  %d (data parallel: each on %d of the step's micro-batches, gradients all-reduced)\n", o->dp,
              r->rep.microbatches);
     if (o->zero)
-      printf("zero      ZeRO-%d over the %d replicas: each keeps 1/%d of the AdamW moments%s\n", o->zero, o->dp, o->dp,
-             o->zero >= 2 ? " and of the reduced gradients (each weight's summed as the backward writes it)" : "");
+      printf("zero      ZeRO-%d over the %d replicas: each keeps 1/%d of the AdamW moments%s%s\n", o->zero, o->dp, o->dp,
+             o->zero >= 2 ? " and of the reduced gradients (each weight's summed as the backward writes it)" : "",
+             o->zero >= 3 ? " and of the parameters (each weight gathered as a layer reads it)" : "");
     int tpd = o->layout ? strata_layout_tp(o->layout, 0) : o->ntp ? o->tp[0] : 1, per_rank = 0;
     for (int k = 1; k < (o->layout ? strata_layout_pp(o->layout) : o->ntp); k++)
       per_rank |= (o->layout ? strata_layout_tp(o->layout, k) : o->tp[k]) != tpd;

@@ -237,7 +237,12 @@ struct strata_train_report {
 ** over the replicas as the backward writes them, into a window of that
 ** size, and shard r's part added into the shard's sums; a pass that returns
 ** whole gradients (strata_trainer_loss_grad with grads) is refused, and so
-** is a bf16 gradient reduction. ZeRO-3 is not in this version.
+** is a bf16 gradient reduction. ZeRO-3 (zero 3): replica r also keeps only
+** shard r of the parameters (and of their bf16 copy); before a layer reads
+** a weight and its bias, in a forward or a backward (or a pass), they are
+** gathered into a window of that size from every replica's shard (copies
+** from the other replicas' devices: one process only, refused with a
+** cluster), and the update writes the shard in place.
 **
 ** Several processes (opts->cluster, a job of strata/cluster.h of more than
 ** one rank): the layout's devices are the cluster's global ones, and every

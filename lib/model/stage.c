@@ -554,6 +554,7 @@ static int stage_layout(const struct strata_model *model, int first, int last, i
   st->nparams = off;
   st->chunk = (off + (size_t)st->zero.size - 1) / (size_t)st->zero.size;
   st->zero2 = st->zero.size > 1 && cut && cut->zero_stage >= 2;
+  st->zero3 = st->zero.size > 1 && cut && cut->zero_stage >= 3;
   if (st->zero2) /* the gradient window (layer_mem's params_most); a tied head writes the embedding's first */
     for (int i = 0; i < n; i++) {
       st->gwin = group_most(st, i) > st->gwin ? group_most(st, i) : st->gwin;
@@ -620,10 +621,11 @@ void strata__stage_bytes_of(const struct strata_model *model, int first, int las
   ** instead of the gradients their shard (one chunk), a window of the largest layer and, in a tied stage, the
   ** embedding's gradients (stage.h) */
   b->params = 2 * alloc_bytes(chunk * z) + 2 * alloc_bytes(chunk);
+  const int z3 = z > 1 && cut->zero_stage >= 3; /* ZeRO-3: the parameters' shard and a window as the gradients' */
   if (z > 1 && cut->zero_stage >= 2) {
     const int tied = model->cfg.tied && first == 0 && last == model->nlayers;
-    b->params = alloc_bytes(chunk * z) + alloc_bytes(s->params_most) + 3 * alloc_bytes(chunk) +
-                (tied ? alloc_bytes(s->params_first) : 0);
+    b->params = (z3 ? alloc_bytes(chunk) + alloc_bytes(s->params_most) : alloc_bytes(chunk * z)) +
+                alloc_bytes(s->params_most) + 3 * alloc_bytes(chunk) + (tied ? alloc_bytes(s->params_first) : 0);
   }
   /* the per-tensor scalars, one layer's scratch, the two backward ping-pong buffers, the embedding's positions */
   b->fixed = b->params + alloc_bytes(s->tensors + 1) + alloc_bytes(s->scratch) + 2 * alloc_bytes(s->io);
@@ -631,7 +633,7 @@ void strata__stage_bytes_of(const struct strata_model *model, int first, int las
     b->fixed += alloc_bytes(rows);
   /* bfloat16: the parameters' compute copy, and with tp the float32 copy a join sums in */
   if (bf16)
-    b->fixed += alloc_bytes(strata__units(chunk * z, STRATA_BFLOAT16));
+    b->fixed += alloc_bytes(strata__units(z3 ? s->params_most : chunk * z, STRATA_BFLOAT16));
   if (s->join)
     b->fixed += alloc_bytes(s->join);
   if (cut && cut->reduce == STRATA_BFLOAT16) /* the gradients' bf16 copy the replicas reduce */
@@ -719,7 +721,9 @@ int strata__stage_new(const struct strata_model *model, int first, int last, int
   int rc;
   rc = strata_queue_new(dev, &st->q);
   if (!rc)
-    rc = alloc(dev, padded, &st->params);
+    rc = alloc(dev, st->zero3 ? st->gwin : padded, &st->params);
+  if (!rc && st->zero3)
+    rc = alloc(dev, st->chunk, &st->pshard);
   if (!rc)
     rc = alloc(dev, st->zero2 ? st->gwin : padded, &st->grads);
   if (!rc && st->zero2)
@@ -739,7 +743,7 @@ int strata__stage_new(const struct strata_model *model, int first, int last, int
   if (!rc && first == 0 && model->cfg.kind == STRATA_MODEL_GPT)
     rc = alloc(dev, (size_t)st->rows, &st->positions);
   if (!rc && st->act == STRATA_BFLOAT16)
-    rc = alloc(dev, strata__units(padded, STRATA_BFLOAT16), &st->params16);
+    rc = alloc(dev, strata__units(st->zero3 ? st->gwin : padded, STRATA_BFLOAT16), &st->params16);
   if (!rc && st->max_join)
     rc = alloc(dev, st->max_join, &st->join32);
   if (!rc && cut && cut->reduce == STRATA_BFLOAT16)
@@ -775,10 +779,20 @@ int strata__stage_new(const struct strata_model *model, int first, int last, int
     strata__tensor_cut(x, whole, host + x->off, 0);
   }
   free(whole);
-  rc = strata_buffer_upload(st->q, st->params, 0, host, off * 4);
+  if (st->zero3) { /* this replica's shard only; the padding of the last shard is never read */
+    const size_t base = (size_t)st->zero.rank * st->chunk;
+    const size_t n = base < off ? (off - base < st->chunk ? off - base : st->chunk) : 0;
+    rc = strata_fill(st->q, AT(st->pshard, 0), 0, (int64_t)(st->chunk ? st->chunk : 1));
+    if (!rc) /* the window holds nothing yet */
+      rc = strata_fill(st->q, AT(st->params, 0), 0, (int64_t)(st->gwin ? st->gwin : 1));
+    if (!rc && n)
+      rc = strata_buffer_upload(st->q, st->pshard, 0, host + base, n * 4);
+  } else {
+    rc = strata_buffer_upload(st->q, st->params, 0, host, off * 4);
+    if (!rc && padded > off) /* the padding of the last shard: reduced and gathered, never read */
+      rc = strata_fill(st->q, AT(st->params, off), 0, (int64_t)(padded - off));
+  }
   free(host);
-  if (!rc && padded > off) /* the padding of the last shard: reduced and gathered, never read */
-    rc = strata_fill(st->q, AT(st->params, off), 0, (int64_t)(padded - off));
   if (!rc)
     rc = strata_fill(st->q, AT(st->m, 0), 0, (int64_t)(st->chunk ? st->chunk : 1));
   if (!rc)
@@ -797,7 +811,7 @@ int strata__stage_new(const struct strata_model *model, int first, int last, int
   }
   if (!rc && st->params16) { /* the compute copy now: a device that cannot hold bfloat16 says so at creation */
     rc = strata_convert(st->q, AT(st->params, 0), strata_mem_typed(st->params16, 0, STRATA_BFLOAT16),
-                        (int64_t)(padded ? padded : 1));
+                        (int64_t)(st->zero3 ? (st->gwin ? st->gwin : 1) : padded ? padded : 1));
     if (rc) {
       char *why = strdup(strata_last_error());
       struct strata_device_props p;
@@ -836,6 +850,7 @@ void strata__stage_free(struct strata__stage *st) {
   strata_buffer_free(st->grads);
   strata_buffer_free(st->gshard);
   strata_buffer_free(st->gtied);
+  strata_buffer_free(st->pshard);
   strata_buffer_free(st->m);
   strata_buffer_free(st->v);
   strata_buffer_free(st->scalar);
@@ -1007,6 +1022,28 @@ int strata__stage_shard_add(struct strata__stage *st, size_t lo, size_t hi, stra
   return strata_add(st->q, AT(st->gshard, x - a), g, AT(st->gshard, x - a), (int64_t)(y - x));
 }
 
+int strata__stage_param_take(struct strata__stage *st, int t, int k) {
+  if (!st->zero3)
+    return STRATA_OK;
+  const size_t lo = st->tensors[t].off, hi = st->tensors[t + k - 1].off + st->tensors[t + k - 1].n;
+  if (lo >= st->pbase && hi <= st->pend && !st->params16_stale)
+    return STRATA_OK; /* held already */
+  if (hi - lo > st->gwin)
+    return strata__error(STRATA_ERR_INTERNAL, "stage: %zu parameters for a window of %zu", hi - lo, st->gwin);
+  if (!st->params_fetch)
+    return strata__error(STRATA_ERR_STATE, "stage: ZeRO-3's parameters read with no gather to fetch them");
+  st->pend = st->pbase; /* (nothing held should the gather fail) */
+  if (hi > lo)
+    TRY(st->params_fetch(st->params_fetch_arg, lo, hi, AT(st->params, 0)));
+  st->pbase = lo;
+  st->pend = hi;
+  if (st->params16 && hi > lo)
+    TRY(strata_convert(st->q, AT(st->params, 0), strata_mem_typed(st->params16, 0, STRATA_BFLOAT16),
+                       (int64_t)(hi - lo)));
+  st->params16_stale = 0;
+  return STRATA_OK;
+}
+
 /* The gradients of flat floats from `lo` on as the optimizer reads them: the whole vector's, or ZeRO-2's shard. */
 static strata_mem_t shard_grad(const struct strata__stage *st, size_t lo) {
   return st->zero2 ? AT(st->gshard, lo - (size_t)st->zero.rank * st->chunk) : AT(st->grads, lo);
@@ -1045,7 +1082,7 @@ int strata__stage_grad_sumsq(struct strata__stage *st, double *sumsq) {
 int strata__stage_update(struct strata__stage *st, float gscale, float lr, float beta1, float beta2, float eps,
                          float weight_decay, int64_t step) {
   const size_t base = (size_t)st->zero.rank * st->chunk; /* where the shard (and m, v) starts */
-  st->params16_stale = 1;
+  strata__stage_params_changed(st);
   if (gscale != 1.0f)
     TRY(strata_scale(st->q, shard_grad(st, base), gscale, (int64_t)(st->chunk ? st->chunk : 1)));
   for (int t = 0; t < st->ntensors; t++) {
@@ -1054,7 +1091,8 @@ int strata__stage_update(struct strata__stage *st, float gscale, float lr, float
     shard_part(st, t, &lo, &hi);
     if (hi == lo)
       continue;
-    TRY(strata_adamw(st->q, AT(st->params, lo), shard_grad(st, lo), AT(st->m, lo - base), AT(st->v, lo - base),
+    TRY(strata_adamw(st->q, st->zero3 ? AT(st->pshard, lo - base) : AT(st->params, lo), shard_grad(st, lo),
+                     AT(st->m, lo - base), AT(st->v, lo - base),
                      (int64_t)(hi - lo), lr, beta1, beta2, eps, x->decay ? weight_decay : 0.0f, step));
   }
   return STRATA_OK;

@@ -36,7 +36,7 @@ struct strata__cut {
   int reduce;                /* enum strata_dtype the data-parallel gradient reduction moves (bf16: through a
                              ** bfloat16 copy of the gradients, grads16) */
   int zero_stage;            /* with zero.size > 1: 2 keeps only the shard of the reduced gradients too (ZeRO-2,
-                             ** below); 0 or 1 the whole gradients */
+                             ** below), 3 of the parameters too (ZeRO-3); 0 or 1 the whole gradients */
 };
 
 /*
@@ -135,7 +135,21 @@ struct strata__stage {
   size_t gwin, gbase, gend, tied_n;
   int (*grads_flush)(void *arg, size_t lo, size_t hi, strata_mem_t g);
   void *grads_flush_arg;
-  int zero2;                 /* built for ZeRO-2 (the shell of one too: no buffers) */
+  int zero2;                 /* built for ZeRO-2 or 3 (the shell of one too: no buffers) */
+  /*
+  ** ZeRO-3 (cut->zero_stage 3, with ZeRO-2's gradients): no whole parameter
+  ** vector either. `pshard` holds this replica's shard of the float32
+  ** parameters (chunk floats, from zero.rank x chunk: what its AdamW
+  ** updates); `params` (and in bfloat16 `params16`) is a window of gwin
+  ** floats that holds flat floats [pbase, pend) gathered from every
+  ** replica's shard by `params_fetch` (the executor) before a layer reads
+  ** them, kept until other tensors are needed or the parameters change.
+  */
+  int zero3;
+  strata_buffer_t pshard;
+  size_t pbase, pend;
+  int (*params_fetch)(void *arg, size_t lo, size_t hi, strata_mem_t dst);
+  void *params_fetch_arg;
   /* Sharded stages: joins `count` floats at x with the other slices' (an
   ** all-reduce with `op`, STRATA_SUM or STRATA_MAX, enqueued on q), set by the executor. */
   int (*join)(void *arg, strata_queue_t q, strata_mem_t x, size_t count, int op);
@@ -318,6 +332,18 @@ int strata__stage_grad_begin(struct strata__stage *st);
 int strata__stage_grad_take(struct strata__stage *st, int t, int k);
 int strata__stage_grad_flush(struct strata__stage *st, int tied);
 int strata__stage_shard_add(struct strata__stage *st, size_t lo, size_t hi, strata_mem_t g);
+/* ZeRO-3 (nothing otherwise): before a layer reads stage tensors [t, t + k) (adjacent), the parameter window holds
+** them (gathered unless it holds them already). */
+int strata__stage_param_take(struct strata__stage *st, int t, int k);
+/* The parameter of flat float `off` as the layers read it (float32): the whole vector, or ZeRO-3's window. */
+static inline strata_mem_t strata__stage_param(const struct strata__stage *st, size_t off) {
+  return strata_mem(st->params, st->zero3 ? off - st->pbase : off);
+}
+/* The parameters changed (an update, a load): the window, and the bfloat16 copy, are made anew before use. */
+static inline void strata__stage_params_changed(struct strata__stage *st) {
+  st->params16_stale = 1;
+  st->pend = st->pbase;
+}
 /* Sum of squares of each tensor's gradient (with ZeRO, of its part in the
 ** stage's shard), into sumsq[ntensors] (waits for the queue). Summed by the caller in tensor order, so that the global norm
 ** does not depend on how the model is cut. */

@@ -127,9 +127,6 @@ STRATA_API int strata_layout_new(const struct strata_layout_desc *d, strata_layo
   }
   if (d->zero < 0 || d->zero > 3)
     return strata__error(STRATA_ERR_INVALID, "layout: zero = %d (0, or the ZeRO stage 1, 2 or 3)", d->zero);
-  if (d->zero == 3)
-    return strata__error(STRATA_ERR_UNSUPPORTED, "layout: ZeRO-3 (parameters sharded across replicas) is not in this "
-                         "version: use zero 2 (gradients and optimizer state sharded) or 1");
   if (d->zero && dp < 2)
     return strata__error(STRATA_ERR_INVALID,
                          "layout: ZeRO-%d shards across data-parallel replicas and needs dp >= 2", d->zero);

@@ -178,6 +178,8 @@ void strata__plan_explain_candidates(struct strata_plan *p, const struct strata_
         strata_layout_zero(l) == 1   ? " as a reduce-scatter and an all-gather (ZeRO-1: optimizer state sharded)"
         : strata_layout_zero(l) == 2 ? " weight by weight as the backward writes them, each keeping its shard, and "
                                        "all-gather the parameters (ZeRO-2: gradients and optimizer state sharded)"
+        : strata_layout_zero(l) == 3 ? " weight by weight as the backward writes them, each keeping its shard, and "
+                                       "gather each layer's weights as it reads them (ZeRO-3: parameters too)"
                                      : "");
   ADD("predicted: %.4g s a step, %.4g samples/s, %.3g TFLOP/s per device, bubble %.1f%%, peak %.2f GB\n",
       b->res.step_s, b->res.samples_per_s, b->res.flops_per_device / 1e12, 100 * b->res.bubble,

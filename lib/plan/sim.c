@@ -353,6 +353,10 @@ static double collective_s(const struct strata__plan_engine *e, int kind, int st
     *bytes *= e->M;
     return ar * e->M;
   }
+  if (kind == STRATA_ACTION_PARAM_GATHER && e->zero3) { /* the weights gathered for each forward and backward */
+    *bytes *= 2 * e->M;
+    return ar * e->M;
+  }
   return kind == STRATA_ACTION_GRAD_REDUCE ? ar : ar / 2; /* reduce-scatter or all-gather: half the ring */
 }
 
@@ -910,6 +914,7 @@ static int simulate_in(struct strata_machine *c, strata_model_t model, strata_la
   if (!rc) {
     e.dp = dp;
     e.zero2 = strata_layout_zero(l) >= 2 && dp > 1;
+    e.zero3 = strata_layout_zero(l) >= 3 && dp > 1;
     e.tracing = o->trace != NULL;
     e.sc = calloc((size_t)e.S, sizeof *e.sc);
     if (!e.sc)

@@ -105,6 +105,45 @@ struct shard_hook {
 
 static int rank_of(const struct exec *ex, int s) { return ex->tr->stage_rank[s]; }
 
+/*
+** ZeRO-3: flat parameters [lo, hi) of stage s gathered into its window at
+** dst from the shard of every replica that holds part of them (copies from
+** the same stage of the other replicas, on their devices; the shards
+** change only in the update, after every replica's last backward of the
+** step). Traced as a comm event of the replicas, PAG<stage>.<micro-batch>.
+*/
+static int gather_fetch(void *arg, size_t lo, size_t hi, strata_mem_t dst) {
+  const struct shard_hook *h = arg;
+  struct exec *ex = h->ex;
+  strata_trainer_t tr = ex->tr;
+  struct strata__stage *st = tr->st[h->s];
+  const int r = strata__stage_replica(tr, h->s);
+  const double t0 = strata__now();
+  for (int q = 0; q < tr->replicas; q++) {
+    const size_t a = (size_t)q * st->chunk, x = lo > a ? lo : a, y = hi < a + st->chunk ? hi : a + st->chunk;
+    if (y <= x)
+      continue;
+    const struct strata__stage *src = tr->st[h->s + (q - r) * tr->tp * tr->nstages];
+    if (!src)
+      return strata__error(STRATA_ERR_UNSUPPORTED, "ZeRO-3: replica %d's shard of stage %d is on another rank", q,
+                           h->s);
+    int rc = strata_buffer_copy(st->q, dst.buf, (dst.off + x - lo) * 4, src->pshard, (x - a) * 4, (y - x) * 4);
+    if (rc)
+      return strata__error_prefix(rc, "ZeRO-3 gather of stage %d's weights from replica %d (device %d): ", h->s, q,
+                                  tr->dev[tr->stage_rank[h->s + (q - r) * tr->tp * tr->nstages]]);
+  }
+  if (ex->traced) {
+    TRY(strata_queue_finish(st->q)); /* (traced runs time the gather itself) */
+    char name[40];
+    snprintf(name, sizeof name, "PAG%d.%d", h->s, h->mb);
+    pthread_mutex_lock(&ex->lock);
+    strata__trace_add_comm(tr, name, "allgather", (uint64_t)(hi - lo) * 4, STRATA__GROUP_REPLICAS, h->s, t0,
+                           strata__now(), 2 * h->rank + 1, t0);
+    pthread_mutex_unlock(&ex->lock);
+  }
+  return STRATA_OK;
+}
+
 int strata__stage_consumers(const struct strata_trainer *tr, int s, int dir, int *out) {
   const int S = tr->nstages, j = s % S + (dir == 0 ? 1 : -1);
   if (j < 0 || j >= S || !strata__stage_held(tr, s - s % S + j))
@@ -396,7 +435,15 @@ static int do_forward(struct exec *ex, int rank, int s, int mb) {
     strata_mem_t tg = strata__stage_targets(st, sl);
     TRY(strata_buffer_write(st->q, tg.buf, strata__mem_byte(tg), ex->w->targets[mbi], (size_t)ex->w->rows * 4));
   }
-  TRY(strata__stage_forward(st, sl));
+  if (st->zero3) { /* ZeRO-3: each layer's weights gathered as it reads them */
+    ex->zh[s] = (struct shard_hook){ex, s, rank, mb};
+    st->params_fetch = gather_fetch;
+    st->params_fetch_arg = &ex->zh[s];
+  }
+  int frc = strata__stage_forward(st, sl);
+  st->params_fetch = NULL;
+  st->params_fetch_arg = NULL;
+  TRY(frc);
   if (last && ex->w->forwarded)
     TRY(ex->w->forwarded(ex->w->arg, st, s, sl, mb));
   if (last && strata__stage_slice(tr, s) == 0) /* every slice computes the same losses */
@@ -413,10 +460,16 @@ static int do_backward(struct exec *ex, int rank, int kind, int s, int mb, int l
   if (last && ex->bk) { /* the stage's last gradients of the step: each bucket goes as soon as it is done */
     st->grads_done = bucket_ready;
     st->grads_done_arg = &ex->bk[s];
-  } else if (ex->zh && kind != STRATA_ACTION_BACKWARD_INPUT) { /* ZeRO-2: every layer's, as its backward ends */
+  } else if (ex->zh && ex->w->train && kind != STRATA_ACTION_BACKWARD_INPUT) { /* ZeRO-2: every layer's, as its
+                                                                                  ** backward ends */
     ex->zh[s] = (struct shard_hook){ex, s, rank, mb};
     st->grads_flush = shard_ready;
     st->grads_flush_arg = &ex->zh[s];
+  }
+  if (st->zero3) { /* ZeRO-3: the weights the backward reads, gathered again */
+    ex->zh[s] = (struct shard_hook){ex, s, rank, mb};
+    st->params_fetch = gather_fetch;
+    st->params_fetch_arg = &ex->zh[s];
   }
   if (kind != STRATA_ACTION_BACKWARD_WEIGHT && !strata__stage_last(tr, s)) {
     strata_mem_t go = strata__stage_grad_output(st, slot_of(ex, s, mb));
@@ -446,6 +499,8 @@ static int do_backward(struct exec *ex, int rank, int kind, int s, int mb, int l
   st->grads_done_arg = NULL;
   st->grads_flush = NULL;
   st->grads_flush_arg = NULL;
+  st->params_fetch = NULL;
+  st->params_fetch_arg = NULL;
   TRY(rc);
   TRY(strata_queue_finish(st->q));
   if (kind != STRATA_ACTION_BACKWARD_WEIGHT)
@@ -735,6 +790,8 @@ static int post_gather(strata_trainer_t tr, strata_comm_t c, int r, struct strat
 static int do_param_gather(struct exec *ex, int rank, int s) {
   strata_trainer_t tr = ex->tr;
   struct strata__stage *st = tr->st[s];
+  if (st->zero3)
+    return STRATA_OK; /* ZeRO-3: the updated shards are the parameters; each layer gathers what it reads */
   strata_comm_t c = replica_comm(ex, s);
   const int r = strata__stage_replica(tr, s);
   double t0 = strata__now(), t1 = 0;
@@ -996,7 +1053,8 @@ int strata__execute(strata_trainer_t tr, const struct strata__work *w, struct st
   ex.busy = calloc((size_t)tr->ndev, sizeof *ex.busy);
   ex.snd = calloc((size_t)tr->ndev, sizeof *ex.snd);
   const int buckets = w->train && tr->replicas > 1 && !tr->zero; /* a pass has no gradient collective */
-  if (w->train && tr->zero >= 2)
+  const int hooks = (w->train && tr->zero >= 2) || tr->zero >= 3; /* (ZeRO-3's passes gather too) */
+  if (hooks)
     ex.zh = calloc((size_t)ex.S, sizeof *ex.zh);
   if (buckets) {
     ex.bk = calloc((size_t)ex.S, sizeof *ex.bk);
@@ -1014,7 +1072,7 @@ int strata__execute(strata_trainer_t tr, const struct strata__work *w, struct st
   pthread_t *workers = calloc((size_t)tr->ndev, sizeof *workers);
   int rc = (!ex.act || !ex.grad || !ex.hold_act || !ex.hold_grad || !ex.pending || !ex.slot || !ex.inflight || !ex.peak ||
             !ex.done || !ex.done_post || !ex.busy || !ex.snd || !ex.wake || !args || !workers ||
-            (buckets && !ex.bk) || (w->train && tr->zero >= 2 && !ex.zh))
+            (buckets && !ex.bk) || (hooks && !ex.zh))
                ? strata__error(STRATA_ERR_NOMEM, "out of host memory running a pipeline step")
                : STRATA_OK;
   pthread_mutex_init(&ex.lock, NULL);

@@ -413,10 +413,11 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
   if (opts->grad_reduce == STRATA_BFLOAT16 && opts->cluster)
     return strata__error(STRATA_ERR_UNSUPPORTED, "a bf16 gradient reduction across MPI ranks is not built yet: reduce "
                          "in float32");
-  if (pl->zero < 0 || pl->zero > 2)
-    return strata__error(pl->zero == 3 ? STRATA_ERR_UNSUPPORTED : STRATA_ERR_INVALID,
-                         pl->zero == 3 ? "ZeRO-3 (parameters sharded across replicas) is not in this version"
-                                       : "ZeRO stage %d: 1 or 2", pl->zero);
+  if (pl->zero < 0 || pl->zero > 3)
+    return strata__error(STRATA_ERR_INVALID, "ZeRO stage %d: 1, 2 or 3", pl->zero);
+  if (pl->zero >= 3 && opts->cluster)
+    return strata__error(STRATA_ERR_UNSUPPORTED, "ZeRO-3 across MPI ranks is not in this version: each replica "
+                         "gathers the weights from the others' devices in its own process (use ZeRO-2)");
   if (pl->zero >= 2 && opts->grad_reduce == STRATA_BFLOAT16)
     return strata__error(STRATA_ERR_UNSUPPORTED, "ZeRO-2 reduces each weight's gradients in float32 as the "
                          "backward writes them: a bf16 gradient reduction is not built for it (use ZeRO-1 or reduce in "
@@ -563,7 +564,8 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
     const struct strata__stage *st = tr->st[s];
     if (!st)
       continue; /* another rank's, or a slice another stands for */
-    d->param_bytes += (uint64_t)st->nparams * 4;
+    /* ZeRO-3: the shard of the parameters and the window a layer's weights are gathered into */
+    d->param_bytes += st->zero3 ? ((uint64_t)st->chunk + st->gwin) * 4 : (uint64_t)st->nparams * 4;
     /* ZeRO-2: the shard of the reduced sums, one layer's window and a tied stage's embedding gradients */
     d->grad_bytes += st->zero2 ? ((uint64_t)st->chunk + st->gwin + st->tied_n) * 4 : (uint64_t)st->nparams * 4;
     d->optimizer_bytes += 2 * (uint64_t)st->chunk * 4;
