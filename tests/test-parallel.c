@@ -272,6 +272,36 @@ Test(parallel, dp2_pocl_and_mixed) {
   strata_model_free(m);
 }
 
+/* ZeRO-2 and 3 on PoCL devices against one PoCL device, and with a PoCL and a host replica (ZeRO-3's gathers then
+** copy between backends, through the host) against the host, within the mixed tolerance. */
+Test(parallel, zero2_and_3_on_pocl_and_mixed) {
+  int p0 = tc_find_device("opencl", 0), p1 = tc_find_device("opencl", 1), h0 = tc_find_device("host", 0);
+  if (p0 < 0 || p1 < 0)
+    cr_skip_test("two OpenCL devices are needed (POCL_DEVICES=\"pthread pthread\")");
+  strata_model_t m = small_gpt();
+  struct run ref, mixed, got;
+  single(m, p0, 4, &ref);
+  single(m, h0, 4, &mixed);
+  for (int z = 2; z <= 3; z++) {
+    char what[40];
+    strata_layout_t l = layout("{\"dp\": 2, \"zero\": %d, \"devices\": [%d, %d], \"microbatches\": 2}", z, p0, p1);
+    laid_out(m, l, NULL, &got);
+    snprintf(what, sizeof what, "dp 2 zero %d on PoCL", z);
+    compare(what, &got, &ref, 0);
+    strata_layout_free(l);
+    free(got.params);
+    l = layout("{\"dp\": 2, \"zero\": %d, \"devices\": [%d, %d], \"microbatches\": 2}", z, p0, h0);
+    laid_out(m, l, NULL, &got);
+    snprintf(what, sizeof what, "mixed dp 2 zero %d", z);
+    compare_mixed(what, &got, &mixed);
+    strata_layout_free(l);
+    free(got.params);
+  }
+  free(ref.params);
+  free(mixed.params);
+  strata_model_free(m);
+}
+
 /* One comm event of a trace, as the tests read it. */
 struct comm_event {
   int rank;                  /* the device rank whose transfer track holds it */
