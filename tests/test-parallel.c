@@ -1612,6 +1612,10 @@ Test(parallel, the_planner_predicts_the_trainers_memory_plan) {
       "{\"dp\":1,\"pp\":1,\"tp\":2,\"split\":[6]}",
       "{\"dp\":2,\"pp\":1,\"tp\":1,\"split\":[6],\"zero\":1,\"microbatches\":2}",
       "{\"dp\":2,\"pp\":2,\"tp\":2,\"split\":[3,3],\"zero\":1,\"microbatches\":2}",
+      "{\"dp\":2,\"pp\":1,\"tp\":1,\"split\":[6],\"zero\":2,\"microbatches\":2}",
+      "{\"dp\":2,\"pp\":2,\"tp\":2,\"split\":[3,3],\"zero\":2,\"microbatches\":2}",
+      "{\"dp\":2,\"pp\":1,\"tp\":1,\"split\":[6],\"zero\":3,\"microbatches\":2}",
+      "{\"dp\":2,\"pp\":2,\"tp\":2,\"split\":[3,3],\"zero\":3,\"microbatches\":2}",
   };
   for (size_t i = 0; i < sizeof layouts / sizeof *layouts; i++) {
     strata_layout_t l = layout("%s", layouts[i]);

@@ -618,8 +618,8 @@ void strata__stage_bytes_of(const struct strata_model *model, int first, int las
   const int has_loss = last == model->nlayers;
   memset(b, 0, sizeof *b);
   /* parameters and gradients (zero x chunk: the last shard padded), the two moments (one chunk); ZeRO-2 keeps
-  ** instead of the gradients their shard (one chunk), a window of the largest layer and, in a tied stage, the
-  ** embedding's gradients (stage.h) */
+  ** instead of the gradients their shard (one chunk), a window of the most one call writes (two adjacent tensors
+  ** of a layer) and, in a tied stage, the embedding's gradients; ZeRO-3 the parameters the same way (stage.h) */
   b->params = 2 * alloc_bytes(chunk * z) + 2 * alloc_bytes(chunk);
   const int z3 = z > 1 && cut->zero_stage >= 3; /* ZeRO-3: the parameters' shard and a window as the gradients' */
   if (z > 1 && cut->zero_stage >= 2) {

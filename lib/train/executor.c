@@ -105,43 +105,35 @@ struct shard_hook {
 
 static int rank_of(const struct exec *ex, int s) { return ex->tr->stage_rank[s]; }
 
-/*
-** ZeRO-3: flat parameters [lo, hi) of stage s gathered into its window at
-** dst from the shard of every replica that holds part of them (copies from
-** the same stage of the other replicas, on their devices; the shards
-** change only in the update, after every replica's last backward of the
-** step). Traced as a comm event of the replicas, PAG<stage>.<micro-batch>.
-*/
+/* ZeRO-3: parameters [lo, hi) of the stage gathered into its window (params.c), traced as PAG<stage>.<micro-batch>. */
 static int gather_fetch(void *arg, size_t lo, size_t hi, strata_mem_t dst) {
   const struct shard_hook *h = arg;
   struct exec *ex = h->ex;
-  strata_trainer_t tr = ex->tr;
-  struct strata__stage *st = tr->st[h->s];
-  const int r = strata__stage_replica(tr, h->s);
   const double t0 = strata__now();
-  for (int q = 0; q < tr->replicas; q++) {
-    const size_t a = (size_t)q * st->chunk, x = lo > a ? lo : a, y = hi < a + st->chunk ? hi : a + st->chunk;
-    if (y <= x)
-      continue;
-    const struct strata__stage *src = tr->st[h->s + (q - r) * tr->tp * tr->nstages];
-    if (!src)
-      return strata__error(STRATA_ERR_UNSUPPORTED, "ZeRO-3: replica %d's shard of stage %d is on another rank", q,
-                           h->s);
-    int rc = strata_buffer_copy(st->q, dst.buf, (dst.off + x - lo) * 4, src->pshard, (x - a) * 4, (y - x) * 4);
-    if (rc)
-      return strata__error_prefix(rc, "ZeRO-3 gather of stage %d's weights from replica %d (device %d): ", h->s, q,
-                                  tr->dev[tr->stage_rank[h->s + (q - r) * tr->tp * tr->nstages]]);
-  }
-  if (ex->traced) {
-    TRY(strata_queue_finish(st->q)); /* (traced runs time the gather itself) */
-    char name[40];
-    snprintf(name, sizeof name, "PAG%d.%d", h->s, h->mb);
-    pthread_mutex_lock(&ex->lock);
-    strata__trace_add_comm(tr, name, "allgather", (uint64_t)(hi - lo) * 4, STRATA__GROUP_REPLICAS, h->s, t0,
-                           strata__now(), 2 * h->rank + 1, t0);
-    pthread_mutex_unlock(&ex->lock);
-  }
+  TRY(strata__trainer_gather_weights(ex->tr, h->s, lo, hi, dst));
+  if (!ex->traced)
+    return STRATA_OK;
+  TRY(strata_queue_finish(ex->tr->st[h->s]->q)); /* (traced runs time the gather itself) */
+  char name[40];
+  snprintf(name, sizeof name, "PAG%d.%d", h->s, h->mb);
+  pthread_mutex_lock(&ex->lock);
+  strata__trace_add_comm(ex->tr, name, "allgather", (uint64_t)(hi - lo) * 4, STRATA__GROUP_REPLICAS, h->s, t0,
+                         strata__now(), 2 * h->rank + 1, t0);
+  pthread_mutex_unlock(&ex->lock);
   return STRATA_OK;
+}
+
+static int shard_ready(void *arg, size_t lo, size_t hi, strata_mem_t g);
+
+/* ZeRO-2/3: stage s's hooks for micro-batch mb (`on`; else cleared): a training backward's (`grads`) reductions of
+** the gradient window, and ZeRO-3's gathers of the parameter window in every forward and backward. */
+static void zero_hooks(struct exec *ex, struct strata__stage *st, int s, int rank, int mb, int grads, int on) {
+  if (ex->zh)
+    ex->zh[s] = (struct shard_hook){ex, s, rank, mb};
+  st->grads_flush = on && grads && ex->zh && ex->w->train ? shard_ready : NULL;
+  st->grads_flush_arg = st->grads_flush ? &ex->zh[s] : NULL;
+  st->params_fetch = on && st->zero3 ? gather_fetch : NULL;
+  st->params_fetch_arg = st->params_fetch ? &ex->zh[s] : NULL;
 }
 
 int strata__stage_consumers(const struct strata_trainer *tr, int s, int dir, int *out) {
@@ -435,14 +427,9 @@ static int do_forward(struct exec *ex, int rank, int s, int mb) {
     strata_mem_t tg = strata__stage_targets(st, sl);
     TRY(strata_buffer_write(st->q, tg.buf, strata__mem_byte(tg), ex->w->targets[mbi], (size_t)ex->w->rows * 4));
   }
-  if (st->zero3) { /* ZeRO-3: each layer's weights gathered as it reads them */
-    ex->zh[s] = (struct shard_hook){ex, s, rank, mb};
-    st->params_fetch = gather_fetch;
-    st->params_fetch_arg = &ex->zh[s];
-  }
+  zero_hooks(ex, st, s, rank, mb, 0, 1);
   int frc = strata__stage_forward(st, sl);
-  st->params_fetch = NULL;
-  st->params_fetch_arg = NULL;
+  zero_hooks(ex, st, s, rank, mb, 0, 0);
   TRY(frc);
   if (last && ex->w->forwarded)
     TRY(ex->w->forwarded(ex->w->arg, st, s, sl, mb));
@@ -452,7 +439,6 @@ static int do_forward(struct exec *ex, int rank, int s, int mb) {
 }
 
 static int bucket_ready(void *arg, int layer);
-static int shard_ready(void *arg, size_t lo, size_t hi, strata_mem_t g);
 
 static int do_backward(struct exec *ex, int rank, int kind, int s, int mb, int last) {
   strata_trainer_t tr = ex->tr;
@@ -460,17 +446,8 @@ static int do_backward(struct exec *ex, int rank, int kind, int s, int mb, int l
   if (last && ex->bk) { /* the stage's last gradients of the step: each bucket goes as soon as it is done */
     st->grads_done = bucket_ready;
     st->grads_done_arg = &ex->bk[s];
-  } else if (ex->zh && ex->w->train && kind != STRATA_ACTION_BACKWARD_INPUT) { /* ZeRO-2: every layer's, as its
-                                                                                  ** backward ends */
-    ex->zh[s] = (struct shard_hook){ex, s, rank, mb};
-    st->grads_flush = shard_ready;
-    st->grads_flush_arg = &ex->zh[s];
   }
-  if (st->zero3) { /* ZeRO-3: the weights the backward reads, gathered again */
-    ex->zh[s] = (struct shard_hook){ex, s, rank, mb};
-    st->params_fetch = gather_fetch;
-    st->params_fetch_arg = &ex->zh[s];
-  }
+  zero_hooks(ex, st, s, rank, mb, kind != STRATA_ACTION_BACKWARD_INPUT, 1); /* ZeRO-2/3: reductions and gathers */
   if (kind != STRATA_ACTION_BACKWARD_WEIGHT && !strata__stage_last(tr, s)) {
     strata_mem_t go = strata__stage_grad_output(st, slot_of(ex, s, mb));
     size_t bytes = strata__stage_out_units(st) * 4;
@@ -497,10 +474,7 @@ static int do_backward(struct exec *ex, int rank, int kind, int s, int mb, int l
     rc = strata__stage_backward_weight(st, sl);
   st->grads_done = NULL;
   st->grads_done_arg = NULL;
-  st->grads_flush = NULL;
-  st->grads_flush_arg = NULL;
-  st->params_fetch = NULL;
-  st->params_fetch_arg = NULL;
+  zero_hooks(ex, st, s, rank, mb, 0, 0);
   TRY(rc);
   TRY(strata_queue_finish(st->q));
   if (kind != STRATA_ACTION_BACKWARD_WEIGHT)

@@ -137,6 +137,24 @@ int strata__trainer_scatter(strata_trainer_t tr, int which, const float *host) {
   return rc;
 }
 
+int strata__trainer_gather_weights(strata_trainer_t tr, int s, size_t lo, size_t hi, strata_mem_t dst) {
+  struct strata__stage *st = tr->st[s];
+  const int r = strata__stage_replica(tr, s);
+  for (int q = 0; q < tr->replicas; q++) {
+    const size_t a = (size_t)q * st->chunk, x = lo > a ? lo : a, y = hi < a + st->chunk ? hi : a + st->chunk;
+    const int sq = s + (q - r) * tr->tp * tr->nstages; /* the same stage and slice of replica q */
+    if (y <= x)
+      continue;
+    if (!tr->st[sq])
+      return strata__error(STRATA_ERR_UNSUPPORTED, "ZeRO-3: replica %d's shard of stage %d is on another rank", q, s);
+    int rc = strata_buffer_copy(st->q, dst.buf, (dst.off + x - lo) * 4, tr->st[sq]->pshard, (x - a) * 4, (y - x) * 4);
+    if (rc)
+      return strata__error_prefix(rc, "ZeRO-3 gather of stage %d's weights from replica %d (device %d): ", s, q,
+                                  tr->dev[tr->stage_rank[sq]]);
+  }
+  return STRATA_OK;
+}
+
 size_t strata__trainer_total_params(strata_trainer_t tr) {
   size_t n = 0;
   for (int s = 0; s < tr->nstages; s++)
