@@ -106,6 +106,31 @@ static void refused(const char *json, const char *needle) {
   cr_assert(strstr(msg, "bad.json"), "the message names the file: %s", msg);
 }
 
+/* "zero" is the ZeRO stage, 0 to 3, or a boolean (true: 1, as layouts said before stages 2 and 3); the JSON form
+** writes the number back and the description names the stage. */
+Test(layout, zero_stages_and_booleans) {
+  const char *in[5] = {"{\"dp\": 2, \"zero\": 2}", "{\"dp\": 2, \"zero\": true}", "{\"dp\": 2, \"zero\": false}",
+                       "{\"dp\": 2, \"zero\": 1}", "{\"dp\": 2, \"zero\": 3}"};
+  const int want[5] = {2, 1, 0, 1, 3};
+  for (int i = 0; i < 5; i++) {
+    strata_layout_t l, back;
+    OK(strata_layout_from_json(in[i], "zero", &l));
+    cr_assert_eq(strata_layout_zero(l), want[i], "%s: zero %d", in[i], strata_layout_zero(l));
+    char *json = NULL, *text = NULL;
+    OK(strata_layout_to_json(l, &json));
+    OK(strata_layout_from_json(json, "round trip", &back));
+    cr_assert_eq(strata_layout_zero(back), want[i], "%s", json);
+    OK(strata_layout_describe(l, &text));
+    char needle[16];
+    snprintf(needle, sizeof needle, "ZeRO-%d", want[i]);
+    cr_assert(want[i] ? strstr(text, needle) != NULL : strstr(text, "ZeRO") == NULL, "%s: %s", in[i], text);
+    free(json);
+    free(text);
+    strata_layout_free(l);
+    strata_layout_free(back);
+  }
+}
+
 Test(layout, bad_layouts_are_one_line_errors) {
   refused("{\"dp\": 2, \"pp\": 2, \"devices\": [0, 1, 2]}", "needs 4 devices");
   refused("{\"dp\": 2, \"devices\": [0, 0]}", "device 0 is listed twice");
@@ -114,6 +139,10 @@ Test(layout, bad_layouts_are_one_line_errors) {
   refused("{\"pp\": 2, \"split\": [3, 0]}", "\"split\"[1]");
   refused("{\"pp\": 3, \"schedule\": \"interleaved\", \"microbatches\": 4}", "multiple of pp");
   refused("{\"zero\": 1}", "needs dp >= 2");
+  refused("{\"zero\": 2}", "ZeRO-2 shards across data-parallel replicas and needs dp >= 2");
+  refused("{\"zero\": 3}", "ZeRO-3 shards across data-parallel replicas and needs dp >= 2");
+  refused("{\"dp\": 2, \"zero\": 4}", "\"zero\" must be an integer from 0 to 3");
+  refused("{\"dp\": 2, \"zero\": \"2\"}", "\"zero\"");
   refused("{\"dp\": 0}", "\"dp\"");
   refused("{\"tp\": -1}", "\"tp\"");
   refused("{\"dp\": 2.5}", "\"dp\"");

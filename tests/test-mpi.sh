@@ -301,6 +301,15 @@ else notok "dp 2 over 2 ranks: only rank 0 prints"; fi
 env STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 $T --steps 6 --dp 2 --zero >"$out/z1.json" 2>"$out/z1.json.err"
 env STRATA_BACKENDS=host STRATA_HOST_DEVICES=1 $run 2 $T --steps 6 --dp 2 --zero >"$out/z2.json" 2>"$out/z2.json.err"
 same "dp 2 --zero over 2 ranks = one process's" 7 "$out/z1.json" "$out/z2.json"
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 $T --steps 6 --dp 2 --zero=2 >"$out/zz1.json" 2>"$out/zz1.json.err"
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=1 $run 2 $T --steps 6 --dp 2 --zero=2 >"$out/zz2.json" 2>"$out/zz2.json.err"
+same "dp 2 --zero=2 over 2 ranks (each weight's gradients of each micro-batch reduced through the cluster) = one process's" 7 "$out/zz1.json" "$out/zz2.json"
+# ZeRO-3 gathers a layer's weights from the other replicas' devices in one process: across ranks it is refused, said
+env STRATA_BACKENDS=host STRATA_HOST_DEVICES=1 $run 2 $T --steps 2 --dp 2 --zero=3 >"$out/z3.json" 2>"$out/z3.json.err"
+rc=$?
+if [ "$rc" -ne 0 ] && grep -q "ZeRO-3 across MPI ranks is not in this version" "$out/z3.json.err" && ! grep -q '"event":"step"' "$out/z3.json"
+then ok "dp 2 --zero=3 over 2 ranks: refused with the reason (exit $rc)"
+else notok "dp 2 --zero=3 over 2 ranks: refused with the reason (exit $rc)"; tail -n 4 "$out/z3.json.err" | sed 's/^/# /'; fi
 # Two replicas per rank: each rank's two members meet in one hierarchical call; four gradients are summed in
 # another order than one process's ring, so the norms may differ in the last bits: within 1e-5.
 env STRATA_BACKENDS=host STRATA_HOST_DEVICES=4 $T --steps 6 --dp 4 >"$out/dp4a.json" 2>"$out/dp4a.json.err"

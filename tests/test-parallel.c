@@ -272,6 +272,36 @@ Test(parallel, dp2_pocl_and_mixed) {
   strata_model_free(m);
 }
 
+/* ZeRO-2 and 3 on PoCL devices against one PoCL device, and with a PoCL and a host replica (ZeRO-3's gathers then
+** copy between backends, through the host) against the host, within the mixed tolerance. */
+Test(parallel, zero2_and_3_on_pocl_and_mixed) {
+  int p0 = tc_find_device("opencl", 0), p1 = tc_find_device("opencl", 1), h0 = tc_find_device("host", 0);
+  if (p0 < 0 || p1 < 0)
+    cr_skip_test("two OpenCL devices are needed (POCL_DEVICES=\"pthread pthread\")");
+  strata_model_t m = small_gpt();
+  struct run ref, mixed, got;
+  single(m, p0, 4, &ref);
+  single(m, h0, 4, &mixed);
+  for (int z = 2; z <= 3; z++) {
+    char what[40];
+    strata_layout_t l = layout("{\"dp\": 2, \"zero\": %d, \"devices\": [%d, %d], \"microbatches\": 2}", z, p0, p1);
+    laid_out(m, l, NULL, &got);
+    snprintf(what, sizeof what, "dp 2 zero %d on PoCL", z);
+    compare(what, &got, &ref, 0);
+    strata_layout_free(l);
+    free(got.params);
+    l = layout("{\"dp\": 2, \"zero\": %d, \"devices\": [%d, %d], \"microbatches\": 2}", z, p0, h0);
+    laid_out(m, l, NULL, &got);
+    snprintf(what, sizeof what, "mixed dp 2 zero %d", z);
+    compare_mixed(what, &got, &mixed);
+    strata_layout_free(l);
+    free(got.params);
+  }
+  free(ref.params);
+  free(mixed.params);
+  strata_model_free(m);
+}
+
 /* One comm event of a trace, as the tests read it. */
 struct comm_event {
   int rank;                  /* the device rank whose transfer track holds it */
@@ -371,6 +401,7 @@ static double now_s(void) {
 ** an error naming the injected fault (and the action), no hang; the fault fires once, so the next step trains, over
 ** communicators made anew.
 */
+static const char *const *fault_words; /* more words the error must hold (NULL: none) */
 static void fault_case(strata_model_t m, const char *fmt, const char *spec) {
   strata_shutdown();
   setenv("STRATA_HOST_FAULT", spec, 1);
@@ -392,6 +423,11 @@ static void fault_case(strata_model_t m, const char *fmt, const char *spec) {
   cr_assert(strstr(strata_last_error(), "injected fault"), "%s: %s", spec, strata_last_error());
   cr_assert(strstr(strata_last_error(), "action #") || strstr(strata_last_error(), "copy"), "%s names the action: %s",
             spec, strata_last_error());
+  if (getenv("STRATA_TEST_VERBOSE"))
+    fprintf(stderr, "%s: %s\n", spec, strata_last_error());
+  for (int w = 0; fault_words && fault_words[w]; w++)
+    cr_assert(strstr(strata_last_error(), fault_words[w]), "%s: no '%s' in: %s", spec, fault_words[w],
+              strata_last_error());
   cr_assert_lt(now_s() - t0, 30.0, "%s: failing took %.1f s", spec, now_s() - t0);
   struct strata_step_stats st;
   OK(strata_trainer_step(tr, &st));
@@ -1027,6 +1063,451 @@ Test(parallel, zero1_halves_the_optimizer_state_and_checkpoints_whole) {
   strata_model_free(m);
 }
 
+/* ---- ZeRO-2 ---- */
+
+/*
+** dp 2 and dp 4 with ZeRO-2 (each tensor group's gradients of every micro-batch summed over the replicas as its
+** backward ends, each replica adding its shard's part into its shard of the step's sums, its AdamW over that shard,
+** the parameters all-gathered) against one device over the same global batch: alone, with gradient accumulation
+** (2 micro-batches per replica), with pp 2 (1F1B, ZB-H1 whose weight passes hand the gradients on, ZB-V and
+** DualPipeV with two stages a device, interleaved), with tp 2, dp 4 x tp 2 and dp 2 x pp 2 x tp 2. The sums run in another order than one device's (per micro-batch over the replicas, then
+** over the micro-batches): compare()'s tolerance, the same as dp's and ZeRO-1's, tighter than 1e-4 relative.
+*/
+/* tp_case with each '@' of the layout and the name the ZeRO stage z. */
+static void zcase(strata_model_t m, const int *h, int z, const char *fmt, int global_mb, const struct run *ref,
+                  const char *what) {
+  char f[400], w[100];
+  snprintf(f, sizeof f, "%s", fmt);
+  snprintf(w, sizeof w, "%s", what);
+  for (char *c = f; *c; c++)
+    *c = *c == '@' ? (char)('0' + z) : *c;
+  for (char *c = w; *c; c++)
+    *c = *c == '@' ? (char)('0' + z) : *c;
+  tp_case(m, h, f, global_mb, ref, w);
+}
+
+static void zero_matches_one_device(int z) {
+  strata_model_t m = gpt4();
+  int h[8];
+  for (int i = 0; i < 8; i++)
+    h[i] = tc_find_device("host", i);
+  struct run ref2, ref4;
+  single(m, h[0], 2, &ref2);
+  single(m, h[0], 4, &ref4);
+  zcase(m, h, z, "{\"dp\": 2, \"zero\": @, \"devices\": [%d, %d], \"microbatches\": 1}", 2, &ref2, "dp 2 zero @");
+  zcase(m, h, z, "{\"dp\": 2, \"zero\": @, \"devices\": [%d, %d], \"microbatches\": 2}", 4, &ref4,
+          "dp 2 zero @, 2 micro-batches");
+  zcase(m, h, z, "{\"dp\": 4, \"zero\": @, \"devices\": [%d, %d, %d, %d], \"microbatches\": 1}", 4, &ref4,
+          "dp 4 zero @");
+  zcase(m, h, z, "{\"dp\": 2, \"pp\": 2, \"zero\": @, \"devices\": [%d, %d, %d, %d], \"microbatches\": 2}", 4,
+          &ref4, "dp 2 x pp 2 zero @");
+  zcase(m, h, z,
+          "{\"dp\": 2, \"pp\": 2, \"zero\": @, \"devices\": [%d, %d, %d, %d], \"microbatches\": 2, "
+          "\"schedule\": \"zb\"}", 4, &ref4, "dp 2 x pp 2 zb-h1 zero @");
+  zcase(m, h, z, "{\"dp\": 2, \"tp\": 2, \"zero\": @, \"devices\": [%d, %d, %d, %d], \"microbatches\": 1}", 2,
+          &ref2, "dp 2 x tp 2 zero @");
+  zcase(m, h, z,
+          "{\"dp\": 2, \"pp\": 2, \"tp\": 2, \"zero\": @, \"devices\": [%d, %d, %d, %d, %d, %d, %d, %d], "
+          "\"microbatches\": 2}", 4, &ref4, "dp 2 x pp 2 x tp 2 zero @");
+  zcase(m, h, z,
+          "{\"dp\": 4, \"tp\": 2, \"zero\": @, \"devices\": [%d, %d, %d, %d, %d, %d, %d, %d], "
+          "\"microbatches\": 1}", 4, &ref4, "dp 4 x tp 2 zero @");
+  /* the V schedules: two stages per device, weight passes held back */
+  struct run ref8;
+  single(m, h[0], 8, &ref8);
+  const char *vs[3] = {"zbv", "dualpipev", "interleaved"};
+  for (int k = 0; k < 3; k++) {
+    char fmt[300], what[64];
+    snprintf(fmt, sizeof fmt, "{\"schedule\": \"%s\", \"dp\": 2, \"pp\": 2, \"zero\": @, \"devices\": [%%d, %%d, %%d, "
+             "%%d], \"microbatches\": 4}", vs[k]);
+    snprintf(what, sizeof what, "dp 2 x pp 2 %s zero @", vs[k]);
+    zcase(m, h, z, fmt, 8, &ref8, what);
+  }
+  free(ref8.params);
+  free(ref2.params);
+  free(ref4.params);
+  strata_model_free(m);
+}
+
+Test(parallel, zero2_matches_one_device) { zero_matches_one_device(2); }
+
+/* ZeRO-3 (the parameters sharded too, each layer's weights gathered from the replicas' shards as it reads them, in
+** the forward and again in the backward): the same layouts against one device, to the same tolerance. */
+Test(parallel, zero3_matches_one_device) { zero_matches_one_device(3); }
+
+/* A device fault in a ZeRO-2 backward, among its reductions (the window's zeroing, the all-reduces' copies, the
+** shards' sums), stops every replica and stage with an error naming the device and the action, no hang; the trainer
+** trains again after. */
+Test(parallel, fault_in_zero2_reductions_stops_all) {
+  strata_model_t m = small_gpt();
+  const char *specs[] = {"device=1,op=300", "device=3,copy=12", "device=0,op=650"};
+  /* the second and third fire inside a reduction: the all-reduce's failure names the faulted device */
+  char on3[40], on0[40];
+  snprintf(on3, sizeof on3, "failed on device %d ", tc_find_device("host", 3));
+  snprintf(on0, sizeof on0, "failed on device %d ", tc_find_device("host", 0));
+  const char *const words[3][3] = {{"action #", NULL}, {"allreduce", on3, NULL}, {"allreduce", on0, NULL}};
+  for (int k = 0; k < 3; k++) {
+    fault_words = words[k];
+    fault_case(m, "{\"dp\": 2, \"pp\": 2, \"zero\": 2, \"devices\": [%d, %d, %d, %d], \"microbatches\": 2}",
+               specs[k]);
+  }
+  fault_words = NULL;
+  strata_model_free(m);
+}
+
+/* A device fault in a ZeRO-3 gather (a copy of a replica's shard into a layer's window) stops every replica and stage
+** with an error naming the device, the action (a forward's or a backward's) and the fault, no hang; the trainer
+** trains again after. */
+Test(parallel, fault_in_zero3_gathers_stops_all) {
+  strata_model_t m = small_gpt();
+  const char *specs[] = {"device=1,copy=40", "device=2,copy=90", "device=0,copy=150"};
+  char d1[24], d2[24], d0[24];
+  snprintf(d1, sizeof d1, "device %d ", tc_find_device("host", 1));
+  snprintf(d2, sizeof d2, "device %d ", tc_find_device("host", 2));
+  snprintf(d0, sizeof d0, "device %d ", tc_find_device("host", 0));
+  const char *const words[3][4] = {{d1, "ZeRO-3 gather", "injected fault: copy", NULL},
+                                   {d2, "ZeRO-3 gather", "injected fault: copy", NULL},
+                                   {d0, "ZeRO-3 gather", "injected fault: copy", NULL}};
+  for (int k = 0; k < 3; k++) {
+    fault_words = words[k];
+    fault_case(m, "{\"dp\": 2, \"pp\": 2, \"zero\": 3, \"devices\": [%d, %d, %d, %d], \"microbatches\": 2}",
+               specs[k]);
+  }
+  fault_words = NULL;
+  strata_model_free(m);
+}
+
+/* With one micro-batch per replica, each gradient's sum over 2 replicas is one addition in either order and the
+** shard's sums start from zero: ZeRO-2 is ZeRO-1 bit for bit (losses, norms, final parameters); ZeRO-3's gathers
+** copy the shards' values, so it is too. */
+Test(parallel, zero2_and_3_with_one_microbatch_are_zero1_bit_for_bit) {
+  strata_model_t m = gpt4();
+  int h[8];
+  for (int i = 0; i < 8; i++)
+    h[i] = tc_find_device("host", i);
+  struct run z1, z2;
+  strata_layout_t l = layout("{\"dp\": 2, \"zero\": 1, \"devices\": [%d, %d], \"microbatches\": 1}", h[0], h[1]);
+  laid_out(m, l, NULL, &z1);
+  strata_layout_free(l);
+  for (int z = 2; z <= 3; z++) {
+    l = layout("{\"dp\": 2, \"zero\": %d, \"devices\": [%d, %d], \"microbatches\": 1}", z, h[0], h[1]);
+    laid_out(m, l, NULL, &z2);
+    strata_layout_free(l);
+    compare(z == 2 ? "dp 2 zero 2 against zero 1" : "dp 2 zero 3 against zero 1", &z2, &z1, 1);
+    free(z2.params);
+  }
+  free(z1.params);
+  strata_model_free(m);
+}
+
+/* The MLP and the CNN (their layers' weight and bias, or a convolution's weight alone, go a group at a time): dp 2
+** and dp 2 x tp 2 with ZeRO-2 and ZeRO-3 against one device on the synthetic image task. */
+Test(parallel, zero2_and_3_cnn_and_mlp_match_one_device) {
+  strata_dataset_t text = ds;
+  OK(strata_dataset_images(200, 8, 3, 5, &ds));
+  struct strata_model_config cnn = {.kind = STRATA_MODEL_CNN, .image = 8, .channels = 1, .classes = 3,
+                                    .conv = {4, 8}};
+  struct strata_model_config mlp = {.kind = STRATA_MODEL_MLP, .image = 8, .channels = 1, .classes = 3,
+                                    .hidden = {8, 6, 4}};
+  const struct strata_model_config *cfgs[2] = {&cnn, &mlp};
+  int h[8];
+  for (int i = 0; i < 8; i++)
+    h[i] = tc_find_device("host", i);
+  for (int k = 0; k < 2; k++) {
+    strata_model_t m;
+    OK(strata_model_from_config(cfgs[k], &m));
+    struct run ref;
+    single(m, h[0], 4, &ref);
+    for (int z = 2; z <= 3; z++) {
+      zcase(m, h, z, "{\"dp\": 2, \"zero\": @, \"devices\": [%d, %d], \"microbatches\": 2}", 4, &ref,
+            k ? "mlp dp 2 zero @" : "cnn dp 2 zero @");
+      zcase(m, h, z, "{\"dp\": 2, \"tp\": 2, \"zero\": @, \"devices\": [%d, %d, %d, %d], \"microbatches\": 2}", 4,
+            &ref, k ? "mlp dp 2 x tp 2 zero @" : "cnn dp 2 x tp 2 zero @");
+    }
+    free(ref.params);
+    strata_model_free(m);
+  }
+  strata_dataset_free(ds);
+  ds = text;
+}
+
+/* A tied model (its head reads the embedding's weight, whose gradients the stage keeps whole for the backward):
+** dp 2 with ZeRO-2 against one device. */
+Test(parallel, zero2_and_3_tied_match_one_device) {
+  struct strata_model_config c = {.kind = STRATA_MODEL_GPT, .vocab = 256, .context = 8, .d_model = 16,
+                                  .layers = 2, .heads = 4, .d_ff = 32, .tied = 1};
+  strata_model_t m;
+  OK(strata_model_from_config(&c, &m));
+  int h[8];
+  for (int i = 0; i < 8; i++)
+    h[i] = tc_find_device("host", i);
+  struct run ref;
+  single(m, h[0], 4, &ref);
+  for (int z = 2; z <= 3; z++) /* (ZeRO-3: the head gathers the embedding's weight) */
+    zcase(m, h, z, "{\"dp\": 2, \"zero\": @, \"devices\": [%d, %d], \"microbatches\": 2}", 4, &ref,
+          "tied dp 2 zero @");
+  free(ref.params);
+  strata_model_free(m);
+}
+
+/*
+** The memory through the accounting, on bench/train-mfu.sh's GPT (d_model D = 512, 8 layers, untied, P
+** parameters) with dp 2. Plain dp keeps every gradient and parameter and both moments: 4P, 4P and 8P bytes per
+** replica. ZeRO-2 keeps its shard of the gradients' sums, ceil(P / 2) floats, and a window of the most one call of
+** the backward writes, the MLP's c_fc weight and bias, 4D x D + 4D floats: 4 (ceil(P / 2) + 4D^2 + 4D) bytes, about
+** 0.54 of plain; the moments are ZeRO-1's (8 ceil(P / 2), half), the parameters whole. ZeRO-3 keeps the parameters
+** the same way, a shard and a window of one call's weights (the same 4D^2 + 4D floats): 4 (ceil(P / 2) + 4D^2 + 4D)
+** bytes. Each within 10% of its formula (here to the byte) and at most 0.55 of plain dp's; the memory model (the
+** trainer's plan) saves the same bytes as the report.
+*/
+Test(parallel, zero2_and_3_shard_the_512x8_gpt) {
+  struct strata_model_config c = {.kind = STRATA_MODEL_GPT, .vocab = 256, .context = 256, .d_model = 512, .layers = 8,
+                                  .heads = 8, .d_ff = 2048};
+  strata_model_t m;
+  OK(strata_model_from_config(&c, &m));
+  const uint64_t P = strata_model_params(m), D = 512;
+  int h0 = tc_find_device("host", 0), h1 = tc_find_device("host", 1);
+  struct strata_train_report rep[3];
+  for (int z = 0; z < 3; z++) {
+    struct strata_train_options o = options(1);
+    o.batch = 1;
+    strata_layout_t l = layout("{\"dp\": 2, \"zero\": %d, \"devices\": [%d, %d], \"microbatches\": 1}", z ? z + 1 : 0,
+                               h0, h1);
+    strata_trainer_t tr;
+    OK(strata_trainer_new_layout(m, NULL, &o, l, NULL, &tr));
+    tc_report_keep(tr, &rep[z]);
+    strata_trainer_free(tr);
+    strata_layout_free(l);
+  }
+  const double want = 4.0 * (double)((P + 1) / 2 + 4 * D * D + 4 * D), half_moments = 8.0 * (double)((P + 1) / 2);
+  for (int r = 0; r < 2; r++) {
+    const struct strata_train_device_stats *p = &rep[0].dev[r], *z2 = &rep[1].dev[r], *z3 = &rep[2].dev[r];
+    cr_log_info("512x8 GPT dp 2, replica %d: gradients %llu bytes plain, %llu with ZeRO-2 (%.3fx); parameters %llu "
+                "plain, %llu with ZeRO-3 (%.3fx); moments %llu plain, %llu (%.3fx); formula %.0f", r,
+                (unsigned long long)p->grad_bytes, (unsigned long long)z2->grad_bytes,
+                (double)z2->grad_bytes / (double)p->grad_bytes, (unsigned long long)p->param_bytes,
+                (unsigned long long)z3->param_bytes, (double)z3->param_bytes / (double)p->param_bytes,
+                (unsigned long long)p->optimizer_bytes, (unsigned long long)z3->optimizer_bytes,
+                (double)z3->optimizer_bytes / (double)p->optimizer_bytes, want);
+    cr_assert_eq(p->grad_bytes, 4 * P);
+    cr_assert_eq(p->param_bytes, 4 * P);
+    cr_assert_eq(p->optimizer_bytes, 8 * P);
+    for (int z = 1; z < 3; z++) {
+      const struct strata_train_device_stats *d = &rep[z].dev[r];
+      cr_assert_leq((double)d->grad_bytes, 0.55 * (double)p->grad_bytes, "replica %d ZeRO-%d: %llu gradient bytes", r,
+                    z + 1, (unsigned long long)d->grad_bytes);
+      cr_assert(fabs((double)d->grad_bytes - want) <= 0.1 * want, "replica %d ZeRO-%d: %llu gradient bytes, the "
+                "formula says %.0f", r, z + 1, (unsigned long long)d->grad_bytes, want);
+      cr_assert_leq((double)d->optimizer_bytes, 0.55 * (double)p->optimizer_bytes);
+      cr_assert(fabs((double)d->optimizer_bytes - half_moments) <= 0.1 * half_moments);
+      cr_assert_eq(p->planned_bytes - d->planned_bytes,
+                   p->grad_bytes + p->param_bytes + p->optimizer_bytes - d->grad_bytes - d->param_bytes -
+                       d->optimizer_bytes,
+                   "replica %d ZeRO-%d: the memory model saves %llu bytes", r, z + 1,
+                   (unsigned long long)(p->planned_bytes - d->planned_bytes));
+    }
+    cr_assert_eq(z2->param_bytes, p->param_bytes, "ZeRO-2 keeps the parameters whole");
+    cr_assert_leq((double)z3->param_bytes, 0.55 * (double)p->param_bytes, "replica %d: ZeRO-3 keeps %llu parameter "
+                  "bytes", r, (unsigned long long)z3->param_bytes);
+    cr_assert(fabs((double)z3->param_bytes - want) <= 0.1 * want, "replica %d: ZeRO-3 keeps %llu parameter bytes, "
+              "the formula says %.0f", r, (unsigned long long)z3->param_bytes, want);
+  }
+  for (int z = 0; z < 3; z++)
+    tc_report_free(&rep[z]);
+  strata_model_free(m);
+}
+
+/* Checkpoints hold whole tensors under ZeRO-2 and 3 too: dp 2 ZeRO-2 resumes on one device, dp 2 x pp 2 ZeRO-2
+** resumes dp 2 ZeRO-1's, pp 2 resumes dp 2 ZeRO-3's and dp 4 ZeRO-3 one device's, each with the next loss of the
+** uninterrupted run. */
+Test(parallel, zero2_and_3_checkpoints_resume_under_other_layouts) {
+  strata_model_t m = gpt4();
+  int h[4];
+  for (int i = 0; i < 4; i++)
+    h[i] = tc_find_device("host", i);
+  char json[300], ckpt[600];
+  snprintf(ckpt, sizeof ckpt, "%s/zero2.safetensors", dir);
+  snprintf(json, sizeof json, "{\"dp\": 2, \"zero\": 2, \"devices\": [%d, %d], \"microbatches\": 2}", h[0], h[1]);
+  float uninterrupted = layout_step_after(m, json, ckpt, 5);
+  snprintf(json, sizeof json, "{\"devices\": [%d], \"microbatches\": 4}", h[0]);
+  float got = layout_step_after(m, json, ckpt, 0);
+  cr_assert(fabs(got - uninterrupted) <= 1e-5 * fabs(uninterrupted), "one device: next loss %.9g, uninterrupted %.9g",
+            got, uninterrupted);
+  snprintf(json, sizeof json, "{\"dp\": 2, \"zero\": 1, \"devices\": [%d, %d], \"microbatches\": 2}", h[0], h[1]);
+  uninterrupted = layout_step_after(m, json, ckpt, 3);
+  snprintf(json, sizeof json, "{\"dp\": 2, \"pp\": 2, \"zero\": 2, \"devices\": [%d, %d, %d, %d], "
+           "\"microbatches\": 2}", h[0], h[1], h[2], h[3]);
+  got = layout_step_after(m, json, ckpt, 0);
+  cr_assert(fabs(got - uninterrupted) <= 1e-5 * fabs(uninterrupted), "dp 2 x pp 2 zero 2: next loss %.9g, "
+            "uninterrupted %.9g", got, uninterrupted);
+  /* ZeRO-3's parameters come whole from the shards and go back to them */
+  snprintf(json, sizeof json, "{\"dp\": 2, \"zero\": 3, \"devices\": [%d, %d], \"microbatches\": 2}", h[0], h[1]);
+  uninterrupted = layout_step_after(m, json, ckpt, 4);
+  snprintf(json, sizeof json, "{\"pp\": 2, \"devices\": [%d, %d], \"microbatches\": 4}", h[0], h[1]);
+  got = layout_step_after(m, json, ckpt, 0);
+  cr_assert(fabs(got - uninterrupted) <= 1e-5 * fabs(uninterrupted), "pp 2 after zero 3: next loss %.9g, "
+            "uninterrupted %.9g", got, uninterrupted);
+  snprintf(json, sizeof json, "{\"devices\": [%d], \"microbatches\": 4}", h[0]);
+  uninterrupted = layout_step_after(m, json, ckpt, 2);
+  snprintf(json, sizeof json, "{\"dp\": 4, \"zero\": 3, \"devices\": [%d, %d, %d, %d], \"microbatches\": 1}",
+           h[0], h[1], h[2], h[3]);
+  got = layout_step_after(m, json, ckpt, 0);
+  cr_assert(fabs(got - uninterrupted) <= 1e-5 * fabs(uninterrupted), "dp 4 zero 3 after one device: next loss %.9g, "
+            "uninterrupted %.9g", got, uninterrupted);
+  strata_model_free(m);
+}
+
+/* The trace shows ZeRO-2's reductions as comm events of the replicas, named GRS<stage>.<micro-batch>, on every
+** device: every gradient of every micro-batch goes once (their bytes add up to the parameters' times the
+** micro-batches), and no GRS of a whole stage's reduce-scatter is left. */
+Test(parallel, trace_shows_zero2_reductions_on_every_device) {
+  strata_model_t m = small_gpt();
+  int h[4];
+  for (int i = 0; i < 4; i++)
+    h[i] = tc_find_device("host", i);
+  char trace[600];
+  snprintf(trace, sizeof trace, "%s/trace-zero2.json", dir);
+  strata_layout_t l = layout("{\"dp\": 2, \"pp\": 2, \"zero\": 2, \"devices\": [%d, %d, %d, %d], "
+                             "\"microbatches\": 2}", h[0], h[1], h[2], h[3]);
+  struct strata_train_options o = options(1);
+  strata_trainer_t tr;
+  OK(strata_trainer_new_layout(m, ds, &o, l, trace, &tr));
+  struct strata_step_stats st;
+  OK(strata_trainer_step(tr, &st));
+  struct strata_train_report rep;
+  tc_report_keep(tr, &rep);
+  strata_trainer_free(tr);
+  uint64_t bytes[4] = {0};
+  int grs[4] = {0}, pag[4] = {0};
+  size_t n = 0;
+  struct comm_event *ev = trace_comms(trace, 4, &n);
+  for (size_t i = 0; i < n; i++) {
+    cr_assert_eq(ev[i].group, 2, "%s: a stage's copies, one per replica", ev[i].name);
+    if (!strncmp(ev[i].name, "PAG", 3)) {
+      pag[ev[i].rank]++;
+      continue;
+    }
+    cr_assert(!strncmp(ev[i].name, "GRS", 3) && strchr(ev[i].name, '.'), "%s: a micro-batch's reduction", ev[i].name);
+    cr_assert_str_eq(ev[i].collective, "allreduce");
+    grs[ev[i].rank]++;
+    bytes[ev[i].rank] += (uint64_t)ev[i].bytes;
+  }
+  free(ev);
+  for (int r = 0; r < 4; r++) {
+    cr_assert_gt(grs[r], 2, "device rank %d: %d reductions", r, grs[r]);
+    cr_assert_eq(pag[r], 1, "device rank %d: one parameter all-gather", r);
+    cr_assert_eq(bytes[r], 2 * rep.dev[r].param_bytes, "device rank %d: the reductions cover %llu bytes, 2 x %llu",
+                 r, (unsigned long long)bytes[r], (unsigned long long)rep.dev[r].param_bytes);
+  }
+  tc_report_free(&rep);
+  strata_layout_free(l);
+  strata_model_free(m);
+}
+
+/* The trace shows ZeRO-3's gathers as comm events of the replicas, PAG<stage>.<micro-batch> (all-gathers), on every
+** device, beside ZeRO-2's reductions: the forward gathers each weight, the backward those it reads again. */
+Test(parallel, trace_shows_zero3_gathers_on_every_device) {
+  strata_model_t m = small_gpt();
+  int h[4];
+  for (int i = 0; i < 4; i++)
+    h[i] = tc_find_device("host", i);
+  char trace[600];
+  snprintf(trace, sizeof trace, "%s/trace-zero3.json", dir);
+  strata_layout_t l = layout("{\"dp\": 2, \"pp\": 2, \"zero\": 3, \"devices\": [%d, %d, %d, %d], "
+                             "\"microbatches\": 2}", h[0], h[1], h[2], h[3]);
+  struct strata_train_options o = options(1);
+  strata_trainer_t tr;
+  OK(strata_trainer_new_layout(m, ds, &o, l, trace, &tr));
+  struct strata_step_stats st;
+  OK(strata_trainer_step(tr, &st));
+  struct strata_train_report rep;
+  tc_report_keep(tr, &rep);
+  strata_trainer_free(tr);
+  uint64_t gathered[4] = {0}, reduced[4] = {0};
+  size_t n = 0;
+  struct comm_event *ev = trace_comms(trace, 4, &n);
+  for (size_t i = 0; i < n; i++) {
+    cr_assert_eq(ev[i].group, 2, "%s: a stage's copies, one per replica", ev[i].name);
+    cr_assert(strchr(ev[i].name, '.'), "%s: a micro-batch's", ev[i].name);
+    if (!strncmp(ev[i].name, "PAG", 3)) {
+      cr_assert_str_eq(ev[i].collective, "allgather");
+      gathered[ev[i].rank] += (uint64_t)ev[i].bytes;
+    } else {
+      cr_assert(!strncmp(ev[i].name, "GRS", 3), "%s", ev[i].name);
+      reduced[ev[i].rank] += (uint64_t)ev[i].bytes;
+    }
+  }
+  free(ev);
+  /* the reductions cover every gradient once a micro-batch; the forwards gather every weight once a micro-batch and
+  ** the backwards again those they read (not the embedding's, whose backward reads no weight; a window still
+  ** holding a weight is not gathered twice) */
+  for (int r = 0, first = 0; r < 4; r++) {
+    /* device rank r holds stage r % 2 of its replica: its layers' parameters, whole */
+    uint64_t whole = 0;
+    if (r % 2 == 0)
+      first = 0;
+    for (int i = first; i < first + rep.split[r]; i++) {
+      struct strata_layer_info li;
+      OK(strata_model_layer(m, i, &li));
+      whole += 4 * li.params;
+    }
+    first += rep.split[r];
+    cr_assert_eq(reduced[r], 2 * whole, "device rank %d: %llu bytes reduced, 2 micro-batches of %llu", r,
+                 (unsigned long long)reduced[r], (unsigned long long)whole);
+    cr_assert(gathered[r] > reduced[r] && gathered[r] <= 2 * reduced[r], "device rank %d: %llu bytes gathered, %llu "
+              "reduced", r, (unsigned long long)gathered[r], (unsigned long long)reduced[r]);
+  }
+  tc_report_free(&rep);
+  strata_layout_free(l);
+  strata_model_free(m);
+}
+
+/* ZeRO-2 and 3 keep no replica's whole gradients: a pass that returns them is refused with the reason, one that
+** returns the loss runs (under ZeRO-3 gathering the weights from the shards: ZeRO-1's loss of the same batch, bit for
+** bit); a bf16 gradient reduction is refused (they reduce in float32), and so is ZeRO-3 without replicas. */
+Test(parallel, zero2_and_3_refusals_and_passes) {
+  strata_model_t m = gpt4();
+  int h0 = tc_find_device("host", 0), h1 = tc_find_device("host", 1);
+  const int64_t rows = 2 * 8;
+  int32_t *tok = calloc((size_t)rows, sizeof *tok), *tg = calloc((size_t)rows, sizeof *tg);
+  cr_assert(tok && tg);
+  for (int64_t i = 0; i < rows; i++)
+    tok[i] = (int32_t)(i * 37 % 256), tg[i] = (int32_t)(i * 11 % 256);
+  float loss[4] = {0};
+  for (int z = 1; z <= 3; z++) {
+    struct strata_train_options o = options(1);
+    strata_layout_t l = layout("{\"dp\": 2, \"zero\": %d, \"devices\": [%d, %d], \"microbatches\": 1}", z, h0, h1);
+    strata_trainer_t tr;
+    OK(strata_trainer_new_layout(m, ds, &o, l, NULL, &tr));
+    OK(strata_trainer_step(tr, NULL)); /* parameters that differ from their initial values */
+    size_t np = 0;
+    OK(strata_trainer_params(tr, NULL, &np));
+    float *g = malloc(np * sizeof *g);
+    cr_assert_not_null(g);
+    if (z >= 2) {
+      cr_assert_eq(strata_trainer_loss_grad(tr, tok, tg, 2, &loss[z], g), STRATA_ERR_UNSUPPORTED);
+      cr_assert(strstr(strata_last_error(), "ZeRO-2"), "%s", strata_last_error());
+    }
+    OK(strata_trainer_loss_grad(tr, tok, tg, 2, &loss[z], NULL)); /* the loss alone is a forward */
+    cr_assert_eq(loss[z], loss[1], "zero %d: a pass's loss %.9g, zero 1's %.9g", z, loss[z], loss[1]);
+    free(g);
+    strata_trainer_free(tr);
+    if (z >= 2) {
+      o.grad_reduce = STRATA_BFLOAT16;
+      cr_assert_eq(strata_trainer_new_layout(m, ds, &o, l, NULL, &tr), STRATA_ERR_UNSUPPORTED);
+      cr_assert(strstr(strata_last_error(), "ZeRO-2"), "%s", strata_last_error());
+    }
+    strata_layout_free(l);
+  }
+  free(tok);
+  free(tg);
+  strata_layout_t l = NULL;
+  cr_assert_eq(strata_layout_from_json("{\"zero\": 3}", "zero 3", &l), STRATA_ERR_INVALID);
+  cr_assert(strstr(strata_last_error(), "ZeRO-3 shards across data-parallel replicas and needs dp >= 2"), "%s",
+            strata_last_error());
+  strata_model_free(m);
+}
+
 /* ---- tensor-parallel MLP and CNN layers ---- */
 
 /* Pairs of layers, the first cut by its outputs (an fc's columns, a convolution's output channels) and the second by
@@ -1144,9 +1625,11 @@ Test(parallel, the_planner_predicts_the_trainers_memory_plan) {
       "{\"dp\":1,\"pp\":1,\"tp\":1,\"split\":[6],\"recompute\":\"selective\"}",
       "{\"dp\":1,\"pp\":1,\"tp\":1,\"split\":[6],\"recompute\":\"full\"}",
       "{\"dp\":1,\"pp\":2,\"tp\":1,\"split\":[3,3],\"schedule\":\"1f1b\",\"microbatches\":4,\"recompute\":\"full\"}",
-      "{\"dp\":1,\"pp\":2,\"tp\":1,\"split\":[3,3],\"schedule\":\"zb-h1\",\"microbatches\":4,"
-      "\"recompute\":\"selective\"}",
-      "{\"dp\":2,\"pp\":2,\"tp\":2,\"split\":[3,3],\"zero\":1,\"microbatches\":2,\"recompute\":\"full\"}",
+            "{\"dp\":2,\"pp\":2,\"tp\":2,\"split\":[3,3],\"zero\":1,\"microbatches\":2,\"recompute\":\"full\"}",
+      "{\"dp\":2,\"pp\":1,\"tp\":1,\"split\":[6],\"zero\":2,\"microbatches\":2}",
+      "{\"dp\":2,\"pp\":2,\"tp\":2,\"split\":[3,3],\"zero\":2,\"microbatches\":2}",
+      "{\"dp\":2,\"pp\":1,\"tp\":1,\"split\":[6],\"zero\":3,\"microbatches\":2}",
+      "{\"dp\":2,\"pp\":2,\"tp\":2,\"split\":[3,3],\"zero\":3,\"microbatches\":2}",
   };
   for (size_t i = 0; i < sizeof layouts / sizeof *layouts; i++) {
     strata_layout_t l = layout("%s", layouts[i]);
@@ -1246,6 +1729,9 @@ Test(parallel, bf16_layouts_track_one_device_in_bf16) {
       "{\"dp\":2,\"pp\":1,\"tp\":1,\"microbatches\":2}",
       "{\"dp\":2,\"pp\":1,\"tp\":1,\"microbatches\":2,\"zero\":1}",
       "{\"dp\":2,\"pp\":2,\"tp\":2,\"microbatches\":2,\"zero\":1}",
+      "{\"dp\":2,\"pp\":1,\"tp\":1,\"microbatches\":2,\"zero\":2}",
+      "{\"dp\":2,\"pp\":1,\"tp\":1,\"microbatches\":2,\"zero\":3}",
+      "{\"dp\":2,\"pp\":2,\"tp\":2,\"microbatches\":2,\"zero\":3}",
   };
   char devs[128] = "";
   for (int i = 0; i < 8; i++)

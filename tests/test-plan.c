@@ -483,6 +483,39 @@ Test(plan, transfers_through_one_uplink_are_contended) {
   strata_model_free(m);
 }
 
+/* ZeRO-2 and 3 in the simulator: the memory model's smaller gradients (and ZeRO-3's parameters) lower every device's
+** peak below ZeRO-1's (ZeRO-3's below ZeRO-2's), and their collectives stand for what the trainer moves — an
+** all-reduce of each of the 4 micro-batches' gradients instead of one reduce-scatter, and ZeRO-3's gathers of the
+** weights for every forward and backward: more of the devices' time goes to communication at each stage, and a step
+** takes no less. */
+Test(plan, zero2_and_3_cost_their_collectives_and_save_memory) {
+  strata_model_t m = small_gpt(4);
+  double f[8];
+  uint64_t mem[8];
+  for (int i = 0; i < 8; i++)
+    f[i] = 2e12, mem[i] = 64 * GIB;
+  strata_machine_t c = node(8, f, mem, NULL, 20, 20, NULL, 0);
+  int split[2] = {3, 3};
+  struct strata_sim_result r[3];
+  for (int z = 0; z < 3; z++) {
+    strata_layout_t l = layout(4, 2, 1, NULL, split, STRATA_SCHEDULE_1F1B, 4, z + 1);
+    struct strata_sim_options o = {.batch = 64};
+    OK(strata_simulate(c, m, l, &o, &r[z]));
+    strata_layout_free(l);
+  }
+  for (int z = 1; z < 3; z++) {
+    for (int d = 0; d < r[0].devices; d++)
+      cr_assert_lt(r[z].memory[d], r[z - 1].memory[d], "device %d: ZeRO-%d %llu bytes, ZeRO-%d %llu", d, z + 1,
+                   (unsigned long long)r[z].memory[d], z, (unsigned long long)r[z - 1].memory[d]);
+    cr_assert_geq(r[z].step_s, r[z - 1].step_s);
+    cr_assert_gt(r[z].comm_share, r[z - 1].comm_share);
+  }
+  for (int z = 0; z < 3; z++)
+    strata_sim_result_destroy(&r[z]);
+  strata_machine_free(c);
+  strata_model_free(m);
+}
+
 /* Symmetric mode (two replicas stand for dp) gives the full simulation's figures on identical devices. */
 Test(plan, symmetric_replicas_equal_the_full_run) {
   strata_model_t m = small_gpt(4);

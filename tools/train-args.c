@@ -100,9 +100,14 @@ static void usage(FILE *f) {
           "                           or one per pipeline rank (--pp 2 --tp 2,1: rank 0 over 2 devices, rank\n"
           "                           1 whole on a third); --devices lists each replica's ranks' slices in\n"
           "                           turn (dp x sum(T) devices)\n"
-          "      --zero               ZeRO-1 with --dp: gradients reduce-scattered, each replica's AdamW\n"
-          "                           over its 1/D of the parameters (the moments shrink by D), the\n"
-          "                           updated parameters all-gathered\n"
+          "      --zero[=N]           ZeRO stage N (1 when N is left out) with --dp: 1, gradients\n"
+          "                           reduce-scattered, each replica's AdamW over its 1/D of the\n"
+          "                           parameters (the moments shrink by D), the updated parameters\n"
+          "                           all-gathered; 2, also each weight's gradients summed over the\n"
+          "                           replicas as the backward writes them, each replica keeping its 1/D of\n"
+          "                           them (the gradients shrink by D); 3, also the parameters: each\n"
+          "                           layer's weights gathered from the replicas' shards as it reads them,\n"
+          "                           in the forward and the backward (one process only)\n"
           "      --plan auto          the whole cut chosen by the planner (strata-plan) for this machine's\n"
           "                           devices, calibrated first, for a global batch of --batch x --accum\n"
           "      --layout FILE        the whole cut from a layout file (schema strata-layout/1, as\n"
@@ -272,6 +277,7 @@ int adopt_layout(struct options *o, const char *from) {
     o->schedule = strata_layout_schedule(o->layout);
     o->microbatches = strata_layout_microbatches(o->layout);
     o->virtual_stages = strata_layout_virtual_stages(o->layout);
+    o->zero = strata_layout_zero(o->layout);
     if (o->device_given) {
       fprintf(stderr, PROG ": --device chooses one device; the layout names its devices\n");
       return EXIT_USAGE;
@@ -331,7 +337,7 @@ static int check_grad_reduce(const struct options *o) {
 /* The cut of the command line (--pp, --dp, --tp, --devices ...) when no layout gives it. */
 static int check_cut_args(struct options *o) {
   if (o->zero && o->dp < 2) {
-    fprintf(stderr, PROG ": --zero shards the optimizer over replicas: give --dp 2 or more\n");
+    fprintf(stderr, PROG ": --zero=%d shards over data-parallel replicas: give --dp 2 or more\n", o->zero);
     return EXIT_USAGE;
   }
   if ((o->dp || o->ntp) && !o->pp)
@@ -480,7 +486,7 @@ int parse_args(int argc, char **argv, struct options *o) {
       {"virtual-stages", required_argument, NULL, OPT_VIRTUAL_STAGES},
       {"trace", required_argument, NULL, OPT_TRACE},
       {"dp", required_argument, NULL, OPT_DP},      {"layout", required_argument, NULL, OPT_LAYOUT},
-      {"tp", required_argument, NULL, OPT_TP},      {"plan", required_argument, NULL, OPT_PLAN},      {"zero", no_argument, NULL, OPT_ZERO},
+      {"tp", required_argument, NULL, OPT_TP},      {"plan", required_argument, NULL, OPT_PLAN},      {"zero", optional_argument, NULL, OPT_ZERO},
       {"data-format", required_argument, NULL, OPT_DATA_FORMAT},
       {"init-from", required_argument, NULL, OPT_INIT_FROM},
       {"untie", no_argument, NULL, OPT_UNTIE},
@@ -599,7 +605,11 @@ int parse_args(int argc, char **argv, struct options *o) {
       o->recompute_given = 1;
       break;
     case OPT_ZERO:
-      o->zero = 1;
+      if (optarg && strcmp(optarg, "1") && strcmp(optarg, "2") && strcmp(optarg, "3")) {
+        fprintf(stderr, PROG ": --zero=%s: the ZeRO stage is 1, 2 or 3\n", optarg);
+        return EXIT_USAGE;
+      }
+      o->zero = optarg ? optarg[0] - '0' : 1;
       o->cut_given = o->cut_given ? o->cut_given : "--zero";
       break;
     case OPT_TP:

@@ -247,7 +247,7 @@ void print_summary(struct run *r, int was_interrupted, const struct options *o) 
     if (r->pp) {
       double pwall, busy[MAX_DEVICES];
       double bubble = pipeline_figures(r, &pwall, busy);
-      printf(",\"pp\":%d,\"schedule\":", r->pp);
+      printf(",\"pp\":%d,\"zero\":%d,\"schedule\":", r->pp, o->zero);
       json_str(stdout, strata_schedule_kind_name(r->rep.schedule));
       printf(",\"bubble\":");
       json_float(stdout, bubble);
@@ -383,8 +383,8 @@ void print_header(const struct run *r, const struct options *o, const char *why)
            r->peak_n, (long long)r->topts.steps, (long long)r->start_step, (long long)r->topts.batch,
            (long long)r->topts.accum, step_tokens);
     if (r->pp) {
-      printf(",\"pp\":%d,\"dp\":%d,\"tp\":%d,\"schedule\":", r->pp, o->dp ? o->dp : 1,
-             o->layout ? strata_layout_tp(o->layout, 0) : o->ntp ? o->tp[0] : 1);
+      printf(",\"pp\":%d,\"dp\":%d,\"tp\":%d,\"zero\":%d,\"schedule\":", r->pp, o->dp ? o->dp : 1,
+             o->layout ? strata_layout_tp(o->layout, 0) : o->ntp ? o->tp[0] : 1, o->zero);
       json_str(stdout, strata_schedule_kind_name(r->rep.schedule));
       printf(",\"microbatches\":%d,\"bubble_ideal\":", r->rep.microbatches);
       json_float(stdout, r->rep.bubble_ideal);
@@ -481,6 +481,10 @@ void print_header(const struct run *r, const struct options *o, const char *why)
     if (o->dp)
       printf("replicas  %d (data parallel: each on %d of the step's micro-batches, gradients all-reduced)\n", o->dp,
              r->rep.microbatches);
+    if (o->zero)
+      printf("zero      ZeRO-%d over the %d replicas: each keeps 1/%d of the AdamW moments%s%s\n", o->zero, o->dp, o->dp,
+             o->zero >= 2 ? " and of the reduced gradients (each weight's summed as the backward writes it)" : "",
+             o->zero >= 3 ? " and of the parameters (each weight gathered as a layer reads it)" : "");
     int tpd = o->layout ? strata_layout_tp(o->layout, 0) : o->ntp ? o->tp[0] : 1, per_rank = 0;
     for (int k = 1; k < (o->layout ? strata_layout_pp(o->layout) : o->ntp); k++)
       per_rank |= (o->layout ? strata_layout_tp(o->layout, k) : o->tp[k]) != tpd;

@@ -58,7 +58,7 @@ struct options {
   int dp;                   /* data-parallel replicas; 0: --dp not given */
   int tp[MAX_DEVICES]; /* --tp: tensor-parallel degree, one for every rank or one per rank */
   int ntp;                  /* entries of tp; 0: --tp not given */
-  int zero;                 /* --zero: ZeRO-1 over the --dp replicas */
+  int zero;                 /* --zero[=N]: the ZeRO stage (1, 2, 3) over the --dp replicas; 0: none */
   int precision;            /* --precision: STRATA_FLOAT32 (default) or STRATA_BFLOAT16 */
   int precision_given;
   int grad_reduce;          /* --grad-reduce: STRATA_FLOAT32 (default) or STRATA_BFLOAT16 */

@@ -17,7 +17,7 @@ extern "C" {
 ** micro-batches each replica runs per step, the virtual stages per rank
 ** (interleaving: stage s on rank s % pp; ZB-V, DualPipeV: two per rank in a V, rank d
 ** holding stages d and 2 pp - 1 - d) and the optimizer sharding
-** (ZeRO stage 1 across replicas). A single device is 1 x 1 x 1; a pipeline
+** (ZeRO stage 1, 2 or 3 across replicas). A single device is 1 x 1 x 1; a pipeline
 ** of p devices is 1 x p x 1.
 **
 ** Devices are listed by (replica, pipeline rank, tp rank), replica-major:
@@ -78,7 +78,8 @@ struct strata_layout_desc {
   int schedule;                 /* STRATA_SCHEDULE_* (strata/schedule.h); default 1F1B */
   int microbatches;             /* per replica per step; default 1 */
   int virtual_stages;           /* per rank, INTERLEAVED only (>= 2; default 2 there, 1 otherwise; ZBV, DUALPIPEV: 2) */
-  int zero;                     /* 1: ZeRO-1 optimizer sharding across replicas (dp >= 2) */
+  int zero;                     /* the ZeRO stage across replicas (dp >= 2): 1 shards the optimizer state, 2 also
+                                   the reduced gradients, 3 also the parameters; 0 none */
   int precision;                /* STRATA_FLOAT32 (0, the default) or STRATA_BFLOAT16 (enum strata_dtype of
                                    strata/comm.h): what the job computes in, for the trainer and the planner */
   int recompute;                /* enum strata_recompute (0: none) */
@@ -125,6 +126,7 @@ STRATA_API int strata_layout_stages(strata_layout_t layout);
 STRATA_API int strata_layout_virtual_stages(strata_layout_t layout);
 STRATA_API int strata_layout_schedule(strata_layout_t layout);
 STRATA_API int strata_layout_microbatches(strata_layout_t layout);
+/* The ZeRO stage: 0 (none), 1, 2 or 3. "zero" in the JSON form is that number, or true for 1. */
 STRATA_API int strata_layout_zero(strata_layout_t layout);
 /* STRATA_FLOAT32 or STRATA_BFLOAT16 (strata/comm.h); STRATA_FLOAT32 for NULL. */
 STRATA_API int strata_layout_precision(strata_layout_t layout);

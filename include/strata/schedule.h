@@ -27,9 +27,14 @@ extern "C" {
 **   OPTIMIZER s      the AdamW step of stage s, after all its gradients
 **   GRAD_REDUCE s    data parallelism: all-reduce stage s's gradients with the
 **                    same stage of every other replica, after its backward work
-**   GRAD_SCATTER s   ZeRO-1: reduce-scatter them instead (each replica keeps its shard)
+**   GRAD_SCATTER s   ZeRO-1: reduce-scatter them instead (each replica keeps its shard);
+**                    ZeRO-2: the mark that the stage's gradients, summed over the
+**                    replicas weight by weight and micro-batch by micro-batch inside
+**                    its B and W (the trainer's stage window), are all in the shards
 **   PARAM_GATHER s   ZeRO-1: all-gather the updated parameter shards, after OPTIMIZER s
-**                    (generated after the device's last OPTIMIZER)
+**                    (generated after the device's last OPTIMIZER); ZeRO-3: the mark of
+**                    the stage's gathers, each weight's from the replicas' shards inside
+**                    F and B as a layer reads it (the trainer's stage window)
 **   TP_JOIN_FORWARD s m   tensor parallelism: the joins (all-reduces over the
 **                    stage's tp slices) of F s m, right after it; completes
 **                    when every slice's device has reached it

@@ -235,7 +235,18 @@ struct strata_train_report {
 ** ZeRO-1 (the layout's zero, dp >= 2): each stage's gradients are
 ** reduce-scattered over the replicas, replica r's AdamW updates shard r of
 ** the stage's flat parameters (its moments hold only that shard), and the
-** updated shards are all-gathered after the device's last update.
+** updated shards are all-gathered after the device's last update. ZeRO-2
+** (zero 2): replica r also keeps only shard r of the reduced gradients —
+** each weight's (and its bias's) gradients of every micro-batch are summed
+** over the replicas as the backward writes them, into a window of that
+** size, and shard r's part added into the shard's sums; a pass that returns
+** whole gradients (strata_trainer_loss_grad with grads) is refused, and so
+** is a bf16 gradient reduction. ZeRO-3 (zero 3): replica r also keeps only
+** shard r of the parameters (and of their bf16 copy); before a layer reads
+** a weight and its bias, in a forward or a backward (or a pass), they are
+** gathered into a window of that size from every replica's shard (copies
+** from the other replicas' devices: one process only, refused with a
+** cluster), and the update writes the shard in place.
 **
 ** Several processes (opts->cluster, a job of strata/cluster.h of more than
 ** one rank): the layout's devices are the cluster's global ones, and every

@@ -33,16 +33,22 @@ struct lctx {
 ** weights, embeddings); WT is a weight matrix as the GEMMs read it: the
 ** bfloat16 copy in bfloat16 precision.
 */
-#define PARAM(c, i) AT((c)->st->params, (c)->t[i].off)
-#define GRAD(c, i) AT((c)->st->grads, (c)->t[i].off)
+#define PARAM(c, i) strata__stage_param((c)->st, (c)->t[i].off)
+#define GRAD(c, i) strata__stage_grad((c)->st, (c)->t[i].off)
 #define WT(c, i) weight((c)->st, (c)->t[i].off)
+/* Before a layer reads its tensors i .. i + k - 1: ZeRO-3's parameter window holds them (gathered). */
+#define FETCH(c, i, k) strata__stage_param_take((c)->st, (int)((c)->t - (c)->st->tensors) + (i), (k))
+/* Before the weight part writes the gradients of the layer's tensors i .. i + k - 1: ZeRO-2's window takes them. */
+#define TAKE(c, i, k)                                                                                                  \
+  ((c)->mode == BM_INPUT ? STRATA_OK : strata__stage_grad_take((c)->st, (int)((c)->t - (c)->st->tensors) + (i), (k)))
 #define SAVED(c, o) AT((c)->slot, (c)->saved + (size_t)(o))
 #define SCR(c, o) AT((c)->st->scratch, (size_t)(o))
 #define SV(c, b, e) strata__at((c)->slot, (c)->saved + (size_t)(b), (size_t)(e), (c)->d.act)
 #define SC(c, b, e) strata__at((c)->st->scratch, (size_t)(b), (size_t)(e), (c)->d.act)
 
 static strata_mem_t weight(const struct strata__stage *st, size_t off) {
-  return st->params16 ? strata_mem_typed(st->params16, off, STRATA_BFLOAT16) : AT(st->params, off);
+  const size_t at = st->zero3 ? off - st->pbase : off; /* ZeRO-3: in the window */
+  return st->params16 ? strata_mem_typed(st->params16, at, STRATA_BFLOAT16) : AT(st->params, at);
 }
 
 /* Element e further into the region of m, of m's type. */
@@ -82,6 +88,7 @@ static strata_mem_t slice_tokens(struct lctx *c, int *rc) {
 
 static int embed_fwd(struct lctx *c) {
   struct strata__dims d = c->d;
+  TRY(FETCH(c, 0, 2));
   if (d.vp) { /* each slice looks up its rows of the vocabulary, the others' are zero: the sum is the lookup */
     int rc = STRATA_OK;
     strata_mem_t tok = slice_tokens(c, &rc);
@@ -162,16 +169,22 @@ static int block_fwd(struct lctx *c) {
   struct strata__block_saved s = strata__block_layout(&d);
   strata_queue_t q = c->q;
   int64_t D = d.D, A = d.A;
+  TRY(FETCH(c, LN1_W, 2));
   TRY(strata_layernorm_fwd(q, c->in, PARAM(c, LN1_W), PARAM(c, LN1_B), SV(c, s.ln1, 0), SAVED(c, s.mean1),
                            SAVED(c, s.rstd1), d.R, D, 1e-5f));
+  TRY(FETCH(c, ATTN_W, 2));
   TRY(linear_fwd(q, d.R, D, 3 * A, SV(c, s.ln1, 0), WT(c, ATTN_W), PARAM(c, ATTN_B), SV(c, s.qkv, 0)));
   TRY(attn_fwd(c, &s));
+  TRY(FETCH(c, PROJ_W, 2));
   TRY(linear_fwd_rows(c, d.R, A, D, attn_out(c, &s), WT(c, PROJ_W), PARAM(c, PROJ_B), SV(c, s.xmid, 0)));
   TRY(strata_add(q, SV(c, s.xmid, 0), c->in, SV(c, s.xmid, 0), d.R * D));
+  TRY(FETCH(c, LN2_W, 2));
   TRY(strata_layernorm_fwd(q, SV(c, s.xmid, 0), PARAM(c, LN2_W), PARAM(c, LN2_B), SV(c, s.ln2, 0), SAVED(c, s.mean2),
                            SAVED(c, s.rstd2), d.R, D, 1e-5f));
+  TRY(FETCH(c, FC_W, 2));
   TRY(linear_fwd(q, d.R, D, d.F, SV(c, s.ln2, 0), WT(c, FC_W), PARAM(c, FC_B), SV(c, s.h, 0)));
   TRY(strata_gelu_fwd(q, SV(c, s.h, 0), SV(c, s.g, 0), d.R * d.F));
+  TRY(FETCH(c, FCP_W, 2));
   TRY(linear_fwd_rows(c, d.R, d.F, D, SV(c, s.g, 0), WT(c, FCP_W), PARAM(c, FCP_B), c->out));
   return strata_add(q, c->out, SV(c, s.xmid, 0), c->out, d.R * D);
 }
@@ -190,8 +203,10 @@ static int block_recompute(struct lctx c) {
   return block_fwd(&c);
 }
 
-/* The output projection as the GEMMs read it, and its gradient: the head's own weight, or the embedding's when tied. */
+/* The output projection as the GEMMs read it (ZeRO-3: gathered first), and its gradient: the head's own weight, or
+** the embedding's when tied. */
 static int head_weight(struct lctx *c, strata_mem_t *w, strata_mem_t *dw) {
+  TRY(c->st->model->cfg.tied ? strata__stage_param_take(c->st, c->st->layer_tensor[0], 1) : FETCH(c, 2, 1));
   if (!c->st->model->cfg.tied) {
     *w = WT(c, 2);
     *dw = GRAD(c, 2);
@@ -199,7 +214,7 @@ static int head_weight(struct lctx *c, strata_mem_t *w, strata_mem_t *dw) {
   }
   const struct strata__tensor *wte = &c->st->tensors[c->st->layer_tensor[0]]; /* stage holds every layer */
   *w = weight(c->st, wte->off);
-  *dw = AT(c->st->grads, wte->off);
+  *dw = strata__stage_grad(c->st, wte->off);
   return STRATA_OK;
 }
 
@@ -208,9 +223,10 @@ static int lm_head_fwd(struct lctx *c, strata_mem_t targets) {
   struct strata__head_saved h = strata__head_layout(&d);
   const size_t R = (size_t)d.R;
   strata_mem_t W, dW;
-  TRY(head_weight(c, &W, &dW));
+  TRY(FETCH(c, 0, 2));
   TRY(strata_layernorm_fwd(c->q, c->in, PARAM(c, 0), PARAM(c, 1), SV(c, h.ln, 0), SAVED(c, h.mean), SAVED(c, h.rstd),
                            d.R, d.D, 1e-5f));
+  TRY(head_weight(c, &W, &dW));
   TRY(strata_gemm(c->q, 0, 1, d.R, d.V, d.D, 1, SV(c, h.ln, 0), d.D, 0, W, d.D, 0, 0, SV(c, h.logits, 0), d.V, 0, 1));
   if (!d.vp)
     return strata_cross_entropy_fwd(c->q, SV(c, h.logits, 0), targets, SAVED(c, h.loss), d.R, d.V);
@@ -245,6 +261,7 @@ static int fc_fwd(struct lctx *c) {
   int rc;
   strata_mem_t x = layer_x(c, strata__units((size_t)(c->d.R * L->out), c->d.act), c->d.R * L->in, 1, &rc);
   TRY(rc);
+  TRY(FETCH(c, 0, 2));
   if (L->tp_role == STRATA__TP_INPUTS)
     TRY(linear_fwd_rows(c, c->d.R, L->in, L->out, x, WT(c, 0), PARAM(c, 1), SV(c, 0, 0)));
   else
@@ -277,6 +294,7 @@ static int conv_fwd(struct lctx *c) {
   int rc;
   strata_mem_t x = layer_x(c, xin, c->d.B * L->in, 1, &rc);
   TRY(rc);
+  TRY(FETCH(c, 0, 1));
   TRY(strata_conv2d_fwd(c->q, &g, x, WT(c, 0), SV(c, 0, 0), SC(c, 0, 0)));
   if (L->tp_role == STRATA__TP_INPUTS) /* each slice convolved its input channels: the sum is the convolution */
     TRY(join(c, SV(c, 0, 0), big));
@@ -290,6 +308,7 @@ static int classifier_fwd(struct lctx *c, strata_mem_t targets) {
   int rc;
   strata_mem_t x = layer_x(c, lu + (size_t)c->d.R, c->d.R * L->in, 1, &rc);
   TRY(rc);
+  TRY(FETCH(c, 0, 2));
   TRY(linear_fwd(c->q, c->d.R, L->in, L->out, x, WT(c, 0), PARAM(c, 1), SV(c, 0, 0)));
   return strata_cross_entropy_fwd(c->q, SV(c, 0, 0), targets, SAVED(c, lu), c->d.R, L->out);
 }
@@ -348,6 +367,7 @@ static int embed_bwd(struct lctx *c, strata_mem_t dout) {
     tok = slice_tokens(c, &rc);
     TRY(rc);
   }
+  TRY(TAKE(c, 0, 2));
   TRY(strata_embedding_bwd(c->q, tok, dout, GRAD(c, 0), d.R, d.D, d.V, 1));
   return strata_embedding_bwd(c->q, AT(c->st->positions, 0), dout, GRAD(c, 1), d.R, d.D, d.T, 1);
 }
@@ -372,31 +392,43 @@ static int block_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
   TRY(keep_dout(c, &dout, RD));
   /* MLP branch */
   if (DO_IN(c)) {
+    TRY(FETCH(c, FCP_W, 2));
     TRY(linear_bwd_x(q, R, d.F, D, WT(c, FCP_W), dout, dh));
     TRY(strata_gelu_bwd(q, SV(c, s.h, 0), dh, dh, R * d.F));
+    TRY(FETCH(c, FC_W, 2));
     TRY(linear_bwd_x(q, R, D, d.F, WT(c, FC_W), dh, dln2));
     TRY(join(c, dln2, RD));
   }
   if (DO_W(c)) {
+    TRY(TAKE(c, FCP_W, 2));
     TRY(linear_bwd_w(q, R, d.F, D, SV(c, s.g, 0), dout, GRAD(c, FCP_W), GRAD(c, FCP_B)));
+    TRY(TAKE(c, FC_W, 2));
     TRY(linear_bwd_w(q, R, D, d.F, SV(c, s.ln2, 0), dh, GRAD(c, FC_W), GRAD(c, FC_B)));
   }
+  TRY(TAKE(c, LN2_W, 2));
+  TRY(FETCH(c, LN2_W, 2));
   TRY(ln_bwd(c, SV(c, s.xmid, 0), PARAM(c, LN2_W), SAVED(c, s.mean2), SAVED(c, s.rstd2), dln2, SC(c, o_d2, 0),
              GRAD(c, LN2_W), GRAD(c, LN2_B), junk, R, D));
   /* attention branch */
   if (DO_IN(c)) {
     TRY(strata_add(q, dout, SC(c, o_d2, 0), dxmid, R * D));
+    TRY(FETCH(c, PROJ_W, 2));
     TRY(linear_bwd_x(q, R, A, D, WT(c, PROJ_W), dxmid, SC(c, o_d1, 0)));
     /* the fused attention's backward: probabilities recomputed from the saved log-sum-exps */
     TRY(strata_attention_bwd(q, SV(c, s.qkv, 0), attn_out(c, &s), SC(c, o_d1, 0), attn_lse(c, &s), dqkv, d.B, T, H, hd,
                              scale, 1));
+    TRY(FETCH(c, ATTN_W, 2));
     TRY(linear_bwd_x(q, R, D, 3 * A, WT(c, ATTN_W), dqkv, dln1));
     TRY(join(c, dln1, RD));
   }
   if (DO_W(c)) {
+    TRY(TAKE(c, PROJ_W, 2));
     TRY(linear_bwd_w(q, R, A, D, attn_out(c, &s), dxmid, GRAD(c, PROJ_W), GRAD(c, PROJ_B)));
+    TRY(TAKE(c, ATTN_W, 2));
     TRY(linear_bwd_w(q, R, D, 3 * A, SV(c, s.ln1, 0), dqkv, GRAD(c, ATTN_W), GRAD(c, ATTN_B)));
   }
+  TRY(TAKE(c, LN1_W, 2));
+  TRY(FETCH(c, LN1_W, 2));
   TRY(ln_bwd(c, c->in, PARAM(c, LN1_W), SAVED(c, s.mean1), SAVED(c, s.rstd1), dln1, SC(c, o_d2, 0), GRAD(c, LN1_W),
              GRAD(c, LN1_B), junk, R, D));
   if (DO_IN(c) && din.buf)
@@ -422,10 +454,16 @@ static int lm_head_bwd(struct lctx *c, strata_mem_t targets, strata_mem_t din) {
     if (d.vp) /* each slice's vocabulary's part of the input gradient */
       TRY(join(c, dlnx, RD));
   }
-  if (DO_W(c))
+  if (DO_W(c)) {
+    if (!c->st->model->cfg.tied) /* (tied: the embedding's, in gtied) */
+      TRY(TAKE(c, 2, 1));
+    TRY(head_weight(c, &W, &dW));
     TRY(strata_gemm(c->q, 1, 0, d.V, d.D, d.R, 1, dlogits, d.V, 0, SV(c, h.ln, 0), d.D, 0, 1, dW, d.D, 0, 1));
+  }
   if (!din.buf && c->mode == BM_INPUT)
     return STRATA_OK;
+  TRY(TAKE(c, 0, 2));
+  TRY(FETCH(c, 0, 2));
   return ln_bwd(c, c->in, PARAM(c, 0), SAVED(c, h.mean), SAVED(c, h.rstd), dlnx, din.buf ? din : junk, GRAD(c, 0),
                 GRAD(c, 1), junk, d.R, d.D);
 }
@@ -435,6 +473,7 @@ static int fc_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
   strata_mem_t dz = LOC(c, 0, 0);
   if (DO_IN(c)) {
     TRY(strata_relu_bwd(c->q, SV(c, 0, 0), dout, dz, c->d.R * L->out));
+    TRY(FETCH(c, 0, 2));
     TRY(linear_bwd_x(c->q, c->d.R, L->in, L->out, WT(c, 0), dz, L->first ? AT(NULL, 0) : din));
     if (L->tp_role == STRATA__TP_OUTPUTS && !L->first && din.buf) /* each slice's outputs' share of it */
       TRY(join(c, din, (size_t)(c->d.R * L->in)));
@@ -443,6 +482,7 @@ static int fc_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
     return STRATA_OK;
   int rc;
   strata_mem_t x = layer_x(c, strata__units((size_t)(c->d.R * L->out), c->d.act), c->d.R * L->in, 0, &rc);
+  TRY(TAKE(c, 0, 2));
   return linear_bwd_w(c->q, c->d.R, L->in, L->out, x, dz, GRAD(c, 0), GRAD(c, 1));
 }
 
@@ -460,11 +500,14 @@ static int conv_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
     TRY(strata_relu_bwd(c->q, SV(c, 0, 0), dr, dr, (int64_t)big));
   }
   strata_mem_t dx = (DO_IN(c) && !L->first) ? din : AT(NULL, 0);
+  if (DO_W(c))
+    TRY(TAKE(c, 0, 1));
   strata_mem_t dw = DO_W(c) ? GRAD(c, 0) : AT(NULL, 0);
   if (!dx.buf && !dw.buf)
     return STRATA_OK;
   int rc;
   strata_mem_t x = layer_x(c, xin, c->d.B * L->in, 0, &rc);
+  TRY(FETCH(c, 0, 1));
   TRY(strata_conv2d_bwd(c->q, &g, x, WT(c, 0), dr, dx, dw, SC(c, 0, 0), 1));
   if (L->tp_role == STRATA__TP_OUTPUTS && dx.buf) /* each slice's output channels' share of it */
     TRY(join(c, dx, (size_t)(c->d.B * L->in)));
@@ -477,12 +520,14 @@ static int classifier_bwd(struct lctx *c, strata_mem_t targets, strata_mem_t din
   strata_mem_t dlogits = LOC(c, 0, 0);
   if (DO_IN(c)) {
     TRY(strata_cross_entropy_bwd(c->q, SV(c, 0, 0), targets, dlogits, c->d.R, L->out, c->st->loss_scale));
+    TRY(FETCH(c, 0, 2));
     TRY(linear_bwd_x(c->q, c->d.R, L->in, L->out, WT(c, 0), dlogits, L->first ? AT(NULL, 0) : din));
   }
   if (!DO_W(c))
     return STRATA_OK;
   int rc;
   strata_mem_t x = layer_x(c, lu + (size_t)c->d.R, c->d.R * L->in, 0, &rc);
+  TRY(TAKE(c, 0, 2));
   return linear_bwd_w(c->q, c->d.R, L->in, L->out, x, dlogits, GRAD(c, 0), GRAD(c, 1));
 }
 
@@ -510,7 +555,7 @@ static int check_slot(struct strata__stage *st, int s) {
 
 /* The bfloat16 copy of the parameters, made anew when they changed (an update, a load) before a forward reads it. */
 static int refresh_weights(struct strata__stage *st) {
-  if (!st->params16 || !st->params16_stale)
+  if (!st->params16 || !st->params16_stale || st->zero3) /* (ZeRO-3 converts each window it gathers) */
     return STRATA_OK;
   const size_t n = st->chunk * (size_t)st->zero.size;
   TRY(strata_convert(st->q, AT(st->params, 0), strata_mem_typed(st->params16, 0, STRATA_BFLOAT16),
@@ -554,6 +599,8 @@ static int stage_backward(struct strata__stage *st, int s, int mode) {
     st->slots[s].armed = 0;
   strata_mem_t targets = strata__stage_targets(st, s);
   int n = strata__stage_layer_count(st);
+  if (mode != BM_INPUT)
+    TRY(strata__stage_grad_begin(st));
   for (int i = n - 1; i >= 0; i--) {
     struct lctx c = layer_ctx(st, s, i);
     c.mode = mode;
@@ -581,6 +628,8 @@ static int stage_backward(struct strata__stage *st, int s, int mode) {
     }
     if (rc)
       return rc;
+    if (mode != BM_INPUT) /* ZeRO-2: the layer's last gradients go (the tied embedding's after the first layer) */
+      TRY(strata__stage_grad_flush(st, i == 0));
     if (mode != BM_INPUT && st->grads_done)
       TRY(st->grads_done(st->grads_done_arg, i));
     if (mode == BM_WEIGHT && i == 0)

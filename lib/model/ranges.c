@@ -10,7 +10,7 @@
 #include "model/stage.h"
 
 #define LEVELS 32
-#define W 4                  /* the maxima kept per layer range */
+#define W 5                  /* the maxima kept per layer range */
 
 struct strata__stage_ranges {
   const struct strata_model *model;
@@ -20,7 +20,7 @@ struct strata__stage_ranges {
   struct strata__layer_mem *m, *alone;
   int *partner;
   size_t *pre;               /* [4][L + 1]: prefix sums of params, tensors, kept, dsave */
-  size_t *top[LEVELS];       /* top[k][W i + w]: the most scratch (w 0), io (1), join (2) and recompute (3) of
+  size_t *top[LEVELS];       /* top[k][W i + w]: the most scratch (w 0), io (1), join (2), recompute (3) and params_most (4) of
                              ** layers [i, i + 2^k) */
   int levels;
 };
@@ -52,7 +52,7 @@ int strata__stage_ranges_new(const struct strata_model *model, int64_t mb, int s
   if (cut)
     r->cut = *cut;
   else
-    r->cut = (struct strata__cut){{0, 1}, {0, 1}, STRATA_FLOAT32, STRATA_FLOAT32, STRATA_RECOMPUTE_NONE};
+    r->cut = (struct strata__cut){{0, 1}, {0, 1}, STRATA_FLOAT32, STRATA_FLOAT32, STRATA_RECOMPUTE_NONE, 0};
   r->L = L;
   r->m = calloc((size_t)L, sizeof *r->m);
   r->alone = calloc((size_t)L, sizeof *r->alone);
@@ -81,6 +81,7 @@ int strata__stage_ranges_new(const struct strata_model *model, int64_t mb, int s
         r->top[0][W * i + 1] = io_of(&r->m[i]);
         r->top[0][W * i + 2] = r->m[i].join;
         r->top[0][W * i + 3] = r->m[i].recompute;
+        r->top[0][W * i + 4] = r->m[i].params_most;
         continue;
       }
       const size_t *p = r->top[k - 1];
@@ -97,7 +98,7 @@ int strata__stage_ranges_new(const struct strata_model *model, int64_t mb, int s
   return STRATA_OK;
 }
 
-/* The most scratch (which 0), io (1), join (2) or recompute (3) of layers [a, b), a < b. */
+/* The most scratch (which 0), io (1), join (2), recompute (3) or params_most (4) of layers [a, b), a < b. */
 static size_t most(const struct strata__stage_ranges *r, int a, int b, int which) {
   int k = 0;
   while (k + 1 < r->levels && (1 << (k + 1)) <= b - a)
@@ -123,6 +124,7 @@ int strata__stage_ranges_bytes(const struct strata__stage_ranges *r, int a, int 
     s.io = most(r, ia, ib, 1);
     s.join = most(r, ia, ib, 2);
     s.recompute = most(r, ia, ib, 3);
+    s.params_most = most(r, ia, ib, 4);
   }
   const struct strata__layer_mem *first = lo_alone ? &r->alone[a] : &r->m[a];
   const struct strata__layer_mem *last = hi_alone ? &r->alone[b - 1] : &r->m[b - 1];
@@ -132,6 +134,7 @@ int strata__stage_ranges_bytes(const struct strata__stage_ranges *r, int a, int 
     strata__layer_mem_add(&s, last, 0, 0);
   s.in = first->in;
   s.out = last->out;
+  s.params_first = first->params;
   strata__stage_bytes_of(r->model, a, b, r->mb, r->split_backward, &r->cut, &s, out);
   return STRATA_OK;
 }

@@ -450,6 +450,16 @@ int strata__stage_can_cut(const struct strata_model *model, int first, int last)
   return STRATA_OK;
 }
 
+/* The most floats of one or two adjacent tensors of stage layer i: what one call of its backward writes at most. */
+static size_t group_most(const struct strata__stage *st, int i) {
+  size_t most = 0;
+  for (int t = st->layer_tensor[i]; t < st->layer_tensor[i + 1]; t++) {
+    size_t g = st->tensors[t].n + (t + 1 < st->layer_tensor[i + 1] ? st->tensors[t + 1].n : 0);
+    most = g > most ? g : most;
+  }
+  return most;
+}
+
 /*
 ** A stage of layers [first, last) laid out, nothing allocated on a device:
 ** its tensors, where each layer keeps its activations in a slot, the sizes
@@ -574,6 +584,14 @@ static int stage_layout(const struct strata_model *model, int first, int last, i
   st->slot_units = slot;
   st->nparams = off;
   st->chunk = (off + (size_t)st->zero.size - 1) / (size_t)st->zero.size;
+  st->zero2 = st->zero.size > 1 && cut && cut->zero_stage >= 2;
+  st->zero3 = st->zero.size > 1 && cut && cut->zero_stage >= 3;
+  if (st->zero2) /* the gradient window (layer_mem's params_most); a tied head writes the embedding's first */
+    for (int i = 0; i < n; i++) {
+      st->gwin = group_most(st, i) > st->gwin ? group_most(st, i) : st->gwin;
+      if (i == 0 && model->cfg.tied && first == 0 && last == model->nlayers)
+        st->tied_n = st->tensors[st->layer_tensor[1] - 1].off + st->tensors[st->layer_tensor[1] - 1].n;
+    }
   *out = st;
   return STRATA_OK;
 }
@@ -597,6 +615,8 @@ static void layer_mem(const struct strata__stage *st, int i, struct strata__laye
   m->out = layer_out(st, L);
   m->join = layer_join(st, L);
   m->recompute = layer_recompute(st, L);
+  m->params_most = group_most(st, i);
+  m->params_first = m->params;
 }
 
 void strata__layer_mem_add(struct strata__layer_mem *sum, const struct strata__layer_mem *m, int first, int last) {
@@ -613,8 +633,12 @@ void strata__layer_mem_add(struct strata__layer_mem *sum, const struct strata__l
     sum->join = m->join;
   if (m->recompute > sum->recompute)
     sum->recompute = m->recompute;
-  if (first)
+  if (m->params_most > sum->params_most)
+    sum->params_most = m->params_most;
+  if (first) {
     sum->in = m->in;
+    sum->params_first = m->params;
+  }
   if (last)
     sum->out = m->out;
 }
@@ -627,15 +651,23 @@ void strata__stage_bytes_of(const struct strata_model *model, int first, int las
   const size_t rows = model->cfg.kind == STRATA_MODEL_GPT ? (size_t)(mb * model->cfg.context) : (size_t)mb;
   const int has_loss = last == model->nlayers;
   memset(b, 0, sizeof *b);
-  /* parameters and gradients (zero x chunk: the last shard padded), the two moments (one chunk) */
+  /* parameters and gradients (zero x chunk: the last shard padded), the two moments (one chunk); ZeRO-2 keeps
+  ** instead of the gradients their shard (one chunk), a window of the most one call writes (two adjacent tensors
+  ** of a layer) and, in a tied stage, the embedding's gradients; ZeRO-3 the parameters the same way (stage.h) */
   b->params = 2 * alloc_bytes(chunk * z) + 2 * alloc_bytes(chunk);
+  const int z3 = z > 1 && cut->zero_stage >= 3; /* ZeRO-3: the parameters' shard and a window as the gradients' */
+  if (z > 1 && cut->zero_stage >= 2) {
+    const int tied = model->cfg.tied && first == 0 && last == model->nlayers;
+    b->params = (z3 ? alloc_bytes(chunk) + alloc_bytes(s->params_most) : alloc_bytes(chunk * z)) +
+                alloc_bytes(s->params_most) + 3 * alloc_bytes(chunk) + (tied ? alloc_bytes(s->params_first) : 0);
+  }
   /* the per-tensor scalars, one layer's scratch, the two backward ping-pong buffers, the embedding's positions */
   b->fixed = b->params + alloc_bytes(s->tensors + 1) + alloc_bytes(s->scratch) + 2 * alloc_bytes(s->io);
   if (first == 0 && model->cfg.kind == STRATA_MODEL_GPT)
     b->fixed += alloc_bytes(rows);
   /* bfloat16: the parameters' compute copy, and with tp the float32 copy a join sums in */
   if (bf16)
-    b->fixed += alloc_bytes(strata__units(chunk * z, STRATA_BFLOAT16));
+    b->fixed += alloc_bytes(strata__units(z3 ? s->params_most : chunk * z, STRATA_BFLOAT16));
   if (s->join)
     b->fixed += alloc_bytes(s->join);
   if (cut && cut->reduce == STRATA_BFLOAT16) /* the gradients' bf16 copy the replicas reduce */
@@ -662,7 +694,7 @@ int strata__stage_plan(const struct strata_model *model, int first, int last, in
     layer_mem(st, i, &m);
     strata__layer_mem_add(&sum, &m, i == 0, i == n - 1);
   }
-  const struct strata__cut whole = {{0, 1}, {0, 1}, STRATA_FLOAT32, STRATA_FLOAT32, STRATA_RECOMPUTE_NONE};
+  const struct strata__cut whole = {{0, 1}, {0, 1}, STRATA_FLOAT32, STRATA_FLOAT32, STRATA_RECOMPUTE_NONE, 0};
   strata__stage_bytes_of(model, first, last, mb, split_backward, cut ? cut : &whole, &sum, b);
   strata__stage_free(st);
   return STRATA_OK;
@@ -726,9 +758,15 @@ int strata__stage_new(const struct strata_model *model, int first, int last, int
   int rc;
   rc = strata_queue_new(dev, &st->q);
   if (!rc)
-    rc = alloc(dev, padded, &st->params);
+    rc = alloc(dev, st->zero3 ? st->gwin : padded, &st->params);
+  if (!rc && st->zero3)
+    rc = alloc(dev, st->chunk, &st->pshard);
   if (!rc)
-    rc = alloc(dev, padded, &st->grads);
+    rc = alloc(dev, st->zero2 ? st->gwin : padded, &st->grads);
+  if (!rc && st->zero2)
+    rc = alloc(dev, st->chunk, &st->gshard);
+  if (!rc && st->tied_n)
+    rc = alloc(dev, st->tied_n, &st->gtied);
   if (!rc)
     rc = alloc(dev, st->chunk, &st->m);
   if (!rc)
@@ -742,7 +780,7 @@ int strata__stage_new(const struct strata_model *model, int first, int last, int
   if (!rc && first == 0 && model->cfg.kind == STRATA_MODEL_GPT)
     rc = alloc(dev, (size_t)st->rows, &st->positions);
   if (!rc && st->act == STRATA_BFLOAT16)
-    rc = alloc(dev, strata__units(padded, STRATA_BFLOAT16), &st->params16);
+    rc = alloc(dev, strata__units(st->zero3 ? st->gwin : padded, STRATA_BFLOAT16), &st->params16);
   if (!rc && st->max_join)
     rc = alloc(dev, st->max_join, &st->join32);
   if (!rc && cut && cut->reduce == STRATA_BFLOAT16)
@@ -780,16 +818,26 @@ int strata__stage_new(const struct strata_model *model, int first, int last, int
     strata__tensor_cut(x, whole, host + x->off, 0);
   }
   free(whole);
-  rc = strata_buffer_upload(st->q, st->params, 0, host, off * 4);
+  if (st->zero3) { /* this replica's shard only; the padding of the last shard is never read */
+    const size_t base = (size_t)st->zero.rank * st->chunk;
+    const size_t n = base < off ? (off - base < st->chunk ? off - base : st->chunk) : 0;
+    rc = strata_fill(st->q, AT(st->pshard, 0), 0, (int64_t)(st->chunk ? st->chunk : 1));
+    if (!rc) /* the window holds nothing yet */
+      rc = strata_fill(st->q, AT(st->params, 0), 0, (int64_t)(st->gwin ? st->gwin : 1));
+    if (!rc && n)
+      rc = strata_buffer_upload(st->q, st->pshard, 0, host + base, n * 4);
+  } else {
+    rc = strata_buffer_upload(st->q, st->params, 0, host, off * 4);
+    if (!rc && padded > off) /* the padding of the last shard: reduced and gathered, never read */
+      rc = strata_fill(st->q, AT(st->params, off), 0, (int64_t)(padded - off));
+  }
   free(host);
-  if (!rc && padded > off) /* the padding of the last shard: reduced and gathered, never read */
-    rc = strata_fill(st->q, AT(st->params, off), 0, (int64_t)(padded - off));
   if (!rc)
     rc = strata_fill(st->q, AT(st->m, 0), 0, (int64_t)(st->chunk ? st->chunk : 1));
   if (!rc)
     rc = strata_fill(st->q, AT(st->v, 0), 0, (int64_t)(st->chunk ? st->chunk : 1));
   if (!rc)
-    rc = strata_fill(st->q, AT(st->grads, 0), 0, (int64_t)(padded ? padded : 1));
+    rc = strata__stage_zero_grads(st);
   if (!rc && st->positions) {
     int32_t *pos = malloc((size_t)st->rows * sizeof *pos);
     if (!pos)
@@ -802,7 +850,7 @@ int strata__stage_new(const struct strata_model *model, int first, int last, int
   }
   if (!rc && st->params16) { /* the compute copy now: a device that cannot hold bfloat16 says so at creation */
     rc = strata_convert(st->q, AT(st->params, 0), strata_mem_typed(st->params16, 0, STRATA_BFLOAT16),
-                        (int64_t)(padded ? padded : 1));
+                        (int64_t)(st->zero3 ? (st->gwin ? st->gwin : 1) : padded ? padded : 1));
     if (rc) {
       char *why = strdup(strata_last_error());
       struct strata_device_props p;
@@ -840,6 +888,9 @@ void strata__stage_free(struct strata__stage *st) {
   strata_buffer_free(st->grads16);
   strata_buffer_free(st->rcbuf);
   strata_buffer_free(st->grads);
+  strata_buffer_free(st->gshard);
+  strata_buffer_free(st->gtied);
+  strata_buffer_free(st->pshard);
   strata_buffer_free(st->m);
   strata_buffer_free(st->v);
   strata_buffer_free(st->scalar);
@@ -963,8 +1014,80 @@ int strata__stage_layer_count(const struct strata__stage *st) { return stage_lay
 /* ---- gradients and the update ---- */
 
 int strata__stage_zero_grads(struct strata__stage *st) {
+  if (st->zero2) /* the window is zeroed layer by layer as a backward reaches it */
+    return strata_fill(st->q, AT(st->gshard, 0), 0, (int64_t)(st->chunk ? st->chunk : 1));
   size_t padded = st->chunk * (size_t)st->zero.size;
   return strata_fill(st->q, AT(st->grads, 0), 0, (int64_t)(padded ? padded : 1));
+}
+
+int strata__stage_grad_begin(struct strata__stage *st) {
+  if (!st->zero2)
+    return STRATA_OK;
+  st->gend = st->gbase;
+  return st->gtied ? strata_fill(st->q, AT(st->gtied, 0), 0, (int64_t)st->tied_n) : STRATA_OK;
+}
+
+/* Hand floats [lo, hi) at g on to the executor (a pass, which has no hook, drops them). */
+static int hand_on(struct strata__stage *st, size_t lo, size_t hi, strata_mem_t g) {
+  return st->grads_flush && hi > lo ? st->grads_flush(st->grads_flush_arg, lo, hi, g) : STRATA_OK;
+}
+
+int strata__stage_grad_flush(struct strata__stage *st, int tied) {
+  if (!st->zero2)
+    return STRATA_OK;
+  const size_t lo = st->gbase, hi = st->gend;
+  st->gend = st->gbase;
+  TRY(hand_on(st, lo, hi, AT(st->grads, 0)));
+  return tied && st->gtied ? hand_on(st, 0, st->tied_n, AT(st->gtied, 0)) : STRATA_OK;
+}
+
+int strata__stage_grad_take(struct strata__stage *st, int t, int k) {
+  if (!st->zero2)
+    return STRATA_OK;
+  const size_t lo = st->tensors[t].off, hi = st->tensors[t + k - 1].off + st->tensors[t + k - 1].n;
+  if (st->gtied && lo < st->tied_n)
+    return STRATA_OK; /* the tied embedding's, kept whole for the backward */
+  if (hi - lo > st->gwin)
+    return strata__error(STRATA_ERR_INTERNAL, "stage: %zu gradients for a window of %zu", hi - lo, st->gwin);
+  TRY(strata__stage_grad_flush(st, 0));
+  st->gbase = lo;
+  st->gend = hi;
+  return hi > lo ? strata_fill(st->q, AT(st->grads, 0), 0, (int64_t)(hi - lo)) : STRATA_OK;
+}
+
+int strata__stage_shard_add(struct strata__stage *st, size_t lo, size_t hi, strata_mem_t g) {
+  const size_t a = (size_t)st->zero.rank * st->chunk, x = lo > a ? lo : a, y = hi < a + st->chunk ? hi : a + st->chunk;
+  if (y <= x)
+    return STRATA_OK; /* none of it in this replica's shard */
+  g.off += x - lo;
+  return strata_add(st->q, AT(st->gshard, x - a), g, AT(st->gshard, x - a), (int64_t)(y - x));
+}
+
+int strata__stage_param_take(struct strata__stage *st, int t, int k) {
+  if (!st->zero3)
+    return STRATA_OK;
+  const size_t lo = st->tensors[t].off, hi = st->tensors[t + k - 1].off + st->tensors[t + k - 1].n;
+  if (lo >= st->pbase && hi <= st->pend && !st->params16_stale)
+    return STRATA_OK; /* held already */
+  if (hi - lo > st->gwin)
+    return strata__error(STRATA_ERR_INTERNAL, "stage: %zu parameters for a window of %zu", hi - lo, st->gwin);
+  if (!st->params_fetch)
+    return strata__error(STRATA_ERR_STATE, "stage: ZeRO-3's parameters read with no gather to fetch them");
+  st->pend = st->pbase; /* (nothing held should the gather fail) */
+  if (hi > lo)
+    TRY(st->params_fetch(st->params_fetch_arg, lo, hi, AT(st->params, 0)));
+  st->pbase = lo;
+  st->pend = hi;
+  if (st->params16 && hi > lo)
+    TRY(strata_convert(st->q, AT(st->params, 0), strata_mem_typed(st->params16, 0, STRATA_BFLOAT16),
+                       (int64_t)(hi - lo)));
+  st->params16_stale = 0;
+  return STRATA_OK;
+}
+
+/* The gradients of flat floats from `lo` on as the optimizer reads them: the whole vector's, or ZeRO-2's shard. */
+static strata_mem_t shard_grad(const struct strata__stage *st, size_t lo) {
+  return st->zero2 ? AT(st->gshard, lo - (size_t)st->zero.rank * st->chunk) : AT(st->grads, lo);
 }
 
 /* The part of tensor t inside the stage's optimizer shard: [*lo, *hi) in floats of the flat vector (empty: lo = hi). */
@@ -985,7 +1108,7 @@ int strata__stage_grad_sumsq(struct strata__stage *st, double *sumsq) {
       TRY(strata_fill(st->q, AT(st->scalar, (size_t)t), 0, 1));
       continue;
     }
-    TRY(strata_sumsq(st->q, AT(st->grads, lo), (int64_t)(hi - lo), AT(st->scalar, (size_t)t), 0));
+    TRY(strata_sumsq(st->q, shard_grad(st, lo), (int64_t)(hi - lo), AT(st->scalar, (size_t)t), 0));
   }
   float *v = malloc(((size_t)st->ntensors + 1) * sizeof *v);
   if (!v)
@@ -1000,16 +1123,17 @@ int strata__stage_grad_sumsq(struct strata__stage *st, double *sumsq) {
 int strata__stage_update(struct strata__stage *st, float gscale, float lr, float beta1, float beta2, float eps,
                          float weight_decay, int64_t step) {
   const size_t base = (size_t)st->zero.rank * st->chunk; /* where the shard (and m, v) starts */
-  st->params16_stale = 1;
+  strata__stage_params_changed(st);
   if (gscale != 1.0f)
-    TRY(strata_scale(st->q, AT(st->grads, base), gscale, (int64_t)(st->chunk ? st->chunk : 1)));
+    TRY(strata_scale(st->q, shard_grad(st, base), gscale, (int64_t)(st->chunk ? st->chunk : 1)));
   for (int t = 0; t < st->ntensors; t++) {
     const struct strata__tensor *x = &st->tensors[t];
     size_t lo, hi;
     shard_part(st, t, &lo, &hi);
     if (hi == lo)
       continue;
-    TRY(strata_adamw(st->q, AT(st->params, lo), AT(st->grads, lo), AT(st->m, lo - base), AT(st->v, lo - base),
+    TRY(strata_adamw(st->q, st->zero3 ? AT(st->pshard, lo - base) : AT(st->params, lo), shard_grad(st, lo),
+                     AT(st->m, lo - base), AT(st->v, lo - base),
                      (int64_t)(hi - lo), lr, beta1, beta2, eps, x->decay ? weight_decay : 0.0f, step));
   }
   return STRATA_OK;

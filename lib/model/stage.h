@@ -38,6 +38,8 @@ struct strata__cut {
                              ** bfloat16 copy of the gradients, grads16) */
   int recompute;             /* enum strata_recompute (strata/layout.h): what a GPT block drops from its slot and
                              ** recomputes into the stage's one-block buffer (rcbuf) before its backward */
+  int zero_stage;            /* with zero.size > 1: 2 keeps only the shard of the reduced gradients too (ZeRO-2,
+                             ** below), 3 of the parameters too (ZeRO-3); 0 or 1 the whole gradients */
 };
 
 /*
@@ -120,6 +122,38 @@ struct strata__stage {
   struct strata__shard tp;   /* which slice of the layers this stage holds */
   struct strata__shard zero; /* ZeRO-1: the shard of the parameters its optimizer updates (0 of 1: all) */
   size_t chunk;              /* floats per shard (nparams without ZeRO); params and grads hold zero.size x chunk */
+  /*
+  ** ZeRO-2 (cut->zero_stage 2): no whole gradient vector. `grads` is a
+  ** window of `gwin` floats (the most that one call of a layer's backward
+  ** writes: a weight and its bias, a layernorm's two vectors) holding the
+  ** gradients of flat floats [gbase, gend) of the micro-batch being
+  ** backwarded; `gshard` holds this replica's shard (chunk floats, from
+  ** zero.rank x chunk) of the gradients summed over the replicas and over
+  ** the step's micro-batches. A stage whose head reads the embedding's weight
+  ** (a tied model) keeps its first layer's gradients [0, tied_n) in `gtied`
+  ** for a whole backward, as the head writes there first. The window's
+  ** contents go to `grads_flush` (the executor sums them over the replicas
+  ** and calls strata__stage_shard_add) before it takes the next tensors.
+  */
+  strata_buffer_t gshard, gtied;
+  size_t gwin, gbase, gend, tied_n;
+  int (*grads_flush)(void *arg, size_t lo, size_t hi, strata_mem_t g);
+  void *grads_flush_arg;
+  int zero2;                 /* built for ZeRO-2 or 3 (the shell of one too: no buffers) */
+  /*
+  ** ZeRO-3 (cut->zero_stage 3, with ZeRO-2's gradients): no whole parameter
+  ** vector either. `pshard` holds this replica's shard of the float32
+  ** parameters (chunk floats, from zero.rank x chunk: what its AdamW
+  ** updates); `params` (and in bfloat16 `params16`) is a window of gwin
+  ** floats that holds flat floats [pbase, pend) gathered from every
+  ** replica's shard by `params_fetch` (the executor) before a layer reads
+  ** them, kept until other tensors are needed or the parameters change.
+  */
+  int zero3;
+  strata_buffer_t pshard;
+  size_t pbase, pend;
+  int (*params_fetch)(void *arg, size_t lo, size_t hi, strata_mem_t dst);
+  void *params_fetch_arg;
   /* Sharded stages: joins `count` floats at x with the other slices' (an
   ** all-reduce with `op`, STRATA_SUM or STRATA_MAX, enqueued on q), set by the executor. */
   int (*join)(void *arg, strata_queue_t q, strata_mem_t x, size_t count, int op);
@@ -191,6 +225,8 @@ struct strata__layer_mem {
   size_t io;                 /* summed: the most of one layer's input or output */
   size_t join;               /* bfloat16 with tp: the most elements one join sums in float32 (the most, summed) */
   size_t recompute;          /* units its recomputation writes to the stage's buffer (the most, summed) */
+  size_t params_most;        /* the most parameter floats of two adjacent tensors of one layer (ZeRO-2's window) */
+  size_t params_first;       /* summed: the first layer's (a tied stage's embedding gradients under ZeRO-2) */
 };
 /* Add layer figures `m` to `sum` (zeroed to start); `first`/`last`: the stage's first/last layer. */
 void strata__layer_mem_add(struct strata__layer_mem *sum, const struct strata__layer_mem *m, int first, int last);
@@ -291,6 +327,41 @@ int strata__stage_vocab(const struct strata__stage *st, int64_t *first, int64_t 
 strata_mem_t strata__stage_logits(struct strata__stage *st, int s);
 
 int strata__stage_zero_grads(struct strata__stage *st);
+/* The gradient of flat float `off` (a tensor's offset) as the layers write it: the whole vector, or under ZeRO-2
+** the window (or tied buffer) that holds the layer's gradients now. */
+static inline strata_mem_t strata__stage_grad(const struct strata__stage *st, size_t off) {
+  if (!st->gshard)
+    return strata_mem(st->grads, off);
+  if (st->gtied && off < st->tied_n)
+    return strata_mem(st->gtied, off);
+  return strata_mem(st->grads, off - st->gbase);
+}
+/*
+** ZeRO-2 (nothing otherwise). _grad_begin, before a backward's weight part:
+** the window is empty and a tied stage's gtied zeroed. _grad_take, before a
+** layer writes the gradients of stage tensors [t, t + k) (adjacent): the
+** window hands on what it holds and takes them, zeroed (tensors of gtied
+** stay there). _grad_flush, after a layer's weight part: the window hands
+** on what it holds, and with `tied` gtied too (after the first layer's).
+** _shard_add: flat floats [lo, hi), summed over the replicas at g, added
+** into this replica's shard of the step's sums (their part in it).
+*/
+int strata__stage_grad_begin(struct strata__stage *st);
+int strata__stage_grad_take(struct strata__stage *st, int t, int k);
+int strata__stage_grad_flush(struct strata__stage *st, int tied);
+int strata__stage_shard_add(struct strata__stage *st, size_t lo, size_t hi, strata_mem_t g);
+/* ZeRO-3 (nothing otherwise): before a layer reads stage tensors [t, t + k) (adjacent), the parameter window holds
+** them (gathered unless it holds them already). */
+int strata__stage_param_take(struct strata__stage *st, int t, int k);
+/* The parameter of flat float `off` as the layers read it (float32): the whole vector, or ZeRO-3's window. */
+static inline strata_mem_t strata__stage_param(const struct strata__stage *st, size_t off) {
+  return strata_mem(st->params, st->zero3 ? off - st->pbase : off);
+}
+/* The parameters changed (an update, a load): the window, and the bfloat16 copy, are made anew before use. */
+static inline void strata__stage_params_changed(struct strata__stage *st) {
+  st->params16_stale = 1;
+  st->pend = st->pbase;
+}
 /* Sum of squares of each tensor's gradient (with ZeRO, of its part in the
 ** stage's shard), into sumsq[ntensors] (waits for the queue). Summed by the caller in tensor order, so that the global norm
 ** does not depend on how the model is cut. */

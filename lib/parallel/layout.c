@@ -141,11 +141,11 @@ STRATA_API int strata_layout_new(const struct strata_layout_desc *d, strata_layo
     return strata__error(STRATA_ERR_INVALID, "layout: %d virtual stages need the interleaved schedule, not %s",
                          d->virtual_stages, strata_schedule_kind_name(schedule));
   }
-  if (d->zero != 0 && d->zero != 1)
-    return strata__error(STRATA_ERR_INVALID, "layout: zero = %d (0, or 1 for ZeRO-1)", d->zero);
+  if (d->zero < 0 || d->zero > 3)
+    return strata__error(STRATA_ERR_INVALID, "layout: zero = %d (0, or the ZeRO stage 1, 2 or 3)", d->zero);
   if (d->zero && dp < 2)
     return strata__error(STRATA_ERR_INVALID,
-                         "layout: ZeRO-1 shards the optimizer across data-parallel replicas and needs dp >= 2");
+                         "layout: ZeRO-%d shards across data-parallel replicas and needs dp >= 2", d->zero);
   if (d->precision != STRATA_FLOAT32 && d->precision != STRATA_BFLOAT16)
     return strata__error(STRATA_ERR_INVALID, "layout: precision %d is neither STRATA_FLOAT32 nor STRATA_BFLOAT16",
                          d->precision);
@@ -338,15 +338,16 @@ STRATA_API int strata_layout_describe(strata_layout_t l, char **text) {
     return strata__error(STRATA_ERR_INVALID, "strata_layout_describe: NULL argument");
   char tps[256];
   tp_text(l, tps, sizeof tps);
-  char buf[512];
+  char buf[512], zs[16] = "";
+  if (l->zero)
+    snprintf(zs, sizeof zs, ", ZeRO-%d", l->zero);
   int n = snprintf(buf, sizeof buf, "dp %d x pp %d x tp %s over %d device%s, %s", l->dp, l->pp, tps, l->ndevices,
                    l->ndevices == 1 ? "" : "s", strata_schedule_kind_name(l->schedule));
   if (l->v > 1)
     n += snprintf(buf + n, sizeof buf - (size_t)n, " (%d virtual stages per rank)", l->v);
   snprintf(buf + n, sizeof buf - (size_t)n, ", %d micro-batch%s per replica%s%s%s%s", l->microbatches,
-           l->microbatches == 1 ? "" : "es", l->zero ? ", ZeRO-1" : "",
-           l->precision == STRATA_BFLOAT16 ? ", bf16" : "", l->recompute ? ", recompute " : "",
-           l->recompute ? strata_recompute_name(l->recompute) : "");
+           l->microbatches == 1 ? "" : "es", zs, l->precision == STRATA_BFLOAT16 ? ", bf16" : "",
+           l->recompute ? ", recompute " : "", l->recompute ? strata_recompute_name(l->recompute) : "");
   *text = strdup(buf);
   return *text ? STRATA_OK : strata__error(STRATA_ERR_NOMEM, "out of host memory");
 }
@@ -401,6 +402,16 @@ static int get_int(json_t *o, const char *src, const char *key, int dflt, int lo
   return STRATA_OK;
 }
 
+/* "zero": the ZeRO stage 0 to 3, or a boolean (true: stage 1, as layouts said before stages 2 and 3). */
+static int get_zero(json_t *o, const char *src, int *out) {
+  json_t *v = json_object_get(o, "zero");
+  if (v && json_is_boolean(v)) {
+    *out = json_is_true(v);
+    return STRATA_OK;
+  }
+  return get_int(o, src, "zero", 0, 0, 3, out);
+}
+
 /* An array of integers in [lo, hi] (malloc'ed into *out, *n entries). */
 static int get_ints(json_t *a, const char *src, const char *key, int lo, int hi, int **out, int *n) {
   if (!json_is_array(a))
@@ -452,7 +463,7 @@ static int from_object(json_t *o, const char *src, strata_layout_t *out) {
   if (!rc)
     rc = get_int(o, src, "virtual_stages", 0, 0, 64, &d.virtual_stages);
   if (!rc)
-    rc = get_int(o, src, "zero", 0, 0, 1, &d.zero);
+    rc = get_zero(o, src, &d.zero);
   json_t *t = json_object_get(o, "tp");
   if (!rc && t && json_is_integer(t))
     rc = get_int(o, src, "tp", 1, 1, LAYOUT_MAX_DEGREE, &d.tp_all);

@@ -246,6 +246,10 @@ struct strata__plan_engine {
   const struct strata_machine *c;
   struct strata__plan_stage_cost *sc; /* [S], NULL with unit costs */
   int dp;                           /* replicas the collectives span (layout dp, >= R) */
+  int zero2;                        /* ZeRO-2: GRAD_SCATTER stands for an all-reduce of every micro-batch's
+                                    ** gradients, run in the backward (executor.c's shard_ready) */
+  int zero3;                        /* ZeRO-3: PARAM_GATHER stands for the gathers of the stage's weights before
+                                    ** every forward and backward (executor.c's gather_fetch) */
   double *finish, *arrive;          /* [K x S x (M + 1)] */
   double *clock, *sender_free, *comm_free, *compute, *comm, *mem_now, *mem_peak;
   int *next, *parked, *bw_done;

@@ -136,9 +136,9 @@ void strata__plan_explain_candidates(struct strata_plan *p, const struct strata_
       same &= strata_layout_tp(l, r) == strata_layout_tp(l, 0);
     for (int r = 0; r < (same ? 1 : strata_layout_pp(l)) && tl + 12 < sizeof tps; r++)
       tl += (size_t)snprintf(tps + tl, sizeof tps - tl, "%s%d", r ? "," : "", strata_layout_tp(l, r));
-    snprintf(what, sizeof what, "dp %d x pp %d x tp %s, %s, m %d%s", strata_layout_dp(l), strata_layout_pp(l), tps,
+    snprintf(what, sizeof what, "dp %d x pp %d x tp %s, %s, m %d%s%.0d", strata_layout_dp(l), strata_layout_pp(l), tps,
              strata_schedule_kind_name(strata_layout_schedule(l)), strata_layout_microbatches(l),
-             strata_layout_zero(l) ? ", ZeRO-1" : "");
+             strata_layout_zero(l) ? ", ZeRO-" : "", strata_layout_zero(l));
     if (i == 0) {
       snprintf(c->reason, sizeof c->reason, "%s: fastest predicted step (bubble %.1f%%, communication %.1f%%)", what,
                100 * c->res.bubble, 100 * c->res.comm_share);
@@ -199,7 +199,12 @@ void strata__plan_explain_candidates(struct strata_plan *p, const struct strata_
   }
   if (strata_layout_dp(l) > 1)
     ADD("dp %d: replicas all-reduce their gradients%s\n", strata_layout_dp(l),
-        strata_layout_zero(l) ? " as a reduce-scatter and an all-gather (ZeRO-1: optimizer state sharded)" : "");
+        strata_layout_zero(l) == 1   ? " as a reduce-scatter and an all-gather (ZeRO-1: optimizer state sharded)"
+        : strata_layout_zero(l) == 2 ? " weight by weight as the backward writes them, each keeping its shard, and "
+                                       "all-gather the parameters (ZeRO-2: gradients and optimizer state sharded)"
+        : strata_layout_zero(l) == 3 ? " weight by weight as the backward writes them, each keeping its shard, and "
+                                       "gather each layer's weights as it reads them (ZeRO-3: parameters too)"
+                                     : "");
   ADD("predicted: %.4g s a step, %.4g samples/s, %.3g TFLOP/s per device, bubble %.1f%%, peak %.2f GB\n",
       b->res.step_s, b->res.samples_per_s, b->res.flops_per_device / 1e12, 100 * b->res.bubble,
       (double)b->res.peak_bytes / 1e9);

@@ -219,7 +219,7 @@ static struct strata__stage_ranges *ranges_for(struct search *s, strata_layout_t
   const struct strata__cut cut = strata__plan_cut(l, t);
   const int split = strata__plan_split_backward(l);
   for (struct ranges_entry *e = s->ranges; e; e = e->next)
-    if (e->rows == rows && e->t == t && e->zero == cut.zero.size && e->split == split)
+    if (e->rows == rows && e->t == t && e->zero == cut.zero.size * 4 + cut.zero_stage && e->split == split)
       return e->r;
   struct ranges_entry *e = calloc(1, sizeof *e);
   if (!e) {
@@ -230,7 +230,7 @@ static struct strata__stage_ranges *ranges_for(struct search *s, strata_layout_t
     free(e);
     return NULL;
   }
-  e->rows = rows, e->t = t, e->zero = cut.zero.size, e->split = split;
+  e->rows = rows, e->t = t, e->zero = cut.zero.size * 4 + cut.zero_stage, e->split = split;
   e->next = s->ranges;
   s->ranges = e;
   return e->r;

@@ -349,6 +349,14 @@ static double collective_s(const struct strata__plan_engine *e, int kind, int st
   }
   *bytes = c->grad_bytes;
   double ar = e->dp > 1 ? (e->dp - 1) * worst : 0;
+  if (kind == STRATA_ACTION_GRAD_SCATTER && e->zero2) { /* each micro-batch's gradients all-reduced */
+    *bytes *= e->M;
+    return ar * e->M;
+  }
+  if (kind == STRATA_ACTION_PARAM_GATHER && e->zero3) { /* the weights gathered for each forward and backward */
+    *bytes *= 2 * e->M;
+    return ar * e->M;
+  }
   return kind == STRATA_ACTION_GRAD_REDUCE ? ar : ar / 2; /* reduce-scatter or all-gather: half the ring */
 }
 
@@ -575,7 +583,8 @@ static int engine_run(struct strata__plan_engine *e) {
           e->comm[dv] += dur;
           e->finish[key(e, a->kind, sg, -1)] = end;
           strata__plan_trace_event(e, "comm", &ra, a->kind == STRATA_ACTION_GRAD_REDUCE ? "allreduce"
-                                : a->kind == STRATA_ACTION_GRAD_SCATTER ? "reducescatter" : "allgather",
+                                : a->kind == STRATA_ACTION_GRAD_SCATTER ? (e->zero2 ? "allreduce" : "reducescatter")
+                                                                        : "allgather",
                 2 * dv + 1, start, end, bytes);
         }
         for (int r = 0; r < e->Rdp; r++)
@@ -912,6 +921,8 @@ static int simulate_in(struct strata_machine *c, strata_model_t model, strata_la
     inited = 1;
   if (!rc) {
     e.dp = dp;
+    e.zero2 = strata_layout_zero(l) >= 2 && dp > 1;
+    e.zero3 = strata_layout_zero(l) >= 3 && dp > 1;
     e.tracing = o->trace != NULL;
     e.sc = calloc((size_t)e.S, sizeof *e.sc);
     if (!e.sc)

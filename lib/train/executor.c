@@ -70,6 +70,7 @@ struct exec {
   void **done;               /* [S]: the completion of each stage's gradient reduce-scatter (ZeRO), until its OPTIMIZER */
   double *done_post;         /* [S]: when it was posted (0: not this step) */
   struct buckets *bk;        /* [S]: data parallelism: each stage's gradient buckets */
+  struct shard_hook *zh;     /* [S]: ZeRO-2: what each stage's backward hands its layers' gradients to */
   float gscale, norm, lr;
   double *busy;              /* [ndev] */
   struct sender *snd;        /* [ndev] */
@@ -96,7 +97,44 @@ struct buckets {
   double *when;              /* [n]: when posted */
 };
 
+/* ZeRO-2: the backward of micro-batch `mb` of stage s on `rank` (stage.h's gradient window). */
+struct shard_hook {
+  struct exec *ex;
+  int s, rank, mb;
+};
+
 static int rank_of(const struct exec *ex, int s) { return ex->tr->stage_rank[s]; }
+
+/* ZeRO-3: parameters [lo, hi) of the stage gathered into its window (params.c), traced as PAG<stage>.<micro-batch>. */
+static int gather_fetch(void *arg, size_t lo, size_t hi, strata_mem_t dst) {
+  const struct shard_hook *h = arg;
+  struct exec *ex = h->ex;
+  const double t0 = strata__now();
+  TRY(strata__trainer_gather_weights(ex->tr, h->s, lo, hi, dst));
+  if (!ex->traced)
+    return STRATA_OK;
+  TRY(strata_queue_finish(ex->tr->st[h->s]->q)); /* (traced runs time the gather itself) */
+  char name[40];
+  snprintf(name, sizeof name, "PAG%d.%d", h->s, h->mb);
+  pthread_mutex_lock(&ex->lock);
+  strata__trace_add_comm(ex->tr, name, "allgather", (uint64_t)(hi - lo) * 4, STRATA__GROUP_REPLICAS, h->s, t0,
+                         strata__now(), 2 * h->rank + 1, t0);
+  pthread_mutex_unlock(&ex->lock);
+  return STRATA_OK;
+}
+
+static int shard_ready(void *arg, size_t lo, size_t hi, strata_mem_t g);
+
+/* ZeRO-2/3: stage s's hooks for micro-batch mb (`on`; else cleared): a training backward's (`grads`) reductions of
+** the gradient window, and ZeRO-3's gathers of the parameter window in every forward and backward. */
+static void zero_hooks(struct exec *ex, struct strata__stage *st, int s, int rank, int mb, int grads, int on) {
+  if (ex->zh)
+    ex->zh[s] = (struct shard_hook){ex, s, rank, mb};
+  st->grads_flush = on && grads && ex->zh && ex->w->train ? shard_ready : NULL;
+  st->grads_flush_arg = st->grads_flush ? &ex->zh[s] : NULL;
+  st->params_fetch = on && st->zero3 ? gather_fetch : NULL;
+  st->params_fetch_arg = st->params_fetch ? &ex->zh[s] : NULL;
+}
 
 int strata__stage_consumers(const struct strata_trainer *tr, int s, int dir, int *out) {
   const int S = tr->nstages, j = s % S + (dir == 0 ? 1 : -1);
@@ -255,50 +293,6 @@ static void *sender_main(void *arg) {
   return NULL;
 }
 
-/*
-** Fill every boundary's receive pool up front with as many buffers as can be
-** in flight there: activations waiting at stage s are bounded by the
-** micro-batches stage s - 1 keeps in flight, gradients waiting at s by the
-** micro-batches s itself keeps (the memory plan counts the same). Steps then
-** allocate nothing for messages, however the threads happen to be timed.
-*/
-int strata__pool_put(struct strata__pool *pool, strata_buffer_t b) {
-  if (pool->n == pool->cap) {
-    int cap = pool->cap ? 2 * pool->cap : 8;
-    strata_buffer_t *f = realloc(pool->free, (size_t)cap * sizeof *f);
-    if (!f)
-      return -1;
-    pool->free = f;
-    pool->cap = cap;
-  }
-  pool->free[pool->n++] = b;
-  return 0;
-}
-
-int strata__pipeline_prefill(strata_trainer_t tr) {
-  for (int s = 0; s < strata__stages_all(tr); s++) {
-    for (int dir = 0; dir < 2 && tr->st[s]; dir++) { /* (the stages this rank holds) */
-      if (dir == 0 ? strata__stage_first(tr, s) : strata__stage_last(tr, s))
-        continue;
-      const int peer = strata__stage_owner(tr, dir == 0 ? s - 1 : s + 1);
-      if (tr->stage_rank[peer] == tr->stage_rank[s])
-        continue;
-      const int k = strata__stage_inflight(tr, dir == 0 ? peer : s);
-      struct strata__pool *pool = &tr->pools[2 * s + dir];
-      size_t bytes = (dir == 0 ? strata__stage_in_units(tr->st[s]) : strata__stage_out_units(tr->st[s])) * 4;
-      while (pool->n < k) {
-        strata_buffer_t b;
-        TRY(strata_buffer_new(tr->dev[tr->stage_rank[s]], bytes, &b));
-        if (strata__pool_put(pool, b)) {
-          strata_buffer_free(b);
-          return strata__error(STRATA_ERR_NOMEM, "out of host memory for a receive pool");
-        }
-      }
-    }
-  }
-  return STRATA_OK;
-}
-
 static void send_job(struct exec *ex, int rank, struct job *j) {
   struct sender *sd = &ex->snd[rank];
   pthread_mutex_lock(&ex->lock);
@@ -389,7 +383,10 @@ static int do_forward(struct exec *ex, int rank, int s, int mb) {
     strata_mem_t tg = strata__stage_targets(st, sl);
     TRY(strata_buffer_write(st->q, tg.buf, strata__mem_byte(tg), ex->w->targets[mbi], (size_t)ex->w->rows * 4));
   }
-  TRY(strata__stage_forward(st, sl));
+  zero_hooks(ex, st, s, rank, mb, 0, 1);
+  int frc = strata__stage_forward(st, sl);
+  zero_hooks(ex, st, s, rank, mb, 0, 0);
+  TRY(frc);
   if (last && ex->w->forwarded)
     TRY(ex->w->forwarded(ex->w->arg, st, s, sl, mb));
   if (last && strata__stage_slice(tr, s) == 0) /* every slice computes the same losses */
@@ -424,6 +421,7 @@ static int do_backward(struct exec *ex, int rank, int kind, int s, int mb, int l
     st->grads_done = bucket_ready;
     st->grads_done_arg = &ex->bk[s];
   }
+  zero_hooks(ex, st, s, rank, mb, kind != STRATA_ACTION_BACKWARD_INPUT, 1); /* ZeRO-2/3: reductions and gathers */
   if (kind != STRATA_ACTION_BACKWARD_WEIGHT && !strata__stage_last(tr, s)) {
     strata_mem_t go = strata__stage_grad_output(st, slot_of(ex, s, mb));
     size_t bytes = strata__stage_out_units(st) * 4;
@@ -457,6 +455,7 @@ static int do_backward(struct exec *ex, int rank, int kind, int s, int mb, int l
   st->grads_done_arg = NULL;
   st->recomputing = NULL;
   st->recomputing_arg = NULL;
+  zero_hooks(ex, st, s, rank, mb, 0, 0);
   TRY(rc);
   TRY(strata_queue_finish(st->q));
   if (kind != STRATA_ACTION_BACKWARD_WEIGHT)
@@ -609,6 +608,37 @@ static int bucket_ready(void *arg, int layer) {
   return STRATA_OK;
 }
 
+/*
+** ZeRO-2: flat gradients [lo, hi) of one micro-batch, at g in the stage's
+** window (stage.h), are summed over the replicas in place (an all-reduce;
+** every replica hands on the same ranges in the same order, so the calls
+** meet), and the part of the sums in this replica's shard is added to the
+** shard's sums of the step before the window takes the next tensors. Each
+** is traced as a comm event of the replicas, GRS<stage>.<micro-batch>.
+*/
+static int shard_ready(void *arg, size_t lo, size_t hi, strata_mem_t g) {
+  const struct shard_hook *h = arg;
+  struct exec *ex = h->ex;
+  strata_trainer_t tr = ex->tr;
+  struct strata__stage *st = tr->st[h->s];
+  const size_t n = hi - lo;
+  void *done = NULL;
+  const double t0 = strata__now();
+  int x = strata__ranks_post(tr, STRATA__COLL_ALLREDUCE, h->s, st->q, g, g, n, &done);
+  if (x == 1) {
+    strata_comm_t c = replica_comm(ex, h->s);
+    struct strata_comm_info info;
+    TRY(strata_comm_info(c, &info));
+    x = strata__post_collective(tr, c, info.asynchronous, STRATA__COLL_ALLREDUCE, strata__stage_replica(tr, h->s),
+                                st->q, g, g, n, STRATA_SUM, &done);
+  }
+  TRY(x);
+  char name[40];
+  snprintf(name, sizeof name, "GRS%d.%d", h->s, h->mb);
+  TRY(settle_replicas(ex, h->rank, h->s, &done, t0, name, "allreduce", (uint64_t)n * 4));
+  return strata__stage_shard_add(st, lo, hi, g);
+}
+
 static int do_grad_reduce(struct exec *ex, int s) {
   struct buckets *b = &ex->bk[s];
   while (b->posted < b->n)
@@ -678,6 +708,8 @@ static void join_traced(void *arg, uint64_t bytes, double t0, double t1) {
 static int do_grad_scatter(struct exec *ex, int s) {
   strata_trainer_t tr = ex->tr;
   struct strata__stage *st = tr->st[s];
+  if (st->zero2)
+    return STRATA_OK; /* ZeRO-2: every layer's gradients went to the shards as its backward ended (shard_ready) */
   strata_comm_t c = replica_comm(ex, s);
   struct strata_comm_info info;
   const int r = strata__stage_replica(tr, s);
@@ -713,6 +745,8 @@ static int post_gather(strata_trainer_t tr, strata_comm_t c, int r, struct strat
 static int do_param_gather(struct exec *ex, int rank, int s) {
   strata_trainer_t tr = ex->tr;
   struct strata__stage *st = tr->st[s];
+  if (st->zero3)
+    return STRATA_OK; /* ZeRO-3: the updated shards are the parameters; each layer gathers what it reads */
   strata_comm_t c = replica_comm(ex, s);
   const int r = strata__stage_replica(tr, s);
   double t0 = strata__now(), t1 = 0;
@@ -978,6 +1012,9 @@ int strata__execute(strata_trainer_t tr, const struct strata__work *w, struct st
   ex.busy = calloc((size_t)tr->ndev, sizeof *ex.busy);
   ex.snd = calloc((size_t)tr->ndev, sizeof *ex.snd);
   const int buckets = w->train && tr->replicas > 1 && !tr->zero; /* a pass has no gradient collective */
+  const int hooks = (w->train && tr->zero >= 2) || tr->zero >= 3; /* (ZeRO-3's passes gather too) */
+  if (hooks)
+    ex.zh = calloc((size_t)ex.S, sizeof *ex.zh);
   if (buckets) {
     ex.bk = calloc((size_t)ex.S, sizeof *ex.bk);
     for (int s = 0; ex.bk && s < ex.S; s++)
@@ -994,7 +1031,7 @@ int strata__execute(strata_trainer_t tr, const struct strata__work *w, struct st
   pthread_t *workers = calloc((size_t)tr->ndev, sizeof *workers);
   int rc = (!ex.act || !ex.grad || !ex.hold_act || !ex.hold_grad || !ex.pending || !ex.slot || !ex.inflight || !ex.peak ||
             !ex.done || !ex.done_post || !ex.busy || !ex.snd || !ex.wake || !args || !workers ||
-            (buckets && !ex.bk))
+            (buckets && !ex.bk) || (hooks && !ex.zh))
                ? strata__error(STRATA_ERR_NOMEM, "out of host memory running a pipeline step")
                : STRATA_OK;
   pthread_mutex_init(&ex.lock, NULL);
@@ -1129,6 +1166,7 @@ int strata__execute(strata_trainer_t tr, const struct strata__work *w, struct st
   for (int s = 0; ex.bk && s < ex.S; s++)
     buckets_free(&ex, &ex.bk[s]);
   free(ex.bk);
+  free(ex.zh);
   free(ex.busy);
   free(ex.snd);
   free(args);

@@ -106,7 +106,7 @@ static int check_memory_of(strata_trainer_t tr, const int *split, uint64_t *need
     }
     struct strata__cut cut = {{strata__stage_slice(tr, s), strata__stage_tp(tr, s)},
                               {strata__stage_replica(tr, s), tr->zero ? tr->replicas : 1},
-                              tr->opt.precision, tr->opt.grad_reduce, tr->opt.recompute};
+                              tr->opt.precision, tr->opt.grad_reduce, tr->opt.recompute, tr->zero};
     if ((rc = strata__stage_plan(tr->model, first, first + n, tr->opt.batch, split_backward, &cut, &b)))
       break;
     int r = tr->stage_rank[s];
@@ -169,6 +169,50 @@ static int check_memory_of(strata_trainer_t tr, const int *split, uint64_t *need
                          what, strata__rank_device(tr, r), (double)need[r] / MiB, (double)params[r] / MiB, (double)act[r] / MiB,
                          (long long)tr->opt.batch, (double)bufs[r] / MiB, (double)p.free_memory / MiB,
                          (double)p.memory_limit / MiB, (double)p.used_memory / MiB, hint);
+  }
+  return STRATA_OK;
+}
+
+/*
+** Fill every boundary's receive pool up front with as many buffers as can be
+** in flight there: activations waiting at stage s are bounded by the
+** micro-batches stage s - 1 keeps in flight, gradients waiting at s by the
+** micro-batches s itself keeps (the memory plan counts the same). Steps then
+** allocate nothing for messages, however the threads happen to be timed.
+*/
+int strata__pool_put(struct strata__pool *pool, strata_buffer_t b) {
+  if (pool->n == pool->cap) {
+    int cap = pool->cap ? 2 * pool->cap : 8;
+    strata_buffer_t *f = realloc(pool->free, (size_t)cap * sizeof *f);
+    if (!f)
+      return -1;
+    pool->free = f;
+    pool->cap = cap;
+  }
+  pool->free[pool->n++] = b;
+  return 0;
+}
+
+int strata__pipeline_prefill(strata_trainer_t tr) {
+  for (int s = 0; s < strata__stages_all(tr); s++) {
+    for (int dir = 0; dir < 2 && tr->st[s]; dir++) { /* (the stages this rank holds) */
+      if (dir == 0 ? strata__stage_first(tr, s) : strata__stage_last(tr, s))
+        continue;
+      const int peer = strata__stage_owner(tr, dir == 0 ? s - 1 : s + 1);
+      if (tr->stage_rank[peer] == tr->stage_rank[s])
+        continue;
+      const int k = strata__stage_inflight(tr, dir == 0 ? peer : s);
+      struct strata__pool *pool = &tr->pools[2 * s + dir];
+      size_t bytes = (dir == 0 ? strata__stage_in_units(tr->st[s]) : strata__stage_out_units(tr->st[s])) * 4;
+      while (pool->n < k) {
+        strata_buffer_t b;
+        TRY(strata_buffer_new(tr->dev[tr->stage_rank[s]], bytes, &b));
+        if (strata__pool_put(pool, b)) {
+          strata_buffer_free(b);
+          return strata__error(STRATA_ERR_NOMEM, "out of host memory for a receive pool");
+        }
+      }
+    }
   }
   return STRATA_OK;
 }

@@ -29,7 +29,12 @@
 ** one after another, each tensor assembled from its slices.
 */
 static strata_buffer_t buffer_of(struct strata__stage *st, int which) {
-  return which == 0 ? st->params : which == 1 ? st->grads : which == 2 ? st->m : st->v;
+  return which == 0 ? (st->zero3 ? st->pshard : st->params) : which == 1 ? st->grads : which == 2 ? st->m : st->v;
+}
+
+/* Buffer `which` holds only this replica's shard: the moments under ZeRO, the parameters too under ZeRO-3. */
+static int sharded(const struct strata_trainer *tr, int which) {
+  return tr->zero && (which >= 2 || (tr->zero >= 3 && which == 0));
 }
 
 /* Whole floats of stage s (of any chain): its tensors unsliced. */
@@ -44,7 +49,7 @@ size_t strata__stage_full(const struct strata__stage *st) {
 ** from every replica's shard. */
 static int download_flat(strata_trainer_t tr, int k, int j, int which, float *local) {
   struct strata__stage *st = strata__home_stage(tr, k, j);
-  if (!tr->zero || which < 2)
+  if (!sharded(tr, which))
     return strata_buffer_download(st->q, buffer_of(st, which), 0, local, st->nparams * 4);
   for (int r = 0; r < tr->replicas; r++) {
     struct strata__stage *x = tr->st[(r * tr->tp + k) * tr->nstages + j];
@@ -71,7 +76,7 @@ int strata__trainer_gather(strata_trainer_t tr, int which, float *host) {
   for (int s = 0; s < tr->nstages && !rc; s++) {
     for (int k = 0; k < tr->tps[s] && !rc; k++) {
       struct strata__stage *st = strata__home_stage(tr, k, s);
-      if (tr->zero && which >= 2) {
+      if (sharded(tr, which)) {
         rc = download_flat(tr, k, s, which, local); /* every replica's shard, from wherever it is */
       } else {
         if (st->params)
@@ -116,7 +121,7 @@ int strata__trainer_scatter(strata_trainer_t tr, int which, const float *host) {
         strata__tensor_cut(x, (float *)host + at, local + x->off, 0);
         at += x->full_n;
       }
-      if (tr->zero && which >= 2) {
+      if (sharded(tr, which)) {
         size_t lo = (size_t)st->zero.rank * st->chunk, n = lo < st->nparams ? st->nparams - lo : 0;
         if (n > st->chunk)
           n = st->chunk;
@@ -124,12 +129,30 @@ int strata__trainer_scatter(strata_trainer_t tr, int which, const float *host) {
       } else {
         rc = strata_buffer_upload(st->q, buffer_of(st, which), 0, local, st->nparams * 4);
       }
-      if (which == 0)
-        st->params16_stale = 1; /* the compute copy is made anew before the next forward */
+      if (which == 0) /* the compute copy (and ZeRO-3's window) made anew before the next forward reads them */
+        strata__stage_params_changed(st);
     }
   }
   free(local);
   return rc;
+}
+
+int strata__trainer_gather_weights(strata_trainer_t tr, int s, size_t lo, size_t hi, strata_mem_t dst) {
+  struct strata__stage *st = tr->st[s];
+  const int r = strata__stage_replica(tr, s);
+  for (int q = 0; q < tr->replicas; q++) {
+    const size_t a = (size_t)q * st->chunk, x = lo > a ? lo : a, y = hi < a + st->chunk ? hi : a + st->chunk;
+    const int sq = s + (q - r) * tr->tp * tr->nstages; /* the same stage and slice of replica q */
+    if (y <= x)
+      continue;
+    if (!tr->st[sq])
+      return strata__error(STRATA_ERR_UNSUPPORTED, "ZeRO-3: replica %d's shard of stage %d is on another rank", q, s);
+    int rc = strata_buffer_copy(st->q, dst.buf, (dst.off + x - lo) * 4, tr->st[sq]->pshard, (x - a) * 4, (y - x) * 4);
+    if (rc)
+      return strata__error_prefix(rc, "ZeRO-3 gather of stage %d's weights from replica %d (device %d): ", s, q,
+                                  tr->dev[tr->stage_rank[sq]]);
+  }
+  return STRATA_OK;
 }
 
 size_t strata__trainer_total_params(strata_trainer_t tr) {

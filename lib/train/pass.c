@@ -157,6 +157,9 @@ STRATA_API int strata_trainer_loss_grad(strata_trainer_t tr, const void *inputs,
     tr->st[s]->loss_scale = 1.0f / (float)tr->rows;
     TRY(strata__stage_zero_grads(tr->st[s]));
   }
+  if (grads && tr->zero >= 2)
+    return strata__error(STRATA_ERR_UNSUPPORTED, "ZeRO-2 keeps no replica's whole gradients: a pass that returns "
+                         "them needs ZeRO-1 or none");
   if (grads && tr->ranks && tr->ranks->spans)
     return strata__error(STRATA_ERR_UNSUPPORTED, "a backward pass outside the pipeline schedule, over a pipeline or "
                          "tensor-parallel group across ranks, is not in this version");

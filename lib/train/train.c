@@ -154,7 +154,7 @@ static int build_stages(strata_trainer_t tr, const int *split, int split_backwar
     ** start equal, and each slice is cut from the same whole tensors */
     struct strata__cut cut = {{strata__stage_slice(tr, s), strata__stage_tp(tr, s)},
                               {strata__stage_replica(tr, s), tr->zero ? tr->replicas : 1},
-                              tr->opt.precision, tr->opt.grad_reduce, tr->opt.recompute};
+                              tr->opt.precision, tr->opt.grad_reduce, tr->opt.recompute, tr->zero};
     int rc = strata__stage_new(tr->model, first, last, dev, tr->opt.batch, tr->opt.seed, split_backward, &cut,
                                &tr->st[s]);
     if (rc == STRATA_ERR_DEVICE_MEMORY)
@@ -238,7 +238,7 @@ static int check_pipeline(const struct strata_pipeline_options *pp, int nlayers,
 struct plan {
   int replicas, pp, tp, kind, m, nstages;    /* chain c = replica x tp + slice */
   const int *tps;                            /* [pp]: the tp degree of each pipeline rank, or NULL: tp for all */
-  int zero;                                  /* ZeRO-1 over the replicas */
+  int zero;                                  /* the ZeRO stage over the replicas (0 none, 1, 2) */
   const int *devices;                        /* [replicas x sum(tps)]: replica by replica, slice by slice, rank by
                                              ** rank (slice t's ranks those with more than t slices) */
   const int *split;                          /* [nstages], when given */
@@ -444,6 +444,15 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
   if (opts->grad_reduce == STRATA_BFLOAT16 && opts->cluster)
     return strata__error(STRATA_ERR_UNSUPPORTED, "a bf16 gradient reduction across MPI ranks is not built yet: reduce "
                          "in float32");
+  if (pl->zero < 0 || pl->zero > 3)
+    return strata__error(STRATA_ERR_INVALID, "ZeRO stage %d: 1, 2 or 3", pl->zero);
+  if (pl->zero >= 3 && opts->cluster)
+    return strata__error(STRATA_ERR_UNSUPPORTED, "ZeRO-3 across MPI ranks is not in this version: each replica "
+                         "gathers the weights from the others' devices in its own process (use ZeRO-2)");
+  if (pl->zero >= 2 && opts->grad_reduce == STRATA_BFLOAT16)
+    return strata__error(STRATA_ERR_UNSUPPORTED, "ZeRO-2 reduces each weight's gradients in float32 as the "
+                         "backward writes them: a bf16 gradient reduction is not built for it (use ZeRO-1 or reduce in "
+                         "float32)");
   int per_replica = 0;
   for (int p = 0; p < pl->pp; p++)
     per_replica += pl->tps ? pl->tps[p] : pl->tp;
@@ -592,8 +601,10 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
     const struct strata__stage *st = tr->st[s];
     if (!st)
       continue; /* another rank's, or a slice another stands for */
-    d->param_bytes += (uint64_t)st->nparams * 4;
-    d->grad_bytes += (uint64_t)st->nparams * 4;
+    /* ZeRO-3: the shard of the parameters and the window a layer's weights are gathered into */
+    d->param_bytes += st->zero3 ? ((uint64_t)st->chunk + st->gwin) * 4 : (uint64_t)st->nparams * 4;
+    /* ZeRO-2: the shard of the reduced sums, one layer's window and a tied stage's embedding gradients */
+    d->grad_bytes += st->zero2 ? ((uint64_t)st->chunk + st->gwin + st->tied_n) * 4 : (uint64_t)st->nparams * 4;
     d->optimizer_bytes += 2 * (uint64_t)st->chunk * 4;
     d->activation_bytes += (uint64_t)strata__stage_inflight(tr, s) * st->slot_units * 4;
     if (st->rcbuf) /* the recomputation's one block (as the memory model counts it: strata__stage_need) */
@@ -654,7 +665,7 @@ STRATA_API int strata_trainer_new_layout(strata_model_t model, strata_dataset_t 
     per_replica += tps[r];
   }
   struct plan pl = {.replicas = dp, .pp = pp, .tp = tp, .tps = uniform ? NULL : tps,
-                    .zero = strata_layout_zero(layout) != 0,
+                    .zero = strata_layout_zero(layout),
                     .m = strata_layout_microbatches(layout),
                     .nstages = strata_layout_stages(layout), .trace = trace};
   /* one device and one replica: the degenerate schedule, reported as none (kind 0); traced, the layout's schedule

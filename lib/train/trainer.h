@@ -70,7 +70,8 @@ struct strata_trainer {
   int *tps;                          /* [nstages]: the slices of each stage of a chain (its pipeline rank's degree);
                                      ** stage s of a chain whose slice is tps[s] or more is held by no device: st[] is
                                      ** NULL there, and slice (slice % tps) of the same replica stands for it */
-  int zero;                          /* ZeRO-1: replica r's optimizer updates shard r of each stage */
+  int zero;                          /* the ZeRO stage (0 none): 1, replica r's optimizer updates shard r of each
+                                     ** stage; 2, replica r keeps only shard r of the reduced gradients too */
   uint64_t bucket_bytes;             /* data parallelism: gradients all-reduced in runs of layers of this size */
   int chains;                        /* replicas x tp chains of stages: chain c = replica c / tp, slice c % tp;
                                      ** chain c's stage s is st[c x nstages + s] */
@@ -181,6 +182,13 @@ int strata__trainer_gather(strata_trainer_t tr, int which, float *host);
 int strata__trainer_scatter(strata_trainer_t tr, int which, const float *host);
 /* Whole parameters of the model; whole floats of one stage (its tensors unsliced) (params.c). */
 size_t strata__trainer_total_params(strata_trainer_t tr);
+/*
+** ZeRO-3: flat parameters [lo, hi) of stage s into dst (a window on the stage's device), each part from the shard
+** of the replica that holds it (the same stage and slice of every replica, on its device, copied; the shards change
+** only in the update, after every replica's last backward of the step, or in a load). Enqueued on the stage's queue;
+** a failed copy is said with the stage, the replica and its device.
+*/
+int strata__trainer_gather_weights(strata_trainer_t tr, int s, size_t lo, size_t hi, strata_mem_t dst);
 size_t strata__stage_full(const struct strata__stage *st);
 
 /* Run `w` on the trainer's devices; *grad_norm (may be NULL) gets a training step's gradient norm. */
