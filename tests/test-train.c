@@ -107,6 +107,50 @@ Test(model, json_files_and_bad_input) {
   cr_assert_null(m);
 }
 
+/* cnn-hires's fields: kernels, strides, pools and gap read, written back only when set, and refused when wrong. */
+Test(model, cnn_kernels_strides_pools_and_gap) {
+  strata_model_t m = NULL;
+  OK(strata_model_from_preset("cnn-hires", &m));
+  const struct strata_model_config *c = strata_model_config(m);
+  cr_assert_geq(c->image, 512);
+  cr_assert(c->gap);
+  char *j = NULL;
+  OK(strata_model_to_json(m, &j));
+  strata_model_t back = NULL;
+  OK(strata_model_from_json(j, "round trip", &back));
+  char *j2 = NULL;
+  OK(strata_model_to_json(back, &j2));
+  cr_assert_str_eq(j, j2);
+  cr_assert(strstr(j, "\"kernels\":[3,3,5,3,3]") && strstr(j, "\"gap\":true"), "%s", j);
+  cr_assert_eq(strata_model_params(m), strata_model_params(back));
+  free(j);
+  free(j2);
+  strata_model_free(back);
+  strata_model_free(m);
+  OK(strata_model_from_preset("cnn", &m)); /* the small cnn's JSON as before: no new fields */
+  OK(strata_model_to_json(m, &j));
+  cr_assert_null(strstr(j, "kernels"), "%s", j);
+  cr_assert_null(strstr(j, "gap"), "%s", j);
+  free(j);
+  strata_model_free(m);
+  static const char *const bad[] = {
+      "{\"kind\": \"cnn\", \"image\": 16, \"classes\": 3, \"conv\": [4], \"kernels\": [4]}",
+      "{\"kind\": \"cnn\", \"image\": 16, \"classes\": 3, \"conv\": [4], \"strides\": [3]}",
+      "{\"kind\": \"cnn\", \"image\": 16, \"classes\": 3, \"conv\": [4], \"kernels\": [3, 3]}",
+      "{\"kind\": \"cnn\", \"image\": 16, \"classes\": 3, \"conv\": [4], \"gap\": 1}",
+      "{\"kind\": \"mlp\", \"image\": 16, \"classes\": 3, \"hidden\": [4], \"gap\": true}",
+      "{\"kind\": \"cnn\", \"image\": 8, \"classes\": 3, \"conv\": [4, 4], \"kernels\": [3, 5], "
+      "\"pools\": [4, 1]}",
+  };
+  static const char *const says[] = {"kernels", "stride", "kernels", "gap", "gap", "kernel 5"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    m = NULL;
+    cr_assert_neq(strata_model_from_json(bad[i], "bad", &m), STRATA_OK, "%s", bad[i]);
+    cr_assert(strstr(strata_last_error(), says[i]), "%s: %s", bad[i], strata_last_error());
+    cr_assert_null(m);
+  }
+}
+
 /* Found by fuzz-model-json: a d_model near INT64_MAX made the default d_ff (4 d_model) overflow
 ** (UBSan) before the range check; now the range check speaks. */
 Test(model, json_sizes_that_would_overflow_are_refused) {
@@ -221,6 +265,38 @@ Test(train, cnn_and_mlp_gradients_match_finite_differences) {
     strata_trainer_free(tr);
     strata_model_free(m);
   }
+  strata_dataset_free(ds);
+}
+
+/* The high-resolution CNN's layers: filters of 3, 5 and 7, a stride of 2, layers without pooling and the global
+** average pool before the classifier, against finite differences of the loss. */
+Test(train, strided_cnn_with_average_pool_matches_finite_differences) {
+  strata_dataset_t ds;
+  OK(strata_dataset_images(40, 16, 3, 7, &ds));
+  struct strata_model_config c = {.kind = STRATA_MODEL_CNN, .image = 16, .channels = 1, .classes = 3,
+                                  .conv = {3, 4, 3}, .kernel = {3, 5, 7}, .stride = {1, 2, 1}, .pool = {2, 1, 1},
+                                  .gap = 1};
+  strata_model_t m;
+  OK(strata_model_from_config(&c, &m));
+  cr_assert_eq(strata_model_layer_count(m), 4);
+  struct strata_layer_info li;
+  OK(strata_model_layer(m, 1, &li));
+  cr_assert_eq(li.params, 4 * 3 * 25, "conv.1 holds 4 x 3 x 5 x 5 weights, not %llu", (unsigned long long)li.params);
+  OK(strata_model_layer(m, 3, &li));
+  cr_assert_eq(li.params, 3 * 3 + 3, "the classifier reads the 3 channels' averages");
+  struct strata_train_options o;
+  strata_train_options_default(&o);
+  o.batch = 3;
+  o.device = tc_find_device("host", 0);
+  strata_trainer_t tr;
+  OK(strata_trainer_new(m, ds, &o, &tr));
+  float in[3 * 256];
+  int32_t tg[3];
+  uint64_t st = 5;
+  OK(strata_dataset_sample(ds, STRATA_SPLIT_TRAIN, 3, 0, &st, in, tg));
+  grad_check(tr, in, tg, 3, 120, 1e-4);
+  strata_trainer_free(tr);
+  strata_model_free(m);
   strata_dataset_free(ds);
 }
 

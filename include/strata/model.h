@@ -26,6 +26,14 @@ enum strata_model_kind {
 **    "layers": 4, "heads": 4, "d_ff": 512, "tied": false}
 **   {"kind": "mlp", "image": 16, "channels": 1, "classes": 4, "hidden": [256, 128]}
 **   {"kind": "cnn", "image": 16, "channels": 1, "classes": 4, "conv": [8, 16]}
+**   {"kind": "cnn", "image": 512, "channels": 1, "classes": 4, "conv": [8, 16, 32],
+**    "kernels": [3, 5, 7], "strides": [1, 2, 1], "pools": [2, 1, 2], "gap": true}
+** A cnn's layer i is a convolution of conv[i] output channels with a
+** kernels[i] x kernels[i] filter (odd; padded to keep the size, "same"),
+** moved by strides[i], a ReLU and a pools[i] x pools[i] max-pool (1: none);
+** the sizes must divide evenly. With "gap" the last feature map is averaged
+** over its pixels (a global average pool) before the classifier. Absent
+** lists mean 3, 1 and 2 for every layer (the small "cnn"), absent "gap" false.
 */
 struct strata_model_config {
   int kind;
@@ -36,7 +44,11 @@ struct strata_model_config {
   /* mlp and cnn: square images of `image` pixels a side */
   int64_t image, channels, classes;
   int64_t hidden[STRATA_MODEL_MAX_CONV];  /* mlp hidden widths, 0-terminated */
-  int64_t conv[STRATA_MODEL_MAX_CONV];    /* cnn: output channels of each 3x3 conv + ReLU + 2x2 max-pool, 0-terminated */
+  int64_t conv[STRATA_MODEL_MAX_CONV];    /* cnn: output channels of each conv + ReLU + max-pool, 0-terminated */
+  int64_t kernel[STRATA_MODEL_MAX_CONV];  /* cnn: each conv's filter size, odd (0: 3) */
+  int64_t stride[STRATA_MODEL_MAX_CONV];  /* cnn: each conv's stride (0: 1) */
+  int64_t pool[STRATA_MODEL_MAX_CONV];    /* cnn: each conv's max-pool window and stride (0: 2; 1: no pooling) */
+  int gap;                                /* cnn: a global average pool before the classifier */
 };
 
 /* What one layer costs, per sample (a sequence of `context` tokens, or one image). */
@@ -55,7 +67,7 @@ STRATA_API const char *const *strata_model_presets(void);
 
 /*
 ** Build a model from a preset name ("gpt-tiny", "gpt-small", "gpt2-small",
-** "gpt2-xl", "mlp", "cnn", ...), from a JSON file, or from a filled config.
+** "gpt2-xl", "mlp", "cnn", "cnn-hires", ...), from a JSON file, or from a filled config.
 ** The caller frees the model with strata_model_free. Bad input (an unknown
 ** preset, a malformed file, heads that do not divide d_model) fails with a
 ** message naming the file and field; *out is untouched.

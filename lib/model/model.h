@@ -10,8 +10,8 @@ enum strata__layer_kind {
   STRATA__LAYER_BLOCK,      /* pre-layernorm transformer block */
   STRATA__LAYER_LM_HEAD,    /* final layernorm, output projection, cross-entropy */
   STRATA__LAYER_LINEAR,     /* fully connected + ReLU */
-  STRATA__LAYER_CONV,       /* 3x3 convolution (pad 1) + ReLU + 2x2 max-pool */
-  STRATA__LAYER_CLASSIFIER  /* fully connected + cross-entropy */
+  STRATA__LAYER_CONV,       /* r x r convolution ("same" padding r / 2, stride) + ReLU + pool x pool max-pool */
+  STRATA__LAYER_CLASSIFIER  /* (global average pool +) fully connected + cross-entropy */
 };
 
 /* Tensor-parallel MLP and CNN layers come in pairs: the first cut by its
@@ -23,7 +23,10 @@ struct strata__layer {
   enum strata__layer_kind kind;
   int index;                /* block number, conv number, ... */
   int64_t in, out;          /* features in and out per sample (rows are samples or tokens) */
-  int64_t c, h, w, k;       /* conv: input channels and size, output channels */
+  int64_t c, h, w, k;       /* conv: input channels and size, output channels; classifier with gap: its input map */
+  int64_t r, stride, pool;  /* conv: filter size, stride, max-pool window (1: none) */
+  int64_t ch, cw;           /* conv: the convolution's output size (before pooling) */
+  int gap;                  /* classifier: averages its c x h x w input over h x w first */
   int first;                /* the model's first layer: no input gradient needed */
   int tp_role;              /* in a tensor-parallel stage (enum strata__tp_role): how this layer is cut */
   struct strata_layer_info info;

@@ -144,9 +144,9 @@ static int layer_tensors(const struct strata_model *m, const struct strata__laye
       tensor_shard(&o[k - 1], -1, 1, sh);
     break;
   case STRATA__LAYER_CONV:
-    /* [out channels, in channels, 3, 3]: cut by outputs along the first dimension, by inputs along the second */
+    /* [out channels, in channels, r, r]: cut by outputs along the first dimension, by inputs along the second */
     snprintf(n, sizeof n, "conv.%d.weight", L->index);
-    tensor_def(&o[k++], n, 4, L->k, L->c, 3, 3, 1, sqrtf(2.0f / (float)(L->c * 9)), 0);
+    tensor_def(&o[k++], n, 4, L->k, L->c, L->r, L->r, 1, sqrtf(2.0f / (float)(L->c * L->r * L->r)), 0);
     if (role)
       tensor_shard(&o[k - 1], role == STRATA__TP_OUTPUTS ? 0 : 1, 1, sh);
     break;
@@ -277,7 +277,7 @@ static size_t layer_join(const struct strata__stage *st, const struct strata__la
     return L->tp_role == STRATA__TP_INPUTS ? (size_t)(d.R * L->out)
            : L->tp_role == STRATA__TP_OUTPUTS ? (size_t)(d.R * L->in) : 0;
   case STRATA__LAYER_CONV:
-    return L->tp_role == STRATA__TP_INPUTS ? (size_t)(d.B * L->k * L->h * L->w)
+    return L->tp_role == STRATA__TP_INPUTS ? (size_t)(d.B * strata__conv_big(L))
            : L->tp_role == STRATA__TP_OUTPUTS ? (size_t)(d.B * L->in) : 0;
   case STRATA__LAYER_CLASSIFIER:
     return 0;
@@ -298,11 +298,12 @@ static size_t layer_saved(const struct strata__stage *st, const struct strata__l
     return strata__head_layout(&d).end;
   case STRATA__LAYER_LINEAR: /* pre-activation (| the model's input, converted) */
     return strata__units((size_t)(d.R * L->out), d.act) + layer_xin(st, L);
-  case STRATA__LAYER_CONV: /* convolution | ReLU | (4-byte) pooling indices (| the model's input, converted) */
-    return 2 * strata__units((size_t)(d.B * L->k * L->h * L->w), d.act) + (size_t)(d.B * L->out) +
-           layer_xin(st, L);
-  case STRATA__LAYER_CLASSIFIER: /* logits | (float32) losses (| the model's input, converted) */
-    return strata__units((size_t)(d.R * L->out), d.act) + (size_t)d.R + layer_xin(st, L);
+  case STRATA__LAYER_CONV: /* convolution | (pooled:) ReLU | (4-byte) pooling indices (| the model's input, converted) */
+    return (L->pool > 1 ? 2 : 1) * strata__units((size_t)(d.B * strata__conv_big(L)), d.act) +
+           (L->pool > 1 ? (size_t)(d.B * L->out) : 0) + layer_xin(st, L);
+  case STRATA__LAYER_CLASSIFIER: /* logits | (float32) losses (| the model's input, converted) (| gap: the averages) */
+    return strata__units((size_t)(d.R * L->out), d.act) + (size_t)d.R + layer_xin(st, L) +
+           (L->gap ? strata__units((size_t)(d.R * L->in), d.act) : 0);
   }
   return 0;
 }
@@ -335,8 +336,10 @@ static size_t layer_in(const struct strata__stage *st, const struct strata__laye
   case STRATA__LAYER_LM_HEAD:
     return strata__units((size_t)(d.R * d.D), d.act);
   case STRATA__LAYER_LINEAR: /* the model's input: float32 images; else the previous layer's activations */
-  case STRATA__LAYER_CLASSIFIER:
-    return L->first ? (size_t)(d.R * L->in) : strata__units((size_t)(d.R * L->in), d.act);
+  case STRATA__LAYER_CLASSIFIER: {
+    const size_t n = (size_t)(d.R * (L->gap ? L->c * L->h * L->w : L->in));
+    return L->first ? n : strata__units(n, d.act);
+  }
   case STRATA__LAYER_CONV:
     return L->first ? (size_t)(d.B * L->in) : strata__units((size_t)(d.B * L->in), d.act);
   }
@@ -358,7 +361,7 @@ static size_t layer_dsave(const struct strata__stage *st, const struct strata__l
   case STRATA__LAYER_CLASSIFIER:
     return strata__units((size_t)(d.R * L->out), d.act);
   case STRATA__LAYER_CONV:
-    return strata__units((size_t)(d.B * L->k * L->h * L->w), d.act);
+    return strata__units((size_t)(d.B * strata__conv_big(L)), d.act);
   }
   return 0;
 }
@@ -378,14 +381,14 @@ static size_t layer_scratch(const struct strata__stage *st, const struct strata_
   case STRATA__LAYER_LINEAR:
     return strata__units((size_t)(d.R * L->out), d.act);
   case STRATA__LAYER_CONV: { /* the im2col workspace | the gradient through pooling and ReLU */
-    struct strata_conv2d g = {.n = 1, .c = L->c, .h = L->h, .w = L->w, .k = L->k, .r = 3, .s = 3, .stride = 1,
-                              .pad = 1};
+    struct strata_conv2d g = strata__conv_geometry(L, 1);
     int64_t p, q, ws = 0;
     strata_conv2d_shape(&g, &p, &q, &ws);
-    return strata__units((size_t)ws, d.act) + strata__units((size_t)(d.B * L->k * L->h * L->w), d.act);
+    return strata__units((size_t)ws, d.act) + strata__units((size_t)(d.B * strata__conv_big(L)), d.act);
   }
-  case STRATA__LAYER_CLASSIFIER:
-    return strata__units((size_t)(d.R * L->out), d.act);
+  case STRATA__LAYER_CLASSIFIER: /* dlogits (| gap: the averages' gradient | h x w ones) */
+    return strata__units((size_t)(d.R * L->out), d.act) +
+           (L->gap ? strata__units((size_t)(d.R * L->in), d.act) + strata__units((size_t)(L->h * L->w), d.act) : 0);
   }
   return 0;
 }

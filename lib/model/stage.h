@@ -309,6 +309,14 @@ struct strata__head_saved strata__head_layout(const struct strata__dims *d);
 static inline const struct strata__layer *strata__stage_layer_at(const struct strata__stage *st, int i) {
   return &st->layers[i];
 }
+/* A convolution layer's output elements per image before pooling, and its geometry over n images. */
+static inline int64_t strata__conv_big(const struct strata__layer *L) { return L->k * L->ch * L->cw; }
+static inline struct strata_conv2d strata__conv_geometry(const struct strata__layer *L, int64_t n) {
+  struct strata_conv2d g = {.n = n, .c = L->c, .h = L->h, .w = L->w, .k = L->k, .r = L->r, .s = L->r,
+                            .stride = L->stride, .pad = L->r / 2};
+  return g;
+}
+
 /* Whether the stage ends with the model's loss layer. */
 static inline int strata__stage_has_loss(const struct strata__stage *st) { return st->last == st->model->nlayers; }
 
