@@ -42,7 +42,7 @@ if [ ! -x "$TRAIN" ] || [ ! -x "$GEN" ]; then
   echo "1..0 # SKIP strata-train or strata-generate not built"
   exit 0
 fi
-echo "1..116"
+echo "1..122"
 
 # A small corpus of our own, so that the tests do not depend on what the machine ships.
 for i in 1 2 3 4 5 6 7 8; do cat "$top_srcdir/README.md" "$top_srcdir/man/strata-train.1"; done >"$TMP/text.txt"
@@ -460,3 +460,21 @@ fails_clearly "--grad-reduce bf16 without --dp" 2 "give --dp 2 or more" $T --ste
 STRATA_HOST_DEVICES=2 $TRAIN --model gpt-micro --data $TMP/text.txt --batch 4 --eval-batches 2 --steps 2 --dp 2 --grad-reduce bf16 --json >"$TMP/gr.json" 2>"$TMP/err"
 rc=$?
 check "--dp 2 --grad-reduce bf16: exit 0, a finite loss" sh -c "[ $rc -eq 0 ] && grep -q '\"event\":\"summary\".*\"loss\":[0-9]' '$TMP/gr.json'"
+
+# spatial parallelism (issue 34): cnn-hires (512x512 synthetic shapes) trains on one device; --spatial checks the
+# model's slabs (a gpt, 0, more slabs than rows, a halo past a neighbour's slab: one line, exit 2) and, until the
+# trainer runs slabs, refuses more than one by name
+$TRAIN --model cnn-hires --steps 2 --batch 1 --eval-batches 1 --device 0 --json >"$TMP/hires.json" 2>"$TMP/err"
+rc=$?
+check "cnn-hires: exit 0, 512x512 shapes, a finite loss (exit $rc)" sh -c "[ $rc -eq 0 ] &&
+  grep -q '\"event\":\"start\".*\"model\":\"cnn-hires\".*512x512' '$TMP/hires.json' &&
+  grep -q '\"event\":\"summary\".*\"loss\":[0-9]' '$TMP/hires.json'"
+fails_clearly "--spatial on a gpt" 2 "needs a cnn, not a gpt" $T --steps 2 --spatial 2
+fails_clearly "--spatial 0" 2 "--spatial" $TRAIN --model cnn-hires --steps 2 --spatial 0
+fails_clearly "--spatial 17: more slabs than rows" 2 "more than the 16 rows of conv.4" \
+  $TRAIN --model cnn-hires --steps 2 --spatial 17
+echo '{"kind": "cnn", "image": 16, "classes": 3, "conv": [4], "kernels": [7], "pools": [1], "gap": true}' >"$TMP/k7.json"
+fails_clearly "--spatial 8: slabs thinner than a 7x7 filter's halo" 2 "3-row halo" \
+  $TRAIN --model "$TMP/k7.json" --steps 2 --spatial 8
+fails_clearly "--spatial 2: not run yet, refused by name" 2 "does not run spatial slabs yet" \
+  $TRAIN --model cnn-hires --steps 2 --spatial 2

@@ -23,7 +23,7 @@
 enum {
   OPT_DEVICE = 256, OPT_ACCUM, OPT_LR, OPT_WARMUP, OPT_SEED, OPT_CLIP, OPT_WD, OPT_SAVE_EVERY, OPT_STOP_AT, OPT_EVAL_BATCHES,
   OPT_VERSION, OPT_PP, OPT_DEVICES, OPT_SPLIT, OPT_SCHEDULE, OPT_MICROBATCHES, OPT_VIRTUAL_STAGES, OPT_TRACE,
-  OPT_DATA_FORMAT, OPT_INIT_FROM, OPT_UNTIE, OPT_VAL_DATA, OPT_DP, OPT_LAYOUT, OPT_TP, OPT_ZERO, OPT_PLAN,
+  OPT_DATA_FORMAT, OPT_INIT_FROM, OPT_UNTIE, OPT_VAL_DATA, OPT_DP, OPT_LAYOUT, OPT_TP, OPT_ZERO, OPT_PLAN, OPT_SPATIAL,
   OPT_PRECISION, OPT_GRAD_REDUCE
 };
 
@@ -102,6 +102,10 @@ static void usage(FILE *f) {
           "      --layout FILE        the whole cut from a layout file (schema strata-layout/1, as\n"
           "                           strata-plan writes it) instead of --dp, --pp, --devices, --split,\n"
           "                           --schedule, --microbatches and --virtual-stages\n"
+          "      --spatial N          spatial parallelism (a cnn with \"gap\", e.g. cnn-hires): each image's\n"
+          "                           rows cut into N slabs, halo rows exchanged; checked against the\n"
+          "                           model (a gpt, more slabs than a layer's rows, a halo past a\n"
+          "                           neighbour's slab: refused), but not run yet: N > 1 is refused\n"
           "\n"
           "  -j, --json               one JSON object per line on stdout (start, step, eval, save,\n"
           "                           summary); no progress bar\n"
@@ -453,6 +457,7 @@ int parse_args(int argc, char **argv, struct options *o) {
       {"trace", required_argument, NULL, OPT_TRACE},
       {"dp", required_argument, NULL, OPT_DP},      {"layout", required_argument, NULL, OPT_LAYOUT},
       {"tp", required_argument, NULL, OPT_TP},      {"plan", required_argument, NULL, OPT_PLAN},      {"zero", no_argument, NULL, OPT_ZERO},
+      {"spatial", required_argument, NULL, OPT_SPATIAL},
       {"data-format", required_argument, NULL, OPT_DATA_FORMAT},
       {"init-from", required_argument, NULL, OPT_INIT_FROM},
       {"untie", no_argument, NULL, OPT_UNTIE},
@@ -528,6 +533,11 @@ int parse_args(int argc, char **argv, struct options *o) {
       break;
     case OPT_LAYOUT:
       o->layout_path = optarg;
+      break;
+    case OPT_SPATIAL:
+      if (cli_parse_range(PROG, "--spatial", optarg, 1, MAX_DEVICES, &v))
+        return EXIT_USAGE;
+      o->spatial = (int)v;
       break;
     case OPT_PLAN:
       if (strcmp(optarg, "auto") != 0) {

@@ -89,6 +89,33 @@ STRATA_API int strata_model_layer(strata_model_t model, int index, struct strata
 STRATA_API uint64_t strata_model_params(strata_model_t model);
 STRATA_API double strata_model_flops(strata_model_t model); /* forward + backward, per sample */
 
+/*
+** Spatial parallelism (issue 34): a cnn's images cut by rows into `slabs`
+** contiguous slabs, one per device of a spatial group. Layer i's output
+** rows are shared out as evenly as they go (slab r holds rows
+** [r Ho / slabs, (r + 1) Ho / slabs), Ho its output height after pooling,
+** so a pooling window never crosses a slab edge; the image's rows likewise
+** for the first layer's input); before a convolution a slab receives from
+** its neighbours the input rows its filter reaches past its own (the halo:
+** r / 2 rows for a filter of r at stride 1), and sends them back as
+** gradients in the backward. The classifier averages (gap) the slabs'
+** pooled sums joined over the group.
+*/
+struct strata_spatial_layer {
+  int64_t in_first, in_rows;       /* the input rows the slab holds */
+  int64_t out_first, out_rows;     /* the output rows it computes (after pooling); the classifier: all of its 1 */
+  int64_t halo_top, halo_bottom;   /* input rows it receives from the slab above / below before the layer */
+  uint64_t act_bytes;              /* activation bytes per sample it keeps (strata_layer_info's act_bytes for its
+                                   ** rows: its input with the halo, the convolution's output, ReLU, indices) */
+  uint64_t halo_bytes;             /* bytes per sample its halo rows take (received forward, sent back backward) */
+};
+/* STRATA_OK when `model` can be cut into `slabs` slabs; else why, naming the layer: the model is not a cnn with
+** "gap", slabs < 1, more slabs than a layer's output rows, or a halo reaching past the neighbouring slab. */
+STRATA_API int strata_model_spatial_check(strata_model_t model, int slabs);
+/* Layer `layer` of slab `rank` of `slabs` (strata_model_spatial_check's conditions hold, else its error). */
+STRATA_API int strata_model_spatial_layer(strata_model_t model, int slabs, int rank, int layer,
+                                          struct strata_spatial_layer *out /* OUT */);
+
 /* The config as JSON (the model-file format); the caller frees the string with free(). */
 STRATA_API int strata_model_to_json(strata_model_t model, char **json /* OUT */);
 
