@@ -15,7 +15,7 @@ static strata_model_t model_of(const struct strata_model_config *c) {
   return m;
 }
 
-/* The models the trainer cuts: GPTs whose vocabulary tp 2 splits (256) or not (255), an MLP and a CNN whose tp
+/* The models the trainer cuts: GPTs whose vocabulary tp 2 splits (256) or not (255), an MLP and CNNs whose tp
 ** pairs a cut can separate. */
 static int models(strata_model_t *out) {
   struct strata_model_config g = {.kind = STRATA_MODEL_GPT, .vocab = 256, .context = 8, .d_model = 16, .layers = 4,
@@ -30,7 +30,12 @@ static int models(strata_model_t *out) {
   out[1] = model_of(&odd);
   out[2] = model_of(&mlp);
   out[3] = model_of(&cnn);
-  return 4;
+  /* cnn-hires's layers, small: filters of 3, 5 and 7, a stride, unpooled layers, the global average pool */
+  struct strata_model_config hires = {.kind = STRATA_MODEL_CNN, .image = 16, .channels = 1, .classes = 3,
+                                      .conv = {4, 8, 4}, .kernel = {3, 5, 7}, .stride = {1, 2, 1}, .pool = {2, 1, 1},
+                                      .gap = 1};
+  out[4] = model_of(&hires);
+  return 5;
 }
 
 static int same(const struct strata__stage_bytes *a, const struct strata__stage_bytes *b) {
@@ -41,7 +46,7 @@ static int same(const struct strata__stage_bytes *a, const struct strata__stage_
 /* Every [a, b) of every model, tp 1 and 2 (each slice), ZeRO 1 and 3 shards, split backward or not, 1 and 3
 ** samples per micro-batch, fp32 and bf16: the constant-time figures are the stage's. */
 Test(memory, every_cut_weighed_at_once_is_the_stage_alone) {
-  strata_model_t m[4];
+  strata_model_t m[5];
   const int n = models(m);
   int checked = 0;
   for (int i = 0; i < n; i++)
@@ -82,7 +87,7 @@ Test(memory, every_cut_weighed_at_once_is_the_stage_alone) {
 Test(memory, the_figures_are_what_a_stage_allocates) {
   setenv("STRATA_HOST_DEVICES", "1", 0);
   setenv("STRATA_BACKENDS", "host", 0);
-  strata_model_t m[4];
+  strata_model_t m[5];
   const int n = models(m);
   int dev = tc_find_device("host", 0);
   cr_assert_geq(dev, 0);
