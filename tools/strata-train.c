@@ -572,36 +572,15 @@ static int new_pipeline_trainer(struct run *r, const struct options *o) {
 }
 
 /*
-** --spatial N: the model's slabs checked (strata_model_spatial_check: a gpt, more slabs than a layer's rows, a halo
-** past a neighbour's slab); one slab is the whole image on one device. More are refused by name until the trainer
-** runs slabs (issue 34: their halo exchanges and joins as actions of the per-device lists). 0 or EXIT_USAGE.
+** --spatial N: the model's slabs checked (strata_model_spatial_check: a gpt, a cnn without gap, more slabs than a
+** layer's rows, a halo past a neighbour's slab); the run's tp slices are then its slabs. 0 or EXIT_USAGE.
 */
 static int check_spatial(struct run *r, const struct options *o) {
   if (strata_model_spatial_check(r->model, o->spatial)) {
     fprintf(stderr, PROG ": --spatial %d: %s\n", o->spatial, strata_last_error());
     return EXIT_USAGE;
   }
-  if (o->spatial == 1)
-    return 0;
-  uint64_t one = 0, most = 0;
-  const int n = strata_model_layer_count(r->model);
-  for (int k = 0; k < o->spatial; k++) {
-    uint64_t mine = 0;
-    for (int i = 0; i < n; i++) {
-      struct strata_layer_info li;
-      struct strata_spatial_layer sl;
-      if (strata_model_layer(r->model, i, &li) || strata_model_spatial_layer(r->model, o->spatial, k, i, &sl))
-        return fail("--spatial");
-      one += k == 0 ? li.act_bytes : 0;
-      mine += sl.act_bytes;
-    }
-    most = mine > most ? mine : most;
-  }
-  fprintf(stderr,
-          PROG ": --spatial %d: %s cuts into %d slabs (a device would keep %.2fx of one device's activations), but "
-          "the trainer does not run spatial slabs yet (halo exchanges as actions: issue 34); train it on one device\n",
-          o->spatial, r->cfg->name, o->spatial, one ? (double)most / (double)one : 0.0);
-  return EXIT_USAGE;
+  return 0;
 }
 
 int main(int argc, char **argv) {
@@ -681,6 +660,7 @@ int main(int argc, char **argv) {
   r.topts.seed = (uint64_t)o.seed;
   r.topts.precision = o.precision;
   r.topts.grad_reduce = o.grad_reduce;
+  r.topts.spatial = o.spatial;
   if (o.warmup >= 0)
     r.topts.warmup = o.warmup;
   else

@@ -103,9 +103,10 @@ static void usage(FILE *f) {
           "                           strata-plan writes it) instead of --dp, --pp, --devices, --split,\n"
           "                           --schedule, --microbatches and --virtual-stages\n"
           "      --spatial N          spatial parallelism (a cnn with \"gap\", e.g. cnn-hires): each image's\n"
-          "                           rows cut into N slabs, halo rows exchanged; checked against the\n"
-          "                           model (a gpt, more slabs than a layer's rows, a halo past a\n"
-          "                           neighbour's slab: refused), but not run yet: N > 1 is refused\n"
+          "                           rows cut into N slabs on N devices (uneven too), the halo rows a\n"
+          "                           filter reaches exchanged with the neighbours, the averages and the\n"
+          "                           gradients summed over the slabs; with --dp D: D x N devices; not\n"
+          "                           with --pp, --tp, --zero, bf16 or a split backward yet\n"
           "\n"
           "  -j, --json               one JSON object per line on stdout (start, step, eval, save,\n"
           "                           summary); no progress bar\n"
@@ -306,6 +307,18 @@ static int check_grad_reduce(const struct options *o) {
 
 /* The cut of the command line (--pp, --dp, --tp, --devices ...) when no layout gives it. */
 static int check_cut_args(struct options *o) {
+  if (o->spatial > 1) { /* the slabs run as the slices of one stage (of each --dp replica) */
+    const char *with = o->ntp ? "--tp" : o->layout_path ? "--layout" : o->plan_auto ? "--plan" : o->zero ? "--zero"
+                       : o->pp > 1 ? "--pp" : o->precision == STRATA_BFLOAT16 ? "--precision bf16"
+                       : o->schedule && strata_schedule_kind_split_backward(o->schedule) ? "--schedule"
+                       : o->device_given ? "--device (the slabs' devices: --devices)" : NULL;
+    if (with) {
+      fprintf(stderr, PROG ": --spatial %d: not with %s yet (spatial slabs combine with --dp)\n", o->spatial, with);
+      return EXIT_USAGE;
+    }
+    o->tp[0] = o->spatial;
+    o->ntp = 1;
+  }
   if (o->zero && o->dp < 2) {
     fprintf(stderr, PROG ": --zero shards the optimizer over replicas: give --dp 2 or more\n");
     return EXIT_USAGE;

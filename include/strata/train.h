@@ -36,6 +36,9 @@ struct strata_train_options {
                             ** all-reduce (ZeRO: reduce-scatter) moves — bf16 halves its traffic, each reduction
                             ** step summing in float32 and rounding once; gradients stay float32 before and after.
                             ** Needs replicas (dp >= 2) in one process */
+  int spatial;              /* 0 or 1: whole images. N > 1 (strata_trainer_new_layout, a cnn with "gap"): spatial
+                            ** parallelism, the layout's tp slices (tp N, pp 1) are N slabs of every image's rows,
+                            ** each stage whole on its rows, halo rows exchanged, averages and gradients joined */
   struct strata_cluster *cluster; /* NULL: the devices are this process's. Else the job of strata/cluster.h:
                                   ** devices are numbered globally over its ranks, every rank creates the
                                   ** trainer with the same layout and options, builds only the stages on its

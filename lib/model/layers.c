@@ -255,7 +255,17 @@ static int conv_fwd(struct lctx *c) {
   int rc;
   strata_mem_t x = layer_x(c, xin, c->d.B * L->in, 1, &rc);
   TRY(rc);
-  TRY(strata_conv2d_fwd(c->q, &g, x, WT(c, 0), SV(c, 0, 0), SC(c, 0, 0)));
+  if (L->sl.on) { /* a slab: its rows and halo gathered, convolved whole, the rows it keeps taken out */
+    int64_t p, qq, ws;
+    TRY(strata_conv2d_shape(&g, &p, &qq, &ws));
+    const struct strata__slab_scratch o = strata__slab_scratch_of(L, c->d.B, (size_t)ws);
+    strata_mem_t e = SCR(c, o.e);
+    TRY(strata__slab_gather(c->st, L, c->d.B, x, SAVED(c, xin), e, &o));
+    TRY(strata_conv2d_fwd(c->q, &g, e, WT(c, 0), SCR(c, o.y), SC(c, 0, 0)));
+    TRY(strata__slab_rows(c->st, L, c->d.B, SCR(c, o.y), SV(c, 0, 0), &o, 0));
+  } else {
+    TRY(strata_conv2d_fwd(c->q, &g, x, WT(c, 0), SV(c, 0, 0), SC(c, 0, 0)));
+  }
   if (L->tp_role == STRATA__TP_INPUTS) /* each slice convolved its input channels: the sum is the convolution */
     TRY(join(c, SV(c, 0, 0), big));
   if (L->pool <= 1)
@@ -264,13 +274,20 @@ static int conv_fwd(struct lctx *c) {
   return strata_maxpool_fwd(c->q, &pg, SV(c, relu, 0), c->out, SAVED(c, idx));
 }
 
+/* 1 / the pixels a gap classifier averages over: the whole map's, on a slab too. */
+static float gap_scale(const struct strata__layer *L) {
+  return 1.0f / (float)((L->sl.on ? L->sl.H : L->h) * L->w);
+}
+
 /* gap: the classifier's input averaged over its h x w pixels, per image and channel, into `avg` (R x c): a GEMV
 ** against h x w ones (written at `ones`), 1 / (h w) their weight. */
 static int gap_fwd(struct lctx *c, strata_mem_t ones, strata_mem_t avg) {
   const struct strata__layer *L = c->L;
   const int64_t hw = L->h * L->w;
   TRY(strata_fill(c->q, ones, 1.0f, hw));
-  return strata_gemm(c->q, 0, 0, c->d.R * L->c, 1, hw, 1.0f / (float)hw, c->in, hw, 0, ones, 1, 0, 0, avg, 1, 0, 1);
+  TRY(strata_gemm(c->q, 0, 0, c->d.R * L->c, 1, hw, gap_scale(L), c->in, hw, 0, ones, 1, 0, 0, avg, 1, 0, 1));
+  /* a slab: its rows' share of each average, joined (summed) over the slabs */
+  return L->sl.on ? strata__slab_join(c->st, avg, (size_t)(c->d.R * L->c)) : STRATA_OK;
 }
 
 /* Where gap keeps the averages (saved, after the logits, losses and any converted input). */
@@ -484,6 +501,15 @@ static int conv_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
     return STRATA_OK;
   int rc;
   strata_mem_t x = layer_x(c, xin, c->d.B * L->in, 0, &rc);
+  if (L->sl.on) { /* a slab: its rows' gradient into the whole convolution's, back through it over the rows it
+                  ** convolved, their gradient to its rows and (the halo's) to its neighbours */
+    const struct strata__slab_scratch o = strata__slab_scratch_of(L, c->d.B, (size_t)ws);
+    TRY(strata__slab_restore(c->st, L, c->d.B, x, SAVED(c, xin), SCR(c, o.e), &o));
+    TRY(strata__slab_rows(c->st, L, c->d.B, SCR(c, o.y), dr, &o, 1));
+    TRY(strata_conv2d_bwd(c->q, &g, SCR(c, o.e), WT(c, 0), SCR(c, o.y), dx.buf ? SCR(c, o.de) : dx, dw,
+                          SC(c, 0, 0), 1));
+    return dx.buf ? strata__slab_scatter(c->st, L, c->d.B, SCR(c, o.de), dx, &o) : STRATA_OK;
+  }
   TRY(strata_conv2d_bwd(c->q, &g, x, WT(c, 0), dr, dx, dw, SC(c, 0, 0), 1));
   if (L->tp_role == STRATA__TP_OUTPUTS && dx.buf) /* each slice's output channels' share of it */
     TRY(join(c, dx, (size_t)(c->d.B * L->in)));
@@ -502,12 +528,12 @@ static int classifier_bwd(struct lctx *c, strata_mem_t targets, strata_mem_t din
       const int64_t hw = L->h * L->w;
       TRY(linear_bwd_x(c->q, c->d.R, L->in, L->out, WT(c, 0), dlogits, davg));
       TRY(strata_fill(c->q, ones, 1.0f, hw));
-      TRY(strata_gemm(c->q, 0, 0, c->d.R * L->c, hw, 1, 1.0f / (float)hw, davg, 1, 0, ones, hw, 0, 0, din, hw, 0, 1));
+      TRY(strata_gemm(c->q, 0, 0, c->d.R * L->c, hw, 1, gap_scale(L), davg, 1, 0, ones, hw, 0, 0, din, hw, 0, 1));
     } else if (!L->gap) {
       TRY(linear_bwd_x(c->q, c->d.R, L->in, L->out, WT(c, 0), dlogits, L->first ? AT(NULL, 0) : din));
     }
   }
-  if (!DO_W(c))
+  if (!DO_W(c) || c->st->sp.rank > 0) /* the slabs' classifiers are one: slab 0 has its gradients, once */
     return STRATA_OK;
   int rc;
   strata_mem_t x = L->gap ? SV(c, gap_avg(c), 0) : layer_x(c, lu + (size_t)c->d.R, c->d.R * L->in, 0, &rc);
@@ -595,6 +621,12 @@ static int stage_backward(struct strata__stage *st, int s, int mode) {
     }
     if (rc)
       return rc;
+    if (mode != BM_INPUT && st->sp.size > 1 && st->sp_grads) { /* the step's gradients: the slabs' summed */
+      size_t lo, hi;
+      strata__stage_layer_range(st, i, i + 1, &lo, &hi);
+      if (hi > lo)
+        TRY(strata__slab_join(st, AT(st->grads, lo), hi - lo));
+    }
     if (mode != BM_INPUT && st->grads_done)
       TRY(st->grads_done(st->grads_done_arg, i));
     if (mode == BM_WEIGHT && i == 0)

@@ -298,9 +298,11 @@ static size_t layer_saved(const struct strata__stage *st, const struct strata__l
     return strata__head_layout(&d).end;
   case STRATA__LAYER_LINEAR: /* pre-activation (| the model's input, converted) */
     return strata__units((size_t)(d.R * L->out), d.act) + layer_xin(st, L);
-  case STRATA__LAYER_CONV: /* convolution | (pooled:) ReLU | (4-byte) pooling indices (| the model's input, converted) */
+  case STRATA__LAYER_CONV: /* convolution | (pooled:) ReLU | (4-byte) pooling indices (| the model's input, converted)
+                           ** (| a slab's: its halo rows, from the neighbours) */
     return (L->pool > 1 ? 2 : 1) * strata__units((size_t)(d.B * strata__conv_big(L)), d.act) +
-           (L->pool > 1 ? (size_t)(d.B * L->out) : 0) + layer_xin(st, L);
+           (L->pool > 1 ? (size_t)(d.B * L->out) : 0) + layer_xin(st, L) +
+           (L->sl.on ? (size_t)(d.B * L->c * (L->sl.ht + L->sl.hb) * L->w) : 0);
   case STRATA__LAYER_CLASSIFIER: /* logits | (float32) losses (| the model's input, converted) (| gap: the averages) */
     return strata__units((size_t)(d.R * L->out), d.act) + (size_t)d.R + layer_xin(st, L) +
            (L->gap ? strata__units((size_t)(d.R * L->in), d.act) : 0);
@@ -384,6 +386,8 @@ static size_t layer_scratch(const struct strata__stage *st, const struct strata_
     struct strata_conv2d g = strata__conv_geometry(L, 1);
     int64_t p, q, ws = 0;
     strata_conv2d_shape(&g, &p, &q, &ws);
+    if (L->sl.on) /* | a slab's: the whole convolution's output, the exchange, the convolved rows and gradient, 1.0f */
+      return strata__slab_scratch_of(L, d.B, strata__units((size_t)ws, d.act)).end;
     return strata__units((size_t)ws, d.act) + strata__units((size_t)(d.B * strata__conv_big(L)), d.act);
   }
   case STRATA__LAYER_CLASSIFIER: /* dlogits (| gap: the averages' gradient | h x w ones) */
@@ -489,6 +493,19 @@ static int stage_layout(const struct strata_model *model, int first, int last, i
     return strata__error(STRATA_ERR_NOMEM, "out of memory creating a stage");
   }
   stage_roles(st);
+  st->sp = cut && cut->sp.size > 1 ? cut->sp : (struct strata__shard){0, 1};
+  if (st->sp.size > 1) { /* spatial slabs: whole tensors, float32, whole backwards, one stage of a cnn */
+    int rc = st->sp.rank < 0 || st->sp.rank >= st->sp.size
+                 ? strata__error(STRATA_ERR_INVALID, "stage: spatial slab %d of %d", st->sp.rank, st->sp.size)
+             : st->tp.size > 1 || st->act != STRATA_FLOAT32 || split_backward
+                 ? strata__error(STRATA_ERR_UNSUPPORTED, "spatial parallelism runs whole float32 stages with whole "
+                                 "backwards: not with tp, bf16 or a split backward")
+                 : strata__slab_layers(st);
+    if (rc) {
+      strata__stage_free(st);
+      return rc;
+    }
+  }
   st->layer_tensor = calloc((size_t)n + 1, sizeof *st->layer_tensor);
   st->saved_off = calloc((size_t)n, sizeof *st->saved_off);
   st->dsave_off = calloc((size_t)n, sizeof *st->dsave_off);
@@ -628,7 +645,7 @@ int strata__stage_plan(const struct strata_model *model, int first, int last, in
     layer_mem(st, i, &m);
     strata__layer_mem_add(&sum, &m, i == 0, i == n - 1);
   }
-  const struct strata__cut whole = {{0, 1}, {0, 1}, STRATA_FLOAT32, STRATA_FLOAT32};
+  const struct strata__cut whole = {{0, 1}, {0, 1}, STRATA_FLOAT32, STRATA_FLOAT32, {0, 1}};
   strata__stage_bytes_of(model, first, last, mb, split_backward, cut ? cut : &whole, &sum, b);
   strata__stage_free(st);
   return STRATA_OK;

@@ -424,6 +424,7 @@ static int do_backward(struct exec *ex, int rank, int kind, int s, int mb, int l
   }
   const int sl = slot_of(ex, s, mb);
   int rc;
+  st->sp_grads = last; /* spatial slabs: the step's gradients summed over them as the last backward makes them */
   if (kind == STRATA_ACTION_BACKWARD)
     rc = strata__stage_backward(st, sl);
   else if (kind == STRATA_ACTION_BACKWARD_INPUT)
@@ -432,6 +433,7 @@ static int do_backward(struct exec *ex, int rank, int kind, int s, int mb, int l
     rc = strata__stage_backward_weight(st, sl);
   st->grads_done = NULL;
   st->grads_done_arg = NULL;
+  st->sp_grads = 0;
   TRY(rc);
   TRY(strata_queue_finish(st->q));
   if (kind != STRATA_ACTION_BACKWARD_WEIGHT)

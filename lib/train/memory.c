@@ -96,9 +96,7 @@ static int check_memory_of(strata_trainer_t tr, const int *split, uint64_t *need
       first += n;
       continue;
     }
-    struct strata__cut cut = {{strata__stage_slice(tr, s), strata__stage_tp(tr, s)},
-                              {strata__stage_replica(tr, s), tr->zero ? tr->replicas : 1},
-                              tr->opt.precision, tr->opt.grad_reduce};
+    struct strata__cut cut = strata__trainer_cut(tr, s);
     TRY(strata__stage_plan(tr->model, first, first + n, tr->opt.batch, split_backward, &cut, &b));
     int r = tr->stage_rank[s];
     struct strata__stage_place place;
