@@ -263,3 +263,59 @@ Test(spatial, refused) {
   }
   strata_model_free(m);
 }
+
+/* The gradient pass (strata_trainer_loss_grad: one micro-batch forward and back, nothing updated) of 2 slabs: one
+** device's loss and gradient (each layer's summed over the slabs, the classifier's once), within float32's
+** reordering; and a checkpoint of the slabs, taken mid-run, continues on one device as one device would. */
+Test(spatial, gradient_pass_and_checkpoint) {
+  strata_model_t m = small_cnn();
+  int h[2];
+  host_devices(h, 2);
+  struct strata_train_options o = options(1, 3);
+  strata_trainer_t one, two;
+  OK(strata_trainer_new(m, small_ds, &o, &one));
+  char text[200];
+  snprintf(text, sizeof text, "{\"tp\": 2, \"microbatches\": 1, \"devices\": [%d, %d]}", h[0], h[1]);
+  strata_layout_t l;
+  OK(strata_layout_from_json(text, "spatial 2", &l));
+  o.spatial = 2;
+  OK(strata_trainer_new_layout(m, small_ds, &o, l, NULL, &two));
+  float in[3 * 32 * 32];
+  int32_t tg[3];
+  uint64_t st = 17;
+  OK(strata_dataset_sample(small_ds, STRATA_SPLIT_TRAIN, 3, 0, &st, in, tg));
+  size_t n = 0, n2 = 0;
+  OK(strata_trainer_params(one, NULL, &n));
+  OK(strata_trainer_params(two, NULL, &n2));
+  cr_assert_eq(n, n2);
+  float *g1 = malloc(n * 4), *g2 = malloc(n * 4), l1, l2;
+  OK(strata_trainer_loss_grad(one, in, tg, 3, &l1, g1));
+  OK(strata_trainer_loss_grad(two, in, tg, 3, &l2, g2));
+  cr_assert_float_eq(l1, l2, 1e-6 * fabsf(l1), "loss: one device %.9g, 2 slabs %.9g", l1, l2);
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; i++) {
+    num += ((double)g1[i] - g2[i]) * ((double)g1[i] - g2[i]);
+    den += (double)g1[i] * g1[i];
+  }
+  cr_assert_gt(den, 0);
+  cr_assert_lt(sqrt(num / den), 1e-5, "gradient: relative difference %.3g", sqrt(num / den));
+  /* two steps of the slabs, saved; a third on one device from that checkpoint, against the slabs' own third */
+  char path[256];
+  snprintf(path, sizeof path, "%s/strata-spatial-%d.st", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
+  struct strata_step_stats s2, s1;
+  OK(strata_trainer_step(two, &s2));
+  OK(strata_trainer_step(two, &s2));
+  OK(strata_trainer_save(two, path));
+  OK(strata_trainer_load(one, path));
+  OK(strata_trainer_step(two, &s2));
+  OK(strata_trainer_step(one, &s1));
+  cr_assert_float_eq(s1.loss, s2.loss, 1e-4 * fabsf(s2.loss), "step 3 from the slabs' checkpoint: one device %.9g, "
+                     "the slabs %.9g", s1.loss, s2.loss);
+  unlink(path);
+  free(g1);
+  free(g2);
+  strata_trainer_free(one);
+  strata_trainer_free(two);
+  strata_layout_free(l);
+  strata_model_free(m);
+}

@@ -34,6 +34,8 @@ extern "C" {
 **                    stage's tp slices) of F s m, right after it; completes
 **                    when every slice's device has reached it
 **   TP_JOIN_BACKWARD s m  the same for the backward of s m (B or BI)
+**                    (spatial parallelism's slabs are a stage's slices too: their halo
+**                    exchanges, joined averages and summed gradients are these joins)
 **
 ** Sends are buffered (they never wait for the receiver); a receive waits
 ** for its send. Stages on one device pass data without send/receive.
