@@ -477,7 +477,7 @@ fails_clearly "--spatial 2 --device 0: refused by name" 2 "--spatial 2: not with
 fails_clearly "--spatial 0" 2 "--spatial" $TRAIN --model cnn-hires --steps 2 --spatial 0
 fails_clearly "--spatial 17: more slabs than rows" 2 "more than the 16 rows of conv.4" \
   $TRAIN --model cnn-hires --steps 2 --spatial 17
-echo '{"kind": "cnn", "image": 16, "classes": 3, "conv": [4], "kernels": [7], "pools": [1], "gap": true}' >"$TMP/k7.json"
+echo '{"kind": "cnn", "image": 16, "classes": 3, "conv": [4, 4], "kernels": [3, 7], "pools": [1, 1], "gap": true}' >"$TMP/k7.json"
 fails_clearly "--spatial 8: slabs thinner than a 7x7 filter's halo" 2 "3-row halo" \
   $TRAIN --model "$TMP/k7.json" --steps 2 --spatial 8
 fails_clearly "--spatial 2 --tp 2: refused by name" 2 "--spatial 2: not with --tp" \

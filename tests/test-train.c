@@ -152,9 +152,10 @@ Test(model, cnn_kernels_strides_pools_and_gap) {
 }
 
 /* Spatial slabs of cnn-hires: the rows shared out whole and in order, the halos a filter of r reaches at stride 1
-** (r / 2 rows each side inside the image) and at stride 2 (k3: one row above, none below), the activations split:
-** summed over the slabs, a convolution's equal the one device's plus the halo rows; a device's at most 0.6x of one
-** device's with 2 slabs and 0.35x with 4. */
+** (r / 2 rows each side inside the image) and at stride 2 (k3: one row above, none below) — none on the first layer,
+** whose slabs all hold the image —, the activations split: summed over the slabs, a convolution's equal the one
+** device's plus the halo rows (and the first's, the image on every slab); a device's at most 0.6x of one device's
+** with 2 slabs and 0.35x with 4. */
 Test(model, spatial_slabs_share_rows_halos_and_activations) {
   strata_model_t m = NULL;
   OK(strata_model_from_preset("cnn-hires", &m));
@@ -194,8 +195,9 @@ Test(model, spatial_slabs_share_rows_halos_and_activations) {
           /* the image's edges have no halo; inside, a filter of k at stride 1 reaches k / 2 rows each way, and
           ** k3 at stride 2 reaches one row above its slab and none below (the slabs even: n divides the rows) */
           if (n != 3) {
-            cr_assert_eq(a.halo_top, r == 0 ? 0 : st == 1 ? k / 2 : 1, "n %d slab %d layer %d top", n, r, i);
-            cr_assert_eq(a.halo_bottom, r == n - 1 ? 0 : st == 1 ? k / 2 : 0, "n %d slab %d layer %d bottom", n, r, i);
+            cr_assert_eq(a.halo_top, r == 0 || i == 0 ? 0 : st == 1 ? k / 2 : 1, "n %d slab %d layer %d top", n, r, i);
+            cr_assert_eq(a.halo_bottom, r == n - 1 || i == 0 ? 0 : st == 1 ? k / 2 : 0, "n %d slab %d layer %d bottom",
+                         n, r, i);
           }
         }
         halo += (int64_t)a.halo_bytes;
@@ -205,8 +207,10 @@ Test(model, spatial_slabs_share_rows_halos_and_activations) {
         struct strata_spatial_layer last;
         OK(strata_model_spatial_layer(m, n, n - 1, i, &last));
         cr_assert_eq(last.out_first + last.out_rows, next);
-        cr_assert_eq(sum, (int64_t)li.act_bytes + halo, "n %d layer %d: slabs keep %lld bytes, one device %llu + "
-                     "halo %lld", n, i, (long long)sum, (unsigned long long)li.act_bytes, (long long)halo);
+        const int64_t image = i == 0 ? (int64_t)(n - 1) * 4 * c->image * c->image : 0; /* the others' copies */
+        cr_assert_eq(sum, (int64_t)li.act_bytes + halo + image, "n %d layer %d: slabs keep %lld bytes, one device %llu "
+                     "+ halo %lld + image %lld", n, i, (long long)sum, (unsigned long long)li.act_bytes, (long long)halo,
+                     (long long)image);
       } else { /* the classifier's averages and logits on every slab: the rest is shared */
         const int64_t whole = 4 * (32 + 2 * c->classes);
         cr_assert_eq(sum, (int64_t)li.act_bytes + (n - 1) * whole);
@@ -231,9 +235,9 @@ Test(model, spatial_slabs_share_rows_halos_and_activations) {
   cr_assert_eq(strata_model_spatial_check(m, 2), STRATA_ERR_INVALID);
   cr_assert(strstr(strata_last_error(), "gap"), "%s", strata_last_error());
   strata_model_free(m);
-  /* a 7x7 filter's 3-row halo past slabs of 2 rows */
-  OK(strata_model_from_json("{\"kind\": \"cnn\", \"image\": 16, \"classes\": 3, \"conv\": [4], \"kernels\": [7], "
-                            "\"pools\": [1], \"gap\": true}", "k7", &m));
+  /* a 7x7 filter's 3-row halo past slabs of 2 rows (on the second layer: the first reads the whole image) */
+  OK(strata_model_from_json("{\"kind\": \"cnn\", \"image\": 16, \"classes\": 3, \"conv\": [4, 4], \"kernels\": [3, 7], "
+                            "\"pools\": [1, 1], \"gap\": true}", "k7", &m));
   OK(strata_model_spatial_check(m, 4));
   cr_assert_eq(strata_model_spatial_check(m, 8), STRATA_ERR_SHAPE);
   cr_assert(strstr(strata_last_error(), "3-row halo"), "%s", strata_last_error());

@@ -95,7 +95,8 @@ STRATA_API double strata_model_flops(strata_model_t model); /* forward + backwar
 ** rows are shared out as evenly as they go (slab r holds rows
 ** [r Ho / slabs, (r + 1) Ho / slabs), Ho its output height after pooling,
 ** so a pooling window never crosses a slab edge; the image's rows likewise
-** for the first layer's input); before a convolution a slab receives from
+** for the first layer's input, though every slab holds the whole image, so
+** the first layer needs no halo); before a convolution a slab receives from
 ** its neighbours the input rows its filter reaches past its own (the halo:
 ** r / 2 rows for a filter of r at stride 1), and sends them back as
 ** gradients in the backward. The classifier averages (gap) the slabs'
@@ -106,7 +107,8 @@ struct strata_spatial_layer {
   int64_t out_first, out_rows;     /* the output rows it computes (after pooling); the classifier: all of its 1 */
   int64_t halo_top, halo_bottom;   /* input rows it receives from the slab above / below before the layer */
   uint64_t act_bytes;              /* activation bytes per sample it keeps (strata_layer_info's act_bytes for its
-                                   ** rows: its input with the halo, the convolution's output, ReLU, indices) */
+                                   ** rows: its input with the halo — the first layer: the whole image —, the
+                                   ** convolution's output, ReLU, indices) */
   uint64_t halo_bytes;             /* bytes per sample its halo rows take (received forward, sent back backward) */
 };
 /* STRATA_OK when `model` can be cut into `slabs` slabs; else why, naming the layer: the model is not a cnn with

@@ -36,6 +36,15 @@ struct strata__slab {
   int64_t c0;                /* the first kept row in the whole convolution's output (crows: the layer's ch) */
 };
 
+/* Rows [*first, *first + *rows) of `total` that slab r of n holds: as evenly as they go, the larger slabs last. */
+void strata__slab_share(int64_t total, int n, int r, int64_t *first, int64_t *rows);
+struct strata__layer;
+/* Slab r of n's geometry of convolution L (the model's layer, whole): its rows, the rows its filter reads, the halo
+** rows it receives (none on the first layer: every slab has the whole image), the rows it convolves (model/slab.c;
+** up, down and hmax, which need the other slabs, are left 0). The one description of a slab: the stage runs it,
+** strata_model_spatial_layer reports it. */
+void strata__slab_conv(const struct strata__layer *L, int n, int r, struct strata__slab *s);
+
 struct strata__layer {
   enum strata__layer_kind kind;
   int index;                /* block number, conv number, ... */

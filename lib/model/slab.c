@@ -7,14 +7,12 @@
 #include "model/stage.h"
 #include "core/core.h"
 
-/* Rows [*first, *first + *rows) of `total` that slab r of n holds (as strata_model_spatial_layer shares them). */
-static void share(int64_t total, int n, int r, int64_t *first, int64_t *rows) {
+void strata__slab_share(int64_t total, int n, int r, int64_t *first, int64_t *rows) {
   *first = total * r / n;
   *rows = total * (r + 1) / n - *first;
 }
 
-/* Slab r's geometry of convolution L (the model's, whole): its rows, what its filter reads, the rows it convolves. */
-static void conv_slab(const struct strata__layer *L, int n, int r, struct strata__slab *s) {
+void strata__slab_conv(const struct strata__layer *L, int n, int r, struct strata__slab *s) {
   const int64_t ho = L->ch / L->pool, pad = L->r / 2, st = L->stride;
   int64_t o0, orows;
   *s = (struct strata__slab){0};
@@ -22,8 +20,8 @@ static void conv_slab(const struct strata__layer *L, int n, int r, struct strata
   s->rank = r;
   s->n = n;
   s->H = L->h;
-  share(L->h, n, r, &s->in0, &s->rows);
-  share(ho, n, r, &o0, &orows);
+  strata__slab_share(L->h, n, r, &s->in0, &s->rows);
+  strata__slab_share(ho, n, r, &o0, &orows);
   s->c0 = o0 * L->pool;
   const int64_t c1 = (o0 + orows) * L->pool;
   s->need0 = s->c0 * st - pad < 0 ? 0 : s->c0 * st - pad;
@@ -42,7 +40,7 @@ int strata__slab_layers(struct strata__stage *st) {
     struct strata__layer *L = &st->layers[i];
     if (L->kind == STRATA__LAYER_CLASSIFIER && L->gap) {
       L->sl = (struct strata__slab){.on = 1, .rank = r, .n = n, .H = L->h};
-      share(L->h, n, r, &L->sl.in0, &L->sl.rows);
+      strata__slab_share(L->h, n, r, &L->sl.in0, &L->sl.rows);
       if (L->sl.rows < 1)
         return strata__error(STRATA_ERR_SHAPE, "spatial: slab %d of %d holds none of the classifier's %lld rows", r,
                              n, (long long)L->h);
@@ -53,21 +51,21 @@ int strata__slab_layers(struct strata__stage *st) {
       return strata__error(STRATA_ERR_SHAPE, "spatial: layer %s is not a convolution or an averaging classifier",
                            L->info.name);
     struct strata__slab s, up = {0}, down = {0};
-    conv_slab(L, n, r, &s);
+    strata__slab_conv(L, n, r, &s);
     if (r > 0)
-      conv_slab(L, n, r - 1, &up);
+      strata__slab_conv(L, n, r - 1, &up);
     if (r + 1 < n)
-      conv_slab(L, n, r + 1, &down);
+      strata__slab_conv(L, n, r + 1, &down);
     s.up = up.hb;
     s.down = down.ht;
     for (int k = 0; k < n; k++) {
       struct strata__slab o;
-      conv_slab(L, n, k, &o);
+      strata__slab_conv(L, n, k, &o);
       s.hmax = o.ht > s.hmax ? o.ht : s.hmax;
       s.hmax = o.hb > s.hmax ? o.hb : s.hmax;
     }
     int64_t o0, orows;
-    share(L->ch / L->pool, n, r, &o0, &orows);
+    strata__slab_share(L->ch / L->pool, n, r, &o0, &orows);
     if (orows < 1 || s.rows < 1 || s.up > s.rows || s.down > s.rows || s.ht > up.rows || s.hb > down.rows ||
         s.j0 < 0 || s.j0 + orows * L->pool > s.P)
       return strata__error(STRATA_ERR_SHAPE, "spatial: %d slabs cannot cut %s (slab %d: %lld rows, halo %lld + %lld)",

@@ -8,31 +8,25 @@
 #include "model/model.h"
 #include "core/core.h"
 
-/* Rows [first, first + rows) of `total` that slab r of n holds: as evenly as they go, the larger slabs last. */
-static void share(int64_t total, int n, int r, int64_t *first, int64_t *rows) {
-  *first = total * r / n;
-  *rows = total * (r + 1) / n - *first;
-}
-
 /*
-** Slab r's view of convolution L: the rows of its output (pooled), of its input (the previous layer's output
-** slab, or the image's), and the input rows the filter reaches outside them: rows [c0 stride - r/2, (c1 - 1)
-** stride + r - r/2) for convolution rows [c0, c1) = the output rows times the pool window, clipped to the image.
+** Slab r's view of convolution L, from the stage's own geometry (strata__slab_conv): the rows of its input (the
+** previous layer's output slab; the first layer: every slab keeps the whole image) and output (pooled), the halo
+** rows it receives, and what it keeps: its input (and halo rows), the convolution's rows, ReLU and indices.
 */
 static void conv_slab(const struct strata__layer *L, int n, int r, struct strata_spatial_layer *o) {
-  const int64_t ho = L->ch / L->pool, pad = L->r / 2;
-  share(L->h, n, r, &o->in_first, &o->in_rows); /* the previous layer's output shares the same way */
-  share(ho, n, r, &o->out_first, &o->out_rows);
-  const int64_t c0 = o->out_first * L->pool, c1 = (o->out_first + o->out_rows) * L->pool;
-  int64_t need0 = c0 * L->stride - pad, need1 = (c1 - 1) * L->stride + L->r - pad;
-  need0 = need0 < 0 ? 0 : need0;
-  need1 = need1 > L->h ? L->h : need1;
-  o->halo_top = o->in_first > need0 ? o->in_first - need0 : 0;
-  o->halo_bottom = need1 > o->in_first + o->in_rows ? need1 - (o->in_first + o->in_rows) : 0;
-  const uint64_t in = (uint64_t)(L->c * (o->in_rows + o->halo_top + o->halo_bottom) * L->w);
-  const uint64_t conv = (uint64_t)(L->k * (c1 - c0) * L->cw), pooled = (uint64_t)(L->k * o->out_rows * (L->cw / L->pool));
+  struct strata__slab s;
+  strata__slab_conv(L, n, r, &s);
+  const int64_t ho = L->ch / L->pool;
+  o->in_first = s.in0;
+  o->in_rows = s.rows;
+  strata__slab_share(ho, n, r, &o->out_first, &o->out_rows);
+  o->halo_top = s.ht;
+  o->halo_bottom = s.hb;
+  const uint64_t in = (uint64_t)(L->c * (L->first ? L->h : s.rows + s.ht + s.hb) * L->w);
+  const uint64_t conv = (uint64_t)(L->k * o->out_rows * L->pool * L->cw);
+  const uint64_t pooled = (uint64_t)(L->k * o->out_rows * (L->cw / L->pool));
   o->act_bytes = 4 * (in + (L->pool > 1 ? 2 * conv + pooled : conv));
-  o->halo_bytes = 4 * (uint64_t)(L->c * (o->halo_top + o->halo_bottom) * L->w);
+  o->halo_bytes = 4 * (uint64_t)(L->c * (s.ht + s.hb) * L->w);
 }
 
 /* The whole check and the layer, in one walk (layer < 0: check only). */
@@ -80,7 +74,7 @@ static int spatial_walk(strata_model_t m, int slabs, int rank, int layer, struct
       }
       conv_slab(L, slabs, rank, &s);
     } else { /* the gap classifier: the slab's share of the last map, its averages joined; logits whole */
-      share(L->h, slabs, rank, &s.in_first, &s.in_rows);
+      strata__slab_share(L->h, slabs, rank, &s.in_first, &s.in_rows);
       s.out_first = 0;
       s.out_rows = 1;
       s.act_bytes = 4 * (uint64_t)(L->c * s.in_rows * L->w + L->in + 2 * L->out);
