@@ -319,3 +319,69 @@ Test(spatial, gradient_pass_and_checkpoint) {
   strata_layout_free(l);
   strata_model_free(m);
 }
+
+/* "spatial": N in strata-layout/1: read (tp left out is N), written back only when set, refused with pp 2 or another
+** tp; a layout that says it trains the slabs without the option, as the option does; the simulator and the memory
+** plan refuse to cost it yet. */
+Test(spatial, the_layout_field) {
+  strata_layout_t l = NULL, back = NULL;
+  OK(strata_layout_from_json("{\"dp\": 2, \"spatial\": 2, \"microbatches\": 2}", "spatial layout", &l));
+  cr_assert_eq(strata_layout_spatial(l), 2);
+  cr_assert_eq(strata_layout_tp(l, 0), 2);
+  cr_assert_eq(strata_layout_device_count(l), 4);
+  char *j = NULL, *j2 = NULL;
+  OK(strata_layout_to_json(l, &j));
+  cr_assert(strstr(j, "\"spatial\":2"), "%s", j);
+  OK(strata_layout_from_json(j, "round trip", &back));
+  OK(strata_layout_to_json(back, &j2));
+  cr_assert_str_eq(j, j2);
+  free(j);
+  free(j2);
+  strata_layout_free(back);
+  OK(strata_layout_from_json("{\"dp\": 2, \"tp\": 2}", "tp layout", &back));
+  cr_assert_eq(strata_layout_spatial(back), 1);
+  OK(strata_layout_to_json(back, &j));
+  cr_assert_null(strstr(j, "spatial"), "%s", j);
+  free(j);
+  strata_layout_free(back);
+  static const char *const bad[] = {"{\"pp\": 2, \"spatial\": 2}", "{\"tp\": 3, \"spatial\": 2}",
+                                    "{\"spatial\": 0}"};
+  for (int k = 0; k < 3; k++) {
+    back = NULL;
+    cr_assert_neq(strata_layout_from_json(bad[k], "bad", &back), STRATA_OK, "%s", bad[k]);
+    cr_assert(strstr(strata_last_error(), "spatial"), "%s: %s", bad[k], strata_last_error());
+    cr_assert_null(back);
+  }
+  strata_model_t m = small_cnn();
+  uint64_t bytes = 0;
+  OK(strata_layout_from_json("{\"dp\": 2, \"spatial\": 2, \"split\": [4]}", "split", &back));
+  cr_assert_eq(strata_plan_memory(m, back, 12, 0, &bytes), STRATA_ERR_UNSUPPORTED);
+  cr_assert(strstr(strata_last_error(), "spatial"), "%s", strata_last_error());
+  strata_layout_free(back);
+  /* trained through the layout (host devices 0..3) against the option's run */
+  int h[4];
+  host_devices(h, 4);
+  char text[200];
+  snprintf(text, sizeof text, "{\"dp\": 2, \"spatial\": 2, \"microbatches\": 1, \"devices\": [%d, %d, %d, %d]}", h[0],
+           h[1], h[2], h[3]);
+  strata_layout_free(l);
+  OK(strata_layout_from_json(text, "spatial layout", &l));
+  struct strata_train_options o = options(1, 3);
+  strata_trainer_t tr;
+  OK(strata_trainer_new_layout(m, small_ds, &o, l, NULL, &tr));
+  struct run got, ref;
+  run_steps(tr, &got);
+  strata_trainer_free(tr);
+  slabs(m, small_ds, 2, 2, 1, 3, h, &ref);
+  for (int s = 0; s < STEPS; s++)
+    cr_assert_eq(got.loss[s], ref.loss[s], "step %d: the layout's %.9g, the option's %.9g", s + 1, got.loss[s],
+                 ref.loss[s]);
+  o.spatial = 3; /* the options and the layout disagree */
+  tr = NULL;
+  cr_assert_eq(strata_trainer_new_layout(m, small_ds, &o, l, NULL, &tr), STRATA_ERR_INVALID);
+  cr_assert(strstr(strata_last_error(), "spatial 3 in the options, 2 in the layout"), "%s", strata_last_error());
+  free(got.params);
+  free(ref.params);
+  strata_layout_free(l);
+  strata_model_free(m);
+}

@@ -42,7 +42,7 @@ if [ ! -x "$TRAIN" ] || [ ! -x "$GEN" ]; then
   echo "1..0 # SKIP strata-train or strata-generate not built"
   exit 0
 fi
-echo "1..130"
+echo "1..132"
 
 # A small corpus of our own, so that the tests do not depend on what the machine ships.
 for i in 1 2 3 4 5 6 7 8; do cat "$top_srcdir/README.md" "$top_srcdir/man/strata-train.1"; done >"$TMP/text.txt"
@@ -506,6 +506,12 @@ STRATA_HOST_DEVICES=4 STRATA_HOST_THREADS=1 $H --dp 2 >"$TMP/dp2.json" 2>"$TMP/e
 STRATA_HOST_DEVICES=4 STRATA_HOST_THREADS=1 $H --spatial 2 --dp 2 >"$TMP/sp2dp2.json" 2>"$TMP/err"
 rc=$?
 check "--spatial 2 --dp 2: --dp 2's losses (exit $rc)" losses_close "$TMP/sp2dp2.json" "$TMP/dp2.json"
+echo '{"dp": 2, "spatial": 2, "microbatches": 2}' >"$TMP/spatial-layout.json"
+STRATA_HOST_DEVICES=4 STRATA_HOST_THREADS=1 $H --layout "$TMP/spatial-layout.json" >"$TMP/spl.json" 2>"$TMP/err"
+rc=$?
+check "--layout with \"spatial\": 2: --spatial 2 --dp 2's losses (exit $rc)" losses_close "$TMP/spl.json" "$TMP/sp2dp2.json"
+fails_clearly "--spatial 2 --layout: the layout says it" 2 "--layout gives the whole cut; drop --spatial" \
+  $TRAIN --model cnn-hires --steps 2 --spatial 2 --layout "$TMP/spatial-layout.json"
 # won't fit: under a memory limit between the two, one device is refused before the first step, 2 slabs train
 STRATA_HOST_DEVICES=2 STRATA_DEVICE_MEMORY_LIMIT=70M fails_clearly "cnn-hires in 70 MiB on one device" 1 "does not fit" \
   $TRAIN --model cnn-hires --steps 1 --batch 2 --eval-batches 1 --pp 1

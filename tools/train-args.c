@@ -308,7 +308,7 @@ static int check_grad_reduce(const struct options *o) {
 /* The cut of the command line (--pp, --dp, --tp, --devices ...) when no layout gives it. */
 static int check_cut_args(struct options *o) {
   if (o->spatial > 1) { /* the slabs run as the slices of one stage (of each --dp replica) */
-    const char *with = o->ntp ? "--tp" : o->layout_path ? "--layout" : o->plan_auto ? "--plan" : o->zero ? "--zero"
+    const char *with = o->ntp ? "--tp" : o->zero ? "--zero"
                        : o->pp > 1 ? "--pp" : o->precision == STRATA_BFLOAT16 ? "--precision bf16"
                        : o->schedule && strata_schedule_kind_split_backward(o->schedule) ? "--schedule"
                        : o->device_given ? "--device (the slabs' devices: --devices)" : NULL;
@@ -551,6 +551,7 @@ int parse_args(int argc, char **argv, struct options *o) {
       if (cli_parse_range(PROG, "--spatial", optarg, 1, MAX_DEVICES, &v))
         return EXIT_USAGE;
       o->spatial = (int)v;
+      o->cut_given = o->cut_given ? o->cut_given : "--spatial"; /* a layout says "spatial" itself */
       break;
     case OPT_PLAN:
       if (strcmp(optarg, "auto") != 0) {

@@ -71,6 +71,8 @@ STRATA_API int strata_plan_memory(strata_model_t model, strata_layout_t layout, 
                          (long long)batch, dp, m);
   if (!strata_layout_split(layout))
     return strata__error(STRATA_ERR_INVALID, "strata_plan_memory: the layout has no split");
+  if (strata_layout_spatial(layout) > 1)
+    return strata__error(STRATA_ERR_UNSUPPORTED, "strata_plan_memory: spatial slabs are not planned yet");
   TRY(strata_layout_check(layout, model, -1));
   strata_schedule_t sch;
   TRY(strata_schedule_generate(strata_layout_schedule(layout), strata_layout_pp(layout), m,

@@ -604,10 +604,18 @@ STRATA_API int strata_trainer_new_layout(strata_model_t model, strata_dataset_t 
   } else {
     TRY(strata_device_count(&ndevices));
   }
-  if (opts && opts->spatial > 1) /* the slices are slabs: their checks, not tp's */
-    TRY(strata__spatial_check(model, opts, layout, ndevices));
-  else
+  struct strata_train_options sopts; /* the options with the slabs of the layout or of the options */
+  if (opts && (opts->spatial > 1 || strata_layout_spatial(layout) > 1)) {
+    sopts = *opts;
+    if (sopts.spatial > 1 && strata_layout_spatial(layout) > 1 && sopts.spatial != strata_layout_spatial(layout))
+      return strata__error(STRATA_ERR_INVALID, "spatial %d in the options, %d in the layout", sopts.spatial,
+                           strata_layout_spatial(layout));
+    sopts.spatial = sopts.spatial > 1 ? sopts.spatial : strata_layout_spatial(layout);
+    opts = &sopts;
+    TRY(strata__spatial_check(model, opts, layout, ndevices)); /* the slices are slabs: their checks, not tp's */
+  } else {
     TRY(strata_layout_check(layout, model, ndevices));
+  }
   const int dp = strata_layout_dp(layout), pp = strata_layout_pp(layout);
   int *tps = calloc((size_t)pp, sizeof *tps);
   if (!tps)
