@@ -27,6 +27,7 @@ suites = tests/test-device \
 	tests/test-layout \
 	tests/test-schedule \
 	tests/test-parallel \
+	tests/test-spatial \
 	tests/test-train \
 	tests/test-pipeline \
 	tests/test-plan \
@@ -103,6 +104,10 @@ tests_test_parallel_SOURCES = tests/test-parallel.c tests/common.h
 tests_test_parallel_CPPFLAGS = $(suite_cppflags)
 tests_test_parallel_CFLAGS = $(suite_cflags)
 tests_test_parallel_LDADD = $(suite_ldadd)
+tests_test_spatial_SOURCES = tests/test-spatial.c tests/common.h
+tests_test_spatial_CPPFLAGS = $(suite_cppflags)
+tests_test_spatial_CFLAGS = $(suite_cflags)
+tests_test_spatial_LDADD = $(suite_ldadd)
 tests_test_train_SOURCES = tests/test-train.c tests/common.h
 tests_test_train_CPPFLAGS = $(suite_cppflags)
 tests_test_train_CFLAGS = $(suite_cflags)
@@ -117,7 +122,7 @@ tests_test_plan_CFLAGS = $(suite_cflags)
 tests_test_plan_LDADD = $(suite_ldadd)
 # The memory model is internal: the suite compiles the model's stage code (and the error and log calls it makes)
 # itself and takes everything public from the library.
-tests_test_memory_SOURCES = tests/test-memory.c tests/common.h lib/model/stage.c lib/model/ranges.c \
+tests_test_memory_SOURCES = tests/test-memory.c tests/common.h lib/model/stage.c lib/model/ranges.c lib/model/slab.c \
 	lib/core/status.c lib/core/log.c
 tests_test_memory_CPPFLAGS = $(suite_cppflags) -I$(top_srcdir)/lib
 tests_test_memory_CFLAGS = $(suite_cflags)

@@ -267,7 +267,7 @@ Test(images, bad_arguments) {
   cr_assert_eq(image_status(9, 16, 4), STRATA_ERR_INVALID);
   cr_assert_eq(image_status(-1, 16, 4), STRATA_ERR_INVALID);
   cr_assert_eq(image_status(10, 7, 4), STRATA_ERR_INVALID);
-  cr_assert_eq(image_status(10, 65, 4), STRATA_ERR_INVALID);
+  cr_assert_eq(image_status(10, 1025, 4), STRATA_ERR_INVALID);
   cr_assert_eq(image_status(10, 16, 1), STRATA_ERR_INVALID);
   cr_assert_eq(image_status(10, 16, 9), STRATA_ERR_INVALID);
   cr_assert(strstr(strata_last_error(), "9 classes"), "message: %s", strata_last_error());
@@ -275,7 +275,41 @@ Test(images, bad_arguments) {
   /* The extremes of each range are accepted. */
   cr_assert_eq(image_status(10, 8, 2), STRATA_OK);
   cr_assert_eq(image_status(10, 64, 8), STRATA_OK);
+  cr_assert_eq(image_status(10, 1024, 8), STRATA_OK);
   cr_assert_eq(image_status(16, 8, 8), STRATA_OK);
+}
+
+/* Above 64 pixels a side the images are drawn when sampled: the same draws give the same pixels and labels, about
+** zero-mean and unit-scale as the kept ones, and the labels of a split stay balanced. */
+Test(images, large_ones_are_drawn_when_sampled) {
+  strata_dataset_t ds = NULL;
+  OK(strata_dataset_images(200, 256, 4, 9, &ds));
+  const int64_t B = 24, npix = 256 * 256;
+  float *a = malloc((size_t)(B * npix) * sizeof *a), *b = malloc((size_t)(B * npix) * sizeof *b);
+  int32_t la[24], lb[24];
+  uint64_t s1 = 77, s2 = 77;
+  OK(strata_dataset_sample(ds, STRATA_SPLIT_TRAIN, B, 0, &s1, a, la));
+  OK(strata_dataset_sample(ds, STRATA_SPLIT_TRAIN, B, 0, &s2, b, lb));
+  cr_assert_eq(memcmp(a, b, (size_t)(B * npix) * sizeof *a), 0, "the same draws gave other pixels");
+  cr_assert_eq(memcmp(la, lb, sizeof la), 0);
+  double sum = 0, sq = 0;
+  for (int64_t i = 0; i < B * npix; i++) {
+    sum += a[i];
+    sq += (double)a[i] * a[i];
+  }
+  const double mean = sum / (double)(B * npix), var = sq / (double)(B * npix) - mean * mean;
+  cr_assert_lt(fabs(mean), 0.1, "mean %.4f", mean);
+  cr_assert(var > 0.8 && var < 1.25, "variance %.4f", var);
+  int seen[4] = {0};
+  for (int i = 0; i < B; i++) {
+    cr_assert(la[i] >= 0 && la[i] < 4);
+    seen[la[i]]++;
+  }
+  for (int k = 0; k < 4; k++)
+    cr_assert_gt(seen[k], 0, "class %d never drawn in %lld images", k, (long long)B);
+  free(a);
+  free(b);
+  strata_dataset_free(ds);
 }
 
 Test(images, info_and_pixel_scale) {

@@ -15,7 +15,7 @@ static strata_model_t model_of(const struct strata_model_config *c) {
   return m;
 }
 
-/* The models the trainer cuts: GPTs whose vocabulary tp 2 splits (256) or not (255), an MLP and a CNN whose tp
+/* The models the trainer cuts: GPTs whose vocabulary tp 2 splits (256) or not (255), an MLP and CNNs whose tp
 ** pairs a cut can separate. */
 static int models(strata_model_t *out) {
   struct strata_model_config g = {.kind = STRATA_MODEL_GPT, .vocab = 256, .context = 8, .d_model = 16, .layers = 4,
@@ -30,7 +30,12 @@ static int models(strata_model_t *out) {
   out[1] = model_of(&odd);
   out[2] = model_of(&mlp);
   out[3] = model_of(&cnn);
-  return 4;
+  /* cnn-hires's layers, small: filters of 3, 5 and 7, a stride, unpooled layers, the global average pool */
+  struct strata_model_config hires = {.kind = STRATA_MODEL_CNN, .image = 16, .channels = 1, .classes = 3,
+                                      .conv = {4, 8, 4}, .kernel = {3, 5, 7}, .stride = {1, 2, 1}, .pool = {2, 1, 1},
+                                      .gap = 1};
+  out[4] = model_of(&hires);
+  return 5;
 }
 
 static int same(const struct strata__stage_bytes *a, const struct strata__stage_bytes *b) {
@@ -43,7 +48,7 @@ static int same(const struct strata__stage_bytes *a, const struct strata__stage_
 ** micro-batch, fp32 and bf16, and (GPTs) each recompute mode (without a split backward): the
 ** constant-time figures are the stage's. */
 Test(memory, every_cut_weighed_at_once_is_the_stage_alone) {
-  strata_model_t m[4];
+  strata_model_t m[5];
   const int n = models(m);
   int checked = 0;
   for (int i = 0; i < n; i++)
@@ -56,7 +61,7 @@ Test(memory, every_cut_weighed_at_once_is_the_stage_alone) {
             for (int bf = 0; bf <= 1; bf++)
             for (int rc = 0; rc <= (i < 2 && !split ? STRATA_RECOMPUTE_FULL : 0); rc++) {
               const struct strata__cut cut = {{slice, tp}, {0, zero}, bf ? STRATA_BFLOAT16 : STRATA_FLOAT32,
-                                              bf ? STRATA_BFLOAT16 : STRATA_FLOAT32, rc, zs};
+                                              bf ? STRATA_BFLOAT16 : STRATA_FLOAT32, rc, zs, {0, 1}};
               struct strata__stage_ranges *r;
               OK(strata__stage_ranges_new(m[i], mb, split, &cut, &r));
               const int L = strata_model_layer_count(m[i]);
@@ -89,7 +94,7 @@ Test(memory, every_cut_weighed_at_once_is_the_stage_alone) {
 Test(memory, the_figures_are_what_a_stage_allocates) {
   setenv("STRATA_HOST_DEVICES", "1", 0);
   setenv("STRATA_BACKENDS", "host", 0);
-  strata_model_t m[4];
+  strata_model_t m[5];
   const int n = models(m);
   int dev = tc_find_device("host", 0);
   cr_assert_geq(dev, 0);
@@ -103,7 +108,7 @@ Test(memory, the_figures_are_what_a_stage_allocates) {
         for (int a = 0; a < L; a++)
           for (int b = a + 1; b <= L; b++) {
             const struct strata__cut cut = {{tp - 1, tp}, {1, 2}, bf ? STRATA_BFLOAT16 : STRATA_FLOAT32, STRATA_FLOAT32,
-                                            rc, zs};
+                                            rc, zs, {0, 1}};
             struct strata__stage_bytes want;
             OK(strata__stage_plan(m[i], a, b, 2, split, &cut, &want));
             uint64_t before, after, taken;

@@ -42,7 +42,7 @@ if [ ! -x "$TRAIN" ] || [ ! -x "$GEN" ]; then
   echo "1..0 # SKIP strata-train or strata-generate not built"
   exit 0
 fi
-echo "1..124"
+echo "1..140"
 
 # A small corpus of our own, so that the tests do not depend on what the machine ships.
 for i in 1 2 3 4 5 6 7 8; do cat "$top_srcdir/README.md" "$top_srcdir/man/strata-train.1"; done >"$TMP/text.txt"
@@ -500,3 +500,62 @@ check "the start event and summary say the recompute mode; activation bytes full
 $T --steps 1 --recompute full >"$TMP/out" 2>"$TMP/err"
 rc=$?
 check "the text header says the recompute mode (exit $rc)" sh -c "[ $rc -eq 0 ] && grep -q '^recompute full: ' '$TMP/out'"
+# spatial parallelism (issue 34): cnn-hires (512x512 synthetic shapes) trains on one device; --spatial checks the
+# model's slabs (a gpt, 0, more slabs than rows, a halo past a neighbour's slab: one line, exit 2), trains its slabs
+# on host virtual devices to one device's losses (1e-4 relative: the slabs sum their partial products in other
+# orders, tests/test-spatial.c), with --dp too, and refuses what it does not combine with yet by name
+$TRAIN --model cnn-hires --steps 2 --batch 1 --eval-batches 1 --device 0 --json >"$TMP/hires.json" 2>"$TMP/err"
+rc=$?
+check "cnn-hires: exit 0, 512x512 shapes, a finite loss (exit $rc)" sh -c "[ $rc -eq 0 ] &&
+  grep -q '\"event\":\"start\".*\"model\":\"cnn-hires\".*512x512' '$TMP/hires.json' &&
+  grep -q '\"event\":\"summary\".*\"loss\":[0-9]' '$TMP/hires.json'"
+fails_clearly "--spatial on a gpt" 2 "needs a cnn, not a gpt" \
+  $TRAIN --model gpt-micro --data $TMP/text.txt --steps 2 --spatial 2
+fails_clearly "--spatial 2 --device 0: refused by name" 2 "--spatial 2: not with --device" \
+  $TRAIN --model cnn-hires --steps 2 --spatial 2 --device 0
+fails_clearly "--spatial 0" 2 "--spatial" $TRAIN --model cnn-hires --steps 2 --spatial 0
+fails_clearly "--spatial 17: more slabs than rows" 2 "more than the 16 rows of conv.4" \
+  $TRAIN --model cnn-hires --steps 2 --spatial 17
+echo '{"kind": "cnn", "image": 16, "classes": 3, "conv": [4, 4], "kernels": [3, 7], "pools": [1, 1], "gap": true}' >"$TMP/k7.json"
+fails_clearly "--spatial 8: slabs thinner than a 7x7 filter's halo" 2 "3-row halo" \
+  $TRAIN --model "$TMP/k7.json" --steps 2 --spatial 8
+fails_clearly "--spatial 2 --tp 2: refused by name" 2 "--spatial 2: not with --tp" \
+  $TRAIN --model cnn-hires --steps 2 --spatial 2 --tp 2
+fails_clearly "--spatial 2 --pp 2: refused by name" 2 "--spatial 2: not with --pp" \
+  $TRAIN --model cnn-hires --steps 2 --spatial 2 --pp 2
+# losses_close A B: the same steps, each loss within 1e-4 of the other's (relative)
+losses_close() {
+  grep '"event":"step"' "$1" | sed 's/.*"loss":\([^,]*\).*/\1/' >"$TMP/la"
+  grep '"event":"step"' "$2" | sed 's/.*"loss":\([^,]*\).*/\1/' >"$TMP/lb"
+  [ "$(wc -l <"$TMP/la")" -ge 6 ] && [ "$(wc -l <"$TMP/la")" -eq "$(wc -l <"$TMP/lb")" ] &&
+    paste "$TMP/la" "$TMP/lb" | awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-4 * ($2 < 0 ? -$2 : $2)) bad = 1 } END { exit bad }'
+}
+H="$TRAIN --model cnn-hires --steps 6 --batch 1 --eval-every 0 --eval-batches 1 --json"
+STRATA_HOST_DEVICES=4 STRATA_HOST_THREADS=1 $H --pp 1 >"$TMP/sp1.json" 2>"$TMP/err"
+STRATA_HOST_DEVICES=4 STRATA_HOST_THREADS=1 $H --spatial 2 --trace "$TMP/sp2.trace" >"$TMP/sp2.json" 2>"$TMP/err"
+rc=$?
+check "--spatial 2: cnn-hires's six losses within 1e-4 of one device's (exit $rc)" losses_close "$TMP/sp2.json" "$TMP/sp1.json"
+check "--spatial 2's trace: the halo exchanges and joins as the slabs' collectives (TJF, TJB)" sh -c "
+  grep -q '\"name\": \"TJF0.0\", \"cat\": \"comm\"' '$TMP/sp2.trace' &&
+  grep -q '\"name\": \"TJB1.1\", \"cat\": \"comm\"' '$TMP/sp2.trace'"
+STRATA_HOST_DEVICES=4 STRATA_HOST_THREADS=1 $H --spatial 4 >"$TMP/sp4.json" 2>"$TMP/err"
+rc=$?
+check "--spatial 4: the same losses (exit $rc)" losses_close "$TMP/sp4.json" "$TMP/sp1.json"
+STRATA_HOST_DEVICES=4 STRATA_HOST_THREADS=1 $H --dp 2 >"$TMP/dp2.json" 2>"$TMP/err"
+STRATA_HOST_DEVICES=4 STRATA_HOST_THREADS=1 $H --spatial 2 --dp 2 >"$TMP/sp2dp2.json" 2>"$TMP/err"
+rc=$?
+check "--spatial 2 --dp 2: --dp 2's losses (exit $rc)" losses_close "$TMP/sp2dp2.json" "$TMP/dp2.json"
+echo '{"dp": 2, "spatial": 2, "microbatches": 2}' >"$TMP/spatial-layout.json"
+STRATA_HOST_DEVICES=4 STRATA_HOST_THREADS=1 $H --layout "$TMP/spatial-layout.json" >"$TMP/spl.json" 2>"$TMP/err"
+rc=$?
+check "--layout with \"spatial\": 2: --spatial 2 --dp 2's losses (exit $rc)" losses_close "$TMP/spl.json" "$TMP/sp2dp2.json"
+fails_clearly "--spatial 2 --layout: the layout says it" 2 "--layout gives the whole cut; drop --spatial" \
+  $TRAIN --model cnn-hires --steps 2 --spatial 2 --layout "$TMP/spatial-layout.json"
+# won't fit: under a memory limit between the two, one device is refused before the first step, 2 slabs train
+STRATA_HOST_DEVICES=2 STRATA_DEVICE_MEMORY_LIMIT=70M fails_clearly "cnn-hires in 70 MiB on one device" 1 "does not fit" \
+  $TRAIN --model cnn-hires --steps 1 --batch 2 --eval-batches 1 --pp 1
+STRATA_HOST_DEVICES=2 STRATA_DEVICE_MEMORY_LIMIT=70M $TRAIN --model cnn-hires --steps 1 --batch 2 --eval-batches 1 \
+  --spatial 2 --json >"$TMP/fit.json" 2>"$TMP/err"
+rc=$?
+check "cnn-hires in 70 MiB with --spatial 2: trains (exit $rc)" sh -c "[ $rc -eq 0 ] &&
+  grep -q '\"event\":\"summary\".*\"loss\":[0-9]' '$TMP/fit.json'"

@@ -107,6 +107,143 @@ Test(model, json_files_and_bad_input) {
   cr_assert_null(m);
 }
 
+/* cnn-hires's fields: kernels, strides, pools and gap read, written back only when set, and refused when wrong. */
+Test(model, cnn_kernels_strides_pools_and_gap) {
+  strata_model_t m = NULL;
+  OK(strata_model_from_preset("cnn-hires", &m));
+  const struct strata_model_config *c = strata_model_config(m);
+  cr_assert_geq(c->image, 512);
+  cr_assert(c->gap);
+  char *j = NULL;
+  OK(strata_model_to_json(m, &j));
+  strata_model_t back = NULL;
+  OK(strata_model_from_json(j, "round trip", &back));
+  char *j2 = NULL;
+  OK(strata_model_to_json(back, &j2));
+  cr_assert_str_eq(j, j2);
+  cr_assert(strstr(j, "\"kernels\":[3,3,5,3,3]") && strstr(j, "\"gap\":true"), "%s", j);
+  cr_assert_eq(strata_model_params(m), strata_model_params(back));
+  free(j);
+  free(j2);
+  strata_model_free(back);
+  strata_model_free(m);
+  OK(strata_model_from_preset("cnn", &m)); /* the small cnn's JSON as before: no new fields */
+  OK(strata_model_to_json(m, &j));
+  cr_assert_null(strstr(j, "kernels"), "%s", j);
+  cr_assert_null(strstr(j, "gap"), "%s", j);
+  free(j);
+  strata_model_free(m);
+  static const char *const bad[] = {
+      "{\"kind\": \"cnn\", \"image\": 16, \"classes\": 3, \"conv\": [4], \"kernels\": [4]}",
+      "{\"kind\": \"cnn\", \"image\": 16, \"classes\": 3, \"conv\": [4], \"strides\": [3]}",
+      "{\"kind\": \"cnn\", \"image\": 16, \"classes\": 3, \"conv\": [4], \"kernels\": [3, 3]}",
+      "{\"kind\": \"cnn\", \"image\": 16, \"classes\": 3, \"conv\": [4], \"gap\": 1}",
+      "{\"kind\": \"mlp\", \"image\": 16, \"classes\": 3, \"hidden\": [4], \"gap\": true}",
+      "{\"kind\": \"cnn\", \"image\": 8, \"classes\": 3, \"conv\": [4, 4], \"kernels\": [3, 5], "
+      "\"pools\": [4, 1]}",
+  };
+  static const char *const says[] = {"kernels", "stride", "kernels", "gap", "gap", "kernel 5"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    m = NULL;
+    cr_assert_neq(strata_model_from_json(bad[i], "bad", &m), STRATA_OK, "%s", bad[i]);
+    cr_assert(strstr(strata_last_error(), says[i]), "%s: %s", bad[i], strata_last_error());
+    cr_assert_null(m);
+  }
+}
+
+/* Spatial slabs of cnn-hires: the rows shared out whole and in order, the halos a filter of r reaches at stride 1
+** (r / 2 rows each side inside the image) and at stride 2 (k3: one row above, none below) — none on the first layer,
+** whose slabs all hold the image —, the activations split: summed over the slabs, a convolution's equal the one
+** device's plus the halo rows (and the first's, the image on every slab); a device's at most 0.6x of one device's
+** with 2 slabs and 0.35x with 4. */
+Test(model, spatial_slabs_share_rows_halos_and_activations) {
+  strata_model_t m = NULL;
+  OK(strata_model_from_preset("cnn-hires", &m));
+  const int L = strata_model_layer_count(m);
+  uint64_t one = 0;
+  for (int i = 0; i < L; i++) {
+    struct strata_layer_info li;
+    OK(strata_model_layer(m, i, &li));
+    one += li.act_bytes;
+  }
+  const int ns[] = {2, 3, 4};
+  for (int t = 0; t < 3; t++) {
+    const int n = ns[t];
+    OK(strata_model_spatial_check(m, n));
+    uint64_t most = 0;
+    for (int r = 0; r < n; r++) {
+      uint64_t mine = 0;
+      for (int i = 0; i < L; i++) {
+        struct strata_spatial_layer a;
+        OK(strata_model_spatial_layer(m, n, r, i, &a));
+        mine += a.act_bytes;
+      }
+      most = mine > most ? mine : most;
+    }
+    for (int i = 0; i < L; i++) {
+      struct strata_layer_info li;
+      OK(strata_model_layer(m, i, &li));
+      const struct strata_model_config *c = strata_model_config(m);
+      int64_t next = 0, halo = 0, sum = 0;
+      for (int r = 0; r < n; r++) {
+        struct strata_spatial_layer a;
+        OK(strata_model_spatial_layer(m, n, r, i, &a));
+        if (strcmp(li.type, "conv") == 0) {
+          cr_assert_eq(a.out_first, next, "n %d slab %d layer %d starts at row %lld", n, r, i, (long long)a.out_first);
+          next += a.out_rows;
+          const int64_t k = c->kernel[i], st = c->stride[i];
+          /* the image's edges have no halo; inside, a filter of k at stride 1 reaches k / 2 rows each way, and
+          ** k3 at stride 2 reaches one row above its slab and none below (the slabs even: n divides the rows) */
+          if (n != 3) {
+            cr_assert_eq(a.halo_top, r == 0 || i == 0 ? 0 : st == 1 ? k / 2 : 1, "n %d slab %d layer %d top", n, r, i);
+            cr_assert_eq(a.halo_bottom, r == n - 1 || i == 0 ? 0 : st == 1 ? k / 2 : 0, "n %d slab %d layer %d bottom",
+                         n, r, i);
+          }
+        }
+        halo += (int64_t)a.halo_bytes;
+        sum += (int64_t)a.act_bytes;
+      }
+      if (strcmp(li.type, "conv") == 0) {
+        struct strata_spatial_layer last;
+        OK(strata_model_spatial_layer(m, n, n - 1, i, &last));
+        cr_assert_eq(last.out_first + last.out_rows, next);
+        const int64_t image = i == 0 ? (int64_t)(n - 1) * 4 * c->image * c->image : 0; /* the others' copies */
+        cr_assert_eq(sum, (int64_t)li.act_bytes + halo + image, "n %d layer %d: slabs keep %lld bytes, one device %llu "
+                     "+ halo %lld + image %lld", n, i, (long long)sum, (unsigned long long)li.act_bytes, (long long)halo,
+                     (long long)image);
+      } else { /* the classifier's averages and logits on every slab: the rest is shared */
+        const int64_t whole = 4 * (32 + 2 * c->classes);
+        cr_assert_eq(sum, (int64_t)li.act_bytes + (n - 1) * whole);
+      }
+    }
+    const double bound = n == 2 ? 0.6 : n == 4 ? 0.35 : 0.45;
+    cr_log_info("spatial %d: the most a device keeps %llu of one device's %llu bytes per image (%.3f)", n,
+                (unsigned long long)most, (unsigned long long)one, (double)most / (double)one);
+    cr_assert_leq((double)most, bound * (double)one, "spatial %d: %llu > %.2f x %llu", n, (unsigned long long)most,
+                  bound, (unsigned long long)one);
+  }
+  /* refused: more slabs than the last convolution's 16 rows, none, a gpt, a cnn without gap */
+  cr_assert_eq(strata_model_spatial_check(m, 17), STRATA_ERR_SHAPE);
+  cr_assert(strstr(strata_last_error(), "conv.4"), "%s", strata_last_error());
+  cr_assert_eq(strata_model_spatial_check(m, 0), STRATA_ERR_RANGE);
+  strata_model_free(m);
+  OK(strata_model_from_preset("gpt-tiny", &m));
+  cr_assert_eq(strata_model_spatial_check(m, 2), STRATA_ERR_INVALID);
+  cr_assert(strstr(strata_last_error(), "needs a cnn"), "%s", strata_last_error());
+  strata_model_free(m);
+  OK(strata_model_from_preset("cnn", &m));
+  cr_assert_eq(strata_model_spatial_check(m, 2), STRATA_ERR_INVALID);
+  cr_assert(strstr(strata_last_error(), "gap"), "%s", strata_last_error());
+  strata_model_free(m);
+  /* a 7x7 filter's 3-row halo past slabs of 2 rows (on the second layer: the first reads the whole image) */
+  OK(strata_model_from_json("{\"kind\": \"cnn\", \"image\": 16, \"classes\": 3, \"conv\": [4, 4], \"kernels\": [3, 7], "
+                            "\"pools\": [1, 1], \"gap\": true}", "k7", &m));
+  OK(strata_model_spatial_check(m, 4));
+  cr_assert_eq(strata_model_spatial_check(m, 8), STRATA_ERR_SHAPE);
+  cr_assert(strstr(strata_last_error(), "3-row halo"), "%s", strata_last_error());
+  strata_model_free(m);
+}
+
 /* Found by fuzz-model-json: a d_model near INT64_MAX made the default d_ff (4 d_model) overflow
 ** (UBSan) before the range check; now the range check speaks. */
 Test(model, json_sizes_that_would_overflow_are_refused) {
@@ -221,6 +358,38 @@ Test(train, cnn_and_mlp_gradients_match_finite_differences) {
     strata_trainer_free(tr);
     strata_model_free(m);
   }
+  strata_dataset_free(ds);
+}
+
+/* The high-resolution CNN's layers: filters of 3, 5 and 7, a stride of 2, layers without pooling and the global
+** average pool before the classifier, against finite differences of the loss. */
+Test(train, strided_cnn_with_average_pool_matches_finite_differences) {
+  strata_dataset_t ds;
+  OK(strata_dataset_images(40, 16, 3, 7, &ds));
+  struct strata_model_config c = {.kind = STRATA_MODEL_CNN, .image = 16, .channels = 1, .classes = 3,
+                                  .conv = {3, 4, 3}, .kernel = {3, 5, 7}, .stride = {1, 2, 1}, .pool = {2, 1, 1},
+                                  .gap = 1};
+  strata_model_t m;
+  OK(strata_model_from_config(&c, &m));
+  cr_assert_eq(strata_model_layer_count(m), 4);
+  struct strata_layer_info li;
+  OK(strata_model_layer(m, 1, &li));
+  cr_assert_eq(li.params, 4 * 3 * 25, "conv.1 holds 4 x 3 x 5 x 5 weights, not %llu", (unsigned long long)li.params);
+  OK(strata_model_layer(m, 3, &li));
+  cr_assert_eq(li.params, 3 * 3 + 3, "the classifier reads the 3 channels' averages");
+  struct strata_train_options o;
+  strata_train_options_default(&o);
+  o.batch = 3;
+  o.device = tc_find_device("host", 0);
+  strata_trainer_t tr;
+  OK(strata_trainer_new(m, ds, &o, &tr));
+  float in[3 * 256];
+  int32_t tg[3];
+  uint64_t st = 5;
+  OK(strata_dataset_sample(ds, STRATA_SPLIT_TRAIN, 3, 0, &st, in, tg));
+  grad_check(tr, in, tg, 3, 120, 1e-4);
+  strata_trainer_free(tr);
+  strata_model_free(m);
   strata_dataset_free(ds);
 }
 

@@ -571,6 +571,18 @@ static int new_pipeline_trainer(struct run *r, const struct options *o) {
   return 0;
 }
 
+/*
+** --spatial N: the model's slabs checked (strata_model_spatial_check: a gpt, a cnn without gap, more slabs than a
+** layer's rows, a halo past a neighbour's slab); the run's tp slices are then its slabs. 0 or EXIT_USAGE.
+*/
+static int check_spatial(struct run *r, const struct options *o) {
+  if (strata_model_spatial_check(r->model, o->spatial)) {
+    fprintf(stderr, PROG ": --spatial %d: %s\n", o->spatial, strata_last_error());
+    return EXIT_USAGE;
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   struct options o;
   int rc = parse_args(argc, argv, &o);
@@ -637,6 +649,8 @@ int main(int argc, char **argv) {
   if (rc)
     goto out;
   r.cfg = strata_model_config(r.model);
+  if (o.spatial && (rc = check_spatial(&r, &o)))
+    goto out;
 
   strata_train_options_default(&r.topts);
   r.topts.cluster = ranks > 1 ? r.cluster : NULL;
@@ -653,6 +667,7 @@ int main(int argc, char **argv) {
     rc = EXIT_USAGE;
     goto out;
   }
+  r.topts.spatial = o.spatial;
   if (o.warmup >= 0)
     r.topts.warmup = o.warmup;
   else

@@ -23,7 +23,7 @@
 enum {
   OPT_DEVICE = 256, OPT_ACCUM, OPT_LR, OPT_WARMUP, OPT_SEED, OPT_CLIP, OPT_WD, OPT_SAVE_EVERY, OPT_STOP_AT, OPT_EVAL_BATCHES,
   OPT_VERSION, OPT_PP, OPT_DEVICES, OPT_SPLIT, OPT_SCHEDULE, OPT_MICROBATCHES, OPT_VIRTUAL_STAGES, OPT_TRACE,
-  OPT_DATA_FORMAT, OPT_INIT_FROM, OPT_UNTIE, OPT_VAL_DATA, OPT_DP, OPT_LAYOUT, OPT_TP, OPT_ZERO, OPT_PLAN,
+  OPT_DATA_FORMAT, OPT_INIT_FROM, OPT_UNTIE, OPT_VAL_DATA, OPT_DP, OPT_LAYOUT, OPT_TP, OPT_ZERO, OPT_PLAN, OPT_SPATIAL,
   OPT_PRECISION, OPT_GRAD_REDUCE, OPT_RECOMPUTE
 };
 
@@ -113,6 +113,11 @@ static void usage(FILE *f) {
           "      --layout FILE        the whole cut from a layout file (schema strata-layout/1, as\n"
           "                           strata-plan writes it) instead of --dp, --pp, --devices, --split,\n"
           "                           --schedule, --microbatches and --virtual-stages\n"
+          "      --spatial N          spatial parallelism (a cnn with \"gap\", e.g. cnn-hires): each image's\n"
+          "                           rows cut into N slabs on N devices (uneven too), the halo rows a\n"
+          "                           filter reaches exchanged with the neighbours, the averages and the\n"
+          "                           gradients summed over the slabs; with --dp D: D x N devices; not\n"
+          "                           with --pp, --tp, --zero, bf16 or a split backward yet\n"
           "\n"
           "  -j, --json               one JSON object per line on stdout (start, step, eval, save,\n"
           "                           summary); no progress bar\n"
@@ -336,6 +341,18 @@ static int check_grad_reduce(const struct options *o) {
 
 /* The cut of the command line (--pp, --dp, --tp, --devices ...) when no layout gives it. */
 static int check_cut_args(struct options *o) {
+  if (o->spatial > 1) { /* the slabs run as the slices of one stage (of each --dp replica) */
+    const char *with = o->ntp ? "--tp" : o->zero ? "--zero"
+                       : o->pp > 1 ? "--pp" : o->precision == STRATA_BFLOAT16 ? "--precision bf16"
+                       : o->schedule && strata_schedule_kind_split_backward(o->schedule) ? "--schedule"
+                       : o->device_given ? "--device (the slabs' devices: --devices)" : NULL;
+    if (with) {
+      fprintf(stderr, PROG ": --spatial %d: not with %s yet (spatial slabs combine with --dp)\n", o->spatial, with);
+      return EXIT_USAGE;
+    }
+    o->tp[0] = o->spatial;
+    o->ntp = 1;
+  }
   if (o->zero && o->dp < 2) {
     fprintf(stderr, PROG ": --zero=%d shards over data-parallel replicas: give --dp 2 or more\n", o->zero);
     return EXIT_USAGE;
@@ -487,6 +504,7 @@ int parse_args(int argc, char **argv, struct options *o) {
       {"trace", required_argument, NULL, OPT_TRACE},
       {"dp", required_argument, NULL, OPT_DP},      {"layout", required_argument, NULL, OPT_LAYOUT},
       {"tp", required_argument, NULL, OPT_TP},      {"plan", required_argument, NULL, OPT_PLAN},      {"zero", optional_argument, NULL, OPT_ZERO},
+      {"spatial", required_argument, NULL, OPT_SPATIAL},
       {"data-format", required_argument, NULL, OPT_DATA_FORMAT},
       {"init-from", required_argument, NULL, OPT_INIT_FROM},
       {"untie", no_argument, NULL, OPT_UNTIE},
@@ -563,6 +581,12 @@ int parse_args(int argc, char **argv, struct options *o) {
       break;
     case OPT_LAYOUT:
       o->layout_path = optarg;
+      break;
+    case OPT_SPATIAL:
+      if (cli_parse_range(PROG, "--spatial", optarg, 1, MAX_DEVICES, &v))
+        return EXIT_USAGE;
+      o->spatial = (int)v;
+      o->cut_given = o->cut_given ? o->cut_given : "--spatial"; /* a layout says "spatial" itself */
       break;
     case OPT_PLAN:
       if (strcmp(optarg, "auto") != 0) {

@@ -59,6 +59,7 @@ struct options {
   int tp[MAX_DEVICES]; /* --tp: tensor-parallel degree, one for every rank or one per rank */
   int ntp;                  /* entries of tp; 0: --tp not given */
   int zero;                 /* --zero[=N]: the ZeRO stage (1, 2, 3) over the --dp replicas; 0: none */
+  int spatial;              /* --spatial: slabs of each image; 0: not given */
   int precision;            /* --precision: STRATA_FLOAT32 (default) or STRATA_BFLOAT16 */
   int precision_given;
   int grad_reduce;          /* --grad-reduce: STRATA_FLOAT32 (default) or STRATA_BFLOAT16 */

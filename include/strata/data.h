@@ -78,7 +78,11 @@ STRATA_API int strata_token_format_detect(const char *path, int *format /* OUT *
 ** noise; the label is the shape. Deterministic for a seed; the last 10%
 ** (count / 10 images) are the validation split, and the labels of each
 ** split are balanced. Pixels are standardised to about zero mean and unit
-** variance. count >= 10, size 8..64, classes 2..8, else STRATA_ERR_INVALID.
+** variance. count >= 10, size 8..1024, classes 2..8, else STRATA_ERR_INVALID.
+** Up to 64 pixels a side the images are drawn at once and kept; larger
+** ones (high-resolution CNNs: 8192 images of 512 x 512 would take 8 GiB)
+** are drawn when sampled, the same image for the same index, standardised
+** by the statistics of the training split's first 32 images.
 */
 STRATA_API int strata_dataset_images(int64_t count, int64_t size, int64_t classes, uint64_t seed,
                                      strata_dataset_t *out /* OUT */);

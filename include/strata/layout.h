@@ -40,6 +40,10 @@ extern "C" {
 ** "recompute" is "none" (the default), "selective" or "full" (activation
 ** recomputation, enum strata_recompute); like "precision" it is written
 ** only when it is not "none".
+** "spatial": N (N > 1; written only then) makes the slices spatial slabs
+** (strata_train_options.spatial): each replica's one rank (pp 1) is N
+** devices, each running the whole model on its rows of every image; "tp"
+** may be left out (it is N) or must say N.
 */
 typedef struct strata_layout *strata_layout_t;
 
@@ -83,6 +87,7 @@ struct strata_layout_desc {
   int precision;                /* STRATA_FLOAT32 (0, the default) or STRATA_BFLOAT16 (enum strata_dtype of
                                    strata/comm.h): what the job computes in, for the trainer and the planner */
   int recompute;                /* enum strata_recompute (0: none) */
+  int spatial;                  /* > 1: the slices are that many spatial slabs (pp 1; tp, when given, the same) */
 };
 
 /*
@@ -132,6 +137,8 @@ STRATA_API int strata_layout_zero(strata_layout_t layout);
 STRATA_API int strata_layout_precision(strata_layout_t layout);
 /* enum strata_recompute; STRATA_RECOMPUTE_NONE for NULL. */
 STRATA_API int strata_layout_recompute(strata_layout_t layout);
+/* The spatial slabs of each replica (1: none, the slices are tp's). */
+STRATA_API int strata_layout_spatial(strata_layout_t layout);
 /* Devices in all (dp x sum(tp)) and the list itself. */
 STRATA_API int strata_layout_device_count(strata_layout_t layout);
 STRATA_API const int *strata_layout_devices(strata_layout_t layout);

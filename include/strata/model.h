@@ -26,6 +26,14 @@ enum strata_model_kind {
 **    "layers": 4, "heads": 4, "d_ff": 512, "tied": false}
 **   {"kind": "mlp", "image": 16, "channels": 1, "classes": 4, "hidden": [256, 128]}
 **   {"kind": "cnn", "image": 16, "channels": 1, "classes": 4, "conv": [8, 16]}
+**   {"kind": "cnn", "image": 512, "channels": 1, "classes": 4, "conv": [8, 16, 32],
+**    "kernels": [3, 5, 7], "strides": [1, 2, 1], "pools": [2, 1, 2], "gap": true}
+** A cnn's layer i is a convolution of conv[i] output channels with a
+** kernels[i] x kernels[i] filter (odd; padded to keep the size, "same"),
+** moved by strides[i], a ReLU and a pools[i] x pools[i] max-pool (1: none);
+** the sizes must divide evenly. With "gap" the last feature map is averaged
+** over its pixels (a global average pool) before the classifier. Absent
+** lists mean 3, 1 and 2 for every layer (the small "cnn"), absent "gap" false.
 */
 struct strata_model_config {
   int kind;
@@ -36,7 +44,11 @@ struct strata_model_config {
   /* mlp and cnn: square images of `image` pixels a side */
   int64_t image, channels, classes;
   int64_t hidden[STRATA_MODEL_MAX_CONV];  /* mlp hidden widths, 0-terminated */
-  int64_t conv[STRATA_MODEL_MAX_CONV];    /* cnn: output channels of each 3x3 conv + ReLU + 2x2 max-pool, 0-terminated */
+  int64_t conv[STRATA_MODEL_MAX_CONV];    /* cnn: output channels of each conv + ReLU + max-pool, 0-terminated */
+  int64_t kernel[STRATA_MODEL_MAX_CONV];  /* cnn: each conv's filter size, odd (0: 3) */
+  int64_t stride[STRATA_MODEL_MAX_CONV];  /* cnn: each conv's stride (0: 1) */
+  int64_t pool[STRATA_MODEL_MAX_CONV];    /* cnn: each conv's max-pool window and stride (0: 2; 1: no pooling) */
+  int gap;                                /* cnn: a global average pool before the classifier */
 };
 
 /* What one layer costs, per sample (a sequence of `context` tokens, or one image). */
@@ -55,7 +67,7 @@ STRATA_API const char *const *strata_model_presets(void);
 
 /*
 ** Build a model from a preset name ("gpt-tiny", "gpt-small", "gpt2-small",
-** "gpt2-xl", "mlp", "cnn", ...), from a JSON file, or from a filled config.
+** "gpt2-xl", "mlp", "cnn", "cnn-hires", ...), from a JSON file, or from a filled config.
 ** The caller frees the model with strata_model_free. Bad input (an unknown
 ** preset, a malformed file, heads that do not divide d_model) fails with a
 ** message naming the file and field; *out is untouched.
@@ -76,6 +88,35 @@ STRATA_API int strata_model_layer(strata_model_t model, int index, struct strata
 /* Totals over all layers. */
 STRATA_API uint64_t strata_model_params(strata_model_t model);
 STRATA_API double strata_model_flops(strata_model_t model); /* forward + backward, per sample */
+
+/*
+** Spatial parallelism (issue 34): a cnn's images cut by rows into `slabs`
+** contiguous slabs, one per device of a spatial group. Layer i's output
+** rows are shared out as evenly as they go (slab r holds rows
+** [r Ho / slabs, (r + 1) Ho / slabs), Ho its output height after pooling,
+** so a pooling window never crosses a slab edge; the image's rows likewise
+** for the first layer's input, though every slab holds the whole image, so
+** the first layer needs no halo); before a convolution a slab receives from
+** its neighbours the input rows its filter reaches past its own (the halo:
+** r / 2 rows for a filter of r at stride 1), and sends them back as
+** gradients in the backward. The classifier averages (gap) the slabs'
+** pooled sums joined over the group.
+*/
+struct strata_spatial_layer {
+  int64_t in_first, in_rows;       /* the input rows the slab holds */
+  int64_t out_first, out_rows;     /* the output rows it computes (after pooling); the classifier: all of its 1 */
+  int64_t halo_top, halo_bottom;   /* input rows it receives from the slab above / below before the layer */
+  uint64_t act_bytes;              /* activation bytes per sample it keeps (strata_layer_info's act_bytes for its
+                                   ** rows: its input with the halo — the first layer: the whole image —, the
+                                   ** convolution's output, ReLU, indices) */
+  uint64_t halo_bytes;             /* bytes per sample its halo rows take (received forward, sent back backward) */
+};
+/* STRATA_OK when `model` can be cut into `slabs` slabs; else why, naming the layer: the model is not a cnn with
+** "gap", slabs < 1, more slabs than a layer's output rows, or a halo reaching past the neighbouring slab. */
+STRATA_API int strata_model_spatial_check(strata_model_t model, int slabs);
+/* Layer `layer` of slab `rank` of `slabs` (strata_model_spatial_check's conditions hold, else its error). */
+STRATA_API int strata_model_spatial_layer(strata_model_t model, int slabs, int rank, int layer,
+                                          struct strata_spatial_layer *out /* OUT */);
 
 /* The config as JSON (the model-file format); the caller frees the string with free(). */
 STRATA_API int strata_model_to_json(strata_model_t model, char **json /* OUT */);

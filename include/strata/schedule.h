@@ -39,6 +39,8 @@ extern "C" {
 **                    stage's tp slices) of F s m, right after it; completes
 **                    when every slice's device has reached it
 **   TP_JOIN_BACKWARD s m  the same for the backward of s m (B or BI)
+**                    (spatial parallelism's slabs are a stage's slices too: their halo
+**                    exchanges, joined averages and summed gradients are these joins)
 **   RECOMPUTE s m    activation recomputation: the forward work (of the
 **                    recompute mode) that stage s's backward of m needs
 **                    again, after F s m and before its B (or BI); run

@@ -40,6 +40,9 @@ struct strata_train_options {
                             ** recompute them during the backward (an RC action before each B or BI); losses,
                             ** gradients and parameters equal those of none bit for bit. Not with MLP or CNN models
                             ** (their layers keep their activations), nor full with zb, zbv or dualpipev */
+  int spatial;              /* 0 or 1: whole images. N > 1 (strata_trainer_new_layout, a cnn with "gap"): spatial
+                            ** parallelism, the layout's tp slices (tp N, pp 1) are N slabs of every image's rows,
+                            ** each stage whole on its rows, halo rows exchanged, averages and gradients joined */
   struct strata_cluster *cluster; /* NULL: the devices are this process's. Else the job of strata/cluster.h:
                                   ** devices are numbered globally over its ranks, every rank creates the
                                   ** trainer with the same layout and options, builds only the stages on its

@@ -32,10 +32,14 @@ struct strata_dataset {
   int wide;
   int64_t vocab;            /* 256, or the vocabulary a token file was checked against */
   double entropy;
-  /* images: count images of size*size floats each; [0, train_count) train, the rest validation */
+  /* images: count images of size*size floats each; [0, train_count) train, the rest validation. Above
+  ** STRATA__IMAGES_KEPT pixels a side (high-resolution CNNs) `pixels` is NULL and each image is drawn when sampled,
+  ** from `seed`, standardised by `mean` and `inv` */
   float *pixels;
   int32_t *labels;
   int64_t count, size, classes, train_count;
+  uint64_t seed;
+  double mean, inv;
 };
 
 /* The dataset's description, whole, however long its paths (the last error says when memory runs out). */
@@ -717,6 +721,23 @@ static void strata__balanced_labels(int32_t *labels, int64_t n, int64_t classes,
 #define STRATA__SHAPE_AMP_LO 0.6   /* a shape's intensity is uniform in [LO, HI] */
 #define STRATA__SHAPE_AMP_HI 1.4
 
+/* Images up to this size a side are drawn once and kept; larger ones are drawn when sampled. */
+#define STRATA__IMAGES_KEPT 64
+/* Images a lazily drawn dataset's standardisation is measured on (the first of its training split). */
+#define STRATA__IMAGES_STATS 32
+
+/* Draw image i of the dataset (before standardisation) on its size x size canvas (zeroed here). */
+static void strata__draw_image(const struct strata_dataset *ds, int64_t i, float *img) {
+  const int64_t size = ds->size;
+  const uint64_t npix = (uint64_t)(size * size);
+  memset(img, 0, npix * sizeof *img);
+  uint64_t r = strata__splitmix64(ds->seed ^ strata__splitmix64((uint64_t)i + 1));
+  strata__draw_shape(img, size, ds->labels[i], &r);
+  double amp = STRATA__SHAPE_AMP_LO + (STRATA__SHAPE_AMP_HI - STRATA__SHAPE_AMP_LO) * strata__rand_unit(&r);
+  for (uint64_t p = 0; p < npix; p++)
+    img[p] = (float)(amp * img[p] + STRATA__SHAPE_NOISE * strata__rand_normal(&r));
+}
+
 STRATA_API int strata_dataset_images(int64_t count, int64_t size, int64_t classes, uint64_t seed,
                                      strata_dataset_t *out) {
   if (!out)
@@ -725,13 +746,14 @@ STRATA_API int strata_dataset_images(int64_t count, int64_t size, int64_t classe
   if (count < 10)
     return strata__error(STRATA_ERR_INVALID, "synthetic shapes: %lld images requested, need at least 10",
                          (long long)count);
-  if (size < 8 || size > 64)
-    return strata__error(STRATA_ERR_INVALID, "synthetic shapes: image size %lld is outside 8..64", (long long)size);
+  if (size < 8 || size > 1024)
+    return strata__error(STRATA_ERR_INVALID, "synthetic shapes: image size %lld is outside 8..1024", (long long)size);
   if (classes < 2 || classes > 8)
     return strata__error(STRATA_ERR_INVALID, "synthetic shapes: %lld classes requested, supported 2..8",
                          (long long)classes);
+  const int lazy = size > STRATA__IMAGES_KEPT;
   uint64_t npix = (uint64_t)(size * size), total;
-  if (!strata__mul_ok((uint64_t)count, npix, &total) || total > SIZE_MAX / sizeof(float))
+  if (!strata__mul_ok(lazy ? 1 : (uint64_t)count, npix, &total) || total > SIZE_MAX / sizeof(float))
     return strata__error(STRATA_ERR_NOMEM, "synthetic shapes: %lld images of %lldx%lld do not fit in memory",
                          (long long)count, (long long)size, (long long)size);
   struct strata_dataset *ds = calloc(1, sizeof *ds);
@@ -741,8 +763,9 @@ STRATA_API int strata_dataset_images(int64_t count, int64_t size, int64_t classe
   ds->count = count;
   ds->size = size;
   ds->classes = classes;
+  ds->seed = seed;
   ds->train_count = count - count / 10;
-  ds->pixels = calloc((size_t)total, sizeof(float));
+  ds->pixels = calloc((size_t)total, sizeof(float)); /* lazy: one image, the statistics' canvas */
   ds->labels = malloc((size_t)count * sizeof(int32_t));
   if (!ds->pixels || !ds->labels) {
     strata_dataset_free(ds);
@@ -759,27 +782,31 @@ STRATA_API int strata_dataset_images(int64_t count, int64_t size, int64_t classe
   strata__balanced_labels(ds->labels, ds->train_count, classes, &rng);
   strata__balanced_labels(ds->labels + ds->train_count, count - ds->train_count, classes, &rng);
 
-  /* Each image has its own generator from (seed, index), so an image does not depend on `count`. */
-  for (int64_t i = 0; i < count; i++) {
-    float *img = ds->pixels + (size_t)i * npix;
-    uint64_t r = strata__splitmix64(seed ^ strata__splitmix64((uint64_t)i + 1));
-    strata__draw_shape(img, size, ds->labels[i], &r);
-    double amp = STRATA__SHAPE_AMP_LO + (STRATA__SHAPE_AMP_HI - STRATA__SHAPE_AMP_LO) * strata__rand_unit(&r);
-    for (uint64_t p = 0; p < npix; p++)
-      img[p] = (float)(amp * img[p] + STRATA__SHAPE_NOISE * strata__rand_normal(&r));
-  }
-
-  /* Standardise with the training split's mean and standard deviation, so pixels are about zero-mean, unit-scale. */
+  /* Each image has its own generator from (seed, index), so an image does not depend on `count`. Standardise with
+  ** the training split's mean and standard deviation (lazily drawn: its first images'), so pixels are about
+  ** zero-mean, unit-scale. */
+  const int64_t measured = lazy ? (ds->train_count < STRATA__IMAGES_STATS ? ds->train_count : STRATA__IMAGES_STATS)
+                                : ds->train_count;
   double sum = 0, sq = 0;
-  uint64_t ntrain = (uint64_t)ds->train_count * npix;
-  for (uint64_t p = 0; p < ntrain; p++) {
+  for (int64_t i = 0; i < (lazy ? measured : count); i++) {
+    float *img = ds->pixels + (lazy ? 0 : (size_t)i * npix);
+    strata__draw_image(ds, i, img);
+    for (uint64_t p = 0; lazy && p < npix; p++) {
+      sum += img[p];
+      sq += (double)img[p] * img[p];
+    }
+  }
+  uint64_t ntrain = (uint64_t)measured * npix;
+  for (uint64_t p = 0; !lazy && p < ntrain; p++) {
     sum += ds->pixels[p];
     sq += (double)ds->pixels[p] * ds->pixels[p];
   }
   double mean = sum / (double)ntrain;
   double var = sq / (double)ntrain - mean * mean;
   double inv = var > 1e-12 ? 1.0 / sqrt(var) : 1.0;
-  for (uint64_t p = 0; p < total; p++)
+  ds->mean = mean;
+  ds->inv = inv;
+  for (uint64_t p = 0; !lazy && p < total; p++)
     ds->pixels[p] = (float)((ds->pixels[p] - mean) * inv);
   *out = ds;
   return STRATA_OK;
@@ -877,7 +904,14 @@ STRATA_API int strata_dataset_sample(strata_dataset_t ds, int split, int64_t bat
   float *in = inputs;
   for (int64_t b = 0; b < batch; b++) {
     int64_t i = first + (int64_t)strata__uniform_below(state, (uint64_t)n);
-    memcpy(in + (size_t)b * npix, ds->pixels + (size_t)i * npix, npix * sizeof(float));
+    float *img = in + (size_t)b * npix;
+    if (ds->size <= STRATA__IMAGES_KEPT) {
+      memcpy(img, ds->pixels + (size_t)i * npix, npix * sizeof(float));
+    } else { /* drawn now, standardised as the kept ones are */
+      strata__draw_image(ds, i, img);
+      for (uint64_t p = 0; p < npix; p++)
+        img[p] = (float)((img[p] - ds->mean) * ds->inv);
+    }
     targets[b] = ds->labels[i];
   }
   return STRATA_OK;

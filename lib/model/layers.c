@@ -269,37 +269,75 @@ static int fc_fwd(struct lctx *c) {
   return strata_relu_fwd(c->q, SV(c, 0, 0), c->out, c->d.R * L->out);
 }
 
-static struct strata_conv2d conv_geom(const struct lctx *c) {
-  const struct strata__layer *L = c->L;
-  struct strata_conv2d g = {.n = c->d.B, .c = L->c, .h = L->h, .w = L->w, .k = L->k, .r = 3, .s = 3, .stride = 1,
-                            .pad = 1};
-  return g;
-}
+static struct strata_conv2d conv_geom(const struct lctx *c) { return strata__conv_geometry(c->L, c->d.B); }
 
-/* A convolution's saved region (units): its output | the ReLU's | (4-byte) pooling indices | the converted input. */
+/* A convolution's saved region (units): its output | (pooled) the ReLU's | (4-byte) pooling indices | the converted
+** input. Without pooling the ReLU writes the layer's output and there are no indices. */
 static void conv_saved(const struct lctx *c, size_t *relu, size_t *idx, size_t *xin) {
   const struct strata__layer *L = c->L;
-  const size_t big = strata__units((size_t)(c->d.B * L->k * L->h * L->w), c->d.act);
+  const size_t big = strata__units((size_t)(c->d.B * strata__conv_big(L)), c->d.act);
+  const int pooled = L->pool > 1;
   *relu = big;
-  *idx = 2 * big;
-  *xin = 2 * big + (size_t)(c->d.B * L->out);
+  *idx = (pooled ? 2 : 1) * big;
+  *xin = *idx + (pooled ? (size_t)(c->d.B * L->out) : 0);
+}
+
+static struct strata_pool2d pool_geom(const struct lctx *c) {
+  const struct strata__layer *L = c->L;
+  struct strata_pool2d pg = {.n = c->d.B, .c = L->k, .h = L->ch, .w = L->cw, .size = L->pool, .stride = L->pool};
+  return pg;
 }
 
 static int conv_fwd(struct lctx *c) {
   const struct strata__layer *L = c->L;
   struct strata_conv2d g = conv_geom(c);
-  size_t big = (size_t)(c->d.B * L->k * L->h * L->w), relu, idx, xin;
+  size_t big = (size_t)(c->d.B * strata__conv_big(L)), relu, idx, xin;
   conv_saved(c, &relu, &idx, &xin);
-  struct strata_pool2d pg = {.n = c->d.B, .c = L->k, .h = L->h, .w = L->w, .size = 2, .stride = 2};
+  struct strata_pool2d pg = pool_geom(c);
   int rc;
   strata_mem_t x = layer_x(c, xin, c->d.B * L->in, 1, &rc);
   TRY(rc);
   TRY(FETCH(c, 0, 1));
-  TRY(strata_conv2d_fwd(c->q, &g, x, WT(c, 0), SV(c, 0, 0), SC(c, 0, 0)));
+  if (L->sl.on) { /* a slab: its rows and halo gathered, convolved whole, the rows it keeps taken out */
+    int64_t p, qq, ws;
+    TRY(strata_conv2d_shape(&g, &p, &qq, &ws));
+    const struct strata__slab_scratch o = strata__slab_scratch_of(L, c->d.B, (size_t)ws);
+    strata_mem_t e = SCR(c, o.e);
+    TRY(strata__slab_gather(c->st, L, c->d.B, x, SAVED(c, xin), e, &o));
+    TRY(strata_conv2d_fwd(c->q, &g, e, WT(c, 0), SCR(c, o.y), SC(c, 0, 0)));
+    TRY(strata__slab_rows(c->st, L, c->d.B, SCR(c, o.y), SV(c, 0, 0), &o, 0));
+  } else {
+    TRY(strata_conv2d_fwd(c->q, &g, x, WT(c, 0), SV(c, 0, 0), SC(c, 0, 0)));
+  }
   if (L->tp_role == STRATA__TP_INPUTS) /* each slice convolved its input channels: the sum is the convolution */
     TRY(join(c, SV(c, 0, 0), big));
+  if (L->pool <= 1)
+    return strata_relu_fwd(c->q, SV(c, 0, 0), c->out, (int64_t)big);
   TRY(strata_relu_fwd(c->q, SV(c, 0, 0), SV(c, relu, 0), (int64_t)big));
   return strata_maxpool_fwd(c->q, &pg, SV(c, relu, 0), c->out, SAVED(c, idx));
+}
+
+/* 1 / the pixels a gap classifier averages over: the whole map's, on a slab too. */
+static float gap_scale(const struct strata__layer *L) {
+  return 1.0f / (float)((L->sl.on ? L->sl.H : L->h) * L->w);
+}
+
+/* gap: the classifier's input averaged over its h x w pixels, per image and channel, into `avg` (R x c): a GEMV
+** against h x w ones (written at `ones`), 1 / (h w) their weight. */
+static int gap_fwd(struct lctx *c, strata_mem_t ones, strata_mem_t avg) {
+  const struct strata__layer *L = c->L;
+  const int64_t hw = L->h * L->w;
+  TRY(strata_fill(c->q, ones, 1.0f, hw));
+  TRY(strata_gemm(c->q, 0, 0, c->d.R * L->c, 1, hw, gap_scale(L), c->in, hw, 0, ones, 1, 0, 0, avg, 1, 0, 1));
+  /* a slab: its rows' share of each average, joined (summed) over the slabs */
+  return L->sl.on ? strata__slab_join(c->st, avg, (size_t)(c->d.R * L->c)) : STRATA_OK;
+}
+
+/* Where gap keeps the averages (saved, after the logits, losses and any converted input). */
+static size_t gap_avg(const struct lctx *c) {
+  const struct strata__layer *L = c->L;
+  return strata__units((size_t)(c->d.R * L->out), c->d.act) + (size_t)c->d.R +
+         (L->first && c->d.act != STRATA_FLOAT32 ? strata__units((size_t)(c->d.R * L->in), c->d.act) : 0);
 }
 
 static int classifier_fwd(struct lctx *c, strata_mem_t targets) {
@@ -308,6 +346,10 @@ static int classifier_fwd(struct lctx *c, strata_mem_t targets) {
   int rc;
   strata_mem_t x = layer_x(c, lu + (size_t)c->d.R, c->d.R * L->in, 1, &rc);
   TRY(rc);
+  if (L->gap) {
+    x = SV(c, gap_avg(c), 0);
+    TRY(gap_fwd(c, SC(c, 0, 0), x));
+  }
   TRY(FETCH(c, 0, 2));
   TRY(linear_fwd(c->q, c->d.R, L->in, L->out, x, WT(c, 0), PARAM(c, 1), SV(c, 0, 0)));
   return strata_cross_entropy_fwd(c->q, SV(c, 0, 0), targets, SAVED(c, lu), c->d.R, L->out);
@@ -491,13 +533,14 @@ static int conv_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
   struct strata_conv2d g = conv_geom(c);
   int64_t p, qq, ws;
   TRY(strata_conv2d_shape(&g, &p, &qq, &ws));
-  size_t big = (size_t)(c->d.B * L->k * L->h * L->w), relu, idx, xin;
+  size_t big = (size_t)(c->d.B * strata__conv_big(L)), relu, idx, xin;
   conv_saved(c, &relu, &idx, &xin);
-  struct strata_pool2d pg = {.n = c->d.B, .c = L->k, .h = L->h, .w = L->w, .size = 2, .stride = 2};
+  struct strata_pool2d pg = pool_geom(c);
   strata_mem_t dr = LOC(c, strata__units((size_t)ws, c->d.act), 0);
   if (DO_IN(c)) {
-    TRY(strata_maxpool_bwd(c->q, &pg, dout, SAVED(c, idx), dr));
-    TRY(strata_relu_bwd(c->q, SV(c, 0, 0), dr, dr, (int64_t)big));
+    if (L->pool > 1)
+      TRY(strata_maxpool_bwd(c->q, &pg, dout, SAVED(c, idx), dr));
+    TRY(strata_relu_bwd(c->q, SV(c, 0, 0), L->pool > 1 ? dr : dout, dr, (int64_t)big));
   }
   strata_mem_t dx = (DO_IN(c) && !L->first) ? din : AT(NULL, 0);
   if (DO_W(c))
@@ -508,6 +551,15 @@ static int conv_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
   int rc;
   strata_mem_t x = layer_x(c, xin, c->d.B * L->in, 0, &rc);
   TRY(FETCH(c, 0, 1));
+  if (L->sl.on) { /* a slab: its rows' gradient into the whole convolution's, back through it over the rows it
+                  ** convolved, their gradient to its rows and (the halo's) to its neighbours */
+    const struct strata__slab_scratch o = strata__slab_scratch_of(L, c->d.B, (size_t)ws);
+    TRY(strata__slab_restore(c->st, L, c->d.B, x, SAVED(c, xin), SCR(c, o.e), &o));
+    TRY(strata__slab_rows(c->st, L, c->d.B, SCR(c, o.y), dr, &o, 1));
+    TRY(strata_conv2d_bwd(c->q, &g, SCR(c, o.e), WT(c, 0), SCR(c, o.y), dx.buf ? SCR(c, o.de) : dx, dw,
+                          SC(c, 0, 0), 1));
+    return dx.buf ? strata__slab_scatter(c->st, L, c->d.B, SCR(c, o.de), dx, &o) : STRATA_OK;
+  }
   TRY(strata_conv2d_bwd(c->q, &g, x, WT(c, 0), dr, dx, dw, SC(c, 0, 0), 1));
   if (L->tp_role == STRATA__TP_OUTPUTS && dx.buf) /* each slice's output channels' share of it */
     TRY(join(c, dx, (size_t)(c->d.B * L->in)));
@@ -518,15 +570,26 @@ static int classifier_bwd(struct lctx *c, strata_mem_t targets, strata_mem_t din
   const struct strata__layer *L = c->L;
   const size_t lu = strata__units((size_t)(c->d.R * L->out), c->d.act);
   strata_mem_t dlogits = LOC(c, 0, 0);
+  /* gap: the averages' gradient and the ones, in scratch after dlogits */
+  strata_mem_t davg = SC(c, lu, 0), ones = SC(c, lu + strata__units((size_t)(c->d.R * L->in), c->d.act), 0);
   if (DO_IN(c)) {
     TRY(strata_cross_entropy_bwd(c->q, SV(c, 0, 0), targets, dlogits, c->d.R, L->out, c->st->loss_scale));
     TRY(FETCH(c, 0, 2));
-    TRY(linear_bwd_x(c->q, c->d.R, L->in, L->out, WT(c, 0), dlogits, L->first ? AT(NULL, 0) : din));
+    if (L->gap && !L->first && din.buf) { /* each pixel gets 1 / (h w) of its channel's average's gradient */
+      const int64_t hw = L->h * L->w;
+      TRY(linear_bwd_x(c->q, c->d.R, L->in, L->out, WT(c, 0), dlogits, davg));
+      TRY(strata_fill(c->q, ones, 1.0f, hw));
+      TRY(strata_gemm(c->q, 0, 0, c->d.R * L->c, hw, 1, gap_scale(L), davg, 1, 0, ones, hw, 0, 0, din, hw, 0, 1));
+    } else if (!L->gap) {
+      TRY(linear_bwd_x(c->q, c->d.R, L->in, L->out, WT(c, 0), dlogits, L->first ? AT(NULL, 0) : din));
+    }
   }
-  if (!DO_W(c))
+  if (!DO_W(c) || c->st->sp.rank > 0) /* the slabs' classifiers are one: slab 0 has its gradients, once */
     return STRATA_OK;
   int rc;
-  strata_mem_t x = layer_x(c, lu + (size_t)c->d.R, c->d.R * L->in, 0, &rc);
+  strata_mem_t x = L->gap ? SV(c, gap_avg(c), 0) : layer_x(c, lu + (size_t)c->d.R, c->d.R * L->in, 0, &rc);
+  if (!L->gap)
+    TRY(rc);
   TRY(TAKE(c, 0, 2));
   return linear_bwd_w(c->q, c->d.R, L->in, L->out, x, dlogits, GRAD(c, 0), GRAD(c, 1));
 }
@@ -630,6 +693,12 @@ static int stage_backward(struct strata__stage *st, int s, int mode) {
       return rc;
     if (mode != BM_INPUT) /* ZeRO-2: the layer's last gradients go (the tied embedding's after the first layer) */
       TRY(strata__stage_grad_flush(st, i == 0));
+    if (mode != BM_INPUT && st->sp.size > 1 && st->sp_grads) { /* the step's gradients: the slabs' summed */
+      size_t lo, hi;
+      strata__stage_layer_range(st, i, i + 1, &lo, &hi);
+      if (hi > lo)
+        TRY(strata__slab_join(st, AT(st->grads, lo), hi - lo));
+    }
     if (mode != BM_INPUT && st->grads_done)
       TRY(st->grads_done(st->grads_done_arg, i));
     if (mode == BM_WEIGHT && i == 0)

@@ -5,6 +5,8 @@ libstrata_la_SOURCES += \
 	%reldir%/model.c \
 	%reldir%/model.h \
 	%reldir%/ranges.c \
+	%reldir%/slab.c \
+	%reldir%/spatial.c \
 	%reldir%/stage.c \
 	%reldir%/stage.h
 

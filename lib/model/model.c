@@ -37,6 +37,10 @@ static const struct preset presets[] = {
     GPT("gpt-7b", 50257, 2048, 4096, 32, 32, 16384),
     {"mlp", {.kind = STRATA_MODEL_MLP, .image = 16, .channels = 1, .classes = 4, .hidden = {256, 128}}},
     {"cnn", {.kind = STRATA_MODEL_CNN, .image = 16, .channels = 1, .classes = 4, .conv = {8, 16}}},
+    /* high resolution: 512 x 512 down to 16 x 16 by pooling and strides, averaged, classified */
+    {"cnn-hires",
+     {.kind = STRATA_MODEL_CNN, .image = 512, .channels = 1, .classes = 4, .conv = {8, 16, 16, 32, 32},
+      .kernel = {3, 3, 5, 3, 3}, .stride = {1, 2, 1, 2, 1}, .pool = {2, 1, 2, 1, 2}, .gap = 1}},
 };
 
 #define NPRESETS (sizeof presets / sizeof presets[0])
@@ -90,9 +94,30 @@ static int validate(const struct strata_model_config *c, const char *src) {
     if (c->kind == STRATA_MODEL_CNN) {
       if (n == 0)
         return strata__error(STRATA_ERR_INVALID, "%s: a cnn needs at least one entry in \"conv\"", src);
-      if (c->image % (1 << n))
-        return strata__error(STRATA_ERR_SHAPE, "%s: image = %lld is not divisible by 2^%d for %d pooling layers", src,
-                             (long long)c->image, n, n);
+      int64_t sz = c->image;
+      for (int i = 0; i < STRATA_MODEL_MAX_CONV; i++) {
+        const int64_t r = c->kernel[i], st = c->stride[i], pl = c->pool[i];
+        if (i >= n && (r || st || pl))
+          return strata__error(STRATA_ERR_INVALID, "%s: \"kernels\", \"strides\" and \"pools\" have an entry past "
+                               "the %d of \"conv\"", src, n);
+        if (i >= n)
+          continue;
+        if (r && (r % 2 == 0 || r > 15))
+          return strata__error(STRATA_ERR_INVALID, "%s: kernels[%d] = %lld must be odd and at most 15", src, i,
+                               (long long)r);
+        TRY(check_range(src, "strides[]", st ? st : 1, 1, 8));
+        TRY(check_range(src, "pools[]", pl ? pl : 2, 1, 8));
+        const int64_t down = (st ? st : 1) * (pl ? pl : 2);
+        if (sz % down || sz / down < 1)
+          return strata__error(STRATA_ERR_SHAPE,
+                               "%s: conv layer %d: its %lldx%lld input is not divisible by stride %lld x pool %lld",
+                               src, i, (long long)sz, (long long)sz, (long long)(st ? st : 1),
+                               (long long)(pl ? pl : 2));
+        if ((r ? r : 3) / 2 >= sz)
+          return strata__error(STRATA_ERR_SHAPE, "%s: conv layer %d: kernel %lld is wider than its %lldx%lld input",
+                               src, i, (long long)(r ? r : 3), (long long)sz, (long long)sz);
+        sz /= down;
+      }
     }
     return STRATA_OK;
   }
@@ -164,21 +189,30 @@ static int build_layers(struct strata_model *m) {
   } else {
     int64_t ch = c->channels, sz = c->image;
     for (int i = 0; i < STRATA_MODEL_MAX_CONV && c->conv[i]; i++) {
-      int64_t k = c->conv[i];
-      struct strata__layer l = {.kind = STRATA__LAYER_CONV, .index = i, .c = ch, .h = sz, .w = sz, .k = k,
-                                .first = i == 0};
+      int64_t k = c->conv[i], r = c->kernel[i] ? c->kernel[i] : 3, st = c->stride[i] ? c->stride[i] : 1,
+              pl = c->pool[i] ? c->pool[i] : 2, cs = sz / st, os = cs / pl;
+      struct strata__layer l = {.kind = STRATA__LAYER_CONV, .index = i, .c = ch, .h = sz, .w = sz, .k = k, .r = r,
+                                .stride = st, .pool = pl, .ch = cs, .cw = cs, .first = i == 0};
       l.in = ch * sz * sz;
-      l.out = k * (sz / 2) * (sz / 2);
+      l.out = k * os * os;
       char name[32];
       snprintf(name, sizeof name, "conv.%d", i);
-      double f = 2.0 * (double)k * (double)ch * 9 * (double)(sz * sz);
-      /* saved: input, conv output, relu output, pooling indices */
-      uint64_t act = (uint64_t)(4 * (ch * sz * sz + 2 * k * sz * sz + k * (sz / 2) * (sz / 2)));
-      add_layer(m, &l, name, "conv", (uint64_t)(k * ch * 9), f, i == 0 ? f : 2 * f, act, (uint64_t)(4 * l.out));
+      double f = 2.0 * (double)k * (double)ch * (double)(r * r) * (double)(cs * cs);
+      /* saved: input, conv output, (pooled:) ReLU output and pooling indices */
+      uint64_t act = (uint64_t)(4 * (ch * sz * sz + (pl > 1 ? 2 : 1) * k * cs * cs + (pl > 1 ? l.out : 0)));
+      add_layer(m, &l, name, "conv", (uint64_t)(k * ch * r * r), f, i == 0 ? f : 2 * f, act, (uint64_t)(4 * l.out));
       ch = k;
-      sz /= 2;
+      sz = os;
     }
-    feat = ch * sz * sz;
+    feat = c->gap ? ch : ch * sz * sz;
+    if (c->gap) { /* the classifier averages the last map first */
+      struct strata__layer cl = {.kind = STRATA__LAYER_CLASSIFIER, .in = feat, .out = c->classes, .c = ch, .h = sz,
+                                 .w = sz, .gap = 1};
+      double f = 2.0 * (double)feat * (double)c->classes, pool = (double)(ch * sz * sz);
+      add_layer(m, &cl, "gap+classifier", "classifier", (uint64_t)(feat * c->classes + c->classes), f + pool,
+                2 * f + pool, (uint64_t)(4 * (ch * sz * sz + feat + 2 * c->classes)), 4);
+      return STRATA_OK;
+    }
   }
   struct strata__layer cl = {.kind = STRATA__LAYER_CLASSIFIER, .in = feat, .out = c->classes,
                              .first = m->nlayers == 0};
@@ -260,7 +294,8 @@ static int config_from_json(json_t *root, const char *src, struct strata_model_c
     return strata__error(STRATA_ERR_PARSE, "%s: a model file holds one JSON object", src);
   static const char *const known[] = {"kind",    "name",   "vocab",    "context", "d_model", "layers",
                                       "heads",   "d_ff",   "tied",     "image",   "channels", "classes",
-                                      "hidden",  "conv",   NULL};
+                                      "hidden",  "conv",   "kernels",  "strides", "pools",   "gap",
+                                      NULL};
   const char *key;
   json_t *val;
   json_object_foreach(root, key, val) {
@@ -299,6 +334,13 @@ static int config_from_json(json_t *root, const char *src, struct strata_model_c
   TRY(json_int(root, src, "classes", &c->classes));
   TRY(json_list(root, src, "hidden", c->hidden));
   TRY(json_list(root, src, "conv", c->conv));
+  TRY(json_list(root, src, "kernels", c->kernel));
+  TRY(json_list(root, src, "strides", c->stride));
+  TRY(json_list(root, src, "pools", c->pool));
+  json_t *gap = json_object_get(root, "gap");
+  if (gap && !json_is_boolean(gap))
+    return strata__error(STRATA_ERR_PARSE, "%s: \"gap\" must be true or false", src);
+  c->gap = gap && json_is_true(gap);
   if (c->kind == STRATA_MODEL_GPT && !c->d_ff) /* d_model out of range is refused by validate(), first */
     c->d_ff = c->d_model > 0 && c->d_model <= MAX_DIM ? 4 * c->d_model : 0;
   if (c->kind == STRATA_MODEL_GPT && !c->vocab)
@@ -306,7 +348,8 @@ static int config_from_json(json_t *root, const char *src, struct strata_model_c
   if (c->kind != STRATA_MODEL_GPT && !c->channels)
     c->channels = 1;
   const char *gpt_only[] = {"vocab", "context", "d_model", "layers", "heads", "d_ff", "tied", NULL};
-  const char *img_only[] = {"image", "channels", "classes", "hidden", "conv", NULL};
+  const char *img_only[] = {"image", "channels", "classes", "hidden", "conv", "kernels", "strides", "pools", "gap",
+                            NULL};
   const char *const *wrong = c->kind == STRATA_MODEL_GPT ? img_only : gpt_only;
   for (int i = 0; wrong[i]; i++)
     if (json_object_get(root, wrong[i]))
@@ -315,6 +358,10 @@ static int config_from_json(json_t *root, const char *src, struct strata_model_c
     return strata__error(STRATA_ERR_PARSE, "%s: field \"conv\" does not apply to an mlp model", src);
   if (c->kind == STRATA_MODEL_CNN && json_object_get(root, "hidden"))
     return strata__error(STRATA_ERR_PARSE, "%s: field \"hidden\" does not apply to a cnn model", src);
+  static const char *const cnn_only[] = {"kernels", "strides", "pools", "gap", NULL};
+  for (int i = 0; c->kind == STRATA_MODEL_MLP && cnn_only[i]; i++)
+    if (json_object_get(root, cnn_only[i]))
+      return strata__error(STRATA_ERR_PARSE, "%s: field \"%s\" does not apply to an mlp model", src, cnn_only[i]);
   return STRATA_OK;
 }
 
@@ -425,6 +472,22 @@ STRATA_API int strata_model_to_json(strata_model_t m, char **json) {
     for (int i = 0; i < STRATA_MODEL_MAX_CONV && w[i]; i++)
       json_array_append_new(a, json_integer(w[i]));
     json_object_set_new(o, c->kind == STRATA_MODEL_MLP ? "hidden" : "conv", a);
+    /* the high-resolution fields only when set, so that a small cnn's JSON stays as it was */
+    const int64_t *lists[3] = {c->kernel, c->stride, c->pool};
+    const char *keys[3] = {"kernels", "strides", "pools"};
+    for (int k = 0; c->kind == STRATA_MODEL_CNN && k < 3; k++) {
+      int any = 0;
+      for (int i = 0; i < STRATA_MODEL_MAX_CONV; i++)
+        any |= lists[k][i] != 0;
+      if (!any)
+        continue;
+      json_t *l = json_array();
+      for (int i = 0; i < STRATA_MODEL_MAX_CONV && c->conv[i]; i++)
+        json_array_append_new(l, json_integer(lists[k][i] ? lists[k][i] : k == 0 ? 3 : k == 1 ? 1 : 2));
+      json_object_set_new(o, keys[k], l);
+    }
+    if (c->kind == STRATA_MODEL_CNN && c->gap)
+      json_object_set_new(o, "gap", json_true());
   }
   char *s = json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT);
   json_decref(o);

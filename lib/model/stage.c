@@ -144,9 +144,9 @@ static int layer_tensors(const struct strata_model *m, const struct strata__laye
       tensor_shard(&o[k - 1], -1, 1, sh);
     break;
   case STRATA__LAYER_CONV:
-    /* [out channels, in channels, 3, 3]: cut by outputs along the first dimension, by inputs along the second */
+    /* [out channels, in channels, r, r]: cut by outputs along the first dimension, by inputs along the second */
     snprintf(n, sizeof n, "conv.%d.weight", L->index);
-    tensor_def(&o[k++], n, 4, L->k, L->c, 3, 3, 1, sqrtf(2.0f / (float)(L->c * 9)), 0);
+    tensor_def(&o[k++], n, 4, L->k, L->c, L->r, L->r, 1, sqrtf(2.0f / (float)(L->c * L->r * L->r)), 0);
     if (role)
       tensor_shard(&o[k - 1], role == STRATA__TP_OUTPUTS ? 0 : 1, 1, sh);
     break;
@@ -280,7 +280,7 @@ static size_t layer_join(const struct strata__stage *st, const struct strata__la
     return L->tp_role == STRATA__TP_INPUTS ? (size_t)(d.R * L->out)
            : L->tp_role == STRATA__TP_OUTPUTS ? (size_t)(d.R * L->in) : 0;
   case STRATA__LAYER_CONV:
-    return L->tp_role == STRATA__TP_INPUTS ? (size_t)(d.B * L->k * L->h * L->w)
+    return L->tp_role == STRATA__TP_INPUTS ? (size_t)(d.B * strata__conv_big(L))
            : L->tp_role == STRATA__TP_OUTPUTS ? (size_t)(d.B * L->in) : 0;
   case STRATA__LAYER_CLASSIFIER:
     return 0;
@@ -301,11 +301,14 @@ static size_t layer_saved(const struct strata__stage *st, const struct strata__l
     return strata__head_layout(&d).end;
   case STRATA__LAYER_LINEAR: /* pre-activation (| the model's input, converted) */
     return strata__units((size_t)(d.R * L->out), d.act) + layer_xin(st, L);
-  case STRATA__LAYER_CONV: /* convolution | ReLU | (4-byte) pooling indices (| the model's input, converted) */
-    return 2 * strata__units((size_t)(d.B * L->k * L->h * L->w), d.act) + (size_t)(d.B * L->out) +
-           layer_xin(st, L);
-  case STRATA__LAYER_CLASSIFIER: /* logits | (float32) losses (| the model's input, converted) */
-    return strata__units((size_t)(d.R * L->out), d.act) + (size_t)d.R + layer_xin(st, L);
+  case STRATA__LAYER_CONV: /* convolution | (pooled:) ReLU | (4-byte) pooling indices (| the model's input, converted)
+                           ** (| a slab's: its halo rows, from the neighbours) */
+    return (L->pool > 1 ? 2 : 1) * strata__units((size_t)(d.B * strata__conv_big(L)), d.act) +
+           (L->pool > 1 ? (size_t)(d.B * L->out) : 0) + layer_xin(st, L) +
+           (L->sl.on ? (size_t)(d.B * L->c * (L->sl.ht + L->sl.hb) * L->w) : 0);
+  case STRATA__LAYER_CLASSIFIER: /* logits | (float32) losses (| the model's input, converted) (| gap: the averages) */
+    return strata__units((size_t)(d.R * L->out), d.act) + (size_t)d.R + layer_xin(st, L) +
+           (L->gap ? strata__units((size_t)(d.R * L->in), d.act) : 0);
   }
   return 0;
 }
@@ -350,8 +353,10 @@ static size_t layer_in(const struct strata__stage *st, const struct strata__laye
   case STRATA__LAYER_LM_HEAD:
     return strata__units((size_t)(d.R * d.D), d.act);
   case STRATA__LAYER_LINEAR: /* the model's input: float32 images; else the previous layer's activations */
-  case STRATA__LAYER_CLASSIFIER:
-    return L->first ? (size_t)(d.R * L->in) : strata__units((size_t)(d.R * L->in), d.act);
+  case STRATA__LAYER_CLASSIFIER: {
+    const size_t n = (size_t)(d.R * (L->gap ? L->c * L->h * L->w : L->in));
+    return L->first ? n : strata__units(n, d.act);
+  }
   case STRATA__LAYER_CONV:
     return L->first ? (size_t)(d.B * L->in) : strata__units((size_t)(d.B * L->in), d.act);
   }
@@ -373,7 +378,7 @@ static size_t layer_dsave(const struct strata__stage *st, const struct strata__l
   case STRATA__LAYER_CLASSIFIER:
     return strata__units((size_t)(d.R * L->out), d.act);
   case STRATA__LAYER_CONV:
-    return strata__units((size_t)(d.B * L->k * L->h * L->w), d.act);
+    return strata__units((size_t)(d.B * strata__conv_big(L)), d.act);
   }
   return 0;
 }
@@ -393,14 +398,16 @@ static size_t layer_scratch(const struct strata__stage *st, const struct strata_
   case STRATA__LAYER_LINEAR:
     return strata__units((size_t)(d.R * L->out), d.act);
   case STRATA__LAYER_CONV: { /* the im2col workspace | the gradient through pooling and ReLU */
-    struct strata_conv2d g = {.n = 1, .c = L->c, .h = L->h, .w = L->w, .k = L->k, .r = 3, .s = 3, .stride = 1,
-                              .pad = 1};
+    struct strata_conv2d g = strata__conv_geometry(L, 1);
     int64_t p, q, ws = 0;
     strata_conv2d_shape(&g, &p, &q, &ws);
-    return strata__units((size_t)ws, d.act) + strata__units((size_t)(d.B * L->k * L->h * L->w), d.act);
+    if (L->sl.on) /* | a slab's: the whole convolution's output, the exchange, the convolved rows and gradient, 1.0f */
+      return strata__slab_scratch_of(L, d.B, strata__units((size_t)ws, d.act)).end;
+    return strata__units((size_t)ws, d.act) + strata__units((size_t)(d.B * strata__conv_big(L)), d.act);
   }
-  case STRATA__LAYER_CLASSIFIER:
-    return strata__units((size_t)(d.R * L->out), d.act);
+  case STRATA__LAYER_CLASSIFIER: /* dlogits (| gap: the averages' gradient | h x w ones) */
+    return strata__units((size_t)(d.R * L->out), d.act) +
+           (L->gap ? strata__units((size_t)(d.R * L->in), d.act) + strata__units((size_t)(L->h * L->w), d.act) : 0);
   }
   return 0;
 }
@@ -525,6 +532,19 @@ static int stage_layout(const struct strata_model *model, int first, int last, i
     return strata__error(STRATA_ERR_NOMEM, "out of memory creating a stage");
   }
   stage_roles(st);
+  st->sp = cut && cut->sp.size > 1 ? cut->sp : (struct strata__shard){0, 1};
+  if (st->sp.size > 1) { /* spatial slabs: whole tensors, float32, whole backwards, one stage of a cnn */
+    int rc = st->sp.rank < 0 || st->sp.rank >= st->sp.size
+                 ? strata__error(STRATA_ERR_INVALID, "stage: spatial slab %d of %d", st->sp.rank, st->sp.size)
+             : st->tp.size > 1 || st->act != STRATA_FLOAT32 || split_backward
+                 ? strata__error(STRATA_ERR_UNSUPPORTED, "spatial parallelism runs whole float32 stages with whole "
+                                 "backwards: not with tp, bf16 or a split backward")
+                 : strata__slab_layers(st);
+    if (rc) {
+      strata__stage_free(st);
+      return rc;
+    }
+  }
   st->layer_tensor = calloc((size_t)n + 1, sizeof *st->layer_tensor);
   st->saved_off = calloc((size_t)n, sizeof *st->saved_off);
   st->dsave_off = calloc((size_t)n, sizeof *st->dsave_off);
@@ -694,7 +714,8 @@ int strata__stage_plan(const struct strata_model *model, int first, int last, in
     layer_mem(st, i, &m);
     strata__layer_mem_add(&sum, &m, i == 0, i == n - 1);
   }
-  const struct strata__cut whole = {{0, 1}, {0, 1}, STRATA_FLOAT32, STRATA_FLOAT32, STRATA_RECOMPUTE_NONE, 0};
+  const struct strata__cut whole = {{0, 1}, {0, 1}, STRATA_FLOAT32, STRATA_FLOAT32, STRATA_RECOMPUTE_NONE, 0,
+                                    {0, 1}};
   strata__stage_bytes_of(model, first, last, mb, split_backward, cut ? cut : &whole, &sum, b);
   strata__stage_free(st);
   return STRATA_OK;

@@ -40,6 +40,8 @@ struct strata__cut {
                              ** recomputes into the stage's one-block buffer (rcbuf) before its backward */
   int zero_stage;            /* with zero.size > 1: 2 keeps only the shard of the reduced gradients too (ZeRO-2,
                              ** below), 3 of the parameters too (ZeRO-3); 0 or 1 the whole gradients */
+  struct strata__shard sp;   /* spatial parallelism (a cnn): the slab of each image this stage runs, of sp.size
+                             ** (0 or 1: the whole image); its tensors whole, its joins over the group's slabs */
 };
 
 /*
@@ -121,6 +123,9 @@ struct strata__stage {
   float loss_scale;          /* d(loss)/d(per-row loss): 1 / rows per optimizer step */
   struct strata__shard tp;   /* which slice of the layers this stage holds */
   struct strata__shard zero; /* ZeRO-1: the shard of the parameters its optimizer updates (0 of 1: all) */
+  struct strata__shard sp;   /* spatial parallelism: its slab (0 of 1: whole images); `join` then joins the slabs */
+  int sp_grads;              /* set by the executor for the step's last backward: each layer's gradients are joined
+                             ** (summed) over the slabs once computed, before grads_done */
   size_t chunk;              /* floats per shard (nparams without ZeRO); params and grads hold zero.size x chunk */
   /*
   ** ZeRO-2 (cut->zero_stage 2): no whole gradient vector. `grads` is a
@@ -403,6 +408,47 @@ struct strata__head_saved strata__head_layout(const struct strata__dims *d);
 static inline const struct strata__layer *strata__stage_layer_at(const struct strata__stage *st, int i) {
   return &st->layers[i];
 }
+/* A convolution layer's output elements per image before pooling, and its geometry over n images. */
+static inline int64_t strata__conv_big(const struct strata__layer *L) { return L->k * L->ch * L->cw; }
+static inline struct strata_conv2d strata__conv_geometry(const struct strata__layer *L, int64_t n) {
+  struct strata_conv2d g = {.n = n, .c = L->c, .h = L->sl.on ? L->sl.he : L->h, .w = L->w, .k = L->k, .r = L->r,
+                            .s = L->r, .stride = L->stride, .pad = L->r / 2};
+  return g;
+}
+
+/* ---- spatial slabs (model/slab.c) ---- */
+
+/* Give a spatial stage's layers (st->sp.size > 1) their slab's geometry; STRATA_ERR_SHAPE when the model cannot be
+** cut so (strata_model_spatial_check's reasons). */
+int strata__slab_layers(struct strata__stage *st);
+/* Where a slab convolution keeps its temporaries in scratch (units from 0, float32): the im2col workspace (ws
+** units) | the gradient through pooling and ReLU | the whole convolution's output (or its gradient) | the halo
+** exchange | the gradient of the rows it convolved | those rows | one 1.0f. */
+struct strata__slab_scratch {
+  size_t dr, y, xbuf, de, e, one, end;
+};
+struct strata__slab_scratch strata__slab_scratch_of(const struct strata__layer *L, int64_t B, size_t ws);
+/* Rows of the exchange slot (B images x c channels x hmax rows x w) and the buffer (2 n slots). */
+size_t strata__slab_xbuf(const struct strata__layer *L, int64_t B);
+/* Forward: the rows the slab convolves (B x c x he x w at e, scratch) from its input x (the first layer: the whole
+** image), the halo rows from its neighbours through the stage's join (an all-reduce of the exchange buffer), kept
+** at `halo` (B x c x (ht + hb) x w, the slot's) for the backward. */
+int strata__slab_gather(struct strata__stage *st, const struct strata__layer *L, int64_t B, strata_mem_t x,
+                        strata_mem_t halo, strata_mem_t e, const struct strata__slab_scratch *o);
+/* Backward: the same rows again at e, from x and the kept halo rows (no exchange). */
+int strata__slab_restore(struct strata__stage *st, const struct strata__layer *L, int64_t B, strata_mem_t x,
+                         strata_mem_t halo, strata_mem_t e, const struct strata__slab_scratch *o);
+/* Copy rows [j0, j0 + crows) of each of the B x k planes of P rows at y into the slab's output rows (dir 0), or
+** (dir 1) the slab's rows into zeroed planes of P rows (the backward's output gradient). */
+int strata__slab_rows(struct strata__stage *st, const struct strata__layer *L, int64_t B, strata_mem_t y,
+                      strata_mem_t slab, const struct strata__slab_scratch *o, int dir);
+/* Sum the `n` floats at x over the group's slabs (the stage's join; an error without one). */
+int strata__slab_join(struct strata__stage *st, strata_mem_t x, size_t n);
+/* Backward: the input gradient dx of the slab's own rows from the gradient de of the rows it convolved, its halo
+** rows' gradients sent back to the neighbours (the same exchange) and theirs added. */
+int strata__slab_scatter(struct strata__stage *st, const struct strata__layer *L, int64_t B, strata_mem_t de,
+                         strata_mem_t dx, const struct strata__slab_scratch *o);
+
 /* Whether the stage ends with the model's loss layer. */
 static inline int strata__stage_has_loss(const struct strata__stage *st) { return st->last == st->model->nlayers; }
 

@@ -31,6 +31,7 @@ struct strata_layout {
   int schedule, microbatches, zero;
   int precision;                /* enum strata_dtype: STRATA_FLOAT32 or STRATA_BFLOAT16 */
   int recompute;                /* enum strata_recompute */
+  int spatial;                  /* > 1: the slices are spatial slabs */
 };
 
 static const char *const recompute_names[] = {"none", "selective", "full"};
@@ -151,6 +152,19 @@ STRATA_API int strata_layout_new(const struct strata_layout_desc *d, strata_layo
                          d->precision);
   if (d->recompute < STRATA_RECOMPUTE_NONE || d->recompute > STRATA_RECOMPUTE_FULL)
     return strata__error(STRATA_ERR_INVALID, "layout: recompute %d is not one of enum strata_recompute", d->recompute);
+  struct strata_layout_desc sd;
+  if (d->spatial > 1) { /* the slabs are the one rank's slices */
+    if (d->spatial > LAYOUT_MAX_DEGREE || pp != 1 || (d->tp && d->tp[0] != d->spatial) ||
+        (d->tp_all > 1 && d->tp_all != d->spatial))
+      return strata__error(STRATA_ERR_INVALID, "layout: spatial %d needs pp 1 (not %d) and tp %d or none", d->spatial,
+                           pp, d->spatial);
+    sd = *d;
+    sd.tp = NULL;
+    sd.tp_all = d->spatial;
+    d = &sd;
+  } else if (d->spatial < 0) {
+    return strata__error(STRATA_ERR_INVALID, "layout: spatial = %d", d->spatial);
+  }
   struct strata_layout *l = calloc(1, sizeof *l);
   if (!l)
     return strata__error(STRATA_ERR_NOMEM, "out of host memory for a layout");
@@ -162,6 +176,7 @@ STRATA_API int strata_layout_new(const struct strata_layout_desc *d, strata_layo
   l->zero = d->zero;
   l->precision = d->precision;
   l->recompute = d->recompute;
+  l->spatial = d->spatial > 1 ? d->spatial : 1;
   l->tp = malloc(sizeof *l->tp * (size_t)pp);
   l->tp_offset = malloc(sizeof *l->tp_offset * (size_t)pp);
   int rc = !l->tp || !l->tp_offset ? strata__error(STRATA_ERR_NOMEM, "out of host memory for a layout") : STRATA_OK;
@@ -283,6 +298,8 @@ STRATA_API int strata_layout_check(strata_layout_t l, strata_model_t model, int 
   } else if (stages > layers) {
     return strata__error(STRATA_ERR_INVALID, "layout: %d stages for a model of %d layers", stages, layers);
   }
+  if (l->spatial > 1) /* slabs: whole layers on rows of the images, not slices of the layers */
+    return strata_model_spatial_check(model, l->spatial);
   const struct strata_model_config *c = strata_model_config(model);
   for (int r = 0; r < l->pp; r++)
     TRY(check_tp(c, r, l->tp[r]));
@@ -309,6 +326,7 @@ STRATA_API int strata_layout_microbatches(strata_layout_t l) { return l ? l->mic
 STRATA_API int strata_layout_zero(strata_layout_t l) { return l ? l->zero : 0; }
 STRATA_API int strata_layout_precision(strata_layout_t l) { return l ? l->precision : STRATA_FLOAT32; }
 STRATA_API int strata_layout_recompute(strata_layout_t l) { return l ? l->recompute : STRATA_RECOMPUTE_NONE; }
+STRATA_API int strata_layout_spatial(strata_layout_t l) { return l && l->spatial > 1 ? l->spatial : 1; }
 STRATA_API int strata_layout_device_count(strata_layout_t l) { return l ? l->ndevices : 0; }
 STRATA_API const int *strata_layout_devices(strata_layout_t l) { return l ? l->devices : NULL; }
 STRATA_API const int *strata_layout_split(strata_layout_t l) { return l ? l->split : NULL; }
@@ -345,9 +363,11 @@ STRATA_API int strata_layout_describe(strata_layout_t l, char **text) {
                    l->ndevices == 1 ? "" : "s", strata_schedule_kind_name(l->schedule));
   if (l->v > 1)
     n += snprintf(buf + n, sizeof buf - (size_t)n, " (%d virtual stages per rank)", l->v);
-  snprintf(buf + n, sizeof buf - (size_t)n, ", %d micro-batch%s per replica%s%s%s%s", l->microbatches,
-           l->microbatches == 1 ? "" : "es", zs, l->precision == STRATA_BFLOAT16 ? ", bf16" : "",
-           l->recompute ? ", recompute " : "", l->recompute ? strata_recompute_name(l->recompute) : "");
+  n += snprintf(buf + n, sizeof buf - (size_t)n, ", %d micro-batch%s per replica%s%s%s%s", l->microbatches,
+                l->microbatches == 1 ? "" : "es", zs, l->precision == STRATA_BFLOAT16 ? ", bf16" : "",
+                l->recompute ? ", recompute " : "", l->recompute ? strata_recompute_name(l->recompute) : "");
+  if (l->spatial > 1 && n > 0 && (size_t)n < sizeof buf)
+    snprintf(buf + n, sizeof buf - (size_t)n, ", the slices %d spatial slabs", l->spatial);
   *text = strdup(buf);
   return *text ? STRATA_OK : strata__error(STRATA_ERR_NOMEM, "out of host memory");
 }
@@ -384,6 +404,8 @@ STRATA_API int strata_layout_to_json(strata_layout_t l, char **json) {
     json_object_set_new(o, "precision", json_string("bf16"));
   if (l->recompute) /* likewise "none" */
     json_object_set_new(o, "recompute", json_string(strata_recompute_name(l->recompute)));
+  if (l->spatial > 1) /* likewise only when there are slabs */
+    json_object_set_new(o, "spatial", json_integer(l->spatial));
   *json = json_dumps(o, JSON_PRESERVE_ORDER | JSON_COMPACT);
   json_decref(o);
   return *json ? STRATA_OK : strata__error(STRATA_ERR_NOMEM, "out of host memory writing a layout");
@@ -437,7 +459,7 @@ static int get_ints(json_t *a, const char *src, const char *key, int lo, int hi,
 
 static int from_object(json_t *o, const char *src, strata_layout_t *out) {
   static const char *const known[] = {"schema", "dp", "pp", "tp", "devices", "split", "schedule", "microbatches",
-                                      "virtual_stages", "zero", "precision", "recompute", NULL};
+                                      "virtual_stages", "zero", "precision", "recompute", "spatial", NULL};
   if (!json_is_object(o))
     return strata__error(STRATA_ERR_PARSE, "%s: a layout is a JSON object", src);
   const char *key;
@@ -464,6 +486,8 @@ static int from_object(json_t *o, const char *src, strata_layout_t *out) {
     rc = get_int(o, src, "virtual_stages", 0, 0, 64, &d.virtual_stages);
   if (!rc)
     rc = get_zero(o, src, &d.zero);
+  if (!rc)
+    rc = get_int(o, src, "spatial", 1, 1, LAYOUT_MAX_DEGREE, &d.spatial);
   json_t *t = json_object_get(o, "tp");
   if (!rc && t && json_is_integer(t))
     rc = get_int(o, src, "tp", 1, 1, LAYOUT_MAX_DEGREE, &d.tp_all);

@@ -19,7 +19,7 @@ struct strata__cut strata__plan_cut(strata_layout_t layout, int t) {
   const int dp = strata_layout_dp(layout);
   struct strata__cut cut = {{0, t}, {0, strata_layout_zero(layout) && dp > 1 ? dp : 1},
                             strata_layout_precision(layout), STRATA_FLOAT32, strata_layout_recompute(layout),
-                            strata_layout_zero(layout)};
+                            strata_layout_zero(layout), {0, 1}};
   return cut;
 }
 
@@ -179,6 +179,8 @@ STRATA_API int strata_plan_memory(strata_model_t model, strata_layout_t layout, 
                          (long long)batch, dp, m);
   if (!strata_layout_split(layout))
     return strata__error(STRATA_ERR_INVALID, "strata_plan_memory: the layout has no split");
+  if (strata_layout_spatial(layout) > 1)
+    return strata__error(STRATA_ERR_UNSUPPORTED, "strata_plan_memory: spatial slabs are not planned yet");
   TRY(strata_layout_check(layout, model, -1));
   strata_schedule_t sch;
   TRY(strata_schedule_generate(strata_layout_schedule(layout), strata_layout_pp(layout), m,

@@ -1073,6 +1073,9 @@ STRATA_API int strata_simulate(strata_machine_t c, strata_model_t model, strata_
   if (!c || !model || !l || !o || !out)
     return strata__error(STRATA_ERR_INVALID, "strata_simulate: NULL argument");
   memset(out, 0, sizeof *out);
+  if (strata_layout_spatial(l) > 1)
+    return strata__error(STRATA_ERR_UNSUPPORTED, "simulator: spatial slabs (spatial %d) are not costed yet",
+                         strata_layout_spatial(l));
   const int precision = strata_layout_precision(l);
   if (precision == STRATA_BFLOAT16 && strata_model_config(model)->kind != STRATA_MODEL_GPT)
     return strata__error(STRATA_ERR_UNSUPPORTED, "simulator: bf16 is for GPT models (as the trainer trains it), "

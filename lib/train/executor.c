@@ -445,6 +445,7 @@ static int do_backward(struct exec *ex, int rank, int kind, int s, int mb, int l
     st->recomputing_arg = &rt;
   }
   int rc;
+  st->sp_grads = last; /* spatial slabs: the step's gradients summed over them as the last backward makes them */
   if (kind == STRATA_ACTION_BACKWARD)
     rc = strata__stage_backward(st, sl);
   else if (kind == STRATA_ACTION_BACKWARD_INPUT)
@@ -456,6 +457,7 @@ static int do_backward(struct exec *ex, int rank, int kind, int s, int mb, int l
   st->recomputing = NULL;
   st->recomputing_arg = NULL;
   zero_hooks(ex, st, s, rank, mb, 0, 0);
+  st->sp_grads = 0;
   TRY(rc);
   TRY(strata_queue_finish(st->q));
   if (kind != STRATA_ACTION_BACKWARD_WEIGHT)

@@ -11,6 +11,7 @@ libstrata_la_SOURCES += \
 	%reldir%/state.c \
 	%reldir%/executor.c \
 	%reldir%/joins.c \
+	%reldir%/spatial.c \
 	%reldir%/trace.c \
 	%reldir%/balance.c \
 	%reldir%/ranks.c \

@@ -104,9 +104,7 @@ static int check_memory_of(strata_trainer_t tr, const int *split, uint64_t *need
       first += n;
       continue;
     }
-    struct strata__cut cut = {{strata__stage_slice(tr, s), strata__stage_tp(tr, s)},
-                              {strata__stage_replica(tr, s), tr->zero ? tr->replicas : 1},
-                              tr->opt.precision, tr->opt.grad_reduce, tr->opt.recompute, tr->zero};
+    struct strata__cut cut = strata__trainer_cut(tr, s);
     if ((rc = strata__stage_plan(tr->model, first, first + n, tr->opt.batch, split_backward, &cut, &b)))
       break;
     int r = tr->stage_rank[s];

@@ -746,8 +746,10 @@ int strata__ranks_shells(strata_trainer_t tr, const int *split, int split_backwa
       const int s = (tr->home * tr->tp + k) * tr->nstages + j;
       if (tr->st[s] || !strata__stage_held(tr, s) || R->shell[k * tr->nstages + j])
         continue;
-      struct strata__cut cut = {{k, strata__stage_tp(tr, s)}, {tr->home, tr->zero ? tr->replicas : 1}, tr->opt.precision,
-                                tr->opt.grad_reduce, tr->opt.recompute, tr->zero};
+      struct strata__cut cut = strata__trainer_cut(tr, s);
+      cut.tp.rank = tr->spatial > 1 ? 0 : k;
+      cut.sp.rank = tr->spatial > 1 ? k : 0;
+      cut.zero.rank = tr->home;
       TRY(strata__stage_shell(tr->model, first, first + split[j], tr->opt.batch, split_backward, &cut,
                               &R->shell[k * tr->nstages + j]));
     }

@@ -152,9 +152,7 @@ static int build_stages(strata_trainer_t tr, const int *split, int split_backwar
     }
     /* every replica initialises its stages from the same seed: the copies
     ** start equal, and each slice is cut from the same whole tensors */
-    struct strata__cut cut = {{strata__stage_slice(tr, s), strata__stage_tp(tr, s)},
-                              {strata__stage_replica(tr, s), tr->zero ? tr->replicas : 1},
-                              tr->opt.precision, tr->opt.grad_reduce, tr->opt.recompute, tr->zero};
+    struct strata__cut cut = strata__trainer_cut(tr, s);
     int rc = strata__stage_new(tr->model, first, last, dev, tr->opt.batch, tr->opt.seed, split_backward, &cut,
                                &tr->st[s]);
     if (rc == STRATA_ERR_DEVICE_MEMORY)
@@ -478,6 +476,7 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
                         : (size_t)tr->rows;
   tr->replicas = pl->replicas;
   tr->tp = pl->tp;
+  tr->spatial = opts->spatial > 1 ? opts->spatial : 1;
   tr->zero = pl->zero;
   tr->chains = chains;
   tr->bucket_bytes = 4u << 20;
@@ -620,6 +619,9 @@ STRATA_API int strata_trainer_new(strata_model_t model, strata_dataset_t data, c
     return strata__error(STRATA_ERR_INVALID, "strata_trainer_new: NULL argument");
   struct plan pl = {.replicas = 1, .pp = 1, .tp = 1, .kind = 0, .m = (int)opts->accum, .nstages = 1,
                     .devices = &opts->device};
+  if (opts->spatial > 1)
+    return strata__error(STRATA_ERR_INVALID, "spatial %d: slabs run on a layout of tp %d (strata_trainer_new_layout)",
+                         opts->spatial, opts->spatial);
   return trainer_create(model, data, opts, &pl, out);
 }
 
@@ -652,7 +654,18 @@ STRATA_API int strata_trainer_new_layout(strata_model_t model, strata_dataset_t 
   } else {
     TRY(strata_device_count(&ndevices));
   }
-  TRY(strata_layout_check(layout, model, ndevices));
+  struct strata_train_options sopts; /* the options with the slabs of the layout or of the options */
+  if (opts && (opts->spatial > 1 || strata_layout_spatial(layout) > 1)) {
+    sopts = *opts;
+    if (sopts.spatial > 1 && strata_layout_spatial(layout) > 1 && sopts.spatial != strata_layout_spatial(layout))
+      return strata__error(STRATA_ERR_INVALID, "spatial %d in the options, %d in the layout", sopts.spatial,
+                           strata_layout_spatial(layout));
+    sopts.spatial = sopts.spatial > 1 ? sopts.spatial : strata_layout_spatial(layout);
+    opts = &sopts;
+    TRY(strata__spatial_check(model, opts, layout, ndevices)); /* the slices are slabs: their checks, not tp's */
+  } else {
+    TRY(strata_layout_check(layout, model, ndevices));
+  }
   const int dp = strata_layout_dp(layout), pp = strata_layout_pp(layout);
   int *tps = calloc((size_t)pp, sizeof *tps);
   if (!tps)

@@ -67,6 +67,8 @@ struct strata_trainer {
   int nstages;                       /* stages of one chain (the model, cut) */
   int replicas;                      /* data-parallel copies */
   int tp;                            /* tensor-parallel slices of the widest stage (chains per replica) */
+  int spatial;                       /* > 1: the slices are spatial slabs (opt.spatial): each stage whole, on its
+                                     ** rows of every image, its joins the halo exchanges, averages and gradients */
   int *tps;                          /* [nstages]: the slices of each stage of a chain (its pipeline rank's degree);
                                      ** stage s of a chain whose slice is tps[s] or more is held by no device: st[] is
                                      ** NULL there, and slice (slice % tps) of the same replica stands for it */
@@ -254,6 +256,22 @@ void strata__trace_add(strata_trainer_t tr, const char *name, const char *cat, d
 ** the device handed it over (`posted`, on t_start's clock; negative: not known). */
 void strata__trace_add_comm(strata_trainer_t tr, const char *name, const char *op, uint64_t bytes, int group,
                             int stage, double t_start, double t_end, int tid, double posted);
+
+/* spatial.c: a layout whose tp slices are opts->spatial slabs (pp 1, tp the same everywhere, its devices there, a
+** cnn the slabs can cut, no ZeRO, float32, a whole backward); the tp-slice checks of strata_layout_check do not apply. */
+int strata__spatial_check(strata_model_t model, const struct strata_train_options *opts, strata_layout_t layout,
+                          int ndevices);
+
+/* How stage s is cut: its tp slice, or (spatial) its slab of whole stages; its ZeRO shard and stage; the precisions;
+** the recompute mode. */
+static inline struct strata__cut strata__trainer_cut(const struct strata_trainer *tr, int s) {
+  const int slice = (s / tr->nstages) % tr->tp, sp = tr->spatial > 1;
+  struct strata__cut cut = {{sp ? 0 : slice, sp ? 1 : tr->tps[s % tr->nstages]},
+                            {s / tr->nstages / tr->tp, tr->zero ? tr->replicas : 1},
+                            tr->opt.precision, tr->opt.grad_reduce, tr->opt.recompute, tr->zero,
+                            {sp ? slice : 0, sp ? tr->spatial : 1}};
+  return cut;
+}
 
 /* Stages in all (every chain's) and whether stage s has a neighbour before / after it in its chain. */
 static inline int strata__stages_all(const struct strata_trainer *tr) { return tr->nstages * tr->chains; }
