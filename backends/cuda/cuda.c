@@ -687,13 +687,14 @@ static int strata__cuda_gemm(struct strata__cuda *cx, struct strata__cuda_queue 
 #define I(m) ((int *)((struct strata__cuda_buf *)(m).h)->ptr)
 #define O(m) ((strata__i64)(m).off)
 
-/* Every op of lib/device/backend.h is implemented on every device, but the fused attention (host only so far);
+/* Every op of lib/device/backend.h is implemented on every device, but the fused attention and the optimizer's
+** fused ops (host only so far);
 ** bf16 operands only for convert and gemm (strata__cuda_op refuses the others'). */
 static int strata__cuda_op_supported(void *ctx, int dev, enum strata__op_id id) {
   (void)ctx;
   (void)dev;
   return (int)id >= 0 && (int)id < STRATA__OP_COUNT && id != STRATA__OP_ATTENTION_FWD &&
-         id != STRATA__OP_ATTENTION_BWD;
+         id != STRATA__OP_ATTENTION_BWD && id != STRATA__OP_ADAMW_FUSED && id != STRATA__OP_SUMSQ_SPANS;
 }
 
 /* y = x in y's type: a copy on the stream when the types agree (nothing when x is y), else the shared kernel. */

@@ -631,6 +631,8 @@ int strata__ocl_op(void *ctx, void *queue, const struct strata__op *op) {
   }
   case STRATA__OP_ATTENTION_FWD: /* host only: ocl_op_supported says so before a record is made */
   case STRATA__OP_ATTENTION_BWD:
+  case STRATA__OP_ADAMW_FUSED: /* host only, as the attention */
+  case STRATA__OP_SUMSQ_SPANS:
   case STRATA__OP_COUNT:
     break;
   }
