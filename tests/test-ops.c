@@ -1348,9 +1348,11 @@ Test(ops, sumsq_spans_is_each_sumsq_bit_for_bit_and_bad_input_refused) {
   int dev = ref_device();
   strata_queue_t q;
   OK(strata_queue_new(dev, &q));
-  enum { N = 200003, T = 6 };
+  enum { N = 200003, T = 11 };
   float *x0 = rnd(N, 103, -2, 2);
-  const int64_t bounds[2 * T] = {0, 10, 10, 0, 10, 100000, 100010, 99993, 5, 7, N - 1, 1};
+  /* lengths in fours of all sizes once sorted, chains that end at different places */
+  const int64_t bounds[2 * T] = {0,  10,   10,    0,   10,  100000, 100010, 99993, 5, 7, N - 1,
+                                 1,  200,  5000, 300, 4999, 7,      5001,   9,     3, 60000, 60000};
   strata_buffer_t x = fused_buf(dev, q, x0, N), out = fused_buf(dev, q, NULL, 2 * T);
   strata_buffer_t x16 = fused_buf(dev, q, NULL, (N + 1) / 2);
   OK(strata_convert(q, strata_mem(x, 0), strata_mem_typed(x16, 0, STRATA_BFLOAT16), N));
@@ -1378,7 +1380,9 @@ Test(ops, sumsq_spans_is_each_sumsq_bit_for_bit_and_bad_input_refused) {
     cr_assert_float_eq((double)got[0], s, s * (bf ? 2e-2 : 1e-6));
   }
   /* bad input: nothing written */
-  const float marks[2 * T] = {7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7};
+  float marks[2 * T];
+  for (int i = 0; i < 2 * T; i++)
+    marks[i] = 7;
   OK(strata_buffer_upload(q, out, 0, marks, sizeof marks));
   const int64_t outside[2] = {N - 5, 6}, negative[2] = {-1, 3};
   cr_assert_eq(strata_sumsq_spans(q, strata_mem(x, 0), N, outside, 1, strata_mem(out, 0)), STRATA_ERR_RANGE);

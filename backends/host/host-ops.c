@@ -919,17 +919,114 @@ static void sumsq(const struct strata__op *o) {
   out[0] = (o->u.sumsq.accumulate ? out[0] : 0.0f) + (float)s;
 }
 
-/* SUMSQ_SPANS: each span's sum as SUMSQ's (one thread, in order), the spans shared out between the threads. */
+/*
+** The sums of x[k]^2 over n[k] elements for k < 4 (an empty span: 0), each
+** its own chain of double additions in element order, so each is
+** sum_squares' bits; the four chains advance together, so one addition's
+** latency hides behind the others'. Chains drop out as their spans end.
+*/
+static void sum_squares4(const float *const *x, const int64_t *n, double *out) {
+  double s[4] = {0, 0, 0, 0};
+  const float *p[4];
+  int at[4], k = 0;
+  for (int j = 0; j < 4; j++)
+    if (n[j] > 0)
+      at[k] = j, p[k++] = x[j];
+  int64_t i = 0;
+  while (k > 0) {
+    int64_t m = n[at[0]];
+    for (int j = 1; j < k; j++)
+      m = n[at[j]] < m ? n[at[j]] : m;
+    if (k == 4) {
+      double s0 = s[0], s1 = s[1], s2 = s[2], s3 = s[3];
+      for (; i < m; i++) {
+        s0 += (double)p[0][i] * p[0][i];
+        s1 += (double)p[1][i] * p[1][i];
+        s2 += (double)p[2][i] * p[2][i];
+        s3 += (double)p[3][i] * p[3][i];
+      }
+      s[0] = s0, s[1] = s1, s[2] = s2, s[3] = s3;
+    } else if (k == 3) {
+      double s0 = s[0], s1 = s[1], s2 = s[2];
+      for (; i < m; i++) {
+        s0 += (double)p[0][i] * p[0][i];
+        s1 += (double)p[1][i] * p[1][i];
+        s2 += (double)p[2][i] * p[2][i];
+      }
+      s[0] = s0, s[1] = s1, s[2] = s2;
+    } else if (k == 2) {
+      double s0 = s[0], s1 = s[1];
+      for (; i < m; i++) {
+        s0 += (double)p[0][i] * p[0][i];
+        s1 += (double)p[1][i] * p[1][i];
+      }
+      s[0] = s0, s[1] = s1;
+    } else {
+      double s0 = s[0];
+      for (; i < m; i++)
+        s0 += (double)p[0][i] * p[0][i];
+      s[0] = s0;
+    }
+    /* the chains whose spans ended leave; the others keep their places' order */
+    int kept = 0;
+    for (int j = 0; j < k; j++) {
+      if (n[at[j]] > m) {
+        at[kept] = at[j], p[kept] = p[j], s[kept] = s[j];
+        kept++;
+      } else {
+        out[at[j]] = s[j];
+      }
+    }
+    k = kept;
+  }
+  for (int j = 0; j < 4; j++)
+    if (n[j] <= 0)
+      out[j] = 0;
+}
+
+struct span_len {
+  int64_t n, t;
+};
+
+static int by_length(const void *pa, const void *pb) {
+  const struct span_len *a = pa, *b = pb;
+  return a->n != b->n ? (a->n > b->n) - (a->n < b->n) : (a->t > b->t) - (a->t < b->t);
+}
+
+/*
+** SUMSQ_SPANS: each span's sum as SUMSQ's, in fours of spans of about the
+** same length (sorted by length) whose chains run together, the fours
+** shared out between the threads.
+*/
 static void sumsq_spans(const struct strata__op *o) {
   const float *x = F(o->u.spans.x);
   const int64_t *bd = o->u.spans.bounds;
   float *out = F(o->u.spans.out);
   int64_t count = o->u.spans.count, par_n = 0;
+  struct span_len *order = malloc((size_t)count * sizeof *order);
+  if (order) {
+    for (int64_t t = 0; t < count; t++)
+      order[t] = (struct span_len){bd[2 * t + 1], t};
+    qsort(order, (size_t)count, sizeof *order, by_length);
+  }
   for (int64_t t = 0; t < count; t++)
     par_n += bd[2 * t + 1];
+  int64_t groups = (count + 3) / 4;
   _Pragma("omp parallel for schedule(dynamic) num_threads(strata__host_threads) if (par_n >= PAR_MIN)")
-  for (int64_t t = 0; t < count; t++)
-    out[t] = 0.0f + (float)sum_squares(x + bd[2 * t], bd[2 * t + 1]);
+  for (int64_t gi = 0; gi < groups; gi++) {
+    const float *xs[4] = {x, x, x, x};
+    int64_t ns[4] = {0, 0, 0, 0}, ts[4] = {-1, -1, -1, -1};
+    double sums[4];
+    for (int j = 0; j < 4 && gi * 4 + j < count; j++) {
+      int64_t t = order ? order[gi * 4 + j].t : gi * 4 + j;
+      xs[j] = x + bd[2 * t], ns[j] = bd[2 * t + 1], ts[j] = t;
+    }
+    sum_squares4(xs, ns, sums);
+    for (int j = 0; j < 4; j++)
+      if (ts[j] >= 0)
+        out[ts[j]] = 0.0f + (float)sums[j];
+  }
+  free(order);
 }
 
 static void im2col(const struct strata__op *o) {
