@@ -424,8 +424,8 @@ STRATA_HOST_DEVICES=2 fault_sweep "a device fault in pp 2 (device 1)" 1 1 60 --p
 STRATA_HOST_DEVICES=2 fault_sweep "a device fault in dp 2 (device 1)" 1 1 200 --dp 2
 STRATA_HOST_DEVICES=2 fault_sweep "a device fault in tp 2 (device 1)" 1 1 200 --tp 2
 # (tp 2's validation, after the second step's update: the slice that failed is named, not its peer whose joins it
-# aborted)
-STRATA_HOST_DEVICES=2 fault_sweep "a device fault in tp 2's validation (device 1)" 1 415 470 --tp 2
+# aborted; device 1's ops 378 to 449 here, its update's gradient norm and AdamW the host's fused ops)
+STRATA_HOST_DEVICES=2 fault_sweep "a device fault in tp 2's validation (device 1)" 1 381 436 --tp 2
 
 # bf16 mixed precision (issue 31): refused precisions, one line, exit 2; the CNN trains in bf16; a bf16 run says its precision in
 # the start event and the summary, and every run's summary has devices[] with the memory figures
