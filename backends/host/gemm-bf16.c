@@ -277,13 +277,10 @@ static void path_choose(void) {
 
 static int gemm_dnnl(const struct strata__op *op, int inner);
 
-/* 1 when every matrix of the GEMM is stored densely: rows of exactly its columns, matrices one after the other. */
-static int gemm_dense(const __typeof__(((struct strata__op *)0)->u.gemm) *g) {
-  int64_t ra = g->trans_a ? g->k : g->m, ca = g->trans_a ? g->m : g->k;
-  int64_t rb = g->trans_b ? g->n : g->k, cb = g->trans_b ? g->k : g->n;
-  int one = g->batch == 1;
-  return g->lda == ca && g->ldb == cb && g->ldc == g->n && (one || g->stride_a == 0 || g->stride_a == ra * ca) &&
-         (one || g->stride_b == 0 || g->stride_b == rb * cb) && (one || g->stride_c == g->m * g->n);
+/* 1 when a batch of rows x cols matrices (row stride ld, batch stride `stride`) is stored densely: rows of exactly
+** its columns, matrices one after the other (or one matrix for the batch: stride 0). */
+static int dense(int64_t rows, int64_t cols, int64_t ld, int64_t stride, int64_t batch) {
+  return ld == cols && (batch == 1 || stride == 0 || stride == rows * cols);
 }
 
 /* rows x cols elements of `size` bytes from x (row stride ld, `batch` matrices `stride` apart) into or out of
@@ -304,34 +301,42 @@ static void pack(char *x, int64_t ld, int64_t stride, int64_t batch, int64_t row
 ** A GEMM whose matrices lie strided inside wider ones (attention's heads:
 ** each head's columns of rows that hold every head) gets oneDNN's plain
 ** gemm:jit, several times slower than its brgemm kernels (AMX, AVX-512),
-** which take only dense operands: A, B (and C, when beta reads it) copied
-** densely into the thread's scratch, the dense GEMM run, C copied back.
-** The copies are a few percent of the products' time at those shapes.
+** which take only dense operands: each strided operand (C too, read back
+** when beta reads it) copied densely into the thread's scratch, the dense
+** GEMM run, a strided C copied back.
 */
 static int gemm_packed(const struct strata__op *op) {
   const __typeof__(op->u.gemm) *g = &op->u.gemm;
   int64_t ra = g->trans_a ? g->k : g->m, ca = g->trans_a ? g->m : g->k;
   int64_t rb = g->trans_b ? g->n : g->k, cb = g->trans_b ? g->k : g->n;
   int64_t ba = g->stride_a ? g->batch : 1, bb = g->stride_b ? g->batch : 1;
-  size_t csize = IS_BF16(g->c) ? 2 : 4, na = (size_t)(ba * ra * ca), nb = (size_t)(bb * rb * cb);
-  size_t nc = (size_t)(g->batch * g->m * g->n);
+  int pa = !dense(ra, ca, g->lda, g->stride_a, g->batch), pb = !dense(rb, cb, g->ldb, g->stride_b, g->batch);
+  int pc = !dense(g->m, g->n, g->ldc, g->stride_c, g->batch);
+  size_t csize = IS_BF16(g->c) ? 2 : 4, na = pa ? (size_t)(ba * ra * ca) : 0, nb = pb ? (size_t)(bb * rb * cb) : 0;
+  size_t nc = pc ? (size_t)(g->batch * g->m * g->n) : 0;
   size_t at_b = (na * 2 + 63) & ~(size_t)63, at_c = at_b + ((nb * 2 + 63) & ~(size_t)63);
-  char *s = (char *)strata__host_scratch((at_c + nc * csize + 3) / 4);
+  char *s = (char *)strata__host_scratch((at_c + nc * csize + 3) / 4 + 1);
   if (!s)
     return STRATA_ERR_NOMEM;
-  pack(ELEM(g->a, 0), g->lda, g->stride_a, ba, ra, ca, 2, s, 1);
-  pack(ELEM(g->b, 0), g->ldb, g->stride_b, bb, rb, cb, 2, s + at_b, 1);
-  if (g->beta != 0.0f)
-    pack(ELEM(g->c, 0), g->ldc, g->stride_c, g->batch, g->m, g->n, csize, s + at_c, 1);
   struct strata__op d = *op;
-  d.u.gemm.a = (struct strata__mem){s, 0, g->a.dtype};
-  d.u.gemm.b = (struct strata__mem){s + at_b, 0, g->b.dtype};
-  d.u.gemm.c = (struct strata__mem){s + at_c, 0, g->c.dtype};
-  d.u.gemm.lda = ca, d.u.gemm.ldb = cb, d.u.gemm.ldc = g->n;
-  d.u.gemm.stride_a = g->stride_a ? ra * ca : 0, d.u.gemm.stride_b = g->stride_b ? rb * cb : 0;
-  d.u.gemm.stride_c = g->m * g->n;
+  if (pa) {
+    pack(ELEM(g->a, 0), g->lda, g->stride_a, ba, ra, ca, 2, s, 1);
+    d.u.gemm.a = (struct strata__mem){s, 0, g->a.dtype};
+    d.u.gemm.lda = ca, d.u.gemm.stride_a = g->stride_a ? ra * ca : 0;
+  }
+  if (pb) {
+    pack(ELEM(g->b, 0), g->ldb, g->stride_b, bb, rb, cb, 2, s + at_b, 1);
+    d.u.gemm.b = (struct strata__mem){s + at_b, 0, g->b.dtype};
+    d.u.gemm.ldb = cb, d.u.gemm.stride_b = g->stride_b ? rb * cb : 0;
+  }
+  if (pc) {
+    if (g->beta != 0.0f)
+      pack(ELEM(g->c, 0), g->ldc, g->stride_c, g->batch, g->m, g->n, csize, s + at_c, 1);
+    d.u.gemm.c = (struct strata__mem){s + at_c, 0, g->c.dtype};
+    d.u.gemm.ldc = g->n, d.u.gemm.stride_c = g->m * g->n;
+  }
   int rc = gemm_dnnl(&d, 1);
-  if (!rc)
+  if (!rc && pc)
     pack(ELEM(g->c, 0), g->ldc, g->stride_c, g->batch, g->m, g->n, csize, s + at_c, 0);
   return rc;
 }
@@ -370,7 +375,11 @@ static int gemm_dnnl(const struct strata__op *op, int inner) {
   if (inner && !e->prim)
     return STRATA_ERR_UNSUPPORTED;
   int rc = STRATA_ERR_UNSUPPORTED;
-  if (e->prim && !e->brgemm && !gemm_dense(g) && (g->batch == 1 || g->stride_c))
+  int64_t ra = g->trans_a ? g->k : g->m, ca = g->trans_a ? g->m : g->k;
+  int64_t rb = g->trans_b ? g->n : g->k, cb = g->trans_b ? g->k : g->n;
+  int all_dense = dense(ra, ca, g->lda, g->stride_a, g->batch) && dense(rb, cb, g->ldb, g->stride_b, g->batch) &&
+                  dense(g->m, g->n, g->ldc, g->stride_c, g->batch);
+  if (e->prim && !e->brgemm && !all_dense && (g->batch == 1 || g->stride_c))
     rc = gemm_packed(op);
   if (rc == STRATA_ERR_UNSUPPORTED)
     rc = e->prim ? mm_run(e, op) : gemm_f32_route(op);
