@@ -1389,6 +1389,176 @@ Test(ops, sumsq_deterministic_norm) {
   free(x);
 }
 
+/* ---- the optimizer's fused ops ---- */
+
+/* A float32 buffer on `q`'s device holding x (n floats), or zeros when x is NULL. */
+static strata_buffer_t fused_buf(int dev, strata_queue_t q, const float *x, size_t n) {
+  strata_buffer_t b;
+  OK(strata_buffer_new(dev, n * 4, &b));
+  float *z = x ? NULL : calloc(n, 4);
+  OK(strata_buffer_upload(q, b, 0, x ? x : z, n * 4));
+  free(z);
+  return b;
+}
+
+static void fused_get(strata_queue_t q, strata_buffer_t b, void *out, size_t bytes) {
+  OK(strata_buffer_download(q, b, 0, out, bytes));
+}
+
+/*
+** strata_adamw_fused against strata_scale, strata_adamw and strata_convert
+** run one after the other, over three steps with gradient scales below,
+** at and above 1, with and without weight decay and the bfloat16 copy:
+** every float of the parameters, gradients, moments and copy the same.
+*/
+Test(ops, adamw_fused_is_scale_adamw_convert_bit_for_bit) {
+  int dev = ref_device();
+  strata_queue_t q;
+  OK(strata_queue_new(dev, &q));
+  cr_assert(strata_fused_optimizer_supported(q), "the host backend has the fused optimizer ops");
+  enum { N = 100003 };
+  float *p0 = rnd(N, 101, -1, 1), *g0 = rnd(N, 102, -3, 3);
+  const float scales[3] = {0.37f, 1.0f, 2.5f};
+  for (int with16 = 0; with16 < 2; with16++)
+    for (int decay = 0; decay < 2; decay++) {
+      strata_buffer_t b[2][5];
+      for (int k = 0; k < 2; k++) {
+        b[k][0] = fused_buf(dev, q, p0, N);
+        b[k][1] = fused_buf(dev, q, g0, N);
+        b[k][2] = fused_buf(dev, q, NULL, N);
+        b[k][3] = fused_buf(dev, q, NULL, N);
+        b[k][4] = fused_buf(dev, q, NULL, (N + 1) / 2); /* the bfloat16 copy */
+      }
+      float wd = decay ? 0.1f : 0.0f;
+      for (int step = 1; step <= 3; step++) {
+        float gs = scales[step - 1];
+        if (gs != 1.0f)
+          OK(strata_scale(q, strata_mem(b[0][1], 0), gs, N));
+        OK(strata_adamw(q, strata_mem(b[0][0], 0), strata_mem(b[0][1], 0), strata_mem(b[0][2], 0),
+                        strata_mem(b[0][3], 0), N, 0.01f, 0.9f, 0.999f, 1e-8f, wd, step));
+        if (with16)
+          OK(strata_convert(q, strata_mem(b[0][0], 0), strata_mem_typed(b[0][4], 0, STRATA_BFLOAT16), N));
+        OK(strata_adamw_fused(q, strata_mem(b[1][0], 0), strata_mem(b[1][1], 0), strata_mem(b[1][2], 0),
+                              strata_mem(b[1][3], 0),
+                              with16 ? strata_mem_typed(b[1][4], 0, STRATA_BFLOAT16) : (strata_mem_t){0}, N, gs,
+                              0.01f, 0.9f, 0.999f, 1e-8f, wd, step));
+      }
+      for (int i = 0; i < 5; i++) {
+        size_t bytes = i == 4 ? (size_t)N * 2 : (size_t)N * 4;
+        unsigned char *x = malloc(bytes), *y = malloc(bytes);
+        fused_get(q, b[0][i], x, bytes);
+        fused_get(q, b[1][i], y, bytes);
+        size_t at = 0;
+        while (at < bytes && x[at] == y[at])
+          at++;
+        cr_assert_eq(at, bytes, "adamw_fused (copy %d, decay %d): operand %d differs at byte %zu", with16, decay, i,
+                     at);
+        free(x);
+        free(y);
+      }
+      if (with16) { /* and the copy is the updated parameters, rounded to bfloat16 (8 bits of mantissa) */
+        uint16_t h[2];
+        float f[2], w;
+        fused_get(q, b[1][4], h, sizeof h);
+        fused_get(q, b[1][0], f, sizeof f);
+        uint32_t u = (uint32_t)h[1] << 16;
+        memcpy(&w, &u, 4);
+        cr_assert(f[1] != p0[1] && fabs((double)w - f[1]) <= fabs((double)f[1]) / 256, "copy %g of %g", (double)w,
+                  (double)f[1]);
+      }
+      for (int k = 0; k < 2; k++)
+        for (int i = 0; i < 5; i++)
+          strata_buffer_free(b[k][i]);
+    }
+  free(p0);
+  free(g0);
+  strata_queue_free(q);
+}
+
+/*
+** strata_sumsq_spans against strata_sumsq over each span (float32 and
+** bfloat16 x, empty and overlapping spans): the same bits; bad spans,
+** scales and copies refused with nothing written; devices without the ops
+** say so.
+*/
+Test(ops, sumsq_spans_is_each_sumsq_bit_for_bit_and_bad_input_refused) {
+  int dev = ref_device();
+  strata_queue_t q;
+  OK(strata_queue_new(dev, &q));
+  enum { N = 200003, T = 11 };
+  float *x0 = rnd(N, 103, -2, 2);
+  /* lengths in fours of all sizes once sorted, chains that end at different places */
+  const int64_t bounds[2 * T] = {0,  10,   10,    0,   10,  100000, 100010, 99993, 5, 7, N - 1,
+                                 1,  200,  5000, 300, 4999, 7,      5001,   9,     3, 60000, 60000};
+  strata_buffer_t x = fused_buf(dev, q, x0, N), out = fused_buf(dev, q, NULL, 2 * T);
+  strata_buffer_t x16 = fused_buf(dev, q, NULL, (N + 1) / 2);
+  OK(strata_convert(q, strata_mem(x, 0), strata_mem_typed(x16, 0, STRATA_BFLOAT16), N));
+  for (int bf = 0; bf < 2; bf++) {
+    strata_mem_t xm = bf ? strata_mem_typed(x16, 0, STRATA_BFLOAT16) : strata_mem(x, 0);
+    OK(strata_sumsq_spans(q, xm, N, bounds, T, strata_mem(out, 0)));
+    for (int t = 0; t < T; t++) {
+      if (bounds[2 * t + 1] > 0) {
+        strata_mem_t at = bf ? strata_mem_typed(x16, (size_t)bounds[2 * t], STRATA_BFLOAT16)
+                             : strata_mem(x, (size_t)bounds[2 * t]);
+        OK(strata_sumsq(q, at, bounds[2 * t + 1], strata_mem(out, (size_t)(T + t)), 0));
+      } else {
+        OK(strata_fill(q, strata_mem(out, (size_t)(T + t)), 0, 1));
+      }
+    }
+    float got[2 * T];
+    fused_get(q, out, got, sizeof got);
+    for (int t = 0; t < T; t++)
+      cr_assert(memcmp(&got[t], &got[T + t], 4) == 0, "sumsq_spans (bf16 %d) span %d: %a, its sumsq %a", bf, t,
+                (double)got[t], (double)got[T + t]);
+    /* and the spans' sums are sums of squares: the first by hand */
+    double s = 0;
+    for (int i = 0; i < 10; i++)
+      s += (double)x0[i] * x0[i];
+    cr_assert_float_eq((double)got[0], s, s * (bf ? 2e-2 : 1e-6));
+  }
+  /* bad input: nothing written */
+  float marks[2 * T];
+  for (int i = 0; i < 2 * T; i++)
+    marks[i] = 7;
+  OK(strata_buffer_upload(q, out, 0, marks, sizeof marks));
+  const int64_t outside[2] = {N - 5, 6}, negative[2] = {-1, 3};
+  cr_assert_eq(strata_sumsq_spans(q, strata_mem(x, 0), N, outside, 1, strata_mem(out, 0)), STRATA_ERR_RANGE);
+  cr_assert_eq(strata_sumsq_spans(q, strata_mem(x, 0), N, negative, 1, strata_mem(out, 0)), STRATA_ERR_RANGE);
+  cr_assert_eq(strata_sumsq_spans(q, strata_mem(x, 0), N, NULL, 1, strata_mem(out, 0)), STRATA_ERR_INVALID);
+  cr_assert_eq(strata_sumsq_spans(q, strata_mem(x, 0), N + 1, bounds, T, strata_mem(out, 0)), STRATA_ERR_RANGE);
+  cr_assert_eq(strata_sumsq_spans(q, strata_mem(x, 0), N, bounds, 0, strata_mem(out, 0)), STRATA_ERR_SHAPE);
+  strata_mem_t xm = strata_mem(x, 0);
+  cr_assert_eq(strata_adamw_fused(q, xm, xm, xm, xm, (strata_mem_t){0}, 8, NAN, 0.01f, 0.9f, 0.999f, 1e-8f, 0, 1),
+               STRATA_ERR_INVALID);
+  cr_assert_eq(strata_adamw_fused(q, xm, xm, xm, xm, strata_mem(out, 0), 8, 1, 0.01f, 0.9f, 0.999f, 1e-8f, 0, 1),
+               STRATA_ERR_INVALID, "a float32 copy is refused");
+  float back[2 * T];
+  fused_get(q, out, back, sizeof back);
+  cr_assert(memcmp(back, marks, sizeof marks) == 0, "a refused op wrote to its output");
+  cr_assert_eq(strata_fused_optimizer_supported(NULL), 0);
+  strata_buffer_free(x);
+  strata_buffer_free(x16);
+  strata_buffer_free(out);
+  strata_queue_free(q);
+  /* the other backends' devices have no such ops: they say so and the trainer uses the separate ones */
+  int nd;
+  OK(strata_device_count(&nd));
+  for (int d = 0; d < nd; d++) {
+    struct strata_device_props pr;
+    OK(strata_device_props(d, &pr));
+    if (strcmp(pr.backend, "host") == 0)
+      continue;
+    strata_queue_t oq;
+    OK(strata_queue_new(d, &oq));
+    strata_buffer_t ob = fused_buf(d, oq, x0, 64);
+    cr_assert_eq(strata_fused_optimizer_supported(oq), 0, "device %d (%s)", d, pr.backend);
+    cr_assert_eq(strata_sumsq_spans(oq, strata_mem(ob, 0), 64, bounds, 1, strata_mem(ob, 0)), STRATA_ERR_UNSUPPORTED);
+    strata_buffer_free(ob);
+    strata_queue_free(oq);
+  }
+  free(x0);
+}
+
 /* ---- conv2d and pooling ---- */
 
 static int conv_f(strata_queue_t q, strata_mem_t *m, const void *pp) {

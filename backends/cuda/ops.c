@@ -247,6 +247,8 @@ static cudaError_t launch(cudaStream_t st, int wg, float *partials, const struct
                                           a->batch, a->seq, a->heads, a->head_dim, a->scale, a->causal);
   }
   case STRATA__OP_GEMM: /* cuda.c's, through cuBLAS */
+  case STRATA__OP_ADAMW_FUSED: /* the host's only: strata__cuda_op_supported says so before a record is made */
+  case STRATA__OP_SUMSQ_SPANS:
   case STRATA__OP_COUNT:
     break;
   }

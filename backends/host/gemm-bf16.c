@@ -92,6 +92,7 @@ struct mm {
   dnnl_memory_desc_t pad; /* its scratchpad, which the caller provides (executions run concurrently) */
   size_t pad_bytes;
   int batched;           /* 1: one 3-D matmul for the batch; 0: the 2-D one batch times */
+  int brgemm;            /* oneDNN chose its brgemm kernels (AMX, AVX-512), not its plain gemm:jit */
   struct mm *next;
 };
 
@@ -188,6 +189,14 @@ static void mm_fill(struct mm *e, const struct mm_key *k) {
     e->batched = 0;
     e->prim = mm_make(k, 0, &e->a, &e->b, &e->c, &e->pad, &e->pad_bytes);
   }
+  e->brgemm = 0;
+  if (e->prim) {
+    const_dnnl_primitive_desc_t pd = NULL;
+    const char *impl = NULL;
+    e->brgemm = dnnl_primitive_get_primitive_desc(e->prim, &pd) == dnnl_success && pd &&
+                dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, (void *)&impl) == dnnl_success && impl &&
+                strncmp(impl, "brg", 3) == 0;
+  }
 }
 
 /* The calling thread's scratchpad, grown to `bytes` (kept for the thread's next GEMMs). */
@@ -266,10 +275,75 @@ static void path_choose(void) {
     strata__host_log(STRATA_LOG_WARN, "bf16 GEMM: emulated (widened to float32, then sgemm): no oneDNN CPU engine");
 }
 
-static int gemm_bf16_ab(const struct strata__op *op) {
-  pthread_once(&path_once, path_choose);
-  if (!engine_ok)
-    return gemm_f32_route(op);
+static int gemm_dnnl(const struct strata__op *op, int inner);
+
+/* 1 when a batch of rows x cols matrices (row stride ld, batch stride `stride`) is stored densely: rows of exactly
+** its columns, matrices one after the other (or one matrix for the batch: stride 0). */
+static int dense(int64_t rows, int64_t cols, int64_t ld, int64_t stride, int64_t batch) {
+  return ld == cols && (batch == 1 || stride == 0 || stride == rows * cols);
+}
+
+/* rows x cols elements of `size` bytes from x (row stride ld, `batch` matrices `stride` apart) into or out of
+** packed y; `in`: into y. */
+static void pack(char *x, int64_t ld, int64_t stride, int64_t batch, int64_t rows, int64_t cols, size_t size, char *y,
+                 int in) {
+  for (int64_t i = 0; i < batch; i++)
+    for (int64_t r = 0; r < rows; r++) {
+      char *xs = x + ((size_t)(i * stride + r * ld)) * size, *ys = y + ((size_t)((i * rows + r) * cols)) * size;
+      if (in)
+        memcpy(ys, xs, (size_t)cols * size);
+      else
+        memcpy(xs, ys, (size_t)cols * size);
+    }
+}
+
+/*
+** A GEMM whose matrices lie strided inside wider ones (attention's heads:
+** each head's columns of rows that hold every head) gets oneDNN's plain
+** gemm:jit, several times slower than its brgemm kernels (AMX, AVX-512),
+** which take only dense operands: each strided operand (C too, read back
+** when beta reads it) copied densely into the thread's scratch, the dense
+** GEMM run, a strided C copied back.
+*/
+static int gemm_packed(const struct strata__op *op) {
+  const __typeof__(op->u.gemm) *g = &op->u.gemm;
+  int64_t ra = g->trans_a ? g->k : g->m, ca = g->trans_a ? g->m : g->k;
+  int64_t rb = g->trans_b ? g->n : g->k, cb = g->trans_b ? g->k : g->n;
+  int64_t ba = g->stride_a ? g->batch : 1, bb = g->stride_b ? g->batch : 1;
+  int pa = !dense(ra, ca, g->lda, g->stride_a, g->batch), pb = !dense(rb, cb, g->ldb, g->stride_b, g->batch);
+  int pc = !dense(g->m, g->n, g->ldc, g->stride_c, g->batch);
+  size_t csize = IS_BF16(g->c) ? 2 : 4, na = pa ? (size_t)(ba * ra * ca) : 0, nb = pb ? (size_t)(bb * rb * cb) : 0;
+  size_t nc = pc ? (size_t)(g->batch * g->m * g->n) : 0;
+  size_t at_b = (na * 2 + 63) & ~(size_t)63, at_c = at_b + ((nb * 2 + 63) & ~(size_t)63);
+  char *s = (char *)strata__host_scratch((at_c + nc * csize + 3) / 4 + 1);
+  if (!s)
+    return STRATA_ERR_NOMEM;
+  struct strata__op d = *op;
+  if (pa) {
+    pack(ELEM(g->a, 0), g->lda, g->stride_a, ba, ra, ca, 2, s, 1);
+    d.u.gemm.a = (struct strata__mem){s, 0, g->a.dtype};
+    d.u.gemm.lda = ca, d.u.gemm.stride_a = g->stride_a ? ra * ca : 0;
+  }
+  if (pb) {
+    pack(ELEM(g->b, 0), g->ldb, g->stride_b, bb, rb, cb, 2, s + at_b, 1);
+    d.u.gemm.b = (struct strata__mem){s + at_b, 0, g->b.dtype};
+    d.u.gemm.ldb = cb, d.u.gemm.stride_b = g->stride_b ? rb * cb : 0;
+  }
+  if (pc) {
+    if (g->beta != 0.0f)
+      pack(ELEM(g->c, 0), g->ldc, g->stride_c, g->batch, g->m, g->n, csize, s + at_c, 1);
+    d.u.gemm.c = (struct strata__mem){s + at_c, 0, g->c.dtype};
+    d.u.gemm.ldc = g->n, d.u.gemm.stride_c = g->m * g->n;
+  }
+  int rc = gemm_dnnl(&d, 1);
+  if (!rc && pc)
+    pack(ELEM(g->c, 0), g->ldc, g->stride_c, g->batch, g->m, g->n, csize, s + at_c, 0);
+  return rc;
+}
+
+/* The GEMM through oneDNN's matmul; `inner`: the dense copy of gemm_packed, which a missing primitive
+** returns to (STRATA_ERR_UNSUPPORTED) rather than the float32 route, whose scratch is the copies'. */
+static int gemm_dnnl(const struct strata__op *op, int inner) {
   const __typeof__(op->u.gemm) *g = &op->u.gemm;
   struct mm_key k;
   memset(&k, 0, sizeof k);
@@ -298,10 +372,25 @@ static int gemm_bf16_ab(const struct strata__op *op) {
     e = &once;
     mm_fill(e, &k);
   }
-  int rc = e->prim ? mm_run(e, op) : gemm_f32_route(op);
+  if (inner && !e->prim)
+    return STRATA_ERR_UNSUPPORTED;
+  int rc = STRATA_ERR_UNSUPPORTED;
+  int64_t ra = g->trans_a ? g->k : g->m, ca = g->trans_a ? g->m : g->k;
+  int64_t rb = g->trans_b ? g->n : g->k, cb = g->trans_b ? g->k : g->n;
+  int all_dense = dense(ra, ca, g->lda, g->stride_a, g->batch) && dense(rb, cb, g->ldb, g->stride_b, g->batch) &&
+                  dense(g->m, g->n, g->ldc, g->stride_c, g->batch);
+  if (e->prim && !e->brgemm && !all_dense && (g->batch == 1 || g->stride_c))
+    rc = gemm_packed(op);
+  if (rc == STRATA_ERR_UNSUPPORTED)
+    rc = e->prim ? mm_run(e, op) : gemm_f32_route(op);
   if (e == &once && e->prim)
     dnnl_primitive_destroy(e->prim);
   return rc;
+}
+
+static int gemm_bf16_ab(const struct strata__op *op) {
+  pthread_once(&path_once, path_choose);
+  return engine_ok ? gemm_dnnl(op, 0) : gemm_f32_route(op);
 }
 
 #elif defined(STRATA_HAVE_SBGEMM)

@@ -7,6 +7,9 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include <strata/comm.h>
 
@@ -241,6 +244,41 @@ static int plan_of(struct strata__op *o, struct plan *p) {
   return 1;
 }
 
+/* One block of rows [r0, r0 + nr) of a staged op: the bfloat16 row operands widened into `rows` (their places in
+** `at`), the float32 kernel run on `o` (whose operands `p` points at), the written ones rounded back. `par`: the
+** conversions spread over the op's threads (0 inside a region that already has them). */
+static int run_block(struct strata__op *o, struct plan *p, const struct strata__mem *orig, const size_t *at,
+                     float *rows, int64_t r0, int64_t nr, int par) {
+  *p->rows_field = nr;
+  for (int i = 0; i < p->n; i++) {
+    if (p->a[i].role > ROW_INOUT)
+      continue;
+    if (!IS_BF16(orig[i])) {
+      *p->a[i].m = orig[i];
+      p->a[i].m->off += (size_t)(r0 * p->a[i].width);
+      continue;
+    }
+    *p->a[i].m = (struct strata__mem){rows + at[i], 0, STRATA_FLOAT32};
+    if (p->a[i].role & ROW_IN) {
+      if (par)
+        widen(BF(orig[i]) + r0 * p->a[i].width, rows + at[i], nr * p->a[i].width);
+      else
+        strata__bf16_to_f32(BF(orig[i]) + r0 * p->a[i].width, rows + at[i], nr * p->a[i].width);
+    }
+  }
+  int rc = strata__host_op_run_f32(o);
+  if (rc)
+    return rc;
+  for (int i = 0; i < p->n; i++)
+    if (IS_BF16(orig[i]) && p->a[i].role <= ROW_INOUT && (p->a[i].role & ROW_OUT)) {
+      if (par)
+        narrow(rows + at[i], BF(orig[i]) + r0 * p->a[i].width, nr * p->a[i].width);
+      else
+        strata__bf16_from_f32(rows + at[i], BF(orig[i]) + r0 * p->a[i].width, nr * p->a[i].width);
+    }
+  return STRATA_OK;
+}
+
 /*
 ** Run `op` through the float32 kernel of its id, a block of rows at a time:
 ** each bfloat16 operand's block widened into scratch before the kernel,
@@ -248,6 +286,14 @@ static int plan_of(struct strata__op *o, struct plan *p) {
 ** operands are used in place. Every row is computed by the float32 code on
 ** exactly the widened inputs, so the result is the float32 op's on them,
 ** rounded once.
+**
+** An op whose rows are independent (nothing summed over them) and that
+** spans several blocks runs them in one parallel region: each thread takes
+** whole blocks, widening, computing (the kernel's own region nested, so on
+** that thread alone) and rounding them in its own scratch — one fork and
+** join for the op rather than three a block. A row is computed by the same
+** code either way, so the bits do not change. An op that sums over its rows
+** runs its blocks in order, each one threaded as its kernel is.
 */
 static int staged(const struct strata__op *op) {
   struct strata__op o = *op;
@@ -267,14 +313,20 @@ static int staged(const struct strata__op *op) {
     per = BLOCK / widest / p.align * p.align;
     per = per < p.align ? p.align : per > p.rows ? p.rows : per;
   }
-  size_t at[10], need = 0;
-  for (int i = 0; i < p.n; i++) {
-    at[i] = need;
-    if (IS_BF16(orig[i]))
-      need += ((size_t)(p.a[i].role <= ROW_INOUT ? per * p.a[i].width : p.a[i].width) + 15) & ~(size_t)15;
-  }
-  float *s = need ? strata__host_scratch(need) : NULL;
-  if (need && !s)
+  /* the scratch: the whole operands first, then one block of each row operand (from `row0`) */
+  size_t at[10], whole = 0, need = 0;
+  for (int i = 0; i < p.n; i++)
+    if (IS_BF16(orig[i]) && p.a[i].role > ROW_INOUT) {
+      at[i] = whole;
+      whole += ((size_t)p.a[i].width + 15) & ~(size_t)15;
+    }
+  for (int i = 0; i < p.n; i++)
+    if (IS_BF16(orig[i]) && p.a[i].role <= ROW_INOUT) {
+      at[i] = need;
+      need += ((size_t)(per * p.a[i].width) + 15) & ~(size_t)15;
+    }
+  float *s = whole + need ? strata__host_scratch(whole + need) : NULL;
+  if (whole + need && !s)
     return STRATA_ERR_NOMEM;
   for (int i = 0; i < p.n; i++)
     if (IS_BF16(orig[i]) && p.a[i].role > ROW_INOUT) {
@@ -282,27 +334,39 @@ static int staged(const struct strata__op *op) {
         widen(BF(orig[i]), s + at[i], p.a[i].width);
       *p.a[i].m = (struct strata__mem){s + at[i], 0, STRATA_FLOAT32};
     }
-  for (int64_t r0 = 0; r0 < p.rows; r0 += per) {
-    int64_t nr = p.rows - r0 < per ? p.rows - r0 : per;
-    *p.rows_field = nr;
-    for (int i = 0; i < p.n; i++) {
-      if (p.a[i].role > ROW_INOUT)
-        continue;
-      if (!IS_BF16(orig[i])) {
-        *p.a[i].m = orig[i];
-        p.a[i].m->off += (size_t)(r0 * p.a[i].width);
-        continue;
+  int64_t blocks = (p.rows + per - 1) / per;
+  if (!p.acc_flag && blocks > 1 && strata__host_threads > 1 && p.rows * widest >= PAR_MIN) {
+    int rc = STRATA_OK;
+    _Pragma("omp parallel num_threads(strata__host_threads)") {
+      /* this thread's copy of the record, its plan pointing into it; the master's row scratch follows the whole
+      ** operands, another thread's is its own */
+      struct strata__op ot = o;
+      struct plan pt;
+      plan_of(&ot, &pt);
+      for (int i = 0; i < pt.n; i++)
+        if (pt.a[i].role > ROW_INOUT)
+          *pt.a[i].m = *p.a[i].m;
+#ifdef _OPENMP
+      float *rows = omp_get_thread_num() == 0 ? s + whole : need ? strata__host_scratch(need) : NULL;
+#else
+      float *rows = s + whole;
+#endif
+      _Pragma("omp for schedule(static)")
+      for (int64_t b = 0; b < blocks; b++) {
+        int64_t r0 = b * per, nr = p.rows - r0 < per ? p.rows - r0 : per;
+        int brc = need && !rows ? STRATA_ERR_NOMEM : run_block(&ot, &pt, orig, at, rows, r0, nr, 0);
+        if (brc) {
+          _Pragma("omp critical(strata_host_staged)")
+          rc = rc ? rc : brc;
+        }
       }
-      *p.a[i].m = (struct strata__mem){s + at[i], 0, STRATA_FLOAT32};
-      if (p.a[i].role & ROW_IN)
-        widen(BF(orig[i]) + r0 * p.a[i].width, s + at[i], nr * p.a[i].width);
     }
-    int rc = strata__host_op_run_f32(&o);
+    return rc;
+  }
+  for (int64_t r0 = 0; r0 < p.rows; r0 += per) {
+    int rc = run_block(&o, &p, orig, at, s + whole, r0, p.rows - r0 < per ? p.rows - r0 : per, 1);
     if (rc)
       return rc;
-    for (int i = 0; i < p.n; i++)
-      if (IS_BF16(orig[i]) && p.a[i].role <= ROW_INOUT && (p.a[i].role & ROW_OUT))
-        narrow(s + at[i], BF(orig[i]) + r0 * p.a[i].width, nr * p.a[i].width);
     if (p.acc_flag)
       *p.acc_flag = 1;
   }
@@ -457,17 +521,152 @@ static int embedding_bwd(const struct strata__op *o) {
   return STRATA_OK;
 }
 
-/* out[0] (+)= sum of x^2 in double over the widened x, in order (as the float32 op). out is float32. */
-static int sumsq(const struct strata__op *o) {
-  const uint16_t *x = BF(o->u.sumsq.x);
+/* The sum of x^2 in double over the widened x, in order (as the float32 op). */
+static double sum_squares(const uint16_t *x, int64_t n) {
   double s = 0;
-  for (int64_t i = 0; i < o->u.sumsq.n; i++) {
+  for (int64_t i = 0; i < n; i++) {
     float v = bf16_widen(x[i]);
     s += (double)v * v;
   }
+  return s;
+}
+
+/* out[0] (+)= sum of x^2 over the widened x. out is float32. */
+static int sumsq(const struct strata__op *o) {
+  double s = sum_squares(BF(o->u.sumsq.x), o->u.sumsq.n);
   float *out = F(o->u.sumsq.out);
   out[0] = (o->u.sumsq.accumulate ? out[0] : 0.0f) + (float)s;
   return STRATA_OK;
+}
+
+/* Each span's sum as sumsq's, the spans shared out between the threads (as the float32 op). */
+static int sumsq_spans(const struct strata__op *o) {
+  const uint16_t *x = BF(o->u.spans.x);
+  const int64_t *bd = o->u.spans.bounds;
+  float *out = F(o->u.spans.out);
+  int64_t count = o->u.spans.count, par_n = 0;
+  for (int64_t t = 0; t < count; t++)
+    par_n += bd[2 * t + 1];
+  _Pragma("omp parallel for schedule(dynamic) num_threads(strata__host_threads) if (par_n >= PAR_MIN)")
+  for (int64_t t = 0; t < count; t++)
+    out[t] = 0.0f + (float)sum_squares(x + bd[2 * t], bd[2 * t + 1]);
+  return STRATA_OK;
+}
+
+/* ---- ops summed over their rows, reading bfloat16 in place ---- */
+
+#define COLS_SPAN 256 /* columns per piece of a column sum (as host-ops.c) */
+#define ROWS_SPAN 16  /* rows of a piece widened at a time */
+
+/* Element i of a float32 or bfloat16 operand, as float32. */
+static inline float elem(struct strata__mem m, int64_t i) { return IS_BF16(m) ? bf16_widen(BF(m)[i]) : F(m)[i]; }
+
+/* Rows [r0, r0 + nr) and columns [c0, c0 + w) of a matrix of `cols` columns (float32 or bfloat16) into buf as
+** float32, row stride w. */
+static void widen_piece(struct strata__mem m, int64_t cols, int64_t r0, int64_t nr, int64_t c0, int64_t w,
+                        float *buf) {
+  for (int64_t r = 0; r < nr; r++) {
+    size_t at = (size_t)((r0 + r) * cols + c0);
+    if (IS_BF16(m))
+      strata__bf16_to_f32(BF(m) + at, buf + r * w, w);
+    else
+      memcpy(buf + r * w, F(m) + at, (size_t)w * sizeof(float));
+  }
+}
+
+/*
+** db (+)= the column sums of bfloat16 dy into float32 db: each piece of
+** columns widened a few rows at a time and summed by the float32 op's
+** kernel, over the rows in order — the staged op's bits, in one region and
+** without a float32 copy of dy.
+*/
+static int bias_grad_native(const struct strata__op *o) {
+  const struct strata__mem dy = o->u.bias.y;
+  float *db = F(o->u.bias.bias);
+  int64_t cols = o->u.bias.cols, rows = o->u.bias.rows, par_n = rows * cols;
+  int64_t pieces = (cols + COLS_SPAN - 1) / COLS_SPAN;
+  int acc = o->u.bias.accumulate;
+  _Pragma("omp parallel for schedule(static) num_threads(strata__host_threads) if (par_n >= PAR_MIN)")
+  for (int64_t i = 0; i < pieces; i++) {
+    int64_t c0 = i * COLS_SPAN, w = cols - c0 < COLS_SPAN ? cols - c0 : COLS_SPAN;
+    float buf[ROWS_SPAN * COLS_SPAN];
+    if (!acc)
+      memset(db + c0, 0, (size_t)w * sizeof *db);
+    for (int64_t r0 = 0; r0 < rows; r0 += ROWS_SPAN) {
+      int64_t nr = rows - r0 < ROWS_SPAN ? rows - r0 : ROWS_SPAN;
+      widen_piece(dy, cols, r0, nr, c0, w, buf);
+      strata__host_col_sums(buf, w, db + c0, nr, w, 1);
+    }
+  }
+  return STRATA_OK;
+}
+
+/*
+** Layernorm's backward with float32 dgamma and dbeta, the other operands
+** float32 or bfloat16, read in place: the parameter gradients by pieces of
+** columns (rows in order), then dx a row at a time from widened rows, each
+** by the float32 op's kernel — the staged op's bits. dx may be dy.
+*/
+static int layernorm_bwd_native(const struct strata__op *o) {
+  const struct strata__mem x = o->u.ln.x, gm = o->u.ln.gamma, mean = o->u.ln.mean, rstd = o->u.ln.rstd;
+  const struct strata__mem dy = o->u.ln.dy, dx = o->u.ln.dx;
+  float *dg = F(o->u.ln.dgamma), *db = F(o->u.ln.dbeta);
+  int64_t cols = o->u.ln.cols, rows = o->u.ln.rows, par_n = rows * cols;
+  int64_t pieces = (cols + COLS_SPAN - 1) / COLS_SPAN;
+  int acc = o->u.ln.accumulate;
+  _Pragma("omp parallel for schedule(static) num_threads(strata__host_threads) if (par_n >= PAR_MIN)")
+  for (int64_t i = 0; i < pieces; i++) {
+    int64_t c0 = i * COLS_SPAN, w = cols - c0 < COLS_SPAN ? cols - c0 : COLS_SPAN;
+    float xb[ROWS_SPAN * COLS_SPAN], yb[ROWS_SPAN * COLS_SPAN], mu[ROWS_SPAN], rs[ROWS_SPAN];
+    if (!acc) {
+      memset(dg + c0, 0, (size_t)w * sizeof *dg);
+      memset(db + c0, 0, (size_t)w * sizeof *db);
+    }
+    for (int64_t r0 = 0; r0 < rows; r0 += ROWS_SPAN) {
+      int64_t nr = rows - r0 < ROWS_SPAN ? rows - r0 : ROWS_SPAN;
+      widen_piece(x, cols, r0, nr, c0, w, xb);
+      widen_piece(dy, cols, r0, nr, c0, w, yb);
+      for (int64_t r = 0; r < nr; r++)
+        mu[r] = elem(mean, r0 + r), rs[r] = elem(rstd, r0 + r);
+      strata__host_ln_param_grads(xb, yb, w, mu, rs, dg + c0, db + c0, nr, w, 1);
+    }
+  }
+  /* the master's scratch: gamma as float32, then its three rows; another thread's: its own three rows */
+  size_t row3 = (size_t)(3 * cols);
+  float *s = strata__host_scratch((size_t)cols + row3);
+  if (!s)
+    return STRATA_ERR_NOMEM;
+  const float *g = s;
+  if (IS_BF16(gm))
+    strata__bf16_to_f32(BF(gm), s, cols);
+  else
+    g = F(gm);
+  int rc = STRATA_OK;
+  _Pragma("omp parallel num_threads(strata__host_threads) if (par_n >= PAR_MIN)") {
+#ifdef _OPENMP
+    float *b = omp_get_thread_num() == 0 ? s + cols : strata__host_scratch(row3);
+#else
+    float *b = s + cols;
+#endif
+    if (!b) {
+      _Pragma("omp critical(strata_host_ln)")
+      rc = STRATA_ERR_NOMEM;
+    }
+    _Pragma("omp for schedule(static)")
+    for (int64_t r = 0; r < rows; r++) {
+      if (!b)
+        continue;
+      float *xr = b, *dyr = b + cols, *dxr = b + 2 * cols;
+      widen_piece(x, cols, r, 1, 0, cols, xr);
+      widen_piece(dy, cols, r, 1, 0, cols, dyr);
+      strata__host_ln_dx_row(xr, dyr, g, dxr, cols, elem(mean, r), elem(rstd, r));
+      if (IS_BF16(dx))
+        strata__bf16_from_f32(dxr, BF(dx) + r * cols, cols);
+      else
+        memcpy(F(dx) + r * cols, dxr, (size_t)cols * sizeof(float));
+    }
+  }
+  return rc;
 }
 
 int strata__host_op_run_bf16(const struct strata__op *op) {
@@ -484,6 +683,14 @@ int strata__host_op_run_bf16(const struct strata__op *op) {
     return embedding_bwd(op);
   case STRATA__OP_SUMSQ:
     return sumsq(op);
+  case STRATA__OP_SUMSQ_SPANS:
+    return IS_BF16(op->u.spans.x) ? sumsq_spans(op) : strata__host_op_run_f32(op);
+  case STRATA__OP_ADAMW_FUSED: /* bfloat16 only in the copy it writes */
+    return strata__host_op_run_f32(op);
+  case STRATA__OP_BIAS_GRAD:
+    return IS_BF16(op->u.bias.y) && !IS_BF16(op->u.bias.bias) ? bias_grad_native(op) : staged(op);
+  case STRATA__OP_LAYERNORM_BWD:
+    return !IS_BF16(op->u.ln.dgamma) && !IS_BF16(op->u.ln.dbeta) ? layernorm_bwd_native(op) : staged(op);
   case STRATA__OP_ADAMW:        /* float32 only: the runtime refuses bfloat16 operands */
   case STRATA__OP_TOKENS_SHIFT: /* int32 only */
     return STRATA_ERR_UNSUPPORTED;

@@ -12,6 +12,7 @@
 
 #include <strata/comm.h>
 
+#include "bf16.h"
 #include "host.h"
 #include "vecmath.h"
 
@@ -119,16 +120,16 @@ static void bias_add(const struct strata__op *o) {
   }
 }
 
-/* Column sums over all rows, for columns [c0, c1): each column summed in row order, as a serial loop would. */
-static HOST_SIMD void col_sums(const float *dy, float *db, int64_t rows, int64_t cols, int64_t c0, int64_t c1,
-                               int accumulate) {
+/* Column sums over `rows` rows of n columns (row stride ld), each column summed in row order as a serial loop
+** would, into db[0, n) (added to it when accumulate). Also the bfloat16 ops' (host-bf16.c), on widened rows. */
+HOST_SIMD void strata__host_col_sums(const float *dy, int64_t ld, float *db, int64_t rows, int64_t n, int accumulate) {
   if (!accumulate)
-    for (int64_t c = c0; c < c1; c++)
+    for (int64_t c = 0; c < n; c++)
       db[c] = 0.0f;
   for (int64_t r = 0; r < rows; r++) {
-    const float *dr = dy + r * cols;
+    const float *dr = dy + r * ld;
 #pragma omp simd
-    for (int64_t c = c0; c < c1; c++)
+    for (int64_t c = 0; c < n; c++)
       db[c] += dr[c];
   }
 }
@@ -141,7 +142,7 @@ static void bias_grad(const struct strata__op *o) {
   PAR(par_n)
   for (int64_t i = 0; i < pieces; i++) {
     int64_t c0 = i * COLS_SPAN, c1 = c0 + COLS_SPAN < cols ? c0 + COLS_SPAN : cols;
-    col_sums(dy, db, rows, cols, c0, c1, o->u.bias.accumulate);
+    strata__host_col_sums(dy + c0, cols, db + c0, rows, c1 - c0, o->u.bias.accumulate);
   }
 }
 
@@ -304,18 +305,19 @@ static void layernorm_fwd(const struct strata__op *o) {
     layernorm_row(x + r * cols, g, b, y + r * cols, cols, o->u.ln.eps, mean + r, rstd + r);
 }
 
-/* dgamma and dbeta for columns [c0, c1), each summed over the rows in order. */
-static HOST_SIMD void layernorm_param_grads(const float *x, const float *dy, const float *mean, const float *rstd,
-                                            float *dg, float *db, int64_t rows, int64_t cols, int64_t c0, int64_t c1,
-                                            int accumulate) {
+/* dgamma and dbeta over `rows` rows of n columns (x and dy: row stride ld; mean, rstd: one a row), each column
+** summed over the rows in order, into dg[0, n) and db[0, n) (added to them when accumulate). */
+HOST_SIMD void strata__host_ln_param_grads(const float *x, const float *dy, int64_t ld, const float *mean,
+                                           const float *rstd, float *dg, float *db, int64_t rows, int64_t n,
+                                           int accumulate) {
   if (!accumulate)
-    for (int64_t c = c0; c < c1; c++)
+    for (int64_t c = 0; c < n; c++)
       dg[c] = db[c] = 0.0f;
   for (int64_t r = 0; r < rows; r++) {
-    const float *xr = x + r * cols, *dr = dy + r * cols;
+    const float *xr = x + r * ld, *dr = dy + r * ld;
     float mu = mean[r], rs = rstd[r];
 #pragma omp simd
-    for (int64_t c = c0; c < c1; c++) {
+    for (int64_t c = 0; c < n; c++) {
       float d = dr[c];
       dg[c] += d * ((xr[c] - mu) * rs);
       db[c] += d;
@@ -324,7 +326,7 @@ static HOST_SIMD void layernorm_param_grads(const float *x, const float *dy, con
 }
 
 /* dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), dxhat = dy * gamma; dx may be dy. */
-static HOST_SIMD void layernorm_dx_row(const float *xr, const float *dyr, const float *g, float *dxr, int64_t cols,
+HOST_SIMD void strata__host_ln_dx_row(const float *xr, const float *dyr, const float *g, float *dxr, int64_t cols,
                                        float mu, float rs) {
   double s1 = 0, s2 = 0;
 #pragma omp simd reduction(+ : s1, s2)
@@ -352,11 +354,11 @@ static void layernorm_bwd(const struct strata__op *o) {
   PAR(par_n)
   for (int64_t i = 0; i < pieces; i++) {
     int64_t c0 = i * COLS_SPAN, c1 = c0 + COLS_SPAN < cols ? c0 + COLS_SPAN : cols;
-    layernorm_param_grads(x, dy, mean, rstd, dg, db, rows, cols, c0, c1, o->u.ln.accumulate);
+    strata__host_ln_param_grads(x + c0, dy + c0, cols, mean, rstd, dg + c0, db + c0, rows, c1 - c0, o->u.ln.accumulate);
   }
   PAR(par_n)
   for (int64_t r = 0; r < rows; r++)
-    layernorm_dx_row(x + r * cols, dy + r * cols, g, dx + r * cols, cols, mean[r], rstd[r]);
+    strata__host_ln_dx_row(x + r * cols, dy + r * cols, g, dx + r * cols, cols, mean[r], rstd[r]);
 }
 
 /* One row of softmax(scale * x) over its first `valid` entries, zeros after them. */
@@ -621,6 +623,28 @@ static void tokens_shift(const struct strata__op *o) {
   }
 }
 
+/*
+** ADAMW_FUSED: a piece of SPAN at a time, the gradient scaled as SCALE
+** does, the AdamW span as ADAMW does, the updated parameters rounded into
+** the bfloat16 copy as CONVERT does: the three ops' bits, with each piece
+** still in the cache for the next, and one fork for all.
+*/
+static void adamw_fused(const struct strata__op *o) {
+  float *p = F(o->u.adamw.param), *m = F(o->u.adamw.m), *v = F(o->u.adamw.v), *g = F(o->u.adamw.grad);
+  uint16_t *p16 = o->u.adamw.param16.h ? (uint16_t *)o->u.adamw.param16.h + o->u.adamw.param16.off : NULL;
+  float b1 = o->u.adamw.beta1, b2 = o->u.adamw.beta2, gs = o->u.adamw.gscale;
+  const float c1 = o->u.adamw.bc1, c2 = o->u.adamw.bc2;
+  FOR_SPANS(o->u.adamw.n, {
+    if (gs != 1.0f)
+      for (int64_t i = lo; i < lo + len; i++)
+        g[i] *= gs;
+    adamw_span(p + lo, m + lo, v + lo, g + lo, len, b1, b2, c1, c2, o->u.adamw.lr, o->u.adamw.eps,
+               o->u.adamw.weight_decay);
+    if (p16)
+      strata__bf16_from_f32(p + lo, p16 + lo, len);
+  });
+}
+
 static void adamw(const struct strata__op *o) {
   float *p = F(o->u.adamw.param), *m = F(o->u.adamw.m), *v = F(o->u.adamw.v);
   const float *g = F(o->u.adamw.grad);
@@ -881,13 +905,128 @@ static int attention_bwd(const struct strata__op *o) {
   return STRATA_OK;
 }
 
-static void sumsq(const struct strata__op *o) {
-  const float *x = F(o->u.sumsq.x);
+/* The sum of x^2 over n elements, in double, in order. */
+static double sum_squares(const float *x, int64_t n) {
   double s = 0;
-  for (int64_t i = 0; i < o->u.sumsq.n; i++)
+  for (int64_t i = 0; i < n; i++)
     s += (double)x[i] * x[i];
+  return s;
+}
+
+static void sumsq(const struct strata__op *o) {
+  double s = sum_squares(F(o->u.sumsq.x), o->u.sumsq.n);
   float *out = F(o->u.sumsq.out);
   out[0] = (o->u.sumsq.accumulate ? out[0] : 0.0f) + (float)s;
+}
+
+/*
+** The sums of x[k]^2 over n[k] elements for k < 4 (an empty span: 0), each
+** its own chain of double additions in element order, so each is
+** sum_squares' bits; the four chains advance together, so one addition's
+** latency hides behind the others'. Chains drop out as their spans end.
+*/
+static void sum_squares4(const float *const *x, const int64_t *n, double *out) {
+  double s[4] = {0, 0, 0, 0};
+  const float *p[4];
+  int at[4], k = 0;
+  for (int j = 0; j < 4; j++)
+    if (n[j] > 0)
+      at[k] = j, p[k++] = x[j];
+  int64_t i = 0;
+  while (k > 0) {
+    int64_t m = n[at[0]];
+    for (int j = 1; j < k; j++)
+      m = n[at[j]] < m ? n[at[j]] : m;
+    if (k == 4) {
+      double s0 = s[0], s1 = s[1], s2 = s[2], s3 = s[3];
+      for (; i < m; i++) {
+        s0 += (double)p[0][i] * p[0][i];
+        s1 += (double)p[1][i] * p[1][i];
+        s2 += (double)p[2][i] * p[2][i];
+        s3 += (double)p[3][i] * p[3][i];
+      }
+      s[0] = s0, s[1] = s1, s[2] = s2, s[3] = s3;
+    } else if (k == 3) {
+      double s0 = s[0], s1 = s[1], s2 = s[2];
+      for (; i < m; i++) {
+        s0 += (double)p[0][i] * p[0][i];
+        s1 += (double)p[1][i] * p[1][i];
+        s2 += (double)p[2][i] * p[2][i];
+      }
+      s[0] = s0, s[1] = s1, s[2] = s2;
+    } else if (k == 2) {
+      double s0 = s[0], s1 = s[1];
+      for (; i < m; i++) {
+        s0 += (double)p[0][i] * p[0][i];
+        s1 += (double)p[1][i] * p[1][i];
+      }
+      s[0] = s0, s[1] = s1;
+    } else {
+      double s0 = s[0];
+      for (; i < m; i++)
+        s0 += (double)p[0][i] * p[0][i];
+      s[0] = s0;
+    }
+    /* the chains whose spans ended leave; the others keep their places' order */
+    int kept = 0;
+    for (int j = 0; j < k; j++) {
+      if (n[at[j]] > m) {
+        at[kept] = at[j], p[kept] = p[j], s[kept] = s[j];
+        kept++;
+      } else {
+        out[at[j]] = s[j];
+      }
+    }
+    k = kept;
+  }
+  for (int j = 0; j < 4; j++)
+    if (n[j] <= 0)
+      out[j] = 0;
+}
+
+struct span_len {
+  int64_t n, t;
+};
+
+static int by_length(const void *pa, const void *pb) {
+  const struct span_len *a = pa, *b = pb;
+  return a->n != b->n ? (a->n > b->n) - (a->n < b->n) : (a->t > b->t) - (a->t < b->t);
+}
+
+/*
+** SUMSQ_SPANS: each span's sum as SUMSQ's, in fours of spans of about the
+** same length (sorted by length) whose chains run together, the fours
+** shared out between the threads.
+*/
+static void sumsq_spans(const struct strata__op *o) {
+  const float *x = F(o->u.spans.x);
+  const int64_t *bd = o->u.spans.bounds;
+  float *out = F(o->u.spans.out);
+  int64_t count = o->u.spans.count, par_n = 0;
+  struct span_len *order = malloc((size_t)count * sizeof *order);
+  if (order) {
+    for (int64_t t = 0; t < count; t++)
+      order[t] = (struct span_len){bd[2 * t + 1], t};
+    qsort(order, (size_t)count, sizeof *order, by_length);
+  }
+  for (int64_t t = 0; t < count; t++)
+    par_n += bd[2 * t + 1];
+  int64_t groups = (count + 3) / 4;
+  _Pragma("omp parallel for schedule(dynamic) num_threads(strata__host_threads) if (par_n >= PAR_MIN)")
+  for (int64_t gi = 0; gi < groups; gi++) {
+    const float *xs[4] = {x, x, x, x};
+    int64_t ns[4] = {0, 0, 0, 0}, ts[4] = {-1, -1, -1, -1};
+    double sums[4];
+    for (int j = 0; j < 4 && gi * 4 + j < count; j++) {
+      int64_t t = order ? order[gi * 4 + j].t : gi * 4 + j;
+      xs[j] = x + bd[2 * t], ns[j] = bd[2 * t + 1], ts[j] = t;
+    }
+    sum_squares4(xs, ns, sums);
+    for (int j = 0; j < 4; j++)
+      if (ts[j] >= 0)
+        out[ts[j]] = 0.0f + (float)sums[j];
+  }
+  free(order);
 }
 
 static void im2col(const struct strata__op *o) {
@@ -998,6 +1137,8 @@ static const host_fn host_ops[STRATA__OP_COUNT] = {
     [STRATA__OP_XENT_VP_LOSS] = xent_vp_loss,
     [STRATA__OP_XENT_VP_BWD] = xent_vp_bwd,
     [STRATA__OP_TOKENS_SHIFT] = tokens_shift,
+    [STRATA__OP_ADAMW_FUSED] = adamw_fused,
+    [STRATA__OP_SUMSQ_SPANS] = sumsq_spans,
 };
 
 int strata__host_op_supported(enum strata__op_id id) {

@@ -27,6 +27,13 @@ extern int strata__host_threads;
 /* GEMMs threaded by the op's OpenMP team over a single-threaded BLAS (host-ops.c), rather than by the BLAS. */
 extern int strata__host_gemm_split;
 
+/* Row kernels of the float32 ops that the bfloat16 ones run on widened rows (host-ops.c; see there). */
+void strata__host_col_sums(const float *dy, int64_t ld, float *db, int64_t rows, int64_t n, int accumulate);
+void strata__host_ln_param_grads(const float *x, const float *dy, int64_t ld, const float *mean, const float *rstd,
+                                 float *dg, float *db, int64_t rows, int64_t n, int accumulate);
+void strata__host_ln_dx_row(const float *xr, const float *dyr, const float *g, float *dxr, int64_t cols, float mu,
+                            float rs);
+
 /* Which ops the host backend implements (all of them). */
 int strata__host_op_supported(enum strata__op_id id);
 

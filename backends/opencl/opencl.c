@@ -838,11 +838,12 @@ static int ocl_copy(void *ctx, void *queue, void *dst, size_t dst_off, void *src
 /* --------------------------------------------------------------------- ops */
 
 /* Every op has a kernel (or CLBlast for GEMM) on every device, on float32 and bfloat16 operands, the fused
-** attention included (kernels/attention.k). */
+** attention included (kernels/attention.k); not the optimizer's fused ops (the host's only). */
 static int ocl_op_supported(void *ctx, int dev, enum strata__op_id id) {
   (void)ctx;
   (void)dev;
-  return id >= 0 && id < STRATA__OP_COUNT;
+  return id >= 0 && id < STRATA__OP_COUNT && id != STRATA__OP_ADAMW_FUSED &&
+         id != STRATA__OP_SUMSQ_SPANS;
 }
 
 /* ------------------------------------------------------------------ table */

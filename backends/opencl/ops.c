@@ -662,6 +662,8 @@ int strata__ocl_op(void *ctx, void *queue, const struct strata__op *op) {
     return launch_attn(ocl, q, STRATA__OCL_K_ATTN_BWD_DKV, groups, "mmmmmllllfi", &o->qkv, &o->out, &o->dout,
                          &o->lse, &o->dqkv, o->batch, o->seq, o->heads, o->head_dim, (double)o->scale, o->causal);
   }
+  case STRATA__OP_ADAMW_FUSED: /* host only: ocl_op_supported says so before a record is made */
+  case STRATA__OP_SUMSQ_SPANS:
   case STRATA__OP_COUNT:
     break;
   }

@@ -230,6 +230,30 @@ STRATA_API int strata_adamw(strata_queue_t q, strata_mem_t param, strata_mem_t g
 ** norm is the square root of the total over all parameter tensors). */
 STRATA_API int strata_sumsq(strata_queue_t q, strata_mem_t x, int64_t n, strata_mem_t out, int accumulate);
 
+/*
+** The optimizer's fused ops, on devices whose backend has them
+** (strata_fused_optimizer_supported: 1 on the host backend; 0 elsewhere,
+** where the separate ops above do the same):
+**
+** strata_adamw_fused: strata_adamw over n elements with grad *= gscale
+** first (written back, as strata_scale; gscale 1 leaves grad alone) and,
+** when param16.buf is set (a bfloat16 operand), param16 = param rounded to
+** bfloat16 after the update (as strata_convert): the bits of those ops in
+** that order, in one pass over the memory.
+**
+** strata_sumsq_spans: out[t] = the strata_sumsq of x over the span
+** [bounds[2t], bounds[2t] + bounds[2t+1]) for t < count (spans inside
+** `extent` elements of x; an empty span gives 0), each the same bits as
+** its own strata_sumsq, the spans shared out between the device's threads.
+** `bounds` is read when the op runs: keep it until the queue has run it.
+*/
+STRATA_API int strata_fused_optimizer_supported(strata_queue_t q);
+STRATA_API int strata_adamw_fused(strata_queue_t q, strata_mem_t param, strata_mem_t grad, strata_mem_t m,
+                                  strata_mem_t v, strata_mem_t param16, int64_t n, float gscale, float lr, float beta1,
+                                  float beta2, float eps, float weight_decay, int64_t step);
+STRATA_API int strata_sumsq_spans(strata_queue_t q, strata_mem_t x, int64_t extent, const int64_t *bounds,
+                                  int64_t count, strata_mem_t out);
+
 /* Geometry of a 2-D convolution over NCHW images with a K x C x R x S filter. */
 struct strata_conv2d {
   int64_t n, c, h, w;           /* input batch, channels, height, width */

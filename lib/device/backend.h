@@ -68,7 +68,9 @@ struct strata__mem {
   X(XENT_VP_LOSS, "xent_vp_loss")                                                                  \
   X(XENT_VP_BWD, "xent_vp_bwd")                                                                    \
   X(TOKENS_SHIFT, "tokens_shift")                                                                  \
-  X(CONVERT, "convert")
+  X(CONVERT, "convert")                                                                            \
+  X(ADAMW_FUSED, "adamw_fused")                                                                    \
+  X(SUMSQ_SPANS, "sumsq_spans")
 
 enum strata__op_id {
 #define STRATA__OP_ENUM(id, name) STRATA__OP_##id,
@@ -154,6 +156,10 @@ struct strata__op {
       struct strata__mem param, grad, m, v;
       int64_t n;
       float lr, beta1, beta2, eps, weight_decay, bc1, bc2;
+      /* ADAMW_FUSED only: grad *= gscale first (written back; 1: left as it is), and after the update
+      ** param16 = param rounded to bfloat16 (param16.h NULL: none) — one pass for the three */
+      float gscale;
+      struct strata__mem param16;
     } adamw;
     /* SUMSQ: out[0] (+)= sum x^2 */
     struct {
@@ -161,6 +167,14 @@ struct strata__op {
       int64_t n;
       int accumulate;
     } sumsq;
+    /* SUMSQ_SPANS: out[t] = sum of x^2 over x[bounds[2t], bounds[2t] + bounds[2t+1]) for t < count, each in
+    ** double in order as SUMSQ (so the same bits), the spans spread over the threads; `bounds` is the
+    ** caller's and must stay valid until the op has run */
+    struct {
+      struct strata__mem x, out;
+      int64_t count;
+      const int64_t *bounds;
+    } spans;
     /* IM2COL: col (c*r*s x p*q) from one image x (c x h x w).
     ** COL2IM: x (c x h x w, overwritten) = sum of col entries that map to each pixel. */
     struct {

@@ -587,31 +587,84 @@ STRATA_API int strata_tokens_shift(strata_queue_t q, strata_mem_t tokens, strata
   return submit(q, &op);
 }
 
-STRATA_API int strata_adamw(strata_queue_t q, strata_mem_t param, strata_mem_t grad, strata_mem_t m, strata_mem_t v,
-                            int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
-                            int64_t step) {
-  const char *name = "adamw";
-  TRY(check_queue(q, STRATA__OP_ADAMW));
+/* The checks and the record of an AdamW op (plain or fused). */
+static int adamw_record(strata_queue_t q, enum strata__op_id id, struct strata__op *op, strata_mem_t param,
+                        strata_mem_t grad, strata_mem_t m, strata_mem_t v, int64_t n, float lr, float beta1,
+                        float beta2, float eps, float weight_decay, int64_t step) {
+  const char *name = op_names[id];
+  TRY(check_queue(q, id));
   TRY(positive(name, "n", n));
   TRY(positive(name, "step", step));
   if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1) || !(eps > 0) || !(lr >= 0) || !(weight_decay >= 0))
     return strata__error(STRATA_ERR_INVALID,
-                         "adamw: need 0 <= beta1, beta2 < 1, eps > 0, lr >= 0, weight_decay >= 0 (got %g %g %g %g %g)",
-                         beta1, beta2, eps, lr, weight_decay);
-  struct strata__op op = {.id = STRATA__OP_ADAMW};
-  TRY(operand(q, &op, name, "param", param, (uint64_t)n, F32_ONLY, &op.u.adamw.param));
-  TRY(operand(q, &op, name, "grad", grad, (uint64_t)n, F32_ONLY, &op.u.adamw.grad));
-  TRY(operand(q, &op, name, "m", m, (uint64_t)n, F32_ONLY, &op.u.adamw.m));
-  TRY(operand(q, &op, name, "v", v, (uint64_t)n, F32_ONLY, &op.u.adamw.v));
-  op.u.adamw.n = n;
+                         "%s: need 0 <= beta1, beta2 < 1, eps > 0, lr >= 0, weight_decay >= 0 (got %g %g %g %g %g)",
+                         name, beta1, beta2, eps, lr, weight_decay);
+  *op = (struct strata__op){.id = id};
+  TRY(operand(q, op, name, "param", param, (uint64_t)n, F32_ONLY, &op->u.adamw.param));
+  TRY(operand(q, op, name, "grad", grad, (uint64_t)n, F32_ONLY, &op->u.adamw.grad));
+  TRY(operand(q, op, name, "m", m, (uint64_t)n, F32_ONLY, &op->u.adamw.m));
+  TRY(operand(q, op, name, "v", v, (uint64_t)n, F32_ONLY, &op->u.adamw.v));
+  op->u.adamw.n = n;
   /* the bias corrections once for the whole update, so that every backend applies the same two floats */
-  op.u.adamw.bc1 = 1.0f - powf(beta1, (float)step);
-  op.u.adamw.bc2 = 1.0f - powf(beta2, (float)step);
-  op.u.adamw.lr = lr;
-  op.u.adamw.beta1 = beta1;
-  op.u.adamw.beta2 = beta2;
-  op.u.adamw.eps = eps;
-  op.u.adamw.weight_decay = weight_decay;
+  op->u.adamw.bc1 = 1.0f - powf(beta1, (float)step);
+  op->u.adamw.bc2 = 1.0f - powf(beta2, (float)step);
+  op->u.adamw.lr = lr;
+  op->u.adamw.beta1 = beta1;
+  op->u.adamw.beta2 = beta2;
+  op->u.adamw.eps = eps;
+  op->u.adamw.weight_decay = weight_decay;
+  op->u.adamw.gscale = 1.0f;
+  return STRATA_OK;
+}
+
+STRATA_API int strata_adamw(strata_queue_t q, strata_mem_t param, strata_mem_t grad, strata_mem_t m, strata_mem_t v,
+                            int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
+                            int64_t step) {
+  struct strata__op op;
+  TRY(adamw_record(q, STRATA__OP_ADAMW, &op, param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, step));
+  return submit(q, &op);
+}
+
+STRATA_API int strata_fused_optimizer_supported(strata_queue_t q) {
+  if (!q)
+    return 0;
+  const struct strata__slot *s = q->dev->slot;
+  return s->be->op_supported && s->be->op_supported(s->ctx, q->dev->local, STRATA__OP_ADAMW_FUSED) &&
+         s->be->op_supported(s->ctx, q->dev->local, STRATA__OP_SUMSQ_SPANS);
+}
+
+STRATA_API int strata_adamw_fused(strata_queue_t q, strata_mem_t param, strata_mem_t grad, strata_mem_t m, strata_mem_t v,
+                                  strata_mem_t param16, int64_t n, float gscale, float lr, float beta1, float beta2,
+                                  float eps, float weight_decay, int64_t step) {
+  struct strata__op op;
+  TRY(adamw_record(q, STRATA__OP_ADAMW_FUSED, &op, param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay,
+                   step));
+  if (!isfinite(gscale))
+    return strata__error(STRATA_ERR_INVALID, "adamw_fused: gradient scale %g is not a finite number", gscale);
+  op.u.adamw.gscale = gscale;
+  if (param16.buf)
+    TRY(operand(q, &op, "adamw_fused", "param16", param16, (uint64_t)n, 1u << STRATA_BFLOAT16,
+                &op.u.adamw.param16));
+  return submit(q, &op);
+}
+
+STRATA_API int strata_sumsq_spans(strata_queue_t q, strata_mem_t x, int64_t extent, const int64_t *bounds,
+                                  int64_t count, strata_mem_t out) {
+  const char *name = "sumsq_spans";
+  TRY(check_queue(q, STRATA__OP_SUMSQ_SPANS));
+  TRY(positive(name, "extent", extent));
+  TRY(positive(name, "count", count));
+  if (!bounds)
+    return strata__error(STRATA_ERR_INVALID, "sumsq_spans: bounds is NULL");
+  for (int64_t t = 0; t < count; t++)
+    if (bounds[2 * t] < 0 || bounds[2 * t + 1] < 0 || bounds[2 * t + 1] > extent - bounds[2 * t])
+      return strata__error(STRATA_ERR_RANGE, "sumsq_spans: span %lld [%lld, +%lld) is outside the %lld elements",
+                           (long long)t, (long long)bounds[2 * t], (long long)bounds[2 * t + 1], (long long)extent);
+  struct strata__op op = {.id = STRATA__OP_SUMSQ_SPANS};
+  TRY(operand(q, &op, name, "x", x, (uint64_t)extent, FLOATS, &op.u.spans.x));
+  TRY(operand(q, &op, name, "out", out, (uint64_t)count, F32_ONLY, &op.u.spans.out));
+  op.u.spans.count = count;
+  op.u.spans.bounds = bounds;
   return submit(q, &op);
 }
 

@@ -1121,22 +1121,31 @@ static void shard_part(const struct strata__stage *st, int t, size_t *lo, size_t
     *hi = *lo;
 }
 
+/* Each tensor's sum of squares in its own op, or all in one (the same bits) where the device has it. */
 int strata__stage_grad_sumsq(struct strata__stage *st, double *sumsq) {
-  for (int t = 0; t < st->ntensors; t++) {
+  const size_t padded = st->chunk * (size_t)st->zero.size;
+  float *v = malloc(((size_t)st->ntensors + 1) * sizeof *v);
+  int64_t *spans = malloc(((size_t)st->ntensors + 1) * 2 * sizeof *spans);
+  int rc = v && spans ? STRATA_OK : strata__error(STRATA_ERR_NOMEM, "out of host memory");
+  /* (ZeRO-2/3 keep the shard apart from the gradient windows: tensor by tensor there) */
+  const int one_op = st->ntensors > 0 && padded > 0 && !st->zero2 && strata_fused_optimizer_supported(st->q);
+  for (int t = 0; t < st->ntensors && !rc; t++) {
     size_t lo, hi;
     shard_part(st, t, &lo, &hi);
-    if (hi == lo) { /* nothing of it here: a zero sum */
-      TRY(strata_fill(st->q, AT(st->scalar, (size_t)t), 0, 1));
-      continue;
-    }
-    TRY(strata_sumsq(st->q, shard_grad(st, lo), (int64_t)(hi - lo), AT(st->scalar, (size_t)t), 0));
+    if (one_op)
+      spans[2 * t] = (int64_t)lo, spans[2 * t + 1] = (int64_t)(hi - lo);
+    else if (hi == lo) /* nothing of it here: a zero sum */
+      rc = strata_fill(st->q, AT(st->scalar, (size_t)t), 0, 1);
+    else
+      rc = strata_sumsq(st->q, shard_grad(st, lo), (int64_t)(hi - lo), AT(st->scalar, (size_t)t), 0);
   }
-  float *v = malloc(((size_t)st->ntensors + 1) * sizeof *v);
-  if (!v)
-    return strata__error(STRATA_ERR_NOMEM, "out of host memory");
-  int rc = strata_buffer_download(st->q, st->scalar, 0, v, (size_t)st->ntensors * 4);
+  if (!rc && one_op)
+    rc = strata_sumsq_spans(st->q, AT(st->grads, 0), (int64_t)padded, spans, st->ntensors, AT(st->scalar, 0));
+  if (!rc) /* waits for the queue: the spans are read by then */
+    rc = strata_buffer_download(st->q, st->scalar, 0, v, (size_t)st->ntensors * 4);
   for (int t = 0; t < st->ntensors && !rc; t++)
     sumsq[t] = v[t];
+  free(spans);
   free(v);
   return rc;
 }
@@ -1144,8 +1153,12 @@ int strata__stage_grad_sumsq(struct strata__stage *st, double *sumsq) {
 int strata__stage_update(struct strata__stage *st, float gscale, float lr, float beta1, float beta2, float eps,
                          float weight_decay, int64_t step) {
   const size_t base = (size_t)st->zero.rank * st->chunk; /* where the shard (and m, v) starts */
+  /* where the device has it, one pass a tensor scales its gradient, updates it and (when this stage updates
+  ** every parameter: no optimizer shard) refreshes the bfloat16 copy — the same bits as the separate ops */
+  const int fused = strata_fused_optimizer_supported(st->q);
+  const int refresh = fused && st->params16 && st->zero.size == 1;
   strata__stage_params_changed(st);
-  if (gscale != 1.0f)
+  if (gscale != 1.0f && !fused)
     TRY(strata_scale(st->q, shard_grad(st, base), gscale, (int64_t)(st->chunk ? st->chunk : 1)));
   for (int t = 0; t < st->ntensors; t++) {
     const struct strata__tensor *x = &st->tensors[t];
@@ -1153,9 +1166,17 @@ int strata__stage_update(struct strata__stage *st, float gscale, float lr, float
     shard_part(st, t, &lo, &hi);
     if (hi == lo)
       continue;
-    TRY(strata_adamw(st->q, st->zero3 ? AT(st->pshard, lo - base) : AT(st->params, lo), shard_grad(st, lo),
-                     AT(st->m, lo - base), AT(st->v, lo - base),
-                     (int64_t)(hi - lo), lr, beta1, beta2, eps, x->decay ? weight_decay : 0.0f, step));
+    float wd = x->decay ? weight_decay : 0.0f;
+    strata_mem_t p = st->zero3 ? AT(st->pshard, lo - base) : AT(st->params, lo);
+    if (fused)
+      TRY(strata_adamw_fused(st->q, p, shard_grad(st, lo), AT(st->m, lo - base), AT(st->v, lo - base),
+                             refresh ? strata_mem_typed(st->params16, lo, STRATA_BFLOAT16) : (strata_mem_t){0},
+                             (int64_t)(hi - lo), gscale, lr, beta1, beta2, eps, wd, step));
+    else
+      TRY(strata_adamw(st->q, p, shard_grad(st, lo), AT(st->m, lo - base), AT(st->v, lo - base), (int64_t)(hi - lo),
+                       lr, beta1, beta2, eps, wd, step));
   }
+  if (refresh) /* the tensors cover the parameters; the padding after them never changes */
+    st->params16_stale = 0;
   return STRATA_OK;
 }
