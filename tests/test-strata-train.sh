@@ -424,8 +424,9 @@ STRATA_HOST_DEVICES=2 fault_sweep "a device fault in pp 2 (device 1)" 1 1 60 --p
 STRATA_HOST_DEVICES=2 fault_sweep "a device fault in dp 2 (device 1)" 1 1 200 --dp 2
 STRATA_HOST_DEVICES=2 fault_sweep "a device fault in tp 2 (device 1)" 1 1 200 --tp 2
 # (tp 2's validation, after the second step's update: the slice that failed is named, not its peer whose joins it
-# aborted; ops 317-371 of device 1 since the block runs the fused attention)
-STRATA_HOST_DEVICES=2 fault_sweep "a device fault in tp 2's validation (device 1)" 1 320 371 --tp 2
+# aborted; device 1's ops 283-337 with the fused attention and the host's fused optimizer ops: found by a fault at
+# every third op, the run stopping after both steps were said)
+STRATA_HOST_DEVICES=2 fault_sweep "a device fault in tp 2's validation (device 1)" 1 286 337 --tp 2
 
 # bf16 mixed precision (issue 31): refused precisions, one line, exit 2; the CNN trains in bf16; a bf16 run says its precision in
 # the start event and the summary, and every run's summary has devices[] with the memory figures
