@@ -1779,6 +1779,32 @@ Test(parallel, bf16_layouts_track_one_device_in_bf16) {
   strata_model_free(m);
 }
 
+/*
+** tp 2 in bf16 over two PoCL devices tracks one PoCL device in bf16, as the host layouts above do. Its vocabulary-
+** parallel cross-entropy reads bf16 logits and writes float32 sums: PoCL compiled that typing of k_xent_vp_sums (a
+** store on each side of a branch) into an endless loop, so this run never finished its first step before the kernel
+** stored through one variable.
+*/
+Test(parallel, bf16_tp2_on_pocl_tracks_one_device) {
+  int p0 = tc_find_device("opencl", 0), p1 = tc_find_device("opencl", 1);
+  if (p0 < 0 || p1 < 0)
+    cr_skip_test("two OpenCL devices are needed (POCL_DEVICES=\"pthread pthread\")");
+  strata_model_t m = small_gpt();
+  float ref[BF_STEPS], got[BF_STEPS];
+  strata_layout_t l = layout("{\"precision\": \"bf16\", \"devices\": [%d], \"microbatches\": 4}", p0);
+  bf16_losses(m, l, 1, ref);
+  strata_layout_free(l);
+  l = layout("{\"precision\": \"bf16\", \"tp\": 2, \"devices\": [%d, %d], \"microbatches\": 4}", p0, p1);
+  bf16_losses(m, l, 1, got);
+  strata_layout_free(l);
+  for (int s = 0; s < BF_STEPS; s++) {
+    double rel = fabs((double)got[s] - ref[s]) / fabs((double)ref[s]);
+    cr_assert(rel <= 5e-3, "tp 2 on PoCL step %d: loss %.7g, one PoCL device %.7g (%.2g relative)", s + 1, got[s],
+              ref[s], rel);
+  }
+  strata_model_free(m);
+}
+
 /* bf16 trains like fp32: gpt-tiny for 300 steps ends within 2% of the fp32 run's validation loss (same seed), and a
 ** bf16 step stores half the activations: the runtime's accounting of what a micro-batch keeps is at most 0.6x. */
 Test(parallel, bf16_gpt_tiny_ends_within_2_percent_of_fp32) {

@@ -26,8 +26,37 @@
 ** schedule keeps in flight on it) fitting its device's limit. Dynamic
 ** programming over (stages, layers).
 */
-/* Each rank's device speed (one measurement per kind of device) and free memory. */
+/*
+** A device's rated speed, the same in every run: 1 for every device, 1/F for
+** a host virtual device slowed F times (STRATA_HOST_SLOW names it so). A
+** timed GEMM is not: on a shared or busy machine the same device measured
+** 25 to 230 GFLOP/s from run to run, so a PoCL + host pipeline was cut
+** 1+3, 2+2 or 3+1 by chance and did not repeat its own bits.
+*/
+static double rated_speed(const struct strata_device_props *p) {
+  const char *slow = strcmp(p->backend, "host") == 0 ? strstr(p->name, ", slowed ") : NULL;
+  double f = slow ? strtod(slow + strlen(", slowed "), NULL) : 1;
+  return f > 1 ? 1 / f : 1;
+}
+
+/* STRATA_BALANCE: "rated" (default: the split is a function of the model, the devices and their memory) or
+** "measured" (each kind of device's speed timed by a GEMM, as strata-plan's calibration does; may differ by run). */
+static int balance_measured(int *measured) {
+  const char *env = getenv("STRATA_BALANCE");
+  *measured = 0;
+  if (!env || !*env || strcmp(env, "rated") == 0)
+    return STRATA_OK;
+  if (strcmp(env, "measured") == 0) {
+    *measured = 1;
+    return STRATA_OK;
+  }
+  return strata__error(STRATA_ERR_PARSE, "STRATA_BALANCE='%.60s': expected rated or measured", env);
+}
+
+/* Each rank's device speed (rated, or one measurement per kind of device) and free memory. */
 static int measure_devices(strata_trainer_t tr, double *speed, uint64_t *limit) {
+  int measured;
+  TRY(balance_measured(&measured));
   for (int r = 0; r < tr->ndev; r++) {
     if (!strata__rank_mine(tr, r))
       continue; /* its own rank measures it (a pipeline across ranks): below */
@@ -51,6 +80,8 @@ static int measure_devices(strata_trainer_t tr, double *speed, uint64_t *limit) 
     }
     if (same >= 0)
       speed[r] = speed[same];
+    else if (!measured)
+      speed[r] = rated_speed(&pr);
     else
       TRY(strata_device_gemm_speed(tr->dev[r], 256, 3, &speed[r], NULL)); /* what the split weighs layers against */
     TRY(strata_device_props(tr->dev[r], &pr));
