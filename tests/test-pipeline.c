@@ -344,15 +344,17 @@ Test(pipeline, mixed_opencl_and_host_pipeline) {
 ** A PoCL stage next to a host stage, the split left to the library, eight
 ** times in one process: every run cuts the model the same way and ends with
 ** the same bits. The split is the one two like devices (two host devices)
-** get, by FLOPs and memory: a device's speed is rated, not timed (a timed
-** GEMM on a busy machine cut this pipeline 1+7, 2+6 or 3+5 by chance, and
-** about every other run's parameters differed in their last bits).
+** get, by FLOPs and memory, under STRATA_BALANCE=rated: a device's speed is
+** rated, not timed (the default's timed GEMM on a busy machine cut this
+** pipeline 1+7, 2+6 or 3+5 by chance, and about every other run's parameters
+** differed in their last bits).
 */
 Test(pipeline, mixed_balanced_split_repeats_its_bits) {
   int o0 = tc_find_device("opencl", 0), h0 = tc_find_device("host", 0), h1 = tc_find_device("host", 1);
   if (o0 < 0)
     cr_skip_test("no OpenCL device (PoCL: POCL_DEVICES=pthread)");
   cr_assert_geq(h1, 0, "needs 2 host virtual devices");
+  setenv("STRATA_BALANCE", "rated", 1); /* (the default times the devices: a busy machine may cut otherwise) */
   strata_model_t m = small_gpt(16, 8);
   struct run ref, got;
   struct strata_train_report like, first, rep;
@@ -381,6 +383,7 @@ Test(pipeline, mixed_balanced_split_repeats_its_bits) {
   tc_report_free(&first);
   tc_report_free(&like);
   strata_model_free(m);
+  unsetenv("STRATA_BALANCE");
 }
 
 /* A GPU next to host devices (tests/gpu/run loads the cuda backend; elsewhere

@@ -161,10 +161,10 @@ struct strata_pipeline_options {
 ** between devices on separate copy threads, and each stage updates its own
 ** weights. With the same seed, batch and micro-batches it computes what
 ** strata_trainer_new with accum = m computes. The balanced split (split all
-** 0) weighs each layer's FLOPs against each device's rated speed (1, or 1/F
-** for a host device slowed F times: the same cut in every run;
-** STRATA_BALANCE=measured times a GEMM instead) and keeps each stage inside
-** its device's memory limit.
+** 0) weighs each layer's FLOPs against each kind of device's speed timed by
+** a GEMM (STRATA_BALANCE=rated: every device alike, 1/F for a host device
+** slowed F times, the same cut in every run) and keeps each stage inside its
+** device's memory limit.
 */
 STRATA_API int strata_trainer_new_pipeline(strata_model_t model, strata_dataset_t data,
                                            const struct strata_train_options *opts,

@@ -39,15 +39,16 @@ static double rated_speed(const struct strata_device_props *p) {
   return f > 1 ? 1 / f : 1;
 }
 
-/* STRATA_BALANCE: "rated" (default: the split is a function of the model, the devices and their memory) or
-** "measured" (each kind of device's speed timed by a GEMM, as strata-plan's calibration does; may differ by run). */
+/* STRATA_BALANCE: "measured" (default: each kind of device's speed timed by a GEMM, as strata-plan's calibration
+** does, so a fast device takes more layers; on a busy machine the timing, and with it the cut, may differ by run) or
+** "rated" (the split a function of the model, the devices and their memory only: the same cut in every run). */
 static int balance_measured(int *measured) {
   const char *env = getenv("STRATA_BALANCE");
-  *measured = 0;
-  if (!env || !*env || strcmp(env, "rated") == 0)
+  *measured = 1;
+  if (!env || !*env || strcmp(env, "measured") == 0)
     return STRATA_OK;
-  if (strcmp(env, "measured") == 0) {
-    *measured = 1;
+  if (strcmp(env, "rated") == 0) {
+    *measured = 0;
     return STRATA_OK;
   }
   return strata__error(STRATA_ERR_PARSE, "STRATA_BALANCE='%.60s': expected rated or measured", env);
