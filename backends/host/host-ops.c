@@ -122,7 +122,8 @@ static void bias_add(const struct strata__op *o) {
 
 /* Column sums over `rows` rows of n columns (row stride ld), each column summed in row order as a serial loop
 ** would, into db[0, n) (added to it when accumulate). Also the bfloat16 ops' (host-bf16.c), on widened rows. */
-HOST_SIMD void strata__host_col_sums(const float *dy, int64_t ld, float *db, int64_t rows, int64_t n, int accumulate) {
+static HOST_SIMD void host_col_sums_simd(const float *dy, int64_t ld, float *db, int64_t rows, int64_t n,
+                                         int accumulate) {
   if (!accumulate)
     for (int64_t c = 0; c < n; c++)
       db[c] = 0.0f;
@@ -132,6 +133,11 @@ HOST_SIMD void strata__host_col_sums(const float *dy, int64_t ld, float *db, int
     for (int64_t c = 0; c < n; c++)
       db[c] += dr[c];
   }
+}
+
+/* (one plain symbol for the callers in other files: clang gives a target_clones function's ifunc another name) */
+void strata__host_col_sums(const float *dy, int64_t ld, float *db, int64_t rows, int64_t n, int accumulate) {
+  host_col_sums_simd(dy, ld, db, rows, n, accumulate);
 }
 
 static void bias_grad(const struct strata__op *o) {
@@ -307,7 +313,7 @@ static void layernorm_fwd(const struct strata__op *o) {
 
 /* dgamma and dbeta over `rows` rows of n columns (x and dy: row stride ld; mean, rstd: one a row), each column
 ** summed over the rows in order, into dg[0, n) and db[0, n) (added to them when accumulate). */
-HOST_SIMD void strata__host_ln_param_grads(const float *x, const float *dy, int64_t ld, const float *mean,
+static HOST_SIMD void host_ln_param_grads_simd(const float *x, const float *dy, int64_t ld, const float *mean,
                                            const float *rstd, float *dg, float *db, int64_t rows, int64_t n,
                                            int accumulate) {
   if (!accumulate)
@@ -325,8 +331,14 @@ HOST_SIMD void strata__host_ln_param_grads(const float *x, const float *dy, int6
   }
 }
 
+void strata__host_ln_param_grads(const float *x, const float *dy, int64_t ld, const float *mean,
+                                           const float *rstd, float *dg, float *db, int64_t rows, int64_t n,
+                                           int accumulate) {
+  host_ln_param_grads_simd(x, dy, ld, mean, rstd, dg, db, rows, n, accumulate);
+}
+
 /* dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), dxhat = dy * gamma; dx may be dy. */
-HOST_SIMD void strata__host_ln_dx_row(const float *xr, const float *dyr, const float *g, float *dxr, int64_t cols,
+static HOST_SIMD void host_ln_dx_row_simd(const float *xr, const float *dyr, const float *g, float *dxr, int64_t cols,
                                        float mu, float rs) {
   double s1 = 0, s2 = 0;
 #pragma omp simd reduction(+ : s1, s2)
@@ -342,6 +354,11 @@ HOST_SIMD void strata__host_ln_dx_row(const float *xr, const float *dyr, const f
     float xh = (xr[c] - mu) * rs;
     dxr[c] = rs * (dyr[c] * g[c] - m1 - xh * m2);
   }
+}
+
+void strata__host_ln_dx_row(const float *xr, const float *dyr, const float *g, float *dxr, int64_t cols,
+                                       float mu, float rs) {
+  host_ln_dx_row_simd(xr, dyr, g, dxr, cols, mu, rs);
 }
 
 static void layernorm_bwd(const struct strata__op *o) {
