@@ -475,7 +475,7 @@ void print_header(const struct run *r, const struct options *o, const char *why)
     printf("recompute %s: %s\n", strata_recompute_name(r->topts.recompute),
            r->topts.recompute == STRATA_RECOMPUTE_FULL
                ? "each block keeps only its input, its forward rerun before its backward"
-               : "each block's attention probabilities recomputed before its backward");
+               : "each block's attention output recomputed from its Q, K, V before its backward");
   if (r->pp) {
     const char *sched = strata_schedule_kind_name(r->rep.schedule);
     if (o->dp)

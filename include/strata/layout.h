@@ -50,10 +50,10 @@ typedef struct strata_layout *strata_layout_t;
 /*
 ** Activation recomputation (Korthikanti et al. 2022), for GPT blocks:
 **   NONE       every block keeps what its backward reads;
-**   SELECTIVE  a block drops its attention probabilities (the softmax of the
-**              scores, B x heads x T x T per block, the one activation that
-**              grows with the square of the sequence) and recomputes them
-**              from its kept Q and K just before its backward;
+**   SELECTIVE  a block drops its attention output and the fused attention's
+**              per-query log-sum-exps (R x d_model + B x heads x T: no block
+**              keeps a T x T matrix in any mode) and reruns the fused
+**              attention from its kept Q, K and V just before its backward;
 **   FULL       a block keeps only its input (the previous layer's output)
 **              and reruns its forward just before its backward.
 ** The recomputed values are the first forward's bit for bit. The recompute

@@ -92,7 +92,7 @@ enum strata__plan_part {
   STRATA__PLAN_PART_INPUT,  /* the backward's input gradient (a split backward's first part) */
   STRATA__PLAN_PART_WEIGHT, /* the backward's weight gradient (its second part) */
   STRATA__PLAN_PART_FULL,   /* the whole backward */
-  STRATA__PLAN_PART_CORE    /* a block's attention core forward, scores and softmax (selective recomputation) */
+  STRATA__PLAN_PART_CORE    /* a block's attention core forward (selective recomputation) */
 };
 struct strata__plan_work {
   double s;
