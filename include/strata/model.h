@@ -14,7 +14,14 @@ typedef struct strata_model *strata_model_t;
 enum strata_model_kind {
   STRATA_MODEL_GPT = 1,   /* decoder-only transformer over byte tokens */
   STRATA_MODEL_MLP = 2,   /* multilayer perceptron over flattened images */
-  STRATA_MODEL_CNN = 3    /* small convolutional network over images */
+  STRATA_MODEL_CNN = 3,   /* small convolutional network over images */
+  STRATA_MODEL_LLAMA = 4  /* LLaMA-shaped decoder: RMSNorm, SwiGLU, RoPE, grouped-query attention, no biases */
+};
+
+/* RoPE frequency scaling (Hugging Face's rope_scaling / rope_parameters "rope_type"). */
+enum strata_rope_type {
+  STRATA_ROPE_DEFAULT = 0,  /* inv_freq[i] = theta^(-2i/head_dim), unscaled */
+  STRATA_ROPE_LLAMA3 = 1    /* Llama 3.1's: long wavelengths divided by factor, a smooth band between */
 };
 
 #define STRATA_MODEL_MAX_CONV 8
@@ -49,6 +56,18 @@ struct strata_model_config {
   int64_t stride[STRATA_MODEL_MAX_CONV];  /* cnn: each conv's stride (0: 1) */
   int64_t pool[STRATA_MODEL_MAX_CONV];    /* cnn: each conv's max-pool window and stride (0: 2; 1: no pooling) */
   int gap;                                /* cnn: a global average pool before the classifier */
+  /* llama: also vocab, context (the longest sequence trained or generated), d_model, layers, heads, d_ff (the
+  ** SwiGLU's intermediate width) and tied above. JSON: "n_kv_heads", "rope_theta", "norm_eps",
+  ** "rope_scaling": {"rope_type": "llama3", "factor", "low_freq_factor", "high_freq_factor",
+  ** "original_max_position_embeddings"} */
+  int64_t kv_heads;                       /* key/value heads, dividing heads (grouped-query attention) */
+  double rope_theta;                      /* RoPE base (Hugging Face's default 10000) */
+  double norm_eps;                        /* RMSNorm epsilon (Llama's 1e-5 or 1e-6) */
+  struct {
+    int type;                             /* enum strata_rope_type */
+    double factor, low_freq_factor, high_freq_factor;
+    int64_t original_context;             /* original_max_position_embeddings */
+  } rope_scaling;
 };
 
 /* What one layer costs, per sample (a sequence of `context` tokens, or one image). */
