@@ -171,9 +171,6 @@ check_LTLIBRARIES += tests/fake/ccl/strata-cuda.la
 tests_fake_ccl_strata_cuda_la_SOURCES = tests/fake/backend.c tests/fake/comm.c tests/fake/fake-comm.h
 tests_fake_ccl_strata_cuda_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME='"cuda"' -DFAKE_PCI='"", ""' -DFAKE_COMM
 tests_fake_ccl_strata_cuda_la_LDFLAGS = $(fake_module_flags)
-
-EXTRA_DIST += tests/test-gpu-run.sh
-TESTS += tests/test-gpu-run.sh
 endif
 
 # The tools' tests (shell), the GPU suite's own test and the MPI ones.
