@@ -61,7 +61,7 @@ Test(memory, every_cut_weighed_at_once_is_the_stage_alone) {
             for (int bf = 0; bf <= 1; bf++)
             for (int rc = 0; rc <= (i < 2 && !split ? STRATA_RECOMPUTE_FULL : 0); rc++) {
               const struct strata__cut cut = {{slice, tp}, {0, zero}, bf ? STRATA_BFLOAT16 : STRATA_FLOAT32,
-                                              bf ? STRATA_BFLOAT16 : STRATA_FLOAT32, rc, zs, {0, 1}};
+                                              bf ? STRATA_BFLOAT16 : STRATA_FLOAT32, rc, zs, {0, 1}, 0};
               struct strata__stage_ranges *r;
               OK(strata__stage_ranges_new(m[i], mb, split, &cut, &r));
               const int L = strata_model_layer_count(m[i]);
@@ -108,7 +108,7 @@ Test(memory, the_figures_are_what_a_stage_allocates) {
         for (int a = 0; a < L; a++)
           for (int b = a + 1; b <= L; b++) {
             const struct strata__cut cut = {{tp - 1, tp}, {1, 2}, bf ? STRATA_BFLOAT16 : STRATA_FLOAT32, STRATA_FLOAT32,
-                                            rc, zs, {0, 1}};
+                                            rc, zs, {0, 1}, 0};
             struct strata__stage_bytes want;
             OK(strata__stage_plan(m[i], a, b, 2, split, &cut, &want));
             uint64_t before, after, taken;
