@@ -44,6 +44,10 @@ extern "C" {
 ** (strata_train_options.spatial): each replica's one rank (pp 1) is N
 ** devices, each running the whole model on its rows of every image; "tp"
 ** may be left out (it is N) or must say N.
+** "sp": true (written only then; false is the default) runs sequence
+** parallelism with the tp slices (strata_train_options.sp): every rank's tp
+** the same and above 1, a GPT whose context tp divides, no slabs, not zb,
+** zbv or dualpipev.
 */
 typedef struct strata_layout *strata_layout_t;
 
