@@ -200,7 +200,7 @@ tests_mpi_check_SOURCES = tests/mpi-check.c
 tests_mpi_check_LDADD = libstrata.la $(PTHREAD_LIBS) -lm
 TESTS += tests/test-mpi.sh
 EXTRA_DIST += tests/test-mpi.sh
-# test-comm and test-parallel again with host devices that have no gates, as CUDA devices outside NCCL have none.
+# test-comm, test-parallel and test-seqpar again with host devices that have no gates, as CUDA devices outside NCCL have none.
 TESTS += tests/test-no-gates.sh
 EXTRA_DIST += tests/test-no-gates.sh
 # Collectives across ranks on real CUDA devices (NCCL); skipped without one, run by tests/gpu/run.

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* test-seqpar.c — sequence parallelism with tp (strata_train_options.sp, "sp": true): the same training as tp without
 ** it on host virtual and PoCL devices, with pp, dp, ZeRO, recomputation and bf16; its activations through the
-** runtime's accounting against the formula of doc/memory.md; checkpoints across sp and not; the trace's all-gathers and
-** reduce-scatters; and what it does not run, refused by name. */
+** runtime's accounting against the formula of doc/memory.md, and the planner's memory equal to the trainer's plan;
+** checkpoints across sp and not; the trace's all-gathers and reduce-scatters; and what it does not run, refused by name. */
 #include <jansson.h>
 
 #include "common.h"
@@ -452,5 +452,57 @@ Test(seqpar, refusals) {
   cr_assert_neq(strata_trainer_new_layout(m, ds, &o, plain, NULL, &tr), STRATA_OK);
   strata_layout_free(plain);
   strata_layout_free(l);
+  strata_model_free(m);
+}
+
+/* The planner's memory for a layout with "sp" (strata_plan_memory: the simulator's and the search's figure) is what the
+** trainer plans on every device of it, to the byte, and less than without sp. */
+Test(seqpar, the_planner_predicts_sps_memory) {
+  strata_model_t m = gpt(256, 0);
+  static const char *const layouts[] = {
+      "{\"tp\": 2, \"split\": [4], \"microbatches\": 2%s}",
+      "{\"pp\": 2, \"tp\": 2, \"split\": [2, 2], \"microbatches\": 4%s}",
+      "{\"dp\": 2, \"pp\": 2, \"tp\": 2, \"split\": [2, 2], \"zero\": 3, \"microbatches\": 2%s}",
+      "{\"pp\": 2, \"tp\": 2, \"split\": [2, 2], \"microbatches\": 4, \"recompute\": \"full\"%s}",
+  };
+  for (size_t i = 0; i < sizeof layouts / sizeof *layouts; i++) {
+    uint64_t without = 0;
+    for (int sp = 0; sp <= 1; sp++) {
+      strata_layout_t l = layout(layouts[i], sp ? ", \"sp\": true" : "");
+      struct strata_train_options o = options();
+      strata_trainer_t tr;
+      OK(strata_trainer_new_layout(m, ds, &o, l, NULL, &tr));
+      struct strata_train_report rep;
+      tc_report_keep(tr, &rep);
+      strata_trainer_free(tr);
+      const int dp = strata_layout_dp(l), pp = strata_layout_pp(l);
+      const int64_t batch = (int64_t)o.batch * dp * strata_layout_microbatches(l);
+      uint64_t total = 0;
+      for (int r = 0; r < dp; r++)
+        for (int k = 0; k < pp; k++) {
+          uint64_t predicted;
+          OK(strata_plan_memory(m, l, batch, k, &predicted));
+          for (int q = 0; q < strata_layout_tp(l, k); q++) {
+            int dv, found = 0;
+            OK(strata_layout_device(l, r, k, q, &dv));
+            for (int d = 0; d < rep.devices; d++)
+              if (rep.dev[d].device == dv) {
+                found = 1;
+                cr_assert_eq(rep.dev[d].planned_bytes, predicted, "%s sp %d: device %d planned %llu bytes, the planner "
+                             "predicts %llu", layouts[i], sp, dv, (unsigned long long)rep.dev[d].planned_bytes,
+                             (unsigned long long)predicted);
+                total += predicted;
+              }
+            cr_assert(found, "%s: device %d is not in the report", layouts[i], dv);
+          }
+        }
+      if (sp)
+        cr_assert_lt(total, without, "%s: sp plans %llu bytes in all, without %llu", layouts[i],
+                     (unsigned long long)total, (unsigned long long)without);
+      without = total;
+      tc_report_free(&rep);
+      strata_layout_free(l);
+    }
+  }
   strata_model_free(m);
 }

@@ -42,7 +42,7 @@ if [ ! -x "$TRAIN" ] || [ ! -x "$GEN" ]; then
   echo "1..0 # SKIP strata-train or strata-generate not built"
   exit 0
 fi
-echo "1..150"
+echo "1..151"
 
 # A small corpus of our own, so that the tests do not depend on what the machine ships.
 for i in 1 2 3 4 5 6 7 8; do cat "$top_srcdir/README.md" "$top_srcdir/man/strata-train.1"; done >"$TMP/text.txt"
@@ -423,6 +423,8 @@ STRATA_HOST_DEVICES=1 fault_sweep "a device fault on one device" 0 1 170 --devic
 STRATA_HOST_DEVICES=2 fault_sweep "a device fault in pp 2 (device 1)" 1 1 60 --pp 2
 STRATA_HOST_DEVICES=2 fault_sweep "a device fault in dp 2 (device 1)" 1 1 200 --dp 2
 STRATA_HOST_DEVICES=2 fault_sweep "a device fault in tp 2 (device 1)" 1 1 200 --tp 2
+# (with sequence parallelism: its all-gathers and reduce-scatters abort as the joins do)
+STRATA_HOST_DEVICES=2 fault_sweep "a device fault in tp 2 --sp (device 1)" 1 1 250 --tp 2 --sp
 # (tp 2's validation, after the second step's update: the slice that failed is named, not its peer whose joins it
 # aborted; device 1's ops 283-337 with the fused attention and the host's fused optimizer ops: found by a fault at
 # every third op, the run stopping after both steps were said)
