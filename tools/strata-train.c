@@ -587,8 +587,10 @@ static int check_spatial(struct run *r, const struct options *o) {
 ** trainer's check). 0 or EXIT_USAGE. */
 static int check_sp_model(struct run *r, const struct options *o) {
   if (r->cfg->kind != STRATA_MODEL_GPT) {
-    fprintf(stderr, PROG ": --sp is for GPT models; model '%s' (%s) has no sequence to cut\n", r->cfg->name,
-            r->cfg->kind == STRATA_MODEL_MLP ? "an MLP" : "a CNN");
+    fprintf(stderr, PROG ": --sp is for GPT models; model '%s' is %s\n", r->cfg->name,
+            r->cfg->kind == STRATA_MODEL_MLP   ? "an MLP (no sequence)"
+            : r->cfg->kind == STRATA_MODEL_CNN ? "a CNN (no sequence)"
+                                               : "not a GPT (its blocks do not cut the sequence yet)");
     return EXIT_USAGE;
   }
   const int ranks = o->layout ? strata_layout_pp(o->layout) : o->ntp;

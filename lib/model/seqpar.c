@@ -16,8 +16,10 @@
 int strata__seqpar_check(const struct strata_model *model, int tp, int split_backward) {
   const struct strata_model_config *c = &model->cfg;
   if (c->kind != STRATA_MODEL_GPT)
-    return strata__error(STRATA_ERR_UNSUPPORTED, "sequence parallelism is for GPT models; model '%s' (%s) has no "
-                         "sequence", c->name, c->kind == STRATA_MODEL_MLP ? "an MLP" : "a CNN");
+    return strata__error(STRATA_ERR_UNSUPPORTED, "sequence parallelism is for GPT models; model '%s' is %s", c->name,
+                         c->kind == STRATA_MODEL_MLP   ? "an MLP (no sequence)"
+                         : c->kind == STRATA_MODEL_CNN ? "a CNN (no sequence)"
+                                                       : "not a GPT (its blocks do not cut the sequence yet)");
   if (tp < 2)
     return strata__error(STRATA_ERR_INVALID, "sequence parallelism needs tensor parallelism (tp > 1), not tp %d", tp);
   if (c->context % tp)

@@ -325,7 +325,10 @@ STRATA_API int strata_layout_check(strata_layout_t l, strata_model_t model, int 
     TRY(check_tp(c, r, l->tp[r]));
   if (l->sp && c->kind != STRATA_MODEL_GPT)
     return strata__error(STRATA_ERR_UNSUPPORTED, "layout: sp (sequence parallelism) is for GPT models; model '%s' "
-                         "(%s) has no sequence", c->name, c->kind == STRATA_MODEL_MLP ? "an MLP" : "a CNN");
+                         "is %s", c->name, c->kind == STRATA_MODEL_MLP   ? "an MLP (no sequence)"
+                                           : c->kind == STRATA_MODEL_CNN ? "a CNN (no sequence)"
+                                                                         : "not a GPT (its blocks do not cut the "
+                                                                           "sequence yet)");
   if (l->sp && c->context % l->tp[0])
     return strata__error(STRATA_ERR_INVALID, "layout: sp: tp %d does not divide the model's context %lld", l->tp[0],
                          (long long)c->context);
