@@ -1118,6 +1118,9 @@ static void zero_matches_one_device(int z) {
   /* the V schedules: two stages per device, weight passes held back */
   struct run ref8;
   single(m, h[0], 8, &ref8);
+  zcase(m, h, z,
+        "{\"dp\": 4, \"pp\": 2, \"zero\": @, \"devices\": [%d, %d, %d, %d, %d, %d, %d, %d], "
+        "\"microbatches\": 2}", 8, &ref8, "dp 4 x pp 2 zero @");
   const char *vs[3] = {"zbv", "dualpipev", "interleaved"};
   for (int k = 0; k < 3; k++) {
     char fmt[300], what[64];

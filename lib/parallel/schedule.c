@@ -521,8 +521,9 @@ static int strata__push_gathered(struct strata_schedule *s, int d, int zero, int
 ** each forward and backward followed by its TP_JOIN (tp > 1), and each
 ** stage's gradient collective placed right after its last backward work
 ** on its device (a GR there lets that stage's reduction overlap whatever
-** the device runs next), the PARAM_GATHERs after the device's last
-** OPTIMIZER (where the executor updates all the device's stages).
+** the device runs next), ZeRO-1's and 2's PARAM_GATHERs after the device's
+** last OPTIMIZER (where the executor updates all the device's stages), and
+** ZeRO-3's right before each F, B, BI and W (strata__push_gathered).
 */
 STRATA_API int strata_schedule_generate_hybrid(int kind, int devices, int microbatches, int virtual_stages,
                                                int replicas, int tp, int zero, strata_schedule_t *out) {
