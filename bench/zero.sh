@@ -51,7 +51,7 @@ for i in $(seq 1 "$RUNS"); do
 done
 awk -v p="$(med "$tmp/plain")" -v z="$(med "$tmp/zero3")" -v load="$(load)" 'BEGIN {
   printf "plain dp 2   %.0f tokens/s (median)\n", p
-  printf "ZeRO-3 dp 2  %.0f tokens/s (median), %.2fx plain (target: at least 0.85x); load %s\n", z, p > 0 ? z / p : 0, load
+  printf "ZeRO-3 dp 2  %.0f tokens/s (median), %.2fx plain (target: at least 0.85x); load %s\n", z, (p > 0 ? z / p : 0), load
   exit !(p > 0 && z >= 0.85 * p)
 }'
 rc=$?
