@@ -447,14 +447,16 @@ while [ "$copy" -le 160 ]; do
     --quiet >"$TMP/out" 2>"$TMP/err"
   rc=$?
   if [ "$rc" -ne 1 ] || [ "$(wc -l <"$TMP/err" | tr -d ' ')" -ne 1 ] ||
-    ! grep -q "^strata-train: .*device 1 (.*injected fault: copy #$copy)" "$TMP/err" || ! cmp -s "$TMP/z3.st" "$TMP/z3.orig"; then
+    ! grep -q "^strata-train: .*device 1 (.*injected fault: copy #$copy)" "$TMP/err" ||
+    ! cmp -s "$TMP/z3.st" "$TMP/z3.orig"; then
     bad="$bad copy $copy: rc=$rc $(head -c 300 "$TMP/err");"
   fi
   grep -q "ZeRO-3 gather" "$TMP/err" && gathers=$((gathers + 1))
   copy=$((copy + 11))
 done
-if [ -n "$bad" ] || [ "$gathers" -eq 0 ]; then not_ok "a device fault in a ZeRO-3 gather stops every replica, names device 1, keeps the checkpoint" "$gathers in gathers" "$bad"
-else ok "a device fault in a ZeRO-3 gather stops every replica, names device 1, keeps the checkpoint ($gathers in gathers)"; fi
+what="a device fault in a ZeRO-3 gather stops every replica, names device 1, keeps the checkpoint"
+if [ -n "$bad" ] || [ "$gathers" -eq 0 ]; then not_ok "$what" "$gathers in gathers" "$bad"
+else ok "$what ($gathers in gathers)"; fi
 
 # bf16 mixed precision (issue 31): refused precisions, one line, exit 2; the CNN trains in bf16; a bf16 run says its precision in
 # the start event and the summary, and every run's summary has devices[] with the memory figures

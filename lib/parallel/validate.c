@@ -27,7 +27,9 @@ static int strata__weight_gather(const struct strata_action *a) {
   return a->kind == STRATA_ACTION_PARAM_GATHER && a->microbatch >= 0;
 }
 /* Does action `a` complete only when every member of its group has reached it? */
-static int strata__joins(const struct strata_action *a) { return strata__collective(a->kind) && !strata__weight_gather(a); }
+static int strata__joins(const struct strata_action *a) {
+  return strata__collective(a->kind) && !strata__weight_gather(a);
+}
 
 /* The group of collective `kind` at `stage`: its size, and the stage of its i-th member — the same stage of the
 ** same slice of every replica (gradient collectives), or of every slice of the same replica (tp joins). */
