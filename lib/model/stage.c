@@ -699,7 +699,7 @@ void strata__stage_bytes_of(const struct strata_model *model, int first, int las
     b->fixed += alloc_bytes(rows);
   /* bfloat16: the parameters' compute copy, and with tp the float32 copy a join sums in */
   if (bf16)
-    b->fixed += alloc_bytes(strata__units(z3 ? 2 * s->params_most : chunk * z, STRATA_BFLOAT16));
+    b->fixed += alloc_bytes(strata__units(z3 ? s->params_most : chunk * z, STRATA_BFLOAT16));
   if (s->join)
     b->fixed += alloc_bytes(s->join);
   if (cut && cut->reduce == STRATA_BFLOAT16) /* the gradients' bf16 copy the replicas reduce */
@@ -813,7 +813,7 @@ int strata__stage_new(const struct strata_model *model, int first, int last, int
   if (!rc && first == 0 && model->cfg.kind == STRATA_MODEL_GPT)
     rc = alloc(dev, (size_t)st->rows, &st->positions);
   if (!rc && st->act == STRATA_BFLOAT16)
-    rc = alloc(dev, strata__units(st->zero3 ? 2 * st->gwin : padded, STRATA_BFLOAT16), &st->params16);
+    rc = alloc(dev, strata__units(st->zero3 ? st->gwin : padded, STRATA_BFLOAT16), &st->params16);
   if (!rc && st->max_join)
     rc = alloc(dev, st->max_join, &st->join32);
   if (!rc && cut && cut->reduce == STRATA_BFLOAT16)
@@ -883,7 +883,7 @@ int strata__stage_new(const struct strata_model *model, int first, int last, int
   }
   if (!rc && st->params16) { /* the compute copy now: a device that cannot hold bfloat16 says so at creation */
     rc = strata_convert(st->q, AT(st->params, 0), strata_mem_typed(st->params16, 0, STRATA_BFLOAT16),
-                        (int64_t)(st->zero3 ? (st->gwin ? 2 * st->gwin : 1) : padded ? padded : 1));
+                        (int64_t)(st->zero3 ? (st->gwin ? st->gwin : 1) : padded ? padded : 1));
     if (rc) {
       char *why = strdup(strata_last_error());
       struct strata_device_props p;

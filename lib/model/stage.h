@@ -152,12 +152,13 @@ struct strata__stage {
   ** ZeRO-3 (cut->zero_stage 3, with ZeRO-2's gradients): no whole parameter
   ** vector either. `pshard` holds this replica's shard of the float32
   ** parameters (chunk floats, from zero.rank x chunk: what its AdamW
-  ** updates); `params` (and in bfloat16 `params16`) is a window of two
-  ** halves of gwin floats (window.c): the half at `pat` holds flat floats
-  ** [pbase, pend), gathered from every replica's shard before a layer reads
-  ** them and kept until other tensors are needed or the parameters change;
-  ** the other half receives the next tensors' gather (prefetched on the
-  ** stage's gather queue `gq` while the layer computes). `params_fetch` (the
+  ** updates); `params` is a window of two halves of gwin floats
+  ** (window.c): the half at `pat` holds flat floats [pbase, pend), gathered
+  ** from every replica's shard before a layer reads them and kept until
+  ** other tensors are needed or the parameters change; the other half
+  ** receives the next tensors' gather (prefetched on the window's gather
+  ** queue while the layer computes). In bfloat16, `params16` is one window:
+  ** the current half converted on the stage's queue. `params_fetch` (the
   ** executor's) enqueues on q the copies that make dst hold [lo, hi);
   ** `params_landed` (NULL: none; traced runs) hears of each gather of
   ** stage tensor t once it is in the window, with when it was posted and

@@ -167,8 +167,8 @@ int strata__stage_param_take(struct strata__stage *st, int t, int k) {
   st->pat = half;
   st->pbase = lo;
   st->pend = hi;
-  if (st->params16)
-    TRY(strata_convert(st->q, AT(st->params, half), strata_mem_typed(st->params16, half, STRATA_BFLOAT16),
+  if (st->params16) /* (one window: the ops that read the tensors before are ahead of it on the stage's queue) */
+    TRY(strata_convert(st->q, AT(st->params, half), strata_mem_typed(st->params16, 0, STRATA_BFLOAT16),
                        (int64_t)(hi - lo)));
   st->params16_stale = 0;
   /* the next tensors, gathered while this layer computes */
