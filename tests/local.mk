@@ -134,7 +134,8 @@ tests_test_plan_LDADD = $(suite_ldadd)
 # itself and takes everything public from the library.
 tests_test_memory_SOURCES = tests/test-memory.c tests/common.h lib/model/stage.c lib/model/ranges.c lib/model/slab.c \
 	lib/model/seqpar.c \
-	lib/core/status.c lib/core/log.c
+	lib/model/window.c \
+	lib/core/status.c lib/core/log.c lib/core/time.c
 tests_test_memory_CPPFLAGS = $(suite_cppflags) -I$(top_srcdir)/lib
 tests_test_memory_CFLAGS = $(suite_cflags)
 tests_test_memory_LDADD = $(suite_ldadd)

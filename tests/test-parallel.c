@@ -1118,6 +1118,9 @@ static void zero_matches_one_device(int z) {
   /* the V schedules: two stages per device, weight passes held back */
   struct run ref8;
   single(m, h[0], 8, &ref8);
+  zcase(m, h, z,
+        "{\"dp\": 4, \"pp\": 2, \"zero\": @, \"devices\": [%d, %d, %d, %d, %d, %d, %d, %d], "
+        "\"microbatches\": 2}", 8, &ref8, "dp 4 x pp 2 zero @");
   const char *vs[3] = {"zbv", "dualpipev", "interleaved"};
   for (int k = 0; k < 3; k++) {
     char fmt[300], what[64];
@@ -1270,8 +1273,9 @@ Test(parallel, zero2_and_3_tied_match_one_device) {
 ** replica. ZeRO-2 keeps its shard of the gradients' sums, ceil(P / 2) floats, and a window of the most one call of
 ** the backward writes, the MLP's c_fc weight and bias, 4D x D + 4D floats: 4 (ceil(P / 2) + 4D^2 + 4D) bytes, about
 ** 0.54 of plain; the moments are ZeRO-1's (8 ceil(P / 2), half), the parameters whole. ZeRO-3 keeps the parameters
-** the same way, a shard and a window of one call's weights (the same 4D^2 + 4D floats): 4 (ceil(P / 2) + 4D^2 + 4D)
-** bytes. Each within 10% of its formula (here to the byte) and at most 0.55 of plain dp's; the memory model (the
+** the same way, a shard and two windows of one call's weights (the one a layer reads and the next one's, gathered
+** ahead while it computes): 4 (ceil(P / 2) + 2 (4D^2 + 4D)) bytes, about 0.58 of plain. Each within 10% of its
+** formula (here to the byte) and at most 0.55 of plain dp's (ZeRO-3's parameters 0.60); the memory model (the
 ** trainer's plan) saves the same bytes as the report.
 */
 Test(parallel, zero2_and_3_shard_the_512x8_gpt) {
@@ -1294,6 +1298,8 @@ Test(parallel, zero2_and_3_shard_the_512x8_gpt) {
     strata_layout_free(l);
   }
   const double want = 4.0 * (double)((P + 1) / 2 + 4 * D * D + 4 * D), half_moments = 8.0 * (double)((P + 1) / 2);
+  /* ZeRO-3's parameters: the shard and two windows, the one a layer reads and the next layer's, prefetched */
+  const double want3 = 4.0 * (double)((P + 1) / 2 + 2 * (4 * D * D + 4 * D));
   for (int r = 0; r < 2; r++) {
     const struct strata_train_device_stats *p = &rep[0].dev[r], *z2 = &rep[1].dev[r], *z3 = &rep[2].dev[r];
     cr_log_info("512x8 GPT dp 2, replica %d: gradients %llu bytes plain, %llu with ZeRO-2 (%.3fx); parameters %llu "
@@ -1321,10 +1327,11 @@ Test(parallel, zero2_and_3_shard_the_512x8_gpt) {
                    (unsigned long long)(p->planned_bytes - d->planned_bytes));
     }
     cr_assert_eq(z2->param_bytes, p->param_bytes, "ZeRO-2 keeps the parameters whole");
-    cr_assert_leq((double)z3->param_bytes, 0.55 * (double)p->param_bytes, "replica %d: ZeRO-3 keeps %llu parameter "
+    /* (0.54x with one window; the prefetch's second window costs 0.04x of this model's parameters more) */
+    cr_assert_leq((double)z3->param_bytes, 0.60 * (double)p->param_bytes, "replica %d: ZeRO-3 keeps %llu parameter "
                   "bytes", r, (unsigned long long)z3->param_bytes);
-    cr_assert(fabs((double)z3->param_bytes - want) <= 0.1 * want, "replica %d: ZeRO-3 keeps %llu parameter bytes, "
-              "the formula says %.0f", r, (unsigned long long)z3->param_bytes, want);
+    cr_assert(fabs((double)z3->param_bytes - want3) <= 0.1 * want3, "replica %d: ZeRO-3 keeps %llu parameter bytes, "
+              "the formula says %.0f", r, (unsigned long long)z3->param_bytes, want3);
   }
   for (int z = 0; z < 3; z++)
     tc_report_free(&rep[z]);
@@ -1418,8 +1425,9 @@ Test(parallel, trace_shows_zero2_reductions_on_every_device) {
   strata_model_free(m);
 }
 
-/* The trace shows ZeRO-3's gathers as comm events of the replicas, PAG<stage>.<micro-batch> (all-gathers), on every
-** device, beside ZeRO-2's reductions: the forward gathers each weight, the backward those it reads again. */
+/* The trace shows ZeRO-3's gathers as comm events of the replicas, "gather <stage>.<micro-batch> <layer>" (each
+** layer's all-gather, posted while the layer before computes), on every device, beside ZeRO-2's reductions: the
+** forward gathers each weight, the backward those it reads again. */
 Test(parallel, trace_shows_zero3_gathers_on_every_device) {
   strata_model_t m = small_gpt();
   int h[4];
@@ -1443,8 +1451,13 @@ Test(parallel, trace_shows_zero3_gathers_on_every_device) {
   for (size_t i = 0; i < n; i++) {
     cr_assert_eq(ev[i].group, 2, "%s: a stage's copies, one per replica", ev[i].name);
     cr_assert(strchr(ev[i].name, '.'), "%s: a micro-batch's", ev[i].name);
-    if (!strncmp(ev[i].name, "PAG", 3)) {
+    if (!strncmp(ev[i].name, "gather ", 7)) {
       cr_assert_str_eq(ev[i].collective, "allgather");
+      int s = -1, mb = -1, layer = -1;
+      cr_assert_eq(sscanf(ev[i].name, "gather %d.%d %d", &s, &mb, &layer), 3, "%s: stage.micro-batch layer",
+                   ev[i].name);
+      cr_assert(mb >= 0 && mb < 2 && layer >= 0 && layer < rep.split[ev[i].rank], "%s on device rank %d", ev[i].name,
+                ev[i].rank);
       gathered[ev[i].rank] += (uint64_t)ev[i].bytes;
     } else {
       cr_assert(!strncmp(ev[i].name, "GRS", 3), "%s", ev[i].name);

@@ -633,6 +633,94 @@ Test(schedule, replicated_rejects_mixed_zero_and_missing_gather) {
   expect_rejected_replicas(&l, "replica 0 with GR");
 }
 
+/* A compute action that reads a stage's weights. */
+static int reads_weights(int kind) {
+  return kind == STRATA_ACTION_FORWARD || kind == STRATA_ACTION_BACKWARD || kind == STRATA_ACTION_BACKWARD_INPUT ||
+         kind == STRATA_ACTION_BACKWARD_WEIGHT;
+}
+
+/* ZeRO-3 (zero 3): every schedule kind, dp 2 x pp 2 (x tp 2), with and without recomputation, validates, and each
+** F, B, BI and W of every stage comes right after a PARAM_GATHER of its stage and micro-batch (a RECOMPUTE of it may
+** stand between), with no PARAM_GATHER of the whole step (ZeRO-1's) and none elsewhere; ZeRO-1's schedules keep
+** theirs. */
+Test(schedule, zero3_gathers_before_every_pass) {
+  const int kinds[] = {STRATA_SCHEDULE_GPIPE, STRATA_SCHEDULE_1F1B, STRATA_SCHEDULE_INTERLEAVED, STRATA_SCHEDULE_ZB_H1,
+                       STRATA_SCHEDULE_ZBV, STRATA_SCHEDULE_DUALPIPEV};
+  for (int k = 0; k < 6; k++)
+    for (int tp = 1; tp <= 2; tp++)
+      for (int rc = 0; rc <= 1; rc++) {
+        const int split = strata_schedule_kind_split_backward(kinds[k]);
+        if (rc && split)
+          continue; /* (recomputation runs with a whole backward) */
+        strata_schedule_t s = NULL, with = NULL;
+        OK(strata_schedule_generate_hybrid(kinds[k], 2, 4, kinds[k] == STRATA_SCHEDULE_INTERLEAVED ? 2 : 0, 2, tp, 3,
+                                           &s));
+        if (rc) {
+          OK(strata_schedule_with_recompute(s, &with));
+          strata_schedule_free(s);
+          s = with;
+        }
+        const int v = strata_schedule_validate(s);
+        cr_assert_eq(v, STRATA_OK, "%s tp %d rc %d: %s", strata_schedule_kind_name(kinds[k]), tp, rc,
+                     strata_last_error());
+        int gathers = 0, passes = 0;
+        for (int d = 0; d < strata_schedule_devices(s); d++) {
+          int n = 0;
+          const struct strata_action *a = strata_schedule_actions(s, d, &n);
+          for (int i = 0; i < n; i++) {
+            if (a[i].kind == STRATA_ACTION_PARAM_GATHER) {
+              cr_assert_geq(a[i].microbatch, 0, "%s dev %d #%d: a gather of the whole step under ZeRO-3",
+                            strata_schedule_kind_name(kinds[k]), d, i);
+              gathers++;
+            }
+            if (!reads_weights(a[i].kind))
+              continue;
+            passes++;
+            int j = i - 1;
+            while (j >= 0 && a[j].kind == STRATA_ACTION_RECOMPUTE && a[j].stage == a[i].stage &&
+                   a[j].microbatch == a[i].microbatch)
+              j--;
+            cr_assert(j >= 0 && a[j].kind == STRATA_ACTION_PARAM_GATHER && a[j].stage == a[i].stage &&
+                      a[j].microbatch == a[i].microbatch, "%s tp %d rc %d dev %d #%d: no gather right before it",
+                      strata_schedule_kind_name(kinds[k]), tp, rc, d, i);
+          }
+        }
+        cr_assert_eq(gathers, passes, "%s: %d gathers for %d passes", strata_schedule_kind_name(kinds[k]), gathers,
+                     passes);
+        double bubble = 0, plain_bubble = 0;
+        strata_schedule_t plain = NULL;
+        OK(strata_schedule_generate_hybrid(kinds[k], 2, 4, kinds[k] == STRATA_SCHEDULE_INTERLEAVED ? 2 : 0, 2, tp, 2,
+                                           &plain));
+        OK(strata_schedule_bubble(s, &bubble));
+        OK(strata_schedule_bubble(plain, &plain_bubble));
+        cr_assert_float_eq(bubble, plain_bubble, 1e-12, "the gathers cost no device time at unit costs");
+        strata_schedule_free(plain);
+        strata_schedule_free(s);
+      }
+}
+
+/* The validator refuses a ZeRO-3 forward or backward without its gather, a gather not before the pass it gathers
+** for, and a gather of the whole step among the micro-batches' ones. */
+Test(schedule, zero3_rejects_a_pass_without_its_gather) {
+  struct lists l;
+  replicated(&l, STRATA_SCHEDULE_1F1B, 3);
+  /* dev 1 (stage 1 of replica 0): its F1.2's gather dropped */
+  int f = lists_find(&l, 1, STRATA_ACTION_FORWARD, 1, 2);
+  cr_assert(f > 0 && l.list[1][f - 1].kind == STRATA_ACTION_PARAM_GATHER);
+  lists_remove(&l, 1, f - 1);
+  expect_rejected_replicas(&l, "not right after a PAG1.2");
+  /* dev 2's gather before B2.0 moved to the start of its list */
+  replicated(&l, STRATA_SCHEDULE_1F1B, 3);
+  int b = lists_find(&l, 2, STRATA_ACTION_BACKWARD, 2, 0);
+  lists_remove(&l, 2, b - 1);
+  lists_insert(&l, 2, 0, act(STRATA_ACTION_PARAM_GATHER, 2, 0));
+  expect_rejected_replicas(&l, "PAG2.0");
+  /* a gather of the whole step after dev 0's update */
+  replicated(&l, STRATA_SCHEDULE_1F1B, 3);
+  lists_insert(&l, 0, lists_find(&l, 0, STRATA_ACTION_OPTIMIZER, 0, -1) + 1, act(STRATA_ACTION_PARAM_GATHER, 0, -1));
+  expect_rejected_replicas(&l, "a gather of the whole step");
+}
+
 /* Interleaving puts two stages on a device: replicas that reduce them in opposite orders deadlock. */
 Test(schedule, replicated_rejects_collectives_in_opposite_orders) {
   struct lists l;

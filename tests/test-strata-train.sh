@@ -42,7 +42,7 @@ if [ ! -x "$TRAIN" ] || [ ! -x "$GEN" ]; then
   echo "1..0 # SKIP strata-train or strata-generate not built"
   exit 0
 fi
-echo "1..151"
+echo "1..152"
 
 # A small corpus of our own, so that the tests do not depend on what the machine ships.
 for i in 1 2 3 4 5 6 7 8; do cat "$top_srcdir/README.md" "$top_srcdir/man/strata-train.1"; done >"$TMP/text.txt"
@@ -429,6 +429,34 @@ STRATA_HOST_DEVICES=2 fault_sweep "a device fault in tp 2 --sp (device 1)" 1 1 2
 # aborted; device 1's ops 283-337 with the fused attention and the host's fused optimizer ops: found by a fault at
 # every third op, the run stopping after both steps were said)
 STRATA_HOST_DEVICES=2 fault_sweep "a device fault in tp 2's validation (device 1)" 1 286 337 --tp 2
+
+# A device fault in a ZeRO-3 gather (issue 32): dp 2 --zero=3 resumed from a checkpoint, with a copy of device 1
+# failing (every 11th from its 16th to its 160th, after the load: where its layers' weights are gathered, prefetched,
+# and its gradients reduced): each fault stops the run within 60 s (no replica left waiting) with one line naming
+# device 1 and the fault, the checkpoint it resumed from is left as it was, and at least one is a ZeRO-3 gather's.
+STRATA_HOST_DEVICES=2 $TRAIN --model gpt-micro --data "$TMP/text.txt" --batch 4 --eval-batches 2 --eval-every 0 \
+  --dp 2 --zero=3 --steps 2 --save "$TMP/z3.st" --quiet >"$TMP/out" 2>"$TMP/err"
+cp "$TMP/z3.st" "$TMP/z3.orig" 2>/dev/null
+TO=""
+command -v timeout >/dev/null 2>&1 && TO="timeout 60"
+bad="" gathers=0 copy=16
+while [ "$copy" -le 160 ]; do
+  cp "$TMP/z3.orig" "$TMP/z3.st"
+  STRATA_HOST_DEVICES=2 STRATA_HOST_FAULT=device=1,copy=$copy $TO $TRAIN --model gpt-micro --data "$TMP/text.txt" \
+    --batch 4 --eval-batches 2 --eval-every 0 --dp 2 --zero=3 --steps 4 --resume "$TMP/z3.st" --save "$TMP/z3.st" \
+    --quiet >"$TMP/out" 2>"$TMP/err"
+  rc=$?
+  if [ "$rc" -ne 1 ] || [ "$(wc -l <"$TMP/err" | tr -d ' ')" -ne 1 ] ||
+    ! grep -q "^strata-train: .*device 1 (.*injected fault: copy #$copy)" "$TMP/err" ||
+    ! cmp -s "$TMP/z3.st" "$TMP/z3.orig"; then
+    bad="$bad copy $copy: rc=$rc $(head -c 300 "$TMP/err");"
+  fi
+  grep -q "ZeRO-3 gather" "$TMP/err" && gathers=$((gathers + 1))
+  copy=$((copy + 11))
+done
+what="a device fault in a ZeRO-3 gather stops every replica, names device 1, keeps the checkpoint"
+if [ -n "$bad" ] || [ "$gathers" -eq 0 ]; then not_ok "$what" "$gathers in gathers" "$bad"
+else ok "$what ($gathers in gathers)"; fi
 
 # bf16 mixed precision (issue 31): refused precisions, one line, exit 2; the CNN trains in bf16; a bf16 run says its precision in
 # the start event and the summary, and every run's summary has devices[] with the memory figures

@@ -32,9 +32,17 @@ extern "C" {
 **                    replicas weight by weight and micro-batch by micro-batch inside
 **                    its B and W (the trainer's stage window), are all in the shards
 **   PARAM_GATHER s   ZeRO-1: all-gather the updated parameter shards, after OPTIMIZER s
-**                    (generated after the device's last OPTIMIZER); ZeRO-3: the mark of
-**                    the stage's gathers, each weight's from the replicas' shards inside
-**                    F and B as a layer reads it (the trainer's stage window)
+**                    (generated after the device's last OPTIMIZER; micro-batch -1)
+**   PARAM_GATHER s m ZeRO-3: the gathers of stage s's weights for the pass right after
+**                    it (F, B, BI or W of s m; only its RECOMPUTE may stand between):
+**                    one per pass, not one per layer, so a list grows by one action
+**                    per compute action. It posts the gather of the pass's first
+**                    layer's weights from the replicas' shards; inside the pass each
+**                    layer's gather is posted while the layer before computes (FSDP's
+**                    prefetch: two layers' weights at most live at once, the stage's
+**                    window of two halves), each traced as "gather s.m layer". It
+**                    waits for no other device (the shards hold the step's
+**                    parameters all along): not a collective
 **   TP_JOIN_FORWARD s m   tensor parallelism: the joins (all-reduces over the
 **                    stage's tp slices) of F s m, right after it; completes
 **                    when every slice's device has reached it
@@ -55,7 +63,8 @@ extern "C" {
 ** stage r x (stages/replicas) + j) on its own devices; sends and receives
 ** stay inside a chain, and the collectives (GRAD_REDUCE, GRAD_SCATTER,
 ** PARAM_GATHER, micro-batch -1) join the same stage of every replica: each
-** completes when every replica's device has reached it.
+** completes when every replica's device has reached it (ZeRO-3's PARAM_GATHER
+** of a micro-batch does not: see above).
 **
 ** Tensor parallelism: with `tp` slices, each replica is tp chains (chain
 ** c = replica x tp + slice, stages c x chain .. on devices c x pp ..), one
@@ -123,8 +132,8 @@ STRATA_API int strata_schedule_generate(int kind, int devices, int microbatches,
 ** devices x replicas devices (replica r's pipeline rank d is device
 ** r x devices + d), each replica's list that of its rank with its own
 ** stages, and after each stage's last backward work a GRAD_REDUCE (with
-** `zero`: GRAD_SCATTER, and PARAM_GATHER after the device's last OPTIMIZER). One replica is
-** strata_schedule_generate's schedule.
+** `zero`: GRAD_SCATTER, and PARAM_GATHER after the device's last OPTIMIZER; with `zero` 3 instead a
+** PARAM_GATHER s m right before every F, B, BI and W). One replica is strata_schedule_generate's schedule.
 */
 STRATA_API int strata_schedule_generate_replicated(int kind, int devices, int microbatches, int virtual_stages,
                                                    int replicas, int zero, strata_schedule_t *out /* OUT */);
@@ -232,7 +241,10 @@ STRATA_API const struct strata_action *strata_schedule_actions(strata_schedule_t
 ** schedule without replicas has none; with tp slices, every forward and
 ** backward (B or BI) has its TP_JOIN right after it on its device, and a
 ** schedule without slices has none; a schedule with any RECOMPUTE has one
-** for every backward (B or BI), after its F and before it; and executing the lists (sends
+** for every backward (B or BI), after its F and before it; a schedule with
+** any PARAM_GATHER of a micro-batch (ZeRO-3) has one right before every F,
+** B, BI and W of its stage and micro-batch (only that backward's RECOMPUTE
+** between them), none elsewhere and no PARAM_GATHER of the whole step; and executing the lists (sends
 ** buffered, receives waiting, collectives waiting for every replica) finishes. On
 ** failure returns STRATA_ERR_INVALID and a message naming the device, the
 ** position in its list and the action (and, for a deadlock, what each

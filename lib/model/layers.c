@@ -48,8 +48,8 @@ struct lctx {
 #define SC(c, b, e) strata__at((c)->st->scratch, (size_t)(b), (size_t)(e), (c)->d.act)
 
 static strata_mem_t weight(const struct strata__stage *st, size_t off) {
-  const size_t at = st->zero3 ? off - st->pbase : off; /* ZeRO-3: in the window */
-  return st->params16 ? strata_mem_typed(st->params16, at, STRATA_BFLOAT16) : AT(st->params, at);
+  const size_t at = st->zero3 ? off - st->pbase : off; /* ZeRO-3: in the window (float32: its current half) */
+  return st->params16 ? strata_mem_typed(st->params16, at, STRATA_BFLOAT16) : AT(st->params, at + st->pat);
 }
 
 /* Element e further into the region of m, of m's type. */

@@ -9,6 +9,7 @@ libstrata_la_SOURCES += \
 	%reldir%/slab.c \
 	%reldir%/spatial.c \
 	%reldir%/stage.c \
-	%reldir%/stage.h
+	%reldir%/stage.h \
+	%reldir%/window.c
 
 stratainclude_HEADERS += include/strata/model.h

@@ -684,12 +684,13 @@ void strata__stage_bytes_of(const struct strata_model *model, int first, int las
   memset(b, 0, sizeof *b);
   /* parameters and gradients (zero x chunk: the last shard padded), the two moments (one chunk); ZeRO-2 keeps
   ** instead of the gradients their shard (one chunk), a window of the most one call writes (two adjacent tensors
-  ** of a layer) and, in a tied stage, the embedding's gradients; ZeRO-3 the parameters the same way (stage.h) */
+  ** of a layer) and, in a tied stage, the embedding's gradients; ZeRO-3 the parameters the same way, with two
+  ** such windows: the one a layer reads and the next tensors' gather, prefetched while it computes (window.c) */
   b->params = 2 * alloc_bytes(chunk * z) + 2 * alloc_bytes(chunk);
   const int z3 = z > 1 && cut->zero_stage >= 3; /* ZeRO-3: the parameters' shard and a window as the gradients' */
   if (z > 1 && cut->zero_stage >= 2) {
     const int tied = model->cfg.tied && first == 0 && last == model->nlayers;
-    b->params = (z3 ? alloc_bytes(chunk) + alloc_bytes(s->params_most) : alloc_bytes(chunk * z)) +
+    b->params = (z3 ? alloc_bytes(chunk) + alloc_bytes(2 * s->params_most) : alloc_bytes(chunk * z)) +
                 alloc_bytes(s->params_most) + 3 * alloc_bytes(chunk) + (tied ? alloc_bytes(s->params_first) : 0);
   }
   /* the per-tensor scalars, one layer's scratch, the two backward ping-pong buffers, the embedding's positions */
@@ -790,7 +791,7 @@ int strata__stage_new(const struct strata_model *model, int first, int last, int
   int rc;
   rc = strata_queue_new(dev, &st->q);
   if (!rc)
-    rc = alloc(dev, st->zero3 ? st->gwin : padded, &st->params);
+    rc = alloc(dev, st->zero3 ? 2 * st->gwin : padded, &st->params); /* ZeRO-3: the window's two halves */
   if (!rc && st->zero3)
     rc = alloc(dev, st->chunk, &st->pshard);
   if (!rc)
@@ -855,7 +856,7 @@ int strata__stage_new(const struct strata_model *model, int first, int last, int
     const size_t n = base < off ? (off - base < st->chunk ? off - base : st->chunk) : 0;
     rc = strata_fill(st->q, AT(st->pshard, 0), 0, (int64_t)(st->chunk ? st->chunk : 1));
     if (!rc) /* the window holds nothing yet */
-      rc = strata_fill(st->q, AT(st->params, 0), 0, (int64_t)(st->gwin ? st->gwin : 1));
+      rc = strata_fill(st->q, AT(st->params, 0), 0, (int64_t)(st->gwin ? 2 * st->gwin : 1));
     if (!rc && n)
       rc = strata_buffer_upload(st->q, st->pshard, 0, host + base, n * 4);
   } else {
@@ -914,6 +915,7 @@ void strata__stage_free(struct strata__stage *st) {
     strata_buffer_free(st->slots[s].grad);
   }
   free(st->slots);
+  strata__stage_window_free(st); /* (its gathers in flight write params) */
   strata_buffer_free(st->params);
   strata_buffer_free(st->params16);
   strata_buffer_free(st->join32);
@@ -1093,28 +1095,6 @@ int strata__stage_shard_add(struct strata__stage *st, size_t lo, size_t hi, stra
     return STRATA_OK; /* none of it in this replica's shard */
   g.off += x - lo;
   return strata_add(st->q, AT(st->gshard, x - a), g, AT(st->gshard, x - a), (int64_t)(y - x));
-}
-
-int strata__stage_param_take(struct strata__stage *st, int t, int k) {
-  if (!st->zero3)
-    return STRATA_OK;
-  const size_t lo = st->tensors[t].off, hi = st->tensors[t + k - 1].off + st->tensors[t + k - 1].n;
-  if (lo >= st->pbase && hi <= st->pend && !st->params16_stale)
-    return STRATA_OK; /* held already */
-  if (hi - lo > st->gwin)
-    return strata__error(STRATA_ERR_INTERNAL, "stage: %zu parameters for a window of %zu", hi - lo, st->gwin);
-  if (!st->params_fetch)
-    return strata__error(STRATA_ERR_STATE, "stage: ZeRO-3's parameters read with no gather to fetch them");
-  st->pend = st->pbase; /* (nothing held should the gather fail) */
-  if (hi > lo)
-    TRY(st->params_fetch(st->params_fetch_arg, lo, hi, AT(st->params, 0)));
-  st->pbase = lo;
-  st->pend = hi;
-  if (st->params16 && hi > lo)
-    TRY(strata_convert(st->q, AT(st->params, 0), strata_mem_typed(st->params16, 0, STRATA_BFLOAT16),
-                       (int64_t)(hi - lo)));
-  st->params16_stale = 0;
-  return STRATA_OK;
 }
 
 /* The gradients of flat floats from `lo` on as the optimizer reads them: the whole vector's, or ZeRO-2's shard. */

@@ -152,16 +152,25 @@ struct strata__stage {
   ** ZeRO-3 (cut->zero_stage 3, with ZeRO-2's gradients): no whole parameter
   ** vector either. `pshard` holds this replica's shard of the float32
   ** parameters (chunk floats, from zero.rank x chunk: what its AdamW
-  ** updates); `params` (and in bfloat16 `params16`) is a window of gwin
-  ** floats that holds flat floats [pbase, pend) gathered from every
-  ** replica's shard by `params_fetch` (the executor) before a layer reads
-  ** them, kept until other tensors are needed or the parameters change.
+  ** updates); `params` is a window of two halves of gwin floats
+  ** (window.c): the half at `pat` holds flat floats [pbase, pend), gathered
+  ** from every replica's shard before a layer reads them and kept until
+  ** other tensors are needed or the parameters change; the other half
+  ** receives the next tensors' gather (prefetched on the window's gather
+  ** queue while the layer computes). In bfloat16, `params16` is one window:
+  ** the current half converted on the stage's queue. `params_fetch` (the
+  ** executor's) enqueues on q the copies that make dst hold [lo, hi);
+  ** `params_landed` (NULL: none; traced runs) hears of each gather of
+  ** stage tensor t once it is in the window, with when it was posted and
+  ** when it was seen there (strata__now seconds).
   */
   int zero3;
   strata_buffer_t pshard;
-  size_t pbase, pend;
-  int (*params_fetch)(void *arg, size_t lo, size_t hi, strata_mem_t dst);
+  size_t pbase, pend, pat;
+  int (*params_fetch)(void *arg, strata_queue_t q, size_t lo, size_t hi, strata_mem_t dst);
+  void (*params_landed)(void *arg, int t, size_t lo, size_t hi, double posted, double landed);
   void *params_fetch_arg;
+  struct strata__window *win; /* window.c's prefetch: its queue, what is in flight, the order each pass reads */
   /* Sharded stages: joins `count` floats at x with the other slices' (an
   ** all-reduce with `op`, STRATA_SUM or STRATA_MAX, enqueued on q), set by the executor. */
   int (*join)(void *arg, strata_queue_t q, strata_mem_t x, size_t count, int op);
@@ -363,12 +372,23 @@ int strata__stage_grad_begin(struct strata__stage *st);
 int strata__stage_grad_take(struct strata__stage *st, int t, int k);
 int strata__stage_grad_flush(struct strata__stage *st, int tied);
 int strata__stage_shard_add(struct strata__stage *st, size_t lo, size_t hi, strata_mem_t g);
-/* ZeRO-3 (nothing otherwise): before a layer reads stage tensors [t, t + k) (adjacent), the parameter window holds
-** them (gathered unless it holds them already). */
+/*
+** ZeRO-3's parameter window (window.c; nothing otherwise). _param_take, before a layer reads stage tensors
+** [t, t + k) (adjacent): the window holds them — held already, landed from the prefetch, or gathered now — and the
+** tensors this pass read after them last time are prefetched into the other half. _window_begin, before a pass of
+** kind `pass` (STRATA_ACTION_FORWARD, _BACKWARD, _BACKWARD_INPUT or _BACKWARD_WEIGHT) runs: it starts learning or
+** following that pass's order. _window_prefetch (PARAM_GATHER): post the gather of the first tensors such a pass
+** read last time, unless held. _window_end, after the pass (or on failure): waits for what is in flight, reporting a
+** failed gather. _window_free: for strata__stage_free.
+*/
 int strata__stage_param_take(struct strata__stage *st, int t, int k);
+int strata__stage_window_begin(struct strata__stage *st, int pass);
+int strata__stage_window_prefetch(struct strata__stage *st, int pass);
+int strata__stage_window_end(struct strata__stage *st);
+void strata__stage_window_free(struct strata__stage *st);
 /* The parameter of flat float `off` as the layers read it (float32): the whole vector, or ZeRO-3's window. */
 static inline strata_mem_t strata__stage_param(const struct strata__stage *st, size_t off) {
-  return strata_mem(st->params, st->zero3 ? off - st->pbase : off);
+  return strata_mem(st->params, st->zero3 ? off - st->pbase + st->pat : off);
 }
 /* The parameters changed (an update, a load): the window, and the bfloat16 copy, are made anew before use. */
 static inline void strata__stage_params_changed(struct strata__stage *st) {

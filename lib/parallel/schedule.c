@@ -28,7 +28,7 @@ STRATA_API const char *strata_action_label(int kind) {
 }
 
 const char *strata__action_str(const struct strata_action *a, char buf[STRATA__ACTION_STR]) {
-  if (strata__per_stage(a->kind))
+  if (strata__per_stage(a->kind) && a->microbatch < 0) /* (ZeRO-3's PARAM_GATHER has a micro-batch) */
     snprintf(buf, STRATA__ACTION_STR, "%s%d", strata_action_label(a->kind), a->stage);
   else
     snprintf(buf, STRATA__ACTION_STR, "%s%d.%d", strata_action_label(a->kind), a->stage, a->microbatch);
@@ -500,14 +500,30 @@ STRATA_API int strata_schedule_generate(int kind, int devices, int microbatches,
 }
 
 /*
+** Push action (kind, stage, mb) on device d; with ZeRO-3 (zero >= 3) a compute
+** action that reads the stage's weights (F, B, BI, W) comes right after a
+** PARAM_GATHER of the same stage and micro-batch: the gathers of its layers'
+** weights from the replicas' shards, the first posted there and each next one
+** while the layer before computes (the executor's prefetch, lib/train/gather.c).
+*/
+static int strata__push_gathered(struct strata_schedule *s, int d, int zero, int kind, int stage, int mb) {
+  const int reads = kind == STRATA_ACTION_FORWARD || kind == STRATA_ACTION_BACKWARD ||
+                    kind == STRATA_ACTION_BACKWARD_INPUT || kind == STRATA_ACTION_BACKWARD_WEIGHT;
+  if (zero >= 3 && reads)
+    TRY(strata__push(s, d, STRATA_ACTION_PARAM_GATHER, stage, mb));
+  return strata__push(s, d, kind, stage, mb);
+}
+
+/*
 ** Replicate a pipeline schedule over `replicas` data-parallel copies of
 ** `tp` chains each: the lists of chain c are those of the base with every
 ** stage moved by c x (base stages), on devices moved by c x (base devices),
 ** each forward and backward followed by its TP_JOIN (tp > 1), and each
 ** stage's gradient collective placed right after its last backward work
 ** on its device (a GR there lets that stage's reduction overlap whatever
-** the device runs next), the PARAM_GATHERs after the device's last
-** OPTIMIZER (where the executor updates all the device's stages).
+** the device runs next), ZeRO-1's and 2's PARAM_GATHERs after the device's
+** last OPTIMIZER (where the executor updates all the device's stages), and
+** ZeRO-3's right before each F, B, BI and W (strata__push_gathered).
 */
 STRATA_API int strata_schedule_generate_hybrid(int kind, int devices, int microbatches, int virtual_stages,
                                                int replicas, int tp, int zero, strata_schedule_t *out) {
@@ -556,7 +572,7 @@ STRATA_API int strata_schedule_generate_hybrid_ranks(int kind, int devices, int 
   }
   uint64_t actions = 0;
   for (int d = 0; d < base->devices; d++)
-    actions += 2u * (uint64_t)base->counts[d] + 2u * (uint64_t)base->stages;
+    actions += 3u * (uint64_t)base->counts[d] + 2u * (uint64_t)base->stages;
   if (actions * (uint64_t)chains > STRATA__SCHEDULE_MAX_ACTIONS || per_replica * replicas > INT32_MAX) {
     strata_schedule_free(base);
     return strata__error(STRATA_ERR_RANGE, "strata_schedule_generate_hybrid: %d x %d chains of %d devices is too large",
@@ -604,13 +620,13 @@ STRATA_API int strata_schedule_generate_hybrid_ranks(int kind, int devices, int 
         int keep = !((a->kind == STRATA_ACTION_SEND_ACT && !strata__held(s, st + 1)) ||
                      (a->kind == STRATA_ACTION_SEND_GRAD && !strata__held(s, st - 1)));
         if (keep)
-          rc = strata__push(s, dd, a->kind, st, a->microbatch);
+          rc = strata__push_gathered(s, dd, zero, a->kind, st, a->microbatch);
         const int joins = tp[d] > 1;
         if (!rc && joins && a->kind == STRATA_ACTION_FORWARD)
           rc = strata__push(s, dd, STRATA_ACTION_TP_JOIN_FORWARD, st, a->microbatch);
         if (!rc && joins && (a->kind == STRATA_ACTION_BACKWARD || a->kind == STRATA_ACTION_BACKWARD_INPUT))
           rc = strata__push(s, dd, STRATA_ACTION_TP_JOIN_BACKWARD, st, a->microbatch);
-        if (!rc && a->kind == STRATA_ACTION_OPTIMIZER && zero && i == last_opt)
+        if (!rc && a->kind == STRATA_ACTION_OPTIMIZER && zero && zero < 3 && i == last_opt)
           /* after the device's last OPTIMIZER, which updates all its stages: every stage's gather, in the order
           ** of their OPTIMIZERs */
           for (int j = 0; j < n && !rc; j++)
@@ -707,7 +723,10 @@ STRATA_API int strata_schedule_from_hybrid_lists(int replicas, int tp, int devic
       if (a->stage < 0 || a->stage >= stages)
         return strata__error(STRATA_ERR_INVALID, "strata_schedule_from_lists: dev %d #%d %s: stage %d out of range (%d stages)",
                              d, i, strata_action_label(a->kind), a->stage, stages);
-      if (strata__per_stage(a->kind) ? a->microbatch != -1 : (a->microbatch < 0 || a->microbatch >= microbatches))
+      /* (a PARAM_GATHER is ZeRO-1's of the whole step, -1, or ZeRO-3's of a micro-batch) */
+      const int either = a->kind == STRATA_ACTION_PARAM_GATHER && a->microbatch >= 0 && a->microbatch < microbatches;
+      if (!either &&
+          (strata__per_stage(a->kind) ? a->microbatch != -1 : (a->microbatch < 0 || a->microbatch >= microbatches)))
         return strata__error(STRATA_ERR_INVALID,
                              "strata_schedule_from_lists: dev %d #%d %s%d: micro-batch %d out of range (%s)", d, i,
                              strata_action_label(a->kind), a->stage, a->microbatch,

@@ -21,6 +21,15 @@ static int strata__tp_join(int kind) {
   return kind == STRATA_ACTION_TP_JOIN_FORWARD || kind == STRATA_ACTION_TP_JOIN_BACKWARD;
 }
 static int strata__collective(int kind) { return strata__grad_collective(kind) || strata__tp_join(kind); }
+/* ZeRO-3's PARAM_GATHER of one micro-batch (before its F, B, BI or W): its device reads the replicas' shards, which
+** hold the step's parameters all along, so it waits for no other device. */
+static int strata__weight_gather(const struct strata_action *a) {
+  return a->kind == STRATA_ACTION_PARAM_GATHER && a->microbatch >= 0;
+}
+/* Does action `a` complete only when every member of its group has reached it? */
+static int strata__joins(const struct strata_action *a) {
+  return strata__collective(a->kind) && !strata__weight_gather(a);
+}
 
 /* The group of collective `kind` at `stage`: its size, and the stage of its i-th member — the same stage of the
 ** same slice of every replica (gradient collectives), or of every slice of the same replica (tp joins). */
@@ -144,6 +153,8 @@ static int strata__deps(const struct strata__index *x, const struct strata_actio
   case STRATA_ACTION_RECV_GRAD: STRATA__DEP(STRATA_ACTION_SEND_GRAD, strata__owner(s, st + 1)); break;
   case STRATA_ACTION_BACKWARD_WEIGHT: STRATA__DEP(STRATA_ACTION_BACKWARD_INPUT, st); break;
   case STRATA_ACTION_PARAM_GATHER:
+    if (mb >= 0)
+      break; /* ZeRO-3's, of one micro-batch: the shards are there all along */
     deps[n++] = (struct strata_action){.kind = STRATA_ACTION_OPTIMIZER, .stage = st, .microbatch = -1};
     break;
   case STRATA_ACTION_TP_JOIN_FORWARD: STRATA__DEP(STRATA_ACTION_FORWARD, st); break;
@@ -230,7 +241,7 @@ static int strata__check_lists(const struct strata__index *x) {
                              a->kind == STRATA_ACTION_SEND_ACT || a->kind == STRATA_ACTION_SEND_GRAD ? "send"
                                                                                                     : "receive");
       size_t k = strata__key(s, a->kind, st, a->microbatch);
-      if (x->count[k] > 1 && (x->dev[k] != d || x->pos[k] != i))
+      if (x->count[k] > 1 && (x->dev[k] != d || x->pos[k] != i) && !strata__weight_gather(a)) /* (one per F/B/W) */
         return strata__error(STRATA_ERR_INVALID, "dev %d #%d %s: duplicate (first at dev %d #%d)", d, i, b1, x->dev[k],
                              x->pos[k]);
     }
@@ -353,6 +364,53 @@ static int strata__check_lists(const struct strata__index *x) {
   return STRATA_OK;
 }
 
+/* The compute action that reads a stage's weights (F, B, BI or W): under ZeRO-3 it needs its PARAM_GATHER. */
+static int strata__reads_weights(int kind) {
+  return kind == STRATA_ACTION_FORWARD || kind == STRATA_ACTION_BACKWARD || kind == STRATA_ACTION_BACKWARD_INPUT ||
+         kind == STRATA_ACTION_BACKWARD_WEIGHT;
+}
+
+/*
+** ZeRO-3's gathers: a schedule with a PARAM_GATHER of a micro-batch (s m, m >= 0) has one right before every F, B,
+** BI and W of every stage (only that backward's RECOMPUTE between them), none anywhere else, and no PARAM_GATHER of
+** the whole step (s -1: ZeRO-1's all-gather after the update, which ZeRO-3 has no whole parameters for).
+*/
+static int strata__check_gathers(const struct strata__index *x) {
+  const struct strata_schedule *s = x->s;
+  int any = 0;
+  for (int d = 0; d < s->devices && !any; d++)
+    for (int i = 0; i < s->counts[d] && !any; i++)
+      any = strata__weight_gather(&s->lists[d][i]);
+  if (!any)
+    return STRATA_OK;
+  char b1[STRATA__ACTION_STR];
+  for (int d = 0; d < s->devices; d++)
+    for (int i = 0; i < s->counts[d]; i++) {
+      const struct strata_action *a = &s->lists[d][i];
+      if (a->kind == STRATA_ACTION_PARAM_GATHER && a->microbatch < 0)
+        return strata__error(STRATA_ERR_INVALID, "dev %d #%d %s: a gather of the whole step in a schedule that gathers "
+                             "each micro-batch's weights (ZeRO-3)", d, i, strata__action_str(a, b1));
+      if (!strata__weight_gather(a) && !strata__reads_weights(a->kind))
+        continue;
+      /* the partner: the gather before the compute action, the compute action after the gather (a RECOMPUTE of
+      ** the same stage and micro-batch may stand between: it runs inside the backward) */
+      const int step = strata__weight_gather(a) ? 1 : -1;
+      int j = i + step;
+      while (j >= 0 && j < s->counts[d] && s->lists[d][j].kind == STRATA_ACTION_RECOMPUTE &&
+             s->lists[d][j].stage == a->stage && s->lists[d][j].microbatch == a->microbatch)
+        j += step;
+      const struct strata_action *p = j >= 0 && j < s->counts[d] ? &s->lists[d][j] : NULL;
+      const int ok = p && p->stage == a->stage && p->microbatch == a->microbatch &&
+                     (step > 0 ? strata__reads_weights(p->kind) : strata__weight_gather(p));
+      if (!ok)
+        return strata__error(STRATA_ERR_INVALID, step > 0 ? "dev %d #%d %s: not right before an F, B, BI or W of "
+                             "stage %d, micro-batch %d that reads the weights it gathers" : "dev %d #%d %s: not right "
+                             "after a PAG%d.%d: ZeRO-3 gathers the weights of every forward and backward", d, i,
+                             strata__action_str(a, b1), a->stage, a->microbatch);
+    }
+  return STRATA_OK;
+}
+
 /* Append to buf (of size cap, holding *len bytes) without overflowing; the tail is cut when full. */
 static void strata__append(char *buf, size_t cap, size_t *len, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 static void strata__append(char *buf, size_t cap, size_t *len, const char *fmt, ...) {
@@ -384,7 +442,7 @@ static int strata__run(struct strata__index *x, const double *cost, double *busy
         const struct strata_action *a = &s->lists[d][x->next[d]];
         double ready = x->clock[d];
         const size_t self = strata__key(s, a->kind, a->stage, a->microbatch);
-        if (strata__collective(a->kind) && x->finish[self] >= 0) {
+        if (strata__joins(a) && x->finish[self] >= 0) {
           /* completed when the last replica arrived */
           if (x->finish[self] > x->clock[d])
             x->clock[d] = x->finish[self];
@@ -420,7 +478,7 @@ static int strata__run(struct strata__index *x, const double *cost, double *busy
           if (waiting)
             break;
         }
-        if (strata__collective(a->kind)) {
+        if (strata__joins(a)) {
           /* arrive, and complete once every member's device has */
           if (x->arrive[self] < 0)
             x->arrive[self] = ready;
@@ -464,7 +522,7 @@ static int strata__run(struct strata__index *x, const double *cost, double *busy
     const struct strata_action *a = &s->lists[d][x->next[d]];
     struct strata_action w = {0}, deps[2];
     int replica_wait = 0;
-    if (strata__collective(a->kind) && x->arrive[strata__key(s, a->kind, a->stage, a->microbatch)] >= 0) {
+    if (strata__joins(a) && x->arrive[strata__key(s, a->kind, a->stage, a->microbatch)] >= 0) {
       /* here already: waits for a member that is not */
       const int g = strata__group_size(s, a->kind, a->stage);
       for (int r = 0; r < g && !replica_wait; r++) {
@@ -512,7 +570,9 @@ static int strata__check(const struct strata_schedule *s, const double *cost, do
   int rc = strata__index_init(&x, s);
   if (rc != STRATA_OK)
     return rc;
-  rc = strata__check_lists(&x);
+  rc = strata__check_gathers(&x); /* (first: ZeRO-1's gather of a stage would count as a duplicate of PAG s.0) */
+  if (!rc)
+    rc = strata__check_lists(&x);
   if (rc == STRATA_OK)
     rc = strata__run(&x, cost, busy, span);
   strata__index_free(&x);

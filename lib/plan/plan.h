@@ -233,6 +233,7 @@ struct strata__plan_stage_cost {
   int dev;                          /* the machine device the stage's schedule device stands for */
   int tp;
   int threads;                      /* host cores its compute takes (0: none) */
+  int layers;                       /* ZeRO-3: how many gathers a pass of it makes, one a layer */
 };
 
 /* One simulation's state: the schedule's devices and stages, what each has finished and when, the resources
@@ -248,8 +249,11 @@ struct strata__plan_engine {
   int dp;                           /* replicas the collectives span (layout dp, >= R) */
   int zero2;                        /* ZeRO-2: GRAD_SCATTER stands for an all-reduce of every micro-batch's
                                     ** gradients, run in the backward (executor.c's shard_ready) */
-  int zero3;                        /* ZeRO-3: PARAM_GATHER stands for the gathers of the stage's weights before
-                                    ** every forward and backward (executor.c's gather_fetch) */
+  int zero3;                        /* ZeRO-3: a PARAM_GATHER of a micro-batch gathers the stage's weights for
+                                    ** the F, B, BI or W after it, layer by layer on the device's comm stream
+                                    ** (lib/train/gather.c): the pass starts once the first layer's are in and
+                                    ** ends no sooner than the last layer's */
+  double *gather_first, *gather_end; /* [S]: the last PARAM_GATHER's first layer in, and all of it in (< 0: none) */
   double *finish, *arrive;          /* [K x S x (M + 1)] */
   double *clock, *sender_free, *comm_free, *compute, *comm, *mem_now, *mem_peak;
   int *next, *parked, *bw_done;

@@ -152,6 +152,12 @@ static struct strata__plan_heap_item heap_pop(struct strata__plan_engine *e) {
   return top;
 }
 
+/* A pass that reads the stage's weights: under ZeRO-3 a PARAM_GATHER of its micro-batch comes right before it. */
+static int reads_weights(int kind) {
+  return kind == STRATA_ACTION_FORWARD || kind == STRATA_ACTION_BACKWARD || kind == STRATA_ACTION_BACKWARD_INPUT ||
+         kind == STRATA_ACTION_BACKWARD_WEIGHT;
+}
+
 /* When device d's next action can start: 1 and *t, or 0 while it waits for something not yet known. */
 static int ready(const struct strata__plan_engine *e, int d, double *t) {
   int n;
@@ -166,6 +172,8 @@ static int ready(const struct strata__plan_engine *e, int d, double *t) {
     if (f > r)                                                                                                         \
       r = f;                                                                                                           \
   } while (0)
+  if (e->gather_first && st >= 0 && st < e->S && reads_weights(a->kind) && e->gather_first[st] >= 0)
+    NEED(e->gather_first[st]); /* ZeRO-3: its first layer's weights, gathered (PARAM_GATHER right before it) */
   switch (a->kind) {
   case STRATA_ACTION_FORWARD:
     if (has_prev(e, st)) {
@@ -226,7 +234,10 @@ static int ready(const struct strata__plan_engine *e, int d, double *t) {
       return 0;
     NEED(e->bw_last[st]);
     break;
-  case STRATA_ACTION_PARAM_GATHER: NEED(e->finish[key(e, STRATA_ACTION_OPTIMIZER, st, -1)]); break;
+  case STRATA_ACTION_PARAM_GATHER:
+    if (mb < 0) /* (ZeRO-3's of a micro-batch reads the shards, there all along) */
+      NEED(e->finish[key(e, STRATA_ACTION_OPTIMIZER, st, -1)]);
+    break;
   case STRATA_ACTION_TP_JOIN_FORWARD:
   case STRATA_ACTION_TP_JOIN_BACKWARD:
     /* arrive when the device gets here; then wait for the join to end */
@@ -353,10 +364,7 @@ static double collective_s(const struct strata__plan_engine *e, int kind, int st
     *bytes *= e->M;
     return ar * e->M;
   }
-  if (kind == STRATA_ACTION_PARAM_GATHER && e->zero3) { /* the weights gathered for each forward and backward */
-    *bytes *= 2 * e->M;
-    return ar * e->M;
-  }
+  /* (ZeRO-3's PARAM_GATHER of a micro-batch: the stage's weights all-gathered once, half the ring, as ZeRO-1's) */
   return kind == STRATA_ACTION_GRAD_REDUCE ? ar : ar / 2; /* reduce-scatter or all-gather: half the ring */
 }
 
@@ -444,6 +452,12 @@ static void shared_start(struct strata__plan_engine *e, int d, int st, double t,
 static void compute_done(struct strata__plan_engine *e, int d, const struct strata_action *a, double t0, double t1,
                          double comm) {
   const int st = a->stage;
+  if (e->gather_end && reads_weights(a->kind) && e->gather_end[st] > t1) { /* ZeRO-3: its last layer's weights */
+    comm += e->gather_end[st] - t1;
+    t1 = e->gather_end[st];
+  }
+  if (e->gather_end && reads_weights(a->kind)) /* (the next pass of the stage has a gather of its own) */
+    e->gather_first[st] = e->gather_end[st] = -1;
   e->clock[d] = t1;
   e->finish[key(e, a->kind, st, a->microbatch)] = t1;
   e->compute[d] += t1 - t0 - comm;
@@ -463,6 +477,30 @@ static void compute_done(struct strata__plan_engine *e, int d, const struct stra
     if (t1 > e->bw_last[st])
       e->bw_last[st] = t1;
   }
+}
+
+/*
+** ZeRO-3's PARAM_GATHER s m at t: the stage's weights all-gathered from the replicas' shards for the pass after it,
+** layer by layer on the device's comm stream from when it is free (each next layer's posted while the one before
+** computes: FSDP's prefetch). The pass starts once its first layer's share is in and ends no sooner than the last's
+** (compute_done); the device itself goes on at once.
+*/
+static void weight_gather(struct strata__plan_engine *e, int d, const struct strata_action *a, double t) {
+  const int st = a->stage;
+  double bytes = 0, dur = e->unit ? e->unit[a->kind] : 0;
+  if (!e->unit && e->sc)
+    dur = collective_s(e, a->kind, st, &bytes);
+  const int layers = !e->unit && e->sc && e->sc[st].layers > 0 ? e->sc[st].layers : 1;
+  const double start = e->comm_free[d] > t ? e->comm_free[d] : t, end = start + dur;
+  e->comm_free[d] = end;
+  e->comm[d] += dur;
+  if (e->gather_first) {
+    e->gather_first[st] = start + dur / layers;
+    e->gather_end[st] = end;
+  }
+  e->finish[key(e, a->kind, st, a->microbatch)] = t;
+  strata__plan_trace_event(e, "comm", a, "allgather", 2 * d + 1, start, end, bytes);
+  e->clock[d] = t;
 }
 
 /* Run the engine to the end; STRATA_ERR_INVALID when the lists cannot finish. */
@@ -559,9 +597,14 @@ static int engine_run(struct strata__plan_engine *e) {
       strata__plan_trace_event(e, "recv", a, NULL, 2 * d, e->clock[d], t, 0);
       e->clock[d] = t;
       break;
+    case STRATA_ACTION_PARAM_GATHER:
+      if (mb >= 0) { /* ZeRO-3's, of a micro-batch; ZeRO-1's, of the whole step, is a collective */
+        weight_gather(e, d, a, t);
+        break;
+      }
+      /* fall through */
     case STRATA_ACTION_GRAD_REDUCE:
-    case STRATA_ACTION_GRAD_SCATTER:
-    case STRATA_ACTION_PARAM_GATHER: {
+    case STRATA_ACTION_GRAD_SCATTER: {
       /* arrive; the collective runs on the communication stream once every replica has */
       const int ci = coll_slot(e, a->kind, st);
       e->finish[self] = -1;
@@ -649,6 +692,8 @@ static void engine_free(struct strata__plan_engine *e) {
   free(e->clock);
   free(e->sender_free);
   free(e->comm_free);
+  free(e->gather_first);
+  free(e->gather_end);
   free(e->compute);
   free(e->comm);
   free(e->mem_now);
@@ -696,6 +741,19 @@ static int engine_init(struct strata__plan_engine *e, strata_schedule_t s, const
   e->parked = calloc(P, sizeof *e->parked);
   e->bw_done = calloc((size_t)e->S, sizeof *e->bw_done);
   e->bw_last = calloc((size_t)e->S, sizeof *e->bw_last);
+  int gathers = 0; /* ZeRO-3's lists: a PARAM_GATHER of a micro-batch before each pass */
+  for (int d = 0; d < e->P && !gathers; d++) {
+    int n = 0;
+    const struct strata_action *l = strata_schedule_actions(s, d, &n);
+    for (int i = 0; i < n && !gathers; i++)
+      gathers = l[i].kind == STRATA_ACTION_PARAM_GATHER && l[i].microbatch >= 0;
+  }
+  if (gathers) {
+    e->gather_first = malloc((size_t)e->S * sizeof *e->gather_first);
+    e->gather_end = malloc((size_t)e->S * sizeof *e->gather_end);
+    for (int g = 0; e->gather_first && e->gather_end && g < e->S; g++)
+      e->gather_first[g] = e->gather_end[g] = -1;
+  }
   const size_t slots = 3 * (size_t)e->T * (size_t)e->chain;
   e->coll_count = calloc(slots, sizeof *e->coll_count);
   e->coll_max = calloc(slots, sizeof *e->coll_max);
@@ -709,7 +767,7 @@ static int engine_init(struct strata__plan_engine *e, strata_schedule_t s, const
   if (!e->finish || !e->arrive || !e->clock || !e->sender_free || !e->comm_free || !e->compute || !e->comm ||
       !e->mem_now || !e->mem_peak || !e->next || !e->parked || !e->bw_done || !e->bw_last || !e->coll_count ||
       !e->coll_max || !e->coll_fin || !e->res_free || !e->tj_count || !e->tj_max || !e->last_opt ||
-      (c && c->cpu_cores > 0 && !e->run)) {
+      (c && c->cpu_cores > 0 && !e->run) || (gathers && (!e->gather_first || !e->gather_end))) {
     engine_free(e);
     return strata__error(STRATA_ERR_NOMEM, "simulator: out of host memory for %d devices and %d stages", e->P, e->S);
   }
@@ -996,6 +1054,7 @@ static int simulate_in(struct strata_machine *c, strata_model_t model, strata_la
     sc->opt = strata__plan_op_s(&w, STRATA_PLAN_OP_ADAMW, params / t / (zero ? dp : 1)) + 8 * w.launch_us * 1e-6 +
               2 * w.sync_us * 1e-6;
     sc->grad_bytes = 4.0 * params / t;
+    sc->layers = split[j];
     /* the memory model's bytes of the stage (as the trainer of this layout plans them): what it holds from the
     ** start, and what each micro-batch in flight adds — the activations its backward reads, its boundary
     ** gradients, the gradient its successor sends back */

@@ -71,6 +71,7 @@ struct exec {
   double *done_post;         /* [S]: when it was posted (0: not this step) */
   struct buckets *bk;        /* [S]: data parallelism: each stage's gradient buckets */
   struct shard_hook *zh;     /* [S]: ZeRO-2: what each stage's backward hands its layers' gradients to */
+  struct strata__gather_hook *gh; /* [S]: ZeRO-3: what each stage's gathers are for (gather.c) */
   float gscale, norm, lr;
   double *busy;              /* [ndev] */
   struct sender *snd;        /* [ndev] */
@@ -105,24 +106,6 @@ struct shard_hook {
 
 static int rank_of(const struct exec *ex, int s) { return ex->tr->stage_rank[s]; }
 
-/* ZeRO-3: parameters [lo, hi) of the stage gathered into its window (params.c), traced as PAG<stage>.<micro-batch>. */
-static int gather_fetch(void *arg, size_t lo, size_t hi, strata_mem_t dst) {
-  const struct shard_hook *h = arg;
-  struct exec *ex = h->ex;
-  const double t0 = strata__now();
-  TRY(strata__trainer_gather_weights(ex->tr, h->s, lo, hi, dst));
-  if (!ex->traced)
-    return STRATA_OK;
-  TRY(strata_queue_finish(ex->tr->st[h->s]->q)); /* (traced runs time the gather itself) */
-  char name[40];
-  snprintf(name, sizeof name, "PAG%d.%d", h->s, h->mb);
-  pthread_mutex_lock(&ex->lock);
-  strata__trace_add_comm(ex->tr, name, "allgather", (uint64_t)(hi - lo) * 4, STRATA__GROUP_REPLICAS, h->s, t0,
-                         strata__now(), 2 * h->rank + 1, t0);
-  pthread_mutex_unlock(&ex->lock);
-  return STRATA_OK;
-}
-
 static int shard_ready(void *arg, size_t lo, size_t hi, strata_mem_t g);
 
 /* ZeRO-2/3: stage s's hooks for micro-batch mb (`on`; else cleared): a training backward's (`grads`) reductions of
@@ -130,10 +113,13 @@ static int shard_ready(void *arg, size_t lo, size_t hi, strata_mem_t g);
 static void zero_hooks(struct exec *ex, struct strata__stage *st, int s, int rank, int mb, int grads, int on) {
   if (ex->zh)
     ex->zh[s] = (struct shard_hook){ex, s, rank, mb};
+  if (ex->gh)
+    ex->gh[s] = (struct strata__gather_hook){ex->tr, &ex->lock, s, rank, mb};
   st->grads_flush = on && grads && ex->zh && ex->w->train ? shard_ready : NULL;
   st->grads_flush_arg = st->grads_flush ? &ex->zh[s] : NULL;
-  st->params_fetch = on && st->zero3 ? gather_fetch : NULL;
-  st->params_fetch_arg = st->params_fetch ? &ex->zh[s] : NULL;
+  st->params_fetch = on && st->zero3 && ex->gh ? strata__gather_fetch : NULL;
+  st->params_landed = st->params_fetch && ex->traced ? strata__gather_landed : NULL;
+  st->params_fetch_arg = st->params_fetch ? &ex->gh[s] : NULL;
 }
 
 int strata__stage_consumers(const struct strata_trainer *tr, int s, int dir, int *out) {
@@ -384,9 +370,12 @@ static int do_forward(struct exec *ex, int rank, int s, int mb) {
     TRY(strata_buffer_write(st->q, tg.buf, strata__mem_byte(tg), ex->w->targets[mbi], (size_t)ex->w->rows * 4));
   }
   zero_hooks(ex, st, s, rank, mb, 0, 1);
-  int frc = strata__stage_forward(st, sl);
+  int frc = strata__stage_window_begin(st, STRATA_ACTION_FORWARD); /* ZeRO-3: its gathers, prefetched */
+  if (!frc)
+    frc = strata__stage_forward(st, sl);
+  const int wrc = strata__stage_window_end(st);
   zero_hooks(ex, st, s, rank, mb, 0, 0);
-  TRY(frc);
+  TRY(frc ? frc : wrc);
   if (last && ex->w->forwarded)
     TRY(ex->w->forwarded(ex->w->arg, st, s, sl, mb));
   if (last && strata__stage_slice(tr, s) == 0) /* every slice computes the same losses */
@@ -444,14 +433,16 @@ static int do_backward(struct exec *ex, int rank, int kind, int s, int mb, int l
     st->recomputing = recompute_traced;
     st->recomputing_arg = &rt;
   }
-  int rc;
   st->sp_grads = last; /* spatial slabs: the step's gradients summed over them as the last backward makes them */
-  if (kind == STRATA_ACTION_BACKWARD)
+  int rc = strata__stage_window_begin(st, kind); /* ZeRO-3: its gathers, prefetched */
+  if (!rc && kind == STRATA_ACTION_BACKWARD)
     rc = strata__stage_backward(st, sl);
-  else if (kind == STRATA_ACTION_BACKWARD_INPUT)
+  else if (!rc && kind == STRATA_ACTION_BACKWARD_INPUT)
     rc = strata__stage_backward_input(st, sl);
-  else
+  else if (!rc)
     rc = strata__stage_backward_weight(st, sl);
+  const int wrc = strata__stage_window_end(st);
+  rc = rc ? rc : wrc;
   st->grads_done = NULL;
   st->grads_done_arg = NULL;
   st->recomputing = NULL;
@@ -862,7 +853,17 @@ static void *worker_main(void *arg) {
       cat = NULL; /* traced with its duration at the optimizer */
       break;
     case STRATA_ACTION_PARAM_GATHER:
-      rc = do_param_gather(ex, rank, s);
+      if (mb >= 0) { /* ZeRO-3: the first weights of the F, B, BI or W after it (past its RECOMPUTE), posted */
+        int j = i + 1;
+        while (j < n && list[j].kind == STRATA_ACTION_RECOMPUTE)
+          j++;
+        struct strata__stage *st = ex->tr->st[s];
+        zero_hooks(ex, st, s, rank, mb, 0, 1);
+        rc = j < n && list[j].stage == s ? strata__gather_action(ex->tr, s, list[j].kind) : STRATA_OK;
+        zero_hooks(ex, st, s, rank, mb, 0, 0);
+      } else {
+        rc = do_param_gather(ex, rank, s);
+      }
       cat = NULL;
       break;
     case STRATA_ACTION_RECOMPUTE: /* armed here, run block by block inside the backward, traced there */
@@ -1017,6 +1018,8 @@ int strata__execute(strata_trainer_t tr, const struct strata__work *w, struct st
   const int hooks = (w->train && tr->zero >= 2) || tr->zero >= 3; /* (ZeRO-3's passes gather too) */
   if (hooks)
     ex.zh = calloc((size_t)ex.S, sizeof *ex.zh);
+  if (tr->zero >= 3)
+    ex.gh = calloc((size_t)ex.S, sizeof *ex.gh);
   if (buckets) {
     ex.bk = calloc((size_t)ex.S, sizeof *ex.bk);
     for (int s = 0; ex.bk && s < ex.S; s++)
@@ -1033,7 +1036,7 @@ int strata__execute(strata_trainer_t tr, const struct strata__work *w, struct st
   pthread_t *workers = calloc((size_t)tr->ndev, sizeof *workers);
   int rc = (!ex.act || !ex.grad || !ex.hold_act || !ex.hold_grad || !ex.pending || !ex.slot || !ex.inflight || !ex.peak ||
             !ex.done || !ex.done_post || !ex.busy || !ex.snd || !ex.wake || !args || !workers ||
-            (buckets && !ex.bk) || (hooks && !ex.zh))
+            (buckets && !ex.bk) || (hooks && !ex.zh) || (tr->zero >= 3 && !ex.gh))
                ? strata__error(STRATA_ERR_NOMEM, "out of host memory running a pipeline step")
                : STRATA_OK;
   pthread_mutex_init(&ex.lock, NULL);
@@ -1169,6 +1172,7 @@ int strata__execute(strata_trainer_t tr, const struct strata__work *w, struct st
     buckets_free(&ex, &ex.bk[s]);
   free(ex.bk);
   free(ex.zh);
+  free(ex.gh);
   free(ex.busy);
   free(ex.snd);
   free(args);

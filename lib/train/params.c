@@ -137,7 +137,8 @@ int strata__trainer_scatter(strata_trainer_t tr, int which, const float *host) {
   return rc;
 }
 
-int strata__trainer_gather_weights(strata_trainer_t tr, int s, size_t lo, size_t hi, strata_mem_t dst) {
+int strata__trainer_gather_weights(strata_trainer_t tr, int s, strata_queue_t queue, size_t lo, size_t hi,
+                                   strata_mem_t dst) {
   struct strata__stage *st = tr->st[s];
   const int r = strata__stage_replica(tr, s);
   for (int q = 0; q < tr->replicas; q++) {
@@ -147,7 +148,7 @@ int strata__trainer_gather_weights(strata_trainer_t tr, int s, size_t lo, size_t
       continue;
     if (!tr->st[sq])
       return strata__error(STRATA_ERR_UNSUPPORTED, "ZeRO-3: replica %d's shard of stage %d is on another rank", q, s);
-    int rc = strata_buffer_copy(st->q, dst.buf, (dst.off + x - lo) * 4, tr->st[sq]->pshard, (x - a) * 4, (y - x) * 4);
+    int rc = strata_buffer_copy(queue, dst.buf, (dst.off + x - lo) * 4, tr->st[sq]->pshard, (x - a) * 4, (y - x) * 4);
     if (rc)
       return strata__error_prefix(rc, "ZeRO-3 gather of stage %d's weights from replica %d (device %d): ", s, q,
                                   tr->dev[tr->stage_rank[sq]]);

@@ -58,6 +58,16 @@ int strata__pass_schedule(strata_trainer_t tr, int backward, strata_schedule_t *
         if (!backward)
           continue;
         break;
+      case STRATA_ACTION_PARAM_GATHER: { /* ZeRO-3's, kept with the F or the backward it gathers for */
+        int j = i + 1;
+        while (j < n && list[j].kind == STRATA_ACTION_RECOMPUTE)
+          j++;
+        const int next = j < n ? list[j].kind : -1;
+        if (next != STRATA_ACTION_FORWARD &&
+            !(backward && (next == STRATA_ACTION_BACKWARD || next == STRATA_ACTION_BACKWARD_INPUT)))
+          continue;
+        break;
+      }
       default: /* W (inside B here) */
         continue;
       }

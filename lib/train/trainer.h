@@ -189,10 +189,27 @@ size_t strata__trainer_total_params(strata_trainer_t tr);
 /*
 ** ZeRO-3: flat parameters [lo, hi) of stage s into dst (a window on the stage's device), each part from the shard
 ** of the replica that holds it (the same stage and slice of every replica, on its device, copied; the shards change
-** only in the update, after every replica's last backward of the step, or in a load). Enqueued on the stage's queue;
-** a failed copy is said with the stage, the replica and its device.
+** only in the update, after every replica's last backward of the step, or in a load). Enqueued on q (the stage's
+** queue, or its window's gather queue: a queue of the stage's device); a failed copy is said with the stage, the
+** replica and its device.
 */
-int strata__trainer_gather_weights(strata_trainer_t tr, int s, size_t lo, size_t hi, strata_mem_t dst);
+int strata__trainer_gather_weights(strata_trainer_t tr, int s, strata_queue_t q, size_t lo, size_t hi,
+                                   strata_mem_t dst);
+/*
+** ZeRO-3's gathers as the executor runs them (gather.c). A stage's hook while one of its actions runs: its
+** params_fetch is strata__gather_fetch, its params_landed (traced runs) strata__gather_landed, which adds each gather
+** to the trace as a comm event of the replicas, "gather <stage>.<micro-batch> <stage layer>", under `lock`.
+** strata__gather_action runs PARAM_GATHER s m: the gather of the first tensors that the action after it (`next`, an
+** F, B, BI or W of the stage) reads is posted, to land while the device gets there.
+*/
+struct strata__gather_hook {
+  strata_trainer_t tr;
+  pthread_mutex_t *lock;
+  int s, rank, mb;
+};
+int strata__gather_fetch(void *hook, strata_queue_t q, size_t lo, size_t hi, strata_mem_t dst);
+void strata__gather_landed(void *hook, int t, size_t lo, size_t hi, double posted, double landed);
+int strata__gather_action(strata_trainer_t tr, int s, int next);
 size_t strata__stage_full(const struct strata__stage *st);
 
 /* Run `w` on the trainer's devices; *grad_norm (may be NULL) gets a training step's gradient norm. */
