@@ -46,6 +46,13 @@ struct strata__plan_deferred {
   int64_t rows;
 };
 
+/* Pass 1 (search-groups.c): free s's groups; make them of t devices each (`mixed`: where an island does not divide
+** into groups of t, its rest in groups of the largest degree below t that the model divides); the tp degrees a search
+** tries (powers of two up to the largest island that the model divides, or the options' fixed one) into out, their
+** count. */
+void strata__plan_groups_free(struct search *s);
+int strata__plan_make_groups(struct search *s, int t, int mixed);
+int strata__plan_tp_degrees(const struct search *s, int *out);
 /* Passes 1-5 on s (its machine, model, options and plan set): fills s->plan, or s->found with fits_only. */
 int strata__plan_run_search(struct search *s);
 /* Free what a search built (its groups and caches; not its plan). */
