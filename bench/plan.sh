@@ -46,7 +46,8 @@ sc21() { # LAYERS HIDDEN GPUS: the last plan's sequences/s against Megatron's pu
     s = 2048; V = 51200; B = g
     flops = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
     pub = B / (flops / (g * 163e12))
-    printf "# SC21: Megatron %.2f sequences/s (with its full recomputation); this plan %.2f (%.2fx)\n", pub, $3, $3 / pub
+    printf "# SC21: Megatron %.2f sequences/s (with its full recomputation); this plan %.2f (%.2fx)\n", pub, $3,
+      $3 / pub
   }'
 }
 echo "# GPT-3 175B, batch 1536, 128 x 8xA100-80GB:nvswitch, 8 x 200 Gb/s per node"

@@ -13,8 +13,8 @@
 ** one after another (the simulator's clock per device, compute shared with nothing faster), and every action takes
 ** at least its ops' time (the joins, transfers, hand-offs and waits only add), so the step is at least each device's
 ** compute: m forwards and m backwards (B, or BI and W) of each of its stages, each with the queue's round trip, the
-** recomputation's work of each backward (RECOMPUTE's, its joins left out), and its updates. Before a device's first forward, micro-batch 0's forwards of every stage before its first have run
-** (each on its own device, in order); with a backward that is not split, after its last backward (its last compute
+** recomputation's work of each backward (RECOMPUTE's, its joins left out), and its updates. Before a device's first
+** forward, micro-batch 0's forwards of every stage before its first have run (each on its own device, in order); with a backward that is not split, after its last backward (its last compute
 ** before the update), that micro-batch's backwards of every stage before its first still run before the step ends.
 ** Each stage is costed as the simulator costs it on its group's slowest member, which on like devices is every one.
 */
