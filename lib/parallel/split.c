@@ -210,7 +210,8 @@ int strata__split_best(int L, int S, const struct strata__split_costs *c, int *s
   best[0] = 0;
   /* best[j][b]: the slowest of stages 0..j-1 over layers [0, b), at its least */
   int stopped = 0;
-  for (int j = 1; j <= S && !(stopped = c->stop && c->stop(c->arg)); j++)
+  for (int j = 1; j <= S && !(stopped = c->stop && c->stop(c->arg)); j++) {
+    int reached = 0; /* (monotone: a row of stages none of whose ends is reached ends the search, no split) */
     for (int b = j; b <= L - (S - j); b++) {
       if (c->monotone) {
         /* the first layer from the last down: a stage that takes longer than the best so far is not bettered by
@@ -228,6 +229,7 @@ int strata__split_best(int L, int S, const struct strata__split_costs *c, int *s
             from[(size_t)j * W + (size_t)b] = a;
           }
         }
+        reached |= isfinite(*bb);
         continue;
       }
       for (int a = j - 1; a < b; a++) {
@@ -241,6 +243,9 @@ int strata__split_best(int L, int S, const struct strata__split_costs *c, int *s
         }
       }
     }
+    if (c->monotone && !reached)
+      break; /* (best[S][L] stays infinite) */
+  }
   int rc = !stopped && isfinite(best[(size_t)S * W + (size_t)L]) ? 0 : 1;
   for (int j = S, b = L; !rc && j > 0; j--) {
     int a = from[(size_t)j * W + (size_t)b];

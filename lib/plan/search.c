@@ -101,9 +101,13 @@ static struct strata__stage_ranges *ranges_for(struct search *s, strata_layout_t
   memset(&cut, 0, sizeof cut);
   cut = strata__plan_cut(l, t);
   const int split = strata__plan_split_backward(l);
-  for (struct ranges_entry *e = s->ranges; e; e = e->next)
-    if (e->rows == rows && e->split == split && memcmp(&e->cut, &cut, sizeof cut) == 0)
+  for (struct ranges_entry **at = &s->ranges, *e; (e = *at) != NULL; at = &e->next)
+    if (e->rows == rows && e->split == split && memcmp(&e->cut, &cut, sizeof cut) == 0) {
+      *at = e->next; /* to the front: the next layouts mostly ask the same cut again */
+      e->next = s->ranges;
+      s->ranges = e;
       return e->r;
+    }
   struct ranges_entry *e = calloc(1, sizeof *e);
   if (!e) {
     strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
