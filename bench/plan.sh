@@ -7,8 +7,10 @@
 # (bench/gpt-530b.json, bench/gpt-1t.json). A benchmark, not a test.
 # Usage: bench/plan.sh [BUILD_DIR]    (BUILD_DIR default: ./build or .)
 # Target: the 1,024-, 2,520- and 3,072-GPU cases in under 10 s, the 8-device case in well under 1 s (best of 3 runs
-# each). The 1T GPT does not fit without activation recomputation, ZeRO-3 or sequence parallelism (issue 32): that
-# case times the search that says so, and its one line.
+# each). The 1T GPT fits only with activation recomputation or ZeRO-2/3, which the search takes as memory modes
+# (issue 32). For the two SC21 rows it prints the best plan's modes and its sequences/s against Megatron's published
+# figure: 163 TFLOP/s per GPU for both, in Megatron's FLOPs of an iteration, 96 B s l h^2 (1 + s/6h + V/16lh), which
+# count its full recomputation. BEST_OF=1 runs each case once.
 set -u
 build=${1:-}
 if [ -z "$build" ]; then
@@ -26,27 +28,27 @@ if [ ! -f "$dump" ]; then
   echo "plan: $dump is missing (a fixture of the tree)" >&2
   exit 2
 fi
-best() { # best wall time of 3 runs of "$@", with the last run's summary line
+runs=${BEST_OF:-3}
+best() { # best wall time of $runs runs of "$@", with the last run's summary line
   b=
-  for i in 1 2 3; do
+  for i in $(seq "$runs"); do
     out=$("$@" 2>&1) || { echo "$out" >&2; return 1; }
     t=$(printf '%s\n' "$out" | sed -n 's/^planned in \([0-9.]*\) s.*/\1/p')
     if [ -z "$b" ] || awk -v t="$t" -v b="$b" 'BEGIN { exit !(t < b) }'; then b=$t; fi
   done
   printf '%s\n' "$out" | sed -n '3p'
+  printf '%s\n' "$out" | grep '^modes:'
   printf '%s\n' "$out" | grep '^planned in'
-  echo "# best of 3: $b s"
+  echo "# best of $runs: $b s"
 }
-best_wall() { # best wall time of 3 runs of "$@" whatever its status, with the last run's first line
-  b=
-  for i in 1 2 3; do
-    t0=$(date +%s.%N)
-    out=$("$@" 2>&1)
-    t=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.3f", b - a }')
-    if [ -z "$b" ] || awk -v t="$t" -v b="$b" 'BEGIN { exit !(t < b) }'; then b=$t; fi
-  done
-  printf '%s\n' "$out" | head -n 1 | cut -c1-300
-  echo "# best of 3 (wall, with the count of devices it would need): $b s"
+sc21() { # LAYERS HIDDEN GPUS: the last plan's sequences/s against Megatron's published 163 TFLOP/s per GPU
+  printf '%s\n' "$out" | sed -n '3p' | awk -v l="$1" -v h="$2" -v g="$3" '{
+    s = 2048; V = 51200; B = g
+    flops = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
+    pub = B / (flops / (g * 163e12))
+    printf "# SC21: Megatron %.2f sequences/s (with its full recomputation); this plan %.2f (%.2fx)\n", pub, $3,
+      $3 / pub
+  }'
 }
 echo "# GPT-3 175B, batch 1536, 128 x 8xA100-80GB:nvswitch, 8 x 200 Gb/s per node"
 best "$PLAN" --model "$here/gpt3-175b.json" --batch 1536 --node 8xA100-80GB:nvswitch --nodes 128 \
@@ -55,7 +57,7 @@ echo "# gpt2-xl, batch 64, the 8 T4s of the AWS g4dn.metal dump"
 best "$PLAN" --model gpt2-xl --batch 64 --topology "$dump" --top 3
 echo "# Megatron's 530B GPT, batch 2520, bf16, 315 x 8xA100-80GB:nvswitch, 8 x 200 Gb/s per node"
 best "$PLAN" --model "$here/gpt-530b.json" --batch 2520 --precision bf16 --node 8xA100-80GB:nvswitch --nodes 315 \
-  --network-gbps 200 --nics 8 --top 3
-echo "# Megatron's 1T GPT, batch 3072, bf16, 384 x 8xA100-80GB:nvswitch, 8 x 200 Gb/s per node (does not fit yet)"
-best_wall "$PLAN" --model "$here/gpt-1t.json" --batch 3072 --precision bf16 --node 8xA100-80GB:nvswitch --nodes 384 \
-  --network-gbps 200 --nics 8 --top 3
+  --network-gbps 200 --nics 8 --top 3 && sc21 105 20480 2520
+echo "# Megatron's 1T GPT, batch 3072, bf16, 384 x 8xA100-80GB:nvswitch, 8 x 200 Gb/s per node"
+best "$PLAN" --model "$here/gpt-1t.json" --batch 3072 --precision bf16 --node 8xA100-80GB:nvswitch --nodes 384 \
+  --network-gbps 200 --nics 8 --top 3 && sc21 128 25600 3072

@@ -1891,14 +1891,17 @@ static double megatron_seqs(double batch, double hidden, double layers, double g
 ** Planning time (issue 32, item 5): on like devices a layout whose step's lower bound (each device's own compute and
 ** the pipeline's fill) is above the slowest candidate kept is dominated, never simulated. The plan is the one a search
 ** that simulates them all gives (a pool too wide to fill: nothing is dominated), candidate for candidate; the
-** counts add up (every layout formed is pruned by memory, dominated, or simulated), and fewer are simulated.
+** counts add up (every layout formed is pruned by memory, dominated, or simulated), and fewer are simulated. (Without
+** recomputation: a recompute mode at the split of one that recomputes less is dominated however wide the pool;
+** memory_modes_searched_give_the_best_of_each_mode checks that rule.)
 */
 Test(plan, dominated_layouts_are_skipped_and_the_plan_is_the_same) {
   strata_model_t m = megatron_gpt("megatron-1.7b", 24, 2304, 24);
   struct strata_machine_options mo = {.nodes = 2, .network_gbps = 200, .nics = 8};
   strata_machine_t c;
   OK(strata_machine_synthetic("4xA100-80GB:nvswitch", &mo, &c));
-  struct strata_plan_options o = {.batch = 64, .top = 5, .precision = STRATA_BFLOAT16, .max_microbatches = 16};
+  struct strata_plan_options o = {.batch = 64, .top = 5, .precision = STRATA_BFLOAT16, .max_microbatches = 16,
+                                  .recompute = STRATA_PLAN_ONLY(STRATA_RECOMPUTE_NONE)};
   strata_plan_t fast, all;
   OK(strata_plan_search(c, m, &o, &fast));
   o.top = 100000;
@@ -1994,6 +1997,189 @@ Test(plan, megatron_gpt_3_6b_layout_in_bf16_on_a100s) {
             "bf16: %.1f sequences/s, Megatron's without recomputation %.1f (%.2fx)", sps[1], published,
             sps[1] / published);
   cr_assert_gt(sps[1], 5 * sps[0], "bf16 %.1f sequences/s, fp32 %.1f", sps[1], sps[0]);
+  strata_machine_free(c);
+  strata_model_free(m);
+}
+
+/* ---- the memory modes searched (issue 32, item 5) ---- */
+
+/* Whether a layout saves memory beyond ZeRO-1: recomputation, or ZeRO-2/3. */
+static int saving_mode(strata_layout_t l) {
+  return strata_layout_recompute(l) != STRATA_RECOMPUTE_NONE || strata_layout_zero(l) >= 2;
+}
+
+/* The best step of a search with options o, or 0 when nothing fits (STRATA_ERR_DEVICE_MEMORY); its best layout's
+** modes in *recompute and *zero. */
+static double best_step(strata_machine_t c, strata_model_t m, const struct strata_plan_options *o, int *recompute,
+                        int *zero) {
+  strata_plan_t p;
+  int rc = strata_plan_search(c, m, o, &p);
+  if (rc == STRATA_ERR_DEVICE_MEMORY)
+    return 0;
+  OK(rc);
+  struct strata_plan_candidate k;
+  OK(strata_plan_candidate(p, 0, &k));
+  const double step = k.step_s;
+  if (recompute)
+    *recompute = strata_layout_recompute(k.layout);
+  if (zero)
+    *zero = strata_layout_zero(k.layout);
+  strata_plan_free(p);
+  return step;
+}
+
+/*
+** Searching the modes gives the best of each mode searched alone: Megatron's 1.7B GPT in bf16 on two nodes of four
+** A100s, where every mode fits. The search over all of them finds the least step of the searches each held to one
+** recompute mode, and to one ZeRO stage; it is recompute none (which fits, and recomputes nothing), strictly faster
+** than full recomputation: the planner does not take the most saving mode for its own sake.
+*/
+Test(plan, memory_modes_searched_give_the_best_of_each_mode) {
+  strata_model_t m = megatron_gpt("megatron-1.7b", 24, 2304, 24);
+  struct strata_machine_options mo = {.nodes = 2, .network_gbps = 200, .nics = 8};
+  strata_machine_t c;
+  OK(strata_machine_synthetic("4xA100-80GB:nvswitch", &mo, &c));
+  struct strata_plan_options o = {.batch = 64, .top = 1, .precision = STRATA_BFLOAT16, .max_microbatches = 16};
+  int rc_mode = -1, zero = -1;
+  const double all = best_step(c, m, &o, &rc_mode, &zero);
+  cr_assert_gt(all, 0);
+  double least = INFINITY, by_rc[3];
+  for (int r = 0; r < 3; r++) {
+    o.recompute = STRATA_PLAN_ONLY(r);
+    by_rc[r] = best_step(c, m, &o, NULL, NULL);
+    cr_assert_gt(by_rc[r], 0, "recompute %s: nothing fits", strata_recompute_name(r));
+    least = by_rc[r] < least ? by_rc[r] : least;
+  }
+  o.recompute = STRATA_PLAN_AUTO;
+  cr_assert_float_eq(all, least, 1e-9 * least, "searched: %.6g s; each recompute mode alone: %.6g %.6g %.6g s", all,
+                     by_rc[0], by_rc[1], by_rc[2]);
+  double least_z = INFINITY;
+  for (int z = 0; z < 4; z++) {
+    o.zero = STRATA_PLAN_ONLY(z);
+    const double st = best_step(c, m, &o, NULL, NULL);
+    cr_log_info("ZeRO-%d alone: %.6g s", z, st);
+    if (st > 0 && st < least_z)
+      least_z = st;
+  }
+  cr_assert_float_eq(all, least_z, 1e-9 * least_z, "searched: %.6g s; the best ZeRO stage alone: %.6g s", all, least_z);
+  cr_assert_eq(rc_mode, STRATA_RECOMPUTE_NONE, "it fits without recomputing, yet recompute %s was chosen",
+               strata_recompute_name(rc_mode));
+  cr_assert_lt(all, by_rc[STRATA_RECOMPUTE_FULL], "none %.6g s, full %.6g s", all, by_rc[STRATA_RECOMPUTE_FULL]);
+  cr_log_info("best %.6g s (recompute none, ZeRO-%d); full recomputation's best %.6g s", all, zero,
+              by_rc[STRATA_RECOMPUTE_FULL]);
+  strata_machine_free(c);
+  strata_model_free(m);
+}
+
+/* Two like devices of `memory` bytes each, 1 TFLOP/s, joined at 10 GB/s. */
+static strata_machine_t two_of(uint64_t memory) {
+  double f[2] = {1e12, 1e12};
+  uint64_t mem[2] = {memory, memory};
+  return node(2, f, mem, NULL, 10, 10, NULL, 0);
+}
+
+/* The least memory of each of two devices (to 0.5%, by bisection) at which a search with options o finds a plan. */
+static uint64_t least_memory(strata_model_t m, const struct strata_plan_options *o) {
+  double lo = 1e5, hi = 64.0 * GIB;
+  while (hi / lo > 1.005) {
+    const double mid = sqrt(lo * hi);
+    strata_machine_t c = two_of((uint64_t)mid);
+    if (best_step(c, m, o, NULL, NULL) > 0)
+      hi = mid;
+    else
+      lo = mid;
+    strata_machine_free(c);
+  }
+  return (uint64_t)hi;
+}
+
+/*
+** Where nothing fits without them, the search takes a saving mode: a GPT of long sequences (activations outweigh its
+** parameters) at batch 8 on two devices. The least memory with which the search finds a plan is below the least with
+** which it finds one held to recompute none and ZeRO 0 or 1; at that memory, the plain search fails, the plan
+** recomputes or shards beyond ZeRO-1, and each of its ranks needs, by the memory model (strata_plan_memory, what the
+** trainer checks), no more than the usable part of a device.
+*/
+Test(plan, memory_modes_a_saving_mode_where_it_must) {
+  struct strata_model_config mc = {.kind = STRATA_MODEL_GPT, .vocab = 256, .context = 512, .d_model = 128, .layers = 4,
+                                   .heads = 4, .d_ff = 512};
+  snprintf(mc.name, sizeof mc.name, "long-gpt");
+  strata_model_t m;
+  OK(strata_model_from_config(&mc, &m));
+  struct strata_plan_options o = {.batch = 8, .top = 1};
+  const uint64_t any = least_memory(m, &o);
+  uint64_t plain = UINT64_MAX;
+  for (int z = 0; z < 2; z++) {
+    struct strata_plan_options p = {.batch = 8, .top = 1, .zero = STRATA_PLAN_ONLY(z),
+                                    .recompute = STRATA_PLAN_ONLY(STRATA_RECOMPUTE_NONE)};
+    const uint64_t b = least_memory(m, &p);
+    plain = b < plain ? b : plain;
+  }
+  cr_log_info("the least memory a device: %.3f MB with the modes searched, %.3f MB without recomputing or ZeRO-2/3",
+              (double)any / 1e6, (double)plain / 1e6);
+  cr_assert_lt((double)any, 0.9 * (double)plain, "%llu bytes with the modes, %llu without", (unsigned long long)any,
+               (unsigned long long)plain);
+  strata_machine_t c = two_of(any);
+  for (int z = 0; z < 2; z++) {
+    struct strata_plan_options p = {.batch = 8, .top = 1, .zero = STRATA_PLAN_ONLY(z),
+                                    .recompute = STRATA_PLAN_ONLY(STRATA_RECOMPUTE_NONE)};
+    strata_plan_t none;
+    cr_assert_eq(strata_plan_search(c, m, &p, &none), STRATA_ERR_DEVICE_MEMORY, "ZeRO %d without recomputing fits", z);
+  }
+  strata_plan_t plan;
+  OK(strata_plan_search(c, m, &o, &plan));
+  struct strata_plan_candidate k;
+  OK(strata_plan_candidate(plan, 0, &k));
+  cr_assert(saving_mode(k.layout), "recompute %s, ZeRO-%d", strata_recompute_name(strata_layout_recompute(k.layout)),
+            strata_layout_zero(k.layout));
+  for (int r = 0; r < strata_layout_pp(k.layout); r++) {
+    uint64_t need;
+    OK(strata_plan_memory(m, k.layout, o.batch, r, &need));
+    cr_assert_leq((double)need, STRATA_PLAN_MEMORY_USABLE * (double)any, "rank %d: %llu bytes of %llu", r,
+                  (unsigned long long)need, (unsigned long long)any);
+  }
+  char *js = NULL;
+  OK(strata_layout_to_json(k.layout, &js));
+  cr_log_info("at %.3f MB: %s", (double)any / 1e6, js);
+  free(js);
+  strata_plan_free(plan);
+  strata_machine_free(c);
+  strata_model_free(m);
+}
+
+/*
+** Megatron's 1T GPT of SC21 Table 1 (128 layers, hidden 25600, 160 heads, sequence 2048, batch 3072, bf16) on 3072
+** A100 80GB of Selene's nodes gets a plan: it does not fit without recomputation or ZeRO-2/3, so the plan takes one;
+** each of its ranks needs by the memory model at most 80 GB (and the usable part of a device); its throughput is
+** within 0.5x to 1.5x of the published 163 TFLOP/s per GPU with full recomputation (29.9 sequences/s).
+*/
+Test(plan, megatron_1t_fits_on_3072_a100s, .timeout = 120) {
+  strata_model_t m = megatron_gpt("megatron-1t", 160, 25600, 128);
+  strata_machine_t c = selene(384);
+  struct strata_plan_options o = {.batch = 3072, .top = 1, .precision = STRATA_BFLOAT16};
+  strata_plan_t plan;
+  OK(strata_plan_search(c, m, &o, &plan));
+  struct strata_plan_candidate k;
+  OK(strata_plan_candidate(plan, 0, &k));
+  cr_assert(saving_mode(k.layout));
+  struct strata_machine_device d;
+  OK(strata_machine_device(c, 0, &d));
+  for (int r = 0; r < strata_layout_pp(k.layout); r++) {
+    uint64_t need;
+    OK(strata_plan_memory(m, k.layout, o.batch, r, &need));
+    cr_assert_leq((double)need, 80e9, "rank %d: %.2f GB", r, (double)need / 1e9);
+    cr_assert_leq((double)need, STRATA_PLAN_MEMORY_USABLE * (double)d.cost.memory, "rank %d: %.2f GB", r,
+                  (double)need / 1e9);
+  }
+  const double published = megatron_seqs(3072, 25600, 128, 3072, 163, 1);
+  cr_assert(k.samples_per_s >= 0.5 * published && k.samples_per_s <= 1.5 * published,
+            "%.2f sequences/s, Megatron's %.2f", k.samples_per_s, published);
+  cr_log_info("1T on 3072 A100s: dp %d x pp %d x tp %d, recompute %s, ZeRO-%d: %.2f sequences/s (Megatron %.2f, "
+              "%.2fx), peak %.2f GB", strata_layout_dp(k.layout), strata_layout_pp(k.layout),
+              strata_layout_tp(k.layout, 0), strata_recompute_name(strata_layout_recompute(k.layout)),
+              strata_layout_zero(k.layout), k.samples_per_s, published, k.samples_per_s / published,
+              (double)k.peak_bytes / 1e9);
+  strata_plan_free(plan);
   strata_machine_free(c);
   strata_model_free(m);
 }

@@ -23,7 +23,8 @@ static void usage(FILE *f) {
           "                   [--samples N] [--seed S]\n"
           "\n"
           "Searches dp x pp x tp layouts (device assignment, split, micro-batches, schedule: gpipe, 1f1b,\n"
-          "interleaved, zb-h1, zbv or dualpipev, and ZeRO-1) for training\n"
+          "interleaved, zb-h1, zbv or dualpipev, and the memory modes: activation recomputation and the ZeRO\n"
+          "stage) for training\n"
           "MODEL with a global batch of B samples, ranks them by the simulator's predicted step time and explains\n"
           "the choice; --out writes the best as a layout file that strata-train --layout reads.\n"
           "\n"
@@ -43,7 +44,14 @@ static void usage(FILE *f) {
           "Options:\n"
           "  --top K          show the K best layouts (default 5)\n"
           "  --tp T           only tensor-parallel degree T\n"
-          "  --no-zero        never shard the optimizer (ZeRO-1)\n"
+          "  --no-zero        never shard across replicas (the same as --zero 0)\n"
+          "  --recompute M    auto (default: searched), none, selective or full: activation recomputation of the\n"
+          "                   GPT blocks, as strata-train --recompute runs it (not with zb, zbv, dualpipev)\n"
+          "  --zero Z         auto (default: searched where dp >= 2), 0, 1, 2 or 3: the ZeRO stage (1 shards the\n"
+          "                   optimizer state over the replicas, 2 also the gradients, 3 also the parameters)\n"
+          "  --sp S           auto (default) or off: sequence parallelism; no layout carries it yet, so plans are\n"
+          "                   without it and 'on' is refused\n"
+          "                   Each plan says its modes; a saving mode is chosen only where it is needed or faster\n"
           "  --precision P    fp32 (default) or bf16: plan mixed precision as strata-train --precision bf16 trains\n"
           "                   (GEMMs at the GPUs' bf16 peaks or a calibration's bf16 speeds, bf16 activations and\n"
           "                   pipeline messages, fp32 master weights, moments, tp joins and gradient all-reduce);\n"
@@ -71,6 +79,7 @@ struct args {
   uint64_t gpu_memory;
   double net_gbps, net_lat;
   int json, no_zero, list_gpus;
+  int recompute, zero, sp;          /* struct strata_plan_options' modes: STRATA_PLAN_AUTO or STRATA_PLAN_ONLY(v) */
   int precision, precision_given;   /* STRATA_FLOAT32 or STRATA_BFLOAT16 */
 };
 
@@ -280,7 +289,7 @@ static int simulate(const struct args *a, strata_machine_t c, strata_model_t m) 
 
 static int plan(const struct args *a, strata_machine_t c, strata_model_t m) {
   struct strata_plan_options po = {.batch = a->batch, .top = (int)a->top, .no_zero = a->no_zero, .fixed_tp = (int)a->tp,
-                                   .precision = a->precision};
+                                   .precision = a->precision, .recompute = a->recompute, .zero = a->zero, .sp = a->sp};
   strata_plan_t p;
   double t0 = now_s();
   int rc = strata_plan_search(c, m, &po, &p);
@@ -327,10 +336,13 @@ static int plan(const struct args *a, strata_machine_t c, strata_model_t m) {
         free(js);
         strata_layout_free(e);
       }
-      json_array_append_new(arr, json_pack("{s:i, s:o, s:f, s:f, s:f, s:f, s:I, s:s}", "rank", i + 1, "layout",
-                                           lj ? lj : json_null(), "step_s", k.step_s, "samples_per_s", k.samples_per_s,
-                                           "flops_per_device", k.flops_per_device, "bubble", k.bubble, "peak_bytes",
-                                           (json_int_t)k.peak_bytes, "reason", k.reason));
+      json_array_append_new(arr, json_pack("{s:i, s:o, s:s, s:i, s:b, s:f, s:f, s:f, s:f, s:I, s:s}", "rank", i + 1,
+                                           "layout", lj ? lj : json_null(), "recompute",
+                                           strata_recompute_name(strata_layout_recompute(k.layout)), "zero",
+                                           strata_layout_zero(k.layout), "sp", 0, "step_s", k.step_s,
+                                           "samples_per_s", k.samples_per_s, "flops_per_device", k.flops_per_device,
+                                           "bubble", k.bubble, "peak_bytes", (json_int_t)k.peak_bytes, "reason",
+                                           k.reason));
     }
     json_object_set_new(o, "precision", json_string(a->precision == STRATA_BFLOAT16 ? "bf16" : "fp32"));
     json_object_set_new(o, "candidates", arr);
@@ -351,6 +363,12 @@ static int plan(const struct args *a, strata_machine_t c, strata_model_t m) {
       strata_plan_candidate(p, i, &k);
       printf("%-3d %10.4g %12.4g %11.3g %6.1f%% %8.2f  %s\n", i + 1, k.step_s, k.samples_per_s,
              k.flops_per_device / 1e12, 100 * k.bubble, (double)k.peak_bytes / 1e9, k.reason);
+    }
+    {
+      struct strata_plan_candidate k;
+      strata_plan_candidate(p, 0, &k);
+      printf("modes: recompute %s, zero %d, sp off\n", strata_recompute_name(strata_layout_recompute(k.layout)),
+             strata_layout_zero(k.layout));
     }
     printf("\n%s", explain ? explain : "");
     strata_layout_t e;
@@ -390,6 +408,8 @@ int main(int argc, char **argv) {
       {"calibration", required_argument, NULL, 'C'},  {"samples", required_argument, NULL, 'S'},
       {"seed", required_argument, NULL, 'E'},        {"version", no_argument, NULL, 'V'},
       {"gpu-memory", required_argument, NULL, 'G'}, {"precision", required_argument, NULL, 'P'},
+      {"recompute", required_argument, NULL, 'R'},  {"zero", required_argument, NULL, 'Z'},
+      {"sp", required_argument, NULL, 'Q'},
       {NULL, 0, NULL, 0}};
   int c;
   opterr = 0;
@@ -440,6 +460,40 @@ int main(int argc, char **argv) {
         return 2;
       break;
     case 'z': a.no_zero = 1; break;
+    case 'R': {
+      int mode;
+      if (strcmp(optarg, "auto") == 0) {
+        a.recompute = STRATA_PLAN_AUTO;
+      } else if (strata_recompute_parse(optarg, &mode) == STRATA_OK) {
+        a.recompute = STRATA_PLAN_ONLY(mode);
+      } else {
+        fprintf(stderr, "%s: --recompute '%s': expected auto, none, selective or full\n", PROG, optarg);
+        return 2;
+      }
+      break;
+    }
+    case 'Z':
+      if (strcmp(optarg, "auto") == 0) {
+        a.zero = STRATA_PLAN_AUTO;
+      } else if (strlen(optarg) == 1 && optarg[0] >= '0' && optarg[0] <= '3') {
+        a.zero = STRATA_PLAN_ONLY(optarg[0] - '0');
+      } else {
+        fprintf(stderr, "%s: --zero '%s': expected auto, 0, 1, 2 or 3\n", PROG, optarg);
+        return 2;
+      }
+      break;
+    case 'Q':
+      if (strcmp(optarg, "auto") == 0 || strcmp(optarg, "off") == 0) {
+        a.sp = strcmp(optarg, "off") == 0 ? STRATA_PLAN_ONLY(0) : STRATA_PLAN_AUTO;
+      } else if (strcmp(optarg, "on") == 0) {
+        fprintf(stderr, "%s: --sp on: sequence parallelism cannot be planned yet (no layout carries it, so "
+                "strata-train could not run the plan); auto or off\n", PROG);
+        return 2;
+      } else {
+        fprintf(stderr, "%s: --sp '%s': expected auto, on or off\n", PROG, optarg);
+        return 2;
+      }
+      break;
     case 'P':
       if (strcmp(optarg, "fp32") == 0) {
         a.precision = STRATA_FLOAT32;
@@ -483,6 +537,10 @@ int main(int argc, char **argv) {
   }
   if (!a.model || !a.batch) {
     fprintf(stderr, "%s: --model and --batch are required (see --help)\n", PROG);
+    return 2;
+  }
+  if (a.no_zero && a.zero > STRATA_PLAN_ONLY(0)) {
+    fprintf(stderr, "%s: --no-zero and --zero %d ask for opposite things; give one\n", PROG, a.zero - 1);
     return 2;
   }
   if (a.gpu_memory && (a.node || a.calibration)) {

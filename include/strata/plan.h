@@ -382,13 +382,23 @@ STRATA_API int strata_simulate_schedule(strata_schedule_t s, const double *cost,
 
 /* ---- the planner ---- */
 
+/* A memory mode of struct strata_plan_options: searched (AUTO), or this value only. */
+#define STRATA_PLAN_AUTO 0
+#define STRATA_PLAN_ONLY(value) ((value) + 1)
+
 struct strata_plan_options {
   int64_t batch;                /* global batch in samples (required) */
   int top;                      /* candidates to keep (default 5) */
   int exhaustive;               /* 1: every device order and every split (small cases; the reference) */
   int max_microbatches;         /* per replica (default 256) */
-  int no_zero;                  /* 1: never ZeRO-1 */
+  int no_zero;                  /* 1: never ZeRO (any stage); the same as zero = STRATA_PLAN_ONLY(0) */
   int fixed_tp;                 /* only this tp degree (0: search) */
+  /* The memory modes the search tries, each STRATA_PLAN_AUTO (0, the default: every one that applies) or
+  ** STRATA_PLAN_ONLY(value) for that value only: */
+  int recompute;                /* enum strata_recompute (strata/layout.h), for GPT models with a schedule whose
+                                   backward is not split */
+  int zero;                     /* the ZeRO stage 0-3 where dp >= 2 (a layout of dp 1 has none) */
+  int sp;                       /* sequence parallelism (0 off, 1 on) where tp >= 2 */
   int precision;                /* STRATA_FLOAT32 (0) or STRATA_BFLOAT16 (strata/comm.h): what the layouts it
                                    builds say, and so how the simulator costs them and the memory model counts
                                    their bytes; bf16 plans GPT models, on devices with a bf16 GEMM speed */
@@ -409,7 +419,8 @@ struct strata_plan_candidate {
 
 /*
 ** Search layouts (dp x pp x tp, device assignment, split, micro-batches,
-** schedule, ZeRO-1) for `model` and a global batch on `machine`, in
+** schedule, and the memory modes: activation recomputation and the ZeRO
+** stage, as opts allows) for `model` and a global batch on `machine`, in
 ** numbered passes: 1 tensor-parallel groups inside islands, fastest first;
 ** 2 dp x pp over the groups, replicas across nodes or inside them;
 ** 3 micro-batches and schedules; 4 the split, balanced by each rank's
@@ -426,10 +437,11 @@ STRATA_API int strata_plan_candidate(strata_plan_t p, int index, struct strata_p
 /* Layouts simulated, and those pruned by memory before simulating. */
 STRATA_API int strata_plan_stats(strata_plan_t p, int *simulated /* OUT */, int *pruned /* OUT */);
 /*
-** The search's counts: layouts it formed (`considered`: every assignment, micro-batch count, schedule and ZeRO
-** choice, and each refinement move), those pruned by memory (before simulating, or by the simulation), those
+** The search's counts: layouts it formed (`considered`: every assignment, micro-batch count, schedule and memory
+** mode, and each refinement move), those pruned by memory (before simulating, or by the simulation), those
 ** pruned as dominated (a lower bound on their step, each device's own compute and the pipeline's fill, above the
-** slowest step the search keeps, so they could not be kept: never simulated), and those simulated. Any OUT may be
+** slowest step the search keeps, so they could not be kept; or a recompute mode where one that recomputes less
+** fits with the same split, which it could only slow: never simulated), and those simulated. Any OUT may be
 ** NULL.
 */
 STRATA_API int strata_plan_counts(strata_plan_t p, int *considered /* OUT */, int *pruned_memory /* OUT */,

@@ -210,8 +210,28 @@ int strata__split_best(int L, int S, const struct strata__split_costs *c, int *s
   best[0] = 0;
   /* best[j][b]: the slowest of stages 0..j-1 over layers [0, b), at its least */
   int stopped = 0;
-  for (int j = 1; j <= S && !(stopped = c->stop && c->stop(c->arg)); j++)
-    for (int b = j; b <= L - (S - j); b++)
+  for (int j = 1; j <= S && !(stopped = c->stop && c->stop(c->arg)); j++) {
+    int reached = 0; /* (monotone: a row of stages none of whose ends is reached ends the search, no split) */
+    for (int b = j; b <= L - (S - j); b++) {
+      if (c->monotone) {
+        /* the first layer from the last down: a stage that takes longer than the best so far is not bettered by
+        ** more layers; of equal ones the earliest a is kept, as below */
+        double *bb = &best[(size_t)j * W + (size_t)b];
+        for (int a = b - 1; a >= j - 1; a--) {
+          const double t = c->time(c->arg, j - 1, a, b);
+          if (t > *bb)
+            break;
+          const double prev = best[(size_t)(j - 1) * W + (size_t)a], worst = t > prev ? t : prev;
+          if (!isfinite(prev) || worst > *bb || (c->fits && !c->fits(c->arg, j - 1, a, b)))
+            continue;
+          if (worst < *bb || a < from[(size_t)j * W + (size_t)b]) {
+            *bb = worst;
+            from[(size_t)j * W + (size_t)b] = a;
+          }
+        }
+        reached |= isfinite(*bb);
+        continue;
+      }
       for (int a = j - 1; a < b; a++) {
         double prev = best[(size_t)(j - 1) * W + (size_t)a];
         if (!isfinite(prev) || (c->fits && !c->fits(c->arg, j - 1, a, b)))
@@ -222,6 +242,10 @@ int strata__split_best(int L, int S, const struct strata__split_costs *c, int *s
           from[(size_t)j * W + (size_t)b] = a;
         }
       }
+    }
+    if (c->monotone && !reached)
+      break; /* (best[S][L] stays infinite) */
+  }
   int rc = !stopped && isfinite(best[(size_t)S * W + (size_t)L]) ? 0 : 1;
   for (int j = S, b = L; !rc && j > 0; j--) {
     int a = from[(size_t)j * W + (size_t)b];

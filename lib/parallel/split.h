@@ -16,6 +16,10 @@ struct strata__split_costs {
   /* Stages j and S - 1 - j share a device (ZB-V's and DualPipeV's V; S even): minimise the slowest device's two
   ** stages together instead of the slowest stage. */
   int v;
+  /* Fewer layers never take longer: time(j, a, b) grows as a falls, so the search over a stage's first layer stops
+  ** where it takes longer than the best found, and asks fits only of those that would better it (the same split,
+  ** found sooner). 0: every first layer is asked. */
+  int monotone;
 };
 
 /*

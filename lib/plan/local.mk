@@ -11,6 +11,7 @@ libstrata_la_SOURCES += \
 	%reldir%/sim-trace.c \
 	%reldir%/search.h \
 	%reldir%/search.c \
+	%reldir%/search-groups.c \
 	%reldir%/search-refine.c \
 	%reldir%/search-result.c \
 	%reldir%/search-bound.c \

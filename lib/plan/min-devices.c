@@ -36,10 +36,10 @@ static int largest_island(const struct strata_machine *c) {
 ** that layer alone, the optimizer state sharded over `dp` replicas, one
 ** sample in flight, no neighbour — the memory model's own bytes
 ** (model/stage.h, as strata__plan_rank_memory adds them) at their smallest,
-** in `precision`.
+** in `precision`, ZeRO stage `zero` (0: none) and recompute mode `recompute`.
 */
-static double layer_floor(strata_model_t model, int l, int t, int dp, int zero, int precision) {
-  struct strata__cut cut = {{0, t}, {0, 1}, precision, STRATA_FLOAT32, STRATA_RECOMPUTE_NONE, 0, {0, 1}, 0};
+static double layer_floor(strata_model_t model, int l, int t, int dp, int zero, int recompute, int precision) {
+  struct strata__cut cut = {{0, t}, {0, 1}, precision, STRATA_FLOAT32, recompute, zero, {0, 1}, 0};
   struct strata__stage_bytes b;
   if (strata__stage_plan(model, l, l + 1, 1, 0, &cut, &b))
     return 0; /* cannot be laid out so: no floor from it (the search says why) */
@@ -76,25 +76,36 @@ int strata__plan_reach(const struct strata_machine *c, strata_model_t model, con
   if (nt == 0)
     return strata__error(STRATA_ERR_DEVICE_MEMORY, "%s can never be planned: it does not cut into tp groups of any "
                          "power of two up to %d", name, island);
-  /* the optimizer state shards over at most one replica a sample */
-  const int zero = !o->no_zero && o->batch > 1;
+  /* the optimizer state (ZeRO-1), the gradients (2) and the parameters (3) shard over at most one replica a sample:
+  ** the most saving stage the options allow */
+  const int zero = o->no_zero || o->batch < 2 ? 0 : o->zero == STRATA_PLAN_AUTO ? 3 : o->zero - 1;
   const int dp = zero ? (o->batch < (1 << 30) ? (int)o->batch : 1 << 30) : 1;
+  /* and each recompute mode the options allow (for a GPT) */
+  int rcs[3], nrc = 0;
+  for (int r = STRATA_RECOMPUTE_NONE; r <= STRATA_RECOMPUTE_FULL; r++)
+    if ((r == STRATA_RECOMPUTE_NONE || strata_model_config(model)->kind == STRATA_MODEL_GPT) &&
+        (o->recompute == STRATA_PLAN_AUTO || o->recompute == STRATA_PLAN_ONLY(r)))
+      rcs[nrc++] = r;
   const double usable = (double)c->cost[0].memory * STRATA_PLAN_MEMORY_USABLE;
   const int L = strata_model_layer_count(model);
   for (int l = 0; l < L; l++) {
     int best_t = tps[0];
-    double least = layer_floor(model, l, best_t, dp, zero, o->precision);
-    for (int i = 1; i < nt; i++) {
-      double b = layer_floor(model, l, tps[i], dp, zero, o->precision);
-      if (b < least)
-        least = b, best_t = tps[i];
-    }
+    double least = INFINITY;
+    for (int i = 0; i < nt; i++)
+      for (int k = 0; k < nrc; k++) {
+        double b = layer_floor(model, l, tps[i], dp, zero, rcs[k], o->precision);
+        if (b < least)
+          least = b, best_t = tps[i];
+      }
     if (least > usable) {
       struct strata_layer_info li;
       strata_model_layer(model, l, &li);
       return strata__error(STRATA_ERR_DEVICE_MEMORY, "%s can never fit devices like %s, however many: its layer %s "
                            "alone needs %.2f GB at tp %d%s and one sample in flight, and %.2f GB of one is usable",
-                           name, dev, li.name, least / 1e9, best_t, zero ? ", its optimizer state sharded" : "",
+                           name, dev, li.name, least / 1e9, best_t,
+                           zero == 3 ? ", its parameters, gradients and optimizer state sharded (ZeRO-3)"
+                           : zero == 2 ? ", its gradients and optimizer state sharded (ZeRO-2)"
+                           : zero ? ", its optimizer state sharded" : "",
                            usable / 1e9);
     }
   }

@@ -8,7 +8,8 @@
 **   sim-memory.c        the memory model: what a device holds for its stages
 **   sim.c               the simulator: a discrete-event run of the executor's action lists
 **   sim-trace.c         the simulator's predicted trace (Chrome/Perfetto)
-**   search.c            the planner's search, in numbered passes
+**   search.c            the planner's search, in numbered passes (memory modes included)
+**   search-groups.c     its pass 1: tensor-parallel groups inside islands, and the tp degrees tried
 **   min-devices.c       what no device count changes (a model that can never fit, the most devices a layout
 **                       uses), and the machines strata_plan_min_devices probes
 **   search-result.c     the search's result: candidates kept best first, their reasons, the explanation

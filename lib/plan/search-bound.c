@@ -3,6 +3,7 @@
 #include "config.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "plan/plan.h"
 #include "core/core.h"
@@ -11,9 +12,9 @@
 ** Why it bounds strata_simulate's step from below on a machine of like devices: a device runs its compute actions
 ** one after another (the simulator's clock per device, compute shared with nothing faster), and every action takes
 ** at least its ops' time (the joins, transfers, hand-offs and waits only add), so the step is at least each device's
-** compute: m forwards and m backwards (B, or BI and W) of each of its stages, each with the queue's round trip, and
-** its updates. Before a device's first forward, micro-batch 0's forwards of every stage before its first have run
-** (each on its own device, in order); with a backward that is not split, after its last backward (its last compute
+** compute: m forwards and m backwards (B, or BI and W) of each of its stages, each with the queue's round trip, the
+** recomputation's work of each backward (RECOMPUTE's, its joins left out), and its updates. Before a device's first
+** forward, micro-batch 0's forwards of every stage before its first have run (each on its own device, in order); with a backward that is not split, after its last backward (its last compute
 ** before the update), that micro-batch's backwards of every stage before its first still run before the step ends.
 ** Each stage is costed as the simulator costs it on its group's slowest member, which on like devices is every one.
 */
@@ -23,7 +24,9 @@ double strata__plan_step_bound(const struct strata_machine *c, strata_model_t mo
   const int *split = strata_layout_split(l);
   if (!split)
     return 0;
-  double *f = malloc(sizeof *f * (size_t)S * 3), *b = f ? f + S : NULL, *opt = f ? f + 2 * S : NULL;
+  const int recompute = strata_layout_recompute(l);
+  double *f = malloc(sizeof *f * (size_t)S * 4), *b = f ? f + S : NULL, *opt = f ? f + 2 * S : NULL;
+  double *rc = f ? f + 3 * S : NULL;
   if (!f)
     return 0;
   for (int j = 0, a = 0; j < S; a += split[j], j++) {
@@ -34,11 +37,18 @@ double strata__plan_step_bound(const struct strata_machine *c, strata_model_t mo
     double params = 0;
     f[j] = sync;
     b[j] = split_bw ? 2 * sync : sync;
+    rc[j] = 0;
     for (int li = a; li < a + split[j]; li++) {
       struct strata_layer_info info;
       strata_model_layer(model, li, &info);
       params += (double)info.params;
-      f[j] += strata__plan_layer_part(&w, model, t, li, rows, STRATA__PLAN_PART_FWD).s;
+      const double fl = strata__plan_layer_part(&w, model, t, li, rows, STRATA__PLAN_PART_FWD).s;
+      f[j] += fl;
+      /* recomputation (as the simulator costs RECOMPUTE): a block's forward again, or its attention core */
+      if (recompute == STRATA_RECOMPUTE_FULL && strcmp(info.type, "block") == 0)
+        rc[j] += fl;
+      else if (recompute == STRATA_RECOMPUTE_SELECTIVE)
+        rc[j] += strata__plan_layer_part(&w, model, t, li, rows, STRATA__PLAN_PART_CORE).s;
       if (split_bw)
         b[j] += strata__plan_layer_part(&w, model, t, li, rows, STRATA__PLAN_PART_INPUT).s +
                 strata__plan_layer_part(&w, model, t, li, rows, STRATA__PLAN_PART_WEIGHT).s;
@@ -55,7 +65,7 @@ double strata__plan_step_bound(const struct strata_machine *c, strata_model_t mo
     int first = -1;
     for (int j = 0; j < S; j++)
       if (strata__plan_stage_rank(l, j) == r) {
-        own += m * (f[j] + b[j]) + opt[j];
+        own += m * (f[j] + b[j] + rc[j]) + opt[j];
         if (first < 0)
           first = j;
       }

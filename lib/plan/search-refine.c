@@ -12,7 +12,6 @@
 /* Layer moves the refinement pass may simulate per candidate, and the stages it refines at most. */
 #define REFINE_BUDGET 400
 #define REFINE_MAX_STAGES 16
-#define REFINE_MAX_DEVICES 64
 /* The candidates it refines. */
 #define REFINE_TOP 8
 
@@ -43,7 +42,7 @@ void strata__plan_refine(struct search *s) {
       continue;
     const int S = strata_layout_stages(base);
     /* large jobs keep the balanced split: their simulations cost the most, and gain the least */
-    if (S < 2 || S > REFINE_MAX_STAGES || strata_layout_device_count(base) > REFINE_MAX_DEVICES)
+    if (S < 2 || S > REFINE_MAX_STAGES || strata_layout_device_count(base) > STRATA__PLAN_REFINE_MAX_DEVICES)
       continue;
     int *split = malloc(sizeof *split * (size_t)S);
     if (!split)
@@ -66,7 +65,8 @@ void strata__plan_refine(struct search *s) {
                                    .schedule = strata_layout_schedule(base),
                                    .microbatches = strata_layout_microbatches(base),
                                    .virtual_stages = strata_layout_virtual_stages(base), .zero = strata_layout_zero(base),
-                                   .precision = strata_layout_precision(base)};
+                                   .precision = strata_layout_precision(base),
+                                   .recompute = strata_layout_recompute(base)}; /* its memory modes */
     int improved = 1;
     while (improved && budget > 0 && !s->rc) {
       improved = 0;

@@ -33,11 +33,13 @@ struct times_entry {
   struct times_entry *next;
 };
 
-/* The memory model's figures of every cut (model/ranges.c) for one micro-batch size, tp slice, ZeRO degree and
+/* The memory model's figures of every cut (model/ranges.c) for one micro-batch size, cut (the tp slice, ZeRO degree
+** and stage, precision, recompute mode and whatever else strata__plan_cut sets: the whole struct is the key) and
 ** whether backward is split: the same for many layouts, so built once. */
 struct ranges_entry {
   int64_t rows;
-  int t, zero, split;
+  struct strata__cut cut;
+  int split;
   struct strata__stage_ranges *r;
   struct ranges_entry *next;
 };
@@ -89,138 +91,23 @@ static int inflight_of(struct search *s, int kind, int pp, int m, int v, int *ou
   return STRATA_OK;
 }
 
-/* ---- pass 1: tensor-parallel groups ---- */
-
-static void groups_free(struct search *s) {
-  for (int i = 0; i < s->ngroups; i++)
-    free(s->groups[i].devs);
-  free(s->groups);
-  s->groups = NULL;
-  s->ngroups = 0;
-}
-
-/* The islands of one node, fastest first (narrowest inner link), as lists of local devices. */
-static int island_order(const struct strata_machine *c, int *order, int *nislands) {
-  int n = 0;
-  for (int i = 0; i < c->k; i++) {
-    int seen = 0;
-    for (int j = 0; j < n && !seen; j++)
-      seen = order[j] == c->island[i];
-    if (!seen)
-      order[n++] = c->island[i];
-  }
-  /* an island's speed: its narrowest link between two members (a single device: none, last); one pass over
-  ** the pairs, each device's island looked up once */
-  double *bw = malloc(sizeof *bw * (size_t)n);
-  int *at = malloc(sizeof *at * (size_t)c->k);
-  if (!bw || !at) {
-    free(bw);
-    free(at);
-    return strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
-  }
-  for (int j = 0; j < n; j++)
-    bw[j] = INFINITY;
-  for (int a = 0; a < c->k; a++)
-    for (at[a] = 0; order[at[a]] != c->island[a]; at[a]++)
-      ;
-  for (int a = 0; a < c->k; a++)
-    for (int b = 0; b < c->k; b++)
-      if (a != b && at[a] == at[b]) {
-        double g = c->gbps[(size_t)a * (size_t)c->k + (size_t)b];
-        bw[at[a]] = g < bw[at[a]] ? g : bw[at[a]];
-      }
-  for (int j = 0; j < n; j++)
-    bw[j] = isinf(bw[j]) ? 0 : bw[j];
-  free(at);
-  for (int i = 1; i < n; i++) /* stable insertion sort, widest first */
-    for (int j = i; j > 0 && bw[j] > bw[j - 1]; j--) {
-      double tb = bw[j];
-      bw[j] = bw[j - 1];
-      bw[j - 1] = tb;
-      int ti = order[j];
-      order[j] = order[j - 1];
-      order[j - 1] = ti;
-    }
-  free(bw);
-  *nislands = n;
-  return STRATA_OK;
-}
-
-/*
-** Groups of t devices: each island of each node cut into consecutive runs
-** of t of its devices, the fastest islands first; what is left of an
-** island smaller than t stays out (a tp group never spans two islands) —
-** or with `mixed`, forms groups of the largest degree below t that the
-** model divides, so that every device is used and ranks differ in tp.
-*/
-static int make_groups(struct search *s, int t, int mixed) {
-  const struct strata_machine *c = s->c;
-  groups_free(s);
-  int *order = malloc(sizeof *order * (size_t)c->k), nisl = 0;
-  if (!order)
-    return strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
-  int rc = island_order(c, order, &nisl);
-  size_t cap = (size_t)c->nodes * (size_t)c->k + 1;
-  s->groups = rc ? NULL : calloc(cap, sizeof *s->groups);
-  if (!rc && !s->groups)
-    rc = strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
-  int *members = rc ? NULL : malloc(sizeof *members * (size_t)c->k);
-  if (!rc && !members)
-    rc = strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
-  for (int node = 0; node < c->nodes && !rc; node++)
-    for (int j = 0; j < nisl && !rc; j++) {
-      int nm = 0;
-      for (int i = 0; i < c->k; i++)
-        if (c->island[i] == order[j])
-          members[nm++] = i;
-      for (int g0 = 0, size = t; g0 < nm && !rc; g0 += size) {
-        size = t;
-        if (g0 + t > nm) {
-          if (!mixed)
-            break;
-          /* the rest of the island: the largest power of two that fits and that the model divides */
-          for (size = 1; 2 * size <= nm - g0; size *= 2)
-            ;
-          while (size > 1 && !strata__plan_tp_divides(s->model, size))
-            size /= 2;
-        }
-        struct group *g = &s->groups[s->ngroups];
-        g->devs = malloc(sizeof *g->devs * (size_t)size);
-        if (!g->devs) {
-          rc = strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
-          break;
-        }
-        s->ngroups++;
-        g->t = size;
-        g->node = node;
-        g->island = order[j];
-        double fmin = INFINITY;
-        uint64_t mmin = UINT64_MAX;
-        for (int q = 0; q < size; q++) {
-          int local = members[g0 + q];
-          g->devs[q] = node * c->k + local;
-          fmin = c->cost[local].flops < fmin ? c->cost[local].flops : fmin;
-          mmin = c->cost[local].memory < mmin ? c->cost[local].memory : mmin;
-        }
-        g->flops = fmin * size;
-        g->memory = mmin;
-      }
-    }
-  free(order);
-  free(members);
-  return rc;
-}
-
 /* ---- pass 4: the split ---- */
 
 /* The cuts' figures for layout l's rank of tp t and micro-batches of `rows`; NULL when the model cannot be laid out
 ** so (the error set). */
 static struct strata__stage_ranges *ranges_for(struct search *s, strata_layout_t l, int t, int64_t rows) {
-  const struct strata__cut cut = strata__plan_cut(l, t);
+  /* (a cut is ints and shards of ints, no padding: memcmp compares its fields, any field added later included) */
+  struct strata__cut cut;
+  memset(&cut, 0, sizeof cut);
+  cut = strata__plan_cut(l, t);
   const int split = strata__plan_split_backward(l);
-  for (struct ranges_entry *e = s->ranges; e; e = e->next)
-    if (e->rows == rows && e->t == t && e->zero == cut.zero.size * 4 + cut.zero_stage && e->split == split)
+  for (struct ranges_entry **at = &s->ranges, *e; (e = *at) != NULL; at = &e->next)
+    if (e->rows == rows && e->split == split && memcmp(&e->cut, &cut, sizeof cut) == 0) {
+      *at = e->next; /* to the front: the next layouts mostly ask the same cut again */
+      e->next = s->ranges;
+      s->ranges = e;
       return e->r;
+    }
   struct ranges_entry *e = calloc(1, sizeof *e);
   if (!e) {
     strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
@@ -230,7 +117,7 @@ static struct strata__stage_ranges *ranges_for(struct search *s, strata_layout_t
     free(e);
     return NULL;
   }
-  e->rows = rows, e->t = t, e->zero = cut.zero.size * 4 + cut.zero_stage, e->split = split;
+  e->rows = rows, e->cut = cut, e->split = split;
   e->next = s->ranges;
   s->ranges = e;
   return e->r;
@@ -358,7 +245,22 @@ static int best_split(struct search *s, strata_layout_t l, const int64_t rows, c
   for (int j = 0; j < S && v; j++)
     v = strata__plan_stage_rank(l, j) == strata__plan_stage_rank(l, S - 1 - j);
   struct strata__split_costs costs = {.time = split_cost_time, .fits = split_cost_fits, .stop = split_cost_stop,
-                                      .arg = &c, .v = v};
+                                      .arg = &c, .v = v, .monotone = 1}; /* (prefix sums of times) */
+  /* the split balanced by time alone, where its every stage fits, is the one the balancer finds within memory: the
+  ** dynamic programme's least slowest stage is the same, and so is each choice it backtracks (every prefix of that
+  ** split fits and is at its least; a smaller first layer within it would be one without memory too). A V balances
+  ** otherwise: asked as it is. */
+  if (!v) {
+    costs.fits = NULL;
+    int all = strata__split_best(L, S, &costs, split) == 0;
+    for (int j = 0, a = 0; j < S && all; a += split[j], j++)
+      all = split_cost_fits(&c, j, a, a + split[j]);
+    costs.fits = split_cost_fits;
+    if (all) {
+      rc = 0;
+      goto out;
+    }
+  }
   rc = strata__split_best(L, S, &costs, split) == 0 ? 0 : -1;
 out:
   free(tp_);
@@ -436,22 +338,31 @@ int strata__plan_evaluate(struct search *s, strata_layout_t l) {
 /*
 ** Whether layout l (with its split) cannot be among the candidates kept: on a machine of like devices, once the pool
 ** is full, a lower bound on its step (strata__plan_step_bound) above the slowest kept step. Such a layout is
-** counted as dominated and never simulated; the kept candidates are the same as if it had been.
+** counted as dominated and never simulated; the kept candidates are the same as if it had been. A layout of more
+** devices than the refinement takes (search-refine.c) is kept only to be shown: once the `top` it shows are found, the
+** slowest of them bounds it (those shown only get faster).
 */
 static int dominated(struct search *s, strata_layout_t l, int64_t rows) {
   const struct strata_plan *p = s->plan;
-  if (!s->c->uniform || p->n < p->top || !strata__plan_groups_alike(s->c, l, 1))
+  const int shown = s->o->top > 0 ? s->o->top : DEFAULT_TOP;
+  const int pool = strata_layout_device_count(l) > STRATA__PLAN_REFINE_MAX_DEVICES && shown < p->top ? shown : p->top;
+  if (!s->c->uniform || p->n < pool || !strata__plan_groups_alike(s->c, l, 1))
     return 0; /* (replica 0's devices, which the simulator runs, each costing what its group's slowest costs) */
-  const double worst = p->c[p->n - 1].res.step_s;
+  const double worst = p->c[pool - 1].res.step_s;
   if (!(strata__plan_step_bound(s->c, s->model, l, rows) > worst * (1 + 1e-9)))
     return 0;
   s->plan->dominated++;
   return 1;
 }
 
+/* A memory mode of a layout: its ZeRO stage and recompute mode (enum strata_recompute). */
+struct mode {
+  int zero, recompute;
+};
+
 /* The layout of these choices, or NULL (out of memory, or refused by strata_layout_new). */
 static strata_layout_t build(struct search *s, int dp, int pp, const struct group *const *gl, int schedule, int m, int v,
-                             int zero, const int *split) {
+                             const struct mode *mode, const int *split) {
   /* each rank's tp degree is its group's (replica 0's; the others' groups match it or the layout refuses them) */
   int n = 0;
   for (int g = 0; g < dp * pp; g++)
@@ -468,7 +379,8 @@ static strata_layout_t build(struct search *s, int dp, int pp, const struct grou
     tp[r] = gl[r]->t;
   struct strata_layout_desc d = {.dp = dp, .pp = pp, .tp = tp, .devices = devs, .ndevices = n, .split = split,
                                  .nsplit = split ? pp * v : 0, .schedule = schedule, .microbatches = m,
-                                 .virtual_stages = v, .zero = zero, .precision = s->o->precision};
+                                 .virtual_stages = v, .zero = mode->zero, .precision = s->o->precision,
+                                 .recompute = mode->recompute};
   strata_layout_t l = NULL;
   strata_layout_new(&d, &l);
   free(devs);
@@ -499,10 +411,230 @@ static int m_choices(int64_t share, int pp, int max_m, int *out) {
   return k;
 }
 
+/* The ZeRO stages a layout of dp replicas is tried with, least saving first: the options' one, or every stage; none
+** below dp 2. */
+static int zero_choices(const struct search *s, int dp, int *out) {
+  const int only = s->o->no_zero ? STRATA_PLAN_ONLY(0) : s->o->zero;
+  if (dp < 2) {
+    out[0] = 0;
+    return 1;
+  }
+  if (only != STRATA_PLAN_AUTO) {
+    out[0] = only - 1;
+    return 1;
+  }
+  for (int z = 0; z < 4; z++)
+    out[z] = z;
+  return 4;
+}
+
+/* The recompute modes tried, least saving first: the options' one, or every mode (the layout check then drops those
+** the model or the schedule does not allow). */
+static int recompute_choices(const struct search *s, int *out) {
+  if (s->o->recompute != STRATA_PLAN_AUTO) {
+    out[0] = s->o->recompute - 1;
+    return 1;
+  }
+  for (int r = STRATA_RECOMPUTE_NONE; r <= STRATA_RECOMPUTE_FULL; r++)
+    out[r] = r;
+  return 3;
+}
+
+/* The exhaustive search's pass 4: every composition of L layers into S stages, each in every memory mode (zs, rs)
+** that fits simulated — but for a recompute mode where one of the same ZeRO stage that recomputes less fitted at the
+** same split (dominated, as in try_mode). */
+static void try_every_split(struct search *s, int dp, int pp, const struct group *const *gl, int kind, int m, int v,
+                            const int *zs, int nz, const int *rs, int nr, int64_t rows, const int *inflight,
+                            const struct strata__plan_peaks *pk, int *split) {
+  const int S = pp * v;
+  strata_layout_t l[12] = {NULL}; /* [zero choice x recompute choice], NULL where the check refuses the mode */
+  for (int i = 0; i < nz * nr && !s->rc; i++) {
+    const struct mode mode = {.zero = zs[i / nr], .recompute = rs[i % nr]};
+    if (!(l[i] = build(s, dp, pp, gl, kind, m, v, &mode, NULL)))
+      s->rc = strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
+    else if (mode.recompute && strata_layout_check(l[i], s->model, -1) != STRATA_OK)
+      strata_layout_free(l[i]), l[i] = NULL;
+  }
+  for (int j = 0; j < S; j++)
+    split[j] = 1;
+  split[S - 1] = s->L - (S - 1);
+  for (int done = s->rc != 0; !done;) {
+    for (int zi = 0; zi < nz; zi++)
+      for (int ri = 0, fit = 0; ri < nr; ri++) {
+        strata_layout_t base = l[zi * nr + ri];
+        if (!base)
+          continue;
+        s->plan->considered++;
+        if (fit) {
+          s->plan->dominated++;
+        } else if (!split_fits(s, base, rows, inflight, pk, split)) {
+          s->plan->pruned++;
+        } else {
+          const struct mode mode = {.zero = zs[zi], .recompute = rs[ri]};
+          strata_layout_t full = build(s, dp, pp, gl, kind, m, v, &mode, split);
+          fit = full && strata__plan_evaluate(s, full);
+        }
+      }
+    /* next composition: move one layer from the last stage leftwards, odometer style */
+    int j = S - 2;
+    while (j >= 0) {
+      int rest = 0;
+      for (int q = j + 1; q < S; q++)
+        rest += split[q] - 1;
+      if (rest > 0) {
+        split[j]++;
+        int used = 0;
+        for (int q = 0; q <= j; q++)
+          used += split[q];
+        for (int q = j + 1; q < S - 1; q++)
+          split[q] = 1, used++;
+        split[S - 1] = s->L - used;
+        break;
+      }
+      j--;
+    }
+    done = j < 0 || S == 1;
+  }
+  for (int i = 0; i < nz * nr; i++)
+    strata_layout_free(l[i]);
+}
+
+/* Layout l of one memory mode formed: -1 when the layout check refuses the mode (a recompute mode with this model or
+** schedule; not counted), 0 pruned by memory, 1 with a balanced split that fits (split[] filled). */
+static int form(struct search *s, strata_layout_t l, const struct mode *mode, int64_t rows, const int *inflight,
+                const struct strata__plan_peaks *pk, int *split) {
+  if (mode->recompute && strata_layout_check(l, s->model, -1) != STRATA_OK)
+    return -1;
+  s->plan->considered++;
+  if (!average_fits(s, l, rows, inflight) || best_split(s, l, rows, inflight, split) != 0 ||
+      !split_fits(s, l, rows, inflight, pk, split)) {
+    s->plan->pruned++;
+    return 0;
+  }
+  return 1;
+}
+
+/* Keep layout l (its split set) for strata__plan_run_deferred; takes ownership. 1, or 0 out of memory (s->rc set). */
+static int defer(struct search *s, strata_layout_t l, int64_t rows) {
+  if (s->ndeferred == s->capdeferred) {
+    const int cap = s->capdeferred ? 2 * s->capdeferred : 64;
+    struct strata__plan_deferred *d = realloc(s->deferred, sizeof *d * (size_t)cap);
+    if (!d) {
+      strata_layout_free(l);
+      s->rc = strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
+      return 0;
+    }
+    s->deferred = d;
+    s->capdeferred = cap;
+  }
+  const double bound = s->c->uniform && strata__plan_groups_alike(s->c, l, 1)
+                           ? strata__plan_step_bound(s->c, s->model, l, rows) : 0;
+  s->deferred[s->ndeferred++] = (struct strata__plan_deferred){.layout = l, .bound = bound, .rows = rows};
+  return 1;
+}
+
+static int by_bound(const void *a, const void *b) {
+  const struct strata__plan_deferred *x = a, *y = b;
+  return (x->bound > y->bound) - (x->bound < y->bound);
+}
+
+/*
+** The deferred layouts (saving modes: ZeRO-2/3, recomputation), simulated once every other layout has been, the
+** lowest step bound first: as the pool fills with the fastest, the rest are dominated by it (dominated(): the kept
+** candidates are the same as if each had been simulated where it was formed), so few saving layouts are simulated
+** where a plain one is fast, and every one is where nothing else fits.
+*/
+static void run_deferred(struct search *s) {
+  qsort(s->deferred, (size_t)s->ndeferred, sizeof *s->deferred, by_bound);
+  for (int i = 0; i < s->ndeferred; i++) {
+    strata_layout_t l = s->deferred[i].layout;
+    s->deferred[i].layout = NULL;
+    if (s->rc || dominated(s, l, s->deferred[i].rows))
+      strata_layout_free(l);
+    else
+      strata__plan_evaluate(s, l);
+  }
+  s->ndeferred = 0;
+}
+
+/*
+** A formed layout of one mode with its split: simulated unless dominated — its step's bound above the slowest kept,
+** or (`fitted`, n_fit splits of S each) the split of a mode of the same ZeRO stage that recomputes less and fitted,
+** which this one only adds work to (the same lists with more RECOMPUTE work on each device, each action's cost no
+** less). A layout that fitted (or was dominated by its bound) adds its split to `fitted`.
+*/
+static void run_mode(struct search *s, int dp, int pp, const struct group *const *gl, int kind, int m, int v,
+                     const struct mode *mode, int64_t rows, const int *split, int *fitted, int *n_fit) {
+  const int S = pp * v;
+  if (s->fits_only) {
+    s->found = 1;
+    return;
+  }
+  int same = 0;
+  for (int i = 0; i < *n_fit && !same; i++)
+    same = memcmp(&fitted[(size_t)i * (size_t)S], split, sizeof *split * (size_t)S) == 0;
+  strata_layout_t full = same ? NULL : build(s, dp, pp, gl, kind, m, v, mode, split);
+  int fit = 0;
+  if (same)
+    s->plan->dominated++;
+  else if (!full)
+    s->rc = strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
+  else if (dominated(s, full, rows))
+    strata_layout_free(full), fit = 1;
+  else if (mode->zero >= 2 || mode->recompute)
+    fit = defer(s, full, rows); /* (taken as fitting: its memory did, by the model the simulator checks too) */
+  else
+    fit = strata__plan_evaluate(s, full);
+  if (fit && *n_fit < 3)
+    memcpy(&fitted[(size_t)(*n_fit)++ * (size_t)S], split, sizeof *split * (size_t)S);
+}
+
+/*
+** The recompute modes rs[0..nr) (least saving first) of one ZeRO stage: the most saving formed first, as a stage's
+** bytes shrink with recomputation (none keeps every block's activations of each micro-batch in flight, selective
+** all but the attention's output and log-sum-exps, full only the block's input, each recomputing mode adding one
+** block's recomputed values once): where it finds no split that fits, neither does a mode that recomputes less, and
+** those are counted pruned unformed. Otherwise each is formed and run, the least saving first.
+*/
+static void try_modes(struct search *s, int dp, int pp, const struct group *const *gl, int kind, int m, int v,
+                      int zero, const int *rs, int nr, int64_t rows, const int *inflight,
+                      const struct strata__plan_peaks *pk, int *split, int *fitted) {
+  const int S = pp * v;
+  int n_fit = 0, last = -1;
+  strata_layout_t l[3] = {NULL};
+  int *last_split = malloc(sizeof *last_split * (size_t)S);
+  if (!last_split)
+    s->rc = strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
+  /* (the layouts without their split are built as they are needed) */
+  if (!s->rc && nr > 1) {
+    const struct mode mode = {.zero = zero, .recompute = rs[nr - 1]};
+    if (!(l[nr - 1] = build(s, dp, pp, gl, kind, m, v, &mode, NULL)))
+      s->rc = strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
+    else
+      last = form(s, l[nr - 1], &mode, rows, inflight, pk, last_split);
+    if (last == 0) /* (the check that accepted it accepts every mode that recomputes less) */
+      s->plan->considered += nr - 1, s->plan->pruned += nr - 1;
+  }
+  for (int i = 0; i < nr && !s->rc && last != 0 && !(s->fits_only && s->found); i++) {
+    const struct mode mode = {.zero = zero, .recompute = rs[i]};
+    if (!l[i] && !(l[i] = build(s, dp, pp, gl, kind, m, v, &mode, NULL))) {
+      s->rc = strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
+      break;
+    }
+    const int formed = i == nr - 1 && nr > 1 ? last : form(s, l[i], &mode, rows, inflight, pk, split);
+    if (formed == 1)
+      run_mode(s, dp, pp, gl, kind, m, v, &mode, rows, i == nr - 1 && nr > 1 ? last_split : split, fitted, &n_fit);
+  }
+  for (int i = 0; i < nr; i++)
+    strata_layout_free(l[i]);
+  free(last_split);
+}
+
 /*
 ** Pass 3 and 4 for one assignment of groups to (replica, rank): every
-** micro-batch count, schedule and ZeRO choice, the split balanced (or with
-** `exhaustive` every split), pruned by memory, then simulated.
+** micro-batch count, schedule and memory mode (ZeRO stage, recompute
+** mode), the split balanced (or with `exhaustive` every split), pruned
+** by memory, then simulated.
 */
 static void try_assignment(struct search *s, int dp, int pp, const struct group *const *gl) {
   const int64_t share = s->o->batch / dp;
@@ -510,92 +642,43 @@ static void try_assignment(struct search *s, int dp, int pp, const struct group 
   int nm = m_choices(share, pp, s->o->max_microbatches > 0 ? s->o->max_microbatches : DEFAULT_MAX_MICROBATCHES, ms);
   static const int kinds[] = {STRATA_SCHEDULE_1F1B, STRATA_SCHEDULE_GPIPE, STRATA_SCHEDULE_ZB_H1,
                               STRATA_SCHEDULE_INTERLEAVED, STRATA_SCHEDULE_ZBV, STRATA_SCHEDULE_DUALPIPEV};
+  int zs[4], rs[3];
+  const int nz = zero_choices(s, dp, zs), nr = recompute_choices(s, rs);
   for (int mi = 0; mi < nm && !s->rc; mi++)
-    for (int ki = 0; ki < 6 && !s->rc; ki++)
-      for (int zero = 0; zero <= (dp > 1 && !s->o->no_zero) && !s->rc; zero++) {
-        const int kind = kinds[ki], m = ms[mi], v = strata_schedule_kind_stages_per_device(kind, 0);
-        if (pp == 1 && kind != STRATA_SCHEDULE_1F1B)
-          continue; /* one stage: every schedule is the same list */
-        if ((kind == STRATA_SCHEDULE_INTERLEAVED && m % pp) || m < strata_schedule_kind_min_microbatches(kind, pp) ||
-            s->L < pp * v)
-          continue;
-        if (s->L < pp)
-          continue;
-        if (strata__plan_past_deadline(s)) {
-          s->rc = STRATA_ERR_TIMEOUT; /* strata_plan_min_devices says how far it got */
-          break;
-        }
-        const int S = pp * v;
-        const int64_t rows = share / m;
-        strata_layout_t l = build(s, dp, pp, gl, kind, m, v, zero, NULL);
-        int *inflight = malloc(sizeof *inflight * (size_t)S), *split = malloc(sizeof *split * (size_t)S);
-        const struct strata__plan_peaks *pk = NULL;
-        if (!l || !inflight || !split || inflight_of(s, kind, pp, m, v, inflight, &pk) != STRATA_OK) {
-          strata_layout_free(l);
-          free(inflight);
-          free(split);
-          if (!l || !inflight || !split)
-            s->rc = strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
-          continue;
-        }
-        if (!s->o->exhaustive) {
-          s->plan->considered++;
-          if (!average_fits(s, l, rows, inflight) || best_split(s, l, rows, inflight, split) != 0 ||
-              !split_fits(s, l, rows, inflight, pk, split)) {
-            s->plan->pruned++;
-          } else if (s->fits_only) {
-            s->found = 1;
-          } else {
-            strata_layout_t full = build(s, dp, pp, gl, kind, m, v, zero, split);
-            if (!full)
-              s->rc = strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
-            else if (dominated(s, full, rows))
-              strata_layout_free(full);
-            else
-              strata__plan_evaluate(s, full);
-          }
-        } else {
-          /* every composition of L layers into S stages */
-          for (int j = 0; j < S; j++)
-            split[j] = 1;
-          split[S - 1] = s->L - (S - 1);
-          for (;;) {
-            s->plan->considered++;
-            if (!split_fits(s, l, rows, inflight, pk, split)) {
-              s->plan->pruned++;
-            } else {
-              strata_layout_t full = build(s, dp, pp, gl, kind, m, v, zero, split);
-              if (full)
-                strata__plan_evaluate(s, full);
-            }
-            /* next composition: move one layer from the last stage leftwards, odometer style */
-            int j = S - 2;
-            while (j >= 0) {
-              int rest = 0;
-              for (int q = j + 1; q < S; q++)
-                rest += split[q] - 1;
-              if (rest > 0) {
-                split[j]++;
-                int used = 0;
-                for (int q = 0; q <= j; q++)
-                  used += split[q];
-                for (int q = j + 1; q < S - 1; q++)
-                  split[q] = 1, used++;
-                split[S - 1] = s->L - used;
-                break;
-              }
-              j--;
-            }
-            if (j < 0 || S == 1)
-              break;
-          }
-        }
-        strata_layout_free(l);
+    for (int ki = 0; ki < 6 && !s->rc; ki++) {
+      const int kind = kinds[ki], m = ms[mi], v = strata_schedule_kind_stages_per_device(kind, 0);
+      if (pp == 1 && kind != STRATA_SCHEDULE_1F1B)
+        continue; /* one stage: every schedule is the same list */
+      if ((kind == STRATA_SCHEDULE_INTERLEAVED && m % pp) || m < strata_schedule_kind_min_microbatches(kind, pp) ||
+          s->L < pp * v)
+        continue;
+      if (strata__plan_past_deadline(s)) {
+        s->rc = STRATA_ERR_TIMEOUT; /* strata_plan_min_devices says how far it got */
+        break;
+      }
+      const int S = pp * v;
+      const int64_t rows = share / m;
+      int *inflight = malloc(sizeof *inflight * (size_t)S), *split = malloc(sizeof *split * (size_t)S);
+      int *fitted = malloc(sizeof *fitted * 3 * (size_t)S);
+      const struct strata__plan_peaks *pk = NULL;
+      if (!inflight || !split || !fitted || inflight_of(s, kind, pp, m, v, inflight, &pk) != STRATA_OK) {
+        if (!inflight || !split || !fitted)
+          s->rc = strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
         free(inflight);
         free(split);
-        if (s->fits_only && s->found)
-          return;
+        free(fitted);
+        continue;
       }
+      if (s->o->exhaustive)
+        try_every_split(s, dp, pp, gl, kind, m, v, zs, nz, rs, nr, rows, inflight, pk, split);
+      for (int zi = 0; zi < nz && !s->o->exhaustive && !s->rc && !(s->fits_only && s->found); zi++)
+        try_modes(s, dp, pp, gl, kind, m, v, zs[zi], rs, nr, rows, inflight, pk, split, fitted);
+      free(inflight);
+      free(split);
+      free(fitted);
+      if (s->fits_only && s->found)
+        return;
+    }
 }
 
 /* ---- pass 2: dp x pp over the groups ---- */
@@ -874,30 +957,16 @@ out:
 
 /* ---- the search ---- */
 
-static int tp_degrees(const struct search *s, int *out) {
-  int max_island = 1, n = 0;
-  for (int i = 0; i < s->c->k; i++) {
-    int size = 0;
-    for (int j = 0; j < s->c->k; j++)
-      size += s->c->island[j] == s->c->island[i];
-    max_island = size > max_island ? size : max_island;
-  }
-  for (int t = 1; t <= max_island; t *= 2)
-    if ((!s->o->fixed_tp || s->o->fixed_tp == t) && strata__plan_tp_divides(s->model, t))
-      out[n++] = t;
-  return n;
-}
-
 /* Run passes 1-5; fills s->plan. */
 int strata__plan_run_search(struct search *s) {
   s->L = strata_model_layer_count(s->model);
   int tps[32];
-  int nt = tp_degrees(s, tps);
+  int nt = strata__plan_tp_degrees(s, tps);
   for (int i = 0; i < nt && !s->rc; i++) {
     /* pass 1: groups of tps[i]; then, where islands leave devices out, every device in groups of
     ** tps[i] and less (a tp degree per rank) */
     for (int mixed = 0; mixed <= (tps[i] > 1 && !s->o->fixed_tp) && !s->rc; mixed++) {
-      int rc = make_groups(s, tps[i], mixed);
+      int rc = strata__plan_make_groups(s, tps[i], mixed);
       if (rc)
         return rc;
       int used = 0, uniform = 1;
@@ -914,13 +983,20 @@ int strata__plan_run_search(struct search *s) {
       break;
   }
   s->mixed_tp = 0;
+  if (!s->rc)
+    run_deferred(s);
   if (!s->rc && !s->fits_only && !s->o->exhaustive)
     strata__plan_refine(s);
   return s->rc;
 }
 
 void strata__plan_search_free(struct search *s) {
-  groups_free(s);
+  strata__plan_groups_free(s);
+  for (int i = 0; i < s->ndeferred; i++)
+    strata_layout_free(s->deferred[i].layout);
+  free(s->deferred);
+  s->deferred = NULL;
+  s->ndeferred = s->capdeferred = 0;
   while (s->inflight) {
     struct inflight_entry *e = s->inflight;
     s->inflight = e->next;
@@ -953,6 +1029,21 @@ int strata__plan_check_options(strata_machine_t c, strata_model_t m, const struc
   if (o->precision != STRATA_FLOAT32 && o->precision != STRATA_BFLOAT16)
     return strata__error(STRATA_ERR_INVALID, "planner: precision %d is neither STRATA_FLOAT32 nor STRATA_BFLOAT16",
                          o->precision);
+  if (o->recompute < STRATA_PLAN_AUTO || o->recompute > STRATA_PLAN_ONLY(STRATA_RECOMPUTE_FULL) ||
+      o->zero < STRATA_PLAN_AUTO || o->zero > STRATA_PLAN_ONLY(3) || o->sp < STRATA_PLAN_AUTO ||
+      o->sp > STRATA_PLAN_ONLY(1))
+    return strata__error(STRATA_ERR_INVALID, "planner: recompute %d, zero %d or sp %d is neither STRATA_PLAN_AUTO nor "
+                         "STRATA_PLAN_ONLY of a mode", o->recompute, o->zero, o->sp);
+  if (o->no_zero && o->zero > STRATA_PLAN_ONLY(0))
+    return strata__error(STRATA_ERR_INVALID, "planner: no_zero and ZeRO-%d both asked for", o->zero - 1);
+  if (o->recompute > STRATA_PLAN_ONLY(STRATA_RECOMPUTE_NONE) && strata_model_config(m)->kind != STRATA_MODEL_GPT)
+    return strata__error(STRATA_ERR_UNSUPPORTED, "planner: recompute %s is for GPT blocks, not '%s'",
+                         strata_recompute_name(o->recompute - 1), strata_model_config(m)->name);
+  /* sequence parallelism is a mode of the memory model's cuts (strata__cut.seqpar); no layout carries it yet, so
+  ** every layout the search forms is without it, and one that must have it cannot be formed */
+  if (o->sp == STRATA_PLAN_ONLY(1))
+    return strata__error(STRATA_ERR_UNSUPPORTED, "planner: sequence parallelism cannot be planned yet: no layout "
+                         "carries it (\"sp\"), so strata-train could not run such a plan");
   if (o->precision == STRATA_BFLOAT16 && strata_model_config(m)->kind != STRATA_MODEL_GPT)
     return strata__error(STRATA_ERR_UNSUPPORTED, "planner: bf16 is for GPT models (as the trainer trains it), not "
                          "'%s'", strata_model_config(m)->name);

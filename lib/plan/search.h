@@ -6,6 +6,9 @@
 
 #include "plan/plan.h"
 
+/* The most devices of a layout the refinement pass takes (larger jobs keep their balanced split). */
+#define STRATA__PLAN_REFINE_MAX_DEVICES 64
+
 /* A tensor-parallel group: devices of one island of one node. */
 struct group {
   int *devs;
@@ -31,8 +34,25 @@ struct search {
   int rc;
   struct inflight_entry *inflight;  /* micro-batches in flight per stage, by schedule shape */
   struct times_entry *times;        /* a rank's layer times, by its group's place in a node and the micro-batch */
+  struct strata__plan_deferred *deferred; /* layouts of a saving memory mode, formed with their split, simulated after
+                                    ** the rest (strata__plan_run_deferred) */
+  int ndeferred, capdeferred;
 };
 
+/* A layout whose simulation waits for the pool to fill: the lower bound of its step (0: none) and its micro-batch. */
+struct strata__plan_deferred {
+  strata_layout_t layout;
+  double bound;
+  int64_t rows;
+};
+
+/* Pass 1 (search-groups.c): free s's groups; make them of t devices each (`mixed`: where an island does not divide
+** into groups of t, its rest in groups of the largest degree below t that the model divides); the tp degrees a search
+** tries (powers of two up to the largest island that the model divides, or the options' fixed one) into out, their
+** count. */
+void strata__plan_groups_free(struct search *s);
+int strata__plan_make_groups(struct search *s, int t, int mixed);
+int strata__plan_tp_degrees(const struct search *s, int *out);
 /* Passes 1-5 on s (its machine, model, options and plan set): fills s->plan, or s->found with fits_only. */
 int strata__plan_run_search(struct search *s);
 /* Free what a search built (its groups and caches; not its plan). */
