@@ -7,10 +7,10 @@
 # (bench/gpt-530b.json, bench/gpt-1t.json). A benchmark, not a test.
 # Usage: bench/plan.sh [BUILD_DIR]    (BUILD_DIR default: ./build or .)
 # Target: the 1,024-, 2,520- and 3,072-GPU cases in under 10 s, the 8-device case in well under 1 s (best of 3 runs
-# each). The 1T GPT fits only with activation recomputation or ZeRO-2/3, which the search takes as memory modes
-# (issue 32). For the two SC21 rows it prints the best plan's modes and its sequences/s against Megatron's published
-# figure: 163 TFLOP/s per GPU for both, in Megatron's FLOPs of an iteration, 96 B s l h^2 (1 + s/6h + V/16lh), which
-# count its full recomputation. BEST_OF=1 runs each case once.
+# each). The 1T GPT fits only with activation recomputation, ZeRO-2/3 or sequence parallelism, memory modes the
+# search takes (issue 32). For the two SC21 rows it prints the best plan's modes and its sequences/s against
+# Megatron's published figure: 163 TFLOP/s per GPU for both, in Megatron's FLOPs of an iteration,
+# 96 B s l h^2 (1 + s/6h + V/16lh), which count its full recomputation. BEST_OF=1 runs each case once.
 set -u
 build=${1:-}
 if [ -z "$build" ]; then

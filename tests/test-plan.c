@@ -1892,7 +1892,7 @@ static double megatron_seqs(double batch, double hidden, double layers, double g
 ** the pipeline's fill) is above the slowest candidate kept is dominated, never simulated. The plan is the one a search
 ** that simulates them all gives (a pool too wide to fill: nothing is dominated), candidate for candidate; the
 ** counts add up (every layout formed is pruned by memory, dominated, or simulated), and fewer are simulated. (Without
-** recomputation: a recompute mode at the split of one that recomputes less is dominated however wide the pool;
+** recomputation or sequence parallelism: such a mode at the split of a plainer one is dominated however wide the pool;
 ** memory_modes_searched_give_the_best_of_each_mode checks that rule.)
 */
 Test(plan, dominated_layouts_are_skipped_and_the_plan_is_the_same) {
@@ -1901,7 +1901,7 @@ Test(plan, dominated_layouts_are_skipped_and_the_plan_is_the_same) {
   strata_machine_t c;
   OK(strata_machine_synthetic("4xA100-80GB:nvswitch", &mo, &c));
   struct strata_plan_options o = {.batch = 64, .top = 5, .precision = STRATA_BFLOAT16, .max_microbatches = 16,
-                                  .recompute = STRATA_PLAN_ONLY(STRATA_RECOMPUTE_NONE)};
+                                  .recompute = STRATA_PLAN_ONLY(STRATA_RECOMPUTE_NONE), .sp = STRATA_PLAN_ONLY(0)};
   strata_plan_t fast, all;
   OK(strata_plan_search(c, m, &o, &fast));
   o.top = 100000;
@@ -2003,9 +2003,9 @@ Test(plan, megatron_gpt_3_6b_layout_in_bf16_on_a100s) {
 
 /* ---- the memory modes searched (issue 32, item 5) ---- */
 
-/* Whether a layout saves memory beyond ZeRO-1: recomputation, or ZeRO-2/3. */
+/* Whether a layout saves memory beyond ZeRO-1: recomputation, ZeRO-2/3 or sequence parallelism. */
 static int saving_mode(strata_layout_t l) {
-  return strata_layout_recompute(l) != STRATA_RECOMPUTE_NONE || strata_layout_zero(l) >= 2;
+  return strata_layout_recompute(l) != STRATA_RECOMPUTE_NONE || strata_layout_zero(l) >= 2 || strata_layout_sp(l);
 }
 
 /* The best step of a search with options o, or 0 when nothing fits (STRATA_ERR_DEVICE_MEMORY); its best layout's
@@ -2031,8 +2031,9 @@ static double best_step(strata_machine_t c, strata_model_t m, const struct strat
 /*
 ** Searching the modes gives the best of each mode searched alone: Megatron's 1.7B GPT in bf16 on two nodes of four
 ** A100s, where every mode fits. The search over all of them finds the least step of the searches each held to one
-** recompute mode, and to one ZeRO stage; it is recompute none (which fits, and recomputes nothing), strictly faster
-** than full recomputation: the planner does not take the most saving mode for its own sake.
+** recompute mode, to one ZeRO stage, and with or without sequence parallelism; it is recompute none (which fits,
+** and recomputes nothing), strictly faster than full recomputation: the planner does not take the most saving mode
+** for its own sake.
 */
 Test(plan, memory_modes_searched_give_the_best_of_each_mode) {
   strata_model_t m = megatron_gpt("megatron-1.7b", 24, 2304, 24);
@@ -2062,6 +2063,17 @@ Test(plan, memory_modes_searched_give_the_best_of_each_mode) {
       least_z = st;
   }
   cr_assert_float_eq(all, least_z, 1e-9 * least_z, "searched: %.6g s; the best ZeRO stage alone: %.6g s", all, least_z);
+  o.zero = STRATA_PLAN_AUTO;
+  double by_sp[2];
+  for (int q = 0; q < 2; q++) {
+    o.sp = STRATA_PLAN_ONLY(q);
+    by_sp[q] = best_step(c, m, &o, NULL, NULL);
+    cr_assert_gt(by_sp[q], 0, "sp %d: nothing fits", q);
+  }
+  o.sp = STRATA_PLAN_AUTO;
+  const double least_sp = by_sp[0] < by_sp[1] ? by_sp[0] : by_sp[1];
+  cr_assert_float_eq(all, least_sp, 1e-9 * least_sp, "searched: %.6g s; without sp %.6g s, with %.6g s", all,
+                     by_sp[0], by_sp[1]);
   cr_assert_eq(rc_mode, STRATA_RECOMPUTE_NONE, "it fits without recomputing, yet recompute %s was chosen",
                strata_recompute_name(rc_mode));
   cr_assert_lt(all, by_rc[STRATA_RECOMPUTE_FULL], "none %.6g s, full %.6g s", all, by_rc[STRATA_RECOMPUTE_FULL]);
@@ -2096,9 +2108,9 @@ static uint64_t least_memory(strata_model_t m, const struct strata_plan_options 
 /*
 ** Where nothing fits without them, the search takes a saving mode: a GPT of long sequences (activations outweigh its
 ** parameters) at batch 8 on two devices. The least memory with which the search finds a plan is below the least with
-** which it finds one held to recompute none and ZeRO 0 or 1; at that memory, the plain search fails, the plan
-** recomputes or shards beyond ZeRO-1, and each of its ranks needs, by the memory model (strata_plan_memory, what the
-** trainer checks), no more than the usable part of a device.
+** which it finds one held to recompute none, ZeRO 0 or 1 and no sp; at that memory, the plain search fails, the
+** plan recomputes, shards beyond ZeRO-1 or runs sp, and each of its ranks needs, by the memory model
+** (strata_plan_memory, what the trainer checks), no more than the usable part of a device.
 */
 Test(plan, memory_modes_a_saving_mode_where_it_must) {
   struct strata_model_config mc = {.kind = STRATA_MODEL_GPT, .vocab = 256, .context = 512, .d_model = 128, .layers = 4,
@@ -2111,7 +2123,7 @@ Test(plan, memory_modes_a_saving_mode_where_it_must) {
   uint64_t plain = UINT64_MAX;
   for (int z = 0; z < 2; z++) {
     struct strata_plan_options p = {.batch = 8, .top = 1, .zero = STRATA_PLAN_ONLY(z),
-                                    .recompute = STRATA_PLAN_ONLY(STRATA_RECOMPUTE_NONE)};
+                                    .recompute = STRATA_PLAN_ONLY(STRATA_RECOMPUTE_NONE), .sp = STRATA_PLAN_ONLY(0)};
     const uint64_t b = least_memory(m, &p);
     plain = b < plain ? b : plain;
   }
@@ -2122,7 +2134,7 @@ Test(plan, memory_modes_a_saving_mode_where_it_must) {
   strata_machine_t c = two_of(any);
   for (int z = 0; z < 2; z++) {
     struct strata_plan_options p = {.batch = 8, .top = 1, .zero = STRATA_PLAN_ONLY(z),
-                                    .recompute = STRATA_PLAN_ONLY(STRATA_RECOMPUTE_NONE)};
+                                    .recompute = STRATA_PLAN_ONLY(STRATA_RECOMPUTE_NONE), .sp = STRATA_PLAN_ONLY(0)};
     strata_plan_t none;
     cr_assert_eq(strata_plan_search(c, m, &p, &none), STRATA_ERR_DEVICE_MEMORY, "ZeRO %d without recomputing fits", z);
   }
@@ -2149,7 +2161,8 @@ Test(plan, memory_modes_a_saving_mode_where_it_must) {
 
 /*
 ** Megatron's 1T GPT of SC21 Table 1 (128 layers, hidden 25600, 160 heads, sequence 2048, batch 3072, bf16) on 3072
-** A100 80GB of Selene's nodes gets a plan: it does not fit without recomputation or ZeRO-2/3, so the plan takes one;
+** A100 80GB of Selene's nodes gets a plan: it does not fit without recomputation, ZeRO-2/3 or sequence parallelism,
+** so the plan takes one;
 ** each of its ranks needs by the memory model at most 80 GB (and the usable part of a device); its throughput is
 ** within 0.5x to 1.5x of the published 163 TFLOP/s per GPU with full recomputation (29.9 sequences/s).
 */
@@ -2174,10 +2187,11 @@ Test(plan, megatron_1t_fits_on_3072_a100s, .timeout = 120) {
   const double published = megatron_seqs(3072, 25600, 128, 3072, 163, 1);
   cr_assert(k.samples_per_s >= 0.5 * published && k.samples_per_s <= 1.5 * published,
             "%.2f sequences/s, Megatron's %.2f", k.samples_per_s, published);
-  cr_log_info("1T on 3072 A100s: dp %d x pp %d x tp %d, recompute %s, ZeRO-%d: %.2f sequences/s (Megatron %.2f, "
-              "%.2fx), peak %.2f GB", strata_layout_dp(k.layout), strata_layout_pp(k.layout),
+  cr_log_info("1T on 3072 A100s: dp %d x pp %d x tp %d, recompute %s, ZeRO-%d, sp %d: %.2f sequences/s (Megatron "
+              "%.2f, %.2fx), peak %.2f GB", strata_layout_dp(k.layout), strata_layout_pp(k.layout),
               strata_layout_tp(k.layout, 0), strata_recompute_name(strata_layout_recompute(k.layout)),
-              strata_layout_zero(k.layout), k.samples_per_s, published, k.samples_per_s / published,
+              strata_layout_zero(k.layout), strata_layout_sp(k.layout), k.samples_per_s, published,
+              k.samples_per_s / published,
               (double)k.peak_bytes / 1e9);
   strata_plan_free(plan);
   strata_machine_free(c);

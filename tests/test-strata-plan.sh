@@ -31,7 +31,7 @@ if [ ! -x "$PLAN" ]; then
   echo "1..0 # SKIP strata-plan not built"
   exit 0
 fi
-echo "1..50"
+echo "1..51"
 
 # a plan on a synthetic node; its layout file is the strata-layout/1 that --simulate reads back
 $PLAN --model gpt-small --batch 16 --node 4xA100-80GB:nvswitch --out "$TMP/layout.json" >"$TMP/out" 2>"$TMP/err"
@@ -221,7 +221,8 @@ cp "$TMP/out" "$TMP/err"
 modes_said() {
   c=$(grep -c '^      "rank": [0-9]*,$' "$TMP/out")
   [ "$c" -ge 1 ] && [ "$(grep -c '^      "recompute": "\(none\|selective\|full\)",$' "$TMP/out")" -eq "$c" ] &&
-    [ "$(grep -c '^      "zero": [0-3],$' "$TMP/out")" -eq "$c" ] && [ "$(grep -c '^      "sp": false,$' "$TMP/out")" -eq "$c" ]
+    [ "$(grep -c '^      "zero": [0-3],$' "$TMP/out")" -eq "$c" ] &&
+    [ "$(grep -c '^      "sp": \(true\|false\),$' "$TMP/out")" -eq "$c" ]
 }
 check "--json says each candidate's recompute, zero and sp" modes_said
 STRATA_DEVICE_MEMORY_LIMIT=2111111 STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 $TRAIN --model gpt-tiny \
@@ -240,7 +241,12 @@ check "and refuses the same layout without its saving modes (exit 1, does not fi
 fails_clearly "--recompute sometimes" "expected auto, none, selective or full" $PLAN --model gpt-tiny --batch 8 \
   --node 2xT4:pcie --recompute sometimes
 fails_clearly "--zero 4" "expected auto, 0, 1, 2 or 3" $PLAN --model gpt-tiny --batch 8 --node 2xT4:pcie --zero 4
-fails_clearly "--sp on" "sequence parallelism cannot be planned yet" $PLAN --model gpt-tiny --batch 8 \
+fails_clearly "--sp on for an MLP" "sequence parallelism is for GPT models" $PLAN --model mlp --batch 8 \
   --node 2xT4:pcie --sp on
+$PLAN --model gpt-small --batch 16 --node 2xA100-80GB:nvswitch --tp 2 --sp on --out "$TMP/sp.json" --json \
+  >"$TMP/out" 2>"$TMP/err"
+rc=$?
+sp_said() { [ "$rc" -eq 0 ] && grep -q '"sp":true' "$TMP/sp.json" && grep -q '^      "sp": true,$' "$TMP/out"; }
+check "--sp on --tp 2: a plan whose layout and --json say sp ($(cat "$TMP/sp.json" 2>/dev/null))" sp_said
 fails_clearly "--no-zero --zero 2" "ask for opposite things" $PLAN --model gpt-tiny --batch 8 --node 2xT4:pcie \
   --no-zero --zero 2

@@ -49,8 +49,8 @@ static void usage(FILE *f) {
           "                   GPT blocks, as strata-train --recompute runs it (not with zb, zbv, dualpipev)\n"
           "  --zero Z         auto (default: searched where dp >= 2), 0, 1, 2 or 3: the ZeRO stage (1 shards the\n"
           "                   optimizer state over the replicas, 2 also the gradients, 3 also the parameters)\n"
-          "  --sp S           auto (default) or off: sequence parallelism; no layout carries it yet, so plans are\n"
-          "                   without it and 'on' is refused\n"
+          "  --sp S           auto (default: searched where every rank has the same tp > 1), on or off: sequence\n"
+          "                   parallelism, as strata-train --sp runs it (not with zb, zbv, dualpipev)\n"
           "                   Each plan says its modes; a saving mode is chosen only where it is needed or faster\n"
           "  --precision P    fp32 (default) or bf16: plan mixed precision as strata-train --precision bf16 trains\n"
           "                   (GEMMs at the GPUs' bf16 peaks or a calibration's bf16 speeds, bf16 activations and\n"
@@ -339,7 +339,8 @@ static int plan(const struct args *a, strata_machine_t c, strata_model_t m) {
       json_array_append_new(arr, json_pack("{s:i, s:o, s:s, s:i, s:b, s:f, s:f, s:f, s:f, s:I, s:s}", "rank", i + 1,
                                            "layout", lj ? lj : json_null(), "recompute",
                                            strata_recompute_name(strata_layout_recompute(k.layout)), "zero",
-                                           strata_layout_zero(k.layout), "sp", 0, "step_s", k.step_s,
+                                           strata_layout_zero(k.layout), "sp", strata_layout_sp(k.layout),
+                                           "step_s", k.step_s,
                                            "samples_per_s", k.samples_per_s, "flops_per_device", k.flops_per_device,
                                            "bubble", k.bubble, "peak_bytes", (json_int_t)k.peak_bytes, "reason",
                                            k.reason));
@@ -367,8 +368,8 @@ static int plan(const struct args *a, strata_machine_t c, strata_model_t m) {
     {
       struct strata_plan_candidate k;
       strata_plan_candidate(p, 0, &k);
-      printf("modes: recompute %s, zero %d, sp off\n", strata_recompute_name(strata_layout_recompute(k.layout)),
-             strata_layout_zero(k.layout));
+      printf("modes: recompute %s, zero %d, sp %s\n", strata_recompute_name(strata_layout_recompute(k.layout)),
+             strata_layout_zero(k.layout), strata_layout_sp(k.layout) ? "on" : "off");
     }
     printf("\n%s", explain ? explain : "");
     strata_layout_t e;
@@ -483,12 +484,8 @@ int main(int argc, char **argv) {
       }
       break;
     case 'Q':
-      if (strcmp(optarg, "auto") == 0 || strcmp(optarg, "off") == 0) {
-        a.sp = strcmp(optarg, "off") == 0 ? STRATA_PLAN_ONLY(0) : STRATA_PLAN_AUTO;
-      } else if (strcmp(optarg, "on") == 0) {
-        fprintf(stderr, "%s: --sp on: sequence parallelism cannot be planned yet (no layout carries it, so "
-                "strata-train could not run the plan); auto or off\n", PROG);
-        return 2;
+      if (strcmp(optarg, "auto") == 0 || strcmp(optarg, "off") == 0 || strcmp(optarg, "on") == 0) {
+        a.sp = optarg[0] == 'a' ? STRATA_PLAN_AUTO : STRATA_PLAN_ONLY(strcmp(optarg, "on") == 0);
       } else {
         fprintf(stderr, "%s: --sp '%s': expected auto, on or off\n", PROG, optarg);
         return 2;

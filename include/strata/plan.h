@@ -398,7 +398,8 @@ struct strata_plan_options {
   int recompute;                /* enum strata_recompute (strata/layout.h), for GPT models with a schedule whose
                                    backward is not split */
   int zero;                     /* the ZeRO stage 0-3 where dp >= 2 (a layout of dp 1 has none) */
-  int sp;                       /* sequence parallelism (0 off, 1 on) where tp >= 2 */
+  int sp;                       /* sequence parallelism (0 off, 1 on) where every rank has the same tp >= 2, for
+                                   GPT models with a schedule whose backward is not split */
   int precision;                /* STRATA_FLOAT32 (0) or STRATA_BFLOAT16 (strata/comm.h): what the layouts it
                                    builds say, and so how the simulator costs them and the memory model counts
                                    their bytes; bf16 plans GPT models, on devices with a bf16 GEMM speed */
@@ -419,8 +420,9 @@ struct strata_plan_candidate {
 
 /*
 ** Search layouts (dp x pp x tp, device assignment, split, micro-batches,
-** schedule, and the memory modes: activation recomputation and the ZeRO
-** stage, as opts allows) for `model` and a global batch on `machine`, in
+** schedule, and the memory modes: activation recomputation, the ZeRO stage
+** and sequence parallelism, as opts allows) for `model` and a global batch
+** on `machine`, in
 ** numbered passes: 1 tensor-parallel groups inside islands, fastest first;
 ** 2 dp x pp over the groups, replicas across nodes or inside them;
 ** 3 micro-batches and schedules; 4 the split, balanced by each rank's
@@ -440,9 +442,9 @@ STRATA_API int strata_plan_stats(strata_plan_t p, int *simulated /* OUT */, int 
 ** The search's counts: layouts it formed (`considered`: every assignment, micro-batch count, schedule and memory
 ** mode, and each refinement move), those pruned by memory (before simulating, or by the simulation), those
 ** pruned as dominated (a lower bound on their step, each device's own compute and the pipeline's fill, above the
-** slowest step the search keeps, so they could not be kept; or a recompute mode where one that recomputes less
-** fits with the same split, which it could only slow: never simulated), and those simulated. Any OUT may be
-** NULL.
+** slowest step the search keeps, so they could not be kept; or a recompute mode, or sequence parallelism, where a
+** mode that recomputes no more, without it, fits with the same split, which it could only slow or equal: never
+** simulated), and those simulated. Any OUT may be NULL.
 */
 STRATA_API int strata_plan_counts(strata_plan_t p, int *considered /* OUT */, int *pruned_memory /* OUT */,
                                   int *pruned_dominated /* OUT */, int *simulated /* OUT */);

@@ -36,10 +36,11 @@ static int largest_island(const struct strata_machine *c) {
 ** that layer alone, the optimizer state sharded over `dp` replicas, one
 ** sample in flight, no neighbour — the memory model's own bytes
 ** (model/stage.h, as strata__plan_rank_memory adds them) at their smallest,
-** in `precision`, ZeRO stage `zero` (0: none) and recompute mode `recompute`.
+** in `precision`, ZeRO stage `zero` (0: none), recompute mode `recompute` and with sequence parallelism where `sp`
+** and t > 1.
 */
-static double layer_floor(strata_model_t model, int l, int t, int dp, int zero, int recompute, int precision) {
-  struct strata__cut cut = {{0, t}, {0, 1}, precision, STRATA_FLOAT32, recompute, zero, {0, 1}, 0};
+static double layer_floor(strata_model_t model, int l, int t, int dp, int zero, int recompute, int sp, int precision) {
+  struct strata__cut cut = {{0, t}, {0, 1}, precision, STRATA_FLOAT32, recompute, zero, {0, 1}, sp && t > 1};
   struct strata__stage_bytes b;
   if (strata__stage_plan(model, l, l + 1, 1, 0, &cut, &b))
     return 0; /* cannot be laid out so: no floor from it (the search says why) */
@@ -86,6 +87,8 @@ int strata__plan_reach(const struct strata_machine *c, strata_model_t model, con
     if ((r == STRATA_RECOMPUTE_NONE || strata_model_config(model)->kind == STRATA_MODEL_GPT) &&
         (o->recompute == STRATA_PLAN_AUTO || o->recompute == STRATA_PLAN_ONLY(r)))
       rcs[nrc++] = r;
+  /* and sequence parallelism where the options allow it (a GPT) */
+  const int sp = o->sp != STRATA_PLAN_ONLY(0) && strata_model_config(model)->kind == STRATA_MODEL_GPT;
   const double usable = (double)c->cost[0].memory * STRATA_PLAN_MEMORY_USABLE;
   const int L = strata_model_layer_count(model);
   for (int l = 0; l < L; l++) {
@@ -93,7 +96,7 @@ int strata__plan_reach(const struct strata_machine *c, strata_model_t model, con
     double least = INFINITY;
     for (int i = 0; i < nt; i++)
       for (int k = 0; k < nrc; k++) {
-        double b = layer_floor(model, l, tps[i], dp, zero, rcs[k], o->precision);
+        double b = layer_floor(model, l, tps[i], dp, zero, rcs[k], sp, o->precision);
         if (b < least)
           least = b, best_t = tps[i];
       }

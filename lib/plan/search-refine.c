@@ -66,7 +66,8 @@ void strata__plan_refine(struct search *s) {
                                    .microbatches = strata_layout_microbatches(base),
                                    .virtual_stages = strata_layout_virtual_stages(base), .zero = strata_layout_zero(base),
                                    .precision = strata_layout_precision(base),
-                                   .recompute = strata_layout_recompute(base)}; /* its memory modes */
+                                   .recompute = strata_layout_recompute(base),
+                                   .sp = strata_layout_sp(base)}; /* its memory modes */
     int improved = 1;
     while (improved && budget > 0 && !s->rc) {
       improved = 0;

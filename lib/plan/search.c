@@ -355,9 +355,9 @@ static int dominated(struct search *s, strata_layout_t l, int64_t rows) {
   return 1;
 }
 
-/* A memory mode of a layout: its ZeRO stage and recompute mode (enum strata_recompute). */
+/* A memory mode of a layout: its ZeRO stage, recompute mode (enum strata_recompute) and sequence parallelism. */
 struct mode {
-  int zero, recompute;
+  int zero, recompute, sp;
 };
 
 /* The layout of these choices, or NULL (out of memory, or refused by strata_layout_new). */
@@ -380,7 +380,7 @@ static strata_layout_t build(struct search *s, int dp, int pp, const struct grou
   struct strata_layout_desc d = {.dp = dp, .pp = pp, .tp = tp, .devices = devs, .ndevices = n, .split = split,
                                  .nsplit = split ? pp * v : 0, .schedule = schedule, .microbatches = m,
                                  .virtual_stages = v, .zero = mode->zero, .precision = s->o->precision,
-                                 .recompute = mode->recompute};
+                                 .recompute = mode->recompute, .sp = mode->sp};
   strata_layout_t l = NULL;
   strata_layout_new(&d, &l);
   free(devs);
@@ -440,6 +440,20 @@ static int recompute_choices(const struct search *s, int *out) {
   return 3;
 }
 
+/* The sequence parallelism choices, without it first: the options' one, or both where every rank has the same tp
+** degree above 1 (the layout refuses it otherwise); without it elsewhere. */
+static int sp_choices(const struct search *s, int pp, const struct group *const *gl, int *out) {
+  int uniform = gl[0]->t > 1;
+  for (int r = 1; r < pp && uniform; r++)
+    uniform = gl[r]->t == gl[0]->t;
+  if (s->o->sp != STRATA_PLAN_AUTO) {
+    out[0] = s->o->sp - 1;
+    return 1;
+  }
+  out[0] = 0, out[1] = 1;
+  return uniform ? 2 : 1;
+}
+
 /* The exhaustive search's pass 4: every composition of L layers into S stages, each in every memory mode (zs, rs)
 ** that fits simulated — but for a recompute mode where one of the same ZeRO stage that recomputes less fitted at the
 ** same split (dominated, as in try_mode). */
@@ -449,10 +463,10 @@ static void try_every_split(struct search *s, int dp, int pp, const struct group
   const int S = pp * v;
   strata_layout_t l[12] = {NULL}; /* [zero choice x recompute choice], NULL where the check refuses the mode */
   for (int i = 0; i < nz * nr && !s->rc; i++) {
-    const struct mode mode = {.zero = zs[i / nr], .recompute = rs[i % nr]};
+    const struct mode mode = {.zero = zs[i / nr], .recompute = rs[i % nr], .sp = s->o->sp == STRATA_PLAN_ONLY(1)};
     if (!(l[i] = build(s, dp, pp, gl, kind, m, v, &mode, NULL)))
-      s->rc = strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
-    else if (mode.recompute && strata_layout_check(l[i], s->model, -1) != STRATA_OK)
+      s->rc = mode.sp ? STRATA_OK : strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
+    else if ((mode.recompute || mode.sp) && strata_layout_check(l[i], s->model, -1) != STRATA_OK)
       strata_layout_free(l[i]), l[i] = NULL;
   }
   for (int j = 0; j < S; j++)
@@ -470,7 +484,7 @@ static void try_every_split(struct search *s, int dp, int pp, const struct group
         } else if (!split_fits(s, base, rows, inflight, pk, split)) {
           s->plan->pruned++;
         } else {
-          const struct mode mode = {.zero = zs[zi], .recompute = rs[ri]};
+          const struct mode mode = {.zero = zs[zi], .recompute = rs[ri], .sp = strata_layout_sp(base)};
           strata_layout_t full = build(s, dp, pp, gl, kind, m, v, &mode, split);
           fit = full && strata__plan_evaluate(s, full);
         }
@@ -499,11 +513,12 @@ static void try_every_split(struct search *s, int dp, int pp, const struct group
     strata_layout_free(l[i]);
 }
 
-/* Layout l of one memory mode formed: -1 when the layout check refuses the mode (a recompute mode with this model or
-** schedule; not counted), 0 pruned by memory, 1 with a balanced split that fits (split[] filled). */
+/* Layout l of one memory mode formed: -1 when the layout check refuses the mode (a recompute mode or sequence
+** parallelism with this model or schedule; not counted), 0 pruned by memory, 1 with a balanced split that fits
+** (split[] filled). */
 static int form(struct search *s, strata_layout_t l, const struct mode *mode, int64_t rows, const int *inflight,
                 const struct strata__plan_peaks *pk, int *split) {
-  if (mode->recompute && strata_layout_check(l, s->model, -1) != STRATA_OK)
+  if ((mode->recompute || mode->sp) && strata_layout_check(l, s->model, -1) != STRATA_OK)
     return -1;
   s->plan->considered++;
   if (!average_fits(s, l, rows, inflight) || best_split(s, l, rows, inflight, split) != 0 ||
@@ -559,10 +574,13 @@ static void run_deferred(struct search *s) {
 
 /*
 ** A formed layout of one mode with its split: simulated unless dominated — its step's bound above the slowest kept,
-** or (`fitted`, n_fit splits of S each) the split of a mode of the same ZeRO stage that recomputes less and fitted,
-** which this one only adds work to (the same lists with more RECOMPUTE work on each device, each action's cost no
-** less). A layout that fitted (or was dominated by its bound) adds its split to `fitted`.
+** or (`fitted`, n_fit entries of a recompute mode and S split sizes each) the split of a mode of the same ZeRO stage
+** that recomputes no more, without sequence parallelism or with it as this one, and fitted: this one only adds work
+** to it (the same lists with more RECOMPUTE work on each device, each action's cost no less; sequence parallelism
+** moves the tp joins' bytes as an all-gather and a reduce-scatter, which the simulator costs as the all-reduce). A
+** layout that fitted (or was dominated by its bound) adds its split to `fitted` (FITTED_MAX entries at most).
 */
+#define FITTED_MAX 6
 static void run_mode(struct search *s, int dp, int pp, const struct group *const *gl, int kind, int m, int v,
                      const struct mode *mode, int64_t rows, const int *split, int *fitted, int *n_fit) {
   const int S = pp * v;
@@ -571,8 +589,10 @@ static void run_mode(struct search *s, int dp, int pp, const struct group *const
     return;
   }
   int same = 0;
-  for (int i = 0; i < *n_fit && !same; i++)
-    same = memcmp(&fitted[(size_t)i * (size_t)S], split, sizeof *split * (size_t)S) == 0;
+  for (int i = 0; i < *n_fit && !same; i++) {
+    const int *f = &fitted[(size_t)i * (size_t)(S + 1)];
+    same = f[0] <= mode->recompute && memcmp(f + 1, split, sizeof *split * (size_t)S) == 0;
+  }
   strata_layout_t full = same ? NULL : build(s, dp, pp, gl, kind, m, v, mode, split);
   int fit = 0;
   if (same)
@@ -581,12 +601,15 @@ static void run_mode(struct search *s, int dp, int pp, const struct group *const
     s->rc = strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
   else if (dominated(s, full, rows))
     strata_layout_free(full), fit = 1;
-  else if (mode->zero >= 2 || mode->recompute)
+  else if (mode->zero >= 2 || mode->recompute || mode->sp)
     fit = defer(s, full, rows); /* (taken as fitting: its memory did, by the model the simulator checks too) */
   else
     fit = strata__plan_evaluate(s, full);
-  if (fit && *n_fit < 3)
-    memcpy(&fitted[(size_t)(*n_fit)++ * (size_t)S], split, sizeof *split * (size_t)S);
+  if (fit && *n_fit < FITTED_MAX) {
+    int *f = &fitted[(size_t)(*n_fit)++ * (size_t)(S + 1)];
+    f[0] = mode->recompute;
+    memcpy(f + 1, split, sizeof *split * (size_t)S);
+  }
 }
 
 /*
@@ -597,37 +620,67 @@ static void run_mode(struct search *s, int dp, int pp, const struct group *const
 ** those are counted pruned unformed. Otherwise each is formed and run, the least saving first.
 */
 static void try_modes(struct search *s, int dp, int pp, const struct group *const *gl, int kind, int m, int v,
-                      int zero, const int *rs, int nr, int64_t rows, const int *inflight,
-                      const struct strata__plan_peaks *pk, int *split, int *fitted) {
+                      int zero, int sp, const int *rs, int nr, int64_t rows, const int *inflight,
+                      const struct strata__plan_peaks *pk, int *split, int *fitted, int *n_fit) {
   const int S = pp * v;
-  int n_fit = 0, last = -1;
+  int last = -1;
   strata_layout_t l[3] = {NULL};
   int *last_split = malloc(sizeof *last_split * (size_t)S);
   if (!last_split)
     s->rc = strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
   /* (the layouts without their split are built as they are needed) */
   if (!s->rc && nr > 1) {
-    const struct mode mode = {.zero = zero, .recompute = rs[nr - 1]};
+    const struct mode mode = {.zero = zero, .recompute = rs[nr - 1], .sp = sp};
     if (!(l[nr - 1] = build(s, dp, pp, gl, kind, m, v, &mode, NULL)))
-      s->rc = strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
+      s->rc = sp ? STRATA_OK : strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
     else
       last = form(s, l[nr - 1], &mode, rows, inflight, pk, last_split);
-    if (last == 0) /* (the check that accepted it accepts every mode that recomputes less) */
+    if (!l[nr - 1]) /* (sequence parallelism the layout refuses: not formed) */
+      last = 0, nr = 1;
+    if (last == 0 && l[nr - 1]) /* (the check that accepted it accepts every mode that recomputes less) */
       s->plan->considered += nr - 1, s->plan->pruned += nr - 1;
   }
   for (int i = 0; i < nr && !s->rc && last != 0 && !(s->fits_only && s->found); i++) {
-    const struct mode mode = {.zero = zero, .recompute = rs[i]};
+    const struct mode mode = {.zero = zero, .recompute = rs[i], .sp = sp};
     if (!l[i] && !(l[i] = build(s, dp, pp, gl, kind, m, v, &mode, NULL))) {
-      s->rc = strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
+      if (!sp) /* (sequence parallelism the layout refuses: not formed) */
+        s->rc = strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
       break;
     }
     const int formed = i == nr - 1 && nr > 1 ? last : form(s, l[i], &mode, rows, inflight, pk, split);
     if (formed == 1)
-      run_mode(s, dp, pp, gl, kind, m, v, &mode, rows, i == nr - 1 && nr > 1 ? last_split : split, fitted, &n_fit);
+      run_mode(s, dp, pp, gl, kind, m, v, &mode, rows, i == nr - 1 && nr > 1 ? last_split : split, fitted, n_fit);
   }
-  for (int i = 0; i < nr; i++)
+  for (int i = 0; i < 3; i++)
     strata_layout_free(l[i]);
   free(last_split);
+}
+
+/*
+** Whether any mode of one ZeRO stage can fit, by its most saving one: sequence parallelism (a slice holds 1/tp of the
+** rows outside the split matrices, nothing more) with the most saving recompute mode `last`. Where its split does not
+** fit, no mode's does: the 2 x nr modes are counted pruned (nr - 1 of them unformed, as try_modes counts them) and 0
+** returned. Layouts the check refuses are not counted, and 1 returned (try_modes forms them as it goes).
+*/
+static int fits_at_all(struct search *s, int dp, int pp, const struct group *const *gl, int kind, int m, int v,
+                       int zero, int last, int nr, int64_t rows, const int *inflight,
+                       const struct strata__plan_peaks *pk, int *split) {
+  const struct mode most = {.zero = zero, .recompute = last, .sp = 1};
+  strata_layout_t l = build(s, dp, pp, gl, kind, m, v, &most, NULL);
+  if (!l)
+    return 1;
+  int rc = 1;
+  if (strata_layout_check(l, s->model, -1) == STRATA_OK) {
+    const int considered = s->plan->considered, pruned = s->plan->pruned;
+    const int formed = form(s, l, &most, rows, inflight, pk, split);
+    s->plan->considered = considered, s->plan->pruned = pruned; /* (try_modes counts it where it forms it) */
+    if (formed == 0) {
+      s->plan->considered += 2 * nr, s->plan->pruned += 2 * nr;
+      rc = 0;
+    }
+  }
+  strata_layout_free(l);
+  return rc;
 }
 
 /*
@@ -642,8 +695,8 @@ static void try_assignment(struct search *s, int dp, int pp, const struct group 
   int nm = m_choices(share, pp, s->o->max_microbatches > 0 ? s->o->max_microbatches : DEFAULT_MAX_MICROBATCHES, ms);
   static const int kinds[] = {STRATA_SCHEDULE_1F1B, STRATA_SCHEDULE_GPIPE, STRATA_SCHEDULE_ZB_H1,
                               STRATA_SCHEDULE_INTERLEAVED, STRATA_SCHEDULE_ZBV, STRATA_SCHEDULE_DUALPIPEV};
-  int zs[4], rs[3];
-  const int nz = zero_choices(s, dp, zs), nr = recompute_choices(s, rs);
+  int zs[4], rs[3], sps[2];
+  const int nz = zero_choices(s, dp, zs), nr = recompute_choices(s, rs), nsp = sp_choices(s, pp, gl, sps);
   for (int mi = 0; mi < nm && !s->rc; mi++)
     for (int ki = 0; ki < 6 && !s->rc; ki++) {
       const int kind = kinds[ki], m = ms[mi], v = strata_schedule_kind_stages_per_device(kind, 0);
@@ -659,7 +712,7 @@ static void try_assignment(struct search *s, int dp, int pp, const struct group 
       const int S = pp * v;
       const int64_t rows = share / m;
       int *inflight = malloc(sizeof *inflight * (size_t)S), *split = malloc(sizeof *split * (size_t)S);
-      int *fitted = malloc(sizeof *fitted * 3 * (size_t)S);
+      int *fitted = malloc(sizeof *fitted * FITTED_MAX * (size_t)(S + 1));
       const struct strata__plan_peaks *pk = NULL;
       if (!inflight || !split || !fitted || inflight_of(s, kind, pp, m, v, inflight, &pk) != STRATA_OK) {
         if (!inflight || !split || !fitted)
@@ -671,8 +724,14 @@ static void try_assignment(struct search *s, int dp, int pp, const struct group 
       }
       if (s->o->exhaustive)
         try_every_split(s, dp, pp, gl, kind, m, v, zs, nz, rs, nr, rows, inflight, pk, split);
-      for (int zi = 0; zi < nz && !s->o->exhaustive && !s->rc && !(s->fits_only && s->found); zi++)
-        try_modes(s, dp, pp, gl, kind, m, v, zs[zi], rs, nr, rows, inflight, pk, split, fitted);
+      for (int zi = 0; zi < nz && !s->o->exhaustive && !s->rc && !(s->fits_only && s->found); zi++) {
+        int n_fit = 0; /* (shared by the sequence parallelism choices: a mode with it at a split without it fitted
+                       ** at is dominated) */
+        if (nsp == 2 && !fits_at_all(s, dp, pp, gl, kind, m, v, zs[zi], rs[nr - 1], nr, rows, inflight, pk, split))
+          continue;
+        for (int si = 0; si < nsp && !s->rc && !(s->fits_only && s->found); si++)
+          try_modes(s, dp, pp, gl, kind, m, v, zs[zi], sps[si], rs, nr, rows, inflight, pk, split, fitted, &n_fit);
+      }
       free(inflight);
       free(split);
       free(fitted);
@@ -1039,11 +1098,9 @@ int strata__plan_check_options(strata_machine_t c, strata_model_t m, const struc
   if (o->recompute > STRATA_PLAN_ONLY(STRATA_RECOMPUTE_NONE) && strata_model_config(m)->kind != STRATA_MODEL_GPT)
     return strata__error(STRATA_ERR_UNSUPPORTED, "planner: recompute %s is for GPT blocks, not '%s'",
                          strata_recompute_name(o->recompute - 1), strata_model_config(m)->name);
-  /* sequence parallelism is a mode of the memory model's cuts (strata__cut.seqpar); no layout carries it yet, so
-  ** every layout the search forms is without it, and one that must have it cannot be formed */
-  if (o->sp == STRATA_PLAN_ONLY(1))
-    return strata__error(STRATA_ERR_UNSUPPORTED, "planner: sequence parallelism cannot be planned yet: no layout "
-                         "carries it (\"sp\"), so strata-train could not run such a plan");
+  if (o->sp == STRATA_PLAN_ONLY(1) && strata_model_config(m)->kind != STRATA_MODEL_GPT)
+    return strata__error(STRATA_ERR_UNSUPPORTED, "planner: sequence parallelism is for GPT models, not '%s'",
+                         strata_model_config(m)->name);
   if (o->precision == STRATA_BFLOAT16 && strata_model_config(m)->kind != STRATA_MODEL_GPT)
     return strata__error(STRATA_ERR_UNSUPPORTED, "planner: bf16 is for GPT models (as the trainer trains it), not "
                          "'%s'", strata_model_config(m)->name);
