@@ -210,6 +210,7 @@ static const double *rank_times(struct search *s, strata_layout_t l, int r, int6
 
 static int best_split(struct search *s, strata_layout_t l, const int64_t rows, const int *inflight, int *split) {
   const int pp = strata_layout_pp(l), S = strata_layout_stages(l), L = s->L;
+  s->split_free = 0;
   if (L < S)
     return -1;
   /* prefix sums of time per rank (forward + backward) */
@@ -258,6 +259,7 @@ static int best_split(struct search *s, strata_layout_t l, const int64_t rows, c
     costs.fits = split_cost_fits;
     if (all) {
       rc = 0;
+      s->split_free = 1;
       goto out;
     }
   }
@@ -582,7 +584,7 @@ static void run_deferred(struct search *s) {
 */
 #define FITTED_MAX 6
 static void run_mode(struct search *s, int dp, int pp, const struct group *const *gl, int kind, int m, int v,
-                     const struct mode *mode, int64_t rows, const int *split, int *fitted, int *n_fit) {
+                     const struct mode *mode, int64_t rows, const int *split, int *fitted, int *n_fit, int *free_rc) {
   const int S = pp * v;
   if (s->fits_only) {
     s->found = 1;
@@ -605,6 +607,8 @@ static void run_mode(struct search *s, int dp, int pp, const struct group *const
     fit = defer(s, full, rows); /* (taken as fitting: its memory did, by the model the simulator checks too) */
   else
     fit = strata__plan_evaluate(s, full);
+  if (fit && s->split_free && (*free_rc < 0 || mode->recompute < *free_rc))
+    *free_rc = mode->recompute;
   if (fit && *n_fit < FITTED_MAX) {
     int *f = &fitted[(size_t)(*n_fit)++ * (size_t)(S + 1)];
     f[0] = mode->recompute;
@@ -621,7 +625,7 @@ static void run_mode(struct search *s, int dp, int pp, const struct group *const
 */
 static void try_modes(struct search *s, int dp, int pp, const struct group *const *gl, int kind, int m, int v,
                       int zero, int sp, const int *rs, int nr, int64_t rows, const int *inflight,
-                      const struct strata__plan_peaks *pk, int *split, int *fitted, int *n_fit) {
+                      const struct strata__plan_peaks *pk, int *split, int *fitted, int *n_fit, int *free_rc) {
   const int S = pp * v;
   int last = -1;
   strata_layout_t l[3] = {NULL};
@@ -642,6 +646,12 @@ static void try_modes(struct search *s, int dp, int pp, const struct group *cons
   }
   for (int i = 0; i < nr && !s->rc && last != 0 && !(s->fits_only && s->found); i++) {
     const struct mode mode = {.zero = zero, .recompute = rs[i], .sp = sp};
+    if (*free_rc >= 0 && rs[i] >= *free_rc && (i < nr - 1 || nr == 1)) {
+      /* a mode that recomputes no less (and with sp, or as the one) fitted at the split by time alone: this one
+      ** holds no more, so its split is that one too (every stage of it fits), and it only adds work (run_mode) */
+      s->plan->considered++, s->plan->dominated++;
+      continue;
+    }
     if (!l[i] && !(l[i] = build(s, dp, pp, gl, kind, m, v, &mode, NULL))) {
       if (!sp) /* (sequence parallelism the layout refuses: not formed) */
         s->rc = strata__error(STRATA_ERR_NOMEM, "planner: out of host memory");
@@ -649,7 +659,8 @@ static void try_modes(struct search *s, int dp, int pp, const struct group *cons
     }
     const int formed = i == nr - 1 && nr > 1 ? last : form(s, l[i], &mode, rows, inflight, pk, split);
     if (formed == 1)
-      run_mode(s, dp, pp, gl, kind, m, v, &mode, rows, i == nr - 1 && nr > 1 ? last_split : split, fitted, n_fit);
+      run_mode(s, dp, pp, gl, kind, m, v, &mode, rows, i == nr - 1 && nr > 1 ? last_split : split, fitted, n_fit,
+               free_rc);
   }
   for (int i = 0; i < 3; i++)
     strata_layout_free(l[i]);
@@ -725,12 +736,13 @@ static void try_assignment(struct search *s, int dp, int pp, const struct group 
       if (s->o->exhaustive)
         try_every_split(s, dp, pp, gl, kind, m, v, zs, nz, rs, nr, rows, inflight, pk, split);
       for (int zi = 0; zi < nz && !s->o->exhaustive && !s->rc && !(s->fits_only && s->found); zi++) {
-        int n_fit = 0; /* (shared by the sequence parallelism choices: a mode with it at a split without it fitted
-                       ** at is dominated) */
+        int n_fit = 0, free_rc = -1; /* (shared by the sequence parallelism choices: a mode with it at a split
+                                     ** without it fitted at is dominated) */
         if (nsp == 2 && !fits_at_all(s, dp, pp, gl, kind, m, v, zs[zi], rs[nr - 1], nr, rows, inflight, pk, split))
           continue;
         for (int si = 0; si < nsp && !s->rc && !(s->fits_only && s->found); si++)
-          try_modes(s, dp, pp, gl, kind, m, v, zs[zi], sps[si], rs, nr, rows, inflight, pk, split, fitted, &n_fit);
+          try_modes(s, dp, pp, gl, kind, m, v, zs[zi], sps[si], rs, nr, rows, inflight, pk, split, fitted, &n_fit,
+                    &free_rc);
       }
       free(inflight);
       free(split);

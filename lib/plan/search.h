@@ -31,6 +31,7 @@ struct search {
   double deadline;                  /* min_devices: strata__now() past which it stops, STRATA_ERR_TIMEOUT (0: none) */
   int mixed_tp;                     /* the groups differ in tp degree */
   int found;
+  int split_free;                   /* the last split balanced was the one by time alone (memory did not bind it) */
   int rc;
   struct inflight_entry *inflight;  /* micro-batches in flight per stage, by schedule shape */
   struct times_entry *times;        /* a rank's layer times, by its group's place in a node and the micro-batch */
