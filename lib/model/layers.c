@@ -594,6 +594,15 @@ static int classifier_bwd(struct lctx *c, strata_mem_t targets, strata_mem_t din
   return linear_bwd_w(c->q, c->d.R, L->in, L->out, x, dlogits, GRAD(c, 0), GRAD(c, 1));
 }
 
+static int llama_block_fwd(struct lctx *c) {
+  (void)c;
+  return strata__error(STRATA_ERR_UNSUPPORTED, "llama blocks: not built yet");
+}
+static int llama_block_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
+  (void)c, (void)dout, (void)din;
+  return strata__error(STRATA_ERR_UNSUPPORTED, "llama blocks: not built yet");
+}
+
 /* The context of stage layer i for slot s. */
 static struct lctx layer_ctx(struct strata__stage *st, int s, int i) {
   struct lctx c = {.st = st, .L = strata__stage_layer_at(st, i), .d = strata__stage_dims(st), .q = st->q,
@@ -641,6 +650,7 @@ int strata__stage_forward(struct strata__stage *st, int s) {
     case STRATA__LAYER_LINEAR: rc = fc_fwd(&c); break;
     case STRATA__LAYER_CONV: rc = conv_fwd(&c); break;
     case STRATA__LAYER_CLASSIFIER: rc = classifier_fwd(&c, targets); break;
+    case STRATA__LAYER_LLAMA_BLOCK: rc = llama_block_fwd(&c); break;
     }
     if (rc)
       return rc;
@@ -688,6 +698,7 @@ static int stage_backward(struct strata__stage *st, int s, int mode) {
     case STRATA__LAYER_LINEAR: rc = fc_bwd(&c, dout, din); break;
     case STRATA__LAYER_CONV: rc = conv_bwd(&c, dout, din); break;
     case STRATA__LAYER_CLASSIFIER: rc = classifier_bwd(&c, targets, din); break;
+    case STRATA__LAYER_LLAMA_BLOCK: rc = llama_block_bwd(&c, dout, din); break;
     }
     if (rc)
       return rc;
