@@ -278,9 +278,8 @@ struct strata__llama_saved strata__llama_layout(const struct strata__dims *d) {
   s.xmid = s.att + strata__units((size_t)(d->R * d->A), a);
   s.ln2 = s.xmid + RD;
   s.rstd2 = s.ln2 + RD;
-  s.gate = s.rstd2 + R;
-  s.up = s.gate + RF;
-  s.h = s.up + RF;
+  s.gu = s.rstd2 + R;
+  s.h = s.gu + strata__units((size_t)(2 * d->R * d->F), a);
   s.end = s.h + RF;
   return s;
 }
@@ -422,8 +421,8 @@ static size_t layer_dsave(const struct strata__stage *st, const struct strata__l
     return RD;
   case STRATA__LAYER_BLOCK: /* dout | dh | dln2 | dxmid | dqkv | dln1 */
     return 4 * RD + strata__units((size_t)(3 * d.R * d.A), d.act) + strata__units((size_t)(d.R * d.F), d.act);
-  case STRATA__LAYER_LLAMA_BLOCK: /* dout | dgate | dup | dln2 | dxmid | dqkv | dln1 */
-    return 4 * RD + 2 * strata__units((size_t)(d.R * d.F), d.act) +
+  case STRATA__LAYER_LLAMA_BLOCK: /* dout | dgu | dln2 | dxmid | dqkv | dln1 */
+    return 4 * RD + strata__units((size_t)(2 * d.R * d.F), d.act) +
            strata__units((size_t)(d.R * (d.A + 2 * d.Akv)), d.act);
   case STRATA__LAYER_LM_HEAD: /* dlogits | dlnx */
     return strata__units((size_t)(d.R * d.V), d.act) + RD;
@@ -446,9 +445,9 @@ static size_t layer_scratch(const struct strata__stage *st, const struct strata_
   case STRATA__LAYER_BLOCK: /* dqkv | f | d1 | d2 | d3 | (float32) junk (the fused attention needs no T x T scores) */
     return strata__units((size_t)(3 * d.R * d.A), d.act) + strata__units((size_t)(d.R * d.F), d.act) + 3 * RD +
            (size_t)(d.R * d.D);
-  case STRATA__LAYER_LLAMA_BLOCK: /* dqkv | dgate | dup | dh | d1 | d2 | d3 | (float32) junk */
-    return strata__units((size_t)(d.R * (d.A + 2 * d.Akv)), d.act) + 3 * strata__units((size_t)(d.R * d.F), d.act) +
-           3 * RD + (size_t)(d.R * d.D);
+  case STRATA__LAYER_LLAMA_BLOCK: /* dqkv | dgu | dh | d1 | d2 | d3 | (float32) junk */
+    return strata__units((size_t)(d.R * (d.A + 2 * d.Akv)), d.act) + strata__units((size_t)(2 * d.R * d.F), d.act) +
+           strata__units((size_t)(d.R * d.F), d.act) + 3 * RD + (size_t)(d.R * d.D);
   case STRATA__LAYER_LM_HEAD: /* dlogits | dlnx | (float32) junk */
     return strata__units((size_t)(d.R * d.V), d.act) + RD + (size_t)(d.R * d.D);
   case STRATA__LAYER_LINEAR:
@@ -678,6 +677,30 @@ static int stage_layout(const struct strata_model *model, int first, int last, i
 
 /* ---- the memory model: what a stage allocates, from its layers' figures ---- */
 
+/* Floats of a llama's RoPE table: head_dim / 2 inverse frequencies. */
+static size_t rope_floats(const struct strata_model_config *c) { return (size_t)(c->d_model / c->heads / 2); }
+
+/* A llama stage's RoPE table: the inverse frequencies of its rope_theta and rope_scaling (computed in double by
+** strata_rope_inv_freq, rounded to float as Hugging Face's float32 inv_freq is), on its device. */
+static int rope_table(struct strata__stage *st) {
+  const struct strata_model_config *c = &st->model->cfg;
+  const size_t n = rope_floats(c);
+  double *f = malloc(n * sizeof *f);
+  float *h = malloc(n * sizeof *h);
+  int rc = f && h ? STRATA_OK : strata__error(STRATA_ERR_NOMEM, "out of host memory");
+  if (!rc)
+    rc = strata_rope_inv_freq(c, c->d_model / c->heads, f);
+  for (size_t i = 0; !rc && i < n; i++)
+    h[i] = (float)f[i];
+  if (!rc)
+    rc = alloc(st->dev, n, &st->rope);
+  if (!rc)
+    rc = strata_buffer_upload(st->q, st->rope, 0, h, n * 4);
+  free(f);
+  free(h);
+  return rc;
+}
+
 /* Bytes of one allocation of `floats` floats, as alloc() asks the device for. */
 static uint64_t alloc_bytes(size_t floats) { return (uint64_t)(floats ? floats : 1) * 4; }
 
@@ -745,6 +768,8 @@ void strata__stage_bytes_of(const struct strata_model *model, int first, int las
   b->fixed = b->params + alloc_bytes(s->tensors + 1) + alloc_bytes(s->scratch) + 2 * alloc_bytes(s->io);
   if (first == 0 && model->cfg.kind == STRATA_MODEL_GPT)
     b->fixed += alloc_bytes(rows);
+  if (model->cfg.kind == STRATA_MODEL_LLAMA) /* RoPE's inverse frequencies */
+    b->fixed += alloc_bytes(rope_floats(&model->cfg));
   /* bfloat16: the parameters' compute copy, and with tp the float32 copy a join sums in */
   if (bf16)
     b->fixed += alloc_bytes(strata__units(z3 ? s->params_most : chunk * z, STRATA_BFLOAT16));
@@ -860,6 +885,8 @@ int strata__stage_new(const struct strata_model *model, int first, int last, int
     rc = alloc(dev, st->max_out, &st->gbuf[i]);
   if (!rc && first == 0 && model->cfg.kind == STRATA_MODEL_GPT)
     rc = alloc(dev, (size_t)st->rows, &st->positions);
+  if (!rc && model->cfg.kind == STRATA_MODEL_LLAMA)
+    rc = rope_table(st);
   if (!rc && st->act == STRATA_BFLOAT16)
     rc = alloc(dev, strata__units(st->zero3 ? st->gwin : padded, STRATA_BFLOAT16), &st->params16);
   if (!rc && st->max_join)
@@ -979,6 +1006,7 @@ void strata__stage_free(struct strata__stage *st) {
   strata_buffer_free(st->gbuf[0]);
   strata_buffer_free(st->gbuf[1]);
   strata_buffer_free(st->positions);
+  strata_buffer_free(st->rope);
   strata_queue_free(st->q);
   free(st->tensors);
   free(st->layer_tensor);

@@ -175,6 +175,7 @@ struct strata__stage {
   size_t rc_units;
   int (*recomputing)(void *arg, int layer, int done);
   void *recomputing_arg;
+  strata_buffer_t rope;      /* a llama's stage: RoPE's head_dim / 2 inverse frequencies (float32; NULL otherwise) */
 };
 
 /* Floats [*lo, *hi) of the flat parameter (gradient) vector holding stage layers [a, b). */
@@ -392,10 +393,10 @@ struct strata__dims {
 struct strata__dims strata__stage_dims(const struct strata__stage *st);
 
 /* Offsets (units) of a llama block's saved activations: x normed and its rstd, q|k|v rows (q and k rotated), the
-** fused attention's log-sum-exps and output, x_mid, x_mid normed and its rstd, the gate and up projections and
-** silu(gate) * up. */
+** fused attention's log-sum-exps and output, x_mid, x_mid normed and its rstd, gate|up rows (strata_swiglu_fwd's
+** input) and silu(gate) * up. */
 struct strata__llama_saved {
-  size_t ln1, rstd1, qkv, lse, att, xmid, ln2, rstd2, gate, up, h, end;
+  size_t ln1, rstd1, qkv, lse, att, xmid, ln2, rstd2, gu, h, end;
 };
 struct strata__llama_saved strata__llama_layout(const struct strata__dims *d);
 
