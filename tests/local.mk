@@ -13,6 +13,7 @@ EXTRA_DIST += tests/run-test tests/common.h tests/lsan.supp
 if HAVE_CRITERION
 suites = tests/test-device \
 	tests/test-ops \
+	tests/test-ops-llama \
 	tests/test-bf16 \
 	tests/test-blas \
 	tests/test-registry \
@@ -49,6 +50,10 @@ tests_test_ops_SOURCES = tests/test-ops.c tests/common.h
 tests_test_ops_CPPFLAGS = $(suite_cppflags)
 tests_test_ops_CFLAGS = $(suite_cflags)
 tests_test_ops_LDADD = $(suite_ldadd)
+tests_test_ops_llama_SOURCES = tests/test-ops-llama.c tests/common.h
+tests_test_ops_llama_CPPFLAGS = $(suite_cppflags)
+tests_test_ops_llama_CFLAGS = $(suite_cflags)
+tests_test_ops_llama_LDADD = $(suite_ldadd)
 tests_test_bf16_SOURCES = tests/test-bf16.c tests/common.h
 tests_test_bf16_CPPFLAGS = $(suite_cppflags)
 tests_test_bf16_CFLAGS = $(suite_cflags)
