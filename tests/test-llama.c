@@ -588,3 +588,60 @@ Test(llama_train, refused_layouts_name_the_field) {
   strata_model_free(tied);
   strata_model_free(m);
 }
+
+/* The layout of `fmt` over devices d[0 ..] (one device: fmt NULL, 4 micro-batches), STEPS steps. */
+static void run_on(strata_model_t m, const char *fmt, const int *d, struct run *r) {
+  struct strata_train_options o = options(fmt ? 1 : 4);
+  o.device = d[0];
+  strata_trainer_t tr;
+  if (fmt) {
+    char text[512];
+    snprintf(text, sizeof text, fmt, d[0], d[1], d[2], d[3]);
+    strata_layout_t l;
+    OK(strata_layout_from_json(text, "llama on opencl", &l));
+    OK(strata_trainer_new_layout(m, ds, &o, l, NULL, &tr));
+    strata_layout_free(l);
+  } else {
+    OK(strata_trainer_new(m, ds, &o, &tr));
+  }
+  run_steps(tr, r);
+  strata_trainer_free(tr);
+}
+
+/*
+** On OpenCL (PoCL) devices, which run the llama ops as kernels and the GEMMs through CLBlast or strata's kernels:
+** one device, a PoCL + host pipeline and tp 2 over two PoCL devices track one host device within test-parallel.c's
+** bounds for mixed GEMM libraries (1e-3 relative on losses, 2e-4 on parameters).
+*/
+Test(llama_train, opencl_devices_track_the_host) {
+  int p0 = tc_find_device("opencl", 0), p1 = tc_find_device("opencl", 1), h0 = tc_find_device("host", 0);
+  if (p1 < 0)
+    cr_skip_test("needs two OpenCL devices (PoCL)");
+  strata_model_t m = small_llama(1, 0);
+  struct run ref, got;
+  const int host[1] = {h0};
+  run_on(m, NULL, host, &ref);
+  const int one[1] = {p0}, mixed[2] = {p0, h0}, two[2] = {p0, p1};
+  const struct {
+    const char *fmt, *what;
+    const int *d;
+  } cases[] = {{NULL, "one PoCL device", one},
+               {"{\"pp\": 2, \"devices\": [%d, %d], \"microbatches\": 4}", "pp 2 over PoCL and host", mixed},
+               {"{\"tp\": 2, \"devices\": [%d, %d], \"microbatches\": 4}", "tp 2 over two PoCL devices", two}};
+  for (int k = 0; k < 3; k++) {
+    run_on(m, cases[k].fmt, cases[k].d, &got);
+    cr_assert_eq(got.n, ref.n);
+    for (int s = 0; s < STEPS; s++)
+      cr_assert(fabs(got.loss[s] - ref.loss[s]) <= 1e-3 * fabs(ref.loss[s]), "%s step %d: %.7g, host %.7g",
+                cases[k].what, s + 1, got.loss[s], ref.loss[s]);
+    double worst = 0;
+    for (size_t i = 0; i < got.n; i++)
+      worst = fmax(worst, fabs(got.params[i] - ref.params[i]));
+    cr_assert(worst <= 2e-4, "%s: parameters up to %.3g from the host's", cases[k].what, worst);
+    if (getenv("STRATA_TEST_VERBOSE"))
+      fprintf(stderr, "%s: parameters within %.3g of the host's\n", cases[k].what, worst);
+    free(got.params);
+  }
+  free(ref.params);
+  strata_model_free(m);
+}
