@@ -955,8 +955,8 @@ int strata__plan_check_options(strata_machine_t c, strata_model_t m, const struc
                          o->precision);
   if (o->precision == STRATA_BFLOAT16 && strata_model_config(m)->kind != STRATA_MODEL_GPT &&
       strata_model_config(m)->kind != STRATA_MODEL_LLAMA)
-    return strata__error(STRATA_ERR_UNSUPPORTED, "planner: bf16 is for GPT and llama models (as the trainer trains "
-                         "them), not '%s'", strata_model_config(m)->name);
+    return strata__error(STRATA_ERR_UNSUPPORTED, "planner: bf16 is for GPT models and llamas (as the trainer "
+                         "trains them), not '%s'", strata_model_config(m)->name);
   return STRATA_OK;
 }
 

@@ -1081,7 +1081,7 @@ STRATA_API int strata_simulate(strata_machine_t c, strata_model_t model, strata_
   const int precision = strata_layout_precision(l);
   if (precision == STRATA_BFLOAT16 && strata_model_config(model)->kind != STRATA_MODEL_GPT &&
       strata_model_config(model)->kind != STRATA_MODEL_LLAMA)
-    return strata__error(STRATA_ERR_UNSUPPORTED, "simulator: bf16 is for GPT and llama models (as the trainer "
+    return strata__error(STRATA_ERR_UNSUPPORTED, "simulator: bf16 is for GPT models and llamas (as the trainer "
                          "trains them), not '%s'", strata_model_config(model)->name);
   struct strata_machine *v;
   TRY(strata__machine_in(c, precision, &v));
