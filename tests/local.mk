@@ -31,6 +31,7 @@ suites = tests/test-device \
 	tests/test-seqpar \
 	tests/test-spatial \
 	tests/test-train \
+	tests/test-llama \
 	tests/test-pipeline \
 	tests/test-plan \
 	tests/test-memory
@@ -122,6 +123,10 @@ tests_test_train_SOURCES = tests/test-train.c tests/common.h
 tests_test_train_CPPFLAGS = $(suite_cppflags)
 tests_test_train_CFLAGS = $(suite_cflags)
 tests_test_train_LDADD = $(suite_ldadd)
+tests_test_llama_SOURCES = tests/test-llama.c tests/common.h
+tests_test_llama_CPPFLAGS = $(suite_cppflags)
+tests_test_llama_CFLAGS = $(suite_cflags)
+tests_test_llama_LDADD = $(suite_ldadd)
 tests_test_pipeline_SOURCES = tests/test-pipeline.c tests/common.h
 tests_test_pipeline_CPPFLAGS = $(suite_cppflags)
 tests_test_pipeline_CFLAGS = $(suite_cflags)
@@ -133,7 +138,7 @@ tests_test_plan_LDADD = $(suite_ldadd)
 # The memory model is internal: the suite compiles the model's stage code (and the error and log calls it makes)
 # itself and takes everything public from the library.
 tests_test_memory_SOURCES = tests/test-memory.c tests/common.h lib/model/stage.c lib/model/ranges.c lib/model/slab.c \
-	lib/model/seqpar.c \
+	lib/model/seqpar.c lib/model/tensor.c lib/model/llama.c \
 	lib/model/window.c \
 	lib/core/status.c lib/core/log.c lib/core/time.c
 tests_test_memory_CPPFLAGS = $(suite_cppflags) -I$(top_srcdir)/lib

@@ -16,7 +16,7 @@ static strata_model_t model_of(const struct strata_model_config *c) {
 }
 
 /* The models the trainer cuts: GPTs whose vocabulary tp 2 splits (256) or not (255), an MLP and CNNs whose tp
-** pairs a cut can separate. */
+** pairs a cut can separate, a llama. */
 static int models(strata_model_t *out) {
   struct strata_model_config g = {.kind = STRATA_MODEL_GPT, .vocab = 256, .context = 8, .d_model = 16, .layers = 4,
                                   .heads = 2, .d_ff = 32};
@@ -35,7 +35,11 @@ static int models(strata_model_t *out) {
                                       .conv = {4, 8, 4}, .kernel = {3, 5, 7}, .stride = {1, 2, 1}, .pool = {2, 1, 1},
                                       .gap = 1};
   out[4] = model_of(&hires);
-  return 5;
+  /* a llama: grouped-query attention (tp 2 gives each slice one key/value head), RoPE's table on every stage */
+  struct strata_model_config llama = {.kind = STRATA_MODEL_LLAMA, .vocab = 256, .context = 8, .d_model = 16,
+                                      .layers = 3, .heads = 4, .kv_heads = 2, .d_ff = 24};
+  out[5] = model_of(&llama);
+  return 6;
 }
 
 static int same(const struct strata__stage_bytes *a, const struct strata__stage_bytes *b) {
@@ -49,7 +53,7 @@ static int same(const struct strata__stage_bytes *a, const struct strata__stage_
 ** split backward): the
 ** constant-time figures are the stage's. */
 Test(memory, every_cut_weighed_at_once_is_the_stage_alone) {
-  strata_model_t m[5];
+  strata_model_t m[6];
   const int n = models(m);
   int checked = 0;
   for (int i = 0; i < n; i++)
@@ -97,7 +101,7 @@ Test(memory, every_cut_weighed_at_once_is_the_stage_alone) {
 Test(memory, the_figures_are_what_a_stage_allocates) {
   setenv("STRATA_HOST_DEVICES", "1", 0);
   setenv("STRATA_BACKENDS", "host", 0);
-  strata_model_t m[5];
+  strata_model_t m[6];
   const int n = models(m);
   int dev = tc_find_device("host", 0);
   cr_assert_geq(dev, 0);
@@ -201,4 +205,23 @@ Test(memory, attention_memory_grows_linearly_with_the_context) {
   }
   strata_dataset_free(ds);
   tc_remove_dir(dir);
+}
+
+/* llama3-8b's parameter bytes are its 8,030,261,248 parameters' (float32 parameters, gradients and AdamW's two
+** moments: 16 bytes each), whole and under ZeRO-1 over 8 replicas (the moments' shard, rounded up to a float). */
+Test(memory, llama3_8b_parameter_bytes_are_its_parameter_count) {
+  strata_model_t m;
+  OK(strata_model_from_preset("llama3-8b", &m));
+  const uint64_t P = 8030261248ull;
+  cr_assert_eq(strata_model_params(m), P);
+  const int L = strata_model_layer_count(m);
+  struct strata__stage_bytes b;
+  OK(strata__stage_plan(m, 0, L, 1, 0, NULL, &b));
+  cr_assert_eq(b.params, 16 * P, "%llu bytes for %llu parameters", (unsigned long long)b.params,
+               (unsigned long long)P);
+  const struct strata__cut z8 = {{0, 1}, {3, 8}, STRATA_FLOAT32, STRATA_FLOAT32, STRATA_RECOMPUTE_NONE, 1, {0, 1}, 0};
+  OK(strata__stage_plan(m, 0, L, 1, 0, &z8, &b));
+  const uint64_t chunk = (P + 7) / 8;
+  cr_assert_eq(b.params, 2 * 4 * 8 * chunk + 2 * 4 * chunk);
+  strata_model_free(m);
 }

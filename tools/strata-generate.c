@@ -46,8 +46,9 @@ struct options {
 
 static void usage(FILE *f) {
   fputs("Usage: strata-generate --checkpoint FILE|--init-from DIR [--tokens] [OPTION]...\n"
-        "Sample text from a checkpoint written by strata-train (a GPT over bytes), or token ids from\n"
-        "any GPT (--tokens), e.g. a Hugging Face GPT-2 with a BPE tokenizer outside strata.\n"
+        "Sample text from a checkpoint written by strata-train (a GPT or llama over bytes), or token\n"
+        "ids from any GPT or llama (--tokens), e.g. a Hugging Face GPT-2 with a BPE tokenizer outside\n"
+        "strata.\n"
         "\n"
         "  -c, --checkpoint FILE    the checkpoint (safetensors with the model in its metadata)\n"
         "      --init-from DIR      a Hugging Face GPT-2 directory (config.json + model.safetensors)\n"
@@ -380,7 +381,7 @@ int main(int argc, char **argv) {
     goto out;
   }
   const struct strata_model_config *cfg = strata_model_config(model);
-  if (cfg->kind != STRATA_MODEL_GPT) {
+  if (cfg->kind != STRATA_MODEL_GPT && cfg->kind != STRATA_MODEL_LLAMA) {
     fprintf(stderr, PROG ": %s: model %s is an image classifier (%s), not a text model\n", source, cfg->name,
             cfg->kind == STRATA_MODEL_MLP ? "mlp" : "cnn");
     rc = EXIT_RUNTIME;

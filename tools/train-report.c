@@ -354,7 +354,7 @@ void print_header(const struct run *r, const struct options *o, const char *why)
   const struct strata_model_config *c = r->cfg;
   uint64_t params = strata_model_params(r->model);
   double per_sample = strata_model_flops(r->model);
-  int text = c->kind == STRATA_MODEL_GPT;
+  int text = c->kind == STRATA_MODEL_GPT || c->kind == STRATA_MODEL_LLAMA;
   double per_token = text ? per_sample / (double)c->context : per_sample;
   /* every replica runs accum micro-batches */
   double step_tokens = (double)r->topts.batch * (double)r->topts.accum * (text ? (double)c->context : 1.0) *
@@ -416,7 +416,13 @@ void print_header(const struct run *r, const struct options *o, const char *why)
   char pbuf[32], fbuf[32];
   fmt_si(pbuf, sizeof pbuf, (double)params);
   fmt_si(fbuf, sizeof fbuf, per_token);
-  if (text)
+  if (text && c->kind == STRATA_MODEL_LLAMA)
+    printf("model     %s: llama, %lld layers, d_model %lld, %lld heads on %lld key/value heads, d_ff %lld, context "
+           "%lld, vocab %lld, rope_theta %g%s%s\n", c->name, (long long)c->layers, (long long)c->d_model,
+           (long long)c->heads, (long long)c->kv_heads, (long long)c->d_ff, (long long)c->context,
+           (long long)c->vocab, c->rope_theta, c->rope_scaling.type == STRATA_ROPE_LLAMA3 ? " (llama3 scaling)" : "",
+           c->tied ? ", tied" : "");
+  else if (text)
     printf("model     %s: gpt, %lld layers, d_model %lld, %lld heads, d_ff %lld, context %lld, vocab %lld%s\n", c->name,
            (long long)c->layers, (long long)c->d_model, (long long)c->heads, (long long)c->d_ff,
            (long long)c->context, (long long)c->vocab, c->tied ? ", tied" : "");

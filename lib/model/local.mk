@@ -2,6 +2,7 @@
 # lib/model/ — model kinds, their layers and cost profile, and the sharded stages that run them on one device.
 libstrata_la_SOURCES += \
 	%reldir%/layers.c \
+	%reldir%/llama.c \
 	%reldir%/model.c \
 	%reldir%/model.h \
 	%reldir%/ranges.c \
@@ -10,6 +11,7 @@ libstrata_la_SOURCES += \
 	%reldir%/spatial.c \
 	%reldir%/stage.c \
 	%reldir%/stage.h \
+	%reldir%/tensor.c \
 	%reldir%/window.c
 
 stratainclude_HEADERS += include/strata/model.h

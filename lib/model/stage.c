@@ -14,66 +14,6 @@
 
 /* ---- parameters ---- */
 
-static void tensor_def(struct strata__tensor *t, const char *name, int ndim, int64_t d0, int64_t d1, int64_t d2,
-                       int64_t d3, int decay, float std, float cst) {
-  memset(t, 0, sizeof *t);
-  snprintf(t->name, sizeof t->name, "%s", name);
-  t->ndim = ndim;
-  int64_t dims[4] = {d0, d1, d2, d3};
-  t->n = 1;
-  for (int i = 0; i < ndim; i++) {
-    t->shape[i] = dims[i];
-    t->n *= (size_t)dims[i];
-  }
-  t->decay = decay;
-  t->init_std = std;
-  t->init_const = cst;
-  memcpy(t->full, t->shape, sizeof t->full);
-  t->full_n = t->n;
-  t->split = STRATA__SPLIT_NONE;
-  t->groups = 1;
-  t->part = 0;
-  t->parts = 1;
-}
-
-/* Make `t`, defined whole, the slice sh->rank of sh->size of dimension
-** `dim` (-1: its last), cut in `groups` equal groups. */
-static void tensor_shard(struct strata__tensor *t, int dim, int groups, const struct strata__shard *sh) {
-  if (!sh || sh->size <= 1)
-    return;
-  t->dim = dim < 0 ? t->ndim - 1 : dim;
-  t->split = t->dim == 0 ? STRATA__SPLIT_ROWS : STRATA__SPLIT_COLS;
-  t->groups = groups;
-  t->part = sh->rank;
-  t->parts = sh->size;
-  t->shape[t->dim] /= sh->size;
-  t->n = t->full_n / (size_t)sh->size;
-}
-
-void strata__tensor_cut(const struct strata__tensor *t, float *full, float *local, int gather) {
-  if (t->split == STRATA__SPLIT_NONE) {
-    if (gather)
-      memcpy(full, local, t->n * sizeof *full);
-    else
-      memcpy(local, full, t->n * sizeof *full);
-    return;
-  }
-  /* the dimensions before `dim` make rows; from `dim` on, each row is `groups` groups of gw, the slice lw of each */
-  size_t cols = 1;
-  for (int d = t->dim; d < t->ndim; d++)
-    cols *= (size_t)t->full[d];
-  size_t rows = t->full_n / cols, gw = cols / (size_t)t->groups, lw = gw / (size_t)t->parts;
-  for (size_t r = 0; r < rows; r++)
-    for (int g = 0; g < t->groups; g++) {
-      float *f = full + r * cols + (size_t)g * gw + (size_t)t->part * lw;
-      float *l = local + r * lw * (size_t)t->groups + (size_t)g * lw;
-      if (gather)
-        memcpy(f, l, lw * sizeof *full);
-      else
-        memcpy(l, f, lw * sizeof *full);
-    }
-}
-
 /* The parameter tensors of layer L, in a fixed order (the order of
 ** strata_trainer_params). Returns how many; `t` may be NULL to count. */
 static int layer_tensors(const struct strata_model *m, const struct strata__layer *L, int role,
@@ -84,13 +24,18 @@ static int layer_tensors(const struct strata_model *m, const struct strata__laye
   char n[64];
   int k = 0;
   float std = 0.02f, proj = 0.02f / sqrtf(2.0f * (float)(c->layers > 0 ? c->layers : 1));
+  const int llama = c->kind == STRATA_MODEL_LLAMA;
   switch (L->kind) {
   case STRATA__LAYER_EMBED:
-    /* vocabulary-parallel (tp dividing the vocabulary): each slice holds V / tp rows */
-    tensor_def(&o[k++], "wte.weight", 2, c->vocab, c->d_model, 0, 0, 1, std, 0);
+    /* vocabulary-parallel (tp dividing the vocabulary): each slice holds V / tp rows; a llama has no positions */
+    strata__tensor_def(&o[k++], llama ? "embed_tokens.weight" : "wte.weight", 2, c->vocab, c->d_model, 0, 0, 1, std, 0);
     if (sh && sh->size > 1 && c->vocab % sh->size == 0)
-      tensor_shard(&o[k - 1], 0, 1, sh);
-    tensor_def(&o[k++], "wpe.weight", 2, c->context, c->d_model, 0, 0, 1, std, 0);
+      strata__tensor_shard(&o[k - 1], 0, 1, sh);
+    if (!llama)
+      strata__tensor_def(&o[k++], "wpe.weight", 2, c->context, c->d_model, 0, 0, 1, std, 0);
+    break;
+  case STRATA__LAYER_LLAMA_BLOCK:
+    k += strata__llama_tensors(c, L->index, sh, std, proj, o + k);
     break;
   case STRATA__LAYER_BLOCK: {
     int64_t D = c->d_model, F = c->d_ff;
@@ -98,101 +43,65 @@ static int layer_tensors(const struct strata_model *m, const struct strata__laye
 #define P(suffix, ...)                                                                                                 \
   do {                                                                                                                 \
     snprintf(n, sizeof n, "h.%d.%s", i, suffix);                                                                       \
-    tensor_def(&o[k++], n, __VA_ARGS__);                                                                               \
+    strata__tensor_def(&o[k++], n, __VA_ARGS__);                                                                       \
   } while (0)
     P("ln_1.weight", 1, D, 0, 0, 0, 0, 0, 1);
     P("ln_1.bias", 1, D, 0, 0, 0, 0, 0, 0);
     /* sharded: the Q, K and V columns of a head group, c_proj's matching
     ** rows; c_fc's columns, the MLP c_proj's rows; row-split biases whole */
     P("attn.c_attn.weight", 2, D, 3 * D, 0, 0, 1, std, 0);
-    tensor_shard(&o[k - 1], -1, 3, sh);
+    strata__tensor_shard(&o[k - 1], -1, 3, sh);
     P("attn.c_attn.bias", 1, 3 * D, 0, 0, 0, 0, 0, 0);
-    tensor_shard(&o[k - 1], -1, 3, sh);
+    strata__tensor_shard(&o[k - 1], -1, 3, sh);
     P("attn.c_proj.weight", 2, D, D, 0, 0, 1, proj, 0);
-    tensor_shard(&o[k - 1], 0, 1, sh);
+    strata__tensor_shard(&o[k - 1], 0, 1, sh);
     P("attn.c_proj.bias", 1, D, 0, 0, 0, 0, 0, 0);
     P("ln_2.weight", 1, D, 0, 0, 0, 0, 0, 1);
     P("ln_2.bias", 1, D, 0, 0, 0, 0, 0, 0);
     P("mlp.c_fc.weight", 2, D, F, 0, 0, 1, std, 0);
-    tensor_shard(&o[k - 1], -1, 1, sh);
+    strata__tensor_shard(&o[k - 1], -1, 1, sh);
     P("mlp.c_fc.bias", 1, F, 0, 0, 0, 0, 0, 0);
-    tensor_shard(&o[k - 1], -1, 1, sh);
+    strata__tensor_shard(&o[k - 1], -1, 1, sh);
     P("mlp.c_proj.weight", 2, F, D, 0, 0, 1, proj, 0);
-    tensor_shard(&o[k - 1], 0, 1, sh);
+    strata__tensor_shard(&o[k - 1], 0, 1, sh);
     P("mlp.c_proj.bias", 1, D, 0, 0, 0, 0, 0, 0);
 #undef P
     break;
   }
   case STRATA__LAYER_LM_HEAD:
-    tensor_def(&o[k++], "ln_f.weight", 1, c->d_model, 0, 0, 0, 0, 0, 1);
-    tensor_def(&o[k++], "ln_f.bias", 1, c->d_model, 0, 0, 0, 0, 0, 0);
+    strata__tensor_def(&o[k++], llama ? "norm.weight" : "ln_f.weight", 1, c->d_model, 0, 0, 0, 0, 0, 1);
+    if (!llama)
+      strata__tensor_def(&o[k++], "ln_f.bias", 1, c->d_model, 0, 0, 0, 0, 0, 0);
     if (!c->tied) {
-      tensor_def(&o[k++], "lm_head.weight", 2, c->vocab, c->d_model, 0, 0, 1, std, 0);
+      strata__tensor_def(&o[k++], "lm_head.weight", 2, c->vocab, c->d_model, 0, 0, 1, std, 0);
       if (sh && sh->size > 1 && c->vocab % sh->size == 0)
-        tensor_shard(&o[k - 1], 0, 1, sh);
+        strata__tensor_shard(&o[k - 1], 0, 1, sh);
     }
     break;
   case STRATA__LAYER_LINEAR:
     /* cut by outputs: the weight's columns and the bias; by inputs: the weight's rows, the bias whole */
     snprintf(n, sizeof n, "fc.%d.weight", L->index);
-    tensor_def(&o[k++], n, 2, L->in, L->out, 0, 0, 1, sqrtf(2.0f / (float)L->in), 0);
+    strata__tensor_def(&o[k++], n, 2, L->in, L->out, 0, 0, 1, sqrtf(2.0f / (float)L->in), 0);
     if (role)
-      tensor_shard(&o[k - 1], role == STRATA__TP_OUTPUTS ? -1 : 0, 1, sh);
+      strata__tensor_shard(&o[k - 1], role == STRATA__TP_OUTPUTS ? -1 : 0, 1, sh);
     snprintf(n, sizeof n, "fc.%d.bias", L->index);
-    tensor_def(&o[k++], n, 1, L->out, 0, 0, 0, 0, 0, 0);
+    strata__tensor_def(&o[k++], n, 1, L->out, 0, 0, 0, 0, 0, 0);
     if (role == STRATA__TP_OUTPUTS)
-      tensor_shard(&o[k - 1], -1, 1, sh);
+      strata__tensor_shard(&o[k - 1], -1, 1, sh);
     break;
   case STRATA__LAYER_CONV:
     /* [out channels, in channels, r, r]: cut by outputs along the first dimension, by inputs along the second */
     snprintf(n, sizeof n, "conv.%d.weight", L->index);
-    tensor_def(&o[k++], n, 4, L->k, L->c, L->r, L->r, 1, sqrtf(2.0f / (float)(L->c * L->r * L->r)), 0);
+    strata__tensor_def(&o[k++], n, 4, L->k, L->c, L->r, L->r, 1, sqrtf(2.0f / (float)(L->c * L->r * L->r)), 0);
     if (role)
-      tensor_shard(&o[k - 1], role == STRATA__TP_OUTPUTS ? 0 : 1, 1, sh);
+      strata__tensor_shard(&o[k - 1], role == STRATA__TP_OUTPUTS ? 0 : 1, 1, sh);
     break;
   case STRATA__LAYER_CLASSIFIER:
-    tensor_def(&o[k++], "classifier.weight", 2, L->in, L->out, 0, 0, 1, sqrtf(1.0f / (float)L->in), 0);
-    tensor_def(&o[k++], "classifier.bias", 1, L->out, 0, 0, 0, 0, 0, 0);
+    strata__tensor_def(&o[k++], "classifier.weight", 2, L->in, L->out, 0, 0, 1, sqrtf(1.0f / (float)L->in), 0);
+    strata__tensor_def(&o[k++], "classifier.bias", 1, L->out, 0, 0, 0, 0, 0, 0);
     break;
   }
   return k;
-}
-
-/* splitmix64: seeds each tensor's generator from (seed, name). */
-static uint64_t mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-static uint64_t name_seed(uint64_t seed, const char *name) {
-  uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
-  for (const unsigned char *p = (const unsigned char *)name; *p; p++)
-    h = (h ^ *p) * 0x100000001b3ull;
-  return mix64(h ^ mix64(seed));
-}
-
-/* Fill `x` with the whole tensor's initial values (t->full_n floats):
-** normal(0, std) by Box-Muller, or a constant. A slice is cut from them,
-** so a sharded run starts from the same values as a whole one. */
-static void tensor_init(const struct strata__tensor *t, uint64_t seed, float *x) {
-  if (t->init_std == 0) {
-    for (size_t i = 0; i < t->full_n; i++)
-      x[i] = t->init_const;
-    return;
-  }
-  uint64_t s = name_seed(seed, t->name);
-  for (size_t i = 0; i < t->full_n; i += 2) {
-    s = mix64(s);
-    double u1 = ((double)(s >> 11) + 0.5) / 9007199254740992.0;
-    s = mix64(s);
-    double u2 = (double)(s >> 11) / 9007199254740992.0;
-    double r = sqrt(-2.0 * log(u1));
-    x[i] = (float)(t->init_std * r * cos(2 * M_PI * u2));
-    if (i + 1 < t->full_n)
-      x[i + 1] = (float)(t->init_std * r * sin(2 * M_PI * u2));
-  }
 }
 
 /* ---- sizes (floats) per layer ---- */
@@ -203,8 +112,11 @@ struct strata__dims strata__stage_dims(const struct strata__stage *st) {
                            .seqpar = st->seqpar};
   if (st->seqpar) /* (the stage checked that tp divides the rows) */
     d.Rs = st->rows / st->tp.size;
-  if (c->kind == STRATA_MODEL_GPT) {
+  if (strata__model_text(c)) {
     int64_t parts = st->tp.size > 1 ? st->tp.size : 1;
+    d.rms = c->kind == STRATA_MODEL_LLAMA;
+    d.KV = (d.rms ? c->kv_heads : c->heads) / parts;
+    d.Akv = d.KV * (c->d_model / c->heads);
     d.T = c->context;
     d.D = c->d_model;
     d.H = c->heads / parts;
@@ -249,7 +161,7 @@ struct strata__head_saved strata__head_layout(const struct strata__dims *d) {
   const size_t R = (size_t)d->R, Rs = (size_t)d->Rs; /* (seqpar: the layernorm on the slice's Rs rows) */
   s.ln = 0;
   s.mean = s.ln + strata__units((size_t)(d->Rs * d->D), d->act);
-  s.rstd = s.mean + Rs;
+  s.rstd = s.mean + (d->rms ? 0 : Rs); /* (RMSNorm keeps no mean) */
   s.logits = s.rstd + Rs;
   s.loss = s.logits + strata__units((size_t)(d->R * d->V), d->act);
   s.mx = s.loss + R;
@@ -279,6 +191,7 @@ static size_t layer_join(const struct strata__stage *st, const struct strata__la
   case STRATA__LAYER_LM_HEAD:
     return d.vp ? (size_t)(d.R * d.D) : 0;
   case STRATA__LAYER_BLOCK:
+  case STRATA__LAYER_LLAMA_BLOCK:
     return (size_t)(d.R * d.D);
   case STRATA__LAYER_LINEAR:
     return L->tp_role == STRATA__TP_INPUTS ? (size_t)(d.R * L->out)
@@ -301,6 +214,8 @@ static size_t layer_saved(const struct strata__stage *st, const struct strata__l
     return 0;
   case STRATA__LAYER_BLOCK: /* full recomputation: nothing (its input is the previous layer's output) */
     return d.rc == STRATA_RECOMPUTE_FULL ? 0 : strata__block_layout(&d).end;
+  case STRATA__LAYER_LLAMA_BLOCK:
+    return strata__llama_layout(&d).end;
   case STRATA__LAYER_LM_HEAD: /* ln | mean | rstd | logits | losses (| row max | sum of exps | target logit) */
     return strata__head_layout(&d).end;
   case STRATA__LAYER_LINEAR: /* pre-activation (| the model's input, converted) */
@@ -335,6 +250,7 @@ static size_t layer_out(const struct strata__stage *st, const struct strata__lay
   switch (L->kind) {
   case STRATA__LAYER_EMBED:
   case STRATA__LAYER_BLOCK: /* (seqpar: the slice's rows) */
+  case STRATA__LAYER_LLAMA_BLOCK:
     return strata__units((size_t)(d.Rs * d.D), d.act);
   case STRATA__LAYER_LINEAR:
     return strata__units((size_t)(d.R * L->out), d.act);
@@ -354,6 +270,7 @@ static size_t layer_in(const struct strata__stage *st, const struct strata__laye
   case STRATA__LAYER_EMBED:
     return (size_t)d.R; /* int32 tokens */
   case STRATA__LAYER_BLOCK:
+  case STRATA__LAYER_LLAMA_BLOCK:
   case STRATA__LAYER_LM_HEAD:
     return strata__units((size_t)(d.Rs * d.D), d.act);
   case STRATA__LAYER_LINEAR: /* the model's input: float32 images; else the previous layer's activations */
@@ -376,6 +293,9 @@ static size_t layer_dsave(const struct strata__stage *st, const struct strata__l
     return RD;
   case STRATA__LAYER_BLOCK: /* dout | dh | dln2 | dxmid | dqkv | dln1 */
     return 4 * RD + strata__units((size_t)(3 * d.R * d.A), d.act) + strata__units((size_t)(d.R * d.F), d.act);
+  case STRATA__LAYER_LLAMA_BLOCK: /* dout | dgu | dln2 | dxmid | dqkv | dln1 */
+    return 4 * RD + strata__units((size_t)(2 * d.R * d.F), d.act) +
+           strata__units((size_t)(d.R * (d.A + 2 * d.Akv)), d.act);
   case STRATA__LAYER_LM_HEAD: /* dlogits | dlnx */
     return strata__units((size_t)(d.R * d.V), d.act) + RD;
   case STRATA__LAYER_LINEAR:
@@ -398,6 +318,9 @@ static size_t layer_scratch(const struct strata__stage *st, const struct strata_
                             ** (| seqpar: the gathered rows) */
     return strata__units((size_t)(3 * d.R * d.A), d.act) + strata__units((size_t)(d.R * d.F), d.act) + 3 * RD +
            (size_t)(d.R * d.D) + (d.seqpar ? RD : 0);
+  case STRATA__LAYER_LLAMA_BLOCK: /* dqkv | dgu | dh | d1 | d2 | d3 | (float32) junk */
+    return strata__units((size_t)(d.R * (d.A + 2 * d.Akv)), d.act) + strata__units((size_t)(2 * d.R * d.F), d.act) +
+           strata__units((size_t)(d.R * d.F), d.act) + 3 * RD + (size_t)(d.R * d.D);
   case STRATA__LAYER_LM_HEAD: /* dlogits | dlnx | (float32) junk (| seqpar: the gathered layernorm output) */
     return strata__units((size_t)(d.R * d.V), d.act) + RD + (size_t)(d.R * d.D) + (d.seqpar ? RD : 0);
   case STRATA__LAYER_LINEAR:
@@ -455,7 +378,7 @@ static int alloc(int dev, size_t floats, strata_buffer_t *b) {
 }
 
 int strata__stage_can_cut(const struct strata_model *model, int first, int last) {
-  if (model->cfg.kind == STRATA_MODEL_GPT && model->cfg.tied && (first > 0 || last < model->nlayers))
+  if (strata__model_text(&model->cfg) && model->cfg.tied && (first > 0 || last < model->nlayers))
     return strata__error(STRATA_ERR_UNSUPPORTED,
                          "a model with tied embeddings cannot be cut: the embedding and the output projection must share "
                          "one stage (use an untied model)");
@@ -493,6 +416,10 @@ static int stage_layout(const struct strata_model *model, int first, int last, i
     if (c->kind == STRATA_MODEL_GPT && (c->heads % tp->size || c->d_ff % tp->size))
       return strata__error(STRATA_ERR_SHAPE, "tensor parallelism: tp %d does not divide both the %lld heads and d_ff "
                            "%lld of '%s'", tp->size, (long long)c->heads, (long long)c->d_ff, c->name);
+    if (c->kind == STRATA_MODEL_LLAMA && (c->kv_heads % tp->size || c->d_ff % tp->size))
+      return strata__error(STRATA_ERR_SHAPE, "tensor parallelism: tp %d does not divide both n_kv_heads %lld and d_ff "
+                           "%lld of '%s' (a slice holds whole key/value heads; replicating them is not built)",
+                           tp->size, (long long)c->kv_heads, (long long)c->d_ff, c->name);
   }
   struct strata__stage *st = calloc(1, sizeof *st);
   if (!st)
@@ -535,7 +462,7 @@ static int stage_layout(const struct strata_model *model, int first, int last, i
     strata__stage_free(st);
     return strata__error(STRATA_ERR_INVALID, "stage: optimizer shard %d of %d", st->zero.rank, st->zero.size);
   }
-  st->rows = model->cfg.kind == STRATA_MODEL_GPT ? mb * model->cfg.context : mb;
+  st->rows = strata__model_text(&model->cfg) ? mb * model->cfg.context : mb;
   int n = stage_layers(st);
   st->layers = calloc((size_t)n, sizeof *st->layers);
   if (!st->layers) {
@@ -679,7 +606,7 @@ void strata__stage_bytes_of(const struct strata_model *model, int first, int las
                             struct strata__stage_bytes *b) {
   const int zero = cut ? cut->zero.size : 1, bf16 = cut && cut->precision == STRATA_BFLOAT16;
   const size_t z = zero > 1 ? (size_t)zero : 1, chunk = (s->params + z - 1) / z;
-  const size_t rows = model->cfg.kind == STRATA_MODEL_GPT ? (size_t)(mb * model->cfg.context) : (size_t)mb;
+  const size_t rows = strata__model_text(&model->cfg) ? (size_t)(mb * model->cfg.context) : (size_t)mb;
   const int has_loss = last == model->nlayers;
   memset(b, 0, sizeof *b);
   /* parameters and gradients (zero x chunk: the last shard padded), the two moments (one chunk); ZeRO-2 keeps
@@ -697,6 +624,8 @@ void strata__stage_bytes_of(const struct strata_model *model, int first, int las
   b->fixed = b->params + alloc_bytes(s->tensors + 1) + alloc_bytes(s->scratch) + 2 * alloc_bytes(s->io);
   if (first == 0 && model->cfg.kind == STRATA_MODEL_GPT)
     b->fixed += alloc_bytes(rows);
+  if (model->cfg.kind == STRATA_MODEL_LLAMA) /* RoPE's inverse frequencies */
+    b->fixed += alloc_bytes(strata__rope_floats(&model->cfg));
   /* bfloat16: the parameters' compute copy, and with tp the float32 copy a join sums in */
   if (bf16)
     b->fixed += alloc_bytes(strata__units(z3 ? s->params_most : chunk * z, STRATA_BFLOAT16));
@@ -812,6 +741,8 @@ int strata__stage_new(const struct strata_model *model, int first, int last, int
     rc = alloc(dev, st->max_out, &st->gbuf[i]);
   if (!rc && first == 0 && model->cfg.kind == STRATA_MODEL_GPT)
     rc = alloc(dev, (size_t)st->rows, &st->positions);
+  if (!rc && model->cfg.kind == STRATA_MODEL_LLAMA)
+    rc = strata__rope_table(st);
   if (!rc && st->act == STRATA_BFLOAT16)
     rc = alloc(dev, strata__units(st->zero3 ? st->gwin : padded, STRATA_BFLOAT16), &st->params16);
   if (!rc && st->max_join)
@@ -844,10 +775,10 @@ int strata__stage_new(const struct strata_model *model, int first, int last, int
   for (int t = 0; t < st->ntensors; t++) {
     const struct strata__tensor *x = &st->tensors[t];
     if (!x->split) {
-      tensor_init(x, seed, host + x->off);
+      strata__tensor_init(x, seed, host + x->off);
       continue;
     }
-    tensor_init(x, seed, whole);
+    strata__tensor_init(x, seed, whole);
     strata__tensor_cut(x, whole, host + x->off, 0);
   }
   free(whole);
@@ -932,6 +863,7 @@ void strata__stage_free(struct strata__stage *st) {
   strata_buffer_free(st->gbuf[0]);
   strata_buffer_free(st->gbuf[1]);
   strata_buffer_free(st->positions);
+  strata_buffer_free(st->rope);
   strata_queue_free(st->q);
   free(st->tensors);
   free(st->layer_tensor);

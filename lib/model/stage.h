@@ -192,6 +192,7 @@ struct strata__stage {
   size_t rc_units;
   int (*recomputing)(void *arg, int layer, int done);
   void *recomputing_arg;
+  strata_buffer_t rope;      /* a llama's stage: RoPE's head_dim / 2 inverse frequencies (float32; NULL otherwise) */
 };
 
 /* Floats [*lo, *hi) of the flat parameter (gradient) vector holding stage layers [a, b). */
@@ -417,8 +418,37 @@ struct strata__dims {
   int64_t Rs;               /* rows of the regions outside the tp-split matrices: R, or R / tp with seqpar (the
                             ** slice's rows [tp.rank Rs, (tp.rank + 1) Rs) of the micro-batch's R) */
   int seqpar;
+  int64_t KV, Akv;          /* a llama: its slice's key/value heads (grouped-query attention) and their width KV hd */
+  int rms;                  /* a llama: RMSNorm (no mean kept) where a GPT has layernorms */
 };
 struct strata__dims strata__stage_dims(const struct strata__stage *st);
+
+/* Offsets (units) of a llama block's saved activations: x normed and its rstd, q|k|v rows (q and k rotated), the
+** fused attention's log-sum-exps and output, x_mid, x_mid normed and its rstd, gate|up rows (strata_swiglu_fwd's
+** input) and silu(gate) * up. */
+struct strata__llama_saved {
+  size_t ln1, rstd1, qkv, lse, att, xmid, ln2, rstd2, gu, h, end;
+};
+struct strata__llama_saved strata__llama_layout(const struct strata__dims *d);
+
+/* ---- a stage's tensors (model/tensor.c) and a llama's (model/llama.c) ---- */
+
+/* Define `t` whole: `name`, ndim dimensions d0 .. d3, weight decay or not, initial values normal(0, std) or (std 0)
+** the constant cst. */
+void strata__tensor_def(struct strata__tensor *t, const char *name, int ndim, int64_t d0, int64_t d1, int64_t d2,
+                        int64_t d3, int decay, float std, float cst);
+/* Make `t`, defined whole, the slice sh->rank of sh->size (NULL or size 1: whole) of dimension `dim` (-1: its
+** last), cut in `groups` equal groups. */
+void strata__tensor_shard(struct strata__tensor *t, int dim, int groups, const struct strata__shard *sh);
+/* The whole tensor's initial values (t->full_n floats at x), seeded by (seed, its name): a slice cut from them, so
+** that a sharded run starts from the values of a whole one. */
+void strata__tensor_init(const struct strata__tensor *t, uint64_t seed, float *x);
+/* A llama block's nine tensors (Hugging Face's names less "model.", sliced as `sh` says) into o; returns 9. */
+int strata__llama_tensors(const struct strata_model_config *c, int index, const struct strata__shard *sh, float std,
+                          float proj, struct strata__tensor *o);
+/* Floats of a llama's RoPE table (head_dim / 2), and the stage's table made on its device (st->rope). */
+size_t strata__rope_floats(const struct strata_model_config *c);
+int strata__rope_table(struct strata__stage *st);
 
 /* Offsets of a block's saved activations (units from the layer's start in a slot); lse: the fused attention's
 ** per-query log-sum-exps (float32, batch x heads x seq). With selective recomputation the attention's output and lse

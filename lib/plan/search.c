@@ -1113,9 +1113,10 @@ int strata__plan_check_options(strata_machine_t c, strata_model_t m, const struc
   if (o->sp == STRATA_PLAN_ONLY(1) && strata_model_config(m)->kind != STRATA_MODEL_GPT)
     return strata__error(STRATA_ERR_UNSUPPORTED, "planner: sequence parallelism is for GPT models, not '%s'",
                          strata_model_config(m)->name);
-  if (o->precision == STRATA_BFLOAT16 && strata_model_config(m)->kind != STRATA_MODEL_GPT)
-    return strata__error(STRATA_ERR_UNSUPPORTED, "planner: bf16 is for GPT models (as the trainer trains it), not "
-                         "'%s'", strata_model_config(m)->name);
+  if (o->precision == STRATA_BFLOAT16 && strata_model_config(m)->kind != STRATA_MODEL_GPT &&
+      strata_model_config(m)->kind != STRATA_MODEL_LLAMA)
+    return strata__error(STRATA_ERR_UNSUPPORTED, "planner: bf16 is for GPT models and llamas (as the trainer "
+                         "trains them), not '%s'", strata_model_config(m)->name);
   return STRATA_OK;
 }
 
