@@ -230,10 +230,11 @@ Test(seqpar, bf16_sp_tracks_tp) {
 ** with and without sp, through the runtime's accounting, against doc/memory.md's formula (4-byte units; R = B T rows,
 ** Rs = R / t with sp, else R; A = D / t, F = 4 D / t, H = 8 / t heads, V = 256 / t):
 **   tokens and targets 2 R, the embedding's output Rs D;
-**   per block: ln1, xmid, ln2 and the output 4 Rs D, statistics 4 Rs, qkv and attention 4 R A, MLP 2 R F, lse B H T;
+**   per block: ln1, xmid, ln2 and the output 4 Rs D, statistics 4 Rs, qkv and attention 4 R A, the MLP
+**   pre-activation R F (its GELU output is recomputed in the backward, not kept), lse B H T;
 **   the head: its layernorm Rs D and statistics 2 Rs, logits R V, losses R, and the vocabulary-parallel sums 3 R.
-** sp divides the regions outside the split matrices by t: 0.79x at tp 2 (4 of a block's 10 D-wide values per token are
-** those regions; the 0.75x the issue hoped for would need them to be more), 0.58x at tp 4.
+** Each figure equal to the formula. sp divides the regions outside the split matrices by t: 0.743x at tp 2 (4 of a
+** block's 8 D-wide values per token are those regions; the issue's bound is 0.75x), 0.49x at tp 4.
 */
 Test(seqpar, sp_divides_the_activations_of_the_512x8_gpt) {
   struct strata_model_config c = {.kind = STRATA_MODEL_GPT, .vocab = 256, .context = 256, .d_model = 512, .layers = 8,
@@ -248,7 +249,7 @@ Test(seqpar, sp_divides_the_activations_of_the_512x8_gpt) {
     for (int sp = 0; sp <= 1; sp++) {
       const double B = 4, T = 256, D = 512, R = B * T, Rs = sp ? R / t : R, A = D / t, F = 2048 / t, H = 8 / t,
                    V = 256 / t, L = 8;
-      const double block = 4 * Rs * D + 4 * Rs + 4 * R * A + 2 * R * F + B * H * T;
+      const double block = 4 * Rs * D + 4 * Rs + 4 * R * A + R * F + B * H * T;
       const double want = 4 * (2 * R + Rs * D + L * block + Rs * D + 2 * Rs + R * V + R + 3 * R);
       struct strata_train_options o = options();
       o.batch = 4;
@@ -264,8 +265,7 @@ Test(seqpar, sp_divides_the_activations_of_the_512x8_gpt) {
       strata_layout_free(l);
       for (int d = 0; d < t; d++) {
         const double got = (double)rep.dev[d].activation_bytes;
-        cr_assert(fabs(got - want) <= 0.1 * want, "tp %d sp %d device %d: %.0f activation bytes, the formula %.0f", t,
-                  sp, d, got, want);
+        cr_assert(got == want, "tp %d sp %d device %d: %.0f activation bytes, the formula %.0f", t, sp, d, got, want);
         cr_assert_eq(rep.dev[d].activation_bytes, rep.dev[0].activation_bytes, "the slices keep the same");
       }
       act[sp] = rep.dev[0].activation_bytes;
@@ -275,7 +275,7 @@ Test(seqpar, sp_divides_the_activations_of_the_512x8_gpt) {
     }
     const double ratio = (double)act[1] / (double)act[0];
     cr_log_info("512x8 GPT tp %d: sp keeps %.3fx the activations", t, ratio);
-    cr_assert_leq(ratio, t == 2 ? 0.80 : 0.60, "tp %d: sp keeps %.3fx the activations", t, ratio);
+    cr_assert_leq(ratio, t == 2 ? 0.75 : 0.50, "tp %d: sp keeps %.3fx the activations", t, ratio);
   }
   strata_model_free(m);
 }

@@ -204,6 +204,13 @@ static int attn_fwd(struct lctx *c, const struct strata__block_saved *s) {
                               1.0f / sqrtf((float)d.hd), 1);
 }
 
+/* Where a block's GELU output lives while it is read: scratch (its backward's f region, model/stage.c's
+** layer_scratch), never the slot. The block keeps only the MLP pre-activation h; its backward recomputes gelu(h) there
+** for the MLP c_proj's weight gradient with the forward's op on the same input, so the same bits. */
+static strata_mem_t gelu_out(const struct lctx *c) {
+  return SC(c, strata__units((size_t)(3 * c->d.R * c->d.A), c->d.act), 0);
+}
+
 /*
 ** A pre-layernorm block. Sharded, this stage holds H of the heads (A = H hd
 ** columns of each of Q, K, V in c_attn, the matching A rows of c_proj) and F
@@ -235,9 +242,10 @@ static int block_fwd(struct lctx *c) {
   TRY(rc);
   TRY(FETCH(c, FC_W, 2));
   TRY(linear_fwd(q, d.R, D, d.F, x, WT(c, FC_W), PARAM(c, FC_B), SV(c, s.h, 0)));
-  TRY(strata_gelu_fwd(q, SV(c, s.h, 0), SV(c, s.g, 0), d.R * d.F));
+  strata_mem_t g = gelu_out(c);
+  TRY(strata_gelu_fwd(q, SV(c, s.h, 0), g, d.R * d.F));
   TRY(FETCH(c, FCP_W, 2));
-  TRY(linear_fwd_rows(c, d.R, d.F, D, SV(c, s.g, 0), WT(c, FCP_W), PARAM(c, FCP_B), c->out));
+  TRY(linear_fwd_rows(c, d.R, d.F, D, g, WT(c, FCP_W), PARAM(c, FCP_B), c->out));
   return strata_add(q, c->out, SV(c, s.xmid, 0), c->out, d.Rs * D);
 }
 
@@ -523,7 +531,14 @@ static int block_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
   int rc;
   strata_mem_t dall = gathered(c, dout, D, &rc), dxall = dxmid, x;
   TRY(rc);
-  /* MLP branch */
+  /* MLP branch: the MLP c_proj's weight gradient first, from the GELU output recomputed into scratch f (gelu_out),
+  ** before the input part's dh takes that room (FULL; split, dh is in the slot) */
+  if (DO_W(c)) {
+    strata_mem_t g = gelu_out(c);
+    TRY(strata_gelu_fwd(q, SV(c, s.h, 0), g, R * d.F));
+    TRY(TAKE(c, FCP_W, 2));
+    TRY(linear_bwd_w(q, R, d.F, D, g, dall, GRAD(c, FCP_W), GRAD(c, FCP_B)));
+  }
   if (DO_IN(c)) {
     TRY(FETCH(c, FCP_W, 2));
     TRY(linear_bwd_x(q, R, d.F, D, WT(c, FCP_W), dall, dh));
@@ -533,8 +548,6 @@ static int block_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
     TRY(rows_join(c, &dln2, D));
   }
   if (DO_W(c)) {
-    TRY(TAKE(c, FCP_W, 2));
-    TRY(linear_bwd_w(q, R, d.F, D, SV(c, s.g, 0), dall, GRAD(c, FCP_W), GRAD(c, FCP_B)));
     TRY(TAKE(c, FC_W, 2));
     x = gathered(c, SV(c, s.ln2, 0), D, &rc);
     TRY(rc);

@@ -245,8 +245,9 @@ static int build_layers(struct strata_model *m) {
       snprintf(name, sizeof name, "h.%lld", (long long)i);
       uint64_t params = (uint64_t)(4 * D + (D * 3 * D + 3 * D) + (D * D + D) + (D * F + F) + (F * D + D));
       double fwd = T * (2 * D * 3 * D + 2 * D * D + 4 * D * F) + 4 * T * T * D;
-      /* saved: ln1, qkv (3 wide), att, x_mid, ln2; the attention's log-sum-exps; h, gelu(h); two mean/rstd pairs */
-      double act = 4 * (T * D * 7 + H * T + 2 * T * F + 4 * T);
+      /* saved: ln1, qkv (3 wide), att, x_mid, ln2; the attention's log-sum-exps; h (gelu(h) is recomputed); two
+      ** mean/rstd pairs */
+      double act = 4 * (T * D * 7 + H * T + T * F + 4 * T);
       add_layer(m, &b, name, "block", params, fwd, 2 * fwd, (uint64_t)act, (uint64_t)(4 * T * D));
     }
     struct strata__layer h = {.kind = STRATA__LAYER_LM_HEAD, .in = c->d_model, .out = c->vocab};

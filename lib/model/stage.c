@@ -150,9 +150,8 @@ struct strata__block_saved strata__block_layout(const struct strata__dims *d) {
   s.ln2 = s.xmid + RD;
   s.mean2 = s.ln2 + RD;
   s.rstd2 = s.mean2 + R;
-  s.h = s.rstd2 + R;
-  s.g = s.h + RF;
-  s.end = s.g + RF;
+  s.h = s.rstd2 + R; /* the MLP pre-activation; not its GELU output, which the backward recomputes (layers.c) */
+  s.end = s.h + RF;
   return s;
 }
 
@@ -315,7 +314,8 @@ static size_t layer_scratch(const struct strata__stage *st, const struct strata_
   case STRATA__LAYER_EMBED: /* the positions' rows | (vocabulary-parallel) the tokens of this slice */
     return RD + (d.vp ? (size_t)d.R : 0);
   case STRATA__LAYER_BLOCK: /* dqkv | f | d1 | d2 | d3 | (float32) junk (the fused attention needs no T x T scores)
-                            ** (| seqpar: the gathered rows) */
+                            ** (| seqpar: the gathered rows); f holds the GELU output in the forward and, recomputed,
+                            ** for the weight part of the backward, then dh */
     return strata__units((size_t)(3 * d.R * d.A), d.act) + strata__units((size_t)(d.R * d.F), d.act) + 3 * RD +
            (size_t)(d.R * d.D) + (d.seqpar ? RD : 0);
   case STRATA__LAYER_LLAMA_BLOCK: /* dqkv | dgu | dh | d1 | d2 | d3 | (float32) junk */

@@ -453,9 +453,10 @@ int strata__rope_table(struct strata__stage *st);
 /* Offsets of a block's saved activations (units from the layer's start in a slot); lse: the fused attention's
 ** per-query log-sum-exps (float32, batch x heads x seq). With selective recomputation the attention's output and lse
 ** take no room there: they are in the stage's rcbuf (att | lse). With full recomputation all of it is in rcbuf,
-** followed by the block's recomputed output. */
+** followed by the block's recomputed output. h is the MLP pre-activation; its GELU output is not kept (the backward
+** recomputes it into scratch). */
 struct strata__block_saved {
-  size_t ln1, mean1, rstd1, qkv, lse, att, xmid, ln2, mean2, rstd2, h, g, end;
+  size_t ln1, mean1, rstd1, qkv, lse, att, xmid, ln2, mean2, rstd2, h, end;
 };
 struct strata__block_saved strata__block_layout(const struct strata__dims *d);
 /* Offsets (units) of the head's saved activations: the final layernorm's output, its statistics, the logits, the

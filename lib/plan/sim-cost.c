@@ -270,8 +270,10 @@ static struct strata__plan_work gpt_part(const struct strata_device_cost *w, con
     if (wt) {
       s += gemm_s(w, 1, 0, Ft, D, N, 1) + gemm_s(w, 1, 0, D, Ft, N, 1) + gemm_s(w, 1, 0, A, D, N, 1) +
            gemm_s(w, 1, 0, D, 3 * A, N, 1);
-      s += strata__plan_op_s(w, STRATA_PLAN_OP_BIAS_GRAD, N * (2 * D + Ft + 3 * A));
-      launches += 8;
+      /* (and the GELU output, not kept: recomputed from the pre-activation for the MLP c_proj's weight gradient) */
+      s += strata__plan_op_s(w, STRATA_PLAN_OP_BIAS_GRAD, N * (2 * D + Ft + 3 * A)) +
+           strata__plan_op_s(w, STRATA_PLAN_OP_GELU_FWD, N * Ft);
+      launches += 9;
     }
     if (part != STRATA__PLAN_PART_FWD) /* both layernorms' backward, run by each part when split */
       s += strata__plan_op_s(w, STRATA_PLAN_OP_LAYERNORM_BWD, 2 * N * D), launches += 2;
