@@ -837,6 +837,16 @@ STRATA_API int strata_schedule_with_lists(strata_schedule_t like, const struct s
   return STRATA_OK;
 }
 
+/*
+** An RC before every backward part: B, BI and W. A split backward's weight pass reads the blocks' activations (their
+** inputs, layernorm and GELU outputs, attention output) as much as its input pass does, and the stage's recompute
+** buffer holds one block, the one whose backward runs; so the W recomputes each block again, just before its weight
+** gradient, rather than keeping the BI's recomputed blocks until the W: that would hold, for every micro-batch between
+** its BI and its W (zero-bubble schedules defer W on purpose, up to p of them), all its blocks' activations — the
+** memory recomputation exists to save. The price is one more forward (full) or attention (selective) per micro-batch,
+** the same bits (the same ops on the same inputs). On a tp-cut stage the W's recomputation joins the slices (its
+** forward's all-reduces), settled by a TP_JOIN_BACKWARD right after the W, as a forward's by its TP_JOIN_FORWARD.
+*/
 STRATA_API int strata_schedule_with_recompute(strata_schedule_t s, strata_schedule_t *out) {
   if (!s || !out)
     return strata__error(STRATA_ERR_INVALID, "strata_schedule_with_recompute: NULL argument");
@@ -845,19 +855,24 @@ STRATA_API int strata_schedule_with_recompute(strata_schedule_t s, strata_schedu
   int *counts = calloc((size_t)s->devices, sizeof *counts);
   int rc = lists && counts ? STRATA_OK : strata__error(STRATA_ERR_NOMEM, "strata_schedule_with_recompute: out of memory");
   for (int d = 0; d < s->devices && !rc; d++) {
-    int n = 0;
-    for (int i = 0; i < s->counts[d]; i++) /* (lists hold at most STRATA__SCHEDULE_MAX_ACTIONS: twice fits an int) */
-      n += 1 + (s->lists[d][i].kind == STRATA_ACTION_BACKWARD || s->lists[d][i].kind == STRATA_ACTION_BACKWARD_INPUT);
-    if (!(lists[d] = malloc(((size_t)n + 1) * sizeof *lists[d]))) {
+    size_t n = 0;
+    for (int i = 0; i < s->counts[d]; i++) /* (lists hold at most STRATA__SCHEDULE_MAX_ACTIONS: thrice fits an int) */
+      n += 1 + (s->lists[d][i].kind >= STRATA_ACTION_BACKWARD && s->lists[d][i].kind <= STRATA_ACTION_BACKWARD_WEIGHT) +
+           (s->lists[d][i].kind == STRATA_ACTION_BACKWARD_WEIGHT);
+    if (!(lists[d] = malloc((n + 1) * sizeof *lists[d]))) {
       rc = strata__error(STRATA_ERR_NOMEM, "strata_schedule_with_recompute: out of memory");
       break;
     }
     for (int i = 0; i < s->counts[d]; i++) {
       const struct strata_action *a = &s->lists[d][i];
-      if (a->kind == STRATA_ACTION_BACKWARD || a->kind == STRATA_ACTION_BACKWARD_INPUT)
+      const int part = a->kind >= STRATA_ACTION_BACKWARD && a->kind <= STRATA_ACTION_BACKWARD_WEIGHT;
+      if (part)
         lists[d][counts[d]++] = (struct strata_action){.kind = STRATA_ACTION_RECOMPUTE, .stage = a->stage,
                                                        .microbatch = a->microbatch};
       lists[d][counts[d]++] = *a;
+      if (a->kind == STRATA_ACTION_BACKWARD_WEIGHT && strata__tp_at(s, a->stage) > 1)
+        lists[d][counts[d]++] = (struct strata_action){.kind = STRATA_ACTION_TP_JOIN_BACKWARD, .stage = a->stage,
+                                                       .microbatch = a->microbatch};
     }
   }
   if (!rc)
