@@ -1691,7 +1691,11 @@ Test(parallel, the_planner_predicts_the_trainers_memory_plan) {
       }
     cr_log_info("%s: busiest device planned %llu bytes, peaked at %llu", layouts[i], (unsigned long long)top_planned,
                 (unsigned long long)top_peak);
-    if (!collectives && !interleaved)
+    /* (a split backward with recomputation: its W's recomputation lengthens the last device's tail, and whether a
+    ** boundary gradient's receive buffer is still taken when the busiest device peaks is the threads' timing — seen
+    ** one message, 1 KiB, under the plan in one run of eight; the plan stays an upper bound, asserted above) */
+    const int timed = strata_layout_recompute(l) && strata_schedule_kind_split_backward(strata_layout_schedule(l));
+    if (!collectives && !interleaved && !timed)
       cr_assert_eq(top_peak, top_planned, "%s: the busiest device peaked at %llu bytes, its plan says %llu", layouts[i],
                    (unsigned long long)top_peak, (unsigned long long)top_planned);
     strata_trainer_free(tr);

@@ -1079,17 +1079,18 @@ Test(schedule, dualpipev_kind_and_refusals) {
 
 /*
 ** p = 2, m = 4, checked by hand against the steps of strata__gen_dualpipev. Device 0: steps 1-2 F0.0 F0.1, F0.2
-** F3.0; step 3 BI3.0, its W at once, F3.1; one round of step 4, F0.3 B3.1 F3.2 B0.0; step 5 B3.2 F3.3 B0.1; step 6
-** B3.3 then BI0.2 held; step 7 W0.2 BI0.3 held; step 8 W0.3. Device 1: two pairs F1 F2, two rounds of step 4, step 6
-** B2.2 B1.2 then BI2.3 BI1.3 held, step 8 their Ws. (A full B is BI followed by its W.)
+** F3.0; step 3 BI3.0, its W at once, F3.1; one round of step 4, B3.1 F0.3 B0.0 F3.2; step 5 B3.2 B0.1 F3.3; step 6
+** B3.3 then BI0.2 held; step 7 W0.2 BI0.3 held; step 8 W0.3. Device 1: two pairs F1 F2, two rounds of step 4 (B2.0
+** F1.2 B1.0 F2.2, then .1 and .3), step 6 B2.2 B1.2 then BI2.3 BI1.3 held, step 8 their Ws. (A full B is BI followed
+** by its W; each pair's B before its F.)
 */
 Test(schedule, dualpipev_p2_m4) {
   strata_schedule_t s = gen(STRATA_SCHEDULE_DUALPIPEV, 2, 4, 0);
-  expect_text(s, "dev 0: F0.0 SA0.0 F0.1 SA0.1 F0.2 SA0.2 RA3.0 F3.0 BI3.0 SG3.0 W3.0 RA3.1 F3.1 F0.3 SA0.3 "
-                 "BI3.1 SG3.1 W3.1 RA3.2 F3.2 RG0.0 BI0.0 W0.0 BI3.2 SG3.2 W3.2 RA3.3 F3.3 RG0.1 BI0.1 W0.1 "
+  expect_text(s, "dev 0: F0.0 SA0.0 F0.1 SA0.1 F0.2 SA0.2 RA3.0 F3.0 BI3.0 SG3.0 W3.0 RA3.1 F3.1 BI3.1 SG3.1 "
+                 "W3.1 F0.3 SA0.3 RG0.0 BI0.0 W0.0 RA3.2 F3.2 BI3.2 SG3.2 W3.2 RG0.1 BI0.1 W0.1 RA3.3 F3.3 "
                  "BI3.3 SG3.3 W3.3 RG0.2 BI0.2 W0.2 RG0.3 BI0.3 W0.3 OPT0 OPT3\n"
-                 "dev 1: RA1.0 F1.0 F2.0 SA2.0 RA1.1 F1.1 F2.1 SA2.1 RA1.2 F1.2 RG2.0 BI2.0 W2.0 F2.2 SA2.2 "
-                 "BI1.0 SG1.0 W1.0 RA1.3 F1.3 RG2.1 BI2.1 W2.1 F2.3 SA2.3 BI1.1 SG1.1 W1.1 RG2.2 BI2.2 W2.2 "
+                 "dev 1: RA1.0 F1.0 F2.0 SA2.0 RA1.1 F1.1 F2.1 SA2.1 RG2.0 BI2.0 W2.0 RA1.2 F1.2 BI1.0 SG1.0 "
+                 "W1.0 F2.2 SA2.2 RG2.1 BI2.1 W2.1 RA1.3 F1.3 BI1.1 SG1.1 W1.1 F2.3 SA2.3 RG2.2 BI2.2 W2.2 "
                  "BI1.2 SG1.2 W1.2 RG2.3 BI2.3 BI1.3 SG1.3 W2.3 W1.3 OPT1 OPT2\n");
   strata_schedule_free(s);
 }
@@ -1097,9 +1098,10 @@ Test(schedule, dualpipev_p2_m4) {
 /*
 ** Every p <= 8 and 2p <= m <= 32 validates. With unit costs, a paired F and B run one after the other (strata runs
 ** a device's list in order, so the pairing's overlap of communication does not show), the span is ZB-V's, 6m + p - 1:
-** the bubble (p - 1) / (6m + p - 1), below 1F1B's and ZB-H1's. A device holds at most 2p + 1 half-size chunk
-** micro-batches at once, one more than ZB-V and 1F1B's p stages (DeepSeek-V3's table gives DualPipe PP + 1 chunks'
-** activations against 1F1B's PP).
+** the bubble (p - 1) / (6m + p - 1), below 1F1B's and ZB-H1's. Each pair's B before its F, a device holds at most
+** 2p half-size chunk micro-batches at once — 1F1B's p full stages, as ZB-V — and device 0 exactly that (the least a
+** warm-up without idle time on it allows, strata__gen_dualpipev). In the reference's order, F before B (DeepSeek-V3's
+** table gives DualPipe PP + 1 chunks' activations against 1F1B's PP), it held 2p + 1.
 */
 Test(schedule, every_dualpipev_validates_with_its_bubble_and_peak) {
   for (int p = 1; p <= MAX_P; p++)
@@ -1113,7 +1115,8 @@ Test(schedule, every_dualpipev_validates_with_its_bubble_and_peak) {
       if (p > 1)
         cr_assert_lt(b, bubble_gen(STRATA_SCHEDULE_1F1B, p, m, 0), "dualpipev p=%d m=%d", p, m);
       for (int d = 0; d < p; d++)
-        cr_assert_leq(device_peak_of(s, d), 2 * p + 1, "dualpipev p=%d m=%d dev %d", p, m, d);
+        cr_assert_leq(device_peak_of(s, d), 2 * p, "dualpipev p=%d m=%d dev %d", p, m, d);
+      cr_assert_eq(device_peak_of(s, 0), 2 * p, "dualpipev p=%d m=%d dev 0", p, m);
       strata_schedule_free(s);
     }
 }
