@@ -117,8 +117,9 @@ static int strata__index_init(struct strata__index *x, const struct strata_sched
   for (size_t i = 0; i < n; i++)
     x->finish[i] = x->arrive[i] = -1;
   for (int d = 0; d < s->devices; d++) {
-    /* keyed kinds, from the end: an RC takes the part of the next backward work of its (stage, micro-batch) */
-    memset(after, 0, (size_t)s->stages * (size_t)s->microbatches * sizeof *after);
+    /* keyed kinds, from the end: an RC takes the part of the next backward work of its (stage, micro-batch); the
+    ** table is left zero again for the next device (by its entries, not the whole: devices x stages x micro-batches
+    ** would be too many) */
     for (int i = s->counts[d] - 1; i >= 0; i--) {
       const struct strata_action *a = &s->lists[d][i];
       const int ok = a->stage >= 0 && a->stage < s->stages && a->microbatch >= 0 && a->microbatch < s->microbatches;
@@ -132,6 +133,11 @@ static int strata__index_init(struct strata__index *x, const struct strata_sched
         x->kind[d][i] = STRATA__TJ_W;
       if (next && a->kind >= STRATA_ACTION_BACKWARD && a->kind <= STRATA_ACTION_BACKWARD_WEIGHT)
         *next = a->kind + 1;
+    }
+    for (int i = 0; i < s->counts[d]; i++) {
+      const struct strata_action *a = &s->lists[d][i];
+      if (a->stage >= 0 && a->stage < s->stages && a->microbatch >= 0 && a->microbatch < s->microbatches)
+        after[(size_t)a->stage * (size_t)s->microbatches + (size_t)a->microbatch] = 0;
     }
     for (int i = 0; i < s->counts[d]; i++) {
       const struct strata_action *a = &s->lists[d][i];
