@@ -49,8 +49,8 @@ static int same(const struct strata__stage_bytes *a, const struct strata__stage_
 
 /* Every [a, b) of every model, tp 1 and 2 (each slice), ZeRO 1 and 3 shards (stage 1, 2 and 3: the gradients whole,
 ** or their shard and a window, and with 3 the parameters' too), split backward or not, 1 and 3 samples per
-** micro-batch, fp32 and bf16, and (GPTs) each recompute mode and, at tp 2, sequence parallelism or not (without a
-** split backward): the
+** micro-batch, fp32 and bf16, and (GPTs) each recompute mode (with a split backward too) and, at tp 2, sequence
+** parallelism or not (without a split backward): the
 ** constant-time figures are the stage's. */
 Test(memory, every_cut_weighed_at_once_is_the_stage_alone) {
   strata_model_t m[6];
@@ -64,7 +64,7 @@ Test(memory, every_cut_weighed_at_once_is_the_stage_alone) {
           for (int split = 0; split <= 1; split++)
             for (int64_t mb = 1; mb <= 3; mb += 2)
             for (int bf = 0; bf <= 1; bf++)
-            for (int rc = 0; rc <= (i < 2 && !split ? STRATA_RECOMPUTE_FULL : 0); rc++)
+            for (int rc = 0; rc <= (i < 2 ? STRATA_RECOMPUTE_FULL : 0); rc++)
             for (int sq = 0; sq <= (i < 2 && !split && tp > 1); sq++) {
               const struct strata__cut cut = {{slice, tp}, {0, zero}, bf ? STRATA_BFLOAT16 : STRATA_FLOAT32,
                                               bf ? STRATA_BFLOAT16 : STRATA_FLOAT32, rc, zs, {0, 1}, sq};
@@ -110,7 +110,7 @@ Test(memory, the_figures_are_what_a_stage_allocates) {
       for (int split = 0; split <= 1; split++)
       for (int zs = 1; zs <= 3; zs++)
       for (int bf = 0; bf <= 1; bf++)
-      for (int rc = 0; rc <= (i < 2 && !split ? STRATA_RECOMPUTE_FULL : 0); rc++)
+      for (int rc = 0; rc <= (i < 2 ? STRATA_RECOMPUTE_FULL : 0); rc++)
       for (int sq = 0; sq <= (i < 2 && !split && tp > 1); sq++) {
         const int L = strata_model_layer_count(m[i]);
         for (int a = 0; a < L; a++)

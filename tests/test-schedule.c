@@ -1167,17 +1167,18 @@ Test(schedule, dualpipev_kind_and_refusals) {
 
 /*
 ** p = 2, m = 4, checked by hand against the steps of strata__gen_dualpipev. Device 0: steps 1-2 F0.0 F0.1, F0.2
-** F3.0; step 3 BI3.0, its W at once, F3.1; one round of step 4, F0.3 B3.1 F3.2 B0.0; step 5 B3.2 F3.3 B0.1; step 6
-** B3.3 then BI0.2 held; step 7 W0.2 BI0.3 held; step 8 W0.3. Device 1: two pairs F1 F2, two rounds of step 4, step 6
-** B2.2 B1.2 then BI2.3 BI1.3 held, step 8 their Ws. (A full B is BI followed by its W.)
+** F3.0; step 3 BI3.0, its W at once, F3.1; one round of step 4, B3.1 F0.3 B0.0 F3.2; step 5 B3.2 B0.1 F3.3; step 6
+** B3.3 then BI0.2 held; step 7 W0.2 BI0.3 held; step 8 W0.3. Device 1: two pairs F1 F2, two rounds of step 4 (B2.0
+** F1.2 B1.0 F2.2, then .1 and .3), step 6 B2.2 B1.2 then BI2.3 BI1.3 held, step 8 their Ws. (A full B is BI followed
+** by its W; each pair's B before its F.)
 */
 Test(schedule, dualpipev_p2_m4) {
   strata_schedule_t s = gen(STRATA_SCHEDULE_DUALPIPEV, 2, 4, 0);
-  expect_text(s, "dev 0: F0.0 SA0.0 F0.1 SA0.1 F0.2 SA0.2 RA3.0 F3.0 BI3.0 SG3.0 W3.0 RA3.1 F3.1 F0.3 SA0.3 "
-                 "BI3.1 SG3.1 W3.1 RA3.2 F3.2 RG0.0 BI0.0 W0.0 BI3.2 SG3.2 W3.2 RA3.3 F3.3 RG0.1 BI0.1 W0.1 "
+  expect_text(s, "dev 0: F0.0 SA0.0 F0.1 SA0.1 F0.2 SA0.2 RA3.0 F3.0 BI3.0 SG3.0 W3.0 RA3.1 F3.1 BI3.1 SG3.1 "
+                 "W3.1 F0.3 SA0.3 RG0.0 BI0.0 W0.0 RA3.2 F3.2 BI3.2 SG3.2 W3.2 RG0.1 BI0.1 W0.1 RA3.3 F3.3 "
                  "BI3.3 SG3.3 W3.3 RG0.2 BI0.2 W0.2 RG0.3 BI0.3 W0.3 OPT0 OPT3\n"
-                 "dev 1: RA1.0 F1.0 F2.0 SA2.0 RA1.1 F1.1 F2.1 SA2.1 RA1.2 F1.2 RG2.0 BI2.0 W2.0 F2.2 SA2.2 "
-                 "BI1.0 SG1.0 W1.0 RA1.3 F1.3 RG2.1 BI2.1 W2.1 F2.3 SA2.3 BI1.1 SG1.1 W1.1 RG2.2 BI2.2 W2.2 "
+                 "dev 1: RA1.0 F1.0 F2.0 SA2.0 RA1.1 F1.1 F2.1 SA2.1 RG2.0 BI2.0 W2.0 RA1.2 F1.2 BI1.0 SG1.0 "
+                 "W1.0 F2.2 SA2.2 RG2.1 BI2.1 W2.1 RA1.3 F1.3 BI1.1 SG1.1 W1.1 F2.3 SA2.3 RG2.2 BI2.2 W2.2 "
                  "BI1.2 SG1.2 W1.2 RG2.3 BI2.3 BI1.3 SG1.3 W2.3 W1.3 OPT1 OPT2\n");
   strata_schedule_free(s);
 }
@@ -1185,9 +1186,10 @@ Test(schedule, dualpipev_p2_m4) {
 /*
 ** Every p <= 8 and 2p <= m <= 32 validates. With unit costs, a paired F and B run one after the other (strata runs
 ** a device's list in order, so the pairing's overlap of communication does not show), the span is ZB-V's, 6m + p - 1:
-** the bubble (p - 1) / (6m + p - 1), below 1F1B's and ZB-H1's. A device holds at most 2p + 1 half-size chunk
-** micro-batches at once, one more than ZB-V and 1F1B's p stages (DeepSeek-V3's table gives DualPipe PP + 1 chunks'
-** activations against 1F1B's PP).
+** the bubble (p - 1) / (6m + p - 1), below 1F1B's and ZB-H1's. Each pair's B before its F, a device holds at most
+** 2p half-size chunk micro-batches at once — 1F1B's p full stages, as ZB-V — and device 0 exactly that (the least a
+** warm-up without idle time on it allows, strata__gen_dualpipev). In the reference's order, F before B (DeepSeek-V3's
+** table gives DualPipe PP + 1 chunks' activations against 1F1B's PP), it held 2p + 1.
 */
 Test(schedule, every_dualpipev_validates_with_its_bubble_and_peak) {
   for (int p = 1; p <= MAX_P; p++)
@@ -1201,7 +1203,8 @@ Test(schedule, every_dualpipev_validates_with_its_bubble_and_peak) {
       if (p > 1)
         cr_assert_lt(b, bubble_gen(STRATA_SCHEDULE_1F1B, p, m, 0), "dualpipev p=%d m=%d", p, m);
       for (int d = 0; d < p; d++)
-        cr_assert_leq(device_peak_of(s, d), 2 * p + 1, "dualpipev p=%d m=%d dev %d", p, m, d);
+        cr_assert_leq(device_peak_of(s, d), 2 * p, "dualpipev p=%d m=%d dev %d", p, m, d);
+      cr_assert_eq(device_peak_of(s, 0), 2 * p, "dualpipev p=%d m=%d dev 0", p, m);
       strata_schedule_free(s);
     }
 }
@@ -1227,9 +1230,10 @@ Test(schedule, dualpipev_hybrid_validates_and_a_missing_weight_is_rejected) {
 
 /* ---------------------------------------------------------------- activation recomputation */
 
-/* An RC right before each backward (B, or BI), by hand; the schedules of every kind with replicas and slices validate
-** with their RCs and keep their unit-cost bubble (an RC costs nothing there: its cost depends on the mode, the
-** simulator's); an RC missing, after its backward or before its forward is refused. */
+/* An RC right before each backward part (B, or BI and W), by hand; the schedules of every kind with replicas and
+** slices validate with their RCs (and, after a W of a cut stage, the TJB of its recomputation's joins) and keep their
+** unit-cost bubble (an RC costs nothing there: its cost depends on the mode, the simulator's); an RC missing, after
+** its backward or before its forward is refused. */
 Test(schedule, recompute_before_each_backward) {
   strata_schedule_t s = gen(STRATA_SCHEDULE_1F1B, 2, 3, 0), r = NULL;
   OK(strata_schedule_with_recompute(s, &r));
@@ -1249,20 +1253,27 @@ Test(schedule, recompute_before_each_backward) {
                  strata_schedule_kind_name(kinds[k]), strata_last_error());
     cr_assert_eq(strata_schedule_tp(hr), 2);
     cr_assert_eq(strata_schedule_replicas(hr), 2);
-    int backward = 0, rc = 0;
+    int backward = 0, rc = 0, weight = 0;
     for (int d = 0; d < strata_schedule_devices(hr); d++) {
       int n = 0;
       const struct strata_action *a = strata_schedule_actions(hr, d, &n);
       for (int i = 0; i < n; i++) {
-        backward += a[i].kind == STRATA_ACTION_BACKWARD || a[i].kind == STRATA_ACTION_BACKWARD_INPUT;
+        backward += a[i].kind >= STRATA_ACTION_BACKWARD && a[i].kind <= STRATA_ACTION_BACKWARD_WEIGHT;
         if (a[i].kind == STRATA_ACTION_RECOMPUTE) {
           rc++;
           cr_assert(i + 1 < n && a[i + 1].stage == a[i].stage && a[i + 1].microbatch == a[i].microbatch &&
-                    (a[i + 1].kind == STRATA_ACTION_BACKWARD || a[i + 1].kind == STRATA_ACTION_BACKWARD_INPUT));
+                    a[i + 1].kind >= STRATA_ACTION_BACKWARD && a[i + 1].kind <= STRATA_ACTION_BACKWARD_WEIGHT);
+        }
+        if (a[i].kind == STRATA_ACTION_BACKWARD_WEIGHT) {
+          weight++;
+          cr_assert(i + 1 < n && a[i + 1].kind == STRATA_ACTION_TP_JOIN_BACKWARD && a[i + 1].stage == a[i].stage &&
+                    a[i + 1].microbatch == a[i].microbatch, "%s: no TJB right after a W (tp 2)",
+                    strata_schedule_kind_name(kinds[k]));
         }
       }
     }
     cr_assert_eq(rc, backward);
+    cr_assert_eq(weight > 0, strata_schedule_kind_split_backward(kinds[k]));
     strata_schedule_free(h);
     strata_schedule_free(hr);
   }
@@ -1281,4 +1292,92 @@ Test(schedule, recompute_before_each_backward) {
   lists_insert(&l, 1, lists_find(&l, 1, STRATA_ACTION_FORWARD, 1, 2), act(STRATA_ACTION_RECOMPUTE, 1, 2));
   REJECTED(&l, "RC1.2", "F1.2");
   strata_schedule_free(r);
+}
+
+/* Lists in the shape of `like` (its replicas and slices) that the validator must refuse with a message holding `a`
+** and `b`. */
+static void rejected_like(strata_schedule_t like, struct lists *l, const char *a, const char *b) {
+  strata_schedule_t s = NULL;
+  OK(strata_schedule_with_lists(like, (const struct strata_action *const *)l->list, l->counts, &s));
+  cr_assert_eq(strata_schedule_validate(s), STRATA_ERR_INVALID, "lists like %s validate",
+               strata_schedule_kind_name(strata_schedule_kind(like)));
+  cr_assert(strstr(strata_last_error(), a) && strstr(strata_last_error(), b), "message '%s' lacks '%s' or '%s'",
+            strata_last_error(), a, b);
+  strata_schedule_free(s);
+  lists_free(l);
+}
+
+/* Position of the n-th (from 0) (kind, stage, mb) in device d's list. */
+static int lists_find_nth(struct lists *l, int d, int kind, int stage, int mb, int n) {
+  for (int i = 0; i < l->counts[d]; i++) {
+    const struct strata_action *a = &l->list[d][i];
+    if (a->kind == kind && a->stage == stage && a->microbatch == mb && n-- == 0)
+      return i;
+  }
+  cr_assert_fail("%s%d.%d #%d not on dev %d", strata_action_label(kind), stage, mb, n, d);
+  return -1;
+}
+
+/*
+** With a split backward the W reads the recomputed activations too: an RC before it as before its BI (the validator
+** keys the two apart by the backward part that follows each). Refused: the W's RC missing, both RCs before the BI,
+** the W's RC after the W; with tp, the W's TJB missing, and two slices settling their W's joins in different orders
+** (a deadlock the run finds, each slice waiting for the other's); without recomputation, a TJB after a W.
+*/
+Test(schedule, recompute_before_each_weight_pass) {
+  const int kinds[] = {STRATA_SCHEDULE_ZB_H1, STRATA_SCHEDULE_ZBV, STRATA_SCHEDULE_DUALPIPEV};
+  for (size_t k = 0; k < 3; k++)
+    for (int p = 2; p <= 4; p += 2)
+      for (int m = 2 * p; m <= 4 * p; m += 2 * p) {
+        strata_schedule_t s = gen(kinds[k], p, m, 0), r = NULL;
+        OK(strata_schedule_with_recompute(s, &r));
+        cr_assert_eq(strata_schedule_validate(r), STRATA_OK, "%s pp %d m %d: %s", strata_schedule_kind_name(kinds[k]),
+                     p, m, strata_last_error());
+        cr_assert_float_eq(bubble_of(r), bubble_of(s), 1e-12);
+        strata_schedule_free(s);
+        strata_schedule_free(r);
+      }
+  strata_schedule_t s = gen(STRATA_SCHEDULE_ZBV, 2, 4, 0), r = NULL;
+  OK(strata_schedule_with_recompute(s, &r));
+  struct lists l;
+  lists_from(&l, r); /* the W's RC missing */
+  lists_remove(&l, 0, lists_find_nth(&l, 0, STRATA_ACTION_RECOMPUTE, 3, 1, 1));
+  REJECTED(&l, "missing RC3.1", "between BI3.1 and W3.1");
+  lists_from(&l, r); /* both before the BI */
+  int at = lists_find_nth(&l, 0, STRATA_ACTION_RECOMPUTE, 3, 1, 1);
+  lists_remove(&l, 0, at);
+  lists_insert(&l, 0, lists_find(&l, 0, STRATA_ACTION_BACKWARD_INPUT, 3, 1), act(STRATA_ACTION_RECOMPUTE, 3, 1));
+  REJECTED(&l, "RC3.1", "duplicate");
+  lists_from(&l, r); /* after the W */
+  at = lists_find_nth(&l, 0, STRATA_ACTION_RECOMPUTE, 0, 2, 1);
+  lists_remove(&l, 0, at);
+  lists_insert(&l, 0, lists_find(&l, 0, STRATA_ACTION_BACKWARD_WEIGHT, 0, 2) + 1, act(STRATA_ACTION_RECOMPUTE, 0, 2));
+  REJECTED(&l, "RC0.2");
+  strata_schedule_free(r);
+  /* tp 2: the W's joins */
+  strata_schedule_t h = NULL;
+  OK(strata_schedule_generate_hybrid(STRATA_SCHEDULE_ZBV, 2, 4, 0, 1, 2, 0, &h));
+  OK(strata_schedule_with_recompute(h, &r));
+  OK(strata_schedule_validate(r));
+  lists_from(&l, r);
+  lists_remove(&l, 1, lists_find_nth(&l, 1, STRATA_ACTION_TP_JOIN_BACKWARD, 1, 2, 1));
+  rejected_like(r, &l, "missing TJB1.2", "right after W1.2");
+  /* slice 1's rank 0 (device 2) runs W7.0, with its RC and TJB, after W7.1; slice 0 (device 0) W3.0 first */
+  lists_from(&l, r);
+  at = lists_find_nth(&l, 2, STRATA_ACTION_RECOMPUTE, 7, 0, 1);
+  for (int j = 0; j < 3; j++)
+    lists_remove(&l, 2, at);
+  at = lists_find_nth(&l, 2, STRATA_ACTION_TP_JOIN_BACKWARD, 7, 1, 1) + 1;
+  lists_insert(&l, 2, at, act(STRATA_ACTION_TP_JOIN_BACKWARD, 7, 0));
+  lists_insert(&l, 2, at, act(STRATA_ACTION_BACKWARD_WEIGHT, 7, 0));
+  lists_insert(&l, 2, at, act(STRATA_ACTION_RECOMPUTE, 7, 0));
+  rejected_like(r, &l, "deadlock", "TJB");
+  strata_schedule_free(r);
+  /* without recomputation, a TJB after a W joins nothing */
+  lists_from(&l, h);
+  at = lists_find(&l, 0, STRATA_ACTION_BACKWARD_WEIGHT, 0, 1);
+  lists_insert(&l, 0, at + 1, act(STRATA_ACTION_TP_JOIN_BACKWARD, 0, 1));
+  rejected_like(h, &l, "TJB0.1", "without recomputation");
+  strata_schedule_free(h);
+  strata_schedule_free(s);
 }

@@ -497,8 +497,17 @@ check "--dp 2 --grad-reduce bf16: exit 0, a finite loss" sh -c "[ $rc -eq 0 ] &&
 # start event and summary say the mode; full keeps fewer activation bytes than selective, selective fewer than none
 fails_clearly "--recompute sometimes" 2 "--recompute 'sometimes': expected none, selective or full" $T --steps 2 --recompute sometimes
 T1="$TRAIN --model gpt-micro --data $TMP/text.txt --batch 4 --eval-batches 2"
-fails_clearly "--recompute full with --schedule zb" 2 "--recompute full with --schedule zb-h1" \
-  $T1 --steps 2 --pp 2 --schedule zb --recompute full
+# with a schedule that splits the backward the W recomputes too: zbv pp 2 gives none's bits, two RC events a block
+# and micro-batch each step
+for mode in none full; do
+  STRATA_HOST_DEVICES=2 $TRAIN --model gpt-tiny --data $TMP/text.txt --batch 4 --eval-batches 1 --eval-every 0 \
+    --steps 2 --pp 2 --schedule zbv --microbatches 4 --recompute $mode --json --save "$TMP/rcv-$mode.st" \
+    --trace "$TMP/rcv-$mode.trace" >"$TMP/rcv-$mode.json" 2>"$TMP/err" || echo "exit $? (zbv $mode)" >>"$TMP/err"
+  grep '"event":"step"' "$TMP/rcv-$mode.json" | sed 's/.*\("loss":[^,]*,"grad_norm":[^,]*\).*/\1/' >"$TMP/rcv-$mode.steps"
+done
+check "--recompute full with --schedule zbv: the bits of none, an RC event before the BI and before the W (4 of RC1.0 in 2 steps)" sh -c "
+  [ ! -s '$TMP/err' ] && [ \$(wc -l <'$TMP/rcv-none.steps') -eq 2 ] && cmp -s '$TMP/rcv-none.steps' '$TMP/rcv-full.steps' &&
+  cmp -s '$TMP/rcv-none.st' '$TMP/rcv-full.st' && [ \$(grep -c '\"name\": \"RC1.0\"' '$TMP/rcv-full.trace') -eq 4 ]"
 fails_clearly "--recompute selective on an MLP" 2 "is for GPT blocks" $TRAIN --model mlp --steps 2 --device 0 --recompute selective
 echo '{"dp": 1, "pp": 1, "recompute": "full"}' >"$TMP/rc-layout.json"
 fails_clearly "--recompute selective with a full layout" 2 "--recompute selective and the layout's full differ" \

@@ -74,8 +74,9 @@ static void usage(FILE *f) {
           "                           blocks (Korthikanti et al. 2022). selective drops each block's\n"
           "                           attention output and log-sum-exps and reruns the fused attention\n"
           "                           before its backward; full keeps only each block's input and reruns its\n"
-          "                           forward. Bit for bit the losses of none; neither with zb, zbv,\n"
-          "                           dualpipev; a layout's \"recompute\" is the run's\n"
+          "                           forward. Bit for bit the losses of none; with zb, zbv and\n"
+          "                           dualpipev the weight pass (W) recomputes again; a layout's\n"
+          "                           \"recompute\" is the run's\n"
           "      --sp                 sequence parallelism with --tp (GPT): each slice's layernorms and\n"
           "                           residual adds run on 1/T of every micro-batch's tokens, the tp\n"
           "                           all-reduces become an all-gather before and a reduce-scatter\n"
@@ -326,17 +327,6 @@ int adopt_layout(struct options *o, const char *from) {
   }
 }
 
-/* Recomputation and a schedule that splits the backward (its weight pass reads the blocks' activations). */
-static int check_recompute(const struct options *o) {
-  if (o->recompute && strata_schedule_kind_split_backward(o->schedule)) {
-    fprintf(stderr, PROG ": --recompute %s with --schedule %s: its weight pass reads the blocks' activations "
-            "after the input pass; use 1f1b, gpipe or interleaved\n", strata_recompute_name(o->recompute),
-            strata_schedule_kind_name(o->schedule));
-    return EXIT_USAGE;
-  }
-  return 0;
-}
-
 /* Sequence parallelism needs tp > 1 on every pipeline rank (the command line's or the layout's; --plan auto's cut
 ** is the planner's, checked by the trainer) and a whole backward. */
 static int check_sp(const struct options *o) {
@@ -361,7 +351,7 @@ static int check_sp(const struct options *o) {
 
 /* A bf16 gradient reduction needs replicas to reduce over: after the cut is known (--dp or a layout's dp). */
 static int check_grad_reduce(const struct options *o) {
-  if (check_recompute(o) || check_sp(o))
+  if (check_sp(o))
     return EXIT_USAGE;
   if (o->grad_reduce == STRATA_BFLOAT16 && o->dp < 2) {
     fprintf(stderr, PROG ": --grad-reduce bf16 halves the data-parallel gradient all-reduce: give --dp 2 or more "

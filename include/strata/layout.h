@@ -119,9 +119,8 @@ STRATA_API int strata_layout_to_json(strata_layout_t layout, char **json /* OUT 
 ** when balanced; each rank's tp degree divides what it splits — a GPT's
 ** heads and d_ff, an MLP's hidden widths, a CNN's convolution channels
 ** (a vocabulary that tp does not divide is replicated instead, not an error);
-** recomputation only for a GPT, and "full" not with a schedule that splits
-** the backward (zb, zbv, dualpipev: their weight pass reads every block's
-** activations after the input pass).
+** recomputation only for a GPT (with any schedule: one that splits the
+** backward recomputes before its weight pass too).
 ** Returns STRATA_OK or a one-line error naming the rank and the field.
 */
 STRATA_API int strata_layout_check(strata_layout_t layout, strata_model_t model, int devices);

@@ -51,9 +51,16 @@ extern "C" {
 **                    exchanges, joined averages and summed gradients are these joins)
 **   RECOMPUTE s m    activation recomputation: the forward work (of the
 **                    recompute mode) that stage s's backward of m needs
-**                    again, after F s m and before its B (or BI); run
-**                    block by block inside that backward, into one
-**                    block's buffer
+**                    again, after F s m and right before its B; with a
+**                    split backward one before its BI and another before
+**                    its W (the weight pass reads the blocks' activations
+**                    too, and the one-block buffer holds the BI's no more:
+**                    recomputing again keeps the saving, where keeping the
+**                    BI's blocks until the W would hold every block of each
+**                    micro-batch between the two); run block by block
+**                    inside that backward part, into one block's buffer.
+**                    On a tp-cut stage the W's recomputation joins the
+**                    slices: a TP_JOIN_BACKWARD follows that W too
 **
 ** Sends are buffered (they never wait for the receiver); a receive waits
 ** for its send. Stages on one device pass data without send/receive.
@@ -172,8 +179,9 @@ STRATA_API int strata_schedule_from_replica_lists(int replicas, int devices, int
 STRATA_API int strata_schedule_from_hybrid_lists(int replicas, int tp, int devices, int stages, int microbatches,
                                                  const int *stage_device, const struct strata_action *const *lists,
                                                  const int *counts, strata_schedule_t *out /* OUT */);
-/* A copy of `s` with a RECOMPUTE s m right before every B s m and BI s m (activation recomputation); the caller
-** frees it. */
+/* A copy of `s` with a RECOMPUTE s m right before every B s m, BI s m and W s m (activation recomputation) and, on a
+** stage cut by tp, a TP_JOIN_BACKWARD s m right after every W s m (the joins of its recomputation); the caller frees
+** it. */
 STRATA_API int strata_schedule_with_recompute(strata_schedule_t s, strata_schedule_t *out /* OUT */);
 /* Build a schedule from explicit lists (for tests and hand-written schedules):
 ** lists[d] has counts[d] actions; stage_device has `stages` entries. Copies everything. */
@@ -241,10 +249,15 @@ STRATA_API const struct strata_action *strata_schedule_actions(strata_schedule_t
 ** schedule without replicas has none; with tp slices, every forward and
 ** backward (B or BI) has its TP_JOIN right after it on its device, and a
 ** schedule without slices has none; a schedule with any RECOMPUTE has one
-** for every backward (B or BI), after its F and before it; a schedule with
-** any PARAM_GATHER of a micro-batch (ZeRO-3) has one right before every F,
-** B, BI and W of its stage and micro-batch (only that backward's RECOMPUTE
-** between them), none elsewhere and no PARAM_GATHER of the whole step; and executing the lists (sends
+** for every backward part (B, BI and W), after its F and before it — the
+** W's after the BI (an RC belongs to the next backward part of its stage
+** and micro-batch in its device's list) — and on a tp-cut stage a
+** TP_JOIN_BACKWARD right after each W, completing with the other slices'
+** (a TP_JOIN_BACKWARD after a W without recomputation is refused); a
+** schedule with any PARAM_GATHER of a micro-batch (ZeRO-3) has one right
+** before every F, B, BI and W of its stage and micro-batch (only that
+** backward part's RECOMPUTE between them), none elsewhere and no
+** PARAM_GATHER of the whole step; and executing the lists (sends
 ** buffered, receives waiting, collectives waiting for every replica) finishes. On
 ** failure returns STRATA_ERR_INVALID and a message naming the device, the
 ** position in its list and the action (and, for a deadlock, what each
@@ -268,7 +281,8 @@ STRATA_API int strata_schedule_peak_inflight(strata_schedule_t s, int stage, int
 ** the list, of the sum over its stages of the micro-batches in flight (as strata_schedule_peak_inflight counts them)
 ** times bytes[stage] (bytes per micro-batch, one entry per stage; NULL: 1 each, a count of micro-batches). It is
 ** the sum of its stages' own peaks where they peak together, less where they do not: ZB-V's two chunks on a device
-** peak at different points (at most 2p half-size micro-batches at once, not the 2p + 1 their peaks add to).
+** peak at different points (at most 2p half-size micro-batches at once, not the 2p + 1 their peaks add to; DualPipeV's
+** too).
 ** With `counts` (one entry per stage, or NULL), each of the device's stages gets its micro-batches in flight at the
 ** first point of that peak (the other entries are left as they are).
 */

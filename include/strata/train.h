@@ -37,9 +37,9 @@ struct strata_train_options {
                             ** step summing in float32 and rounding once; gradients stay float32 before and after.
                             ** Needs replicas (dp >= 2) in one process */
   int recompute;            /* enum strata_recompute of strata/layout.h (0: none): GPT blocks drop activations and
-                            ** recompute them during the backward (an RC action before each B or BI); losses,
+                            ** recompute them during the backward (an RC action before each B, BI and W); losses,
                             ** gradients and parameters equal those of none bit for bit. Not with MLP or CNN models
-                            ** (their layers keep their activations), nor full with zb, zbv or dualpipev */
+                            ** (their layers keep their activations) */
   int spatial;              /* 0 or 1: whole images. N > 1 (strata_trainer_new_layout, a cnn with "gap"): spatial
                             ** parallelism, the layout's tp slices (tp N, pp 1) are N slabs of every image's rows,
                             ** each stage whole on its rows, halo rows exchanged, averages and gradients joined */

@@ -17,7 +17,8 @@ struct lctx {
   const struct strata__layer *L;
   struct strata__dims d;
   strata_queue_t q;
-  strata_buffer_t slot;
+  strata_buffer_t slot;    /* where the layer's saved activations are (rcbuf for a fully recomputed block) */
+  strata_buffer_t mslot;   /* the micro-batch's slot: its dsave region, even when `slot` is rcbuf */
   int mode;                /* enum bmode, backward only */
   size_t saved;            /* offset of this layer's saved activations in the slot */
   size_t dsave;            /* offset of the gradients kept between BACKWARD_INPUT and BACKWARD_WEIGHT */
@@ -432,7 +433,7 @@ static int classifier_fwd(struct lctx *c, strata_mem_t targets) {
 */
 enum bmode { BM_FULL, BM_INPUT, BM_WEIGHT };
 
-#define DSAVE(c, o) strata__at((c)->slot, (c)->dsave + (size_t)(o), 0, (c)->d.act)
+#define DSAVE(c, o) strata__at((c)->mslot, (c)->dsave + (size_t)(o), 0, (c)->d.act)
 /* A working gradient (of the activations' type) at unit `so` of scratch (FULL) or `ko` of the slot's dsave (split). */
 #define LOC(c, so, ko) ((c)->mode == BM_FULL ? SC(c, so, 0) : DSAVE(c, ko))
 #define DO_IN(c) ((c)->mode != BM_WEIGHT)
@@ -872,7 +873,7 @@ static size_t seq_wide(const struct strata__dims *d, int kind) {
 /* The context of stage layer i for slot s. */
 static struct lctx layer_ctx(struct strata__stage *st, int s, int i) {
   struct lctx c = {.st = st, .L = strata__stage_layer_at(st, i), .d = strata__stage_dims(st), .q = st->q,
-                   .slot = st->slots[s].buf};
+                   .slot = st->slots[s].buf, .mslot = st->slots[s].buf};
   c.saved = st->saved_off[i];
   c.dsave = st->dsave_off[i];
   c.in = i == 0 ? strata__stage_input(st, s) : strata__at(c.slot, st->out_off[i - 1], 0, st->act);
@@ -933,9 +934,13 @@ static int stage_backward(struct strata__stage *st, int s, int mode) {
   TRY(check_slot(st, s));
   if (mode != BM_FULL && !st->split)
     return strata__error(STRATA_ERR_STATE, "stage: split backward on a stage built without it");
-  const int recompute = st->recompute && mode != BM_WEIGHT; /* (the weight part reads nothing a block drops) */
+  /* recomputation: every backward part reruns what the mode dropped, the weight part (W) too — it reads the blocks'
+  ** activations (layer inputs, the layernorms' and GELU's outputs, the attention output), and the one-block buffer
+  ** holds only the block whose backward runs (schedule.h: an RC before W as before BI) */
+  const int recompute = st->recompute;
   if (recompute && !st->slots[s].armed)
-    return strata__error(STRATA_ERR_STATE, "stage: the backward of slot %d without its recomputation (RC) first", s);
+    return strata__error(STRATA_ERR_STATE, "stage: the %s of slot %d without its recomputation (RC) first",
+                         mode == BM_WEIGHT ? "weight pass (W)" : mode == BM_INPUT ? "input pass (BI)" : "backward", s);
   if (recompute)
     st->slots[s].armed = 0;
   strata_mem_t targets = strata__stage_targets(st, s);

@@ -441,16 +441,13 @@ static int stage_layout(const struct strata_model *model, int first, int last, i
   }
   int why = st->recompute < STRATA_RECOMPUTE_NONE || st->recompute > STRATA_RECOMPUTE_FULL ? 1
             : st->recompute && model->cfg.kind != STRATA_MODEL_GPT                         ? 2
-            : st->recompute && split_backward                                              ? 3
                                                                                            : 0;
   if (why) {
     const int r = st->recompute;
     free(st);
     if (why == 1)
       return strata__error(STRATA_ERR_INVALID, "stage: recompute mode %d is not one of strata/layout.h", r);
-    return strata__error(STRATA_ERR_UNSUPPORTED, why == 2 ? "stage: recomputation is for GPT blocks only"
-                         : "stage: recomputation with a split backward (zb, zbv, dualpipev), whose weight pass reads "
-                           "the blocks' activations after their input pass");
+    return strata__error(STRATA_ERR_UNSUPPORTED, "stage: recomputation is for GPT blocks only");
   }
   if (st->act != STRATA_FLOAT32 && st->act != STRATA_BFLOAT16) {
     const int act = st->act;

@@ -86,7 +86,7 @@ struct strata__slot_mem {
   strata_buffer_t buf;       /* activations; NULL when the slot holds no micro-batch */
   strata_buffer_t grad;      /* gradients at the stage's boundaries (NULL if none) */
   int taken;                 /* handed out by strata__stage_slot_take, not yet released */
-  int armed;                 /* recomputation: its RECOMPUTE came, its backward (B or BI) has not yet */
+  int armed;                 /* recomputation: its RECOMPUTE came, its backward part (B, BI or W) has not yet */
 };
 
 struct strata__stage {
@@ -336,8 +336,8 @@ int strata__stage_backward(struct strata__stage *st, int s);
 ** weight gradients. */
 int strata__stage_backward_input(struct strata__stage *st, int s);
 int strata__stage_backward_weight(struct strata__stage *st, int s);
-/* RECOMPUTE of slot s (a stage built with recomputation): arm it. Its next backward (B or BI) reruns, block by block
-** just before each block's backward, what the mode dropped (into rcbuf), and refuses to run unarmed. */
+/* RECOMPUTE of slot s (a stage built with recomputation): arm it. Its next backward part (B, BI or W) reruns, block by
+** block just before each block's backward, what the mode dropped (into rcbuf), and refuses to run unarmed. */
 int strata__stage_recompute(struct strata__stage *st, int s);
 /* Sum of the per-row losses of slot s (last stage; waits for the queue). */
 int strata__stage_loss(struct strata__stage *st, int s, double *sum);

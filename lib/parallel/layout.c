@@ -345,10 +345,6 @@ STRATA_API int strata_layout_check(strata_layout_t l, strata_model_t model, int 
     return strata__error(STRATA_ERR_UNSUPPORTED, "layout: recompute %s is for GPT blocks; model '%s' (%s) keeps its "
                          "activations (recompute none)", strata_recompute_name(l->recompute), c->name,
                          c->kind == STRATA_MODEL_LLAMA ? "a llama" : c->kind == STRATA_MODEL_MLP ? "an MLP" : "a CNN");
-  if (l->recompute && strata_schedule_kind_split_backward(l->schedule))
-    return strata__error(STRATA_ERR_UNSUPPORTED, "layout: recompute %s with %s: its weight pass (W) reads the "
-                         "blocks' activations after the input pass; use 1f1b, gpipe or interleaved",
-                         strata_recompute_name(l->recompute), strata_schedule_kind_name(l->schedule));
   return STRATA_OK;
 }
 

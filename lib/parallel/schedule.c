@@ -301,8 +301,8 @@ static int strata__gen_zbv(struct strata_schedule *s, int d) {
 **   1  2(p - d - 1) forwards of chunk 0
 **   2  d + 1 pairs F0 F1
 **   3  p - d - 1 rounds BI1, the oldest pending W, F1
-**   4  m - 2p + d + 1 rounds of the two paired steps F0 with B1, F1 with B0
-**   5  p - d - 1 rounds B1, then F1 with B0
+**   4  m - 2p + d + 1 rounds of the two paired steps B1 with F0, B0 with F1
+**   5  p - d - 1 rounds B1, then B0 with F1
 **   6  d + 1 pairs B1 B0, from the middle pair on (for odd d one backward
 **      earlier) as BI with its W held back
 **   7  p - d - 1 rounds: the oldest pending W, then chunk 0's backward
@@ -310,10 +310,25 @@ static int strata__gen_zbv(struct strata_schedule *s, int d) {
 **
 ** DualPipe runs a paired F and B at once, so that one's communication
 ** hides behind the other's compute (its point for expert parallelism);
-** strata's executor runs a device's list in order, so a pair is the F then
-** the B, and a full B is BI right away followed by its W (the same
+** strata's executor runs a device's list in order, so a pair is one then
+** the other, and a full B is BI right away followed by its W (the same
 ** arithmetic: ZB-H1's lists reproduce one device bit for bit). Step 4
 ** needs m >= 2p - d - 1 rounds for device 0: m >= 2p, as PyTorch asks.
+**
+** Activations in flight (F until W), in half-size chunk micro-batches:
+** steps 1-2 run 2(p - d - 1) + 2(d + 1) = 2p forwards on every device
+** before its first backward, a step-3 round frees one (BI1 and its W) and
+** then adds one (F1), and so does every pair of steps 4-5 once the B comes
+** before its F: no device holds more than 2p, 1F1B's p full stages. The
+** pairs in the reference's order (F before B: PyTorch's and DeepSeek's,
+** where the two run at once) peak one higher, 2p + 1, at the first pair of
+** step 4. Which of a pair runs first changes no dependency the unit-cost
+** simulation waits on, so the ideal bubble is the same (checked for every
+** p <= 8, 2p <= m <= 32 by test-schedule), and 2p is the least any list
+** with that bubble can hold: device 0's first backward (of micro-batch 0
+** on stage 2p - 1) waits for micro-batch 0's forward through all 2p
+** chunks, 2p unit steps, and a device 0 that idles none of them has run 2p
+** forwards by then, none of which can be freed before a backward.
 */
 static int strata__gen_dualpipev(struct strata_schedule *s, int d) {
   const int p = s->devices, m = s->microbatches;
@@ -357,16 +372,16 @@ static int strata__gen_dualpipev(struct strata_schedule *s, int d) {
     STRATA__DPV_W();
     STRATA__DPV_F(1);
   }
-  for (int i = 0; i < m - 2 * p + d + 1; i++) {
-    STRATA__DPV_F(0);
+  for (int i = 0; i < m - 2 * p + d + 1; i++) { /* each pair's B first: it frees what its F then takes */
     STRATA__DPV_B(1);
-    STRATA__DPV_F(1);
+    STRATA__DPV_F(0);
     STRATA__DPV_B(0);
+    STRATA__DPV_F(1);
   }
   for (int i = 0; i < p - d - 1; i++) {
     STRATA__DPV_B(1);
-    STRATA__DPV_F(1);
     STRATA__DPV_B(0);
+    STRATA__DPV_F(1);
   }
   int split = 0;
   for (int i = 0; i < d + 1; i++) {
@@ -856,6 +871,16 @@ STRATA_API int strata_schedule_with_lists(strata_schedule_t like, const struct s
   return STRATA_OK;
 }
 
+/*
+** An RC before every backward part: B, BI and W. A split backward's weight pass reads the blocks' activations (their
+** inputs, layernorm and GELU outputs, attention output) as much as its input pass does, and the stage's recompute
+** buffer holds one block, the one whose backward runs; so the W recomputes each block again, just before its weight
+** gradient, rather than keeping the BI's recomputed blocks until the W: that would hold, for every micro-batch between
+** its BI and its W (zero-bubble schedules defer W on purpose, up to p of them), all its blocks' activations — the
+** memory recomputation exists to save. The price is one more forward (full) or attention (selective) per micro-batch,
+** the same bits (the same ops on the same inputs). On a tp-cut stage the W's recomputation joins the slices (its
+** forward's all-reduces), settled by a TP_JOIN_BACKWARD right after the W, as a forward's by its TP_JOIN_FORWARD.
+*/
 STRATA_API int strata_schedule_with_recompute(strata_schedule_t s, strata_schedule_t *out) {
   if (!s || !out)
     return strata__error(STRATA_ERR_INVALID, "strata_schedule_with_recompute: NULL argument");
@@ -864,19 +889,24 @@ STRATA_API int strata_schedule_with_recompute(strata_schedule_t s, strata_schedu
   int *counts = calloc((size_t)s->devices, sizeof *counts);
   int rc = lists && counts ? STRATA_OK : strata__error(STRATA_ERR_NOMEM, "strata_schedule_with_recompute: out of memory");
   for (int d = 0; d < s->devices && !rc; d++) {
-    int n = 0;
-    for (int i = 0; i < s->counts[d]; i++) /* (lists hold at most STRATA__SCHEDULE_MAX_ACTIONS: twice fits an int) */
-      n += 1 + (s->lists[d][i].kind == STRATA_ACTION_BACKWARD || s->lists[d][i].kind == STRATA_ACTION_BACKWARD_INPUT);
-    if (!(lists[d] = malloc(((size_t)n + 1) * sizeof *lists[d]))) {
+    size_t n = 0;
+    for (int i = 0; i < s->counts[d]; i++) /* (lists hold at most STRATA__SCHEDULE_MAX_ACTIONS: thrice fits an int) */
+      n += 1 + (s->lists[d][i].kind >= STRATA_ACTION_BACKWARD && s->lists[d][i].kind <= STRATA_ACTION_BACKWARD_WEIGHT) +
+           (s->lists[d][i].kind == STRATA_ACTION_BACKWARD_WEIGHT);
+    if (!(lists[d] = malloc((n + 1) * sizeof *lists[d]))) {
       rc = strata__error(STRATA_ERR_NOMEM, "strata_schedule_with_recompute: out of memory");
       break;
     }
     for (int i = 0; i < s->counts[d]; i++) {
       const struct strata_action *a = &s->lists[d][i];
-      if (a->kind == STRATA_ACTION_BACKWARD || a->kind == STRATA_ACTION_BACKWARD_INPUT)
+      const int part = a->kind >= STRATA_ACTION_BACKWARD && a->kind <= STRATA_ACTION_BACKWARD_WEIGHT;
+      if (part)
         lists[d][counts[d]++] = (struct strata_action){.kind = STRATA_ACTION_RECOMPUTE, .stage = a->stage,
                                                        .microbatch = a->microbatch};
       lists[d][counts[d]++] = *a;
+      if (a->kind == STRATA_ACTION_BACKWARD_WEIGHT && strata__tp_at(s, a->stage) > 1)
+        lists[d][counts[d]++] = (struct strata_action){.kind = STRATA_ACTION_TP_JOIN_BACKWARD, .stage = a->stage,
+                                                       .microbatch = a->microbatch};
     }
   }
   if (!rc)

@@ -46,6 +46,23 @@ static int strata__member(const struct strata_schedule *s, int kind, int stage, 
 /* ---------------------------------------------------------------- validation and simulation */
 
 /*
+** With recomputation and a split backward, a (stage, micro-batch) has two RECOMPUTEs — one for its BI, one for its
+** W — and, on a tp-cut stage, a second TP_JOIN_BACKWARD right after its W (the joins of the W's recomputation). The
+** validator keys them apart as two more kinds: an RC is the W's when the next backward work of its (stage, micro-batch)
+** on its device is the W, a TJB the W's when it comes right after the W. Messages print them as RC and TJB.
+*/
+enum { STRATA__RC_W = STRATA_ACTION_KIND_COUNT, STRATA__TJ_W, STRATA__KINDS };
+
+static int strata__label_kind(int kind) {
+  return kind == STRATA__RC_W ? STRATA_ACTION_RECOMPUTE : kind == STRATA__TJ_W ? STRATA_ACTION_TP_JOIN_BACKWARD : kind;
+}
+static const char *strata__str(const struct strata_action *a, char buf[STRATA__ACTION_STR]) {
+  struct strata_action b = *a;
+  b.kind = strata__label_kind(b.kind);
+  return strata__action_str(&b, buf);
+}
+
+/*
 ** Where every (kind, stage, micro-batch) occurs: how often, and its first
 ** place (device, index). OPTIMIZER uses micro-batch slot 0.
 */
@@ -58,7 +75,8 @@ struct strata__index {
   double *bw_last;
   int *next;      /* [devices]: next position of each device */
   double *clock;  /* [devices] */
-  int recompute;  /* the lists hold RECOMPUTE actions: each backward (B or BI) waits for its own */
+  int recompute;  /* the lists hold RECOMPUTE actions: each backward part (B, BI, W) waits for its own */
+  int **kind;     /* [devices][position]: each action's kind as keyed (the W's RC and TJB apart, see above) */
 };
 
 static size_t strata__key(const struct strata_schedule *s, int kind, int stage, int microbatch) {
@@ -76,12 +94,15 @@ static void strata__index_free(struct strata__index *x) {
   free(x->bw_last);
   free(x->next);
   free(x->clock);
+  for (int d = 0; x->kind && d < x->s->devices; d++)
+    free(x->kind[d]);
+  free(x->kind);
 }
 
 static int strata__index_init(struct strata__index *x, const struct strata_schedule *s) {
   memset(x, 0, sizeof *x);
   x->s = s;
-  size_t n = strata__key(s, STRATA_ACTION_KIND_COUNT, 0, 0);
+  size_t n = strata__key(s, STRATA__KINDS, 0, 0);
   x->count = calloc(n, sizeof *x->count);
   x->dev = malloc(n * sizeof *x->dev);
   x->pos = malloc(n * sizeof *x->pos);
@@ -91,22 +112,53 @@ static int strata__index_init(struct strata__index *x, const struct strata_sched
   x->bw_last = calloc((size_t)s->stages, sizeof *x->bw_last);
   x->next = calloc((size_t)s->devices, sizeof *x->next);
   x->clock = calloc((size_t)s->devices, sizeof *x->clock);
-  if (!x->count || !x->dev || !x->pos || !x->finish || !x->arrive || !x->bw_done || !x->bw_last || !x->next || !x->clock) {
+  x->kind = calloc((size_t)s->devices, sizeof *x->kind);
+  int *after = calloc((size_t)s->stages * (size_t)s->microbatches, sizeof *after); /* the next backward kind + 1 */
+  for (int d = 0; x->kind && d < s->devices; d++)
+    if (!(x->kind[d] = malloc(((size_t)s->counts[d] + 1) * sizeof *x->kind[d])))
+      break;
+  if (!x->count || !x->dev || !x->pos || !x->finish || !x->arrive || !x->bw_done || !x->bw_last || !x->next ||
+      !x->clock || !x->kind || !after || (s->devices && !x->kind[s->devices - 1])) {
+    free(after);
     strata__index_free(x);
     return strata__error(STRATA_ERR_NOMEM, "schedule: out of memory for the validator's tables (%zu entries)", n);
   }
   for (size_t i = 0; i < n; i++)
     x->finish[i] = x->arrive[i] = -1;
-  for (int d = 0; d < s->devices; d++)
+  for (int d = 0; d < s->devices; d++) {
+    /* keyed kinds, from the end: an RC takes the part of the next backward work of its (stage, micro-batch); the
+    ** table is left zero again for the next device (by its entries, not the whole: devices x stages x micro-batches
+    ** would be too many) */
+    for (int i = s->counts[d] - 1; i >= 0; i--) {
+      const struct strata_action *a = &s->lists[d][i];
+      const int ok = a->stage >= 0 && a->stage < s->stages && a->microbatch >= 0 && a->microbatch < s->microbatches;
+      int *next = ok ? &after[(size_t)a->stage * (size_t)s->microbatches + (size_t)a->microbatch] : NULL;
+      const struct strata_action *p = i > 0 ? &s->lists[d][i - 1] : NULL;
+      x->kind[d][i] = a->kind;
+      if (next && a->kind == STRATA_ACTION_RECOMPUTE && *next == STRATA_ACTION_BACKWARD_WEIGHT + 1)
+        x->kind[d][i] = STRATA__RC_W;
+      else if (a->kind == STRATA_ACTION_TP_JOIN_BACKWARD && p && p->kind == STRATA_ACTION_BACKWARD_WEIGHT &&
+               p->stage == a->stage && p->microbatch == a->microbatch)
+        x->kind[d][i] = STRATA__TJ_W;
+      if (next && a->kind >= STRATA_ACTION_BACKWARD && a->kind <= STRATA_ACTION_BACKWARD_WEIGHT)
+        *next = a->kind + 1;
+    }
     for (int i = 0; i < s->counts[d]; i++) {
       const struct strata_action *a = &s->lists[d][i];
-      size_t k = strata__key(s, a->kind, a->stage, a->microbatch);
+      if (a->stage >= 0 && a->stage < s->stages && a->microbatch >= 0 && a->microbatch < s->microbatches)
+        after[(size_t)a->stage * (size_t)s->microbatches + (size_t)a->microbatch] = 0;
+    }
+    for (int i = 0; i < s->counts[d]; i++) {
+      const struct strata_action *a = &s->lists[d][i];
+      size_t k = strata__key(s, x->kind[d][i], a->stage, a->microbatch);
       if (x->count[k]++ == 0) {
         x->dev[k] = d;
         x->pos[k] = i;
       }
       x->recompute |= a->kind == STRATA_ACTION_RECOMPUTE;
     }
+  }
+  free(after);
   return STRATA_OK;
 }
 
@@ -117,15 +169,17 @@ static int strata__backward_kind(const struct strata__index *x, int stage, int m
 }
 
 /*
-** The actions `a` waits for, other than OPTIMIZER's (which waits for its
-** whole stage): up to two, stored in deps; returns how many.
+** The actions `a` (of keyed kind `kind`) waits for, other than OPTIMIZER's
+** (which waits for its whole stage): up to two, stored in deps (keyed
+** kinds); returns how many.
 */
-static int strata__deps(const struct strata__index *x, const struct strata_action *a, struct strata_action deps[2]) {
+static int strata__deps(const struct strata__index *x, const struct strata_action *a, int kind,
+                        struct strata_action deps[2]) {
   const struct strata_schedule *s = x->s;
   const int st = a->stage, mb = a->microbatch;
   int n = 0;
 #define STRATA__DEP(k, sg) (deps[n++] = (struct strata_action){.kind = (k), .stage = (sg), .microbatch = mb})
-  switch (a->kind) {
+  switch (kind) {
   case STRATA_ACTION_FORWARD:
     if (strata__has_prev(s, st)) {
       const int prev = strata__owner(s, st - 1);
@@ -151,15 +205,21 @@ static int strata__deps(const struct strata__index *x, const struct strata_actio
     break;
   case STRATA_ACTION_SEND_GRAD: STRATA__DEP(strata__backward_kind(x, st, mb), st); break;
   case STRATA_ACTION_RECV_GRAD: STRATA__DEP(STRATA_ACTION_SEND_GRAD, strata__owner(s, st + 1)); break;
-  case STRATA_ACTION_BACKWARD_WEIGHT: STRATA__DEP(STRATA_ACTION_BACKWARD_INPUT, st); break;
+  case STRATA_ACTION_BACKWARD_WEIGHT: /* (with recomputation its own RC too: the buffer holds the BI's no more) */
+    STRATA__DEP(STRATA_ACTION_BACKWARD_INPUT, st);
+    if (x->recompute)
+      STRATA__DEP(STRATA__RC_W, st);
+    break;
   case STRATA_ACTION_PARAM_GATHER:
     if (mb >= 0)
       break; /* ZeRO-3's, of one micro-batch: the shards are there all along */
     deps[n++] = (struct strata_action){.kind = STRATA_ACTION_OPTIMIZER, .stage = st, .microbatch = -1};
     break;
   case STRATA_ACTION_TP_JOIN_FORWARD: STRATA__DEP(STRATA_ACTION_FORWARD, st); break;
-  case STRATA_ACTION_RECOMPUTE: STRATA__DEP(STRATA_ACTION_FORWARD, st); break;
+  case STRATA_ACTION_RECOMPUTE:
+  case STRATA__RC_W: STRATA__DEP(STRATA_ACTION_FORWARD, st); break;
   case STRATA_ACTION_TP_JOIN_BACKWARD: STRATA__DEP(strata__backward_kind(x, st, mb), st); break;
+  case STRATA__TJ_W: STRATA__DEP(STRATA_ACTION_BACKWARD_WEIGHT, st); break;
   default: break;
   }
 #undef STRATA__DEP
@@ -224,7 +284,10 @@ static int strata__check_lists(const struct strata__index *x) {
       if (strata__tp_join(a->kind) && strata__tp_at(s, st) == 1)
         return strata__error(STRATA_ERR_INVALID, "dev %d #%d %s: a tensor-parallel join %s", d, i, b1,
                              s->tp == 1 ? "in a schedule without slices" : "of a stage that is not cut");
-      if (strata__tp_join(a->kind)) {
+      if (x->kind[d][i] == STRATA__TJ_W && !x->recompute)
+        return strata__error(STRATA_ERR_INVALID, "dev %d #%d %s: right after a W, which has no joins to settle without "
+                             "recomputation", d, i, b1);
+      if (strata__tp_join(a->kind) && x->kind[d][i] != STRATA__TJ_W) {
         /* right after the work it joins: the executor runs the joins inside it */
         int want = a->kind == STRATA_ACTION_TP_JOIN_FORWARD ? STRATA_ACTION_FORWARD : -1;
         const struct strata_action *p = i > 0 ? &s->lists[d][i - 1] : NULL;
@@ -240,10 +303,10 @@ static int strata__check_lists(const struct strata__index *x) {
                              i, b1, st, d, other,
                              a->kind == STRATA_ACTION_SEND_ACT || a->kind == STRATA_ACTION_SEND_GRAD ? "send"
                                                                                                     : "receive");
-      size_t k = strata__key(s, a->kind, st, a->microbatch);
+      size_t k = strata__key(s, x->kind[d][i], st, a->microbatch);
       if (x->count[k] > 1 && (x->dev[k] != d || x->pos[k] != i) && !strata__weight_gather(a)) /* (one per F/B/W) */
-        return strata__error(STRATA_ERR_INVALID, "dev %d #%d %s: duplicate (first at dev %d #%d)", d, i, b1, x->dev[k],
-                             x->pos[k]);
+        return strata__error(STRATA_ERR_INVALID, "dev %d #%d %s: duplicate (first at dev %d #%d)%s", d, i, b1, x->dev[k],
+                             x->pos[k], a->kind == STRATA_ACTION_RECOMPUTE ? ": one RC before each backward part" : "");
     }
 
   /* completeness */
@@ -279,6 +342,14 @@ static int strata__check_lists(const struct strata__index *x) {
       if (x->recompute && !x->count[strata__key(s, STRATA_ACTION_RECOMPUTE, st, mb)])
         return strata__error(STRATA_ERR_INVALID, "missing RC%d.%d on dev %d: the stages recompute, and %s%d.%d has no "
                              "recomputation before it", st, mb, home, nb ? "B" : "BI", st, mb);
+      if (x->recompute && !nb && !x->count[strata__key(s, STRATA__RC_W, st, mb)])
+        return strata__error(STRATA_ERR_INVALID, "missing RC%d.%d on dev %d between BI%d.%d and W%d.%d: the stages "
+                             "recompute, and the weight pass reads the recomputed activations too", st, mb, home, st,
+                             mb, st, mb);
+      if (x->recompute && !nb && strata__tp_at(s, st) > 1 && !x->count[strata__key(s, STRATA__TJ_W, st, mb)])
+        return strata__error(STRATA_ERR_INVALID, "missing TJB%d.%d on dev %d right after W%d.%d: slice %d of stage %d "
+                             "does not join the other slices' recomputation in its weight pass", st, mb, home, st, mb,
+                             st / strata__chain(s) % s->tp, st % strata__chain(s));
       if (strata__tp_at(s, st) > 1)
         for (int k = STRATA_ACTION_TP_JOIN_FORWARD; k <= STRATA_ACTION_TP_JOIN_BACKWARD; k++)
           if (!x->count[strata__key(s, k, st, mb)])
@@ -332,12 +403,12 @@ static int strata__check_lists(const struct strata__index *x) {
     for (int i = 0; i < s->counts[d]; i++) {
       const struct strata_action *a = &s->lists[d][i];
       struct strata_action deps[2];
-      int n = strata__deps(x, a, deps);
+      int n = strata__deps(x, a, x->kind[d][i], deps);
       for (int j = 0; j < n; j++) {
         size_t k = strata__key(s, deps[j].kind, deps[j].stage, deps[j].microbatch);
-        if (x->dev[k] == d && x->pos[k] > i)
+        if (x->count[k] && x->dev[k] == d && x->pos[k] > i)
           return strata__error(STRATA_ERR_INVALID, "dev %d #%d %s: comes before %s (#%d on the same device) that it needs",
-                               d, i, strata__action_str(a, b1), strata__action_str(&deps[j], b2), x->pos[k]);
+                               d, i, strata__action_str(a, b1), strata__str(&deps[j], b2), x->pos[k]);
       }
       if (a->kind == STRATA_ACTION_OPTIMIZER)
         for (int kind = STRATA_ACTION_GRAD_REDUCE; kind <= STRATA_ACTION_GRAD_SCATTER; kind++) {
@@ -440,8 +511,9 @@ static int strata__run(struct strata__index *x, const double *cost, double *busy
     for (int d = 0; d < s->devices; d++)
       while (x->next[d] < s->counts[d]) {
         const struct strata_action *a = &s->lists[d][x->next[d]];
+        const int kind = x->kind[d][x->next[d]];
         double ready = x->clock[d];
-        const size_t self = strata__key(s, a->kind, a->stage, a->microbatch);
+        const size_t self = strata__key(s, kind, a->stage, a->microbatch);
         if (strata__joins(a) && x->finish[self] >= 0) {
           /* completed when the last replica arrived */
           if (x->finish[self] > x->clock[d])
@@ -467,7 +539,7 @@ static int strata__run(struct strata__index *x, const double *cost, double *busy
           }
         } else {
           struct strata_action deps[2];
-          int n = strata__deps(x, a, deps), waiting = 0;
+          int n = strata__deps(x, a, kind, deps), waiting = 0;
           for (int j = 0; j < n && !waiting; j++) {
             double f = x->finish[strata__key(s, deps[j].kind, deps[j].stage, deps[j].microbatch)];
             if (f < 0)
@@ -486,7 +558,7 @@ static int strata__run(struct strata__index *x, const double *cost, double *busy
           double last = 0;
           int all = 1;
           for (int r = 0; r < g && all; r++) {
-            double t = x->arrive[strata__key(s, a->kind, strata__member(s, a->kind, a->stage, r), a->microbatch)];
+            double t = x->arrive[strata__key(s, kind, strata__member(s, a->kind, a->stage, r), a->microbatch)];
             all = t >= 0;
             last = t > last ? t : last;
           }
@@ -494,14 +566,14 @@ static int strata__run(struct strata__index *x, const double *cost, double *busy
             break;
           double c = cost ? cost[a->kind] : 0;
           for (int r = 0; r < g; r++)
-            x->finish[strata__key(s, a->kind, strata__member(s, a->kind, a->stage, r), a->microbatch)] = last + c;
+            x->finish[strata__key(s, kind, strata__member(s, a->kind, a->stage, r), a->microbatch)] = last + c;
           work += c * g;
           continue; /* this device takes it on its next turn */
         }
         double c = cost ? cost[a->kind] : 0;
         x->clock[d] = ready + c;
         work += c;
-        x->finish[strata__key(s, a->kind, a->stage, a->microbatch)] = x->clock[d];
+        x->finish[self] = x->clock[d];
         if (a->kind == STRATA_ACTION_BACKWARD || a->kind == STRATA_ACTION_BACKWARD_WEIGHT) {
           x->bw_done[a->stage]++;
           if (x->clock[d] > x->bw_last[a->stage])
@@ -520,15 +592,16 @@ static int strata__run(struct strata__index *x, const double *cost, double *busy
     if (x->next[d] == s->counts[d])
       continue;
     const struct strata_action *a = &s->lists[d][x->next[d]];
+    const int kind = x->kind[d][x->next[d]];
     struct strata_action w = {0}, deps[2];
     int replica_wait = 0;
-    if (strata__joins(a) && x->arrive[strata__key(s, a->kind, a->stage, a->microbatch)] >= 0) {
+    if (strata__joins(a) && x->arrive[strata__key(s, kind, a->stage, a->microbatch)] >= 0) {
       /* here already: waits for a member that is not */
       const int g = strata__group_size(s, a->kind, a->stage);
       for (int r = 0; r < g && !replica_wait; r++) {
         int m = strata__member(s, a->kind, a->stage, r);
-        if (x->arrive[strata__key(s, a->kind, m, a->microbatch)] < 0) {
-          w = (struct strata_action){.kind = a->kind, .stage = m, .microbatch = a->microbatch};
+        if (x->arrive[strata__key(s, kind, m, a->microbatch)] < 0) {
+          w = (struct strata_action){.kind = kind, .stage = m, .microbatch = a->microbatch};
           replica_wait = 1;
         }
       }
@@ -540,7 +613,7 @@ static int strata__run(struct strata__index *x, const double *cost, double *busy
         w = (struct strata_action){.kind = k, .stage = a->stage, .microbatch = -1};
       }
     } else {
-      int n = strata__deps(x, a, deps);
+      int n = strata__deps(x, a, kind, deps);
       for (int j = n - 1; j >= 0; j--)
         if (x->finish[strata__key(s, deps[j].kind, deps[j].stage, deps[j].microbatch)] < 0)
           w = deps[j];
@@ -549,7 +622,7 @@ static int strata__run(struct strata__index *x, const double *cost, double *busy
                                                                       : s->stage_device[w.stage];
     (void)replica_wait;
     strata__append(msg, sizeof msg, &len, "%sdev %d at #%d %s waits for %s on dev %d", len ? "; " : "deadlock: ", d,
-                   x->next[d], strata__action_str(a, b1), strata__action_str(&w, b2), wd);
+                   x->next[d], strata__action_str(a, b1), strata__str(&w, b2), wd);
   }
   if (len)
     return strata__error(STRATA_ERR_INVALID, "%s", msg);

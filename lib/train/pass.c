@@ -41,6 +41,9 @@ int strata__pass_schedule(strata_trainer_t tr, int backward, strata_schedule_t *
       struct strata_action a = list[i];
       if (a.microbatch != 0 || strata__stage_replica(tr, a.stage) != tr->home)
         continue; /* one micro-batch of the home replica; no update or gradient collective (micro-batch -1) */
+      if ((a.kind == STRATA_ACTION_RECOMPUTE && i + 1 < n && list[i + 1].kind == STRATA_ACTION_BACKWARD_WEIGHT) ||
+          (a.kind == STRATA_ACTION_TP_JOIN_BACKWARD && i > 0 && list[i - 1].kind == STRATA_ACTION_BACKWARD_WEIGHT))
+        continue; /* the weight pass's recomputation and its joins (with_recompute): the W is inside B here */
       switch (a.kind) {
       case STRATA_ACTION_FORWARD:
       case STRATA_ACTION_SEND_ACT:

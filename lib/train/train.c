@@ -461,10 +461,6 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
                          "activations (recompute none)", strata_recompute_name(opts->recompute), model->cfg.name,
                          model->cfg.kind == STRATA_MODEL_LLAMA ? "a llama"
                          : model->cfg.kind == STRATA_MODEL_MLP ? "an MLP" : "a CNN");
-  if (opts->recompute && strata_schedule_kind_split_backward(pl->kind))
-    return strata__error(STRATA_ERR_UNSUPPORTED, "recompute %s with %s: its weight pass (W) reads the blocks' "
-                         "activations after the input pass; use 1f1b, gpipe or interleaved",
-                         strata_recompute_name(opts->recompute), strata_schedule_kind_name(pl->kind));
   if (opts->grad_reduce == STRATA_BFLOAT16 && opts->cluster)
     return strata__error(STRATA_ERR_UNSUPPORTED, "a bf16 gradient reduction across MPI ranks is not built yet: reduce "
                          "in float32");
