@@ -73,6 +73,14 @@ check "an llm.c file is detected by its magic" grep -q '"data":"[^"]*llmc.bin (l
 same_losses "llm.c ids train as their bytes do" "$TMP/text.json" "$TMP/llmc.json"
 $T --data "$TMP/llmc.bin" --data-format llmc >"$TMP/named.json" 2>"$TMP/err"
 same_losses "--data-format llmc reads the same" "$TMP/text.json" "$TMP/named.json"
+# uint32 ids (issue 33): raw, named by --data-format u32, and llm.c's Llama 3 header (magic 20240801, version 7)
+"$WRITE" u32 "$TMP/u32.bin" <"$TMP/text.txt"
+"$WRITE" llmc32 "$TMP/llmc32.bin" <"$TMP/text.txt"
+$T --data "$TMP/u32.bin" --data-format u32 >"$TMP/u32.json" 2>"$TMP/err"
+check "--data-format u32 reads raw uint32 ids" grep -q '"data":"[^"]*u32.bin (raw uint32 tokens)"' "$TMP/u32.json"
+same_losses "raw uint32 ids train as their bytes do" "$TMP/text.json" "$TMP/u32.json"
+$T --data "$TMP/llmc32.bin" >"$TMP/llmc32.json" 2>"$TMP/err"
+same_losses "llm.c uint32 ids (magic 20240801) train as their bytes do" "$TMP/text.json" "$TMP/llmc32.json"
 $TRAIN --model gpt-micro --device 0 --batch 4 --steps 2 --eval-batches 1 --data "$TMP/train.bin" >"$TMP/out" 2>"$TMP/err"
 check "the header counts tokens, the entropy per token" grep -q 'unigram entropy .* nats/token' "$TMP/out"
 
@@ -94,9 +102,18 @@ fails_clearly "llm.c tokens cut short" 2 "the file holds 3976 bytes after it (tr
 fails_clearly "wrong magic" 2 "wrong magic 1482184792" $T --data "$TMP/magic.bin" --data-format llmc
 fails_clearly "odd byte count" 2 "4001 bytes, an odd count" $T --data "$TMP/odd.bin"
 "$WRITE" raw "$TMP/big.bin" 200 <"$TMP/text.txt"
-fails_clearly "id at or above the vocabulary" 2 "token 315 at position 2 is not below the model's vocabulary of 256" \
+fails_clearly "id at or above the vocabulary" 2 "token 315 at position 2 (byte offset 4) is not below the model's vocabulary of 256" \
   $T --data "$TMP/big.bin"
-fails_clearly "--data-format unknown" 2 "--data-format wants auto, text, nanogpt or llmc, not 'npy'" \
+"$WRITE" u32 "$TMP/big32.bin" 70000 <"$TMP/text.txt"
+fails_clearly "a uint32 id at or above the vocabulary" 2 "token 70035 at position 0 (byte offset 0) is not below" \
+  $T --data "$TMP/big32.bin" --data-format u32
+"$WRITE" llmc32 "$TMP/big32l.bin" 70000 <"$TMP/text.txt"
+fails_clearly "an llm.c uint32 id at or above the vocabulary" 2 "at position 0 (byte offset 1024)" $T --data "$TMP/big32l.bin"
+{ head -c 4 "$TMP/llmc32.bin"; printf '\002\000\000\000'; tail -c +9 "$TMP/llmc32.bin"; } >"$TMP/v2.bin"
+fails_clearly "an llm.c version strata does not read" 2 "magic 20240801 with version 2" $T --data "$TMP/v2.bin"
+fails_clearly "u32 of a file that is not a multiple of 4 bytes" 2 "not a multiple of 4" \
+  $T --data "$TMP/odd.bin" --data-format u32
+fails_clearly "--data-format unknown" 2 "--data-format wants auto, text, nanogpt, u32 or llmc, not 'npy'" \
   $T --data "$TMP/train.bin" --data-format npy
 fails_clearly "--data-format without --data" 2 "give --data too" $T --data-format llmc
 fails_clearly "--data-format for an image model" 2 "--data-format is for text models" \

@@ -40,7 +40,8 @@ static void usage(FILE *f) {
           "                           corpus), or a nanoGPT/llm.c token file; mlp and cnn models\n"
           "                           train on synthetic images\n"
           "      --data-format F      auto (default: llm.c by its magic, raw uint16 if the file holds\n"
-          "                           a NUL byte, else text), text, nanogpt (raw uint16) or llmc\n"
+          "                           a NUL byte, else text), text, nanogpt (raw uint16), u32 (raw\n"
+          "                           uint32, never guessed) or llmc (uint16 or uint32 by its header)\n"
           "      --val-data FILE      validate on FILE (e.g. nanoGPT's val.bin) instead of the last\n"
           "                           10%% of --data\n"
           "      --init-from DIR      start from a Hugging Face GPT-2 (config.json + model.safetensors)\n"
@@ -540,8 +541,10 @@ int parse_args(int argc, char **argv, struct options *o) {
         o->data_format = STRATA_TOKENS_U16;
       else if (strcmp(optarg, "llmc") == 0)
         o->data_format = STRATA_TOKENS_LLMC;
+      else if (strcmp(optarg, "u32") == 0)
+        o->data_format = STRATA_TOKENS_U32;
       else {
-        fprintf(stderr, PROG ": --data-format wants auto, text, nanogpt or llmc, not '%s'\n", optarg);
+        fprintf(stderr, PROG ": --data-format wants auto, text, nanogpt, u32 or llmc, not '%s'\n", optarg);
         return EXIT_USAGE;
       }
       break;
