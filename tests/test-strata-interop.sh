@@ -201,7 +201,7 @@ fails_clearly "strata-export without a checkpoint" 2 "which checkpoint" "$EXPORT
 fails_clearly "strata-export of a missing checkpoint" 1 "no-such.st" "$EXPORT" --hf "$TMP/x" "$TMP/no-such.st"
 fails_clearly "strata-export, two checkpoints" 2 "unexpected argument" "$EXPORT" --hf "$TMP/x" "$TMP/tuned.st" "$TMP/tuned.st"
 $TRAIN --model mlp --device 0 --steps 1 --eval-batches 1 -q --save "$TMP/mlp.st" >/dev/null 2>&1
-fails_clearly "strata-export of an image model" 2 "not a GPT" "$EXPORT" --hf "$TMP/x" "$TMP/mlp.st"
+fails_clearly "strata-export of an image model" 2 "neither a GPT nor a Llama" "$EXPORT" --hf "$TMP/x" "$TMP/mlp.st"
 
 # greedy ids against transformers' argmax (make-fixture.py's reference logits): small's tokens[0, :5] continue
 # with 348 (argmax of logits[0, 4]); tied-50257's tokens[0, :16], a full context, with 7101

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* strata/hf.h — Hugging Face GPT-2 checkpoints (GPT2LMHeadModel's config.json + model.safetensors), read and written. */
+/* strata/hf.h — Hugging Face GPT-2 and Llama checkpoints (config.json + model.safetensors, or sharded), read and written. */
 #ifndef STRATA_HF_H
 #define STRATA_HF_H
 
@@ -38,6 +38,39 @@ extern "C" {
 ** are accepted and not used: strata trains without dropout, and a model
 ** evaluated by transformers (model.eval()) has none either.
 */
+
+/*
+** A Hugging Face Llama directory is what LlamaForCausalLM.save_pretrained
+** writes: config.json (model_type "llama") and the weights, in one
+** model.safetensors or in shards that model.safetensors.index.json's
+** weight_map names (tensor -> file). config.json is read in both of its
+** forms: transformers 5's rope_parameters {"rope_type", "rope_theta", ...}
+** and transformers 4's top-level rope_theta with rope_scaling (null, or
+** {"rope_type" or "type", ...}). It maps to kind STRATA_MODEL_LLAMA:
+** hidden_size -> d_model, num_hidden_layers -> layers,
+** num_attention_heads -> heads, num_key_value_heads -> kv_heads (absent:
+** heads), intermediate_size -> d_ff, vocab_size -> vocab,
+** max_position_embeddings -> context, rms_norm_eps -> norm_eps (absent:
+** 1e-6), tie_word_embeddings -> tied (absent: false), rope_theta (absent:
+** 10000) and Llama 3's scaling (factor, low_freq_factor, high_freq_factor,
+** original_max_position_embeddings). Refused with STRATA_ERR_UNSUPPORTED
+** naming the field: architectures other than LlamaForCausalLM, hidden_act
+** other than "silu", attention_bias or mlp_bias true, sliding_window set
+** (or use_sliding_window true), a rope_type other than "default" and
+** "llama3", partial_rotary_factor other than 1, head_dim other than
+** hidden_size / num_attention_heads, num_key_value_heads not dividing
+** num_attention_heads, a quantization_config. Tensors are named
+** model.embed_tokens.weight, model.layers.N.{input,post_attention}_layernorm.weight,
+** model.layers.N.self_attn.{q,k,v,o}_proj.weight,
+** model.layers.N.mlp.{gate,up,down}_proj.weight, model.norm.weight and
+** lm_head.weight (absent when tied); strata's are the same without
+** "model.", its projections stored [in, out], the transpose of
+** torch.nn.Linear's [out, in]: the loader and the export transpose them.
+*/
+
+/* The strata config that `dir`'s config.json describes (GPT-2 or Llama, named after the directory), without building a
+** model: the checks above, STRATA_ERR_PARSE / UNSUPPORTED naming the field. */
+STRATA_API int strata_hf_config(const char *dir, struct strata_model_config *out /* OUT */);
 
 /* Build the strata model that `dir`'s config.json describes (named after the directory). */
 STRATA_API int strata_hf_model(const char *dir, strata_model_t *out /* OUT */);
