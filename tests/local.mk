@@ -30,6 +30,7 @@ suites = tests/test-device \
 	tests/test-parallel \
 	tests/test-spatial \
 	tests/test-train \
+	tests/test-llama \
 	tests/test-pipeline \
 	tests/test-plan \
 	tests/test-memory
@@ -117,6 +118,10 @@ tests_test_train_SOURCES = tests/test-train.c tests/common.h
 tests_test_train_CPPFLAGS = $(suite_cppflags)
 tests_test_train_CFLAGS = $(suite_cflags)
 tests_test_train_LDADD = $(suite_ldadd)
+tests_test_llama_SOURCES = tests/test-llama.c tests/common.h
+tests_test_llama_CPPFLAGS = $(suite_cppflags)
+tests_test_llama_CFLAGS = $(suite_cflags)
+tests_test_llama_LDADD = $(suite_ldadd)
 tests_test_pipeline_SOURCES = tests/test-pipeline.c tests/common.h
 tests_test_pipeline_CPPFLAGS = $(suite_cppflags)
 tests_test_pipeline_CFLAGS = $(suite_cflags)

@@ -16,7 +16,7 @@ static strata_model_t model_of(const struct strata_model_config *c) {
 }
 
 /* The models the trainer cuts: GPTs whose vocabulary tp 2 splits (256) or not (255), an MLP and CNNs whose tp
-** pairs a cut can separate. */
+** pairs a cut can separate, a llama. */
 static int models(strata_model_t *out) {
   struct strata_model_config g = {.kind = STRATA_MODEL_GPT, .vocab = 256, .context = 8, .d_model = 16, .layers = 4,
                                   .heads = 2, .d_ff = 32};
@@ -35,7 +35,11 @@ static int models(strata_model_t *out) {
                                       .conv = {4, 8, 4}, .kernel = {3, 5, 7}, .stride = {1, 2, 1}, .pool = {2, 1, 1},
                                       .gap = 1};
   out[4] = model_of(&hires);
-  return 5;
+  /* a llama: grouped-query attention (tp 2 gives each slice one key/value head), RoPE's table on every stage */
+  struct strata_model_config llama = {.kind = STRATA_MODEL_LLAMA, .vocab = 256, .context = 8, .d_model = 16,
+                                      .layers = 3, .heads = 4, .kv_heads = 2, .d_ff = 24};
+  out[5] = model_of(&llama);
+  return 6;
 }
 
 static int same(const struct strata__stage_bytes *a, const struct strata__stage_bytes *b) {
@@ -48,7 +52,7 @@ static int same(const struct strata__stage_bytes *a, const struct strata__stage_
 ** micro-batch, fp32 and bf16, and (GPTs) each recompute mode (without a split backward): the
 ** constant-time figures are the stage's. */
 Test(memory, every_cut_weighed_at_once_is_the_stage_alone) {
-  strata_model_t m[5];
+  strata_model_t m[6];
   const int n = models(m);
   int checked = 0;
   for (int i = 0; i < n; i++)
@@ -94,7 +98,7 @@ Test(memory, every_cut_weighed_at_once_is_the_stage_alone) {
 Test(memory, the_figures_are_what_a_stage_allocates) {
   setenv("STRATA_HOST_DEVICES", "1", 0);
   setenv("STRATA_BACKENDS", "host", 0);
-  strata_model_t m[5];
+  strata_model_t m[6];
   const int n = models(m);
   int dev = tc_find_device("host", 0);
   cr_assert_geq(dev, 0);

@@ -380,7 +380,7 @@ int main(int argc, char **argv) {
     goto out;
   }
   const struct strata_model_config *cfg = strata_model_config(model);
-  if (cfg->kind != STRATA_MODEL_GPT) {
+  if (cfg->kind != STRATA_MODEL_GPT && cfg->kind != STRATA_MODEL_LLAMA) {
     fprintf(stderr, PROG ": %s: model %s is an image classifier (%s), not a text model\n", source, cfg->name,
             cfg->kind == STRATA_MODEL_MLP ? "mlp" : "cnn");
     rc = EXIT_RUNTIME;

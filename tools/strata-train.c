@@ -49,7 +49,7 @@ double now(void) {
 ** the first evaluation after the training. Returns 0 or EXIT_RUNTIME.
 */
 static int check_data_splits(const struct run *r) {
-  int text = r->cfg->kind == STRATA_MODEL_GPT;
+  int text = r->cfg->kind == STRATA_MODEL_GPT || r->cfg->kind == STRATA_MODEL_LLAMA;
   int64_t ctx = text ? r->cfg->context : 0;
   size_t cells = (size_t)r->topts.batch * (size_t)(text ? ctx : r->cfg->channels * r->cfg->image * r->cfg->image);
   size_t rows = (size_t)r->topts.batch * (size_t)(text ? ctx : 1);
@@ -296,7 +296,7 @@ static int fail_input(int code) {
 }
 
 static int load_data(struct run *r, const struct options *o) {
-  if (r->cfg->kind == STRATA_MODEL_GPT) {
+  if (r->cfg->kind == STRATA_MODEL_GPT || r->cfg->kind == STRATA_MODEL_LLAMA) {
     if (o->val_data) {
       int rc = strata_dataset_tokens_split(o->data, o->val_data,
                                            o->data_format < 0 ? STRATA_TOKENS_AUTO : o->data_format, r->cfg->vocab,
@@ -663,7 +663,8 @@ int main(int argc, char **argv) {
   r.topts.recompute = o.recompute;
   if (o.recompute && r.cfg->kind != STRATA_MODEL_GPT) { /* bad usage, before any device work */
     fprintf(stderr, PROG ": --recompute %s is for GPT blocks; model '%s' (%s) keeps its activations\n",
-            strata_recompute_name(o.recompute), r.cfg->name, r.cfg->kind == STRATA_MODEL_MLP ? "an MLP" : "a CNN");
+            strata_recompute_name(o.recompute), r.cfg->name,
+            r.cfg->kind == STRATA_MODEL_LLAMA ? "a llama" : r.cfg->kind == STRATA_MODEL_MLP ? "an MLP" : "a CNN");
     rc = EXIT_USAGE;
     goto out;
   }

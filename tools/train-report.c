@@ -353,7 +353,7 @@ void print_header(const struct run *r, const struct options *o, const char *why)
   const struct strata_model_config *c = r->cfg;
   uint64_t params = strata_model_params(r->model);
   double per_sample = strata_model_flops(r->model);
-  int text = c->kind == STRATA_MODEL_GPT;
+  int text = c->kind == STRATA_MODEL_GPT || c->kind == STRATA_MODEL_LLAMA;
   double per_token = text ? per_sample / (double)c->context : per_sample;
   /* every replica runs accum micro-batches */
   double step_tokens = (double)r->topts.batch * (double)r->topts.accum * (text ? (double)c->context : 1.0) *

@@ -230,14 +230,37 @@ static int plan_of(struct strata__op *o, struct plan *p) {
   case STRATA__OP_ATTENTION_FWD:
   case STRATA__OP_ATTENTION_BWD: {
     int64_t t = o->u.attn.seq, d = o->u.attn.heads * o->u.attn.head_dim;
+    int64_t w = (o->u.attn.heads + 2 * o->u.attn.kv_heads) * o->u.attn.head_dim; /* a row of qkv: q | k | v */
     int fwd = o->id == STRATA__OP_ATTENTION_FWD;
     p->rows = o->u.attn.batch, p->rows_field = &o->u.attn.batch;
-    OPND(attn.qkv, t * 3 * d, ROW_IN), OPND(attn.out, t * d, fwd ? ROW_OUT : ROW_IN);
+    OPND(attn.qkv, t * w, ROW_IN), OPND(attn.out, t * d, fwd ? ROW_OUT : ROW_IN);
     OPND(attn.lse, t * o->u.attn.heads, fwd ? ROW_OUT : ROW_IN);
     if (!fwd)
-      OPND(attn.dout, t * d, ROW_IN), OPND(attn.dqkv, t * 3 * d, ROW_OUT);
+      OPND(attn.dout, t * d, ROW_IN), OPND(attn.dqkv, t * w, ROW_OUT);
     break;
   }
+  case STRATA__OP_RMSNORM_FWD: {
+    int64_t c = o->u.rms.cols;
+    p->rows = o->u.rms.rows, p->rows_field = &o->u.rms.rows;
+    OPND(rms.x, c, ROW_IN), OPND(rms.w, c, WHOLE_IN), OPND(rms.y, c, ROW_OUT), OPND(rms.rstd, 1, ROW_OUT);
+    break;
+  }
+  case STRATA__OP_RMSNORM_BWD: {
+    int64_t c = o->u.rms.cols;
+    p->rows = o->u.rms.rows, p->rows_field = &o->u.rms.rows, p->acc_flag = &o->u.rms.accumulate;
+    OPND(rms.x, c, ROW_IN), OPND(rms.w, c, WHOLE_IN), OPND(rms.rstd, 1, ROW_IN), OPND(rms.dy, c, ROW_IN);
+    OPND(rms.dx, c, ROW_OUT), OPND(rms.dw, c, WHOLE_ACC);
+    break;
+  }
+  case STRATA__OP_SWIGLU_FWD:
+    p->rows = o->u.swiglu.rows, p->rows_field = &o->u.swiglu.rows;
+    OPND(swiglu.gu, 2 * o->u.swiglu.cols, ROW_IN), OPND(swiglu.h, o->u.swiglu.cols, ROW_OUT);
+    break;
+  case STRATA__OP_SWIGLU_BWD:
+    p->rows = o->u.swiglu.rows, p->rows_field = &o->u.swiglu.rows;
+    OPND(swiglu.gu, 2 * o->u.swiglu.cols, ROW_IN), OPND(swiglu.dh, o->u.swiglu.cols, ROW_IN);
+    OPND(swiglu.dgu, 2 * o->u.swiglu.cols, ROW_OUT);
+    break;
   default:
     return 0;
   }
@@ -691,6 +714,9 @@ int strata__host_op_run_bf16(const struct strata__op *op) {
     return IS_BF16(op->u.bias.y) && !IS_BF16(op->u.bias.bias) ? bias_grad_native(op) : staged(op);
   case STRATA__OP_LAYERNORM_BWD:
     return !IS_BF16(op->u.ln.dgamma) && !IS_BF16(op->u.ln.dbeta) ? layernorm_bwd_native(op) : staged(op);
+  case STRATA__OP_ROPE_FWD: /* strided rows: read and written in place, element by element, in either type */
+  case STRATA__OP_ROPE_BWD:
+    return strata__host_op_run_f32(op);
   case STRATA__OP_ADAMW:        /* float32 only: the runtime refuses bfloat16 operands */
   case STRATA__OP_TOKENS_SHIFT: /* int32 only */
     return STRATA_ERR_UNSUPPORTED;

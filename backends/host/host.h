@@ -34,6 +34,18 @@ void strata__host_ln_param_grads(const float *x, const float *dy, int64_t ld, co
 void strata__host_ln_dx_row(const float *xr, const float *dyr, const float *g, float *dxr, int64_t cols, float mu,
                             float rs);
 
+/* The fused (grouped-query) attention on float32 operands (host-attn.c); STRATA_ERR_NOMEM when scratch fails. */
+int strata__host_attention_fwd(const struct strata__op *op);
+int strata__host_attention_bwd(const struct strata__op *op);
+
+/* LLaMA's ops (host-llama.c): RMSNorm, SwiGLU on float32 operands (bfloat16 ones staged by host-bf16.c); RoPE on
+** float32 or bfloat16 operands, read and written in place (its rows are strided). */
+void strata__host_rmsnorm_fwd(const struct strata__op *op);
+void strata__host_rmsnorm_bwd(const struct strata__op *op);
+void strata__host_swiglu_fwd(const struct strata__op *op);
+void strata__host_swiglu_bwd(const struct strata__op *op);
+void strata__host_rope(const struct strata__op *op);
+
 /* Which ops the host backend implements (all of them). */
 int strata__host_op_supported(enum strata__op_id id);
 

@@ -651,6 +651,8 @@ int strata__ocl_op(void *ctx, void *queue, const struct strata__op *op) {
   case STRATA__OP_ATTENTION_BWD: {
     /* kernels/attention.k: a work-group per q->wg queries (keys) of one sequence and head */
     const __typeof__(op->u.attn) *o = &op->u.attn;
+    if (o->kv_heads != o->heads)
+      return ocl->svc->error(STRATA_ERR_UNSUPPORTED, "opencl: grouped-query attention is not there yet");
     const int64_t wg = (int64_t)attn_wg(q), groups = o->batch * o->heads * ((o->seq + wg - 1) / wg);
     if (op->id == STRATA__OP_ATTENTION_FWD)
       return launch_attn(ocl, q, STRATA__OCL_K_ATTN_FWD, groups, "mmmllllfi", &o->qkv, &o->out, &o->lse, o->batch,
@@ -664,6 +666,12 @@ int strata__ocl_op(void *ctx, void *queue, const struct strata__op *op) {
   }
   case STRATA__OP_ADAMW_FUSED: /* host only: ocl_op_supported says so before a record is made */
   case STRATA__OP_SUMSQ_SPANS:
+  case STRATA__OP_RMSNORM_FWD: /* not yet: op_supported says so */
+  case STRATA__OP_RMSNORM_BWD:
+  case STRATA__OP_SWIGLU_FWD:
+  case STRATA__OP_SWIGLU_BWD:
+  case STRATA__OP_ROPE_FWD:
+  case STRATA__OP_ROPE_BWD:
   case STRATA__OP_COUNT:
     break;
   }

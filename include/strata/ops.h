@@ -111,6 +111,75 @@ STRATA_API int strata_layernorm_bwd(strata_queue_t q, strata_mem_t x, strata_mem
                                     strata_mem_t dbeta, int64_t rows, int64_t cols, int accumulate);
 
 /*
+** RMS normalisation of each row of x (rows x cols), LLaMA's RMSNorm:
+** y = w * (x * rstd), rstd = 1 / sqrt(mean over the row of x^2 + eps),
+** storing rstd[rows] (float32 or bfloat16; float32 keeps the statistic
+** exact) for the backward pass; the sum of squares in double on the host.
+** Backward: dx (overwritten; may be dy) = rstd * (dy w - xhat mean(dy w xhat)),
+** xhat = x rstd, and dw (accumulate flag) = sum over the rows of dy xhat.
+*/
+STRATA_API int strata_rmsnorm_fwd(strata_queue_t q, strata_mem_t x, strata_mem_t w, strata_mem_t y,
+                                  strata_mem_t rstd, int64_t rows, int64_t cols, float eps);
+STRATA_API int strata_rmsnorm_bwd(strata_queue_t q, strata_mem_t x, strata_mem_t w, strata_mem_t rstd,
+                                  strata_mem_t dy, strata_mem_t dx, strata_mem_t dw, int64_t rows, int64_t cols,
+                                  int accumulate);
+
+/*
+** SwiGLU (LLaMA's MLP activation) on the output of ONE GEMM for gate|up:
+** gu is rows x 2cols, each row [g (cols) | u (cols)] (the fused weight is
+** gate_proj's rows stacked over up_proj's; under tensor parallelism each
+** slice's own gate and up columns, in the same order), and
+** h (rows x cols) = silu(g) * u, silu(g) = g / (1 + exp(-g)).
+** Backward: dgu (rows x 2cols, overwritten; may be gu) from gu and dh:
+** [dg | du] with dg = dh u silu'(g), du = dh silu(g).
+*/
+STRATA_API int strata_swiglu_fwd(strata_queue_t q, strata_mem_t gu, strata_mem_t h, int64_t rows, int64_t cols);
+STRATA_API int strata_swiglu_bwd(strata_queue_t q, strata_mem_t gu, strata_mem_t dh, strata_mem_t dgu, int64_t rows,
+                                 int64_t cols);
+
+/*
+** Rotary position embedding in Hugging Face's half-split convention
+** (rotate_half: element i of a head pairs with element i + head_dim / 2).
+** x holds batch x seq rows, row r = (b, t) starting r * ld elements in
+** (ld >= heads * head_dim: the row stride, so that x may be the q|k part
+** of a fused q|k|v row — q's heads followed by k's, rotated in one call),
+** each row's first heads * head_dim elements being `heads` heads of
+** head_dim (even). With p = pos0 + t (pos0 >= 0: the position of the
+** first token, for a KV cache), a = (float)p * freq[i] (float32, as
+** Hugging Face's), c = cos a, s = sin a, for i < head_dim / 2:
+**   y[i] = x[i] c - x[i + hd/2] s,  y[i + hd/2] = x[i + hd/2] c + x[i] s.
+** freq: head_dim / 2 float32 inverse frequencies (strata_rope_inv_freq,
+** rounded to float). y has x's layout (same ld); y may be x (in place),
+** otherwise they must not overlap; elements of a row past heads *
+** head_dim are not touched. Backward: the transpose rotation of dy into dx
+** (same layout; dx may be dy): dx[i] = dy[i] c + dy[i + hd/2] s,
+** dx[i + hd/2] = dy[i + hd/2] c - dy[i] s.
+*/
+STRATA_API int strata_rope_fwd(strata_queue_t q, strata_mem_t x, strata_mem_t y, strata_mem_t freq, int64_t batch,
+                               int64_t seq, int64_t heads, int64_t head_dim, int64_t ld, int64_t pos0);
+STRATA_API int strata_rope_bwd(strata_queue_t q, strata_mem_t dy, strata_mem_t dx, strata_mem_t freq, int64_t batch,
+                               int64_t seq, int64_t heads, int64_t head_dim, int64_t ld, int64_t pos0);
+
+struct strata_model_config;
+/*
+** RoPE's inverse frequencies for heads of head_dim (even, >= 2) under
+** `config` (include/strata/model.h: rope_theta, 0 meaning Hugging Face's
+** default 10000, and rope_scaling), into out[head_dim / 2], in double:
+** default: out[i] = theta^(-2i / head_dim);
+** STRATA_ROPE_LLAMA3 (Hugging Face's _compute_llama3_parameters): with
+** wavelength w = 2 pi / f of each default f, L = original_context /
+** low_freq_factor, S = original_context / high_freq_factor:
+** w > L: f / factor; w < S: f; else, s = (original_context / w -
+** low_freq_factor) / (high_freq_factor - low_freq_factor), (1 - s) f / factor + s f.
+** Bad input (odd or non-positive head_dim, a negative or non-finite theta,
+** an unknown rope type, llama3 with factor <= 0, original_context <= 0,
+** low_freq_factor <= 0 or high_freq_factor <= low_freq_factor, NULL
+** pointers): STRATA_ERR_INVALID with a message naming the field; out untouched.
+*/
+STRATA_API int strata_rope_inv_freq(const struct strata_model_config *config, int64_t head_dim,
+                                    double *out /* OUT */);
+
+/*
 ** Row softmax of scale * x (rows x cols). With causal = 1 the rows are read
 ** as a stack of cols x cols attention matrices (rows a multiple of cols) and
 ** entry (i, j) with j > i (row index i taken within its matrix) is masked
@@ -141,6 +210,25 @@ STRATA_API int strata_attention_fwd(strata_queue_t q, strata_mem_t qkv, strata_m
 STRATA_API int strata_attention_bwd(strata_queue_t q, strata_mem_t qkv, strata_mem_t out, strata_mem_t dout,
                                     strata_mem_t lse, strata_mem_t dqkv, int64_t batch, int64_t seq, int64_t heads,
                                     int64_t head_dim, float scale, int causal);
+
+/*
+** Grouped-query attention (LLaMA's): the same fused attention with
+** kv_heads key/value heads shared by heads query heads (kv_heads divides
+** heads; heads / kv_heads query heads form a group). Each row of qkv
+** (batch x seq rows) is [q (heads x head_dim) | k (kv_heads x head_dim) |
+** v (kv_heads x head_dim)], the layout of one fused q|k|v projection; query
+** head h reads key/value head h / (heads / kv_heads). out and lse as above
+** (heads query heads); dqkv like qkv, its k and v parts the sums over each
+** group's query heads, in head order (deterministic). kv_heads == heads is
+** strata_attention_fwd/_bwd exactly (they call these), bit for bit.
+** kv_heads not dividing heads: STRATA_ERR_SHAPE.
+*/
+STRATA_API int strata_attention_gqa_fwd(strata_queue_t q, strata_mem_t qkv, strata_mem_t out, strata_mem_t lse,
+                                        int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                                        float scale, int causal);
+STRATA_API int strata_attention_gqa_bwd(strata_queue_t q, strata_mem_t qkv, strata_mem_t out, strata_mem_t dout,
+                                        strata_mem_t lse, strata_mem_t dqkv, int64_t batch, int64_t seq, int64_t heads,
+                                        int64_t kv_heads, int64_t head_dim, float scale, int causal);
 
 /* Whether q's device runs strata_attention_fwd/_bwd (1) or the caller must compose them (0). */
 STRATA_API int strata_attention_supported(strata_queue_t q);

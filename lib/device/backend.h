@@ -11,7 +11,7 @@
 
 /* Raised whenever the layout of anything in this file changes; a module
 ** built against another version is refused when it is loaded. */
-#define STRATA__BACKEND_API_VERSION 8
+#define STRATA__BACKEND_API_VERSION 9
 
 /* The most bytes of a backend library's communicator id (comm_unique_id):
 ** NCCL's ncclUniqueId is 128. */
@@ -70,7 +70,13 @@ struct strata__mem {
   X(TOKENS_SHIFT, "tokens_shift")                                                                  \
   X(CONVERT, "convert")                                                                            \
   X(ADAMW_FUSED, "adamw_fused")                                                                    \
-  X(SUMSQ_SPANS, "sumsq_spans")
+  X(SUMSQ_SPANS, "sumsq_spans")                                                                    \
+  X(RMSNORM_FWD, "rmsnorm_fwd")                                                                    \
+  X(RMSNORM_BWD, "rmsnorm_bwd")                                                                    \
+  X(SWIGLU_FWD, "swiglu_fwd")                                                                      \
+  X(SWIGLU_BWD, "swiglu_bwd")                                                                      \
+  X(ROPE_FWD, "rope_fwd")                                                                          \
+  X(ROPE_BWD, "rope_bwd")
 
 enum strata__op_id {
 #define STRATA__OP_ENUM(id, name) STRATA__OP_##id,
@@ -192,10 +198,11 @@ struct strata__op {
       int dtype, op;
     } reduce;
     /* ATTENTION_FWD: out, lse from qkv. ATTENTION_BWD: dqkv (overwritten) from qkv, out, dout, lse.
-    ** Host only (other backends report the op unsupported). */
+    ** kv_heads key/value heads (dividing heads; == heads for GPT): rows of qkv and dqkv are
+    ** (heads + 2 kv_heads) x head_dim, [q | k | v]. */
     struct {
       struct strata__mem qkv, out, lse, dout, dqkv;
-      int64_t batch, seq, heads, head_dim;
+      int64_t batch, seq, heads, kv_heads, head_dim;
       float scale;
       int causal;
     } attn;
@@ -214,6 +221,24 @@ struct strata__op {
       int64_t rows, vl, off, vocab;
       float scale;
     } xvp;
+    /* RMSNORM_FWD: y, rstd from x, w. RMSNORM_BWD: dx (overwritten), dw (accumulate) from x, w, rstd, dy. */
+    struct {
+      struct strata__mem x, w, y, rstd, dy, dx, dw;
+      int64_t rows, cols;
+      float eps;
+      int accumulate;
+    } rms;
+    /* SWIGLU_FWD: h (rows x cols) from gu (rows x 2cols, [g | u]). SWIGLU_BWD: dgu from gu, dh. */
+    struct {
+      struct strata__mem gu, h, dh, dgu;
+      int64_t rows, cols;
+    } swiglu;
+    /* ROPE_FWD: y = rotate(x); ROPE_BWD: the transpose rotation (x = dy, y = dx). batch x seq rows of ld
+    ** elements, the first heads x head_dim of each rotated; freq: head_dim / 2 float32. */
+    struct {
+      struct strata__mem x, y, freq;
+      int64_t batch, seq, heads, head_dim, ld, pos0;
+    } rope;
     /* TOKENS_SHIFT: out[i] = tokens[i] - off inside [off, off + count), else -1. */
     struct {
       struct strata__mem tokens, out;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include <strata/comm.h>
+#include <strata/model.h>
 #include <strata/ops.h>
 
 #include "device/registry.h"
@@ -307,6 +308,185 @@ STRATA_API int strata_layernorm_bwd(strata_queue_t q, strata_mem_t x, strata_mem
   return submit(q, &op);
 }
 
+STRATA_API int strata_rmsnorm_fwd(strata_queue_t q, strata_mem_t x, strata_mem_t w, strata_mem_t y, strata_mem_t rstd,
+                                  int64_t rows, int64_t cols, float eps) {
+  const char *name = "rmsnorm_fwd";
+  TRY(check_queue(q, STRATA__OP_RMSNORM_FWD));
+  TRY(positive(name, "rows", rows));
+  TRY(positive(name, "cols", cols));
+  if (!(eps > 0) || !isfinite(eps))
+    return strata__error(STRATA_ERR_INVALID, "rmsnorm_fwd: eps = %g, must be a positive number", eps);
+  uint64_t total;
+  TRY(product(name, rows, cols, &total));
+  struct strata__op op = {.id = STRATA__OP_RMSNORM_FWD};
+  TRY(operand(q, &op, name, "x", x, total, FLOATS, &op.u.rms.x));
+  TRY(operand(q, &op, name, "w", w, (uint64_t)cols, FLOATS, &op.u.rms.w));
+  TRY(operand(q, &op, name, "y", y, total, FLOATS, &op.u.rms.y));
+  TRY(operand(q, &op, name, "rstd", rstd, (uint64_t)rows, FLOATS, &op.u.rms.rstd));
+  op.u.rms.rows = rows;
+  op.u.rms.cols = cols;
+  op.u.rms.eps = eps;
+  return submit(q, &op);
+}
+
+STRATA_API int strata_rmsnorm_bwd(strata_queue_t q, strata_mem_t x, strata_mem_t w, strata_mem_t rstd, strata_mem_t dy,
+                                  strata_mem_t dx, strata_mem_t dw, int64_t rows, int64_t cols, int accumulate) {
+  const char *name = "rmsnorm_bwd";
+  TRY(check_queue(q, STRATA__OP_RMSNORM_BWD));
+  TRY(positive(name, "rows", rows));
+  TRY(positive(name, "cols", cols));
+  uint64_t total;
+  TRY(product(name, rows, cols, &total));
+  struct strata__op op = {.id = STRATA__OP_RMSNORM_BWD};
+  TRY(operand(q, &op, name, "x", x, total, FLOATS, &op.u.rms.x));
+  TRY(operand(q, &op, name, "w", w, (uint64_t)cols, FLOATS, &op.u.rms.w));
+  TRY(operand(q, &op, name, "rstd", rstd, (uint64_t)rows, FLOATS, &op.u.rms.rstd));
+  TRY(operand(q, &op, name, "dy", dy, total, FLOATS, &op.u.rms.dy));
+  TRY(operand(q, &op, name, "dx", dx, total, FLOATS, &op.u.rms.dx));
+  TRY(operand(q, &op, name, "dw", dw, (uint64_t)cols, FLOATS, &op.u.rms.dw));
+  op.u.rms.rows = rows;
+  op.u.rms.cols = cols;
+  op.u.rms.accumulate = accumulate != 0;
+  return submit(q, &op);
+}
+
+STRATA_API int strata_swiglu_fwd(strata_queue_t q, strata_mem_t gu, strata_mem_t h, int64_t rows, int64_t cols) {
+  const char *name = "swiglu_fwd";
+  TRY(check_queue(q, STRATA__OP_SWIGLU_FWD));
+  TRY(positive(name, "rows", rows));
+  TRY(positive(name, "cols", cols));
+  uint64_t total, total2;
+  TRY(product(name, rows, cols, &total));
+  TRY(product(name, rows, 2 * cols, &total2));
+  struct strata__op op = {.id = STRATA__OP_SWIGLU_FWD};
+  TRY(operand(q, &op, name, "gu", gu, total2, FLOATS, &op.u.swiglu.gu));
+  TRY(operand(q, &op, name, "h", h, total, FLOATS, &op.u.swiglu.h));
+  op.u.swiglu.rows = rows;
+  op.u.swiglu.cols = cols;
+  return submit(q, &op);
+}
+
+STRATA_API int strata_swiglu_bwd(strata_queue_t q, strata_mem_t gu, strata_mem_t dh, strata_mem_t dgu, int64_t rows,
+                                 int64_t cols) {
+  const char *name = "swiglu_bwd";
+  TRY(check_queue(q, STRATA__OP_SWIGLU_BWD));
+  TRY(positive(name, "rows", rows));
+  TRY(positive(name, "cols", cols));
+  uint64_t total, total2;
+  TRY(product(name, rows, cols, &total));
+  TRY(product(name, rows, 2 * cols, &total2));
+  struct strata__op op = {.id = STRATA__OP_SWIGLU_BWD};
+  TRY(operand(q, &op, name, "gu", gu, total2, FLOATS, &op.u.swiglu.gu));
+  TRY(operand(q, &op, name, "dh", dh, total, FLOATS, &op.u.swiglu.dh));
+  TRY(operand(q, &op, name, "dgu", dgu, total2, FLOATS, &op.u.swiglu.dgu));
+  if (gu.buf == dgu.buf && (gu.off != dgu.off || gu.dtype != dgu.dtype)) {
+    uint64_t gs = strata_dtype_size(gu.dtype), ds = strata_dtype_size(dgu.dtype);
+    uint64_t g0 = (uint64_t)gu.off * gs, d0 = (uint64_t)dgu.off * ds;
+    if (g0 < d0 + total2 * ds && d0 < g0 + total2 * gs)
+      return strata__error(STRATA_ERR_INVALID, "swiglu_bwd: dgu overlaps gu without being it");
+  }
+  op.u.swiglu.rows = rows;
+  op.u.swiglu.cols = cols;
+  return submit(q, &op);
+}
+
+static int rope_common(strata_queue_t q, enum strata__op_id id, strata_mem_t x, strata_mem_t y, strata_mem_t freq,
+                       int64_t batch, int64_t seq, int64_t heads, int64_t head_dim, int64_t ld, int64_t pos0) {
+  const char *name = op_names[id];
+  int fwd = id == STRATA__OP_ROPE_FWD;
+  TRY(check_queue(q, id));
+  TRY(positive(name, "batch", batch));
+  TRY(positive(name, "seq", seq));
+  TRY(positive(name, "heads", heads));
+  TRY(positive(name, "head_dim", head_dim));
+  if (head_dim % 2)
+    return strata__error(STRATA_ERR_SHAPE, "%s: head_dim = %lld must be even (pairs i, i + head_dim / 2)", name,
+                         (long long)head_dim);
+  if (pos0 < 0)
+    return strata__error(STRATA_ERR_SHAPE, "%s: pos0 = %lld must not be negative", name, (long long)pos0);
+  if (pos0 > (INT64_C(1) << 40) || seq > (INT64_C(1) << 40))
+    return strata__error(STRATA_ERR_RANGE, "%s: positions up to %lld + %lld are out of range", name, (long long)pos0,
+                         (long long)seq);
+  uint64_t rows, width, extent;
+  TRY(product(name, batch, seq, &rows));
+  TRY(product(name, heads, head_dim, &width));
+  if (ld < (int64_t)width)
+    return strata__error(STRATA_ERR_SHAPE, "%s: ld = %lld is less than heads x head_dim = %llu", name, (long long)ld,
+                         (unsigned long long)width);
+  TRY(product(name, (int64_t)rows - 1, ld, &extent));
+  extent += width;
+  struct strata__op op = {.id = id};
+  TRY(operand(q, &op, name, fwd ? "x" : "dy", x, extent, FLOATS, &op.u.rope.x));
+  TRY(operand(q, &op, name, fwd ? "y" : "dx", y, extent, FLOATS, &op.u.rope.y));
+  TRY(operand(q, &op, name, "freq", freq, (uint64_t)(head_dim / 2), F32_ONLY, &op.u.rope.freq));
+  if (x.buf == y.buf && (x.off != y.off || x.dtype != y.dtype)) {
+    uint64_t xs = strata_dtype_size(x.dtype), ys = strata_dtype_size(y.dtype);
+    uint64_t x0 = (uint64_t)x.off * xs, y0 = (uint64_t)y.off * ys;
+    if (x0 < y0 + extent * ys && y0 < x0 + extent * xs)
+      return strata__error(STRATA_ERR_INVALID, "%s: operands '%s' and '%s' overlap without being the same", name,
+                           fwd ? "x" : "dy", fwd ? "y" : "dx");
+  }
+  op.u.rope.batch = batch;
+  op.u.rope.seq = seq;
+  op.u.rope.heads = heads;
+  op.u.rope.head_dim = head_dim;
+  op.u.rope.ld = ld;
+  op.u.rope.pos0 = pos0;
+  return submit(q, &op);
+}
+
+STRATA_API int strata_rope_fwd(strata_queue_t q, strata_mem_t x, strata_mem_t y, strata_mem_t freq, int64_t batch,
+                               int64_t seq, int64_t heads, int64_t head_dim, int64_t ld, int64_t pos0) {
+  return rope_common(q, STRATA__OP_ROPE_FWD, x, y, freq, batch, seq, heads, head_dim, ld, pos0);
+}
+
+STRATA_API int strata_rope_bwd(strata_queue_t q, strata_mem_t dy, strata_mem_t dx, strata_mem_t freq, int64_t batch,
+                               int64_t seq, int64_t heads, int64_t head_dim, int64_t ld, int64_t pos0) {
+  return rope_common(q, STRATA__OP_ROPE_BWD, dy, dx, freq, batch, seq, heads, head_dim, ld, pos0);
+}
+
+STRATA_API int strata_rope_inv_freq(const struct strata_model_config *config, int64_t head_dim, double *out) {
+  if (!config || !out)
+    return strata__error(STRATA_ERR_INVALID, "rope_inv_freq: %s is NULL", !config ? "config" : "out");
+  if (head_dim < 2 || head_dim % 2)
+    return strata__error(STRATA_ERR_INVALID, "rope_inv_freq: head_dim = %lld must be even and at least 2",
+                         (long long)head_dim);
+  double theta = config->rope_theta == 0 ? 10000.0 : config->rope_theta;
+  if (!(theta > 0) || !isfinite(theta))
+    return strata__error(STRATA_ERR_INVALID, "rope_inv_freq: rope_theta = %g must be a positive number", theta);
+  const __typeof__(config->rope_scaling) *rs = &config->rope_scaling;
+  if (rs->type != STRATA_ROPE_DEFAULT && rs->type != STRATA_ROPE_LLAMA3)
+    return strata__error(STRATA_ERR_INVALID, "rope_inv_freq: rope_scaling type %d is not one strata knows", rs->type);
+  if (rs->type == STRATA_ROPE_LLAMA3) {
+    if (!(rs->factor > 0) || !isfinite(rs->factor))
+      return strata__error(STRATA_ERR_INVALID, "rope_inv_freq: rope_scaling factor = %g must be positive", rs->factor);
+    if (rs->original_context <= 0)
+      return strata__error(STRATA_ERR_INVALID,
+                           "rope_inv_freq: rope_scaling original_max_position_embeddings = %lld must be positive",
+                           (long long)rs->original_context);
+    if (!(rs->low_freq_factor > 0) || !(rs->high_freq_factor > rs->low_freq_factor) || !isfinite(rs->high_freq_factor))
+      return strata__error(STRATA_ERR_INVALID,
+                           "rope_inv_freq: rope_scaling needs 0 < low_freq_factor < high_freq_factor (got %g, %g)",
+                           rs->low_freq_factor, rs->high_freq_factor);
+  }
+  const double pi = 3.14159265358979323846;
+  for (int64_t i = 0; i < head_dim / 2; i++) {
+    double f = pow(theta, -(double)(2 * i) / (double)head_dim);
+    if (rs->type == STRATA_ROPE_LLAMA3) {
+      double ctx = (double)rs->original_context, wavelen = 2 * pi / f;
+      double low_wavelen = ctx / rs->low_freq_factor, high_wavelen = ctx / rs->high_freq_factor;
+      if (wavelen > low_wavelen) {
+        f = f / rs->factor;
+      } else if (!(wavelen < high_wavelen)) {
+        double s = (ctx / wavelen - rs->low_freq_factor) / (rs->high_freq_factor - rs->low_freq_factor);
+        f = (1 - s) * f / rs->factor + s * f;
+      }
+    }
+    out[i] = f;
+  }
+  return STRATA_OK;
+}
+
 STRATA_API int strata_softmax_fwd(strata_queue_t q, strata_mem_t x, strata_mem_t y, int64_t rows, int64_t cols,
                                   float scale, int causal) {
   const char *name = "softmax_fwd";
@@ -349,21 +529,25 @@ STRATA_API int strata_softmax_bwd(strata_queue_t q, strata_mem_t y, strata_mem_t
 
 /* Shapes and operands shared by the attention ops; fills every field of op->u.attn but the gradients'. */
 static int attention_common(strata_queue_t q, enum strata__op_id id, strata_mem_t qkv, strata_mem_t out,
-                            strata_mem_t lse, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim, float scale,
-                            int causal, struct strata__op *op, uint64_t *qkv_count) {
+                            strata_mem_t lse, int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
+                            int64_t head_dim, float scale, int causal, struct strata__op *op, uint64_t *qkv_count) {
   const char *name = op_names[id];
   TRY(check_queue(q, id));
   TRY(positive(name, "batch", batch));
   TRY(positive(name, "seq", seq));
   TRY(positive(name, "heads", heads));
+  TRY(positive(name, "kv_heads", kv_heads));
   TRY(positive(name, "head_dim", head_dim));
+  if (kv_heads > heads || heads % kv_heads)
+    return strata__error(STRATA_ERR_SHAPE, "%s: kv_heads = %lld must divide heads = %lld", name, (long long)kv_heads,
+                         (long long)heads);
   if (!(scale == scale) || scale == 0.0f)
     return strata__error(STRATA_ERR_INVALID, "%s: scale must be a nonzero number", name);
-  uint64_t rows, d, d3, outn, lsen;
+  uint64_t rows, d, width, outn, lsen;
   TRY(product(name, batch, seq, &rows));
   TRY(product(name, heads, head_dim, &d));
-  TRY(product(name, (int64_t)d, 3, &d3));
-  TRY(product(name, (int64_t)rows, (int64_t)d3, qkv_count));
+  TRY(product(name, heads + 2 * kv_heads, head_dim, &width));
+  TRY(product(name, (int64_t)rows, (int64_t)width, qkv_count));
   TRY(product(name, (int64_t)rows, (int64_t)d, &outn));
   TRY(product(name, (int64_t)rows, heads, &lsen));
   op->id = id;
@@ -373,35 +557,48 @@ static int attention_common(strata_queue_t q, enum strata__op_id id, strata_mem_
   op->u.attn.batch = batch;
   op->u.attn.seq = seq;
   op->u.attn.heads = heads;
+  op->u.attn.kv_heads = kv_heads;
   op->u.attn.head_dim = head_dim;
   op->u.attn.scale = scale;
   op->u.attn.causal = causal != 0;
   return STRATA_OK;
 }
 
-STRATA_API int strata_attention_fwd(strata_queue_t q, strata_mem_t qkv, strata_mem_t out, strata_mem_t lse,
-                                    int64_t batch, int64_t seq, int64_t heads, int64_t head_dim, float scale,
-                                    int causal) {
+STRATA_API int strata_attention_gqa_fwd(strata_queue_t q, strata_mem_t qkv, strata_mem_t out, strata_mem_t lse,
+                                        int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                                        float scale, int causal) {
   struct strata__op op = {.id = STRATA__OP_ATTENTION_FWD};
   uint64_t n;
-  TRY(attention_common(q, STRATA__OP_ATTENTION_FWD, qkv, out, lse, batch, seq, heads, head_dim, scale, causal, &op,
-                       &n));
+  TRY(attention_common(q, STRATA__OP_ATTENTION_FWD, qkv, out, lse, batch, seq, heads, kv_heads, head_dim, scale,
+                       causal, &op, &n));
   return submit(q, &op);
 }
 
-STRATA_API int strata_attention_bwd(strata_queue_t q, strata_mem_t qkv, strata_mem_t out, strata_mem_t dout,
-                                    strata_mem_t lse, strata_mem_t dqkv, int64_t batch, int64_t seq, int64_t heads,
-                                    int64_t head_dim, float scale, int causal) {
+STRATA_API int strata_attention_gqa_bwd(strata_queue_t q, strata_mem_t qkv, strata_mem_t out, strata_mem_t dout,
+                                        strata_mem_t lse, strata_mem_t dqkv, int64_t batch, int64_t seq, int64_t heads,
+                                        int64_t kv_heads, int64_t head_dim, float scale, int causal) {
   struct strata__op op = {.id = STRATA__OP_ATTENTION_BWD};
   uint64_t n;
-  TRY(attention_common(q, STRATA__OP_ATTENTION_BWD, qkv, out, lse, batch, seq, heads, head_dim, scale, causal, &op,
-                       &n));
+  TRY(attention_common(q, STRATA__OP_ATTENTION_BWD, qkv, out, lse, batch, seq, heads, kv_heads, head_dim, scale,
+                       causal, &op, &n));
   TRY(operand(q, &op, "attention_bwd", "dout", dout, (uint64_t)batch * (uint64_t)seq * (uint64_t)(heads * head_dim),
               FLOATS, &op.u.attn.dout));
   TRY(operand(q, &op, "attention_bwd", "dqkv", dqkv, n, FLOATS, &op.u.attn.dqkv));
   if (op.u.attn.dqkv.h == op.u.attn.qkv.h && op.u.attn.dqkv.off == op.u.attn.qkv.off)
     return strata__error(STRATA_ERR_INVALID, "attention_bwd: dqkv cannot be qkv");
   return submit(q, &op);
+}
+
+STRATA_API int strata_attention_fwd(strata_queue_t q, strata_mem_t qkv, strata_mem_t out, strata_mem_t lse,
+                                    int64_t batch, int64_t seq, int64_t heads, int64_t head_dim, float scale,
+                                    int causal) {
+  return strata_attention_gqa_fwd(q, qkv, out, lse, batch, seq, heads, heads, head_dim, scale, causal);
+}
+
+STRATA_API int strata_attention_bwd(strata_queue_t q, strata_mem_t qkv, strata_mem_t out, strata_mem_t dout,
+                                    strata_mem_t lse, strata_mem_t dqkv, int64_t batch, int64_t seq, int64_t heads,
+                                    int64_t head_dim, float scale, int causal) {
+  return strata_attention_gqa_bwd(q, qkv, out, dout, lse, dqkv, batch, seq, heads, heads, head_dim, scale, causal);
 }
 
 STRATA_API int strata_attention_supported(strata_queue_t q) {

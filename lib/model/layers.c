@@ -86,9 +86,12 @@ static strata_mem_t slice_tokens(struct lctx *c, int *rc) {
   return tok;
 }
 
+/* A llama's RMSNorm epsilon. */
+static float norm_eps(const struct lctx *c) { return (float)c->st->model->cfg.norm_eps; }
+
 static int embed_fwd(struct lctx *c) {
   struct strata__dims d = c->d;
-  TRY(FETCH(c, 0, 2));
+  TRY(FETCH(c, 0, d.rms ? 1 : 2)); /* (a llama: no position table) */
   if (d.vp) { /* each slice looks up its rows of the vocabulary, the others' are zero: the sum is the lookup */
     int rc = STRATA_OK;
     strata_mem_t tok = slice_tokens(c, &rc);
@@ -98,6 +101,8 @@ static int embed_fwd(struct lctx *c) {
   } else {
     TRY(strata_embedding_fwd(c->q, c->in, PARAM(c, 0), c->out, d.R, d.D, d.V));
   }
+  if (d.rms)
+    return STRATA_OK;
   TRY(strata_embedding_fwd(c->q, AT(c->st->positions, 0), PARAM(c, 1), SC(c, 0, 0), d.R, d.D, d.T));
   return strata_add(c->q, c->out, SC(c, 0, 0), c->out, d.R * d.D);
 }
@@ -206,10 +211,11 @@ static int block_recompute(struct lctx c) {
 /* The output projection as the GEMMs read it (ZeRO-3: gathered first), and its gradient: the head's own weight, or
 ** the embedding's when tied. */
 static int head_weight(struct lctx *c, strata_mem_t *w, strata_mem_t *dw) {
-  TRY(c->st->model->cfg.tied ? strata__stage_param_take(c->st, c->st->layer_tensor[0], 1) : FETCH(c, 2, 1));
+  const int hw = c->d.rms ? 1 : 2; /* after the final norm's one (RMSNorm) or two (layernorm) tensors */
+  TRY(c->st->model->cfg.tied ? strata__stage_param_take(c->st, c->st->layer_tensor[0], 1) : FETCH(c, hw, 1));
   if (!c->st->model->cfg.tied) {
-    *w = WT(c, 2);
-    *dw = GRAD(c, 2);
+    *w = WT(c, hw);
+    *dw = GRAD(c, hw);
     return STRATA_OK;
   }
   const struct strata__tensor *wte = &c->st->tensors[c->st->layer_tensor[0]]; /* stage holds every layer */
@@ -223,9 +229,12 @@ static int lm_head_fwd(struct lctx *c, strata_mem_t targets) {
   struct strata__head_saved h = strata__head_layout(&d);
   const size_t R = (size_t)d.R;
   strata_mem_t W, dW;
-  TRY(FETCH(c, 0, 2));
-  TRY(strata_layernorm_fwd(c->q, c->in, PARAM(c, 0), PARAM(c, 1), SV(c, h.ln, 0), SAVED(c, h.mean), SAVED(c, h.rstd),
-                           d.R, d.D, 1e-5f));
+  TRY(FETCH(c, 0, d.rms ? 1 : 2));
+  if (d.rms) /* a llama's final RMSNorm */
+    TRY(strata_rmsnorm_fwd(c->q, c->in, PARAM(c, 0), SV(c, h.ln, 0), SAVED(c, h.rstd), d.R, d.D, norm_eps(c)));
+  else
+    TRY(strata_layernorm_fwd(c->q, c->in, PARAM(c, 0), PARAM(c, 1), SV(c, h.ln, 0), SAVED(c, h.mean),
+                             SAVED(c, h.rstd), d.R, d.D, 1e-5f));
   TRY(head_weight(c, &W, &dW));
   TRY(strata_gemm(c->q, 0, 1, d.R, d.V, d.D, 1, SV(c, h.ln, 0), d.D, 0, W, d.D, 0, 0, SV(c, h.logits, 0), d.V, 0, 1));
   if (!d.vp)
@@ -398,6 +407,16 @@ static int ln_bwd(struct lctx *c, strata_mem_t x, strata_mem_t g, strata_mem_t m
   return strata_layernorm_bwd(c->q, x, g, mean, rstd, dy, dx, dg, db, rows, cols, c->mode != BM_INPUT);
 }
 
+/* RMSNorm's backward restricted to the part the mode wants, as ln_bwd. */
+static int rms_bwd(struct lctx *c, strata_mem_t x, strata_mem_t w, strata_mem_t rstd, strata_mem_t dy, strata_mem_t dx,
+                   strata_mem_t dw, strata_mem_t junk, int64_t rows, int64_t cols) {
+  if (c->mode == BM_INPUT)
+    dw = junk;
+  else if (c->mode == BM_WEIGHT)
+    dx = junk;
+  return strata_rmsnorm_bwd(c->q, x, w, rstd, dy, dx, dw, rows, cols, c->mode != BM_INPUT);
+}
+
 static int embed_bwd(struct lctx *c, strata_mem_t dout) {
   struct strata__dims d = c->d;
   TRY(keep_dout(c, &dout, (size_t)(d.R * d.D)));
@@ -409,8 +428,10 @@ static int embed_bwd(struct lctx *c, strata_mem_t dout) {
     tok = slice_tokens(c, &rc);
     TRY(rc);
   }
-  TRY(TAKE(c, 0, 2));
+  TRY(TAKE(c, 0, d.rms ? 1 : 2));
   TRY(strata_embedding_bwd(c->q, tok, dout, GRAD(c, 0), d.R, d.D, d.V, 1));
+  if (d.rms)
+    return STRATA_OK;
   return strata_embedding_bwd(c->q, AT(c->st->positions, 0), dout, GRAD(c, 1), d.R, d.D, d.T, 1);
 }
 
@@ -498,14 +519,16 @@ static int lm_head_bwd(struct lctx *c, strata_mem_t targets, strata_mem_t din) {
   }
   if (DO_W(c)) {
     if (!c->st->model->cfg.tied) /* (tied: the embedding's, in gtied) */
-      TRY(TAKE(c, 2, 1));
+      TRY(TAKE(c, d.rms ? 1 : 2, 1));
     TRY(head_weight(c, &W, &dW));
     TRY(strata_gemm(c->q, 1, 0, d.V, d.D, d.R, 1, dlogits, d.V, 0, SV(c, h.ln, 0), d.D, 0, 1, dW, d.D, 0, 1));
   }
   if (!din.buf && c->mode == BM_INPUT)
     return STRATA_OK;
-  TRY(TAKE(c, 0, 2));
-  TRY(FETCH(c, 0, 2));
+  TRY(TAKE(c, 0, d.rms ? 1 : 2));
+  TRY(FETCH(c, 0, d.rms ? 1 : 2));
+  if (d.rms)
+    return rms_bwd(c, c->in, PARAM(c, 0), SAVED(c, h.rstd), dlnx, din.buf ? din : junk, GRAD(c, 0), junk, d.R, d.D);
   return ln_bwd(c, c->in, PARAM(c, 0), SAVED(c, h.mean), SAVED(c, h.rstd), dlnx, din.buf ? din : junk, GRAD(c, 0),
                 GRAD(c, 1), junk, d.R, d.D);
 }
@@ -594,6 +617,152 @@ static int classifier_bwd(struct lctx *c, strata_mem_t targets, strata_mem_t din
   return linear_bwd_w(c->q, c->d.R, L->in, L->out, x, dlogits, GRAD(c, 0), GRAD(c, 1));
 }
 
+/* ---- the llama block ---- */
+
+/* Its tensors, in layer_tensors' order (Hugging Face's names less "model.layers.N."). */
+enum { LL_IN_NORM, LL_Q, LL_K, LL_V, LL_O, LL_POST_NORM, LL_GATE, LL_UP, LL_DOWN };
+
+/* y[R, n] (row stride ldy) (+)= x[R, k] (row stride ldx) W[k, n]: one projection into its columns of a fused row. */
+static int proj(strata_queue_t q, int64_t R, int64_t k, int64_t n, strata_mem_t x, int64_t ldx, strata_mem_t W,
+                float beta, strata_mem_t y, int64_t ldy) {
+  return strata_gemm(q, 0, 0, R, n, k, 1, x, ldx, 0, W, n, 0, beta, y, ldy, 0, 1);
+}
+/* dx[R, k] (+)= dy[R, n] (row stride ldd) W[k, n]^T: a projection's input gradient. */
+static int proj_dx(strata_queue_t q, int64_t R, int64_t k, int64_t n, strata_mem_t dy, int64_t ldd, strata_mem_t W,
+                   float beta, strata_mem_t dx) {
+  return strata_gemm(q, 0, 1, R, k, n, 1, dy, ldd, 0, W, n, 0, beta, dx, k, 0, 1);
+}
+/* dW[k, n] += x[R, k]^T dy[R, n] (row stride ldd): a projection's weight gradient. */
+static int proj_dw(strata_queue_t q, int64_t R, int64_t k, int64_t n, strata_mem_t x, strata_mem_t dy, int64_t ldd,
+                   strata_mem_t dW) {
+  return strata_gemm(q, 1, 0, k, n, R, 1, x, k, 0, dy, ldd, 0, 1, dW, n, 0, 1);
+}
+
+/*
+** A llama block: h = x + o_proj(attn(RoPE(q), RoPE(k), v)) over RMSNorm(x),
+** out = h + down(silu(gate(g)) * up(g)) over g = RMSNorm(h), no biases.
+** q, k and v land side by side in one q|k|v row (the grouped-query
+** attention's layout), gate and up in one gate|up row (SwiGLU's); RoPE
+** rotates q's and k's heads in place in one call. Sharded (tp dividing
+** n_kv_heads), the stage holds H query heads and their KV key/value heads
+** (A = H hd, Akv = KV hd columns), F of the hidden units: o_proj and
+** down_proj are row-split, their products joined over the slices; the
+** norms and residuals run whole on every slice.
+*/
+static int llama_block_fwd(struct lctx *c) {
+  struct strata__dims d = c->d;
+  struct strata__llama_saved s = strata__llama_layout(&d);
+  strata_queue_t q = c->q;
+  const int64_t D = d.D, A = d.A, Akv = d.Akv, W = A + 2 * Akv, F = d.F, R = d.R, RD = R * D;
+  TRY(FETCH(c, LL_IN_NORM, 1));
+  TRY(strata_rmsnorm_fwd(q, c->in, PARAM(c, LL_IN_NORM), SV(c, s.ln1, 0), SAVED(c, s.rstd1), R, D, norm_eps(c)));
+  TRY(FETCH(c, LL_Q, 1));
+  TRY(proj(q, R, D, A, SV(c, s.ln1, 0), D, WT(c, LL_Q), 0, SV(c, s.qkv, 0), W));
+  TRY(FETCH(c, LL_K, 1));
+  TRY(proj(q, R, D, Akv, SV(c, s.ln1, 0), D, WT(c, LL_K), 0, SV(c, s.qkv, A), W));
+  TRY(FETCH(c, LL_V, 1));
+  TRY(proj(q, R, D, Akv, SV(c, s.ln1, 0), D, WT(c, LL_V), 0, SV(c, s.qkv, A + Akv), W));
+  TRY(strata_rope_fwd(q, SV(c, s.qkv, 0), SV(c, s.qkv, 0), AT(c->st->rope, 0), d.B, d.T, d.H + d.KV, d.hd, W, 0));
+  TRY(strata_attention_gqa_fwd(q, SV(c, s.qkv, 0), SV(c, s.att, 0), SAVED(c, s.lse), d.B, d.T, d.H, d.KV, d.hd,
+                               1.0f / sqrtf((float)d.hd), 1));
+  TRY(FETCH(c, LL_O, 1));
+  TRY(proj(q, R, A, D, SV(c, s.att, 0), A, WT(c, LL_O), 0, SV(c, s.xmid, 0), D));
+  TRY(join(c, SV(c, s.xmid, 0), (size_t)RD));
+  TRY(strata_add(q, SV(c, s.xmid, 0), c->in, SV(c, s.xmid, 0), RD));
+  TRY(FETCH(c, LL_POST_NORM, 1));
+  TRY(strata_rmsnorm_fwd(q, SV(c, s.xmid, 0), PARAM(c, LL_POST_NORM), SV(c, s.ln2, 0), SAVED(c, s.rstd2), R, D,
+                         norm_eps(c)));
+  TRY(FETCH(c, LL_GATE, 1));
+  TRY(proj(q, R, D, F, SV(c, s.ln2, 0), D, WT(c, LL_GATE), 0, SV(c, s.gu, 0), 2 * F));
+  TRY(FETCH(c, LL_UP, 1));
+  TRY(proj(q, R, D, F, SV(c, s.ln2, 0), D, WT(c, LL_UP), 0, SV(c, s.gu, F), 2 * F));
+  TRY(strata_swiglu_fwd(q, SV(c, s.gu, 0), SV(c, s.h, 0), R, F));
+  TRY(FETCH(c, LL_DOWN, 1));
+  TRY(proj(q, R, F, D, SV(c, s.h, 0), F, WT(c, LL_DOWN), 0, c->out, D));
+  TRY(join(c, c->out, (size_t)RD));
+  return strata_add(q, c->out, SV(c, s.xmid, 0), c->out, RD);
+}
+
+/* Backward of a llama block, sharded as its forward: the input gradients of the column-split projections (gate and
+** up, q, k and v) are the slices' partial sums, joined. */
+static int llama_block_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
+  struct strata__dims d = c->d;
+  struct strata__llama_saved s = strata__llama_layout(&d);
+  strata_queue_t q = c->q;
+  const int a = d.act;
+  const int64_t D = d.D, A = d.A, Akv = d.Akv, W = A + 2 * Akv, F = d.F, R = d.R, RD = R * D;
+  const size_t uRD = strata__units((size_t)RD, a), uW = strata__units((size_t)(R * W), a),
+               uGU = strata__units((size_t)(2 * R * F), a), uRF = strata__units((size_t)(R * F), a);
+  const float scale = 1.0f / sqrtf((float)d.hd);
+  /* scratch (units): dqkv | dgu | dh | d1 | d2 | d3 | junk (float32) */
+  const size_t o_dqkv = 0, o_dgu = o_dqkv + uW, o_dh = o_dgu + uGU, o_d1 = o_dh + uRF, o_d2 = o_d1 + uRD,
+               o_d3 = o_d2 + uRD, o_junk = o_d3 + uRD;
+  /* dsave (units): dout | dgu | dln2 | dxmid | dqkv | dln1 */
+  const size_t k_dgu = uRD, k_dln2 = k_dgu + uGU, k_dxmid = k_dln2 + uRD, k_dqkv = k_dxmid + uRD,
+               k_dln1 = k_dqkv + uW;
+  strata_mem_t dgu = LOC(c, o_dgu, k_dgu), dh = SC(c, o_dh, 0), dln2 = LOC(c, o_d1, k_dln2),
+               dxmid = LOC(c, o_d3, k_dxmid), dqkv = LOC(c, o_dqkv, k_dqkv), dln1 = LOC(c, o_d1, k_dln1),
+               junk = SCR(c, o_junk);
+  TRY(keep_dout(c, &dout, (size_t)RD));
+  /* the MLP */
+  if (DO_IN(c)) {
+    TRY(FETCH(c, LL_DOWN, 1));
+    TRY(proj_dx(q, R, F, D, dout, D, WT(c, LL_DOWN), 0, dh));
+    TRY(strata_swiglu_bwd(q, SV(c, s.gu, 0), dh, dgu, R, F));
+    TRY(FETCH(c, LL_GATE, 1));
+    TRY(proj_dx(q, R, D, F, dgu, 2 * F, WT(c, LL_GATE), 0, dln2));
+    TRY(FETCH(c, LL_UP, 1));
+    TRY(proj_dx(q, R, D, F, plus(dgu, (size_t)F), 2 * F, WT(c, LL_UP), 1, dln2));
+    TRY(join(c, dln2, (size_t)RD));
+  }
+  if (DO_W(c)) {
+    TRY(TAKE(c, LL_DOWN, 1));
+    TRY(proj_dw(q, R, F, D, SV(c, s.h, 0), dout, D, GRAD(c, LL_DOWN)));
+    TRY(TAKE(c, LL_GATE, 1));
+    TRY(proj_dw(q, R, D, F, SV(c, s.ln2, 0), dgu, 2 * F, GRAD(c, LL_GATE)));
+    TRY(TAKE(c, LL_UP, 1));
+    TRY(proj_dw(q, R, D, F, SV(c, s.ln2, 0), plus(dgu, (size_t)F), 2 * F, GRAD(c, LL_UP)));
+  }
+  TRY(TAKE(c, LL_POST_NORM, 1));
+  TRY(FETCH(c, LL_POST_NORM, 1));
+  TRY(rms_bwd(c, SV(c, s.xmid, 0), PARAM(c, LL_POST_NORM), SAVED(c, s.rstd2), dln2, SC(c, o_d2, 0),
+              GRAD(c, LL_POST_NORM), junk, R, D));
+  /* the attention */
+  if (DO_IN(c)) {
+    TRY(strata_add(q, dout, SC(c, o_d2, 0), dxmid, RD));
+    TRY(FETCH(c, LL_O, 1));
+    TRY(proj_dx(q, R, A, D, dxmid, D, WT(c, LL_O), 0, SC(c, o_d1, 0)));
+    TRY(strata_attention_gqa_bwd(q, SV(c, s.qkv, 0), SV(c, s.att, 0), SC(c, o_d1, 0), SAVED(c, s.lse), dqkv, d.B,
+                                 d.T, d.H, d.KV, d.hd, scale, 1));
+    /* back through the rotation: the gradients of the projections' outputs */
+    TRY(strata_rope_bwd(q, dqkv, dqkv, AT(c->st->rope, 0), d.B, d.T, d.H + d.KV, d.hd, W, 0));
+    TRY(FETCH(c, LL_Q, 1));
+    TRY(proj_dx(q, R, D, A, dqkv, W, WT(c, LL_Q), 0, dln1));
+    TRY(FETCH(c, LL_K, 1));
+    TRY(proj_dx(q, R, D, Akv, plus(dqkv, (size_t)A), W, WT(c, LL_K), 1, dln1));
+    TRY(FETCH(c, LL_V, 1));
+    TRY(proj_dx(q, R, D, Akv, plus(dqkv, (size_t)(A + Akv)), W, WT(c, LL_V), 1, dln1));
+    TRY(join(c, dln1, (size_t)RD));
+  }
+  if (DO_W(c)) {
+    TRY(TAKE(c, LL_O, 1));
+    TRY(proj_dw(q, R, A, D, SV(c, s.att, 0), dxmid, D, GRAD(c, LL_O)));
+    TRY(TAKE(c, LL_Q, 1));
+    TRY(proj_dw(q, R, D, A, SV(c, s.ln1, 0), dqkv, W, GRAD(c, LL_Q)));
+    TRY(TAKE(c, LL_K, 1));
+    TRY(proj_dw(q, R, D, Akv, SV(c, s.ln1, 0), plus(dqkv, (size_t)A), W, GRAD(c, LL_K)));
+    TRY(TAKE(c, LL_V, 1));
+    TRY(proj_dw(q, R, D, Akv, SV(c, s.ln1, 0), plus(dqkv, (size_t)(A + Akv)), W, GRAD(c, LL_V)));
+  }
+  TRY(TAKE(c, LL_IN_NORM, 1));
+  TRY(FETCH(c, LL_IN_NORM, 1));
+  TRY(rms_bwd(c, c->in, PARAM(c, LL_IN_NORM), SAVED(c, s.rstd1), dln1, SC(c, o_d2, 0), GRAD(c, LL_IN_NORM), junk, R,
+              D));
+  if (DO_IN(c) && din.buf)
+    TRY(strata_add(q, dxmid, SC(c, o_d2, 0), din, RD));
+  return STRATA_OK;
+}
+
 /* The context of stage layer i for slot s. */
 static struct lctx layer_ctx(struct strata__stage *st, int s, int i) {
   struct lctx c = {.st = st, .L = strata__stage_layer_at(st, i), .d = strata__stage_dims(st), .q = st->q,
@@ -641,6 +810,7 @@ int strata__stage_forward(struct strata__stage *st, int s) {
     case STRATA__LAYER_LINEAR: rc = fc_fwd(&c); break;
     case STRATA__LAYER_CONV: rc = conv_fwd(&c); break;
     case STRATA__LAYER_CLASSIFIER: rc = classifier_fwd(&c, targets); break;
+    case STRATA__LAYER_LLAMA_BLOCK: rc = llama_block_fwd(&c); break;
     }
     if (rc)
       return rc;
@@ -688,6 +858,7 @@ static int stage_backward(struct strata__stage *st, int s, int mode) {
     case STRATA__LAYER_LINEAR: rc = fc_bwd(&c, dout, din); break;
     case STRATA__LAYER_CONV: rc = conv_bwd(&c, dout, din); break;
     case STRATA__LAYER_CLASSIFIER: rc = classifier_bwd(&c, targets, din); break;
+    case STRATA__LAYER_LLAMA_BLOCK: rc = llama_block_bwd(&c, dout, din); break;
     }
     if (rc)
       return rc;

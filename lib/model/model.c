@@ -23,7 +23,14 @@ struct preset {
     nm, {.kind = STRATA_MODEL_GPT, .vocab = v, .context = t, .d_model = d, .layers = l, .heads = hd, .d_ff = ff }      \
   }
 
-/* Byte-level GPTs from tiny to GPT-2 shapes (vocab 50257 as GPT-2's BPE) and beyond. */
+#define LLAMA(nm, v, t, d, l, hd, kv, ff, theta)                                                                       \
+  {                                                                                                                    \
+    nm, {.kind = STRATA_MODEL_LLAMA, .vocab = v, .context = t, .d_model = d, .layers = l, .heads = hd, .kv_heads = kv,  \
+         .d_ff = ff, .rope_theta = theta, .norm_eps = 1e-5 }                                                           \
+  }
+
+/* Byte-level GPTs from tiny to GPT-2 shapes (vocab 50257 as GPT-2's BPE) and beyond; LLaMA-shaped models (the small
+** ones over bytes, with grouped-query attention; the real shapes for planning, untied). */
 static const struct preset presets[] = {
     GPT("gpt-micro", 256, 32, 32, 1, 2, 128),
     GPT("gpt-tiny", 256, 64, 64, 2, 4, 256),
@@ -35,6 +42,11 @@ static const struct preset presets[] = {
     GPT("gpt2-large", 50257, 1024, 1280, 36, 20, 5120),
     GPT("gpt2-xl", 50257, 1024, 1600, 48, 25, 6400),
     GPT("gpt-7b", 50257, 2048, 4096, 32, 32, 16384),
+    LLAMA("llama-micro", 256, 32, 32, 1, 4, 2, 96, 10000),
+    LLAMA("llama-tiny", 256, 64, 64, 2, 4, 2, 192, 10000),
+    LLAMA("llama2-7b", 32000, 4096, 4096, 32, 32, 32, 11008, 10000),
+    LLAMA("llama3-8b", 128256, 8192, 4096, 32, 32, 8, 14336, 500000),
+    LLAMA("llama3-70b", 128256, 8192, 8192, 80, 64, 8, 28672, 500000),
     {"mlp", {.kind = STRATA_MODEL_MLP, .image = 16, .channels = 1, .classes = 4, .hidden = {256, 128}}},
     {"cnn", {.kind = STRATA_MODEL_CNN, .image = 16, .channels = 1, .classes = 4, .conv = {8, 16}}},
     /* high resolution: 512 x 512 down to 16 x 16 by pooling and strides, averaged, classified */
@@ -54,7 +66,11 @@ STRATA_API const char *const *strata_model_presets(void) {
 }
 
 static const char *kind_name(int kind) {
-  return kind == STRATA_MODEL_GPT ? "gpt" : kind == STRATA_MODEL_MLP ? "mlp" : kind == STRATA_MODEL_CNN ? "cnn" : "?";
+  return kind == STRATA_MODEL_GPT     ? "gpt"
+         : kind == STRATA_MODEL_LLAMA ? "llama"
+         : kind == STRATA_MODEL_MLP   ? "mlp"
+         : kind == STRATA_MODEL_CNN   ? "cnn"
+                                      : "?";
 }
 
 /* Limits that keep every size product far from overflow. */
@@ -68,9 +84,42 @@ static int check_range(const char *src, const char *field, int64_t v, int64_t lo
   return STRATA_OK;
 }
 
+/* A llama's own fields (its GPT-shaped ones checked by the caller): grouped-query heads, an even head width for RoPE's
+** pairs, a positive RoPE base and RMSNorm epsilon, Llama 3's frequency scaling. */
+static int validate_llama(const struct strata_model_config *c, const char *src) {
+  TRY(check_range(src, "n_kv_heads", c->kv_heads, 1, c->heads));
+  if (c->heads % c->kv_heads)
+    return strata__error(STRATA_ERR_SHAPE, "%s: n_kv_heads = %lld does not divide heads = %lld", src,
+                         (long long)c->kv_heads, (long long)c->heads);
+  if ((c->d_model / c->heads) % 2)
+    return strata__error(STRATA_ERR_SHAPE, "%s: the head width d_model / heads = %lld is odd; RoPE rotates pairs", src,
+                         (long long)(c->d_model / c->heads));
+  if (!(c->rope_theta > 1 && c->rope_theta < 1e12))
+    return strata__error(STRATA_ERR_INVALID, "%s: rope_theta = %g must lie in (1, 1e12)", src, c->rope_theta);
+  if (!(c->norm_eps > 0 && c->norm_eps < 1))
+    return strata__error(STRATA_ERR_INVALID, "%s: norm_eps = %g must lie in (0, 1)", src, c->norm_eps);
+  const double f = c->rope_scaling.factor, lo = c->rope_scaling.low_freq_factor, hi = c->rope_scaling.high_freq_factor;
+  switch (c->rope_scaling.type) {
+  case STRATA_ROPE_DEFAULT:
+    return STRATA_OK;
+  case STRATA_ROPE_LLAMA3:
+    if (!(f >= 1 && f < 1e6))
+      return strata__error(STRATA_ERR_INVALID, "%s: rope_scaling.factor = %g must lie in [1, 1e6)", src, f);
+    if (!(lo > 0 && hi > lo && hi < 1e6))
+      return strata__error(STRATA_ERR_INVALID, "%s: rope_scaling needs 0 < low_freq_factor (%g) < high_freq_factor "
+                           "(%g)", src, lo, hi);
+    return check_range(src, "rope_scaling.original_max_position_embeddings", c->rope_scaling.original_context, 1,
+                       MAX_DIM);
+  default:
+    return strata__error(STRATA_ERR_INVALID, "%s: rope_scaling.rope_type %d is not one strata knows", src,
+                         c->rope_scaling.type);
+  }
+}
+
 static int validate(const struct strata_model_config *c, const char *src) {
   switch (c->kind) {
   case STRATA_MODEL_GPT:
+  case STRATA_MODEL_LLAMA:
     TRY(check_range(src, "vocab", c->vocab, 2, MAX_DIM));
     TRY(check_range(src, "context", c->context, 1, 65536));
     TRY(check_range(src, "d_model", c->d_model, 1, 65536));
@@ -80,7 +129,7 @@ static int validate(const struct strata_model_config *c, const char *src) {
     if (c->d_model % c->heads)
       return strata__error(STRATA_ERR_SHAPE, "%s: heads = %lld does not divide d_model = %lld", src,
                            (long long)c->heads, (long long)c->d_model);
-    return STRATA_OK;
+    return c->kind == STRATA_MODEL_LLAMA ? validate_llama(c, src) : STRATA_OK;
   case STRATA_MODEL_MLP:
   case STRATA_MODEL_CNN: {
     TRY(check_range(src, "image", c->image, 2, 1024));
@@ -139,6 +188,38 @@ static void add_layer(struct strata_model *m, struct strata__layer *l, const cha
 }
 
 /*
+** A llama's layers: the token embedding (no positions: RoPE rotates each
+** block's queries and keys), its blocks (q, k, v, o projections without
+** biases, n_kv_heads of d_model / heads for K and V; a SwiGLU MLP of three
+** d_model x d_ff matrices; two RMSNorm weights), the final RMSNorm and the
+** head. Activation bytes are what lib/model/stage.c keeps per sample.
+*/
+static int build_llama(struct strata_model *m) {
+  const struct strata_model_config *c = &m->cfg;
+  const double T = (double)c->context, D = (double)c->d_model, F = (double)c->d_ff, V = (double)c->vocab,
+               H = (double)c->heads, A = D, Akv = (double)c->kv_heads * (D / H);
+  struct strata__layer l = {.kind = STRATA__LAYER_EMBED, .in = 1, .out = c->d_model, .first = 1};
+  add_layer(m, &l, "embed_tokens", "embed", (uint64_t)(V * D), 0, 0, (uint64_t)(4 * T), (uint64_t)(4 * T * D));
+  for (int64_t i = 0; i < c->layers; i++) {
+    struct strata__layer b = {.kind = STRATA__LAYER_LLAMA_BLOCK, .index = (int)i, .in = c->d_model,
+                              .out = c->d_model};
+    char name[32];
+    snprintf(name, sizeof name, "layers.%lld", (long long)i);
+    uint64_t params = (uint64_t)(2 * D + D * (A + 2 * Akv) + A * D + 3 * D * F);
+    double fwd = T * (2 * D * (A + 2 * Akv) + 2 * A * D + 6 * D * F) + 4 * T * T * A;
+    /* saved: x normed, q|k|v (rotated), attention output, x_mid, x_mid normed, gate|up, silu(gate) * up (floats);
+    ** two RMSNorm rstd and the attention's log-sum-exps (one a head a token) */
+    double act = 4 * (T * (3 * D + 2 * A + 2 * Akv + 3 * F) + 2 * T + H * T);
+    add_layer(m, &b, name, "block", params, fwd, 2 * fwd, (uint64_t)act, (uint64_t)(4 * T * D));
+  }
+  struct strata__layer h = {.kind = STRATA__LAYER_LM_HEAD, .in = c->d_model, .out = c->vocab};
+  /* saved: the normed rows, their rstd, the logits, the losses */
+  add_layer(m, &h, c->tied ? "norm+lm_head(tied)" : "norm+lm_head", "lm_head", (uint64_t)(D + (c->tied ? 0 : D * V)),
+            2 * T * D * V, 4 * T * D * V, (uint64_t)(4 * (T * D + T + T * V + T)), 4);
+  return STRATA_OK;
+}
+
+/*
 ** Lay out the layers and their costs. FLOPs count matrix products only
 ** (2 per multiply-add, the convention of MFU); elementwise work is left
 ** out. Attention scores are counted in full T x T, as they are computed.
@@ -146,7 +227,7 @@ static void add_layer(struct strata_model *m, struct strata__layer *l, const cha
 static int build_layers(struct strata_model *m) {
   const struct strata_model_config *c = &m->cfg;
   int cap = 0;
-  if (c->kind == STRATA_MODEL_GPT)
+  if (strata__model_text(c))
     cap = (int)c->layers + 2;
   else
     cap = STRATA_MODEL_MAX_CONV + 1;
@@ -174,6 +255,8 @@ static int build_layers(struct strata_model *m) {
               4 * T * D * V, (uint64_t)(4 * (T * D + 2 * T + T * V + T)), 4);
     return STRATA_OK;
   }
+  if (c->kind == STRATA_MODEL_LLAMA)
+    return build_llama(m);
   int64_t feat = c->channels * c->image * c->image;
   if (c->kind == STRATA_MODEL_MLP) {
     for (int i = 0; i < STRATA_MODEL_MAX_CONV && c->hidden[i]; i++) {
@@ -226,6 +309,16 @@ STRATA_API int strata_model_from_config(const struct strata_model_config *config
   if (!config || !out)
     return strata__error(STRATA_ERR_INVALID, "strata_model_from_config: NULL argument");
   const char *src = config->name[0] ? config->name : "model";
+  struct strata_model_config filled = *config;
+  if (filled.kind == STRATA_MODEL_LLAMA) { /* a llama's 0 fields take Hugging Face's defaults (model.h) */
+    if (!filled.kv_heads)
+      filled.kv_heads = filled.heads;
+    if (filled.rope_theta == 0)
+      filled.rope_theta = 10000;
+    if (filled.norm_eps == 0)
+      filled.norm_eps = 1e-5;
+  }
+  config = &filled;
   TRY(validate(config, src));
   struct strata_model *m = calloc(1, sizeof *m);
   if (!m)
@@ -288,6 +381,68 @@ static int json_list(json_t *obj, const char *src, const char *key, int64_t *v) 
   return STRATA_OK;
 }
 
+/* Read a number field (integer or real); absent keeps *v. */
+static int json_num(json_t *obj, const char *src, const char *key, double *v) {
+  json_t *j = json_object_get(obj, key);
+  if (!j)
+    return STRATA_OK;
+  if (!json_is_number(j))
+    return strata__error(STRATA_ERR_PARSE, "%s: \"%s\" must be a number", src, key);
+  *v = json_number_value(j);
+  return STRATA_OK;
+}
+
+/* A llama's own fields: n_kv_heads (absent: heads), rope_theta, norm_eps, and rope_scaling (absent or null: none; an
+** object of rope_type "llama3" or "default" with Hugging Face's field names). */
+static int llama_from_json(json_t *root, const char *src, struct strata_model_config *c) {
+  TRY(json_int(root, src, "n_kv_heads", &c->kv_heads));
+  c->rope_theta = 10000;
+  c->norm_eps = 1e-5;
+  TRY(json_num(root, src, "rope_theta", &c->rope_theta));
+  TRY(json_num(root, src, "norm_eps", &c->norm_eps));
+  json_t *rs = json_object_get(root, "rope_scaling");
+  if (!rs || json_is_null(rs))
+    return STRATA_OK;
+  if (!json_is_object(rs))
+    return strata__error(STRATA_ERR_PARSE, "%s: \"rope_scaling\" must be an object or null", src);
+  static const char *const known[] = {"rope_type", "factor", "low_freq_factor", "high_freq_factor",
+                                      "original_max_position_embeddings", NULL};
+  const char *key;
+  json_t *val;
+  json_object_foreach(rs, key, val) {
+    int ok = 0;
+    for (int i = 0; known[i]; i++)
+      ok |= strcmp(key, known[i]) == 0;
+    if (!ok)
+      return strata__error(STRATA_ERR_PARSE, "%s: unknown field \"rope_scaling.%s\"", src, key);
+  }
+  const char *type = json_string_value(json_object_get(rs, "rope_type"));
+  if (!type)
+    return strata__error(STRATA_ERR_PARSE, "%s: \"rope_scaling.rope_type\" must be a string (\"llama3\" or \"default\")",
+                         src);
+  if (strcmp(type, "default") == 0) {
+    if (json_object_size(rs) > 1)
+      return strata__error(STRATA_ERR_PARSE, "%s: \"rope_scaling\" of rope_type \"default\" takes no other field", src);
+    return STRATA_OK;
+  }
+  if (strcmp(type, "llama3") != 0) {
+    char esc[64];
+    strata__escape(esc, sizeof esc, type);
+    return strata__error(STRATA_ERR_UNSUPPORTED, "%s: \"rope_scaling.rope_type\" \"%s\" is not supported (\"llama3\" or "
+                         "\"default\")", src, esc);
+  }
+  c->rope_scaling.type = STRATA_ROPE_LLAMA3;
+  static const char *const need[] = {"factor", "low_freq_factor", "high_freq_factor",
+                                     "original_max_position_embeddings", NULL};
+  for (int i = 0; need[i]; i++)
+    if (!json_object_get(rs, need[i]))
+      return strata__error(STRATA_ERR_PARSE, "%s: \"rope_scaling\" of rope_type \"llama3\" needs \"%s\"", src, need[i]);
+  TRY(json_num(rs, src, "factor", &c->rope_scaling.factor));
+  TRY(json_num(rs, src, "low_freq_factor", &c->rope_scaling.low_freq_factor));
+  TRY(json_num(rs, src, "high_freq_factor", &c->rope_scaling.high_freq_factor));
+  return json_int(rs, src, "original_max_position_embeddings", &c->rope_scaling.original_context);
+}
+
 /* Parse a model object (the file format, also stored in checkpoints). */
 static int config_from_json(json_t *root, const char *src, struct strata_model_config *c) {
   if (!json_is_object(root))
@@ -295,7 +450,7 @@ static int config_from_json(json_t *root, const char *src, struct strata_model_c
   static const char *const known[] = {"kind",    "name",   "vocab",    "context", "d_model", "layers",
                                       "heads",   "d_ff",   "tied",     "image",   "channels", "classes",
                                       "hidden",  "conv",   "kernels",  "strides", "pools",   "gap",
-                                      NULL};
+                                      "n_kv_heads", "rope_theta", "norm_eps", "rope_scaling", NULL};
   const char *key;
   json_t *val;
   json_object_foreach(root, key, val) {
@@ -309,11 +464,11 @@ static int config_from_json(json_t *root, const char *src, struct strata_model_c
   json_t *kind = json_object_get(root, "kind");
   const char *k = json_string_value(kind);
   if (!k)
-    return strata__error(STRATA_ERR_PARSE, "%s: \"kind\" must be \"gpt\", \"mlp\" or \"cnn\"", src);
+    return strata__error(STRATA_ERR_PARSE, "%s: \"kind\" must be \"gpt\", \"llama\", \"mlp\" or \"cnn\"", src);
   c->kind = strcmp(k, "gpt") == 0 ? STRATA_MODEL_GPT : strcmp(k, "mlp") == 0 ? STRATA_MODEL_MLP
-          : strcmp(k, "cnn") == 0 ? STRATA_MODEL_CNN : 0;
+          : strcmp(k, "cnn") == 0 ? STRATA_MODEL_CNN : strcmp(k, "llama") == 0 ? STRATA_MODEL_LLAMA : 0;
   if (!c->kind)
-    return strata__error(STRATA_ERR_PARSE, "%s: unknown kind \"%s\" (gpt, mlp, cnn)", src, k);
+    return strata__error(STRATA_ERR_PARSE, "%s: unknown kind \"%s\" (gpt, llama, mlp, cnn)", src, k);
   json_t *name = json_object_get(root, "name");
   if (name && !json_is_string(name))
     return strata__error(STRATA_ERR_PARSE, "%s: \"name\" must be a string", src);
@@ -343,17 +498,25 @@ static int config_from_json(json_t *root, const char *src, struct strata_model_c
   c->gap = gap && json_is_true(gap);
   if (c->kind == STRATA_MODEL_GPT && !c->d_ff) /* d_model out of range is refused by validate(), first */
     c->d_ff = c->d_model > 0 && c->d_model <= MAX_DIM ? 4 * c->d_model : 0;
-  if (c->kind == STRATA_MODEL_GPT && !c->vocab)
+  if (c->kind == STRATA_MODEL_LLAMA && !json_object_get(root, "d_ff"))
+    return strata__error(STRATA_ERR_PARSE, "%s: a llama model needs \"d_ff\" (its SwiGLU's intermediate width)", src);
+  if (strata__model_text(c) && !c->vocab)
     c->vocab = 256;
-  if (c->kind != STRATA_MODEL_GPT && !c->channels)
+  if (!strata__model_text(c) && !c->channels)
     c->channels = 1;
+  if (c->kind == STRATA_MODEL_LLAMA)
+    TRY(llama_from_json(root, src, c));
   const char *gpt_only[] = {"vocab", "context", "d_model", "layers", "heads", "d_ff", "tied", NULL};
   const char *img_only[] = {"image", "channels", "classes", "hidden", "conv", "kernels", "strides", "pools", "gap",
                             NULL};
-  const char *const *wrong = c->kind == STRATA_MODEL_GPT ? img_only : gpt_only;
+  const char *llama_only[] = {"n_kv_heads", "rope_theta", "norm_eps", "rope_scaling", NULL};
+  const char *const *wrong = strata__model_text(c) ? img_only : gpt_only;
   for (int i = 0; wrong[i]; i++)
     if (json_object_get(root, wrong[i]))
       return strata__error(STRATA_ERR_PARSE, "%s: field \"%s\" does not apply to a %s model", src, wrong[i], k);
+  for (int i = 0; c->kind != STRATA_MODEL_LLAMA && llama_only[i]; i++)
+    if (json_object_get(root, llama_only[i]))
+      return strata__error(STRATA_ERR_PARSE, "%s: field \"%s\" does not apply to a %s model", src, llama_only[i], k);
   if (c->kind == STRATA_MODEL_MLP && json_object_get(root, "conv"))
     return strata__error(STRATA_ERR_PARSE, "%s: field \"conv\" does not apply to an mlp model", src);
   if (c->kind == STRATA_MODEL_CNN && json_object_get(root, "hidden"))
@@ -455,7 +618,7 @@ STRATA_API int strata_model_to_json(strata_model_t m, char **json) {
   json_t *o = json_object();
   json_object_set_new(o, "kind", json_string(kind_name(c->kind)));
   json_object_set_new(o, "name", json_string(c->name));
-  if (c->kind == STRATA_MODEL_GPT) {
+  if (strata__model_text(c)) {
     json_object_set_new(o, "vocab", json_integer(c->vocab));
     json_object_set_new(o, "context", json_integer(c->context));
     json_object_set_new(o, "d_model", json_integer(c->d_model));
@@ -463,6 +626,20 @@ STRATA_API int strata_model_to_json(strata_model_t m, char **json) {
     json_object_set_new(o, "heads", json_integer(c->heads));
     json_object_set_new(o, "d_ff", json_integer(c->d_ff));
     json_object_set_new(o, "tied", json_boolean(c->tied));
+    if (c->kind == STRATA_MODEL_LLAMA) { /* reals as %.17g: read back to the same doubles */
+      json_object_set_new(o, "n_kv_heads", json_integer(c->kv_heads));
+      json_object_set_new(o, "rope_theta", json_real(c->rope_theta));
+      json_object_set_new(o, "norm_eps", json_real(c->norm_eps));
+      if (c->rope_scaling.type == STRATA_ROPE_LLAMA3) {
+        json_t *rs = json_object();
+        json_object_set_new(rs, "rope_type", json_string("llama3"));
+        json_object_set_new(rs, "factor", json_real(c->rope_scaling.factor));
+        json_object_set_new(rs, "low_freq_factor", json_real(c->rope_scaling.low_freq_factor));
+        json_object_set_new(rs, "high_freq_factor", json_real(c->rope_scaling.high_freq_factor));
+        json_object_set_new(rs, "original_max_position_embeddings", json_integer(c->rope_scaling.original_context));
+        json_object_set_new(o, "rope_scaling", rs);
+      }
+    }
   } else {
     json_object_set_new(o, "image", json_integer(c->image));
     json_object_set_new(o, "channels", json_integer(c->channels));

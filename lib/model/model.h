@@ -6,12 +6,13 @@
 #include <strata/model.h>
 
 enum strata__layer_kind {
-  STRATA__LAYER_EMBED,      /* token + position embedding */
+  STRATA__LAYER_EMBED,      /* token (+ a GPT's position) embedding */
   STRATA__LAYER_BLOCK,      /* pre-layernorm transformer block */
-  STRATA__LAYER_LM_HEAD,    /* final layernorm, output projection, cross-entropy */
+  STRATA__LAYER_LM_HEAD,    /* final layernorm (a llama's RMSNorm), output projection, cross-entropy */
   STRATA__LAYER_LINEAR,     /* fully connected + ReLU */
   STRATA__LAYER_CONV,       /* r x r convolution ("same" padding r / 2, stride) + ReLU + pool x pool max-pool */
-  STRATA__LAYER_CLASSIFIER  /* (global average pool +) fully connected + cross-entropy */
+  STRATA__LAYER_CLASSIFIER, /* (global average pool +) fully connected + cross-entropy */
+  STRATA__LAYER_LLAMA_BLOCK /* pre-RMSNorm block: RoPE'd grouped-query attention, SwiGLU MLP, no biases */
 };
 
 /* Tensor-parallel MLP and CNN layers come in pairs: the first cut by its
@@ -64,5 +65,10 @@ struct strata_model {
   int nlayers;
   struct strata__layer *layers;
 };
+
+/* A text model (GPT or llama): token rows of `context`, a vocabulary, a head with cross-entropy. */
+static inline int strata__model_text(const struct strata_model_config *c) {
+  return c->kind == STRATA_MODEL_GPT || c->kind == STRATA_MODEL_LLAMA;
+}
 
 #endif /* STRATA__MODEL_H */

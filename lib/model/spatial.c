@@ -36,7 +36,9 @@ static int spatial_walk(strata_model_t m, int slabs, int rank, int layer, struct
   const char *name = m->cfg.name;
   if (m->cfg.kind != STRATA_MODEL_CNN)
     return strata__error(STRATA_ERR_INVALID, "%s: spatial parallelism cuts images by rows: it needs a cnn, not %s",
-                         name, m->cfg.kind == STRATA_MODEL_GPT ? "a gpt" : "an mlp");
+                         name, m->cfg.kind == STRATA_MODEL_GPT     ? "a gpt"
+                               : m->cfg.kind == STRATA_MODEL_LLAMA ? "a llama"
+                                                                   : "an mlp");
   if (!m->cfg.gap)
     return strata__error(STRATA_ERR_INVALID,
                          "%s: spatial parallelism needs the cnn's \"gap\" (its slabs join their averages; a "

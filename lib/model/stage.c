@@ -84,14 +84,35 @@ static int layer_tensors(const struct strata_model *m, const struct strata__laye
   char n[64];
   int k = 0;
   float std = 0.02f, proj = 0.02f / sqrtf(2.0f * (float)(c->layers > 0 ? c->layers : 1));
+  const int llama = c->kind == STRATA_MODEL_LLAMA;
   switch (L->kind) {
   case STRATA__LAYER_EMBED:
-    /* vocabulary-parallel (tp dividing the vocabulary): each slice holds V / tp rows */
-    tensor_def(&o[k++], "wte.weight", 2, c->vocab, c->d_model, 0, 0, 1, std, 0);
+    /* vocabulary-parallel (tp dividing the vocabulary): each slice holds V / tp rows; a llama has no positions */
+    tensor_def(&o[k++], llama ? "embed_tokens.weight" : "wte.weight", 2, c->vocab, c->d_model, 0, 0, 1, std, 0);
     if (sh && sh->size > 1 && c->vocab % sh->size == 0)
       tensor_shard(&o[k - 1], 0, 1, sh);
-    tensor_def(&o[k++], "wpe.weight", 2, c->context, c->d_model, 0, 0, 1, std, 0);
+    if (!llama)
+      tensor_def(&o[k++], "wpe.weight", 2, c->context, c->d_model, 0, 0, 1, std, 0);
     break;
+  case STRATA__LAYER_LLAMA_BLOCK: {
+    /* Hugging Face's names less "model.", the projections [in, out]; sharded (tp dividing n_kv_heads), a slice holds
+    ** whole query-head groups: q's columns of its heads, k's and v's of their key/value heads, o's matching rows;
+    ** gate's and up's columns, down's rows; the norms whole */
+    const int64_t D = c->d_model, F = c->d_ff, A = c->d_model, Akv = c->kv_heads * (c->d_model / c->heads);
+    static const char *const sfx[] = {"input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                                      "self_attn.v_proj.weight", "self_attn.o_proj.weight",
+                                      "post_attention_layernorm.weight", "mlp.gate_proj.weight",
+                                      "mlp.up_proj.weight", "mlp.down_proj.weight"};
+    const int64_t rows[] = {D, D, D, D, A, D, D, D, F}, cols[] = {0, A, Akv, Akv, D, 0, F, F, D};
+    for (int j = 0; j < 9; j++) {
+      snprintf(n, sizeof n, "layers.%d.%s", L->index, sfx[j]);
+      const int norm = cols[j] == 0, out = j == 4 || j == 8;
+      tensor_def(&o[k++], n, norm ? 1 : 2, rows[j], cols[j], 0, 0, !norm, norm ? 0 : out ? proj : std, norm);
+      if (!norm)
+        tensor_shard(&o[k - 1], out ? 0 : -1, 1, sh);
+    }
+    break;
+  }
   case STRATA__LAYER_BLOCK: {
     int64_t D = c->d_model, F = c->d_ff;
     int i = L->index;
@@ -124,8 +145,9 @@ static int layer_tensors(const struct strata_model *m, const struct strata__laye
     break;
   }
   case STRATA__LAYER_LM_HEAD:
-    tensor_def(&o[k++], "ln_f.weight", 1, c->d_model, 0, 0, 0, 0, 0, 1);
-    tensor_def(&o[k++], "ln_f.bias", 1, c->d_model, 0, 0, 0, 0, 0, 0);
+    tensor_def(&o[k++], llama ? "norm.weight" : "ln_f.weight", 1, c->d_model, 0, 0, 0, 0, 0, 1);
+    if (!llama)
+      tensor_def(&o[k++], "ln_f.bias", 1, c->d_model, 0, 0, 0, 0, 0, 0);
     if (!c->tied) {
       tensor_def(&o[k++], "lm_head.weight", 2, c->vocab, c->d_model, 0, 0, 1, std, 0);
       if (sh && sh->size > 1 && c->vocab % sh->size == 0)
@@ -200,8 +222,11 @@ static void tensor_init(const struct strata__tensor *t, uint64_t seed, float *x)
 struct strata__dims strata__stage_dims(const struct strata__stage *st) {
   const struct strata_model_config *c = &st->model->cfg;
   struct strata__dims d = {.B = st->mb, .R = st->rows, .act = st->act, .rc = st->recompute};
-  if (c->kind == STRATA_MODEL_GPT) {
+  if (strata__model_text(c)) {
     int64_t parts = st->tp.size > 1 ? st->tp.size : 1;
+    d.rms = c->kind == STRATA_MODEL_LLAMA;
+    d.KV = (d.rms ? c->kv_heads : c->heads) / parts;
+    d.Akv = d.KV * (c->d_model / c->heads);
     d.T = c->context;
     d.D = c->d_model;
     d.H = c->heads / parts;
@@ -240,12 +265,31 @@ struct strata__block_saved strata__block_layout(const struct strata__dims *d) {
   return s;
 }
 
+struct strata__llama_saved strata__llama_layout(const struct strata__dims *d) {
+  struct strata__llama_saved s;
+  const int a = d->act;
+  const size_t RD = strata__units((size_t)(d->R * d->D), a), R = (size_t)d->R,
+               RF = strata__units((size_t)(d->R * d->F), a);
+  s.ln1 = 0;
+  s.rstd1 = s.ln1 + RD;
+  s.qkv = s.rstd1 + R;
+  s.lse = s.qkv + strata__units((size_t)(d->R * (d->A + 2 * d->Akv)), a);
+  s.att = s.lse + (size_t)(d->B * d->H * d->T);
+  s.xmid = s.att + strata__units((size_t)(d->R * d->A), a);
+  s.ln2 = s.xmid + RD;
+  s.rstd2 = s.ln2 + RD;
+  s.gu = s.rstd2 + R;
+  s.h = s.gu + strata__units((size_t)(2 * d->R * d->F), a);
+  s.end = s.h + RF;
+  return s;
+}
+
 struct strata__head_saved strata__head_layout(const struct strata__dims *d) {
   struct strata__head_saved s;
   const size_t R = (size_t)d->R;
   s.ln = 0;
   s.mean = s.ln + strata__units((size_t)(d->R * d->D), d->act);
-  s.rstd = s.mean + R;
+  s.rstd = s.mean + (d->rms ? 0 : R); /* (RMSNorm keeps no mean) */
   s.logits = s.rstd + R;
   s.loss = s.logits + strata__units((size_t)(d->R * d->V), d->act);
   s.mx = s.loss + R;
@@ -275,6 +319,7 @@ static size_t layer_join(const struct strata__stage *st, const struct strata__la
   case STRATA__LAYER_LM_HEAD:
     return d.vp ? (size_t)(d.R * d.D) : 0;
   case STRATA__LAYER_BLOCK:
+  case STRATA__LAYER_LLAMA_BLOCK:
     return (size_t)(d.R * d.D);
   case STRATA__LAYER_LINEAR:
     return L->tp_role == STRATA__TP_INPUTS ? (size_t)(d.R * L->out)
@@ -297,6 +342,8 @@ static size_t layer_saved(const struct strata__stage *st, const struct strata__l
     return 0;
   case STRATA__LAYER_BLOCK: /* full recomputation: nothing (its input is the previous layer's output) */
     return d.rc == STRATA_RECOMPUTE_FULL ? 0 : strata__block_layout(&d).end;
+  case STRATA__LAYER_LLAMA_BLOCK:
+    return strata__llama_layout(&d).end;
   case STRATA__LAYER_LM_HEAD: /* ln | mean | rstd | logits | losses (| row max | sum of exps | target logit) */
     return strata__head_layout(&d).end;
   case STRATA__LAYER_LINEAR: /* pre-activation (| the model's input, converted) */
@@ -331,6 +378,7 @@ static size_t layer_out(const struct strata__stage *st, const struct strata__lay
   switch (L->kind) {
   case STRATA__LAYER_EMBED:
   case STRATA__LAYER_BLOCK:
+  case STRATA__LAYER_LLAMA_BLOCK:
     return strata__units((size_t)(d.R * d.D), d.act);
   case STRATA__LAYER_LINEAR:
     return strata__units((size_t)(d.R * L->out), d.act);
@@ -350,6 +398,7 @@ static size_t layer_in(const struct strata__stage *st, const struct strata__laye
   case STRATA__LAYER_EMBED:
     return (size_t)d.R; /* int32 tokens */
   case STRATA__LAYER_BLOCK:
+  case STRATA__LAYER_LLAMA_BLOCK:
   case STRATA__LAYER_LM_HEAD:
     return strata__units((size_t)(d.R * d.D), d.act);
   case STRATA__LAYER_LINEAR: /* the model's input: float32 images; else the previous layer's activations */
@@ -372,6 +421,9 @@ static size_t layer_dsave(const struct strata__stage *st, const struct strata__l
     return RD;
   case STRATA__LAYER_BLOCK: /* dout | dh | dln2 | dxmid | dqkv | dln1 */
     return 4 * RD + strata__units((size_t)(3 * d.R * d.A), d.act) + strata__units((size_t)(d.R * d.F), d.act);
+  case STRATA__LAYER_LLAMA_BLOCK: /* dout | dgu | dln2 | dxmid | dqkv | dln1 */
+    return 4 * RD + strata__units((size_t)(2 * d.R * d.F), d.act) +
+           strata__units((size_t)(d.R * (d.A + 2 * d.Akv)), d.act);
   case STRATA__LAYER_LM_HEAD: /* dlogits | dlnx */
     return strata__units((size_t)(d.R * d.V), d.act) + RD;
   case STRATA__LAYER_LINEAR:
@@ -393,6 +445,9 @@ static size_t layer_scratch(const struct strata__stage *st, const struct strata_
   case STRATA__LAYER_BLOCK: /* dqkv | f | d1 | d2 | d3 | (float32) junk (the fused attention needs no T x T scores) */
     return strata__units((size_t)(3 * d.R * d.A), d.act) + strata__units((size_t)(d.R * d.F), d.act) + 3 * RD +
            (size_t)(d.R * d.D);
+  case STRATA__LAYER_LLAMA_BLOCK: /* dqkv | dgu | dh | d1 | d2 | d3 | (float32) junk */
+    return strata__units((size_t)(d.R * (d.A + 2 * d.Akv)), d.act) + strata__units((size_t)(2 * d.R * d.F), d.act) +
+           strata__units((size_t)(d.R * d.F), d.act) + 3 * RD + (size_t)(d.R * d.D);
   case STRATA__LAYER_LM_HEAD: /* dlogits | dlnx | (float32) junk */
     return strata__units((size_t)(d.R * d.V), d.act) + RD + (size_t)(d.R * d.D);
   case STRATA__LAYER_LINEAR:
@@ -450,7 +505,7 @@ static int alloc(int dev, size_t floats, strata_buffer_t *b) {
 }
 
 int strata__stage_can_cut(const struct strata_model *model, int first, int last) {
-  if (model->cfg.kind == STRATA_MODEL_GPT && model->cfg.tied && (first > 0 || last < model->nlayers))
+  if (strata__model_text(&model->cfg) && model->cfg.tied && (first > 0 || last < model->nlayers))
     return strata__error(STRATA_ERR_UNSUPPORTED,
                          "a model with tied embeddings cannot be cut: the embedding and the output projection must share "
                          "one stage (use an untied model)");
@@ -488,6 +543,10 @@ static int stage_layout(const struct strata_model *model, int first, int last, i
     if (c->kind == STRATA_MODEL_GPT && (c->heads % tp->size || c->d_ff % tp->size))
       return strata__error(STRATA_ERR_SHAPE, "tensor parallelism: tp %d does not divide both the %lld heads and d_ff "
                            "%lld of '%s'", tp->size, (long long)c->heads, (long long)c->d_ff, c->name);
+    if (c->kind == STRATA_MODEL_LLAMA && (c->kv_heads % tp->size || c->d_ff % tp->size))
+      return strata__error(STRATA_ERR_SHAPE, "tensor parallelism: tp %d does not divide both n_kv_heads %lld and d_ff "
+                           "%lld of '%s' (a slice holds whole key/value heads; replicating them is not built)",
+                           tp->size, (long long)c->kv_heads, (long long)c->d_ff, c->name);
   }
   struct strata__stage *st = calloc(1, sizeof *st);
   if (!st)
@@ -524,7 +583,7 @@ static int stage_layout(const struct strata_model *model, int first, int last, i
     strata__stage_free(st);
     return strata__error(STRATA_ERR_INVALID, "stage: optimizer shard %d of %d", st->zero.rank, st->zero.size);
   }
-  st->rows = model->cfg.kind == STRATA_MODEL_GPT ? mb * model->cfg.context : mb;
+  st->rows = strata__model_text(&model->cfg) ? mb * model->cfg.context : mb;
   int n = stage_layers(st);
   st->layers = calloc((size_t)n, sizeof *st->layers);
   if (!st->layers) {
@@ -618,6 +677,30 @@ static int stage_layout(const struct strata_model *model, int first, int last, i
 
 /* ---- the memory model: what a stage allocates, from its layers' figures ---- */
 
+/* Floats of a llama's RoPE table: head_dim / 2 inverse frequencies. */
+static size_t rope_floats(const struct strata_model_config *c) { return (size_t)(c->d_model / c->heads / 2); }
+
+/* A llama stage's RoPE table: the inverse frequencies of its rope_theta and rope_scaling (computed in double by
+** strata_rope_inv_freq, rounded to float as Hugging Face's float32 inv_freq is), on its device. */
+static int rope_table(struct strata__stage *st) {
+  const struct strata_model_config *c = &st->model->cfg;
+  const size_t n = rope_floats(c);
+  double *f = malloc(n * sizeof *f);
+  float *h = malloc(n * sizeof *h);
+  int rc = f && h ? STRATA_OK : strata__error(STRATA_ERR_NOMEM, "out of host memory");
+  if (!rc)
+    rc = strata_rope_inv_freq(c, c->d_model / c->heads, f);
+  for (size_t i = 0; !rc && i < n; i++)
+    h[i] = (float)f[i];
+  if (!rc)
+    rc = alloc(st->dev, n, &st->rope);
+  if (!rc)
+    rc = strata_buffer_upload(st->q, st->rope, 0, h, n * 4);
+  free(f);
+  free(h);
+  return rc;
+}
+
 /* Bytes of one allocation of `floats` floats, as alloc() asks the device for. */
 static uint64_t alloc_bytes(size_t floats) { return (uint64_t)(floats ? floats : 1) * 4; }
 
@@ -668,7 +751,7 @@ void strata__stage_bytes_of(const struct strata_model *model, int first, int las
                             struct strata__stage_bytes *b) {
   const int zero = cut ? cut->zero.size : 1, bf16 = cut && cut->precision == STRATA_BFLOAT16;
   const size_t z = zero > 1 ? (size_t)zero : 1, chunk = (s->params + z - 1) / z;
-  const size_t rows = model->cfg.kind == STRATA_MODEL_GPT ? (size_t)(mb * model->cfg.context) : (size_t)mb;
+  const size_t rows = strata__model_text(&model->cfg) ? (size_t)(mb * model->cfg.context) : (size_t)mb;
   const int has_loss = last == model->nlayers;
   memset(b, 0, sizeof *b);
   /* parameters and gradients (zero x chunk: the last shard padded), the two moments (one chunk); ZeRO-2 keeps
@@ -685,6 +768,8 @@ void strata__stage_bytes_of(const struct strata_model *model, int first, int las
   b->fixed = b->params + alloc_bytes(s->tensors + 1) + alloc_bytes(s->scratch) + 2 * alloc_bytes(s->io);
   if (first == 0 && model->cfg.kind == STRATA_MODEL_GPT)
     b->fixed += alloc_bytes(rows);
+  if (model->cfg.kind == STRATA_MODEL_LLAMA) /* RoPE's inverse frequencies */
+    b->fixed += alloc_bytes(rope_floats(&model->cfg));
   /* bfloat16: the parameters' compute copy, and with tp the float32 copy a join sums in */
   if (bf16)
     b->fixed += alloc_bytes(strata__units(z3 ? s->params_most : chunk * z, STRATA_BFLOAT16));
@@ -800,6 +885,8 @@ int strata__stage_new(const struct strata_model *model, int first, int last, int
     rc = alloc(dev, st->max_out, &st->gbuf[i]);
   if (!rc && first == 0 && model->cfg.kind == STRATA_MODEL_GPT)
     rc = alloc(dev, (size_t)st->rows, &st->positions);
+  if (!rc && model->cfg.kind == STRATA_MODEL_LLAMA)
+    rc = rope_table(st);
   if (!rc && st->act == STRATA_BFLOAT16)
     rc = alloc(dev, strata__units(st->zero3 ? st->gwin : padded, STRATA_BFLOAT16), &st->params16);
   if (!rc && st->max_join)
@@ -919,6 +1006,7 @@ void strata__stage_free(struct strata__stage *st) {
   strata_buffer_free(st->gbuf[0]);
   strata_buffer_free(st->gbuf[1]);
   strata_buffer_free(st->positions);
+  strata_buffer_free(st->rope);
   strata_queue_free(st->q);
   free(st->tensors);
   free(st->layer_tensor);

@@ -175,6 +175,7 @@ struct strata__stage {
   size_t rc_units;
   int (*recomputing)(void *arg, int layer, int done);
   void *recomputing_arg;
+  strata_buffer_t rope;      /* a llama's stage: RoPE's head_dim / 2 inverse frequencies (float32; NULL otherwise) */
 };
 
 /* Floats [*lo, *hi) of the flat parameter (gradient) vector holding stage layers [a, b). */
@@ -386,8 +387,18 @@ struct strata__dims {
   int act;                  /* the activations' type (the stage's precision) */
   int rc;                   /* enum strata_recompute: selective lays a block's slot out without its attention output
                             ** and log-sum-exps */
+  int64_t KV, Akv;          /* a llama: its slice's key/value heads (grouped-query attention) and their width KV hd */
+  int rms;                  /* a llama: RMSNorm (no mean kept) where a GPT has layernorms */
 };
 struct strata__dims strata__stage_dims(const struct strata__stage *st);
+
+/* Offsets (units) of a llama block's saved activations: x normed and its rstd, q|k|v rows (q and k rotated), the
+** fused attention's log-sum-exps and output, x_mid, x_mid normed and its rstd, gate|up rows (strata_swiglu_fwd's
+** input) and silu(gate) * up. */
+struct strata__llama_saved {
+  size_t ln1, rstd1, qkv, lse, att, xmid, ln2, rstd2, gu, h, end;
+};
+struct strata__llama_saved strata__llama_layout(const struct strata__dims *d);
 
 /* Offsets of a block's saved activations (units from the layer's start in a slot); lse: the fused attention's
 ** per-query log-sum-exps (float32, batch x heads x seq). With selective recomputation the attention's output and lse

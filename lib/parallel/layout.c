@@ -262,6 +262,15 @@ static int check_tp(const struct strata_model_config *c, int r, int t) {
       return strata__error(STRATA_ERR_INVALID, "layout: tp %d of rank %d does not divide the model's d_ff %lld", t, r,
                            (long long)c->d_ff);
     return STRATA_OK;
+  case STRATA_MODEL_LLAMA: /* a slice holds whole key/value heads with their query heads (kv heads divide heads) */
+    if (c->kv_heads % t)
+      return strata__error(STRATA_ERR_INVALID, "layout: tp %d of rank %d does not divide the model's n_kv_heads %lld%s",
+                           t, r, (long long)c->kv_heads,
+                           t > c->kv_heads ? " (replicating key/value heads over more slices is not built)" : "");
+    if (c->d_ff % t)
+      return strata__error(STRATA_ERR_INVALID, "layout: tp %d of rank %d does not divide the model's d_ff %lld", t, r,
+                           (long long)c->d_ff);
+    return STRATA_OK;
   case STRATA_MODEL_MLP:
     for (int i = 0; i < STRATA_MODEL_MAX_CONV && c->hidden[i]; i++)
       if (c->hidden[i] % t)
@@ -306,7 +315,7 @@ STRATA_API int strata_layout_check(strata_layout_t l, strata_model_t model, int 
   if (l->recompute && c->kind != STRATA_MODEL_GPT)
     return strata__error(STRATA_ERR_UNSUPPORTED, "layout: recompute %s is for GPT blocks; model '%s' (%s) keeps its "
                          "activations (recompute none)", strata_recompute_name(l->recompute), c->name,
-                         c->kind == STRATA_MODEL_MLP ? "an MLP" : "a CNN");
+                         c->kind == STRATA_MODEL_LLAMA ? "a llama" : c->kind == STRATA_MODEL_MLP ? "an MLP" : "a CNN");
   if (l->recompute && strata_schedule_kind_split_backward(l->schedule))
     return strata__error(STRATA_ERR_UNSUPPORTED, "layout: recompute %s with %s: its weight pass (W) reads the "
                          "blocks' activations after the input pass; use 1f1b, gpipe or interleaved",

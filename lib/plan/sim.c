@@ -1041,7 +1041,7 @@ static int simulate_in(struct strata_machine *c, strata_model_t model, strata_la
   if (!rc) {
     const struct strata_model_config *cfg = strata_model_config(model);
     out->samples_per_s = out->step_s > 0 ? (double)o->batch / out->step_s : 0;
-    out->tokens_per_s = out->samples_per_s * (cfg->kind == STRATA_MODEL_GPT ? (double)cfg->context : 1.0);
+    out->tokens_per_s = out->samples_per_s * (cfg->kind == STRATA_MODEL_GPT || cfg->kind == STRATA_MODEL_LLAMA ? (double)cfg->context : 1.0);
     out->flops_per_device = out->samples_per_s * strata_model_flops(model) / strata_layout_device_count(l);
     for (int d = 0; d < e.P; d++) {
       uint64_t cap = UINT64_MAX;

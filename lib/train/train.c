@@ -75,12 +75,13 @@ static int check_data(strata_model_t model, strata_dataset_t data, int *images) 
   struct strata_dataset_info di;
   TRY(strata_dataset_info(data, &di));
   const struct strata_model_config *c = &model->cfg;
-  *images = c->kind != STRATA_MODEL_GPT;
+  *images = !strata__model_text(c);
   if (*images && di.kind != STRATA_DATA_IMAGES)
     return strata__error(STRATA_ERR_INVALID, "model '%s' (%s) needs image data, the dataset holds text", c->name,
                          c->kind == STRATA_MODEL_MLP ? "mlp" : "cnn");
   if (!*images && di.kind != STRATA_DATA_TEXT)
-    return strata__error(STRATA_ERR_INVALID, "model '%s' is a GPT and needs text data", c->name);
+    return strata__error(STRATA_ERR_INVALID, "model '%s' is a %s and needs text data", c->name,
+                         c->kind == STRATA_MODEL_LLAMA ? "llama" : "GPT");
   if (!*images && c->vocab < di.vocab)
     return strata__error(STRATA_ERR_SHAPE, "model '%s' has a vocabulary of %lld, the data has %lld tokens", c->name,
                          (long long)c->vocab, (long long)di.vocab);
@@ -421,7 +422,7 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
   if (!model || !opts || !out)
     return strata__error(STRATA_ERR_INVALID, "strata_trainer_new: NULL argument");
   TRY(check_options(opts));
-  int images = model->cfg.kind != STRATA_MODEL_GPT;
+  int images = !strata__model_text(&model->cfg);
   if (data)
     TRY(check_data(model, data, &images));
   if ((int64_t)pl->replicas * pl->tp * pl->pp > STRATA__MAX_RANKS ||
@@ -434,7 +435,8 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
   if (opts->recompute && model->cfg.kind != STRATA_MODEL_GPT)
     return strata__error(STRATA_ERR_UNSUPPORTED, "recompute %s is for GPT blocks; model '%s' (%s) keeps its "
                          "activations (recompute none)", strata_recompute_name(opts->recompute), model->cfg.name,
-                         model->cfg.kind == STRATA_MODEL_MLP ? "an MLP" : "a CNN");
+                         model->cfg.kind == STRATA_MODEL_LLAMA ? "a llama"
+                         : model->cfg.kind == STRATA_MODEL_MLP ? "an MLP" : "a CNN");
   if (opts->recompute && strata_schedule_kind_split_backward(pl->kind))
     return strata__error(STRATA_ERR_UNSUPPORTED, "recompute %s with %s: its weight pass (W) reads the blocks' "
                          "activations after the input pass; use 1f1b, gpipe or interleaved",

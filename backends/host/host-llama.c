@@ -1,0 +1,160 @@
+/* SPDX-License-Identifier: MIT */
+/* host-llama.c — the host backend's LLaMA ops: RMSNorm, SwiGLU and rotary position embedding, in plain C. */
+#include "config.h"
+
+#include <math.h>
+#include <string.h>
+
+#include <strata/comm.h>
+
+#include "bf16.h"
+#include "host.h"
+#include "vecmath.h"
+
+#define F(m) ((float *)(m).h + (m).off)
+#define BF(m) ((uint16_t *)(m).h + (m).off)
+#define PAR_MIN 16384  /* as host-ops.c: below this many elements threads cost more than they save */
+#define COLS_SPAN 256  /* columns per piece of a column reduction (the weight gradient), as host-ops.c */
+#define PAR(n) _Pragma("omp parallel for schedule(static) num_threads(strata__host_threads) if (par_n >= PAR_MIN)")
+
+/* ---- RMSNorm ---- */
+
+/* One row: rstd = 1 / sqrt(mean(x^2) + eps) (the sum in double), y = w * (x * rstd) — Hugging Face's order. */
+static HOST_SIMD void rms_row(const float *xr, const float *w, float *yr, int64_t cols, float eps, float *rstd) {
+  double s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t c = 0; c < cols; c++)
+    s += (double)xr[c] * xr[c];
+  float rs = 1.0f / sqrtf((float)(s / (double)cols) + eps);
+  *rstd = rs;
+#pragma omp simd
+  for (int64_t c = 0; c < cols; c++)
+    yr[c] = w[c] * (xr[c] * rs);
+}
+
+void strata__host_rmsnorm_fwd(const struct strata__op *o) {
+  const float *x = F(o->u.rms.x), *w = F(o->u.rms.w);
+  float *y = F(o->u.rms.y), *rstd = F(o->u.rms.rstd);
+  int64_t cols = o->u.rms.cols, par_n = o->u.rms.rows * cols;
+  PAR(par_n)
+  for (int64_t r = 0; r < o->u.rms.rows; r++)
+    rms_row(x + r * cols, w, y + r * cols, cols, o->u.rms.eps, rstd + r);
+}
+
+/* dw[0, n) (+)= sum over `rows` rows (in order) of dy * x * rstd, x and dy of row stride ld. */
+static HOST_SIMD void rms_weight_grad(const float *x, const float *dy, int64_t ld, const float *rstd, float *dw,
+                                     int64_t rows, int64_t n, int accumulate) {
+  if (!accumulate)
+    for (int64_t c = 0; c < n; c++)
+      dw[c] = 0.0f;
+  for (int64_t r = 0; r < rows; r++) {
+    const float *xr = x + r * ld, *dr = dy + r * ld;
+    float rs = rstd[r];
+#pragma omp simd
+    for (int64_t c = 0; c < n; c++)
+      dw[c] += dr[c] * (xr[c] * rs);
+  }
+}
+
+/* dx = rs (dy w - xhat mean(dy w xhat)), xhat = x rs (the mean's sum in double); dx may be dy. */
+static HOST_SIMD void rms_dx_row(const float *xr, const float *dyr, const float *w, float *dxr, int64_t cols,
+                                 float rs) {
+  double s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t c = 0; c < cols; c++)
+    s += (double)(dyr[c] * w[c]) * (xr[c] * rs);
+  float m = (float)(s / (double)cols);
+#pragma omp simd
+  for (int64_t c = 0; c < cols; c++)
+    dxr[c] = rs * (dyr[c] * w[c] - (xr[c] * rs) * m);
+}
+
+void strata__host_rmsnorm_bwd(const struct strata__op *o) {
+  const float *x = F(o->u.rms.x), *w = F(o->u.rms.w), *rstd = F(o->u.rms.rstd), *dy = F(o->u.rms.dy);
+  float *dx = F(o->u.rms.dx), *dw = F(o->u.rms.dw);
+  int64_t cols = o->u.rms.cols, rows = o->u.rms.rows;
+  /* the weight first: dx may be dy */
+  int64_t par_n = rows * cols, pieces = (cols + COLS_SPAN - 1) / COLS_SPAN;
+  PAR(par_n)
+  for (int64_t i = 0; i < pieces; i++) {
+    int64_t c0 = i * COLS_SPAN, c1 = c0 + COLS_SPAN < cols ? c0 + COLS_SPAN : cols;
+    rms_weight_grad(x + c0, dy + c0, cols, rstd, dw + c0, rows, c1 - c0, o->u.rms.accumulate);
+  }
+  PAR(par_n)
+  for (int64_t r = 0; r < rows; r++)
+    rms_dx_row(x + r * cols, dy + r * cols, w, dx + r * cols, cols, rstd[r]);
+}
+
+/* ---- SwiGLU ---- */
+
+void strata__host_swiglu_fwd(const struct strata__op *o) {
+  const float *gu = F(o->u.swiglu.gu);
+  float *h = F(o->u.swiglu.h);
+  int64_t cols = o->u.swiglu.cols, par_n = o->u.swiglu.rows * cols;
+  PAR(par_n)
+  for (int64_t r = 0; r < o->u.swiglu.rows; r++) {
+    const float *g = gu + r * 2 * cols, *u = g + cols;
+    float *hr = h + r * cols;
+    for (int64_t c = 0; c < cols; c++)
+      hr[c] = g[c] / (1.0f + expf(-g[c])) * u[c];
+  }
+}
+
+/* dg = dh u s (1 + g (1 - s)), du = dh g s, s = sigmoid(g); dgu may be gu (each pair read before it is written). */
+void strata__host_swiglu_bwd(const struct strata__op *o) {
+  const float *gu = F(o->u.swiglu.gu), *dh = F(o->u.swiglu.dh);
+  float *dgu = F(o->u.swiglu.dgu);
+  int64_t cols = o->u.swiglu.cols, par_n = o->u.swiglu.rows * cols;
+  PAR(par_n)
+  for (int64_t r = 0; r < o->u.swiglu.rows; r++) {
+    const float *g = gu + r * 2 * cols, *u = g + cols, *d = dh + r * cols;
+    float *dg = dgu + r * 2 * cols, *du = dg + cols;
+    for (int64_t c = 0; c < cols; c++) {
+      float gv = g[c], uv = u[c], s = 1.0f / (1.0f + expf(-gv));
+      dg[c] = d[c] * uv * (s * (1.0f + gv * (1.0f - s)));
+      du[c] = d[c] * (gv * s);
+    }
+  }
+}
+
+/* ---- rotary position embedding ---- */
+
+static inline float load(const struct strata__mem *m, int64_t i) {
+  return m->dtype == STRATA_BFLOAT16 ? bf16_widen(BF(*m)[i]) : F(*m)[i];
+}
+
+static inline void store(const struct strata__mem *m, int64_t i, float v) {
+  if (m->dtype == STRATA_BFLOAT16)
+    BF(*m)[i] = bf16_round(v);
+  else
+    F(*m)[i] = v;
+}
+
+/*
+** Each row (b, t) at position pos0 + t; for each i < head_dim / 2 the
+** angle (float)pos * freq[i] and its cosine and sine (float32, as Hugging
+** Face's), then every head's pair (i, i + head_dim / 2) rotated. The
+** backward rotates by the opposite angle (the transpose). Both types read
+** and written element by element, so in place works and nothing outside
+** a row's heads is touched.
+*/
+void strata__host_rope(const struct strata__op *o) {
+  const struct strata__mem *x = &o->u.rope.x, *y = &o->u.rope.y;
+  const float *freq = F(o->u.rope.freq);
+  int64_t seq = o->u.rope.seq, heads = o->u.rope.heads, hd = o->u.rope.head_dim, half = hd / 2, ld = o->u.rope.ld;
+  int64_t rows = o->u.rope.batch * seq, par_n = rows * heads * hd;
+  float sign = o->id == STRATA__OP_ROPE_BWD ? -1.0f : 1.0f;
+  PAR(par_n)
+  for (int64_t r = 0; r < rows; r++) {
+    float pos = (float)(o->u.rope.pos0 + r % seq);
+    for (int64_t i = 0; i < half; i++) {
+      float a = pos * freq[i], c = cosf(a), s = sign * sinf(a);
+      for (int64_t h = 0; h < heads; h++) {
+        int64_t at = r * ld + h * hd + i;
+        float x1 = load(x, at), x2 = load(x, at + half);
+        store(y, at, x1 * c - x2 * s);
+        store(y, at + half, x2 * c + x1 * s);
+      }
+    }
+  }
+}
