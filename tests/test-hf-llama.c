@@ -342,3 +342,194 @@ Test(hf_llama, sharded_weights_load_as_one_file_does) {
   strata_trainer_free(many);
   strata_model_free(m);
 }
+
+/* ---------------------------------------------------------------- strata against transformers */
+
+/* What transformers computed for a fixture (make.py): tokens [B, T], logits [B, T, V], greedy [P + G]. */
+struct ref {
+  strata_safetensors_t st;
+  int64_t batch, len, vocab, nseq;
+  const float *tokens, *logits, *greedy;
+  int prompt;
+};
+
+static void ref_load(const char *name, struct ref *r) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s/reference.safetensors", LLAMA_FIXTURES, name);
+  OK(strata_safetensors_read(path, &r->st));
+  int nd;
+  int64_t sh[STRATA_ST_MAX_DIMS];
+  OK(strata_safetensors_get(r->st, "tokens", &nd, sh, &r->tokens));
+  r->batch = sh[0];
+  r->len = sh[1];
+  OK(strata_safetensors_get(r->st, "logits", &nd, sh, &r->logits));
+  r->vocab = sh[2];
+  OK(strata_safetensors_get(r->st, "greedy", &nd, sh, &r->greedy));
+  r->nseq = sh[0];
+  const char *p = strata_safetensors_meta(r->st, "prompt");
+  cr_assert_not_null(p);
+  r->prompt = atoi(p);
+}
+
+/* A trainer on `dev` of `dir`'s model with context `context` (a Llama has no position table: any context up to
+** max_position_embeddings), its weights loaded from `dir`. */
+static strata_trainer_t llama_trainer(const char *dir, int64_t context, int dev, strata_model_t *m) {
+  struct strata_model_config c;
+  OK(strata_hf_config(dir, &c));
+  c.context = context;
+  OK(strata_model_from_config(&c, m));
+  struct strata_train_options o;
+  strata_train_options_default(&o);
+  o.device = dev;
+  o.batch = 2;
+  strata_trainer_t tr;
+  OK(strata_trainer_new(*m, NULL, &o, &tr));
+  OK(strata_trainer_load_hf(tr, dir));
+  return tr;
+}
+
+/*
+** The Llama of `dir` against transformers' reference `name`: every logit of the batch within 1e-4 (absolute; the
+** logits are of order 1 to 10, fp32 sums in another order), and the greedy continuation of the prompt token for
+** token (each step's argmax of the last position's logits, the sequence so far padded to the context, which
+** causal attention does not see).
+*/
+static void reproduce_dir(const char *dir, const char *name, int dev) {
+  struct ref r;
+  ref_load(name, &r);
+  strata_model_t m;
+  const int64_t T = r.len, B = r.batch, V = r.vocab;
+  strata_trainer_t tr = llama_trainer(dir, T, dev, &m);
+  int32_t *in = calloc((size_t)(B * T), sizeof *in);
+  for (int64_t i = 0; i < B * T; i++)
+    in[i] = (int32_t)r.tokens[i];
+  float *lg = malloc((size_t)(B * T * V) * sizeof *lg);
+  OK(strata_trainer_logits_at(tr, in, B, 0, T, lg));
+  size_t where = 0;
+  double worst = tc_excess(lg, r.logits, (size_t)(B * T * V), 1e-4, 0, &where);
+  cr_log_info("%s (%s) on device %d: %lld logits, largest difference %.3g", name, dir, dev, (long long)(B * T * V),
+              fabs((double)lg[where] - r.logits[where]));
+  cr_assert(worst <= 1, "%s: logit %zu is %.7g, transformers %.7g", name, where, lg[where], r.logits[where]);
+  /* greedy: one sequence at a time in row 0 */
+  cr_assert(r.nseq <= T, "the greedy sequence fits the context");
+  memset(in, 0, (size_t)(B * T) * sizeof *in);
+  for (int k = 0; k < r.prompt; k++)
+    in[k] = (int32_t)r.greedy[k];
+  for (int64_t n = r.prompt; n < r.nseq; n++) {
+    OK(strata_trainer_logits_at(tr, in, B, n - 1, 1, lg));
+    int best = 0;
+    for (int v = 1; v < V; v++)
+      if (lg[v] > lg[best])
+        best = v;
+    cr_assert_eq(best, (int)r.greedy[n], "%s: greedy token %lld is %d, transformers' %d", name, (long long)n, best,
+                 (int)r.greedy[n]);
+    in[n] = best;
+  }
+  free(lg);
+  free(in);
+  strata_trainer_free(tr);
+  strata_model_free(m);
+  strata_safetensors_free(r.st);
+}
+
+static void reproduce(const char *name, int dev) {
+  char dir[1024];
+  snprintf(dir, sizeof dir, "%s/%s", LLAMA_FIXTURES, name);
+  reproduce_dir(dir, name, dev);
+}
+
+/* fixture llama3's config beside fp32's weights, in a new scratch directory `tmp` */
+static void llama3_dir(char *tmp) {
+  char a[1200], b[1200];
+  strcpy(tmp, "/tmp/strata-hf3-XXXXXX");
+  cr_assert(mkdtemp(tmp));
+  snprintf(a, sizeof a, "%s/llama3/config.json", LLAMA_FIXTURES);
+  snprintf(b, sizeof b, "%s/config.json", tmp);
+  cr_assert(symlink(a, b) == 0);
+  snprintf(a, sizeof a, "%s/fp32/model.safetensors", LLAMA_FIXTURES);
+  snprintf(b, sizeof b, "%s/model.safetensors", tmp);
+  cr_assert(symlink(a, b) == 0);
+}
+
+Test(hf_llama, every_form_matches_transformers_on_host) {
+  const int dev = tc_find_device("host", 0);
+  reproduce("fp32", dev);
+  reproduce("bf16", dev);
+  reproduce("sharded-fp16", dev);
+  char tmp[64];
+  llama3_dir(tmp);
+  reproduce_dir(tmp, "llama3", dev);
+  tc_remove_dir(tmp);
+}
+
+/* The same weights under Llama 3's frequency scaling give other logits: the scaling is applied, not dropped. */
+Test(hf_llama, llama3_scaling_changes_the_logits) {
+  struct ref a, b;
+  ref_load("fp32", &a);
+  ref_load("llama3", &b);
+  size_t n = (size_t)(a.batch * a.len * a.vocab), where = 0;
+  cr_assert(tc_excess(a.logits, b.logits, n, 1e-2, 0, &where) > 1, "the fixtures do not tell the two ropes apart");
+  strata_safetensors_free(a.st);
+  strata_safetensors_free(b.st);
+}
+
+/* Every tensor of file `a` is in file `b` with the same shape and the same bits, and the counts agree. */
+static void same_tensors(const char *a, const char *b) {
+  strata_safetensors_t fa, fb;
+  OK(strata_safetensors_read(a, &fa));
+  OK(strata_safetensors_read(b, &fb));
+  cr_assert_eq(strata_safetensors_count(fa), strata_safetensors_count(fb), "%s and %s hold other tensor counts", a, b);
+  for (size_t i = 0; i < strata_safetensors_count(fa); i++) {
+    const char *name = strata_safetensors_name(fa, i);
+    int na, nb;
+    int64_t sa[STRATA_ST_MAX_DIMS], sb[STRATA_ST_MAX_DIMS];
+    const float *da, *db;
+    OK(strata_safetensors_get(fa, name, &na, sa, &da));
+    cr_assert_eq(strata_safetensors_get(fb, name, &nb, sb, &db), STRATA_OK, "%s lacks '%s'", b, name);
+    cr_assert(na == nb && memcmp(sa, sb, (size_t)na * sizeof *sa) == 0, "'%s' has another shape", name);
+    size_t n = 1;
+    for (int d = 0; d < na; d++)
+      n *= (size_t)sa[d];
+    cr_assert(memcmp(da, db, n * sizeof *da) == 0, "'%s' differs", name);
+  }
+  strata_safetensors_free(fa);
+  strata_safetensors_free(fb);
+}
+
+/* fp32 in, a strata checkpoint, strata_hf_export out: transformers' own file back, tensor for tensor, bit for bit
+** (names, [out, in] transposes); the exported config reads back to the same config; the export reproduces
+** transformers' logits and greedy tokens. The llama3 config likewise keeps its scaling. */
+Test(hf_llama, export_round_trips_bit_for_bit) {
+  for (int l3 = 0; l3 < 2; l3++) {
+    char src[1024], tmp[64] = "", out[256], ckpt[256], path[512], want[1200];
+    if (l3)
+      llama3_dir(tmp);
+    else
+      snprintf(src, sizeof src, "%s/fp32", LLAMA_FIXTURES);
+    const char *dir = l3 ? tmp : src;
+    strata_model_t m;
+    struct strata_model_config c;
+    OK(strata_hf_config(dir, &c));
+    strata_trainer_t tr = llama_trainer(dir, c.context, tc_find_device("host", 0), &m);
+    char scratch[] = "/tmp/strata-hfx-XXXXXX";
+    cr_assert(mkdtemp(scratch));
+    snprintf(ckpt, sizeof ckpt, "%s/tuned.st", scratch);
+    snprintf(out, sizeof out, "%s/%s", scratch, l3 ? "llama3" : "fp32");
+    OK(strata_trainer_save(tr, ckpt));
+    OK(strata_hf_export(ckpt, out));
+    snprintf(path, sizeof path, "%s/model.safetensors", out);
+    snprintf(want, sizeof want, "%s/fp32/model.safetensors", LLAMA_FIXTURES);
+    same_tensors(want, path);
+    struct strata_model_config back;
+    OK(strata_hf_config(out, &back));
+    memset(back.name, 0, sizeof back.name);
+    memset(c.name, 0, sizeof c.name);
+    cr_assert(memcmp(&back, &c, sizeof c) == 0, "the exported config reads back otherwise");
+    reproduce_dir(out, l3 ? "llama3" : "fp32", tc_find_device("host", 0));
+    strata_trainer_free(tr);
+    strata_model_free(m);
+    tc_remove_dir(scratch);
+    if (l3)
+      tc_remove_dir(tmp);
+  }
+}
