@@ -221,7 +221,7 @@ EXTRA_DIST += tests/fixtures/hf-gpt2/make-fixture.py \
 	tests/fixtures/hf-gpt2/small-bf16/model.safetensors tests/fixtures/hf-gpt2/small-bf16/reference.safetensors \
 	tests/fixtures/hf-gpt2/small-fp16/config.json tests/fixtures/hf-gpt2/small-fp16/generation_config.json \
 	tests/fixtures/hf-gpt2/small-fp16/model.safetensors tests/fixtures/hf-gpt2/small-fp16/reference.safetensors
-EXTRA_DIST += tests/fixtures/llama/make.py \
+EXTRA_DIST += tests/fixtures/llama/make.py tests/fixtures/llama/check-export.py \
 	tests/fixtures/llama/fp32/config.json tests/fixtures/llama/fp32/model.safetensors \
 	tests/fixtures/llama/fp32/reference.safetensors \
 	tests/fixtures/llama/bf16/config.json tests/fixtures/llama/bf16/model.safetensors \
