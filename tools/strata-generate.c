@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* strata-generate.c — sample from a strata-train checkpoint or a Hugging Face GPT-2: bytes of text, or token ids in and out. */
+/* strata-generate.c — sample from a strata-train checkpoint or a Hugging Face GPT-2 or Llama: bytes of text, or token ids in and out. */
 #include "config.h"
 
 #include <ctype.h>
@@ -34,7 +34,7 @@
 
 struct options {
   const char *checkpoint;
-  const char *init_from;    /* a Hugging Face GPT-2 directory instead of a checkpoint */
+  const char *init_from;    /* a Hugging Face GPT-2 or Llama directory instead of a checkpoint */
   int tokens;               /* --tokens: the prompt and the output are token ids */
   const char *prompt;
   int64_t length;
@@ -50,7 +50,8 @@ static void usage(FILE *f) {
         "any GPT (--tokens), e.g. a Hugging Face GPT-2 with a BPE tokenizer outside strata.\n"
         "\n"
         "  -c, --checkpoint FILE    the checkpoint (safetensors with the model in its metadata)\n"
-        "      --init-from DIR      a Hugging Face GPT-2 directory (config.json + model.safetensors)\n"
+        "      --init-from DIR      a Hugging Face GPT-2 or Llama directory (config.json +\n"
+        "                           model.safetensors, or the shards model.safetensors.index.json names)\n"
         "      --tokens             the prompt is token ids (decimal, separated by spaces, commas or\n"
         "                           newlines; '-' reads them from stdin, keeping the last as many as\n"
         "                           the model's context holds, with a note when there were more) and\n"
