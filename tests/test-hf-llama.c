@@ -20,6 +20,17 @@ TestSuite(hf_llama, .init = setup);
 
 /* ---------------------------------------------------------------- config.json */
 
+/* Two configs say the same model (every field but the name). */
+static int same_config(const struct strata_model_config *a, const struct strata_model_config *b) {
+  return a->kind == b->kind && a->vocab == b->vocab && a->context == b->context && a->d_model == b->d_model &&
+         a->layers == b->layers && a->heads == b->heads && a->d_ff == b->d_ff && a->tied == b->tied &&
+         a->kv_heads == b->kv_heads && a->rope_theta == b->rope_theta && a->norm_eps == b->norm_eps &&
+         a->rope_scaling.type == b->rope_scaling.type && a->rope_scaling.factor == b->rope_scaling.factor &&
+         a->rope_scaling.low_freq_factor == b->rope_scaling.low_freq_factor &&
+         a->rope_scaling.high_freq_factor == b->rope_scaling.high_freq_factor &&
+         a->rope_scaling.original_context == b->rope_scaling.original_context;
+}
+
 /* The config of fixture `name` (tests/fixtures/llama/NAME). */
 static struct strata_model_config fixture_config(const char *name) {
   char dir[1024];
@@ -52,11 +63,9 @@ Test(hf_llama, both_rope_forms_give_the_same_config) {
   the_tiny_llama(&now);
   cr_assert_eq(now.rope_scaling.type, STRATA_ROPE_DEFAULT);
   /* transformers 4's top-level rope_theta with rope_scaling null: the same config but for the name */
-  memset(old.name, 0, sizeof old.name);
-  memset(sharded.name, 0, sizeof sharded.name);
-  memset(now.name, 0, sizeof now.name);
-  cr_assert(memcmp(&now, &old, sizeof now) == 0, "the older form reads differently");
-  cr_assert(memcmp(&now, &sharded, sizeof now) == 0, "the sharded fixture's config reads differently");
+  cr_assert(same_config(&now, &old), "the older form reads differently");
+  cr_assert(same_config(&now, &sharded), "the sharded fixture's config reads differently");
+  cr_assert(!same_config(&now, &l3), "the llama3 config reads as the default rope");
   /* rope_parameters of rope_type llama3 */
   the_tiny_llama(&l3);
   cr_assert_eq(l3.rope_scaling.type, STRATA_ROPE_LLAMA3);
@@ -522,9 +531,7 @@ Test(hf_llama, export_round_trips_bit_for_bit) {
     same_tensors(want, path);
     struct strata_model_config back;
     OK(strata_hf_config(out, &back));
-    memset(back.name, 0, sizeof back.name);
-    memset(c.name, 0, sizeof c.name);
-    cr_assert(memcmp(&back, &c, sizeof c) == 0, "the exported config reads back otherwise");
+    cr_assert(same_config(&back, &c), "the exported config reads back otherwise");
     reproduce_dir(out, l3 ? "llama3" : "fp32", tc_find_device("host", 0));
     strata_trainer_free(tr);
     strata_model_free(m);
@@ -532,4 +539,87 @@ Test(hf_llama, export_round_trips_bit_for_bit) {
     if (l3)
       tc_remove_dir(tmp);
   }
+}
+
+/* A tied Llama (tie_word_embeddings true, no lm_head.weight in the file, as transformers saves one) loads into a tied
+** trainer and into its untied form (the head a copy of the embedding) with the same logits; a file whose lm_head.weight
+** differs from the embedding is refused for a tied trainer; the tied model exports without a head. */
+Test(hf_llama, a_tied_llama_loads_tied_and_untied) {
+  char tmp[64], src[1200], path[1200];
+  edited_config("{\"tie_word_embeddings\": true}", tmp);
+  snprintf(src, sizeof src, "%s/fp32/model.safetensors", LLAMA_FIXTURES);
+  strata_safetensors_t f;
+  OK(strata_safetensors_read(src, &f));
+  size_t n = strata_safetensors_count(f), k = 0;
+  struct strata_st_tensor *ts = calloc(n, sizeof *ts);
+  for (size_t i = 0; i < n; i++) {
+    const char *name = strata_safetensors_name(f, i);
+    if (strcmp(name, "lm_head.weight") == 0)
+      continue;
+    ts[k].name = name;
+    OK(strata_safetensors_get(f, name, &ts[k].ndim, ts[k].shape, &ts[k].data));
+    k++;
+  }
+  cr_assert_eq(k, n - 1);
+  struct strata_st_meta meta = {"format", "pt"};
+  snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+  OK(strata_safetensors_write(path, ts, k, &meta, 1));
+  const int dev = tc_find_device("host", 0);
+  strata_model_t mt, mu;
+  strata_trainer_t tied = llama_trainer(tmp, 16, dev, &mt);
+  struct strata_model_config c;
+  OK(strata_hf_config(tmp, &c));
+  cr_assert_eq(c.tied, 1);
+  c.tied = 0;
+  c.context = 16;
+  OK(strata_model_from_config(&c, &mu));
+  struct strata_train_options o;
+  strata_train_options_default(&o);
+  o.device = dev;
+  o.batch = 2;
+  strata_trainer_t untied;
+  OK(strata_trainer_new(mu, NULL, &o, &untied));
+  OK(strata_trainer_load_hf(untied, tmp));
+  struct ref r;
+  ref_load("fp32", &r);
+  const int64_t T = 16, B = 2, V = r.vocab;
+  int32_t in[2 * 16];
+  for (int i = 0; i < B * T; i++)
+    in[i] = (int32_t)r.tokens[i];
+  float *a = malloc((size_t)(B * T * V) * sizeof *a), *b = malloc((size_t)(B * T * V) * sizeof *b);
+  OK(strata_trainer_logits_at(tied, in, B, 0, T, a));
+  OK(strata_trainer_logits_at(untied, in, B, 0, T, b));
+  size_t where = 0;
+  cr_assert(tc_excess(a, b, (size_t)(B * T * V), 1e-5, 0, &where) <= 1, "logit %zu: tied %.7g, untied %.7g", where,
+            a[where], b[where]);
+  /* and not transformers' untied model: the head is the embedding now */
+  cr_assert(tc_excess(a, r.logits, (size_t)(B * T * V), 1e-2, 0, &where) > 1, "the head was not tied");
+  /* exported, the tied model has no head of its own, and the embedding is the file's */
+  char scratch[] = "/tmp/strata-hft-XXXXXX", ck[64], out[64], wts[96];
+  cr_assert(mkdtemp(scratch));
+  snprintf(ck, sizeof ck, "%s/t.st", scratch);
+  snprintf(out, sizeof out, "%s/hf", scratch);
+  snprintf(wts, sizeof wts, "%s/model.safetensors", out);
+  OK(strata_trainer_save(tied, ck));
+  OK(strata_hf_export(ck, out));
+  same_tensors(path, wts);
+  tc_remove_dir(scratch);
+  /* a head of its own in the file, for a tied trainer: refused naming it */
+  ts[k] = (struct strata_st_tensor){.name = "lm_head.weight"};
+  OK(strata_safetensors_get(f, "lm_head.weight", &ts[k].ndim, ts[k].shape, &ts[k].data));
+  unlink(path);
+  OK(strata_safetensors_write(path, ts, k + 1, &meta, 1));
+  cr_assert_eq(strata_trainer_load_hf(tied, tmp), STRATA_ERR_UNSUPPORTED, "%s", strata_last_error());
+  cr_assert(strstr(strata_last_error(), "lm_head.weight differs from model.embed_tokens.weight"), "%s",
+            strata_last_error());
+  free(a);
+  free(b);
+  free(ts);
+  strata_safetensors_free(f);
+  strata_safetensors_free(r.st);
+  strata_trainer_free(tied);
+  strata_trainer_free(untied);
+  strata_model_free(mt);
+  strata_model_free(mu);
+  tc_remove_dir(tmp);
 }
