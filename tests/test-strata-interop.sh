@@ -254,11 +254,25 @@ else
   n=$((n + 1))
   echo "ok $n - transformers reads the Llama export # SKIP STRATA_TEST_PYTHON names no Python with transformers"
 fi
+# --context: a Llama trains and generates on a shorter window than max_position_embeddings (64); the greedy ids of
+# a 16-token sequence are the same in a window of 16
+$LT --init-from "$LL/fp32" --device 0 --context 16 >"$TMP/l4.json" 2>"$TMP/err"
+check "--init-from a Llama --context 16 trains on 16-token windows (batch 2: 32 tokens a step)" \
+  grep -q '"event":"start".*"tokens_per_step":32[,}]' "$TMP/l4.json"
+"$GEN" --init-from "$LL/fp32" --context 16 --tokens --prompt "$LP" -n 10 -t 0 >"$TMP/out" 2>"$TMP/err"
+check "--context 16: transformers' greedy ids" [ "$(cat "$TMP/out")" = "$LG" ]
+fails_clearly "--context past max_position_embeddings" 2 "a context of 65 is past max_position_embeddings 64" \
+  $LT --init-from "$LL/fp32" --context 65
+fails_clearly "--context of a GPT-2 other than n_positions" 2 "its n_positions (32)" \
+  "$GEN" --init-from "$HF/small" --context 16 --tokens --prompt 1
+fails_clearly "--context without --init-from" 2 "--context is for --init-from a Llama" $LT --context 16
 mkdir "$TMP/noshard" "$TMP/bias"
 cp "$LL/sharded-fp16/"* "$TMP/noshard/"
 rm "$TMP/noshard/model-00002-of-00004.safetensors"
 fails_clearly "--init-from a Llama missing a shard" 2 "weight_map names shard model-00002-of-00004.safetensors, which is missing" \
   $LT --init-from "$TMP/noshard"
+fails_clearly "strata-generate --init-from a Llama missing a shard" 2 "model-00002-of-00004.safetensors, which is missing" \
+  "$GEN" --init-from "$TMP/noshard" --tokens --prompt "$LP"
 sed 's/"attention_bias": false/"attention_bias": true/' "$LL/fp32/config.json" >"$TMP/bias/config.json"
 fails_clearly "--init-from a Llama with biases" 2 "attention_bias is true" $LT --init-from "$TMP/bias"
 fails_clearly "a token id at the Llama's vocabulary" 2 "is not below the model's vocabulary of 192" \

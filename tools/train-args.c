@@ -23,7 +23,7 @@
 enum {
   OPT_DEVICE = 256, OPT_ACCUM, OPT_LR, OPT_WARMUP, OPT_SEED, OPT_CLIP, OPT_WD, OPT_SAVE_EVERY, OPT_STOP_AT, OPT_EVAL_BATCHES,
   OPT_VERSION, OPT_PP, OPT_DEVICES, OPT_SPLIT, OPT_SCHEDULE, OPT_MICROBATCHES, OPT_VIRTUAL_STAGES, OPT_TRACE,
-  OPT_DATA_FORMAT, OPT_INIT_FROM, OPT_UNTIE, OPT_VAL_DATA, OPT_DP, OPT_LAYOUT, OPT_TP, OPT_ZERO, OPT_PLAN, OPT_SPATIAL,
+  OPT_DATA_FORMAT, OPT_INIT_FROM, OPT_UNTIE, OPT_CONTEXT, OPT_VAL_DATA, OPT_DP, OPT_LAYOUT, OPT_TP, OPT_ZERO, OPT_PLAN, OPT_SPATIAL,
   OPT_PRECISION, OPT_GRAD_REDUCE, OPT_RECOMPUTE
 };
 
@@ -48,6 +48,8 @@ static void usage(FILE *f) {
           "                           model.safetensors, or the shards model.safetensors.index.json names)\n"
           "      --untie              with --init-from a tied model: train an untied copy (the head\n"
           "                           starts as the embedding), which --pp can cut\n"
+          "      --context N          with --init-from a Llama: train on sequences of N tokens, up to\n"
+          "                           its max_position_embeddings (default: that)\n"
           "      --device N|best      global device index, or the fastest by a timed sgemm (default)\n"
           "  -s, --steps N            total optimizer steps, counting resumed ones (default %d)\n"
           "  -b, --batch N            sequences or images per micro-batch (default %d)\n"
@@ -510,6 +512,7 @@ int parse_args(int argc, char **argv, struct options *o) {
       {"data-format", required_argument, NULL, OPT_DATA_FORMAT},
       {"init-from", required_argument, NULL, OPT_INIT_FROM},
       {"untie", no_argument, NULL, OPT_UNTIE},
+      {"context", required_argument, NULL, OPT_CONTEXT},
       {"val-data", required_argument, NULL, OPT_VAL_DATA},
       {"precision", required_argument, NULL, OPT_PRECISION},
       {"grad-reduce", required_argument, NULL, OPT_GRAD_REDUCE},
@@ -551,6 +554,7 @@ int parse_args(int argc, char **argv, struct options *o) {
       break;
     case OPT_INIT_FROM: o->init_from = optarg; break;
     case OPT_UNTIE: o->untie = 1; break;
+    case OPT_CONTEXT: if (cli_parse_range(PROG, "--context", optarg, 1, 65536, &o->context)) return EXIT_USAGE; break;
     case OPT_VAL_DATA: o->val_data = optarg; break;
     case OPT_DEVICE:
       if (strcmp(optarg, "best") == 0) {
@@ -713,6 +717,10 @@ int parse_args(int argc, char **argv, struct options *o) {
   }
   if (o->untie && !o->init_from) {
     fprintf(stderr, PROG ": --untie is for --init-from a tied model\n");
+    return EXIT_USAGE;
+  }
+  if (o->context && !o->init_from) {
+    fprintf(stderr, PROG ": --context is for --init-from a Llama (a --model file says its own context)\n");
     return EXIT_USAGE;
   }
   if (o->save && check_out_path("--save", o->save))

@@ -74,6 +74,11 @@ STRATA_API int strata_hf_config(const char *dir, struct strata_model_config *out
 
 /* Build the strata model that `dir`'s config.json describes (named after the directory). */
 STRATA_API int strata_hf_model(const char *dir, strata_model_t *out /* OUT */);
+/* The same with the context (the longest sequence trained or generated) set to `context`; 0: the config's. A Llama
+** has no position table: any context from 1 to max_position_embeddings (Llama 3.1's 131072 is past what strata's
+** models take, 65536: name a shorter one). A GPT-2's context is its n_positions, the rows of its position table:
+** another is STRATA_ERR_UNSUPPORTED, as is a Llama's past max_position_embeddings. */
+STRATA_API int strata_hf_model_context(const char *dir, int64_t context, strata_model_t *out /* OUT */);
 
 /*
 ** Overwrite a trainer's parameters with those of `dir`/model.safetensors.

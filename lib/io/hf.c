@@ -184,11 +184,23 @@ STRATA_API int strata_hf_config(const char *dir, struct strata_model_config *out
   return STRATA_OK;
 }
 
-STRATA_API int strata_hf_model(const char *dir, strata_model_t *out) {
+STRATA_API int strata_hf_model(const char *dir, strata_model_t *out) { return strata_hf_model_context(dir, 0, out); }
+
+STRATA_API int strata_hf_model_context(const char *dir, int64_t context, strata_model_t *out) {
   if (!out)
     return strata__error(STRATA_ERR_INVALID, "strata_hf_model: out is NULL");
+  if (context < 0)
+    return strata__error(STRATA_ERR_INVALID, "strata_hf_model_context: context %lld < 0", (long long)context);
   struct strata_model_config c;
   TRY(strata__hf_read_config(dir, &c));
+  if (context && c.kind == STRATA_MODEL_LLAMA && context > c.context)
+    return strata__error(STRATA_ERR_UNSUPPORTED, "%s/config.json: a context of %lld is past max_position_embeddings "
+                         "%lld", dir, (long long)context, (long long)c.context);
+  if (context && c.kind == STRATA_MODEL_GPT && context != c.context)
+    return strata__error(STRATA_ERR_UNSUPPORTED, "%s/config.json: a GPT-2's context is its n_positions (%lld), the "
+                         "rows of its position table, not %lld", dir, (long long)c.context, (long long)context);
+  if (context)
+    c.context = context;
   int rc = strata_model_from_config(&c, out);
   /* sizes outside strata's limits (n_positions past 65536, n_head that does not divide n_embd) are values of the
   ** file that strata cannot use, like an activation it has not: the file's fault, said as such */
