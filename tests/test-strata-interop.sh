@@ -246,6 +246,11 @@ check "strata-export of a Llama writes LlamaForCausalLM's config" grep -q '"mode
 "$GEN" --checkpoint "$TMP/ltuned.st" --tokens --prompt "$LP" -n 10 -t 0 >"$TMP/g1" 2>"$TMP/err"
 "$GEN" --init-from "$TMP/ltuned-hf" --tokens --prompt "$LP" -n 10 -t 0 >"$TMP/g2" 2>"$TMP/err"
 check "the Llama export generates what the checkpoint does: $(cat "$TMP/g1")" [ -s "$TMP/g1" ] && cmp -s "$TMP/g1" "$TMP/g2"
+"$EXPORT" --hf "$TMP/ltuned-bf16" --dtype bf16 "$TMP/ltuned.st" >"$TMP/out" 2>"$TMP/err"
+check "strata-export --dtype bf16 of a Llama says torch_dtype bfloat16" \
+  grep -q '"torch_dtype": "bfloat16"' "$TMP/ltuned-bf16/config.json"
+"$GEN" --init-from "$TMP/ltuned-bf16" --tokens --prompt "$LP" -n 10 -t 0 >"$TMP/g4" 2>"$TMP/err"
+check "the bf16 Llama export loads back and generates: $(cat "$TMP/g4")" [ -s "$TMP/g4" ]
 # transformers reads the export back: only where STRATA_TEST_PYTHON names a Python with torch and transformers
 if [ -n "${STRATA_TEST_PYTHON:-}" ] && "$STRATA_TEST_PYTHON" -c 'import torch, transformers' 2>/dev/null; then
   "$STRATA_TEST_PYTHON" "$LL/check-export.py" "$TMP/ltuned-hf" "$LP" 10 >"$TMP/g3" 2>"$TMP/err"
