@@ -81,15 +81,23 @@ STRATA_API int strata_hf_model(const char *dir, strata_model_t *out /* OUT */);
 STRATA_API int strata_hf_model_context(const char *dir, int64_t context, strata_model_t *out /* OUT */);
 
 /*
-** Overwrite a trainer's parameters with those of `dir`/model.safetensors.
-** The trainer's model must be the one strata_hf_model(dir) gives (else
-** STRATA_ERR_SHAPE), or its untied form for a tied checkpoint: then
-** lm_head.weight starts as a copy of wte.weight (a model that can be cut
-** into pipeline stages, which a tied one cannot). Every tensor is checked by name and shape before
-** anything is written; a tensor of the file that has no place in the model
-** (other than the attention-mask buffers attn.bias / attn.masked_bias that
-** older transformers saved) is refused naming it. The optimizer state and
-** the step count stay as they are (a new trainer: zero), so training
+** Overwrite a trainer's parameters with those of `dir`/model.safetensors,
+** or, where there is none, of the shards `dir`/model.safetensors.index.json
+** names (its weight_map: tensor name -> file in `dir`). The trainer's model
+** must be the one strata_hf_model(dir) gives (a Llama's with any context up
+** to max_position_embeddings; else STRATA_ERR_SHAPE), or its untied form for
+** a tied checkpoint: then lm_head.weight starts as a copy of the embedding
+** (wte.weight, embed_tokens.weight; a model that can be cut into pipeline
+** stages, which a tied one cannot). Every tensor is checked by name and
+** shape before anything is written; a tensor of the file that has no place
+** in the model (other than the buffers older transformers saved: GPT-2's
+** attn.bias / attn.masked_bias, Llama's rotary_emb.inv_freq) is refused
+** naming it. Shards: every file the index names must exist (checked before
+** any is read, else STRATA_ERR_PARSE naming it), and each must hold exactly
+** the tensors the map puts in it (else STRATA_ERR_PARSE naming the tensor
+** and the file). A Llama's projections are transposed from
+** torch.nn.Linear's [out, in] to strata's [in, out]. The optimizer state
+** and the step count stay as they are (a new trainer: zero), so training
 ** starts from the checkpoint's weights.
 */
 STRATA_API int strata_trainer_load_hf(strata_trainer_t tr, const char *dir);
@@ -99,8 +107,10 @@ STRATA_API int strata_trainer_load_hf(strata_trainer_t tr, const char *dir);
 ** strata_trainer_save) to `dir` in the Hugging Face layout: config.json and
 ** model.safetensors (metadata {"format": "pt"}), each atomically. `dir` is
 ** created when missing (its parent must exist); files of other names in it
-** are left alone. Any GPT checkpoint can be written; the values are the
-** checkpoint's floats, bit for bit. STRATA_ERR_INVALID, before anything is
+** are left alone. Any GPT or Llama checkpoint can be written (a Llama as
+** LlamaForCausalLM's config.json, with the rope in transformers 4's form
+** that transformers 5 reads too, and its projections transposed to
+** [out, in]); the values are the checkpoint's floats, bit for bit. STRATA_ERR_INVALID, before anything is
 ** read, when either file to write is `checkpoint` itself (strata_file_same).
 ** The same as strata_hf_export_as(checkpoint, dir, STRATA_ST_F32).
 */
