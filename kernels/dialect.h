@@ -13,7 +13,7 @@
 **   KERNEL      entry point             GLOBAL   pointer to device memory
 **   I64         64-bit signed integer   GID      global index of this item
 **   U32 U16     unsigned integers of 32 and 16 bits
-**   SQRT EXP LOG TANH FMAX  float math
+**   SQRT EXP LOG TANH FMAX COS SIN  float math
 **
 ** Kernels that reduce (rows of layernorm, softmax, cross-entropy; columns
 ** of bias and layernorm gradients) run one work-group (thread block) per row
@@ -46,6 +46,8 @@
 #define TANH(x) tanh(x)
 #define FMAX(a, b) fmax(a, b)
 #define POW(a, b) pow(a, b)
+#define COS(x) cos(x)
+#define SIN(x) sin(x)
 #define INLINE static inline
 #define LOCAL __local
 #define LOCAL_PTR __local
@@ -69,6 +71,8 @@
 #define TANH(x) tanhf(x)
 #define FMAX(a, b) fmaxf(a, b)
 #define POW(a, b) powf(a, b)
+#define COS(x) cosf(x)
+#define SIN(x) sinf(x)
 #define INLINE __device__ static inline
 #define LOCAL __shared__
 #define LOCAL_PTR

@@ -2,11 +2,12 @@
 # kernels/ — the shared kernel dialect and the op kernels, and the rule that embeds them as a C string for OpenCL.
 
 # The kernel sources, in the order a backend glues them: the dialect first.
-# The CUDA backend compiles the same files (#include "dialect.h", "ops.k", "attention.k").
+# The CUDA backend compiles the same files (#include "dialect.h", "ops.k", "attention.k", "llama.k").
 STRATA_KERNEL_FILES = \
 	%reldir%/dialect.h \
 	%reldir%/ops.k \
-	%reldir%/attention.k
+	%reldir%/attention.k \
+	%reldir%/llama.k
 # OpenCL only: GEMM for CPU devices (CLBlast serves the others, cuBLAS CUDA)
 STRATA_KERNEL_OPENCL_FILES = %reldir%/gemm.k
 EXTRA_DIST += $(STRATA_KERNEL_FILES) $(STRATA_KERNEL_OPENCL_FILES) %reldir%/embed.awk
@@ -21,6 +22,6 @@ CLEANFILES += %reldir%/opencl-source.c
 	$(AM_V_GEN)$(MKDIR_P) %reldir% && \
 	$(AWK) -v name=strata__opencl_source -f $(srcdir)/%reldir%/embed.awk \
 		$(srcdir)/%reldir%/dialect.h $(srcdir)/%reldir%/ops.k $(srcdir)/%reldir%/attention.k \
-		$(srcdir)/%reldir%/gemm.k > $@-t && \
+		$(srcdir)/%reldir%/llama.k $(srcdir)/%reldir%/gemm.k > $@-t && \
 	mv -f $@-t $@
 endif

@@ -13,6 +13,7 @@ EXTRA_DIST += tests/run-test tests/common.h tests/lsan.supp
 if HAVE_CRITERION
 suites = tests/test-device \
 	tests/test-ops \
+	tests/test-ops-llama \
 	tests/test-bf16 \
 	tests/test-blas \
 	tests/test-registry \
@@ -50,6 +51,10 @@ tests_test_ops_SOURCES = tests/test-ops.c tests/common.h
 tests_test_ops_CPPFLAGS = $(suite_cppflags)
 tests_test_ops_CFLAGS = $(suite_cflags)
 tests_test_ops_LDADD = $(suite_ldadd)
+tests_test_ops_llama_SOURCES = tests/test-ops-llama.c tests/common.h
+tests_test_ops_llama_CPPFLAGS = $(suite_cppflags)
+tests_test_ops_llama_CFLAGS = $(suite_cflags)
+tests_test_ops_llama_LDADD = $(suite_ldadd)
 tests_test_bf16_SOURCES = tests/test-bf16.c tests/common.h
 tests_test_bf16_CPPFLAGS = $(suite_cppflags)
 tests_test_bf16_CFLAGS = $(suite_cflags)
@@ -133,6 +138,7 @@ tests_test_plan_LDADD = $(suite_ldadd)
 # The memory model is internal: the suite compiles the model's stage code (and the error and log calls it makes)
 # itself and takes everything public from the library.
 tests_test_memory_SOURCES = tests/test-memory.c tests/common.h lib/model/stage.c lib/model/ranges.c lib/model/slab.c \
+	lib/model/tensor.c lib/model/llama.c \
 	lib/core/status.c lib/core/log.c
 tests_test_memory_CPPFLAGS = $(suite_cppflags) -I$(top_srcdir)/lib
 tests_test_memory_CFLAGS = $(suite_cflags)

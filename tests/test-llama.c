@@ -102,7 +102,8 @@ Test(llama, presets_and_cost_profile_by_hand) {
 }
 
 Test(llama, json_round_trip_with_llama3_scaling) {
-  const char *j = "{\"kind\": \"llama\", \"vocab\": 300, \"context\": 16, \"d_model\": 32, \"layers\": 2, \"heads\": 4, "
+  const char *j = "{\"kind\": \"llama\", \"vocab\": 300, \"context\": 16, \"d_model\": 32, \"layers\": 2, "
+                  "\"heads\": 4, "
                   "\"n_kv_heads\": 2, \"d_ff\": 80, \"rope_theta\": 250000.5, \"norm_eps\": 1e-6, \"tied\": true, "
                   "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, "
                   "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192}}";
@@ -159,7 +160,8 @@ Test(llama, bad_models_are_refused_naming_the_field) {
       {"{\"kind\": \"llama\", \"context\": 8, \"d_model\": 12, \"layers\": 1, \"heads\": 4, \"d_ff\": 40}", "odd",
        STRATA_ERR_SHAPE},
       {"{\"kind\": \"llama\", \"context\": 8, \"d_model\": 16, \"layers\": 1, \"heads\": 2, \"d_ff\": 40, "
-       "\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4}}", "rope_scaling.rope_type\" \"yarn\"", STRATA_ERR_UNSUPPORTED},
+       "\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4}}", "rope_scaling.rope_type\" \"yarn\"",
+       STRATA_ERR_UNSUPPORTED},
       {"{\"kind\": \"llama\", \"context\": 8, \"d_model\": 16, \"layers\": 1, \"heads\": 2, \"d_ff\": 40, "
        "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8}}", "low_freq_factor", STRATA_ERR_PARSE},
       {"{\"kind\": \"llama\", \"context\": 8, \"d_model\": 16, \"layers\": 1, \"heads\": 2, \"d_ff\": 40, "
@@ -479,7 +481,8 @@ Test(llama_train, bf16_tracks_float32_and_its_layouts_one_device) {
   strata_model_free(m);
 }
 
-/* Train the layout of `fmt` for `save_after` steps and save to `ckpt`, or (0) load `ckpt`; then one more step's loss. */
+/* Train the layout of `fmt` for `save_after` steps and save to `ckpt`, or (0) load `ckpt`; then one more step's
+** loss. */
 static float step_after(strata_model_t m, const char *fmt, const char *ckpt, int save_after) {
   int h[8];
   for (int i = 0; i < 8; i++)
@@ -511,7 +514,8 @@ Test(llama_train, checkpoints_hold_whole_named_tensors_and_resume_under_other_la
   strata_model_t m = small_llama(1, 0);
   char ckpt[600];
   snprintf(ckpt, sizeof ckpt, "%s/llama.safetensors", dir);
-  const float next = step_after(m, "{\"pp\": 2, \"tp\": 2, \"devices\": [%d, %d, %d, %d], \"microbatches\": 4}", ckpt, 5);
+  const float next =
+      step_after(m, "{\"pp\": 2, \"tp\": 2, \"devices\": [%d, %d, %d, %d], \"microbatches\": 4}", ckpt, 5);
   strata_safetensors_t st;
   OK(strata_safetensors_read(ckpt, &st));
   static const struct {
@@ -587,4 +591,101 @@ Test(llama_train, refused_layouts_name_the_field) {
   }
   strata_model_free(tied);
   strata_model_free(m);
+}
+
+/* The layout of `fmt` over devices d[0 ..] (one device: fmt NULL, 4 micro-batches), STEPS steps. */
+static void run_on(strata_model_t m, const char *fmt, const int *d, struct run *r) {
+  struct strata_train_options o = options(fmt ? 1 : 4);
+  o.device = d[0];
+  strata_trainer_t tr;
+  if (fmt) {
+    char text[512];
+    snprintf(text, sizeof text, fmt, d[0], d[1], d[2], d[3]);
+    strata_layout_t l;
+    OK(strata_layout_from_json(text, "llama on opencl", &l));
+    OK(strata_trainer_new_layout(m, ds, &o, l, NULL, &tr));
+    strata_layout_free(l);
+  } else {
+    OK(strata_trainer_new(m, ds, &o, &tr));
+  }
+  run_steps(tr, r);
+  strata_trainer_free(tr);
+}
+
+/*
+** On OpenCL (PoCL) devices, which run the llama ops as kernels and the GEMMs through CLBlast or strata's kernels:
+** one device, a PoCL + host pipeline and tp 2 over two PoCL devices track one host device within test-parallel.c's
+** bounds for mixed GEMM libraries (1e-3 relative on losses, 2e-4 on parameters).
+*/
+Test(llama_train, opencl_devices_track_the_host) {
+  int p0 = tc_find_device("opencl", 0), p1 = tc_find_device("opencl", 1), h0 = tc_find_device("host", 0);
+  if (p1 < 0)
+    cr_skip_test("needs two OpenCL devices (PoCL)");
+  strata_model_t m = small_llama(1, 0);
+  struct run ref, got;
+  const int host[1] = {h0};
+  run_on(m, NULL, host, &ref);
+  const int one[1] = {p0}, mixed[2] = {p0, h0}, two[2] = {p0, p1};
+  const struct {
+    const char *fmt, *what;
+    const int *d;
+  } cases[] = {{NULL, "one PoCL device", one},
+               {"{\"pp\": 2, \"devices\": [%d, %d], \"microbatches\": 4}", "pp 2 over PoCL and host", mixed},
+               {"{\"tp\": 2, \"devices\": [%d, %d], \"microbatches\": 4}", "tp 2 over two PoCL devices", two}};
+  for (int k = 0; k < 3; k++) {
+    run_on(m, cases[k].fmt, cases[k].d, &got);
+    cr_assert_eq(got.n, ref.n);
+    for (int s = 0; s < STEPS; s++)
+      cr_assert(fabs(got.loss[s] - ref.loss[s]) <= 1e-3 * fabs(ref.loss[s]), "%s step %d: %.7g, host %.7g",
+                cases[k].what, s + 1, got.loss[s], ref.loss[s]);
+    double worst = 0;
+    for (size_t i = 0; i < got.n; i++)
+      worst = fmax(worst, fabs(got.params[i] - ref.params[i]));
+    cr_assert(worst <= 2e-4, "%s: parameters up to %.3g from the host's", cases[k].what, worst);
+    if (getenv("STRATA_TEST_VERBOSE"))
+      fprintf(stderr, "%s: parameters within %.3g of the host's\n", cases[k].what, worst);
+    free(got.params);
+  }
+  free(ref.params);
+  strata_model_free(m);
+}
+
+/* ---- planning ---- */
+
+/* strata-plan's search plans llama3-70b on 16 synthetic nodes of 8 H100s (fp32 and bf16): the best plan splits its
+** layers with tp, each tp group inside one node, tp dividing the 8 key/value heads. */
+Test(llama, llama3_70b_plans_with_tp_inside_a_node) {
+  const struct strata_machine_options mo = {.nodes = 16};
+  strata_machine_t mach;
+  OK(strata_machine_synthetic("8xH100-80GB:nvswitch", &mo, &mach));
+  strata_model_t m;
+  OK(strata_model_from_preset("llama3-70b", &m));
+  for (int bf = 0; bf <= 1; bf++) {
+    struct strata_plan_options po = {.batch = 64, .precision = bf ? STRATA_BFLOAT16 : STRATA_FLOAT32};
+    strata_plan_t plan;
+    OK(strata_plan_search(mach, m, &po, &plan));
+    cr_assert_gt(strata_plan_count(plan), 0);
+    struct strata_plan_candidate best;
+    OK(strata_plan_candidate(plan, 0, &best));
+    strata_layout_t l = best.layout;
+    OK(strata_layout_check(l, m, strata_machine_device_count(mach)));
+    cr_assert(best.step_s > 0 && best.peak_bytes > 0);
+    cr_assert_gt(strata_layout_tp(l, 0), 1, "a 70B model's layers are cut by tp");
+    for (int r = 0; r < strata_layout_pp(l); r++) {
+      const int t = strata_layout_tp(l, r);
+      cr_assert(t >= 1 && 8 % t == 0, "tp %d divides the 8 key/value heads", t);
+      for (int d = 0; d < strata_layout_dp(l); d++) {
+        int first, dev;
+        OK(strata_layout_device(l, d, r, 0, &first));
+        for (int k = 1; k < t; k++) {
+          OK(strata_layout_device(l, d, r, k, &dev));
+          cr_assert_eq(dev / 8, first / 8, "replica %d rank %d: slice %d on node %d, slice 0 on node %d", d, r, k,
+                       dev / 8, first / 8);
+        }
+      }
+    }
+    strata_plan_free(plan);
+  }
+  strata_model_free(m);
+  strata_machine_free(mach);
 }

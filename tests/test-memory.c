@@ -202,3 +202,22 @@ Test(memory, attention_memory_grows_linearly_with_the_context) {
   strata_dataset_free(ds);
   tc_remove_dir(dir);
 }
+
+/* llama3-8b's parameter bytes are its 8,030,261,248 parameters' (float32 parameters, gradients and AdamW's two
+** moments: 16 bytes each), whole and under ZeRO-1 over 8 replicas (the moments' shard, rounded up to a float). */
+Test(memory, llama3_8b_parameter_bytes_are_its_parameter_count) {
+  strata_model_t m;
+  OK(strata_model_from_preset("llama3-8b", &m));
+  const uint64_t P = 8030261248ull;
+  cr_assert_eq(strata_model_params(m), P);
+  const int L = strata_model_layer_count(m);
+  struct strata__stage_bytes b;
+  OK(strata__stage_plan(m, 0, L, 1, 0, NULL, &b));
+  cr_assert_eq(b.params, 16 * P, "%llu bytes for %llu parameters", (unsigned long long)b.params,
+               (unsigned long long)P);
+  const struct strata__cut z8 = {{0, 1}, {3, 8}, STRATA_FLOAT32, STRATA_FLOAT32, STRATA_RECOMPUTE_NONE, 1, {0, 1}};
+  OK(strata__stage_plan(m, 0, L, 1, 0, &z8, &b));
+  const uint64_t chunk = (P + 7) / 8;
+  cr_assert_eq(b.params, 2 * 4 * 8 * chunk + 2 * 4 * chunk);
+  strata_model_free(m);
+}

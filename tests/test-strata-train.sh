@@ -42,7 +42,7 @@ if [ ! -x "$TRAIN" ] || [ ! -x "$GEN" ]; then
   echo "1..0 # SKIP strata-train or strata-generate not built"
   exit 0
 fi
-echo "1..140"
+echo "1..148"
 
 # A small corpus of our own, so that the tests do not depend on what the machine ships.
 for i in 1 2 3 4 5 6 7 8; do cat "$top_srcdir/README.md" "$top_srcdir/man/strata-train.1"; done >"$TMP/text.txt"
@@ -560,3 +560,39 @@ STRATA_HOST_DEVICES=2 STRATA_DEVICE_MEMORY_LIMIT=70M $TRAIN --model cnn-hires --
 rc=$?
 check "cnn-hires in 70 MiB with --spatial 2: trains (exit $rc)" sh -c "[ $rc -eq 0 ] &&
   grep -q '\"event\":\"summary\".*\"loss\":[0-9]' '$TMP/fit.json'"
+# llama (issue 33): llama-tiny trains on one host device and its pipeline gives the same losses; dp 2 x tp 2 with
+# ZeRO-1 (each slice a query-head group with its key/value head) within 1e-4 of one device; what is not built and bad
+# model files are refused in one line naming the field; strata-generate continues a llama checkpoint
+STRATA_HOST_DEVICES=4
+export STRATA_HOST_DEVICES
+LL="$TRAIN --model llama-tiny --data $TMP/text.txt --batch 2 --eval-batches 1 --eval-every 0 --steps 6 --json"
+$LL --device 0 --accum 4 --save "$TMP/llama.st" >"$TMP/ll1.json" 2>"$TMP/err"
+rc=$?
+l1=$(first_field "$TMP/ll1.json" step loss)
+l6=$(field "$TMP/ll1.json" step loss)
+check "llama-tiny on one device: exit 0, the loss falls ($l1 -> $l6)" sh -c "[ $rc -eq 0 ] &&
+  awk -v a='$l1' -v b='$l6' 'BEGIN { exit !(a > 5 && b < a - 0.2) }'"
+$LL --pp 2 --microbatches 4 >"$TMP/llpp.json" 2>"$TMP/err"
+rc=$?
+check "llama-tiny --pp 2: exit 0, one device's losses string-equal" \
+  [ "$rc" -eq 0 -a -n "$(losses "$TMP/ll1.json")" -a "$(losses "$TMP/llpp.json")" = "$(losses "$TMP/ll1.json")" ]
+$LL --device 0 --accum 2 >"$TMP/ll2.json" 2>"$TMP/err"
+$LL --dp 2 --tp 2 --zero --microbatches 1 >"$TMP/lldt.json" 2>"$TMP/err"
+rc=$?
+check "llama-tiny --dp 2 --tp 2 --zero: within 1e-4 of one device (exit $rc)" losses_close "$TMP/lldt.json" "$TMP/ll2.json"
+fails_clearly "llama-tiny --tp 4 over 2 key/value heads" 2 "does not divide the model's n_kv_heads 2" \
+  $LL --tp 4 --microbatches 1
+printf '{"kind": "llama", "context": 16, "d_model": 32, "layers": 1, "heads": 4, "n_kv_heads": 3, "d_ff": 64}\n' >"$TMP/kv.json"
+fails_clearly "a llama whose n_kv_heads do not divide its heads" 1 "n_kv_heads = 3 does not divide heads = 4" \
+  $TRAIN --model "$TMP/kv.json" --steps 1
+printf '{"kind": "llama", "context": 16, "d_model": 32, "layers": 1, "heads": 4, "d_ff": 64, "rope_scaling": {"rope_type": "yarn", "factor": 4}}\n' >"$TMP/yarn.json"
+fails_clearly "a llama of an unknown rope_type" 1 '"rope_scaling.rope_type" "yarn" is not supported' \
+  $TRAIN --model "$TMP/yarn.json" --steps 1
+$GEN --checkpoint "$TMP/llama.st" --prompt "The " --length 20 --temperature 0 --device 0 >"$TMP/gen.txt" 2>"$TMP/err"
+rc=$?
+check "strata-generate continues a llama checkpoint (exit $rc)" sh -c "[ $rc -eq 0 ] && [ \$(wc -c <'$TMP/gen.txt') -ge 24 ]"
+$LL --resume "$TMP/llama.st" --steps 8 --device 0 >"$TMP/llr.json" 2>"$TMP/err"
+rc=$?
+at=$(field "$TMP/llr.json" start start_step)
+check "a llama checkpoint resumes its model at step $at (exit $rc)" sh -c "[ $rc -eq 0 ] && [ '$at' = 6 ] &&
+  grep -q '\"event\":\"start\".*\"model\":\"llama-tiny\"' '$TMP/llr.json'"

@@ -47,8 +47,9 @@ struct options {
 
 static void usage(FILE *f) {
   fputs("Usage: strata-generate --checkpoint FILE|--init-from DIR [--tokens] [OPTION]...\n"
-        "Sample text from a checkpoint written by strata-train (a GPT over bytes), or token ids from\n"
-        "any GPT (--tokens), e.g. a Hugging Face GPT-2 with a BPE tokenizer outside strata.\n"
+        "Sample text from a checkpoint written by strata-train (a GPT or llama over bytes), or token\n"
+        "ids from any GPT or llama (--tokens), e.g. a Hugging Face GPT-2 with a BPE tokenizer outside\n"
+        "strata.\n"
         "\n"
         "  -c, --checkpoint FILE    the checkpoint (safetensors with the model in its metadata)\n"
         "      --init-from DIR      a Hugging Face GPT-2 or Llama directory (config.json +\n"

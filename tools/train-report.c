@@ -414,7 +414,13 @@ void print_header(const struct run *r, const struct options *o, const char *why)
   char pbuf[32], fbuf[32];
   fmt_si(pbuf, sizeof pbuf, (double)params);
   fmt_si(fbuf, sizeof fbuf, per_token);
-  if (text)
+  if (text && c->kind == STRATA_MODEL_LLAMA)
+    printf("model     %s: llama, %lld layers, d_model %lld, %lld heads on %lld key/value heads, d_ff %lld, context "
+           "%lld, vocab %lld, rope_theta %g%s%s\n", c->name, (long long)c->layers, (long long)c->d_model,
+           (long long)c->heads, (long long)c->kv_heads, (long long)c->d_ff, (long long)c->context,
+           (long long)c->vocab, c->rope_theta, c->rope_scaling.type == STRATA_ROPE_LLAMA3 ? " (llama3 scaling)" : "",
+           c->tied ? ", tied" : "");
+  else if (text)
     printf("model     %s: gpt, %lld layers, d_model %lld, %lld heads, d_ff %lld, context %lld, vocab %lld%s\n", c->name,
            (long long)c->layers, (long long)c->d_model, (long long)c->heads, (long long)c->d_ff,
            (long long)c->context, (long long)c->vocab, c->tied ? ", tied" : "");

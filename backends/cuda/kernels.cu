@@ -7,6 +7,7 @@
 #include "dialect.h"
 #include "ops.k"
 #include "attention.k"
+#include "llama.k"
 
 #include "launch.h"
 
@@ -296,10 +297,11 @@ extern "C" cudaError_t strata__cuda_maxpool_bwd(cudaStream_t stream, strata__i64
 extern "C" cudaError_t strata__cuda_attention_fwd(cudaStream_t stream, strata__i64 blocks, int threads, unsigned mask,
                                                   const void *qkv, strata__i64 qkv_off, void *out, strata__i64 out_off,
                                                   void *lse, strata__i64 lse_off, strata__i64 batch, strata__i64 seq,
-                                                  strata__i64 heads, strata__i64 head_dim, float scale, int causal)
+                                                  strata__i64 heads, strata__i64 kv_heads, strata__i64 head_dim, float scale,
+                                                  int causal)
 {
-  STRATA__CUDA_LAUNCH(k_attention_fwd, qkv, qkv_off, out, out_off, lse, lse_off, batch, seq, heads, head_dim, scale,
-                      causal);
+  STRATA__CUDA_LAUNCH(k_attention_fwd, qkv, qkv_off, out, out_off, lse, lse_off, batch, seq, heads, kv_heads, head_dim,
+                      scale, causal);
 }
 
 extern "C" cudaError_t strata__cuda_attention_bwd_dq(cudaStream_t stream, strata__i64 blocks, int threads,
@@ -307,11 +309,11 @@ extern "C" cudaError_t strata__cuda_attention_bwd_dq(cudaStream_t stream, strata
                                                      const void *out, strata__i64 out_off, const void *dout,
                                                      strata__i64 dout_off, const void *lse, strata__i64 lse_off,
                                                      void *dqkv, strata__i64 dqkv_off, strata__i64 batch,
-                                                     strata__i64 seq, strata__i64 heads, strata__i64 head_dim,
-                                                     float scale, int causal)
+                                                     strata__i64 seq, strata__i64 heads, strata__i64 kv_heads,
+                                                     strata__i64 head_dim, float scale, int causal)
 {
   STRATA__CUDA_LAUNCH(k_attention_bwd_dq, qkv, qkv_off, out, out_off, dout, dout_off, lse, lse_off, dqkv, dqkv_off,
-                      batch, seq, heads, head_dim, scale, causal);
+                      batch, seq, heads, kv_heads, head_dim, scale, causal);
 }
 
 extern "C" cudaError_t strata__cuda_attention_bwd_dkv(cudaStream_t stream, strata__i64 blocks, int threads,
@@ -319,9 +321,58 @@ extern "C" cudaError_t strata__cuda_attention_bwd_dkv(cudaStream_t stream, strat
                                                       const void *out, strata__i64 out_off, const void *dout,
                                                       strata__i64 dout_off, const void *lse, strata__i64 lse_off,
                                                       void *dqkv, strata__i64 dqkv_off, strata__i64 batch,
-                                                      strata__i64 seq, strata__i64 heads, strata__i64 head_dim,
-                                                      float scale, int causal)
+                                                      strata__i64 seq, strata__i64 heads, strata__i64 kv_heads,
+                                                      strata__i64 head_dim, float scale, int causal)
 {
   STRATA__CUDA_LAUNCH(k_attention_bwd_dkv, qkv, qkv_off, out, out_off, dout, dout_off, lse, lse_off, dqkv, dqkv_off,
-                      batch, seq, heads, head_dim, scale, causal);
+                      batch, seq, heads, kv_heads, head_dim, scale, causal);
+}
+
+extern "C" cudaError_t strata__cuda_rmsnorm_fwd(cudaStream_t stream, strata__i64 blocks, int threads, unsigned mask,
+                                                const void *x, strata__i64 x_off, const void *w, strata__i64 w_off,
+                                                void *y, strata__i64 y_off, void *rstd, strata__i64 rstd_off,
+                                                strata__i64 rows, strata__i64 cols, float eps)
+{
+  STRATA__CUDA_LAUNCH(k_rmsnorm_fwd, x, x_off, w, w_off, y, y_off, rstd, rstd_off, rows, cols, eps);
+}
+
+extern "C" cudaError_t strata__cuda_rmsnorm_bwd_dx(cudaStream_t stream, strata__i64 blocks, int threads,
+                                                   unsigned mask, const void *x, strata__i64 x_off, const void *w,
+                                                   strata__i64 w_off, const void *rstd, strata__i64 rstd_off,
+                                                   const void *dy, strata__i64 dy_off, void *dx, strata__i64 dx_off,
+                                                   strata__i64 rows, strata__i64 cols)
+{
+  STRATA__CUDA_LAUNCH(k_rmsnorm_bwd_dx, x, x_off, w, w_off, rstd, rstd_off, dy, dy_off, dx, dx_off, rows, cols);
+}
+
+extern "C" cudaError_t strata__cuda_rmsnorm_bwd_dw(cudaStream_t stream, strata__i64 blocks, int threads,
+                                                   unsigned mask, const void *x, strata__i64 x_off, const void *rstd,
+                                                   strata__i64 rstd_off, const void *dy, strata__i64 dy_off, void *dw,
+                                                   strata__i64 dw_off, strata__i64 rows, strata__i64 cols,
+                                                   int accumulate)
+{
+  STRATA__CUDA_LAUNCH(k_rmsnorm_bwd_dw, x, x_off, rstd, rstd_off, dy, dy_off, dw, dw_off, rows, cols, accumulate);
+}
+
+extern "C" cudaError_t strata__cuda_swiglu_fwd(cudaStream_t stream, strata__i64 blocks, int threads, unsigned mask,
+                                               const void *gu, strata__i64 gu_off, void *h, strata__i64 h_off,
+                                               strata__i64 rows, strata__i64 cols)
+{
+  STRATA__CUDA_LAUNCH(k_swiglu_fwd, gu, gu_off, h, h_off, rows, cols);
+}
+
+extern "C" cudaError_t strata__cuda_swiglu_bwd(cudaStream_t stream, strata__i64 blocks, int threads, unsigned mask,
+                                               const void *gu, strata__i64 gu_off, const void *dh, strata__i64 dh_off,
+                                               void *dgu, strata__i64 dgu_off, strata__i64 rows, strata__i64 cols)
+{
+  STRATA__CUDA_LAUNCH(k_swiglu_bwd, gu, gu_off, dh, dh_off, dgu, dgu_off, rows, cols);
+}
+
+extern "C" cudaError_t strata__cuda_rope(cudaStream_t stream, strata__i64 blocks, int threads, unsigned mask,
+                                         const void *x, strata__i64 x_off, void *y, strata__i64 y_off,
+                                         const void *freq, strata__i64 freq_off, strata__i64 batch, strata__i64 seq,
+                                         strata__i64 heads, strata__i64 head_dim, strata__i64 ld, strata__i64 pos0,
+                                         float sign)
+{
+  STRATA__CUDA_LAUNCH(k_rope, x, x_off, y, y_off, freq, freq_off, batch, seq, heads, head_dim, ld, pos0, sign);
 }

@@ -166,17 +166,41 @@ cudaError_t strata__cuda_maxpool_bwd(cudaStream_t stream, strata__i64 blocks, in
 cudaError_t strata__cuda_attention_fwd(cudaStream_t stream, strata__i64 blocks, int threads, unsigned mask,
                                        const void *qkv, strata__i64 qkv_off, void *out, strata__i64 out_off, void *lse,
                                        strata__i64 lse_off, strata__i64 batch, strata__i64 seq, strata__i64 heads,
-                                       strata__i64 head_dim, float scale, int causal);
+                                       strata__i64 kv_heads, strata__i64 head_dim, float scale, int causal);
 cudaError_t strata__cuda_attention_bwd_dq(cudaStream_t stream, strata__i64 blocks, int threads, unsigned mask,
                                           const void *qkv, strata__i64 qkv_off, const void *out, strata__i64 out_off,
                                           const void *dout, strata__i64 dout_off, const void *lse, strata__i64 lse_off,
                                           void *dqkv, strata__i64 dqkv_off, strata__i64 batch, strata__i64 seq,
-                                          strata__i64 heads, strata__i64 head_dim, float scale, int causal);
+                                          strata__i64 heads, strata__i64 kv_heads, strata__i64 head_dim, float scale,
+                                          int causal);
 cudaError_t strata__cuda_attention_bwd_dkv(cudaStream_t stream, strata__i64 blocks, int threads, unsigned mask,
                                            const void *qkv, strata__i64 qkv_off, const void *out, strata__i64 out_off,
                                            const void *dout, strata__i64 dout_off, const void *lse, strata__i64 lse_off,
                                            void *dqkv, strata__i64 dqkv_off, strata__i64 batch, strata__i64 seq,
-                                           strata__i64 heads, strata__i64 head_dim, float scale, int causal);
+                                           strata__i64 heads, strata__i64 kv_heads, strata__i64 head_dim, float scale,
+                                          int causal);
+cudaError_t strata__cuda_rmsnorm_fwd(cudaStream_t stream, strata__i64 blocks, int threads, unsigned mask,
+                                     const void *x, strata__i64 x_off, const void *w, strata__i64 w_off, void *y,
+                                     strata__i64 y_off, void *rstd, strata__i64 rstd_off, strata__i64 rows,
+                                     strata__i64 cols, float eps);
+cudaError_t strata__cuda_rmsnorm_bwd_dx(cudaStream_t stream, strata__i64 blocks, int threads, unsigned mask,
+                                        const void *x, strata__i64 x_off, const void *w, strata__i64 w_off,
+                                        const void *rstd, strata__i64 rstd_off, const void *dy, strata__i64 dy_off,
+                                        void *dx, strata__i64 dx_off, strata__i64 rows, strata__i64 cols);
+cudaError_t strata__cuda_rmsnorm_bwd_dw(cudaStream_t stream, strata__i64 blocks, int threads, unsigned mask,
+                                        const void *x, strata__i64 x_off, const void *rstd, strata__i64 rstd_off,
+                                        const void *dy, strata__i64 dy_off, void *dw, strata__i64 dw_off,
+                                        strata__i64 rows, strata__i64 cols, int accumulate);
+cudaError_t strata__cuda_swiglu_fwd(cudaStream_t stream, strata__i64 blocks, int threads, unsigned mask,
+                                    const void *gu, strata__i64 gu_off, void *h, strata__i64 h_off, strata__i64 rows,
+                                    strata__i64 cols);
+cudaError_t strata__cuda_swiglu_bwd(cudaStream_t stream, strata__i64 blocks, int threads, unsigned mask,
+                                    const void *gu, strata__i64 gu_off, const void *dh, strata__i64 dh_off, void *dgu,
+                                    strata__i64 dgu_off, strata__i64 rows, strata__i64 cols);
+cudaError_t strata__cuda_rope(cudaStream_t stream, strata__i64 blocks, int threads, unsigned mask, const void *x,
+                              strata__i64 x_off, void *y, strata__i64 y_off, const void *freq, strata__i64 freq_off,
+                              strata__i64 batch, strata__i64 seq, strata__i64 heads, strata__i64 head_dim,
+                              strata__i64 ld, strata__i64 pos0, float sign);
 
 #ifdef __cplusplus
 }

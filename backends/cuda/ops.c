@@ -231,32 +231,63 @@ static cudaError_t launch(cudaStream_t st, int wg, float *partials, const struct
   case STRATA__OP_ATTENTION_BWD: {
     /* kernels/attention.k: a block per wg queries (keys) of one sequence and head */
     const __typeof__(op->u.attn) *a = &op->u.attn;
-    if (a->kv_heads != a->heads)
-      return cudaErrorNotSupported; /* grouped-query attention: not there yet */
-    const strata__i64 groups = a->batch * a->heads * ((a->seq + wg - 1) / wg);
+    const strata__i64 blocks = (a->seq + wg - 1) / wg, groups = a->batch * a->heads * blocks;
     if (op->id == STRATA__OP_ATTENTION_FWD)
       return strata__cuda_attention_fwd(st, GROUPS(groups), B(a->qkv, 0) | B(a->out, 1) | B(a->lse, 2), P(a->qkv),
                                         O(a->qkv), P(a->out), O(a->out), P(a->lse), O(a->lse), a->batch, a->seq,
-                                        a->heads, a->head_dim, a->scale, a->causal);
+                                        a->heads, a->kv_heads, a->head_dim, a->scale, a->causal);
     const unsigned mask = B(a->qkv, 0) | B(a->out, 1) | B(a->dout, 2) | B(a->lse, 3) | B(a->dqkv, 4);
     e = strata__cuda_attention_bwd_dq(st, GROUPS(groups), mask, P(a->qkv), O(a->qkv), P(a->out), O(a->out),
                                       P(a->dout), O(a->dout), P(a->lse), O(a->lse), P(a->dqkv), O(a->dqkv), a->batch,
-                                      a->seq, a->heads, a->head_dim, a->scale, a->causal);
+                                      a->seq, a->heads, a->kv_heads, a->head_dim, a->scale, a->causal);
     if (e != cudaSuccess)
       return e;
-    return strata__cuda_attention_bwd_dkv(st, GROUPS(groups), mask, P(a->qkv), O(a->qkv), P(a->out), O(a->out),
-                                          P(a->dout), O(a->dout), P(a->lse), O(a->lse), P(a->dqkv), O(a->dqkv),
-                                          a->batch, a->seq, a->heads, a->head_dim, a->scale, a->causal);
+    /* dK and dV: a block per wg keys of one sequence and key/value head */
+    return strata__cuda_attention_bwd_dkv(st, GROUPS(a->batch * a->kv_heads * blocks), mask, P(a->qkv), O(a->qkv),
+                                          P(a->out), O(a->out), P(a->dout), O(a->dout), P(a->lse), O(a->lse),
+                                          P(a->dqkv), O(a->dqkv), a->batch, a->seq, a->heads, a->kv_heads,
+                                          a->head_dim, a->scale, a->causal);
+  }
+  case STRATA__OP_RMSNORM_FWD: {
+    const __typeof__(op->u.rms) *a = &op->u.rms;
+    return strata__cuda_rmsnorm_fwd(st, GROUPS(a->rows), B(a->x, 0) | B(a->w, 1) | B(a->y, 2) | B(a->rstd, 3),
+                                    P(a->x), O(a->x), P(a->w), O(a->w), P(a->y), O(a->y), P(a->rstd), O(a->rstd),
+                                    a->rows, a->cols, a->eps);
+  }
+  case STRATA__OP_RMSNORM_BWD: {
+    const __typeof__(op->u.rms) *a = &op->u.rms;
+    const strata__i64 cw = wg < 32 ? wg : 32;
+    /* dw first: dx may be dy */
+    e = strata__cuda_rmsnorm_bwd_dw(st, GROUPS((a->cols + cw - 1) / cw),
+                                    B(a->x, 0) | B(a->rstd, 1) | B(a->dy, 2) | B(a->dw, 3), P(a->x), O(a->x),
+                                    P(a->rstd), O(a->rstd), P(a->dy), O(a->dy), P(a->dw), O(a->dw), a->rows, a->cols,
+                                    a->accumulate);
+    if (e != cudaSuccess)
+      return e;
+    return strata__cuda_rmsnorm_bwd_dx(
+        st, GROUPS(a->rows), B(a->x, 0) | B(a->w, 1) | B(a->rstd, 2) | B(a->dy, 3) | B(a->dx, 4), P(a->x), O(a->x),
+        P(a->w), O(a->w), P(a->rstd), O(a->rstd), P(a->dy), O(a->dy), P(a->dx), O(a->dx), a->rows, a->cols);
+  }
+  case STRATA__OP_SWIGLU_FWD: {
+    const __typeof__(op->u.swiglu) *a = &op->u.swiglu;
+    return strata__cuda_swiglu_fwd(st, ITEMS(a->rows * a->cols), B(a->gu, 0) | B(a->h, 1), P(a->gu), O(a->gu),
+                                   P(a->h), O(a->h), a->rows, a->cols);
+  }
+  case STRATA__OP_SWIGLU_BWD: {
+    const __typeof__(op->u.swiglu) *a = &op->u.swiglu;
+    return strata__cuda_swiglu_bwd(st, ITEMS(a->rows * a->cols), B(a->gu, 0) | B(a->dh, 1) | B(a->dgu, 2), P(a->gu),
+                                   O(a->gu), P(a->dh), O(a->dh), P(a->dgu), O(a->dgu), a->rows, a->cols);
+  }
+  case STRATA__OP_ROPE_FWD:
+  case STRATA__OP_ROPE_BWD: {
+    const __typeof__(op->u.rope) *a = &op->u.rope;
+    return strata__cuda_rope(st, ITEMS(a->batch * a->seq * a->heads * (a->head_dim / 2)), B(a->x, 0) | B(a->y, 1),
+                             P(a->x), O(a->x), P(a->y), O(a->y), P(a->freq), O(a->freq), a->batch, a->seq, a->heads,
+                             a->head_dim, a->ld, a->pos0, op->id == STRATA__OP_ROPE_BWD ? -1.0f : 1.0f);
   }
   case STRATA__OP_GEMM: /* cuda.c's, through cuBLAS */
   case STRATA__OP_ADAMW_FUSED: /* the host's only: strata__cuda_op_supported says so before a record is made */
   case STRATA__OP_SUMSQ_SPANS:
-  case STRATA__OP_RMSNORM_FWD: /* not yet: op_supported says so */
-  case STRATA__OP_RMSNORM_BWD:
-  case STRATA__OP_SWIGLU_FWD:
-  case STRATA__OP_SWIGLU_BWD:
-  case STRATA__OP_ROPE_FWD:
-  case STRATA__OP_ROPE_BWD:
   case STRATA__OP_COUNT:
     break;
   }

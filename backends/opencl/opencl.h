@@ -52,6 +52,12 @@
   X(ATTN_FWD, "k_attention_fwd")                        \
   X(ATTN_BWD_DQ, "k_attention_bwd_dq")                  \
   X(ATTN_BWD_DKV, "k_attention_bwd_dkv")                \
+  X(RMSNORM_FWD, "k_rmsnorm_fwd")                       \
+  X(RMSNORM_BWD_DX, "k_rmsnorm_bwd_dx")                 \
+  X(RMSNORM_BWD_DW, "k_rmsnorm_bwd_dw")                 \
+  X(SWIGLU_FWD, "k_swiglu_fwd")                         \
+  X(SWIGLU_BWD, "k_swiglu_bwd")                         \
+  X(ROPE, "k_rope")                                     \
   X(GEMM_CPU, "k_gemm_cpu")                             \
   X(GEMM_CPU_TA, "k_gemm_cpu_ta")                       \
   X(GEMM_TRANSPOSE, "k_gemm_transpose")

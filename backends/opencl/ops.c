@@ -651,27 +651,52 @@ int strata__ocl_op(void *ctx, void *queue, const struct strata__op *op) {
   case STRATA__OP_ATTENTION_BWD: {
     /* kernels/attention.k: a work-group per q->wg queries (keys) of one sequence and head */
     const __typeof__(op->u.attn) *o = &op->u.attn;
-    if (o->kv_heads != o->heads)
-      return ocl->svc->error(STRATA_ERR_UNSUPPORTED, "opencl: grouped-query attention is not there yet");
-    const int64_t wg = (int64_t)attn_wg(q), groups = o->batch * o->heads * ((o->seq + wg - 1) / wg);
+    const int64_t wg = (int64_t)attn_wg(q), blocks = (o->seq + wg - 1) / wg, groups = o->batch * o->heads * blocks;
     if (op->id == STRATA__OP_ATTENTION_FWD)
-      return launch_attn(ocl, q, STRATA__OCL_K_ATTN_FWD, groups, "mmmllllfi", &o->qkv, &o->out, &o->lse, o->batch,
-                           o->seq, o->heads, o->head_dim, (double)o->scale, o->causal);
-    rc = launch_attn(ocl, q, STRATA__OCL_K_ATTN_BWD_DQ, groups, "mmmmmllllfi", &o->qkv, &o->out, &o->dout, &o->lse,
-                       &o->dqkv, o->batch, o->seq, o->heads, o->head_dim, (double)o->scale, o->causal);
+      return launch_attn(ocl, q, STRATA__OCL_K_ATTN_FWD, groups, "mmmlllllfi", &o->qkv, &o->out, &o->lse, o->batch,
+                         o->seq, o->heads, o->kv_heads, o->head_dim, (double)o->scale, o->causal);
+    rc = launch_attn(ocl, q, STRATA__OCL_K_ATTN_BWD_DQ, groups, "mmmmmlllllfi", &o->qkv, &o->out, &o->dout, &o->lse,
+                     &o->dqkv, o->batch, o->seq, o->heads, o->kv_heads, o->head_dim, (double)o->scale, o->causal);
     if (rc)
       return rc;
-    return launch_attn(ocl, q, STRATA__OCL_K_ATTN_BWD_DKV, groups, "mmmmmllllfi", &o->qkv, &o->out, &o->dout,
-                         &o->lse, &o->dqkv, o->batch, o->seq, o->heads, o->head_dim, (double)o->scale, o->causal);
+    /* dK and dV: a work-group per wg keys of one sequence and key/value head */
+    return launch_attn(ocl, q, STRATA__OCL_K_ATTN_BWD_DKV, o->batch * o->kv_heads * blocks, "mmmmmlllllfi", &o->qkv,
+                       &o->out, &o->dout, &o->lse, &o->dqkv, o->batch, o->seq, o->heads, o->kv_heads, o->head_dim,
+                       (double)o->scale, o->causal);
+  }
+  case STRATA__OP_RMSNORM_FWD: {
+    const __typeof__(op->u.rms) *o = &op->u.rms;
+    return launch_groups(ocl, q, STRATA__OCL_K_RMSNORM_FWD, o->rows, "mmmmllf", &o->x, &o->w, &o->y, &o->rstd, o->rows,
+                         o->cols, (double)o->eps);
+  }
+  case STRATA__OP_RMSNORM_BWD: {
+    const __typeof__(op->u.rms) *o = &op->u.rms;
+    /* dw first: dx may overwrite dy */
+    rc = launch_groups(ocl, q, STRATA__OCL_K_RMSNORM_BWD_DW, col_groups(q, o->cols), "mmmmlli", &o->x, &o->rstd,
+                       &o->dy, &o->dw, o->rows, o->cols, o->accumulate);
+    if (rc)
+      return rc;
+    return launch_groups(ocl, q, STRATA__OCL_K_RMSNORM_BWD_DX, o->rows, "mmmmmll", &o->x, &o->w, &o->rstd, &o->dy,
+                         &o->dx, o->rows, o->cols);
+  }
+  case STRATA__OP_SWIGLU_FWD: {
+    const __typeof__(op->u.swiglu) *o = &op->u.swiglu;
+    return launch(ocl, q, STRATA__OCL_K_SWIGLU_FWD, o->rows * o->cols, "mmll", &o->gu, &o->h, o->rows, o->cols);
+  }
+  case STRATA__OP_SWIGLU_BWD: {
+    const __typeof__(op->u.swiglu) *o = &op->u.swiglu;
+    return launch(ocl, q, STRATA__OCL_K_SWIGLU_BWD, o->rows * o->cols, "mmmll", &o->gu, &o->dh, &o->dgu, o->rows,
+                  o->cols);
+  }
+  case STRATA__OP_ROPE_FWD:
+  case STRATA__OP_ROPE_BWD: {
+    const __typeof__(op->u.rope) *o = &op->u.rope;
+    return launch(ocl, q, STRATA__OCL_K_ROPE, o->batch * o->seq * o->heads * (o->head_dim / 2), "mmmllllllf", &o->x,
+                  &o->y, &o->freq, o->batch, o->seq, o->heads, o->head_dim, o->ld, o->pos0,
+                  op->id == STRATA__OP_ROPE_BWD ? -1.0 : 1.0);
   }
   case STRATA__OP_ADAMW_FUSED: /* host only: ocl_op_supported says so before a record is made */
   case STRATA__OP_SUMSQ_SPANS:
-  case STRATA__OP_RMSNORM_FWD: /* not yet: op_supported says so */
-  case STRATA__OP_RMSNORM_BWD:
-  case STRATA__OP_SWIGLU_FWD:
-  case STRATA__OP_SWIGLU_BWD:
-  case STRATA__OP_ROPE_FWD:
-  case STRATA__OP_ROPE_BWD:
   case STRATA__OP_COUNT:
     break;
   }

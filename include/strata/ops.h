@@ -28,8 +28,9 @@ extern "C" {
 ** (STRATA_FLOAT32 or STRATA_INT32; never bfloat16); strata_adamw's four
 ** operands and strata_sumsq's out must be float32; strata_gemm's A and B
 ** share one type (bfloat16 A and B multiply with float32 sums) while C may
-** be either. Which backends run bfloat16: the host; OpenCL and CUDA refuse
-** a bfloat16 operand with STRATA_ERR_UNSUPPORTED so far.
+** be either; strata_rope_fwd/_bwd's freq must be float32. Every backend
+** runs bfloat16 (OpenCL and CUDA kernels widen on load and round once on
+** store).
 **
 ** Ops are asynchronous: they are enqueued on `q` and run in order. An op
 ** that a device's backend lacks fails with STRATA_ERR_UNSUPPORTED. Outputs

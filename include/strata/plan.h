@@ -391,7 +391,7 @@ struct strata_plan_options {
   int fixed_tp;                 /* only this tp degree (0: search) */
   int precision;                /* STRATA_FLOAT32 (0) or STRATA_BFLOAT16 (strata/comm.h): what the layouts it
                                    builds say, and so how the simulator costs them and the memory model counts
-                                   their bytes; bf16 plans GPT models, on devices with a bf16 GEMM speed */
+                                   their bytes; bf16 plans GPT and llama models, on devices with a bf16 GEMM speed */
 };
 
 typedef struct strata_plan *strata_plan_t;

@@ -2,12 +2,14 @@
 # lib/model/ — model kinds, their layers and cost profile, and the sharded stages that run them on one device.
 libstrata_la_SOURCES += \
 	%reldir%/layers.c \
+	%reldir%/llama.c \
 	%reldir%/model.c \
 	%reldir%/model.h \
 	%reldir%/ranges.c \
 	%reldir%/slab.c \
 	%reldir%/spatial.c \
 	%reldir%/stage.c \
-	%reldir%/stage.h
+	%reldir%/stage.h \
+	%reldir%/tensor.c
 
 stratainclude_HEADERS += include/strata/model.h

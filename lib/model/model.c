@@ -25,8 +25,8 @@ struct preset {
 
 #define LLAMA(nm, v, t, d, l, hd, kv, ff, theta)                                                                       \
   {                                                                                                                    \
-    nm, {.kind = STRATA_MODEL_LLAMA, .vocab = v, .context = t, .d_model = d, .layers = l, .heads = hd, .kv_heads = kv,  \
-         .d_ff = ff, .rope_theta = theta, .norm_eps = 1e-5 }                                                           \
+    nm, {.kind = STRATA_MODEL_LLAMA, .vocab = v, .context = t, .d_model = d, .layers = l, .heads = hd,                 \
+         .kv_heads = kv, .d_ff = ff, .rope_theta = theta, .norm_eps = 1e-5 }                                           \
   }
 
 /* Byte-level GPTs from tiny to GPT-2 shapes (vocab 50257 as GPT-2's BPE) and beyond; LLaMA-shaped models (the small
@@ -418,8 +418,8 @@ static int llama_from_json(json_t *root, const char *src, struct strata_model_co
   }
   const char *type = json_string_value(json_object_get(rs, "rope_type"));
   if (!type)
-    return strata__error(STRATA_ERR_PARSE, "%s: \"rope_scaling.rope_type\" must be a string (\"llama3\" or \"default\")",
-                         src);
+    return strata__error(STRATA_ERR_PARSE, "%s: \"rope_scaling.rope_type\" must be a string (\"llama3\" or "
+                         "\"default\")", src);
   if (strcmp(type, "default") == 0) {
     if (json_object_size(rs) > 1)
       return strata__error(STRATA_ERR_PARSE, "%s: \"rope_scaling\" of rope_type \"default\" takes no other field", src);
@@ -428,8 +428,8 @@ static int llama_from_json(json_t *root, const char *src, struct strata_model_co
   if (strcmp(type, "llama3") != 0) {
     char esc[64];
     strata__escape(esc, sizeof esc, type);
-    return strata__error(STRATA_ERR_UNSUPPORTED, "%s: \"rope_scaling.rope_type\" \"%s\" is not supported (\"llama3\" or "
-                         "\"default\")", src, esc);
+    return strata__error(STRATA_ERR_UNSUPPORTED, "%s: \"rope_scaling.rope_type\" \"%s\" is not supported "
+                         "(\"llama3\" or \"default\")", src, esc);
   }
   c->rope_scaling.type = STRATA_ROPE_LLAMA3;
   static const char *const need[] = {"factor", "low_freq_factor", "high_freq_factor",

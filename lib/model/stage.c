@@ -14,66 +14,6 @@
 
 /* ---- parameters ---- */
 
-static void tensor_def(struct strata__tensor *t, const char *name, int ndim, int64_t d0, int64_t d1, int64_t d2,
-                       int64_t d3, int decay, float std, float cst) {
-  memset(t, 0, sizeof *t);
-  snprintf(t->name, sizeof t->name, "%s", name);
-  t->ndim = ndim;
-  int64_t dims[4] = {d0, d1, d2, d3};
-  t->n = 1;
-  for (int i = 0; i < ndim; i++) {
-    t->shape[i] = dims[i];
-    t->n *= (size_t)dims[i];
-  }
-  t->decay = decay;
-  t->init_std = std;
-  t->init_const = cst;
-  memcpy(t->full, t->shape, sizeof t->full);
-  t->full_n = t->n;
-  t->split = STRATA__SPLIT_NONE;
-  t->groups = 1;
-  t->part = 0;
-  t->parts = 1;
-}
-
-/* Make `t`, defined whole, the slice sh->rank of sh->size of dimension
-** `dim` (-1: its last), cut in `groups` equal groups. */
-static void tensor_shard(struct strata__tensor *t, int dim, int groups, const struct strata__shard *sh) {
-  if (!sh || sh->size <= 1)
-    return;
-  t->dim = dim < 0 ? t->ndim - 1 : dim;
-  t->split = t->dim == 0 ? STRATA__SPLIT_ROWS : STRATA__SPLIT_COLS;
-  t->groups = groups;
-  t->part = sh->rank;
-  t->parts = sh->size;
-  t->shape[t->dim] /= sh->size;
-  t->n = t->full_n / (size_t)sh->size;
-}
-
-void strata__tensor_cut(const struct strata__tensor *t, float *full, float *local, int gather) {
-  if (t->split == STRATA__SPLIT_NONE) {
-    if (gather)
-      memcpy(full, local, t->n * sizeof *full);
-    else
-      memcpy(local, full, t->n * sizeof *full);
-    return;
-  }
-  /* the dimensions before `dim` make rows; from `dim` on, each row is `groups` groups of gw, the slice lw of each */
-  size_t cols = 1;
-  for (int d = t->dim; d < t->ndim; d++)
-    cols *= (size_t)t->full[d];
-  size_t rows = t->full_n / cols, gw = cols / (size_t)t->groups, lw = gw / (size_t)t->parts;
-  for (size_t r = 0; r < rows; r++)
-    for (int g = 0; g < t->groups; g++) {
-      float *f = full + r * cols + (size_t)g * gw + (size_t)t->part * lw;
-      float *l = local + r * lw * (size_t)t->groups + (size_t)g * lw;
-      if (gather)
-        memcpy(f, l, lw * sizeof *full);
-      else
-        memcpy(l, f, lw * sizeof *full);
-    }
-}
-
 /* The parameter tensors of layer L, in a fixed order (the order of
 ** strata_trainer_params). Returns how many; `t` may be NULL to count. */
 static int layer_tensors(const struct strata_model *m, const struct strata__layer *L, int role,
@@ -88,133 +28,80 @@ static int layer_tensors(const struct strata_model *m, const struct strata__laye
   switch (L->kind) {
   case STRATA__LAYER_EMBED:
     /* vocabulary-parallel (tp dividing the vocabulary): each slice holds V / tp rows; a llama has no positions */
-    tensor_def(&o[k++], llama ? "embed_tokens.weight" : "wte.weight", 2, c->vocab, c->d_model, 0, 0, 1, std, 0);
+    strata__tensor_def(&o[k++], llama ? "embed_tokens.weight" : "wte.weight", 2, c->vocab, c->d_model, 0, 0, 1, std, 0);
     if (sh && sh->size > 1 && c->vocab % sh->size == 0)
-      tensor_shard(&o[k - 1], 0, 1, sh);
+      strata__tensor_shard(&o[k - 1], 0, 1, sh);
     if (!llama)
-      tensor_def(&o[k++], "wpe.weight", 2, c->context, c->d_model, 0, 0, 1, std, 0);
+      strata__tensor_def(&o[k++], "wpe.weight", 2, c->context, c->d_model, 0, 0, 1, std, 0);
     break;
-  case STRATA__LAYER_LLAMA_BLOCK: {
-    /* Hugging Face's names less "model.", the projections [in, out]; sharded (tp dividing n_kv_heads), a slice holds
-    ** whole query-head groups: q's columns of its heads, k's and v's of their key/value heads, o's matching rows;
-    ** gate's and up's columns, down's rows; the norms whole */
-    const int64_t D = c->d_model, F = c->d_ff, A = c->d_model, Akv = c->kv_heads * (c->d_model / c->heads);
-    static const char *const sfx[] = {"input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
-                                      "self_attn.v_proj.weight", "self_attn.o_proj.weight",
-                                      "post_attention_layernorm.weight", "mlp.gate_proj.weight",
-                                      "mlp.up_proj.weight", "mlp.down_proj.weight"};
-    const int64_t rows[] = {D, D, D, D, A, D, D, D, F}, cols[] = {0, A, Akv, Akv, D, 0, F, F, D};
-    for (int j = 0; j < 9; j++) {
-      snprintf(n, sizeof n, "layers.%d.%s", L->index, sfx[j]);
-      const int norm = cols[j] == 0, out = j == 4 || j == 8;
-      tensor_def(&o[k++], n, norm ? 1 : 2, rows[j], cols[j], 0, 0, !norm, norm ? 0 : out ? proj : std, norm);
-      if (!norm)
-        tensor_shard(&o[k - 1], out ? 0 : -1, 1, sh);
-    }
+  case STRATA__LAYER_LLAMA_BLOCK:
+    k += strata__llama_tensors(c, L->index, sh, std, proj, o + k);
     break;
-  }
   case STRATA__LAYER_BLOCK: {
     int64_t D = c->d_model, F = c->d_ff;
     int i = L->index;
 #define P(suffix, ...)                                                                                                 \
   do {                                                                                                                 \
     snprintf(n, sizeof n, "h.%d.%s", i, suffix);                                                                       \
-    tensor_def(&o[k++], n, __VA_ARGS__);                                                                               \
+    strata__tensor_def(&o[k++], n, __VA_ARGS__);                                                                       \
   } while (0)
     P("ln_1.weight", 1, D, 0, 0, 0, 0, 0, 1);
     P("ln_1.bias", 1, D, 0, 0, 0, 0, 0, 0);
     /* sharded: the Q, K and V columns of a head group, c_proj's matching
     ** rows; c_fc's columns, the MLP c_proj's rows; row-split biases whole */
     P("attn.c_attn.weight", 2, D, 3 * D, 0, 0, 1, std, 0);
-    tensor_shard(&o[k - 1], -1, 3, sh);
+    strata__tensor_shard(&o[k - 1], -1, 3, sh);
     P("attn.c_attn.bias", 1, 3 * D, 0, 0, 0, 0, 0, 0);
-    tensor_shard(&o[k - 1], -1, 3, sh);
+    strata__tensor_shard(&o[k - 1], -1, 3, sh);
     P("attn.c_proj.weight", 2, D, D, 0, 0, 1, proj, 0);
-    tensor_shard(&o[k - 1], 0, 1, sh);
+    strata__tensor_shard(&o[k - 1], 0, 1, sh);
     P("attn.c_proj.bias", 1, D, 0, 0, 0, 0, 0, 0);
     P("ln_2.weight", 1, D, 0, 0, 0, 0, 0, 1);
     P("ln_2.bias", 1, D, 0, 0, 0, 0, 0, 0);
     P("mlp.c_fc.weight", 2, D, F, 0, 0, 1, std, 0);
-    tensor_shard(&o[k - 1], -1, 1, sh);
+    strata__tensor_shard(&o[k - 1], -1, 1, sh);
     P("mlp.c_fc.bias", 1, F, 0, 0, 0, 0, 0, 0);
-    tensor_shard(&o[k - 1], -1, 1, sh);
+    strata__tensor_shard(&o[k - 1], -1, 1, sh);
     P("mlp.c_proj.weight", 2, F, D, 0, 0, 1, proj, 0);
-    tensor_shard(&o[k - 1], 0, 1, sh);
+    strata__tensor_shard(&o[k - 1], 0, 1, sh);
     P("mlp.c_proj.bias", 1, D, 0, 0, 0, 0, 0, 0);
 #undef P
     break;
   }
   case STRATA__LAYER_LM_HEAD:
-    tensor_def(&o[k++], llama ? "norm.weight" : "ln_f.weight", 1, c->d_model, 0, 0, 0, 0, 0, 1);
+    strata__tensor_def(&o[k++], llama ? "norm.weight" : "ln_f.weight", 1, c->d_model, 0, 0, 0, 0, 0, 1);
     if (!llama)
-      tensor_def(&o[k++], "ln_f.bias", 1, c->d_model, 0, 0, 0, 0, 0, 0);
+      strata__tensor_def(&o[k++], "ln_f.bias", 1, c->d_model, 0, 0, 0, 0, 0, 0);
     if (!c->tied) {
-      tensor_def(&o[k++], "lm_head.weight", 2, c->vocab, c->d_model, 0, 0, 1, std, 0);
+      strata__tensor_def(&o[k++], "lm_head.weight", 2, c->vocab, c->d_model, 0, 0, 1, std, 0);
       if (sh && sh->size > 1 && c->vocab % sh->size == 0)
-        tensor_shard(&o[k - 1], 0, 1, sh);
+        strata__tensor_shard(&o[k - 1], 0, 1, sh);
     }
     break;
   case STRATA__LAYER_LINEAR:
     /* cut by outputs: the weight's columns and the bias; by inputs: the weight's rows, the bias whole */
     snprintf(n, sizeof n, "fc.%d.weight", L->index);
-    tensor_def(&o[k++], n, 2, L->in, L->out, 0, 0, 1, sqrtf(2.0f / (float)L->in), 0);
+    strata__tensor_def(&o[k++], n, 2, L->in, L->out, 0, 0, 1, sqrtf(2.0f / (float)L->in), 0);
     if (role)
-      tensor_shard(&o[k - 1], role == STRATA__TP_OUTPUTS ? -1 : 0, 1, sh);
+      strata__tensor_shard(&o[k - 1], role == STRATA__TP_OUTPUTS ? -1 : 0, 1, sh);
     snprintf(n, sizeof n, "fc.%d.bias", L->index);
-    tensor_def(&o[k++], n, 1, L->out, 0, 0, 0, 0, 0, 0);
+    strata__tensor_def(&o[k++], n, 1, L->out, 0, 0, 0, 0, 0, 0);
     if (role == STRATA__TP_OUTPUTS)
-      tensor_shard(&o[k - 1], -1, 1, sh);
+      strata__tensor_shard(&o[k - 1], -1, 1, sh);
     break;
   case STRATA__LAYER_CONV:
     /* [out channels, in channels, r, r]: cut by outputs along the first dimension, by inputs along the second */
     snprintf(n, sizeof n, "conv.%d.weight", L->index);
-    tensor_def(&o[k++], n, 4, L->k, L->c, L->r, L->r, 1, sqrtf(2.0f / (float)(L->c * L->r * L->r)), 0);
+    strata__tensor_def(&o[k++], n, 4, L->k, L->c, L->r, L->r, 1, sqrtf(2.0f / (float)(L->c * L->r * L->r)), 0);
     if (role)
-      tensor_shard(&o[k - 1], role == STRATA__TP_OUTPUTS ? 0 : 1, 1, sh);
+      strata__tensor_shard(&o[k - 1], role == STRATA__TP_OUTPUTS ? 0 : 1, 1, sh);
     break;
   case STRATA__LAYER_CLASSIFIER:
-    tensor_def(&o[k++], "classifier.weight", 2, L->in, L->out, 0, 0, 1, sqrtf(1.0f / (float)L->in), 0);
-    tensor_def(&o[k++], "classifier.bias", 1, L->out, 0, 0, 0, 0, 0, 0);
+    strata__tensor_def(&o[k++], "classifier.weight", 2, L->in, L->out, 0, 0, 1, sqrtf(1.0f / (float)L->in), 0);
+    strata__tensor_def(&o[k++], "classifier.bias", 1, L->out, 0, 0, 0, 0, 0, 0);
     break;
   }
   return k;
-}
-
-/* splitmix64: seeds each tensor's generator from (seed, name). */
-static uint64_t mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-static uint64_t name_seed(uint64_t seed, const char *name) {
-  uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
-  for (const unsigned char *p = (const unsigned char *)name; *p; p++)
-    h = (h ^ *p) * 0x100000001b3ull;
-  return mix64(h ^ mix64(seed));
-}
-
-/* Fill `x` with the whole tensor's initial values (t->full_n floats):
-** normal(0, std) by Box-Muller, or a constant. A slice is cut from them,
-** so a sharded run starts from the same values as a whole one. */
-static void tensor_init(const struct strata__tensor *t, uint64_t seed, float *x) {
-  if (t->init_std == 0) {
-    for (size_t i = 0; i < t->full_n; i++)
-      x[i] = t->init_const;
-    return;
-  }
-  uint64_t s = name_seed(seed, t->name);
-  for (size_t i = 0; i < t->full_n; i += 2) {
-    s = mix64(s);
-    double u1 = ((double)(s >> 11) + 0.5) / 9007199254740992.0;
-    s = mix64(s);
-    double u2 = (double)(s >> 11) / 9007199254740992.0;
-    double r = sqrt(-2.0 * log(u1));
-    x[i] = (float)(t->init_std * r * cos(2 * M_PI * u2));
-    if (i + 1 < t->full_n)
-      x[i + 1] = (float)(t->init_std * r * sin(2 * M_PI * u2));
-  }
 }
 
 /* ---- sizes (floats) per layer ---- */
@@ -262,25 +149,6 @@ struct strata__block_saved strata__block_layout(const struct strata__dims *d) {
   s.h = s.rstd2 + R;
   s.g = s.h + RF;
   s.end = s.g + RF;
-  return s;
-}
-
-struct strata__llama_saved strata__llama_layout(const struct strata__dims *d) {
-  struct strata__llama_saved s;
-  const int a = d->act;
-  const size_t RD = strata__units((size_t)(d->R * d->D), a), R = (size_t)d->R,
-               RF = strata__units((size_t)(d->R * d->F), a);
-  s.ln1 = 0;
-  s.rstd1 = s.ln1 + RD;
-  s.qkv = s.rstd1 + R;
-  s.lse = s.qkv + strata__units((size_t)(d->R * (d->A + 2 * d->Akv)), a);
-  s.att = s.lse + (size_t)(d->B * d->H * d->T);
-  s.xmid = s.att + strata__units((size_t)(d->R * d->A), a);
-  s.ln2 = s.xmid + RD;
-  s.rstd2 = s.ln2 + RD;
-  s.gu = s.rstd2 + R;
-  s.h = s.gu + strata__units((size_t)(2 * d->R * d->F), a);
-  s.end = s.h + RF;
   return s;
 }
 
@@ -677,30 +545,6 @@ static int stage_layout(const struct strata_model *model, int first, int last, i
 
 /* ---- the memory model: what a stage allocates, from its layers' figures ---- */
 
-/* Floats of a llama's RoPE table: head_dim / 2 inverse frequencies. */
-static size_t rope_floats(const struct strata_model_config *c) { return (size_t)(c->d_model / c->heads / 2); }
-
-/* A llama stage's RoPE table: the inverse frequencies of its rope_theta and rope_scaling (computed in double by
-** strata_rope_inv_freq, rounded to float as Hugging Face's float32 inv_freq is), on its device. */
-static int rope_table(struct strata__stage *st) {
-  const struct strata_model_config *c = &st->model->cfg;
-  const size_t n = rope_floats(c);
-  double *f = malloc(n * sizeof *f);
-  float *h = malloc(n * sizeof *h);
-  int rc = f && h ? STRATA_OK : strata__error(STRATA_ERR_NOMEM, "out of host memory");
-  if (!rc)
-    rc = strata_rope_inv_freq(c, c->d_model / c->heads, f);
-  for (size_t i = 0; !rc && i < n; i++)
-    h[i] = (float)f[i];
-  if (!rc)
-    rc = alloc(st->dev, n, &st->rope);
-  if (!rc)
-    rc = strata_buffer_upload(st->q, st->rope, 0, h, n * 4);
-  free(f);
-  free(h);
-  return rc;
-}
-
 /* Bytes of one allocation of `floats` floats, as alloc() asks the device for. */
 static uint64_t alloc_bytes(size_t floats) { return (uint64_t)(floats ? floats : 1) * 4; }
 
@@ -769,7 +613,7 @@ void strata__stage_bytes_of(const struct strata_model *model, int first, int las
   if (first == 0 && model->cfg.kind == STRATA_MODEL_GPT)
     b->fixed += alloc_bytes(rows);
   if (model->cfg.kind == STRATA_MODEL_LLAMA) /* RoPE's inverse frequencies */
-    b->fixed += alloc_bytes(rope_floats(&model->cfg));
+    b->fixed += alloc_bytes(strata__rope_floats(&model->cfg));
   /* bfloat16: the parameters' compute copy, and with tp the float32 copy a join sums in */
   if (bf16)
     b->fixed += alloc_bytes(strata__units(z3 ? s->params_most : chunk * z, STRATA_BFLOAT16));
@@ -886,7 +730,7 @@ int strata__stage_new(const struct strata_model *model, int first, int last, int
   if (!rc && first == 0 && model->cfg.kind == STRATA_MODEL_GPT)
     rc = alloc(dev, (size_t)st->rows, &st->positions);
   if (!rc && model->cfg.kind == STRATA_MODEL_LLAMA)
-    rc = rope_table(st);
+    rc = strata__rope_table(st);
   if (!rc && st->act == STRATA_BFLOAT16)
     rc = alloc(dev, strata__units(st->zero3 ? st->gwin : padded, STRATA_BFLOAT16), &st->params16);
   if (!rc && st->max_join)
@@ -919,10 +763,10 @@ int strata__stage_new(const struct strata_model *model, int first, int last, int
   for (int t = 0; t < st->ntensors; t++) {
     const struct strata__tensor *x = &st->tensors[t];
     if (!x->split) {
-      tensor_init(x, seed, host + x->off);
+      strata__tensor_init(x, seed, host + x->off);
       continue;
     }
-    tensor_init(x, seed, whole);
+    strata__tensor_init(x, seed, whole);
     strata__tensor_cut(x, whole, host + x->off, 0);
   }
   free(whole);

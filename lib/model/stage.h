@@ -400,6 +400,25 @@ struct strata__llama_saved {
 };
 struct strata__llama_saved strata__llama_layout(const struct strata__dims *d);
 
+/* ---- a stage's tensors (model/tensor.c) and a llama's (model/llama.c) ---- */
+
+/* Define `t` whole: `name`, ndim dimensions d0 .. d3, weight decay or not, initial values normal(0, std) or (std 0)
+** the constant cst. */
+void strata__tensor_def(struct strata__tensor *t, const char *name, int ndim, int64_t d0, int64_t d1, int64_t d2,
+                        int64_t d3, int decay, float std, float cst);
+/* Make `t`, defined whole, the slice sh->rank of sh->size (NULL or size 1: whole) of dimension `dim` (-1: its
+** last), cut in `groups` equal groups. */
+void strata__tensor_shard(struct strata__tensor *t, int dim, int groups, const struct strata__shard *sh);
+/* The whole tensor's initial values (t->full_n floats at x), seeded by (seed, its name): a slice cut from them, so
+** that a sharded run starts from the values of a whole one. */
+void strata__tensor_init(const struct strata__tensor *t, uint64_t seed, float *x);
+/* A llama block's nine tensors (Hugging Face's names less "model.", sliced as `sh` says) into o; returns 9. */
+int strata__llama_tensors(const struct strata_model_config *c, int index, const struct strata__shard *sh, float std,
+                          float proj, struct strata__tensor *o);
+/* Floats of a llama's RoPE table (head_dim / 2), and the stage's table made on its device (st->rope). */
+size_t strata__rope_floats(const struct strata_model_config *c);
+int strata__rope_table(struct strata__stage *st);
+
 /* Offsets of a block's saved activations (units from the layer's start in a slot); lse: the fused attention's
 ** per-query log-sum-exps (float32, batch x heads x seq). With selective recomputation the attention's output and lse
 ** take no room there: they are in the stage's rcbuf (att | lse). With full recomputation all of it is in rcbuf,

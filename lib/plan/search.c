@@ -953,9 +953,10 @@ int strata__plan_check_options(strata_machine_t c, strata_model_t m, const struc
   if (o->precision != STRATA_FLOAT32 && o->precision != STRATA_BFLOAT16)
     return strata__error(STRATA_ERR_INVALID, "planner: precision %d is neither STRATA_FLOAT32 nor STRATA_BFLOAT16",
                          o->precision);
-  if (o->precision == STRATA_BFLOAT16 && strata_model_config(m)->kind != STRATA_MODEL_GPT)
-    return strata__error(STRATA_ERR_UNSUPPORTED, "planner: bf16 is for GPT models (as the trainer trains it), not "
-                         "'%s'", strata_model_config(m)->name);
+  if (o->precision == STRATA_BFLOAT16 && strata_model_config(m)->kind != STRATA_MODEL_GPT &&
+      strata_model_config(m)->kind != STRATA_MODEL_LLAMA)
+    return strata__error(STRATA_ERR_UNSUPPORTED, "planner: bf16 is for GPT models and llamas (as the trainer "
+                         "trains them), not '%s'", strata_model_config(m)->name);
   return STRATA_OK;
 }
 

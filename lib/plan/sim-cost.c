@@ -302,9 +302,68 @@ static struct strata__plan_work gpt_part(const struct strata_device_cost *w, con
 }
 
 /*
+** One part of a llama layer on a t-way slice, op by op as lib/model/layers.c
+** runs a llama block: q (A = d_model / t wide), k and v (Akv = n_kv_heads
+** hd / t each), o, gate, up and down as GEMMs; the fused attention's scores
+** and products (Ht query heads) costed as GPT's are; RMSNorm at the
+** layernorm's speed, SwiGLU at GELU's, RoPE (q and k) and the residuals at
+** the add's; the joins as a GPT block's (two of rows x context x d_model
+** floats forward, two in the input gradient). Its embedding (one lookup,
+** no positions) and head (RMSNorm, GEMM, cross-entropy) cost as GPT's.
+*/
+static struct strata__plan_work llama_part(const struct strata_device_cost *w, const struct strata_model_config *cfg,
+                                           const struct strata_layer_info *li, int t, int64_t rows,
+                                           enum strata__plan_part part) {
+  if (strcmp(li->type, "block") != 0 || part == STRATA__PLAN_PART_CORE)
+    return gpt_part(w, cfg, li, t, rows, part); /* (the embedding's second lookup: a small overcount) */
+  const double B = (double)rows, T = (double)cfg->context, D = (double)cfg->d_model, N = B * T;
+  const double H = (double)cfg->heads, hd = D / H, Ht = H / t, A = D / t, Akv = (double)cfg->kv_heads * hd / t,
+               Ft = (double)cfg->d_ff / t;
+  const int in = part == STRATA__PLAN_PART_FWD ? 0 : part != STRATA__PLAN_PART_WEIGHT,
+            wt = part == STRATA__PLAN_PART_WEIGHT || part == STRATA__PLAN_PART_FULL;
+  const int split = part == STRATA__PLAN_PART_INPUT || part == STRATA__PLAN_PART_WEIGHT;
+  double s = 0, launches = 0, jb = 0;
+  int joins = 0;
+  if (part == STRATA__PLAN_PART_FWD) {
+    s += gemm_s(w, 0, 0, N, A, D, 1) + 2 * gemm_s(w, 0, 0, N, Akv, D, 1) + gemm_s(w, 0, 0, N, D, A, 1) +
+         2 * gemm_s(w, 0, 0, N, Ft, D, 1) + gemm_s(w, 0, 0, N, D, Ft, 1);
+    s += gemm_s(w, 0, 1, T, T, hd, Ht) * B + gemm_s(w, 0, 0, T, hd, T, Ht) * B;
+    s += strata__plan_op_s(w, STRATA_PLAN_OP_LAYERNORM_FWD, 2 * N * D) +
+         rows_s(w, STRATA_PLAN_OP_SOFTMAX_FWD, B * Ht * T * T, B * Ht * T) +
+         strata__plan_op_s(w, STRATA_PLAN_OP_GELU_FWD, N * Ft) +
+         strata__plan_op_s(w, STRATA_PLAN_OP_ADD, N * (2 * D + A + Akv));
+    launches += 14 + 2 * B;
+    if (t > 1)
+      jb += 2 * N * D * 4, joins += 2;
+  }
+  if (in) {
+    s += gemm_s(w, 0, 1, N, Ft, D, 1) + 2 * gemm_s(w, 0, 1, N, D, Ft, 1) + gemm_s(w, 0, 1, N, A, D, 1) +
+         gemm_s(w, 0, 1, N, D, A, 1) + 2 * gemm_s(w, 0, 1, N, D, Akv, 1);
+    s += (gemm_s(w, 0, 1, T, T, hd, Ht) + gemm_s(w, 1, 0, T, hd, T, Ht) + gemm_s(w, 0, 0, T, hd, T, Ht) +
+          gemm_s(w, 1, 0, T, hd, T, Ht)) * B;
+    s += strata__plan_op_s(w, STRATA_PLAN_OP_GELU_BWD, 2 * N * Ft) +
+         rows_s(w, STRATA_PLAN_OP_SOFTMAX_BWD, B * Ht * T * T, B * Ht * T) +
+         strata__plan_op_s(w, STRATA_PLAN_OP_ADD, N * (2 * D + A + Akv));
+    launches += 12 + 4 * B;
+    if (t > 1)
+      jb += 2 * N * D * 4, joins += 2;
+  }
+  if (wt) {
+    s += gemm_s(w, 1, 0, Ft, D, N, 1) + 2 * gemm_s(w, 1, 0, D, Ft, N, 1) + gemm_s(w, 1, 0, A, D, N, 1) +
+         gemm_s(w, 1, 0, D, A, N, 1) + 2 * gemm_s(w, 1, 0, D, Akv, N, 1);
+    launches += 7;
+  }
+  if (part != STRATA__PLAN_PART_FWD) /* both RMSNorms' backward, run by each part when split */
+    s += strata__plan_op_s(w, STRATA_PLAN_OP_LAYERNORM_BWD, 2 * N * D), launches += 2;
+  if (split)
+    s += strata__plan_op_s(w, STRATA_PLAN_OP_ADD, N * D), launches++;
+  return (struct strata__plan_work){s + launches * w->launch_us * 1e-6, jb, joins};
+}
+
+/*
 ** One part of layer `layer`'s step on one slice of a t-way stage whose
-** slowest member costs `w`, for `rows` samples. A GPT's layers are costed
-** op by op (gpt_part); other layers from the model's profile: their FLOPs
+** slowest member costs `w`, for `rows` samples. A GPT's and a llama's layers
+** are costed op by op (gpt_part, llama_part); other layers from the model's profile: their FLOPs
 ** over t at the large-GEMM speed, their kept activations read and written
 ** at the elementwise speed, the backward split evenly between its parts.
 */
@@ -315,6 +374,8 @@ static struct strata__plan_work raw_part(const struct strata_device_cost *w, str
   const struct strata_model_config *cfg = strata_model_config(model);
   if (cfg->kind == STRATA_MODEL_GPT)
     return gpt_part(w, cfg, &li, t, rows, part);
+  if (cfg->kind == STRATA_MODEL_LLAMA)
+    return llama_part(w, cfg, &li, t, rows, part);
   if (part == STRATA__PLAN_PART_CORE) /* (no attention: nothing recomputed) */
     return (struct strata__plan_work){0, 0, 0};
   double flops = (part == STRATA__PLAN_PART_FWD ? li.fwd_flops : li.bwd_flops) * (double)rows / t;

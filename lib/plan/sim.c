@@ -1041,7 +1041,9 @@ static int simulate_in(struct strata_machine *c, strata_model_t model, strata_la
   if (!rc) {
     const struct strata_model_config *cfg = strata_model_config(model);
     out->samples_per_s = out->step_s > 0 ? (double)o->batch / out->step_s : 0;
-    out->tokens_per_s = out->samples_per_s * (cfg->kind == STRATA_MODEL_GPT || cfg->kind == STRATA_MODEL_LLAMA ? (double)cfg->context : 1.0);
+    out->tokens_per_s = out->samples_per_s * (cfg->kind == STRATA_MODEL_GPT || cfg->kind == STRATA_MODEL_LLAMA
+                                                  ? (double)cfg->context
+                                                  : 1.0);
     out->flops_per_device = out->samples_per_s * strata_model_flops(model) / strata_layout_device_count(l);
     for (int d = 0; d < e.P; d++) {
       uint64_t cap = UINT64_MAX;
@@ -1077,9 +1079,10 @@ STRATA_API int strata_simulate(strata_machine_t c, strata_model_t model, strata_
     return strata__error(STRATA_ERR_UNSUPPORTED, "simulator: spatial slabs (spatial %d) are not costed yet",
                          strata_layout_spatial(l));
   const int precision = strata_layout_precision(l);
-  if (precision == STRATA_BFLOAT16 && strata_model_config(model)->kind != STRATA_MODEL_GPT)
-    return strata__error(STRATA_ERR_UNSUPPORTED, "simulator: bf16 is for GPT models (as the trainer trains it), "
-                         "not '%s'", strata_model_config(model)->name);
+  if (precision == STRATA_BFLOAT16 && strata_model_config(model)->kind != STRATA_MODEL_GPT &&
+      strata_model_config(model)->kind != STRATA_MODEL_LLAMA)
+    return strata__error(STRATA_ERR_UNSUPPORTED, "simulator: bf16 is for GPT models and llamas (as the trainer "
+                         "trains them), not '%s'", strata_model_config(model)->name);
   struct strata_machine *v;
   TRY(strata__machine_in(c, precision, &v));
   int rc = simulate_in(v, model, l, o, out);
