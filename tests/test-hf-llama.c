@@ -12,7 +12,7 @@
 #define LLAMA_FIXTURES HF_FIXTURES "/../llama"
 
 static void setup(void) {
-  setenv("STRATA_BACKENDS", "host", 0);
+  setenv("STRATA_BACKENDS", "host,opencl,cuda", 0);
   setenv("STRATA_HOST_DEVICES", "2", 1);
 }
 
@@ -469,6 +469,32 @@ Test(hf_llama, every_form_matches_transformers_on_host) {
   llama3_dir(tmp);
   reproduce_dir(tmp, "llama3", dev);
   tc_remove_dir(tmp);
+}
+
+/* The same on an OpenCL device (PoCL here) and on a CUDA one where there is one: every form, the same tolerance,
+** greedy tokens exact. */
+static void every_form_on(int dev) {
+  reproduce("fp32", dev);
+  reproduce("bf16", dev);
+  reproduce("sharded-fp16", dev);
+  char tmp[64];
+  llama3_dir(tmp);
+  reproduce_dir(tmp, "llama3", dev);
+  tc_remove_dir(tmp);
+}
+
+Test(hf_llama, every_form_matches_transformers_on_opencl, .timeout = 600) {
+  int o = tc_find_device("opencl", 0);
+  if (o < 0)
+    cr_skip_test("no OpenCL device (backend not built or no platform)");
+  every_form_on(o);
+}
+
+Test(hf_llama, every_form_matches_transformers_on_cuda) {
+  int c = tc_find_device("cuda", 0);
+  if (c < 0)
+    cr_skip_test("no CUDA device (backend not built, or no GPU or driver)");
+  every_form_on(c);
 }
 
 /* The same weights under Llama 3's frequency scaling give other logits: the scaling is applied, not dropped. */
