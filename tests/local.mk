@@ -29,6 +29,7 @@ suites = tests/test-device \
 	tests/test-layout \
 	tests/test-schedule \
 	tests/test-parallel \
+	tests/test-seqpar \
 	tests/test-spatial \
 	tests/test-train \
 	tests/test-llama \
@@ -115,6 +116,10 @@ tests_test_parallel_SOURCES = tests/test-parallel.c tests/common.h
 tests_test_parallel_CPPFLAGS = $(suite_cppflags)
 tests_test_parallel_CFLAGS = $(suite_cflags)
 tests_test_parallel_LDADD = $(suite_ldadd)
+tests_test_seqpar_SOURCES = tests/test-seqpar.c tests/common.h
+tests_test_seqpar_CPPFLAGS = $(suite_cppflags)
+tests_test_seqpar_CFLAGS = $(suite_cflags)
+tests_test_seqpar_LDADD = $(suite_ldadd)
 tests_test_spatial_SOURCES = tests/test-spatial.c tests/common.h
 tests_test_spatial_CPPFLAGS = $(suite_cppflags)
 tests_test_spatial_CFLAGS = $(suite_cflags)
@@ -138,7 +143,7 @@ tests_test_plan_LDADD = $(suite_ldadd)
 # The memory model is internal: the suite compiles the model's stage code (and the error and log calls it makes)
 # itself and takes everything public from the library.
 tests_test_memory_SOURCES = tests/test-memory.c tests/common.h lib/model/stage.c lib/model/ranges.c lib/model/slab.c \
-	lib/model/tensor.c lib/model/llama.c \
+	lib/model/seqpar.c lib/model/tensor.c lib/model/llama.c \
 	lib/core/status.c lib/core/log.c
 tests_test_memory_CPPFLAGS = $(suite_cppflags) -I$(top_srcdir)/lib
 tests_test_memory_CFLAGS = $(suite_cflags)
@@ -187,9 +192,6 @@ check_LTLIBRARIES += tests/fake/ccl/strata-cuda.la
 tests_fake_ccl_strata_cuda_la_SOURCES = tests/fake/backend.c tests/fake/comm.c tests/fake/fake-comm.h
 tests_fake_ccl_strata_cuda_la_CPPFLAGS = $(AM_CPPFLAGS) -DFAKE_NAME='"cuda"' -DFAKE_PCI='"", ""' -DFAKE_COMM
 tests_fake_ccl_strata_cuda_la_LDFLAGS = $(fake_module_flags)
-
-EXTRA_DIST += tests/test-gpu-run.sh
-TESTS += tests/test-gpu-run.sh
 endif
 
 # The tools' tests (shell), the GPU suite's own test and the MPI ones.
@@ -210,7 +212,7 @@ tests_mpi_check_SOURCES = tests/mpi-check.c
 tests_mpi_check_LDADD = libstrata.la $(PTHREAD_LIBS) -lm
 TESTS += tests/test-mpi.sh
 EXTRA_DIST += tests/test-mpi.sh
-# test-comm and test-parallel again with host devices that have no gates, as CUDA devices outside NCCL have none.
+# test-comm, test-parallel and test-seqpar again with host devices that have no gates, as CUDA devices outside NCCL have none.
 TESTS += tests/test-no-gates.sh
 EXTRA_DIST += tests/test-no-gates.sh
 # Collectives across ranks on real CUDA devices (NCCL); skipped without one, run by tests/gpu/run.

@@ -49,7 +49,8 @@ static int same(const struct strata__stage_bytes *a, const struct strata__stage_
 
 /* Every [a, b) of every model, tp 1 and 2 (each slice), ZeRO 1 and 3 shards (stage 1, 2 and 3: the gradients whole,
 ** or their shard and a window, and with 3 the parameters' too), split backward or not, 1 and 3 samples per
-** micro-batch, fp32 and bf16, and (GPTs) each recompute mode (without a split backward): the
+** micro-batch, fp32 and bf16, and (GPTs) each recompute mode and, at tp 2, sequence parallelism or not (without a
+** split backward): the
 ** constant-time figures are the stage's. */
 Test(memory, every_cut_weighed_at_once_is_the_stage_alone) {
   strata_model_t m[6];
@@ -63,9 +64,10 @@ Test(memory, every_cut_weighed_at_once_is_the_stage_alone) {
           for (int split = 0; split <= 1; split++)
             for (int64_t mb = 1; mb <= 3; mb += 2)
             for (int bf = 0; bf <= 1; bf++)
-            for (int rc = 0; rc <= (i < 2 && !split ? STRATA_RECOMPUTE_FULL : 0); rc++) {
+            for (int rc = 0; rc <= (i < 2 && !split ? STRATA_RECOMPUTE_FULL : 0); rc++)
+            for (int sq = 0; sq <= (i < 2 && !split && tp > 1); sq++) {
               const struct strata__cut cut = {{slice, tp}, {0, zero}, bf ? STRATA_BFLOAT16 : STRATA_FLOAT32,
-                                              bf ? STRATA_BFLOAT16 : STRATA_FLOAT32, rc, zs, {0, 1}};
+                                              bf ? STRATA_BFLOAT16 : STRATA_FLOAT32, rc, zs, {0, 1}, sq};
               struct strata__stage_ranges *r;
               OK(strata__stage_ranges_new(m[i], mb, split, &cut, &r));
               const int L = strata_model_layer_count(m[i]);
@@ -75,10 +77,10 @@ Test(memory, every_cut_weighed_at_once_is_the_stage_alone) {
                   OK(strata__stage_plan(m[i], a, b, mb, split, &cut, &want));
                   OK(strata__stage_ranges_bytes(r, a, b, &got));
                   cr_assert(same(&got, &want),
-                            "model %d tp %d.%d zero %d.%d split %d mb %lld bf16 %d recompute %d, layers [%d, %d): "
+                            "model %d tp %d.%d zero %d.%d split %d mb %lld bf16 %d recompute %d sp %d, layers [%d, %d): "
                             "weighed fixed %llu slot %llu grad %llu params %llu, alone fixed %llu slot %llu grad %llu "
                             "params %llu",
-                            i, slice, tp, zero, zs, split, (long long)mb, bf, rc, a, b, (unsigned long long)got.fixed,
+                            i, slice, tp, zero, zs, split, (long long)mb, bf, rc, sq, a, b, (unsigned long long)got.fixed,
                             (unsigned long long)got.slot, (unsigned long long)got.grad, (unsigned long long)got.params,
                             (unsigned long long)want.fixed, (unsigned long long)want.slot,
                             (unsigned long long)want.grad, (unsigned long long)want.params);
@@ -94,7 +96,8 @@ Test(memory, every_cut_weighed_at_once_is_the_stage_alone) {
 /* The figures against the runtime's accounting: a stage built on a host device allocates its fixed bytes, and a
 ** slot taken for a micro-batch adds one slot's activations and boundary gradients, byte for byte, in fp32 and in bf16
 ** (where the fixed bytes hold the weights' bf16 copy and, with tp, the float32 copy a join sums in), and in each
-** recompute mode of a GPT (the fixed bytes hold the one-block buffer; the slot keeps less). */
+** recompute mode of a GPT (the fixed bytes hold the one-block buffer; the slot keeps less), with and without sequence
+** parallelism at tp 2. */
 Test(memory, the_figures_are_what_a_stage_allocates) {
   setenv("STRATA_HOST_DEVICES", "1", 0);
   setenv("STRATA_BACKENDS", "host", 0);
@@ -107,12 +110,13 @@ Test(memory, the_figures_are_what_a_stage_allocates) {
       for (int split = 0; split <= 1; split++)
       for (int zs = 1; zs <= 3; zs++)
       for (int bf = 0; bf <= 1; bf++)
-      for (int rc = 0; rc <= (i < 2 && !split ? STRATA_RECOMPUTE_FULL : 0); rc++) {
+      for (int rc = 0; rc <= (i < 2 && !split ? STRATA_RECOMPUTE_FULL : 0); rc++)
+      for (int sq = 0; sq <= (i < 2 && !split && tp > 1); sq++) {
         const int L = strata_model_layer_count(m[i]);
         for (int a = 0; a < L; a++)
           for (int b = a + 1; b <= L; b++) {
             const struct strata__cut cut = {{tp - 1, tp}, {1, 2}, bf ? STRATA_BFLOAT16 : STRATA_FLOAT32, STRATA_FLOAT32,
-                                            rc, zs, {0, 1}};
+                                            rc, zs, {0, 1}, sq};
             struct strata__stage_bytes want;
             OK(strata__stage_plan(m[i], a, b, 2, split, &cut, &want));
             uint64_t before, after, taken;
@@ -121,8 +125,8 @@ Test(memory, the_figures_are_what_a_stage_allocates) {
             OK(strata__stage_new(m[i], a, b, dev, 2, 7, split, &cut, &st));
             OK(strata_device_memory(dev, &after, NULL, NULL));
             cr_assert_eq(after - before, want.fixed,
-                         "model %d tp %d split %d zero stage %d rc %d [%d, %d): allocated %llu, figured %llu", i, tp,
-                         split, zs, rc, a, b, (unsigned long long)(after - before), (unsigned long long)want.fixed);
+                         "model %d tp %d split %d zero stage %d rc %d sp %d [%d, %d): allocated %llu, figured %llu", i,
+                         tp, split, zs, rc, sq, a, b, (unsigned long long)(after - before), (unsigned long long)want.fixed);
             cr_assert_eq(st->rc_units * 4, want.recompute, "model %d rc %d [%d, %d): a recompute buffer of %zu units",
                          i, rc, a, b, st->rc_units);
             int s;
@@ -215,7 +219,7 @@ Test(memory, llama3_8b_parameter_bytes_are_its_parameter_count) {
   OK(strata__stage_plan(m, 0, L, 1, 0, NULL, &b));
   cr_assert_eq(b.params, 16 * P, "%llu bytes for %llu parameters", (unsigned long long)b.params,
                (unsigned long long)P);
-  const struct strata__cut z8 = {{0, 1}, {3, 8}, STRATA_FLOAT32, STRATA_FLOAT32, STRATA_RECOMPUTE_NONE, 1, {0, 1}};
+  const struct strata__cut z8 = {{0, 1}, {3, 8}, STRATA_FLOAT32, STRATA_FLOAT32, STRATA_RECOMPUTE_NONE, 1, {0, 1}, 0};
   OK(strata__stage_plan(m, 0, L, 1, 0, &z8, &b));
   const uint64_t chunk = (P + 7) / 8;
   cr_assert_eq(b.params, 2 * 4 * 8 * chunk + 2 * 4 * chunk);

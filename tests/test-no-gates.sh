@@ -1,13 +1,13 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# test-no-gates.sh — test-comm and test-parallel again under STRATA_HOST_NO_GATES=1: host devices without gates, as CUDA devices outside NCCL are, so every collective with a host member waits inside its call (the path a GPU next to host devices takes) and reports its own failure; prints the suites' cases as one TAP stream.
+# test-no-gates.sh — test-comm, test-parallel and test-seqpar again under STRATA_HOST_NO_GATES=1: host devices without gates, as CUDA devices outside NCCL are, so every collective with a host member waits inside its call (the path a GPU next to host devices takes) and reports its own failure; prints the suites' cases as one TAP stream.
 b=${top_builddir:-.}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/strata-no-gates.XXXXXX") || exit 99
 trap 'rm -rf "$tmp"' EXIT INT TERM
 STRATA_HOST_NO_GATES=1
 export STRATA_HOST_NO_GATES
 n=0
-for suite in test-comm test-parallel; do
+for suite in test-comm test-parallel test-seqpar; do
   bin="$b/tests/$suite"
   if [ ! -x "$bin" ]; then
     echo "ok - $suite under STRATA_HOST_NO_GATES=1 # SKIP not built (Criterion is missing)"

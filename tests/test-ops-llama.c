@@ -522,41 +522,61 @@ static void gqa_ref(const float *qkv, const float *dout, int64_t B, int64_t T, i
   free(p), free(dp);
 }
 
-static void gqa_case(const char *backend, int dtype, int64_t H, int64_t KV, int causal) {
-  const int64_t B = 2, T = 37, hd = 12; /* T past one tile of keys (32) */
+/* The fused GQA forward and backward on device dev over qkv and dout (dtype); out, lse and dqkv as floats. */
+static void gqa_run(int dev, int dtype, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd, int causal,
+                    const float *qkv, const float *dout, float **out, float **lse, float **dqkv) {
   const float scale = 1.0f / sqrtf((float)hd);
-  int dev = device_of(backend);
   strata_queue_t q;
   OK(strata_queue_new(dev, &q));
   int64_t D = H * hd, ld = (H + 2 * KV) * hd;
   size_t nq = (size_t)(B * T * ld), no = (size_t)(B * T * D), nl = (size_t)(B * H * T);
-  float *qkv = values(nq, 61 + (uint32_t)(H * 10 + KV), -1.0f, 1.0f, dtype);
-  float *dout = values(no, 62 + (uint32_t)KV, -1.0f, 1.0f, dtype);
   struct opnd QKV = put(q, dev, qkv, nq, dtype), O = put(q, dev, NULL, no, dtype), L = put(q, dev, NULL, nl, F32);
   struct opnd DO = put(q, dev, dout, no, dtype), DQKV = put(q, dev, NULL, nq, dtype);
   OK(strata_attention_gqa_fwd(q, QKV.m, O.m, L.m, B, T, H, KV, hd, scale, causal));
   OK(strata_attention_gqa_bwd(q, QKV.m, O.m, DO.m, L.m, DQKV.m, B, T, H, KV, hd, scale, causal));
-  float *out = get(q, O), *lse = get(q, L), *dqkv = get(q, DQKV);
+  *out = get(q, O), *lse = get(q, L), *dqkv = get(q, DQKV);
+  struct opnd all[] = {QKV, O, L, DO, DQKV};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+    strata_buffer_free(all[i].b);
+  strata_queue_free(q);
+}
+
+/* The fused GQA against gqa_ref; dK and dV sum H / KV heads of T terms, so bfloat16's input rounding grows with
+** them: 4 times its absolute tolerance there. */
+static void gqa_check(const char *backend, int dev, int dtype, int64_t B, int64_t T, int64_t H, int64_t KV,
+                      int64_t hd, int causal, float **keep) {
+  int64_t D = H * hd, ld = (H + 2 * KV) * hd;
+  size_t nq = (size_t)(B * T * ld), no = (size_t)(B * T * D), nl = (size_t)(B * H * T);
+  float *qkv = values(nq, 61 + (uint32_t)(H * 10 + KV), -1.0f, 1.0f, dtype);
+  float *dout = values(no, 62 + (uint32_t)KV, -1.0f, 1.0f, dtype);
+  float *out, *lse, *dqkv;
+  gqa_run(dev, dtype, B, T, H, KV, hd, causal, qkv, dout, &out, &lse, &dqkv);
   double *ro = malloc(no * sizeof *ro), *rl = malloc(nl * sizeof *rl), *rd = malloc(nq * sizeof *rd);
-  gqa_ref(qkv, dout, B, T, H, KV, hd, scale, causal, ro, rl, rd);
-  char what[64];
-  snprintf(what, sizeof what, "gqa H %lld KV %lld causal %d out", (long long)H, (long long)KV, causal);
+  gqa_ref(qkv, dout, B, T, H, KV, hd, (double)(1.0f / sqrtf((float)hd)) /* the op's float scale */, causal, ro, rl,
+          rd);
+  char what[96];
+  snprintf(what, sizeof what, "%s gqa H %lld KV %lld hd %lld causal %d out", backend, (long long)H, (long long)KV,
+           (long long)hd, causal);
   near(what, out, ro, no, dtype);
-  snprintf(what, sizeof what, "gqa H %lld KV %lld causal %d lse", (long long)H, (long long)KV, causal);
+  snprintf(what, sizeof what, "%s gqa H %lld KV %lld hd %lld causal %d lse", backend, (long long)H, (long long)KV,
+           (long long)hd, causal);
   near(what, lse, rl, nl, F32);
-  snprintf(what, sizeof what, "gqa H %lld KV %lld causal %d dqkv", (long long)H, (long long)KV, causal);
-  /* dK and dV sum H / KV heads of T terms: the bf16 rounding of the inputs' products grows with them */
+  snprintf(what, sizeof what, "%s gqa H %lld KV %lld hd %lld causal %d dqkv", backend, (long long)H, (long long)KV,
+           (long long)hd, causal);
   if (dtype == BF16)
     for (size_t i = 0; i < nq; i++)
       cr_assert(fabs(dqkv[i] - rd[i]) <= 4 * ATOL_BF16 + RTOL_BF16 * fabs(rd[i]),
                 "%s (bf16) element %zu is %.8g, float64 says %.8g", what, i, (double)dqkv[i], rd[i]);
   else
     near(what, dqkv, rd, nq, dtype);
+  if (keep) /* out, lse and dqkv one after the other, for a comparison of bits */
+    for (size_t i = 0; i < no + nl + nq; i++)
+      (*keep)[i] = i < no ? out[i] : i < no + nl ? lse[i - no] : dqkv[i - no - nl];
   free(qkv), free(dout), free(out), free(lse), free(dqkv), free(ro), free(rl), free(rd);
-  struct opnd all[] = {QKV, O, L, DO, DQKV};
-  for (size_t i = 0; i < sizeof all / sizeof *all; i++)
-    strata_buffer_free(all[i].b);
-  strata_queue_free(q);
+}
+
+static void gqa_case(const char *backend, int dtype, int64_t H, int64_t KV, int causal) {
+  gqa_check(backend, device_of(backend), dtype, 2, 37, H, KV, 12, causal, NULL); /* T past one tile of keys (32) */
 }
 
 /* heads / kv_heads = 1 (GPT's), 2 and 4, causal and not */
@@ -608,4 +628,27 @@ Test(llama, bad_arguments_refused) {
   OK(strata_queue_finish(q));
   strata_buffer_free(b);
   strata_queue_free(q);
+}
+
+/* OpenCL's GQA kernels give the same bits whatever the work-group size (kernels/attention.k), with head_dim past
+** one 64-column chunk, and match float64 at each. */
+Test(llama, gqa_attention_opencl_same_bits_whatever_the_work_group) {
+  static const int sizes[] = {4, 32, 256};
+  const int64_t B = 1, T = 45, H = 4, KV = 2, hd = 80;
+  size_t total = (size_t)(B * T * H * hd + B * H * T + B * T * (H + 2 * KV) * hd);
+  float *first = malloc(total * sizeof *first), *got = malloc(total * sizeof *got);
+  for (int k = 0; k < 3; k++) {
+    char v[8];
+    snprintf(v, sizeof v, "%d", sizes[k]);
+    setenv("STRATA_KERNEL_WORKGROUP", v, 1);
+    strata_shutdown(); /* the backends read it when they start */
+    int dev = device_of("opencl");
+    gqa_check("opencl", dev, F32, B, T, H, KV, hd, 1, k ? &got : &first);
+    if (k)
+      cr_assert(memcmp(got, first, total * sizeof *got) == 0,
+                "gqa with work-groups of %d differs from work-groups of %d", sizes[k], sizes[0]);
+  }
+  unsetenv("STRATA_KERNEL_WORKGROUP");
+  strata_shutdown();
+  free(first), free(got);
 }

@@ -42,7 +42,7 @@ if [ ! -x "$TRAIN" ] || [ ! -x "$GEN" ]; then
   echo "1..0 # SKIP strata-train or strata-generate not built"
   exit 0
 fi
-echo "1..148"
+echo "1..159"
 
 # A small corpus of our own, so that the tests do not depend on what the machine ships.
 for i in 1 2 3 4 5 6 7 8; do cat "$top_srcdir/README.md" "$top_srcdir/man/strata-train.1"; done >"$TMP/text.txt"
@@ -423,6 +423,8 @@ STRATA_HOST_DEVICES=1 fault_sweep "a device fault on one device" 0 1 170 --devic
 STRATA_HOST_DEVICES=2 fault_sweep "a device fault in pp 2 (device 1)" 1 1 60 --pp 2
 STRATA_HOST_DEVICES=2 fault_sweep "a device fault in dp 2 (device 1)" 1 1 200 --dp 2
 STRATA_HOST_DEVICES=2 fault_sweep "a device fault in tp 2 (device 1)" 1 1 200 --tp 2
+# (with sequence parallelism: its all-gathers and reduce-scatters abort as the joins do)
+STRATA_HOST_DEVICES=2 fault_sweep "a device fault in tp 2 --sp (device 1)" 1 1 250 --tp 2 --sp
 # (tp 2's validation, after the second step's update: the slice that failed is named, not its peer whose joins it
 # aborted; device 1's ops 283-337 with the fused attention and the host's fused optimizer ops: found by a fault at
 # every third op, the run stopping after both steps were said)
@@ -560,6 +562,37 @@ STRATA_HOST_DEVICES=2 STRATA_DEVICE_MEMORY_LIMIT=70M $TRAIN --model cnn-hires --
 rc=$?
 check "cnn-hires in 70 MiB with --spatial 2: trains (exit $rc)" sh -c "[ $rc -eq 0 ] &&
   grep -q '\"event\":\"summary\".*\"loss\":[0-9]' '$TMP/fit.json'"
+
+# sequence parallelism (issue 32): --sp without tp, on an MLP, with slabs, with a split backward, tp not dividing the
+# context: one line, exit 2; --tp 2 --sp trains to --tp 2's losses (1e-4 relative, tests/test-seqpar.c), says so in the
+# header, the start event and the summary, keeps fewer activation bytes, traces its all-gathers and reduce-scatters,
+# and a layout's "sp": true is the run's
+S1="$TRAIN --model gpt-micro --data $TMP/text.txt --batch 4 --eval-batches 1 --eval-every 0"
+fails_clearly "--sp without --tp" 2 "--sp needs --tp > 1" $S1 --steps 2 --sp
+fails_clearly "--sp with --tp 1" 2 "--sp needs --tp > 1" $S1 --steps 2 --pp 2 --tp 1 --sp
+fails_clearly "--sp on an MLP" 2 "--sp is for GPT models" $TRAIN --model mlp --steps 2 --tp 2 --sp
+fails_clearly "--sp with --spatial" 2 "not with --sp" $TRAIN --model cnn-hires --steps 2 --spatial 2 --sp
+fails_clearly "--sp with --schedule zb" 2 "--sp with --schedule zb-h1 is not built" $S1 --steps 2 --pp 2 --tp 2 --schedule zb --sp
+echo '{"kind": "gpt", "vocab": 256, "context": 6, "d_model": 16, "layers": 1, "heads": 4, "d_ff": 32}' >"$TMP/ctx6.json"
+STRATA_HOST_DEVICES=4 fails_clearly "--sp with tp 4 and context 6" 2 "--sp: tp 4 does not divide the context 6" \
+  $TRAIN --model "$TMP/ctx6.json" --data $TMP/text.txt --steps 2 --tp 4 --sp
+STRATA_HOST_DEVICES=4 $S1 --steps 6 --pp 2 --tp 2 --json >"$TMP/tp2.json" 2>"$TMP/err"
+STRATA_HOST_DEVICES=4 $S1 --steps 6 --pp 2 --tp 2 --sp --json --trace "$TMP/sp.trace" >"$TMP/tp2sp.json" 2>>"$TMP/err"
+rc=$?
+check "--pp 2 --tp 2 --sp: --tp 2's six losses within 1e-4 (exit $rc)" losses_close "$TMP/tp2sp.json" "$TMP/tp2.json"
+check "--sp: \"sp\":true in the start event and summary, false without; fewer activation bytes ($(act "$TMP/tp2sp.json") < $(act "$TMP/tp2.json"))" sh -c "
+  grep -q '\"event\":\"start\".*\"sp\":true' '$TMP/tp2sp.json' &&
+  grep -q '\"event\":\"summary\".*\"sp\":true' '$TMP/tp2sp.json' &&
+  grep -q '\"event\":\"summary\".*\"sp\":false' '$TMP/tp2.json' &&
+  [ $(act "$TMP/tp2sp.json") -lt $(act "$TMP/tp2.json") ]"
+check "--sp's trace: all_gather and reduce_scatter events" sh -c "
+  grep -q '\"collective\": \"all_gather\"' '$TMP/sp.trace' && grep -q '\"collective\": \"reduce_scatter\"' '$TMP/sp.trace' &&
+  ! grep -q '\"collective\": \"all_gather\"' '$TMP/rcp-none.trace'"
+echo '{"pp": 2, "tp": 2, "microbatches": 2, "sp": true}' >"$TMP/sp-layout.json"
+STRATA_HOST_DEVICES=4 $S1 --steps 6 --layout "$TMP/sp-layout.json" >"$TMP/spl.txt" 2>"$TMP/err"
+rc=$?
+check "--layout with \"sp\": true: trains, the header says sequence parallel (exit $rc)" sh -c "[ $rc -eq 0 ] &&
+  grep -q '^sequence  parallel' '$TMP/spl.txt'"
 # llama (issue 33): llama-tiny trains on one host device and its pipeline gives the same losses; dp 2 x tp 2 with
 # ZeRO-1 (each slice a query-head group with its key/value head) within 1e-4 of one device; what is not built and bad
 # model files are refused in one line naming the field; strata-generate continues a llama checkpoint

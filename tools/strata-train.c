@@ -528,7 +528,7 @@ static int new_layout_trainer(struct run *r, const struct options *o) {
   if (!l) { /* --dp: the layout of the command line */
     struct strata_layout_desc d = {.dp = o->dp, .pp = o->pp, .devices = r->dev, .ndevices = r->pp,
                                    .tp_all = o->ntp == 1 ? o->tp[0] : 0, .tp = o->ntp > 1 ? o->tp : NULL,
-                                   .zero = o->zero, .recompute = o->recompute,
+                                   .zero = o->zero, .recompute = o->recompute, .sp = o->sp,
                                    .split = o->nsplit ? o->split : NULL, .nsplit = o->nsplit,
                                    .schedule = o->schedule, .microbatches = (int)o->microbatches,
                                    .virtual_stages = o->schedule == STRATA_SCHEDULE_INTERLEAVED ? (int)o->virtual_stages : 0};
@@ -579,6 +579,28 @@ static int check_spatial(struct run *r, const struct options *o) {
   if (strata_model_spatial_check(r->model, o->spatial)) {
     fprintf(stderr, PROG ": --spatial %d: %s\n", o->spatial, strata_last_error());
     return EXIT_USAGE;
+  }
+  return 0;
+}
+
+/* --sp (or a layout's "sp"): a GPT, whose context every rank's tp divides (--plan auto: the planner's cut, the
+** trainer's check). 0 or EXIT_USAGE. */
+static int check_sp_model(struct run *r, const struct options *o) {
+  if (r->cfg->kind != STRATA_MODEL_GPT) {
+    fprintf(stderr, PROG ": --sp is for GPT models; model '%s' is %s\n", r->cfg->name,
+            r->cfg->kind == STRATA_MODEL_MLP   ? "an MLP (no sequence)"
+            : r->cfg->kind == STRATA_MODEL_CNN ? "a CNN (no sequence)"
+                                               : "not a GPT (its blocks do not cut the sequence yet)");
+    return EXIT_USAGE;
+  }
+  const int ranks = o->layout ? strata_layout_pp(o->layout) : o->ntp;
+  for (int k = 0; k < ranks; k++) {
+    const int t = o->layout ? strata_layout_tp(o->layout, k) : o->tp[k];
+    if (t > 0 && r->cfg->context % t) {
+      fprintf(stderr, PROG ": --sp: tp %d does not divide the context %lld of '%s' (each slice holds context / tp of "
+              "every sequence)\n", t, (long long)r->cfg->context, r->cfg->name);
+      return EXIT_USAGE;
+    }
   }
   return 0;
 }
@@ -669,6 +691,9 @@ int main(int argc, char **argv) {
     goto out;
   }
   r.topts.spatial = o.spatial;
+  r.topts.sp = o.sp;
+  if (o.sp && (rc = check_sp_model(&r, &o)))
+    goto out;
   if (o.warmup >= 0)
     r.topts.warmup = o.warmup;
   else

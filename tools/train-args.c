@@ -23,8 +23,8 @@
 enum {
   OPT_DEVICE = 256, OPT_ACCUM, OPT_LR, OPT_WARMUP, OPT_SEED, OPT_CLIP, OPT_WD, OPT_SAVE_EVERY, OPT_STOP_AT, OPT_EVAL_BATCHES,
   OPT_VERSION, OPT_PP, OPT_DEVICES, OPT_SPLIT, OPT_SCHEDULE, OPT_MICROBATCHES, OPT_VIRTUAL_STAGES, OPT_TRACE,
-  OPT_DATA_FORMAT, OPT_INIT_FROM, OPT_UNTIE, OPT_CONTEXT, OPT_VAL_DATA, OPT_DP, OPT_LAYOUT, OPT_TP, OPT_ZERO, OPT_PLAN, OPT_SPATIAL,
-  OPT_PRECISION, OPT_GRAD_REDUCE, OPT_RECOMPUTE
+  OPT_DATA_FORMAT, OPT_INIT_FROM, OPT_UNTIE, OPT_CONTEXT, OPT_VAL_DATA, OPT_DP, OPT_LAYOUT, OPT_TP, OPT_ZERO, OPT_PLAN,
+  OPT_SPATIAL, OPT_PRECISION, OPT_GRAD_REDUCE, OPT_RECOMPUTE, OPT_SP
 };
 
 static void usage(FILE *f) {
@@ -80,6 +80,12 @@ static void usage(FILE *f) {
           "                           before its backward; full keeps only each block's input and reruns its\n"
           "                           forward. Bit for bit the losses of none; neither with zb, zbv,\n"
           "                           dualpipev; a layout's \"recompute\" is the run's\n"
+          "      --sp                 sequence parallelism with --tp (GPT): each slice's layernorms and\n"
+          "                           residual adds run on 1/T of every micro-batch's tokens, the tp\n"
+          "                           all-reduces become an all-gather before and a reduce-scatter\n"
+          "                           after each split matrix (Megatron-LM's); those activations divide\n"
+          "                           by T. T must divide the context and be the same on every rank;\n"
+          "                           not with zb, zbv, dualpipev; a layout's \"sp\": true is the run's\n"
           "\n"
           "Pipeline parallelism (the model cut into stages over several devices):\n"
           "      --pp N               pipeline over N devices (without it: one device, no pipeline)\n"
@@ -316,6 +322,8 @@ int adopt_layout(struct options *o, const char *from) {
     }
     if (lr)
       o->recompute = lr;
+    if (strata_layout_sp(o->layout)) /* likewise sequence parallelism */
+      o->sp = 1;
     if (o->trace && check_out_path("--trace", o->trace))
       return EXIT_USAGE;
     return 0;
@@ -333,9 +341,31 @@ static int check_recompute(const struct options *o) {
   return 0;
 }
 
+/* Sequence parallelism needs tp > 1 on every pipeline rank (the command line's or the layout's; --plan auto's cut
+** is the planner's, checked by the trainer) and a whole backward. */
+static int check_sp(const struct options *o) {
+  if (!o->sp || o->plan_auto)
+    return 0;
+  const int ranks = o->layout ? strata_layout_pp(o->layout) : o->ntp;
+  int low = ranks == 0;
+  for (int k = 0; k < ranks; k++)
+    low |= (o->layout ? strata_layout_tp(o->layout, k) : o->tp[k]) < 2;
+  if (low) {
+    fprintf(stderr, PROG ": --sp needs --tp > 1 (sequence parallelism cuts the sequence over the tp slices%s)\n",
+            ranks > 1 ? ", on every pipeline rank" : "");
+    return EXIT_USAGE;
+  }
+  if (o->schedule && strata_schedule_kind_split_backward(o->schedule)) {
+    fprintf(stderr, PROG ": --sp with --schedule %s is not built (its weight pass would gather the sequence again); "
+            "use 1f1b, gpipe or interleaved\n", strata_schedule_kind_name(o->schedule));
+    return EXIT_USAGE;
+  }
+  return 0;
+}
+
 /* A bf16 gradient reduction needs replicas to reduce over: after the cut is known (--dp or a layout's dp). */
 static int check_grad_reduce(const struct options *o) {
-  if (check_recompute(o))
+  if (check_recompute(o) || check_sp(o))
     return EXIT_USAGE;
   if (o->grad_reduce == STRATA_BFLOAT16 && o->dp < 2) {
     fprintf(stderr, PROG ": --grad-reduce bf16 halves the data-parallel gradient all-reduce: give --dp 2 or more "
@@ -348,7 +378,7 @@ static int check_grad_reduce(const struct options *o) {
 /* The cut of the command line (--pp, --dp, --tp, --devices ...) when no layout gives it. */
 static int check_cut_args(struct options *o) {
   if (o->spatial > 1) { /* the slabs run as the slices of one stage (of each --dp replica) */
-    const char *with = o->ntp ? "--tp" : o->zero ? "--zero"
+    const char *with = o->ntp ? "--tp" : o->sp ? "--sp (the slabs cut images, not sequences)" : o->zero ? "--zero"
                        : o->pp > 1 ? "--pp" : o->precision == STRATA_BFLOAT16 ? "--precision bf16"
                        : o->schedule && strata_schedule_kind_split_backward(o->schedule) ? "--schedule"
                        : o->device_given ? "--device (the slabs' devices: --devices)" : NULL;
@@ -519,6 +549,7 @@ int parse_args(int argc, char **argv, struct options *o) {
       {"precision", required_argument, NULL, OPT_PRECISION},
       {"grad-reduce", required_argument, NULL, OPT_GRAD_REDUCE},
       {"recompute", required_argument, NULL, OPT_RECOMPUTE},
+      {"sp", no_argument, NULL, OPT_SP},
       {NULL, 0, NULL, 0}};
   memset(o, 0, sizeof *o);
   o->device = -1;
@@ -630,6 +661,9 @@ int parse_args(int argc, char **argv, struct options *o) {
         fprintf(stderr, PROG ": --grad-reduce '%s': expected fp32 or bf16\n", optarg);
         return EXIT_USAGE;
       }
+      break;
+    case OPT_SP:
+      o->sp = 1;
       break;
     case OPT_RECOMPUTE:
       if (strata_recompute_parse(optarg, &o->recompute)) {

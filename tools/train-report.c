@@ -237,7 +237,8 @@ void print_summary(struct run *r, int was_interrupted, const struct options *o) 
     printf(",\"peak_gflops_before\":");
     json_float(stdout, r->peak_before);
     printf(",\"precision\":\"%s\"", precision_name(r->topts.precision));
-    printf(",\"recompute\":\"%s\"", strata_recompute_name(r->topts.recompute));
+    printf(",\"recompute\":\"%s\",\"sp\":%s", strata_recompute_name(r->topts.recompute),
+           r->topts.sp ? "true" : "false");
     printf(",\"wall_s\":%.3f,\"train_s\":%.3f,\"eval_s\":%.3f,\"checkpoint\":", wall, r->train_s + r->first_s,
            r->eval_s);
     if (r->saved)
@@ -378,7 +379,8 @@ void print_header(const struct run *r, const struct options *o, const char *why)
     printf(",\"peak_gflops\":");
     json_float(stdout, r->peak_gflops);
     printf(",\"precision\":\"%s\"", precision_name(r->topts.precision));
-    printf(",\"recompute\":\"%s\"", strata_recompute_name(r->topts.recompute));
+    printf(",\"recompute\":\"%s\",\"sp\":%s", strata_recompute_name(r->topts.recompute),
+           r->topts.sp ? "true" : "false");
     printf(",\"peak_n\":%d,\"steps\":%lld,\"start_step\":%lld,\"batch\":%lld,\"accum\":%lld,\"tokens_per_step\":%.0f",
            r->peak_n, (long long)r->topts.steps, (long long)r->start_step, (long long)r->topts.batch,
            (long long)r->topts.accum, step_tokens);
@@ -482,6 +484,9 @@ void print_header(const struct run *r, const struct options *o, const char *why)
            r->topts.recompute == STRATA_RECOMPUTE_FULL
                ? "each block keeps only its input, its forward rerun before its backward"
                : "each block's attention output recomputed from its Q, K, V before its backward");
+  if (r->topts.sp)
+    printf("sequence  parallel over the tp slices: each keeps 1/tp of every micro-batch's tokens in its layernorms and "
+           "residuals; all-gathers and reduce-scatters instead of all-reduces\n");
   if (r->pp) {
     const char *sched = strata_schedule_kind_name(r->rep.schedule);
     if (o->dp)

@@ -66,6 +66,7 @@ struct options {
   int grad_reduce;          /* --grad-reduce: STRATA_FLOAT32 (default) or STRATA_BFLOAT16 */
   int recompute;            /* --recompute: enum strata_recompute (default none) */
   int recompute_given;
+  int sp;                   /* --sp (or a layout's "sp"): sequence parallelism with tp */
   const char *layout_path;  /* --layout FILE */
   int plan_auto;            /* --plan auto: the cut strata-plan's planner chooses for this machine */
   strata_layout_t layout;   /* the layout to train (--layout, or built for --dp); NULL otherwise */

@@ -44,6 +44,10 @@ extern "C" {
 ** (strata_train_options.spatial): each replica's one rank (pp 1) is N
 ** devices, each running the whole model on its rows of every image; "tp"
 ** may be left out (it is N) or must say N.
+** "sp": true (written only then; false is the default) runs sequence
+** parallelism with the tp slices (strata_train_options.sp): every rank's tp
+** the same and above 1, a GPT whose context tp divides, no slabs, not zb,
+** zbv or dualpipev.
 */
 typedef struct strata_layout *strata_layout_t;
 
@@ -88,6 +92,7 @@ struct strata_layout_desc {
                                    strata/comm.h): what the job computes in, for the trainer and the planner */
   int recompute;                /* enum strata_recompute (0: none) */
   int spatial;                  /* > 1: the slices are that many spatial slabs (pp 1; tp, when given, the same) */
+  int sp;                       /* 1: sequence parallelism with tp (strata_train_options.sp); "sp": true in JSON */
 };
 
 /*
@@ -137,6 +142,8 @@ STRATA_API int strata_layout_zero(strata_layout_t layout);
 STRATA_API int strata_layout_precision(strata_layout_t layout);
 /* enum strata_recompute; STRATA_RECOMPUTE_NONE for NULL. */
 STRATA_API int strata_layout_recompute(strata_layout_t layout);
+/* 1 when the layout runs sequence parallelism with its tp (0 for NULL). */
+STRATA_API int strata_layout_sp(strata_layout_t layout);
 /* The spatial slabs of each replica (1: none, the slices are tp's). */
 STRATA_API int strata_layout_spatial(strata_layout_t layout);
 /* Devices in all (dp x sum(tp)) and the list itself. */

@@ -86,10 +86,13 @@ STRATA_API const char *const *strata_model_presets(void);
 
 /*
 ** Build a model from a preset name ("gpt-tiny", "gpt-small", "gpt2-small",
-** "gpt2-xl", "mlp", "cnn", "cnn-hires", ...), from a JSON file, or from a filled config.
+** "gpt2-xl", "llama-tiny", "llama3-8b", "mlp", "cnn", "cnn-hires", ...), from a JSON
+** file, or from a filled config (a llama's kv_heads, rope_theta and norm_eps left 0
+** take heads, 10000 and 1e-5, as its JSON fields left out do).
 ** The caller frees the model with strata_model_free. Bad input (an unknown
-** preset, a malformed file, heads that do not divide d_model) fails with a
-** message naming the file and field; *out is untouched.
+** preset, a malformed file, heads that do not divide d_model, n_kv_heads that
+** do not divide heads, an unknown rope_type) fails with a message naming the
+** file and field; *out is untouched.
 */
 STRATA_API int strata_model_from_preset(const char *name, strata_model_t *out /* OUT */);
 STRATA_API int strata_model_from_file(const char *path, strata_model_t *out /* OUT */);

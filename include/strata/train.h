@@ -48,6 +48,11 @@ struct strata_train_options {
                                   ** trainer with the same layout and options, builds only the stages on its
                                   ** own devices, and every call below is then collective (see
                                   ** strata_trainer_new_layout); the cluster must outlive the trainer */
+  int sp;                   /* 1: sequence parallelism with tensor parallelism (Megatron's): a GPT's layernorms and
+                            ** residual adds run on 1/tp of each micro-batch's token rows on each slice, the tp joins
+                            ** are an all-gather before each column-split matrix and a reduce-scatter after each
+                            ** row-split one (instead of one all-reduce). Needs tp > 1 on every stage, the same tp
+                            ** everywhere, tp dividing the context, one process, and not zb, zbv or dualpipev */
 };
 
 /* Sensible defaults: device 0, batch 8, accum 1, steps 1000, lr 1e-3 -> 1e-4,

@@ -23,6 +23,7 @@ struct lctx {
   size_t dsave;            /* offset of the gradients kept between BACKWARD_INPUT and BACKWARD_WEIGHT */
   strata_mem_t in, out;    /* input and output activations */
   const struct strata__tensor *t;   /* this layer's tensors */
+  strata_mem_t wide;       /* seqpar (block, head): scratch for a region of every row, gathered or to scatter */
 };
 
 /*
@@ -89,22 +90,36 @@ static strata_mem_t slice_tokens(struct lctx *c, int *rc) {
 /* A llama's RMSNorm epsilon. */
 static float norm_eps(const struct lctx *c) { return (float)c->st->model->cfg.norm_eps; }
 
+/* seqpar: the slice's rows of a region of every row (count elements of them each); else the region. */
+static strata_mem_t rows_mine(const struct lctx *c, strata_mem_t m, size_t count) {
+  return c->d.seqpar ? strata__seq_mine(c->st, m, count) : m;
+}
+
+/* The embedding; with seqpar its output is the slice's Rs rows (Megatron scatters after the embedding): their own
+** lookups, or vocabulary-parallel every row's partial lookup reduce-scattered. A llama's has no position table. */
 static int embed_fwd(struct lctx *c) {
   struct strata__dims d = c->d;
-  TRY(FETCH(c, 0, d.rms ? 1 : 2)); /* (a llama: no position table) */
+  TRY(FETCH(c, 0, d.rms ? 1 : 2));
+  strata_mem_t pos = rows_mine(c, AT(c->st->positions, 0), (size_t)d.Rs);
   if (d.vp) { /* each slice looks up its rows of the vocabulary, the others' are zero: the sum is the lookup */
     int rc = STRATA_OK;
-    strata_mem_t tok = slice_tokens(c, &rc);
+    strata_mem_t tok = slice_tokens(c, &rc), part;
     TRY(rc);
+    if (d.seqpar) {
+      TRY(strata_embedding_fwd(c->q, tok, PARAM(c, 0), SC(c, 0, 0), d.R, d.D, d.V));
+      TRY(strata__seq_scatter(c->st, c->q, SC(c, 0, 0), (size_t)(d.Rs * d.D), &part));
+      TRY(strata_embedding_fwd(c->q, pos, PARAM(c, 1), c->out, d.Rs, d.D, d.T));
+      return strata_add(c->q, part, c->out, c->out, d.Rs * d.D);
+    }
     TRY(strata_embedding_fwd(c->q, tok, PARAM(c, 0), c->out, d.R, d.D, d.V));
     TRY(join(c, c->out, (size_t)(d.R * d.D)));
   } else {
-    TRY(strata_embedding_fwd(c->q, c->in, PARAM(c, 0), c->out, d.R, d.D, d.V));
+    TRY(strata_embedding_fwd(c->q, rows_mine(c, c->in, (size_t)d.Rs), PARAM(c, 0), c->out, d.Rs, d.D, d.V));
   }
   if (d.rms)
     return STRATA_OK;
-  TRY(strata_embedding_fwd(c->q, AT(c->st->positions, 0), PARAM(c, 1), SC(c, 0, 0), d.R, d.D, d.T));
-  return strata_add(c->q, c->out, SC(c, 0, 0), c->out, d.R * d.D);
+  TRY(strata_embedding_fwd(c->q, pos, PARAM(c, 1), SC(c, 0, 0), d.Rs, d.D, d.T));
+  return strata_add(c->q, c->out, SC(c, 0, 0), c->out, d.Rs * d.D);
 }
 
 enum { LN1_W, LN1_B, ATTN_W, ATTN_B, PROJ_W, PROJ_B, LN2_W, LN2_B, FC_W, FC_B, FCP_W, FCP_B };
@@ -134,9 +149,36 @@ static int join(struct lctx *c, strata_mem_t x, size_t n) {
 /* y = x W + b for a row-split W: the slices' partial products joined, then the (whole) bias once. */
 static int linear_fwd_rows(struct lctx *c, int64_t R, int64_t in, int64_t outf, strata_mem_t x, strata_mem_t W,
                            strata_mem_t b, strata_mem_t y) {
+  if (c->d.seqpar) { /* every row's partial product reduce-scattered (not all-reduced): y is the slice's rows */
+    strata_mem_t part;
+    const size_t n = (size_t)(c->d.Rs * outf);
+    TRY(strata_gemm(c->q, 0, 0, R, outf, in, 1, x, in, 0, W, outf, 0, 0, c->wide, outf, 0, 1));
+    TRY(strata__seq_scatter(c->st, c->q, c->wide, n, &part));
+    TRY(strata_buffer_copy(c->q, y.buf, strata__mem_byte(y), part.buf, strata__mem_byte(part),
+                           n * strata_dtype_size(y.dtype)));
+    return strata_bias_add(c->q, y, b, c->d.Rs, outf);
+  }
   TRY(strata_gemm(c->q, 0, 0, R, outf, in, 1, x, in, 0, W, outf, 0, 0, y, outf, 0, 1));
   TRY(join(c, y, (size_t)(R * outf)));
   return strata_bias_add(c->q, y, b, R, outf);
+}
+
+/* seqpar: the slice's rows at `mine` (Rs x cols) gathered from every slice into the layer's wide scratch (all R rows,
+** as the column-split matrix after it reads them); else `mine` itself. */
+static strata_mem_t gathered(struct lctx *c, strata_mem_t mine, int64_t cols, int *rc) {
+  *rc = STRATA_OK;
+  if (!c->d.seqpar)
+    return mine;
+  *rc = strata__seq_gather(c->st, c->q, mine, c->wide, (size_t)(c->d.Rs * cols));
+  return c->wide;
+}
+
+/* The input gradient of a column-split matrix (partial sums, R x cols at *x) joined over the slices: all-reduced, or
+** with seqpar reduce-scattered, *x then the slice's rows of the sum. */
+static int rows_join(struct lctx *c, strata_mem_t *x, int64_t cols) {
+  if (!c->d.seqpar)
+    return join(c, *x, (size_t)(c->d.R * cols));
+  return strata__seq_scatter(c->st, c->q, *x, (size_t)(c->d.Rs * cols), x);
 }
 
 /* Where a block's attention output and log-sum-exps live: the stage's recompute buffer (att | lse) with selective
@@ -175,23 +217,28 @@ static int block_fwd(struct lctx *c) {
   strata_queue_t q = c->q;
   int64_t D = d.D, A = d.A;
   TRY(FETCH(c, LN1_W, 2));
+  int rc;
   TRY(strata_layernorm_fwd(q, c->in, PARAM(c, LN1_W), PARAM(c, LN1_B), SV(c, s.ln1, 0), SAVED(c, s.mean1),
-                           SAVED(c, s.rstd1), d.R, D, 1e-5f));
+                           SAVED(c, s.rstd1), d.Rs, D, 1e-5f));
+  strata_mem_t x = gathered(c, SV(c, s.ln1, 0), D, &rc);
+  TRY(rc);
   TRY(FETCH(c, ATTN_W, 2));
-  TRY(linear_fwd(q, d.R, D, 3 * A, SV(c, s.ln1, 0), WT(c, ATTN_W), PARAM(c, ATTN_B), SV(c, s.qkv, 0)));
+  TRY(linear_fwd(q, d.R, D, 3 * A, x, WT(c, ATTN_W), PARAM(c, ATTN_B), SV(c, s.qkv, 0)));
   TRY(attn_fwd(c, &s));
   TRY(FETCH(c, PROJ_W, 2));
   TRY(linear_fwd_rows(c, d.R, A, D, attn_out(c, &s), WT(c, PROJ_W), PARAM(c, PROJ_B), SV(c, s.xmid, 0)));
-  TRY(strata_add(q, SV(c, s.xmid, 0), c->in, SV(c, s.xmid, 0), d.R * D));
+  TRY(strata_add(q, SV(c, s.xmid, 0), c->in, SV(c, s.xmid, 0), d.Rs * D));
   TRY(FETCH(c, LN2_W, 2));
   TRY(strata_layernorm_fwd(q, SV(c, s.xmid, 0), PARAM(c, LN2_W), PARAM(c, LN2_B), SV(c, s.ln2, 0), SAVED(c, s.mean2),
-                           SAVED(c, s.rstd2), d.R, D, 1e-5f));
+                           SAVED(c, s.rstd2), d.Rs, D, 1e-5f));
+  x = gathered(c, SV(c, s.ln2, 0), D, &rc);
+  TRY(rc);
   TRY(FETCH(c, FC_W, 2));
-  TRY(linear_fwd(q, d.R, D, d.F, SV(c, s.ln2, 0), WT(c, FC_W), PARAM(c, FC_B), SV(c, s.h, 0)));
+  TRY(linear_fwd(q, d.R, D, d.F, x, WT(c, FC_W), PARAM(c, FC_B), SV(c, s.h, 0)));
   TRY(strata_gelu_fwd(q, SV(c, s.h, 0), SV(c, s.g, 0), d.R * d.F));
   TRY(FETCH(c, FCP_W, 2));
   TRY(linear_fwd_rows(c, d.R, d.F, D, SV(c, s.g, 0), WT(c, FCP_W), PARAM(c, FCP_B), c->out));
-  return strata_add(q, c->out, SV(c, s.xmid, 0), c->out, d.R * D);
+  return strata_add(q, c->out, SV(c, s.xmid, 0), c->out, d.Rs * D);
 }
 
 /*
@@ -229,14 +276,17 @@ static int lm_head_fwd(struct lctx *c, strata_mem_t targets) {
   struct strata__head_saved h = strata__head_layout(&d);
   const size_t R = (size_t)d.R;
   strata_mem_t W, dW;
+  int rc;
   TRY(FETCH(c, 0, d.rms ? 1 : 2));
   if (d.rms) /* a llama's final RMSNorm */
-    TRY(strata_rmsnorm_fwd(c->q, c->in, PARAM(c, 0), SV(c, h.ln, 0), SAVED(c, h.rstd), d.R, d.D, norm_eps(c)));
+    TRY(strata_rmsnorm_fwd(c->q, c->in, PARAM(c, 0), SV(c, h.ln, 0), SAVED(c, h.rstd), d.Rs, d.D, norm_eps(c)));
   else
     TRY(strata_layernorm_fwd(c->q, c->in, PARAM(c, 0), PARAM(c, 1), SV(c, h.ln, 0), SAVED(c, h.mean),
-                             SAVED(c, h.rstd), d.R, d.D, 1e-5f));
+                             SAVED(c, h.rstd), d.Rs, d.D, 1e-5f));
+  strata_mem_t x = gathered(c, SV(c, h.ln, 0), d.D, &rc); /* seqpar: every row (Megatron gathers before the head) */
+  TRY(rc);
   TRY(head_weight(c, &W, &dW));
-  TRY(strata_gemm(c->q, 0, 1, d.R, d.V, d.D, 1, SV(c, h.ln, 0), d.D, 0, W, d.D, 0, 0, SV(c, h.logits, 0), d.V, 0, 1));
+  TRY(strata_gemm(c->q, 0, 1, d.R, d.V, d.D, 1, x, d.D, 0, W, d.D, 0, 0, SV(c, h.logits, 0), d.V, 0, 1));
   if (!d.vp)
     return strata_cross_entropy_fwd(c->q, SV(c, h.logits, 0), targets, SAVED(c, h.loss), d.R, d.V);
   /* vocabulary-parallel cross-entropy: the rows' max, their sums of exponentials and the target logits are
@@ -407,6 +457,17 @@ static int ln_bwd(struct lctx *c, strata_mem_t x, strata_mem_t g, strata_mem_t m
   return strata_layernorm_bwd(c->q, x, g, mean, rstd, dy, dx, dg, db, rows, cols, c->mode != BM_INPUT);
 }
 
+/* ln_bwd of a layernorm on the slice's rows (seqpar: a whole backward): its parameters' gradients are the slice's
+** rows' share, computed into `part` (float32, 2 x cols) and summed over the slices before they are added. */
+static int ln_bwd_rows(struct lctx *c, strata_mem_t x, strata_mem_t g, strata_mem_t mean, strata_mem_t rstd,
+                       strata_mem_t dy, strata_mem_t dx, strata_mem_t dg, strata_mem_t db, strata_mem_t part,
+                       int64_t cols) {
+  if (!c->d.seqpar)
+    return ln_bwd(c, x, g, mean, rstd, dy, dx, dg, db, part, c->d.R, cols);
+  TRY(strata_layernorm_bwd(c->q, x, g, mean, rstd, dy, dx, part, plus(part, (size_t)cols), c->d.Rs, cols, 0));
+  return strata__seq_ln_grads(c->st, c->q, part, dg, db, cols);
+}
+
 /* RMSNorm's backward restricted to the part the mode wants, as ln_bwd. */
 static int rms_bwd(struct lctx *c, strata_mem_t x, strata_mem_t w, strata_mem_t rstd, strata_mem_t dy, strata_mem_t dx,
                    strata_mem_t dw, strata_mem_t junk, int64_t rows, int64_t cols) {
@@ -419,9 +480,13 @@ static int rms_bwd(struct lctx *c, strata_mem_t x, strata_mem_t w, strata_mem_t 
 
 static int embed_bwd(struct lctx *c, strata_mem_t dout) {
   struct strata__dims d = c->d;
-  TRY(keep_dout(c, &dout, (size_t)(d.R * d.D)));
+  TRY(keep_dout(c, &dout, (size_t)(d.Rs * d.D)));
   if (!DO_W(c))
     return STRATA_OK;
+  if (d.seqpar) { /* every row's output gradient (the conjugate of the forward's scatter): whole gradients */
+    TRY(strata__seq_gather(c->st, c->q, dout, SC(c, 0, 0), (size_t)(d.Rs * d.D)));
+    dout = SC(c, 0, 0);
+  }
   strata_mem_t tok = c->in;
   if (d.vp) {
     int rc = STRATA_OK;
@@ -452,50 +517,61 @@ static int block_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
   size_t k_dh = uRD, k_dln2 = k_dh + uRF, k_dxmid = k_dln2 + uRD, k_dqkv = k_dxmid + uRD, k_dln1 = k_dqkv + u3RA;
   strata_mem_t dh = LOC(c, o_f, k_dh), dln2 = LOC(c, o_d1, k_dln2), dxmid = LOC(c, o_d3, k_dxmid),
                dqkv = LOC(c, o_dqkv, k_dqkv), dln1 = LOC(c, o_d1, k_dln1), junk = SCR(c, o_junk);
-  TRY(keep_dout(c, &dout, RD));
+  /* seqpar: dout and dxmid are the slice's rows, gathered (dall, dxall: every row) before the row-split matrices'
+  ** backward; the layernorms' outputs gathered again before the column-split matrices' weight gradients */
+  TRY(keep_dout(c, &dout, (size_t)(d.Rs * D)));
+  int rc;
+  strata_mem_t dall = gathered(c, dout, D, &rc), dxall = dxmid, x;
+  TRY(rc);
   /* MLP branch */
   if (DO_IN(c)) {
     TRY(FETCH(c, FCP_W, 2));
-    TRY(linear_bwd_x(q, R, d.F, D, WT(c, FCP_W), dout, dh));
+    TRY(linear_bwd_x(q, R, d.F, D, WT(c, FCP_W), dall, dh));
     TRY(strata_gelu_bwd(q, SV(c, s.h, 0), dh, dh, R * d.F));
     TRY(FETCH(c, FC_W, 2));
     TRY(linear_bwd_x(q, R, D, d.F, WT(c, FC_W), dh, dln2));
-    TRY(join(c, dln2, RD));
+    TRY(rows_join(c, &dln2, D));
   }
   if (DO_W(c)) {
     TRY(TAKE(c, FCP_W, 2));
-    TRY(linear_bwd_w(q, R, d.F, D, SV(c, s.g, 0), dout, GRAD(c, FCP_W), GRAD(c, FCP_B)));
+    TRY(linear_bwd_w(q, R, d.F, D, SV(c, s.g, 0), dall, GRAD(c, FCP_W), GRAD(c, FCP_B)));
     TRY(TAKE(c, FC_W, 2));
-    TRY(linear_bwd_w(q, R, D, d.F, SV(c, s.ln2, 0), dh, GRAD(c, FC_W), GRAD(c, FC_B)));
+    x = gathered(c, SV(c, s.ln2, 0), D, &rc);
+    TRY(rc);
+    TRY(linear_bwd_w(q, R, D, d.F, x, dh, GRAD(c, FC_W), GRAD(c, FC_B)));
   }
   TRY(TAKE(c, LN2_W, 2));
   TRY(FETCH(c, LN2_W, 2));
-  TRY(ln_bwd(c, SV(c, s.xmid, 0), PARAM(c, LN2_W), SAVED(c, s.mean2), SAVED(c, s.rstd2), dln2, SC(c, o_d2, 0),
-             GRAD(c, LN2_W), GRAD(c, LN2_B), junk, R, D));
+  TRY(ln_bwd_rows(c, SV(c, s.xmid, 0), PARAM(c, LN2_W), SAVED(c, s.mean2), SAVED(c, s.rstd2), dln2, SC(c, o_d2, 0),
+                  GRAD(c, LN2_W), GRAD(c, LN2_B), junk, D));
   /* attention branch */
   if (DO_IN(c)) {
-    TRY(strata_add(q, dout, SC(c, o_d2, 0), dxmid, R * D));
+    TRY(strata_add(q, dout, SC(c, o_d2, 0), dxmid, d.Rs * D));
+    dxall = gathered(c, dxmid, D, &rc);
+    TRY(rc);
     TRY(FETCH(c, PROJ_W, 2));
-    TRY(linear_bwd_x(q, R, A, D, WT(c, PROJ_W), dxmid, SC(c, o_d1, 0)));
+    TRY(linear_bwd_x(q, R, A, D, WT(c, PROJ_W), dxall, SC(c, o_d1, 0)));
     /* the fused attention's backward: probabilities recomputed from the saved log-sum-exps */
     TRY(strata_attention_bwd(q, SV(c, s.qkv, 0), attn_out(c, &s), SC(c, o_d1, 0), attn_lse(c, &s), dqkv, d.B, T, H, hd,
                              scale, 1));
     TRY(FETCH(c, ATTN_W, 2));
     TRY(linear_bwd_x(q, R, D, 3 * A, WT(c, ATTN_W), dqkv, dln1));
-    TRY(join(c, dln1, RD));
+    TRY(rows_join(c, &dln1, D));
   }
   if (DO_W(c)) {
     TRY(TAKE(c, PROJ_W, 2));
-    TRY(linear_bwd_w(q, R, A, D, attn_out(c, &s), dxmid, GRAD(c, PROJ_W), GRAD(c, PROJ_B)));
+    TRY(linear_bwd_w(q, R, A, D, attn_out(c, &s), dxall, GRAD(c, PROJ_W), GRAD(c, PROJ_B)));
     TRY(TAKE(c, ATTN_W, 2));
-    TRY(linear_bwd_w(q, R, D, 3 * A, SV(c, s.ln1, 0), dqkv, GRAD(c, ATTN_W), GRAD(c, ATTN_B)));
+    x = gathered(c, SV(c, s.ln1, 0), D, &rc);
+    TRY(rc);
+    TRY(linear_bwd_w(q, R, D, 3 * A, x, dqkv, GRAD(c, ATTN_W), GRAD(c, ATTN_B)));
   }
   TRY(TAKE(c, LN1_W, 2));
   TRY(FETCH(c, LN1_W, 2));
-  TRY(ln_bwd(c, c->in, PARAM(c, LN1_W), SAVED(c, s.mean1), SAVED(c, s.rstd1), dln1, SC(c, o_d2, 0), GRAD(c, LN1_W),
-             GRAD(c, LN1_B), junk, R, D));
+  TRY(ln_bwd_rows(c, c->in, PARAM(c, LN1_W), SAVED(c, s.mean1), SAVED(c, s.rstd1), dln1, SC(c, o_d2, 0),
+                  GRAD(c, LN1_W), GRAD(c, LN1_B), junk, D));
   if (DO_IN(c) && din.buf)
-    TRY(strata_add(q, dxmid, SC(c, o_d2, 0), din, R * D));
+    TRY(strata_add(q, dxmid, SC(c, o_d2, 0), din, d.Rs * D));
   return STRATA_OK;
 }
 
@@ -514,23 +590,29 @@ static int lm_head_bwd(struct lctx *c, strata_mem_t targets, strata_mem_t din) {
     else
       TRY(strata_cross_entropy_bwd(c->q, SV(c, h.logits, 0), targets, dlogits, d.R, d.V, c->st->loss_scale));
     TRY(strata_gemm(c->q, 0, 0, d.R, d.D, d.V, 1, dlogits, d.V, 0, W, d.D, 0, 0, dlnx, d.D, 0, 1));
-    if (d.vp) /* each slice's vocabulary's part of the input gradient */
-      TRY(join(c, dlnx, RD));
+    if (d.vp) /* each slice's vocabulary's part of the input gradient (seqpar: of its rows) */
+      TRY(rows_join(c, &dlnx, d.D));
+    else /* (every slice has all of it: seqpar, its rows) */
+      dlnx = rows_mine(c, dlnx, (size_t)(d.Rs * d.D));
   }
   if (DO_W(c)) {
     if (!c->st->model->cfg.tied) /* (tied: the embedding's, in gtied) */
       TRY(TAKE(c, d.rms ? 1 : 2, 1));
+    int rc;
+    strata_mem_t x = gathered(c, SV(c, h.ln, 0), d.D, &rc);
+    TRY(rc);
     TRY(head_weight(c, &W, &dW));
-    TRY(strata_gemm(c->q, 1, 0, d.V, d.D, d.R, 1, dlogits, d.V, 0, SV(c, h.ln, 0), d.D, 0, 1, dW, d.D, 0, 1));
+    TRY(strata_gemm(c->q, 1, 0, d.V, d.D, d.R, 1, dlogits, d.V, 0, x, d.D, 0, 1, dW, d.D, 0, 1));
   }
   if (!din.buf && c->mode == BM_INPUT)
     return STRATA_OK;
   TRY(TAKE(c, 0, d.rms ? 1 : 2));
   TRY(FETCH(c, 0, d.rms ? 1 : 2));
-  if (d.rms)
+  if (d.rms) /* (a llama: no sequence parallelism) */
     return rms_bwd(c, c->in, PARAM(c, 0), SAVED(c, h.rstd), dlnx, din.buf ? din : junk, GRAD(c, 0), junk, d.R, d.D);
-  return ln_bwd(c, c->in, PARAM(c, 0), SAVED(c, h.mean), SAVED(c, h.rstd), dlnx, din.buf ? din : junk, GRAD(c, 0),
-                GRAD(c, 1), junk, d.R, d.D);
+  /* (a GPT's head has an input gradient to write: seqpar's parameter gradients take junk) */
+  return ln_bwd_rows(c, c->in, PARAM(c, 0), SAVED(c, h.mean), SAVED(c, h.rstd), dlnx, din.buf ? din : junk,
+                     GRAD(c, 0), GRAD(c, 1), junk, d.D);
 }
 
 static int fc_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
@@ -763,6 +845,17 @@ static int llama_block_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) 
   return STRATA_OK;
 }
 
+/* seqpar: where a block's or the head's wide region starts in scratch (units; 0 for other layers). */
+static size_t seq_wide(const struct strata__dims *d, int kind) {
+  const size_t uRD = strata__units((size_t)(d->R * d->D), d->act), RD = (size_t)(d->R * d->D);
+  if (kind == STRATA__LAYER_BLOCK) /* dqkv | f | d1 | d2 | d3 | (float32) junk | wide */
+    return strata__units((size_t)(3 * d->R * d->A), d->act) + strata__units((size_t)(d->R * d->F), d->act) + 3 * uRD +
+           RD;
+  if (kind == STRATA__LAYER_LM_HEAD) /* dlogits | dlnx | (float32) junk | wide */
+    return strata__units((size_t)(d->R * d->V), d->act) + uRD + RD;
+  return 0;
+}
+
 /* The context of stage layer i for slot s. */
 static struct lctx layer_ctx(struct strata__stage *st, int s, int i) {
   struct lctx c = {.st = st, .L = strata__stage_layer_at(st, i), .d = strata__stage_dims(st), .q = st->q,
@@ -772,6 +865,8 @@ static struct lctx layer_ctx(struct strata__stage *st, int s, int i) {
   c.in = i == 0 ? strata__stage_input(st, s) : strata__at(c.slot, st->out_off[i - 1], 0, st->act);
   c.out = strata__at(c.slot, st->out_off[i], 0, st->act);
   c.t = &st->tensors[st->layer_tensor[i]];
+  if (c.d.seqpar) /* after the block's or head's own scratch (model/stage.c's layer_scratch) */
+    c.wide = SC(&c, seq_wide(&c.d, c.L->kind), 0);
   if (c.L->kind == STRATA__LAYER_BLOCK && st->recompute == STRATA_RECOMPUTE_FULL) {
     c.slot = st->rcbuf; /* all a block saves is in the buffer, recomputed before its backward; its output stays kept */
     c.saved = 0;

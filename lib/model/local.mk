@@ -6,6 +6,7 @@ libstrata_la_SOURCES += \
 	%reldir%/model.c \
 	%reldir%/model.h \
 	%reldir%/ranges.c \
+	%reldir%/seqpar.c \
 	%reldir%/slab.c \
 	%reldir%/spatial.c \
 	%reldir%/stage.c \

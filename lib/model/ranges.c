@@ -53,7 +53,7 @@ int strata__stage_ranges_new(const struct strata_model *model, int64_t mb, int s
     r->cut = *cut;
   else
     r->cut = (struct strata__cut){{0, 1}, {0, 1}, STRATA_FLOAT32, STRATA_FLOAT32, STRATA_RECOMPUTE_NONE, 0,
-                                  {0, 1}};
+                                  {0, 1}, 0};
   r->L = L;
   r->m = calloc((size_t)L, sizeof *r->m);
   r->alone = calloc((size_t)L, sizeof *r->alone);

@@ -108,7 +108,10 @@ static int layer_tensors(const struct strata_model *m, const struct strata__laye
 
 struct strata__dims strata__stage_dims(const struct strata__stage *st) {
   const struct strata_model_config *c = &st->model->cfg;
-  struct strata__dims d = {.B = st->mb, .R = st->rows, .act = st->act, .rc = st->recompute};
+  struct strata__dims d = {.B = st->mb, .R = st->rows, .act = st->act, .rc = st->recompute, .Rs = st->rows,
+                           .seqpar = st->seqpar};
+  if (st->seqpar) /* (the stage checked that tp divides the rows) */
+    d.Rs = st->rows / st->tp.size;
   if (strata__model_text(c)) {
     int64_t parts = st->tp.size > 1 ? st->tp.size : 1;
     d.rms = c->kind == STRATA_MODEL_LLAMA;
@@ -131,7 +134,8 @@ struct strata__dims strata__stage_dims(const struct strata__stage *st) {
 struct strata__block_saved strata__block_layout(const struct strata__dims *d) {
   struct strata__block_saved s;
   const int a = d->act;
-  size_t RD = strata__units((size_t)(d->R * d->D), a), RA = (size_t)(d->R * d->A), R = (size_t)d->R,
+  /* the layernorms' outputs and statistics and the residual xmid: the slice's Rs rows (R but with seqpar) */
+  size_t RD = strata__units((size_t)(d->Rs * d->D), a), RA = (size_t)(d->R * d->A), R = (size_t)d->Rs,
          RF = strata__units((size_t)(d->R * d->F), a);
   s.ln1 = 0;
   s.mean1 = s.ln1 + RD;
@@ -154,11 +158,11 @@ struct strata__block_saved strata__block_layout(const struct strata__dims *d) {
 
 struct strata__head_saved strata__head_layout(const struct strata__dims *d) {
   struct strata__head_saved s;
-  const size_t R = (size_t)d->R;
+  const size_t R = (size_t)d->R, Rs = (size_t)d->Rs; /* (seqpar: the layernorm on the slice's Rs rows) */
   s.ln = 0;
-  s.mean = s.ln + strata__units((size_t)(d->R * d->D), d->act);
-  s.rstd = s.mean + (d->rms ? 0 : R); /* (RMSNorm keeps no mean) */
-  s.logits = s.rstd + R;
+  s.mean = s.ln + strata__units((size_t)(d->Rs * d->D), d->act);
+  s.rstd = s.mean + (d->rms ? 0 : Rs); /* (RMSNorm keeps no mean) */
+  s.logits = s.rstd + Rs;
   s.loss = s.logits + strata__units((size_t)(d->R * d->V), d->act);
   s.mx = s.loss + R;
   s.se = s.mx + R;
@@ -237,7 +241,7 @@ static size_t layer_recompute(const struct strata__stage *st, const struct strat
     return 0;
   if (d.rc == STRATA_RECOMPUTE_SELECTIVE)
     return strata__units((size_t)(d.R * d.A), d.act) + (size_t)(d.B * d.H * d.T);
-  return strata__block_layout(&d).end + strata__units((size_t)(d.R * d.D), d.act);
+  return strata__block_layout(&d).end + strata__units((size_t)(d.Rs * d.D), d.act);
 }
 
 /* Units of a layer's output. */
@@ -245,9 +249,9 @@ static size_t layer_out(const struct strata__stage *st, const struct strata__lay
   struct strata__dims d = strata__stage_dims(st);
   switch (L->kind) {
   case STRATA__LAYER_EMBED:
-  case STRATA__LAYER_BLOCK:
+  case STRATA__LAYER_BLOCK: /* (seqpar: the slice's rows) */
   case STRATA__LAYER_LLAMA_BLOCK:
-    return strata__units((size_t)(d.R * d.D), d.act);
+    return strata__units((size_t)(d.Rs * d.D), d.act);
   case STRATA__LAYER_LINEAR:
     return strata__units((size_t)(d.R * L->out), d.act);
   case STRATA__LAYER_CONV:
@@ -268,7 +272,7 @@ static size_t layer_in(const struct strata__stage *st, const struct strata__laye
   case STRATA__LAYER_BLOCK:
   case STRATA__LAYER_LLAMA_BLOCK:
   case STRATA__LAYER_LM_HEAD:
-    return strata__units((size_t)(d.R * d.D), d.act);
+    return strata__units((size_t)(d.Rs * d.D), d.act);
   case STRATA__LAYER_LINEAR: /* the model's input: float32 images; else the previous layer's activations */
   case STRATA__LAYER_CLASSIFIER: {
     const size_t n = (size_t)(d.R * (L->gap ? L->c * L->h * L->w : L->in));
@@ -310,14 +314,15 @@ static size_t layer_scratch(const struct strata__stage *st, const struct strata_
   switch (L->kind) {
   case STRATA__LAYER_EMBED: /* the positions' rows | (vocabulary-parallel) the tokens of this slice */
     return RD + (d.vp ? (size_t)d.R : 0);
-  case STRATA__LAYER_BLOCK: /* dqkv | f | d1 | d2 | d3 | (float32) junk (the fused attention needs no T x T scores) */
+  case STRATA__LAYER_BLOCK: /* dqkv | f | d1 | d2 | d3 | (float32) junk (the fused attention needs no T x T scores)
+                            ** (| seqpar: the gathered rows) */
     return strata__units((size_t)(3 * d.R * d.A), d.act) + strata__units((size_t)(d.R * d.F), d.act) + 3 * RD +
-           (size_t)(d.R * d.D);
+           (size_t)(d.R * d.D) + (d.seqpar ? RD : 0);
   case STRATA__LAYER_LLAMA_BLOCK: /* dqkv | dgu | dh | d1 | d2 | d3 | (float32) junk */
     return strata__units((size_t)(d.R * (d.A + 2 * d.Akv)), d.act) + strata__units((size_t)(2 * d.R * d.F), d.act) +
            strata__units((size_t)(d.R * d.F), d.act) + 3 * RD + (size_t)(d.R * d.D);
-  case STRATA__LAYER_LM_HEAD: /* dlogits | dlnx | (float32) junk */
-    return strata__units((size_t)(d.R * d.V), d.act) + RD + (size_t)(d.R * d.D);
+  case STRATA__LAYER_LM_HEAD: /* dlogits | dlnx | (float32) junk (| seqpar: the gathered layernorm output) */
+    return strata__units((size_t)(d.R * d.V), d.act) + RD + (size_t)(d.R * d.D) + (d.seqpar ? RD : 0);
   case STRATA__LAYER_LINEAR:
     return strata__units((size_t)(d.R * L->out), d.act);
   case STRATA__LAYER_CONV: { /* the im2col workspace | the gradient through pooling and ReLU */
@@ -428,6 +433,12 @@ static int stage_layout(const struct strata_model *model, int first, int last, i
   st->tp = tp && tp->size > 1 ? *tp : (struct strata__shard){0, 1};
   st->act = cut ? cut->precision : STRATA_FLOAT32;
   st->recompute = cut ? cut->recompute : STRATA_RECOMPUTE_NONE;
+  st->seqpar = cut && cut->seqpar && st->tp.size > 1;
+  const int sq = st->seqpar ? strata__seqpar_check(model, st->tp.size, split_backward) : STRATA_OK;
+  if (sq) {
+    free(st);
+    return sq;
+  }
   int why = st->recompute < STRATA_RECOMPUTE_NONE || st->recompute > STRATA_RECOMPUTE_FULL ? 1
             : st->recompute && model->cfg.kind != STRATA_MODEL_GPT                         ? 2
             : st->recompute && split_backward                                              ? 3
@@ -644,7 +655,7 @@ int strata__stage_plan(const struct strata_model *model, int first, int last, in
     strata__layer_mem_add(&sum, &m, i == 0, i == n - 1);
   }
   const struct strata__cut whole = {{0, 1}, {0, 1}, STRATA_FLOAT32, STRATA_FLOAT32, STRATA_RECOMPUTE_NONE, 0,
-                                    {0, 1}};
+                                    {0, 1}, 0};
   strata__stage_bytes_of(model, first, last, mb, split_backward, cut ? cut : &whole, &sum, b);
   strata__stage_free(st);
   return STRATA_OK;

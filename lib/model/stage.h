@@ -42,6 +42,9 @@ struct strata__cut {
                              ** below), 3 of the parameters too (ZeRO-3); 0 or 1 the whole gradients */
   struct strata__shard sp;   /* spatial parallelism (a cnn): the slab of each image this stage runs, of sp.size
                              ** (0 or 1: the whole image); its tensors whole, its joins over the group's slabs */
+  int seqpar;                /* sequence parallelism (a GPT with tp.size > 1): 1, the stage's regions outside the
+                             ** tp-split matrices (layernorms, residual adds; the embedding's output, the head's
+                             ** layernorm) hold 1/tp of each micro-batch's token rows (lib/model/seqpar.c) */
 };
 
 /*
@@ -163,6 +166,11 @@ struct strata__stage {
   ** all-reduce with `op`, STRATA_SUM or STRATA_MAX, enqueued on q), set by the executor. */
   int (*join)(void *arg, strata_queue_t q, strata_mem_t x, size_t count, int op);
   void *join_arg;
+  /* Sequence parallelism (seqpar 1, set with join and called with join_arg): an all-gather (gather 1: recv holds the
+  ** slices' `count` elements at send, slice by slice) or a reduce-scatter (gather 0, in place: send holds tp.size x
+  ** count elements, recv is this slice's block of it and gets the block summed over the slices). */
+  int seqpar;
+  int (*seq)(void *arg, strata_queue_t q, int gather, strata_mem_t send, strata_mem_t recv, size_t count);
   /* Called by a backward (full or weight part) after stage layer `layer`'s
   ** gradients are enqueued, last layer first; NULL: none (gradient buckets). */
   int (*grads_done)(void *arg, int layer);
@@ -387,6 +395,9 @@ struct strata__dims {
   int act;                  /* the activations' type (the stage's precision) */
   int rc;                   /* enum strata_recompute: selective lays a block's slot out without its attention output
                             ** and log-sum-exps */
+  int64_t Rs;               /* rows of the regions outside the tp-split matrices: R, or R / tp with seqpar (the
+                            ** slice's rows [tp.rank Rs, (tp.rank + 1) Rs) of the micro-batch's R) */
+  int seqpar;
   int64_t KV, Akv;          /* a llama: its slice's key/value heads (grouped-query attention) and their width KV hd */
   int rms;                  /* a llama: RMSNorm (no mean kept) where a GPT has layernorms */
 };
@@ -478,6 +489,24 @@ int strata__slab_join(struct strata__stage *st, strata_mem_t x, size_t n);
 ** rows' gradients sent back to the neighbours (the same exchange) and theirs added. */
 int strata__slab_scatter(struct strata__stage *st, const struct strata__layer *L, int64_t B, strata_mem_t de,
                          strata_mem_t dx, const struct strata__slab_scratch *o);
+
+/* ---- sequence parallelism (model/seqpar.c) ---- */
+
+/* STRATA_OK, or why a stage of `model` cut `tp` ways cannot run sequence parallel (not a GPT, tp not dividing the
+** context, a split backward). */
+int strata__seqpar_check(const struct strata_model *model, int tp, int split_backward);
+/* The slice's block of `count` elements of a region holding every slice's (tp.size x count, slice by slice). */
+strata_mem_t strata__seq_mine(const struct strata__stage *st, strata_mem_t whole, size_t count);
+/* Enqueue on q: `all` (tp.size x count) gets every slice's `count` elements at `mine` (an all-gather). */
+int strata__seq_gather(struct strata__stage *st, strata_queue_t q, strata_mem_t mine, strata_mem_t all, size_t count);
+/* Enqueue on q: the slice's block of `all` (tp.size x count partial sums) gets that block summed over the slices (a
+** reduce-scatter in place; bfloat16 summed in float32 in join32); *mine is the block. */
+int strata__seq_scatter(struct strata__stage *st, strata_queue_t q, strata_mem_t all, size_t count,
+                        strata_mem_t *mine);
+/* A layernorm's weight and bias gradients of the slice's rows (2 x cols float32 at `part`, weight then bias) summed
+** over the slices and added to dg and db. */
+int strata__seq_ln_grads(struct strata__stage *st, strata_queue_t q, strata_mem_t part, strata_mem_t dg,
+                         strata_mem_t db, int64_t cols);
 
 /* Whether the stage ends with the model's loss layer. */
 static inline int strata__stage_has_loss(const struct strata__stage *st) { return st->last == st->model->nlayers; }

@@ -32,6 +32,7 @@ struct strata_layout {
   int precision;                /* enum strata_dtype: STRATA_FLOAT32 or STRATA_BFLOAT16 */
   int recompute;                /* enum strata_recompute */
   int spatial;                  /* > 1: the slices are spatial slabs */
+  int sp;                       /* sequence parallelism with tp */
 };
 
 static const char *const recompute_names[] = {"none", "selective", "full"};
@@ -152,6 +153,24 @@ STRATA_API int strata_layout_new(const struct strata_layout_desc *d, strata_layo
                          d->precision);
   if (d->recompute < STRATA_RECOMPUTE_NONE || d->recompute > STRATA_RECOMPUTE_FULL)
     return strata__error(STRATA_ERR_INVALID, "layout: recompute %d is not one of enum strata_recompute", d->recompute);
+  if (d->sp) { /* sequence parallelism: every rank cut the same tp > 1 ways, whole backwards, no slabs */
+    for (int r = 0; r < pp; r++) {
+      const int t = d->tp ? d->tp[r] : (d->tp_all ? d->tp_all : 1);
+      if (d->sp != 1)
+        return strata__error(STRATA_ERR_INVALID, "layout: sp = %d (0 or 1)", d->sp);
+      if (t < 2)
+        return strata__error(STRATA_ERR_INVALID, "layout: sp needs tp > 1 on every rank (rank %d has tp %d)", r, t);
+      if (d->tp && t != d->tp[0])
+        return strata__error(STRATA_ERR_INVALID, "layout: sp needs the same tp on every rank (rank %d has tp %d, "
+                             "rank 0 tp %d)", r, t, d->tp[0]);
+    }
+    if (d->spatial > 1)
+      return strata__error(STRATA_ERR_INVALID, "layout: sp (sequence parallelism) with spatial slabs: the slabs cut "
+                           "images, not sequences");
+    if (strata_schedule_kind_split_backward(schedule))
+      return strata__error(STRATA_ERR_UNSUPPORTED, "layout: sp with %s is not built: its weight pass would gather "
+                           "the sequence again; use 1f1b, gpipe or interleaved", strata_schedule_kind_name(schedule));
+  }
   struct strata_layout_desc sd;
   if (d->spatial > 1) { /* the slabs are the one rank's slices */
     if (d->spatial > LAYOUT_MAX_DEGREE || pp != 1 || (d->tp && d->tp[0] != d->spatial) ||
@@ -177,6 +196,7 @@ STRATA_API int strata_layout_new(const struct strata_layout_desc *d, strata_layo
   l->precision = d->precision;
   l->recompute = d->recompute;
   l->spatial = d->spatial > 1 ? d->spatial : 1;
+  l->sp = d->sp;
   l->tp = malloc(sizeof *l->tp * (size_t)pp);
   l->tp_offset = malloc(sizeof *l->tp_offset * (size_t)pp);
   int rc = !l->tp || !l->tp_offset ? strata__error(STRATA_ERR_NOMEM, "out of host memory for a layout") : STRATA_OK;
@@ -312,6 +332,15 @@ STRATA_API int strata_layout_check(strata_layout_t l, strata_model_t model, int 
   const struct strata_model_config *c = strata_model_config(model);
   for (int r = 0; r < l->pp; r++)
     TRY(check_tp(c, r, l->tp[r]));
+  if (l->sp && c->kind != STRATA_MODEL_GPT)
+    return strata__error(STRATA_ERR_UNSUPPORTED, "layout: sp (sequence parallelism) is for GPT models; model '%s' "
+                         "is %s", c->name, c->kind == STRATA_MODEL_MLP   ? "an MLP (no sequence)"
+                                           : c->kind == STRATA_MODEL_CNN ? "a CNN (no sequence)"
+                                                                         : "not a GPT (its blocks do not cut the "
+                                                                           "sequence yet)");
+  if (l->sp && c->context % l->tp[0])
+    return strata__error(STRATA_ERR_INVALID, "layout: sp: tp %d does not divide the model's context %lld", l->tp[0],
+                         (long long)c->context);
   if (l->recompute && c->kind != STRATA_MODEL_GPT)
     return strata__error(STRATA_ERR_UNSUPPORTED, "layout: recompute %s is for GPT blocks; model '%s' (%s) keeps its "
                          "activations (recompute none)", strata_recompute_name(l->recompute), c->name,
@@ -335,6 +364,7 @@ STRATA_API int strata_layout_microbatches(strata_layout_t l) { return l ? l->mic
 STRATA_API int strata_layout_zero(strata_layout_t l) { return l ? l->zero : 0; }
 STRATA_API int strata_layout_precision(strata_layout_t l) { return l ? l->precision : STRATA_FLOAT32; }
 STRATA_API int strata_layout_recompute(strata_layout_t l) { return l ? l->recompute : STRATA_RECOMPUTE_NONE; }
+STRATA_API int strata_layout_sp(strata_layout_t l) { return l ? l->sp : 0; }
 STRATA_API int strata_layout_spatial(strata_layout_t l) { return l && l->spatial > 1 ? l->spatial : 1; }
 STRATA_API int strata_layout_device_count(strata_layout_t l) { return l ? l->ndevices : 0; }
 STRATA_API const int *strata_layout_devices(strata_layout_t l) { return l ? l->devices : NULL; }
@@ -376,7 +406,9 @@ STRATA_API int strata_layout_describe(strata_layout_t l, char **text) {
                 l->microbatches == 1 ? "" : "es", zs, l->precision == STRATA_BFLOAT16 ? ", bf16" : "",
                 l->recompute ? ", recompute " : "", l->recompute ? strata_recompute_name(l->recompute) : "");
   if (l->spatial > 1 && n > 0 && (size_t)n < sizeof buf)
-    snprintf(buf + n, sizeof buf - (size_t)n, ", the slices %d spatial slabs", l->spatial);
+    n += snprintf(buf + n, sizeof buf - (size_t)n, ", the slices %d spatial slabs", l->spatial);
+  if (l->sp && n > 0 && (size_t)n < sizeof buf)
+    snprintf(buf + n, sizeof buf - (size_t)n, ", sequence parallel");
   *text = strdup(buf);
   return *text ? STRATA_OK : strata__error(STRATA_ERR_NOMEM, "out of host memory");
 }
@@ -415,6 +447,8 @@ STRATA_API int strata_layout_to_json(strata_layout_t l, char **json) {
     json_object_set_new(o, "recompute", json_string(strata_recompute_name(l->recompute)));
   if (l->spatial > 1) /* likewise only when there are slabs */
     json_object_set_new(o, "spatial", json_integer(l->spatial));
+  if (l->sp) /* likewise only when set */
+    json_object_set_new(o, "sp", json_true());
   *json = json_dumps(o, JSON_PRESERVE_ORDER | JSON_COMPACT);
   json_decref(o);
   return *json ? STRATA_OK : strata__error(STRATA_ERR_NOMEM, "out of host memory writing a layout");
@@ -468,7 +502,7 @@ static int get_ints(json_t *a, const char *src, const char *key, int lo, int hi,
 
 static int from_object(json_t *o, const char *src, strata_layout_t *out) {
   static const char *const known[] = {"schema", "dp", "pp", "tp", "devices", "split", "schedule", "microbatches",
-                                      "virtual_stages", "zero", "precision", "recompute", "spatial", NULL};
+                                      "virtual_stages", "zero", "precision", "recompute", "spatial", "sp", NULL};
   if (!json_is_object(o))
     return strata__error(STRATA_ERR_PARSE, "%s: a layout is a JSON object", src);
   const char *key;
@@ -532,6 +566,10 @@ static int from_object(json_t *o, const char *src, strata_layout_t *out) {
     else
       rc = strata__error(STRATA_ERR_PARSE, "%s: \"precision\" must be \"fp32\" or \"bf16\"", src);
   }
+  json_t *spj = json_object_get(o, "sp");
+  if (!rc && spj && !json_is_boolean(spj))
+    rc = strata__error(STRATA_ERR_PARSE, "%s: \"sp\" must be true or false", src);
+  d.sp = spj && json_is_true(spj);
   json_t *rcm = json_object_get(o, "recompute");
   if (!rc && rcm && (!json_is_string(rcm) || strata_recompute_parse(json_string_value(rcm), &d.recompute)))
     rc = strata__error(STRATA_ERR_PARSE, "%s: \"recompute\" must be \"none\", \"selective\" or \"full\"", src);

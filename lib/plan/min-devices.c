@@ -39,7 +39,7 @@ static int largest_island(const struct strata_machine *c) {
 ** in `precision`.
 */
 static double layer_floor(strata_model_t model, int l, int t, int dp, int zero, int precision) {
-  struct strata__cut cut = {{0, t}, {0, 1}, precision, STRATA_FLOAT32, STRATA_RECOMPUTE_NONE, 0, {0, 1}};
+  struct strata__cut cut = {{0, t}, {0, 1}, precision, STRATA_FLOAT32, STRATA_RECOMPUTE_NONE, 0, {0, 1}, 0};
   struct strata__stage_bytes b;
   if (strata__stage_plan(model, l, l + 1, 1, 0, &cut, &b))
     return 0; /* cannot be laid out so: no floor from it (the search says why) */

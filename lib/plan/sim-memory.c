@@ -19,7 +19,7 @@ struct strata__cut strata__plan_cut(strata_layout_t layout, int t) {
   const int dp = strata_layout_dp(layout);
   struct strata__cut cut = {{0, t}, {0, strata_layout_zero(layout) && dp > 1 ? dp : 1},
                             strata_layout_precision(layout), STRATA_FLOAT32, strata_layout_recompute(layout),
-                            strata_layout_zero(layout), {0, 1}};
+                            strata_layout_zero(layout), {0, 1}, strata_layout_sp(layout) && t > 1};
   return cut;
 }
 

@@ -160,7 +160,8 @@ int strata__pipeline_balance(strata_trainer_t tr, int *split) {
   const int split_backward = strata_schedule_kind_split_backward(tr->report.schedule);
   for (int k = 0; !rrc && k < ndeg; k++) {
     struct strata__cut cut = {{0, deg[k]}, {0, tr->zero ? tr->replicas : 1}, tr->opt.precision,
-                              tr->opt.grad_reduce, tr->opt.recompute, tr->zero, {0, 1}};
+                              tr->opt.grad_reduce, tr->opt.recompute, tr->zero, {0, 1},
+                              tr->opt.sp && deg[k] > 1};
     rrc = strata__stage_ranges_new(tr->model, tr->opt.batch, split_backward, &cut, &ranges[k]);
   }
   tr->unfit_split = 0;

@@ -692,12 +692,12 @@ struct join_trace {
   int kind, s, mb, tid;
 };
 
-static void join_traced(void *arg, uint64_t bytes, double t0, double t1) {
+static void join_traced(void *arg, const char *op, uint64_t bytes, double t0, double t1) {
   struct join_trace *j = arg;
   char name[24];
   snprintf(name, sizeof name, "%s%d.%d", strata_action_label(j->kind), j->s, j->mb);
   pthread_mutex_lock(&j->ex->lock);
-  strata__trace_add_comm(j->ex->tr, name, "allreduce", bytes, STRATA__GROUP_SLICES, j->s, t0, t1, j->tid, -1);
+  strata__trace_add_comm(j->ex->tr, name, op, bytes, STRATA__GROUP_SLICES, j->s, t0, t1, j->tid, -1);
   pthread_mutex_unlock(&j->ex->lock);
 }
 

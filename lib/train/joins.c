@@ -53,29 +53,39 @@ int strata__post_collective(strata_trainer_t tr, strata_comm_t c, int async, int
 ** action's TP_JOIN accounts for it. A communicator that cannot enqueue
 ** (CUDA outside NCCL) waits in the call.
 */
+/* Room for one more join in the member's list. */
+static int member_grow(struct strata__tp_member *m) {
+  if (m->n < m->cap)
+    return STRATA_OK;
+  int cap = m->cap ? 2 * m->cap : 16;
+  void **p = realloc(m->pending, (size_t)cap * sizeof *p);
+  if (p)
+    m->pending = p;
+  uint64_t *b = p ? realloc(m->bytes, (size_t)cap * sizeof *b) : NULL;
+  if (b)
+    m->bytes = b;
+  double *t = b ? realloc(m->posted, (size_t)cap * sizeof *t) : NULL;
+  if (t)
+    m->posted = t;
+  double *e = t ? realloc(m->ended, (size_t)cap * sizeof *e) : NULL;
+  if (e)
+    m->ended = e;
+  const char **o = e ? realloc(m->op, (size_t)cap * sizeof *o) : NULL;
+  if (!o)
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory for a tensor-parallel join");
+  m->op = o;
+  m->cap = cap;
+  return STRATA_OK;
+}
+
 int strata__tp_join(void *member, strata_queue_t q, strata_mem_t x, size_t count, int op) {
   struct strata__tp_member *m = member;
-  if (m->n == m->cap) {
-    int cap = m->cap ? 2 * m->cap : 16;
-    void **p = realloc(m->pending, (size_t)cap * sizeof *p);
-    if (p)
-      m->pending = p;
-    uint64_t *b = p ? realloc(m->bytes, (size_t)cap * sizeof *b) : NULL;
-    if (b)
-      m->bytes = b;
-    double *t = b ? realloc(m->posted, (size_t)cap * sizeof *t) : NULL;
-    if (t)
-      m->posted = t;
-    double *e = t ? realloc(m->ended, (size_t)cap * sizeof *e) : NULL;
-    if (!e)
-      return strata__error(STRATA_ERR_NOMEM, "out of host memory for a tensor-parallel join");
-    m->ended = e;
-    m->cap = cap;
-  }
+  TRY(member_grow(m));
   const int k = m->n;
   m->bytes[k] = (uint64_t)count * 4;
   m->posted[k] = strata__now();
   m->pending[k] = NULL;
+  m->op[k] = "allreduce";
   if (m->across) { /* the slices are on several ranks: through the cluster, done in the call */
     TRY(strata__ranks_join(m->tr, (int)(m - m->tr->tp_member), q, x, count, op));
     m->ended[k] = strata__now();
@@ -85,6 +95,32 @@ int strata__tp_join(void *member, strata_queue_t q, strata_mem_t x, size_t count
   TRY(strata__post_collective(m->tr, m->comm, m->async, STRATA__COLL_ALLREDUCE, m->rank, q, x, x, count, op, &m->pending[k]));
   m->n++;
   if (!m->async) { /* done in the call */
+    m->ended[k] = strata__now();
+    return STRATA_OK;
+  }
+  return strata__comm_wait(m->comm, q, m->pending[k]);
+}
+
+/*
+** Sequence parallelism's collectives over the slices (stage.h's seq hook), posted and accounted as the joins are: an
+** all-gather (each slice's `count` elements at send into recv, slice by slice) or a reduce-scatter in place. Each is
+** its own event in the trace ("all_gather", "reduce_scatter"), of the bytes each slice contributes.
+*/
+int strata__tp_seq(void *member, strata_queue_t q, int gather, strata_mem_t send, strata_mem_t recv, size_t count) {
+  struct strata__tp_member *m = member;
+  if (m->across)
+    return strata__error(STRATA_ERR_UNSUPPORTED, "sequence parallelism across MPI ranks is not built yet");
+  TRY(member_grow(m));
+  const int k = m->n;
+  const int slices = strata__stage_tp(m->tr, (int)(m - m->tr->tp_member)); /* a reduce-scatter's send is all of them */
+  m->bytes[k] = (uint64_t)count * strata_dtype_size(send.dtype) * (gather ? 1 : (uint64_t)slices);
+  m->posted[k] = strata__now();
+  m->pending[k] = NULL;
+  m->op[k] = gather ? "all_gather" : "reduce_scatter";
+  TRY(strata__post_collective(m->tr, m->comm, m->async, gather ? STRATA__COLL_ALLGATHER : STRATA__COLL_REDUCESCATTER,
+                              m->rank, q, send, recv, count, STRATA_SUM, &m->pending[k]));
+  m->n++;
+  if (!m->async) {
     m->ended[k] = strata__now();
     return STRATA_OK;
   }
@@ -105,7 +141,7 @@ int strata__tp_settle(strata_trainer_t tr, int s, strata__join_trace_fn fn, void
       t1 = b;
     }
     if (fn && !rc)
-      fn(arg, m->bytes[i], t0, t1 > t0 ? t1 : t0);
+      fn(arg, m->op[i], m->bytes[i], t0, t1 > t0 ? t1 : t0);
   }
   m->n = 0;
   return rc;

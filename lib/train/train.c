@@ -67,6 +67,8 @@ static int check_options(const struct strata_train_options *o) {
   if (o->recompute < STRATA_RECOMPUTE_NONE || o->recompute > STRATA_RECOMPUTE_FULL)
     return strata__error(STRATA_ERR_INVALID, "recompute %d: none, selective or full (enum strata_recompute)",
                          o->recompute);
+  if (o->sp != 0 && o->sp != 1)
+    return strata__error(STRATA_ERR_INVALID, "sp %d: 0 or 1 (sequence parallelism off or on)", o->sp);
   return STRATA_OK;
 }
 
@@ -164,6 +166,7 @@ static int build_stages(strata_trainer_t tr, const int *split, int split_backwar
       return rc;
     if (strata__stage_tp(tr, s) > 1) {
       tr->st[s]->join = strata__tp_join;
+      tr->st[s]->seq = strata__tp_seq;
       tr->st[s]->join_arg = &tr->tp_member[s];
     }
     first = last;
@@ -244,6 +247,27 @@ struct plan {
   int given;                         /* split given (else balanced) */
   const char *trace;
 };
+
+/* Sequence parallelism: the same tp > 1 on every pipeline rank (the ranks' messages carry 1/tp of the rows), tp
+** dividing the context, a GPT, no slabs, a whole backward, one process. */
+static int check_seqpar(strata_model_t model, const struct strata_train_options *opts, const struct plan *pl) {
+  for (int p = 0; p < pl->pp; p++) {
+    const int t = pl->tps ? pl->tps[p] : pl->tp;
+    if (t < 2)
+      return strata__error(STRATA_ERR_INVALID, "sequence parallelism needs tensor parallelism: tp > 1 on every "
+                           "pipeline rank (rank %d has tp %d)", p, t);
+    if (t != pl->tp)
+      return strata__error(STRATA_ERR_UNSUPPORTED, "sequence parallelism needs the same tp on every pipeline rank "
+                           "(rank %d has tp %d, the widest %d)", p, t, pl->tp);
+  }
+  if (opts->spatial > 1)
+    return strata__error(STRATA_ERR_UNSUPPORTED, "sequence parallelism with spatial slabs: the slabs cut images, "
+                         "not sequences");
+  if (opts->cluster)
+    return strata__error(STRATA_ERR_UNSUPPORTED, "sequence parallelism across MPI ranks is not built yet: run its "
+                         "tp slices in one process");
+  return strata__seqpar_check(model, pl->tp, strata_schedule_kind_split_backward(pl->kind));
+}
 
 /*
 ** Leave in each device's block cache what the schedule may hold at once:
@@ -449,6 +473,8 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
   if (pl->zero >= 3 && opts->cluster)
     return strata__error(STRATA_ERR_UNSUPPORTED, "ZeRO-3 across MPI ranks is not in this version: each replica "
                          "gathers the weights from the others' devices in its own process (use ZeRO-2)");
+  if (opts->sp)
+    TRY(check_seqpar(model, opts, pl));
   if (pl->zero >= 2 && opts->grad_reduce == STRATA_BFLOAT16)
     return strata__error(STRATA_ERR_UNSUPPORTED, "ZeRO-2 reduces each weight's gradients in float32 as the "
                          "backward writes them: a bf16 gradient reduction is not built for it (use ZeRO-1 or reduce in "
@@ -715,6 +741,8 @@ STRATA_API int strata_trainer_new_layout(strata_model_t model, strata_dataset_t 
     o.precision = STRATA_BFLOAT16; /* a layout that states bf16 is trained in it; one that states nothing takes opts' */
   if (strata_layout_recompute(layout))
     o.recompute = strata_layout_recompute(layout); /* likewise */
+  if (strata_layout_sp(layout))
+    o.sp = 1; /* likewise */
   if (!pl.kind)
     o.accum = pl.m; /* the single device runs its micro-batches one after another */
   int rc = trainer_create(model, data, &o, &pl, out);
@@ -743,6 +771,7 @@ STRATA_API void strata_trainer_free(strata_trainer_t tr) {
     free(tr->tp_member[s].bytes);
     free(tr->tp_member[s].posted);
     free(tr->tp_member[s].ended);
+    free(tr->tp_member[s].op);
   }
   free(tr->tp_member);
   free(tr->tensor_split);

@@ -30,6 +30,8 @@ struct strata__tp_member {
   void **pending;                    /* [n]: each join's completion (NULL: the call waited) */
   uint64_t *bytes;
   double *posted, *ended;            /* when each was called, and (waited in the call) done */
+  const char **op;                   /* each one's collective: "allreduce", or sequence parallelism's "all_gather",
+                                     ** "reduce_scatter" */
   int n, cap;
 };
 
@@ -263,13 +265,14 @@ int strata__spatial_check(strata_model_t model, const struct strata_train_option
                           int ndevices);
 
 /* How stage s is cut: its tp slice, or (spatial) its slab of whole stages; its ZeRO shard and stage; the precisions;
-** the recompute mode. */
+** the recompute mode; sequence parallelism (opt.sp, where the stage is cut for tp). */
 static inline struct strata__cut strata__trainer_cut(const struct strata_trainer *tr, int s) {
   const int slice = (s / tr->nstages) % tr->tp, sp = tr->spatial > 1;
   struct strata__cut cut = {{sp ? 0 : slice, sp ? 1 : tr->tps[s % tr->nstages]},
                             {s / tr->nstages / tr->tp, tr->zero ? tr->replicas : 1},
                             tr->opt.precision, tr->opt.grad_reduce, tr->opt.recompute, tr->zero,
-                            {sp ? slice : 0, sp ? tr->spatial : 1}};
+                            {sp ? slice : 0, sp ? tr->spatial : 1},
+                            tr->opt.sp && !sp && tr->tps[s % tr->nstages] > 1};
   return cut;
 }
 
@@ -297,9 +300,11 @@ int strata__stage_consumers(const struct strata_trainer *tr, int s, int dir, int
 
 /* A sharded stage's join (stage.h's join hook): post an all-reduce over the slices. */
 int strata__tp_join(void *member, strata_queue_t q, strata_mem_t x, size_t count, int op);
+/* Sequence parallelism (stage.h's seq hook): post an all-gather (gather 1) or an in-place reduce-scatter over them. */
+int strata__tp_seq(void *member, strata_queue_t q, int gather, strata_mem_t send, strata_mem_t recv, size_t count);
 /* Account for stage s's joins posted so far: wait for them, and with `fn` tell it each join's bytes and when its
 ** data moved (strata__now seconds). */
-typedef void (*strata__join_trace_fn)(void *arg, uint64_t bytes, double t_start, double t_end);
+typedef void (*strata__join_trace_fn)(void *arg, const char *op, uint64_t bytes, double t_start, double t_end);
 int strata__tp_settle(strata_trainer_t tr, int s, strata__join_trace_fn fn, void *arg);
 /* Drop stage s's pending joins after a failure (waits for the stage's queue). */
 void strata__tp_drop(strata_trainer_t tr, int s);
