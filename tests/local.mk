@@ -23,6 +23,7 @@ suites = tests/test-device \
 	tests/test-data \
 	tests/test-checkpoint \
 	tests/test-hf \
+	tests/test-hf-llama \
 	tests/test-comm \
 	tests/test-cluster \
 	tests/test-layout \
@@ -91,6 +92,10 @@ tests_test_hf_SOURCES = tests/test-hf.c tests/common.h
 tests_test_hf_CPPFLAGS = $(suite_cppflags)
 tests_test_hf_CFLAGS = $(suite_cflags)
 tests_test_hf_LDADD = $(suite_ldadd)
+tests_test_hf_llama_SOURCES = tests/test-hf-llama.c tests/common.h
+tests_test_hf_llama_CPPFLAGS = $(suite_cppflags)
+tests_test_hf_llama_CFLAGS = $(suite_cflags)
+tests_test_hf_llama_LDADD = $(suite_ldadd)
 tests_test_comm_SOURCES = tests/test-comm.c tests/common.h
 tests_test_comm_CPPFLAGS = $(suite_cppflags)
 tests_test_comm_CFLAGS = $(suite_cflags)
@@ -225,6 +230,18 @@ EXTRA_DIST += tests/fixtures/hf-gpt2/make-fixture.py \
 	tests/fixtures/hf-gpt2/small-bf16/model.safetensors tests/fixtures/hf-gpt2/small-bf16/reference.safetensors \
 	tests/fixtures/hf-gpt2/small-fp16/config.json tests/fixtures/hf-gpt2/small-fp16/generation_config.json \
 	tests/fixtures/hf-gpt2/small-fp16/model.safetensors tests/fixtures/hf-gpt2/small-fp16/reference.safetensors
+EXTRA_DIST += tests/fixtures/llama/make.py tests/fixtures/llama/check-export.py \
+	tests/fixtures/llama/fp32/config.json tests/fixtures/llama/fp32/model.safetensors \
+	tests/fixtures/llama/fp32/reference.safetensors \
+	tests/fixtures/llama/bf16/config.json tests/fixtures/llama/bf16/model.safetensors \
+	tests/fixtures/llama/bf16/reference.safetensors \
+	tests/fixtures/llama/sharded-fp16/config.json tests/fixtures/llama/sharded-fp16/model.safetensors.index.json \
+	tests/fixtures/llama/sharded-fp16/model-00001-of-00004.safetensors \
+	tests/fixtures/llama/sharded-fp16/model-00002-of-00004.safetensors \
+	tests/fixtures/llama/sharded-fp16/model-00003-of-00004.safetensors \
+	tests/fixtures/llama/sharded-fp16/model-00004-of-00004.safetensors \
+	tests/fixtures/llama/sharded-fp16/reference.safetensors \
+	tests/fixtures/llama/llama3/config.json tests/fixtures/llama/llama3/reference.safetensors
 
 # Real hwloc dumps (their provenance and licences in SOURCES.md; those named *-edited are real dumps edited to show
 # a case, the edit written there), read by test-topology, test-plan, test-comm, test-strata-topo.sh,

@@ -570,7 +570,7 @@ Test(tokens, bad_files_are_one_clear_error) {
   cr_assert_eq(tokens_status(write_file("odd2.bin", raw, 127), STRATA_TOKENS_AUTO, 512, msg, sizeof msg), STRATA_ERR_PARSE);
   /* an id at or above the vocabulary, named by position */
   cr_assert_eq(tokens_status(write_file("range.bin", raw, len), STRATA_TOKENS_U16, 300, msg, sizeof msg), STRATA_ERR_RANGE);
-  cr_assert(strstr(msg, "token 300 at position 60"), "%s", msg);
+  cr_assert(strstr(msg, "token 300 at position 60 (byte offset 120)"), "%s", msg);
   free(raw);
   uint8_t *l = token_bytes(tok, 64, 1, &len);
   /* truncated inside the header, and inside the tokens */
@@ -583,9 +583,10 @@ Test(tokens, bad_files_are_one_clear_error) {
   cr_assert_eq(tokens_status(write_file("magic.bin", l, len), STRATA_TOKENS_LLMC, 512, msg, sizeof msg), STRATA_ERR_PARSE);
   cr_assert(strstr(msg, "wrong magic 20240521"), "%s", msg);
   l[0] ^= 1;
-  l[4] = 7;
-  cr_assert_eq(tokens_status(write_file("version.bin", l, len), STRATA_TOKENS_AUTO, 512, msg, sizeof msg), STRATA_ERR_PARSE);
-  cr_assert(strstr(msg, "version 7"), "%s", msg);
+  l[4] = 7; /* the uint32 header's version under the uint16 header's magic */
+  cr_assert_eq(tokens_status(write_file("version.bin", l, len), STRATA_TOKENS_AUTO, 512, msg, sizeof msg),
+               STRATA_ERR_UNSUPPORTED);
+  cr_assert(strstr(msg, "magic 20240520 with version 7"), "%s", msg);
   l[4] = 2;
   cr_assert_eq(tokens_status(write_file("v2.bin", l, len), STRATA_TOKENS_AUTO, 512, msg, sizeof msg),
                STRATA_ERR_UNSUPPORTED);
@@ -602,6 +603,138 @@ Test(tokens, bad_files_are_one_clear_error) {
   cr_assert_eq(tokens_status(write_file("x.bin", "\1\0\2\0", 4), 9, 512, msg, sizeof msg), STRATA_ERR_INVALID);
   cr_assert_eq(tokens_status(write_file("x.bin", "\1\0\2\0", 4), STRATA_TOKENS_U16, 2000000, msg, sizeof msg),
                STRATA_ERR_INVALID);
+}
+
+/* n uint32 tokens, raw or with llm.c's Llama 3 header (magic 20240801, version `version`), in a malloc'd buffer. */
+static uint8_t *token_bytes32(const uint32_t *tok, size_t n, int llmc, uint32_t version, size_t *len) {
+  size_t head = llmc ? 1024 : 0;
+  uint8_t *b = calloc(head + 4 * n + 1, 1);
+  cr_assert_not_null(b);
+  uint32_t f[3] = {20240801u, version, (uint32_t)n};
+  for (int k = 0; llmc && k < 3; k++)
+    for (int i = 0; i < 4; i++)
+      b[4 * k + i] = (uint8_t)(f[k] >> (8 * i));
+  for (size_t i = 0; i < n; i++)
+    for (int k = 0; k < 4; k++)
+      b[head + 4 * i + (size_t)k] = (uint8_t)(tok[i] >> (8 * k));
+  *len = head + 4 * n;
+  return b;
+}
+
+/* Issue 33, item 5: uint32 ids past 65,535 (Llama 3's 128,256 words), raw (named: never guessed) and with llm.c's
+** header (found by its magic), give back exactly the written ids; an id at the vocabulary is refused by position and
+** byte offset; a version other than 7 under the uint32 magic is refused naming it. */
+Test(tokens, uint32_ids_raw_and_llmc_give_the_written_ids) {
+  enum { N = 3000, CTX = 12, B = 6, V = 128256 };
+  static uint32_t tok[N];
+  for (size_t i = 0; i < N; i++)
+    tok[i] = (uint32_t)((i * 104729u + 7u) % V);
+  for (int llmc = 0; llmc < 2; llmc++) {
+    size_t len;
+    uint8_t *bytes = token_bytes32(tok, N, llmc, 7, &len);
+    const char *path = write_file(llmc ? "t32.llmc.bin" : "t32.raw.bin", bytes, len);
+    int detected = -1;
+    OK(strata_token_format_detect(path, &detected));
+    cr_assert_eq(detected, llmc ? STRATA_TOKENS_LLMC : STRATA_TOKENS_U16, "raw uint32 is never guessed");
+    strata_dataset_t ds;
+    OK(strata_dataset_tokens(path, llmc ? STRATA_TOKENS_AUTO : STRATA_TOKENS_U32, V, 0.1, &ds));
+    struct strata_dataset_info info;
+    OK(strata_dataset_info(ds, &info));
+    cr_assert_eq(info.train_size, N - 300);
+    cr_assert_eq(info.val_size, 300);
+    cr_assert(strstr(info.source, llmc ? "llm.c tokens" : "raw uint32 tokens"), "%s", info.source);
+    int32_t in[B * CTX], tg[B * CTX];
+    uint64_t state = 11;
+    OK(strata_dataset_sample(ds, STRATA_SPLIT_TRAIN, B, CTX, &state, in, tg));
+    int above = 0;
+    for (int b = 0; b < B; b++) {
+      size_t start = N;
+      for (size_t i = 0; i + CTX < N - 300 + 1 && start == N; i++)
+        if (tok[i] == (uint32_t)in[b * CTX])
+          start = i; /* the ids are distinct: 104729 is prime to 128256 */
+      cr_assert_neq(start, N, "window %d is not in the training split", b);
+      for (int k = 0; k < CTX; k++) {
+        cr_assert_eq((uint32_t)in[b * CTX + k], tok[start + k]);
+        cr_assert_eq((uint32_t)tg[b * CTX + k], tok[start + k + 1]);
+        above += in[b * CTX + k] > 65535;
+      }
+    }
+    cr_assert(above > 0, "some ids past 65535 were drawn");
+    strata_dataset_free(ds);
+    /* an id equal to the vocabulary: position 2000, its byte offset in the file */
+    char msg[512];
+    cr_assert_eq(tokens_status(path, llmc ? STRATA_TOKENS_LLMC : STRATA_TOKENS_U32, tok[2000], msg, sizeof msg),
+                 STRATA_ERR_RANGE);
+    /* the first id at or above it is the one named */
+    char want[128] = "";
+    for (size_t i = 0; i <= 2000 && !want[0]; i++)
+      if (tok[i] >= tok[2000])
+        snprintf(want, sizeof want, "token %u at position %zu (byte offset %zu)", (unsigned)tok[i], i,
+                 (llmc ? (size_t)1024 : 0) + 4 * i);
+    cr_assert(strstr(msg, want), "%s (want %s)", msg, want);
+    free(bytes);
+  }
+  /* llm.c: another version under the uint32 magic, a token count of uint16 size, a raw file cut mid-token */
+  char msg[512];
+  size_t len;
+  uint8_t *b = token_bytes32(tok, 64, 1, 2, &len);
+  cr_assert_eq(tokens_status(write_file("v2.bin", b, len), STRATA_TOKENS_AUTO, V, msg, sizeof msg),
+               STRATA_ERR_UNSUPPORTED);
+  cr_assert(strstr(msg, "magic 20240801 with version 2") && strstr(msg, "v2.bin"), "%s", msg);
+  b[4] = 7;
+  b[8] = 128; /* the header says 128 tokens: 512 bytes, the file holds 256 */
+  cr_assert_eq(tokens_status(write_file("count.bin", b, len), STRATA_TOKENS_AUTO, V, msg, sizeof msg), STRATA_ERR_PARSE);
+  cr_assert(strstr(msg, "says 128 tokens (512 bytes), the file holds 256 bytes after it (truncated?)"), "%s", msg);
+  free(b);
+  b = token_bytes32(tok, 64, 0, 0, &len);
+  cr_assert_eq(tokens_status(write_file("cut32.bin", b, len - 1), STRATA_TOKENS_U32, V, msg, sizeof msg),
+               STRATA_ERR_PARSE);
+  cr_assert(strstr(msg, "255 bytes, not a multiple of 4"), "%s", msg);
+  free(b);
+}
+
+/* A raw uint16 training file beside an llm.c uint32 validation file (each found by its content): one buffer as wide
+** as the wider, every id as written. */
+Test(tokens, a_uint16_train_file_and_a_uint32_val_file_split) {
+  enum { N = 400, CTX = 8 };
+  static uint16_t a[N];
+  static uint32_t v[N];
+  for (int i = 0; i < N; i++) {
+    a[i] = (uint16_t)(i * 37 % 1000);
+    v[i] = (uint32_t)(70000 + i);
+  }
+  size_t la, lv;
+  uint8_t *ba = token_bytes(a, N, 0, &la), *bv = token_bytes32(v, N, 1, 7, &lv);
+  char pa[512];
+  snprintf(pa, sizeof pa, "%s", write_file("a16.bin", ba, la));
+  strata_dataset_t ds;
+  OK(strata_dataset_tokens_split(pa, write_file("v32.bin", bv, lv), STRATA_TOKENS_AUTO, 80000, &ds));
+  struct strata_dataset_info info;
+  OK(strata_dataset_info(ds, &info));
+  cr_assert_eq(info.train_size, N);
+  cr_assert_eq(info.val_size, N);
+  int32_t in[4 * CTX], tg[4 * CTX];
+  uint64_t state = 3;
+  OK(strata_dataset_sample(ds, STRATA_SPLIT_TRAIN, 4, CTX, &state, in, tg));
+  for (int b = 0; b < 4; b++) {
+    int start = -1;
+    for (int i = 0; i + CTX < N && start < 0; i++)
+      if (a[i] == in[b * CTX] && a[i + 1] == in[b * CTX + 1])
+        start = i;
+    cr_assert_geq(start, 0, "training window %d is not among the uint16 ids", b);
+    for (int k = 0; k < CTX; k++)
+      cr_assert_eq(tg[b * CTX + k], a[start + k + 1]);
+  }
+  OK(strata_dataset_sample(ds, STRATA_SPLIT_VAL, 4, CTX, &state, in, tg));
+  for (int b = 0; b < 4; b++)
+    for (int k = 0; k < CTX; k++) {
+      cr_assert(in[b * CTX] >= 70000 && in[b * CTX] < 70000 + N - CTX, "validation id %d", in[b * CTX]);
+      cr_assert_eq(in[b * CTX + k], in[b * CTX] + k);
+      cr_assert_eq(tg[b * CTX + k], in[b * CTX] + k + 1);
+    }
+  strata_dataset_free(ds);
+  free(ba);
+  free(bv);
 }
 
 /* Issue 37, item 5: uint16 ids none of whose bytes is 0 look like text to AUTO; the source says it read bytes and

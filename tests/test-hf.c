@@ -292,7 +292,7 @@ Test(hf, what_strata_cannot_represent_is_refused_naming_the_field) {
   refused("{\"activation_function\": \"relu\"}", STRATA_ERR_UNSUPPORTED, "activation_function \"relu\"");
   refused("{\"activation_function\": \"gelu\"}", STRATA_ERR_UNSUPPORTED, "activation_function");
   refused("{\"layer_norm_epsilon\": 1e-6}", STRATA_ERR_UNSUPPORTED, "layer_norm_epsilon");
-  refused("{\"model_type\": \"llama\"}", STRATA_ERR_UNSUPPORTED, "model_type \"llama\"");
+  refused("{\"model_type\": \"mistral\"}", STRATA_ERR_UNSUPPORTED, "model_type \"mistral\"");
   refused("{\"architectures\": [\"GPT2DoubleHeadsModel\"]}", STRATA_ERR_UNSUPPORTED, "GPT2DoubleHeadsModel");
   refused("{\"scale_attn_by_inverse_layer_idx\": true}", STRATA_ERR_UNSUPPORTED, "scale_attn_by_inverse_layer_idx");
   refused("{\"scale_attn_weights\": false}", STRATA_ERR_UNSUPPORTED, "scale_attn_weights");

@@ -73,6 +73,14 @@ check "an llm.c file is detected by its magic" grep -q '"data":"[^"]*llmc.bin (l
 same_losses "llm.c ids train as their bytes do" "$TMP/text.json" "$TMP/llmc.json"
 $T --data "$TMP/llmc.bin" --data-format llmc >"$TMP/named.json" 2>"$TMP/err"
 same_losses "--data-format llmc reads the same" "$TMP/text.json" "$TMP/named.json"
+# uint32 ids (issue 33): raw, named by --data-format u32, and llm.c's Llama 3 header (magic 20240801, version 7)
+"$WRITE" u32 "$TMP/u32.bin" <"$TMP/text.txt"
+"$WRITE" llmc32 "$TMP/llmc32.bin" <"$TMP/text.txt"
+$T --data "$TMP/u32.bin" --data-format u32 >"$TMP/u32.json" 2>"$TMP/err"
+check "--data-format u32 reads raw uint32 ids" grep -q '"data":"[^"]*u32.bin (raw uint32 tokens)"' "$TMP/u32.json"
+same_losses "raw uint32 ids train as their bytes do" "$TMP/text.json" "$TMP/u32.json"
+$T --data "$TMP/llmc32.bin" >"$TMP/llmc32.json" 2>"$TMP/err"
+same_losses "llm.c uint32 ids (magic 20240801) train as their bytes do" "$TMP/text.json" "$TMP/llmc32.json"
 $TRAIN --model gpt-micro --device 0 --batch 4 --steps 2 --eval-batches 1 --data "$TMP/train.bin" >"$TMP/out" 2>"$TMP/err"
 check "the header counts tokens, the entropy per token" grep -q 'unigram entropy .* nats/token' "$TMP/out"
 
@@ -94,9 +102,18 @@ fails_clearly "llm.c tokens cut short" 2 "the file holds 3976 bytes after it (tr
 fails_clearly "wrong magic" 2 "wrong magic 1482184792" $T --data "$TMP/magic.bin" --data-format llmc
 fails_clearly "odd byte count" 2 "4001 bytes, an odd count" $T --data "$TMP/odd.bin"
 "$WRITE" raw "$TMP/big.bin" 200 <"$TMP/text.txt"
-fails_clearly "id at or above the vocabulary" 2 "token 315 at position 2 is not below the model's vocabulary of 256" \
+fails_clearly "id at or above the vocabulary" 2 "token 315 at position 2 (byte offset 4) is not below the model's vocabulary of 256" \
   $T --data "$TMP/big.bin"
-fails_clearly "--data-format unknown" 2 "--data-format wants auto, text, nanogpt or llmc, not 'npy'" \
+"$WRITE" u32 "$TMP/big32.bin" 70000 <"$TMP/text.txt"
+fails_clearly "a uint32 id at or above the vocabulary" 2 "token 70035 at position 0 (byte offset 0) is not below" \
+  $T --data "$TMP/big32.bin" --data-format u32
+"$WRITE" llmc32 "$TMP/big32l.bin" 70000 <"$TMP/text.txt"
+fails_clearly "an llm.c uint32 id at or above the vocabulary" 2 "at position 0 (byte offset 1024)" $T --data "$TMP/big32l.bin"
+{ head -c 4 "$TMP/llmc32.bin"; printf '\002\000\000\000'; tail -c +9 "$TMP/llmc32.bin"; } >"$TMP/v2.bin"
+fails_clearly "an llm.c version strata does not read" 2 "magic 20240801 with version 2" $T --data "$TMP/v2.bin"
+fails_clearly "u32 of a file that is not a multiple of 4 bytes" 2 "not a multiple of 4" \
+  $T --data "$TMP/odd.bin" --data-format u32
+fails_clearly "--data-format unknown" 2 "--data-format wants auto, text, nanogpt, u32 or llmc, not 'npy'" \
   $T --data "$TMP/train.bin" --data-format npy
 fails_clearly "--data-format without --data" 2 "give --data too" $T --data-format llmc
 fails_clearly "--data-format for an image model" 2 "--data-format is for text models" \
@@ -184,7 +201,7 @@ fails_clearly "strata-export without a checkpoint" 2 "which checkpoint" "$EXPORT
 fails_clearly "strata-export of a missing checkpoint" 1 "no-such.st" "$EXPORT" --hf "$TMP/x" "$TMP/no-such.st"
 fails_clearly "strata-export, two checkpoints" 2 "unexpected argument" "$EXPORT" --hf "$TMP/x" "$TMP/tuned.st" "$TMP/tuned.st"
 $TRAIN --model mlp --device 0 --steps 1 --eval-batches 1 -q --save "$TMP/mlp.st" >/dev/null 2>&1
-fails_clearly "strata-export of an image model" 2 "not a GPT" "$EXPORT" --hf "$TMP/x" "$TMP/mlp.st"
+fails_clearly "strata-export of an image model" 2 "neither a GPT nor a Llama" "$EXPORT" --hf "$TMP/x" "$TMP/mlp.st"
 
 # greedy ids against transformers' argmax (make-fixture.py's reference logits): small's tokens[0, :5] continue
 # with 348 (argmax of logits[0, 4]); tied-50257's tokens[0, :16], a full context, with 7101
@@ -200,6 +217,71 @@ fails_clearly "--tokens: not an id" 2 "'12a' (token 1) is not a token id" "$GEN"
 fails_clearly "--tokens: no prompt" 2 "at least one prompt id" "$GEN" --init-from "$HF/small" --tokens
 fails_clearly "a BPE model without --tokens" 1 "give --tokens" "$GEN" --init-from "$HF/small" -p hello
 fails_clearly "--checkpoint and --init-from" 2 "give one" "$GEN" --init-from "$HF/small" --checkpoint "$TMP/tuned.st"
+
+# --- Hugging Face Llama (tests/fixtures/llama, made by transformers with make.py): fine-tuning on a pipeline, shards,
+# greedy ids against transformers', export and its faults
+LL="$top_srcdir/tests/fixtures/llama"
+tr -c 'a-z' ' ' <"$TMP/text.txt" | "$WRITE" raw "$TMP/az.bin" # ids below the fixture's vocabulary of 192
+LT="$TRAIN --data $TMP/az.bin --batch 2 --steps 4 --eval-every 0 --eval-batches 2 --json"
+$LT --init-from "$LL/fp32" --device 0 --accum 2 >"$TMP/l1.json" 2>"$TMP/err"
+check "--init-from a Llama: the start event names it" grep -q '"model":"fp32".*"init_from":"[^"]*llama/fp32"' "$TMP/l1.json"
+$LT --init-from "$LL/fp32" --pp 2 --microbatches 2 >"$TMP/l2.json" 2>"$TMP/err"
+same_losses "--init-from a Llama: --pp 2 gives one device's losses" "$TMP/l1.json" "$TMP/l2.json"
+$LT --init-from "$LL/sharded-fp16" --device 0 --accum 2 >"$TMP/l3.json" 2>"$TMP/err"
+first=$(losses "$TMP/l1.json" | head -n 1)
+half=$(losses "$TMP/l3.json" | head -n 1)
+check "the fp16 shards' first loss ($half) is fp32's ($first) within 1e-3, not equal" \
+  awk -v a="$first" -v b="$half" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && d < 1e-3 && d > 0) }'
+# make.py's greedy reference (reference.safetensors "greedy"): the prompt, then transformers' 10 argmax ids
+LP="103 28 165 133 175 81"
+LG="$LP 190 78 140 127 17 175 17 175 17 175"
+for form in fp32 bf16 sharded-fp16; do
+  "$GEN" --init-from "$LL/$form" --tokens --prompt "$LP" -n 10 -t 0 >"$TMP/out" 2>"$TMP/err"
+  check "--init-from $form: transformers' greedy ids ($(cat "$TMP/out"))" [ "$(cat "$TMP/out")" = "$LG" ]
+done
+$TRAIN --init-from "$LL/fp32" --data "$TMP/az.bin" --device 0 --batch 2 --steps 3 --eval-batches 1 -q \
+  --save "$TMP/ltuned.st" >/dev/null 2>"$TMP/err"
+"$EXPORT" --hf "$TMP/ltuned-hf" "$TMP/ltuned.st" >"$TMP/out" 2>"$TMP/err"
+check "strata-export of a Llama writes LlamaForCausalLM's config" grep -q '"model_type": "llama"' "$TMP/ltuned-hf/config.json"
+"$GEN" --checkpoint "$TMP/ltuned.st" --tokens --prompt "$LP" -n 10 -t 0 >"$TMP/g1" 2>"$TMP/err"
+"$GEN" --init-from "$TMP/ltuned-hf" --tokens --prompt "$LP" -n 10 -t 0 >"$TMP/g2" 2>"$TMP/err"
+check "the Llama export generates what the checkpoint does: $(cat "$TMP/g1")" [ -s "$TMP/g1" ] && cmp -s "$TMP/g1" "$TMP/g2"
+"$EXPORT" --hf "$TMP/ltuned-bf16" --dtype bf16 "$TMP/ltuned.st" >"$TMP/out" 2>"$TMP/err"
+check "strata-export --dtype bf16 of a Llama says torch_dtype bfloat16" \
+  grep -q '"torch_dtype": "bfloat16"' "$TMP/ltuned-bf16/config.json"
+"$GEN" --init-from "$TMP/ltuned-bf16" --tokens --prompt "$LP" -n 10 -t 0 >"$TMP/g4" 2>"$TMP/err"
+check "the bf16 Llama export loads back and generates: $(cat "$TMP/g4")" [ -s "$TMP/g4" ]
+# transformers reads the export back: only where STRATA_TEST_PYTHON names a Python with torch and transformers
+if [ -n "${STRATA_TEST_PYTHON:-}" ] && "$STRATA_TEST_PYTHON" -c 'import torch, transformers' 2>/dev/null; then
+  "$STRATA_TEST_PYTHON" "$LL/check-export.py" "$TMP/ltuned-hf" "$LP" 10 >"$TMP/g3" 2>"$TMP/err"
+  check "transformers reads the Llama export and continues as strata does: $(cat "$TMP/g3")" cmp -s "$TMP/g1" "$TMP/g3"
+else
+  n=$((n + 1))
+  echo "ok $n - transformers reads the Llama export # SKIP STRATA_TEST_PYTHON names no Python with transformers"
+fi
+# --context: a Llama trains and generates on a shorter window than max_position_embeddings (64); the greedy ids of
+# a 16-token sequence are the same in a window of 16
+$LT --init-from "$LL/fp32" --device 0 --context 16 >"$TMP/l4.json" 2>"$TMP/err"
+check "--init-from a Llama --context 16 trains on 16-token windows (batch 2: 32 tokens a step)" \
+  grep -q '"event":"start".*"tokens_per_step":32[,}]' "$TMP/l4.json"
+"$GEN" --init-from "$LL/fp32" --context 16 --tokens --prompt "$LP" -n 10 -t 0 >"$TMP/out" 2>"$TMP/err"
+check "--context 16: transformers' greedy ids" [ "$(cat "$TMP/out")" = "$LG" ]
+fails_clearly "--context past max_position_embeddings" 2 "a context of 65 is past max_position_embeddings 64" \
+  $LT --init-from "$LL/fp32" --context 65
+fails_clearly "--context of a GPT-2 other than n_positions" 2 "its n_positions (32)" \
+  "$GEN" --init-from "$HF/small" --context 16 --tokens --prompt 1
+fails_clearly "--context without --init-from" 2 "--context is for --init-from a Llama" $LT --context 16
+mkdir "$TMP/noshard" "$TMP/bias"
+cp "$LL/sharded-fp16/"* "$TMP/noshard/"
+rm "$TMP/noshard/model-00002-of-00004.safetensors"
+fails_clearly "--init-from a Llama missing a shard" 2 "weight_map names shard model-00002-of-00004.safetensors, which is missing" \
+  $LT --init-from "$TMP/noshard"
+fails_clearly "strata-generate --init-from a Llama missing a shard" 2 "model-00002-of-00004.safetensors, which is missing" \
+  "$GEN" --init-from "$TMP/noshard" --tokens --prompt "$LP"
+sed 's/"attention_bias": false/"attention_bias": true/' "$LL/fp32/config.json" >"$TMP/bias/config.json"
+fails_clearly "--init-from a Llama with biases" 2 "attention_bias is true" $LT --init-from "$TMP/bias"
+fails_clearly "a token id at the Llama's vocabulary" 2 "is not below the model's vocabulary of 192" \
+  $LT --init-from "$LL/fp32" --data "$TMP/train.bin"
 
 echo "1..$n"
 [ "$fails" -eq 0 ]

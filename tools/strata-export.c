@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* strata-export.c — write a strata-train checkpoint in another tool's layout: today Hugging Face GPT-2 (config.json + model.safetensors). */
+/* strata-export.c — write a strata-train checkpoint in another tool's layout: today Hugging Face GPT-2 or Llama (config.json + model.safetensors). */
 #include "config.h"
 
 #include <getopt.h>
@@ -24,8 +24,9 @@ static void usage(FILE *f) {
   fputs("Usage: strata-export --hf DIR [--dtype fp32|bf16] CHECKPOINT\n"
         "Write the parameters of a strata-train checkpoint in another tool's layout.\n"
         "\n"
-        "      --hf DIR             Hugging Face GPT-2: DIR/config.json and DIR/model.safetensors, as\n"
-        "                           GPT2LMHeadModel.from_pretrained(DIR) reads them (DIR is created if\n"
+        "      --hf DIR             Hugging Face: DIR/config.json and DIR/model.safetensors, as\n"
+        "                           GPT2LMHeadModel.from_pretrained(DIR) reads a GPT's and\n"
+        "                           LlamaForCausalLM.from_pretrained(DIR) a llama's (DIR is created if\n"
         "                           missing; other files in it are left alone)\n"
         "      --dtype fp32|bf16    how the weights are stored: fp32 (the default) or bf16, each float\n"
         "                           rounded to the nearest bfloat16, ties to even, and config.json\n"
@@ -33,11 +34,13 @@ static void usage(FILE *f) {
         "  -h, --help               show this help\n"
         "      --version            show the version\n"
         "\n"
+        "A llama's config.json gives the rope as transformers 4 wrote it (rope_theta, rope_scaling),\n"
+        "which transformers 5 reads too; its projections are written [out, in], torch.nn.Linear's.\n"
         "In fp32 the weights are the checkpoint's floats, bit for bit (strata checkpoints keep fp32\n"
         "master weights whatever the training precision); the optimizer state is not written.\n"
         "strata-train --init-from DIR reads such a directory back, in either dtype.\n"
         "Exit status: 0 on success, 1 on a runtime failure (missing or unreadable checkpoint,\n"
-        "unwritable directory), 2 on bad usage, a checkpoint without a GPT-2 form, or a file to\n"
+        "unwritable directory), 2 on bad usage, a checkpoint of neither a GPT nor a llama, or a file to\n"
         "write that is the checkpoint itself or not a regular file.\n",
         f);
 }

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* strata-generate.c — sample from a strata-train checkpoint or a Hugging Face GPT-2: bytes of text, or token ids in and out. */
+/* strata-generate.c — sample from a strata-train checkpoint or a Hugging Face GPT-2 or Llama: bytes of text, or token ids in and out. */
 #include "config.h"
 
 #include <ctype.h>
@@ -34,7 +34,7 @@
 
 struct options {
   const char *checkpoint;
-  const char *init_from;    /* a Hugging Face GPT-2 directory instead of a checkpoint */
+  const char *init_from;    /* a Hugging Face GPT-2 or Llama directory instead of a checkpoint */
   int tokens;               /* --tokens: the prompt and the output are token ids */
   const char *prompt;
   int64_t length;
@@ -42,6 +42,7 @@ struct options {
   int64_t top_k;            /* 0: every byte */
   int64_t seed;
   int64_t device;
+  int64_t context;          /* --context: an --init-from Llama's window; 0: its max_position_embeddings */
 };
 
 static void usage(FILE *f) {
@@ -51,7 +52,10 @@ static void usage(FILE *f) {
         "strata.\n"
         "\n"
         "  -c, --checkpoint FILE    the checkpoint (safetensors with the model in its metadata)\n"
-        "      --init-from DIR      a Hugging Face GPT-2 directory (config.json + model.safetensors)\n"
+        "      --init-from DIR      a Hugging Face GPT-2 or Llama directory (config.json +\n"
+        "                           model.safetensors, or the shards model.safetensors.index.json names)\n"
+        "      --context N          with --init-from a Llama: a window of N tokens, up to its\n"
+        "                           max_position_embeddings (default: that)\n"
         "      --tokens             the prompt is token ids (decimal, separated by spaces, commas or\n"
         "                           newlines; '-' reads them from stdin, keeping the last as many as\n"
         "                           the model's context holds, with a note when there were more) and\n"
@@ -149,7 +153,7 @@ static int model_from_checkpoint(const char *path, strata_model_t *out /* OUT */
   return 0;
 }
 
-enum { OPT_DEVICE = 256, OPT_VERSION, OPT_INIT_FROM, OPT_TOKENS };
+enum { OPT_DEVICE = 256, OPT_VERSION, OPT_INIT_FROM, OPT_TOKENS, OPT_CONTEXT };
 
 /* Where token ids come from: the --prompt text, or a stream (stdin for '-p -'). */
 struct id_source {
@@ -254,7 +258,7 @@ static int parse_args(int argc, char **argv, struct options *o) {
       {"top-k", required_argument, NULL, 'k'},      {"seed", required_argument, NULL, 's'},
       {"device", required_argument, NULL, OPT_DEVICE}, {"help", no_argument, NULL, 'h'},
       {"version", no_argument, NULL, OPT_VERSION},  {"init-from", required_argument, NULL, OPT_INIT_FROM},
-      {"tokens", no_argument, NULL, OPT_TOKENS},    {NULL, 0, NULL, 0}};
+      {"tokens", no_argument, NULL, OPT_TOKENS},    {"context", required_argument, NULL, OPT_CONTEXT},    {NULL, 0, NULL, 0}};
   memset(o, 0, sizeof *o);
   o->prompt = "";
   o->length = 200;
@@ -267,6 +271,7 @@ static int parse_args(int argc, char **argv, struct options *o) {
     case 'c': o->checkpoint = optarg; break;
     case OPT_INIT_FROM: o->init_from = optarg; break;
     case OPT_TOKENS: o->tokens = 1; break;
+    case OPT_CONTEXT: if (cli_parse_range(PROG, "--context", optarg, 1, 65536, &o->context)) return EXIT_USAGE; break;
     case 'p': o->prompt = optarg; break;
     case 'n': if (cli_parse_range(PROG, "--length", optarg, 1, MAX_LENGTH, &o->length)) return EXIT_USAGE; break;
     case 't':
@@ -285,6 +290,10 @@ static int parse_args(int argc, char **argv, struct options *o) {
   }
   if (cli_refuse(PROG, 0, argc, argv))
     return EXIT_USAGE;
+  if (o->context && !o->init_from) {
+    fprintf(stderr, PROG ": --context is for --init-from a Llama (a checkpoint keeps its context)\n");
+    return EXIT_USAGE;
+  }
   if (!o->checkpoint == !o->init_from) {
     fprintf(stderr, PROG ": %s\n", o->checkpoint ? "--checkpoint and --init-from both name a model; give one"
                                                   : "--checkpoint FILE or --init-from DIR is required (see --help)");
@@ -375,7 +384,7 @@ int main(int argc, char **argv) {
   const char *source = o.checkpoint ? o.checkpoint : o.init_from;
   if (o.checkpoint && (rc = model_from_checkpoint(o.checkpoint, &model)))
     goto out;
-  if (o.init_from && (rc = strata_hf_model(o.init_from, &model)) != 0) {
+  if (o.init_from && (rc = strata_hf_model_context(o.init_from, o.context, &model)) != 0) {
     fprintf(stderr, PROG ": %s\n", strata_last_error());
     rc = rc == STRATA_ERR_PARSE || rc == STRATA_ERR_UNSUPPORTED ? EXIT_USAGE : EXIT_RUNTIME;
     goto out;
@@ -415,9 +424,10 @@ int main(int argc, char **argv) {
   topts.accum = 1;
   topts.steps = 1;
   if (strata_trainer_new(model, NULL, &topts, &tr) ||
-      (o.checkpoint ? strata_trainer_load(tr, o.checkpoint) : strata_trainer_load_hf(tr, o.init_from))) {
+      (o.checkpoint ? strata_trainer_load(tr, o.checkpoint) : (rc = strata_trainer_load_hf(tr, o.init_from)))) {
     fprintf(stderr, PROG ": %s\n", strata_last_error());
-    rc = EXIT_RUNTIME;
+    /* --init-from weights that do not fit (a shard missing, a tensor of the wrong shape or dtype) are bad input */
+    rc = rc == STRATA_ERR_PARSE || rc == STRATA_ERR_UNSUPPORTED || rc == STRATA_ERR_SHAPE ? EXIT_USAGE : EXIT_RUNTIME;
     goto out;
   }
 

@@ -648,7 +648,7 @@ int main(int argc, char **argv) {
   int exit_code = 0;
   double rough = 0;
   if (o.init_from) {
-    if ((rc = strata_hf_model(o.init_from, &r.model)) != 0) {
+    if ((rc = strata_hf_model_context(o.init_from, o.context, &r.model)) != 0) {
       rc = fail_input(rc);
     } else if (o.untie) {
       struct strata_model_config untied = *strata_model_config(r.model);

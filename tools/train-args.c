@@ -23,8 +23,8 @@
 enum {
   OPT_DEVICE = 256, OPT_ACCUM, OPT_LR, OPT_WARMUP, OPT_SEED, OPT_CLIP, OPT_WD, OPT_SAVE_EVERY, OPT_STOP_AT, OPT_EVAL_BATCHES,
   OPT_VERSION, OPT_PP, OPT_DEVICES, OPT_SPLIT, OPT_SCHEDULE, OPT_MICROBATCHES, OPT_VIRTUAL_STAGES, OPT_TRACE,
-  OPT_DATA_FORMAT, OPT_INIT_FROM, OPT_UNTIE, OPT_VAL_DATA, OPT_DP, OPT_LAYOUT, OPT_TP, OPT_ZERO, OPT_PLAN, OPT_SPATIAL,
-  OPT_PRECISION, OPT_GRAD_REDUCE, OPT_RECOMPUTE, OPT_SP
+  OPT_DATA_FORMAT, OPT_INIT_FROM, OPT_UNTIE, OPT_CONTEXT, OPT_VAL_DATA, OPT_DP, OPT_LAYOUT, OPT_TP, OPT_ZERO, OPT_PLAN,
+  OPT_SPATIAL, OPT_PRECISION, OPT_GRAD_REDUCE, OPT_RECOMPUTE, OPT_SP
 };
 
 static void usage(FILE *f) {
@@ -40,12 +40,16 @@ static void usage(FILE *f) {
           "                           corpus), or a nanoGPT/llm.c token file; mlp and cnn models\n"
           "                           train on synthetic images\n"
           "      --data-format F      auto (default: llm.c by its magic, raw uint16 if the file holds\n"
-          "                           a NUL byte, else text), text, nanogpt (raw uint16) or llmc\n"
+          "                           a NUL byte, else text), text, nanogpt (raw uint16), u32 (raw\n"
+          "                           uint32, never guessed) or llmc (uint16 or uint32 by its header)\n"
           "      --val-data FILE      validate on FILE (e.g. nanoGPT's val.bin) instead of the last\n"
           "                           10%% of --data\n"
-          "      --init-from DIR      start from a Hugging Face GPT-2 (config.json + model.safetensors)\n"
+          "      --init-from DIR      start from a Hugging Face GPT-2 or Llama (config.json +\n"
+          "                           model.safetensors, or the shards model.safetensors.index.json names)\n"
           "      --untie              with --init-from a tied model: train an untied copy (the head\n"
           "                           starts as the embedding), which --pp can cut\n"
+          "      --context N          with --init-from a Llama: train on sequences of N tokens, up to\n"
+          "                           its max_position_embeddings (default: that)\n"
           "      --device N|best      global device index, or the fastest by a timed sgemm (default)\n"
           "  -s, --steps N            total optimizer steps, counting resumed ones (default %d)\n"
           "  -b, --batch N            sequences or images per micro-batch (default %d)\n"
@@ -530,6 +534,7 @@ int parse_args(int argc, char **argv, struct options *o) {
       {"data-format", required_argument, NULL, OPT_DATA_FORMAT},
       {"init-from", required_argument, NULL, OPT_INIT_FROM},
       {"untie", no_argument, NULL, OPT_UNTIE},
+      {"context", required_argument, NULL, OPT_CONTEXT},
       {"val-data", required_argument, NULL, OPT_VAL_DATA},
       {"precision", required_argument, NULL, OPT_PRECISION},
       {"grad-reduce", required_argument, NULL, OPT_GRAD_REDUCE},
@@ -563,13 +568,16 @@ int parse_args(int argc, char **argv, struct options *o) {
         o->data_format = STRATA_TOKENS_U16;
       else if (strcmp(optarg, "llmc") == 0)
         o->data_format = STRATA_TOKENS_LLMC;
+      else if (strcmp(optarg, "u32") == 0)
+        o->data_format = STRATA_TOKENS_U32;
       else {
-        fprintf(stderr, PROG ": --data-format wants auto, text, nanogpt or llmc, not '%s'\n", optarg);
+        fprintf(stderr, PROG ": --data-format wants auto, text, nanogpt, u32 or llmc, not '%s'\n", optarg);
         return EXIT_USAGE;
       }
       break;
     case OPT_INIT_FROM: o->init_from = optarg; break;
     case OPT_UNTIE: o->untie = 1; break;
+    case OPT_CONTEXT: if (cli_parse_range(PROG, "--context", optarg, 1, 65536, &o->context)) return EXIT_USAGE; break;
     case OPT_VAL_DATA: o->val_data = optarg; break;
     case OPT_DEVICE:
       if (strcmp(optarg, "best") == 0) {
@@ -735,6 +743,10 @@ int parse_args(int argc, char **argv, struct options *o) {
   }
   if (o->untie && !o->init_from) {
     fprintf(stderr, PROG ": --untie is for --init-from a tied model\n");
+    return EXIT_USAGE;
+  }
+  if (o->context && !o->init_from) {
+    fprintf(stderr, PROG ": --context is for --init-from a Llama (a --model file says its own context)\n");
     return EXIT_USAGE;
   }
   if (o->save && check_out_path("--save", o->save))

@@ -32,8 +32,9 @@ struct options {
   const char *data;         /* NULL: the default corpus */
   int data_format;          /* STRATA_TOKENS_*; -1: not given (auto) */
   const char *val_data;     /* the validation split's own file (nanoGPT's val.bin), or NULL: the last 10% of --data */
-  const char *init_from;    /* a Hugging Face GPT-2 directory, or NULL */
+  const char *init_from;    /* a Hugging Face GPT-2 or Llama directory, or NULL */
   int untie;                /* --untie: an untied copy of a tied --init-from model */
+  int64_t context;          /* --context: the sequence length of an --init-from Llama; 0: its max_position_embeddings */
   int device;               /* -1: the fastest device */
   int64_t steps, batch, accum, warmup, seed;  /* warmup -1: the library's default */
   double lr, clip, weight_decay;              /* < 0: the library's default */

@@ -32,20 +32,25 @@ enum strata_token_format {
   STRATA_TOKENS_AUTO = 0,   /* llm.c when the file starts with its magic, raw uint16 when it holds a NUL byte, else bytes */
   STRATA_TOKENS_BYTES = 1,  /* every byte a token, as strata_dataset_text */
   STRATA_TOKENS_U16 = 2,    /* nanoGPT's train.bin / val.bin: little-endian uint16 token ids, nothing else */
-  STRATA_TOKENS_LLMC = 3    /* llm.c: a header of 256 little-endian int32 (magic 20240520, version 1, token count), then
-                               the uint16 tokens */
+  STRATA_TOKENS_LLMC = 3,   /* llm.c (dev/data/data_common.py): a header of 256 little-endian int32 (magic, version,
+                               token count), then the tokens: magic 20240520 version 1 (GPT-2) uint16 tokens, magic
+                               20240801 version 7 (Llama 3) uint32 tokens; any other version is refused naming it */
+  STRATA_TOKENS_U32 = 4     /* raw little-endian uint32 token ids, nothing else (vocabularies past 65,536: Llama 3's
+                               128,256); never chosen by AUTO, whose content cannot tell it from uint16 */
 };
 
 /*
 ** Token ids from a file prepared by nanoGPT or llm.c, for a model with a
 ** vocabulary of `vocab` (2..1048576) ids; the last `val_fraction` of the
 ** tokens is the validation split, as for text. The file is checked whole
-** before it is used: an odd byte count for uint16 tokens, an llm.c header
-** that is cut short, has another magic or version, or a token count that
-** disagrees with the file's size are STRATA_ERR_PARSE (version 2, uint32
-** tokens, is STRATA_ERR_UNSUPPORTED); a token id at or above `vocab` is
-** STRATA_ERR_RANGE naming its position (0-based, among the tokens); the
-** messages name the file. BYTES (and AUTO on a file that is neither) is
+** before it is used: a byte count that is not a multiple of the token
+** size (2 for uint16, 4 for uint32), an llm.c header that is cut short, has
+** another magic, or a token count that disagrees with the file's size are
+** STRATA_ERR_PARSE; an llm.c version other than the two read (1 with magic
+** 20240520, 7 with 20240801) is STRATA_ERR_UNSUPPORTED naming it; a token
+** id at or above `vocab` is STRATA_ERR_RANGE naming its position (0-based,
+** among the tokens) and its byte offset in the file; the messages name the
+** file. BYTES (and AUTO on a file that is neither) is
 ** strata_dataset_text, whose tokens must lie below `vocab` as well. The
 ** dataset's info gives vocab = `vocab` and its source says the format, and
 ** for AUTO's one guess that can be wrong (bytes, since no NUL byte was seen:

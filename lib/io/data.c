@@ -26,10 +26,10 @@ struct strata_dataset {
   int kind;
   char *source;              /* what the data is, whole (owned; strata_dataset_info lends it) */
   /* text: the whole corpus; tokens [0, train_len) train, [train_len, text_len) validation; a token is a byte of
-  ** `text`, or with `wide` the little-endian uint16 at byte 2 i */
+  ** `text` (width 1), or the little-endian uint16 (width 2) or uint32 (width 4) at byte width * i */
   uint8_t *text;
   size_t text_len, train_len;
-  int wide;
+  int width;
   int64_t vocab;            /* 256, or the vocabulary a token file was checked against */
   double entropy;
   /* images: count images of size*size floats each; [0, train_count) train, the rest validation. Above
@@ -254,11 +254,12 @@ static double strata__unigram_entropy(const uint8_t *x, size_t n) {
 
 /* Token i of a text dataset. */
 static inline uint32_t strata__token(const struct strata_dataset *ds, size_t i) {
-  if (!ds->wide)
+  if (ds->width <= 1)
     return ds->text[i];
-  uint16_t v;
-  memcpy(&v, ds->text + 2 * i, sizeof v);
-  return v;
+  const uint8_t *p = ds->text + (size_t)ds->width * i;
+  if (ds->width == 2)
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8;
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
 /* Entropy of the token distribution of the first n tokens, in nats; `vocab` bounds the ids. */
@@ -333,8 +334,13 @@ STRATA_API int strata_dataset_text(const char *path, double val_fraction, strata
 
 /* ---------------------------------------------------------------- token files */
 
-/* llm.c's token files (dev/data/data_common.py): 256 int32 of header, then the tokens. */
+/* llm.c's token files (dev/data/data_common.py's HEADERS_INFO): 256 int32 of header (magic, version, token count,
+** zeros), then the tokens: magic 20240520 version 1 for GPT-2's uint16 tokens, magic 20240801 version 7 for
+** Llama 3's uint32 tokens. */
 #define STRATA__LLMC_MAGIC 20240520
+#define STRATA__LLMC_VERSION 1
+#define STRATA__LLMC32_MAGIC 20240801
+#define STRATA__LLMC32_VERSION 7
 #define STRATA__LLMC_HEADER_BYTES 1024
 /* How much of a file AUTO looks at for a NUL byte. */
 #define STRATA__DETECT_BYTES 65536
@@ -347,7 +353,7 @@ static int32_t strata__le32(const uint8_t *p) {
 
 /* The AUTO decision on the first `n` bytes of a file. */
 static int strata__detect(const uint8_t *p, size_t n) {
-  if (n >= 4 && strata__le32(p) == STRATA__LLMC_MAGIC)
+  if (n >= 4 && (strata__le32(p) == STRATA__LLMC_MAGIC || strata__le32(p) == STRATA__LLMC32_MAGIC))
     return STRATA_TOKENS_LLMC;
   return memchr(p, 0, n < STRATA__DETECT_BYTES ? n : STRATA__DETECT_BYTES) ? STRATA_TOKENS_U16 : STRATA_TOKENS_BYTES;
 }
@@ -372,69 +378,81 @@ STRATA_API int strata_token_format_detect(const char *path, int *format) {
 }
 
 static const char *strata__format_name(int format) {
-  return format == STRATA_TOKENS_U16 ? "nanoGPT uint16 tokens" : format == STRATA_TOKENS_LLMC ? "llm.c tokens" : "bytes";
+  return format == STRATA_TOKENS_U16    ? "nanoGPT uint16 tokens"
+         : format == STRATA_TOKENS_U32  ? "raw uint32 tokens"
+         : format == STRATA_TOKENS_LLMC ? "llm.c tokens"
+                                        : "bytes";
 }
 
 /*
-** Check the raw bytes of a token file of `format` (U16 or LLMC) and leave
-** only the uint16 tokens at the start of ds->text, ds->text_len counting
-** tokens. Messages name the file.
+** Check the raw bytes of a token file of `format` (U16, U32 or LLMC) and
+** leave only the tokens at the start of ds->text, ds->width bytes each,
+** ds->text_len counting tokens; *header receives the bytes before the first
+** token in the file (1024 for llm.c, else 0). Messages name the file.
 */
-static int strata__tokens_unwrap(struct strata_dataset *ds, const char *path, int format) {
+static int strata__tokens_unwrap(struct strata_dataset *ds, const char *path, int format, size_t *header) {
   size_t bytes = ds->text_len;
+  int width = format == STRATA_TOKENS_U32 ? 4 : 2;
+  *header = 0;
   if (format == STRATA_TOKENS_LLMC) {
     if (bytes < STRATA__LLMC_HEADER_BYTES)
       return strata__error(STRATA_ERR_PARSE, "%s: %zu bytes, shorter than the %d-byte llm.c header (truncated?)", path,
                            bytes, STRATA__LLMC_HEADER_BYTES);
     int32_t magic = strata__le32(ds->text), version = strata__le32(ds->text + 4), count = strata__le32(ds->text + 8);
-    if (magic != STRATA__LLMC_MAGIC)
-      return strata__error(STRATA_ERR_PARSE, "%s: wrong magic %d; an llm.c token file starts with %d", path,
-                           (int)magic, STRATA__LLMC_MAGIC);
-    if (version == 2)
-      return strata__error(STRATA_ERR_UNSUPPORTED, "%s: llm.c version 2 (uint32 tokens, LLaMA 3); strata reads "
-                           "version 1 (uint16 tokens, GPT-2)", path);
-    if (version != 1)
-      return strata__error(STRATA_ERR_PARSE, "%s: llm.c header version %d; strata reads version 1", path,
-                           (int)version);
+    if (magic != STRATA__LLMC_MAGIC && magic != STRATA__LLMC32_MAGIC)
+      return strata__error(STRATA_ERR_PARSE, "%s: wrong magic %d; an llm.c token file starts with %d (uint16 tokens) "
+                           "or %d (uint32 tokens)", path, (int)magic, STRATA__LLMC_MAGIC, STRATA__LLMC32_MAGIC);
+    const int want = magic == STRATA__LLMC_MAGIC ? STRATA__LLMC_VERSION : STRATA__LLMC32_VERSION;
+    if (version != want)
+      return strata__error(STRATA_ERR_UNSUPPORTED, "%s: llm.c header magic %d with version %d; strata reads magic %d "
+                           "version %d (uint16 tokens) and magic %d version %d (uint32 tokens)", path, (int)magic,
+                           (int)version, STRATA__LLMC_MAGIC, STRATA__LLMC_VERSION, STRATA__LLMC32_MAGIC,
+                           STRATA__LLMC32_VERSION);
+    width = magic == STRATA__LLMC_MAGIC ? 2 : 4;
     size_t have = bytes - STRATA__LLMC_HEADER_BYTES;
-    if (count < 0 || (uint64_t)count * 2 != have)
+    if (count < 0 || (uint64_t)count * (uint64_t)width != have)
       return strata__error(STRATA_ERR_PARSE,
                            "%s: the llm.c header says %d tokens (%llu bytes), the file holds %zu bytes after it%s",
-                           path, (int)count, (unsigned long long)((uint64_t)(count < 0 ? 0 : count) * 2), have,
-                           (uint64_t)(count < 0 ? 0 : count) * 2 > have ? " (truncated?)" : "");
+                           path, (int)count, (unsigned long long)((uint64_t)(count < 0 ? 0 : count) * (uint64_t)width),
+                           have, (uint64_t)(count < 0 ? 0 : count) * (uint64_t)width > have ? " (truncated?)" : "");
     memmove(ds->text, ds->text + STRATA__LLMC_HEADER_BYTES, have);
     bytes = have;
-  } else if (bytes % 2) {
-    return strata__error(STRATA_ERR_PARSE, "%s: %zu bytes, an odd count; uint16 tokens take 2 bytes each "
-                         "(truncated, or not a token file?)", path, bytes);
+    *header = STRATA__LLMC_HEADER_BYTES;
+  } else if (bytes % (size_t)width) {
+    return strata__error(STRATA_ERR_PARSE, "%s: %zu bytes, %s; uint%d tokens take %d bytes each (truncated, or not a "
+                         "token file?)", path, bytes, width == 2 ? "an odd count" : "not a multiple of 4", 8 * width,
+                         width);
   }
-  ds->wide = 1;
-  ds->text_len = bytes / 2;
+  ds->width = width;
+  ds->text_len = bytes / (size_t)width;
   return STRATA_OK;
 }
 
 /*
-** Read token file `path` of `format` into ds->text (bytes, or with ds->wide
-** uint16), ds->text_len counting tokens, every id checked below ds->vocab.
+** Read token file `path` of `format` into ds->text (bytes, or uint16 or
+** uint32 as ds->width says), ds->text_len counting tokens, every id checked
+** below ds->vocab (the message gives its position and its byte offset in the file).
 ** *used receives the format read (AUTO resolved). On failure ds holds what
 ** was read, for the caller to free.
 */
 static int strata__tokens_read(struct strata_dataset *ds, const char *path, int format, int *used) {
-  size_t cap = 0;
+  size_t cap = 0, header = 0;
+  ds->width = 1;
   int rc = strata__append_file(path, &ds->text, &ds->text_len, &cap);
   if (!rc && ds->text_len == 0)
     rc = strata__error(STRATA_ERR_INVALID, "%s: the file is empty", path);
   if (!rc && format == STRATA_TOKENS_AUTO)
     format = strata__detect(ds->text, ds->text_len);
   if (!rc && format != STRATA_TOKENS_BYTES)
-    rc = strata__tokens_unwrap(ds, path, format);
+    rc = strata__tokens_unwrap(ds, path, format, &header);
   if (!rc && ds->text_len == 0)
     rc = strata__error(STRATA_ERR_INVALID, "%s: the file holds no tokens", path);
   for (size_t i = 0; i < ds->text_len && !rc; i++) {
     uint32_t t = strata__token(ds, i);
     if (t >= (uint64_t)ds->vocab)
-      rc = strata__error(STRATA_ERR_RANGE, "%s: token %u at position %zu is not below the model's vocabulary of %lld",
-                         path, (unsigned)t, i, (long long)ds->vocab);
+      rc = strata__error(STRATA_ERR_RANGE, "%s: token %u at position %zu (byte offset %llu) is not below the model's "
+                         "vocabulary of %lld", path, (unsigned)t, i,
+                         (unsigned long long)(header + (uint64_t)i * (uint64_t)ds->width), (long long)ds->vocab);
   }
   *used = format;
   return rc;
@@ -447,7 +465,7 @@ static int strata__tokens_args(const char *path, int format, int64_t vocab, stra
   *out = NULL;
   if (!path)
     return strata__error(STRATA_ERR_INVALID, "strata_dataset_tokens: path is NULL");
-  if (format < STRATA_TOKENS_AUTO || format > STRATA_TOKENS_LLMC)
+  if (format < STRATA_TOKENS_AUTO || format > STRATA_TOKENS_U32)
     return strata__error(STRATA_ERR_INVALID, "strata_dataset_tokens: unknown format %d", format);
   if (vocab < 2 || vocab > STRATA__MAX_VOCAB)
     return strata__error(STRATA_ERR_INVALID, "%s: vocabulary %lld outside 2..%d", path, (long long)vocab,
@@ -462,7 +480,7 @@ static int strata__tokens_finish(struct strata_dataset *ds, strata_dataset_t *ou
     strata_dataset_free(ds);
     return rc;
   }
-  uint8_t *shrunk = realloc(ds->text, ds->text_len * (ds->wide ? 2 : 1));
+  uint8_t *shrunk = realloc(ds->text, ds->text_len * (size_t)ds->width);
   if (shrunk)
     ds->text = shrunk;
   *out = ds;
@@ -510,19 +528,20 @@ STRATA_API int strata_dataset_tokens(const char *path, int format, int64_t vocab
   return strata__tokens_finish(ds, out);
 }
 
-/* Make a byte dataset's tokens uint16 (in place, growing the buffer). */
-static int strata__widen(struct strata_dataset *ds) {
-  if (ds->wide)
+/* Make a dataset's tokens `width` bytes each (in place, growing the buffer); never narrower. */
+static int strata__widen(struct strata_dataset *ds, int width) {
+  if (ds->width >= width)
     return STRATA_OK;
-  uint8_t *w = realloc(ds->text, 2 * ds->text_len + 1);
+  uint8_t *w = realloc(ds->text, (size_t)width * ds->text_len + 1);
   if (!w)
     return strata__error(STRATA_ERR_NOMEM, "out of host memory reading tokens");
-  for (size_t i = ds->text_len; i-- > 0;) {
-    uint16_t v = w[i];
-    memcpy(w + 2 * i, &v, sizeof v);
-  }
   ds->text = w;
-  ds->wide = 1;
+  for (size_t i = ds->text_len; i-- > 0;) {
+    uint32_t v = strata__token(ds, i);
+    for (int b = 0; b < width; b++)
+      w[(size_t)width * i + (size_t)b] = (uint8_t)(v >> (8 * b));
+  }
+  ds->width = width;
   return STRATA_OK;
 }
 
@@ -559,12 +578,12 @@ STRATA_API int strata_dataset_tokens_split(const char *train_path, const char *v
                        bytes_first ? train_path : val_path, STRATA__DETECT_BYTES / 1024);
   }
   /* one buffer, the training tokens then the validation ones, both as wide as the wider */
-  if (!rc && (ds->wide || val->wide)) {
-    rc = strata__widen(ds);
-    if (!rc)
-      rc = strata__widen(val);
-  }
-  size_t width = ds->wide ? 2 : 1;
+  const int wider = ds->width > val->width ? ds->width : val->width;
+  if (!rc)
+    rc = strata__widen(ds, wider);
+  if (!rc)
+    rc = strata__widen(val, wider);
+  size_t width = (size_t)wider;
   if (!rc) {
     uint8_t *all = realloc(ds->text, (ds->text_len + val->text_len) * width);
     if (!all)
@@ -870,7 +889,7 @@ STRATA_API int strata_dataset_sample(strata_dataset_t ds, int split, int64_t bat
     if ((uint64_t)context >= len)
       return strata__error(STRATA_ERR_INVALID,
                            "%s: the %s split holds %llu %s, fewer than context %lld + 1; use a shorter context",
-                           ds->source, sname, (unsigned long long)len, ds->wide ? "tokens" : "bytes",
+                           ds->source, sname, (unsigned long long)len, ds->width > 1 ? "tokens" : "bytes",
                            (long long)context);
     uint64_t cells;
     if (!strata__mul_ok((uint64_t)batch, (uint64_t)context, &cells) || cells > SIZE_MAX / sizeof(int32_t))
@@ -881,7 +900,7 @@ STRATA_API int strata_dataset_sample(strata_dataset_t ds, int split, int64_t bat
     for (int64_t b = 0; b < batch; b++) {
       size_t w = base + (size_t)strata__uniform_below(state, starts);
       int32_t *ib = in + b * context, *tb = targets + b * context;
-      if (!ds->wide) {
+      if (ds->width <= 1) {
         for (int64_t k = 0; k < context; k++) {
           ib[k] = ds->text[w + (size_t)k];
           tb[k] = ds->text[w + (size_t)k + 1];

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* hf.c — Hugging Face GPT-2 checkpoints: config.json to a strata model, and a strata checkpoint to a Hugging Face
-** directory (train/hf-load.c loads model.safetensors into a trainer). */
+/* hf.c — Hugging Face GPT-2 and Llama checkpoints: config.json to a strata model (Llama's in io/hf-llama.c), and a
+** strata checkpoint to a Hugging Face directory (train/hf-load.c loads the weights into a trainer). */
 #include "config.h"
 
 #include <errno.h>
@@ -70,10 +70,13 @@ static int hf_config(json_t *root, const char *src, const char *name, struct str
     return strata__error(STRATA_ERR_PARSE, "%s: not a JSON object", src);
   json_t *mt = json_object_get(root, "model_type");
   if (!json_is_string(mt))
-    return strata__error(STRATA_ERR_PARSE, "%s: no \"model_type\" string (a Hugging Face config says \"gpt2\")", src);
+    return strata__error(STRATA_ERR_PARSE, "%s: no \"model_type\" string (a Hugging Face config says \"gpt2\" or "
+                         "\"llama\")", src);
+  if (strcmp(json_string_value(mt), "llama") == 0)
+    return strata__hf_llama_config(root, src, name, c);
   if (strcmp(json_string_value(mt), "gpt2") != 0)
-    return strata__error(STRATA_ERR_UNSUPPORTED, "%s: model_type \"%s\" is not GPT-2; strata reads \"gpt2\" only", src,
-                         json_string_value(mt));
+    return strata__error(STRATA_ERR_UNSUPPORTED, "%s: model_type \"%s\" is neither GPT-2 nor Llama; strata reads "
+                         "\"gpt2\" and \"llama\"", src, json_string_value(mt));
   json_t *arch = json_object_get(root, "architectures");
   if (arch && !json_is_null(arch)) {
     if (!json_is_array(arch))
@@ -172,14 +175,40 @@ int strata__hf_read_config(const char *dir, struct strata_model_config *c) {
   return rc;
 }
 
-STRATA_API int strata_hf_model(const char *dir, strata_model_t *out) {
+STRATA_API int strata_hf_config(const char *dir, struct strata_model_config *out) {
   if (!out)
-    return strata__error(STRATA_ERR_INVALID, "strata_hf_model: out is NULL");
+    return strata__error(STRATA_ERR_INVALID, "strata_hf_config: out is NULL");
   struct strata_model_config c;
   TRY(strata__hf_read_config(dir, &c));
+  *out = c;
+  return STRATA_OK;
+}
+
+STRATA_API int strata_hf_model(const char *dir, strata_model_t *out) { return strata_hf_model_context(dir, 0, out); }
+
+STRATA_API int strata_hf_model_context(const char *dir, int64_t context, strata_model_t *out) {
+  if (!out)
+    return strata__error(STRATA_ERR_INVALID, "strata_hf_model: out is NULL");
+  if (context < 0)
+    return strata__error(STRATA_ERR_INVALID, "strata_hf_model_context: context %lld < 0", (long long)context);
+  struct strata_model_config c;
+  TRY(strata__hf_read_config(dir, &c));
+  if (context && c.kind == STRATA_MODEL_LLAMA && context > c.context)
+    return strata__error(STRATA_ERR_UNSUPPORTED, "%s/config.json: a context of %lld is past max_position_embeddings "
+                         "%lld", dir, (long long)context, (long long)c.context);
+  if (context && c.kind == STRATA_MODEL_GPT && context != c.context)
+    return strata__error(STRATA_ERR_UNSUPPORTED, "%s/config.json: a GPT-2's context is its n_positions (%lld), the "
+                         "rows of its position table, not %lld", dir, (long long)c.context, (long long)context);
+  if (context)
+    c.context = context;
   int rc = strata_model_from_config(&c, out);
   /* sizes outside strata's limits (n_positions past 65536, n_head that does not divide n_embd) are values of the
   ** file that strata cannot use, like an activation it has not: the file's fault, said as such */
+  if ((rc == STRATA_ERR_INVALID || rc == STRATA_ERR_SHAPE) && c.kind == STRATA_MODEL_LLAMA)
+    return strata__error_prefix(STRATA_ERR_UNSUPPORTED, "%s/config.json: values strata cannot use "
+                                "(max_position_embeddings is its context, hidden_size d_model, num_hidden_layers "
+                                "layers, num_attention_heads heads, num_key_value_heads n_kv_heads, intermediate_size "
+                                "d_ff, vocab_size vocab): ", dir);
   if (rc == STRATA_ERR_INVALID || rc == STRATA_ERR_SHAPE)
     return strata__error_prefix(STRATA_ERR_UNSUPPORTED, "%s/config.json: values strata cannot use (n_positions is its "
                                 "context, n_embd d_model, n_layer layers, n_head heads, n_inner d_ff, vocab_size "
@@ -288,15 +317,18 @@ STRATA_API int strata_hf_export_as(const char *checkpoint, const char *dir, enum
   if (!rc)
     rc = strata_model_from_json(mj, checkpoint, &model);
   const struct strata_model_config *c = model ? strata_model_config(model) : NULL;
-  if (!rc && c->kind != STRATA_MODEL_GPT)
-    rc = strata__error(STRATA_ERR_UNSUPPORTED, "%s: model '%s' is not a GPT; only GPTs have a Hugging Face GPT-2 form",
-                       checkpoint, c->name);
+  if (!rc && c->kind != STRATA_MODEL_GPT && c->kind != STRATA_MODEL_LLAMA)
+    rc = strata__error(STRATA_ERR_UNSUPPORTED, "%s: model '%s' is neither a GPT nor a Llama; only those have a Hugging "
+                       "Face form", checkpoint, c->name);
+  const int llama = c && c->kind == STRATA_MODEL_LLAMA;
+  float **flipped = NULL; /* a Llama's projections, transposed to torch.nn.Linear's [out, in] */
   /* the parameters: every tensor but the optimizer's, in the checkpoint's order */
   size_t n = strata_safetensors_count(f), k = 0;
   if (!rc) {
     ts = calloc(n ? n : 1, sizeof *ts);
     names = calloc(n ? n : 1, 128);
-    if (!ts || !names)
+    flipped = calloc(n ? n : 1, sizeof *flipped);
+    if (!ts || !names || !flipped)
       rc = strata__error(STRATA_ERR_NOMEM, "out of host memory exporting %s", checkpoint);
   }
   int seen_wte = 0;
@@ -306,18 +338,35 @@ STRATA_API int strata_hf_export_as(const char *checkpoint, const char *dir, enum
       continue;
     struct strata_st_tensor *t = &ts[k];
     char *nm = names + k * 128;
-    snprintf(nm, 128, "%s%s", strcmp(name, "lm_head.weight") == 0 ? "" : STRATA__HF_PREFIX, name);
+    snprintf(nm, 128, "%s%s", strcmp(name, "lm_head.weight") == 0 ? "" : llama ? STRATA__HF_LLAMA_PREFIX :
+                                                                                 STRATA__HF_PREFIX, name);
     t->name = nm;
     rc = strata_safetensors_get(f, name, &t->ndim, t->shape, &t->data);
-    seen_wte |= strcmp(name, "wte.weight") == 0;
+    seen_wte |= strcmp(name, llama ? "embed_tokens.weight" : "wte.weight") == 0;
+    if (!rc && llama && strata__hf_llama_transposed(c, name, t->ndim, t->shape)) {
+      const int64_t rows = t->shape[0], cols = t->shape[1]; /* strata's [in, out] */
+      float *tr = malloc((size_t)(rows * cols > 0 ? rows * cols : 1) * sizeof *tr);
+      if (!tr) {
+        rc = strata__error(STRATA_ERR_NOMEM, "out of host memory exporting %s", checkpoint);
+        break;
+      }
+      for (int64_t r = 0; r < rows; r++)
+        for (int64_t q = 0; q < cols; q++)
+          tr[q * rows + r] = t->data[r * cols + q];
+      flipped[k] = tr;
+      t->data = tr;
+      t->shape[0] = cols;
+      t->shape[1] = rows;
+    }
     k++;
   }
-  size_t want = (size_t)(4 + 12 * (c ? c->layers : 0) + (c && !c->tied ? 1 : 0));
+  /* a GPT: wte, wpe, ln_f's two and 12 a block; a Llama: embed_tokens, norm and 9 a block; the head when untied */
+  size_t want = (size_t)((llama ? 2 + 9 * (c ? c->layers : 0) : 4 + 12 * (c ? c->layers : 0)) + (c && !c->tied ? 1 : 0));
   if (!rc && (k != want || !seen_wte))
-    rc = strata__error(STRATA_ERR_PARSE, "%s: %zu parameter tensors, a GPT of %lld layers has %zu", checkpoint, k,
-                       (long long)(c ? c->layers : 0), want);
+    rc = strata__error(STRATA_ERR_PARSE, "%s: %zu parameter tensors, a %s of %lld layers has %zu", checkpoint, k,
+                       llama ? "Llama" : "GPT", (long long)(c ? c->layers : 0), want);
   if (!rc)
-    rc = hf_config_json(c, dtype, &cfg_json);
+    rc = llama ? strata__hf_llama_config_json(c, dtype, &cfg_json) : hf_config_json(c, dtype, &cfg_json);
   if (!rc && mkdir(dir, 0777) != 0 && errno != EEXIST)
     rc = strata__error(STRATA_ERR_IO, "%s: cannot create the directory: %s", dir, strerror(errno));
   struct stat sb;
@@ -335,6 +384,9 @@ STRATA_API int strata_hf_export_as(const char *checkpoint, const char *dir, enum
   if (!rc)
     rc = hf_write_text(path, cfg_json);
   free(cfg_json);
+  for (size_t i = 0; flipped && i < n; i++)
+    free(flipped[i]);
+  free(flipped);
   free(ts);
   free(names);
   strata_model_free(model);

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* fuzz-hf-config.c — libFuzzer harness: any config.json of a Hugging Face directory is a strata model or a one-line refusal, and a model read is one strata writes back as the same config. */
+/* fuzz-hf-config.c — libFuzzer harness: any config.json of a Hugging Face directory (GPT-2 or Llama) is a strata model or a one-line refusal, and a model read is one strata can build. */
 #include <sys/stat.h>
 
 #include <strata/hf.h>
@@ -41,8 +41,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     return 0;
   }
   const struct strata_model_config *c = strata_model_config(m);
-  if (c->kind != STRATA_MODEL_GPT || c->vocab < 2 || c->context < 1 || c->d_model % c->heads != 0)
-    abort(); /* a model read is a GPT that strata can build */
+  if ((c->kind != STRATA_MODEL_GPT && c->kind != STRATA_MODEL_LLAMA) || c->vocab < 2 || c->context < 1 ||
+      c->d_model % c->heads != 0)
+    abort(); /* a model read is a GPT or a Llama that strata can build */
+  if (c->kind == STRATA_MODEL_LLAMA &&
+      (c->kv_heads < 1 || c->heads % c->kv_heads != 0 || !(c->rope_theta > 0) || !(c->norm_eps > 0) ||
+       (c->rope_scaling.type == STRATA_ROPE_LLAMA3 &&
+        !(c->rope_scaling.high_freq_factor > c->rope_scaling.low_freq_factor && c->rope_scaling.original_context > 0))))
+    abort(); /* its grouped-query attention and rope as config.json's checks left them */
   strata_model_free(m);
   return 0;
 }

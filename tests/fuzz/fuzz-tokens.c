@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* fuzz-tokens.c — libFuzzer harness: any token file (nanoGPT uint16, llm.c, bytes, or AUTO's guess) in any of the formats is a dataset or a one-line refusal, and every token drawn from a dataset lies below the vocabulary. */
+/* fuzz-tokens.c — libFuzzer harness: any token file (nanoGPT uint16, raw uint32, llm.c's uint16 or uint32, bytes, or AUTO's guess) in any of the formats is a dataset or a one-line refusal, and every token drawn from a dataset lies below the vocabulary. */
 #include <strata/data.h>
 
 #include "fuzz.h"
@@ -7,11 +7,11 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 2)
     return 0;
-  /* the first byte chooses the format (AUTO, BYTES, U16, LLMC) and the vocabulary, the second the validation
+  /* the first byte chooses the format (AUTO, BYTES, U16, LLMC, U32) and the vocabulary, the second the validation
   ** fraction; the rest is the file */
-  const int format = data[0] & 3;
-  static const int64_t vocabs[] = {2, 256, 1000, 50257, 65536, 1048576};
-  const int64_t vocab = vocabs[(data[0] >> 2) % 6];
+  const int format = (data[0] & 7) % 5;
+  static const int64_t vocabs[] = {2, 256, 1000, 50257, 65536, 128256, 1048576};
+  const int64_t vocab = vocabs[(data[0] >> 3) % 7];
   const double fraction = (data[1] % 99 + 1) / 100.0;
   const char *path = fuzz_file("tokens", data + 2, size - 2);
   strata_dataset_t ds = NULL;
