@@ -362,7 +362,8 @@ void print_header(const struct run *r, const struct options *o, const char *why)
   if (o->json) {
     printf("{\"event\":\"start\",\"model\":");
     json_str(stdout, c->name);
-    printf(",\"kind\":\"%s\",\"params\":%llu,\"flops_per_token\":%.6g,\"data\":", text ? "gpt" : c->kind == STRATA_MODEL_MLP ? "mlp" : "cnn",
+    printf(",\"kind\":\"%s\",\"params\":%llu,\"flops_per_token\":%.6g,\"data\":",
+           c->kind == STRATA_MODEL_LLAMA ? "llama" : text ? "gpt" : c->kind == STRATA_MODEL_MLP ? "mlp" : "cnn",
            (unsigned long long)params, per_token);
     json_str(stdout, r->dinfo.source);
     if (o->init_from) {
