@@ -31,7 +31,7 @@ if [ ! -x "$PLAN" ]; then
   echo "1..0 # SKIP strata-plan not built"
   exit 0
 fi
-echo "1..51"
+echo "1..56"
 
 # a plan on a synthetic node; its layout file is the strata-layout/1 that --simulate reads back
 $PLAN --model gpt-small --batch 16 --node 4xA100-80GB:nvswitch --out "$TMP/layout.json" >"$TMP/out" 2>"$TMP/err"
@@ -94,6 +94,19 @@ check "links above the GPUs in a power-saving state: the unedited dump's plan, f
   [ "$(grep '^layout: ' "$TMP/out")" = "$(grep '^layout: ' "$TMP/orig")" ]
 
 fails_clearly "unknown model" "unknown model" $PLAN --model no-such-model --batch 8 --node 2xT4:pcie
+# a model file that says something strata does not take is bad input (2); one that cannot be read is a runtime failure (1)
+printf '{"kind": "gpt", "vocab": 256, "context": 16,' >"$TMP/malformed.json"
+fails_clearly "malformed model file" "malformed.json" $PLAN --model "$TMP/malformed.json" --batch 8 --node 2xT4:pcie
+printf '{"kind": "llama", "context": 16, "d_model": 32, "layers": 1, "heads": 4, "n_kv_heads": 3, "d_ff": 64}\n' >"$TMP/kv.json"
+fails_clearly "a llama whose n_kv_heads do not divide its heads" "n_kv_heads = 3 does not divide heads = 4" \
+  $PLAN --model "$TMP/kv.json" --batch 8 --node 2xT4:pcie
+printf '{"kind": "llama", "context": 16, "d_model": 32, "layers": 1, "heads": 4, "d_ff": 64, "rope_scaling": {"rope_type": "yarn", "factor": 4}}\n' >"$TMP/yarn.json"
+fails_clearly "a llama of an unknown rope_type" '"rope_scaling.rope_type" "yarn" is not supported' \
+  $PLAN --model "$TMP/yarn.json" --batch 8 --node 2xT4:pcie
+$PLAN --model "$TMP/no-such-model.json" --batch 8 --node 2xT4:pcie >"$TMP/out" 2>"$TMP/err"
+rc=$?
+check "a model file that cannot be read (missing): exit 1, one line (rc=$rc)" sh -c "[ $rc -eq 1 ] &&
+  [ \$(wc -l <'$TMP/err') -eq 1 ] && [ ! -s '$TMP/out' ] && grep -q '^strata-plan: .*no-such-model.json' '$TMP/err'"
 fails_clearly "topology that does not load" "cannot open" $PLAN --model gpt-tiny --batch 8 --topology "$TMP/none.xml"
 fails_clearly "nodes 0" "--nodes" $PLAN --model gpt-tiny --batch 8 --node 2xT4:pcie --nodes 0
 fails_clearly "batch not divisible by the layout's dp x micro-batches" "not a multiple" \
@@ -137,6 +150,8 @@ bench_refuses "--rows without --model" "go together" --rows 2
 bench_refuses "--max-tp without --model" "needs --model" --max-tp 2
 bench_refuses "--rows 0" "--rows" --model gpt-micro --rows 0
 bench_refuses "an unknown model" "gpt-nonesuch" --model gpt-nonesuch --rows 2
+bench_refuses "a llama model file whose n_kv_heads do not divide its heads" "n_kv_heads = 3 does not divide" \
+  --model "$TMP/kv.json" --rows 2
 # an --out that cannot be written is refused before the measuring, not after it
 STRATA_BACKENDS=host $BENCH calibrate --out "$TMP/no-such-dir/cal.json" >"$TMP/out" 2>"$TMP/err"
 rc=$?

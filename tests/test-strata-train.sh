@@ -56,13 +56,13 @@ cp "$TMP/good.st" "$TMP/good.orig"
 S="--save $TMP/good.st"
 
 # --- bad input: one clear line, nothing written over the good checkpoint
-fails_clearly "unknown preset" 1 "gpt-nonesuch" $TRAIN --model gpt-nonesuch $S
+fails_clearly "unknown preset" 2 "gpt-nonesuch" $TRAIN --model gpt-nonesuch $S
 printf '{"kind": "gpt", "vocab": 256, "context": 16,' >"$TMP/malformed.json"
-fails_clearly "malformed model file" 1 "malformed.json" $TRAIN --model "$TMP/malformed.json" $S
+fails_clearly "malformed model file" 2 "malformed.json" $TRAIN --model "$TMP/malformed.json" $S
 printf '{"kind": "gpt", "vocab": 256, "context": 16, "d_model": 30, "layers": 1, "heads": 4, "d_ff": 64}\n' >"$TMP/heads.json"
-fails_clearly "heads that do not divide d_model" 1 "does not divide" $TRAIN --model "$TMP/heads.json" $S
+fails_clearly "heads that do not divide d_model" 2 "does not divide" $TRAIN --model "$TMP/heads.json" $S
 printf '{"kind": "gpt", "vocab": 256, "context": 16, "d_model": -4, "layers": 1, "heads": 1, "d_ff": 64}\n' >"$TMP/neg.json"
-fails_clearly "negative d_model" 1 "d_model" $TRAIN --model "$TMP/neg.json" $S
+fails_clearly "negative d_model" 2 "d_model" $TRAIN --model "$TMP/neg.json" $S
 : >"$TMP/empty.txt"
 fails_clearly "empty data file" 1 "empty" $T --data "$TMP/empty.txt" $S
 fails_clearly "missing data file" 1 "no-such.txt" $T --data "$TMP/no-such.txt" $S
@@ -653,10 +653,10 @@ check "llama-tiny --dp 2 --tp 2 --zero: within 1e-4 of one device (exit $rc)" lo
 fails_clearly "llama-tiny --tp 4 over 2 key/value heads" 2 "does not divide the model's n_kv_heads 2" \
   $LL --tp 4 --microbatches 1
 printf '{"kind": "llama", "context": 16, "d_model": 32, "layers": 1, "heads": 4, "n_kv_heads": 3, "d_ff": 64}\n' >"$TMP/kv.json"
-fails_clearly "a llama whose n_kv_heads do not divide its heads" 1 "n_kv_heads = 3 does not divide heads = 4" \
+fails_clearly "a llama whose n_kv_heads do not divide its heads" 2 "n_kv_heads = 3 does not divide heads = 4" \
   $TRAIN --model "$TMP/kv.json" --steps 1
 printf '{"kind": "llama", "context": 16, "d_model": 32, "layers": 1, "heads": 4, "d_ff": 64, "rope_scaling": {"rope_type": "yarn", "factor": 4}}\n' >"$TMP/yarn.json"
-fails_clearly "a llama of an unknown rope_type" 1 '"rope_scaling.rope_type" "yarn" is not supported' \
+fails_clearly "a llama of an unknown rope_type" 2 '"rope_scaling.rope_type" "yarn" is not supported' \
   $TRAIN --model "$TMP/yarn.json" --steps 1
 $GEN --checkpoint "$TMP/llama.st" --prompt "The " --length 20 --temperature 0 --device 0 >"$TMP/gen.txt" 2>"$TMP/err"
 rc=$?

@@ -34,6 +34,13 @@ int cli_device_status(int rc) {
   return rc == STRATA_ERR_PARSE || rc == STRATA_ERR_RANGE || rc == STRATA_ERR_INVALID ? 2 : 1;
 }
 
+int cli_model_status(int rc) {
+  return rc == STRATA_ERR_NOT_FOUND || rc == STRATA_ERR_PARSE || rc == STRATA_ERR_INVALID || rc == STRATA_ERR_RANGE ||
+                 rc == STRATA_ERR_SHAPE || rc == STRATA_ERR_UNSUPPORTED
+             ? 2
+             : 1;
+}
+
 int cli_parse_range(const char *prog, const char *opt, const char *text, int64_t min, int64_t max, int64_t *out) {
   int64_t v = 0;
   if (strata__parse_int(text, min, max, &v) == 0) {

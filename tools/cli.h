@@ -23,6 +23,17 @@ int cli_refuse(const char *prog, int c, int argc, char **argv);
 ** STRATA_BACKENDS=gpu) is bad usage, 2; anything else is a runtime failure, 1. */
 int cli_device_status(int rc);
 
+/* The exit status for a failed strata_model_load (--model NAME or FILE):
+** what the name or the file says is bad input, 2 — an unknown preset
+** (NOT_FOUND), malformed JSON or an unknown field (PARSE), a value out of
+** range (INVALID, RANGE), sizes that do not fit (SHAPE: heads not dividing
+** d_model, n_kv_heads not dividing heads), a rope_type strata does not know
+** (UNSUPPORTED). A file that cannot be read is a runtime failure, 1: the
+** library reports a missing file, a FIFO or a directory as STRATA_ERR_IO,
+** like every other input file the tools open (a missing --data or --resume
+** is 1 too), and out of memory is 1. */
+int cli_model_status(int rc);
+
 /* The largest value cli_parse_int takes when no bound is given: counts
 ** (steps, batches, seeds) past a billion are typing mistakes, not runs. */
 #define CLI_INT_MAX INT64_C(1000000000)

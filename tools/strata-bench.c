@@ -74,7 +74,8 @@ static void usage(FILE *f) {
           "  -h, --help         this help\n"
           "      --version      show the version (strata-bench --version)\n"
           "\n"
-          "Exit status: 0 on success, 1 if a measurement failed, 2 on bad usage.\n");
+          "Exit status: 0 on success, 1 if a measurement failed, 2 on bad usage (a --model that does not load\n"
+          "included; a model file that cannot be read is 1).\n");
 }
 
 static double now(void) {
@@ -877,10 +878,11 @@ static int calibrate_main(int argc, char **argv) {
     rows[i] = row_list[i];
   free(row_list);
   strata_model_t model = NULL;
-  if (model_name && strata_model_load(model_name, &model)) {
+  int lrc = model_name ? strata_model_load(model_name, &model) : 0;
+  if (lrc) {
     fprintf(stderr, "strata-bench: %s\n", strata_last_error());
     free(rows);
-    return 2;
+    return cli_model_status(lrc); /* 2 for what the name or file says, 1 for a file that cannot be read */
   }
   int *devs = NULL, n = 0;
   if (list && cli_parse_list("strata-bench", "--devices", list, 0, 65535, &devs, &n)) {

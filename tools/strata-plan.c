@@ -560,9 +560,10 @@ int main(int argc, char **argv) {
     return 2;
   }
   strata_model_t m;
-  if (strata_model_load(a.model, &m)) {
+  int lrc = strata_model_load(a.model, &m);
+  if (lrc) {
     fprintf(stderr, "%s: %s\n", PROG, strata_last_error());
-    return 2;
+    return cli_model_status(lrc); /* 2 for what the name or file says, 1 for a file that cannot be read */
   }
   strata_machine_t cl;
   int rc = build_machine(&a, &cl);

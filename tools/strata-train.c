@@ -332,7 +332,19 @@ static int load_data(struct run *r, const struct options *o) {
   return 0;
 }
 
-/* The model of a checkpoint, from the model config the trainer stores in its metadata ("model", the model-file JSON). */
+/* --model NAME or FILE: 0, or after one line cli_model_status's code (2 for what the name or file says, 1 for a
+** file that cannot be read). */
+static int load_model(const char *name, strata_model_t *out /* OUT */) {
+  int rc = strata_model_load(name, out);
+  if (!rc)
+    return 0;
+  fprintf(stderr, PROG ": %s\n", strata_last_error());
+  return cli_model_status(rc);
+}
+
+/* The model of a checkpoint, from the model config the trainer stores in its metadata ("model", the model-file JSON).
+** Every failure is 1, as for the rest of a checkpoint: strata-train treats a checkpoint it cannot read or parse (a
+** missing or corrupt --resume, one of another model) as a runtime failure, and so its model config too. */
 static int model_from_checkpoint(const char *path, strata_model_t *out /* OUT */) {
   strata_safetensors_t st = NULL;
   if (strata_safetensors_read(path, &st))
@@ -663,11 +675,11 @@ int main(int argc, char **argv) {
       }
     }
   } else if (o.model)
-    rc = strata_model_load(o.model, &r.model) ? fail(NULL) : 0;
+    rc = load_model(o.model, &r.model);
   else if (o.resume)
     rc = model_from_checkpoint(o.resume, &r.model);
   else
-    rc = strata_model_load(DEFAULT_PRESET, &r.model) ? fail(NULL) : 0;
+    rc = load_model(DEFAULT_PRESET, &r.model);
   if (rc)
     goto out;
   r.cfg = strata_model_config(r.model);

@@ -144,8 +144,9 @@ static void usage(FILE *f) {
     fprintf(f, " %s", *p);
   fprintf(f, "\n\n"
              "Exit status: 0 on success, 1 on a runtime failure (unreadable data or checkpoint,\n"
-             "device error, divergence), 2 on bad usage or malformed input (a token file or a Hugging\n"
-             "Face config strata cannot use), 130 when interrupted (after saving).\n");
+             "device error, divergence), 2 on bad usage or malformed input (a --model file or a token\n"
+             "file or a Hugging Face config strata cannot use, an unknown preset), 130 when interrupted\n"
+             "(after saving).\n");
 }
 
 /* ---------------------------------------------------------------- parsing */
