@@ -208,6 +208,10 @@ fails_clearly "strata-export of an image model" 2 "neither a GPT nor a Llama" "$
 "$GEN" --init-from "$HF/small" --tokens --prompt "$P" -n 1 -t 0 >"$TMP/out" 2>"$TMP/err"
 check "--tokens, a short prompt: the next id is transformers' argmax 348 ($(cat "$TMP/out"))" \
   [ "$(cat "$TMP/out")" = "$P 348" ]
+"$GEN" --init-from "$HF/small" --tokens --prompt "$P" -n 40 -t 0 >"$TMP/kv" 2>"$TMP/err"
+"$GEN" --init-from "$HF/small" --tokens --prompt "$P" -n 40 -t 0 --no-kv-cache >"$TMP/full" 2>"$TMP/err"
+check "--tokens, GPT-2: the KV cache's 40 greedy ids (past the context) are the whole window's" \
+  sh -c "[ \$(wc -w <'$TMP/kv') -eq 45 ] && cmp -s '$TMP/kv' '$TMP/full'"
 Q="35687 14018 48342 13203 45882 11413 33648 1113 5733 28245 4486 17077 3708 16305 37166 37959"
 echo "$Q" | tr ' ' '\n' | "$GEN" --init-from "$HF/tied-50257" --tokens --prompt - -n 1 -t 0 >"$TMP/out" 2>"$TMP/err"
 check "--tokens from stdin, GPT-2's vocabulary: the next id is transformers' argmax 7101" [ "$(cat "$TMP/out")" = "$Q 7101" ]

@@ -42,7 +42,7 @@ if [ ! -x "$TRAIN" ] || [ ! -x "$GEN" ]; then
   echo "1..0 # SKIP strata-train or strata-generate not built"
   exit 0
 fi
-echo "1..160"
+echo "1..163"
 
 # A small corpus of our own, so that the tests do not depend on what the machine ships.
 for i in 1 2 3 4 5 6 7 8; do cat "$top_srcdir/README.md" "$top_srcdir/man/strata-train.1"; done >"$TMP/text.txt"
@@ -155,6 +155,20 @@ check "generate: the prompt and 40 bytes, the same for the same seed" sh -c "[ $
 $GEN --checkpoint "$TMP/half.st" --length 20 --temperature 0 >"$TMP/out" 2>"$TMP/err"
 rc=$?
 check "generate: greedy decoding" [ $rc -eq 0 -a "$(wc -c <"$TMP/out")" -eq 21 ]
+# --tokens keeps each layer's keys and values (the KV cache) unless --no-kv-cache: the same greedy ids as the whole
+# window, within the context and past it (the window then slides, with a note); the rate on stderr
+KP="84 104 101 32 109 111 100 101 108"
+$GEN --checkpoint "$TMP/half.st" --tokens -p "$KP" -n 15 -t 0 >"$TMP/kv" 2>"$TMP/kverr"
+rc=$?
+$GEN --checkpoint "$TMP/half.st" --tokens -p "$KP" -n 15 -t 0 --no-kv-cache >"$TMP/full" 2>"$TMP/err"
+check "generate --tokens, GPT: the KV cache's greedy ids are the whole window's (exit $rc)" sh -c "[ $rc -eq 0 ] &&
+  [ \$(wc -w <'$TMP/kv') -eq 24 ] && cmp -s '$TMP/kv' '$TMP/full' && grep -q 'tokens/s (KV cache)$' '$TMP/kverr' &&
+  grep -q 'tokens/s (whole window, --no-kv-cache)$' '$TMP/err'"
+$GEN --checkpoint "$TMP/half.st" --tokens -p "$KP" -n 60 -t 0 >"$TMP/kv" 2>"$TMP/kverr"
+rc=$?
+$GEN --checkpoint "$TMP/half.st" --tokens -p "$KP" -n 60 -t 0 --no-kv-cache >"$TMP/full" 2>"$TMP/err"
+check "generate --tokens, GPT: past the context the window slides, the same ids (exit $rc)" sh -c "[ $rc -eq 0 ] &&
+  [ \$(wc -w <'$TMP/kv') -eq 69 ] && cmp -s '$TMP/kv' '$TMP/full' && grep -q 'is full: the window slides' '$TMP/kverr'"
 fails_clearly "generate: truncated checkpoint" 1 "truncated.st" $GEN --checkpoint "$TMP/truncated.st"
 fails_clearly "generate: missing checkpoint" 1 "no-such.st" $GEN --checkpoint "$TMP/no-such.st"
 fails_clearly "generate: no --checkpoint" 2 "--checkpoint" $GEN --length 5
@@ -661,6 +675,11 @@ fails_clearly "a llama of an unknown rope_type" 2 '"rope_scaling.rope_type" "yar
 $GEN --checkpoint "$TMP/llama.st" --prompt "The " --length 20 --temperature 0 --device 0 >"$TMP/gen.txt" 2>"$TMP/err"
 rc=$?
 check "strata-generate continues a llama checkpoint (exit $rc)" sh -c "[ $rc -eq 0 ] && [ \$(wc -c <'$TMP/gen.txt') -ge 24 ]"
+$GEN --checkpoint "$TMP/llama.st" --tokens -p "$KP" -n 90 -t 0 >"$TMP/kv" 2>"$TMP/kverr"
+rc=$?
+$GEN --checkpoint "$TMP/llama.st" --tokens -p "$KP" -n 90 -t 0 --no-kv-cache >"$TMP/full" 2>"$TMP/err"
+check "generate --tokens, llama (RoPE, GQA): the KV cache's greedy ids are the whole window's (exit $rc)" sh -c "[ $rc -eq 0 ] &&
+  [ \$(wc -w <'$TMP/kv') -eq 99 ] && cmp -s '$TMP/kv' '$TMP/full' && grep -q 'tokens/s (KV cache' '$TMP/kverr'"
 $LL --resume "$TMP/llama.st" --steps 8 --device 0 >"$TMP/llr.json" 2>"$TMP/err"
 rc=$?
 at=$(field "$TMP/llr.json" start start_step)

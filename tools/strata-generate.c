@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <strata/strata.h>
 
@@ -43,6 +44,7 @@ struct options {
   int64_t seed;
   int64_t device;
   int64_t context;          /* --context: an --init-from Llama's window; 0: its max_position_embeddings */
+  int no_kv_cache;           /* --no-kv-cache: every token runs the whole window */
 };
 
 static void usage(FILE *f) {
@@ -69,13 +71,27 @@ static void usage(FILE *f) {
         "                           (default 0)\n"
         "  -s, --seed S             random seed (default 1)\n"
         "      --device N           global device index (default 0; see strata-topo)\n"
+        "      --no-kv-cache        with --tokens, run the whole window for every token instead of\n"
+        "                           keeping each layer's keys and values (the default: a prefill\n"
+        "                           of the prompt, then one row per token, on one device in fp32;\n"
+        "                           once the context is full the window slides and each further\n"
+        "                           token runs the whole window, with a note)\n"
         "  -h, --help               show this help\n"
         "      --version            show the version\n"
         "\n"
-        "The prompt is printed, then each byte (token id) as it is sampled.\n"
+        "The prompt is printed, then each byte (token id) as it is sampled; the rate (tokens/s) goes\n"
+        "to stderr at the end. Text (bytes) pads the window on the left, so every byte shifts the\n"
+        "positions: it runs the whole window for each byte (no KV cache).\n"
         "Exit status: 0 on success, 1 on a runtime failure (missing or corrupt checkpoint,\n"
         "not a text model, device error), 2 on bad usage or bad token ids.\n",
         f);
+}
+
+/* Monotonic seconds, for the rate. */
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* splitmix64: a small, well-mixed generator; the same seed gives the same text. */
@@ -153,7 +169,7 @@ static int model_from_checkpoint(const char *path, strata_model_t *out /* OUT */
   return 0;
 }
 
-enum { OPT_DEVICE = 256, OPT_VERSION, OPT_INIT_FROM, OPT_TOKENS, OPT_CONTEXT };
+enum { OPT_DEVICE = 256, OPT_VERSION, OPT_INIT_FROM, OPT_TOKENS, OPT_CONTEXT, OPT_NO_KV_CACHE };
 
 /* Where token ids come from: the --prompt text, or a stream (stdin for '-p -'). */
 struct id_source {
@@ -258,7 +274,8 @@ static int parse_args(int argc, char **argv, struct options *o) {
       {"top-k", required_argument, NULL, 'k'},      {"seed", required_argument, NULL, 's'},
       {"device", required_argument, NULL, OPT_DEVICE}, {"help", no_argument, NULL, 'h'},
       {"version", no_argument, NULL, OPT_VERSION},  {"init-from", required_argument, NULL, OPT_INIT_FROM},
-      {"tokens", no_argument, NULL, OPT_TOKENS},    {"context", required_argument, NULL, OPT_CONTEXT},    {NULL, 0, NULL, 0}};
+      {"tokens", no_argument, NULL, OPT_TOKENS},    {"context", required_argument, NULL, OPT_CONTEXT},
+      {"no-kv-cache", no_argument, NULL, OPT_NO_KV_CACHE}, {NULL, 0, NULL, 0}};
   memset(o, 0, sizeof *o);
   o->prompt = "";
   o->length = 200;
@@ -272,6 +289,7 @@ static int parse_args(int argc, char **argv, struct options *o) {
     case OPT_INIT_FROM: o->init_from = optarg; break;
     case OPT_TOKENS: o->tokens = 1; break;
     case OPT_CONTEXT: if (cli_parse_range(PROG, "--context", optarg, 1, 65536, &o->context)) return EXIT_USAGE; break;
+    case OPT_NO_KV_CACHE: o->no_kv_cache = 1; break;
     case 'p': o->prompt = optarg; break;
     case 'n': if (cli_parse_range(PROG, "--length", optarg, 1, MAX_LENGTH, &o->length)) return EXIT_USAGE; break;
     case 't':
@@ -344,20 +362,62 @@ static int generate_tokens(strata_trainer_t tr, const struct strata_model_config
     printf("%s%d", i ? " " : "", (int)all[i]);
   fflush(stdout);
   uint64_t rng = (uint64_t)o->seed;
-  for (int64_t g = 0; g < o->length && !rc; g++) {
+  /* The KV cache: a prefill of the prompt's last `ctx` ids, then one row per token until the context is full */
+  strata_decoder_t dec = NULL;
+  if (!o->no_kv_cache && strata_trainer_decoder(tr, &dec))
+    fprintf(stderr, PROG ": no KV cache (%s): each token runs the whole window\n", strata_last_error());
+  const char *how = dec ? "KV cache" : o->no_kv_cache ? "whole window, --no-kv-cache" : "whole window";
+  const double t0 = now_s();
+  int cached = 0; /* logits hold the cache's answer for the ids so far */
+  if (dec) {
     int64_t have = (int64_t)n < ctx ? (int64_t)n : ctx;
-    for (int64_t i = 0; i < ctx; i++)
-      window[i] = i < have ? all[n - (size_t)have + (size_t)i] : 0;
-    if (strata_trainer_logits_at(tr, window, 1, have - 1, 1, logits)) {
+    if (strata_decoder_feed(dec, all + n - (size_t)have, have, logits)) {
       printf("\n");
       fprintf(stderr, PROG ": %s\n", strata_last_error());
       rc = EXIT_RUNTIME;
-      break;
+    }
+    cached = 1;
+  }
+  for (int64_t g = 0; g < o->length && !rc; g++) {
+    if (!cached) {
+      int64_t have = (int64_t)n < ctx ? (int64_t)n : ctx;
+      for (int64_t i = 0; i < ctx; i++)
+        window[i] = i < have ? all[n - (size_t)have + (size_t)i] : 0;
+      if (strata_trainer_logits_at(tr, window, 1, have - 1, 1, logits)) {
+        printf("\n");
+        fprintf(stderr, PROG ": %s\n", strata_last_error());
+        rc = EXIT_RUNTIME;
+        break;
+      }
     }
     int t = sample(logits, vocab, o->temperature, o->top_k, &rng, work);
     all[n++] = t;
     printf("%s%d", n > 1 ? " " : "", t);
     fflush(stdout);
+    cached = 0;
+    if (!dec || g + 1 == o->length)
+      continue;
+    if (strata_decoder_position(dec) < ctx) {
+      if (strata_decoder_feed(dec, &all[n - 1], 1, logits)) {
+        printf("\n");
+        fprintf(stderr, PROG ": %s\n", strata_last_error());
+        rc = EXIT_RUNTIME;
+        break;
+      }
+      cached = 1;
+    } else { /* the window slides: the positions of every id shift, so no cache holds */
+      fprintf(stderr, PROG ": the context of %lld is full: the window slides and each further token runs the whole "
+              "window\n", (long long)ctx);
+      how = "KV cache, then the whole window";
+      strata_decoder_free(dec);
+      dec = NULL;
+    }
+  }
+  strata_decoder_free(dec);
+  if (!rc) {
+    const double dt = now_s() - t0;
+    fprintf(stderr, PROG ": %lld tokens in %.3f s: %.1f tokens/s (%s)\n", (long long)o->length, dt,
+            dt > 0 ? (double)o->length / dt : 0.0, how);
   }
   if (!rc)
     printf("\n");
@@ -451,6 +511,7 @@ int main(int argc, char **argv) {
   uint64_t rng = (uint64_t)o.seed;
   fwrite(o.prompt, 1, plen, stdout);
   fflush(stdout);
+  const double t0 = now_s();
   for (int64_t g = 0; g < o.length; g++) {
     /* The last ctx bytes, padded on the left when there are fewer. */
     int64_t have = (int64_t)len < ctx ? (int64_t)len : ctx;
@@ -470,6 +531,9 @@ int main(int argc, char **argv) {
     fflush(stdout);
   }
   putchar('\n');
+  const double dt = now_s() - t0;
+  fprintf(stderr, PROG ": %lld bytes in %.3f s: %.1f tokens/s (whole window: text pads on the left)\n",
+          (long long)o.length, dt, dt > 0 ? (double)o.length / dt : 0.0);
   rc = 0;
 out:
   free(window);

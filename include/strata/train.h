@@ -145,6 +145,31 @@ STRATA_API int strata_trainer_logits(strata_trainer_t tr, const int32_t *tokens,
 STRATA_API int strata_trainer_logits_at(strata_trainer_t tr, const int32_t *tokens, int64_t batch, int64_t first,
                                         int64_t count, float *logits /* OUT */);
 
+/*
+** Generation with a KV cache (text models, GPT or llama, on a one-device
+** trainer in float32: a pipeline, tensor-parallel, replicated, ZeRO-3 or bf16
+** trainer is refused by name). A decoder keeps each block's keys and values
+** (after RoPE for a llama) for positions 0, 1, ... of one sequence, so each
+** new token runs one row through the model instead of the whole prefix.
+** strata_decoder_feed runs `count` tokens at the next positions (a prompt's
+** prefill, or one new token) and writes the logits after the last of them
+** into `logits` (vocab floats; NULL: none). The positions end at the model's
+** context: a feed past it is refused (STRATA_ERR_RANGE) with nothing run, and
+** the caller decides (strata-generate slides the window with the full-window
+** path, strata_trainer_logits_at). strata_decoder_reset empties the cache.
+** Ownership: the decoder owns its cache and reads the trainer's parameters at
+** every feed: free it (strata_decoder_free, NULL allowed) before the trainer,
+** and do not train or load between feeds unless that change is wanted.
+** Greedy decoding gives the tokens of the full-window path (the attention of
+** the one query is two GEMMs around a softmax: equal to float rounding).
+*/
+typedef struct strata_decoder *strata_decoder_t;
+STRATA_API int strata_trainer_decoder(strata_trainer_t tr, strata_decoder_t *dec /* OUT */);
+STRATA_API int strata_decoder_feed(strata_decoder_t dec, const int32_t *tokens, int64_t count, float *logits /* OUT */);
+STRATA_API int64_t strata_decoder_position(strata_decoder_t dec);
+STRATA_API void strata_decoder_reset(strata_decoder_t dec);
+STRATA_API void strata_decoder_free(strata_decoder_t dec);
+
 /* ---- pipeline parallelism ---- */
 
 /* The arrays are the caller's, read during strata_trainer_new_pipeline only. */

@@ -2,6 +2,7 @@
 # lib/model/ — model kinds, their layers and cost profile, and the sharded stages that run them on one device.
 libstrata_la_SOURCES += \
 	%reldir%/layers.c \
+	%reldir%/decode.c \
 	%reldir%/llama.c \
 	%reldir%/model.c \
 	%reldir%/model.h \

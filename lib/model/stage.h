@@ -532,4 +532,21 @@ int strata__seq_ln_grads(struct strata__stage *st, strata_queue_t q, strata_mem_
 /* Whether the stage ends with the model's loss layer. */
 static inline int strata__stage_has_loss(const struct strata__stage *st) { return st->last == st->model->nlayers; }
 
+/*
+** KV-cache decoding (model/decode.c) through a stage holding the whole text
+** model on one device (float32, unsharded; refused otherwise by name): each
+** step runs one token at the next position (0, 1, ...) through every layer,
+** keeping each block's q|k|v row (k rotated for a llama), and attends over the
+** rows kept. The decoder reads the stage's parameters at each step and owns
+** its buffers only; free it before the stage. A step past the context is
+** refused (STRATA_ERR_RANGE); reset starts again at position 0.
+*/
+struct strata__decoder;
+int strata__decoder_new(struct strata__stage *st, struct strata__decoder **out);
+/* Run `token` at the next position; logits (vocab floats) receives the next token's logits (NULL: none, a prefill). */
+int strata__decoder_step(struct strata__decoder *d, int32_t token, float *logits);
+int64_t strata__decoder_pos(const struct strata__decoder *d);
+void strata__decoder_reset(struct strata__decoder *d);
+void strata__decoder_free(struct strata__decoder *d);
+
 #endif /* STRATA__STAGE_H */

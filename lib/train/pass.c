@@ -281,3 +281,60 @@ STRATA_API int strata_trainer_logits_at(strata_trainer_t tr, const int32_t *toke
   strata__trainer_release_all(tr);
   return rc;
 }
+
+/* ---- generation with a KV cache (model/decode.c over the trainer's one stage) ---- */
+
+struct strata_decoder {
+  strata_trainer_t tr;
+  struct strata__decoder *d;
+};
+
+STRATA_API int strata_trainer_decoder(strata_trainer_t tr, strata_decoder_t *dec) {
+  if (!tr || !dec)
+    return strata__error(STRATA_ERR_INVALID, "strata_trainer_decoder: NULL argument");
+  *dec = NULL;
+  if (tr->images)
+    return strata__error(STRATA_ERR_UNSUPPORTED, "strata_trainer_decoder: '%s' is not a text model",
+                         tr->model->cfg.name);
+  if ((tr->ranks && tr->ranks->spans) || tr->nstages != 1 || tr->chains != 1)
+    return strata__error(STRATA_ERR_UNSUPPORTED, "strata_trainer_decoder: KV-cache decoding runs on a one-device "
+                         "trainer; this one has %d pipeline stage%s and %d chain%s (pp, tp or dp)", tr->nstages,
+                         tr->nstages == 1 ? "" : "s", tr->chains, tr->chains == 1 ? "" : "s");
+  struct strata_decoder *o = calloc(1, sizeof *o);
+  if (!o)
+    return strata__error(STRATA_ERR_NOMEM, "strata_trainer_decoder: out of host memory");
+  o->tr = tr;
+  int rc = strata__decoder_new(tr->st[0], &o->d);
+  if (rc) {
+    free(o);
+    return rc;
+  }
+  *dec = o;
+  return STRATA_OK;
+}
+
+STRATA_API int strata_decoder_feed(strata_decoder_t dec, const int32_t *tokens, int64_t count, float *logits) {
+  if (!dec || !tokens || count < 1)
+    return strata__error(STRATA_ERR_INVALID, "strata_decoder_feed: NULL argument or no token");
+  const int64_t ctx = dec->tr->model->cfg.context, pos = strata__decoder_pos(dec->d);
+  if (count > ctx - pos)
+    return strata__error(STRATA_ERR_RANGE, "strata_decoder_feed: %lld token%s at position %lld go past the context "
+                         "of %lld", (long long)count, count == 1 ? "" : "s", (long long)pos, (long long)ctx);
+  for (int64_t i = 0; i < count; i++)
+    TRY(strata__decoder_step(dec->d, tokens[i], i == count - 1 ? logits : NULL));
+  return STRATA_OK;
+}
+
+STRATA_API int64_t strata_decoder_position(strata_decoder_t dec) { return dec ? strata__decoder_pos(dec->d) : 0; }
+
+STRATA_API void strata_decoder_reset(strata_decoder_t dec) {
+  if (dec)
+    strata__decoder_reset(dec->d);
+}
+
+STRATA_API void strata_decoder_free(strata_decoder_t dec) {
+  if (!dec)
+    return;
+  strata__decoder_free(dec->d);
+  free(dec);
+}
