@@ -13,6 +13,12 @@ n=0
 ok() { n=$((n + 1)); echo "ok $n - $1"; }
 not_ok() { n=$((n + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
 check() { name=$1; shift; if "$@"; then ok "$name"; else not_ok "$name" "$(head -c 600 "$TMP/err" 2>/dev/null)"; fi; }
+skip() { n=$((n + 1)); echo "ok $n - $1 # SKIP $2"; }
+# strata-bench calibrate refuses (exit 1, "... calibrate again on a quieter machine") when the machine's load moves a
+# device's speed while it measures — its designed answer, not a defect: the checks that need its file then skip
+# with that reason (under CI's load it measures)
+BUSY="the machine was too busy to calibrate (a device's speed moved while it was measured)"
+unsteady() { grep -q 'calibrate again on a quieter machine' "$1" 2>/dev/null; }
 fails_clearly() {
   name=$1 words=$2
   shift 2
@@ -125,13 +131,20 @@ STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 $BENCH calibrate --out "$TMP/cal.json
   $PLAN --calibration "$TMP/cal.json" --model gpt-micro --batch 4 --tp 1 --no-zero --out "$TMP/host.json" \
     >"$TMP/out" 2>"$TMP/err"
 rc=$?
-check "strata-bench calibrate, then a plan on the calibrated devices" [ "$rc" -eq 0 ]
-# its progress: each phase on stderr as it starts, seconds rising, then "done" and where the file went
-cp "$TMP/calerr" "$TMP/err"
-check "strata-bench calibrate says its progress on stderr" [ "$(grep -c '^strata-bench: calibrate: [0-9.]* s: ' \
-  "$TMP/calerr")" -ge 3 ] && grep -q '^strata-bench: calibrate: [0-9.]* s: done$' "$TMP/calerr" &&
-  [ "$(tail -n 1 "$TMP/calerr")" = "strata-bench: calibration written to $TMP/cal.json" ] &&
-  sed -n 's/^strata-bench: calibrate: \([0-9.]*\) s: .*/\1/p' "$TMP/calerr" | sort -c -g
+busy=0
+unsteady "$TMP/calerr" && busy=1
+if [ $busy -eq 1 ]; then
+  skip "strata-bench calibrate, then a plan on the calibrated devices" "$BUSY"
+  skip "strata-bench calibrate says its progress on stderr" "$BUSY"
+else
+  check "strata-bench calibrate, then a plan on the calibrated devices" [ "$rc" -eq 0 ]
+  # its progress: each phase on stderr as it starts, seconds rising, then "done" and where the file went
+  cp "$TMP/calerr" "$TMP/err"
+  check "strata-bench calibrate says its progress on stderr" [ "$(grep -c '^strata-bench: calibrate: [0-9.]* s: ' \
+    "$TMP/calerr")" -ge 3 ] && grep -q '^strata-bench: calibrate: [0-9.]* s: done$' "$TMP/calerr" &&
+    [ "$(tail -n 1 "$TMP/calerr")" = "strata-bench: calibration written to $TMP/cal.json" ] &&
+    sed -n 's/^strata-bench: calibrate: \([0-9.]*\) s: .*/\1/p' "$TMP/calerr" | sort -c -g
+fi
 # calibrate's model options: bad ones are one line and exit 2 before anything is measured
 bench_refuses() {
   name=$1 words=$2
@@ -162,17 +175,26 @@ STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 $BENCH calibrate --model gpt-micro --
   --out "$TMP/calm.json" >/dev/null 2>"$TMP/calerr" &&
   $PLAN --calibration "$TMP/calm.json" --model gpt-micro --batch 4 --json >"$TMP/out" 2>"$TMP/err"
 rc=$?
-check "strata-bench calibrate --model: every device lists its GEMMs, and strata-plan plans on them" \
-  [ "$rc" -eq 0 ] && [ "$(grep -c '"gemm_shapes"' "$TMP/calm.json")" -eq 2 ]
-cp "$TMP/calerr" "$TMP/err"
-check "strata-bench calibrate --quiet: nothing on stderr" [ ! -s "$TMP/calerr" ]
-mb=$(sed -n 's/.*"microbatches":\([0-9]*\).*/\1/p' "$TMP/host.json")
-dp=$(sed -n 's/.*"dp":\([0-9]*\).*/\1/p' "$TMP/host.json")
-rows=$((4 / (mb * dp)))
+if unsteady "$TMP/calerr"; then
+  skip "strata-bench calibrate --model: every device lists its GEMMs, and strata-plan plans on them" "$BUSY"
+  skip "strata-bench calibrate --quiet: nothing on stderr" "$BUSY"
+else
+  check "strata-bench calibrate --model: every device lists its GEMMs, and strata-plan plans on them" \
+    [ "$rc" -eq 0 ] && [ "$(grep -c '"gemm_shapes"' "$TMP/calm.json")" -eq 2 ]
+  cp "$TMP/calerr" "$TMP/err"
+  check "strata-bench calibrate --quiet: nothing on stderr" [ ! -s "$TMP/calerr" ]
+fi
 for i in 1 2 3 4; do cat "$top_srcdir/README.md"; done >"$TMP/text.txt"
-STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 $TRAIN --model gpt-micro --layout "$TMP/host.json" --data "$TMP/text.txt" \
-  --batch "$rows" --steps 1 --eval-batches 1 --eval-every 0 >"$TMP/out" 2>"$TMP/err"
-check "strata-train --layout runs the plan ($(cat "$TMP/host.json"))" [ $? -eq 0 ]
+if [ $busy -eq 1 ]; then
+  skip "strata-train --layout runs the plan of the calibrated devices" "$BUSY"
+else
+  mb=$(sed -n 's/.*"microbatches":\([0-9]*\).*/\1/p' "$TMP/host.json")
+  dp=$(sed -n 's/.*"dp":\([0-9]*\).*/\1/p' "$TMP/host.json")
+  rows=$((4 / (mb * dp)))
+  STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 $TRAIN --model gpt-micro --layout "$TMP/host.json" \
+    --data "$TMP/text.txt" --batch "$rows" --steps 1 --eval-batches 1 --eval-every 0 >"$TMP/out" 2>"$TMP/err"
+  check "strata-train --layout runs the plan ($(cat "$TMP/host.json"))" [ $? -eq 0 ]
+fi
 
 # --precision (issue 31): a bf16 plan writes "precision":"bf16" and --simulate takes it; an fp32 plan's layout is
 # what it was (no "precision"); fp16, a --precision other than the layout's, a calibration without bf16 speeds and a
@@ -208,8 +230,13 @@ STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 $BENCH calibrate --precision bf16 --q
   $PLAN --calibration "$TMP/calb.json" --model gpt-micro --batch 4 --precision bf16 --out "$TMP/hostbf.json" \
     >"$TMP/out" 2>"$TMP/err"
 rc=$?
-check "strata-bench calibrate --precision bf16: each device's bf16 speed, and a bf16 plan on it" \
-  [ "$rc" -eq 0 ] && [ "$(grep -c '"bf16_gflops"' "$TMP/calb.json")" -eq 2 ] && grep -q '"precision":"bf16"' "$TMP/hostbf.json"
+if unsteady "$TMP/err"; then
+  skip "strata-bench calibrate --precision bf16: each device's bf16 speed, and a bf16 plan on it" "$BUSY"
+else
+  check "strata-bench calibrate --precision bf16: each device's bf16 speed, and a bf16 plan on it" \
+    [ "$rc" -eq 0 ] && [ "$(grep -c '"bf16_gflops"' "$TMP/calb.json")" -eq 2 ] &&
+    grep -q '"precision":"bf16"' "$TMP/hostbf.json"
+fi
 
 # the memory modes (issue 32, item 5): two host devices of 1,950,000 bytes (a calibration written by hand; the planner
 # plans within 90% of it, 1,755,000 bytes), gpt-tiny at batch 8. Without recomputation nothing fits; the search takes
