@@ -562,7 +562,8 @@ static int by_bound(const void *a, const void *b) {
 ** where a plain one is fast, and every one is where nothing else fits.
 */
 static void run_deferred(struct search *s) {
-  qsort(s->deferred, (size_t)s->ndeferred, sizeof *s->deferred, by_bound);
+  if (s->ndeferred > 1) /* none deferred: no array at all, and qsort's base must not be NULL */
+    qsort(s->deferred, (size_t)s->ndeferred, sizeof *s->deferred, by_bound);
   for (int i = 0; i < s->ndeferred; i++) {
     strata_layout_t l = s->deferred[i].layout;
     s->deferred[i].layout = NULL;
