@@ -600,7 +600,7 @@ static void run_on(strata_model_t m, const char *fmt, const int *d, struct run *
   strata_trainer_t tr;
   if (fmt) {
     char text[512];
-    snprintf(text, sizeof text, fmt, d[0], d[1], d[2], d[3]);
+    snprintf(text, sizeof text, fmt, d[0], d[1]); /* every format names two devices */
     strata_layout_t l;
     OK(strata_layout_from_json(text, "llama on opencl", &l));
     OK(strata_trainer_new_layout(m, ds, &o, l, NULL, &tr));
