@@ -53,19 +53,6 @@ static int ll_num(json_t *o, const char *src, const char *where, const char *key
   return STRATA_OK;
 }
 
-/* An optional boolean; absent or null gives `dflt`. */
-static int ll_bool(json_t *o, const char *src, const char *key, int dflt, int *v) {
-  json_t *j = json_object_get(o, key);
-  if (!j || json_is_null(j)) {
-    *v = dflt;
-    return STRATA_OK;
-  }
-  if (!json_is_boolean(j))
-    return strata__error(STRATA_ERR_PARSE, "%s: \"%s\" must be true or false", src, key);
-  *v = json_is_true(j);
-  return STRATA_OK;
-}
-
 /*
 ** The rope of one object: transformers 5's rope_parameters (rope_theta and
 ** rope_type inside it) or transformers 4's rope_scaling (rope_type, or the
@@ -142,13 +129,13 @@ int strata__hf_llama_config(json_t *root, const char *src, const char *name, str
     return strata__error(STRATA_ERR_UNSUPPORTED, "%s: hidden_act \"%s\"; strata's SwiGLU gates with \"silu\"", src,
                          json_string_value(act));
   int flag;
-  TRY(ll_bool(root, src, "attention_bias", 0, &flag));
+  TRY(strata__hf_bool(root, src, "attention_bias", 0, &flag));
   if (flag)
     return strata__error(STRATA_ERR_UNSUPPORTED, "%s: attention_bias is true; strata's Llama has no biases", src);
-  TRY(ll_bool(root, src, "mlp_bias", 0, &flag));
+  TRY(strata__hf_bool(root, src, "mlp_bias", 0, &flag));
   if (flag)
     return strata__error(STRATA_ERR_UNSUPPORTED, "%s: mlp_bias is true; strata's Llama has no biases", src);
-  TRY(ll_bool(root, src, "use_sliding_window", 0, &flag));
+  TRY(strata__hf_bool(root, src, "use_sliding_window", 0, &flag));
   json_t *sw = json_object_get(root, "sliding_window");
   if (flag || (sw && !json_is_null(sw)))
     return strata__error(STRATA_ERR_UNSUPPORTED, "%s: sliding_window is set; strata's attention sees the whole "
@@ -182,7 +169,7 @@ int strata__hf_llama_config(json_t *root, const char *src, const char *name, str
     return strata__error(STRATA_ERR_UNSUPPORTED, "%s: head_dim is not hidden_size / num_attention_heads (%lld); "
                          "strata's heads split the hidden size", src, (long long)(c->d_model / c->heads));
   TRY(ll_num(root, src, "", "rms_norm_eps", HF_LLAMA_EPS, &c->norm_eps));
-  TRY(ll_bool(root, src, "tie_word_embeddings", 0, &c->tied));
+  TRY(strata__hf_bool(root, src, "tie_word_embeddings", 0, &c->tied));
   /* rope: transformers 5's rope_parameters, else transformers 4's rope_theta and rope_scaling */
   double theta;
   TRY(ll_num(root, src, "", "rope_theta", HF_LLAMA_THETA, &theta));

@@ -47,8 +47,7 @@ static int hf_int(json_t *root, const char *src, const char *key, int64_t *v) {
   return STRATA_OK;
 }
 
-/* An optional boolean field; absent gives `dflt`. */
-static int hf_bool(json_t *root, const char *src, const char *key, int dflt, int *v) {
+int strata__hf_bool(json_t *root, const char *src, const char *key, int dflt, int *v) {
   json_t *j = json_object_get(root, key);
   if (!j || json_is_null(j)) {
     *v = dflt;
@@ -104,15 +103,15 @@ static int hf_config(json_t *root, const char *src, const char *name, struct str
     return strata__error(STRATA_ERR_UNSUPPORTED, "%s: layer_norm_epsilon %g; strata's layernorms use 1e-05", src,
                          json_number_value(eps));
   int flag;
-  TRY(hf_bool(root, src, "scale_attn_weights", 1, &flag));
+  TRY(strata__hf_bool(root, src, "scale_attn_weights", 1, &flag));
   if (!flag)
     return strata__error(STRATA_ERR_UNSUPPORTED,
                          "%s: scale_attn_weights is false; strata always scales attention by 1/sqrt(head size)", src);
-  TRY(hf_bool(root, src, "scale_attn_by_inverse_layer_idx", 0, &flag));
+  TRY(strata__hf_bool(root, src, "scale_attn_by_inverse_layer_idx", 0, &flag));
   if (flag)
     return strata__error(STRATA_ERR_UNSUPPORTED, "%s: scale_attn_by_inverse_layer_idx is true; strata does not scale "
                          "attention by layer", src);
-  TRY(hf_bool(root, src, "add_cross_attention", 0, &flag));
+  TRY(strata__hf_bool(root, src, "add_cross_attention", 0, &flag));
   if (flag)
     return strata__error(STRATA_ERR_UNSUPPORTED, "%s: add_cross_attention is true; strata's GPT has no cross-attention",
                          src);
@@ -137,7 +136,7 @@ static int hf_config(json_t *root, const char *src, const char *name, struct str
     c->d_ff = 4 * c->d_model;
   else
     TRY(hf_int(root, src, "n_inner", &c->d_ff));
-  TRY(hf_bool(root, src, "tie_word_embeddings", 1, &c->tied));
+  TRY(strata__hf_bool(root, src, "tie_word_embeddings", 1, &c->tied));
   return STRATA_OK;
 }
 

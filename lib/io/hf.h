@@ -23,6 +23,10 @@ int strata__hf_read_config(const char *dir, struct strata_model_config *c);
 #define STRATA__HF_LLAMA_PREFIX "model."
 
 struct json_t;
+/* An optional boolean field of a config.json object; absent or null gives `dflt`, anything but true or false is
+** refused naming `key`. */
+int strata__hf_bool(struct json_t *o, const char *src, const char *key, int dflt, int *v);
+
 /* A parsed LlamaForCausalLM config.json (model_type "llama") into *c (io/hf-llama.c); `src` names the file. */
 int strata__hf_llama_config(struct json_t *root, const char *src, const char *name, struct strata_model_config *c);
 /* config.json text for a strata llama config (malloc'd, newline-terminated); `dtype` the weights' (F32 or BF16). */
