@@ -1063,13 +1063,14 @@ static int simulate_in(struct strata_machine *c, strata_model_t model, strata_la
     rc = strata__stage_plan(model, a, a + split[j], rows, strata__plan_split_backward(l), &cut, &bytes);
     if (rc)
       break;
-    int prev_k = 1;
+    int prev_k = 1, pend = 0;
     if (j > 0)
       strata_schedule_peak_inflight(s, g - 1, &prev_k);
+    strata_schedule_peak_pending(s, g, &pend); /* a split backward's dsave regions: held from the start */
     /* (ZB-V's turn, stages pp - 1 and pp, shares a rank: no transfer buffers between them) */
     struct strata__stage_place one = {.inflight = 1, .first = j == 0, .last = j == S - 1,
                                       .prev_remote = j > 0 && strata__plan_stage_rank(l, j - 1) != rank,
-                                      .prev_inflight = prev_k,
+                                      .prev_inflight = prev_k, .pending = pend,
                                       .next_remote = j < S - 1 && strata__plan_stage_rank(l, j + 1) != rank},
                                two = one;
     two.inflight = 2;
