@@ -228,6 +228,7 @@ struct strata__plan_stage_cost {
   double f_comm, b_comm, bi_comm, rc_comm; /* the inline joins' part */
   double tjf, tjb;                  /* TP_JOIN_FORWARD / _BACKWARD: the joins of one micro-batch's F, B or BI */
   double tjf_bytes, tjb_bytes;
+  double tjw, tjw_bytes;            /* the TP_JOIN_BACKWARD after a W (recomputing): its recomputation's joins */
   double act_bytes;                 /* kept per micro-batch per device */
   double out_bytes, in_bytes;       /* per micro-batch: output forward, input gradient back */
   double grad_bytes;                /* gradients per device, for the collectives */
