@@ -361,8 +361,8 @@ Test(memory, split_backward_schedules_hold_what_their_lists_force, .timeout = 30
           cr_assert_leq(mbs_top, 2 * p, "%s pp %d m %d device %d: %d chunk micro-batches in flight", name, p, mbs, d,
                         mbs_top);
           cr_assert_leq(top, 2 * p * heaviest, "%s pp %d m %d device %d: %.0f bytes in flight", name, p, mbs, d, top);
-          cr_assert_leq(lay_top, layers_1f1b, "%s pp %d m %d device %d: %d layers x micro-batches in flight, 1F1B's busiest %d", name, p, mbs,
-                        d, lay_top, layers_1f1b);
+          cr_assert_leq(lay_top, layers_1f1b, "%s pp %d m %d device %d: %d layers x micro-batches in flight, "
+                        "1F1B's busiest %d", name, p, mbs, d, lay_top, layers_1f1b);
         }
       }
       strata_schedule_free(sch);

@@ -1630,8 +1630,8 @@ Test(parallel, vocabulary_split_or_replicated_and_whole_logits) {
 ** same layout checked at creation (planned_bytes), for one device, pp 2 under every schedule, tp 2, dp 2 with ZeRO
 ** and 2 x 2 x 2. The runtime's accounting of a real step (every allocation through the device layer) reaches the
 ** plan exactly on the first stage's device of a layout without collectives (the other devices' input-gradient
-** buffers may or may not outlive a micro-batch as the sends go: under the plan by one there; interleaving's two stages per device never
-** peak together, so it stays under; the V schedules' plan weighs what a device's list holds of its two at once,
+** buffers may or may not outlive a micro-batch as the sends go: under the plan by one there; interleaving's two
+** stages per device never peak together, so it stays under; the V schedules' plan weighs what a device's list holds of its two at once,
 ** which a step reaches or, as the threads' timing goes, stays under); the communicators' scratch (tp joins: members x message; the dp ring: a chunk
 ** and more) is outside the stage model, so there only planned = predicted is asserted.
 */

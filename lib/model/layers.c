@@ -430,18 +430,18 @@ static int classifier_fwd(struct lctx *c, strata_mem_t targets) {
 ** dsave region (taken from the stage's pool until its W), the output-side
 ** gradients the weight part needs;
 ** WEIGHT runs the weight part later from what INPUT kept (zero-bubble
-** schedules). Where a gradient lives: scratch when FULL, the slot when split.
+** schedules). Where a gradient lives: scratch when FULL, the dsave region when split.
 */
 enum bmode { BM_FULL, BM_INPUT, BM_WEIGHT };
 
 #define DSAVE(c, o) strata__at((c)->mslot, (c)->dsave + (size_t)(o), 0, (c)->d.act)
-/* A working gradient (of the activations' type) at unit `so` of scratch (FULL) or `ko` of the slot's dsave (split). */
+/* A working gradient (of the activations' type) at unit `so` of scratch (FULL) or `ko` of the dsave region (split). */
 #define LOC(c, so, ko) ((c)->mode == BM_FULL ? SC(c, so, 0) : DSAVE(c, ko))
 #define DO_IN(c) ((c)->mode != BM_WEIGHT)
 #define DO_W(c) ((c)->mode != BM_INPUT)
 
 /* The layer's output gradient as its weight part reads it: as given (FULL),
-** copied into the slot first (INPUT), or from the slot (WEIGHT). */
+** copied into the dsave region first (INPUT), or from it (WEIGHT). */
 static int keep_dout(struct lctx *c, strata_mem_t *dout, size_t n) {
   if (c->mode == BM_FULL)
     return STRATA_OK;

@@ -970,7 +970,8 @@ int strata__stage_dsave_take(struct strata__stage *st, int s) {
   if (!st->split || !st->dsave_units)
     return STRATA_OK;
   if (st->slots[s].dsave)
-    return strata__error(STRATA_ERR_STATE, "stage: slot %d ran its input pass (BI) twice before its weight pass (W)", s);
+    return strata__error(STRATA_ERR_STATE, "stage: slot %d ran its input pass (BI) twice before its weight pass (W)",
+                         s);
   int at = 0;
   while (at < st->ndpool && st->dbusy[at])
     at++;

@@ -666,7 +666,10 @@ static int engine_run(struct strata__plan_engine *e) {
           const int fwd = a->kind == STRATA_ACTION_TP_JOIN_FORWARD;
           double start = e->tj_max[k0];
           double dur = e->unit ? e->unit[a->kind] : fwd ? e->sc[st].tjf : kk == TJW ? e->sc[st].tjw : e->sc[st].tjb;
-          double bytes = e->unit ? 0 : fwd ? e->sc[st].tjf_bytes : kk == TJW ? e->sc[st].tjw_bytes : e->sc[st].tjb_bytes;
+          double bytes = e->unit  ? 0
+                         : fwd      ? e->sc[st].tjf_bytes
+                         : kk == TJW ? e->sc[st].tjw_bytes
+                                     : e->sc[st].tjb_bytes;
           for (int x = 0; x < slices; x++) {
             int sg = slice_stage(e, st, x), dv = strata_schedule_stage_device(e->s, sg);
             struct strata_action ja = {a->kind, sg, mb};
