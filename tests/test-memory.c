@@ -44,7 +44,7 @@ static int models(strata_model_t *out) {
 
 static int same(const struct strata__stage_bytes *a, const struct strata__stage_bytes *b) {
   return a->params == b->params && a->fixed == b->fixed && a->slot == b->slot && a->grad == b->grad &&
-         a->in == b->in && a->out == b->out && a->recompute == b->recompute;
+         a->in == b->in && a->out == b->out && a->recompute == b->recompute && a->dsave == b->dsave;
 }
 
 /* Every [a, b) of every model, tp 1 and 2 (each slice), ZeRO 1 and 3 shards (stage 1, 2 and 3: the gradients whole,
@@ -97,7 +97,7 @@ Test(memory, every_cut_weighed_at_once_is_the_stage_alone) {
 ** slot taken for a micro-batch adds one slot's activations and boundary gradients, byte for byte, in fp32 and in bf16
 ** (where the fixed bytes hold the weights' bf16 copy and, with tp, the float32 copy a join sums in), and in each
 ** recompute mode of a GPT (the fixed bytes hold the one-block buffer; the slot keeps less), with and without sequence
-** parallelism at tp 2. */
+** parallelism at tp 2; a split backward's dsave regions (its pool, apart from the slots) one figure each. */
 Test(memory, the_figures_are_what_a_stage_allocates) {
   setenv("STRATA_HOST_DEVICES", "1", 0);
   setenv("STRATA_BACKENDS", "host", 0);
@@ -137,6 +137,14 @@ Test(memory, the_figures_are_what_a_stage_allocates) {
                          "model %d tp %d split %d [%d, %d): a slot took %llu, figured %llu + %llu", i, tp, split, a, b,
                          (unsigned long long)(taken - after), (unsigned long long)want.slot,
                          (unsigned long long)want.grad);
+            /* a split backward's dsave regions: the pool its BIs take from, one region of the figure each */
+            uint64_t pooled;
+            OK(strata__stage_dsave_reserve(st, 2));
+            OK(strata_device_memory(dev, &pooled, NULL, NULL));
+            cr_assert_eq(pooled - taken, 2 * want.dsave, "model %d tp %d split %d [%d, %d): two dsave regions took "
+                         "%llu, figured 2 x %llu", i, tp, split, a, b, (unsigned long long)(pooled - taken),
+                         (unsigned long long)want.dsave);
+            cr_assert(split || want.dsave == 0, "model %d [%d, %d): a dsave region without a split backward", i, a, b);
             strata__stage_free(st);
           }
       }
@@ -224,4 +232,143 @@ Test(memory, llama3_8b_parameter_bytes_are_its_parameter_count) {
   const uint64_t chunk = (P + 7) / 8;
   cr_assert_eq(b.params, 2 * 4 * 8 * chunk + 2 * 4 * chunk);
   strata_model_free(m);
+}
+
+/* The runtime's accounting of each device's activation bytes (strata_train_device_stats.activation_bytes) for a
+** pipeline of `kind` over p host devices, m micro-batches of one sample, cut by `split` (acts[p]). */
+static void pipeline_acts(strata_model_t m, strata_dataset_t ds, const int *h, int p, int kind, int mbs,
+                          const int *split, uint64_t *acts) {
+  struct strata_train_options o;
+  strata_train_options_default(&o);
+  o.batch = 1;
+  o.steps = 1;
+  o.warmup = 1;
+  o.device = h[0];
+  struct strata_pipeline_options pp = {.devices = p, .device = h, .split = split, .schedule = kind,
+                                       .microbatches = mbs};
+  strata_trainer_t tr;
+  OK(strata_trainer_new_pipeline(m, ds, &o, &pp, &tr));
+  OK(strata_trainer_step(tr, NULL));
+  struct strata_train_report rep;
+  OK(strata_trainer_report(tr, &rep));
+  cr_assert_eq(rep.devices, p);
+  for (int d = 0; d < p; d++)
+    acts[d] = rep.dev[d].activation_bytes;
+  strata_trainer_free(tr);
+}
+
+/*
+** Issue 35: what a split backward's schedule holds, from the runtime's accounting, against the lists read here. A
+** micro-batch's activations (a slot) are held from its F to its W; its output-side gradients (a dsave region, which
+** its W reads) only from its BI to its W, in a pool of as many regions as its stage's list holds BIs without their
+** W at once. So device d holds max over its list of sum_s slot_s x in-flight_s (its stages together), plus sum_s
+** dsave_s x pending_s: ZB-H1 runs each W right after its BI (pending 1 a stage); ZB-V's cool-down holds back d
+** pairs of Ws (pending d + 1 on chunk 0, d on chunk 1, at least 1). A GPT of 6 blocks (8 layers: p stages of 8 / p
+** layers, or the V's 2p chunks of half as many) at pp 2 with 8 micro-batches and pp 4 with 8 and 16: zb, zbv and
+** dualpipev's accounting is that to the byte. Their activations in flight are 1F1B's own (ZB-H1, the same cut), or
+** (the Vs) no more than 1F1B's busiest device in layers x micro-batches, at most 2p chunk micro-batches a device;
+** in bytes a V's chunks weigh what their layers do (an embedding is light, a head heavy), so the figures are logged
+** beside 1F1B's. What the pool adds is what the lists force.
+*/
+Test(memory, split_backward_schedules_hold_what_their_lists_force, .timeout = 300) {
+  setenv("STRATA_HOST_DEVICES", "4", 1);
+  setenv("STRATA_BACKENDS", "host", 1);
+  strata_shutdown(); /* the host backend reads the settings when it starts */
+  char dir[256], corpus[300];
+  snprintf(dir, sizeof dir, "%s/strata-mem-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+  cr_assert_not_null(mkdtemp(dir));
+  snprintf(corpus, sizeof corpus, "%s/corpus.txt", dir);
+  FILE *f = fopen(corpus, "w");
+  cr_assert_not_null(f);
+  for (int i = 0; i < 200; i++)
+    fprintf(f, "line %d: a weight pass reads the gradients its input pass kept. ", i);
+  fclose(f);
+  strata_dataset_t ds;
+  OK(strata_dataset_text(corpus, 0.1, &ds));
+  struct strata_model_config c = {.kind = STRATA_MODEL_GPT, .vocab = 256, .context = 16, .d_model = 32, .layers = 6,
+                                  .heads = 2, .d_ff = 64};
+  strata_model_t m = model_of(&c);
+  int h[4];
+  for (int i = 0; i < 4; i++)
+    h[i] = tc_find_device("host", i);
+  cr_assert_geq(h[3], 0, "needs 4 host virtual devices");
+  static const int cases[3][2] = {{2, 8}, {4, 8}, {4, 16}};
+  static const int kinds[3] = {STRATA_SCHEDULE_ZB_H1, STRATA_SCHEDULE_ZBV, STRATA_SCHEDULE_DUALPIPEV};
+  for (int ci = 0; ci < 3; ci++) {
+    const int p = cases[ci][0], mbs = cases[ci][1];
+    /* 8 layers over p stages (1F1B, ZB-H1) or the V's 2p chunks */
+    static const int line2[2] = {4, 4}, line4[4] = {2, 2, 2, 2}, v2[4] = {2, 2, 2, 2}, v4[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    uint64_t one[4], busiest = 0;
+    pipeline_acts(m, ds, h, p, STRATA_SCHEDULE_1F1B, mbs, p == 2 ? line2 : line4, one);
+    for (int d = 0; d < p; d++)
+      busiest = one[d] > busiest ? one[d] : busiest;
+    const int layers_1f1b = p * (8 / p); /* 1F1B's busiest (device 0): p micro-batches of 8 / p layers each */
+    for (int k = 0; k < 3; k++) {
+      const int kind = kinds[k], v = kind != STRATA_SCHEDULE_ZB_H1, S = v ? 2 * p : p;
+      const int *split = v ? (p == 2 ? v2 : v4) : (p == 2 ? line2 : line4);
+      const char *name = strata_schedule_kind_name(kind);
+      /* each stage's figures: one micro-batch's slot and one dsave region */
+      double slot[8], dsave[8];
+      for (int s = 0, a = 0; s < S; a += split[s++]) {
+        struct strata__stage_bytes b;
+        OK(strata__stage_plan(m, a, a + split[s], 1, 1, NULL, &b));
+        slot[s] = (double)b.slot;
+        dsave[s] = (double)b.dsave;
+        cr_assert_gt(b.dsave, 0, "%s: stage %d keeps no gradients for its W", name, s);
+      }
+      uint64_t got[4];
+      pipeline_acts(m, ds, h, p, kind, mbs, split, got);
+      strata_schedule_t sch;
+      OK(strata_schedule_generate(kind, p, mbs, 0, &sch));
+      for (int d = 0; d < p; d++) {
+        int n, pend[8] = {0}, most[8] = {0}, mbs_now = 0, mbs_top = 0, lay_now = 0, lay_top = 0;
+        const struct strata_action *l = strata_schedule_actions(sch, d, &n);
+        double now = 0, top = 0, heaviest = 0;
+        for (int i = 0; i < n; i++) {
+          const int s = l[i].stage;
+          if (l[i].kind == STRATA_ACTION_FORWARD)
+            now += slot[s], mbs_now++, lay_now += split[s];
+          else if (l[i].kind == STRATA_ACTION_BACKWARD_INPUT)
+            most[s] = ++pend[s] > most[s] ? pend[s] : most[s];
+          else if (l[i].kind == STRATA_ACTION_BACKWARD_WEIGHT)
+            pend[s]--, now -= slot[s], mbs_now--, lay_now -= split[s];
+          top = now > top ? now : top;
+          mbs_top = mbs_now > mbs_top ? mbs_now : mbs_top;
+          lay_top = lay_now > lay_top ? lay_now : lay_top;
+          heaviest = slot[s] > heaviest && strata_schedule_stage_device(sch, s) == d ? slot[s] : heaviest;
+        }
+        double pool = 0;
+        for (int s = 0; s < S; s++) {
+          if (strata_schedule_stage_device(sch, s) != d)
+            continue;
+          pool += most[s] * dsave[s];
+          /* the closed forms: ZB-H1's W right after its BI; ZB-V's d pairs of Ws held back in its cool-down */
+          if (kind == STRATA_SCHEDULE_ZB_H1)
+            cr_assert_eq(most[s], 1, "zb pp %d: stage %d holds %d dsave regions", p, s, most[s]);
+          if (kind == STRATA_SCHEDULE_ZBV)
+            cr_assert_eq(most[s], s < p ? d + 1 : (d > 1 ? d : 1), "zbv pp %d m %d: stage %d (device %d) holds %d",
+                         p, mbs, s, d, most[s]);
+        }
+        cr_log_info("%s pp %d m %d device %d: %llu activation bytes = %.0f in flight + %.0f of dsave regions; 1F1B "
+                    "%llu there, %llu at its busiest", name, p, mbs, d, (unsigned long long)got[d], top, pool,
+                    (unsigned long long)one[d], (unsigned long long)busiest);
+        cr_assert_eq(got[d], (uint64_t)(top + pool), "%s pp %d m %d device %d: accounted %llu, the lists say %.0f + "
+                     "%.0f", name, p, mbs, d, (unsigned long long)got[d], top, pool);
+        if (!v) /* 1F1B's own lists with each B split: its micro-batches in flight, the same cut */
+          cr_assert_eq((uint64_t)top, one[d], "zb pp %d m %d device %d: %.0f bytes in flight, 1F1B %llu", p, mbs, d,
+                       top, (unsigned long long)one[d]);
+        else {
+          cr_assert_leq(mbs_top, 2 * p, "%s pp %d m %d device %d: %d chunk micro-batches in flight", name, p, mbs, d,
+                        mbs_top);
+          cr_assert_leq(top, 2 * p * heaviest, "%s pp %d m %d device %d: %.0f bytes in flight", name, p, mbs, d, top);
+          cr_assert_leq(lay_top, layers_1f1b, "%s pp %d m %d device %d: %d layers x micro-batches in flight, "
+                        "1F1B's busiest %d", name, p, mbs, d, lay_top, layers_1f1b);
+        }
+      }
+      strata_schedule_free(sch);
+    }
+  }
+  strata_model_free(m);
+  strata_dataset_free(ds);
+  tc_remove_dir(dir);
 }

@@ -1629,8 +1629,9 @@ Test(parallel, vocabulary_split_or_replicated_and_whole_logits) {
 ** One memory model: what strata_plan_memory predicts a rank's devices need is, to the byte, what the trainer of the
 ** same layout checked at creation (planned_bytes), for one device, pp 2 under every schedule, tp 2, dp 2 with ZeRO
 ** and 2 x 2 x 2. The runtime's accounting of a real step (every allocation through the device layer) reaches the
-** plan exactly on the busiest device of a layout without collectives (interleaving's two stages per device never
-** peak together, so it stays under; the V schedules' plan weighs what a device's list holds of its two at once,
+** plan exactly on the first stage's device of a layout without collectives (the other devices' input-gradient
+** buffers may or may not outlive a micro-batch as the sends go: under the plan by one there; interleaving's two
+** stages per device never peak together, so it stays under; the V schedules' plan weighs what a device's list holds of its two at once,
 ** which a step reaches or, as the threads' timing goes, stays under); the communicators' scratch (tp joins: members x message; the dp ring: a chunk
 ** and more) is outside the stage model, so there only planned = predicted is asserted.
 */
@@ -1645,6 +1646,9 @@ Test(parallel, the_planner_predicts_the_trainers_memory_plan) {
       "{\"dp\":1,\"pp\":2,\"tp\":1,\"split\":[3,3],\"schedule\":\"zb-h1\",\"microbatches\":4}",
       "{\"dp\":1,\"pp\":2,\"tp\":1,\"split\":[2,1,1,2],\"schedule\":\"zbv\",\"microbatches\":4}",
       "{\"dp\":1,\"pp\":2,\"tp\":1,\"split\":[2,1,1,2],\"schedule\":\"dualpipev\",\"microbatches\":8}",
+      /* a split backward's dsave regions, a pool sized by the lists (ZB-V's cool-down holds several Ws back) */
+      "{\"dp\":1,\"pp\":2,\"tp\":1,\"split\":[3,3],\"schedule\":\"zb-h1\",\"microbatches\":8}",
+      "{\"dp\":1,\"pp\":2,\"tp\":1,\"split\":[2,1,1,2],\"schedule\":\"zbv\",\"microbatches\":8}",
       "{\"dp\":1,\"pp\":1,\"tp\":2,\"split\":[6]}",
       "{\"dp\":2,\"pp\":1,\"tp\":1,\"split\":[6],\"zero\":1,\"microbatches\":2}",
       "{\"dp\":2,\"pp\":2,\"tp\":2,\"split\":[3,3],\"zero\":1,\"microbatches\":2}",
@@ -1677,7 +1681,7 @@ Test(parallel, the_planner_predicts_the_trainers_memory_plan) {
     /* two stages a device (interleaving, the V schedules): whether both peak together is the threads' timing */
     const int interleaved = strata_layout_stages(l) > strata_layout_pp(l);
     const int64_t batch = (int64_t)o.batch * dp * strata_layout_microbatches(l);
-    uint64_t top_planned = 0, top_peak = 0;
+    uint64_t top_planned = 0, top_peak = 0, first_planned = 0, first_peak = 0;
     for (int r = 0; r < dp; r++)
       for (int k = 0; k < pp; k++) {
         uint64_t predicted;
@@ -1696,6 +1700,8 @@ Test(parallel, the_planner_predicts_the_trainers_memory_plan) {
             if (!collectives)
               cr_assert_leq(s->peak_bytes, s->planned_bytes, "%s: device %d peaked at %llu bytes, over its plan of %llu",
                             layouts[i], dv, (unsigned long long)s->peak_bytes, (unsigned long long)s->planned_bytes);
+            if (r == 0 && k == 0 && q == 0)
+              first_planned = s->planned_bytes, first_peak = s->peak_bytes;
             top_planned = s->planned_bytes > top_planned ? s->planned_bytes : top_planned;
             top_peak = s->peak_bytes > top_peak ? s->peak_bytes : top_peak;
           }
@@ -1709,8 +1715,8 @@ Test(parallel, the_planner_predicts_the_trainers_memory_plan) {
     ** one message, 1 KiB, under the plan in one run of eight; the plan stays an upper bound, asserted above) */
     const int timed = strata_layout_recompute(l) && strata_schedule_kind_split_backward(strata_layout_schedule(l));
     if (!collectives && !interleaved && !timed)
-      cr_assert_eq(top_peak, top_planned, "%s: the busiest device peaked at %llu bytes, its plan says %llu", layouts[i],
-                   (unsigned long long)top_peak, (unsigned long long)top_planned);
+      cr_assert_eq(first_peak, first_planned, "%s: the first stage's device peaked at %llu bytes, its plan says %llu",
+                   layouts[i], (unsigned long long)first_peak, (unsigned long long)first_planned);
     strata_trainer_free(tr);
     strata_layout_free(l);
   }

@@ -2329,3 +2329,23 @@ Test(plan, bf16_needs_a_calibration_s_bf16_speed) {
   strata_model_free(m);
 }
 
+
+/* A tp-cut stage recomputing under a split backward joins twice a micro-batch: after its BI (the input gradients'
+** and the recomputation's joins) and after its W (the W's recomputation's). With unit costs on the joins alone (every
+** other action free), one rank of 2 slices spans both: 2 per micro-batch, each TP_JOIN_BACKWARD costed (the one after
+** W is not the one after BI, finished already). */
+Test(plan, unit_cost_joins_after_w_are_costed) {
+  for (int m = 1; m <= 4; m++) {
+    strata_schedule_t s, rc;
+    OK(strata_schedule_generate_hybrid(STRATA_SCHEDULE_ZB_H1, 1, m, 0, 1, 2, 0, &s));
+    OK(strata_schedule_with_recompute(s, &rc));
+    double cost[STRATA_ACTION_KIND_COUNT] = {0};
+    cost[STRATA_ACTION_TP_JOIN_BACKWARD] = 1;
+    struct strata_sim_result res;
+    OK(strata_simulate_schedule(rc, cost, &res));
+    cr_assert_float_eq(res.step_s, 2.0 * m, 1e-12, "m %d: the joins span %g, want %d", m, res.step_s, 2 * m);
+    strata_sim_result_destroy(&res);
+    strata_schedule_free(rc);
+    strata_schedule_free(s);
+  }
+}

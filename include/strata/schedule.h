@@ -289,6 +289,14 @@ STRATA_API int strata_schedule_peak_inflight(strata_schedule_t s, int stage, int
 STRATA_API int strata_schedule_device_peak(strata_schedule_t s, int device, const double *bytes, double *peak /* OUT */,
                                            int *counts /* OUT */);
 
+/*
+** Split backward: the most micro-batches of a stage whose BI has run and whose W has not yet, at once, when its
+** device runs its list (0 without BI). Each holds a dsave region, the output-side gradients its W reads: the pool a
+** stage allocates is that many regions. ZB-H1 runs W right after its BI (1 a stage); ZB-V's cool-down holds back d
+** pairs of Ws on device d (chunk 0 of device d: d + 1, chunk 1: d, at least 1); DualPipeV's fewer.
+*/
+STRATA_API int strata_schedule_peak_pending(strata_schedule_t s, int stage, int *peak /* OUT */);
+
 /* Text form: one line per device, e.g. "dev 0: F0.0 SA0.0 F0.1 ..." (caller frees). */
 STRATA_API int strata_schedule_to_text(strata_schedule_t s, char **text /* OUT */);
 

@@ -18,7 +18,7 @@ struct lctx {
   struct strata__dims d;
   strata_queue_t q;
   strata_buffer_t slot;    /* where the layer's saved activations are (rcbuf for a fully recomputed block) */
-  strata_buffer_t mslot;   /* the micro-batch's slot: its dsave region, even when `slot` is rcbuf */
+  strata_buffer_t mslot;   /* the micro-batch's dsave region (split backward: from the stage's pool, its BI to its W) */
   int mode;                /* enum bmode, backward only */
   size_t saved;            /* offset of this layer's saved activations in the slot */
   size_t dsave;            /* offset of the gradients kept between BACKWARD_INPUT and BACKWARD_WEIGHT */
@@ -426,21 +426,22 @@ static int classifier_fwd(struct lctx *c, strata_mem_t targets) {
 /*
 ** Backward passes. A layer's backward has an input part (the gradient of
 ** its input) and a weight part (the gradients of its parameters). FULL
-** runs both; INPUT runs the input part and keeps, in the slot's
-** `dsave` region, the output-side gradients the weight part needs;
+** runs both; INPUT runs the input part and keeps, in the micro-batch's
+** dsave region (taken from the stage's pool until its W), the output-side
+** gradients the weight part needs;
 ** WEIGHT runs the weight part later from what INPUT kept (zero-bubble
-** schedules). Where a gradient lives: scratch when FULL, the slot when split.
+** schedules). Where a gradient lives: scratch when FULL, the dsave region when split.
 */
 enum bmode { BM_FULL, BM_INPUT, BM_WEIGHT };
 
 #define DSAVE(c, o) strata__at((c)->mslot, (c)->dsave + (size_t)(o), 0, (c)->d.act)
-/* A working gradient (of the activations' type) at unit `so` of scratch (FULL) or `ko` of the slot's dsave (split). */
+/* A working gradient (of the activations' type) at unit `so` of scratch (FULL) or `ko` of the dsave region (split). */
 #define LOC(c, so, ko) ((c)->mode == BM_FULL ? SC(c, so, 0) : DSAVE(c, ko))
 #define DO_IN(c) ((c)->mode != BM_WEIGHT)
 #define DO_W(c) ((c)->mode != BM_INPUT)
 
 /* The layer's output gradient as its weight part reads it: as given (FULL),
-** copied into the slot first (INPUT), or from the slot (WEIGHT). */
+** copied into the dsave region first (INPUT), or from it (WEIGHT). */
 static int keep_dout(struct lctx *c, strata_mem_t *dout, size_t n) {
   if (c->mode == BM_FULL)
     return STRATA_OK;
@@ -873,7 +874,8 @@ static size_t seq_wide(const struct strata__dims *d, int kind) {
 /* The context of stage layer i for slot s. */
 static struct lctx layer_ctx(struct strata__stage *st, int s, int i) {
   struct lctx c = {.st = st, .L = strata__stage_layer_at(st, i), .d = strata__stage_dims(st), .q = st->q,
-                   .slot = st->slots[s].buf, .mslot = st->slots[s].buf};
+                   .slot = st->slots[s].buf,
+                   .mslot = st->slots[s].dsave ? st->dpool[st->slots[s].dsave - 1] : NULL};
   c.saved = st->saved_off[i];
   c.dsave = st->dsave_off[i];
   c.in = i == 0 ? strata__stage_input(st, s) : strata__at(c.slot, st->out_off[i - 1], 0, st->act);
@@ -941,6 +943,10 @@ static int stage_backward(struct strata__stage *st, int s, int mode) {
   if (recompute && !st->slots[s].armed)
     return strata__error(STRATA_ERR_STATE, "stage: the %s of slot %d without its recomputation (RC) first",
                          mode == BM_WEIGHT ? "weight pass (W)" : mode == BM_INPUT ? "input pass (BI)" : "backward", s);
+  if (mode == BM_WEIGHT && !st->slots[s].dsave && st->dsave_units)
+    return strata__error(STRATA_ERR_STATE, "stage: the weight pass (W) of slot %d without its input pass (BI)", s);
+  if (mode == BM_INPUT)
+    TRY(strata__stage_dsave_take(st, s));
   if (recompute)
     st->slots[s].armed = 0;
   strata_mem_t targets = strata__stage_targets(st, s);
@@ -988,6 +994,8 @@ static int stage_backward(struct strata__stage *st, int s, int mode) {
     if (mode == BM_WEIGHT && i == 0)
       break;
   }
+  if (mode == BM_WEIGHT)
+    strata__stage_dsave_give(st, s);
   return STRATA_OK;
 }
 

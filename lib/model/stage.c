@@ -531,10 +531,11 @@ static int stage_layout(const struct strata_model *model, int first, int last, i
   st->gout_off = 0;
   st->gin_off = strata__stage_has_loss(st) ? 0 : layer_out(st, strata__stage_layer_at(st, n - 1));
   st->grad_units = st->gin_off + (first > 0 ? st->in_units : 0);
+  /* a split backward's gradients kept from BI to W: a region of their own, taken from the stage's pool (dpool) */
   for (int i = 0; i < n; i++) {
-    st->dsave_off[i] = slot;
+    st->dsave_off[i] = st->dsave_units;
     if (split_backward)
-      slot += layer_dsave(st, strata__stage_layer_at(st, i));
+      st->dsave_units += layer_dsave(st, strata__stage_layer_at(st, i));
   }
   st->slot_units = slot;
   st->nparams = off;
@@ -633,8 +634,10 @@ void strata__stage_bytes_of(const struct strata_model *model, int first, int las
   /* recomputation: one block's recomputed activations at a time */
   b->recompute = s->recompute ? alloc_bytes(s->recompute) : 0;
   b->fixed += b->recompute;
-  /* a slot: the stage input, every layer's saved activations and output, the targets, the weight pass's gradients */
-  b->slot = alloc_bytes(s->in + s->kept + (has_loss ? rows : 0) + (split_backward ? s->dsave : 0));
+  /* a slot: the stage input, every layer's saved activations and output, the targets; a dsave region (split
+  ** backward): the gradients a micro-batch's W reads, kept from its BI */
+  b->slot = alloc_bytes(s->in + s->kept + (has_loss ? rows : 0));
+  b->dsave = split_backward && s->dsave ? alloc_bytes(s->dsave) : 0;
   /* the boundary gradients: of the output (not the last stage), of the input (not the first) */
   size_t grad = (has_loss ? 0 : s->out) + (first > 0 ? s->in : 0);
   b->grad = grad ? alloc_bytes(grad) : 0;
@@ -695,11 +698,13 @@ uint64_t strata__stage_need(const struct strata__stage_bytes *b, const struct st
     recv += (uint64_t)(p->prev_inflight > 1 ? p->prev_inflight : 1) * b->in;
   if (!p->last && p->next_remote) /* gradients sent back here */
     recv += k * b->out;
+  /* a split backward's dsave regions: as many as the schedule keeps a BI done and its W pending */
+  const uint64_t ds = (uint64_t)(p->pending > 0 ? p->pending : 0) * b->dsave;
   if (act)
-    *act += a + b->recompute;
+    *act += a + ds + b->recompute;
   if (bufs)
     *bufs += b->fixed - b->params - b->recompute + g + recv;
-  return b->fixed + a + g + recv;
+  return b->fixed + a + ds + g + recv;
 }
 
 int strata__stage_shell(const struct strata_model *model, int first, int last, int64_t mb, int split_backward,
@@ -865,6 +870,10 @@ void strata__stage_free(struct strata__stage *st) {
   free(st->tensors);
   free(st->layer_tensor);
   free(st->saved_off);
+  for (int i = 0; i < st->ndpool; i++)
+    strata_buffer_free(st->dpool[i]);
+  free(st->dpool);
+  free(st->dbusy);
   free(st->dsave_off);
   free(st->out_off);
   free(st->layers);
@@ -928,7 +937,56 @@ void strata__stage_release_activations(struct strata__stage *st, int s) {
   strata_buffer_free(st->slots[s].buf);
   st->slots[s].buf = NULL;
   st->slots[s].armed = 0;
+  if (st->slots[s].dsave) /* (a step that failed between a BI and its W) */
+    st->dbusy[st->slots[s].dsave - 1] = 0;
+  st->slots[s].dsave = 0;
   slot_settle(st, s);
+}
+
+/* Grow the dsave pool by one region (its index in *at). */
+static int dsave_grow(struct strata__stage *st, int *at) {
+  strata_buffer_t *p = realloc(st->dpool, (size_t)(st->ndpool + 1) * sizeof *p);
+  if (p)
+    st->dpool = p;
+  int *b = p ? realloc(st->dbusy, (size_t)(st->ndpool + 1) * sizeof *b) : NULL;
+  if (b)
+    st->dbusy = b;
+  if (!p || !b)
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory for %d dsave regions", st->ndpool + 1);
+  TRY(alloc(st->dev, st->dsave_units, &st->dpool[st->ndpool]));
+  st->dbusy[st->ndpool] = 0;
+  *at = st->ndpool++;
+  return STRATA_OK;
+}
+
+int strata__stage_dsave_reserve(struct strata__stage *st, int count) {
+  int at;
+  while (st->split && st->dsave_units && st->ndpool < count)
+    TRY(dsave_grow(st, &at));
+  return STRATA_OK;
+}
+
+int strata__stage_dsave_take(struct strata__stage *st, int s) {
+  if (!st->split || !st->dsave_units)
+    return STRATA_OK;
+  if (st->slots[s].dsave)
+    return strata__error(STRATA_ERR_STATE, "stage: slot %d ran its input pass (BI) twice before its weight pass (W)",
+                         s);
+  int at = 0;
+  while (at < st->ndpool && st->dbusy[at])
+    at++;
+  if (at == st->ndpool)
+    TRY(dsave_grow(st, &at));
+  st->dbusy[at] = 1;
+  st->slots[s].dsave = at + 1;
+  return STRATA_OK;
+}
+
+void strata__stage_dsave_give(struct strata__stage *st, int s) {
+  if (!st->slots[s].dsave)
+    return;
+  st->dbusy[st->slots[s].dsave - 1] = 0; /* the next BI to take it runs on the same queue, after this W */
+  st->slots[s].dsave = 0;
 }
 
 void strata__stage_release_gradients(struct strata__stage *st, int s) {

@@ -87,6 +87,7 @@ struct strata__slot_mem {
   strata_buffer_t grad;      /* gradients at the stage's boundaries (NULL if none) */
   int taken;                 /* handed out by strata__stage_slot_take, not yet released */
   int armed;                 /* recomputation: its RECOMPUTE came, its backward part (B, BI or W) has not yet */
+  int dsave;                 /* split backward: 1 + the index of the dsave region its BI took, until its W (0: none) */
 };
 
 struct strata__stage {
@@ -111,7 +112,14 @@ struct strata__stage {
   strata_buffer_t gbuf[2];   /* gradients flowing backward through the stage (ping-pong) */
   strata_buffer_t positions; /* int32 position of each token row (embedding stage) */
   size_t *saved_off;         /* per stage layer: offset (floats) of its saved activations in a slot */
-  size_t *dsave_off;         /* per stage layer: gradients kept for BACKWARD_WEIGHT (split stages) */
+  size_t *dsave_off;         /* per stage layer: where its gradients kept for BACKWARD_WEIGHT start in a dsave region */
+  size_t dsave_units;        /* one dsave region (split stages; 0 otherwise) */
+  /* The split backward's dsave regions: a pool, not one per slot. A BI takes a free one for its micro-batch's
+  ** output-side gradients and its W gives it back, so a step holds as many as its lists keep a BI done and its W
+  ** pending at once (strata_schedule_peak_pending; strata__stage_dsave_reserve allocates them up front) */
+  strata_buffer_t *dpool;
+  int *dbusy;
+  int ndpool;
   size_t gout_off, gin_off;  /* in a slot's grad buffer: gradient of the stage's output (non-last) and input (non-first) */
   size_t grad_units;
   int split;                 /* built for split backward (zero-bubble) */
@@ -218,6 +226,8 @@ struct strata__stage_bytes {
   uint64_t params;           /* parameters, gradients and the two AdamW moments */
   uint64_t fixed;            /* all that the stage allocates at creation (params included) */
   uint64_t slot;             /* one micro-batch's activations */
+  uint64_t dsave;            /* one dsave region: a micro-batch's gradients kept from its BI to its W (split backward;
+                             ** 0 otherwise) */
   uint64_t grad;             /* one micro-batch's boundary gradients (0: none) */
   uint64_t in, out;          /* one micro-batch's stage input and output (what a neighbour sends) */
   uint64_t recompute;        /* the recomputation's buffer, one block's worth (in `fixed`; 0: none) */
@@ -281,6 +291,7 @@ void strata__stage_ranges_free(struct strata__stage_ranges *r);
 /* Where a stage runs in its schedule: what its neighbours' messages and its micro-batches in flight cost. */
 struct strata__stage_place {
   int inflight;              /* the most micro-batches the schedule keeps in flight on it (>= 1) */
+  int pending;               /* split backward: the most with their BI done and their W not yet (its dsave regions) */
   int first, last;           /* the first / last stage of its pipeline */
   int prev_remote;           /* the previous stage is on another device: its activations land here ... */
   int prev_inflight;         /* ... as many as that stage keeps in flight */
@@ -289,8 +300,9 @@ struct strata__stage_place {
 /*
 ** Bytes stage `b` needs on its device during a step, placed as `p`: its
 ** fixed buffers, the activations and boundary gradients of the micro-batches
-** in flight, the receive buffers of its neighbours' messages. Adds the
-** activations (those of the micro-batches in flight, and the recomputation's
+** in flight, a split backward's dsave regions (p->pending of them), the
+** receive buffers of its neighbours' messages. Adds the activations (those
+** of the micro-batches in flight, the dsave regions and the recomputation's
 ** buffer) to *act and the buffers other than parameters to *bufs (either may
 ** be NULL).
 */
@@ -313,6 +325,12 @@ int strata__stage_slot_take(struct strata__stage *st, int *slot /* OUT */);
 void strata__stage_release_activations(struct strata__stage *st, int s);
 void strata__stage_release_gradients(struct strata__stage *st, int s);
 void strata__stage_release(struct strata__stage *st, int s);
+/* Split backward: allocate dsave regions until the pool holds `count` (a BI takes one more should every one be
+** taken, so a pool too small only costs an allocation in the step). */
+int strata__stage_dsave_reserve(struct strata__stage *st, int count);
+/* A BI of slot s takes a free dsave region (a region more when every one is taken); its W gives it back. */
+int strata__stage_dsave_take(struct strata__stage *st, int s);
+void strata__stage_dsave_give(struct strata__stage *st, int s);
 
 /* Where the stage's input of slot s goes (tokens or images or the previous
 ** stage's output), its targets (last stage), and its output (non-last stage). */

@@ -152,13 +152,16 @@ int strata__plan_stage_first(const int *split, int j);
 ** them, so the bytes the planner predicts are the bytes its memory plan
 ** checks. The cut of a tp-t rank's slice; whether the schedule splits
 ** backward; where virtual stage j runs, its schedule keeping inflight[j]
-** micro-batches in flight.
+** micro-batches in flight and, of them, inflight[S + j] (S stages: the array
+** holds 2S) with their BI done and their W pending (strata__plan_peaks_of).
 */
 struct strata__cut strata__plan_cut(strata_layout_t layout, int t);
 int strata__plan_split_backward(strata_layout_t layout);
 /* The pipeline rank of virtual stage j: the schedule's placement (j % pp, or ZB-V's V). */
 int strata__plan_stage_rank(strata_layout_t layout, int j);
 void strata__plan_stage_place(strata_layout_t layout, const int *inflight, int j, struct strata__stage_place *p);
+/* inflight[2S] of schedule `sch` of S stages: each stage's peak in flight, then its peak pending (above). */
+void strata__plan_peaks_of(strata_schedule_t sch, int *inflight);
 /*
 ** The micro-batches in flight on each stage of each device of a schedule (strata_schedule_generate's, a device a
 ** rank), at the points of the device's list that no other point of it matches or exceeds on every stage: the
@@ -225,6 +228,7 @@ struct strata__plan_stage_cost {
   double f_comm, b_comm, bi_comm, rc_comm; /* the inline joins' part */
   double tjf, tjb;                  /* TP_JOIN_FORWARD / _BACKWARD: the joins of one micro-batch's F, B or BI */
   double tjf_bytes, tjb_bytes;
+  double tjw, tjw_bytes;            /* the TP_JOIN_BACKWARD after a W (recomputing): its recomputation's joins */
   double act_bytes;                 /* kept per micro-batch per device */
   double out_bytes, in_bytes;       /* per micro-batch: output forward, input gradient back */
   double grad_bytes;                /* gradients per device, for the collectives */

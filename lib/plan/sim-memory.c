@@ -34,12 +34,22 @@ int strata__plan_stage_rank(strata_layout_t layout, int j) {
 void strata__plan_stage_place(strata_layout_t layout, const int *inflight, int j, struct strata__stage_place *p) {
   const int S = strata_layout_stages(layout);
   p->inflight = inflight[j];
+  p->pending = inflight[S + j];
   p->first = j == 0;
   p->last = j == S - 1;
   /* a neighbour on another rank needs the transfer buffers (ZB-V's turn, stages pp - 1 and pp, shares a rank) */
   p->prev_remote = !p->first && strata__plan_stage_rank(layout, j - 1) != strata__plan_stage_rank(layout, j);
   p->prev_inflight = p->first ? 0 : inflight[j - 1];
   p->next_remote = !p->last && strata__plan_stage_rank(layout, j + 1) != strata__plan_stage_rank(layout, j);
+}
+
+void strata__plan_peaks_of(strata_schedule_t sch, int *inflight) {
+  const int S = strata_schedule_stages(sch);
+  for (int j = 0; j < S; j++) {
+    inflight[j] = inflight[S + j] = 0;
+    strata_schedule_peak_inflight(sch, j, &inflight[j]);
+    strata_schedule_peak_pending(sch, j, &inflight[S + j]);
+  }
 }
 
 int strata__plan_peaks_new(strata_schedule_t sch, struct strata__plan_peaks **out) {
@@ -185,13 +195,12 @@ STRATA_API int strata_plan_memory(strata_model_t model, strata_layout_t layout, 
   strata_schedule_t sch;
   TRY(strata_schedule_generate(strata_layout_schedule(layout), strata_layout_pp(layout), m,
                                strata_layout_virtual_stages(layout), &sch));
-  int *inflight = malloc(sizeof *inflight * (size_t)S);
+  int *inflight = malloc(sizeof *inflight * 2 * (size_t)S);
   if (!inflight) {
     strata_schedule_free(sch);
     return strata__error(STRATA_ERR_NOMEM, "out of host memory");
   }
-  for (int j = 0; j < S; j++)
-    strata_schedule_peak_inflight(sch, j, &inflight[j]);
+  strata__plan_peaks_of(sch, inflight);
   struct strata__plan_peaks *pk = NULL;
   const int in_v = S == 2 * strata_layout_pp(layout) && strata__plan_stage_rank(layout, S - 1) == 0;
   int rc = in_v ? strata__plan_peaks_new(sch, &pk) : STRATA_OK;

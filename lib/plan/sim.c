@@ -90,6 +90,20 @@ static size_t key(const struct strata__plan_engine *e, int kind, int stage, int 
   return ((size_t)kind * (size_t)e->S + (size_t)stage) * (size_t)(e->M + 1) + (size_t)(mb + 1);
 }
 
+/*
+** The key kind of action i of device d's list: its own, but a TP_JOIN_BACKWARD right after a W (a tp-cut stage
+** recomputing: the W's recomputation's joins) is a join apart from the one after its BI, under TJW.
+*/
+#define TJW STRATA_ACTION_KIND_COUNT
+static int join_kind(const struct strata__plan_engine *e, int d, int i) {
+  int n;
+  const struct strata_action *l = strata_schedule_actions(e->s, d, &n);
+  if (l[i].kind == STRATA_ACTION_TP_JOIN_BACKWARD && i > 0 && l[i - 1].kind == STRATA_ACTION_BACKWARD_WEIGHT &&
+      l[i - 1].stage == l[i].stage && l[i - 1].microbatch == l[i].microbatch)
+    return TJW;
+  return l[i].kind;
+}
+
 static int coll_index(int kind) {
   return kind == STRATA_ACTION_GRAD_REDUCE ? 0 : kind == STRATA_ACTION_GRAD_SCATTER ? 1
          : kind == STRATA_ACTION_PARAM_GATHER ? 2 : -1;
@@ -239,11 +253,13 @@ static int ready(const struct strata__plan_engine *e, int d, double *t) {
       NEED(e->finish[key(e, STRATA_ACTION_OPTIMIZER, st, -1)]);
     break;
   case STRATA_ACTION_TP_JOIN_FORWARD:
-  case STRATA_ACTION_TP_JOIN_BACKWARD:
+  case STRATA_ACTION_TP_JOIN_BACKWARD: {
     /* arrive when the device gets here; then wait for the join to end */
-    if (e->arrive[key(e, a->kind, st, mb)] >= 0)
-      NEED(e->finish[key(e, a->kind, st, mb)]);
+    const int kk = join_kind(e, d, e->next[d]);
+    if (e->arrive[key(e, kk, st, mb)] >= 0)
+      NEED(e->finish[key(e, kk, st, mb)]);
     break;
+  }
   default: break; /* kinds the simulator does not know: a synchronisation point that costs nothing */
   }
 #undef NEED
@@ -528,7 +544,8 @@ static int engine_run(struct strata__plan_engine *e) {
     const struct strata_action *a = &strata_schedule_actions(e->s, d, &n)[e->next[d]];
     const double t = it.t;
     const int st = a->stage, mb = a->microbatch;
-    const size_t self = key(e, a->kind, st, mb);
+    const int kk = join_kind(e, d, e->next[d]); /* (a->kind, but TJW for a TP_JOIN_BACKWARD after a W) */
+    const size_t self = key(e, kk, st, mb);
     switch (a->kind) {
     case STRATA_ACTION_FORWARD:
     case STRATA_ACTION_BACKWARD:
@@ -642,18 +659,21 @@ static int engine_run(struct strata__plan_engine *e) {
         /* arrive; the join runs once every slice of the stage has, and each slice waits for its end */
         e->arrive[self] = t;
         e->clock[d] = t;
-        const size_t k0 = key(e, a->kind, slice_stage(e, st, 0), mb);
+        const size_t k0 = key(e, kk, slice_stage(e, st, 0), mb);
         const int slices = strata_schedule_stage_tp(e->s, st);
         e->tj_max[k0] = t > e->tj_max[k0] ? t : e->tj_max[k0];
         if (++e->tj_count[k0] == slices) {
           const int fwd = a->kind == STRATA_ACTION_TP_JOIN_FORWARD;
           double start = e->tj_max[k0];
-          double dur = e->unit ? e->unit[a->kind] : fwd ? e->sc[st].tjf : e->sc[st].tjb;
-          double bytes = e->unit ? 0 : fwd ? e->sc[st].tjf_bytes : e->sc[st].tjb_bytes;
+          double dur = e->unit ? e->unit[a->kind] : fwd ? e->sc[st].tjf : kk == TJW ? e->sc[st].tjw : e->sc[st].tjb;
+          double bytes = e->unit  ? 0
+                         : fwd      ? e->sc[st].tjf_bytes
+                         : kk == TJW ? e->sc[st].tjw_bytes
+                                     : e->sc[st].tjb_bytes;
           for (int x = 0; x < slices; x++) {
             int sg = slice_stage(e, st, x), dv = strata_schedule_stage_device(e->s, sg);
             struct strata_action ja = {a->kind, sg, mb};
-            e->finish[key(e, a->kind, sg, mb)] = start + dur;
+            e->finish[key(e, kk, sg, mb)] = start + dur;
             e->comm[dv] += dur;
             strata__plan_trace_event(e, "comm", &ja, "allreduce", 2 * dv + 1, start, start + dur, bytes);
           }
@@ -726,7 +746,7 @@ static int engine_init(struct strata__plan_engine *e, strata_schedule_t s, const
   e->c = c;
   for (int g = 0; g < e->S; g++)
     e->held += strata_schedule_stage_held(s, g);
-  size_t keys = (size_t)STRATA_ACTION_KIND_COUNT * (size_t)e->S * (size_t)(e->M + 1), P = (size_t)e->P;
+  size_t keys = (size_t)(TJW + 1) * (size_t)e->S * (size_t)(e->M + 1), P = (size_t)e->P; /* (kinds and TJW) */
   size_t res = c ? (size_t)c->nodes * ((size_t)c->k + 2 * (size_t)c->nics) : 1;
   e->finish = malloc(keys * sizeof *e->finish);
   e->arrive = malloc(keys * sizeof *e->arrive);
@@ -1043,6 +1063,7 @@ static int simulate_in(struct strata_machine *c, strata_model_t model, strata_la
       sc->tjf = tjf, sc->tjf_bytes = jf;
       /* the recomputation's joins are settled with the backward's, at its TP_JOIN_BACKWARD */
       sc->tjb = tjb + tjr, sc->tjb_bytes = jb + jr;
+      sc->tjw = tjr, sc->tjw_bytes = jr; /* (a split backward's W recomputes again: its joins, after it) */
     }
     if (a > 0) {
       struct strata_layer_info prev;
@@ -1063,13 +1084,14 @@ static int simulate_in(struct strata_machine *c, strata_model_t model, strata_la
     rc = strata__stage_plan(model, a, a + split[j], rows, strata__plan_split_backward(l), &cut, &bytes);
     if (rc)
       break;
-    int prev_k = 1;
+    int prev_k = 1, pend = 0;
     if (j > 0)
       strata_schedule_peak_inflight(s, g - 1, &prev_k);
+    strata_schedule_peak_pending(s, g, &pend); /* a split backward's dsave regions: held from the start */
     /* (ZB-V's turn, stages pp - 1 and pp, shares a rank: no transfer buffers between them) */
     struct strata__stage_place one = {.inflight = 1, .first = j == 0, .last = j == S - 1,
                                       .prev_remote = j > 0 && strata__plan_stage_rank(l, j - 1) != rank,
-                                      .prev_inflight = prev_k,
+                                      .prev_inflight = prev_k, .pending = pend,
                                       .next_remote = j < S - 1 && strata__plan_stage_rank(l, j + 1) != rank},
                                two = one;
     two.inflight = 2;

@@ -49,8 +49,17 @@ int strata__stage_inflight(strata_trainer_t tr, int s) {
   return k;
 }
 
+/* Split backward: stage s's micro-batches with their BI done and their W pending at most (its dsave regions). */
+int strata__stage_pending(strata_trainer_t tr, int s) {
+  int k = 0;
+  if (strata_schedule_peak_pending(tr->sched, s, &k) || k < 0)
+    k = 0;
+  return k;
+}
+
 void strata__trainer_place(strata_trainer_t tr, int s, struct strata__stage_place *p) {
   p->inflight = strata__stage_inflight(tr, s);
+  p->pending = strata__stage_pending(tr, s);
   p->first = strata__stage_first(tr, s);
   p->last = strata__stage_last(tr, s);
   p->prev_remote = !p->first && tr->stage_rank[s - 1] != tr->stage_rank[s];

@@ -596,6 +596,9 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
     rc = strata__trainer_check_memory(tr, split);
   if (!rc)
     rc = build_stages(tr, split, strata_schedule_kind_split_backward(kind));
+  for (int s = 0; !rc && s < strata__stages_all(tr); s++) /* a split backward's dsave regions, as the plan counts */
+    if (tr->st[s])
+      rc = strata__stage_dsave_reserve(tr->st[s], strata__stage_pending(tr, s));
   if (!rc)
     rc = strata__pipeline_prefill(tr);
   if (!rc)
@@ -630,8 +633,26 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
     d->grad_bytes += st->zero2 ? ((uint64_t)st->chunk + st->gwin + st->tied_n) * 4 : (uint64_t)st->nparams * 4;
     d->optimizer_bytes += 2 * (uint64_t)st->chunk * 4;
     d->activation_bytes += (uint64_t)strata__stage_inflight(tr, s) * st->slot_units * 4;
+    /* a split backward's dsave regions (the pool its BIs take from and its Ws give back to) */
+    d->activation_bytes += (uint64_t)st->ndpool * st->dsave_units * 4;
     if (st->rcbuf) /* the recomputation's one block (as the memory model counts it: strata__stage_need) */
       d->activation_bytes += (uint64_t)st->rc_units * 4;
+  }
+  /* a V's device (ZB-V, DualPipeV) holds, of its two stages' micro-batches in flight, what its list holds at once,
+  ** as the memory plan counts it (memory.c), not each stage's peak added up */
+  if (kind == STRATA_SCHEDULE_ZBV || kind == STRATA_SCHEDULE_DUALPIPEV) {
+    const int S = strata__stages_all(tr);
+    double *w = calloc((size_t)S, sizeof *w);
+    for (int r = 0; w && r < ndev; r++) {
+      double own = 0, joint = 0;
+      for (int s = 0; s < S; s++) {
+        w[s] = tr->st[s] && tr->stage_rank[s] == r ? (double)tr->st[s]->slot_units * 4 : 0;
+        own += strata__stage_inflight(tr, s) * w[s];
+      }
+      if (strata_schedule_device_peak(tr->sched, r, w, &joint, NULL) == STRATA_OK && joint < own)
+        tr->rep_dev[r].activation_bytes -= (uint64_t)(own - joint);
+    }
+    free(w);
   }
   *out = tr;
   return STRATA_OK;

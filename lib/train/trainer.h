@@ -174,6 +174,8 @@ int strata__trainer_finish_all(strata_trainer_t tr);
 void strata__trainer_release_all(strata_trainer_t tr);
 /* Micro-batches stage s keeps in flight at most: the schedule's peak (memory.c). */
 int strata__stage_inflight(strata_trainer_t tr, int s);
+/* Split backward: the most micro-batches of stage s between their BI and their W at once (its dsave regions). */
+int strata__stage_pending(strata_trainer_t tr, int s);
 /* The memory plan against what each device has free (memory.c); a message that says what is needed and what there is. */
 int strata__trainer_check_memory(strata_trainer_t tr, const int *split);
 /* When layers [first, last) do not fit on device dev: say what they need, keeping the failed allocation's reason. */
