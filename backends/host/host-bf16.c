@@ -714,6 +714,11 @@ int strata__host_op_run_bf16(const struct strata__op *op) {
     return IS_BF16(op->u.bias.y) && !IS_BF16(op->u.bias.bias) ? bias_grad_native(op) : staged(op);
   case STRATA__OP_LAYERNORM_BWD:
     return !IS_BF16(op->u.ln.dgamma) && !IS_BF16(op->u.ln.dbeta) ? layernorm_bwd_native(op) : staged(op);
+  case STRATA__OP_ATTENTION_FWD: /* bfloat16 blocks on AVX-512 BF16 dot products where the CPU has them */
+  case STRATA__OP_ATTENTION_BWD: {
+    int rc = strata__host_attention_bf16(op);
+    return rc == STRATA_ERR_UNSUPPORTED ? staged(op) : rc;
+  }
   case STRATA__OP_ROPE_FWD: /* strided rows: read and written in place, element by element, in either type */
   case STRATA__OP_ROPE_BWD:
     return strata__host_op_run_f32(op);
