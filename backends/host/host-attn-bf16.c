@@ -229,20 +229,18 @@ static void probs_grad(float *p, float *ds, int64_t n, int64_t np, float lse, fl
     p[j] = ds[j] = 0.0f;
 }
 
-/* sum_d a[d] b[d] over bfloat16 rows, in double. */
+/* sum_d a[d] b[d] over bfloat16 rows, in float32 (16 lanes, then their sum). */
 static inline __m512 widen16(__mmask16 k, const uint16_t *x) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, x)), 16));
 }
 
-static double dot_rows(const uint16_t *a, const uint16_t *b, int64_t n) {
-  __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
+static float dot_rows(const uint16_t *a, const uint16_t *b, int64_t n) {
+  __m512 s = _mm512_setzero_ps();
   for (int64_t d = 0; d < n; d += 16) {
     __mmask16 k = n - d >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - d)) - 1);
-    __m512 p = _mm512_mul_ps(widen16(k, a + d), widen16(k, b + d)); /* exact: 8-bit significands */
-    s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(p)));
-    s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(p), 1))));
+    s = _mm512_fmadd_ps(widen16(k, a + d), widen16(k, b + d), s); /* products exact (8-bit significands) */
   }
-  return _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
+  return _mm512_reduce_add_ps(s);
 }
 
 #pragma GCC push_options
@@ -323,11 +321,39 @@ static void mm_rows(const uint16_t *a, int64_t lda, const uint16_t *b, int64_t p
     mm_pairs(a, lda, 2, b, ps, kp, rows, n, c, ldc, acc, alpha);
 }
 
-/* t[d][r] = x[r][d] for r < QB, d < dp (x rows of width dp, zero-padded): a block transposed for dK^T, dV^T. */
-static void transpose_blk(const uint16_t *x, int64_t dp, uint16_t *t) {
-  for (int64_t r = 0; r < QB; r++)
-    for (int64_t d = 0; d < dp; d++)
-      t[d * QB + r] = x[r * dp + d];
+/* y[c][r] = x[r][c] for r, c < 16: 32-bit elements (floats, or bfloat16 pairs: only moved), row strides ldx, ldy. */
+static void tr16(const float *x, int64_t ldx, float *y, int64_t ldy) {
+  __m512 r[16], t[16];
+  for (int i = 0; i < 16; i++)
+    r[i] = _mm512_loadu_ps(x + i * ldx);
+  for (int i = 0; i < 16; i += 2) { /* in each 128-bit lane: a0 b0 a1 b1 and a2 b2 a3 b3 */
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) { /* r[i + k], lane L: rows i..i+3 of column 4L + k */
+    __m512d t0 = _mm512_castps_pd(t[i]), t1 = _mm512_castps_pd(t[i + 1]), t2 = _mm512_castps_pd(t[i + 2]),
+            t3 = _mm512_castps_pd(t[i + 3]);
+    r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
+    r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
+    r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
+    r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
+  }
+  for (int k = 0; k < 4; k++) { /* column 4L + k: lane L of r[k], r[4 + k], r[8 + k], r[12 + k] */
+    __m512 a = _mm512_shuffle_f32x4(r[k], r[4 + k], 0x44), b = _mm512_shuffle_f32x4(r[k], r[4 + k], 0xee);
+    __m512 c = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0x44), d = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0xee);
+    _mm512_storeu_ps(y + k * ldy, _mm512_shuffle_f32x4(a, c, 0x88));
+    _mm512_storeu_ps(y + (4 + k) * ldy, _mm512_shuffle_f32x4(a, c, 0xdd));
+    _mm512_storeu_ps(y + (8 + k) * ldy, _mm512_shuffle_f32x4(b, d, 0x88));
+    _mm512_storeu_ps(y + (12 + k) * ldy, _mm512_shuffle_f32x4(b, d, 0xdd));
+  }
+}
+
+/* t[d][rp] = pair (x[2 rp][d], x[2 rp + 1][d]) for rp < QB / 2, d < dp, from pack_r's panels of a QB-row block: the
+** block transposed, pairs over its rows (rows of QB bfloat16: the A of dK^T += Q^T dS, dV^T += dO^T P). */
+static void transpose_pairs(const uint16_t *panels, int64_t dp, uint16_t *t) {
+  for (int64_t d0 = 0; d0 < dp; d0 += 16)
+    tr16((const float *)(const void *)(panels + (d0 / NT * (QB / 2) * NT + d0 % NT) * 2), NT,
+         (float *)(void *)(t + d0 * QB), QB / 2);
 }
 
 struct dims {
@@ -386,7 +412,7 @@ static void fwd_task(const struct strata__op *o, const struct dims *z, int64_t b
 
 static size_t bwd_u16(const struct dims *z) {
   return (size_t)(4 * z->hd2 * z->Tp + z->Tp * z->dp + 2 * QB * z->hdq + 2 * QB * z->dp + QB * z->Tp +
-                  2 * z->Tp * QB + 32) & ~(size_t)31;
+                  2 * z->Tp * QB + 2 * QB * z->dp + 32) & ~(size_t)31;
 }
 static size_t bwd_f32(const struct dims *z) { return (size_t)(2 * QB * z->Tp + QB * z->dp + 2 * z->Tp * z->dp); }
 
@@ -403,7 +429,7 @@ static void bwd_task(const struct strata__op *o, const struct dims *z, int64_t b
   int64_t b = bk / z->KV, kh = bk % z->KV, T = z->T, Tp = z->Tp, dp = z->dp, hd = z->hd, hdq = z->hdq, ld = z->ld;
   uint16_t *kt = ws, *vt = kt + 2 * z->hd2 * Tp, *k2 = vt + 2 * z->hd2 * Tp, *qb = k2 + Tp * dp, *dob = qb + QB * hdq,
            *q2 = dob + QB * hdq, *do2 = q2 + QB * dp, *dsb = do2 + QB * dp, *pT = dsb + QB * Tp,
-           *dsT = pT + Tp * QB;
+           *dsT = pT + Tp * QB, *qT = dsT + Tp * QB, *doT = qT + QB * dp;
   float *s = (float *)((uint16_t *)ws + bwd_u16(z)), *dpf = s + QB * Tp, *dqf = dpf + QB * Tp, *dk = dqf + QB * dp,
         *dv = dk + Tp * dp;
   const uint16_t *kbase = qkv + b * T * ld + z->D + kh * hd, *vbase = kbase + z->KV * hd;
@@ -421,10 +447,8 @@ static void bwd_task(const struct strata__op *o, const struct dims *z, int64_t b
       const uint16_t *drows = dout + (b * T + i0) * z->D + h * hd;
       pad_rows(base + i0 * ld, ld, nq, hd, hdq, qb);
       pad_rows(drows, z->D, nq, hd, hdq, dob);
-      if (!amx) {
-        pack_r(base + i0 * ld, ld, nq, QB, hd, dp, q2);
-        pack_r(drows, z->D, nq, QB, hd, dp, do2);
-      }
+      pack_r(base + i0 * ld, ld, nq, QB, hd, dp, q2);
+      pack_r(drows, z->D, nq, QB, hd, dp, do2);
       mm_rows(qb, hdq, kt, 2 * NT * z->hd2, z->hd2, QB, np, s, Tp, 0, z->scale);
       mm_rows(dob, hdq, vt, 2 * NT * z->hd2, z->hd2, QB, np, dpf, Tp, 0, 1.0f);
       for (int64_t r = 0; r < QB; r++) {
@@ -433,8 +457,8 @@ static void bwd_task(const struct strata__op *o, const struct dims *z, int64_t b
           memset(dpf + r * Tp, 0, (size_t)np * sizeof *dpf);
         } else {
           const uint16_t *orow = out + (b * T + i0 + r) * z->D + h * hd, *dorow = drows + r * z->D;
-          double rs = dot_rows(dorow, orow, hd);
-          probs_grad(s + r * Tp, dpf + r * Tp, z->causal ? i0 + r + 1 : T, np, lse[bh * T + i0 + r], (float)rs);
+          float rs = dot_rows(dorow, orow, hd);
+          probs_grad(s + r * Tp, dpf + r * Tp, z->causal ? i0 + r + 1 : T, np, lse[bh * T + i0 + r], rs);
         }
         round_row(dpf + r * Tp, dsb + r * Tp, np);
       }
@@ -444,27 +468,29 @@ static void bwd_task(const struct strata__op *o, const struct dims *z, int64_t b
       for (int64_t r = 0; r < nq; r++)
         put_row(dqf + r * dp, 1.0f, dbase + (i0 + r) * ld, hd);
       if (amx) { /* dK^T += Q^T dS, dV^T += dO^T P: the zipped blocks are their B */
-        transpose_blk(qb, hdq, q2);
-        transpose_blk(dob, hdq, do2);
-        mm_amx(q2, QB, dsT, 2 * NT, 2 * Tp, QB / 2, dp, np, dk, Tp, 1, 1.0f);
-        mm_amx(do2, QB, pT, 2 * NT, 2 * Tp, QB / 2, dp, np, dv, Tp, 1, 1.0f);
+        transpose_pairs(q2, dp, qT);
+        transpose_pairs(do2, dp, doT);
+        mm_amx(qT, QB, dsT, 2 * NT, 2 * Tp, QB / 2, dp, np, dk, Tp, 1, 1.0f);
+        mm_amx(doT, QB, pT, 2 * NT, 2 * Tp, QB / 2, dp, np, dv, Tp, 1, 1.0f);
       } else {
         mm_pairs(dsT, 2, 2 * Tp, q2, NT * QB, QB / 2, np, dp, dk, dp, 1, 1.0f);
         mm_pairs(pT, 2, 2 * Tp, do2, NT * QB, QB / 2, np, dp, dv, dp, 1, 1.0f);
       }
     }
   }
-  for (int64_t j = 0; j < T; j++) {
-    if (amx) { /* dK^T and dV^T (rows of Tp), a column at a time (gathered) through dqf */
-      const __m512i col = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                             _mm512_set1_epi32((int)Tp));
-      for (int64_t d = 0; d < dp; d += 16) {
-        _mm512_storeu_ps(dqf + d, _mm512_i32gather_ps(col, dk + d * Tp + j, 4));
-        _mm512_storeu_ps(dqf + dp + d, _mm512_i32gather_ps(col, dv + d * Tp + j, 4));
+  if (amx) { /* dK^T and dV^T (rows of Tp): 16 keys at a time transposed into dqf */
+    for (int64_t j0 = 0; j0 < T; j0 += 16) {
+      for (int64_t d0 = 0; d0 < dp; d0 += 16) {
+        tr16(dk + d0 * Tp + j0, Tp, dqf + d0, dp);
+        tr16(dv + d0 * Tp + j0, Tp, dqf + 16 * dp + d0, dp);
       }
-      put_row(dqf, z->scale, dkbase + j * ld, hd);
-      put_row(dqf + dp, 1.0f, dvbase + j * ld, hd);
-    } else {
+      for (int64_t j = j0; j < T && j < j0 + 16; j++) {
+        put_row(dqf + (j - j0) * dp, z->scale, dkbase + j * ld, hd);
+        put_row(dqf + (16 + j - j0) * dp, 1.0f, dvbase + j * ld, hd);
+      }
+    }
+  } else {
+    for (int64_t j = 0; j < T; j++) {
       put_row(dk + j * dp, z->scale, dkbase + j * ld, hd);
       put_row(dv + j * dp, 1.0f, dvbase + j * ld, hd);
     }
