@@ -788,7 +788,10 @@ Test(bf16, row_ops_against_float64) {
 }
 
 /* Attention: out is a weighted mean of value rows, so 2^-12 of max |v| covers float32 (it holds 2^-8 |out| beside);
-** lse float32 within 1e-5. On the host and, where there is one, the first OpenCL device (kernels/attention.k). */
+** lse float32 within 1e-5. On the host and, where there is one, the first OpenCL device (kernels/attention.k). The
+** host on AVX-512 BF16 (host-attn-bf16.c) rounds the probabilities to bfloat16 for P V, as FlashAttention and
+** PyTorch's CPU flash attention do in bfloat16: each weight within 2^-9 of itself, so out within 2^-9 of max |v|
+** (1 here) beside the output's own rounding. */
 Test(bf16, attention_against_float64) {
   enum { B = 2, T = 29, H = 2, HD = 16, D = H * HD };
   float *qkv = rnd_bf(B * T * 3 * D, 21, -1, 1);
@@ -819,7 +822,7 @@ Test(bf16, attention_against_float64) {
             for (int j = 0; j <= i; j++)
               want += exp(s[j] - mx) / sum * qkv[(b * T + j) * 3 * D + 2 * D + h * HD + d];
             size_t at = (size_t)((b * T + i) * D + h * HD + d);
-            NEAR("attention_fwd", at, o[1][at], want, 0x1p-12);
+            NEAR("attention_fwd", at, o[1][at], want, dv == 0 ? 0x1p-9 : 0x1p-12);
           }
         }
     outputs_free(3, o);

@@ -652,3 +652,42 @@ Test(llama, gqa_attention_opencl_same_bits_whatever_the_work_group) {
   strata_shutdown();
   free(first), free(got);
 }
+
+/* The host's bfloat16 attention (host-attn-bf16.c: AMX-BF16 tiles or AVX-512 BF16 dot products on blocks of 32
+** queries and keys where the CPU has them, else the staged float32 one) at shapes past its blocks — T with a partial
+** block, head_dim odd (a half pair) and 64 (GPT's) — matches float64, with the same bits on 1 and 2 threads (tasks
+** are whole heads). */
+static void gqa_blocks(void) {
+  static const int64_t shapes[][5] = {{1, 100, 4, 2, 9}, {2, 70, 2, 2, 64}};
+  for (int s = 0; s < 2; s++)
+    for (int causal = 0; causal < 2; causal++) {
+      const int64_t B = shapes[s][0], T = shapes[s][1], H = shapes[s][2], KV = shapes[s][3], hd = shapes[s][4];
+      size_t total = (size_t)(B * T * H * hd + B * H * T + B * T * (H + 2 * KV) * hd);
+      float *first = malloc(total * sizeof *first), *got = malloc(total * sizeof *got);
+      for (int k = 0; k < 2; k++) {
+        setenv("STRATA_HOST_THREADS", k ? "2" : "1", 1);
+        strata_shutdown(); /* the host reads it when it starts */
+        gqa_check("host", device_of("host"), BF16, B, T, H, KV, hd, causal, k ? &got : &first);
+        if (k)
+          cr_assert(memcmp(got, first, total * sizeof *got) == 0,
+                    "bf16 gqa (T %lld hd %lld causal %d) on 2 threads differs from 1 thread", (long long)T,
+                    (long long)hd, causal);
+      }
+      free(first), free(got);
+    }
+  unsetenv("STRATA_HOST_THREADS");
+  strata_shutdown();
+}
+
+Test(llama, gqa_attention_host_bf16_blocks_same_bits_whatever_the_threads) { gqa_blocks(); }
+
+/* The same with AMX hidden (AVX-512 BF16 alone), and with both hidden (the staged float32 attention). */
+Test(llama, gqa_attention_host_bf16_blocks_without_amx) {
+  setenv("STRATA_HOST_CPU_HIDE", "amxbf16", 1);
+  gqa_blocks();
+}
+
+Test(llama, gqa_attention_host_bf16_blocks_without_bf16_instructions) {
+  setenv("STRATA_HOST_CPU_HIDE", "amxbf16,avx512bf16", 1);
+  gqa_blocks();
+}

@@ -16,6 +16,11 @@
 #include "bf16.h"
 #include "host.h"
 
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 10
+#include <immintrin.h>
+#define HAVE_NATIVE_BF16 1
+#endif
+
 #define F(m) ((float *)(m).h + (m).off)
 #define BF(m) ((uint16_t *)(m).h + (m).off)
 #define INT(m) ((int32_t *)(m).h + (m).off)
@@ -692,6 +697,82 @@ static int layernorm_bwd_native(const struct strata__op *o) {
   return rc;
 }
 
+/* ---- elementwise ops on bfloat16 in registers (AVX-512 BF16): the staged op's bits without its scratch ---- */
+
+#ifdef HAVE_NATIVE_BF16
+#define NATIVE __attribute__((target("avx512bf16,avx512f,avx512vl,avx512bw")))
+
+/* 16 bfloat16 widened (exactly) to float32; masked-off lanes 0. */
+NATIVE static inline __m512 widen16(__mmask16 k, const uint16_t *x) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, x)), 16));
+}
+
+/* 16 float32 rounded as strata__bf16_from_f32 rounds them (vcvtneps2bf16: to nearest even). */
+NATIVE static inline void narrow16(__mmask16 k, __m512 x, uint16_t *y) {
+  _mm256_mask_storeu_epi16((void *)y, k, (__m256i)_mm512_cvtneps_pbh(x));
+}
+
+static inline __mmask16 mask16(int64_t left) { return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1); }
+
+/* y = a + b over n bfloat16 (any of them the same memory): the float32 sum of the widened values, rounded once. */
+NATIVE static void add_span(const uint16_t *a, const uint16_t *b, uint16_t *y, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    __mmask16 k = mask16(n - i);
+    narrow16(k, _mm512_add_ps(widen16(k, a + i), widen16(k, b + i)), y + i);
+  }
+}
+
+/* y[r][c] = y[r][c] + b[c] over rows of bfloat16 y, b float32 or bfloat16 (b16 non-NULL). */
+NATIVE static void bias_span(uint16_t *y, const float *b, const uint16_t *b16, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; r++) {
+    uint16_t *yr = y + r * cols;
+    for (int64_t c = 0; c < cols; c += 16) {
+      __mmask16 k = mask16(cols - c);
+      __m512 bv = b16 ? widen16(k, b16 + c) : _mm512_maskz_loadu_ps(k, b + c);
+      narrow16(k, _mm512_add_ps(widen16(k, yr + c), bv), yr + c);
+    }
+  }
+}
+
+/* ADD with every operand bfloat16, BIAS_ADD with a bfloat16 y: in registers on a CPU with AVX-512 BF16 (the staged
+** op's arithmetic: exact widening, the float32 addition, one rounding to nearest even); STRATA_ERR_UNSUPPORTED
+** elsewhere (the caller stages it). */
+static int elementwise_native(const struct strata__op *o) {
+  if (!strata__bf16_path(NULL))
+    return STRATA_ERR_UNSUPPORTED;
+  if (o->id == STRATA__OP_ADD) {
+    if (!IS_BF16(o->u.ew.x) || !IS_BF16(o->u.ew.b) || !IS_BF16(o->u.ew.y))
+      return STRATA_ERR_UNSUPPORTED;
+    const uint16_t *a = BF(o->u.ew.x), *b = BF(o->u.ew.b);
+    uint16_t *y = BF(o->u.ew.y);
+    int64_t n = o->u.ew.n, pieces = (n + CHUNK - 1) / CHUNK;
+    _Pragma("omp parallel for schedule(static) num_threads(strata__host_threads) if (n >= PAR_MIN)")
+    for (int64_t s = 0; s < pieces; s++) {
+      int64_t lo = s * CHUNK, len = n - lo < CHUNK ? n - lo : CHUNK;
+      add_span(a + lo, b + lo, y + lo, len);
+    }
+    return STRATA_OK;
+  }
+  if (!IS_BF16(o->u.bias.y))
+    return STRATA_ERR_UNSUPPORTED;
+  uint16_t *y = BF(o->u.bias.y);
+  const int b16 = IS_BF16(o->u.bias.bias);
+  int64_t cols = o->u.bias.cols, rows = o->u.bias.rows, par_n = rows * cols;
+  int64_t per = cols >= CHUNK ? 1 : CHUNK / cols, pieces = (rows + per - 1) / per;
+  _Pragma("omp parallel for schedule(static) num_threads(strata__host_threads) if (par_n >= PAR_MIN)")
+  for (int64_t i = 0; i < pieces; i++) {
+    int64_t r0 = i * per, nr = rows - r0 < per ? rows - r0 : per;
+    bias_span(y + r0 * cols, b16 ? NULL : F(o->u.bias.bias), b16 ? BF(o->u.bias.bias) : NULL, nr, cols);
+  }
+  return STRATA_OK;
+}
+#else
+static int elementwise_native(const struct strata__op *o) {
+  (void)o;
+  return STRATA_ERR_UNSUPPORTED;
+}
+#endif
+
 int strata__host_op_run_bf16(const struct strata__op *op) {
   switch (op->id) {
   case STRATA__OP_CONVERT:
@@ -714,6 +795,16 @@ int strata__host_op_run_bf16(const struct strata__op *op) {
     return IS_BF16(op->u.bias.y) && !IS_BF16(op->u.bias.bias) ? bias_grad_native(op) : staged(op);
   case STRATA__OP_LAYERNORM_BWD:
     return !IS_BF16(op->u.ln.dgamma) && !IS_BF16(op->u.ln.dbeta) ? layernorm_bwd_native(op) : staged(op);
+  case STRATA__OP_ATTENTION_FWD: /* bfloat16 blocks on AVX-512 BF16 dot products where the CPU has them */
+  case STRATA__OP_ATTENTION_BWD: {
+    int rc = strata__host_attention_bf16(op);
+    return rc == STRATA_ERR_UNSUPPORTED ? staged(op) : rc;
+  }
+  case STRATA__OP_ADD:
+  case STRATA__OP_BIAS_ADD: {
+    int rc = elementwise_native(op);
+    return rc == STRATA_ERR_UNSUPPORTED ? staged(op) : rc;
+  }
   case STRATA__OP_ROPE_FWD: /* strided rows: read and written in place, element by element, in either type */
   case STRATA__OP_ROPE_BWD:
     return strata__host_op_run_f32(op);

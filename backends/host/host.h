@@ -37,6 +37,9 @@ void strata__host_ln_dx_row(const float *xr, const float *dyr, const float *g, f
 /* The fused (grouped-query) attention on float32 operands (host-attn.c); STRATA_ERR_NOMEM when scratch fails. */
 int strata__host_attention_fwd(const struct strata__op *op);
 int strata__host_attention_bwd(const struct strata__op *op);
+/* The same on bfloat16 qkv, out, dout and dqkv with float32 lse, on AVX-512 BF16 dot products (host-attn-bf16.c);
+** STRATA_ERR_UNSUPPORTED for other operand types or a CPU without them (the caller stages the float32 one). */
+int strata__host_attention_bf16(const struct strata__op *op);
 
 /* LLaMA's ops (host-llama.c): RMSNorm, SwiGLU on float32 operands (bfloat16 ones staged by host-bf16.c); RoPE on
 ** float32 or bfloat16 operands, read and written in place (its rows are strided). */

@@ -7,6 +7,7 @@ backends_host_strata_host_la_SOURCES = \
 	%reldir%/host.h \
 	%reldir%/host-ops.c \
 	%reldir%/host-attn.c \
+	%reldir%/host-attn-bf16.c \
 	%reldir%/host-llama.c \
 	%reldir%/host-bf16.c \
 	%reldir%/bf16.c \

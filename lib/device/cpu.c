@@ -23,7 +23,7 @@ static const struct {
     {STRATA__CPU_SSE3, "sse3"},         {STRATA__CPU_SSE4_2, "sse4_2"},     {STRATA__CPU_AVX, "avx"},
     {STRATA__CPU_AVX2, "avx2"},         {STRATA__CPU_FMA, "fma"},           {STRATA__CPU_AVX512F, "avx512f"},
     {STRATA__CPU_AVX512BW, "avx512bw"}, {STRATA__CPU_AVX512VL, "avx512vl"}, {STRATA__CPU_AVX512DQ, "avx512dq"},
-    {STRATA__CPU_AVX512BF16, "avx512_bf16"},
+    {STRATA__CPU_AVX512BF16, "avx512_bf16"}, {STRATA__CPU_AMXBF16, "amx_bf16"},
 };
 #define NFEATURES (sizeof feature_names / sizeof feature_names[0])
 
@@ -31,7 +31,7 @@ static const struct {
 static const struct {
   unsigned bit;
   const char *name;
-} feature_aliases[] = {{STRATA__CPU_AVX512BF16, "avx512bf16"}};
+} feature_aliases[] = {{STRATA__CPU_AVX512BF16, "avx512bf16"}, {STRATA__CPU_AMXBF16, "amxbf16"}};
 
 static unsigned features_hidden(void) {
   const char *env = getenv("STRATA_HOST_CPU_HIDE");
@@ -89,6 +89,9 @@ unsigned strata__cpu_features(void) {
         f |= STRATA__CPU_AVX512BW;
       if (b & (1u << 31))
         f |= STRATA__CPU_AVX512VL;
+      /* AMX-TILE and AMX-BF16, with the tile configuration and data saved by the OS (XCR0 bits 17, 18) */
+      if ((d & (1u << 24)) && (d & (1u << 22)) && (xcr0 & 0x60000) == 0x60000)
+        f |= STRATA__CPU_AMXBF16;
       if (max_sub >= 1) {
         __cpuid_count(7, 1, a, b, c, d);
         if (a & (1u << 5))

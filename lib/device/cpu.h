@@ -17,6 +17,7 @@ enum strata__cpu_feature {
   STRATA__CPU_AVX512VL = 1u << 7,
   STRATA__CPU_AVX512DQ = 1u << 8,
   STRATA__CPU_AVX512BF16 = 1u << 9,
+  STRATA__CPU_AMXBF16 = 1u << 10, /* AMX tiles with bf16 products (the OS's tile state enabled in XCR0) */
 };
 
 /*

@@ -1,0 +1,568 @@
+/* SPDX-License-Identifier: MIT */
+/* host-attn-bf16.c — the host's fused (grouped-query) attention on bfloat16 operands, its products on AMX-BF16 tiles
+** or AVX-512 BF16 dot products, reading and writing bfloat16 in place; other CPUs run the staged float32 one. */
+#include "config.h"
+
+#include <float.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef __linux__
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include <strata/comm.h>
+
+#include "bf16.h"
+#include "device/cpu.h"
+#include "host.h"
+#include "vecmath.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 10
+#include <immintrin.h>
+#define HAVE_NATIVE 1
+#endif
+
+#define IS_BF16(m) ((m).dtype == STRATA_BFLOAT16)
+
+#ifdef HAVE_NATIVE
+
+#define NEEDS (STRATA__CPU_AVX512BF16 | STRATA__CPU_AVX512F | STRATA__CPU_AVX512VL | STRATA__CPU_AVX512BW)
+#define BF(m) ((uint16_t *)(m).h + (m).off)
+#define F(m) ((float *)(m).h + (m).off)
+#define PAR_MIN 16384 /* as host-ops.c: below this much work threads cost more than they save */
+
+/*
+** As the float32 attention (host-attn.c), blocked over queries and keys with
+** no T x T matrix, but its products on bfloat16 pairs: vdpbf16ps adds
+** a[2p] b[2p] + a[2p+1] b[2p+1] (products exact, sums in float32) to each of
+** 16 float32 lanes. So every product's right operand is stored "pair-packed":
+** element (p, j) of a K/2 x N matrix holds the pair (B[2p][j], B[2p+1][j]),
+** and its left operand is bfloat16 rows whose pairs are broadcast. S = Q K^T
+** and dP = dO V^T take K and V transposed and pair-packed over head_dim;
+** O = P V and dQ = dS K take V and K pair-packed over keys; dK = dS^T Q and
+** dV = P^T dO take Q and dO pair-packed over the block's queries. P and dS
+** are rounded to bfloat16 for their products (as FlashAttention and
+** PyTorch's CPU flash attention do in bfloat16); softmax, lse, rowsum and
+** every sum stay float32. Each (sequence, head) or (sequence, kv head) is one
+** task whose arithmetic does not depend on the threads: the same bits every
+** run. On a CPU with AMX-BF16 the same pair-packed operands feed the tiles
+** (TDPBF16PS takes B in exactly this layout), 32 x 32 blocks of sums at a
+** time, and dK, dV are summed transposed (dK^T += Q^T dS, so the zipped dS
+** is B with no transpose of it); the bits then differ from the AVX-512 path's
+** (another order of float32 sums), never from run to run.
+*/
+#define QB 32 /* queries of a block */
+#define MR 8  /* rows of a register tile */
+#define NT 32 /* columns of a register tile (two vectors) */
+#define R32(n) (((n) + 31) / 32 * 32)
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma")
+
+/* One MR x (16 nv) tile: c (+)= alpha a b over kp pairs (accumulate: alpha is 1); row r's pair p of a at
+** a + r lda + p ldp. */
+static inline __attribute__((always_inline)) void tile(const uint16_t *a, int64_t lda, int64_t ldp, const uint16_t *b,
+                                                       int64_t ldb, int64_t kp, float *c, int64_t ldc, int nv,
+                                                       int acc, float alpha) {
+  __m512 s[MR][2];
+  _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)
+    _Pragma("GCC unroll 2") for (int v = 0; v < nv; v++)
+      s[r][v] = acc ? _mm512_loadu_ps(c + r * ldc + 16 * v) : _mm512_setzero_ps();
+  for (int64_t p = 0; p < kp; p++) {
+    __m512 bv[2];
+    bv[0] = _mm512_loadu_ps((const void *)(b + p * ldb));
+    bv[1] = nv > 1 ? _mm512_loadu_ps((const void *)(b + p * ldb + 32)) : bv[0];
+    _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {
+      uint32_t w;
+      memcpy(&w, a + r * lda + p * ldp, sizeof w);
+      __m512 ar = _mm512_castsi512_ps(_mm512_set1_epi32((int)w));
+      _Pragma("GCC unroll 2") for (int v = 0; v < nv; v++)
+        s[r][v] = _mm512_dpbf16_ps(s[r][v], (__m512bh)ar, (__m512bh)bv[v]);
+    }
+  }
+  __m512 al = _mm512_set1_ps(alpha);
+  _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++)
+    _Pragma("GCC unroll 2") for (int v = 0; v < nv; v++)
+      _mm512_storeu_ps(c + r * ldc + 16 * v, acc ? s[r][v] : _mm512_mul_ps(s[r][v], al));
+}
+
+/*
+** c[r][j] (+)= alpha sum_{p < kp} a[r][2p] b[p][j][0] + a[r][2p+1] b[p][j][1]
+** for r < rows (a multiple of MR), j < n (a multiple of 16): a is bfloat16
+** pairs, row r's pair p at a + r lda + p ldp (rows: ldp 2; row-pair
+** interleaved, as zip_rows writes them: lda 2), b pair-packed in panels of NT
+** columns, each panel's pair rows one after the other (64 bfloat16 a row;
+** `ps` bfloat16 from one panel to the next), so a tile reads its B
+** contiguously (a row stride of a power of two would map every row of a
+** column strip to a few cache sets). accumulate: c += a b; else c = alpha a b.
+*/
+static void mm_pairs(const uint16_t *a, int64_t lda, int64_t ldp, const uint16_t *b, int64_t ps, int64_t kp,
+                     int64_t rows, int64_t n, float *c, int64_t ldc, int acc, float alpha) {
+  for (int64_t j0 = 0; j0 < n; j0 += NT)
+    for (int64_t r0 = 0; r0 < rows; r0 += MR) {
+      if (n - j0 >= NT)
+        tile(a + r0 * lda, lda, ldp, b + j0 / NT * ps, 2 * NT, kp, c + r0 * ldc + j0, ldc, 2, acc, alpha);
+      else
+        tile(a + r0 * lda, lda, ldp, b + j0 / NT * ps, 2 * NT, kp, c + r0 * ldc + j0, ldc, 1, acc, alpha);
+    }
+}
+
+/* y[2i] = a[i], y[2i + 1] = b[i] for i < 32: two rows of 32 bfloat16 zipped into 32 pairs. */
+static const uint16_t zip_lo[32] = {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
+                                    8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+static const uint16_t zip_hi[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
+                                    24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+static inline void zip32(__m512i a, __m512i b, uint16_t *y) {
+  __m512i lo = _mm512_loadu_si512((const void *)zip_lo), hi = _mm512_loadu_si512((const void *)zip_hi);
+  _mm512_storeu_si512((void *)y, _mm512_permutex2var_epi16(a, lo, b));
+  _mm512_storeu_si512((void *)(y + 32), _mm512_permutex2var_epi16(a, hi, b));
+}
+
+/* y[rp][j] = (bf16(x[2 rp][j]), bf16(x[2 rp + 1][j])) for rp < QB / 2, j < np (a multiple of 32); row stride ldx
+** floats, ldy pairs: the block's rows rounded and zipped two by two, pairs over its rows (mm_pairs' lda 2). */
+static void zip_rows(const float *x, int64_t ldx, int64_t np, uint16_t *y, int64_t ldy) {
+  for (int64_t rp = 0; rp < QB / 2; rp++) {
+    const float *x0 = x + 2 * rp * ldx, *x1 = x0 + ldx;
+    for (int64_t j = 0; j < np; j += 32) {
+      __m512i a = (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x0 + j + 16), _mm512_loadu_ps(x0 + j));
+      __m512i b = (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x1 + j + 16), _mm512_loadu_ps(x1 + j));
+      zip32(a, b, y + (rp * ldy + j) * 2);
+    }
+  }
+}
+
+/* y[i] = bfloat16(f x[i]) for i < n (rounded to nearest even, as strata__bf16_from_f32). */
+static void put_row(const float *x, float f, uint16_t *y, int64_t n) {
+  __m512 fv = _mm512_set1_ps(f);
+  for (int64_t i = 0; i < n; i += 16) {
+    __mmask16 k = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+    __m256bh r = _mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), fv));
+    _mm256_mask_storeu_epi16((void *)(y + i), k, (__m256i)r);
+  }
+}
+
+/* y[i] = bfloat16(x[i]) for i < n, n a multiple of 32. */
+static void round_row(const float *x, uint16_t *y, int64_t n) {
+  for (int64_t i = 0; i < n; i += 32) {
+    __m512bh r = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(x + i));
+    _mm512_storeu_si512((void *)(y + i), (__m512i)r);
+  }
+}
+
+/* Pair (p, j) = (rows[j][2p], rows[j][2p + 1]) (j < n, 2p + e < hd; zero up to hd2 x tp pairs) in mm_pairs' panels
+** (hd2 pair rows each): rows transposed, pair-packed over d. */
+static void pack_t(const uint16_t *rows, int64_t ld, int64_t n, int64_t hd, int64_t hd2, int64_t tp, uint16_t *t) {
+  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  for (int64_t j0 = 0; j0 < tp; j0 += 16) {
+    __mmask16 k = n - j0 >= 16 ? (__mmask16)0xffff : n > j0 ? (__mmask16)((1u << (n - j0)) - 1) : 0;
+    __m512i idx = _mm512_mullo_epi32(_mm512_add_epi32(lane, _mm512_set1_epi32((int)j0)), _mm512_set1_epi32((int)ld));
+    uint16_t *col = t + (j0 / NT * hd2 * NT + j0 % NT) * 2;
+    for (int64_t p = 0; p < hd2; p++) {
+      __m512i w = _mm512_setzero_si512();
+      if (2 * p + 1 < hd && k) /* pair p of rows j0..j0 + 15: 32 bits at rows + (j ld + 2p) bfloat16 */
+        w = _mm512_mask_i32gather_epi32(w, k, idx, (const void *)(rows + 2 * p), 2);
+      _mm512_storeu_si512((void *)(col + p * 2 * NT), w);
+      if (2 * p + 1 == hd) /* an odd head_dim's last element, alone in its pair (not read past the row) */
+        for (int64_t jj = 0; jj < 16 && j0 + jj < n; jj++)
+          col[p * 2 * NT + 2 * jj] = rows[(j0 + jj) * ld + 2 * p];
+    }
+  }
+}
+
+/* Pair (jp, d) = (rows[2 jp][d], rows[2 jp + 1][d]) (2 jp + e < n, d < hd; zero up to np / 2 x dp pairs) in
+** mm_pairs' panels (np / 2 pair rows each): pair-packed over rows. */
+static void pack_r(const uint16_t *rows, int64_t ld, int64_t n, int64_t np, int64_t hd, int64_t dp, uint16_t *t) {
+  for (int64_t d0 = 0; d0 < dp; d0 += NT) {
+    __mmask32 k = hd - d0 >= 32 ? ~(__mmask32)0 : hd > d0 ? ((__mmask32)1 << (hd - d0)) - 1 : 0;
+    for (int64_t jp = 0; jp < np / 2; jp++) {
+      int64_t j = 2 * jp;
+      __m512i a = j < n ? _mm512_maskz_loadu_epi16(k, rows + j * ld + d0) : _mm512_setzero_si512();
+      __m512i b = j + 1 < n ? _mm512_maskz_loadu_epi16(k, rows + (j + 1) * ld + d0) : _mm512_setzero_si512();
+      zip32(a, b, t + (d0 / NT * (np / 2) + jp) * 2 * NT);
+    }
+  }
+}
+
+/* c[r][d] = rows[r][d] for r < n, d < hd; zero up to QB x w. */
+static void pad_rows(const uint16_t *rows, int64_t ld, int64_t n, int64_t hd, int64_t w, uint16_t *c) {
+  memset(c, 0, (size_t)(QB * w) * sizeof *c);
+  for (int64_t r = 0; r < n; r++)
+    memcpy(c + r * w, rows + r * ld, (size_t)hd * sizeof *c);
+}
+
+/* As host-attn.c's: s[j] = exp(s[j] - max) for j < n, 0 up to np; the row's log-sum-exp, its sum in *sum. */
+static float exp_row(float *s, int64_t n, int64_t np, double *sum) {
+  __m512 m = _mm512_set1_ps(-FLT_MAX);
+  for (int64_t j = 0; j < n; j += 16) { /* max(x, m) is x > m ? x : m: a NaN is passed over as host-attn.c does */
+    __mmask16 k = n - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - j)) - 1);
+    m = _mm512_mask_max_ps(m, k, _mm512_maskz_loadu_ps(k, s + j), m);
+  }
+  float mx = _mm512_reduce_max_ps(m);
+  double t = 0;
+#pragma omp simd reduction(+ : t)
+  for (int64_t j = 0; j < n; j++) {
+    float e = vm_exp(s[j] - mx);
+    s[j] = e;
+    t += e;
+  }
+  for (int64_t j = n; j < np; j++)
+    s[j] = 0.0f;
+  *sum = t;
+  return mx + (float)log(t);
+}
+
+/* p[j] = exp(p[j] - lse), ds[j] = p[j] (ds[j] - rowsum) for j < n; both 0 up to np. */
+static void probs_grad(float *p, float *ds, int64_t n, int64_t np, float lse, float rowsum) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; j++) {
+    float pj = vm_exp(p[j] - lse);
+    p[j] = pj;
+    ds[j] = pj * (ds[j] - rowsum);
+  }
+  for (int64_t j = n; j < np; j++)
+    p[j] = ds[j] = 0.0f;
+}
+
+/* sum_d a[d] b[d] over bfloat16 rows, in float32 (16 lanes, then their sum). */
+static inline __m512 widen16(__mmask16 k, const uint16_t *x) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, x)), 16));
+}
+
+static float dot_rows(const uint16_t *a, const uint16_t *b, int64_t n) {
+  __m512 s = _mm512_setzero_ps();
+  for (int64_t d = 0; d < n; d += 16) {
+    __mmask16 k = n - d >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - d)) - 1);
+    s = _mm512_fmadd_ps(widen16(k, a + d), widen16(k, b + d), s); /* products exact (8-bit significands) */
+  }
+  return _mm512_reduce_add_ps(s);
+}
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,amx-tile,amx-bf16")
+
+/* Palette 1: tiles 0-3 a 32 x 32 block of float32 sums (16 x 16 each), 4-5 two 16 x 32 bfloat16 row blocks of A,
+** 6-7 two 16 x 16 pair blocks of B. Loaded at the start of each task (the thread's GEMMs load their own). */
+static const struct {
+  uint8_t palette, start_row, zero[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+} __attribute__((aligned(64))) amx_cfg = {1, 0, {0}, {64, 64, 64, 64, 64, 64, 64, 64},
+                                         {16, 16, 16, 16, 16, 16, 16, 16}};
+
+/* (a configuration in static memory: GCC's _tile_loadconfig tells the compiler it reads 8 bytes, so stores into an
+** automatic one may be dropped as dead) */
+static void amx_start(void) { _tile_loadconfig(&amx_cfg); }
+
+static void amx_end(void) { _tile_release(); }
+
+/*
+** As mm_pairs on AMX tiles, 32 x 32 blocks of c at a time: rows a multiple
+** of 32, n of 32, kp of 16; a bfloat16 rows (pairs contiguous, row stride
+** lda); b's pair row p of the 32 columns from j0 at b + j0 / 32 ps + p pr
+** (mm_pairs' panels: ps as there, pr 64; zip_rows' rows: ps 64, pr 2 ldy).
+*/
+static void mm_amx(const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ps, int64_t pr, int64_t kp,
+                   int64_t rows, int64_t n, float *c, int64_t ldc, int acc, float alpha) {
+  const int64_t sa = lda * 2, sb = pr * 2, sc = ldc * 4;
+  for (int64_t j0 = 0; j0 < n; j0 += 32)
+    for (int64_t r0 = 0; r0 < rows; r0 += 32) {
+      float *c0 = c + r0 * ldc + j0, *c1 = c0 + 16 * ldc;
+      if (acc) {
+        _tile_loadd(0, c0, sc);
+        _tile_loadd(1, c0 + 16, sc);
+        _tile_loadd(2, c1, sc);
+        _tile_loadd(3, c1 + 16, sc);
+      } else {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+      }
+      const uint16_t *bp = b + j0 / 32 * ps;
+      for (int64_t p0 = 0; p0 < kp; p0 += 16) {
+        _tile_loadd(4, a + r0 * lda + 2 * p0, sa);
+        _tile_loadd(5, a + (r0 + 16) * lda + 2 * p0, sa);
+        _tile_loadd(6, bp + p0 * pr, sb);
+        _tile_loadd(7, bp + p0 * pr + 32, sb);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+      _tile_stored(0, c0, sc);
+      _tile_stored(1, c0 + 16, sc);
+      _tile_stored(2, c1, sc);
+      _tile_stored(3, c1 + 16, sc);
+    }
+  if (!acc && alpha != 1.0f) {
+    __m512 al = _mm512_set1_ps(alpha);
+    for (int64_t r = 0; r < rows; r++)
+      for (int64_t j = 0; j < n; j += 16)
+        _mm512_storeu_ps(c + r * ldc + j, _mm512_mul_ps(_mm512_loadu_ps(c + r * ldc + j), al));
+  }
+}
+
+#pragma GCC pop_options
+
+static int amx; /* 1: the products on AMX tiles (chosen once, with the tile data the kernel let this process use) */
+
+/* c (+)= alpha a b with a in rows (mm_pairs' ldp 2), b in mm_pairs' panels: on AMX tiles where chosen. */
+static void mm_rows(const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ps, int64_t kp, int64_t rows,
+                    int64_t n, float *c, int64_t ldc, int acc, float alpha) {
+  if (amx)
+    mm_amx(a, lda, b, ps, 2 * NT, kp, rows, n, c, ldc, acc, alpha);
+  else
+    mm_pairs(a, lda, 2, b, ps, kp, rows, n, c, ldc, acc, alpha);
+}
+
+/* y[c][r] = x[r][c] for r, c < 16: 32-bit elements (floats, or bfloat16 pairs: only moved), row strides ldx, ldy. */
+static void tr16(const float *x, int64_t ldx, float *y, int64_t ldy) {
+  __m512 r[16], t[16];
+  for (int i = 0; i < 16; i++)
+    r[i] = _mm512_loadu_ps(x + i * ldx);
+  for (int i = 0; i < 16; i += 2) { /* in each 128-bit lane: a0 b0 a1 b1 and a2 b2 a3 b3 */
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) { /* r[i + k], lane L: rows i..i+3 of column 4L + k */
+    __m512d t0 = _mm512_castps_pd(t[i]), t1 = _mm512_castps_pd(t[i + 1]), t2 = _mm512_castps_pd(t[i + 2]),
+            t3 = _mm512_castps_pd(t[i + 3]);
+    r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
+    r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
+    r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
+    r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
+  }
+  for (int k = 0; k < 4; k++) { /* column 4L + k: lane L of r[k], r[4 + k], r[8 + k], r[12 + k] */
+    __m512 a = _mm512_shuffle_f32x4(r[k], r[4 + k], 0x44), b = _mm512_shuffle_f32x4(r[k], r[4 + k], 0xee);
+    __m512 c = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0x44), d = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0xee);
+    _mm512_storeu_ps(y + k * ldy, _mm512_shuffle_f32x4(a, c, 0x88));
+    _mm512_storeu_ps(y + (4 + k) * ldy, _mm512_shuffle_f32x4(a, c, 0xdd));
+    _mm512_storeu_ps(y + (8 + k) * ldy, _mm512_shuffle_f32x4(b, d, 0x88));
+    _mm512_storeu_ps(y + (12 + k) * ldy, _mm512_shuffle_f32x4(b, d, 0xdd));
+  }
+}
+
+/* t[d][rp] = pair (x[2 rp][d], x[2 rp + 1][d]) for rp < QB / 2, d < dp, from pack_r's panels of a QB-row block: the
+** block transposed, pairs over its rows (rows of QB bfloat16: the A of dK^T += Q^T dS, dV^T += dO^T P). */
+static void transpose_pairs(const uint16_t *panels, int64_t dp, uint16_t *t) {
+  for (int64_t d0 = 0; d0 < dp; d0 += 16)
+    tr16((const float *)(const void *)(panels + (d0 / NT * (QB / 2) * NT + d0 % NT) * 2), NT,
+         (float *)(void *)(t + d0 * QB), QB / 2);
+}
+
+struct dims {
+  int64_t B, T, H, KV, G, hd, D, ld, Tp, dp, hd2, hdq;
+  float scale;
+  int causal;
+};
+
+static struct dims dims_of(const struct strata__op *o) {
+  struct dims z;
+  z.B = o->u.attn.batch, z.T = o->u.attn.seq, z.H = o->u.attn.heads, z.hd = o->u.attn.head_dim;
+  z.KV = o->u.attn.kv_heads, z.G = z.H / z.KV, z.D = z.H * z.hd, z.ld = (z.H + 2 * z.KV) * z.hd;
+  z.Tp = R32(z.T), z.dp = R32(z.hd), z.hd2 = z.dp / 2, z.hdq = z.dp;
+  z.scale = o->u.attn.scale, z.causal = o->u.attn.causal;
+  return z;
+}
+
+/* bfloat16 elements of one forward task's scratch, and its float32 ones (after them, 64-byte aligned). */
+static size_t fwd_u16(const struct dims *z) {
+  return (size_t)(2 * z->hd2 * z->Tp + z->Tp * z->dp + QB * z->hdq + QB * z->Tp + 32) & ~(size_t)31;
+}
+static size_t fwd_f32(const struct dims *z) { return (size_t)(QB * z->Tp + QB * z->dp); }
+
+/* The forward of one (sequence, query head). */
+static void fwd_task(const struct strata__op *o, const struct dims *z, int64_t bh, void *ws) {
+  const uint16_t *qkv = BF(o->u.attn.qkv);
+  uint16_t *out = BF(o->u.attn.out);
+  float *lse = F(o->u.attn.lse);
+  int64_t b = bh / z->H, h = bh % z->H, T = z->T, Tp = z->Tp, dp = z->dp, hdq = z->hdq;
+  uint16_t *kt = ws, *v2 = kt + 2 * z->hd2 * Tp, *qb = v2 + Tp * dp, *pb = qb + QB * hdq;
+  float *s = (float *)((uint16_t *)ws + fwd_u16(z)), *ob = s + QB * Tp;
+  const uint16_t *base = qkv + b * T * z->ld + h * z->hd, *kbase = qkv + b * T * z->ld + z->D + h / z->G * z->hd,
+                 *vbase = kbase + z->KV * z->hd;
+  pack_t(kbase, z->ld, T, z->hd, z->hd2, Tp, kt);
+  pack_r(vbase, z->ld, T, Tp, z->hd, dp, v2);
+  for (int64_t i0 = 0; i0 < T; i0 += QB) {
+    int64_t nq = T - i0 < QB ? T - i0 : QB, nmax = z->causal ? i0 + nq : T, np = R32(nmax);
+    float inv[QB];
+    pad_rows(base + i0 * z->ld, z->ld, nq, z->hd, hdq, qb);
+    mm_rows(qb, hdq, kt, 2 * NT * z->hd2, z->hd2, QB, np, s, Tp, 0, z->scale);
+    for (int64_t r = 0; r < QB; r++) {
+      if (r >= nq) {
+        memset(s + r * Tp, 0, (size_t)np * sizeof *s);
+      } else {
+        double sum;
+        lse[bh * T + i0 + r] = exp_row(s + r * Tp, z->causal ? i0 + r + 1 : T, np, &sum);
+        inv[r] = (float)(1.0 / sum);
+      }
+      round_row(s + r * Tp, pb + r * Tp, np);
+    }
+    mm_rows(pb, Tp, v2, NT * Tp, np / 2, QB, dp, ob, dp, 0, 1.0f);
+    for (int64_t r = 0; r < nq; r++)
+      put_row(ob + r * dp, inv[r], out + (b * T + i0 + r) * z->D + h * z->hd, z->hd);
+  }
+}
+
+static size_t bwd_u16(const struct dims *z) {
+  return (size_t)(4 * z->hd2 * z->Tp + z->Tp * z->dp + 2 * QB * z->hdq + 2 * QB * z->dp + QB * z->Tp +
+                  2 * z->Tp * QB + 2 * QB * z->dp + 32) & ~(size_t)31;
+}
+static size_t bwd_f32(const struct dims *z) { return (size_t)(2 * QB * z->Tp + QB * z->dp + 2 * z->Tp * z->dp); }
+
+/*
+** The backward of one (sequence, kv head): for each query head of its group
+** in order, block by block: P from lse, dP = dO V^T, dS = P (dP - rowsum(dO o
+** O)), dQ = scale dS K, and dK += dS^T Q, dV += P^T dO in float32 scratch
+** (on AMX their transposes; dK scaled once at the end).
+*/
+static void bwd_task(const struct strata__op *o, const struct dims *z, int64_t bk, void *ws) {
+  const uint16_t *qkv = BF(o->u.attn.qkv), *out = BF(o->u.attn.out), *dout = BF(o->u.attn.dout);
+  const float *lse = F(o->u.attn.lse);
+  uint16_t *dqkv = BF(o->u.attn.dqkv);
+  int64_t b = bk / z->KV, kh = bk % z->KV, T = z->T, Tp = z->Tp, dp = z->dp, hd = z->hd, hdq = z->hdq, ld = z->ld;
+  uint16_t *kt = ws, *vt = kt + 2 * z->hd2 * Tp, *k2 = vt + 2 * z->hd2 * Tp, *qb = k2 + Tp * dp, *dob = qb + QB * hdq,
+           *q2 = dob + QB * hdq, *do2 = q2 + QB * dp, *dsb = do2 + QB * dp, *pT = dsb + QB * Tp,
+           *dsT = pT + Tp * QB, *qT = dsT + Tp * QB, *doT = qT + QB * dp;
+  float *s = (float *)((uint16_t *)ws + bwd_u16(z)), *dpf = s + QB * Tp, *dqf = dpf + QB * Tp, *dk = dqf + QB * dp,
+        *dv = dk + Tp * dp;
+  const uint16_t *kbase = qkv + b * T * ld + z->D + kh * hd, *vbase = kbase + z->KV * hd;
+  uint16_t *dkbase = dqkv + b * T * ld + z->D + kh * hd, *dvbase = dkbase + z->KV * hd;
+  pack_t(kbase, ld, T, hd, z->hd2, Tp, kt);
+  pack_t(vbase, ld, T, hd, z->hd2, Tp, vt);
+  pack_r(kbase, ld, T, Tp, hd, dp, k2);
+  memset(dk, 0, (size_t)(2 * Tp * dp) * sizeof *dk);
+  for (int64_t h = kh * z->G; h < (kh + 1) * z->G; h++) {
+    int64_t bh = b * z->H + h;
+    const uint16_t *base = qkv + b * T * ld + h * hd;
+    uint16_t *dbase = dqkv + b * T * ld + h * hd;
+    for (int64_t i0 = 0; i0 < T; i0 += QB) {
+      int64_t nq = T - i0 < QB ? T - i0 : QB, nmax = z->causal ? i0 + nq : T, np = R32(nmax);
+      const uint16_t *drows = dout + (b * T + i0) * z->D + h * hd;
+      pad_rows(base + i0 * ld, ld, nq, hd, hdq, qb);
+      pad_rows(drows, z->D, nq, hd, hdq, dob);
+      pack_r(base + i0 * ld, ld, nq, QB, hd, dp, q2);
+      pack_r(drows, z->D, nq, QB, hd, dp, do2);
+      mm_rows(qb, hdq, kt, 2 * NT * z->hd2, z->hd2, QB, np, s, Tp, 0, z->scale);
+      mm_rows(dob, hdq, vt, 2 * NT * z->hd2, z->hd2, QB, np, dpf, Tp, 0, 1.0f);
+      for (int64_t r = 0; r < QB; r++) {
+        if (r >= nq) {
+          memset(s + r * Tp, 0, (size_t)np * sizeof *s);
+          memset(dpf + r * Tp, 0, (size_t)np * sizeof *dpf);
+        } else {
+          const uint16_t *orow = out + (b * T + i0 + r) * z->D + h * hd, *dorow = drows + r * z->D;
+          float rs = dot_rows(dorow, orow, hd);
+          probs_grad(s + r * Tp, dpf + r * Tp, z->causal ? i0 + r + 1 : T, np, lse[bh * T + i0 + r], rs);
+        }
+        round_row(dpf + r * Tp, dsb + r * Tp, np);
+      }
+      zip_rows(s, Tp, np, pT, Tp);
+      zip_rows(dpf, Tp, np, dsT, Tp);
+      mm_rows(dsb, Tp, k2, NT * Tp, np / 2, QB, dp, dqf, dp, 0, z->scale);
+      for (int64_t r = 0; r < nq; r++)
+        put_row(dqf + r * dp, 1.0f, dbase + (i0 + r) * ld, hd);
+      if (amx) { /* dK^T += Q^T dS, dV^T += dO^T P: the zipped blocks are their B */
+        transpose_pairs(q2, dp, qT);
+        transpose_pairs(do2, dp, doT);
+        mm_amx(qT, QB, dsT, 2 * NT, 2 * Tp, QB / 2, dp, np, dk, Tp, 1, 1.0f);
+        mm_amx(doT, QB, pT, 2 * NT, 2 * Tp, QB / 2, dp, np, dv, Tp, 1, 1.0f);
+      } else {
+        mm_pairs(dsT, 2, 2 * Tp, q2, NT * QB, QB / 2, np, dp, dk, dp, 1, 1.0f);
+        mm_pairs(pT, 2, 2 * Tp, do2, NT * QB, QB / 2, np, dp, dv, dp, 1, 1.0f);
+      }
+    }
+  }
+  if (amx) { /* dK^T and dV^T (rows of Tp): 16 keys at a time transposed into dqf */
+    for (int64_t j0 = 0; j0 < T; j0 += 16) {
+      for (int64_t d0 = 0; d0 < dp; d0 += 16) {
+        tr16(dk + d0 * Tp + j0, Tp, dqf + d0, dp);
+        tr16(dv + d0 * Tp + j0, Tp, dqf + 16 * dp + d0, dp);
+      }
+      for (int64_t j = j0; j < T && j < j0 + 16; j++) {
+        put_row(dqf + (j - j0) * dp, z->scale, dkbase + j * ld, hd);
+        put_row(dqf + (16 + j - j0) * dp, 1.0f, dvbase + j * ld, hd);
+      }
+    }
+  } else {
+    for (int64_t j = 0; j < T; j++) {
+      put_row(dk + j * dp, z->scale, dkbase + j * ld, hd);
+      put_row(dv + j * dp, 1.0f, dvbase + j * ld, hd);
+    }
+  }
+}
+
+#pragma GCC pop_options
+
+static int native;
+static pthread_once_t native_once = PTHREAD_ONCE_INIT;
+
+/* AVX-512 BF16 where the CPU has it (else the staged float32 attention); AMX tiles on top where it has AMX-BF16
+** and Linux lets the process use the tile data (arch_prctl ARCH_REQ_XCOMP_PERM, once per process). */
+static void native_choose(void) {
+  unsigned f = strata__cpu_features();
+  native = (f & NEEDS) == NEEDS;
+#if defined(__linux__) && defined(SYS_arch_prctl)
+  amx = native && (f & STRATA__CPU_AMXBF16) && syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */,
+                                                         18 /* XFEATURE_XTILEDATA */) == 0;
+#endif
+  strata__host_log(STRATA_LOG_INFO, "bf16 attention: %s",
+                   amx      ? "AMX-BF16 tiles on bfloat16 blocks"
+                   : native ? "AVX-512 BF16 dot products (vdpbf16ps) on bfloat16 blocks"
+                            : "float32 kernel on widened blocks (no AVX-512 BF16)");
+}
+
+static int run(const struct strata__op *o, int fwd) {
+  struct dims z = dims_of(o);
+  size_t u16 = fwd ? fwd_u16(&z) : bwd_u16(&z), per = u16 * 2 + 4 * (fwd ? fwd_f32(&z) : bwd_f32(&z));
+  int64_t tasks = z.B * (fwd ? z.H : z.KV), work = z.T * z.T * z.hd * z.B * z.H;
+  int nt = work >= PAR_MIN * 16 ? strata__host_threads : 1;
+  if (nt > tasks)
+    nt = (int)tasks;
+  per = (per + 63) & ~(size_t)63;
+  char *scratch = NULL;
+  if (posix_memalign((void **)&scratch, 64, (size_t)nt * per) != 0)
+    return STRATA_ERR_NOMEM;
+  _Pragma("omp parallel for schedule(static) num_threads(nt)")
+  for (int64_t t = 0; t < tasks; t++) {
+#ifdef _OPENMP
+    void *ws = scratch + (size_t)omp_get_thread_num() * per;
+#else
+    void *ws = scratch;
+#endif
+    if (amx)
+      amx_start();
+    if (fwd)
+      fwd_task(o, &z, t, ws);
+    else
+      bwd_task(o, &z, t, ws);
+    if (amx)
+      amx_end();
+  }
+  free(scratch);
+  return STRATA_OK;
+}
+
+int strata__host_attention_bf16(const struct strata__op *o) {
+  pthread_once(&native_once, native_choose);
+  int fwd = o->id == STRATA__OP_ATTENTION_FWD;
+  if (!native || o->u.attn.seq * (o->u.attn.heads + 2 * o->u.attn.kv_heads) * o->u.attn.head_dim > INT32_MAX ||
+      !IS_BF16(o->u.attn.qkv) || !IS_BF16(o->u.attn.out) || IS_BF16(o->u.attn.lse) ||
+      (!fwd && (!IS_BF16(o->u.attn.dout) || !IS_BF16(o->u.attn.dqkv))))
+    return STRATA_ERR_UNSUPPORTED;
+  return run(o, fwd);
+}
+
+#else
+
+int strata__host_attention_bf16(const struct strata__op *o) {
+  (void)o;
+  return STRATA_ERR_UNSUPPORTED;
+}
+
+#endif
