@@ -735,6 +735,29 @@ static int proj_dw(strata_queue_t q, int64_t R, int64_t k, int64_t n, strata_mem
 }
 
 /*
+** k_proj's and v_proj's gradients where tp exceeds n_kv_heads: the slice's
+** query heads gave its key/value head only their part of dk and dv (at dkv,
+** k then v, rows of the q|k|v stride), so the head's weight gradients are
+** summed over the kvrep slices sharing it. Each slice writes its part into
+** its group's place in `slots` (float32: n_kv_heads places of k's then v's
+** D x Akv, the others zero), one join sums the buffer over the slices —
+** each place then holds its group's sum and nothing else's — and the
+** slice adds its place to the two (adjacent) gradients. Every slice of a
+** group adds the same bits, so the copies stay equal.
+*/
+static int kv_grads_shared(struct lctx *c, strata_mem_t ln1, strata_mem_t dkv, strata_mem_t slots) {
+  const struct strata__dims d = c->d;
+  const int64_t D = d.D, Akv = d.Akv, W = d.A + 2 * Akv, place = 2 * D * Akv;
+  strata_mem_t mine = plus(slots, (size_t)(c->st->tp.rank / d.kvrep * place));
+  TRY(strata_fill(c->q, slots, 0, d.kvall * place));
+  for (int j = 0; j < 2; j++)
+    TRY(strata_gemm(c->q, 1, 0, D, Akv, d.R, 1, ln1, D, 0, plus(dkv, (size_t)(j * Akv)), W, 0, 0,
+                    plus(mine, (size_t)(j * D * Akv)), Akv, 0, 1));
+  TRY(join(c, slots, (size_t)(d.kvall * place)));
+  return strata_add(c->q, GRAD(c, LL_K), mine, GRAD(c, LL_K), place);
+}
+
+/*
 ** A llama block: h = x + o_proj(attn(RoPE(q), RoPE(k), v)) over RMSNorm(x),
 ** out = h + down(silu(gate(g)) * up(g)) over g = RMSNorm(h), no biases.
 ** q, k and v land side by side in one q|k|v row (the grouped-query
@@ -845,10 +868,12 @@ static int llama_block_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) 
     TRY(proj_dw(q, R, A, D, SV(c, s.att, 0), dxmid, D, GRAD(c, LL_O)));
     TRY(TAKE(c, LL_Q, 1));
     TRY(proj_dw(q, R, D, A, SV(c, s.ln1, 0), dqkv, W, GRAD(c, LL_Q)));
-    TRY(TAKE(c, LL_K, 1));
-    TRY(proj_dw(q, R, D, Akv, SV(c, s.ln1, 0), plus(dqkv, (size_t)A), W, GRAD(c, LL_K)));
-    TRY(TAKE(c, LL_V, 1));
-    TRY(proj_dw(q, R, D, Akv, SV(c, s.ln1, 0), plus(dqkv, (size_t)(A + Akv)), W, GRAD(c, LL_V)));
+    TRY(TAKE(c, LL_K, 2));
+    if (d.kvrep > 1)
+      TRY(kv_grads_shared(c, SV(c, s.ln1, 0), plus(dqkv, (size_t)A), SCR(c, o_junk + (size_t)RD)));
+    else
+      for (int j = 0; j < 2; j++)
+        TRY(proj_dw(q, R, D, Akv, SV(c, s.ln1, 0), plus(dqkv, (size_t)(A + j * Akv)), W, GRAD(c, LL_K + j)));
   }
   TRY(TAKE(c, LL_IN_NORM, 1));
   TRY(FETCH(c, LL_IN_NORM, 1));

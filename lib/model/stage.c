@@ -115,7 +115,9 @@ struct strata__dims strata__stage_dims(const struct strata__stage *st) {
   if (strata__model_text(c)) {
     int64_t parts = st->tp.size > 1 ? st->tp.size : 1;
     d.rms = c->kind == STRATA_MODEL_LLAMA;
-    d.KV = (d.rms ? c->kv_heads : c->heads) / parts;
+    d.kvall = d.rms ? c->kv_heads : c->heads;
+    d.kvrep = parts > d.kvall ? parts / d.kvall : 1; /* (a llama: tp a multiple of n_kv_heads, each kv head shared) */
+    d.KV = d.kvall * d.kvrep / parts;
     d.Akv = d.KV * (c->d_model / c->heads);
     d.T = c->context;
     d.D = c->d_model;
@@ -318,9 +320,11 @@ static size_t layer_scratch(const struct strata__stage *st, const struct strata_
                             ** for the weight part of the backward, then dh */
     return strata__units((size_t)(3 * d.R * d.A), d.act) + strata__units((size_t)(d.R * d.F), d.act) + 3 * RD +
            (size_t)(d.R * d.D) + (d.seqpar ? RD : 0);
-  case STRATA__LAYER_LLAMA_BLOCK: /* dqkv | dgu | dh | d1 | d2 | d3 | (float32) junk */
+  case STRATA__LAYER_LLAMA_BLOCK: /* dqkv | dgu | dh | d1 | d2 | d3 | (float32) junk (| key/value heads replicated
+                                  ** over kvrep slices: every head's k_proj and v_proj gradient, float32) */
     return strata__units((size_t)(d.R * (d.A + 2 * d.Akv)), d.act) + strata__units((size_t)(2 * d.R * d.F), d.act) +
-           strata__units((size_t)(d.R * d.F), d.act) + 3 * RD + (size_t)(d.R * d.D);
+           strata__units((size_t)(d.R * d.F), d.act) + 3 * RD + (size_t)(d.R * d.D) +
+           (d.kvrep > 1 ? (size_t)(2 * d.kvall * d.D * d.Akv) : 0);
   case STRATA__LAYER_LM_HEAD: /* dlogits | dlnx | (float32) junk (| seqpar: the gathered layernorm output) */
     return strata__units((size_t)(d.R * d.V), d.act) + RD + (size_t)(d.R * d.D) + (d.seqpar ? RD : 0);
   case STRATA__LAYER_LINEAR:
@@ -416,10 +420,8 @@ static int stage_layout(const struct strata_model *model, int first, int last, i
     if (c->kind == STRATA_MODEL_GPT && (c->heads % tp->size || c->d_ff % tp->size))
       return strata__error(STRATA_ERR_SHAPE, "tensor parallelism: tp %d does not divide both the %lld heads and d_ff "
                            "%lld of '%s'", tp->size, (long long)c->heads, (long long)c->d_ff, c->name);
-    if (c->kind == STRATA_MODEL_LLAMA && (c->kv_heads % tp->size || c->d_ff % tp->size))
-      return strata__error(STRATA_ERR_SHAPE, "tensor parallelism: tp %d does not divide both n_kv_heads %lld and d_ff "
-                           "%lld of '%s' (a slice holds whole key/value heads; replicating them is not built)",
-                           tp->size, (long long)c->kv_heads, (long long)c->d_ff, c->name);
+    if (c->kind == STRATA_MODEL_LLAMA)
+      TRY(strata__llama_tp_check(c, tp->size, "tensor parallelism", STRATA_ERR_SHAPE));
   }
   struct strata__stage *st = calloc(1, sizeof *st);
   if (!st)

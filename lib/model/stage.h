@@ -74,6 +74,8 @@ struct strata__tensor {
   int dim;
   int groups;                /* dimension `dim` is `groups` equal groups (Q, K, V), each cut */
   int part, parts;
+  int copies;                /* slices holding the same part (a llama's key/value heads replicated where tp exceeds
+                             ** n_kv_heads: tp / n_kv_heads; 1 otherwise): their gradients are summed over those slices */
   int decay;                 /* weight decay applies (matrices, not biases or norms) */
   float init_std;            /* normal(0, std), or ... */
   float init_const;          /* ... this constant when init_std is 0 */
@@ -419,6 +421,9 @@ struct strata__dims {
                             ** slice's rows [tp.rank Rs, (tp.rank + 1) Rs) of the micro-batch's R) */
   int seqpar;
   int64_t KV, Akv;          /* a llama: its slice's key/value heads (grouped-query attention) and their width KV hd */
+  int64_t kvrep;            /* a llama with tp a multiple of n_kv_heads (> 1): the slices sharing each key/value head
+                            ** (tp / n_kv_heads; KV is 1); 1 otherwise */
+  int64_t kvall;            /* a llama: the model's key/value heads (n_kv_heads) */
   int rms;                  /* a llama: RMSNorm (no mean kept) where a GPT has layernorms */
 };
 struct strata__dims strata__stage_dims(const struct strata__stage *st);

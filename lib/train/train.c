@@ -181,7 +181,9 @@ static int build_stages(strata_trainer_t tr, const int *split, int split_backwar
     return strata__error(STRATA_ERR_NOMEM, "out of host memory");
   for (int s = 0, t = 0; s < tr->nstages; s++)
     for (int j = 0; j < strata__home_stage(tr, 0, s)->ntensors; j++)
-      tr->tensor_split[t++] = strata__home_stage(tr, 0, s)->tensors[j].split != STRATA__SPLIT_NONE;
+      tr->tensor_split[t++] = strata__home_stage(tr, 0, s)->tensors[j].split != STRATA__SPLIT_NONE
+                                  ? strata__home_stage(tr, 0, s)->tensors[j].copies
+                                  : 0;
   return STRATA_OK;
 }
 
