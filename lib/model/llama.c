@@ -63,14 +63,17 @@ int strata__llama_tp_check(const struct strata_model_config *c, int tp, const ch
 struct strata__llama_saved strata__llama_layout(const struct strata__dims *d) {
   struct strata__llama_saved s;
   const int a = d->act;
-  const size_t RD = strata__units((size_t)(d->R * d->D), a), R = (size_t)d->R,
+  /* the norms' outputs and rstd and the residual x_mid: the slice's Rs rows (R but with seqpar) */
+  const size_t RD = strata__units((size_t)(d->Rs * d->D), a), R = (size_t)d->Rs,
                RF = strata__units((size_t)(d->R * d->F), a);
   s.ln1 = 0;
   s.rstd1 = s.ln1 + RD;
   s.qkv = s.rstd1 + R;
+  /* selective recomputation: the attention's output and log-sum-exps in the stage's rcbuf (att | lse), as GPT's */
+  const int sel = d->rc == STRATA_RECOMPUTE_SELECTIVE;
   s.lse = s.qkv + strata__units((size_t)(d->R * (d->A + 2 * d->Akv)), a);
-  s.att = s.lse + (size_t)(d->B * d->H * d->T);
-  s.xmid = s.att + strata__units((size_t)(d->R * d->A), a);
+  s.att = s.lse + (sel ? 0 : (size_t)(d->B * d->H * d->T));
+  s.xmid = s.att + (sel ? 0 : strata__units((size_t)(d->R * d->A), a));
   s.ln2 = s.xmid + RD;
   s.rstd2 = s.ln2 + RD;
   s.gu = s.rstd2 + R;

@@ -215,8 +215,8 @@ static size_t layer_saved(const struct strata__stage *st, const struct strata__l
     return 0;
   case STRATA__LAYER_BLOCK: /* full recomputation: nothing (its input is the previous layer's output) */
     return d.rc == STRATA_RECOMPUTE_FULL ? 0 : strata__block_layout(&d).end;
-  case STRATA__LAYER_LLAMA_BLOCK:
-    return strata__llama_layout(&d).end;
+  case STRATA__LAYER_LLAMA_BLOCK: /* (full recomputation: nothing, as a GPT block) */
+    return d.rc == STRATA_RECOMPUTE_FULL ? 0 : strata__llama_layout(&d).end;
   case STRATA__LAYER_LM_HEAD: /* ln | mean | rstd | logits | losses (| row max | sum of exps | target logit) */
     return strata__head_layout(&d).end;
   case STRATA__LAYER_LINEAR: /* pre-activation (| the model's input, converted) */
@@ -238,11 +238,13 @@ static size_t layer_saved(const struct strata__stage *st, const struct strata__l
 ** it saves and its output (full); nothing for other layers, which keep what they save. */
 static size_t layer_recompute(const struct strata__stage *st, const struct strata__layer *L) {
   struct strata__dims d = strata__stage_dims(st);
-  if (L->kind != STRATA__LAYER_BLOCK || d.rc == STRATA_RECOMPUTE_NONE)
+  const int llama = L->kind == STRATA__LAYER_LLAMA_BLOCK;
+  if ((L->kind != STRATA__LAYER_BLOCK && !llama) || d.rc == STRATA_RECOMPUTE_NONE)
     return 0;
   if (d.rc == STRATA_RECOMPUTE_SELECTIVE)
     return strata__units((size_t)(d.R * d.A), d.act) + (size_t)(d.B * d.H * d.T);
-  return strata__block_layout(&d).end + strata__units((size_t)(d.Rs * d.D), d.act);
+  return (llama ? strata__llama_layout(&d).end : strata__block_layout(&d).end) +
+         strata__units((size_t)(d.Rs * d.D), d.act);
 }
 
 /* Units of a layer's output. */
@@ -321,10 +323,11 @@ static size_t layer_scratch(const struct strata__stage *st, const struct strata_
     return strata__units((size_t)(3 * d.R * d.A), d.act) + strata__units((size_t)(d.R * d.F), d.act) + 3 * RD +
            (size_t)(d.R * d.D) + (d.seqpar ? RD : 0);
   case STRATA__LAYER_LLAMA_BLOCK: /* dqkv | dgu | dh | d1 | d2 | d3 | (float32) junk (| key/value heads replicated
-                                  ** over kvrep slices: every head's k_proj and v_proj gradient, float32) */
+                                  ** over kvrep slices: every head's k_proj and v_proj gradient, float32) (| seqpar:
+                                  ** the gathered rows) */
     return strata__units((size_t)(d.R * (d.A + 2 * d.Akv)), d.act) + strata__units((size_t)(2 * d.R * d.F), d.act) +
            strata__units((size_t)(d.R * d.F), d.act) + 3 * RD + (size_t)(d.R * d.D) +
-           (d.kvrep > 1 ? (size_t)(2 * d.kvall * d.D * d.Akv) : 0);
+           (d.kvrep > 1 ? (size_t)(2 * d.kvall * d.D * d.Akv) : 0) + (d.seqpar ? RD : 0);
   case STRATA__LAYER_LM_HEAD: /* dlogits | dlnx | (float32) junk (| seqpar: the gathered layernorm output) */
     return strata__units((size_t)(d.R * d.V), d.act) + RD + (size_t)(d.R * d.D) + (d.seqpar ? RD : 0);
   case STRATA__LAYER_LINEAR:
@@ -442,14 +445,14 @@ static int stage_layout(const struct strata_model *model, int first, int last, i
     return sq;
   }
   int why = st->recompute < STRATA_RECOMPUTE_NONE || st->recompute > STRATA_RECOMPUTE_FULL ? 1
-            : st->recompute && model->cfg.kind != STRATA_MODEL_GPT                         ? 2
+            : st->recompute && !strata__model_text(&model->cfg)                             ? 2
                                                                                            : 0;
   if (why) {
     const int r = st->recompute;
     free(st);
     if (why == 1)
       return strata__error(STRATA_ERR_INVALID, "stage: recompute mode %d is not one of strata/layout.h", r);
-    return strata__error(STRATA_ERR_UNSUPPORTED, "stage: recomputation is for GPT blocks only");
+    return strata__error(STRATA_ERR_UNSUPPORTED, "stage: recomputation is for GPT and llama blocks only");
   }
   if (st->act != STRATA_FLOAT32 && st->act != STRATA_BFLOAT16) {
     const int act = st->act;

@@ -36,8 +36,8 @@ struct strata__cut {
   int precision;             /* enum strata_dtype of activations and compute weights */
   int reduce;                /* enum strata_dtype the data-parallel gradient reduction moves (bf16: through a
                              ** bfloat16 copy of the gradients, grads16) */
-  int recompute;             /* enum strata_recompute (strata/layout.h): what a GPT block drops from its slot and
-                             ** recomputes into the stage's one-block buffer (rcbuf) before its backward */
+  int recompute;             /* enum strata_recompute (strata/layout.h): what a GPT or llama block drops from its
+                             ** slot and recomputes into the stage's one-block buffer (rcbuf) before its backward */
   int zero_stage;            /* with zero.size > 1: 2 keeps only the shard of the reduced gradients too (ZeRO-2,
                              ** below), 3 of the parameters too (ZeRO-3); 0 or 1 the whole gradients */
   struct strata__shard sp;   /* spatial parallelism (a cnn): the slab of each image this stage runs, of sp.size
@@ -430,7 +430,8 @@ struct strata__dims strata__stage_dims(const struct strata__stage *st);
 
 /* Offsets (units) of a llama block's saved activations: x normed and its rstd, q|k|v rows (q and k rotated), the
 ** fused attention's log-sum-exps and output, x_mid, x_mid normed and its rstd, gate|up rows (strata_swiglu_fwd's
-** input) and silu(gate) * up. */
+** input) and silu(gate) * up. Recomputation as a GPT block's (strata__block_layout): selective, the attention's
+** output and lse take no room there (they are in rcbuf: att | lse); full, all of it is in rcbuf, then the output. */
 struct strata__llama_saved {
   size_t ln1, rstd1, qkv, lse, att, xmid, ln2, rstd2, gu, h, end;
 };

@@ -329,19 +329,17 @@ STRATA_API int strata_layout_check(strata_layout_t l, strata_model_t model, int 
   const struct strata_model_config *c = strata_model_config(model);
   for (int r = 0; r < l->pp; r++)
     TRY(check_tp(c, r, l->tp[r]));
-  if (l->sp && c->kind != STRATA_MODEL_GPT)
-    return strata__error(STRATA_ERR_UNSUPPORTED, "layout: sp (sequence parallelism) is for GPT models; model '%s' "
-                         "is %s", c->name, c->kind == STRATA_MODEL_MLP   ? "an MLP (no sequence)"
-                                           : c->kind == STRATA_MODEL_CNN ? "a CNN (no sequence)"
-                                                                         : "not a GPT (its blocks do not cut the "
-                                                                           "sequence yet)");
+  if (l->sp && !strata__model_text(c))
+    return strata__error(STRATA_ERR_UNSUPPORTED, "layout: sp (sequence parallelism) is for GPT models and llamas; "
+                         "model '%s' is %s", c->name,
+                         c->kind == STRATA_MODEL_MLP ? "an MLP (no sequence)" : "a CNN (no sequence)");
   if (l->sp && c->context % l->tp[0])
     return strata__error(STRATA_ERR_INVALID, "layout: sp: tp %d does not divide the model's context %lld", l->tp[0],
                          (long long)c->context);
-  if (l->recompute && c->kind != STRATA_MODEL_GPT)
-    return strata__error(STRATA_ERR_UNSUPPORTED, "layout: recompute %s is for GPT blocks; model '%s' (%s) keeps its "
-                         "activations (recompute none)", strata_recompute_name(l->recompute), c->name,
-                         c->kind == STRATA_MODEL_LLAMA ? "a llama" : c->kind == STRATA_MODEL_MLP ? "an MLP" : "a CNN");
+  if (l->recompute && !strata__model_text(c))
+    return strata__error(STRATA_ERR_UNSUPPORTED, "layout: recompute %s is for GPT and llama blocks; model '%s' (%s) "
+                         "keeps its activations (recompute none)", strata_recompute_name(l->recompute), c->name,
+                         c->kind == STRATA_MODEL_MLP ? "an MLP" : "a CNN");
   return STRATA_OK;
 }
 

@@ -458,11 +458,10 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
   if (opts->grad_reduce == STRATA_BFLOAT16 && pl->replicas < 2)
     return strata__error(STRATA_ERR_INVALID, "a bf16 gradient reduction needs data parallelism (dp 2 or more): with "
                          "one replica there is no gradient all-reduce");
-  if (opts->recompute && model->cfg.kind != STRATA_MODEL_GPT)
-    return strata__error(STRATA_ERR_UNSUPPORTED, "recompute %s is for GPT blocks; model '%s' (%s) keeps its "
-                         "activations (recompute none)", strata_recompute_name(opts->recompute), model->cfg.name,
-                         model->cfg.kind == STRATA_MODEL_LLAMA ? "a llama"
-                         : model->cfg.kind == STRATA_MODEL_MLP ? "an MLP" : "a CNN");
+  if (opts->recompute && !strata__model_text(&model->cfg))
+    return strata__error(STRATA_ERR_UNSUPPORTED, "recompute %s is for GPT and llama blocks; model '%s' (%s) keeps "
+                         "its activations (recompute none)", strata_recompute_name(opts->recompute), model->cfg.name,
+                         model->cfg.kind == STRATA_MODEL_MLP ? "an MLP" : "a CNN");
   if (opts->grad_reduce == STRATA_BFLOAT16 && opts->cluster)
     return strata__error(STRATA_ERR_UNSUPPORTED, "a bf16 gradient reduction across MPI ranks is not built yet: reduce "
                          "in float32");
