@@ -49,7 +49,7 @@ static int same(const struct strata__stage_bytes *a, const struct strata__stage_
 
 /* Every [a, b) of every model, tp 1 and 2 (each slice), ZeRO 1 and 3 shards (stage 1, 2 and 3: the gradients whole,
 ** or their shard and a window, and with 3 the parameters' too), split backward or not, 1 and 3 samples per
-** micro-batch, fp32 and bf16, and (GPTs) each recompute mode (with a split backward too) and, at tp 2, sequence
+** micro-batch, fp32 and bf16, and (GPTs, the llama) each recompute mode (with a split backward too) and, at tp 2, sequence
 ** parallelism or not (without a split backward): the
 ** constant-time figures are the stage's. */
 Test(memory, every_cut_weighed_at_once_is_the_stage_alone) {
@@ -64,8 +64,8 @@ Test(memory, every_cut_weighed_at_once_is_the_stage_alone) {
           for (int split = 0; split <= 1; split++)
             for (int64_t mb = 1; mb <= 3; mb += 2)
             for (int bf = 0; bf <= 1; bf++)
-            for (int rc = 0; rc <= (i < 2 ? STRATA_RECOMPUTE_FULL : 0); rc++)
-            for (int sq = 0; sq <= (i < 2 && !split && tp > 1); sq++) {
+            for (int rc = 0; rc <= (i < 2 || i == 5 ? STRATA_RECOMPUTE_FULL : 0); rc++)
+            for (int sq = 0; sq <= ((i < 2 || i == 5) && !split && tp > 1); sq++) {
               const struct strata__cut cut = {{slice, tp}, {0, zero}, bf ? STRATA_BFLOAT16 : STRATA_FLOAT32,
                                               bf ? STRATA_BFLOAT16 : STRATA_FLOAT32, rc, zs, {0, 1}, sq};
               struct strata__stage_ranges *r;
@@ -96,8 +96,9 @@ Test(memory, every_cut_weighed_at_once_is_the_stage_alone) {
 /* The figures against the runtime's accounting: a stage built on a host device allocates its fixed bytes, and a
 ** slot taken for a micro-batch adds one slot's activations and boundary gradients, byte for byte, in fp32 and in bf16
 ** (where the fixed bytes hold the weights' bf16 copy and, with tp, the float32 copy a join sums in), and in each
-** recompute mode of a GPT (the fixed bytes hold the one-block buffer; the slot keeps less), with and without sequence
-** parallelism at tp 2; a split backward's dsave regions (its pool, apart from the slots) one figure each. */
+** recompute mode of a GPT or a llama (the fixed bytes hold the one-block buffer; the slot keeps less), with and
+** without sequence parallelism at tp 2; a split backward's dsave regions (its pool, apart from the slots) one figure
+** each. */
 Test(memory, the_figures_are_what_a_stage_allocates) {
   setenv("STRATA_HOST_DEVICES", "1", 0);
   setenv("STRATA_BACKENDS", "host", 0);
@@ -110,8 +111,8 @@ Test(memory, the_figures_are_what_a_stage_allocates) {
       for (int split = 0; split <= 1; split++)
       for (int zs = 1; zs <= 3; zs++)
       for (int bf = 0; bf <= 1; bf++)
-      for (int rc = 0; rc <= (i < 2 ? STRATA_RECOMPUTE_FULL : 0); rc++)
-      for (int sq = 0; sq <= (i < 2 && !split && tp > 1); sq++) {
+      for (int rc = 0; rc <= (i < 2 || i == 5 ? STRATA_RECOMPUTE_FULL : 0); rc++)
+      for (int sq = 0; sq <= ((i < 2 || i == 5) && !split && tp > 1); sq++) {
         const int L = strata_model_layer_count(m[i]);
         for (int a = 0; a < L; a++)
           for (int b = a + 1; b <= L; b++) {

@@ -42,7 +42,7 @@ if [ ! -x "$TRAIN" ] || [ ! -x "$GEN" ]; then
   echo "1..0 # SKIP strata-train or strata-generate not built"
   exit 0
 fi
-echo "1..163"
+echo "1..166"
 
 # A small corpus of our own, so that the tests do not depend on what the machine ships.
 for i in 1 2 3 4 5 6 7 8; do cat "$top_srcdir/README.md" "$top_srcdir/man/strata-train.1"; done >"$TMP/text.txt"
@@ -522,7 +522,7 @@ done
 check "--recompute full with --schedule zbv: the bits of none, an RC event before the BI and before the W (4 of RC1.0 in 2 steps)" sh -c "
   [ ! -s '$TMP/err' ] && [ \$(wc -l <'$TMP/rcv-none.steps') -eq 2 ] && cmp -s '$TMP/rcv-none.steps' '$TMP/rcv-full.steps' &&
   cmp -s '$TMP/rcv-none.st' '$TMP/rcv-full.st' && [ \$(grep -c '\"name\": \"RC1.0\"' '$TMP/rcv-full.trace') -eq 4 ]"
-fails_clearly "--recompute selective on an MLP" 2 "is for GPT blocks" $TRAIN --model mlp --steps 2 --device 0 --recompute selective
+fails_clearly "--recompute selective on an MLP" 2 "is for GPT and llama blocks" $TRAIN --model mlp --steps 2 --device 0 --recompute selective
 echo '{"dp": 1, "pp": 1, "recompute": "full"}' >"$TMP/rc-layout.json"
 fails_clearly "--recompute selective with a full layout" 2 "--recompute selective and the layout's full differ" \
   $T1 --steps 2 --layout "$TMP/rc-layout.json" --recompute selective
@@ -660,12 +660,23 @@ $LL --pp 2 --microbatches 4 >"$TMP/llpp.json" 2>"$TMP/err"
 rc=$?
 check "llama-tiny --pp 2: exit 0, one device's losses string-equal" \
   [ "$rc" -eq 0 -a -n "$(losses "$TMP/ll1.json")" -a "$(losses "$TMP/llpp.json")" = "$(losses "$TMP/ll1.json")" ]
+$LL --pp 2 --microbatches 4 --recompute full >"$TMP/llrc.json" 2>"$TMP/err"
+rc=$?
+check "llama-tiny --pp 2 --recompute full: exit 0, one device's losses string-equal" \
+  [ "$rc" -eq 0 -a "$(losses "$TMP/llrc.json")" = "$(losses "$TMP/ll1.json")" ]
 $LL --device 0 --accum 2 >"$TMP/ll2.json" 2>"$TMP/err"
 $LL --dp 2 --tp 2 --zero --microbatches 1 >"$TMP/lldt.json" 2>"$TMP/err"
 rc=$?
 check "llama-tiny --dp 2 --tp 2 --zero: within 1e-4 of one device (exit $rc)" losses_close "$TMP/lldt.json" "$TMP/ll2.json"
-fails_clearly "llama-tiny --tp 4 over 2 key/value heads" 2 "does not divide the model's n_kv_heads 2" \
-  $LL --tp 4 --microbatches 1
+$LL --tp 4 --microbatches 2 >"$TMP/lltp4.json" 2>"$TMP/err"
+rc=$?
+check "llama-tiny --tp 4 over 2 key/value heads (each replicated on 2 slices): within 1e-4 of one device (exit $rc)" \
+  losses_close "$TMP/lltp4.json" "$TMP/ll2.json"
+$LL --tp 2 --sp --microbatches 2 >"$TMP/llsp.json" 2>"$TMP/err"
+rc=$?
+check "llama-tiny --tp 2 --sp: within 1e-4 of one device (exit $rc)" losses_close "$TMP/llsp.json" "$TMP/ll2.json"
+fails_clearly "llama-tiny --tp 3 over 2 key/value heads" 2 "tp 3 neither divides n_kv_heads 2 nor is a multiple of it" \
+  $LL --tp 3 --microbatches 1
 printf '{"kind": "llama", "context": 16, "d_model": 32, "layers": 1, "heads": 4, "n_kv_heads": 3, "d_ff": 64}\n' >"$TMP/kv.json"
 fails_clearly "a llama whose n_kv_heads do not divide its heads" 2 "n_kv_heads = 3 does not divide heads = 4" \
   $TRAIN --model "$TMP/kv.json" --steps 1

@@ -595,14 +595,12 @@ static int check_spatial(struct run *r, const struct options *o) {
   return 0;
 }
 
-/* --sp (or a layout's "sp"): a GPT, whose context every rank's tp divides (--plan auto: the planner's cut, the
+/* --sp (or a layout's "sp"): a GPT or a llama, whose context every rank's tp divides (--plan auto: the planner's cut, the
 ** trainer's check). 0 or EXIT_USAGE. */
 static int check_sp_model(struct run *r, const struct options *o) {
-  if (r->cfg->kind != STRATA_MODEL_GPT) {
-    fprintf(stderr, PROG ": --sp is for GPT models; model '%s' is %s\n", r->cfg->name,
-            r->cfg->kind == STRATA_MODEL_MLP   ? "an MLP (no sequence)"
-            : r->cfg->kind == STRATA_MODEL_CNN ? "a CNN (no sequence)"
-                                               : "not a GPT (its blocks do not cut the sequence yet)");
+  if (r->cfg->kind != STRATA_MODEL_GPT && r->cfg->kind != STRATA_MODEL_LLAMA) {
+    fprintf(stderr, PROG ": --sp is for GPT models and llamas; model '%s' is %s\n", r->cfg->name,
+            r->cfg->kind == STRATA_MODEL_MLP ? "an MLP (no sequence)" : "a CNN (no sequence)");
     return EXIT_USAGE;
   }
   const int ranks = o->layout ? strata_layout_pp(o->layout) : o->ntp;
@@ -695,10 +693,10 @@ int main(int argc, char **argv) {
   r.topts.precision = o.precision;
   r.topts.grad_reduce = o.grad_reduce;
   r.topts.recompute = o.recompute;
-  if (o.recompute && r.cfg->kind != STRATA_MODEL_GPT) { /* bad usage, before any device work */
-    fprintf(stderr, PROG ": --recompute %s is for GPT blocks; model '%s' (%s) keeps its activations\n",
-            strata_recompute_name(o.recompute), r.cfg->name,
-            r.cfg->kind == STRATA_MODEL_LLAMA ? "a llama" : r.cfg->kind == STRATA_MODEL_MLP ? "an MLP" : "a CNN");
+  if (o.recompute && r.cfg->kind != STRATA_MODEL_GPT && r.cfg->kind != STRATA_MODEL_LLAMA) { /* bad usage, before
+                                                                                                ** any device work */
+    fprintf(stderr, PROG ": --recompute %s is for GPT and llama blocks; model '%s' (%s) keeps its activations\n",
+            strata_recompute_name(o.recompute), r.cfg->name, r.cfg->kind == STRATA_MODEL_MLP ? "an MLP" : "a CNN");
     rc = EXIT_USAGE;
     goto out;
   }

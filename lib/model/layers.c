@@ -109,6 +109,9 @@ static int embed_fwd(struct lctx *c) {
     if (d.seqpar) {
       TRY(strata_embedding_fwd(c->q, tok, PARAM(c, 0), SC(c, 0, 0), d.R, d.D, d.V));
       TRY(strata__seq_scatter(c->st, c->q, SC(c, 0, 0), (size_t)(d.Rs * d.D), &part));
+      if (d.rms) /* (a llama: no position table) */
+        return strata_buffer_copy(c->q, c->out.buf, strata__mem_byte(c->out), part.buf, strata__mem_byte(part),
+                                  (size_t)(d.Rs * d.D) * strata_dtype_size(c->out.dtype));
       TRY(strata_embedding_fwd(c->q, pos, PARAM(c, 1), c->out, d.Rs, d.D, d.T));
       return strata_add(c->q, part, c->out, c->out, d.Rs * d.D);
     }
@@ -488,6 +491,17 @@ static int rms_bwd(struct lctx *c, strata_mem_t x, strata_mem_t w, strata_mem_t 
   return strata_rmsnorm_bwd(c->q, x, w, rstd, dy, dx, dw, rows, cols, c->mode != BM_INPUT);
 }
 
+/* rms_bwd on the slice's rows (seqpar: a whole backward): the weight's gradient is the slice's rows' share, computed
+** into `part` (float32, cols) and summed over the slices before it is added. */
+static int rms_bwd_rows(struct lctx *c, strata_mem_t x, strata_mem_t w, strata_mem_t rstd, strata_mem_t dy,
+                        strata_mem_t dx, strata_mem_t dw, strata_mem_t part, int64_t cols) {
+  if (!c->d.seqpar)
+    return rms_bwd(c, x, w, rstd, dy, dx, dw, part, c->d.R, cols);
+  TRY(strata_rmsnorm_bwd(c->q, x, w, rstd, dy, dx, part, c->d.Rs, cols, 0));
+  TRY(join(c, part, (size_t)cols));
+  return strata_add(c->q, dw, part, dw, cols);
+}
+
 static int embed_bwd(struct lctx *c, strata_mem_t dout) {
   struct strata__dims d = c->d;
   TRY(keep_dout(c, &dout, (size_t)(d.Rs * d.D)));
@@ -623,8 +637,8 @@ static int lm_head_bwd(struct lctx *c, strata_mem_t targets, strata_mem_t din) {
     return STRATA_OK;
   TRY(TAKE(c, 0, d.rms ? 1 : 2));
   TRY(FETCH(c, 0, d.rms ? 1 : 2));
-  if (d.rms) /* (a llama: no sequence parallelism) */
-    return rms_bwd(c, c->in, PARAM(c, 0), SAVED(c, h.rstd), dlnx, din.buf ? din : junk, GRAD(c, 0), junk, d.R, d.D);
+  if (d.rms) /* (seqpar: a llama's head has an input gradient to write, its weight's share takes junk) */
+    return rms_bwd_rows(c, c->in, PARAM(c, 0), SAVED(c, h.rstd), dlnx, din.buf ? din : junk, GRAD(c, 0), junk, d.D);
   /* (a GPT's head has an input gradient to write: seqpar's parameter gradients take junk) */
   return ln_bwd_rows(c, c->in, PARAM(c, 0), SAVED(c, h.mean), SAVED(c, h.rstd), dlnx, din.buf ? din : junk,
                      GRAD(c, 0), GRAD(c, 1), junk, d.D);
@@ -735,63 +749,128 @@ static int proj_dw(strata_queue_t q, int64_t R, int64_t k, int64_t n, strata_mem
   return strata_gemm(q, 1, 0, k, n, R, 1, x, k, 0, dy, ldd, 0, 1, dW, n, 0, 1);
 }
 
+/* y = x[R, k] W[k, D] for a row-split W (o_proj, down_proj): the slices' partial products joined (seqpar:
+** reduce-scattered, y the slice's rows of the sum), no bias. */
+static int proj_rows(struct lctx *c, int64_t k, strata_mem_t x, strata_mem_t W, strata_mem_t y) {
+  const int64_t R = c->d.R, D = c->d.D;
+  if (!c->d.seqpar) {
+    TRY(proj(c->q, R, k, D, x, k, W, 0, y, D));
+    return join(c, y, (size_t)(R * D));
+  }
+  strata_mem_t part;
+  const size_t n = (size_t)(c->d.Rs * D);
+  TRY(proj(c->q, R, k, D, x, k, W, 0, c->wide, D));
+  TRY(strata__seq_scatter(c->st, c->q, c->wide, n, &part));
+  return strata_buffer_copy(c->q, y.buf, strata__mem_byte(y), part.buf, strata__mem_byte(part),
+                            n * strata_dtype_size(y.dtype));
+}
+
+/* Where a llama block's attention output and log-sum-exps live: as a GPT block's (attn_out, attn_lse). */
+static strata_mem_t ll_att(const struct lctx *c, const struct strata__llama_saved *s) {
+  if (c->d.rc == STRATA_RECOMPUTE_SELECTIVE)
+    return strata__at(c->st->rcbuf, 0, 0, c->d.act);
+  return SV(c, s->att, 0);
+}
+static strata_mem_t ll_lse(const struct lctx *c, const struct strata__llama_saved *s) {
+  if (c->d.rc == STRATA_RECOMPUTE_SELECTIVE)
+    return AT(c->st->rcbuf, strata__units((size_t)(c->d.R * c->d.A), c->d.act));
+  return SAVED(c, s->lse);
+}
+
+/* The fused grouped-query attention of the slice's heads over the kept (rotated) q|k|v rows: the forward and the
+** selective recomputation run this one code, so their bits agree. */
+static int ll_attn_fwd(struct lctx *c, const struct strata__llama_saved *s) {
+  const struct strata__dims d = c->d;
+  return strata_attention_gqa_fwd(c->q, SV(c, s->qkv, 0), ll_att(c, s), ll_lse(c, s), d.B, d.T, d.H, d.KV, d.hd,
+                                  1.0f / sqrtf((float)d.hd), 1);
+}
+
+/*
+** k_proj's and v_proj's gradients where tp exceeds n_kv_heads: the slice's
+** query heads gave its key/value head only their part of dk and dv (at dkv,
+** k then v, rows of the q|k|v stride), so the head's weight gradients are
+** summed over the kvrep slices sharing it. Each slice writes its part into
+** its group's place in `slots` (float32: n_kv_heads places of k's then v's
+** D x Akv, the others zero), one join sums the buffer over the slices —
+** each place then holds its group's sum and nothing else's — and the
+** slice adds its place to the two (adjacent) gradients. Every slice of a
+** group adds the same bits, so the copies stay equal.
+*/
+static int kv_grads_shared(struct lctx *c, strata_mem_t ln1, strata_mem_t dkv, strata_mem_t slots) {
+  const struct strata__dims d = c->d;
+  const int64_t D = d.D, Akv = d.Akv, W = d.A + 2 * Akv, place = 2 * D * Akv;
+  strata_mem_t mine = plus(slots, (size_t)(c->st->tp.rank / d.kvrep * place));
+  TRY(strata_fill(c->q, slots, 0, d.kvall * place));
+  for (int j = 0; j < 2; j++)
+    TRY(strata_gemm(c->q, 1, 0, D, Akv, d.R, 1, ln1, D, 0, plus(dkv, (size_t)(j * Akv)), W, 0, 0,
+                    plus(mine, (size_t)(j * D * Akv)), Akv, 0, 1));
+  TRY(join(c, slots, (size_t)(d.kvall * place)));
+  return strata_add(c->q, GRAD(c, LL_K), mine, GRAD(c, LL_K), place);
+}
+
 /*
 ** A llama block: h = x + o_proj(attn(RoPE(q), RoPE(k), v)) over RMSNorm(x),
 ** out = h + down(silu(gate(g)) * up(g)) over g = RMSNorm(h), no biases.
 ** q, k and v land side by side in one q|k|v row (the grouped-query
 ** attention's layout), gate and up in one gate|up row (SwiGLU's); RoPE
-** rotates q's and k's heads in place in one call. Sharded (tp dividing
-** n_kv_heads), the stage holds H query heads and their KV key/value heads
-** (A = H hd, Akv = KV hd columns), F of the hidden units: o_proj and
-** down_proj are row-split, their products joined over the slices; the
-** norms and residuals run whole on every slice.
+** rotates q's and k's heads in place in one call. Sharded, the stage holds
+** H query heads and their KV key/value heads (A = H hd, Akv = KV hd
+** columns; tp above n_kv_heads, the one head they share), F of the hidden
+** units: o_proj and down_proj are row-split, their products joined over the
+** slices; the norms and residuals run whole on every slice, or with seqpar
+** on its Rs rows (gathered before q|k|v and gate|up, the row-split products
+** reduce-scattered), as a GPT block's.
 */
 static int llama_block_fwd(struct lctx *c) {
   struct strata__dims d = c->d;
   struct strata__llama_saved s = strata__llama_layout(&d);
   strata_queue_t q = c->q;
-  const int64_t D = d.D, A = d.A, Akv = d.Akv, W = A + 2 * Akv, F = d.F, R = d.R, RD = R * D;
+  const int64_t D = d.D, A = d.A, Akv = d.Akv, W = A + 2 * Akv, F = d.F, R = d.R, RsD = d.Rs * D;
+  int rc;
   TRY(FETCH(c, LL_IN_NORM, 1));
-  TRY(strata_rmsnorm_fwd(q, c->in, PARAM(c, LL_IN_NORM), SV(c, s.ln1, 0), SAVED(c, s.rstd1), R, D, norm_eps(c)));
+  TRY(strata_rmsnorm_fwd(q, c->in, PARAM(c, LL_IN_NORM), SV(c, s.ln1, 0), SAVED(c, s.rstd1), d.Rs, D, norm_eps(c)));
+  strata_mem_t x = gathered(c, SV(c, s.ln1, 0), D, &rc); /* seqpar: every row, for the column-split q, k, v */
+  TRY(rc);
   TRY(FETCH(c, LL_Q, 1));
-  TRY(proj(q, R, D, A, SV(c, s.ln1, 0), D, WT(c, LL_Q), 0, SV(c, s.qkv, 0), W));
+  TRY(proj(q, R, D, A, x, D, WT(c, LL_Q), 0, SV(c, s.qkv, 0), W));
   TRY(FETCH(c, LL_K, 1));
-  TRY(proj(q, R, D, Akv, SV(c, s.ln1, 0), D, WT(c, LL_K), 0, SV(c, s.qkv, A), W));
+  TRY(proj(q, R, D, Akv, x, D, WT(c, LL_K), 0, SV(c, s.qkv, A), W));
   TRY(FETCH(c, LL_V, 1));
-  TRY(proj(q, R, D, Akv, SV(c, s.ln1, 0), D, WT(c, LL_V), 0, SV(c, s.qkv, A + Akv), W));
+  TRY(proj(q, R, D, Akv, x, D, WT(c, LL_V), 0, SV(c, s.qkv, A + Akv), W));
   TRY(strata_rope_fwd(q, SV(c, s.qkv, 0), SV(c, s.qkv, 0), AT(c->st->rope, 0), d.B, d.T, d.H + d.KV, d.hd, W, 0));
-  TRY(strata_attention_gqa_fwd(q, SV(c, s.qkv, 0), SV(c, s.att, 0), SAVED(c, s.lse), d.B, d.T, d.H, d.KV, d.hd,
-                               1.0f / sqrtf((float)d.hd), 1));
+  TRY(ll_attn_fwd(c, &s));
   TRY(FETCH(c, LL_O, 1));
-  TRY(proj(q, R, A, D, SV(c, s.att, 0), A, WT(c, LL_O), 0, SV(c, s.xmid, 0), D));
-  TRY(join(c, SV(c, s.xmid, 0), (size_t)RD));
-  TRY(strata_add(q, SV(c, s.xmid, 0), c->in, SV(c, s.xmid, 0), RD));
+  TRY(proj_rows(c, A, ll_att(c, &s), WT(c, LL_O), SV(c, s.xmid, 0)));
+  TRY(strata_add(q, SV(c, s.xmid, 0), c->in, SV(c, s.xmid, 0), RsD));
   TRY(FETCH(c, LL_POST_NORM, 1));
-  TRY(strata_rmsnorm_fwd(q, SV(c, s.xmid, 0), PARAM(c, LL_POST_NORM), SV(c, s.ln2, 0), SAVED(c, s.rstd2), R, D,
+  TRY(strata_rmsnorm_fwd(q, SV(c, s.xmid, 0), PARAM(c, LL_POST_NORM), SV(c, s.ln2, 0), SAVED(c, s.rstd2), d.Rs, D,
                          norm_eps(c)));
+  x = gathered(c, SV(c, s.ln2, 0), D, &rc);
+  TRY(rc);
   TRY(FETCH(c, LL_GATE, 1));
-  TRY(proj(q, R, D, F, SV(c, s.ln2, 0), D, WT(c, LL_GATE), 0, SV(c, s.gu, 0), 2 * F));
+  TRY(proj(q, R, D, F, x, D, WT(c, LL_GATE), 0, SV(c, s.gu, 0), 2 * F));
   TRY(FETCH(c, LL_UP, 1));
-  TRY(proj(q, R, D, F, SV(c, s.ln2, 0), D, WT(c, LL_UP), 0, SV(c, s.gu, F), 2 * F));
+  TRY(proj(q, R, D, F, x, D, WT(c, LL_UP), 0, SV(c, s.gu, F), 2 * F));
   TRY(strata_swiglu_fwd(q, SV(c, s.gu, 0), SV(c, s.h, 0), R, F));
   TRY(FETCH(c, LL_DOWN, 1));
-  TRY(proj(q, R, F, D, SV(c, s.h, 0), F, WT(c, LL_DOWN), 0, c->out, D));
-  TRY(join(c, c->out, (size_t)RD));
-  return strata_add(q, c->out, SV(c, s.xmid, 0), c->out, RD);
+  TRY(proj_rows(c, F, SV(c, s.h, 0), WT(c, LL_DOWN), c->out));
+  return strata_add(q, c->out, SV(c, s.xmid, 0), c->out, RsD);
 }
 
 /* Backward of a llama block, sharded as its forward: the input gradients of the column-split projections (gate and
-** up, q, k and v) are the slices' partial sums, joined. */
+** up, q, k and v) are the slices' partial sums, joined (seqpar: reduce-scattered, the output gradients gathered
+** before the row-split projections' backward and the norms' outputs again before the column-split ones' weight
+** gradients, as a GPT block's). */
 static int llama_block_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
   struct strata__dims d = c->d;
   struct strata__llama_saved s = strata__llama_layout(&d);
   strata_queue_t q = c->q;
   const int a = d.act;
-  const int64_t D = d.D, A = d.A, Akv = d.Akv, W = A + 2 * Akv, F = d.F, R = d.R, RD = R * D;
+  const int64_t D = d.D, A = d.A, Akv = d.Akv, W = A + 2 * Akv, F = d.F, R = d.R, RD = R * D, RsD = d.Rs * D;
   const size_t uRD = strata__units((size_t)RD, a), uW = strata__units((size_t)(R * W), a),
                uGU = strata__units((size_t)(2 * R * F), a), uRF = strata__units((size_t)(R * F), a);
   const float scale = 1.0f / sqrtf((float)d.hd);
-  /* scratch (units): dqkv | dgu | dh | d1 | d2 | d3 | junk (float32) */
+  /* scratch (units): dqkv | dgu | dh | d1 | d2 | d3 | junk (float32) (| kv places | seqpar: wide) */
   const size_t o_dqkv = 0, o_dgu = o_dqkv + uW, o_dh = o_dgu + uGU, o_d1 = o_dh + uRF, o_d2 = o_d1 + uRD,
                o_d3 = o_d2 + uRD, o_junk = o_d3 + uRD;
   /* dsave (units): dout | dgu | dln2 | dxmid | dqkv | dln1 */
@@ -799,38 +878,45 @@ static int llama_block_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) 
                k_dln1 = k_dqkv + uW;
   strata_mem_t dgu = LOC(c, o_dgu, k_dgu), dh = SC(c, o_dh, 0), dln2 = LOC(c, o_d1, k_dln2),
                dxmid = LOC(c, o_d3, k_dxmid), dqkv = LOC(c, o_dqkv, k_dqkv), dln1 = LOC(c, o_d1, k_dln1),
-               junk = SCR(c, o_junk);
-  TRY(keep_dout(c, &dout, (size_t)RD));
+               junk = SCR(c, o_junk), x;
+  TRY(keep_dout(c, &dout, (size_t)RsD));
+  int rc;
+  strata_mem_t dall = gathered(c, dout, D, &rc), dxall = dxmid; /* seqpar: every row's */
+  TRY(rc);
   /* the MLP */
   if (DO_IN(c)) {
     TRY(FETCH(c, LL_DOWN, 1));
-    TRY(proj_dx(q, R, F, D, dout, D, WT(c, LL_DOWN), 0, dh));
+    TRY(proj_dx(q, R, F, D, dall, D, WT(c, LL_DOWN), 0, dh));
     TRY(strata_swiglu_bwd(q, SV(c, s.gu, 0), dh, dgu, R, F));
     TRY(FETCH(c, LL_GATE, 1));
     TRY(proj_dx(q, R, D, F, dgu, 2 * F, WT(c, LL_GATE), 0, dln2));
     TRY(FETCH(c, LL_UP, 1));
     TRY(proj_dx(q, R, D, F, plus(dgu, (size_t)F), 2 * F, WT(c, LL_UP), 1, dln2));
-    TRY(join(c, dln2, (size_t)RD));
+    TRY(rows_join(c, &dln2, D));
   }
   if (DO_W(c)) {
     TRY(TAKE(c, LL_DOWN, 1));
-    TRY(proj_dw(q, R, F, D, SV(c, s.h, 0), dout, D, GRAD(c, LL_DOWN)));
+    TRY(proj_dw(q, R, F, D, SV(c, s.h, 0), dall, D, GRAD(c, LL_DOWN)));
+    x = gathered(c, SV(c, s.ln2, 0), D, &rc);
+    TRY(rc);
     TRY(TAKE(c, LL_GATE, 1));
-    TRY(proj_dw(q, R, D, F, SV(c, s.ln2, 0), dgu, 2 * F, GRAD(c, LL_GATE)));
+    TRY(proj_dw(q, R, D, F, x, dgu, 2 * F, GRAD(c, LL_GATE)));
     TRY(TAKE(c, LL_UP, 1));
-    TRY(proj_dw(q, R, D, F, SV(c, s.ln2, 0), plus(dgu, (size_t)F), 2 * F, GRAD(c, LL_UP)));
+    TRY(proj_dw(q, R, D, F, x, plus(dgu, (size_t)F), 2 * F, GRAD(c, LL_UP)));
   }
   TRY(TAKE(c, LL_POST_NORM, 1));
   TRY(FETCH(c, LL_POST_NORM, 1));
-  TRY(rms_bwd(c, SV(c, s.xmid, 0), PARAM(c, LL_POST_NORM), SAVED(c, s.rstd2), dln2, SC(c, o_d2, 0),
-              GRAD(c, LL_POST_NORM), junk, R, D));
+  TRY(rms_bwd_rows(c, SV(c, s.xmid, 0), PARAM(c, LL_POST_NORM), SAVED(c, s.rstd2), dln2, SC(c, o_d2, 0),
+                   GRAD(c, LL_POST_NORM), junk, D));
   /* the attention */
   if (DO_IN(c)) {
-    TRY(strata_add(q, dout, SC(c, o_d2, 0), dxmid, RD));
+    TRY(strata_add(q, dout, SC(c, o_d2, 0), dxmid, RsD));
+    dxall = gathered(c, dxmid, D, &rc);
+    TRY(rc);
     TRY(FETCH(c, LL_O, 1));
-    TRY(proj_dx(q, R, A, D, dxmid, D, WT(c, LL_O), 0, SC(c, o_d1, 0)));
-    TRY(strata_attention_gqa_bwd(q, SV(c, s.qkv, 0), SV(c, s.att, 0), SC(c, o_d1, 0), SAVED(c, s.lse), dqkv, d.B,
-                                 d.T, d.H, d.KV, d.hd, scale, 1));
+    TRY(proj_dx(q, R, A, D, dxall, D, WT(c, LL_O), 0, SC(c, o_d1, 0)));
+    TRY(strata_attention_gqa_bwd(q, SV(c, s.qkv, 0), ll_att(c, &s), SC(c, o_d1, 0), ll_lse(c, &s), dqkv, d.B, d.T,
+                                 d.H, d.KV, d.hd, scale, 1));
     /* back through the rotation: the gradients of the projections' outputs */
     TRY(strata_rope_bwd(q, dqkv, dqkv, AT(c->st->rope, 0), d.B, d.T, d.H + d.KV, d.hd, W, 0));
     TRY(FETCH(c, LL_Q, 1));
@@ -839,25 +925,39 @@ static int llama_block_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) 
     TRY(proj_dx(q, R, D, Akv, plus(dqkv, (size_t)A), W, WT(c, LL_K), 1, dln1));
     TRY(FETCH(c, LL_V, 1));
     TRY(proj_dx(q, R, D, Akv, plus(dqkv, (size_t)(A + Akv)), W, WT(c, LL_V), 1, dln1));
-    TRY(join(c, dln1, (size_t)RD));
+    TRY(rows_join(c, &dln1, D));
   }
   if (DO_W(c)) {
     TRY(TAKE(c, LL_O, 1));
-    TRY(proj_dw(q, R, A, D, SV(c, s.att, 0), dxmid, D, GRAD(c, LL_O)));
+    TRY(proj_dw(q, R, A, D, ll_att(c, &s), dxall, D, GRAD(c, LL_O)));
     TRY(TAKE(c, LL_Q, 1));
-    TRY(proj_dw(q, R, D, A, SV(c, s.ln1, 0), dqkv, W, GRAD(c, LL_Q)));
-    TRY(TAKE(c, LL_K, 1));
-    TRY(proj_dw(q, R, D, Akv, SV(c, s.ln1, 0), plus(dqkv, (size_t)A), W, GRAD(c, LL_K)));
-    TRY(TAKE(c, LL_V, 1));
-    TRY(proj_dw(q, R, D, Akv, SV(c, s.ln1, 0), plus(dqkv, (size_t)(A + Akv)), W, GRAD(c, LL_V)));
+    x = gathered(c, SV(c, s.ln1, 0), D, &rc);
+    TRY(rc);
+    TRY(proj_dw(q, R, D, A, x, dqkv, W, GRAD(c, LL_Q)));
+    TRY(TAKE(c, LL_K, 2));
+    if (d.kvrep > 1)
+      TRY(kv_grads_shared(c, x, plus(dqkv, (size_t)A), SCR(c, o_junk + (size_t)RD)));
+    else
+      for (int j = 0; j < 2; j++)
+        TRY(proj_dw(q, R, D, Akv, x, plus(dqkv, (size_t)(A + j * Akv)), W, GRAD(c, LL_K + j)));
   }
   TRY(TAKE(c, LL_IN_NORM, 1));
   TRY(FETCH(c, LL_IN_NORM, 1));
-  TRY(rms_bwd(c, c->in, PARAM(c, LL_IN_NORM), SAVED(c, s.rstd1), dln1, SC(c, o_d2, 0), GRAD(c, LL_IN_NORM), junk, R,
-              D));
+  TRY(rms_bwd_rows(c, c->in, PARAM(c, LL_IN_NORM), SAVED(c, s.rstd1), dln1, SC(c, o_d2, 0), GRAD(c, LL_IN_NORM), junk,
+                   D));
   if (DO_IN(c) && din.buf)
-    TRY(strata_add(q, dxmid, SC(c, o_d2, 0), din, RD));
+    TRY(strata_add(q, dxmid, SC(c, o_d2, 0), din, RsD));
   return STRATA_OK;
+}
+
+/* A llama block's recomputation, as block_recompute: selective, its attention from the kept q|k|v rows; full, its
+** whole forward into the buffer (the output after the saved activations). */
+static int llama_recompute(struct lctx c) {
+  struct strata__llama_saved s = strata__llama_layout(&c.d);
+  if (c.d.rc == STRATA_RECOMPUTE_SELECTIVE)
+    return ll_attn_fwd(&c, &s);
+  c.out = strata__at(c.st->rcbuf, s.end, 0, c.d.act);
+  return llama_block_fwd(&c);
 }
 
 /* seqpar: where a block's or the head's wide region starts in scratch (units; 0 for other layers). */
@@ -866,6 +966,10 @@ static size_t seq_wide(const struct strata__dims *d, int kind) {
   if (kind == STRATA__LAYER_BLOCK) /* dqkv | f | d1 | d2 | d3 | (float32) junk | wide */
     return strata__units((size_t)(3 * d->R * d->A), d->act) + strata__units((size_t)(d->R * d->F), d->act) + 3 * uRD +
            RD;
+  if (kind == STRATA__LAYER_LLAMA_BLOCK) /* dqkv | dgu | dh | d1 | d2 | d3 | (float32) junk (| kv places) | wide */
+    return strata__units((size_t)(d->R * (d->A + 2 * d->Akv)), d->act) +
+           strata__units((size_t)(2 * d->R * d->F), d->act) + strata__units((size_t)(d->R * d->F), d->act) + 3 * uRD +
+           RD + (d->kvrep > 1 ? (size_t)(2 * d->kvall * d->D * d->Akv) : 0);
   if (kind == STRATA__LAYER_LM_HEAD) /* dlogits | dlnx | (float32) junk | wide */
     return strata__units((size_t)(d->R * d->V), d->act) + uRD + RD;
   return 0;
@@ -883,7 +987,8 @@ static struct lctx layer_ctx(struct strata__stage *st, int s, int i) {
   c.t = &st->tensors[st->layer_tensor[i]];
   if (c.d.seqpar) /* after the block's or head's own scratch (model/stage.c's layer_scratch) */
     c.wide = SC(&c, seq_wide(&c.d, c.L->kind), 0);
-  if (c.L->kind == STRATA__LAYER_BLOCK && st->recompute == STRATA_RECOMPUTE_FULL) {
+  if ((c.L->kind == STRATA__LAYER_BLOCK || c.L->kind == STRATA__LAYER_LLAMA_BLOCK) &&
+      st->recompute == STRATA_RECOMPUTE_FULL) {
     c.slot = st->rcbuf; /* all a block saves is in the buffer, recomputed before its backward; its output stays kept */
     c.saved = 0;
   }
@@ -963,10 +1068,10 @@ static int stage_backward(struct strata__stage *st, int s, int mode) {
                        : st->first > 0 ? strata__stage_grad_input(st, s)
                                        : AT(NULL, 0);
     int rc = STRATA_OK;
-    if (recompute && c.L->kind == STRATA__LAYER_BLOCK) {
+    if (recompute && (c.L->kind == STRATA__LAYER_BLOCK || c.L->kind == STRATA__LAYER_LLAMA_BLOCK)) {
       if (st->recomputing)
         TRY(st->recomputing(st->recomputing_arg, i, 0));
-      TRY(block_recompute(c));
+      TRY(c.L->kind == STRATA__LAYER_BLOCK ? block_recompute(c) : llama_recompute(c));
       if (st->recomputing)
         TRY(st->recomputing(st->recomputing_arg, i, 1));
     }

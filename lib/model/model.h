@@ -71,4 +71,9 @@ static inline int strata__model_text(const struct strata_model_config *c) {
   return c->kind == STRATA_MODEL_GPT || c->kind == STRATA_MODEL_LLAMA;
 }
 
+/* STRATA_OK, or why a llama cannot be cut `tp` ways: tp neither dividing n_kv_heads nor a multiple of it (naming
+** both), nor dividing heads and d_ff. `what` starts the message, `code`
+** is the error's. */
+int strata__llama_tp_check(const struct strata_model_config *c, int tp, const char *what, int code);
+
 #endif /* STRATA__MODEL_H */

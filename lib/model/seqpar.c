@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* seqpar.c — sequence parallelism's part of a GPT stage: when a stage can run it, and the all-gathers, reduce-scatters
+/* seqpar.c — sequence parallelism's part of a GPT or llama stage: when a stage can run it, and the all-gathers, reduce-scatters
 ** and gradient sums the layers call at their tensor-parallel join points. */
 #include "config.h"
 
@@ -15,11 +15,9 @@
 */
 int strata__seqpar_check(const struct strata_model *model, int tp, int split_backward) {
   const struct strata_model_config *c = &model->cfg;
-  if (c->kind != STRATA_MODEL_GPT)
-    return strata__error(STRATA_ERR_UNSUPPORTED, "sequence parallelism is for GPT models; model '%s' is %s", c->name,
-                         c->kind == STRATA_MODEL_MLP   ? "an MLP (no sequence)"
-                         : c->kind == STRATA_MODEL_CNN ? "a CNN (no sequence)"
-                                                       : "not a GPT (its blocks do not cut the sequence yet)");
+  if (!strata__model_text(c))
+    return strata__error(STRATA_ERR_UNSUPPORTED, "sequence parallelism is for GPT models and llamas; model '%s' is %s",
+                         c->name, c->kind == STRATA_MODEL_MLP ? "an MLP (no sequence)" : "a CNN (no sequence)");
   if (tp < 2)
     return strata__error(STRATA_ERR_INVALID, "sequence parallelism needs tensor parallelism (tp > 1), not tp %d", tp);
   if (c->context % tp)

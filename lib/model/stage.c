@@ -115,7 +115,9 @@ struct strata__dims strata__stage_dims(const struct strata__stage *st) {
   if (strata__model_text(c)) {
     int64_t parts = st->tp.size > 1 ? st->tp.size : 1;
     d.rms = c->kind == STRATA_MODEL_LLAMA;
-    d.KV = (d.rms ? c->kv_heads : c->heads) / parts;
+    d.kvall = d.rms ? c->kv_heads : c->heads;
+    d.kvrep = parts > d.kvall ? parts / d.kvall : 1; /* (a llama: tp a multiple of n_kv_heads, each kv head shared) */
+    d.KV = d.kvall * d.kvrep / parts;
     d.Akv = d.KV * (c->d_model / c->heads);
     d.T = c->context;
     d.D = c->d_model;
@@ -213,8 +215,8 @@ static size_t layer_saved(const struct strata__stage *st, const struct strata__l
     return 0;
   case STRATA__LAYER_BLOCK: /* full recomputation: nothing (its input is the previous layer's output) */
     return d.rc == STRATA_RECOMPUTE_FULL ? 0 : strata__block_layout(&d).end;
-  case STRATA__LAYER_LLAMA_BLOCK:
-    return strata__llama_layout(&d).end;
+  case STRATA__LAYER_LLAMA_BLOCK: /* (full recomputation: nothing, as a GPT block) */
+    return d.rc == STRATA_RECOMPUTE_FULL ? 0 : strata__llama_layout(&d).end;
   case STRATA__LAYER_LM_HEAD: /* ln | mean | rstd | logits | losses (| row max | sum of exps | target logit) */
     return strata__head_layout(&d).end;
   case STRATA__LAYER_LINEAR: /* pre-activation (| the model's input, converted) */
@@ -236,11 +238,13 @@ static size_t layer_saved(const struct strata__stage *st, const struct strata__l
 ** it saves and its output (full); nothing for other layers, which keep what they save. */
 static size_t layer_recompute(const struct strata__stage *st, const struct strata__layer *L) {
   struct strata__dims d = strata__stage_dims(st);
-  if (L->kind != STRATA__LAYER_BLOCK || d.rc == STRATA_RECOMPUTE_NONE)
+  const int llama = L->kind == STRATA__LAYER_LLAMA_BLOCK;
+  if ((L->kind != STRATA__LAYER_BLOCK && !llama) || d.rc == STRATA_RECOMPUTE_NONE)
     return 0;
   if (d.rc == STRATA_RECOMPUTE_SELECTIVE)
     return strata__units((size_t)(d.R * d.A), d.act) + (size_t)(d.B * d.H * d.T);
-  return strata__block_layout(&d).end + strata__units((size_t)(d.Rs * d.D), d.act);
+  return (llama ? strata__llama_layout(&d).end : strata__block_layout(&d).end) +
+         strata__units((size_t)(d.Rs * d.D), d.act);
 }
 
 /* Units of a layer's output. */
@@ -318,9 +322,12 @@ static size_t layer_scratch(const struct strata__stage *st, const struct strata_
                             ** for the weight part of the backward, then dh */
     return strata__units((size_t)(3 * d.R * d.A), d.act) + strata__units((size_t)(d.R * d.F), d.act) + 3 * RD +
            (size_t)(d.R * d.D) + (d.seqpar ? RD : 0);
-  case STRATA__LAYER_LLAMA_BLOCK: /* dqkv | dgu | dh | d1 | d2 | d3 | (float32) junk */
+  case STRATA__LAYER_LLAMA_BLOCK: /* dqkv | dgu | dh | d1 | d2 | d3 | (float32) junk (| key/value heads replicated
+                                  ** over kvrep slices: every head's k_proj and v_proj gradient, float32) (| seqpar:
+                                  ** the gathered rows) */
     return strata__units((size_t)(d.R * (d.A + 2 * d.Akv)), d.act) + strata__units((size_t)(2 * d.R * d.F), d.act) +
-           strata__units((size_t)(d.R * d.F), d.act) + 3 * RD + (size_t)(d.R * d.D);
+           strata__units((size_t)(d.R * d.F), d.act) + 3 * RD + (size_t)(d.R * d.D) +
+           (d.kvrep > 1 ? (size_t)(2 * d.kvall * d.D * d.Akv) : 0) + (d.seqpar ? RD : 0);
   case STRATA__LAYER_LM_HEAD: /* dlogits | dlnx | (float32) junk (| seqpar: the gathered layernorm output) */
     return strata__units((size_t)(d.R * d.V), d.act) + RD + (size_t)(d.R * d.D) + (d.seqpar ? RD : 0);
   case STRATA__LAYER_LINEAR:
@@ -416,10 +423,8 @@ static int stage_layout(const struct strata_model *model, int first, int last, i
     if (c->kind == STRATA_MODEL_GPT && (c->heads % tp->size || c->d_ff % tp->size))
       return strata__error(STRATA_ERR_SHAPE, "tensor parallelism: tp %d does not divide both the %lld heads and d_ff "
                            "%lld of '%s'", tp->size, (long long)c->heads, (long long)c->d_ff, c->name);
-    if (c->kind == STRATA_MODEL_LLAMA && (c->kv_heads % tp->size || c->d_ff % tp->size))
-      return strata__error(STRATA_ERR_SHAPE, "tensor parallelism: tp %d does not divide both n_kv_heads %lld and d_ff "
-                           "%lld of '%s' (a slice holds whole key/value heads; replicating them is not built)",
-                           tp->size, (long long)c->kv_heads, (long long)c->d_ff, c->name);
+    if (c->kind == STRATA_MODEL_LLAMA)
+      TRY(strata__llama_tp_check(c, tp->size, "tensor parallelism", STRATA_ERR_SHAPE));
   }
   struct strata__stage *st = calloc(1, sizeof *st);
   if (!st)
@@ -440,14 +445,14 @@ static int stage_layout(const struct strata_model *model, int first, int last, i
     return sq;
   }
   int why = st->recompute < STRATA_RECOMPUTE_NONE || st->recompute > STRATA_RECOMPUTE_FULL ? 1
-            : st->recompute && model->cfg.kind != STRATA_MODEL_GPT                         ? 2
+            : st->recompute && !strata__model_text(&model->cfg)                             ? 2
                                                                                            : 0;
   if (why) {
     const int r = st->recompute;
     free(st);
     if (why == 1)
       return strata__error(STRATA_ERR_INVALID, "stage: recompute mode %d is not one of strata/layout.h", r);
-    return strata__error(STRATA_ERR_UNSUPPORTED, "stage: recomputation is for GPT blocks only");
+    return strata__error(STRATA_ERR_UNSUPPORTED, "stage: recomputation is for GPT and llama blocks only");
   }
   if (st->act != STRATA_FLOAT32 && st->act != STRATA_BFLOAT16) {
     const int act = st->act;

@@ -36,8 +36,8 @@ struct strata__cut {
   int precision;             /* enum strata_dtype of activations and compute weights */
   int reduce;                /* enum strata_dtype the data-parallel gradient reduction moves (bf16: through a
                              ** bfloat16 copy of the gradients, grads16) */
-  int recompute;             /* enum strata_recompute (strata/layout.h): what a GPT block drops from its slot and
-                             ** recomputes into the stage's one-block buffer (rcbuf) before its backward */
+  int recompute;             /* enum strata_recompute (strata/layout.h): what a GPT or llama block drops from its
+                             ** slot and recomputes into the stage's one-block buffer (rcbuf) before its backward */
   int zero_stage;            /* with zero.size > 1: 2 keeps only the shard of the reduced gradients too (ZeRO-2,
                              ** below), 3 of the parameters too (ZeRO-3); 0 or 1 the whole gradients */
   struct strata__shard sp;   /* spatial parallelism (a cnn): the slab of each image this stage runs, of sp.size
@@ -74,6 +74,8 @@ struct strata__tensor {
   int dim;
   int groups;                /* dimension `dim` is `groups` equal groups (Q, K, V), each cut */
   int part, parts;
+  int copies;                /* slices holding the same part (a llama's key/value heads replicated where tp exceeds
+                             ** n_kv_heads: tp / n_kv_heads; 1 otherwise): their gradients are summed over those slices */
   int decay;                 /* weight decay applies (matrices, not biases or norms) */
   float init_std;            /* normal(0, std), or ... */
   float init_const;          /* ... this constant when init_std is 0 */
@@ -437,13 +439,17 @@ struct strata__dims {
                             ** slice's rows [tp.rank Rs, (tp.rank + 1) Rs) of the micro-batch's R) */
   int seqpar;
   int64_t KV, Akv;          /* a llama: its slice's key/value heads (grouped-query attention) and their width KV hd */
+  int64_t kvrep;            /* a llama with tp a multiple of n_kv_heads (> 1): the slices sharing each key/value head
+                            ** (tp / n_kv_heads; KV is 1); 1 otherwise */
+  int64_t kvall;            /* a llama: the model's key/value heads (n_kv_heads) */
   int rms;                  /* a llama: RMSNorm (no mean kept) where a GPT has layernorms */
 };
 struct strata__dims strata__stage_dims(const struct strata__stage *st);
 
 /* Offsets (units) of a llama block's saved activations: x normed and its rstd, q|k|v rows (q and k rotated), the
 ** fused attention's log-sum-exps and output, x_mid, x_mid normed and its rstd, gate|up rows (strata_swiglu_fwd's
-** input) and silu(gate) * up. */
+** input) and silu(gate) * up. Recomputation as a GPT block's (strata__block_layout): selective, the attention's
+** output and lse take no room there (they are in rcbuf: att | lse); full, all of it is in rcbuf, then the output. */
 struct strata__llama_saved {
   size_t ln1, rstd1, qkv, lse, att, xmid, ln2, rstd2, gu, h, end;
 };

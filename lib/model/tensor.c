@@ -30,6 +30,7 @@ void strata__tensor_def(struct strata__tensor *t, const char *name, int ndim, in
   t->groups = 1;
   t->part = 0;
   t->parts = 1;
+  t->copies = 1;
 }
 
 /* Make `t`, defined whole, the slice sh->rank of sh->size of dimension

@@ -16,6 +16,7 @@
 #include <strata/schedule.h>
 
 #include "core/core.h"
+#include "model/model.h"
 
 #define LAYOUT_MAX_DEGREE (1 << 20)     /* more replicas, ranks or tp devices than any machine room holds */
 #define LAYOUT_MAX_FILE (16u << 20)
@@ -282,15 +283,11 @@ static int check_tp(const struct strata_model_config *c, int r, int t) {
       return strata__error(STRATA_ERR_INVALID, "layout: tp %d of rank %d does not divide the model's d_ff %lld", t, r,
                            (long long)c->d_ff);
     return STRATA_OK;
-  case STRATA_MODEL_LLAMA: /* a slice holds whole key/value heads with their query heads (kv heads divide heads) */
-    if (c->kv_heads % t)
-      return strata__error(STRATA_ERR_INVALID, "layout: tp %d of rank %d does not divide the model's n_kv_heads %lld%s",
-                           t, r, (long long)c->kv_heads,
-                           t > c->kv_heads ? " (replicating key/value heads over more slices is not built)" : "");
-    if (c->d_ff % t)
-      return strata__error(STRATA_ERR_INVALID, "layout: tp %d of rank %d does not divide the model's d_ff %lld", t, r,
-                           (long long)c->d_ff);
-    return STRATA_OK;
+  case STRATA_MODEL_LLAMA: { /* a slice holds whole key/value heads with their query heads, or one replicated */
+    char what[48];
+    snprintf(what, sizeof what, "layout: rank %d", r);
+    return strata__llama_tp_check(c, t, what, STRATA_ERR_INVALID);
+  }
   case STRATA_MODEL_MLP:
     for (int i = 0; i < STRATA_MODEL_MAX_CONV && c->hidden[i]; i++)
       if (c->hidden[i] % t)
@@ -332,19 +329,17 @@ STRATA_API int strata_layout_check(strata_layout_t l, strata_model_t model, int 
   const struct strata_model_config *c = strata_model_config(model);
   for (int r = 0; r < l->pp; r++)
     TRY(check_tp(c, r, l->tp[r]));
-  if (l->sp && c->kind != STRATA_MODEL_GPT)
-    return strata__error(STRATA_ERR_UNSUPPORTED, "layout: sp (sequence parallelism) is for GPT models; model '%s' "
-                         "is %s", c->name, c->kind == STRATA_MODEL_MLP   ? "an MLP (no sequence)"
-                                           : c->kind == STRATA_MODEL_CNN ? "a CNN (no sequence)"
-                                                                         : "not a GPT (its blocks do not cut the "
-                                                                           "sequence yet)");
+  if (l->sp && !strata__model_text(c))
+    return strata__error(STRATA_ERR_UNSUPPORTED, "layout: sp (sequence parallelism) is for GPT models and llamas; "
+                         "model '%s' is %s", c->name,
+                         c->kind == STRATA_MODEL_MLP ? "an MLP (no sequence)" : "a CNN (no sequence)");
   if (l->sp && c->context % l->tp[0])
     return strata__error(STRATA_ERR_INVALID, "layout: sp: tp %d does not divide the model's context %lld", l->tp[0],
                          (long long)c->context);
-  if (l->recompute && c->kind != STRATA_MODEL_GPT)
-    return strata__error(STRATA_ERR_UNSUPPORTED, "layout: recompute %s is for GPT blocks; model '%s' (%s) keeps its "
-                         "activations (recompute none)", strata_recompute_name(l->recompute), c->name,
-                         c->kind == STRATA_MODEL_LLAMA ? "a llama" : c->kind == STRATA_MODEL_MLP ? "an MLP" : "a CNN");
+  if (l->recompute && !strata__model_text(c))
+    return strata__error(STRATA_ERR_UNSUPPORTED, "layout: recompute %s is for GPT and llama blocks; model '%s' (%s) "
+                         "keeps its activations (recompute none)", strata_recompute_name(l->recompute), c->name,
+                         c->kind == STRATA_MODEL_MLP ? "an MLP" : "a CNN");
   return STRATA_OK;
 }
 

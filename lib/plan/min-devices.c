@@ -81,14 +81,16 @@ int strata__plan_reach(const struct strata_machine *c, strata_model_t model, con
   ** the most saving stage the options allow */
   const int zero = o->no_zero || o->batch < 2 ? 0 : o->zero == STRATA_PLAN_AUTO ? 3 : o->zero - 1;
   const int dp = zero ? (o->batch < (1 << 30) ? (int)o->batch : 1 << 30) : 1;
-  /* and each recompute mode the options allow (for a GPT) */
+  /* and each recompute mode the options allow (for a GPT or a llama) */
   int rcs[3], nrc = 0;
+  const int text = strata_model_config(model)->kind == STRATA_MODEL_GPT ||
+                   strata_model_config(model)->kind == STRATA_MODEL_LLAMA;
   for (int r = STRATA_RECOMPUTE_NONE; r <= STRATA_RECOMPUTE_FULL; r++)
-    if ((r == STRATA_RECOMPUTE_NONE || strata_model_config(model)->kind == STRATA_MODEL_GPT) &&
+    if ((r == STRATA_RECOMPUTE_NONE || text) &&
         (o->recompute == STRATA_PLAN_AUTO || o->recompute == STRATA_PLAN_ONLY(r)))
       rcs[nrc++] = r;
-  /* and sequence parallelism where the options allow it (a GPT) */
-  const int sp = o->sp != STRATA_PLAN_ONLY(0) && strata_model_config(model)->kind == STRATA_MODEL_GPT;
+  /* and sequence parallelism where the options allow it (a GPT or a llama) */
+  const int sp = o->sp != STRATA_PLAN_ONLY(0) && text;
   const double usable = (double)c->cost[0].memory * STRATA_PLAN_MEMORY_USABLE;
   const int L = strata_model_layer_count(model);
   for (int l = 0; l < L; l++) {

@@ -1107,11 +1107,13 @@ int strata__plan_check_options(strata_machine_t c, strata_model_t m, const struc
                          "STRATA_PLAN_ONLY of a mode", o->recompute, o->zero, o->sp);
   if (o->no_zero && o->zero > STRATA_PLAN_ONLY(0))
     return strata__error(STRATA_ERR_INVALID, "planner: no_zero and ZeRO-%d both asked for", o->zero - 1);
-  if (o->recompute > STRATA_PLAN_ONLY(STRATA_RECOMPUTE_NONE) && strata_model_config(m)->kind != STRATA_MODEL_GPT)
-    return strata__error(STRATA_ERR_UNSUPPORTED, "planner: recompute %s is for GPT blocks, not '%s'",
+  if (o->recompute > STRATA_PLAN_ONLY(STRATA_RECOMPUTE_NONE) && strata_model_config(m)->kind != STRATA_MODEL_GPT &&
+      strata_model_config(m)->kind != STRATA_MODEL_LLAMA)
+    return strata__error(STRATA_ERR_UNSUPPORTED, "planner: recompute %s is for GPT and llama blocks, not '%s'",
                          strata_recompute_name(o->recompute - 1), strata_model_config(m)->name);
-  if (o->sp == STRATA_PLAN_ONLY(1) && strata_model_config(m)->kind != STRATA_MODEL_GPT)
-    return strata__error(STRATA_ERR_UNSUPPORTED, "planner: sequence parallelism is for GPT models, not '%s'",
+  if (o->sp == STRATA_PLAN_ONLY(1) && strata_model_config(m)->kind != STRATA_MODEL_GPT &&
+      strata_model_config(m)->kind != STRATA_MODEL_LLAMA)
+    return strata__error(STRATA_ERR_UNSUPPORTED, "planner: sequence parallelism is for GPT models and llamas, not '%s'",
                          strata_model_config(m)->name);
   if (o->precision == STRATA_BFLOAT16 && strata_model_config(m)->kind != STRATA_MODEL_GPT &&
       strata_model_config(m)->kind != STRATA_MODEL_LLAMA)

@@ -306,7 +306,9 @@ static struct strata__plan_work gpt_part(const struct strata_device_cost *w, con
 /*
 ** One part of a llama layer on a t-way slice, op by op as lib/model/layers.c
 ** runs a llama block: q (A = d_model / t wide), k and v (Akv = n_kv_heads
-** hd / t each), o, gate, up and down as GEMMs; the fused attention's scores
+** hd / t each; t above n_kv_heads, one replicated head: hd, and the k/v
+** weight gradients joined over the slices, 2 n_kv_heads hd d_model floats
+** in the weight part), o, gate, up and down as GEMMs; the fused attention's scores
 ** and products (Ht query heads) costed as GPT's are; RMSNorm at the
 ** layernorm's speed, SwiGLU at GELU's, RoPE (q and k) and the residuals at
 ** the add's; the joins as a GPT block's (two of rows x context x d_model
@@ -319,7 +321,9 @@ static struct strata__plan_work llama_part(const struct strata_device_cost *w, c
   if (strcmp(li->type, "block") != 0 || part == STRATA__PLAN_PART_CORE)
     return gpt_part(w, cfg, li, t, rows, part); /* (the embedding's second lookup: a small overcount) */
   const double B = (double)rows, T = (double)cfg->context, D = (double)cfg->d_model, N = B * T;
-  const double H = (double)cfg->heads, hd = D / H, Ht = H / t, A = D / t, Akv = (double)cfg->kv_heads * hd / t,
+  const int rep = t > cfg->kv_heads; /* key/value heads replicated over t / n_kv_heads slices */
+  const double H = (double)cfg->heads, hd = D / H, Ht = H / t, A = D / t,
+               Akv = rep ? hd : (double)cfg->kv_heads * hd / t,
                Ft = (double)cfg->d_ff / t;
   const int in = part == STRATA__PLAN_PART_FWD ? 0 : part != STRATA__PLAN_PART_WEIGHT,
             wt = part == STRATA__PLAN_PART_WEIGHT || part == STRATA__PLAN_PART_FULL;
@@ -354,6 +358,9 @@ static struct strata__plan_work llama_part(const struct strata_device_cost *w, c
     s += gemm_s(w, 1, 0, Ft, D, N, 1) + 2 * gemm_s(w, 1, 0, D, Ft, N, 1) + gemm_s(w, 1, 0, A, D, N, 1) +
          gemm_s(w, 1, 0, D, A, N, 1) + 2 * gemm_s(w, 1, 0, D, Akv, N, 1);
     launches += 7;
+    if (rep) /* the shared heads' gradients: a zeroed buffer, the join, the add */
+      s += strata__plan_op_s(w, STRATA_PLAN_OP_ADD, 2 * D * Akv * (1 + (double)cfg->kv_heads)), launches += 2,
+          jb += 2 * (double)cfg->kv_heads * D * hd * 4, joins++;
   }
   if (part != STRATA__PLAN_PART_FWD) /* both RMSNorms' backward, run by each part when split */
     s += strata__plan_op_s(w, STRATA_PLAN_OP_LAYERNORM_BWD, 2 * N * D), launches += 2;

@@ -24,11 +24,11 @@
 float strata__clip_scale(const strata_trainer_t tr, float *norm) {
   double sum = 0;
   for (size_t t = 0; t < tr->ntensors; t++) {
-    /* a cut tensor's sum is its slices', in slice order; a whole one is the same on every slice; with ZeRO each
-    ** replica has the sums of its shard's part, added in replica order */
+    /* a cut tensor's sum is its slices', in slice order (a part held by several slices: its first's); a whole one
+    ** is the same on every slice; with ZeRO each replica has the sums of its shard's part, added in replica order */
     double x = 0;
     for (int r = 0; r < (tr->zero ? tr->replicas : 1); r++)
-      for (int k = 0; k < (tr->tensor_split[t] ? tr->tp : 1); k++)
+      for (int k = 0; k < (tr->tensor_split[t] ? tr->tp : 1); k += tr->tensor_split[t] ? tr->tensor_split[t] : 1)
         x += tr->sumsq[(size_t)(r * tr->tp + k) * tr->ntensors + t];
     sum += x;
   }

@@ -87,7 +87,8 @@ int strata__trainer_gather(strata_trainer_t tr, int which, float *host) {
       size_t o = at;
       for (int t = 0; t < st->ntensors && !rc; t++) {
         const struct strata__tensor *x = &st->tensors[t];
-        if (k == 0 || x->split) /* a whole tensor from slice 0: the others hold the same values */
+        if (k == 0 || (x->split && k % x->copies == 0)) /* a whole tensor (a part) from its first slice: the others
+                                                         ** hold the same values */
           strata__tensor_cut(x, host + o, local + x->off, 1);
         o += x->full_n;
       }

@@ -181,7 +181,9 @@ static int build_stages(strata_trainer_t tr, const int *split, int split_backwar
     return strata__error(STRATA_ERR_NOMEM, "out of host memory");
   for (int s = 0, t = 0; s < tr->nstages; s++)
     for (int j = 0; j < strata__home_stage(tr, 0, s)->ntensors; j++)
-      tr->tensor_split[t++] = strata__home_stage(tr, 0, s)->tensors[j].split != STRATA__SPLIT_NONE;
+      tr->tensor_split[t++] = strata__home_stage(tr, 0, s)->tensors[j].split != STRATA__SPLIT_NONE
+                                  ? strata__home_stage(tr, 0, s)->tensors[j].copies
+                                  : 0;
   return STRATA_OK;
 }
 
@@ -456,11 +458,10 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
   if (opts->grad_reduce == STRATA_BFLOAT16 && pl->replicas < 2)
     return strata__error(STRATA_ERR_INVALID, "a bf16 gradient reduction needs data parallelism (dp 2 or more): with "
                          "one replica there is no gradient all-reduce");
-  if (opts->recompute && model->cfg.kind != STRATA_MODEL_GPT)
-    return strata__error(STRATA_ERR_UNSUPPORTED, "recompute %s is for GPT blocks; model '%s' (%s) keeps its "
-                         "activations (recompute none)", strata_recompute_name(opts->recompute), model->cfg.name,
-                         model->cfg.kind == STRATA_MODEL_LLAMA ? "a llama"
-                         : model->cfg.kind == STRATA_MODEL_MLP ? "an MLP" : "a CNN");
+  if (opts->recompute && !strata__model_text(&model->cfg))
+    return strata__error(STRATA_ERR_UNSUPPORTED, "recompute %s is for GPT and llama blocks; model '%s' (%s) keeps "
+                         "its activations (recompute none)", strata_recompute_name(opts->recompute), model->cfg.name,
+                         model->cfg.kind == STRATA_MODEL_MLP ? "an MLP" : "a CNN");
   if (opts->grad_reduce == STRATA_BFLOAT16 && opts->cluster)
     return strata__error(STRATA_ERR_UNSUPPORTED, "a bf16 gradient reduction across MPI ranks is not built yet: reduce "
                          "in float32");

@@ -87,7 +87,8 @@ struct strata_trainer {
   strata_comm_t *tp_comm;            /* [replicas x nstages], tp > 1: tp_comm[r x nstages + s] joins the slices
                                      ** of replica r's stage s, member t = slice t */
   struct strata__tp_member *tp_member; /* [stages all], tp > 1: each stage's join state */
-  int *tensor_split;                 /* [ntensors]: the tensor is cut over the slices (its norm sums theirs) */
+  int *tensor_split;                 /* [ntensors]: 0 whole, else the tensor is cut over the slices and its norm sums
+                                     ** theirs, every `tensor_split`-th (the first of each part's copies) */
   int comm_stale;                    /* a failed step left the communicators' calls out of step */
   pthread_mutex_t abort_lock;        /* orders every collective's posting against a failure's abort: */
   int aborted;                       /* the step failed: no member may start a collective its peers left */
