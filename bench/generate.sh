@@ -1,8 +1,8 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# generate.sh — strata-generate's tokens/s with the KV cache against --no-kv-cache (every token runs the whole window),
-# on a GPT and a llama of context 512, greedy, runs alternated, medians; both must give the same ids. A benchmark,
-# not a test.
+# generate.sh — strata-generate's tokens/s with the KV cache against --no-kv-cache (every token runs the whole
+# window), on a GPT and a llama of context 512, greedy, runs alternated, medians; both must give the same ids. A
+# benchmark, not a test.
 # Usage: bench/generate.sh [BUILD_DIR]    (BUILD_DIR default: ./build or .)
 #   RUNS=N     alternated runs of each mode (default 3; the median is reported)
 #   LENGTH=N   tokens generated after a 16-token prompt (default 300; the prompt and them stay inside the context)

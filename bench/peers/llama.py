@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-# llama.py — Hugging Face transformers' LlamaForCausalLM of strata's llama shapes (RMSNorm, SwiGLU, RoPE, grouped-query
-# attention, no biases, untied head) trained by gpt.py's loop, for bench/peers/run.sh. A benchmark peer, never a
-# dependency.
+# llama.py — Hugging Face transformers' LlamaForCausalLM of strata's llama shapes (RMSNorm, SwiGLU, RoPE,
+# grouped-query attention, no biases, untied head) trained by gpt.py's loop, for bench/peers/run.sh. A benchmark
+# peer, never a dependency.
 import argparse
 import os
 import sys

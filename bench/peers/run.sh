@@ -148,7 +148,8 @@ precision=fp32
 [ "$amp" = bf16 ] && precision=bf16
 echo "peers: precision $precision (PyTorch autocast: $amp)"
 versions=$("$py" -c 'import torch; print(torch.__version__)' 2>/dev/null)
-[ $llama -eq 1 ] && versions="$versions, transformers $("$py" -c 'import transformers; print(transformers.__version__)' 2>/dev/null)"
+[ $llama -eq 1 ] &&
+  versions="$versions, transformers $("$py" -c 'import transformers; print(transformers.__version__)' 2>/dev/null)"
 echo "peers: strata ($TRAIN) vs PyTorch $versions," \
   "$reps alternated runs each, medians, first step excluded; $(nproc) cores; PyTorch OMP_WAIT_POLICY=$torch_wait"
 printf '%-11s %7s %12s %12s %7s  %s\n' model threads strata pytorch ratio "runs (strata | pytorch), load before each pair"
