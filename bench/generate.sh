@@ -26,6 +26,12 @@ if [ $((LENGTH + 16)) -gt $CONTEXT ]; then
   echo "generate: LENGTH=$LENGTH: the prompt (16) and the tokens must fit the context of $CONTEXT" >&2
   exit 2
 fi
+for model in $(echo "$MODELS" | tr ',' ' '); do
+  case $model in
+    gpt|llama) ;;
+    *) echo "generate: unknown model $model (gpt or llama)" >&2; exit 2 ;;
+  esac
+done
 bench_gpt "$tmp/gpt.json" 512 8 $CONTEXT 8
 cat >"$tmp/llama.json" <<JSON
 {"kind": "llama", "name": "llama-512x8-ctx$CONTEXT", "vocab": 256, "context": $CONTEXT, "d_model": 512,
@@ -41,10 +47,6 @@ echo "generate: strata-generate --tokens, $LENGTH tokens after a 16-token prompt
 printf '%-7s %14s %14s %7s  %s\n' model kv-cache no-kv-cache ratio "runs (cache | no cache), load before each pair"
 status=0
 for model in $(echo "$MODELS" | tr ',' ' '); do
-  case $model in
-    gpt|llama) ;;
-    *) echo "generate: unknown model $model (gpt or llama)" >&2; exit 2 ;;
-  esac
   if ! "$TRAIN" --model "$tmp/$model.json" --device 0 --steps 1 --batch 1 --eval-every 0 --eval-batches 1 \
       --save "$tmp/$model.safetensors" >"$tmp/train.log" 2>&1; then
     echo "generate: strata-train of the $model failed:" >&2
