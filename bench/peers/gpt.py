@@ -63,41 +63,54 @@ PRESETS = {  # name: vocab, context, d_model, layers, heads, d_ff — as strata'
 }
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--model", default="gpt-tiny", choices=sorted(PRESETS))
-    ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--fused-attention", action="store_true", help="F.scaled_dot_product_attention instead of the composition")
-    ap.add_argument("--amp", choices=["none", "bf16"], default="none",
-                    help="bf16: forward and loss under torch.autocast('cpu', dtype=torch.bfloat16), float32 master "
-                         "weights and AdamW state (the peer of strata-train --precision bf16)")
-    a = ap.parse_args()
-    torch.set_num_threads(a.threads)
-    torch.manual_seed(1)
-    vocab, context, d, layers, heads, d_ff = PRESETS[a.model]
-    model = GPT(vocab, context, d, layers, heads, d_ff, a.fused_attention)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.1)
+def train(name, forward, params, vocab, context, a):
+    """The loop both peers share (gpt.py, llama.py): strata-train's AdamW (lr 1e-3, betas 0.9/0.999, eps 1e-8, weight
+    decay 0.1 on every tensor) and clipping at 1.0, a.steps steps of a.batch random sequences, forward and loss under
+    autocast with --amp bf16; prints one JSON line with tokens_per_s over all but the first step."""
+    opt = torch.optim.AdamW(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.1)
+    params = [p for g in opt.param_groups for p in g["params"]]
     data = torch.randint(0, vocab, (a.steps, a.batch, context + 1))
     times = []
     for step in range(a.steps):
         t0 = time.perf_counter()
         x, y = data[step, :, :-1], data[step, :, 1:]
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.amp == "bf16"):
-            loss = F.cross_entropy(model(x).reshape(-1, vocab).float(), y.reshape(-1))
+            loss = F.cross_entropy(forward(x).reshape(-1, vocab).float(), y.reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         loss.item()
         times.append(time.perf_counter() - t0)
     timed = times[1:] or times  # the first step excluded, as strata-train does
     tokens = a.batch * context
-    print(json.dumps({"peer": "pytorch", "torch": torch.__version__, "model": a.model, "threads": a.threads,
+    print(json.dumps({"peer": "pytorch", "torch": torch.__version__, "model": name, "threads": a.threads,
                       "amp": a.amp,
                       "tokens_per_step": tokens, "steps": a.steps, "loss": loss.item(),
                       "tokens_per_s": tokens * len(timed) / sum(timed)}))
+
+
+def common_args(ap):
+    """The options both peers take."""
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--amp", choices=["none", "bf16"], default="none",
+                    help="bf16: forward and loss under torch.autocast('cpu', dtype=torch.bfloat16), float32 master "
+                         "weights and AdamW state (the peer of strata-train --precision bf16)")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--model", default="gpt-tiny", choices=sorted(PRESETS))
+    ap.add_argument("--fused-attention", action="store_true", help="F.scaled_dot_product_attention instead of the composition")
+    common_args(ap)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(1)
+    vocab, context, d, layers, heads, d_ff = PRESETS[a.model]
+    model = GPT(vocab, context, d, layers, heads, d_ff, a.fused_attention)
+    train(a.model, model, model.parameters(), vocab, context, a)
     return 0
 
 
