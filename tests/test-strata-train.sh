@@ -42,7 +42,7 @@ if [ ! -x "$TRAIN" ] || [ ! -x "$GEN" ]; then
   echo "1..0 # SKIP strata-train or strata-generate not built"
   exit 0
 fi
-echo "1..163"
+echo "1..165"
 
 # A small corpus of our own, so that the tests do not depend on what the machine ships.
 for i in 1 2 3 4 5 6 7 8; do cat "$top_srcdir/README.md" "$top_srcdir/man/strata-train.1"; done >"$TMP/text.txt"
@@ -605,9 +605,17 @@ rc=$?
 check "--layout with \"spatial\": 2: --spatial 2 --dp 2's losses (exit $rc)" losses_close "$TMP/spl.json" "$TMP/sp2dp2.json"
 fails_clearly "--spatial 2 --layout: the layout says it" 2 "--layout gives the whole cut; drop --spatial" \
   $TRAIN --model cnn-hires --steps 2 --spatial 2 --layout "$TMP/spatial-layout.json"
-# won't fit: under a memory limit between the two, one device is refused before the first step, 2 slabs train
-STRATA_HOST_DEVICES=2 STRATA_DEVICE_MEMORY_LIMIT=70M fails_clearly "cnn-hires in 70 MiB on one device" 1 "does not fit" \
+# won't fit: under a memory limit between the two, one device is refused before the first step (nothing on stdout)
+# naming the largest activation, 2 slabs train. conv.0 keeps, per image, its 8 x 512 x 512 convolution and ReLU,
+# its 8 x 256 x 256 pooling indices and pooled output: 2 x (2 x 2097152 + 2 x 524288) x 4 bytes = 40 MiB for 2
+STRATA_HOST_DEVICES=2 STRATA_DEVICE_MEMORY_LIMIT=70M fails_clearly "cnn-hires in 70 MiB on one device" 1 \
+  "its largest activation is conv.0's (its 8 x 512 x 512 output per image: 40.0 MiB kept for micro-batches of 2): spatial slabs cut it by rows (--spatial 2 or more)" \
   $TRAIN --model cnn-hires --steps 1 --batch 2 --eval-batches 1 --pp 1
+check "cnn-hires in 70 MiB on one device: the refusal says what does not fit" grep -q "model 'cnn-hires' (layers 0-5) does not fit on device 0" "$TMP/err"
+# a slab of 2 in 40 MiB: conv.0's 256 rows of it, half of the above
+STRATA_HOST_DEVICES=2 STRATA_DEVICE_MEMORY_LIMIT=40M fails_clearly "cnn-hires in 40 MiB with --spatial 2" 1 \
+  "its largest activation is conv.0's (its 8 x 256 x 512 output per image on its slab: 20.0 MiB kept for micro-batches of 2)" \
+  $TRAIN --model cnn-hires --steps 1 --batch 2 --eval-batches 1 --spatial 2
 STRATA_HOST_DEVICES=2 STRATA_DEVICE_MEMORY_LIMIT=70M $TRAIN --model cnn-hires --steps 1 --batch 2 --eval-batches 1 \
   --spatial 2 --json >"$TMP/fit.json" 2>"$TMP/err"
 rc=$?
