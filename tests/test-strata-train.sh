@@ -589,9 +589,11 @@ STRATA_HOST_DEVICES=4 STRATA_HOST_THREADS=1 $H --pp 1 >"$TMP/sp1.json" 2>"$TMP/e
 STRATA_HOST_DEVICES=4 STRATA_HOST_THREADS=1 $H --spatial 2 --trace "$TMP/sp2.trace" >"$TMP/sp2.json" 2>"$TMP/err"
 rc=$?
 check "--spatial 2: cnn-hires's six losses within 1e-4 of one device's (exit $rc)" losses_close "$TMP/sp2.json" "$TMP/sp1.json"
-check "--spatial 2's trace: the halo exchanges and joins as the slabs' collectives (TJF, TJB)" sh -c "
+check "--spatial 2's trace: the halo exchanges (\"halo\", \"halo_grad\") and joins as the slabs' collectives (TJF, TJB)" sh -c "
   grep -q '\"name\": \"TJF0.0\", \"cat\": \"comm\"' '$TMP/sp2.trace' &&
-  grep -q '\"name\": \"TJB1.1\", \"cat\": \"comm\"' '$TMP/sp2.trace'"
+  grep -q '\"name\": \"TJB1.1\", \"cat\": \"comm\"' '$TMP/sp2.trace' &&
+  grep -q '\"name\": \"TJF0.0\", \"cat\": \"comm\".*\"collective\": \"halo\"' '$TMP/sp2.trace' &&
+  grep -q '\"name\": \"TJB1.1\", \"cat\": \"comm\".*\"collective\": \"halo_grad\"' '$TMP/sp2.trace'"
 STRATA_HOST_DEVICES=4 STRATA_HOST_THREADS=1 $H --spatial 4 >"$TMP/sp4.json" 2>"$TMP/err"
 rc=$?
 check "--spatial 4: the same losses (exit $rc)" losses_close "$TMP/sp4.json" "$TMP/sp1.json"
