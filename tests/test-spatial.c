@@ -321,8 +321,7 @@ Test(spatial, gradient_pass_and_checkpoint) {
 }
 
 /* "spatial": N in strata-layout/1: read (tp left out is N), written back only when set, refused with pp 2 or another
-** tp; a layout that says it trains the slabs without the option, as the option does; the simulator and the memory
-** plan refuse to cost it yet. */
+** tp; a layout that says it trains the slabs without the option, as the option does; the memory plan costs it. */
 Test(spatial, the_layout_field) {
   strata_layout_t l = NULL, back = NULL;
   OK(strata_layout_from_json("{\"dp\": 2, \"spatial\": 2, \"microbatches\": 2}", "spatial layout", &l));
@@ -355,8 +354,9 @@ Test(spatial, the_layout_field) {
   strata_model_t m = small_cnn();
   uint64_t bytes = 0;
   OK(strata_layout_from_json("{\"dp\": 2, \"spatial\": 2, \"split\": [4]}", "split", &back));
-  cr_assert_eq(strata_plan_memory(m, back, 12, 0, &bytes), STRATA_ERR_UNSUPPORTED);
-  cr_assert(strstr(strata_last_error(), "spatial"), "%s", strata_last_error());
+  OK(strata_plan_memory(m, back, 12, 0, &bytes)); /* (the busiest slab's: test-spatial-plan.c sets it against the
+                                                   ** trainer's plan) */
+  cr_assert_gt(bytes, 0);
   strata_layout_free(back);
   /* trained through the layout (host devices 0..3) against the option's run */
   int h[4];
