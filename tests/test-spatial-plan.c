@@ -63,8 +63,9 @@ static strata_machine_t machine(int n, uint64_t memory) {
 /*
 ** One memory model: strata_plan_memory of a spatial layout is the most any slab's device needs, and that is, to the
 ** byte, what the trainer of the layout planned for the device of that slab (the others plan at most as much): 2 slabs,
-** 3 uneven slabs (10, 11, 11 rows of the 32-row image's first map... and the first slab holding the image whole, as
-** every slab does), 2 slabs x dp 2 with 2 micro-batches, and cnn-hires with 2 and 4.
+** 3 uneven slabs (5, 5 and 6 rows of the first map; every slab holds the whole image), 2 slabs x dp 2 with 2
+** micro-batches, 2 stages of 2 slabs (each rank's own), and cnn-hires with 2
+** and 4, and 2 x pp 2.
 */
 Test(spatial_plan, the_planner_predicts_the_slabs_memory_plan) {
   strata_model_t small = small_cnn(), hires;
@@ -78,7 +79,9 @@ Test(spatial_plan, the_planner_predicts_the_slabs_memory_plan) {
       {small, small_ds, "{\"dp\": 1, \"spatial\": 2, \"microbatches\": 1, \"split\": [4]}", 3},
       {small, small_ds, "{\"dp\": 1, \"spatial\": 3, \"microbatches\": 2, \"split\": [4]}", 2},
       {small, small_ds, "{\"dp\": 2, \"spatial\": 2, \"microbatches\": 2, \"split\": [4]}", 2},
+      {small, small_ds, "{\"pp\": 2, \"spatial\": 2, \"microbatches\": 2, \"split\": [2, 2]}", 2},
       {hires, hires_ds, "{\"dp\": 1, \"spatial\": 2, \"microbatches\": 1, \"split\": [6]}", 1},
+      {hires, hires_ds, "{\"pp\": 2, \"spatial\": 2, \"microbatches\": 4, \"split\": [3, 3]}", 1},
       {hires, hires_ds, "{\"dp\": 1, \"spatial\": 4, \"microbatches\": 1, \"split\": [6]}", 1},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -90,17 +93,26 @@ Test(spatial_plan, the_planner_predicts_the_slabs_memory_plan) {
     OK(strata_trainer_new_layout(cases[i].m, cases[i].ds, &o, l, NULL, &tr));
     struct strata_train_report rep;
     OK(strata_trainer_report(tr, &rep));
-    uint64_t predicted, most = 0;
-    OK(strata_plan_memory(cases[i].m, l, (int64_t)o.batch * dp * strata_layout_microbatches(l), 0, &predicted));
-    cr_assert_eq(rep.devices, n * dp, "%s: %d devices", cases[i].layout, rep.devices);
-    for (int d = 0; d < rep.devices; d++) {
-      cr_assert_leq(rep.dev[d].planned_bytes, predicted, "%s: device %d planned %llu, over the prediction %llu",
-                    cases[i].layout, rep.dev[d].device, (unsigned long long)rep.dev[d].planned_bytes,
-                    (unsigned long long)predicted);
-      most = rep.dev[d].planned_bytes > most ? rep.dev[d].planned_bytes : most;
+    cr_assert_eq(rep.devices, n * dp * strata_layout_pp(l), "%s: %d devices", cases[i].layout, rep.devices);
+    for (int k = 0; k < strata_layout_pp(l); k++) { /* each pipeline rank: its slabs' devices of every replica */
+      uint64_t predicted, most = 0;
+      OK(strata_plan_memory(cases[i].m, l, (int64_t)o.batch * dp * strata_layout_microbatches(l), k, &predicted));
+      for (int r = 0; r < dp; r++)
+        for (int q = 0; q < n; q++) {
+          int dv = -1;
+          OK(strata_layout_device(l, r, k, q, &dv));
+          for (int d = 0; d < rep.devices; d++) {
+            if (rep.dev[d].device != dv)
+              continue;
+            cr_assert_leq(rep.dev[d].planned_bytes, predicted, "%s: device %d planned %llu, over the prediction %llu",
+                          cases[i].layout, dv, (unsigned long long)rep.dev[d].planned_bytes,
+                          (unsigned long long)predicted);
+            most = rep.dev[d].planned_bytes > most ? rep.dev[d].planned_bytes : most;
+          }
+        }
+      cr_assert_eq(most, predicted, "%s: rank %d's busiest slab planned %llu bytes, the planner predicts %llu",
+                   cases[i].layout, k, (unsigned long long)most, (unsigned long long)predicted);
     }
-    cr_assert_eq(most, predicted, "%s: the busiest slab planned %llu bytes, the planner predicts %llu",
-                 cases[i].layout, (unsigned long long)most, (unsigned long long)predicted);
     strata_trainer_free(tr);
     strata_layout_free(l);
   }

@@ -575,8 +575,6 @@ fails_clearly "--spatial 8: slabs thinner than a 7x7 filter's halo" 2 "3-row hal
   $TRAIN --model "$TMP/k7.json" --steps 2 --spatial 8
 fails_clearly "--spatial 2 --tp 2: refused by name" 2 "--spatial 2: not with --tp" \
   $TRAIN --model cnn-hires --steps 2 --spatial 2 --tp 2
-fails_clearly "--spatial 2 --pp 2: refused by name" 2 "--spatial 2: not with --pp" \
-  $TRAIN --model cnn-hires --steps 2 --spatial 2 --pp 2
 # losses_close A B: the same steps, each loss within 1e-4 of the other's (relative)
 losses_close() {
   grep '"event":"step"' "$1" | sed 's/.*"loss":\([^,]*\).*/\1/' >"$TMP/la"
@@ -597,6 +595,9 @@ check "--spatial 2's trace: the halo exchanges (\"halo\", \"halo_grad\") and joi
 STRATA_HOST_DEVICES=4 STRATA_HOST_THREADS=1 $H --spatial 4 >"$TMP/sp4.json" 2>"$TMP/err"
 rc=$?
 check "--spatial 4: the same losses (exit $rc)" losses_close "$TMP/sp4.json" "$TMP/sp1.json"
+STRATA_HOST_DEVICES=4 STRATA_HOST_THREADS=1 $H --spatial 2 --pp 2 --microbatches 2 >"$TMP/sp2pp2.json" 2>"$TMP/err"
+rc=$?
+check "--spatial 2 --pp 2 (each stage 2 slabs): the same losses (exit $rc)" losses_close "$TMP/sp2pp2.json" "$TMP/sp1.json"
 STRATA_HOST_DEVICES=4 STRATA_HOST_THREADS=1 $H --dp 2 >"$TMP/dp2.json" 2>"$TMP/err"
 STRATA_HOST_DEVICES=4 STRATA_HOST_THREADS=1 $H --spatial 2 --dp 2 >"$TMP/sp2dp2.json" 2>"$TMP/err"
 rc=$?

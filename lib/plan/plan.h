@@ -128,21 +128,23 @@ struct strata__plan_work strata__plan_layer_part(const struct strata_device_cost
 double strata__plan_joins_s(const struct strata_machine *c, const int *devs, double bytes, int joins, int t);
 
 /*
-** A spatial slab's costs (sim-spatial.c): slab `slab` of n of each image, for `rows` images, on a device of cost w in
-** the group devs: its forward and backward compute (each layer's work at the slab's share of its output rows, the
+** A spatial slab's costs (sim-spatial.c): slab `slab` of n of each image through layers [first, last), for `rows`
+** images, on a device of cost w in the group devs: its forward and backward compute (each layer's work at the slab's share of its output rows, the
 ** rows it copies in and out), the joins of one micro-batch's forward (jf bytes in nf joins: the halo exchanges and the
 ** averages') and backward (jb in nb: the halo gradients'), and the step's gradient sums over the slabs (grad_s
-** seconds, grad_bytes; the weights are whole on every slab, params of them).
+** seconds, grad_bytes; the weights are whole on every slab, params of them); the slab's share of its last layer's
+** output (what it sends the same slab of the next stage) and of its first layer's input (the gradient sent back).
 */
 struct strata__plan_spatial {
   double f, b;
+  double out_share, in_share;
   double jf, jb, halo_bytes;
   int nf, nb;
   double grad_s, grad_bytes, params;
 };
 int strata__plan_spatial_stage(const struct strata_machine *c, const struct strata_device_cost *w,
-                               strata_model_t model, int n, int slab, int64_t rows, const int *devs,
-                               struct strata__plan_spatial *out);
+                               strata_model_t model, int first, int last, int n, int slab, int64_t rows,
+                               const int *devs, struct strata__plan_spatial *out);
 
 /*
 ** The simulator's costing of one layout, exposed to the planner so that it

@@ -8,19 +8,22 @@
 #include "core/core.h"
 
 int strata__plan_spatial_stage(const struct strata_machine *c, const struct strata_device_cost *w,
-                               strata_model_t model, int n, int slab, int64_t rows, const int *devs,
-                               struct strata__plan_spatial *out) {
+                               strata_model_t model, int first, int last, int n, int slab, int64_t rows,
+                               const int *devs, struct strata__plan_spatial *out) {
   *out = (struct strata__plan_spatial){0};
-  const int L = strata_model_layer_count(model);
   double gbytes = 0;
   int gjoins = 0;
-  for (int li = 0; li < L; li++) {
+  for (int li = first; li < last; li++) {
     const struct strata__layer *Ly = &model->layers[li];
     struct strata_spatial_layer mine, whole;
     TRY(strata_model_spatial_layer(model, n, slab, li, &mine));
     TRY(strata_model_spatial_layer(model, 1, 0, li, &whole));
     /* the slab's output rows of the layer's (the classifier: all of it, every slab computes its logits) */
     const double share = whole.out_rows > 0 ? (double)mine.out_rows / (double)whole.out_rows : 1.0;
+    if (li == first && li > 0) /* its input rows' gradient, sent back to the same slab of the stage before */
+      out->in_share = (double)mine.in_rows / (double)Ly->h;
+    if (li == last - 1) /* its output rows, sent to the same slab of the next stage */
+      out->out_share = share;
     const struct strata__plan_work f = strata__plan_layer_part(w, model, 1, li, rows, STRATA__PLAN_PART_FWD),
                                    b = strata__plan_layer_part(w, model, 1, li, rows, STRATA__PLAN_PART_FULL);
     out->f += f.s * share;

@@ -1007,12 +1007,16 @@ static int simulate_in(struct strata_machine *c, strata_model_t model, strata_la
     double params = 0, jf = 0, jb = 0, jr = 0;
     int nf = 0, nb = 0, nr = 0;
     const int recompute = strata_layout_recompute(l);
-    double grad_join = 0, grad_bytes = 0; /* spatial: the step's gradient sums over the slabs, a share of each
+    double grad_join = 0, grad_bytes = 0, spatial_in = 1; /* spatial: the step's gradient sums over the slabs, a share of each
                                           ** micro-batch's TJB (the executor joins them in the step's last B) */
     if (spatial) { /* one stage of the whole model on its slab: its share of the work, its exchanges (sim-spatial.c) */
       struct strata__plan_spatial sp;
-      if ((rc = strata__plan_spatial_stage(c, &w, model, t, slice, rows, sc->devs, &sp)))
+      if ((rc = strata__plan_spatial_stage(c, &w, model, a, a + split[j], t, slice, rows, sc->devs, &sp)))
         break;
+      struct strata_layer_info last;
+      strata_model_layer(model, a + split[j] - 1, &last);
+      sc->out_bytes = (double)last.out_bytes * (double)rows * elem * sp.out_share; /* (this slab's rows) */
+      spatial_in = sp.in_share;
       sc->f = sp.f, sc->b = sp.b, sc->bi = sp.b;
       jf = sp.jf, nf = sp.nf, jb = sp.jb, nb = sp.nb;
       params = sp.params;
@@ -1062,7 +1066,8 @@ static int simulate_in(struct strata_machine *c, strata_model_t model, strata_la
     if (a > 0) {
       struct strata_layer_info prev;
       strata_model_layer(model, a - 1, &prev);
-      sc->in_bytes = (double)prev.out_bytes * (double)rows * elem; /* the gradient of this stage's input */
+      sc->in_bytes = (double)prev.out_bytes * (double)rows * elem * spatial_in; /* the gradient of this stage's input
+                                                                                 ** (a slab's: its rows) */
     }
     int zero = strata_layout_zero(l) && dp > 1;
     /* the update and the norm's sums, each waited for */
