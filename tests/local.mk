@@ -31,6 +31,7 @@ suites = tests/test-device \
 	tests/test-parallel \
 	tests/test-seqpar \
 	tests/test-spatial \
+	tests/test-spatial-plan \
 	tests/test-train \
 	tests/test-llama \
 	tests/test-pipeline \
@@ -124,6 +125,10 @@ tests_test_spatial_SOURCES = tests/test-spatial.c tests/common.h
 tests_test_spatial_CPPFLAGS = $(suite_cppflags)
 tests_test_spatial_CFLAGS = $(suite_cflags)
 tests_test_spatial_LDADD = $(suite_ldadd)
+tests_test_spatial_plan_SOURCES = tests/test-spatial-plan.c tests/common.h
+tests_test_spatial_plan_CPPFLAGS = $(suite_cppflags)
+tests_test_spatial_plan_CFLAGS = $(suite_cflags)
+tests_test_spatial_plan_LDADD = $(suite_ldadd)
 tests_test_train_SOURCES = tests/test-train.c tests/common.h
 tests_test_train_CPPFLAGS = $(suite_cppflags)
 tests_test_train_CFLAGS = $(suite_cflags)

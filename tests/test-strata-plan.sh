@@ -37,7 +37,7 @@ if [ ! -x "$PLAN" ]; then
   echo "1..0 # SKIP strata-plan not built"
   exit 0
 fi
-echo "1..56"
+echo "1..59"
 
 # a plan on a synthetic node; its layout file is the strata-layout/1 that --simulate reads back
 $PLAN --model gpt-small --batch 16 --node 4xA100-80GB:nvswitch --out "$TMP/layout.json" >"$TMP/out" 2>"$TMP/err"
@@ -293,3 +293,35 @@ sp_said() { [ "$rc" -eq 0 ] && grep -q '"sp":true' "$TMP/sp.json" && grep -q '^ 
 check "--sp on --tp 2: a plan whose layout and --json say sp ($(cat "$TMP/sp.json" 2>/dev/null))" sp_said
 fails_clearly "--no-zero --zero 2" "ask for opposite things" $PLAN --model gpt-tiny --batch 8 --node 2xT4:pcie \
   --no-zero --zero 2
+# spatial slabs (issue 34): two devices of 48 MiB hold no whole 512x512 cnn-hires image's activations; the plan is two
+# slabs, said so, its layout "spatial": 2, which strata-train trains under the same limit (one device refused there,
+# naming the largest activation); --simulate costs a spatial layout (its halo joins: communication above 0)
+echo '{"schema": "strata-calibration/1", "devices": [{"device": 0, "gflops": 100, "mem_gbps": 20, "launch_us": 5,
+  "memory": 50331648}, {"device": 1, "gflops": 100, "mem_gbps": 20, "launch_us": 5, "memory": 50331648}],
+  "gbps": [[0, 10], [10, 0]], "latency_us": [[0, 10], [10, 0]]}' >"$TMP/cal48.json"
+$PLAN --calibration "$TMP/cal48.json" --model cnn-hires --batch 4 --out "$TMP/slabs.json" >"$TMP/out" 2>"$TMP/err"
+rc=$?
+slabs_planned() {
+  [ "$rc" -eq 0 ] && grep -q '"spatial":2' "$TMP/slabs.json" && grep -q '^1 .*dp 1 x spatial 2, 1f1b' "$TMP/out" &&
+    grep -q "^spatial 2: no layout of whole images fits a device's memory" "$TMP/out"
+}
+check "cnn-hires on two 48 MiB devices: planned as 2 spatial slabs ($(cat "$TMP/slabs.json" 2>/dev/null))" slabs_planned
+STRATA_DEVICE_MEMORY_LIMIT=48M STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 STRATA_HOST_THREADS=1 $TRAIN \
+  --model cnn-hires --layout "$TMP/slabs.json" --batch 1 --steps 1 --eval-batches 1 --eval-every 0 \
+  >"$TMP/out" 2>"$TMP/err"
+rc=$?
+STRATA_DEVICE_MEMORY_LIMIT=48M STRATA_BACKENDS=host STRATA_HOST_DEVICES=2 STRATA_HOST_THREADS=1 $TRAIN \
+  --model cnn-hires --device 0 --accum 4 --batch 1 --steps 1 --eval-batches 1 --eval-every 0 >/dev/null 2>"$TMP/err1"
+rc1=$?
+slabs_trained() {
+  [ "$rc" -eq 0 ] && cat "$TMP/out" "$TMP/err" | grep -q '^step 1/1' && [ "$rc1" -eq 1 ] &&
+    grep -q "largest activation is conv.0's" "$TMP/err1"
+}
+check "strata-train trains the slabs' plan in 48 MiB, where one device is refused" slabs_trained
+$PLAN --simulate "$TMP/slabs.json" --model cnn-hires --batch 4 --calibration "$TMP/cal48.json" >"$TMP/out" 2>"$TMP/err"
+rc=$?
+slabs_simulated() {
+  [ "$rc" -eq 0 ] && grep -q 'the slices 2 spatial slabs' "$TMP/out" &&
+    grep -q '^bubble [0-9.]*%, communication [1-9]' "$TMP/out"
+}
+check "--simulate a spatial layout: costed, its joins communication" slabs_simulated

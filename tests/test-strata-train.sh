@@ -42,7 +42,7 @@ if [ ! -x "$TRAIN" ] || [ ! -x "$GEN" ]; then
   echo "1..0 # SKIP strata-train or strata-generate not built"
   exit 0
 fi
-echo "1..166"
+echo "1..168"
 
 # A small corpus of our own, so that the tests do not depend on what the machine ships.
 for i in 1 2 3 4 5 6 7 8; do cat "$top_srcdir/README.md" "$top_srcdir/man/strata-train.1"; done >"$TMP/text.txt"
@@ -575,8 +575,6 @@ fails_clearly "--spatial 8: slabs thinner than a 7x7 filter's halo" 2 "3-row hal
   $TRAIN --model "$TMP/k7.json" --steps 2 --spatial 8
 fails_clearly "--spatial 2 --tp 2: refused by name" 2 "--spatial 2: not with --tp" \
   $TRAIN --model cnn-hires --steps 2 --spatial 2 --tp 2
-fails_clearly "--spatial 2 --pp 2: refused by name" 2 "--spatial 2: not with --pp" \
-  $TRAIN --model cnn-hires --steps 2 --spatial 2 --pp 2
 # losses_close A B: the same steps, each loss within 1e-4 of the other's (relative)
 losses_close() {
   grep '"event":"step"' "$1" | sed 's/.*"loss":\([^,]*\).*/\1/' >"$TMP/la"
@@ -589,12 +587,17 @@ STRATA_HOST_DEVICES=4 STRATA_HOST_THREADS=1 $H --pp 1 >"$TMP/sp1.json" 2>"$TMP/e
 STRATA_HOST_DEVICES=4 STRATA_HOST_THREADS=1 $H --spatial 2 --trace "$TMP/sp2.trace" >"$TMP/sp2.json" 2>"$TMP/err"
 rc=$?
 check "--spatial 2: cnn-hires's six losses within 1e-4 of one device's (exit $rc)" losses_close "$TMP/sp2.json" "$TMP/sp1.json"
-check "--spatial 2's trace: the halo exchanges and joins as the slabs' collectives (TJF, TJB)" sh -c "
+check "--spatial 2's trace: the halo exchanges (\"halo\", \"halo_grad\") and joins as the slabs' collectives (TJF, TJB)" sh -c "
   grep -q '\"name\": \"TJF0.0\", \"cat\": \"comm\"' '$TMP/sp2.trace' &&
-  grep -q '\"name\": \"TJB1.1\", \"cat\": \"comm\"' '$TMP/sp2.trace'"
+  grep -q '\"name\": \"TJB1.1\", \"cat\": \"comm\"' '$TMP/sp2.trace' &&
+  grep -q '\"name\": \"TJF0.0\", \"cat\": \"comm\".*\"collective\": \"halo\"' '$TMP/sp2.trace' &&
+  grep -q '\"name\": \"TJB1.1\", \"cat\": \"comm\".*\"collective\": \"halo_grad\"' '$TMP/sp2.trace'"
 STRATA_HOST_DEVICES=4 STRATA_HOST_THREADS=1 $H --spatial 4 >"$TMP/sp4.json" 2>"$TMP/err"
 rc=$?
 check "--spatial 4: the same losses (exit $rc)" losses_close "$TMP/sp4.json" "$TMP/sp1.json"
+STRATA_HOST_DEVICES=4 STRATA_HOST_THREADS=1 $H --spatial 2 --pp 2 --microbatches 2 >"$TMP/sp2pp2.json" 2>"$TMP/err"
+rc=$?
+check "--spatial 2 --pp 2 (each stage 2 slabs): the same losses (exit $rc)" losses_close "$TMP/sp2pp2.json" "$TMP/sp1.json"
 STRATA_HOST_DEVICES=4 STRATA_HOST_THREADS=1 $H --dp 2 >"$TMP/dp2.json" 2>"$TMP/err"
 STRATA_HOST_DEVICES=4 STRATA_HOST_THREADS=1 $H --spatial 2 --dp 2 >"$TMP/sp2dp2.json" 2>"$TMP/err"
 rc=$?
@@ -605,9 +608,17 @@ rc=$?
 check "--layout with \"spatial\": 2: --spatial 2 --dp 2's losses (exit $rc)" losses_close "$TMP/spl.json" "$TMP/sp2dp2.json"
 fails_clearly "--spatial 2 --layout: the layout says it" 2 "--layout gives the whole cut; drop --spatial" \
   $TRAIN --model cnn-hires --steps 2 --spatial 2 --layout "$TMP/spatial-layout.json"
-# won't fit: under a memory limit between the two, one device is refused before the first step, 2 slabs train
-STRATA_HOST_DEVICES=2 STRATA_DEVICE_MEMORY_LIMIT=70M fails_clearly "cnn-hires in 70 MiB on one device" 1 "does not fit" \
+# won't fit: under a memory limit between the two, one device is refused before the first step (nothing on stdout)
+# naming the largest activation, 2 slabs train. conv.0 keeps, per image, its 8 x 512 x 512 convolution and ReLU,
+# its 8 x 256 x 256 pooling indices and pooled output: 2 x (2 x 2097152 + 2 x 524288) x 4 bytes = 40 MiB for 2
+STRATA_HOST_DEVICES=2 STRATA_DEVICE_MEMORY_LIMIT=70M fails_clearly "cnn-hires in 70 MiB on one device" 1 \
+  "its largest activation is conv.0's (its 8 x 512 x 512 output per image: 40.0 MiB kept for micro-batches of 2): spatial slabs cut it by rows (--spatial 2 or more)" \
   $TRAIN --model cnn-hires --steps 1 --batch 2 --eval-batches 1 --pp 1
+check "cnn-hires in 70 MiB on one device: the refusal says what does not fit" grep -q "model 'cnn-hires' (layers 0-5) does not fit on device 0" "$TMP/err"
+# a slab of 2 in 40 MiB: conv.0's 256 rows of it, half of the above
+STRATA_HOST_DEVICES=2 STRATA_DEVICE_MEMORY_LIMIT=40M fails_clearly "cnn-hires in 40 MiB with --spatial 2" 1 \
+  "its largest activation is conv.0's (its 8 x 256 x 512 output per image on its slab: 20.0 MiB kept for micro-batches of 2)" \
+  $TRAIN --model cnn-hires --steps 1 --batch 2 --eval-batches 1 --spatial 2
 STRATA_HOST_DEVICES=2 STRATA_DEVICE_MEMORY_LIMIT=70M $TRAIN --model cnn-hires --steps 1 --batch 2 --eval-batches 1 \
   --spatial 2 --json >"$TMP/fit.json" 2>"$TMP/err"
 rc=$?

@@ -33,7 +33,7 @@ dist_man_MANS += man/strata-topo.1 man/strata-plan.1 man/strata-bench.1 man/stra
 	man/strata-export.1
 EXTRA_DIST += bench/lib.sh bench/train-mfu.sh bench/pipeline-1f1b.sh bench/train-parallel.sh bench/hetero.sh \
 	bench/plan.sh bench/gpt3-175b.json bench/gpt-530b.json bench/gpt-1t.json bench/sim-vs-real.sh bench/plan-vs-brute.sh bench/same-bits.sh \
-	bench/recompute.sh bench/zero.sh bench/schedules.sh \
+	bench/recompute.sh bench/zero.sh bench/schedules.sh bench/spatial.sh \
 	bench/peers/run.sh bench/peers/gpt.py bench/peers/gpt_pp.py
 # issue 33: the llama peer and the KV-cache benchmark
 EXTRA_DIST += bench/peers/llama.py bench/generate.sh

@@ -130,8 +130,9 @@ static void usage(FILE *f) {
           "      --spatial N          spatial parallelism (a cnn with \"gap\", e.g. cnn-hires): each image's\n"
           "                           rows cut into N slabs on N devices (uneven too), the halo rows a\n"
           "                           filter reaches exchanged with the neighbours, the averages and the\n"
-          "                           gradients summed over the slabs; with --dp D: D x N devices; not\n"
-          "                           with --pp, --tp, --zero, bf16 or a split backward yet\n"
+          "                           gradients summed over the slabs; with --dp D: D x N devices; with\n"
+          "                           --pp P each stage N slabs (slab k to slab k), P x N devices; not\n"
+          "                           with --tp, --zero, bf16 or a split backward (zb, zbv, dualpipev) yet\n"
           "\n"
           "  -j, --json               one JSON object per line on stdout (start, step, eval, save,\n"
           "                           summary); no progress bar\n"
@@ -371,11 +372,11 @@ static int check_grad_reduce(const struct options *o) {
 static int check_cut_args(struct options *o) {
   if (o->spatial > 1) { /* the slabs run as the slices of one stage (of each --dp replica) */
     const char *with = o->ntp ? "--tp" : o->sp ? "--sp (the slabs cut images, not sequences)" : o->zero ? "--zero"
-                       : o->pp > 1 ? "--pp" : o->precision == STRATA_BFLOAT16 ? "--precision bf16"
+                       : o->precision == STRATA_BFLOAT16 ? "--precision bf16"
                        : o->schedule && strata_schedule_kind_split_backward(o->schedule) ? "--schedule"
                        : o->device_given ? "--device (the slabs' devices: --devices)" : NULL;
     if (with) {
-      fprintf(stderr, PROG ": --spatial %d: not with %s yet (spatial slabs combine with --dp)\n", o->spatial, with);
+      fprintf(stderr, PROG ": --spatial %d: not with %s yet (spatial slabs combine with --dp and --pp)\n", o->spatial, with);
       return EXIT_USAGE;
     }
     o->tp[0] = o->spatial;

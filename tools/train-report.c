@@ -506,6 +506,9 @@ void print_header(const struct run *r, const struct options *o, const char *why)
         printf("%s%d", k ? "," : " ", o->layout ? strata_layout_tp(o->layout, k) : o->tp[k]);
       printf(" (a rank's slices each hold 1/T of its heads and MLP units; a narrower rank takes slice 0's "
              "activations\n          and sends its gradients to every slice)\n");
+    } else if (tpd > 1 && (o->spatial > 1 || (o->layout && strata_layout_spatial(o->layout) > 1))) {
+      printf("spatial   %d slabs per stage (each runs it whole on its rows of every image; halo rows exchanged)\n",
+             tpd);
     } else if (tpd > 1) {
       printf("tensor    %d slices per stage (each holds 1/%d of the heads and MLP units; joined by all-reduces)\n", tpd,
              tpd);

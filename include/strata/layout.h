@@ -41,9 +41,10 @@ extern "C" {
 ** recomputation, enum strata_recompute); like "precision" it is written
 ** only when it is not "none".
 ** "spatial": N (N > 1; written only then) makes the slices spatial slabs
-** (strata_train_options.spatial): each replica's one rank (pp 1) is N
-** devices, each running the whole model on its rows of every image; "tp"
-** may be left out (it is N) or must say N.
+** (strata_train_options.spatial): each replica's every rank is N devices,
+** each running the rank's stages on its rows of every image (slab k of a
+** stage sends to slab k of the next); "tp" may be left out (it is N) or must
+** say N on every rank.
 ** "sp": true (written only then; false is the default) runs sequence
 ** parallelism with the tp slices (strata_train_options.sp): every rank's tp
 ** the same and above 1, a GPT whose context tp divides, no slabs, not zb,
@@ -91,7 +92,8 @@ struct strata_layout_desc {
   int precision;                /* STRATA_FLOAT32 (0, the default) or STRATA_BFLOAT16 (enum strata_dtype of
                                    strata/comm.h): what the job computes in, for the trainer and the planner */
   int recompute;                /* enum strata_recompute (0: none) */
-  int spatial;                  /* > 1: the slices are that many spatial slabs (pp 1; tp, when given, the same) */
+  int spatial;                  /* > 1: the slices are that many spatial slabs (tp, when given, the same on every
+                                   rank) */
   int sp;                       /* 1: sequence parallelism with tp (strata_train_options.sp); "sp": true in JSON */
 };
 

@@ -467,7 +467,8 @@ STRATA_API int strata_plan_explain(strata_plan_t p, char **text /* OUT */);
 STRATA_API int strata_plan_min_devices(strata_machine_t machine, strata_model_t model,
                                        const struct strata_plan_options *opts, int limit, int *devices /* OUT */);
 
-/* The memory one device of rank `rank` needs under `layout` (bytes), as the planner prunes by it. */
+/* The memory one device of rank `rank` needs under `layout` (bytes), as the planner prunes by it (spatial slabs: the
+** most any slab of the rank needs). */
 STRATA_API int strata_plan_memory(strata_model_t model, strata_layout_t layout, int64_t batch, int rank,
                                   uint64_t *bytes /* OUT */);
 

@@ -116,6 +116,15 @@ int strata__slab_join(struct strata__stage *st, strata_mem_t x, size_t n) {
   return st->join(st->join_arg, st->q, x, n, STRATA_SUM);
 }
 
+/* A halo exchange (what: "halo" forward, "halo_grad" backward): the stage's join of the exchange buffer, named so
+** for the trace. */
+static int halo_join(struct strata__stage *st, strata_mem_t x, size_t n, const char *what) {
+  st->join_what = what;
+  int rc = strata__slab_join(st, x, n);
+  st->join_what = NULL;
+  return rc;
+}
+
 /* E's rows from the slab's own: zeros, then its rows that the filter reads (the first layer: the image's). */
 static int own_rows(struct strata__stage *st, const struct strata__layer *L, int64_t B, strata_mem_t x, strata_mem_t e,
                     strata_mem_t one) {
@@ -161,7 +170,7 @@ int strata__slab_gather(struct strata__stage *st, const struct strata__layer *L,
   TRY(copy_rows(q, one, x, s->rows * W, 0, at(xb, (size_t)(2 * r) * slot), s->hmax * W, 0, s->up, W, planes, 0));
   TRY(copy_rows(q, one, x, s->rows * W, s->rows - s->down, at(xb, (size_t)(2 * r + 1) * slot), s->hmax * W, 0,
                 s->down, W, planes, 0));
-  TRY(strata__slab_join(st, xb, n));
+  TRY(halo_join(st, xb, n, "halo"));
   if (s->ht)
     TRY(copy_rows(q, one, at(xb, (size_t)(2 * r - 1) * slot), s->hmax * W, 0, e, he * W, s->in0 - s->ht - s->e0,
                   s->ht, W, planes, 0));
@@ -212,7 +221,7 @@ int strata__slab_scatter(struct strata__stage *st, const struct strata__layer *L
                 W, planes, 0));
   TRY(copy_rows(q, one, de, he * W, s->in0 + s->rows - s->e0, at(xb, (size_t)(2 * r + 1) * slot), s->hmax * W, 0,
                 s->hb, W, planes, 0));
-  TRY(strata__slab_join(st, xb, n));
+  TRY(halo_join(st, xb, n, "halo_grad"));
   if (s->up)
     TRY(copy_rows(q, one, at(xb, (size_t)(2 * r - 1) * slot), s->hmax * W, 0, dx, s->rows * W, 0, s->up, W, planes,
                   1));

@@ -185,6 +185,8 @@ struct strata__stage {
   ** all-reduce with `op`, STRATA_SUM or STRATA_MAX, enqueued on q), set by the executor. */
   int (*join)(void *arg, strata_queue_t q, strata_mem_t x, size_t count, int op);
   void *join_arg;
+  const char *join_what;     /* spatial slabs: what the join in progress is, for the trace ("halo", "halo_grad"; NULL:
+                             ** an all-reduce of sums, the averages' or the gradients') */
   /* Sequence parallelism (seqpar 1, set with join and called with join_arg): an all-gather (gather 1: recv holds the
   ** slices' `count` elements at send, slice by slice) or a reduce-scatter (gather 0, in place: send holds tp.size x
   ** count elements, recv is this slice's block of it and gets the block summed over the slices). */

@@ -173,11 +173,13 @@ STRATA_API int strata_layout_new(const struct strata_layout_desc *d, strata_layo
                            "the sequence again; use 1f1b, gpipe or interleaved", strata_schedule_kind_name(schedule));
   }
   struct strata_layout_desc sd;
-  if (d->spatial > 1) { /* the slabs are the one rank's slices */
-    if (d->spatial > LAYOUT_MAX_DEGREE || pp != 1 || (d->tp && d->tp[0] != d->spatial) ||
-        (d->tp_all > 1 && d->tp_all != d->spatial))
-      return strata__error(STRATA_ERR_INVALID, "layout: spatial %d needs pp 1 (not %d) and tp %d or none", d->spatial,
-                           pp, d->spatial);
+  if (d->spatial > 1) { /* the slabs are every rank's slices (with pp, each stage a slab group) */
+    int bad = d->spatial > LAYOUT_MAX_DEGREE || (d->tp_all > 1 && d->tp_all != d->spatial);
+    for (int r = 0; r < pp && d->tp && !bad; r++)
+      bad = d->tp[r] != d->spatial;
+    if (bad)
+      return strata__error(STRATA_ERR_INVALID, "layout: spatial %d needs tp %d on every rank, or none", d->spatial,
+                           d->spatial);
     sd = *d;
     sd.tp = NULL;
     sd.tp_all = d->spatial;

@@ -9,12 +9,14 @@ libstrata_la_SOURCES += \
 	%reldir%/sim-memory.c \
 	%reldir%/sim.c \
 	%reldir%/sim-trace.c \
+	%reldir%/sim-spatial.c \
 	%reldir%/search.h \
 	%reldir%/search.c \
 	%reldir%/search-groups.c \
 	%reldir%/search-refine.c \
 	%reldir%/search-result.c \
 	%reldir%/search-bound.c \
+	%reldir%/search-spatial.c \
 	%reldir%/min-devices.c \
 	%reldir%/calibrate.c \
 	%reldir%/calibrate-probes.c \

@@ -8,12 +8,14 @@
 **   sim-memory.c        the memory model: what a device holds for its stages
 **   sim.c               the simulator: a discrete-event run of the executor's action lists
 **   sim-trace.c         the simulator's predicted trace (Chrome/Perfetto)
+**   sim-spatial.c       a spatial slab's costs: its share of the work, halo exchanges, averages, gradient sums
 **   search.c            the planner's search, in numbered passes (memory modes included)
 **   search-groups.c     its pass 1: tensor-parallel groups inside islands, and the tp degrees tried
 **   min-devices.c       what no device count changes (a model that can never fit, the most devices a layout
 **                       uses), and the machines strata_plan_min_devices probes
 **   search-result.c     the search's result: candidates kept best first, their reasons, the explanation
 **   search-bound.c      a lower bound on a layout's simulated step: what the search skips as dominated
+**   search-spatial.c    spatial groups of a cnn's slabs, proposed when no other layout fits
 **   calibrate.c         this machine's devices and links measured, written as a calibration file
 **   calibrate-probes.c  the calibration's stage and pipeline probes
 **   calibrate-read.c    a calibration file read into a machine
@@ -126,6 +128,25 @@ struct strata__plan_work strata__plan_layer_part(const struct strata_device_cost
 double strata__plan_joins_s(const struct strata_machine *c, const int *devs, double bytes, int joins, int t);
 
 /*
+** A spatial slab's costs (sim-spatial.c): slab `slab` of n of each image through layers [first, last), for `rows`
+** images, on a device of cost w in the group devs: its forward and backward compute (each layer's work at the slab's share of its output rows, the
+** rows it copies in and out), the joins of one micro-batch's forward (jf bytes in nf joins: the halo exchanges and the
+** averages') and backward (jb in nb: the halo gradients'), and the step's gradient sums over the slabs (grad_s
+** seconds, grad_bytes; the weights are whole on every slab, params of them); the slab's share of its last layer's
+** output (what it sends the same slab of the next stage) and of its first layer's input (the gradient sent back).
+*/
+struct strata__plan_spatial {
+  double f, b;
+  double out_share, in_share;
+  double jf, jb, halo_bytes;
+  int nf, nb;
+  double grad_s, grad_bytes, params;
+};
+int strata__plan_spatial_stage(const struct strata_machine *c, const struct strata_device_cost *w,
+                               strata_model_t model, int first, int last, int n, int slab, int64_t rows,
+                               const int *devs, struct strata__plan_spatial *out);
+
+/*
 ** The simulator's costing of one layout, exposed to the planner so that it
 ** can prune by memory and balance a split with the same numbers.
 ** layer_time: seconds of forward (fwd) and backward (bwd) of layer l for
@@ -150,7 +171,8 @@ int strata__plan_stage_first(const int *split, int j);
 ** The planner's side of the one memory model (model/stage.h): a layout's
 ** stages are cut and placed as the trainer of that layout cuts and places
 ** them, so the bytes the planner predicts are the bytes its memory plan
-** checks. The cut of a tp-t rank's slice; whether the schedule splits
+** checks. The cut of a tp-t rank's slice (a spatial layout's: slab 0 of t,
+** the caller sets its rank); whether the schedule splits
 ** backward; where virtual stage j runs, its schedule keeping inflight[j]
 ** micro-batches in flight and, of them, inflight[S + j] (S stages: the array
 ** holds 2S) with their BI done and their W pending (strata__plan_peaks_of).

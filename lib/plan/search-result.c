@@ -136,9 +136,13 @@ void strata__plan_explain_candidates(struct strata_plan *p, const struct strata_
       same &= strata_layout_tp(l, r) == strata_layout_tp(l, 0);
     for (int r = 0; r < (same ? 1 : strata_layout_pp(l)) && tl + 12 < sizeof tps; r++)
       tl += (size_t)snprintf(tps + tl, sizeof tps - tl, "%s%d", r ? "," : "", strata_layout_tp(l, r));
-    snprintf(what, sizeof what, "dp %d x pp %d x tp %s, %s, m %d%s%.0d", strata_layout_dp(l), strata_layout_pp(l), tps,
-             strata_schedule_kind_name(strata_layout_schedule(l)), strata_layout_microbatches(l),
-             strata_layout_zero(l) ? ", ZeRO-" : "", strata_layout_zero(l));
+    if (strata_layout_spatial(l) > 1) /* the slices are slabs of the images */
+      snprintf(what, sizeof what, "dp %d x spatial %d, %s, m %d", strata_layout_dp(l), strata_layout_spatial(l),
+               strata_schedule_kind_name(strata_layout_schedule(l)), strata_layout_microbatches(l));
+    else
+      snprintf(what, sizeof what, "dp %d x pp %d x tp %s, %s, m %d%s%.0d", strata_layout_dp(l), strata_layout_pp(l),
+               tps, strata_schedule_kind_name(strata_layout_schedule(l)), strata_layout_microbatches(l),
+               strata_layout_zero(l) ? ", ZeRO-" : "", strata_layout_zero(l));
     if (i == 0) {
       snprintf(c->reason, sizeof c->reason, "%s: fastest predicted step (bubble %.1f%%, communication %.1f%%)", what,
                100 * c->res.bubble, 100 * c->res.comm_share);
@@ -170,7 +174,15 @@ void strata__plan_explain_candidates(struct strata_plan *p, const struct strata_
   const int tp = strata_layout_tp(l, 0), pp = strata_layout_pp(l), S = strata_layout_stages(l);
   int d0 = 0, d1 = 0;
   strata_layout_device(l, 0, 0, 0, &d0);
-  if (tp > 1) {
+  if (strata_layout_spatial(l) > 1) {
+    strata_layout_device(l, 0, 0, 1, &d1);
+    double g, lt;
+    int k;
+    strata__machine_link(m, d0, d1, &g, &lt, &k);
+    ADD("spatial %d: no layout of whole images fits a device's memory; each image's rows cut into %d slabs, one a "
+        "device (%s links, %.0f GB/s), the halo rows each convolution reaches exchanged with the neighbours\n",
+        tp, tp, strata_path_kind_name(k), g);
+  } else if (tp > 1) {
     strata_layout_device(l, 0, 0, 1, &d1);
     double g, lt;
     int k;

@@ -1056,6 +1056,8 @@ int strata__plan_run_search(struct search *s) {
   s->mixed_tp = 0;
   if (!s->rc)
     run_deferred(s);
+  if (!s->rc && !s->found) /* a cnn's layer too large for a device: its images cut by rows (search-spatial.c) */
+    strata__plan_try_spatial(s);
   if (!s->rc && !s->fits_only && !s->o->exhaustive)
     strata__plan_refine(s);
   return s->rc;

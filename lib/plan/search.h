@@ -66,5 +66,8 @@ int strata__plan_evaluate(struct search *s, strata_layout_t l);
 int strata__plan_past_deadline(const struct search *s);
 /* The refinement pass: single-layer moves between the stages of the best candidates, simulated. */
 void strata__plan_refine(struct search *s);
+/* Spatial groups (search-spatial.c): for a cnn with gap, slabs of N devices and replicas of them, simulated and kept
+** (fits_only: s->found at the first that fits); run when no other layout fits. */
+void strata__plan_try_spatial(struct search *s);
 
 #endif /* STRATA__PLAN_SEARCH_H */

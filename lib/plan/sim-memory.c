@@ -16,10 +16,10 @@ int strata__plan_stage_first(const int *split, int j) {
 }
 
 struct strata__cut strata__plan_cut(strata_layout_t layout, int t) {
-  const int dp = strata_layout_dp(layout);
-  struct strata__cut cut = {{0, t}, {0, strata_layout_zero(layout) && dp > 1 ? dp : 1},
+  const int dp = strata_layout_dp(layout), slabs = strata_layout_spatial(layout) > 1 ? t : 1;
+  struct strata__cut cut = {{0, slabs > 1 ? 1 : t}, {0, strata_layout_zero(layout) && dp > 1 ? dp : 1},
                             strata_layout_precision(layout), STRATA_FLOAT32, strata_layout_recompute(layout),
-                            strata_layout_zero(layout), {0, 1}, strata_layout_sp(layout) && t > 1};
+                            strata_layout_zero(layout), {0, slabs}, strata_layout_sp(layout) && t > 1};
   return cut;
 }
 
@@ -135,10 +135,24 @@ void strata__plan_peaks_free(struct strata__plan_peaks *pk) {
   free(pk);
 }
 
+static uint64_t rank_memory(strata_model_t model, strata_layout_t layout, const int *split, const int *inflight,
+                            const struct strata__plan_peaks *pk, int64_t rows, int rank, int slab);
 uint64_t strata__plan_rank_memory(strata_model_t model, strata_layout_t layout, const int *split, const int *inflight,
                                   const struct strata__plan_peaks *pk, int64_t rows, int rank) {
+  /* spatial slabs: the rank's most of any slab's (uneven slabs keep more or less, the first the whole image) */
+  uint64_t most = 0;
+  for (int k = 0; k < strata_layout_spatial(layout); k++) {
+    const uint64_t b = rank_memory(model, layout, split, inflight, pk, rows, rank, k);
+    most = b > most ? b : most;
+  }
+  return most;
+}
+
+static uint64_t rank_memory(strata_model_t model, strata_layout_t layout, const int *split, const int *inflight,
+                            const struct strata__plan_peaks *pk, int64_t rows, int rank, int slab) {
   const int S = strata_layout_stages(layout);
-  const struct strata__cut cut = strata__plan_cut(layout, strata_layout_tp(layout, rank));
+  struct strata__cut cut = strata__plan_cut(layout, strata_layout_tp(layout, rank));
+  cut.sp.rank = slab;
   double total = 0, own = 0, per_mb[64];
   int held = 0;
   for (int j = 0; j < S; j++) {
@@ -189,8 +203,6 @@ STRATA_API int strata_plan_memory(strata_model_t model, strata_layout_t layout, 
                          (long long)batch, dp, m);
   if (!strata_layout_split(layout))
     return strata__error(STRATA_ERR_INVALID, "strata_plan_memory: the layout has no split");
-  if (strata_layout_spatial(layout) > 1)
-    return strata__error(STRATA_ERR_UNSUPPORTED, "strata_plan_memory: spatial slabs are not planned yet");
   TRY(strata_layout_check(layout, model, -1));
   strata_schedule_t sch;
   TRY(strata_schedule_generate(strata_layout_schedule(layout), strata_layout_pp(layout), m,

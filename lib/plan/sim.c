@@ -975,7 +975,10 @@ static int simulate_in(struct strata_machine *c, strata_model_t model, strata_la
     tps[r] = strata_layout_tp(l, r);
     uniform &= tps[r] == tps[0];
   }
-  const int inline_joins = tps && uniform && o->symmetric && tps[0] > 1 && strata__plan_groups_alike(c, l, R);
+  /* (spatial slabs: each its own list, their joins TP_JOIN actions, as their work differs from slab to slab) */
+  const int spatial = strata_layout_spatial(l) > 1;
+  const int inline_joins =
+      tps && uniform && o->symmetric && tps[0] > 1 && !spatial && strata__plan_groups_alike(c, l, R);
   if (inline_joins)
     tps[0] = 1;
   strata_schedule_t s = NULL;
@@ -1024,7 +1027,23 @@ static int simulate_in(struct strata_machine *c, strata_model_t model, strata_la
     double params = 0, jf = 0, jb = 0, jr = 0;
     int nf = 0, nb = 0, nr = 0;
     const int recompute = strata_layout_recompute(l);
-    for (int li = a; li < a + split[j]; li++) {
+    double grad_join = 0, grad_bytes = 0, spatial_in = 1; /* spatial: the step's gradient sums over the slabs, a share of each
+                                          ** micro-batch's TJB (the executor joins them in the step's last B) */
+    if (spatial) { /* one stage of the whole model on its slab: its share of the work, its exchanges (sim-spatial.c) */
+      struct strata__plan_spatial sp;
+      if ((rc = strata__plan_spatial_stage(c, &w, model, a, a + split[j], t, slice, rows, sc->devs, &sp)))
+        break;
+      struct strata_layer_info last;
+      strata_model_layer(model, a + split[j] - 1, &last);
+      sc->out_bytes = (double)last.out_bytes * (double)rows * elem * sp.out_share; /* (this slab's rows) */
+      spatial_in = sp.in_share;
+      sc->f = sp.f, sc->b = sp.b, sc->bi = sp.b;
+      jf = sp.jf, nf = sp.nf, jb = sp.jb, nb = sp.nb;
+      params = sp.params;
+      grad_join = sp.grad_s / (m > 0 ? m : 1);
+      grad_bytes = sp.grad_bytes / (m > 0 ? m : 1);
+    }
+    for (int li = a; li < a + split[j] && !spatial; li++) {
       struct strata_layer_info info;
       strata_model_layer(model, li, &info);
       struct strata__plan_work f = strata__plan_layer_part(&w, model, t, li, rows, STRATA__PLAN_PART_FWD),
@@ -1062,25 +1081,28 @@ static int simulate_in(struct strata_machine *c, strata_model_t model, strata_la
     } else {
       sc->tjf = tjf, sc->tjf_bytes = jf;
       /* the recomputation's joins are settled with the backward's, at its TP_JOIN_BACKWARD */
-      sc->tjb = tjb + tjr, sc->tjb_bytes = jb + jr;
+      sc->tjb = tjb + tjr + grad_join, sc->tjb_bytes = jb + jr + grad_bytes;
       sc->tjw = tjr, sc->tjw_bytes = jr; /* (a split backward's W recomputes again: its joins, after it) */
     }
     if (a > 0) {
       struct strata_layer_info prev;
       strata_model_layer(model, a - 1, &prev);
-      sc->in_bytes = (double)prev.out_bytes * (double)rows * elem; /* the gradient of this stage's input */
+      sc->in_bytes = (double)prev.out_bytes * (double)rows * elem * spatial_in; /* the gradient of this stage's input
+                                                                                 ** (a slab's: its rows) */
     }
     int zero = strata_layout_zero(l) && dp > 1;
     /* the update and the norm's sums, each waited for */
-    sc->opt = strata__plan_op_s(&w, STRATA_PLAN_OP_ADAMW, params / t / (zero ? dp : 1)) + 8 * w.launch_us * 1e-6 +
-              2 * w.sync_us * 1e-6;
-    sc->grad_bytes = 4.0 * params / t;
+    const int cut_t = spatial ? 1 : t; /* (spatial slabs hold the whole weights) */
+    sc->opt = strata__plan_op_s(&w, STRATA_PLAN_OP_ADAMW, params / cut_t / (zero ? dp : 1)) +
+              8 * w.launch_us * 1e-6 + 2 * w.sync_us * 1e-6;
+    sc->grad_bytes = 4.0 * params / cut_t;
     sc->layers = split[j];
     /* the memory model's bytes of the stage (as the trainer of this layout plans them): what it holds from the
     ** start, and what each micro-batch in flight adds — the activations its backward reads, its boundary
     ** gradients, the gradient its successor sends back */
     struct strata__stage_bytes bytes;
-    const struct strata__cut cut = strata__plan_cut(l, t);
+    struct strata__cut cut = strata__plan_cut(l, t);
+    cut.sp.rank = spatial ? slice : 0; /* (this slab's rows) */
     rc = strata__stage_plan(model, a, a + split[j], rows, strata__plan_split_backward(l), &cut, &bytes);
     if (rc)
       break;
@@ -1156,9 +1178,6 @@ STRATA_API int strata_simulate(strata_machine_t c, strata_model_t model, strata_
   if (!c || !model || !l || !o || !out)
     return strata__error(STRATA_ERR_INVALID, "strata_simulate: NULL argument");
   memset(out, 0, sizeof *out);
-  if (strata_layout_spatial(l) > 1)
-    return strata__error(STRATA_ERR_UNSUPPORTED, "simulator: spatial slabs (spatial %d) are not costed yet",
-                         strata_layout_spatial(l));
   const int precision = strata_layout_precision(l);
   if (precision == STRATA_BFLOAT16 && strata_model_config(model)->kind != STRATA_MODEL_GPT &&
       strata_model_config(model)->kind != STRATA_MODEL_LLAMA)

@@ -85,7 +85,8 @@ int strata__tp_join(void *member, strata_queue_t q, strata_mem_t x, size_t count
   m->bytes[k] = (uint64_t)count * 4;
   m->posted[k] = strata__now();
   m->pending[k] = NULL;
-  m->op[k] = "allreduce";
+  const struct strata__stage *st = m->tr->st[m - m->tr->tp_member];
+  m->op[k] = st && st->join_what ? st->join_what : "allreduce"; /* (spatial slabs' halo exchanges: their own name) */
   if (m->across) { /* the slices are on several ranks: through the cluster, done in the call */
     TRY(strata__ranks_join(m->tr, (int)(m - m->tr->tp_member), q, x, count, op));
     m->ended[k] = strata__now();

@@ -41,6 +41,49 @@ int strata__trainer_explain_memory(strata_trainer_t tr, int first, int last, int
   return rc;
 }
 
+/*
+** The largest activation on device r, as the memory model lays its stages out (split: layers per stage of a chain):
+** the layer that keeps the most for one micro-batch, said as "; its largest activation is NAME's (SHAPE per image: X
+** MiB kept for micro-batches of B)" into buf, with a hint for a cnn on whole images (slabs cut a layer's activations
+** by rows). Empty when the figures cannot be had (the check's own message stands alone then).
+*/
+static void largest_activation(strata_trainer_t tr, const int *split, int r, char *buf, size_t size) {
+  const struct strata_model *m = tr->model;
+  buf[0] = 0;
+  struct strata__layer_mem *mem = calloc(2 * (size_t)m->nlayers, sizeof *mem);
+  int best = -1, slab = 0;
+  size_t most = 0;
+  for (int s = 0; mem && s < strata__stages_all(tr); s++) {
+    int first = 0;
+    for (int j = 0; j < s % tr->nstages; j++)
+      first += split[j];
+    const struct strata__cut cut = strata__trainer_cut(tr, s);
+    if (tr->stage_rank[s] != r || !strata__stage_held(tr, s) ||
+        strata__stage_layer_mems(m, tr->opt.batch, &cut, mem, mem + m->nlayers, NULL))
+      continue;
+    for (int i = first; i < first + split[s % tr->nstages]; i++)
+      if (best < 0 || mem[i].kept > most)
+        best = i, most = mem[i].kept, slab = cut.sp.rank;
+  }
+  free(mem);
+  if (best < 0)
+    return;
+  const struct strata__layer *L = &m->layers[best];
+  char shape[96] = "";
+  if (L->kind == STRATA__LAYER_CONV) { /* its convolution's output, before pooling (what slabs cut by rows) */
+    int64_t o0 = 0, rows = L->ch / L->pool;
+    if (tr->spatial > 1) /* the slab's rows of it */
+      strata__slab_share(L->ch / L->pool, tr->spatial, slab, &o0, &rows);
+    snprintf(shape, sizeof shape, "its %lld x %lld x %lld output per image%s: ", (long long)L->k,
+             (long long)(rows * L->pool), (long long)L->cw, tr->spatial > 1 ? " on its slab" : "");
+  }
+  snprintf(buf, size, "; its largest activation is %s's (%s%.1f MiB kept for micro-batches of %lld)%s", L->info.name,
+           shape, 4.0 * (double)most / 1048576.0, (long long)tr->opt.batch,
+           m->cfg.kind == STRATA_MODEL_CNN && m->cfg.gap && tr->spatial <= 1
+               ? ": spatial slabs cut it by rows (--spatial 2 or more)"
+               : "");
+}
+
 /* Micro-batches stage s keeps in flight at most: the schedule's peak (at least one). */
 int strata__stage_inflight(strata_trainer_t tr, int s) {
   int k = 1;
@@ -156,7 +199,7 @@ static int check_memory_of(strata_trainer_t tr, const int *split, uint64_t *need
     if (need[r] <= p.free_memory)
       continue;
     const double MiB = 1048576.0;
-    char what[200], hint[160] = "";
+    char what[200], hint[160] = "", largest[320] = "";
     const struct strata__layer *L = &tr->model->layers[lo[r]];
     if (tr->nstages == 1)
       snprintf(what, sizeof what, "model '%s' (layers %d-%d)", tr->model->cfg.name, lo[r], hi[r]);
@@ -165,17 +208,18 @@ static int check_memory_of(strata_trainer_t tr, const int *split, uint64_t *need
     else
       snprintf(what, sizeof what, "%s of model '%s' on this device (layers %d-%d)", nst[r] == 1 ? "the stage" : "the stages",
                tr->model->cfg.name, lo[r], hi[r]);
+    largest_activation(tr, split, r, largest, sizeof largest);
     if (tr->unfit_split && lo[r] == hi[r] && L->kind == STRATA__LAYER_BLOCK)
       snprintf(hint, sizeof hint, "; no pipeline split can help: tensor parallelism (tp %d or more) splits the layer "
                "itself", 2 * strata__stage_tp(tr, lo[r]));
     return strata__error(STRATA_ERR_DEVICE_MEMORY,
                          "%s%s does not fit on device %d: a step needs %.1f MiB (%.1f MiB for parameters, gradients and "
                          "AdamW moments, %.1f MiB of activations for micro-batches of %lld, %.1f MiB of other buffers), "
-                         "the device has %.1f MiB free (limit %.1f MiB, %.1f MiB in use)%s",
+                         "the device has %.1f MiB free (limit %.1f MiB, %.1f MiB in use)%s%s",
                          tr->unfit_split ? "no cut of the model fits these devices' memory; with the fastest cut, " : "",
                          what, strata__rank_device(tr, r), (double)need[r] / MiB, (double)params[r] / MiB, (double)act[r] / MiB,
                          (long long)tr->opt.batch, (double)bufs[r] / MiB, (double)p.free_memory / MiB,
-                         (double)p.memory_limit / MiB, (double)p.used_memory / MiB, hint);
+                         (double)p.memory_limit / MiB, (double)p.used_memory / MiB, largest, hint);
   }
   return STRATA_OK;
 }

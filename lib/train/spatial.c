@@ -11,12 +11,11 @@ int strata__spatial_check(strata_model_t model, const struct strata_train_option
                           int ndevices) {
   const int n = opts->spatial;
   TRY(strata_model_spatial_check(model, n));
-  if (strata_layout_pp(layout) != 1)
-    return strata__error(STRATA_ERR_UNSUPPORTED, "spatial %d: not with pp %d yet (a slab group is one stage)", n,
-                         strata_layout_pp(layout));
-  if (strata_layout_tp(layout, 0) != n)
-    return strata__error(STRATA_ERR_INVALID, "spatial %d: the layout's slices (tp %d) must be its %d slabs", n,
-                         strata_layout_tp(layout, 0), n);
+  const int pp = strata_layout_pp(layout);
+  for (int r = 0; r < pp; r++) /* with pp, every stage is a slab group of the same N (slab k sends to slab k) */
+    if (strata_layout_tp(layout, r) != n)
+      return strata__error(STRATA_ERR_INVALID, "spatial %d: the layout's slices (tp %d on rank %d) must be its %d slabs",
+                           n, strata_layout_tp(layout, r), r, n);
   if (strata_layout_zero(layout))
     return strata__error(STRATA_ERR_UNSUPPORTED, "spatial %d: not with ZeRO yet", n);
   if (opts->precision != STRATA_FLOAT32 || strata_layout_precision(layout) != STRATA_FLOAT32)
@@ -28,9 +27,9 @@ int strata__spatial_check(strata_model_t model, const struct strata_train_option
     return strata__error(STRATA_ERR_UNSUPPORTED, "spatial %d: not across MPI ranks yet", n);
   const int dp = strata_layout_dp(layout);
   for (int r = 0; r < dp; r++)
-    for (int k = 0; k < n; k++) {
+    for (int k = 0; k < n * pp; k++) {
       int d = -1;
-      TRY(strata_layout_device(layout, r, 0, k, &d));
+      TRY(strata_layout_device(layout, r, k / n, k % n, &d));
       if (d < 0 || d >= ndevices)
         return strata__error(STRATA_ERR_NOT_FOUND, "spatial %d: no device %d (there are %d)", n, d, ndevices);
     }

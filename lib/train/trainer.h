@@ -30,8 +30,8 @@ struct strata__tp_member {
   void **pending;                    /* [n]: each join's completion (NULL: the call waited) */
   uint64_t *bytes;
   double *posted, *ended;            /* when each was called, and (waited in the call) done */
-  const char **op;                   /* each one's collective: "allreduce", or sequence parallelism's "all_gather",
-                                     ** "reduce_scatter" */
+  const char **op;                   /* each one's collective: "allreduce", sequence parallelism's "all_gather",
+                                     ** "reduce_scatter", or spatial slabs' halo exchanges, "halo" and "halo_grad" */
   int n, cap;
 };
 

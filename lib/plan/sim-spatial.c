@@ -1,0 +1,69 @@
+/* SPDX-License-Identifier: MIT */
+/* sim-spatial.c — the simulator's costing of a spatial slab: its share of each layer's work, its halo exchanges, the
+** averages' join and the replicated weights' gradient join, as model/slab.c runs them. */
+#include "config.h"
+
+#include "model/model.h"
+#include "plan/plan.h"
+#include "core/core.h"
+
+int strata__plan_spatial_stage(const struct strata_machine *c, const struct strata_device_cost *w,
+                               strata_model_t model, int first, int last, int n, int slab, int64_t rows,
+                               const int *devs, struct strata__plan_spatial *out) {
+  *out = (struct strata__plan_spatial){0};
+  double gbytes = 0;
+  int gjoins = 0;
+  for (int li = first; li < last; li++) {
+    const struct strata__layer *Ly = &model->layers[li];
+    struct strata_spatial_layer mine, whole;
+    TRY(strata_model_spatial_layer(model, n, slab, li, &mine));
+    TRY(strata_model_spatial_layer(model, 1, 0, li, &whole));
+    /* the slab's output rows of the layer's (the classifier: all of it, every slab computes its logits) */
+    const double share = whole.out_rows > 0 ? (double)mine.out_rows / (double)whole.out_rows : 1.0;
+    if (li == first && li > 0) /* its input rows' gradient, sent back to the same slab of the stage before */
+      out->in_share = (double)mine.in_rows / (double)Ly->h;
+    if (li == last - 1) /* its output rows, sent to the same slab of the next stage */
+      out->out_share = share;
+    const struct strata__plan_work f = strata__plan_layer_part(w, model, 1, li, rows, STRATA__PLAN_PART_FWD),
+                                   b = strata__plan_layer_part(w, model, 1, li, rows, STRATA__PLAN_PART_FULL);
+    out->f += f.s * share;
+    out->b += b.s * share;
+    struct strata_layer_info info;
+    strata_model_layer(model, li, &info);
+    out->params += (double)info.params;
+    if (info.params) { /* the step's last backward sums each layer's gradients over the slabs, one join a layer */
+      gbytes += 4.0 * (double)info.params;
+      gjoins++;
+    }
+    if (Ly->kind != STRATA__LAYER_CONV) { /* the gap classifier: its slab's share of the averages, joined */
+      out->jf += 4.0 * (double)rows * (double)Ly->c;
+      out->nf++;
+      continue;
+    }
+    /* the rows the slab convolves (its own and the halo), copied in and its output rows out, forward; twice over
+    ** in the backward (restored, and the gradient's rows back) */
+    const double copied = (double)rows * ((double)Ly->c * (double)(mine.in_rows + mine.halo_top + mine.halo_bottom) *
+                                              (double)Ly->w +
+                                          (double)Ly->k * (double)(mine.out_rows * Ly->pool) * (double)Ly->cw);
+    out->f += strata__plan_op_s(w, STRATA_PLAN_OP_ADD, copied);
+    out->b += 2 * strata__plan_op_s(w, STRATA_PLAN_OP_ADD, copied);
+    /* the halo exchange: an all-reduce of 2 n slots of the most rows any slab receives (slab.c's exchange buffer),
+    ** forward and, for the input gradient (not the first layer's), backward */
+    int64_t hmax = 0;
+    for (int k = 0; k < n; k++) {
+      struct strata_spatial_layer o;
+      TRY(strata_model_spatial_layer(model, n, k, li, &o));
+      hmax = o.halo_top > hmax ? o.halo_top : hmax;
+      hmax = o.halo_bottom > hmax ? o.halo_bottom : hmax;
+    }
+    if (Ly->first || hmax == 0)
+      continue;
+    const double xbuf = 4.0 * 2 * n * (double)rows * (double)(Ly->c * hmax * Ly->w);
+    out->jf += xbuf, out->nf++;
+    out->jb += xbuf, out->nb++;
+    out->halo_bytes += xbuf;
+  }
+  out->grad_s = strata__plan_joins_s(c, devs, gbytes, gjoins, n);
+  out->grad_bytes = gbytes;
+  return STRATA_OK;
+}
