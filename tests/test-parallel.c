@@ -1141,34 +1141,34 @@ Test(parallel, zero2_matches_one_device) { zero_matches_one_device(2); }
 ** the forward and again in the backward): the same layouts against one device, to the same tolerance. */
 Test(parallel, zero3_matches_one_device) { zero_matches_one_device(3); }
 
-/* A device fault in a ZeRO-2 backward, among its reductions (the window's zeroing, the all-reduces' copies, the
+/* A device fault in a ZeRO-2 backward, among its reductions (the window's zeroing, the reduces' sums, the
 ** shards' sums), stops every replica and stage with an error naming the device and the action, no hang; the trainer
 ** trains again after. */
 Test(parallel, fault_in_zero2_reductions_stops_all) {
   strata_model_t m = small_gpt();
-  const char *specs[] = {"device=1,op=300", "device=3,copy=12"};
-  /* the second fires inside a reduction: the all-reduce's failure names the faulted device */
   char on3[40], on0[40];
   snprintf(on3, sizeof on3, "failed on device %d ", tc_find_device("host", 3));
   snprintf(on0, sizeof on0, "failed on device %d ", tc_find_device("host", 0));
-  const char *const words[2][3] = {{"action #", NULL}, {"allreduce", on3, NULL}};
+  const char *const words[] = {"action #", NULL};
   const char *fmt = "{\"dp\": 2, \"pp\": 2, \"zero\": 2, \"devices\": [%d, %d, %d, %d], \"microbatches\": 2}";
-  for (int k = 0; k < 2; k++) {
-    fault_words = words[k];
-    fault_case(m, fmt, specs[k]);
-  }
+  fault_words = words;
+  fault_case(m, fmt, "device=1,op=300");
   fault_words = NULL;
-  /* an op of device 0 inside a reduction (a window's zeroing or a shard's sum; which op number that is depends on how
-  ** many ops a step enqueues, so the sweep finds one): every fault of the sweep is said and stops the step, and one
-  ** names the all-reduce and the device */
-  int inside = 0;
-  for (int op = 300; op <= 1200 && !inside; op += 13) {
-    char spec[40];
-    snprintf(spec, sizeof spec, "device=0,op=%d", op);
-    fault_case(m, fmt, spec);
-    inside = strstr(fault_seen, "allreduce") && strstr(fault_seen, on0);
+  /* an op of device 3, then of device 0, inside a reduction (the reduce's sum on the replica that owns the range, a
+  ** window's zeroing or a shard's sum; which op number that is depends on how many ops a step enqueues and on when
+  ** the reduce's own thread enqueues its sum, so each sweep finds one): every fault of the sweeps is said and stops
+  ** the step, and one names the reduce and the device */
+  const int dev[2] = {3, 0}, from[2] = {60, 300};
+  for (int k = 0; k < 2; k++) {
+    int inside = 0;
+    for (int op = from[k]; op <= from[k] + 900 && !inside; op += k ? 13 : 1) {
+      char spec[40];
+      snprintf(spec, sizeof spec, "device=%d,op=%d", dev[k], op);
+      fault_case(m, fmt, spec);
+      inside = strstr(fault_seen, "reduce of") && strstr(fault_seen, k ? on0 : on3);
+    }
+    cr_assert(inside, "no fault of device %d's ops from %d fired inside a ZeRO-2 reduction", dev[k], from[k]);
   }
-  cr_assert(inside, "no fault of device 0's ops 300-1200 fired inside a ZeRO-2 reduction");
   strata_model_free(m);
 }
 
@@ -1177,7 +1177,7 @@ Test(parallel, fault_in_zero2_reductions_stops_all) {
 ** trains again after. */
 Test(parallel, fault_in_zero3_gathers_stops_all) {
   strata_model_t m = small_gpt();
-  const char *specs[] = {"device=1,copy=40", "device=2,copy=90", "device=0,copy=150"};
+  const char *specs[] = {"device=1,copy=20", "device=2,copy=90", "device=0,copy=150"};
   char d1[24], d2[24], d0[24];
   snprintf(d1, sizeof d1, "device %d ", tc_find_device("host", 1));
   snprintf(d2, sizeof d2, "device %d ", tc_find_device("host", 2));
@@ -1380,7 +1380,8 @@ Test(parallel, zero2_and_3_checkpoints_resume_under_other_layouts) {
 
 /* The trace shows ZeRO-2's reductions as comm events of the replicas, named GRS<stage>.<micro-batch>, on every
 ** device: every gradient of every micro-batch goes once (their bytes add up to the parameters' times the
-** micro-batches), and no GRS of a whole stage's reduce-scatter is left. */
+** micro-batches), each a reduce onto the replica whose shard holds it (half an all-reduce's bytes moved: test-comm's
+** reduce_moves_half_an_allreduce counts them), and no GRS of a whole stage's reduce-scatter is left. */
 Test(parallel, trace_shows_zero2_reductions_on_every_device) {
   strata_model_t m = small_gpt();
   int h[4];
@@ -1409,7 +1410,7 @@ Test(parallel, trace_shows_zero2_reductions_on_every_device) {
       continue;
     }
     cr_assert(!strncmp(ev[i].name, "GRS", 3) && strchr(ev[i].name, '.'), "%s: a micro-batch's reduction", ev[i].name);
-    cr_assert_str_eq(ev[i].collective, "allreduce");
+    cr_assert_str_eq(ev[i].collective, "reduce");
     grs[ev[i].rank]++;
     bytes[ev[i].rank] += (uint64_t)ev[i].bytes;
   }
