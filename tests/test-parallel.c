@@ -1277,7 +1277,7 @@ Test(parallel, zero2_and_3_tied_match_one_device) {
 ** at the other end, the next ones' gathered ahead while it computes, as far as they do not overlap): 4 (ceil(P / 2)
 ** + W) bytes with W = 4D^2 + 4D + ceil((4D^2 + 4D) / 8), about 0.55 of plain. Each within 10% of its formula (here
 ** to the byte) and at most 0.55 of plain dp's; the memory model (the trainer's plan) saves the same bytes as the
-** report.
+** report, less the scratch of the gradient window's reduce.
 */
 Test(parallel, zero2_and_3_shard_the_512x8_gpt) {
   struct strata_model_config c = {.kind = STRATA_MODEL_GPT, .vocab = 256, .context = 256, .d_model = 512, .layers = 8,
@@ -1321,9 +1321,11 @@ Test(parallel, zero2_and_3_shard_the_512x8_gpt) {
                 "formula says %.0f", r, z + 1, (unsigned long long)d->grad_bytes, want);
       cr_assert_leq((double)d->optimizer_bytes, 0.55 * (double)p->optimizer_bytes);
       cr_assert(fabs((double)d->optimizer_bytes - half_moments) <= 0.1 * half_moments);
+      /* less the scratch of the window's reduce, which the model counts: at dp 2, for a window over 32 KiB, one
+      ** ring chunk of 1 MiB (lib/comm's default) */
       cr_assert_eq(p->planned_bytes - d->planned_bytes,
                    p->grad_bytes + p->param_bytes + p->optimizer_bytes - d->grad_bytes - d->param_bytes -
-                       d->optimizer_bytes,
+                       d->optimizer_bytes - (1u << 20),
                    "replica %d ZeRO-%d: the memory model saves %llu bytes", r, z + 1,
                    (unsigned long long)(p->planned_bytes - d->planned_bytes));
     }
@@ -1634,7 +1636,8 @@ Test(parallel, vocabulary_split_or_replicated_and_whole_logits) {
 ** plan exactly on the busiest device of a layout without collectives (interleaving's two stages per device never
 ** peak together, so it stays under; the V schedules' plan weighs what a device's list holds of its two at once,
 ** which a step reaches or, as the threads' timing goes, stays under); the communicators' scratch (tp joins: members x message; the dp ring: a chunk
-** and more) is outside the stage model, so there only planned = predicted is asserted.
+** and more) is outside the stage model, so there only planned = predicted is asserted — but for ZeRO-2/3's window
+** reduces, whose scratch the model counts: without tp, no device of theirs peaks over its plan.
 */
 Test(parallel, the_planner_predicts_the_trainers_memory_plan) {
   strata_model_t m = small_gpt();
@@ -1676,6 +1679,9 @@ Test(parallel, the_planner_predicts_the_trainers_memory_plan) {
     struct strata_train_report rep;
     OK(strata_trainer_report(tr, &rep));
     const int dp = strata_layout_dp(l), pp = strata_layout_pp(l), collectives = dp > 1 || strata_layout_tp(l, 0) > 1;
+    /* ZeRO-2/3 replicas without tp: their collectives are the gradient window's reduces, whose scratch the plan
+    ** counts, and ZeRO-2's parameter all-gather, which takes none */
+    const int zero_only = dp > 1 && strata_layout_tp(l, 0) == 1 && strata_layout_zero(l) >= 2;
     /* two stages a device (interleaving, the V schedules): whether both peak together is the threads' timing */
     const int interleaved = strata_layout_stages(l) > strata_layout_pp(l);
     const int64_t batch = (int64_t)o.batch * dp * strata_layout_microbatches(l);
@@ -1695,7 +1701,7 @@ Test(parallel, the_planner_predicts_the_trainers_memory_plan) {
             cr_assert_eq(s->planned_bytes, predicted, "%s: device %d (replica %d rank %d slice %d) planned %llu bytes, "
                          "the planner predicts %llu", layouts[i], dv, r, k, q, (unsigned long long)s->planned_bytes,
                          (unsigned long long)predicted);
-            if (!collectives)
+            if (!collectives || zero_only)
               cr_assert_leq(s->peak_bytes, s->planned_bytes, "%s: device %d peaked at %llu bytes, over its plan of %llu",
                             layouts[i], dv, (unsigned long long)s->peak_bytes, (unsigned long long)s->planned_bytes);
             top_planned = s->planned_bytes > top_planned ? s->planned_bytes : top_planned;

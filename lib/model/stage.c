@@ -618,6 +618,13 @@ void strata__stage_bytes_of(const struct strata_model *model, int first, int las
                     : alloc_bytes(chunk * z)) +
                 alloc_bytes(s->params_most) + 3 * alloc_bytes(chunk) + (tied ? alloc_bytes(s->params_first) : 0);
   }
+  if (z > 1 && cut->zero_stage >= 2) { /* the window's reduce at the communicator's defaults (lib/comm: direct up
+                                        ** to 32 KiB or more than 2 members: a window's copy; else one ring chunk) */
+    const int tied = model->cfg.tied && first == 0 && last == model->nlayers;
+    const size_t n = tied && s->params_first > s->params_most ? s->params_first : s->params_most, few = (n + 7) / 8;
+    const size_t e = few > (1u << 18) ? (few < (1u << 22) ? few : (1u << 22)) : (1u << 18);
+    b->comm = n * 4 <= (32u << 10) || z > 2 || n <= e ? (uint64_t)n * 4 : (uint64_t)e * 4;
+  }
   /* the per-tensor scalars, one layer's scratch, the two backward ping-pong buffers, the embedding's positions */
   b->fixed = b->params + alloc_bytes(s->tensors + 1) + alloc_bytes(s->scratch) + 2 * alloc_bytes(s->io);
   if (first == 0 && model->cfg.kind == STRATA_MODEL_GPT)
@@ -699,8 +706,8 @@ uint64_t strata__stage_need(const struct strata__stage_bytes *b, const struct st
   if (act)
     *act += a + b->recompute;
   if (bufs)
-    *bufs += b->fixed - b->params - b->recompute + g + recv;
-  return b->fixed + a + g + recv;
+    *bufs += b->fixed - b->params - b->recompute + g + recv + b->comm;
+  return b->fixed + a + g + recv + b->comm;
 }
 
 int strata__stage_shell(const struct strata_model *model, int first, int last, int64_t mb, int split_backward,
