@@ -15,8 +15,8 @@ static void setup(void) {
 
 TestSuite(comm, .init = setup, .timeout = 240);
 
-enum { K_ALLREDUCE, K_ALLGATHER, K_REDUCESCATTER, K_BROADCAST };
-static const char *const knames[] = {"allreduce", "allgather", "reducescatter", "broadcast"};
+enum { K_ALLREDUCE, K_ALLGATHER, K_REDUCESCATTER, K_BROADCAST, K_REDUCE };
+static const char *const knames[] = {"allreduce", "allgather", "reducescatter", "broadcast", "reduce"};
 
 /* The n devices of a group: host virtual devices 0..n-1, or an explicit list. */
 static void host_group(int n, int *devs) {
@@ -135,6 +135,8 @@ static int call(int kind, strata_comm_t c, strata_queue_t *q, strata_mem_t *s, s
     return strata_allgather(c, q, s, d, count, STRATA_FLOAT32);
   case K_REDUCESCATTER:
     return strata_reducescatter(c, q, s, d, count, STRATA_FLOAT32, op);
+  case K_REDUCE:
+    return strata_reduce(c, q, s, d, count, STRATA_FLOAT32, op, root);
   default:
     return strata_broadcast(c, q, s, d, count, STRATA_FLOAT32, root);
   }
@@ -161,7 +163,7 @@ static void check_collective(const int *devs, int n, int algorithm, int kind, in
   float *in[8];
   float *got = malloc(sizeof *got * (rl ? rl : 1));
   double *want = malloc(sizeof *want * (rl ? rl : 1));
-  int root = n - 1;
+  int root = kind == K_REDUCE ? (int)(count % (size_t)n) : n - 1; /* (a reduce's chain starts anywhere) */
   for (int r = 0; r < n; r++) {
     OK(strata_queue_new(devs[r], &q[r]));
     in[r] = malloc(sizeof **in * (sl ? sl : 1));
@@ -194,11 +196,13 @@ static void check_collective(const int *devs, int n, int algorithm, int kind, in
     if (rl)
       OK(strata_buffer_download(q[r], rb[r], d[r].off * 4, got, 4 * rl));
     expected(kind, op, count, n, r, root, in, want);
+    for (size_t i = 0; i < rl && kind == K_REDUCE && r != root; i++) /* not written: its input, or the junk */
+      want[i] = in_place ? in[r][i] : 1e30f;
     for (size_t i = 0; i < rl; i++) {
       /* exact for integers (an average: to the rounding of sum x (1/n)); random
       ** floats: float32 sums of n terms in [-1, 1) are within n ulp of 1 */
       double tol = 0;
-      if (kind == K_ALLREDUCE || kind == K_REDUCESCATTER) {
+      if (kind == K_ALLREDUCE || kind == K_REDUCESCATTER || (kind == K_REDUCE && r == root)) {
         if (!integers)
           tol = 1.2e-7 * n * (op == STRATA_AVG ? 1.0 / n : 1.0) * 2 + 1.2e-7 * fabs(want[i]);
         else if (op == STRATA_AVG)
@@ -242,10 +246,11 @@ Test(comm, host_groups_exact) {
   host_group(8, devs);
   for (int n = 1; n <= 8; n++)
     for (int alg = STRATA_COMM_RING; alg <= STRATA_COMM_DIRECT; alg++)
-      for (int kind = 0; kind < 4; kind++)
+      for (int kind = 0; kind < 5; kind++)
         for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++)
           for (int in_place = 0; in_place < 2; in_place++) {
-            int op = kind == K_ALLREDUCE ? (int)(si % 3) : kind == K_REDUCESCATTER ? (int)((si + 1) % 3) : 0;
+            int op = kind == K_ALLREDUCE ? (int)(si % 3) : kind == K_REDUCESCATTER ? (int)((si + 1) % 3)
+                     : kind == K_REDUCE ? (int)((si + 2) % 3) : 0;
             if (n > 4 && sizes[si] > 5000 && alg == STRATA_COMM_DIRECT)
               continue; /* direct is for small messages */
             check_collective(devs, n, alg, kind, op, sizes[si], in_place, 1, NULL);
@@ -314,7 +319,7 @@ Test(comm, pocl_and_mixed_groups) {
     cr_skip_test("two OpenCL devices are needed (POCL_DEVICES=\"pthread pthread\")");
   int h0 = tc_find_device("host", 0), h1 = tc_find_device("host", 1);
   int pocl[2] = {p0, p1}, mixed[4] = {p0, h0, p1, h1};
-  for (int kind = 0; kind < 4; kind++)
+  for (int kind = 0; kind < 5; kind++)
     for (int alg = STRATA_COMM_RING; alg <= STRATA_COMM_DIRECT; alg++) {
       int op = kind == K_ALLREDUCE ? STRATA_SUM : STRATA_MAX;
       check_collective(pocl, 2, alg, kind, op, 5003, 0, 1, NULL);
@@ -334,7 +339,7 @@ Test(comm, cuda_and_host_groups) {
   int h0 = tc_find_device("host", 0), h1 = tc_find_device("host", 1);
   cr_assert(c0 >= 0 && h1 >= 0, "needs a CUDA device and 2 host devices");
   int mixed[3] = {h0, c0, h1};
-  for (int kind = 0; kind < 4; kind++)
+  for (int kind = 0; kind < 5; kind++)
     for (int alg = STRATA_COMM_RING; alg <= STRATA_COMM_DIRECT; alg++) {
       int op = kind == K_ALLREDUCE ? STRATA_SUM : STRATA_MAX;
       check_collective(mixed, 2, alg, kind, op, 5003, 0, 1, NULL);
@@ -344,7 +349,7 @@ Test(comm, cuda_and_host_groups) {
   check_collective(mixed, 3, STRATA_COMM_AUTO, K_ALLREDUCE, STRATA_SUM, 400009, 1, 1, NULL);
   if (c1 >= 0) {
     int gpus[2] = {c0, c1};
-    for (int kind = 0; kind < 4; kind++)
+    for (int kind = 0; kind < 5; kind++)
       check_collective(gpus, 2, STRATA_COMM_AUTO, kind, kind == K_ALLREDUCE ? STRATA_SUM : STRATA_MAX, 400009, 1, 1,
                        NULL);
   }
@@ -385,10 +390,10 @@ Test(comm, one_gpu_nccl_every_collective) {
   cr_assert_eq(info.algorithm, STRATA_COMM_NCCL, "auto over one GPU: %s", strata_comm_algorithm_name(info.algorithm));
   strata_comm_free(c);
   static const size_t counts[] = {1, 4099, 400009};
-  for (int kind = 0; kind < 4; kind++)
+  for (int kind = 0; kind < 5; kind++)
     for (size_t i = 0; i < sizeof counts / sizeof *counts; i++)
       for (int op = STRATA_SUM; op <= STRATA_MAX; op++) {
-        if (op != STRATA_SUM && kind != K_ALLREDUCE && kind != K_REDUCESCATTER)
+        if (op != STRATA_SUM && kind != K_ALLREDUCE && kind != K_REDUCESCATTER && kind != K_REDUCE)
           continue;
         check_collective(&c0, 1, STRATA_COMM_NCCL, kind, op, counts[i], 0, 0, NULL);
         check_collective(&c0, 1, STRATA_COMM_NCCL, kind, op, counts[i], 1, 0, NULL);
@@ -1022,7 +1027,7 @@ static int check_bf16(const int *devs, int n, int algorithm, int kind, int op, s
   uint16_t *guard = malloc(2 * room);
   for (size_t i = 0; i < room; i++)
     guard[i] = 0x7f7f; /* a large finite bfloat16 no result can equal by chance */
-  int root = n - 1;
+  int root = kind == K_REDUCE ? (int)(count % (size_t)n) : n - 1; /* (a reduce's chain starts anywhere) */
   for (int r = 0; r < n; r++) {
     OK(strata_queue_new(devs[r], &q[r]));
     in[r] = malloc(2 * (sl ? sl : 1));
@@ -1273,4 +1278,54 @@ Test(comm, bf16_bad_calls) {
     strata_queue_free(q[r]);
   }
   strata_comm_free(c);
+}
+
+/* A reduce moves each member's input across the group once — half the bytes of an all-reduce of the same count on the
+** ring, (n - 1) x count either way — as the communicator counts what its lanes read from other members. */
+Test(comm, reduce_moves_half_an_allreduce) {
+  int devs[8];
+  host_group(8, devs);
+  for (int n = 2; n <= 5; n++)
+    for (int alg = STRATA_COMM_RING; alg <= STRATA_COMM_DIRECT; alg++) {
+      const size_t count = 10007;
+      struct strata_comm_options o = {.algorithm = alg, .chunk_bytes = 4096, .timeout_s = 60};
+      strata_comm_t c;
+      OK(strata_comm_new(devs, n, &o, &c));
+      strata_queue_t q[8];
+      strata_buffer_t b[8];
+      strata_mem_t m[8];
+      for (int r = 0; r < n; r++) {
+        OK(strata_queue_new(devs[r], &q[r]));
+        OK(strata_buffer_new(devs[r], 4 * count, &b[r]));
+        m[r] = strata_mem(b[r], 0);
+        OK(strata_fill(q[r], m[r], 1.0f, (int64_t)count));
+      }
+      struct strata_comm_info i0, i1, i2;
+      OK(strata_comm_info(c, &i0));
+      OK(strata_allreduce_sync(c, q, m, m, count, STRATA_FLOAT32, STRATA_SUM));
+      OK(strata_comm_info(c, &i1));
+      OK(strata_reduce(c, q, m, m, count, STRATA_FLOAT32, STRATA_SUM, n / 2));
+      for (int r = 0; r < n; r++)
+        OK(strata_queue_finish(q[r]));
+      OK(strata_comm_finish(c));
+      OK(strata_comm_info(c, &i2));
+      const uint64_t all = i1.moved_bytes - i0.moved_bytes, red = i2.moved_bytes - i1.moved_bytes;
+      cr_log_info("%d members, %s: all-reduce moved %llu bytes, reduce %llu", n, strata_comm_algorithm_name(alg),
+                  (unsigned long long)all, (unsigned long long)red);
+      cr_assert_eq(red, (uint64_t)(n - 1) * count * 4, "%d members, %s: the reduce moved %llu bytes", n,
+                   strata_comm_algorithm_name(alg), (unsigned long long)red);
+      if (alg == STRATA_COMM_RING)
+        cr_assert_eq(all, 2 * red, "%d members: the ring all-reduce moved %llu bytes", n, (unsigned long long)all);
+      else /* (direct: every member reads every other's input) */
+        cr_assert_eq(all, (uint64_t)n * red, "%d members: direct all-reduce moved %llu bytes", n,
+                     (unsigned long long)all);
+      float v;
+      OK(strata_buffer_download(q[n / 2], b[n / 2], 4 * (count - 1), &v, 4));
+      cr_assert_eq(v, (float)(n * n), "the root holds %g, expected %d", v, n * n);
+      for (int r = 0; r < n; r++) {
+        strata_buffer_free(b[r]);
+        strata_queue_free(q[r]);
+      }
+      strata_comm_free(c);
+    }
 }

@@ -44,7 +44,8 @@ static int models(strata_model_t *out) {
 
 static int same(const struct strata__stage_bytes *a, const struct strata__stage_bytes *b) {
   return a->params == b->params && a->fixed == b->fixed && a->slot == b->slot && a->grad == b->grad &&
-         a->in == b->in && a->out == b->out && a->recompute == b->recompute && a->dsave == b->dsave;
+         a->in == b->in && a->out == b->out && a->recompute == b->recompute && a->dsave == b->dsave &&
+         a->comm == b->comm;
 }
 
 /* Every [a, b) of every model, tp 1 and 2 (each slice), ZeRO 1 and 3 shards (stage 1, 2 and 3: the gradients whole,

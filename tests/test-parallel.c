@@ -1141,34 +1141,34 @@ Test(parallel, zero2_matches_one_device) { zero_matches_one_device(2); }
 ** the forward and again in the backward): the same layouts against one device, to the same tolerance. */
 Test(parallel, zero3_matches_one_device) { zero_matches_one_device(3); }
 
-/* A device fault in a ZeRO-2 backward, among its reductions (the window's zeroing, the all-reduces' copies, the
+/* A device fault in a ZeRO-2 backward, among its reductions (the window's zeroing, the reduces' sums, the
 ** shards' sums), stops every replica and stage with an error naming the device and the action, no hang; the trainer
 ** trains again after. */
 Test(parallel, fault_in_zero2_reductions_stops_all) {
   strata_model_t m = small_gpt();
-  const char *specs[] = {"device=1,op=300", "device=3,copy=12"};
-  /* the second fires inside a reduction: the all-reduce's failure names the faulted device */
   char on3[40], on0[40];
   snprintf(on3, sizeof on3, "failed on device %d ", tc_find_device("host", 3));
   snprintf(on0, sizeof on0, "failed on device %d ", tc_find_device("host", 0));
-  const char *const words[2][3] = {{"action #", NULL}, {"allreduce", on3, NULL}};
+  const char *const words[] = {"action #", NULL};
   const char *fmt = "{\"dp\": 2, \"pp\": 2, \"zero\": 2, \"devices\": [%d, %d, %d, %d], \"microbatches\": 2}";
-  for (int k = 0; k < 2; k++) {
-    fault_words = words[k];
-    fault_case(m, fmt, specs[k]);
-  }
+  fault_words = words;
+  fault_case(m, fmt, "device=1,op=300");
   fault_words = NULL;
-  /* an op of device 0 inside a reduction (a window's zeroing or a shard's sum; which op number that is depends on how
-  ** many ops a step enqueues, so the sweep finds one): every fault of the sweep is said and stops the step, and one
-  ** names the all-reduce and the device */
-  int inside = 0;
-  for (int op = 300; op <= 1200 && !inside; op += 13) {
-    char spec[40];
-    snprintf(spec, sizeof spec, "device=0,op=%d", op);
-    fault_case(m, fmt, spec);
-    inside = strstr(fault_seen, "allreduce") && strstr(fault_seen, on0);
+  /* an op of device 3, then of device 0, inside a reduction (the reduce's sum on the replica that owns the range, a
+  ** window's zeroing or a shard's sum; which op number that is depends on how many ops a step enqueues and on when
+  ** the reduce's own thread enqueues its sum, so each sweep finds one): every fault of the sweeps is said and stops
+  ** the step, and one names the reduce and the device */
+  const int dev[2] = {3, 0}, from[2] = {60, 300};
+  for (int k = 0; k < 2; k++) {
+    int inside = 0;
+    for (int op = from[k]; op <= from[k] + 900 && !inside; op += k ? 13 : 1) {
+      char spec[40];
+      snprintf(spec, sizeof spec, "device=%d,op=%d", dev[k], op);
+      fault_case(m, fmt, spec);
+      inside = strstr(fault_seen, "reduce of") && strstr(fault_seen, k ? on0 : on3);
+    }
+    cr_assert(inside, "no fault of device %d's ops from %d fired inside a ZeRO-2 reduction", dev[k], from[k]);
   }
-  cr_assert(inside, "no fault of device 0's ops 300-1200 fired inside a ZeRO-2 reduction");
   strata_model_free(m);
 }
 
@@ -1177,7 +1177,7 @@ Test(parallel, fault_in_zero2_reductions_stops_all) {
 ** trains again after. */
 Test(parallel, fault_in_zero3_gathers_stops_all) {
   strata_model_t m = small_gpt();
-  const char *specs[] = {"device=1,copy=40", "device=2,copy=90", "device=0,copy=150"};
+  const char *specs[] = {"device=1,copy=20", "device=2,copy=90", "device=0,copy=150"};
   char d1[24], d2[24], d0[24];
   snprintf(d1, sizeof d1, "device %d ", tc_find_device("host", 1));
   snprintf(d2, sizeof d2, "device %d ", tc_find_device("host", 2));
@@ -1273,10 +1273,11 @@ Test(parallel, zero2_and_3_tied_match_one_device) {
 ** replica. ZeRO-2 keeps its shard of the gradients' sums, ceil(P / 2) floats, and a window of the most one call of
 ** the backward writes, the MLP's c_fc weight and bias, 4D x D + 4D floats: 4 (ceil(P / 2) + 4D^2 + 4D) bytes, about
 ** 0.54 of plain; the moments are ZeRO-1's (8 ceil(P / 2), half), the parameters whole. ZeRO-3 keeps the parameters
-** the same way, a shard and two windows of one call's weights (the one a layer reads and the next one's, gathered
-** ahead while it computes): 4 (ceil(P / 2) + 2 (4D^2 + 4D)) bytes, about 0.58 of plain. Each within 10% of its
-** formula (here to the byte) and at most 0.55 of plain dp's (ZeRO-3's parameters 0.60); the memory model (the
-** trainer's plan) saves the same bytes as the report.
+** the same way, a shard and a region of a window and an eighth of one call's weights (the ones a layer reads and,
+** at the other end, the next ones' gathered ahead while it computes, as far as they do not overlap): 4 (ceil(P / 2)
+** + W) bytes with W = 4D^2 + 4D + ceil((4D^2 + 4D) / 8), about 0.55 of plain. Each within 10% of its formula (here
+** to the byte) and at most 0.55 of plain dp's; the memory model (the trainer's plan) saves the same bytes as the
+** report, less the scratch of the gradient window's reduce.
 */
 Test(parallel, zero2_and_3_shard_the_512x8_gpt) {
   struct strata_model_config c = {.kind = STRATA_MODEL_GPT, .vocab = 256, .context = 256, .d_model = 512, .layers = 8,
@@ -1298,8 +1299,8 @@ Test(parallel, zero2_and_3_shard_the_512x8_gpt) {
     strata_layout_free(l);
   }
   const double want = 4.0 * (double)((P + 1) / 2 + 4 * D * D + 4 * D), half_moments = 8.0 * (double)((P + 1) / 2);
-  /* ZeRO-3's parameters: the shard and two windows, the one a layer reads and the next layer's, prefetched */
-  const double want3 = 4.0 * (double)((P + 1) / 2 + 2 * (4 * D * D + 4 * D));
+  /* ZeRO-3's parameters: the shard and the window's region, the tensors a layer reads and the next ones' prefetch */
+  const double want3 = 4.0 * (double)((P + 1) / 2 + 4 * D * D + 4 * D + (4 * D * D + 4 * D + 7) / 8);
   for (int r = 0; r < 2; r++) {
     const struct strata_train_device_stats *p = &rep[0].dev[r], *z2 = &rep[1].dev[r], *z3 = &rep[2].dev[r];
     cr_log_info("512x8 GPT dp 2, replica %d: gradients %llu bytes plain, %llu with ZeRO-2 (%.3fx); parameters %llu "
@@ -1320,15 +1321,17 @@ Test(parallel, zero2_and_3_shard_the_512x8_gpt) {
                 "formula says %.0f", r, z + 1, (unsigned long long)d->grad_bytes, want);
       cr_assert_leq((double)d->optimizer_bytes, 0.55 * (double)p->optimizer_bytes);
       cr_assert(fabs((double)d->optimizer_bytes - half_moments) <= 0.1 * half_moments);
+      /* less the scratch of the window's reduce, which the model counts: at dp 2, for a window over 32 KiB, one
+      ** ring chunk of 1 MiB (lib/comm's default) */
       cr_assert_eq(p->planned_bytes - d->planned_bytes,
                    p->grad_bytes + p->param_bytes + p->optimizer_bytes - d->grad_bytes - d->param_bytes -
-                       d->optimizer_bytes,
+                       d->optimizer_bytes - (1u << 20),
                    "replica %d ZeRO-%d: the memory model saves %llu bytes", r, z + 1,
                    (unsigned long long)(p->planned_bytes - d->planned_bytes));
     }
     cr_assert_eq(z2->param_bytes, p->param_bytes, "ZeRO-2 keeps the parameters whole");
-    /* (0.54x with one window; the prefetch's second window costs 0.04x of this model's parameters more) */
-    cr_assert_leq((double)z3->param_bytes, 0.60 * (double)p->param_bytes, "replica %d: ZeRO-3 keeps %llu parameter "
+    /* (0.54x with one window; the prefetch's eighth of a window costs 0.005x of this model's parameters more) */
+    cr_assert_leq((double)z3->param_bytes, 0.55 * (double)p->param_bytes, "replica %d: ZeRO-3 keeps %llu parameter "
                   "bytes", r, (unsigned long long)z3->param_bytes);
     cr_assert(fabs((double)z3->param_bytes - want3) <= 0.1 * want3, "replica %d: ZeRO-3 keeps %llu parameter bytes, "
               "the formula says %.0f", r, (unsigned long long)z3->param_bytes, want3);
@@ -1380,7 +1383,8 @@ Test(parallel, zero2_and_3_checkpoints_resume_under_other_layouts) {
 
 /* The trace shows ZeRO-2's reductions as comm events of the replicas, named GRS<stage>.<micro-batch>, on every
 ** device: every gradient of every micro-batch goes once (their bytes add up to the parameters' times the
-** micro-batches), and no GRS of a whole stage's reduce-scatter is left. */
+** micro-batches), each a reduce onto the replica whose shard holds it (half an all-reduce's bytes moved: test-comm's
+** reduce_moves_half_an_allreduce counts them), and no GRS of a whole stage's reduce-scatter is left. */
 Test(parallel, trace_shows_zero2_reductions_on_every_device) {
   strata_model_t m = small_gpt();
   int h[4];
@@ -1409,7 +1413,7 @@ Test(parallel, trace_shows_zero2_reductions_on_every_device) {
       continue;
     }
     cr_assert(!strncmp(ev[i].name, "GRS", 3) && strchr(ev[i].name, '.'), "%s: a micro-batch's reduction", ev[i].name);
-    cr_assert_str_eq(ev[i].collective, "allreduce");
+    cr_assert_str_eq(ev[i].collective, "reduce");
     grs[ev[i].rank]++;
     bytes[ev[i].rank] += (uint64_t)ev[i].bytes;
   }
@@ -1633,7 +1637,8 @@ Test(parallel, vocabulary_split_or_replicated_and_whole_logits) {
 ** buffers may or may not outlive a micro-batch as the sends go: under the plan by one there; interleaving's two
 ** stages per device never peak together, so it stays under; the V schedules' plan weighs what a device's list holds of its two at once,
 ** which a step reaches or, as the threads' timing goes, stays under); the communicators' scratch (tp joins: members x message; the dp ring: a chunk
-** and more) is outside the stage model, so there only planned = predicted is asserted.
+** and more) is outside the stage model, so there only planned = predicted is asserted — but for ZeRO-2/3's window
+** reduces, whose scratch the model counts: without tp, no device of theirs peaks over its plan.
 */
 Test(parallel, the_planner_predicts_the_trainers_memory_plan) {
   strata_model_t m = small_gpt();
@@ -1678,6 +1683,9 @@ Test(parallel, the_planner_predicts_the_trainers_memory_plan) {
     struct strata_train_report rep;
     OK(strata_trainer_report(tr, &rep));
     const int dp = strata_layout_dp(l), pp = strata_layout_pp(l), collectives = dp > 1 || strata_layout_tp(l, 0) > 1;
+    /* ZeRO-2/3 replicas without tp: their collectives are the gradient window's reduces, whose scratch the plan
+    ** counts, and ZeRO-2's parameter all-gather, which takes none */
+    const int zero_only = dp > 1 && strata_layout_tp(l, 0) == 1 && strata_layout_zero(l) >= 2;
     /* two stages a device (interleaving, the V schedules): whether both peak together is the threads' timing */
     const int interleaved = strata_layout_stages(l) > strata_layout_pp(l);
     const int64_t batch = (int64_t)o.batch * dp * strata_layout_microbatches(l);
@@ -1697,7 +1705,7 @@ Test(parallel, the_planner_predicts_the_trainers_memory_plan) {
             cr_assert_eq(s->planned_bytes, predicted, "%s: device %d (replica %d rank %d slice %d) planned %llu bytes, "
                          "the planner predicts %llu", layouts[i], dv, r, k, q, (unsigned long long)s->planned_bytes,
                          (unsigned long long)predicted);
-            if (!collectives)
+            if (!collectives || zero_only)
               cr_assert_leq(s->peak_bytes, s->planned_bytes, "%s: device %d peaked at %llu bytes, over its plan of %llu",
                             layouts[i], dv, (unsigned long long)s->peak_bytes, (unsigned long long)s->planned_bytes);
             if (r == 0 && k == 0 && q == 0)

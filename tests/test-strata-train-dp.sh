@@ -36,7 +36,7 @@ if [ ! -x "$TRAIN" ]; then
   echo "1..0 # SKIP strata-train not built"
   exit 0
 fi
-echo "1..39"
+echo "1..41"
 
 for i in 1 2 3 4 5 6 7 8; do cat "$top_srcdir/README.md"; done >"$TMP/text.txt"
 T="$TRAIN --model gpt-micro --data $TMP/text.txt --batch 2 --steps 6 --eval-batches 1 --eval-every 0 --json"
@@ -148,6 +148,18 @@ env STRATA_HOST_FAULT=device=1,copy=40 $T --dp 2 --zero=3 --microbatches 2 --res
 rc=$?
 check "a fault in a ZeRO-3 gather: exit $rc, one line naming device 1 and the gather, the checkpoint intact" sh -c "[ $rc -eq 1 ] && [ \$(wc -l <'$TMP/err') -eq 1 ] && grep -q 'ZeRO-3 gather' '$TMP/err' && grep -q 'device 1 failed (injected fault: copy #40)' '$TMP/err' && cmp -s '$TMP/z3.st' '$TMP/z3.orig'"
 fails_clearly "--zero=2 without replicas" "give --dp 2 or more" $T --zero=2
+# one memory model: gpt-tiny's ZeRO-2 or -3 run held to exactly the bytes its check planned (the most of any device,
+# its gradient window's reduce scratch counted) trains, no allocation failing in its first backward
+for z in 2 3; do
+  $T --model gpt-tiny --dp 2 --zero=$z --steps 1 >"$TMP/plan$z.json" 2>"$TMP/err"
+  most=$(grep '"event":"summary"' "$TMP/plan$z.json" | grep -o '"planned_bytes":[0-9]*' | cut -d: -f2 | sort -n |
+    tail -n 1)
+  STRATA_DEVICE_MEMORY_LIMIT=${most:-0} $T --model gpt-tiny --dp 2 --zero=$z --steps 2 >"$TMP/held$z.json" \
+    2>"$TMP/err"
+  rc=$?
+  check "--dp 2 --zero=$z under STRATA_DEVICE_MEMORY_LIMIT=${most:-?}, its plan, trains (exit $rc)" \
+    sh -c "[ $rc -eq 0 ] && [ '${most:-0}' -gt 0 ] && grep -q '\"event\":\"summary\"' '$TMP/held$z.json'"
+done
 # won't fit made to fit: bench/train-mfu.sh's 512x8 GPT with dp 2 under a memory limit between what ZeRO-2 and plain
 # dp need per device (each read from its refusal under a 1 MiB limit): plain dp is refused before the first step with
 # the breakdown (exit 1), ZeRO-2 and ZeRO-3 (which needs less still) train

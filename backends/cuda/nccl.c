@@ -45,6 +45,8 @@ struct nccl_api {
                         cudaStream_t stream);
   int (*broadcast)(const void *send, void *recv, size_t count, int dtype, int root, nccl_comm_t comm,
                    cudaStream_t stream);
+  int (*reduce)(const void *send, void *recv, size_t count, int dtype, int op, int root, nccl_comm_t comm,
+                cudaStream_t stream);
   const char *(*error_string)(int result);
   int (*get_version)(int *version);
   /* since NCCL 2.4; NULL where missing: waits then block without checking */
@@ -87,6 +89,7 @@ static void nccl_load(void) {
   NCCL_SYM(all_gather, "ncclAllGather");
   NCCL_SYM(reduce_scatter, "ncclReduceScatter");
   NCCL_SYM(broadcast, "ncclBroadcast");
+  NCCL_SYM(reduce, "ncclReduce");
   NCCL_SYM(error_string, "ncclGetErrorString");
   NCCL_SYM(get_version, "ncclGetVersion");
 #undef NCCL_SYM
@@ -373,7 +376,7 @@ int strata__nccl_comm_new_rank(void *ctx, const void *id, int nranks, int nlocal
 
 /* One collective on every member's stream, as one NCCL group. Kinds as in
 ** lib/comm/comm.c: 0 all-reduce, 1 all-gather, 2 reduce-scatter,
-** 3 broadcast, 4 barrier (an all-reduce of one int). Members are local
+** 3 broadcast, 4 barrier (an all-reduce of one int), 5 reduce to root. Members are local
 ** ones; root is a member index of the whole group. */
 int strata__nccl_comm_coll(void *ctx, void *comm, int kind, int member, void *const *queues,
                            const struct strata__mem *send,
@@ -403,7 +406,7 @@ int strata__nccl_comm_coll(void *ctx, void *comm, int kind, int member, void *co
     if (member >= 0 && i != member)
       continue;
     cudaStream_t st = strata__cuda_queue_stream(queues[i]);
-    char *rp = kind == 4 ? NULL : (char *)strata__cuda_buf_ptr(recv[i].h) + recv[i].off * es;
+    char *rp = kind == 4 || !recv[i].h ? NULL : (char *)strata__cuda_buf_ptr(recv[i].h) + recv[i].off * es;
     const char *sp = kind == 4 || !send[i].h ? NULL : (const char *)strata__cuda_buf_ptr(send[i].h) + send[i].off * es;
     switch (kind) {
     case 0:
@@ -417,6 +420,9 @@ int strata__nccl_comm_coll(void *ctx, void *comm, int kind, int member, void *co
       break;
     case 3:
       r = nccl.broadcast((g->ranks ? g->ranks[i] : i) == root ? sp : rp, rp, count, nd, root, g->comms[i], st);
+      break;
+    case 5: /* (recvbuff is read on the root only) */
+      r = nccl.reduce(sp, rp, count, nd, no, root, g->comms[i], st);
       break;
     default:
       r = nccl.all_reduce(g->scratch[i], g->scratch[i], 1, NCCL_INT32, NCCL_SUM, g->comms[i], st);

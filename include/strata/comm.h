@@ -136,6 +136,8 @@ struct strata_comm_info {
   size_t direct_max_bytes;
   int asynchronous;             /* 1 when every collective returns before the data moved */
   double ring_bottleneck_gbps;  /* narrowest hop of the ring by the topology, 0 without one */
+  uint64_t moved_bytes;         /* bytes its members read from the other members' memory since
+                                   strata_comm_new (the ring's and direct's reads; NCCL's not counted) */
 };
 STRATA_API int strata_comm_info(strata_comm_t comm, struct strata_comm_info *info /* OUT */);
 
@@ -165,6 +167,13 @@ STRATA_API int strata_reducescatter(strata_comm_t comm, const strata_queue_t *qu
 ** send entries may have a NULL buffer. */
 STRATA_API int strata_broadcast(strata_comm_t comm, const strata_queue_t *queues, const strata_mem_t *send,
                                 const strata_mem_t *recv, size_t count, int dtype, int root);
+
+/* recv[root] = op over all ranks of send[.] (count elements each); the
+** other members' recv entries are not written and may have a NULL buffer.
+** Each member's input crosses the group once (a chain to the root, or the
+** root's direct reads): half the bytes of an all-reduce of the same count. */
+STRATA_API int strata_reduce(strata_comm_t comm, const strata_queue_t *queues, const strata_mem_t *send,
+                             const strata_mem_t *recv, size_t count, int dtype, int op, int root);
 
 /* Work enqueued on any queues[r] after the barrier runs only after every
 ** member's work enqueued before it has run. */
@@ -203,6 +212,8 @@ STRATA_API int strata_reducescatter_rank(strata_comm_t comm, int rank, strata_qu
                                          strata_mem_t recv, size_t count, int dtype, int op);
 STRATA_API int strata_broadcast_rank(strata_comm_t comm, int rank, strata_queue_t queue, strata_mem_t send,
                                      strata_mem_t recv, size_t count, int dtype, int root);
+STRATA_API int strata_reduce_rank(strata_comm_t comm, int rank, strata_queue_t queue, strata_mem_t send,
+                                  strata_mem_t recv, size_t count, int dtype, int op, int root);
 
 /*
 ** Fail every collective that some member has not called yet, with `status`

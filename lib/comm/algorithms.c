@@ -28,6 +28,8 @@ static int step_copy(struct lane *l, struct coll *co, struct piece dst, struct p
   if (!n || (dst.buf == src.buf && dst.off == src.off))
     return STRATA_OK;
   size_t es = co->esize;
+  if (src.buf->dev != l->dev) /* (bytes read from another member: strata_comm_info's moved_bytes) */
+    __atomic_fetch_add(&l->comm->moved, (uint64_t)(n * es), __ATOMIC_RELAXED);
   return strata_buffer_copy(l->q, dst.buf, dst.off * es, src.buf, src.off * es, n * es);
 }
 
@@ -85,8 +87,11 @@ static int step_reduce_from(struct lane *l, struct coll *co, struct piece y, str
                             struct piece tmp, size_t n) {
   if (!n)
     return STRATA_OK;
-  if (theirs.buf->dev->slot == l->dev->slot && l->dev->slot->be->peer_operands)
+  if (theirs.buf->dev->slot == l->dev->slot && l->dev->slot->be->peer_operands) {
+    if (theirs.buf->dev != l->dev)
+      __atomic_fetch_add(&l->comm->moved, (uint64_t)(n * co->esize), __ATOMIC_RELAXED);
     return step_reduce(l, co, y, mine, theirs, n);
+  }
   TRY(step_copy(l, co, tmp, theirs, n));
   return step_reduce(l, co, y, mine, tmp, n);
 }
@@ -125,6 +130,11 @@ static void chunk_of(size_t len, size_t ce, long c, size_t *off, size_t *n) {
 **   all-gather: step 0 places the member's own block, steps 1 .. n-1
 **     receive block p - s - 1 (s = g - 1).
 **   broadcast: a chain from the root; one step.
+**   reduce: a chain to the root, one step: the position after the root's
+**     starts it with its input, each next one adds its own to what the one
+**     before holds (partial sums in its scratch), the root last into recv.
+**     Each member's input crosses one hop: half the bytes of an all-reduce's
+**     reduce-scatter and all-gather.
 ** Segment j of the ring is the block of rank ring[j], so reduce-scatter
 ** leaves block r on rank r.
 */
@@ -200,6 +210,22 @@ int strata__run_ring(struct lane *l, struct coll *co) {
         }
         break;
       }
+      case COLL_REDUCE: {
+        /* place in the chain (n - 1: the root); scratch: a middle one's partial sums, where what the one before
+        ** holds is copied first when the backend cannot read it in place, or the root's copy of a chunk */
+        const int k = mod(p - c->lanes[co->root].pos - 1, n);
+        chunk_of(co->count, ce, ch, &so, &sn);
+        if (k == 0) /* its input is what the next one reads */
+          break;
+        if ((rc = strata__wait_for(l, co, prevp, 2 + ch)))
+          break;
+        struct piece theirs = k == 1 ? at(pv->sbuf, pv->soff + so) : at(pl->scratch, so);
+        struct piece y = k == n - 1 ? at(me->rbuf, me->roff + so) : at(l->scratch, so);
+        rc = step_reduce_from(l, co, y, at(me->sbuf, me->soff + so), theirs, k == n - 1 ? tmp : y, sn);
+        if (!rc && k == n - 1)
+          rc = step_average(l, co, y, sn);
+        break;
+      }
       case COLL_BROADCAST: {
         chunk_of(co->count, ce, ch, &so, &sn);
         if (l->rank == co->root) {
@@ -270,6 +296,24 @@ int strata__run_direct(struct lane *l, struct coll *co) {
         rc = step_copy(l, co, at(me->rbuf, me->roff + (size_t)k * cnt), at(o->sbuf, o->soff), cnt);
     }
     break;
+  case COLL_REDUCE: { /* the root reads every other member's input in rank order and adds it to its own */
+    if (r != co->root)
+      break; /* its input is read where it lies */
+    struct piece y = at(me->rbuf, me->roff), tmp = at(l->scratch, 0);
+    int first = 1;
+    for (int k = 0; k < n && !rc; k++) {
+      struct member_args *o = &co->m[k];
+      if (k == r || (rc = strata__wait_for(l, co, c->lanes[k].pos, 1)))
+        continue;
+      rc = step_reduce_from(l, co, y, first ? at(me->sbuf, me->soff) : y, at(o->sbuf, o->soff), tmp, cnt);
+      first = 0;
+    }
+    if (!rc && first) /* one member */
+      rc = step_copy(l, co, y, at(me->sbuf, me->soff), cnt);
+    if (!rc)
+      rc = step_average(l, co, y, cnt);
+    break;
+  }
   case COLL_BROADCAST: {
     struct member_args *o = &co->m[co->root];
     if (!(rc = strata__wait_for(l, co, c->lanes[co->root].pos, 1)))

@@ -24,7 +24,8 @@
 #define RING_CHUNKS 8                 /* chunks per ring segment, at most (above the configured size) */
 #define RING_CHUNK_MAX (16u << 20)    /* ... unless that makes them larger than this */
 
-static const char *const kind_names[] = {"allreduce", "allgather", "reducescatter", "broadcast", "barrier"};
+static const char *const kind_names[] = {"allreduce", "allgather", "reducescatter", "broadcast", "barrier",
+                                           "reduce"};
 
 /* A gate handed to the caller instead of gating the member's queue: opened
 ** by the lane, waited for by the caller, freed by whichever lets go last.
@@ -514,6 +515,7 @@ STRATA_API int strata_comm_info(strata_comm_t c, struct strata_comm_info *info) 
   info->direct_max_bytes = c->direct_max;
   info->asynchronous = c->async;
   info->ring_bottleneck_gbps = c->bottleneck;
+  info->moved_bytes = __atomic_load_n(&c->moved, __ATOMIC_RELAXED);
   return STRATA_OK;
 }
 
@@ -576,13 +578,13 @@ static int check_shape(struct strata_comm *c, const struct coll_shape *sh) {
     return strata__error(STRATA_ERR_INVALID, "%s: communicator is NULL", what);
   if (sh->dtype != STRATA_FLOAT32 && sh->dtype != STRATA_INT32 && sh->dtype != STRATA_BFLOAT16)
     return strata__error(STRATA_ERR_INVALID, "%s: unknown element type %d", what, sh->dtype);
-  int reduces = sh->kind == COLL_ALLREDUCE || sh->kind == COLL_REDUCESCATTER;
+  int reduces = sh->kind == COLL_ALLREDUCE || sh->kind == COLL_REDUCESCATTER || sh->kind == COLL_REDUCE;
   if (reduces && sh->op != STRATA_SUM && sh->op != STRATA_AVG && sh->op != STRATA_MAX)
     return strata__error(STRATA_ERR_INVALID, "%s: unknown reduction %d", what, sh->op);
   if (reduces && sh->op == STRATA_AVG && sh->dtype == STRATA_INT32)
     return strata__error(STRATA_ERR_UNSUPPORTED, "%s: avg is for float32 and bfloat16 only", what);
-  if (sh->kind == COLL_BROADCAST && (sh->root < 0 || sh->root >= c->n))
-    return strata__error(STRATA_ERR_RANGE, "broadcast: root %d is not a rank of this group of %d", sh->root, c->n);
+  if ((sh->kind == COLL_BROADCAST || sh->kind == COLL_REDUCE) && (sh->root < 0 || sh->root >= c->n))
+    return strata__error(STRATA_ERR_RANGE, "%s: root %d is not a rank of this group of %d", what, sh->root, c->n);
   uint64_t total = 0;
   if (!strata__mul_ok(sh->count, (uint64_t)c->n, &total) || total > (UINT64_MAX >> 3))
     return strata__error(STRATA_ERR_RANGE, "%s: %zu elements x %d members overflow", what, sh->count, c->n);
@@ -607,6 +609,8 @@ static int check_member(struct strata_comm *c, const struct coll_shape *sh, int 
   uint64_t total = (uint64_t)sh->count * (uint64_t)c->n;
   uint64_t scount = sh->kind == COLL_REDUCESCATTER ? total : sh->count;
   uint64_t rcount = sh->kind == COLL_ALLGATHER ? total : sh->count;
+  if (sh->kind == COLL_REDUCE && r != sh->root)
+    return check_mem(c, what, r, "send", send, sh->dtype, scount); /* (its recv is not written) */
   TRY(check_mem(c, what, r, "recv", recv, sh->dtype, rcount));
   if (sh->kind == COLL_BROADCAST && r != sh->root)
     return STRATA_OK;
@@ -652,6 +656,8 @@ static void plan_coll(struct strata_comm *c, const struct coll_shape *sh, int *a
     *scratch = e < count ? e : count;
   else if (*algo == STRATA_COMM_RING && sh->kind == COLL_REDUCESCATTER)
     *scratch = e + 2 * count;
+  else if (sh->kind == COLL_REDUCE) /* direct: a member's input copied; ring: the root a chunk, a middle its sums */
+    *scratch = *algo == STRATA_COMM_DIRECT || n > 2 ? count : e < count ? e : count;
 }
 
 /* The collective of sequence number `seq` (lock held), created on first use. */
@@ -776,7 +782,8 @@ static int post_member(struct strata_comm *c, const struct coll_shape *sh, int r
     co->scratch = scratch;
   } else if (co->kind != sh->kind || co->dtype != sh->dtype || co->count != sh->count ||
              ((sh->kind == COLL_ALLREDUCE || sh->kind == COLL_REDUCESCATTER) && co->op != sh->op) ||
-             (sh->kind == COLL_BROADCAST && co->root != sh->root)) {
+             ((sh->kind == COLL_BROADCAST || sh->kind == COLL_REDUCE) && co->root != sh->root) ||
+             (sh->kind == COLL_REDUCE && co->op != sh->op)) {
     fail_locked(c, co, STRATA_ERR_INVALID,
                 "collective #%llu: rank %d called %s of %zu %s but another rank %s of %zu %s (every rank must make "
                 "the same calls in the same order)",
@@ -825,7 +832,7 @@ static int post_backend(struct strata_comm *c, const struct coll_shape *sh, int 
       continue;
     int k = member >= 0 ? 0 : r;
     qh[r] = queues[k]->h;
-    if (sh->kind != COLL_BARRIER) {
+    if (sh->kind != COLL_BARRIER && recv[k].buf) { /* (a reduce's other members write no recv) */
       rm[r].h = recv[k].buf->h;
       rm[r].off = recv[k].off;
       if (send[k].buf) {
@@ -977,6 +984,11 @@ STRATA_API int strata_broadcast(strata_comm_t c, const strata_queue_t *queues, c
   return post_group(c, COLL_BROADCAST, queues, send, recv, count, dtype, STRATA_SUM, root);
 }
 
+STRATA_API int strata_reduce(strata_comm_t c, const strata_queue_t *queues, const strata_mem_t *send,
+                             const strata_mem_t *recv, size_t count, int dtype, int op, int root) {
+  return post_group(c, COLL_REDUCE, queues, send, recv, count, dtype, op, root);
+}
+
 STRATA_API int strata_comm_barrier(strata_comm_t c, const strata_queue_t *queues) {
   return post_group(c, COLL_BARRIER, queues, NULL, NULL, 0, STRATA_FLOAT32, STRATA_SUM, 0);
 }
@@ -999,6 +1011,11 @@ STRATA_API int strata_reducescatter_rank(strata_comm_t c, int rank, strata_queue
 STRATA_API int strata_broadcast_rank(strata_comm_t c, int rank, strata_queue_t queue, strata_mem_t send,
                                      strata_mem_t recv, size_t count, int dtype, int root) {
   return strata__comm_post_rank(c, COLL_BROADCAST, rank, queue, send, recv, count, dtype, STRATA_SUM, root, NULL);
+}
+
+STRATA_API int strata_reduce_rank(strata_comm_t c, int rank, strata_queue_t queue, strata_mem_t send, strata_mem_t recv,
+                                  size_t count, int dtype, int op, int root) {
+  return strata__comm_post_rank(c, COLL_REDUCE, rank, queue, send, recv, count, dtype, op, root, NULL);
 }
 
 STRATA_API int strata_allreduce_sync(strata_comm_t c, const strata_queue_t *queues, const strata_mem_t *send,

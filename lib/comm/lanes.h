@@ -17,7 +17,8 @@ enum coll_kind {
   COLL_ALLGATHER = STRATA__COLL_ALLGATHER,
   COLL_REDUCESCATTER = STRATA__COLL_REDUCESCATTER,
   COLL_BROADCAST = STRATA__COLL_BROADCAST,
-  COLL_BARRIER = STRATA__COLL_BARRIER
+  COLL_BARRIER = STRATA__COLL_BARRIER,
+  COLL_REDUCE = STRATA__COLL_REDUCE
 };
 
 /* One member's operands of one collective. Offsets in elements. */
@@ -89,6 +90,7 @@ struct strata_comm {
   int stop;
   int status;                   /* first failure since the last strata_comm_finish */
   char msg[1024];
+  uint64_t moved;               /* bytes the lanes read from other members' buffers (atomic; strata_comm_info) */
 };
 
 /* comm.c: a lane's wait for another position's progress, and its own progress. */

@@ -614,14 +614,22 @@ void strata__stage_bytes_of(const struct strata_model *model, int first, int las
   memset(b, 0, sizeof *b);
   /* parameters and gradients (zero x chunk: the last shard padded), the two moments (one chunk); ZeRO-2 keeps
   ** instead of the gradients their shard (one chunk), a window of the most one call writes (two adjacent tensors
-  ** of a layer) and, in a tied stage, the embedding's gradients; ZeRO-3 the parameters the same way, with two
-  ** such windows: the one a layer reads and the next tensors' gather, prefetched while it computes (window.c) */
+  ** of a layer) and, in a tied stage, the embedding's gradients; ZeRO-3 the parameters the same way, in a region
+  ** of a window and an eighth: the tensors a layer reads and the next ones' gather, prefetched (window.c) */
   b->params = 2 * alloc_bytes(chunk * z) + 2 * alloc_bytes(chunk);
   const int z3 = z > 1 && cut->zero_stage >= 3; /* ZeRO-3: the parameters' shard and a window as the gradients' */
   if (z > 1 && cut->zero_stage >= 2) {
     const int tied = model->cfg.tied && first == 0 && last == model->nlayers;
-    b->params = (z3 ? alloc_bytes(chunk) + alloc_bytes(2 * s->params_most) : alloc_bytes(chunk * z)) +
+    b->params = (z3 ? alloc_bytes(chunk) + alloc_bytes(strata__window_floats(s->params_most))
+                    : alloc_bytes(chunk * z)) +
                 alloc_bytes(s->params_most) + 3 * alloc_bytes(chunk) + (tied ? alloc_bytes(s->params_first) : 0);
+  }
+  if (z > 1 && cut->zero_stage >= 2) { /* the window's reduce at the communicator's defaults (lib/comm: direct up
+                                        ** to 32 KiB or more than 2 members: a window's copy; else one ring chunk) */
+    const int tied = model->cfg.tied && first == 0 && last == model->nlayers;
+    const size_t n = tied && s->params_first > s->params_most ? s->params_first : s->params_most, few = (n + 7) / 8;
+    const size_t e = few > (1u << 18) ? (few < (1u << 22) ? few : (1u << 22)) : (1u << 18);
+    b->comm = n * 4 <= (32u << 10) || z > 2 || n <= e ? (uint64_t)n * 4 : (uint64_t)e * 4;
   }
   /* the per-tensor scalars, one layer's scratch, the two backward ping-pong buffers, the embedding's positions */
   b->fixed = b->params + alloc_bytes(s->tensors + 1) + alloc_bytes(s->scratch) + 2 * alloc_bytes(s->io);
@@ -708,8 +716,8 @@ uint64_t strata__stage_need(const struct strata__stage_bytes *b, const struct st
   if (act)
     *act += a + ds + b->recompute;
   if (bufs)
-    *bufs += b->fixed - b->params - b->recompute + g + recv;
-  return b->fixed + a + ds + g + recv;
+    *bufs += b->fixed - b->params - b->recompute + g + recv + b->comm;
+  return b->fixed + a + ds + g + recv + b->comm;
 }
 
 int strata__stage_shell(const struct strata_model *model, int first, int last, int64_t mb, int split_backward,
@@ -727,7 +735,7 @@ int strata__stage_new(const struct strata_model *model, int first, int last, int
   int rc;
   rc = strata_queue_new(dev, &st->q);
   if (!rc)
-    rc = alloc(dev, st->zero3 ? 2 * st->gwin : padded, &st->params); /* ZeRO-3: the window's two halves */
+    rc = alloc(dev, st->zero3 ? strata__window_floats(st->gwin) : padded, &st->params); /* ZeRO-3: the window */
   if (!rc && st->zero3)
     rc = alloc(dev, st->chunk, &st->pshard);
   if (!rc)
@@ -794,7 +802,7 @@ int strata__stage_new(const struct strata_model *model, int first, int last, int
     const size_t n = base < off ? (off - base < st->chunk ? off - base : st->chunk) : 0;
     rc = strata_fill(st->q, AT(st->pshard, 0), 0, (int64_t)(st->chunk ? st->chunk : 1));
     if (!rc) /* the window holds nothing yet */
-      rc = strata_fill(st->q, AT(st->params, 0), 0, (int64_t)(st->gwin ? 2 * st->gwin : 1));
+      rc = strata_fill(st->q, AT(st->params, 0), 0, (int64_t)(st->gwin ? strata__window_floats(st->gwin) : 1));
     if (!rc && n)
       rc = strata_buffer_upload(st->q, st->pshard, 0, host + base, n * 4);
   } else {

@@ -162,13 +162,15 @@ struct strata__stage {
   ** ZeRO-3 (cut->zero_stage 3, with ZeRO-2's gradients): no whole parameter
   ** vector either. `pshard` holds this replica's shard of the float32
   ** parameters (chunk floats, from zero.rank x chunk: what its AdamW
-  ** updates); `params` is a window of two halves of gwin floats
-  ** (window.c): the half at `pat` holds flat floats [pbase, pend), gathered
-  ** from every replica's shard before a layer reads them and kept until
-  ** other tensors are needed or the parameters change; the other half
-  ** receives the next tensors' gather (prefetched on the window's gather
-  ** queue while the layer computes). In bfloat16, `params16` is one window:
-  ** the current half converted on the stage's queue. `params_fetch` (the
+  ** updates); `params` is one region of strata__window_floats(gwin)
+  ** floats (window.c): from `pat` it holds flat floats [pbase, pend),
+  ** gathered from every replica's shard before a layer reads them and kept
+  ** until other tensors are needed or the parameters change; the next
+  ** tensors go to the other end of the region, their part that does not
+  ** overlap the current ones prefetched on the window's gather queue while
+  ** the layer computes, the rest gathered when they are taken. In bfloat16,
+  ** `params16` is one window: the current tensors converted on the stage's
+  ** queue. `params_fetch` (the
   ** executor's) enqueues on q the copies that make dst hold [lo, hi);
   ** `params_landed` (NULL: none; traced runs) hears of each gather of
   ** stage tensor t once it is in the window, with when it was posted and
@@ -235,6 +237,8 @@ struct strata__stage_bytes {
   uint64_t grad;             /* one micro-batch's boundary gradients (0: none) */
   uint64_t in, out;          /* one micro-batch's stage input and output (what a neighbour sends) */
   uint64_t recompute;        /* the recomputation's buffer, one block's worth (in `fixed`; 0: none) */
+  uint64_t comm;             /* ZeRO-2/3: the scratch the replicas' communicator takes on the device for the
+                             ** gradient window's reduce (not the stage's: beside `fixed`; 0: none) */
 };
 
 /* STRATA_OK, or why layers [first, last) cannot be a stage of their own (a tied model cut). */
@@ -409,6 +413,9 @@ int strata__stage_window_begin(struct strata__stage *st, int pass);
 int strata__stage_window_prefetch(struct strata__stage *st, int pass);
 int strata__stage_window_end(struct strata__stage *st);
 void strata__stage_window_free(struct strata__stage *st);
+/* ZeRO-3's parameter region for windows of `gwin` floats: a window and an eighth (room for the next tensors'
+** prefetch beside the current ones': all of it beside a small layer's, the part clear of them beside a big one's). */
+static inline size_t strata__window_floats(size_t gwin) { return gwin + (gwin + 7) / 8; }
 /* The parameter of flat float `off` as the layers read it (float32): the whole vector, or ZeRO-3's window. */
 static inline strata_mem_t strata__stage_param(const struct strata__stage *st, size_t off) {
   return strata_mem(st->params, st->zero3 ? off - st->pbase + st->pat : off);

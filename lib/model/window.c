@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* window.c — ZeRO-3's parameter window: two halves, the tensors a layer reads in one and the next ones gathered into
-** the other on the stage's gather queue while the layer computes (FSDP's prefetch), in the order each pass read them
-** last time. */
+/* window.c — ZeRO-3's parameter window: one region of a window and an eighth, the tensors a layer reads at one end
+** and the next ones gathered at the other on the stage's gather queue while the layer computes (FSDP's prefetch), as
+** much of them as does not overlap the layer's, in the order each pass read them last time. */
 #include "config.h"
 
 #include <stdlib.h>
@@ -22,9 +22,10 @@ struct strata__window {
   int nt;
   int *next_t, *next_k;      /* [PASSES x (nt + 1)]: after a take at tensor t (entry t + 1; entry 0: the pass's
                              ** start), the pass took [next_t, next_t + next_k) last time; -1: not known */
-  int on;                    /* a gather in flight into the spare half ... */
-  int t;                     /* ... of tensors [t, ...), flat floats [lo, hi) */
-  size_t lo, hi;
+  int on;                    /* a gather in flight ... */
+  int t;                     /* ... of tensors [t, ...), flat floats [lo, hi), to lie from `at` in the region: */
+  size_t lo, hi, at;
+  size_t flo, fhi;           /* the part of [lo, hi) it copies (the rest overlaps the tensors read meanwhile) */
   strata_event_t done;       /* recorded on gq after its copies */
   double posted;
 };
@@ -80,13 +81,35 @@ static void span(const struct strata__stage *st, int t, int k, size_t *lo, size_
   *hi = st->tensors[t + k - 1].off + st->tensors[t + k - 1].n;
 }
 
-/* The half the layers do not read now. */
-static size_t spare(const struct strata__stage *st) { return st->pat ? 0 : st->gwin; }
+/*
+** Where tensors of n floats go in the region (`size` floats): at its start or its end, whichever overlaps less of
+** what the layers read now, [pat, pat + pend - pbase) (the other end: every placement is at one end).
+*/
+static size_t place(const struct strata__stage *st, size_t n) {
+  const size_t size = strata__window_floats(st->gwin), a = st->pat, b = st->pat + (st->pend - st->pbase);
+  const size_t end = size - n, ov0 = b > 0 && a < n ? (b < n ? b : n) - a : 0;
+  const size_t ov1 = b > end ? b - (a > end ? a : end) : 0;
+  return ov1 <= ov0 ? end : 0;
+}
+
+/* The part of [p, p + n) of the region outside what the layers read now: [*x, *y) (empty: x = y). */
+static void clear_part(const struct strata__stage *st, size_t p, size_t n, size_t *x, size_t *y) {
+  const size_t a = st->pat, b = st->pat + (st->pend - st->pbase);
+  *x = p;
+  *y = p + n;
+  if (b <= a || b <= p || a >= p + n)
+    return; /* no overlap */
+  if (a > p) /* (placed at an end: the part before the tensors read now, or the part after) */
+    *y = a;
+  else
+    *x = b < p + n ? b : p + n;
+}
 
 /*
-** Post the gather of tensors [t, t + k) into the spare half on the gather queue, after the work the stage's queue
-** holds so far (which may still read that half): nothing when a gather is in flight, the current half holds them,
-** or no gather is set.
+** Post the gather of tensors [t, t + k) on the gather queue, after the work the stage's queue holds so far (which
+** may still read where it lands): the part of their place that the layers do not read now (the rest is gathered
+** when they are taken). Nothing when a gather is in flight, the window holds them, none of their place is free, or
+** no gather is set.
 */
 static int post(struct strata__stage *st, struct strata__window *w, int t, int k) {
   if (w->on || t < 0 || k < 1 || t + k > st->ntensors || !st->params_fetch)
@@ -95,18 +118,26 @@ static int post(struct strata__stage *st, struct strata__window *w, int t, int k
   span(st, t, k, &lo, &hi);
   if ((lo >= st->pbase && hi <= st->pend && !st->params16_stale) || hi - lo > st->gwin || hi == lo)
     return STRATA_OK;
+  const size_t p = place(st, hi - lo);
+  size_t x, y;
+  clear_part(st, p, hi - lo, &x, &y);
+  if (y <= x)
+    return STRATA_OK;
   strata_event_t reads;
   TRY(strata_event_record(st->q, &reads));
   int rc = strata_event_wait(w->gq, reads);
   strata_event_free(reads);
   TRY(rc);
   w->posted = strata__now();
-  TRY(st->params_fetch(st->params_fetch_arg, w->gq, lo, hi, AT(st->params, spare(st))));
+  TRY(st->params_fetch(st->params_fetch_arg, w->gq, lo + (x - p), lo + (y - p), AT(st->params, x)));
   TRY(strata_event_record(w->gq, &w->done));
   w->on = 1;
   w->t = t;
   w->lo = lo;
   w->hi = hi;
+  w->at = p;
+  w->flo = lo + (x - p);
+  w->fhi = lo + (y - p);
   return STRATA_OK;
 }
 
@@ -143,32 +174,39 @@ int strata__stage_param_take(struct strata__stage *st, int t, int k) {
     return strata__error(STRATA_ERR_INTERNAL, "stage: %zu parameters for a window of %zu", hi - lo, st->gwin);
   if (!st->params_fetch)
     return strata__error(STRATA_ERR_STATE, "stage: ZeRO-3's parameters read with no gather to fetch them");
-  const size_t half = spare(st);
-  st->pend = st->pbase; /* (nothing held should the gather fail) */
-  if (w->on && w->lo == lo && w->hi == hi) { /* prefetched */
+  size_t at;
+  if (w->on && w->lo == lo && w->hi == hi) { /* prefetched, but for the part where the last layer's tensors lay */
     int tt;
     double posted;
     TRY(land(st, w, &tt, &posted));
+    at = w->at;
+    st->pend = st->pbase; /* (nothing held should the gather fail) */
+    if (w->flo > lo) /* (on the stage's queue: after the ops that read the last tensors) */
+      TRY(st->params_fetch(st->params_fetch_arg, st->q, lo, w->flo, AT(st->params, at)));
+    if (w->fhi < hi)
+      TRY(st->params_fetch(st->params_fetch_arg, st->q, w->fhi, hi, AT(st->params, at + (w->fhi - lo))));
     if (st->params_landed)
       st->params_landed(st->params_fetch_arg, t, lo, hi, posted, strata__now());
   } else {
-    if (w->on) { /* another gather in flight (the pass read in another order): the half is written after it */
+    if (w->on) { /* another gather in flight (the pass read in another order): the region is written after it */
       int tt;
       double posted;
       TRY(land(st, w, &tt, &posted));
     }
+    at = place(st, hi - lo);
+    st->pend = st->pbase;
     const double t0 = strata__now();
-    TRY(st->params_fetch(st->params_fetch_arg, st->q, lo, hi, AT(st->params, half)));
+    TRY(st->params_fetch(st->params_fetch_arg, st->q, lo, hi, AT(st->params, at)));
     if (st->params_landed) { /* (traced runs time the gather itself) */
       TRY(strata_queue_finish(st->q));
       st->params_landed(st->params_fetch_arg, t, lo, hi, t0, strata__now());
     }
   }
-  st->pat = half;
+  st->pat = at;
   st->pbase = lo;
   st->pend = hi;
   if (st->params16) /* (one window: the ops that read the tensors before are ahead of it on the stage's queue) */
-    TRY(strata_convert(st->q, AT(st->params, half), strata_mem_typed(st->params16, 0, STRATA_BFLOAT16),
+    TRY(strata_convert(st->q, AT(st->params, at), strata_mem_typed(st->params16, 0, STRATA_BFLOAT16),
                        (int64_t)(hi - lo)));
   st->params16_stale = 0;
   /* the next tensors, gathered while this layer computes */

@@ -376,9 +376,9 @@ static double collective_s(const struct strata__plan_engine *e, int kind, int st
   }
   *bytes = c->grad_bytes;
   double ar = e->dp > 1 ? (e->dp - 1) * worst : 0;
-  if (kind == STRATA_ACTION_GRAD_SCATTER && e->zero2) { /* each micro-batch's gradients all-reduced */
+  if (kind == STRATA_ACTION_GRAD_SCATTER && e->zero2) { /* each micro-batch's gradients reduced onto their owner */
     *bytes *= e->M;
-    return ar * e->M;
+    return ar / 2 * e->M; /* (a reduce: half the ring, as a reduce-scatter) */
   }
   /* (ZeRO-3's PARAM_GATHER of a micro-batch: the stage's weights all-gathered once, half the ring, as ZeRO-1's) */
   return kind == STRATA_ACTION_GRAD_REDUCE ? ar : ar / 2; /* reduce-scatter or all-gather: half the ring */
@@ -643,7 +643,7 @@ static int engine_run(struct strata__plan_engine *e) {
           e->comm[dv] += dur;
           e->finish[key(e, a->kind, sg, -1)] = end;
           strata__plan_trace_event(e, "comm", &ra, a->kind == STRATA_ACTION_GRAD_REDUCE ? "allreduce"
-                                : a->kind == STRATA_ACTION_GRAD_SCATTER ? (e->zero2 ? "allreduce" : "reducescatter")
+                                : a->kind == STRATA_ACTION_GRAD_SCATTER ? (e->zero2 ? "reduce" : "reducescatter")
                                                                         : "allgather",
                 2 * dv + 1, start, end, bytes);
         }

@@ -603,32 +603,43 @@ static int bucket_ready(void *arg, int layer) {
 
 /*
 ** ZeRO-2: flat gradients [lo, hi) of one micro-batch, at g in the stage's
-** window (stage.h), are summed over the replicas in place (an all-reduce;
-** every replica hands on the same ranges in the same order, so the calls
-** meet), and the part of the sums in this replica's shard is added to the
-** shard's sums of the step before the window takes the next tensors. Each
-** is traced as a comm event of the replicas, GRS<stage>.<micro-batch>.
+** window (stage.h), are summed onto the replica whose optimizer shard holds
+** them: a reduce to that replica per shard the range touches (one, rarely
+** two: the shards are contiguous runs of the flat vector), half an
+** all-reduce's bytes. Every replica hands on the same ranges in the same
+** order, so the calls meet; the owner adds the sums into its shard's sums of
+** the step before the window takes the next tensors. Replicas on several
+** ranks all-reduce the range instead. Each is traced as a comm event of the
+** replicas, GRS<stage>.<micro-batch>.
 */
 static int shard_ready(void *arg, size_t lo, size_t hi, strata_mem_t g) {
   const struct shard_hook *h = arg;
   struct exec *ex = h->ex;
   strata_trainer_t tr = ex->tr;
   struct strata__stage *st = tr->st[h->s];
-  const size_t n = hi - lo;
   void *done = NULL;
-  const double t0 = strata__now();
-  int x = strata__ranks_post(tr, STRATA__COLL_ALLREDUCE, h->s, st->q, g, g, n, &done);
-  if (x == 1) {
-    strata_comm_t c = replica_comm(ex, h->s);
-    struct strata_comm_info info;
-    TRY(strata_comm_info(c, &info));
-    x = strata__post_collective(tr, c, info.asynchronous, STRATA__COLL_ALLREDUCE, strata__stage_replica(tr, h->s),
-                                st->q, g, g, n, STRATA_SUM, &done);
-  }
-  TRY(x);
   char name[40];
   snprintf(name, sizeof name, "GRS%d.%d", h->s, h->mb);
-  TRY(settle_replicas(ex, h->rank, h->s, &done, t0, name, "allreduce", (uint64_t)n * 4));
+  double t0 = strata__now();
+  int x = strata__ranks_post(tr, STRATA__COLL_ALLREDUCE, h->s, st->q, g, g, hi - lo, &done);
+  if (x != 1) {
+    TRY(x);
+    TRY(settle_replicas(ex, h->rank, h->s, &done, t0, name, "allreduce", (uint64_t)(hi - lo) * 4));
+    return strata__stage_shard_add(st, lo, hi, g);
+  }
+  strata_comm_t c = replica_comm(ex, h->s);
+  struct strata_comm_info info;
+  TRY(strata_comm_info(c, &info));
+  for (size_t a = lo, b; a < hi; a = b) {
+    const int owner = (int)(a / st->chunk);
+    b = (size_t)(owner + 1) * st->chunk < hi ? (size_t)(owner + 1) * st->chunk : hi;
+    strata_mem_t piece = g;
+    piece.off += a - lo;
+    t0 = strata__now();
+    TRY(strata__post_collective_to(tr, c, info.asynchronous, STRATA__COLL_REDUCE, strata__stage_replica(tr, h->s),
+                                   owner, st->q, piece, piece, b - a, STRATA_SUM, &done));
+    TRY(settle_replicas(ex, h->rank, h->s, &done, t0, name, "reduce", (uint64_t)(b - a) * 4));
+  }
   return strata__stage_shard_add(st, lo, hi, g);
 }
 

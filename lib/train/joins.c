@@ -29,11 +29,17 @@
 */
 int strata__post_collective(strata_trainer_t tr, strata_comm_t c, int async, int kind, int rank, strata_queue_t q,
                             strata_mem_t send, strata_mem_t recv, size_t count, int op, void **done) {
+  return strata__post_collective_to(tr, c, async, kind, rank, 0, q, send, recv, count, op, done);
+}
+
+int strata__post_collective_to(strata_trainer_t tr, strata_comm_t c, int async, int kind, int rank, int root,
+                               strata_queue_t q, strata_mem_t send, strata_mem_t recv, size_t count, int op,
+                               void **done) {
   void *mine = NULL;
   if (done)
     *done = NULL;
   TRY(strata__trainer_post_begin(tr));
-  int rc = strata__comm_post_rank(c, kind, rank, q, send, recv, count, send.dtype, op, 0, async ? done : &mine);
+  int rc = strata__comm_post_rank(c, kind, rank, q, send, recv, count, send.dtype, op, root, async ? done : &mine);
   strata__trainer_post_end(tr);
   if (async || rc)
     return rc;

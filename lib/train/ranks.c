@@ -858,7 +858,7 @@ struct wire_event {
 /* The event kinds and collectives a trace names, so that rank 0 keeps pointers to its own strings. */
 static const char *intern(const char *s) {
   static const char *const known[] = {"compute",   "send",          "recv",      "idle",     "optimizer", "comm",
-                                      "allreduce", "reducescatter", "allgather", "broadcast"};
+                                      "allreduce", "reducescatter", "allgather", "broadcast", "reduce"};
   for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
     if (strcmp(s, known[i]) == 0)
       return known[i];

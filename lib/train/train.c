@@ -628,8 +628,9 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
     const struct strata__stage *st = tr->st[s];
     if (!st)
       continue; /* another rank's, or a slice another stands for */
-    /* ZeRO-3: the shard of the parameters and the window's two halves: the weights a layer reads, the next gathered */
-    d->param_bytes += st->zero3 ? ((uint64_t)st->chunk + 2 * st->gwin) * 4 : (uint64_t)st->nparams * 4;
+    /* ZeRO-3: the shard of the parameters and the window's region: the weights a layer reads, the next gathered */
+    d->param_bytes +=
+        st->zero3 ? ((uint64_t)st->chunk + strata__window_floats(st->gwin)) * 4 : (uint64_t)st->nparams * 4;
     /* ZeRO-2: the shard of the reduced sums, one layer's window and a tied stage's embedding gradients */
     d->grad_bytes += st->zero2 ? ((uint64_t)st->chunk + st->gwin + st->tied_n) * 4 : (uint64_t)st->nparams * 4;
     d->optimizer_bytes += 2 * (uint64_t)st->chunk * 4;

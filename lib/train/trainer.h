@@ -158,6 +158,10 @@ struct strata__work {
 ** member's queue waits for it); one that cannot waits in the call, made after the lock is let go. */
 int strata__post_collective(strata_trainer_t tr, strata_comm_t c, int async, int kind, int rank, strata_queue_t q,
                             strata_mem_t send, strata_mem_t recv, size_t count, int op, void **done);
+/* The same, for a collective with a root (a reduce onto member `root`). */
+int strata__post_collective_to(strata_trainer_t tr, strata_comm_t c, int async, int kind, int rank, int root,
+                               strata_queue_t q, strata_mem_t send, strata_mem_t recv, size_t count, int op,
+                               void **done);
 
 /* ---- the trainer's parts, one file each (train.c, memory.c, optimizer.c, params.c, pass.c) ---- */
 
