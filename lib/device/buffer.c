@@ -20,6 +20,12 @@
 ** uses the buffer any more) makes a block safe to hand out again at once.
 */
 
+static uint64_t host_waits;
+
+uint64_t strata__host_waits(void) { return __atomic_load_n(&host_waits, __ATOMIC_RELAXED); }
+
+void strata__host_wait_count(void) { __atomic_fetch_add(&host_waits, 1, __ATOMIC_RELAXED); }
+
 /* Take out of d's cache the most recently freed block of `bytes`, or NULL.
 ** Caller holds d->lock. */
 static void *cache_take_locked(struct strata__device *d, size_t bytes) {
@@ -255,6 +261,7 @@ STRATA_API int strata_queue_device(strata_queue_t q) { return q ? q->dev->index 
 STRATA_API int strata_queue_finish(strata_queue_t q) {
   if (!q)
     return strata__error(STRATA_ERR_INVALID, "strata_queue_finish: queue is NULL");
+  strata__host_wait_count();
   return q->dev->slot->be->queue_finish(q->dev->slot->ctx, q->h);
 }
 
@@ -303,6 +310,7 @@ STRATA_API int strata_event_wait(strata_queue_t q, strata_event_t e) {
 STRATA_API int strata_event_sync(strata_event_t e) {
   if (!e)
     return strata__error(STRATA_ERR_INVALID, "strata_event_sync: event is NULL");
+  strata__host_wait_count();
   return e->dev->slot->be->event_sync(e->dev->slot->ctx, e->h);
 }
 

@@ -185,6 +185,7 @@ static int copy_staged(strata_queue_t q, strata_buffer_t dst, size_t doff, strat
     size_t len = bytes - done < chunk ? bytes - done : chunk;
     struct strata__staging *s = &stage[i % 2];
     if (wev[i % 2]) { /* the write two chunks back still reads this buffer */
+      strata__host_wait_count();
       rc = dbe->event_sync(dctx, wev[i % 2]);
       dbe->event_free(dctx, wev[i % 2]);
       wev[i % 2] = NULL;
@@ -192,8 +193,10 @@ static int copy_staged(strata_queue_t q, strata_buffer_t dst, size_t doff, strat
         break;
     }
     rc = sbe->read(sctx, sq, src->h, soff + done, s->p, len);
-    if (!rc)
+    if (!rc) { /* the chunk reaches the host before the other backend may read it */
+      strata__host_wait_count();
       rc = sbe->queue_finish(sctx, sq);
+    }
     if (!rc)
       rc = dbe->write(dctx, dq, dst->h, doff + done, s->p, len);
     if (!rc)
@@ -202,11 +205,13 @@ static int copy_staged(strata_queue_t q, strata_buffer_t dst, size_t doff, strat
   }
   /* both queues drain before the chunks can serve another copy */
   if (dq) {
+    strata__host_wait_count();
     int rc2 = dbe->queue_finish(dctx, dq);
     if (!rc)
       rc = rc2;
   }
   if (sq) {
+    strata__host_wait_count();
     int rc2 = sbe->queue_finish(sctx, sq);
     if (!rc)
       rc = rc2;

@@ -115,4 +115,10 @@ void strata__queue_clock_read(strata_queue_t q, struct strata__queue_clock *c /*
 double strata__queue_busy(const struct strata__queue_clock *before, const struct strata__queue_clock *after,
                           double wall_s);
 
+/* Host waits: every time a thread of this process blocked on a queue or an
+** event through strata (strata_queue_finish, strata_event_sync, a strata_event_wait
+** across backends, a staged copy's chunks), counted over the process's life; strata__host_wait_count adds one. */
+uint64_t strata__host_waits(void);
+void strata__host_wait_count(void);
+
 #endif /* STRATA__REGISTRY_H */
