@@ -35,3 +35,4 @@ EXTRA_DIST += bench/lib.sh bench/train-mfu.sh bench/pipeline-1f1b.sh bench/train
 	bench/plan.sh bench/gpt3-175b.json bench/gpt-530b.json bench/gpt-1t.json bench/sim-vs-real.sh bench/plan-vs-brute.sh bench/same-bits.sh \
 	bench/recompute.sh bench/zero.sh \
 	bench/peers/run.sh bench/peers/gpt.py bench/peers/gpt_pp.py
+EXTRA_DIST += bench/events.sh
