@@ -69,7 +69,7 @@ for setup in "pocl+host host,opencl 1" "host+host host 2"; do
     set -- $prior
     printf '%-10s %-7s %10.0f tokens/s  %6s host waits/step\n' "$name" before "$1" "$2"
     awk -v a="$tps_after" -v b="$1" -v n="$name" 'BEGIN {
-      printf "%-10s ratio   %10.3f (after / before; target >= 1, no slower)\n", n, b > 0 ? a / b : 0 }'
+      printf "%-10s ratio   %10.3f (after / before; target >= 1, no slower)\n", n, (b > 0 ? a / b : 0) }'
   fi
 done
 exit $fail

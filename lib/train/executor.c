@@ -366,7 +366,8 @@ static int do_forward(struct exec *ex, int rank, int s, int mb) {
     TRY(ex->w->forwarded(ex->w->arg, st, s, sl, mb));
   if (last && strata__stage_slice(tr, s) == 0) /* every slice computes the same losses */
     TRY(strata__stage_loss_read(st, sl, ex->w->losses[mbi])); /* (read once the list's queues are through) */
-  return strata__chain_mark(&ex->ch, 0, k, st->q); /* no wait: who reads the output waits for this on its queue */
+  TRY(strata__chain_mark(&ex->ch, 0, k, st->q)); /* no wait: who reads the output waits for this on its queue */
+  return ex->traced ? strata_queue_finish(st->q) : STRATA_OK; /* (traced: the event spans the compute) */
 }
 
 static int bucket_ready(void *arg, int layer);
@@ -444,6 +445,8 @@ static int do_backward(struct exec *ex, int rank, int kind, int s, int mb, int l
   TRY(rc);
   if (kind != STRATA_ACTION_BACKWARD_WEIGHT) /* no wait: the input gradient's readers wait for this on their queues */
     TRY(strata__chain_mark(&ex->ch, 1, s * ex->m + mb, st->q));
+  if (ex->traced) /* a traced step's compute events span the work itself, not its enqueueing */
+    TRY(strata_queue_finish(st->q));
   if (kind != STRATA_ACTION_BACKWARD_WEIGHT)
     drop(ex, s, mb, GRAD); /* its output gradient is used, its input gradient written */
   if (kind != STRATA_ACTION_BACKWARD_INPUT)
