@@ -406,6 +406,70 @@ Test(device, events_order_queues) {
   }
 }
 
+/*
+** Queue-ordered buffers: a buffer freed behind queue A's queued work (strata_buffer_free_on) is not written before
+** that work has run, whoever takes its block next: a buffer made for queue B (strata_buffer_new_on: B waits for A on
+** the device) or a plain strata_buffer_new (the host waits). A's work is made long (GEMMs) so that a write not held
+** back would land long before A's read of the old contents.
+*/
+Test(device, buffers_freed_behind_a_queue_wait_for_it) {
+  host_devices("1");
+  setenv("STRATA_BACKENDS", "host", 1);
+  setenv("STRATA_HOST_THREADS", "1", 1);
+  const int64_t n = 384;
+  const size_t count = 1 << 16;
+  strata_buffer_t g, x, y;
+  OK(strata_buffer_new(0, (size_t)(3 * n * n) * 4, &g));
+  strata_queue_t qa, qb;
+  OK(strata_queue_new(0, &qa));
+  OK(strata_queue_new(0, &qb));
+  OK(strata_fill(qa, strata_mem(g, 0), 1e-3f, 3 * n * n));
+  float *old = malloc(count * 4), *seen = malloc(count * 4), *later = malloc(count * 4);
+  cr_assert(old && seen && later);
+  tc_fill(old, count, 5, -1, 1);
+  for (int pass = 0; pass < 2; pass++) {
+    OK(strata_buffer_new(0, count * 4, &x));
+    OK(strata_buffer_upload(qa, x, 0, old, count * 4));
+    for (int k = 0; k < 6; k++) /* long work before the read */
+      OK(strata_gemm(qa, 0, 0, n, n, n, 1.0f, strata_mem(g, 0), n, 0, strata_mem(g, (size_t)(n * n)), n, 0, 0.0f,
+                     strata_mem(g, (size_t)(2 * n * n)), n, 0, 1));
+    memset(seen, 0, count * 4);
+    OK(strata_buffer_read(qa, x, 0, seen, count * 4));
+    strata_buffer_free_on(qa, x); /* no wait */
+    const uint64_t reuses = alloc_stats(0).reuses;
+    if (pass == 0) { /* for queue B: B waits for A's read on the device */
+      OK(strata_buffer_new_on(qb, count * 4, &y));
+      for (size_t i = 0; i < count; i++)
+        later[i] = -old[i];
+      OK(strata_buffer_write(qb, y, 0, later, count * 4));
+      OK(strata_queue_finish(qb));
+    } else { /* for the host: the call waits for A's read */
+      OK(strata_buffer_new(0, count * 4, &y));
+      cr_assert(memcmp(seen, old, count * 4) == 0, "strata_buffer_new returned before the queue read the old block");
+      OK(strata_buffer_upload(qb, y, 0, later, count * 4));
+    }
+    cr_assert_eq(alloc_stats(0).reuses, reuses + 1, "pass %d: the freed block was not the one reused", pass);
+    OK(strata_queue_finish(qa));
+    cr_assert(memcmp(seen, old, count * 4) == 0, "pass %d: queue A read what was written after the free", pass);
+    OK(strata_buffer_download(qb, y, 0, seen, count * 4));
+    cr_assert(memcmp(seen, later, count * 4) == 0, "pass %d: the new buffer does not hold its write", pass);
+    strata_buffer_free(y);
+  }
+  /* on the same queue the block is used at once, in the queue's order */
+  OK(strata_buffer_new(0, count * 4, &x));
+  strata_buffer_free_on(qa, x);
+  OK(strata_buffer_new_on(qa, count * 4, &y));
+  strata_buffer_free_on(qa, y);
+  OK(strata_device_trim(0)); /* (waits for the block's queue, then gives it back) */
+  cr_assert_eq(alloc_stats(0).cached_bytes, 0);
+  free(old);
+  free(seen);
+  free(later);
+  strata_buffer_free(g);
+  strata_queue_free(qa);
+  strata_queue_free(qb);
+}
+
 /* A GPU seen by CUDA and OpenCL is listed once: no two devices share a PCI id. */
 Test(device, no_duplicate_pci_ids) {
   int n;

@@ -1633,9 +1633,10 @@ Test(parallel, vocabulary_split_or_replicated_and_whole_logits) {
 ** One memory model: what strata_plan_memory predicts a rank's devices need is, to the byte, what the trainer of the
 ** same layout checked at creation (planned_bytes), for one device, pp 2 under every schedule, tp 2, dp 2 with ZeRO
 ** and 2 x 2 x 2. The runtime's accounting of a real step (every allocation through the device layer) reaches the
-** plan exactly on the first stage's device of a layout without collectives (the other devices' input-gradient
-** buffers may or may not outlive a micro-batch as the sends go: under the plan by one there; interleaving's two
-** stages per device never peak together, so it stays under; the V schedules' plan weighs what a device's list holds of its two at once,
+** plan on the first stage's device of a layout without collectives, exactly or, in a pipeline, one slot's gradient
+** half under as the threads' timing goes (the other devices' input-gradient buffers may or may not outlive a
+** micro-batch as the sends go: under the plan by one there; interleaving's two stages per device never peak together,
+** so it stays under; the V schedules' plan weighs what a device's list holds of its two at once,
 ** which a step reaches or, as the threads' timing goes, stays under); the communicators' scratch (tp joins: members x message; the dp ring: a chunk
 ** and more) is outside the stage model, so there only planned = predicted is asserted — but for ZeRO-2/3's window
 ** reduces, whose scratch the model counts: without tp, no device of theirs peaks over its plan.
@@ -1722,9 +1723,16 @@ Test(parallel, the_planner_predicts_the_trainers_memory_plan) {
     ** boundary gradient's receive buffer is still taken when the busiest device peaks is the threads' timing — seen
     ** one message, 1 KiB, under the plan in one run of eight; the plan stays an upper bound, asserted above) */
     const int timed = strata_layout_recompute(l) && strata_schedule_kind_split_backward(strata_layout_schedule(l));
+    /* (a pipeline: the executor chains its work with events, so whether the copy thread has sent a slot's input
+    ** gradient, and the slot's gradient half is free, before the worker, running ahead, takes the next slot is the
+    ** threads' timing too: seen one such half, 1 KiB, under the plan in one run of three; at most that much) */
+    const struct strata_model_config *mc = strata_model_config(m);
+    const uint64_t half = pp > 1 ? (uint64_t)o.batch * (uint64_t)mc->context * (uint64_t)mc->d_model * 4 : 0;
     if (!collectives && !interleaved && !timed)
-      cr_assert_eq(first_peak, first_planned, "%s: the first stage's device peaked at %llu bytes, its plan says %llu",
-                   layouts[i], (unsigned long long)first_peak, (unsigned long long)first_planned);
+      cr_assert(first_peak <= first_planned && first_peak + half >= first_planned,
+                "%s: the first stage's device peaked at %llu bytes, its plan says %llu (at most %llu under)",
+                layouts[i], (unsigned long long)first_peak, (unsigned long long)first_planned,
+                (unsigned long long)half);
     strata_trainer_free(tr);
     strata_layout_free(l);
   }

@@ -37,3 +37,4 @@ EXTRA_DIST += bench/lib.sh bench/train-mfu.sh bench/pipeline-1f1b.sh bench/train
 	bench/peers/run.sh bench/peers/gpt.py bench/peers/gpt_pp.py
 # issue 33: the llama peer and the KV-cache benchmark
 EXTRA_DIST += bench/peers/llama.py bench/generate.sh
+EXTRA_DIST += bench/events.sh

@@ -165,6 +165,7 @@ static int keep_report(struct run *r) {
     return -1;
   int first = r->step - r->start_step == 1;
   r->step_bubble = r->rep.bubble;
+  r->host_waits_all += r->rep.host_waits;
   r->wall_all += r->rep.wall_s;
   if (first)
     r->wall_first = r->rep.wall_s;

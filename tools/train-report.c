@@ -81,7 +81,7 @@ void report_step(const struct run *r, const struct strata_step_stats *s, double 
     printf(",\"bubble\":");
     json_float(stdout, r->step_bubble);
   }
-  printf("}\n");
+  printf(",\"host_waits\":%llu}\n", (unsigned long long)r->rep.host_waits);
   fflush(stdout);
 }
 
@@ -239,8 +239,10 @@ void print_summary(struct run *r, int was_interrupted, const struct options *o) 
     printf(",\"precision\":\"%s\"", precision_name(r->topts.precision));
     printf(",\"recompute\":\"%s\",\"sp\":%s", strata_recompute_name(r->topts.recompute),
            r->topts.sp ? "true" : "false");
-    printf(",\"wall_s\":%.3f,\"train_s\":%.3f,\"eval_s\":%.3f,\"checkpoint\":", wall, r->train_s + r->first_s,
+    printf(",\"wall_s\":%.3f,\"train_s\":%.3f,\"eval_s\":%.3f,\"host_waits_per_step\":", wall, r->train_s + r->first_s,
            r->eval_s);
+    json_float(stdout, r->step > r->start_step ? (double)r->host_waits_all / (double)(r->step - r->start_step) : NAN);
+    printf(",\"checkpoint\":");
     if (r->saved)
       json_str(stdout, r->saved);
     else

@@ -114,6 +114,7 @@ struct run {
   strata_cluster_t cluster;                /* under mpirun (several ranks): the job; NULL in one process */
   int rank;                                /* this process's rank in it (0 in one process) */
   double step_bubble;                      /* measured bubble of the last step */
+  uint64_t host_waits_all;                 /* host waits of the run's steps, summed (the trainer's report) */
   /* step figures summed over the run's steps, and the first step's apart (the summary leaves it out) */
   double wall_all, wall_first;
   double busy_all[MAX_DEVICES], busy_first[MAX_DEVICES];

@@ -102,6 +102,17 @@ STRATA_API int strata_device_trim(int dev);
 */
 STRATA_API int strata_buffer_new(int dev, size_t bytes, strata_buffer_t *buf /* OUT */);
 STRATA_API void strata_buffer_free(strata_buffer_t buf);
+/*
+** Queue-ordered buffers. strata_buffer_free_on frees `buf` once the work
+** enqueued on `queue` (a queue of the buffer's device) so far has run, without
+** waiting for it: its block is kept for reuse behind that work.
+** strata_buffer_new_on allocates as strata_buffer_new a buffer that `queue`
+** will use: a block freed behind another queue's work makes `queue` wait for
+** that work (on the device); strata_buffer_new, strata_device_trim and the
+** cache's evictions wait for it on the host.
+*/
+STRATA_API int strata_buffer_new_on(strata_queue_t queue, size_t bytes, strata_buffer_t *buf /* OUT */);
+STRATA_API void strata_buffer_free_on(strata_queue_t queue, strata_buffer_t buf);
 STRATA_API size_t strata_buffer_size(strata_buffer_t buf);
 STRATA_API int strata_buffer_device(strata_buffer_t buf);
 

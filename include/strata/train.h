@@ -228,6 +228,9 @@ struct strata_train_report {
   double bubble;                    /* measured: 1 - sum(busy) / (devices x wall) */
   double bubble_ideal;              /* the schedule's, with unit costs */
   const struct strata_train_device_stats *dev; /* [devices] */
+  uint64_t host_waits;              /* the last step's host waits: how often a thread of this process blocked on a
+                                    ** device queue or event (strata_queue_finish, strata_event_sync, a staged
+                                    ** copy's chunk, ...), every thread of the process counted */
 };
 
 /* The names of 0.1, deprecated: they will be removed in the release after 0.2. */

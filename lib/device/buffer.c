@@ -17,23 +17,49 @@
 ** buffer's bytes are "used" while it lives, a cached block's are not, and
 ** d->used + d->cached stays under d->limit, blocks being given back to the
 ** backend to make room. The contract of strata_buffer_free (no queued work
-** uses the buffer any more) makes a block safe to hand out again at once.
+** uses the buffer any more) makes a block safe to hand out again at once; a
+** block freed behind queued work (strata_buffer_free_on) carries an event
+** on its queue, and whoever takes it next waits for that event first: its
+** own queue, or the host (block_settle).
 */
 
-/* Take out of d's cache the most recently freed block of `bytes`, or NULL.
-** Caller holds d->lock. */
-static void *cache_take_locked(struct strata__device *d, size_t bytes) {
+/* Take out of d's cache the most recently freed block of `bytes` into *out (h NULL: none). Caller holds d->lock. */
+static void cache_take_locked(struct strata__device *d, size_t bytes, struct strata__cached *out) {
+  memset(out, 0, sizeof *out);
   for (int i = d->ncache - 1; i >= 0; i--) {
     if (d->cache[i].bytes != bytes)
       continue;
-    void *h = d->cache[i].h;
+    *out = d->cache[i];
     memmove(&d->cache[i], &d->cache[i + 1], (size_t)(d->ncache - 1 - i) * sizeof d->cache[0]);
     d->ncache--;
     d->cached -= bytes;
     d->reuses++;
-    return h;
+    return;
   }
-  return NULL;
+}
+
+static uint64_t host_waits;
+
+uint64_t strata__host_waits(void) { return __atomic_load_n(&host_waits, __ATOMIC_RELAXED); }
+
+void strata__host_wait_count(void) { __atomic_fetch_add(&host_waits, 1, __ATOMIC_RELAXED); }
+
+/* Make a block freed behind queued work usable: by `q` (a backend queue of d, or NULL: the host) — on the same
+** queue nothing to do, on another of d's queues a wait enqueued there, on the host a wait for the event. */
+static int block_settle(struct strata__device *d, struct strata__cached *c, void *q) {
+  if (!c->ev)
+    return STRATA_OK;
+  const struct strata__backend *be = d->slot->be;
+  int rc = STRATA_OK;
+  if (q && q != c->q)
+    rc = be->event_wait(d->slot->ctx, q, c->ev);
+  if (!q || rc) {
+    strata__host_wait_count();
+    rc = be->event_sync(d->slot->ctx, c->ev);
+  }
+  be->event_free(d->slot->ctx, c->ev);
+  c->ev = c->q = NULL;
+  return rc;
 }
 
 /* Move the oldest cached blocks into out[] until `need` more bytes fit
@@ -54,9 +80,12 @@ static int cache_evict_locked(struct strata__device *d, uint64_t need, struct st
   return n;
 }
 
-static void cache_free_blocks(struct strata__device *d, const struct strata__cached *blocks, int n) {
-  for (int i = 0; i < n; i++)
+static void cache_free_blocks(struct strata__device *d, struct strata__cached *blocks, int n) {
+  for (int i = 0; i < n; i++) {
+    block_settle(d, &blocks[i], NULL); /* (a failed wait: the queue's own finish reports it) */
     d->slot->be->free(d->slot->ctx, d->local, blocks[i].h);
+    free(blocks[i].handle);
+  }
 }
 
 /* Give back cached blocks so that `need` bytes fit (UINT64_MAX: all). */
@@ -70,15 +99,26 @@ static void cache_evict(struct strata__device *d, uint64_t need) {
 
 void strata__cache_release(struct strata__device *d) { cache_evict(d, UINT64_MAX); }
 
-/* A block of `bytes` for a new buffer: from the cache, else from the
-** backend after making room under the limit; a backend out of memory is
-** retried once with the cache emptied. The bytes are reserved already. */
-static int block_get(struct strata__device *d, size_t bytes, void **h /* OUT */) {
+/* A block of `bytes` for a new buffer used on backend queue q (NULL: the host): from the cache (settled for q), else
+** from the backend after making room under the limit; a backend out of memory is retried once with the cache
+** emptied. The bytes are reserved already. */
+static int block_get(struct strata__device *d, size_t bytes, void *q, void **h /* OUT */,
+                     struct strata_buffer **handle /* OUT */) {
+  struct strata__cached c;
   pthread_mutex_lock(&d->lock);
-  *h = cache_take_locked(d, bytes);
+  cache_take_locked(d, bytes, &c);
   pthread_mutex_unlock(&d->lock);
-  if (*h)
-    return STRATA_OK;
+  *h = c.h;
+  *handle = c.handle;
+  if (*h) {
+    int rc = block_settle(d, &c, q);
+    if (rc) { /* the queue that last used it failed: the block is given back, the failure reported */
+      d->slot->be->free(d->slot->ctx, d->local, c.h);
+      free(c.handle);
+      *handle = NULL;
+    }
+    return rc;
+  }
   /* d->used already counts `bytes`: room is needed for the cache only */
   cache_evict(d, 0);
   int rc = d->slot->be->alloc(d->slot->ctx, d->local, bytes, h);
@@ -122,8 +162,7 @@ int strata__cache_fill(int dev, size_t bytes, int count) {
     d->backend_allocs++;
     int kept = d->ncache < STRATA__CACHE_MAX;
     if (kept) {
-      d->cache[d->ncache].h = h;
-      d->cache[d->ncache].bytes = bytes;
+      d->cache[d->ncache] = (struct strata__cached){.h = h, .bytes = bytes};
       d->ncache++;
       d->cached += bytes;
     } else {
@@ -137,40 +176,9 @@ int strata__cache_fill(int dev, size_t bytes, int count) {
   }
 }
 
-STRATA_API int strata_buffer_new(int dev, size_t bytes, strata_buffer_t *out) {
-  if (!out)
-    return strata__error(STRATA_ERR_INVALID, "strata_buffer_new: out is NULL");
-  *out = NULL;
-  struct strata__device *d = strata__device_get(dev);
-  if (!d)
-    return STRATA_ERR_NOT_FOUND;
-  if (bytes == 0)
-    return strata__error(STRATA_ERR_INVALID, "strata_buffer_new: a buffer of 0 bytes on device %d", dev);
-  int rc = strata__device_reserve(d, bytes);
-  if (rc)
-    return rc;
-  struct strata_buffer *b = calloc(1, sizeof *b);
-  if (!b) {
-    strata__device_release(d, bytes);
-    return strata__error(STRATA_ERR_NOMEM, "out of host memory allocating a buffer handle");
-  }
-  rc = block_get(d, bytes, &b->h);
-  if (rc) {
-    free(b);
-    strata__device_release(d, bytes);
-    return rc;
-  }
-  b->dev = d;
-  b->size = bytes;
-  *out = b;
-  return STRATA_OK;
-}
-
-STRATA_API void strata_buffer_free(strata_buffer_t b) {
-  if (!b)
-    return;
-  struct strata__device *d = b->dev;
-  struct strata__cached oldest = {NULL, 0};
+/* A block whose buffer could not be made: back into the cache (its bytes were never "used"). */
+static void buffer_cache_block(struct strata__device *d, void *h, size_t bytes) {
+  struct strata__cached oldest = {NULL, 0, NULL, NULL, NULL};
   pthread_mutex_lock(&d->lock);
   if (d->ncache == STRATA__CACHE_MAX) {
     oldest = d->cache[0];
@@ -179,15 +187,94 @@ STRATA_API void strata_buffer_free(strata_buffer_t b) {
     d->cached -= oldest.bytes;
     d->backend_frees++;
   }
-  d->cache[d->ncache].h = b->h;
-  d->cache[d->ncache].bytes = b->size;
+  d->cache[d->ncache++] = (struct strata__cached){.h = h, .bytes = bytes};
+  d->cached += bytes;
+  pthread_mutex_unlock(&d->lock);
+  if (oldest.h)
+    cache_free_blocks(d, &oldest, 1);
+}
+
+static int buffer_new(struct strata__device *d, void *q, size_t bytes, strata_buffer_t *out) {
+  *out = NULL;
+  if (bytes == 0)
+    return strata__error(STRATA_ERR_INVALID, "strata_buffer_new: a buffer of 0 bytes on device %d", d->index);
+  int rc = strata__device_reserve(d, bytes);
+  if (rc)
+    return rc;
+  void *h = NULL;
+  struct strata_buffer *b = NULL; /* a block freed behind queued work comes with its handle, which it may still read */
+  rc = block_get(d, bytes, q, &h, &b);
+  if (rc) {
+    strata__device_release(d, bytes);
+    return rc;
+  }
+  if (!b && !(b = calloc(1, sizeof *b))) {
+    buffer_cache_block(d, h, bytes);
+    strata__device_release(d, bytes);
+    return strata__error(STRATA_ERR_NOMEM, "out of host memory allocating a buffer handle");
+  }
+  b->h = h;
+  b->dev = d;
+  b->size = bytes;
+  *out = b;
+  return STRATA_OK;
+}
+
+STRATA_API int strata_buffer_new(int dev, size_t bytes, strata_buffer_t *out) {
+  if (!out)
+    return strata__error(STRATA_ERR_INVALID, "strata_buffer_new: out is NULL");
+  *out = NULL;
+  struct strata__device *d = strata__device_get(dev);
+  if (!d)
+    return STRATA_ERR_NOT_FOUND;
+  return buffer_new(d, NULL, bytes, out);
+}
+
+STRATA_API int strata_buffer_new_on(strata_queue_t q, size_t bytes, strata_buffer_t *out) {
+  if (!q || !out)
+    return strata__error(STRATA_ERR_INVALID, "strata_buffer_new_on: NULL argument");
+  return buffer_new(q->dev, q->h, bytes, out);
+}
+
+/* Put b's block into its device's cache, guarded by backend event ev of queue q (NULL: none; the handle is freed). */
+static void buffer_cache(strata_buffer_t b, void *ev, void *q) {
+  struct strata__device *d = b->dev;
+  struct strata__cached oldest = {NULL, 0, NULL, NULL, NULL};
+  pthread_mutex_lock(&d->lock);
+  if (d->ncache == STRATA__CACHE_MAX) {
+    oldest = d->cache[0];
+    memmove(&d->cache[0], &d->cache[1], (size_t)(d->ncache - 1) * sizeof d->cache[0]);
+    d->ncache--;
+    d->cached -= oldest.bytes;
+    d->backend_frees++;
+  }
+  d->cache[d->ncache] = (struct strata__cached){.h = b->h, .bytes = b->size, .ev = ev, .q = q, .handle = ev ? b : NULL};
   d->ncache++;
   d->cached += b->size;
   d->used = d->used >= b->size ? d->used - b->size : 0;
   pthread_mutex_unlock(&d->lock);
   if (oldest.h)
-    d->slot->be->free(d->slot->ctx, d->local, oldest.h);
-  free(b);
+    cache_free_blocks(d, &oldest, 1);
+  if (!ev)
+    free(b);
+}
+
+STRATA_API void strata_buffer_free(strata_buffer_t b) {
+  if (b)
+    buffer_cache(b, NULL, NULL);
+}
+
+STRATA_API void strata_buffer_free_on(strata_queue_t q, strata_buffer_t b) {
+  if (!b)
+    return;
+  void *ev = NULL;
+  const struct strata__backend *be = b->dev->slot->be;
+  if (q && q->dev == b->dev && be->event_record(b->dev->slot->ctx, q->h, &ev) != STRATA_OK) {
+    ev = NULL; /* no event: the queue is waited for here instead */
+    strata__host_wait_count();
+    be->queue_finish(b->dev->slot->ctx, q->h);
+  }
+  buffer_cache(b, ev, ev ? q->h : NULL);
 }
 
 STRATA_API int strata_device_alloc_stats(int dev, struct strata_device_alloc_stats *stats) {
@@ -255,6 +342,7 @@ STRATA_API int strata_queue_device(strata_queue_t q) { return q ? q->dev->index 
 STRATA_API int strata_queue_finish(strata_queue_t q) {
   if (!q)
     return strata__error(STRATA_ERR_INVALID, "strata_queue_finish: queue is NULL");
+  strata__host_wait_count();
   return q->dev->slot->be->queue_finish(q->dev->slot->ctx, q->h);
 }
 
@@ -303,6 +391,7 @@ STRATA_API int strata_event_wait(strata_queue_t q, strata_event_t e) {
 STRATA_API int strata_event_sync(strata_event_t e) {
   if (!e)
     return strata__error(STRATA_ERR_INVALID, "strata_event_sync: event is NULL");
+  strata__host_wait_count();
   return e->dev->slot->be->event_sync(e->dev->slot->ctx, e->h);
 }
 

@@ -154,6 +154,8 @@ static int staging_queue(struct strata__device *d, void **q) {
 ** Copy across backends: chunk i is read from the source into staging
 ** buffer i % 2 while chunk i - 1 is written from the other one. A staging
 ** buffer is reused only after the write that last read it has finished.
+** The calling thread waits once a chunk for its read (and for the write two
+** chunks back): the executor calls it on its copy threads, not its workers.
 ** The two devices' staging queues and the destination's chunks are kept
 ** between copies; their locks are taken in device order.
 */
@@ -180,33 +182,49 @@ static int copy_staged(strata_queue_t q, strata_buffer_t dst, size_t doff, strat
       staging_free(&stage[i]);
       rc = staging_alloc(dd, sd, chunk, &stage[i]);
     }
-  size_t done = 0;
-  for (unsigned i = 0; !rc && done < bytes; i++) {
-    size_t len = bytes - done < chunk ? bytes - done : chunk;
-    struct strata__staging *s = &stage[i % 2];
-    if (wev[i % 2]) { /* the write two chunks back still reads this buffer */
-      rc = dbe->event_sync(dctx, wev[i % 2]);
-      dbe->event_free(dctx, wev[i % 2]);
-      wev[i % 2] = NULL;
-      if (rc)
-        break;
+  /* chunk i is read into stage[i % 2] once chunk i - 2's write has read that buffer; chunk i - 1 is written once
+  ** its read has run, after chunk i's read is queued: the source always has the next read queued while the host
+  ** waits for one (a backend cannot wait for another backend's event on its device: one handoff a chunk) */
+  const size_t nchunks = (bytes + chunk - 1) / chunk;
+  void *rev[2] = {NULL, NULL};
+  for (size_t i = 0; !rc && i <= nchunks; i++) {
+    if (i < nchunks) {
+      const size_t at = i * chunk, len = bytes - at < chunk ? bytes - at : chunk;
+      if (wev[i % 2]) { /* the write two chunks back still reads this buffer */
+        strata__host_wait_count();
+        rc = dbe->event_sync(dctx, wev[i % 2]);
+        dbe->event_free(dctx, wev[i % 2]);
+        wev[i % 2] = NULL;
+      }
+      if (!rc)
+        rc = sbe->read(sctx, sq, src->h, soff + at, stage[i % 2].p, len);
+      if (!rc)
+        rc = sbe->event_record(sctx, sq, &rev[i % 2]);
     }
-    rc = sbe->read(sctx, sq, src->h, soff + done, s->p, len);
-    if (!rc)
-      rc = sbe->queue_finish(sctx, sq);
-    if (!rc)
-      rc = dbe->write(dctx, dq, dst->h, doff + done, s->p, len);
-    if (!rc)
-      rc = dbe->event_record(dctx, dq, &wev[i % 2]);
-    done += len;
+    if (!rc && i > 0) { /* chunk i - 1 reaches the host before the other backend may read it */
+      const size_t k = i - 1, at = k * chunk, len = bytes - at < chunk ? bytes - at : chunk;
+      strata__host_wait_count();
+      rc = sbe->event_sync(sctx, rev[k % 2]);
+      sbe->event_free(sctx, rev[k % 2]);
+      rev[k % 2] = NULL;
+      if (!rc)
+        rc = dbe->write(dctx, dq, dst->h, doff + at, stage[k % 2].p, len);
+      if (!rc)
+        rc = dbe->event_record(dctx, dq, &wev[k % 2]);
+    }
   }
+  for (int i = 0; i < 2; i++)
+    if (rev[i])
+      sbe->event_free(sctx, rev[i]);
   /* both queues drain before the chunks can serve another copy */
   if (dq) {
+    strata__host_wait_count();
     int rc2 = dbe->queue_finish(dctx, dq);
     if (!rc)
       rc = rc2;
   }
   if (sq) {
+    strata__host_wait_count();
     int rc2 = sbe->queue_finish(sctx, sq);
     if (!rc)
       rc = rc2;

@@ -34,6 +34,11 @@ struct strata__staging {
 struct strata__cached {
   void *h;                            /* the backend's buffer */
   size_t bytes;
+  void *ev, *q;                       /* freed behind queued work: the backend's event marking the end of that work on
+                                      ** queue q (strata_buffer_free_on), waited for before the block is used again;
+                                      ** NULL: free to use at once */
+  struct strata_buffer *handle;       /* with ev: the freed buffer's handle, which that work may still read: kept
+                                      ** (unchanged) and handed out again with the block, freed with the block */
 };
 
 struct strata__device {
@@ -114,5 +119,12 @@ void strata__queue_clock_read(strata_queue_t q, struct strata__queue_clock *c /*
 ** time; the wall time where the backend has no CPU clock. */
 double strata__queue_busy(const struct strata__queue_clock *before, const struct strata__queue_clock *after,
                           double wall_s);
+
+/* Host waits: every time a thread of this process blocked on a queue or an
+** event through strata (strata_queue_finish, strata_event_sync, a strata_event_wait
+** across backends, a staged copy's chunks, a queue-ordered block used off its
+** queue), counted over the process's life; strata__host_wait_count adds one. */
+uint64_t strata__host_waits(void);
+void strata__host_wait_count(void);
 
 #endif /* STRATA__REGISTRY_H */

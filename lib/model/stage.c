@@ -929,10 +929,11 @@ int strata__stage_acquire(struct strata__stage *st, int s) {
   if (s < 0)
     return strata__error(STRATA_ERR_RANGE, "stage: slot %d out of range", s);
   TRY(slots_grow(st, s));
+  /* for the stage's queue: a block another slot released behind queued work is used in the queue's order */
   if (!st->slots[s].buf)
-    TRY(alloc(st->dev, st->slot_units, &st->slots[s].buf));
+    TRY(strata_buffer_new_on(st->q, (st->slot_units ? st->slot_units : 1) * 4, &st->slots[s].buf));
   if (!st->slots[s].grad && st->grad_units) {
-    int rc = alloc(st->dev, st->grad_units, &st->slots[s].grad);
+    int rc = strata_buffer_new_on(st->q, st->grad_units * 4, &st->slots[s].grad);
     if (rc) {
       strata_buffer_free(st->slots[s].buf);
       st->slots[s].buf = NULL;
@@ -946,8 +947,7 @@ int strata__stage_acquire(struct strata__stage *st, int s) {
 void strata__stage_release_activations(struct strata__stage *st, int s) {
   if (s < 0 || s >= st->nslots || !st->slots[s].buf)
     return;
-  strata_queue_finish(st->q); /* queued work may still read it */
-  strata_buffer_free(st->slots[s].buf);
+  strata_buffer_free_on(st->q, st->slots[s].buf); /* queued work may still read it: freed behind it */
   st->slots[s].buf = NULL;
   st->slots[s].armed = 0;
   if (st->slots[s].dsave) /* (a step that failed between a BI and its W) */
@@ -1005,8 +1005,7 @@ void strata__stage_dsave_give(struct strata__stage *st, int s) {
 void strata__stage_release_gradients(struct strata__stage *st, int s) {
   if (s < 0 || s >= st->nslots || !st->slots[s].grad)
     return;
-  strata_queue_finish(st->q);
-  strata_buffer_free(st->slots[s].grad);
+  strata_buffer_free_on(st->q, st->slots[s].grad);
   st->slots[s].grad = NULL;
   slot_settle(st, s);
 }

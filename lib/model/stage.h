@@ -325,7 +325,10 @@ void strata__tensor_cut(const struct strata__tensor *t, float *full, float *loca
 /* Make sure slot `s` has activation and boundary-gradient memory (allocated
 ** on first use and kept until released). The two halves can be released
 ** apart: the activations once the backward pass is done, the gradients once
-** the input gradient has gone to the previous stage. */
+** the input gradient has gone to the previous stage. A release does not wait:
+** the memory is freed behind the work queued on the stage's queue
+** (strata_buffer_free_on), and work of another queue that reads it must be
+** waited for by that queue first (the executor's events). */
 int strata__stage_acquire(struct strata__stage *st, int s);
 /* A slot that holds nothing (the table grows when every one is in use), marked taken until both halves are
 ** released; the caller acquires it. */

@@ -33,6 +33,7 @@ struct job {
   int to;                    /* the receiving stage; another rank's when dst is NULL */
   struct msg *dst;
   struct strata__pool *pool;  /* receive buffers of the destination, reused from step to step */
+  int p;                     /* its index in tr->pools */
 };
 
 struct sender {
@@ -75,6 +76,7 @@ struct exec {
   float gscale, norm, lr;
   double *busy;              /* [ndev] */
   struct sender *snd;        /* [ndev] */
+  struct strata__chain ch;   /* the ends of forwards and backwards, and of the pool buffers' reads, as events */
 };
 
 struct worker_arg {
@@ -120,23 +122,6 @@ static void zero_hooks(struct exec *ex, struct strata__stage *st, int s, int ran
   st->params_fetch = on && st->zero3 && ex->gh ? strata__gather_fetch : NULL;
   st->params_landed = st->params_fetch && ex->traced ? strata__gather_landed : NULL;
   st->params_fetch_arg = st->params_fetch ? &ex->gh[s] : NULL;
-}
-
-int strata__stage_consumers(const struct strata_trainer *tr, int s, int dir, int *out) {
-  const int S = tr->nstages, j = s % S + (dir == 0 ? 1 : -1);
-  if (j < 0 || j >= S || !strata__stage_held(tr, s - s % S + j))
-    return 0; /* an edge of the chain, or the neighbour of this slice is stood for by another */
-  const int c0 = s / S / tr->tp * tr->tp;
-  int n = 0;
-  for (int u = 0; u < tr->tps[j]; u++) { /* the neighbour's slices whose input (gradient) s stands for */
-    const int t = (c0 + u) * S + j;
-    if (strata__stage_owner(tr, dir == 0 ? t - 1 : t + 1) == s) {
-      if (out)
-        out[n] = t;
-      n++;
-    }
-  }
-  return n;
 }
 
 /* Record the first failure; every waiting thread wakes up and stops. */
@@ -233,8 +218,11 @@ static void *sender_main(void *arg) {
       sd->tail = NULL;
     pthread_mutex_unlock(&ex->lock);
     double t0 = strata__now();
+    const int grad = j->kind == STRATA_ACTION_SEND_GRAD, k = j->stage * ex->m + j->mb;
+    /* the copy queue runs after the stage's queue has produced what it sends (an event, not a wait) */
+    int crc = strata__chain_after(&ex->ch, grad, k, sd->q, ex->tr->st[j->stage]->q);
     if (!j->dst) { /* to another rank: through the cluster, from the stage's memory (host-staged) */
-      int rc = strata__ranks_send(ex->tr, j->to, j->kind == STRATA_ACTION_SEND_GRAD, j->mb, sd->q, j->src, j->bytes);
+      int rc = crc ? crc : strata__ranks_send(ex->tr, j->to, grad, j->mb, sd->q, j->src, j->bytes);
       if (rc) {
         char what[200];
         snprintf(what, sizeof what, "device %d, %s%d.%d (send to stage %d on another rank)",
@@ -249,14 +237,12 @@ static void *sender_main(void *arg) {
       continue;
     }
     strata_buffer_t b = NULL;
-    pthread_mutex_lock(&ex->lock);
-    if (j->pool->n > 0)
-      b = j->pool->free[--j->pool->n];
-    pthread_mutex_unlock(&ex->lock);
-    int rc = b ? STRATA_OK : strata_buffer_new(j->dst_dev, j->bytes, &b);
+    int rc = crc ? crc : strata__chain_pool_take(&ex->ch, &ex->lock, j->pool, j->p, sd->q, &b);
+    if (!rc && !b)
+      rc = strata_buffer_new(j->dst_dev, j->bytes, &b);
     if (!rc)
       rc = strata_buffer_copy(sd->q, b, 0, j->src.buf, strata__mem_byte(j->src), j->bytes);
-    if (!rc)
+    if (!rc) /* (the copy thread waits, not the worker: the message is whole, the sent slot free once it is posted) */
       rc = strata_queue_finish(sd->q);
     if (rc) {
       strata_buffer_free(b);
@@ -304,19 +290,18 @@ static int wait_msg(struct exec *ex, int rank, struct msg *mg) {
 
 /* Take a posted message's buffer into dst (on q); the buffer goes back to
 ** its pool for the next message across the same boundary. */
-static int consume(struct exec *ex, struct msg *mg, struct strata__pool *pool, strata_queue_t q, strata_mem_t dst,
-                   size_t bytes) {
+static int consume(struct exec *ex, struct msg *mg, int p, strata_queue_t q, strata_mem_t dst, size_t bytes) {
   int rc = strata_buffer_copy(q, dst.buf, strata__mem_byte(dst), mg->buf, 0, bytes);
-  if (!rc)
-    rc = strata_queue_finish(q);
   pthread_mutex_lock(&ex->lock);
   strata_buffer_t b = mg->buf;
   mg->buf = NULL;
-  if (!rc && strata__pool_put(pool, b) == 0)
-    b = NULL;
   pthread_mutex_unlock(&ex->lock);
-  strata_buffer_free(b);
-  return rc;
+  if (rc) {
+    strata_queue_finish(q); /* (a failed copy: nothing reads b once the queue is through) */
+    strata_buffer_free(b);
+    return rc;
+  }
+  return strata__chain_pool_return(&ex->ch, &ex->lock, &ex->tr->pools[p], p, q, b); /* (no wait: behind the copy) */
 }
 
 /* Does device r's list send anything (an activation or a gradient)? Only such a device needs a sender thread. */
@@ -358,12 +343,13 @@ static int do_forward(struct exec *ex, int rank, int s, int mb) {
   } else if (rank_of(ex, s - 1) == rank) {
     const int prev = strata__stage_owner(tr, s - 1);
     strata_mem_t o = strata__stage_output(tr->st[prev], slot_of(ex, prev, mb));
+    TRY(strata__chain_after(&ex->ch, 0, prev * ex->m + mb, st->q, tr->st[prev]->q));
     TRY(strata_buffer_copy(st->q, in.buf, strata__mem_byte(in), o.buf, strata__mem_byte(o), in_bytes));
   } else {
     struct msg *mg = &ex->act[k];
     if (!mg->posted)
       return strata__error(STRATA_ERR_STATE, "no activation received for stage %d, micro-batch %d", s, mb);
-    TRY(consume(ex, mg, &tr->pools[2 * s], st->q, in, in_bytes));
+    TRY(consume(ex, mg, 2 * s, st->q, in, in_bytes));
   }
   if (last) {
     strata_mem_t tg = strata__stage_targets(st, sl);
@@ -379,8 +365,9 @@ static int do_forward(struct exec *ex, int rank, int s, int mb) {
   if (last && ex->w->forwarded)
     TRY(ex->w->forwarded(ex->w->arg, st, s, sl, mb));
   if (last && strata__stage_slice(tr, s) == 0) /* every slice computes the same losses */
-    TRY(strata__stage_loss_read(st, sl, ex->w->losses[mbi]));
-  return strata_queue_finish(st->q);
+    TRY(strata__stage_loss_read(st, sl, ex->w->losses[mbi])); /* (read once the list's queues are through) */
+  TRY(strata__chain_mark(&ex->ch, 0, k, st->q)); /* no wait: who reads the output waits for this on its queue */
+  return ex->traced ? strata_queue_finish(st->q) : STRATA_OK; /* (traced: the event spans the compute) */
 }
 
 static int bucket_ready(void *arg, int layer);
@@ -417,14 +404,20 @@ static int do_backward(struct exec *ex, int rank, int kind, int s, int mb, int l
     if (rank_of(ex, s + 1) == rank) {
       const int next = strata__stage_owner(tr, s + 1);
       strata_mem_t gi = strata__stage_grad_input(tr->st[next], slot_of(ex, next, mb));
+      TRY(strata__chain_after(&ex->ch, 1, next * ex->m + mb, st->q, tr->st[next]->q));
       TRY(strata_buffer_copy(st->q, go.buf, strata__mem_byte(go), gi.buf, strata__mem_byte(gi), bytes));
-      TRY(strata_queue_finish(st->q));
+      /* the next stage's queue passes this copy before its gradients are released (behind that queue's work) */
+      strata_event_t e = NULL;
+      TRY(strata_event_record(st->q, &e));
+      const int erc = strata_event_wait(tr->st[next]->q, e);
+      strata_event_free(e);
+      TRY(erc);
       drop(ex, next, mb, GRAD);
     } else {
       struct msg *mg = &ex->grad[s * ex->m + mb];
       if (!mg->posted)
         return strata__error(STRATA_ERR_STATE, "no gradient received for stage %d, micro-batch %d", s, mb);
-      TRY(consume(ex, mg, &tr->pools[2 * s + 1], st->q, go, bytes));
+      TRY(consume(ex, mg, 2 * s + 1, st->q, go, bytes));
     }
   }
   const int sl = slot_of(ex, s, mb);
@@ -450,7 +443,10 @@ static int do_backward(struct exec *ex, int rank, int kind, int s, int mb, int l
   zero_hooks(ex, st, s, rank, mb, 0, 0);
   st->sp_grads = 0;
   TRY(rc);
-  TRY(strata_queue_finish(st->q));
+  if (kind != STRATA_ACTION_BACKWARD_WEIGHT) /* no wait: the input gradient's readers wait for this on their queues */
+    TRY(strata__chain_mark(&ex->ch, 1, s * ex->m + mb, st->q));
+  if (ex->traced) /* a traced step's compute events span the work itself, not its enqueueing */
+    TRY(strata_queue_finish(st->q));
   if (kind != STRATA_ACTION_BACKWARD_WEIGHT)
     drop(ex, s, mb, GRAD); /* its output gradient is used, its input gradient written */
   if (kind != STRATA_ACTION_BACKWARD_INPUT)
@@ -785,16 +781,21 @@ static void *worker_main(void *arg) {
   /* each stage's last backward work (B or W) in this list: where its gradient buckets go */
   int *last_bw = calloc((size_t)ex->S, sizeof *last_bw);
   int *peers = calloc((size_t)ex->tr->tp, sizeof *peers);
-  if (!last_bw || !peers) {
+  struct strata__queue_clock *qc = calloc((size_t)ex->S, sizeof *qc); /* each stage's queue at the list's start */
+  if (!last_bw || !peers || !qc) {
     free(last_bw);
     free(peers);
+    free(qc);
     fail(ex, strata__error(STRATA_ERR_NOMEM, "out of host memory"), "pipeline");
     return NULL;
   }
   for (int i = 0; i < n; i++)
     if (list[i].kind == STRATA_ACTION_BACKWARD || list[i].kind == STRATA_ACTION_BACKWARD_WEIGHT)
       last_bw[list[i].stage] = i + 1;
-  for (int i = 0; i < n; i++) {
+  const double list_t0 = strata__now();
+  strata__list_clocks(ex->tr, rank, qc);
+  int i;
+  for (i = 0; i < n; i++) {
     pthread_mutex_lock(&ex->lock);
     int failed = ex->failed;
     pthread_mutex_unlock(&ex->lock);
@@ -839,7 +840,8 @@ static void *worker_main(void *arg) {
         j->to = peer;
         if (strata__stage_mine(ex->tr, peer)) /* (else another rank's: the message goes through the cluster) */
           j->dst = act ? &ex->act[peer * ex->m + mb] : &ex->grad[peer * ex->m + mb];
-        j->pool = &ex->tr->pools[2 * peer + !act];
+        j->p = 2 * peer + !act;
+        j->pool = &ex->tr->pools[j->p];
         send_job(ex, rank, j);
       }
       cat = NULL;
@@ -848,7 +850,7 @@ static void *worker_main(void *arg) {
     case STRATA_ACTION_RECV_ACT:
     case STRATA_ACTION_RECV_GRAD:
       if (wait_msg(ex, rank, a->kind == STRATA_ACTION_RECV_ACT ? &ex->act[s * ex->m + mb] : &ex->grad[s * ex->m + mb]))
-        goto out; /* the run failed elsewhere */
+        goto drain; /* the run failed elsewhere */
       cat = "recv";
       break;
     case STRATA_ACTION_OPTIMIZER:
@@ -903,15 +905,26 @@ static void *worker_main(void *arg) {
       fail(ex, rc, what);
       break;
     }
-    if (cat && strcmp(cat, "recv") != 0)
-      ex->busy[rank] += strata__queue_busy(&c0, &c1, t1 - t0);
+    if (cat && strcmp(cat, "recv") != 0 && (!c0.cpu || !c1.cpu)) /* (CPU clocks: counted over the list, below) */
+      ex->busy[rank] += t1 - t0;
     if (cat)
       trace(ex, cat, a->kind, s, mb, t0, t1, 2 * rank);
     release_pending(ex, rank);
   }
-out:
+  /* the list's one wait per stage: what it enqueued has run (the losses read, a failure met) before the step ends */
+drain:;
+  int at = -1;
+  const int drc = strata__list_drain(ex->tr, rank, qc, list_t0, &ex->busy[rank], &at);
+  if (drc && i == n) {
+    char what[200], label[160];
+    snprintf(what, sizeof what, "%s, the work of stage %d its list enqueued (action #%d and before)",
+             strata__device_label(strata__device_get(ex->tr->dev[rank]), label, sizeof label), at, n - 1);
+    fail(ex, drc, what);
+  }
+  release_pending(ex, rank);
   free(last_bw);
   free(peers);
+  free(qc);
   return NULL;
 }
 
@@ -959,13 +972,15 @@ static void *receiver_main(void *arg) {
       struct strata__pool *pool = &tr->pools[2 * to + dir];
       pthread_mutex_lock(&ex->lock);
       const int failed = ex->failed;
-      strata_buffer_t b = !failed && pool->n > 0 ? pool->free[--pool->n] : NULL;
       pthread_mutex_unlock(&ex->lock);
       if (failed)
         goto out;
+      strata_buffer_t b = NULL;
+      int rc = strata__chain_pool_take(&ex->ch, &ex->lock, pool, 2 * to + dir, q, &b);
       const size_t bytes = (dir == 0 ? strata__stage_in_units(tr->st[to]) : strata__stage_out_units(tr->st[to])) * 4;
       double t0 = strata__now();
-      int rc = b ? STRATA_OK : strata_buffer_new(tr->dev[d], bytes, &b);
+      if (!rc && !b)
+        rc = strata_buffer_new(tr->dev[d], bytes, &b);
       if (!rc)
         rc = strata__ranks_recv(tr, to, dir, mb, q, strata_mem(b, 0), bytes);
       if (rc) {
@@ -1043,13 +1058,14 @@ int strata__execute(strata_trainer_t tr, const struct strata__work *w, struct st
       }
   }
   ex.wake = calloc((size_t)tr->ndev, sizeof *ex.wake);
+  const int chain_rc = strata__chain_init(&ex.ch, ex.S, ex.m, 2 * ex.S);
   struct worker_arg *args = calloc((size_t)tr->ndev, sizeof *args);
   pthread_t *workers = calloc((size_t)tr->ndev, sizeof *workers);
   int rc = (!ex.act || !ex.grad || !ex.hold_act || !ex.hold_grad || !ex.pending || !ex.slot || !ex.inflight || !ex.peak ||
             !ex.done || !ex.done_post || !ex.busy || !ex.snd || !ex.wake || !args || !workers ||
             (buckets && !ex.bk) || (hooks && !ex.zh) || (tr->zero >= 3 && !ex.gh))
                ? strata__error(STRATA_ERR_NOMEM, "out of host memory running a pipeline step")
-               : STRATA_OK;
+               : chain_rc;
   pthread_mutex_init(&ex.lock, NULL);
   for (int r = 0; r < tr->ndev && !rc; r++, ex.nwake++) {
     pthread_cond_init(&ex.wake[r], NULL);
@@ -1139,7 +1155,7 @@ int strata__execute(strata_trainer_t tr, const struct strata__work *w, struct st
       ex.snd[r].head = j->next;
       free(j);
     }
-    if (ex.snd[r].q) /* a failed copy may have left work in it */
+    if (ex.snd[r].q && ex.failed) /* a failed copy may have left work in it (else each copy was waited for) */
       strata_queue_finish(ex.snd[r].q);
   }
   for (size_t k = 0; k < cells && ex.act; k++) {
@@ -1186,6 +1202,7 @@ int strata__execute(strata_trainer_t tr, const struct strata__work *w, struct st
   free(ex.gh);
   free(ex.busy);
   free(ex.snd);
+  strata__chain_free(&ex.ch);
   free(args);
   free(workers);
   return rc;

@@ -10,6 +10,7 @@ libstrata_la_SOURCES += \
 	%reldir%/pass.c \
 	%reldir%/state.c \
 	%reldir%/executor.c \
+	%reldir%/chain.c \
 	%reldir%/gather.c \
 	%reldir%/joins.c \
 	%reldir%/spatial.c \

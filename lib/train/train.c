@@ -926,6 +926,7 @@ static int run_step(strata_trainer_t tr, uint64_t state, struct strata_step_stat
   }
   if (tr->comm_stale)
     TRY(strata__trainer_comms_renew(tr));
+  const uint64_t waits0 = strata__host_waits();
   float lr = strata__lr_at(o, tr->step), norm = 0;
   struct strata__work w = {.sched = tr->sched, .inputs = (const void *const *)tr->inputs,
                            .targets = (const int32_t *const *)tr->targets, .losses = tr->losses,
@@ -943,6 +944,7 @@ static int run_step(strata_trainer_t tr, uint64_t state, struct strata_step_stat
   if (!rc)
     rc = strata__trainer_finish_all(tr);
   strata__trainer_release_all(tr); /* the slots follow the schedule; their blocks stay in the devices' caches (warm_cache) */
+  tr->report.host_waits = strata__host_waits() - waits0;
   if (rc)
     return rc;
   double loss = 0;

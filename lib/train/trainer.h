@@ -62,6 +62,44 @@ struct strata__pool {
 /* Keep b in the pool (growing it); 0, or -1 when there is no room to grow (the caller frees b). */
 int strata__pool_put(struct strata__pool *pool, strata_buffer_t b);
 
+/*
+** The events of one executor run (chain.c). act[k] / grad[k], k = s * m + mb: the end of stage s's forward /
+** backward (its input gradient) of micro-batch mb on the stage's queue; pool[p].ev[i]: the end of the last read of
+** receive pool p's buffer free[i] (NULL: none queued). The executor frees them at the end of the run.
+*/
+struct strata__chain {
+  int cells, npools;
+  strata_event_t *act, *grad;
+  struct {
+    strata_event_t *ev;
+    int cap;
+  } *pool;
+};
+int strata__chain_init(struct strata__chain *c, int stages, int m, int npools);
+void strata__chain_free(struct strata__chain *c);
+/* Mark the end of the forward (grad 0) or backward (1) of cell k on queue q. */
+int strata__chain_mark(struct strata__chain *c, int grad, int k, strata_queue_t q);
+/* Make q run what follows only after cell k's mark (on the device; across backends, or unmarked: `producer`, the
+** queue that marks it, is waited for on the host). */
+int strata__chain_after(struct strata__chain *c, int grad, int k, strata_queue_t q, strata_queue_t producer);
+/* Take a buffer of pool p (pool `pool`, under `lock`; *b NULL when empty) to be written on q: q waits for the last
+** read of it first. */
+int strata__chain_pool_take(struct strata__chain *c, pthread_mutex_t *lock, struct strata__pool *pool, int p,
+                            strata_queue_t q, strata_buffer_t *b);
+/* Give b back to pool p once the work queued on q (its last reader; NULL: none queued) has run, without waiting for
+** it; a buffer the pool cannot keep is freed after a wait. */
+int strata__chain_pool_return(struct strata__chain *c, pthread_mutex_t *lock, struct strata__pool *pool, int p,
+                              strata_queue_t q, strata_buffer_t b);
+
+/* A worker's list over the queues of the stages on device `rank` (qc: [stages all], filled for those): their clocks
+** at its start; at its end a wait for each (the first failure's stage in *failed) and the device's busy seconds,
+** *busy holding the actions' wall time on queues without CPU clocks: plus what the CPU-clocked queues spent since
+** t0, plus the drain where a queue has none, at most the list's wall time. */
+struct strata__queue_clock;
+void strata__list_clocks(const struct strata_trainer *tr, int rank, struct strata__queue_clock *qc);
+int strata__list_drain(const struct strata_trainer *tr, int rank, const struct strata__queue_clock *qc, double t0,
+                       double *busy, int *failed);
+
 struct strata_trainer {
   strata_model_t model;
   strata_dataset_t data;
