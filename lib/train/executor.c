@@ -70,7 +70,7 @@ struct exec {
   int held;                  /* stages this process's devices hold (each has an OPTIMIZER) */
   void **done;               /* [S]: the completion of each stage's gradient reduce-scatter (ZeRO), until its OPTIMIZER */
   double *done_post;         /* [S]: when it was posted (0: not this step) */
-  struct buckets *bk;        /* [S]: data parallelism: each stage's gradient buckets */
+  struct strata__buckets *bk; /* [S]: data parallelism: each stage's gradient buckets (buckets.c) */
   struct shard_hook *zh;     /* [S]: ZeRO-2: what each stage's backward hands its layers' gradients to */
   struct strata__gather_hook *gh; /* [S]: ZeRO-3: what each stage's gathers are for (gather.c) */
   float gscale, norm, lr;
@@ -82,22 +82,6 @@ struct exec {
 struct worker_arg {
   struct exec *ex;
   int rank;
-};
-
-/*
-** Data parallelism's gradient buckets: runs of whole layers of at least
-** tr->bucket_bytes, last layers first. During a stage's last backward of the
-** step each bucket's all-reduce is posted as soon as its layers' gradients
-** are enqueued, so that it overlaps the backward of the layers before it;
-** GRAD_REDUCE posts what is left, and OPTIMIZER waits for them all.
-*/
-struct buckets {
-  struct exec *ex;
-  int s;
-  int n, posted;             /* buckets, and how many are posted */
-  int *first;                /* [n]: bucket k holds stage layers [first[k], k ? first[k - 1] : layers) */
-  void **done;               /* [n] */
-  double *when;              /* [n]: when posted */
 };
 
 /* ZeRO-2: the backward of micro-batch `mb` of stage s on `rank` (stage.h's gradient window). */
@@ -370,7 +354,6 @@ static int do_forward(struct exec *ex, int rank, int s, int mb) {
   return ex->traced ? strata_queue_finish(st->q) : STRATA_OK; /* (traced: the event spans the compute) */
 }
 
-static int bucket_ready(void *arg, int layer);
 
 /* A traced backward's recomputations (RC s.mb), one event per block: the queue is waited for around each. */
 struct recompute_trace {
@@ -394,7 +377,7 @@ static int do_backward(struct exec *ex, int rank, int kind, int s, int mb, int l
   strata_trainer_t tr = ex->tr;
   struct strata__stage *st = tr->st[s];
   if (last && ex->bk) { /* the stage's last gradients of the step: each bucket goes as soon as it is done */
-    st->grads_done = bucket_ready;
+    st->grads_done = strata__buckets_ready;
     st->grads_done_arg = &ex->bk[s];
   }
   zero_hooks(ex, st, s, rank, mb, kind != STRATA_ACTION_BACKWARD_INPUT, 1); /* ZeRO-2/3: reductions and gathers */
@@ -497,11 +480,10 @@ static int settle_replicas(struct exec *ex, int rank, int s, void **done, double
 static int do_optimizer(struct exec *ex, int rank, int s, int last_on_rank) {
   strata_trainer_t tr = ex->tr;
   /* the stage's gradients must have been joined with the other replicas' */
-  struct buckets *bk = ex->bk ? &ex->bk[s] : NULL;
+  struct strata__buckets *bk = ex->bk ? &ex->bk[s] : NULL;
   for (int k = 0; bk && k < bk->posted; k++) {
     size_t lo, hi;
-    strata__stage_layer_range(tr->st[s], bk->first[k], k ? bk->first[k - 1] : strata__stage_layer_count(tr->st[s]),
-                              &lo, &hi);
+    strata__buckets_range(bk, k, &lo, &hi);
     char name[24];
     snprintf(name, sizeof name, "GR%d.%d", s, k);
     const struct strata__stage *st = tr->st[s];
@@ -558,46 +540,6 @@ static int do_optimizer(struct exec *ex, int rank, int s, int last_on_rank) {
 }
 
 /*
-** GRAD_REDUCE: hand the stage's gradients to its communicator (this
-** replica's member) and go on; the device's queue keeps computing while the
-** communicator's threads move the data, and the stage's OPTIMIZER waits for
-** it. Without gates on this backend the call itself waits.
-*/
-static int bucket_post(struct buckets *b, int k) {
-  strata_trainer_t tr = b->ex->tr;
-  const int s = b->s;
-  struct strata__stage *st = tr->st[s];
-  strata_comm_t c = replica_comm(b->ex, s);
-  struct strata_comm_info info;
-  size_t lo, hi;
-  strata__stage_layer_range(st, b->first[k], k ? b->first[k - 1] : strata__stage_layer_count(st), &lo, &hi);
-  b->posted = k + 1;
-  b->when[k] = strata__now();
-  strata_mem_t g = strata_mem(st->grads, lo);
-  if (st->grads16) { /* a bf16 reduction: the bucket's gradients rounded into their bf16 copy, reduced there */
-    strata_mem_t h = strata_mem_typed(st->grads16, lo, STRATA_BFLOAT16);
-    TRY(strata_convert(st->q, g, h, (int64_t)(hi - lo)));
-    g = h;
-  }
-  /* the replicas on several ranks: posted to this rank's thread for the group, which calls the cluster */
-  int x = strata__ranks_post(tr, STRATA__COLL_ALLREDUCE, s, st->q, g, g, hi - lo, &b->done[k]);
-  if (x != 1)
-    return x;
-  TRY(strata_comm_info(c, &info));
-  /* every replica posts the same buckets in the same order, so the k-th calls meet */
-  return strata__post_collective(tr, c, info.asynchronous, STRATA__COLL_ALLREDUCE, strata__stage_replica(tr, s), st->q, g, g,
-                         hi - lo, STRATA_SUM, &b->done[k]);
-}
-
-/* The stage's backward finished stage layer `layer`'s gradients: post the bucket it completes. */
-static int bucket_ready(void *arg, int layer) {
-  struct buckets *b = arg;
-  while (b->posted < b->n && layer <= b->first[b->posted])
-    TRY(bucket_post(b, b->posted));
-  return STRATA_OK;
-}
-
-/*
 ** ZeRO-2: flat gradients [lo, hi) of one micro-batch, at g in the stage's
 ** window (stage.h), are summed onto the replica whose optimizer shard holds
 ** them: a reduce to that replica per shard the range touches (one, rarely
@@ -639,50 +581,8 @@ static int shard_ready(void *arg, size_t lo, size_t hi, strata_mem_t g) {
   return strata__stage_shard_add(st, lo, hi, g);
 }
 
-static int do_grad_reduce(struct exec *ex, int s) {
-  struct buckets *b = &ex->bk[s];
-  while (b->posted < b->n)
-    TRY(bucket_post(b, b->posted));
-  return STRATA_OK;
-}
-
-/* Stage s's buckets: runs of whole layers from the last, each closed once it holds tr->bucket_bytes. */
-static int buckets_init(struct exec *ex, int s, struct buckets *b) {
-  struct strata__stage *st = ex->tr->st[s];
-  b->ex = ex;
-  b->s = s;
-  if (!st)
-    return STRATA_OK; /* another rank's */
-  const int L = strata__stage_layer_count(st);
-  b->first = calloc((size_t)L, sizeof *b->first);
-  b->done = calloc((size_t)L, sizeof *b->done);
-  b->when = calloc((size_t)L, sizeof *b->when);
-  if (!b->first || !b->done || !b->when)
-    return strata__error(STRATA_ERR_NOMEM, "out of host memory for gradient buckets");
-  uint64_t acc = 0;
-  for (int i = L - 1; i >= 0; i--) {
-    size_t lo, hi;
-    strata__stage_layer_range(st, i, i + 1, &lo, &hi);
-    acc += (uint64_t)(hi - lo) * 4;
-    if (acc >= ex->tr->bucket_bytes || i == 0) {
-      b->first[b->n++] = i;
-      acc = 0;
-    }
-  }
-  return STRATA_OK;
-}
-
-static void buckets_free(struct exec *ex, struct buckets *b) {
-  for (int k = 0; k < b->posted && b->done && replica_comm(ex, b->s); k++) /* (across ranks: the step's end) */
-    if (b->done[k]) { /* a failed step: never waited for */
-      strata_queue_finish(ex->tr->st[b->s]->q);
-      strata__comm_release(replica_comm(ex, b->s), b->done[k],
-                           NULL, NULL);
-    }
-  free(b->first);
-  free(b->done);
-  free(b->when);
-}
+/* GRAD_REDUCE: post the stage's buckets its backward has not posted (buckets.c); its OPTIMIZER waits for them. */
+static int do_grad_reduce(struct exec *ex, int s) { return strata__buckets_post_rest(&ex->bk[s]); }
 
 /* A TP_JOIN's collectives, each a comm event on the device's transfer track. */
 struct join_trace {
@@ -1049,9 +949,9 @@ int strata__execute(strata_trainer_t tr, const struct strata__work *w, struct st
   if (buckets) {
     ex.bk = calloc((size_t)ex.S, sizeof *ex.bk);
     for (int s = 0; ex.bk && s < ex.S; s++)
-      if (buckets_init(&ex, s, &ex.bk[s])) {
+      if (strata__buckets_init(tr, replica_comm(&ex, s), s, &ex.bk[s])) {
         for (int t = 0; t <= s; t++)
-          buckets_free(&ex, &ex.bk[t]);
+          strata__buckets_free(&ex.bk[t]);
         free(ex.bk);
         ex.bk = NULL;
         break;
@@ -1196,7 +1096,7 @@ int strata__execute(strata_trainer_t tr, const struct strata__work *w, struct st
   free(ex.done);
   free(ex.done_post);
   for (int s = 0; ex.bk && s < ex.S; s++)
-    buckets_free(&ex, &ex.bk[s]);
+    strata__buckets_free(&ex.bk[s]);
   free(ex.bk);
   free(ex.zh);
   free(ex.gh);

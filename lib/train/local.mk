@@ -11,6 +11,7 @@ libstrata_la_SOURCES += \
 	%reldir%/state.c \
 	%reldir%/executor.c \
 	%reldir%/chain.c \
+	%reldir%/buckets.c \
 	%reldir%/gather.c \
 	%reldir%/joins.c \
 	%reldir%/spatial.c \

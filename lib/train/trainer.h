@@ -256,6 +256,27 @@ int strata__gather_fetch(void *hook, strata_queue_t q, size_t lo, size_t hi, str
 void strata__gather_landed(void *hook, int t, size_t lo, size_t hi, double posted, double landed);
 int strata__gather_action(strata_trainer_t tr, int s, int next);
 size_t strata__stage_full(const struct strata__stage *st);
+/*
+** Data parallelism's gradient buckets (buckets.c): runs of whole layers of a stage, at least tr->bucket_bytes each,
+** last layers first. During a stage's last backward of the step each bucket's all-reduce over communicator c is
+** posted as soon as its layers' gradients are enqueued (strata__buckets_ready, the stage's grads_done hook), so that
+** it overlaps the backward of the layers before it; GRAD_REDUCE posts what is left (strata__buckets_post_rest) and
+** OPTIMIZER waits for done[k] of each posted one. c is NULL where the replicas are on several ranks.
+*/
+struct strata__buckets {
+  strata_trainer_t tr;
+  strata_comm_t c;
+  int s;
+  int n, posted;             /* buckets, and how many are posted */
+  int *first;                /* [n]: bucket k holds stage layers [first[k], k ? first[k - 1] : layers) */
+  void **done;               /* [n] */
+  double *when;              /* [n]: when posted */
+};
+int strata__buckets_init(strata_trainer_t tr, strata_comm_t c, int s, struct strata__buckets *b);
+void strata__buckets_range(const struct strata__buckets *b, int k, size_t *lo, size_t *hi);
+int strata__buckets_ready(void *arg, int layer);
+int strata__buckets_post_rest(struct strata__buckets *b);
+void strata__buckets_free(struct strata__buckets *b);
 
 /* Run `w` on the trainer's devices; *grad_norm (may be NULL) gets a training step's gradient norm. */
 /* What a training step's run measured, for the trainer's report and trace. */
