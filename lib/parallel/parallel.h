@@ -55,5 +55,7 @@ static inline int strata__owner(const struct strata_schedule *s, int st) {
 
 /* Write "F2.5" (or "OPT2") for `a` into buf. */
 const char *strata__action_str(const struct strata_action *a, char buf[STRATA__ACTION_STR]);
+int strata__schedule_stage_peak(strata_schedule_t s, int stage, int open, int close, int close2, const char *fn,
+                                int *peak);
 
 #endif /* STRATA__PARALLEL_H */

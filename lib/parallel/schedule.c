@@ -967,24 +967,8 @@ STRATA_API int strata_schedule_device_peak(strata_schedule_t s, int device, cons
 
 /* A stage's micro-batches between their BI and their W in its device's list: the most at once. */
 STRATA_API int strata_schedule_peak_pending(strata_schedule_t s, int stage, int *peak) {
-  if (!s || !peak)
-    return strata__error(STRATA_ERR_INVALID, "strata_schedule_peak_pending: NULL argument");
-  if (stage < 0 || stage >= s->stages)
-    return strata__error(STRATA_ERR_RANGE, "strata_schedule_peak_pending: stage %d out of range (%d stages)", stage,
-                         s->stages);
-  const int d = s->stage_device[stage];
-  int now = 0, top = 0;
-  for (int i = 0; i < s->counts[d]; i++) {
-    const struct strata_action *a = &s->lists[d][i];
-    if (a->stage != stage)
-      continue;
-    if (a->kind == STRATA_ACTION_BACKWARD_INPUT && ++now > top)
-      top = now;
-    else if (a->kind == STRATA_ACTION_BACKWARD_WEIGHT)
-      now--;
-  }
-  *peak = top;
-  return STRATA_OK;
+  return strata__schedule_stage_peak(s, stage, STRATA_ACTION_BACKWARD_INPUT, STRATA_ACTION_BACKWARD_WEIGHT,
+                                     STRATA_ACTION_BACKWARD_WEIGHT, "strata_schedule_peak_pending", peak);
 }
 
 STRATA_API int strata_schedule_to_text(strata_schedule_t s, char **text) {

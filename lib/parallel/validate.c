@@ -680,26 +680,35 @@ STRATA_API int strata_schedule_bubble(strata_schedule_t s, double *bubble) {
 }
 
 /*
-** A micro-batch is in flight on a stage from its F until its B, or until
-** its W when the backward is split (W still reads the activations).
+** The most micro-batches of `stage` at once between an action of kind `open` and one of the kinds `close` or
+** `close2` in its device's list (fn names the public call for the errors).
 */
-STRATA_API int strata_schedule_peak_inflight(strata_schedule_t s, int stage, int *peak) {
+int strata__schedule_stage_peak(strata_schedule_t s, int stage, int open, int close, int close2, const char *fn,
+                                int *peak) {
   if (!s || !peak)
-    return strata__error(STRATA_ERR_INVALID, "strata_schedule_peak_inflight: NULL argument");
+    return strata__error(STRATA_ERR_INVALID, "%s: NULL argument", fn);
   if (stage < 0 || stage >= s->stages)
-    return strata__error(STRATA_ERR_RANGE, "strata_schedule_peak_inflight: stage %d out of range (%d stages)", stage,
-                         s->stages);
+    return strata__error(STRATA_ERR_RANGE, "%s: stage %d out of range (%d stages)", fn, stage, s->stages);
   const int d = s->stage_device[stage];
   int now = 0, top = 0;
   for (int i = 0; i < s->counts[d]; i++) {
     const struct strata_action *a = &s->lists[d][i];
     if (a->stage != stage)
       continue;
-    if (a->kind == STRATA_ACTION_FORWARD && ++now > top)
+    if (a->kind == open && ++now > top)
       top = now;
-    else if (a->kind == STRATA_ACTION_BACKWARD || a->kind == STRATA_ACTION_BACKWARD_WEIGHT)
+    else if (a->kind == close || a->kind == close2)
       now--;
   }
   *peak = top;
   return STRATA_OK;
+}
+
+/*
+** A micro-batch is in flight on a stage from its F until its B, or until
+** its W when the backward is split (W still reads the activations).
+*/
+STRATA_API int strata_schedule_peak_inflight(strata_schedule_t s, int stage, int *peak) {
+  return strata__schedule_stage_peak(s, stage, STRATA_ACTION_FORWARD, STRATA_ACTION_BACKWARD,
+                                     STRATA_ACTION_BACKWARD_WEIGHT, "strata_schedule_peak_inflight", peak);
 }
