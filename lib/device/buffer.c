@@ -176,10 +176,10 @@ int strata__cache_fill(int dev, size_t bytes, int count) {
   }
 }
 
-/* A block whose buffer could not be made: back into the cache (its bytes were never "used"). */
-static void buffer_cache_block(struct strata__device *d, void *h, size_t bytes) {
+/* Under d->lock: make room in a full cache by taking its oldest block out (returned, to be freed after the lock;
+** its .h NULL when the cache had room). */
+static struct strata__cached cache_make_room_locked(struct strata__device *d) {
   struct strata__cached oldest = {NULL, 0, NULL, NULL, NULL};
-  pthread_mutex_lock(&d->lock);
   if (d->ncache == STRATA__CACHE_MAX) {
     oldest = d->cache[0];
     memmove(&d->cache[0], &d->cache[1], (size_t)(d->ncache - 1) * sizeof d->cache[0]);
@@ -187,6 +187,13 @@ static void buffer_cache_block(struct strata__device *d, void *h, size_t bytes) 
     d->cached -= oldest.bytes;
     d->backend_frees++;
   }
+  return oldest;
+}
+
+/* A block whose buffer could not be made: back into the cache (its bytes were never "used"). */
+static void buffer_cache_block(struct strata__device *d, void *h, size_t bytes) {
+  pthread_mutex_lock(&d->lock);
+  struct strata__cached oldest = cache_make_room_locked(d);
   d->cache[d->ncache++] = (struct strata__cached){.h = h, .bytes = bytes};
   d->cached += bytes;
   pthread_mutex_unlock(&d->lock);
@@ -239,15 +246,8 @@ STRATA_API int strata_buffer_new_on(strata_queue_t q, size_t bytes, strata_buffe
 /* Put b's block into its device's cache, guarded by backend event ev of queue q (NULL: none; the handle is freed). */
 static void buffer_cache(strata_buffer_t b, void *ev, void *q) {
   struct strata__device *d = b->dev;
-  struct strata__cached oldest = {NULL, 0, NULL, NULL, NULL};
   pthread_mutex_lock(&d->lock);
-  if (d->ncache == STRATA__CACHE_MAX) {
-    oldest = d->cache[0];
-    memmove(&d->cache[0], &d->cache[1], (size_t)(d->ncache - 1) * sizeof d->cache[0]);
-    d->ncache--;
-    d->cached -= oldest.bytes;
-    d->backend_frees++;
-  }
+  struct strata__cached oldest = cache_make_room_locked(d);
   d->cache[d->ncache] = (struct strata__cached){.h = b->h, .bytes = b->size, .ev = ev, .q = q, .handle = ev ? b : NULL};
   d->ncache++;
   d->cached += b->size;
