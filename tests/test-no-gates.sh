@@ -20,6 +20,9 @@ for suite in test-comm test-parallel test-seqpar; do
   grep -E '^(not )?ok' "$tmp/$suite.tap" | sed "s/^\(\(not \)\{0,1\}ok\)\( [0-9]*\)\{0,1\} - /\1 - no gates: /" >"$tmp/$suite.cases"
   cat "$tmp/$suite.cases"
   n=$((n + $(wc -l <"$tmp/$suite.cases")))
+  if grep -q '^not ok' "$tmp/$suite.cases"; then # what the failing cases said, as TAP comments in the log
+    grep -E '^\[(----|FAIL)\]' "$tmp/$suite.log" | grep -v '^\[----\] *$' | head -n 60 | sed 's/^/# /'
+  fi
   if [ "$rc" -ne 0 ] && ! grep -q '^not ok' "$tmp/$suite.cases"; then
     echo "not ok - $suite under STRATA_HOST_NO_GATES=1 exited $rc"
     tail -n 30 "$tmp/$suite.log" | sed 's/^/# /'
