@@ -199,7 +199,8 @@ struct strata__plan_peaks {
 int strata__plan_peaks_new(strata_schedule_t sch, struct strata__plan_peaks **out /* OUT */);
 void strata__plan_peaks_free(struct strata__plan_peaks *pk);
 /* Memory a device of rank `rank` needs with `split` (layers per virtual stage) given the micro-batches in flight on
-** each of its stages (inflight[stage]); with the schedule's peaks `pk` (NULL: each stage's peak added up), a rank of
+** each of its stages (inflight[stage]) and, for a split backward, its micro-batches with a W pending
+** (inflight[S + stage], S the layout's stages: the array holds 2S counts); with the schedule's peaks `pk` (NULL: each stage's peak added up), a rank of
 ** several stages holds the micro-batches its list keeps in flight at once. */
 uint64_t strata__plan_rank_memory(strata_model_t model, strata_layout_t layout, const int *split, const int *inflight,
                                   const struct strata__plan_peaks *pk, int64_t rows, int rank);

@@ -14,8 +14,10 @@
 
 /* Whether every slab of layout l (pp 1, m micro-batches of `rows`) fits its device: the memory model's bytes. */
 static int slabs_fit(const struct search *s, strata_layout_t l, int64_t rows) {
-  const int split = s->L, inflight = 1; /* (pp 1: one micro-batch in flight, 1F1B's) */
-  const uint64_t need = strata__plan_rank_memory(s->model, l, &split, &inflight, NULL, rows, 0);
+  /* (pp 1: one micro-batch in flight, 1F1B's, and no W pending: inflight holds the S in-flight counts, then the S
+  ** pending ones) */
+  const int split = s->L, inflight[2] = {1, 0};
+  const uint64_t need = strata__plan_rank_memory(s->model, l, &split, inflight, NULL, rows, 0);
   for (int r = 0; r < strata_layout_dp(l); r++)
     for (int k = 0; k < strata_layout_tp(l, 0); k++) {
       int dv = 0;
