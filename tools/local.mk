@@ -14,6 +14,7 @@ tools_strata_plan_SOURCES = %reldir%/strata-plan.c
 tools_strata_plan_CPPFLAGS = $(AM_CPPFLAGS) $(JANSSON_CFLAGS)
 tools_strata_plan_LDADD = $(tools_ldadd) $(JANSSON_LIBS) -lm
 tools_strata_bench_SOURCES = %reldir%/strata-bench.c %reldir%/bench-comm.c %reldir%/bench-comm.h \
+  %reldir%/bench-cublas.c %reldir%/bench-cublas.h \
 	%reldir%/bench-mpi.c %reldir%/bench-mpi.h
 # MPI_CFLAGS / MPI_LIBS are empty without MPI: `strata-bench mpi` calls OpenMPI itself to compare.
 tools_strata_bench_CPPFLAGS = $(AM_CPPFLAGS) $(MPI_CFLAGS)

@@ -28,6 +28,7 @@
 
 #include "cli.h"
 #include "bench-comm.h"
+#include "bench-cublas.h"
 #include "bench-mpi.h"
 
 #define MAX_SIZES 16
@@ -68,8 +69,10 @@ static void usage(FILE *f) {
           "                     same run, in turn round by round; prints GFLOP/s per library\n"
           "                     and size and strata's share of the best (target: 90%%)\n"
           "  -p, --precision P  fp32 (default) or bf16: bfloat16 A and B with float32 sums and C,\n"
-          "                     on host devices, beside oneDNN's bf16 matmul called directly\n"
-          "                     (the copy the host backend loaded; target: strata >= 90%% of it)\n"
+          "                     beside oneDNN's bf16 matmul on host devices and cuBLAS's\n"
+          "                     cublasGemmEx (CUDA_R_16BF, CUBLAS_COMPUTE_32F) on CUDA devices,\n"
+          "                     each called directly (target: strata >= 90%% of it); OpenCL\n"
+          "                     devices run it with no direct comparison\n"
           "      --json         one JSON object per line instead of a table\n"
           "  -h, --help         this help\n"
           "      --version      show the version (strata-bench --version)\n"
@@ -133,6 +136,7 @@ struct runner {
   float *c;
   const struct peer *peer;        /* --compare: the library called */
   int dtype;                      /* strata: the type of A and B (C is float32) */
+  struct bench_cublas *cublas;    /* cuBLAS, CUDA devices */
 #ifdef STRATA_BLAS_DNNL
   dnnl_engine_t eng;              /* oneDNN matmul, --precision bf16 */
   dnnl_stream_t stream;
@@ -204,38 +208,25 @@ static struct {
   void *handle;
 } host_blas;
 
-static int find_blas_cb(struct dl_phdr_info *info, size_t size, void *data) {
-  (void)size;
-  if (!info->dlpi_name || !info->dlpi_name[0])
-    return 0;
-  void *h = dlopen(info->dlpi_name, RTLD_NOW | RTLD_NOLOAD);
-  if (!h)
-    return 0;
-  void *sym = dlsym(h, (const char *)data);
-  Dl_info where;
-  if (sym && dladdr(sym, &where) && where.dli_fname && strcmp(where.dli_fname, info->dlpi_name) == 0) {
-    host_blas.handle = h;
-    snprintf(host_blas.file, sizeof host_blas.file, "%s", info->dlpi_name);
-    if (strcmp(data, "dnnl_sgemm") == 0)
-      host_blas.dnnl = (dnnl_sgemm_fn)(uintptr_t)sym;
-    else
-      host_blas.cblas = (cblas_sgemm_fn)(uintptr_t)sym;
-    return 1;
-  }
-  dlclose(h);
-  return 0;
-}
-
 /* After the registry loaded the host module: find its GEMM library; 0 if it is loaded. */
 static int find_host_blas(void) {
   if (host_blas.handle)
     return 0;
 #ifdef STRATA_BLAS_DNNL
-  dl_iterate_phdr(find_blas_cb, (void *)"dnnl_sgemm");
+  const char *entry = "dnnl_sgemm";
 #else
-  dl_iterate_phdr(find_blas_cb, (void *)"cblas_sgemm");
+  const char *entry = "cblas_sgemm";
 #endif
-  return host_blas.handle ? 0 : -1;
+  host_blas.handle = strata_bench_find_loaded(entry, host_blas.file, sizeof host_blas.file);
+  if (!host_blas.handle)
+    return -1;
+  void *sym = dlsym(host_blas.handle, entry);
+#ifdef STRATA_BLAS_DNNL
+  host_blas.dnnl = (dnnl_sgemm_fn)(uintptr_t)sym;
+#else
+  host_blas.cblas = (cblas_sgemm_fn)(uintptr_t)sym;
+#endif
+  return 0;
 }
 
 /* One line: which library, which kernels, who chose them (`user_coretype`: OPENBLAS_CORETYPE before strata ran). */
@@ -370,6 +361,19 @@ static int dnnl_bf16_setup(struct runner *r, int n, const float *a, const float 
   return rc;
 }
 #endif
+
+/* CUDA devices: cuBLAS's cublasGemmEx through the copy the CUDA module loaded (bench-cublas.c). */
+static int cublas_run(struct runner *r) { return strata_bench_cublas_run(r->cublas); }
+
+static void cublas_done(struct runner *r) { strata_bench_cublas_close(r->cublas); }
+
+static int cublas_setup(struct runner *r, int ordinal, int n, const float *a, const float *b, int bf16) {
+  memset(r, 0, sizeof *r);
+  r->n = n;
+  r->run = cublas_run;
+  r->done = cublas_done;
+  return strata_bench_cublas_open(ordinal, n, a, b, bf16, &r->cublas);
+}
 
 #ifdef STRATA_HAVE_OPENCL
 /* The OpenCL device strata calls `backend_index`: platforms in order, then
@@ -695,17 +699,19 @@ static int bench_gemm(const struct options *o) {
       continue;
     struct strata_device_props p;
     strata_device_props(d, &p);
-    const char *direct = strcmp(p.backend, "host") == 0     ? (host_blas.dnnl ? "oneDNN dnnl_sgemm" : "host cblas_sgemm")
+    int host = strcmp(p.backend, "host") == 0, cuda = strcmp(p.backend, "cuda") == 0;
+    const char *direct = host                               ? (host_blas.dnnl ? "oneDNN dnnl_sgemm" : "host cblas_sgemm")
                          : strcmp(p.backend, "opencl") == 0 ? "CLBlast CLBlastSgemm"
+                         : cuda                             ? "cuBLAS cublasGemmEx f32"
                                                             : NULL;
-    if (o->bf16 && strcmp(p.backend, "host") != 0) {
-      if (!o->json)
-        printf("%-4d %-8s %-44.44s %6s %14s %14s %8s  %s\n", d, p.backend, p.name, "-", "-", "-", "-",
-               "bf16 runs on host devices only so far");
-      continue;
-    }
     if (o->bf16)
-      direct = host_blas.dnnl ? "oneDNN matmul bf16:bf16:f32" : NULL;
+      direct = host && host_blas.dnnl ? "oneDNN matmul bf16:bf16:f32"
+               : cuda                 ? "cuBLAS cublasGemmEx bf16:bf16:f32"
+                                      : NULL;
+    if (cuda && !o->json) {
+      const char *file = strata_bench_cublas_file();
+      printf("cuda GEMM: %s\n", file ? file : "cuBLAS not found among the loaded objects");
+    }
     for (int s = 0; s < o->nsizes; s++) {
       int n = o->sizes[s];
       size_t count = (size_t)n * n;
@@ -723,11 +729,14 @@ static int bench_gemm(const struct options *o) {
       double ts = 0, td = 0;
       struct runner rs_, rd_ = {0};
       int rs = strata_setup(&rs_, d, n, a, b, o->bf16), have_direct = -1;
-      if (o->bf16) {
+      if (cuda)
+        have_direct = cublas_setup(&rd_, p.backend_index, n, a, b, o->bf16);
+      else if (o->bf16) {
 #ifdef STRATA_BLAS_DNNL
-        have_direct = dnnl_bf16_setup(&rd_, n, a, b);
+        if (host)
+          have_direct = dnnl_bf16_setup(&rd_, n, a, b);
 #endif
-      } else if (strcmp(p.backend, "host") == 0)
+      } else if (host)
         have_direct = cblas_setup(&rd_, n, a, b);
 #ifdef STRATA_HAVE_OPENCL
       else if (strcmp(p.backend, "opencl") == 0)

@@ -115,6 +115,7 @@ int strata__nccl_probe(void *ctx, char *why, size_t len) {
 ** this process's share of a group across processes (comm_new_rank). */
 struct nccl_group {
   int n;
+  int size;                   /* members in the whole group (across processes) */
   int *devs;
   int *ranks;                 /* member index in the whole group by local member; NULL: the same */
   nccl_comm_t *comms;
@@ -294,6 +295,7 @@ int strata__nccl_comm_new(void *ctx, int n, const int *devs, void **out) {
   int rc = group_alloc(ctx, n, devs, NULL, &g);
   if (rc)
     return rc;
+  g->size = n;
   void *saved = strata__cuda_context_save(ctx);
   int r = nccl.comm_init_all(g->comms, n, devs);
   strata__cuda_context_restore(ctx, saved);
@@ -339,6 +341,7 @@ int strata__nccl_comm_new_rank(void *ctx, const void *id, int nranks, int nlocal
   int rc = group_alloc(ctx, nlocal, devs, ranks, &g);
   if (rc)
     return rc;
+  g->size = nranks;
   nccl_unique_id u;
   memcpy(&u, id, sizeof u);
   void *saved = strata__cuda_context_save(ctx);
@@ -386,6 +389,11 @@ int strata__nccl_comm_coll(void *ctx, void *comm, int kind, int member, void *co
   int nd = dtype == 2 ? NCCL_BFLOAT16 : dtype == 1 ? NCCL_INT32 : NCCL_FLOAT32;
   size_t es = dtype == 2 ? 2 : 4;
   int no = op == 2 ? NCCL_MAX : op == 1 ? NCCL_AVG : NCCL_SUM;
+  /* An average over one member is its own values, which a sum gives exactly. NCCL 2.28.9 on an H100 (strata's GPU
+  ** run, 2026-12-05) left the last elements of an out-of-place one-rank ncclAvg of 400009 floats unwritten (400000
+  ** written; ncclSum of the same was whole) */
+  if (no == NCCL_AVG && g->size == 1)
+    no = NCCL_SUM;
   if (dtype == 2 && kind != 4 && nccl.version && nccl.version < NCCL_BFLOAT16_SINCE)
     return strata__nccl_svc->error(STRATA_ERR_UNSUPPORTED, "cuda: NCCL %d.%d.%d has no bfloat16 (2.10 or later has)",
                                    nccl.version / 10000, nccl.version / 100 % 100, nccl.version % 100);
