@@ -56,6 +56,9 @@
 #define GROUP ((I64)get_group_id(0))
 #define BARRIER() barrier(CLK_LOCAL_MEM_FENCE)
 #define MASKP
+#define F4 float4
+#define LOCAL_F32_ALIGN16(name, n) __local float name[n] __attribute__((aligned(16)))
+#define LDL4(arr, i) vload4(0, (arr) + (i))
 #elif defined(__CUDACC__)
 #define KERNEL extern "C" __global__
 #define GLOBAL
@@ -81,8 +84,26 @@
 #define GROUP ((I64)blockIdx.x)
 #define BARRIER() __syncthreads()
 #define MASKP unsigned strata_mask,
+#define F4 float4
+#define LOCAL_F32_ALIGN16(name, n) __shared__ __align__(16) float name[n]
+#define LDL4(arr, i) (*(const float4 *)((arr) + (i)))
 #else
 #error "kernels/dialect.h is for OpenCL C or CUDA C"
+#endif
+
+/*
+** Register-tiled loops: UNROLL before a loop of constant bounds unrolls it
+** whole, so that private arrays indexed by its variable stay in registers.
+** LOCAL_F32_ALIGN16(name, n) declares a float array in local memory on a
+** 16-byte boundary, and LDL4(name, i) reads its elements i .. i + 3 (i a
+** multiple of 4) as one F4 (.x .y .z .w): one 16-byte shared-memory load on
+** a GPU where four scalar loads would each pair with a multiply-add.
+*/
+#if defined(__CUDACC__)
+#define UNROLL _Pragma("unroll")
+#else
+#define UNROLL /* OpenCL: PoCL compiles a program per buffer-type mask at run time, and whole unrolled tiles made each
+                  compile minutes long; its vectoriser works across work-items, not along these loops */
 #endif
 
 /*

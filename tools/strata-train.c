@@ -24,7 +24,6 @@
 #define PEAK_N 1024
 #define PEAK_MAX_SECONDS 0.25
 #define PEAK_GPU_N 8192
-#define PEAK_GPU_SECONDS 0.01
 
 static volatile sig_atomic_t interrupted;
 
@@ -105,12 +104,17 @@ static int measure_peak(int dev, int dtype, double rough, double *gflops /* OUT 
   while (n > 256 && 2.0 * n * n * n / (rough * 1e9) > PEAK_MAX_SECONDS)
     n /= 2;
   /* A GPU's 1024 product is over in microseconds, launch-bound (an H100 showed 110 TFLOP/s there in bf16 against
-  ** 780 at 8192): it grows to the first power of two taking PEAK_GPU_SECONDS at the 256 product's rate (which
-  ** understates a GPU's, so the product is larger still), at most PEAK_GPU_N. CPUs reach their peak at 1024. */
+  ** 780 at 8192, and its 256 probe under 2 TFLOP/s): N is PEAK_GPU_N unless one product would take longer than
+  ** PEAK_MAX_SECONDS at the rate a 1024 product shows. CPUs reach their peak at 1024. */
   struct strata_device_props p;
-  if (n == PEAK_N && strata_device_props(dev, &p) == STRATA_OK && !p.is_cpu)
-    while (n < PEAK_GPU_N && 2.0 * n * n * n / (rough * 1e9) < PEAK_GPU_SECONDS)
-      n *= 2;
+  if (n == PEAK_N && strata_device_props(dev, &p) == STRATA_OK && !p.is_cpu) {
+    double at1024 = 0;
+    rc = strata_device_gemm_speed_as(dev, dtype, PEAK_N, 2, &at1024, NULL);
+    if (rc == STRATA_OK && at1024 > 0)
+      for (n = PEAK_GPU_N; n > PEAK_N && 2.0 * n * n * n / (at1024 * 1e9) > PEAK_MAX_SECONDS; n /= 2)
+        ;
+    rc = STRATA_OK; /* a refused 1024 product is met again below, where smaller ones are tried */
+  }
   /* Fall back to smaller products when the device's memory cap refuses the big ones. */
   for (; n >= 128; n /= 2) {
     rc = strata_device_gemm_speed_as(dev, dtype, n, PEAK_REPS, gflops, NULL);
