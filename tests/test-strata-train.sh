@@ -42,7 +42,7 @@ if [ ! -x "$TRAIN" ] || [ ! -x "$GEN" ]; then
   echo "1..0 # SKIP strata-train or strata-generate not built"
   exit 0
 fi
-echo "1..168"
+echo "1..169"
 
 # A small corpus of our own, so that the tests do not depend on what the machine ships.
 for i in 1 2 3 4 5 6 7 8; do cat "$top_srcdir/README.md" "$top_srcdir/man/strata-train.1"; done >"$TMP/text.txt"
@@ -472,6 +472,39 @@ done
 what="a device fault in a ZeRO-3 gather stops every replica, names device 1, keeps the checkpoint"
 if [ -n "$bad" ] || [ "$gathers" -eq 0 ]; then not_ok "$what" "$gathers in gathers" "$bad"
 else ok "$what ($gathers in gathers)"; fi
+
+# A device fault while a checkpoint is read or written: pp 2 resumed from a checkpoint and saving over it, with device
+# 1's copies failing one run at a time (its k-th copy, k = 1, 2, ... until a run finishes untouched): each run stops
+# with one line naming device 1 with its label and the fault, the faults among the load's copies (parameters and AdamW
+# moments from the host) and the save's (to the host) name the stage and buffer, and a fault in the save leaves the
+# checkpoint it resumed from as it was.
+STRATA_HOST_DEVICES=2 $TRAIN --model gpt-micro --data "$TMP/text.txt" --batch 4 --eval-batches 1 --eval-every 0 \
+  --pp 2 --steps 1 --save "$TMP/pp.st" --quiet >"$TMP/out" 2>"$TMP/err"
+cp "$TMP/pp.st" "$TMP/pp.orig" 2>/dev/null
+bad="" loads=0 saves=0 copy=1
+while [ "$copy" -le 80 ]; do
+  cp "$TMP/pp.orig" "$TMP/pp.st"
+  STRATA_HOST_DEVICES=2 STRATA_HOST_FAULT=device=1,copy=$copy $TRAIN --model gpt-micro --data "$TMP/text.txt" \
+    --batch 4 --eval-batches 1 --eval-every 0 --pp 2 --steps 2 --resume "$TMP/pp.st" --save "$TMP/pp.st" \
+    --quiet >"$TMP/out" 2>"$TMP/err"
+  rc=$?
+  [ "$rc" -eq 0 ] && break
+  if [ "$rc" -ne 1 ] || [ "$(wc -l <"$TMP/err" | tr -d ' ')" -ne 1 ] ||
+    ! grep -q "^strata-train: .*device 1 (host: .*injected fault: copy #$copy)" "$TMP/err"; then
+    bad="$bad copy $copy: rc=$rc $(head -c 300 "$TMP/err");"
+  fi
+  if grep -q "device 1 (host: .*), copying stage 1's .* from the host: " "$TMP/err"; then
+    loads=$((loads + 1))
+  elif grep -q "device 1 (host: .*), copying stage 1's .* to the host: " "$TMP/err"; then
+    saves=$((saves + 1))
+    cmp -s "$TMP/pp.st" "$TMP/pp.orig" || bad="$bad copy $copy: the checkpoint changed;"
+  fi
+  copy=$((copy + 1))
+done
+what="a device fault reading or writing a checkpoint names device 1 and the stage, keeps the checkpoint"
+if [ -n "$bad" ] || [ "$loads" -eq 0 ] || [ "$saves" -eq 0 ] || [ "$rc" -ne 0 ]; then
+  not_ok "$what" "$loads in the load, $saves in the save, the last run exit $rc" "$bad"
+else ok "$what ($copy runs, $loads faults in the load, $saves in the save)"; fi
 
 # bf16 mixed precision (issue 31): refused precisions, one line, exit 2; the CNN trains in bf16; a bf16 run says its precision in
 # the start event and the summary, and every run's summary has devices[] with the memory figures
