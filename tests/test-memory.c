@@ -221,6 +221,23 @@ Test(memory, zero1_reduce_scatter_scratch_is_the_figure) {
     strata_model_free(m[i]);
 }
 
+/* A text dataset (a tenth held out) of `lines` numbered copies of `sentence`, written into a new temporary directory
+** whose path goes to dir (256 bytes; the caller removes it with tc_remove_dir). */
+static strata_dataset_t corpus(char *dir, int lines, const char *sentence) {
+  char path[300];
+  snprintf(dir, 256, "%s/strata-mem-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+  cr_assert_not_null(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/corpus.txt", dir);
+  FILE *f = fopen(path, "w");
+  cr_assert_not_null(f);
+  for (int i = 0; i < lines; i++)
+    fprintf(f, "line %d: %s ", i, sentence);
+  fclose(f);
+  strata_dataset_t ds;
+  OK(strata_dataset_text(path, 0.1, &ds));
+  return ds;
+}
+
 /* One training step of a 2-block GPT (d_model 64, 2 heads) of context `context`, batch 1, on device `dev`: the
 ** runtime's accounting of its peak bytes there (strata-train --json's devices[].peak_bytes). */
 static uint64_t gpt_step_peak(strata_dataset_t ds, int dev, int64_t context) {
@@ -253,17 +270,8 @@ static uint64_t gpt_step_peak(strata_dataset_t ds, int dev, int64_t context) {
 Test(memory, attention_memory_grows_linearly_with_the_context) {
   setenv("STRATA_HOST_DEVICES", "1", 1);
   setenv("STRATA_BACKENDS", "host,opencl", 1);
-  char dir[256], corpus[300];
-  snprintf(dir, sizeof dir, "%s/strata-mem-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-  cr_assert_not_null(mkdtemp(dir));
-  snprintf(corpus, sizeof corpus, "%s/corpus.txt", dir);
-  FILE *f = fopen(corpus, "w");
-  cr_assert_not_null(f);
-  for (int i = 0; i < 600; i++)
-    fprintf(f, "line %d: attention keeps one number per query for its backward pass. ", i);
-  fclose(f);
-  strata_dataset_t ds;
-  OK(strata_dataset_text(corpus, 0.1, &ds));
+  char dir[256];
+  strata_dataset_t ds = corpus(dir, 600, "attention keeps one number per query for its backward pass.");
   const char *const backends[] = {"opencl", "host"};
   for (int b = 0; b < 2; b++) {
     int dev = tc_find_device(backends[b], 0);
@@ -343,17 +351,8 @@ Test(memory, split_backward_schedules_hold_what_their_lists_force, .timeout = 30
   setenv("STRATA_HOST_DEVICES", "4", 1);
   setenv("STRATA_BACKENDS", "host", 1);
   strata_shutdown(); /* the host backend reads the settings when it starts */
-  char dir[256], corpus[300];
-  snprintf(dir, sizeof dir, "%s/strata-mem-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-  cr_assert_not_null(mkdtemp(dir));
-  snprintf(corpus, sizeof corpus, "%s/corpus.txt", dir);
-  FILE *f = fopen(corpus, "w");
-  cr_assert_not_null(f);
-  for (int i = 0; i < 200; i++)
-    fprintf(f, "line %d: a weight pass reads the gradients its input pass kept. ", i);
-  fclose(f);
-  strata_dataset_t ds;
-  OK(strata_dataset_text(corpus, 0.1, &ds));
+  char dir[256];
+  strata_dataset_t ds = corpus(dir, 200, "a weight pass reads the gradients its input pass kept.");
   struct strata_model_config c = {.kind = STRATA_MODEL_GPT, .vocab = 256, .context = 16, .d_model = 32, .layers = 6,
                                   .heads = 2, .d_ff = 64};
   strata_model_t m = model_of(&c);
