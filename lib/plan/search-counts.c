@@ -176,6 +176,20 @@ static int same_hops(const struct search *s, int dp, int pp, const struct group 
 }
 
 /* Position order of groups: node, then island order, then first device. */
+/* alt: the n = dp x pp groups of use with each replica's ranks sorted (stably) by memory, most first, or (by_flops)
+** by speed, fastest first. */
+static void ranks_sorted(const struct group **use, int n, int dp, int pp, int by_flops, const struct group **alt) {
+  memcpy(alt, use, sizeof *alt * (size_t)n);
+  for (int r = 0; r < dp; r++)
+    for (int i = 1; i < pp; i++)
+      for (int j = r * pp + i;
+           j > r * pp && (by_flops ? alt[j]->flops > alt[j - 1]->flops : alt[j]->memory > alt[j - 1]->memory); j--) {
+        const struct group *t = alt[j];
+        alt[j] = alt[j - 1];
+        alt[j - 1] = t;
+      }
+}
+
 static int by_position(const void *a, const void *b) {
   const struct group *x = *(const struct group *const *)a, *y = *(const struct group *const *)b;
   return x->devs[0] - y->devs[0];
@@ -259,24 +273,10 @@ void strata__plan_try_counts(struct search *s) {
         /* a short pipeline over devices that differ: every order of its ranks, the same in each replica */
         permute_ranks(s, dp, pp, use, alt);
       } else if (mixed && pp > 1 && !s->rc) {
-        memcpy(alt, use, sizeof *alt * (size_t)n);
-        for (int r = 0; r < dp; r++)
-          for (int i = 1; i < pp; i++)
-            for (int j = r * pp + i; j > r * pp && alt[j]->memory > alt[j - 1]->memory; j--) {
-              const struct group *t = alt[j];
-              alt[j] = alt[j - 1];
-              alt[j - 1] = t;
-            }
+        ranks_sorted(use, n, dp, pp, 0, alt);
         strata__plan_try_assignment(s, dp, pp, alt);
         /* and by speed, fastest first */
-        memcpy(alt, use, sizeof *alt * (size_t)n);
-        for (int r = 0; r < dp; r++)
-          for (int i = 1; i < pp; i++)
-            for (int j = r * pp + i; j > r * pp && alt[j]->flops > alt[j - 1]->flops; j--) {
-              const struct group *t = alt[j];
-              alt[j] = alt[j - 1];
-              alt[j - 1] = t;
-            }
+        ranks_sorted(use, n, dp, pp, 1, alt);
         strata__plan_try_assignment(s, dp, pp, alt);
       }
       free(alt);
