@@ -642,16 +642,17 @@ Test(llama_train, checkpoints_resume_across_tp_above_kv_heads) {
   }
 }
 
-/* The layout of `fmt` ("%s" the recompute mode, "%%d" host devices 0 ..) in `precision`, STEPS steps. */
-static void recomputed(strata_model_t m, const char *fmt, const char *mode, int precision, struct run *r) {
-  int h[4];
-  for (int i = 0; i < 4; i++)
+/* The layout of `fmt` (its "%s" a layout's extra fields, e.g. the recompute mode; "%%d" host devices 0 ..) with
+** `extra` in `precision`, STEPS steps. */
+static void with_fields(strata_model_t m, const char *fmt, const char *extra, int precision, struct run *r) {
+  int h[8];
+  for (int i = 0; i < 8; i++)
     h[i] = tc_find_device("host", i);
-  char devs[512], text[512];
-  snprintf(devs, sizeof devs, fmt, mode);
-  snprintf(text, sizeof text, devs, h[0], h[1], h[2], h[3]);
+  char devs[600], text[600];
+  snprintf(devs, sizeof devs, fmt, extra);
+  snprintf(text, sizeof text, devs, h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]);
   strata_layout_t l;
-  OK(strata_layout_from_json(text, "llama recompute", &l));
+  OK(strata_layout_from_json(text, "llama layout", &l));
   struct strata_train_options o = options(1);
   o.precision = precision;
   strata_trainer_t tr;
@@ -679,11 +680,11 @@ Test(llama_train, recompute_is_bit_for_bit) {
   for (int bf = 0; bf <= 1; bf++)
     for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++) {
       struct run ref, got;
-      recomputed(m, fmts[f], "none", bf ? STRATA_BFLOAT16 : STRATA_FLOAT32, &ref);
+      with_fields(m, fmts[f], "none", bf ? STRATA_BFLOAT16 : STRATA_FLOAT32, &ref);
       for (int k = 1; k <= 2; k++) {
         char what[200];
         snprintf(what, sizeof what, "%s %s recompute %s", bf ? "bf16" : "fp32", fmts[f], modes[k]);
-        recomputed(m, fmts[f], modes[k], bf ? STRATA_BFLOAT16 : STRATA_FLOAT32, &got);
+        with_fields(m, fmts[f], modes[k], bf ? STRATA_BFLOAT16 : STRATA_FLOAT32, &got);
         compare(what, &got, &ref, 1);
         for (int s = 0; s < STEPS; s++)
           cr_assert_eq(got.norm[s], ref.norm[s], "%s step %d: norm %.9g, without %.9g", what, s + 1, got.norm[s],
@@ -693,26 +694,6 @@ Test(llama_train, recompute_is_bit_for_bit) {
       free(ref.params);
     }
   strata_model_free(m);
-}
-
-/* The layout of `fmt` (its "%s" a layout's extra fields, "%%d" host devices 0 ..) with `extra` in `precision`, STEPS
-** steps. */
-static void with_fields(strata_model_t m, const char *fmt, const char *extra, int precision, struct run *r) {
-  int h[8];
-  for (int i = 0; i < 8; i++)
-    h[i] = tc_find_device("host", i);
-  char devs[600], text[600];
-  snprintf(devs, sizeof devs, fmt, extra);
-  snprintf(text, sizeof text, devs, h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]);
-  strata_layout_t l;
-  OK(strata_layout_from_json(text, "llama sp", &l));
-  struct strata_train_options o = options(1);
-  o.precision = precision;
-  strata_trainer_t tr;
-  OK(strata_trainer_new_layout(m, ds, &o, l, NULL, &tr));
-  run_steps(tr, r);
-  strata_trainer_free(tr);
-  strata_layout_free(l);
 }
 
 /*

@@ -154,6 +154,90 @@ Test(memory, the_figures_are_what_a_stage_allocates) {
     strata_model_free(m[i]);
 }
 
+/* ZeRO-1's scratch: a stage's gradient reduce-scatter over 2 replicas, run as the trainer runs it (in place, each
+** replica keeping its shard: fp32 sums, or through the bf16 copy) through a communicator of two host devices at
+** lib/comm's defaults, takes on each device what the stage's `comm` figure says, byte for byte: every cut of a GPT
+** whose shards go direct (up to 32 KiB) or round the ring (a chunk and two shards), and the whole small models'. */
+Test(memory, zero1_reduce_scatter_scratch_is_the_figure) {
+  setenv("STRATA_HOST_DEVICES", "2", 1);
+  setenv("STRATA_BACKENDS", "host", 1);
+  strata_shutdown(); /* the host backend reads the settings when it starts */
+  strata_model_t m[7];
+  models(m);
+  struct strata_model_config big = {.kind = STRATA_MODEL_GPT, .vocab = 256, .context = 8, .d_model = 64, .layers = 2,
+                                    .heads = 2, .d_ff = 128};
+  m[6] = model_of(&big);
+  const int dev[2] = {tc_find_device("host", 0), tc_find_device("host", 1)};
+  cr_assert_geq(dev[1], 0, "needs 2 host virtual devices");
+  int direct = 0, ring = 0;
+  for (int i = 0; i < 7; i++)
+    for (int bf = 0; bf <= 1; bf++) {
+      const int L = strata_model_layer_count(m[i]);
+      for (int a = 0; a < L; a++)
+        for (int b = a + 1; b <= L; b++) {
+          if (i != 6 && (a != 0 || b != L))
+            continue; /* the small models whole, the larger GPT every cut */
+          const int dt = bf ? STRATA_BFLOAT16 : STRATA_FLOAT32;
+          const struct strata__cut cut = {{0, 1}, {0, 2}, STRATA_FLOAT32, dt, STRATA_RECOMPUTE_NONE, 1, {0, 1}, 0};
+          struct strata__stage_bytes want;
+          OK(strata__stage_plan(m[i], a, b, 2, 0, &cut, &want));
+          struct strata__stage *st;
+          OK(strata__stage_new(m[i], a, b, dev[0], 2, 7, 0, &cut, &st));
+          const size_t chunk = st->chunk, es = strata_dtype_size(dt);
+          strata__stage_free(st);
+          strata_comm_t c;
+          OK(strata_comm_new(dev, 2, NULL, &c));
+          strata_queue_t q[2];
+          strata_buffer_t g[2];
+          strata_mem_t send[2], recv[2];
+          uint64_t before[2], after[2];
+          for (int r = 0; r < 2; r++) {
+            OK(strata_queue_new(dev[r], &q[r]));
+            OK(strata_buffer_new(dev[r], 2 * chunk * es, &g[r]));
+            send[r] = strata_mem_typed(g[r], 0, dt);
+            recv[r] = strata_mem_typed(g[r], (size_t)r * chunk, dt);
+          }
+          for (int r = 0; r < 2; r++)
+            OK(strata_device_memory(dev[r], &before[r], NULL, NULL));
+          OK(strata_reducescatter(c, q, send, recv, chunk, dt, STRATA_SUM));
+          OK(strata_comm_finish(c));
+          for (int r = 0; r < 2; r++) {
+            OK(strata_device_memory(dev[r], &after[r], NULL, NULL));
+            cr_assert_eq(after[r] - before[r], want.comm,
+                         "model %d [%d, %d) %s, a shard of %zu: device %d took %llu bytes of scratch, figured %llu", i,
+                         a, b, strata_dtype_name(dt), chunk, r, (unsigned long long)(after[r] - before[r]),
+                         (unsigned long long)want.comm);
+          }
+          *(chunk * es <= (32u << 10) ? &direct : &ring) += 1;
+          strata_comm_free(c);
+          for (int r = 0; r < 2; r++) {
+            strata_buffer_free(g[r]);
+            strata_queue_free(q[r]);
+          }
+        }
+    }
+  cr_assert(direct > 0 && ring > 0, "%d direct and %d ring cases", direct, ring);
+  for (int i = 0; i < 7; i++)
+    strata_model_free(m[i]);
+}
+
+/* A text dataset (a tenth held out) of `lines` numbered copies of `sentence`, written into a new temporary directory
+** whose path goes to dir (256 bytes; the caller removes it with tc_remove_dir). */
+static strata_dataset_t corpus(char *dir, int lines, const char *sentence) {
+  char path[300];
+  snprintf(dir, 256, "%s/strata-mem-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+  cr_assert_not_null(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/corpus.txt", dir);
+  FILE *f = fopen(path, "w");
+  cr_assert_not_null(f);
+  for (int i = 0; i < lines; i++)
+    fprintf(f, "line %d: %s ", i, sentence);
+  fclose(f);
+  strata_dataset_t ds;
+  OK(strata_dataset_text(path, 0.1, &ds));
+  return ds;
+}
+
 /* One training step of a 2-block GPT (d_model 64, 2 heads) of context `context`, batch 1, on device `dev`: the
 ** runtime's accounting of its peak bytes there (strata-train --json's devices[].peak_bytes). */
 static uint64_t gpt_step_peak(strata_dataset_t ds, int dev, int64_t context) {
@@ -186,17 +270,8 @@ static uint64_t gpt_step_peak(strata_dataset_t ds, int dev, int64_t context) {
 Test(memory, attention_memory_grows_linearly_with_the_context) {
   setenv("STRATA_HOST_DEVICES", "1", 1);
   setenv("STRATA_BACKENDS", "host,opencl", 1);
-  char dir[256], corpus[300];
-  snprintf(dir, sizeof dir, "%s/strata-mem-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-  cr_assert_not_null(mkdtemp(dir));
-  snprintf(corpus, sizeof corpus, "%s/corpus.txt", dir);
-  FILE *f = fopen(corpus, "w");
-  cr_assert_not_null(f);
-  for (int i = 0; i < 600; i++)
-    fprintf(f, "line %d: attention keeps one number per query for its backward pass. ", i);
-  fclose(f);
-  strata_dataset_t ds;
-  OK(strata_dataset_text(corpus, 0.1, &ds));
+  char dir[256];
+  strata_dataset_t ds = corpus(dir, 600, "attention keeps one number per query for its backward pass.");
   const char *const backends[] = {"opencl", "host"};
   for (int b = 0; b < 2; b++) {
     int dev = tc_find_device(backends[b], 0);
@@ -276,17 +351,8 @@ Test(memory, split_backward_schedules_hold_what_their_lists_force, .timeout = 30
   setenv("STRATA_HOST_DEVICES", "4", 1);
   setenv("STRATA_BACKENDS", "host", 1);
   strata_shutdown(); /* the host backend reads the settings when it starts */
-  char dir[256], corpus[300];
-  snprintf(dir, sizeof dir, "%s/strata-mem-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-  cr_assert_not_null(mkdtemp(dir));
-  snprintf(corpus, sizeof corpus, "%s/corpus.txt", dir);
-  FILE *f = fopen(corpus, "w");
-  cr_assert_not_null(f);
-  for (int i = 0; i < 200; i++)
-    fprintf(f, "line %d: a weight pass reads the gradients its input pass kept. ", i);
-  fclose(f);
-  strata_dataset_t ds;
-  OK(strata_dataset_text(corpus, 0.1, &ds));
+  char dir[256];
+  strata_dataset_t ds = corpus(dir, 200, "a weight pass reads the gradients its input pass kept.");
   struct strata_model_config c = {.kind = STRATA_MODEL_GPT, .vocab = 256, .context = 16, .d_model = 32, .layers = 6,
                                   .heads = 2, .d_ff = 64};
   strata_model_t m = model_of(&c);

@@ -1638,8 +1638,8 @@ Test(parallel, vocabulary_split_or_replicated_and_whole_logits) {
 ** micro-batch as the sends go: under the plan by one there; interleaving's two stages per device never peak together,
 ** so it stays under; the V schedules' plan weighs what a device's list holds of its two at once,
 ** which a step reaches or, as the threads' timing goes, stays under); the communicators' scratch (tp joins: members x message; the dp ring: a chunk
-** and more) is outside the stage model, so there only planned = predicted is asserted — but for ZeRO-2/3's window
-** reduces, whose scratch the model counts: without tp, no device of theirs peaks over its plan.
+** and more) is outside the stage model, so there only planned = predicted is asserted — but for ZeRO-1's reduce-scatter
+** and ZeRO-2/3's window reduces, whose scratch the model counts: without tp, no device of theirs peaks over its plan.
 */
 Test(parallel, the_planner_predicts_the_trainers_memory_plan) {
   strata_model_t m = small_gpt();
@@ -1684,9 +1684,9 @@ Test(parallel, the_planner_predicts_the_trainers_memory_plan) {
     struct strata_train_report rep;
     OK(strata_trainer_report(tr, &rep));
     const int dp = strata_layout_dp(l), pp = strata_layout_pp(l), collectives = dp > 1 || strata_layout_tp(l, 0) > 1;
-    /* ZeRO-2/3 replicas without tp: their collectives are the gradient window's reduces, whose scratch the plan
-    ** counts, and ZeRO-2's parameter all-gather, which takes none */
-    const int zero_only = dp > 1 && strata_layout_tp(l, 0) == 1 && strata_layout_zero(l) >= 2;
+    /* ZeRO replicas without tp: their collectives are ZeRO-1's gradient reduce-scatter or ZeRO-2/3's window
+    ** reduces, whose scratch the plan counts, and the parameters' all-gathers, which take none */
+    const int zero_only = dp > 1 && strata_layout_tp(l, 0) == 1 && strata_layout_zero(l) >= 1;
     /* two stages a device (interleaving, the V schedules): whether both peak together is the threads' timing */
     const int interleaved = strata_layout_stages(l) > strata_layout_pp(l);
     const int64_t batch = (int64_t)o.batch * dp * strata_layout_microbatches(l);
@@ -1997,7 +1997,8 @@ Test(parallel, bf16_halves_the_activations_of_the_512x8_gpt) {
 
 /* --grad-reduce bf16: dp 2 (and with ZeRO) reduce their gradients through a bf16 copy — six steps track the float32
 ** reduction within the bf16 bound (measured 5e-6 relative on gpt-tiny), the copy is in the memory plan (half a byte
-** pair per parameter: the planned bytes grow by exactly ceil(n / 2) x 4), and without replicas it is refused. */
+** pair per parameter: the planned bytes grow by exactly ceil(n / 2) x 4, with ZeRO-1 less what its reduce-scatter's
+** scratch saves), and without replicas it is refused. */
 Test(parallel, bf16_gradient_reduction_tracks_float32) {
   strata_model_t m = small_gpt();
   char devs[32];
@@ -2027,10 +2028,15 @@ Test(parallel, bf16_gradient_reduction_tracks_float32) {
     for (int s = 0; s < BF_STEPS; s++)
       cr_assert(fabs((double)loss[1][s] - loss[0][s]) <= 5e-3 * fabs((double)loss[0][s]),
                 "zero %d step %d: %.7g with a bf16 reduction, %.7g with float32", zero, s + 1, loss[1][s], loss[0][s]);
-    /* ZeRO pads the parameters to 2 equal shards; the copy holds them all */
-    const uint64_t padded = zero ? (n + 1) / 2 * 2 : n;
-    cr_assert_eq(planned[1] - planned[0], (padded + 1) / 2 * 4, "zero %d: the plan grew by %llu bytes for %zu parameters",
-                 zero, (unsigned long long)(planned[1] - planned[0]), n);
+    /* ZeRO pads the parameters to 2 equal shards; the copy holds them all. ZeRO-1's reduce-scatter then moves bf16
+    ** shards, and its scratch on the replicas' communicator (lib/comm's defaults, 2 members: direct up to a 32 KiB
+    ** shard, both members' inputs; else a 1 MiB ring chunk and two shards) is the bf16 one's */
+    const uint64_t padded = zero ? (n + 1) / 2 * 2 : n, shard = padded / 2;
+#define RS_SCRATCH(es) (shard * (es) <= (32u << 10) ? 2 * shard * (es) : (1u << 20) + 2 * shard * (es))
+    const int64_t grew = (int64_t)((padded + 1) / 2 * 4) + (zero ? (int64_t)RS_SCRATCH(2) - (int64_t)RS_SCRATCH(4) : 0);
+#undef RS_SCRATCH
+    cr_assert_eq((int64_t)(planned[1] - planned[0]), grew, "zero %d: the plan grew by %lld bytes for %zu parameters, "
+                 "not %lld", zero, (long long)(planned[1] - planned[0]), n, (long long)grew);
   }
   struct strata_train_options o = options(1);
   o.grad_reduce = STRATA_BFLOAT16;

@@ -2,7 +2,7 @@
 /* test-spatial-plan.c — spatial slabs in the planner's one memory model and the simulator (issue 34, item 4): what a
 ** slab's device needs is the trainer's plan to the byte, the simulated joins move the bytes the trainer's trace shows,
 ** and strata-plan proposes slabs for a cnn whose activations no device holds whole — a layout that then trains there. */
-#include "common.h"
+#include "spatial.h"
 
 #include <jansson.h>
 #include <unistd.h>
@@ -12,11 +12,7 @@
 static strata_dataset_t small_ds, hires_ds;
 
 static void setup(void) {
-  setenv("STRATA_HOST_DEVICES", "4", 0);
-  setenv("STRATA_HOST_THREADS", "1", 0);
-  setenv("STRATA_BACKENDS", "host", 0);
-  OK(strata_dataset_images(64, 32, 4, 3, &small_ds));
-  OK(strata_dataset_images(64, 512, 4, 3, &hires_ds));
+  tc_spatial_data(64, "4", "host", &small_ds, &hires_ds);
 }
 
 static void teardown(void) {
@@ -25,16 +21,6 @@ static void teardown(void) {
 }
 
 TestSuite(spatial_plan, .init = setup, .fini = teardown, .timeout = 300);
-
-/* Filters of 3, 5 and 7, a stride of 2 at a slab edge (test-spatial.c's). */
-static strata_model_t small_cnn(void) {
-  struct strata_model_config c = {.kind = STRATA_MODEL_CNN, .image = 32, .channels = 1, .classes = 4,
-                                  .conv = {4, 8, 8}, .kernel = {3, 5, 7}, .stride = {1, 2, 1}, .pool = {2, 1, 1},
-                                  .gap = 1};
-  strata_model_t m;
-  OK(strata_model_from_config(&c, &m));
-  return m;
-}
 
 static struct strata_train_options options(int batch, int spatial) {
   struct strata_train_options o;
@@ -68,7 +54,7 @@ static strata_machine_t machine(int n, uint64_t memory) {
 ** and 4, and 2 x pp 2.
 */
 Test(spatial_plan, the_planner_predicts_the_slabs_memory_plan) {
-  strata_model_t small = small_cnn(), hires;
+  strata_model_t small = tc_slab_cnn(), hires;
   OK(strata_model_from_preset("cnn-hires", &hires));
   const struct {
     strata_model_t m;

@@ -2,7 +2,7 @@
 /* test-spatial.c — spatial parallelism (issue 34): a cnn's images cut by rows into slabs on host virtual devices (and
 ** PoCL) train as one device does — losses, gradient norms and final parameters —, its activations divide by the
 ** slabs, a device fault in a halo exchange stops every member, and what it does not run yet is refused. */
-#include "common.h"
+#include "spatial.h"
 
 #include <time.h>
 
@@ -17,11 +17,7 @@ static double now_s(void) {
 static strata_dataset_t small_ds, hires_ds;
 
 static void setup(void) {
-  setenv("STRATA_HOST_DEVICES", "8", 0);
-  setenv("STRATA_HOST_THREADS", "1", 0);
-  setenv("STRATA_BACKENDS", "host,opencl", 0);
-  OK(strata_dataset_images(200, 32, 4, 3, &small_ds));
-  OK(strata_dataset_images(200, 512, 4, 3, &hires_ds));
+  tc_spatial_data(200, "8", "host,opencl", &small_ds, &hires_ds);
 }
 
 static void teardown(void) {
@@ -30,16 +26,6 @@ static void teardown(void) {
 }
 
 TestSuite(spatial, .init = setup, .fini = teardown, .timeout = 300);
-
-/* Filters of 3, 5 and 7, a stride of 2 at a slab edge, pooled and unpooled layers, the average pool. */
-static strata_model_t small_cnn(void) {
-  struct strata_model_config c = {.kind = STRATA_MODEL_CNN, .image = 32, .channels = 1, .classes = 4,
-                                  .conv = {4, 8, 8}, .kernel = {3, 5, 7}, .stride = {1, 2, 1}, .pool = {2, 1, 1},
-                                  .gap = 1};
-  strata_model_t m;
-  OK(strata_model_from_config(&c, &m));
-  return m;
-}
 
 static struct strata_train_options options(int accum, int batch) {
   struct strata_train_options o;
@@ -138,7 +124,7 @@ static void host_devices(int *h, int n) {
 
 /* 2 slabs, 3 (uneven: 5, 5 and 6 rows of the first map), 2 slabs x dp 2, against one device. */
 Test(spatial, slabs_of_a_strided_cnn_train_as_one_device) {
-  strata_model_t m = small_cnn();
+  strata_model_t m = tc_slab_cnn();
   int h[4];
   host_devices(h, 4);
   struct run ref, got;
@@ -182,7 +168,7 @@ static void slab_pipeline(strata_model_t m, strata_dataset_t ds, int n, int pp, 
 ** and GPipe; cnn-hires cut after conv.2: one device's losses, norms and parameters as above.
 */
 Test(spatial, slab_groups_as_pipeline_stages) {
-  strata_model_t m = small_cnn(), hires;
+  strata_model_t m = tc_slab_cnn(), hires;
   OK(strata_model_from_preset("cnn-hires", &hires));
   int h[4];
   host_devices(h, 4);
@@ -235,7 +221,7 @@ Test(spatial, pocl_and_host_slabs) {
   int p0 = tc_find_device("opencl", 0), h0 = tc_find_device("host", 0);
   if (p0 < 0)
     cr_skip_test("no OpenCL device");
-  strata_model_t m = small_cnn();
+  strata_model_t m = tc_slab_cnn();
   struct run ref, got;
   single(m, small_ds, 2, 3, &ref);
   const int devs[2] = {p0, h0};
@@ -249,7 +235,7 @@ Test(spatial, pocl_and_host_slabs) {
 /* A fault on one slab's device in a step (its ops between the halo exchanges and joins its peer waits in): the step
 ** fails naming the device, within seconds, the other slab not left waiting; the next step trains. */
 Test(spatial, a_fault_on_one_slab_stops_every_slab) {
-  strata_model_t m = small_cnn();
+  strata_model_t m = tc_slab_cnn();
   const char *specs[] = {"device=1,op=30", "device=0,op=150"};
   for (int k = 0; k < 2; k++) {
     strata_shutdown();
@@ -286,7 +272,7 @@ Test(spatial, a_fault_on_one_slab_stops_every_slab) {
 
 /* Refused: a one-device trainer asked for slabs, a layout whose slices are not the slabs (on any rank), ZeRO, bf16. */
 Test(spatial, refused) {
-  strata_model_t m = small_cnn();
+  strata_model_t m = tc_slab_cnn();
   int h[4];
   host_devices(h, 4);
   struct strata_train_options o = options(1, 3);
@@ -316,7 +302,7 @@ Test(spatial, refused) {
 ** device's loss and gradient (each layer's summed over the slabs, the classifier's once), within float32's
 ** reordering; and a checkpoint of the slabs, taken mid-run, continues on one device as one device would. */
 Test(spatial, gradient_pass_and_checkpoint) {
-  strata_model_t m = small_cnn();
+  strata_model_t m = tc_slab_cnn();
   int h[2];
   host_devices(h, 2);
   struct strata_train_options o = options(1, 3);
@@ -399,7 +385,7 @@ Test(spatial, the_layout_field) {
     cr_assert(strstr(strata_last_error(), "spatial"), "%s: %s", bad[k], strata_last_error());
     cr_assert_null(back);
   }
-  strata_model_t m = small_cnn();
+  strata_model_t m = tc_slab_cnn();
   uint64_t bytes = 0;
   OK(strata_layout_from_json("{\"dp\": 2, \"spatial\": 2, \"split\": [4]}", "split", &back));
   OK(strata_plan_memory(m, back, 12, 0, &bytes)); /* (the busiest slab's: test-spatial-plan.c sets it against the

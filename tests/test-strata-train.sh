@@ -42,7 +42,7 @@ if [ ! -x "$TRAIN" ] || [ ! -x "$GEN" ]; then
   echo "1..0 # SKIP strata-train or strata-generate not built"
   exit 0
 fi
-echo "1..168"
+echo "1..171"
 
 # A small corpus of our own, so that the tests do not depend on what the machine ships.
 for i in 1 2 3 4 5 6 7 8; do cat "$top_srcdir/README.md" "$top_srcdir/man/strata-train.1"; done >"$TMP/text.txt"
@@ -473,6 +473,39 @@ what="a device fault in a ZeRO-3 gather stops every replica, names device 1, kee
 if [ -n "$bad" ] || [ "$gathers" -eq 0 ]; then not_ok "$what" "$gathers in gathers" "$bad"
 else ok "$what ($gathers in gathers)"; fi
 
+# A device fault while a checkpoint is read or written: pp 2 resumed from a checkpoint and saving over it, with device
+# 1's copies failing one run at a time (its k-th copy, k = 1, 2, ... until a run finishes untouched): each run stops
+# with one line naming device 1 with its label and the fault, the faults among the load's copies (parameters and AdamW
+# moments from the host) and the save's (to the host) name the stage and buffer, and a fault in the save leaves the
+# checkpoint it resumed from as it was.
+STRATA_HOST_DEVICES=2 $TRAIN --model gpt-micro --data "$TMP/text.txt" --batch 4 --eval-batches 1 --eval-every 0 \
+  --pp 2 --steps 1 --save "$TMP/pp.st" --quiet >"$TMP/out" 2>"$TMP/err"
+cp "$TMP/pp.st" "$TMP/pp.orig" 2>/dev/null
+bad="" loads=0 saves=0 copy=1
+while [ "$copy" -le 80 ]; do
+  cp "$TMP/pp.orig" "$TMP/pp.st"
+  STRATA_HOST_DEVICES=2 STRATA_HOST_FAULT=device=1,copy=$copy $TRAIN --model gpt-micro --data "$TMP/text.txt" \
+    --batch 4 --eval-batches 1 --eval-every 0 --pp 2 --steps 2 --resume "$TMP/pp.st" --save "$TMP/pp.st" \
+    --quiet >"$TMP/out" 2>"$TMP/err"
+  rc=$?
+  [ "$rc" -eq 0 ] && break
+  if [ "$rc" -ne 1 ] || [ "$(wc -l <"$TMP/err" | tr -d ' ')" -ne 1 ] ||
+    ! grep -q "^strata-train: .*device 1 (host: .*injected fault: copy #$copy)" "$TMP/err"; then
+    bad="$bad copy $copy: rc=$rc $(head -c 300 "$TMP/err");"
+  fi
+  if grep -q "device 1 (host: .*), copying stage 1's .* from the host: " "$TMP/err"; then
+    loads=$((loads + 1))
+  elif grep -q "device 1 (host: .*), copying stage 1's .* to the host: " "$TMP/err"; then
+    saves=$((saves + 1))
+    cmp -s "$TMP/pp.st" "$TMP/pp.orig" || bad="$bad copy $copy: the checkpoint changed;"
+  fi
+  copy=$((copy + 1))
+done
+what="a device fault reading or writing a checkpoint names device 1 and the stage, keeps the checkpoint"
+if [ -n "$bad" ] || [ "$loads" -eq 0 ] || [ "$saves" -eq 0 ] || [ "$rc" -ne 0 ]; then
+  not_ok "$what" "$loads in the load, $saves in the save, the last run exit $rc" "$bad"
+else ok "$what ($copy runs, $loads faults in the load, $saves in the save)"; fi
+
 # bf16 mixed precision (issue 31): refused precisions, one line, exit 2; the CNN trains in bf16; a bf16 run says its precision in
 # the start event and the summary, and every run's summary has devices[] with the memory figures
 fails_clearly "--precision fp16" 2 "fp16" $T --steps 2 --precision fp16
@@ -609,6 +642,41 @@ rc=$?
 check "--layout with \"spatial\": 2: --spatial 2 --dp 2's losses (exit $rc)" losses_close "$TMP/spl.json" "$TMP/sp2dp2.json"
 fails_clearly "--spatial 2 --layout: the layout says it" 2 "--layout gives the whole cut; drop --spatial" \
   $TRAIN --model cnn-hires --steps 2 --spatial 2 --layout "$TMP/spatial-layout.json"
+# a spatial run's report says slabs, not a pipeline: --json's start and summary say pipeline_ranks and spatial, each
+# stage its slab, and idle beside bubble (the same figure); the text header's one stage of slabs, its progress lines'
+# and summary's idle share, no pipeline line (--spatial 2 --pp 2: a pipeline of 2 stages of 2 slabs)
+STRATA_HOST_DEVICES=2 STRATA_HOST_THREADS=1 $TRAIN --model cnn-hires --steps 2 --batch 1 --eval-every 0 \
+  --eval-batches 1 --spatial 2 >"$TMP/sp2.txt" 2>"$TMP/err"
+rc=$?
+said_slabs() {
+  [ "$rc" -eq 0 ] && grep -q '^slabs     2 devices, one stage in 2 slabs, 2 micro-batches a step' "$TMP/sp2.txt" &&
+    grep -q '^          stage 0 slab 1: layers 0-5 .* on device 1' "$TMP/sp2.txt" &&
+    ! grep -q '^pipeline' "$TMP/sp2.txt" && grep -q '^slabs     idle [0-9.]*% of the devices' "$TMP/sp2.txt" &&
+    grep -q '^step 2/2 .*  idle [0-9.]*%' "$TMP/err" && ! grep -q 'bubble' "$TMP/err" "$TMP/sp2.txt"
+}
+check "--spatial 2's header and summary: one stage of 2 slabs, their idle share, no pipeline (exit $rc)" said_slabs
+if command -v python3 >/dev/null 2>&1; then
+  check "--spatial 2 JSON: pipeline_ranks 1, spatial 2, each stage's slab, idle as bubble; --pp 2 of slabs, --pp 1" \
+    python3 -c '
+import json, sys
+def events(path):
+    ev = [json.loads(l) for l in open(path)]
+    return ev[0], [e for e in ev if e["event"] == "step"], ev[-1]
+start, steps, summ = events(sys.argv[1])
+assert start["pp"] == 2 and start["pipeline_ranks"] == 1 and start["spatial"] == 2, start
+assert [(s["stage"], s["slab"], s["device"]) for s in start["stages"]] == [(0, 0, 0), (1, 1, 1)], start
+assert steps and all(e["idle"] == e["bubble"] for e in steps), steps
+assert summ["pipeline_ranks"] == 1 and summ["spatial"] == 2 and summ["idle"] == summ["bubble"], summ
+start, steps, summ = events(sys.argv[2])
+assert start["pp"] == 4 and start["pipeline_ranks"] == 2 and start["spatial"] == 2, start
+assert [(s["slab"], s["first_layer"]) for s in start["stages"]][:2] == [(0, 0), (0, start["stages"][0]["layers"])], start
+assert [s["slab"] for s in start["stages"]] == [0, 0, 1, 1], start
+start, steps, summ = events(sys.argv[3])
+assert start["pipeline_ranks"] == 1 and start["spatial"] == 1 and "slab" not in start["stages"][0], start' \
+    "$TMP/sp2.json" "$TMP/sp2pp2.json" "$TMP/sp1.json"
+else
+  ok "--spatial 2 JSON # SKIP no python3"
+fi
 # won't fit: under a memory limit between the two, one device is refused before the first step (nothing on stdout)
 # naming the largest activation, 2 slabs train. conv.0 keeps, per image, its 8 x 512 x 512 convolution and ReLU,
 # its 8 x 256 x 256 pooling indices and pooled output: 2 x (2 x 2097152 + 2 x 524288) x 4 bytes = 40 MiB for 2

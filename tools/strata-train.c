@@ -411,6 +411,9 @@ static int pipeline_devices(struct run *r, const struct options *o, int ndev) {
   /* every device of the run: a replica's pipeline ranks, replica after replica */
   const int want = o->layout ? o->ndevices : (o->dp ? o->dp : 1) * replica_devices(o);
   r->pp = want;
+  r->ranks = o->pp > 1 ? o->pp : 1;
+  r->slabs = o->layout ? strata_layout_spatial(o->layout) : o->spatial;
+  r->slabs = r->slabs > 1 ? r->slabs : 1;
   if (!o->ndevices && want > ndev) {
     char what[200], cut[160];
     if (o->dp || o->ntp)

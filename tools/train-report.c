@@ -81,7 +81,12 @@ void report_step(const struct run *r, const struct strata_step_stats *s, double 
     printf(",\"bubble\":");
     json_float(stdout, r->step_bubble);
   }
-  printf(",\"host_waits\":%llu}\n", (unsigned long long)r->rep.host_waits);
+  printf(",\"host_waits\":%llu", (unsigned long long)r->rep.host_waits);
+  if (r->pp) { /* (new keys after the old ones: scripts match their order) */
+    printf(",\"idle\":");
+    json_float(stdout, r->step_bubble);
+  }
+  printf("}\n");
   fflush(stdout);
 }
 
@@ -129,6 +134,10 @@ static double mfu(const struct run *r) {
   return flops / (r->peak_gflops * 1e9);
 }
 
+/* What the devices' measured idle share is in this run: a pipeline's bubble, or, in one stage of spatial slabs (no
+** pipeline), the time its slabs wait on each other's halo rows and joins. */
+static const char *idle_word(const struct run *r) { return r->slabs > 1 && r->ranks == 1 ? "idle" : "bubble"; }
+
 /* One progress report: a redrawn line on a terminal, else a plain line. */
 void progress(struct run *r) {
   char tok[32], eta[32], val[32], mf[32];
@@ -147,7 +156,7 @@ void progress(struct run *r) {
   int w = (int)snprintf(NULL, 0, "%lld", (long long)r->topts.steps);
   char line[256], bub[32] = "";
   if (r->pp)
-    snprintf(bub, sizeof bub, "  bubble %.1f%%", 100 * r->step_bubble);
+    snprintf(bub, sizeof bub, "  %s %.1f%%", idle_word(r), 100 * r->step_bubble);
   snprintf(line, sizeof line, "step %*lld/%lld  loss %.4f  val %s  %s %s/s  MFU %s%s  ETA %s", w, (long long)r->step,
            (long long)r->topts.steps, r->loss, val, tok, r->dinfo.kind == STRATA_DATA_TEXT ? "tok" : "img", mf, bub,
            eta);
@@ -257,6 +266,8 @@ void print_summary(struct run *r, int was_interrupted, const struct options *o) 
       printf(",\"bubble_ideal\":");
       json_float(stdout, r->rep.bubble_ideal);
       printf(",\"pipeline_wall_s\":%.6f", pwall);
+      printf(",\"pipeline_ranks\":%d,\"spatial\":%d,\"idle\":", r->ranks, r->slabs); /* (new keys last) */
+      json_float(stdout, bubble);
     }
     print_devices_json(r);
     printf(",\"interrupted\":%s}\n", was_interrupted ? "true" : "false");
@@ -299,9 +310,15 @@ void print_summary(struct run *r, int was_interrupted, const struct options *o) 
   if (r->pp && done) {
     double pwall, busy[MAX_DEVICES];
     double bubble = pipeline_figures(r, &pwall, busy);
-    printf("pipeline  bubble %.1f%% measured vs %.1f%% theoretical (%s, %d device%s, %d micro-batches)%s\n",
-           100 * bubble, 100 * r->rep.bubble_ideal, strata_schedule_kind_name(r->rep.schedule), r->pp,
-           r->pp == 1 ? "" : "s", r->rep.microbatches, done >= 2 ? ", first step excluded" : "");
+    if (r->slabs > 1 && r->ranks == 1)
+      printf("slabs     idle %.1f%% of the devices' time, waiting on each other's halo rows and joins (%d slabs on "
+             "%d device%s, %d micro-batches)%s\n",
+             100 * bubble, r->slabs, r->pp, r->pp == 1 ? "" : "s", r->rep.microbatches,
+             done >= 2 ? ", first step excluded" : "");
+    else
+      printf("pipeline  bubble %.1f%% measured vs %.1f%% theoretical (%s, %d device%s, %d micro-batches)%s\n",
+             100 * bubble, 100 * r->rep.bubble_ideal, strata_schedule_kind_name(r->rep.schedule), r->pp,
+             r->pp == 1 ? "" : "s", r->rep.microbatches, done >= 2 ? ", first step excluded" : "");
     for (int i = 0; i < r->pp; i++)
       printf("          device %d: busy %.1f%% of the wall time, peak memory %.1f MiB, at most %d micro-batch%s in "
              "flight\n",
@@ -342,6 +359,14 @@ static void stage_layers(const struct run *r, int s, char *buf, size_t n) {
     snprintf(buf, n, "layer %d (%s)", first, a.name);
   else
     snprintf(buf, n, "layers %d-%d (%s .. %s)", first, last, a.name, b.name);
+}
+
+/* The report's stage st in a spatial run: which slab (returned) of which stage of its line (*stage). The report lists
+** each of the dp replicas' slices (the slabs) in turn, each slice a whole line of stages. */
+static int stage_slab(const struct run *r, int st, int dp, int *stage) {
+  const int line = r->rep.stages / (dp * r->slabs);
+  *stage = line > 0 ? st % line : st;
+  return line > 0 ? st / line % r->slabs : 0;
 }
 
 /* The backend of global device `dev` among the pipeline's. */
@@ -405,10 +430,15 @@ void print_header(const struct run *r, const struct options *o, const char *why)
       }
       printf("],\"stages\":[");
       for (int st = 0, first = 0, n = 0; st < r->rep.stages; first += r->rep.split[st], st++)
-        if (r->rep.stage_device[st] >= 0) /* a stage of a narrower rank's missing slice is held by no device */
-          printf("%s{\"stage\":%d,\"first_layer\":%d,\"layers\":%d,\"device\":%d}", n++ ? "," : "", st,
+        if (r->rep.stage_device[st] >= 0) { /* a stage of a narrower rank's missing slice is held by no device */
+          printf("%s{\"stage\":%d,\"first_layer\":%d,\"layers\":%d,\"device\":%d", n++ ? "," : "", st,
                  first % strata_model_layer_count(r->model), r->rep.split[st], r->rep.stage_device[st]);
-      printf("]");
+          int j;
+          if (r->slabs > 1)
+            printf(",\"slab\":%d", stage_slab(r, st, o->dp ? o->dp : 1, &j));
+          printf("}");
+        }
+      printf("],\"pipeline_ranks\":%d,\"spatial\":%d", r->ranks, r->slabs); /* (new keys last) */
     }
     printf("}\n");
     fflush(stdout);
@@ -515,16 +545,31 @@ void print_header(const struct run *r, const struct options *o, const char *why)
       printf("tensor    %d slices per stage (each holds 1/%d of the heads and MLP units; joined by all-reduces)\n", tpd,
              tpd);
     }
-    printf("pipeline  %d device%s, %d stage%s (%s), %s schedule over %d micro-batches: theoretical bubble %.1f%%\n",
-           r->pp, r->pp == 1 ? "" : "s", r->rep.stages, r->rep.stages == 1 ? "" : "s",
-           o->nsplit || (o->layout && strata_layout_split(o->layout)) ? "given" : "balanced by the library", sched,
-           r->rep.microbatches, 100 * r->rep.bubble_ideal);
+    if (r->slabs > 1 && r->ranks == 1) /* one stage, its slabs side by side: no pipeline, no bubble to expect */
+      printf("slabs     %d device%s, one stage in %d slabs%s, %d micro-batches a step (no pipeline)\n", r->pp,
+             r->pp == 1 ? "" : "s", r->slabs, o->dp > 1 ? " a replica" : "", r->rep.microbatches);
+    else if (r->slabs > 1) { /* a pipeline of slab groups: its stages, each in slabs */
+      const int line = r->rep.stages / ((o->dp ? o->dp : 1) * r->slabs);
+      printf("pipeline  %d devices, %d stage%s of %d slabs%s (%s), %s schedule over %d micro-batches: theoretical "
+             "bubble %.1f%%\n", r->pp, line, line == 1 ? "" : "s", r->slabs, o->dp > 1 ? " a replica" : "",
+             o->nsplit || (o->layout && strata_layout_split(o->layout)) ? "given" : "balanced by the library", sched,
+             r->rep.microbatches, 100 * r->rep.bubble_ideal);
+    } else
+      printf("pipeline  %d device%s, %d stage%s (%s), %s schedule over %d micro-batches: theoretical bubble %.1f%%\n",
+             r->pp, r->pp == 1 ? "" : "s", r->rep.stages, r->rep.stages == 1 ? "" : "s",
+             o->nsplit || (o->layout && strata_layout_split(o->layout)) ? "given" : "balanced by the library", sched,
+             r->rep.microbatches, 100 * r->rep.bubble_ideal);
     for (int st = 0; st < r->rep.stages; st++) {
-      char layers[160];
+      char layers[160], slab[32] = "";
       if (r->rep.stage_device[st] < 0)
         continue; /* the missing slice of a narrower rank: no device holds it */
       stage_layers(r, st, layers, sizeof layers);
-      printf("          stage %d: %s on device %d (%s)\n", st, layers, r->rep.stage_device[st],
+      int j = st;
+      if (r->slabs > 1) { /* "stage 0 slab 1": the slab of the stage of its line that the device runs */
+        const int k = stage_slab(r, st, o->dp ? o->dp : 1, &j);
+        snprintf(slab, sizeof slab, " slab %d", k);
+      }
+      printf("          stage %d%s: %s on device %d (%s)\n", j, slab, layers, r->rep.stage_device[st],
              pipeline_backend(r, r->rep.stage_device[st]));
     }
     if (o->trace)

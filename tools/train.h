@@ -107,6 +107,8 @@ struct run {
   int progress_open;        /* a progress line is drawn and not yet ended */
   /* pipeline (pp > 0); r->device, r->dprops are those of its first device */
   int pp;                   /* pipeline devices; 0: one device, no pipeline */
+  int ranks;                /* with pp: pipeline ranks (stages in a line; 1: one stage, its slices or slabs) */
+  int slabs;                /* with pp: spatial slabs per stage (1: whole images) */
   int dev[MAX_DEVICES];
   struct strata_device_props props[MAX_DEVICES];
   double dev_peak[MAX_DEVICES];   /* each device's measured sgemm peak, GFLOP/s; r->peak_gflops is their sum */

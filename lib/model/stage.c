@@ -630,6 +630,12 @@ void strata__stage_bytes_of(const struct strata_model *model, int first, int las
     const size_t n = tied && s->params_first > s->params_most ? s->params_first : s->params_most, few = (n + 7) / 8;
     const size_t e = few > (1u << 18) ? (few < (1u << 22) ? few : (1u << 22)) : (1u << 18);
     b->comm = n * 4 <= (32u << 10) || z > 2 || n <= e ? (uint64_t)n * 4 : (uint64_t)e * 4;
+  } else if (z > 1) { /* ZeRO-1's reduce-scatter of the whole gradients (a shard of `chunk` each), at the same
+                      ** defaults: direct up to a 32 KiB shard, a copy of every member's input; else the ring, a chunk
+                      ** (1 MiB, or an eighth of the shard up to 16 MiB) and two shards of partial sums */
+    const size_t es = cut->reduce == STRATA_BFLOAT16 ? 2 : 4, few = (chunk + 7) / 8;
+    const size_t e = few > (1u << 20) / es ? (few < (16u << 20) / es ? few : (16u << 20) / es) : (1u << 20) / es;
+    b->comm = (uint64_t)(chunk * es <= (32u << 10) ? chunk * z : e + 2 * chunk) * es;
   }
   /* the per-tensor scalars, one layer's scratch, the two backward ping-pong buffers, the embedding's positions */
   b->fixed = b->params + alloc_bytes(s->tensors + 1) + alloc_bytes(s->scratch) + 2 * alloc_bytes(s->io);

@@ -237,8 +237,9 @@ struct strata__stage_bytes {
   uint64_t grad;             /* one micro-batch's boundary gradients (0: none) */
   uint64_t in, out;          /* one micro-batch's stage input and output (what a neighbour sends) */
   uint64_t recompute;        /* the recomputation's buffer, one block's worth (in `fixed`; 0: none) */
-  uint64_t comm;             /* ZeRO-2/3: the scratch the replicas' communicator takes on the device for the
-                             ** gradient window's reduce (not the stage's: beside `fixed`; 0: none) */
+  uint64_t comm;             /* ZeRO: the scratch the replicas' communicator takes on the device for ZeRO-1's
+                             ** gradient reduce-scatter or ZeRO-2/3's window reduces (not the stage's: beside `fixed`;
+                             ** 0: none) */
 };
 
 /* STRATA_OK, or why layers [first, last) cannot be a stage of their own (a tied model cut). */

@@ -12,6 +12,7 @@ libstrata_la_SOURCES += \
 	%reldir%/sim-spatial.c \
 	%reldir%/search.h \
 	%reldir%/search.c \
+	%reldir%/search-counts.c \
 	%reldir%/search-groups.c \
 	%reldir%/search-refine.c \
 	%reldir%/search-result.c \

@@ -121,6 +121,16 @@ void strata__plan_keep(struct strata_plan *p, strata_layout_t l, struct strata_s
 
 /* ---- reasons and the explanation ---- */
 
+/* The link between the first two devices of layout l's first group (a tp group's or a spatial group's slices 0 and 1,
+** of replica 0's rank 0): its speed in GB/s and its path kind. */
+static void group_link(const struct strata_machine *m, strata_layout_t l, double *gbps, int *kind) {
+  int d0 = 0, d1 = 0;
+  double lat;
+  strata_layout_device(l, 0, 0, 0, &d0);
+  strata_layout_device(l, 0, 0, 1, &d1);
+  strata__machine_link(m, d0, d1, gbps, &lat, kind);
+}
+
 void strata__plan_explain_candidates(struct strata_plan *p, const struct strata_machine *m) {
   if (p->n == 0)
     return;
@@ -172,21 +182,15 @@ void strata__plan_explain_candidates(struct strata_plan *p, const struct strata_
   size_t len = 0;
 #define ADD(...) len += (size_t)snprintf(t + len, len < cap ? cap - len : 0, __VA_ARGS__)
   const int tp = strata_layout_tp(l, 0), pp = strata_layout_pp(l), S = strata_layout_stages(l);
-  int d0 = 0, d1 = 0;
-  strata_layout_device(l, 0, 0, 0, &d0);
+  double g = 0;
+  int k = 0;
+  if (tp > 1 || strata_layout_spatial(l) > 1)
+    group_link(m, l, &g, &k);
   if (strata_layout_spatial(l) > 1) {
-    strata_layout_device(l, 0, 0, 1, &d1);
-    double g, lt;
-    int k;
-    strata__machine_link(m, d0, d1, &g, &lt, &k);
     ADD("spatial %d: no layout of whole images fits a device's memory; each image's rows cut into %d slabs, one a "
         "device (%s links, %.0f GB/s), the halo rows each convolution reaches exchanged with the neighbours\n",
         tp, tp, strata_path_kind_name(k), g);
   } else if (tp > 1) {
-    strata_layout_device(l, 0, 0, 1, &d1);
-    double g, lt;
-    int k;
-    strata__machine_link(m, d0, d1, &g, &lt, &k);
     ADD("tp %d: each group's devices share one island (%s links, %.0f GB/s), the fastest there is for the joins "
         "every layer makes\n",
         tp, strata_path_kind_name(k), g);

@@ -60,6 +60,12 @@ int strata__plan_run_search(struct search *s);
 void strata__plan_search_free(struct search *s);
 /* Check a search's arguments (NULLs, the batch, the precision and the model's kind). */
 int strata__plan_check_options(strata_machine_t c, strata_model_t m, const struct strata_plan_options *o);
+/* Pass 2 (search-counts.c): every count of replicas and ranks over s's groups of this tp degree, and the groups'
+** orders over them, each handed to strata__plan_try_assignment. */
+void strata__plan_try_counts(struct search *s);
+/* Passes 3-5 for one assignment of groups (gl: dp x pp of them, replica after replica) to (replica, rank): every
+** micro-batch count, schedule and memory mode, the split balanced and pruned by memory, then simulated. */
+void strata__plan_try_assignment(struct search *s, int dp, int pp, const struct group *const *gl);
 /* Simulate a built layout and keep it in the plan; 1 when it fits. Takes ownership of l. */
 int strata__plan_evaluate(struct search *s, strata_layout_t l);
 /* Whether a search with a deadline is past it. */

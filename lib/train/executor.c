@@ -230,8 +230,9 @@ static void *sender_main(void *arg) {
       rc = strata_queue_finish(sd->q);
     if (rc) {
       strata_buffer_free(b);
-      char what[160];
-      snprintf(what, sizeof what, "device %d, %s%d.%d (copy to device %d)", ex->tr->dev[wa->rank],
+      char what[240], label[160];
+      snprintf(what, sizeof what, "%s, %s%d.%d (copy to device %d)",
+               strata__device_label(strata__device_get(ex->tr->dev[wa->rank]), label, sizeof label),
                strata_action_label(j->kind), j->stage, j->mb, j->dst_dev);
       fail(ex, rc, what);
       free(j);

@@ -45,12 +45,26 @@ size_t strata__stage_full(const struct strata__stage *st) {
   return n;
 }
 
+/* A copy of stage j's buffer `which` between st's device and the host that failed with rc (its message the last
+** error), said with the device, as the trainer's other device faults are: "device 1 (host: ...), copying stage 0's
+** AdamW m to the host: host: virtual device 1 failed (...)". Returns rc. */
+static int copy_failed(int rc, const struct strata__stage *st, int j, int which, int to_host) {
+  static const char *const names[4] = {"parameters", "gradients", "AdamW m", "AdamW v"};
+  const struct strata__device *d = strata__device_get(st->dev);
+  char label[160];
+  return strata__error_prefix(rc, "%s, copying stage %d's %s %s the host: ",
+                              d ? strata__device_label(d, label, sizeof label) : "a device that is gone",
+                              j, names[which], to_host ? "to" : "from");
+}
+
 /* Stage j of slice k's flat buffer `which` into local (nparams floats): replica 0's copy, or with ZeRO the moments
 ** from every replica's shard. */
 static int download_flat(strata_trainer_t tr, int k, int j, int which, float *local) {
   struct strata__stage *st = strata__home_stage(tr, k, j);
-  if (!sharded(tr, which))
-    return strata_buffer_download(st->q, buffer_of(st, which), 0, local, st->nparams * 4);
+  if (!sharded(tr, which)) {
+    int rc = strata_buffer_download(st->q, buffer_of(st, which), 0, local, st->nparams * 4);
+    return rc ? copy_failed(rc, st, j, which, 1) : STRATA_OK;
+  }
   for (int r = 0; r < tr->replicas; r++) {
     struct strata__stage *x = tr->st[(r * tr->tp + k) * tr->nstages + j];
     if (!x)
@@ -58,8 +72,9 @@ static int download_flat(strata_trainer_t tr, int k, int j, int which, float *lo
     size_t at = (size_t)r * x->chunk, n = at < x->nparams ? x->nparams - at : 0;
     if (n > x->chunk)
       n = x->chunk;
-    if (n)
-      TRY(strata_buffer_download(x->q, buffer_of(x, which), 0, local + at, n * 4));
+    int rc = n ? strata_buffer_download(x->q, buffer_of(x, which), 0, local + at, n * 4) : STRATA_OK;
+    if (rc)
+      return copy_failed(rc, x, j, which, 1);
   }
   return strata__ranks_shards(tr, k, j, local);
 }
@@ -130,6 +145,8 @@ int strata__trainer_scatter(strata_trainer_t tr, int which, const float *host) {
       } else {
         rc = strata_buffer_upload(st->q, buffer_of(st, which), 0, local, st->nparams * 4);
       }
+      if (rc)
+        rc = copy_failed(rc, st, s, which, 0);
       if (which == 0) /* the compute copy (and ZeRO-3's window) made anew before the next forward reads them */
         strata__stage_params_changed(st);
     }
