@@ -4,12 +4,11 @@
 
 /* The kernels, exactly as the OpenCL backend compiles them: dialect first. In CUDA each kernel takes its
 ** buffer-type mask as its first parameter (MASKP), so one compiled kernel serves float32 and bfloat16. */
+#include "launch.h" /* first: its STRATA_K_COL_TILE is the kernels' */
 #include "dialect.h"
 #include "ops.k"
 #include "attention.k"
 #include "llama.k"
-
-#include "launch.h"
 
 /*
 ** Launch `kernel` as `blocks` blocks of `threads` threads on `stream`, the

@@ -25,6 +25,12 @@ extern "C" {
 */
 #define STRATA__CUDA_BLOCK 256
 
+/* Columns of a column reduction's tile (STRATA_K_COL_TILE of kernels/ops.k; OpenCL's is 32): at 32 a 768-column
+** bias gradient ran 24 blocks of 256 threads, each summing 1,024 rows, on an H100's 132 SMs (~0.4 ms where reading
+** the 8192 x 768 rows takes microseconds); at 8, 96 blocks and 256 rows a thread. A warp still reads 32 bytes of
+** each of 4 rows (float32: whole sectors). */
+#define STRATA_K_COL_TILE 8
+
 /* STRATA_K_WG_MAX of kernels/ops.k: the size of the reductions' shared arrays. */
 #define STRATA__CUDA_WG_MAX 256
 

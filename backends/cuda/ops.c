@@ -50,7 +50,7 @@ static cudaError_t launch(cudaStream_t st, int wg, float *partials, const struct
   case STRATA__OP_BIAS_GRAD: {
     /* column tiles of min(wg, 32) columns (kernels/ops.k) */
     const __typeof__(op->u.bias) *a = &op->u.bias;
-    const strata__i64 cw = wg < 32 ? wg : 32;
+    const strata__i64 cw = wg < STRATA_K_COL_TILE ? wg : STRATA_K_COL_TILE;
     return strata__cuda_bias_grad(st, GROUPS((a->cols + cw - 1) / cw), B(a->y, 0) | B(a->bias, 1), P(a->y), O(a->y),
                                   P(a->bias), O(a->bias), a->rows, a->cols, a->accumulate);
   }
@@ -103,7 +103,7 @@ static cudaError_t launch(cudaStream_t st, int wg, float *partials, const struct
   }
   case STRATA__OP_LAYERNORM_BWD: {
     const __typeof__(op->u.ln) *a = &op->u.ln;
-    const strata__i64 cw = wg < 32 ? wg : 32;
+    const strata__i64 cw = wg < STRATA_K_COL_TILE ? wg : STRATA_K_COL_TILE;
     /* dgamma/dbeta first: dx may be dy, and the dx kernel overwrites it */
     e = strata__cuda_layernorm_bwd_dparams(
         st, GROUPS((a->cols + cw - 1) / cw),
@@ -256,7 +256,7 @@ static cudaError_t launch(cudaStream_t st, int wg, float *partials, const struct
   }
   case STRATA__OP_RMSNORM_BWD: {
     const __typeof__(op->u.rms) *a = &op->u.rms;
-    const strata__i64 cw = wg < 32 ? wg : 32;
+    const strata__i64 cw = wg < STRATA_K_COL_TILE ? wg : STRATA_K_COL_TILE;
     /* dw first: dx may be dy */
     e = strata__cuda_rmsnorm_bwd_dw(st, GROUPS((a->cols + cw - 1) / cw),
                                     B(a->x, 0) | B(a->rstd, 1) | B(a->dy, 2) | B(a->dw, 3), P(a->x), O(a->x),
