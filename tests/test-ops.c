@@ -499,6 +499,42 @@ Test(ops, add_scale_fill) {
   free(b);
 }
 
+/*
+** A fill past the host's streaming size (its +0 fill is memset over the
+** threads' shares) at an odd offset and length in a buffer of NaNs: every
+** element inside is the value's bits (+0, and -0, which is no memset), and
+** the NaNs before and after it are left as they were.
+*/
+Test(ops, large_fill_writes_its_range_only) {
+  int dev = ref_device();
+  strata_queue_t q;
+  OK(strata_queue_new(dev, &q));
+  enum { LEAD = 37, N = 3 * (1 << 18) + 5 };
+  const size_t total = (size_t)N + 2 * LEAD;
+  float *h = malloc(total * 4);
+  const float values[3] = {0.0f, -0.0f, 1.5f};
+  for (int v = 0; v < 3; v++) {
+    for (size_t i = 0; i < total; i++)
+      h[i] = NAN;
+    strata_buffer_t b;
+    OK(strata_buffer_new(dev, total * 4, &b));
+    OK(strata_buffer_upload(q, b, 0, h, total * 4));
+    OK(strata_fill(q, strata_mem(b, LEAD), values[v], N));
+    OK(strata_buffer_download(q, b, 0, h, total * 4));
+    for (size_t i = 0; i < total; i++) {
+      if (i < LEAD || i >= LEAD + (size_t)N)
+        cr_assert(isnan(h[i]), "fill %g: element %zu outside the range was overwritten (%a)", (double)values[v], i,
+                  (double)h[i]);
+      else
+        cr_assert(memcmp(&h[i], &values[v], 4) == 0, "fill %g: element %zu is %a", (double)values[v], i,
+                  (double)h[i]);
+    }
+    strata_buffer_free(b);
+  }
+  free(h);
+  strata_queue_free(q);
+}
+
 /* ---- layernorm ---- */
 
 static int ln_f(strata_queue_t q, strata_mem_t *m, const void *pp) {

@@ -271,12 +271,31 @@ static void scale(const struct strata__op *o) {
     x[i] *= o->u.ew.alpha;
 }
 
+/*
+** x[i] = alpha. A +0 fill (the gradients' zeroing each step, about 4 bytes a
+** parameter) is memset over each thread's share, which the C library writes
+** without first reading the lines it overwrites (rep stosb, or streaming
+** stores past the cache's size): all-zero bits either way.
+*/
 static void fill(const struct strata__op *o) {
   float *x = F(o->u.ew.x);
-  int64_t par_n = o->u.ew.n;
+  const float alpha = o->u.ew.alpha;
+  uint32_t bits;
+  memcpy(&bits, &alpha, sizeof bits);
+  int64_t n = o->u.ew.n, par_n = n;
+  if (bits == 0 && n >= STREAM_MIN) {
+    int64_t parts = strata__host_threads > 1 ? strata__host_threads : 1, per = (n + parts - 1) / parts;
+    PAR(par_n)
+    for (int64_t t = 0; t < parts; t++) {
+      int64_t lo = t * per, len = lo >= n ? 0 : n - lo < per ? n - lo : per;
+      if (len > 0)
+        memset(x + lo, 0, (size_t)len * sizeof *x);
+    }
+    return;
+  }
   PAR(par_n)
-  for (int64_t i = 0; i < o->u.ew.n; i++)
-    x[i] = o->u.ew.alpha;
+  for (int64_t i = 0; i < n; i++)
+    x[i] = alpha;
 }
 
 /* One row: mean, 1/std, y = (x - mean) / std * gamma + beta. Sums in double. */
@@ -532,6 +551,23 @@ static HOST_SIMD void adamw_span(float *p, float *m, float *v, const float *g, i
   }
 }
 
+/* adamw_span with the gradient scaled first and written back (g[i] *= gs, as SCALE): in the same loop, so the
+** gradient is read once; the update reads the scaled float, so the bits are those of the two passes. */
+static HOST_SIMD void adamw_span_scaled(float *p, float *m, float *v, float *g, int64_t n, float gs, float b1,
+                                        float b2, float c1, float c2, float lr, float eps, float wd) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; i++) {
+    float gi = g[i] * gs;
+    g[i] = gi;
+    float mi = b1 * m[i] + (1.0f - b1) * gi;
+    float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    float mh = mi / c1, vh = vi / c2;
+    p[i] -= lr * (mh / (sqrtf(vh) + eps) + wd * p[i]);
+  }
+}
+
 /*
 ** Vocabulary-parallel cross-entropy over one slice: the host reference's
 ** formulas (logsumexp, xent_fwd, xent_bwd above), split where the slices
@@ -642,9 +678,10 @@ static void tokens_shift(const struct strata__op *o) {
 
 /*
 ** ADAMW_FUSED: a piece of SPAN at a time, the gradient scaled as SCALE
-** does, the AdamW span as ADAMW does, the updated parameters rounded into
-** the bfloat16 copy as CONVERT does: the three ops' bits, with each piece
-** still in the cache for the next, and one fork for all.
+** does and the AdamW span as ADAMW does (one loop, adamw_span_scaled),
+** the updated parameters rounded into the bfloat16 copy as CONVERT does:
+** the three ops' bits, with each piece still in the cache for the next,
+** and one fork for all.
 */
 static void adamw_fused(const struct strata__op *o) {
   float *p = F(o->u.adamw.param), *m = F(o->u.adamw.m), *v = F(o->u.adamw.v), *g = F(o->u.adamw.grad);
@@ -653,10 +690,11 @@ static void adamw_fused(const struct strata__op *o) {
   const float c1 = o->u.adamw.bc1, c2 = o->u.adamw.bc2;
   FOR_SPANS(o->u.adamw.n, {
     if (gs != 1.0f)
-      for (int64_t i = lo; i < lo + len; i++)
-        g[i] *= gs;
-    adamw_span(p + lo, m + lo, v + lo, g + lo, len, b1, b2, c1, c2, o->u.adamw.lr, o->u.adamw.eps,
-               o->u.adamw.weight_decay);
+      adamw_span_scaled(p + lo, m + lo, v + lo, g + lo, len, gs, b1, b2, c1, c2, o->u.adamw.lr, o->u.adamw.eps,
+                        o->u.adamw.weight_decay);
+    else
+      adamw_span(p + lo, m + lo, v + lo, g + lo, len, b1, b2, c1, c2, o->u.adamw.lr, o->u.adamw.eps,
+                 o->u.adamw.weight_decay);
     if (p16)
       strata__bf16_from_f32(p + lo, p16 + lo, len);
   });
