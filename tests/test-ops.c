@@ -1521,11 +1521,14 @@ Test(ops, sumsq_spans_is_each_sumsq_bit_for_bit_and_bad_input_refused) {
   int dev = ref_device();
   strata_queue_t q;
   OK(strata_queue_new(dev, &q));
-  enum { N = 200003, T = 11 };
+  enum { N = 200003, T = 19 };
   float *x0 = rnd(N, 103, -2, 2);
-  /* lengths in fours of all sizes once sorted, chains that end at different places */
-  const int64_t bounds[2 * T] = {0,  10,   10,    0,   10,  100000, 100010, 99993, 5, 7, N - 1,
-                                 1,  200,  5000, 300, 4999, 7,      5001,   9,     3, 60000, 60000};
+  /* lengths in groups (the host runs eight chains together) of all sizes once sorted, a full group and a part
+  ** one, chains that end at different places */
+  const int64_t bounds[2 * T] = {0,     10,     10,    0,     10,     100000, 100010, 99993, 5,      7,
+                                 N - 1, 1,      200,   5000,  300,    4999,   7,      5001,  9,      3,
+                                 60000, 60000,  17,    123456, 3,     77777,  100,    1,     0,      0,
+                                 50000, 150000, 2,     199999, 1,     8,      190000, 10003};
   strata_buffer_t x = fused_buf(dev, q, x0, N), out = fused_buf(dev, q, NULL, 2 * T);
   strata_buffer_t x16 = fused_buf(dev, q, NULL, (N + 1) / 2);
   OK(strata_convert(q, strata_mem(x, 0), strata_mem_typed(x16, 0, STRATA_BFLOAT16), N));

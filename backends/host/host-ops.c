@@ -724,16 +724,30 @@ static void sumsq(const struct strata__op *o) {
 }
 
 /*
-** The sums of x[k]^2 over n[k] elements for k < 4 (an empty span: 0), each
-** its own chain of double additions in element order, so each is
-** sum_squares' bits; the four chains advance together, so one addition's
-** latency hides behind the others'. Chains drop out as their spans end.
+** The sums of x[k]^2 over n[k] elements for k < CHAINS (an empty span: 0),
+** each its own chain of double additions in element order, so each is
+** sum_squares' bits; the chains advance together, so one addition's
+** latency hides behind the others' (eight keep a core's two adders busy).
+** Chains drop out as their spans end.
 */
-static void sum_squares4(const float *const *x, const int64_t *n, double *out) {
-  double s[4] = {0, 0, 0, 0};
-  const float *p[4];
-  int at[4], k = 0;
-  for (int j = 0; j < 4; j++)
+#define CHAINS 8
+#define CHAINS_STEP(K)                                                                                             \
+  do {                                                                                                             \
+    double a_[K];                                                                                                  \
+    for (int j = 0; j < (K); j++)                                                                                  \
+      a_[j] = s[j];                                                                                                \
+    for (; i < m; i++) {                                                                                           \
+      _Pragma("GCC unroll 8") for (int j = 0; j < (K); j++) a_[j] += (double)p[j][i] * p[j][i];                    \
+    }                                                                                                              \
+    for (int j = 0; j < (K); j++)                                                                                  \
+      s[j] = a_[j];                                                                                                \
+  } while (0)
+
+static void sum_squares_chains(const float *const *x, const int64_t *n, double *out) {
+  double s[CHAINS] = {0};
+  const float *p[CHAINS];
+  int at[CHAINS], k = 0;
+  for (int j = 0; j < CHAINS; j++)
     if (n[j] > 0)
       at[k] = j, p[k++] = x[j];
   int64_t i = 0;
@@ -741,35 +755,15 @@ static void sum_squares4(const float *const *x, const int64_t *n, double *out) {
     int64_t m = n[at[0]];
     for (int j = 1; j < k; j++)
       m = n[at[j]] < m ? n[at[j]] : m;
-    if (k == 4) {
-      double s0 = s[0], s1 = s[1], s2 = s[2], s3 = s[3];
-      for (; i < m; i++) {
-        s0 += (double)p[0][i] * p[0][i];
-        s1 += (double)p[1][i] * p[1][i];
-        s2 += (double)p[2][i] * p[2][i];
-        s3 += (double)p[3][i] * p[3][i];
-      }
-      s[0] = s0, s[1] = s1, s[2] = s2, s[3] = s3;
-    } else if (k == 3) {
-      double s0 = s[0], s1 = s[1], s2 = s[2];
-      for (; i < m; i++) {
-        s0 += (double)p[0][i] * p[0][i];
-        s1 += (double)p[1][i] * p[1][i];
-        s2 += (double)p[2][i] * p[2][i];
-      }
-      s[0] = s0, s[1] = s1, s[2] = s2;
-    } else if (k == 2) {
-      double s0 = s[0], s1 = s[1];
-      for (; i < m; i++) {
-        s0 += (double)p[0][i] * p[0][i];
-        s1 += (double)p[1][i] * p[1][i];
-      }
-      s[0] = s0, s[1] = s1;
-    } else {
-      double s0 = s[0];
-      for (; i < m; i++)
-        s0 += (double)p[0][i] * p[0][i];
-      s[0] = s0;
+    switch (k) {
+    case 8: CHAINS_STEP(8); break;
+    case 7: CHAINS_STEP(7); break;
+    case 6: CHAINS_STEP(6); break;
+    case 5: CHAINS_STEP(5); break;
+    case 4: CHAINS_STEP(4); break;
+    case 3: CHAINS_STEP(3); break;
+    case 2: CHAINS_STEP(2); break;
+    default: CHAINS_STEP(1); break;
     }
     /* the chains whose spans ended leave; the others keep their places' order */
     int kept = 0;
@@ -783,7 +777,7 @@ static void sum_squares4(const float *const *x, const int64_t *n, double *out) {
     }
     k = kept;
   }
-  for (int j = 0; j < 4; j++)
+  for (int j = 0; j < CHAINS; j++)
     if (n[j] <= 0)
       out[j] = 0;
 }
@@ -798,9 +792,9 @@ static int by_length(const void *pa, const void *pb) {
 }
 
 /*
-** SUMSQ_SPANS: each span's sum as SUMSQ's, in fours of spans of about the
-** same length (sorted by length) whose chains run together, the fours
-** shared out between the threads.
+** SUMSQ_SPANS: each span's sum as SUMSQ's, in groups of CHAINS spans of
+** about the same length (sorted by length) whose chains run together, the
+** groups shared out between the threads.
 */
 static void sumsq_spans(const struct strata__op *o) {
   const float *x = F(o->u.spans.x);
@@ -815,18 +809,20 @@ static void sumsq_spans(const struct strata__op *o) {
   }
   for (int64_t t = 0; t < count; t++)
     par_n += bd[2 * t + 1];
-  int64_t groups = (count + 3) / 4;
+  int64_t groups = (count + CHAINS - 1) / CHAINS;
   _Pragma("omp parallel for schedule(dynamic) num_threads(strata__host_threads) if (par_n >= PAR_MIN)")
   for (int64_t gi = 0; gi < groups; gi++) {
-    const float *xs[4] = {x, x, x, x};
-    int64_t ns[4] = {0, 0, 0, 0}, ts[4] = {-1, -1, -1, -1};
-    double sums[4];
-    for (int j = 0; j < 4 && gi * 4 + j < count; j++) {
-      int64_t t = order ? order[gi * 4 + j].t : gi * 4 + j;
+    const float *xs[CHAINS];
+    int64_t ns[CHAINS], ts[CHAINS];
+    double sums[CHAINS];
+    for (int j = 0; j < CHAINS; j++)
+      xs[j] = x, ns[j] = 0, ts[j] = -1;
+    for (int j = 0; j < CHAINS && gi * CHAINS + j < count; j++) {
+      int64_t t = order ? order[gi * CHAINS + j].t : gi * CHAINS + j;
       xs[j] = x + bd[2 * t], ns[j] = bd[2 * t + 1], ts[j] = t;
     }
-    sum_squares4(xs, ns, sums);
-    for (int j = 0; j < 4; j++)
+    sum_squares_chains(xs, ns, sums);
+    for (int j = 0; j < CHAINS; j++)
       if (ts[j] >= 0)
         out[ts[j]] = 0.0f + (float)sums[j];
   }
