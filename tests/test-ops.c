@@ -499,6 +499,42 @@ Test(ops, add_scale_fill) {
   free(b);
 }
 
+/*
+** A fill past the host's streaming size (its +0 fill is memset over the
+** threads' shares) at an odd offset and length in a buffer of NaNs: every
+** element inside is the value's bits (+0, and -0, which is no memset), and
+** the NaNs before and after it are left as they were.
+*/
+Test(ops, large_fill_writes_its_range_only) {
+  int dev = ref_device();
+  strata_queue_t q;
+  OK(strata_queue_new(dev, &q));
+  enum { LEAD = 37, N = 3 * (1 << 18) + 5 };
+  const size_t total = (size_t)N + 2 * LEAD;
+  float *h = malloc(total * 4);
+  const float values[3] = {0.0f, -0.0f, 1.5f};
+  for (int v = 0; v < 3; v++) {
+    for (size_t i = 0; i < total; i++)
+      h[i] = NAN;
+    strata_buffer_t b;
+    OK(strata_buffer_new(dev, total * 4, &b));
+    OK(strata_buffer_upload(q, b, 0, h, total * 4));
+    OK(strata_fill(q, strata_mem(b, LEAD), values[v], N));
+    OK(strata_buffer_download(q, b, 0, h, total * 4));
+    for (size_t i = 0; i < total; i++) {
+      if (i < LEAD || i >= LEAD + (size_t)N)
+        cr_assert(isnan(h[i]), "fill %g: element %zu outside the range was overwritten (%a)", (double)values[v], i,
+                  (double)h[i]);
+      else
+        cr_assert(memcmp(&h[i], &values[v], 4) == 0, "fill %g: element %zu is %a", (double)values[v], i,
+                  (double)h[i]);
+    }
+    strata_buffer_free(b);
+  }
+  free(h);
+  strata_queue_free(q);
+}
+
 /* ---- layernorm ---- */
 
 static int ln_f(strata_queue_t q, strata_mem_t *m, const void *pp) {
@@ -1485,11 +1521,14 @@ Test(ops, sumsq_spans_is_each_sumsq_bit_for_bit_and_bad_input_refused) {
   int dev = ref_device();
   strata_queue_t q;
   OK(strata_queue_new(dev, &q));
-  enum { N = 200003, T = 11 };
+  enum { N = 200003, T = 19 };
   float *x0 = rnd(N, 103, -2, 2);
-  /* lengths in fours of all sizes once sorted, chains that end at different places */
-  const int64_t bounds[2 * T] = {0,  10,   10,    0,   10,  100000, 100010, 99993, 5, 7, N - 1,
-                                 1,  200,  5000, 300, 4999, 7,      5001,   9,     3, 60000, 60000};
+  /* lengths in groups (the host runs eight chains together) of all sizes once sorted, a full group and a part
+  ** one, chains that end at different places */
+  const int64_t bounds[2 * T] = {0,     10,     10,    0,     10,     100000, 100010, 99993, 5,      7,
+                                 N - 1, 1,      200,   5000,  300,    4999,   7,      5001,  9,      3,
+                                 60000, 60000,  17,    123456, 3,     77777,  100,    1,     0,      0,
+                                 50000, 150000, 2,     199999, 1,     8,      190000, 10003};
   strata_buffer_t x = fused_buf(dev, q, x0, N), out = fused_buf(dev, q, NULL, 2 * T);
   strata_buffer_t x16 = fused_buf(dev, q, NULL, (N + 1) / 2);
   OK(strata_convert(q, strata_mem(x, 0), strata_mem_typed(x16, 0, STRATA_BFLOAT16), N));

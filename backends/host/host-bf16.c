@@ -15,6 +15,7 @@
 
 #include "bf16.h"
 #include "host.h"
+#include "vecmath.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 10
 #include <immintrin.h>
@@ -697,6 +698,60 @@ static int layernorm_bwd_native(const struct strata__op *o) {
   return rc;
 }
 
+/* ---- GELU on bfloat16 through tables of the float32 kernels' results ---- */
+
+/*
+** A bfloat16 input has 65536 values, so the float32 kernels are run once
+** on every one of them (in a process's first bfloat16 GELU) and their
+** results kept: gelu_tab16[h], GELU_FWD of h widened, rounded as the
+** staged op rounds it; gelu_tab[65536 + h], GELU_BWD of h widened with
+** dy = 1, which is the factor the kernel multiplies dy by (dy * (...): one
+** product, nothing added to it, so dy times the factor is the kernel's
+** float for any dy), rounded after the product. A staged block gives the
+** kernel's float on the widened values and rounds it once; so does a
+** lookup: the bits are the staged op's. 384 KiB, in the caches while a
+** GELU runs.
+*/
+static float *gelu_tab; /* [2][65536]: the forward's floats, the backward's factors; NULL when making them failed */
+static uint16_t gelu_tab16[65536 + 2]; /* the forward, rounded (2 more: a 4-byte gather of the last) */
+static pthread_once_t gelu_once = PTHREAD_ONCE_INIT;
+
+static void gelu_tab_make(void) {
+  float *t = NULL, *in = malloc(65536 * 2 * sizeof *in);
+  if (!in || posix_memalign((void **)&t, 64, 2 * 65536 * sizeof *t) != 0) {
+    free(in);
+    return;
+  }
+  float *ones = in + 65536;
+  for (uint32_t h = 0; h < 65536; h++)
+    in[h] = bf16_widen((uint16_t)h), ones[h] = 1.0f;
+  struct strata__op f = {.id = STRATA__OP_GELU_FWD}, b = {.id = STRATA__OP_GELU_BWD};
+  f.u.ew.n = b.u.ew.n = 65536;
+  f.u.ew.x = b.u.ew.x = (struct strata__mem){in, 0, STRATA_FLOAT32};
+  f.u.ew.y = (struct strata__mem){t, 0, STRATA_FLOAT32};
+  b.u.ew.dy = (struct strata__mem){ones, 0, STRATA_FLOAT32};
+  b.u.ew.dx = (struct strata__mem){t + 65536, 0, STRATA_FLOAT32};
+  if (strata__host_op_run_f32(&f) == STRATA_OK && strata__host_op_run_f32(&b) == STRATA_OK) {
+    strata__bf16_from_f32(t, gelu_tab16, 65536);
+    gelu_tab = t;
+  } else {
+    free(t);
+  }
+  free(in);
+}
+
+/* y = GELU(x) over n bfloat16 by lookup (x may be y); dx = GELU'(x) dy likewise (any of them the same memory). */
+static void gelu_fwd_tab(const uint16_t *tab, const uint16_t *x, uint16_t *y, int64_t n) {
+  for (int64_t i = 0; i < n; i++)
+    y[i] = tab[x[i]];
+}
+
+static HOST_SIMD void gelu_bwd_tab(const float *tab, const uint16_t *x, const uint16_t *dy, uint16_t *dx, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; i++)
+    dx[i] = bf16_round(bf16_widen(dy[i]) * tab[x[i]]);
+}
+
 /* ---- elementwise ops on bfloat16 in registers (AVX-512 BF16): the staged op's bits without its scratch ---- */
 
 #ifdef HAVE_NATIVE_BF16
@@ -766,12 +821,73 @@ static int elementwise_native(const struct strata__op *o) {
   }
   return STRATA_OK;
 }
+
+/* gelu_fwd_tab with AVX-512 gathers: 16 4-byte words at tab + x (x 2-byte units), their low halves kept. */
+NATIVE static void gelu_fwd_gather(const uint16_t *tab, const uint16_t *x, uint16_t *y, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    __mmask16 k = mask16(n - i);
+    __m512i idx = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, x + i));
+    __m512i w = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), k, idx, tab, 2);
+    _mm256_mask_storeu_epi16((void *)(y + i), k, _mm512_cvtepi32_epi16(w));
+  }
+}
+
+/* gelu_bwd_tab with AVX-512 gathers of the factors: the same products, rounded by vcvtneps2bf16 (bf16_round's
+** bits). */
+NATIVE static void gelu_bwd_gather(const float *tab, const uint16_t *x, const uint16_t *dy, uint16_t *dx, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    __mmask16 k = mask16(n - i);
+    __m512i idx = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, x + i));
+    __m512 f = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, idx, tab, 4);
+    narrow16(k, _mm512_mul_ps(widen16(k, dy + i), f), dx + i);
+  }
+}
+
+/* One piece of a GELU lookup: gathers where the CPU has AVX-512 BF16 (the conversions' path), else plain loops. */
+static void gelu_piece(int fwd, const uint16_t *x, const uint16_t *dy, uint16_t *y, int64_t n) {
+  const int native = strata__bf16_path(NULL);
+  if (fwd && native)
+    gelu_fwd_gather(gelu_tab16, x, y, n);
+  else if (fwd)
+    gelu_fwd_tab(gelu_tab16, x, y, n);
+  else if (native)
+    gelu_bwd_gather(gelu_tab + 65536, x, dy, y, n);
+  else
+    gelu_bwd_tab(gelu_tab + 65536, x, dy, y, n);
+}
 #else
 static int elementwise_native(const struct strata__op *o) {
   (void)o;
   return STRATA_ERR_UNSUPPORTED;
 }
+
+static void gelu_piece(int fwd, const uint16_t *x, const uint16_t *dy, uint16_t *y, int64_t n) {
+  if (fwd)
+    gelu_fwd_tab(gelu_tab16, x, y, n);
+  else
+    gelu_bwd_tab(gelu_tab + 65536, x, dy, y, n);
+}
 #endif
+
+/* GELU_FWD/BWD with every operand bfloat16 through the tables, in pieces of CHUNK over the op's threads;
+** STRATA_ERR_UNSUPPORTED for mixed types or without the tables (the caller stages them). */
+static int gelu_lookup(const struct strata__op *o) {
+  const int fwd = o->id == STRATA__OP_GELU_FWD;
+  if (!IS_BF16(o->u.ew.x) || !IS_BF16(fwd ? o->u.ew.y : o->u.ew.dx) || (!fwd && !IS_BF16(o->u.ew.dy)))
+    return STRATA_ERR_UNSUPPORTED;
+  pthread_once(&gelu_once, gelu_tab_make);
+  if (!gelu_tab)
+    return STRATA_ERR_UNSUPPORTED;
+  const uint16_t *x = BF(o->u.ew.x), *dy = fwd ? NULL : BF(o->u.ew.dy);
+  uint16_t *y = fwd ? BF(o->u.ew.y) : BF(o->u.ew.dx);
+  int64_t n = o->u.ew.n, pieces = (n + CHUNK - 1) / CHUNK;
+  _Pragma("omp parallel for schedule(static) num_threads(strata__host_threads) if (n >= PAR_MIN)")
+  for (int64_t s = 0; s < pieces; s++) {
+    int64_t lo = s * CHUNK, len = n - lo < CHUNK ? n - lo : CHUNK;
+    gelu_piece(fwd, x + lo, fwd ? NULL : dy + lo, y + lo, len);
+  }
+  return STRATA_OK;
+}
 
 int strata__host_op_run_bf16(const struct strata__op *op) {
   switch (op->id) {
@@ -798,6 +914,11 @@ int strata__host_op_run_bf16(const struct strata__op *op) {
   case STRATA__OP_ATTENTION_FWD: /* bfloat16 blocks on AVX-512 BF16 dot products where the CPU has them */
   case STRATA__OP_ATTENTION_BWD: {
     int rc = strata__host_attention_bf16(op);
+    return rc == STRATA_ERR_UNSUPPORTED ? staged(op) : rc;
+  }
+  case STRATA__OP_GELU_FWD:
+  case STRATA__OP_GELU_BWD: {
+    int rc = gelu_lookup(op);
     return rc == STRATA_ERR_UNSUPPORTED ? staged(op) : rc;
   }
   case STRATA__OP_ADD:

@@ -271,12 +271,31 @@ static void scale(const struct strata__op *o) {
     x[i] *= o->u.ew.alpha;
 }
 
+/*
+** x[i] = alpha. A +0 fill (the gradients' zeroing each step, about 4 bytes a
+** parameter) is memset over each thread's share, which the C library writes
+** without first reading the lines it overwrites (rep stosb, or streaming
+** stores past the cache's size): all-zero bits either way.
+*/
 static void fill(const struct strata__op *o) {
   float *x = F(o->u.ew.x);
-  int64_t par_n = o->u.ew.n;
+  const float alpha = o->u.ew.alpha;
+  uint32_t bits;
+  memcpy(&bits, &alpha, sizeof bits);
+  int64_t n = o->u.ew.n, par_n = n;
+  if (bits == 0 && n >= STREAM_MIN) {
+    int64_t parts = strata__host_threads > 1 ? strata__host_threads : 1, per = (n + parts - 1) / parts;
+    PAR(par_n)
+    for (int64_t t = 0; t < parts; t++) {
+      int64_t lo = t * per, len = lo >= n ? 0 : n - lo < per ? n - lo : per;
+      if (len > 0)
+        memset(x + lo, 0, (size_t)len * sizeof *x);
+    }
+    return;
+  }
   PAR(par_n)
-  for (int64_t i = 0; i < o->u.ew.n; i++)
-    x[i] = o->u.ew.alpha;
+  for (int64_t i = 0; i < n; i++)
+    x[i] = alpha;
 }
 
 /* One row: mean, 1/std, y = (x - mean) / std * gamma + beta. Sums in double. */
@@ -532,6 +551,23 @@ static HOST_SIMD void adamw_span(float *p, float *m, float *v, const float *g, i
   }
 }
 
+/* adamw_span with the gradient scaled first and written back (g[i] *= gs, as SCALE): in the same loop, so the
+** gradient is read once; the update reads the scaled float, so the bits are those of the two passes. */
+static HOST_SIMD void adamw_span_scaled(float *p, float *m, float *v, float *g, int64_t n, float gs, float b1,
+                                        float b2, float c1, float c2, float lr, float eps, float wd) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; i++) {
+    float gi = g[i] * gs;
+    g[i] = gi;
+    float mi = b1 * m[i] + (1.0f - b1) * gi;
+    float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    float mh = mi / c1, vh = vi / c2;
+    p[i] -= lr * (mh / (sqrtf(vh) + eps) + wd * p[i]);
+  }
+}
+
 /*
 ** Vocabulary-parallel cross-entropy over one slice: the host reference's
 ** formulas (logsumexp, xent_fwd, xent_bwd above), split where the slices
@@ -642,9 +678,10 @@ static void tokens_shift(const struct strata__op *o) {
 
 /*
 ** ADAMW_FUSED: a piece of SPAN at a time, the gradient scaled as SCALE
-** does, the AdamW span as ADAMW does, the updated parameters rounded into
-** the bfloat16 copy as CONVERT does: the three ops' bits, with each piece
-** still in the cache for the next, and one fork for all.
+** does and the AdamW span as ADAMW does (one loop, adamw_span_scaled),
+** the updated parameters rounded into the bfloat16 copy as CONVERT does:
+** the three ops' bits, with each piece still in the cache for the next,
+** and one fork for all.
 */
 static void adamw_fused(const struct strata__op *o) {
   float *p = F(o->u.adamw.param), *m = F(o->u.adamw.m), *v = F(o->u.adamw.v), *g = F(o->u.adamw.grad);
@@ -653,10 +690,11 @@ static void adamw_fused(const struct strata__op *o) {
   const float c1 = o->u.adamw.bc1, c2 = o->u.adamw.bc2;
   FOR_SPANS(o->u.adamw.n, {
     if (gs != 1.0f)
-      for (int64_t i = lo; i < lo + len; i++)
-        g[i] *= gs;
-    adamw_span(p + lo, m + lo, v + lo, g + lo, len, b1, b2, c1, c2, o->u.adamw.lr, o->u.adamw.eps,
-               o->u.adamw.weight_decay);
+      adamw_span_scaled(p + lo, m + lo, v + lo, g + lo, len, gs, b1, b2, c1, c2, o->u.adamw.lr, o->u.adamw.eps,
+                        o->u.adamw.weight_decay);
+    else
+      adamw_span(p + lo, m + lo, v + lo, g + lo, len, b1, b2, c1, c2, o->u.adamw.lr, o->u.adamw.eps,
+                 o->u.adamw.weight_decay);
     if (p16)
       strata__bf16_from_f32(p + lo, p16 + lo, len);
   });
@@ -686,16 +724,30 @@ static void sumsq(const struct strata__op *o) {
 }
 
 /*
-** The sums of x[k]^2 over n[k] elements for k < 4 (an empty span: 0), each
-** its own chain of double additions in element order, so each is
-** sum_squares' bits; the four chains advance together, so one addition's
-** latency hides behind the others'. Chains drop out as their spans end.
+** The sums of x[k]^2 over n[k] elements for k < CHAINS (an empty span: 0),
+** each its own chain of double additions in element order, so each is
+** sum_squares' bits; the chains advance together, so one addition's
+** latency hides behind the others' (eight keep a core's two adders busy).
+** Chains drop out as their spans end.
 */
-static void sum_squares4(const float *const *x, const int64_t *n, double *out) {
-  double s[4] = {0, 0, 0, 0};
-  const float *p[4];
-  int at[4], k = 0;
-  for (int j = 0; j < 4; j++)
+#define CHAINS 8
+#define CHAINS_STEP(K)                                                                                             \
+  do {                                                                                                             \
+    double a_[K];                                                                                                  \
+    for (int j = 0; j < (K); j++)                                                                                  \
+      a_[j] = s[j];                                                                                                \
+    for (; i < m; i++) {                                                                                           \
+      _Pragma("GCC unroll 8") for (int j = 0; j < (K); j++) a_[j] += (double)p[j][i] * p[j][i];                    \
+    }                                                                                                              \
+    for (int j = 0; j < (K); j++)                                                                                  \
+      s[j] = a_[j];                                                                                                \
+  } while (0)
+
+static void sum_squares_chains(const float *const *x, const int64_t *n, double *out) {
+  double s[CHAINS] = {0};
+  const float *p[CHAINS];
+  int at[CHAINS], k = 0;
+  for (int j = 0; j < CHAINS; j++)
     if (n[j] > 0)
       at[k] = j, p[k++] = x[j];
   int64_t i = 0;
@@ -703,35 +755,15 @@ static void sum_squares4(const float *const *x, const int64_t *n, double *out) {
     int64_t m = n[at[0]];
     for (int j = 1; j < k; j++)
       m = n[at[j]] < m ? n[at[j]] : m;
-    if (k == 4) {
-      double s0 = s[0], s1 = s[1], s2 = s[2], s3 = s[3];
-      for (; i < m; i++) {
-        s0 += (double)p[0][i] * p[0][i];
-        s1 += (double)p[1][i] * p[1][i];
-        s2 += (double)p[2][i] * p[2][i];
-        s3 += (double)p[3][i] * p[3][i];
-      }
-      s[0] = s0, s[1] = s1, s[2] = s2, s[3] = s3;
-    } else if (k == 3) {
-      double s0 = s[0], s1 = s[1], s2 = s[2];
-      for (; i < m; i++) {
-        s0 += (double)p[0][i] * p[0][i];
-        s1 += (double)p[1][i] * p[1][i];
-        s2 += (double)p[2][i] * p[2][i];
-      }
-      s[0] = s0, s[1] = s1, s[2] = s2;
-    } else if (k == 2) {
-      double s0 = s[0], s1 = s[1];
-      for (; i < m; i++) {
-        s0 += (double)p[0][i] * p[0][i];
-        s1 += (double)p[1][i] * p[1][i];
-      }
-      s[0] = s0, s[1] = s1;
-    } else {
-      double s0 = s[0];
-      for (; i < m; i++)
-        s0 += (double)p[0][i] * p[0][i];
-      s[0] = s0;
+    switch (k) {
+    case 8: CHAINS_STEP(8); break;
+    case 7: CHAINS_STEP(7); break;
+    case 6: CHAINS_STEP(6); break;
+    case 5: CHAINS_STEP(5); break;
+    case 4: CHAINS_STEP(4); break;
+    case 3: CHAINS_STEP(3); break;
+    case 2: CHAINS_STEP(2); break;
+    default: CHAINS_STEP(1); break;
     }
     /* the chains whose spans ended leave; the others keep their places' order */
     int kept = 0;
@@ -745,7 +777,7 @@ static void sum_squares4(const float *const *x, const int64_t *n, double *out) {
     }
     k = kept;
   }
-  for (int j = 0; j < 4; j++)
+  for (int j = 0; j < CHAINS; j++)
     if (n[j] <= 0)
       out[j] = 0;
 }
@@ -760,9 +792,9 @@ static int by_length(const void *pa, const void *pb) {
 }
 
 /*
-** SUMSQ_SPANS: each span's sum as SUMSQ's, in fours of spans of about the
-** same length (sorted by length) whose chains run together, the fours
-** shared out between the threads.
+** SUMSQ_SPANS: each span's sum as SUMSQ's, in groups of CHAINS spans of
+** about the same length (sorted by length) whose chains run together, the
+** groups shared out between the threads.
 */
 static void sumsq_spans(const struct strata__op *o) {
   const float *x = F(o->u.spans.x);
@@ -777,18 +809,20 @@ static void sumsq_spans(const struct strata__op *o) {
   }
   for (int64_t t = 0; t < count; t++)
     par_n += bd[2 * t + 1];
-  int64_t groups = (count + 3) / 4;
+  int64_t groups = (count + CHAINS - 1) / CHAINS;
   _Pragma("omp parallel for schedule(dynamic) num_threads(strata__host_threads) if (par_n >= PAR_MIN)")
   for (int64_t gi = 0; gi < groups; gi++) {
-    const float *xs[4] = {x, x, x, x};
-    int64_t ns[4] = {0, 0, 0, 0}, ts[4] = {-1, -1, -1, -1};
-    double sums[4];
-    for (int j = 0; j < 4 && gi * 4 + j < count; j++) {
-      int64_t t = order ? order[gi * 4 + j].t : gi * 4 + j;
+    const float *xs[CHAINS];
+    int64_t ns[CHAINS], ts[CHAINS];
+    double sums[CHAINS];
+    for (int j = 0; j < CHAINS; j++)
+      xs[j] = x, ns[j] = 0, ts[j] = -1;
+    for (int j = 0; j < CHAINS && gi * CHAINS + j < count; j++) {
+      int64_t t = order ? order[gi * CHAINS + j].t : gi * CHAINS + j;
       xs[j] = x + bd[2 * t], ns[j] = bd[2 * t + 1], ts[j] = t;
     }
-    sum_squares4(xs, ns, sums);
-    for (int j = 0; j < 4; j++)
+    sum_squares_chains(xs, ns, sums);
+    for (int j = 0; j < CHAINS; j++)
       if (ts[j] >= 0)
         out[ts[j]] = 0.0f + (float)sums[j];
   }
