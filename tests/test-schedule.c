@@ -1008,7 +1008,8 @@ Test(schedule, every_zbv_schedule_validates) {
 /* p = 2, m = 4, checked by hand. Device 0 holds stages 0 and 3 (the loss), device 1 stages 1 and 2, which pass
 ** data between them without transfers. Device 0 warms up with 2p - 1 = 3 forwards of stage 0, then two rounds
 ** F BI W of stage 3; device 1 with one F1, one pair F2 F1, one round F2 BI2 W2. Steady F0 BI0 W0 F1 BI1 W1 by
-** chunk; device 1's cool-down runs BI1.2 BI2.3 and holds their Ws back to the end. */
+** chunk; the cool-down runs each BI with its W at once, chunk 1's (stage 2 on device 1) first: device 1 ends
+** BI2.3 W2.3 BI1.2 W1.2 BI1.3 W1.3, never more than one W pending. */
 Test(schedule, zbv_p2_m4) {
   strata_schedule_t s = gen(STRATA_SCHEDULE_ZBV, 2, 4, 0);
   expect_text(s, "dev 0: F0.0 SA0.0 F0.1 SA0.1 F0.2 SA0.2 RA3.0 F3.0 BI3.0 SG3.0 W3.0 RA3.1 F3.1 BI3.1 SG3.1 W3.1 "
@@ -1016,13 +1017,15 @@ Test(schedule, zbv_p2_m4) {
                  "RG0.2 BI0.2 W0.2 RG0.3 BI0.3 W0.3 OPT0 OPT3\n"
                  "dev 1: RA1.0 F1.0 F2.0 SA2.0 RA1.1 F1.1 F2.1 SA2.1 RG2.0 BI2.0 W2.0 RA1.2 F1.2 BI1.0 SG1.0 W1.0 "
                  "F2.2 SA2.2 RG2.1 BI2.1 W2.1 RA1.3 F1.3 BI1.1 SG1.1 W1.1 F2.3 SA2.3 RG2.2 BI2.2 W2.2 "
-                 "BI1.2 SG1.2 RG2.3 BI2.3 BI1.3 SG1.3 W1.2 W2.3 W1.3 OPT1 OPT2\n");
+                 "RG2.3 BI2.3 W2.3 BI1.2 SG1.2 W1.2 BI1.3 SG1.3 W1.3 OPT1 OPT2\n");
   strata_schedule_free(s);
 }
 
 /*
 ** Unit costs (F = BI = W = 1 per chunk; the bubble is a ratio, so chunks of half a stage's layers change nothing):
-** the span is 6m + p - 1, the bubble (p - 1) / (6m + p - 1) — below ZB-H1's (p - 1) / (1.5m + p - 1) and 1F1B's.
+** the span is 6m + 2(p - 1) (each W right after its BI: the cool-down holds none back, which the paper's tail
+** fills with p - 1 units fewer), the bubble (p - 1) / (3m + p - 1) — below ZB-H1's (p - 1) / (1.5m + p - 1) and
+** 1F1B's.
 */
 Test(schedule, bubble_zbv_below_zb_h1) {
   for (int p = 2; p <= MAX_P; p++)
@@ -1030,10 +1033,10 @@ Test(schedule, bubble_zbv_below_zb_h1) {
       double v = bubble_gen(STRATA_SCHEDULE_ZBV, p, m, 0), z = bubble_gen(STRATA_SCHEDULE_ZB_H1, p, m, 0),
              o = bubble_gen(STRATA_SCHEDULE_1F1B, p, m, 0);
       cr_assert(v < z && z < o, "p=%d m=%d: zbv %f, zb-h1 %f, 1f1b %f", p, m, v, z, o);
-      double want = (double)(p - 1) / (6.0 * m + p - 1);
+      double want = (double)(p - 1) / (3.0 * m + p - 1);
       cr_assert(fabs(v - want) < 1e-12, "zbv p=%d m=%d: %.15f, want %.15f", p, m, v, want);
     }
-  cr_assert(fabs(bubble_gen(STRATA_SCHEDULE_ZBV, 4, 8, 0) - 3.0 / 51.0) < 1e-12);
+  cr_assert(fabs(bubble_gen(STRATA_SCHEDULE_ZBV, 4, 8, 0) - 3.0 / 27.0) < 1e-12);
   cr_assert(fabs(bubble_gen(STRATA_SCHEDULE_ZBV, 1, 2, 0)) < 1e-12);
 }
 
@@ -1109,7 +1112,7 @@ Test(schedule, zbv_copy_validates) {
   OK(strata_schedule_from_lists(l.p, l.stages, l.m, l.stage_device, (const struct strata_action *const *)l.list, l.counts,
                                 &s));
   OK(strata_schedule_validate(s));
-  cr_assert(fabs(bubble_of(s) - 1.0 / 25.0) < 1e-12);
+  cr_assert(fabs(bubble_of(s) - 1.0 / 13.0) < 1e-12); /* span 6m + 2(p - 1) = 26 units for 24 of work a device */
   strata_schedule_free(s);
   lists_free(&l);
 }
@@ -1185,11 +1188,12 @@ Test(schedule, dualpipev_p2_m4) {
 
 /*
 ** Every p <= 8 and 2p <= m <= 32 validates. With unit costs, a paired F and B run one after the other (strata runs
-** a device's list in order, so the pairing's overlap of communication does not show), the span is ZB-V's, 6m + p - 1:
-** the bubble (p - 1) / (6m + p - 1), below 1F1B's and ZB-H1's. Each pair's B before its F, a device holds at most
-** 2p half-size chunk micro-batches at once — 1F1B's p full stages, as ZB-V — and device 0 exactly that (the least a
-** warm-up without idle time on it allows, strata__gen_dualpipev). In the reference's order, F before B (DeepSeek-V3's
-** table gives DualPipe PP + 1 chunks' activations against 1F1B's PP), it held 2p + 1.
+** a device's list in order, so the pairing's overlap of communication does not show), the span is 6m + p - 1 (the
+** paper's ZB-V's): the bubble (p - 1) / (6m + p - 1), below 1F1B's and ZB-H1's. Each pair's B before its F, a
+** device holds at most 2p half-size chunk micro-batches at once — 1F1B's p full stages, as ZB-V — and device 0
+** exactly that (the least a warm-up without idle time on it allows, strata__gen_dualpipev). In the reference's
+** order, F before B (DeepSeek-V3's table gives DualPipe PP + 1 chunks' activations against 1F1B's PP), it held
+** 2p + 1.
 */
 Test(schedule, every_dualpipev_validates_with_its_bubble_and_peak) {
   for (int p = 1; p <= MAX_P; p++)

@@ -229,23 +229,29 @@ static int strata__gen_interleaved(struct strata_schedule *s, int d, int v) {
 **              before, so its backward can follow its forward at once);
 **   steady     F0 (while chunk 0 has forwards left) BI0 W0 F1 BI1 W1,
 **              until chunk 1 has run every forward;
-**   cool-down  d pairs BI0 BI1, their Ws held back; p - d rounds BI0 W0;
-**              then the held-back Ws, chunk 1's first: they fill the tail
-**              while the last input gradients travel down the V.
+**   cool-down  rounds BI1 W1, BI0 W0 until every backward has run.
 **
-** With F = BI = W = 1 the steady phase runs without a gap and the bubble
-** is what the ramp-up and the tail leave, below ZB-H1's at the same p and
-** m; chunk 0 holds at most 2p - d micro-batches in flight and chunk 1 at
-** most d + 1, never more than 2p of the device's half-size chunks at once:
-** 1F1B's peak of p full stages. The warm-up runs 2p - d - 1 forwards of
-** chunk 0 before any of its backwards, which needs m >= 2p - 1; the lists
+** Every W runs right after its BI, so a device holds at most one
+** micro-batch between its BI and its W (one dsave region: the output-side
+** gradients its W reads) besides its micro-batches in flight. The paper's
+** and PyTorch's ScheduleZBVZeroBubble's cool-down instead runs d pairs
+** BI0 BI1 with their Ws held back to the end, filling the tail: a span of
+** 6m + p - 1 units against these lists' 6m + 2(p - 1), but each held W
+** keeps its micro-batch's activations and a dsave region, 2d of them on
+** device d, so the V's last device held the most (at pp 4, the 512 x 8
+** GPT: 95 MB against 1F1B's 52.5). With F = BI = W = 1 the bubble is
+** (p - 1) / (3m + p - 1), below ZB-H1's (p - 1) / (1.5m + p - 1); chunk 0
+** holds at most 2p - d micro-batches in flight and chunk 1 at most d + 1,
+** never more than 2p of the device's half-size chunks at once: 1F1B's
+** peak of p full stages. The warm-up runs 2p - d - 1 forwards of chunk 0
+** before any of its backwards, which needs m >= 2p - 1; the lists
 ** are generated for m >= 2p (the paper's setting, and PyTorch's
 ** ScheduleZBVZeroBubble pads smaller counts with idle slots instead).
 */
 static int strata__gen_zbv(struct strata_schedule *s, int d) {
   const int p = s->devices, m = s->microbatches;
   const int c0 = d, c1 = 2 * p - 1 - d;
-  int f0 = 0, f1 = 0, b0 = 0, b1 = 0, w0 = 0, w1 = 0, rc = STRATA_OK;
+  int f0 = 0, f1 = 0, b0 = 0, b1 = 0, rc = STRATA_OK;
 #define STRATA__ZBV(kind, st, mb)                                                                                      \
   do {                                                                                                                 \
     if (rc == STRATA_OK)                                                                                               \
@@ -271,20 +277,17 @@ static int strata__gen_zbv(struct strata_schedule *s, int d) {
     STRATA__ZBV(STRATA_ACTION_BACKWARD_INPUT, c1, b1);
     STRATA__ZBV(STRATA_ACTION_BACKWARD_WEIGHT, c1, b1++);
   }
-  w0 = b0;
-  w1 = b1;
-  for (int i = 0; i < d; i++) {
-    STRATA__ZBV(STRATA_ACTION_BACKWARD_INPUT, c0, b0++);
-    STRATA__ZBV(STRATA_ACTION_BACKWARD_INPUT, c1, b1++);
+  /* cool-down: each BI with its W at once (chunk 1's first: its gradient reaches chunk 0 through the turn) */
+  while (b0 < m || b1 < m) {
+    if (b1 < m) {
+      STRATA__ZBV(STRATA_ACTION_BACKWARD_INPUT, c1, b1);
+      STRATA__ZBV(STRATA_ACTION_BACKWARD_WEIGHT, c1, b1++);
+    }
+    if (b0 < m) {
+      STRATA__ZBV(STRATA_ACTION_BACKWARD_INPUT, c0, b0);
+      STRATA__ZBV(STRATA_ACTION_BACKWARD_WEIGHT, c0, b0++);
+    }
   }
-  for (int i = 0; i < p - d; i++) {
-    STRATA__ZBV(STRATA_ACTION_BACKWARD_INPUT, c0, b0++);
-    STRATA__ZBV(STRATA_ACTION_BACKWARD_WEIGHT, c0, w0++);
-  }
-  while (w1 < b1)
-    STRATA__ZBV(STRATA_ACTION_BACKWARD_WEIGHT, c1, w1++);
-  while (w0 < b0)
-    STRATA__ZBV(STRATA_ACTION_BACKWARD_WEIGHT, c0, w0++);
 #undef STRATA__ZBV
   if (rc == STRATA_OK && (f0 != m || f1 != m || b0 != m || b1 != m))
     return strata__error(STRATA_ERR_INTERNAL, "zbv: dev %d ran %d/%d forwards and %d/%d backwards of %d micro-batches",
