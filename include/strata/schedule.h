@@ -297,6 +297,14 @@ STRATA_API int strata_schedule_device_peak(strata_schedule_t s, int device, cons
 */
 STRATA_API int strata_schedule_peak_pending(strata_schedule_t s, int stage, int *peak /* OUT */);
 
+/*
+** Split backward: the most micro-batches with their BI run and their W not yet, over all the stages of device
+** `device`, at once as its list runs (0 without BI). The device's dsave regions: its stages take them from one
+** cache of regions of one size (a V's two stages share them), so it holds this many, not its stages' own peaks
+** (strata_schedule_peak_pending) added up.
+*/
+STRATA_API int strata_schedule_device_pending(strata_schedule_t s, int device, int *peak /* OUT */);
+
 /* Text form: one line per device, e.g. "dev 0: F0.0 SA0.0 F0.1 ..." (caller frees). */
 STRATA_API int strata_schedule_to_text(strata_schedule_t s, char **text /* OUT */);
 
