@@ -263,15 +263,16 @@ static void pipeline_acts(strata_model_t m, strata_dataset_t ds, const int *h, i
 /*
 ** Issue 35: what a split backward's schedule holds, from the runtime's accounting, against the lists read here. A
 ** micro-batch's activations (a slot) are held from its F to its W; its output-side gradients (a dsave region, which
-** its W reads) only from its BI to its W, in a pool of as many regions as its stage's list holds BIs without their
-** W at once. So device d holds max over its list of sum_s slot_s x in-flight_s (its stages together), plus sum_s
-** dsave_s x pending_s: ZB-H1 and ZB-V run each W right after its BI (pending 1 a stage; ZB-V's cool-down once
-** held back d pairs of Ws on device d, as PyTorch's does: 2d + 1 regions). A GPT of 6 blocks (8 layers: p
-** stages of 8 / p layers, or the V's 2p chunks of half as many) at pp 2 with 8 micro-batches and pp 4 with 8 and
-** 16: zb, zbv and dualpipev's accounting is that to the byte. Their activations in flight are 1F1B's own (ZB-H1,
-** the same cut), or (the Vs) no more than 1F1B's busiest device in layers x micro-batches, at most 2p chunk
-** micro-batches a device; in bytes a V's chunks weigh what their layers do (an embedding is light, a head heavy), so the figures are logged
-** beside 1F1B's. What the pool adds is what the lists force.
+** its W reads) only from its BI to its W, taken from the device's cache in one size for all its stages (the largest
+** of theirs: a V's two chunks reuse each other's). So device d holds max over its list of sum_s slot_s x
+** in-flight_s (its stages together), plus the most BIs without their W at once over its stages times that size:
+** ZB-H1, ZB-V and DualPipeV run each W right after its BI, one region a device (ZB-V's cool-down once held back d
+** pairs of Ws on device d, as PyTorch's does, and each stage had a pool of its own: 2d + 1 regions). A GPT of 6
+** blocks (8 layers: p stages of 8 / p layers, or the V's 2p chunks of half as many) at pp 2 and 4 with 8 and 16
+** micro-batches: zb, zbv and dualpipev's accounting is that to the byte. Their activations in flight are 1F1B's own
+** (ZB-H1, the same cut), or (the Vs) no more than 1F1B's busiest device in layers x micro-batches, at most 2p chunk
+** micro-batches a device; in bytes a V's chunks weigh what their layers do (an embedding is light, a head heavy, and
+** each chunk keeps its input), so the figures are logged beside 1F1B's. What the regions add is what the lists force.
 */
 Test(memory, split_backward_schedules_hold_what_their_lists_force, .timeout = 300) {
   setenv("STRATA_HOST_DEVICES", "4", 1);
@@ -295,9 +296,9 @@ Test(memory, split_backward_schedules_hold_what_their_lists_force, .timeout = 30
   for (int i = 0; i < 4; i++)
     h[i] = tc_find_device("host", i);
   cr_assert_geq(h[3], 0, "needs 4 host virtual devices");
-  static const int cases[3][2] = {{2, 8}, {4, 8}, {4, 16}};
+  static const int cases[4][2] = {{2, 8}, {2, 16}, {4, 8}, {4, 16}};
   static const int kinds[3] = {STRATA_SCHEDULE_ZB_H1, STRATA_SCHEDULE_ZBV, STRATA_SCHEDULE_DUALPIPEV};
-  for (int ci = 0; ci < 3; ci++) {
+  for (int ci = 0; ci < 4; ci++) {
     const int p = cases[ci][0], mbs = cases[ci][1];
     /* 8 layers over p stages (1F1B, ZB-H1) or the V's 2p chunks */
     static const int line2[2] = {4, 4}, line4[4] = {2, 2, 2, 2}, v2[4] = {2, 2, 2, 2}, v4[8] = {1, 1, 1, 1, 1, 1, 1, 1};
@@ -351,6 +352,9 @@ Test(memory, split_backward_schedules_hold_what_their_lists_force, .timeout = 30
                          most[s]);
         }
         const double pool = dtop * region;
+        /* every W right after its BI: one micro-batch's gradients kept at a time on the device, over its stages */
+        cr_assert_eq(dtop, 1, "%s pp %d m %d device %d: %d micro-batches between their BI and their W at once", name,
+                     p, mbs, d, dtop);
         cr_log_info("%s pp %d m %d device %d: %llu activation bytes = %.0f in flight + %.0f of dsave regions; 1F1B "
                     "%llu there, %llu at its busiest", name, p, mbs, d, (unsigned long long)got[d], top, pool,
                     (unsigned long long)one[d], (unsigned long long)busiest);
