@@ -214,7 +214,8 @@ Test(pipeline, event_chained_steps_wait_per_message_not_per_micro_batch) {
 ** make 2p stages), the backward split into BI and W (DualPipeV's full backwards as BI with its W right after).
 ** Host virtual devices, 8 micro-batches, pp 2 and pp 4: bit for bit one device's losses, gradient norms and
 ** parameters. The report places the stages in the V and gives the lists' unit-cost bubble, (p - 1) / (3m + p - 1)
-** for both (every W right after its BI), below ZB-H1's; the executor holds no stage's activations longer than the lists allow (2p).
+** for both (every W right after its BI), below ZB-H1's; the executor holds no stage's activations longer than the
+** lists allow (2p).
 */
 Test(pipeline, zbv_and_dualpipev_match_one_device_bit_for_bit) {
   strata_model_t m = small_gpt(16, 8);

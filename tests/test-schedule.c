@@ -1192,10 +1192,10 @@ Test(schedule, dualpipev_p2_m4) {
 ** Every p <= 8 and 2p <= m <= 32 validates. With unit costs, a paired F and B run one after the other (strata runs
 ** a device's list in order, so the pairing's overlap of communication does not show) and each W right after its BI
 ** (one dsave region a device, strata_schedule_device_pending), the span is 6m + 2(p - 1), as ZB-V's: the bubble
-** (p - 1) / (3m + p - 1), below 1F1B's and ZB-H1's. Each pair's B before its F, a device holds at most 2p half-size chunk micro-batches at once — 1F1B's p full stages, as ZB-V — and device 0
-** exactly that (the least a warm-up without idle time on it allows, strata__gen_dualpipev). In the reference's
-** order, F before B (DeepSeek-V3's table gives DualPipe PP + 1 chunks' activations against 1F1B's PP), it held
-** 2p + 1.
+** (p - 1) / (3m + p - 1), below 1F1B's and ZB-H1's. Each pair's B before its F, a device holds at most 2p
+** half-size chunk micro-batches at once — 1F1B's p full stages, as ZB-V — and device 0 exactly that (the least a
+** warm-up without idle time on it allows, strata__gen_dualpipev). In the reference's order, F before B (DeepSeek-V3's
+** table gives DualPipe PP + 1 chunks' activations against 1F1B's PP), it held 2p + 1.
 */
 Test(schedule, every_dualpipev_validates_with_its_bubble_and_peak) {
   for (int p = 1; p <= MAX_P; p++)

@@ -386,8 +386,9 @@ static int strata__gen_dualpipev(struct strata_schedule *s, int d) {
 #undef STRATA__DPV_F
 #undef STRATA__DPV
   if (rc == STRATA_OK && (f[0] != m || f[1] != m || b[0] != m || b[1] != m))
-    return strata__error(STRATA_ERR_INTERNAL, "dualpipev: dev %d ran %d/%d forwards, %d/%d backwards of %d micro-batches",
-                         d, f[0], f[1], b[0], b[1], m);
+    return strata__error(STRATA_ERR_INTERNAL,
+                         "dualpipev: dev %d ran %d/%d forwards, %d/%d backwards of %d micro-batches", d, f[0], f[1],
+                         b[0], b[1], m);
   return rc;
 }
 
