@@ -6,7 +6,8 @@
 # RUNS (default 3 runs of each schedule, alternated). The simulator predicts from one calibration of the four devices
 # (strata-bench calibrate, the model's own GEMMs) taken before the runs; without one (calibrate refuses while the
 # machine's load moves a device's speed) the predictions read "-".
-# Issue 35: ZB-V's and DualPipeV's bubble below 1F1B's and ZB-H1's at the same pp and micro-batches; no pass/fail
+# Issue 35: ZB-V's and DualPipeV's bubble below 1F1B's and ZB-H1's at the same pp and micro-batches, and their
+# activations per device against 1F1B's (the table's last column); no pass/fail
 # target (the figures depend on the machine's load, stated before and after).
 set -u
 . "$(dirname "$0")/lib.sh"
@@ -77,11 +78,19 @@ for i in $(seq "$RUNS"); do
 done
 
 printf '%-10s %12s %10s %10s   %12s %10s   %s\n' schedule "tokens/s" bubble ideal "sim tokens/s" "sim bubble" \
-  "activation bytes per device (accounting)"
+  "activation MB per device (accounting), most / 1F1B's most"
+# the activation bytes of each device from the summary's devices[] (the last run); 1F1B's most for the ratio
+acts_of() {
+  grep '"event":"summary"' "$tmp/$1.json" | sed 's/},{/}\n{/g' | sed -n 's/.*"activation_bytes":\([0-9]*\).*/\1/p' |
+    tr '\n' ' '
+}
+ref=$(acts_of 1f1b | awk '{ m = 0; for (i = 1; i <= NF; i++) if ($i > m) m = $i; print m }')
 for s in $SCHEDULES; do
-  # the activation bytes of each device from the summary's devices[] (the last run)
-  acts=$(grep '"event":"summary"' "$tmp/$s.json" | sed 's/},{/}\n{/g' |
-    sed -n 's/.*"activation_bytes":\([0-9]*\).*/\1/p' | tr '\n' ' ')
+  acts=$(acts_of "$s" | awk -v ref="$ref" '{
+    m = 0
+    for (i = 1; i <= NF; i++) { printf "%.1f ", $i / 1e6; if ($i > m) m = $i }
+    if (ref > 0) printf "(%.2fx)", m / ref
+  }')
   read -r simt simb <"$tmp/$s.sim"
   awk -v s="$s" -v t="$(med "$tmp/$s.tps")" -v b="$(med "$tmp/$s.bubble")" \
     -v ideal="$(get "$tmp/$s.json" start bubble_ideal)" -v simt="$simt" -v simb="$simb" -v acts="$acts" 'BEGIN {
@@ -91,5 +100,7 @@ for s in $SCHEDULES; do
   }'
 done
 echo "schedules: tokens/s and bubble are medians of $RUNS runs (the summary's, first step left out); ideal: the" \
-  "lists' bubble for unit costs (F = BI = W); sim: strata-plan --simulate from the calibration before the runs"
+  "lists' bubble for unit costs (F = BI = W); sim: strata-plan --simulate from the calibration before the runs;" \
+  "activations: each device's slots of the micro-batches its list keeps in flight and its dsave regions (MB = 1e6" \
+  "bytes), and the most of any device against 1F1B's most"
 echo "schedules: load at end $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)"

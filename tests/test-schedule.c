@@ -1008,7 +1008,8 @@ Test(schedule, every_zbv_schedule_validates) {
 /* p = 2, m = 4, checked by hand. Device 0 holds stages 0 and 3 (the loss), device 1 stages 1 and 2, which pass
 ** data between them without transfers. Device 0 warms up with 2p - 1 = 3 forwards of stage 0, then two rounds
 ** F BI W of stage 3; device 1 with one F1, one pair F2 F1, one round F2 BI2 W2. Steady F0 BI0 W0 F1 BI1 W1 by
-** chunk; device 1's cool-down runs BI1.2 BI2.3 and holds their Ws back to the end. */
+** chunk; the cool-down runs each BI with its W at once, chunk 1's (stage 2 on device 1) first: device 1 ends
+** BI2.3 W2.3 BI1.2 W1.2 BI1.3 W1.3, never more than one W pending. */
 Test(schedule, zbv_p2_m4) {
   strata_schedule_t s = gen(STRATA_SCHEDULE_ZBV, 2, 4, 0);
   expect_text(s, "dev 0: F0.0 SA0.0 F0.1 SA0.1 F0.2 SA0.2 RA3.0 F3.0 BI3.0 SG3.0 W3.0 RA3.1 F3.1 BI3.1 SG3.1 W3.1 "
@@ -1016,13 +1017,15 @@ Test(schedule, zbv_p2_m4) {
                  "RG0.2 BI0.2 W0.2 RG0.3 BI0.3 W0.3 OPT0 OPT3\n"
                  "dev 1: RA1.0 F1.0 F2.0 SA2.0 RA1.1 F1.1 F2.1 SA2.1 RG2.0 BI2.0 W2.0 RA1.2 F1.2 BI1.0 SG1.0 W1.0 "
                  "F2.2 SA2.2 RG2.1 BI2.1 W2.1 RA1.3 F1.3 BI1.1 SG1.1 W1.1 F2.3 SA2.3 RG2.2 BI2.2 W2.2 "
-                 "BI1.2 SG1.2 RG2.3 BI2.3 BI1.3 SG1.3 W1.2 W2.3 W1.3 OPT1 OPT2\n");
+                 "RG2.3 BI2.3 W2.3 BI1.2 SG1.2 W1.2 BI1.3 SG1.3 W1.3 OPT1 OPT2\n");
   strata_schedule_free(s);
 }
 
 /*
 ** Unit costs (F = BI = W = 1 per chunk; the bubble is a ratio, so chunks of half a stage's layers change nothing):
-** the span is 6m + p - 1, the bubble (p - 1) / (6m + p - 1) — below ZB-H1's (p - 1) / (1.5m + p - 1) and 1F1B's.
+** the span is 6m + 2(p - 1) (each W right after its BI: the cool-down holds none back, which the paper's tail
+** fills with p - 1 units fewer), the bubble (p - 1) / (3m + p - 1) — below ZB-H1's (p - 1) / (1.5m + p - 1) and
+** 1F1B's.
 */
 Test(schedule, bubble_zbv_below_zb_h1) {
   for (int p = 2; p <= MAX_P; p++)
@@ -1030,10 +1033,10 @@ Test(schedule, bubble_zbv_below_zb_h1) {
       double v = bubble_gen(STRATA_SCHEDULE_ZBV, p, m, 0), z = bubble_gen(STRATA_SCHEDULE_ZB_H1, p, m, 0),
              o = bubble_gen(STRATA_SCHEDULE_1F1B, p, m, 0);
       cr_assert(v < z && z < o, "p=%d m=%d: zbv %f, zb-h1 %f, 1f1b %f", p, m, v, z, o);
-      double want = (double)(p - 1) / (6.0 * m + p - 1);
+      double want = (double)(p - 1) / (3.0 * m + p - 1);
       cr_assert(fabs(v - want) < 1e-12, "zbv p=%d m=%d: %.15f, want %.15f", p, m, v, want);
     }
-  cr_assert(fabs(bubble_gen(STRATA_SCHEDULE_ZBV, 4, 8, 0) - 3.0 / 51.0) < 1e-12);
+  cr_assert(fabs(bubble_gen(STRATA_SCHEDULE_ZBV, 4, 8, 0) - 3.0 / 27.0) < 1e-12);
   cr_assert(fabs(bubble_gen(STRATA_SCHEDULE_ZBV, 1, 2, 0)) < 1e-12);
 }
 
@@ -1056,6 +1059,9 @@ Test(schedule, zbv_peak_inflight_within_1f1b) {
                       o0);
         cr_assert_eq(c0, 2 * p - d, "p=%d m=%d dev %d chunk 0", p, m, d);
         cr_assert_eq(c1, d + 1, "p=%d m=%d dev %d chunk 1", p, m, d);
+        int pend = -1; /* each W right after its BI: one dsave region on the device at a time */
+        OK(strata_schedule_device_pending(v, d, &pend));
+        cr_assert_eq(pend, 1, "zbv p=%d m=%d dev %d: %d Ws pending at once", p, m, d, pend);
       }
       strata_schedule_free(v);
       strata_schedule_free(o);
@@ -1109,7 +1115,7 @@ Test(schedule, zbv_copy_validates) {
   OK(strata_schedule_from_lists(l.p, l.stages, l.m, l.stage_device, (const struct strata_action *const *)l.list, l.counts,
                                 &s));
   OK(strata_schedule_validate(s));
-  cr_assert(fabs(bubble_of(s) - 1.0 / 25.0) < 1e-12);
+  cr_assert(fabs(bubble_of(s) - 1.0 / 13.0) < 1e-12); /* span 6m + 2(p - 1) = 26 units for 24 of work a device */
   strata_schedule_free(s);
   lists_free(&l);
 }
@@ -1167,10 +1173,9 @@ Test(schedule, dualpipev_kind_and_refusals) {
 
 /*
 ** p = 2, m = 4, checked by hand against the steps of strata__gen_dualpipev. Device 0: steps 1-2 F0.0 F0.1, F0.2
-** F3.0; step 3 BI3.0, its W at once, F3.1; one round of step 4, B3.1 F0.3 B0.0 F3.2; step 5 B3.2 B0.1 F3.3; step 6
-** B3.3 then BI0.2 held; step 7 W0.2 BI0.3 held; step 8 W0.3. Device 1: two pairs F1 F2, two rounds of step 4 (B2.0
-** F1.2 B1.0 F2.2, then .1 and .3), step 6 B2.2 B1.2 then BI2.3 BI1.3 held, step 8 their Ws. (A full B is BI followed
-** by its W; each pair's B before its F.)
+** F3.0; step 3 B3.0 F3.1; one round of step 4, B3.1 F0.3 B0.0 F3.2; step 5 B3.2 B0.1 F3.3; step 6 B3.3 B0.2; step 7
+** B0.3. Device 1: two pairs F1 F2, two rounds of step 4 (B2.0 F1.2 B1.0 F2.2, then .1 and .3), step 6 B2.2 B1.2
+** B2.3 B1.3. (A B is BI followed by its W; each pair's B before its F.)
 */
 Test(schedule, dualpipev_p2_m4) {
   strata_schedule_t s = gen(STRATA_SCHEDULE_DUALPIPEV, 2, 4, 0);
@@ -1179,15 +1184,16 @@ Test(schedule, dualpipev_p2_m4) {
                  "BI3.3 SG3.3 W3.3 RG0.2 BI0.2 W0.2 RG0.3 BI0.3 W0.3 OPT0 OPT3\n"
                  "dev 1: RA1.0 F1.0 F2.0 SA2.0 RA1.1 F1.1 F2.1 SA2.1 RG2.0 BI2.0 W2.0 RA1.2 F1.2 BI1.0 SG1.0 "
                  "W1.0 F2.2 SA2.2 RG2.1 BI2.1 W2.1 RA1.3 F1.3 BI1.1 SG1.1 W1.1 F2.3 SA2.3 RG2.2 BI2.2 W2.2 "
-                 "BI1.2 SG1.2 W1.2 RG2.3 BI2.3 BI1.3 SG1.3 W2.3 W1.3 OPT1 OPT2\n");
+                 "BI1.2 SG1.2 W1.2 RG2.3 BI2.3 W2.3 BI1.3 SG1.3 W1.3 OPT1 OPT2\n");
   strata_schedule_free(s);
 }
 
 /*
 ** Every p <= 8 and 2p <= m <= 32 validates. With unit costs, a paired F and B run one after the other (strata runs
-** a device's list in order, so the pairing's overlap of communication does not show), the span is ZB-V's, 6m + p - 1:
-** the bubble (p - 1) / (6m + p - 1), below 1F1B's and ZB-H1's. Each pair's B before its F, a device holds at most
-** 2p half-size chunk micro-batches at once — 1F1B's p full stages, as ZB-V — and device 0 exactly that (the least a
+** a device's list in order, so the pairing's overlap of communication does not show) and each W right after its BI
+** (one dsave region a device, strata_schedule_device_pending), the span is 6m + 2(p - 1), as ZB-V's: the bubble
+** (p - 1) / (3m + p - 1), below 1F1B's and ZB-H1's. Each pair's B before its F, a device holds at most 2p
+** half-size chunk micro-batches at once — 1F1B's p full stages, as ZB-V — and device 0 exactly that (the least a
 ** warm-up without idle time on it allows, strata__gen_dualpipev). In the reference's order, F before B (DeepSeek-V3's
 ** table gives DualPipe PP + 1 chunks' activations against 1F1B's PP), it held 2p + 1.
 */
@@ -1198,12 +1204,18 @@ Test(schedule, every_dualpipev_validates_with_its_bubble_and_peak) {
       int rc = strata_schedule_validate(s);
       cr_assert_eq(rc, STRATA_OK, "dualpipev p=%d m=%d: %s", p, m, strata_last_error());
       cr_assert_eq(strata_schedule_stages(s), 2 * p);
-      double b = bubble_of(s), want = (double)(p - 1) / (6.0 * m + p - 1);
+      double b = bubble_of(s), want = (double)(p - 1) / (3.0 * m + p - 1);
       cr_assert(fabs(b - want) < 1e-12, "dualpipev p=%d m=%d: %.15f, want %.15f", p, m, b, want);
-      if (p > 1)
+      if (p > 1) {
         cr_assert_lt(b, bubble_gen(STRATA_SCHEDULE_1F1B, p, m, 0), "dualpipev p=%d m=%d", p, m);
-      for (int d = 0; d < p; d++)
+        cr_assert_lt(b, bubble_gen(STRATA_SCHEDULE_ZB_H1, p, m, 0), "dualpipev p=%d m=%d", p, m);
+      }
+      for (int d = 0; d < p; d++) {
+        int pend = -1;
+        OK(strata_schedule_device_pending(s, d, &pend));
+        cr_assert_eq(pend, 1, "dualpipev p=%d m=%d dev %d: %d Ws pending at once", p, m, d, pend);
         cr_assert_leq(device_peak_of(s, d), 2 * p, "dualpipev p=%d m=%d dev %d", p, m, d);
+      }
       cr_assert_eq(device_peak_of(s, 0), 2 * p, "dualpipev p=%d m=%d dev 0", p, m);
       strata_schedule_free(s);
     }

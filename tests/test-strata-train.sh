@@ -208,13 +208,13 @@ dpv=$(losses "$TMP/dpv-pp.json")
 check "--pp 2 --schedule dualpipev --microbatches 4: exit 0, losses ($dpv) string-equal to one device's ($zone)" \
   [ "$rc" -eq 0 -a -n "$zone" -a "$dpv" = "$zone" ]
 if command -v python3 >/dev/null 2>&1; then
-  check "--schedule zbv JSON: stages 0..3 on devices 0, 1, 1, 0 and the ideal bubble 1/25" python3 -c '
+  check "--schedule zbv JSON: stages 0..3 on devices 0, 1, 1, 0 and the ideal bubble 1/13" python3 -c '
 import json, sys
 ev = [json.loads(l) for l in open(sys.argv[1])]
 start, summ = ev[0], ev[-1]
 assert start["schedule"] == "zbv" and start["microbatches"] == 4, start
 assert [s["device"] for s in start["stages"]] == [0, 1, 1, 0], start
-assert abs(start["bubble_ideal"] - 0.04) < 1e-9 and abs(summ["bubble_ideal"] - 0.04) < 1e-9, summ' "$TMP/zbv-pp.json"
+assert abs(start["bubble_ideal"] - 1 / 13) < 1e-9 and abs(summ["bubble_ideal"] - 1 / 13) < 1e-9, summ' "$TMP/zbv-pp.json"
 else
   ok "--schedule zbv JSON # SKIP no python3"
 fi

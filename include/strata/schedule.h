@@ -292,10 +292,18 @@ STRATA_API int strata_schedule_device_peak(strata_schedule_t s, int device, cons
 /*
 ** Split backward: the most micro-batches of a stage whose BI has run and whose W has not yet, at once, when its
 ** device runs its list (0 without BI). Each holds a dsave region, the output-side gradients its W reads: the pool a
-** stage allocates is that many regions. ZB-H1 runs W right after its BI (1 a stage); ZB-V's cool-down holds back d
-** pairs of Ws on device d (chunk 0 of device d: d + 1, chunk 1: d, at least 1); DualPipeV's fewer.
+** stage allocates is that many regions. ZB-H1 and ZB-V run each W right after its BI (1 a stage); DualPipeV's
+** cool-down holds some back.
 */
 STRATA_API int strata_schedule_peak_pending(strata_schedule_t s, int stage, int *peak /* OUT */);
+
+/*
+** Split backward: the most micro-batches with their BI run and their W not yet, over all the stages of device
+** `device`, at once as its list runs (0 without BI). The device's dsave regions: its stages take them from one
+** cache of regions of one size (a V's two stages share them), so it holds this many, not its stages' own peaks
+** (strata_schedule_peak_pending) added up.
+*/
+STRATA_API int strata_schedule_device_pending(strata_schedule_t s, int device, int *peak /* OUT */);
 
 /* Text form: one line per device, e.g. "dev 0: F0.0 SA0.0 F0.1 ..." (caller frees). */
 STRATA_API int strata_schedule_to_text(strata_schedule_t s, char **text /* OUT */);

@@ -979,7 +979,7 @@ static size_t seq_wide(const struct strata__dims *d, int kind) {
 static struct lctx layer_ctx(struct strata__stage *st, int s, int i) {
   struct lctx c = {.st = st, .L = strata__stage_layer_at(st, i), .d = strata__stage_dims(st), .q = st->q,
                    .slot = st->slots[s].buf,
-                   .mslot = st->slots[s].dsave ? st->dpool[st->slots[s].dsave - 1] : NULL};
+                   .mslot = st->slots[s].dsave};
   c.saved = st->saved_off[i];
   c.dsave = st->dsave_off[i];
   c.in = i == 0 ? strata__stage_input(st, s) : strata__at(c.slot, st->out_off[i - 1], 0, st->act);

@@ -536,7 +536,7 @@ static int stage_layout(const struct strata_model *model, int first, int last, i
   st->gout_off = 0;
   st->gin_off = strata__stage_has_loss(st) ? 0 : layer_out(st, strata__stage_layer_at(st, n - 1));
   st->grad_units = st->gin_off + (first > 0 ? st->in_units : 0);
-  /* a split backward's gradients kept from BI to W: a region of their own, taken from the stage's pool (dpool) */
+  /* a split backward's gradients kept from BI to W: a region of their own, taken from the device's cache */
   for (int i = 0; i < n; i++) {
     st->dsave_off[i] = st->dsave_units;
     if (split_backward)
@@ -865,6 +865,7 @@ void strata__stage_free(struct strata__stage *st) {
   for (int s = 0; s < st->nslots; s++) {
     strata_buffer_free(st->slots[s].buf);
     strata_buffer_free(st->slots[s].grad);
+    strata_buffer_free(st->slots[s].dsave);
   }
   free(st->slots);
   strata__stage_window_free(st); /* (its gathers in flight write params) */
@@ -889,10 +890,6 @@ void strata__stage_free(struct strata__stage *st) {
   free(st->tensors);
   free(st->layer_tensor);
   free(st->saved_off);
-  for (int i = 0; i < st->ndpool; i++)
-    strata_buffer_free(st->dpool[i]);
-  free(st->dpool);
-  free(st->dbusy);
   free(st->dsave_off);
   free(st->out_off);
   free(st->layers);
@@ -956,33 +953,8 @@ void strata__stage_release_activations(struct strata__stage *st, int s) {
   strata_buffer_free_on(st->q, st->slots[s].buf); /* queued work may still read it: freed behind it */
   st->slots[s].buf = NULL;
   st->slots[s].armed = 0;
-  if (st->slots[s].dsave) /* (a step that failed between a BI and its W) */
-    st->dbusy[st->slots[s].dsave - 1] = 0;
-  st->slots[s].dsave = 0;
+  strata__stage_dsave_give(st, s); /* (a step that failed between a BI and its W) */
   slot_settle(st, s);
-}
-
-/* Grow the dsave pool by one region (its index in *at). */
-static int dsave_grow(struct strata__stage *st, int *at) {
-  strata_buffer_t *p = realloc(st->dpool, (size_t)(st->ndpool + 1) * sizeof *p);
-  if (p)
-    st->dpool = p;
-  int *b = p ? realloc(st->dbusy, (size_t)(st->ndpool + 1) * sizeof *b) : NULL;
-  if (b)
-    st->dbusy = b;
-  if (!p || !b)
-    return strata__error(STRATA_ERR_NOMEM, "out of host memory for %d dsave regions", st->ndpool + 1);
-  TRY(alloc(st->dev, st->dsave_units, &st->dpool[st->ndpool]));
-  st->dbusy[st->ndpool] = 0;
-  *at = st->ndpool++;
-  return STRATA_OK;
-}
-
-int strata__stage_dsave_reserve(struct strata__stage *st, int count) {
-  int at;
-  while (st->split && st->dsave_units && st->ndpool < count)
-    TRY(dsave_grow(st, &at));
-  return STRATA_OK;
 }
 
 int strata__stage_dsave_take(struct strata__stage *st, int s) {
@@ -991,21 +963,15 @@ int strata__stage_dsave_take(struct strata__stage *st, int s) {
   if (st->slots[s].dsave)
     return strata__error(STRATA_ERR_STATE, "stage: slot %d ran its input pass (BI) twice before its weight pass (W)",
                          s);
-  int at = 0;
-  while (at < st->ndpool && st->dbusy[at])
-    at++;
-  if (at == st->ndpool)
-    TRY(dsave_grow(st, &at));
-  st->dbusy[at] = 1;
-  st->slots[s].dsave = at + 1;
-  return STRATA_OK;
+  const size_t units = st->dsave_alloc > st->dsave_units ? st->dsave_alloc : st->dsave_units;
+  return strata_buffer_new_on(st->q, units * 4, &st->slots[s].dsave);
 }
 
 void strata__stage_dsave_give(struct strata__stage *st, int s) {
   if (!st->slots[s].dsave)
     return;
-  st->dbusy[st->slots[s].dsave - 1] = 0; /* the next BI to take it runs on the same queue, after this W */
-  st->slots[s].dsave = 0;
+  strata_buffer_free_on(st->q, st->slots[s].dsave); /* the W that read it is queued: freed behind it */
+  st->slots[s].dsave = NULL;
 }
 
 void strata__stage_release_gradients(struct strata__stage *st, int s) {

@@ -89,7 +89,7 @@ struct strata__slot_mem {
   strata_buffer_t grad;      /* gradients at the stage's boundaries (NULL if none) */
   int taken;                 /* handed out by strata__stage_slot_take, not yet released */
   int armed;                 /* recomputation: its RECOMPUTE came, its backward part (B, BI or W) has not yet */
-  int dsave;                 /* split backward: 1 + the index of the dsave region its BI took, until its W (0: none) */
+  strata_buffer_t dsave;     /* split backward: the dsave region its BI took, until its W (NULL: none) */
 };
 
 struct strata__stage {
@@ -116,12 +116,12 @@ struct strata__stage {
   size_t *saved_off;         /* per stage layer: offset (floats) of its saved activations in a slot */
   size_t *dsave_off;         /* per stage layer: where its gradients kept for BACKWARD_WEIGHT start in a dsave region */
   size_t dsave_units;        /* one dsave region (split stages; 0 otherwise) */
-  /* The split backward's dsave regions: a pool, not one per slot. A BI takes a free one for its micro-batch's
-  ** output-side gradients and its W gives it back, so a step holds as many as its lists keep a BI done and its W
-  ** pending at once (strata_schedule_peak_pending; strata__stage_dsave_reserve allocates them up front) */
-  strata_buffer_t *dpool;
-  int *dbusy;
-  int ndpool;
+  /* The split backward's dsave regions, not one per slot: a BI takes one of dsave_alloc units (>= dsave_units) for
+  ** its micro-batch's output-side gradients from the device's buffer cache, queue-ordered, and its W gives it back,
+  ** so a device holds as many as its list keeps a BI done and its W pending at once over all its stages
+  ** (strata_schedule_device_pending; the trainer warms the cache with them). A device's stages take regions of one
+  ** size, the largest of theirs, so that a V's two chunks reuse each other's. */
+  size_t dsave_alloc;
   size_t gout_off, gin_off;  /* in a slot's grad buffer: gradient of the stage's output (non-last) and input (non-first) */
   size_t grad_units;
   int split;                 /* built for split backward (zero-bubble) */
@@ -337,10 +337,8 @@ int strata__stage_slot_take(struct strata__stage *st, int *slot /* OUT */);
 void strata__stage_release_activations(struct strata__stage *st, int s);
 void strata__stage_release_gradients(struct strata__stage *st, int s);
 void strata__stage_release(struct strata__stage *st, int s);
-/* Split backward: allocate dsave regions until the pool holds `count` (a BI takes one more should every one be
-** taken, so a pool too small only costs an allocation in the step). */
-int strata__stage_dsave_reserve(struct strata__stage *st, int count);
-/* A BI of slot s takes a free dsave region (a region more when every one is taken); its W gives it back. */
+/* A BI of slot s takes a dsave region of st->dsave_alloc units (from the device's cache: none is allocated when the
+** cache holds one of that size); its W gives it back, behind the work queued on the stage's queue. */
 int strata__stage_dsave_take(struct strata__stage *st, int s);
 void strata__stage_dsave_give(struct strata__stage *st, int s);
 

@@ -229,23 +229,29 @@ static int strata__gen_interleaved(struct strata_schedule *s, int d, int v) {
 **              before, so its backward can follow its forward at once);
 **   steady     F0 (while chunk 0 has forwards left) BI0 W0 F1 BI1 W1,
 **              until chunk 1 has run every forward;
-**   cool-down  d pairs BI0 BI1, their Ws held back; p - d rounds BI0 W0;
-**              then the held-back Ws, chunk 1's first: they fill the tail
-**              while the last input gradients travel down the V.
+**   cool-down  rounds BI1 W1, BI0 W0 until every backward has run.
 **
-** With F = BI = W = 1 the steady phase runs without a gap and the bubble
-** is what the ramp-up and the tail leave, below ZB-H1's at the same p and
-** m; chunk 0 holds at most 2p - d micro-batches in flight and chunk 1 at
-** most d + 1, never more than 2p of the device's half-size chunks at once:
-** 1F1B's peak of p full stages. The warm-up runs 2p - d - 1 forwards of
-** chunk 0 before any of its backwards, which needs m >= 2p - 1; the lists
+** Every W runs right after its BI, so a device holds at most one
+** micro-batch between its BI and its W (one dsave region: the output-side
+** gradients its W reads) besides its micro-batches in flight. The paper's
+** and PyTorch's ScheduleZBVZeroBubble's cool-down instead runs d pairs
+** BI0 BI1 with their Ws held back to the end, filling the tail: a span of
+** 6m + p - 1 units against these lists' 6m + 2(p - 1), but each held W
+** keeps its micro-batch's activations and a dsave region, 2d of them on
+** device d, so the V's last device held the most (at pp 4, the 512 x 8
+** GPT: 95 MB against 1F1B's 52.5). With F = BI = W = 1 the bubble is
+** (p - 1) / (3m + p - 1), below ZB-H1's (p - 1) / (1.5m + p - 1); chunk 0
+** holds at most 2p - d micro-batches in flight and chunk 1 at most d + 1,
+** never more than 2p of the device's half-size chunks at once: 1F1B's
+** peak of p full stages. The warm-up runs 2p - d - 1 forwards of chunk 0
+** before any of its backwards, which needs m >= 2p - 1; the lists
 ** are generated for m >= 2p (the paper's setting, and PyTorch's
 ** ScheduleZBVZeroBubble pads smaller counts with idle slots instead).
 */
 static int strata__gen_zbv(struct strata_schedule *s, int d) {
   const int p = s->devices, m = s->microbatches;
   const int c0 = d, c1 = 2 * p - 1 - d;
-  int f0 = 0, f1 = 0, b0 = 0, b1 = 0, w0 = 0, w1 = 0, rc = STRATA_OK;
+  int f0 = 0, f1 = 0, b0 = 0, b1 = 0, rc = STRATA_OK;
 #define STRATA__ZBV(kind, st, mb)                                                                                      \
   do {                                                                                                                 \
     if (rc == STRATA_OK)                                                                                               \
@@ -271,20 +277,17 @@ static int strata__gen_zbv(struct strata_schedule *s, int d) {
     STRATA__ZBV(STRATA_ACTION_BACKWARD_INPUT, c1, b1);
     STRATA__ZBV(STRATA_ACTION_BACKWARD_WEIGHT, c1, b1++);
   }
-  w0 = b0;
-  w1 = b1;
-  for (int i = 0; i < d; i++) {
-    STRATA__ZBV(STRATA_ACTION_BACKWARD_INPUT, c0, b0++);
-    STRATA__ZBV(STRATA_ACTION_BACKWARD_INPUT, c1, b1++);
+  /* cool-down: each BI with its W at once (chunk 1's first: its gradient reaches chunk 0 through the turn) */
+  while (b0 < m || b1 < m) {
+    if (b1 < m) {
+      STRATA__ZBV(STRATA_ACTION_BACKWARD_INPUT, c1, b1);
+      STRATA__ZBV(STRATA_ACTION_BACKWARD_WEIGHT, c1, b1++);
+    }
+    if (b0 < m) {
+      STRATA__ZBV(STRATA_ACTION_BACKWARD_INPUT, c0, b0);
+      STRATA__ZBV(STRATA_ACTION_BACKWARD_WEIGHT, c0, b0++);
+    }
   }
-  for (int i = 0; i < p - d; i++) {
-    STRATA__ZBV(STRATA_ACTION_BACKWARD_INPUT, c0, b0++);
-    STRATA__ZBV(STRATA_ACTION_BACKWARD_WEIGHT, c0, w0++);
-  }
-  while (w1 < b1)
-    STRATA__ZBV(STRATA_ACTION_BACKWARD_WEIGHT, c1, w1++);
-  while (w0 < b0)
-    STRATA__ZBV(STRATA_ACTION_BACKWARD_WEIGHT, c0, w0++);
 #undef STRATA__ZBV
   if (rc == STRATA_OK && (f0 != m || f1 != m || b0 != m || b1 != m))
     return strata__error(STRATA_ERR_INTERNAL, "zbv: dev %d ran %d/%d forwards and %d/%d backwards of %d micro-batches",
@@ -300,13 +303,20 @@ static int strata__gen_zbv(struct strata_schedule *s, int d) {
 **
 **   1  2(p - d - 1) forwards of chunk 0
 **   2  d + 1 pairs F0 F1
-**   3  p - d - 1 rounds BI1, the oldest pending W, F1
+**   3  p - d - 1 rounds B1, F1
 **   4  m - 2p + d + 1 rounds of the two paired steps B1 with F0, B0 with F1
 **   5  p - d - 1 rounds B1, then B0 with F1
-**   6  d + 1 pairs B1 B0, from the middle pair on (for odd d one backward
-**      earlier) as BI with its W held back
-**   7  p - d - 1 rounds: the oldest pending W, then chunk 0's backward
-**   8  d + 1 pending Ws
+**   6  d + 1 pairs B1 B0
+**   7  p - d - 1 backwards of chunk 0
+**
+** where a B is its BI with its W right after. The reference's cool-down
+** (steps 6-8 there) runs from the middle pair of step 6 on BIs with their Ws
+** held back, which then fill the tail: a span of 6m + p - 1 units against
+** these lists' 6m + 2(p - 1), but device d then holds up to d + 1 dsave
+** regions (the output-side gradients a W reads) beside its micro-batches in
+** flight — at pp 4 on the 512 x 8 GPT 77.7 MB on device 3 against 60.4
+** with one. With F = BI = W = 1 the bubble is ZB-V's, (p - 1) / (3m + p - 1),
+** below 1F1B's.
 **
 ** DualPipe runs a paired F and B at once, so that one's communication
 ** hides behind the other's compute (its point for expert parallelism);
@@ -334,10 +344,6 @@ static int strata__gen_dualpipev(struct strata_schedule *s, int d) {
   const int p = s->devices, m = s->microbatches;
   const int chunk[2] = {d, 2 * p - 1 - d};
   int f[2] = {0, 0}, b[2] = {0, 0}, rc = STRATA_OK;
-  /* the held-back Ws in order: (chunk, micro-batch), at most one per backward */
-  int *wq = malloc(sizeof *wq * (size_t)(4 * m)), wh = 0, wt = 0;
-  if (!wq)
-    return strata__error(STRATA_ERR_NOMEM, "dualpipev: out of memory");
 #define STRATA__DPV(kind, c, mb)                                                                                       \
   do {                                                                                                                 \
     if (rc == STRATA_OK)                                                                                               \
@@ -349,18 +355,6 @@ static int strata__gen_dualpipev(struct strata_schedule *s, int d) {
     STRATA__DPV(STRATA_ACTION_BACKWARD_INPUT, (c), b[c]);                                                              \
     STRATA__DPV(STRATA_ACTION_BACKWARD_WEIGHT, (c), b[c]++);                                                           \
   } while (0)
-#define STRATA__DPV_BI(c)                                                                                              \
-  do {                                                                                                                 \
-    STRATA__DPV(STRATA_ACTION_BACKWARD_INPUT, (c), b[c]);                                                              \
-    wq[wt++] = (c), wq[wt++] = b[c]++;                                                                                 \
-  } while (0)
-#define STRATA__DPV_W()                                                                                                \
-  do {                                                                                                                 \
-    if (wh < wt) {                                                                                                     \
-      STRATA__DPV(STRATA_ACTION_BACKWARD_WEIGHT, wq[wh], wq[wh + 1]);                                                  \
-      wh += 2;                                                                                                         \
-    }                                                                                                                  \
-  } while (0)
   for (int i = 0; i < 2 * (p - d - 1); i++)
     STRATA__DPV_F(0);
   for (int i = 0; i < d + 1; i++) {
@@ -368,8 +362,7 @@ static int strata__gen_dualpipev(struct strata_schedule *s, int d) {
     STRATA__DPV_F(1);
   }
   for (int i = 0; i < p - d - 1; i++) {
-    STRATA__DPV_BI(1);
-    STRATA__DPV_W();
+    STRATA__DPV_B(1);
     STRATA__DPV_F(1);
   }
   for (int i = 0; i < m - 2 * p + d + 1; i++) { /* each pair's B first: it frees what its F then takes */
@@ -383,41 +376,19 @@ static int strata__gen_dualpipev(struct strata_schedule *s, int d) {
     STRATA__DPV_B(0);
     STRATA__DPV_F(1);
   }
-  int split = 0;
   for (int i = 0; i < d + 1; i++) {
-    if (i == (d + 1) / 2 && d % 2 == 1)
-      split = 1;
-    if (split)
-      STRATA__DPV_BI(1);
-    else
-      STRATA__DPV_B(1);
-    if (i == (d + 1) / 2 && d % 2 == 0)
-      split = 1;
-    if (split)
-      STRATA__DPV_BI(0);
-    else
-      STRATA__DPV_B(0);
+    STRATA__DPV_B(1);
+    STRATA__DPV_B(0);
   }
-  for (int i = 0; i < p - d - 1; i++) {
-    STRATA__DPV_W();
-    if (split)
-      STRATA__DPV_BI(0);
-    else
-      STRATA__DPV_B(0);
-  }
-  for (int i = 0; i < d + 1; i++)
-    STRATA__DPV_W();
-#undef STRATA__DPV_W
-#undef STRATA__DPV_BI
+  for (int i = 0; i < p - d - 1; i++)
+    STRATA__DPV_B(0);
 #undef STRATA__DPV_B
 #undef STRATA__DPV_F
 #undef STRATA__DPV
-  const int left = (wt - wh) / 2;
-  free(wq);
-  if (rc == STRATA_OK && (f[0] != m || f[1] != m || b[0] != m || b[1] != m || left))
+  if (rc == STRATA_OK && (f[0] != m || f[1] != m || b[0] != m || b[1] != m))
     return strata__error(STRATA_ERR_INTERNAL,
-                         "dualpipev: dev %d ran %d/%d forwards, %d/%d backwards of %d micro-batches, %d Ws left", d,
-                         f[0], f[1], b[0], b[1], m, left);
+                         "dualpipev: dev %d ran %d/%d forwards, %d/%d backwards of %d micro-batches", d, f[0], f[1],
+                         b[0], b[1], m);
   return rc;
 }
 
@@ -969,6 +940,22 @@ STRATA_API int strata_schedule_device_peak(strata_schedule_t s, int device, cons
 STRATA_API int strata_schedule_peak_pending(strata_schedule_t s, int stage, int *peak) {
   return strata__schedule_stage_peak(s, stage, STRATA_ACTION_BACKWARD_INPUT, STRATA_ACTION_BACKWARD_WEIGHT,
                                      STRATA_ACTION_BACKWARD_WEIGHT, "strata_schedule_peak_pending", peak);
+}
+
+STRATA_API int strata_schedule_device_pending(strata_schedule_t s, int device, int *peak) {
+  if (!s || !peak)
+    return strata__error(STRATA_ERR_INVALID, "strata_schedule_device_pending: NULL argument");
+  if (device < 0 || device >= s->devices)
+    return strata__error(STRATA_ERR_RANGE, "strata_schedule_device_pending: device %d out of range (%d devices)",
+                         device, s->devices);
+  int now = 0, top = 0;
+  for (int i = 0; i < s->counts[device]; i++) {
+    const int k = s->lists[device][i].kind;
+    now += k == STRATA_ACTION_BACKWARD_INPUT ? 1 : k == STRATA_ACTION_BACKWARD_WEIGHT ? -1 : 0;
+    top = now > top ? now : top;
+  }
+  *peak = top;
+  return STRATA_OK;
 }
 
 STRATA_API int strata_schedule_to_text(strata_schedule_t s, char **text) {

@@ -174,9 +174,15 @@ int strata__plan_stage_first(const int *split, int j);
 ** checks. The cut of a tp-t rank's slice (a spatial layout's: slab 0 of t,
 ** the caller sets its rank); whether the schedule splits
 ** backward; where virtual stage j runs, its schedule keeping inflight[j]
-** micro-batches in flight and, of them, inflight[S + j] (S stages: the array
-** holds 2S) with their BI done and their W pending (strata__plan_peaks_of).
+** micro-batches in flight and, of its device's stages together, inflight[S + j]
+** (S stages: the array holds 2S) with their BI done and their W pending
+** (strata__plan_peaks_of; the device's dsave regions, of one size).
 */
+/* A split backward's dsave regions of the rank that holds stage g of schedule `sch` (g % S the layout's stage), as
+** the trainer holds them: as many as the rank's list keeps a BI done and its W pending over its stages together, each
+** of the largest of their sizes; counted on the rank's first stage (0 for its others, and without a split backward). */
+uint64_t strata__plan_dsave_bytes(strata_schedule_t sch, int g, strata_model_t model, strata_layout_t layout,
+                                  const int *split, int64_t rows, const struct strata__cut *cut);
 struct strata__cut strata__plan_cut(strata_layout_t layout, int t);
 int strata__plan_split_backward(strata_layout_t layout);
 /* The pipeline rank of virtual stage j: the schedule's placement (j % pp, or ZB-V's V). */

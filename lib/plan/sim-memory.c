@@ -43,12 +43,33 @@ void strata__plan_stage_place(strata_layout_t layout, const int *inflight, int j
   p->next_remote = !p->last && strata__plan_stage_rank(layout, j + 1) != strata__plan_stage_rank(layout, j);
 }
 
+uint64_t strata__plan_dsave_bytes(strata_schedule_t sch, int g, strata_model_t model, strata_layout_t layout,
+                                  const int *split, int64_t rows, const struct strata__cut *cut) {
+  const int S = strata_layout_stages(layout), j = g % S, rank = strata__plan_stage_rank(layout, j);
+  int pending = 0;
+  for (int x = 0; x < j; x++)
+    if (strata__plan_stage_rank(layout, x) == rank)
+      return 0; /* (counted on the rank's first stage) */
+  if (strata_schedule_device_pending(sch, strata_schedule_stage_device(sch, g), &pending) || pending < 1)
+    return 0;
+  uint64_t region = 0;
+  for (int x = j; x < S; x++) {
+    struct strata__stage_bytes b;
+    const int a = strata__plan_stage_first(split, x);
+    if (strata__plan_stage_rank(layout, x) == rank &&
+        !strata__stage_plan(model, a, a + split[x], rows, strata__plan_split_backward(layout), cut, &b))
+      region = b.dsave > region ? b.dsave : region;
+  }
+  return (uint64_t)pending * region;
+}
+
 void strata__plan_peaks_of(strata_schedule_t sch, int *inflight) {
   const int S = strata_schedule_stages(sch);
   for (int j = 0; j < S; j++) {
     inflight[j] = inflight[S + j] = 0;
     strata_schedule_peak_inflight(sch, j, &inflight[j]);
-    strata_schedule_peak_pending(sch, j, &inflight[S + j]);
+    /* a split backward's dsave regions: its device's, over its stages together (one size: each stage's figure) */
+    strata_schedule_device_pending(sch, strata_schedule_stage_device(sch, j), &inflight[S + j]);
   }
 }
 
@@ -154,7 +175,8 @@ static uint64_t rank_memory(strata_model_t model, strata_layout_t layout, const 
   struct strata__cut cut = strata__plan_cut(layout, strata_layout_tp(layout, rank));
   cut.sp.rank = slab;
   double total = 0, own = 0, per_mb[64];
-  int held = 0;
+  int held = 0, pending = 0;
+  uint64_t region = 0;
   for (int j = 0; j < S; j++) {
     if (strata__plan_stage_rank(layout, j) != rank)
       continue;
@@ -164,6 +186,11 @@ static uint64_t rank_memory(strata_model_t model, strata_layout_t layout, const 
     if (strata__stage_plan(model, a, a + split[j], rows, strata__plan_split_backward(layout), &cut, &b))
       return UINT64_MAX; /* no such stage (a tied model cut): nothing fits */
     strata__plan_stage_place(layout, inflight, j, &place);
+    /* a split backward's dsave regions: the rank's (as many as its list keeps pending over its stages together, of
+    ** the largest of their sizes: the trainer's stages on a device take regions of one size), added below */
+    pending = place.pending > pending ? place.pending : pending;
+    region = b.dsave > region ? b.dsave : region;
+    place.pending = 0;
     const uint64_t need = strata__stage_need(&b, &place, NULL, NULL);
     total += (double)need;
     if (pk && held < 64) {
@@ -188,7 +215,7 @@ static uint64_t rank_memory(strata_model_t model, strata_layout_t layout, const 
     if (joint < own)
       total -= own - joint;
   }
-  return (uint64_t)total;
+  return (uint64_t)total + (uint64_t)pending * region;
 }
 
 STRATA_API int strata_plan_memory(strata_model_t model, strata_layout_t layout, int64_t batch, int rank,

@@ -1106,21 +1106,21 @@ static int simulate_in(struct strata_machine *c, strata_model_t model, strata_la
     rc = strata__stage_plan(model, a, a + split[j], rows, strata__plan_split_backward(l), &cut, &bytes);
     if (rc)
       break;
-    int prev_k = 1, pend = 0;
+    int prev_k = 1;
     if (j > 0)
       strata_schedule_peak_inflight(s, g - 1, &prev_k);
-    strata_schedule_peak_pending(s, g, &pend); /* a split backward's dsave regions: held from the start */
     /* (ZB-V's turn, stages pp - 1 and pp, shares a rank: no transfer buffers between them) */
     struct strata__stage_place one = {.inflight = 1, .first = j == 0, .last = j == S - 1,
                                       .prev_remote = j > 0 && strata__plan_stage_rank(l, j - 1) != rank,
-                                      .prev_inflight = prev_k, .pending = pend,
+                                      .prev_inflight = prev_k, .pending = 0,
                                       .next_remote = j < S - 1 && strata__plan_stage_rank(l, j + 1) != rank},
                                two = one;
     two.inflight = 2;
     const uint64_t need1 = strata__stage_need(&bytes, &one, NULL, NULL);
     const uint64_t per_mb = strata__stage_need(&bytes, &two, NULL, NULL) - need1;
     sc->act_bytes = (double)per_mb;
-    sc->static_bytes = (double)(need1 - per_mb);
+    /* (a split backward's dsave regions, the device's: held from the start, counted on its first stage) */
+    sc->static_bytes = (double)(need1 - per_mb + strata__plan_dsave_bytes(s, g, model, l, split, rows, &cut));
     sc->capacity = inline_joins ? w.memory : c->cost[sc->dev % c->k].memory;
   }
   /* with samples: that many steps with their draws, then the median one again for the figures and the trace */

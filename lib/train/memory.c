@@ -100,6 +100,30 @@ int strata__stage_pending(strata_trainer_t tr, int s) {
   return k;
 }
 
+/* Split backward: device r's micro-batches with their BI done and their W pending at most, over its stages together. */
+int strata__rank_pending(strata_trainer_t tr, int r) {
+  int k = 0;
+  if (!strata_schedule_kind_split_backward(tr->report.schedule) || strata_schedule_device_pending(tr->sched, r, &k) ||
+      k < 0)
+    k = 0;
+  return k;
+}
+
+/* The units of one dsave region on rank r: the largest of its stages' (0 without a split backward). */
+size_t strata__rank_dsave_units(strata_trainer_t tr, int r) {
+  size_t most = 0;
+  for (int s = 0; s < strata__stages_all(tr); s++)
+    if (tr->st[s] && tr->stage_rank[s] == r && tr->st[s]->split && tr->st[s]->dsave_units > most)
+      most = tr->st[s]->dsave_units;
+  return most;
+}
+
+void strata__trainer_dsave_sizes(strata_trainer_t tr) {
+  for (int s = 0; s < strata__stages_all(tr); s++)
+    if (tr->st[s])
+      tr->st[s]->dsave_alloc = strata__rank_dsave_units(tr, tr->stage_rank[s]);
+}
+
 void strata__trainer_place(strata_trainer_t tr, int s, struct strata__stage_place *p) {
   p->inflight = strata__stage_inflight(tr, s);
   p->pending = strata__stage_pending(tr, s);
@@ -142,9 +166,11 @@ static int check_memory_of(strata_trainer_t tr, const int *split, uint64_t *need
   int split_backward = strata_schedule_kind_split_backward(tr->report.schedule);
   /* each stage's activations of one micro-batch, and each device's stages' peaks of them added up */
   double *per_mb = calloc((size_t)strata__stages_all(tr), sizeof *per_mb), *own = calloc((size_t)tr->ndev, sizeof *own);
-  if (!per_mb || !own) {
+  uint64_t *dsave = calloc((size_t)tr->ndev, sizeof *dsave);
+  if (!per_mb || !own || !dsave) {
     free(per_mb);
     free(own);
+    free(dsave);
     return strata__error(STRATA_ERR_NOMEM, "out of host memory planning memory");
   }
   int rc = STRATA_OK;
@@ -162,7 +188,9 @@ static int check_memory_of(strata_trainer_t tr, const int *split, uint64_t *need
     int r = tr->stage_rank[s];
     struct strata__stage_place place;
     strata__trainer_place(tr, s, &place);
+    place.pending = 0; /* (a split backward's dsave regions: the device's, below) */
     need[r] += strata__stage_need(&b, &place, &act[r], &bufs[r]);
+    dsave[r] = b.dsave > dsave[r] ? b.dsave : dsave[r];
     /* a micro-batch's activations, held from its F to its B (or W) in the list's order (its boundary gradients may
     ** outlive it as the threads go: they stay at each stage's own peak) */
     per_mb[s] = (double)b.slot;
@@ -185,8 +213,16 @@ static int check_memory_of(strata_trainer_t tr, const int *split, uint64_t *need
       act[r] -= cut < act[r] ? cut : act[r];
     }
   }
+  /* a split backward's dsave regions: the most the device's list keeps a BI done and its W pending at once over its
+  ** stages together, each of the largest of their sizes (the one size its stages take from its cache) */
+  for (int r = 0; r < tr->ndev && !rc; r++) {
+    const uint64_t ds = (uint64_t)strata__rank_pending(tr, r) * dsave[r];
+    need[r] += ds;
+    act[r] += ds;
+  }
   free(per_mb);
   free(own);
+  free(dsave);
   if (rc)
     return rc;
   for (int r = 0; r < tr->ndev; r++)

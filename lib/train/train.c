@@ -274,7 +274,8 @@ static int check_seqpar(strata_model_t model, const struct strata_train_options 
 /*
 ** Leave in each device's block cache what the schedule may hold at once:
 ** every stage's activations for the micro-batches in flight and the boundary
-** gradients that may outlive them (the memory plan's counts). Which of them
+** gradients that may outlive them, a split backward's dsave regions (the
+** memory plan's counts). Which of them
 ** are live together depends on the threads' timing; warmed up front, no
 ** step asks the backend for one, however it is timed.
 */
@@ -319,6 +320,29 @@ static int warm_cache(strata_trainer_t tr) {
       }
       size_t floats = i < k ? st->slot_units : st->grad_units;
       rc = strata_buffer_new(st->dev, floats * 4, &held[n]);
+      if (!rc)
+        n++;
+    }
+  }
+  /* a split backward's dsave regions: the device's list's most at once, of the one size its stages take */
+  for (int r = 0; r < tr->ndev && !rc; r++) {
+    const size_t units = strata__rank_dsave_units(tr, r);
+    int dev = -1;
+    for (int st = 0; st < S && dev < 0; st++)
+      if (tr->st[st] && tr->stage_rank[st] == r)
+        dev = tr->st[st]->dev;
+    for (int i = 0; units && dev >= 0 && i < strata__rank_pending(tr, r) && !rc; i++) {
+      if (n == cap) {
+        size_t nc = cap ? 2 * cap : 64;
+        strata_buffer_t *g = realloc(held, nc * sizeof *g);
+        if (!g) {
+          rc = strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
+          break;
+        }
+        held = g;
+        cap = nc;
+      }
+      rc = strata_buffer_new(dev, units * 4, &held[n]);
       if (!rc)
         n++;
     }
@@ -597,9 +621,8 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
     rc = strata__trainer_check_memory(tr, split);
   if (!rc)
     rc = build_stages(tr, split, strata_schedule_kind_split_backward(kind));
-  for (int s = 0; !rc && s < strata__stages_all(tr); s++) /* a split backward's dsave regions, as the plan counts */
-    if (tr->st[s])
-      rc = strata__stage_dsave_reserve(tr->st[s], strata__stage_pending(tr, s));
+  if (!rc) /* a split backward's dsave regions: one size a device */
+    strata__trainer_dsave_sizes(tr);
   if (!rc)
     rc = strata__pipeline_prefill(tr);
   if (!rc)
@@ -635,11 +658,13 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
     d->grad_bytes += st->zero2 ? ((uint64_t)st->chunk + st->gwin + st->tied_n) * 4 : (uint64_t)st->nparams * 4;
     d->optimizer_bytes += 2 * (uint64_t)st->chunk * 4;
     d->activation_bytes += (uint64_t)strata__stage_inflight(tr, s) * st->slot_units * 4;
-    /* a split backward's dsave regions (the pool its BIs take from and its Ws give back to) */
-    d->activation_bytes += (uint64_t)st->ndpool * st->dsave_units * 4;
     if (st->rcbuf) /* the recomputation's one block (as the memory model counts it: strata__stage_need) */
       d->activation_bytes += (uint64_t)st->rc_units * 4;
   }
+  /* a split backward's dsave regions: as many as the device's list keeps a BI done and its W pending at once, over
+  ** its stages together (their BIs take regions of one size from the device's cache, warmed with that many) */
+  for (int r = 0; r < ndev; r++)
+    tr->rep_dev[r].activation_bytes += (uint64_t)strata__rank_pending(tr, r) * strata__rank_dsave_units(tr, r) * 4;
   /* a V's device (ZB-V, DualPipeV) holds, of its two stages' micro-batches in flight, what its list holds at once,
   ** as the memory plan counts it (memory.c), not each stage's peak added up */
   if (kind == STRATA_SCHEDULE_ZBV || kind == STRATA_SCHEDULE_DUALPIPEV) {

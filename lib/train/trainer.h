@@ -219,6 +219,12 @@ void strata__trainer_release_all(strata_trainer_t tr);
 int strata__stage_inflight(strata_trainer_t tr, int s);
 /* Split backward: the most micro-batches of stage s between their BI and their W at once (its dsave regions). */
 int strata__stage_pending(strata_trainer_t tr, int s);
+/* Split backward: rank r's micro-batches with their BI done and their W pending at most over its stages together
+** (its dsave regions), and the units of one region there (the largest of its stages'; 0 without a split backward). */
+int strata__rank_pending(strata_trainer_t tr, int r);
+size_t strata__rank_dsave_units(strata_trainer_t tr, int r);
+/* Give every stage its rank's dsave region size (strata__rank_dsave_units), so that a V's two stages share regions. */
+void strata__trainer_dsave_sizes(strata_trainer_t tr);
 /* The memory plan against what each device has free (memory.c); a message that says what is needed and what there is. */
 int strata__trainer_check_memory(strata_trainer_t tr, const int *split);
 /* When layers [first, last) do not fit on device dev: say what they need, keeping the failed allocation's reason. */
