@@ -125,12 +125,14 @@ static int halo_join(struct strata__stage *st, strata_mem_t x, size_t n, const c
   return rc;
 }
 
-/* E's rows from the slab's own: zeros, then its rows that the filter reads (the first layer: the image's). */
+/* E's rows from the slab's own: its rows that the filter reads (the first layer: the image's). Those and the halo
+** rows cover [need0, need1): E is zeroed first only when it starts above them (a stride's rounding of e0). */
 static int own_rows(struct strata__stage *st, const struct strata__layer *L, int64_t B, strata_mem_t x, strata_mem_t e,
                     strata_mem_t one) {
   const struct strata__slab *s = &L->sl;
   const int64_t W = L->w, planes = B * L->c, he = s->he;
-  TRY(strata_fill(st->q, e, 0.0f, planes * he * W));
+  if (s->e0 < s->need0)
+    TRY(strata_fill(st->q, e, 0.0f, planes * he * W));
   if (L->first) /* every slab has the whole image */
     return copy_rows(st->q, one, x, s->H * W, s->need0, e, he * W, s->need0 - s->e0, s->need1 - s->need0, W, planes,
                      0);
@@ -189,13 +191,12 @@ int strata__slab_restore(struct strata__stage *st, const struct strata__layer *L
 }
 
 int strata__slab_rows(struct strata__stage *st, const struct strata__layer *L, int64_t B, strata_mem_t y,
-                      strata_mem_t slab, const struct strata__slab_scratch *o, int dir) {
+                      strata_mem_t slab, const struct strata__slab_scratch *o) {
   const struct strata__slab *s = &L->sl;
   const int64_t planes = B * L->k, cw = L->cw, crows = L->ch;
   strata_mem_t one = strata_mem(st->scratch, o->one);
   TRY(strata_fill(st->q, one, 1.0f, 1));
-  if (dir == 0)
-    return copy_rows(st->q, one, y, s->P * cw, s->j0, slab, crows * cw, 0, crows, cw, planes, 0);
+  /* only the rows outside [j0, j0 + crows) need zeros; they are at most a few per plane, the fill is one op */
   TRY(strata_fill(st->q, y, 0.0f, planes * s->P * cw));
   return copy_rows(st->q, one, slab, crows * cw, 0, y, s->P * cw, s->j0, crows, cw, planes, 0);
 }
@@ -207,9 +208,10 @@ int strata__slab_scatter(struct strata__stage *st, const struct strata__layer *L
   const int64_t W = L->w, planes = B * L->c, he = s->he;
   strata_mem_t buf = strata_mem(st->scratch, 0), one = at(buf, o->one), xb = at(buf, o->xbuf);
   TRY(strata_fill(q, one, 1.0f, 1));
-  TRY(strata_fill(q, dx, 0.0f, planes * s->rows * W));
   const int64_t lo = s->in0 > s->need0 ? s->in0 : s->need0;
   const int64_t hi = s->in0 + s->rows < s->need1 ? s->in0 + s->rows : s->need1;
+  if (lo > s->in0 || hi < s->in0 + s->rows) /* rows of the slab the filter does not read: their gradient is 0 */
+    TRY(strata_fill(q, dx, 0.0f, planes * s->rows * W));
   TRY(copy_rows(q, one, de, he * W, lo - s->e0, dx, s->rows * W, lo - s->in0, hi - lo, W, planes, 0));
   if (s->hmax == 0)
     return STRATA_OK;

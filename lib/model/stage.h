@@ -520,7 +520,7 @@ static inline struct strata_conv2d strata__conv_geometry(const struct strata__la
 ** cut so (strata_model_spatial_check's reasons). */
 int strata__slab_layers(struct strata__stage *st);
 /* Where a slab convolution keeps its temporaries in scratch (units from 0, float32): the im2col workspace (ws
-** units) | the gradient through pooling and ReLU | the whole convolution's output (or its gradient) | the halo
+** units) | the gradient through pooling and ReLU | the whole convolution's output gradient (for the input's) | the halo
 ** exchange | the gradient of the rows it convolved | those rows | one 1.0f. */
 struct strata__slab_scratch {
   size_t dr, y, xbuf, de, e, one, end;
@@ -536,10 +536,11 @@ int strata__slab_gather(struct strata__stage *st, const struct strata__layer *L,
 /* Backward: the same rows again at e, from x and the kept halo rows (no exchange). */
 int strata__slab_restore(struct strata__stage *st, const struct strata__layer *L, int64_t B, strata_mem_t x,
                          strata_mem_t halo, strata_mem_t e, const struct strata__slab_scratch *o);
-/* Copy rows [j0, j0 + crows) of each of the B x k planes of P rows at y into the slab's output rows (dir 0), or
-** (dir 1) the slab's rows into zeroed planes of P rows (the backward's output gradient). */
+/* The slab's rows (B x k planes of crows) into rows [j0, j0 + crows) of zeroed planes of P rows at y: the output
+** gradient of the whole convolution it ran, for its input gradient (the forward and the weights' gradient take the
+** kept rows alone: strata_conv2d_fwd_rows, strata_conv2d_bwd_w_rows). */
 int strata__slab_rows(struct strata__stage *st, const struct strata__layer *L, int64_t B, strata_mem_t y,
-                      strata_mem_t slab, const struct strata__slab_scratch *o, int dir);
+                      strata_mem_t slab, const struct strata__slab_scratch *o);
 /* Sum the `n` floats at x over the group's slabs (the stage's join; an error without one). */
 int strata__slab_join(struct strata__stage *st, strata_mem_t x, size_t n);
 /* Backward: the input gradient dx of the slab's own rows from the gradient de of the rows it convolved, its halo

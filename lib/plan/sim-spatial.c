@@ -40,13 +40,14 @@ int strata__plan_spatial_stage(const struct strata_machine *c, const struct stra
       out->nf++;
       continue;
     }
-    /* the rows the slab convolves (its own and the halo), copied in and its output rows out, forward; twice over
-    ** in the backward (restored, and the gradient's rows back) */
-    const double copied = (double)rows * ((double)Ly->c * (double)(mine.in_rows + mine.halo_top + mine.halo_bottom) *
-                                              (double)Ly->w +
-                                          (double)Ly->k * (double)(mine.out_rows * Ly->pool) * (double)Ly->cw);
-    out->f += strata__plan_op_s(w, STRATA_PLAN_OP_ADD, copied);
-    out->b += 2 * strata__plan_op_s(w, STRATA_PLAN_OP_ADD, copied);
+    /* the rows the slab convolves (its own and the halo) copied in, forward and again (restored) backward; the
+    ** convolution writes the rows it keeps and the weights' gradient reads their gradient as they are; the input's
+    ** gradient (not the first layer's) takes the rows' gradient into the whole convolution's and its own rows back */
+    const double in_rows = (double)rows * (double)Ly->c * (double)(mine.in_rows + mine.halo_top + mine.halo_bottom) *
+                           (double)Ly->w,
+                 out_rows = (double)rows * (double)Ly->k * (double)(mine.out_rows * Ly->pool) * (double)Ly->cw;
+    out->f += strata__plan_op_s(w, STRATA_PLAN_OP_ADD, in_rows);
+    out->b += strata__plan_op_s(w, STRATA_PLAN_OP_ADD, Ly->first ? in_rows : 2 * in_rows + out_rows);
     /* the halo exchange: an all-reduce of 2 n slots of the most rows any slab receives (slab.c's exchange buffer),
     ** forward and, for the input gradient (not the first layer's), backward */
     int64_t hmax = 0;
