@@ -201,8 +201,16 @@ int strata__slab_rows(struct strata__stage *st, const struct strata__layer *L, i
   return copy_rows(st->q, one, slab, crows * cw, 0, y, s->P * cw, s->j0, crows, cw, planes, 0);
 }
 
-int strata__slab_scatter(struct strata__stage *st, const struct strata__layer *L, int64_t B, strata_mem_t de,
-                         strata_mem_t dx, const struct strata__slab_scratch *o) {
+/* A halo join posted to be waited for later (join_later), when the stage can (join_wait); else waited for now. */
+static int halo_post(struct strata__stage *st, strata_mem_t x, size_t n, const char *what) {
+  st->join_later = st->join_wait != NULL;
+  int rc = halo_join(st, x, n, what);
+  st->join_later = 0;
+  return rc;
+}
+
+int strata__slab_scatter_post(struct strata__stage *st, const struct strata__layer *L, int64_t B, strata_mem_t de,
+                              strata_mem_t dx, const struct strata__slab_scratch *o) {
   const struct strata__slab *s = &L->sl;
   strata_queue_t q = st->q;
   const int64_t W = L->w, planes = B * L->c, he = s->he;
@@ -223,7 +231,21 @@ int strata__slab_scatter(struct strata__stage *st, const struct strata__layer *L
                 W, planes, 0));
   TRY(copy_rows(q, one, de, he * W, s->in0 + s->rows - s->e0, at(xb, (size_t)(2 * r + 1) * slot), s->hmax * W, 0,
                 s->hb, W, planes, 0));
-  TRY(halo_join(st, xb, n, "halo_grad"));
+  return halo_post(st, xb, n, "halo_grad");
+}
+
+int strata__slab_scatter_end(struct strata__stage *st, const struct strata__layer *L, int64_t B, strata_mem_t dx,
+                             const struct strata__slab_scratch *o) {
+  const struct strata__slab *s = &L->sl;
+  if (s->hmax == 0)
+    return STRATA_OK;
+  strata_queue_t q = st->q;
+  const int64_t W = L->w, planes = B * L->c;
+  strata_mem_t buf = strata_mem(st->scratch, 0), one = at(buf, o->one), xb = at(buf, o->xbuf);
+  const size_t slot = (size_t)(planes * s->hmax * W);
+  const int r = s->rank;
+  if (st->join_wait)
+    TRY(st->join_wait(st->join_arg, q));
   if (s->up)
     TRY(copy_rows(q, one, at(xb, (size_t)(2 * r - 1) * slot), s->hmax * W, 0, dx, s->rows * W, 0, s->up, W, planes,
                   1));

@@ -189,6 +189,10 @@ struct strata__stage {
   void *join_arg;
   const char *join_what;     /* spatial slabs: what the join in progress is, for the trace ("halo", "halo_grad"; NULL:
                              ** an all-reduce of sums, the averages' or the gradients') */
+  /* Spatial slabs: join_later set, the join in progress is only posted (what it sums must stay as it is and its result
+  ** is not read) until join_wait makes q wait for every join so posted: work in between overlaps it. */
+  int join_later;
+  int (*join_wait)(void *arg, strata_queue_t q);
   /* Sequence parallelism (seqpar 1, set with join and called with join_arg): an all-gather (gather 1: recv holds the
   ** slices' `count` elements at send, slice by slice) or a reduce-scatter (gather 0, in place: send holds tp.size x
   ** count elements, recv is this slice's block of it and gets the block summed over the slices). */
@@ -543,10 +547,14 @@ int strata__slab_rows(struct strata__stage *st, const struct strata__layer *L, i
                       strata_mem_t slab, const struct strata__slab_scratch *o);
 /* Sum the `n` floats at x over the group's slabs (the stage's join; an error without one). */
 int strata__slab_join(struct strata__stage *st, strata_mem_t x, size_t n);
-/* Backward: the input gradient dx of the slab's own rows from the gradient de of the rows it convolved, its halo
-** rows' gradients sent back to the neighbours (the same exchange) and theirs added. */
-int strata__slab_scatter(struct strata__stage *st, const struct strata__layer *L, int64_t B, strata_mem_t de,
-                         strata_mem_t dx, const struct strata__slab_scratch *o);
+/* Backward: the input gradient dx of the slab's own rows from the gradient de of the rows it convolved, and its halo
+** rows' gradients posted back to the neighbours (the same exchange, waited for later where the stage can: work
+** enqueued before strata__slab_scatter_end overlaps it; it must leave the exchange buffer alone); then _end waits
+** for it and adds theirs. */
+int strata__slab_scatter_post(struct strata__stage *st, const struct strata__layer *L, int64_t B, strata_mem_t de,
+                              strata_mem_t dx, const struct strata__slab_scratch *o);
+int strata__slab_scatter_end(struct strata__stage *st, const struct strata__layer *L, int64_t B, strata_mem_t dx,
+                             const struct strata__slab_scratch *o);
 
 /* ---- sequence parallelism (model/seqpar.c) ---- */
 
