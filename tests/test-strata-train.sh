@@ -42,7 +42,7 @@ if [ ! -x "$TRAIN" ] || [ ! -x "$GEN" ]; then
   echo "1..0 # SKIP strata-train or strata-generate not built"
   exit 0
 fi
-echo "1..168"
+echo "1..171"
 
 # A small corpus of our own, so that the tests do not depend on what the machine ships.
 for i in 1 2 3 4 5 6 7 8; do cat "$top_srcdir/README.md" "$top_srcdir/man/strata-train.1"; done >"$TMP/text.txt"
@@ -576,6 +576,12 @@ fails_clearly "--spatial 8: slabs thinner than a 7x7 filter's halo" 2 "3-row hal
   $TRAIN --model "$TMP/k7.json" --steps 2 --spatial 8
 fails_clearly "--spatial 2 --tp 2: refused by name" 2 "--spatial 2: not with --tp" \
   $TRAIN --model cnn-hires --steps 2 --spatial 2 --tp 2
+fails_clearly "--spatial 2 --zero: refused by name" 2 "--spatial 2: not with --zero" \
+  $TRAIN --model cnn-hires --steps 2 --spatial 2 --dp 2 --zero
+fails_clearly "--spatial 2 --precision bf16: refused by name" 2 "--spatial 2: not with --precision bf16" \
+  $TRAIN --model cnn-hires --steps 2 --spatial 2 --precision bf16
+fails_clearly "--spatial 2 --schedule zb (a split backward): refused by name" 2 "--spatial 2: not with --schedule zb" \
+  $TRAIN --model cnn-hires --steps 2 --spatial 2 --pp 2 --schedule zb
 # losses_close A B: the same steps, each loss within 1e-4 of the other's (relative)
 losses_close() {
   grep '"event":"step"' "$1" | sed 's/.*"loss":\([^,]*\).*/\1/' >"$TMP/la"
