@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* slab.c — spatial parallelism inside a stage: a cnn layer on one slab of rows of each image, the halo rows its
 ** filter reaches gathered from the neighbouring slabs (forward) and their gradients sent back (backward), each an
-** all-reduce of an exchange buffer through the stage's join, which the TP_JOIN actions settle. */
+** all-reduce of an exchange buffer through the stage's join, which the TP_JOIN actions settle; the stage's queue
+** waits for an exchange only where it reads the result (join_later, join_wait), the work in between overlapping it. */
 #include "config.h"
 
 #include "model/stage.h"
@@ -125,6 +126,8 @@ static int halo_join(struct strata__stage *st, strata_mem_t x, size_t n, const c
   return rc;
 }
 
+static int halo_post(struct strata__stage *st, strata_mem_t x, size_t n, const char *what);
+
 /* E's rows from the slab's own: its rows that the filter reads (the first layer: the image's). Those and the halo
 ** rows cover [need0, need1): E is zeroed first only when it starts above them (a stride's rounding of e0). */
 static int own_rows(struct strata__stage *st, const struct strata__layer *L, int64_t B, strata_mem_t x, strata_mem_t e,
@@ -162,9 +165,8 @@ int strata__slab_gather(struct strata__stage *st, const struct strata__layer *L,
   const int64_t W = L->w, planes = B * L->c, he = s->he;
   strata_mem_t buf = strata_mem(st->scratch, 0), one = at(buf, o->one), xb = at(buf, o->xbuf);
   TRY(strata_fill(q, one, 1.0f, 1));
-  TRY(own_rows(st, L, B, x, e, one));
   if (L->first || s->hmax == 0)
-    return STRATA_OK;
+    return own_rows(st, L, B, x, e, one);
   const size_t slot = (size_t)(planes * s->hmax * W), n = strata__slab_xbuf(L, B);
   const int r = s->rank;
   TRY(strata_fill(q, xb, 0.0f, (int64_t)n));
@@ -172,7 +174,10 @@ int strata__slab_gather(struct strata__stage *st, const struct strata__layer *L,
   TRY(copy_rows(q, one, x, s->rows * W, 0, at(xb, (size_t)(2 * r) * slot), s->hmax * W, 0, s->up, W, planes, 0));
   TRY(copy_rows(q, one, x, s->rows * W, s->rows - s->down, at(xb, (size_t)(2 * r + 1) * slot), s->hmax * W, 0,
                 s->down, W, planes, 0));
-  TRY(halo_join(st, xb, n, "halo"));
+  TRY(halo_post(st, xb, n, "halo"));
+  TRY(own_rows(st, L, B, x, e, one)); /* (while the exchange is in flight) */
+  if (st->join_wait)
+    TRY(st->join_wait(st->join_arg, q));
   if (s->ht)
     TRY(copy_rows(q, one, at(xb, (size_t)(2 * r - 1) * slot), s->hmax * W, 0, e, he * W, s->in0 - s->ht - s->e0,
                   s->ht, W, planes, 0));

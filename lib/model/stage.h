@@ -533,7 +533,8 @@ struct strata__slab_scratch strata__slab_scratch_of(const struct strata__layer *
 /* Rows of the exchange slot (B images x c channels x hmax rows x w) and the buffer (2 n slots). */
 size_t strata__slab_xbuf(const struct strata__layer *L, int64_t B);
 /* Forward: the rows the slab convolves (B x c x he x w at e, scratch) from its input x (the first layer: the whole
-** image), the halo rows from its neighbours through the stage's join (an all-reduce of the exchange buffer), kept
+** image), the halo rows from its neighbours through the stage's join (an all-reduce of the exchange buffer, in flight
+** while the slab's own rows are copied), kept
 ** at `halo` (B x c x (ht + hb) x w, the slot's) for the backward. */
 int strata__slab_gather(struct strata__stage *st, const struct strata__layer *L, int64_t B, strata_mem_t x,
                         strata_mem_t halo, strata_mem_t e, const struct strata__slab_scratch *o);

@@ -141,6 +141,7 @@ struct strata__plan_spatial {
   double jf, jb, halo_bytes;
   int nf, nb;
   double grad_s, grad_bytes, params;
+  double hidden_f;       /* seconds of the forward's halo exchanges the copies of the slab's own rows cover */
   double hidden_b;       /* seconds of the backward's halo exchanges its weight gradients cover */
   double grad_exposed_s; /* seconds of the gradient sums left when the backward ends (the rest overlap it) */
 };

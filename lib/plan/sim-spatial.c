@@ -74,9 +74,12 @@ int strata__plan_spatial_stage(const struct strata_machine *c, const struct stra
     out->jf += xbuf, out->nf++;
     out->jb += xbuf, out->nb++;
     out->halo_bytes += xbuf;
-    /* the halo gradients' exchange is posted before the weights' gradient and waited for after it */
+    /* the halo exchange is in flight while the slab's own rows are copied in; the halo gradients' while the
+    ** weights' gradient is computed */
     const double ex = strata__plan_joins_s(c, devs, xbuf, 1, n),
+                 own = strata__plan_op_s(w, STRATA_PLAN_OP_ADD, in_rows),
                  wt = strata__plan_layer_part(w, model, 1, li, rows, STRATA__PLAN_PART_WEIGHT).s * share;
+    out->hidden_f += ex < own ? ex : own;
     out->hidden_b += ex < wt ? ex : wt;
   }
   out->grad_s = strata__plan_joins_s(c, devs, gbytes, gjoins, n);
