@@ -198,7 +198,7 @@ Test(spatial_plan, the_simulator_costs_the_joins_the_trainer_makes) {
   cr_assert_eq(sbwd, bwd, "the simulator's backward joins %.0f bytes, the trainer's %.0f", sbwd, bwd);
   /* the backward moves more (the same halo rows, and the gradients) but its halo gradients' exchanges are in flight
   ** while the weights' gradients are computed, and the gradient sums while it goes on: its two TJBs take less than
-  ** the forward's one, whose exchanges only the copies of a slab's own rows cover (without the overlaps: 3x more) */
+  ** the forward's one, whose exchanges only the copies of a slab's own rows cover (without the overlaps: 2.8x it) */
   const double tjf = trace_seconds(sim, "TJF0.0", 1),
                tjb = trace_seconds(sim, "TJB0.0", 1) + trace_seconds(sim, "TJB0.1", 1);
   cr_assert(tjb < tjf && tjf > 0, "the simulator's backward joins %g s, its forward's %g s", tjb, tjf);
