@@ -1645,6 +1645,66 @@ Test(ops, conv2d_values_devices_and_gradients) {
   free(wt);
 }
 
+/* output rows [1, 3) of the 4 (a spatial slab's kept rows): operands x w y work dy dw */
+static int conv_rows_f(strata_queue_t q, strata_mem_t *m, const void *pp) {
+  return strata_conv2d_fwd_rows(q, pp, 1, 2, m[0], m[1], m[2], m[3]);
+}
+
+static int conv_rows_bw(strata_queue_t q, strata_mem_t *m, const void *pp) {
+  return strata_conv2d_bwd_w_rows(q, pp, 1, 2, m[0], m[4], m[5], m[3], 0);
+}
+
+Test(ops, conv2d_rows_are_the_whole_convolutions_rows) {
+  struct strata_conv2d g = {.n = 2, .c = 3, .h = 7, .w = 6, .k = 4, .r = 3, .s = 3, .stride = 2, .pad = 1};
+  int64_t p, qq, ws;
+  OK(strata_conv2d_shape(&g, &p, &qq, &ws));
+  const int64_t r0 = 1, rows = 2;
+  size_t nx = 2 * 3 * 7 * 6, nw = 4 * 3 * 3 * 3, ny = (size_t)(2 * 4 * rows * qq);
+  float *x = rnd(nx, 121, -1, 1), *w = rnd(nw, 122, -1, 1), *dy = rnd(ny, 123, -1, 1);
+  struct opcase f = {"conv2d_fwd_rows", conv_rows_f, &g, 6, {nx, nw, ny, (size_t)ws, ny, nw},
+                     {x, w, NULL, NULL, dy, NULL}};
+  void **got = compare_devices(&f, 4, 1e-5, 1e-4);
+  /* direct convolution by definition, on the rows asked for only; dw from their gradient alone */
+  double dw[4 * 3 * 3 * 3] = {0};
+  for (int n = 0; n < 2; n++)
+    for (int k = 0; k < 4; k++)
+      for (int i = 0; i < rows; i++)
+        for (int j = 0; j < qq; j++) {
+          double s = 0, gy = dy[((n * 4 + k) * rows + i) * qq + j];
+          for (int c = 0; c < 3; c++)
+            for (int a = 0; a < 3; a++)
+              for (int b = 0; b < 3; b++) {
+                int iy = (int)(i + r0) * 2 - 1 + a, ix = j * 2 - 1 + b;
+                if (iy >= 0 && iy < 7 && ix >= 0 && ix < 6) {
+                  s += (double)x[((n * 3 + c) * 7 + iy) * 6 + ix] * w[((k * 3 + c) * 3 + a) * 3 + b];
+                  dw[((k * 3 + c) * 3 + a) * 3 + b] += gy * x[((n * 3 + c) * 7 + iy) * 6 + ix];
+                }
+              }
+          cr_assert_float_eq(((float *)got[2])[((n * 4 + k) * rows + i) * qq + j], s, 1e-5);
+        }
+  free_outputs(&f, got);
+  struct opcase b = {"conv2d_bwd_w_rows", conv_rows_bw, &g, 6, {nx, nw, ny, (size_t)ws, ny, nw},
+                     {x, w, NULL, NULL, dy, NULL}};
+  got = compare_devices(&b, 0x20, 1e-5, 1e-4);
+  for (size_t i = 0; i < nw; i++)
+    cr_assert_float_eq(((float *)got[5])[i], dw[i], 1e-4, "dw[%zu]", i);
+  free_outputs(&b, got);
+  /* rows outside the output are refused, with nothing enqueued */
+  strata_queue_t q;
+  OK(strata_queue_new(ref_device(), &q));
+  strata_buffer_t buf;
+  OK(strata_buffer_new(ref_device(), 4096 * 4, &buf));
+  strata_mem_t m = strata_mem(buf, 0);
+  cr_assert_eq(strata_conv2d_fwd_rows(q, &g, 3, 2, m, m, m, m), STRATA_ERR_SHAPE);
+  cr_assert_eq(strata_conv2d_bwd_w_rows(q, &g, -1, 1, m, m, m, m, 0), STRATA_ERR_SHAPE);
+  cr_assert_eq(strata_conv2d_fwd_rows(q, &g, 0, 0, m, m, m, m), STRATA_ERR_SHAPE);
+  strata_buffer_free(buf);
+  strata_queue_free(q);
+  free(x);
+  free(w);
+  free(dy);
+}
+
 static int pool_f(strata_queue_t q, strata_mem_t *m, const void *pp) {
   return strata_maxpool_fwd(q, pp, m[0], m[1], m[2]);
 }

@@ -127,6 +127,23 @@ static double trace_bytes(const char *path, const char *name, int tid, int predi
   return sum;
 }
 
+/* The seconds of the simulator's events `name` of track `tid` in its trace. */
+static double trace_seconds(const char *path, const char *name, int tid) {
+  json_error_t err;
+  json_t *root = json_load_file(path, 0, &err);
+  cr_assert(root, "%s: %s", path, err.text);
+  json_t *ev = json_object_get(root, "traceEvents"), *e;
+  size_t k;
+  double sum = 0;
+  json_array_foreach(ev, k, e) {
+    if (json_is_string(json_object_get(e, "name")) && !strcmp(json_string_value(json_object_get(e, "name")), name) &&
+        json_integer_value(json_object_get(e, "tid")) == tid)
+      sum += json_number_value(json_object_get(e, "dur")) * 1e-6;
+  }
+  json_decref(root);
+  return sum;
+}
+
 /*
 ** The simulator's joins of a slab are the trainer's: cnn-hires in 2 slabs, 2 micro-batches of one image. The first
 ** slab's TP_JOIN_FORWARD of a micro-batch moves, in the trainer's trace, the halo exchanges of conv.1-4 and the
@@ -165,6 +182,12 @@ Test(spatial_plan, the_simulator_costs_the_joins_the_trainer_makes) {
   cr_assert_eq(fwd, 131200, "the trainer's forward joins of a micro-batch: %.0f bytes", fwd);
   cr_assert_eq(sfwd, fwd, "the simulator's forward joins %.0f bytes, the trainer's %.0f", sfwd, fwd);
   cr_assert_eq(sbwd, bwd, "the simulator's backward joins %.0f bytes, the trainer's %.0f", sbwd, bwd);
+  /* the backward moves more (the same halo rows, and the gradients) but its halo gradients' exchanges are in flight
+  ** while the weights' gradients are computed, and the gradient sums while it goes on: its two TJBs take less than
+  ** the forward's one, whose exchanges only the copies of a slab's own rows cover (without the overlaps: 2.8x it) */
+  const double tjf = trace_seconds(sim, "TJF0.0", 1),
+               tjb = trace_seconds(sim, "TJB0.0", 1) + trace_seconds(sim, "TJB0.1", 1);
+  cr_assert(tjb < tjf && tjf > 0, "the simulator's backward joins %g s, its forward's %g s", tjb, tjf);
   cr_assert(r2.step_s < r1.step_s && r2.step_s > 0.5 * r1.step_s, "2 slabs' step %.6f s, one device's %.6f s",
             r2.step_s, r1.step_s);
   cr_assert_gt(r2.comm_share, 0);

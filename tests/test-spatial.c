@@ -282,9 +282,11 @@ Test(spatial, refused) {
   cr_assert(strstr(strata_last_error(), "spatial 2"), "%s", strata_last_error());
   static const char *const bad[] = {"{\"tp\": 3, \"devices\": [%d, %d, %d]}", "{\"pp\": 2, \"tp\": [2, 1], \"devices\": [%d, %d, %d]}",
                                     "{\"dp\": 2, \"tp\": 2, \"zero\": 1, \"devices\": [%d, %d, %d, %d]}",
-                                    "{\"tp\": 2, \"precision\": \"bf16\", \"devices\": [%d, %d]}"};
-  static const char *const says[] = {"must be its 2 slabs", "tp 1 on rank 1", "ZeRO", "bf16"};
-  for (int k = 0; k < 4; k++) {
+                                    "{\"tp\": 2, \"precision\": \"bf16\", \"devices\": [%d, %d]}",
+                                    "{\"pp\": 2, \"tp\": 2, \"schedule\": \"zb\", \"devices\": [%d, %d, %d, %d]}"};
+  static const char *const says[] = {"must be its 2 slabs", "tp 1 on rank 1", "ZeRO", "bf16",
+                                     "not with a split backward (zb"};
+  for (int k = 0; k < 5; k++) {
     char text[200];
     snprintf(text, sizeof text, bad[k], h[0], h[1], h[2], h[3]);
     strata_layout_t l;

@@ -609,6 +609,12 @@ fails_clearly "--spatial 8: slabs thinner than a 7x7 filter's halo" 2 "3-row hal
   $TRAIN --model "$TMP/k7.json" --steps 2 --spatial 8
 fails_clearly "--spatial 2 --tp 2: refused by name" 2 "--spatial 2: not with --tp" \
   $TRAIN --model cnn-hires --steps 2 --spatial 2 --tp 2
+fails_clearly "--spatial 2 --zero: refused by name" 2 "--spatial 2: not with --zero" \
+  $TRAIN --model cnn-hires --steps 2 --spatial 2 --dp 2 --zero
+fails_clearly "--spatial 2 --precision bf16: refused by name" 2 "--spatial 2: not with --precision bf16" \
+  $TRAIN --model cnn-hires --steps 2 --spatial 2 --precision bf16
+fails_clearly "--spatial 2 --schedule zb (a split backward): refused by name" 2 "--spatial 2: not with --schedule zb" \
+  $TRAIN --model cnn-hires --steps 2 --spatial 2 --pp 2 --schedule zb
 # losses_close A B: the same steps, each loss within 1e-4 of the other's (relative)
 losses_close() {
   grep '"event":"step"' "$1" | sed 's/.*"loss":\([^,]*\).*/\1/' >"$TMP/la"

@@ -371,9 +371,11 @@ static int check_grad_reduce(const struct options *o) {
 /* The cut of the command line (--pp, --dp, --tp, --devices ...) when no layout gives it. */
 static int check_cut_args(struct options *o) {
   if (o->spatial > 1) { /* the slabs run as the slices of one stage (of each --dp replica) */
+    char split[96];
+    snprintf(split, sizeof split, "--schedule %s (a split backward)", strata_schedule_kind_name(o->schedule));
     const char *with = o->ntp ? "--tp" : o->sp ? "--sp (the slabs cut images, not sequences)" : o->zero ? "--zero"
                        : o->precision == STRATA_BFLOAT16 ? "--precision bf16"
-                       : o->schedule && strata_schedule_kind_split_backward(o->schedule) ? "--schedule"
+                       : o->schedule && strata_schedule_kind_split_backward(o->schedule) ? split
                        : o->device_given ? "--device (the slabs' devices: --devices)" : NULL;
     if (with) {
       fprintf(stderr, PROG ": --spatial %d: not with %s yet (spatial slabs combine with --dp and --pp)\n", o->spatial, with);

@@ -365,6 +365,17 @@ STRATA_API int strata_conv2d_fwd(strata_queue_t q, const struct strata_conv2d *g
 STRATA_API int strata_conv2d_bwd(strata_queue_t q, const struct strata_conv2d *g, strata_mem_t x, strata_mem_t w,
                                  strata_mem_t dy, strata_mem_t dx, strata_mem_t dw, strata_mem_t work,
                                  int accumulate);
+/*
+** The same over output rows [row0, row0 + rows) of each image only (spatial slabs: the rows a slab keeps of the rows
+** it convolves): y and dy hold n x k x rows x q, the other output rows are neither computed nor read; `work` is
+** strata_conv2d_shape's (the whole im2col matrix). The backward gives dw only (accumulate flag): an input gradient
+** needs every output row's (strata_conv2d_bwd).
+*/
+STRATA_API int strata_conv2d_fwd_rows(strata_queue_t q, const struct strata_conv2d *g, int64_t row0, int64_t rows,
+                                      strata_mem_t x, strata_mem_t w, strata_mem_t y, strata_mem_t work);
+STRATA_API int strata_conv2d_bwd_w_rows(strata_queue_t q, const struct strata_conv2d *g, int64_t row0, int64_t rows,
+                                        strata_mem_t x, strata_mem_t dy, strata_mem_t dw, strata_mem_t work,
+                                        int accumulate);
 
 /* Geometry of max pooling over NCHW: windows of size x size, moved by stride. */
 struct strata_pool2d {

@@ -952,25 +952,87 @@ static int conv_check(strata_queue_t q, const struct strata_conv2d *g, int64_t *
   return STRATA_OK;
 }
 
-STRATA_API int strata_conv2d_fwd(strata_queue_t q, const struct strata_conv2d *g, strata_mem_t x, strata_mem_t w,
-                                 strata_mem_t y, strata_mem_t work) {
+/* Output rows [row0, row0 + rows) of a convolution of pp x qq outputs: in range and not empty. */
+static int conv_rows_check(const char *name, int64_t pp, int64_t row0, int64_t rows) {
+  if (row0 < 0 || rows < 1 || row0 > pp - rows)
+    return strata__error(STRATA_ERR_SHAPE, "%s: output rows [%lld, %lld) are not within the %lld the image has", name,
+                         (long long)row0, (long long)(row0 + rows), (long long)pp);
+  return STRATA_OK;
+}
+
+/* The forward over output rows [row0, row0 + rows) of each image: the whole im2col matrix, its columns of those rows
+** multiplied (ldb the matrix's width), each image's rows written rows x qq a plane. */
+static int conv_fwd_rows(strata_queue_t q, const char *name, const struct strata_conv2d *g, int64_t row0, int64_t rows,
+                         strata_mem_t x, strata_mem_t w, strata_mem_t y, strata_mem_t work) {
   int64_t pp, qq;
-  if (!g)
-    return strata__error(STRATA_ERR_INVALID, "conv2d_fwd: geometry is NULL");
+  TRY(strata_conv2d_shape(g, &pp, &qq, NULL));
+  TRY(conv_rows_check(name, pp, row0, rows));
   uint64_t img = (uint64_t)(g->c * g->h * g->w), crs = (uint64_t)(g->c * g->r * g->s);
   const char *names[] = {"x", "w", "y", "work"};
   strata_mem_t mems[] = {x, w, y, work};
-  TRY(strata_conv2d_shape(g, &pp, &qq, NULL));
-  uint64_t out = (uint64_t)(g->k * pp * qq);
+  uint64_t out = (uint64_t)(g->k * rows * qq);
   uint64_t counts[] = {img * (uint64_t)g->n, (uint64_t)g->k * crs, out * (uint64_t)g->n, 0};
-  TRY(conv_check(q, g, &pp, &qq, "conv2d_fwd", 4, names, mems, counts));
+  TRY(conv_check(q, g, &pp, &qq, name, 4, names, mems, counts));
   for (int64_t i = 0; i < g->n; i++) {
     TRY(im2col_op(q, STRATA__OP_IM2COL, g, pp, qq,
                   strata_mem_typed(x.buf, x.off + (size_t)(i * (int64_t)img), x.dtype), work));
-    /* y_i (k x pq) = w (k x crs) * col (crs x pq) */
-    TRY(strata_gemm(q, STRATA_NO_TRANS, STRATA_NO_TRANS, g->k, pp * qq, (int64_t)crs, 1.0f, w, (int64_t)crs, 0, work,
-                    pp * qq, 0, 0.0f, strata_mem_typed(y.buf, y.off + (size_t)(i * (int64_t)out), y.dtype), pp * qq,
-                    0, 1));
+    /* y_i (k x rows qq) = w (k x crs) * col's columns of the rows (crs x rows qq, pp qq apart) */
+    TRY(strata_gemm(q, STRATA_NO_TRANS, STRATA_NO_TRANS, g->k, rows * qq, (int64_t)crs, 1.0f, w, (int64_t)crs, 0,
+                    strata_mem_typed(work.buf, work.off + (size_t)(row0 * qq), work.dtype), pp * qq, 0, 0.0f,
+                    strata_mem_typed(y.buf, y.off + (size_t)(i * (int64_t)out), y.dtype), rows * qq, 0, 1));
+  }
+  return STRATA_OK;
+}
+
+STRATA_API int strata_conv2d_fwd(strata_queue_t q, const struct strata_conv2d *g, strata_mem_t x, strata_mem_t w,
+                                 strata_mem_t y, strata_mem_t work) {
+  int64_t pp;
+  if (!g)
+    return strata__error(STRATA_ERR_INVALID, "conv2d_fwd: geometry is NULL");
+  TRY(strata_conv2d_shape(g, &pp, NULL, NULL));
+  return conv_fwd_rows(q, "conv2d_fwd", g, 0, pp, x, w, y, work);
+}
+
+STRATA_API int strata_conv2d_fwd_rows(strata_queue_t q, const struct strata_conv2d *g, int64_t row0, int64_t rows,
+                                      strata_mem_t x, strata_mem_t w, strata_mem_t y, strata_mem_t work) {
+  if (!g)
+    return strata__error(STRATA_ERR_INVALID, "conv2d_fwd_rows: geometry is NULL");
+  return conv_fwd_rows(q, "conv2d_fwd_rows", g, row0, rows, x, w, y, work);
+}
+
+STRATA_API int strata_conv2d_bwd_w_rows(strata_queue_t q, const struct strata_conv2d *g, int64_t row0, int64_t rows,
+                                        strata_mem_t x, strata_mem_t dy, strata_mem_t dw, strata_mem_t work,
+                                        int accumulate) {
+  const char *name = "conv2d_bwd_w_rows";
+  int64_t pp, qq;
+  if (!g)
+    return strata__error(STRATA_ERR_INVALID, "%s: geometry is NULL", name);
+  TRY(strata_conv2d_shape(g, &pp, &qq, NULL));
+  TRY(conv_rows_check(name, pp, row0, rows));
+  uint64_t img = (uint64_t)(g->c * g->h * g->w), crs = (uint64_t)(g->c * g->r * g->s);
+  uint64_t out = (uint64_t)(g->k * rows * qq);
+  int64_t ws;
+  TRY(strata_conv2d_shape(g, NULL, NULL, &ws));
+  TRY(check_queue(q, STRATA__OP_IM2COL));
+  TRY(check_queue(q, STRATA__OP_GEMM));
+  const char *names[] = {"x", "dy", "dw", "work"};
+  const strata_mem_t mems[] = {x, dy, dw, work};
+  const uint64_t counts[] = {img * (uint64_t)g->n, out * (uint64_t)g->n, (uint64_t)g->k * crs, (uint64_t)ws};
+  for (int i = 0; i < 4; i++) {
+    struct strata__mem tmp;
+    TRY(operand(q, NULL, name, names[i], mems[i], counts[i], FLOATS, &tmp));
+  }
+  if (dy.dtype != work.dtype) /* the GEMM's A and B */
+    return strata__error(STRATA_ERR_INVALID, "%s: operands 'dy' and 'work' must share a type", name);
+  for (int64_t i = 0; i < g->n; i++) {
+    TRY(im2col_op(q, STRATA__OP_IM2COL, g, pp, qq,
+                  strata_mem_typed(x.buf, x.off + (size_t)(i * (int64_t)img), x.dtype), work));
+    /* dw (k x crs) (+)= dy_i (k x rows qq) * (col's columns of the rows)^T */
+    float beta = (accumulate || i > 0) ? 1.0f : 0.0f;
+    TRY(strata_gemm(q, STRATA_NO_TRANS, STRATA_TRANS, g->k, (int64_t)crs, rows * qq, 1.0f,
+                    strata_mem_typed(dy.buf, dy.off + (size_t)(i * (int64_t)out), dy.dtype), rows * qq, 0,
+                    strata_mem_typed(work.buf, work.off + (size_t)(row0 * qq), work.dtype), pp * qq, 0, beta, dw,
+                    (int64_t)crs, 0, 1));
   }
   return STRATA_OK;
 }

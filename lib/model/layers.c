@@ -369,14 +369,13 @@ static int conv_fwd(struct lctx *c) {
   strata_mem_t x = layer_x(c, xin, c->d.B * L->in, 1, &rc);
   TRY(rc);
   TRY(FETCH(c, 0, 1));
-  if (L->sl.on) { /* a slab: its rows and halo gathered, convolved whole, the rows it keeps taken out */
+  if (L->sl.on) { /* a slab: its rows and halo gathered, convolved into the rows it keeps (j0.., of the P) only */
     int64_t p, qq, ws;
     TRY(strata_conv2d_shape(&g, &p, &qq, &ws));
     const struct strata__slab_scratch o = strata__slab_scratch_of(L, c->d.B, (size_t)ws);
     strata_mem_t e = SCR(c, o.e);
     TRY(strata__slab_gather(c->st, L, c->d.B, x, SAVED(c, xin), e, &o));
-    TRY(strata_conv2d_fwd(c->q, &g, e, WT(c, 0), SCR(c, o.y), SC(c, 0, 0)));
-    TRY(strata__slab_rows(c->st, L, c->d.B, SCR(c, o.y), SV(c, 0, 0), &o, 0));
+    TRY(strata_conv2d_fwd_rows(c->q, &g, L->sl.j0, L->ch, e, WT(c, 0), SV(c, 0, 0), SC(c, 0, 0)));
   } else {
     TRY(strata_conv2d_fwd(c->q, &g, x, WT(c, 0), SV(c, 0, 0), SC(c, 0, 0)));
   }
@@ -685,14 +684,20 @@ static int conv_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
   int rc;
   strata_mem_t x = layer_x(c, xin, c->d.B * L->in, 0, &rc);
   TRY(FETCH(c, 0, 1));
-  if (L->sl.on) { /* a slab: its rows' gradient into the whole convolution's, back through it over the rows it
-                  ** convolved, their gradient to its rows and (the halo's) to its neighbours */
+  if (L->sl.on) { /* a slab: the input's gradient through the whole convolution (its rows' gradient in P-row planes),
+                  ** to its rows and (the halo's) to its neighbours, whose exchange the weights' gradient (from the
+                  ** rows it keeps, j0.. of the P) overlaps */
     const struct strata__slab_scratch o = strata__slab_scratch_of(L, c->d.B, (size_t)ws);
     TRY(strata__slab_restore(c->st, L, c->d.B, x, SAVED(c, xin), SCR(c, o.e), &o));
-    TRY(strata__slab_rows(c->st, L, c->d.B, SCR(c, o.y), dr, &o, 1));
-    TRY(strata_conv2d_bwd(c->q, &g, SCR(c, o.e), WT(c, 0), SCR(c, o.y), dx.buf ? SCR(c, o.de) : dx, dw,
-                          SC(c, 0, 0), 1));
-    return dx.buf ? strata__slab_scatter(c->st, L, c->d.B, SCR(c, o.de), dx, &o) : STRATA_OK;
+    if (dx.buf) {
+      TRY(strata__slab_rows(c->st, L, c->d.B, SCR(c, o.y), dr, &o));
+      TRY(strata_conv2d_bwd(c->q, &g, SCR(c, o.e), WT(c, 0), SCR(c, o.y), SCR(c, o.de), AT(NULL, 0), SC(c, 0, 0),
+                            1));
+      TRY(strata__slab_scatter_post(c->st, L, c->d.B, SCR(c, o.de), dx, &o));
+    }
+    if (dw.buf)
+      TRY(strata_conv2d_bwd_w_rows(c->q, &g, L->sl.j0, L->ch, SCR(c, o.e), dr, dw, SC(c, 0, 0), 1));
+    return dx.buf ? strata__slab_scatter_end(c->st, L, c->d.B, dx, &o) : STRATA_OK;
   }
   TRY(strata_conv2d_bwd(c->q, &g, x, WT(c, 0), dr, dx, dw, SC(c, 0, 0), 1));
   if (L->tp_role == STRATA__TP_OUTPUTS && dx.buf) /* each slice's output channels' share of it */
@@ -1088,17 +1093,22 @@ static int stage_backward(struct strata__stage *st, int s, int mode) {
       return rc;
     if (mode != BM_INPUT) /* ZeRO-2: the layer's last gradients go (the tied embedding's after the first layer) */
       TRY(strata__stage_grad_flush(st, i == 0));
-    if (mode != BM_INPUT && st->sp.size > 1 && st->sp_grads) { /* the step's gradients: the slabs' summed */
+    if (mode != BM_INPUT && st->sp.size > 1 && st->sp_grads) { /* the step's gradients: the slabs' summed, waited
+                                                                 ** for after the backward (buckets: before them) */
       size_t lo, hi;
       strata__stage_layer_range(st, i, i + 1, &lo, &hi);
-      if (hi > lo)
-        TRY(strata__slab_join(st, AT(st->grads, lo), hi - lo));
+      st->join_later = !st->grads_done && st->join_wait;
+      rc = hi > lo ? strata__slab_join(st, AT(st->grads, lo), hi - lo) : STRATA_OK;
+      st->join_later = 0;
+      TRY(rc);
     }
     if (mode != BM_INPUT && st->grads_done)
       TRY(st->grads_done(st->grads_done_arg, i));
     if (mode == BM_WEIGHT && i == 0)
       break;
   }
+  if (st->sp.size > 1 && st->join_wait) /* the slabs' gradient sums posted above: the queue's next work reads them */
+    TRY(st->join_wait(st->join_arg, st->q));
   if (mode == BM_WEIGHT)
     strata__stage_dsave_give(st, s);
   return STRATA_OK;

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* slab.c — spatial parallelism inside a stage: a cnn layer on one slab of rows of each image, the halo rows its
 ** filter reaches gathered from the neighbouring slabs (forward) and their gradients sent back (backward), each an
-** all-reduce of an exchange buffer through the stage's join, which the TP_JOIN actions settle. */
+** all-reduce of an exchange buffer through the stage's join, which the TP_JOIN actions settle; the stage's queue
+** waits for an exchange only where it reads the result (join_later, join_wait), the work in between overlapping it. */
 #include "config.h"
 
 #include "model/stage.h"
@@ -125,12 +126,16 @@ static int halo_join(struct strata__stage *st, strata_mem_t x, size_t n, const c
   return rc;
 }
 
-/* E's rows from the slab's own: zeros, then its rows that the filter reads (the first layer: the image's). */
+static int halo_post(struct strata__stage *st, strata_mem_t x, size_t n, const char *what);
+
+/* E's rows from the slab's own: its rows that the filter reads (the first layer: the image's). Those and the halo
+** rows cover [need0, need1): E is zeroed first only when it starts above them (a stride's rounding of e0). */
 static int own_rows(struct strata__stage *st, const struct strata__layer *L, int64_t B, strata_mem_t x, strata_mem_t e,
                     strata_mem_t one) {
   const struct strata__slab *s = &L->sl;
   const int64_t W = L->w, planes = B * L->c, he = s->he;
-  TRY(strata_fill(st->q, e, 0.0f, planes * he * W));
+  if (s->e0 < s->need0)
+    TRY(strata_fill(st->q, e, 0.0f, planes * he * W));
   if (L->first) /* every slab has the whole image */
     return copy_rows(st->q, one, x, s->H * W, s->need0, e, he * W, s->need0 - s->e0, s->need1 - s->need0, W, planes,
                      0);
@@ -160,9 +165,8 @@ int strata__slab_gather(struct strata__stage *st, const struct strata__layer *L,
   const int64_t W = L->w, planes = B * L->c, he = s->he;
   strata_mem_t buf = strata_mem(st->scratch, 0), one = at(buf, o->one), xb = at(buf, o->xbuf);
   TRY(strata_fill(q, one, 1.0f, 1));
-  TRY(own_rows(st, L, B, x, e, one));
   if (L->first || s->hmax == 0)
-    return STRATA_OK;
+    return own_rows(st, L, B, x, e, one);
   const size_t slot = (size_t)(planes * s->hmax * W), n = strata__slab_xbuf(L, B);
   const int r = s->rank;
   TRY(strata_fill(q, xb, 0.0f, (int64_t)n));
@@ -170,7 +174,10 @@ int strata__slab_gather(struct strata__stage *st, const struct strata__layer *L,
   TRY(copy_rows(q, one, x, s->rows * W, 0, at(xb, (size_t)(2 * r) * slot), s->hmax * W, 0, s->up, W, planes, 0));
   TRY(copy_rows(q, one, x, s->rows * W, s->rows - s->down, at(xb, (size_t)(2 * r + 1) * slot), s->hmax * W, 0,
                 s->down, W, planes, 0));
-  TRY(halo_join(st, xb, n, "halo"));
+  TRY(halo_post(st, xb, n, "halo"));
+  TRY(own_rows(st, L, B, x, e, one)); /* (while the exchange is in flight) */
+  if (st->join_wait)
+    TRY(st->join_wait(st->join_arg, q));
   if (s->ht)
     TRY(copy_rows(q, one, at(xb, (size_t)(2 * r - 1) * slot), s->hmax * W, 0, e, he * W, s->in0 - s->ht - s->e0,
                   s->ht, W, planes, 0));
@@ -189,27 +196,35 @@ int strata__slab_restore(struct strata__stage *st, const struct strata__layer *L
 }
 
 int strata__slab_rows(struct strata__stage *st, const struct strata__layer *L, int64_t B, strata_mem_t y,
-                      strata_mem_t slab, const struct strata__slab_scratch *o, int dir) {
+                      strata_mem_t slab, const struct strata__slab_scratch *o) {
   const struct strata__slab *s = &L->sl;
   const int64_t planes = B * L->k, cw = L->cw, crows = L->ch;
   strata_mem_t one = strata_mem(st->scratch, o->one);
   TRY(strata_fill(st->q, one, 1.0f, 1));
-  if (dir == 0)
-    return copy_rows(st->q, one, y, s->P * cw, s->j0, slab, crows * cw, 0, crows, cw, planes, 0);
+  /* only the rows outside [j0, j0 + crows) need zeros; they are at most a few per plane, the fill is one op */
   TRY(strata_fill(st->q, y, 0.0f, planes * s->P * cw));
   return copy_rows(st->q, one, slab, crows * cw, 0, y, s->P * cw, s->j0, crows, cw, planes, 0);
 }
 
-int strata__slab_scatter(struct strata__stage *st, const struct strata__layer *L, int64_t B, strata_mem_t de,
-                         strata_mem_t dx, const struct strata__slab_scratch *o) {
+/* A halo join posted to be waited for later (join_later), when the stage can (join_wait); else waited for now. */
+static int halo_post(struct strata__stage *st, strata_mem_t x, size_t n, const char *what) {
+  st->join_later = st->join_wait != NULL;
+  int rc = halo_join(st, x, n, what);
+  st->join_later = 0;
+  return rc;
+}
+
+int strata__slab_scatter_post(struct strata__stage *st, const struct strata__layer *L, int64_t B, strata_mem_t de,
+                              strata_mem_t dx, const struct strata__slab_scratch *o) {
   const struct strata__slab *s = &L->sl;
   strata_queue_t q = st->q;
   const int64_t W = L->w, planes = B * L->c, he = s->he;
   strata_mem_t buf = strata_mem(st->scratch, 0), one = at(buf, o->one), xb = at(buf, o->xbuf);
   TRY(strata_fill(q, one, 1.0f, 1));
-  TRY(strata_fill(q, dx, 0.0f, planes * s->rows * W));
   const int64_t lo = s->in0 > s->need0 ? s->in0 : s->need0;
   const int64_t hi = s->in0 + s->rows < s->need1 ? s->in0 + s->rows : s->need1;
+  if (lo > s->in0 || hi < s->in0 + s->rows) /* rows of the slab the filter does not read: their gradient is 0 */
+    TRY(strata_fill(q, dx, 0.0f, planes * s->rows * W));
   TRY(copy_rows(q, one, de, he * W, lo - s->e0, dx, s->rows * W, lo - s->in0, hi - lo, W, planes, 0));
   if (s->hmax == 0)
     return STRATA_OK;
@@ -221,7 +236,21 @@ int strata__slab_scatter(struct strata__stage *st, const struct strata__layer *L
                 W, planes, 0));
   TRY(copy_rows(q, one, de, he * W, s->in0 + s->rows - s->e0, at(xb, (size_t)(2 * r + 1) * slot), s->hmax * W, 0,
                 s->hb, W, planes, 0));
-  TRY(halo_join(st, xb, n, "halo_grad"));
+  return halo_post(st, xb, n, "halo_grad");
+}
+
+int strata__slab_scatter_end(struct strata__stage *st, const struct strata__layer *L, int64_t B, strata_mem_t dx,
+                             const struct strata__slab_scratch *o) {
+  const struct strata__slab *s = &L->sl;
+  if (s->hmax == 0)
+    return STRATA_OK;
+  strata_queue_t q = st->q;
+  const int64_t W = L->w, planes = B * L->c;
+  strata_mem_t buf = strata_mem(st->scratch, 0), one = at(buf, o->one), xb = at(buf, o->xbuf);
+  const size_t slot = (size_t)(planes * s->hmax * W);
+  const int r = s->rank;
+  if (st->join_wait)
+    TRY(st->join_wait(st->join_arg, q));
   if (s->up)
     TRY(copy_rows(q, one, at(xb, (size_t)(2 * r - 1) * slot), s->hmax * W, 0, dx, s->rows * W, 0, s->up, W, planes,
                   1));

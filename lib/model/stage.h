@@ -189,6 +189,10 @@ struct strata__stage {
   void *join_arg;
   const char *join_what;     /* spatial slabs: what the join in progress is, for the trace ("halo", "halo_grad"; NULL:
                              ** an all-reduce of sums, the averages' or the gradients') */
+  /* Spatial slabs: join_later set, the join in progress is only posted (what it sums must stay as it is and its result
+  ** is not read) until join_wait makes q wait for every join so posted: work in between overlaps it. */
+  int join_later;
+  int (*join_wait)(void *arg, strata_queue_t q);
   /* Sequence parallelism (seqpar 1, set with join and called with join_arg): an all-gather (gather 1: recv holds the
   ** slices' `count` elements at send, slice by slice) or a reduce-scatter (gather 0, in place: send holds tp.size x
   ** count elements, recv is this slice's block of it and gets the block summed over the slices). */
@@ -519,7 +523,7 @@ static inline struct strata_conv2d strata__conv_geometry(const struct strata__la
 ** cut so (strata_model_spatial_check's reasons). */
 int strata__slab_layers(struct strata__stage *st);
 /* Where a slab convolution keeps its temporaries in scratch (units from 0, float32): the im2col workspace (ws
-** units) | the gradient through pooling and ReLU | the whole convolution's output (or its gradient) | the halo
+** units) | the gradient through pooling and ReLU | the whole convolution's output gradient (for the input's) | the halo
 ** exchange | the gradient of the rows it convolved | those rows | one 1.0f. */
 struct strata__slab_scratch {
   size_t dr, y, xbuf, de, e, one, end;
@@ -528,23 +532,29 @@ struct strata__slab_scratch strata__slab_scratch_of(const struct strata__layer *
 /* Rows of the exchange slot (B images x c channels x hmax rows x w) and the buffer (2 n slots). */
 size_t strata__slab_xbuf(const struct strata__layer *L, int64_t B);
 /* Forward: the rows the slab convolves (B x c x he x w at e, scratch) from its input x (the first layer: the whole
-** image), the halo rows from its neighbours through the stage's join (an all-reduce of the exchange buffer), kept
+** image), the halo rows from its neighbours through the stage's join (an all-reduce of the exchange buffer, in flight
+** while the slab's own rows are copied), kept
 ** at `halo` (B x c x (ht + hb) x w, the slot's) for the backward. */
 int strata__slab_gather(struct strata__stage *st, const struct strata__layer *L, int64_t B, strata_mem_t x,
                         strata_mem_t halo, strata_mem_t e, const struct strata__slab_scratch *o);
 /* Backward: the same rows again at e, from x and the kept halo rows (no exchange). */
 int strata__slab_restore(struct strata__stage *st, const struct strata__layer *L, int64_t B, strata_mem_t x,
                          strata_mem_t halo, strata_mem_t e, const struct strata__slab_scratch *o);
-/* Copy rows [j0, j0 + crows) of each of the B x k planes of P rows at y into the slab's output rows (dir 0), or
-** (dir 1) the slab's rows into zeroed planes of P rows (the backward's output gradient). */
+/* The slab's rows (B x k planes of crows) into rows [j0, j0 + crows) of zeroed planes of P rows at y: the output
+** gradient of the whole convolution it ran, for its input gradient (the forward and the weights' gradient take the
+** kept rows alone: strata_conv2d_fwd_rows, strata_conv2d_bwd_w_rows). */
 int strata__slab_rows(struct strata__stage *st, const struct strata__layer *L, int64_t B, strata_mem_t y,
-                      strata_mem_t slab, const struct strata__slab_scratch *o, int dir);
+                      strata_mem_t slab, const struct strata__slab_scratch *o);
 /* Sum the `n` floats at x over the group's slabs (the stage's join; an error without one). */
 int strata__slab_join(struct strata__stage *st, strata_mem_t x, size_t n);
-/* Backward: the input gradient dx of the slab's own rows from the gradient de of the rows it convolved, its halo
-** rows' gradients sent back to the neighbours (the same exchange) and theirs added. */
-int strata__slab_scatter(struct strata__stage *st, const struct strata__layer *L, int64_t B, strata_mem_t de,
-                         strata_mem_t dx, const struct strata__slab_scratch *o);
+/* Backward: the input gradient dx of the slab's own rows from the gradient de of the rows it convolved, and its halo
+** rows' gradients posted back to the neighbours (the same exchange, waited for later where the stage can: work
+** enqueued before strata__slab_scatter_end overlaps it; it must leave the exchange buffer alone); then _end waits
+** for it and adds theirs. */
+int strata__slab_scatter_post(struct strata__stage *st, const struct strata__layer *L, int64_t B, strata_mem_t de,
+                              strata_mem_t dx, const struct strata__slab_scratch *o);
+int strata__slab_scatter_end(struct strata__stage *st, const struct strata__layer *L, int64_t B, strata_mem_t dx,
+                             const struct strata__slab_scratch *o);
 
 /* ---- sequence parallelism (model/seqpar.c) ---- */
 

@@ -141,6 +141,9 @@ struct strata__plan_spatial {
   double jf, jb, halo_bytes;
   int nf, nb;
   double grad_s, grad_bytes, params;
+  double hidden_f;       /* seconds of the forward's halo exchanges the copies of the slab's own rows cover */
+  double hidden_b;       /* seconds of the backward's halo exchanges its weight gradients cover */
+  double grad_exposed_s; /* seconds of the gradient sums left when the backward ends (the rest overlap it) */
 };
 int strata__plan_spatial_stage(const struct strata_machine *c, const struct strata_device_cost *w,
                                strata_model_t model, int first, int last, int n, int slab, int64_t rows,

@@ -1027,8 +1027,9 @@ static int simulate_in(struct strata_machine *c, strata_model_t model, strata_la
     double params = 0, jf = 0, jb = 0, jr = 0;
     int nf = 0, nb = 0, nr = 0;
     const int recompute = strata_layout_recompute(l);
-    double grad_join = 0, grad_bytes = 0, spatial_in = 1; /* spatial: the step's gradient sums over the slabs, a share of each
-                                          ** micro-batch's TJB (the executor joins them in the step's last B) */
+    /* spatial: the step's gradient sums over the slabs, a share of each micro-batch's TJB (the executor joins them in
+    ** the step's last B), and the seconds of the backward's exchanges its compute covers */
+    double grad_join = 0, grad_bytes = 0, spatial_in = 1, hidden_f = 0, hidden_b = 0;
     if (spatial) { /* one stage of the whole model on its slab: its share of the work, its exchanges (sim-spatial.c) */
       struct strata__plan_spatial sp;
       if ((rc = strata__plan_spatial_stage(c, &w, model, a, a + split[j], t, slice, rows, sc->devs, &sp)))
@@ -1040,7 +1041,8 @@ static int simulate_in(struct strata_machine *c, strata_model_t model, strata_la
       sc->f = sp.f, sc->b = sp.b, sc->bi = sp.b;
       jf = sp.jf, nf = sp.nf, jb = sp.jb, nb = sp.nb;
       params = sp.params;
-      grad_join = sp.grad_s / (m > 0 ? m : 1);
+      grad_join = sp.grad_exposed_s / (m > 0 ? m : 1); /* (the rest overlap the backward) */
+      hidden_f = sp.hidden_f, hidden_b = sp.hidden_b;
       grad_bytes = sp.grad_bytes / (m > 0 ? m : 1);
     }
     for (int li = a; li < a + split[j] && !spatial; li++) {
@@ -1071,7 +1073,9 @@ static int simulate_in(struct strata_machine *c, strata_model_t model, strata_la
     const double sync = w.sync_us * 1e-6, hand = w.action_us * 1e-6;
     sc->f += sync + (j > 0 ? hand : 0), sc->w += sync;
     sc->b += sync + (j < S - 1 ? hand : 0), sc->bi += sync + (j < S - 1 ? hand : 0);
-    const double tjf = strata__plan_joins_s(c, sc->devs, jf, nf, t), tjb = strata__plan_joins_s(c, sc->devs, jb, nb, t);
+    double tjf = strata__plan_joins_s(c, sc->devs, jf, nf, t) - hidden_f; /* (spatial: less what compute covers) */
+    double tjb = strata__plan_joins_s(c, sc->devs, jb, nb, t) - hidden_b;
+    tjf = tjf > 0 ? tjf : 0, tjb = tjb > 0 ? tjb : 0;
     const double tjr = strata__plan_joins_s(c, sc->devs, jr, nr, t);
     if (inline_joins) {
       sc->rc += tjr, sc->rc_comm = tjr;

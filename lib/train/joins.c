@@ -77,9 +77,12 @@ static int member_grow(struct strata__tp_member *m) {
   if (e)
     m->ended = e;
   const char **o = e ? realloc(m->op, (size_t)cap * sizeof *o) : NULL;
-  if (!o)
+  if (o)
+    m->op = o;
+  unsigned char *l = o ? realloc(m->later, (size_t)cap * sizeof *l) : NULL;
+  if (!l)
     return strata__error(STRATA_ERR_NOMEM, "out of host memory for a tensor-parallel join");
-  m->op = o;
+  m->later = l;
   m->cap = cap;
   return STRATA_OK;
 }
@@ -93,6 +96,7 @@ int strata__tp_join(void *member, strata_queue_t q, strata_mem_t x, size_t count
   m->pending[k] = NULL;
   const struct strata__stage *st = m->tr->st[m - m->tr->tp_member];
   m->op[k] = st && st->join_what ? st->join_what : "allreduce"; /* (spatial slabs' halo exchanges: their own name) */
+  m->later[k] = 0;
   if (m->across) { /* the slices are on several ranks: through the cluster, done in the call */
     TRY(strata__ranks_join(m->tr, (int)(m - m->tr->tp_member), q, x, count, op));
     m->ended[k] = strata__now();
@@ -105,7 +109,21 @@ int strata__tp_join(void *member, strata_queue_t q, strata_mem_t x, size_t count
     m->ended[k] = strata__now();
     return STRATA_OK;
   }
+  if (st && st->join_later) { /* the queue waits for it at the stage's join_wait (or the settle) */
+    m->later[k] = 1;
+    return STRATA_OK;
+  }
   return strata__comm_wait(m->comm, q, m->pending[k]);
+}
+
+int strata__tp_join_wait(void *member, strata_queue_t q) {
+  struct strata__tp_member *m = member;
+  for (int i = 0; i < m->n; i++)
+    if (m->later[i]) {
+      m->later[i] = 0;
+      TRY(strata__comm_wait(m->comm, q, m->pending[i]));
+    }
+  return STRATA_OK;
 }
 
 /*
@@ -124,6 +142,7 @@ int strata__tp_seq(void *member, strata_queue_t q, int gather, strata_mem_t send
   m->posted[k] = strata__now();
   m->pending[k] = NULL;
   m->op[k] = gather ? "all_gather" : "reduce_scatter";
+  m->later[k] = 0;
   TRY(strata__post_collective(m->tr, m->comm, m->async, gather ? STRATA__COLL_ALLGATHER : STRATA__COLL_REDUCESCATTER,
                               m->rank, q, send, recv, count, STRATA_SUM, &m->pending[k]));
   m->n++;
@@ -138,7 +157,9 @@ int strata__tp_settle(strata_trainer_t tr, int s, strata__join_trace_fn fn, void
   if (!tr->tp_member)
     return STRATA_OK;
   struct strata__tp_member *m = &tr->tp_member[s];
-  int rc = strata_queue_finish(tr->st[s]->q);
+  int rc = strata__tp_join_wait(m, tr->st[s]->q); /* (a stage's own code waits for what it posted later: none left) */
+  int fin = strata_queue_finish(tr->st[s]->q);
+  rc = rc ? rc : fin;
   for (int i = 0; i < m->n; i++) {
     double t0 = m->posted[i], t1 = m->ended[i];
     if (m->pending[i]) {

@@ -166,6 +166,7 @@ static int build_stages(strata_trainer_t tr, const int *split, int split_backwar
       return rc;
     if (strata__stage_tp(tr, s) > 1) {
       tr->st[s]->join = strata__tp_join;
+      tr->st[s]->join_wait = strata__tp_join_wait;
       tr->st[s]->seq = strata__tp_seq;
       tr->st[s]->join_arg = &tr->tp_member[s];
     }
@@ -816,6 +817,7 @@ STRATA_API void strata_trainer_free(strata_trainer_t tr) {
     free(tr->tp_member[s].posted);
     free(tr->tp_member[s].ended);
     free(tr->tp_member[s].op);
+    free(tr->tp_member[s].later);
   }
   free(tr->tp_member);
   free(tr->tensor_split);

@@ -32,6 +32,7 @@ struct strata__tp_member {
   double *posted, *ended;            /* when each was called, and (waited in the call) done */
   const char **op;                   /* each one's collective: "allreduce", sequence parallelism's "all_gather",
                                      ** "reduce_scatter", or spatial slabs' halo exchanges, "halo" and "halo_grad" */
+  unsigned char *later;              /* [n]: posted with the stage's join_later, its queue not yet made to wait */
   int n, cap;
 };
 
@@ -389,6 +390,8 @@ int strata__stage_consumers(const struct strata_trainer *tr, int s, int dir, int
 
 /* A sharded stage's join (stage.h's join hook): post an all-reduce over the slices. */
 int strata__tp_join(void *member, strata_queue_t q, strata_mem_t x, size_t count, int op);
+/* The stage's queue waits for every join posted with join_later so far (stage.h's join_wait hook). */
+int strata__tp_join_wait(void *member, strata_queue_t q);
 /* Sequence parallelism (stage.h's seq hook): post an all-gather (gather 1) or an in-place reduce-scatter over them. */
 int strata__tp_seq(void *member, strata_queue_t q, int gather, strata_mem_t send, strata_mem_t recv, size_t count);
 /* Account for stage s's joins posted so far: wait for them, and with `fn` tell it each join's bytes and when its
