@@ -134,9 +134,14 @@ static double mfu(const struct run *r) {
   return flops / (r->peak_gflops * 1e9);
 }
 
-/* What the devices' measured idle share is in this run: a pipeline's bubble, or, in one stage of spatial slabs (no
-** pipeline), the time its slabs wait on each other's halo rows and joins. */
-static const char *idle_word(const struct run *r) { return r->slabs > 1 && r->ranks == 1 ? "idle" : "bubble"; }
+/* The parts of a stage side by side on devices of their own: spatial slabs, or tensor-parallel slices of one degree
+** for every rank (1: none), and their name. */
+static int side_parts(const struct run *r) { return r->slabs > 1 ? r->slabs : r->slices; }
+static const char *side_word(const struct run *r) { return r->slabs > 1 ? "slab" : "slice"; }
+
+/* What the devices' measured idle share is in this run: a pipeline's bubble, or, in one stage of slabs or slices (no
+** pipeline), the time its parts wait on each other's halo rows and joins. */
+static const char *idle_word(const struct run *r) { return side_parts(r) > 1 && r->ranks == 1 ? "idle" : "bubble"; }
 
 /* One progress report: a redrawn line on a terminal, else a plain line. */
 void progress(struct run *r) {
@@ -310,10 +315,11 @@ void print_summary(struct run *r, int was_interrupted, const struct options *o) 
   if (r->pp && done) {
     double pwall, busy[MAX_DEVICES];
     double bubble = pipeline_figures(r, &pwall, busy);
-    if (r->slabs > 1 && r->ranks == 1)
-      printf("slabs     idle %.1f%% of the devices' time, waiting on each other's halo rows and joins (%d slabs on "
-             "%d device%s, %d micro-batches)%s\n",
-             100 * bubble, r->slabs, r->pp, r->pp == 1 ? "" : "s", r->rep.microbatches,
+    if (side_parts(r) > 1 && r->ranks == 1)
+      printf("%s idle %.1f%% of the devices' time, waiting on each other's %s (%d %ss on %d device%s, %d "
+             "micro-batches)%s\n",
+             r->slabs > 1 ? "slabs    " : "tensor   ", 100 * bubble, r->slabs > 1 ? "halo rows and joins" : "joins",
+             side_parts(r), side_word(r), r->pp, r->pp == 1 ? "" : "s", r->rep.microbatches,
              done >= 2 ? ", first step excluded" : "");
     else
       printf("pipeline  bubble %.1f%% measured vs %.1f%% theoretical (%s, %d device%s, %d micro-batches)%s\n",
@@ -364,9 +370,9 @@ static void stage_layers(const struct run *r, int s, char *buf, size_t n) {
 /* The report's stage st in a spatial run: which slab (returned) of which stage of its line (*stage). The report lists
 ** each of the dp replicas' slices (the slabs) in turn, each slice a whole line of stages. */
 static int stage_slab(const struct run *r, int st, int dp, int *stage) {
-  const int line = r->rep.stages / (dp * r->slabs);
+  const int w = side_parts(r), line = r->rep.stages / (dp * w);
   *stage = line > 0 ? st % line : st;
-  return line > 0 ? st / line % r->slabs : 0;
+  return line > 0 ? st / line % w : 0;
 }
 
 /* The backend of global device `dev` among the pipeline's. */
@@ -545,13 +551,14 @@ void print_header(const struct run *r, const struct options *o, const char *why)
       printf("tensor    %d slices per stage (each holds 1/%d of the heads and MLP units; joined by all-reduces)\n", tpd,
              tpd);
     }
-    if (r->slabs > 1 && r->ranks == 1) /* one stage, its slabs side by side: no pipeline, no bubble to expect */
-      printf("slabs     %d device%s, one stage in %d slabs%s, %d micro-batches a step (no pipeline)\n", r->pp,
-             r->pp == 1 ? "" : "s", r->slabs, o->dp > 1 ? " a replica" : "", r->rep.microbatches);
-    else if (r->slabs > 1) { /* a pipeline of slab groups: its stages, each in slabs */
-      const int line = r->rep.stages / ((o->dp ? o->dp : 1) * r->slabs);
-      printf("pipeline  %d devices, %d stage%s of %d slabs%s (%s), %s schedule over %d micro-batches: theoretical "
-             "bubble %.1f%%\n", r->pp, line, line == 1 ? "" : "s", r->slabs, o->dp > 1 ? " a replica" : "",
+    if (side_parts(r) > 1 && r->ranks == 1) /* one stage, its parts side by side: no pipeline, no bubble to expect */
+      printf("%s%d device%s, one stage in %d %ss%s, %d micro-batches a step (no pipeline)\n",
+             r->slabs > 1 ? "slabs     " : "stages    ", r->pp, r->pp == 1 ? "" : "s", side_parts(r), side_word(r),
+             o->dp > 1 ? " a replica" : "", r->rep.microbatches);
+    else if (side_parts(r) > 1) { /* a pipeline of slab or slice groups: its stages, each in parts */
+      const int line = r->rep.stages / ((o->dp ? o->dp : 1) * side_parts(r));
+      printf("pipeline  %d devices, %d stage%s of %d %ss%s (%s), %s schedule over %d micro-batches: theoretical "
+             "bubble %.1f%%\n", r->pp, line, line == 1 ? "" : "s", side_parts(r), side_word(r), o->dp > 1 ? " a replica" : "",
              o->nsplit || (o->layout && strata_layout_split(o->layout)) ? "given" : "balanced by the library", sched,
              r->rep.microbatches, 100 * r->rep.bubble_ideal);
     } else
@@ -565,9 +572,9 @@ void print_header(const struct run *r, const struct options *o, const char *why)
         continue; /* the missing slice of a narrower rank: no device holds it */
       stage_layers(r, st, layers, sizeof layers);
       int j = st;
-      if (r->slabs > 1) { /* "stage 0 slab 1": the slab of the stage of its line that the device runs */
+      if (side_parts(r) > 1) { /* "stage 0 slab 1": the slab (slice) of the stage of its line that the device runs */
         const int k = stage_slab(r, st, o->dp ? o->dp : 1, &j);
-        snprintf(slab, sizeof slab, " slab %d", k);
+        snprintf(slab, sizeof slab, " %s %d", side_word(r), k);
       }
       printf("          stage %d%s: %s on device %d (%s)\n", j, slab, layers, r->rep.stage_device[st],
              pipeline_backend(r, r->rep.stage_device[st]));

@@ -109,6 +109,7 @@ struct run {
   int pp;                   /* pipeline devices; 0: one device, no pipeline */
   int ranks;                /* with pp: pipeline ranks (stages in a line; 1: one stage, its slices or slabs) */
   int slabs;                /* with pp: spatial slabs per stage (1: whole images) */
+  int slices;               /* with pp: tensor-parallel slices per stage, one degree for every rank (else 1) */
   int dev[MAX_DEVICES];
   struct strata_device_props props[MAX_DEVICES];
   double dev_peak[MAX_DEVICES];   /* each device's measured sgemm peak, GFLOP/s; r->peak_gflops is their sum */
