@@ -279,8 +279,9 @@ Test(images, bad_arguments) {
   cr_assert_eq(image_status(16, 8, 8), STRATA_OK);
 }
 
-/* Above 64 pixels a side the images are drawn when sampled: the same draws give the same pixels and labels, about
-** zero-mean and unit-scale as the kept ones, and the labels of a split stay balanced. */
+/* Above 64 pixels a side the images are drawn when sampled: the same draws give the same pixels and labels (a batch
+** drawn on several threads those of its images drawn one at a time), about zero-mean and unit-scale as the kept ones,
+** and the labels of a split stay balanced. */
 Test(images, large_ones_are_drawn_when_sampled) {
   strata_dataset_t ds = NULL;
   OK(strata_dataset_images(200, 256, 4, 9, &ds));
@@ -292,6 +293,16 @@ Test(images, large_ones_are_drawn_when_sampled) {
   OK(strata_dataset_sample(ds, STRATA_SPLIT_TRAIN, B, 0, &s2, b, lb));
   cr_assert_eq(memcmp(a, b, (size_t)(B * npix) * sizeof *a), 0, "the same draws gave other pixels");
   cr_assert_eq(memcmp(la, lb, sizeof la), 0);
+  /* a batch is drawn on several threads: image by image, from the same stream, on the caller's alone, the same */
+  uint64_t s3 = 77;
+  for (int64_t i = 0; i < B; i++) {
+    int32_t l;
+    OK(strata_dataset_sample(ds, STRATA_SPLIT_TRAIN, 1, 0, &s3, b + i * npix, &l));
+    cr_assert_eq(l, la[i], "image %lld's label", (long long)i);
+  }
+  cr_assert_eq(s3, s1, "one batch of %lld and %lld batches of one left the stream in other places", (long long)B,
+               (long long)B);
+  cr_assert_eq(memcmp(a, b, (size_t)(B * npix) * sizeof *a), 0, "images drawn one at a time differ from the batch's");
   double sum = 0, sq = 0;
   for (int64_t i = 0; i < B * npix; i++) {
     sum += a[i];

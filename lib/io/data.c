@@ -5,11 +5,13 @@
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <strata/data.h>
 
@@ -864,6 +866,57 @@ STRATA_API int strata_dataset_info(strata_dataset_t ds, struct strata_dataset_in
   return STRATA_OK;
 }
 
+/* Images [from, to) of a batch drawn now (each from its own seed: any order, any thread gives the same pixels). */
+struct strata__draw_part {
+  const struct strata_dataset *ds;
+  const int64_t *index;
+  float *in;
+  int64_t from, to;
+};
+
+static void *strata__draw_part_run(void *arg) {
+  const struct strata__draw_part *w = arg;
+  const uint64_t npix = (uint64_t)(w->ds->size * w->ds->size);
+  for (int64_t b = w->from; b < w->to; b++) {
+    float *img = w->in + (size_t)b * npix;
+    strata__draw_image(w->ds, w->index[b], img); /* standardised as the kept ones are */
+    for (uint64_t p = 0; p < npix; p++)
+      img[p] = (float)((img[p] - w->ds->mean) * w->ds->inv);
+  }
+  return NULL;
+}
+
+/* The parts of a batch drawn at once, at most: a 512 x 512 image takes milliseconds, serial before every step. */
+#define STRATA__DRAW_THREADS 8
+
+/*
+** Draw the batch's large images (index[b] for place b) into `in`, on up to
+** one thread per online CPU (STRATA__DRAW_THREADS at most), the caller's
+** included; a thread that cannot start leaves its part to the caller. The
+** pixels are the same however many threads draw them.
+*/
+static void strata__draw_batch(const struct strata_dataset *ds, const int64_t *index, int64_t batch, float *in) {
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  int64_t parts = batch < STRATA__DRAW_THREADS ? batch : STRATA__DRAW_THREADS;
+  if (cpus > 0 && parts > cpus)
+    parts = cpus;
+  struct strata__draw_part w[STRATA__DRAW_THREADS];
+  pthread_t th[STRATA__DRAW_THREADS];
+  int started[STRATA__DRAW_THREADS] = {0};
+  for (int64_t k = 0; k < parts; k++) {
+    w[k] = (struct strata__draw_part){ds, index, in, batch * k / parts, batch * (k + 1) / parts};
+    if (k > 0)
+      started[k] = pthread_create(&th[k], NULL, strata__draw_part_run, &w[k]) == 0;
+  }
+  strata__draw_part_run(&w[0]);
+  for (int64_t k = 1; k < parts; k++) {
+    if (started[k])
+      pthread_join(th[k], NULL);
+    else
+      strata__draw_part_run(&w[k]);
+  }
+}
+
 /*
 ** Draw a batch (see data.h). Text: each window starts uniformly among the
 ** len - context valid positions of the split, so that the window and its
@@ -921,17 +974,21 @@ STRATA_API int strata_dataset_sample(strata_dataset_t ds, int split, int64_t bat
     return strata__error(STRATA_ERR_INVALID, "strata_dataset_sample: batch %lld of %lldx%lld images is too large",
                          (long long)batch, (long long)ds->size, (long long)ds->size);
   float *in = inputs;
+  int64_t *drawn = NULL; /* the images to draw now, by batch place: drawn after the stream has moved */
+  if (ds->size > STRATA__IMAGES_KEPT && !(drawn = malloc((size_t)batch * sizeof *drawn)))
+    return strata__error(STRATA_ERR_NOMEM, "strata_dataset_sample: out of host memory for a batch of %lld",
+                         (long long)batch);
   for (int64_t b = 0; b < batch; b++) {
     int64_t i = first + (int64_t)strata__uniform_below(state, (uint64_t)n);
-    float *img = in + (size_t)b * npix;
-    if (ds->size <= STRATA__IMAGES_KEPT) {
-      memcpy(img, ds->pixels + (size_t)i * npix, npix * sizeof(float));
-    } else { /* drawn now, standardised as the kept ones are */
-      strata__draw_image(ds, i, img);
-      for (uint64_t p = 0; p < npix; p++)
-        img[p] = (float)((img[p] - ds->mean) * ds->inv);
-    }
+    if (drawn)
+      drawn[b] = i;
+    else
+      memcpy(in + (size_t)b * npix, ds->pixels + (size_t)i * npix, npix * sizeof(float));
     targets[b] = ds->labels[i];
+  }
+  if (drawn) {
+    strata__draw_batch(ds, drawn, batch, in);
+    free(drawn);
   }
   return STRATA_OK;
 }
