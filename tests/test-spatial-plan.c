@@ -106,8 +106,9 @@ Test(spatial_plan, the_planner_predicts_the_slabs_memory_plan) {
   strata_model_free(hires);
 }
 
-/* The bytes of the events named `name` of step 1 on track `tid` of a trace (the trainer's or the simulator's). */
-static double trace_bytes(const char *path, const char *name, int tid, int predicted) {
+/* The sum over the events named `name` on track `tid` of a trace (the trainer's or the simulator's, `predicted`; the
+** trainer's of step 1 only) of their args' bytes, or with `seconds` of their durations. */
+static double trace_sum(const char *path, const char *name, int tid, int predicted, int seconds) {
   json_error_t err;
   json_t *root = json_load_file(path, 0, &err);
   cr_assert(root, "%s: %s", path, err.text);
@@ -117,32 +118,23 @@ static double trace_bytes(const char *path, const char *name, int tid, int predi
   json_array_foreach(ev, k, e) {
     json_t *args = json_object_get(e, "args");
     if (!json_is_string(json_object_get(e, "name")) || strcmp(json_string_value(json_object_get(e, "name")), name) ||
-        json_integer_value(json_object_get(e, "tid")) != tid || !args)
+        json_integer_value(json_object_get(e, "tid")) != tid || (!seconds && !args))
       continue;
     if (!predicted && json_integer_value(json_object_get(args, "step")) != 1)
       continue;
-    sum += json_number_value(json_object_get(args, "bytes"));
+    sum += seconds ? json_number_value(json_object_get(e, "dur")) * 1e-6
+                   : json_number_value(json_object_get(args, "bytes"));
   }
   json_decref(root);
   return sum;
 }
 
-/* The seconds of the simulator's events `name` of track `tid` in its trace. */
-static double trace_seconds(const char *path, const char *name, int tid) {
-  json_error_t err;
-  json_t *root = json_load_file(path, 0, &err);
-  cr_assert(root, "%s: %s", path, err.text);
-  json_t *ev = json_object_get(root, "traceEvents"), *e;
-  size_t k;
-  double sum = 0;
-  json_array_foreach(ev, k, e) {
-    if (json_is_string(json_object_get(e, "name")) && !strcmp(json_string_value(json_object_get(e, "name")), name) &&
-        json_integer_value(json_object_get(e, "tid")) == tid)
-      sum += json_number_value(json_object_get(e, "dur")) * 1e-6;
-  }
-  json_decref(root);
-  return sum;
+static double trace_bytes(const char *path, const char *name, int tid, int predicted) {
+  return trace_sum(path, name, tid, predicted, 0);
 }
+
+/* The seconds of the simulator's events `name` of track `tid` in its trace. */
+static double trace_seconds(const char *path, const char *name, int tid) { return trace_sum(path, name, tid, 1, 1); }
 
 /*
 ** The simulator's joins of a slab are the trainer's: cnn-hires in 2 slabs, 2 micro-batches of one image. The first

@@ -272,6 +272,22 @@ static int check_seqpar(strata_model_t model, const struct strata_train_options 
   return strata__seqpar_check(model, pl->tp, strata_schedule_kind_split_backward(pl->kind));
 }
 
+/* One more buffer of `bytes` on `dev` into the growing array *held (*n of *cap): warm_cache's allocations. */
+static int hold_buffer(strata_buffer_t **held, size_t *n, size_t *cap, int dev, size_t bytes) {
+  if (*n == *cap) {
+    size_t nc = *cap ? 2 * *cap : 64;
+    strata_buffer_t *g = realloc(*held, nc * sizeof *g);
+    if (!g)
+      return strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
+    *held = g;
+    *cap = nc;
+  }
+  int rc = strata_buffer_new(dev, bytes, &(*held)[*n]);
+  if (!rc)
+    ++*n;
+  return rc;
+}
+
 /*
 ** Leave in each device's block cache what the schedule may hold at once:
 ** every stage's activations for the micro-batches in flight and the boundary
@@ -309,20 +325,7 @@ static int warm_cache(strata_trainer_t tr) {
       continue; /* another rank's, or a slice another stands for */
     int k = at ? at[s] : strata__stage_inflight(tr, s), kg = k + !strata__stage_first(tr, s);
     for (int i = 0; i < k + (st->grad_units ? kg : 0) && !rc; i++) {
-      if (n == cap) {
-        size_t nc = cap ? 2 * cap : 64;
-        strata_buffer_t *g = realloc(held, nc * sizeof *g);
-        if (!g) {
-          rc = strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
-          break;
-        }
-        held = g;
-        cap = nc;
-      }
-      size_t floats = i < k ? st->slot_units : st->grad_units;
-      rc = strata_buffer_new(st->dev, floats * 4, &held[n]);
-      if (!rc)
-        n++;
+      rc = hold_buffer(&held, &n, &cap, st->dev, (i < k ? st->slot_units : st->grad_units) * 4);
     }
   }
   /* a split backward's dsave regions: the device's list's most at once, of the one size its stages take */
@@ -333,19 +336,7 @@ static int warm_cache(strata_trainer_t tr) {
       if (tr->st[st] && tr->stage_rank[st] == r)
         dev = tr->st[st]->dev;
     for (int i = 0; units && dev >= 0 && i < strata__rank_pending(tr, r) && !rc; i++) {
-      if (n == cap) {
-        size_t nc = cap ? 2 * cap : 64;
-        strata_buffer_t *g = realloc(held, nc * sizeof *g);
-        if (!g) {
-          rc = strata__error(STRATA_ERR_NOMEM, "out of host memory creating a trainer");
-          break;
-        }
-        held = g;
-        cap = nc;
-      }
-      rc = strata_buffer_new(dev, units * 4, &held[n]);
-      if (!rc)
-        n++;
+      rc = hold_buffer(&held, &n, &cap, dev, units * 4);
     }
   }
   for (size_t i = 0; i < n; i++)
