@@ -150,6 +150,15 @@ static int staging_queue(struct strata__device *d, void **q) {
   return STRATA_OK;
 }
 
+/* Wait on the host for event *ev of backend `be` (a host wait, counted), free it and clear it. */
+static int sync_free(const struct strata__backend *be, void *ctx, void **ev) {
+  strata__host_wait_count();
+  int rc = be->event_sync(ctx, *ev);
+  be->event_free(ctx, *ev);
+  *ev = NULL;
+  return rc;
+}
+
 /*
 ** Copy across backends: chunk i is read from the source into staging
 ** buffer i % 2 while chunk i - 1 is written from the other one. A staging
@@ -190,12 +199,8 @@ static int copy_staged(strata_queue_t q, strata_buffer_t dst, size_t doff, strat
   for (size_t i = 0; !rc && i <= nchunks; i++) {
     if (i < nchunks) {
       const size_t at = i * chunk, len = bytes - at < chunk ? bytes - at : chunk;
-      if (wev[i % 2]) { /* the write two chunks back still reads this buffer */
-        strata__host_wait_count();
-        rc = dbe->event_sync(dctx, wev[i % 2]);
-        dbe->event_free(dctx, wev[i % 2]);
-        wev[i % 2] = NULL;
-      }
+      if (wev[i % 2]) /* the write two chunks back still reads this buffer */
+        rc = sync_free(dbe, dctx, &wev[i % 2]);
       if (!rc)
         rc = sbe->read(sctx, sq, src->h, soff + at, stage[i % 2].p, len);
       if (!rc)
@@ -203,10 +208,7 @@ static int copy_staged(strata_queue_t q, strata_buffer_t dst, size_t doff, strat
     }
     if (!rc && i > 0) { /* chunk i - 1 reaches the host before the other backend may read it */
       const size_t k = i - 1, at = k * chunk, len = bytes - at < chunk ? bytes - at : chunk;
-      strata__host_wait_count();
-      rc = sbe->event_sync(sctx, rev[k % 2]);
-      sbe->event_free(sctx, rev[k % 2]);
-      rev[k % 2] = NULL;
+      rc = sync_free(sbe, sctx, &rev[k % 2]);
       if (!rc)
         rc = dbe->write(dctx, dq, dst->h, doff + at, stage[k % 2].p, len);
       if (!rc)
