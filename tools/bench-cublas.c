@@ -115,7 +115,7 @@ static int lookup(void) {
 
 const char *strata_bench_cublas_file(void) { return lookup() ? NULL : cu.file; }
 
-static uint16_t to_bf16(float f) { /* to nearest, ties to even (the inputs are finite) */
+uint16_t strata_bench_to_bf16(float f) {
   uint32_t u;
   memcpy(&u, &f, 4);
   return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
@@ -133,7 +133,7 @@ static int upload(void **dst, const float *src, size_t count, int bf16) {
     if (!half)
       return -1;
     for (size_t i = 0; i < count; i++)
-      half[i] = to_bf16(src[i]);
+      half[i] = strata_bench_to_bf16(src[i]);
     from = half;
   }
   int rc = cu.memcpy_(*dst, from, bytes, 1 /* cudaMemcpyHostToDevice */) ? -1 : 0;

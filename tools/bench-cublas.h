@@ -1,14 +1,18 @@
 /* SPDX-License-Identifier: MIT */
-/* bench-cublas.h — cuBLAS called directly for strata-bench gemm (bench-cublas.c). */
+/* bench-cublas.h — cuBLAS called directly for strata-bench gemm, and what its direct references share (bench-cublas.c). */
 #ifndef STRATA_TOOLS_BENCH_CUBLAS_H
 #define STRATA_TOOLS_BENCH_CUBLAS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 struct bench_cublas;
 
 /* The loaded object (dlopen handle) that itself defines `sym`, its file name in `file` (may be NULL); NULL if none. */
 void *strata_bench_find_loaded(const char *sym, char *file, size_t len);
+
+/* f as bfloat16, to nearest, ties to even (finite inputs: the benchmarks' operands), for the direct references. */
+uint16_t strata_bench_to_bf16(float f);
 
 /* The file of the cuBLAS the CUDA module loaded, or NULL when none is loaded (or an entry point is missing). */
 const char *strata_bench_cublas_file(void);

@@ -313,12 +313,6 @@ static void dnnl_bf16_done(struct runner *r) {
     dnnl_engine_destroy_p(r->eng);
 }
 
-static uint16_t to_bf16(float f) { /* to nearest, ties to even (no NaN here) */
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
 static int dnnl_bf16_setup(struct runner *r, int n, const float *a, const float *b) {
   memset(r, 0, sizeof *r);
   if (find_host_blas() || !host_blas.dnnl)
@@ -340,7 +334,7 @@ static int dnnl_bf16_setup(struct runner *r, int n, const float *a, const float 
   if (!ha || !hb || !r->host[2])
     return -1;
   for (size_t i = 0; i < count; i++)
-    ha[i] = to_bf16(a[i]), hb[i] = to_bf16(b[i]);
+    ha[i] = strata_bench_to_bf16(a[i]), hb[i] = strata_bench_to_bf16(b[i]);
   dnnl_dims_t dims = {n, n};
   dnnl_memory_desc_t md[3];
   dnnl_matmul_desc_t desc;
