@@ -414,15 +414,9 @@ static int pipeline_devices(struct run *r, const struct options *o, int ndev) {
   r->ranks = o->pp > 1 ? o->pp : 1;
   r->slabs = o->layout ? strata_layout_spatial(o->layout) : o->spatial;
   r->slabs = r->slabs > 1 ? r->slabs : 1;
-  r->slices = 1;
-  if (r->slabs == 1) { /* one tp degree for every rank: each stage's slices side by side, reported as slabs are */
-    const int nr = o->layout ? strata_layout_pp(o->layout) : o->ntp;
-    int t = nr > 0 ? (o->layout ? strata_layout_tp(o->layout, 0) : o->tp[0]) : 1;
-    for (int k = 1; k < nr; k++)
-      if ((o->layout ? strata_layout_tp(o->layout, k) : o->tp[k]) != t)
-        t = 1;
-    r->slices = t > 1 ? t : 1;
-  }
+  /* one tp degree for every rank: each stage's slices side by side, reported as slabs are */
+  const int tpd = uniform_tp(o);
+  r->slices = r->slabs == 1 && tpd > 1 ? tpd : 1;
   if (!o->ndevices && want > ndev) {
     char what[200], cut[160];
     if (o->dp || o->ntp)
@@ -631,7 +625,7 @@ static int check_sp_model(struct run *r, const struct options *o) {
   }
   const int ranks = o->layout ? strata_layout_pp(o->layout) : o->ntp;
   for (int k = 0; k < ranks; k++) {
-    const int t = o->layout ? strata_layout_tp(o->layout, k) : o->tp[k];
+    const int t = rank_tp(o, k);
     if (t > 0 && r->cfg->context % t) {
       fprintf(stderr, PROG ": --sp: tp %d does not divide the context %lld of '%s' (each slice holds context / tp of "
               "every sequence)\n", t, (long long)r->cfg->context, r->cfg->name);

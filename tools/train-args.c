@@ -284,6 +284,17 @@ int replica_devices(const struct options *o) {
   return n;
 }
 
+int rank_tp(const struct options *o, int k) { return o->layout ? strata_layout_tp(o->layout, k) : o->tp[k]; }
+
+int uniform_tp(const struct options *o) {
+  const int ranks = o->layout ? strata_layout_pp(o->layout) : o->ntp;
+  int t = ranks > 0 ? rank_tp(o, 0) : 1;
+  for (int k = 1; k < ranks; k++)
+    if (rank_tp(o, k) != t)
+      return 0;
+  return t;
+}
+
 /* The tool's own view of the cut of o->layout (from --layout or --plan auto), for its reports and checks. */
 int adopt_layout(struct options *o, const char *from) {
   {
@@ -342,7 +353,7 @@ static int check_sp(const struct options *o) {
   const int ranks = o->layout ? strata_layout_pp(o->layout) : o->ntp;
   int low = ranks == 0;
   for (int k = 0; k < ranks; k++)
-    low |= (o->layout ? strata_layout_tp(o->layout, k) : o->tp[k]) < 2;
+    low |= rank_tp(o, k) < 2;
   if (low) {
     fprintf(stderr, PROG ": --sp needs --tp > 1 (sequence parallelism cuts the sequence over the tp slices%s)\n",
             ranks > 1 ? ", on every pipeline rank" : "");

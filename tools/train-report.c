@@ -535,13 +535,11 @@ void print_header(const struct run *r, const struct options *o, const char *why)
       printf("zero      ZeRO-%d over the %d replicas: each keeps 1/%d of the AdamW moments%s%s\n", o->zero, o->dp, o->dp,
              o->zero >= 2 ? " and of the reduced gradients (each weight's summed as the backward writes it)" : "",
              o->zero >= 3 ? " and of the parameters (each weight gathered as a layer reads it)" : "");
-    int tpd = o->layout ? strata_layout_tp(o->layout, 0) : o->ntp ? o->tp[0] : 1, per_rank = 0;
-    for (int k = 1; k < (o->layout ? strata_layout_pp(o->layout) : o->ntp); k++)
-      per_rank |= (o->layout ? strata_layout_tp(o->layout, k) : o->tp[k]) != tpd;
-    if (per_rank) {
+    const int tpd = uniform_tp(o);
+    if (tpd == 0) { /* a degree per rank */
       printf("tensor    slices per pipeline rank");
       for (int k = 0; k < (o->layout ? strata_layout_pp(o->layout) : o->ntp); k++)
-        printf("%s%d", k ? "," : " ", o->layout ? strata_layout_tp(o->layout, k) : o->tp[k]);
+        printf("%s%d", k ? "," : " ", rank_tp(o, k));
       printf(" (a rank's slices each hold 1/T of its heads and MLP units; a narrower rank takes slice 0's "
              "activations\n          and sends its gradients to every slice)\n");
     } else if (tpd > 1 && (o->spatial > 1 || (o->layout && strata_layout_spatial(o->layout) > 1))) {

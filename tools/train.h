@@ -143,6 +143,11 @@ const char *cut_text(const struct options *o, char *buf, size_t cap);
 /* Devices of one replica: the sum over its pipeline ranks of their tp degrees. */
 int replica_devices(const struct options *o);
 
+/* The tp degree of pipeline rank k (the layout's, else --tp's), and the degree all ranks share: 1 without tp, 0 when
+** they differ. */
+int rank_tp(const struct options *o, int k);
+int uniform_tp(const struct options *o);
+
 /* strata-train.c: the run */
 
 /* Seconds on the monotonic clock. */
