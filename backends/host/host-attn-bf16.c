@@ -155,14 +155,22 @@ static void round_row(const float *x, uint16_t *y, int64_t n) {
   }
 }
 
+static void tr16(const float *x, int64_t ldx, float *y, int64_t ldy);
+
 /* Pair (p, j) = (rows[j][2p], rows[j][2p + 1]) (j < n, 2p + e < hd; zero up to hd2 x tp pairs) in mm_pairs' panels
-** (hd2 pair rows each): rows transposed, pair-packed over d. */
+** (hd2 pair rows each): rows transposed, pair-packed over d. 16 whole rows of whole pairs (head_dim a multiple of 32,
+** an even row stride) are 16 x 16 32-bit words moved by tr16; other blocks are gathered pair by pair. */
 static void pack_t(const uint16_t *rows, int64_t ld, int64_t n, int64_t hd, int64_t hd2, int64_t tp, uint16_t *t) {
   const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
   for (int64_t j0 = 0; j0 < tp; j0 += 16) {
     __mmask16 k = n - j0 >= 16 ? (__mmask16)0xffff : n > j0 ? (__mmask16)((1u << (n - j0)) - 1) : 0;
     __m512i idx = _mm512_mullo_epi32(_mm512_add_epi32(lane, _mm512_set1_epi32((int)j0)), _mm512_set1_epi32((int)ld));
     uint16_t *col = t + (j0 / NT * hd2 * NT + j0 % NT) * 2;
+    if (k == 0xffff && 2 * hd2 == hd && ld % 2 == 0) {
+      for (int64_t p0 = 0; p0 < hd2; p0 += 16)
+        tr16((const float *)(const void *)(rows + j0 * ld + 2 * p0), ld / 2, (float *)(void *)(col + p0 * 2 * NT), NT);
+      continue;
+    }
     for (int64_t p = 0; p < hd2; p++) {
       __m512i w = _mm512_setzero_si512();
       if (2 * p + 1 < hd && k) /* pair p of rows j0..j0 + 15: 32 bits at rows + (j ld + 2p) bfloat16 */
