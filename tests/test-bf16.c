@@ -662,6 +662,14 @@ static void gemm_shapes(int dev) {
   struct gemm_p big = {0, 0, 256, 192, 320, 320, 192, 192, 0, 0, 0, 1, 1.0f, 1.0f};
   gemm_check_on(dev, &big, 'f');
   gemm_check_on(dev, &big, 'b');
+  /* a weight gradient's transposed A, large enough for the host to transpose it first (gemm-bf16.c): k even and
+  ** odd, m not a multiple of 32 (its 32 x 32 blocks and the edges) */
+  for (int64_t k = 96; k <= 101; k += 5) {
+    struct gemm_p wg = {1, 0, 770, 700, k, 775, 700, 700, 0, 0, 0, 1, 1.0f, 1.0f};
+    gemm_check_on(dev, &wg, 'f');
+    wg.beta = 0.0f;
+    gemm_check_on(dev, &wg, 'b');
+  }
 }
 
 Test(bf16, gemm_every_transpose_batch_and_type) {
@@ -992,6 +1000,110 @@ Test(bf16, bad_types_are_errors) {
   cr_assert_eq(strata_dtype_size(STRATA_FLOAT32), 4);
   cr_assert_eq(strata_dtype_size(STRATA_INT32), 4);
   cr_assert_eq(strata_dtype_size(3), 0);
+  strata_buffer_free(b);
+  strata_queue_free(q);
+}
+
+/* ---- strata_linear: a linear layer's GEMM, bias and residual in one op ---- */
+
+struct lin_p {
+  int64_t rows, in, out;
+  int res;
+};
+/* x w bias res y */
+static int b_linear(strata_queue_t q, strata_mem_t *m, const void *p) {
+  const struct lin_p *l = p;
+  return strata_linear(q, l->rows, l->in, l->out, m[0], m[1], m[2], l->res ? m[3] : (strata_mem_t){0}, m[4]);
+}
+/* the same as the three ops it stands for */
+static int b_linear_ops(strata_queue_t q, strata_mem_t *m, const void *p) {
+  const struct lin_p *l = p;
+  int rc = strata_gemm(q, 0, 0, l->rows, l->out, l->in, 1.0f, m[0], l->in, 0, m[1], l->out, 0, 0.0f, m[4], l->out,
+                       0, 1);
+  if (!rc)
+    rc = strata_bias_add(q, m[4], m[2], l->rows, l->out);
+  return rc || !l->res ? rc : strata_add(q, m[4], m[3], m[4], l->rows * l->out);
+}
+
+/*
+** y = x w + bias (+ res) on the host and the first OpenCL device, against
+** sums in double of the same values: 1e-5 of sum |x w| + |bias| + |res|
+** (float32 sums), plus for a bfloat16 y 2^-8 of |x w| + |x w + bias| +
+** |y| (a rounding after each op where they run apart; the host's fused
+** matmul rounds once). Where the op runs as its three ops (every float32
+** y; the OpenCL backend, which has no fused kernel), its bits are theirs.
+*/
+static void linear_check_on(int dev, const struct lin_p *l, char xt, char yt, char bt) {
+  size_t nx = (size_t)(l->rows * l->in), nw = (size_t)(l->in * l->out), ny = (size_t)(l->rows * l->out);
+  float *x = rnd_bf(nx, 31, -1, 1), *w = rnd_bf(nw, 32, -1, 1), *b = rnd_bf((size_t)l->out, 33, -2, 2),
+        *r = rnd_bf(ny, 34, -4, 4), *y0 = rnd_bf(ny, 35, -1, 1);
+  struct targ t[5] = {{xt, nx, x}, {xt, nw, w}, {bt, (size_t)l->out, b}, {yt, ny, r}, {yt, ny, y0}};
+  float **o = outputs(5, t), **s = outputs(5, t);
+  OK(run_on(dev, 5, t, b_linear, l, o));
+  OK(run_on(dev, 5, t, b_linear_ops, l, s));
+  char lb[16];
+  struct strata_device_props props;
+  OK(strata_device_props(dev, &props));
+  snprintf(lb, sizeof lb, "%s", props.backend);
+  for (int64_t i = 0; i < l->rows; i++)
+    for (int64_t j = 0; j < l->out; j++) {
+      size_t at = (size_t)(i * l->out + j);
+      double dot = 0, mag = 0;
+      for (int64_t p = 0; p < l->in; p++) {
+        double v = (double)x[i * l->in + p] * w[p * l->out + j];
+        dot += v;
+        mag += fabs(v);
+      }
+      double rv = l->res ? (double)r[at] : 0, want = dot + b[j] + rv;
+      double tol = 1e-5 * (mag + fabs(b[j]) + fabs(rv)) +
+                   (yt == 'b' ? BF16_REL * (fabs(dot) + fabs(dot + b[j]) + fabs(want)) : 0);
+      cr_assert(fabs(o[4][at] - want) <= tol,
+                "linear on %s %lldx%lldx%lld x %c y %c bias %c res %d: y[%lld][%lld] = %.8g, want %.8g (tol %.3g)", lb,
+                (long long)l->rows, (long long)l->in, (long long)l->out, xt, yt, bt, l->res, (long long)i,
+                (long long)j, (double)o[4][at], want, tol);
+      if (yt == 'f' || strcmp(lb, "host") != 0)
+        cr_assert(memcmp(&o[4][at], &s[4][at], 4) == 0, "linear on %s (y %c): y[%zu] = %a, its three ops' %a", lb, yt,
+                  at, (double)o[4][at], (double)s[4][at]);
+    }
+  for (size_t i = 0; i < ny; i++) /* the residual is read, not written */
+    cr_assert(memcmp(&o[3][i], &s[3][i], 4) == 0, "linear on %s wrote its residual [%zu]", lb, i);
+  outputs_free(5, o);
+  outputs_free(5, s);
+  free(x), free(w), free(b), free(r), free(y0);
+}
+
+Test(bf16, linear_against_float64_and_its_three_ops) {
+  const int devs[2] = {host_dev(), tc_find_device("opencl", 0)};
+  /* a small odd shape, and one large enough for oneDNN's blocked (brgemm) kernels */
+  const struct lin_p shapes[2] = {{37, 29, 53, 0}, {256, 320, 192, 0}};
+  for (int dv = 0; dv < 2 && devs[dv] >= 0; dv++)
+    for (int si = 0; si < 2; si++)
+      for (int res = 0; res < 2; res++) {
+        struct lin_p l = shapes[si];
+        l.res = res;
+        linear_check_on(devs[dv], &l, 'b', 'b', 'f'); /* training's types: bf16 rows, a float32 bias */
+        linear_check_on(devs[dv], &l, 'b', 'b', 'b');
+        linear_check_on(devs[dv], &l, 'b', 'f', 'f');
+        linear_check_on(devs[dv], &l, 'f', 'f', 'f'); /* float32: the three ops' bits */
+      }
+  cr_assert(!strstr(log_text, "no fused oneDNN matmul") || !strstr(log_text, "256x192x320"),
+            "the large shape was not fused: %s", log_text);
+}
+
+/* Bad input: one line, nothing run. */
+Test(bf16, linear_bad_input_is_an_error) {
+  int dev = host_dev();
+  strata_queue_t q;
+  OK(strata_queue_new(dev, &q));
+  strata_buffer_t b;
+  OK(strata_buffer_new(dev, 4096, &b));
+  strata_mem_t m = strata_mem(b, 0), m16 = strata_mem_typed(b, 0, STRATA_BFLOAT16);
+  cr_assert_eq(strata_linear(q, 4, 4, 4, m, m, m, strata_mem(b, 100), strata_mem(b, 90)), STRATA_ERR_INVALID);
+  cr_assert(strstr(strata_last_error(), "overlaps"), "%s", strata_last_error());
+  cr_assert_eq(strata_linear(q, 4, 4, 4, m16, m, m, (strata_mem_t){0}, strata_mem(b, 100)), STRATA_ERR_INVALID);
+  cr_assert(strstr(strata_last_error(), "must share a type"), "%s", strata_last_error());
+  cr_assert_eq(strata_linear(q, 0, 4, 4, m, m, m, (strata_mem_t){0}, strata_mem(b, 100)), STRATA_ERR_SHAPE);
+  cr_assert_eq(strata_linear(q, 4, 4, 1000, m, m, m, (strata_mem_t){0}, strata_mem(b, 100)), STRATA_ERR_RANGE);
   strata_buffer_free(b);
   strata_queue_free(q);
 }

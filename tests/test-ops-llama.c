@@ -655,11 +655,12 @@ Test(llama, gqa_attention_opencl_same_bits_whatever_the_work_group) {
 
 /* The host's bfloat16 attention (host-attn-bf16.c: AMX-BF16 tiles or AVX-512 BF16 dot products on blocks of 32
 ** queries and keys where the CPU has them, else the staged float32 one) at shapes past its blocks — T with a partial
-** block, head_dim odd (a half pair) and 64 (GPT's) — matches float64, with the same bits on 1 and 2 threads (tasks
+** block, head_dim odd (a half pair) and 64 (GPT's), T past one group of 8 query blocks whose dK, dV sums the AMX path
+** keeps in tiles (290: a group and a partial one) — matches float64, with the same bits on 1 and 2 threads (tasks
 ** are whole heads). */
 static void gqa_blocks(void) {
-  static const int64_t shapes[][5] = {{1, 100, 4, 2, 9}, {2, 70, 2, 2, 64}};
-  for (int s = 0; s < 2; s++)
+  static const int64_t shapes[][5] = {{1, 100, 4, 2, 9}, {2, 70, 2, 2, 64}, {1, 290, 2, 1, 64}};
+  for (int s = 0; s < 3; s++)
     for (int causal = 0; causal < 2; causal++) {
       const int64_t B = shapes[s][0], T = shapes[s][1], H = shapes[s][2], KV = shapes[s][3], hd = shapes[s][4];
       size_t total = (size_t)(B * T * H * hd + B * H * T + B * T * (H + 2 * KV) * hd);

@@ -440,9 +440,9 @@ STRATA_HOST_DEVICES=2 fault_sweep "a device fault in tp 2 (device 1)" 1 1 200 --
 # (with sequence parallelism: its all-gathers and reduce-scatters abort as the joins do)
 STRATA_HOST_DEVICES=2 fault_sweep "a device fault in tp 2 --sp (device 1)" 1 1 250 --tp 2 --sp
 # (tp 2's validation, after the second step's update: the slice that failed is named, not its peer whose joins it
-# aborted; device 1's ops 283-337 with the fused attention and the host's fused optimizer ops: found by a fault at
-# every third op, the run stopping after both steps were said)
-STRATA_HOST_DEVICES=2 fault_sweep "a device fault in tp 2's validation (device 1)" 1 286 337 --tp 2
+# aborted; device 1's ops 280-328 with the fused attention, the fused linear layers (strata_linear) and the host's
+# fused optimizer ops: found by a fault at every third op, the run stopping after both steps were said)
+STRATA_HOST_DEVICES=2 fault_sweep "a device fault in tp 2's validation (device 1)" 1 280 328 --tp 2
 
 # A device fault in a ZeRO-3 gather (issue 32): dp 2 --zero=3 resumed from a checkpoint, with a copy of device 1
 # failing (every 11th from its 16th to its 71st, after the load: where its layers' weights are gathered and

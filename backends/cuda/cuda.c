@@ -794,7 +794,7 @@ static int strata__cuda_op_supported(void *ctx, int dev, enum strata__op_id id) 
   (void)ctx;
   (void)dev;
   return (int)id >= 0 && (int)id < STRATA__OP_COUNT && id != STRATA__OP_ADAMW_FUSED &&
-         id != STRATA__OP_SUMSQ_SPANS;
+         id != STRATA__OP_SUMSQ_SPANS && id != STRATA__OP_LINEAR;
 }
 
 /* Enqueue one op on the queue's stream. Launch failures are reported now; faults during execution at the next

@@ -288,6 +288,7 @@ static cudaError_t launch(cudaStream_t st, int wg, float *partials, const struct
   case STRATA__OP_GEMM: /* cuda.c's, through cuBLAS */
   case STRATA__OP_ADAMW_FUSED: /* the host's only: strata__cuda_op_supported says so before a record is made */
   case STRATA__OP_SUMSQ_SPANS:
+  case STRATA__OP_LINEAR: /* the runtime runs it as GEMM, BIAS_ADD and ADD here */
   case STRATA__OP_COUNT:
     break;
   }

@@ -77,10 +77,12 @@ static int gemm_f32_route(const struct strata__op *op) {
 ** kept for the module's life: a training step repeats a few dozen shapes.
 ** alpha is the output scale, beta a sum post-op (dst = alpha A B + beta dst).
 ** A batch whose strides oneDNN takes runs as one 3-D matmul; otherwise one
-** 2-D primitive runs batch times.
+** 2-D primitive runs batch times. A LINEAR's key adds its bias (the
+** matmul's bias argument) and residual (a binary add post-op), each
+** 1 + its type (0: none).
 */
 struct mm_key {
-  int trans_a, trans_b, c_dtype, pad_;
+  int trans_a, trans_b, c_dtype, bias_dt, res_dt, pad_;
   int64_t m, n, k, lda, ldb, ldc, stride_a, stride_b, stride_c, batch;
   float alpha, beta;
 };
@@ -88,7 +90,7 @@ struct mm_key {
 struct mm {
   struct mm_key key;
   dnnl_primitive_t prim; /* NULL: oneDNN has no matmul for this key (the float32 route runs it) */
-  dnnl_memory_desc_t a, b, c;
+  dnnl_memory_desc_t a, b, c, bias, res;
   dnnl_memory_desc_t pad; /* its scratchpad, which the caller provides (executions run concurrently) */
   size_t pad_bytes;
   int batched;           /* 1: one 3-D matmul for the batch; 0: the 2-D one batch times */
@@ -136,17 +138,26 @@ static int matrix_md(dnnl_memory_desc_t *d, int batched, int64_t batch, int64_t 
   return dnnl_memory_desc_init_by_strides(d, nd, dims, dt, strides) == dnnl_success;
 }
 
-static dnnl_primitive_t mm_make(const struct mm_key *k, int batched, dnnl_memory_desc_t *a, dnnl_memory_desc_t *b,
-                                dnnl_memory_desc_t *c, dnnl_memory_desc_t *pad, size_t *pad_bytes) {
-  dnnl_data_type_t cdt = k->c_dtype == STRATA_BFLOAT16 ? dnnl_bf16 : dnnl_f32;
+static dnnl_data_type_t dt_of(int dtype) { return dtype == STRATA_BFLOAT16 ? dnnl_bf16 : dnnl_f32; }
+
+static dnnl_primitive_t mm_make(const struct mm_key *k, int batched, struct mm *e) {
+  dnnl_memory_desc_t *a = &e->a, *b = &e->b, *c = &e->c, *pad = &e->pad;
+  size_t *pad_bytes = &e->pad_bytes;
+  dnnl_data_type_t cdt = dt_of(k->c_dtype);
   if (!matrix_md(a, batched, k->batch, k->m, k->k, k->trans_a, k->lda, k->stride_a, dnnl_bf16) ||
       !matrix_md(b, batched, k->batch, k->k, k->n, k->trans_b, k->ldb, k->stride_b, dnnl_bf16) ||
       !matrix_md(c, batched, k->batch, k->m, k->n, 0, k->ldc, k->stride_c, cdt))
     return NULL;
   if (batched && !k->stride_c)
     return NULL;
+  if ((k->bias_dt || k->res_dt) && batched)
+    return NULL;
+  if (k->bias_dt && !matrix_md(&e->bias, 0, 1, 1, k->n, 0, k->n, 0, dt_of(k->bias_dt - 1)))
+    return NULL;
+  if (k->res_dt && !matrix_md(&e->res, 0, 1, k->m, k->n, 0, k->n, 0, dt_of(k->res_dt - 1)))
+    return NULL;
   dnnl_matmul_desc_t desc;
-  if (dnnl_matmul_desc_init(&desc, a, b, NULL, c) != dnnl_success)
+  if (dnnl_matmul_desc_init(&desc, a, b, k->bias_dt ? &e->bias : NULL, c) != dnnl_success)
     return NULL;
   dnnl_primitive_attr_t attr = NULL;
   dnnl_post_ops_t post = NULL;
@@ -158,8 +169,10 @@ static dnnl_primitive_t mm_make(const struct mm_key *k, int batched, dnnl_memory
            dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success;
   if (ok && k->alpha != 1.0f)
     ok = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &k->alpha) == dnnl_success;
-  if (ok && k->beta != 0.0f)
-    ok = dnnl_post_ops_create(&post) == dnnl_success && dnnl_post_ops_append_sum(post, k->beta) == dnnl_success &&
+  if (ok && (k->beta != 0.0f || k->res_dt))
+    ok = dnnl_post_ops_create(&post) == dnnl_success &&
+         (k->beta == 0.0f || dnnl_post_ops_append_sum(post, k->beta) == dnnl_success) &&
+         (!k->res_dt || dnnl_post_ops_append_binary(post, dnnl_binary_add, &e->res) == dnnl_success) &&
          dnnl_primitive_attr_set_post_ops(attr, post) == dnnl_success;
   if (ok)
     ok = dnnl_primitive_desc_create(&pd, &desc, attr, engine, NULL) == dnnl_success;
@@ -184,10 +197,10 @@ static dnnl_primitive_t mm_make(const struct mm_key *k, int batched, dnnl_memory
 static void mm_fill(struct mm *e, const struct mm_key *k) {
   e->key = *k;
   e->batched = k->batch > 1;
-  e->prim = e->batched ? mm_make(k, 1, &e->a, &e->b, &e->c, &e->pad, &e->pad_bytes) : NULL;
+  e->prim = e->batched ? mm_make(k, 1, e) : NULL;
   if (!e->prim) {
     e->batched = 0;
-    e->prim = mm_make(k, 0, &e->a, &e->b, &e->c, &e->pad, &e->pad_bytes);
+    e->prim = mm_make(k, 0, e);
   }
   e->brgemm = 0;
   if (e->prim) {
@@ -231,7 +244,8 @@ static void *thread_pad(size_t bytes) {
   return p->p;
 }
 
-static int mm_run(const struct mm *e, const struct strata__op *op) {
+/* Run e's primitive on a GEMM record's operands; `bias`, `res`: a LINEAR's (NULL for a GEMM). */
+static int mm_run(const struct mm *e, const struct strata__op *op, void *bias, void *res) {
   const __typeof__(op->u.gemm) *g = &op->u.gemm;
   dnnl_stream_t st = thread_stream();
   void *pad = e->pad_bytes ? thread_pad(e->pad_bytes) : NULL;
@@ -239,17 +253,28 @@ static int mm_run(const struct mm *e, const struct strata__op *op) {
     return STRATA_ERR_NOMEM;
   int64_t times = e->batched ? 1 : g->batch;
   for (int64_t i = 0; i < times; i++) {
-    dnnl_memory_t ma = NULL, mb = NULL, mc = NULL, mp = NULL;
+    dnnl_memory_t ma = NULL, mb = NULL, mc = NULL, mp = NULL, mbias = NULL, mres = NULL;
     int ok = dnnl_memory_create(&ma, &e->a, engine, ELEM(g->a, i * g->stride_a)) == dnnl_success &&
              dnnl_memory_create(&mb, &e->b, engine, ELEM(g->b, i * g->stride_b)) == dnnl_success &&
              dnnl_memory_create(&mc, &e->c, engine, ELEM(g->c, i * g->stride_c)) == dnnl_success &&
-             (!pad || dnnl_memory_create(&mp, &e->pad, engine, pad) == dnnl_success);
+             (!pad || dnnl_memory_create(&mp, &e->pad, engine, pad) == dnnl_success) &&
+             (!bias || dnnl_memory_create(&mbias, &e->bias, engine, bias) == dnnl_success) &&
+             (!res || dnnl_memory_create(&mres, &e->res, engine, res) == dnnl_success);
     if (ok) {
-      dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc},
-                                 {DNNL_ARG_SCRATCHPAD, mp}};
-      ok = dnnl_primitive_execute(e->prim, st, pad ? 4 : 3, args) == dnnl_success &&
-           dnnl_stream_wait(st) == dnnl_success;
+      dnnl_exec_arg_t args[6] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
+      int n = 3;
+      if (pad)
+        args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, mp};
+      if (bias)
+        args[n++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, mbias};
+      if (res) /* the binary post-op: the first, or the second after beta's sum */
+        args[n++] = (dnnl_exec_arg_t){DNNL_ARG_ATTR_MULTIPLE_POST_OP(g->beta != 0.0f) | DNNL_ARG_SRC_1, mres};
+      ok = dnnl_primitive_execute(e->prim, st, n, args) == dnnl_success && dnnl_stream_wait(st) == dnnl_success;
     }
+    if (mbias)
+      dnnl_memory_destroy(mbias);
+    if (mres)
+      dnnl_memory_destroy(mres);
     if (mp)
       dnnl_memory_destroy(mp);
     if (ma)
@@ -343,7 +368,8 @@ static int gemm_packed(const struct strata__op *op) {
 
 /* The GEMM through oneDNN's matmul; `inner`: the dense copy of gemm_packed, which a missing primitive
 ** returns to (STRATA_ERR_UNSUPPORTED) rather than the float32 route, whose scratch is the copies'. */
-static int gemm_dnnl(const struct strata__op *op, int inner) {
+/* The key of a GEMM record (bias_dt, res_dt 0). */
+static struct mm_key gemm_key(const struct strata__op *op) {
   const __typeof__(op->u.gemm) *g = &op->u.gemm;
   struct mm_key k;
   memset(&k, 0, sizeof k);
@@ -351,27 +377,43 @@ static int gemm_dnnl(const struct strata__op *op, int inner) {
   k.m = g->m, k.n = g->n, k.k = g->k, k.lda = g->lda, k.ldb = g->ldb, k.ldc = g->ldc;
   k.stride_a = g->stride_a, k.stride_b = g->stride_b, k.stride_c = g->stride_c, k.batch = g->batch;
   k.alpha = g->alpha, k.beta = g->beta;
+  return k;
+}
+
+/* The cached primitive of key k, made on first use (`made`: set when this call made it); `once` when the cache is
+** full: the caller destroys once's primitive after its call. */
+static struct mm *mm_lookup(const struct mm_key *k, struct mm *once, int *made) {
+  *made = 0;
   pthread_mutex_lock(&mm_lock);
   struct mm *e = mm_cache;
-  while (e && memcmp(&e->key, &k, sizeof k) != 0)
+  while (e && memcmp(&e->key, k, sizeof *k) != 0)
     e = e->next;
-  struct mm once;
   if (!e && mm_count < MM_CACHE_MAX && (e = calloc(1, sizeof *e)) != NULL) {
-    mm_fill(e, &k);
+    mm_fill(e, k);
     e->next = mm_cache;
     mm_cache = e;
     mm_count++;
-    if (!e->prim)
-      strata__host_log(STRATA_LOG_INFO,
-                       "bf16 GEMM %c%c %lldx%lldx%lld (batch %lld): no oneDNN matmul for it, emulated in float32",
-                       g->trans_a ? 'T' : 'N', g->trans_b ? 'T' : 'N', (long long)g->m, (long long)g->n,
-                       (long long)g->k, (long long)g->batch);
+    *made = 1;
   }
   pthread_mutex_unlock(&mm_lock);
   if (!e) { /* the cache is full (or memory ran out): a primitive for this call alone */
-    e = &once;
-    mm_fill(e, &k);
+    e = once;
+    mm_fill(e, k);
   }
+  return e;
+}
+
+static int gemm_dnnl(const struct strata__op *op, int inner) {
+  const __typeof__(op->u.gemm) *g = &op->u.gemm;
+  struct mm_key k = gemm_key(op);
+  struct mm once;
+  int made;
+  struct mm *e = mm_lookup(&k, &once, &made);
+  if (made && !e->prim)
+    strata__host_log(STRATA_LOG_INFO,
+                     "bf16 GEMM %c%c %lldx%lldx%lld (batch %lld): no oneDNN matmul for it, emulated in float32",
+                     g->trans_a ? 'T' : 'N', g->trans_b ? 'T' : 'N', (long long)g->m, (long long)g->n,
+                     (long long)g->k, (long long)g->batch);
   if (inner && !e->prim)
     return STRATA_ERR_UNSUPPORTED;
   int rc = STRATA_ERR_UNSUPPORTED;
@@ -382,18 +424,89 @@ static int gemm_dnnl(const struct strata__op *op, int inner) {
   if (e->prim && !e->brgemm && !all_dense && (g->batch == 1 || g->stride_c))
     rc = gemm_packed(op);
   if (rc == STRATA_ERR_UNSUPPORTED)
-    rc = e->prim ? mm_run(e, op) : gemm_f32_route(op);
+    rc = e->prim ? mm_run(e, op, NULL, NULL) : gemm_f32_route(op);
   if (e == &once && e->prim)
     dnnl_primitive_destroy(e->prim);
   return rc;
 }
 
+#define AT_MIN (1 << 19) /* m n of a product whose transposed A is worth copying plainly first (measured: 512 x 1536
+                          ** with k 1024 gains a fifth, 512 x 512 loses) */
+
+/*
+** A transposed A (a weight gradient's x^T dy) costs oneDNN's brgemm about
+** a third more time than a plain one (its own per-block copies): where C
+** is large, B and C dense and the CPU has AVX-512 BF16 (so BW), A is
+** transposed once into the thread's scratch and the plain product run.
+** STRATA_ERR_UNSUPPORTED when it does not apply (the caller runs the GEMM
+** as it is).
+*/
+static int gemm_plain_a(const struct strata__op *op) {
+  const __typeof__(op->u.gemm) *g = &op->u.gemm;
+  if (!g->trans_a || g->batch != 1 || g->m * g->n < AT_MIN || !strata__bf16_path(NULL) ||
+      !dense(g->k, g->n, g->ldb, g->stride_b, 1) || !dense(g->m, g->n, g->ldc, g->stride_c, 1))
+    return STRATA_ERR_UNSUPPORTED;
+  uint16_t *s = (uint16_t *)strata__host_scratch((size_t)(g->m * g->k + 1) / 2);
+  if (!s)
+    return STRATA_ERR_UNSUPPORTED;
+  strata__host_transpose16((const uint16_t *)ELEM(g->a, 0), g->lda, g->k, g->m, s, g->k);
+  struct strata__op d = *op;
+  d.u.gemm.trans_a = 0;
+  d.u.gemm.a = (struct strata__mem){s, 0, STRATA_BFLOAT16};
+  d.u.gemm.lda = g->k, d.u.gemm.stride_a = 0;
+  return gemm_dnnl(&d, 1);
+}
+
 static int gemm_bf16_ab(const struct strata__op *op) {
   pthread_once(&path_once, path_choose);
-  return engine_ok ? gemm_dnnl(op, 0) : gemm_f32_route(op);
+  if (!engine_ok)
+    return gemm_f32_route(op);
+  int rc = gemm_plain_a(op);
+  return rc == STRATA_ERR_UNSUPPORTED ? gemm_dnnl(op, 0) : rc;
+}
+
+/*
+** LINEAR with bfloat16 x, w and y: one matmul whose epilogue adds the bias
+** (its bias argument, float32 or bfloat16) and the residual (a binary add
+** post-op) to the float32 sums before y is rounded, once. Only where
+** oneDNN gives its brgemm kernels for it (else the separate ops are
+** faster): STRATA_ERR_UNSUPPORTED otherwise.
+*/
+int strata__host_linear_fused(const struct strata__op *op) {
+  const __typeof__(op->u.linear) *l = &op->u.linear;
+  if (!IS_BF16(l->x) || !IS_BF16(l->y))
+    return STRATA_ERR_UNSUPPORTED;
+  pthread_once(&path_once, path_choose);
+  if (!engine_ok)
+    return STRATA_ERR_UNSUPPORTED;
+  struct strata__op g = {.id = STRATA__OP_GEMM, .dtypes = op->dtypes};
+  g.u.gemm.m = l->rows, g.u.gemm.n = l->out, g.u.gemm.k = l->in;
+  g.u.gemm.lda = l->in, g.u.gemm.ldb = l->out, g.u.gemm.ldc = l->out, g.u.gemm.batch = 1;
+  g.u.gemm.alpha = 1.0f, g.u.gemm.beta = 0.0f;
+  g.u.gemm.a = l->x, g.u.gemm.b = l->w, g.u.gemm.c = l->y;
+  struct mm_key k = gemm_key(&g);
+  k.bias_dt = 1 + l->bias.dtype;
+  k.res_dt = l->res.h ? 1 + l->res.dtype : 0;
+  struct mm once;
+  int made;
+  struct mm *e = mm_lookup(&k, &once, &made);
+  int rc = STRATA_ERR_UNSUPPORTED;
+  if (e->prim && e->brgemm)
+    rc = mm_run(e, &g, ELEM(l->bias, 0), l->res.h ? ELEM(l->res, 0) : NULL);
+  else if (made)
+    strata__host_log(STRATA_LOG_INFO, "bf16 linear %lldx%lldx%lld: no fused oneDNN matmul, GEMM then bias and adds",
+                     (long long)l->rows, (long long)l->out, (long long)l->in);
+  if (e == &once && e->prim)
+    dnnl_primitive_destroy(e->prim);
+  return rc;
 }
 
 #elif defined(STRATA_HAVE_SBGEMM)
+
+int strata__host_linear_fused(const struct strata__op *op) {
+  (void)op;
+  return STRATA_ERR_UNSUPPORTED;
+}
 
 static void path_choose(void) {
   strata__host_log(STRATA_LOG_INFO, "bf16 GEMM: OpenBLAS cblas_sbgemm (bf16 A and B, float32 sums)");
@@ -427,6 +540,11 @@ static int gemm_bf16_ab(const struct strata__op *op) {
 }
 
 #else
+
+int strata__host_linear_fused(const struct strata__op *op) {
+  (void)op;
+  return STRATA_ERR_UNSUPPORTED;
+}
 
 static void path_choose(void) {
   strata__host_log(STRATA_LOG_INFO,

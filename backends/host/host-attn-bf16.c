@@ -155,14 +155,22 @@ static void round_row(const float *x, uint16_t *y, int64_t n) {
   }
 }
 
+static void tr16(const float *x, int64_t ldx, float *y, int64_t ldy);
+
 /* Pair (p, j) = (rows[j][2p], rows[j][2p + 1]) (j < n, 2p + e < hd; zero up to hd2 x tp pairs) in mm_pairs' panels
-** (hd2 pair rows each): rows transposed, pair-packed over d. */
+** (hd2 pair rows each): rows transposed, pair-packed over d. 16 whole rows of whole pairs (head_dim a multiple of 32,
+** an even row stride) are 16 x 16 32-bit words moved by tr16; other blocks are gathered pair by pair. */
 static void pack_t(const uint16_t *rows, int64_t ld, int64_t n, int64_t hd, int64_t hd2, int64_t tp, uint16_t *t) {
   const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
   for (int64_t j0 = 0; j0 < tp; j0 += 16) {
     __mmask16 k = n - j0 >= 16 ? (__mmask16)0xffff : n > j0 ? (__mmask16)((1u << (n - j0)) - 1) : 0;
     __m512i idx = _mm512_mullo_epi32(_mm512_add_epi32(lane, _mm512_set1_epi32((int)j0)), _mm512_set1_epi32((int)ld));
     uint16_t *col = t + (j0 / NT * hd2 * NT + j0 % NT) * 2;
+    if (k == 0xffff && 2 * hd2 == hd && ld % 2 == 0) {
+      for (int64_t p0 = 0; p0 < hd2; p0 += 16)
+        tr16((const float *)(const void *)(rows + j0 * ld + 2 * p0), ld / 2, (float *)(void *)(col + p0 * 2 * NT), NT);
+      continue;
+    }
     for (int64_t p = 0; p < hd2; p++) {
       __m512i w = _mm512_setzero_si512();
       if (2 * p + 1 < hd && k) /* pair p of rows j0..j0 + 15: 32 bits at rows + (j ld + 2p) bfloat16 */
@@ -267,17 +275,44 @@ static void amx_end(void) { _tile_release(); }
 ** lda); b's pair row p of the 32 columns from j0 at b + j0 / 32 ps + p pr
 ** (mm_pairs' panels: ps as there, pr 64; zip_rows' rows: ps 64, pr 2 ldy).
 */
+/* Tiles 0-3 loaded from (load) or stored to the 32 x 32 float32 block at c, row stride ldc. */
+static inline __attribute__((always_inline)) void amx_sums(int load, float *c, int64_t ldc) {
+  const int64_t sc = ldc * 4;
+  float *c1 = c + 16 * ldc;
+  if (load) {
+    _tile_loadd(0, c, sc);
+    _tile_loadd(1, c + 16, sc);
+    _tile_loadd(2, c1, sc);
+    _tile_loadd(3, c1 + 16, sc);
+  } else {
+    _tile_stored(0, c, sc);
+    _tile_stored(1, c + 16, sc);
+    _tile_stored(2, c1, sc);
+    _tile_stored(3, c1 + 16, sc);
+  }
+}
+
+/* One step of 16 pairs into tiles 0-3: A's 32 rows of pairs at a (row stride lda bfloat16), B's 16 pair rows of 32
+** columns at b (row stride sb bytes, the second 16 columns 32 bfloat16 on). */
+static inline __attribute__((always_inline)) void amx_step(const uint16_t *a, int64_t lda, const uint16_t *b,
+                                                           int64_t sb) {
+  _tile_loadd(4, a, lda * 2);
+  _tile_loadd(5, a + 16 * lda, lda * 2);
+  _tile_loadd(6, b, sb);
+  _tile_loadd(7, b + 32, sb);
+  _tile_dpbf16ps(0, 4, 6);
+  _tile_dpbf16ps(1, 4, 7);
+  _tile_dpbf16ps(2, 5, 6);
+  _tile_dpbf16ps(3, 5, 7);
+}
+
 static void mm_amx(const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ps, int64_t pr, int64_t kp,
                    int64_t rows, int64_t n, float *c, int64_t ldc, int acc, float alpha) {
-  const int64_t sa = lda * 2, sb = pr * 2, sc = ldc * 4;
   for (int64_t j0 = 0; j0 < n; j0 += 32)
     for (int64_t r0 = 0; r0 < rows; r0 += 32) {
-      float *c0 = c + r0 * ldc + j0, *c1 = c0 + 16 * ldc;
+      float *c0 = c + r0 * ldc + j0;
       if (acc) {
-        _tile_loadd(0, c0, sc);
-        _tile_loadd(1, c0 + 16, sc);
-        _tile_loadd(2, c1, sc);
-        _tile_loadd(3, c1 + 16, sc);
+        amx_sums(1, c0, ldc);
       } else {
         _tile_zero(0);
         _tile_zero(1);
@@ -285,26 +320,44 @@ static void mm_amx(const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ps
         _tile_zero(3);
       }
       const uint16_t *bp = b + j0 / 32 * ps;
-      for (int64_t p0 = 0; p0 < kp; p0 += 16) {
-        _tile_loadd(4, a + r0 * lda + 2 * p0, sa);
-        _tile_loadd(5, a + (r0 + 16) * lda + 2 * p0, sa);
-        _tile_loadd(6, bp + p0 * pr, sb);
-        _tile_loadd(7, bp + p0 * pr + 32, sb);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
-      }
-      _tile_stored(0, c0, sc);
-      _tile_stored(1, c0 + 16, sc);
-      _tile_stored(2, c1, sc);
-      _tile_stored(3, c1 + 16, sc);
+      for (int64_t p0 = 0; p0 < kp; p0 += 16)
+        amx_step(a + r0 * lda + 2 * p0, lda, bp + p0 * pr, pr * 2);
+      amx_sums(0, c0, ldc);
     }
   if (!acc && alpha != 1.0f) {
     __m512 al = _mm512_set1_ps(alpha);
     for (int64_t r = 0; r < rows; r++)
       for (int64_t j = 0; j < n; j += 16)
         _mm512_storeu_ps(c + r * ldc + j, _mm512_mul_ps(_mm512_loadu_ps(c + r * ldc + j), al));
+  }
+}
+
+/*
+** dK^T += Q^T dS and dV^T += dO^T P for nb query blocks of a group at once
+** (AMX): each 32 x 32 block of dK^T and dV^T loaded into tiles once, every
+** block of the group whose keys reach it (np[i] > its first key) added in
+** block order, stored once — the tile products and order of one mm_amx per
+** block, so its bits, with the sums' loads and stores once a group rather
+** than once a block. qT, doT: dp rows of ldq bfloat16, block i's pairs from
+** column i QB; dsT, pT: block i's zipped rows (zip_rows) from pair row i QB
+** / 2, Tp pairs each; dk, dv: dp rows of Tp floats.
+*/
+static void dkv_amx(const uint16_t *qT, const uint16_t *doT, int64_t ldq, const uint16_t *dsT, const uint16_t *pT,
+                    int64_t Tp, int nb, const int64_t *np, int64_t dp, float *dk, float *dv) {
+  int64_t nmax = 0;
+  for (int i = 0; i < nb; i++)
+    nmax = np[i] > nmax ? np[i] : nmax;
+  for (int m = 0; m < 2; m++) {
+    const uint16_t *a = m ? doT : qT, *b = m ? pT : dsT;
+    float *c = m ? dv : dk;
+    for (int64_t j0 = 0; j0 < nmax; j0 += 32)
+      for (int64_t r0 = 0; r0 < dp; r0 += 32) {
+        amx_sums(1, c + r0 * Tp + j0, Tp);
+        for (int i = 0; i < nb; i++)
+          if (np[i] > j0)
+            amx_step(a + r0 * ldq + i * QB, ldq, b + (int64_t)i * QB * Tp + 2 * j0, Tp * 4);
+        amx_sums(0, c + r0 * Tp + j0, Tp);
+      }
   }
 }
 
@@ -348,12 +401,39 @@ static void tr16(const float *x, int64_t ldx, float *y, int64_t ldy) {
   }
 }
 
+/*
+** y[j][i] = x[i][j] for i < rows, j < cols: 16-bit elements, row strides ldx
+** and ldy. 32 x 32 blocks as 16 pairs of rows zipped (zip32: 32-bit words
+** of a row pair's two elements of a column) and those words transposed by
+** tr16, so each word lands as two neighbours of an output row; the edges
+** (and an odd ldy) element by element. Blocks of rows over the op's threads.
+** Only on a CPU with AVX-512 BW (the caller checks: gemm-bf16.c).
+*/
+void strata__host_transpose16(const uint16_t *x, int64_t ldx, int64_t rows, int64_t cols, uint16_t *y, int64_t ldy) {
+  const int64_t R = rows / 32 * 32, C = ldy % 2 ? 0 : cols / 32 * 32;
+  _Pragma("omp parallel for schedule(static) num_threads(strata__host_threads) if (R * C >= PAR_MIN * 4)")
+  for (int64_t r0 = 0; r0 < R; r0 += 32) {
+    uint32_t w[16 * 32] __attribute__((aligned(64))); /* 16 row pairs x 32 columns of words */
+    for (int64_t c0 = 0; c0 < C; c0 += 32) {
+      for (int rp = 0; rp < 16; rp++)
+        zip32(_mm512_loadu_si512((const void *)(x + (r0 + 2 * rp) * ldx + c0)),
+              _mm512_loadu_si512((const void *)(x + (r0 + 2 * rp + 1) * ldx + c0)), (uint16_t *)(void *)(w + 32 * rp));
+      tr16((const float *)(const void *)w, 32, (float *)(void *)(y + c0 * ldy + r0), ldy / 2);
+      tr16((const float *)(const void *)(w + 16), 32, (float *)(void *)(y + (c0 + 16) * ldy + r0), ldy / 2);
+    }
+  }
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t c = r < R ? C : 0; c < cols; c++)
+      y[c * ldy + r] = x[r * ldx + c];
+}
+
 /* t[d][rp] = pair (x[2 rp][d], x[2 rp + 1][d]) for rp < QB / 2, d < dp, from pack_r's panels of a QB-row block: the
-** block transposed, pairs over its rows (rows of QB bfloat16: the A of dK^T += Q^T dS, dV^T += dO^T P). */
-static void transpose_pairs(const uint16_t *panels, int64_t dp, uint16_t *t) {
+** block transposed, pairs over its rows (rows of ldt bfloat16, QB of them the block's: the A of dK^T += Q^T dS,
+** dV^T += dO^T P). */
+static void transpose_pairs(const uint16_t *panels, int64_t dp, uint16_t *t, int64_t ldt) {
   for (int64_t d0 = 0; d0 < dp; d0 += 16)
     tr16((const float *)(const void *)(panels + (d0 / NT * (QB / 2) * NT + d0 % NT) * 2), NT,
-         (float *)(void *)(t + d0 * QB), QB / 2);
+         (float *)(void *)(t + d0 * ldt), ldt / 2);
 }
 
 struct dims {
@@ -410,9 +490,11 @@ static void fwd_task(const struct strata__op *o, const struct dims *z, int64_t b
   }
 }
 
+#define GQ 8 /* query blocks of a group: their dK, dV products summed in tiles together (dkv_amx) */
+
 static size_t bwd_u16(const struct dims *z) {
   return (size_t)(4 * z->hd2 * z->Tp + z->Tp * z->dp + 2 * QB * z->hdq + 2 * QB * z->dp + QB * z->Tp +
-                  2 * z->Tp * QB + 2 * QB * z->dp + 32) & ~(size_t)31;
+                  2 * z->Tp * QB * GQ + 2 * QB * GQ * z->dp + 32) & ~(size_t)31;
 }
 static size_t bwd_f32(const struct dims *z) { return (size_t)(2 * QB * z->Tp + QB * z->dp + 2 * z->Tp * z->dp); }
 
@@ -420,7 +502,7 @@ static size_t bwd_f32(const struct dims *z) { return (size_t)(2 * QB * z->Tp + Q
 ** The backward of one (sequence, kv head): for each query head of its group
 ** in order, block by block: P from lse, dP = dO V^T, dS = P (dP - rowsum(dO o
 ** O)), dQ = scale dS K, and dK += dS^T Q, dV += P^T dO in float32 scratch
-** (on AMX their transposes; dK scaled once at the end).
+** (on AMX their transposes, GQ blocks at a time; dK scaled once at the end).
 */
 static void bwd_task(const struct strata__op *o, const struct dims *z, int64_t bk, void *ws) {
   const uint16_t *qkv = BF(o->u.attn.qkv), *out = BF(o->u.attn.out), *dout = BF(o->u.attn.dout);
@@ -428,8 +510,8 @@ static void bwd_task(const struct strata__op *o, const struct dims *z, int64_t b
   uint16_t *dqkv = BF(o->u.attn.dqkv);
   int64_t b = bk / z->KV, kh = bk % z->KV, T = z->T, Tp = z->Tp, dp = z->dp, hd = z->hd, hdq = z->hdq, ld = z->ld;
   uint16_t *kt = ws, *vt = kt + 2 * z->hd2 * Tp, *k2 = vt + 2 * z->hd2 * Tp, *qb = k2 + Tp * dp, *dob = qb + QB * hdq,
-           *q2 = dob + QB * hdq, *do2 = q2 + QB * dp, *dsb = do2 + QB * dp, *pT = dsb + QB * Tp,
-           *dsT = pT + Tp * QB, *qT = dsT + Tp * QB, *doT = qT + QB * dp;
+           *q2 = dob + QB * hdq, *do2 = q2 + QB * dp, *dsb = do2 + QB * dp, *pTg = dsb + QB * Tp,
+           *dsTg = pTg + Tp * QB * GQ, *qT = dsTg + Tp * QB * GQ, *doT = qT + QB * GQ * dp;
   float *s = (float *)((uint16_t *)ws + bwd_u16(z)), *dpf = s + QB * Tp, *dqf = dpf + QB * Tp, *dk = dqf + QB * dp,
         *dv = dk + Tp * dp;
   const uint16_t *kbase = qkv + b * T * ld + z->D + kh * hd, *vbase = kbase + z->KV * hd;
@@ -442,8 +524,11 @@ static void bwd_task(const struct strata__op *o, const struct dims *z, int64_t b
     int64_t bh = b * z->H + h;
     const uint16_t *base = qkv + b * T * ld + h * hd;
     uint16_t *dbase = dqkv + b * T * ld + h * hd;
+    int64_t npg[GQ];
     for (int64_t i0 = 0; i0 < T; i0 += QB) {
       int64_t nq = T - i0 < QB ? T - i0 : QB, nmax = z->causal ? i0 + nq : T, np = R32(nmax);
+      const int bi = (int)(i0 / QB % GQ);
+      uint16_t *pT = pTg + bi * QB * Tp, *dsT = dsTg + bi * QB * Tp; /* this block's zipped P and dS */
       const uint16_t *drows = dout + (b * T + i0) * z->D + h * hd;
       pad_rows(base + i0 * ld, ld, nq, hd, hdq, qb);
       pad_rows(drows, z->D, nq, hd, hdq, dob);
@@ -467,11 +552,12 @@ static void bwd_task(const struct strata__op *o, const struct dims *z, int64_t b
       mm_rows(dsb, Tp, k2, NT * Tp, np / 2, QB, dp, dqf, dp, 0, z->scale);
       for (int64_t r = 0; r < nq; r++)
         put_row(dqf + r * dp, 1.0f, dbase + (i0 + r) * ld, hd);
-      if (amx) { /* dK^T += Q^T dS, dV^T += dO^T P: the zipped blocks are their B */
-        transpose_pairs(q2, dp, qT);
-        transpose_pairs(do2, dp, doT);
-        mm_amx(qT, QB, dsT, 2 * NT, 2 * Tp, QB / 2, dp, np, dk, Tp, 1, 1.0f);
-        mm_amx(doT, QB, pT, 2 * NT, 2 * Tp, QB / 2, dp, np, dv, Tp, 1, 1.0f);
+      if (amx) { /* dK^T += Q^T dS, dV^T += dO^T P: the zipped blocks are their B, summed once the group is whole */
+        transpose_pairs(q2, dp, qT + bi * QB, QB * GQ);
+        transpose_pairs(do2, dp, doT + bi * QB, QB * GQ);
+        npg[bi] = np;
+        if (bi == GQ - 1 || i0 + QB >= T)
+          dkv_amx(qT, doT, QB * GQ, dsTg, pTg, Tp, bi + 1, npg, dp, dk, dv);
       } else {
         mm_pairs(dsT, 2, 2 * Tp, q2, NT * QB, QB / 2, np, dp, dk, dp, 1, 1.0f);
         mm_pairs(pT, 2, 2 * Tp, do2, NT * QB, QB / 2, np, dp, dv, dp, 1, 1.0f);
@@ -563,6 +649,12 @@ int strata__host_attention_bf16(const struct strata__op *o) {
 int strata__host_attention_bf16(const struct strata__op *o) {
   (void)o;
   return STRATA_ERR_UNSUPPORTED;
+}
+
+void strata__host_transpose16(const uint16_t *x, int64_t ldx, int64_t rows, int64_t cols, uint16_t *y, int64_t ldy) {
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t c = 0; c < cols; c++)
+      y[c * ldy + r] = x[r * ldx + c];
 }
 
 #endif

@@ -603,24 +603,112 @@ static void widen_piece(struct strata__mem m, int64_t cols, int64_t r0, int64_t 
   }
 }
 
+#ifdef HAVE_NATIVE_BF16
+#define NATIVE __attribute__((target("avx512bf16,avx512f,avx512vl,avx512bw")))
+#define NATIVE_FMA __attribute__((target("avx512bf16,avx512f,avx512vl,avx512bw,fma")))
+
+/* 16 bfloat16 widened (exactly) to float32; masked-off lanes 0. */
+NATIVE static inline __m512 widen16(__mmask16 k, const uint16_t *x) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, x)), 16));
+}
+
+/* 16 float32 rounded as strata__bf16_from_f32 rounds them (vcvtneps2bf16: to nearest even). */
+NATIVE static inline void narrow16(__mmask16 k, __m512 x, uint16_t *y) {
+  _mm256_mask_storeu_epi16((void *)y, k, (__m256i)_mm512_cvtneps_pbh(x));
+}
+
+static inline __mmask16 mask16(int64_t left) {
+  return left >= 16 ? (__mmask16)0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+}
+
+#define SWEEP 128 /* columns summed in registers over all the rows at a time (8 vectors) */
+
+/*
+** db[0, w) (+)= the column sums of `rows` rows of w bfloat16 at dy (row
+** stride ld), each column over the rows in order: host_col_sums's float32
+** additions on the exactly widened values, so its bits, in registers and
+** without the widened copy. db is set beforehand (0 or the sums so far).
+*/
+NATIVE static void col_sums_bf16(const uint16_t *dy, int64_t ld, float *db, int64_t rows, int64_t w) {
+  for (int64_t c0 = 0; c0 < w; c0 += SWEEP) {
+    __mmask16 k[SWEEP / 16];
+    __m512 s[SWEEP / 16];
+    _Pragma("GCC unroll 8") for (int v = 0; v < SWEEP / 16; v++) {
+      k[v] = mask16(w - c0 - 16 * v);
+      s[v] = _mm512_maskz_loadu_ps(k[v], db + c0 + 16 * v);
+    }
+    for (int64_t r = 0; r < rows; r++) {
+      const uint16_t *dr = dy + r * ld + c0;
+      _Pragma("GCC unroll 8") for (int v = 0; v < SWEEP / 16; v++)
+        s[v] = _mm512_add_ps(s[v], widen16(k[v], dr + 16 * v));
+    }
+    _Pragma("GCC unroll 8") for (int v = 0; v < SWEEP / 16; v++)
+      _mm512_mask_storeu_ps(db + c0 + 16 * v, k[v], s[v]);
+  }
+}
+
+/*
+** dgamma, dbeta (+)= over `rows` rows of w columns of bfloat16 x and dy (row
+** stride ld; mean, rstd one a row, float32 or bfloat16), each column over
+** the rows in order: host_ln_param_grads's arithmetic as its AVX-512 clone
+** computes it (dg += d ((x - mean) rstd) contracted to one fused
+** multiply-add, db += d), so its bits, in registers. dg, db set beforehand.
+*/
+NATIVE_FMA static void ln_param_grads_bf16(const uint16_t *x, const uint16_t *dy, int64_t ld, struct strata__mem mean,
+                                           struct strata__mem rstd, float *dg, float *db, int64_t rows, int64_t w) {
+  for (int64_t c0 = 0; c0 < w; c0 += SWEEP) {
+    __mmask16 k[SWEEP / 16];
+    __m512 g[SWEEP / 16], b[SWEEP / 16];
+    _Pragma("GCC unroll 8") for (int v = 0; v < SWEEP / 16; v++) {
+      k[v] = mask16(w - c0 - 16 * v);
+      g[v] = _mm512_maskz_loadu_ps(k[v], dg + c0 + 16 * v);
+      b[v] = _mm512_maskz_loadu_ps(k[v], db + c0 + 16 * v);
+    }
+    for (int64_t r = 0; r < rows; r++) {
+      const uint16_t *xr = x + r * ld + c0, *dr = dy + r * ld + c0;
+      const __m512 mu = _mm512_set1_ps(elem(mean, r)), rs = _mm512_set1_ps(elem(rstd, r));
+      _Pragma("GCC unroll 8") for (int v = 0; v < SWEEP / 16; v++) {
+        __m512 d = widen16(k[v], dr + 16 * v), xh = _mm512_mul_ps(_mm512_sub_ps(widen16(k[v], xr + 16 * v), mu), rs);
+        g[v] = _mm512_fmadd_ps(d, xh, g[v]);
+        b[v] = _mm512_add_ps(b[v], d);
+      }
+    }
+    _Pragma("GCC unroll 8") for (int v = 0; v < SWEEP / 16; v++) {
+      _mm512_mask_storeu_ps(dg + c0 + 16 * v, k[v], g[v]);
+      _mm512_mask_storeu_ps(db + c0 + 16 * v, k[v], b[v]);
+    }
+  }
+}
+#endif
+
 /*
 ** db (+)= the column sums of bfloat16 dy into float32 db: each piece of
-** columns widened a few rows at a time and summed by the float32 op's
-** kernel, over the rows in order — the staged op's bits, in one region and
-** without a float32 copy of dy.
+** columns summed in registers (AVX-512 BF16: col_sums_bf16), else widened a
+** few rows at a time and summed by the float32 op's kernel, over the rows in
+** order — the staged op's bits, in one region and without a float32 copy of
+** dy.
 */
 static int bias_grad_native(const struct strata__op *o) {
   const struct strata__mem dy = o->u.bias.y;
   float *db = F(o->u.bias.bias);
   int64_t cols = o->u.bias.cols, rows = o->u.bias.rows, par_n = rows * cols;
   int64_t pieces = (cols + COLS_SPAN - 1) / COLS_SPAN;
-  int acc = o->u.bias.accumulate;
+  int acc = o->u.bias.accumulate, direct = 0;
+#ifdef HAVE_NATIVE_BF16
+  direct = IS_BF16(dy) && strata__bf16_path(NULL);
+#endif
   _Pragma("omp parallel for schedule(static) num_threads(strata__host_threads) if (par_n >= PAR_MIN)")
   for (int64_t i = 0; i < pieces; i++) {
     int64_t c0 = i * COLS_SPAN, w = cols - c0 < COLS_SPAN ? cols - c0 : COLS_SPAN;
     float buf[ROWS_SPAN * COLS_SPAN];
     if (!acc)
       memset(db + c0, 0, (size_t)w * sizeof *db);
+#ifdef HAVE_NATIVE_BF16
+    if (direct) {
+      col_sums_bf16(BF(dy) + c0, cols, db + c0, rows, w);
+      continue;
+    }
+#endif
     for (int64_t r0 = 0; r0 < rows; r0 += ROWS_SPAN) {
       int64_t nr = rows - r0 < ROWS_SPAN ? rows - r0 : ROWS_SPAN;
       widen_piece(dy, cols, r0, nr, c0, w, buf);
@@ -633,7 +721,8 @@ static int bias_grad_native(const struct strata__op *o) {
 /*
 ** Layernorm's backward with float32 dgamma and dbeta, the other operands
 ** float32 or bfloat16, read in place: the parameter gradients by pieces of
-** columns (rows in order), then dx a row at a time from widened rows, each
+** columns (rows in order; in registers where x and dy are bfloat16 on AVX-512
+** BF16: ln_param_grads_bf16), then dx a row at a time from widened rows, each
 ** by the float32 op's kernel — the staged op's bits. dx may be dy.
 */
 static int layernorm_bwd_native(const struct strata__op *o) {
@@ -642,7 +731,10 @@ static int layernorm_bwd_native(const struct strata__op *o) {
   float *dg = F(o->u.ln.dgamma), *db = F(o->u.ln.dbeta);
   int64_t cols = o->u.ln.cols, rows = o->u.ln.rows, par_n = rows * cols;
   int64_t pieces = (cols + COLS_SPAN - 1) / COLS_SPAN;
-  int acc = o->u.ln.accumulate;
+  int acc = o->u.ln.accumulate, direct = 0;
+#ifdef HAVE_NATIVE_BF16
+  direct = IS_BF16(x) && IS_BF16(dy) && strata__bf16_path(NULL);
+#endif
   _Pragma("omp parallel for schedule(static) num_threads(strata__host_threads) if (par_n >= PAR_MIN)")
   for (int64_t i = 0; i < pieces; i++) {
     int64_t c0 = i * COLS_SPAN, w = cols - c0 < COLS_SPAN ? cols - c0 : COLS_SPAN;
@@ -651,6 +743,12 @@ static int layernorm_bwd_native(const struct strata__op *o) {
       memset(dg + c0, 0, (size_t)w * sizeof *dg);
       memset(db + c0, 0, (size_t)w * sizeof *db);
     }
+#ifdef HAVE_NATIVE_BF16
+    if (direct) {
+      ln_param_grads_bf16(BF(x) + c0, BF(dy) + c0, cols, mean, rstd, dg + c0, db + c0, rows, w);
+      continue;
+    }
+#endif
     for (int64_t r0 = 0; r0 < rows; r0 += ROWS_SPAN) {
       int64_t nr = rows - r0 < ROWS_SPAN ? rows - r0 : ROWS_SPAN;
       widen_piece(x, cols, r0, nr, c0, w, xb);
@@ -755,19 +853,6 @@ static HOST_SIMD void gelu_bwd_tab(const float *tab, const uint16_t *x, const ui
 /* ---- elementwise ops on bfloat16 in registers (AVX-512 BF16): the staged op's bits without its scratch ---- */
 
 #ifdef HAVE_NATIVE_BF16
-#define NATIVE __attribute__((target("avx512bf16,avx512f,avx512vl,avx512bw")))
-
-/* 16 bfloat16 widened (exactly) to float32; masked-off lanes 0. */
-NATIVE static inline __m512 widen16(__mmask16 k, const uint16_t *x) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, x)), 16));
-}
-
-/* 16 float32 rounded as strata__bf16_from_f32 rounds them (vcvtneps2bf16: to nearest even). */
-NATIVE static inline void narrow16(__mmask16 k, __m512 x, uint16_t *y) {
-  _mm256_mask_storeu_epi16((void *)y, k, (__m256i)_mm512_cvtneps_pbh(x));
-}
-
-static inline __mmask16 mask16(int64_t left) { return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1); }
 
 /* y = a + b over n bfloat16 (any of them the same memory): the float32 sum of the widened values, rounded once. */
 NATIVE static void add_span(const uint16_t *a, const uint16_t *b, uint16_t *y, int64_t n) {

@@ -949,10 +949,44 @@ static const host_fn host_ops[STRATA__OP_COUNT] = {
 
 int strata__host_op_supported(enum strata__op_id id) {
   return ((unsigned)id < STRATA__OP_COUNT && host_ops[id] != NULL) || id == STRATA__OP_ATTENTION_FWD ||
-         id == STRATA__OP_ATTENTION_BWD || id == STRATA__OP_CONVERT;
+         id == STRATA__OP_ATTENTION_BWD || id == STRATA__OP_CONVERT || id == STRATA__OP_LINEAR;
+}
+
+/* The types of up to three operands as a record's dtypes bits. */
+static unsigned dtypes_of(struct strata__mem a, struct strata__mem b, struct strata__mem c) {
+  return (1u << a.dtype) | (1u << b.dtype) | (1u << c.dtype);
+}
+
+/*
+** LINEAR: fused where gemm-bf16.c can (bfloat16 x, w, y through oneDNN),
+** else the records of strata_gemm (alpha 1, beta 0), strata_bias_add and
+** strata_add(y, res, y) run in turn: the separate ops' bits.
+*/
+static int linear(const struct strata__op *op) {
+  int rc = strata__host_linear_fused(op);
+  if (rc != STRATA_ERR_UNSUPPORTED)
+    return rc;
+  const __typeof__(op->u.linear) *l = &op->u.linear;
+  struct strata__op g = {.id = STRATA__OP_GEMM}, b = {.id = STRATA__OP_BIAS_ADD}, a = {.id = STRATA__OP_ADD};
+  g.dtypes = dtypes_of(l->x, l->w, l->y);
+  g.u.gemm.m = l->rows, g.u.gemm.n = l->out, g.u.gemm.k = l->in;
+  g.u.gemm.lda = l->in, g.u.gemm.ldb = l->out, g.u.gemm.ldc = l->out, g.u.gemm.batch = 1;
+  g.u.gemm.alpha = 1.0f, g.u.gemm.beta = 0.0f;
+  g.u.gemm.a = l->x, g.u.gemm.b = l->w, g.u.gemm.c = l->y;
+  if ((rc = strata__host_op_run(&g)) != STRATA_OK)
+    return rc;
+  b.dtypes = dtypes_of(l->y, l->bias, l->y);
+  b.u.bias.y = l->y, b.u.bias.bias = l->bias, b.u.bias.rows = l->rows, b.u.bias.cols = l->out;
+  if ((rc = strata__host_op_run(&b)) != STRATA_OK || !l->res.h)
+    return rc;
+  a.dtypes = dtypes_of(l->y, l->res, l->y);
+  a.u.ew.x = l->y, a.u.ew.b = l->res, a.u.ew.y = l->y, a.u.ew.n = l->rows * l->out;
+  return strata__host_op_run(&a);
 }
 
 int strata__host_op_run(const struct strata__op *op) {
+  if (op->id == STRATA__OP_LINEAR)
+    return linear(op);
   if ((op->dtypes & STRATA__DTYPES_BF16) || op->id == STRATA__OP_CONVERT ||
       (op->id == STRATA__OP_REDUCE && op->u.reduce.dtype == STRATA_BFLOAT16))
     return strata__host_op_run_bf16(op);
@@ -960,6 +994,8 @@ int strata__host_op_run(const struct strata__op *op) {
 }
 
 int strata__host_op_run_f32(const struct strata__op *op) {
+  if (op->id == STRATA__OP_LINEAR) /* a sequence of records, not a kernel of the table */
+    return linear(op);
   /* the ops that allocate scratch, and so can fail */
   if (op->id == STRATA__OP_ATTENTION_FWD)
     return strata__host_attention_fwd(op);

@@ -843,7 +843,7 @@ static int ocl_op_supported(void *ctx, int dev, enum strata__op_id id) {
   (void)ctx;
   (void)dev;
   return id >= 0 && id < STRATA__OP_COUNT && id != STRATA__OP_ADAMW_FUSED &&
-         id != STRATA__OP_SUMSQ_SPANS;
+         id != STRATA__OP_SUMSQ_SPANS && id != STRATA__OP_LINEAR;
 }
 
 /* ------------------------------------------------------------------ table */

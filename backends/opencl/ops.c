@@ -697,6 +697,7 @@ int strata__ocl_op(void *ctx, void *queue, const struct strata__op *op) {
   }
   case STRATA__OP_ADAMW_FUSED: /* host only: ocl_op_supported says so before a record is made */
   case STRATA__OP_SUMSQ_SPANS:
+  case STRATA__OP_LINEAR: /* the runtime runs it as GEMM, BIAS_ADD and ADD here */
   case STRATA__OP_COUNT:
     break;
   }

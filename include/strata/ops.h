@@ -75,6 +75,19 @@ STRATA_API int strata_gemm(strata_queue_t q, int trans_a, int trans_b, int64_t m
                            int64_t ldb, int64_t stride_b, float beta, strata_mem_t c, int64_t ldc,
                            int64_t stride_c, int64_t batch);
 
+/*
+** A linear layer's forward: y = x w + bias (+ res), y, res rows x out, x
+** rows x in, w in x out, bias out elements, all dense and row-major (res.buf
+** NULL: no residual; else res and y disjoint); x and w of one type. The
+** meaning of strata_gemm (alpha 1, beta 0), strata_bias_add and, with res,
+** strata_add(y, res, y) in turn, which is how a backend without a fused
+** kernel runs it (the same bits). The host fuses the three into oneDNN's
+** bfloat16 matmul where x, w and y are bfloat16: its float32 sum, the bias
+** and the residual added in float32, y rounded once rather than after each.
+*/
+STRATA_API int strata_linear(strata_queue_t q, int64_t rows, int64_t in, int64_t out, strata_mem_t x, strata_mem_t w,
+                             strata_mem_t bias, strata_mem_t res, strata_mem_t y);
+
 /* y[r][c] += bias[c] for a rows x cols matrix y (in place). */
 STRATA_API int strata_bias_add(strata_queue_t q, strata_mem_t y, strata_mem_t bias, int64_t rows, int64_t cols);
 /* dbias[c] (+)= sum over r of dy[r][c]. */

@@ -11,7 +11,7 @@
 
 /* Raised whenever the layout of anything in this file changes; a module
 ** built against another version is refused when it is loaded. */
-#define STRATA__BACKEND_API_VERSION 9
+#define STRATA__BACKEND_API_VERSION 10
 
 /* The most bytes of a backend library's communicator id (comm_unique_id):
 ** NCCL's ncclUniqueId is 128. */
@@ -76,7 +76,8 @@ struct strata__mem {
   X(SWIGLU_FWD, "swiglu_fwd")                                                                      \
   X(SWIGLU_BWD, "swiglu_bwd")                                                                      \
   X(ROPE_FWD, "rope_fwd")                                                                          \
-  X(ROPE_BWD, "rope_bwd")
+  X(ROPE_BWD, "rope_bwd")                                                                          \
+  X(LINEAR, "linear")
 
 enum strata__op_id {
 #define STRATA__OP_ENUM(id, name) STRATA__OP_##id,
@@ -116,6 +117,11 @@ struct strata__op {
       float alpha, beta;
       struct strata__mem a, b, c;
     } gemm;
+    /* LINEAR: y = x w + bias (+ res: h NULL for none), y and res rows x out, x rows x in, w in x out, dense */
+    struct {
+      struct strata__mem x, w, bias, res, y;
+      int64_t rows, in, out;
+    } linear;
     /* BIAS_ADD: y += bias; BIAS_GRAD: dbias (+)= colsum(dy), y = dy */
     struct {
       struct strata__mem y, bias;

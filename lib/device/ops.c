@@ -179,6 +179,44 @@ static int bias_common(strata_queue_t q, enum strata__op_id id, strata_mem_t y, 
   return submit(q, &op);
 }
 
+/* A backend's fused kernel where it has one (STRATA__OP_LINEAR), else strata_gemm, strata_bias_add and strata_add
+** in turn (the checks are theirs). */
+STRATA_API int strata_linear(strata_queue_t q, int64_t rows, int64_t in, int64_t out, strata_mem_t x, strata_mem_t w,
+                             strata_mem_t bias, strata_mem_t res, strata_mem_t y) {
+  const char *name = "linear";
+  if (!q)
+    return strata__error(STRATA_ERR_INVALID, "linear: queue is NULL");
+  TRY(positive(name, "rows", rows));
+  TRY(positive(name, "in", in));
+  TRY(positive(name, "out", out));
+  uint64_t ny, nx, nw;
+  TRY(product(name, rows, out, &ny));
+  TRY(product(name, rows, in, &nx));
+  TRY(product(name, in, out, &nw));
+  if (res.buf && res.buf == y.buf && res.dtype == y.dtype && res.off < y.off + ny && y.off < res.off + ny)
+    return strata__error(STRATA_ERR_INVALID, "linear: the residual 'res' overlaps the output 'y'");
+  const struct strata__slot *s = q->dev->slot;
+  if (!s->be->op_supported || !s->be->op_supported(s->ctx, q->dev->local, STRATA__OP_LINEAR)) {
+    TRY(strata_gemm(q, 0, 0, rows, out, in, 1.0f, x, in, 0, w, out, 0, 0.0f, y, out, 0, 1));
+    TRY(strata_bias_add(q, y, bias, rows, out));
+    return res.buf ? strata_add(q, y, res, y, (int64_t)ny) : STRATA_OK;
+  }
+  struct strata__op op = {.id = STRATA__OP_LINEAR};
+  TRY(operand(q, &op, name, "x", x, nx, FLOATS, &op.u.linear.x));
+  TRY(operand(q, &op, name, "w", w, nw, FLOATS, &op.u.linear.w));
+  TRY(operand(q, &op, name, "bias", bias, (uint64_t)out, FLOATS, &op.u.linear.bias));
+  if (res.buf)
+    TRY(operand(q, &op, name, "res", res, ny, FLOATS, &op.u.linear.res));
+  TRY(operand(q, &op, name, "y", y, ny, FLOATS, &op.u.linear.y));
+  if (x.dtype != w.dtype)
+    return strata__error(STRATA_ERR_INVALID, "linear: operands 'x' (%s) and 'w' (%s) must share a type",
+                         strata_dtype_name(x.dtype), strata_dtype_name(w.dtype));
+  op.u.linear.rows = rows;
+  op.u.linear.in = in;
+  op.u.linear.out = out;
+  return submit(q, &op);
+}
+
 STRATA_API int strata_bias_add(strata_queue_t q, strata_mem_t y, strata_mem_t bias, int64_t rows, int64_t cols) {
   return bias_common(q, STRATA__OP_BIAS_ADD, y, bias, rows, cols, 0);
 }

@@ -59,11 +59,12 @@ static strata_mem_t plus(strata_mem_t m, size_t e) {
   return m;
 }
 
-/* y[R, out] = x[R, in] W[in, out] + b */
+/* y[R, out] = x[R, in] W[in, out] + b (b.buf NULL: no bias) */
 static int linear_fwd(strata_queue_t q, int64_t R, int64_t in, int64_t outf, strata_mem_t x, strata_mem_t W,
                       strata_mem_t b, strata_mem_t y) {
-  TRY(strata_gemm(q, 0, 0, R, outf, in, 1, x, in, 0, W, outf, 0, 0, y, outf, 0, 1));
-  return b.buf ? strata_bias_add(q, y, b, R, outf) : STRATA_OK;
+  if (b.buf)
+    return strata_linear(q, R, in, outf, x, W, b, (strata_mem_t){0}, y);
+  return strata_gemm(q, 0, 0, R, outf, in, 1, x, in, 0, W, outf, 0, 0, y, outf, 0, 1);
 }
 
 /* Weight part of a linear layer's backward: dW += x^T dy; db += colsum(dy) (db.buf NULL: no bias). */
@@ -150,9 +151,12 @@ static int join(struct lctx *c, strata_mem_t x, size_t n) {
   return strata_convert(c->q, w, x, (int64_t)n);
 }
 
-/* y = x W + b for a row-split W: the slices' partial products joined, then the (whole) bias once. */
+/* y = x W + b (+ res: the slice's rows, res.buf NULL for none) for a row-split W: the slices' partial products
+** joined, then the (whole) bias once, then the residual; unsplit, the three as one strata_linear. */
 static int linear_fwd_rows(struct lctx *c, int64_t R, int64_t in, int64_t outf, strata_mem_t x, strata_mem_t W,
-                           strata_mem_t b, strata_mem_t y) {
+                           strata_mem_t b, strata_mem_t res, strata_mem_t y) {
+  if (c->st->tp.size <= 1 && !c->d.seqpar)
+    return strata_linear(c->q, R, in, outf, x, W, b, res, y);
   if (c->d.seqpar) { /* every row's partial product reduce-scattered (not all-reduced): y is the slice's rows */
     strata_mem_t part;
     const size_t n = (size_t)(c->d.Rs * outf);
@@ -160,11 +164,13 @@ static int linear_fwd_rows(struct lctx *c, int64_t R, int64_t in, int64_t outf, 
     TRY(strata__seq_scatter(c->st, c->q, c->wide, n, &part));
     TRY(strata_buffer_copy(c->q, y.buf, strata__mem_byte(y), part.buf, strata__mem_byte(part),
                            n * strata_dtype_size(y.dtype)));
-    return strata_bias_add(c->q, y, b, c->d.Rs, outf);
+    TRY(strata_bias_add(c->q, y, b, c->d.Rs, outf));
+  } else {
+    TRY(strata_gemm(c->q, 0, 0, R, outf, in, 1, x, in, 0, W, outf, 0, 0, y, outf, 0, 1));
+    TRY(join(c, y, (size_t)(R * outf)));
+    TRY(strata_bias_add(c->q, y, b, R, outf));
   }
-  TRY(strata_gemm(c->q, 0, 0, R, outf, in, 1, x, in, 0, W, outf, 0, 0, y, outf, 0, 1));
-  TRY(join(c, y, (size_t)(R * outf)));
-  return strata_bias_add(c->q, y, b, R, outf);
+  return res.buf ? strata_add(c->q, y, res, y, c->d.Rs * outf) : STRATA_OK;
 }
 
 /* seqpar: the slice's rows at `mine` (Rs x cols) gathered from every slice into the layer's wide scratch (all R rows,
@@ -237,8 +243,7 @@ static int block_fwd(struct lctx *c) {
   TRY(linear_fwd(q, d.R, D, 3 * A, x, WT(c, ATTN_W), PARAM(c, ATTN_B), SV(c, s.qkv, 0)));
   TRY(attn_fwd(c, &s));
   TRY(FETCH(c, PROJ_W, 2));
-  TRY(linear_fwd_rows(c, d.R, A, D, attn_out(c, &s), WT(c, PROJ_W), PARAM(c, PROJ_B), SV(c, s.xmid, 0)));
-  TRY(strata_add(q, SV(c, s.xmid, 0), c->in, SV(c, s.xmid, 0), d.Rs * D));
+  TRY(linear_fwd_rows(c, d.R, A, D, attn_out(c, &s), WT(c, PROJ_W), PARAM(c, PROJ_B), c->in, SV(c, s.xmid, 0)));
   TRY(FETCH(c, LN2_W, 2));
   TRY(strata_layernorm_fwd(q, SV(c, s.xmid, 0), PARAM(c, LN2_W), PARAM(c, LN2_B), SV(c, s.ln2, 0), SAVED(c, s.mean2),
                            SAVED(c, s.rstd2), d.Rs, D, 1e-5f));
@@ -249,8 +254,7 @@ static int block_fwd(struct lctx *c) {
   strata_mem_t g = gelu_out(c);
   TRY(strata_gelu_fwd(q, SV(c, s.h, 0), g, d.R * d.F));
   TRY(FETCH(c, FCP_W, 2));
-  TRY(linear_fwd_rows(c, d.R, d.F, D, g, WT(c, FCP_W), PARAM(c, FCP_B), c->out));
-  return strata_add(q, c->out, SV(c, s.xmid, 0), c->out, d.Rs * D);
+  return linear_fwd_rows(c, d.R, d.F, D, g, WT(c, FCP_W), PARAM(c, FCP_B), SV(c, s.xmid, 0), c->out);
 }
 
 /*
@@ -334,7 +338,7 @@ static int fc_fwd(struct lctx *c) {
   TRY(rc);
   TRY(FETCH(c, 0, 2));
   if (L->tp_role == STRATA__TP_INPUTS)
-    TRY(linear_fwd_rows(c, c->d.R, L->in, L->out, x, WT(c, 0), PARAM(c, 1), SV(c, 0, 0)));
+    TRY(linear_fwd_rows(c, c->d.R, L->in, L->out, x, WT(c, 0), PARAM(c, 1), (strata_mem_t){0}, SV(c, 0, 0)));
   else
     TRY(linear_fwd(c->q, c->d.R, L->in, L->out, x, WT(c, 0), PARAM(c, 1), SV(c, 0, 0)));
   return strata_relu_fwd(c->q, SV(c, 0, 0), c->out, c->d.R * L->out);
