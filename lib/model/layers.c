@@ -916,6 +916,13 @@ static int llama_block_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) 
   strata_mem_t dgu = LOC(c, o_dgu, k_dgu), dh = SC(c, o_dh, 0), dln2 = LOC(c, o_d1, k_dln2),
                dxmid = LOC(c, o_d3, k_dxmid), dqkv = LOC(c, o_dqkv, k_dqkv), dln1 = LOC(c, o_d1, k_dln1),
                junk = SCR(c, o_junk), x;
+  const int fold = c->fold, early = fold ? c->mode == BM_INPUT : DO_W(c); /* (as a GPT block's: dgu over gu) */
+  if (fold) {
+    dgu = c->mode == BM_INPUT ? SC(c, o_dgu, 0) : SV(c, s.gu, 0);
+    dqkv = c->mode == BM_INPUT ? SC(c, o_dqkv, 0) : SV(c, s.qkv, 0);
+    dln2 = dln1 = SC(c, o_d1, 0);
+    dxmid = SV(c, s.xmid, 0);
+  }
   TRY(keep_dout(c, &dout, (size_t)RsD));
   int rc;
   strata_mem_t dall = gathered(c, dout, D, &rc), dxall = dxmid; /* seqpar: every row's */
@@ -925,15 +932,19 @@ static int llama_block_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) 
     TRY(FETCH(c, LL_DOWN, 1));
     TRY(proj_dx(q, R, F, D, dall, D, WT(c, LL_DOWN), 0, dh));
     TRY(strata_swiglu_bwd(q, SV(c, s.gu, 0), dh, dgu, R, F));
+    if (fold) /* (gate|up read for the last time) */
+      TRY(copy_act(c, SV(c, s.gu, 0), dgu, (size_t)(2 * R * F)));
     TRY(FETCH(c, LL_GATE, 1));
     TRY(proj_dx(q, R, D, F, dgu, 2 * F, WT(c, LL_GATE), 0, dln2));
     TRY(FETCH(c, LL_UP, 1));
     TRY(proj_dx(q, R, D, F, plus(dgu, (size_t)F), 2 * F, WT(c, LL_UP), 1, dln2));
     TRY(rows_join(c, &dln2, D));
   }
-  if (DO_W(c)) {
+  if (early) {
     TRY(TAKE(c, LL_DOWN, 1));
     TRY(proj_dw(q, R, F, D, SV(c, s.h, 0), dall, D, GRAD(c, LL_DOWN)));
+  }
+  if (DO_W(c)) {
     x = gathered(c, SV(c, s.ln2, 0), D, &rc);
     TRY(rc);
     TRY(TAKE(c, LL_GATE, 1));
@@ -956,6 +967,8 @@ static int llama_block_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) 
                                  d.H, d.KV, d.hd, scale, 1));
     /* back through the rotation: the gradients of the projections' outputs */
     TRY(strata_rope_bwd(q, dqkv, dqkv, AT(c->st->rope, 0), d.B, d.T, d.H + d.KV, d.hd, W, 0));
+    if (fold) /* (q|k|v read for the last time) */
+      TRY(copy_act(c, SV(c, s.qkv, 0), dqkv, (size_t)(R * W)));
     TRY(FETCH(c, LL_Q, 1));
     TRY(proj_dx(q, R, D, A, dqkv, W, WT(c, LL_Q), 0, dln1));
     TRY(FETCH(c, LL_K, 1));

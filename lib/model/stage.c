@@ -294,11 +294,13 @@ static int layer_folds(const struct strata__stage *st, int i) {
     return 0;
   switch (strata__stage_layer_at(st, i)->kind) {
   case STRATA__LAYER_BLOCK:
+  case STRATA__LAYER_LLAMA_BLOCK:
   case STRATA__LAYER_LM_HEAD:
     return 1;
-  case STRATA__LAYER_EMBED: /* its output is the model's next layer's input (here, or sent): a GPT block's W does not
+  case STRATA__LAYER_EMBED: /* its output is the model's next layer's input (here, or sent): a block's W does not
                             ** read it */
-    return next < st->model->nlayers && st->model->layers[next].kind == STRATA__LAYER_BLOCK;
+    return next < st->model->nlayers && (st->model->layers[next].kind == STRATA__LAYER_BLOCK ||
+                                         st->model->layers[next].kind == STRATA__LAYER_LLAMA_BLOCK);
   default:
     return 0;
   }

@@ -346,9 +346,9 @@ void strata__stage_release(struct strata__stage *st, int s);
 ** cache holds one of that size); its W gives it back, behind the work queued on the stage's queue. */
 int strata__stage_dsave_take(struct strata__stage *st, int s);
 /* Split backward: does stage layer i keep the gradients its W reads in its own saved activations, in what only its
-** BI read (a GPT block: dqkv over qkv, dh over h, dxmid over xmid; the head: dlogits over the logits; an embedding
-** before a GPT block, or last: its output gradient over its output), its layernorms' and the MLP c_proj's weight
-** gradients computed in BI instead of W, so that it needs no dsave units? Only without recomputation, ZeRO-2/3 or
+** BI read (a GPT block: dqkv over qkv, dh over h, dxmid over xmid; a llama block the same with dgu over gate|up; the
+** head: dlogits over the logits; an embedding before a block: its output gradient over its output), its norms' and
+** the MLP's output projection's weight gradients computed in BI instead of W, so that it needs no dsave units? Only without recomputation, ZeRO-2/3 or
 ** seqpar (their W reads what BI would overwrite, or takes its gradients' window in W). */
 int strata__stage_folds(const struct strata__stage *st, int i);
 void strata__stage_dsave_give(struct strata__stage *st, int s);
