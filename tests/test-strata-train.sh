@@ -42,7 +42,7 @@ if [ ! -x "$TRAIN" ] || [ ! -x "$GEN" ]; then
   echo "1..0 # SKIP strata-train or strata-generate not built"
   exit 0
 fi
-echo "1..174"
+echo "1..187"
 
 # A small corpus of our own, so that the tests do not depend on what the machine ships.
 for i in 1 2 3 4 5 6 7 8; do cat "$top_srcdir/README.md" "$top_srcdir/man/strata-train.1"; done >"$TMP/text.txt"
@@ -207,6 +207,32 @@ rc=$?
 dpv=$(losses "$TMP/dpv-pp.json")
 check "--pp 2 --schedule dualpipev --microbatches 4: exit 0, losses ($dpv) string-equal to one device's ($zone)" \
   [ "$rc" -eq 0 -a -n "$zone" -a "$dpv" = "$zone" ]
+# issue 35: the split backward's folded gradients (W's kept where only BI read, no dsave region) leave zb, zbv and
+# dualpipev one device's bits at pp 2 and 4, 8 and 16 micro-batches (every step's loss and gradient norm, the
+# checkpoint), and ZB-H1 holds 1F1B's activation bytes on every device (the accounting)
+printf '{"kind": "gpt", "vocab": 256, "context": 16, "d_model": 16, "layers": 6, "heads": 2, "d_ff": 32}\n' >"$TMP/v6.json"
+P6="$TRAIN --model $TMP/v6.json --data $TMP/text.txt --batch 1 --eval-batches 1 --steps 3 --eval-every 0 --json"
+figures() { grep '"event":"step"' "$1" | sed -n 's/.*"loss":\([^,}]*\).*"grad_norm":\([^,}]*\).*/\1 \2/p' | tr '\n' ' '; }
+acts() { grep '"event":"summary"' "$1" | grep -o '"activation_bytes":[0-9]*' | tr '\n' ' '; }
+for m in 8 16; do
+  $P6 --device 0 --accum $m --save "$TMP/v6-one-$m.st" >"$TMP/v6-one-$m.json" 2>"$TMP/err"
+  want=$(figures "$TMP/v6-one-$m.json")
+  for pp in 2 4; do
+    for sched in zb zbv dualpipev; do
+      $P6 --pp $pp --schedule $sched --microbatches $m --save "$TMP/v6-$sched.st" >"$TMP/v6-$sched-$pp.json" \
+        2>"$TMP/err"
+      rc=$?
+      got=$(figures "$TMP/v6-$sched-$pp.json")
+      check "--pp $pp --schedule $sched --microbatches $m: exit 0, losses and gradient norms ($got) string-equal to one device's ($want), the same checkpoint" \
+        sh -c "[ $rc -eq 0 ] && [ -n '$want' ] && [ '$got' = '$want' ] && cmp -s '$TMP/v6-one-$m.st' '$TMP/v6-$sched.st'"
+    done
+  done
+done
+$P6 --pp 4 --schedule 1f1b --microbatches 8 >"$TMP/v6-1f1b-4.json" 2>"$TMP/err"
+$P6 --pp 4 --schedule zb --microbatches 8 >"$TMP/v6-zb-4.json" 2>>"$TMP/err"
+a1=$(acts "$TMP/v6-1f1b-4.json")
+az=$(acts "$TMP/v6-zb-4.json")
+check "--pp 4 --microbatches 8: zb's activation bytes per device ($az) 1f1b's ($a1)" [ -n "$a1" -a "$az" = "$a1" ]
 if command -v python3 >/dev/null 2>&1; then
   check "--schedule zbv JSON: stages 0..3 on devices 0, 1, 1, 0 and the ideal bubble 1/13" python3 -c '
 import json, sys

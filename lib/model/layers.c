@@ -20,6 +20,7 @@ struct lctx {
   strata_buffer_t slot;    /* where the layer's saved activations are (rcbuf for a fully recomputed block) */
   strata_buffer_t mslot;   /* the micro-batch's dsave region (split backward: from the stage's pool, its BI to its W) */
   int mode;                /* enum bmode, backward only */
+  int fold;                /* split backward: W's gradients kept where only BI read (strata__stage_folds) */
   size_t saved;            /* offset of this layer's saved activations in the slot */
   size_t dsave;            /* offset of the gradients kept between BACKWARD_INPUT and BACKWARD_WEIGHT */
   strata_mem_t in, out;    /* input and output activations */
@@ -446,15 +447,20 @@ enum bmode { BM_FULL, BM_INPUT, BM_WEIGHT };
 #define DO_IN(c) ((c)->mode != BM_WEIGHT)
 #define DO_W(c) ((c)->mode != BM_INPUT)
 
-/* The layer's output gradient as its weight part reads it: as given (FULL),
-** copied into the dsave region first (INPUT), or from it (WEIGHT). */
+/* Copy n activations (of the stage's type) from src to dst, on the layer's queue. */
+static int copy_act(struct lctx *c, strata_mem_t dst, strata_mem_t src, size_t n) {
+  return strata_buffer_copy(c->q, dst.buf, strata__mem_byte(dst), src.buf, strata__mem_byte(src),
+                            n * strata_dtype_size(dst.dtype));
+}
+
+/* The layer's output gradient as its weight part reads it: as given (FULL; a folded block's, which W does not read),
+** copied into the dsave region (a folded embedding's: over its output) first (INPUT), or from it (WEIGHT). */
 static int keep_dout(struct lctx *c, strata_mem_t *dout, size_t n) {
-  if (c->mode == BM_FULL)
+  if (c->mode == BM_FULL || (c->fold && c->L->kind != STRATA__LAYER_EMBED))
     return STRATA_OK;
-  strata_mem_t k = DSAVE(c, 0);
+  strata_mem_t k = c->fold ? c->out : DSAVE(c, 0);
   if (c->mode == BM_INPUT)
-    TRY(strata_buffer_copy(c->q, k.buf, strata__mem_byte(k), dout->buf, strata__mem_byte(*dout),
-                           n * strata_dtype_size(k.dtype)));
+    TRY(copy_act(c, k, *dout, n));
   *dout = k;
   return STRATA_OK;
 }
@@ -464,13 +470,16 @@ static int keep_dout(struct lctx *c, strata_mem_t *dout, size_t n) {
 ** goes to `junk` (float32 scratch with room for rows x cols floats). */
 static int ln_bwd(struct lctx *c, strata_mem_t x, strata_mem_t g, strata_mem_t mean, strata_mem_t rstd, strata_mem_t dy,
                   strata_mem_t dx, strata_mem_t dg, strata_mem_t db, strata_mem_t junk, int64_t rows, int64_t cols) {
-  if (c->mode == BM_INPUT) {
+  const int mode = c->fold ? (c->mode == BM_WEIGHT ? -1 : BM_FULL) : c->mode; /* folded: whole in BI, none in W */
+  if (mode < 0)
+    return STRATA_OK;
+  if (mode == BM_INPUT) {
     dg = junk;
     db = plus(junk, (size_t)cols);
-  } else if (c->mode == BM_WEIGHT) {
+  } else if (mode == BM_WEIGHT) {
     dx = junk;
   }
-  return strata_layernorm_bwd(c->q, x, g, mean, rstd, dy, dx, dg, db, rows, cols, c->mode != BM_INPUT);
+  return strata_layernorm_bwd(c->q, x, g, mean, rstd, dy, dx, dg, db, rows, cols, mode != BM_INPUT);
 }
 
 /* ln_bwd of a layernorm on the slice's rows (seqpar: a whole backward): its parameters' gradients are the slice's
@@ -487,11 +496,14 @@ static int ln_bwd_rows(struct lctx *c, strata_mem_t x, strata_mem_t g, strata_me
 /* RMSNorm's backward restricted to the part the mode wants, as ln_bwd. */
 static int rms_bwd(struct lctx *c, strata_mem_t x, strata_mem_t w, strata_mem_t rstd, strata_mem_t dy, strata_mem_t dx,
                    strata_mem_t dw, strata_mem_t junk, int64_t rows, int64_t cols) {
-  if (c->mode == BM_INPUT)
+  const int mode = c->fold ? (c->mode == BM_WEIGHT ? -1 : BM_FULL) : c->mode; /* folded: whole in BI, none in W */
+  if (mode < 0)
+    return STRATA_OK;
+  if (mode == BM_INPUT)
     dw = junk;
-  else if (c->mode == BM_WEIGHT)
+  else if (mode == BM_WEIGHT)
     dx = junk;
-  return strata_rmsnorm_bwd(c->q, x, w, rstd, dy, dx, dw, rows, cols, c->mode != BM_INPUT);
+  return strata_rmsnorm_bwd(c->q, x, w, rstd, dy, dx, dw, rows, cols, mode != BM_INPUT);
 }
 
 /* rms_bwd on the slice's rows (seqpar: a whole backward): the weight's gradient is the slice's rows' share, computed
@@ -544,6 +556,15 @@ static int block_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
   size_t k_dh = uRD, k_dln2 = k_dh + uRF, k_dxmid = k_dln2 + uRD, k_dqkv = k_dxmid + uRD, k_dln1 = k_dqkv + u3RA;
   strata_mem_t dh = LOC(c, o_f, k_dh), dln2 = LOC(c, o_d1, k_dln2), dxmid = LOC(c, o_d3, k_dxmid),
                dqkv = LOC(c, o_dqkv, k_dqkv), dln1 = LOC(c, o_d1, k_dln1), junk = SCR(c, o_junk);
+  /* folded (strata__stage_folds): BI in scratch as FULL, then dh over h, dqkv over qkv, dxmid over xmid; BI also
+  ** computes the MLP c_proj's and the layernorms' weight gradients (ln_bwd), W the other three */
+  const int fold = c->fold, early = fold ? c->mode == BM_INPUT : DO_W(c);
+  if (fold) {
+    dh = c->mode == BM_INPUT ? SC(c, o_f, 0) : SV(c, s.h, 0);
+    dqkv = c->mode == BM_INPUT ? SC(c, o_dqkv, 0) : SV(c, s.qkv, 0);
+    dln2 = dln1 = SC(c, o_d1, 0);
+    dxmid = SV(c, s.xmid, 0);
+  }
   /* seqpar: dout and dxmid are the slice's rows, gathered (dall, dxall: every row) before the row-split matrices'
   ** backward; the layernorms' outputs gathered again before the column-split matrices' weight gradients */
   TRY(keep_dout(c, &dout, (size_t)(d.Rs * D)));
@@ -552,7 +573,7 @@ static int block_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
   TRY(rc);
   /* MLP branch: the MLP c_proj's weight gradient first, from the GELU output recomputed into scratch f (gelu_out),
   ** before the input part's dh takes that room (FULL; split, dh is in the slot) */
-  if (DO_W(c)) {
+  if (early) {
     strata_mem_t g = gelu_out(c);
     TRY(strata_gelu_fwd(q, SV(c, s.h, 0), g, R * d.F));
     TRY(TAKE(c, FCP_W, 2));
@@ -562,6 +583,8 @@ static int block_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
     TRY(FETCH(c, FCP_W, 2));
     TRY(linear_bwd_x(q, R, d.F, D, WT(c, FCP_W), dall, dh));
     TRY(strata_gelu_bwd(q, SV(c, s.h, 0), dh, dh, R * d.F));
+    if (fold) /* (h read for the last time) */
+      TRY(copy_act(c, SV(c, s.h, 0), dh, (size_t)(R * d.F)));
     TRY(FETCH(c, FC_W, 2));
     TRY(linear_bwd_x(q, R, D, d.F, WT(c, FC_W), dh, dln2));
     TRY(rows_join(c, &dln2, D));
@@ -586,6 +609,8 @@ static int block_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
     /* the fused attention's backward: probabilities recomputed from the saved log-sum-exps */
     TRY(strata_attention_bwd(q, SV(c, s.qkv, 0), attn_out(c, &s), SC(c, o_d1, 0), attn_lse(c, &s), dqkv, d.B, T, H, hd,
                              scale, 1));
+    if (fold) /* (Q, K and V read for the last time) */
+      TRY(copy_act(c, SV(c, s.qkv, 0), dqkv, (size_t)(3 * R * A)));
     TRY(FETCH(c, ATTN_W, 2));
     TRY(linear_bwd_x(q, R, D, 3 * A, WT(c, ATTN_W), dqkv, dln1));
     TRY(rows_join(c, &dln1, D));
@@ -615,12 +640,19 @@ static int lm_head_bwd(struct lctx *c, strata_mem_t targets, strata_mem_t din) {
   TRY(head_weight(c, &W, &dW));
   /* scratch: dlogits | dlnx | junk (float32); dsave: dlogits | dlnx */
   strata_mem_t dlogits = LOC(c, 0, 0), dlnx = LOC(c, uRV, uRV), junk = SCR(c, uRV + uRD);
+  const int fold = c->fold; /* (strata__stage_folds: BI in scratch as FULL, then dlogits over the logits) */
+  if (fold) {
+    dlogits = c->mode == BM_INPUT ? SC(c, 0, 0) : SV(c, h.logits, 0);
+    dlnx = SC(c, uRV, 0);
+  }
   if (DO_IN(c)) {
     if (d.vp)
       TRY(strata_xent_vp_bwd(c->q, SV(c, h.logits, 0), targets, SAVED(c, h.mx), SAVED(c, h.se), dlogits, d.R, d.V,
                              d.voff, d.Vall, c->st->loss_scale));
     else
       TRY(strata_cross_entropy_bwd(c->q, SV(c, h.logits, 0), targets, dlogits, d.R, d.V, c->st->loss_scale));
+    if (fold) /* (the logits read for the last time) */
+      TRY(copy_act(c, SV(c, h.logits, 0), dlogits, (size_t)(d.R * d.V)));
     TRY(strata_gemm(c->q, 0, 0, d.R, d.D, d.V, 1, dlogits, d.V, 0, W, d.D, 0, 0, dlnx, d.D, 0, 1));
     if (d.vp) /* each slice's vocabulary's part of the input gradient (seqpar: of its rows) */
       TRY(rows_join(c, &dlnx, d.D));
@@ -636,7 +668,7 @@ static int lm_head_bwd(struct lctx *c, strata_mem_t targets, strata_mem_t din) {
     TRY(head_weight(c, &W, &dW));
     TRY(strata_gemm(c->q, 1, 0, d.V, d.D, d.R, 1, dlogits, d.V, 0, x, d.D, 0, 1, dW, d.D, 0, 1));
   }
-  if (!din.buf && c->mode == BM_INPUT)
+  if (!din.buf && c->mode == BM_INPUT && !fold)
     return STRATA_OK;
   TRY(TAKE(c, 0, d.rms ? 1 : 2));
   TRY(FETCH(c, 0, d.rms ? 1 : 2));
@@ -888,6 +920,13 @@ static int llama_block_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) 
   strata_mem_t dgu = LOC(c, o_dgu, k_dgu), dh = SC(c, o_dh, 0), dln2 = LOC(c, o_d1, k_dln2),
                dxmid = LOC(c, o_d3, k_dxmid), dqkv = LOC(c, o_dqkv, k_dqkv), dln1 = LOC(c, o_d1, k_dln1),
                junk = SCR(c, o_junk), x;
+  const int fold = c->fold, early = fold ? c->mode == BM_INPUT : DO_W(c); /* (as a GPT block's: dgu over gu) */
+  if (fold) {
+    dgu = c->mode == BM_INPUT ? SC(c, o_dgu, 0) : SV(c, s.gu, 0);
+    dqkv = c->mode == BM_INPUT ? SC(c, o_dqkv, 0) : SV(c, s.qkv, 0);
+    dln2 = dln1 = SC(c, o_d1, 0);
+    dxmid = SV(c, s.xmid, 0);
+  }
   TRY(keep_dout(c, &dout, (size_t)RsD));
   int rc;
   strata_mem_t dall = gathered(c, dout, D, &rc), dxall = dxmid; /* seqpar: every row's */
@@ -897,15 +936,19 @@ static int llama_block_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) 
     TRY(FETCH(c, LL_DOWN, 1));
     TRY(proj_dx(q, R, F, D, dall, D, WT(c, LL_DOWN), 0, dh));
     TRY(strata_swiglu_bwd(q, SV(c, s.gu, 0), dh, dgu, R, F));
+    if (fold) /* (gate|up read for the last time) */
+      TRY(copy_act(c, SV(c, s.gu, 0), dgu, (size_t)(2 * R * F)));
     TRY(FETCH(c, LL_GATE, 1));
     TRY(proj_dx(q, R, D, F, dgu, 2 * F, WT(c, LL_GATE), 0, dln2));
     TRY(FETCH(c, LL_UP, 1));
     TRY(proj_dx(q, R, D, F, plus(dgu, (size_t)F), 2 * F, WT(c, LL_UP), 1, dln2));
     TRY(rows_join(c, &dln2, D));
   }
-  if (DO_W(c)) {
+  if (early) {
     TRY(TAKE(c, LL_DOWN, 1));
     TRY(proj_dw(q, R, F, D, SV(c, s.h, 0), dall, D, GRAD(c, LL_DOWN)));
+  }
+  if (DO_W(c)) {
     x = gathered(c, SV(c, s.ln2, 0), D, &rc);
     TRY(rc);
     TRY(TAKE(c, LL_GATE, 1));
@@ -928,6 +971,8 @@ static int llama_block_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) 
                                  d.H, d.KV, d.hd, scale, 1));
     /* back through the rotation: the gradients of the projections' outputs */
     TRY(strata_rope_bwd(q, dqkv, dqkv, AT(c->st->rope, 0), d.B, d.T, d.H + d.KV, d.hd, W, 0));
+    if (fold) /* (q|k|v read for the last time) */
+      TRY(copy_act(c, SV(c, s.qkv, 0), dqkv, (size_t)(R * W)));
     TRY(FETCH(c, LL_Q, 1));
     TRY(proj_dx(q, R, D, A, dqkv, W, WT(c, LL_Q), 0, dln1));
     TRY(FETCH(c, LL_K, 1));
@@ -1057,7 +1102,7 @@ static int stage_backward(struct strata__stage *st, int s, int mode) {
   if (recompute && !st->slots[s].armed)
     return strata__error(STRATA_ERR_STATE, "stage: the %s of slot %d without its recomputation (RC) first",
                          mode == BM_WEIGHT ? "weight pass (W)" : mode == BM_INPUT ? "input pass (BI)" : "backward", s);
-  if (mode == BM_WEIGHT && !st->slots[s].dsave && st->dsave_units)
+  if (mode == BM_WEIGHT && !st->slots[s].bi)
     return strata__error(STRATA_ERR_STATE, "stage: the weight pass (W) of slot %d without its input pass (BI)", s);
   if (mode == BM_INPUT)
     TRY(strata__stage_dsave_take(st, s));
@@ -1070,6 +1115,7 @@ static int stage_backward(struct strata__stage *st, int s, int mode) {
   for (int i = n - 1; i >= 0; i--) {
     struct lctx c = layer_ctx(st, s, i);
     c.mode = mode;
+    c.fold = mode != BM_FULL && strata__stage_folds(st, i);
     int back = n - 1 - i; /* layers done before this one */
     strata_mem_t dout = back == 0 ? (strata__stage_has_loss(st) ? AT(NULL, 0) : strata__stage_grad_output(st, s))
                                   : strata__at(st->gbuf[(back - 1) % 2], 0, 0, st->act);
@@ -1128,58 +1174,4 @@ int strata__stage_recompute(struct strata__stage *st, int s) {
     return strata__error(STRATA_ERR_STATE, "stage: a recomputation (RC) on a stage built without one");
   st->slots[s].armed = 1;
   return STRATA_OK;
-}
-
-/* Offset and count of the per-row losses of the loss layer in a slot. */
-static int loss_region(struct strata__stage *st, size_t *off, int64_t *rows) {
-  if (!strata__stage_has_loss(st))
-    return strata__error(STRATA_ERR_STATE, "stage: only the last stage has a loss");
-  int i = strata__stage_layer_count(st) - 1;
-  const struct strata__layer *L = strata__stage_layer_at(st, i);
-  struct strata__dims d = strata__stage_dims(st);
-  if (L->kind == STRATA__LAYER_LM_HEAD)
-    *off = st->saved_off[i] + strata__head_layout(&d).loss;
-  else
-    *off = st->saved_off[i] + strata__units((size_t)(d.R * L->out), d.act);
-  *rows = d.R;
-  return STRATA_OK;
-}
-
-int strata__stage_loss(struct strata__stage *st, int s, double *sum) {
-  TRY(check_slot(st, s));
-  size_t off = 0;
-  int64_t rows = 0;
-  TRY(loss_region(st, &off, &rows));
-  float *l = malloc((size_t)rows * sizeof *l);
-  if (!l)
-    return strata__error(STRATA_ERR_NOMEM, "out of host memory reading losses");
-  int rc = strata_buffer_download(st->q, st->slots[s].buf, off * 4, l, (size_t)rows * 4);
-  double acc = 0;
-  for (int64_t r = 0; r < rows; r++)
-    acc += l[r];
-  free(l);
-  if (!rc)
-    *sum = acc;
-  return rc;
-}
-
-int strata__stage_loss_read(struct strata__stage *st, int s, float *rows) {
-  TRY(check_slot(st, s));
-  size_t off = 0;
-  int64_t n = 0;
-  TRY(loss_region(st, &off, &n));
-  return strata_buffer_read(st->q, st->slots[s].buf, off * 4, rows, (size_t)n * 4);
-}
-
-int strata__stage_vocab(const struct strata__stage *st, int64_t *first, int64_t *count) {
-  struct strata__dims d = strata__stage_dims(st);
-  *first = d.voff;
-  *count = d.V;
-  return d.vp;
-}
-
-strata_mem_t strata__stage_logits(struct strata__stage *st, int s) {
-  int i = strata__stage_layer_count(st) - 1;
-  struct strata__dims d = strata__stage_dims(st);
-  return strata__at(st->slots[s].buf, st->saved_off[i] + strata__head_layout(&d).logits, 0, st->act);
 }

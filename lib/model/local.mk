@@ -4,6 +4,7 @@ libstrata_la_SOURCES += \
 	%reldir%/layers.c \
 	%reldir%/decode.c \
 	%reldir%/llama.c \
+	%reldir%/loss.c \
 	%reldir%/model.c \
 	%reldir%/model.h \
 	%reldir%/ranges.c \

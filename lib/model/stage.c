@@ -287,9 +287,34 @@ static size_t layer_in(const struct strata__stage *st, const struct strata__laye
   return 0;
 }
 
-/* Units of output-side gradients a layer keeps between its input and weight backward parts. */
-static size_t layer_dsave(const struct strata__stage *st, const struct strata__layer *L) {
+/* strata__stage_folds as a split backward would have it: a layer's own figure, whatever stage it starts or ends. */
+static int layer_folds(const struct strata__stage *st, int i) {
+  const int next = st->first + i + 1;
+  if (st->recompute != STRATA_RECOMPUTE_NONE || st->zero2 || st->seqpar || i < 0 || i >= st->last - st->first)
+    return 0;
+  switch (strata__stage_layer_at(st, i)->kind) {
+  case STRATA__LAYER_BLOCK:
+  case STRATA__LAYER_LLAMA_BLOCK:
+  case STRATA__LAYER_LM_HEAD:
+    return 1;
+  case STRATA__LAYER_EMBED: /* its output is the model's next layer's input (here, or sent): a block's W does not
+                            ** read it */
+    return next < st->model->nlayers && (st->model->layers[next].kind == STRATA__LAYER_BLOCK ||
+                                         st->model->layers[next].kind == STRATA__LAYER_LLAMA_BLOCK);
+  default:
+    return 0;
+  }
+}
+
+int strata__stage_folds(const struct strata__stage *st, int i) { return st->split && layer_folds(st, i); }
+
+/* Units of output-side gradients stage layer i keeps between its input and weight backward parts in a dsave region
+** (none where it keeps them in its saved activations: strata__stage_folds). */
+static size_t layer_dsave(const struct strata__stage *st, int i) {
+  const struct strata__layer *L = strata__stage_layer_at(st, i);
   struct strata__dims d = strata__stage_dims(st);
+  if (layer_folds(st, i))
+    return 0;
   const size_t RD = strata__units((size_t)(d.R * d.D), d.act);
   switch (L->kind) {
   case STRATA__LAYER_EMBED:
@@ -536,16 +561,16 @@ static int stage_layout(const struct strata_model *model, int first, int last, i
   st->gout_off = 0;
   st->gin_off = strata__stage_has_loss(st) ? 0 : layer_out(st, strata__stage_layer_at(st, n - 1));
   st->grad_units = st->gin_off + (first > 0 ? st->in_units : 0);
+  st->zero2 = st->zero.size > 1 && cut && cut->zero_stage >= 2; /* (before the dsave figures: strata__stage_folds) */
   /* a split backward's gradients kept from BI to W: a region of their own, taken from the device's cache */
   for (int i = 0; i < n; i++) {
     st->dsave_off[i] = st->dsave_units;
     if (split_backward)
-      st->dsave_units += layer_dsave(st, strata__stage_layer_at(st, i));
+      st->dsave_units += layer_dsave(st, i);
   }
   st->slot_units = slot;
   st->nparams = off;
   st->chunk = (off + (size_t)st->zero.size - 1) / (size_t)st->zero.size;
-  st->zero2 = st->zero.size > 1 && cut && cut->zero_stage >= 2;
   st->zero3 = st->zero.size > 1 && cut && cut->zero_stage >= 3;
   if (st->zero2) /* the gradient window (layer_mem's params_most); a tied head writes the embedding's first */
     for (int i = 0; i < n; i++) {
@@ -570,7 +595,7 @@ static void layer_mem(const struct strata__stage *st, int i, struct strata__laye
     m->params += st->tensors[t].n;
   m->tensors = (size_t)(st->layer_tensor[i + 1] - st->layer_tensor[i]);
   m->kept = layer_saved(st, L) + layer_out(st, L);
-  m->dsave = layer_dsave(st, L);
+  m->dsave = layer_dsave(st, i);
   m->scratch = layer_scratch(st, L);
   m->in = layer_in(st, L);
   m->out = layer_out(st, L);
@@ -958,16 +983,20 @@ void strata__stage_release_activations(struct strata__stage *st, int s) {
 }
 
 int strata__stage_dsave_take(struct strata__stage *st, int s) {
-  if (!st->split || !st->dsave_units)
+  if (!st->split)
     return STRATA_OK;
-  if (st->slots[s].dsave)
+  if (st->slots[s].bi)
     return strata__error(STRATA_ERR_STATE, "stage: slot %d ran its input pass (BI) twice before its weight pass (W)",
                          s);
+  st->slots[s].bi = 1;
+  if (!st->dsave_units)
+    return STRATA_OK;
   const size_t units = st->dsave_alloc > st->dsave_units ? st->dsave_alloc : st->dsave_units;
   return strata_buffer_new_on(st->q, units * 4, &st->slots[s].dsave);
 }
 
 void strata__stage_dsave_give(struct strata__stage *st, int s) {
+  st->slots[s].bi = 0;
   if (!st->slots[s].dsave)
     return;
   strata_buffer_free_on(st->q, st->slots[s].dsave); /* the W that read it is queued: freed behind it */

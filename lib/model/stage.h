@@ -90,6 +90,7 @@ struct strata__slot_mem {
   int taken;                 /* handed out by strata__stage_slot_take, not yet released */
   int armed;                 /* recomputation: its RECOMPUTE came, its backward part (B, BI or W) has not yet */
   strata_buffer_t dsave;     /* split backward: the dsave region its BI took, until its W (NULL: none) */
+  int bi;                    /* split backward: its BI ran, its W not yet */
 };
 
 struct strata__stage {
@@ -344,6 +345,12 @@ void strata__stage_release(struct strata__stage *st, int s);
 /* A BI of slot s takes a dsave region of st->dsave_alloc units (from the device's cache: none is allocated when the
 ** cache holds one of that size); its W gives it back, behind the work queued on the stage's queue. */
 int strata__stage_dsave_take(struct strata__stage *st, int s);
+/* Split backward: does stage layer i keep the gradients its W reads in its own saved activations, in what only its
+** BI read (a GPT block: dqkv over qkv, dh over h, dxmid over xmid; a llama block the same with dgu over gate|up; the
+** head: dlogits over the logits; an embedding before a block: its output gradient over its output), its norms' and
+** the MLP's output projection's weight gradients computed in BI instead of W, so that it needs no dsave units? Only without recomputation, ZeRO-2/3 or
+** seqpar (their W reads what BI would overwrite, or takes its gradients' window in W). */
+int strata__stage_folds(const struct strata__stage *st, int i);
 void strata__stage_dsave_give(struct strata__stage *st, int s);
 
 /* Where the stage's input of slot s goes (tokens or images or the previous

@@ -95,7 +95,12 @@ enum strata__plan_part {
   STRATA__PLAN_PART_INPUT,  /* the backward's input gradient (a split backward's first part) */
   STRATA__PLAN_PART_WEIGHT, /* the backward's weight gradient (its second part) */
   STRATA__PLAN_PART_FULL,   /* the whole backward */
-  STRATA__PLAN_PART_CORE    /* a block's attention core forward (selective recomputation) */
+  STRATA__PLAN_PART_CORE,   /* a block's attention core forward (selective recomputation) */
+  /* a folded split backward's parts (model/stage.h strata__stage_folds: a GPT's or llama's layers without
+  ** recomputation, ZeRO-2/3 or seqpar): BI also computes the MLP's output projection's and the norms' weight
+  ** gradients and copies what W reads over what only BI read; W the other weight gradients */
+  STRATA__PLAN_PART_INPUT_FOLD,
+  STRATA__PLAN_PART_WEIGHT_FOLD
 };
 struct strata__plan_work {
   double s;

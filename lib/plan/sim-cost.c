@@ -212,6 +212,10 @@ static double rows_s(const struct strata_device_cost *w, int op, double elems, d
 static struct strata__plan_work gpt_part(const struct strata_device_cost *w, const struct strata_model_config *cfg,
                                          const struct strata_layer_info *li, int t, int64_t rows,
                                          enum strata__plan_part part) {
+  const int fold = part == STRATA__PLAN_PART_INPUT_FOLD || part == STRATA__PLAN_PART_WEIGHT_FOLD,
+            fold_bi = part == STRATA__PLAN_PART_INPUT_FOLD;
+  if (fold)
+    part = fold_bi ? STRATA__PLAN_PART_INPUT : STRATA__PLAN_PART_WEIGHT;
   const double B = (double)rows, T = (double)cfg->context, D = (double)cfg->d_model, N = B * T;
   const double A = D / t, Ft = (double)cfg->d_ff / t, H = (double)cfg->heads, Ht = H / t, hd = D / H;
   const int vp = t > 1 && cfg->vocab % t == 0;
@@ -267,7 +271,7 @@ static struct strata__plan_work gpt_part(const struct strata_device_cost *w, con
       if (t > 1)
         jb += 2 * N * D * 4, joins += 2;
     }
-    if (wt) {
+    if (wt && !fold) {
       s += gemm_s(w, 1, 0, Ft, D, N, 1) + gemm_s(w, 1, 0, D, Ft, N, 1) + gemm_s(w, 1, 0, A, D, N, 1) +
            gemm_s(w, 1, 0, D, 3 * A, N, 1);
       /* (and the GELU output, not kept: recomputed from the pre-activation for the MLP c_proj's weight gradient) */
@@ -275,9 +279,19 @@ static struct strata__plan_work gpt_part(const struct strata_device_cost *w, con
            strata__plan_op_s(w, STRATA_PLAN_OP_GELU_FWD, N * Ft);
       launches += 9;
     }
-    if (part != STRATA__PLAN_PART_FWD) /* both layernorms' backward, run by each part when split */
+    if (fold_bi) /* folded: the MLP c_proj's weight gradient in BI, and dh and dqkv copied over h and Q|K|V */
+      s += gemm_s(w, 1, 0, Ft, D, N, 1) + strata__plan_op_s(w, STRATA_PLAN_OP_BIAS_GRAD, N * D) +
+           strata__plan_op_s(w, STRATA_PLAN_OP_GELU_FWD, N * Ft) +
+           strata__plan_op_s(w, STRATA_PLAN_OP_ADD, N * (Ft + 3 * A)),
+          launches += 5;
+    else if (fold) /* folded W: the other three */
+      s += gemm_s(w, 1, 0, D, Ft, N, 1) + gemm_s(w, 1, 0, A, D, N, 1) + gemm_s(w, 1, 0, D, 3 * A, N, 1) +
+           strata__plan_op_s(w, STRATA_PLAN_OP_BIAS_GRAD, N * (D + Ft + 3 * A)),
+          launches += 6;
+    if (part != STRATA__PLAN_PART_FWD && !(fold && !fold_bi)) /* both layernorms' backward, by each part when split
+                                                              ** (folded: BI's alone) */
       s += strata__plan_op_s(w, STRATA_PLAN_OP_LAYERNORM_BWD, 2 * N * D), launches += 2;
-    if (split)
+    if (split && !fold)
       s += strata__plan_op_s(w, STRATA_PLAN_OP_ADD, N * D), launches++;
   } else { /* lm_head */
     if (part == STRATA__PLAN_PART_FWD) {
@@ -295,10 +309,10 @@ static struct strata__plan_work gpt_part(const struct strata_device_cost *w, con
     }
     if (wt)
       s += gemm_s(w, 1, 0, Vt, D, N, 1), launches++;
-    if (part != STRATA__PLAN_PART_FWD)
+    if (part != STRATA__PLAN_PART_FWD && !(fold && !fold_bi)) /* (folded: BI's alone) */
       s += strata__plan_op_s(w, STRATA_PLAN_OP_LAYERNORM_BWD, N * D), launches++;
-    if (split)
-      s += strata__plan_op_s(w, STRATA_PLAN_OP_ADD, N * (D + Vt)), launches++;
+    if (split) /* (folded: BI copies dlogits over the logits) */
+      s += fold && !fold_bi ? 0 : strata__plan_op_s(w, STRATA_PLAN_OP_ADD, fold ? N * Vt : N * (D + Vt)), launches++;
   }
   return (struct strata__plan_work){s + launches * w->launch_us * 1e-6, jb, joins};
 }
@@ -320,6 +334,10 @@ static struct strata__plan_work llama_part(const struct strata_device_cost *w, c
                                            enum strata__plan_part part) {
   if (strcmp(li->type, "block") != 0 || part == STRATA__PLAN_PART_CORE)
     return gpt_part(w, cfg, li, t, rows, part); /* (the embedding's second lookup: a small overcount) */
+  const int fold = part == STRATA__PLAN_PART_INPUT_FOLD || part == STRATA__PLAN_PART_WEIGHT_FOLD,
+            fold_bi = part == STRATA__PLAN_PART_INPUT_FOLD;
+  if (fold)
+    part = fold_bi ? STRATA__PLAN_PART_INPUT : STRATA__PLAN_PART_WEIGHT;
   const double B = (double)rows, T = (double)cfg->context, D = (double)cfg->d_model, N = B * T;
   const int rep = t > cfg->kv_heads; /* key/value heads replicated over t / n_kv_heads slices */
   const double H = (double)cfg->heads, hd = D / H, Ht = H / t, A = D / t,
@@ -354,17 +372,21 @@ static struct strata__plan_work llama_part(const struct strata_device_cost *w, c
     if (t > 1)
       jb += 2 * N * D * 4, joins += 2;
   }
+  if (fold_bi) /* folded: the down projection's weight gradient in BI, dgu and dqkv copied over gate|up and q|k|v */
+    s += gemm_s(w, 1, 0, Ft, D, N, 1) + strata__plan_op_s(w, STRATA_PLAN_OP_ADD, N * (2 * Ft + A + 2 * Akv)),
+        launches += 3;
   if (wt) {
-    s += gemm_s(w, 1, 0, Ft, D, N, 1) + 2 * gemm_s(w, 1, 0, D, Ft, N, 1) + gemm_s(w, 1, 0, A, D, N, 1) +
+    s += (fold ? 0 : gemm_s(w, 1, 0, Ft, D, N, 1)) + 2 * gemm_s(w, 1, 0, D, Ft, N, 1) + gemm_s(w, 1, 0, A, D, N, 1) +
          gemm_s(w, 1, 0, D, A, N, 1) + 2 * gemm_s(w, 1, 0, D, Akv, N, 1);
-    launches += 7;
+    launches += fold ? 6 : 7;
     if (rep) /* the shared heads' gradients: a zeroed buffer, the join, the add */
       s += strata__plan_op_s(w, STRATA_PLAN_OP_ADD, 2 * D * Akv * (1 + (double)cfg->kv_heads)), launches += 2,
           jb += 2 * (double)cfg->kv_heads * D * hd * 4, joins++;
   }
-  if (part != STRATA__PLAN_PART_FWD) /* both RMSNorms' backward, run by each part when split */
+  if (part != STRATA__PLAN_PART_FWD && !(fold && !fold_bi)) /* both RMSNorms' backward, run by each part when split
+                                                            ** (folded: BI's alone) */
     s += strata__plan_op_s(w, STRATA_PLAN_OP_LAYERNORM_BWD, 2 * N * D), launches += 2;
-  if (split)
+  if (split && !fold)
     s += strata__plan_op_s(w, STRATA_PLAN_OP_ADD, N * D), launches++;
   return (struct strata__plan_work){s + launches * w->launch_us * 1e-6, jb, joins};
 }
@@ -391,8 +413,9 @@ static struct strata__plan_work raw_part(const struct strata_device_cost *w, str
   double elems = (double)li.act_bytes / 4 * (double)rows / t * (part == STRATA__PLAN_PART_FWD ? 2 : 3);
   double s = flops / w->flops + strata__plan_op_s(w, STRATA_PLAN_OP_ADD, elems) +
              (part == STRATA__PLAN_PART_FWD ? 4 : 8) * w->launch_us * 1e-6;
-  return (struct strata__plan_work){part == STRATA__PLAN_PART_INPUT || part == STRATA__PLAN_PART_WEIGHT ? s / 2 : s, 0,
-                                    0};
+  const int split = part == STRATA__PLAN_PART_INPUT || part == STRATA__PLAN_PART_WEIGHT ||
+                    part == STRATA__PLAN_PART_INPUT_FOLD || part == STRATA__PLAN_PART_WEIGHT_FOLD;
+  return (struct strata__plan_work){split ? s / 2 : s, 0, 0};
 }
 
 struct strata__plan_work strata__plan_layer_part(const struct strata_device_cost *w, strata_model_t model, int t,

@@ -1027,6 +1027,9 @@ static int simulate_in(struct strata_machine *c, strata_model_t model, strata_la
     double params = 0, jf = 0, jb = 0, jr = 0;
     int nf = 0, nb = 0, nr = 0;
     const int recompute = strata_layout_recompute(l);
+    /* a split backward's parts as the stage runs them: folded (model/stage.h strata__stage_folds) without
+    ** recomputation, ZeRO-2/3 or seqpar */
+    const int fold = recompute == STRATA_RECOMPUTE_NONE && !e.zero2 && !(strata_layout_sp(l) && t > 1);
     /* spatial: the step's gradient sums over the slabs, a share of each micro-batch's TJB (the executor joins them in
     ** the step's last B), and the seconds of the backward's exchanges its compute covers */
     double grad_join = 0, grad_bytes = 0, spatial_in = 1, hidden_f = 0, hidden_b = 0;
@@ -1050,8 +1053,10 @@ static int simulate_in(struct strata_machine *c, strata_model_t model, strata_la
       strata_model_layer(model, li, &info);
       struct strata__plan_work f = strata__plan_layer_part(&w, model, t, li, rows, STRATA__PLAN_PART_FWD),
                                b = strata__plan_layer_part(&w, model, t, li, rows, STRATA__PLAN_PART_FULL);
-      struct strata__plan_work bi = strata__plan_layer_part(&w, model, t, li, rows, STRATA__PLAN_PART_INPUT),
-                               bw = strata__plan_layer_part(&w, model, t, li, rows, STRATA__PLAN_PART_WEIGHT);
+      struct strata__plan_work bi = strata__plan_layer_part(&w, model, t, li, rows, fold ? STRATA__PLAN_PART_INPUT_FOLD
+                                                                                    : STRATA__PLAN_PART_INPUT),
+                               bw = strata__plan_layer_part(&w, model, t, li, rows, fold ? STRATA__PLAN_PART_WEIGHT_FOLD
+                                                                                    : STRATA__PLAN_PART_WEIGHT);
       sc->f += f.s;
       sc->b += b.s;
       sc->bi += bi.s;
