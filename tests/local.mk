@@ -36,7 +36,8 @@ suites = tests/test-device \
 	tests/test-llama \
 	tests/test-pipeline \
 	tests/test-plan \
-	tests/test-memory
+	tests/test-memory \
+	tests/test-grads
 check_PROGRAMS += $(suites)
 TESTS += $(suites)
 # Every suite: Criterion, jansson, the fixtures in the tree (the hand-made topologies and the real hwloc dumps).
@@ -147,8 +148,12 @@ tests_test_plan_CFLAGS = $(suite_cflags)
 tests_test_plan_LDADD = $(suite_ldadd)
 # The memory model is internal: the suite compiles the model's stage code (and the error and log calls it makes)
 # itself and takes everything public from the library.
-tests_test_memory_SOURCES = tests/test-memory.c tests/common.h lib/model/stage.c lib/model/ranges.c lib/model/slab.c \
-	lib/model/seqpar.c lib/model/tensor.c lib/model/llama.c \
+tests_test_grads_SOURCES = tests/test-grads.c tests/common.h
+tests_test_grads_CPPFLAGS = $(suite_cppflags) -I$(top_srcdir)/lib
+tests_test_grads_CFLAGS = $(suite_cflags)
+tests_test_grads_LDADD = $(suite_ldadd)
+tests_test_memory_SOURCES = tests/test-memory.c tests/common.h lib/model/stage.c lib/model/layers.c lib/model/ranges.c \
+	lib/model/slab.c lib/model/seqpar.c lib/model/tensor.c lib/model/llama.c \
 	lib/model/window.c \
 	lib/core/status.c lib/core/log.c lib/core/time.c
 tests_test_memory_CPPFLAGS = $(suite_cppflags) -I$(top_srcdir)/lib

@@ -38,6 +38,8 @@ struct lctx {
 */
 #define PARAM(c, i) strata__stage_param((c)->st, (c)->t[i].off)
 #define GRAD(c, i) strata__stage_grad((c)->st, (c)->t[i].off)
+/* The beta of the weight-gradient GEMM that writes the layer's tensor i: 0 for the step's first write (stage.h). */
+#define GBETA(c, i) strata__stage_grad_beta((c)->st, (int)((c)->t - (c)->st->tensors) + (i))
 #define WT(c, i) weight((c)->st, (c)->t[i].off)
 /* Before a layer reads its tensors i .. i + k - 1: ZeRO-3's parameter window holds them (gathered). */
 #define FETCH(c, i, k) strata__stage_param_take((c)->st, (int)((c)->t - (c)->st->tensors) + (i), (k))
@@ -68,10 +70,10 @@ static int linear_fwd(strata_queue_t q, int64_t R, int64_t in, int64_t outf, str
   return strata_gemm(q, 0, 0, R, outf, in, 1, x, in, 0, W, outf, 0, 0, y, outf, 0, 1);
 }
 
-/* Weight part of a linear layer's backward: dW += x^T dy; db += colsum(dy) (db.buf NULL: no bias). */
+/* Weight part of a linear layer's backward: dW = x^T dy + beta dW (GBETA); db += colsum(dy) (db.buf NULL: none). */
 static int linear_bwd_w(strata_queue_t q, int64_t R, int64_t in, int64_t outf, strata_mem_t x, strata_mem_t dy,
-                        strata_mem_t dW, strata_mem_t db) {
-  TRY(strata_gemm(q, 1, 0, in, outf, R, 1, x, in, 0, dy, outf, 0, 1, dW, outf, 0, 1));
+                        strata_mem_t dW, strata_mem_t db, float beta) {
+  TRY(strata_gemm(q, 1, 0, in, outf, R, 1, x, in, 0, dy, outf, 0, beta, dW, outf, 0, 1));
   return db.buf ? strata_bias_grad(q, dy, db, R, outf, 1) : STRATA_OK;
 }
 
@@ -577,7 +579,7 @@ static int block_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
     strata_mem_t g = gelu_out(c);
     TRY(strata_gelu_fwd(q, SV(c, s.h, 0), g, R * d.F));
     TRY(TAKE(c, FCP_W, 2));
-    TRY(linear_bwd_w(q, R, d.F, D, g, dall, GRAD(c, FCP_W), GRAD(c, FCP_B)));
+    TRY(linear_bwd_w(q, R, d.F, D, g, dall, GRAD(c, FCP_W), GRAD(c, FCP_B), GBETA(c, FCP_W)));
   }
   if (DO_IN(c)) {
     TRY(FETCH(c, FCP_W, 2));
@@ -593,7 +595,7 @@ static int block_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
     TRY(TAKE(c, FC_W, 2));
     x = gathered(c, SV(c, s.ln2, 0), D, &rc);
     TRY(rc);
-    TRY(linear_bwd_w(q, R, D, d.F, x, dh, GRAD(c, FC_W), GRAD(c, FC_B)));
+    TRY(linear_bwd_w(q, R, D, d.F, x, dh, GRAD(c, FC_W), GRAD(c, FC_B), GBETA(c, FC_W)));
   }
   TRY(TAKE(c, LN2_W, 2));
   TRY(FETCH(c, LN2_W, 2));
@@ -617,11 +619,11 @@ static int block_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
   }
   if (DO_W(c)) {
     TRY(TAKE(c, PROJ_W, 2));
-    TRY(linear_bwd_w(q, R, A, D, attn_out(c, &s), dxall, GRAD(c, PROJ_W), GRAD(c, PROJ_B)));
+    TRY(linear_bwd_w(q, R, A, D, attn_out(c, &s), dxall, GRAD(c, PROJ_W), GRAD(c, PROJ_B), GBETA(c, PROJ_W)));
     TRY(TAKE(c, ATTN_W, 2));
     x = gathered(c, SV(c, s.ln1, 0), D, &rc);
     TRY(rc);
-    TRY(linear_bwd_w(q, R, D, 3 * A, x, dqkv, GRAD(c, ATTN_W), GRAD(c, ATTN_B)));
+    TRY(linear_bwd_w(q, R, D, 3 * A, x, dqkv, GRAD(c, ATTN_W), GRAD(c, ATTN_B), GBETA(c, ATTN_W)));
   }
   TRY(TAKE(c, LN1_W, 2));
   TRY(FETCH(c, LN1_W, 2));
@@ -666,7 +668,8 @@ static int lm_head_bwd(struct lctx *c, strata_mem_t targets, strata_mem_t din) {
     strata_mem_t x = gathered(c, SV(c, h.ln, 0), d.D, &rc);
     TRY(rc);
     TRY(head_weight(c, &W, &dW));
-    TRY(strata_gemm(c->q, 1, 0, d.V, d.D, d.R, 1, dlogits, d.V, 0, x, d.D, 0, 1, dW, d.D, 0, 1));
+    const float beta = c->st->model->cfg.tied ? 1.0f : GBETA(c, d.rms ? 1 : 2); /* (tied: the embedding's too) */
+    TRY(strata_gemm(c->q, 1, 0, d.V, d.D, d.R, 1, dlogits, d.V, 0, x, d.D, 0, beta, dW, d.D, 0, 1));
   }
   if (!din.buf && c->mode == BM_INPUT && !fold)
     return STRATA_OK;
@@ -694,7 +697,7 @@ static int fc_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
   int rc;
   strata_mem_t x = layer_x(c, strata__units((size_t)(c->d.R * L->out), c->d.act), c->d.R * L->in, 0, &rc);
   TRY(TAKE(c, 0, 2));
-  return linear_bwd_w(c->q, c->d.R, L->in, L->out, x, dz, GRAD(c, 0), GRAD(c, 1));
+  return linear_bwd_w(c->q, c->d.R, L->in, L->out, x, dz, GRAD(c, 0), GRAD(c, 1), 1);
 }
 
 static int conv_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
@@ -766,7 +769,7 @@ static int classifier_bwd(struct lctx *c, strata_mem_t targets, strata_mem_t din
   if (!L->gap)
     TRY(rc);
   TRY(TAKE(c, 0, 2));
-  return linear_bwd_w(c->q, c->d.R, L->in, L->out, x, dlogits, GRAD(c, 0), GRAD(c, 1));
+  return linear_bwd_w(c->q, c->d.R, L->in, L->out, x, dlogits, GRAD(c, 0), GRAD(c, 1), 1);
 }
 
 /* ---- the llama block ---- */
@@ -784,10 +787,10 @@ static int proj_dx(strata_queue_t q, int64_t R, int64_t k, int64_t n, strata_mem
                    float beta, strata_mem_t dx) {
   return strata_gemm(q, 0, 1, R, k, n, 1, dy, ldd, 0, W, n, 0, beta, dx, k, 0, 1);
 }
-/* dW[k, n] += x[R, k]^T dy[R, n] (row stride ldd): a projection's weight gradient. */
+/* dW[k, n] = x[R, k]^T dy[R, n] (row stride ldd) + beta dW: a projection's weight gradient (GBETA). */
 static int proj_dw(strata_queue_t q, int64_t R, int64_t k, int64_t n, strata_mem_t x, strata_mem_t dy, int64_t ldd,
-                   strata_mem_t dW) {
-  return strata_gemm(q, 1, 0, k, n, R, 1, x, k, 0, dy, ldd, 0, 1, dW, n, 0, 1);
+                   strata_mem_t dW, float beta) {
+  return strata_gemm(q, 1, 0, k, n, R, 1, x, k, 0, dy, ldd, 0, beta, dW, n, 0, 1);
 }
 
 /* y = x[R, k] W[k, D] for a row-split W (o_proj, down_proj): the slices' partial products joined (seqpar:
@@ -946,15 +949,15 @@ static int llama_block_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) 
   }
   if (early) {
     TRY(TAKE(c, LL_DOWN, 1));
-    TRY(proj_dw(q, R, F, D, SV(c, s.h, 0), dall, D, GRAD(c, LL_DOWN)));
+    TRY(proj_dw(q, R, F, D, SV(c, s.h, 0), dall, D, GRAD(c, LL_DOWN), GBETA(c, LL_DOWN)));
   }
   if (DO_W(c)) {
     x = gathered(c, SV(c, s.ln2, 0), D, &rc);
     TRY(rc);
     TRY(TAKE(c, LL_GATE, 1));
-    TRY(proj_dw(q, R, D, F, x, dgu, 2 * F, GRAD(c, LL_GATE)));
+    TRY(proj_dw(q, R, D, F, x, dgu, 2 * F, GRAD(c, LL_GATE), GBETA(c, LL_GATE)));
     TRY(TAKE(c, LL_UP, 1));
-    TRY(proj_dw(q, R, D, F, x, plus(dgu, (size_t)F), 2 * F, GRAD(c, LL_UP)));
+    TRY(proj_dw(q, R, D, F, x, plus(dgu, (size_t)F), 2 * F, GRAD(c, LL_UP), GBETA(c, LL_UP)));
   }
   TRY(TAKE(c, LL_POST_NORM, 1));
   TRY(FETCH(c, LL_POST_NORM, 1));
@@ -983,17 +986,17 @@ static int llama_block_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) 
   }
   if (DO_W(c)) {
     TRY(TAKE(c, LL_O, 1));
-    TRY(proj_dw(q, R, A, D, ll_att(c, &s), dxall, D, GRAD(c, LL_O)));
+    TRY(proj_dw(q, R, A, D, ll_att(c, &s), dxall, D, GRAD(c, LL_O), GBETA(c, LL_O)));
     TRY(TAKE(c, LL_Q, 1));
     x = gathered(c, SV(c, s.ln1, 0), D, &rc);
     TRY(rc);
-    TRY(proj_dw(q, R, D, A, x, dqkv, W, GRAD(c, LL_Q)));
+    TRY(proj_dw(q, R, D, A, x, dqkv, W, GRAD(c, LL_Q), GBETA(c, LL_Q)));
     TRY(TAKE(c, LL_K, 2));
     if (d.kvrep > 1)
       TRY(kv_grads_shared(c, x, plus(dqkv, (size_t)A), SCR(c, o_junk + (size_t)RD)));
     else
       for (int j = 0; j < 2; j++)
-        TRY(proj_dw(q, R, D, Akv, x, plus(dqkv, (size_t)(A + j * Akv)), W, GRAD(c, LL_K + j)));
+        TRY(proj_dw(q, R, D, Akv, x, plus(dqkv, (size_t)(A + j * Akv)), W, GRAD(c, LL_K + j), GBETA(c, LL_K + j)));
   }
   TRY(TAKE(c, LL_IN_NORM, 1));
   TRY(FETCH(c, LL_IN_NORM, 1));
@@ -1162,6 +1165,20 @@ static int stage_backward(struct strata__stage *st, int s, int mode) {
   if (mode == BM_WEIGHT)
     strata__stage_dsave_give(st, s);
   return STRATA_OK;
+}
+
+void strata__layers_grad_first(const struct strata__stage *st, unsigned char *first) {
+  const struct strata__dims d = strata__stage_dims(st);
+  for (int i = 0; i < strata__stage_layer_count(st); i++) {
+    unsigned char *f = first + st->layer_tensor[i];
+    const int kind = strata__stage_layer_at(st, i)->kind;
+    if (kind == STRATA__LAYER_BLOCK) /* linear_bwd_w's four matrices (bias_grad adds to their biases) */
+      f[ATTN_W] = f[PROJ_W] = f[FC_W] = f[FCP_W] = 1;
+    if (kind == STRATA__LAYER_LLAMA_BLOCK) /* proj_dw's; k and v shared over kvrep slices are added to */
+      f[LL_Q] = f[LL_O] = f[LL_GATE] = f[LL_UP] = f[LL_DOWN] = 1, f[LL_K] = f[LL_V] = d.kvrep <= 1;
+    if (kind == STRATA__LAYER_LM_HEAD && !st->model->cfg.tied) /* (tied: the embedding's, embedding_bwd's too) */
+      f[d.rms ? 1 : 2] = 1;
+  }
 }
 
 int strata__stage_backward(struct strata__stage *st, int s) { return stage_backward(st, s, BM_FULL); }

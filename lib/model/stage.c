@@ -914,6 +914,7 @@ void strata__stage_free(struct strata__stage *st) {
   strata_queue_free(st->q);
   free(st->tensors);
   free(st->layer_tensor);
+  free(st->gfirst);
   free(st->saved_off);
   free(st->dsave_off);
   free(st->out_off);
@@ -1047,11 +1048,62 @@ int strata__stage_layer_count(const struct strata__stage *st) { return stage_lay
 
 /* ---- gradients and the update ---- */
 
+enum { GF_FIRST = 1, GF_PENDING = 2 };
+
 int strata__stage_zero_grads(struct strata__stage *st) {
+  if (st->gfirst) /* nothing pending: all of it is zeroed */
+    for (int t = 0; t < st->ntensors; t++)
+      st->gfirst[t] &= (unsigned char)~GF_PENDING;
   if (st->zero2) /* the window is zeroed layer by layer as a backward reaches it */
     return strata_fill(st->q, AT(st->gshard, 0), 0, (int64_t)(st->chunk ? st->chunk : 1));
   size_t padded = st->chunk * (size_t)st->zero.size;
   return strata_fill(st->q, AT(st->grads, 0), 0, (int64_t)(padded ? padded : 1));
+}
+
+/* Zero gradient floats [lo, hi) (none when hi <= lo). */
+static int zero_range(struct strata__stage *st, size_t lo, size_t hi) {
+  return hi > lo ? strata_fill(st->q, AT(st->grads, lo), 0, (int64_t)(hi - lo)) : STRATA_OK;
+}
+
+int strata__stage_clear_grads(struct strata__stage *st) {
+  const size_t padded = st->chunk * (size_t)st->zero.size;
+  if (st->zero2 || st->sp.size > 1 || st->ntensors == 0 || padded < st->nparams)
+    return strata__stage_zero_grads(st);
+  if (!st->gfirst) {
+    st->gfirst = calloc((size_t)st->ntensors, 1);
+    if (!st->gfirst)
+      return strata__stage_zero_grads(st);
+    strata__layers_grad_first(st, st->gfirst);
+    for (int t = 0; t < st->ntensors; t++) /* (in the flat vector's order, or none of it: everything zeroed) */
+      if (st->gfirst[t] && (st->tensors[t].off + st->tensors[t].n > st->nparams ||
+                            (t > 0 && st->tensors[t].off < st->tensors[t - 1].off + st->tensors[t - 1].n)))
+        memset(st->gfirst, 0, (size_t)st->ntensors);
+  }
+  size_t at = 0; /* zeroed up to here */
+  for (int t = 0; t < st->ntensors; t++) {
+    if (!(st->gfirst[t] & GF_FIRST))
+      continue;
+    TRY(zero_range(st, at, st->tensors[t].off));
+    st->gfirst[t] |= GF_PENDING;
+    at = st->tensors[t].off + st->tensors[t].n;
+  }
+  return zero_range(st, at, padded); /* the rest, and ZeRO-1's padding */
+}
+
+float strata__stage_grad_beta(struct strata__stage *st, int t) {
+  if (!st->gfirst || t < 0 || t >= st->ntensors || !(st->gfirst[t] & GF_PENDING))
+    return 1.0f;
+  st->gfirst[t] &= (unsigned char)~GF_PENDING;
+  return 0.0f;
+}
+
+int strata__stage_grads_settle(struct strata__stage *st) {
+  for (int t = 0; st->gfirst && t < st->ntensors; t++)
+    if (st->gfirst[t] & GF_PENDING) {
+      st->gfirst[t] &= (unsigned char)~GF_PENDING;
+      TRY(zero_range(st, st->tensors[t].off, st->tensors[t].off + st->tensors[t].n));
+    }
+  return STRATA_OK;
 }
 
 int strata__stage_grad_begin(struct strata__stage *st) {
@@ -1115,6 +1167,7 @@ static void shard_part(const struct strata__stage *st, int t, size_t *lo, size_t
 /* Each tensor's sum of squares in its own op, or all in one (the same bits) where the device has it. */
 int strata__stage_grad_sumsq(struct strata__stage *st, double *sumsq) {
   const size_t padded = st->chunk * (size_t)st->zero.size;
+  TRY(strata__stage_grads_settle(st)); /* (none pending after a backward: each layer wrote its own) */
   float *v = malloc(((size_t)st->ntensors + 1) * sizeof *v);
   int64_t *spans = malloc(((size_t)st->ntensors + 1) * 2 * sizeof *spans);
   int rc = v && spans ? STRATA_OK : strata__error(STRATA_ERR_NOMEM, "out of host memory");
@@ -1148,6 +1201,7 @@ int strata__stage_update(struct strata__stage *st, float gscale, float lr, float
   ** every parameter: no optimizer shard) refreshes the bfloat16 copy — the same bits as the separate ops */
   const int fused = strata_fused_optimizer_supported(st->q);
   const int refresh = fused && st->params16 && st->zero.size == 1;
+  TRY(strata__stage_grads_settle(st));
   strata__stage_params_changed(st);
   if (gscale != 1.0f && !fused)
     TRY(strata_scale(st->q, shard_grad(st, base), gscale, (int64_t)(st->chunk ? st->chunk : 1)));

@@ -159,6 +159,9 @@ struct strata__stage {
   int (*grads_flush)(void *arg, size_t lo, size_t hi, strata_mem_t g);
   void *grads_flush_arg;
   int zero2;                 /* built for ZeRO-2 or 3 (the shell of one too: no buffers) */
+  /* Per tensor (NULL until a step's clear needs it): GF_FIRST, the layers' weight-gradient GEMM is its gradient's only
+  ** writer (strata__layers_grad_first); GF_PENDING, the step's clear left it unzeroed for that GEMM's first write. */
+  unsigned char *gfirst;
   /*
   ** ZeRO-3 (cut->zero_stage 3, with ZeRO-2's gradients): no whole parameter
   ** vector either. `pshard` holds this replica's shard of the float32
@@ -389,6 +392,21 @@ int strata__stage_vocab(const struct strata__stage *st, int64_t *first, int64_t 
 strata_mem_t strata__stage_logits(struct strata__stage *st, int s);
 
 int strata__stage_zero_grads(struct strata__stage *st);
+/*
+** The step's clear: strata__stage_zero_grads, except that the tensors a
+** layer's weight-gradient GEMM alone writes (strata__layers_grad_first)
+** are not zeroed but marked pending: the step's first such GEMM writes one
+** with beta 0 (strata__stage_grad_beta), as it would write 0 + x (the
+** same bits, but for a zero's sign). Where that bookkeeping would not
+** hold (ZeRO-2/3's windows, spatial slabs) it zeroes everything.
+** _grad_beta: the beta for the GEMM about to write stage tensor t's
+** gradient (0 once for a pending tensor, which is pending no more; else 1).
+** _grads_settle: zero the tensors still pending (before the gradients are
+** read: the sums of squares and the update call it themselves).
+*/
+int strata__stage_clear_grads(struct strata__stage *st);
+float strata__stage_grad_beta(struct strata__stage *st, int t);
+int strata__stage_grads_settle(struct strata__stage *st);
 /* The gradient of flat float `off` (a tensor's offset) as the layers write it: the whole vector, or under ZeRO-2
 ** the window (or tied buffer) that holds the layer's gradients now. */
 static inline strata_mem_t strata__stage_grad(const struct strata__stage *st, size_t off) {
@@ -467,6 +485,9 @@ struct strata__dims {
   int rms;                  /* a llama: RMSNorm (no mean kept) where a GPT has layernorms */
 };
 struct strata__dims strata__stage_dims(const struct strata__stage *st);
+/* Set first[t] to 1 for each stage tensor t whose gradient only a weight-gradient GEMM of its layer's backward writes,
+** asking strata__stage_grad_beta for its beta (layers.c); leaves the others as they are. */
+void strata__layers_grad_first(const struct strata__stage *st, unsigned char *first);
 
 /* Offsets (units) of a llama block's saved activations: x normed and its rstd, q|k|v rows (q and k rotated), the
 ** fused attention's log-sum-exps and output, x_mid, x_mid normed and its rstd, gate|up rows (strata_swiglu_fwd's

@@ -937,7 +937,7 @@ static int run_step(strata_trainer_t tr, uint64_t state, struct strata_step_stat
     if (!tr->st[s])
       continue; /* another rank's, or a slice another stands for */
     tr->st[s]->loss_scale = 1.0f / (float)(tr->rows * tr->mtot);
-    int rc = strata__stage_zero_grads(tr->st[s]);
+    int rc = strata__stage_clear_grads(tr->st[s]); /* (the weight-gradient GEMMs write theirs first: beta 0) */
     if (rc) /* before the step's actions: named as they are, by device and stage */
       return device_error(rc, tr->st[s]->dev, "clearing stage %d's gradients for step %lld", s,
                           (long long)tr->step + 1);
