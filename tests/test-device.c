@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* test-device.c — device enumeration, buffers, memory accounting and cap, queues, events, every copy path, bad input. */
 #include <stdio.h>
+#include <string.h>
 
 #include "common.h"
 
@@ -30,6 +31,40 @@ Test(device, enumerates_host_virtual_devices) {
   struct strata_device_props p;
   cr_assert_eq(strata_device_props(3, &p), STRATA_ERR_NOT_FOUND);
   cr_assert(strstr(strata_last_error(), "no device 3"), "message: %s", strata_last_error());
+}
+
+/* How the host backend's idle OpenMP threads wait (registry.c): unless the user chose, a short spin
+** (GOMP_SPINCOUNT 3000) before sleeping (PASSIVE); a wait policy or a spin count the user set is kept and
+** nothing is added to it. */
+static void wait_settings(const char *policy, const char *spin, const char *want_policy, const char *want_spin) {
+  unsetenv("OMP_WAIT_POLICY");
+  unsetenv("GOMP_SPINCOUNT");
+  if (policy)
+    setenv("OMP_WAIT_POLICY", policy, 1);
+  if (spin)
+    setenv("GOMP_SPINCOUNT", spin, 1);
+  setenv("STRATA_BACKENDS", "host", 1);
+  int n = -1;
+  OK(strata_device_count(&n));
+  cr_assert_eq(n, 1);
+  const char *p = getenv("OMP_WAIT_POLICY"), *c = getenv("GOMP_SPINCOUNT");
+  cr_assert(p && strcmp(p, want_policy) == 0, "OMP_WAIT_POLICY %s, want %s", p ? p : "unset", want_policy);
+  if (want_spin)
+    cr_assert(c && strcmp(c, want_spin) == 0, "GOMP_SPINCOUNT %s, want %s", c ? c : "unset", want_spin);
+  else
+    cr_assert_null(c, "GOMP_SPINCOUNT %s, want it unset", c);
+}
+
+Test(device, host_threads_spin_briefly_unless_the_user_chose) {
+  wait_settings(NULL, NULL, "PASSIVE", "3000");
+}
+
+Test(device, host_threads_keep_the_users_wait_policy) {
+  wait_settings("ACTIVE", NULL, "ACTIVE", NULL);
+}
+
+Test(device, host_threads_keep_the_users_spin_count) {
+  wait_settings(NULL, "0", "PASSIVE", "0");
 }
 
 Test(device, backend_info_explains_missing_backends) {

@@ -183,10 +183,19 @@ static void slot_open(struct strata__slot *slot) {
 static int slot_load(struct strata__slot *slot, int *ndev) {
   *ndev = 0;
   /* The host backend's OpenMP threads share the cores with OpenBLAS's:
-  ** spinning while they wait would steal them (a third less throughput on
-  ** two cores). libgomp and OpenBLAS read these once, when the module loads
-  ** them (not if the program loaded them before); a value the user set is kept. */
+  ** spinning long while they wait would steal them (a third less throughput
+  ** on two cores), so idle threads sleep (PASSIVE) -- after a short spin of
+  ** 3000 pauses (about 30 us here, the time a futex wake-up takes): a step
+  ** runs hundreds of parallel regions with gaps shorter than that, and a
+  ** helper woken from sleep for each cost a bf16 step about 9% on two cores;
+  ** a longer spin costs more where other processes want the cores (two
+  ** trainings on two cores: -5% at 3000, -14% at 10000). libgomp and OpenBLAS
+  ** read these once, when the module loads them (not if the program loaded
+  ** them before); a value the user set is kept, and a wait policy the user
+  ** chose gets libgomp's own spin for it. */
   if (strcmp(slot->name, "host") == 0) {
+    if (!getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT"))
+      setenv("GOMP_SPINCOUNT", "3000", 0);
     setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
     /* likewise OpenBLAS's workers, which otherwise spin (yielding) for
     ** about 2^28 cycles after every GEMM: half again more training
