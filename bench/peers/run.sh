@@ -98,9 +98,11 @@ cat >"$tmp/llama-512x8.json" <<'JSON'
  "layers": 8, "heads": 8, "n_kv_heads": 4, "d_ff": 1536, "rope_theta": 10000, "norm_eps": 1e-5, "tied": false}
 JSON
 
-# strata's host backend sleeps idle OpenMP threads (OMP_WAIT_POLICY=PASSIVE); PyTorch's spin by default, which on
-# a shared machine costs it up to 5x: both sides get PASSIVE unless PEERS_TORCH_WAIT_POLICY says otherwise
+# strata's host backend sleeps idle OpenMP threads after a short spin (OMP_WAIT_POLICY=PASSIVE, GOMP_SPINCOUNT=3000);
+# PyTorch's spin long by default, which on a shared machine costs it up to 5x: both sides get the same settings
+# unless PEERS_TORCH_WAIT_POLICY / PEERS_TORCH_SPINCOUNT say otherwise (PyTorch's wheels use libgomp)
 torch_wait=${PEERS_TORCH_WAIT_POLICY:-PASSIVE}
+torch_spin=${PEERS_TORCH_SPINCOUNT:-3000}
 tps() { sed -n 's/.*"tokens_per_s": *\([0-9.e+]*\).*/\1/p' | tail -n 1; }
 median() { tr ' ' '\n' | grep . | sort -g | awk '{v[NR] = $1} END {print NR ? (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) : 0}'; }
 load() { cut -d' ' -f1 /proc/loadavg; }
@@ -109,7 +111,7 @@ if [ $pp -eq 1 ]; then
   "$py" -c 'import numpy' 2>/dev/null || { echo "peers: no numpy in $venv (run with --install)" >&2; exit 2; }
   echo "peers: STRATA_HOST_DEVICES=2 strata-train --pp 2 --microbatches 8 (1f1b) vs PyTorch" \
     "$("$py" -c 'import torch; print(torch.__version__)' 2>/dev/null) pipelining (gloo, 2 processes, 1 thread each)," \
-    "$reps alternated runs each, medians, first step excluded; $(nproc) cores; PyTorch OMP_WAIT_POLICY=$torch_wait"
+    "$reps alternated runs each, medians, first step excluded; $(nproc) cores; PyTorch OMP_WAIT_POLICY=$torch_wait GOMP_SPINCOUNT=$torch_spin"
   printf '%-11s %6s %5s %12s %12s %7s  %s\n' model split mb strata pytorch ratio "runs (strata | pytorch), load before each pair"
   status=0
   for model in $(echo "$models" | tr ',' ' '); do
@@ -128,7 +130,7 @@ if [ $pp -eq 1 ]; then
       # the PyTorch stages get the layers strata's balanced split gave each device
       split=$(grep '"event":"start"' "$tmp/pp.json" | sed 's/.*"stages":\[//' | grep -o '"layers":[0-9]*' |
         cut -d: -f2 | paste -sd, -)
-      p=$(OMP_NUM_THREADS=1 OMP_WAIT_POLICY=$torch_wait "$py" "$here/gpt_pp.py" --model $model --batch $batch \
+      p=$(OMP_NUM_THREADS=1 OMP_WAIT_POLICY=$torch_wait GOMP_SPINCOUNT=$torch_spin "$py" "$here/gpt_pp.py" --model $model --batch $batch \
             --microbatches 8 --schedule 1f1b --steps $steps --threads 1 ${split:+--split "$split"} 2>/dev/null | tps)
       s_runs="$s_runs ${s:-0}" p_runs="$p_runs ${p:-0}"
       i=$((i + 1))
@@ -151,7 +153,7 @@ versions=$("$py" -c 'import torch; print(torch.__version__)' 2>/dev/null)
 [ $llama -eq 1 ] &&
   versions="$versions, transformers $("$py" -c 'import transformers; print(transformers.__version__)' 2>/dev/null)"
 echo "peers: strata ($TRAIN) vs PyTorch $versions," \
-  "$reps alternated runs each, medians, first step excluded; $(nproc) cores; PyTorch OMP_WAIT_POLICY=$torch_wait"
+  "$reps alternated runs each, medians, first step excluded; $(nproc) cores; PyTorch OMP_WAIT_POLICY=$torch_wait GOMP_SPINCOUNT=$torch_spin"
 printf '%-11s %7s %12s %12s %7s  %s\n' model threads strata pytorch ratio "runs (strata | pytorch), load before each pair"
 status=0
 for model in $(echo "$models" | tr ',' ' '); do
@@ -169,7 +171,7 @@ for model in $(echo "$models" | tr ',' ' '); do
       loads="$loads $(load)"
       s=$(STRATA_HOST_THREADS=$t "$TRAIN" --model "$spec" --device 0 --batch $batch --steps $steps --eval-every 0 \
             --eval-batches 1 --precision "$precision" --json 2>/dev/null | grep '"event":"summary"' | tps)
-      p=$(OMP_NUM_THREADS=$t OMP_WAIT_POLICY=$torch_wait "$py" "$here/$peer" --model $model --batch $batch --steps $steps --threads $t --amp "$amp" 2>/dev/null | tps)
+      p=$(OMP_NUM_THREADS=$t OMP_WAIT_POLICY=$torch_wait GOMP_SPINCOUNT=$torch_spin "$py" "$here/$peer" --model $model --batch $batch --steps $steps --threads $t --amp "$amp" 2>/dev/null | tps)
       s_runs="$s_runs ${s:-0}" p_runs="$p_runs ${p:-0}"
       i=$((i + 1))
     done
