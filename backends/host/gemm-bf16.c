@@ -430,39 +430,9 @@ static int gemm_dnnl(const struct strata__op *op, int inner) {
   return rc;
 }
 
-#define AT_MIN (1 << 19) /* m n of a product whose transposed A is worth copying plainly first (measured: 512 x 1536
-                          ** with k 1024 gains a fifth, 512 x 512 loses) */
-
-/*
-** A transposed A (a weight gradient's x^T dy) costs oneDNN's brgemm about
-** a third more time than a plain one (its own per-block copies): where C
-** is large, B and C dense and the CPU has AVX-512 BF16 (so BW), A is
-** transposed once into the thread's scratch and the plain product run.
-** STRATA_ERR_UNSUPPORTED when it does not apply (the caller runs the GEMM
-** as it is).
-*/
-static int gemm_plain_a(const struct strata__op *op) {
-  const __typeof__(op->u.gemm) *g = &op->u.gemm;
-  if (!g->trans_a || g->batch != 1 || g->m * g->n < AT_MIN || !strata__bf16_path(NULL) ||
-      !dense(g->k, g->n, g->ldb, g->stride_b, 1) || !dense(g->m, g->n, g->ldc, g->stride_c, 1))
-    return STRATA_ERR_UNSUPPORTED;
-  uint16_t *s = (uint16_t *)strata__host_scratch((size_t)(g->m * g->k + 1) / 2);
-  if (!s)
-    return STRATA_ERR_UNSUPPORTED;
-  strata__host_transpose16((const uint16_t *)ELEM(g->a, 0), g->lda, g->k, g->m, s, g->k);
-  struct strata__op d = *op;
-  d.u.gemm.trans_a = 0;
-  d.u.gemm.a = (struct strata__mem){s, 0, STRATA_BFLOAT16};
-  d.u.gemm.lda = g->k, d.u.gemm.stride_a = 0;
-  return gemm_dnnl(&d, 1);
-}
-
 static int gemm_bf16_ab(const struct strata__op *op) {
   pthread_once(&path_once, path_choose);
-  if (!engine_ok)
-    return gemm_f32_route(op);
-  int rc = gemm_plain_a(op);
-  return rc == STRATA_ERR_UNSUPPORTED ? gemm_dnnl(op, 0) : rc;
+  return engine_ok ? gemm_dnnl(op, 0) : gemm_f32_route(op);
 }
 
 /*

@@ -401,32 +401,6 @@ static void tr16(const float *x, int64_t ldx, float *y, int64_t ldy) {
   }
 }
 
-/*
-** y[j][i] = x[i][j] for i < rows, j < cols: 16-bit elements, row strides ldx
-** and ldy. 32 x 32 blocks as 16 pairs of rows zipped (zip32: 32-bit words
-** of a row pair's two elements of a column) and those words transposed by
-** tr16, so each word lands as two neighbours of an output row; the edges
-** (and an odd ldy) element by element. Blocks of rows over the op's threads.
-** Only on a CPU with AVX-512 BW (the caller checks: gemm-bf16.c).
-*/
-void strata__host_transpose16(const uint16_t *x, int64_t ldx, int64_t rows, int64_t cols, uint16_t *y, int64_t ldy) {
-  const int64_t R = rows / 32 * 32, C = ldy % 2 ? 0 : cols / 32 * 32;
-  _Pragma("omp parallel for schedule(static) num_threads(strata__host_threads) if (R * C >= PAR_MIN * 4)")
-  for (int64_t r0 = 0; r0 < R; r0 += 32) {
-    uint32_t w[16 * 32] __attribute__((aligned(64))); /* 16 row pairs x 32 columns of words */
-    for (int64_t c0 = 0; c0 < C; c0 += 32) {
-      for (int rp = 0; rp < 16; rp++)
-        zip32(_mm512_loadu_si512((const void *)(x + (r0 + 2 * rp) * ldx + c0)),
-              _mm512_loadu_si512((const void *)(x + (r0 + 2 * rp + 1) * ldx + c0)), (uint16_t *)(void *)(w + 32 * rp));
-      tr16((const float *)(const void *)w, 32, (float *)(void *)(y + c0 * ldy + r0), ldy / 2);
-      tr16((const float *)(const void *)(w + 16), 32, (float *)(void *)(y + (c0 + 16) * ldy + r0), ldy / 2);
-    }
-  }
-  for (int64_t r = 0; r < rows; r++)
-    for (int64_t c = r < R ? C : 0; c < cols; c++)
-      y[c * ldy + r] = x[r * ldx + c];
-}
-
 /* t[d][rp] = pair (x[2 rp][d], x[2 rp + 1][d]) for rp < QB / 2, d < dp, from pack_r's panels of a QB-row block: the
 ** block transposed, pairs over its rows (rows of ldt bfloat16, QB of them the block's: the A of dK^T += Q^T dS,
 ** dV^T += dO^T P). */
@@ -649,12 +623,6 @@ int strata__host_attention_bf16(const struct strata__op *o) {
 int strata__host_attention_bf16(const struct strata__op *o) {
   (void)o;
   return STRATA_ERR_UNSUPPORTED;
-}
-
-void strata__host_transpose16(const uint16_t *x, int64_t ldx, int64_t rows, int64_t cols, uint16_t *y, int64_t ldy) {
-  for (int64_t r = 0; r < rows; r++)
-    for (int64_t c = 0; c < cols; c++)
-      y[c * ldy + r] = x[r * ldx + c];
 }
 
 #endif

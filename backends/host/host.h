@@ -13,9 +13,6 @@ int strata__host_op_run_f32(const struct strata__op *op);
 int strata__host_op_run_bf16(const struct strata__op *op);
 /* A GEMM record with a bfloat16 operand (gemm-bf16.c). */
 int strata__host_gemm_bf16(const struct strata__op *op);
-/* y[j][i] = x[i][j] (i < rows, j < cols) of 16-bit elements, row strides ldx and ldy (host-attn-bf16.c): AVX-512
-** blocks where the build has them, so only on a CPU with AVX-512 BW. */
-void strata__host_transpose16(const uint16_t *x, int64_t ldx, int64_t rows, int64_t cols, uint16_t *y, int64_t ldy);
 /* A LINEAR record as one oneDNN matmul with the bias and residual in its epilogue (gemm-bf16.c): x, w and y
 ** bfloat16 on a build with oneDNN; STRATA_ERR_UNSUPPORTED otherwise (the caller runs GEMM, BIAS_ADD, ADD). */
 int strata__host_linear_fused(const struct strata__op *op);
