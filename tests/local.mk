@@ -154,7 +154,7 @@ tests_test_grads_CFLAGS = $(suite_cflags)
 tests_test_grads_LDADD = $(suite_ldadd)
 tests_test_memory_SOURCES = tests/test-memory.c tests/common.h lib/model/stage.c lib/model/layers.c lib/model/ranges.c \
 	lib/model/slab.c lib/model/seqpar.c lib/model/tensor.c lib/model/llama.c \
-	lib/model/window.c \
+	lib/model/window.c lib/model/grads.c \
 	lib/core/status.c lib/core/log.c lib/core/time.c
 tests_test_memory_CPPFLAGS = $(suite_cppflags) -I$(top_srcdir)/lib
 tests_test_memory_CFLAGS = $(suite_cflags)

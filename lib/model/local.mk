@@ -3,6 +3,7 @@
 libstrata_la_SOURCES += \
 	%reldir%/layers.c \
 	%reldir%/decode.c \
+	%reldir%/grads.c \
 	%reldir%/llama.c \
 	%reldir%/loss.c \
 	%reldir%/model.c \
