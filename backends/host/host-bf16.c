@@ -718,6 +718,34 @@ static int bias_grad_native(const struct strata__op *o) {
   return STRATA_OK;
 }
 
+#ifdef HAVE_NATIVE_BF16
+/*
+** Whether the float32 op's kernel (strata__host_ln_param_grads, as this build
+** compiled the clone this CPU runs) contracts dg += d ((x - mean) rstd) into
+** one fused multiply-add, as ln_param_grads_bf16 does: an optimised build's
+** AVX-512 clone does, an -O1 build's (CI's sanitizer build) does not. Asked
+** once, of the kernel itself, on values where the two differ: d = xh = 1 + 2^-12,
+** dg = -(1 + 2^-11) gives 2^-24 fused, 0 rounded twice. Where it does not,
+** the bfloat16 path widens and calls that kernel, so the bits stay the op's.
+*/
+static int f32_kernel_fuses(void) {
+  static int known = -1;
+  int k = __atomic_load_n(&known, __ATOMIC_ACQUIRE);
+  if (k >= 0)
+    return k;
+  float x[16], dy[16], dg[16], db[16], mu = 0.0f, rs = 1.0f;
+  for (int c = 0; c < 16; c++) {
+    x[c] = dy[c] = 1.0f + 0x1p-12f;
+    dg[c] = -(1.0f + 0x1p-11f);
+    db[c] = 0.0f;
+  }
+  strata__host_ln_param_grads(x, dy, 16, &mu, &rs, dg, db, 1, 16, 1);
+  k = dg[0] != 0.0f;
+  __atomic_store_n(&known, k, __ATOMIC_RELEASE);
+  return k;
+}
+#endif
+
 /*
 ** Layernorm's backward with float32 dgamma and dbeta, the other operands
 ** float32 or bfloat16, read in place: the parameter gradients by pieces of
@@ -733,7 +761,7 @@ static int layernorm_bwd_native(const struct strata__op *o) {
   int64_t pieces = (cols + COLS_SPAN - 1) / COLS_SPAN;
   int acc = o->u.ln.accumulate, direct = 0;
 #ifdef HAVE_NATIVE_BF16
-  direct = IS_BF16(x) && IS_BF16(dy) && strata__bf16_path(NULL);
+  direct = IS_BF16(x) && IS_BF16(dy) && strata__bf16_path(NULL) && f32_kernel_fuses();
 #endif
   _Pragma("omp parallel for schedule(static) num_threads(strata__host_threads) if (par_n >= PAR_MIN)")
   for (int64_t i = 0; i < pieces; i++) {
