@@ -116,6 +116,14 @@ static int matrix_extent(const char *op, const char *arg, int64_t rows, int64_t 
   return STRATA_OK;
 }
 
+/* A product's two operands (named an and bn in the message) are of one type. */
+static int share_type(const char *name, const char *an, strata_mem_t a, const char *bn, strata_mem_t b) {
+  if (a.dtype == b.dtype)
+    return STRATA_OK;
+  return strata__error(STRATA_ERR_INVALID, "%s: operands '%s' (%s) and '%s' (%s) must share a type", name, an,
+                       strata_dtype_name(a.dtype), bn, strata_dtype_name(b.dtype));
+}
+
 STRATA_API int strata_gemm(strata_queue_t q, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                            strata_mem_t a, int64_t lda, int64_t stride_a, strata_mem_t b, int64_t ldb,
                            int64_t stride_b, float beta, strata_mem_t c, int64_t ldc, int64_t stride_c,
@@ -141,9 +149,7 @@ STRATA_API int strata_gemm(strata_queue_t q, int trans_a, int trans_b, int64_t m
   TRY(operand(q, &op, name, "A", a, ea, FLOATS, &op.u.gemm.a));
   TRY(operand(q, &op, name, "B", b, eb, FLOATS, &op.u.gemm.b));
   TRY(operand(q, &op, name, "C", c, ec, FLOATS, &op.u.gemm.c));
-  if (a.dtype != b.dtype)
-    return strata__error(STRATA_ERR_INVALID, "gemm: operands 'A' (%s) and 'B' (%s) must share a type",
-                         strata_dtype_name(a.dtype), strata_dtype_name(b.dtype));
+  TRY(share_type(name, "A", a, "B", b));
   op.u.gemm.trans_a = trans_a;
   op.u.gemm.trans_b = trans_b;
   op.u.gemm.m = m;
@@ -208,9 +214,7 @@ STRATA_API int strata_linear(strata_queue_t q, int64_t rows, int64_t in, int64_t
   if (res.buf)
     TRY(operand(q, &op, name, "res", res, ny, FLOATS, &op.u.linear.res));
   TRY(operand(q, &op, name, "y", y, ny, FLOATS, &op.u.linear.y));
-  if (x.dtype != w.dtype)
-    return strata__error(STRATA_ERR_INVALID, "linear: operands 'x' (%s) and 'w' (%s) must share a type",
-                         strata_dtype_name(x.dtype), strata_dtype_name(w.dtype));
+  TRY(share_type(name, "x", x, "w", w));
   op.u.linear.rows = rows;
   op.u.linear.in = in;
   op.u.linear.out = out;
