@@ -13,10 +13,14 @@
 #include <strata/comm.h>
 
 #include "bf16.h"
+#include "device/cpu.h"
 #include "host.h"
 #include "vecmath.h"
 
-#if defined(__SSE__)
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_CHAINS_AVX512 1
+#elif defined(__SSE__)
 #include <xmmintrin.h>
 #endif
 
@@ -743,7 +747,7 @@ static void sumsq(const struct strata__op *o) {
       s[j] = a_[j];                                                                                                \
   } while (0)
 
-static void sum_squares_chains(const float *const *x, const int64_t *n, double *out) {
+static void sum_squares_chains_plain(const float *const *x, const int64_t *n, double *out) {
   double s[CHAINS] = {0};
   const float *p[CHAINS];
   int at[CHAINS], k = 0;
@@ -780,6 +784,100 @@ static void sum_squares_chains(const float *const *x, const int64_t *n, double *
   for (int j = 0; j < CHAINS; j++)
     if (n[j] <= 0)
       out[j] = 0;
+}
+
+#ifdef HAVE_CHAINS_AVX512
+#define AVX512F __attribute__((target("avx512f")))
+
+/* r[k] lane j = r[j] lane k: eight rows of eight floats transposed. */
+AVX512F static inline void transpose8(__m256 r[8]) {
+  __m256 t[8], u[8];
+  _Pragma("GCC unroll 8") for (int j = 0; j < 8; j += 2) {
+    t[j] = _mm256_unpacklo_ps(r[j], r[j + 1]);
+    t[j + 1] = _mm256_unpackhi_ps(r[j], r[j + 1]);
+  }
+  _Pragma("GCC unroll 8") for (int j = 0; j < 8; j += 4) {
+    u[j] = _mm256_shuffle_ps(t[j], t[j + 2], 0x44);
+    u[j + 1] = _mm256_shuffle_ps(t[j], t[j + 2], 0xee);
+    u[j + 2] = _mm256_shuffle_ps(t[j + 1], t[j + 3], 0x44);
+    u[j + 3] = _mm256_shuffle_ps(t[j + 1], t[j + 3], 0xee);
+  }
+  _Pragma("GCC unroll 8") for (int k = 0; k < 4; k++) {
+    r[k] = _mm256_permute2f128_ps(u[k], u[k + 4], 0x20);
+    r[k + 4] = _mm256_permute2f128_ps(u[k], u[k + 4], 0x31);
+  }
+}
+
+/*
+** sum_squares_chains_plain's sums with the eight chains side by side in
+** the lanes of one vector of doubles: eight elements of each span loaded,
+** transposed, widened (exactly) and added as x*x + s by fused multiply-adds
+** in element order. A float's square is exact in double, so the fused
+** multiply-add rounds once where the plain chain's product and sum round
+** once too (the product exactly): the same bits. A chain whose span ended
+** reads zeros (adding 0 to a sum of squares leaves it); a segment's last
+** few elements go one at a time. Eight streams at once are more than the
+** CPU's prefetcher runs ahead of: each is prefetched AHEAD elements on
+** (with the gradients in memory, 8 ms for 24 M floats on one core, not 12).
+*/
+#define AHEAD 512
+AVX512F static void sum_squares_chains_avx512(const float *const *x, const int64_t *n, double *out) {
+  static const float zeros[8];
+  __m512d s = _mm512_setzero_pd();
+  unsigned live = 0;
+  for (int j = 0; j < CHAINS; j++)
+    live |= n[j] > 0 ? 1u << j : 0;
+  int64_t i = 0;
+  while (live) {
+    int64_t m = INT64_MAX;
+    for (int j = 0; j < CHAINS; j++)
+      m = (live >> j & 1) && n[j] < m ? n[j] : m;
+    const float *q[8]; /* a live chain's elements at q[j] + i, an ended one's zeros at q[j] + 0 */
+    int64_t at[8];
+    for (int j = 0; j < 8; j++)
+      q[j] = (live >> j & 1) ? x[j] : zeros, at[j] = (live >> j & 1) ? -1 : 0;
+    for (; i + 8 <= m; i += 8) {
+      __m256 r[8];
+      _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++) {
+        r[j] = _mm256_loadu_ps(q[j] + (i & at[j]));
+        _mm_prefetch((const char *)((uintptr_t)q[j] + (uintptr_t)((i + AHEAD) & at[j]) * 4), _MM_HINT_T0);
+      }
+      transpose8(r);
+      _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
+        __m512d d = _mm512_cvtps_pd(r[k]);
+        s = _mm512_fmadd_pd(d, d, s);
+      }
+    }
+    double a[8];
+    _mm512_storeu_pd(a, s);
+    for (; i < m; i++)
+      for (int j = 0; j < CHAINS; j++)
+        if (live >> j & 1)
+          a[j] += (double)x[j][i] * x[j][i];
+    s = _mm512_loadu_pd(a);
+    for (int j = 0; j < CHAINS; j++)
+      if ((live >> j & 1) && n[j] == m)
+        out[j] = a[j], live &= ~(1u << j);
+  }
+  for (int j = 0; j < CHAINS; j++)
+    if (n[j] <= 0)
+      out[j] = 0;
+}
+#endif
+
+/* The chains side by side in a vector where the CPU has AVX-512 (STRATA_HOST_CPU_HIDE=avx512f: not), else in turn. */
+static void sum_squares_chains(const float *const *x, const int64_t *n, double *out) {
+#ifdef HAVE_CHAINS_AVX512
+  static int avx512 = -1;
+  int v = __atomic_load_n(&avx512, __ATOMIC_RELAXED);
+  if (v < 0)
+    __atomic_store_n(&avx512, v = (strata__cpu_features() & STRATA__CPU_AVX512F) != 0, __ATOMIC_RELAXED);
+  if (v) {
+    sum_squares_chains_avx512(x, n, out);
+    return;
+  }
+#endif
+  sum_squares_chains_plain(x, n, out);
 }
 
 struct span_len {
