@@ -884,47 +884,80 @@ struct span_len {
   int64_t n, t;
 };
 
+/* Longest first (ties: the earlier span first). */
 static int by_length(const void *pa, const void *pb) {
   const struct span_len *a = pa, *b = pb;
-  return a->n != b->n ? (a->n > b->n) - (a->n < b->n) : (a->t > b->t) - (a->t < b->t);
+  return a->n != b->n ? (a->n < b->n) - (a->n > b->n) : (a->t > b->t) - (a->t < b->t);
+}
+
+/* The sums of the k <= CHAINS spans sp[0, k) of x as one group of chains, into out[sp[j].t]. */
+static void sumsq_group(const float *x, const int64_t *bd, const struct span_len *sp, int64_t k, float *out) {
+  const float *xs[CHAINS];
+  int64_t ns[CHAINS];
+  double sums[CHAINS];
+  for (int j = 0; j < CHAINS; j++)
+    xs[j] = j < k ? x + bd[2 * sp[j].t] : x, ns[j] = j < k ? bd[2 * sp[j].t + 1] : 0;
+  sum_squares_chains(xs, ns, sums);
+  for (int j = 0; j < k; j++)
+    out[sp[j].t] = 0.0f + (float)sums[j];
 }
 
 /*
 ** SUMSQ_SPANS: each span's sum as SUMSQ's, in groups of CHAINS spans of
-** about the same length (sorted by length) whose chains run together, the
-** groups shared out between the threads.
+** about the same length whose chains run together. The spans are dealt
+** out to the threads longest first, each to the one with the fewest
+** elements so far, and each thread groups its own in that order: a model's
+** few largest tensors (eight of them a group) no longer leave one thread
+** a whole group behind the other. Which thread sums a span does not change
+** its bits.
 */
 static void sumsq_spans(const struct strata__op *o) {
   const float *x = F(o->u.spans.x);
   const int64_t *bd = o->u.spans.bounds;
   float *out = F(o->u.spans.out);
   int64_t count = o->u.spans.count, par_n = 0;
-  struct span_len *order = malloc((size_t)count * sizeof *order);
-  if (order) {
-    for (int64_t t = 0; t < count; t++)
-      order[t] = (struct span_len){bd[2 * t + 1], t};
-    qsort(order, (size_t)count, sizeof *order, by_length);
-  }
   for (int64_t t = 0; t < count; t++)
     par_n += bd[2 * t + 1];
-  int64_t groups = (count + CHAINS - 1) / CHAINS;
-  _Pragma("omp parallel for schedule(dynamic) num_threads(strata__host_threads) if (par_n >= PAR_MIN)")
-  for (int64_t gi = 0; gi < groups; gi++) {
-    const float *xs[CHAINS];
-    int64_t ns[CHAINS], ts[CHAINS];
-    double sums[CHAINS];
-    for (int j = 0; j < CHAINS; j++)
-      xs[j] = x, ns[j] = 0, ts[j] = -1;
-    for (int j = 0; j < CHAINS && gi * CHAINS + j < count; j++) {
-      int64_t t = order ? order[gi * CHAINS + j].t : gi * CHAINS + j;
-      xs[j] = x + bd[2 * t], ns[j] = bd[2 * t + 1], ts[j] = t;
+  const int nt = par_n >= PAR_MIN && strata__host_threads > 1 ? strata__host_threads : 1;
+  struct span_len *sp = malloc((size_t)count * 2 * sizeof *sp + (size_t)(2 * nt + 1) * sizeof(int64_t));
+  if (!sp) { /* in the spans' order, on this thread */
+    for (int64_t g = 0; g < count; g += CHAINS) {
+      struct span_len one[CHAINS];
+      for (int64_t j = 0; j < CHAINS && g + j < count; j++)
+        one[j] = (struct span_len){0, g + j};
+      sumsq_group(x, bd, one, count - g < CHAINS ? count - g : CHAINS, out);
     }
-    sum_squares_chains(xs, ns, sums);
-    for (int j = 0; j < CHAINS; j++)
-      if (ts[j] >= 0)
-        out[ts[j]] = 0.0f + (float)sums[j];
+    return;
   }
-  free(order);
+  struct span_len *mine = sp + count; /* thread k's spans: mine[start[k], start[k + 1]) */
+  int64_t *load = (int64_t *)(mine + count), *start = load + nt;
+  for (int64_t t = 0; t < count; t++)
+    sp[t] = (struct span_len){bd[2 * t + 1], t};
+  qsort(sp, (size_t)count, sizeof *sp, by_length);
+  for (int k = 0; k < nt; k++)
+    load[k] = 0, start[k] = 0;
+  for (int64_t i = 0; i < count; i++) { /* the least loaded thread takes it; its number kept in n for now */
+    int k = 0;
+    for (int j = 1; j < nt; j++)
+      k = load[j] < load[k] ? j : k;
+    load[k] += sp[i].n;
+    sp[i].n = k;
+    start[k]++;
+  }
+  int64_t at = 0;
+  for (int k = 0; k <= nt; k++) { /* counts to offsets */
+    int64_t c = k < nt ? start[k] : 0;
+    start[k] = at, at += c;
+  }
+  for (int k = 0; k < nt; k++)
+    load[k] = start[k];
+  for (int64_t i = 0; i < count; i++)
+    mine[load[sp[i].n]++] = sp[i];
+  _Pragma("omp parallel for schedule(static, 1) num_threads(nt) if (nt > 1)")
+  for (int k = 0; k < nt; k++)
+    for (int64_t g = start[k]; g < start[k + 1]; g += CHAINS)
+      sumsq_group(x, bd, mine + g, start[k + 1] - g < CHAINS ? start[k + 1] - g : CHAINS, out);
+  free(sp);
 }
 
 static void im2col(const struct strata__op *o) {
