@@ -324,6 +324,11 @@ static HOST_SIMD void layernorm_row(const float *xr, const float *g, const float
     yr[c] = (xr[c] - mu) * rs * g[c] + b[c];
 }
 
+void strata__host_layernorm_row(const float *xr, const float *g, const float *b, float *yr, int64_t cols, float eps,
+                                float *mean, float *rstd) {
+  layernorm_row(xr, g, b, yr, cols, eps, mean, rstd);
+}
+
 static void layernorm_fwd(const struct strata__op *o) {
   const float *x = F(o->u.ln.x), *g = F(o->u.ln.gamma), *b = F(o->u.ln.beta);
   float *y = F(o->u.ln.y), *mean = F(o->u.ln.mean), *rstd = F(o->u.ln.rstd);
