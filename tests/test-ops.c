@@ -1517,7 +1517,7 @@ Test(ops, adamw_fused_is_scale_adamw_convert_bit_for_bit) {
 ** scales and copies refused with nothing written; devices without the ops
 ** say so.
 */
-Test(ops, sumsq_spans_is_each_sumsq_bit_for_bit_and_bad_input_refused) {
+static void sumsq_spans_case(void) {
   int dev = ref_device();
   strata_queue_t q;
   OK(strata_queue_new(dev, &q));
@@ -1596,6 +1596,14 @@ Test(ops, sumsq_spans_is_each_sumsq_bit_for_bit_and_bad_input_refused) {
     strata_queue_free(oq);
   }
   free(x0);
+}
+
+Test(ops, sumsq_spans_is_each_sumsq_bit_for_bit_and_bad_input_refused) { sumsq_spans_case(); }
+
+/* The same where the host's chains run one after another (AVX-512 hidden) instead of side by side in a vector. */
+Test(ops, sumsq_spans_is_each_sumsq_bit_for_bit_without_avx512) {
+  setenv("STRATA_HOST_CPU_HIDE", "avx512f", 1);
+  sumsq_spans_case();
 }
 
 /* ---- conv2d and pooling ---- */

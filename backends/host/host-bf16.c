@@ -746,6 +746,60 @@ static int f32_kernel_fuses(void) {
 }
 #endif
 
+/* One float32 or bfloat16 element set to f (rounded once where bfloat16, as the staged op's conversion rounds). */
+static inline void put(struct strata__mem m, int64_t i, float f) {
+  if (IS_BF16(m))
+    strata__bf16_from_f32(&f, BF(m) + i, 1);
+  else
+    F(m)[i] = f;
+}
+
+/*
+** Layernorm's forward with any operands float32 or bfloat16, read and
+** written in place a row at a time: the row widened into the thread's
+** scratch, the float32 op's kernel run on it, y (and mean, rstd) rounded
+** once — the staged op's bits, with each row in the L1 cache rather than
+** blocks of rows through the L2 one, and no staging copies. y may be x.
+*/
+static int layernorm_fwd_native(const struct strata__op *o) {
+  const struct strata__mem x = o->u.ln.x, gm = o->u.ln.gamma, bt = o->u.ln.beta, y = o->u.ln.y;
+  int64_t cols = o->u.ln.cols, rows = o->u.ln.rows, par_n = rows * cols;
+  /* the master's scratch: gamma and beta as float32, then its two rows; another thread's: its own two rows */
+  float *s = strata__host_scratch((size_t)(4 * cols));
+  if (!s)
+    return STRATA_ERR_NOMEM;
+  const float *g = IS_BF16(gm) ? s : F(gm), *b = IS_BF16(bt) ? s + cols : F(bt);
+  if (IS_BF16(gm))
+    strata__bf16_to_f32(BF(gm), s, cols);
+  if (IS_BF16(bt))
+    strata__bf16_to_f32(BF(bt), s + cols, cols);
+  int rc = STRATA_OK;
+  _Pragma("omp parallel num_threads(strata__host_threads) if (par_n >= PAR_MIN)") {
+#ifdef _OPENMP
+    float *w = omp_get_thread_num() == 0 ? s + 2 * cols : strata__host_scratch((size_t)(2 * cols));
+#else
+    float *w = s + 2 * cols;
+#endif
+    if (!w) {
+      _Pragma("omp critical(strata_host_ln)")
+      rc = STRATA_ERR_NOMEM;
+    }
+    _Pragma("omp for schedule(static)")
+    for (int64_t r = 0; r < rows; r++) {
+      if (!w)
+        continue;
+      float mu, rs, *xr = w, *yr = IS_BF16(y) ? w + cols : F(y) + r * cols;
+      widen_piece(x, cols, r, 1, 0, cols, xr);
+      strata__host_layernorm_row(xr, g, b, yr, cols, o->u.ln.eps, &mu, &rs);
+      if (IS_BF16(y))
+        strata__bf16_from_f32(yr, BF(y) + r * cols, cols);
+      put(o->u.ln.mean, r, mu);
+      put(o->u.ln.rstd, r, rs);
+    }
+  }
+  return rc;
+}
+
 /*
 ** Layernorm's backward with float32 dgamma and dbeta, the other operands
 ** float32 or bfloat16, read in place: the parameter gradients by pieces of
@@ -1022,6 +1076,8 @@ int strata__host_op_run_bf16(const struct strata__op *op) {
     return strata__host_op_run_f32(op);
   case STRATA__OP_BIAS_GRAD:
     return IS_BF16(op->u.bias.y) && !IS_BF16(op->u.bias.bias) ? bias_grad_native(op) : staged(op);
+  case STRATA__OP_LAYERNORM_FWD:
+    return layernorm_fwd_native(op);
   case STRATA__OP_LAYERNORM_BWD:
     return !IS_BF16(op->u.ln.dgamma) && !IS_BF16(op->u.ln.dbeta) ? layernorm_bwd_native(op) : staged(op);
   case STRATA__OP_ATTENTION_FWD: /* bfloat16 blocks on AVX-512 BF16 dot products where the CPU has them */

@@ -34,6 +34,8 @@ extern int strata__host_gemm_split;
 void strata__host_col_sums(const float *dy, int64_t ld, float *db, int64_t rows, int64_t n, int accumulate);
 void strata__host_ln_param_grads(const float *x, const float *dy, int64_t ld, const float *mean, const float *rstd,
                                  float *dg, float *db, int64_t rows, int64_t n, int accumulate);
+void strata__host_layernorm_row(const float *xr, const float *g, const float *b, float *yr, int64_t cols, float eps,
+                                float *mean, float *rstd);
 void strata__host_ln_dx_row(const float *xr, const float *dyr, const float *g, float *dxr, int64_t cols, float mu,
                             float rs);
 
