@@ -662,6 +662,12 @@ static void gemm_shapes(int dev) {
   struct gemm_p big = {0, 0, 256, 192, 320, 320, 192, 192, 0, 0, 0, 1, 1.0f, 1.0f};
   gemm_check_on(dev, &big, 'f');
   gemm_check_on(dev, &big, 'b');
+  /* a weight gradient's x^T dy, wide (n >= 1024): on oneDNN its A is laid plainly by a reorder first */
+  for (int beta = 0; beta < 2; beta++) {
+    struct gemm_p wg = {1, 0, 40, 1030, 70, 40, 1030, 1030, 0, 0, 0, 1, 1.0f, (float)beta};
+    gemm_check_on(dev, &wg, 'f');
+    gemm_check_on(dev, &wg, 'b');
+  }
 }
 
 Test(bf16, gemm_every_transpose_batch_and_type) {
@@ -670,6 +676,7 @@ Test(bf16, gemm_every_transpose_batch_and_type) {
   if (strstr(log_text, "GEMM: oneDNN")) {
     cr_assert(strstr(log_text, "bf16 GEMM: oneDNN"), "%s", log_text);
     cr_assert(!strstr(log_text, "no oneDNN matmul"), "%s", log_text);
+    cr_assert(strstr(log_text, "transposed 70x40 A: laid plainly by a oneDNN reorder"), "%s", log_text);
   }
 }
 
