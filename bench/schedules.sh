@@ -101,6 +101,7 @@ for s in $SCHEDULES; do
 done
 echo "schedules: tokens/s and bubble are medians of $RUNS runs (the summary's, first step left out); ideal: the" \
   "lists' bubble for unit costs (F = BI = W); sim: strata-plan --simulate from the calibration before the runs;" \
-  "activations: each device's slots of the micro-batches its list keeps in flight and its dsave regions (MB = 1e6" \
-  "bytes), and the most of any device against 1F1B's most"
+  "activations: each device's slots of the micro-batches its list keeps in flight (a stage's output not among them:" \
+  "it waits in an output buffer until sent) and its dsave regions (MB = 1e6 bytes), and the most of any device" \
+  "against 1F1B's most (the memory that must fit)"
 echo "schedules: load at end $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)"

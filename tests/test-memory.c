@@ -45,7 +45,7 @@ static int models(strata_model_t *out) {
 static int same(const struct strata__stage_bytes *a, const struct strata__stage_bytes *b) {
   return a->params == b->params && a->fixed == b->fixed && a->slot == b->slot && a->grad == b->grad &&
          a->in == b->in && a->out == b->out && a->recompute == b->recompute && a->dsave == b->dsave &&
-         a->comm == b->comm;
+         a->comm == b->comm && a->send == b->send;
 }
 
 /* Every [a, b) of every model, tp 1 and 2 (each slice), ZeRO 1 and 3 shards (stage 1, 2 and 3: the gradients whole,
@@ -139,6 +139,13 @@ Test(memory, the_figures_are_what_a_stage_allocates) {
                          "model %d tp %d split %d [%d, %d): a slot took %llu, figured %llu + %llu", i, tp, split, a, b,
                          (unsigned long long)(taken - after), (unsigned long long)want.slot,
                          (unsigned long long)want.grad);
+            /* the output apart from the slots: one buffer of the trainer's output pool (strata__pipeline_prefill) */
+            cr_assert_eq(st->out_apart ? (uint64_t)strata__stage_out_units(st) * 4 : 0, want.send,
+                         "model %d split %d [%d, %d): an output buffer of %llu bytes, figured %llu", i, split, a, b,
+                         (unsigned long long)(st->out_apart ? strata__stage_out_units(st) * 4 : 0),
+                         (unsigned long long)want.send);
+            cr_assert(st->out_apart || b == L || (split && a == 0 && b == 1 && i != 2 && i != 3 && i != 4),
+                      "model %d split %d [%d, %d): the stage's output kept in its slots", i, split, a, b);
             /* a split backward's dsave region: what a BI takes from the device's cache, one region of the figure */
             uint64_t pooled;
             OK(strata__stage_dsave_take(st, s));
@@ -480,6 +487,87 @@ Test(memory, split_backward_schedules_hold_what_their_lists_force, .timeout = 30
     }
   }
   strata_model_free(m);
+  strata_dataset_free(ds);
+  tc_remove_dir(dir);
+}
+
+/*
+** Issue 35: peak activations in flight of ZB-V and DualPipeV no more than 1F1B's, from the accounting (the report's
+** activation_bytes), compared as the memory that must fit: the most of any device against 1F1B's most. A stage's
+** output is not part of its slots (it waits in an output buffer only until the next stage has it), so a chunk's
+** micro-batch keeps its input and its layers' saved activations and inner outputs: a V device's 2p half-size chunk
+** micro-batches of blocks weigh 1F1B's device 0's p full-size ones, less that device's p token rows. A GPT of 2p
+** blocks (2p + 2 layers) at pp 2 and 4, m 8: 1F1B cut 3,3 or 3,2,2,3 (the embedding and the head each with two
+** blocks); the V's chunks one block each but the first (the embedding alone) and the last (two blocks and the head:
+** the chunk its device keeps one micro-batch of at once): every device of the V holds at most 1F1B's most, devices 1
+** to p - 1 exactly 1F1B's device 0 less its p token rows. With the cut that balances time (the first chunk the
+** embedding and a block, the last a block and the head) device 0 holds 2p - 1 micro-batches of its first chunk and
+** one of its last at once: 1F1B's most plus the head's chunk less a block (the head's input, saved activations and
+** targets, one micro-batch's) and p - 1 token rows, what the V's turn puts on the head's device.
+*/
+Test(memory, v_schedules_hold_no_more_activations_than_1f1b, .timeout = 300) {
+  setenv("STRATA_HOST_DEVICES", "4", 1);
+  setenv("STRATA_BACKENDS", "host", 1);
+  strata_shutdown(); /* the host backend reads the settings when it starts */
+  char dir[256];
+  strata_dataset_t ds = corpus(dir, 200, "an output waits only for its send, not for its backward.");
+  int h[4];
+  for (int i = 0; i < 4; i++)
+    h[i] = tc_find_device("host", i);
+  cr_assert_geq(h[3], 0, "needs 4 host virtual devices");
+  for (int p = 2; p <= 4; p += 2) {
+    struct strata_model_config c = {.kind = STRATA_MODEL_GPT, .vocab = 256, .context = 16, .d_model = 32,
+                                    .layers = 2 * p, .heads = 2, .d_ff = 64};
+    strata_model_t m = model_of(&c);
+    const int L = 2 * p + 2;
+    int line[4], fair[8], balanced[8];
+    for (int d = 0; d < p; d++)
+      line[d] = 2 + (d == 0 || d == p - 1); /* 1F1B: 3,3 or 3,2,2,3 */
+    for (int k = 0; k < 2 * p; k++)
+      fair[k] = 1, balanced[k] = 1;
+    fair[2 * p - 1] = 3;                          /* the embedding alone, the head with two blocks */
+    balanced[0] = balanced[2 * p - 1] = 2;        /* the embedding with a block, the head with one */
+    uint64_t one[4], most = 0;
+    pipeline_acts(m, ds, h, p, STRATA_SCHEDULE_1F1B, 8, line, one);
+    for (int d = 0; d < p; d++)
+      most = one[d] > most ? one[d] : most;
+    /* the figures: a block's kept bytes with its input (one boundary), a token row's int32s */
+    struct strata__stage_bytes blk, first, head;
+    OK(strata__stage_plan(m, 1, 2, 1, 1, NULL, &blk));
+    OK(strata__stage_plan(m, 0, 2, 1, 1, NULL, &first));
+    OK(strata__stage_plan(m, L - 2, L, 1, 1, NULL, &head));
+    const uint64_t tokens = (uint64_t)c.context * 4;
+    cr_assert_eq(first.slot, blk.slot + tokens, "pp %d: the embedding and a block keep a block's bytes and the tokens",
+                 p);
+    cr_assert_eq(most, one[0], "pp %d: 1F1B's busiest device is its first", p);
+    cr_assert_eq(one[0], (uint64_t)p * (tokens + 2 * blk.slot), "pp %d: 1F1B's device 0 holds %llu", p,
+                 (unsigned long long)one[0]);
+    for (int v = 0; v < 2; v++) {
+      const int kind = v ? STRATA_SCHEDULE_DUALPIPEV : STRATA_SCHEDULE_ZBV;
+      const char *name = strata_schedule_kind_name(kind);
+      uint64_t got[4], top = 0;
+      pipeline_acts(m, ds, h, p, kind, 8, fair, got);
+      for (int d = 0; d < p; d++) {
+        cr_log_info("%s pp %d device %d: %llu activation bytes (1F1B's most %llu)", name, p, d,
+                    (unsigned long long)got[d], (unsigned long long)most);
+        top = got[d] > top ? got[d] : top;
+        if (d > 0) /* 2p block micro-batches: 1F1B's device 0 less its p token rows */
+          cr_assert_eq(got[d], most - (uint64_t)p * tokens, "%s pp %d device %d: %llu bytes, 1F1B's most %llu", name,
+                       p, d, (unsigned long long)got[d], (unsigned long long)most);
+      }
+      cr_assert_leq(top, most, "%s pp %d: %llu activation bytes at most, 1F1B's most %llu", name, p,
+                    (unsigned long long)top, (unsigned long long)most);
+      /* the cut that balances time: device 0 holds 2p - 1 of its first chunk and one of its last at once */
+      pipeline_acts(m, ds, h, p, kind, 8, balanced, got);
+      cr_assert_eq(got[0], (uint64_t)(2 * p - 1) * first.slot + head.slot, "%s pp %d: device 0 holds %llu", name, p,
+                   (unsigned long long)got[0]);
+      cr_assert_eq(got[0] - most, head.slot - blk.slot + tokens * (uint64_t)(p - 1),
+                   "%s pp %d: device 0 holds %llu over 1F1B's most", name, p, (unsigned long long)(got[0] - most));
+      cr_log_info("%s pp %d, the time-balanced cut: device 0 %llu bytes, %.4fx 1F1B's most", name, p,
+                  (unsigned long long)got[0], (double)got[0] / (double)most);
+    }
+    strata_model_free(m);
+  }
   strata_dataset_free(ds);
   tc_remove_dir(dir);
 }

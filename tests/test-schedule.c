@@ -1393,3 +1393,34 @@ Test(schedule, recompute_before_each_weight_pass) {
   strata_schedule_free(h);
   strata_schedule_free(s);
 }
+
+/* The outputs a stage hands to the next stage on its own device at once (strata_schedule_peak_handoff, the trainer's
+** output pool): by hand, a device running F0.0 F0.1 before F1.0 holds two of stage 0's outputs, and one of a stage
+** whose next stage is elsewhere or none; ZB-V's and DualPipeV's turn (stages p - 1 and p on device p - 1) runs each
+** F(p-1).k right before F(p).k, so every stage of theirs holds one. */
+Test(schedule, peak_handoff) {
+  const struct strata_action d0[] = {{STRATA_ACTION_FORWARD, 0, 0}, {STRATA_ACTION_FORWARD, 0, 1},
+                                     {STRATA_ACTION_FORWARD, 1, 0}, {STRATA_ACTION_FORWARD, 1, 1},
+                                     {STRATA_ACTION_BACKWARD, 1, 0}, {STRATA_ACTION_BACKWARD, 0, 0},
+                                     {STRATA_ACTION_BACKWARD, 1, 1}, {STRATA_ACTION_BACKWARD, 0, 1}};
+  const struct strata_action *lists[] = {d0};
+  int counts[] = {8}, stage_device[] = {0, 0}, k = 0;
+  strata_schedule_t s = NULL;
+  OK(strata_schedule_from_lists(1, 2, 2, stage_device, lists, counts, &s));
+  OK(strata_schedule_peak_handoff(s, 0, &k));
+  cr_assert_eq(k, 2, "stage 0 hands over %d outputs at once", k);
+  OK(strata_schedule_peak_handoff(s, 1, &k));
+  cr_assert_eq(k, 1, "the last stage: %d", k);
+  cr_assert_eq(strata_schedule_peak_handoff(s, 2, &k), STRATA_ERR_RANGE);
+  strata_schedule_free(s);
+  for (int v = 0; v < 2; v++)
+    for (int p = 2; p <= MAX_P; p++)
+      for (int m = 2 * p; m <= MAX_M; m++) {
+        strata_schedule_t g = gen(v ? STRATA_SCHEDULE_DUALPIPEV : STRATA_SCHEDULE_ZBV, p, m, 0);
+        for (int st = 0; st < 2 * p; st++) {
+          OK(strata_schedule_peak_handoff(g, st, &k));
+          cr_assert_eq(k, 1, "%s p=%d m=%d stage %d: %d outputs at once", v ? "dualpipev" : "zbv", p, m, st, k);
+        }
+        strata_schedule_free(g);
+      }
+}

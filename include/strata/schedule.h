@@ -277,6 +277,15 @@ STRATA_API int strata_schedule_bubble(strata_schedule_t s, double *bubble /* OUT
 STRATA_API int strata_schedule_peak_inflight(strata_schedule_t s, int stage, int *peak /* OUT */);
 
 /*
+** The outputs of `stage` waiting at once for the next stage of its chain to take them, when that stage is on the
+** same device (a V's turn: the executor hands an output over when the next stage's F copies it in): the most
+** micro-batches between the stage's F and the next stage's F of the same micro-batch in the device's list. 1 when
+** the next stage is on another device (its copy thread takes each output as it is made) or there is none. Each is
+** one output buffer the stage holds apart from its activations (the trainer's output pool).
+*/
+STRATA_API int strata_schedule_peak_handoff(strata_schedule_t s, int stage, int *peak /* OUT */);
+
+/*
 ** The most bytes of micro-batches in flight device `device` holds at once when it runs its list: the largest, over
 ** the list, of the sum over its stages of the micro-batches in flight (as strata_schedule_peak_inflight counts them)
 ** times bytes[stage] (bytes per micro-batch, one entry per stage; NULL: 1 each, a count of micro-batches). It is

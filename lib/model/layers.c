@@ -1040,7 +1040,8 @@ static struct lctx layer_ctx(struct strata__stage *st, int s, int i) {
   c.saved = st->saved_off[i];
   c.dsave = st->dsave_off[i];
   c.in = i == 0 ? strata__stage_input(st, s) : strata__at(c.slot, st->out_off[i - 1], 0, st->act);
-  c.out = strata__at(c.slot, st->out_off[i], 0, st->act);
+  c.out = i == strata__stage_layer_count(st) - 1 ? strata__stage_output(st, s)
+                                                 : strata__at(c.slot, st->out_off[i], 0, st->act);
   c.t = &st->tensors[st->layer_tensor[i]];
   if (c.d.seqpar) /* after the block's or head's own scratch (model/stage.c's layer_scratch) */
     c.wide = SC(&c, seq_wide(&c.d, c.L->kind), 0);
@@ -1071,6 +1072,8 @@ static int refresh_weights(struct strata__stage *st) {
 
 int strata__stage_forward(struct strata__stage *st, int s) {
   TRY(check_slot(st, s));
+  if (st->out_apart && !st->slots[s].out)
+    return strata__error(STRATA_ERR_STATE, "stage: slot %d has no output buffer", s);
   TRY(refresh_weights(st));
   strata_mem_t targets = strata__stage_targets(st, s);
   for (int i = 0; i < strata__stage_layer_count(st); i++) {

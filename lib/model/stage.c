@@ -266,6 +266,16 @@ static size_t layer_out(const struct strata__stage *st, const struct strata__lay
   return 0;
 }
 
+/*
+** Is a stage's output kept apart from its slots (strata__stage.out_apart)? No layer's backward reads its own output
+** (the next layer's backward reads it as its input, in the same slot), so the stage's last layer's output is needed
+** only until the next stage has it: it goes to a buffer of the trainer's output pool, not one per micro-batch in
+** flight. But an embedding alone, folded in a split backward, keeps its output gradient over its output from BI to W.
+*/
+static int out_apart(const struct strata_model *model, int first, int last, int split_backward, size_t out) {
+  return out > 0 && !(split_backward && last - first == 1 && model->layers[first].kind == STRATA__LAYER_EMBED);
+}
+
 /* Units of a layer's input. */
 static size_t layer_in(const struct strata__stage *st, const struct strata__layer *L) {
   struct strata__dims d = strata__stage_dims(st);
@@ -537,8 +547,9 @@ static int stage_layout(const struct strata_model *model, int first, int last, i
     st->ntensors += k;
     st->saved_off[i] = slot;
     slot += layer_saved(st, L);
-    st->out_off[i] = slot;
-    slot += layer_out(st, L);
+    st->out_apart = i == n - 1 && out_apart(model, first, last, split_backward, layer_out(st, L));
+    st->out_off[i] = st->out_apart ? 0 : slot; /* (apart: in the output buffer the executor lends) */
+    slot += st->out_apart ? 0 : layer_out(st, L);
     size_t o = layer_out(st, L), in = layer_in(st, L), s = layer_scratch(st, L);
     if (o > st->max_out)
       st->max_out = o;
@@ -678,9 +689,12 @@ void strata__stage_bytes_of(const struct strata_model *model, int first, int las
   /* recomputation: one block's recomputed activations at a time */
   b->recompute = s->recompute ? alloc_bytes(s->recompute) : 0;
   b->fixed += b->recompute;
-  /* a slot: the stage input, every layer's saved activations and output, the targets; a dsave region (split
+  /* a slot: the stage input, every layer's saved activations and output but the stage's own (out_apart), the
+  ** targets; a dsave region (split
   ** backward): the gradients a micro-batch's W reads, kept from its BI */
-  b->slot = alloc_bytes(s->in + s->kept + (has_loss ? rows : 0));
+  const int apart = out_apart(model, first, last, split_backward, s->out); /* (its output in a buffer of its own) */
+  b->slot = alloc_bytes(s->in + s->kept - (apart ? s->out : 0) + (has_loss ? rows : 0));
+  b->send = apart ? alloc_bytes(s->out) : 0;
   b->dsave = split_backward && s->dsave ? alloc_bytes(s->dsave) : 0;
   /* the boundary gradients: of the output (not the last stage), of the input (not the first) */
   size_t grad = (has_loss ? 0 : s->out) + (first > 0 ? s->in : 0);
@@ -742,6 +756,8 @@ uint64_t strata__stage_need(const struct strata__stage_bytes *b, const struct st
     recv += (uint64_t)(p->prev_inflight > 1 ? p->prev_inflight : 1) * b->in;
   if (!p->last && p->next_remote) /* gradients sent back here */
     recv += k * b->out;
+  /* the output buffers: the stage's outputs until the next stage has them (out_apart) */
+  recv += (uint64_t)(p->outs > 0 ? p->outs : 0) * b->send;
   /* a split backward's dsave regions: as many as the schedule keeps a BI done and its W pending */
   const uint64_t ds = (uint64_t)(p->pending > 0 ? p->pending : 0) * b->dsave;
   if (act)
@@ -978,6 +994,7 @@ void strata__stage_release_activations(struct strata__stage *st, int s) {
     return;
   strata_buffer_free_on(st->q, st->slots[s].buf); /* queued work may still read it: freed behind it */
   st->slots[s].buf = NULL;
+  st->slots[s].out = NULL; /* (the executor's: back in its pool once sent) */
   st->slots[s].armed = 0;
   strata__stage_dsave_give(st, s); /* (a step that failed between a BI and its W) */
   slot_settle(st, s);
@@ -1023,7 +1040,8 @@ strata_mem_t strata__stage_input(struct strata__stage *st, int s) {
 }
 strata_mem_t strata__stage_targets(struct strata__stage *st, int s) { return AT(st->slots[s].buf, st->targets_off); }
 strata_mem_t strata__stage_output(struct strata__stage *st, int s) {
-  return strata__at(st->slots[s].buf, st->out_off[stage_layers(st) - 1], 0, st->act);
+  return strata__at(st->out_apart ? st->slots[s].out : st->slots[s].buf, st->out_off[stage_layers(st) - 1], 0,
+                    st->act);
 }
 size_t strata__stage_in_units(const struct strata__stage *st) { return st->in_units; }
 size_t strata__stage_out_units(const struct strata__stage *st) {

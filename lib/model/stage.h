@@ -91,6 +91,8 @@ struct strata__slot_mem {
   int armed;                 /* recomputation: its RECOMPUTE came, its backward part (B, BI or W) has not yet */
   strata_buffer_t dsave;     /* split backward: the dsave region its BI took, until its W (NULL: none) */
   int bi;                    /* split backward: its BI ran, its W not yet */
+  strata_buffer_t out;       /* the stage's output (st->out_apart): a buffer of the trainer's output pool the
+                             ** executor lends the forward, until every next stage has it; NULL otherwise */
 };
 
 struct strata__stage {
@@ -126,7 +128,10 @@ struct strata__stage {
   size_t gout_off, gin_off;  /* in a slot's grad buffer: gradient of the stage's output (non-last) and input (non-first) */
   size_t grad_units;
   int split;                 /* built for split backward (zero-bubble) */
-  size_t *out_off;           /* per stage layer: offset of its output in a slot */
+  size_t *out_off;           /* per stage layer: offset of its output in a slot (the last layer's: in slots[].out,
+                             ** at 0, when out_apart) */
+  int out_apart;             /* the stage's output is not in its slots: no layer of its backward reads it, so it is
+                             ** held only until the next stage has it (stage.c's out_apart) */
   size_t in_units;          /* stage input (tokens, images, or the previous stage's output) */
   size_t targets_off;        /* targets (int32 rows), last stage only */
   size_t slot_units;
@@ -244,6 +249,8 @@ struct strata__stage_bytes {
                              ** 0 otherwise) */
   uint64_t grad;             /* one micro-batch's boundary gradients (0: none) */
   uint64_t in, out;          /* one micro-batch's stage input and output (what a neighbour sends) */
+  uint64_t send;             /* one output buffer (the output kept apart from the slot until sent: out's
+                             ** allocation; 0 when the slot keeps it) */
   uint64_t recompute;        /* the recomputation's buffer, one block's worth (in `fixed`; 0: none) */
   uint64_t comm;             /* ZeRO: the scratch the replicas' communicator takes on the device for ZeRO-1's
                              ** gradient reduce-scatter or ZeRO-2/3's window reduces (not the stage's: beside `fixed`;
@@ -313,6 +320,8 @@ struct strata__stage_place {
   int prev_remote;           /* the previous stage is on another device: its activations land here ... */
   int prev_inflight;         /* ... as many as that stage keeps in flight */
   int next_remote;           /* the next stage is on another device: its gradients land here */
+  int outs;                  /* output buffers (bytes `send` each): 1 with the next stage on another device, the
+                             ** list's handoff with it on this one (strata_schedule_peak_handoff), 0 the last stage */
 };
 /*
 ** Bytes stage `b` needs on its device during a step, placed as `p`: its

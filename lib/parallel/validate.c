@@ -712,3 +712,26 @@ STRATA_API int strata_schedule_peak_inflight(strata_schedule_t s, int stage, int
   return strata__schedule_stage_peak(s, stage, STRATA_ACTION_FORWARD, STRATA_ACTION_BACKWARD,
                                      STRATA_ACTION_BACKWARD_WEIGHT, "strata_schedule_peak_inflight", peak);
 }
+
+/* A stage's outputs handed to the next stage on its own device: from the stage's F until the next stage's F of the
+** same micro-batch (which copies it in); 1 for a next stage elsewhere (a copy thread takes each output as it is
+** made) or none. */
+STRATA_API int strata_schedule_peak_handoff(strata_schedule_t s, int stage, int *peak) {
+  if (!s || !peak)
+    return strata__error(STRATA_ERR_INVALID, "strata_schedule_peak_handoff: NULL argument");
+  if (stage < 0 || stage >= s->stages)
+    return strata__error(STRATA_ERR_RANGE, "strata_schedule_peak_handoff: stage %d out of range (%d stages)", stage,
+                         s->stages);
+  const int d = s->stage_device[stage];
+  int now = 0, top = 0;
+  if (strata__has_next(s, stage) && s->stage_device[stage + 1] == d)
+    for (int i = 0; i < s->counts[d]; i++) {
+      const struct strata_action *a = &s->lists[d][i];
+      if (a->kind == STRATA_ACTION_FORWARD && a->stage == stage && ++now > top)
+        top = now;
+      else if (a->kind == STRATA_ACTION_FORWARD && a->stage == stage + 1)
+        now--;
+    }
+  *peak = top > 1 ? top : 1;
+  return STRATA_OK;
+}

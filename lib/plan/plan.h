@@ -183,8 +183,9 @@ int strata__plan_stage_first(const int *split, int j);
 ** the caller sets its rank); whether the schedule splits
 ** backward; where virtual stage j runs, its schedule keeping inflight[j]
 ** micro-batches in flight and, of its device's stages together, inflight[S + j]
-** (S stages: the array holds 2S) with their BI done and their W pending
-** (strata__plan_peaks_of; the device's dsave regions, of one size).
+** (S stages: the array holds 3S) with their BI done and their W pending
+** (strata__plan_peaks_of; the device's dsave regions, of one size), and
+** inflight[2S + j] output buffers (strata_schedule_peak_handoff).
 */
 /* A split backward's dsave regions of the rank that holds stage g of schedule `sch` (g % S the layout's stage), as
 ** the trainer holds them: as many as the rank's list keeps a BI done and its W pending over its stages together, each
@@ -196,7 +197,7 @@ int strata__plan_split_backward(strata_layout_t layout);
 /* The pipeline rank of virtual stage j: the schedule's placement (j % pp, or ZB-V's V). */
 int strata__plan_stage_rank(strata_layout_t layout, int j);
 void strata__plan_stage_place(strata_layout_t layout, const int *inflight, int j, struct strata__stage_place *p);
-/* inflight[2S] of schedule `sch` of S stages: each stage's peak in flight, then its peak pending (above). */
+/* inflight[3S] of schedule `sch` of S stages: each stage's peak in flight, its peak pending, its handoff (above). */
 void strata__plan_peaks_of(strata_schedule_t sch, int *inflight);
 /*
 ** The micro-batches in flight on each stage of each device of a schedule (strata_schedule_generate's, a device a

@@ -54,14 +54,14 @@ static int inflight_of(struct search *s, int kind, int pp, int m, int v, int *ou
   const int S = pp * v;
   for (struct inflight_entry *e = s->inflight; e; e = e->next)
     if (e->kind == kind && e->pp == pp && e->m == m && e->v == v) {
-      memcpy(out, e->peak, sizeof *out * 2 * (size_t)S);
+      memcpy(out, e->peak, sizeof *out * 3 * (size_t)S);
       *pk_out = e->pk;
       return STRATA_OK;
     }
   strata_schedule_t sch;
   TRY(strata_schedule_generate(kind, pp, m, v, &sch));
   struct inflight_entry *e = calloc(1, sizeof *e);
-  int *peak = malloc(sizeof *peak * 2 * (size_t)S); /* in flight, then pending (strata__plan_peaks_of) */
+  int *peak = malloc(sizeof *peak * 3 * (size_t)S); /* in flight, pending, handoff (strata__plan_peaks_of) */
   if (!e || !peak) {
     free(e);
     free(peak);
@@ -81,7 +81,7 @@ static int inflight_of(struct search *s, int kind, int pp, int m, int v, int *ou
   }
   *e = (struct inflight_entry){.kind = kind, .pp = pp, .m = m, .v = v, .peak = peak, .pk = pk, .next = s->inflight};
   s->inflight = e;
-  memcpy(out, peak, sizeof *out * 2 * (size_t)S);
+  memcpy(out, peak, sizeof *out * 3 * (size_t)S);
   *pk_out = pk;
   return STRATA_OK;
 }
@@ -718,7 +718,7 @@ void strata__plan_try_assignment(struct search *s, int dp, int pp, const struct 
       }
       const int S = pp * v;
       const int64_t rows = share / m;
-      int *inflight = malloc(sizeof *inflight * 2 * (size_t)S), *split = malloc(sizeof *split * (size_t)S);
+      int *inflight = malloc(sizeof *inflight * 3 * (size_t)S), *split = malloc(sizeof *split * (size_t)S);
       int *fitted = malloc(sizeof *fitted * FITTED_MAX * (size_t)(S + 1));
       const struct strata__plan_peaks *pk = NULL;
       if (!inflight || !split || !fitted || inflight_of(s, kind, pp, m, v, inflight, &pk) != STRATA_OK) {

@@ -41,6 +41,7 @@ void strata__plan_stage_place(strata_layout_t layout, const int *inflight, int j
   p->prev_remote = !p->first && strata__plan_stage_rank(layout, j - 1) != strata__plan_stage_rank(layout, j);
   p->prev_inflight = p->first ? 0 : inflight[j - 1];
   p->next_remote = !p->last && strata__plan_stage_rank(layout, j + 1) != strata__plan_stage_rank(layout, j);
+  p->outs = p->last ? 0 : inflight[2 * S + j]; /* (its output buffers: strata_schedule_peak_handoff) */
 }
 
 uint64_t strata__plan_dsave_bytes(strata_schedule_t sch, int g, strata_model_t model, strata_layout_t layout,
@@ -70,6 +71,8 @@ void strata__plan_peaks_of(strata_schedule_t sch, int *inflight) {
     strata_schedule_peak_inflight(sch, j, &inflight[j]);
     /* a split backward's dsave regions: its device's, over its stages together (one size: each stage's figure) */
     strata_schedule_device_pending(sch, strata_schedule_stage_device(sch, j), &inflight[S + j]);
+    inflight[2 * S + j] = 1; /* the output buffers the stage holds (stage.h's place) */
+    strata_schedule_peak_handoff(sch, j, &inflight[2 * S + j]);
   }
 }
 
@@ -234,7 +237,7 @@ STRATA_API int strata_plan_memory(strata_model_t model, strata_layout_t layout, 
   strata_schedule_t sch;
   TRY(strata_schedule_generate(strata_layout_schedule(layout), strata_layout_pp(layout), m,
                                strata_layout_virtual_stages(layout), &sch));
-  int *inflight = malloc(sizeof *inflight * 2 * (size_t)S);
+  int *inflight = malloc(sizeof *inflight * 3 * (size_t)S);
   if (!inflight) {
     strata_schedule_free(sch);
     return strata__error(STRATA_ERR_NOMEM, "out of host memory");

@@ -1106,22 +1106,22 @@ static int simulate_in(struct strata_machine *c, strata_model_t model, strata_la
               8 * w.launch_us * 1e-6 + 2 * w.sync_us * 1e-6;
     sc->grad_bytes = 4.0 * params / cut_t;
     sc->layers = split[j];
-    /* the memory model's bytes of the stage (as the trainer of this layout plans them): what it holds from the
-    ** start, and what each micro-batch in flight adds — the activations its backward reads, its boundary
-    ** gradients, the gradient its successor sends back */
+    /* the memory model's bytes of the stage (as the trainer of this layout plans them): what it holds from the start
+    ** (its output buffers too), and what each micro-batch in flight adds — its activations, its boundary gradients */
     struct strata__stage_bytes bytes;
     struct strata__cut cut = strata__plan_cut(l, t);
     cut.sp.rank = spatial ? slice : 0; /* (this slab's rows) */
     rc = strata__stage_plan(model, a, a + split[j], rows, strata__plan_split_backward(l), &cut, &bytes);
     if (rc)
       break;
-    int prev_k = 1;
+    int prev_k = 1, outs = 0;
     if (j > 0)
       strata_schedule_peak_inflight(s, g - 1, &prev_k);
+    (void)(j < S - 1 && strata_schedule_peak_handoff(s, g, &outs)); /* (its output buffers; 0 on the last stage) */
     /* (ZB-V's turn, stages pp - 1 and pp, shares a rank: no transfer buffers between them) */
     struct strata__stage_place one = {.inflight = 1, .first = j == 0, .last = j == S - 1,
                                       .prev_remote = j > 0 && strata__plan_stage_rank(l, j - 1) != rank,
-                                      .prev_inflight = prev_k, .pending = 0,
+                                      .prev_inflight = prev_k, .pending = 0, .outs = outs,
                                       .next_remote = j < S - 1 && strata__plan_stage_rank(l, j + 1) != rank},
                                two = one;
     two.inflight = 2;

@@ -31,6 +31,8 @@ struct job {
   size_t bytes;
   int dst_dev;
   int to;                    /* the receiving stage; another rank's when dst is NULL */
+  int apart;                 /* an output kept apart from the stage's slot (out_apart): its buffer goes back to the
+                             ** stage's output pool once every copy is made */
   struct msg *dst;
   struct strata__pool *pool;  /* receive buffers of the destination, reused from step to step */
   int p;                     /* its index in tr->pools */
@@ -61,6 +63,8 @@ struct exec {
   struct msg *act, *grad;    /* [S x m]: input of stage s / gradient of stage s's output, micro-batch mb */
   int *hold_act;             /* [S x m]: what still keeps slot (s, mb)'s activations ... */
   int *hold_grad;            /* ... and its boundary gradients */
+  int *hold_out;             /* [S x m]: what still keeps the output buffer of (s, mb) (a stage with out_apart) ... */
+  strata_buffer_t *outb;     /* ... that buffer, lent by the stage's output pool (tr->pools[2 S + s]) */
   int *inflight, *peak;      /* per stage: micro-batches whose activations are held */
   int *pending;              /* [S x m]: bit 1 activations, bit 2 gradients ready to be freed by the rank's worker */
   int *slot;                 /* [S x m]: the stage's slot holding micro-batch mb (taken at its forward), -1 before */
@@ -167,6 +171,44 @@ static void release_pending(struct exec *ex, int rank) {
   }
 }
 
+/* Drop one hold on the output buffer of (s, mb); the last gives it back to the stage's output pool behind the work
+** queued on q (its last reader; NULL: none queued) and wakes the stage's worker, which may wait for it. */
+static int out_drop(struct exec *ex, int s, int mb, strata_queue_t q) {
+  const int k = s * ex->m + mb, p = 2 * ex->S + s;
+  pthread_mutex_lock(&ex->lock);
+  strata_buffer_t b = --ex->hold_out[k] == 0 ? ex->outb[k] : NULL;
+  if (b)
+    ex->outb[k] = NULL;
+  pthread_mutex_unlock(&ex->lock);
+  if (!b)
+    return STRATA_OK;
+  const int rc = strata__chain_pool_return(&ex->ch, &ex->lock, &ex->tr->pools[p], p, q, b);
+  pthread_mutex_lock(&ex->lock);
+  pthread_cond_signal(&ex->wake[rank_of(ex, s)]);
+  pthread_mutex_unlock(&ex->lock);
+  return rc;
+}
+
+/* A buffer of stage s's output pool for a forward on `rank`, waited for while the pool's are all lent (their copies
+** on the way: the sender makes them without the worker, so the wait ends). */
+static int out_take(struct exec *ex, int rank, int s, strata_buffer_t *b) {
+  const int p = 2 * ex->S + s;
+  struct strata__pool *pool = &ex->tr->pools[p];
+  for (;;) {
+    TRY(strata__chain_pool_take(&ex->ch, &ex->lock, pool, p, ex->tr->st[s]->q, b));
+    if (*b)
+      return STRATA_OK;
+    pthread_mutex_lock(&ex->lock);
+    while (!pool->n && !ex->failed)
+      pthread_cond_wait(&ex->wake[rank], &ex->lock);
+    const int failed = ex->failed;
+    pthread_mutex_unlock(&ex->lock);
+    if (failed)
+      return strata__error(STRATA_ERR_STATE, "the step failed elsewhere while stage %d waited for an output buffer",
+                           s);
+  }
+}
+
 static void trace(struct exec *ex, const char *cat, int kind, int s, int mb, double t0, double t1, int tid) {
   if (!ex->traced)
     return;
@@ -216,8 +258,15 @@ static void *sender_main(void *arg) {
         break;
       }
       trace(ex, "send", j->kind, j->stage, j->mb, t0, strata__now(), 2 * wa->rank + 1);
-      drop(ex, j->stage, j->mb, j->kind == STRATA_ACTION_SEND_ACT ? ACT : GRAD); /* (no thread waits on a hold) */
+      if (j->apart) /* (the copy queue's work read it) */
+        rc = out_drop(ex, j->stage, j->mb, sd->q);
+      else
+        drop(ex, j->stage, j->mb, j->kind == STRATA_ACTION_SEND_ACT ? ACT : GRAD); /* (no thread waits on a hold) */
       free(j);
+      if (rc) {
+        fail(ex, rc, "returning a sent output to its pool");
+        break;
+      }
       continue;
     }
     strata_buffer_t b = NULL;
@@ -242,10 +291,16 @@ static void *sender_main(void *arg) {
     pthread_mutex_lock(&ex->lock);
     j->dst->buf = b;
     j->dst->posted = 1;
-    drop_locked(ex, j->stage, j->mb, j->kind == STRATA_ACTION_SEND_ACT ? ACT : GRAD);
+    if (!j->apart)
+      drop_locked(ex, j->stage, j->mb, j->kind == STRATA_ACTION_SEND_ACT ? ACT : GRAD);
     pthread_cond_signal(&ex->wake[rank_of(ex, j->to)]); /* the receiving stage's worker, alone */
     pthread_mutex_unlock(&ex->lock);
+    rc = j->apart ? out_drop(ex, j->stage, j->mb, NULL) : STRATA_OK; /* (copied: the queue is through) */
     free(j);
+    if (rc) {
+      fail(ex, rc, "returning a sent output to its pool");
+      break;
+    }
   }
   return NULL;
 }
@@ -311,12 +366,20 @@ static int do_forward(struct exec *ex, int rank, int s, int mb) {
   TRY(strata__stage_slot_take(st, &sl));
   ex->slot[k] = sl;
   TRY(strata__stage_acquire(st, sl));
+  strata_buffer_t ob = NULL; /* the output's buffer, apart from the slot */
+  if (st->out_apart)
+    TRY(out_take(ex, rank, s, &ob));
+  st->slots[sl].out = ob;
   pthread_mutex_lock(&ex->lock);
-  /* activations: the backward pass, and the send to the next device;
-  ** gradients: the backward pass, and the previous stage taking the input gradient */
+  /* activations: the backward pass, and (kept in the slot) the send to the next device; the output apart: the
+  ** forward, and every next stage taking it (a copy made here, or sent); gradients: the backward pass, and the
+  ** previous stage taking the input gradient */
   const int first = strata__stage_first(tr, s), last = strata__stage_last(tr, s);
   const int mbi = strata__stage_replica(tr, s) * ex->m + mb; /* the replica's micro-batch among the step's */
-  ex->hold_act[k] = 1 + (!last && rank_of(ex, s + 1) != rank ? strata__stage_consumers(tr, s, 0, NULL) : 0);
+  const int takers = last ? 0 : strata__stage_consumers(tr, s, 0, NULL);
+  ex->hold_act[k] = 1 + (!ob && !last && rank_of(ex, s + 1) != rank ? takers : 0);
+  ex->hold_out[k] = 1 + takers;
+  ex->outb[k] = ob;
   ex->hold_grad[k] = 1 + (first ? 0 : rank_of(ex, s - 1) == rank ? 1 : strata__stage_consumers(tr, s, 1, NULL));
   if (++ex->inflight[s] > ex->peak[s])
     ex->peak[s] = ex->inflight[s];
@@ -330,6 +393,8 @@ static int do_forward(struct exec *ex, int rank, int s, int mb) {
     strata_mem_t o = strata__stage_output(tr->st[prev], slot_of(ex, prev, mb));
     TRY(strata__chain_after(&ex->ch, 0, prev * ex->m + mb, st->q, tr->st[prev]->q));
     TRY(strata_buffer_copy(st->q, in.buf, strata__mem_byte(in), o.buf, strata__mem_byte(o), in_bytes));
+    if (tr->st[prev]->out_apart) /* (taken: its buffer goes back behind this copy) */
+      TRY(out_drop(ex, prev, mb, st->q));
   } else {
     struct msg *mg = &ex->act[k];
     if (!mg->posted)
@@ -352,6 +417,8 @@ static int do_forward(struct exec *ex, int rank, int s, int mb) {
   if (last && strata__stage_slice(tr, s) == 0) /* every slice computes the same losses */
     TRY(strata__stage_loss_read(st, sl, ex->w->losses[mbi])); /* (read once the list's queues are through) */
   TRY(strata__chain_mark(&ex->ch, 0, k, st->q)); /* no wait: who reads the output waits for this on its queue */
+  if (ob) /* (the forward's own hold: a stage no next stage takes from gives its buffer back behind the forward) */
+    TRY(out_drop(ex, s, mb, st->q));
   return ex->traced ? strata_queue_finish(st->q) : STRATA_OK; /* (traced: the event spans the compute) */
 }
 
@@ -739,6 +806,7 @@ static void *worker_main(void *arg) {
         j->bytes = (act ? strata__stage_out_units(st) : strata__stage_in_units(st)) * 4;
         j->dst_dev = ex->tr->dev[rank_of(ex, peer)];
         j->to = peer;
+        j->apart = act && st->out_apart;
         if (strata__stage_mine(ex->tr, peer)) /* (else another rank's: the message goes through the cluster) */
           j->dst = act ? &ex->act[peer * ex->m + mb] : &ex->grad[peer * ex->m + mb];
         j->p = 2 * peer + !act;
@@ -931,6 +999,8 @@ int strata__execute(strata_trainer_t tr, const struct strata__work *w, struct st
   ex.grad = calloc(cells, sizeof *ex.grad);
   ex.hold_act = calloc(cells, sizeof *ex.hold_act);
   ex.hold_grad = calloc(cells, sizeof *ex.hold_grad);
+  ex.hold_out = calloc(cells, sizeof *ex.hold_out);
+  ex.outb = calloc(cells, sizeof *ex.outb);
   ex.pending = calloc(cells, sizeof *ex.pending);
   ex.slot = malloc(cells * sizeof *ex.slot);
   for (size_t k = 0; ex.slot && k < cells; k++)
@@ -959,10 +1029,10 @@ int strata__execute(strata_trainer_t tr, const struct strata__work *w, struct st
       }
   }
   ex.wake = calloc((size_t)tr->ndev, sizeof *ex.wake);
-  const int chain_rc = strata__chain_init(&ex.ch, ex.S, ex.m, 2 * ex.S);
+  const int chain_rc = strata__chain_init(&ex.ch, ex.S, ex.m, 3 * ex.S);
   struct worker_arg *args = calloc((size_t)tr->ndev, sizeof *args);
   pthread_t *workers = calloc((size_t)tr->ndev, sizeof *workers);
-  int rc = (!ex.act || !ex.grad || !ex.hold_act || !ex.hold_grad || !ex.pending || !ex.slot || !ex.inflight || !ex.peak ||
+  int rc = (!ex.act || !ex.grad || !ex.hold_act || !ex.hold_grad || !ex.hold_out || !ex.outb || !ex.pending || !ex.slot || !ex.inflight || !ex.peak ||
             !ex.done || !ex.done_post || !ex.busy || !ex.snd || !ex.wake || !args || !workers ||
             (buckets && !ex.bk) || (hooks && !ex.zh) || (tr->zero >= 3 && !ex.gh))
                ? strata__error(STRATA_ERR_NOMEM, "out of host memory running a pipeline step")
@@ -1062,6 +1132,9 @@ int strata__execute(strata_trainer_t tr, const struct strata__work *w, struct st
   for (size_t k = 0; k < cells && ex.act; k++) {
     strata_buffer_free(ex.act[k].buf);
     strata_buffer_free(ex.grad[k].buf);
+    /* an output a failed step left lent goes back to its pool (the queues are through) */
+    if (ex.outb && ex.outb[k] && strata__pool_put(&tr->pools[2 * ex.S + (int)(k / (size_t)ex.m)], ex.outb[k]))
+      strata_buffer_free(ex.outb[k]);
   }
   strata__ranks_step_end(tr); /* the groups' threads across ranks, and their unsettled rounds after a failure */
   for (int s = 0; ex.done && s < ex.S && tr->comm; s++) /* (across ranks: gone with the step's rounds) */
@@ -1090,6 +1163,8 @@ int strata__execute(strata_trainer_t tr, const struct strata__work *w, struct st
   free(ex.grad);
   free(ex.hold_act);
   free(ex.hold_grad);
+  free(ex.hold_out);
+  free(ex.outb);
   free(ex.pending);
   free(ex.slot);
   free(ex.inflight);

@@ -132,6 +132,10 @@ void strata__trainer_place(strata_trainer_t tr, int s, struct strata__stage_plac
   p->prev_remote = !p->first && tr->stage_rank[s - 1] != tr->stage_rank[s];
   p->prev_inflight = p->first ? 0 : strata__stage_inflight(tr, strata__stage_owner(tr, s - 1));
   p->next_remote = !p->last && tr->stage_rank[s + 1] != tr->stage_rank[s];
+  /* output buffers (out_apart): one a copy thread empties as it goes, or what the list hands over on the device */
+  p->outs = 0;
+  if (!p->last && (p->next_remote || strata_schedule_peak_handoff(tr->sched, s, &p->outs) || p->outs < 1))
+    p->outs = 1;
 }
 
 /*
@@ -281,7 +285,23 @@ int strata__pool_put(struct strata__pool *pool, strata_buffer_t b) {
 }
 
 int strata__pipeline_prefill(strata_trainer_t tr) {
-  for (int s = 0; s < strata__stages_all(tr); s++) {
+  const int S = strata__stages_all(tr);
+  for (int s = 0; s < S; s++) { /* the output pools: a forward waits for a buffer of its stage's (the executor) */
+    struct strata__stage_place place;
+    if (!tr->st[s] || !tr->st[s]->out_apart)
+      continue;
+    strata__trainer_place(tr, s, &place);
+    struct strata__pool *pool = &tr->pools[2 * S + s];
+    while (pool->n < (place.outs > 1 ? place.outs : 1)) {
+      strata_buffer_t b;
+      TRY(strata_buffer_new(tr->dev[tr->stage_rank[s]], strata__stage_out_units(tr->st[s]) * 4, &b));
+      if (strata__pool_put(pool, b)) {
+        strata_buffer_free(b);
+        return strata__error(STRATA_ERR_NOMEM, "out of host memory for an output pool");
+      }
+    }
+  }
+  for (int s = 0; s < S; s++) {
     for (int dir = 0; dir < 2 && tr->st[s]; dir++) { /* (the stages this rank holds) */
       if (dir == 0 ? strata__stage_first(tr, s) : strata__stage_last(tr, s))
         continue;

@@ -541,7 +541,7 @@ static int trainer_create(strata_model_t model, strata_dataset_t data, const str
   const size_t S_all = (size_t)nstages * (size_t)chains;
   tr->st = calloc(S_all, sizeof *tr->st);
   tr->stage_rank = calloc(S_all, sizeof *tr->stage_rank);
-  tr->pools = calloc(2 * S_all, sizeof *tr->pools);
+  tr->pools = calloc(3 * S_all, sizeof *tr->pools);
   tr->rep_split = calloc(S_all, sizeof *tr->rep_split);
   tr->rep_stage_device = calloc(S_all, sizeof *tr->rep_stage_device);
   tr->dev = calloc((size_t)ndev, sizeof *tr->dev);
@@ -815,7 +815,7 @@ STRATA_API void strata_trainer_free(strata_trainer_t tr) {
   free(tr->tps);
   strata__ranks_free(tr);
   pthread_mutex_destroy(&tr->abort_lock);
-  for (int p = 0; tr->pools && p < 2 * strata__stages_all(tr); p++) {
+  for (int p = 0; tr->pools && p < 3 * strata__stages_all(tr); p++) {
     while (tr->pools[p].n > 0)
       strata_buffer_free(tr->pools[p].free[--tr->pools[p].n]);
     free(tr->pools[p].free);

@@ -150,7 +150,9 @@ struct strata_trainer {
   double *mb_loss;                   /* [mtot] summed losses of each micro-batch */
   size_t ntensors;                   /* over one chain's stages */
   double *sumsq;                     /* [tp x ntensors]: slice t's sums of squares at t x ntensors */
-  struct strata__pool *pools;        /* [2 x stages all]: [2 s] stage s's inputs, [2 s + 1] its output gradients */
+  struct strata__pool *pools;        /* [3 x stages all]: [2 s] stage s's inputs, [2 s + 1] its output gradients
+                                     ** (receive pools); [2 x stages all + s] its outputs (out_apart: the buffers its
+                                     ** forwards write their output to, until the next stage has it) */
   struct strata_train_report report; /* its arrays are these: */
   int *rep_split, *rep_stage_device;  /* [stages all] */
   struct strata_train_device_stats *rep_dev; /* [ndev] */
@@ -301,7 +303,8 @@ int strata__execute(strata_trainer_t tr, const struct strata__work *w, struct st
 ** B for BI, no W), without update or gradient collective. The caller frees it. */
 int strata__pass_schedule(strata_trainer_t tr, int backward, strata_schedule_t *out /* OUT */);
 
-/* Fill the receive pools with what can be in flight at each boundary (after the stages are built). */
+/* Fill the receive pools with what can be in flight at each boundary, and each stage's output pool with its
+** place's outs (after the stages are built). */
 int strata__pipeline_prefill(strata_trainer_t tr);
 
 /* Split the model's layers into tr->nstages stages over the ranks
