@@ -377,13 +377,13 @@ static void mm_rows(const uint16_t *a, int64_t lda, const uint16_t *b, int64_t p
 /* y[c][r] = x[r][c] for r, c < 16: 32-bit elements (floats, or bfloat16 pairs: only moved), row strides ldx, ldy. */
 static void tr16(const float *x, int64_t ldx, float *y, int64_t ldy) {
   __m512 r[16], t[16];
-  for (int i = 0; i < 16; i++)
+  _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++)
     r[i] = _mm512_loadu_ps(x + i * ldx);
-  for (int i = 0; i < 16; i += 2) { /* in each 128-bit lane: a0 b0 a1 b1 and a2 b2 a3 b3 */
+  _Pragma("GCC unroll 8") for (int i = 0; i < 16; i += 2) { /* in each 128-bit lane: a0 b0 a1 b1 and a2 b2 a3 b3 */
     t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
     t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
   }
-  for (int i = 0; i < 16; i += 4) { /* r[i + k], lane L: rows i..i+3 of column 4L + k */
+  _Pragma("GCC unroll 4") for (int i = 0; i < 16; i += 4) { /* r[i + k], lane L: rows i..i+3 of column 4L + k */
     __m512d t0 = _mm512_castps_pd(t[i]), t1 = _mm512_castps_pd(t[i + 1]), t2 = _mm512_castps_pd(t[i + 2]),
             t3 = _mm512_castps_pd(t[i + 3]);
     r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
@@ -391,7 +391,7 @@ static void tr16(const float *x, int64_t ldx, float *y, int64_t ldy) {
     r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
     r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
   }
-  for (int k = 0; k < 4; k++) { /* column 4L + k: lane L of r[k], r[4 + k], r[8 + k], r[12 + k] */
+  _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) { /* column 4L + k: lane L of r[k], r[4 + k], r[8 + k], r[12 + k] */
     __m512 a = _mm512_shuffle_f32x4(r[k], r[4 + k], 0x44), b = _mm512_shuffle_f32x4(r[k], r[4 + k], 0xee);
     __m512 c = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0x44), d = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0xee);
     _mm512_storeu_ps(y + k * ldy, _mm512_shuffle_f32x4(a, c, 0x88));
