@@ -124,19 +124,6 @@ static inline void zip32(__m512i a, __m512i b, uint16_t *y) {
   _mm512_storeu_si512((void *)(y + 32), _mm512_permutex2var_epi16(a, hi, b));
 }
 
-/* y[rp][j] = (bf16(x[2 rp][j]), bf16(x[2 rp + 1][j])) for rp < QB / 2, j < np (a multiple of 32); row stride ldx
-** floats, ldy pairs: the block's rows rounded and zipped two by two, pairs over its rows (mm_pairs' lda 2). */
-static void zip_rows(const float *x, int64_t ldx, int64_t np, uint16_t *y, int64_t ldy) {
-  for (int64_t rp = 0; rp < QB / 2; rp++) {
-    const float *x0 = x + 2 * rp * ldx, *x1 = x0 + ldx;
-    for (int64_t j = 0; j < np; j += 32) {
-      __m512i a = (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x0 + j + 16), _mm512_loadu_ps(x0 + j));
-      __m512i b = (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x1 + j + 16), _mm512_loadu_ps(x1 + j));
-      zip32(a, b, y + (rp * ldy + j) * 2);
-    }
-  }
-}
-
 /* y[i] = bfloat16(f x[i]) for i < n (rounded to nearest even, as strata__bf16_from_f32). */
 static void put_row(const float *x, float f, uint16_t *y, int64_t n) {
   __m512 fv = _mm512_set1_ps(f);
@@ -144,14 +131,6 @@ static void put_row(const float *x, float f, uint16_t *y, int64_t n) {
     __mmask16 k = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
     __m256bh r = _mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), fv));
     _mm256_mask_storeu_epi16((void *)(y + i), k, (__m256i)r);
-  }
-}
-
-/* y[i] = bfloat16(x[i]) for i < n, n a multiple of 32. */
-static void round_row(const float *x, uint16_t *y, int64_t n) {
-  for (int64_t i = 0; i < n; i += 32) {
-    __m512bh r = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(x + i));
-    _mm512_storeu_si512((void *)(y + i), (__m512i)r);
   }
 }
 
@@ -204,37 +183,85 @@ static void pad_rows(const uint16_t *rows, int64_t ld, int64_t n, int64_t hd, in
     memcpy(c + r * w, rows + r * ld, (size_t)hd * sizeof *c);
 }
 
-/* As host-attn.c's: s[j] = exp(s[j] - max) for j < n, 0 up to np; the row's log-sum-exp, its sum in *sum. */
-static float exp_row(float *s, int64_t n, int64_t np, double *sum) {
-  __m512 m = _mm512_set1_ps(-FLT_MAX);
-  for (int64_t j = 0; j < n; j += 16) { /* max(x, m) is x > m ? x : m: a NaN is passed over as host-attn.c does */
-    __mmask16 k = n - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - j)) - 1);
-    m = _mm512_mask_max_ps(m, k, _mm512_maskz_loadu_ps(k, s + j), m);
-  }
-  float mx = _mm512_reduce_max_ps(m);
-  double t = 0;
-#pragma omp simd reduction(+ : t)
-  for (int64_t j = 0; j < n; j++) {
-    float e = vm_exp(s[j] - mx);
-    s[j] = e;
-    t += e;
-  }
-  for (int64_t j = n; j < np; j++)
-    s[j] = 0.0f;
-  *sum = t;
-  return mx + (float)log(t);
+/* e^x in each lane: vecmath.h's vm_exp, 16 lanes at once. */
+static inline __m512 exp16(__m512 x) {
+  float t[16];
+  _mm512_storeu_ps(t, x);
+  _Pragma("omp simd") for (int i = 0; i < 16; i++) t[i] = vm_exp(t[i]);
+  return _mm512_loadu_ps(t);
 }
 
-/* p[j] = exp(p[j] - lse), ds[j] = p[j] (ds[j] - rowsum) for j < n; both 0 up to np. */
-static void probs_grad(float *p, float *ds, int64_t n, int64_t np, float lse, float rowsum) {
-#pragma omp simd
-  for (int64_t j = 0; j < n; j++) {
-    float pj = vm_exp(p[j] - lse);
-    p[j] = pj;
-    ds[j] = pj * (ds[j] - rowsum);
+/* The lanes of j .. j + 15 below n. */
+static inline __mmask16 below(int64_t j, int64_t n) {
+  return n - j >= 16 ? (__mmask16)0xffff : n > j ? (__mmask16)((1u << (n - j)) - 1) : 0;
+}
+
+/*
+** The forward's softmax of one row of sums s (scores s[j] scale for j < n):
+** y[j] = bfloat16(exp(s[j] scale - max)) for j < n, 0 up to np (a multiple
+** of 32); returns the row's log-sum-exp, 1 / its sum of exponentials in
+** *inv (the sum in float32, 16 lanes then their sum). The max passes over a
+** NaN as host-attn.c's does; the exponentials keep it.
+*/
+static float softmax_row(const float *s, int64_t n, int64_t np, float scale, uint16_t *y, float *inv) {
+  const __m512 sc = _mm512_set1_ps(scale);
+  __m512 m = _mm512_set1_ps(-FLT_MAX);
+  for (int64_t j = 0; j < n; j += 16) { /* max(x, m) is x > m ? x : m */
+    __mmask16 k = below(j, n);
+    m = _mm512_mask_max_ps(m, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, s + j), sc), m);
   }
-  for (int64_t j = n; j < np; j++)
-    p[j] = ds[j] = 0.0f;
+  float mx = _mm512_reduce_max_ps(m);
+  __m512 mv = _mm512_set1_ps(mx), t = _mm512_setzero_ps();
+  for (int64_t j = 0; j < np; j += 32) {
+    __m512 e[2];
+    _Pragma("GCC unroll 2") for (int v = 0; v < 2; v++) {
+      __mmask16 k = below(j + 16 * v, n);
+      e[v] = k ? _mm512_maskz_mov_ps(k, exp16(_mm512_fmsub_ps(_mm512_loadu_ps(s + j + 16 * v), sc, mv)))
+               : _mm512_setzero_ps();
+      t = _mm512_add_ps(t, e[v]);
+    }
+    _mm512_storeu_si512((void *)(y + j), (__m512i)_mm512_cvtne2ps_pbh(e[1], e[0]));
+  }
+  float sum = _mm512_reduce_add_ps(t);
+  *inv = 1.0f / sum;
+  return mx + logf(sum);
+}
+
+/*
+** The backward's probabilities and score gradients of the row pair r, r + 1
+** of a block (row r's sums s[r Tp + j], dP dp[r Tp + j]; n[e] its keys,
+** lse[e], rowsum rs[e]; a row past the block's queries has n 0): p = exp(s
+** scale - lse), ds = p (dp - rowsum), both 0 past n up to np (a multiple of
+** 32). Written rounded to bfloat16: ds as rows (dsb, row stride Tp) and p,
+** ds zipped over the pair, as pT, dsT (pair j of the row pair at (r / 2 Tp
+** + j) 2: the B of dK^T += Q^T dS, dV^T += dO^T P, or the A of the AVX-512
+** path's dK += dS^T Q, dV += P^T dO).
+*/
+static void probs_grad2(const float *s, const float *dp, int64_t Tp, int64_t r, const int64_t n[2], const float lse[2],
+                        const float rs[2], int64_t np, float scale, uint16_t *dsb, uint16_t *pT, uint16_t *dsT) {
+  const __m512 sc = _mm512_set1_ps(scale);
+  for (int64_t j = 0; j < np; j += 32) {
+    __m512i pb[2], db[2];
+    for (int e = 0; e < 2; e++) {
+      const float *se = s + (r + e) * Tp + j, *de = dp + (r + e) * Tp + j;
+      __m512 p[2], d[2];
+      _Pragma("GCC unroll 2") for (int v = 0; v < 2; v++) {
+        __mmask16 k = below(j + 16 * v, n[e]);
+        if (k) {
+          p[v] =
+              _mm512_maskz_mov_ps(k, exp16(_mm512_fmsub_ps(_mm512_loadu_ps(se + 16 * v), sc, _mm512_set1_ps(lse[e]))));
+          d[v] = _mm512_mul_ps(p[v], _mm512_sub_ps(_mm512_loadu_ps(de + 16 * v), _mm512_set1_ps(rs[e])));
+        } else {
+          p[v] = d[v] = _mm512_setzero_ps();
+        }
+      }
+      pb[e] = (__m512i)_mm512_cvtne2ps_pbh(p[1], p[0]);
+      db[e] = (__m512i)_mm512_cvtne2ps_pbh(d[1], d[0]);
+      _mm512_storeu_si512((void *)(dsb + (r + e) * Tp + j), db[e]);
+    }
+    zip32(pb[0], pb[1], pT + (r / 2 * Tp + j) * 2);
+    zip32(db[0], db[1], dsT + (r / 2 * Tp + j) * 2);
+  }
 }
 
 /* sum_d a[d] b[d] over bfloat16 rows, in float32 (16 lanes, then their sum). */
@@ -340,10 +367,12 @@ static void mm_amx(const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ps
 ** block, so its bits, with the sums' loads and stores once a group rather
 ** than once a block. qT, doT: dp rows of ldq bfloat16, block i's pairs from
 ** column i QB; dsT, pT: block i's zipped rows (zip_rows) from pair row i QB
-** / 2, Tp pairs each; dk, dv: dp rows of Tp floats.
+** / 2, Tp pairs each; dk, dv: dp rows of ldc floats, their columns from
+** fresh (a multiple of 32) not yet written: summed from zero.
 */
 static void dkv_amx(const uint16_t *qT, const uint16_t *doT, int64_t ldq, const uint16_t *dsT, const uint16_t *pT,
-                    int64_t Tp, int nb, const int64_t *np, int64_t dp, float *dk, float *dv) {
+                    int64_t Tp, int nb, const int64_t *np, int64_t dp, int64_t fresh, float *dk, float *dv,
+                    int64_t ldc) {
   int64_t nmax = 0;
   for (int i = 0; i < nb; i++)
     nmax = np[i] > nmax ? np[i] : nmax;
@@ -352,11 +381,18 @@ static void dkv_amx(const uint16_t *qT, const uint16_t *doT, int64_t ldq, const 
     float *c = m ? dv : dk;
     for (int64_t j0 = 0; j0 < nmax; j0 += 32)
       for (int64_t r0 = 0; r0 < dp; r0 += 32) {
-        amx_sums(1, c + r0 * Tp + j0, Tp);
+        if (j0 < fresh) {
+          amx_sums(1, c + r0 * ldc + j0, ldc);
+        } else {
+          _tile_zero(0);
+          _tile_zero(1);
+          _tile_zero(2);
+          _tile_zero(3);
+        }
         for (int i = 0; i < nb; i++)
           if (np[i] > j0)
             amx_step(a + r0 * ldq + i * QB, ldq, b + (int64_t)i * QB * Tp + 2 * j0, Tp * 4);
-        amx_sums(0, c + r0 * Tp + j0, Tp);
+        amx_sums(0, c + r0 * ldc + j0, ldc);
       }
   }
 }
@@ -431,6 +467,19 @@ static size_t fwd_u16(const struct dims *z) {
 }
 static size_t fwd_f32(const struct dims *z) { return (size_t)(QB * z->Tp + QB * z->dp); }
 
+/* A block's query rows as the A of its products: in place where the block is whole and head_dim a multiple of 32
+** (*lda the rows' stride), else copied into c padded with zeros (*lda w). */
+static const uint16_t *rows_a(const uint16_t *rows, int64_t ld, int64_t n, int64_t hd, int64_t w, uint16_t *c,
+                              int64_t *lda) {
+  if (n == QB && hd == w) {
+    *lda = ld;
+    return rows;
+  }
+  pad_rows(rows, ld, n, hd, w, c);
+  *lda = w;
+  return c;
+}
+
 /* The forward of one (sequence, query head). */
 static void fwd_task(const struct strata__op *o, const struct dims *z, int64_t bh, void *ws) {
   const uint16_t *qkv = BF(o->u.attn.qkv);
@@ -444,20 +493,15 @@ static void fwd_task(const struct strata__op *o, const struct dims *z, int64_t b
   pack_t(kbase, z->ld, T, z->hd, z->hd2, Tp, kt);
   pack_r(vbase, z->ld, T, Tp, z->hd, dp, v2);
   for (int64_t i0 = 0; i0 < T; i0 += QB) {
-    int64_t nq = T - i0 < QB ? T - i0 : QB, nmax = z->causal ? i0 + nq : T, np = R32(nmax);
+    int64_t nq = T - i0 < QB ? T - i0 : QB, nmax = z->causal ? i0 + nq : T, np = R32(nmax), lda;
     float inv[QB];
-    pad_rows(base + i0 * z->ld, z->ld, nq, z->hd, hdq, qb);
-    mm_rows(qb, hdq, kt, 2 * NT * z->hd2, z->hd2, QB, np, s, Tp, 0, z->scale);
-    for (int64_t r = 0; r < QB; r++) {
-      if (r >= nq) {
-        memset(s + r * Tp, 0, (size_t)np * sizeof *s);
-      } else {
-        double sum;
-        lse[bh * T + i0 + r] = exp_row(s + r * Tp, z->causal ? i0 + r + 1 : T, np, &sum);
-        inv[r] = (float)(1.0 / sum);
-      }
-      round_row(s + r * Tp, pb + r * Tp, np);
-    }
+    const uint16_t *a = rows_a(base + i0 * z->ld, z->ld, nq, z->hd, hdq, qb, &lda);
+    mm_rows(a, lda, kt, 2 * NT * z->hd2, z->hd2, QB, np, s, Tp, 0, 1.0f);
+    for (int64_t r = 0; r < QB; r++)
+      if (r >= nq)
+        memset(pb + r * Tp, 0, (size_t)np * sizeof *pb);
+      else
+        lse[bh * T + i0 + r] = softmax_row(s + r * Tp, z->causal ? i0 + r + 1 : T, np, z->scale, pb + r * Tp, &inv[r]);
     mm_rows(pb, Tp, v2, NT * Tp, np / 2, QB, dp, ob, dp, 0, 1.0f);
     for (int64_t r = 0; r < nq; r++)
       put_row(ob + r * dp, inv[r], out + (b * T + i0 + r) * z->D + h * z->hd, z->hd);
@@ -470,13 +514,42 @@ static size_t bwd_u16(const struct dims *z) {
   return (size_t)(4 * z->hd2 * z->Tp + z->Tp * z->dp + 2 * QB * z->hdq + 2 * QB * z->dp + QB * z->Tp +
                   2 * z->Tp * QB * GQ + 2 * QB * GQ * z->dp + 32) & ~(size_t)31;
 }
-static size_t bwd_f32(const struct dims *z) { return (size_t)(2 * QB * z->Tp + QB * z->dp + 2 * z->Tp * z->dp); }
+static size_t bwd_f32(const struct dims *z) { return (size_t)(2 * QB * z->Tp + QB * z->dp + 2 * (z->Tp + 16) * z->dp); }
+
+/*
+** dK (scaled) and dV rows, bfloat16, from dK^T and dV^T (dp rows of ldc
+** floats, AMX's): per 32 keys each two rows of the transpose rounded and
+** zipped into pairs (the words of the rows of dK, into zt), their 32-bit
+** words transposed 16 x 16 (tr16) into w (32 rows of dp bfloat16), the rows
+** below T copied out.
+*/
+static void put_transposed(const float *ct, int64_t ldc, int64_t T, int64_t hd, int64_t dp, float f, uint16_t *zt,
+                           uint16_t *w, uint16_t *rows, int64_t ld) {
+  const __m512 fv = _mm512_set1_ps(f);
+  for (int64_t j0 = 0; j0 < T; j0 += 32) {
+    for (int64_t e = 0; e < dp / 2; e++) {
+      const float *c0 = ct + 2 * e * ldc + j0, *c1 = c0 + ldc;
+      __m512i a = (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(_mm512_loadu_ps(c0 + 16), fv),
+                                               _mm512_mul_ps(_mm512_loadu_ps(c0), fv));
+      __m512i b = (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(_mm512_loadu_ps(c1 + 16), fv),
+                                               _mm512_mul_ps(_mm512_loadu_ps(c1), fv));
+      zip32(a, b, zt + e * 64);
+    }
+    for (int64_t e0 = 0; e0 < dp / 2; e0 += 16)
+      for (int64_t jj = 0; jj < 32; jj += 16)
+        tr16((const float *)(const void *)(zt + e0 * 64 + 2 * jj), 32, (float *)(void *)(w + jj * dp + 2 * e0), dp / 2);
+    for (int64_t jj = 0; jj < 32 && j0 + jj < T; jj++)
+      memcpy(rows + (j0 + jj) * ld, w + jj * dp, (size_t)hd * sizeof *rows);
+  }
+}
 
 /*
 ** The backward of one (sequence, kv head): for each query head of its group
 ** in order, block by block: P from lse, dP = dO V^T, dS = P (dP - rowsum(dO o
 ** O)), dQ = scale dS K, and dK += dS^T Q, dV += P^T dO in float32 scratch
-** (on AMX their transposes, GQ blocks at a time; dK scaled once at the end).
+** (on AMX their transposes, GQ blocks at a time, rows of Tp + 16 floats: a
+** stride of a power of two would map a tile's rows to a few cache sets; dK
+** scaled once at the end).
 */
 static void bwd_task(const struct strata__op *o, const struct dims *z, int64_t bk, void *ws) {
   const uint16_t *qkv = BF(o->u.attn.qkv), *out = BF(o->u.attn.out), *dout = BF(o->u.attn.dout);
@@ -487,68 +560,63 @@ static void bwd_task(const struct strata__op *o, const struct dims *z, int64_t b
            *q2 = dob + QB * hdq, *do2 = q2 + QB * dp, *dsb = do2 + QB * dp, *pTg = dsb + QB * Tp,
            *dsTg = pTg + Tp * QB * GQ, *qT = dsTg + Tp * QB * GQ, *doT = qT + QB * GQ * dp;
   float *s = (float *)((uint16_t *)ws + bwd_u16(z)), *dpf = s + QB * Tp, *dqf = dpf + QB * Tp, *dk = dqf + QB * dp,
-        *dv = dk + Tp * dp;
+        *dv = dk + (Tp + 16) * dp;
   const uint16_t *kbase = qkv + b * T * ld + z->D + kh * hd, *vbase = kbase + z->KV * hd;
   uint16_t *dkbase = dqkv + b * T * ld + z->D + kh * hd, *dvbase = dkbase + z->KV * hd;
+  int64_t fresh = 0; /* AMX: the columns of dK^T, dV^T below this written */
   pack_t(kbase, ld, T, hd, z->hd2, Tp, kt);
   pack_t(vbase, ld, T, hd, z->hd2, Tp, vt);
   pack_r(kbase, ld, T, Tp, hd, dp, k2);
-  memset(dk, 0, (size_t)(2 * Tp * dp) * sizeof *dk);
+  if (!amx)
+    memset(dk, 0, (size_t)(2 * (Tp + 16) * dp) * sizeof *dk);
   for (int64_t h = kh * z->G; h < (kh + 1) * z->G; h++) {
     int64_t bh = b * z->H + h;
     const uint16_t *base = qkv + b * T * ld + h * hd;
     uint16_t *dbase = dqkv + b * T * ld + h * hd;
     int64_t npg[GQ];
     for (int64_t i0 = 0; i0 < T; i0 += QB) {
-      int64_t nq = T - i0 < QB ? T - i0 : QB, nmax = z->causal ? i0 + nq : T, np = R32(nmax);
+      int64_t nq = T - i0 < QB ? T - i0 : QB, nmax = z->causal ? i0 + nq : T, np = R32(nmax), lqa, lda;
       const int bi = (int)(i0 / QB % GQ);
       uint16_t *pT = pTg + bi * QB * Tp, *dsT = dsTg + bi * QB * Tp; /* this block's zipped P and dS */
       const uint16_t *drows = dout + (b * T + i0) * z->D + h * hd;
-      pad_rows(base + i0 * ld, ld, nq, hd, hdq, qb);
-      pad_rows(drows, z->D, nq, hd, hdq, dob);
+      const uint16_t *qa = rows_a(base + i0 * ld, ld, nq, hd, hdq, qb, &lqa),
+                     *da = rows_a(drows, z->D, nq, hd, hdq, dob, &lda);
       pack_r(base + i0 * ld, ld, nq, QB, hd, dp, q2);
       pack_r(drows, z->D, nq, QB, hd, dp, do2);
-      mm_rows(qb, hdq, kt, 2 * NT * z->hd2, z->hd2, QB, np, s, Tp, 0, z->scale);
-      mm_rows(dob, hdq, vt, 2 * NT * z->hd2, z->hd2, QB, np, dpf, Tp, 0, 1.0f);
-      for (int64_t r = 0; r < QB; r++) {
-        if (r >= nq) {
-          memset(s + r * Tp, 0, (size_t)np * sizeof *s);
-          memset(dpf + r * Tp, 0, (size_t)np * sizeof *dpf);
-        } else {
-          const uint16_t *orow = out + (b * T + i0 + r) * z->D + h * hd, *dorow = drows + r * z->D;
-          float rs = dot_rows(dorow, orow, hd);
-          probs_grad(s + r * Tp, dpf + r * Tp, z->causal ? i0 + r + 1 : T, np, lse[bh * T + i0 + r], rs);
+      mm_rows(qa, lqa, kt, 2 * NT * z->hd2, z->hd2, QB, np, s, Tp, 0, 1.0f);
+      mm_rows(da, lda, vt, 2 * NT * z->hd2, z->hd2, QB, np, dpf, Tp, 0, 1.0f);
+      for (int64_t r = 0; r < QB; r += 2) {
+        int64_t n[2];
+        float l[2], rs[2];
+        for (int e = 0; e < 2; e++) {
+          const int64_t i = i0 + r + e;
+          n[e] = r + e >= nq ? 0 : z->causal ? i + 1 : T;
+          l[e] = n[e] ? lse[bh * T + i] : 0.0f;
+          rs[e] = n[e] ? dot_rows(drows + (r + e) * z->D, out + (b * T + i) * z->D + h * hd, hd) : 0.0f;
         }
-        round_row(dpf + r * Tp, dsb + r * Tp, np);
+        probs_grad2(s, dpf, Tp, r, n, l, rs, np, z->scale, dsb, pT, dsT);
       }
-      zip_rows(s, Tp, np, pT, Tp);
-      zip_rows(dpf, Tp, np, dsT, Tp);
-      mm_rows(dsb, Tp, k2, NT * Tp, np / 2, QB, dp, dqf, dp, 0, z->scale);
+      mm_rows(dsb, Tp, k2, NT * Tp, np / 2, QB, dp, dqf, dp, 0, 1.0f);
       for (int64_t r = 0; r < nq; r++)
-        put_row(dqf + r * dp, 1.0f, dbase + (i0 + r) * ld, hd);
+        put_row(dqf + r * dp, z->scale, dbase + (i0 + r) * ld, hd);
       if (amx) { /* dK^T += Q^T dS, dV^T += dO^T P: the zipped blocks are their B, summed once the group is whole */
         transpose_pairs(q2, dp, qT + bi * QB, QB * GQ);
         transpose_pairs(do2, dp, doT + bi * QB, QB * GQ);
         npg[bi] = np;
-        if (bi == GQ - 1 || i0 + QB >= T)
-          dkv_amx(qT, doT, QB * GQ, dsTg, pTg, Tp, bi + 1, npg, dp, dk, dv);
+        if (bi == GQ - 1 || i0 + QB >= T) {
+          dkv_amx(qT, doT, QB * GQ, dsTg, pTg, Tp, bi + 1, npg, dp, fresh, dk, dv, Tp + 16);
+          for (int i = 0; i <= bi; i++)
+            fresh = npg[i] > fresh ? npg[i] : fresh;
+        }
       } else {
         mm_pairs(dsT, 2, 2 * Tp, q2, NT * QB, QB / 2, np, dp, dk, dp, 1, 1.0f);
         mm_pairs(pT, 2, 2 * Tp, do2, NT * QB, QB / 2, np, dp, dv, dp, 1, 1.0f);
       }
     }
   }
-  if (amx) { /* dK^T and dV^T (rows of Tp): 16 keys at a time transposed into dqf */
-    for (int64_t j0 = 0; j0 < T; j0 += 16) {
-      for (int64_t d0 = 0; d0 < dp; d0 += 16) {
-        tr16(dk + d0 * Tp + j0, Tp, dqf + d0, dp);
-        tr16(dv + d0 * Tp + j0, Tp, dqf + 16 * dp + d0, dp);
-      }
-      for (int64_t j = j0; j < T && j < j0 + 16; j++) {
-        put_row(dqf + (j - j0) * dp, z->scale, dkbase + j * ld, hd);
-        put_row(dqf + (16 + j - j0) * dp, 1.0f, dvbase + j * ld, hd);
-      }
-    }
+  if (amx) { /* every column of dK^T, dV^T written: the last block reaches R32(T) = Tp */
+    put_transposed(dk, Tp + 16, T, hd, dp, z->scale, qT, (uint16_t *)(void *)dqf, dkbase, ld);
+    put_transposed(dv, Tp + 16, T, hd, dp, 1.0f, qT, (uint16_t *)(void *)dqf, dvbase, ld);
   } else {
     for (int64_t j = 0; j < T; j++) {
       put_row(dk + j * dp, z->scale, dkbase + j * ld, hd);
