@@ -480,8 +480,48 @@ static const uint16_t *rows_a(const uint16_t *rows, int64_t ld, int64_t n, int64
   return c;
 }
 
+/* Rows r0 .. r1 - 1 (row stride ld elements of es bytes) of n elements from p prefetched into L2. */
+static void prefetch_rows(const void *p, int64_t ld, int64_t es, int64_t r0, int64_t r1, int64_t n) {
+  for (int64_t r = r0; r < r1; r++) {
+    const char *row = (const char *)p + r * ld * es;
+    for (uintptr_t at = (uintptr_t)row & ~(uintptr_t)63; at < (uintptr_t)(row + n * es); at += 64)
+      _mm_prefetch((const char *)at, _MM_HINT_T1);
+  }
+}
+
+/*
+** Rows i0 .. i0 + QB - 1 of what task t (the thread's next: -1 none) reads
+** and writes prefetched into L2 while this one computes: a task's rows are
+** head_dim slices of rows thousands of bytes apart, fetched cold (the
+** producing GEMM's output is long out of cache).
+*/
+static void prefetch_task(const struct strata__op *o, const struct dims *z, int fwd, int64_t t, int64_t i0) {
+  if (t < 0 || i0 >= z->T)
+    return;
+  const int64_t T = z->T, i1 = i0 + QB < T ? i0 + QB : T, hd = z->hd, ld = z->ld;
+  const int64_t b = t / (fwd ? z->H : z->KV), kh = fwd ? t % z->H / z->G : t % z->KV;
+  const int64_t h0 = fwd ? t % z->H : kh * z->G, h1 = fwd ? h0 + 1 : h0 + z->G;
+  const uint16_t *qkv = BF(o->u.attn.qkv) + b * T * ld, *out = BF(o->u.attn.out) + b * T * z->D;
+  prefetch_rows(qkv + z->D + kh * hd, ld, 2, i0, i1, hd);
+  prefetch_rows(qkv + z->D + (z->KV + kh) * hd, ld, 2, i0, i1, hd);
+  if (!fwd) {
+    const uint16_t *dqkv = BF(o->u.attn.dqkv) + b * T * ld;
+    prefetch_rows(dqkv + z->D + kh * hd, ld, 2, i0, i1, hd);
+    prefetch_rows(dqkv + z->D + (z->KV + kh) * hd, ld, 2, i0, i1, hd);
+  }
+  for (int64_t h = h0; h < h1; h++) {
+    prefetch_rows(qkv + h * hd, ld, 2, i0, i1, hd);
+    prefetch_rows(out + h * hd, z->D, 2, i0, i1, hd);
+    if (!fwd) {
+      prefetch_rows(BF(o->u.attn.dout) + b * T * z->D + h * hd, z->D, 2, i0, i1, hd);
+      prefetch_rows(BF(o->u.attn.dqkv) + b * T * ld + h * hd, ld, 2, i0, i1, hd);
+      prefetch_rows(F(o->u.attn.lse) + (b * z->H + h) * T, 0, 4, i0, i0 + 1, i1 - i0);
+    }
+  }
+}
+
 /* The forward of one (sequence, query head). */
-static void fwd_task(const struct strata__op *o, const struct dims *z, int64_t bh, void *ws) {
+static void fwd_task(const struct strata__op *o, const struct dims *z, int64_t bh, int64_t next, void *ws) {
   const uint16_t *qkv = BF(o->u.attn.qkv);
   uint16_t *out = BF(o->u.attn.out);
   float *lse = F(o->u.attn.lse);
@@ -495,6 +535,7 @@ static void fwd_task(const struct strata__op *o, const struct dims *z, int64_t b
   for (int64_t i0 = 0; i0 < T; i0 += QB) {
     int64_t nq = T - i0 < QB ? T - i0 : QB, nmax = z->causal ? i0 + nq : T, np = R32(nmax), lda;
     float inv[QB];
+    prefetch_task(o, z, 1, next, i0);
     const uint16_t *a = rows_a(base + i0 * z->ld, z->ld, nq, z->hd, hdq, qb, &lda);
     mm_rows(a, lda, kt, 2 * NT * z->hd2, z->hd2, QB, np, s, Tp, 0, 1.0f);
     for (int64_t r = 0; r < QB; r++)
@@ -551,7 +592,7 @@ static void put_transposed(const float *ct, int64_t ldc, int64_t T, int64_t hd, 
 ** stride of a power of two would map a tile's rows to a few cache sets; dK
 ** scaled once at the end).
 */
-static void bwd_task(const struct strata__op *o, const struct dims *z, int64_t bk, void *ws) {
+static void bwd_task(const struct strata__op *o, const struct dims *z, int64_t bk, int64_t next, void *ws) {
   const uint16_t *qkv = BF(o->u.attn.qkv), *out = BF(o->u.attn.out), *dout = BF(o->u.attn.dout);
   const float *lse = F(o->u.attn.lse);
   uint16_t *dqkv = BF(o->u.attn.dqkv);
@@ -577,6 +618,8 @@ static void bwd_task(const struct strata__op *o, const struct dims *z, int64_t b
     for (int64_t i0 = 0; i0 < T; i0 += QB) {
       int64_t nq = T - i0 < QB ? T - i0 : QB, nmax = z->causal ? i0 + nq : T, np = R32(nmax), lqa, lda;
       const int bi = (int)(i0 / QB % GQ);
+      if (h == kh * z->G)
+        prefetch_task(o, z, 0, next, i0);
       uint16_t *pT = pTg + bi * QB * Tp, *dsT = dsTg + bi * QB * Tp; /* this block's zipped P and dS */
       const uint16_t *drows = dout + (b * T + i0) * z->D + h * hd;
       const uint16_t *qa = rows_a(base + i0 * ld, ld, nq, hd, hdq, qb, &lqa),
@@ -666,9 +709,9 @@ static int run(const struct strata__op *o, int fwd) {
     if (amx)
       amx_start();
     if (fwd)
-      fwd_task(o, &z, t, ws);
+      fwd_task(o, &z, t, t + 1 < tasks ? t + 1 : -1, ws);
     else
-      bwd_task(o, &z, t, ws);
+      bwd_task(o, &z, t, t + 1 < tasks ? t + 1 : -1, ws);
     if (amx)
       amx_end();
   }
