@@ -410,30 +410,28 @@ static void mm_rows(const uint16_t *a, int64_t lda, const uint16_t *b, int64_t p
     mm_pairs(a, lda, 2, b, ps, kp, rows, n, c, ldc, acc, alpha);
 }
 
-/* y[c][r] = x[r][c] for r, c < 16: 32-bit elements (floats, or bfloat16 pairs: only moved), row strides ldx, ldy. */
+/* y[c][r] = x[r][c] for r, c < 16: 32-bit elements (floats, or bfloat16 pairs: only moved), row strides ldx, ldy.
+** Rows i, i + 4, i + 8, i + 12's columns 4q .. 4q + 3 gathered into the lanes of one vector by 128-bit loads and
+** inserts (the load ports doing part of the moving), then each lane's 4 x 4 transposed by unpacks. */
 static void tr16(const float *x, int64_t ldx, float *y, int64_t ldy) {
-  __m512 r[16], t[16];
-  _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++)
-    r[i] = _mm512_loadu_ps(x + i * ldx);
-  _Pragma("GCC unroll 8") for (int i = 0; i < 16; i += 2) { /* in each 128-bit lane: a0 b0 a1 b1 and a2 b2 a3 b3 */
-    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-  }
-  _Pragma("GCC unroll 4") for (int i = 0; i < 16; i += 4) { /* r[i + k], lane L: rows i..i+3 of column 4L + k */
-    __m512d t0 = _mm512_castps_pd(t[i]), t1 = _mm512_castps_pd(t[i + 1]), t2 = _mm512_castps_pd(t[i + 2]),
-            t3 = _mm512_castps_pd(t[i + 3]);
-    r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
-    r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
-    r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
-    r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
-  }
-  _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) { /* column 4L + k: lane L of r[k], r[4 + k], r[8 + k], r[12 + k] */
-    __m512 a = _mm512_shuffle_f32x4(r[k], r[4 + k], 0x44), b = _mm512_shuffle_f32x4(r[k], r[4 + k], 0xee);
-    __m512 c = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0x44), d = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0xee);
-    _mm512_storeu_ps(y + k * ldy, _mm512_shuffle_f32x4(a, c, 0x88));
-    _mm512_storeu_ps(y + (4 + k) * ldy, _mm512_shuffle_f32x4(a, c, 0xdd));
-    _mm512_storeu_ps(y + (8 + k) * ldy, _mm512_shuffle_f32x4(b, d, 0x88));
-    _mm512_storeu_ps(y + (12 + k) * ldy, _mm512_shuffle_f32x4(b, d, 0xdd));
+  _Pragma("GCC unroll 4") for (int q = 0; q < 4; q++) {
+    __m512 v[4];
+    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) { /* lane L: row i + 4L, columns 4q .. 4q + 3 */
+      const float *p = x + i * ldx + 4 * q;
+      __m512 w = _mm512_castps128_ps512(_mm_loadu_ps(p));
+      w = _mm512_insertf32x4(w, _mm_loadu_ps(p + 4 * ldx), 1);
+      w = _mm512_insertf32x4(w, _mm_loadu_ps(p + 8 * ldx), 2);
+      v[i] = _mm512_insertf32x4(w, _mm_loadu_ps(p + 12 * ldx), 3);
+    }
+    __m512d t0 = _mm512_castps_pd(_mm512_unpacklo_ps(v[0], v[1])),
+            t1 = _mm512_castps_pd(_mm512_unpackhi_ps(v[0], v[1]));
+    __m512d t2 = _mm512_castps_pd(_mm512_unpacklo_ps(v[2], v[3])),
+            t3 = _mm512_castps_pd(_mm512_unpackhi_ps(v[2], v[3]));
+    /* lane L of column 4q + k: rows 4L .. 4L + 3 */
+    _mm512_storeu_ps(y + (4 * q) * ldy, _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2)));
+    _mm512_storeu_ps(y + (4 * q + 1) * ldy, _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2)));
+    _mm512_storeu_ps(y + (4 * q + 2) * ldy, _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3)));
+    _mm512_storeu_ps(y + (4 * q + 3) * ldy, _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3)));
   }
 }
 
