@@ -96,7 +96,7 @@ static inline __attribute__((always_inline)) void tile(const uint16_t *a, int64_
 ** c[r][j] (+)= alpha sum_{p < kp} a[r][2p] b[p][j][0] + a[r][2p+1] b[p][j][1]
 ** for r < rows (a multiple of MR), j < n (a multiple of 16): a is bfloat16
 ** pairs, row r's pair p at a + r lda + p ldp (rows: ldp 2; row-pair
-** interleaved, as zip_rows writes them: lda 2), b pair-packed in panels of NT
+** interleaved, as probs_grad2 writes them: lda 2), b pair-packed in panels of NT
 ** columns, each panel's pair rows one after the other (64 bfloat16 a row;
 ** `ps` bfloat16 from one panel to the next), so a tile reads its B
 ** contiguously (a row stride of a power of two would map every row of a
@@ -300,7 +300,7 @@ static void amx_end(void) { _tile_release(); }
 ** As mm_pairs on AMX tiles, 32 x 32 blocks of c at a time: rows a multiple
 ** of 32, n of 32, kp of 16; a bfloat16 rows (pairs contiguous, row stride
 ** lda); b's pair row p of the 32 columns from j0 at b + j0 / 32 ps + p pr
-** (mm_pairs' panels: ps as there, pr 64; zip_rows' rows: ps 64, pr 2 ldy).
+** (mm_pairs' panels: ps as there, pr 64; probs_grad2's zipped rows: ps 64, pr 2 Tp).
 */
 /* Tiles 0-3 loaded from (load) or stored to the 32 x 32 float32 block at c, row stride ldc. */
 static inline __attribute__((always_inline)) void amx_sums(int load, float *c, int64_t ldc) {
@@ -359,6 +359,43 @@ static void mm_amx(const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ps
   }
 }
 
+/* Where the last group's dK and dV go: rows (bfloat16, row stride ld) of keys below T, hd columns, scaled by f. */
+struct dkv_out {
+  uint16_t *rows[2];
+  int64_t ld, T, hd;
+  float f[2];
+};
+
+/*
+** A 32 x 32 block of dK^T or dV^T (c: its dims r0 .. r0 + 31, keys j0 ..
+** j0 + 31, row stride 32) into rows j0 .. of d, columns r0 ..: each two
+** rows scaled, rounded and zipped into pairs (the 32-bit words of the
+** rows of dK), the words transposed 16 x 16 (tr16), straight into the rows
+** where the block is whole, else through w.
+*/
+static void put_block(const float *c, const struct dkv_out *d, int m, int64_t r0, int64_t j0) {
+  uint16_t zt[16 * 64], w[32 * 32];
+  const __m512 fv = _mm512_set1_ps(d->f[m]);
+  for (int e = 0; e < 16; e++) {
+    const float *c0 = c + 2 * e * 32, *c1 = c0 + 32;
+    __m512i a = (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(_mm512_loadu_ps(c0 + 16), fv),
+                                             _mm512_mul_ps(_mm512_loadu_ps(c0), fv));
+    __m512i b = (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(_mm512_loadu_ps(c1 + 16), fv),
+                                             _mm512_mul_ps(_mm512_loadu_ps(c1), fv));
+    zip32(a, b, zt + e * 64);
+  }
+  uint16_t *rows = d->rows[m] + j0 * d->ld + r0;
+  const int whole = j0 + 32 <= d->T && r0 + 32 <= d->hd && d->ld % 2 == 0 && ((uintptr_t)rows & 3) == 0;
+  for (int jj = 0; jj < 32; jj += 16)
+    if (whole)
+      tr16((const float *)(const void *)(zt + 2 * jj), 32, (float *)(void *)(rows + jj * d->ld), d->ld / 2);
+    else
+      tr16((const float *)(const void *)(zt + 2 * jj), 32, (float *)(void *)(w + jj * 32), 16);
+  if (!whole)
+    for (int64_t jj = 0; jj < 32 && j0 + jj < d->T; jj++)
+      memcpy(rows + jj * d->ld, w + jj * 32, (size_t)(d->hd - r0 < 32 ? d->hd - r0 : 32) * sizeof *rows);
+}
+
 /*
 ** dK^T += Q^T dS and dV^T += dO^T P for nb query blocks of a group at once
 ** (AMX): each 32 x 32 block of dK^T and dV^T loaded into tiles once, every
@@ -366,13 +403,16 @@ static void mm_amx(const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ps
 ** block order, stored once — the tile products and order of one mm_amx per
 ** block, so its bits, with the sums' loads and stores once a group rather
 ** than once a block. qT, doT: dp rows of ldq bfloat16, block i's pairs from
-** column i QB; dsT, pT: block i's zipped rows (zip_rows) from pair row i QB
-** / 2, Tp pairs each; dk, dv: dp rows of ldc floats, their columns from
-** fresh (a multiple of 32) not yet written: summed from zero.
+** column i QB; dsT, pT: block i's zipped rows (probs_grad2) from pair row i
+** QB / 2, Tp pairs each; dk, dv: dp rows of ldc floats, their columns from
+** fresh (a multiple of 32) not yet written: summed from zero. The last group
+** (out not NULL: its blocks reach every key) puts its sums straight into
+** the rows of dK and dV (put_block) instead.
 */
 static void dkv_amx(const uint16_t *qT, const uint16_t *doT, int64_t ldq, const uint16_t *dsT, const uint16_t *pT,
-                    int64_t Tp, int nb, const int64_t *np, int64_t dp, int64_t fresh, float *dk, float *dv,
-                    int64_t ldc) {
+                    int64_t Tp, int nb, const int64_t *np, int64_t dp, int64_t fresh, float *dk, float *dv, int64_t ldc,
+                    const struct dkv_out *out) {
+  float blk[32 * 32];
   int64_t nmax = 0;
   for (int i = 0; i < nb; i++)
     nmax = np[i] > nmax ? np[i] : nmax;
@@ -392,7 +432,12 @@ static void dkv_amx(const uint16_t *qT, const uint16_t *doT, int64_t ldq, const 
         for (int i = 0; i < nb; i++)
           if (np[i] > j0)
             amx_step(a + r0 * ldq + i * QB, ldq, b + (int64_t)i * QB * Tp + 2 * j0, Tp * 4);
-        amx_sums(0, c + r0 * ldc + j0, ldc);
+        if (out) {
+          amx_sums(0, blk, 32);
+          put_block(blk, out, m, r0, j0);
+        } else {
+          amx_sums(0, c + r0 * ldc + j0, ldc);
+        }
       }
   }
 }
@@ -556,33 +601,6 @@ static size_t bwd_u16(const struct dims *z) {
 static size_t bwd_f32(const struct dims *z) { return (size_t)(2 * QB * z->Tp + QB * z->dp + 2 * (z->Tp + 16) * z->dp); }
 
 /*
-** dK (scaled) and dV rows, bfloat16, from dK^T and dV^T (dp rows of ldc
-** floats, AMX's): per 32 keys each two rows of the transpose rounded and
-** zipped into pairs (the words of the rows of dK, into zt), their 32-bit
-** words transposed 16 x 16 (tr16) into w (32 rows of dp bfloat16), the rows
-** below T copied out.
-*/
-static void put_transposed(const float *ct, int64_t ldc, int64_t T, int64_t hd, int64_t dp, float f, uint16_t *zt,
-                           uint16_t *w, uint16_t *rows, int64_t ld) {
-  const __m512 fv = _mm512_set1_ps(f);
-  for (int64_t j0 = 0; j0 < T; j0 += 32) {
-    for (int64_t e = 0; e < dp / 2; e++) {
-      const float *c0 = ct + 2 * e * ldc + j0, *c1 = c0 + ldc;
-      __m512i a = (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(_mm512_loadu_ps(c0 + 16), fv),
-                                               _mm512_mul_ps(_mm512_loadu_ps(c0), fv));
-      __m512i b = (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(_mm512_loadu_ps(c1 + 16), fv),
-                                               _mm512_mul_ps(_mm512_loadu_ps(c1), fv));
-      zip32(a, b, zt + e * 64);
-    }
-    for (int64_t e0 = 0; e0 < dp / 2; e0 += 16)
-      for (int64_t jj = 0; jj < 32; jj += 16)
-        tr16((const float *)(const void *)(zt + e0 * 64 + 2 * jj), 32, (float *)(void *)(w + jj * dp + 2 * e0), dp / 2);
-    for (int64_t jj = 0; jj < 32 && j0 + jj < T; jj++)
-      memcpy(rows + (j0 + jj) * ld, w + jj * dp, (size_t)hd * sizeof *rows);
-  }
-}
-
-/*
 ** The backward of one (sequence, kv head): for each query head of its group
 ** in order, block by block: P from lse, dP = dO V^T, dS = P (dP - rowsum(dO o
 ** O)), dQ = scale dS K, and dK += dS^T Q, dV += P^T dO in float32 scratch
@@ -603,6 +621,7 @@ static void bwd_task(const struct strata__op *o, const struct dims *z, int64_t b
   const uint16_t *kbase = qkv + b * T * ld + z->D + kh * hd, *vbase = kbase + z->KV * hd;
   uint16_t *dkbase = dqkv + b * T * ld + z->D + kh * hd, *dvbase = dkbase + z->KV * hd;
   int64_t fresh = 0; /* AMX: the columns of dK^T, dV^T below this written */
+  const struct dkv_out dkvo = {{dkbase, dvbase}, ld, T, hd, {z->scale, 1.0f}};
   pack_t(kbase, ld, T, hd, z->hd2, Tp, kt);
   pack_t(vbase, ld, T, hd, z->hd2, Tp, vt);
   pack_r(kbase, ld, T, Tp, hd, dp, k2);
@@ -645,7 +664,8 @@ static void bwd_task(const struct strata__op *o, const struct dims *z, int64_t b
         transpose_pairs(do2, dp, doT + bi * QB, QB * GQ);
         npg[bi] = np;
         if (bi == GQ - 1 || i0 + QB >= T) {
-          dkv_amx(qT, doT, QB * GQ, dsTg, pTg, Tp, bi + 1, npg, dp, fresh, dk, dv, Tp + 16);
+          const int last = h == (kh + 1) * z->G - 1 && i0 + QB >= T;
+          dkv_amx(qT, doT, QB * GQ, dsTg, pTg, Tp, bi + 1, npg, dp, fresh, dk, dv, Tp + 16, last ? &dkvo : NULL);
           for (int i = 0; i <= bi; i++)
             fresh = npg[i] > fresh ? npg[i] : fresh;
         }
@@ -655,10 +675,7 @@ static void bwd_task(const struct strata__op *o, const struct dims *z, int64_t b
       }
     }
   }
-  if (amx) { /* every column of dK^T, dV^T written: the last block reaches R32(T) = Tp */
-    put_transposed(dk, Tp + 16, T, hd, dp, z->scale, qT, (uint16_t *)(void *)dqf, dkbase, ld);
-    put_transposed(dv, Tp + 16, T, hd, dp, 1.0f, qT, (uint16_t *)(void *)dqf, dvbase, ld);
-  } else {
+  if (!amx) {
     for (int64_t j = 0; j < T; j++) {
       put_row(dk + j * dp, z->scale, dkbase + j * ld, hd);
       put_row(dv + j * dp, 1.0f, dvbase + j * ld, hd);
