@@ -643,6 +643,9 @@ static void bwd_task(const struct strata__op *o, const struct dims *z, int64_t b
                      *da = rows_a(drows, z->D, nq, hd, hdq, dob, &lda);
       pack_r(base + i0 * ld, ld, nq, QB, hd, dp, q2);
       pack_r(drows, z->D, nq, QB, hd, dp, do2);
+      float rsb[QB]; /* rowsum(dO o O) of the block's rows, ahead of the products (their loads overlap) */
+      for (int64_t r = 0; r < nq; r++)
+        rsb[r] = dot_rows(drows + r * z->D, out + (b * T + i0 + r) * z->D + h * hd, hd);
       mm_rows(qa, lqa, kt, 2 * NT * z->hd2, z->hd2, QB, np, s, Tp, 0, 1.0f);
       mm_rows(da, lda, vt, 2 * NT * z->hd2, z->hd2, QB, np, dpf, Tp, 0, 1.0f);
       for (int64_t r = 0; r < QB; r += 2) {
@@ -652,7 +655,7 @@ static void bwd_task(const struct strata__op *o, const struct dims *z, int64_t b
           const int64_t i = i0 + r + e;
           n[e] = r + e >= nq ? 0 : z->causal ? i + 1 : T;
           l[e] = n[e] ? lse[bh * T + i] : 0.0f;
-          rs[e] = n[e] ? dot_rows(drows + (r + e) * z->D, out + (b * T + i) * z->D + h * hd, hd) : 0.0f;
+          rs[e] = n[e] ? rsb[r + e] : 0.0f;
         }
         probs_grad2(s, dpf, Tp, r, n, l, rs, np, z->scale, dsb, pT, dsT);
       }
