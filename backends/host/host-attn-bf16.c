@@ -279,16 +279,12 @@ static void probs_grad2(const float *s, const float *dp, int64_t Tp, int64_t r, 
   }
 }
 
-/* sum_d a[d] b[d] over bfloat16 rows, in float32 (16 lanes, then their sum). */
-static inline __m512 widen16(__mmask16 k, const uint16_t *x) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, x)), 16));
-}
-
+/* sum_d a[d] b[d] over bfloat16 rows: vdpbf16ps's pair sums in 16 float32 lanes, then their sum. */
 static float dot_rows(const uint16_t *a, const uint16_t *b, int64_t n) {
   __m512 s = _mm512_setzero_ps();
-  for (int64_t d = 0; d < n; d += 16) {
-    __mmask16 k = n - d >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - d)) - 1);
-    s = _mm512_fmadd_ps(widen16(k, a + d), widen16(k, b + d), s); /* products exact (8-bit significands) */
+  for (int64_t d = 0; d < n; d += 32) {
+    __mmask32 k = n - d >= 32 ? ~(__mmask32)0 : ((__mmask32)1 << (n - d)) - 1;
+    s = _mm512_dpbf16_ps(s, (__m512bh)_mm512_maskz_loadu_epi16(k, a + d), (__m512bh)_mm512_maskz_loadu_epi16(k, b + d));
   }
   return _mm512_reduce_add_ps(s);
 }
