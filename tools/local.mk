@@ -32,7 +32,7 @@ tools_strata_export_LDADD = $(tools_ldadd)
 
 dist_man_MANS += man/strata-topo.1 man/strata-plan.1 man/strata-bench.1 man/strata-train.1 man/strata-generate.1 \
 	man/strata-export.1
-EXTRA_DIST += bench/lib.sh bench/train-mfu.sh bench/pipeline-1f1b.sh bench/train-parallel.sh bench/hetero.sh \
+EXTRA_DIST += bench/lib.sh bench/train-mfu.sh bench/attn-cycles.sh bench/pipeline-1f1b.sh bench/train-parallel.sh bench/hetero.sh \
 	bench/plan.sh bench/gpt3-175b.json bench/gpt-530b.json bench/gpt-1t.json bench/sim-vs-real.sh bench/plan-vs-brute.sh bench/same-bits.sh \
 	bench/recompute.sh bench/zero.sh bench/schedules.sh bench/spatial.sh \
 	bench/peers/run.sh bench/peers/gpt.py bench/peers/gpt_pp.py

@@ -21,7 +21,6 @@
 #include "bf16.h"
 #include "device/cpu.h"
 #include "host.h"
-#include "vecmath.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 10
 #include <immintrin.h>
@@ -96,7 +95,7 @@ static inline __attribute__((always_inline)) void tile(const uint16_t *a, int64_
 ** c[r][j] (+)= alpha sum_{p < kp} a[r][2p] b[p][j][0] + a[r][2p+1] b[p][j][1]
 ** for r < rows (a multiple of MR), j < n (a multiple of 16): a is bfloat16
 ** pairs, row r's pair p at a + r lda + p ldp (rows: ldp 2; row-pair
-** interleaved, as zip_rows writes them: lda 2), b pair-packed in panels of NT
+** interleaved, as probs_grad2 writes them: lda 2), b pair-packed in panels of NT
 ** columns, each panel's pair rows one after the other (64 bfloat16 a row;
 ** `ps` bfloat16 from one panel to the next), so a tile reads its B
 ** contiguously (a row stride of a power of two would map every row of a
@@ -124,19 +123,6 @@ static inline void zip32(__m512i a, __m512i b, uint16_t *y) {
   _mm512_storeu_si512((void *)(y + 32), _mm512_permutex2var_epi16(a, hi, b));
 }
 
-/* y[rp][j] = (bf16(x[2 rp][j]), bf16(x[2 rp + 1][j])) for rp < QB / 2, j < np (a multiple of 32); row stride ldx
-** floats, ldy pairs: the block's rows rounded and zipped two by two, pairs over its rows (mm_pairs' lda 2). */
-static void zip_rows(const float *x, int64_t ldx, int64_t np, uint16_t *y, int64_t ldy) {
-  for (int64_t rp = 0; rp < QB / 2; rp++) {
-    const float *x0 = x + 2 * rp * ldx, *x1 = x0 + ldx;
-    for (int64_t j = 0; j < np; j += 32) {
-      __m512i a = (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x0 + j + 16), _mm512_loadu_ps(x0 + j));
-      __m512i b = (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x1 + j + 16), _mm512_loadu_ps(x1 + j));
-      zip32(a, b, y + (rp * ldy + j) * 2);
-    }
-  }
-}
-
 /* y[i] = bfloat16(f x[i]) for i < n (rounded to nearest even, as strata__bf16_from_f32). */
 static void put_row(const float *x, float f, uint16_t *y, int64_t n) {
   __m512 fv = _mm512_set1_ps(f);
@@ -144,14 +130,6 @@ static void put_row(const float *x, float f, uint16_t *y, int64_t n) {
     __mmask16 k = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
     __m256bh r = _mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), fv));
     _mm256_mask_storeu_epi16((void *)(y + i), k, (__m256i)r);
-  }
-}
-
-/* y[i] = bfloat16(x[i]) for i < n, n a multiple of 32. */
-static void round_row(const float *x, uint16_t *y, int64_t n) {
-  for (int64_t i = 0; i < n; i += 32) {
-    __m512bh r = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(x + i));
-    _mm512_storeu_si512((void *)(y + i), (__m512i)r);
   }
 }
 
@@ -204,49 +182,109 @@ static void pad_rows(const uint16_t *rows, int64_t ld, int64_t n, int64_t hd, in
     memcpy(c + r * w, rows + r * ld, (size_t)hd * sizeof *c);
 }
 
-/* As host-attn.c's: s[j] = exp(s[j] - max) for j < n, 0 up to np; the row's log-sum-exp, its sum in *sum. */
-static float exp_row(float *s, int64_t n, int64_t np, double *sum) {
+/*
+** e^x in each lane: vecmath.h's vm_exp (its range reduction x = n ln2 + r
+** and Cephes' polynomial for e^r) with 2^n applied by vscalefps, which
+** also takes the ends (0 below the clamp at -104, inf past 88.7) and a
+** NaN through: 14 instructions where the compiler's vector vm_exp takes
+** twice as many (its clamps, exponent bits and NaN test), in the loops that
+** are most of the attention's own time.
+*/
+static inline __m512 exp16(__m512 x) {
+  const __m512 c = _mm512_max_ps(_mm512_set1_ps(-104.0f), x); /* a NaN x is max's second operand: kept */
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(c, _mm512_set1_ps(1.44269504f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), c);
+  r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  const __m512 e = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(e, n);
+}
+
+/* The lanes of j .. j + 15 below n. */
+static inline __mmask16 below(int64_t j, int64_t n) {
+  return n - j >= 16 ? (__mmask16)0xffff : n > j ? (__mmask16)((1u << (n - j)) - 1) : 0;
+}
+
+/*
+** The forward's softmax of one row of sums s (scores s[j] scale for j < n):
+** y[j] = bfloat16(exp(s[j] scale - max)) for j < n, 0 up to np (a multiple
+** of 32); returns the row's log-sum-exp, 1 / its sum of exponentials in
+** *inv (the sum in float32, 16 lanes then their sum). The max passes over a
+** NaN as host-attn.c's does; the exponentials keep it.
+*/
+static float softmax_row(const float *s, int64_t n, int64_t np, float scale, uint16_t *y, float *inv) {
+  const __m512 sc = _mm512_set1_ps(scale);
   __m512 m = _mm512_set1_ps(-FLT_MAX);
-  for (int64_t j = 0; j < n; j += 16) { /* max(x, m) is x > m ? x : m: a NaN is passed over as host-attn.c does */
-    __mmask16 k = n - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - j)) - 1);
-    m = _mm512_mask_max_ps(m, k, _mm512_maskz_loadu_ps(k, s + j), m);
+  for (int64_t j = 0; j < n; j += 16) { /* max(x, m) is x > m ? x : m */
+    __mmask16 k = below(j, n);
+    m = _mm512_mask_max_ps(m, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, s + j), sc), m);
   }
   float mx = _mm512_reduce_max_ps(m);
-  double t = 0;
-#pragma omp simd reduction(+ : t)
-  for (int64_t j = 0; j < n; j++) {
-    float e = vm_exp(s[j] - mx);
-    s[j] = e;
-    t += e;
+  __m512 mv = _mm512_set1_ps(mx), t = _mm512_setzero_ps();
+  for (int64_t j = 0; j < np; j += 32) {
+    __m512 e[2];
+    _Pragma("GCC unroll 2") for (int v = 0; v < 2; v++) {
+      __mmask16 k = below(j + 16 * v, n);
+      e[v] = k ? _mm512_maskz_mov_ps(k, exp16(_mm512_fmsub_ps(_mm512_loadu_ps(s + j + 16 * v), sc, mv)))
+               : _mm512_setzero_ps();
+      t = _mm512_add_ps(t, e[v]);
+    }
+    _mm512_storeu_si512((void *)(y + j), (__m512i)_mm512_cvtne2ps_pbh(e[1], e[0]));
   }
-  for (int64_t j = n; j < np; j++)
-    s[j] = 0.0f;
-  *sum = t;
-  return mx + (float)log(t);
+  float sum = _mm512_reduce_add_ps(t);
+  *inv = 1.0f / sum;
+  return mx + logf(sum);
 }
 
-/* p[j] = exp(p[j] - lse), ds[j] = p[j] (ds[j] - rowsum) for j < n; both 0 up to np. */
-static void probs_grad(float *p, float *ds, int64_t n, int64_t np, float lse, float rowsum) {
-#pragma omp simd
-  for (int64_t j = 0; j < n; j++) {
-    float pj = vm_exp(p[j] - lse);
-    p[j] = pj;
-    ds[j] = pj * (ds[j] - rowsum);
+/*
+** The backward's probabilities and score gradients of the row pair r, r + 1
+** of a block (row r's sums s[r Tp + j], dP dp[r Tp + j]; n[e] its keys,
+** lse[e], rowsum rs[e]; a row past the block's queries has n 0): p = exp(s
+** scale - lse), ds = p (dp - rowsum), both 0 past n up to np (a multiple of
+** 32). Written rounded to bfloat16: ds as rows (dsb, row stride Tp) and p,
+** ds zipped over the pair, as pT, dsT (pair j of the row pair at (r / 2 Tp
+** + j) 2: the B of dK^T += Q^T dS, dV^T += dO^T P, or the A of the AVX-512
+** path's dK += dS^T Q, dV += P^T dO).
+*/
+static void probs_grad2(const float *s, const float *dp, int64_t Tp, int64_t r, const int64_t n[2], const float lse[2],
+                        const float rs[2], int64_t np, float scale, uint16_t *dsb, uint16_t *pT, uint16_t *dsT) {
+  const __m512 sc = _mm512_set1_ps(scale);
+  for (int64_t j = 0; j < np; j += 32) {
+    __m512i pb[2], db[2];
+    for (int e = 0; e < 2; e++) {
+      const float *se = s + (r + e) * Tp + j, *de = dp + (r + e) * Tp + j;
+      __m512 p[2], d[2];
+      _Pragma("GCC unroll 2") for (int v = 0; v < 2; v++) {
+        __mmask16 k = below(j + 16 * v, n[e]);
+        if (k) {
+          p[v] =
+              _mm512_maskz_mov_ps(k, exp16(_mm512_fmsub_ps(_mm512_loadu_ps(se + 16 * v), sc, _mm512_set1_ps(lse[e]))));
+          d[v] = _mm512_mul_ps(p[v], _mm512_sub_ps(_mm512_loadu_ps(de + 16 * v), _mm512_set1_ps(rs[e])));
+        } else {
+          p[v] = d[v] = _mm512_setzero_ps();
+        }
+      }
+      pb[e] = (__m512i)_mm512_cvtne2ps_pbh(p[1], p[0]);
+      db[e] = (__m512i)_mm512_cvtne2ps_pbh(d[1], d[0]);
+      _mm512_storeu_si512((void *)(dsb + (r + e) * Tp + j), db[e]);
+    }
+    zip32(pb[0], pb[1], pT + (r / 2 * Tp + j) * 2);
+    zip32(db[0], db[1], dsT + (r / 2 * Tp + j) * 2);
   }
-  for (int64_t j = n; j < np; j++)
-    p[j] = ds[j] = 0.0f;
 }
 
-/* sum_d a[d] b[d] over bfloat16 rows, in float32 (16 lanes, then their sum). */
-static inline __m512 widen16(__mmask16 k, const uint16_t *x) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, x)), 16));
-}
-
+/* sum_d a[d] b[d] over bfloat16 rows: vdpbf16ps's pair sums in 16 float32 lanes, then their sum. */
 static float dot_rows(const uint16_t *a, const uint16_t *b, int64_t n) {
   __m512 s = _mm512_setzero_ps();
-  for (int64_t d = 0; d < n; d += 16) {
-    __mmask16 k = n - d >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - d)) - 1);
-    s = _mm512_fmadd_ps(widen16(k, a + d), widen16(k, b + d), s); /* products exact (8-bit significands) */
+  for (int64_t d = 0; d < n; d += 32) {
+    __mmask32 k = n - d >= 32 ? ~(__mmask32)0 : ((__mmask32)1 << (n - d)) - 1;
+    s = _mm512_dpbf16_ps(s, (__m512bh)_mm512_maskz_loadu_epi16(k, a + d), (__m512bh)_mm512_maskz_loadu_epi16(k, b + d));
   }
   return _mm512_reduce_add_ps(s);
 }
@@ -273,7 +311,7 @@ static void amx_end(void) { _tile_release(); }
 ** As mm_pairs on AMX tiles, 32 x 32 blocks of c at a time: rows a multiple
 ** of 32, n of 32, kp of 16; a bfloat16 rows (pairs contiguous, row stride
 ** lda); b's pair row p of the 32 columns from j0 at b + j0 / 32 ps + p pr
-** (mm_pairs' panels: ps as there, pr 64; zip_rows' rows: ps 64, pr 2 ldy).
+** (mm_pairs' panels: ps as there, pr 64; probs_grad2's zipped rows: ps 64, pr 2 Tp).
 */
 /* Tiles 0-3 loaded from (load) or stored to the 32 x 32 float32 block at c, row stride ldc. */
 static inline __attribute__((always_inline)) void amx_sums(int load, float *c, int64_t ldc) {
@@ -332,6 +370,43 @@ static void mm_amx(const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ps
   }
 }
 
+/* Where the last group's dK and dV go: rows (bfloat16, row stride ld) of keys below T, hd columns, scaled by f. */
+struct dkv_out {
+  uint16_t *rows[2];
+  int64_t ld, T, hd;
+  float f[2];
+};
+
+/*
+** A 32 x 32 block of dK^T or dV^T (c: its dims r0 .. r0 + 31, keys j0 ..
+** j0 + 31, row stride 32) into rows j0 .. of d, columns r0 ..: each two
+** rows scaled, rounded and zipped into pairs (the 32-bit words of the
+** rows of dK), the words transposed 16 x 16 (tr16), straight into the rows
+** where the block is whole, else through w.
+*/
+static void put_block(const float *c, const struct dkv_out *d, int m, int64_t r0, int64_t j0) {
+  uint16_t zt[16 * 64], w[32 * 32];
+  const __m512 fv = _mm512_set1_ps(d->f[m]);
+  for (int e = 0; e < 16; e++) {
+    const float *c0 = c + 2 * e * 32, *c1 = c0 + 32;
+    __m512i a = (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(_mm512_loadu_ps(c0 + 16), fv),
+                                             _mm512_mul_ps(_mm512_loadu_ps(c0), fv));
+    __m512i b = (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(_mm512_loadu_ps(c1 + 16), fv),
+                                             _mm512_mul_ps(_mm512_loadu_ps(c1), fv));
+    zip32(a, b, zt + e * 64);
+  }
+  uint16_t *rows = d->rows[m] + j0 * d->ld + r0;
+  const int whole = j0 + 32 <= d->T && r0 + 32 <= d->hd && d->ld % 2 == 0 && ((uintptr_t)rows & 3) == 0;
+  for (int jj = 0; jj < 32; jj += 16)
+    if (whole)
+      tr16((const float *)(const void *)(zt + 2 * jj), 32, (float *)(void *)(rows + jj * d->ld), d->ld / 2);
+    else
+      tr16((const float *)(const void *)(zt + 2 * jj), 32, (float *)(void *)(w + jj * 32), 16);
+  if (!whole)
+    for (int64_t jj = 0; jj < 32 && j0 + jj < d->T; jj++)
+      memcpy(rows + jj * d->ld, w + jj * 32, (size_t)(d->hd - r0 < 32 ? d->hd - r0 : 32) * sizeof *rows);
+}
+
 /*
 ** dK^T += Q^T dS and dV^T += dO^T P for nb query blocks of a group at once
 ** (AMX): each 32 x 32 block of dK^T and dV^T loaded into tiles once, every
@@ -339,11 +414,16 @@ static void mm_amx(const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ps
 ** block order, stored once — the tile products and order of one mm_amx per
 ** block, so its bits, with the sums' loads and stores once a group rather
 ** than once a block. qT, doT: dp rows of ldq bfloat16, block i's pairs from
-** column i QB; dsT, pT: block i's zipped rows (zip_rows) from pair row i QB
-** / 2, Tp pairs each; dk, dv: dp rows of Tp floats.
+** column i QB; dsT, pT: block i's zipped rows (probs_grad2) from pair row i
+** QB / 2, Tp pairs each; dk, dv: dp rows of ldc floats, their columns from
+** fresh (a multiple of 32) not yet written: summed from zero. The last group
+** (out not NULL: its blocks reach every key) puts its sums straight into
+** the rows of dK and dV (put_block) instead.
 */
 static void dkv_amx(const uint16_t *qT, const uint16_t *doT, int64_t ldq, const uint16_t *dsT, const uint16_t *pT,
-                    int64_t Tp, int nb, const int64_t *np, int64_t dp, float *dk, float *dv) {
+                    int64_t Tp, int nb, const int64_t *np, int64_t dp, int64_t fresh, float *dk, float *dv, int64_t ldc,
+                    const struct dkv_out *out) {
+  float blk[32 * 32];
   int64_t nmax = 0;
   for (int i = 0; i < nb; i++)
     nmax = np[i] > nmax ? np[i] : nmax;
@@ -352,11 +432,23 @@ static void dkv_amx(const uint16_t *qT, const uint16_t *doT, int64_t ldq, const 
     float *c = m ? dv : dk;
     for (int64_t j0 = 0; j0 < nmax; j0 += 32)
       for (int64_t r0 = 0; r0 < dp; r0 += 32) {
-        amx_sums(1, c + r0 * Tp + j0, Tp);
+        if (j0 < fresh) {
+          amx_sums(1, c + r0 * ldc + j0, ldc);
+        } else {
+          _tile_zero(0);
+          _tile_zero(1);
+          _tile_zero(2);
+          _tile_zero(3);
+        }
         for (int i = 0; i < nb; i++)
           if (np[i] > j0)
             amx_step(a + r0 * ldq + i * QB, ldq, b + (int64_t)i * QB * Tp + 2 * j0, Tp * 4);
-        amx_sums(0, c + r0 * Tp + j0, Tp);
+        if (out) {
+          amx_sums(0, blk, 32);
+          put_block(blk, out, m, r0, j0);
+        } else {
+          amx_sums(0, c + r0 * ldc + j0, ldc);
+        }
       }
   }
 }
@@ -374,30 +466,28 @@ static void mm_rows(const uint16_t *a, int64_t lda, const uint16_t *b, int64_t p
     mm_pairs(a, lda, 2, b, ps, kp, rows, n, c, ldc, acc, alpha);
 }
 
-/* y[c][r] = x[r][c] for r, c < 16: 32-bit elements (floats, or bfloat16 pairs: only moved), row strides ldx, ldy. */
+/* y[c][r] = x[r][c] for r, c < 16: 32-bit elements (floats, or bfloat16 pairs: only moved), row strides ldx, ldy.
+** Rows i, i + 4, i + 8, i + 12's columns 4q .. 4q + 3 gathered into the lanes of one vector by 128-bit loads and
+** inserts (the load ports doing part of the moving), then each lane's 4 x 4 transposed by unpacks. */
 static void tr16(const float *x, int64_t ldx, float *y, int64_t ldy) {
-  __m512 r[16], t[16];
-  for (int i = 0; i < 16; i++)
-    r[i] = _mm512_loadu_ps(x + i * ldx);
-  for (int i = 0; i < 16; i += 2) { /* in each 128-bit lane: a0 b0 a1 b1 and a2 b2 a3 b3 */
-    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 16; i += 4) { /* r[i + k], lane L: rows i..i+3 of column 4L + k */
-    __m512d t0 = _mm512_castps_pd(t[i]), t1 = _mm512_castps_pd(t[i + 1]), t2 = _mm512_castps_pd(t[i + 2]),
-            t3 = _mm512_castps_pd(t[i + 3]);
-    r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
-    r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
-    r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
-    r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
-  }
-  for (int k = 0; k < 4; k++) { /* column 4L + k: lane L of r[k], r[4 + k], r[8 + k], r[12 + k] */
-    __m512 a = _mm512_shuffle_f32x4(r[k], r[4 + k], 0x44), b = _mm512_shuffle_f32x4(r[k], r[4 + k], 0xee);
-    __m512 c = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0x44), d = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0xee);
-    _mm512_storeu_ps(y + k * ldy, _mm512_shuffle_f32x4(a, c, 0x88));
-    _mm512_storeu_ps(y + (4 + k) * ldy, _mm512_shuffle_f32x4(a, c, 0xdd));
-    _mm512_storeu_ps(y + (8 + k) * ldy, _mm512_shuffle_f32x4(b, d, 0x88));
-    _mm512_storeu_ps(y + (12 + k) * ldy, _mm512_shuffle_f32x4(b, d, 0xdd));
+  _Pragma("GCC unroll 4") for (int q = 0; q < 4; q++) {
+    __m512 v[4];
+    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) { /* lane L: row i + 4L, columns 4q .. 4q + 3 */
+      const float *p = x + i * ldx + 4 * q;
+      __m512 w = _mm512_castps128_ps512(_mm_loadu_ps(p));
+      w = _mm512_insertf32x4(w, _mm_loadu_ps(p + 4 * ldx), 1);
+      w = _mm512_insertf32x4(w, _mm_loadu_ps(p + 8 * ldx), 2);
+      v[i] = _mm512_insertf32x4(w, _mm_loadu_ps(p + 12 * ldx), 3);
+    }
+    __m512d t0 = _mm512_castps_pd(_mm512_unpacklo_ps(v[0], v[1])),
+            t1 = _mm512_castps_pd(_mm512_unpackhi_ps(v[0], v[1]));
+    __m512d t2 = _mm512_castps_pd(_mm512_unpacklo_ps(v[2], v[3])),
+            t3 = _mm512_castps_pd(_mm512_unpackhi_ps(v[2], v[3]));
+    /* lane L of column 4q + k: rows 4L .. 4L + 3 */
+    _mm512_storeu_ps(y + (4 * q) * ldy, _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2)));
+    _mm512_storeu_ps(y + (4 * q + 1) * ldy, _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2)));
+    _mm512_storeu_ps(y + (4 * q + 2) * ldy, _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3)));
+    _mm512_storeu_ps(y + (4 * q + 3) * ldy, _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3)));
   }
 }
 
@@ -431,8 +521,61 @@ static size_t fwd_u16(const struct dims *z) {
 }
 static size_t fwd_f32(const struct dims *z) { return (size_t)(QB * z->Tp + QB * z->dp); }
 
+/* A block's query rows as the A of its products: in place where the block is whole and head_dim a multiple of 32
+** (*lda the rows' stride), else copied into c padded with zeros (*lda w). */
+static const uint16_t *rows_a(const uint16_t *rows, int64_t ld, int64_t n, int64_t hd, int64_t w, uint16_t *c,
+                              int64_t *lda) {
+  if (n == QB && hd == w) {
+    *lda = ld;
+    return rows;
+  }
+  pad_rows(rows, ld, n, hd, w, c);
+  *lda = w;
+  return c;
+}
+
+/* Rows r0 .. r1 - 1 (row stride ld elements of es bytes) of n elements from p prefetched into L2. */
+static void prefetch_rows(const void *p, int64_t ld, int64_t es, int64_t r0, int64_t r1, int64_t n) {
+  for (int64_t r = r0; r < r1; r++) {
+    const char *row = (const char *)p + r * ld * es;
+    for (uintptr_t at = (uintptr_t)row & ~(uintptr_t)63; at < (uintptr_t)(row + n * es); at += 64)
+      _mm_prefetch((const char *)at, _MM_HINT_T1);
+  }
+}
+
+/*
+** Rows i0 .. i0 + QB - 1 of what task t (the thread's next: -1 none) reads
+** and writes prefetched into L2 while this one computes: a task's rows are
+** head_dim slices of rows thousands of bytes apart, fetched cold (the
+** producing GEMM's output is long out of cache).
+*/
+static void prefetch_task(const struct strata__op *o, const struct dims *z, int fwd, int64_t t, int64_t i0) {
+  if (t < 0 || i0 >= z->T)
+    return;
+  const int64_t T = z->T, i1 = i0 + QB < T ? i0 + QB : T, hd = z->hd, ld = z->ld;
+  const int64_t b = t / (fwd ? z->H : z->KV), kh = fwd ? t % z->H / z->G : t % z->KV;
+  const int64_t h0 = fwd ? t % z->H : kh * z->G, h1 = fwd ? h0 + 1 : h0 + z->G;
+  const uint16_t *qkv = BF(o->u.attn.qkv) + b * T * ld, *out = BF(o->u.attn.out) + b * T * z->D;
+  prefetch_rows(qkv + z->D + kh * hd, ld, 2, i0, i1, hd);
+  prefetch_rows(qkv + z->D + (z->KV + kh) * hd, ld, 2, i0, i1, hd);
+  if (!fwd) {
+    const uint16_t *dqkv = BF(o->u.attn.dqkv) + b * T * ld;
+    prefetch_rows(dqkv + z->D + kh * hd, ld, 2, i0, i1, hd);
+    prefetch_rows(dqkv + z->D + (z->KV + kh) * hd, ld, 2, i0, i1, hd);
+  }
+  for (int64_t h = h0; h < h1; h++) {
+    prefetch_rows(qkv + h * hd, ld, 2, i0, i1, hd);
+    prefetch_rows(out + h * hd, z->D, 2, i0, i1, hd);
+    if (!fwd) {
+      prefetch_rows(BF(o->u.attn.dout) + b * T * z->D + h * hd, z->D, 2, i0, i1, hd);
+      prefetch_rows(BF(o->u.attn.dqkv) + b * T * ld + h * hd, ld, 2, i0, i1, hd);
+      prefetch_rows(F(o->u.attn.lse) + (b * z->H + h) * T, 0, 4, i0, i0 + 1, i1 - i0);
+    }
+  }
+}
+
 /* The forward of one (sequence, query head). */
-static void fwd_task(const struct strata__op *o, const struct dims *z, int64_t bh, void *ws) {
+static void fwd_task(const struct strata__op *o, const struct dims *z, int64_t bh, int64_t next, void *ws) {
   const uint16_t *qkv = BF(o->u.attn.qkv);
   uint16_t *out = BF(o->u.attn.out);
   float *lse = F(o->u.attn.lse);
@@ -444,20 +587,16 @@ static void fwd_task(const struct strata__op *o, const struct dims *z, int64_t b
   pack_t(kbase, z->ld, T, z->hd, z->hd2, Tp, kt);
   pack_r(vbase, z->ld, T, Tp, z->hd, dp, v2);
   for (int64_t i0 = 0; i0 < T; i0 += QB) {
-    int64_t nq = T - i0 < QB ? T - i0 : QB, nmax = z->causal ? i0 + nq : T, np = R32(nmax);
+    int64_t nq = T - i0 < QB ? T - i0 : QB, nmax = z->causal ? i0 + nq : T, np = R32(nmax), lda;
     float inv[QB];
-    pad_rows(base + i0 * z->ld, z->ld, nq, z->hd, hdq, qb);
-    mm_rows(qb, hdq, kt, 2 * NT * z->hd2, z->hd2, QB, np, s, Tp, 0, z->scale);
-    for (int64_t r = 0; r < QB; r++) {
-      if (r >= nq) {
-        memset(s + r * Tp, 0, (size_t)np * sizeof *s);
-      } else {
-        double sum;
-        lse[bh * T + i0 + r] = exp_row(s + r * Tp, z->causal ? i0 + r + 1 : T, np, &sum);
-        inv[r] = (float)(1.0 / sum);
-      }
-      round_row(s + r * Tp, pb + r * Tp, np);
-    }
+    prefetch_task(o, z, 1, next, i0);
+    const uint16_t *a = rows_a(base + i0 * z->ld, z->ld, nq, z->hd, hdq, qb, &lda);
+    mm_rows(a, lda, kt, 2 * NT * z->hd2, z->hd2, QB, np, s, Tp, 0, 1.0f);
+    for (int64_t r = 0; r < QB; r++)
+      if (r >= nq)
+        memset(pb + r * Tp, 0, (size_t)np * sizeof *pb);
+      else
+        lse[bh * T + i0 + r] = softmax_row(s + r * Tp, z->causal ? i0 + r + 1 : T, np, z->scale, pb + r * Tp, &inv[r]);
     mm_rows(pb, Tp, v2, NT * Tp, np / 2, QB, dp, ob, dp, 0, 1.0f);
     for (int64_t r = 0; r < nq; r++)
       put_row(ob + r * dp, inv[r], out + (b * T + i0 + r) * z->D + h * z->hd, z->hd);
@@ -470,15 +609,17 @@ static size_t bwd_u16(const struct dims *z) {
   return (size_t)(4 * z->hd2 * z->Tp + z->Tp * z->dp + 2 * QB * z->hdq + 2 * QB * z->dp + QB * z->Tp +
                   2 * z->Tp * QB * GQ + 2 * QB * GQ * z->dp + 32) & ~(size_t)31;
 }
-static size_t bwd_f32(const struct dims *z) { return (size_t)(2 * QB * z->Tp + QB * z->dp + 2 * z->Tp * z->dp); }
+static size_t bwd_f32(const struct dims *z) { return (size_t)(2 * QB * z->Tp + QB * z->dp + 2 * (z->Tp + 16) * z->dp); }
 
 /*
 ** The backward of one (sequence, kv head): for each query head of its group
 ** in order, block by block: P from lse, dP = dO V^T, dS = P (dP - rowsum(dO o
 ** O)), dQ = scale dS K, and dK += dS^T Q, dV += P^T dO in float32 scratch
-** (on AMX their transposes, GQ blocks at a time; dK scaled once at the end).
+** (on AMX their transposes, GQ blocks at a time, rows of Tp + 16 floats: a
+** stride of a power of two would map a tile's rows to a few cache sets; dK
+** scaled once at the end).
 */
-static void bwd_task(const struct strata__op *o, const struct dims *z, int64_t bk, void *ws) {
+static void bwd_task(const struct strata__op *o, const struct dims *z, int64_t bk, int64_t next, void *ws) {
   const uint16_t *qkv = BF(o->u.attn.qkv), *out = BF(o->u.attn.out), *dout = BF(o->u.attn.dout);
   const float *lse = F(o->u.attn.lse);
   uint16_t *dqkv = BF(o->u.attn.dqkv);
@@ -487,69 +628,68 @@ static void bwd_task(const struct strata__op *o, const struct dims *z, int64_t b
            *q2 = dob + QB * hdq, *do2 = q2 + QB * dp, *dsb = do2 + QB * dp, *pTg = dsb + QB * Tp,
            *dsTg = pTg + Tp * QB * GQ, *qT = dsTg + Tp * QB * GQ, *doT = qT + QB * GQ * dp;
   float *s = (float *)((uint16_t *)ws + bwd_u16(z)), *dpf = s + QB * Tp, *dqf = dpf + QB * Tp, *dk = dqf + QB * dp,
-        *dv = dk + Tp * dp;
+        *dv = dk + (Tp + 16) * dp;
   const uint16_t *kbase = qkv + b * T * ld + z->D + kh * hd, *vbase = kbase + z->KV * hd;
   uint16_t *dkbase = dqkv + b * T * ld + z->D + kh * hd, *dvbase = dkbase + z->KV * hd;
+  int64_t fresh = 0; /* AMX: the columns of dK^T, dV^T below this written */
+  const struct dkv_out dkvo = {{dkbase, dvbase}, ld, T, hd, {z->scale, 1.0f}};
   pack_t(kbase, ld, T, hd, z->hd2, Tp, kt);
   pack_t(vbase, ld, T, hd, z->hd2, Tp, vt);
   pack_r(kbase, ld, T, Tp, hd, dp, k2);
-  memset(dk, 0, (size_t)(2 * Tp * dp) * sizeof *dk);
+  if (!amx)
+    memset(dk, 0, (size_t)(2 * (Tp + 16) * dp) * sizeof *dk);
   for (int64_t h = kh * z->G; h < (kh + 1) * z->G; h++) {
     int64_t bh = b * z->H + h;
     const uint16_t *base = qkv + b * T * ld + h * hd;
     uint16_t *dbase = dqkv + b * T * ld + h * hd;
     int64_t npg[GQ];
     for (int64_t i0 = 0; i0 < T; i0 += QB) {
-      int64_t nq = T - i0 < QB ? T - i0 : QB, nmax = z->causal ? i0 + nq : T, np = R32(nmax);
+      int64_t nq = T - i0 < QB ? T - i0 : QB, nmax = z->causal ? i0 + nq : T, np = R32(nmax), lqa, lda;
       const int bi = (int)(i0 / QB % GQ);
+      if (h == kh * z->G)
+        prefetch_task(o, z, 0, next, i0);
       uint16_t *pT = pTg + bi * QB * Tp, *dsT = dsTg + bi * QB * Tp; /* this block's zipped P and dS */
       const uint16_t *drows = dout + (b * T + i0) * z->D + h * hd;
-      pad_rows(base + i0 * ld, ld, nq, hd, hdq, qb);
-      pad_rows(drows, z->D, nq, hd, hdq, dob);
+      const uint16_t *qa = rows_a(base + i0 * ld, ld, nq, hd, hdq, qb, &lqa),
+                     *da = rows_a(drows, z->D, nq, hd, hdq, dob, &lda);
       pack_r(base + i0 * ld, ld, nq, QB, hd, dp, q2);
       pack_r(drows, z->D, nq, QB, hd, dp, do2);
-      mm_rows(qb, hdq, kt, 2 * NT * z->hd2, z->hd2, QB, np, s, Tp, 0, z->scale);
-      mm_rows(dob, hdq, vt, 2 * NT * z->hd2, z->hd2, QB, np, dpf, Tp, 0, 1.0f);
-      for (int64_t r = 0; r < QB; r++) {
-        if (r >= nq) {
-          memset(s + r * Tp, 0, (size_t)np * sizeof *s);
-          memset(dpf + r * Tp, 0, (size_t)np * sizeof *dpf);
-        } else {
-          const uint16_t *orow = out + (b * T + i0 + r) * z->D + h * hd, *dorow = drows + r * z->D;
-          float rs = dot_rows(dorow, orow, hd);
-          probs_grad(s + r * Tp, dpf + r * Tp, z->causal ? i0 + r + 1 : T, np, lse[bh * T + i0 + r], rs);
-        }
-        round_row(dpf + r * Tp, dsb + r * Tp, np);
-      }
-      zip_rows(s, Tp, np, pT, Tp);
-      zip_rows(dpf, Tp, np, dsT, Tp);
-      mm_rows(dsb, Tp, k2, NT * Tp, np / 2, QB, dp, dqf, dp, 0, z->scale);
+      float rsb[QB]; /* rowsum(dO o O) of the block's rows, ahead of the products (their loads overlap) */
       for (int64_t r = 0; r < nq; r++)
-        put_row(dqf + r * dp, 1.0f, dbase + (i0 + r) * ld, hd);
+        rsb[r] = dot_rows(drows + r * z->D, out + (b * T + i0 + r) * z->D + h * hd, hd);
+      mm_rows(qa, lqa, kt, 2 * NT * z->hd2, z->hd2, QB, np, s, Tp, 0, 1.0f);
+      mm_rows(da, lda, vt, 2 * NT * z->hd2, z->hd2, QB, np, dpf, Tp, 0, 1.0f);
+      for (int64_t r = 0; r < QB; r += 2) {
+        int64_t n[2];
+        float l[2], rs[2];
+        for (int e = 0; e < 2; e++) {
+          const int64_t i = i0 + r + e;
+          n[e] = r + e >= nq ? 0 : z->causal ? i + 1 : T;
+          l[e] = n[e] ? lse[bh * T + i] : 0.0f;
+          rs[e] = n[e] ? rsb[r + e] : 0.0f;
+        }
+        probs_grad2(s, dpf, Tp, r, n, l, rs, np, z->scale, dsb, pT, dsT);
+      }
+      mm_rows(dsb, Tp, k2, NT * Tp, np / 2, QB, dp, dqf, dp, 0, 1.0f);
+      for (int64_t r = 0; r < nq; r++)
+        put_row(dqf + r * dp, z->scale, dbase + (i0 + r) * ld, hd);
       if (amx) { /* dK^T += Q^T dS, dV^T += dO^T P: the zipped blocks are their B, summed once the group is whole */
         transpose_pairs(q2, dp, qT + bi * QB, QB * GQ);
         transpose_pairs(do2, dp, doT + bi * QB, QB * GQ);
         npg[bi] = np;
-        if (bi == GQ - 1 || i0 + QB >= T)
-          dkv_amx(qT, doT, QB * GQ, dsTg, pTg, Tp, bi + 1, npg, dp, dk, dv);
+        if (bi == GQ - 1 || i0 + QB >= T) {
+          const int last = h == (kh + 1) * z->G - 1 && i0 + QB >= T;
+          dkv_amx(qT, doT, QB * GQ, dsTg, pTg, Tp, bi + 1, npg, dp, fresh, dk, dv, Tp + 16, last ? &dkvo : NULL);
+          for (int i = 0; i <= bi; i++)
+            fresh = npg[i] > fresh ? npg[i] : fresh;
+        }
       } else {
         mm_pairs(dsT, 2, 2 * Tp, q2, NT * QB, QB / 2, np, dp, dk, dp, 1, 1.0f);
         mm_pairs(pT, 2, 2 * Tp, do2, NT * QB, QB / 2, np, dp, dv, dp, 1, 1.0f);
       }
     }
   }
-  if (amx) { /* dK^T and dV^T (rows of Tp): 16 keys at a time transposed into dqf */
-    for (int64_t j0 = 0; j0 < T; j0 += 16) {
-      for (int64_t d0 = 0; d0 < dp; d0 += 16) {
-        tr16(dk + d0 * Tp + j0, Tp, dqf + d0, dp);
-        tr16(dv + d0 * Tp + j0, Tp, dqf + 16 * dp + d0, dp);
-      }
-      for (int64_t j = j0; j < T && j < j0 + 16; j++) {
-        put_row(dqf + (j - j0) * dp, z->scale, dkbase + j * ld, hd);
-        put_row(dqf + (16 + j - j0) * dp, 1.0f, dvbase + j * ld, hd);
-      }
-    }
-  } else {
+  if (!amx) {
     for (int64_t j = 0; j < T; j++) {
       put_row(dk + j * dp, z->scale, dkbase + j * ld, hd);
       put_row(dv + j * dp, 1.0f, dvbase + j * ld, hd);
@@ -598,9 +738,9 @@ static int run(const struct strata__op *o, int fwd) {
     if (amx)
       amx_start();
     if (fwd)
-      fwd_task(o, &z, t, ws);
+      fwd_task(o, &z, t, t + 1 < tasks ? t + 1 : -1, ws);
     else
-      bwd_task(o, &z, t, ws);
+      bwd_task(o, &z, t, t + 1 < tasks ? t + 1 : -1, ws);
     if (amx)
       amx_end();
   }
