@@ -21,6 +21,7 @@
 #include "bf16.h"
 #include "device/cpu.h"
 #include "host.h"
+#include "vecmath.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 10
 #include <immintrin.h>
@@ -192,16 +193,16 @@ static void pad_rows(const uint16_t *rows, int64_t ld, int64_t n, int64_t hd, in
 */
 static inline __m512 exp16(__m512 x) {
   const __m512 c = _mm512_max_ps(_mm512_set1_ps(-104.0f), x); /* a NaN x is max's second operand: kept */
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(c, _mm512_set1_ps(1.44269504f)),
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(c, _mm512_set1_ps(VM_LOG2E)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), c);
-  r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(VM_LN2_HI), c);
+  r = _mm512_fmadd_ps(n, _mm512_set1_ps(VM_LN2_LO), r);
+  __m512 p = _mm512_set1_ps(VM_EXP_P5);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(VM_EXP_P4));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(VM_EXP_P3));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(VM_EXP_P2));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(VM_EXP_P1));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(VM_EXP_P0));
   const __m512 e = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
   return _mm512_scalef_ps(e, n);
 }

@@ -33,19 +33,31 @@
 ** denormal or 0, above it about 2.4e38 instead of inf (every caller
 ** subtracts a maximum first); NaN gives NaN, so a diverged run still shows.
 */
+/* the reduction's constants (log2 e; ln 2 split in two so that n ln2 is exact) and the polynomial's coefficients,
+** shared with the AVX-512 form in host-attn-bf16.c (exp16) */
+#define VM_LOG2E 1.44269504f
+#define VM_LN2_HI 0.693359375f
+#define VM_LN2_LO 2.12194440e-4f /* subtracted: ln 2 = VM_LN2_HI - VM_LN2_LO */
+#define VM_EXP_P5 1.9875691500e-4f
+#define VM_EXP_P4 1.3981999507e-3f
+#define VM_EXP_P3 8.3334519073e-3f
+#define VM_EXP_P2 4.1665795894e-2f
+#define VM_EXP_P1 1.6666665459e-1f
+#define VM_EXP_P0 5.0000001201e-1f
+
 static inline float vm_exp(float x) {
   float c = x > 88.37626f ? 88.37626f : x;
   c = c > -87.33654f ? c : -87.33654f; /* NaN lands here too: the conversion below stays defined */
   const float shift = 12582912.0f;     /* 1.5 * 2^23: adding it rounds to an integer */
-  float n = (c * 1.44269504f + shift) - shift;
-  float r = c - n * 0.693359375f;
-  r = r + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
+  float n = (c * VM_LOG2E + shift) - shift;
+  float r = c - n * VM_LN2_HI;
+  r = r + n * VM_LN2_LO;
+  float p = VM_EXP_P5;
+  p = p * r + VM_EXP_P4;
+  p = p * r + VM_EXP_P3;
+  p = p * r + VM_EXP_P2;
+  p = p * r + VM_EXP_P1;
+  p = p * r + VM_EXP_P0;
   float e = p * r * r + r + 1.0f;
   uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
   float scale;
