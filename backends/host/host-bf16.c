@@ -754,6 +754,17 @@ static inline void put(struct strata__mem m, int64_t i, float f) {
     F(m)[i] = f;
 }
 
+/* n floats of a team thread's own for a row loop: thread 0's past what the caller already holds in its scratch
+** (`own`, in the calling thread's), the others' their own scratch; NULL when that cannot be had. */
+static float *team_scratch(float *own, size_t n) {
+#ifdef _OPENMP
+  return omp_get_thread_num() == 0 ? own : strata__host_scratch(n);
+#else
+  (void)n;
+  return own;
+#endif
+}
+
 /*
 ** Layernorm's forward with any operands float32 or bfloat16, read and
 ** written in place a row at a time: the row widened into the thread's
@@ -775,11 +786,7 @@ static int layernorm_fwd_native(const struct strata__op *o) {
     strata__bf16_to_f32(BF(bt), s + cols, cols);
   int rc = STRATA_OK;
   _Pragma("omp parallel num_threads(strata__host_threads) if (par_n >= PAR_MIN)") {
-#ifdef _OPENMP
-    float *w = omp_get_thread_num() == 0 ? s + 2 * cols : strata__host_scratch((size_t)(2 * cols));
-#else
-    float *w = s + 2 * cols;
-#endif
+    float *w = team_scratch(s + 2 * cols, (size_t)(2 * cols));
     if (!w) {
       _Pragma("omp critical(strata_host_ln)")
       rc = STRATA_ERR_NOMEM;
@@ -852,11 +859,7 @@ static int layernorm_bwd_native(const struct strata__op *o) {
     g = F(gm);
   int rc = STRATA_OK;
   _Pragma("omp parallel num_threads(strata__host_threads) if (par_n >= PAR_MIN)") {
-#ifdef _OPENMP
-    float *b = omp_get_thread_num() == 0 ? s + cols : strata__host_scratch(row3);
-#else
-    float *b = s + cols;
-#endif
+    float *b = team_scratch(s + cols, row3);
     if (!b) {
       _Pragma("omp critical(strata_host_ln)")
       rc = STRATA_ERR_NOMEM;
