@@ -218,7 +218,8 @@ static int strata__gen_interleaved(struct strata_schedule *s, int d, int v) {
 
 /*
 ** ZB-V (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, section 6)
-** on device d of p. The model is cut into 2p chunks laid out in a V: device
+** on device d of p <= 2 (p >= 3: strata__gen_zbv's rounds, below). The
+** model is cut into 2p chunks laid out in a V: device
 ** d holds chunk 0 = stage d on the way down and chunk 1 = stage 2p - 1 - d
 ** on the way back up, so stages p - 1 and p share device p - 1 and the last
 ** stage (the loss) sits on device 0 beside the first. Backward is split into
@@ -248,7 +249,7 @@ static int strata__gen_interleaved(struct strata_schedule *s, int d, int v) {
 ** are generated for m >= 2p (the paper's setting, and PyTorch's
 ** ScheduleZBVZeroBubble pads smaller counts with idle slots instead).
 */
-static int strata__gen_zbv(struct strata_schedule *s, int d) {
+static int strata__gen_zbv_steps(struct strata_schedule *s, int d) {
   const int p = s->devices, m = s->microbatches;
   const int c0 = d, c1 = 2 * p - 1 - d;
   int f0 = 0, f1 = 0, b0 = 0, b1 = 0, rc = STRATA_OK;
@@ -297,7 +298,8 @@ static int strata__gen_zbv(struct strata_schedule *s, int d) {
 
 /*
 ** DualPipeV (DeepSeek-V3's DualPipe, "cut in half" into a V by Sea AI's
-** DualPipeV, as PyTorch's ScheduleDualPipeV generates it) on device d of p,
+** DualPipeV, as PyTorch's ScheduleDualPipeV generates it) on device d of
+** p <= 2 (p >= 3: strata__gen_dualpipev's rounds, below),
 ** the same V of chunks as ZB-V (chunk 0 = stage d, chunk 1 = stage
 ** 2p - 1 - d). Its steps, with counters per chunk:
 **
@@ -340,7 +342,7 @@ static int strata__gen_zbv(struct strata_schedule *s, int d) {
 ** chunks, 2p unit steps, and a device 0 that idles none of them has run 2p
 ** forwards by then, none of which can be freed before a backward.
 */
-static int strata__gen_dualpipev(struct strata_schedule *s, int d) {
+static int strata__gen_dualpipev_steps(struct strata_schedule *s, int d) {
   const int p = s->devices, m = s->microbatches;
   const int chunk[2] = {d, 2 * p - 1 - d};
   int f[2] = {0, 0}, b[2] = {0, 0}, rc = STRATA_OK;
@@ -390,6 +392,166 @@ static int strata__gen_dualpipev(struct strata_schedule *s, int d) {
                          "dualpipev: dev %d ran %d/%d forwards, %d/%d backwards of %d micro-batches", d, f[0], f[1],
                          b[0], b[1], m);
   return rc;
+}
+
+/*
+** The V schedules (ZB-V and DualPipeV) on device d of p: the model is cut into
+** 2p chunks laid out in a V, device d holding chunk 0 = stage d on the way
+** down and chunk 1 = stage 2p - 1 - d on the way back up, so stages p - 1
+** and p share device p - 1 and the last stage (the loss) sits on device 0
+** beside the first. Backward is split into BI and W as in ZB-H1, and every W
+** runs right after its BI: a device holds at most one micro-batch between
+** its BI and its W (one dsave region, the output-side gradients W reads).
+**
+** Memory. A chunk holds half of a 1F1B stage's layers, so 1F1B's first
+** device, p stage micro-batches in flight (F until W), holds what 2p chunk
+** micro-batches hold. But device 0 of the V holds the two end chunks, and
+** with the cut that balances time (the embedding with a block, the head with
+** a block) each is heavier than a block: with b a block's kept bytes, emb a
+** token row (its int32 ids) and h the head's above a block, 1F1B's device 0
+** holds p(2b + emb) and the V's n0(b + emb) + n1(b + h) for n0 micro-batches
+** of chunk 0 and n1 of chunk 1 in flight. The lists therefore keep device 0
+** to n0 <= 2p - 1 always and n0 <= 2p - 2 while a micro-batch of the last
+** chunk is in flight (n1 <= 1 there: its F, BI and W follow one another or
+** nearly): no more than 1F1B's device 0 holds whenever (p - 1)emb <= b and
+** (p - 2)emb + h <= b, which the GPTs hold with room (a block keeps ten and
+** more rows of d_model floats per token, the head its normalised input and
+** the logits: vocab / d_model of a row). The other devices hold at most 2p.
+**
+** Rounds. For p >= 3 each device runs the same round over and over, of four
+** blocks in a per-device order: F0 (chunk 0's forward), B0 (its BI and W),
+** F1, B1; block x of round r is micro-batch r + ahead[x],
+** and a block whose micro-batch is out of 0 .. m - 1 is left out, which makes
+** the warm-up (rounds before r = 0, forwards only at first) and the
+** cool-down (the last rounds, backwards only). How far each block runs ahead
+** and in which order fixes the time a micro-batch takes from a device's F0
+** back to its B0 (F's and BI's hop from device to device, waiting at each
+** for its place in the round) and with it what the device holds: the
+** round trip must fit in the rounds the F0 runs ahead of B0. With every
+** device in the order F0 B0 F1 B1 (the paper's steady state) each hop there
+** and back costs a full round, and device 0 must run 2p - 1 rounds ahead,
+** holding 2p of chunk 0; changing the order on devices 1 .. p - 1 lets the
+** micro-batches pass those with less waiting, one round sooner back at device
+** 0, so that 2p - 2 ahead suffice. The per-chunk order of micro-batches is
+** ascending in every block, so each W adds its gradient in the order one
+** device does. Unit-cost bubbles (strata_schedule_bubble) and peaks are
+** checked by test-schedule for every p <= 8, 2p <= m <= 32.
+**
+** For p = 2 the lists are still the steps above (strata__gen_zbv_steps,
+** strata__gen_dualpipev_steps), device 0 holding 3 of chunk 0 and one of
+** chunk 1 at once. A list within the caps with ZB-V's unit bubble exists
+** there (pairs of micro-batches: device 1 F1 F2 of both, then B2 B1 of both;
+** device 0 B0 F0 B0 F0 of the pairs before and next, then F3 B3 of both), but
+** with real costs (BI 1.4 F, W 0.6 F) its bubble grows with m (the unit-cost
+** steady state has no slack), above ZB-H1's; the rounds below hold at most
+** ZB-H1's unit bubble there. The extra micro-batch in flight is what lets the
+** paper's lists absorb uneven costs.
+*/
+
+/* A device's round: its four blocks in order, and how far ahead of the round each runs. */
+enum { STRATA__V_F0, STRATA__V_B0, STRATA__V_F1, STRATA__V_B1 };
+struct strata__v_round {
+  int order[4];
+  int ahead[4]; /* by block: F0, B0, F1, B1 */
+};
+
+/* Emit block x (STRATA__V_*) of micro-batch mb on device d's chunk. */
+static int strata__v_block(struct strata_schedule *s, int d, int x, int mb) {
+  const int stage = x < STRATA__V_F1 ? d : 2 * s->devices - 1 - d;
+  if (x == STRATA__V_F0 || x == STRATA__V_F1)
+    return strata__emit(s, STRATA_ACTION_FORWARD, stage, mb);
+  int rc = strata__emit(s, STRATA_ACTION_BACKWARD_INPUT, stage, mb);
+  return rc == STRATA_OK ? strata__emit(s, STRATA_ACTION_BACKWARD_WEIGHT, stage, mb) : rc;
+}
+
+/* Device d's list: its rounds from the first with a micro-batch in range (B0 runs none ahead: the last is m - 1). */
+static int strata__gen_v_rounds(struct strata_schedule *s, int d, const struct strata__v_round *v) {
+  const int m = s->microbatches;
+  int first = 0, rc = STRATA_OK;
+  for (int x = 0; x < 4; x++)
+    first = v->ahead[x] > first ? v->ahead[x] : first;
+  for (int r = -first; r < m && rc == STRATA_OK; r++)
+    for (int i = 0; i < 4 && rc == STRATA_OK; i++) {
+      const int x = v->order[i], mb = r + v->ahead[x];
+      if (mb >= 0 && mb < m)
+        rc = strata__v_block(s, d, x, mb);
+    }
+  return rc;
+}
+
+/*
+** ZB-V (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, section 6).
+** For p >= 3 the rounds (block: micro-batches ahead of round r):
+**
+**   device 0        F0 B0 F1 B1   F0: 2p - 2, F1 and B1: p
+**   device 1        F0 B0 B1 F1   F0: 2p - 3, F1: p, B1: p - 1
+**   device d >= 2   F0 F1 B1 B0   F0: 2p - 3 - d, F1: p - 2, B1: p - 1 - d
+**
+** Device 0 holds at most 2p - 1 chunk micro-batches, 2p - 2 of chunk 0 while
+** one of chunk 1 is in flight; device 1 2p - 1; device d >= 2 2p - d, 2p - 2
+** at most. With F = BI = W = 1 the span is 6m + 2p, two units over the
+** paper's steady state with every device in the order F0 B0 F1 B1 (6m +
+** 2(p - 1) with each W right after its BI), which has device 0 hold 2p of
+** chunk 0 with one of chunk 1 on top: device 0 must idle one unit before
+** micro-batch 0 first comes back to it (2p - 2 forwards fill 2p - 1 units),
+** and one more waiting for the first gradients. The bubble is p / (3m + p),
+** below ZB-H1's (p - 1) / (1.5m + p - 1). With the costs calibrated on the
+** 512 x 8 GPT (BI 1.4 F, W 0.6 F, pp 4, 8 micro-batches) strata-plan
+** --simulate predicts a step 0.9% longer than the paper's steady state's.
+** The lists need m >= 2p, as the paper sets them (PyTorch's
+** ScheduleZBVZeroBubble pads smaller counts with idle slots instead).
+*/
+static int strata__gen_zbv(struct strata_schedule *s, int d) {
+  const int p = s->devices;
+  if (p <= 2)
+    return strata__gen_zbv_steps(s, d);
+  struct strata__v_round v = {{STRATA__V_F0, STRATA__V_F1, STRATA__V_B1, STRATA__V_B0},
+                              {2 * p - 3 - d, 0, p - 2, p - 1 - d}};
+  if (d == 0)
+    v = (struct strata__v_round){{STRATA__V_F0, STRATA__V_B0, STRATA__V_F1, STRATA__V_B1}, {2 * p - 2, 0, p, p}};
+  else if (d == 1)
+    v = (struct strata__v_round){{STRATA__V_F0, STRATA__V_B0, STRATA__V_B1, STRATA__V_F1}, {2 * p - 3, 0, p, p - 1}};
+  return strata__gen_v_rounds(s, d, &v);
+}
+
+/*
+** DualPipeV (DeepSeek-V3's DualPipe, "cut in half" into a V by Sea AI's
+** DualPipeV, as PyTorch's ScheduleDualPipeV generates it): each step pairs
+** a forward of one chunk with a backward of the other, (F0, B1) and (F1,
+** B0), so that one's communication hides behind the other's compute (its
+** point for expert parallelism); strata's executor runs a device's list in
+** order, so a pair is one then the other, and a B is its BI with its W
+** right after (the same arithmetic as ZB-H1's lists: bit for bit as one
+** device). The rounds, each two such pairs (block: micro-batches ahead of
+** round r):
+**
+**   device 0              B1 F0, B0 F1   F0: 2p - 2, F1 and B1: p
+**   device 1              F0 B1, B0 F1   F0: 2p - 3, F1: p, B1: p - 2
+**   device d >= 2         B1 F0, B0 F1   F0: 2p - 1 - d, F1: p, B1: p - d
+**
+** (the round written from its F0: device 0 F0 B0 F1 B1, as the paper's ZB-V).
+** Device 0 holds at most 2p - 1 chunk micro-batches, 2p - 2 of chunk 0 while
+** one of chunk 1 is in flight, the others at most 2p (devices 2 .. p - 1
+** run the paper's steady state). With F = BI = W = 1 the span is 6m + 2p +
+** 2, the bubble (p + 1) / (3m + p + 1), below 1F1B's (p - 1) / (m + p - 1)
+** and not above ZB-H1's (equal at p = 3, m = 6); the reference's lists (steps with counts, device 0 warming up
+** with 2p - 1 forwards of chunk 0: strata__gen_dualpipev_steps) reach
+** ZB-V's (p - 1) / (3m + p - 1) holding 2p of chunk 0 on device 0 with one
+** of chunk 1 on top. With the 512 x 8 GPT's calibrated costs (pp 4, 8
+** micro-batches) strata-plan --simulate predicts a step 0.4% longer than
+** theirs. m >= 2p, as PyTorch asks.
+*/
+static int strata__gen_dualpipev(struct strata_schedule *s, int d) {
+  const int p = s->devices;
+  if (p <= 2)
+    return strata__gen_dualpipev_steps(s, d);
+  struct strata__v_round v = {{STRATA__V_F0, STRATA__V_B0, STRATA__V_F1, STRATA__V_B1},
+                              {2 * p - 1 - d, 0, p, p - d}};
+  if (d == 0)
+    v.ahead[STRATA__V_F0] = 2 * p - 2;
+  else if (d == 1)
+    v = (struct strata__v_round){{STRATA__V_F0, STRATA__V_B1, STRATA__V_B0, STRATA__V_F1}, {2 * p - 3, 0, p, p - 2}};
+  return strata__gen_v_rounds(s, d, &v);
 }
 
 /* ---------------------------------------------------------------- what a kind implies */
