@@ -1741,10 +1741,10 @@ Test(plan, simulated_peak_memory_is_the_memory_plan) {
 /*
 ** The V schedules, whose device holds two stages (issue 35): the plan weighs the activations a device's list keeps
 ** in flight at once over both its stages (strata_schedule_device_peak), as the simulator follows them; their own
-** peaks added up would count one chunk micro-batch too many for ZB-V (interleaving's plan still adds them up). The
-** simulator's peak stays within the plan. In micro-batches, from the lists: ZB-V's device holds 2p
-** half-size ones at most (p full ones, 1F1B's first device), and DualPipeV's too (each pair's backward before its
-** forward), each below its stages' peaks added up.
+** peaks added up would count one chunk micro-batch too many for the V's device 0 (interleaving's plan still adds
+** them up). The simulator's peak stays within the plan. In micro-batches, from the lists (on two devices ZB-V and
+** DualPipeV run the same pairs, strata__gen_v_pairs): device 0 holds 2p - 1 = 3 half-size ones at most, below its
+** stages' peaks added up (4), device 1 2p = 4 (p full ones, 1F1B's first device).
 */
 Test(plan, simulated_peak_memory_is_the_memory_plan_for_two_stages_a_device) {
   strata_model_t m = small_gpt(6); /* 8 layers */
@@ -1784,10 +1784,9 @@ Test(plan, simulated_peak_memory_is_the_memory_plan_for_two_stages_a_device) {
               OK(strata_schedule_peak_inflight(sch, j, &pk));
               added += pk;
             }
-          if (kinds[k] == STRATA_SCHEDULE_ZBV)
-            cr_assert(units == 4 && added == 5, "zbv device %d: %g at once, %d added up", dv, units, added);
-          else if (kinds[k] == STRATA_SCHEDULE_DUALPIPEV)
-            cr_assert(units == 4 && added == 5, "dualpipev device %d: %g at once, %d added up", dv, units, added);
+          if (kinds[k] != STRATA_SCHEDULE_INTERLEAVED) /* the V: device 0 at most 2p - 1, device 1 2p */
+            cr_assert(units == 3 + dv && added == 4, "%s device %d: %g at once, %d added up",
+                      strata_schedule_kind_name(kinds[k]), dv, units, added);
           cr_assert_leq(units, added);
           below += units < added;
         }
@@ -1795,7 +1794,7 @@ Test(plan, simulated_peak_memory_is_the_memory_plan_for_two_stages_a_device) {
         strata_sim_result_destroy(&r);
         strata_layout_free(l);
       }
-  cr_assert_geq(below, 2 * 2 * 3, "ZB-V's devices at least");
+  cr_assert_geq(below, 2 * 2 * 3, "the V's device 0 at least");
   strata_machine_free(c);
   strata_model_free(m);
 }
@@ -1803,10 +1802,13 @@ Test(plan, simulated_peak_memory_is_the_memory_plan_for_two_stages_a_device) {
 /*
 ** ZB-V in the simulator and the planner. A zbv layout of 2 ranks has 4 stages, stage j on rank j, 3 - j (the V).
 ** The simulator follows each device's activations as its list runs: its peak is within the memory plan's, which
-** weighs the activations both chunks of a device hold at once (chunk 0's 2p - d and chunk 1's d + 1 peaks come at
-** different points: strata_schedule_device_peak), not their peaks added up. With the ranks balanced, its bubble and step are
-** below ZB-H1's over the same ranks and micro-batches (measured 4.9% and 4.23 ms against 9.7% and 4.46 ms). The
-** planner's search includes it.
+** weighs the activations both chunks of a device hold at once (strata_schedule_device_peak), not their peaks added
+** up. On 4 ranks, with the chunks balanced, ZB-V's bubble and step are below ZB-H1's over the same ranks and
+** micro-batches, and DualPipeV's below 1F1B's (measured 24.3% and 6.12 ms against ZB-H1's 26.5% and 6.30 ms;
+** DualPipeV 26.9% and 6.34 ms against 1F1B's 31.6% and 6.77 ms; the paper's and the reference's lists, which hold
+** one micro-batch more on device 0: 23.2% and 6.03 ms, 22.1% and 5.94 ms). On 2 ranks the pairs that keep device 0
+** within 3 micro-batches give 12.8% and 4.62 ms against ZB-H1's 10.7% and 4.51 ms (the paper's lists 8.5% and
+** 4.40 ms): the cap's price, logged, not asserted. The planner's search includes ZB-V.
 */
 Test(plan, zbv_simulated_and_searched) {
   strata_model_t m = small_gpt(6); /* 8 layers */
@@ -1837,12 +1839,38 @@ Test(plan, zbv_simulated_and_searched) {
     cr_assert_leq(rv.memory[d], want, "zbv: device %d simulated at %llu bytes, planned %llu", d,
                   (unsigned long long)rv.memory[d], (unsigned long long)want);
   }
-  cr_assert_lt(rv.bubble, rz.bubble, "zbv bubble %g, zb-h1 %g", rv.bubble, rz.bubble);
-  cr_assert_lt(rv.step_s, rz.step_s, "zbv step %g s, zb-h1 %g s", rv.step_s, rz.step_s);
+  cr_log_info("pp 2: zbv bubble %g, step %g s; zb-h1 bubble %g, step %g s", rv.bubble, rv.step_s, rz.bubble,
+              rz.step_s);
   strata_sim_result_destroy(&rv);
   strata_sim_result_destroy(&rz);
   strata_layout_free(v);
   strata_layout_free(z);
+  /* pp 4 over the four devices, a GPT of 14 blocks: the V's chunks two layers each (the embedding with a block, the
+  ** head with a block), ZB-H1's stages four */
+  strata_model_t m4 = small_gpt(14);
+  const int split8[8] = {2, 2, 2, 2, 2, 2, 2, 2}, split4h[4] = {4, 4, 4, 4};
+  for (int k = 0; k < 2; k++) {
+    struct strata_layout_desc d4 = {.pp = 4, .tp_all = 1, .devices = (const int[]){0, 1, 2, 3}, .ndevices = 4,
+                                    .split = split8, .nsplit = 8,
+                                    .schedule = k ? STRATA_SCHEDULE_DUALPIPEV : STRATA_SCHEDULE_ZBV,
+                                    .microbatches = mbs};
+    struct strata_layout_desc h4 = d4;
+    h4.split = split4h, h4.nsplit = 4, h4.schedule = k ? STRATA_SCHEDULE_1F1B : STRATA_SCHEDULE_ZB_H1;
+    OK(strata_layout_new(&d4, &v));
+    OK(strata_layout_new(&h4, &z));
+    OK(strata_simulate(c, m4, v, &o, &rv));
+    OK(strata_simulate(c, m4, z, &o, &rz));
+    const char *vs = k ? "dualpipev" : "zbv", *hs = k ? "1f1b" : "zb-h1";
+    cr_log_info("pp 4: %s bubble %g, step %g s; %s bubble %g, step %g s", vs, rv.bubble, rv.step_s, hs, rz.bubble,
+                rz.step_s);
+    cr_assert_lt(rv.bubble, rz.bubble, "pp 4 %s bubble %g, %s %g", vs, rv.bubble, hs, rz.bubble);
+    cr_assert_lt(rv.step_s, rz.step_s, "pp 4 %s step %g s, %s %g s", vs, rv.step_s, hs, rz.step_s);
+    strata_sim_result_destroy(&rv);
+    strata_sim_result_destroy(&rz);
+    strata_layout_free(v);
+    strata_layout_free(z);
+  }
+  strata_model_free(m4);
   /* the search weighs zbv: among its candidates on two devices with 8 micro-batches to choose */
   struct strata_plan_options po = {.batch = 16, .top = 50, .fixed_tp = 1};
   strata_plan_t p;

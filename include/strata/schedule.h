@@ -290,7 +290,7 @@ STRATA_API int strata_schedule_peak_handoff(strata_schedule_t s, int stage, int 
 ** the list, of the sum over its stages of the micro-batches in flight (as strata_schedule_peak_inflight counts them)
 ** times bytes[stage] (bytes per micro-batch, one entry per stage; NULL: 1 each, a count of micro-batches). It is
 ** the sum of its stages' own peaks where they peak together, less where they do not: ZB-V's two chunks on a device
-** peak at different points (at most 2p half-size micro-batches at once, not the 2p + 1 their peaks add to; DualPipeV's
+** peak at different points (at most 2p half-size micro-batches at once, no more than their peaks add to; DualPipeV's
 ** too).
 ** With `counts` (one entry per stage, or NULL), each of the device's stages gets its micro-batches in flight at the
 ** first point of that peak (the other entries are left as they are).

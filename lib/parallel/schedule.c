@@ -217,179 +217,238 @@ static int strata__gen_interleaved(struct strata_schedule *s, int d, int v) {
 }
 
 /*
-** ZB-V (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, section 6)
-** on device d of p. The model is cut into 2p chunks laid out in a V: device
-** d holds chunk 0 = stage d on the way down and chunk 1 = stage 2p - 1 - d
-** on the way back up, so stages p - 1 and p share device p - 1 and the last
-** stage (the loss) sits on device 0 beside the first. Backward is split into
-** BI and W as in ZB-H1. Per device, with counters per chunk:
+** The V schedules (ZB-V and DualPipeV) on device d of p: the model is cut into
+** 2p chunks laid out in a V, device d holding chunk 0 = stage d on the way
+** down and chunk 1 = stage 2p - 1 - d on the way back up, so stages p - 1
+** and p share device p - 1 and the last stage (the loss) sits on device 0
+** beside the first. Backward is split into BI and W as in ZB-H1, and every W
+** runs right after its BI: a device holds at most one micro-batch between
+** its BI and its W (one dsave region, the output-side gradients W reads).
 **
-**   warm-up    2(p - d) - 1 forwards of chunk 0; d pairs F1 F0; p - d
-**              rounds F1 BI1 W1 (chunk 1's gradient comes from the device
-**              before, so its backward can follow its forward at once);
-**   steady     F0 (while chunk 0 has forwards left) BI0 W0 F1 BI1 W1,
-**              until chunk 1 has run every forward;
-**   cool-down  rounds BI1 W1, BI0 W0 until every backward has run.
+** Memory. A chunk holds half of a 1F1B stage's layers, so 1F1B's first
+** device, p stage micro-batches in flight (F until W), holds what 2p chunk
+** micro-batches hold. But device 0 of the V holds the two end chunks, and
+** with the cut that balances time (the embedding with a block, the head with
+** a block) each is heavier than a block: with b a block's kept bytes, emb a
+** token row (its int32 ids) and h the head's above a block, 1F1B's device 0
+** holds p(2b + emb) and the V's n0(b + emb) + n1(b + h) for n0 micro-batches
+** of chunk 0 and n1 of chunk 1 in flight. The lists therefore keep device 0
+** to n0 <= 2p - 1 always and n0 <= 2p - 2 while a micro-batch of the last
+** chunk is in flight (n1 <= 1 there: its F, BI and W follow one another or
+** nearly): no more than 1F1B's device 0 holds whenever (p - 1)emb <= b and
+** (p - 2)emb + h <= b, which the GPTs hold with room (a block keeps ten and
+** more rows of d_model floats per token, the head its normalised input and
+** the logits: vocab / d_model of a row). The other devices hold at most 2p.
 **
-** Every W runs right after its BI, so a device holds at most one
-** micro-batch between its BI and its W (one dsave region: the output-side
-** gradients its W reads) besides its micro-batches in flight. The paper's
-** and PyTorch's ScheduleZBVZeroBubble's cool-down instead runs d pairs
-** BI0 BI1 with their Ws held back to the end, filling the tail: a span of
-** 6m + p - 1 units against these lists' 6m + 2(p - 1), but each held W
-** keeps its micro-batch's activations and a dsave region, 2d of them on
-** device d, so the V's last device held the most (at pp 4, the 512 x 8
-** GPT: 95 MB against 1F1B's 52.5). With F = BI = W = 1 the bubble is
-** (p - 1) / (3m + p - 1), below ZB-H1's (p - 1) / (1.5m + p - 1); chunk 0
-** holds at most 2p - d micro-batches in flight and chunk 1 at most d + 1,
-** never more than 2p of the device's half-size chunks at once: 1F1B's
-** peak of p full stages. The warm-up runs 2p - d - 1 forwards of chunk 0
-** before any of its backwards, which needs m >= 2p - 1; the lists
-** are generated for m >= 2p (the paper's setting, and PyTorch's
-** ScheduleZBVZeroBubble pads smaller counts with idle slots instead).
+** Rounds (p >= 3; p = 2 runs pairs of micro-batches, strata__gen_v_pairs).
+** Each device runs the same round over and over, of four blocks in a
+** per-device order: F0 (chunk 0's forward), B0 (its BI and W), F1, B1; block
+** x of round r is micro-batch r + ahead[x], and a block whose micro-batch is
+** out of 0 .. m - 1 is left out, which makes the warm-up (rounds before r = 0, forwards only at first) and the
+** cool-down (the last rounds, backwards only). How far each block runs ahead
+** and in which order fixes the time a micro-batch takes from a device's F0
+** back to its B0 (F's and BI's hop from device to device, waiting at each
+** for its place in the round) and with it what the device holds: the
+** round trip must fit in the rounds the F0 runs ahead of B0. With every
+** device in the order F0 B0 F1 B1 (the paper's steady state) each hop there
+** and back costs a full round, and device 0 must run 2p - 1 rounds ahead,
+** holding 2p of chunk 0; changing the order on devices 1 .. p - 1 lets the
+** micro-batches pass those with less waiting, one round sooner back at device
+** 0, so that 2p - 2 ahead suffice. The per-chunk order of micro-batches is
+** ascending in every block, so each W adds its gradient in the order one
+** device does. Unit-cost bubbles (strata_schedule_bubble) and peaks are
+** checked by test-schedule for every p <= 8, 2p <= m <= 32.
+**
+** The cap has a price in real costs (BI about 1.4 F, W 0.6 F): the paper's
+** extra micro-batch in flight on device 0 is slack that absorbs uneven costs,
+** and the lists without it run a little longer (strata-plan --simulate on the
+** 512 x 8 GPT, pp 4, 8 micro-batches: ZB-V's step 0.9% longer, DualPipeV's
+** 0.4%; pp 2: 0.8% shorter at 8, 2.2% longer at 16 for ZB-V, 1.7% and 3.8%
+** longer for DualPipeV).
 */
-static int strata__gen_zbv(struct strata_schedule *s, int d) {
-  const int p = s->devices, m = s->microbatches;
-  const int c0 = d, c1 = 2 * p - 1 - d;
-  int f0 = 0, f1 = 0, b0 = 0, b1 = 0, rc = STRATA_OK;
-#define STRATA__ZBV(kind, st, mb)                                                                                      \
-  do {                                                                                                                 \
-    if (rc == STRATA_OK)                                                                                               \
-      rc = strata__emit(s, (kind), (st), (mb));                                                                        \
-  } while (0)
-  for (int i = 0; i < 2 * (p - d) - 1; i++)
-    STRATA__ZBV(STRATA_ACTION_FORWARD, c0, f0++);
-  for (int i = 0; i < d; i++) {
-    STRATA__ZBV(STRATA_ACTION_FORWARD, c1, f1++);
-    STRATA__ZBV(STRATA_ACTION_FORWARD, c0, f0++);
-  }
-  for (int i = 0; i < p - d; i++) {
-    STRATA__ZBV(STRATA_ACTION_FORWARD, c1, f1++);
-    STRATA__ZBV(STRATA_ACTION_BACKWARD_INPUT, c1, b1);
-    STRATA__ZBV(STRATA_ACTION_BACKWARD_WEIGHT, c1, b1++);
-  }
-  while (f1 < m) {
-    if (f0 < m)
-      STRATA__ZBV(STRATA_ACTION_FORWARD, c0, f0++);
-    STRATA__ZBV(STRATA_ACTION_BACKWARD_INPUT, c0, b0);
-    STRATA__ZBV(STRATA_ACTION_BACKWARD_WEIGHT, c0, b0++);
-    STRATA__ZBV(STRATA_ACTION_FORWARD, c1, f1++);
-    STRATA__ZBV(STRATA_ACTION_BACKWARD_INPUT, c1, b1);
-    STRATA__ZBV(STRATA_ACTION_BACKWARD_WEIGHT, c1, b1++);
-  }
-  /* cool-down: each BI with its W at once (chunk 1's first: its gradient reaches chunk 0 through the turn) */
-  while (b0 < m || b1 < m) {
-    if (b1 < m) {
-      STRATA__ZBV(STRATA_ACTION_BACKWARD_INPUT, c1, b1);
-      STRATA__ZBV(STRATA_ACTION_BACKWARD_WEIGHT, c1, b1++);
+
+/* A device's round: its four blocks in order, and how far ahead of the round each runs. */
+enum { STRATA__V_F0, STRATA__V_B0, STRATA__V_F1, STRATA__V_B1 };
+struct strata__v_round {
+  int order[4];
+  int ahead[4]; /* by block: F0, B0, F1, B1 */
+};
+
+/* Emit block x (STRATA__V_*) of micro-batch mb on device d's chunk. */
+static int strata__v_block(struct strata_schedule *s, int d, int x, int mb) {
+  const int stage = x < STRATA__V_F1 ? d : 2 * s->devices - 1 - d;
+  if (x == STRATA__V_F0 || x == STRATA__V_F1)
+    return strata__emit(s, STRATA_ACTION_FORWARD, stage, mb);
+  int rc = strata__emit(s, STRATA_ACTION_BACKWARD_INPUT, stage, mb);
+  return rc == STRATA_OK ? strata__emit(s, STRATA_ACTION_BACKWARD_WEIGHT, stage, mb) : rc;
+}
+
+/* Device d's list: its rounds from the first with a micro-batch in range (B0 runs none ahead: the last is m - 1). */
+static int strata__gen_v_rounds(struct strata_schedule *s, int d, const struct strata__v_round *v) {
+  const int m = s->microbatches;
+  int first = 0, rc = STRATA_OK;
+  for (int x = 0; x < 4; x++)
+    first = v->ahead[x] > first ? v->ahead[x] : first;
+  for (int r = -first; r < m && rc == STRATA_OK; r++)
+    for (int i = 0; i < 4 && rc == STRATA_OK; i++) {
+      const int x = v->order[i], mb = r + v->ahead[x];
+      if (mb >= 0 && mb < m)
+        rc = strata__v_block(s, d, x, mb);
     }
-    if (b0 < m) {
-      STRATA__ZBV(STRATA_ACTION_BACKWARD_INPUT, c0, b0);
-      STRATA__ZBV(STRATA_ACTION_BACKWARD_WEIGHT, c0, b0++);
-    }
-  }
-#undef STRATA__ZBV
-  if (rc == STRATA_OK && (f0 != m || f1 != m || b0 != m || b1 != m))
-    return strata__error(STRATA_ERR_INTERNAL, "zbv: dev %d ran %d/%d forwards and %d/%d backwards of %d micro-batches",
-                         d, f0, f1, b0, b1, m);
   return rc;
 }
 
 /*
-** DualPipeV (DeepSeek-V3's DualPipe, "cut in half" into a V by Sea AI's
-** DualPipeV, as PyTorch's ScheduleDualPipeV generates it) on device d of p,
-** the same V of chunks as ZB-V (chunk 0 = stage d, chunk 1 = stage
-** 2p - 1 - d). Its steps, with counters per chunk:
-**
-**   1  2(p - d - 1) forwards of chunk 0
-**   2  d + 1 pairs F0 F1
-**   3  p - d - 1 rounds B1, F1
-**   4  m - 2p + d + 1 rounds of the two paired steps B1 with F0, B0 with F1
-**   5  p - d - 1 rounds B1, then B0 with F1
-**   6  d + 1 pairs B1 B0
-**   7  p - d - 1 backwards of chunk 0
-**
-** where a B is its BI with its W right after. The reference's cool-down
-** (steps 6-8 there) runs from the middle pair of step 6 on BIs with their Ws
-** held back, which then fill the tail: a span of 6m + p - 1 units against
-** these lists' 6m + 2(p - 1), but device d then holds up to d + 1 dsave
-** regions (the output-side gradients a W reads) beside its micro-batches in
-** flight — at pp 4 on the 512 x 8 GPT 77.7 MB on device 3 against 60.4
-** with one. With F = BI = W = 1 the bubble is ZB-V's, (p - 1) / (3m + p - 1),
-** below 1F1B's.
-**
-** DualPipe runs a paired F and B at once, so that one's communication
-** hides behind the other's compute (its point for expert parallelism);
-** strata's executor runs a device's list in order, so a pair is one then
-** the other, and a full B is BI right away followed by its W (the same
-** arithmetic: ZB-H1's lists reproduce one device bit for bit). Step 4
-** needs m >= 2p - d - 1 rounds for device 0: m >= 2p, as PyTorch asks.
-**
-** Activations in flight (F until W), in half-size chunk micro-batches:
-** steps 1-2 run 2(p - d - 1) + 2(d + 1) = 2p forwards on every device
-** before its first backward, a step-3 round frees one (BI1 and its W) and
-** then adds one (F1), and so does every pair of steps 4-5 once the B comes
-** before its F: no device holds more than 2p, 1F1B's p full stages. The
-** pairs in the reference's order (F before B: PyTorch's and DeepSeek's,
-** where the two run at once) peak one higher, 2p + 1, at the first pair of
-** step 4. Which of a pair runs first changes no dependency the unit-cost
-** simulation waits on, so the ideal bubble is the same (checked for every
-** p <= 8, 2p <= m <= 32 by test-schedule), and 2p is the least any list
-** with that bubble can hold: device 0's first backward (of micro-batch 0
-** on stage 2p - 1) waits for micro-batch 0's forward through all 2p
-** chunks, 2p unit steps, and a device 0 that idles none of them has run 2p
-** forwards by then, none of which can be freed before a backward.
+** One device (p = 1) holds both chunks: each micro-batch runs F0 F1 B1 B0 in
+** turn, two chunk micro-batches at once (the whole model, as 1F1B's one
+** stage), no bubble.
 */
-static int strata__gen_dualpipev(struct strata_schedule *s, int d) {
-  const int p = s->devices, m = s->microbatches;
-  const int chunk[2] = {d, 2 * p - 1 - d};
-  int f[2] = {0, 0}, b[2] = {0, 0}, rc = STRATA_OK;
-#define STRATA__DPV(kind, c, mb)                                                                                       \
+static const struct strata__v_round strata__v_alone = {{STRATA__V_F0, STRATA__V_F1, STRATA__V_B1, STRATA__V_B0}, {0}};
+
+/*
+** The V on two devices (ZB-V and DualPipeV alike): pairs of micro-batches. Device 1 runs F1 F2 of both,
+** then B2 B1 of both (a B is BI with its W right after); device 0 first F0 of
+** the first pair and F3 B3 of each as it comes back, then for each next pair
+** its two forwards of chunk 0 each followed by a chunk-0 backward of the pair
+** before (F0 B0 F0 B0) and F3 B3 of both, then the last backwards. Device 0
+** holds 3 of chunk 0 only between such an F0 and its B0, 2 while chunk 1
+** runs; device 1 holds 4. With m odd the last micro-batch goes alone, forward
+** before the pair before it is done on device 1. With F = BI = W = 1 the span
+** is the paper's steady state's, 6m + 2: the bubble 1 / (3m + 1). (Rounds
+** within the caps on two devices reach 2 / (3m + 2) at best, ZB-H1's; a
+** search of the lists under real costs found none better than these pairs.)
+*/
+static int strata__gen_v_pairs(struct strata_schedule *s, int d) {
+  const int m = s->microbatches;
+  int k = 0, rc = STRATA_OK;
+#define STRATA__ZBV(x, mb)                                                                                             \
   do {                                                                                                                 \
     if (rc == STRATA_OK)                                                                                               \
-      rc = strata__emit(s, (kind), chunk[c], (mb));                                                                   \
+      rc = strata__v_block(s, d, (x), (mb));                                                                           \
   } while (0)
-#define STRATA__DPV_F(c) STRATA__DPV(STRATA_ACTION_FORWARD, (c), f[c]++)
-#define STRATA__DPV_B(c)                                                                                               \
-  do {                                                                                                                 \
-    STRATA__DPV(STRATA_ACTION_BACKWARD_INPUT, (c), b[c]);                                                              \
-    STRATA__DPV(STRATA_ACTION_BACKWARD_WEIGHT, (c), b[c]++);                                                           \
-  } while (0)
-  for (int i = 0; i < 2 * (p - d - 1); i++)
-    STRATA__DPV_F(0);
-  for (int i = 0; i < d + 1; i++) {
-    STRATA__DPV_F(0);
-    STRATA__DPV_F(1);
+  if (d == 0) {
+    STRATA__ZBV(STRATA__V_F0, 0);
+    STRATA__ZBV(STRATA__V_F0, 1);
+    for (k = 0; k < 2; k++) {
+      STRATA__ZBV(STRATA__V_F1, k);
+      STRATA__ZBV(STRATA__V_B1, k);
+    }
+    for (; k + 1 < m; k += 2) {
+      for (int j = 0; j < 2; j++) {
+        STRATA__ZBV(STRATA__V_F0, k + j);
+        STRATA__ZBV(STRATA__V_B0, k - 2 + j);
+      }
+      for (int j = 0; j < 2; j++) {
+        STRATA__ZBV(STRATA__V_F1, k + j);
+        STRATA__ZBV(STRATA__V_B1, k + j);
+      }
+    }
+    if (k < m) { /* m odd: the last micro-batch alone */
+      STRATA__ZBV(STRATA__V_F0, k);
+      STRATA__ZBV(STRATA__V_B0, k - 2);
+      STRATA__ZBV(STRATA__V_F1, k);
+      STRATA__ZBV(STRATA__V_B1, k);
+    }
+    STRATA__ZBV(STRATA__V_B0, m - 2);
+    STRATA__ZBV(STRATA__V_B0, m - 1);
+  } else {
+    for (k = 0; k + 1 < m; k += 2) {
+      for (int j = 0; j < 2; j++) {
+        STRATA__ZBV(STRATA__V_F0, k + j);
+        STRATA__ZBV(STRATA__V_F1, k + j);
+      }
+      STRATA__ZBV(STRATA__V_B1, k);
+      STRATA__ZBV(STRATA__V_B0, k);
+      STRATA__ZBV(STRATA__V_B1, k + 1);
+      if (k + 3 == m) { /* m odd: the last micro-batch, alone, forward before this pair's last chunk-0 backward */
+        STRATA__ZBV(STRATA__V_F0, k + 2);
+        STRATA__ZBV(STRATA__V_F1, k + 2);
+        STRATA__ZBV(STRATA__V_B0, k + 1);
+        STRATA__ZBV(STRATA__V_B1, k + 2);
+        STRATA__ZBV(STRATA__V_B0, k + 2);
+      } else
+        STRATA__ZBV(STRATA__V_B0, k + 1);
+    }
   }
-  for (int i = 0; i < p - d - 1; i++) {
-    STRATA__DPV_B(1);
-    STRATA__DPV_F(1);
-  }
-  for (int i = 0; i < m - 2 * p + d + 1; i++) { /* each pair's B first: it frees what its F then takes */
-    STRATA__DPV_B(1);
-    STRATA__DPV_F(0);
-    STRATA__DPV_B(0);
-    STRATA__DPV_F(1);
-  }
-  for (int i = 0; i < p - d - 1; i++) {
-    STRATA__DPV_B(1);
-    STRATA__DPV_B(0);
-    STRATA__DPV_F(1);
-  }
-  for (int i = 0; i < d + 1; i++) {
-    STRATA__DPV_B(1);
-    STRATA__DPV_B(0);
-  }
-  for (int i = 0; i < p - d - 1; i++)
-    STRATA__DPV_B(0);
-#undef STRATA__DPV_B
-#undef STRATA__DPV_F
-#undef STRATA__DPV
-  if (rc == STRATA_OK && (f[0] != m || f[1] != m || b[0] != m || b[1] != m))
-    return strata__error(STRATA_ERR_INTERNAL,
-                         "dualpipev: dev %d ran %d/%d forwards, %d/%d backwards of %d micro-batches", d, f[0], f[1],
-                         b[0], b[1], m);
+#undef STRATA__ZBV
   return rc;
+}
+
+/*
+** ZB-V (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, section 6).
+** For p >= 3 the rounds (block: micro-batches ahead of round r; p <= 2 above):
+**
+**   device 0        F0 B0 F1 B1   F0: 2p - 2, F1 and B1: p
+**   device 1        F0 B0 B1 F1   F0: 2p - 3, F1: p, B1: p - 1
+**   device d >= 2   F0 F1 B1 B0   F0: 2p - 3 - d, F1: p - 2, B1: p - 1 - d
+**
+** Device 0 holds at most 2p - 1 chunk micro-batches, 2p - 2 of chunk 0 while
+** one of chunk 1 is in flight; device 1 2p - 1; device d >= 2 2p - d, 2p - 2
+** at most. With F = BI = W = 1 the span is 6m + 2p, two units over the
+** paper's steady state with every device in the order F0 B0 F1 B1 (6m +
+** 2(p - 1) with each W right after its BI), which has device 0 hold 2p of
+** chunk 0 with one of chunk 1 on top: device 0 must idle one unit before
+** micro-batch 0 first comes back to it (2p - 2 forwards fill 2p - 1 units),
+** and one more waiting for the first gradients. The bubble is p / (3m + p),
+** below ZB-H1's (p - 1) / (1.5m + p - 1). With the costs calibrated on the
+** 512 x 8 GPT (BI 1.4 F, W 0.6 F, pp 4, 8 micro-batches) strata-plan
+** --simulate predicts a step 0.9% longer than the paper's steady state's.
+** The lists need m >= 2p, as the paper sets them (PyTorch's
+** ScheduleZBVZeroBubble pads smaller counts with idle slots instead).
+*/
+static int strata__gen_zbv(struct strata_schedule *s, int d) {
+  const int p = s->devices;
+  if (p <= 2)
+    return p == 1 ? strata__gen_v_rounds(s, d, &strata__v_alone) : strata__gen_v_pairs(s, d);
+  struct strata__v_round v = {{STRATA__V_F0, STRATA__V_F1, STRATA__V_B1, STRATA__V_B0},
+                              {2 * p - 3 - d, 0, p - 2, p - 1 - d}};
+  if (d == 0)
+    v = (struct strata__v_round){{STRATA__V_F0, STRATA__V_B0, STRATA__V_F1, STRATA__V_B1}, {2 * p - 2, 0, p, p}};
+  else if (d == 1)
+    v = (struct strata__v_round){{STRATA__V_F0, STRATA__V_B0, STRATA__V_B1, STRATA__V_F1}, {2 * p - 3, 0, p, p - 1}};
+  return strata__gen_v_rounds(s, d, &v);
+}
+
+/*
+** DualPipeV (DeepSeek-V3's DualPipe, "cut in half" into a V by Sea AI's
+** DualPipeV, as PyTorch's ScheduleDualPipeV generates it): each step pairs
+** a forward of one chunk with a backward of the other, (F0, B1) and (F1,
+** B0), so that one's communication hides behind the other's compute (its
+** point for expert parallelism); strata's executor runs a device's list in
+** order, so a pair is one then the other, and a B is its BI with its W
+** right after (the same arithmetic as ZB-H1's lists: bit for bit as one
+** device). The rounds, each two such pairs (block: micro-batches ahead of
+** round r):
+**
+**   device 0              B1 F0, B0 F1   F0: 2p - 2, F1 and B1: p
+**   device 1              F0 B1, B0 F1   F0: 2p - 3, F1: p, B1: p - 2
+**   device d >= 2         B1 F0, B0 F1   F0: 2p - 1 - d, F1: p, B1: p - d
+**
+** (the round written from its F0: device 0 F0 B0 F1 B1, as the paper's ZB-V).
+** Device 0 holds at most 2p - 1 chunk micro-batches, 2p - 2 of chunk 0 while
+** one of chunk 1 is in flight, the others at most 2p (devices 2 .. p - 1
+** run the paper's steady state). With F = BI = W = 1 the span is 6m + 2p +
+** 2, the bubble (p + 1) / (3m + p + 1), below 1F1B's (p - 1) / (m + p - 1)
+** and not above ZB-H1's (equal at p = 3, m = 6). The reference's lists
+** (steps with counts, device 0 warming up with 2p - 1 forwards of chunk 0)
+** reach ZB-V's (p - 1) / (3m + p - 1) holding 2p of chunk 0 on device 0 with
+** one of chunk 1 on top, 2p + 1 with each pair's F before its B (DeepSeek-V3's
+** table: PP + 1 chunks' activations). On two devices DualPipeV runs ZB-V's
+** pairs (strata__gen_v_pairs): rounds of its pairings within the caps reach
+** 2 / (3m + 2) there at best, and with calibrated costs a step longer than
+** 1F1B's. m >= 2p, as PyTorch asks.
+*/
+static int strata__gen_dualpipev(struct strata_schedule *s, int d) {
+  const int p = s->devices;
+  if (p <= 2)
+    return p == 1 ? strata__gen_v_rounds(s, d, &strata__v_alone) : strata__gen_v_pairs(s, d);
+  struct strata__v_round v = {{STRATA__V_F0, STRATA__V_B0, STRATA__V_F1, STRATA__V_B1},
+                              {2 * p - 1 - d, 0, p, p - d}};
+  if (d == 0)
+    v.ahead[STRATA__V_F0] = 2 * p - 2;
+  else if (d == 1)
+    v = (struct strata__v_round){{STRATA__V_F0, STRATA__V_B1, STRATA__V_B0, STRATA__V_F1}, {2 * p - 3, 0, p, p - 2}};
+  return strata__gen_v_rounds(s, d, &v);
 }
 
 /* ---------------------------------------------------------------- what a kind implies */
