@@ -263,6 +263,27 @@ STRATA_API int strata_gelu_bwd(strata_queue_t q, strata_mem_t x, strata_mem_t dy
                      &op);
 }
 
+STRATA_API int strata_gelu_fwd_t(strata_queue_t q, strata_mem_t x, strata_mem_t y, int64_t rows, int64_t cols) {
+  static const char name[] = "gelu_fwd_t";
+  struct strata__op op = {.id = STRATA__OP_GELU_FWD_T};
+  uint64_t n;
+  TRY(check_queue(q, STRATA__OP_GELU_FWD_T));
+  TRY(positive(name, "rows", rows));
+  TRY(positive(name, "cols", cols));
+  TRY(product(name, rows, cols, &n));
+  TRY(operand(q, &op, name, "x", x, n, FLOATS, &op.u.ew.x));
+  TRY(operand(q, &op, name, "y", y, n, FLOATS, &op.u.ew.y));
+  if (x.dtype != y.dtype)
+    return strata__error(STRATA_ERR_INVALID, "%s: 'x' is %s and 'y' %s: they must be of one type", name,
+                         strata_dtype_name(x.dtype), strata_dtype_name(y.dtype));
+  /* (one type: equal offsets are the same memory, which a transposition cannot be written over) */
+  if (x.buf == y.buf && x.off < y.off + n && y.off < x.off + n)
+    return strata__error(STRATA_ERR_INVALID, "%s: operands 'x' and 'y' overlap", name);
+  op.u.ew.n = (int64_t)n;
+  op.u.ew.rows = rows;
+  return submit(q, &op);
+}
+
 STRATA_API int strata_relu_fwd(strata_queue_t q, strata_mem_t x, strata_mem_t y, int64_t n) {
   struct strata__op op = {0};
   return elementwise(q, STRATA__OP_RELU_FWD, n, 0, "x", x, &op.u.ew.x, "y", y, &op.u.ew.y, NULL, no_mem, NULL, &op);
