@@ -70,6 +70,13 @@ static int operand(strata_queue_t q, struct strata__op *op, const char *name, co
   return STRATA_OK;
 }
 
+/* Whether n elements of x and n of y (each of its own type) share a byte; whether they are the very same memory. */
+static int overlap(strata_mem_t x, strata_mem_t y, uint64_t n) {
+  uint64_t xs = strata_dtype_size(x.dtype), ys = strata_dtype_size(y.dtype), x0 = x.off * xs, y0 = y.off * ys;
+  return x.buf && x.buf == y.buf && x0 < y0 + n * ys && y0 < x0 + n * xs;
+}
+static int same_mem(strata_mem_t x, strata_mem_t y) { return x.buf == y.buf && x.off == y.off && x.dtype == y.dtype; }
+
 /* Dimensions must be positive; products are checked against overflow. */
 static int positive(const char *op, const char *name, int64_t v) {
   if (v <= 0)
@@ -264,23 +271,20 @@ STRATA_API int strata_gelu_bwd(strata_queue_t q, strata_mem_t x, strata_mem_t dy
 }
 
 STRATA_API int strata_gelu_fwd_t(strata_queue_t q, strata_mem_t x, strata_mem_t y, int64_t rows, int64_t cols) {
-  static const char name[] = "gelu_fwd_t";
   struct strata__op op = {.id = STRATA__OP_GELU_FWD_T};
   uint64_t n;
   TRY(check_queue(q, STRATA__OP_GELU_FWD_T));
-  TRY(positive(name, "rows", rows));
-  TRY(positive(name, "cols", cols));
-  TRY(product(name, rows, cols, &n));
-  TRY(operand(q, &op, name, "x", x, n, FLOATS, &op.u.ew.x));
-  TRY(operand(q, &op, name, "y", y, n, FLOATS, &op.u.ew.y));
+  TRY(positive("gelu_fwd_t", "rows", rows));
+  TRY(positive("gelu_fwd_t", "cols", cols));
+  TRY(product("gelu_fwd_t", rows, cols, &n));
+  TRY(operand(q, &op, "gelu_fwd_t", "x", x, n, FLOATS, &op.u.ew.x));
+  TRY(operand(q, &op, "gelu_fwd_t", "y", y, n, FLOATS, &op.u.ew.y));
   if (x.dtype != y.dtype)
-    return strata__error(STRATA_ERR_INVALID, "%s: 'x' is %s and 'y' %s: they must be of one type", name,
+    return strata__error(STRATA_ERR_INVALID, "gelu_fwd_t: 'x' is %s and 'y' %s: they must be of one type",
                          strata_dtype_name(x.dtype), strata_dtype_name(y.dtype));
-  /* (one type: equal offsets are the same memory, which a transposition cannot be written over) */
-  if (x.buf == y.buf && x.off < y.off + n && y.off < x.off + n)
-    return strata__error(STRATA_ERR_INVALID, "%s: operands 'x' and 'y' overlap", name);
-  op.u.ew.n = (int64_t)n;
-  op.u.ew.rows = rows;
+  if (overlap(x, y, n))
+    return strata__error(STRATA_ERR_INVALID, "gelu_fwd_t: operands 'x' and 'y' overlap");
+  op.u.ew.n = (int64_t)n, op.u.ew.rows = rows;
   return submit(q, &op);
 }
 
@@ -312,14 +316,9 @@ STRATA_API int strata_fill(strata_queue_t q, strata_mem_t x, float value, int64_
 
 STRATA_API int strata_convert(strata_queue_t q, strata_mem_t x, strata_mem_t y, int64_t n) {
   struct strata__op op = {0};
-  int same = x.buf == y.buf && x.off == y.off && x.dtype == y.dtype;
-  if (x.buf && x.buf == y.buf && !same && n > 0) {
-    /* distinct byte ranges or the very same memory: a conversion in place would read what it has just written */
-    uint64_t xs = strata_dtype_size(x.dtype), ys = strata_dtype_size(y.dtype);
-    uint64_t x0 = (uint64_t)x.off * xs, y0 = (uint64_t)y.off * ys;
-    if (xs && ys && x0 < y0 + (uint64_t)n * ys && y0 < x0 + (uint64_t)n * xs)
-      return strata__error(STRATA_ERR_INVALID, "convert: operands 'x' and 'y' overlap");
-  }
+  /* distinct byte ranges or the very same memory: a conversion in place would read what it has just written */
+  if (!same_mem(x, y) && n > 0 && overlap(x, y, (uint64_t)n))
+    return strata__error(STRATA_ERR_INVALID, "convert: operands 'x' and 'y' overlap");
   return elementwise(q, STRATA__OP_CONVERT, n, 0, "x", x, &op.u.ew.x, "y", y, &op.u.ew.y, NULL, no_mem, NULL, &op);
 }
 
@@ -482,13 +481,9 @@ static int rope_common(strata_queue_t q, enum strata__op_id id, strata_mem_t x, 
   TRY(operand(q, &op, name, fwd ? "x" : "dy", x, extent, FLOATS, &op.u.rope.x));
   TRY(operand(q, &op, name, fwd ? "y" : "dx", y, extent, FLOATS, &op.u.rope.y));
   TRY(operand(q, &op, name, "freq", freq, (uint64_t)(head_dim / 2), F32_ONLY, &op.u.rope.freq));
-  if (x.buf == y.buf && (x.off != y.off || x.dtype != y.dtype)) {
-    uint64_t xs = strata_dtype_size(x.dtype), ys = strata_dtype_size(y.dtype);
-    uint64_t x0 = (uint64_t)x.off * xs, y0 = (uint64_t)y.off * ys;
-    if (x0 < y0 + extent * ys && y0 < x0 + extent * xs)
-      return strata__error(STRATA_ERR_INVALID, "%s: operands '%s' and '%s' overlap without being the same", name,
-                           fwd ? "x" : "dy", fwd ? "y" : "dx");
-  }
+  if (!same_mem(x, y) && overlap(x, y, extent))
+    return strata__error(STRATA_ERR_INVALID, "%s: operands '%s' and '%s' overlap without being the same", name,
+                         fwd ? "x" : "dy", fwd ? "y" : "dx");
   op.u.rope.batch = batch;
   op.u.rope.seq = seq;
   op.u.rope.heads = heads;
