@@ -476,56 +476,6 @@ Test(bf16, every_op_is_the_float32_op_rounded_once_emulated) {
   cr_assert(strstr(log_text, "bf16 conversions: emulated"), "the host did not say it emulates: %s", log_text);
 }
 
-/* bfloat16 GELU and its transposition on the host, as gelu_ft in test-ops.c: for each shape (whole and partial 32 x 32
-** tiles), strata_gelu_fwd_t's y^T is strata_gelu_fwd's y bit for bit, and both are the float32 op's output rounded. */
-struct gt_p {
-  int64_t rows, cols;
-};
-static int b_gelu_ft(strata_queue_t q, strata_mem_t *m, const void *p) {
-  const struct gt_p *g = p;
-  int rc = strata_gelu_fwd(q, m[0], m[1], g->rows * g->cols);
-  return rc ? rc : strata_gelu_fwd_t(q, m[0], m[2], g->rows, g->cols);
-}
-
-static void gelu_t_case(void) {
-  static const struct gt_p shapes[] = {{64, 96}, {1024, 64}, {37, 45}, {33, 300}, {1, 70}};
-  for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
-    const struct gt_p *g = &shapes[k];
-    const size_t n = (size_t)(g->rows * g->cols);
-    float *x = malloc(n * 4);
-    for (size_t i = 0; i < n; i++) /* every exponent from 2^-6 to 2^5 and both signs */
-      x[i] = ldexpf(1.0f + (float)(i % 127) / 128.0f, (int)(i % 12) - 6) * (i % 3 ? 1.0f : -1.0f);
-    struct targ b[3] = {{'b', n, x}, {'b', n, NULL}, {'b', n, NULL}};
-    struct targ f[3] = {{'f', n, x}, {'f', n, NULL}, {'f', n, NULL}};
-    float **ob = outputs(3, b), **of = outputs(3, f);
-    OK(run_on(host_dev(), 3, b, b_gelu_ft, g, ob));
-    for (size_t i = 0; i < n; i++)
-      x[i] = rbf(x[i]); /* the float32 op on the values the bfloat16 one read */
-    OK(run_on(host_dev(), 3, f, b_gelu_ft, g, of));
-    for (int64_t r = 0; r < g->rows; r++)
-      for (int64_t c = 0; c < g->cols; c++) {
-        const size_t i = (size_t)(r * g->cols + c), t = (size_t)(c * g->rows + r);
-        cr_assert(memcmp(&ob[2][t], &ob[1][i], 4) == 0, "%lldx%lld: y^T[%lld][%lld] is %a, gelu_fwd's %a",
-                  (long long)g->rows, (long long)g->cols, (long long)c, (long long)r, (double)ob[2][t],
-                  (double)ob[1][i]);
-        cr_assert_eq(ref_round(ob[2][t]), ref_round(of[2][t]), "%lldx%lld [%zu]: %a, the float32 op's %a rounds to %a",
-                     (long long)g->rows, (long long)g->cols, t, (double)ob[2][t], (double)of[2][t],
-                     (double)rbf(of[2][t]));
-      }
-    outputs_free(3, ob);
-    outputs_free(3, of);
-    free(x);
-  }
-}
-
-Test(bf16, gelu_fwd_t_is_gelu_fwd_transposed) { gelu_t_case(); }
-
-Test(bf16, gelu_fwd_t_is_gelu_fwd_transposed_emulated) {
-  setenv("STRATA_HOST_CPU_HIDE", "avx512bf16", 1);
-  gelu_t_case();
-  cr_assert(strstr(log_text, "bf16 conversions: emulated"), "the host did not say it emulates: %s", log_text);
-}
-
 /* ---- conversions ---- */
 
 /* Hand-picked float32 patterns and the bfloat16 each must become. */

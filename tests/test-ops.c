@@ -453,63 +453,6 @@ Test(ops, gelu_values_devices_and_gradient) {
   free(w);
 }
 
-/* GELU's output and its transposition from strata_gelu_fwd_t, on one queue: m[1] = gelu(x), m[2] = gelu(x)^T. */
-static int gelu_ft(strata_queue_t q, strata_mem_t *m, const void *pp) {
-  const int64_t *rc = pp;
-  int rc1 = strata_gelu_fwd(q, m[0], m[1], rc[0] * rc[1]);
-  return rc1 ? rc1 : strata_gelu_fwd_t(q, m[0], m[2], rc[0], rc[1]);
-}
-
-/*
-** strata_gelu_fwd_t on every device: the transposition of that device's strata_gelu_fwd, bit for bit (the same
-** values, moved), for shapes with whole and partial 32 x 32 tiles and a single row or column; across devices as
-** gelu_fwd's values agree. Bad shapes, overlapping operands and mixed types are refused.
-*/
-Test(ops, gelu_fwd_t_is_gelu_fwd_transposed_on_every_device) {
-  static const int64_t shapes[5][2] = {{37, 45}, {64, 96}, {33, 300}, {1, 70}, {70, 1}};
-  int n;
-  OK(strata_device_count(&n));
-  for (int k = 0; k < 5; k++) {
-    const int64_t R = shapes[k][0], C = shapes[k][1];
-    const size_t e = (size_t)(R * C);
-    float *x = rnd(e, 40 + (uint32_t)k, -5, 5);
-    struct opcase f = {"gelu_fwd_t", gelu_ft, shapes[k], 3, {e, e, e}, {x, NULL, NULL}};
-    for (int d = 0; d < n; d++) {
-      void **got = alloc_outputs(&f);
-      cr_assert_eq(exec(d, &f, got), STRATA_OK, "gelu_fwd_t %lldx%lld on device %d: %s", (long long)R, (long long)C,
-                   d, strata_last_error());
-      const uint32_t *y = got[1], *yt = got[2];
-      for (int64_t r = 0; r < R; r++)
-        for (int64_t c = 0; c < C; c++)
-          cr_assert_eq(yt[c * R + r], y[r * C + c], "%lldx%lld on device %d: y^T[%lld][%lld] is %a, gelu says %a",
-                       (long long)R, (long long)C, d, (long long)c, (long long)r, (double)((float *)got[2])[c * R + r],
-                       (double)((float *)got[1])[r * C + c]);
-      free_outputs(&f, got);
-    }
-    free_outputs(&f, compare_devices(&f, 4, 1e-6, 1e-5));
-    free(x);
-  }
-  strata_buffer_t a, h;
-  strata_queue_t q;
-  OK(strata_buffer_new(0, 64 * 4, &a));
-  OK(strata_buffer_new(0, 64 * 2, &h));
-  OK(strata_queue_new(0, &q));
-  cr_assert_eq(strata_gelu_fwd_t(q, strata_mem(a, 0), strata_mem(a, 32), 0, 8), STRATA_ERR_SHAPE);
-  cr_assert_eq(strata_gelu_fwd_t(q, strata_mem(a, 0), strata_mem(a, 32), 4, 9), STRATA_ERR_RANGE, "y past the end");
-  cr_assert_eq(strata_gelu_fwd_t(q, strata_mem(a, 0), strata_mem(a, 16), 4, 8), STRATA_ERR_INVALID);
-  cr_assert(strstr(strata_last_error(), "gelu_fwd_t: operands 'x' and 'y' overlap"), "%s", strata_last_error());
-  cr_assert_eq(strata_gelu_fwd_t(q, strata_mem(a, 0), strata_mem(a, 0), 4, 8), STRATA_ERR_INVALID, "in place");
-  cr_assert_eq(strata_gelu_fwd_t(q, strata_mem(a, 0), strata_mem_typed(h, 0, STRATA_BFLOAT16), 4, 8),
-               STRATA_ERR_INVALID);
-  cr_assert(strstr(strata_last_error(), "'x' is float32 and 'y' bfloat16: they must be of one type"), "%s",
-            strata_last_error());
-  OK(strata_gelu_fwd_t(q, strata_mem(a, 0), strata_mem(a, 32), 4, 8)); /* the same operands, apart: accepted */
-  OK(strata_queue_finish(q));
-  strata_queue_free(q);
-  strata_buffer_free(a);
-  strata_buffer_free(h);
-}
-
 Test(ops, relu_values_devices_and_gradient) {
   int64_t n = 777;
   float *x = rnd((size_t)n, 23, -2, 2), *w = rnd((size_t)n, 24, -1, 1);

@@ -47,13 +47,6 @@ extern "C" cudaError_t strata__cuda_gelu_fwd(cudaStream_t stream, strata__i64 bl
   STRATA__CUDA_LAUNCH(k_gelu_fwd, x, x_off, y, y_off, n);
 }
 
-extern "C" cudaError_t strata__cuda_gelu_fwd_t(cudaStream_t stream, strata__i64 blocks, int threads, unsigned mask,
-                                               const void *x, strata__i64 x_off, void *y, strata__i64 y_off,
-                                               strata__i64 rows, strata__i64 cols)
-{
-  STRATA__CUDA_LAUNCH(k_gelu_fwd_t, x, x_off, y, y_off, rows, cols);
-}
-
 extern "C" cudaError_t strata__cuda_gelu_bwd(cudaStream_t stream, strata__i64 blocks, int threads, unsigned mask,
                                              const void *x, strata__i64 x_off, const void *dy, strata__i64 dy_off,
                                              void *dx, strata__i64 dx_off, strata__i64 n)

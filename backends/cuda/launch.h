@@ -61,8 +61,6 @@ cudaError_t strata__cuda_bias_grad(cudaStream_t stream, strata__i64 blocks, int 
                                    strata__i64 cols, int accumulate);
 cudaError_t strata__cuda_gelu_fwd(cudaStream_t stream, strata__i64 blocks, int threads, unsigned mask, const void *x,
                                   strata__i64 x_off, void *y, strata__i64 y_off, strata__i64 n);
-cudaError_t strata__cuda_gelu_fwd_t(cudaStream_t stream, strata__i64 blocks, int threads, unsigned mask, const void *x,
-                                    strata__i64 x_off, void *y, strata__i64 y_off, strata__i64 rows, strata__i64 cols);
 cudaError_t strata__cuda_gelu_bwd(cudaStream_t stream, strata__i64 blocks, int threads, unsigned mask, const void *x,
                                   strata__i64 x_off, const void *dy, strata__i64 dy_off, void *dx, strata__i64 dx_off,
                                   strata__i64 n);

@@ -62,11 +62,6 @@ static cudaError_t launch(cudaStream_t st, int wg, float *partials, const struct
       return strata__cuda_gelu_fwd(st, ITEMS(a->n), mask, P(a->x), O(a->x), P(a->y), O(a->y), a->n);
     return strata__cuda_relu_fwd(st, ITEMS(a->n), mask, P(a->x), O(a->x), P(a->y), O(a->y), a->n);
   }
-  case STRATA__OP_GELU_FWD_T: {
-    const __typeof__(op->u.ew) *a = &op->u.ew;
-    return strata__cuda_gelu_fwd_t(st, ITEMS(a->n), B(a->x, 0) | B(a->y, 1), P(a->x), O(a->x), P(a->y), O(a->y),
-                                   a->rows, a->n / a->rows);
-  }
   case STRATA__OP_GELU_BWD:
   case STRATA__OP_RELU_BWD: {
     const __typeof__(op->u.ew) *a = &op->u.ew;

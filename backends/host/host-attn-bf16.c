@@ -492,9 +492,6 @@ static void tr16(const float *x, int64_t ldx, float *y, int64_t ldy) {
   }
 }
 
-/* tr16 for the backend's other files (host.h): the bfloat16 GELU's transposed output (host-bf16.c). */
-void strata__host_tr16(const float *x, int64_t ldx, float *y, int64_t ldy) { tr16(x, ldx, y, ldy); }
-
 /* t[d][rp] = pair (x[2 rp][d], x[2 rp + 1][d]) for rp < QB / 2, d < dp, from pack_r's panels of a QB-row block: the
 ** block transposed, pairs over its rows (rows of ldt bfloat16, QB of them the block's: the A of dK^T += Q^T dS,
 ** dV^T += dO^T P). */

@@ -1025,25 +1025,6 @@ static void gelu_piece(int fwd, const uint16_t *x, const uint16_t *dy, uint16_t 
   else
     gelu_bwd_tab(gelu_tab + 65536, x, dy, y, n);
 }
-
-/* y[c][r] = t[r][c] for a 32 x 32 tile of bfloat16 (t's rows ldt apart, y's ldy; ldt even): two 16 x 16
-** transpositions of the halves' pairs (strata__host_tr16: row r's word j is (t[r][2j], t[r][2j + 1])), then each
-** word row's halves parted by one permute: the even halves of both are column 2j's 32 values, the odd ones
-** column 2j + 1's. */
-NATIVE static void tr32_halves(const uint16_t *t, int64_t ldt, uint16_t *y, int64_t ldy) {
-  float w[2][16][16];
-  strata__host_tr16((const float *)(const void *)t, ldt / 2, w[0][0], 16);
-  strata__host_tr16((const float *)(const void *)(t + 16 * ldt), ldt / 2, w[1][0], 16);
-  uint16_t ie[32], io[32];
-  for (int i = 0; i < 32; i++)
-    ie[i] = (uint16_t)(2 * i), io[i] = (uint16_t)(2 * i + 1);
-  const __m512i even = _mm512_loadu_si512(ie), odd = _mm512_loadu_si512(io);
-  for (int j = 0; j < 16; j++) {
-    __m512i a = _mm512_loadu_si512(w[0][j]), b = _mm512_loadu_si512(w[1][j]);
-    _mm512_storeu_si512((void *)(y + 2 * j * ldy), _mm512_permutex2var_epi16(a, even, b));
-    _mm512_storeu_si512((void *)(y + (2 * j + 1) * ldy), _mm512_permutex2var_epi16(a, odd, b));
-  }
-}
 #else
 static int elementwise_native(const struct strata__op *o) {
   (void)o;
@@ -1074,52 +1055,6 @@ static int gelu_lookup(const struct strata__op *o) {
   for (int64_t s = 0; s < pieces; s++) {
     int64_t lo = s * CHUNK, len = n - lo < CHUNK ? n - lo : CHUNK;
     gelu_piece(fwd, x + lo, fwd ? NULL : dy + lo, y + lo, len);
-  }
-  return STRATA_OK;
-}
-
-/*
-** GELU_FWD_T on bfloat16 through the forward's table: blocks of 32 rows by
-** 256 columns, each row's piece looked up as GELU_FWD does (gelu_piece: the
-** same bits, x read along its rows), then written transposed 32 x 32 at a
-** time (tr32_halves on AVX-512 BF16, else element by element). The threads
-** take whole blocks of rows, so each writes its own columns of y. (Measured
-** on 1024 x 2048, 2 threads: 0.66 ms against GELU_FWD's 0.27. The scattered
-** 64-byte rows of y cost the difference: non-temporal stores, prefetches and
-** other block shapes did not gain.)
-*/
-static int gelu_lookup_t(const struct strata__op *o) {
-  pthread_once(&gelu_once, gelu_tab_make);
-  if (!gelu_tab)
-    return STRATA_ERR_NOMEM;
-  const uint16_t *x = BF(o->u.ew.x);
-  uint16_t *y = BF(o->u.ew.y);
-  const int64_t rows = o->u.ew.rows, cols = o->u.ew.n / rows, blocks = (rows + 31) / 32, n = o->u.ew.n;
-#ifdef HAVE_NATIVE_BF16
-  const int native = strata__bf16_path(NULL);
-#endif
-  _Pragma("omp parallel for schedule(static) num_threads(strata__host_threads) if (n >= PAR_MIN)")
-  for (int64_t b = 0; b < blocks; b++) {
-    const int64_t r0 = b * 32, nr = rows - r0 < 32 ? rows - r0 : 32;
-    uint16_t panel[32][256];
-    for (int64_t p0 = 0; p0 < cols; p0 += 256) {
-      const int64_t np = cols - p0 < 256 ? cols - p0 : 256;
-      for (int64_t i = 0; i < nr; i++)
-        gelu_piece(1, x + (r0 + i) * cols + p0, NULL, panel[i], np);
-      for (int64_t c0 = 0; c0 < np; c0 += 32) {
-        const int64_t nc = np - c0 < 32 ? np - c0 : 32;
-        uint16_t *yt = y + (p0 + c0) * rows + r0;
-#ifdef HAVE_NATIVE_BF16
-        if (native && nr == 32 && nc == 32) {
-          tr32_halves(panel[0] + c0, 256, yt, rows);
-          continue;
-        }
-#endif
-        for (int64_t j = 0; j < nc; j++)
-          for (int64_t i = 0; i < nr; i++)
-            yt[j * rows + i] = panel[i][c0 + j];
-      }
-    }
   }
   return STRATA_OK;
 }
@@ -1158,8 +1093,6 @@ int strata__host_op_run_bf16(const struct strata__op *op) {
     int rc = gelu_lookup(op);
     return rc == STRATA_ERR_UNSUPPORTED ? staged(op) : rc;
   }
-  case STRATA__OP_GELU_FWD_T: /* one type (the runtime checks): bfloat16 through the table */
-    return gelu_lookup_t(op);
   case STRATA__OP_ADD:
   case STRATA__OP_BIAS_ADD: {
     int rc = elementwise_native(op);

@@ -183,28 +183,6 @@ static void gelu_fwd(const struct strata__op *o) {
   FOR_SPANS(o->u.ew.n, gelu_fwd_span(x + lo, y + lo, len));
 }
 
-/* GELU_FWD_T: blocks of 32 rows by 128 columns, each row's piece through gelu_fwd_span (GELU_FWD's arithmetic, x
-** read along its rows), then written transposed; the threads take whole blocks of rows (each writes its own columns
-** of y). */
-static void gelu_fwd_t(const struct strata__op *o) {
-  const float *x = F(o->u.ew.x);
-  float *y = F(o->u.ew.y);
-  const int64_t rows = o->u.ew.rows, cols = o->u.ew.n / rows, par_n = o->u.ew.n, blocks = (rows + 31) / 32;
-  PAR(par_n)
-  for (int64_t b = 0; b < blocks; b++) {
-    const int64_t r0 = b * 32, nr = rows - r0 < 32 ? rows - r0 : 32;
-    float panel[32][128];
-    for (int64_t p0 = 0; p0 < cols; p0 += 128) {
-      const int64_t np = cols - p0 < 128 ? cols - p0 : 128;
-      for (int64_t i = 0; i < nr; i++)
-        gelu_fwd_span(x + (r0 + i) * cols + p0, panel[i], np);
-      for (int64_t j = 0; j < np; j++)
-        for (int64_t i = 0; i < nr; i++)
-          y[(p0 + j) * rows + r0 + i] = panel[i][j];
-    }
-  }
-}
-
 static void gelu_bwd(const struct strata__op *o) {
   const float *x = F(o->u.ew.x), *dy = F(o->u.ew.dy);
   float *dx = F(o->u.ew.dx);
@@ -1069,7 +1047,6 @@ static const host_fn host_ops[STRATA__OP_COUNT] = {
     [STRATA__OP_BIAS_ADD] = bias_add,
     [STRATA__OP_BIAS_GRAD] = bias_grad,
     [STRATA__OP_GELU_FWD] = gelu_fwd,
-    [STRATA__OP_GELU_FWD_T] = gelu_fwd_t,
     [STRATA__OP_GELU_BWD] = gelu_bwd,
     [STRATA__OP_RELU_FWD] = relu_fwd,
     [STRATA__OP_RELU_BWD] = relu_bwd,

@@ -45,9 +45,6 @@ int strata__host_attention_bwd(const struct strata__op *op);
 /* The same on bfloat16 qkv, out, dout and dqkv with float32 lse, on AVX-512 BF16 dot products (host-attn-bf16.c);
 ** STRATA_ERR_UNSUPPORTED for other operand types or a CPU without them (the caller stages the float32 one). */
 int strata__host_attention_bf16(const struct strata__op *op);
-/* y[c][r] = x[r][c] for r, c < 16 of 32-bit words, row strides ldx and ldy; AVX-512F: only for callers built with
-** it (x86-64 GCC >= 10) and running on a CPU that has it. */
-void strata__host_tr16(const float *x, int64_t ldx, float *y, int64_t ldy);
 
 /* LLaMA's ops (host-llama.c): RMSNorm, SwiGLU on float32 operands (bfloat16 ones staged by host-bf16.c); RoPE on
 ** float32 or bfloat16 operands, read and written in place (its rows are strided). */

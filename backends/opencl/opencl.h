@@ -19,7 +19,6 @@
   X(BIAS_ADD, "k_bias_add")                             \
   X(BIAS_GRAD, "k_bias_grad")                           \
   X(GELU_FWD, "k_gelu_fwd")                             \
-  X(GELU_FWD_T, "k_gelu_fwd_t")                         \
   X(GELU_BWD, "k_gelu_bwd")                             \
   X(RELU_FWD, "k_relu_fwd")                             \
   X(RELU_BWD, "k_relu_bwd")                             \

@@ -519,10 +519,6 @@ int strata__ocl_op(void *ctx, void *queue, const struct strata__op *op) {
     return launch(ocl, q, op->id == STRATA__OP_GELU_FWD ? STRATA__OCL_K_GELU_FWD : STRATA__OCL_K_RELU_FWD, o->n,
                   "mml", &o->x, &o->y, o->n);
   }
-  case STRATA__OP_GELU_FWD_T: {
-    const __typeof__(op->u.ew) *o = &op->u.ew;
-    return launch(ocl, q, STRATA__OCL_K_GELU_FWD_T, o->n, "mmll", &o->x, &o->y, o->rows, o->n / o->rows);
-  }
   case STRATA__OP_GELU_BWD:
   case STRATA__OP_RELU_BWD: {
     const __typeof__(op->u.ew) *o = &op->u.ew;

@@ -98,10 +98,6 @@ STRATA_API int strata_bias_grad(strata_queue_t q, strata_mem_t dy, strata_mem_t 
 ** y may be x (in place); dx may be dy. */
 STRATA_API int strata_gelu_fwd(strata_queue_t q, strata_mem_t x, strata_mem_t y, int64_t n);
 STRATA_API int strata_gelu_bwd(strata_queue_t q, strata_mem_t x, strata_mem_t dy, strata_mem_t dx, int64_t n);
-/* y = GELU(x) transposed: x rows x cols, y cols x rows, y[c][r] = GELU(x[r][c]) with strata_gelu_fwd's values bit
-** for bit; x and y of one type and disjoint. (A GELU output that is only read transposed, as the A of a weight
-** gradient x^T dy, is then a plain matrix for the GEMM.) */
-STRATA_API int strata_gelu_fwd_t(strata_queue_t q, strata_mem_t x, strata_mem_t y, int64_t rows, int64_t cols);
 STRATA_API int strata_relu_fwd(strata_queue_t q, strata_mem_t x, strata_mem_t y, int64_t n);
 STRATA_API int strata_relu_bwd(strata_queue_t q, strata_mem_t x, strata_mem_t dy, strata_mem_t dx, int64_t n);
 

@@ -11,7 +11,7 @@
 
 /* Raised whenever the layout of anything in this file changes; a module
 ** built against another version is refused when it is loaded. */
-#define STRATA__BACKEND_API_VERSION 11
+#define STRATA__BACKEND_API_VERSION 10
 
 /* The most bytes of a backend library's communicator id (comm_unique_id):
 ** NCCL's ncclUniqueId is 128. */
@@ -77,8 +77,7 @@ struct strata__mem {
   X(SWIGLU_BWD, "swiglu_bwd")                                                                      \
   X(ROPE_FWD, "rope_fwd")                                                                          \
   X(ROPE_BWD, "rope_bwd")                                                                          \
-  X(LINEAR, "linear")                                                                              \
-  X(GELU_FWD_T, "gelu_fwd_t")
+  X(LINEAR, "linear")
 
 enum strata__op_id {
 #define STRATA__OP_ENUM(id, name) STRATA__OP_##id,
@@ -131,11 +130,10 @@ struct strata__op {
     } bias;
     /* GELU_FWD, RELU_FWD: y = f(x). GELU_BWD, RELU_BWD: dx = dy f'(x).
     ** ADD: y = x + b. SCALE: x *= alpha. FILL: x = alpha.
-    ** CONVERT: y = x in y's type (x and y are the same memory or disjoint).
-    ** GELU_FWD_T: y = GELU(x) transposed, x rows x (n / rows), y (n / rows) x rows, one type, disjoint. */
+    ** CONVERT: y = x in y's type (x and y are the same memory or disjoint). */
     struct {
       struct strata__mem x, y, dy, dx, b;
-      int64_t n, rows;
+      int64_t n;
       float alpha;
     } ew;
     /* LAYERNORM_FWD / LAYERNORM_BWD */

@@ -270,24 +270,6 @@ STRATA_API int strata_gelu_bwd(strata_queue_t q, strata_mem_t x, strata_mem_t dy
                      &op);
 }
 
-STRATA_API int strata_gelu_fwd_t(strata_queue_t q, strata_mem_t x, strata_mem_t y, int64_t rows, int64_t cols) {
-  struct strata__op op = {.id = STRATA__OP_GELU_FWD_T};
-  uint64_t n;
-  TRY(check_queue(q, STRATA__OP_GELU_FWD_T));
-  TRY(positive("gelu_fwd_t", "rows", rows));
-  TRY(positive("gelu_fwd_t", "cols", cols));
-  TRY(product("gelu_fwd_t", rows, cols, &n));
-  TRY(operand(q, &op, "gelu_fwd_t", "x", x, n, FLOATS, &op.u.ew.x));
-  TRY(operand(q, &op, "gelu_fwd_t", "y", y, n, FLOATS, &op.u.ew.y));
-  if (x.dtype != y.dtype)
-    return strata__error(STRATA_ERR_INVALID, "gelu_fwd_t: 'x' is %s and 'y' %s: they must be of one type",
-                         strata_dtype_name(x.dtype), strata_dtype_name(y.dtype));
-  if (overlap(x, y, n))
-    return strata__error(STRATA_ERR_INVALID, "gelu_fwd_t: operands 'x' and 'y' overlap");
-  op.u.ew.n = (int64_t)n, op.u.ew.rows = rows;
-  return submit(q, &op);
-}
-
 STRATA_API int strata_relu_fwd(strata_queue_t q, strata_mem_t x, strata_mem_t y, int64_t n) {
   struct strata__op op = {0};
   return elementwise(q, STRATA__OP_RELU_FWD, n, 0, "x", x, &op.u.ew.x, "y", y, &op.u.ew.y, NULL, no_mem, NULL, &op);

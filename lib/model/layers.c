@@ -70,11 +70,10 @@ static int linear_fwd(strata_queue_t q, int64_t R, int64_t in, int64_t outf, str
   return strata_gemm(q, 0, 0, R, outf, in, 1, x, in, 0, W, outf, 0, 0, y, outf, 0, 1);
 }
 
-/* Weight part of a linear layer's backward: dW = x^T dy + beta dW (GBETA); db += colsum(dy) (db.buf NULL: none).
-** x is R x in, or with xt its transpose, in x R (a plain A for the GEMM). */
-static int linear_bwd_w(strata_queue_t q, int64_t R, int64_t in, int64_t outf, strata_mem_t x, int xt, strata_mem_t dy,
+/* Weight part of a linear layer's backward: dW = x^T dy + beta dW (GBETA); db += colsum(dy) (db.buf NULL: none). */
+static int linear_bwd_w(strata_queue_t q, int64_t R, int64_t in, int64_t outf, strata_mem_t x, strata_mem_t dy,
                         strata_mem_t dW, strata_mem_t db, float beta) {
-  TRY(strata_gemm(q, !xt, 0, in, outf, R, 1, x, xt ? R : in, 0, dy, outf, 0, beta, dW, outf, 0, 1));
+  TRY(strata_gemm(q, 1, 0, in, outf, R, 1, x, in, 0, dy, outf, 0, beta, dW, outf, 0, 1));
   return db.buf ? strata_bias_grad(q, dy, db, R, outf, 1) : STRATA_OK;
 }
 
@@ -219,8 +218,8 @@ static int attn_fwd(struct lctx *c, const struct strata__block_saved *s) {
 }
 
 /* Where a block's GELU output lives while it is read: scratch (its backward's f region, model/stage.c's
-** layer_scratch), never the slot. The block keeps only the MLP pre-activation h; its backward recomputes gelu(h) there,
-** transposed (strata_gelu_fwd_t: the forward's values), as the MLP c_proj's weight gradient's plain A. */
+** layer_scratch), never the slot. The block keeps only the MLP pre-activation h; its backward recomputes gelu(h) there
+** for the MLP c_proj's weight gradient with the forward's op on the same input, so the same bits. */
 static strata_mem_t gelu_out(const struct lctx *c) {
   return SC(c, strata__units((size_t)(3 * c->d.R * c->d.A), c->d.act), 0);
 }
@@ -574,13 +573,13 @@ static int block_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
   int rc;
   strata_mem_t dall = gathered(c, dout, D, &rc), dxall = dxmid, x;
   TRY(rc);
-  /* MLP branch: the MLP c_proj's weight gradient first, from the GELU output recomputed transposed into scratch f
-  ** (gelu_out), before the input part's dh takes that room (FULL; split, dh is in the slot) */
+  /* MLP branch: the MLP c_proj's weight gradient first, from the GELU output recomputed into scratch f (gelu_out),
+  ** before the input part's dh takes that room (FULL; split, dh is in the slot) */
   if (early) {
     strata_mem_t g = gelu_out(c);
-    TRY(strata_gelu_fwd_t(q, SV(c, s.h, 0), g, R, d.F));
+    TRY(strata_gelu_fwd(q, SV(c, s.h, 0), g, R * d.F));
     TRY(TAKE(c, FCP_W, 2));
-    TRY(linear_bwd_w(q, R, d.F, D, g, 1, dall, GRAD(c, FCP_W), GRAD(c, FCP_B), GBETA(c, FCP_W)));
+    TRY(linear_bwd_w(q, R, d.F, D, g, dall, GRAD(c, FCP_W), GRAD(c, FCP_B), GBETA(c, FCP_W)));
   }
   if (DO_IN(c)) {
     TRY(FETCH(c, FCP_W, 2));
@@ -596,7 +595,7 @@ static int block_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
     TRY(TAKE(c, FC_W, 2));
     x = gathered(c, SV(c, s.ln2, 0), D, &rc);
     TRY(rc);
-    TRY(linear_bwd_w(q, R, D, d.F, x, 0, dh, GRAD(c, FC_W), GRAD(c, FC_B), GBETA(c, FC_W)));
+    TRY(linear_bwd_w(q, R, D, d.F, x, dh, GRAD(c, FC_W), GRAD(c, FC_B), GBETA(c, FC_W)));
   }
   TRY(TAKE(c, LN2_W, 2));
   TRY(FETCH(c, LN2_W, 2));
@@ -620,11 +619,11 @@ static int block_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
   }
   if (DO_W(c)) {
     TRY(TAKE(c, PROJ_W, 2));
-    TRY(linear_bwd_w(q, R, A, D, attn_out(c, &s), 0, dxall, GRAD(c, PROJ_W), GRAD(c, PROJ_B), GBETA(c, PROJ_W)));
+    TRY(linear_bwd_w(q, R, A, D, attn_out(c, &s), dxall, GRAD(c, PROJ_W), GRAD(c, PROJ_B), GBETA(c, PROJ_W)));
     TRY(TAKE(c, ATTN_W, 2));
     x = gathered(c, SV(c, s.ln1, 0), D, &rc);
     TRY(rc);
-    TRY(linear_bwd_w(q, R, D, 3 * A, x, 0, dqkv, GRAD(c, ATTN_W), GRAD(c, ATTN_B), GBETA(c, ATTN_W)));
+    TRY(linear_bwd_w(q, R, D, 3 * A, x, dqkv, GRAD(c, ATTN_W), GRAD(c, ATTN_B), GBETA(c, ATTN_W)));
   }
   TRY(TAKE(c, LN1_W, 2));
   TRY(FETCH(c, LN1_W, 2));
@@ -698,7 +697,7 @@ static int fc_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
   int rc;
   strata_mem_t x = layer_x(c, strata__units((size_t)(c->d.R * L->out), c->d.act), c->d.R * L->in, 0, &rc);
   TRY(TAKE(c, 0, 2));
-  return linear_bwd_w(c->q, c->d.R, L->in, L->out, x, 0, dz, GRAD(c, 0), GRAD(c, 1), 1);
+  return linear_bwd_w(c->q, c->d.R, L->in, L->out, x, dz, GRAD(c, 0), GRAD(c, 1), 1);
 }
 
 static int conv_bwd(struct lctx *c, strata_mem_t dout, strata_mem_t din) {
@@ -770,7 +769,7 @@ static int classifier_bwd(struct lctx *c, strata_mem_t targets, strata_mem_t din
   if (!L->gap)
     TRY(rc);
   TRY(TAKE(c, 0, 2));
-  return linear_bwd_w(c->q, c->d.R, L->in, L->out, x, 0, dlogits, GRAD(c, 0), GRAD(c, 1), 1);
+  return linear_bwd_w(c->q, c->d.R, L->in, L->out, x, dlogits, GRAD(c, 0), GRAD(c, 1), 1);
 }
 
 /* ---- the llama block ---- */
