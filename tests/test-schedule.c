@@ -1054,14 +1054,16 @@ Test(schedule, every_zbv_schedule_validates) {
 ** by a chunk-0 backward of the first pair (F0.2 BI0.0 W0.0 F0.3 BI0.1 W0.1: 3 of stage 0 at most, 2 while stage 3
 ** holds one), F3 BI3 W3 of the second pair, the last chunk-0 backwards. Device 1: F1 F2 of a pair, then BI2 W2 BI1
 ** W1 of each, each W right after its BI. */
+static const char v_p2_m4[] =
+    "dev 0: F0.0 SA0.0 F0.1 SA0.1 RA3.0 F3.0 BI3.0 SG3.0 W3.0 RA3.1 F3.1 BI3.1 SG3.1 W3.1 F0.2 SA0.2 RG0.0 BI0.0 "
+    "W0.0 F0.3 SA0.3 RG0.1 BI0.1 W0.1 RA3.2 F3.2 BI3.2 SG3.2 W3.2 RA3.3 F3.3 BI3.3 SG3.3 W3.3 RG0.2 BI0.2 W0.2 RG0.3 "
+    "BI0.3 W0.3 OPT0 OPT3\n"
+    "dev 1: RA1.0 F1.0 F2.0 SA2.0 RA1.1 F1.1 F2.1 SA2.1 RG2.0 BI2.0 W2.0 BI1.0 SG1.0 W1.0 RG2.1 BI2.1 W2.1 BI1.1 "
+    "SG1.1 W1.1 RA1.2 F1.2 F2.2 SA2.2 RA1.3 F1.3 F2.3 SA2.3 RG2.2 BI2.2 W2.2 BI1.2 SG1.2 W1.2 RG2.3 BI2.3 W2.3 BI1.3 "
+    "SG1.3 W1.3 OPT1 OPT2\n";
 Test(schedule, zbv_p2_m4) {
   strata_schedule_t s = gen(STRATA_SCHEDULE_ZBV, 2, 4, 0);
-  expect_text(s, "dev 0: F0.0 SA0.0 F0.1 SA0.1 RA3.0 F3.0 BI3.0 SG3.0 W3.0 RA3.1 F3.1 BI3.1 SG3.1 W3.1 F0.2 SA0.2 "
-                 "RG0.0 BI0.0 W0.0 F0.3 SA0.3 RG0.1 BI0.1 W0.1 RA3.2 F3.2 BI3.2 SG3.2 W3.2 RA3.3 F3.3 BI3.3 SG3.3 "
-                 "W3.3 RG0.2 BI0.2 W0.2 RG0.3 BI0.3 W0.3 OPT0 OPT3\n"
-                 "dev 1: RA1.0 F1.0 F2.0 SA2.0 RA1.1 F1.1 F2.1 SA2.1 RG2.0 BI2.0 W2.0 BI1.0 SG1.0 W1.0 RG2.1 BI2.1 "
-                 "W2.1 BI1.1 SG1.1 W1.1 RA1.2 F1.2 F2.2 SA2.2 RA1.3 F1.3 F2.3 SA2.3 RG2.2 BI2.2 W2.2 BI1.2 SG1.2 W1.2 "
-                 "RG2.3 BI2.3 W2.3 BI1.3 SG1.3 W1.3 OPT1 OPT2\n");
+  expect_text(s, v_p2_m4);
   strata_schedule_free(s);
 }
 
@@ -1215,12 +1217,7 @@ Test(schedule, dualpipev_kind_and_refusals) {
 /* p = 2, m = 4: on two devices DualPipeV runs ZB-V's pairs (strata__gen_dualpipev), the lists of zbv_p2_m4. */
 Test(schedule, dualpipev_p2_m4) {
   strata_schedule_t s = gen(STRATA_SCHEDULE_DUALPIPEV, 2, 4, 0);
-  expect_text(s, "dev 0: F0.0 SA0.0 F0.1 SA0.1 RA3.0 F3.0 BI3.0 SG3.0 W3.0 RA3.1 F3.1 BI3.1 SG3.1 W3.1 F0.2 SA0.2 "
-                 "RG0.0 BI0.0 W0.0 F0.3 SA0.3 RG0.1 BI0.1 W0.1 RA3.2 F3.2 BI3.2 SG3.2 W3.2 RA3.3 F3.3 BI3.3 SG3.3 "
-                 "W3.3 RG0.2 BI0.2 W0.2 RG0.3 BI0.3 W0.3 OPT0 OPT3\n"
-                 "dev 1: RA1.0 F1.0 F2.0 SA2.0 RA1.1 F1.1 F2.1 SA2.1 RG2.0 BI2.0 W2.0 BI1.0 SG1.0 W1.0 RG2.1 BI2.1 "
-                 "W2.1 BI1.1 SG1.1 W1.1 RA1.2 F1.2 F2.2 SA2.2 RA1.3 F1.3 F2.3 SA2.3 RG2.2 BI2.2 W2.2 BI1.2 SG1.2 W1.2 "
-                 "RG2.3 BI2.3 W2.3 BI1.3 SG1.3 W1.3 OPT1 OPT2\n");
+  expect_text(s, v_p2_m4);
   strata_schedule_free(s);
 }
 
