@@ -214,7 +214,7 @@ Test(pipeline, event_chained_steps_wait_per_message_not_per_micro_batch) {
 ** make 2p stages), the backward split into BI and W (DualPipeV's full backwards as BI with its W right after).
 ** Host virtual devices, 8 micro-batches, pp 2 and pp 4: bit for bit one device's losses, gradient norms and
 ** parameters. The report places the stages in the V and gives the lists' unit-cost bubble (every W right after its
-** BI), below ZB-H1's: (p - 1) / (3m + p - 1) for both at pp 2 (the paper's steps), p / (3m + p) for ZB-V and
+** BI), below ZB-H1's: (p - 1) / (3m + p - 1) for both at pp 2 (pairs: strata__gen_v_pairs), p / (3m + p) for ZB-V and
 ** (p + 1) / (3m + p + 1) for DualPipeV at pp 4 (rounds that keep device 0 within 2p - 1 chunk micro-batches:
 ** strata__gen_zbv); the executor holds no stage's activations longer than the lists allow (2p).
 */
