@@ -1512,6 +1512,51 @@ Test(ops, adamw_fused_is_scale_adamw_convert_bit_for_bit) {
 }
 
 /*
+** The fused optimizer's bfloat16 copy where it starts part-way into a cache
+** line and ends in one: the host streams the copy's whole lines around the
+** caches and writes the rest plainly, so at each offset and length every
+** element is strata_convert's rounding of the updated parameter, and the
+** elements on either side are untouched.
+*/
+Test(ops, adamw_fused_copy_at_any_offset_is_convert) {
+  int dev = ref_device();
+  strata_queue_t q;
+  OK(strata_queue_new(dev, &q));
+  enum { N = 4133, SLACK = 64 };
+  float *p0 = rnd(N, 111, -1, 1), *g0 = rnd(N, 112, -3, 3);
+  const int64_t offs[] = {0, 1, 7, 31, 32, 33}, lens[] = {1, 17, 32, 95, N};
+  for (size_t a = 0; a < sizeof offs / sizeof *offs; a++)
+    for (size_t l = 0; l < sizeof lens / sizeof *lens; l++) {
+      const int64_t off = offs[a], n = lens[l];
+      strata_buffer_t p = fused_buf(dev, q, p0, (size_t)n), g = fused_buf(dev, q, g0, (size_t)n);
+      strata_buffer_t m = fused_buf(dev, q, NULL, (size_t)n), v = fused_buf(dev, q, NULL, (size_t)n);
+      strata_buffer_t c = fused_buf(dev, q, NULL, (size_t)(off + n + SLACK) / 2 + 1);
+      strata_buffer_t r = fused_buf(dev, q, NULL, (size_t)(off + n + SLACK) / 2 + 1);
+      OK(strata_adamw_fused(q, strata_mem(p, 0), strata_mem(g, 0), strata_mem(m, 0), strata_mem(v, 0),
+                            strata_mem_typed(c, (size_t)off, STRATA_BFLOAT16), n, 0.5f, 0.01f, 0.9f, 0.999f, 1e-8f,
+                            0.1f, 1));
+      OK(strata_convert(q, strata_mem(p, 0), strata_mem_typed(r, (size_t)off, STRATA_BFLOAT16), n));
+      const size_t bytes = (size_t)(off + n + SLACK) / 2 * 4;
+      unsigned char *x = malloc(bytes), *y = malloc(bytes);
+      fused_get(q, c, x, bytes);
+      fused_get(q, r, y, bytes);
+      size_t at = 0;
+      while (at < bytes && x[at] == y[at])
+        at++;
+      cr_assert_eq(at, bytes, "offset %lld, %lld elements: the copy differs from convert's at byte %zu", (long long)off,
+                   (long long)n, at);
+      free(x);
+      free(y);
+      strata_buffer_t all[] = {p, g, m, v, c, r};
+      for (int i = 0; i < 6; i++)
+        strata_buffer_free(all[i]);
+    }
+  free(p0);
+  free(g0);
+  strata_queue_free(q);
+}
+
+/*
 ** strata_sumsq_spans against strata_sumsq over each span (float32 and
 ** bfloat16 x, empty and overlapping spans): the same bits; bad spans,
 ** scales and copies refused with nothing written; devices without the ops

@@ -42,6 +42,34 @@ __attribute__((target("avx512bf16,avx512f,avx512vl,avx512bw"))) static void from
     _mm256_mask_storeu_epi16((void *)(y + i), k, (__m256i)r);
   }
 }
+
+/*
+** from_f32_native with non-temporal stores for the whole 64-byte lines of
+** y: they go to memory without first reading the lines they replace (a plain
+** store reads each line in). The head up to y's first line and the tail
+** through masks, as from_f32_native; an sfence orders the streamed lines
+** before whatever the caller does next.
+*/
+__attribute__((target("avx512bf16,avx512f,avx512vl,avx512bw"))) static void from_f32_stream(const float *x,
+                                                                                           uint16_t *y, int64_t n) {
+  int64_t i = 0;
+  const uintptr_t odd = (uintptr_t)y & 63;
+  if (odd && (odd & 1) == 0) { /* the elements before y's first whole line (an odd y streams nothing) */
+    int64_t h = (int64_t)((64 - odd) / 2);
+    h = h < n ? h : n;
+    for (; i < h; i += 16) {
+      __mmask16 k = h - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (h - i)) - 1);
+      _mm256_mask_storeu_epi16((void *)(y + i), k, (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, x + i)));
+    }
+    i = h;
+  }
+  if (((uintptr_t)(y + i) & 63) == 0)
+    for (; i + 32 <= n; i += 32)
+      _mm512_stream_si512((void *)(y + i),
+                          (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(x + i)));
+  from_f32_native(x + i, y + i, n - i);
+  _mm_sfence();
+}
 #endif
 
 static void (*from_f32)(const float *, uint16_t *, int64_t) = strata__bf16_from_f32_emulated;
@@ -70,6 +98,17 @@ int strata__bf16_path(const char **what) {
 
 void strata__bf16_from_f32(const float *x, uint16_t *y, int64_t n) {
   pthread_once(&choose_once, choose);
+  from_f32(x, y, n);
+}
+
+void strata__bf16_from_f32_stream(const float *x, uint16_t *y, int64_t n) {
+  pthread_once(&choose_once, choose);
+#ifdef HAVE_NATIVE_BF16
+  if (native) {
+    from_f32_stream(x, y, n);
+    return;
+  }
+#endif
   from_f32(x, y, n);
 }
 

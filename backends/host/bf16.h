@@ -35,6 +35,9 @@ static inline uint16_t bf16_round(float f) {
 /* Arrays of n elements; x and y must not overlap. The conversion runs on the path strata__bf16_path chose. */
 void strata__bf16_from_f32(const float *x, uint16_t *y, int64_t n);
 void strata__bf16_to_f32(const uint16_t *x, float *y, int64_t n);
+/* strata__bf16_from_f32's bits, y's whole cache lines written around the caches (non-temporal stores) on the
+** AVX-512 BF16 path: for a large y that nothing reads again soon (AdamW's bfloat16 copy of the weights). */
+void strata__bf16_from_f32_stream(const float *x, uint16_t *y, int64_t n);
 
 /* The emulated array conversion (plain C, vectorised by the compiler), whatever the CPU: for tests and the
 ** native path's reference. */

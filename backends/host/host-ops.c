@@ -690,7 +690,10 @@ static void tokens_shift(const struct strata__op *o) {
 ** does and the AdamW span as ADAMW does (one loop, adamw_span_scaled),
 ** the updated parameters rounded into the bfloat16 copy as CONVERT does:
 ** the three ops' bits, with each piece still in the cache for the next,
-** and one fork for all.
+** and one fork for all. The copy is streamed (strata__bf16_from_f32_stream):
+** nothing reads it before the next step's forward, and its lines are not
+** read in first (512x8 GPT, three alternated runs: AdamW 18.3 ms a step
+** with plain stores, 17.2 streamed).
 */
 static void adamw_fused(const struct strata__op *o) {
   float *p = F(o->u.adamw.param), *m = F(o->u.adamw.m), *v = F(o->u.adamw.v), *g = F(o->u.adamw.grad);
@@ -705,7 +708,7 @@ static void adamw_fused(const struct strata__op *o) {
       adamw_span(p + lo, m + lo, v + lo, g + lo, len, b1, b2, c1, c2, o->u.adamw.lr, o->u.adamw.eps,
                  o->u.adamw.weight_decay);
     if (p16)
-      strata__bf16_from_f32(p + lo, p16 + lo, len);
+      strata__bf16_from_f32_stream(p + lo, p16 + lo, len);
   });
 }
 
