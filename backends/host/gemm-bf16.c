@@ -234,8 +234,8 @@ static void *thread_pad(size_t bytes) {
     }
   }
   if (p->bytes < bytes) {
-    void *q = NULL;
-    if (posix_memalign(&q, 64, bytes) != 0)
+    void *q = strata__host_alloc(bytes);
+    if (!q)
       return NULL;
     free(p->p);
     p->p = q;

@@ -65,8 +65,8 @@ float *strata__host_scratch(size_t n) {
     }
   }
   if (s->cap < n) {
-    void *p = NULL;
-    if (posix_memalign(&p, 64, n * sizeof(float)) != 0)
+    void *p = strata__host_alloc(n * sizeof(float));
+    if (!p)
       return NULL;
     free(s->p);
     s->p = p;

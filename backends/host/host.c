@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -514,12 +515,36 @@ static int host_device_info(void *ctx, int dev, struct strata__device_info *info
   return STRATA_OK;
 }
 
+/*
+** A buffer of HUGE_MIN bytes or more starts on a 2 MiB boundary and asks
+** the kernel for transparent huge pages over its whole 2 MiB pieces
+** (madvise: the system's policy decides; "never" leaves 4 KiB pages): a
+** training step streams hundreds of megabytes of parameters, moments and
+** activations, and reads heads' rows kilobytes apart, a page each with
+** 4 KiB pages (512x8 GPT in bf16, 5 alternated 40-step runs: 5726 tokens/s
+** without, 5972 with). Smaller buffers keep plain 64-byte alignment.
+*/
+#define HUGE_PAGE ((size_t)2 << 20)
+#define HUGE_MIN ((size_t)4 << 20)
+
+void *strata__host_alloc(size_t bytes) {
+  void *p = NULL;
+  if (bytes < HUGE_MIN)
+    return posix_memalign(&p, 64, bytes) == 0 ? p : NULL;
+  if (posix_memalign(&p, HUGE_PAGE, bytes) != 0)
+    return NULL;
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  (void)madvise(p, bytes / HUGE_PAGE * HUGE_PAGE, MADV_HUGEPAGE); /* a refusal leaves 4 KiB pages */
+#endif
+  return p;
+}
+
 static int host_alloc(void *ctx, int dev, size_t bytes, void **buf) {
   int rc = fault_check(ctx, dev, "alloc");
   if (rc)
     return rc;
-  void *p = NULL;
-  if (posix_memalign(&p, 64, bytes) != 0)
+  void *p = strata__host_alloc(bytes);
+  if (!p)
     return svc->error(STRATA_ERR_DEVICE_MEMORY, "host: out of memory allocating %zu bytes on virtual device %d", bytes,
                       dev);
   *buf = p;

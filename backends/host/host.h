@@ -17,6 +17,10 @@ int strata__host_gemm_bf16(const struct strata__op *op);
 ** bfloat16 on a build with oneDNN; STRATA_ERR_UNSUPPORTED otherwise (the caller runs GEMM, BIAS_ADD, ADD). */
 int strata__host_linear_fused(const struct strata__op *op);
 
+/* `bytes` of host memory for free(), 64-byte aligned; from 4 MiB on, 2 MiB-aligned with transparent huge pages
+** asked for (host.c); NULL when memory runs out. */
+void *strata__host_alloc(size_t bytes);
+
 /* At least n floats of the calling thread's scratch (host-bf16.c), 64-byte aligned, kept and reused by its later
 ** ops (grown, never shrunk; freed when the thread ends); NULL when memory runs out. */
 float *strata__host_scratch(size_t n);
