@@ -46,8 +46,8 @@ __attribute__((target("avx512bf16,avx512f,avx512vl,avx512bw"))) static void from
 /*
 ** from_f32_native with non-temporal stores for the whole 64-byte lines of
 ** y: they go to memory without first reading the lines they replace (a plain
-** store reads each line in). The head up to y's first line and the tail
-** through masks, as from_f32_native; an sfence orders the streamed lines
+** store reads each line in). The elements before y's first whole line and
+** the tail go through from_f32_native; an sfence orders the streamed lines
 ** before whatever the caller does next.
 */
 __attribute__((target("avx512bf16,avx512f,avx512vl,avx512bw"))) static void from_f32_stream(const float *x,
@@ -55,13 +55,9 @@ __attribute__((target("avx512bf16,avx512f,avx512vl,avx512bw"))) static void from
   int64_t i = 0;
   const uintptr_t odd = (uintptr_t)y & 63;
   if (odd && (odd & 1) == 0) { /* the elements before y's first whole line (an odd y streams nothing) */
-    int64_t h = (int64_t)((64 - odd) / 2);
-    h = h < n ? h : n;
-    for (; i < h; i += 16) {
-      __mmask16 k = h - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (h - i)) - 1);
-      _mm256_mask_storeu_epi16((void *)(y + i), k, (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, x + i)));
-    }
-    i = h;
+    i = (int64_t)((64 - odd) / 2);
+    i = i < n ? i : n;
+    from_f32_native(x, y, i);
   }
   if (((uintptr_t)(y + i) & 63) == 0)
     for (; i + 32 <= n; i += 32)

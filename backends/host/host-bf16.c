@@ -630,8 +630,9 @@ static inline __mmask16 mask16(int64_t left) {
 ** PF_ROWS ahead are asked for (bias and layernorm gradients: 2.3 and 4.2 ms a
 ** step before, 1.95 and 3.8 after); a GELU lookup's gathers leave the loads
 ** of its inputs unprefetched, so the inputs PF_GELU elements ahead are
-** (forward and backward: 8.2 and 3.1 ms a step before, 4.3 and 1.9 after). A prefetch changes no result, and
-** one past an array's end is harmless (it never faults).
+** (forward and backward: 8.2 and 3.1 ms a step before, 4.3 and 1.9 after).
+** A prefetch changes no result, and one past an array's end is harmless (it
+** never faults).
 */
 #define PF_ROWS 8
 #define PF_GELU 2048
